@@ -1,0 +1,53 @@
+// orbit::Error — the one exception type for misuse and bad input (DESIGN.md §8).
+//
+// An expected outcome (a full pool, a patch miss, an admission refusal) is a value: see status.h.
+// A broken contract or bad input (a corrupt file, a shape that disagrees with the config, a position
+// past the model's limit) throws orbit::Error. The message names the file, field or argument at fault;
+// the source location of the check is kept apart so messages stay readable and tests can match them.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace orbit {
+
+class Error : public std::runtime_error {
+ public:
+  Error(const std::string& message, const char* source_file, int source_line)
+      : std::runtime_error(message), source_(std::string(source_file) + ":" + std::to_string(source_line)) {}
+
+  // "file.cpp:123" of the check that threw, for bug reports; not part of what().
+  const std::string& source() const noexcept { return source_; }
+
+ private:
+  std::string source_;
+};
+
+namespace detail {
+// Builds a message from stream insertions: ORBIT_FAIL("file " << path << ": field 'x' missing").
+class MessageBuilder {
+ public:
+  template <typename T>
+  MessageBuilder& operator<<(const T& value) {
+    stream_ << value;
+    return *this;
+  }
+  std::string str() const { return stream_.str(); }
+
+ private:
+  std::ostringstream stream_;
+};
+}  // namespace detail
+
+}  // namespace orbit
+
+// Throws orbit::Error with a streamed message.
+#define ORBIT_FAIL(message_stream) \
+  throw ::orbit::Error((::orbit::detail::MessageBuilder() << message_stream).str(), __FILE__, __LINE__)
+
+// Throws orbit::Error with the streamed message when `condition` is false.
+#define ORBIT_CHECK(condition, message_stream) \
+  do {                                         \
+    if (!(condition)) ORBIT_FAIL(message_stream); \
+  } while (false)

@@ -1,0 +1,34 @@
+// Random-weight model generator: writes a Hugging Face directory (config.json + safetensors, optionally
+// sharded with an index) for any supported architecture and size, for tests and for timing at real
+// shapes. Deterministic for a given seed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "orbit/runtime/config.h"
+
+namespace orbit::runtime {
+
+struct GeneratorOptions {
+  ModelConfig config;                 // architecture and sizes (see generator_preset)
+  std::string dtype = "float32";      // "float32", "bfloat16" or "float16" on disk
+  uint64_t seed = 0;
+  int64_t shard_bytes = 0;            // > 0: split into shards of about this many bytes plus an index
+  double init_std = 0.02;             // weight init; norms are 1 + small noise
+  // Called after each tensor is produced: (tensors done, tensors total). May be empty.
+  std::function<void(int64_t, int64_t)> progress;
+};
+
+// Named shapes: "tiny-llama", "tiny-qwen2", "llama-1b" ..., "qwen2.5-0.5b", "qwen2.5-7b",
+// "qwen2.5-vl-7b-lm" (the language model of Qwen2.5-VL-7B, GQA part). Throws on an unknown name,
+// listing the known ones.
+ModelConfig generator_preset(const std::string& name);
+std::vector<std::string> generator_preset_names();
+
+// Writes the model into `out_dir` (created if missing; existing model files are replaced atomically).
+void generate_model(const GeneratorOptions& options, const std::string& out_dir);
+
+}  // namespace orbit::runtime

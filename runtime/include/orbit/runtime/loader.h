@@ -1,0 +1,33 @@
+// Model loaders: llama2.c `.bin` (version-0 layout) and Hugging Face directories
+// (`config.json` + `model.safetensors` or sharded `model.safetensors.index.json`, bf16/f16/f32).
+// Weights are converted to float32 on CPU. Every failure throws orbit::Error naming the file and field.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "orbit/runtime/config.h"
+#include "orbit/runtime/model.h"
+
+namespace orbit::runtime {
+
+// Loads `path`: a `.bin` file (llama2.c) or a directory holding config.json (Hugging Face).
+std::unique_ptr<Model> load_model(const std::string& path);
+
+std::unique_ptr<Model> load_llama2c(const std::string& path);
+std::unique_ptr<Model> load_hf(const std::string& dir);
+
+// Parses a Hugging Face config.json object (architectures / model_type, sizes, rope_theta,
+// rope_scaling, partial_rotary_factor, tie_word_embeddings, attention_bias ...). `origin` names the
+// file in errors. Unsupported architectures or RoPE types are errors, never silently approximated.
+ModelConfig parse_hf_config(const nlohmann::json& json, const std::string& origin);
+
+// The inverse, as written by the generator: a config.json that parse_hf_config reads back equal.
+nlohmann::json hf_config_json(const ModelConfig& config);
+
+// Canonical description used by `orbit info` and the fingerprint (stable key order, no paths).
+nlohmann::json config_summary_json(const ModelConfig& config);
+
+}  // namespace orbit::runtime

@@ -1,0 +1,7 @@
+#include "orbit/version.h"
+
+namespace orbit {
+
+const char* version() noexcept { return ORBIT_VERSION_STRING; }
+
+}  // namespace orbit
