@@ -1,1 +1,105 @@
-// (being written)
+// Hugging Face directories: config.json + model.safetensors, or shards listed by
+// model.safetensors.index.json ({"weight_map": {tensor name: shard file}}). Every expected tensor is
+// looked up by weight_specs(), shape-checked against the config and converted to float32.
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "orbit/common/error.h"
+#include "orbit/runtime/loader.h"
+#include "orbit/runtime/safetensors.h"
+#include "orbit/runtime/weights.h"
+
+namespace orbit::runtime {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  ORBIT_CHECK(in.good(), path.string() << ": cannot open for reading");
+  try {
+    return json::parse(in);
+  } catch (const json::parse_error& e) {
+    ORBIT_FAIL(path.string() << ": invalid JSON: " << e.what());
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_hf(const std::string& dir_string) {
+  const fs::path dir(dir_string);
+  const fs::path config_path = dir / "config.json";
+  ORBIT_CHECK(fs::is_regular_file(config_path), dir_string << ": no config.json in this directory");
+  ModelConfig config = parse_hf_config(read_json(config_path), config_path.string());
+
+  // Which file holds which tensor.
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::map<std::string, const SafetensorsFile*> owner;
+  const fs::path index_path = dir / "model.safetensors.index.json";
+  if (fs::is_regular_file(index_path)) {
+    const json index = read_json(index_path);
+    auto map_it = index.find("weight_map");
+    ORBIT_CHECK(map_it != index.end() && map_it->is_object(),
+                index_path.string() << ": field 'weight_map' is missing or not an object");
+    std::map<std::string, const SafetensorsFile*> by_shard;
+    for (auto it = map_it->begin(); it != map_it->end(); ++it) {
+      ORBIT_CHECK(it.value().is_string(), index_path.string() << ": weight_map['" << it.key() << "'] is not a string");
+      const std::string shard = it.value().get<std::string>();
+      ORBIT_CHECK(shard.find('/') == std::string::npos && shard != ".." && !shard.empty(),
+                  index_path.string() << ": weight_map['" << it.key() << "'] names '" << shard
+                                      << "', which is not a file in this directory");
+      auto found = by_shard.find(shard);
+      if (found == by_shard.end()) {
+        const fs::path shard_path = dir / shard;
+        ORBIT_CHECK(fs::is_regular_file(shard_path), index_path.string() << ": weight_map['" << it.key()
+                                                                         << "'] names missing shard " << shard_path.string());
+        files.push_back(std::make_unique<SafetensorsFile>(shard_path.string()));
+        found = by_shard.emplace(shard, files.back().get()).first;
+      }
+      ORBIT_CHECK(found->second->find(it.key()) != nullptr,
+                  index_path.string() << ": weight_map says tensor '" << it.key() << "' is in " << shard
+                                      << ", but that shard does not contain it");
+      owner[it.key()] = found->second;
+    }
+  } else {
+    const fs::path single = dir / "model.safetensors";
+    ORBIT_CHECK(fs::is_regular_file(single),
+                dir_string << ": neither model.safetensors nor model.safetensors.index.json is present");
+    files.push_back(std::make_unique<SafetensorsFile>(single.string()));
+    for (const StTensorInfo& info : files.back()->header().tensors) owner[info.name] = files.back().get();
+  }
+
+  ModelWeights weights;
+  prepare_weights(weights, config);
+  for (const WeightSpec& spec : weight_specs(config)) {
+    auto it = owner.find(spec.name);
+    ORBIT_CHECK(it != owner.end(), dir_string << ": missing tensor '" << spec.name << "' (config.json: "
+                                              << arch_name(config.arch) << ", " << config.num_layers << " layers"
+                                              << (config.tie_word_embeddings ? ", tied embeddings" : ", untied embeddings")
+                                              << ")");
+    const StTensorInfo* info = it->second->find(spec.name);
+    ORBIT_CHECK(info->shape == spec.shape, it->second->path() << ": tensor '" << spec.name << "' has shape "
+                                                              << shape_string(info->shape) << " but config.json implies "
+                                                              << shape_string(spec.shape));
+    weight_slot(weights, config, spec.name) = it->second->load(spec.name, at::kFloat);
+  }
+  if (config.tie_word_embeddings) weights.lm_head = weights.embed;
+  return std::make_unique<Model>(std::move(config), std::move(weights), dir_string);
+}
+
+std::unique_ptr<Model> load_model(const std::string& path) {
+  ORBIT_CHECK(fs::exists(path), path << ": no such file or directory (expected a llama2.c .bin file or a "
+                                        "Hugging Face directory with config.json)");
+  if (fs::is_directory(path)) return load_hf(path);
+  if (fs::path(path).filename() == "config.json") return load_hf(fs::path(path).parent_path().string());
+  return load_llama2c(path);
+}
+
+}  // namespace orbit::runtime

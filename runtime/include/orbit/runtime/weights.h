@@ -1,0 +1,37 @@
+// The weight table: every tensor of a model by its Hugging Face name, in one canonical order, with the
+// shape the config implies. Loaders, the generator, the fingerprint and shape validation all walk this
+// one table, so they can never disagree about what a model contains.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "orbit/runtime/config.h"
+#include "orbit/runtime/model.h"
+
+namespace orbit::runtime {
+
+struct WeightSpec {
+  std::string name;            // e.g. "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // implied by the config
+  bool is_norm = false;        // RMSNorm gain (initialised near 1 by the generator)
+};
+
+// Canonical order: embed, per layer (norms, q/k/v[/biases], o, mlp), final norm, lm_head (untied only).
+std::vector<WeightSpec> weight_specs(const ModelConfig& config);
+
+// The slot in `weights` that holds the tensor called `name` (a name from weight_specs). Throws on an
+// unknown name.
+at::Tensor& weight_slot(ModelWeights& weights, const ModelConfig& config, const std::string& name);
+const at::Tensor& weight_slot(const ModelWeights& weights, const ModelConfig& config, const std::string& name);
+
+// Sizes `weights.layers` for the config (tensors left undefined).
+void prepare_weights(ModelWeights& weights, const ModelConfig& config);
+
+// Shape as "[a, b]" for messages.
+std::string shape_string(at::IntArrayRef shape);
+
+}  // namespace orbit::runtime
