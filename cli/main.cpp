@@ -1,1 +1,52 @@
-int main() { return 0; }
+// orbit — command-line entry point.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "commands.h"
+#include "orbit/common/error.h"
+#include "orbit/version.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: orbit <command> [arguments]\n"
+    "\n"
+    "commands:\n"
+    "  info --model PATH [--json]\n"
+    "      architecture, sizes, RoPE configuration and fingerprint of a model\n"
+    "  logits --model PATH --tokens 1,5,9[,...] [--positions P,...] [--all-positions]\n"
+    "      JSON {\"tokens\": [...], \"logits\": [[...], ...]} (last position unless --all-positions)\n"
+    "  make-model --out DIR [--preset NAME | --arch llama|qwen2] [size options] [--dtype D] [--seed N]\n"
+    "      write a random-weight Hugging Face model directory (see `orbit make-model --help`)\n"
+    "  version\n"
+    "\n"
+    "PATH is a llama2.c .bin file or a Hugging Face directory (config.json + *.safetensors).\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  try {
+    if (command == "info") return orbit::cli::run_info(argc, argv, 2);
+    if (command == "logits") return orbit::cli::run_logits(argc, argv, 2);
+    if (command == "make-model") return orbit::cli::run_make_model(argc, argv, 2);
+    if (command == "version") {
+      std::printf("orbit %s\n", orbit::version());
+      return 0;
+    }
+    std::fprintf(stderr, "orbit: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+    return 2;
+  } catch (const orbit::Error& e) {
+    std::fprintf(stderr, "orbit %s: error: %s\n", command.c_str(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "orbit %s: internal error: %s\n", command.c_str(), e.what());
+    return 3;
+  }
+}

@@ -1,1 +1,203 @@
-// (being written)
+#include "orbit/runtime/generator.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/InferenceMode.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "orbit/common/error.h"
+#include "orbit/common/sha256.h"
+#include "orbit/runtime/loader.h"
+#include "orbit/runtime/safetensors.h"
+#include "orbit/runtime/weights.h"
+
+namespace orbit::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+ModelConfig make_config(Arch arch, int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, int64_t heads,
+                        int64_t kv_heads, int64_t head_dim, int64_t max_pos, double theta, double eps, bool tied) {
+  ModelConfig c;
+  c.arch = arch;
+  c.source_format = "hf";
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.intermediate_size = inter;
+  c.num_layers = layers;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.max_position_embeddings = max_pos;
+  c.rms_norm_eps = eps;
+  c.tie_word_embeddings = tied;
+  c.attention_bias = arch == Arch::kQwen2;
+  c.rope.layout = RopeLayout::kHalfSplit;
+  c.rope.head_dim = head_dim;
+  c.rope.rotary_dim = head_dim;
+  c.rope.theta = theta;
+  c.rope.max_position_embeddings = max_pos;
+  return c;
+}
+
+const std::map<std::string, ModelConfig>& presets() {
+  static const std::map<std::string, ModelConfig> table = [] {
+    std::map<std::string, ModelConfig> t;
+    t["tiny-llama"] = make_config(Arch::kLlama, 512, 64, 172, 2, 8, 4, 8, 1024, 10000.0, 1e-5, false);
+    t["tiny-qwen2"] = make_config(Arch::kQwen2, 512, 64, 128, 2, 4, 2, 16, 1024, 1e6, 1e-6, true);
+    t["qwen2.5-0.5b"] = make_config(Arch::kQwen2, 151936, 896, 4864, 24, 14, 2, 64, 32768, 1e6, 1e-6, true);
+    t["qwen2.5-7b"] = make_config(Arch::kQwen2, 152064, 3584, 18944, 28, 28, 4, 128, 32768, 1e6, 1e-6, false);
+    // The language model of Qwen2.5-VL-7B has Qwen2.5-7B's shape; its M-RoPE arrives with the MLA/M-RoPE work.
+    t["qwen2.5-vl-7b-lm"] = make_config(Arch::kQwen2, 152064, 3584, 18944, 28, 28, 4, 128, 128000, 1e6, 1e-6, false);
+    ModelConfig llama = make_config(Arch::kLlama, 128256, 2048, 8192, 16, 32, 8, 64, 131072, 500000.0, 1e-5, true);
+    llama.rope.scaling = RopeScaling::kLlama3;
+    llama.rope.factor = 32.0;
+    llama.rope.low_freq_factor = 1.0;
+    llama.rope.high_freq_factor = 4.0;
+    llama.rope.original_max_position_embeddings = 8192;
+    t["llama-3.2-1b"] = llama;
+    return t;
+  }();
+  return table;
+}
+
+// Per-tensor seed, so a tensor's values depend only on (seed, name): sharding never changes them.
+uint64_t tensor_seed(uint64_t seed, const std::string& name) {
+  Sha256 hash;
+  hash.update_u64(seed).update(name);
+  const std::string hex = hash.hex_digest();
+  return std::stoull(hex.substr(0, 15), nullptr, 16);
+}
+
+at::Tensor make_tensor(const WeightSpec& spec, const GeneratorOptions& options) {
+  at::Generator gen = at::detail::createCPUGenerator(tensor_seed(options.seed, spec.name));
+  at::Tensor t = at::randn(spec.shape, gen, at::TensorOptions().dtype(at::kFloat)).mul_(options.init_std);
+  if (spec.is_norm) t.add_(1.0);
+  return t;
+}
+
+StDtype parse_dtype(const std::string& name) {
+  if (name == "float32") return StDtype::kF32;
+  if (name == "bfloat16") return StDtype::kBF16;
+  if (name == "float16") return StDtype::kF16;
+  ORBIT_FAIL("generator: dtype '" << name << "' is not one of float32, bfloat16, float16");
+}
+
+bool is_model_file(const fs::path& p) {
+  const std::string name = p.filename().string();
+  return name == "config.json" || name == "model.safetensors.index.json" ||
+         (p.extension() == ".safetensors" && name.rfind("model", 0) == 0);
+}
+
+void write_text_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    ORBIT_CHECK(out.good(), tmp.string() << ": cannot open for writing: " << std::strerror(errno));
+    out << text;
+    out.flush();
+    ORBIT_CHECK(out.good(), tmp.string() << ": write failed: " << std::strerror(errno));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  ORBIT_CHECK(!ec, path.string() << ": rename from " << tmp.string() << " failed: " << ec.message());
+}
+
+}  // namespace
+
+ModelConfig generator_preset(const std::string& name) {
+  auto it = presets().find(name);
+  if (it == presets().end()) {
+    std::string known;
+    for (const auto& [key, value] : presets()) known += (known.empty() ? "" : ", ") + key;
+    ORBIT_FAIL("unknown model preset '" << name << "'; known presets: " << known);
+  }
+  return it->second;
+}
+
+std::vector<std::string> generator_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& [key, value] : presets()) names.push_back(key);
+  return names;
+}
+
+void generate_model(const GeneratorOptions& options, const std::string& out_dir) {
+  c10::InferenceMode guard;
+  ModelConfig config = options.config;
+  config.source_format = "hf";
+  config.weight_dtype = options.dtype;
+  config.validate("generator options");
+  const StDtype dtype = parse_dtype(options.dtype);
+  ORBIT_CHECK(options.init_std > 0.0, "generator: init_std must be positive, got " << options.init_std);
+  ORBIT_CHECK(options.shard_bytes >= 0, "generator: shard_bytes must be >= 0, got " << options.shard_bytes);
+
+  const fs::path dir(out_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  ORBIT_CHECK(!ec && fs::is_directory(dir), out_dir << ": cannot create directory: " << ec.message());
+  std::vector<fs::path> existing;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (is_model_file(entry.path())) existing.push_back(entry.path());
+  }
+  if (!existing.empty()) {
+    ORBIT_CHECK(options.overwrite, out_dir << ": already holds a model (" << existing.front().filename().string()
+                                           << "); pass overwrite (--force) to replace it");
+    // config.json first: from here on the directory does not load until the new config lands.
+    std::stable_partition(existing.begin(), existing.end(),
+                          [](const fs::path& p) { return p.filename() == "config.json"; });
+    for (const fs::path& p : existing) fs::remove(p);
+  }
+
+  // Assign tensors to shards by their size on disk.
+  const std::vector<WeightSpec> specs = weight_specs(config);
+  std::vector<std::vector<std::size_t>> shards(1);
+  int64_t shard_size = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    int64_t bytes = static_cast<int64_t>(st_dtype_size(dtype));
+    for (int64_t s : specs[i].shape) bytes *= s;
+    if (options.shard_bytes > 0 && shard_size > 0 && shard_size + bytes > options.shard_bytes) {
+      shards.emplace_back();
+      shard_size = 0;
+    }
+    shards.back().push_back(i);
+    shard_size += bytes;
+  }
+  const bool sharded = options.shard_bytes > 0;
+  const std::size_t count = shards.size();
+
+  StWriteOptions write_options;
+  write_options.dtype = dtype;
+  write_options.metadata["format"] = "pt";
+  nlohmann::json weight_map = nlohmann::json::object();
+  int64_t done = 0;
+  int64_t total_bytes = 0;
+  for (std::size_t s = 0; s < count; ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, count);
+    const std::string file = sharded ? std::string(name) : std::string("model.safetensors");
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (std::size_t i : shards[s]) {
+      tensors.emplace_back(specs[i].name, make_tensor(specs[i], options));
+      weight_map[specs[i].name] = file;
+      total_bytes += tensors.back().second.numel() * static_cast<int64_t>(st_dtype_size(dtype));
+      if (options.progress) options.progress(++done, static_cast<int64_t>(specs.size()));
+    }
+    write_safetensors((dir / file).string(), tensors, write_options);
+  }
+  if (sharded) {
+    nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+    write_text_atomically(dir / "model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  write_text_atomically(dir / "config.json", hf_config_json(config).dump(2) + "\n");
+}
+
+}  // namespace orbit::runtime

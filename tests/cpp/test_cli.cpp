@@ -1,1 +1,119 @@
+// The `orbit` CLI end to end: info, logits (checked against the in-process forward), make-model, and
+// the exit status and message of bad input.
 #include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <sys/wait.h>
+
+#include "orbit/runtime/loader.h"
+#include "test_helpers.h"
+
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Run cli(const std::string& args) {
+  const std::string command = std::string(ORBIT_CLI_PATH) + " " + args + " 2>&1";
+  Run r;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer;
+  std::size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("orbit info --json describes the bundled model", "[cli][model][cpu]") {
+  Run r = cli("info --json --model " + orbit::test::stories_path());
+  REQUIRE(r.status == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["arch"] == "llama");
+  CHECK(j["num_layers"] == 5);
+  CHECK(j["num_kv_heads"] == 4);
+  CHECK(j["rope"]["layout"] == "interleaved");
+  CHECK(j["parameters"] == 260032);
+  CHECK(j["fingerprint"] == orbit::runtime::load_model(orbit::test::stories_path())->fingerprint());
+  CHECK(j["fingerprint"].get<std::string>().size() == 64);
+}
+
+TEST_CASE("orbit logits prints the forward's logits as JSON", "[cli][model][cpu]") {
+  Run last = cli("logits --model " + orbit::test::stories_path() + " --tokens 1,403,407,261");
+  REQUIRE(last.status == 0);
+  auto j = nlohmann::json::parse(last.out);
+  CHECK(j["tokens"] == std::vector<int64_t>({1, 403, 407, 261}));
+  REQUIRE(j["logits"].size() == 1);
+  REQUIRE(j["logits"][0].size() == 512);
+
+  Run all = cli("logits --all-positions --model " + orbit::test::stories_path() + " --tokens 1,403,407,261");
+  REQUIRE(all.status == 0);
+  auto rows = nlohmann::json::parse(all.out)["logits"];
+  REQUIRE(rows.size() == 4);
+  auto model = orbit::runtime::load_model(orbit::test::stories_path());
+  orbit::runtime::ForwardInput in;
+  in.tokens = {1, 403, 407, 261};
+  orbit::runtime::ForwardOptions o;
+  o.logits = orbit::runtime::LogitsMode::kAll;
+  const at::Tensor expected = model->forward(in, nullptr, o).logits;
+  double worst = 0;
+  for (int64_t t = 0; t < 4; ++t)
+    for (int64_t v = 0; v < 512; ++v)
+      worst = std::max(worst, std::abs(rows[t][v].get<double>() - expected[t][v].item<double>()));
+  CHECK(worst == 0.0);  // the JSON round-trips float32 exactly
+  CHECK(rows[3] == j["logits"][0]);
+}
+
+TEST_CASE("orbit make-model writes a model that info reads", "[cli][generator][cpu]") {
+  orbit::test::TempDir dir;
+  Run made = cli("make-model --arch qwen2 --layers 3 --hidden 32 --heads 4 --kv-heads 2 --intermediate 48 --vocab 100 "
+                 "--dtype bfloat16 --shard-mb 1 --seed 5 --out " + (dir / "m"));
+  REQUIRE(made.status == 0);
+  Run info = cli("info --json --model " + (dir / "m"));
+  REQUIRE(info.status == 0);
+  auto j = nlohmann::json::parse(info.out);
+  CHECK(j["arch"] == "qwen2");
+  CHECK(j["num_layers"] == 3);
+  CHECK(j["head_dim"] == 8);
+  CHECK(j["weight_dtype"] == "bfloat16");
+  CHECK(j["attention_bias"] == true);
+  Run again = cli("make-model --arch qwen2 --out " + (dir / "m"));
+  CHECK(again.status == 1);
+  CHECK_THAT(again.out, Contains("already holds a model"));
+}
+
+TEST_CASE("bad CLI input exits non-zero naming the argument", "[cli][errors][cpu]") {
+  const std::string model = " --model " + orbit::test::stories_path();
+  Run r = cli("logits" + model + " --tokens 1,x,3");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("--tokens") && Contains("'x'"));
+  r = cli("logits" + model + " --tokens 1,512");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("--tokens") && Contains("512"));
+  r = cli("logits --model /nonexistent/model.bin --tokens 1");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("/nonexistent/model.bin") && Contains("no such file"));
+  r = cli("logits" + model);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("missing required argument '--tokens'"));
+  r = cli("logits" + model + " --tokens 1 --bogus 2");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("unknown argument '--bogus'"));
+  r = cli("frobnicate");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Contains("unknown command 'frobnicate'"));
+  r = cli("make-model --preset nope --out /tmp/orbit-never");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("unknown model preset 'nope'"));
+}

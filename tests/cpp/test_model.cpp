@@ -1,1 +1,181 @@
+// The forward pass: incremental decoding over the paged pool equals a full prefill, the content channel
+// is position-free, past KV is relocated exactly, and bad input is refused with a clear message.
 #include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+
+#include <random>
+
+#include "orbit/common/error.h"
+#include "orbit/runtime/generator.h"
+#include "orbit/runtime/kv_pool.h"
+#include "orbit/runtime/loader.h"
+#include "orbit/runtime/paged_sequence.h"
+#include "orbit/runtime/rope.h"
+#include "test_helpers.h"
+
+using namespace orbit::runtime;
+using orbit::test::max_abs_diff;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const Model& stories() {
+  static const std::unique_ptr<Model> model = load_model(orbit::test::stories_path());
+  return *model;
+}
+
+std::unique_ptr<Model> generated(const std::string& preset) {
+  orbit::test::TempDir dir;
+  GeneratorOptions options;
+  options.config = generator_preset(preset);
+  options.seed = 3;
+  options.init_std = 0.2;
+  generate_model(options, dir / "m");
+  return load_model(dir / "m");
+}
+
+std::vector<int64_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> dist(0, vocab - 1);
+  std::vector<int64_t> out{1};
+  while (static_cast<int64_t>(out.size()) < n) out.push_back(dist(rng));
+  return out;
+}
+
+ForwardResult run(const Model& m, std::vector<int64_t> tokens, LogitsMode mode = LogitsMode::kAll,
+                  const PastKV* past = nullptr, at::Tensor positions = {}) {
+  ForwardInput in;
+  in.tokens = std::move(tokens);
+  in.positions = std::move(positions);
+  ForwardOptions o;
+  o.logits = mode;
+  return m.forward(in, past, o);
+}
+
+at::Tensor range(int64_t start, int64_t n) { return at::arange(start, start + n, at::kLong); }
+
+}  // namespace
+
+TEST_CASE("incremental decode over the paged pool equals a full prefill", "[model][kv_pool][cpu]") {
+  for (const std::string which : {"stories260K", "tiny-qwen2"}) {
+    std::unique_ptr<Model> owned = which == "stories260K" ? nullptr : generated(which);
+    const Model& m = owned ? *owned : stories();
+    const ModelConfig& c = m.config();
+    INFO(which);
+    const std::vector<int64_t> tokens = random_tokens(45, c.vocab_size, 11);
+    const at::Tensor full = run(m, tokens).logits;
+
+    KVPool pool({c.num_layers, /*num_pages=*/16, /*page_size=*/4, {c.kv_dim(), c.kv_dim()}, at::kFloat});
+    PagedSequence seq(pool, c.num_kv_heads, c.head_dim);
+    // Prefill 13 tokens, then decode one token at a time (odd sizes cross page boundaries).
+    const int64_t prefill = 13;
+    ForwardResult first = run(m, {tokens.begin(), tokens.begin() + prefill});
+    CHECK(max_abs_diff(first.logits, full.narrow(0, 0, prefill)) < 1e-4);
+    REQUIRE(seq.append(first.content, range(0, prefill)).is_ok());
+    for (int64_t t = prefill; t < static_cast<int64_t>(tokens.size()); ++t) {
+      const PastKV past = seq.gather();
+      ForwardResult step = run(m, {tokens[static_cast<std::size_t>(t)]}, LogitsMode::kLast, &past);
+      INFO("token " << t);
+      REQUIRE(max_abs_diff(step.logits, full.narrow(0, t, 1)) < 1e-4);
+      REQUIRE(seq.append(step.content, range(t, 1)).is_ok());
+      pool.verify_integrity();
+    }
+    CHECK(seq.length() == static_cast<int64_t>(tokens.size()));
+
+    // A fork decodes its own continuation without disturbing the parent.
+    PagedSequence child = seq.fork();
+    const PastKV before = seq.gather();
+    const std::vector<int64_t> extra{5, 6, 7};
+    {
+      const PastKV past = child.gather();
+      REQUIRE(child.append(run(m, extra, LogitsMode::kNone, &past).content, range(seq.length(), 3)).is_ok());
+    }
+    const PastKV after = seq.gather();
+    for (int64_t l = 0; l < c.num_layers; ++l) CHECK(at::equal(before.layers[l].k, after.layers[l].k));
+    std::vector<int64_t> longer = tokens;
+    longer.insert(longer.end(), extra.begin(), extra.end());
+    const PastKV child_past = child.gather();
+    ForwardResult next = run(m, {9}, LogitsMode::kLast, &child_past);
+    longer.push_back(9);
+    CHECK(max_abs_diff(next.logits, run(m, longer, LogitsMode::kLast).logits) < 1e-4);
+    pool.verify_integrity();
+  }
+}
+
+TEST_CASE("the content channel is pre-RoPE keys and values", "[model][cpu]") {
+  const Model& m = stories();
+  const ModelConfig& c = m.config();
+  const std::vector<int64_t> tokens{1, 42, 17, 300};
+  ForwardResult r = run(m, tokens, LogitsMode::kNone);
+  REQUIRE(static_cast<int64_t>(r.content.size()) == c.num_layers);
+  CHECK(r.content[0].k.sizes() == at::IntArrayRef({4, c.num_kv_heads, c.head_dim}));
+  // Layer 0: k = Wk · RMSNorm(embedding), computed here by hand.
+  at::Tensor x = m.embed(tokens);
+  at::Tensor h = x * at::rsqrt(x.pow(2).mean(-1, true) + c.rms_norm_eps) * m.weights().layers[0].attn_norm;
+  at::Tensor k = at::matmul(h, m.weights().layers[0].wk.t()).view({4, c.num_kv_heads, c.head_dim});
+  at::Tensor v = at::matmul(h, m.weights().layers[0].wv.t()).view({4, c.num_kv_heads, c.head_dim});
+  CHECK(max_abs_diff(r.content[0].k, k) < 1e-4);
+  CHECK(max_abs_diff(r.content[0].v, v) < 1e-4);
+}
+
+TEST_CASE("a chunk computed alone is position-free: shifting its positions leaves every layer's content unchanged",
+          "[model][cpu]") {
+  const Model& m = stories();
+  const std::vector<int64_t> chunk = random_tokens(20, m.config().vocab_size, 5);
+  ForwardResult at0 = run(m, chunk, LogitsMode::kAll, nullptr, range(0, 20));
+  for (int64_t shift : {1, 37, 400}) {
+    ForwardResult moved = run(m, chunk, LogitsMode::kAll, nullptr, range(shift, 20));
+    INFO("shift " << shift);
+    for (std::size_t l = 0; l < at0.content.size(); ++l) {
+      CHECK(max_abs_diff(at0.content[l].k, moved.content[l].k) < 2e-5);
+      CHECK(max_abs_diff(at0.content[l].v, moved.content[l].v) < 2e-5);
+    }
+    CHECK(max_abs_diff(at0.logits, moved.logits) < 1e-4);
+  }
+}
+
+TEST_CASE("past content relocated to new positions equals a prefill at those positions", "[model][cpu]") {
+  // Prefill A·B at positions 100.., storing A's content computed at positions 0..; the forward rotates
+  // the stored content to 100.. on the fly, which must equal a prefill of A·B at 100.. exactly.
+  const Model& m = stories();
+  const std::vector<int64_t> a = random_tokens(12, 512, 8), b{7, 8, 9, 10};
+  std::vector<int64_t> ab = a;
+  ab.insert(ab.end(), b.begin(), b.end());
+  const ForwardResult reference = run(m, ab, LogitsMode::kAll, nullptr, range(100, 16));
+  const ForwardResult a_at_zero = run(m, a, LogitsMode::kNone, nullptr, range(0, 12));
+  PastKV past{a_at_zero.content, range(100, 12)};
+  const ForwardResult tail = run(m, b, LogitsMode::kAll, &past, range(112, 4));
+  CHECK(max_abs_diff(tail.logits, reference.logits.narrow(0, 12, 4)) < 1e-4);
+}
+
+TEST_CASE("embeddings in place of token ids give the same logits", "[model][cpu]") {
+  const Model& m = stories();
+  const std::vector<int64_t> tokens = random_tokens(9, 512, 4);
+  ForwardInput in;
+  in.embeddings = m.embed(tokens).to(at::kDouble);  // any floating dtype is accepted
+  ForwardOptions o;
+  o.logits = LogitsMode::kAll;
+  CHECK(max_abs_diff(m.forward(in, nullptr, o).logits, run(m, tokens).logits) < 1e-6);
+}
+
+TEST_CASE("bad forward input is refused with the argument named", "[model][errors][cpu]") {
+  const Model& m = stories();
+  CHECK_THROWS_WITH(run(m, {1, 512}), Contains("tokens[1] = 512") && Contains("[0, 512)"));
+  CHECK_THROWS_WITH(run(m, {1, -3}), Contains("tokens[1] = -3"));
+  CHECK_THROWS_WITH(run(m, {1, 2}, LogitsMode::kAll, nullptr, range(511, 2)),
+                    Contains("position 512") && Contains("max_position_embeddings = 512"));
+  CHECK_THROWS_WITH(run(m, {1, 2}, LogitsMode::kAll, nullptr, at::tensor({-1, 0}, at::kLong)),
+                    Contains("position -1 is negative"));
+  CHECK_THROWS_WITH(run(m, {1, 2}, LogitsMode::kAll, nullptr, range(0, 3)), Contains("input.positions"));
+  ForwardInput both;
+  both.tokens = {1};
+  both.embeddings = at::zeros({1, 64});
+  CHECK_THROWS_WITH(m.forward(both), Contains("exactly one"));
+  ForwardInput wrong_width;
+  wrong_width.embeddings = at::zeros({2, 63});
+  CHECK_THROWS_WITH(m.forward(wrong_width), Contains("hidden_size=64"));
+  PastKV short_past;
+  short_past.layers.resize(2);
+  CHECK_THROWS_WITH(run(m, {1}, LogitsMode::kLast, &short_past), Contains("past has 2 layers"));
+}

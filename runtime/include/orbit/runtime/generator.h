@@ -17,7 +17,8 @@ struct GeneratorOptions {
   std::string dtype = "float32";      // "float32", "bfloat16" or "float16" on disk
   uint64_t seed = 0;
   int64_t shard_bytes = 0;            // > 0: split into shards of about this many bytes plus an index
-  double init_std = 0.02;             // weight init; norms are 1 + small noise
+  double init_std = 0.02;             // weights ~ N(0, init_std²); norm gains ~ 1 + N(0, init_std²)
+  bool overwrite = false;             // replace a model already in out_dir (else that is an error)
   // Called after each tensor is produced: (tensors done, tensors total). May be empty.
   std::function<void(int64_t, int64_t)> progress;
 };
@@ -28,7 +29,10 @@ struct GeneratorOptions {
 ModelConfig generator_preset(const std::string& name);
 std::vector<std::string> generator_preset_names();
 
-// Writes the model into `out_dir` (created if missing; existing model files are replaced atomically).
+// Writes the model into `out_dir` (created if missing). Each file is written atomically and config.json
+// last, so an interrupted run never leaves a directory that loads. A directory that already holds a
+// model (config.json or *.safetensors) is an error unless options.overwrite, which first removes those
+// model files (and nothing else). Throws orbit::Error on invalid options or I/O failure.
 void generate_model(const GeneratorOptions& options, const std::string& out_dir);
 
 }  // namespace orbit::runtime

@@ -1,0 +1,92 @@
+#include "args.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "orbit/common/error.h"
+
+namespace orbit::cli {
+
+namespace {
+
+bool parse_int(const std::string& text, int64_t* out) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end != text.c_str() + text.size()) return false;
+  *out = value;
+  return true;
+}
+
+std::string known_names(const ArgSpec& spec) {
+  std::string out;
+  for (const auto& name : spec.options) out += (out.empty() ? "" : ", ") + name + " VALUE";
+  for (const auto& name : spec.flags) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+}  // namespace
+
+Args::Args(std::string command, const ArgSpec& spec, int argc, char** argv, int first) : command_(std::move(command)) {
+  for (int i = first; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (spec.flags.count(arg)) {
+      flags_.insert(arg);
+      continue;
+    }
+    ORBIT_CHECK(spec.options.count(arg), command_ << ": unknown argument '" << arg << "' (known: " << known_names(spec) << ")");
+    ORBIT_CHECK(i + 1 < argc, command_ << ": argument '" << arg << "' needs a value");
+    ORBIT_CHECK(!values_.count(arg), command_ << ": argument '" << arg << "' given twice");
+    values_[arg] = argv[++i];
+  }
+}
+
+std::optional<std::string> Args::get(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Args::required(const std::string& name) const {
+  auto it = values_.find(name);
+  ORBIT_CHECK(it != values_.end(), command_ << ": missing required argument '" << name << "'");
+  return it->second;
+}
+
+int64_t Args::get_int(const std::string& name, int64_t fallback) const {
+  auto value = get(name);
+  if (!value) return fallback;
+  int64_t out = 0;
+  ORBIT_CHECK(parse_int(*value, &out), command_ << ": argument '" << name << "' must be an integer, got '" << *value << "'");
+  return out;
+}
+
+double Args::get_double(const std::string& name, double fallback) const {
+  auto value = get(name);
+  if (!value) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  const double out = std::strtod(value->c_str(), &end);
+  ORBIT_CHECK(!value->empty() && errno == 0 && end == value->c_str() + value->size(),
+              command_ << ": argument '" << name << "' must be a number, got '" << *value << "'");
+  return out;
+}
+
+std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what) {
+  std::vector<int64_t> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    int64_t value = 0;
+    ORBIT_CHECK(parse_int(item, &value),
+                what << ": item " << out.size() << " ('" << item << "') is not an integer (expected e.g. 1,5,9)");
+    out.push_back(value);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace orbit::cli

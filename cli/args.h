@@ -1,0 +1,41 @@
+// A small command-line parser for the `orbit` subcommands: `--name value` options and `--flag`
+// switches, each declared up front so an unknown or malformed argument is an error naming it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace orbit::cli {
+
+struct ArgSpec {
+  std::set<std::string> options;  // take a value: --model PATH
+  std::set<std::string> flags;    // switches: --json
+};
+
+class Args {
+ public:
+  // Parses argv[first..argc). Throws orbit::Error naming the command and argument on unknown names,
+  // missing values or repeated options.
+  Args(std::string command, const ArgSpec& spec, int argc, char** argv, int first);
+
+  bool flag(const std::string& name) const { return flags_.count(name) > 0; }
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  std::optional<std::string> get(const std::string& name) const;
+  std::string required(const std::string& name) const;
+  int64_t get_int(const std::string& name, int64_t fallback) const;
+  double get_double(const std::string& name, double fallback) const;
+
+ private:
+  std::string command_;
+  std::map<std::string, std::string> values_;
+  std::set<std::string> flags_;
+};
+
+// "1,5,9" -> {1, 5, 9}; `what` names the argument in errors ("--tokens: item 2 ('x') is not an integer").
+std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what);
+
+}  // namespace orbit::cli

@@ -1,0 +1,11 @@
+// The `orbit` subcommands. Each parses its own arguments, prints its result on stdout (JSON where the
+// command promises it) and reports problems by throwing orbit::Error.
+#pragma once
+
+namespace orbit::cli {
+
+int run_info(int argc, char** argv, int first);
+int run_logits(int argc, char** argv, int first);
+int run_make_model(int argc, char** argv, int first);
+
+}  // namespace orbit::cli
