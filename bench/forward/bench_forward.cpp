@@ -1,1 +1,146 @@
-int main() { return 0; }
+// bench_forward: prefill throughput of the CPU forward pass at several lengths on a model of a real
+// shape (default: a random-weight model of Qwen2.5-0.5B's shape, float32 compute). Prints a table and
+// writes JSON. Not a test: numbers depend on the machine; the ratios between lengths in one run are
+// what to compare.
+//
+//   bench_forward [--model DIR] [--preset qwen2.5-0.5b] [--lengths 256,512,1024,2048] [--reps 3]
+//                 [--json PATH] [--cache DIR] [--threads N (default: all cores)]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "orbit/common/error.h"
+#include "orbit/runtime/generator.h"
+#include "orbit/runtime/loader.h"
+
+namespace fs = std::filesystem;
+namespace rt = orbit::runtime;
+
+namespace {
+
+struct Options {
+  std::string model;
+  std::string preset = "qwen2.5-0.5b";
+  std::vector<int64_t> lengths{256, 512, 1024, 2048};
+  int reps = 3;
+  std::string json = "bench_forward.json";
+  std::string cache = "bench-models";
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+};
+
+std::vector<int64_t> parse_lengths(const std::string& text) {
+  std::vector<int64_t> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    const long long value = std::strtoll(item.c_str(), &end, 10);
+    ORBIT_CHECK(!item.empty() && *end == '\0' && value > 0, "--lengths: '" << item << "' is not a positive integer");
+    out.push_back(value);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      ORBIT_CHECK(i + 1 < argc, "argument '" << arg << "' needs a value");
+      return argv[++i];
+    };
+    if (arg == "--model") o.model = value();
+    else if (arg == "--preset") o.preset = value();
+    else if (arg == "--lengths") o.lengths = parse_lengths(value());
+    else if (arg == "--reps") o.reps = std::max(1, std::atoi(value().c_str()));
+    else if (arg == "--json") o.json = value();
+    else if (arg == "--cache") o.cache = value();
+    else if (arg == "--threads") o.threads = std::max(1, std::atoi(value().c_str()));
+    else ORBIT_FAIL("unknown argument '" << arg << "' (known: --model, --preset, --lengths, --reps, --json, --cache, --threads)");
+  }
+  return o;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  // Debian's libtorch starts OpenMP with one thread on some machines; use every core unless told.
+  at::set_num_threads(o.threads);
+  std::string path = o.model;
+  if (path.empty()) {
+    path = (fs::path(o.cache) / o.preset).string();
+    if (!fs::exists(fs::path(path) / "config.json")) {
+      std::fprintf(stderr, "generating a random %s model in %s (bf16 on disk, once)...\n", o.preset.c_str(), path.c_str());
+      rt::GeneratorOptions g;
+      g.config = rt::generator_preset(o.preset);
+      g.dtype = "bfloat16";
+      g.overwrite = true;
+      generate_model(g, path);
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  const auto model = rt::load_model(path);
+  const double load_s = seconds_since(start);
+  const rt::ModelConfig& c = model->config();
+  std::printf("model %s: %s, %lld layers, hidden %lld, %lld/%lld heads, %.0fM parameters; loaded in %.1f s\n",
+              path.c_str(), rt::arch_name(c.arch), (long long)c.num_layers, (long long)c.hidden_size,
+              (long long)c.num_heads, (long long)c.num_kv_heads, model->parameter_count() / 1e6, load_s);
+  std::printf("threads %d, float32, logits for the last position only, median of %d runs\n\n", at::get_num_threads(),
+              o.reps);
+
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int64_t> token(0, c.vocab_size - 1);
+  nlohmann::json rows = nlohmann::json::array();
+  double base_tps = 0;
+  std::printf("%8s %12s %14s %12s %16s\n", "tokens", "seconds", "tokens/s", "ms/token", "vs first length");
+  for (int64_t n : o.lengths) {
+    ORBIT_CHECK(n <= c.max_position_embeddings, "--lengths: " << n << " is past the model's limit " << c.max_position_embeddings);
+    rt::ForwardInput in;
+    for (int64_t i = 0; i < n; ++i) in.tokens.push_back(token(rng));
+    rt::ForwardOptions fo;
+    fo.logits = rt::LogitsMode::kLast;
+    std::vector<double> times;
+    for (int r = 0; r < o.reps; ++r) {
+      start = std::chrono::steady_clock::now();
+      (void)model->forward(in, nullptr, fo);
+      times.push_back(seconds_since(start));
+    }
+    std::sort(times.begin(), times.end());
+    const double median = times[times.size() / 2];
+    const double tps = static_cast<double>(n) / median;
+    if (base_tps == 0) base_tps = tps;
+    std::printf("%8lld %12.3f %14.1f %12.3f %15.2fx\n", (long long)n, median, tps, 1e3 * median / n, tps / base_tps);
+    std::fflush(stdout);
+    rows.push_back({{"tokens", n}, {"median_s", median}, {"tokens_per_s", tps}, {"runs_s", times},
+                    {"throughput_vs_first", tps / base_tps}});
+  }
+  nlohmann::json report = {{"benchmark", "forward_prefill"},  {"model", path},
+                           {"preset", o.model.empty() ? o.preset : ""}, {"parameters", model->parameter_count()},
+                           {"threads", at::get_num_threads()}, {"dtype", "float32"},
+                           {"reps", o.reps},                       {"results", rows}};
+  std::ofstream(o.json) << report.dump(2) << "\n";
+  std::printf("\nwrote %s\n", o.json.c_str());
+  return 0;
+} catch (const orbit::Error& e) {
+  std::fprintf(stderr, "bench_forward: error: %s\n", e.what());
+  return 1;
+}

@@ -1,6 +1,6 @@
 // The `orbit` CLI end to end: info, logits (checked against the in-process forward), make-model, and
 // the exit status and message of bad input.
-#include <catch2/catch.hpp>
+#include "orbit_catch.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
 // orbit::common: the error type, Status/Result and SHA-256.
-#include <catch2/catch.hpp>
+#include "orbit_catch.h"
 
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"

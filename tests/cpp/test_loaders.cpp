@@ -1,6 +1,6 @@
 // Loaders and the generator: HF round trips (single file, sharded, bf16/f16), llama2.c variants, the
 // interleaved and half-split layouts agreeing on a real model, and clear errors for broken inputs.
-#include <catch2/catch.hpp>
+#include "orbit_catch.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>

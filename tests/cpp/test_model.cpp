@@ -1,6 +1,6 @@
 // The forward pass: incremental decoding over the paged pool equals a full prefill, the content channel
 // is position-free, past KV is relocated exactly, and bad input is refused with a clear message.
-#include <catch2/catch.hpp>
+#include "orbit_catch.h"
 
 #include <ATen/ATen.h>
 

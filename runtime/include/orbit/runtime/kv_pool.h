@@ -69,6 +69,10 @@ class KVPool {
   void verify_integrity() const;
 
  private:
+  // Test hook: tests/cpp/test_kv_pool.cpp defines this to corrupt the private state on purpose and
+  // check that verify_integrity() catches it. Nothing else defines or uses it.
+  friend struct KVPoolTestAccess;
+
   void check_id(PageId page, const char* what) const;
 
   KVPoolOptions options_;

@@ -1,0 +1,44 @@
+# Shared steps for scripts/main.sh and scripts/test.sh: install what is missing, configure, build.
+# Sourced, not run. Idempotent: a second run installs nothing and rebuilds only what changed.
+
+ORBIT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ORBIT_BUILD="${ORBIT_BUILD:-$ORBIT_ROOT/build}"
+ORBIT_JOBS="${ORBIT_JOBS:-$(nproc)}"
+
+# Debian 12 packages orbit builds and tests with (README "Dependencies" says what each is for).
+ORBIT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libtorch-dev libssl-dev nlohmann-json3-dev libboost-graph-dev libsqlite3-dev
+  catch2 pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-matplotlib
+)
+
+step() { printf '\n==> %s\n' "$*"; }
+
+orbit_install_packages() {
+  local missing=()
+  for pkg in "${ORBIT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    step "Debian packages: all ${#ORBIT_PACKAGES[@]} present"
+    return
+  fi
+  step "Installing missing Debian packages: ${missing[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "error: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  $sudo apt-get update
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+orbit_build() {
+  step "Configuring ($ORBIT_BUILD)"
+  local generator=()
+  [ -f "$ORBIT_BUILD/CMakeCache.txt" ] || generator=(-G Ninja)
+  cmake -S "$ORBIT_ROOT" -B "$ORBIT_BUILD" "${generator[@]}" \
+    -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 "$@"
+  step "Building with $ORBIT_JOBS jobs"
+  cmake --build "$ORBIT_BUILD" -j "$ORBIT_JOBS"
+}

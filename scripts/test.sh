@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Every test: install what is missing, build with tests, run the C++ tests (CTest) and the Python tests.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+orbit_install_packages
+orbit_build -DORBIT_TESTS=ON
+
+step "C++ tests (ctest; labels: cpu, model, gpu, slow)"
+ctest --test-dir "$ORBIT_BUILD" --output-on-failure -j "$ORBIT_JOBS"
+
+step "Python tests (pytest, Debian's /usr/bin/python3)"
+ORBIT_CLI="$ORBIT_BUILD/cli/orbit" ORBIT_MODELS_DIR="$ORBIT_ROOT/models" \
+  /usr/bin/python3 -m pytest -q "$ORBIT_ROOT/tests/python"
+
+step "All tests passed"
