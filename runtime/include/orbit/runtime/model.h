@@ -47,11 +47,23 @@ struct ForwardOptions {
   bool return_content = true;  // fill ForwardResult::content
   // Window length for dynamic-NTK RoPE (see rope.h); 0 = past + input length.
   int64_t rope_window_len = 0;
+  // Run only layers [0, max_layers) (0 = all). Logits need every layer, so they must be kNone then.
+  int64_t max_layers = 0;
+
+  // Partial recompute (token-selective repair such as CacheBlend or EPIC). When `recompute` is defined
+  // (int64 [R], strictly ascending indices into the input), only those input tokens are computed; every
+  // other input token takes its KV at every layer from `cached` (one LayerKV per layer, content form
+  // [T, H_kv, d], e.g. a chunk's canonical). Recomputed tokens attend to the past, to the cached KV of
+  // earlier input tokens and to each other, causally by input order. Logits (kLast/kAll) are for the
+  // recomputed tokens only; ForwardResult::content holds all T tokens, cached rows with recomputed
+  // rows written over them.
+  at::Tensor recompute;
+  std::vector<LayerKV> cached;
 };
 
 struct ForwardResult {
-  at::Tensor logits;             // float32 [1, vocab] (kLast), [T, vocab] (kAll), undefined (kNone)
-  std::vector<LayerKV> content;  // per layer, when return_content
+  at::Tensor logits;             // float32 [1, vocab] (kLast), [T or R, vocab] (kAll), undefined (kNone)
+  std::vector<LayerKV> content;  // per layer run, when return_content
 };
 
 struct LayerWeights {
