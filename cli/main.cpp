@@ -1,5 +1,9 @@
 // orbit — command-line entry point.
+#include <ATen/Parallel.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -20,9 +24,14 @@ const char* kUsage =
     "      JSON {\"tokens\": [...], \"logits\": [[...], ...]} (last position unless --all-positions)\n"
     "  make-model --out DIR [--preset NAME | --arch llama|qwen2] [size options] [--dtype D] [--seed N]\n"
     "      write a random-weight Hugging Face model directory (see `orbit make-model --help`)\n"
+    "  fidelity --model PATH --chunk 4,5,6 [--context \"1,2,3;7,8,9\"] [--query 10,11] [--strategies S,...] [--json]\n"
+    "      repair strategies for reused chunk B side by side vs. re-prefill: KL, eta, top-1, flip-recover, cost\n"
+    "      (query default 1; strategies: reprefill, blind, prefix, cacheblend:R, firstk:K, patch:M[/MV][:deep][:rand],\n"
+    "      orbit:M[/MV][:all][:rand])\n"
     "  version\n"
     "\n"
-    "PATH is a llama2.c .bin file or a Hugging Face directory (config.json + *.safetensors).\n";
+    "PATH is a llama2.c .bin file or a Hugging Face directory (config.json + *.safetensors).\n"
+    "Threads: every core, unless OMP_NUM_THREADS is set.\n";
 
 }  // namespace
 
@@ -32,10 +41,15 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
+  // Debian's libtorch can start with one intra-op thread; use every core unless OMP_NUM_THREADS says.
+  if (std::getenv("OMP_NUM_THREADS") == nullptr && std::thread::hardware_concurrency() > 1) {
+    at::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
+  }
   try {
     if (command == "info") return orbit::cli::run_info(argc, argv, 2);
     if (command == "logits") return orbit::cli::run_logits(argc, argv, 2);
     if (command == "make-model") return orbit::cli::run_make_model(argc, argv, 2);
+    if (command == "fidelity") return orbit::cli::run_fidelity(argc, argv, 2);
     if (command == "version") {
       std::printf("orbit %s\n", orbit::version());
       return 0;
