@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "args.h"
 #include "commands.h"
@@ -18,13 +19,20 @@ namespace {
 const char* kHelp =
     "usage: orbit make-model --out DIR [options]\n"
     "\n"
-    "  --preset NAME        start from a named shape (default: tiny-<arch>); one of:\n"
+    "  --preset NAME        start from a named shape (default: the tiny preset of --arch); one of:\n"
     "                       %s\n"
-    "  --arch llama|qwen2   architecture (default: the preset's, or llama)\n"
+    "  --arch llama|qwen2|deepseek_v2|qwen2_vl|qwen2_5_vl\n"
+    "                       architecture (default: the preset's, or llama); deepseek_v2 is MLA with a dense\n"
+    "                       MLP, qwen2_vl/qwen2_5_vl are the language models with M-RoPE\n"
     "  --vocab N --hidden N --intermediate N --layers N --heads N --kv-heads N --head-dim N\n"
     "  --max-pos N --theta F --eps F --partial-rotary F (fraction of head_dim that rotates)\n"
     "  --tie | --untie      share the embedding with the output head, or not\n"
     "  --rope-scaling linear|dynamic|llama3|yarn  --rope-factor F  --rope-original-max N\n"
+    "  MLA (deepseek_v2; defaults from the preset, or tiny-mla's when switching --arch):\n"
+    "    --kv-lora-rank N  --q-lora-rank N (0 = none: a full q_proj)  --qk-nope-dim N  --qk-rope-dim N\n"
+    "    --v-head-dim N    (head_dim = qk-nope + qk-rope; kv heads = heads)\n"
+    "  M-RoPE (qwen2_vl, qwen2_5_vl): --mrope-section T,H,W (sums to rotary_dim/2; default: the preset's,\n"
+    "                       or a 1/4, 3/8, 3/8 split when the rotary size changes)\n"
     "  --dtype float32|bfloat16|float16 (default float32)   --seed N (default 0)\n"
     "  --init-std F (default 0.02)   --shard-mb N (split into shards of about N MiB with an index)\n"
     "  --force              replace a model already in DIR\n";
@@ -36,6 +44,87 @@ rt::RopeScaling parse_scaling(const std::string& name) {
   if (name == "llama3") return rt::RopeScaling::kLlama3;
   if (name == "yarn") return rt::RopeScaling::kYarn;
   ORBIT_FAIL("--rope-scaling: '" << name << "' is not one of none, linear, dynamic, llama3, yarn");
+}
+
+rt::Arch parse_arch(const std::string& name) {
+  if (name == "llama") return rt::Arch::kLlama;
+  if (name == "qwen2") return rt::Arch::kQwen2;
+  if (name == "deepseek_v2") return rt::Arch::kDeepseekV2;
+  if (name == "qwen2_vl") return rt::Arch::kQwen2VL;
+  if (name == "qwen2_5_vl") return rt::Arch::kQwen25VL;
+  ORBIT_FAIL("--arch: '" << name << "' is not one of llama, qwen2, deepseek_v2, qwen2_vl, qwen2_5_vl");
+}
+
+const char* tiny_preset(rt::Arch arch) {
+  switch (arch) {
+    case rt::Arch::kLlama: return "tiny-llama";
+    case rt::Arch::kQwen2: return "tiny-qwen2";
+    case rt::Arch::kDeepseekV2: return "tiny-mla";
+    case rt::Arch::kQwen2VL:
+    case rt::Arch::kQwen25VL: return "tiny-qwen2-vl";
+  }
+  return "tiny-llama";
+}
+
+bool is_vl(rt::Arch arch) { return arch == rt::Arch::kQwen2VL || arch == rt::Arch::kQwen25VL; }
+
+// Default M-RoPE split of `half` = rotary_dim/2 frequencies, Qwen2-VL's proportions (16, 24, 24 of 64).
+std::vector<int64_t> default_mrope_section(int64_t half) {
+  const int64_t t = half / 4, h = (half - t) / 2;
+  return {t, h, half - t - h};
+}
+
+// Sizes of the attention: GQA/MHA head and rotary dims, or the MLA dims.
+void apply_attention_options(const Args& args, rt::ModelConfig& c, bool arch_switched) {
+  rt::RopeConfig& r = c.rope;
+  if (c.attention() == rt::AttentionKind::kMla) {
+    ORBIT_CHECK(!args.has("--head-dim") && !args.has("--partial-rotary") && !args.has("--kv-heads"),
+                "make-model: --head-dim, --partial-rotary and --kv-heads do not apply to deepseek_v2 (use --qk-nope-dim, "
+                "--qk-rope-dim, --v-head-dim; kv heads = heads)");
+    if (arch_switched) c.mla = rt::generator_preset("tiny-mla").mla;
+    rt::MlaConfig& m = c.mla;
+    m.kv_lora_rank = args.get_int("--kv-lora-rank", m.kv_lora_rank);
+    m.q_lora_rank = args.get_int("--q-lora-rank", m.q_lora_rank);
+    m.qk_nope_head_dim = args.get_int("--qk-nope-dim", m.qk_nope_head_dim);
+    m.qk_rope_head_dim = args.get_int("--qk-rope-dim", m.qk_rope_head_dim);
+    m.v_head_dim = args.get_int("--v-head-dim", m.v_head_dim);
+    c.num_kv_heads = c.num_heads;
+    c.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    c.attention_bias = false;
+    r.layout = rt::RopeLayout::kInterleaved;
+    r.head_dim = r.rotary_dim = m.qk_rope_head_dim;
+    r.mrope_section.clear();
+    return;
+  }
+  for (const char* mla_option : {"--kv-lora-rank", "--q-lora-rank", "--qk-nope-dim", "--qk-rope-dim", "--v-head-dim"}) {
+    ORBIT_CHECK(!args.has(mla_option), "make-model: " << mla_option << " applies to --arch deepseek_v2 only");
+  }
+  c.mla = rt::MlaConfig{};
+  c.num_kv_heads = args.get_int("--kv-heads", c.num_kv_heads);
+  const bool shape_changed = args.has("--hidden") || args.has("--heads") || arch_switched;
+  c.head_dim = args.get_int("--head-dim", shape_changed ? c.hidden_size / c.num_heads : c.head_dim);
+  r.layout = rt::RopeLayout::kHalfSplit;
+  r.head_dim = c.head_dim;
+  const double partial = args.get_double("--partial-rotary", 1.0);
+  ORBIT_CHECK(partial > 0.0 && partial <= 1.0, "--partial-rotary: must be in (0, 1], got " << partial);
+  r.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
+  if (!is_vl(c.arch)) {
+    ORBIT_CHECK(!args.has("--mrope-section"), "make-model: --mrope-section applies to --arch qwen2_vl / qwen2_5_vl only");
+    r.mrope_section.clear();
+    return;
+  }
+  if (auto section = args.get("--mrope-section")) {
+    r.mrope_section = parse_int_list(*section, "--mrope-section");
+    ORBIT_CHECK(r.mrope_section.size() == 3, "--mrope-section: needs 3 values T,H,W, got " << r.mrope_section.size());
+    int64_t sum = 0;
+    for (int64_t v : r.mrope_section) sum += v;
+    ORBIT_CHECK(sum == r.rotary_dim / 2,
+                "--mrope-section: sums to " << sum << ", but rotary_dim/2 = " << r.rotary_dim / 2);
+  } else {
+    int64_t sum = 0;
+    for (int64_t v : r.mrope_section) sum += v;
+    if (r.mrope_section.size() != 3 || sum != r.rotary_dim / 2) r.mrope_section = default_mrope_section(r.rotary_dim / 2);
+  }
 }
 
 }  // namespace
@@ -51,45 +140,42 @@ int run_make_model(int argc, char** argv, int first) {
   }
   const ArgSpec spec{{"--out", "--preset", "--arch", "--vocab", "--hidden", "--intermediate", "--layers", "--heads",
                       "--kv-heads", "--head-dim", "--max-pos", "--theta", "--eps", "--partial-rotary", "--rope-scaling",
-                      "--rope-factor", "--rope-original-max", "--dtype", "--seed", "--init-std", "--shard-mb"},
+                      "--rope-factor", "--rope-original-max", "--dtype", "--seed", "--init-std", "--shard-mb",
+                      "--kv-lora-rank", "--q-lora-rank", "--qk-nope-dim", "--qk-rope-dim", "--v-head-dim",
+                      "--mrope-section"},
                      {"--tie", "--untie", "--force"}};
   const Args args("make-model", spec, argc, argv, first);
   const std::string out = args.required("--out");
 
   std::string preset = args.get("--preset").value_or("");
-  if (preset.empty()) {
-    const std::string arch = args.get("--arch").value_or("llama");
-    ORBIT_CHECK(arch == "llama" || arch == "qwen2", "--arch: '" << arch << "' is not one of llama, qwen2");
-    preset = "tiny-" + arch;
-  }
+  if (preset.empty()) preset = tiny_preset(parse_arch(args.get("--arch").value_or("llama")));
   rt::GeneratorOptions options;
   rt::ModelConfig& c = options.config;
   c = rt::generator_preset(preset);
+  bool arch_switched = false;
   if (auto arch = args.get("--arch")) {
-    ORBIT_CHECK(*arch == "llama" || *arch == "qwen2", "--arch: '" << *arch << "' is not one of llama, qwen2");
-    c.arch = *arch == "qwen2" ? rt::Arch::kQwen2 : rt::Arch::kLlama;
-    c.attention_bias = c.arch == rt::Arch::kQwen2;
+    const rt::Arch chosen = parse_arch(*arch);
+    arch_switched = rt::attention_kind(chosen) != c.attention() || is_vl(chosen) != is_vl(c.arch);
+    c.arch = chosen;
+    c.attention_bias = c.arch != rt::Arch::kLlama && c.arch != rt::Arch::kDeepseekV2;
   }
   c.vocab_size = args.get_int("--vocab", c.vocab_size);
   c.hidden_size = args.get_int("--hidden", c.hidden_size);
   c.intermediate_size = args.get_int("--intermediate", c.intermediate_size);
   c.num_layers = args.get_int("--layers", c.num_layers);
   c.num_heads = args.get_int("--heads", c.num_heads);
-  c.num_kv_heads = args.get_int("--kv-heads", c.num_kv_heads);
   ORBIT_CHECK(c.num_heads > 0, "--heads: must be positive, got " << c.num_heads);
-  const bool shape_changed = args.has("--hidden") || args.has("--heads");
-  c.head_dim = args.get_int("--head-dim", shape_changed ? c.hidden_size / c.num_heads : c.head_dim);
+  if (arch_switched && c.attention() == rt::AttentionKind::kGqa && c.num_heads % c.num_kv_heads != 0) {
+    c.num_kv_heads = c.num_heads;
+  }
   c.max_position_embeddings = args.get_int("--max-pos", c.max_position_embeddings);
   c.rms_norm_eps = args.get_double("--eps", c.rms_norm_eps);
   ORBIT_CHECK(!(args.flag("--tie") && args.flag("--untie")), "make-model: --tie and --untie contradict each other");
   if (args.flag("--tie")) c.tie_word_embeddings = true;
   if (args.flag("--untie")) c.tie_word_embeddings = false;
 
+  apply_attention_options(args, c, arch_switched);
   rt::RopeConfig& r = c.rope;
-  r.head_dim = c.head_dim;
-  const double partial = args.get_double("--partial-rotary", 1.0);
-  ORBIT_CHECK(partial > 0.0 && partial <= 1.0, "--partial-rotary: must be in (0, 1], got " << partial);
-  r.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
   r.theta = args.get_double("--theta", r.theta);
   r.max_position_embeddings = c.max_position_embeddings;
   if (auto scaling = args.get("--rope-scaling")) {

@@ -7,5 +7,7 @@ namespace orbit::cli {
 int run_info(int argc, char** argv, int first);
 int run_logits(int argc, char** argv, int first);
 int run_make_model(int argc, char** argv, int first);
+int run_store(int argc, char** argv, int first);
+int run_fidelity(int argc, char** argv, int first);
 
 }  // namespace orbit::cli

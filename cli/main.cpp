@@ -24,6 +24,12 @@ const char* kUsage =
     "      JSON {\"tokens\": [...], \"logits\": [[...], ...]} (last position unless --all-positions)\n"
     "  make-model --out DIR [--preset NAME | --arch llama|qwen2] [size options] [--dtype D] [--seed N]\n"
     "      write a random-weight Hugging Face model directory (see `orbit make-model --help`)\n"
+    "  fidelity --model PATH --chunk 4,5,6 [--context \"1,2,3;7,8,9\"] [--query 10,11] [--strategies S,...] [--json]\n"
+    "      repair strategies for reused chunk B side by side vs. re-prefill: KL, eta, top-1, flip-recover, cost\n"
+    "      (query default 1; strategies: reprefill, blind, prefix, cacheblend:R, firstk:K, patch:M[/MV][:deep][:rand],\n"
+    "      orbit:M[/MV][:all][:rand])\n"
+    "  store ls|stat|verify|gc --store DIR [--json] [--dry-run]\n"
+    "      list a chunk store, totals, verify every checksum, remove unreferenced blobs (`orbit store --help`)\n"
     "  version\n"
     "\n"
     "PATH is a llama2.c .bin file or a Hugging Face directory (config.json + *.safetensors).\n"
@@ -45,6 +51,8 @@ int main(int argc, char** argv) {
     if (command == "info") return orbit::cli::run_info(argc, argv, 2);
     if (command == "logits") return orbit::cli::run_logits(argc, argv, 2);
     if (command == "make-model") return orbit::cli::run_make_model(argc, argv, 2);
+    if (command == "store") return orbit::cli::run_store(argc, argv, 2);
+    if (command == "fidelity") return orbit::cli::run_fidelity(argc, argv, 2);
     if (command == "version") {
       std::printf("orbit %s\n", orbit::version());
       return 0;

@@ -8,8 +8,15 @@ const char* arch_name(Arch arch) noexcept {
   switch (arch) {
     case Arch::kLlama: return "llama";
     case Arch::kQwen2: return "qwen2";
+    case Arch::kDeepseekV2: return "deepseek_v2";
+    case Arch::kQwen2VL: return "qwen2_vl";
+    case Arch::kQwen25VL: return "qwen2_5_vl";
   }
   return "unknown";
+}
+
+AttentionKind attention_kind(Arch arch) noexcept {
+  return arch == Arch::kDeepseekV2 ? AttentionKind::kMla : AttentionKind::kGqa;
 }
 
 const char* rope_layout_name(RopeLayout layout) noexcept {
@@ -31,6 +38,83 @@ const char* rope_scaling_name(RopeScaling scaling) noexcept {
   return "unknown";
 }
 
+int64_t ModelConfig::v_head_dim() const {
+  return attention() == AttentionKind::kMla ? mla.v_head_dim : head_dim;
+}
+
+ContentShape ModelConfig::content_k_shape() const {
+  if (attention() == AttentionKind::kMla) return {1, mla.qk_rope_head_dim};
+  return {num_kv_heads, head_dim};
+}
+
+ContentShape ModelConfig::content_v_shape() const {
+  if (attention() == AttentionKind::kMla) return {1, mla.kv_lora_rank};
+  return {num_kv_heads, head_dim};
+}
+
+std::vector<int64_t> ModelConfig::content_widths() const {
+  return {content_k_shape().width(), content_v_shape().width()};
+}
+
+namespace {
+
+void validate_mla(const ModelConfig& c, const std::string& origin) {
+  const MlaConfig& m = c.mla;
+  auto positive = [&](int64_t value, const char* field) {
+    ORBIT_CHECK(value > 0, origin << ": field '" << field << "' must be positive for deepseek_v2, got " << value);
+  };
+  positive(m.kv_lora_rank, "kv_lora_rank");
+  positive(m.qk_nope_head_dim, "qk_nope_head_dim");
+  positive(m.qk_rope_head_dim, "qk_rope_head_dim");
+  positive(m.v_head_dim, "v_head_dim");
+  ORBIT_CHECK(m.q_lora_rank >= 0, origin << ": field 'q_lora_rank' must be positive or null, got " << m.q_lora_rank);
+  ORBIT_CHECK(m.qk_rope_head_dim % 2 == 0,
+              origin << ": field 'qk_rope_head_dim' must be even (rotated in pairs), got " << m.qk_rope_head_dim);
+  ORBIT_CHECK(c.head_dim == m.qk_nope_head_dim + m.qk_rope_head_dim,
+              origin << ": head_dim " << c.head_dim << " must equal qk_nope_head_dim + qk_rope_head_dim = "
+                     << m.qk_nope_head_dim + m.qk_rope_head_dim << " for deepseek_v2");
+  ORBIT_CHECK(c.num_kv_heads == c.num_heads, origin << ": field 'num_key_value_heads' (" << c.num_kv_heads
+                                                    << ") must equal num_attention_heads (" << c.num_heads
+                                                    << ") for deepseek_v2 (MLA expands k and v per head)");
+  ORBIT_CHECK(!c.attention_bias, origin << ": unsupported field value attention_bias = true for deepseek_v2");
+  ORBIT_CHECK(c.rope.head_dim == m.qk_rope_head_dim && c.rope.rotary_dim == m.qk_rope_head_dim,
+              origin << ": rope head_dim/rotary_dim (" << c.rope.head_dim << "/" << c.rope.rotary_dim
+                     << ") must equal qk_rope_head_dim (" << m.qk_rope_head_dim << ") for deepseek_v2");
+  ORBIT_CHECK(!c.rope.is_mrope(), origin << ": field 'rope_scaling.mrope_section' is not supported for deepseek_v2");
+}
+
+void validate_gqa(const ModelConfig& c, const std::string& origin) {
+  ORBIT_CHECK(c.mla.q_lora_rank == 0 && c.mla.kv_lora_rank == 0 && c.mla.qk_nope_head_dim == 0 &&
+                  c.mla.qk_rope_head_dim == 0 && c.mla.v_head_dim == 0,
+              origin << ": MLA fields (kv_lora_rank, q_lora_rank, qk_*_head_dim, v_head_dim) are only valid for "
+                        "deepseek_v2, not "
+                     << arch_name(c.arch));
+  ORBIT_CHECK(c.rope.head_dim == c.head_dim,
+              origin << ": rope head_dim " << c.rope.head_dim << " disagrees with head_dim " << c.head_dim);
+  ORBIT_CHECK(c.rope.rotary_dim > 0 && c.rope.rotary_dim <= c.head_dim && c.rope.rotary_dim % 2 == 0,
+              origin << ": rotary dimension " << c.rope.rotary_dim
+                     << " (head_dim × partial_rotary_factor) must be even and in (0, head_dim=" << c.head_dim << "]");
+  const bool vl = c.arch == Arch::kQwen2VL || c.arch == Arch::kQwen25VL;
+  ORBIT_CHECK(vl == c.rope.is_mrope(),
+              origin << (vl ? ": field 'rope_scaling.mrope_section' is required for "
+                            : ": field 'rope_scaling.mrope_section' is only supported for qwen2_vl / qwen2_5_vl, not ")
+                     << arch_name(c.arch));
+  if (c.rope.is_mrope()) {
+    const std::vector<int64_t>& s = c.rope.mrope_section;
+    ORBIT_CHECK(s.size() == 3, origin << ": field 'rope_scaling.mrope_section' must have 3 entries (t, h, w), got "
+                                      << s.size());
+    int64_t sum = 0;
+    for (int64_t v : s) {
+      ORBIT_CHECK(v >= 0, origin << ": field 'rope_scaling.mrope_section' has a negative entry " << v);
+      sum += v;
+    }
+    ORBIT_CHECK(sum == c.rope.rotary_dim / 2, origin << ": field 'rope_scaling.mrope_section' sums to " << sum
+                                                     << ", but rotary_dim/2 = " << c.rope.rotary_dim / 2);
+  }
+}
+
+}  // namespace
+
 void ModelConfig::validate(const std::string& origin) const {
   auto positive = [&](int64_t value, const char* field) {
     ORBIT_CHECK(value > 0, origin << ": field '" << field << "' must be positive, got " << value);
@@ -46,12 +130,12 @@ void ModelConfig::validate(const std::string& origin) const {
   ORBIT_CHECK(num_heads % num_kv_heads == 0, origin << ": field 'num_key_value_heads' (" << num_kv_heads
                                                     << ") must divide num_attention_heads (" << num_heads << ")");
   ORBIT_CHECK(rms_norm_eps > 0, origin << ": field 'rms_norm_eps' must be positive, got " << rms_norm_eps);
-  ORBIT_CHECK(rope.head_dim == head_dim,
-              origin << ": rope head_dim " << rope.head_dim << " disagrees with head_dim " << head_dim);
-  ORBIT_CHECK(rope.rotary_dim > 0 && rope.rotary_dim <= head_dim && rope.rotary_dim % 2 == 0,
-              origin << ": rotary dimension " << rope.rotary_dim << " (head_dim × partial_rotary_factor) must be even"
-                     << " and in (0, head_dim=" << head_dim << "]");
   ORBIT_CHECK(rope.theta > 0, origin << ": field 'rope_theta' must be positive, got " << rope.theta);
+  if (attention() == AttentionKind::kMla) {
+    validate_mla(*this, origin);
+  } else {
+    validate_gqa(*this, origin);
+  }
 }
 
 }  // namespace orbit::runtime

@@ -49,6 +49,26 @@ ModelConfig make_config(Arch arch, int64_t vocab, int64_t hidden, int64_t inter,
   return c;
 }
 
+// A Qwen2-VL / Qwen2.5-VL language model: Qwen2 with M-RoPE sections (t, h, w).
+ModelConfig make_vl(Arch arch, ModelConfig c, std::vector<int64_t> mrope_section) {
+  c.arch = arch;
+  c.attention_bias = true;
+  c.rope.mrope_section = std::move(mrope_section);
+  return c;
+}
+
+// DeepSeek-V2 MLA shapes: head_dim = d_nope + d_rope, num_kv_heads = num_heads, interleaved RoPE on k_pe.
+ModelConfig make_mla(int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, int64_t heads, MlaConfig mla,
+                     int64_t max_pos) {
+  ModelConfig c = make_config(Arch::kDeepseekV2, vocab, hidden, inter, layers, heads, heads,
+                              mla.qk_nope_head_dim + mla.qk_rope_head_dim, max_pos, 10000.0, 1e-6, false);
+  c.attention_bias = false;
+  c.mla = mla;
+  c.rope.layout = RopeLayout::kInterleaved;
+  c.rope.head_dim = c.rope.rotary_dim = mla.qk_rope_head_dim;
+  return c;
+}
+
 const std::map<std::string, ModelConfig>& presets() {
   static const std::map<std::string, ModelConfig> table = [] {
     std::map<std::string, ModelConfig> t;
@@ -56,8 +76,25 @@ const std::map<std::string, ModelConfig>& presets() {
     t["tiny-qwen2"] = make_config(Arch::kQwen2, 512, 64, 128, 2, 4, 2, 16, 1024, 1e6, 1e-6, true);
     t["qwen2.5-0.5b"] = make_config(Arch::kQwen2, 151936, 896, 4864, 24, 14, 2, 64, 32768, 1e6, 1e-6, true);
     t["qwen2.5-7b"] = make_config(Arch::kQwen2, 152064, 3584, 18944, 28, 28, 4, 128, 32768, 1e6, 1e-6, false);
-    // The language model of Qwen2.5-VL-7B has Qwen2.5-7B's shape; its M-RoPE arrives with the MLA/M-RoPE work.
-    t["qwen2.5-vl-7b-lm"] = make_config(Arch::kQwen2, 152064, 3584, 18944, 28, 28, 4, 128, 128000, 1e6, 1e-6, false);
+    // The language model of Qwen2.5-VL-7B: Qwen2.5-7B's shape with M-RoPE sections (16, 24, 24).
+    t["qwen2.5-vl-7b-lm"] = make_vl(
+        Arch::kQwen25VL, make_config(Arch::kQwen2, 152064, 3584, 18944, 28, 28, 4, 128, 128000, 1e6, 1e-6, false),
+        {16, 24, 24});
+    t["tiny-qwen2-vl"] =
+        make_vl(Arch::kQwen2VL, make_config(Arch::kQwen2, 512, 64, 128, 2, 4, 2, 16, 1024, 1e6, 1e-6, true), {2, 3, 3});
+    // MLA with a q low-rank path; d_v differs from d_nope and d_rope so no width can stand in for another.
+    t["tiny-mla"] = make_mla(512, 64, 128, 2, 4, MlaConfig{24, 32, 16, 8, 12}, 1024);
+    // DeepSeek-V2-Lite's attention and sizes with a dense MLP (intermediate 10944) in every layer: the
+    // real checkpoint's layers 1..26 are mixture-of-experts, which orbit does not run. YaRN as released.
+    ModelConfig lite = make_mla(102400, 2048, 10944, 27, 16, MlaConfig{0, 512, 128, 64, 128}, 163840);
+    lite.rope.scaling = RopeScaling::kYarn;
+    lite.rope.factor = 40.0;
+    lite.rope.beta_fast = 32.0;
+    lite.rope.beta_slow = 1.0;
+    lite.rope.mscale = 0.707;
+    lite.rope.mscale_all_dim = 0.707;
+    lite.rope.original_max_position_embeddings = 4096;
+    t["deepseek-v2-lite"] = lite;
     ModelConfig llama = make_config(Arch::kLlama, 128256, 2048, 8192, 16, 32, 8, 64, 131072, 500000.0, 1e-5, true);
     llama.rope.scaling = RopeScaling::kLlama3;
     llama.rope.factor = 32.0;

@@ -2,6 +2,7 @@
 // fingerprint.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "orbit/common/error.h"
@@ -32,16 +33,68 @@ T get_required(const json& object, const char* field, const std::string& origin)
   return get_or<T>(object, field, T{}, origin);
 }
 
-Arch parse_arch(const json& j, const std::string& origin) {
-  std::string model_type = get_or<std::string>(j, "model_type", "", origin);
+// The architecture from the top-level config (a nested text_config's model_type is a fallback only).
+Arch parse_arch(const json& top, const json& merged, const std::string& origin) {
+  std::string model_type = get_or<std::string>(top, "model_type", "", origin);
+  if (model_type.empty()) model_type = get_or<std::string>(merged, "model_type", "", origin);
   std::string architecture;
-  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
+  if (auto it = top.find("architectures"); it != top.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
     architecture = (*it)[0].get<std::string>();
   }
   if (model_type == "llama" || architecture == "LlamaForCausalLM") return Arch::kLlama;
   if (model_type == "qwen2" || architecture == "Qwen2ForCausalLM") return Arch::kQwen2;
+  if (model_type == "deepseek_v2" || architecture == "DeepseekV2ForCausalLM") return Arch::kDeepseekV2;
+  if (model_type == "qwen2_vl" || model_type == "qwen2_vl_text" || architecture == "Qwen2VLForConditionalGeneration") {
+    return Arch::kQwen2VL;
+  }
+  if (model_type == "qwen2_5_vl" || model_type == "qwen2_5_vl_text" ||
+      architecture == "Qwen2_5_VLForConditionalGeneration") {
+    return Arch::kQwen25VL;
+  }
   ORBIT_FAIL(origin << ": unsupported architecture (model_type '" << model_type << "', architectures[0] '"
-                    << architecture << "'); supported: llama (LlamaForCausalLM), qwen2 (Qwen2ForCausalLM)");
+                    << architecture << "'); supported: llama (LlamaForCausalLM), qwen2 (Qwen2ForCausalLM), "
+                    << "deepseek_v2 (DeepseekV2ForCausalLM), qwen2_vl (Qwen2VLForConditionalGeneration), "
+                    << "qwen2_5_vl (Qwen2_5_VLForConditionalGeneration)");
+}
+
+const char* architecture_class(Arch arch) {
+  switch (arch) {
+    case Arch::kLlama: return "LlamaForCausalLM";
+    case Arch::kQwen2: return "Qwen2ForCausalLM";
+    case Arch::kDeepseekV2: return "DeepseekV2ForCausalLM";
+    case Arch::kQwen2VL: return "Qwen2VLForConditionalGeneration";
+    case Arch::kQwen25VL: return "Qwen2_5_VLForConditionalGeneration";
+  }
+  return "unknown";
+}
+
+bool is_qwen_vl(Arch arch) { return arch == Arch::kQwen2VL || arch == Arch::kQwen25VL; }
+
+// DeepSeek-V2: the MLA sizes, and a refusal of mixture-of-experts layers (dense MLPs only).
+void parse_mla(const json& j, ModelConfig& c, const std::string& origin) {
+  MlaConfig& m = c.mla;
+  m.q_lora_rank = get_or<int64_t>(j, "q_lora_rank", 0, origin);  // null: a full q_proj
+  ORBIT_CHECK(m.q_lora_rank >= 0, origin << ": field 'q_lora_rank' must be positive or null, got " << m.q_lora_rank);
+  m.kv_lora_rank = get_required<int64_t>(j, "kv_lora_rank", origin);
+  m.qk_nope_head_dim = get_required<int64_t>(j, "qk_nope_head_dim", origin);
+  m.qk_rope_head_dim = get_required<int64_t>(j, "qk_rope_head_dim", origin);
+  m.v_head_dim = get_required<int64_t>(j, "v_head_dim", origin);
+  // HF's head_dim field means qk_rope_head_dim for DeepSeek; ours is the full query/key head.
+  c.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
+
+  const int64_t experts = get_or<int64_t>(j, "n_routed_experts", 0, origin);
+  if (experts > 0) {
+    const int64_t first_dense = get_or<int64_t>(j, "first_k_dense_replace", 0, origin);
+    const int64_t freq = get_or<int64_t>(j, "moe_layer_freq", 1, origin);
+    ORBIT_CHECK(freq > 0, origin << ": field 'moe_layer_freq' must be positive, got " << freq);
+    for (int64_t l = std::max<int64_t>(first_dense, 0); l < c.num_layers; ++l) {
+      ORBIT_CHECK(l % freq != 0,
+                  origin << ": unsupported: field 'n_routed_experts' = " << experts << " with first_k_dense_replace = "
+                         << first_dense << " < num_hidden_layers = " << c.num_layers << " makes layer " << l
+                         << " a mixture-of-experts layer; orbit runs deepseek_v2 with dense MLPs only "
+                            "(n_routed_experts null, or first_k_dense_replace >= num_hidden_layers)");
+    }
+  }
 }
 
 void parse_rope_scaling(const json& j, ModelConfig& c, const std::string& origin) {
@@ -53,6 +106,19 @@ void parse_rope_scaling(const json& j, ModelConfig& c, const std::string& origin
   const std::string where = origin + " (rope_scaling)";
   std::string type = get_or<std::string>(s, "rope_type", "", where);
   if (type.empty()) type = get_or<std::string>(s, "type", "", where);
+  // M-RoPE (Qwen2-VL): {"type": "mrope", "mrope_section": [...]}, which newer transformers rewrite as
+  // {"rope_type": "default", "type": "default", "mrope_section": [...]}.
+  if (auto sec = s.find("mrope_section"); sec != s.end() && !sec->is_null()) {
+    ORBIT_CHECK(sec->is_array(), origin << ": field 'rope_scaling.mrope_section' must be an array of integers");
+    for (const json& v : *sec) {
+      ORBIT_CHECK(v.is_number_integer(), origin << ": field 'rope_scaling.mrope_section' must be an array of integers");
+      r.mrope_section.push_back(v.get<int64_t>());
+    }
+    ORBIT_CHECK(!get_or<bool>(s, "mrope_interleaved", false, where),
+                origin << ": unsupported field value rope_scaling.mrope_interleaved = true (interleaved M-RoPE)");
+    if (type.empty() || type == "mrope") type = "default";
+  }
+  ORBIT_CHECK(type != "mrope", origin << ": rope_scaling type 'mrope' needs field 'rope_scaling.mrope_section'");
   ORBIT_CHECK(!type.empty(), origin << ": field 'rope_scaling.rope_type' is missing");
   if (type == "default") return;
   if (type == "linear") {
@@ -75,7 +141,7 @@ void parse_rope_scaling(const json& j, ModelConfig& c, const std::string& origin
     r.original_max_position_embeddings = get_or<int64_t>(s, "original_max_position_embeddings", 0, where);
   } else {
     ORBIT_FAIL(origin << ": unsupported field value rope_scaling.rope_type = '" << type
-                      << "'; supported: default, linear, dynamic, llama3, yarn");
+                      << "'; supported: default, linear, dynamic, llama3, yarn, mrope (with mrope_section)");
   }
   r.factor = get_required<double>(s, "factor", where);
   ORBIT_CHECK(r.factor >= 1.0, origin << ": field 'rope_scaling.factor' must be >= 1, got " << r.factor);
@@ -87,10 +153,17 @@ void parse_rope_scaling(const json& j, ModelConfig& c, const std::string& origin
 
 }  // namespace
 
-ModelConfig parse_hf_config(const json& j, const std::string& origin) {
-  ORBIT_CHECK(j.is_object(), origin << ": config must be a JSON object");
+ModelConfig parse_hf_config(const json& top, const std::string& origin) {
+  ORBIT_CHECK(top.is_object(), origin << ": config must be a JSON object");
+  // Multimodal exports (Qwen2-VL in newer transformers) nest the language model's fields under
+  // text_config; they win over top-level duplicates. Vision fields are not ours and are ignored.
+  json j = top;
+  if (auto it = top.find("text_config"); it != top.end() && !it->is_null()) {
+    ORBIT_CHECK(it->is_object(), origin << ": field 'text_config' must be an object or null");
+    for (auto field = it->begin(); field != it->end(); ++field) j[field.key()] = field.value();
+  }
   ModelConfig c;
-  c.arch = parse_arch(j, origin);
+  c.arch = parse_arch(top, j, origin);
   c.source_format = "hf";
   c.vocab_size = get_required<int64_t>(j, "vocab_size", origin);
   c.hidden_size = get_required<int64_t>(j, "hidden_size", origin);
@@ -104,25 +177,32 @@ ModelConfig parse_hf_config(const json& j, const std::string& origin) {
   c.max_position_embeddings = get_required<int64_t>(j, "max_position_embeddings", origin);
   c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false, origin);
   c.weight_dtype = get_or<std::string>(j, "torch_dtype", "float32", origin);
-  c.attention_bias = c.arch == Arch::kQwen2 ? true : get_or<bool>(j, "attention_bias", false, origin);
+  c.attention_bias = c.arch == Arch::kQwen2 || is_qwen_vl(c.arch) ? true : get_or<bool>(j, "attention_bias", false, origin);
 
   const std::string act = get_or<std::string>(j, "hidden_act", "silu", origin);
   ORBIT_CHECK(act == "silu", origin << ": unsupported field value hidden_act = '" << act << "' (only silu)");
   ORBIT_CHECK(!get_or<bool>(j, "mlp_bias", false, origin), origin << ": unsupported field value mlp_bias = true");
-  if (c.arch == Arch::kQwen2) {
+  if (c.arch == Arch::kQwen2 || is_qwen_vl(c.arch)) {
     ORBIT_CHECK(!get_or<bool>(j, "use_sliding_window", false, origin),
                 origin << ": unsupported field value use_sliding_window = true (sliding-window attention)");
   }
 
   RopeConfig& r = c.rope;
-  r.layout = RopeLayout::kHalfSplit;  // every HF checkpoint uses rotate_half
-  r.head_dim = c.head_dim;
   r.theta = get_or<double>(j, "rope_theta", 10000.0, origin);
-  const double partial = get_or<double>(j, "partial_rotary_factor", 1.0, origin);
-  ORBIT_CHECK(partial > 0.0 && partial <= 1.0,
-              origin << ": field 'partial_rotary_factor' must be in (0, 1], got " << partial);
-  r.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
   r.max_position_embeddings = c.max_position_embeddings;
+  if (c.arch == Arch::kDeepseekV2) {
+    parse_mla(j, c, origin);
+    // DeepSeek-V2 rotates interleaved pairs of k_pe/q_pe (it permutes them to half-split before rotate_half).
+    r.layout = RopeLayout::kInterleaved;
+    r.head_dim = r.rotary_dim = c.mla.qk_rope_head_dim;
+  } else {
+    r.layout = RopeLayout::kHalfSplit;  // every other HF checkpoint uses rotate_half
+    r.head_dim = c.head_dim;
+    const double partial = get_or<double>(j, "partial_rotary_factor", 1.0, origin);
+    ORBIT_CHECK(partial > 0.0 && partial <= 1.0,
+                origin << ": field 'partial_rotary_factor' must be in (0, 1], got " << partial);
+    r.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
+  }
   parse_rope_scaling(j, c, origin);
   c.validate(origin);
   return c;
@@ -130,7 +210,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& origin) {
 
 json hf_config_json(const ModelConfig& c) {
   json j;
-  j["architectures"] = {c.arch == Arch::kQwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  j["architectures"] = {architecture_class(c.arch)};
   j["model_type"] = arch_name(c.arch);
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
@@ -138,19 +218,32 @@ json hf_config_json(const ModelConfig& c) {
   j["num_hidden_layers"] = c.num_layers;
   j["num_attention_heads"] = c.num_heads;
   j["num_key_value_heads"] = c.num_kv_heads;
-  j["head_dim"] = c.head_dim;
+  if (c.attention() == AttentionKind::kMla) {
+    // No head_dim: HF's DeepSeek config uses that name for qk_rope_head_dim.
+    const MlaConfig& m = c.mla;
+    j["q_lora_rank"] = m.q_lora_rank > 0 ? json(m.q_lora_rank) : json(nullptr);
+    j["kv_lora_rank"] = m.kv_lora_rank;
+    j["qk_nope_head_dim"] = m.qk_nope_head_dim;
+    j["qk_rope_head_dim"] = m.qk_rope_head_dim;
+    j["v_head_dim"] = m.v_head_dim;
+    j["n_routed_experts"] = nullptr;  // dense MLP in every layer
+  } else {
+    j["head_dim"] = c.head_dim;
+  }
   j["hidden_act"] = "silu";
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.weight_dtype.empty() ? "float32" : c.weight_dtype;
-  if (c.arch == Arch::kLlama) j["attention_bias"] = c.attention_bias;
+  if (c.arch == Arch::kLlama || c.arch == Arch::kDeepseekV2) j["attention_bias"] = c.attention_bias;
   j["rope_theta"] = c.rope.theta;
-  if (c.rope.rotary_dim != c.head_dim) {
+  if (c.attention() == AttentionKind::kGqa && c.rope.rotary_dim != c.head_dim) {
     j["partial_rotary_factor"] = static_cast<double>(c.rope.rotary_dim) / static_cast<double>(c.head_dim);
   }
   const RopeConfig& r = c.rope;
-  if (r.scaling == RopeScaling::kNone) {
+  if (r.scaling == RopeScaling::kNone && r.is_mrope()) {
+    j["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", r.mrope_section}};
+  } else if (r.scaling == RopeScaling::kNone) {
     j["rope_scaling"] = nullptr;
   } else {
     json s;
@@ -172,6 +265,7 @@ json hf_config_json(const ModelConfig& c) {
                r.original_max_position_embeddings != c.max_position_embeddings) {
       j["original_max_position_embeddings"] = r.original_max_position_embeddings;
     }
+    if (r.is_mrope()) s["mrope_section"] = r.mrope_section;
     j["rope_scaling"] = s;
   }
   return j;
@@ -201,8 +295,10 @@ json config_summary_json(const ModelConfig& c) {
     rope["attention_factor"] = r.attention_factor;
     rope["truncate"] = r.truncate;
   }
+  // Keys for the newer families only, so existing fingerprints are unchanged.
+  if (r.is_mrope()) rope["mrope_section"] = r.mrope_section;
   // nlohmann's json object keeps keys sorted, so dump() is canonical.
-  return json{{"arch", arch_name(c.arch)},
+  json summary{{"arch", arch_name(c.arch)},
               {"vocab_size", c.vocab_size},
               {"hidden_size", c.hidden_size},
               {"intermediate_size", c.intermediate_size},
@@ -215,6 +311,15 @@ json config_summary_json(const ModelConfig& c) {
               {"tie_word_embeddings", c.tie_word_embeddings},
               {"max_position_embeddings", c.max_position_embeddings},
               {"rope", rope}};
+  if (c.attention() == AttentionKind::kMla) {
+    const MlaConfig& m = c.mla;
+    summary["mla"] = {{"q_lora_rank", m.q_lora_rank},
+                      {"kv_lora_rank", m.kv_lora_rank},
+                      {"qk_nope_head_dim", m.qk_nope_head_dim},
+                      {"qk_rope_head_dim", m.qk_rope_head_dim},
+                      {"v_head_dim", m.v_head_dim}};
+  }
+  return summary;
 }
 
 }  // namespace orbit::runtime

@@ -4,9 +4,10 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
+#include <string>
+#include <vector>
 
+#include "attention.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/fingerprint.h"
 #include "orbit/runtime/rope.h"
@@ -16,43 +17,8 @@ namespace orbit::runtime {
 
 namespace {
 
-// Queries are processed in blocks of this many tokens so the score matrix stays bounded
-// ([num_heads, kQueryBlock, past + T] floats) on long prefills.
-constexpr int64_t kQueryBlock = 512;
-
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& gain, double eps) {
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * gain;
-}
-
-at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {}) {
-  return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
-}
-
-// Causal attention of T queries over S keys. q: [T, H, d] rotated; k, v: [S, H_kv, d] (k rotated).
-// Query i sees keys [0, query_index[i]] (int64 [T]); for a plain prefill query_index = past + i.
-// Returns [T, H·d].
-at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
-                     double scale) {
-  const int64_t T = q.size(0), H = q.size(1), d = q.size(2), S = k.size(0), Hkv = k.size(1);
-  const int64_t group = H / Hkv;
-  // Head h uses kv head h / group: view q heads as [H_kv, group].
-  at::Tensor kh = k.permute({1, 2, 0});  // [H_kv, d, S]
-  at::Tensor vh = v.permute({1, 0, 2});  // [H_kv, S, d]
-  at::Tensor out = at::empty({T, H * d}, q.options());
-  const at::Tensor key_index = at::arange(S, at::kLong).unsqueeze(0);  // [1, S]
-  for (int64_t start = 0; start < T; start += kQueryBlock) {
-    const int64_t len = std::min(kQueryBlock, T - start);
-    at::Tensor qb = q.narrow(0, start, len).reshape({len, Hkv, group, d}).permute({1, 2, 0, 3}).reshape(
-        {Hkv, group * len, d});
-    at::Tensor scores = at::bmm(qb, kh).mul_(scale).view({Hkv, group, len, S});
-    at::Tensor hidden = key_index > query_index.narrow(0, start, len).unsqueeze(1);  // [len, S]
-    scores.masked_fill_(hidden, -std::numeric_limits<float>::infinity());
-    at::Tensor probs = at::softmax(scores, -1).view({Hkv, group * len, S});
-    at::Tensor ob = at::bmm(probs, vh).view({Hkv, group, len, d}).permute({2, 0, 1, 3}).reshape({len, H * d});
-    out.narrow(0, start, len).copy_(ob);
-  }
-  return out;
-}
+using detail::dense;
+using detail::rms_norm;
 
 void check_shape(const at::Tensor& t, at::IntArrayRef expected, const std::string& origin, const std::string& name) {
   ORBIT_CHECK(t.defined(), origin << ": missing tensor '" << name << "'");
@@ -64,12 +30,19 @@ void check_shape(const at::Tensor& t, at::IntArrayRef expected, const std::strin
 
 }  // namespace
 
-int64_t PastKV::length() const { return positions.defined() ? positions.size(0) : 0; }
+int64_t PastKV::length() const { return positions.defined() && positions.dim() > 0 ? positions.size(-1) : 0; }
 
 void check_positions(const ModelConfig& config, const at::Tensor& positions, const char* what) {
-  ORBIT_CHECK(positions.dim() == 1 && positions.scalar_type() == at::kLong,
-              what << ": positions must be a 1-D int64 tensor, got " << positions.dim() << "-D "
-                   << positions.scalar_type());
+  const bool grid = config.rope.is_mrope() && positions.dim() == 2;
+  if (config.rope.is_mrope()) {
+    ORBIT_CHECK((positions.dim() == 1 || (grid && positions.size(0) == 3)) && positions.scalar_type() == at::kLong,
+                what << ": positions must be int64 [T] or an int64 position grid [3, T] (rows t, h, w), got "
+                     << shape_string(positions.sizes()) << " " << positions.scalar_type());
+  } else {
+    ORBIT_CHECK(positions.dim() == 1 && positions.scalar_type() == at::kLong,
+                what << ": positions must be a 1-D int64 tensor, got " << positions.dim() << "-D "
+                     << positions.scalar_type());
+  }
   if (positions.numel() == 0) return;
   const int64_t lo = positions.min().item<int64_t>();
   const int64_t hi = positions.max().item<int64_t>();
@@ -118,6 +91,38 @@ at::Tensor Model::embed(const std::vector<int64_t>& tokens) const {
   return weights_.embed.index_select(0, ids);
 }
 
+namespace {
+
+// Checks one layer's content tensors against the config's content shapes with `rows` tokens.
+void check_content(const ModelConfig& c, const LayerKV& kv, int64_t rows, const std::string& what) {
+  const ContentShape ks = c.content_k_shape(), vs = c.content_v_shape();
+  const std::vector<int64_t> k_expected{rows, ks.heads, ks.dim}, v_expected{rows, vs.heads, vs.dim};
+  ORBIT_CHECK(kv.k.defined() && kv.k.sizes() == at::IntArrayRef(k_expected) && kv.v.defined() &&
+                  kv.v.sizes() == at::IntArrayRef(v_expected),
+              what << " k/v must be " << shape_string(k_expected) << " / " << shape_string(v_expected)
+                   << " (content form of " << arch_name(c.arch) << "), got "
+                   << (kv.k.defined() ? shape_string(kv.k.sizes()) : "undefined") << " / "
+                   << (kv.v.defined() ? shape_string(kv.v.sizes()) : "undefined"));
+}
+
+// Input positions as given or defaulted, shape-checked against T tokens.
+at::Tensor input_positions(const ModelConfig& c, const at::Tensor& given, int64_t past_len, int64_t T) {
+  if (!given.defined()) return at::arange(past_len, past_len + T, at::kLong);
+  if (c.rope.is_mrope() && given.dim() == 2) {
+    ORBIT_CHECK(given.size(0) == 3, "forward: input.positions: a position grid must have 3 rows (t, h, w), got "
+                                        << shape_string(given.sizes()));
+    ORBIT_CHECK(given.size(1) == T, "forward: input.positions: position grid has " << given.size(1) << " columns for "
+                                                                                   << T << " tokens");
+  } else {
+    ORBIT_CHECK(given.dim() == 1 && given.size(0) == T,
+                "forward: input.positions must be [T=" << T << "]" << (c.rope.is_mrope() ? " or [3, T]" : "")
+                                                       << ", got " << shape_string(given.sizes()));
+  }
+  return given;
+}
+
+}  // namespace
+
 ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, const ForwardOptions& options) const {
   c10::InferenceMode guard;
   const ModelConfig& c = config_;
@@ -145,21 +150,11 @@ ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, cons
                 "forward: past has " << past->layers.size() << " layers, the model has " << c.num_layers);
     if (past_len > 0) check_positions(c, past->positions, "forward: past.positions");
     for (std::size_t l = 0; l < past->layers.size() && past_len > 0; ++l) {
-      const LayerKV& kv = past->layers[l];
-      const std::vector<int64_t> expected{past_len, c.num_kv_heads, c.head_dim};
-      ORBIT_CHECK(kv.k.defined() && kv.k.sizes() == at::IntArrayRef(expected) && kv.v.defined() &&
-                      kv.v.sizes() == at::IntArrayRef(expected),
-                  "forward: past.layers[" << l << "] k/v must be " << shape_string(expected));
+      check_content(c, past->layers[l], past_len, "forward: past.layers[" + std::to_string(l) + "]");
     }
   }
 
-  at::Tensor positions = input.positions;
-  if (!positions.defined()) {
-    positions = at::arange(past_len, past_len + T, at::kLong);
-  } else {
-    ORBIT_CHECK(positions.dim() == 1 && positions.size(0) == T,
-                "forward: input.positions must be [T=" << T << "], got " << shape_string(positions.sizes()));
-  }
+  const at::Tensor positions = input_positions(c, input.positions, past_len, T);
   check_positions(c, positions, "forward: input.positions");
 
   const int64_t num_layers = options.max_layers > 0 ? std::min(options.max_layers, c.num_layers) : c.num_layers;
@@ -183,11 +178,8 @@ ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, cons
     ORBIT_CHECK(static_cast<int64_t>(options.cached.size()) >= num_layers,
                 "forward: options.cached has " << options.cached.size() << " layers, " << num_layers << " are run");
     for (int64_t l = 0; l < num_layers; ++l) {
-      const LayerKV& kv = options.cached[static_cast<std::size_t>(l)];
-      const std::vector<int64_t> expected{T, c.num_kv_heads, c.head_dim};
-      ORBIT_CHECK(kv.k.defined() && kv.k.sizes() == at::IntArrayRef(expected) && kv.v.defined() &&
-                      kv.v.sizes() == at::IntArrayRef(expected),
-                  "forward: options.cached[" << l << "] k/v must be " << shape_string(expected));
+      check_content(c, options.cached[static_cast<std::size_t>(l)], T,
+                    "forward: options.cached[" + std::to_string(l) + "]");
     }
     x = x.index_select(0, selected);
   } else {
@@ -197,41 +189,36 @@ ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, cons
   ORBIT_CHECK(R > 0 || options.logits == LogitsMode::kNone, "forward: logits asked for but no token is recomputed");
   const at::Tensor query_index = selected + past_len;
 
+  // One angle function for the input and the (relocated) past; M-RoPE grids and 1-D positions alike.
   const int64_t window_len = options.rope_window_len > 0 ? options.rope_window_len : past_len + T;
   const at::Tensor angles = rope_angles(c.rope, positions, window_len);
   const at::Tensor query_angles = partial ? angles.index_select(0, selected) : angles;
-  at::Tensor past_angles;
-  if (past_len > 0) past_angles = rope_angles(c.rope, past->positions, window_len);
-  const double mscale = rope_attention_scaling(c.rope);
-  const double scale = mscale * mscale / std::sqrt(static_cast<double>(c.head_dim));
+  const at::Tensor key_angles =
+      past_len > 0 ? at::cat({rope_angles(c.rope, past->positions, window_len), angles}, 0) : angles;
 
+  const bool mla = c.attention() == AttentionKind::kMla;
   ForwardResult result;
   if (options.return_content) result.content.reserve(static_cast<std::size_t>(num_layers));
   for (int64_t l = 0; l < num_layers; ++l) {
     const LayerWeights& w = weights_.layers[static_cast<std::size_t>(l)];
-    at::Tensor h = rms_norm(x, w.attn_norm, c.rms_norm_eps);
-    at::Tensor q = dense(h, w.wq, w.bq).view({R, c.num_heads, c.head_dim});
-    at::Tensor k = dense(h, w.wk, w.bk).view({R, c.num_kv_heads, c.head_dim});
-    at::Tensor v = dense(h, w.wv, w.bv).view({R, c.num_kv_heads, c.head_dim});
+    const at::Tensor h = rms_norm(x, w.attn_norm, c.rms_norm_eps);
+    LayerKV content = mla ? detail::mla_content(c, w, h) : detail::gqa_content(c, w, h);
     if (partial) {
       const LayerKV& cached = options.cached[static_cast<std::size_t>(l)];
-      k = cached.k.to(at::kFloat).clone().index_copy_(0, selected, k);
-      v = cached.v.to(at::kFloat).clone().index_copy_(0, selected, v);
+      content.k = cached.k.to(at::kFloat).clone().index_copy_(0, selected, content.k);
+      content.v = cached.v.to(at::kFloat).clone().index_copy_(0, selected, content.v);
     }
-    if (options.return_content) result.content.push_back({k, v});
+    if (options.return_content) result.content.push_back(content);
 
-    at::Tensor q_rot = rope_rotate(c.rope, q, query_angles);
-    at::Tensor keys = rope_rotate(c.rope, k, angles);
-    at::Tensor values = v;
+    LayerKV keys = content;
     if (past_len > 0) {
       const LayerKV& p = past->layers[static_cast<std::size_t>(l)];
-      // Relocation on the fly: past content is rotated to its positions here, never stored rotated.
-      keys = at::cat({rope_rotate(c.rope, p.k.to(at::kFloat), past_angles), keys}, 0);
-      values = at::cat({p.v.to(at::kFloat), values}, 0);
+      keys = {at::cat({p.k.to(at::kFloat), content.k}, 0), at::cat({p.v.to(at::kFloat), content.v}, 0)};
     }
-    x = x + dense(attention(q_rot, keys, values, query_index, scale), w.wo);
+    const detail::AttentionStep step{c, w, h, query_angles, keys, key_angles, query_index};
+    x = x + dense(mla ? detail::mla_attention(step) : detail::gqa_attention(step), w.wo);
 
-    at::Tensor g = rms_norm(x, w.ffn_norm, c.rms_norm_eps);
+    const at::Tensor g = rms_norm(x, w.ffn_norm, c.rms_norm_eps);
     x = x + dense(at::silu(dense(g, w.w_gate)) * dense(g, w.w_up), w.w_down);
   }
 

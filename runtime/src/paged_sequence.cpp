@@ -33,37 +33,51 @@ at::Tensor flat_storage(const KVPool& pool, int64_t kind) {
   return s.view({s.size(0), s.size(1) * s.size(2), s.size(3)});
 }
 
-void check_layer_tensor(const at::Tensor& t, const char* name, size_t layer, int64_t tokens, int64_t heads,
-                        int64_t head_dim) {
+void check_layer_tensor(const at::Tensor& t, const char* name, size_t layer, int64_t tokens, ContentShape shape) {
   ORBIT_CHECK(t.defined(), "PagedSequence::append: content[" << layer << "]." << name << " is undefined");
   ORBIT_CHECK(at::isFloatingType(t.scalar_type()), "PagedSequence::append: content[" << layer << "]." << name
                                                        << " must be floating, got " << t.scalar_type());
-  ORBIT_CHECK(t.dim() == 3 && t.size(0) == tokens && t.size(1) == heads && t.size(2) == head_dim,
+  ORBIT_CHECK(t.dim() == 3 && t.size(0) == tokens && t.size(1) == shape.heads && t.size(2) == shape.dim,
               "PagedSequence::append: content[" << layer << "]." << name << " has shape " << t.sizes()
-                                                << ", expected [" << tokens << ", " << heads << ", " << head_dim
+                                                << ", expected [" << tokens << ", " << shape.heads << ", " << shape.dim
                                                 << "]");
+}
+
+// The GQA/MHA shape [num_kv_heads, head_dim], checked with the shorthand constructor's argument names.
+ContentShape gqa_shape(int64_t num_kv_heads, int64_t head_dim) {
+  ORBIT_CHECK(num_kv_heads > 0, "PagedSequence: num_kv_heads must be > 0, got " << num_kv_heads);
+  ORBIT_CHECK(head_dim > 0, "PagedSequence: head_dim must be > 0, got " << head_dim);
+  return {num_kv_heads, head_dim};
 }
 
 }  // namespace
 
-PagedSequence::PagedSequence(KVPool& pool, int64_t num_kv_heads, int64_t head_dim)
-    : pool_(&pool), num_kv_heads_(num_kv_heads), head_dim_(head_dim) {
-  ORBIT_CHECK(num_kv_heads > 0, "PagedSequence: num_kv_heads must be > 0, got " << num_kv_heads);
-  ORBIT_CHECK(head_dim > 0, "PagedSequence: head_dim must be > 0, got " << head_dim);
-  const int64_t kv_dim = num_kv_heads * head_dim;
+PagedSequence::PagedSequence(KVPool& pool, ContentShape k, ContentShape v, int64_t position_rows)
+    : pool_(&pool), k_shape_(k), v_shape_(v), position_rows_(position_rows) {
+  ORBIT_CHECK(k.heads > 0 && k.dim > 0, "PagedSequence: k shape must be positive, got [" << k.heads << ", " << k.dim << "]");
+  ORBIT_CHECK(v.heads > 0 && v.dim > 0, "PagedSequence: v shape must be positive, got [" << v.heads << ", " << v.dim << "]");
+  ORBIT_CHECK(position_rows == 1 || position_rows == 3,
+              "PagedSequence: position_rows must be 1 or 3 (M-RoPE), got " << position_rows);
   const auto& widths = pool.options().widths;
-  ORBIT_CHECK(widths.size() == 2 && widths[0] == kv_dim && widths[1] == kv_dim,
-              "PagedSequence: pool widths must be {kv_dim, kv_dim} = {" << kv_dim << ", " << kv_dim
-                                                                        << "} (K then V), got "
-                                                                        << at::IntArrayRef(widths));
+  ORBIT_CHECK(widths.size() == 2 && widths[0] == k.width() && widths[1] == v.width(),
+              "PagedSequence: pool widths must be {k width, v width} = {" << k.width() << ", " << v.width()
+                                                                         << "} (K then V), got "
+                                                                         << at::IntArrayRef(widths));
 }
+
+PagedSequence::PagedSequence(KVPool& pool, const ModelConfig& config)
+    : PagedSequence(pool, config.content_k_shape(), config.content_v_shape(), config.position_rows()) {}
+
+PagedSequence::PagedSequence(KVPool& pool, int64_t num_kv_heads, int64_t head_dim)
+    : PagedSequence(pool, gqa_shape(num_kv_heads, head_dim), gqa_shape(num_kv_heads, head_dim), 1) {}
 
 PagedSequence::~PagedSequence() { release_all(); }
 
 PagedSequence::PagedSequence(PagedSequence&& other) noexcept
     : pool_(other.pool_),
-      num_kv_heads_(other.num_kv_heads_),
-      head_dim_(other.head_dim_),
+      k_shape_(other.k_shape_),
+      v_shape_(other.v_shape_),
+      position_rows_(other.position_rows_),
       pages_(std::move(other.pages_)),
       positions_(std::move(other.positions_)),
       length_(other.length_) {
@@ -76,8 +90,9 @@ PagedSequence& PagedSequence::operator=(PagedSequence&& other) noexcept {
   if (this == &other) return *this;
   release_all();
   pool_ = other.pool_;
-  num_kv_heads_ = other.num_kv_heads_;
-  head_dim_ = other.head_dim_;
+  k_shape_ = other.k_shape_;
+  v_shape_ = other.v_shape_;
+  position_rows_ = other.position_rows_;
   pages_ = std::move(other.pages_);
   positions_ = std::move(other.positions_);
   length_ = other.length_;
@@ -102,13 +117,15 @@ Status PagedSequence::append(const std::vector<LayerKV>& content, const at::Tens
   ORBIT_CHECK(static_cast<int64_t>(content.size()) == num_layers,
               "PagedSequence::append: content has " << content.size() << " layers, the pool has " << num_layers);
   ORBIT_CHECK(positions.defined(), "PagedSequence::append: positions is undefined");
-  ORBIT_CHECK(positions.scalar_type() == at::kLong && positions.dim() == 1,
-              "PagedSequence::append: positions must be int64 [T], got " << positions.scalar_type() << " "
-                                                                         << positions.sizes());
-  const int64_t count = positions.size(0);
+  const bool grid = position_rows_ == 3 && positions.dim() == 2;
+  ORBIT_CHECK(positions.scalar_type() == at::kLong && (positions.dim() == 1 || (grid && positions.size(0) == 3)),
+              "PagedSequence::append: positions must be int64 [T]" << (position_rows_ == 3 ? " or [3, T]" : "")
+                                                                   << ", got " << positions.scalar_type() << " "
+                                                                   << positions.sizes());
+  const int64_t count = positions.size(-1);
   for (size_t l = 0; l < content.size(); ++l) {
-    check_layer_tensor(content[l].k, "k", l, count, num_kv_heads_, head_dim_);
-    check_layer_tensor(content[l].v, "v", l, count, num_kv_heads_, head_dim_);
+    check_layer_tensor(content[l].k, "k", l, count, k_shape_);
+    check_layer_tensor(content[l].v, "v", l, count, v_shape_);
   }
   if (count == 0) return Status::ok();
 
@@ -135,27 +152,30 @@ Status PagedSequence::append(const std::vector<LayerKV>& content, const at::Tens
 
   try {
     const at::Tensor index = slot_indices(window, page_size, offset, count);
-    const int64_t kv_dim = num_kv_heads_ * head_dim_;
     for (int64_t kind : {kKindK, kKindV}) {
+      const int64_t width = (kind == kKindK ? k_shape_ : v_shape_).width();
       const at::Tensor& storage = pool_->storage(kind);
       if (copy_tail) storage.select(1, window[0]).copy_(storage.select(1, pages_.back()));  // all layers at once
       std::vector<at::Tensor> per_layer;
       per_layer.reserve(content.size());
       for (const LayerKV& layer : content) {
-        per_layer.push_back((kind == kKindK ? layer.k : layer.v).reshape({count, kv_dim}));
+        per_layer.push_back((kind == kKindK ? layer.k : layer.v).reshape({count, width}));
       }
       const at::Tensor source = at::stack(per_layer).to(storage.device(), storage.scalar_type());  // [L, T, W]
       flat_storage(*pool_, kind).index_copy_(1, index, source);
     }
-    const at::Tensor pos = positions.to(at::kCPU).contiguous();
+    // Token-major rows: [T] -> [T, 1]; [3, T] -> [T, 3]; [T] with 3 rows -> t = h = w.
+    at::Tensor pos = positions.to(at::kCPU);
+    pos = grid ? pos.t() : pos.unsqueeze(1).expand({count, position_rows_});
+    pos = pos.contiguous();
     const int64_t* pos_data = pos.data_ptr<int64_t>();
-    positions_.reserve(positions_.size() + static_cast<size_t>(count));
+    positions_.reserve(positions_.size() + static_cast<size_t>(count * position_rows_));
     pages_.reserve(pages_.size() + allocated.size());  // so the commit below cannot throw
-    positions_.insert(positions_.end(), pos_data, pos_data + count);
+    positions_.insert(positions_.end(), pos_data, pos_data + count * position_rows_);
   } catch (...) {
     // Nothing visible changed: the new pages go back, and the only slots written in old pages lie past
     // length_ in a page this sequence holds alone.
-    positions_.resize(static_cast<size_t>(length_));
+    positions_.resize(static_cast<size_t>(length_ * position_rows_));
     for (PageId page : allocated) pool_->release(page);
     throw;
   }
@@ -179,12 +199,12 @@ void PagedSequence::truncate(int64_t new_length) {
     pool_->release(pages_.back());
     pages_.pop_back();
   }
-  positions_.resize(static_cast<size_t>(new_length));
+  positions_.resize(static_cast<size_t>(new_length * position_rows_));
   length_ = new_length;
 }
 
 PagedSequence PagedSequence::fork() const {
-  PagedSequence child(*pool_, num_kv_heads_, head_dim_);
+  PagedSequence child(*pool_, k_shape_, v_shape_, position_rows_);
   child.pages_.reserve(pages_.size());
   for (PageId page : pages_) {
     pool_->retain(page);
@@ -203,12 +223,16 @@ PastKV PagedSequence::gather() const {
   for (int64_t kind : {kKindK, kKindV}) {
     const at::Tensor all = flat_storage(*pool_, kind).index_select(1, index);  // [L, T, W], a fresh copy
     for (int64_t l = 0; l < num_layers; ++l) {
-      at::Tensor layer = all.select(0, l).view({length_, num_kv_heads_, head_dim_});
+      const ContentShape shape = kind == kKindK ? k_shape_ : v_shape_;
+      at::Tensor layer = all.select(0, l).view({length_, shape.heads, shape.dim});
       (kind == kKindK ? past.layers[static_cast<size_t>(l)].k : past.layers[static_cast<size_t>(l)].v) = layer;
     }
   }
-  past.positions = at::empty({length_}, at::TensorOptions().dtype(at::kLong));
-  if (length_ > 0) std::memcpy(past.positions.data_ptr<int64_t>(), positions_.data(), sizeof(int64_t) * length_);
+  at::Tensor token_major = at::empty({length_, position_rows_}, at::TensorOptions().dtype(at::kLong));
+  if (length_ > 0) {
+    std::memcpy(token_major.data_ptr<int64_t>(), positions_.data(), sizeof(int64_t) * length_ * position_rows_);
+  }
+  past.positions = position_rows_ == 1 ? token_major.view({length_}) : token_major.t().contiguous();
   return past;
 }
 

@@ -59,6 +59,17 @@ void validate(const RopeConfig& c, int64_t window_len) {
                                                                 << ") and 'original_max_position_embeddings' ("
                                                                 << c.original_max_position_embeddings
                                                                 << ") must be >= 0");
+  if (c.is_mrope()) {
+    ORBIT_CHECK(c.mrope_section.size() == 3, "rope config: field 'mrope_section' must have 3 entries (t, h, w), got "
+                                                 << c.mrope_section.size());
+    int64_t sum = 0;
+    for (int64_t s : c.mrope_section) {
+      ORBIT_CHECK(s >= 0, "rope config: field 'mrope_section' has a negative entry " << s);
+      sum += s;
+    }
+    ORBIT_CHECK(sum == c.rotary_dim / 2, "rope config: field 'mrope_section' sums to "
+                                             << sum << ", but rotary_dim/2 = " << c.rotary_dim / 2);
+  }
   if (c.scaling == RopeScaling::kNone) return;
 
   ORBIT_CHECK(std::isfinite(c.factor) && c.factor >= 1.0,
@@ -200,17 +211,33 @@ double rope_attention_scaling(const RopeConfig& config) {
   return yarn_mscale(config.factor, 1.0);
 }
 
+double rope_mla_softmax_scaling(const RopeConfig& config) {
+  validate(config, 0);
+  if (config.scaling != RopeScaling::kYarn || config.mscale_all_dim == 0) return 1.0;
+  const double m = yarn_mscale(config.factor, config.mscale_all_dim);
+  return m * m;
+}
+
 at::Tensor rope_angles(const RopeConfig& config, const at::Tensor& positions, int64_t window_len) {
   ORBIT_CHECK(positions.defined(), "rope_angles: argument 'positions' is undefined");
-  ORBIT_CHECK(positions.dim() == 1, "rope_angles: argument 'positions' must be 1-D [T], got sizes "
-                                        << positions.sizes());
+  const bool grid = config.is_mrope() && positions.dim() == 2;
+  ORBIT_CHECK(positions.dim() == 1 || (grid && positions.size(0) == 3),
+              "rope_angles: argument 'positions' must be 1-D [T]"
+                  << (config.is_mrope() ? " or an M-RoPE grid [3, T]" : "") << ", got sizes " << positions.sizes());
   const at::ScalarType dtype = positions.scalar_type();
   ORBIT_CHECK(at::isFloatingType(dtype) || at::isIntegralType(dtype, /*includeBool=*/false),
               "rope_angles: argument 'positions' must be an integer or floating tensor, got " << dtype);
   const at::Tensor inv = rope_inv_freq(config, window_len).to(positions.device());
   // angle(p, i) = p · inv[i] in float64: linear in p up to one rounding (≈1e-16 relative), so an angle
   // for p + δ matches the sum of the angles for p and δ far below float32 resolution.
-  return positions.to(at::kDouble).unsqueeze(1) * inv.unsqueeze(0);
+  if (!grid) return positions.to(at::kDouble).unsqueeze(1) * inv.unsqueeze(0);
+  // M-RoPE: frequency i reads row c(i) of the grid.
+  std::vector<int64_t> rows;
+  rows.reserve(static_cast<size_t>(inv.size(0)));
+  for (int64_t row = 0; row < 3; ++row) rows.insert(rows.end(), static_cast<size_t>(config.mrope_section[row]), row);
+  const at::Tensor row_of_freq = at::tensor(at::ArrayRef<int64_t>(rows), at::kLong).to(positions.device());
+  const at::Tensor coordinate = positions.to(at::kDouble).index_select(0, row_of_freq).t();  // [T, rotary_dim/2]
+  return coordinate * inv.unsqueeze(0);
 }
 
 at::Tensor rope_rotate(const RopeConfig& config, const at::Tensor& x, const at::Tensor& angles) {

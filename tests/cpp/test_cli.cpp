@@ -71,8 +71,13 @@ TEST_CASE("orbit logits prints the forward's logits as JSON", "[cli][model][cpu]
   for (int64_t t = 0; t < 4; ++t)
     for (int64_t v = 0; v < 512; ++v)
       worst = std::max(worst, std::abs(rows[t][v].get<double>() - expected[t][v].item<double>()));
-  CHECK(worst == 0.0);  // the JSON round-trips float32 exactly
-  CHECK(rows[3] == j["logits"][0]);
+  // Another process may split the BLAS work differently (threads, row counts): last-bit differences only.
+  CHECK(worst < 1e-5);
+  double last_row = 0;
+  for (int64_t v = 0; v < 512; ++v) {
+    last_row = std::max(last_row, std::abs(rows[3][v].get<double>() - j["logits"][0][v].get<double>()));
+  }
+  CHECK(last_row < 1e-5);
 }
 
 TEST_CASE("orbit make-model writes a model that info reads", "[cli][generator][cpu]") {

@@ -23,9 +23,12 @@ struct GeneratorOptions {
   std::function<void(int64_t, int64_t)> progress;
 };
 
-// Named shapes: "tiny-llama", "tiny-qwen2", "llama-1b" ..., "qwen2.5-0.5b", "qwen2.5-7b",
-// "qwen2.5-vl-7b-lm" (the language model of Qwen2.5-VL-7B, GQA part). Throws on an unknown name,
-// listing the known ones.
+// Named shapes: "tiny-llama", "tiny-qwen2", "tiny-qwen2-vl" (M-RoPE sections 2, 3, 3), "tiny-mla"
+// (DeepSeek-V2 MLA with q_lora_rank 24, kv_lora_rank 32, d_nope 16, d_rope 8, d_v 12), "llama-3.2-1b",
+// "qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-vl-7b-lm" (the language model of Qwen2.5-VL-7B, M-RoPE
+// 16, 24, 24), "deepseek-v2-lite" (DeepSeek-V2-Lite's attention and sizes with a dense MLP in every
+// layer: the real checkpoint's MoE layers are not modelled). Throws on an unknown name, listing the
+// known ones.
 ModelConfig generator_preset(const std::string& name);
 std::vector<std::string> generator_preset_names();
 

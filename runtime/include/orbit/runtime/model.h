@@ -1,12 +1,21 @@
-// The decoder-only forward pass (DESIGN.md §6) for GQA/MHA families (Llama, Qwen2/2.5).
+// The decoder-only forward pass (DESIGN.md §6) for every attention family the runtime executes:
+// GQA/MHA (Llama, Qwen2/2.5), GQA with M-RoPE (Qwen2-VL / Qwen2.5-VL language model) and MLA
+// (DeepSeek-V2).
 //
-// Per layer:  h = x + Wo·attn(RoPE(Wq·n(x)), RoPE(Wk·n(x)), Wv·n(x));   x' = h + W2·(silu(W1·n(h)) ⊙ W3·n(h))
-// with n = RMSNorm. The forward returns, besides logits, each layer's **content channel**: keys before
-// RoPE and values, [T, num_kv_heads, head_dim]. Past KV is given in the same content form with its
-// positions and is rotated on the fly, so stored content is never rewritten when it moves.
+// Per layer:  h = x + Wo·attn(n(x));   x' = h + W2·(silu(W1·n(h)) ⊙ W3·n(h))      n = RMSNorm
+//   GQA/MHA:  attn over q = RoPE(Wq·n(x)), k = RoPE(Wk·n(x)), v = Wv·n(x)
+//   MLA:      see MlaConfig (config.h): per head q = [q_nope ‖ RoPE(q_pe)], k = [k_nope ‖ RoPE(k_pe)],
+//             with k_nope and v expanded from the latent c_KV by kv_b_proj
+//
+// Besides logits, the forward returns each layer's **content channel** (DESIGN.md §2), split by one
+// rule for every family: LayerKV::k = what gets rotated at placement (before rotation), LayerKV::v =
+// what does not. Past KV is given in the same content form with its positions and is rotated (and, for
+// MLA, expanded) on the fly, so stored content is never rewritten when it moves.
 //
 // Order, not position, decides causality: token i of the input sees every past token and input tokens
 // 0..i. Positions only set the rotations (they may be any non-negative values below the model's limit).
+// Positions are int64 [T], or for M-RoPE models int64 [3, T] (rows t, h, w; a 1-D position p means
+// t = h = w = p).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -20,24 +29,31 @@
 
 namespace orbit::runtime {
 
-// One layer's content channel for T tokens: k pre-RoPE and v, each [T, num_kv_heads, head_dim].
+// One layer's content channel for T tokens. k = what gets rotated at placement, before rotation;
+// v = what does not. Shapes are ModelConfig::content_k_shape() / content_v_shape() per token:
+//   GQA/MHA:  k = pre-RoPE keys [T, num_kv_heads, head_dim],  v = values [T, num_kv_heads, head_dim]
+//   MLA:      k = pre-rotation k_pe [T, 1, qk_rope_head_dim], v = latent c_KV after kv_a_layernorm
+//             [T, 1, kv_lora_rank] (k_nope and the values are kv_b_proj·c_KV, recomputed when attended)
 struct LayerKV {
   at::Tensor k;
   at::Tensor v;
 };
 
-// KV of tokens that precede the input, in content form. positions: int64 [T_past].
+// KV of tokens that precede the input, in content form. positions: int64 [T_past], or [3, T_past]
+// for M-RoPE models (a 1-D tensor there means t = h = w).
 struct PastKV {
   std::vector<LayerKV> layers;  // one per model layer (all empty tensors for "no past")
   at::Tensor positions;
-  int64_t length() const;
+  int64_t length() const;       // T_past (the last dimension of positions; 0 when undefined)
 };
 
 // Exactly one of `tokens` / `embeddings` is set.
 struct ForwardInput {
   std::vector<int64_t> tokens;  // token ids in [0, vocab)
   at::Tensor embeddings;        // or input embeddings [T, hidden_size], any floating dtype
-  at::Tensor positions;         // int64 [T]; undefined = past_length + 0..T-1
+  // int64 [T]; for M-RoPE models also a position grid [3, T] (rows t, h, w), e.g. an image's
+  // (t, row, column) grid from the caller's vision pipeline. Undefined = past_length + 0..T-1 (t = h = w).
+  at::Tensor positions;
 };
 
 enum class LogitsMode { kNone, kLast, kAll };
@@ -52,8 +68,8 @@ struct ForwardOptions {
 
   // Partial recompute (token-selective repair such as CacheBlend or EPIC). When `recompute` is defined
   // (int64 [R], strictly ascending indices into the input), only those input tokens are computed; every
-  // other input token takes its KV at every layer from `cached` (one LayerKV per layer, content form
-  // [T, H_kv, d], e.g. a chunk's canonical). Recomputed tokens attend to the past, to the cached KV of
+  // other input token takes its KV at every layer from `cached` (one LayerKV per layer in content form
+  // with T rows, e.g. a chunk's canonical). Recomputed tokens attend to the past, to the cached KV of
   // earlier input tokens and to each other, causally by input order. Logits (kLast/kAll) are for the
   // recomputed tokens only; ForwardResult::content holds all T tokens, cached rows with recomputed
   // rows written over them.
@@ -66,10 +82,22 @@ struct ForwardResult {
   std::vector<LayerKV> content;  // per layer run, when return_content
 };
 
+// Float32 CPU tensors after loading. H = num_heads; shapes per family (undefined where not used).
 struct LayerWeights {
   at::Tensor attn_norm;                 // [hidden]
-  at::Tensor wq, wk, wv, wo;            // [q_dim, hidden], [kv_dim, hidden], [kv_dim, hidden], [hidden, q_dim]
+  // GQA/MHA
+  at::Tensor wq, wk, wv;                // [q_dim, hidden], [kv_dim, hidden], [kv_dim, hidden]; MLA: wq only,
+                                        //   [H·(d_nope + d_rope), hidden], when q_lora_rank = 0
   at::Tensor bq, bk, bv;                // [q_dim], [kv_dim], [kv_dim] when attention_bias, else undefined
+  // MLA (MlaConfig in config.h)
+  at::Tensor wq_a;                      // [q_lora_rank, hidden]            (q_lora_rank > 0)
+  at::Tensor q_a_norm;                  // [q_lora_rank]                    (q_lora_rank > 0)
+  at::Tensor wq_b;                      // [H·(d_nope + d_rope), q_lora_rank] (q_lora_rank > 0)
+  at::Tensor wkv_a;                     // [r_kv + d_rope, hidden]           → [c ‖ k_pe]
+  at::Tensor kv_a_norm;                 // [r_kv]
+  at::Tensor wkv_b;                     // [H·(d_nope + d_v), r_kv]          → per head [k_nope ‖ v]
+  // every family
+  at::Tensor wo;                        // [hidden, H·v_head_dim()]
   at::Tensor ffn_norm;                  // [hidden]
   at::Tensor w_gate, w_up, w_down;      // [inter, hidden], [inter, hidden], [hidden, inter]
 };
@@ -101,8 +129,9 @@ class Model {
   at::Tensor embed(const std::vector<int64_t>& tokens) const;
 
   // Runs the layers over `input` after `past` (nullptr = no past). Throws orbit::Error for token ids
-  // out of range, embeddings of the wrong width, positions negative or past the model's limit, or past
-  // KV whose shapes disagree with the config.
+  // out of range, embeddings of the wrong width, positions negative or past the model's limit (any
+  // coordinate of a grid), a position grid whose column count is not the token count, or past KV
+  // whose shapes disagree with the config's content shapes.
   ForwardResult forward(const ForwardInput& input, const PastKV* past = nullptr,
                         const ForwardOptions& options = {}) const;
 
@@ -113,7 +142,8 @@ class Model {
   std::string fingerprint_;
 };
 
-// Checks `positions` (int64 [T]) against the model limit; `what` names the argument in errors.
+// Checks `positions` (int64 [T], or [3, T] for an M-RoPE config) against the model limit, every
+// coordinate of a grid included; `what` names the argument in errors.
 void check_positions(const ModelConfig& config, const at::Tensor& positions, const char* what);
 
 }  // namespace orbit::runtime

@@ -20,7 +20,9 @@ struct WeightSpec {
   bool is_norm = false;        // RMSNorm gain (initialised near 1 by the generator)
 };
 
-// Canonical order: embed, per layer (norms, q/k/v[/biases], o, mlp), final norm, lm_head (untied only).
+// Canonical order: embed, per layer (input norm, attention, o, post-attention norm, mlp), final norm,
+// lm_head (untied only). Attention is q/k/v[/biases] for GQA/MHA, and for MLA q_proj (q_lora_rank = 0)
+// or q_a_proj, q_a_layernorm, q_b_proj, then kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj.
 std::vector<WeightSpec> weight_specs(const ModelConfig& config);
 
 // The slot in `weights` that holds the tensor called `name` (a name from weight_specs). Throws on an

@@ -1,0 +1,271 @@
+// bench_reuse: time-to-first-token of a reused chunk vs. re-prefill, side by side in one run.
+//
+// Window: a context of --context tokens (exact, prefilled once), chunk B of each --lengths size, then one
+// query token. Per chunk, repair.h's prepare_scenario() does the shared work once (B's canonical, B's
+// exact KV in context); each rank-m patch is then formed once from that deficit, as a store would keep it.
+// The arms, interleaved within each repetition on the same inputs:
+//   re-prefill   B prefilled in context (conditioned(), what the `reprefill` strategy runs), then the
+//                query token decoded over [C, B]
+//   reuse        apply_patch() of the stored rank-m patch to the stored canonical (relocation happens on
+//                the fly inside the decode, as for every past token), then the same query token
+// TTFT = the arm's B step + the query decode. The patch's forming (the conditioned forward that also
+// serves the first request exactly, plus the SVD) is one-time and reported apart. Also printed: patch
+// bytes as a fraction of B's KV bytes, and the first token's KL(re-prefill ‖ reuse).
+//
+// Default: a random-weight model of Qwen2.5-0.5B's shape (generated once into --cache, bf16 on disk),
+// float32 compute. Not a test: absolute numbers depend on the machine; the speed-up ratios are measured
+// side by side in the same run, arms interleaved within each repetition.
+//
+//   bench_reuse [--model DIR] [--preset qwen2.5-0.5b] [--cache DIR] [--threads N (default: all cores)]
+//               [--lengths 256,512,1024,2048] [--context 1024] [--ranks 16,64] [--reps 3] [--json PATH]
+//   smoke run:  bench_reuse --preset tiny-qwen2 --lengths 64,128 --context 128 --reps 1
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "orbit/common/error.h"
+#include "orbit/runtime/generator.h"
+#include "orbit/runtime/loader.h"
+#include "orbit/runtime/repair.h"
+
+namespace fs = std::filesystem;
+namespace rt = orbit::runtime;
+
+namespace {
+
+struct Options {
+  std::string model;
+  std::string preset = "qwen2.5-0.5b";
+  std::string cache = "bench-models";
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+  std::vector<int64_t> lengths{256, 512, 1024, 2048};
+  int64_t context = 1024;
+  std::vector<int64_t> ranks{16, 64};
+  int reps = 3;
+  std::string json = "bench_reuse.json";
+};
+
+std::vector<int64_t> parse_positive_list(const std::string& text, const char* what) {
+  std::vector<int64_t> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    const long long value = std::strtoll(item.c_str(), &end, 10);
+    ORBIT_CHECK(!item.empty() && *end == '\0' && value > 0, what << ": '" << item << "' is not a positive integer");
+    out.push_back(value);
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+int64_t parse_count(const std::string& text, const char* what, int64_t min_value) {
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  ORBIT_CHECK(!text.empty() && *end == '\0' && value >= min_value,
+              what << ": '" << text << "' is not an integer >= " << min_value);
+  return value;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      ORBIT_CHECK(i + 1 < argc, "argument '" << arg << "' needs a value");
+      return argv[++i];
+    };
+    if (arg == "--model")
+      o.model = value();
+    else if (arg == "--preset")
+      o.preset = value();
+    else if (arg == "--cache")
+      o.cache = value();
+    else if (arg == "--threads")
+      o.threads = static_cast<int>(parse_count(value(), "--threads", 1));
+    else if (arg == "--lengths")
+      o.lengths = parse_positive_list(value(), "--lengths");
+    else if (arg == "--context")
+      o.context = parse_count(value(), "--context", 0);
+    else if (arg == "--ranks")
+      o.ranks = parse_positive_list(value(), "--ranks");
+    else if (arg == "--reps")
+      o.reps = static_cast<int>(parse_count(value(), "--reps", 1));
+    else if (arg == "--json")
+      o.json = value();
+    else
+      ORBIT_FAIL("unknown argument '" << arg
+                                      << "' (known: --model, --preset, --cache, --threads, --lengths, "
+                                         "--context, --ranks, --reps, --json)");
+  }
+  return o;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::vector<int64_t> random_tokens(std::mt19937_64& rng, int64_t n, int64_t vocab) {
+  std::vector<int64_t> out(static_cast<std::size_t>(n));
+  for (auto& t : out) t = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
+  return out;
+}
+
+struct Arm {
+  int64_t rank = 0;          // 0: re-prefill
+  rt::Patch patch;           // reuse arms: formed once
+  double svd_s = 0;          // one-time factorisation
+  std::vector<double> ttft;  // B step + first-token decode, per repetition
+  at::Tensor logits;         // the last repetition's first-token logits
+};
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  at::set_num_threads(o.threads);  // Debian's libtorch may start with one thread; use every core unless told
+  std::string path = o.model;
+  if (path.empty()) {
+    path = (fs::path(o.cache) / o.preset).string();
+    if (!fs::exists(fs::path(path) / "config.json")) {
+      std::fprintf(stderr, "generating a random %s model in %s (bf16 on disk, once)...\n", o.preset.c_str(),
+                   path.c_str());
+      rt::GeneratorOptions g;
+      g.config = rt::generator_preset(o.preset);
+      g.dtype = "bfloat16";
+      g.overwrite = true;
+      generate_model(g, path);
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  const auto model = rt::load_model(path);
+  const rt::ModelConfig& c = model->config();
+  std::printf(
+      "model %s: %s, %lld layers, hidden %lld, %lld/%lld heads, KV width D = %lld, %.0fM parameters; loaded "
+      "in %.1f s\n",
+      path.c_str(), rt::arch_name(c.arch), (long long)c.num_layers, (long long)c.hidden_size, (long long)c.num_heads,
+      (long long)c.num_kv_heads, (long long)c.kv_dim(), model->parameter_count() / 1e6, seconds_since(start));
+
+  std::mt19937_64 rng(1);
+  rt::Scenario base;
+  if (o.context > 0) base.context.push_back(rt::ChunkInput{random_tokens(rng, o.context, c.vocab_size), {}});
+  base.query = random_tokens(rng, 1, c.vocab_size);
+  start = std::chrono::steady_clock::now();
+  const rt::PastKV context = rt::assemble_context(*model, base.context);
+  std::printf("context %lld tokens prefilled once in %.2f s; threads %d, float32, median of %d interleaved runs\n\n",
+              (long long)o.context, seconds_since(start), at::get_num_threads(), o.reps);
+
+  nlohmann::json rows = nlohmann::json::array();
+  double max_logit_diff = 0;  // re-prefill arm vs. prepare_scenario's exact logits: a sanity check (0 expected)
+  for (int64_t r : o.ranks) {
+    if (r > c.kv_dim())
+      std::printf("note: rank %lld is above D = %lld and runs as rank min(n, D)\n", (long long)r,
+                  (long long)c.kv_dim());
+  }
+  std::printf("%7s %13s", "chunk", "re-prefill s");
+  for (int64_t r : o.ranks)
+    std::printf(" %11s %9s %8s %9s", ("r" + std::to_string(r) + " reuse s").c_str(), "speed-up", "bytes/KV", "KL");
+  std::printf(" %10s\n", "SVD s");
+  for (int64_t n : o.lengths) {
+    ORBIT_CHECK(o.context + n + 1 <= c.max_position_embeddings,
+                "--lengths: context " << o.context << " + chunk " << n << " + 1 query token is past the model's limit "
+                                      << c.max_position_embeddings);
+    rt::Scenario s = base;
+    s.chunk.tokens = random_tokens(rng, n, c.vocab_size);
+    const rt::PreparedScenario prepared = rt::prepare_scenario(*model, s, &context);
+
+    const rt::Content delta = rt::deficit(prepared.exact, prepared.canonical);
+    std::vector<Arm> arms(1);  // arms[0]: re-prefill
+    for (int64_t r : o.ranks) {
+      Arm a;
+      a.rank = std::min({r, n, c.kv_dim()});  // a rank above min(n, D) is full rank
+      rt::PatchOptions po;
+      po.rank_k = po.rank_v = a.rank;
+      const auto formed = std::chrono::steady_clock::now();
+      a.patch = rt::form_patch(*model, delta, po);
+      a.svd_s = seconds_since(formed);
+      arms.push_back(std::move(a));
+    }
+    for (int rep = 0; rep < o.reps; ++rep) {
+      for (std::size_t k = 0; k < arms.size(); ++k) {
+        Arm& a = arms[(k + static_cast<std::size_t>(rep)) % arms.size()];  // rotate the order per rep
+        const auto t0 = std::chrono::steady_clock::now();
+        const rt::Content b = a.rank == 0 ? rt::conditioned(*model, prepared.scenario.chunk, prepared.context)
+                                          : rt::apply_patch(*model, prepared.canonical, a.patch);
+        a.logits = rt::decode_query(prepared, b);
+        a.ttft.push_back(seconds_since(t0));
+      }
+    }
+    const double reprefill = median(arms[0].ttft);
+    max_logit_diff = std::max(max_logit_diff, (arms[0].logits - prepared.exact_logits).abs().max().item<double>());
+    const int64_t kv_bytes = rt::content_bytes(prepared.canonical, 4);
+    std::printf("%7lld %13.4f", (long long)n, reprefill);
+    nlohmann::json reuse = nlohmann::json::array();
+    double svd_s = 0;
+    for (std::size_t i = 1; i < arms.size(); ++i) {
+      const Arm& a = arms[i];
+      const double t = median(a.ttft);
+      const double fraction = static_cast<double>(a.patch.bytes(4)) / static_cast<double>(kv_bytes);
+      const double kl = rt::mean_kl(prepared.exact_logits, a.logits);
+      svd_s = std::max(svd_s, a.svd_s);
+      std::printf(" %11.4f %8.1fx %7.1f%% %9.2e", t, reprefill / t, 100.0 * fraction, kl);
+      reuse.push_back({{"rank", a.rank},
+                       {"ttft_s", t},
+                       {"runs_s", a.ttft},
+                       {"speedup_vs_reprefill", reprefill / t},
+                       {"patch_bytes", a.patch.bytes(4)},
+                       {"patch_fraction_of_kv", fraction},
+                       {"forming_svd_s", a.svd_s},
+                       {"first_token_kl", kl}});
+    }
+    std::printf(" %10.3f\n", svd_s);
+    std::fflush(stdout);
+    rows.push_back({{"chunk", n},
+                    {"kv_bytes", kv_bytes},
+                    {"reprefill_ttft_s", reprefill},
+                    {"reprefill_runs_s", arms[0].ttft},
+                    {"conditioned_prefill_s", prepared.exact_seconds},
+                    {"reuse", reuse}});
+  }
+  std::printf(
+      "\nspeed-up = re-prefill TTFT / reuse TTFT (same run, same inputs); bytes/KV = rank-m factors (float32) "
+      "over B's K+V bytes;\nKL = first-token KL(re-prefill || reuse) in nats; SVD s = one-time factorisation "
+      "beyond the forming forward.\n"
+      "re-prefill arm vs. the prepared exact logits: max |diff| = %.3g\n",
+      max_logit_diff);
+  const nlohmann::json report = {{"benchmark", "reuse_ttft"},
+                                 {"model", path},
+                                 {"preset", o.model.empty() ? o.preset : ""},
+                                 {"parameters", model->parameter_count()},
+                                 {"threads", at::get_num_threads()},
+                                 {"dtype", "float32"},
+                                 {"context_tokens", o.context},
+                                 {"query_tokens", 1},
+                                 {"reps", o.reps},
+                                 {"max_reprefill_logit_diff", max_logit_diff},
+                                 {"results", rows}};
+  std::ofstream(o.json) << report.dump(2) << "\n";
+  std::printf("wrote %s\n", o.json.c_str());
+  return 0;
+} catch (const orbit::Error& e) {
+  std::fprintf(stderr, "bench_reuse: error: %s\n", e.what());
+  return 1;
+}

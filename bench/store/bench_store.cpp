@@ -1,0 +1,247 @@
+// bench_store: the chunk store's save and load throughput per tier, side by side with a plain file copy
+// of the same bytes in the same run, and the time to recall a chunk's canonical from disk vs. re-prefilling
+// it. Prints tables of ratios and writes JSON. Not a test: absolute numbers depend on the machine and its
+// load; compare the ratios of one run.
+//
+//   bench_store [--model PATH | --preset qwen2.5-0.5b [--layers N]] [--tokens 1024] [--reps 5]
+//               [--dir DIR (store location, default: the system temp dir)] [--json PATH] [--cache DIR]
+//               [--threads N]
+//
+// Throughput payload: the canonical of one --tokens chunk of the model (every layer's k and v, float32);
+// a save includes copying the runtime's tensors into a stored value (what an engine pays).
+// "plain copy" = write(2) the same bytes to one file + fsync (the durability a store write gives), and
+// read(2) them back into memory. Disk reads come from the page cache in both columns (no cache dropping).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fcntl.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "orbit/common/error.h"
+#include "orbit/runtime/generator.h"
+#include "orbit/runtime/loader.h"
+#include "orbit/runtime/reuse.h"
+#include "store/chunk_store.h"
+#include "store/codec.h"
+
+namespace fs = std::filesystem;
+namespace rt = orbit::runtime;
+namespace st = orbit::store;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  std::string model;
+  std::string preset = "qwen2.5-0.5b";
+  int64_t layers = 0;  // 0 = the preset's
+  int64_t tokens = 1024;
+  int reps = 5;
+  std::string dir;
+  std::string json = "bench_store.json";
+  std::string cache = "bench-models";
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      ORBIT_CHECK(i + 1 < argc, "argument '" << arg << "' needs a value");
+      return argv[++i];
+    };
+    if (arg == "--model") o.model = value();
+    else if (arg == "--preset") o.preset = value();
+    else if (arg == "--layers") o.layers = std::atoll(value().c_str());
+    else if (arg == "--tokens") o.tokens = std::max<int64_t>(1, std::atoll(value().c_str()));
+    else if (arg == "--reps") o.reps = std::max(1, std::atoi(value().c_str()));
+    else if (arg == "--dir") o.dir = value();
+    else if (arg == "--json") o.json = value();
+    else if (arg == "--cache") o.cache = value();
+    else if (arg == "--threads") o.threads = std::max(1, std::atoi(value().c_str()));
+    else ORBIT_FAIL("unknown argument '" << arg << "' (known: --model, --preset, --layers, --tokens, --reps, --dir, "
+                                            "--json, --cache, --threads)");
+  }
+  return o;
+}
+
+// Median seconds of `reps` runs of `body` (each run may prepare with `setup`, untimed).
+double median_seconds(int reps, const std::function<void()>& setup, const std::function<void()>& body) {
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    if (setup) setup();
+    const auto start = Clock::now();
+    body();
+    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+void plain_write(const std::string& path, const std::vector<at::Tensor>& tensors) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ORBIT_CHECK(fd >= 0, "cannot create " << path);
+  for (const at::Tensor& t : tensors) {
+    const char* p = static_cast<const char*>(t.data_ptr());
+    std::size_t left = t.nbytes();
+    while (left > 0) {
+      const ssize_t n = ::write(fd, p, left);
+      ORBIT_CHECK(n > 0, "write failed on " << path);
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+  }
+  ORBIT_CHECK(::fsync(fd) == 0 && ::close(fd) == 0, "fsync failed on " << path);
+}
+
+at::Tensor plain_read(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ORBIT_CHECK(fd >= 0, "cannot open " << path);
+  at::Tensor out = at::empty({static_cast<int64_t>(fs::file_size(path))}, at::kByte);
+  char* p = static_cast<char*>(out.data_ptr());
+  std::size_t left = out.numel();
+  while (left > 0) {
+    const ssize_t n = ::read(fd, p, left);
+    ORBIT_CHECK(n > 0, "read failed on " << path);
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return out;
+}
+
+std::string load_or_generate(const Options& o) {
+  if (!o.model.empty()) return o.model;
+  const std::string name = o.preset + (o.layers > 0 ? "-" + std::to_string(o.layers) + "l" : "");
+  const std::string path = (fs::path(o.cache) / name).string();
+  if (!fs::exists(fs::path(path) / "config.json")) {
+    std::fprintf(stderr, "generating a random %s model in %s (bf16 on disk, once)...\n", name.c_str(), path.c_str());
+    rt::GeneratorOptions g;
+    g.config = rt::generator_preset(o.preset);
+    if (o.layers > 0) g.config.num_layers = o.layers;
+    g.dtype = "bfloat16";
+    g.overwrite = true;
+    rt::generate_model(g, path);
+  }
+  return path;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  at::set_num_threads(o.threads);
+  const std::string path = load_or_generate(o);
+  const auto model = rt::load_model(path);
+  const rt::ModelConfig& c = model->config();
+  ORBIT_CHECK(o.tokens <= c.max_position_embeddings, "--tokens: past the model's limit " << c.max_position_embeddings);
+  std::mt19937 rng(1);
+  rt::ChunkInput chunk;
+  for (int64_t i = 0; i < o.tokens; ++i) chunk.tokens.push_back(std::uniform_int_distribution<int64_t>(0, c.vocab_size - 1)(rng));
+
+  // ---- recall from disk vs. re-prefill -------------------------------------------------------------
+  rt::Content canonical;
+  const double prefill_s = median_seconds(std::max(1, o.reps / 2), nullptr, [&] { canonical = rt::canonical(*model, chunk); });
+  const st::ValuePtr value = st::canonical_value(canonical);
+  const double mib = static_cast<double>(value->bytes()) / (1 << 20);
+  std::printf("model %s: %s, %lld layers, content widths %lld/%lld; chunk of %lld tokens = %.1f MiB of KV (float32)\n",
+              path.c_str(), rt::arch_name(c.arch), (long long)c.num_layers, (long long)c.content_widths()[0],
+              (long long)c.content_widths()[1], (long long)o.tokens, mib);
+  std::printf("threads %d, median of %d runs\n\n", at::get_num_threads(), o.reps);
+
+  const fs::path root = fs::path(o.dir.empty() ? fs::temp_directory_path().string() : o.dir) /
+                        ("orbit-bench-store-" + std::to_string(::getpid()));
+  fs::create_directories(root);
+  const std::string key = orbit::chunk_key_tokens(model->fingerprint(), chunk.tokens);
+  nlohmann::json tiers = nlohmann::json::array();
+  auto row = [&](const char* name, double save_s, double load_s, double plain_save_s, double plain_load_s) {
+    const double save = mib / save_s, load = mib / load_s;
+    std::printf("%-14s %11.0f %11.0f %14.2fx %14.2fx\n", name, save, load, plain_save_s / save_s, plain_load_s / load_s);
+    tiers.push_back({{"tier", name}, {"save_mib_s", save}, {"load_mib_s", load}, {"save_vs_plain", plain_save_s / save_s},
+                     {"load_vs_plain", plain_load_s / load_s}, {"save_s", save_s}, {"load_s", load_s}});
+  };
+
+  // ---- plain file copy of the same bytes -----------------------------------------------------------
+  std::vector<at::Tensor> raw;
+  for (const st::NamedTensor& t : value->tensors) raw.push_back(t.tensor);
+  const std::string plain = (root / "plain.bin").string();
+  const double plain_save = median_seconds(o.reps, nullptr, [&] { plain_write(plain, raw); });
+  const double plain_load = median_seconds(o.reps, nullptr, [&] { (void)plain_read(plain); });
+  std::printf("%-14s %11s %11s %15s %15s\n", "tier", "save MiB/s", "load MiB/s", "save vs plain", "load vs plain");
+  row("plain copy", plain_save, plain_load, plain_save, plain_load);
+
+  // ---- each tier -----------------------------------------------------------------------------------
+  auto store_options = [&](const std::string& sub, bool int8) {
+    st::ChunkStoreOptions so;
+    so.model_fingerprint = model->fingerprint();
+    so.dir = sub.empty() ? "" : (root / sub).string();
+    so.host_budget_bytes = int64_t{8} << 30;
+    so.int8_cold_tier = int8;
+    so.device = st::DeviceTierOptions{st::device_layout_for(c, 16), (o.tokens + 15) / 16 + 1};
+    return so;
+  };
+  {
+    st::ChunkStore memory(store_options("", false));
+    st::PutOptions dev{orbit::StoreTier::kDevice, false, /*replace=*/true};
+    const double save = median_seconds(o.reps, nullptr, [&] { ORBIT_CHECK(memory.put(key, st::canonical_value(canonical), dev), "device put"); });
+    const double load = median_seconds(o.reps, nullptr, [&] { (void)memory.get(key).value(); });
+    row("device (pool)", save, load, plain_save, plain_load);
+    st::PutOptions host{orbit::StoreTier::kHost, false, /*replace=*/true};
+    const double hsave = median_seconds(o.reps, nullptr, [&] { ORBIT_CHECK(memory.put(key, st::canonical_value(canonical), host), "host put"); });
+    const double hload = median_seconds(o.reps, nullptr, [&] { (void)memory.get(key).value(); });
+    row("host", hsave, hload, plain_save, plain_load);
+  }
+  double recall_s = 0;
+  for (const bool int8 : {false, true}) {
+    const std::string sub = int8 ? "store-int8" : "store";
+    st::PutOptions disk{orbit::StoreTier::kDisk, false, /*replace=*/true};
+    double save = 0;
+    {
+      st::ChunkStore store(store_options(sub, int8));
+      save = median_seconds(o.reps, nullptr, [&] { ORBIT_CHECK(store.put(key, st::canonical_value(canonical), disk), "disk put"); });
+    }
+    // Loads from a freshly opened store each time: the index lookup, the read, the checksum, the decode.
+    std::unique_ptr<st::ChunkStore> store;
+    rt::Content loaded;
+    const double load = median_seconds(
+        o.reps, [&] { store.reset(); store = std::make_unique<st::ChunkStore>(store_options(sub, int8)); },
+        [&] { loaded = st::content_from_value(*store->get(key, st::GetOptions{false}).value()); });
+    row(int8 ? "disk (int8)" : "disk", save, load, plain_save, plain_load);
+    if (!int8) recall_s = load;
+  }
+  std::printf("\nsave = copying the runtime's tensors into a stored value + put; host load hands out the cached\n"
+              "value itself (no bytes move); disk load = index lookup, read, SHA-256 check, decode\n");
+
+  std::printf("\nrecall of a %lld-token chunk: re-prefill %.3f s, canonical from disk %.3f s: disk is %.1fx faster\n",
+              (long long)o.tokens, prefill_s, recall_s, prefill_s / recall_s);
+  const nlohmann::json report = {{"benchmark", "store"},
+                                 {"model", path},
+                                 {"layers", c.num_layers},
+                                 {"tokens", o.tokens},
+                                 {"kv_mib", mib},
+                                 {"threads", at::get_num_threads()},
+                                 {"reps", o.reps},
+                                 {"tiers", tiers},
+                                 {"recall", {{"reprefill_s", prefill_s}, {"disk_s", recall_s},
+                                             {"disk_speedup", prefill_s / recall_s}}}};
+  std::ofstream(o.json) << report.dump(2) << "\n";
+  std::printf("wrote %s\n", o.json.c_str());
+  std::error_code ec;
+  fs::remove_all(root, ec);
+  return 0;
+} catch (const orbit::Error& e) {
+  std::fprintf(stderr, "bench_store: error: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,222 @@
+// `orbit fidelity`: repair strategies side by side on one window [context chunks, chunk B, query].
+//
+//   orbit fidelity --model PATH --chunk 4,5,6 [--context "1,2,3;7,8,9"] [--query 10,11]
+//                  [--strategies reprefill,blind,patch:8,...] [--json]
+//
+// The context is exact (prefilled); B is reused through each strategy; the query is decoded over
+// [context, B] and compared with re-prefill of the whole window (runtime/include/orbit/runtime/repair.h,
+// fidelity.h). Default query: the single token 1 (BOS in llama2.c vocabularies), a next-token probe that
+// reads the whole window; pass --query for a longer probe. Default strategies: reprefill, blind, prefix,
+// cacheblend:0.15, firstk:16, patch:8, patch:32, with patch ranks capped at min(n_B, D).
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "commands.h"
+#include "orbit/common/error.h"
+#include "orbit/runtime/loader.h"
+#include "orbit/runtime/repair.h"
+
+namespace orbit::cli {
+
+using nlohmann::json;
+namespace rt = orbit::runtime;
+
+namespace {
+
+void check_ids(const std::vector<int64_t>& ids, int64_t vocab, const std::string& what) {
+  ORBIT_CHECK(!ids.empty(), what << " is empty");
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ORBIT_CHECK(ids[i] >= 0 && ids[i] < vocab,
+                what << ": item " << i << " (" << ids[i] << ") is outside the vocabulary [0, " << vocab << ")");
+  }
+}
+
+// "1,2,3;7,8,9" -> two chunks; "" -> none. Every chunk must hold at least one token.
+std::vector<rt::ChunkInput> parse_context(const std::string& text, int64_t vocab) {
+  std::vector<rt::ChunkInput> chunks;
+  if (text.empty()) return chunks;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t semi = text.find(';', start);
+    const std::string piece = text.substr(start, semi == std::string::npos ? std::string::npos : semi - start);
+    const std::string what = "--context: chunk " + std::to_string(chunks.size() + 1);
+    ORBIT_CHECK(!piece.empty(), what << " is empty (chunks are separated by ';', e.g. 1,2,3;7,8,9)");
+    rt::ChunkInput chunk;
+    chunk.tokens = parse_int_list(piece, what);
+    check_ids(chunk.tokens, vocab, what);
+    chunks.push_back(std::move(chunk));
+    if (semi == std::string::npos) break;
+    start = semi + 1;
+  }
+  return chunks;
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+// Patch ranks are capped at min(n_B, D) (D: the narrower of the key and value row widths).
+std::vector<std::string> default_strategies(int64_t chunk_length, int64_t width) {
+  std::vector<std::string> specs{"reprefill", "blind", "prefix", "cacheblend:0.15", "firstk:16"};
+  const int64_t limit = std::min(chunk_length, width);
+  for (int64_t rank : {int64_t{8}, int64_t{32}}) {
+    const std::string spec = "patch:" + std::to_string(std::min(rank, limit));
+    if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
+  }
+  return specs;
+}
+
+json number_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+std::string fixed(double x, const char* format) {
+  if (std::isnan(x)) return "n/a";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, format, x);
+  return buffer;
+}
+
+}  // namespace
+
+int run_fidelity(int argc, char** argv, int first) {
+  const Args args("fidelity", ArgSpec{{"--model", "--context", "--chunk", "--query", "--strategies"}, {"--json"}}, argc,
+                  argv, first);
+  const std::string model_path = args.required("--model");
+  const std::string chunk_text = args.required("--chunk");
+  ORBIT_CHECK(!chunk_text.empty(), "--chunk is empty");
+  const std::vector<int64_t> chunk_tokens = parse_int_list(chunk_text, "--chunk");
+  const std::vector<int64_t> query = parse_int_list(args.get("--query").value_or("1"), "--query");
+  const std::unique_ptr<rt::Model> model = rt::load_model(model_path);
+  const rt::ModelConfig& c = model->config();
+
+  rt::Scenario scenario;
+  scenario.context = parse_context(args.get("--context").value_or(""), c.vocab_size);
+  check_ids(chunk_tokens, c.vocab_size, "--chunk");
+  check_ids(query, c.vocab_size, "--query");
+  scenario.chunk.tokens = chunk_tokens;
+  scenario.query = query;
+
+  auto parse_specs = [](const std::vector<std::string>& specs) {
+    std::vector<std::unique_ptr<rt::RepairStrategy>> out;
+    for (const std::string& spec : specs) {
+      try {
+        out.push_back(rt::make_strategy(spec));
+      } catch (const orbit::Error& e) {
+        ORBIT_FAIL("--strategies: " << e.what());
+      }
+    }
+    return out;
+  };
+  // Given strategies are parsed before any forward, so a bad spec fails fast.
+  const std::optional<std::string> given = args.get("--strategies");
+  std::vector<std::unique_ptr<rt::RepairStrategy>> strategies;
+  if (given) strategies = parse_specs(split_commas(*given));
+
+  const rt::PreparedScenario prepared = rt::prepare_scenario(*model, std::move(scenario));
+  if (!given) {
+    const rt::LayerKV& layer = prepared.canonical.front();
+    const int64_t width = std::min(layer.k.numel(), layer.v.numel()) / prepared.chunk_length;
+    strategies = parse_specs(default_strategies(prepared.chunk_length, width));
+  }
+  for (const auto& s : strategies) {
+    try {
+      s->check(prepared);
+    } catch (const orbit::Error& e) {
+      ORBIT_FAIL("--strategies: " << e.what());
+    }
+  }
+  std::vector<rt::ArmResult> arms;
+  for (const auto& s : strategies) arms.push_back(rt::run_arm(prepared, *s));
+
+  const int64_t kv_bytes = rt::content_bytes(prepared.canonical, 4);
+  const rt::FlipRecover blind_flips =
+      rt::flip_recover(prepared.exact_logits, prepared.blind_logits, prepared.blind_logits);
+  const double kl_blind = rt::mean_kl(prepared.exact_logits, prepared.blind_logits);
+
+  if (args.flag("--json")) {
+    json rows = json::array();
+    for (const rt::ArmResult& a : arms) {
+      const rt::Fidelity& f = a.fidelity;
+      const rt::RepairCost& cost = a.repair.cost;
+      json layers = json::array();
+      for (std::size_t l = 0; l < f.kv_error.size(); ++l) {
+        layers.push_back(
+            {{"layer", l}, {"k", number_or_null(f.kv_error[l].k)}, {"v", number_or_null(f.kv_error[l].v)}});
+      }
+      rows.push_back({{"strategy", a.name},
+                      {"kl", f.kl},
+                      {"eta", number_or_null(f.eta)},
+                      {"top1", f.top1},
+                      {"flip_recover",
+                       {{"flips", f.flips.flips},
+                        {"recovered", f.flips.recovered},
+                        {"fraction", number_or_null(f.flips.fraction())}}},
+                      {"forward_tokens", cost.forward_tokens},
+                      {"forming_tokens", cost.forming_tokens},
+                      {"patch_bytes", cost.patch_bytes},
+                      {"patch_fraction", a.patch_fraction},
+                      {"seconds", cost.seconds},
+                      {"forming_seconds", cost.forming_seconds},
+                      {"decode_seconds", a.decode_seconds},
+                      {"exact", cost.exact},
+                      {"kv_error", layers}});
+    }
+    std::vector<int64_t> context_lengths;
+    for (const auto& chunk : prepared.scenario.context) context_lengths.push_back(chunk.length());
+    const json report = {{"model", model->origin()},
+                         {"fingerprint", model->fingerprint()},
+                         {"context_chunk_lengths", context_lengths},
+                         {"context_length", prepared.context_length},
+                         {"chunk_length", prepared.chunk_length},
+                         {"query_length", prepared.scenario.query.size()},
+                         {"chunk_kv_bytes", kv_bytes},
+                         {"kl_blind", kl_blind},
+                         {"blind_flips", blind_flips.flips},
+                         {"strategies", rows}};
+    std::cout << report.dump(2) << "\n";
+    return 0;
+  }
+
+  std::printf("model %s: context %lld tokens in %zu chunks, chunk %lld tokens, query %zu tokens\n",
+              model->origin().c_str(), (long long)prepared.context_length, prepared.scenario.context.size(),
+              (long long)prepared.chunk_length, prepared.scenario.query.size());
+  std::printf(
+      "vs. re-prefill of the window: KL(blind) = %.4g nats, blind flips the argmax at %lld of %zu positions; "
+      "B's KV = %lld bytes (float32)\n\n",
+      kl_blind, (long long)blind_flips.flips, prepared.scenario.query.size(), (long long)kv_bytes);
+  std::printf("%-22s %11s %8s %6s %10s %9s %9s %8s %10s %10s %5s\n", "strategy", "KL", "eta", "top1", "flip-rec",
+              "fwd-tok", "form-tok", "patch/KV", "repair-s", "form-s", "exact");
+  for (const rt::ArmResult& a : arms) {
+    const rt::Fidelity& f = a.fidelity;
+    const rt::RepairCost& cost = a.repair.cost;
+    const std::string flips =
+        f.flips.flips == 0 ? "0/0" : std::to_string(f.flips.recovered) + "/" + std::to_string(f.flips.flips);
+    std::printf("%-22s %11.4e %8s %6.3f %10s %9.1f %9.0f %7.1f%% %10.4f %10.4f %5s\n", a.name.c_str(), f.kl,
+                fixed(f.eta, "%.3f").c_str(), f.top1, flips.c_str(), cost.forward_tokens, cost.forming_tokens,
+                100.0 * a.patch_fraction, cost.seconds, cost.forming_seconds, cost.exact ? "yes" : "no");
+  }
+  std::printf(
+      "\nKL: mean next-token KL(re-prefill || arm) over query positions; eta = 1 - KL/KL(blind); "
+      "flip-rec: recovered/flipped argmaxes;\nfwd-tok: per-reuse forward tokens on B (l of L layers = l/L); "
+      "form-tok: one-time forming forward tokens; patch/KV: stored bytes / B's KV bytes.\n");
+  return 0;
+}
+
+}  // namespace orbit::cli

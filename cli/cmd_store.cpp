@@ -1,0 +1,154 @@
+// `orbit store ls|stat|verify|gc --store DIR`: inspect and maintain a chunk store directory offline.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "args.h"
+#include "commands.h"
+#include "orbit/common/error.h"
+#include "orbit/store.h"
+
+namespace orbit::cli {
+
+using nlohmann::json;
+
+namespace {
+
+const char* kStoreUsage =
+    "usage: orbit store <ls|stat|verify|gc> --store DIR [--json]\n"
+    "  ls      one line per entry: key, kind, encoding, bytes, flags, blob path\n"
+    "  stat    totals (entries and bytes per kind), fingerprint, unreferenced blobs and temp files\n"
+    "  verify  re-read every blob and check its checksum; reports corrupt or missing entries (deletes\n"
+    "          nothing); exit status 1 when any entry is bad\n"
+    "  gc      remove blobs no index row names and temp files of writes that never completed\n"
+    "          (--dry-run: only list them); the store must not be open in another process\n";
+
+json entry_json(const StoreEntryInfo& e) {
+  return {{"key", e.key},
+          {"kind", entry_kind_name(e.kind)},
+          {"encoding", blob_encoding_name(e.encoding)},
+          {"value_bytes", e.value_bytes},
+          {"blob_bytes", e.blob_bytes},
+          {"blob", e.blob_path},
+          {"checksum", e.checksum},
+          {"pinned", e.pinned},
+          {"marked_corrupt", e.marked_corrupt},
+          {"hits", e.hits}};
+}
+
+int run_ls(const Args& args, const std::string& dir) {
+  const std::vector<StoreEntryInfo> entries = list_store(dir);
+  if (args.flag("--json")) {
+    json out = json::array();
+    for (const auto& e : entries) out.push_back(entry_json(e));
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  for (const auto& e : entries) {
+    std::printf("%s  %-9s %-5s %12lld  %s%s %s\n", e.key.c_str(), entry_kind_name(e.kind),
+                blob_encoding_name(e.encoding), static_cast<long long>(e.blob_bytes), e.pinned ? "P" : "-",
+                e.marked_corrupt ? "C" : "-", e.blob_path.c_str());
+  }
+  std::printf("%zu entries\n", entries.size());
+  return 0;
+}
+
+int run_stat(const Args& args, const std::string& dir) {
+  const StoreSummary s = summarize_store(dir);
+  json kinds = json::object();
+  for (const auto& [kind, count] : s.entries_by_kind) kinds[kind]["entries"] = count;
+  for (const auto& [kind, bytes] : s.bytes_by_kind) kinds[kind]["blob_bytes"] = bytes;
+  const json out = {{"dir", s.dir},
+                    {"model_fingerprint", s.model_fingerprint},
+                    {"format_version", s.format_version},
+                    {"tiers", {{"disk", {{"entries", s.entries}, {"value_bytes", s.value_bytes},
+                                         {"blob_bytes", s.blob_bytes}, {"pinned", s.pinned}}},
+                               {"device", "per process (not persisted)"},
+                               {"host", "per process (not persisted)"}}},
+                    {"kinds", kinds},
+                    {"marked_corrupt", s.marked_corrupt},
+                    {"unreferenced_blobs", s.unreferenced_blobs},
+                    {"temp_files", s.temp_files}};
+  if (args.flag("--json")) {
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("store        %s\n", s.dir.c_str());
+  std::printf("fingerprint  %s (format %lld)\n", s.model_fingerprint.c_str(), static_cast<long long>(s.format_version));
+  std::printf("disk tier    %lld entries, %lld blob bytes (%lld in memory), %lld pinned\n",
+              static_cast<long long>(s.entries), static_cast<long long>(s.blob_bytes),
+              static_cast<long long>(s.value_bytes), static_cast<long long>(s.pinned));
+  std::printf("memory tiers per process (device, host): not persisted\n");
+  for (const auto& [kind, count] : s.entries_by_kind) {
+    std::printf("  %-10s %lld entries, %lld bytes\n", kind.c_str(), static_cast<long long>(count),
+                static_cast<long long>(kinds[kind]["blob_bytes"].get<int64_t>()));
+  }
+  std::printf("marked corrupt %lld, unreferenced blobs %lld, temp files %lld\n",
+              static_cast<long long>(s.marked_corrupt), static_cast<long long>(s.unreferenced_blobs),
+              static_cast<long long>(s.temp_files));
+  return 0;
+}
+
+int run_verify(const Args& args, const std::string& dir) {
+  const VerifyReport r = verify_store(dir);
+  if (args.flag("--json")) {
+    json problems = json::array();
+    for (const auto& p : r.problems) problems.push_back({{"key", p.key}, {"path", p.path}, {"reason", p.reason}});
+    std::cout << json{{"checked", r.checked}, {"clean", r.clean()}, {"problems", problems},
+                      {"unreferenced_blobs", r.unreferenced_blobs}, {"temp_files", r.temp_files}}
+                     .dump(2)
+              << "\n";
+  } else {
+    for (const auto& p : r.problems) {
+      std::printf("BAD %s %s: %s\n", p.key.c_str(), p.path.c_str(), p.reason.c_str());
+    }
+    std::printf("%lld entries checked, %zu bad; %lld unreferenced blobs, %lld temp files (gc removes them)\n",
+                static_cast<long long>(r.checked), r.problems.size(), static_cast<long long>(r.unreferenced_blobs),
+                static_cast<long long>(r.temp_files));
+  }
+  return r.clean() ? 0 : 1;
+}
+
+int run_gc(const Args& args, const std::string& dir) {
+  GcOptions options;
+  options.dry_run = args.flag("--dry-run");
+  const GcReport r = gc_store(dir, options);
+  if (args.flag("--json")) {
+    std::cout << json{{"dry_run", options.dry_run}, {"removed_blobs", r.removed_blobs},
+                      {"removed_temps", r.removed_temps}, {"freed_bytes", r.freed_bytes},
+                      {"paths", r.removed_paths}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  for (const auto& p : r.removed_paths) std::printf("%s %s\n", options.dry_run ? "would remove" : "removed", p.c_str());
+  std::printf("%s%lld unreferenced blobs, %lld temp files, %lld bytes\n", options.dry_run ? "(dry run) " : "",
+              static_cast<long long>(r.removed_blobs), static_cast<long long>(r.removed_temps),
+              static_cast<long long>(r.freed_bytes));
+  return 0;
+}
+
+}  // namespace
+
+int run_store(int argc, char** argv, int first) {
+  if (first >= argc || !std::strcmp(argv[first], "--help") || !std::strcmp(argv[first], "-h")) {
+    std::fputs(kStoreUsage, first >= argc ? stderr : stdout);
+    return first >= argc ? 2 : 0;
+  }
+  const std::string sub = argv[first];
+  ORBIT_CHECK(sub == "ls" || sub == "stat" || sub == "verify" || sub == "gc",
+              "store: unknown subcommand '" << sub << "' (known: ls, stat, verify, gc)");
+  const ArgSpec spec{{"--store"}, sub == "gc" ? std::set<std::string>{"--json", "--dry-run"}
+                                              : std::set<std::string>{"--json"}};
+  const Args args("store " + sub, spec, argc, argv, first + 1);
+  const std::string dir = args.required("--store");
+  if (sub == "ls") return run_ls(args, dir);
+  if (sub == "stat") return run_stat(args, dir);
+  if (sub == "verify") return run_verify(args, dir);
+  return run_gc(args, dir);
+}
+
+}  // namespace orbit::cli

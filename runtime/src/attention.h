@@ -1,0 +1,49 @@
+// Internal to the runtime: the attention families behind Model::forward (model.cpp drives the layer
+// loop; each family turns a layer's normed hidden states into content and attends over content).
+//
+// A family provides two functions:
+//   content(config, weights, h)  -> LayerKV of the computed tokens (content form, see model.h)
+//   attention(step)              -> [R, num_heads · v_head_dim()] attention output before o_proj
+// Keys of every token (past ‖ input) arrive in content form with their angles; a family rotates (and
+// for MLA expands) them itself, so relocation is the same function as the forward's RoPE.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "orbit/runtime/config.h"
+#include "orbit/runtime/model.h"
+
+namespace orbit::runtime::detail {
+
+// RMSNorm over the last dimension: x · rsqrt(mean(x²) + eps) · gain.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& gain, double eps);
+
+// x·Wᵀ (+ b when defined).
+at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+// Causal softmax attention. q: [R, H, d_k]; k: [S, H_kv, d_k]; v: [S, H_kv, d_v] (H_kv divides H; query
+// head h reads kv head h / (H / H_kv)). Query r sees keys [0, query_index[r]] (int64 [R]). scale
+// multiplies q·k before the softmax. Returns [R, H·d_v] float32.
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
+                  double scale);
+
+// One layer's attention inputs, R computed tokens over S = past + input key tokens.
+struct AttentionStep {
+  const ModelConfig& config;
+  const LayerWeights& weights;
+  const at::Tensor& h;             // RMSNorm'd hidden states of the computed tokens [R, hidden]
+  const at::Tensor& query_angles;  // RoPE angles of the computed tokens [R, rotary_dim/2] float64
+  const LayerKV& keys;             // content of all key tokens, float32, S rows
+  const at::Tensor& key_angles;    // RoPE angles of all key tokens [S, rotary_dim/2] float64
+  const at::Tensor& query_index;   // int64 [R]: the last key index each computed token sees
+};
+
+// GQA/MHA (Llama, Qwen2, Qwen2-VL): content = pre-RoPE keys and values [R, H_kv, head_dim].
+LayerKV gqa_content(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& h);
+at::Tensor gqa_attention(const AttentionStep& step);
+
+// MLA (DeepSeek-V2): content = pre-rotation k_pe [R, 1, d_rope] and latent c_KV [R, 1, r_kv].
+LayerKV mla_content(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& h);
+at::Tensor mla_attention(const AttentionStep& step);
+
+}  // namespace orbit::runtime::detail

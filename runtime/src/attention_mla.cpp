@@ -1,0 +1,60 @@
+// Multi-head latent attention (DeepSeek-V2), see MlaConfig in config.h.
+//
+//   content (stored):   k = k_pe [R, 1, d_rope] before rotation,  v = c_KV [R, 1, r_kv] after kv_a_layernorm
+//   attended:           per head h,  k_h = [k_nope_h ‖ RoPE(k_pe)],  v_h,   [k_nope_h ‖ v_h] = W_kvb,h · c_KV
+//                       q_h = [q_nope_h ‖ RoPE(q_pe_h)]
+//
+// DeepSeek-V2's reference code permutes q_pe/k_pe from interleaved pairs to half-split before
+// rotate_half; that is the interleaved layout on the stored order (RopeConfig.layout = kInterleaved),
+// so stored k_pe is in checkpoint order. This is the "naive" (non-absorbed) form: k_nope and v are
+// re-expanded from the latent for every key token in every layer.
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "attention.h"
+#include "orbit/runtime/rope.h"
+
+namespace orbit::runtime::detail {
+
+namespace {
+// HF's q_a_layernorm / kv_a_layernorm are built without an eps argument: its default, 1e-6.
+constexpr double kLatentNormEps = 1e-6;
+}  // namespace
+
+LayerKV mla_content(const ModelConfig& c, const LayerWeights& w, const at::Tensor& h) {
+  const MlaConfig& m = c.mla;
+  const int64_t R = h.size(0);
+  const at::Tensor compressed = dense(h, w.wkv_a);  // [R, r_kv + d_rope] = [c ‖ k_pe]
+  const at::Tensor latent = rms_norm(compressed.narrow(1, 0, m.kv_lora_rank), w.kv_a_norm, kLatentNormEps);
+  const at::Tensor k_pe = compressed.narrow(1, m.kv_lora_rank, m.qk_rope_head_dim);
+  return {k_pe.contiguous().view({R, 1, m.qk_rope_head_dim}), latent.contiguous().view({R, 1, m.kv_lora_rank})};
+}
+
+at::Tensor mla_attention(const AttentionStep& s) {
+  const ModelConfig& c = s.config;
+  const MlaConfig& m = c.mla;
+  const LayerWeights& w = s.weights;
+  const int64_t R = s.h.size(0), S = s.keys.k.size(0), H = c.num_heads;
+
+  // Queries: [R, H, d_nope + d_rope].
+  const at::Tensor q_flat =
+      m.q_lora_rank == 0 ? dense(s.h, w.wq) : dense(rms_norm(dense(s.h, w.wq_a), w.q_a_norm, kLatentNormEps), w.wq_b);
+  const at::Tensor q = q_flat.view({R, H, c.head_dim});
+  const at::Tensor q_nope = q.narrow(2, 0, m.qk_nope_head_dim);
+  // YaRN's attention factor scales cos and sin of both q_pe and k_pe: the RoPE part of q·k by its square.
+  const double a = rope_attention_scaling(c.rope);
+  const at::Tensor q_pe =
+      rope_rotate(c.rope, q.narrow(2, m.qk_nope_head_dim, m.qk_rope_head_dim), s.query_angles).mul_(a * a);
+
+  // Keys and values of every key token, expanded from the latent: [S, H, d_nope + d_v].
+  const at::Tensor kv = dense(s.keys.v.reshape({S, m.kv_lora_rank}), w.wkv_b).view({S, H, m.qk_nope_head_dim + m.v_head_dim});
+  const at::Tensor k_nope = kv.narrow(2, 0, m.qk_nope_head_dim);
+  const at::Tensor v = kv.narrow(2, m.qk_nope_head_dim, m.v_head_dim);
+  const at::Tensor k_pe = rope_rotate(c.rope, s.keys.k, s.key_angles).expand({S, H, m.qk_rope_head_dim});
+
+  const double scale = rope_mla_softmax_scaling(c.rope) / std::sqrt(static_cast<double>(c.head_dim));
+  return attend(at::cat({q_nope, q_pe}, 2), at::cat({k_nope, k_pe}, 2), v.contiguous(), s.query_index, scale);
+}
+
+}  // namespace orbit::runtime::detail

@@ -1,0 +1,171 @@
+// The chunk store's public, torch-free surface (DESIGN.md §5): content and patch keys, tier names and
+// statistics, and offline inspection of a store directory (what `orbit store ls|stat|verify|gc` prints).
+//
+// The store itself (tensors in, tensors out, budgets, eviction, demotion) is engine-internal and lives in
+// sdk/src/store/; an application reaches it through the Engine. Nothing here includes torch.
+//
+// Store directory layout (one model fingerprint per directory):
+//
+//   DIR/index.sqlite (+ -wal, -shm)   SQLite index in WAL mode: one row per committed entry
+//   DIR/blobs/<k0k1>/<key>.<nonce>.blob  one immutable blob per committed write (framed, SHA-256 trailer)
+//   DIR/blobs/<k0k1>/.<...>.tmp       a write in flight (or killed mid-write); removed by gc
+//   DIR/LOCK                          flock(2): exclusive while a process has the store open for writing
+//
+// A blob is renamed into place (after fsync) before its index row commits, so every row names a complete
+// blob; a crash can leave only unreferenced blobs and temp files, which gc removes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace orbit {
+
+// ---- keys --------------------------------------------------------------------------------------------
+// Every key is 64 lowercase hex characters (SHA-256). Hashed records are framed (a domain tag, then
+// length-prefixed fields in little-endian order), so no two different inputs share a byte stream. Keys
+// never depend on where a chunk sits in a window, and are identical in every process and build.
+
+// A chunk of token ids, for the model with `model_fingerprint` (Model::fingerprint()).
+std::string chunk_key_tokens(const std::string& model_fingerprint, const std::vector<int64_t>& tokens);
+
+// A media chunk (image, video frame) identified by a caller's digest of its pixels or encoded bytes, plus
+// its position grid: `grid` holds `grid_dims` coordinates per token, flattened token-major (M-RoPE:
+// grid_dims = 3, (t, h, w) per token). The grid is hashed relative to its per-coordinate minimum, so the
+// same media placed at another offset has the same key. Throws orbit::Error when grid.size() is not a
+// multiple of grid_dims or grid_dims < 1.
+std::string chunk_key_media(const std::string& model_fingerprint, const std::string& media_digest,
+                            const std::vector<int64_t>& grid, int64_t grid_dims);
+
+// A chunk given as input embeddings: raw bytes of a row-major [rows, cols] array of `dtype` ("float32",
+// "bfloat16", ...), plus an optional position grid as above (empty = none).
+struct EmbeddingBytes {
+  const void* data = nullptr;
+  std::size_t size = 0;  // bytes; must equal rows × cols × dtype size (checked by the caller's codec)
+  std::string dtype;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+std::string chunk_key_embeddings(const std::string& model_fingerprint, const EmbeddingBytes& embeddings,
+                                 const std::vector<int64_t>& grid = {}, int64_t grid_dims = 3);
+
+// Context signatures for patch keys. `context` is the ordered list of chunk keys before the chunk.
+//   exact: hashes the ordered context (a patch formed behind exactly this sequence).
+//   orbit: hashes the ordered prefix plus the sorted multiset of antecedent keys (any order of the set).
+std::string exact_signature(const std::vector<std::string>& context);
+std::string orbit_signature(const std::vector<std::string>& prefix, const std::vector<std::string>& antecedents);
+
+struct PatchKey {
+  std::string chunk;              // content key of the patched chunk
+  std::string context_signature;  // exact_signature(...) or orbit_signature(...)
+  std::string variant;            // e.g. "full", "deep-only@3", "shared-basis"; any non-empty label
+  int64_t rank_k = 0;
+  int64_t rank_v = 0;
+};
+// The store key of a patch: SHA-256 over every field. Throws orbit::Error on an empty variant or a
+// chunk/signature that is not a 64-hex key.
+std::string patch_key(const PatchKey& key);
+
+// True for 64 lowercase hex characters.
+bool is_store_key(const std::string& key);
+
+// ---- tiers and entries -------------------------------------------------------------------------------
+
+enum class StoreTier { kDevice = 0, kHost = 1, kDisk = 2 };
+const char* store_tier_name(StoreTier tier) noexcept;  // "device", "host", "disk"
+
+enum class EntryKind { kCanonical = 0, kPatch = 1, kEmbedding = 2, kOther = 3 };
+const char* entry_kind_name(EntryKind kind) noexcept;  // "canonical", "patch", "embedding", "other"
+
+// How a disk blob stores floating tensors.
+enum class BlobEncoding { kExact = 0, kInt8 = 1 };  // kInt8: symmetric int8 per row + float32 scales
+const char* blob_encoding_name(BlobEncoding encoding) noexcept;  // "exact", "int8"
+
+// Counters of one tier in one process. Bytes are what the tier charges against its budget: tensor bytes
+// (host), whole pages (device), blob file bytes (disk).
+struct TierStats {
+  StoreTier tier = StoreTier::kHost;
+  bool enabled = false;
+  int64_t entries = 0;
+  int64_t bytes = 0;
+  int64_t budget_bytes = 0;
+  int64_t pinned_entries = 0;
+  int64_t hits = 0;        // get() served from this tier
+  int64_t evictions = 0;   // entries that left this tier under budget pressure (demoted or, on disk, dropped)
+  int64_t demotions = 0;   // entries moved from this tier to the next one down
+  int64_t promotions = 0;  // entries copied into this tier on access
+};
+
+struct StoreStats {
+  std::vector<TierStats> tiers;  // device, host, disk (disabled tiers included, enabled = false)
+  int64_t misses = 0;
+  int64_t refusals = 0;      // puts no tier could admit (backpressure)
+  int64_t corrupt_reads = 0; // blobs that failed their checksum on read (served as misses)
+  int64_t io_errors = 0;     // puts that failed on disk (full, permission)
+};
+
+// ---- offline inspection (the CLI) -------------------------------------------------------------------
+// These open DIR read-only through SQLite (safe while an engine has the store open) except gc_store,
+// which needs the store closed everywhere (it takes the exclusive lock). They do not need a model.
+// Throw orbit::Error when DIR is not a store or its index cannot be read.
+
+struct StoreEntryInfo {
+  std::string key;
+  EntryKind kind = EntryKind::kOther;
+  BlobEncoding encoding = BlobEncoding::kExact;
+  int64_t value_bytes = 0;  // the tensors' bytes as stored in memory
+  int64_t blob_bytes = 0;   // the blob file's size
+  std::string blob_path;    // absolute
+  std::string checksum;     // SHA-256 hex of the blob without its trailer
+  bool pinned = false;
+  bool marked_corrupt = false;  // a read found it corrupt; served as a miss until rewritten
+  int64_t hits = 0;
+};
+
+struct StoreSummary {
+  std::string dir;
+  std::string model_fingerprint;
+  int64_t format_version = 0;
+  int64_t entries = 0;
+  int64_t value_bytes = 0;
+  int64_t blob_bytes = 0;
+  int64_t pinned = 0;
+  int64_t marked_corrupt = 0;
+  std::vector<std::pair<std::string, int64_t>> entries_by_kind;  // kind name -> count
+  std::vector<std::pair<std::string, int64_t>> bytes_by_kind;    // kind name -> blob bytes
+  int64_t unreferenced_blobs = 0;  // blob files no row names (a crash between rename and commit)
+  int64_t temp_files = 0;          // writes that never completed
+};
+
+struct VerifyProblem {
+  std::string key;
+  std::string path;
+  std::string reason;  // "missing", "size 10 != 4096 in the index", "checksum mismatch", ...
+};
+
+struct VerifyReport {
+  int64_t checked = 0;
+  std::vector<VerifyProblem> problems;  // corrupt or missing blobs (reported, never deleted)
+  int64_t unreferenced_blobs = 0;
+  int64_t temp_files = 0;
+  bool clean() const { return problems.empty(); }
+};
+
+struct GcOptions {
+  bool dry_run = false;  // report what would be removed, remove nothing
+};
+
+struct GcReport {
+  int64_t removed_blobs = 0;   // unreferenced blob files
+  int64_t removed_temps = 0;   // temp files of writes that never completed
+  int64_t freed_bytes = 0;
+  std::vector<std::string> removed_paths;
+};
+
+std::vector<StoreEntryInfo> list_store(const std::string& dir);
+StoreSummary summarize_store(const std::string& dir);
+VerifyReport verify_store(const std::string& dir);
+// Throws orbit::Error when another process holds the store open.
+GcReport gc_store(const std::string& dir, const GcOptions& options = {});
+
+}  // namespace orbit

@@ -1,0 +1,282 @@
+#include "store/blob_format.h"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <limits>
+
+#include "orbit/common/error.h"
+#include "orbit/common/sha256.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the store's blob format assumes a little-endian host"
+#endif
+
+namespace orbit::store {
+
+namespace {
+
+constexpr char kMagic[8] = {'O', 'R', 'B', 'T', 'B', 'L', 'O', 'B'};
+constexpr std::size_t kAlign = 64;
+const uint8_t kZeros[kAlign] = {};
+
+enum : uint8_t { kCodecRaw = 0, kCodecInt8Rows = 1 };
+
+// Stable on-disk dtype codes (never reorder).
+constexpr at::ScalarType kDtypes[] = {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble, at::kLong,
+                                      at::kInt,   at::kShort, at::kChar,     at::kByte,   at::kBool};
+constexpr int kNumDtypes = sizeof(kDtypes) / sizeof(kDtypes[0]);
+
+int dtype_code(at::ScalarType dtype) {
+  for (int i = 0; i < kNumDtypes; ++i) {
+    if (kDtypes[i] == dtype) return i;
+  }
+  return -1;
+}
+
+std::size_t padded(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+template <typename T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+void put_str(std::string& out, const std::string& s) {
+  put<uint32_t>(out, static_cast<uint32_t>(s.size()));
+  out.append(s);
+}
+
+// Bounds-checked reader over the header record; any overrun marks the cursor failed.
+class Cursor {
+ public:
+  Cursor(const uint8_t* data, std::size_t size) : data_(data), size_(size) {}
+  template <typename T>
+  T get() {
+    T value{};
+    if (!take(sizeof value)) return value;
+    std::memcpy(&value, data_ + pos_ - sizeof value, sizeof value);
+    return value;
+  }
+  std::string get_str() {
+    const uint32_t n = get<uint32_t>();
+    if (failed_ || !take(n)) return {};
+    return std::string(reinterpret_cast<const char*>(data_ + pos_ - n), n);
+  }
+  bool failed() const { return failed_; }
+  bool at_end() const { return pos_ == size_; }
+
+ private:
+  bool take(std::size_t n) {
+    if (failed_ || n > size_ - pos_) {
+      failed_ = true;
+      return false;
+    }
+    pos_ += n;
+    return true;
+  }
+  const uint8_t* data_;
+  std::size_t size_;
+  std::size_t pos_ = 0;
+  bool failed_ = false;
+};
+
+Status corrupt(const std::string& origin, const std::string& what) {
+  return Status::not_found("corrupt blob " + origin + ": " + what);
+}
+
+}  // namespace
+
+bool blob_dtype_supported(at::ScalarType dtype) { return dtype_code(dtype) >= 0; }
+
+uint64_t EncodedBlob::size() const {
+  uint64_t total = head.size() + kBlobTrailerBytes;
+  for (const auto& piece : pieces) total += piece.second;
+  return total;
+}
+
+namespace {
+
+bool quantized(const at::Tensor& x, BlobEncoding encoding) {
+  return encoding == BlobEncoding::kInt8 && at::isFloatingType(x.scalar_type()) && x.numel() > 0;
+}
+
+uint64_t payload_bytes(const at::Tensor& x, BlobEncoding encoding) {
+  if (!quantized(x, encoding)) return x.nbytes();
+  const uint64_t numel = static_cast<uint64_t>(x.numel());
+  const uint64_t rows = numel / static_cast<uint64_t>(x.dim() == 0 ? 1 : x.size(-1));
+  return numel + (4 - numel % 4) % 4 + 4 * rows;
+}
+
+// Magic, version, header record and padding: everything before the first payload.
+std::string blob_head(const std::string& key, const std::string& model_fingerprint, const StoredValue& value,
+                      BlobEncoding encoding) {
+  std::string record;
+  put<uint8_t>(record, static_cast<uint8_t>(value.kind));
+  put<uint8_t>(record, static_cast<uint8_t>(encoding));
+  put<uint16_t>(record, 0);
+  put_str(record, key);
+  put_str(record, model_fingerprint);
+  put<uint32_t>(record, static_cast<uint32_t>(value.attrs.size()));
+  for (const auto& [name, text] : value.attrs) {
+    put_str(record, name);
+    put_str(record, text);
+  }
+  put<uint32_t>(record, static_cast<uint32_t>(value.tensors.size()));
+  uint64_t offset = 0;
+  for (const NamedTensor& t : value.tensors) {
+    const at::Tensor& x = t.tensor;
+    put_str(record, t.name);
+    put<uint8_t>(record, static_cast<uint8_t>(dtype_code(x.scalar_type())));
+    put<uint8_t>(record, quantized(x, encoding) ? kCodecInt8Rows : kCodecRaw);
+    put<uint8_t>(record, static_cast<uint8_t>(x.dim()));
+    put<uint8_t>(record, 0);
+    for (int64_t d : x.sizes()) put<int64_t>(record, d);
+    const uint64_t nbytes = payload_bytes(x, encoding);
+    put<uint64_t>(record, offset);
+    put<uint64_t>(record, nbytes);
+    offset += padded(nbytes);
+  }
+  std::string head(kMagic, sizeof kMagic);
+  put<uint32_t>(head, kBlobFormatVersion);
+  put<uint32_t>(head, static_cast<uint32_t>(record.size()));
+  head += record;
+  head.append(padded(head.size()) - head.size(), '\0');
+  return head;
+}
+
+}  // namespace
+
+uint64_t encoded_blob_size(const std::string& key, const std::string& model_fingerprint, const StoredValue& value,
+                           BlobEncoding encoding) {
+  uint64_t total = blob_head(key, model_fingerprint, value, encoding).size() + kBlobTrailerBytes;
+  for (const NamedTensor& t : value.tensors) total += padded(payload_bytes(t.tensor, encoding));
+  return total;
+}
+
+EncodedBlob encode_blob(const std::string& key, const std::string& model_fingerprint, const StoredValue& value,
+                        BlobEncoding encoding) {
+  EncodedBlob blob;
+  blob.head = blob_head(key, model_fingerprint, value, encoding);
+  for (const NamedTensor& t : value.tensors) {
+    const at::Tensor& x = t.tensor;
+    ORBIT_CHECK(x.is_contiguous() && x.device().is_cpu(), "encode_blob: tensor '" << t.name << "' of key " << key
+                                                                                  << " is not contiguous CPU");
+    const uint64_t nbytes = payload_bytes(x, encoding);
+    if (quantized(x, encoding)) {
+      const int64_t cols = x.dim() == 0 ? 1 : x.size(-1);
+      const at::Tensor rows = x.to(at::kFloat).reshape({-1, cols});
+      const at::Tensor scale = (rows.abs().amax({1}, /*keepdim=*/true) / 127.0).clamp_min(1e-30);
+      const at::Tensor q = (rows / scale).round().clamp(-127, 127).to(at::kChar).contiguous();
+      const at::Tensor s = scale.reshape({-1}).contiguous();
+      blob.keep_alive.push_back(q);
+      blob.keep_alive.push_back(s);
+      const std::size_t qbytes = static_cast<std::size_t>(q.numel());
+      const std::size_t qpad = (4 - qbytes % 4) % 4;
+      blob.pieces.emplace_back(static_cast<const uint8_t*>(q.data_ptr()), qbytes);
+      if (qpad) blob.pieces.emplace_back(kZeros, qpad);
+      blob.pieces.emplace_back(static_cast<const uint8_t*>(s.data_ptr()), static_cast<std::size_t>(s.nbytes()));
+    } else if (nbytes) {
+      blob.pieces.emplace_back(static_cast<const uint8_t*>(x.data_ptr()), nbytes);
+    }
+    const std::size_t pad = padded(nbytes) - nbytes;
+    if (pad) blob.pieces.emplace_back(kZeros, pad);
+  }
+  return blob;
+}
+
+Result<DecodedBlob> decode_blob(const at::Tensor& bytes, const std::string& expected_checksum,
+                                const std::string& origin) {
+  ORBIT_CHECK(bytes.scalar_type() == at::kByte && bytes.dim() == 1 && bytes.is_contiguous(),
+              "decode_blob: expects a contiguous uint8 [size] buffer");
+  const std::size_t size = static_cast<std::size_t>(bytes.numel());
+  const uint8_t* data = bytes.data_ptr<uint8_t>();
+  if (size < 16 + kBlobTrailerBytes) return corrupt(origin, "truncated (" + std::to_string(size) + " bytes)");
+  const std::size_t body = size - kBlobTrailerBytes;
+  DecodedBlob out;
+  out.checksum = Sha256().update(data, body).hex_digest();
+  const std::string trailer(reinterpret_cast<const char*>(data + body), kBlobTrailerBytes);
+  if (trailer != out.checksum) return corrupt(origin, "checksum mismatch (trailer " + trailer.substr(0, 16) +
+                                                          "..., contents " + out.checksum.substr(0, 16) + "...)");
+  if (!expected_checksum.empty() && expected_checksum != out.checksum) {
+    return corrupt(origin, "checksum " + out.checksum.substr(0, 16) + "... differs from the index's " +
+                               expected_checksum.substr(0, 16) + "...");
+  }
+  if (std::memcmp(data, kMagic, sizeof kMagic) != 0) return corrupt(origin, "bad magic");
+  uint32_t version = 0, record_size = 0;
+  std::memcpy(&version, data + 8, 4);
+  std::memcpy(&record_size, data + 12, 4);
+  if (version != kBlobFormatVersion) return corrupt(origin, "unknown format version " + std::to_string(version));
+  if (record_size > body - 16) return corrupt(origin, "header record past the end");
+  const std::size_t data_start = padded(16 + record_size);
+  if (data_start > body) return corrupt(origin, "data section past the end");
+
+  Cursor c(data + 16, record_size);
+  const auto kind = c.get<uint8_t>();
+  const auto encoding = c.get<uint8_t>();
+  c.get<uint16_t>();
+  out.key = c.get_str();
+  out.model_fingerprint = c.get_str();
+  if (kind > static_cast<uint8_t>(EntryKind::kOther) || encoding > static_cast<uint8_t>(BlobEncoding::kInt8)) {
+    return corrupt(origin, "unknown kind or encoding");
+  }
+  out.encoding = static_cast<BlobEncoding>(encoding);
+  std::map<std::string, std::string> attrs;
+  const uint32_t num_attrs = c.get<uint32_t>();
+  for (uint32_t i = 0; i < num_attrs && !c.failed(); ++i) {
+    std::string name = c.get_str();
+    attrs[name] = c.get_str();
+  }
+  std::vector<NamedTensor> tensors;
+  const uint32_t num_tensors = c.get<uint32_t>();
+  for (uint32_t i = 0; i < num_tensors && !c.failed(); ++i) {
+    NamedTensor t;
+    t.name = c.get_str();
+    const auto code = c.get<uint8_t>();
+    const auto codec = c.get<uint8_t>();
+    const auto ndim = c.get<uint8_t>();
+    c.get<uint8_t>();
+    if (c.failed()) break;
+    if (code >= kNumDtypes || codec > kCodecInt8Rows || ndim > kMaxBlobDims) {
+      return corrupt(origin, "tensor '" + t.name + "': bad dtype, codec or rank");
+    }
+    std::vector<int64_t> shape(ndim);
+    uint64_t numel = 1;
+    for (auto& d : shape) {
+      d = c.get<int64_t>();
+      if (d < 0 || (d > 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / static_cast<uint64_t>(d))) {
+        return corrupt(origin, "tensor '" + t.name + "': bad shape");
+      }
+      numel *= static_cast<uint64_t>(d);
+    }
+    const uint64_t offset = c.get<uint64_t>();
+    const uint64_t nbytes = c.get<uint64_t>();
+    if (c.failed()) break;
+    const at::ScalarType dtype = kDtypes[code];
+    const uint64_t rows = numel == 0 ? 0 : numel / static_cast<uint64_t>(ndim == 0 ? 1 : shape.back());
+    const uint64_t qbytes = numel + (4 - numel % 4) % 4;
+    const uint64_t want = codec == kCodecRaw ? numel * c10::elementSize(dtype) : qbytes + 4 * rows;
+    if (nbytes != want || offset % kAlign != 0 || offset > body - data_start || nbytes > body - data_start - offset) {
+      return corrupt(origin, "tensor '" + t.name + "': payload size or offset out of range");
+    }
+    const int64_t begin = static_cast<int64_t>(data_start + offset);
+    if (numel == 0) {
+      t.tensor = at::empty(shape, at::TensorOptions().dtype(dtype));
+    } else if (codec == kCodecRaw) {
+      t.tensor = bytes.narrow(0, begin, static_cast<int64_t>(nbytes)).view(dtype).view(shape);
+    } else {
+      const at::Tensor q = bytes.narrow(0, begin, static_cast<int64_t>(numel)).view(at::kChar);
+      const at::Tensor s = bytes.narrow(0, begin + static_cast<int64_t>(qbytes), static_cast<int64_t>(4 * rows))
+                               .view(at::kFloat);
+      t.tensor = (q.to(at::kFloat).view({static_cast<int64_t>(rows), -1}) * s.view({-1, 1})).view(shape).to(dtype);
+    }
+    tensors.push_back(std::move(t));
+  }
+  if (c.failed() || !c.at_end()) return corrupt(origin, "malformed header record");
+  try {
+    out.value = make_value(static_cast<EntryKind>(kind), std::move(tensors), std::move(attrs), /*copy=*/false);
+  } catch (const Error& e) {
+    return corrupt(origin, e.what());
+  }
+  return out;
+}
+
+}  // namespace orbit::store

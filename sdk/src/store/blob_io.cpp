@@ -1,0 +1,171 @@
+#include "store/blob_io.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "orbit/common/error.h"
+#include "orbit/common/sha256.h"
+
+namespace orbit::store {
+
+namespace {
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_;
+};
+
+int do_fsync(const IoHooks& hooks, int fd) { return hooks.fsync ? hooks.fsync(fd) : ::fsync(fd); }
+
+// Writes all of [data, data + size); returns 0 or the errno of the failure.
+int write_all(const IoHooks& hooks, int fd, const void* data, std::size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const std::size_t step = size < (std::size_t{1} << 30) ? size : (std::size_t{1} << 30);
+    const ssize_t n = hooks.write ? hooks.write(fd, p, step) : ::write(fd, p, step);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EIO;
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
+int fsync_directory(const IoHooks& hooks, const std::string& dir) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return errno;
+  return do_fsync(hooks, fd.get()) == 0 ? 0 : errno;
+}
+
+}  // namespace
+
+std::string errno_text(int error) {
+  char buffer[256];
+  // GNU strerror_r returns the message (possibly not in buffer).
+  return std::string(strerror_r(error, buffer, sizeof buffer));
+}
+
+Status io_failure(const std::string& what, const std::string& path, int error) {
+  const std::string reason = what + " " + path + ": " + errno_text(error);
+  if (error == ENOSPC || error == EDQUOT || error == EFBIG) return Status::out_of_capacity(reason);
+  return Status::refused(reason);
+}
+
+std::string unique_nonce() {
+  static const uint64_t base = [] {
+    std::random_device device;
+    return (static_cast<uint64_t>(device()) << 32) ^ device() ^ static_cast<uint64_t>(::getpid());
+  }();
+  static std::atomic<uint64_t> counter{0};
+  const uint64_t value = base + 0x9e3779b97f4a7c15ULL * (counter.fetch_add(1) + 1);
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+Status write_blob_file(const std::string& final_path, const EncodedBlob& blob, const IoHooks& hooks,
+                       BlobWriteResult* result) {
+  const std::filesystem::path target(final_path);
+  const std::string dir = target.parent_path().string();
+  const std::string temp = (target.parent_path() / ("." + target.filename().string() + ".tmp")).string();
+  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return io_failure("disk tier: cannot create", temp, errno);
+  auto fail = [&](const char* what, int error) {
+    ::close(fd.release());
+    ::unlink(temp.c_str());
+    return io_failure(what, temp, error);
+  };
+  Sha256 hash;
+  int error = write_all(hooks, fd.get(), blob.head.data(), blob.head.size());
+  hash.update(blob.head.data(), blob.head.size());
+  for (std::size_t i = 0; i < blob.pieces.size() && error == 0; ++i) {
+    error = write_all(hooks, fd.get(), blob.pieces[i].first, blob.pieces[i].second);
+    hash.update(blob.pieces[i].first, blob.pieces[i].second);
+  }
+  if (error != 0) return fail("disk tier: cannot write", error);
+  const std::string checksum = hash.hex_digest();
+  error = write_all(hooks, fd.get(), checksum.data(), checksum.size());
+  if (error != 0) return fail("disk tier: cannot write", error);
+  if (do_fsync(hooks, fd.get()) != 0) return fail("disk tier: cannot fsync", errno);
+  if (::close(fd.release()) != 0) {
+    const int e = errno;
+    ::unlink(temp.c_str());
+    return io_failure("disk tier: cannot close", temp, e);
+  }
+  if (::rename(temp.c_str(), final_path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(temp.c_str());
+    return io_failure("disk tier: cannot rename into", final_path, e);
+  }
+  if ((error = fsync_directory(hooks, dir)) != 0) {
+    // The blob is complete but its name may not survive a power loss: undo, so no row ever names it.
+    ::unlink(final_path.c_str());
+    return io_failure("disk tier: cannot fsync directory", dir, error);
+  }
+  result->checksum = checksum;
+  result->bytes = blob.size();
+  return Status::ok();
+}
+
+Result<at::Tensor> read_file_bytes(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return Status::not_found("cannot open " + path + ": " + errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return Status::not_found("cannot stat " + path + ": " + errno_text(errno));
+  at::Tensor bytes = at::empty({static_cast<int64_t>(st.st_size)}, at::TensorOptions().dtype(at::kByte));
+  char* p = static_cast<char*>(bytes.data_ptr());
+  std::size_t left = static_cast<std::size_t>(st.st_size);
+  while (left > 0) {
+    const ssize_t n = ::read(fd.get(), p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::not_found("cannot read " + path + ": " + errno_text(errno));
+    if (n == 0) return Status::not_found("cannot read " + path + ": file shrank while reading");
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  return bytes;
+}
+
+Status ensure_directory(const std::string& path, const IoHooks& hooks) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Status::ok();
+  const std::filesystem::path p(path);
+  if (p.has_parent_path() && p.parent_path() != p) {
+    Status parent = ensure_directory(p.parent_path().string(), hooks);
+    if (!parent) return parent;
+  }
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return io_failure("cannot create directory", path, errno);
+  if (p.has_parent_path()) {
+    const int error = fsync_directory(hooks, p.parent_path().string());
+    if (error != 0) return io_failure("cannot fsync directory", p.parent_path().string(), error);
+  }
+  return Status::ok();
+}
+
+}  // namespace orbit::store

@@ -1,0 +1,57 @@
+// File I/O for the disk tier: crash-safe blob writes and whole-file reads.
+//
+// A blob is written to a temp file beside its final path, hashed while written, given its trailer,
+// fsync'd, renamed into place and the directory fsync'd: after write_blob_file returns ok the blob
+// survives a crash (SIGKILL or power loss); before, at most a temp file is left behind (gc removes it).
+// Thread-safe: functions keep no state; concurrent writes use distinct temp names.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <sys/types.h>
+
+#include "orbit/common/status.h"
+#include "store/blob_format.h"
+
+namespace orbit::store {
+
+// Fault injection for tests (disk full, permission errors). Empty members mean the real system call.
+struct IoHooks {
+  // Replaces ::write(2) for blob files: return -1 with errno set to fail.
+  std::function<ssize_t(int fd, const void* data, std::size_t size)> write;
+  // Replaces ::fsync(2) for blob files and their directories.
+  std::function<int(int fd)> fsync;
+};
+
+struct BlobWriteResult {
+  std::string checksum;  // SHA-256 hex over the file without its trailer (== the trailer)
+  uint64_t bytes = 0;    // file size
+};
+
+// Writes `blob` to `final_path` (its directory must exist). On failure removes the temp file and returns
+// out_of_capacity (ENOSPC, EDQUOT, EFBIG: the disk is full or a size limit was hit) or refused (any
+// other errno, e.g. EACCES, EROFS, EIO), with a reason naming the path and the error.
+Status write_blob_file(const std::string& final_path, const EncodedBlob& blob, const IoHooks& hooks,
+                       BlobWriteResult* result);
+
+// Reads a whole file into a uint8 [size] CPU tensor; not_found naming the path when it is missing or
+// cannot be read.
+Result<at::Tensor> read_file_bytes(const std::string& path);
+
+// mkdir -p for `path` with each newly created directory's parent fsync'd. Returns refused on failure.
+Status ensure_directory(const std::string& path, const IoHooks& hooks);
+
+// A unique suffix for file names: 16 hex characters (random per process, then a counter).
+std::string unique_nonce();
+
+// strerror_r as a std::string.
+std::string errno_text(int error);
+
+// Status for a failed system call on `path`: out_of_capacity for ENOSPC/EDQUOT/EFBIG, refused otherwise.
+Status io_failure(const std::string& what, const std::string& path, int error);
+
+}  // namespace orbit::store

@@ -1,0 +1,486 @@
+#include "store/chunk_store.h"
+
+#include <algorithm>
+
+#include "orbit/common/error.h"
+
+namespace orbit::store {
+
+namespace {
+
+void check_key(const std::string& key, const char* what) {
+  ORBIT_CHECK(is_store_key(key), "ChunkStore::" << what << ": '" << key
+                                                << "' is not a store key (64 lowercase hex characters)");
+}
+
+}  // namespace
+
+ChunkStore::ChunkStore(ChunkStoreOptions options) : options_(std::move(options)) {
+  ORBIT_CHECK(!options_.model_fingerprint.empty(), "ChunkStore: options.model_fingerprint is empty");
+  ORBIT_CHECK(options_.device_policy && options_.host_policy && options_.disk_policy,
+              "ChunkStore: every tier needs an eviction policy");
+  if (options_.device) device_ = std::make_unique<DeviceTier>(*options_.device);
+  host_ = std::make_unique<MemoryTier>(options_.host_budget_bytes);
+  if (!options_.dir.empty()) {
+    DiskTierOptions disk;
+    disk.dir = options_.dir;
+    disk.model_fingerprint = options_.model_fingerprint;
+    disk.budget_bytes = options_.disk_budget_bytes;
+    disk.int8_canonicals = options_.int8_cold_tier;
+    disk.io_hooks = options_.io_hooks;
+    disk_ = std::make_unique<DiskTier>(disk);
+    for (const auto& [key, row] : disk_->rows()) {
+      Meta m;
+      m.kind = row.kind;
+      m.pinned = row.pinned;
+      m.last_access = static_cast<uint64_t>(row.last_access);
+      m.hits = row.hits;
+      m.recompute_cost = row.recompute_cost;
+      m.expected_reuse = row.expected_reuse;
+      clock_ = std::max(clock_, m.last_access);
+      meta_.emplace(key, m);
+    }
+  }
+}
+
+ChunkStore::~ChunkStore() {
+  try {
+    (void)flush();
+  } catch (...) {  // a destructor must not throw; the access times are an optimisation
+  }
+}
+
+Tier* ChunkStore::tier(StoreTier id) const {
+  switch (id) {
+    case StoreTier::kDevice: return device_.get();
+    case StoreTier::kHost: return host_.get();
+    case StoreTier::kDisk: return disk_.get();
+  }
+  return nullptr;
+}
+
+const EvictionPolicy& ChunkStore::policy(StoreTier id) const {
+  switch (id) {
+    case StoreTier::kDevice: return *options_.device_policy;
+    case StoreTier::kHost: return *options_.host_policy;
+    case StoreTier::kDisk: return *options_.disk_policy;
+  }
+  return *options_.host_policy;
+}
+
+void ChunkStore::touch(const std::string&, Meta& meta) {
+  meta.last_access = ++clock_;
+  meta.dirty = true;
+}
+
+RowAttrs ChunkStore::row_attrs(const Meta& m) const {
+  RowAttrs a;
+  a.pinned = m.pinned;
+  a.hits = m.hits;
+  a.last_access = static_cast<int64_t>(m.last_access);
+  a.recompute_cost = m.recompute_cost;
+  a.expected_reuse = m.expected_reuse;
+  return a;
+}
+
+bool ChunkStore::resident_anywhere(const std::string& key) const {
+  return (device_ && device_->contains(key)) || host_->contains(key) || (disk_ && disk_->contains(key));
+}
+
+void ChunkStore::forget_if_gone(const std::string& key) {
+  if (!resident_anywhere(key)) meta_.erase(key);
+}
+
+// ---- budgets, eviction, demotion ---------------------------------------------------------------------
+
+Status ChunkStore::make_room(Tier& t, int64_t need, const std::string& exclude) {
+  const char* name = store_tier_name(t.id());
+  if (need > t.budget_bytes()) {
+    return Status::out_of_capacity(std::string(name) + " tier: " + std::to_string(need) +
+                                   " bytes exceed its whole budget of " + std::to_string(t.budget_bytes()));
+  }
+  if (t.budget_bytes() - t.used_bytes() >= need) return Status::ok();
+  std::vector<EvictionCandidate> candidates;
+  int64_t evictable = 0, held = 0;
+  for (const auto& [key, m] : meta_) {
+    if (key == exclude || !t.contains(key)) continue;
+    if (m.pinned || !t.evictable(key)) {
+      ++held;
+      continue;
+    }
+    EvictionCandidate c;
+    c.key = key;
+    c.bytes = t.charged(key);
+    c.last_access = m.last_access;
+    c.hits = m.hits;
+    c.expected_reuse = m.expected_reuse;
+    c.recompute_cost = m.recompute_cost;
+    evictable += c.bytes;
+    candidates.push_back(std::move(c));
+  }
+  const int64_t free_bytes = t.budget_bytes() - t.used_bytes();
+  if (free_bytes + evictable < need) {
+    return Status::out_of_capacity(std::string(name) + " tier: " + std::to_string(need) + " bytes needed, " +
+                                   std::to_string(free_bytes) + " free and " + std::to_string(evictable) +
+                                   " evictable of " + std::to_string(t.budget_bytes()) + " (" + std::to_string(held) +
+                                   " entries pinned or in use)");
+  }
+  for (std::size_t i : eviction_order(policy(t.id()), candidates)) {
+    if (t.budget_bytes() - t.used_bytes() >= need) break;
+    if (t.contains(candidates[i].key)) evict(t, candidates[i].key);
+  }
+  if (t.budget_bytes() - t.used_bytes() >= need) return Status::ok();
+  return Status::out_of_capacity(std::string(name) + " tier: could not free " + std::to_string(need) +
+                                 " bytes (an eviction failed on disk)");
+}
+
+void ChunkStore::evict(Tier& t, const std::string& key) {
+  ++counters(t.id()).evictions;
+  if (t.id() == StoreTier::kDisk) {
+    disk_->remove(key);  // the last tier: the entry leaves the store unless a memory tier still holds it
+    forget_if_gone(key);
+    return;
+  }
+  Result<ValuePtr> value = t.read(key);
+  t.remove(key);
+  if (value && place_below(t.id(), key, value.value())) ++counters(t.id()).demotions;
+  forget_if_gone(key);
+}
+
+bool ChunkStore::place_below(StoreTier from, const std::string& key, const ValuePtr& value) {
+  if (from == StoreTier::kDevice && make_room(*host_, host_->charge(*value), key).is_ok()) {
+    return host_->insert(key, value).is_ok();
+  }
+  if (!disk_) return false;
+  if (disk_->contains(key)) return true;  // already durable: dropping the memory copy loses nothing
+  return write_to_disk_locked(key, value).is_ok();
+}
+
+Status ChunkStore::write_to_disk_locked(const std::string& key, const ValuePtr& value) {
+  Result<PreparedBlob> blob = disk_->prepare(key, *value);
+  if (!blob) {
+    ++io_errors_;
+    return blob.status();
+  }
+  Status room = make_room(*disk_, blob.value().blob_bytes - disk_->charged(key), key);
+  if (!room) {
+    disk_->discard(blob.value());
+    return room;
+  }
+  auto it = meta_.find(key);
+  Status s = disk_->commit(blob.value(), it == meta_.end() ? RowAttrs{} : row_attrs(it->second));
+  if (!s) ++io_errors_;
+  return s;
+}
+
+bool ChunkStore::place_in_memory(StoreTier highest, const std::string& key, const ValuePtr& value) {
+  for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost}) {
+    Tier* t = tier(id);
+    if (t == nullptr || static_cast<int>(id) < static_cast<int>(highest) || !t->accepts(*value)) continue;
+    if (!make_room(*t, t->charge(*value), key)) continue;
+    if (t->insert(key, value)) return true;
+  }
+  return false;
+}
+
+// ---- the API -----------------------------------------------------------------------------------------
+
+Status ChunkStore::put(const std::string& key, const ValuePtr& value, const PutOptions& options) {
+  check_key(key, "put");
+  ORBIT_CHECK(value != nullptr, "ChunkStore::put: null value for key " << key);
+  if (!options.replace) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = meta_.find(key);
+    if (it != meta_.end()) {  // content-addressed: the same key already holds this content
+      touch(key, it->second);
+      if (options.pin && !it->second.pinned) {
+        Status pinned = disk_ ? disk_->set_pinned(key, true) : Status::ok();
+        if (!pinned) return pinned;
+        it->second.pinned = true;
+      }
+      return Status::ok();
+    }
+  }
+  const bool durable = disk_ && options_.write_through && options.tier != StoreTier::kDisk;
+  const bool disk_only = options.tier == StoreTier::kDisk;
+  if (disk_only && !disk_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++refusals_;
+    return Status::refused("ChunkStore::put: PutOptions::tier is disk but the store has no directory");
+  }
+  std::optional<PreparedBlob> prepared;
+  if (durable || disk_only) {
+    Result<PreparedBlob> blob = disk_->prepare(key, *value);  // outside the lock: encode, write, fsync
+    if (!blob) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++io_errors_;
+      return blob.status();
+    }
+    prepared = blob.value();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Meta m;
+  m.kind = value->kind;
+  m.pinned = options.pin;
+  m.recompute_cost = options.recompute_cost;
+  m.expected_reuse = options.expected_reuse;
+  m.last_access = ++clock_;
+  if (auto old = meta_.find(key); old != meta_.end()) {  // a replacement keeps the pin and the hit count
+    m.pinned = m.pinned || old->second.pinned;
+    m.hits = old->second.hits;
+  }
+  if (prepared) {
+    Status room = make_room(*disk_, prepared->blob_bytes - disk_->charged(key), key);
+    if (!room) {
+      disk_->discard(*prepared);
+      ++refusals_;
+      return room;
+    }
+    Status committed = disk_->commit(*prepared, row_attrs(m));
+    if (!committed) {
+      ++io_errors_;
+      forget_if_gone(key);
+      return committed;
+    }
+  }
+  // A replaced value leaves every tier (a disk copy too, unless the new value was just committed there).
+  if (!prepared && disk_ && disk_->contains(key)) {
+    Status erased = disk_->erase(key);
+    if (!erased) return erased;
+  }
+  if (device_) device_->remove(key);
+  host_->remove(key);
+  meta_[key] = m;
+  if (disk_only || place_in_memory(options.tier, key, value)) return Status::ok();
+  if (prepared) return Status::ok();  // durable on disk; no memory tier could hold a copy
+  if (disk_) {
+    Status s = write_to_disk_locked(key, value);
+    if (s) return s;
+    forget_if_gone(key);
+    ++refusals_;
+    return s;
+  }
+  meta_.erase(key);
+  ++refusals_;
+  return Status::out_of_capacity("ChunkStore::put: no tier can admit " + std::to_string(value->bytes()) +
+                                 " bytes for key " + key + " (host budget " +
+                                 std::to_string(host_->budget_bytes()) + ", no disk tier)");
+}
+
+Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& options) {
+  check_key(key, "get");
+  for (int attempt = 0;; ++attempt) {
+    DiskRow row;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = meta_.find(key);
+      if (it == meta_.end()) {
+        ++misses_;
+        return Status::not_found("ChunkStore: no entry " + key);
+      }
+      touch(key, it->second);
+      ++it->second.hits;
+      for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost}) {
+        Tier* t = tier(id);
+        if (t == nullptr || !t->contains(key)) continue;
+        Result<ValuePtr> v = t->read(key);
+        if (v) ++counters(id).hits;
+        return v;
+      }
+      const DiskRow* located = disk_ ? disk_->locate(key) : nullptr;
+      ORBIT_CHECK(located != nullptr, "ChunkStore: entry " << key << " is in no tier (bookkeeping bug)");
+      row = *located;
+    }
+    Result<ValuePtr> loaded = disk_->load(row);  // outside the lock: read, checksum, decode
+    std::lock_guard<std::mutex> lock(mu_);
+    const DiskRow* current = disk_->locate(key);
+    if (!loaded) {
+      if (current && current->blob != row.blob && attempt < 3) continue;  // rewritten meanwhile
+      if (!current || current->blob != row.blob) {
+        if (meta_.count(key) && attempt < 3) continue;  // moved to a memory tier or rewritten: look again
+        ++misses_;
+        return Status::not_found("ChunkStore: entry " + key + " was removed while being read");
+      }
+      faults_.push_back({key, disk_->absolute(row.blob), loaded.status().reason()});
+      ++corrupt_reads_;
+      ++misses_;
+      disk_->mark_corrupt(row);
+      forget_if_gone(key);
+      return loaded.status();
+    }
+    ++counters(StoreTier::kDisk).hits;
+    const bool still_same = current && current->blob == row.blob;
+    const bool in_memory = (device_ && device_->contains(key)) || host_->contains(key);
+    if (options.promote && still_same && !in_memory && meta_.count(key) &&
+        make_room(*host_, host_->charge(*loaded.value()), key).is_ok() && host_->insert(key, loaded.value())) {
+      ++counters(StoreTier::kHost).promotions;
+    }
+    return loaded;
+  }
+}
+
+bool ChunkStore::contains(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return meta_.count(key) > 0;
+}
+
+std::optional<StoreTier> ChunkStore::residence(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost, StoreTier::kDisk}) {
+    const Tier* t = tier(id);
+    if (t && t->contains(key)) return id;
+  }
+  return std::nullopt;
+}
+
+Status ChunkStore::erase(const std::string& key) {
+  check_key(key, "erase");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!meta_.count(key)) return Status::not_found("ChunkStore: no entry " + key);
+  if (disk_ && disk_->contains(key)) {
+    Status s = disk_->erase(key);
+    if (!s) return s;
+  }
+  if (device_) device_->remove(key);
+  host_->remove(key);
+  meta_.erase(key);
+  return Status::ok();
+}
+
+Status ChunkStore::pin(const std::string& key) {
+  check_key(key, "pin");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = meta_.find(key);
+  if (it == meta_.end()) return Status::not_found("ChunkStore::pin: no entry " + key);
+  if (disk_) {
+    Status s = disk_->set_pinned(key, true);
+    if (!s) return s;
+  }
+  it->second.pinned = true;
+  return Status::ok();
+}
+
+Status ChunkStore::unpin(const std::string& key) {
+  check_key(key, "unpin");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = meta_.find(key);
+  if (it == meta_.end()) return Status::not_found("ChunkStore::unpin: no entry " + key);
+  if (disk_) {
+    Status s = disk_->set_pinned(key, false);
+    if (!s) return s;
+  }
+  it->second.pinned = false;
+  return Status::ok();
+}
+
+Result<DeviceLease> ChunkStore::lease_device(const std::string& key) {
+  check_key(key, "lease_device");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!device_) return Status::refused("ChunkStore::lease_device: the store has no device tier");
+    auto it = meta_.find(key);
+    if (it != meta_.end() && device_->contains(key)) {
+      touch(key, it->second);
+      ++counters(StoreTier::kDevice).hits;
+      return device_->lease(key);
+    }
+  }
+  Result<ValuePtr> value = get(key);
+  if (!value) return value.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!meta_.count(key)) return Status::not_found("ChunkStore::lease_device: entry " + key + " was removed");
+  if (!device_->contains(key)) {
+    if (!device_->accepts(*value.value())) {
+      return Status::refused("ChunkStore::lease_device: entry " + key + " does not match the device page layout");
+    }
+    Status room = make_room(*device_, device_->charge(*value.value()), key);
+    if (!room) return room;
+    Status s = device_->insert(key, value.value());
+    if (!s) return s;
+    host_->remove(key);  // memory tiers are exclusive
+    ++counters(StoreTier::kDevice).promotions;
+  }
+  return device_->lease(key);
+}
+
+StoreStats ChunkStore::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  StoreStats s;
+  for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost, StoreTier::kDisk}) {
+    TierStats t;
+    t.tier = id;
+    const Tier* source = tier(id);
+    const Counters& c = counters_[static_cast<int>(id)];
+    if (source) {
+      t.enabled = true;
+      t.entries = source->num_entries();
+      t.bytes = source->used_bytes();
+      t.budget_bytes = source->budget_bytes();
+      for (const auto& [key, m] : meta_) t.pinned_entries += (m.pinned && source->contains(key)) ? 1 : 0;
+    }
+    t.hits = c.hits;
+    t.evictions = c.evictions;
+    t.demotions = c.demotions;
+    t.promotions = c.promotions;
+    s.tiers.push_back(t);
+  }
+  s.misses = misses_;
+  s.refusals = refusals_;
+  s.corrupt_reads = corrupt_reads_;
+  s.io_errors = io_errors_;
+  return s;
+}
+
+std::vector<StoreFault> ChunkStore::faults() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return faults_;
+}
+
+Status ChunkStore::flush() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!disk_) return Status::ok();
+  std::vector<AccessUpdate> updates;
+  for (auto& [key, m] : meta_) {
+    if (m.dirty && disk_->contains(key)) updates.push_back({key, m.hits, static_cast<int64_t>(m.last_access)});
+  }
+  Status s = disk_->persist_access(updates);
+  if (s) {
+    for (auto& [key, m] : meta_) m.dirty = false;
+  }
+  return s;
+}
+
+void ChunkStore::verify_integrity(bool deep) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost, StoreTier::kDisk}) {
+    const Tier* t = tier(id);
+    if (!t) continue;
+    ORBIT_CHECK(t->used_bytes() <= t->budget_bytes(), "store integrity: " << store_tier_name(id) << " tier uses "
+                                                                          << t->used_bytes() << " bytes of a budget of "
+                                                                          << t->budget_bytes());
+    int64_t entries = 0, bytes = 0;
+    for (const auto& [key, m] : meta_) {
+      if (!t->contains(key)) continue;
+      ++entries;
+      bytes += t->charged(key);
+    }
+    ORBIT_CHECK(entries == t->num_entries(), "store integrity: " << store_tier_name(id) << " tier holds "
+                                                                 << t->num_entries() << " entries, the store knows "
+                                                                 << entries);
+    ORBIT_CHECK(bytes == t->used_bytes(), "store integrity: " << store_tier_name(id) << " tier charges "
+                                                              << t->used_bytes() << " bytes, its entries " << bytes);
+  }
+  for (const auto& [key, m] : meta_) {
+    ORBIT_CHECK(resident_anywhere(key), "store integrity: entry " << key << " is in no tier");
+    ORBIT_CHECK(!(device_ && device_->contains(key) && host_->contains(key)),
+                "store integrity: entry " << key << " is in both the device and the host tier");
+    if (disk_ && disk_->contains(key)) {
+      ORBIT_CHECK(disk_->locate(key)->pinned == m.pinned,
+                  "store integrity: entry " << key << " pin differs between the store and its index row");
+    }
+  }
+  if (device_) device_->verify_integrity();
+  if (disk_) disk_->verify_integrity(deep);
+}
+
+}  // namespace orbit::store

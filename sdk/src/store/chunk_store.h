@@ -1,0 +1,158 @@
+// The chunk store (DESIGN.md §5): content-addressed values (canonicals, patches, embeddings) across a
+// device pool, host memory and disk, with byte budgets, pins, eviction policies, demotion instead of loss
+// and promotion on access.
+//
+//   put ──► disk (write-through: durable before put returns) ──► host or device copy (a cache)
+//   get ──► device │ host │ disk (verified; promoted to host)      lease_device ──► pages shared by refcount
+//
+//   budget pressure:  device ──demote──► host ──demote──► disk ──evict──► gone (recomputable)
+//
+// Keys are orbit/store.h keys (64 hex). A key names one immutable value: a put of a key that is
+// already stored is a no-op (unless PutOptions::replace), and readers see either nothing or the whole
+// committed value, never a mix (values are shared immutably; disk rows commit after their blob).
+//
+// Expected outcomes are values: a miss (also a corrupt blob, reported in faults()), a refusal when no
+// tier can admit a value (backpressure, never OOM), a disk-full or permission error. Bad input (a
+// malformed key, a store of another model) throws orbit::Error.
+//
+// Thread-safety: every member is safe to call from any thread. One mutex guards the bookkeeping; blob
+// writes (put) and blob reads with their checksums (get) run outside it, so readers of memory tiers are
+// not blocked by disk I/O. Only one ChunkStore may have a directory open at a time (flock).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "orbit/common/status.h"
+#include "orbit/store.h"
+#include "store/device_tier.h"
+#include "store/disk_tier.h"
+#include "store/eviction.h"
+#include "store/memory_tier.h"
+#include "store/value.h"
+
+namespace orbit::store {
+
+struct ChunkStoreOptions {
+  std::string model_fingerprint;  // required: Model::fingerprint(); keys and the disk index are tied to it
+  std::string dir;                // store directory; empty = no disk tier (memory only, nothing persists)
+  int64_t host_budget_bytes = int64_t{1} << 30;
+  int64_t disk_budget_bytes = std::numeric_limits<int64_t>::max();
+  std::optional<DeviceTierOptions> device;  // absent = no device tier
+  std::shared_ptr<const EvictionPolicy> device_policy = std::make_shared<LruPolicy>();
+  std::shared_ptr<const EvictionPolicy> host_policy = std::make_shared<LruPolicy>();
+  std::shared_ptr<const EvictionPolicy> disk_policy = std::make_shared<LruPolicy>();
+  // Every put is written to disk before it returns (durable across crashes); memory tiers are caches.
+  // false: disk receives entries only when they are demoted out of host memory.
+  bool write_through = true;
+  // Optional compressed cold tier: canonicals are stored on disk as int8 rows (about 1/4 of the bytes,
+  // lossy; see test_store_tiers for the measured error). Off by default.
+  bool int8_cold_tier = false;
+  IoHooks io_hooks;  // fault injection for tests
+};
+
+struct PutOptions {
+  StoreTier tier = StoreTier::kHost;  // highest tier to place the value in (kDevice needs a page-layout match)
+  bool pin = false;                   // never evicted or demoted while pinned
+  bool replace = false;               // overwrite a stored value of the same key (else the put is a no-op)
+  double recompute_cost = 1.0;        // for cost-aware eviction (e.g. forward tokens to rebuild it)
+  double expected_reuse = 1.0;
+};
+
+struct GetOptions {
+  bool promote = true;  // copy a disk hit into host memory when the host budget can make room
+};
+
+// A blob that failed verification on read: served as a miss and recorded here.
+struct StoreFault {
+  std::string key;
+  std::string path;
+  std::string reason;  // names the key and the path
+};
+
+class ChunkStore {
+ public:
+  // Opens or creates the store. Throws orbit::Error on invalid options, a store of another model
+  // fingerprint, or a directory another process holds open.
+  explicit ChunkStore(ChunkStoreOptions options);
+  ~ChunkStore();  // flush()es; never throws
+  ChunkStore(const ChunkStore&) = delete;
+  ChunkStore& operator=(const ChunkStore&) = delete;
+
+  // Stores `value` under `key`. ok: committed (durable first when write-through) and placed in the
+  // highest tier at or below options.tier that admits it. out_of_capacity: no tier can hold it (every
+  // candidate pinned or in use, or the value exceeds every budget) or the disk is full; refused: an I/O
+  // error such as a read-only directory. On any failure nothing changes.
+  Status put(const std::string& key, const ValuePtr& value, const PutOptions& options = {});
+  // The value, or not_found (a miss; a corrupt or missing blob is a miss whose reason names key and path).
+  Result<ValuePtr> get(const std::string& key, const GetOptions& options = {});
+  bool contains(const std::string& key) const;
+  // The highest tier holding `key`, or nullopt.
+  std::optional<StoreTier> residence(const std::string& key) const;
+  // Removes `key` from every tier. not_found when absent; refused when the index cannot be written.
+  Status erase(const std::string& key);
+  Status pin(const std::string& key);
+  Status unpin(const std::string& key);
+  // Brings the entry into the device tier (from host or disk) and retains its pages for the caller.
+  // refused without a device tier or when the value does not match the page layout.
+  Result<DeviceLease> lease_device(const std::string& key);
+
+  StoreStats stats() const;
+  std::vector<StoreFault> faults() const;
+  // Persists access times and hit counts of disk entries (the eviction order a later process starts from).
+  Status flush();
+  // Budgets, accounting, tier exclusivity, pool and index consistency (deep: re-reads the index).
+  // Throws orbit::Error describing the first violation.
+  void verify_integrity(bool deep = false) const;
+  const ChunkStoreOptions& options() const { return options_; }
+
+ private:
+  struct Meta {
+    EntryKind kind = EntryKind::kOther;
+    bool pinned = false;
+    uint64_t last_access = 0;
+    int64_t hits = 0;
+    double recompute_cost = 1.0;
+    double expected_reuse = 1.0;
+    bool dirty = false;  // access not yet persisted
+  };
+  struct Counters {
+    int64_t hits = 0, evictions = 0, demotions = 0, promotions = 0;
+  };
+
+  // All private members below require mu_ held.
+  Tier* tier(StoreTier id) const;
+  const EvictionPolicy& policy(StoreTier id) const;
+  Counters& counters(StoreTier id) { return counters_[static_cast<int>(id)]; }
+  void touch(const std::string& key, Meta& meta);
+  RowAttrs row_attrs(const Meta& meta) const;
+  bool resident_anywhere(const std::string& key) const;
+  void forget_if_gone(const std::string& key);
+  // Frees `need` bytes in `t` by demoting evictable entries other than `exclude`, in policy order.
+  Status make_room(Tier& t, int64_t need, const std::string& exclude);
+  void evict(Tier& t, const std::string& key);
+  // Places a value leaving `from` (or new) in the highest memory tier strictly below `from` that admits
+  // it, else on disk. false when it found no place (the value is lost to the store).
+  bool place_below(StoreTier from, const std::string& key, const ValuePtr& value);
+  Status write_to_disk_locked(const std::string& key, const ValuePtr& value);
+  bool place_in_memory(StoreTier highest, const std::string& key, const ValuePtr& value);
+
+  ChunkStoreOptions options_;
+  mutable std::mutex mu_;
+  std::unique_ptr<DeviceTier> device_;
+  std::unique_ptr<MemoryTier> host_;
+  std::unique_ptr<DiskTier> disk_;
+  std::unordered_map<std::string, Meta> meta_;
+  uint64_t clock_ = 0;
+  Counters counters_[3];
+  int64_t misses_ = 0, refusals_ = 0, corrupt_reads_ = 0, io_errors_ = 0;
+  std::vector<StoreFault> faults_;
+};
+
+}  // namespace orbit::store

@@ -1,0 +1,113 @@
+// Disk tier: an SQLite index (sqlite_index.h) plus one immutable blob file per committed write
+// (blob_format.h), in a store directory laid out as orbit/store.h describes.
+//
+// Write protocol (crash-safe): prepare() writes the blob to a temp file, fsyncs it, renames it into
+// place and fsyncs the directory; commit() then inserts the index row in one transaction and only after
+// that unlinks the blob the row replaced. A crash anywhere leaves every committed row naming a complete
+// blob; what it can leave behind (temp files, blobs no row names) is removed by gc_store().
+//
+// Opening takes an exclusive flock on DIR/LOCK (released by the kernel if the process dies), so one
+// process at a time writes a store; another process opening it gets orbit::Error. The index records the
+// model fingerprint on first open; opening with another fingerprint throws orbit::Error naming both.
+//
+// Thread-safety: prepare(), discard() and load() touch no tier state and may run on any thread
+// concurrently with anything; every other member must be serialised by the owner (the ChunkStore).
+#pragma once
+
+#include <limits>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "store/blob_io.h"
+#include "store/sqlite_index.h"
+#include "store/tier.h"
+
+namespace orbit::store {
+
+struct DiskTierOptions {
+  std::string dir;                 // created if missing
+  std::string model_fingerprint;   // required
+  int64_t budget_bytes = std::numeric_limits<int64_t>::max();
+  bool int8_canonicals = false;    // canonicals written as int8 rows (lossy; see blob_format.h)
+  IoHooks io_hooks;                // fault injection (tests)
+};
+
+// A blob durable on disk whose row is not committed yet.
+struct PreparedBlob {
+  std::string key;
+  std::string blob;  // relative to the store directory
+  int64_t blob_bytes = 0;
+  int64_t value_bytes = 0;
+  std::string checksum;
+  EntryKind kind = EntryKind::kOther;
+  BlobEncoding encoding = BlobEncoding::kExact;
+};
+
+// The store's bookkeeping kept in a row.
+struct RowAttrs {
+  bool pinned = false;
+  int64_t hits = 0;
+  int64_t last_access = 0;
+  double recompute_cost = 1.0;
+  double expected_reuse = 1.0;
+};
+
+class DiskTier final : public Tier {
+ public:
+  explicit DiskTier(const DiskTierOptions& options);
+  ~DiskTier() override;
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
+
+  StoreTier id() const override { return StoreTier::kDisk; }
+  int64_t budget_bytes() const override { return options_.budget_bytes; }
+  int64_t used_bytes() const override { return used_; }
+  int64_t num_entries() const override { return static_cast<int64_t>(rows_.size()); }
+  bool accepts(const StoredValue&) const override { return true; }
+  // The exact blob size (encoding included).
+  int64_t charge(const StoredValue& value) const override;
+  Status insert(const std::string& key, const ValuePtr& value) override;
+  Result<ValuePtr> read(const std::string& key) override;
+  // Best effort: a failed index write leaves the entry in place (see erase()).
+  void remove(const std::string& key) override;
+  bool contains(const std::string& key) const override { return rows_.count(key) > 0; }
+  int64_t charged(const std::string& key) const override;
+
+  // ---- thread-safe -------------------------------------------------------------------------------
+  // Encodes and durably writes the blob (no index change). Errors: out_of_capacity (disk full),
+  // refused (permission, I/O), each naming the path.
+  Result<PreparedBlob> prepare(const std::string& key, const StoredValue& value) const;
+  // Unlinks a prepared blob that will not be committed.
+  void discard(const PreparedBlob& blob) const;
+  // Reads and verifies the blob a row names. not_found with "key K, blob P: reason" when it is missing,
+  // truncated, fails its checksum, or belongs to another key or model.
+  Result<ValuePtr> load(const DiskRow& row) const;
+  std::string absolute(const std::string& blob) const;
+
+  // ---- serialised by the owner ----------------------------------------------------------------------
+  // Commits the row (replacing any row for the key, whose blob is then unlinked). On failure the
+  // prepared blob is discarded and nothing changes.
+  Status commit(const PreparedBlob& blob, const RowAttrs& attrs);
+  Status erase(const std::string& key);
+  // nullptr when absent (corrupt rows are absent).
+  const DiskRow* locate(const std::string& key) const;
+  const std::unordered_map<std::string, DiskRow>& rows() const { return rows_; }
+  // Flags the row corrupt in the index (if it still names `row.blob`) and drops it from the tier:
+  // the entry is a miss from now on; `orbit store verify` keeps reporting it; a later write replaces it.
+  void mark_corrupt(const DiskRow& row);
+  Status set_pinned(const std::string& key, bool pinned);
+  Status persist_access(const std::vector<AccessUpdate>& updates);
+  // The tier's rows and bytes against the index (deep: also re-reads every row). Throws on a mismatch.
+  void verify_integrity(bool deep) const;
+  const DiskTierOptions& options() const { return options_; }
+
+ private:
+  DiskTierOptions options_;
+  int lock_fd_ = -1;
+  std::unique_ptr<SqliteIndex> index_;
+  std::unordered_map<std::string, DiskRow> rows_;  // non-corrupt rows, mirrored from the index
+  int64_t used_ = 0;
+};
+
+}  // namespace orbit::store

@@ -1,0 +1,186 @@
+// Offline inspection of a store directory (orbit/store.h): what `orbit store ls|stat|verify|gc` runs.
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "orbit/common/error.h"
+#include "orbit/store.h"
+#include "store/blob_format.h"
+#include "store/blob_io.h"
+#include "store/sqlite_index.h"
+
+namespace orbit {
+
+namespace fs = std::filesystem;
+using store::DiskRow;
+using store::SqliteIndex;
+
+namespace {
+
+std::string store_root(const std::string& dir) {
+  const std::string root = fs::absolute(dir).lexically_normal().string();
+  ORBIT_CHECK(fs::is_regular_file(root + "/index.sqlite"),
+              "store " << root << ": not an orbit store (no index.sqlite)");
+  return root;
+}
+
+struct BlobFiles {
+  std::vector<fs::path> blobs;  // *.blob
+  std::vector<fs::path> temps;  // .*.tmp
+};
+
+BlobFiles scan_blobs(const std::string& root) {
+  BlobFiles out;
+  std::error_code ec;
+  const fs::path blobs = fs::path(root) / "blobs";
+  if (!fs::is_directory(blobs, ec)) return out;
+  for (const auto& entry : fs::recursive_directory_iterator(blobs, ec)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) out.temps.push_back(entry.path());
+    else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".blob") == 0) out.blobs.push_back(entry.path());
+  }
+  return out;
+}
+
+std::set<std::string> referenced(const std::string& root, const std::vector<DiskRow>& rows) {
+  std::set<std::string> out;
+  for (const DiskRow& r : rows) out.insert((fs::path(root) / r.blob).lexically_normal().string());
+  return out;
+}
+
+int64_t count_unreferenced(const std::string& root, const std::vector<DiskRow>& rows, const BlobFiles& files) {
+  const std::set<std::string> used = referenced(root, rows);
+  int64_t n = 0;
+  for (const fs::path& p : files.blobs) n += used.count(p.lexically_normal().string()) ? 0 : 1;
+  return n;
+}
+
+}  // namespace
+
+std::vector<StoreEntryInfo> list_store(const std::string& dir) {
+  const std::string root = store_root(dir);
+  SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kReadOnly);
+  std::vector<StoreEntryInfo> out;
+  for (const DiskRow& r : index.rows()) {
+    StoreEntryInfo e;
+    e.key = r.key;
+    e.kind = r.kind;
+    e.encoding = r.encoding;
+    e.value_bytes = r.value_bytes;
+    e.blob_bytes = r.blob_bytes;
+    e.blob_path = (fs::path(root) / r.blob).string();
+    e.checksum = r.checksum;
+    e.pinned = r.pinned;
+    e.marked_corrupt = r.corrupt;
+    e.hits = r.hits;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+StoreSummary summarize_store(const std::string& dir) {
+  const std::string root = store_root(dir);
+  SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kReadOnly);
+  StoreSummary s;
+  s.dir = root;
+  s.model_fingerprint = index.meta("model_fingerprint").value_or("");
+  s.format_version = std::stoll(index.meta("format_version").value_or("0"));
+  std::map<std::string, int64_t> count, bytes;
+  const std::vector<DiskRow> rows = index.rows();
+  for (const DiskRow& r : rows) {
+    ++s.entries;
+    s.value_bytes += r.value_bytes;
+    s.blob_bytes += r.blob_bytes;
+    s.pinned += r.pinned ? 1 : 0;
+    s.marked_corrupt += r.corrupt ? 1 : 0;
+    ++count[entry_kind_name(r.kind)];
+    bytes[entry_kind_name(r.kind)] += r.blob_bytes;
+  }
+  s.entries_by_kind.assign(count.begin(), count.end());
+  s.bytes_by_kind.assign(bytes.begin(), bytes.end());
+  const BlobFiles files = scan_blobs(root);
+  s.unreferenced_blobs = count_unreferenced(root, rows, files);
+  s.temp_files = static_cast<int64_t>(files.temps.size());
+  return s;
+}
+
+VerifyReport verify_store(const std::string& dir) {
+  const std::string root = store_root(dir);
+  SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kReadOnly);
+  const std::string fingerprint = index.meta("model_fingerprint").value_or("");
+  VerifyReport report;
+  const std::vector<DiskRow> rows = index.rows();
+  for (const DiskRow& r : rows) {
+    ++report.checked;
+    const std::string path = (fs::path(root) / r.blob).string();
+    auto problem = [&](const std::string& reason) { report.problems.push_back({r.key, path, reason}); };
+    Result<at::Tensor> bytes = store::read_file_bytes(path);
+    if (!bytes) {
+      problem("missing or unreadable: " + bytes.status().reason());
+      continue;
+    }
+    if (bytes.value().numel() != r.blob_bytes) {
+      problem("size " + std::to_string(bytes.value().numel()) + " != " + std::to_string(r.blob_bytes) +
+              " in the index (truncated or overwritten)");
+      continue;
+    }
+    Result<store::DecodedBlob> decoded = store::decode_blob(bytes.value(), r.checksum, path);
+    if (!decoded) {
+      problem(decoded.status().reason());
+      continue;
+    }
+    if (decoded.value().key != r.key || decoded.value().model_fingerprint != fingerprint) {
+      problem("the blob holds key " + decoded.value().key + " of model " + decoded.value().model_fingerprint);
+      continue;
+    }
+    if (r.corrupt) problem("marked corrupt by an earlier read (the blob now verifies; rewrite the entry to clear)");
+  }
+  const BlobFiles files = scan_blobs(root);
+  report.unreferenced_blobs = count_unreferenced(root, rows, files);
+  report.temp_files = static_cast<int64_t>(files.temps.size());
+  return report;
+}
+
+GcReport gc_store(const std::string& dir, const GcOptions& options) {
+  const std::string root = store_root(dir);
+  const std::string lock_path = root + "/LOCK";
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ORBIT_CHECK(lock_fd >= 0, "store " << root << ": cannot open " << lock_path << ": " << store::errno_text(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{lock_fd};
+  ORBIT_CHECK(::flock(lock_fd, LOCK_EX | LOCK_NB) == 0,
+              "store " << root << " is open in another process; close it before gc (" << lock_path << ")");
+  // Holding the lock, no write is in flight: every temp file is dead and the row set is final.
+  SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kReadWrite);
+  const std::vector<DiskRow> rows = index.rows();
+  const std::set<std::string> used = referenced(root, rows);
+  const BlobFiles files = scan_blobs(root);
+  GcReport report;
+  auto remove = [&](const fs::path& p, int64_t& counter) {
+    std::error_code size_error, ec;
+    const auto size = fs::file_size(p, size_error);
+    if (!options.dry_run) {
+      fs::remove(p, ec);
+      ORBIT_CHECK(!ec, "store " << root << ": cannot remove " << p.string() << ": " << ec.message());
+    }
+    ++counter;
+    report.freed_bytes += size_error ? 0 : static_cast<int64_t>(size);
+    report.removed_paths.push_back(p.string());
+  };
+  for (const fs::path& p : files.temps) remove(p, report.removed_temps);
+  for (const fs::path& p : files.blobs) {
+    if (!used.count(p.lexically_normal().string())) remove(p, report.removed_blobs);
+  }
+  return report;
+}
+
+}  // namespace orbit

@@ -1,0 +1,165 @@
+// Content and patch keys (DESIGN.md §5). Every hashed record starts with a domain tag and frames each
+// field with its length, so different inputs never produce the same byte stream.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "orbit/common/error.h"
+#include "orbit/common/sha256.h"
+#include "orbit/store.h"
+
+namespace orbit {
+
+namespace {
+
+void put_field(Sha256& h, const std::string& text) {
+  h.update_u64(text.size());
+  h.update(text);
+}
+
+void put_ints(Sha256& h, const std::vector<int64_t>& values) {
+  h.update_u64(values.size());
+  for (int64_t v : values) h.update_u64(static_cast<uint64_t>(v));
+}
+
+Sha256& begin(Sha256& h, const char* tag, const std::string& model_fingerprint) {
+  ORBIT_CHECK(!model_fingerprint.empty(), tag << ": the model fingerprint is empty");
+  put_field(h, tag);
+  put_field(h, model_fingerprint);
+  return h;
+}
+
+// The grid relative to its per-coordinate minimum: position-free, shape-preserving.
+std::vector<int64_t> normalized_grid(const std::vector<int64_t>& grid, int64_t dims, const char* what) {
+  ORBIT_CHECK(dims >= 1, what << ": grid_dims must be >= 1, got " << dims);
+  ORBIT_CHECK(grid.size() % static_cast<size_t>(dims) == 0,
+              what << ": grid has " << grid.size() << " values, not a multiple of grid_dims " << dims);
+  std::vector<int64_t> out(grid);
+  for (int64_t c = 0; c < dims; ++c) {
+    int64_t lowest = std::numeric_limits<int64_t>::max();
+    for (size_t i = static_cast<size_t>(c); i < grid.size(); i += static_cast<size_t>(dims)) {
+      lowest = std::min(lowest, grid[i]);
+    }
+    for (size_t i = static_cast<size_t>(c); i < grid.size(); i += static_cast<size_t>(dims)) out[i] -= lowest;
+  }
+  return out;
+}
+
+void check_key(const std::string& key, const char* what) {
+  ORBIT_CHECK(is_store_key(key), what << ": '" << key << "' is not a store key (64 lowercase hex characters)");
+}
+
+}  // namespace
+
+bool is_store_key(const std::string& key) {
+  if (key.size() != 64) return false;
+  return std::all_of(key.begin(), key.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+std::string chunk_key_tokens(const std::string& model_fingerprint, const std::vector<int64_t>& tokens) {
+  Sha256 h;
+  begin(h, "orbit.chunk.tokens.v1", model_fingerprint);
+  put_ints(h, tokens);
+  return h.hex_digest();
+}
+
+std::string chunk_key_media(const std::string& model_fingerprint, const std::string& media_digest,
+                            const std::vector<int64_t>& grid, int64_t grid_dims) {
+  ORBIT_CHECK(!media_digest.empty(), "chunk_key_media: media_digest is empty");
+  Sha256 h;
+  begin(h, "orbit.chunk.media.v1", model_fingerprint);
+  put_field(h, media_digest);
+  h.update_u64(static_cast<uint64_t>(grid_dims));
+  put_ints(h, normalized_grid(grid, grid_dims, "chunk_key_media"));
+  return h.hex_digest();
+}
+
+std::string chunk_key_embeddings(const std::string& model_fingerprint, const EmbeddingBytes& embeddings,
+                                 const std::vector<int64_t>& grid, int64_t grid_dims) {
+  ORBIT_CHECK(embeddings.data != nullptr || embeddings.size == 0, "chunk_key_embeddings: data is null");
+  ORBIT_CHECK(!embeddings.dtype.empty(), "chunk_key_embeddings: dtype is empty");
+  ORBIT_CHECK(embeddings.rows >= 0 && embeddings.cols >= 0,
+              "chunk_key_embeddings: negative shape [" << embeddings.rows << ", " << embeddings.cols << "]");
+  Sha256 h;
+  begin(h, "orbit.chunk.embeddings.v1", model_fingerprint);
+  put_field(h, embeddings.dtype);
+  h.update_u64(static_cast<uint64_t>(embeddings.rows)).update_u64(static_cast<uint64_t>(embeddings.cols));
+  h.update_u64(embeddings.size);
+  h.update(embeddings.data, embeddings.size);
+  h.update_u64(grid.empty() ? 0 : static_cast<uint64_t>(grid_dims));
+  put_ints(h, grid.empty() ? grid : normalized_grid(grid, grid_dims, "chunk_key_embeddings"));
+  return h.hex_digest();
+}
+
+std::string exact_signature(const std::vector<std::string>& context) {
+  Sha256 h;
+  put_field(h, "orbit.context.exact.v1");
+  h.update_u64(context.size());
+  for (const std::string& key : context) {
+    check_key(key, "exact_signature");
+    put_field(h, key);
+  }
+  return h.hex_digest();
+}
+
+std::string orbit_signature(const std::vector<std::string>& prefix, const std::vector<std::string>& antecedents) {
+  std::vector<std::string> sorted(antecedents);
+  std::sort(sorted.begin(), sorted.end());
+  Sha256 h;
+  put_field(h, "orbit.context.orbit.v1");
+  h.update_u64(prefix.size());
+  for (const std::string& key : prefix) {
+    check_key(key, "orbit_signature (prefix)");
+    put_field(h, key);
+  }
+  h.update_u64(sorted.size());
+  for (const std::string& key : sorted) {
+    check_key(key, "orbit_signature (antecedents)");
+    put_field(h, key);
+  }
+  return h.hex_digest();
+}
+
+std::string patch_key(const PatchKey& key) {
+  check_key(key.chunk, "patch_key: chunk");
+  check_key(key.context_signature, "patch_key: context_signature");
+  ORBIT_CHECK(!key.variant.empty(), "patch_key: variant is empty");
+  ORBIT_CHECK(key.rank_k >= 0 && key.rank_v >= 0,
+              "patch_key: ranks must be >= 0, got k " << key.rank_k << ", v " << key.rank_v);
+  Sha256 h;
+  put_field(h, "orbit.patch.v1");
+  put_field(h, key.chunk);
+  put_field(h, key.context_signature);
+  put_field(h, key.variant);
+  h.update_u64(static_cast<uint64_t>(key.rank_k)).update_u64(static_cast<uint64_t>(key.rank_v));
+  return h.hex_digest();
+}
+
+const char* store_tier_name(StoreTier tier) noexcept {
+  switch (tier) {
+    case StoreTier::kDevice: return "device";
+    case StoreTier::kHost: return "host";
+    case StoreTier::kDisk: return "disk";
+  }
+  return "?";
+}
+
+const char* entry_kind_name(EntryKind kind) noexcept {
+  switch (kind) {
+    case EntryKind::kCanonical: return "canonical";
+    case EntryKind::kPatch: return "patch";
+    case EntryKind::kEmbedding: return "embedding";
+    case EntryKind::kOther: return "other";
+  }
+  return "?";
+}
+
+const char* blob_encoding_name(BlobEncoding encoding) noexcept {
+  switch (encoding) {
+    case BlobEncoding::kExact: return "exact";
+    case BlobEncoding::kInt8: return "int8";
+  }
+  return "?";
+}
+
+}  // namespace orbit

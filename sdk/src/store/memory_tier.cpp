@@ -1,0 +1,37 @@
+#include "store/memory_tier.h"
+
+#include "orbit/common/error.h"
+
+namespace orbit::store {
+
+MemoryTier::MemoryTier(int64_t budget_bytes) : budget_(budget_bytes) {
+  ORBIT_CHECK(budget_bytes >= 0, "host tier: budget must be >= 0 bytes, got " << budget_bytes);
+}
+
+Status MemoryTier::insert(const std::string& key, const ValuePtr& value) {
+  ORBIT_CHECK(value != nullptr, "host tier: null value for key " << key);
+  remove(key);
+  used_ += value->bytes();
+  values_[key] = value;
+  return Status::ok();
+}
+
+Result<ValuePtr> MemoryTier::read(const std::string& key) {
+  auto it = values_.find(key);
+  if (it == values_.end()) return Status::not_found("host tier: no entry " + key);
+  return it->second;
+}
+
+void MemoryTier::remove(const std::string& key) {
+  auto it = values_.find(key);
+  if (it == values_.end()) return;
+  used_ -= it->second->bytes();
+  values_.erase(it);
+}
+
+int64_t MemoryTier::charged(const std::string& key) const {
+  auto it = values_.find(key);
+  return it == values_.end() ? 0 : it->second->bytes();
+}
+
+}  // namespace orbit::store

@@ -1,0 +1,33 @@
+// Host-memory tier: values kept as shared, immutable tensors; charge = the tensors' bytes.
+// Thread-safety: none (see tier.h).
+#pragma once
+
+#include <unordered_map>
+
+#include "store/tier.h"
+
+namespace orbit::store {
+
+class MemoryTier final : public Tier {
+ public:
+  explicit MemoryTier(int64_t budget_bytes);
+
+  StoreTier id() const override { return StoreTier::kHost; }
+  int64_t budget_bytes() const override { return budget_; }
+  int64_t used_bytes() const override { return used_; }
+  int64_t num_entries() const override { return static_cast<int64_t>(values_.size()); }
+  bool accepts(const StoredValue&) const override { return true; }
+  int64_t charge(const StoredValue& value) const override { return value.bytes(); }
+  Status insert(const std::string& key, const ValuePtr& value) override;
+  Result<ValuePtr> read(const std::string& key) override;
+  void remove(const std::string& key) override;
+  bool contains(const std::string& key) const override { return values_.count(key) > 0; }
+  int64_t charged(const std::string& key) const override;
+
+ private:
+  int64_t budget_;
+  int64_t used_ = 0;
+  std::unordered_map<std::string, ValuePtr> values_;
+};
+
+}  // namespace orbit::store

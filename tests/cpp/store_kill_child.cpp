@@ -1,0 +1,79 @@
+// Child process for the store's crash and cross-process tests (test_store_faults.cpp, test_store.cpp).
+//
+//   store_kill_child write DIR FIRST COUNT   puts values FIRST..FIRST+COUNT-1 (test_store_values.h) and
+//                                            prints "i\n" (flushed) after each put returned ok
+//   store_kill_child fsize DIR FIRST LIMIT   same, under RLIMIT_FSIZE = LIMIT bytes with SIGXFSZ ignored,
+//                                            printing "i ok" or "i <status>" per put until one fails
+//   store_kill_child key FINGERPRINT T,T,... prints chunk_key_tokens(FINGERPRINT, tokens)
+#include <csignal>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "orbit/common/error.h"
+#include "store/chunk_store.h"
+#include "test_store_values.h"
+
+namespace {
+
+orbit::store::ChunkStoreOptions options(const std::string& dir) {
+  orbit::store::ChunkStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = orbit::test::kStoreTestFingerprint;
+  o.host_budget_bytes = 4 << 20;
+  return o;
+}
+
+int write(const std::string& dir, int64_t first, int64_t count) {
+  orbit::store::ChunkStore store(options(dir));
+  for (int64_t i = first; i < first + count; ++i) {
+    const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
+    if (!s) {
+      std::fprintf(stderr, "put %lld failed: %s\n", static_cast<long long>(i), s.to_string().c_str());
+      return 1;
+    }
+    std::printf("%lld\n", static_cast<long long>(i));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int fsize(const std::string& dir, int64_t first, int64_t limit) {
+  ::signal(SIGXFSZ, SIG_IGN);
+  orbit::store::ChunkStore store(options(dir));
+  struct rlimit rl {};
+  getrlimit(RLIMIT_FSIZE, &rl);
+  rl.rlim_cur = static_cast<rlim_t>(limit);
+  if (setrlimit(RLIMIT_FSIZE, &rl) != 0) return 2;
+  for (int64_t i = first;; ++i) {
+    const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
+    std::printf("%lld %s\n", static_cast<long long>(i), s ? "ok" : s.to_string().c_str());
+    std::fflush(stdout);
+    if (!s) return 0;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::string mode = argc > 1 ? argv[1] : "";
+    if (mode == "write" && argc == 5) return write(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
+    if (mode == "fsize" && argc == 5) return fsize(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
+    if (mode == "key" && argc == 4) {
+      std::vector<int64_t> tokens;
+      for (char* p = std::strtok(argv[3], ","); p; p = std::strtok(nullptr, ",")) tokens.push_back(std::atoll(p));
+      std::printf("%s\n", orbit::chunk_key_tokens(argv[2], tokens).c_str());
+      return 0;
+    }
+    std::fprintf(stderr, "usage: store_kill_child write|fsize DIR FIRST N  |  key FINGERPRINT T,T,...\n");
+    return 2;
+  } catch (const orbit::Error& e) {
+    std::fprintf(stderr, "store_kill_child: %s\n", e.what());
+    return 3;
+  }
+}

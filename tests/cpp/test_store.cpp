@@ -1,0 +1,262 @@
+// The chunk store, part 1: keys (determinism across processes, position-free, framing), the blob
+// format, the disk tier's round trip and reopening, fingerprint checks, and `orbit store` end to end.
+#include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include "orbit/common/error.h"
+#include "orbit/common/sha256.h"
+#include "orbit/store.h"
+#include "store/blob_format.h"
+#include "store/chunk_store.h"
+#include "test_helpers.h"
+#include "test_store_values.h"
+
+using Catch::Matchers::Contains;
+using orbit::Error;
+using namespace orbit;
+using namespace orbit::store;
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out;
+};
+
+Run run(const std::string& command) {
+  Run r;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer;
+  std::size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+ChunkStoreOptions disk_options(const std::string& dir) {
+  ChunkStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = test::kStoreTestFingerprint;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("content keys are SHA-256 over framed content and the fingerprint", "[store][cpu]") {
+  const std::string fp = test::kStoreTestFingerprint;
+  // Golden value (computed independently with Python's hashlib over the documented framing): a change of
+  // the framing would silently orphan every existing store, so it must be deliberate.
+  CHECK(chunk_key_tokens(fp, {1, 2, 3}) == "2be2588fe26b29bb0fa75300d92c36ab5280cfe47430cd7b7628885821803269");
+  CHECK(is_store_key(chunk_key_tokens(fp, {})));
+  CHECK(chunk_key_tokens(fp, {1, 2, 3}) != chunk_key_tokens(fp, {1, 2, 4}));
+  CHECK(chunk_key_tokens(fp, {1, 2, 3}) != chunk_key_tokens(fp, {3, 2, 1}));
+  CHECK(chunk_key_tokens(fp, {1, 2, 3}) != chunk_key_tokens("other-model", {1, 2, 3}));
+  CHECK(chunk_key_tokens(fp, {12}) != chunk_key_tokens(fp, {1, 2}));  // framed: no concatenation ambiguity
+  CHECK_THROWS_WITH(chunk_key_tokens("", {1}), Contains("fingerprint is empty"));
+}
+
+TEST_CASE("content keys are identical in another process", "[store][cpu]") {
+  for (const std::string tokens : {"1,2,3", "5", "100,200,300,400"}) {
+    const Run r = run(std::string(ORBIT_STORE_CHILD_PATH) + " key " + test::kStoreTestFingerprint + " " + tokens);
+    REQUIRE(r.status == 0);
+    std::vector<int64_t> ids;
+    for (std::size_t p = 0; p < tokens.size();) {
+      const std::size_t q = tokens.find(',', p);
+      ids.push_back(std::stoll(tokens.substr(p, q - p)));
+      p = q == std::string::npos ? tokens.size() : q + 1;
+    }
+    CHECK(r.out == chunk_key_tokens(test::kStoreTestFingerprint, ids) + "\n");
+  }
+}
+
+TEST_CASE("media and embedding keys are position-free", "[store][cpu]") {
+  const std::string fp = test::kStoreTestFingerprint;
+  // The same 2x2 image grid (t, h, w per token) placed at two offsets: same key.
+  const std::vector<int64_t> at_origin{0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 1, 1};
+  const std::vector<int64_t> shifted{7, 30, 30, 7, 30, 31, 7, 31, 30, 7, 31, 31};
+  CHECK(chunk_key_media(fp, "img-digest", at_origin, 3) == chunk_key_media(fp, "img-digest", shifted, 3));
+  const std::vector<int64_t> other_shape{0, 0, 0, 0, 0, 1, 0, 0, 2, 0, 0, 3};  // 1x4, not 2x2
+  CHECK(chunk_key_media(fp, "img-digest", at_origin, 3) != chunk_key_media(fp, "img-digest", other_shape, 3));
+  CHECK(chunk_key_media(fp, "img-digest", at_origin, 3) != chunk_key_media(fp, "img-digest2", at_origin, 3));
+  CHECK_THROWS_WITH(chunk_key_media(fp, "d", {1, 2}, 3), Contains("not a multiple of grid_dims"));
+
+  const at::Tensor e = at::arange(12, at::kFloat).reshape({3, 4});
+  EmbeddingBytes bytes{e.data_ptr(), static_cast<std::size_t>(e.nbytes()), "float32", 3, 4};
+  const at::Tensor e2 = e.clone();
+  EmbeddingBytes same{e2.data_ptr(), static_cast<std::size_t>(e2.nbytes()), "float32", 3, 4};
+  CHECK(chunk_key_embeddings(fp, bytes) == chunk_key_embeddings(fp, same));
+  EmbeddingBytes reshaped{e.data_ptr(), static_cast<std::size_t>(e.nbytes()), "float32", 4, 3};
+  CHECK(chunk_key_embeddings(fp, bytes) != chunk_key_embeddings(fp, reshaped));
+  CHECK(chunk_key_embeddings(fp, bytes) != chunk_key_tokens(fp, {}));
+}
+
+TEST_CASE("patch keys: exact signatures are ordered, orbit signatures sort the antecedents", "[store][cpu]") {
+  const std::string fp = test::kStoreTestFingerprint;
+  const std::string a = chunk_key_tokens(fp, {1}), b = chunk_key_tokens(fp, {2}), c = chunk_key_tokens(fp, {3});
+  const std::string p = chunk_key_tokens(fp, {0});
+  CHECK(exact_signature({a, b}) != exact_signature({b, a}));
+  CHECK(exact_signature({a, b}) == exact_signature({a, b}));
+  CHECK(orbit_signature({p}, {a, b, c}) == orbit_signature({p}, {c, a, b}));
+  CHECK(orbit_signature({p}, {a, b}) != orbit_signature({}, {p, a, b}));  // the prefix is not part of the set
+  CHECK(orbit_signature({}, {a, a}) != orbit_signature({}, {a}));          // a multiset, not a set
+  CHECK(orbit_signature({}, {a, b}) != exact_signature({a, b}));           // domain-separated
+
+  PatchKey k{c, exact_signature({a, b}), "full", 16, 16};
+  const std::string key = patch_key(k);
+  CHECK(is_store_key(key));
+  PatchKey other = k;
+  other.rank_v = 8;
+  CHECK(patch_key(other) != key);
+  other = k;
+  other.variant = "deep-only@2";
+  CHECK(patch_key(other) != key);
+  other = k;
+  other.context_signature = orbit_signature({}, {a, b});
+  CHECK(patch_key(other) != key);
+  other = k;
+  other.variant = "";
+  CHECK_THROWS_WITH(patch_key(other), Contains("variant is empty"));
+  other = k;
+  other.chunk = "abc";
+  CHECK_THROWS_WITH(patch_key(other), Contains("not a store key"));
+}
+
+TEST_CASE("the blob format round-trips every dtype and rejects tampering", "[store][cpu]") {
+  std::vector<NamedTensor> tensors{
+      {"f32", at::randn({3, 5})},
+      {"f16", at::randn({4}).to(at::kHalf)},
+      {"bf16", at::randn({2, 2, 2}).to(at::kBFloat16)},
+      {"f64", at::randn({1}, at::kDouble)},
+      {"i64", at::arange(7, at::kLong)},
+      {"i32", at::arange(3, at::kInt)},
+      {"u8", at::arange(9, at::kByte)},
+      {"bool", at::arange(4, at::kLong).remainder(2).to(at::kBool)},
+      {"empty", at::empty({0, 4})},
+      {"scalar", at::scalar_tensor(3.5)},
+  };
+  const ValuePtr value = make_value(EntryKind::kPatch, tensors, {{"a", "1"}, {"b", "two"}});
+  const std::string key = test::store_test_key(1);
+  const EncodedBlob blob = encode_blob(key, "fp", *value, BlobEncoding::kExact);
+  CHECK(blob.size() == encoded_blob_size(key, "fp", *value, BlobEncoding::kExact));
+  std::string file = blob.head;
+  for (const auto& [p, n] : blob.pieces) file.append(reinterpret_cast<const char*>(p), n);
+  file += sha256_hex(file);
+  REQUIRE(file.size() == blob.size());
+  auto as_tensor = [](const std::string& bytes) {
+    return at::from_blob(const_cast<char*>(bytes.data()), {static_cast<int64_t>(bytes.size())}, at::kByte).clone();
+  };
+  Result<DecodedBlob> decoded = decode_blob(as_tensor(file), "", "mem");
+  REQUIRE(decoded.is_ok());
+  CHECK(decoded.value().key == key);
+  CHECK(decoded.value().model_fingerprint == "fp");
+  CHECK(values_equal(*decoded.value().value, *value));
+
+  // Any flipped byte fails the checksum; truncation fails; a wrong expected checksum fails.
+  for (std::size_t at : {std::size_t{3}, std::size_t{100}, file.size() / 2, file.size() - 70, file.size() - 1}) {
+    std::string bad = file;
+    bad[at] = static_cast<char>(bad[at] ^ 0x40);
+    Result<DecodedBlob> r = decode_blob(as_tensor(bad), "", "mem");
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.status().code() == StatusCode::kNotFound);
+    CHECK_THAT(r.status().reason(), Contains("corrupt blob mem"));
+  }
+  CHECK_FALSE(decode_blob(as_tensor(file.substr(0, file.size() - 10)), "", "mem").is_ok());
+  CHECK_FALSE(decode_blob(as_tensor(file.substr(0, 20)), "", "mem").is_ok());
+  CHECK_THAT(decode_blob(as_tensor(file), std::string(64, 'a'), "mem").status().reason(),
+             Contains("differs from the index"));
+}
+
+TEST_CASE("the disk tier persists entries across reopening and checks the fingerprint", "[store][cpu]") {
+  test::TempDir dir;
+  {
+    ChunkStore store(disk_options(dir.path().string()));
+    for (int64_t i = 1; i <= 6; ++i) REQUIRE(store.put(test::store_test_key(i), test::store_test_value(i)).is_ok());
+    REQUIRE(store.pin(test::store_test_key(2)).is_ok());
+    CHECK_THROWS_WITH(ChunkStore(disk_options(dir.path().string())), Contains("open in another process"));
+    store.verify_integrity(/*deep=*/true);
+  }
+  {
+    ChunkStore store(disk_options(dir.path().string()));
+    store.verify_integrity(true);
+    for (int64_t i = 1; i <= 6; ++i) {
+      CHECK(store.residence(test::store_test_key(i)) == StoreTier::kDisk);
+      Result<ValuePtr> v = store.get(test::store_test_key(i));
+      REQUIRE(v.is_ok());
+      CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+      CHECK(store.residence(test::store_test_key(i)) == StoreTier::kHost);  // promoted on access
+    }
+    CHECK(store.stats().tiers[2].pinned_entries == 1);
+    CHECK_FALSE(store.get(test::store_test_key(99)).is_ok());
+  }
+  ChunkStoreOptions other = disk_options(dir.path().string());
+  other.model_fingerprint = "another-model";
+  CHECK_THROWS_WITH(ChunkStore(other), Contains("model fingerprint " + test::kStoreTestFingerprint) &&
+                                           Contains("another-model") && Contains(dir.path().string()));
+  CHECK_THROWS_WITH(summarize_store((dir.path() / "nope").string()), Contains("not an orbit store"));
+}
+
+TEST_CASE("orbit store ls, stat, verify and gc", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 4; ++i) REQUIRE(store.put(test::store_test_key(i), test::store_test_value(i)).is_ok());
+    // Busy while open: gc refuses.
+    Run busy = run(std::string(ORBIT_CLI_PATH) + " store gc --store " + d);
+    CHECK(busy.status == 1);
+    CHECK_THAT(busy.out, Contains("open in another process"));
+  }
+  const std::string cli = std::string(ORBIT_CLI_PATH) + " store ";
+  Run ls = run(cli + "ls --json --store " + d);
+  REQUIRE(ls.status == 0);
+  auto entries = nlohmann::json::parse(ls.out);
+  REQUIRE(entries.size() == 4);
+  CHECK(entries[0]["kind"] == "canonical");
+
+  Run stat = run(cli + "stat --json --store " + d);
+  REQUIRE(stat.status == 0);
+  auto s = nlohmann::json::parse(stat.out);
+  CHECK(s["model_fingerprint"] == test::kStoreTestFingerprint);
+  CHECK(s["tiers"]["disk"]["entries"] == 4);
+  CHECK(s["unreferenced_blobs"] == 0);
+
+  Run clean = run(cli + "verify --store " + d);
+  CHECK(clean.status == 0);
+  CHECK_THAT(clean.out, Contains("4 entries checked, 0 bad"));
+
+  // Debris of a crash: a temp file and a blob no row names. Then one corrupt blob.
+  const std::filesystem::path sub = dir.path() / "blobs" / "zz";
+  std::filesystem::create_directories(sub);
+  std::ofstream(sub / ".orphan.blob.tmp") << "partial";
+  std::ofstream(sub / "orphan.blob") << "whole but unreferenced";
+  const std::string victim = entries[1]["blob"];
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x7f');
+  }
+  Run bad = run(cli + "verify --store " + d);
+  CHECK(bad.status == 1);
+  CHECK_THAT(bad.out, Contains("BAD " + entries[1]["key"].get<std::string>()) && Contains(victim) &&
+                          Contains("checksum") && Contains("1 unreferenced blobs, 1 temp files"));
+  Run dry = run(cli + "gc --dry-run --store " + d);
+  CHECK(dry.status == 0);
+  CHECK(std::filesystem::exists(sub / "orphan.blob"));
+  Run gc = run(cli + "gc --json --store " + d);
+  REQUIRE(gc.status == 0);
+  auto g = nlohmann::json::parse(gc.out);
+  CHECK(g["removed_blobs"] == 1);
+  CHECK(g["removed_temps"] == 1);
+  CHECK_FALSE(std::filesystem::exists(sub / "orphan.blob"));
+  CHECK(std::filesystem::exists(victim));  // corrupt entries are reported, never deleted
+  CHECK(run(cli + "verify --store " + d).status == 1);
+  CHECK(run(cli + "frobnicate --store " + d).status == 1);
+}

@@ -1,0 +1,347 @@
+// The chunk store, part 3: faults. Corrupt, truncated and missing blobs; disk-full and permission
+// errors (injected through the I/O hooks, and a real RLIMIT_FSIZE in a child process); SIGKILL at
+// random points of a stream of writes in a child process, many times; many threads on overlapping keys.
+#include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "orbit/common/error.h"
+#include "store/chunk_store.h"
+#include "test_helpers.h"
+#include "test_store_values.h"
+
+extern char** environ;
+
+using Catch::Matchers::Contains;
+using namespace orbit;
+using namespace orbit::store;
+namespace fs = std::filesystem;
+
+namespace {
+
+ChunkStoreOptions disk_options(const std::string& dir) {
+  ChunkStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = test::kStoreTestFingerprint;
+  o.host_budget_bytes = 4 << 20;
+  return o;
+}
+
+std::string key(int64_t i) { return test::store_test_key(i); }
+
+std::string blob_path(const std::string& dir, int64_t i) {
+  for (const StoreEntryInfo& e : list_store(dir)) {
+    if (e.key == key(i)) return e.blob_path;
+  }
+  FAIL("no blob for entry " << i);
+  return {};
+}
+
+int64_t temp_files(const std::string& dir) { return summarize_store(dir).temp_files; }
+
+// A child process running store_kill_child with stdout on a pipe. Lines are read with next_line().
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& args) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    posix_spawn_file_actions_addclose(&actions, fds[1]);
+    std::vector<std::string> all{ORBIT_STORE_CHILD_PATH};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, ORBIT_STORE_CHILD_PATH, &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(fds[1]);
+    REQUIRE(rc == 0);
+    in_ = ::fdopen(fds[0], "r");
+  }
+  ~Child() {
+    if (in_) std::fclose(in_);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  // false at end of output.
+  bool next_line(std::string* line) {
+    char buffer[512];
+    if (!std::fgets(buffer, sizeof buffer, in_)) return false;
+    *line = buffer;
+    if (!line->empty() && line->back() == '\n') line->pop_back();
+    return true;
+  }
+  void kill() { ::kill(pid_, SIGKILL); }
+  int wait() {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* in_ = nullptr;
+};
+
+}  // namespace
+
+TEST_CASE("a corrupt, truncated or missing blob is a reported miss; the store stays usable", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  ChunkStore store(disk_options(d));
+  const PutOptions disk_only{StoreTier::kDisk};
+  for (int64_t i = 1; i <= 4; ++i) REQUIRE(store.put(key(i), test::store_test_value(i), disk_only).is_ok());
+  const std::string flipped = blob_path(d, 1), truncated = blob_path(d, 2), missing = blob_path(d, 3);
+  {
+    std::fstream f(flipped, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(flipped) / 2));
+    f.put('\x55');
+  }
+  fs::resize_file(truncated, fs::file_size(truncated) - 100);
+  fs::remove(missing);
+
+  Result<ValuePtr> r1 = store.get(key(1));
+  REQUIRE_FALSE(r1.is_ok());
+  CHECK(r1.status().code() == StatusCode::kNotFound);
+  CHECK_THAT(r1.status().reason(), Contains(key(1)) && Contains(flipped) && Contains("checksum"));
+  CHECK_THAT(store.get(key(2)).status().reason(), Contains(key(2)) && Contains(truncated) && Contains("truncated"));
+  CHECK_THAT(store.get(key(3)).status().reason(), Contains(key(3)) && Contains(missing) && Contains("cannot open"));
+  const std::vector<StoreFault> faults = store.faults();
+  REQUIRE(faults.size() == 3);
+  CHECK(faults[0].key == key(1));
+  CHECK(faults[0].path == flipped);
+  CHECK(store.stats().corrupt_reads == 3);
+  CHECK_FALSE(store.contains(key(1)));  // a miss from now on, not a retry storm
+  store.verify_integrity(true);
+
+  // Still usable: the intact entry reads, new entries write, a rewrite heals a corrupt one.
+  CHECK(values_equal(*store.get(key(4)).value(), *test::store_test_value(4)));
+  REQUIRE(store.put(key(5), test::store_test_value(5)).is_ok());
+  const VerifyReport before = verify_store(d);
+  CHECK(before.problems.size() == 3);
+  REQUIRE(store.put(key(1), test::store_test_value(1)).is_ok());
+  CHECK(values_equal(*store.get(key(1)).value(), *test::store_test_value(1)));
+  CHECK_FALSE(fs::exists(flipped));  // the replaced blob is gone
+  CHECK(verify_store(d).problems.size() == 2);
+}
+
+TEST_CASE("disk full and permission errors are clear errors that leave the index consistent", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  auto fail_with = std::make_shared<std::atomic<int>>(0);     // errno to inject, 0 = none
+  auto bytes_left = std::make_shared<std::atomic<int64_t>>(0);  // bytes written before the failure
+  ChunkStoreOptions o = disk_options(d);
+  o.io_hooks.write = [fail_with, bytes_left](int fd, const void* data, std::size_t size) -> ssize_t {
+    if (*fail_with != 0) {
+      if (*bytes_left <= 0) {
+        errno = *fail_with;
+        return -1;
+      }
+      size = std::min<std::size_t>(size, static_cast<std::size_t>(bytes_left->load()));
+      *bytes_left -= static_cast<int64_t>(size);
+    }
+    return ::write(fd, data, size);
+  };
+  o.io_hooks.fsync = [fail_with](int fd) -> int {
+    if (*fail_with == EIO) {
+      errno = EIO;
+      return -1;
+    }
+    return ::fsync(fd);
+  };
+  ChunkStore store(o);
+  for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+
+  *fail_with = ENOSPC;
+  *bytes_left = 10000;  // the disk fills in the middle of the blob
+  Status full = store.put(key(5), test::store_test_value(5));
+  CHECK(full.code() == StatusCode::kOutOfCapacity);
+  CHECK_THAT(full.reason(), Contains("No space left on device") && Contains(".tmp") && Contains(d));
+  *fail_with = EROFS;
+  *bytes_left = 0;
+  Status ro = store.put(key(6), test::store_test_value(6));
+  CHECK(ro.code() == StatusCode::kRefused);
+  CHECK_THAT(ro.reason(), Contains("Read-only file system"));
+  *fail_with = EIO;
+  *bytes_left = int64_t{1} << 40;
+  Status io = store.put(key(7), test::store_test_value(7));
+  CHECK(io.code() == StatusCode::kRefused);
+  CHECK_THAT(io.reason(), Contains("fsync") && Contains("Input/output error"));
+
+  CHECK(store.stats().io_errors == 3);
+  for (int64_t i : {5, 6, 7}) CHECK_FALSE(store.contains(key(i)));
+  CHECK(temp_files(d) == 0);  // failed writes clean up after themselves
+  store.verify_integrity(/*deep=*/true);
+  CHECK(verify_store(d).clean());
+  for (int64_t i = 1; i <= 3; ++i) CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
+
+  *fail_with = 0;  // space again
+  REQUIRE(store.put(key(5), test::store_test_value(5)).is_ok());
+  CHECK(values_equal(*store.get(key(5)).value(), *test::store_test_value(5)));
+}
+
+TEST_CASE("a real file-size limit (RLIMIT_FSIZE) in a child fails one put and corrupts nothing", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  std::vector<std::string> lines;
+  {
+    Child child({"fsize", d, "1", std::to_string(3 << 19)});  // 1.5 MiB: value 5 (2 MiB) cannot be written
+    std::string line;
+    while (child.next_line(&line)) lines.push_back(line);
+    const int status = child.wait();
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+  }
+  REQUIRE(lines.size() == 5);
+  for (int i = 0; i < 4; ++i) CHECK(lines[static_cast<size_t>(i)] == std::to_string(i + 1) + " ok");
+  CHECK_THAT(lines[4], Contains("5 out_of_capacity") && Contains("File too large"));
+  ChunkStore store(disk_options(d));
+  store.verify_integrity(true);
+  for (int64_t i = 1; i <= 4; ++i) CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
+  CHECK_FALSE(store.contains(key(5)));
+  const VerifyReport report = verify_store(d);
+  CHECK(report.clean());
+  CHECK(report.temp_files == 0);
+}
+
+TEST_CASE("SIGKILL at random points of a write stream loses at most the write in flight", "[store][cpu][slow]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  std::mt19937 rng(20240601);
+  std::vector<int64_t> committed;
+  int64_t torn_writes = 0, gc_removed = 0, temps_before = 0;
+  const int iterations = 40;
+  for (int iter = 0; iter < iterations; ++iter) {
+    const int64_t first = int64_t{iter} * 100000;
+    const size_t before = committed.size();
+    {
+      Child child({"write", d, std::to_string(first), "100000"});
+      const int wait_lines = std::uniform_int_distribution<int>(0, 10)(rng);
+      std::string line;
+      int seen = 0;
+      while (seen < wait_lines && child.next_line(&line)) {
+        committed.push_back(std::stoll(line));
+        ++seen;
+      }
+      // A random kill point inside the stream (this picks the moment; it does not wait for work).
+      std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 4000)(rng)));
+      child.kill();
+      while (child.next_line(&line)) committed.push_back(std::stoll(line));  // puts that returned before death
+      const int status = child.wait();
+      REQUIRE(WIFSIGNALED(status));
+      REQUIRE(WTERMSIG(status) == SIGKILL);
+    }
+    {
+      ChunkStore store(disk_options(d));  // reopening after the crash
+      store.verify_integrity(/*deep=*/true);
+      std::vector<int64_t> check(committed.begin() + static_cast<std::ptrdiff_t>(before), committed.end());
+      for (int s = 0; s < 10 && !committed.empty(); ++s) {
+        check.push_back(committed[std::uniform_int_distribution<size_t>(0, committed.size() - 1)(rng)]);
+      }
+      if (iter == iterations - 1) check = committed;
+      for (int64_t i : check) {
+        Result<ValuePtr> v = store.get(key(i), GetOptions{false});
+        INFO("iteration " << iter << ", entry " << i);
+        REQUIRE(v.is_ok());
+        REQUIRE(values_equal(*v.value(), *test::store_test_value(i)));
+      }
+    }
+    const VerifyReport report = verify_store(d);
+    REQUIRE(report.clean());
+    torn_writes += report.temp_files > temps_before ? 1 : 0;  // this kill landed inside a blob write
+    temps_before = report.temp_files;
+    if (iter % 10 == 9) {
+      gc_removed += static_cast<int64_t>(gc_store(d).removed_paths.size());
+      temps_before = 0;
+    }
+  }
+  WARN("kill test: " << iterations << " kills, " << committed.size() << " committed entries intact, " << torn_writes
+                     << " kills inside a blob write, " << gc_removed << " leftovers removed by gc");
+  CHECK(committed.size() >= static_cast<size_t>(iterations));
+}
+
+TEST_CASE("many threads storing and loading overlapping keys see whole values only", "[store][cpu]") {
+  test::TempDir dir;
+  for (const bool with_disk : {false, true}) {
+    ChunkStoreOptions o;
+    o.model_fingerprint = test::kStoreTestFingerprint;
+    o.dir = with_disk ? dir.path().string() : "";
+    o.host_budget_bytes = 256 << 10;  // churn: demotions and promotions race with reads
+    ChunkStore store(o);
+    // Value of (key k, version v): two tensors filled with k·1000 + v; a torn read would mix versions.
+    auto value = [](int64_t k, int64_t v) {
+      const int64_t rows = 50 + 40 * (k % 5);
+      const double x = static_cast<double>(k * 1000 + v);
+      return make_value(EntryKind::kOther, {{"a", at::full({rows, 64}, x)}, {"b", at::full({rows + 1, 64}, x)}});
+    };
+    std::atomic<int64_t> hits{0}, misses{0}, bad{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
+        for (int step = 0; step < 400; ++step) {
+          const int64_t k = std::uniform_int_distribution<int64_t>(0, 15)(rng);
+          const int op = std::uniform_int_distribution<int>(0, 19)(rng);
+          try {
+            if (op < 6) {
+              PutOptions p;
+              p.replace = op < 2;
+              const Status s = store.put(key(k), value(k, step % 50), p);
+              // Without a disk a full host tier (pins held by other threads) may refuse; nothing else fails.
+              if (!s && !(s.code() == StatusCode::kOutOfCapacity && !with_disk)) ++bad;
+            } else if (op < 18) {
+              Result<ValuePtr> r = store.get(key(k));
+              if (!r) {
+                ++misses;
+                continue;
+              }
+              ++hits;
+              const at::Tensor& a = r.value()->at("a");
+              const at::Tensor& b = r.value()->at("b");
+              const double x = a[0][0].item<double>();
+              const bool whole = a.eq(x).all().item<bool>() && b.eq(x).all().item<bool>() &&
+                                 static_cast<int64_t>(x) / 1000 == k && a.size(0) == 50 + 40 * (k % 5);
+              if (!whole) ++bad;
+            } else if (op == 18) {
+              (void)store.erase(key(k));
+            } else {
+              (void)store.pin(key(k));
+              (void)store.unpin(key(k));
+            }
+          } catch (const std::exception&) {
+            ++bad;
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    INFO("with_disk " << with_disk);
+    CHECK(bad == 0);
+    CHECK(hits > 0);
+    CHECK(store.faults().empty());
+    store.verify_integrity(/*deep=*/true);
+    if (with_disk) CHECK(store.stats().tiers[1].evictions > 0);
+  }
+  CHECK(verify_store(dir.path().string()).clean());
+}

@@ -1,0 +1,30 @@
+// Deterministic store values shared by the store tests and their child process (store_kill_child.cpp):
+// value i is a pure function of i, so a parent can check what a killed child committed.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "orbit/store.h"
+#include "store/value.h"
+
+namespace orbit::test {
+
+inline const std::string kStoreTestFingerprint = "store-test-model-fingerprint";
+
+inline std::string store_test_key(int64_t i) { return chunk_key_tokens(kStoreTestFingerprint, {i, 7, 11}); }
+
+// Two tensors, 1 to 200 rows of 64 floats; every 5th value is larger (~1 MiB) so that kills often land
+// in the middle of a blob write.
+inline store::ValuePtr store_test_value(int64_t i) {
+  const int64_t rows = i % 5 == 0 ? 4096 : 1 + (i * 7919) % 200;
+  const at::Tensor k = at::arange(rows * 64, at::kFloat).mul(0.001).add(static_cast<double>(i)).reshape({rows, 4, 16});
+  const at::Tensor v = at::full({rows, 4, 16}, static_cast<double>(-i), at::kFloat);
+  return store::make_value(EntryKind::kCanonical, {{"layer.0.k", k}, {"layer.0.v", v}},
+                           {{"index", std::to_string(i)}});
+}
+
+}  // namespace orbit::test
