@@ -11,6 +11,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include "cuda_test_support.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -28,64 +30,8 @@ namespace {
 namespace kcpu = orbit::kernels::cpu;
 namespace kcuda = orbit::kernels::cuda;
 
-bool have_cuda_device() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky "no device / no driver" status
-    return false;
-  }
-  return count > 0;
-}
-
-#define ORBIT_SKIP_WITHOUT_CUDA()      \
-  do {                                 \
-    if (!have_cuda_device()) {         \
-      WARN("skipped: no CUDA device"); \
-      return;                          \
-    }                                  \
-  } while (false)
-
-#define CUDA_REQUIRE(call)                    \
-  do {                                        \
-    const cudaError_t orbit_status_ = (call); \
-    INFO(cudaGetErrorString(orbit_status_));  \
-    REQUIRE(orbit_status_ == cudaSuccess);    \
-  } while (false)
-
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(const std::vector<T>& host) : size_(host.size()) {
-    CUDA_REQUIRE(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes() + 1));  // +1: valid even when empty
-    if (size_ > 0) CUDA_REQUIRE(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  T* get() const { return ptr_; }
-  std::vector<T> download() const {
-    std::vector<T> host(size_);
-    if (size_ > 0) CUDA_REQUIRE(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  size_t bytes() const { return size_ * sizeof(T); }
-  T* ptr_ = nullptr;
-  size_t size_ = 0;
-};
-
-class Stream {
- public:
-  Stream() { CUDA_REQUIRE(cudaStreamCreate(&stream_)); }
-  ~Stream() { cudaStreamDestroy(stream_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
+using orbit::test::DeviceBuffer;
+using orbit::test::Stream;
 
 // Storage element conversions (host side).
 float to_float(float v) { return v; }

@@ -8,6 +8,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda_test_support.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <random>
@@ -20,29 +22,8 @@ namespace {
 
 namespace kcuda = orbit::kernels::cuda;
 
-bool have_cuda_device() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky "no device / no driver" status
-    return false;
-  }
-  return count > 0;
-}
-
-#define ORBIT_SKIP_WITHOUT_CUDA()      \
-  do {                                 \
-    if (!have_cuda_device()) {         \
-      WARN("skipped: no CUDA device"); \
-      return;                          \
-    }                                  \
-  } while (false)
-
-#define CUDA_REQUIRE(call)                    \
-  do {                                        \
-    const cudaError_t orbit_status_ = (call); \
-    INFO(cudaGetErrorString(orbit_status_));  \
-    REQUIRE(orbit_status_ == cudaSuccess);    \
-  } while (false)
+using orbit::test::DeviceBuffer;
+using orbit::test::Stream;
 
 std::string describe(const kcuda::SvdStatus& s) {
   return std::string(kcuda::svd_code_name(s.code)) + " at '" + s.step + "' (cuda: " + cudaGetErrorString(s.cuda) +
