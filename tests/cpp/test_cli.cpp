@@ -16,28 +16,13 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
-
-Run cli(const std::string& args) {
-  const std::string command = std::string(ORBIT_CLI_PATH) + " " + args + " 2>&1";
-  Run r;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer;
-  std::size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
+using orbit::test::cli;
+using orbit::test::CliRun;
 
 }  // namespace
 
 TEST_CASE("orbit info --json describes the bundled model", "[cli][model][cpu]") {
-  Run r = cli("info --json --model " + orbit::test::stories_path());
+  CliRun r = cli("info --json --model " + orbit::test::stories_path());
   REQUIRE(r.status == 0);
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["arch"] == "llama");
@@ -50,14 +35,14 @@ TEST_CASE("orbit info --json describes the bundled model", "[cli][model][cpu]") 
 }
 
 TEST_CASE("orbit logits prints the forward's logits as JSON", "[cli][model][cpu]") {
-  Run last = cli("logits --model " + orbit::test::stories_path() + " --tokens 1,403,407,261");
+  CliRun last = cli("logits --model " + orbit::test::stories_path() + " --tokens 1,403,407,261");
   REQUIRE(last.status == 0);
   auto j = nlohmann::json::parse(last.out);
   CHECK(j["tokens"] == std::vector<int64_t>({1, 403, 407, 261}));
   REQUIRE(j["logits"].size() == 1);
   REQUIRE(j["logits"][0].size() == 512);
 
-  Run all = cli("logits --all-positions --model " + orbit::test::stories_path() + " --tokens 1,403,407,261");
+  CliRun all = cli("logits --all-positions --model " + orbit::test::stories_path() + " --tokens 1,403,407,261");
   REQUIRE(all.status == 0);
   auto rows = nlohmann::json::parse(all.out)["logits"];
   REQUIRE(rows.size() == 4);
@@ -82,10 +67,10 @@ TEST_CASE("orbit logits prints the forward's logits as JSON", "[cli][model][cpu]
 
 TEST_CASE("orbit make-model writes a model that info reads", "[cli][generator][cpu]") {
   orbit::test::TempDir dir;
-  Run made = cli("make-model --arch qwen2 --layers 3 --hidden 32 --heads 4 --kv-heads 2 --intermediate 48 --vocab 100 "
+  CliRun made = cli("make-model --arch qwen2 --layers 3 --hidden 32 --heads 4 --kv-heads 2 --intermediate 48 --vocab 100 "
                  "--dtype bfloat16 --shard-mb 1 --seed 5 --out " + (dir / "m"));
   REQUIRE(made.status == 0);
-  Run info = cli("info --json --model " + (dir / "m"));
+  CliRun info = cli("info --json --model " + (dir / "m"));
   REQUIRE(info.status == 0);
   auto j = nlohmann::json::parse(info.out);
   CHECK(j["arch"] == "qwen2");
@@ -93,14 +78,14 @@ TEST_CASE("orbit make-model writes a model that info reads", "[cli][generator][c
   CHECK(j["head_dim"] == 8);
   CHECK(j["weight_dtype"] == "bfloat16");
   CHECK(j["attention_bias"] == true);
-  Run again = cli("make-model --arch qwen2 --out " + (dir / "m"));
+  CliRun again = cli("make-model --arch qwen2 --out " + (dir / "m"));
   CHECK(again.status == 1);
   CHECK_THAT(again.out, Contains("already holds a model"));
 }
 
 TEST_CASE("bad CLI input exits non-zero naming the argument", "[cli][errors][cpu]") {
   const std::string model = " --model " + orbit::test::stories_path();
-  Run r = cli("logits" + model + " --tokens 1,x,3");
+  CliRun r = cli("logits" + model + " --tokens 1,x,3");
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("--tokens") && Contains("'x'"));
   r = cli("logits" + model + " --tokens 1,512");

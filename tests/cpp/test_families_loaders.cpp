@@ -77,23 +77,8 @@ GeneratorOptions tiny(const ModelConfig& config, uint64_t seed = 7) {
   return o;
 }
 
-struct Run {
-  int status = -1;
-  std::string out;
-};
-
-Run cli(const std::string& args) {
-  const std::string command = std::string(ORBIT_CLI_PATH) + " " + args + " 2>&1";
-  Run r;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer;
-  std::size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
+using orbit::test::cli;
+using orbit::test::CliRun;
 
 }  // namespace
 
@@ -281,7 +266,7 @@ TEST_CASE("presets and fingerprints: new families add keys, older ones are uncha
 
 TEST_CASE("orbit make-model builds both families and info shows their fields", "[families][cli][cpu]") {
   orbit::test::TempDir dir;
-  Run r = cli("make-model --arch deepseek_v2 --q-lora-rank 0 --kv-lora-rank 20 --qk-nope-dim 6 --qk-rope-dim 4 "
+  CliRun r = cli("make-model --arch deepseek_v2 --q-lora-rank 0 --kv-lora-rank 20 --qk-nope-dim 6 --qk-rope-dim 4 "
               "--v-head-dim 10 --heads 2 --out " + (dir / "mla"));
   REQUIRE(r.status == 0);
   r = cli("info --json --model " + (dir / "mla"));

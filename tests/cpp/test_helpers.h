@@ -40,3 +40,35 @@ inline double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
 }
 
 }  // namespace orbit::test
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+
+namespace orbit::test {
+
+struct CliRun {
+  int status = -1;  // exit status (-1 when killed by a signal)
+  std::string out;  // stdout and stderr together
+};
+
+// Runs a shell command and captures its output and exit status.
+inline CliRun run_command(const std::string& command) {
+  CliRun r;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer;
+  std::size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+#ifdef ORBIT_CLI_PATH
+// Runs the built `orbit` CLI with `args` (a shell fragment).
+inline CliRun cli(const std::string& args) { return run_command(std::string(ORBIT_CLI_PATH) + " " + args); }
+#endif
+
+}  // namespace orbit::test

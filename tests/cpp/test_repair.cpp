@@ -348,23 +348,8 @@ TEST_CASE("strategy specs: canonical names, clear refusals", "[repair][cpu][mode
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
-
-Run cli(const std::string& args) {
-  const std::string command = std::string(ORBIT_CLI_PATH) + " " + args + " 2>&1";
-  Run r;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer;
-  std::size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
+using orbit::test::cli;
+using orbit::test::CliRun;
 
 std::string join(const std::vector<int64_t>& v) {
   std::string s;
@@ -383,7 +368,7 @@ TEST_CASE("orbit fidelity --json reports every strategy; re-prefill is exact", "
                                        "firstk:16", "patch:8", "patch:24", "orbit:8"};
   std::string list;
   for (const auto& spec : specs) list += (list.empty() ? "" : ",") + spec;
-  const Run r = cli("fidelity --json" + window + " --strategies " + list);
+  const CliRun r = cli("fidelity --json" + window + " --strategies " + list);
   REQUIRE(r.status == 0);
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j["chunk_length"] == 24);
@@ -401,17 +386,17 @@ TEST_CASE("orbit fidelity --json reports every strategy; re-prefill is exact", "
   // The same numbers as the library, in process.
   CHECK(j["strategies"][1]["kl"].get<double>() == Approx(arm(shared_scenario(), "blind").fidelity.kl).epsilon(1e-9));
 
-  const Run table = cli("fidelity" + window + " --strategies reprefill,blind");
+  const CliRun table = cli("fidelity" + window + " --strategies reprefill,blind");
   REQUIRE(table.status == 0);
   CHECK_THAT(table.out, Contains("reprefill") && Contains("blind") && Contains("flip-rec"));
-  const Run defaults = cli("fidelity --json --model " + orbit::test::stories_path() + " --chunk 1,403,407,261");
+  const CliRun defaults = cli("fidelity --json --model " + orbit::test::stories_path() + " --chunk 1,403,407,261");
   REQUIRE(defaults.status == 0);  // empty context, default query and strategies (patch ranks capped at n_B = 4)
   CHECK(nlohmann::json::parse(defaults.out)["strategies"].size() == 6);
 }
 
 TEST_CASE("orbit fidelity: bad input exits non-zero naming the argument", "[repair][cli][cpu][model][errors]") {
   const std::string model = " --model " + orbit::test::stories_path();
-  Run r = cli("fidelity" + model + " --chunk 1,2,3 --strategies blind,bogus:3");
+  CliRun r = cli("fidelity" + model + " --chunk 1,2,3 --strategies blind,bogus:3");
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("--strategies") && Contains("bogus:3") && Contains("valid specs"));
   r = cli("fidelity" + model + " --chunk 1,2,3 --strategies patch:4");

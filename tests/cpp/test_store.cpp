@@ -24,22 +24,8 @@ using namespace orbit::store;
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;
-};
-
-Run run(const std::string& command) {
-  Run r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer;
-  std::size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
+using Run = orbit::test::CliRun;
+const auto run = orbit::test::run_command;
 
 ChunkStoreOptions disk_options(const std::string& dir) {
   ChunkStoreOptions o;
