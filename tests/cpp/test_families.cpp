@@ -241,6 +241,49 @@ RefResult ref_mrope(const Model& m, const std::vector<int64_t>& tokens, const st
   });
 }
 
+// Hugging Face's Llama/Qwen2 attention with partial rotary and YaRN: only the first rotary_dim dims of q
+// and k rotate, and HF multiplies cos and sin by the attention factor, so exactly those dims are scaled.
+RefResult ref_gqa_hf(const Model& m, const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions) {
+  const ModelConfig& c = m.config();
+  const int64_t H = c.num_heads, Hkv = c.num_kv_heads, d = c.head_dim, rot = c.rope.rotary_dim;
+  const std::vector<double> inv = inv_freq(c.rope);
+  const double factor = c.rope.scaling == RopeScaling::kYarn ? yarn_m(c.rope.factor, 1.0) : 1.0;
+  auto bias = [&](const std::string& name) {
+    return c.attention_bias ? W(m, name) : at::zeros({W(m, name.substr(0, name.size() - 4) + "weight").size(0)},
+                                                     at::kDouble);
+  };
+  auto rotate_head = [&](const at::Tensor& x, const std::vector<double>& angles) {
+    at::Tensor out = ref_rotate(x, angles, /*interleaved=*/false);  // pairs (i, i + rot/2) of the prefix
+    out.slice(0, 0, rot).mul_(factor);
+    return out;
+  };
+  return ref_decoder(m, tokens, [&](const std::string& p, const std::vector<at::Tensor>& h, RefResult&) {
+    const size_t T = h.size();
+    std::vector<std::vector<at::Tensor>> q(H), k(Hkv), v(Hkv);
+    for (size_t t = 0; t < T; ++t) {
+      std::vector<double> angles;
+      for (double f : inv) angles.push_back(static_cast<double>(positions[t]) * f);
+      const at::Tensor qt = at::mv(W(m, p + "self_attn.q_proj.weight"), h[t]) + bias(p + "self_attn.q_proj.bias");
+      const at::Tensor kt = at::mv(W(m, p + "self_attn.k_proj.weight"), h[t]) + bias(p + "self_attn.k_proj.bias");
+      const at::Tensor vt = at::mv(W(m, p + "self_attn.v_proj.weight"), h[t]) + bias(p + "self_attn.v_proj.bias");
+      for (int64_t hd = 0; hd < H; ++hd) q[hd].push_back(rotate_head(qt.slice(0, hd * d, (hd + 1) * d), angles));
+      for (int64_t hd = 0; hd < Hkv; ++hd) {
+        k[hd].push_back(rotate_head(kt.slice(0, hd * d, (hd + 1) * d), angles));
+        v[hd].push_back(vt.slice(0, hd * d, (hd + 1) * d));
+      }
+    }
+    std::vector<at::Tensor> out(T);
+    for (size_t t = 0; t < T; ++t) {
+      std::vector<at::Tensor> per_head;
+      for (int64_t hd = 0; hd < H; ++hd) {
+        per_head.push_back(ref_attend(q[hd], k[hd / (H / Hkv)], v[hd / (H / Hkv)], t, 1.0 / std::sqrt(double(d))));
+      }
+      out[t] = at::cat(per_head);
+    }
+    return out;
+  });
+}
+
 ModelConfig mla_variant(const std::string& which) {
   ModelConfig c = generator_preset("tiny-mla");
   if (which == "no q low-rank") c.mla.q_lora_rank = 0;
@@ -531,4 +574,20 @@ TEST_CASE("M-RoPE model: bad position grids are refused naming the argument", "[
   PagedSequence one_row(pool, plain.config());
   CHECK_THROWS_WITH(one_row.append(r.content, at::zeros({3, 4}, at::kLong)), Contains("positions"));
   CHECK_THROWS_WITH(PagedSequence(pool, qwen2.content_k_shape(), qwen2.content_v_shape(), 2), Contains("position_rows"));
+}
+
+TEST_CASE("GQA with partial rotary and YaRN matches Hugging Face's attention: only rotated dims are scaled",
+          "[families][cpu]") {
+  ModelConfig config = generator_preset("tiny-qwen2");  // head_dim 16, q/k/v biases
+  config.rope.rotary_dim = 8;                           // partial_rotary_factor 0.5
+  config.rope.scaling = RopeScaling::kYarn;
+  config.rope.factor = 4.0;                             // attention factor 0.1·ln 4 + 1 ≈ 1.139
+  config.rope.original_max_position_embeddings = 256;
+  const auto m = generated(config);
+  const std::vector<int64_t> tokens = random_tokens(11, config.vocab_size, 9);
+  std::vector<int64_t> positions;
+  for (int64_t i = 0; i < 11; ++i) positions.push_back(40 + 3 * i);  // gapped: rotation, not order, matters
+  const RefResult reference = ref_gqa_hf(*m, tokens, positions);
+  const ForwardResult runtime = run(*m, tokens, at::tensor(at::ArrayRef<int64_t>(positions), at::kLong));
+  CHECK(max_abs_diff(runtime.logits, reference.logits) < 1e-4);
 }
