@@ -8,7 +8,7 @@ ORBIT_JOBS="${ORBIT_JOBS:-$(nproc)}"
 # Debian 12 packages orbit builds and tests with (README "Dependencies" says what each is for).
 ORBIT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
-  libtorch-dev libopenblas0-pthread libssl-dev nlohmann-json3-dev libboost-graph-dev libsqlite3-dev
+  libtorch-dev libopenblas0-openmp libssl-dev nlohmann-json3-dev libboost-graph-dev libsqlite3-dev
   catch2 pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-matplotlib
 )
 
