@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/bench_util.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
@@ -39,22 +40,6 @@ struct Options {
   int threads = static_cast<int>(std::thread::hardware_concurrency());
 };
 
-std::vector<int64_t> parse_lengths(const std::string& text) {
-  std::vector<int64_t> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    char* end = nullptr;
-    const long long value = std::strtoll(item.c_str(), &end, 10);
-    ORBIT_CHECK(!item.empty() && *end == '\0' && value > 0, "--lengths: '" << item << "' is not a positive integer");
-    out.push_back(value);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -65,7 +50,7 @@ Options parse(int argc, char** argv) {
     };
     if (arg == "--model") o.model = value();
     else if (arg == "--preset") o.preset = value();
-    else if (arg == "--lengths") o.lengths = parse_lengths(value());
+    else if (arg == "--lengths") o.lengths = orbit::bench::parse_positive_list(value(), "--lengths");
     else if (arg == "--reps") o.reps = std::max(1, std::atoi(value().c_str()));
     else if (arg == "--json") o.json = value();
     else if (arg == "--cache") o.cache = value();
@@ -75,9 +60,7 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
+using orbit::bench::seconds_since;
 
 }  // namespace
 
@@ -85,18 +68,7 @@ int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   // Debian's libtorch starts OpenMP with one thread on some machines; use every core unless told.
   at::set_num_threads(o.threads);
-  std::string path = o.model;
-  if (path.empty()) {
-    path = (fs::path(o.cache) / o.preset).string();
-    if (!fs::exists(fs::path(path) / "config.json")) {
-      std::fprintf(stderr, "generating a random %s model in %s (bf16 on disk, once)...\n", o.preset.c_str(), path.c_str());
-      rt::GeneratorOptions g;
-      g.config = rt::generator_preset(o.preset);
-      g.dtype = "bfloat16";
-      g.overwrite = true;
-      generate_model(g, path);
-    }
-  }
+  const std::string path = orbit::bench::model_path_or_generate(o.model, o.cache, o.preset);
   auto start = std::chrono::steady_clock::now();
   const auto model = rt::load_model(path);
   const double load_s = seconds_since(start);

@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/bench_util.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
@@ -57,20 +58,7 @@ struct Options {
   std::string json = "bench_reuse.json";
 };
 
-std::vector<int64_t> parse_positive_list(const std::string& text, const char* what) {
-  std::vector<int64_t> out;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    char* end = nullptr;
-    const long long value = std::strtoll(item.c_str(), &end, 10);
-    ORBIT_CHECK(!item.empty() && *end == '\0' && value > 0, what << ": '" << item << "' is not a positive integer");
-    out.push_back(value);
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
-  }
-}
+using orbit::bench::parse_positive_list;
 
 int64_t parse_count(const std::string& text, const char* what, int64_t min_value) {
   char* end = nullptr;
@@ -114,9 +102,7 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
+using orbit::bench::seconds_since;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -142,19 +128,7 @@ struct Arm {
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   at::set_num_threads(o.threads);  // Debian's libtorch may start with one thread; use every core unless told
-  std::string path = o.model;
-  if (path.empty()) {
-    path = (fs::path(o.cache) / o.preset).string();
-    if (!fs::exists(fs::path(path) / "config.json")) {
-      std::fprintf(stderr, "generating a random %s model in %s (bf16 on disk, once)...\n", o.preset.c_str(),
-                   path.c_str());
-      rt::GeneratorOptions g;
-      g.config = rt::generator_preset(o.preset);
-      g.dtype = "bfloat16";
-      g.overwrite = true;
-      generate_model(g, path);
-    }
-  }
+  const std::string path = orbit::bench::model_path_or_generate(o.model, o.cache, o.preset);
   auto start = std::chrono::steady_clock::now();
   const auto model = rt::load_model(path);
   const rt::ModelConfig& c = model->config();

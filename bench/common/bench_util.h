@@ -1,0 +1,53 @@
+// Small helpers shared by the benchmarks: list parsing, wall time, and the cached generated model.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "orbit/common/error.h"
+#include "orbit/runtime/generator.h"
+
+namespace orbit::bench {
+
+// "256,512" -> {256, 512}; every item a positive integer, else orbit::Error naming `what`.
+inline std::vector<int64_t> parse_positive_list(const std::string& text, const char* what) {
+  std::vector<int64_t> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    const long long value = std::strtoll(item.c_str(), &end, 10);
+    ORBIT_CHECK(!item.empty() && *end == '\0' && value > 0, what << ": '" << item << "' is not a positive integer");
+    out.push_back(value);
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// `model` when given; otherwise <cache>/<preset>, generated once (random weights, bf16 on disk).
+inline std::string model_path_or_generate(const std::string& model, const std::string& cache,
+                                          const std::string& preset) {
+  if (!model.empty()) return model;
+  const std::string path = (std::filesystem::path(cache) / preset).string();
+  if (!std::filesystem::exists(std::filesystem::path(path) / "config.json")) {
+    std::fprintf(stderr, "generating a random %s model in %s (bf16 on disk, once)...\n", preset.c_str(), path.c_str());
+    runtime::GeneratorOptions g;
+    g.config = runtime::generator_preset(preset);
+    g.dtype = "bfloat16";
+    g.overwrite = true;
+    runtime::generate_model(g, path);
+  }
+  return path;
+}
+
+}  // namespace orbit::bench
