@@ -274,8 +274,7 @@ std::vector<std::vector<int64_t>> orbit_orderings(int64_t k, const OrbitOptions&
 
 // The orbit patch evaluated on the scenario's order. reuse.h's form_orbit_patch holds out an ordering of
 // its own choosing; the protocol here needs the *scenario's* ordering held out, so the mean deficit is
-// taken over the orderings above with reuse.h's primitives (assemble_context, conditioned, deficit,
-// form_patch), the same computation form_orbit_patch performs.
+// taken over the orderings above with reuse.h's mean_deficit (the computation form_orbit_patch shares).
 class OrbitRepair final : public RepairStrategy {
  public:
   OrbitRepair(Ranks ranks, bool include_own_order, bool randomized)
@@ -295,26 +294,7 @@ class OrbitRepair final : public RepairStrategy {
     const bool hold_out = !include_own_order_ && k >= 2;
     const std::vector<std::vector<int64_t>> orderings = orbit_orderings(k, OrbitOptions{}, hold_out);
     auto start = Clock::now();
-    Content mean;
-    for (const std::vector<int64_t>& order : orderings) {
-      std::vector<ChunkInput> window;
-      for (int64_t j : order) window.push_back(context[static_cast<std::size_t>(j)]);
-      const PastKV past = window.empty() ? p.context : assemble_context(*p.model, window);
-      const Content delta = deficit(conditioned(*p.model, p.scenario.chunk, past), p.canonical);
-      if (mean.empty()) {
-        for (const LayerKV& layer : delta) mean.push_back({layer.k.to(at::kDouble), layer.v.to(at::kDouble)});
-      } else {
-        for (std::size_t l = 0; l < delta.size(); ++l) {
-          mean[l].k.add_(delta[l].k);
-          mean[l].v.add_(delta[l].v);
-        }
-      }
-    }
-    const double inv = 1.0 / static_cast<double>(orderings.size());
-    for (LayerKV& layer : mean) {
-      layer.k = layer.k.mul(inv).to(at::kFloat);
-      layer.v = layer.v.mul(inv).to(at::kFloat);
-    }
+    const Content mean = mean_deficit(*p.model, p.scenario.chunk, p.canonical, {}, context, orderings);
     const Patch patch = form_patch(*p.model, mean, patch_options(ranks_, randomized_));
     r.cost.forming_seconds = seconds_since(start);
     r.cost.forming_tokens =

@@ -98,6 +98,37 @@ double squared_norm(const at::Tensor& t) {
 
 }  // namespace
 
+Content mean_deficit(const Model& model, const ChunkInput& chunk, const Content& canonical_content,
+                     const std::vector<ChunkInput>& prefix, const std::vector<ChunkInput>& antecedents,
+                     const std::vector<std::vector<int64_t>>& orderings) {
+  ORBIT_CHECK(!orderings.empty(), "mean_deficit: no orderings to average over");
+  c10::InferenceMode guard;
+  Content mean;
+  for (const std::vector<int64_t>& order : orderings) {
+    std::vector<ChunkInput> window = prefix;
+    for (int64_t j : order) {
+      ORBIT_CHECK(j >= 0 && j < static_cast<int64_t>(antecedents.size()),
+                  "mean_deficit: ordering index " << j << " outside the " << antecedents.size() << " antecedents");
+      window.push_back(antecedents[static_cast<std::size_t>(j)]);
+    }
+    const Content delta = deficit(conditioned(model, chunk, assemble_context(model, window)), canonical_content);
+    if (mean.empty()) {
+      for (const LayerKV& layer : delta) mean.push_back({layer.k.to(at::kDouble), layer.v.to(at::kDouble)});
+    } else {
+      for (std::size_t l = 0; l < delta.size(); ++l) {
+        mean[l].k.add_(delta[l].k);
+        mean[l].v.add_(delta[l].v);
+      }
+    }
+  }
+  const double inv = 1.0 / static_cast<double>(orderings.size());
+  for (LayerKV& layer : mean) {
+    layer.k = layer.k.mul(inv).to(at::kFloat);
+    layer.v = layer.v.mul(inv).to(at::kFloat);
+  }
+  return mean;
+}
+
 OrbitPatch form_orbit_patch(const Model& model, const ChunkInput& chunk, const std::vector<ChunkInput>& prefix,
                             const std::vector<ChunkInput>& antecedents, const PatchOptions& patch_options,
                             const OrbitOptions& orbit_options) {
@@ -116,26 +147,7 @@ OrbitPatch form_orbit_patch(const Model& model, const ChunkInput& chunk, const s
   }
 
   c10::InferenceMode guard;
-  const Content base = canonical(model, chunk);
-  Content mean;
-  for (const std::vector<int64_t>& order : orderings) {
-    std::vector<ChunkInput> window = prefix;
-    for (int64_t j : order) window.push_back(antecedents[static_cast<std::size_t>(j)]);
-    const Content delta = deficit(conditioned(model, chunk, assemble_context(model, window)), base);
-    if (mean.empty()) {
-      for (const LayerKV& layer : delta) mean.push_back({layer.k.to(at::kDouble), layer.v.to(at::kDouble)});
-    } else {
-      for (std::size_t l = 0; l < delta.size(); ++l) {
-        mean[l].k.add_(delta[l].k);
-        mean[l].v.add_(delta[l].v);
-      }
-    }
-  }
-  const double inv = 1.0 / static_cast<double>(orderings.size());
-  for (LayerKV& layer : mean) {
-    layer.k = layer.k.mul(inv).to(at::kFloat);
-    layer.v = layer.v.mul(inv).to(at::kFloat);
-  }
+  const Content mean = mean_deficit(model, chunk, canonical(model, chunk), prefix, antecedents, orderings);
   result.patch = form_patch(model, mean, patch_options);
   result.orderings = std::move(orderings);
   return result;

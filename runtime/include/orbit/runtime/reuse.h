@@ -141,6 +141,13 @@ struct OrbitPatch {
   std::vector<int64_t> held_out;               // the held-out ordering (empty when hold_out = false)
 };
 
+// Mean of Δ = conditioned − `canonical_content` over `orderings` (index lists into `antecedents`; each
+// ordering: exact prefill of prefix · antecedents in that order, then B conditioned on it), accumulated
+// in float64 and returned as float32. An empty window gives the empty context. Throws on no orderings.
+Content mean_deficit(const Model& model, const ChunkInput& chunk, const Content& canonical_content,
+                     const std::vector<ChunkInput>& prefix, const std::vector<ChunkInput>& antecedents,
+                     const std::vector<std::vector<int64_t>>& orderings);
+
 // Orbit patch for chunk B whose antecedent *set* is fixed but whose order varies: mean of Δ over
 // orderings of `antecedents` (each ordering: exact prefill of prefix · antecedents in that order, then
 // B conditioned on it), accumulated in float64, then truncated by form_patch. Costs one canonical
