@@ -1,0 +1,666 @@
+// orbit::planner: the dependency graph (cascades, eviction lifetime, fork copies, topological order,
+// cycles), placement (DP against brute force, greedy properties), the cost model fit and decision,
+// admission under a byte budget (property test) and the offline bounds (against LRU and brute force).
+#include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "orbit/common/error.h"
+#include "orbit/planner/admission.h"
+#include "orbit/planner/cost_model.h"
+#include "orbit/planner/dependency_graph.h"
+#include "orbit/planner/offline.h"
+#include "orbit/planner/placement.h"
+
+using namespace orbit::planner;
+using Catch::Matchers::Contains;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+int64_t position_of(const std::vector<InstanceId>& order, InstanceId id) {
+  auto it = std::find(order.begin(), order.end(), id);
+  return it == order.end() ? -1 : it - order.begin();
+}
+
+// Ancestors of `id` through current conditioning (every instance its KV was formed on, transitively).
+std::set<InstanceId> ancestors(const DependencyGraph& g, InstanceId id) {
+  std::set<InstanceId> out;
+  std::vector<InstanceId> work{id};
+  while (!work.empty()) {
+    InstanceId v = work.back();
+    work.pop_back();
+    for (InstanceId a : g.antecedents(v))
+      if (out.insert(a).second) work.push_back(a);
+  }
+  return out;
+}
+
+// a -> b -> c plus d formed on {a, c}: the graph most tests start from.
+DependencyGraph chain_graph() {
+  DependencyGraph g;
+  for (InstanceId id : {1, 2, 3, 4}) g.add_instance(id, "chunk" + std::to_string(id));
+  g.set_conditioning(2, 102, {1});
+  g.set_conditioning(3, 103, {2});
+  g.set_conditioning(4, 104, {1, 3});
+  return g;
+}
+
+}  // namespace
+
+// ---- dependency graph --------------------------------------------------------------------------------
+
+TEST_CASE("graph: direct and transitive dependents in topological order", "[planner][cpu]") {
+  DependencyGraph g = chain_graph();
+  CHECK(g.antecedents(4) == std::vector<InstanceId>{1, 3});
+  CHECK(g.antecedents(1).empty());
+  CHECK(g.dependents(1) == std::vector<InstanceId>{2, 3, 4});  // the only topological order of 2 -> 3 -> 4
+  CHECK(g.dependents(3) == std::vector<InstanceId>{4});
+  CHECK(g.dependents(4).empty());
+  CHECK(g.num_live() == 4);
+  CHECK(g.patches().size() == 3);
+  CHECK(g.patches()[2].patch == 104);
+
+  // Re-conditioning replaces: 3 formed on nothing now, so 1 reaches 4 only directly.
+  g.set_conditioning(3, 203, {});
+  std::vector<InstanceId> two = g.dependents(1);  // 2 and 4 are independent: either order is topological
+  CHECK(std::set<InstanceId>(two.begin(), two.end()) == std::set<InstanceId>{2, 4});
+  CHECK(two == g.dependents(1));  // deterministic
+  CHECK(g.dependents(2).empty());
+  g.clear_conditioning(4);
+  CHECK_FALSE(g.has_conditioning(4));
+  CHECK(g.dependents(1) == std::vector<InstanceId>{2});
+  CHECK_THAT(g.to_dot(), Contains("p2 -> i2"));
+}
+
+TEST_CASE("graph: evicted intermediates stay while referenced and carry the cascade", "[planner][cpu]") {
+  DependencyGraph g = chain_graph();
+  g.remove_instance(2);  // 3 was formed on 2: 2 stays, evicted
+  CHECK(g.contains(2));
+  CHECK_FALSE(g.is_live(2));
+  CHECK(g.num_live() == 3);
+  CHECK(g.num_evicted() == 1);
+  CHECK(g.dependents(1) == std::vector<InstanceId>{3, 4});  // through evicted 2
+  CHECK(g.dependents(2) == std::vector<InstanceId>{3, 4});
+
+  g.reinstate(2);  // recall: 2 is live again and itself a dependent of 1
+  CHECK(g.dependents(1) == std::vector<InstanceId>{2, 3, 4});
+  CHECK_THROWS_AS(g.reinstate(2), orbit::Error);
+
+  // Evict 1 and 2: both stay (1 through 2's patch, 2 through 3's). Clearing 3 drops 2, which drops 1's
+  // last reference from 2 — but 4 still references 1. Clearing 4 drops 1.
+  g.remove_instance(1);
+  g.remove_instance(2);
+  CHECK(g.num_evicted() == 2);
+  g.clear_conditioning(3);
+  CHECK_FALSE(g.contains(2));
+  CHECK(g.contains(1));
+  g.clear_conditioning(4);
+  CHECK_FALSE(g.contains(1));
+  CHECK(g.num_evicted() == 0);
+  CHECK(g.instances() == std::vector<InstanceId>{3, 4});
+
+  // An unreferenced instance goes at once; its id can then be added again.
+  g.remove_instance(4);
+  CHECK_FALSE(g.contains(4));
+  g.add_instance(4, "again");
+  CHECK(g.chunk_key(4) == "again");
+
+  // Replacing a conditioning that shares an evicted antecedent with the new one keeps that antecedent.
+  g.add_instance(5, "five");
+  g.set_conditioning(3, 303, {5});
+  g.remove_instance(5);
+  g.set_conditioning(3, 304, {5, 4});
+  CHECK(g.contains(5));
+  CHECK(g.antecedents(3) == std::vector<InstanceId>{5, 4});
+}
+
+TEST_CASE("graph: a fork's copy is isolated both ways", "[planner][cpu]") {
+  DependencyGraph parent = chain_graph();
+  const std::string parent_dot = parent.to_dot();
+  DependencyGraph child = parent;
+  child.remove_instance(2);
+  child.add_instance(9, "child only");
+  child.set_conditioning(9, 109, {3});
+  child.clear_conditioning(4);
+  CHECK(parent.to_dot() == parent_dot);
+  CHECK(parent.dependents(1) == std::vector<InstanceId>{2, 3, 4});
+  CHECK_FALSE(parent.contains(9));
+  CHECK(child.dependents(1) == std::vector<InstanceId>{3, 9});
+
+  parent.remove_instance(3);
+  CHECK(child.is_live(3));
+  DependencyGraph assigned;
+  assigned = child;
+  child.remove_instance(9);
+  CHECK(assigned.is_live(9));
+  DependencyGraph moved = std::move(assigned);
+  CHECK(moved.dependents(3) == std::vector<InstanceId>{9});
+}
+
+TEST_CASE("graph: random DAGs give exactly the live descendants, each after its ancestors", "[planner][cpu]") {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 60; ++trial) {
+    DependencyGraph g;
+    const int n = 2 + static_cast<int>(rng() % 14);
+    std::vector<InstanceId> ids;  // a hidden causal order with unordered ids
+    for (int i = 0; i < n; ++i) {
+      ids.push_back(1000 + rng() % 100000);
+      if (g.contains(ids.back())) {
+        ids.pop_back();
+        continue;
+      }
+      g.add_instance(ids.back(), "c");
+      std::vector<InstanceId> ante;
+      for (size_t j = 0; j + 1 < ids.size(); ++j)
+        if (rng() % 3 == 0) ante.push_back(ids[j]);
+      std::shuffle(ante.begin(), ante.end(), rng);
+      if (rng() % 4 != 0) g.set_conditioning(ids.back(), rng(), ante);
+    }
+    for (InstanceId id : ids)
+      if (rng() % 4 == 0 && g.is_live(id)) g.remove_instance(id);
+    for (InstanceId x : g.instances()) {
+      std::vector<InstanceId> deps = g.dependents(x);
+      std::set<InstanceId> expected;
+      for (InstanceId y : g.instances())
+        if (g.is_live(y) && y != x && ancestors(g, y).count(x)) expected.insert(y);
+      CHECK(std::set<InstanceId>(deps.begin(), deps.end()) == expected);
+      CHECK(deps.size() == expected.size());  // no repeats
+      for (InstanceId y : deps)
+        for (InstanceId a : ancestors(g, y))
+          if (position_of(deps, a) >= 0) CHECK(position_of(deps, a) < position_of(deps, y));
+    }
+    // Evicted nodes survive only while something references them.
+    for (InstanceId id : g.instances()) {
+      if (g.is_live(id)) continue;
+      bool referenced = false;
+      for (const Conditioning& c : g.patches())
+        referenced |= std::count(c.antecedents.begin(), c.antecedents.end(), id) > 0;
+      CHECK(referenced);
+    }
+  }
+}
+
+TEST_CASE("graph: misuse throws naming the id; a cycle is reported", "[planner][cpu]") {
+  DependencyGraph g = chain_graph();
+  CHECK_THROWS_WITH(g.add_instance(2, "dup"), Contains("instance 2 already present"));
+  CHECK_THROWS_WITH(g.set_conditioning(3, 1, {42}), Contains("unknown instance 42"));
+  CHECK_THROWS_WITH(g.set_conditioning(3, 1, {3}), Contains("own antecedent"));
+  CHECK_THROWS_WITH(g.set_conditioning(3, 1, {1, 1}), Contains("antecedent 1 listed twice"));
+  CHECK_THROWS_WITH(g.dependents(77), Contains("unknown instance 77"));
+  g.remove_instance(4);
+  CHECK_THROWS_WITH(g.remove_instance(4), Contains("unknown instance 4"));  // 4 was unreferenced: gone
+  g.remove_instance(2);
+  CHECK_THROWS_WITH(g.set_conditioning(2, 1, {}), Contains("instance 2 is evicted"));
+
+  g.reinstate(2);
+  g.set_conditioning(2, 9, {1, 3});  // 2 formed on 3, 3 formed on 2: only misuse gets here
+  CHECK_THROWS_WITH(g.dependents(1), Contains("dependency cycle through instance"));
+  CHECK_THROWS_WITH(g.dependents(3), Contains("cycle"));
+}
+
+// ---- placement ---------------------------------------------------------------------------------------
+
+namespace {
+
+// Random set-dependent costs: an independent draw for every (item, antecedent set), some +infinity.
+PlacementProblem random_problem(int64_t n, std::mt19937_64& rng, double inf_rate) {
+  auto table = std::make_shared<std::vector<double>>(static_cast<size_t>(n) << n);
+  std::uniform_real_distribution<double> u(0, 10);
+  for (double& c : *table) c = u(rng) < 10 * inf_rate ? kInf : std::round(u(rng) * 100) / 100;
+  return {n, [table, n](int64_t item, uint64_t mask) { return (*table)[mask * n + item]; }};
+}
+
+std::vector<int64_t> random_order(int64_t n, std::mt19937_64& rng) {
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  return order;
+}
+
+bool same_cost(double a, double b) { return (std::isinf(a) && std::isinf(b)) || a == Approx(b).epsilon(1e-12); }
+
+}  // namespace
+
+TEST_CASE("placement: exact DP equals brute force on random set-dependent costs", "[planner][cpu]") {
+  std::mt19937_64 rng(11);
+  int infinite = 0;
+  for (int trial = 0; trial < 240; ++trial) {
+    const int64_t n = 1 + trial % 7;
+    PlacementProblem p = random_problem(n, rng, trial % 3 == 0 ? 0.3 : 0.05);
+    Placement dp = place(p);
+    Placement bf = place_brute_force(p);
+    INFO("trial " << trial << " n " << n);
+    CHECK(dp.exact);
+    CHECK(same_cost(dp.cost, bf.cost));
+    CHECK(same_cost(order_cost(p, dp.order), dp.cost));  // the order really costs what it says
+    CHECK(dp.evaluations == n << (n - 1));                // each (item, set) pair once
+    infinite += std::isinf(bf.cost);
+  }
+  CHECK(infinite > 0);  // the +infinity case was exercised
+  CHECK(infinite < 100);
+}
+
+TEST_CASE("placement: greedy with local search, against DP, itself and random orders", "[planner][cpu]") {
+  std::mt19937_64 rng(12);
+  PlacementOptions greedy_only;
+  greedy_only.exact_up_to = 0;
+  greedy_only.local_search = false;
+  PlacementOptions greedy_ls;
+  greedy_ls.exact_up_to = 0;
+  double sum_ls = 0, sum_random = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t n = 2 + trial % 8;
+    PlacementProblem p = random_problem(n, rng, 0);
+    Placement dp = place(p);
+    Placement g = place(p, greedy_only);
+    Placement ls = place(p, greedy_ls);
+    std::vector<int64_t> r = random_order(n, rng);
+    CHECK_FALSE(ls.exact);
+    CHECK(g.evaluations == n * (n + 1) / 2);
+    CHECK(dp.cost <= ls.cost + 1e-9);
+    CHECK(ls.cost <= g.cost + 1e-9);  // local search never makes it worse
+    CHECK(same_cost(order_cost(p, ls.order), ls.cost));
+    for (size_t k = 0; k + 1 < ls.order.size(); ++k) {  // a local optimum under adjacent swaps
+      std::vector<int64_t> swapped = ls.order;
+      std::swap(swapped[k], swapped[k + 1]);
+      CHECK(order_cost(p, swapped) >= ls.cost - 1e-9);
+    }
+    PlacementOptions with_incumbent = greedy_ls;
+    with_incumbent.incumbent = r;
+    CHECK(place(p, with_incumbent).cost <= order_cost(p, r));  // never worse than the order to beat
+    sum_ls += ls.cost;
+    sum_random += order_cost(p, r);
+  }
+  CHECK(sum_ls < 0.8 * sum_random);
+}
+
+TEST_CASE("placement: greedy is exact on additive costs and recovers a stored patch chain", "[planner][cpu]") {
+  std::mt19937_64 rng(13);
+  std::uniform_real_distribution<double> u(1, 5);
+  PlacementOptions greedy;
+  greedy.exact_up_to = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t n = 2 + trial % 11;
+    std::vector<double> base(n);
+    for (double& b : base) b = u(rng);
+    PlacementProblem additive{n, [base](int64_t item, uint64_t) { return base[item]; }};
+    CHECK(same_cost(place(additive, greedy).cost, place(additive).cost));
+
+    // Patches were formed along a hidden order σ: item σ[k] hits (cost 1) exactly behind {σ[0..k-1]},
+    // otherwise it is formed (cost 5 + its size). Greedy finds σ, which is optimal.
+    std::vector<int64_t> sigma = random_order(n, rng);
+    std::vector<uint64_t> key(n);
+    for (int64_t k = 0, mask = 0; k < n; mask |= int64_t{1} << sigma[k], ++k) key[sigma[k]] = mask;
+    PlacementProblem chain{n, [key, base](int64_t item, uint64_t mask) {
+                             return mask == key[item] ? 1.0 : 5 + base[item];
+                           }};
+    Placement g = place(chain, greedy);
+    CHECK(g.order == sigma);
+    CHECK(g.cost == Approx(static_cast<double>(n)));
+    CHECK(same_cost(place(chain).cost, g.cost));
+  }
+  // Beyond the exact limit (n = 40, masks past 32 bits) the result is still a permutation.
+  PlacementProblem big{40, [](int64_t item, uint64_t mask) {
+                         return static_cast<double>((item * 7 + __builtin_popcountll(mask) * 3) % 11);
+                       }};
+  Placement b = place(big);
+  CHECK_FALSE(b.exact);
+  std::vector<int64_t> sorted = b.order;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 40; ++i) CHECK(sorted[i] == i);
+  PlacementOptions beat_identity;
+  beat_identity.incumbent = sorted;
+  CHECK(place(big, beat_identity).cost <= order_cost(big, sorted));
+}
+
+TEST_CASE("placement: bad input throws", "[planner][cpu]") {
+  PlacementProblem p{64, [](int64_t, uint64_t) { return 1.0; }};
+  CHECK_THROWS_WITH(place(p), Contains("num_items must be in 0..63"));
+  p.num_items = -1;
+  CHECK_THROWS_AS(place(p), orbit::Error);
+  p.num_items = 10;
+  CHECK_THROWS_WITH(place_brute_force(p), Contains("n ≤ 9"));
+  p.num_items = 3;
+  p.cost = [](int64_t item, uint64_t) { return item == 2 ? std::nan("") : 1.0; };
+  CHECK_THROWS_WITH(place(p), Contains("cost(item 2"));
+  p.cost = [](int64_t, uint64_t) { return 1.0; };
+  PlacementOptions o;
+  o.exact_up_to = 0;
+  o.incumbent = {0, 0, 1};
+  CHECK_THROWS_WITH(place(p, o), Contains("incumbent is not a permutation"));
+  Placement empty = place(PlacementProblem{0, nullptr});
+  CHECK(empty.order.empty());
+  CHECK(empty.cost == 0);
+}
+
+// ---- cost model --------------------------------------------------------------------------------------
+
+namespace {
+
+// Samples timed on a machine whose true costs are `c` (noise: relative, deterministic).
+std::vector<CostSample> synthetic_samples(const CostCoefficients& c, double noise) {
+  std::vector<CostSample> out;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> jitter(1 - noise, 1 + noise);
+  for (int64_t t : {16, 64, 256, 1024})
+    for (int64_t ctx : {0, 128, 1024, 4096}) {
+      double s = c.forward_per_token * t + c.forward_per_token_context * t * ctx + c.forward_fixed;
+      out.push_back({sample_kind::kForward, t, ctx, 0, s * jitter(rng)});
+    }
+  auto bandwidth = [&](const char* kind, double bytes_per_s) {
+    for (int64_t bytes : {1 << 20, 1 << 24}) out.push_back({kind, 0, 0, bytes, bytes / bytes_per_s * jitter(rng)});
+  };
+  bandwidth(sample_kind::kRelocate, c.relocate_bytes_per_s);
+  bandwidth(sample_kind::kPatchApply, c.patch_apply_bytes_per_s);
+  bandwidth(sample_kind::kPatchForm, c.patch_form_bytes_per_s);
+  bandwidth(sample_kind::kTransferDevice, c.transfer_bytes_per_s[0]);
+  bandwidth(sample_kind::kTransferHost, c.transfer_bytes_per_s[1]);
+  bandwidth(sample_kind::kTransferDisk, c.transfer_bytes_per_s[2]);
+  return out;
+}
+
+CostCoefficients truth() {
+  CostCoefficients c;
+  c.forward_per_token = 2e-4;
+  c.forward_per_token_context = 3e-9;
+  c.forward_fixed = 4e-3;
+  c.relocate_bytes_per_s = 80e9;
+  c.patch_apply_bytes_per_s = 60e9;
+  c.patch_form_bytes_per_s = 7e9;
+  c.transfer_bytes_per_s = {900e9, 20e9, 2e9};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("cost model: the fit recovers known coefficients", "[planner][cpu]") {
+  const CostCoefficients c = truth();
+  CostCoefficients f = CostModel::fit(synthetic_samples(c, 0)).coefficients();
+  CHECK(f.forward_per_token == Approx(c.forward_per_token).epsilon(1e-6));
+  CHECK(f.forward_per_token_context == Approx(c.forward_per_token_context).epsilon(1e-6));
+  CHECK(f.forward_fixed == Approx(c.forward_fixed).epsilon(1e-6));
+  CHECK(f.relocate_bytes_per_s == Approx(c.relocate_bytes_per_s));
+  CHECK(f.patch_form_bytes_per_s == Approx(c.patch_form_bytes_per_s));
+  for (int t = 0; t < 3; ++t) CHECK(f.transfer_bytes_per_s[t] == Approx(c.transfer_bytes_per_s[t]));
+
+  // With 2% timing noise the predictions stay within a few percent (the attention term is a small share
+  // of these forwards, so its own coefficient is the least determined).
+  const CostModel exact(c), fitted = CostModel::fit(synthetic_samples(c, 0.02));
+  for (int64_t t : {16, 256, 1024})
+    for (int64_t ctx : {0, 1024, 4096})
+      CHECK(fitted.seconds_forward(t, ctx) == Approx(exact.seconds_forward(t, ctx)).epsilon(0.03));
+  CHECK(fitted.coefficients().forward_per_token == Approx(c.forward_per_token).epsilon(0.05));
+  CHECK(fitted.coefficients().patch_apply_bytes_per_s == Approx(c.patch_apply_bytes_per_s).epsilon(0.05));
+
+  // Non-negative: a negative true intercept comes out 0, not negative; an unidentifiable attention term
+  // (no context anywhere) comes out 0 while the rest is still recovered.
+  CostCoefficients negative = c;
+  negative.forward_fixed = -1e-3;
+  CHECK(CostModel::fit(synthetic_samples(negative, 0)).coefficients().forward_fixed == 0);
+  std::vector<CostSample> no_context;
+  for (const CostSample& s : synthetic_samples(c, 0))
+    if (s.what != sample_kind::kForward || s.context_tokens == 0) no_context.push_back(s);
+  CostCoefficients nc = CostModel::fit(no_context).coefficients();
+  CHECK(nc.forward_per_token_context == 0);
+  CHECK(nc.forward_per_token == Approx(c.forward_per_token).epsilon(1e-6));
+  CHECK(nc.forward_fixed == Approx(c.forward_fixed).epsilon(1e-6));
+}
+
+TEST_CASE("cost model: missing or unknown samples throw naming the kind", "[planner][cpu]") {
+  std::vector<CostSample> samples = synthetic_samples(truth(), 0);
+  std::vector<CostSample> no_disk;
+  for (const CostSample& s : samples)
+    if (s.what != sample_kind::kTransferDisk) no_disk.push_back(s);
+  CHECK_THROWS_WITH(CostModel::fit(no_disk), Contains("no 'transfer_disk' samples"));
+  samples.push_back({"forwrad", 1, 0, 0, 1.0});
+  CHECK_THROWS_WITH(CostModel::fit(samples), Contains("unknown kind 'forwrad'"));
+  CostCoefficients bad;
+  bad.relocate_bytes_per_s = 0;
+  CHECK_THROWS_AS(CostModel(bad), orbit::Error);
+}
+
+TEST_CASE("cost model: choose load+patch, load+form or recompute by estimated seconds", "[planner][cpu]") {
+  const CostModel m(truth());
+  ReuseOption o;
+  o.tokens = 512;
+  o.context_tokens = 2048;
+  o.canonical_bytes = 64 << 20;
+  o.canonical_tier = Tier::kHost;
+  o.patch_tier = Tier::kHost;
+  // No stored patch, no reuse expected: forming costs more than the forward alone, so recompute.
+  Decision d = m.choose(o);
+  CHECK(d.action == Decision::Action::kRecompute);
+  CHECK(std::isinf(d.seconds[0]));
+  const double forward = 2e-4 * 512 + 3e-9 * 512 * 2048 + 4e-3;
+  CHECK(d.seconds[2] == Approx(forward));
+  const double load = (64 << 20) / 20e9 + (64 << 20) / 80e9;
+  CHECK(d.seconds[1] == Approx(load + forward + (64 << 20) / 7e9));
+  CHECK_THAT(d.describe(), Contains("recompute"));
+  // Expected reuse makes forming pay.
+  o.expected_reuse = 10;
+  CHECK(m.choose(o).action == Decision::Action::kLoadAndForm);
+  // A stored patch makes loading it the cheapest.
+  o.patch_bytes = 4 << 20;
+  d = m.choose(o);
+  CHECK(d.action == Decision::Action::kLoadAndPatch);
+  CHECK(d.seconds[0] == Approx(11 * (load + (4 << 20) / 20e9 + (64 << 20) / 60e9)));
+  // On disk, a short chunk is cheaper to recompute even with the patch stored.
+  o.expected_reuse = 0;
+  o.tokens = 16;
+  o.context_tokens = 0;
+  o.canonical_tier = o.patch_tier = Tier::kDisk;
+  CHECK(m.choose(o).action == Decision::Action::kRecompute);
+  CHECK_THAT(CostModel().describe(), Contains("transfer device"));
+}
+
+// ---- admission ---------------------------------------------------------------------------------------
+
+namespace {
+
+AdmissionItem item(const std::string& key, int64_t bytes, double reuse, bool pinned = false, int priority = 0) {
+  return AdmissionItem{key, bytes, reuse, 1.0, pinned, priority};
+}
+
+}  // namespace
+
+TEST_CASE("admission: value per byte decides; pins hold; refusals say why", "[planner][cpu]") {
+  AdmissionController a(100);
+  CHECK(a.admit(item("low", 60, 1)).admitted);
+  AdmissionDecision d = a.admit(item("high", 60, 5));  // 5/60 beats 1/60
+  CHECK(d.admitted);
+  CHECK(d.evict == std::vector<std::string>{"low"});
+  CHECK_FALSE(a.contains("low"));
+  d = a.admit(item("lower", 60, 2));
+  CHECK_FALSE(d.admitted);
+  CHECK(d.evict.empty());
+  CHECK_THAT(d.reason, Contains("needs 60 bytes; budget 100, used 60"));
+  CHECK(a.used_bytes() == 60);
+
+  CHECK(a.admit(item("pin", 40, 0, true)).admitted);
+  d = a.admit(item("urgent", 50, 0, true));  // a pinned item may evict any unpinned one
+  CHECK(d.evict == std::vector<std::string>{"high"});
+  d = a.admit(item("more", 20, 100));  // only pinned bytes left: refused
+  CHECK_FALSE(d.admitted);
+  CHECK_THAT(d.reason, Contains("pinned 90"));
+  CHECK_FALSE(a.admit(item("huge", 101, 1)).admitted);
+  CHECK_THAT(a.plan_admit(item("huge", 101, 1)).reason, Contains("more than the whole budget of 100"));
+
+  // Priority outranks value.
+  AdmissionController p(10);
+  CHECK(p.admit(item("valuable", 10, 100, false, 0)).admitted);
+  CHECK(p.admit(item("important", 10, 1, false, 1)).evict == std::vector<std::string>{"valuable"});
+  CHECK_FALSE(p.admit(item("valuable", 10, 100, false, 0)).admitted);
+
+  CHECK(a.set_budget(80).admitted == false);  // below the 90 pinned bytes
+  CHECK(a.budget_bytes() == 100);
+  a.set_pinned("pin", false);
+  d = a.set_budget(80);
+  CHECK(d.admitted);
+  CHECK(d.evict == std::vector<std::string>{"pin"});
+  CHECK_THROWS_WITH(a.admit(item("urgent", 1, 1)), Contains("already resident"));
+  CHECK_THROWS_WITH(a.release("nope"), Contains("'nope' is not resident"));
+  a.verify_integrity();
+}
+
+TEST_CASE("admission: used never exceeds the budget over random sequences", "[planner][cpu]") {
+  std::mt19937_64 rng(21);
+  for (int trial = 0; trial < 40; ++trial) {
+    AdmissionController a(static_cast<int64_t>(rng() % 1000));
+    std::map<std::string, AdmissionItem> shadow;
+    for (int op = 0; op < 300; ++op) {
+      const uint64_t r = rng() % 20;
+      if (r < 12) {
+        AdmissionItem it = item("k" + std::to_string(rng() % 60), static_cast<int64_t>(rng() % 300),
+                                static_cast<double>(rng() % 10), rng() % 8 == 0, static_cast<int>(rng() % 3));
+        if (a.contains(it.key)) continue;
+        AdmissionDecision plan = a.plan_admit(it);
+        const int64_t used_before = a.used_bytes();
+        AdmissionDecision d = a.admit(it);
+        CHECK(d.admitted == plan.admitted);
+        CHECK(d.evict == plan.evict);
+        for (const std::string& key : d.evict) {
+          const AdmissionItem& victim = shadow.at(key);
+          CHECK_FALSE(victim.pinned);
+          if (!it.pinned)
+            CHECK(std::make_pair(victim.priority, victim.value()) < std::make_pair(it.priority, it.value()));
+          shadow.erase(key);
+        }
+        if (d.admitted) {
+          shadow[it.key] = it;
+        } else {
+          CHECK(a.used_bytes() == used_before);
+          CHECK_FALSE(d.reason.empty());
+        }
+      } else if (r < 15 && !shadow.empty()) {
+        auto victim = std::next(shadow.begin(), static_cast<long>(rng() % shadow.size()));
+        a.release(victim->first);
+        shadow.erase(victim);
+      } else if (r < 17 && !shadow.empty()) {
+        auto target = std::next(shadow.begin(), static_cast<long>(rng() % shadow.size()));
+        target->second.pinned = rng() % 2 == 0;
+        a.set_pinned(target->first, target->second.pinned);
+      } else {
+        AdmissionDecision d = a.set_budget(static_cast<int64_t>(rng() % 1000));
+        for (const std::string& key : d.evict) {
+          CHECK_FALSE(shadow.at(key).pinned);
+          shadow.erase(key);
+        }
+      }
+      a.verify_integrity();
+      REQUIRE(a.used_bytes() <= a.budget_bytes());
+      int64_t used = 0;
+      for (const auto& [key, it] : shadow) used += it.bytes;
+      CHECK(used == a.used_bytes());
+      CHECK(a.size() == static_cast<int64_t>(shadow.size()));
+    }
+  }
+}
+
+// ---- offline bounds ----------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<Demand> unit_trace(const std::string& keys) {
+  std::vector<Demand> out;
+  for (size_t i = 0; i < keys.size(); ++i) out.push_back({static_cast<int64_t>(i), std::string(1, keys[i]), 1, 1.0});
+  return out;
+}
+
+// The best any policy can do with unit sizes and costs: at each miss, store the item or not, evicting
+// any one resident when full (dynamic programming over (position, resident set)).
+int64_t brute_force_misses(const std::vector<Demand>& trace, size_t i, std::set<std::string> cache, size_t capacity,
+                           std::map<std::pair<size_t, std::set<std::string>>, int64_t>& memo) {
+  if (i == trace.size()) return 0;
+  auto found = memo.find({i, cache});
+  if (found != memo.end()) return found->second;
+  int64_t best;
+  if (cache.count(trace[i].key)) {
+    best = brute_force_misses(trace, i + 1, cache, capacity, memo);
+  } else {
+    best = 1 + brute_force_misses(trace, i + 1, cache, capacity, memo);  // not stored
+    if (capacity > 0) {
+      std::vector<std::set<std::string>> options;
+      if (cache.size() < capacity) {
+        options.push_back(cache);
+      } else {
+        for (const std::string& out : cache) {
+          options.push_back(cache);
+          options.back().erase(out);
+        }
+      }
+      for (std::set<std::string>& next : options) {
+        next.insert(trace[i].key);
+        best = std::min(best, 1 + brute_force_misses(trace, i + 1, next, capacity, memo));
+      }
+    }
+  }
+  memo[{i, cache}] = best;
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("offline: a hand example, and oversize items always miss", "[planner][cpu]") {
+  std::vector<Demand> t = unit_trace("ABCAB");
+  OfflineBound b = optimise_offline(t, 2);
+  CHECK(b.compulsory_misses == 3);
+  CHECK(b.belady_misses == 3);  // C is never used again: formed, not stored
+  CHECK(simulate_lru(t, 2).misses == 5);
+  t.push_back({5, "Z", 10, 2.5});
+  t.push_back({6, "Z", 10, 2.5});
+  b = optimise_offline(t, 5);
+  CHECK(b.compulsory_misses == 5);
+  CHECK(b.compulsory_cost == 3 + 5.0);
+  CHECK(b.belady_misses == 5);
+  CHECK(simulate_lru(t, 5).cost == Approx(3 + 5.0));
+  t.push_back({4, "A", 1, 1.0});
+  CHECK_THROWS_WITH(optimise_offline(t, 5), Contains("demand 7 has step 4"));
+  t.back() = {9, "A", 2, 1.0};
+  CHECK_THROWS_WITH(simulate_lru(t, 5), Contains("asks 'A' with 2 bytes"));
+}
+
+TEST_CASE("offline: compulsory <= Belady <= LRU, and Belady is optimal on unit traces", "[planner][cpu]") {
+  std::mt19937_64 rng(31);
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t length = 1 + rng() % 10;
+    const int keys = 1 + static_cast<int>(rng() % 5);
+    std::string trace;
+    for (size_t i = 0; i < length; ++i) trace += static_cast<char>('A' + rng() % keys);
+    const int64_t capacity = static_cast<int64_t>(rng() % 4);
+    std::vector<Demand> t = unit_trace(trace);
+    OfflineBound b = optimise_offline(t, capacity);
+    PolicyCost lru = simulate_lru(t, capacity);
+    INFO(trace << " capacity " << capacity);
+    CHECK(b.compulsory_misses <= b.belady_misses);
+    CHECK(b.belady_misses <= lru.misses);
+    CHECK(b.belady_cost == Approx(static_cast<double>(b.belady_misses)));
+    std::map<std::pair<size_t, std::set<std::string>>, int64_t> memo;
+    CHECK(b.belady_misses == brute_force_misses(t, 0, {}, static_cast<size_t>(capacity), memo));
+  }
+  // Longer unit traces against LRU; with unequal sizes the compulsory cost still bounds both.
+  for (int trial = 0; trial < 100; ++trial) {
+    std::vector<Demand> t, sized;
+    for (int64_t i = 0; i < 200; ++i) {
+      std::string key = "k" + std::to_string(rng() % 12);
+      t.push_back({i, key, 1, 1.0});
+      sized.push_back({i, key, 1 + static_cast<int64_t>(std::hash<std::string>()(key) % 7), 1.0 + key.size()});
+    }
+    const int64_t capacity = 1 + static_cast<int64_t>(rng() % 10);
+    OfflineBound b = optimise_offline(t, capacity);
+    CHECK(b.belady_cost <= simulate_lru(t, capacity).cost);
+    OfflineBound s = optimise_offline(sized, capacity * 3);
+    CHECK(s.compulsory_cost <= s.belady_cost);
+    CHECK(s.compulsory_cost <= simulate_lru(sized, capacity * 3).cost);
+  }
+}
