@@ -36,16 +36,10 @@ ForwardInput chunk_forward_input(const ChunkInput& chunk) {
   return in;
 }
 
-// B's KV in context with only the tokens at `indices` (ascending, into B) computed through every layer,
-// over the canonical KV of the others.
 Content recompute_in_context(const PreparedScenario& p, const at::Tensor& indices) {
   ForwardInput input = chunk_forward_input(p.scenario.chunk);
   input.positions = p.chunk_positions;
-  ForwardOptions options;
-  options.logits = LogitsMode::kNone;
-  options.recompute = indices;
-  options.cached = p.canonical;
-  return p.model->forward(input, &p.context, options).content;
+  return recompute_tokens(*p.model, input, p.context, p.canonical, indices);
 }
 
 // Repair that keeps the canonical: exact only when there is no context to absorb.
@@ -111,36 +105,17 @@ class CacheBlend final : public RepairStrategy {
     const int64_t count = std::min<int64_t>(n, static_cast<int64_t>(std::ceil(ratio_ * n - 1e-9)));
     if (count == 0) return keep_canonical(p);
     c10::InferenceMode guard;
-    const int64_t num_layers = p.model->config().num_layers;
     Repair r;
     const auto start = Clock::now();
     at::Tensor selected;
     if (count == n) {
       selected = at::arange(n, at::kLong);
     } else {
-      // Layer 0's KV is a function of each token's own embedding, identical in and out of context; the
-      // first layer whose KV sees the context is layer 1.
-      const int64_t probe = num_layers >= 2 ? 1 : 0;
-      ForwardOptions options;
-      options.logits = LogitsMode::kNone;
-      options.max_layers = probe + 1;
       ForwardInput input = chunk_forward_input(p.scenario.chunk);
       input.positions = p.chunk_positions;
-      const Content in_context = p.model->forward(input, &p.context, options).content;
-      const LayerKV& a = in_context[static_cast<std::size_t>(probe)];
-      const LayerKV& b = p.canonical[static_cast<std::size_t>(probe)];
-      const at::Tensor deviation = (a.k - b.k).pow(2).sum({1, 2}) + (a.v - b.v).pow(2).sum({1, 2});  // [n]
-      // Stable ranking: larger deviation first, ties to the earlier token (so a 1-layer model takes the
-      // first tokens).
-      std::vector<int64_t> order(static_cast<std::size_t>(n));
-      for (int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
-      const at::Tensor dev = deviation.to(at::kDouble).contiguous();
-      const double* d = dev.data_ptr<double>();
-      std::stable_sort(order.begin(), order.end(), [d](int64_t x, int64_t y) { return d[x] > d[y]; });
-      order.resize(static_cast<std::size_t>(count));
-      std::sort(order.begin(), order.end());
-      selected = at::tensor(at::ArrayRef<int64_t>(order), at::kLong);
-      r.cost.forward_tokens += static_cast<double>((probe + 1) * n) / static_cast<double>(num_layers);
+      double probe_tokens = 0;
+      selected = cacheblend_select(*p.model, input, p.context, p.canonical, count, &probe_tokens);
+      r.cost.forward_tokens += probe_tokens;
     }
     r.content = recompute_in_context(p, selected);
     r.cost.seconds = seconds_since(start);
@@ -402,6 +377,52 @@ std::unique_ptr<RepairStrategy> make_strategy(const std::string& spec) {
     return std::make_unique<OrbitRepair>(ranks, all, randomized);
   }
   bad_spec(spec, "unknown strategy '" + kind + "'");
+}
+
+// ---- token-selective recompute on explicit inputs ----------------------------------------------------
+
+Content recompute_tokens(const Model& model, const ForwardInput& input, const PastKV& context,
+                         const Content& canonical, const at::Tensor& indices) {
+  ForwardOptions options;
+  options.logits = LogitsMode::kNone;
+  options.recompute = indices;
+  options.cached = canonical;
+  return model.forward(input, &context, options).content;
+}
+
+at::Tensor cacheblend_select(const Model& model, const ForwardInput& input, const PastKV& context,
+                             const Content& canonical, int64_t count, double* probe_forward_tokens) {
+  c10::InferenceMode guard;
+  ORBIT_CHECK(!canonical.empty(), "cacheblend_select: empty canonical");
+  const int64_t n = canonical.front().k.size(0);
+  ORBIT_CHECK(count >= 0 && count <= n, "cacheblend_select: count " << count << " outside [0, " << n << "]");
+  if (probe_forward_tokens != nullptr) *probe_forward_tokens = 0;
+  if (count == n) return at::arange(n, at::kLong);
+  if (count == 0) return at::empty({0}, at::kLong);
+  const int64_t num_layers = model.config().num_layers;
+  // Layer 0's KV is a function of each token's own embedding, identical in and out of context; the
+  // first layer whose KV sees the context is layer 1.
+  const int64_t probe = num_layers >= 2 ? 1 : 0;
+  ForwardOptions options;
+  options.logits = LogitsMode::kNone;
+  options.max_layers = probe + 1;
+  const Content in_context = model.forward(input, &context, options).content;
+  const LayerKV& a = in_context[static_cast<std::size_t>(probe)];
+  const LayerKV& b = canonical[static_cast<std::size_t>(probe)];
+  const at::Tensor deviation = (a.k - b.k).pow(2).sum({1, 2}) + (a.v - b.v).pow(2).sum({1, 2});  // [n]
+  // Stable ranking: larger deviation first, ties to the earlier token (so a 1-layer model takes the
+  // first tokens).
+  std::vector<int64_t> order(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+  const at::Tensor dev = deviation.to(at::kDouble).contiguous();
+  const double* d = dev.data_ptr<double>();
+  std::stable_sort(order.begin(), order.end(), [d](int64_t x, int64_t y) { return d[x] > d[y]; });
+  order.resize(static_cast<std::size_t>(count));
+  std::sort(order.begin(), order.end());
+  if (probe_forward_tokens != nullptr) {
+    *probe_forward_tokens = static_cast<double>((probe + 1) * n) / static_cast<double>(num_layers);
+  }
+  return at::tensor(at::ArrayRef<int64_t>(order), at::kLong);
 }
 
 }  // namespace orbit::runtime

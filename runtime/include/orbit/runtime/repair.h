@@ -150,4 +150,17 @@ struct ArmResult {
 };
 ArmResult run_arm(const PreparedScenario& prepared, const RepairStrategy& strategy);
 
+// ---- token-selective recompute on explicit inputs (the cacheblend/firstk arms and the window manager) --
+
+// B's KV in context (`input` with its positions set, after `context`) with only the tokens at `indices`
+// (int64, strictly ascending, into B) computed through every layer, over `canonical` for the others.
+Content recompute_tokens(const Model& model, const ForwardInput& input, const PastKV& context,
+                         const Content& canonical, const at::Tensor& indices);
+
+// CacheBlend's selection: the `count` tokens of B whose layer-1 KV (layer 0 for a 1-layer model) in
+// context deviates most from the canonical (K and V together), ascending. count = 0 or n needs no probe.
+// *probe_forward_tokens (optional) receives the probe's cost in token-forwards (2·n/L, or 0).
+at::Tensor cacheblend_select(const Model& model, const ForwardInput& input, const PastKV& context,
+                             const Content& canonical, int64_t count, double* probe_forward_tokens = nullptr);
+
 }  // namespace orbit::runtime

@@ -1,0 +1,45 @@
+// Chunks as the public API sees them (DESIGN.md §1): immutable content registered with an Engine,
+// identified by a content key (orbit/store.h), placed into windows as instances.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "orbit/tensor.h"
+
+namespace orbit {
+
+enum class ChunkKind { kTokens, kEmbeddings };
+const char* chunk_kind_name(ChunkKind kind) noexcept;  // "tokens", "embeddings"
+
+// A handle to a chunk registered with an Engine. A value: cheap to copy, compare by key. Valid for the
+// Engine that made it (another engine throws orbit::Error naming the key).
+struct ChunkRef {
+  std::string key;     // 64-hex content key (model fingerprint + content; never position)
+  ChunkKind kind = ChunkKind::kTokens;
+  int64_t length = 0;  // tokens
+  int64_t extent = 0;  // positions it spans in a window (= length for text; grid span for media)
+  std::string label;   // the caller's name for it (for plans, traces and errors); may be empty
+
+  bool valid() const { return !key.empty(); }
+  friend bool operator==(const ChunkRef& a, const ChunkRef& b) { return a.key == b.key; }
+  friend bool operator!=(const ChunkRef& a, const ChunkRef& b) { return a.key != b.key; }
+};
+
+struct ChunkOptions {
+  std::string label;
+  bool pin = false;  // keep the canonical resident in the store (never evicted)
+};
+
+// A media chunk given as input embeddings (an image's or frame's vision-tower output).
+struct EmbeddingChunk {
+  TensorView embeddings;     // [n, hidden], float32 / bfloat16 / float16
+  TensorView grid;           // optional int64 [3, n] (t, h, w) for M-RoPE models, or [n]; empty = 0..n-1.
+                             // Only its shape matters across placements: it is stored relative to its
+                             // per-row minimum and shifted to the chunk's place in a window.
+  std::string media_digest;  // optional: the caller's digest of the pixels; when set, the key hashes it
+                             // (plus the grid) instead of the embedding bytes
+};
+
+}  // namespace orbit

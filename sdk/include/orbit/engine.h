@@ -1,0 +1,103 @@
+// Engine: one model, one KV pool, one chunk store (DESIGN.md §7). The entry point of the SDK.
+//
+//   auto engine = orbit::Engine::open({.model = "models/stories260K/stories260K.bin"});
+//   orbit::ChunkRef a = engine->add_tokens({1, 365, 1691, ...}, {.label = "page 1"});
+//   orbit::Window w = engine->new_window();
+//   w.admit(a);                                   // canonical encoded once, stored position-free
+//   w.add_turn({...});                            // a live turn, prefilled in context
+//   orbit::Generation g = w.generate({...});
+//
+// Chunks are registered once per engine (their canonical KV is computed on first use and stored; a
+// store directory makes it persist across processes) and placed into any number of windows.
+//
+// Thread-safety: every Engine member is safe to call from any thread; windows are single-threaded
+// (window.h). An Engine lives as long as its last shared_ptr or Window; close() releases the store early
+// (later calls throw orbit::Error "engine is closed").
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "orbit/chunk.h"
+#include "orbit/errors.h"
+#include "orbit/store.h"
+#include "orbit/window.h"
+
+namespace orbit {
+
+struct EngineOptions {
+  // A llama2.c .bin file or a Hugging Face directory (config.json + *.safetensors).
+  std::string model;
+  // Store directory (SQLite index + blobs; created if missing). Empty = memory only (nothing persists).
+  std::string store_dir;
+  int64_t pool_bytes = int64_t{256} << 20;      // KV pool for windows (whole pages; the device budget)
+  int64_t page_size = 16;                        // tokens per page
+  int64_t host_budget_bytes = int64_t{1} << 30;  // the store's host-memory tier
+  int64_t disk_budget_bytes = 0;                 // 0 = unlimited
+  int threads = 0;                               // intra-op threads; 0 = keep the process setting
+};
+
+struct ModelInfo {
+  std::string origin;        // path it was loaded from
+  std::string architecture;  // "llama", "qwen2", "qwen2_vl", "deepseek_v2"
+  std::string fingerprint;
+  int64_t num_layers = 0;
+  int64_t vocab_size = 0;
+  int64_t max_positions = 0;
+  int64_t position_rows = 1;        // 3 for M-RoPE models (chunks may carry (t, h, w) grids)
+  int64_t hidden_size = 0;
+  int64_t kv_bytes_per_token = 0;   // content channel, all layers, float32
+};
+
+struct EngineStats {
+  int64_t chunks = 0;               // registered
+  int64_t windows = 0;              // alive
+  int64_t pool_pages = 0;
+  int64_t pool_free_pages = 0;
+  int64_t pool_bytes_used = 0;
+  int64_t canonicals_encoded = 0;   // forwards of chunks alone
+  int64_t patches_formed = 0;
+  int64_t patch_hits = 0;
+  double forward_tokens = 0;        // Σ over all windows' operations
+  StoreStats store;
+};
+
+class Engine {
+ public:
+  // Loads the model and opens the store. Throws orbit::Error naming the file or option at fault (a model
+  // that does not load, a store of another model fingerprint, a store another process holds open).
+  static std::shared_ptr<Engine> open(const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineOptions& options() const;
+  ModelInfo model_info() const;
+
+  // Registers a chunk (idempotent: the same content gives the same key and ChunkRef). Nothing is
+  // computed until a window first needs its canonical. Throws on an empty chunk, ids outside the
+  // vocabulary, embeddings of the wrong width or dtype, or a grid whose shape is not [3, n] / [n].
+  ChunkRef add_tokens(const std::vector<int64_t>& tokens, const ChunkOptions& options = {});
+  ChunkRef add_embeddings(const EmbeddingChunk& chunk, const ChunkOptions& options = {});
+  // The registered chunk with this key; throws orbit::Error when this engine does not know it.
+  ChunkRef chunk(const std::string& key) const;
+  std::vector<ChunkRef> chunks() const;
+  // Encodes the canonical now (one forward of the chunk alone) if the store does not hold it.
+  void precompute(const ChunkRef& chunk);
+
+  Window new_window(const WindowOptions& options = {});
+
+  EngineStats stats() const;
+  // Flushes and closes the store, frees the pool. Windows still alive throw on use afterwards.
+  void close();
+  bool closed() const;
+
+ private:
+  friend class Window;
+  explicit Engine(std::shared_ptr<detail::EngineCore> core);
+  std::shared_ptr<detail::EngineCore> core_;
+};
+
+}  // namespace orbit

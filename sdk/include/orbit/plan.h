@@ -1,0 +1,95 @@
+// Plans (DESIGN.md §3): every window operation is planned by a const `plan_*` call, then applied.
+//
+// A Plan is the complete list of what the operation will do to the window (per instance: kept, relocated,
+// patched, formed, recomputed, evicted), with its cost estimates and whether the result is exact. It is
+// tied to the window state it was made from: applying it after the window changed is an error (plan
+// again). Plans are plain values: print them (describe()), log them, compare alternatives.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "orbit/chunk.h"
+#include "orbit/store.h"
+
+namespace orbit {
+
+using InstanceId = uint64_t;  // one placement of a chunk (or one live turn) in one window; unique per engine
+
+enum class Operation { kAdmit, kAddTurn, kEvict, kSlide, kRecall, kReorder, kRecondition };
+const char* operation_name(Operation op) noexcept;  // "admit", "turn", "evict", "slide", ...
+
+// What happens to one instance.
+enum class StepAction {
+  kKeep,            // content unchanged, relocated to its new place if it moved (rotation only)
+  kCanonical,       // the canonical alone is exact (nothing precedes the chunk)
+  kApplyPatch,      // canonical + a stored patch (exact key, orbit key or, by policy, a stale one)
+  kLoadConditioned, // a stored conditioned KV for exactly this context (prefix-cache policy)
+  kForm,            // one forward of the chunk in context; its patch is formed and stored
+  kReprefill,       // one forward in context, nothing stored
+  kBlind,           // the canonical relocated, no repair (approximate)
+  kRecompute,       // token recompute (CacheBlend / first-k): some tokens forwarded in context
+  kPrefillTurn,     // a live turn prefilled in context
+  kEvict,           // the instance leaves the window (its canonical stays in the store)
+};
+const char* step_action_name(StepAction action) noexcept;
+
+// How the patch of a kApplyPatch step was found.
+enum class PatchMatch { kNone, kExact, kOrbit, kStale };
+const char* patch_match_name(PatchMatch match) noexcept;
+
+struct PlanStep {
+  StepAction action = StepAction::kKeep;
+  InstanceId instance = 0;
+  ChunkRef chunk;                 // the chunk (for a turn: kind tokens, label "turn")
+  bool is_turn = false;
+  int64_t position = 0;           // first position after the operation (kEvict: before)
+  PatchMatch match = PatchMatch::kNone;
+  std::vector<int64_t> turn_tokens;  // a new live turn's tokens
+  std::string patch_key;          // the stored patch / conditioned KV read (kApplyPatch, kLoadConditioned)
+  std::vector<std::string> store_keys;  // keys this step writes (kForm: exact and orbit patch keys;
+                                        // kReprefill under the prefix policy: the conditioned KV)
+  double divergence = 0;          // kStale: the accepted patch's context divergence
+  bool needs_canonical = false;   // the canonical must be encoded or loaded
+  bool encode_canonical = false;  // ... and it is not in the store: one forward of the chunk alone
+  StoreTier canonical_tier = StoreTier::kHost;  // where the canonical is read from, when needed and stored
+  double forward_tokens = 0;      // token-forwards through the whole model this step costs
+  int64_t bytes_moved = 0;        // canonical/patch bytes read from the store for this step
+  bool exact = false;             // this instance's KV equals a re-prefill of the window after the plan
+  std::string reason;             // why this action ("context changed: chunk 'b' evicted", "orbit hit", ...)
+};
+
+struct Plan {
+  Operation op = Operation::kAdmit;
+  uint64_t window_id = 0;
+  uint64_t window_version = 0;       // the state this plan was made from
+  std::vector<PlanStep> steps;       // in the order apply() executes them (window order, evictions first)
+  std::vector<InstanceId> order;     // the window's instances after the plan, in order
+  double forward_tokens = 0;         // Σ steps (encode + form + prefill + recompute)
+  int64_t bytes_moved = 0;           // Σ steps
+  int64_t device_bytes_after = 0;    // KV pages the window holds after apply (estimate: whole pages)
+  int64_t window_tokens_after = 0;   // tokens in the window after apply
+  bool exact = false;                // every instance's KV equals a re-prefill of the window after apply
+  std::vector<InstanceId> cascade;   // recall: dependents re-conditioned, in topological order
+
+  int64_t count(StepAction action) const;
+  // One line per step, for logs and `orbit replay --explain`.
+  std::string describe() const;
+};
+
+// What apply() did (measured, not estimated).
+struct ApplyReport {
+  Operation op = Operation::kAdmit;
+  double forward_tokens = 0;   // token-forwards actually computed
+  int64_t patches_formed = 0;
+  int64_t patch_hits = 0;      // stored patches (or conditioned KV) reused
+  int64_t canonicals_encoded = 0;
+  int64_t bytes_moved = 0;
+  double seconds = 0;          // wall time of apply()
+  int64_t device_bytes = 0;    // KV pages the window holds now
+  std::vector<InstanceId> added;    // instances the operation created
+  std::vector<InstanceId> removed;  // instances it evicted
+};
+
+}  // namespace orbit

@@ -1,0 +1,79 @@
+// Window policies (issue 5 §3): what a window does when the patch it needs is not stored, how patches
+// are formed, and how far it trusts a patch formed under another context.
+//
+// Named presets (parse_policy) are what `orbit replay --policy` and the benchmarks compare:
+//
+//   patch[:M]       the default: form a rank-M patch on a miss (M = 16; "full" = every singular direction),
+//                   reuse exact- and orbit-keyed patches, survivors kept as-is (relocation only)
+//   patch:M:exact   as patch:M, but every chunk whose context changed is re-conditioned (lookup, then form)
+//                   and orbit patches are not used: with M = full the window equals a re-prefill to float
+//                   tolerance (the oracle the tests check)
+//   reprefill       the ceiling: every instance whose context changed is prefilled again in context;
+//                   nothing is reused except a chunk's canonical at position 0 of an empty context
+//   prefix          a prefix (radix) cache at chunk granularity: a chunk's conditioned KV is stored under
+//                   its exact ordered context and reused only behind that identical context; otherwise
+//                   prefilled (and stored)
+//   blind           relocate canonicals, never repair (fast, approximate)
+//   cacheblend:R    on a miss recompute the top R (0..1) of the chunk's tokens by KV deviation (CacheBlend)
+//   firstk:K        on a miss recompute the chunk's first K tokens in context (EPIC)
+//
+// Modifiers appended to patch presets: `:deep` (patch only layers ≥ ℓ₀ chosen from the deficit's energy),
+// `:stale=D` (accept a patch formed under another context when its divergence is ≤ D instead of forming).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace orbit {
+
+// What admit/reorder/re-condition do when no usable stored patch exists for (chunk, context).
+enum class MissAction {
+  kForm,            // one forward of the chunk in context: exact now, and a patch stored for next time
+  kBlind,           // the canonical, relocated; no repair
+  kReprefill,       // one forward in context, nothing stored (what an engine without orbit does)
+  kTokenRecompute,  // CacheBlend: recompute the top `recompute_ratio` of tokens by KV deviation
+  kFirstK,          // EPIC: recompute the first `first_k` tokens in context
+};
+const char* miss_action_name(MissAction action) noexcept;
+
+// What happens to instances whose context changed because something before them was evicted, slid out
+// or inserted (survivors).
+enum class SurvivorAction {
+  kKeep,         // relocation only (DESIGN.md §3: near-lossless; keeps the removed chunk's influence)
+  kRecondition,  // look up a patch for the new context, else the miss action
+};
+
+// A patch formed under a different context than the one at hand.
+enum class StalePatch {
+  kRebuild,  // never use it: treat as a miss
+  kAccept,   // use the closest one when its divergence (below) is ≤ max_divergence
+};
+
+struct WindowPolicy {
+  MissAction on_miss = MissAction::kForm;
+  SurvivorAction survivors = SurvivorAction::kKeep;
+  StalePatch stale = StalePatch::kRebuild;
+  // Divergence of a stored patch's context from the current one: 1 − |A ∩ B| / |A ∪ B| over the two
+  // antecedent multisets of content keys, weighted by tokens (0 = same set, 1 = disjoint).
+  double max_divergence = 0.25;
+  int64_t rank_k = 16;              // patch rank for keys; -1 = full rank (min(n, D))
+  int64_t rank_v = 16;              // patch rank for values; -1 = full rank
+  bool deep_only = false;           // patch only layers ≥ ℓ₀ holding `deep_energy` of the deficit
+  double deep_energy = 0.9;
+  bool reuse_stored = true;         // look up stored patches at all (false: the reprefill baseline)
+  bool use_orbit_patches = true;    // accept a patch keyed by the antecedent *set* (reorders)
+  bool cascade_on_recall = true;    // a recall re-conditions the instances the dependency graph names
+  bool store_conditioned = false;   // prefix-cache baseline: store whole conditioned KV, not a patch
+  double recompute_ratio = 0.15;    // kTokenRecompute
+  int64_t first_k = 16;             // kFirstK
+
+  // The preset in canonical spec form ("patch:16", "reprefill", ...), for reports.
+  std::string name() const;
+};
+
+// Parses a preset spec (see the list at the top). Throws orbit::Error quoting the spec and listing the
+// valid forms.
+WindowPolicy parse_policy(const std::string& spec);
+std::string policy_spec_help();
+
+}  // namespace orbit

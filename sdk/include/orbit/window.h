@@ -1,0 +1,203 @@
+// Window: an ordered set of chunk instances plus live turns (DESIGN.md §1, §3), bound to one Engine.
+//
+//   window    [ turn "sys" | chunk A | chunk B | turn "user: ..." | chunk C ]   positions follow the order
+//   instance  one placement of a chunk (or one live turn); ids are unique per engine
+//
+// Every operation is planned, then applied:
+//
+//   Plan p = window.plan_admit(chunk);   // const: what would happen, what it costs, exact or not
+//   window.apply(p);                      // does it; a Status says why when it could not (nothing changed)
+//
+// or in one call: window.admit(chunk) (plan + apply). Operations:
+//
+//   admit(B[, at])      place B at the tail (or before instance `at`): relocate its canonical, apply a
+//                       stored patch for (B, context) if one exists, else follow policy().on_miss
+//   add_turn(tokens)    a live turn (user/tool text that will not be reused): prefilled in context
+//   evict(i) / slide(n) drop an instance / the n oldest chunk instances; survivors are relocated and, by
+//                       policy, kept as-is or re-conditioned
+//   recall(B[, at])     re-admit an evicted chunk: canonical from the store (any tier), a fresh patch on
+//                       its current earlier context; re-conditions the dependents the graph names
+//   reorder(order)      a permutation of the instances; patches looked up by exact and orbit keys
+//   place()             reorder into the order the planner finds cheapest (stored-patch hits)
+//   fork()              a copy-on-write child: shares pages and patches; writes go to private pages. The
+//                       child's instances keep their parent's ids (the same placements, shared).
+//
+// Reading the window (const, nothing stored): logits(query), generate(query, options),
+// disposable(instance, query) (decode with that instance's patch switched off).
+//
+// Thread-safety: a Window is single-threaded (one thread at a time; it is not locked). Different
+// windows of one Engine may be used from different threads. A Window keeps its Engine alive.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "orbit/chunk.h"
+#include "orbit/errors.h"
+#include "orbit/plan.h"
+#include "orbit/policy.h"
+
+namespace orbit {
+
+class Engine;
+namespace detail {
+class EngineCore;
+struct WindowState;
+}  // namespace detail
+
+struct WindowOptions {
+  WindowPolicy policy;
+  // Most KV bytes (whole pages) this window may hold; operations that would exceed it are refused
+  // (Status out_of_capacity with the numbers). 0 = limited only by the engine's pool.
+  int64_t max_bytes = 0;
+  std::string label;
+};
+
+// One instance as the window holds it.
+struct InstanceInfo {
+  InstanceId id = 0;
+  ChunkRef chunk;
+  bool is_turn = false;
+  std::vector<int64_t> turn_tokens;  // for turns
+  int64_t position = 0;              // first position
+  int64_t length = 0;                // tokens
+  StepAction formed_by = StepAction::kKeep;  // how its current KV was made
+  PatchMatch match = PatchMatch::kNone;
+  bool exact = false;                // its KV equals a re-prefill of the current window (as far as tracked)
+  bool context_changed = false;      // kept as-is although its context changed since it was formed
+  std::string patch_key;
+};
+
+// An instance's KV as stored (content channel, keys before RoPE), copied out: per layer, row-major
+// k [length, k_shape...] and v [length, v_shape...] (GQA: [n, H_kv, d] both; MLA: k_pe [n, 1, d_rope],
+// c_KV [n, 1, r_kv]).
+struct InstanceKV {
+  int64_t length = 0;
+  std::vector<int64_t> k_shape;  // per token
+  std::vector<int64_t> v_shape;
+  std::vector<std::vector<float>> k;  // [layer][length · Π k_shape]
+  std::vector<std::vector<float>> v;
+  std::vector<int32_t> pages;         // the pool pages holding it (shared pages are shared by forks)
+};
+
+struct GenerateOptions {
+  int64_t max_tokens = 32;
+  double temperature = 0.0;          // 0 = greedy
+  double top_p = 1.0;                // nucleus sampling when < 1 (with temperature > 0)
+  uint64_t seed = 0;
+  std::vector<int64_t> stop_tokens;  // generation ends after emitting one of these
+};
+
+struct Generation {
+  std::vector<int64_t> tokens;  // generated tokens (a stop token included when it ended the run)
+  std::string stop_reason;      // "stop_token", "max_tokens", "position_limit"
+  double seconds = 0;
+};
+
+// Next-token logits after each query token.
+struct Logits {
+  int64_t rows = 0;
+  int64_t vocab = 0;
+  std::vector<float> values;  // [rows, vocab] row-major
+  const float* row(int64_t i) const { return values.data() + i * vocab; }
+  const float* last() const { return row(rows - 1); }
+  int64_t argmax(int64_t i) const;  // ties: the lowest token id
+};
+
+struct DisposabilityReport {
+  InstanceId instance = 0;
+  bool disposable = false;             // the greedy answer is the same without its conditioning
+  std::vector<int64_t> answer;         // greedy decode with the window as it is
+  std::vector<int64_t> answer_without; // ... with the instance's KV replaced by its canonical
+  double kl_first = 0;                 // KL(as-is ‖ without) of the first answer token's distribution
+};
+
+struct WindowStats {
+  int64_t instances = 0;
+  int64_t chunk_instances = 0;
+  int64_t turns = 0;
+  int64_t tokens = 0;
+  int64_t device_bytes = 0;   // KV pages held (shared pages counted in every window holding them)
+  int64_t shared_pages = 0;   // pages shared with another window (forks)
+  int64_t evicted = 0;        // chunk instances evicted and recallable
+  double forward_tokens = 0;  // Σ over applied operations
+  int64_t operations = 0;
+};
+
+class Window {
+ public:
+  Window(Window&&) noexcept;
+  Window& operator=(Window&&) noexcept;
+  Window(const Window&) = delete;
+  Window& operator=(const Window&) = delete;
+  ~Window();
+
+  uint64_t id() const;
+  const WindowOptions& options() const;
+  const WindowPolicy& policy() const;
+  void set_policy(const WindowPolicy& policy);
+
+  // ---- state ----
+  std::vector<InstanceInfo> instances() const;  // in window order
+  std::optional<InstanceInfo> instance(InstanceId id) const;
+  int64_t tokens() const;
+  std::vector<ChunkRef> evicted() const;        // chunks recall() accepts
+  WindowStats stats() const;
+  uint64_t version() const;                     // bumps on every applied operation
+
+  // ---- planning (const) ----
+  // `before`: place the chunk before that instance (0 = at the tail). Throws orbit::Error for a chunk of
+  // another engine, an unknown instance, or a chunk already in the window.
+  Plan plan_admit(const ChunkRef& chunk, InstanceId before = 0) const;
+  Plan plan_add_turn(const std::vector<int64_t>& tokens) const;
+  Plan plan_evict(InstanceId instance) const;
+  Plan plan_slide(int64_t chunks) const;  // evict the `chunks` oldest chunk instances (turns stay)
+  Plan plan_recall(const ChunkRef& chunk, InstanceId before = 0) const;
+  Plan plan_reorder(const std::vector<InstanceId>& order) const;
+  Plan plan_place() const;                // the planner's cheapest order (a reorder plan)
+  Plan plan_recondition() const;          // re-condition every instance whose context changed
+
+  // Executes a plan made by this window at its current version. ok, or out_of_capacity (the pool or
+  // max_bytes cannot hold the result) / refused (positions past the model's limit) with the numbers;
+  // on failure the window is unchanged. Throws orbit::Error for a plan of another window or version.
+  Result<ApplyReport> apply(const Plan& plan);
+
+  // plan + apply in one call; returns the report or throws orbit::Error with the Status's reason.
+  ApplyReport admit(const ChunkRef& chunk, InstanceId before = 0);
+  ApplyReport add_turn(const std::vector<int64_t>& tokens);
+  ApplyReport evict(InstanceId instance);
+  ApplyReport slide(int64_t chunks);
+  ApplyReport recall(const ChunkRef& chunk, InstanceId before = 0);
+  ApplyReport reorder(const std::vector<InstanceId>& order);
+  ApplyReport place();
+
+  // A copy-on-write child (O(pages) reference counts). The child has its own id and version.
+  Window fork() const;
+
+  // ---- reading (const) ----
+  // Next-token logits after each token of `query` (live tokens after the window; nothing is stored).
+  // all_rows = false: only the last row. Throws on an empty query or ids outside the vocabulary.
+  Logits logits(const std::vector<int64_t>& query, bool all_rows = false) const;
+  Generation generate(const std::vector<int64_t>& query, const GenerateOptions& options = {}) const;
+  DisposabilityReport disposable(InstanceId instance, const std::vector<int64_t>& query,
+                                 int64_t answer_tokens = 4) const;
+
+  // The window's KV as a re-prefill of the same contents in the same order would give it, and the
+  // logits of `query` after it: the reference every fidelity measure compares against (one forward of
+  // the whole window; nothing is stored).
+  Logits reference_logits(const std::vector<int64_t>& query, bool all_rows = false) const;
+
+  // An instance's stored KV (for inspection and tests). Throws for an unknown instance.
+  InstanceKV kv(InstanceId instance) const;
+
+ private:
+  friend class Engine;
+  friend class detail::EngineCore;
+  explicit Window(std::unique_ptr<detail::WindowState> state);
+  std::unique_ptr<detail::WindowState> state_;
+};
+
+}  // namespace orbit

@@ -1,0 +1,63 @@
+#include "orbit/engine.h"
+
+#include "orbit/common/error.h"
+#include "window/engine_core.h"
+#include "window/window_state.h"
+
+namespace orbit {
+
+Engine::Engine(std::shared_ptr<detail::EngineCore> core) : core_(std::move(core)) {}
+Engine::~Engine() = default;
+
+std::shared_ptr<Engine> Engine::open(const EngineOptions& options) {
+  auto core = std::make_shared<detail::EngineCore>(options);
+  return std::shared_ptr<Engine>(new Engine(std::move(core)));
+}
+
+const EngineOptions& Engine::options() const { return core_->options(); }
+ModelInfo Engine::model_info() const { return core_->model_info(); }
+
+ChunkRef Engine::add_tokens(const std::vector<int64_t>& tokens, const ChunkOptions& options) {
+  return core_->add_tokens(tokens, options);
+}
+ChunkRef Engine::add_embeddings(const EmbeddingChunk& chunk, const ChunkOptions& options) {
+  return core_->add_embeddings(chunk, options);
+}
+ChunkRef Engine::chunk(const std::string& key) const { return core_->record(key).ref; }
+std::vector<ChunkRef> Engine::chunks() const { return core_->chunks(); }
+
+void Engine::precompute(const ChunkRef& chunk) { (void)core_->canonical(core_->record(chunk)); }
+
+Window Engine::new_window(const WindowOptions& options) {
+  core_->check_open();
+  ORBIT_CHECK(options.max_bytes >= 0, "WindowOptions::max_bytes = " << options.max_bytes << " must be >= 0 (0 = no limit)");
+  auto state = std::make_unique<detail::WindowState>();
+  state->core = core_;
+  state->id = core_->next_window_id();
+  state->options = options;
+  return Window(std::move(state));
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  s.chunks = static_cast<int64_t>(core_->chunks().size());
+  s.windows = core_->windows();
+  {
+    std::lock_guard<std::mutex> lock(core_->pool_mutex());
+    s.pool_pages = core_->pool().num_pages();
+    s.pool_free_pages = core_->pool().num_free();
+    s.pool_bytes_used = core_->pool().num_live() * core_->pool().page_bytes();
+  }
+  const detail::Counters c = core_->counters();
+  s.canonicals_encoded = c.canonicals_encoded;
+  s.patches_formed = c.patches_formed;
+  s.patch_hits = c.patch_hits;
+  s.forward_tokens = c.forward_tokens;
+  if (!core_->closed()) s.store = core_->store().stats();
+  return s;
+}
+
+void Engine::close() { core_->close(); }
+bool Engine::closed() const { return core_->closed(); }
+
+}  // namespace orbit

@@ -1,0 +1,70 @@
+#include "orbit/plan.h"
+
+#include <iomanip>
+#include <sstream>
+
+namespace orbit {
+
+const char* operation_name(Operation op) noexcept {
+  switch (op) {
+    case Operation::kAdmit: return "admit";
+    case Operation::kAddTurn: return "turn";
+    case Operation::kEvict: return "evict";
+    case Operation::kSlide: return "slide";
+    case Operation::kRecall: return "recall";
+    case Operation::kReorder: return "reorder";
+    case Operation::kRecondition: return "recondition";
+  }
+  return "?";
+}
+
+const char* step_action_name(StepAction action) noexcept {
+  switch (action) {
+    case StepAction::kKeep: return "keep";
+    case StepAction::kCanonical: return "canonical";
+    case StepAction::kApplyPatch: return "apply-patch";
+    case StepAction::kLoadConditioned: return "load-conditioned";
+    case StepAction::kForm: return "form";
+    case StepAction::kReprefill: return "reprefill";
+    case StepAction::kBlind: return "blind";
+    case StepAction::kRecompute: return "recompute";
+    case StepAction::kPrefillTurn: return "prefill-turn";
+    case StepAction::kEvict: return "evict";
+  }
+  return "?";
+}
+
+const char* patch_match_name(PatchMatch match) noexcept {
+  switch (match) {
+    case PatchMatch::kNone: return "none";
+    case PatchMatch::kExact: return "exact";
+    case PatchMatch::kOrbit: return "orbit";
+    case PatchMatch::kStale: return "stale";
+  }
+  return "?";
+}
+
+int64_t Plan::count(StepAction action) const {
+  int64_t n = 0;
+  for (const PlanStep& s : steps) n += s.action == action ? 1 : 0;
+  return n;
+}
+
+std::string Plan::describe() const {
+  std::ostringstream out;
+  out << operation_name(op) << ": " << steps.size() << " steps, " << std::fixed << std::setprecision(1)
+      << forward_tokens << " forward tokens, " << bytes_moved << " bytes moved, " << device_bytes_after
+      << " device bytes after, " << (exact ? "exact" : "approximate") << "\n";
+  for (const PlanStep& s : steps) {
+    out << "  #" << s.instance << " " << (s.is_turn ? "turn" : (s.chunk.label.empty() ? s.chunk.key.substr(0, 8) : s.chunk.label))
+        << " @" << s.position << ": " << step_action_name(s.action);
+    if (s.match != PatchMatch::kNone) out << " (" << patch_match_name(s.match) << " match)";
+    if (s.encode_canonical) out << " +encode";
+    if (s.forward_tokens > 0) out << ", " << s.forward_tokens << " fwd";
+    if (!s.reason.empty()) out << " — " << s.reason;
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace orbit

@@ -1,0 +1,161 @@
+#include "orbit/policy.h"
+
+#include <cstdlib>
+#include <sstream>
+#include <vector>
+
+#include "orbit/common/error.h"
+
+namespace orbit {
+
+const char* miss_action_name(MissAction action) noexcept {
+  switch (action) {
+    case MissAction::kForm: return "form";
+    case MissAction::kBlind: return "blind";
+    case MissAction::kReprefill: return "reprefill";
+    case MissAction::kTokenRecompute: return "token-recompute";
+    case MissAction::kFirstK: return "first-k";
+  }
+  return "?";
+}
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+[[noreturn]] void bad_spec(const std::string& spec, const std::string& why) {
+  ORBIT_FAIL("policy '" << spec << "': " << why << "\nvalid policies:\n" << policy_spec_help());
+}
+
+double parse_number(const std::string& spec, const std::string& text, const char* what) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size()) bad_spec(spec, std::string(what) + " '" + text + "' is not a number");
+  return v;
+}
+
+std::string rank_text(int64_t r) { return r < 0 ? "full" : std::to_string(r); }
+
+}  // namespace
+
+std::string policy_spec_help() {
+  return "  patch[:M][:exact][:deep][:stale=D]  form a rank-M patch on a miss (M an integer or 'full'; default 16)\n"
+         "                                      :exact re-conditions survivors and ignores orbit patches;\n"
+         "                                      :deep patches only deep layers; :stale=D accepts a patch formed\n"
+         "                                      under another context when its divergence is <= D\n"
+         "  reprefill                           prefill every instance whose context changed; reuse nothing\n"
+         "  prefix                              prefix cache: reuse a chunk's KV only behind the identical context\n"
+         "  blind                               relocate canonicals, never repair\n"
+         "  cacheblend:R                        on a miss recompute the top R (0..1) of tokens by KV deviation\n"
+         "  firstk:K                            on a miss recompute the first K tokens in context\n";
+}
+
+WindowPolicy parse_policy(const std::string& spec) {
+  const std::vector<std::string> parts = split(spec, ':');
+  const std::string& head = parts[0];
+  WindowPolicy p;
+  if (head == "patch") {
+    for (std::size_t i = 1; i < parts.size(); ++i) {
+      const std::string& part = parts[i];
+      if (part == "exact") {
+        p.survivors = SurvivorAction::kRecondition;
+        p.use_orbit_patches = false;
+      } else if (part == "deep") {
+        p.deep_only = true;
+      } else if (part.rfind("stale=", 0) == 0) {
+        p.stale = StalePatch::kAccept;
+        p.max_divergence = parse_number(spec, part.substr(6), "divergence");
+        if (!(p.max_divergence >= 0 && p.max_divergence <= 1)) bad_spec(spec, "divergence must be in [0, 1]");
+      } else if (i == 1 && part == "full") {
+        p.rank_k = p.rank_v = -1;
+      } else if (i == 1) {
+        const double r = parse_number(spec, part, "rank");
+        if (r < 1 || r != static_cast<double>(static_cast<int64_t>(r))) bad_spec(spec, "rank must be a positive integer or 'full'");
+        p.rank_k = p.rank_v = static_cast<int64_t>(r);
+      } else {
+        bad_spec(spec, "unknown modifier '" + part + "'");
+      }
+    }
+    return p;
+  }
+  auto no_args = [&] {
+    if (parts.size() != 1) bad_spec(spec, "'" + head + "' takes no arguments");
+  };
+  if (head == "reprefill") {
+    no_args();
+    p.on_miss = MissAction::kReprefill;
+    p.survivors = SurvivorAction::kRecondition;
+    p.reuse_stored = false;
+    p.use_orbit_patches = false;
+    p.cascade_on_recall = true;
+    return p;
+  }
+  if (head == "prefix") {
+    no_args();
+    p.on_miss = MissAction::kReprefill;
+    p.survivors = SurvivorAction::kRecondition;
+    p.use_orbit_patches = false;
+    p.store_conditioned = true;
+    return p;
+  }
+  if (head == "blind") {
+    no_args();
+    p.on_miss = MissAction::kBlind;
+    p.reuse_stored = false;
+    p.use_orbit_patches = false;
+    p.cascade_on_recall = false;
+    return p;
+  }
+  if (head == "cacheblend") {
+    if (parts.size() != 2) bad_spec(spec, "expected cacheblend:R with R in [0, 1]");
+    p.on_miss = MissAction::kTokenRecompute;
+    p.recompute_ratio = parse_number(spec, parts[1], "ratio");
+    if (!(p.recompute_ratio >= 0 && p.recompute_ratio <= 1)) bad_spec(spec, "ratio must be in [0, 1]");
+    p.reuse_stored = false;
+    p.use_orbit_patches = false;
+    return p;
+  }
+  if (head == "firstk") {
+    if (parts.size() != 2) bad_spec(spec, "expected firstk:K with K >= 0");
+    const double k = parse_number(spec, parts[1], "K");
+    if (k < 0 || k != static_cast<double>(static_cast<int64_t>(k))) bad_spec(spec, "K must be a non-negative integer");
+    p.on_miss = MissAction::kFirstK;
+    p.first_k = static_cast<int64_t>(k);
+    p.reuse_stored = false;
+    p.use_orbit_patches = false;
+    return p;
+  }
+  bad_spec(spec, "unknown policy '" + head + "'");
+}
+
+std::string WindowPolicy::name() const {
+  std::ostringstream s;
+  switch (on_miss) {
+    case MissAction::kForm:
+      s << "patch:" << (rank_k == rank_v ? rank_text(rank_k) : rank_text(rank_k) + "/" + rank_text(rank_v));
+      if (survivors == SurvivorAction::kRecondition && !use_orbit_patches) s << ":exact";
+      if (deep_only) s << ":deep";
+      if (stale == StalePatch::kAccept) s << ":stale=" << max_divergence;
+      return s.str();
+    case MissAction::kReprefill: return store_conditioned ? "prefix" : "reprefill";
+    case MissAction::kBlind: return "blind";
+    case MissAction::kTokenRecompute: s << "cacheblend:" << recompute_ratio; return s.str();
+    case MissAction::kFirstK: return "firstk:" + std::to_string(first_k);
+  }
+  return "?";
+}
+
+}  // namespace orbit

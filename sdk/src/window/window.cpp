@@ -1,0 +1,350 @@
+// Window's public methods: state queries, the plan_* builders (each turns an operation into a Layout
+// for plan_layout), apply, the plan-and-apply shortcuts and fork.
+#include "orbit/window.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "orbit/common/error.h"
+#include "orbit/planner/placement.h"
+#include "window/window_ops.h"
+
+namespace orbit {
+
+using detail::Entry;
+using detail::Layout;
+using detail::Slot;
+using detail::WindowState;
+
+namespace {
+
+std::string name_of(const Entry& e) {
+  if (e.is_turn) return "turn #" + std::to_string(e.id);
+  const ChunkRef r = e.ref();
+  return r.label.empty() ? "chunk " + r.key.substr(0, 8) : "chunk '" + r.label + "'";
+}
+
+std::string name_of(const ChunkRef& r) { return r.label.empty() ? "chunk " + r.key.substr(0, 8) : "chunk '" + r.label + "'"; }
+
+Layout current_layout(const WindowState& s, Operation op) {
+  Layout l;
+  l.op = op;
+  for (std::size_t i = 0; i < s.entries.size(); ++i) {
+    Slot sl;
+    sl.existing = static_cast<int64_t>(i);
+    sl.id = s.entries[i].id;
+    l.slots.push_back(sl);
+  }
+  return l;
+}
+
+std::size_t insertion_index(const WindowState& s, InstanceId before, const char* what) {
+  if (before == 0) return s.entries.size();
+  const int64_t i = s.index_of(before);
+  ORBIT_CHECK(i >= 0, what << ": `before` names instance " << before << ", which window " << s.id << " does not hold");
+  return static_cast<std::size_t>(i);
+}
+
+ApplyReport must(Result<ApplyReport> r) {
+  ORBIT_CHECK(r.is_ok(), r.status().reason());
+  return std::move(r).value();
+}
+
+}  // namespace
+
+Window::Window(std::unique_ptr<WindowState> state) : state_(std::move(state)) { state_->core->window_opened(); }
+Window::Window(Window&&) noexcept = default;
+Window& Window::operator=(Window&& other) noexcept {
+  if (this != &other) {
+    if (state_) state_->core->window_closed();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+Window::~Window() {
+  if (state_) state_->core->window_closed();
+}
+
+uint64_t Window::id() const { return state_->id; }
+const WindowOptions& Window::options() const { return state_->options; }
+const WindowPolicy& Window::policy() const { return state_->options.policy; }
+void Window::set_policy(const WindowPolicy& policy) { state_->options.policy = policy; }
+int64_t Window::tokens() const { return state_->tokens(); }
+uint64_t Window::version() const { return state_->version; }
+
+std::vector<InstanceInfo> Window::instances() const {
+  std::vector<InstanceInfo> out;
+  int64_t position = 0;
+  for (std::size_t i = 0; i < state_->entries.size(); ++i) {
+    const Entry& e = state_->entries[i];
+    InstanceInfo info;
+    info.id = e.id;
+    info.chunk = e.ref();
+    info.is_turn = e.is_turn;
+    info.turn_tokens = e.turn_tokens;
+    info.position = position;
+    info.length = e.length;
+    info.formed_by = e.formed_by;
+    info.match = e.match;
+    info.exact = state_->entry_exact(i);
+    info.context_changed = !(e.formed_on == state_->context_of(i));
+    info.patch_key = e.patch_key;
+    out.push_back(info);
+    position += e.extent;
+  }
+  return out;
+}
+
+std::optional<InstanceInfo> Window::instance(InstanceId id) const {
+  for (const InstanceInfo& i : instances()) {
+    if (i.id == id) return i;
+  }
+  return std::nullopt;
+}
+
+std::vector<ChunkRef> Window::evicted() const {
+  std::vector<ChunkRef> out;
+  for (const auto& [key, id] : state_->evicted) out.push_back(state_->core->record(key).ref);
+  return out;
+}
+
+WindowStats Window::stats() const {
+  WindowStats s;
+  s.instances = static_cast<int64_t>(state_->entries.size());
+  int64_t shared = 0;
+  {
+    std::lock_guard<std::mutex> lock(state_->core->pool_mutex());
+    for (const Entry& e : state_->entries) {
+      for (auto p : e.kv->pages()) shared += state_->core->pool().ref_count(p) > 1 ? 1 : 0;
+    }
+  }
+  for (const Entry& e : state_->entries) {
+    s.turns += e.is_turn ? 1 : 0;
+    s.chunk_instances += e.is_turn ? 0 : 1;
+  }
+  s.tokens = state_->tokens();
+  s.device_bytes = state_->device_bytes();
+  s.shared_pages = shared;
+  s.evicted = static_cast<int64_t>(state_->evicted.size());
+  s.forward_tokens = state_->forward_tokens;
+  s.operations = state_->operations;
+  return s;
+}
+
+// ---- planning ------------------------------------------------------------------------------------
+
+Plan Window::plan_admit(const ChunkRef& chunk, InstanceId before) const {
+  const detail::ChunkRecord& rec = state_->core->record(chunk);
+  for (const Entry& e : state_->entries) {
+    ORBIT_CHECK(e.is_turn || e.key != rec.ref.key,
+                "admit: " << name_of(rec.ref) << " is already in window " << state_->id << " as instance " << e.id);
+  }
+  Layout l = current_layout(*state_, Operation::kAdmit);
+  Slot sl;
+  sl.id = state_->core->next_instance_id();
+  sl.chunk = &rec;
+  const std::size_t at = insertion_index(*state_, before, "admit");
+  l.slots.insert(l.slots.begin() + static_cast<std::ptrdiff_t>(at), sl);
+  l.change_reason = name_of(rec.ref) + " inserted before it";
+  return detail::plan_layout(*state_, l);
+}
+
+Plan Window::plan_add_turn(const std::vector<int64_t>& tokens) const {
+  const int64_t vocab = state_->core->config().vocab_size;
+  ORBIT_CHECK(!tokens.empty(), "add_turn: empty turn (a turn needs at least one token)");
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    ORBIT_CHECK(tokens[i] >= 0 && tokens[i] < vocab,
+                "add_turn: token " << i << " = " << tokens[i] << " is outside the vocabulary [0, " << vocab << ")");
+  }
+  Layout l = current_layout(*state_, Operation::kAddTurn);
+  Slot sl;
+  sl.id = state_->core->next_instance_id();
+  sl.is_turn = true;
+  sl.turn_tokens = tokens;
+  l.slots.push_back(sl);
+  return detail::plan_layout(*state_, l);
+}
+
+Plan Window::plan_evict(InstanceId instance) const {
+  const int64_t idx = state_->index_of(instance);
+  ORBIT_CHECK(idx >= 0, "evict: window " << state_->id << " holds no instance " << instance);
+  Layout l = current_layout(*state_, Operation::kEvict);
+  l.slots.erase(l.slots.begin() + idx);
+  l.evict.push_back(idx);
+  l.change_reason = name_of(state_->entries[static_cast<std::size_t>(idx)]) + " evicted";
+  return detail::plan_layout(*state_, l);
+}
+
+Plan Window::plan_slide(int64_t chunks) const {
+  int64_t available = 0;
+  for (const Entry& e : state_->entries) available += e.is_turn ? 0 : 1;
+  ORBIT_CHECK(chunks >= 0 && chunks <= available,
+              "slide: chunks = " << chunks << " must be in [0, " << available << "] (the window's chunk instances)");
+  Layout l;
+  l.op = Operation::kSlide;
+  int64_t left = chunks;
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < state_->entries.size(); ++i) {
+    const Entry& e = state_->entries[i];
+    if (!e.is_turn && left > 0) {
+      l.evict.push_back(static_cast<int64_t>(i));
+      names.push_back(name_of(e));
+      --left;
+      continue;
+    }
+    Slot sl;
+    sl.existing = static_cast<int64_t>(i);
+    sl.id = e.id;
+    l.slots.push_back(sl);
+  }
+  std::ostringstream why;
+  for (std::size_t i = 0; i < names.size(); ++i) why << (i ? ", " : "") << names[i];
+  l.change_reason = why.str() + " slid out";
+  return detail::plan_layout(*state_, l);
+}
+
+Plan Window::plan_recall(const ChunkRef& chunk, InstanceId before) const {
+  const detail::ChunkRecord& rec = state_->core->record(chunk);
+  const auto ev = state_->evicted.find(rec.ref.key);
+  ORBIT_CHECK(ev != state_->evicted.end(),
+              "recall: " << name_of(rec.ref) << " was not evicted from window " << state_->id << " (admit it instead)");
+  Layout l = current_layout(*state_, Operation::kRecall);
+  if (state_->options.policy.cascade_on_recall && state_->graph.contains(ev->second)) {
+    l.cascade = state_->graph.dependents(ev->second);
+    const std::set<InstanceId> deps(l.cascade.begin(), l.cascade.end());
+    for (Slot& s : l.slots) {
+      if (deps.count(s.id) > 0) {
+        s.force = true;
+        s.reason = "recall cascade: formed with " + name_of(rec.ref) + " in its context";
+      }
+    }
+  }
+  Slot sl;
+  sl.id = ev->second;
+  sl.chunk = &rec;
+  sl.reason = "recall: fresh patch on its current earlier context";
+  const std::size_t at = insertion_index(*state_, before, "recall");
+  l.slots.insert(l.slots.begin() + static_cast<std::ptrdiff_t>(at), sl);
+  l.change_reason = name_of(rec.ref) + " recalled before it";
+  return detail::plan_layout(*state_, l);
+}
+
+Plan Window::plan_reorder(const std::vector<InstanceId>& order) const {
+  ORBIT_CHECK(order.size() == state_->entries.size(),
+              "reorder: order lists " << order.size() << " instances, the window holds " << state_->entries.size());
+  std::set<InstanceId> seen;
+  Layout l;
+  l.op = Operation::kReorder;
+  l.reorder_relookup = true;
+  l.change_reason = "reordered";
+  for (InstanceId id : order) {
+    const int64_t idx = state_->index_of(id);
+    ORBIT_CHECK(idx >= 0, "reorder: window " << state_->id << " holds no instance " << id);
+    ORBIT_CHECK(seen.insert(id).second, "reorder: instance " << id << " is listed twice");
+    Slot sl;
+    sl.existing = idx;
+    sl.id = id;
+    l.slots.push_back(sl);
+  }
+  return detail::plan_layout(*state_, l);
+}
+
+Plan Window::plan_recondition() const {
+  Layout l = current_layout(*state_, Operation::kRecondition);
+  for (Slot& s : l.slots) s.force = true;
+  l.change_reason = "re-condition";
+  return detail::plan_layout(*state_, l);
+}
+
+Plan Window::plan_place() const {
+  const WindowState& s = *state_;
+  std::vector<std::size_t> chunk_slots;  // indices of chunk instances (turns stay where they are)
+  for (std::size_t i = 0; i < s.entries.size(); ++i) {
+    if (!s.entries[i].is_turn) chunk_slots.push_back(i);
+  }
+  const int64_t n = static_cast<int64_t>(chunk_slots.size());
+  ORBIT_CHECK(n <= 63, "place: " << n << " chunk instances; placement handles at most 63");
+  std::size_t prefix = 0;
+  while (prefix < s.entries.size() && s.entries[prefix].is_turn) ++prefix;
+  const WindowPolicy& policy = s.options.policy;
+  detail::EngineCore& core = *s.core;
+  planner::PlacementProblem problem;
+  problem.num_items = n;
+  problem.cost = [&](int64_t item, uint64_t mask) -> double {
+    const Entry& e = s.entries[chunk_slots[static_cast<std::size_t>(item)]];
+    const int64_t slot = __builtin_popcountll(mask);
+    std::vector<std::string> ctx;
+    const std::size_t slot_index = chunk_slots[static_cast<std::size_t>(slot)];
+    for (std::size_t i = 0; i < slot_index; ++i) {
+      if (s.entries[i].is_turn) ctx.push_back(s.entries[i].key);
+    }
+    // Turns first then chunks: the orbit key hashes the antecedents as a multiset, so only the leading
+    // turns' order matters, and they come first either way.
+    for (int64_t j = 0; j < n; ++j) {
+      if (mask & (uint64_t{1} << j)) ctx.push_back(s.entries[chunk_slots[static_cast<std::size_t>(j)]].key);
+    }
+    if (ctx.empty()) return 0.0;
+    const detail::PatchKeys keys = detail::patch_keys(core, policy, *e.chunk, ctx, prefix);
+    if (policy.use_orbit_patches && core.contains(keys.orbit)) return 0.0;
+    return static_cast<double>(e.length);
+  };
+  const planner::Placement best = planner::place(problem, {});
+  std::vector<InstanceId> order;
+  order.reserve(s.entries.size());
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < s.entries.size(); ++i) {
+    if (s.entries[i].is_turn) {
+      order.push_back(s.entries[i].id);
+    } else {
+      order.push_back(s.entries[chunk_slots[static_cast<std::size_t>(best.order[next++])]].id);
+    }
+  }
+  return plan_reorder(order);
+}
+
+// ---- applying ------------------------------------------------------------------------------------
+
+Result<ApplyReport> Window::apply(const Plan& plan) { return detail::apply_plan(*state_, plan); }
+
+ApplyReport Window::admit(const ChunkRef& chunk, InstanceId before) { return must(apply(plan_admit(chunk, before))); }
+ApplyReport Window::add_turn(const std::vector<int64_t>& tokens) { return must(apply(plan_add_turn(tokens))); }
+ApplyReport Window::evict(InstanceId instance) { return must(apply(plan_evict(instance))); }
+ApplyReport Window::slide(int64_t chunks) { return must(apply(plan_slide(chunks))); }
+ApplyReport Window::recall(const ChunkRef& chunk, InstanceId before) { return must(apply(plan_recall(chunk, before))); }
+ApplyReport Window::reorder(const std::vector<InstanceId>& order) { return must(apply(plan_reorder(order))); }
+ApplyReport Window::place() { return must(apply(plan_place())); }
+
+Window Window::fork() const {
+  state_->core->check_open();
+  auto child = std::make_unique<WindowState>();
+  child->core = state_->core;
+  child->id = state_->core->next_window_id();
+  child->options = state_->options;
+  child->graph = state_->graph;
+  child->evicted = state_->evicted;
+  {
+    std::lock_guard<std::mutex> lock(state_->core->pool_mutex());
+    for (const Entry& e : state_->entries) {
+      Entry c;
+      c.id = e.id;
+      c.is_turn = e.is_turn;
+      c.key = e.key;
+      c.chunk = e.chunk;
+      c.turn_tokens = e.turn_tokens;
+      c.length = e.length;
+      c.extent = e.extent;
+      c.kv = std::make_unique<runtime::PagedSequence>(e.kv->fork());
+      c.version = e.version;
+      c.formed_on = e.formed_on;
+      c.exact_when_formed = e.exact_when_formed;
+      c.formed_by = e.formed_by;
+      c.match = e.match;
+      c.patch_key = e.patch_key;
+      child->entries.push_back(std::move(c));
+    }
+  }
+  return Window(std::move(child));
+}
+
+}  // namespace orbit

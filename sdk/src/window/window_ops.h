@@ -1,0 +1,62 @@
+// Planning and applying window operations (window.h). Every public plan_* builds a Layout — the
+// window's instances after the operation, in order, plus what leaves — and plan_layout() turns it into
+// a Plan by deciding, per instance, how its KV is obtained under the window's policy:
+//
+//   context unchanged (same antecedents, same content versions)        keep (rotation only)
+//   new chunk, or context changed and (reorder | cascade | re-condition policy):
+//       empty context                        canonical (exact)
+//       stored patch: exact key → orbit key → (policy) stale patch     apply patch, zero forwards
+//       else the policy's miss action        form / reprefill / blind / token recompute
+//   context changed, survivors kept         keep (approximate: relocation only)
+//
+// apply_plan() executes a Plan transactionally: new KV is built in fresh pages, and the window is swapped
+// only when everything fit.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "window/window_state.h"
+
+namespace orbit::detail {
+
+struct Slot {
+  int64_t existing = -1;                 // index into WindowState::entries, or -1 for a new instance
+  InstanceId id = 0;
+  const ChunkRecord* chunk = nullptr;    // new chunk instances
+  std::vector<int64_t> turn_tokens;      // new turns
+  bool is_turn = false;
+  bool force = false;                    // re-condition even when survivors are kept (cascade, reorder)
+  std::string reason;
+};
+
+struct Layout {
+  Operation op = Operation::kAdmit;
+  std::vector<Slot> slots;
+  std::vector<int64_t> evict;            // indices into WindowState::entries
+  std::vector<InstanceId> cascade;
+  std::string change_reason;             // why survivors' context changed ("chunk 'a' evicted")
+  bool reorder_relookup = false;         // reorder: every instance whose key context changed re-looks up
+};
+
+Plan plan_layout(const WindowState& state, const Layout& layout);
+Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan);
+
+// Patch keys of a chunk behind `context` (ordered content keys; the first `prefix` of them are the
+// window's leading turns, fixed under reorder) under `policy`.
+struct PatchKeys {
+  std::string exact;
+  std::string orbit;
+  std::string conditioned;
+  std::string variant;
+  int64_t rank_k = 0;
+  int64_t rank_v = 0;
+  bool full_rank = false;
+};
+PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
+                     const std::vector<std::string>& context, std::size_t prefix);
+
+// 1 − Σ min / Σ max over the two multisets of keys, each key weighted by its token length.
+double context_divergence(const EngineCore& core, const std::vector<std::string>& a, const std::vector<std::string>& b);
+
+}  // namespace orbit::detail

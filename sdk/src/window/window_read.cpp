@@ -1,0 +1,264 @@
+// Reading a window: logits, generation, the disposability test and the re-prefill reference. Nothing
+// here changes the window or the store.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <chrono>
+#include <random>
+
+#include "orbit/common/error.h"
+#include "orbit/runtime/fidelity.h"
+#include "window/window_ops.h"
+
+namespace orbit {
+
+using detail::Entry;
+using detail::WindowState;
+
+namespace {
+
+void check_query(const WindowState& s, const std::vector<int64_t>& query, const char* what) {
+  ORBIT_CHECK(!query.empty(), what << ": empty query (give at least one token)");
+  const int64_t vocab = s.core->config().vocab_size;
+  for (std::size_t i = 0; i < query.size(); ++i) {
+    ORBIT_CHECK(query[i] >= 0 && query[i] < vocab,
+                what << ": query token " << i << " = " << query[i] << " is outside the vocabulary [0, " << vocab << ")");
+  }
+}
+
+std::vector<const Entry*> all_entries(const WindowState& s) {
+  std::vector<const Entry*> out;
+  for (const Entry& e : s.entries) out.push_back(&e);
+  return out;
+}
+
+Logits to_logits(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kFloat).contiguous();
+  Logits out;
+  out.rows = c.size(0);
+  out.vocab = c.size(1);
+  out.values.assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+  return out;
+}
+
+// Logits of `tokens` after `past` (which ends at position `start`).
+at::Tensor run(const detail::EngineCore& core, const runtime::PastKV& past, int64_t start,
+               const std::vector<int64_t>& tokens, bool all_rows) {
+  c10::InferenceMode guard;
+  runtime::ForwardInput in = core.input_for_tokens(tokens, start);
+  runtime::ForwardOptions fo;
+  fo.logits = all_rows ? runtime::LogitsMode::kAll : runtime::LogitsMode::kLast;
+  fo.return_content = false;
+  return core.model().forward(in, past.length() > 0 ? &past : nullptr, fo).logits;
+}
+
+// Appends the KV of tokens just run (content at `positions`) to `past`.
+void extend_past(runtime::PastKV& past, const runtime::Content& content, const at::Tensor& positions) {
+  if (past.length() == 0) {
+    past.layers = content;
+    past.positions = positions;
+    return;
+  }
+  for (std::size_t l = 0; l < past.layers.size(); ++l) {
+    past.layers[l].k = at::cat({past.layers[l].k, content[l].k}, 0);
+    past.layers[l].v = at::cat({past.layers[l].v, content[l].v}, 0);
+  }
+  past.positions = at::cat({past.positions, positions}, -1);
+}
+
+// Greedy decode of `steps` tokens after `query`, over `past` ending at `start`. first_logits receives
+// the distribution of the first answer token.
+std::vector<int64_t> greedy(const detail::EngineCore& core, runtime::PastKV past, int64_t start,
+                            const std::vector<int64_t>& query, int64_t steps, at::Tensor* first_logits) {
+  c10::InferenceMode guard;
+  std::vector<int64_t> out;
+  std::vector<int64_t> input = query;
+  int64_t pos = start;
+  for (int64_t i = 0; i < steps; ++i) {
+    runtime::ForwardInput in = core.input_for_tokens(input, pos);
+    runtime::ForwardOptions fo;
+    fo.logits = runtime::LogitsMode::kLast;
+    runtime::ForwardResult r = core.model().forward(in, past.length() > 0 ? &past : nullptr, fo);
+    if (i == 0 && first_logits != nullptr) *first_logits = r.logits;
+    const int64_t next = r.logits.argmax(-1).item<int64_t>();
+    out.push_back(next);
+    extend_past(past, r.content, in.positions);
+    pos += static_cast<int64_t>(input.size());
+    input = {next};
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t Logits::argmax(int64_t i) const {
+  ORBIT_CHECK(i >= 0 && i < rows, "Logits::argmax: row " << i << " outside [0, " << rows << ")");
+  const float* r = row(i);
+  int64_t best = 0;
+  for (int64_t j = 1; j < vocab; ++j) {
+    if (r[j] > r[best]) best = j;
+  }
+  return best;
+}
+
+Logits Window::logits(const std::vector<int64_t>& query, bool all_rows) const {
+  check_query(*state_, query, "logits");
+  int64_t start = 0;
+  const runtime::PastKV past = detail::gather_past(*state_->core, all_entries(*state_), &start);
+  return to_logits(run(*state_->core, past, start, query, all_rows));
+}
+
+Logits Window::reference_logits(const std::vector<int64_t>& query, bool all_rows) const {
+  check_query(*state_, query, "reference_logits");
+  const detail::EngineCore& core = *state_->core;
+  c10::InferenceMode guard;
+  // One forward of the whole window (every instance's own tokens or embeddings at its positions) and the
+  // query after it.
+  std::vector<at::Tensor> embeds, positions;
+  int64_t pos = 0;
+  for (const Entry& e : state_->entries) {
+    if (e.is_turn) {
+      embeds.push_back(core.model().embed(e.turn_tokens));
+    } else if (e.chunk->ref.kind == ChunkKind::kTokens) {
+      embeds.push_back(core.model().embed(e.chunk->tokens));
+    } else {
+      embeds.push_back(e.chunk->embeddings);
+    }
+    positions.push_back(core.positions_for(e.chunk, e.length, pos));
+    pos += e.extent;
+  }
+  embeds.push_back(core.model().embed(query));
+  positions.push_back(core.positions_for(nullptr, static_cast<int64_t>(query.size()), pos));
+  runtime::ForwardInput in;
+  in.embeddings = at::cat(embeds, 0);
+  in.positions = at::cat(positions, -1);
+  runtime::ForwardOptions fo;
+  fo.logits = runtime::LogitsMode::kAll;
+  fo.return_content = false;
+  const at::Tensor all = core.model().forward(in, nullptr, fo).logits;
+  const int64_t q = static_cast<int64_t>(query.size());
+  const at::Tensor rows = all.narrow(0, all.size(0) - q, q);
+  return to_logits(all_rows ? rows : rows.narrow(0, q - 1, 1));
+}
+
+Generation Window::generate(const std::vector<int64_t>& query, const GenerateOptions& options) const {
+  check_query(*state_, query, "generate");
+  ORBIT_CHECK(options.max_tokens >= 0, "generate: max_tokens = " << options.max_tokens << " must be >= 0");
+  ORBIT_CHECK(options.temperature >= 0, "generate: temperature = " << options.temperature << " must be >= 0");
+  ORBIT_CHECK(options.top_p > 0 && options.top_p <= 1, "generate: top_p = " << options.top_p << " must be in (0, 1]");
+  const auto t0 = std::chrono::steady_clock::now();
+  const detail::EngineCore& core = *state_->core;
+  const int64_t limit = core.config().max_position_embeddings;
+  int64_t start = 0;
+  runtime::PastKV past = detail::gather_past(*state_->core, all_entries(*state_), &start);
+  std::mt19937_64 rng(options.seed);
+  Generation g;
+  g.stop_reason = "max_tokens";
+  std::vector<int64_t> input = query;
+  int64_t pos = start;
+  c10::InferenceMode guard;
+  for (int64_t i = 0; i < options.max_tokens; ++i) {
+    if (limit > 0 && pos + static_cast<int64_t>(input.size()) > limit) {
+      g.stop_reason = "position_limit";
+      break;
+    }
+    runtime::ForwardInput in = core.input_for_tokens(input, pos);
+    runtime::ForwardOptions fo;
+    fo.logits = runtime::LogitsMode::kLast;
+    runtime::ForwardResult r = core.model().forward(in, past.length() > 0 ? &past : nullptr, fo);
+    at::Tensor logits = r.logits.squeeze(0).to(at::kDouble);
+    int64_t next = 0;
+    if (options.temperature == 0) {
+      next = logits.argmax().item<int64_t>();
+    } else {
+      at::Tensor probs = at::softmax(logits / options.temperature, 0);
+      if (options.top_p < 1) {
+        auto sorted = probs.sort(0, /*descending=*/true);
+        const at::Tensor values = std::get<0>(sorted);
+        const at::Tensor cum = values.cumsum(0);
+        // Keep the smallest prefix whose mass reaches top_p (always at least one token).
+        const int64_t keep = std::max<int64_t>(1, (cum < options.top_p).sum().item<int64_t>() + 1);
+        at::Tensor mask = at::zeros_like(probs);
+        mask.index_put_({std::get<1>(sorted).narrow(0, 0, std::min(keep, probs.size(0)))}, 1.0);
+        probs = probs * mask;
+      }
+      probs = probs / probs.sum();
+      const at::Tensor cdf = probs.cumsum(0).contiguous();
+      const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+      const double* c = cdf.data_ptr<double>();
+      next = cdf.size(0) - 1;
+      for (int64_t j = 0; j < cdf.size(0); ++j) {
+        if (u < c[j]) {
+          next = j;
+          break;
+        }
+      }
+    }
+    g.tokens.push_back(next);
+    extend_past(past, r.content, in.positions);
+    pos += static_cast<int64_t>(input.size());
+    input = {next};
+    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next) != options.stop_tokens.end()) {
+      g.stop_reason = "stop_token";
+      break;
+    }
+  }
+  g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return g;
+}
+
+InstanceKV Window::kv(InstanceId instance) const {
+  const Entry& e = state_->entry(instance);
+  const runtime::Content c = detail::entry_content(*state_->core, e);
+  InstanceKV out;
+  out.length = e.length;
+  for (std::size_t l = 0; l < c.size(); ++l) {
+    const at::Tensor k = c[l].k.to(at::kFloat).contiguous();
+    const at::Tensor v = c[l].v.to(at::kFloat).contiguous();
+    if (l == 0) {
+      out.k_shape.assign(k.sizes().begin() + 1, k.sizes().end());
+      out.v_shape.assign(v.sizes().begin() + 1, v.sizes().end());
+    }
+    out.k.emplace_back(k.data_ptr<float>(), k.data_ptr<float>() + k.numel());
+    out.v.emplace_back(v.data_ptr<float>(), v.data_ptr<float>() + v.numel());
+  }
+  std::lock_guard<std::mutex> lock(state_->core->pool_mutex());
+  out.pages.assign(e.kv->pages().begin(), e.kv->pages().end());
+  return out;
+}
+
+DisposabilityReport Window::disposable(InstanceId instance, const std::vector<int64_t>& query,
+                                       int64_t answer_tokens) const {
+  check_query(*state_, query, "disposable");
+  ORBIT_CHECK(answer_tokens >= 1, "disposable: answer_tokens = " << answer_tokens << " must be >= 1");
+  const Entry& target = state_->entry(instance);
+  ORBIT_CHECK(!target.is_turn, "disposable: instance " << instance << " is a live turn (it has no canonical to fall back to)");
+  detail::EngineCore& core = *state_->core;
+  int64_t start = 0;
+  const runtime::PastKV with = detail::gather_past(core, all_entries(*state_), &start);
+  // The same past with the target's rows replaced by its canonical (the conditioning switched off).
+  runtime::PastKV without = with;
+  const runtime::Content canonical = core.canonical(*target.chunk);
+  int64_t offset = 0;
+  for (const Entry& e : state_->entries) {
+    if (e.id == instance) break;
+    offset += e.length;
+  }
+  for (std::size_t l = 0; l < without.layers.size(); ++l) {
+    at::Tensor k = without.layers[l].k.clone();
+    at::Tensor v = without.layers[l].v.clone();
+    k.narrow(0, offset, target.length).copy_(canonical[l].k);
+    v.narrow(0, offset, target.length).copy_(canonical[l].v);
+    without.layers[l] = {k, v};
+  }
+  DisposabilityReport r;
+  r.instance = instance;
+  at::Tensor first_with, first_without;
+  r.answer = greedy(core, with, start, query, answer_tokens, &first_with);
+  r.answer_without = greedy(core, without, start, query, answer_tokens, &first_without);
+  r.disposable = r.answer == r.answer_without;
+  r.kl_first = runtime::mean_kl(first_with, first_without);
+  return r;
+}
+
+}  // namespace orbit

@@ -1,0 +1,104 @@
+#include "window/window_state.h"
+
+#include <ATen/ATen.h>
+
+#include "orbit/common/error.h"
+
+namespace orbit::detail {
+
+ChunkRef Entry::ref() const {
+  if (chunk != nullptr) return chunk->ref;
+  ChunkRef r;
+  r.key = key;
+  r.kind = ChunkKind::kTokens;
+  r.length = length;
+  r.extent = extent;
+  r.label = "turn";
+  return r;
+}
+
+WindowState::~WindowState() {
+  if (!core) return;
+  std::lock_guard<std::mutex> lock(core->pool_mutex());
+  entries.clear();
+}
+
+int64_t WindowState::index_of(InstanceId id) const {
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].id == id) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+const Entry& WindowState::entry(InstanceId id) const {
+  const int64_t i = index_of(id);
+  ORBIT_CHECK(i >= 0, "window " << this->id << " holds no instance " << id);
+  return entries[static_cast<std::size_t>(i)];
+}
+
+int64_t WindowState::tokens() const {
+  int64_t n = 0;
+  for (const Entry& e : entries) n += e.length;
+  return n;
+}
+
+int64_t WindowState::page_bytes() const { return core->pool().page_bytes(); }
+
+int64_t WindowState::pages_for(int64_t tokens) const {
+  const int64_t ps = core->pool().page_size();
+  return (tokens + ps - 1) / ps;
+}
+
+int64_t WindowState::device_bytes() const {
+  int64_t pages = 0;
+  for (const Entry& e : entries) pages += static_cast<int64_t>(e.kv->pages().size());
+  return pages * page_bytes();
+}
+
+std::vector<ContextItem> WindowState::context_of(std::size_t index) const {
+  std::vector<ContextItem> out;
+  for (std::size_t i = 0; i < index; ++i) out.push_back({entries[i].key, entries[i].version});
+  return out;
+}
+
+bool WindowState::entry_exact(std::size_t index) const {
+  const Entry& e = entries[index];
+  return e.exact_when_formed && e.formed_on == context_of(index);
+}
+
+runtime::Content entry_content(EngineCore& core, const Entry& entry) {
+  runtime::PastKV p;
+  {
+    std::lock_guard<std::mutex> lock(core.pool_mutex());
+    p = entry.kv->gather();
+  }
+  return std::move(p.layers);
+}
+
+runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position) {
+  runtime::PastKV past;
+  const int64_t layers = core.config().num_layers;
+  std::vector<runtime::Content> contents;
+  std::vector<at::Tensor> positions;
+  int64_t position = 0;
+  for (const Entry* e : entries) {
+    contents.push_back(entry_content(core, *e));
+    positions.push_back(core.positions_for(e->chunk, e->length, position));
+    position += e->extent;
+  }
+  if (next_position != nullptr) *next_position = position;
+  if (entries.empty()) return past;
+  past.layers.resize(static_cast<std::size_t>(layers));
+  for (int64_t l = 0; l < layers; ++l) {
+    std::vector<at::Tensor> ks, vs;
+    for (const auto& c : contents) {
+      ks.push_back(c[static_cast<std::size_t>(l)].k);
+      vs.push_back(c[static_cast<std::size_t>(l)].v);
+    }
+    past.layers[static_cast<std::size_t>(l)] = {at::cat(ks, 0), at::cat(vs, 0)};
+  }
+  past.positions = at::cat(positions, -1);
+  return past;
+}
+
+}  // namespace orbit::detail

@@ -1,0 +1,80 @@
+// A window's private state (window.h is its public face) and the helpers planning and applying share.
+//
+//   entries    the instances in window order; each holds its KV (content channel, pre-RoPE) in pool
+//              pages (a PagedSequence) and how that KV was formed: the antecedents it saw, with their
+//              content versions, so a change of context is detected exactly
+//   graph      the planner's dependency graph: antecedent instance -> patch -> conditioned instance
+//   evicted    chunk key -> the evicted instance (recall reinstates it)
+//
+// Positions are never stored with the KV: an instance's positions follow from the order (extents of
+// the instances before it), and the forward pass rotates keys on the fly.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "orbit/planner/dependency_graph.h"
+#include "orbit/runtime/paged_sequence.h"
+#include "orbit/runtime/reuse.h"
+#include "orbit/window.h"
+#include "window/engine_core.h"
+
+namespace orbit::detail {
+
+struct ContextItem {
+  std::string key;
+  uint64_t version = 0;
+  friend bool operator==(const ContextItem& a, const ContextItem& b) { return a.key == b.key && a.version == b.version; }
+};
+
+struct Entry {
+  InstanceId id = 0;
+  bool is_turn = false;
+  std::string key;                  // content key (chunks and turns alike)
+  const ChunkRecord* chunk = nullptr;  // chunks only (owned by the engine)
+  std::vector<int64_t> turn_tokens;    // turns only
+  int64_t length = 0;
+  int64_t extent = 0;
+  std::unique_ptr<runtime::PagedSequence> kv;
+  uint64_t version = 0;                  // content version (changes whenever the KV is re-formed)
+  std::vector<ContextItem> formed_on;    // antecedents (key, version) when the KV was formed
+  bool exact_when_formed = false;        // formed exactly over an exact context
+  StepAction formed_by = StepAction::kKeep;
+  PatchMatch match = PatchMatch::kNone;
+  std::string patch_key;
+
+  ChunkRef ref() const;
+};
+
+struct WindowState {
+  std::shared_ptr<EngineCore> core;
+  uint64_t id = 0;
+  WindowOptions options;
+  uint64_t version = 0;
+  std::vector<Entry> entries;
+  planner::DependencyGraph graph;
+  std::map<std::string, InstanceId> evicted;  // chunk key -> evicted instance
+  double forward_tokens = 0;
+  int64_t operations = 0;
+
+  ~WindowState();  // releases pages under the engine's pool lock
+  int64_t index_of(InstanceId id) const;  // -1 when absent
+  const Entry& entry(InstanceId id) const;  // throws naming the id
+  int64_t tokens() const;
+  int64_t page_bytes() const;           // bytes of one pool page
+  int64_t pages_for(int64_t tokens) const;
+  int64_t device_bytes() const;         // pages held × page bytes
+  // An entry is exact when formed exactly and its context is unchanged since.
+  bool entry_exact(std::size_t index) const;
+  std::vector<ContextItem> context_of(std::size_t index) const;
+};
+
+// Content of entries [0, end) gathered with their window positions, ready as a forward's past.
+runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position);
+// The KV of one entry as a Content (copied out of its pages).
+runtime::Content entry_content(EngineCore& core, const Entry& entry);
+
+}  // namespace orbit::detail
