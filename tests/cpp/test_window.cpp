@@ -550,3 +550,26 @@ TEST_CASE("GQA, MLA and M-RoPE windows match a prefill from scratch", "[window][
     CHECK(window_error(w, q) > 1e-3);
   }
 }
+
+TEST_CASE("calibration fits the cost model that plans estimate with and cost-aware policies decide by", "[window][cost]") {
+  auto engine = open_stories();
+  std::mt19937_64 rng(12);
+  const auto c = make_chunks(*engine, rng, 2);
+  const CalibrationReport cal = engine->calibrate();
+  CHECK(cal.samples == 12);  // 6 forwards, relocate, form, apply, 3 tier reads
+  CHECK(cal.cost_model.find("forward") != std::string::npos);
+  Window w = engine->new_window();
+  w.admit(c[0]);
+  const Plan form = w.plan_admit(c[1]);
+  CHECK(form.steps.back().action == StepAction::kForm);
+  CHECK(form.estimated_seconds > 0);
+  // With no reuse expected, forming a patch never pays (it includes the forward a recompute does).
+  WindowPolicy p;
+  p.cost_aware = true;
+  p.expected_reuse = 0;
+  w.set_policy(p);
+  const Plan plain = w.plan_admit(c[1]);
+  CHECK(plain.steps.back().action == StepAction::kReprefill);
+  CHECK(plain.steps.back().reason.rfind("cost model: ", 0) == 0);
+  CHECK(plain.estimated_seconds <= form.estimated_seconds);
+}

@@ -64,6 +64,13 @@ struct EngineStats {
   StoreStats store;
 };
 
+// What calibrate() measured: the planner's cost model fitted on this machine.
+struct CalibrationReport {
+  int64_t samples = 0;
+  double seconds = 0;        // wall time of the calibration
+  std::string cost_model;    // the fitted coefficients, one line
+};
+
 class Engine {
  public:
   // Loads the model and opens the store. Throws orbit::Error naming the file or option at fault (a model
@@ -88,6 +95,13 @@ class Engine {
   void precompute(const ChunkRef& chunk);
 
   Window new_window(const WindowOptions& options = {});
+
+  // Times forwards (several lengths and contexts), key relocation, patch forming and applying and tier
+  // reads with this model on this machine, and fits the planner's cost model from them. Plans then carry
+  // calibrated time estimates, and cost-aware policies (WindowPolicy::cost_aware) choose load+patch vs.
+  // form vs. recompute with it. Until called, a conservative default model is used. Takes about a second
+  // on the bundled model, longer on large ones.
+  CalibrationReport calibrate();
 
   EngineStats stats() const;
   // Flushes and closes the store, frees the pool. Windows still alive throw on use afterwards.

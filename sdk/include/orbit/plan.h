@@ -56,6 +56,7 @@ struct PlanStep {
   StoreTier canonical_tier = StoreTier::kHost;  // where the canonical is read from, when needed and stored
   double forward_tokens = 0;      // token-forwards through the whole model this step costs
   int64_t bytes_moved = 0;        // canonical/patch bytes read from the store for this step
+  double estimated_seconds = 0;   // the engine's cost model (calibrated with Engine::calibrate)
   bool exact = false;             // this instance's KV equals a re-prefill of the window after the plan
   std::string reason;             // why this action ("context changed: chunk 'b' evicted", "orbit hit", ...)
 };
@@ -68,6 +69,7 @@ struct Plan {
   std::vector<InstanceId> order;     // the window's instances after the plan, in order
   double forward_tokens = 0;         // Σ steps (encode + form + prefill + recompute)
   int64_t bytes_moved = 0;           // Σ steps
+  double estimated_seconds = 0;      // Σ steps
   int64_t device_bytes_after = 0;    // KV pages the window holds after apply (estimate: whole pages)
   int64_t window_tokens_after = 0;   // tokens in the window after apply
   bool exact = false;                // every instance's KV equals a re-prefill of the window after apply

@@ -64,6 +64,10 @@ struct WindowPolicy {
   bool use_orbit_patches = true;    // accept a patch keyed by the antecedent *set* (reorders)
   bool cascade_on_recall = true;    // a recall re-conditions the instances the dependency graph names
   bool store_conditioned = false;   // prefix-cache baseline: store whole conditioned KV, not a patch
+  // Let the engine's cost model (Engine::calibrate) choose, per chunk, between applying a stored patch,
+  // forming one and plain recompute, by estimated seconds over this use and `expected_reuse` more.
+  bool cost_aware = false;
+  double expected_reuse = 1.0;
   double recompute_ratio = 0.15;    // kTokenRecompute
   int64_t first_k = 16;             // kFirstK
 

@@ -38,6 +38,8 @@ Window Engine::new_window(const WindowOptions& options) {
   return Window(std::move(state));
 }
 
+CalibrationReport Engine::calibrate() { return core_->calibrate(); }
+
 EngineStats Engine::stats() const {
   EngineStats s;
   s.chunks = static_cast<int64_t>(core_->chunks().size());

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "orbit/engine.h"
+#include "orbit/planner/cost_model.h"
 #include "orbit/runtime/kv_pool.h"
 #include "orbit/runtime/model.h"
 #include "orbit/runtime/reuse.h"
@@ -99,6 +100,10 @@ class EngineCore {
   // Positions of a placement: int64 [n] (or [3, n] on M-RoPE models).
   at::Tensor positions_for(const ChunkRecord* chunk, int64_t length, int64_t start) const;
 
+  // ---- cost model ----
+  planner::CostModel cost_model() const;
+  CalibrationReport calibrate();
+
   // ---- pool ----
   std::mutex& pool_mutex() { return pool_mu_; }
   runtime::KVPool& pool() { return *pool_; }
@@ -131,6 +136,7 @@ class EngineCore {
   std::unordered_map<std::string, std::vector<PatchRecord>> catalog_;
   std::unordered_map<std::string, int64_t> turn_lengths_;
   Counters counters_;
+  planner::CostModel cost_model_;
 
   std::atomic<uint64_t> next_instance_{0};
   std::atomic<uint64_t> next_window_{0};

@@ -32,23 +32,10 @@ struct Builder {
 
   // The KV of every entry built so far, as a forward's past (nullptr-equivalent when empty).
   runtime::PastKV past() {
-    runtime::PastKV p;
-    const int64_t layers = core.config().num_layers;
-    if (entries.empty()) return p;
     for (std::size_t i = 0; i < entries.size(); ++i) {
       if (contents[i].empty()) contents[i] = entry_content(core, entries[i]);
     }
-    p.layers.resize(static_cast<std::size_t>(layers));
-    for (int64_t l = 0; l < layers; ++l) {
-      std::vector<at::Tensor> ks, vs;
-      for (const auto& c : contents) {
-        ks.push_back(c[static_cast<std::size_t>(l)].k);
-        vs.push_back(c[static_cast<std::size_t>(l)].v);
-      }
-      p.layers[static_cast<std::size_t>(l)] = {at::cat(ks, 0), at::cat(vs, 0)};
-    }
-    p.positions = at::cat(positions, -1);
-    return p;
+    return concat_past(core.config().num_layers, contents, positions);
   }
 
   std::vector<ContextItem> context() const {

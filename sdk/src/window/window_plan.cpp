@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "orbit/common/error.h"
+#include "orbit/planner/cost_model.h"
 #include "window/window_ops.h"
 
 namespace orbit::detail {
@@ -14,6 +15,41 @@ namespace {
 constexpr uint64_t kReformed = ~uint64_t{0};
 
 int64_t full_rank(int64_t n, int64_t width) { return std::min(n, width); }
+
+planner::Tier to_tier(StoreTier t) {
+  switch (t) {
+    case StoreTier::kDevice: return planner::Tier::kDevice;
+    case StoreTier::kHost: return planner::Tier::kHost;
+    case StoreTier::kDisk: return planner::Tier::kDisk;
+  }
+  return planner::Tier::kDisk;
+}
+
+// The cost model's estimate of one step (seconds).
+double estimate(const planner::CostModel& cost, const PlanStep& s, int64_t length, int64_t context,
+                int64_t kv_per_token, bool moved) {
+  const int64_t bytes = length * kv_per_token;
+  const double load = s.needs_canonical && !s.encode_canonical ? cost.seconds_transfer(bytes, to_tier(s.canonical_tier)) : 0.0;
+  const double encode = s.encode_canonical ? cost.seconds_forward(length, 0) : 0.0;
+  switch (s.action) {
+    case StepAction::kKeep: return moved ? cost.seconds_relocate(bytes) : 0.0;
+    case StepAction::kEvict: return 0.0;
+    case StepAction::kCanonical:
+    case StepAction::kBlind: return load + encode + cost.seconds_relocate(bytes);
+    case StepAction::kApplyPatch: return load + encode + cost.seconds_patch_apply(bytes) + cost.seconds_relocate(bytes);
+    case StepAction::kLoadConditioned: return cost.seconds_transfer(bytes, planner::Tier::kHost) + cost.seconds_relocate(bytes);
+    case StepAction::kForm: return load + encode + cost.seconds_forward(length, context) + cost.seconds_patch_form(bytes);
+    case StepAction::kReprefill:
+    case StepAction::kPrefillTurn: return cost.seconds_forward(length, context);
+    case StepAction::kRecompute:
+      return load + encode + cost.seconds_forward(static_cast<int64_t>(s.forward_tokens) - (s.encode_canonical ? length : 0), context);
+  }
+  return 0.0;
+}
+
+bool moved(const Slot& sl, const std::vector<int64_t>& old_position, int64_t position) {
+  return sl.existing >= 0 && old_position[static_cast<std::size_t>(sl.existing)] != position;
+}
 
 struct Planned {
   PlanStep step;
@@ -98,6 +134,8 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     ++prefix;
   }
 
+  const planner::CostModel cost = core.cost_model();
+  const int64_t kv_per_token = core.model_info().kv_bytes_per_token;
   std::vector<int64_t> old_position(state.entries.size(), 0);
   for (std::size_t j = 1; j < state.entries.size(); ++j) old_position[j] = old_position[j - 1] + state.entries[j - 1].extent;
 
@@ -273,6 +311,27 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
           }
         }
       }
+      if (policy.cost_aware && !is_turn && (s.action == StepAction::kApplyPatch || s.action == StepAction::kForm)) {
+        planner::ReuseOption opt;
+        opt.tokens = pl.length;
+        opt.context_tokens = position;
+        opt.canonical_bytes = pl.length * kv_per_token;
+        const auto tier = core.canonical_residence(chunk->ref.key);
+        opt.canonical_tier = to_tier(tier.value_or(StoreTier::kDisk));
+        if (s.action == StepAction::kApplyPatch) opt.patch_bytes = opt.canonical_bytes / 4;
+        opt.expected_reuse = policy.expected_reuse;
+        const planner::Decision d = cost.choose(opt);
+        if (d.action == planner::Decision::Action::kRecompute) {
+          s.action = StepAction::kReprefill;
+          s.match = PatchMatch::kNone;
+          s.patch_key.clear();
+          s.store_keys.clear();
+          s.needs_canonical = false;
+          s.forward_tokens = static_cast<double>(pl.length);
+          s.exact = ctx_exact;
+          s.reason = "cost model: " + d.describe();
+        }
+      }
       if (s.needs_canonical) {
         const auto tier = core.canonical_residence(chunk->ref.key);
         if (tier.has_value()) {
@@ -287,11 +346,13 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     } else {
       pl.version = old->version;
     }
+    s.estimated_seconds = estimate(cost, s, pl.length, position, kv_per_token, moved(sl, old_position, position));
     position += pl.extent;
     pages += state.pages_for(pl.length);
     all_exact = all_exact && s.exact;
     plan.forward_tokens += s.forward_tokens;
     plan.bytes_moved += s.bytes_moved;
+    plan.estimated_seconds += s.estimated_seconds;
     plan.order.push_back(s.instance);
     plan.window_tokens_after += pl.length;
     done.push_back(pl);

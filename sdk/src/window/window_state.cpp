@@ -76,7 +76,6 @@ runtime::Content entry_content(EngineCore& core, const Entry& entry) {
 }
 
 runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position) {
-  runtime::PastKV past;
   const int64_t layers = core.config().num_layers;
   std::vector<runtime::Content> contents;
   std::vector<at::Tensor> positions;
@@ -87,9 +86,15 @@ runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& e
     position += e->extent;
   }
   if (next_position != nullptr) *next_position = position;
-  if (entries.empty()) return past;
-  past.layers.resize(static_cast<std::size_t>(layers));
-  for (int64_t l = 0; l < layers; ++l) {
+  return concat_past(layers, contents, positions);
+}
+
+runtime::PastKV concat_past(int64_t num_layers, const std::vector<runtime::Content>& contents,
+                            const std::vector<at::Tensor>& positions) {
+  runtime::PastKV past;
+  if (contents.empty()) return past;
+  past.layers.resize(static_cast<std::size_t>(num_layers));
+  for (int64_t l = 0; l < num_layers; ++l) {
     std::vector<at::Tensor> ks, vs;
     for (const auto& c : contents) {
       ks.push_back(c[static_cast<std::size_t>(l)].k);

@@ -72,6 +72,9 @@ struct WindowState {
   std::vector<ContextItem> context_of(std::size_t index) const;
 };
 
+// Concatenates per-entry contents (one Content each, in window order) and their positions into a past.
+runtime::PastKV concat_past(int64_t num_layers, const std::vector<runtime::Content>& contents,
+                            const std::vector<at::Tensor>& positions);
 // Content of entries [0, end) gathered with their window positions, ready as a forward's past.
 runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position);
 // The KV of one entry as a Content (copied out of its pages).

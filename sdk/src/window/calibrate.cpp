@@ -1,0 +1,125 @@
+// EngineCore::calibrate: time the operations the planner's cost model prices (planner/cost_model.h) with
+// this engine's model on this machine, and fit it.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "orbit/common/error.h"
+#include "window/engine_core.h"
+
+namespace orbit::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <typename F>
+double best_of(int reps, F&& f) {
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return std::max(best, 1e-9);
+}
+
+std::vector<int64_t> tokens(std::mt19937_64& rng, int64_t n, int64_t vocab) {
+  std::vector<int64_t> t(static_cast<std::size_t>(n));
+  for (auto& x : t) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
+  return t;
+}
+
+}  // namespace
+
+planner::CostModel EngineCore::cost_model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cost_model_;
+}
+
+CalibrationReport EngineCore::calibrate() {
+  const auto start = Clock::now();
+  const runtime::Model& m = model();
+  const runtime::ModelConfig& c = m.config();
+  c10::InferenceMode guard;
+  std::mt19937_64 rng(0);
+  std::vector<planner::CostSample> samples;
+  const int64_t limit = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
+  const int64_t big = std::min<int64_t>(128, limit / 2);
+  runtime::ForwardOptions fo;
+  fo.logits = runtime::LogitsMode::kNone;
+
+  // Forwards: a few lengths, with and without context.
+  const runtime::ForwardInput ctx_in = input_for_tokens(tokens(rng, big, c.vocab_size), 0);
+  runtime::PastKV ctx;
+  ctx.layers = m.forward(ctx_in, nullptr, fo).content;
+  ctx.positions = ctx_in.positions;
+  for (int64_t t : {std::max<int64_t>(1, big / 16), std::max<int64_t>(2, big / 4), big}) {
+    for (bool with_ctx : {false, true}) {
+      const runtime::ForwardInput in = input_for_tokens(tokens(rng, t, c.vocab_size), with_ctx ? big : 0);
+      const double s = best_of(3, [&] { (void)m.forward(in, with_ctx ? &ctx : nullptr, fo); });
+      samples.push_back({planner::sample_kind::kForward, t, with_ctx ? big : 0, 0, s});
+    }
+  }
+
+  // Relocation, patch apply and patch forming on a `big`-token chunk.
+  const runtime::ForwardInput chunk_in = input_for_tokens(tokens(rng, big, c.vocab_size), 0);
+  const runtime::Content canonical = m.forward(chunk_in, nullptr, fo).content;
+  runtime::ForwardInput shifted = input_for_tokens(chunk_in.tokens, big);
+  const runtime::Content conditioned = m.forward(shifted, &ctx, fo).content;
+  const int64_t bytes = runtime::content_bytes(canonical);
+  const at::Tensor positions = positions_for(nullptr, big, big);
+  samples.push_back({planner::sample_kind::kRelocate, 0, 0, bytes,
+                     best_of(3, [&] { (void)runtime::relocate_keys(m, canonical, positions); })});
+  runtime::PatchOptions po;
+  po.rank_k = std::min<int64_t>(16, std::min(big, c.content_k_shape().width()));
+  po.rank_v = std::min<int64_t>(16, std::min(big, c.content_v_shape().width()));
+  runtime::Patch patch;
+  samples.push_back({planner::sample_kind::kPatchForm, 0, 0, bytes, best_of(2, [&] {
+                       patch = runtime::form_patch(m, runtime::deficit(conditioned, canonical), po);
+                     })});
+  samples.push_back({planner::sample_kind::kPatchApply, 0, 0, bytes,
+                     best_of(3, [&] { (void)runtime::apply_patch(m, canonical, patch); })});
+
+  // Tier reads: device and host are memory copies on the CPU build; disk reads a file of the same bytes.
+  const double copy = best_of(3, [&] {
+    for (const auto& l : canonical) {
+      (void)l.k.clone();
+      (void)l.v.clone();
+    }
+  });
+  samples.push_back({planner::sample_kind::kTransferDevice, 0, 0, bytes, copy});
+  samples.push_back({planner::sample_kind::kTransferHost, 0, 0, bytes, copy});
+  const std::filesystem::path file = std::filesystem::temp_directory_path() /
+                                     ("orbit-calibrate-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + ".bin");
+  {
+    std::vector<char> buf(static_cast<std::size_t>(bytes), 1);
+    std::ofstream out(file, std::ios::binary);
+    out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+  }
+  std::vector<char> in_buf(static_cast<std::size_t>(bytes));
+  samples.push_back({planner::sample_kind::kTransferDisk, 0, 0, bytes, best_of(3, [&] {
+                       std::ifstream in(file, std::ios::binary);
+                       in.read(in_buf.data(), static_cast<std::streamsize>(in_buf.size()));
+                     })});
+  std::error_code ec;
+  std::filesystem::remove(file, ec);
+
+  planner::CostModel fitted = planner::CostModel::fit(samples);
+  CalibrationReport report;
+  report.samples = static_cast<int64_t>(samples.size());
+  report.cost_model = fitted.describe();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cost_model_ = fitted;
+  }
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return report;
+}
+
+}  // namespace orbit::detail
