@@ -99,13 +99,7 @@ ChunkRef EngineCore::add_tokens(const std::vector<int64_t>& tokens, const ChunkO
   rec->ref.label = options.label;
   rec->tokens = tokens;
   rec->pinned = options.pin;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = chunks_.find(rec->ref.key);
-  if (it != chunks_.end()) return it->second->ref;
-  ChunkRef ref = rec->ref;
-  chunk_order_.push_back(ref.key);
-  chunks_.emplace(ref.key, std::move(rec));
-  return ref;
+  return register_chunk(std::move(rec));
 }
 
 ChunkRef EngineCore::add_embeddings(const EmbeddingChunk& chunk, const ChunkOptions& options) {
@@ -138,9 +132,13 @@ ChunkRef EngineCore::add_embeddings(const EmbeddingChunk& chunk, const ChunkOpti
   rec->embeddings = emb;
   rec->grid = grid;
   rec->pinned = options.pin;
+  return register_chunk(std::move(rec));
+}
+
+ChunkRef EngineCore::register_chunk(std::unique_ptr<ChunkRecord> rec) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = chunks_.find(rec->ref.key);
-  if (it != chunks_.end()) return it->second->ref;
+  if (it != chunks_.end()) return it->second->ref;  // the same content registered again
   ChunkRef ref = rec->ref;
   chunk_order_.push_back(ref.key);
   chunks_.emplace(ref.key, std::move(rec));
@@ -244,18 +242,17 @@ void EngineCore::put_patch(const runtime::Patch& patch, const std::string& chunk
   store::PutOptions po;
   po.recompute_cost = static_cast<double>(patch.length);
   (void)store().put(record.key, store::patch_value(patch), po);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& list = catalog_[chunk_key];
-  for (const auto& r : list) {
-    if (r.key == record.key) return;
-  }
-  list.push_back(std::move(record));
+  catalog_add(chunk_key, std::move(record));
 }
 
 void EngineCore::put_conditioned(const runtime::Content& content, const std::string& chunk_key, PatchRecord record) {
   store::PutOptions po;
   po.recompute_cost = content.empty() ? 1.0 : static_cast<double>(content.front().k.size(0));
   (void)store().put(record.key, store::canonical_value(content), po);
+  catalog_add(chunk_key, std::move(record));
+}
+
+void EngineCore::catalog_add(const std::string& chunk_key, PatchRecord record) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& list = catalog_[chunk_key];
   for (const auto& r : list) {

@@ -124,6 +124,9 @@ class EngineCore {
   void check_open() const;
 
  private:
+  ChunkRef register_chunk(std::unique_ptr<ChunkRecord> record);  // idempotent by key
+  void catalog_add(const std::string& chunk_key, PatchRecord record);
+
   EngineOptions options_;
   std::unique_ptr<runtime::Model> model_;
   std::unique_ptr<store::ChunkStore> store_;

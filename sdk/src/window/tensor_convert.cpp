@@ -34,24 +34,27 @@ int64_t TensorView::numel() const {
   return n;
 }
 
-TensorView view_of(const std::vector<float>& values, std::vector<int64_t> shape) {
+namespace {
+
+template <typename T>
+TensorView view_of_vector(const std::vector<T>& values, std::vector<int64_t> shape, DType dtype) {
   TensorView v;
   v.data = values.data();
-  v.dtype = DType::kFloat32;
+  v.dtype = dtype;
   v.shape = std::move(shape);
   ORBIT_CHECK(v.numel() == static_cast<int64_t>(values.size()),
               "view_of: shape holds " << v.numel() << " elements, the vector " << values.size());
   return v;
 }
 
+}  // namespace
+
+TensorView view_of(const std::vector<float>& values, std::vector<int64_t> shape) {
+  return view_of_vector(values, std::move(shape), DType::kFloat32);
+}
+
 TensorView view_of(const std::vector<int64_t>& values, std::vector<int64_t> shape) {
-  TensorView v;
-  v.data = values.data();
-  v.dtype = DType::kInt64;
-  v.shape = std::move(shape);
-  ORBIT_CHECK(v.numel() == static_cast<int64_t>(values.size()),
-              "view_of: shape holds " << v.numel() << " elements, the vector " << values.size());
-  return v;
+  return view_of_vector(values, std::move(shape), DType::kInt64);
 }
 
 namespace detail {
