@@ -11,6 +11,7 @@
 #include <set>
 
 #include "orbit/engine.h"
+#include "orbit/interop/torch.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/reuse.h"
@@ -572,4 +573,32 @@ TEST_CASE("calibration fits the cost model that plans estimate with and cost-awa
   CHECK(plain.steps.back().action == StepAction::kReprefill);
   CHECK(plain.steps.back().reason.rfind("cost model: ", 0) == 0);
   CHECK(plain.estimated_seconds <= form.estimated_seconds);
+}
+
+TEST_CASE("torch interop: embeddings from a tensor view equal the same embeddings from a vector", "[window][interop]") {
+  test::TempDir dir;
+  auto engine = open_generated(dir, "tiny-qwen2-vl");
+  const int64_t hidden = engine->model_info().hidden_size;
+  const at::Tensor emb = at::randn({4, hidden}, at::kFloat);
+  const at::Tensor grid = at::tensor({0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 1}, at::kLong).reshape({3, 4});
+  EmbeddingChunk a;
+  a.embeddings = interop::view(emb);
+  a.grid = interop::view(grid);
+  const ChunkRef ra = engine->add_embeddings(a);
+  std::vector<float> values(emb.data_ptr<float>(), emb.data_ptr<float>() + emb.numel());
+  std::vector<int64_t> g(grid.data_ptr<int64_t>(), grid.data_ptr<int64_t>() + grid.numel());
+  EmbeddingChunk b;
+  b.embeddings = view_of(values, {4, hidden});
+  b.grid = view_of(g, {3, 4});
+  CHECK(engine->add_embeddings(b).key == ra.key);
+  CHECK(ra.extent == 2);
+  Window w = engine->new_window();
+  w.admit(ra);
+  const at::Tensor logits = interop::to_tensor(w.logits({1, 2}, true));
+  CHECK(logits.size(0) == 2);
+  CHECK(logits.size(1) == engine->model_info().vocab_size);
+  CHECK_THROWS_WITH(interop::view(emb.t()), Catch::Contains("not contiguous"));
+  CHECK_THROWS_WITH(interop::view(emb.to(at::kDouble)), Catch::Contains("dtype"));
+  b.embeddings = view_of(values, {2, 2 * hidden});
+  CHECK_THROWS_WITH(engine->add_embeddings(b), Catch::Contains("width"));
 }
