@@ -1,0 +1,300 @@
+#include "binding_task.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace orbit::binding {
+
+const char* chunk_kind_name(ChunkKind kind) {
+  switch (kind) {
+    case ChunkKind::kIntro: return "intro";
+    case ChunkKind::kRef: return "ref";
+    case ChunkKind::kText: return "text";
+  }
+  return "?";
+}
+
+const char* question_kind_name(QuestionKind kind) {
+  switch (kind) {
+    case QuestionKind::kColor: return "color";
+    case QuestionKind::kRoom: return "room";
+    case QuestionKind::kWhere: return "where";
+  }
+  return "?";
+}
+
+const char* split_name(Split split) {
+  switch (split) {
+    case Split::kTrain: return "train";
+    case Split::kTest: return "test";
+    case Split::kCalibration: return "calibration";
+  }
+  return "?";
+}
+
+int64_t Chunk::caption() const { return kind == ChunkKind::kText ? -1 : tok::kObject + obj; }
+
+std::vector<int64_t> Episode::flat() const {
+  return concat(chunks);
+}
+
+int64_t Episode::length() const {
+  int64_t n = 0;
+  for (const Chunk& c : chunks) n += static_cast<int64_t>(c.tokens.size());
+  return n;
+}
+
+std::vector<int64_t> concat(const std::vector<Chunk>& chunks) {
+  std::vector<int64_t> out;
+  for (const Chunk& c : chunks) out.insert(out.end(), c.tokens.begin(), c.tokens.end());
+  return out;
+}
+
+namespace {
+// SplitMix64 finaliser: decorrelates (seed, split) into the engine's seed.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+TaskGenerator::TaskGenerator(uint64_t seed, Split split, TaskOptions options)
+    : options_(options), rng_(mix(mix(seed) ^ (0x51ed270b27ULL * (static_cast<uint64_t>(split) + 1)))) {
+  if (options_.frame_min < 4 || options_.frame_max < options_.frame_min || options_.min_chunks < 2 ||
+      options_.max_chunks < options_.min_chunks) {
+    throw std::invalid_argument("binding TaskOptions: frame_min >= 4, frame_max >= frame_min, chunks >= 2");
+  }
+}
+
+// Portable draws (std::uniform_int_distribution is implementation-defined).
+int TaskGenerator::uniform(int lo, int hi) {
+  const uint64_t span = static_cast<uint64_t>(hi - lo + 1);
+  return lo + static_cast<int>(rng_() % span);
+}
+
+double TaskGenerator::unit() { return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0); }
+
+std::vector<int64_t> TaskGenerator::frame_tokens(int64_t start, int64_t patch, int frame_len) {
+  // Drawn lengths lean short (u³ skew: mean ≈ min + (max − min)/4) so training stays cheap while the
+  // long frames that probes use (64 tokens) are still seen.
+  const double u = unit();
+  const int n = frame_len > 0 ? frame_len
+                              : options_.frame_min + static_cast<int>((options_.frame_max - options_.frame_min + 1) * u * u * u);
+  std::vector<int64_t> out{start};
+  int signal = 0;
+  for (int i = 0; i < n; ++i) {
+    if (unit() < options_.signal) {
+      out.push_back(patch);
+      ++signal;
+    } else {
+      out.push_back(tok::kNoise + uniform(0, tok::kNumNoise - 1));
+    }
+  }
+  // At least three copies of the patch, at drawn places.
+  while (signal < 3) {
+    const int at = 1 + uniform(0, n - 1);
+    if (out[static_cast<size_t>(at)] != patch) {
+      out[static_cast<size_t>(at)] = patch;
+      ++signal;
+    }
+  }
+  out.push_back(tok::kFrameEnd);
+  return out;
+}
+
+Chunk TaskGenerator::intro(int obj, int color, int frame_len) {
+  Chunk c;
+  c.kind = ChunkKind::kIntro;
+  c.obj = obj;
+  c.color = color;
+  c.tokens = frame_tokens(tok::kFrameA, tok::kObjPatch + obj * tok::kNumColors + color, frame_len);
+  return c;
+}
+
+Chunk TaskGenerator::ref(const Chunk& intro_chunk, int intro_index, int loc, int frame_len) {
+  Chunk c;
+  c.kind = ChunkKind::kRef;
+  c.obj = intro_chunk.obj;
+  c.loc = loc;
+  c.referent = intro_index;
+  c.tokens = frame_tokens(tok::kFrameB, tok::kLocPatch + loc, frame_len);
+  return c;
+}
+
+Chunk TaskGenerator::text(int obj, int room) {
+  Chunk c;
+  c.kind = ChunkKind::kText;
+  c.obj = obj;
+  c.room = room;
+  c.tokens = {tok::kText, tok::kFiller + uniform(0, tok::kNumFiller - 1), tok::kObject + obj, tok::kIn,
+              tok::kRoom + room, tok::kFiller + uniform(0, tok::kNumFiller - 1), tok::kDot};
+  return c;
+}
+
+Question TaskGenerator::question(QuestionKind kind, const Episode& episode, int chunk) {
+  const Chunk& c = episode.chunks.at(static_cast<size_t>(chunk));
+  Question q;
+  q.kind = kind;
+  q.chunk = chunk;
+  switch (kind) {
+    case QuestionKind::kColor:
+      q.tokens = {tok::kAskColor, tok::kObject + c.obj, tok::kAnswer};
+      q.answer = tok::kColor + c.color;
+      break;
+    case QuestionKind::kRoom:
+      q.tokens = {tok::kAskRoom, tok::kObject + c.obj, tok::kAnswer};
+      q.answer = tok::kRoom + c.room;
+      break;
+    case QuestionKind::kWhere:
+      q.tokens = {tok::kAskWhere, tok::kObject + c.obj, tok::kAnswer};
+      q.answer = tok::kLoc + c.loc;
+      break;
+  }
+  return q;
+}
+
+Episode TaskGenerator::episode() {
+  Episode e;
+  const int n = uniform(options_.min_chunks, options_.max_chunks);
+  std::vector<int> objects(tok::kNumObjects), locs(tok::kNumLocs);
+  for (int i = 0; i < tok::kNumObjects; ++i) objects[static_cast<size_t>(i)] = i;
+  for (int i = 0; i < tok::kNumLocs; ++i) locs[static_cast<size_t>(i)] = i;
+  std::shuffle(objects.begin(), objects.end(), rng_);
+  std::shuffle(locs.begin(), locs.end(), rng_);
+  size_t next_obj = 0, next_loc = 0;
+  std::vector<bool> has_room(tok::kNumObjects, false);
+  int last_intro = -1;
+  bool last_referenced = true;
+  for (int i = 0; i < n; ++i) {
+    const bool can_ref = last_intro >= 0 && !last_referenced && next_loc < locs.size();
+    const bool can_intro = next_obj < objects.size();
+    const double r = unit();
+    if (can_ref && r < 0.4) {
+      e.chunks.push_back(ref(e.chunks[static_cast<size_t>(last_intro)], last_intro, locs[next_loc++]));
+      last_referenced = true;
+    } else if (can_intro && r < 0.75) {
+      e.chunks.push_back(intro(objects[next_obj++], uniform(0, tok::kNumColors - 1)));
+      last_intro = static_cast<int>(e.chunks.size()) - 1;
+      last_referenced = false;
+    } else {
+      int obj = uniform(0, tok::kNumObjects - 1);
+      for (int tries = 0; tries < 32 && has_room[static_cast<size_t>(obj)]; ++tries) obj = uniform(0, tok::kNumObjects - 1);
+      if (has_room[static_cast<size_t>(obj)]) {
+        --i;  // every object already has a room: draw another kind
+        continue;
+      }
+      has_room[static_cast<size_t>(obj)] = true;
+      e.chunks.push_back(text(obj, uniform(0, tok::kNumRooms - 1)));
+    }
+  }
+  for (int i = 0; i < static_cast<int>(e.chunks.size()); ++i) {
+    switch (e.chunks[static_cast<size_t>(i)].kind) {
+      case ChunkKind::kIntro: e.questions.push_back(question(QuestionKind::kColor, e, i)); break;
+      case ChunkKind::kText: e.questions.push_back(question(QuestionKind::kRoom, e, i)); break;
+      case ChunkKind::kRef: e.questions.push_back(question(QuestionKind::kWhere, e, i)); break;
+    }
+  }
+  return e;
+}
+
+Probe make_probe(TaskGenerator& gen, bool multi_hop, const ProbeOptions& options) {
+  for (int attempt = 0; attempt < 100000; ++attempt) {
+    Episode e = gen.episode();
+    std::vector<int> candidates;
+    for (int b = options.min_context; b < static_cast<int>(e.chunks.size()) && b <= options.max_context; ++b) {
+      const Chunk& c = e.chunks[static_cast<size_t>(b)];
+      if (!multi_hop && c.kind == ChunkKind::kIntro) candidates.push_back(b);
+      if (multi_hop && c.kind == ChunkKind::kRef) {
+        int other_refs = 0;
+        for (int j = 0; j < b; ++j) other_refs += e.chunks[static_cast<size_t>(j)].kind == ChunkKind::kRef;
+        if (other_refs >= 1) candidates.push_back(b);
+      }
+    }
+    if (candidates.empty()) continue;
+    const int b = candidates[static_cast<size_t>(gen.uniform(0, static_cast<int>(candidates.size()) - 1))];
+    Probe p;
+    p.context.assign(e.chunks.begin(), e.chunks.begin() + b);
+    const Chunk& old = e.chunks[static_cast<size_t>(b)];
+    // B at the probe's fixed length, same meaning.
+    p.chunk = multi_hop ? gen.ref(e.chunks[static_cast<size_t>(old.referent)], old.referent, old.loc, options.frame_len)
+                        : gen.intro(old.obj, old.color, options.frame_len);
+    e.chunks[static_cast<size_t>(b)] = p.chunk;
+    p.question = TaskGenerator::question(multi_hop ? QuestionKind::kWhere : QuestionKind::kColor, e, b);
+    return p;
+  }
+  throw std::runtime_error("make_probe: no episode matched (check TaskOptions)");
+}
+
+namespace {
+// k-1 text chunks about distinct objects other than `skip`.
+std::vector<Chunk> texts(TaskGenerator& gen, int count, int skip) {
+  std::vector<int> objects;
+  for (int o = 0; o < tok::kNumObjects; ++o) {
+    if (o != skip) objects.push_back(o);
+  }
+  std::shuffle(objects.begin(), objects.end(), gen.rng());
+  std::vector<Chunk> out;
+  for (int i = 0; i < count; ++i) {
+    out.push_back(gen.text(objects[static_cast<size_t>(i) % objects.size()], gen.uniform(0, tok::kNumRooms - 1)));
+  }
+  return out;
+}
+}  // namespace
+
+ReorderSet make_reorder_set(TaskGenerator& gen, int k, int frame_len) {
+  ReorderSet s;
+  const int obj = gen.uniform(0, tok::kNumObjects - 1);
+  Chunk a = gen.intro(obj, gen.uniform(0, tok::kNumColors - 1));
+  s.antecedents = texts(gen, k - 1, obj);
+  const int slot = gen.uniform(0, k - 1);
+  s.antecedents.insert(s.antecedents.begin() + slot, a);
+  s.chunk = gen.ref(a, slot, gen.uniform(0, tok::kNumLocs - 1), frame_len);
+  Episode e;
+  e.chunks = s.antecedents;
+  e.chunks.push_back(s.chunk);
+  s.question = TaskGenerator::question(QuestionKind::kWhere, e, k);
+  return s;
+}
+
+RecallCase make_recall_case(TaskGenerator& gen, int k, double turnover, int frame_len) {
+  RecallCase r;
+  const int obj = gen.uniform(0, tok::kNumObjects - 1);
+  Chunk a = gen.intro(obj, gen.uniform(0, tok::kNumColors - 1));
+  r.old_context = texts(gen, k - 1, obj);
+  const int slot = gen.uniform(0, k - 1);
+  r.old_context.insert(r.old_context.begin() + slot, a);
+  const int loc = gen.uniform(0, tok::kNumLocs - 1);
+  r.chunk = gen.ref(a, slot, loc, frame_len);
+
+  // Replace round(turnover·k) distinct slots.
+  const int replace = static_cast<int>(std::lround(turnover * k));
+  std::vector<int> slots(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) slots[static_cast<size_t>(i)] = i;
+  std::shuffle(slots.begin(), slots.end(), gen.rng());
+  r.new_context = r.old_context;
+  int new_obj = obj;
+  for (int i = 0; i < replace; ++i) {
+    const int s = slots[static_cast<size_t>(i)];
+    if (s == slot) {
+      do new_obj = gen.uniform(0, tok::kNumObjects - 1);
+      while (new_obj == obj);
+      r.new_context[static_cast<size_t>(s)] = gen.intro(new_obj, gen.uniform(0, tok::kNumColors - 1));
+      r.referent_replaced = true;
+    } else {
+      int o = gen.uniform(0, tok::kNumObjects - 1);
+      r.new_context[static_cast<size_t>(s)] = gen.text(o, gen.uniform(0, tok::kNumRooms - 1));
+    }
+  }
+  Episode e;
+  e.chunks = r.new_context;
+  Chunk current = r.chunk;
+  current.obj = new_obj;
+  e.chunks.push_back(current);
+  r.question = TaskGenerator::question(QuestionKind::kWhere, e, k);
+  return r;
+}
+
+}  // namespace orbit::binding

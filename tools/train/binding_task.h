@@ -1,0 +1,162 @@
+// The synthetic cross-chunk binding task (issue 7; paper 000 §2 and Appendix C.1 at toy scale).
+//
+// A window is a sequence of chunks, each a token list:
+//
+//   intro frame   [FA] v v v ... v [FEND]     v: "visual" tokens, a redundant stream. Most are the one
+//                                             patch token P(obj, color) (an object of a colour, as a VQ
+//                                             code would carry it), the rest background noise tokens.
+//   ref frame     [FB] w w w ... w [FEND]     w: mostly the location patch L(loc), the rest noise. Meaning:
+//                                             "the object of the most recent intro frame is now at loc".
+//                                             The frame never names the object: a ref frame only knows it
+//                                             after absorbing its antecedent (cross-chunk binding).
+//   text chunk    [TXT] f obj [IN] room f [DOT]   a fact in words: obj is in room.
+//
+// Questions (query tokens; the answer is the next token after [ANS]):
+//   single-hop   [QC] obj [ANS] -> colour word     read out of one intro frame
+//                [QR] obj [ANS] -> room word       read out of one text chunk
+//   multi-hop    [QW] obj [ANS] -> location word   needs the ref frame to have bound its antecedent's
+//                                                  object: the location is only in the ref frame, the
+//                                                  object only in the intro frame before it
+//
+// Training also supervises a "caption" at every frame's [FEND]: the frame's object word (for a ref frame,
+// the referent's object, which forces the binding to be computed inside the ref frame).
+//
+// Episodes are drawn by a seeded std::mt19937_64 (portable: the same on every platform for one seed).
+// Splits: the train and test streams are seeded from (seed, split) and never share an episode.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace orbit::binding {
+
+// Token ids. vocab = 256.
+namespace tok {
+constexpr int64_t kPad = 0, kFrameA = 1, kFrameB = 2, kFrameEnd = 3, kText = 4, kIn = 5, kDot = 6;
+constexpr int64_t kAskColor = 7, kAskRoom = 8, kAskWhere = 9, kAnswer = 10;
+constexpr int64_t kNoise = 16, kNumNoise = 24;      // visual background
+constexpr int64_t kFiller = 40, kNumFiller = 16;    // text filler words
+constexpr int64_t kObject = 56, kNumObjects = 12;   // object words
+constexpr int64_t kColor = 72, kNumColors = 8;      // colour words (answers)
+constexpr int64_t kRoom = 80, kNumRooms = 8;        // room words (answers)
+constexpr int64_t kLoc = 88, kNumLocs = 8;          // location words (answers)
+constexpr int64_t kLocPatch = 96;                   // location patches L(loc), 8
+constexpr int64_t kObjPatch = 128;                  // object-colour patches P(obj, color) = 128 + obj·8 + color
+constexpr int64_t kVocab = 256;
+}  // namespace tok
+
+enum class ChunkKind { kIntro, kRef, kText };
+enum class QuestionKind { kColor, kRoom, kWhere };
+const char* chunk_kind_name(ChunkKind kind);
+const char* question_kind_name(QuestionKind kind);
+inline bool is_multi_hop(QuestionKind kind) { return kind == QuestionKind::kWhere; }
+
+struct Chunk {
+  ChunkKind kind = ChunkKind::kText;
+  std::vector<int64_t> tokens;
+  int obj = -1;       // intro: its object; ref: the referent's object; text: the fact's object
+  int color = -1;     // intro
+  int loc = -1;       // ref
+  int room = -1;      // text
+  int referent = -1;  // ref: index of the intro chunk it refers to (in its episode)
+  // Caption target at the last token ([FEND]) of a frame: the object word; -1 for text.
+  int64_t caption() const;
+};
+
+struct Question {
+  QuestionKind kind = QuestionKind::kColor;
+  std::vector<int64_t> tokens;  // [ask, obj, ANS]
+  int64_t answer = 0;           // the answer token
+  int chunk = -1;               // index of the chunk holding the answer (ref frame for kWhere)
+};
+
+struct Episode {
+  std::vector<Chunk> chunks;
+  std::vector<Question> questions;  // every question the episode answers
+  std::vector<int64_t> flat() const;  // concatenated chunk tokens
+  int64_t length() const;
+};
+
+struct TaskOptions {
+  int min_chunks = 3;
+  int max_chunks = 7;
+  int frame_min = 8;           // visual tokens per frame (between [FA]/[FB] and [FEND]), drawn with a
+  int frame_max = 64;          //   u³ skew towards frame_min
+  double signal = 0.6;         // probability that a visual token is the frame's patch (else noise)
+};
+
+enum class Split { kTrain, kTest, kCalibration };
+const char* split_name(Split split);
+
+class TaskGenerator {
+ public:
+  TaskGenerator(uint64_t seed, Split split, TaskOptions options = {});
+
+  const TaskOptions& options() const { return options_; }
+  std::mt19937_64& rng() { return rng_; }
+
+  Episode episode();
+
+  // Chunk builders (frame_len = visual tokens, -1 = drawn from [frame_min, frame_max]).
+  Chunk intro(int obj, int color, int frame_len = -1);
+  Chunk ref(const Chunk& intro_chunk, int intro_index, int loc, int frame_len = -1);
+  Chunk text(int obj, int room);
+  static Question question(QuestionKind kind, const Episode& episode, int chunk);
+
+  int uniform(int lo, int hi);  // inclusive
+  double unit();
+
+ private:
+  std::vector<int64_t> frame_tokens(int64_t start, int64_t patch, int frame_len);
+
+  TaskOptions options_;
+  std::mt19937_64 rng_;
+};
+
+// One reuse probe (repair.h Scenario shape): context chunks, the reused chunk B (last), one question
+// about B whose answer token is `answer`.
+struct Probe {
+  std::vector<Chunk> context;
+  Chunk chunk;
+  Question question;
+};
+
+struct ProbeOptions {
+  int frame_len = 64;      // B's visual tokens (fixed, so patch ranks up to 64 fit)
+  int min_context = 2;     // chunks before B
+  int max_context = 6;
+};
+
+// Single-hop: B is an intro frame, the question asks its object's colour.
+// Multi-hop: B is a ref frame whose referent is in the context (with at least one other ref frame there
+// as a distractor), the question asks where the referent's object is.
+Probe make_probe(TaskGenerator& gen, bool multi_hop, const ProbeOptions& options = {});
+
+// The orbit set for reorder experiments: one intro frame A plus K-1 text chunks (any order keeps A the
+// most recent intro frame before B), B a ref frame to A, the question where A's object is.
+struct ReorderSet {
+  std::vector<Chunk> antecedents;  // K chunks, in the canonical order
+  Chunk chunk;
+  Question question;
+};
+ReorderSet make_reorder_set(TaskGenerator& gen, int k, int frame_len = 64);
+
+// Recall: B (a ref frame) was formed behind `old_context` (k chunks: one intro frame, the referent, and
+// k-1 text chunks); on recall it sits behind `new_context`, the same slots with round(turnover·k) of them
+// replaced by fresh chunks of the same kind (a replaced intro frame is a new object and colour, so the
+// referent changes). `question` asks where the *current* referent's object is.
+struct RecallCase {
+  std::vector<Chunk> old_context;
+  std::vector<Chunk> new_context;
+  Chunk chunk;
+  Question question;
+  bool referent_replaced = false;
+};
+RecallCase make_recall_case(TaskGenerator& gen, int k, double turnover, int frame_len = 64);
+
+// Tokens of chunks concatenated.
+std::vector<int64_t> concat(const std::vector<Chunk>& chunks);
+
+}  // namespace orbit::binding

@@ -1,0 +1,240 @@
+#include "binding_train.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "binding_model.h"
+
+namespace orbit::binding {
+
+namespace rt = orbit::runtime;
+
+Batch make_batch(const std::vector<Episode>& episodes, int max_questions, std::mt19937_64& rng) {
+  struct Row {
+    std::vector<int64_t> tokens, positions;
+    std::vector<std::pair<int64_t, int64_t>> blocks;  // (start, length) of question blocks
+    int64_t context = 0;
+    std::vector<std::pair<int64_t, int64_t>> targets;  // (index, token)
+    std::vector<int> kinds, questions;
+  };
+  std::vector<Row> rows;
+  int64_t T = 0;
+  for (const Episode& e : episodes) {
+    Row r;
+    r.tokens = e.flat();
+    r.context = static_cast<int64_t>(r.tokens.size());
+    for (int64_t i = 0; i < r.context; ++i) r.positions.push_back(i);
+    int64_t at = 0;
+    for (const Chunk& c : e.chunks) {
+      at += static_cast<int64_t>(c.tokens.size());
+      if (c.caption() >= 0) {
+        r.targets.emplace_back(at - 1, c.caption());
+        r.kinds.push_back(-1);
+        r.questions.push_back(-1);
+      }
+    }
+    std::vector<const Question*> chosen, others;
+    for (const Question& q : e.questions) (is_multi_hop(q.kind) ? chosen : others).push_back(&q);
+    std::shuffle(others.begin(), others.end(), rng);
+    for (const Question* q : others) chosen.push_back(q);
+    if (max_questions > 0 && static_cast<int>(chosen.size()) > max_questions) chosen.resize(static_cast<size_t>(max_questions));
+    for (const Question* q : chosen) {
+      const int64_t start = static_cast<int64_t>(r.tokens.size());
+      for (size_t i = 0; i < q->tokens.size(); ++i) {
+        r.tokens.push_back(q->tokens[i]);
+        r.positions.push_back(r.context + static_cast<int64_t>(i));
+      }
+      r.blocks.emplace_back(start, static_cast<int64_t>(q->tokens.size()));
+      r.targets.emplace_back(static_cast<int64_t>(r.tokens.size()) - 1, q->answer);
+      r.kinds.push_back(static_cast<int>(q->kind));
+      r.questions.push_back(static_cast<int>(q - e.questions.data()));
+    }
+    T = std::max<int64_t>(T, static_cast<int64_t>(r.tokens.size()));
+    rows.push_back(std::move(r));
+  }
+  const int64_t B = static_cast<int64_t>(rows.size());
+  Batch b;
+  b.tokens = at::full({B, T}, tok::kPad, at::kLong);
+  b.positions = at::zeros({B, T}, at::kLong);
+  b.mask = at::zeros({B, T, T}, at::kBool);
+  std::vector<int64_t> flat_rows, targets;
+  auto tokens = b.tokens.accessor<int64_t, 2>();
+  auto positions = b.positions.accessor<int64_t, 2>();
+  auto mask = b.mask.accessor<bool, 3>();
+  for (int64_t i = 0; i < B; ++i) {
+    const Row& r = rows[static_cast<size_t>(i)];
+    const int64_t n = static_cast<int64_t>(r.tokens.size());
+    for (int64_t t = 0; t < n; ++t) {
+      tokens[i][t] = r.tokens[static_cast<size_t>(t)];
+      positions[i][t] = r.positions[static_cast<size_t>(t)];
+    }
+    for (int64_t t = 0; t < r.context; ++t) {
+      for (int64_t s = 0; s <= t; ++s) mask[i][t][s] = true;
+    }
+    for (const auto& [start, len] : r.blocks) {
+      for (int64_t t = start; t < start + len; ++t) {
+        for (int64_t s = 0; s < r.context; ++s) mask[i][t][s] = true;
+        for (int64_t s = start; s <= t; ++s) mask[i][t][s] = true;
+      }
+    }
+    for (int64_t t = n; t < T; ++t) mask[i][t][t] = true;  // padding sees itself (no empty softmax)
+    for (const auto& [index, token] : r.targets) {
+      flat_rows.push_back(i * T + index);
+      targets.push_back(token);
+    }
+    b.kinds.insert(b.kinds.end(), r.kinds.begin(), r.kinds.end());
+    b.questions.insert(b.questions.end(), r.questions.begin(), r.questions.end());
+  }
+  b.rows = at::tensor(flat_rows, at::kLong);
+  b.targets = at::tensor(targets, at::kLong);
+  return b;
+}
+
+EvalResult evaluate(const rt::ModelConfig& config, const rt::ModelWeights& weights, const std::vector<Episode>& episodes) {
+  at::NoGradGuard no_grad;
+  std::map<std::string, int64_t> correct, count;
+  std::mt19937_64 rng(0);
+  const size_t per_batch = 16;
+  for (size_t start = 0; start < episodes.size(); start += per_batch) {
+    const std::vector<Episode> part(episodes.begin() + static_cast<std::ptrdiff_t>(start),
+                                    episodes.begin() + static_cast<std::ptrdiff_t>(std::min(episodes.size(), start + per_batch)));
+    const Batch b = make_batch(part, 0, rng);
+    const at::Tensor pred = train_forward(config, weights, b.tokens, b.positions, b.mask, b.rows).argmax(-1);
+    const at::Tensor hit = pred.eq(b.targets);
+    for (size_t i = 0; i < b.kinds.size(); ++i) {
+      const int k = b.kinds[i];
+      const std::string name = k < 0 ? "caption" : question_kind_name(static_cast<QuestionKind>(k));
+      const bool ok = hit[static_cast<int64_t>(i)].item<bool>();
+      correct[name] += ok;
+      ++count[name];
+      if (k >= 0 && !is_multi_hop(static_cast<QuestionKind>(k))) {
+        correct["single"] += ok;
+        ++count["single"];
+      }
+    }
+  }
+  EvalResult r;
+  for (const auto& [name, n] : count) {
+    r.count[name] = n;
+    r.accuracy[name] = n > 0 ? static_cast<double>(correct[name]) / static_cast<double>(n) : 0.0;
+  }
+  return r;
+}
+
+namespace {
+
+std::string eval_line(const EvalResult& e) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "single %.3f (color %.3f room %.3f)  multi-hop where %.3f  caption %.3f",
+                e.accuracy.count("single") ? e.accuracy.at("single") : 0.0,
+                e.accuracy.count("color") ? e.accuracy.at("color") : 0.0,
+                e.accuracy.count("room") ? e.accuracy.at("room") : 0.0,
+                e.accuracy.count("where") ? e.accuracy.at("where") : 0.0,
+                e.accuracy.count("caption") ? e.accuracy.at("caption") : 0.0);
+  return buf;
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto log = [&](const std::string& line) {
+    if (o.log) o.log(line);
+  };
+  TrainResult result;
+  rt::ModelConfig config = config_by_name(o.model);
+  if (o.layers != config.num_layers) {
+    config = o.model == "gqa" ? gqa_config(o.layers) : mla_config(o.layers);
+  }
+  result.config = config;
+  rt::ModelWeights w = init_weights(config, o.seed);
+  const std::vector<at::Tensor> params = parameters(w, config);
+  std::vector<at::Tensor> m1, m2;
+  int64_t count = 0;
+  for (const at::Tensor& p : params) {
+    m1.push_back(at::zeros_like(p).detach());
+    m2.push_back(at::zeros_like(p).detach());
+    count += p.numel();
+  }
+  {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "model %s: %lld parameters, %lld layers; %d steps x %d episodes", o.model.c_str(),
+                  static_cast<long long>(count), static_cast<long long>(config.num_layers), o.steps, o.batch);
+    log(buf);
+  }
+
+  TaskGenerator train_gen(o.seed, Split::kTrain, o.task);
+  TaskGenerator test_gen(o.seed, Split::kTest, o.task);
+  std::vector<Episode> test;
+  for (int i = 0; i < o.eval_episodes; ++i) test.push_back(test_gen.episode());
+  std::mt19937_64 batch_rng(o.seed * 7919 + 17);
+
+  const double beta1 = 0.9, beta2 = 0.98, eps = 1e-8;
+  double loss_sum = 0;
+  int loss_n = 0;
+  int64_t tokens_seen = 0;
+  const int log_every = std::max(1, std::min(50, o.steps / 10));
+  for (int step = 1; step <= o.steps; ++step) {
+    std::vector<Episode> episodes;
+    for (int i = 0; i < o.batch; ++i) episodes.push_back(train_gen.episode());
+    const Batch b = make_batch(episodes, o.max_questions, batch_rng);
+    tokens_seen += b.tokens.numel();
+    const at::Tensor logits = train_forward(config, w, b.tokens, b.positions, b.mask, b.rows);
+    const at::Tensor loss = at::cross_entropy_loss(logits, b.targets);
+    for (const at::Tensor& p : params) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+    loss.backward();
+    {
+      at::NoGradGuard no_grad;
+      double norm2 = 0;
+      for (const at::Tensor& p : params) norm2 += p.grad().pow(2).sum().item<double>();
+      const double clip = std::min(1.0, 1.0 / (std::sqrt(norm2) + 1e-12));
+      const double progress = static_cast<double>(step - o.warmup) / std::max(1, o.steps - o.warmup);
+      const double lr = step <= o.warmup ? o.lr * step / o.warmup
+                                         : o.lr * (0.05 + 0.95 * 0.5 * (1.0 + std::cos(3.14159265358979 * progress)));
+      const double bc1 = 1.0 - std::pow(beta1, step), bc2 = 1.0 - std::pow(beta2, step);
+      for (size_t i = 0; i < params.size(); ++i) {
+        const at::Tensor g = params[i].grad() * clip;
+        m1[i].mul_(beta1).add_(g, 1.0 - beta1);
+        m2[i].mul_(beta2).addcmul_(g, g, 1.0 - beta2);
+        const at::Tensor denom = (m2[i] / bc2).sqrt_().add_(eps);
+        params[i].addcdiv_(m1[i], denom, -lr / bc1);
+      }
+    }
+    loss_sum += loss.item<double>();
+    ++loss_n;
+    if (step % log_every == 0 || step == o.steps) {
+      result.loss_curve.emplace_back(step, loss_sum / loss_n);
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "step %5d/%d  loss %.4f  %.0fs  %.0f tok/s", step, o.steps, loss_sum / loss_n,
+                    elapsed(), tokens_seen / std::max(1e-9, elapsed()));
+      log(buf);
+      loss_sum = 0;
+      loss_n = 0;
+    }
+    result.steps_run = step;
+    if (o.eval_every > 0 && step % o.eval_every == 0 && step != o.steps) {
+      const EvalResult e = evaluate(config, w, test);
+      log("  test (full re-prefill): " + eval_line(e));
+      if (o.stop_at > 0 && e.accuracy.at("single") >= o.stop_at && e.accuracy.at("where") >= o.stop_at &&
+          e.accuracy.at("caption") >= o.stop_at) {
+        log("  reached --stop-at " + std::to_string(o.stop_at) + " on every kind: stopping");
+        break;
+      }
+    }
+  }
+  result.final_eval = evaluate(config, w, test);
+  log("final test (full re-prefill, " + std::to_string(test.size()) + " episodes): " + eval_line(result.final_eval));
+  result.seconds = elapsed();
+  result.weights = w;
+  return result;
+}
+
+}  // namespace orbit::binding
