@@ -1,0 +1,192 @@
+// `orbit replay`: replay a trace under a policy and the baselines side by side (orbit/trace.h).
+//
+//   orbit replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--no-fidelity]
+//                [--patch-capacity BYTES] [--page-size N] [--quiet]
+//
+// Prints a per-step table (forward tokens, milliseconds and KL per policy), totals, the ratios of each
+// chosen policy against re-prefill, prefix cache and blind reuse (forward tokens, time), and the offline
+// bound of its patch demands. --json writes the full report (replay_report_json) to OUT ("-": stdout,
+// and the table is not printed). Progress goes to stderr.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "commands.h"
+#include "orbit/common/error.h"
+#include "orbit/trace.h"
+
+namespace orbit::cli {
+
+namespace {
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+std::string ratio(double a, double b) {
+  if (b == 0) return a == 0 ? "1.00x" : "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3fx", a / b);
+  return buf;
+}
+
+std::string kl_text(const StepResult& s) {
+  if (!s.fidelity) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", s.fidelity->kl);
+  return buf;
+}
+
+std::string short_name(const std::string& policy, std::size_t width) {
+  return policy.size() <= width ? policy : policy.substr(0, width);
+}
+
+void print_table(const ReplayReport& r, bool explain) {
+  constexpr std::size_t kCol = 25;
+  std::printf("%4s %-10s %-8s", "step", "op", "branch");
+  for (const PolicyReplay& p : r.policies) std::printf(" | %-*s", static_cast<int>(kCol), short_name(p.policy, kCol).c_str());
+  std::printf("\n%4s %-10s %-8s", "", "", "");
+  for (std::size_t k = 0; k < r.policies.size(); ++k) std::printf(" | %7s %7s %9s", "fwd", "ms", "KL");
+  std::printf("\n");
+  for (std::size_t i = 0; i < r.steps; ++i) {
+    const StepResult& first = r.policies.front().steps[i];
+    std::printf("%4zu %-10s %-8s", i, trace_op_name(first.op), short_name(first.branch, 8).c_str());
+    for (const PolicyReplay& p : r.policies) {
+      const StepResult& s = p.steps[i];
+      std::printf(" | %7.0f %7.2f %9s", s.forward_tokens, 1e3 * s.seconds, kl_text(s).c_str());
+    }
+    std::printf("\n");
+    for (const PolicyReplay& p : r.policies) {
+      const StepResult& s = p.steps[i];
+      if (s.status != "ok") std::printf("       [%s] refused: %s\n", p.policy.c_str(), s.status.c_str());
+      if (explain && !s.plan.empty()) {
+        std::printf("       [%s] ", p.policy.c_str());
+        for (char c : s.plan) {
+          std::putchar(c);
+          if (c == '\n') std::printf("       ");
+        }
+        std::printf("\n");
+      }
+    }
+  }
+}
+
+void print_totals(const ReplayReport& r) {
+  std::printf("\n%-26s %10s %10s %9s %11s %11s %7s %6s %10s %10s %6s\n", "policy", "fwd-tok", "full-pf", "seconds",
+              "bytes-moved", "peak-dev-B", "formed", "hits", "mean-KL", "max-KL", "top1");
+  for (const PolicyReplay& p : r.policies) {
+    const PolicyTotals& t = p.totals;
+    std::printf("%-26s %10.0f %10.0f %9.4f %11lld %11lld %7lld %6lld %10.3e %10.3e %6.3f%s\n",
+                (p.policy + (p.baseline ? " (baseline)" : "")).c_str(), t.forward_tokens, t.full_prefill_tokens,
+                t.seconds, static_cast<long long>(t.bytes_moved), static_cast<long long>(t.peak_device_bytes),
+                static_cast<long long>(t.patches_formed), static_cast<long long>(t.patch_hits), t.mean_kl, t.max_kl,
+                t.mean_top1, t.refused > 0 ? ("  (" + std::to_string(t.refused) + " refused)").c_str() : "");
+  }
+  std::printf(
+      "fwd-tok: token-forwards the window operations computed; full-pf: a full re-prefill of the window after every\n"
+      "mutating step (no cache at all); KL: mean over probe rows of KL(re-prefill || window) after each step, nats.\n");
+}
+
+void print_ratios(const ReplayReport& r) {
+  const PolicyReplay* reprefill = r.find("reprefill");
+  const PolicyReplay* prefix = r.find("prefix");
+  const PolicyReplay* blind = r.find("blind");
+  for (const PolicyReplay& p : r.policies) {
+    if (p.baseline) continue;
+    std::printf("\n%s vs. the baselines (ratio = %s / baseline):\n", p.policy.c_str(), p.policy.c_str());
+    std::printf("  %-12s %14s %10s\n", "baseline", "forward tokens", "time");
+    for (const PolicyReplay* b : {reprefill, prefix, blind}) {
+      if (b == nullptr || b == &p) continue;
+      std::printf("  %-12s %14s %10s\n", b->policy.c_str(), ratio(p.totals.forward_tokens, b->totals.forward_tokens).c_str(),
+                  ratio(p.totals.seconds, b->totals.seconds).c_str());
+    }
+    std::printf("  %-12s %14s\n", "full-prefill", ratio(p.totals.forward_tokens, p.totals.full_prefill_tokens).c_str());
+    if (p.offline) {
+      const OfflineReport& o = *p.offline;
+      std::printf(
+          "  offline bound over its %lld patch demands (%lld distinct, capacity %lld bytes): formations online %lld "
+          "(%.0f tokens), compulsory %lld (%.0f), Belady %lld (%.0f), LRU %lld (%.0f)\n",
+          static_cast<long long>(o.demands), static_cast<long long>(o.distinct_patches),
+          static_cast<long long>(o.capacity_bytes), static_cast<long long>(o.online_formations), o.online_form_tokens,
+          static_cast<long long>(o.compulsory_formations), o.compulsory_form_tokens,
+          static_cast<long long>(o.belady_formations), o.belady_form_tokens, static_cast<long long>(o.lru_formations),
+          o.lru_form_tokens);
+    }
+  }
+}
+
+}  // namespace
+
+int run_replay(int argc, char** argv, int first) {
+  std::string trace_path;
+  if (first < argc && argv[first][0] != '-') trace_path = argv[first++];
+  const Args args("replay",
+                  ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--page-size", "--trace"},
+                          {"--explain", "--no-fidelity", "--quiet"}},
+                  argc, argv, first);
+  ORBIT_CHECK(trace_path.empty() || !args.has("--trace"), "replay: the trace is given twice (TRACE and --trace)");
+  if (trace_path.empty()) trace_path = args.required("--trace");
+  ReplayOptions o;
+  o.engine.model = args.required("--model");
+  o.engine.page_size = args.get_int("--page-size", 16);
+  o.policies = split_commas(args.get("--policy").value_or("patch:16"));
+  for (const std::string& spec : o.policies) {
+    try {
+      parse_policy(spec);
+    } catch (const Error& e) {
+      ORBIT_FAIL("--policy: " << e.what());
+    }
+  }
+  o.explain = args.flag("--explain");
+  o.fidelity = !args.flag("--no-fidelity");
+  o.patch_capacity_bytes = args.get_int("--patch-capacity", 0);
+  ORBIT_CHECK(o.patch_capacity_bytes >= 0, "replay: argument '--patch-capacity' must be >= 0");
+  const std::optional<std::string> json_out = args.get("--json");
+  const bool quiet = args.flag("--quiet");
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  if (!quiet) {
+    o.progress = [tty](std::size_t p, std::size_t np, std::size_t s, std::size_t ns, const std::string& name) {
+      if (tty) {
+        std::fprintf(stderr, "\rreplay: policy %zu/%zu %-24s step %zu/%zu   ", p + 1, np, name.c_str(), s + 1, ns);
+        if (p + 1 == np && s + 1 == ns) std::fprintf(stderr, "\n");
+      } else if (s == 0 || (s + 1) % 50 == 0) {
+        std::fprintf(stderr, "replay: policy %zu/%zu %s step %zu/%zu\n", p + 1, np, name.c_str(), s + 1, ns);
+      }
+    };
+  }
+
+  const Trace trace = load_trace(trace_path);
+  const ReplayReport report = replay(trace, o);
+
+  if (json_out) {
+    const std::string text = replay_report_json(report);
+    if (*json_out == "-") {
+      std::cout << text;
+      return 0;
+    }
+    std::ofstream out(*json_out, std::ios::binary | std::ios::trunc);
+    ORBIT_CHECK(out.good(), "replay: cannot write '" << *json_out << "' (--json)");
+    out << text;
+    ORBIT_CHECK(out.good(), "replay: write error on '" << *json_out << "' (--json)");
+  }
+  std::printf("trace %s: %zu steps, model %s\n\n", report.trace.c_str(), report.steps, report.model.c_str());
+  print_table(report, o.explain);
+  print_totals(report);
+  print_ratios(report);
+  return 0;
+}
+
+}  // namespace orbit::cli

@@ -1,0 +1,46 @@
+// `orbit make-trace`: write a generated agent trace (orbit/trace.h make_trace) for `orbit replay`.
+//
+//   orbit make-trace --kind web|video|agent --steps N --seed S --model PATH --out FILE
+//                    [--chunk-tokens N] [--sample-text]
+//
+// The model decides the vocabulary, the position budget (traces stay within ~3/4 of it) and whether media
+// chunks are embeddings with (t, h, w) grids (M-RoPE models) or token ids.
+#include <cstdio>
+#include <string>
+
+#include "args.h"
+#include "commands.h"
+#include "orbit/common/error.h"
+#include "orbit/engine.h"
+#include "orbit/trace.h"
+
+namespace orbit::cli {
+
+int run_make_trace(int argc, char** argv, int first) {
+  const Args args("make-trace", ArgSpec{{"--kind", "--steps", "--seed", "--model", "--out", "--chunk-tokens"}, {"--sample-text"}},
+                  argc, argv, first);
+  MakeTraceOptions o;
+  o.kind = args.get("--kind").value_or("web");
+  o.steps = args.get_int("--steps", 12);
+  const int64_t seed = args.get_int("--seed", 0);
+  ORBIT_CHECK(seed >= 0, "make-trace: argument '--seed' must be >= 0, got " << seed);
+  o.seed = static_cast<uint64_t>(seed);
+  o.chunk_tokens = args.get_int("--chunk-tokens", 0);
+  o.sample_text = args.flag("--sample-text");
+  const std::string out = args.required("--out");
+  EngineOptions eo;
+  eo.model = args.required("--model");
+  eo.pool_bytes = int64_t{1} << 20;
+  const ModelInfo info = Engine::open(eo)->model_info();
+  o.vocab_size = info.vocab_size;
+  o.max_positions = info.max_positions;
+  o.position_rows = info.position_rows;
+  Trace t = make_trace(o);
+  t.source = out;
+  save_trace(t, out);
+  std::printf("wrote %s: %s trace, %zu steps, %zu chunks (model %s, %lld positions)\n", out.c_str(), o.kind.c_str(),
+              t.steps.size(), t.chunks.size(), info.origin.c_str(), static_cast<long long>(info.max_positions));
+  return 0;
+}
+
+}  // namespace orbit::cli

@@ -1,0 +1,295 @@
+// Traces (issue 5 §5): a recorded sequence of window operations, replayed under several policies side by
+// side, each step measured for cost (forward tokens, bytes, device bytes, wall time) and fidelity (the
+// window against a full re-prefill of the same contents). What `orbit replay` and `orbit make-trace` run.
+//
+// ---- the file format: JSON, "format": "orbit-trace/1" ------------------------------------------------
+//
+//   {
+//     "format": "orbit-trace/1",
+//     "name": "web-small", "description": "...",                       (optional)
+//     "probe": {"random_tokens": 4, "seed": 1},                         (optional; the fidelity query)
+//     "chunks": [                                                       (named, registered once)
+//       {"name": "sys",   "tokens": [1, 365, 1691]},                    explicit token ids
+//       {"name": "page",  "random_tokens": 24, "seed": 5},              uniform ids in [3, vocab)
+//       {"name": "story", "sample": 32, "seed": 9,                      sampled from the model after
+//                         "prompt": [1], "temperature": 1.0},           `prompt` (default [1])
+//       {"name": "frame0", "embeddings": {"grid": [1, 4, 6], "seed": 3, "std": 1.0}}
+//                                                                       generated input embeddings, t·h·w
+//                                                                       rows of N(0, std²); on M-RoPE models
+//                                                                       with the (t, h, w) grid, else plain
+//     ],                                                                positions. Optional: "pin": true.
+//     "steps": [
+//       {"op": "admit",   "chunk": "page" [, "before": "sys"]}         at the tail / before that chunk
+//       {"op": "turn",    "tokens": [...]} | {"op": "turn", "random_tokens": 5, "seed": 2}   a live turn
+//       {"op": "evict",   "chunk": "page"} | {"op": "evict", "turn": 0}   a chunk / the i-th live turn
+//                                                                       (0 = the oldest turn in the window)
+//       {"op": "slide",   "count": 1}                                    evict the oldest chunk instances
+//       {"op": "recall",  "chunk": "page" [, "before": "sys"]}         re-admit an evicted chunk
+//       {"op": "reorder", "order": ["b", "a", "c"]}                     every chunk in the window, once;
+//                                                                       turns keep their slots
+//       {"op": "place"}                                                 the planner's cheapest order
+//       {"op": "fork",    "branch": "spec"}                             fork the current window into a
+//                                                                       new branch and continue on it
+//       {"op": "switch",  "branch": "main"}                             continue on another live branch
+//       {"op": "commit"  [, "branch": "spec"]}                          the branch (default: current)
+//                                                                       replaces its parent, which becomes
+//                                                                       current if the branch was
+//       {"op": "drop",    "branch": "spec"}                             discard a branch (not "main"); if
+//                                                                       current, its parent becomes current
+//       {"op": "generate", "max_tokens": 8 [, "query": <tokens>] [, "append": true]}
+//                                                                       decode after the window (greedy;
+//                                                                       query default: the probe); with
+//                                                                       append, query + answer become a
+//                                                                       live turn (see replay() below)
+//       {"op": "disposable", "chunk": "page" [, "answer_tokens": 4] [, "query": <tokens>]}
+//     ]                                                                 Every step may carry "note": "...".
+//   }
+//
+// A <tokens> value (turn contents, a query, the probe) is a token list [1, 2] or an object with exactly
+// one of "tokens": [...], "random_tokens": n (+ "seed"), "sample": n (+ "seed", "prompt", "temperature").
+// The window starts empty on branch "main". Names are unique; a chunk is in at most one place per branch.
+//
+// Validation (load_trace / parse_trace / validate_trace) checks the structure and simulates the window
+// (which chunks are in it, evicted, which branches live), so a trace that would fail at replay fails at
+// load instead: every error is an orbit::Error naming the file, the step index and op, and the field, e.g.
+//   "web.json: step 7 (evict): field 'chunk': 'shot3' is not in the window on branch 'main'".
+// Token ids against the vocabulary, embeddings against the model and positions past the model's limit
+// are checked at replay (they need the model), with the same naming.
+//
+// Thread-safety: plain values and free functions; replay() opens its own engines.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "orbit/engine.h"
+#include "orbit/policy.h"
+
+namespace orbit {
+
+inline constexpr const char* kTraceFormat = "orbit-trace/1";
+
+// Where a token list comes from.
+struct TokenSource {
+  enum class Kind { kTokens, kRandom, kSample };
+  Kind kind = Kind::kTokens;
+  std::vector<int64_t> tokens;     // kTokens
+  int64_t count = 0;               // kRandom, kSample: how many tokens
+  uint64_t seed = 0;               // kRandom, kSample
+  std::vector<int64_t> prompt{1};  // kSample: decoded after this prompt (an empty window)
+  double temperature = 1.0;        // kSample
+
+  static TokenSource explicit_tokens(std::vector<int64_t> tokens);
+  static TokenSource random(int64_t count, uint64_t seed);
+  bool empty() const { return kind == Kind::kTokens && tokens.empty(); }
+};
+
+// Generated input embeddings for a media chunk (a frame, a screenshot) with a t×h×w grid.
+struct EmbeddingSource {
+  std::array<int64_t, 3> grid{1, 1, 1};  // (t, h, w); t·h·w rows
+  uint64_t seed = 0;
+  double std = 1.0;                      // rows are N(0, std²) per element
+  int64_t rows() const { return grid[0] * grid[1] * grid[2]; }
+};
+
+struct TraceChunk {
+  std::string name;
+  bool embeddings = false;  // EmbeddingSource media; else `tokens`
+  TokenSource tokens;
+  EmbeddingSource media;
+  bool pin = false;
+};
+
+enum class TraceOp {
+  kAdmit, kTurn, kEvict, kSlide, kRecall, kReorder, kPlace,
+  kFork, kSwitch, kCommit, kDrop, kGenerate, kDisposable,
+};
+const char* trace_op_name(TraceOp op) noexcept;  // "admit", "turn", ..., "disposable" (the JSON "op")
+// True for ops that change the current window's contents (admit, turn, evict, slide, recall, reorder,
+// place; generate with append).
+bool trace_op_mutates(TraceOp op) noexcept;
+
+struct TraceStep {
+  TraceOp op = TraceOp::kAdmit;
+  std::string chunk;               // admit, recall, evict, disposable
+  std::string before;              // admit, recall: a chunk name in the window; empty = at the tail
+  int64_t turn = -1;               // evict: index among the window's live turns (0 = oldest); -1 = none
+  int64_t count = 1;               // slide
+  std::vector<std::string> order;  // reorder: chunk names
+  std::string branch;              // fork, switch, commit (empty = current), drop
+  TokenSource tokens;              // turn contents; generate / disposable query (empty = the probe)
+  int64_t max_tokens = 8;          // generate
+  bool append = false;             // generate
+  int64_t answer_tokens = 4;       // disposable
+  std::string note;
+};
+
+struct Trace {
+  std::string format = kTraceFormat;
+  std::string name;
+  std::string description;
+  TokenSource probe = TokenSource::random(4, 1);
+  std::vector<TraceChunk> chunks;
+  std::vector<TraceStep> steps;
+  std::string source;  // the file it was loaded from (for error messages); "" when built in code
+
+  const TraceChunk* find_chunk(const std::string& name) const;  // nullptr when absent
+};
+
+// ---- load, validate, save ------------------------------------------------------------------------------
+// Each throws orbit::Error naming the file (`source`), step index, op and field on bad input.
+Trace load_trace(const std::string& path);
+Trace parse_trace(const std::string& json_text, const std::string& source = "<trace>");
+void validate_trace(const Trace& trace);  // parse_trace already calls it
+std::string trace_to_json(const Trace& trace, int indent = 2);
+void save_trace(const Trace& trace, const std::string& path);  // validates, then writes atomically
+
+// ---- generated traces (`orbit make-trace`) ---------------------------------------------------------------
+//
+//   web    a web agent: a system turn, then per step a screenshot chunk, an action turn and an observation
+//          turn; the window keeps the last three screenshots (slide), old turns are evicted to stay within
+//          the position budget; every few steps it looks back at an evicted screenshot (recall, later
+//          evicted again), reorders the screenshots, or tries an action on a fork (commit or drop)
+//   video  a video agent: one clip's frames admitted once, then re-examined under changing prompts: per
+//          step a prompt turn and a probe generation, with reorders (the relevant frames moved last),
+//          look-backs (a frame evicted and recalled) and speculative forks
+//   agent  a tool-using agent: documents / tool results in a sliding window of four, with recalls,
+//          reorders, place(), forks and generations appended to the transcript
+struct MakeTraceOptions {
+  std::string kind = "web";        // web | video | agent
+  int64_t steps = 12;              // agent steps (each expands to several trace steps)
+  uint64_t seed = 0;
+  int64_t vocab_size = 512;        // token ids are drawn from [3, vocab_size)
+  int64_t max_positions = 512;     // the window stays below ~3/4 of this
+  int64_t position_rows = 1;       // 3: media chunks are embeddings with (t, h, w) grids
+  int64_t chunk_tokens = 0;        // screenshot / frame / document size; 0 = chosen from max_positions
+  bool sample_text = false;        // documents and observations sampled from the model, not random ids
+};
+Trace make_trace(const MakeTraceOptions& options);
+
+// ---- replay ----------------------------------------------------------------------------------------------
+//
+// replay() runs the trace once per policy, each on its own fresh Engine (memory store, the given engine
+// options), so policies never share canonicals or patches. Generated chunk contents are resolved once
+// (same tokens for every policy). The baselines reprefill, prefix and blind always run too; the
+// reprefill baseline runs first, and the tokens it generates at a `generate` step with append are the
+// transcript every policy appends (so all windows hold the same contents; each policy's own answer is
+// reported with its agreement against that transcript).
+//
+// Per step: measured cost (Window::apply's report plus wall time around plan + apply), and, when the
+// current window is not empty, fidelity after the step: Window::logits(probe) vs
+// Window::reference_logits(probe) (a re-prefill of the same window), all rows: mean over rows of
+// KL(reference ‖ window) in nats, and the fraction of rows whose argmax agrees. Fidelity costs two
+// forwards of the window per step and is not counted in any cost.
+
+struct ReplayOptions {
+  EngineOptions engine;                 // model path, pool, page size, threads (store_dir is ignored)
+  std::vector<std::string> policies{"patch:16"};  // parse_policy specs; baselines are added
+  bool baselines = true;                // add reprefill, prefix and blind (off only for tests/tools)
+  bool fidelity = true;                 // measure fidelity after every step
+  bool explain = false;                 // keep every step's Plan::describe()
+  // Patch-cache capacity for the offline bound (bytes); 0 = the engine's host_budget_bytes (the tier
+  // the online policy's patches live in).
+  int64_t patch_capacity_bytes = 0;
+  // Called before each step (policy index, policy count, step index, step count) — progress reports.
+  std::function<void(std::size_t, std::size_t, std::size_t, std::size_t, const std::string&)> progress;
+};
+
+struct StepFidelity {
+  double kl = 0;     // mean over probe rows of KL(reference ‖ window), nats
+  double top1 = 0;   // fraction of rows whose argmax agrees
+  int64_t rows = 0;
+};
+
+struct StepResult {
+  std::size_t index = 0;
+  TraceOp op = TraceOp::kAdmit;
+  std::string branch;             // the current branch after the step
+  std::string status = "ok";      // "ok", or why the window refused the operation (unchanged then)
+  double forward_tokens = 0;      // token-forwards computed by the operation (the window's report)
+  double decode_tokens = 0;       // generate / disposable: tokens decoded (not in forward_tokens)
+  double full_prefill_tokens = 0; // a mutating step: the window's tokens (a full re-prefill); else 0
+  int64_t patches_formed = 0;
+  int64_t patch_hits = 0;
+  int64_t canonicals_encoded = 0;
+  int64_t bytes_moved = 0;
+  int64_t window_tokens = 0;      // the current window after the step
+  int64_t window_bytes = 0;       // KV pages the current window holds
+  int64_t device_bytes = 0;       // KV pool bytes in use over every branch (shared pages once)
+  int64_t peak_device_bytes = 0;  // max of device_bytes so far in this policy's replay
+  double seconds = 0;             // wall time of plan + apply (generate: the decode)
+  std::optional<StepFidelity> fidelity;
+  std::vector<int64_t> generated; // generate: this policy's answer
+  double agreement = -1;          // generate: fraction of answer tokens equal to the transcript's; -1 n/a
+  std::optional<bool> disposable; // disposable: the verdict
+  double kl_first = 0;            // disposable: KL of the first answer token with / without the patch
+  std::string plan;               // Plan::describe() when explain
+};
+
+// The offline bound (planner/offline.h) over the patch demands of one patch-forming policy: every step
+// that formed or applied a patch demands the patch of (chunk, context) — keyed by the antecedent set when
+// the policy uses orbit patches, by the ordered context otherwise — of its estimated bytes, at the cost of
+// forming it (the chunk's tokens). Compulsory: first demands; Belady: optimal-size-blind eviction under
+// the capacity; LRU alongside. online_* are what the replayed policy actually formed.
+struct OfflineReport {
+  int64_t capacity_bytes = 0;
+  int64_t demands = 0;
+  int64_t distinct_patches = 0;
+  int64_t online_formations = 0;
+  double online_form_tokens = 0;
+  int64_t compulsory_formations = 0;
+  double compulsory_form_tokens = 0;
+  int64_t belady_formations = 0;
+  double belady_form_tokens = 0;
+  int64_t lru_formations = 0;
+  double lru_form_tokens = 0;
+};
+
+struct PolicyTotals {
+  double forward_tokens = 0;
+  double full_prefill_tokens = 0;
+  double decode_tokens = 0;
+  double seconds = 0;
+  int64_t bytes_moved = 0;
+  int64_t peak_device_bytes = 0;
+  int64_t patches_formed = 0;
+  int64_t patch_hits = 0;
+  int64_t refused = 0;           // steps the window refused
+  int64_t fidelity_steps = 0;
+  double mean_kl = 0;            // over steps with fidelity
+  double max_kl = 0;
+  double mean_top1 = 0;
+};
+
+struct PolicyReplay {
+  std::string policy;            // WindowPolicy::name()
+  bool baseline = false;         // added as a baseline (not asked for)
+  std::vector<StepResult> steps;
+  PolicyTotals totals;
+  std::optional<OfflineReport> offline;  // patch-forming policies
+};
+
+struct ReplayReport {
+  std::string trace;             // trace name (or file)
+  std::string source;
+  std::string model;
+  std::string fingerprint;
+  std::size_t steps = 0;
+  std::vector<PolicyReplay> policies;  // in the order asked, then reprefill, prefix, blind
+  const PolicyReplay* find(const std::string& policy_name) const;  // nullptr when absent
+};
+
+// Throws orbit::Error for a trace that does not fit the model (ids outside the vocabulary, positions past
+// the model's limit, ...), naming the step / chunk and field, or for a bad policy spec.
+ReplayReport replay(const Trace& trace, const ReplayOptions& options);
+
+// The report as JSON (schema: top-level trace, source, model, fingerprint, steps, policies[]; per policy
+// policy, baseline, totals{...}, offline{...} or null, steps[] with every StepResult field by its name and
+// op as its JSON name; fidelity {kl, top1, rows} or null).
+std::string replay_report_json(const ReplayReport& report, int indent = 2);
+
+}  // namespace orbit

@@ -1,0 +1,296 @@
+// make_trace (orbit/trace.h): generated traces of web, video and tool-using agents.
+#include <algorithm>
+
+#include "orbit/common/error.h"
+#include "orbit/trace.h"
+#include "trace/trace_internal.h"
+
+namespace orbit {
+
+namespace {
+
+using trace_detail::Rng;
+
+// Emits steps while simulating the window, so every generated trace validates, and keeps the window
+// within a token budget by evicting old live turns (the first turn, the system prompt, stays).
+class Builder {
+ public:
+  Builder(const MakeTraceOptions& o, Trace* t) : o_(o), t_(*t), sim_(*t), rng_(o.seed * 0x9e3779b97f4a7c15ull + 17) {
+    budget_ = std::max<int64_t>(o.max_positions * 3 / 4 - 16, 16);
+  }
+
+  Rng& rng() { return rng_; }
+  const trace_detail::TraceSim& sim() const { return sim_; }
+  int64_t next_seed() { return static_cast<int64_t>(rng_.next() >> 2); }
+
+  void text_chunk(const std::string& name, int64_t n, bool sampled) {
+    TraceChunk c;
+    c.name = name;
+    if (sampled) {
+      c.tokens.kind = TokenSource::Kind::kSample;
+      c.tokens.count = n;
+      c.tokens.seed = static_cast<uint64_t>(next_seed());
+    } else {
+      c.tokens = TokenSource::random(n, static_cast<uint64_t>(next_seed()));
+    }
+    t_.chunks.push_back(c);
+  }
+
+  // A screenshot / frame: embeddings with a (1, 4, n/4) grid on M-RoPE models, else n random ids.
+  void media_chunk(const std::string& name, int64_t n) {
+    if (o_.position_rows != 3) return text_chunk(name, n, false);
+    TraceChunk c;
+    c.name = name;
+    c.embeddings = true;
+    c.media.grid = {1, 4, std::max<int64_t>(n / 4, 1)};
+    c.media.seed = static_cast<uint64_t>(next_seed());
+    t_.chunks.push_back(c);
+  }
+
+  void emit(TraceStep s) {
+    sim_.apply(s, t_.steps.size());
+    t_.steps.push_back(std::move(s));
+  }
+
+  // Evicts old turns (index 1: the oldest after the system turn), then slides, until `extra` fits.
+  void make_room(int64_t extra) {
+    while (sim_.tokens() + extra > budget_) {
+      if (sim_.turns() > 1) {
+        TraceStep s;
+        s.op = TraceOp::kEvict;
+        s.turn = 1;
+        s.note = "keep the window within its budget";
+        emit(s);
+      } else if (sim_.chunks_in_window().size() > 1) {
+        slide(1);
+      } else {
+        break;
+      }
+    }
+  }
+
+  void admit(const std::string& chunk) {
+    make_room(trace_detail::chunk_tokens(*t_.find_chunk(chunk)));
+    TraceStep s;
+    s.op = TraceOp::kAdmit;
+    s.chunk = chunk;
+    emit(s);
+  }
+  void recall(const std::string& chunk, const std::string& note) {
+    make_room(trace_detail::chunk_tokens(*t_.find_chunk(chunk)));
+    TraceStep s;
+    s.op = TraceOp::kRecall;
+    s.chunk = chunk;
+    s.note = note;
+    emit(s);
+  }
+  void turn(int64_t n, const std::string& note, bool sampled = false) {
+    make_room(n);
+    TraceStep s;
+    s.op = TraceOp::kTurn;
+    s.tokens = TokenSource::random(n, static_cast<uint64_t>(next_seed()));
+    if (sampled) s.tokens.kind = TokenSource::Kind::kSample;
+    s.note = note;
+    emit(s);
+  }
+  void evict(const std::string& chunk, const std::string& note) {
+    TraceStep s;
+    s.op = TraceOp::kEvict;
+    s.chunk = chunk;
+    s.note = note;
+    emit(s);
+  }
+  void slide(int64_t n) {
+    TraceStep s;
+    s.op = TraceOp::kSlide;
+    s.count = n;
+    emit(s);
+  }
+  void reorder(std::vector<std::string> order, const std::string& note) {
+    TraceStep s;
+    s.op = TraceOp::kReorder;
+    s.order = std::move(order);
+    s.note = note;
+    emit(s);
+  }
+  void simple(TraceOp op, const std::string& branch = "", const std::string& note = "") {
+    TraceStep s;
+    s.op = op;
+    s.branch = branch;
+    s.note = note;
+    emit(s);
+  }
+  void generate(int64_t max_tokens, bool append, int64_t query_tokens = 0) {
+    if (append) make_room(max_tokens + (query_tokens > 0 ? query_tokens : trace_detail::source_tokens(t_.probe)));
+    TraceStep s;
+    s.op = TraceOp::kGenerate;
+    s.max_tokens = max_tokens;
+    s.append = append;
+    if (query_tokens > 0) s.tokens = TokenSource::random(query_tokens, static_cast<uint64_t>(next_seed()));
+    emit(s);
+  }
+  // A speculative branch: fork, an action and a look at its outcome, then commit or drop.
+  void speculate(const std::string& name, bool commit) {
+    simple(TraceOp::kFork, name, "try an action on a branch");
+    turn(6, "speculative action");
+    generate(4, false);
+    simple(commit ? TraceOp::kCommit : TraceOp::kDrop, name, commit ? "keep the branch" : "abandon the branch");
+  }
+
+  std::vector<std::string> evicted_among(const std::string& prefix) const {
+    std::vector<std::string> out;
+    for (const std::string& e : sim_.current().evicted) {
+      if (e.rfind(prefix, 0) == 0) out.push_back(e);
+    }
+    return out;
+  }
+
+ private:
+  const MakeTraceOptions& o_;
+  Trace& t_;
+  trace_detail::TraceSim sim_;
+  Rng rng_;
+  int64_t budget_ = 0;
+};
+
+int64_t default_size(const MakeTraceOptions& o, int64_t divisor) {
+  return o.chunk_tokens > 0 ? o.chunk_tokens : std::max<int64_t>(o.max_positions / divisor, 4);
+}
+
+void make_web(const MakeTraceOptions& o, Builder& b) {
+  const int64_t shot = default_size(o, 16);
+  b.turn(8, "system prompt");
+  for (int64_t i = 0; i < o.steps; ++i) {
+    const std::string name = "shot" + std::to_string(i);
+    b.media_chunk(name, shot);
+    b.admit(name);
+    while (b.sim().chunks_in_window().size() > 3) b.slide(1);
+    b.turn(6, "action");
+    b.turn(10, "observation", o.sample_text);
+    if (i % 4 == 3) {
+      std::vector<std::string> gone = b.evicted_among("shot");
+      if (!gone.empty()) {
+        const std::string back = gone[static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(gone.size())))];
+        b.recall(back, "look back at an earlier screenshot");
+        b.turn(4, "question about it");
+        b.generate(4, false);
+        b.evict(back, "done looking back");
+      }
+    }
+    const std::vector<std::string> shots = b.sim().chunks_in_window();
+    if (i % 5 == 4 && shots.size() >= 2) {
+      std::vector<std::string> moved = shots;
+      std::rotate(moved.begin(), moved.begin() + 1, moved.end());
+      b.reorder(moved, "attend: the oldest kept screenshot moved last");
+      b.generate(4, false);
+      b.reorder(shots, "back to time order");
+    }
+    if (i % 6 == 5) b.speculate("try" + std::to_string(i), i % 12 != 5);
+  }
+}
+
+void make_video(const MakeTraceOptions& o, Builder& b) {
+  const int64_t frame = default_size(o, 16);
+  const int64_t frames = 6;
+  b.turn(8, "system prompt");
+  for (int64_t f = 0; f < frames; ++f) {
+    const std::string name = "frame" + std::to_string(f);
+    b.media_chunk(name, frame);
+    b.admit(name);
+  }
+  std::string looked_away;
+  for (int64_t i = 0; i < o.steps; ++i) {
+    while (b.sim().turns() > 3) {
+      TraceStep s;
+      s.op = TraceOp::kEvict;
+      s.turn = 1;
+      s.note = "drop the oldest prompt";
+      b.emit(s);
+    }
+    b.turn(8, "prompt " + std::to_string(i));
+    b.generate(4, false);
+    if (!looked_away.empty()) {
+      b.recall(looked_away, "look back at the frame");
+      b.generate(4, false);
+      looked_away.clear();
+    }
+    std::vector<std::string> in = b.sim().chunks_in_window();
+    if (i % 3 == 1 && in.size() >= 3) {
+      for (int k = 0; k < 2; ++k) {
+        const std::size_t pick = static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(in.size()) - 1));
+        std::rotate(in.begin() + static_cast<std::ptrdiff_t>(pick), in.begin() + static_cast<std::ptrdiff_t>(pick) + 1, in.end());
+      }
+      b.reorder(in, "the frames this prompt is about moved last");
+    }
+    in = b.sim().chunks_in_window();
+    if (i % 4 == 2 && in.size() >= 3) {
+      looked_away = in[static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(in.size())))];
+      b.evict(looked_away, "set a frame aside");
+      b.turn(6, "reason without it");
+    }
+    if (i % 5 == 4) b.speculate("spec" + std::to_string(i), false);
+  }
+}
+
+void make_agent(const MakeTraceOptions& o, Builder& b) {
+  const int64_t doc = default_size(o, 12);
+  b.turn(8, "system prompt");
+  for (int64_t i = 0; i < o.steps; ++i) {
+    const std::string name = "doc" + std::to_string(i);
+    b.text_chunk(name, doc, o.sample_text);
+    b.admit(name);
+    while (b.sim().chunks_in_window().size() > 4) b.slide(1);
+    b.turn(5, "thought");
+    b.generate(4, true, 2);
+    if (i % 3 == 2) {
+      std::vector<std::string> gone = b.evicted_among("doc");
+      if (!gone.empty()) {
+        b.recall(gone[static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(gone.size())))], "look back at a document");
+        while (b.sim().chunks_in_window().size() > 4) b.slide(1);
+      }
+    }
+    if (i % 4 == 3) b.simple(TraceOp::kPlace, "", "let the planner order the documents");
+    std::vector<std::string> docs = b.sim().chunks_in_window();
+    if (i % 5 == 1 && docs.size() >= 2) {
+      for (std::size_t k = docs.size() - 1; k > 0; --k) {
+        std::swap(docs[k], docs[static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(k) + 1))]);
+      }
+      b.reorder(docs, "re-rank the documents");
+    }
+    if (i % 7 == 6 && !docs.empty()) {
+      TraceStep s;
+      s.op = TraceOp::kDisposable;
+      s.chunk = b.sim().chunks_in_window().front();
+      s.note = "is the oldest document's conditioning load-bearing?";
+      b.emit(s);
+    }
+    if (i % 6 == 5) b.speculate("tool" + std::to_string(i), i % 12 != 5);
+  }
+}
+
+}  // namespace
+
+Trace make_trace(const MakeTraceOptions& o) {
+  ORBIT_CHECK(o.kind == "web" || o.kind == "video" || o.kind == "agent",
+              "make_trace: kind '" << o.kind << "' is not one of web, video, agent");
+  ORBIT_CHECK(o.steps >= 1, "make_trace: steps must be >= 1, got " << o.steps);
+  ORBIT_CHECK(o.max_positions >= 64, "make_trace: max_positions must be >= 64, got " << o.max_positions);
+  ORBIT_CHECK(o.vocab_size > 3, "make_trace: vocab_size must be > 3, got " << o.vocab_size);
+  ORBIT_CHECK(o.chunk_tokens >= 0 && o.chunk_tokens <= o.max_positions / 8,
+              "make_trace: chunk_tokens must be in [0, max_positions / 8 = " << o.max_positions / 8 << "], got " << o.chunk_tokens);
+  Trace t;
+  t.name = o.kind + "-" + std::to_string(o.steps) + "-seed" + std::to_string(o.seed);
+  t.description = "generated by orbit make-trace --kind " + o.kind + " --steps " + std::to_string(o.steps) + " --seed " +
+                  std::to_string(o.seed);
+  t.probe = TokenSource::random(4, o.seed + 1);
+  {
+    Builder b(o, &t);
+    if (o.kind == "web") make_web(o, b);
+    if (o.kind == "video") make_video(o, b);
+    if (o.kind == "agent") make_agent(o, b);
+  }
+  validate_trace(t);
+  return t;
+}
+
+}  // namespace orbit

@@ -1,0 +1,99 @@
+// replay_report_json (orbit/trace.h): the replay report as JSON.
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "orbit/trace.h"
+
+namespace orbit {
+
+using nlohmann::json;
+
+namespace {
+
+json num(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+json step_json(const StepResult& s) {
+  json o = {{"index", s.index},
+            {"op", trace_op_name(s.op)},
+            {"branch", s.branch},
+            {"status", s.status},
+            {"forward_tokens", num(s.forward_tokens)},
+            {"decode_tokens", num(s.decode_tokens)},
+            {"full_prefill_tokens", num(s.full_prefill_tokens)},
+            {"patches_formed", s.patches_formed},
+            {"patch_hits", s.patch_hits},
+            {"canonicals_encoded", s.canonicals_encoded},
+            {"bytes_moved", s.bytes_moved},
+            {"window_tokens", s.window_tokens},
+            {"window_bytes", s.window_bytes},
+            {"device_bytes", s.device_bytes},
+            {"peak_device_bytes", s.peak_device_bytes},
+            {"seconds", num(s.seconds)}};
+  o["fidelity"] = s.fidelity ? json{{"kl", num(s.fidelity->kl)}, {"top1", num(s.fidelity->top1)}, {"rows", s.fidelity->rows}}
+                             : json(nullptr);
+  if (s.op == TraceOp::kGenerate) {
+    o["generated"] = s.generated;
+    o["agreement"] = s.agreement >= 0 ? json(s.agreement) : json(nullptr);
+  }
+  if (s.disposable) {
+    o["disposable"] = *s.disposable;
+    o["kl_first"] = num(s.kl_first);
+  }
+  if (!s.plan.empty()) o["plan"] = s.plan;
+  return o;
+}
+
+json totals_json(const PolicyTotals& t) {
+  return {{"forward_tokens", num(t.forward_tokens)},
+          {"full_prefill_tokens", num(t.full_prefill_tokens)},
+          {"decode_tokens", num(t.decode_tokens)},
+          {"seconds", num(t.seconds)},
+          {"bytes_moved", t.bytes_moved},
+          {"peak_device_bytes", t.peak_device_bytes},
+          {"patches_formed", t.patches_formed},
+          {"patch_hits", t.patch_hits},
+          {"refused", t.refused},
+          {"fidelity_steps", t.fidelity_steps},
+          {"mean_kl", num(t.mean_kl)},
+          {"max_kl", num(t.max_kl)},
+          {"mean_top1", num(t.mean_top1)}};
+}
+
+json offline_json(const OfflineReport& o) {
+  return {{"capacity_bytes", o.capacity_bytes},
+          {"demands", o.demands},
+          {"distinct_patches", o.distinct_patches},
+          {"online_formations", o.online_formations},
+          {"online_form_tokens", num(o.online_form_tokens)},
+          {"compulsory_formations", o.compulsory_formations},
+          {"compulsory_form_tokens", num(o.compulsory_form_tokens)},
+          {"belady_formations", o.belady_formations},
+          {"belady_form_tokens", num(o.belady_form_tokens)},
+          {"lru_formations", o.lru_formations},
+          {"lru_form_tokens", num(o.lru_form_tokens)}};
+}
+
+}  // namespace
+
+std::string replay_report_json(const ReplayReport& report, int indent) {
+  json policies = json::array();
+  for (const PolicyReplay& p : report.policies) {
+    json steps = json::array();
+    for (const StepResult& s : p.steps) steps.push_back(step_json(s));
+    policies.push_back({{"policy", p.policy},
+                        {"baseline", p.baseline},
+                        {"totals", totals_json(p.totals)},
+                        {"offline", p.offline ? offline_json(*p.offline) : json(nullptr)},
+                        {"steps", steps}});
+  }
+  const json root = {{"format", "orbit-replay/1"},
+                     {"trace", report.trace},
+                     {"source", report.source},
+                     {"model", report.model},
+                     {"fingerprint", report.fingerprint},
+                     {"steps", report.steps},
+                     {"policies", policies}};
+  return root.dump(indent) + "\n";
+}
+
+}  // namespace orbit

@@ -1,0 +1,265 @@
+// Trace validation by simulating the window (orbit/trace.h), and the deterministic generators.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "orbit/common/error.h"
+#include "orbit/trace.h"
+#include "trace/trace_internal.h"
+
+namespace orbit::trace_detail {
+
+uint64_t Rng::next() {
+  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+int64_t Rng::below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(std::max<int64_t>(n, 1))); }
+
+double Rng::uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+
+double Rng::normal() {
+  const double u1 = std::max(uniform(), 1e-300);
+  const double u2 = uniform();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+std::vector<int64_t> random_tokens(int64_t count, uint64_t seed, int64_t vocab) {
+  ORBIT_CHECK(vocab > 3, "random tokens need a vocabulary of more than 3 ids, got " << vocab);
+  Rng rng(seed);
+  std::vector<int64_t> out(static_cast<std::size_t>(count));
+  for (auto& t : out) t = 3 + rng.below(vocab - 3);
+  return out;
+}
+
+std::vector<float> random_embeddings(const EmbeddingSource& source, int64_t hidden) {
+  Rng rng(source.seed);
+  std::vector<float> out(static_cast<std::size_t>(source.rows() * hidden));
+  for (auto& x : out) x = static_cast<float>(source.std * rng.normal());
+  return out;
+}
+
+int64_t source_tokens(const TokenSource& source) {
+  return source.kind == TokenSource::Kind::kTokens ? static_cast<int64_t>(source.tokens.size()) : source.count;
+}
+
+int64_t chunk_tokens(const TraceChunk& chunk) { return chunk.embeddings ? chunk.media.rows() : source_tokens(chunk.tokens); }
+
+namespace {
+
+struct StepWhere {
+  const Trace& trace;
+  std::size_t index;
+  TraceOp op;
+  [[noreturn]] void fail(const std::string& field, const std::string& message) const {
+    ORBIT_FAIL((trace.source.empty() ? std::string("<trace>") : trace.source)
+               << ": step " << index << " (" << trace_op_name(op) << "): field '" << field << "': " << message);
+  }
+};
+
+std::size_t find_chunk(const SimBranch& b, const std::string& name) {
+  for (std::size_t i = 0; i < b.items.size(); ++i) {
+    if (!b.items[i].turn && b.items[i].chunk == name) return i;
+  }
+  return b.items.size();
+}
+
+}  // namespace
+
+TraceSim::TraceSim(const Trace& trace) : trace_(trace) { branches_["main"]; }
+
+int64_t TraceSim::tokens() const {
+  int64_t n = 0;
+  for (const SimItem& i : current().items) n += i.tokens;
+  return n;
+}
+
+int64_t TraceSim::turns() const {
+  int64_t n = 0;
+  for (const SimItem& i : current().items) n += i.turn ? 1 : 0;
+  return n;
+}
+
+std::vector<std::string> TraceSim::chunks_in_window() const {
+  std::vector<std::string> out;
+  for (const SimItem& i : current().items) {
+    if (!i.turn) out.push_back(i.chunk);
+  }
+  return out;
+}
+
+void TraceSim::apply(const TraceStep& s, std::size_t index) {
+  const StepWhere w{trace_, index, s.op};
+  SimBranch& b = branches_.at(current_);
+  const std::string on = " on branch '" + current_ + "'";
+  auto known_chunk = [&](const std::string& field, const std::string& name) -> const TraceChunk& {
+    const TraceChunk* c = trace_.find_chunk(name);
+    if (c == nullptr) w.fail(field, "'" + name + "' is not a chunk of this trace (see \"chunks\")");
+    return *c;
+  };
+  auto insert_at = [&](const std::string& before) -> std::size_t {
+    if (before.empty()) return b.items.size();
+    known_chunk("before", before);
+    const std::size_t at = find_chunk(b, before);
+    if (at == b.items.size()) w.fail("before", "'" + before + "' is not in the window" + on);
+    return at;
+  };
+  switch (s.op) {
+    case TraceOp::kAdmit:
+    case TraceOp::kRecall: {
+      const TraceChunk& c = known_chunk("chunk", s.chunk);
+      if (find_chunk(b, s.chunk) != b.items.size()) w.fail("chunk", "'" + s.chunk + "' is already in the window" + on);
+      if (s.op == TraceOp::kRecall && b.evicted.count(s.chunk) == 0) {
+        w.fail("chunk", "'" + s.chunk + "' was not evicted" + on + " (admit it instead)");
+      }
+      const std::size_t at = insert_at(s.before);
+      b.items.insert(b.items.begin() + static_cast<std::ptrdiff_t>(at), SimItem{false, s.chunk, chunk_tokens(c)});
+      b.evicted.erase(s.chunk);
+      break;
+    }
+    case TraceOp::kTurn:
+      b.items.push_back(SimItem{true, "", source_tokens(s.tokens)});
+      break;
+    case TraceOp::kEvict: {
+      std::size_t at = b.items.size();
+      if (!s.chunk.empty()) {
+        known_chunk("chunk", s.chunk);
+        at = find_chunk(b, s.chunk);
+        if (at == b.items.size()) w.fail("chunk", "'" + s.chunk + "' is not in the window" + on);
+        b.evicted.insert(s.chunk);
+      } else {
+        int64_t seen = 0;
+        for (std::size_t i = 0; i < b.items.size() && at == b.items.size(); ++i) {
+          if (b.items[i].turn && seen++ == s.turn) at = i;
+        }
+        if (at == b.items.size()) {
+          w.fail("turn", "index " + std::to_string(s.turn) + " but the window holds " + std::to_string(seen) + " live turns" + on);
+        }
+      }
+      b.items.erase(b.items.begin() + static_cast<std::ptrdiff_t>(at));
+      break;
+    }
+    case TraceOp::kSlide: {
+      int64_t chunks = 0;
+      for (const SimItem& i : b.items) chunks += i.turn ? 0 : 1;
+      if (s.count < 1 || s.count > chunks) {
+        w.fail("count", std::to_string(s.count) + " but the window holds " + std::to_string(chunks) + " chunks" + on);
+      }
+      int64_t left = s.count;
+      for (std::size_t i = 0; i < b.items.size() && left > 0;) {
+        if (!b.items[i].turn) {
+          b.evicted.insert(b.items[i].chunk);
+          b.items.erase(b.items.begin() + static_cast<std::ptrdiff_t>(i));
+          --left;
+        } else {
+          ++i;
+        }
+      }
+      break;
+    }
+    case TraceOp::kReorder: {
+      std::vector<std::string> have;
+      for (const SimItem& i : b.items) {
+        if (!i.turn) have.push_back(i.chunk);
+      }
+      std::set<std::string> seen;
+      for (const std::string& name : s.order) {
+        known_chunk("order", name);
+        if (find_chunk(b, name) == b.items.size()) w.fail("order", "'" + name + "' is not in the window" + on);
+        if (!seen.insert(name).second) w.fail("order", "'" + name + "' is listed twice");
+      }
+      if (s.order.size() != have.size()) {
+        std::string missing;
+        for (const std::string& h : have) {
+          if (!seen.count(h)) missing += (missing.empty() ? "" : ", ") + h;
+        }
+        w.fail("order", "lists " + std::to_string(s.order.size()) + " chunks but the window holds " +
+                            std::to_string(have.size()) + on + " (missing: " + missing + ")");
+      }
+      std::size_t next = 0;
+      for (SimItem& i : b.items) {
+        if (i.turn) continue;
+        const std::string name = s.order[next++];
+        i.chunk = name;
+        i.tokens = chunk_tokens(*trace_.find_chunk(name));
+      }
+      break;
+    }
+    case TraceOp::kPlace: break;
+    case TraceOp::kFork: {
+      if (branches_.count(s.branch)) w.fail("branch", "'" + s.branch + "' is already a live branch");
+      SimBranch child = b;
+      child.parent = current_;
+      branches_[s.branch] = child;
+      current_ = s.branch;
+      break;
+    }
+    case TraceOp::kSwitch:
+      if (!branches_.count(s.branch)) w.fail("branch", "'" + s.branch + "' is not a live branch");
+      current_ = s.branch;
+      break;
+    case TraceOp::kCommit:
+    case TraceOp::kDrop: {
+      const std::string name = s.branch.empty() ? current_ : s.branch;
+      if (!branches_.count(name)) w.fail("branch", "'" + name + "' is not a live branch");
+      if (name == "main") w.fail("branch", std::string("'main' cannot be ") + (s.op == TraceOp::kCommit ? "committed" : "dropped") + " (it has no parent)");
+      const std::string parent = branches_.at(name).parent;
+      if (s.op == TraceOp::kCommit) {
+        SimBranch moved = branches_.at(name);
+        moved.parent = branches_.at(parent).parent;
+        branches_[parent] = moved;
+      }
+      branches_.erase(name);
+      for (auto& [n, br] : branches_) {
+        if (br.parent == name) br.parent = parent;
+      }
+      if (current_ == name) current_ = parent;
+      break;
+    }
+    case TraceOp::kGenerate:
+      if (b.items.empty() && !s.append) break;
+      if (s.append) {
+        const int64_t q = source_tokens(s.tokens.empty() ? trace_.probe : s.tokens);
+        b.items.push_back(SimItem{true, "", q + s.max_tokens});
+      }
+      break;
+    case TraceOp::kDisposable:
+      known_chunk("chunk", s.chunk);
+      if (find_chunk(b, s.chunk) == b.items.size()) w.fail("chunk", "'" + s.chunk + "' is not in the window" + on);
+      break;
+  }
+}
+
+}  // namespace orbit::trace_detail
+
+namespace orbit {
+
+void validate_trace(const Trace& trace) {
+  const std::string file = trace.source.empty() ? std::string("<trace>") : trace.source;
+  ORBIT_CHECK(trace.format == kTraceFormat,
+              file << ": top level: field 'format': '" << trace.format << "' is not supported (expected '" << kTraceFormat << "')");
+  ORBIT_CHECK(!trace.probe.empty(), file << ": top level: field 'probe': must not be empty");
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < trace.chunks.size(); ++i) {
+    const TraceChunk& c = trace.chunks[i];
+    ORBIT_CHECK(!c.name.empty(), file << ": chunk " << i << ": field 'name': must not be empty");
+    ORBIT_CHECK(names.insert(c.name).second, file << ": chunk " << i << " ('" << c.name << "'): field 'name': '" << c.name
+                                                   << "' is used by an earlier chunk");
+    ORBIT_CHECK(trace_detail::chunk_tokens(c) > 0, file << ": chunk " << i << " ('" << c.name << "'): field 'tokens': the chunk is empty");
+  }
+  trace_detail::TraceSim sim(trace);
+  for (std::size_t i = 0; i < trace.steps.size(); ++i) {
+    const TraceStep& s = trace.steps[i];
+    if (s.op == TraceOp::kTurn) {
+      ORBIT_CHECK(trace_detail::source_tokens(s.tokens) > 0, file << ": step " << i << " (turn): field 'tokens': the turn is empty");
+    }
+    if (s.op == TraceOp::kFork) {
+      ORBIT_CHECK(!s.branch.empty(), file << ": step " << i << " (fork): field 'branch': must not be empty");
+    }
+    sim.apply(s, i);
+  }
+}
+
+}  // namespace orbit

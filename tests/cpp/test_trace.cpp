@@ -1,0 +1,311 @@
+// Traces and replay (orbit/trace.h, issue 5 §5): the example traces in tests/data/traces replay on the
+// bundled model; re-prefill is exact at every step; the patch policy computes fewer forward tokens than
+// re-prefill on traces with look-backs; bad traces are refused naming the step and field; the JSON report
+// has the documented fields; `orbit replay` and `orbit make-trace` work end to end.
+#include "orbit_catch.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "orbit/trace.h"
+#include "test_helpers.h"
+
+using namespace orbit;
+using nlohmann::json;
+
+namespace {
+
+std::string trace_path(const std::string& name) { return std::string(ORBIT_TEST_DATA_DIR) + "/traces/" + name; }
+
+ReplayOptions stories_options(std::vector<std::string> policies = {"patch:16"}) {
+  ReplayOptions o;
+  o.engine.model = test::stories_path();
+  o.engine.page_size = 4;
+  o.engine.pool_bytes = int64_t{32} << 20;
+  o.policies = std::move(policies);
+  return o;
+}
+
+// A minimal valid trace with `steps` spliced in (a JSON fragment).
+std::string tiny_trace(const std::string& steps, const std::string& chunks = "") {
+  return std::string(R"({"format": "orbit-trace/1", "chunks": [)") +
+         R"({"name": "a", "random_tokens": 5, "seed": 1}, {"name": "b", "random_tokens": 6, "seed": 2})" + chunks +
+         R"(], "steps": [)" + steps + "]}";
+}
+
+std::string refusal(const std::string& text) {
+  try {
+    parse_trace(text, "bad.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+const std::vector<std::string> kExamples = {"lookback.json", "web.json", "video.json", "agent.json"};
+
+}  // namespace
+
+TEST_CASE("example traces load, validate and round-trip through save", "[trace]") {
+  test::TempDir dir;
+  for (const std::string& name : kExamples) {
+    INFO(name);
+    const Trace t = load_trace(trace_path(name));
+    CHECK(t.format == "orbit-trace/1");
+    CHECK(!t.steps.empty());
+    CHECK(t.source == trace_path(name));
+    save_trace(t, dir / name);
+    const Trace again = load_trace(dir / name);
+    CHECK(trace_to_json(again) == trace_to_json(t));
+  }
+}
+
+TEST_CASE("re-prefill is exact at every step; the patch policy forms fewer forwards on look-backs", "[trace][replay]") {
+  for (const std::string& name : kExamples) {
+    INFO(name);
+    const ReplayReport r = replay(load_trace(trace_path(name)), stories_options());
+    REQUIRE(r.policies.size() == 4);  // patch:16, then the baselines
+    CHECK(r.policies[0].policy == "patch:16");
+    CHECK_FALSE(r.policies[0].baseline);
+    const PolicyReplay* reprefill = r.find("reprefill");
+    const PolicyReplay* prefix = r.find("prefix");
+    const PolicyReplay* blind = r.find("blind");
+    REQUIRE(reprefill != nullptr);
+    REQUIRE(prefix != nullptr);
+    REQUIRE(blind != nullptr);
+    CHECK(blind->baseline);
+    for (const PolicyReplay& p : r.policies) {
+      REQUIRE(p.steps.size() == r.steps);
+      CHECK(p.totals.refused == 0);
+    }
+    int64_t measured = 0;
+    for (const StepResult& s : reprefill->steps) {
+      INFO("step " << s.index << " (" << trace_op_name(s.op) << ")");
+      if (!s.fidelity) continue;
+      ++measured;
+      CHECK(s.fidelity->kl <= 1e-6);
+      CHECK(s.fidelity->top1 == 1.0);
+    }
+    CHECK(measured > 0);
+    const PolicyReplay& patch = r.policies[0];
+    CHECK(patch.totals.forward_tokens < reprefill->totals.forward_tokens);
+    CHECK(patch.totals.forward_tokens < patch.totals.full_prefill_tokens);
+    CHECK(reprefill->totals.forward_tokens <= reprefill->totals.full_prefill_tokens);
+    CHECK(blind->totals.forward_tokens <= patch.totals.forward_tokens);
+    // Same contents in every policy's window at every step.
+    for (std::size_t i = 0; i < r.steps; ++i) {
+      CHECK(patch.steps[i].window_tokens == reprefill->steps[i].window_tokens);
+      CHECK(blind->steps[i].window_tokens == reprefill->steps[i].window_tokens);
+    }
+    // The offline bound: no policy forms fewer than the compulsory patches; LRU and the online policy
+    // form at least that many.
+    REQUIRE(patch.offline.has_value());
+    const OfflineReport& o = *patch.offline;
+    CHECK(o.demands > 0);
+    CHECK(o.compulsory_formations == o.distinct_patches);
+    CHECK(o.compulsory_formations <= o.belady_formations);
+    CHECK(o.belady_formations <= o.lru_formations);
+    CHECK(o.online_formations >= o.compulsory_formations);
+    CHECK_FALSE(reprefill->offline.has_value());
+  }
+}
+
+TEST_CASE("look-backs reuse stored patches: the second recall of the same context costs no forward", "[trace][replay]") {
+  const Trace t = load_trace(trace_path("lookback.json"));
+  ReplayOptions o = stories_options({"patch:16"});
+  o.baselines = false;
+  o.explain = true;
+  const ReplayReport r = replay(t, o);
+  REQUIRE(r.policies.size() == 1);
+  const PolicyReplay& p = r.policies[0];
+  // Steps 14 and 16 recall doc_b behind the same context: formed once, then a hit.
+  REQUIRE(t.steps[16].op == TraceOp::kRecall);
+  CHECK(p.steps[14].patches_formed >= 1);
+  CHECK(p.steps[16].patch_hits >= 1);
+  CHECK(p.steps[16].forward_tokens < p.steps[14].forward_tokens);
+  CHECK(p.steps[16].plan.find("apply-patch") != std::string::npos);
+  // The reorder back (step 11) to an order whose antecedent sets were seen finds orbit patches.
+  CHECK(p.steps[11].patch_hits >= 1);
+  // Forks: dropping returns to the parent's contents; commit takes the branch's.
+  CHECK(p.steps[21].window_tokens == p.steps[16].window_tokens);
+  CHECK(p.steps[21].branch == "main");
+  CHECK(p.steps[24].branch == "main");
+  CHECK(p.steps[24].window_tokens == p.steps[23].window_tokens);
+  // generate / disposable report their results.
+  CHECK(p.steps[6].generated.size() == 4);
+  REQUIRE(p.steps[28].disposable.has_value());
+  CHECK(p.steps[27].full_prefill_tokens == static_cast<double>(p.steps[27].window_tokens));
+}
+
+TEST_CASE("full-rank patches with re-conditioning stay close to re-prefill over a trace", "[trace][replay]") {
+  ReplayOptions o = stories_options({"patch:full:exact"});
+  o.baselines = false;
+  const ReplayReport r = replay(load_trace(trace_path("lookback.json")), o);
+  for (const StepResult& s : r.policies[0].steps) {
+    INFO("step " << s.index << " (" << trace_op_name(s.op) << ")");
+    if (s.fidelity) CHECK(s.fidelity->kl <= 1e-4);
+  }
+}
+
+TEST_CASE("bad traces are refused naming the file, step, op and field", "[trace][errors]") {
+  using Catch::Contains;
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "admit", "chunk": "a"}, {"op": "evict", "chunk": "b"})")),
+             Contains("bad.json: step 1 (evict): field 'chunk': 'b' is not in the window on branch 'main'"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "admit", "chunk": "a"}, {"op": "recall", "chunk": "a"})")),
+             Contains("step 1 (recall): field 'chunk': 'a' is already in the window"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "admit", "chunk": "b"}, {"op": "recall", "chunk": "a"})")),
+             Contains("step 1 (recall): field 'chunk': 'a' was not evicted"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "admit", "chunk": "zz"})")),
+             Contains("step 0 (admit): field 'chunk': 'zz' is not a chunk of this trace"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "admit", "chunk": "a"}, {"op": "admit", "chunk": "b"}, {"op": "reorder", "order": ["b"]})")),
+             Contains("step 2 (reorder): field 'order': lists 1 chunks but the window holds 2 on branch 'main' (missing: a)"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "jump"})")), Contains("step 0: field 'op': unknown op 'jump'"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "slide", "count": 2})")),
+             Contains("step 0 (slide): field 'count': 2 but the window holds 0 chunks"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "turn", "tokens": [1, "x"]})")),
+             Contains("step 0 (turn): field 'tokens': item 1 (\"x\") is not a non-negative integer token id"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "turn", "tokens": [1], "chunk": "a"})")),
+             Contains("step 0 (turn): field 'chunk': unknown field"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "evict", "turn": 0})")),
+             Contains("step 0 (evict): field 'turn': index 0 but the window holds 0 live turns"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "drop", "branch": "main"})")),
+             Contains("step 0 (drop): field 'branch': 'main' is not a live branch"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "fork", "branch": "x"}, {"op": "commit"}, {"op": "commit"})")),
+             Contains("step 2 (commit): field 'branch': 'main' cannot be committed"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "switch", "branch": "x"})")),
+             Contains("step 0 (switch): field 'branch': 'x' is not a live branch"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "generate", "max_tokens": 0})")),
+             Contains("step 0 (generate): field 'max_tokens': must be >= 1"));
+  CHECK_THAT(refusal(tiny_trace("", R"(, {"name": "a", "tokens": [3]})")),
+             Contains("chunk 2 ('a'): field 'name': 'a' is used by an earlier chunk"));
+  CHECK_THAT(refusal(tiny_trace("", R"(, {"name": "c", "tokens": [3], "random_tokens": 4})")),
+             Contains("chunk 2 ('c'): field 'tokens': give only one of"));
+  CHECK_THAT(refusal(R"({"format": "orbit-trace/9", "chunks": [], "steps": []})"),
+             Contains("bad.json: top level: field 'format': 'orbit-trace/9' is not supported"));
+  CHECK_THAT(refusal(R"({"format": "orbit-trace/1", "chunks": []})"), Contains("top level: field 'steps': missing"));
+  CHECK_THAT(refusal("{\"format\": "), Contains("bad.json: not valid JSON"));
+  CHECK_THROWS_WITH(load_trace("/nonexistent/trace.json"), Contains("/nonexistent/trace.json: cannot open"));
+
+  // Checks that need the model happen at replay, with the same naming.
+  const Trace vocab = parse_trace(tiny_trace(R"({"op": "turn", "tokens": [1, 99999]})"), "vocab.json");
+  CHECK_THROWS_WITH(replay(vocab, stories_options()),
+                    Contains("vocab.json: step 0 (turn): field 'tokens': item 1 (99999) is outside the model's vocabulary"));
+  const Trace same = parse_trace(tiny_trace("", R"(, {"name": "c", "random_tokens": 5, "seed": 1})"), "same.json");
+  CHECK_THROWS_WITH(replay(same, stories_options()), Contains("same.json: chunk 2 ('c'): field 'tokens': same content as chunk 'a'"));
+  CHECK_THROWS_WITH(replay(vocab, stories_options({"bogus"})), Contains("unknown policy 'bogus'"));
+}
+
+TEST_CASE("generated traces are deterministic, valid, and stay within the model's positions", "[trace][make]") {
+  for (const std::string kind : {"web", "video", "agent"}) {
+    INFO(kind);
+    MakeTraceOptions o;
+    o.kind = kind;
+    o.steps = 13;
+    o.seed = 5;
+    const Trace a = make_trace(o);
+    CHECK(trace_to_json(a) == trace_to_json(make_trace(o)));
+    o.seed = 6;
+    CHECK(trace_to_json(a) != trace_to_json(make_trace(o)));
+    std::set<std::string> ops;
+    for (const TraceStep& s : a.steps) ops.insert(trace_op_name(s.op));
+    CHECK(ops.count("recall") == 1);
+    CHECK(ops.count("reorder") == 1);
+    CHECK(ops.count("fork") == 1);
+    if (kind != "video") CHECK(ops.count("slide") == 1);
+  }
+  MakeTraceOptions vl;
+  vl.kind = "video";
+  vl.position_rows = 3;
+  const Trace v = make_trace(vl);
+  CHECK(v.chunks.front().embeddings);
+  CHECK(v.chunks.front().media.grid[0] == 1);
+  CHECK_THROWS_WITH(make_trace(MakeTraceOptions{"chat"}), Catch::Contains("kind 'chat' is not one of web, video, agent"));
+}
+
+TEST_CASE("the JSON report parses and has the documented fields", "[trace][json]") {
+  ReplayOptions o = stories_options({"patch:16", "cacheblend:0.15"});
+  const ReplayReport r = replay(load_trace(trace_path("lookback.json")), o);
+  const json j = json::parse(replay_report_json(r));
+  CHECK(j.at("format") == "orbit-replay/1");
+  CHECK(j.at("trace") == "lookback");
+  CHECK(j.at("steps") == r.steps);
+  REQUIRE(j.at("policies").size() == 5);
+  std::vector<std::string> names;
+  for (const json& p : j.at("policies")) names.push_back(p.at("policy"));
+  CHECK(names == std::vector<std::string>{"patch:16", "cacheblend:0.15", "reprefill", "prefix", "blind"});
+  const json& p = j.at("policies")[0];
+  for (const char* f : {"forward_tokens", "full_prefill_tokens", "seconds", "bytes_moved", "peak_device_bytes",
+                        "patches_formed", "patch_hits", "mean_kl", "max_kl", "mean_top1"}) {
+    CHECK(p.at("totals").contains(f));
+  }
+  for (const char* f : {"compulsory_formations", "belady_formations", "lru_formations", "online_formations", "capacity_bytes"}) {
+    CHECK(p.at("offline").contains(f));
+  }
+  CHECK(j.at("policies")[2].at("offline").is_null());
+  for (const json& s : p.at("steps")) {
+    for (const char* f : {"index", "op", "branch", "status", "forward_tokens", "full_prefill_tokens", "bytes_moved",
+                          "device_bytes", "peak_device_bytes", "window_tokens", "seconds", "fidelity"}) {
+      CHECK(s.contains(f));
+    }
+  }
+  CHECK(p.at("steps")[1].at("fidelity").at("rows") == 4);
+  CHECK(p.at("steps")[6].at("generated").size() == 4);
+}
+
+TEST_CASE("orbit replay and orbit make-trace end to end", "[trace][cli]") {
+  test::TempDir dir;
+  const std::string model = " --model " + test::stories_path();
+  const test::CliRun r = test::cli("replay " + trace_path("lookback.json") + model + " --json " + (dir / "r.json") + " --quiet");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("patch:16 vs. the baselines"));
+  CHECK_THAT(r.out, Catch::Contains("offline bound"));
+  std::ifstream in(dir / "r.json");
+  const json j = json::parse(in);
+  CHECK(j.at("policies").size() == 4);
+
+  const test::CliRun m = test::cli("make-trace --kind agent --steps 4 --seed 3" + model + " --out " + (dir / "agent.json"));
+  INFO(m.out);
+  REQUIRE(m.status == 0);
+  const test::CliRun r2 = test::cli("replay " + (dir / "agent.json") + model + " --policy firstk:4 --no-fidelity --json -");
+  REQUIRE(r2.status == 0);
+  const json j2 = json::parse(r2.out.substr(r2.out.find('{')));
+  CHECK(j2.at("policies")[0].at("policy") == "firstk:4");
+  CHECK(j2.at("policies")[0].at("steps")[0].at("fidelity").is_null());
+
+  const test::CliRun bad = test::cli("replay " + trace_path("lookback.json") + model + " --policy nope");
+  CHECK(bad.status == 1);
+  CHECK_THAT(bad.out, Catch::Contains("--policy: unknown policy 'nope'"));
+  {
+    std::ofstream out(dir / "bad.json");
+    out << tiny_trace(R"({"op": "evict", "chunk": "a"})");
+  }
+  const test::CliRun badtrace = test::cli("replay " + (dir / "bad.json") + model);
+  CHECK(badtrace.status == 1);
+  CHECK_THAT(badtrace.out, Catch::Contains("bad.json: step 0 (evict): field 'chunk': 'a' is not in the window"));
+}
+
+TEST_CASE("M-RoPE: embedding chunks with grids replay exactly under re-prefill", "[trace][mrope]") {
+  test::TempDir dir;
+  const test::CliRun mk = test::cli("make-model --preset tiny-qwen2-vl --out " + (dir / "vl"));
+  INFO(mk.out);
+  REQUIRE(mk.status == 0);
+  MakeTraceOptions mo;
+  mo.kind = "video";
+  mo.steps = 4;
+  mo.position_rows = 3;
+  mo.chunk_tokens = 12;
+  mo.max_positions = 1024;
+  const Trace t = make_trace(mo);
+  ReplayOptions o;
+  o.engine.model = dir / "vl";
+  o.engine.page_size = 4;
+  const ReplayReport r = replay(t, o);
+  const PolicyReplay* reprefill = r.find("reprefill");
+  REQUIRE(reprefill != nullptr);
+  for (const StepResult& s : reprefill->steps) {
+    if (s.fidelity) CHECK(s.fidelity->kl <= 1e-6);
+  }
+  CHECK(r.policies[0].totals.forward_tokens < reprefill->totals.forward_tokens);
+}
