@@ -9,5 +9,7 @@ int run_logits(int argc, char** argv, int first);
 int run_make_model(int argc, char** argv, int first);
 int run_store(int argc, char** argv, int first);
 int run_fidelity(int argc, char** argv, int first);
+int run_replay(int argc, char** argv, int first);
+int run_make_trace(int argc, char** argv, int first);
 
 }  // namespace orbit::cli

@@ -28,6 +28,11 @@ const char* kUsage =
     "      repair strategies for reused chunk B side by side vs. re-prefill: KL, eta, top-1, flip-recover, cost\n"
     "      (query default 1; strategies: reprefill, blind, prefix, cacheblend:R, firstk:K, patch:M[/MV][:deep][:rand],\n"
     "      orbit:M[/MV][:all][:rand])\n"
+    "  replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--no-fidelity]\n"
+    "      replay a window-operation trace under the policy and the baselines (reprefill, prefix, blind) side by\n"
+    "      side: forward tokens, bytes, device bytes, time and KL vs. re-prefill per step, totals and ratios\n"
+    "  make-trace --kind web|video|agent --steps N --seed S --model PATH --out FILE\n"
+    "      write a generated agent trace (slides, reorders, look-backs, forks) for `orbit replay`\n"
     "  store ls|stat|verify|gc --store DIR [--json] [--dry-run]\n"
     "      list a chunk store, totals, verify every checksum, remove unreferenced blobs (`orbit store --help`)\n"
     "  version\n"
@@ -53,6 +58,8 @@ int main(int argc, char** argv) {
     if (command == "make-model") return orbit::cli::run_make_model(argc, argv, 2);
     if (command == "store") return orbit::cli::run_store(argc, argv, 2);
     if (command == "fidelity") return orbit::cli::run_fidelity(argc, argv, 2);
+    if (command == "replay") return orbit::cli::run_replay(argc, argv, 2);
+    if (command == "make-trace") return orbit::cli::run_make_trace(argc, argv, 2);
     if (command == "version") {
       std::printf("orbit %s\n", orbit::version());
       return 0;

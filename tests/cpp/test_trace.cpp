@@ -170,7 +170,9 @@ TEST_CASE("bad traces are refused naming the file, step, op and field", "[trace]
   CHECK_THAT(refusal(tiny_trace(R"({"op": "evict", "turn": 0})")),
              Contains("step 0 (evict): field 'turn': index 0 but the window holds 0 live turns"));
   CHECK_THAT(refusal(tiny_trace(R"({"op": "drop", "branch": "main"})")),
-             Contains("step 0 (drop): field 'branch': 'main' is not a live branch"));
+             Contains("step 0 (drop): field 'branch': 'main' cannot be dropped"));
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "admit", "chunk": "a"}, {"op": "admit", "chunk": "b"}, {"op": "place"}, {"op": "slide"})")),
+             Contains("step 3 (slide): field 'count': the chunk order after 'place' (step 2) depends on the policy"));
   CHECK_THAT(refusal(tiny_trace(R"({"op": "fork", "branch": "x"}, {"op": "commit"}, {"op": "commit"})")),
              Contains("step 2 (commit): field 'branch': 'main' cannot be committed"));
   CHECK_THAT(refusal(tiny_trace(R"({"op": "switch", "branch": "x"})")),
@@ -276,7 +278,7 @@ TEST_CASE("orbit replay and orbit make-trace end to end", "[trace][cli]") {
 
   const test::CliRun bad = test::cli("replay " + trace_path("lookback.json") + model + " --policy nope");
   CHECK(bad.status == 1);
-  CHECK_THAT(bad.out, Catch::Contains("--policy: unknown policy 'nope'"));
+  CHECK_THAT(bad.out, Catch::Contains("--policy: policy 'nope': unknown policy 'nope'"));
   {
     std::ofstream out(dir / "bad.json");
     out << tiny_trace(R"({"op": "evict", "chunk": "a"})");
@@ -293,7 +295,7 @@ TEST_CASE("M-RoPE: embedding chunks with grids replay exactly under re-prefill",
   REQUIRE(mk.status == 0);
   MakeTraceOptions mo;
   mo.kind = "video";
-  mo.steps = 4;
+  mo.steps = 12;
   mo.position_rows = 3;
   mo.chunk_tokens = 12;
   mo.max_positions = 1024;

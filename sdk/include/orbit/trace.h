@@ -24,10 +24,14 @@
 //       {"op": "evict",   "chunk": "page"} | {"op": "evict", "turn": 0}   a chunk / the i-th live turn
 //                                                                       (0 = the oldest turn in the window)
 //       {"op": "slide",   "count": 1}                                    evict the oldest chunk instances
+//                                                                       (refused after "place" until a
+//                                                                       reorder: place's order is the
+//                                                                       policy's; evict by name instead)
 //       {"op": "recall",  "chunk": "page" [, "before": "sys"]}         re-admit an evicted chunk
 //       {"op": "reorder", "order": ["b", "a", "c"]}                     every chunk in the window, once;
 //                                                                       turns keep their slots
-//       {"op": "place"}                                                 the planner's cheapest order
+//       {"op": "place"}                                                 the planner's cheapest order (per
+//                                                                       policy: it follows stored patches)
 //       {"op": "fork",    "branch": "spec"}                             fork the current window into a
 //                                                                       new branch and continue on it
 //       {"op": "switch",  "branch": "main"}                             continue on another live branch
@@ -287,7 +291,7 @@ struct ReplayReport {
 // the model's limit, ...), naming the step / chunk and field, or for a bad policy spec.
 ReplayReport replay(const Trace& trace, const ReplayOptions& options);
 
-// The report as JSON (schema: top-level trace, source, model, fingerprint, steps, policies[]; per policy
+// The report as JSON (schema: top-level format "orbit-replay/1", trace, source, model, fingerprint, steps, policies[]; per policy
 // policy, baseline, totals{...}, offline{...} or null, steps[] with every StepResult field by its name and
 // op as its JSON name; fidelity {kl, top1, rows} or null).
 std::string replay_report_json(const ReplayReport& report, int indent = 2);

@@ -47,6 +47,9 @@ struct SimBranch {
   std::vector<SimItem> items;   // window order
   std::set<std::string> evicted;
   std::string parent;           // "" for main
+  // After `place` the chunk order depends on the policy's stored patches, so `items` keeps the order
+  // before it and slide (which evicts by window order) is refused until a reorder fixes the order.
+  int64_t placed_at = -1;       // the step of that place, or -1 when the order is known
 };
 
 // The window as a trace drives it, without a model. apply() throws orbit::Error naming the file, the

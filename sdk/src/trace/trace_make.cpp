@@ -62,7 +62,7 @@ class Builder {
         s.note = "keep the window within its budget";
         emit(s);
       } else if (sim_.chunks_in_window().size() > 1) {
-        slide(1);
+        drop_oldest();
       } else {
         break;
       }
@@ -99,6 +99,11 @@ class Builder {
     s.chunk = chunk;
     s.note = note;
     emit(s);
+  }
+  // Evicts the oldest chunk: a slide, or by name while the order is the policy's (after place).
+  void drop_oldest() {
+    if (sim_.current().placed_at < 0) return slide(1);
+    evict(sim_.chunks_in_window().front(), "slide by name: the order after place is the policy's");
   }
   void slide(int64_t n) {
     TraceStep s;
@@ -164,7 +169,7 @@ void make_web(const MakeTraceOptions& o, Builder& b) {
     const std::string name = "shot" + std::to_string(i);
     b.media_chunk(name, shot);
     b.admit(name);
-    while (b.sim().chunks_in_window().size() > 3) b.slide(1);
+    while (b.sim().chunks_in_window().size() > 3) b.drop_oldest();
     b.turn(6, "action");
     b.turn(10, "observation", o.sample_text);
     if (i % 4 == 3) {
@@ -239,14 +244,14 @@ void make_agent(const MakeTraceOptions& o, Builder& b) {
     const std::string name = "doc" + std::to_string(i);
     b.text_chunk(name, doc, o.sample_text);
     b.admit(name);
-    while (b.sim().chunks_in_window().size() > 4) b.slide(1);
+    while (b.sim().chunks_in_window().size() > 4) b.drop_oldest();
     b.turn(5, "thought");
     b.generate(4, true, 2);
     if (i % 3 == 2) {
       std::vector<std::string> gone = b.evicted_among("doc");
       if (!gone.empty()) {
         b.recall(gone[static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(gone.size())))], "look back at a document");
-        while (b.sim().chunks_in_window().size() > 4) b.slide(1);
+        while (b.sim().chunks_in_window().size() > 4) b.drop_oldest();
       }
     }
     if (i % 4 == 3) b.simple(TraceOp::kPlace, "", "let the planner order the documents");

@@ -142,6 +142,10 @@ void TraceSim::apply(const TraceStep& s, std::size_t index) {
       break;
     }
     case TraceOp::kSlide: {
+      if (b.placed_at >= 0) {
+        w.fail("count", "the chunk order after 'place' (step " + std::to_string(b.placed_at) +
+                            ") depends on the policy; reorder or evict by name before sliding");
+      }
       int64_t chunks = 0;
       for (const SimItem& i : b.items) chunks += i.turn ? 0 : 1;
       if (s.count < 1 || s.count > chunks) {
@@ -178,6 +182,7 @@ void TraceSim::apply(const TraceStep& s, std::size_t index) {
         w.fail("order", "lists " + std::to_string(s.order.size()) + " chunks but the window holds " +
                             std::to_string(have.size()) + on + " (missing: " + missing + ")");
       }
+      b.placed_at = -1;
       std::size_t next = 0;
       for (SimItem& i : b.items) {
         if (i.turn) continue;
@@ -187,7 +192,7 @@ void TraceSim::apply(const TraceStep& s, std::size_t index) {
       }
       break;
     }
-    case TraceOp::kPlace: break;
+    case TraceOp::kPlace: b.placed_at = static_cast<int64_t>(index); break;
     case TraceOp::kFork: {
       if (branches_.count(s.branch)) w.fail("branch", "'" + s.branch + "' is already a live branch");
       SimBranch child = b;
