@@ -3,9 +3,13 @@
 Environment:
   ORBIT_CLI         path to the built `orbit` executable (tests that need it skip when unset)
   ORBIT_MODELS_DIR  directory holding the bundled models (default: <repo>/models)
+  ORBIT_PYTHON_PATH directory holding the built `orbit` package, e.g. build/bindings/python (tests that need
+                    it skip when unset and `import orbit` fails)
 """
+import importlib
 import os
 import pathlib
+import sys
 
 import pytest
 
@@ -39,3 +43,21 @@ def orbit_cli() -> pathlib.Path:
     if not path.is_file() or not os.access(path, os.X_OK):
         pytest.fail(f"ORBIT_CLI={value} is not an executable file")
     return path
+
+
+@pytest.fixture(scope="session")
+def orbit():
+    """The `orbit` Python module: from ORBIT_PYTHON_PATH when set, else wherever it is installed."""
+    value = os.environ.get("ORBIT_PYTHON_PATH")
+    if value:
+        path = pathlib.Path(value).resolve()
+        if not (path / "orbit" / "__init__.py").is_file():
+            pytest.fail(f"ORBIT_PYTHON_PATH={value} holds no orbit/__init__.py (build with -DORBIT_PYTHON=ON)")
+        sys.path.insert(0, str(path))
+    try:
+        module = importlib.import_module("orbit")
+    except ImportError as e:
+        if value:
+            pytest.fail(f"import orbit from ORBIT_PYTHON_PATH={value} failed: {e}")
+        pytest.skip(f"orbit is not importable ({e}): set ORBIT_PYTHON_PATH to <build>/bindings/python")
+    return module

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""A tool-calling agent loop on orbit windows (issue 6, item 2).
+
+An agent browses: at every step the model (greedy decode over its window) picks a tool, the tool returns an
+observation, and the loop turns the observation into window operations:
+
+    tool            returns                              window operation chosen by the loop
+    open_page(p)    a screenshot of page p (embeddings)  admit the screenshot chunk; keep at most
+                                                          --keep screenshots: slide the oldest out
+    go_back()       the screenshot of an earlier page    recall it when it was evicted (its canonical
+                                                          and patches come from the store), else reorder
+                                                          it to the tail (slide/evict as above)
+    search(q)       a text result (token chunk)          admit it (results are reused across steps)
+    every step      the action/observation as text       add_turn (a live turn, not reused)
+    every --speculate steps: fork a speculative branch, open the page the model would visit next in the
+                    branch, and commit the branch (it becomes the window) when the model is more confident
+                    there, else drop it (close(): its private pages return to the pool)
+
+Screenshots are synthetic: the bundled model has no vision tower, so a page's "screenshot" is a fixed
+pseudo-random [rows, hidden] embedding derived from the page number (the same page gives the same chunk, as a
+digest of the pixels would). With a vision-language model, pass the vision tower's output instead.
+
+At the end it prints what it did and what it cost: forward tokens computed vs. a full re-prefill of the window
+at every step, and fidelity: max |logits - re-prefill logits| over each step's decision query.
+
+    /usr/bin/python3 bindings/python/examples/tool_loop.py                 # 24 steps on the bundled model
+    /usr/bin/python3 bindings/python/examples/tool_loop.py --short --json  # a quick run, a JSON report
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+try:
+    import orbit
+except ImportError:  # running from a checkout: use a build tree's package when one exists
+    _repo = pathlib.Path(__file__).resolve().parents[3]
+    for _build in sorted(_repo.glob("build*/bindings/python")):
+        if (_build / "orbit" / "__init__.py").is_file():
+            sys.path.insert(0, str(_build))
+            break
+    import orbit
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+DEFAULT_MODEL = REPO / "models" / "stories260K" / "stories260K.bin"
+TOOLS = ("open_page", "go_back", "search")
+
+
+@dataclass
+class Report:
+    """What the loop did and what it cost (also what --json prints)."""
+    steps: int = 0
+    operations: dict = field(default_factory=lambda: {op: 0 for op in (
+        "admit", "add_turn", "slide", "evict", "recall", "reorder", "fork", "commit", "drop", "capacity_retries")})
+    tools: dict = field(default_factory=lambda: {t: 0 for t in TOOLS})
+    forward_tokens: float = 0.0           # computed by the window operations
+    reprefill_tokens: float = 0.0         # a full re-prefill of the window at every step
+    max_logit_error: list = field(default_factory=list)  # per step: vs. a re-prefill of the same window
+    window_tokens: list = field(default_factory=list)    # per step
+    seconds_per_step: list = field(default_factory=list)
+    final_instances: list = field(default_factory=list)  # labels, in window order
+    policy: str = ""
+
+
+class Tools:
+    """The environment: pages with synthetic screenshots, and a search engine returning token chunks."""
+
+    def __init__(self, engine: orbit.Engine, rows: int, seed: int):
+        self.engine = engine
+        self.hidden = engine.model_info.hidden_size
+        self.vocab = engine.model_info.vocab_size
+        self.rows = rows
+        self.seed = seed
+        self.history: list[int] = []  # pages visited, in order
+        self.scale = 0.5  # spread of the synthetic embeddings
+
+    def screenshot(self, page: int) -> orbit.ChunkRef:
+        rng = np.random.default_rng([self.seed, page])
+        pixels_as_embeddings = (rng.standard_normal((self.rows, self.hidden)) * self.scale).astype(np.float32)
+        return self.engine.add_embeddings(pixels_as_embeddings, media_digest=f"page-{page}", label=f"page {page}")
+
+    def open_page(self, page: int) -> orbit.ChunkRef:
+        self.history.append(page)
+        return self.screenshot(page)
+
+    def go_back(self, steps_back: int) -> orbit.ChunkRef:
+        if len(self.history) < 2:
+            return self.open_page(len(self.history))
+        page = self.history[-1 - min(steps_back, len(self.history) - 1)]
+        self.history.append(page)
+        return self.screenshot(page)
+
+    def search(self, query: int) -> orbit.ChunkRef:
+        rng = np.random.default_rng([self.seed, 1000 + query])
+        result = [int(t) for t in rng.integers(1, self.vocab, size=8)]
+        return self.engine.add_tokens(result, label=f"result {query}")
+
+    def text(self, *words: int) -> list[int]:
+        """A short action/observation turn (token ids standing for text)."""
+        return [int(w) % (self.vocab - 1) + 1 for w in words]
+
+
+def confidence(logits: np.ndarray) -> float:
+    """Max softmax probability of the next token: how sure the model is of its next move."""
+    z = logits - logits.max()
+    p = np.exp(z)
+    return float(p.max() / p.sum())
+
+
+def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 3, speculate: int = 4,
+        policy: str = "patch:16:exact", seed: int = 0, rows: int = 6, store_dir: str | None = None,
+        pool_bytes: int = 64 << 20, max_bytes: int = 0, verbose: bool = False, on_step=None) -> Report:
+    """Runs the agent loop; returns the Report. Every number in it is measured on real model computation.
+
+    on_step(step, window, decision_query, report), when given, is called after each step's measurement (tests
+    use it to check the window against a re-prefill they build themselves)."""
+    report = Report(policy=policy)
+    with orbit.Engine(model, store_dir=store_dir, pool_bytes=pool_bytes, page_size=4) as engine:
+        tools = Tools(engine, rows, seed)
+        window = engine.new_window(policy=policy, max_bytes=max_bytes, label="agent")
+        window.add_turn(tools.text(1, 2, 3, 4, 5, seed))  # the system prompt / task
+        decision_query = tools.text(7, 11)               # "next action:" (the model reads it after the window)
+
+        def screenshots_in(w):
+            return [i for i in w.instances if not i.is_turn and i.chunk.kind == orbit.ChunkKind.embeddings]
+
+        def apply(w, op: str, call):
+            """Runs a window operation; on CapacityError makes room (slides the oldest chunk out) and retries."""
+            while True:
+                try:
+                    result = call()
+                    report.operations[op] += 1
+                    report.forward_tokens += result.forward_tokens
+                    return result
+                except orbit.CapacityError:
+                    if w.stats.chunk_instances == 0:
+                        raise
+                    report.operations["capacity_retries"] += 1
+                    report.forward_tokens += w.slide(1).forward_tokens
+                    report.operations["slide"] += 1
+
+        def place(w, chunk: orbit.ChunkRef):
+            """Puts an observation chunk at the window's tail: admit, recall or reorder, by where it is."""
+            if chunk in w.evicted:
+                apply(w, "recall", lambda: w.recall(chunk))
+            elif chunk in w:
+                order = [i.id for i in w.instances if i.chunk != chunk or i.is_turn]
+                order += [i.id for i in w.instances if i.chunk == chunk and not i.is_turn]
+                if order != [i.id for i in w.instances]:
+                    apply(w, "reorder", lambda: w.reorder(order))
+            else:
+                apply(w, "admit", lambda: w.admit(chunk))
+            while len(screenshots_in(w)) > keep:  # the oldest screenshots leave the view
+                oldest = screenshots_in(w)[0]
+                first_chunk = next(i for i in w.instances if not i.is_turn)
+                if first_chunk.id == oldest.id:
+                    apply(w, "slide", lambda: w.slide(1))  # it is the oldest chunk: slide the window
+                else:
+                    apply(w, "evict", lambda: w.evict(oldest))  # older text results stay
+
+        for step in range(steps):
+            t0 = time.perf_counter()
+            # 1. the model picks a tool (and its argument): one token sampled after the window
+            choice = window.generate(decision_query, max_tokens=1, temperature=1.0, seed=seed * 7919 + step).tokens[0]
+            tool = TOOLS[choice % len(TOOLS)] if step > 0 else "open_page"
+            report.tools[tool] += 1
+            # 2. the tool runs; its observation becomes a chunk the loop places
+            if tool == "open_page":
+                observation = tools.open_page(len(tools.history))
+            elif tool == "go_back":
+                observation = tools.go_back(1 + choice % 3)
+            else:
+                observation = tools.search(choice % 5)
+            place(window, observation)
+            apply(window, "add_turn", lambda: window.add_turn(tools.text(20 + TOOLS.index(tool), choice, step)))
+            # 3. now and then: a speculative branch (fork), committed or dropped
+            if speculate and step % speculate == speculate - 1:
+                branch = window.fork()
+                report.operations["fork"] += 1
+                place(branch, tools.screenshot(len(tools.history)))  # prefetch the next page in the branch
+                gain = confidence(branch.logits(decision_query)) - confidence(window.logits(decision_query))
+                if gain > 0:
+                    window.close()
+                    window = branch  # commit: the branch is the window from now on
+                    tools.history.append(len(tools.history))
+                    report.operations["commit"] += 1
+                else:
+                    branch.close()  # drop: its private pages go back to the pool
+                    report.operations["drop"] += 1
+            # 4. measure: cost vs. a re-prefill, fidelity vs. a re-prefill
+            report.reprefill_tokens += window.tokens
+            error = np.abs(window.logits(decision_query, all_rows=True) -
+                           window.reference_logits(decision_query, all_rows=True)).max()
+            report.max_logit_error.append(float(error))
+            report.window_tokens.append(window.tokens)
+            report.seconds_per_step.append(time.perf_counter() - t0)
+            report.steps += 1
+            if on_step is not None:
+                on_step(step, window, decision_query, report)
+            if verbose:
+                labels = " | ".join(i.chunk.label if not i.is_turn else "turn" for i in window.instances)
+                print(f"step {step:3d} {tool:9s} -> {observation.label:10s} window [{labels}] "
+                      f"err {error:.2e}", flush=True)
+        report.final_instances = [i.chunk.label if not i.is_turn else "turn" for i in window.instances]
+        window.close()
+    return report
+
+
+def print_summary(report: Report) -> None:
+    ops = ", ".join(f"{k} {v}" for k, v in report.operations.items() if v)
+    print(f"policy {report.policy}: {report.steps} steps; operations: {ops}")
+    print(f"tools: " + ", ".join(f"{k} {v}" for k, v in report.tools.items()))
+    ratio = report.forward_tokens / report.reprefill_tokens if report.reprefill_tokens else float("nan")
+    print(f"forward tokens: {report.forward_tokens:.0f} computed vs {report.reprefill_tokens:.0f} for a re-prefill "
+          f"at every step ({ratio:.1%})")
+    print(f"fidelity: max |logits - re-prefill| per step: max {max(report.max_logit_error):.3e}, "
+          f"mean {np.mean(report.max_logit_error):.3e}")
+    print(f"time per step: {1e3 * np.mean(report.seconds_per_step):.1f} ms; final window: {report.final_instances}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=str(DEFAULT_MODEL), help="model (.bin or HF directory); default: bundled")
+    ap.add_argument("--steps", type=int, default=24, help="agent steps (default 24)")
+    ap.add_argument("--short", action="store_true", help="a quick run (8 steps)")
+    ap.add_argument("--keep", type=int, default=3, help="screenshots kept in the window (default 3)")
+    ap.add_argument("--speculate", type=int, default=4, help="fork a speculative branch every N steps (0: never)")
+    ap.add_argument("--policy", default="patch:16:exact",
+                    help="window policy spec (see orbit.policy_help()); default patch:16:exact re-conditions the "
+                         "survivors of an eviction (patch:16 keeps them as they are: cheaper, approximate)")
+    ap.add_argument("--store-dir", default=None, help="chunk store directory (default: memory only)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="print the report as JSON instead of the summary")
+    ap.add_argument("--verbose", "-v", action="store_true", help="one line per step")
+    args = ap.parse_args(argv)
+    report = run(args.model, steps=8 if args.short else args.steps, keep=args.keep, speculate=args.speculate,
+                 policy=args.policy, seed=args.seed, store_dir=args.store_dir, verbose=args.verbose)
+    if args.json:
+        print(json.dumps(asdict(report), indent=2))
+    else:
+        print_summary(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""orbit: context windows as sets of reusable KV chunks.
+
+The Python face of orbit's C++ SDK (sdk/include/orbit/*.h are the specification)::
+
+    import orbit
+
+    with orbit.Engine("models/stories260K/stories260K.bin", store_dir="store") as engine:
+        page = engine.add_tokens([1, 365, 1691, 1781], label="page 1")
+        frame = engine.add_embeddings(numpy_or_torch_array, label="frame 0")   # [n, hidden]
+        window = engine.new_window(policy="patch:16")
+        window.admit(page)                       # plan + apply in one call
+        plan = window.plan_admit(frame)          # or plan first: what, what it costs, exact or not
+        print(plan.describe())
+        window.apply(plan)
+        window.add_turn([1, 2, 3])
+        branch = window.fork()                   # a speculative branch: copy-on-write
+        branch.slide(1)
+        logits = branch.logits([5, 6])           # numpy float32 [vocab]
+        branch.close()                           # drop the branch (or keep using it: commit)
+        print(window.generate([5, 6], max_tokens=8).tokens)
+
+Errors: misuse and bad input reported by the C++ core raise OrbitError (a RuntimeError) carrying the C++
+message; wrong Python types or array dtypes raise TypeError and wrong shapes ValueError before reaching C++.
+An operation the window cannot hold (a full pool, max_bytes) raises CapacityError, one it refuses (positions
+past the model's limit) RefusedError -- both subclasses of OrbitError, both leaving the window unchanged.
+Plan first (plan_*) and check Plan.device_bytes_after to avoid them.
+
+The GIL is released while the C++ core works (loading, encoding, applying, decoding), so windows can be driven
+from several threads; calls on one window are serialized.
+"""
+
+from ._orbit import (  # noqa: F401  (re-exports)
+    __version__,
+    ApplyReport,
+    CapacityError,
+    ChunkKind,
+    ChunkRef,
+    DisposabilityReport,
+    Engine,
+    EngineOptions,
+    EngineStats,
+    Generation,
+    InstanceInfo,
+    InstanceKV,
+    MissAction,
+    ModelInfo,
+    Operation,
+    OrbitError,
+    PatchMatch,
+    Plan,
+    PlanStep,
+    Policy,
+    RefusedError,
+    StalePatch,
+    StepAction,
+    StoreStats,
+    StoreTier,
+    SurvivorAction,
+    TierStats,
+    Window,
+    WindowPolicy,
+    WindowStats,
+    policy_help,
+)
+
+# Classes report themselves as orbit.X (not orbit._orbit.X) in reprs, tracebacks and help().
+for _name, _obj in list(globals().items()):
+    if isinstance(_obj, type) and getattr(_obj, "__module__", "") == "orbit._orbit":
+        try:
+            _obj.__module__ = __name__
+        except (AttributeError, TypeError):
+            pass
+del _name, _obj
+
+__all__ = [
+    "__version__",
+    "ApplyReport",
+    "CapacityError",
+    "ChunkKind",
+    "ChunkRef",
+    "DisposabilityReport",
+    "Engine",
+    "EngineOptions",
+    "EngineStats",
+    "Generation",
+    "InstanceInfo",
+    "InstanceKV",
+    "MissAction",
+    "ModelInfo",
+    "Operation",
+    "OrbitError",
+    "PatchMatch",
+    "Plan",
+    "PlanStep",
+    "Policy",
+    "RefusedError",
+    "StalePatch",
+    "StepAction",
+    "StoreStats",
+    "StoreTier",
+    "SurvivorAction",
+    "TierStats",
+    "Window",
+    "WindowPolicy",
+    "WindowStats",
+    "policy_help",
+]

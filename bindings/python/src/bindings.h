@@ -1,0 +1,21 @@
+// The module's parts: one init_<area>() per file (STYLE.md 11), called in this order by module.cpp.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+namespace orbit_py {
+
+namespace py = pybind11;
+
+void init_errors(py::module_& m);   // module.cpp: OrbitError, CapacityError, RefusedError, translators
+void init_types(py::module_& m);    // types.cpp: enums, ChunkRef, plans, reports, stats, infos
+void init_policy(py::module_& m);   // policy.cpp: WindowPolicy (Policy)
+void init_engine(py::module_& m);   // engine.cpp: Engine
+void init_window(py::module_& m);   // window.cpp: Window, InstanceKV
+
+// Raises CapacityError / RefusedError / OrbitError for a non-ok Status (module.cpp).
+[[noreturn]] void raise_status(int code, const std::string& reason);
+
+}  // namespace orbit_py

@@ -1,0 +1,199 @@
+#include "convert.h"
+
+#include <sstream>
+
+namespace orbit_py {
+
+namespace {
+
+std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__qualname__")); }
+
+py::module_ numpy() { return py::module_::import("numpy"); }
+
+// Element kind of a numpy dtype: 'i', 'u', 'f', 'b', 'c', 'U', 'O', ...
+char dtype_kind(const py::array& a) { return py::str(a.dtype().attr("kind")).cast<std::string>()[0]; }
+std::string dtype_str(const py::array& a) { return py::str(a.dtype()); }
+
+std::vector<int64_t> shape_of(const py::array& a) {
+  std::vector<int64_t> s;
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) s.push_back(static_cast<int64_t>(a.shape(i)));
+  return s;
+}
+
+// torch dtype name without the "torch." prefix ("float32", "bfloat16", "int64", ...).
+std::string torch_dtype(py::handle tensor) {
+  std::string s = py::str(tensor.attr("dtype"));
+  return s.rfind("torch.", 0) == 0 ? s.substr(6) : s;
+}
+
+// A torch tensor of integer dtype as an int64 numpy array (CPU, contiguous; copies only when needed).
+py::array torch_integers_to_numpy(py::handle tensor, const char* what) {
+  const std::string dt = torch_dtype(tensor);
+  if (dt != "int64" && dt != "int32" && dt != "int16" && dt != "int8" && dt != "uint8") {
+    throw py::type_error(std::string(what) + ": torch dtype " + dt + "; expected an integer tensor (e.g. torch.int64)");
+  }
+  py::object t = tensor.attr("detach")().attr("cpu")();
+  if (dt != "int64") t = t.attr("long")();
+  return t.attr("contiguous")().attr("numpy")();
+}
+
+// Integer data (numpy array, torch tensor or nested sequence) as a C-contiguous int64 numpy array.
+py::array integer_array(py::handle obj, const char* what) {
+  py::array a;
+  if (is_torch_tensor(obj)) {
+    a = torch_integers_to_numpy(obj, what);
+  } else if (py::isinstance<py::array>(obj)) {
+    a = py::reinterpret_borrow<py::array>(obj);
+  } else if (py::isinstance<py::str>(obj) || py::isinstance<py::bytes>(obj) || !py::isinstance<py::sequence>(obj)) {
+    throw py::type_error(std::string(what) + ": expected a sequence of ints, a numpy array or a torch tensor, got " +
+                         type_name(obj));
+  } else {
+    try {
+      a = numpy().attr("asarray")(obj);
+    } catch (py::error_already_set& e) {
+      throw py::value_error(std::string(what) + ": not a rectangular sequence of ints (" + e.what() + ")");
+    }
+    if (a.size() == 0) return numpy().attr("zeros")(py::make_tuple(0), "int64");
+  }
+  const char kind = dtype_kind(a);
+  if (a.size() > 0 && kind != 'i' && kind != 'u') {
+    throw py::type_error(std::string(what) + ": dtype " + dtype_str(a) + "; expected integers (token ids / positions)");
+  }
+  return numpy().attr("ascontiguousarray")(a, "int64");
+}
+
+}  // namespace
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "]";
+  return s.str();
+}
+
+bool is_torch_tensor(py::handle obj) {
+  // Avoid importing torch: a tensor's type lives in the torch module and has data_ptr().
+  const py::handle type = py::type::handle_of(obj);
+  if (!py::hasattr(type, "__module__")) return false;
+  const std::string module = py::str(type.attr("__module__"));
+  return (module == "torch" || module.rfind("torch.", 0) == 0) && py::hasattr(obj, "data_ptr") &&
+         py::hasattr(obj, "is_contiguous");
+}
+
+std::vector<int64_t> to_tokens(py::handle obj, const char* what) {
+  const py::array a = integer_array(obj, what);
+  if (a.ndim() != 1) {
+    throw py::value_error(std::string(what) + ": shape " + shape_string(shape_of(a)) + "; token ids must be 1-D");
+  }
+  const auto* p = static_cast<const int64_t*>(a.data());
+  return std::vector<int64_t>(p, p + a.size());
+}
+
+Borrowed to_embeddings(py::handle obj, const char* what) {
+  Borrowed b;
+  std::vector<int64_t> shape;
+  if (is_torch_tensor(obj)) {
+    py::object t = obj.attr("detach")();
+    const std::string dt = torch_dtype(t);
+    if (dt == "float32") b.view.dtype = orbit::DType::kFloat32;
+    else if (dt == "bfloat16") b.view.dtype = orbit::DType::kBFloat16;
+    else if (dt == "float16") b.view.dtype = orbit::DType::kFloat16;
+    else {
+      throw py::type_error(std::string(what) + ": torch dtype " + dt +
+                           "; embeddings must be float32, bfloat16 or float16 (e.g. tensor.float())");
+    }
+    for (py::handle d : t.attr("shape")) shape.push_back(d.cast<int64_t>());
+    if (shape.size() != 2) {
+      throw py::value_error(std::string(what) + ": shape " + shape_string(shape) + "; embeddings must be [n, hidden]");
+    }
+    if (py::str(t.attr("device").attr("type")).cast<std::string>() != "cpu") {
+      t = t.attr("cpu")();
+      b.copied = true;
+    }
+    if (!t.attr("is_contiguous")().cast<bool>()) {
+      t = t.attr("contiguous")();
+      b.copied = true;
+    }
+    b.view.data = reinterpret_cast<const void*>(t.attr("data_ptr")().cast<uintptr_t>());
+    b.owner = t;
+  } else {
+    py::array a;
+    if (py::isinstance<py::array>(obj)) {
+      a = py::reinterpret_borrow<py::array>(obj);
+    } else if (py::isinstance<py::sequence>(obj) && !py::isinstance<py::str>(obj)) {
+      try {
+        a = numpy().attr("asarray")(obj, "float32");  // nested lists of numbers: converted to float32
+      } catch (py::error_already_set& e) {
+        throw py::type_error(std::string(what) + ": not a rectangular array of numbers (" + e.what() + ")");
+      }
+      b.copied = true;
+    } else {
+      throw py::type_error(std::string(what) + ": expected a numpy array or a torch tensor of shape [n, hidden], got " +
+                           type_name(obj));
+    }
+    const std::string dt = dtype_str(a);
+    if (dt == "float32") b.view.dtype = orbit::DType::kFloat32;
+    else if (dt == "float16") b.view.dtype = orbit::DType::kFloat16;
+    else if (dt == "bfloat16") b.view.dtype = orbit::DType::kBFloat16;  // ml_dtypes' numpy bfloat16
+    else {
+      throw py::type_error(std::string(what) + ": dtype " + dt +
+                           "; embeddings must be float32, float16 or bfloat16 (e.g. array.astype(numpy.float32))");
+    }
+    shape = shape_of(a);
+    if (shape.size() != 2) {
+      throw py::value_error(std::string(what) + ": shape " + shape_string(shape) + "; embeddings must be [n, hidden]");
+    }
+    if (!a.dtype().attr("isnative").cast<bool>()) {
+      a = a.attr("astype")(a.dtype().attr("newbyteorder")("="));
+      b.copied = true;
+    }
+    if (!(a.flags() & py::array::c_style)) {
+      a = numpy().attr("ascontiguousarray")(a);
+      b.copied = true;
+    }
+    b.view.data = a.data();
+    b.owner = a;
+  }
+  if (shape[0] < 1) throw py::value_error(std::string(what) + ": shape " + shape_string(shape) + " has no rows");
+  b.view.shape = shape;
+  return b;
+}
+
+Borrowed to_grid(py::handle obj, const char* what) {
+  Borrowed b;
+  if (obj.is_none()) return b;
+  const py::array a = integer_array(obj, what);
+  const std::vector<int64_t> shape = shape_of(a);
+  if (shape.size() != 1 && shape.size() != 2) {
+    throw py::value_error(std::string(what) + ": shape " + shape_string(shape) + "; a grid must be [3, n] or [n]");
+  }
+  b.view.data = a.data();
+  b.view.dtype = orbit::DType::kInt64;
+  b.view.shape = shape;
+  b.owner = a;
+  b.copied = true;
+  return b;
+}
+
+orbit::InstanceId to_instance(py::handle obj, const char* what) {
+  if (py::isinstance<orbit::InstanceInfo>(obj)) return obj.cast<const orbit::InstanceInfo&>().id;
+  if (py::isinstance<py::bool_>(obj) || !py::isinstance<py::int_>(obj)) {
+    throw py::type_error(std::string(what) + ": expected an instance id (int) or an InstanceInfo, got " + type_name(obj));
+  }
+  if (PyObject_RichCompareBool(obj.ptr(), py::int_(0).ptr(), Py_LT) == 1) {
+    throw py::value_error(std::string(what) + ": instance id " + std::string(py::repr(obj)) + " is negative");
+  }
+  return obj.cast<orbit::InstanceId>();
+}
+
+std::vector<orbit::InstanceId> to_instances(py::handle obj, const char* what) {
+  if (py::isinstance<py::str>(obj) || !py::isinstance<py::iterable>(obj)) {
+    throw py::type_error(std::string(what) + ": expected a sequence of instance ids or InstanceInfo, got " + type_name(obj));
+  }
+  std::vector<orbit::InstanceId> out;
+  for (py::handle item : obj) out.push_back(to_instance(item, what));
+  return out;
+}
+
+}  // namespace orbit_py

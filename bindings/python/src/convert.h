@@ -1,0 +1,53 @@
+// Conversions between Python objects and the SDK's argument types, shared by the bind_*.cpp files.
+//
+//   tokens      list/tuple of ints, 1-D integer numpy array or torch tensor    -> std::vector<int64_t>
+//   embeddings  [n, hidden] float32/float16/bfloat16 numpy array or torch tensor -> orbit::TensorView
+//   grid        [3, n] or [n] integer numpy array, torch tensor or nested list   -> orbit::TensorView (int64)
+//   instance    int id or InstanceInfo                                          -> orbit::InstanceId
+//
+// A Borrowed keeps the Python objects a TensorView points into alive for one call: CPU C-contiguous
+// arrays and tensors are borrowed without a copy; anything else is copied once into a contiguous array.
+// Bad input raises TypeError (wrong type or dtype) or ValueError (wrong shape) naming the argument.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "orbit/engine.h"
+
+namespace orbit_py {
+
+namespace py = pybind11;
+
+// A TensorView plus the Python object(s) its memory belongs to.
+struct Borrowed {
+  orbit::TensorView view;
+  py::object owner;   // the array/tensor the view points into (kept alive while the view is used)
+  bool copied = false;  // true when the input had to be copied (non-contiguous, on a device, a list)
+};
+
+bool is_torch_tensor(py::handle obj);
+
+// `what` names the argument in error messages ("add_embeddings: embeddings").
+std::vector<int64_t> to_tokens(py::handle obj, const char* what);
+Borrowed to_embeddings(py::handle obj, const char* what);
+Borrowed to_grid(py::handle obj, const char* what);
+orbit::InstanceId to_instance(py::handle obj, const char* what);
+std::vector<orbit::InstanceId> to_instances(py::handle obj, const char* what);
+
+// Moves a vector into a numpy array without copying (the array owns it).
+template <typename T>
+py::array_t<T> to_numpy(std::vector<T>&& values, std::vector<py::ssize_t> shape) {
+  auto* owned = new std::vector<T>(std::move(values));
+  py::capsule free_when_done(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array_t<T>(shape, owned->data(), free_when_done);
+}
+
+// "[1, 2, 3]" for messages.
+std::string shape_string(const std::vector<int64_t>& shape);
+
+}  // namespace orbit_py

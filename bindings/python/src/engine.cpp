@@ -1,0 +1,171 @@
+// orbit.Engine: one model, one KV pool, one chunk store (orbit/engine.h). A context manager; the GIL is
+// released while the model loads, chunks are hashed or encoded, and the store closes.
+#include <pybind11/stl.h>
+
+#include <sstream>
+
+#include "bindings.h"
+#include "convert.h"
+#include "py_window.h"
+
+namespace orbit_py {
+
+namespace {
+
+using orbit::ChunkOptions;
+using orbit::ChunkRef;
+using orbit::Engine;
+
+std::string path_arg(const py::object& obj, const char* what) {
+  if (obj.is_none()) return "";
+  try {
+    return py::str(py::module_::import("os").attr("fspath")(obj));
+  } catch (py::error_already_set&) {
+    throw py::type_error(std::string(what) + ": expected a str or os.PathLike, got " +
+                         std::string(py::str(py::type::handle_of(obj).attr("__qualname__"))));
+  }
+}
+
+std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& store_dir, int64_t pool_bytes,
+                                    int64_t page_size, int64_t host_budget_bytes, int64_t disk_budget_bytes,
+                                    int threads) {
+  orbit::EngineOptions o;
+  o.model = path_arg(model, "Engine: model");
+  o.store_dir = path_arg(store_dir, "Engine: store_dir");
+  o.pool_bytes = pool_bytes;
+  o.page_size = page_size;
+  o.host_budget_bytes = host_budget_bytes;
+  o.disk_budget_bytes = disk_budget_bytes;
+  o.threads = threads;
+  py::gil_scoped_release release;
+  return Engine::open(o);
+}
+
+ChunkOptions chunk_options(const std::string& label, bool pin) {
+  ChunkOptions o;
+  o.label = label;
+  o.pin = pin;
+  return o;
+}
+
+}  // namespace
+
+// A chunk argument: a ChunkRef, or a chunk key (str) this engine knows.
+ChunkRef resolve_chunk(Engine& engine, py::handle obj, const char* what) {
+  if (py::isinstance<ChunkRef>(obj)) return obj.cast<ChunkRef>();
+  if (py::isinstance<py::str>(obj)) return engine.chunk(obj.cast<std::string>());  // OrbitError if unknown
+  throw py::type_error(std::string(what) + ": expected a ChunkRef or a chunk key (str), got " +
+                       std::string(py::str(py::type::handle_of(obj).attr("__qualname__"))));
+}
+
+orbit::WindowPolicy to_policy(py::handle obj, const char* what) {
+  if (py::isinstance<orbit::WindowPolicy>(obj)) return obj.cast<orbit::WindowPolicy>();
+  if (py::isinstance<py::str>(obj)) return orbit::parse_policy(obj.cast<std::string>());
+  throw py::type_error(std::string(what) + ": expected a Policy or a spec string such as 'patch:16', got " +
+                       std::string(py::str(py::type::handle_of(obj).attr("__qualname__"))));
+}
+
+void init_engine(py::module_& m) {
+  py::class_<Engine, std::shared_ptr<Engine>> c(
+      m, "Engine",
+      "One model, one KV pool, one chunk store (orbit/engine.h). The entry point:\n\n"
+      "    with orbit.Engine(model='models/stories260K/stories260K.bin', store_dir='store') as engine:\n"
+      "        page = engine.add_tokens([1, 365, 1691], label='page 1')\n"
+      "        w = engine.new_window(policy='patch:16')\n"
+      "        w.admit(page)\n"
+      "        print(w.generate([1, 2], max_tokens=8).tokens)\n\n"
+      "Chunks are registered once and placed into any number of windows. Leaving the `with` block (or\n"
+      "close()) flushes and closes the store and frees the pool; windows still alive raise OrbitError on use.\n"
+      "Safe to use from several threads.");
+  c.def(py::init(&open_engine), py::arg("model"), py::kw_only(), py::arg("store_dir") = py::none(),
+        py::arg("pool_bytes") = int64_t{256} << 20, py::arg("page_size") = 16,
+        py::arg("host_budget_bytes") = int64_t{1} << 30, py::arg("disk_budget_bytes") = 0, py::arg("threads") = 0,
+        "Loads the model (a llama2.c .bin file or a Hugging Face directory) and opens the store (store_dir: a\n"
+        "directory, created if missing; None = memory only). pool_bytes: the windows' KV pool (whole pages of\n"
+        "page_size tokens); host_budget_bytes / disk_budget_bytes (0 = unlimited): the store's tiers; threads:\n"
+        "intra-op threads (0 = keep the process setting). Raises OrbitError naming the file or option at fault.");
+  c.def("__enter__", [](std::shared_ptr<Engine> e) { return e; }, "Returns the engine.");
+  c.def("__exit__", [](Engine& e, py::args) {
+        py::gil_scoped_release release;
+        e.close();
+        return false;
+      },
+      "Closes the engine (see close()); exceptions propagate.");
+  c.def("close", [](Engine& e) {
+        py::gil_scoped_release release;
+        e.close();
+      },
+      "Flushes and closes the store and frees the pool. Idempotent. Later calls on the engine or its\n"
+      "windows raise OrbitError('engine is closed').");
+  c.def_property_readonly("closed", &Engine::closed, "True after close().");
+  c.def_property_readonly("options", [](const Engine& e) { return e.options(); }, "EngineOptions it was opened with.");
+  c.def_property_readonly("model_info", &Engine::model_info, "ModelInfo of the loaded model.");
+  c.def_property_readonly("stats", &Engine::stats, "EngineStats: chunks, windows, pool pages, forwards, store.");
+
+  c.def("add_tokens", [](Engine& e, py::handle tokens, const std::string& label, bool pin) {
+        std::vector<int64_t> t = to_tokens(tokens, "add_tokens: tokens");
+        py::gil_scoped_release release;
+        return e.add_tokens(t, chunk_options(label, pin));
+      },
+      py::arg("tokens"), py::kw_only(), py::arg("label") = "", py::arg("pin") = false,
+      "Registers a chunk of token ids (list, 1-D integer numpy array or torch tensor) and returns its ChunkRef.\n"
+      "Idempotent: the same tokens give the same key. Nothing is computed until a window needs its canonical.\n"
+      "label names it in plans and errors; pin keeps its canonical resident in the store. Raises OrbitError for\n"
+      "an empty chunk or ids outside the vocabulary, TypeError for non-integer input.");
+  c.def("add_embeddings",
+        [](Engine& e, py::handle embeddings, py::handle grid, const std::string& media_digest, const std::string& label,
+           bool pin) {
+          const Borrowed emb = to_embeddings(embeddings, "add_embeddings: embeddings");
+          const Borrowed g = to_grid(grid, "add_embeddings: grid");
+          const orbit::ModelInfo info = e.model_info();
+          if (emb.view.shape[1] != info.hidden_size) {
+            throw py::value_error("add_embeddings: embeddings shape " + shape_string(emb.view.shape) + ": width " +
+                                  std::to_string(emb.view.shape[1]) + " != the model's hidden size " +
+                                  std::to_string(info.hidden_size));
+          }
+          orbit::EmbeddingChunk chunk;
+          chunk.embeddings = emb.view;
+          chunk.grid = g.view;
+          chunk.media_digest = media_digest;
+          py::gil_scoped_release release;
+          return e.add_embeddings(chunk, chunk_options(label, pin));
+        },
+        py::arg("embeddings"), py::kw_only(), py::arg("grid") = py::none(), py::arg("media_digest") = "",
+        py::arg("label") = "", py::arg("pin") = false,
+        "Registers a media chunk given as input embeddings [n, hidden_size] (numpy float32/float16, or a torch\n"
+        "tensor float32/bfloat16/float16; CPU C-contiguous input is read in place, anything else copied once).\n"
+        "grid: optional int64 positions [3, n] (M-RoPE (t, h, w)) or [n]; None = 0..n-1. media_digest: your\n"
+        "digest of the pixels; when given, the key hashes it (and the grid) instead of the embedding bytes.\n"
+        "Raises TypeError for a wrong dtype, ValueError for a wrong shape, OrbitError for NaN/Inf or a bad grid.");
+  c.def("chunk", [](const Engine& e, const std::string& key) { return e.chunk(key); }, py::arg("key"),
+        "The registered chunk with this key. Raises OrbitError when this engine does not know it.");
+  c.def_property_readonly("chunks", &Engine::chunks, "list[ChunkRef] of every registered chunk.");
+  c.def("precompute", [](Engine& e, py::handle chunk) {
+        const ChunkRef ref = resolve_chunk(e, chunk, "precompute: chunk");
+        py::gil_scoped_release release;
+        e.precompute(ref);
+      },
+      py::arg("chunk"), "Encodes the chunk's canonical now (one forward of the chunk alone) unless stored.");
+  c.def("new_window",
+        [](std::shared_ptr<Engine> e, py::handle policy, int64_t max_bytes, const std::string& label) {
+          orbit::WindowOptions o;
+          if (!policy.is_none()) o.policy = to_policy(policy, "new_window: policy");
+          o.max_bytes = max_bytes;
+          o.label = label;
+          orbit::Window w = e->new_window(o);
+          return wrap_window(e, std::move(w));
+        },
+        py::kw_only(), py::arg("policy") = py::none(), py::arg("max_bytes") = 0, py::arg("label") = "",
+        "A new empty Window. policy: a Policy or a spec string ('patch:16' when None); max_bytes: most KV bytes\n"
+        "(whole pages) it may hold, 0 = limited only by the pool; label: its name in traces.");
+  c.def("__repr__", [](const Engine& e) {
+    std::ostringstream o;
+    o << "Engine(model=" << std::string(py::repr(py::str(e.options().model)));
+    if (!e.options().store_dir.empty()) o << ", store_dir=" << std::string(py::repr(py::str(e.options().store_dir)));
+    if (e.closed()) o << ", closed";
+    o << ")";
+    return o.str();
+  });
+}
+
+}  // namespace orbit_py

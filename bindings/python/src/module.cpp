@@ -1,0 +1,84 @@
+// The compiled part of the Python package `orbit` (bindings/python/orbit/__init__.py re-exports it), and
+// the exceptions (DESIGN.md §8): orbit::Error -> orbit.OrbitError carrying the C++ message; a non-ok
+// Status from apply() -> CapacityError (out_of_capacity) or RefusedError (refused).
+#include <pybind11/pybind11.h>
+
+#include "bindings.h"
+#include "orbit/errors.h"
+#include "orbit/version.h"
+
+namespace orbit_py {
+
+namespace {
+// Distinct C++ types so each Python exception class has its own pybind11 registration.
+struct CapacityErrorTag {};
+struct RefusedErrorTag {};
+
+PyObject* g_orbit_error = nullptr;
+PyObject* g_capacity_error = nullptr;
+PyObject* g_refused_error = nullptr;
+
+// Raises `type(message)` with extra attributes set on the instance.
+void set_error(PyObject* type, const std::string& message, const py::dict& attrs) {
+  py::object exc = py::reinterpret_borrow<py::object>(type)(message);
+  for (auto item : attrs) exc.attr(item.first) = item.second;
+  PyErr_SetObject(type, exc.ptr());
+}
+}  // namespace
+
+void raise_status(int code, const std::string& reason) {
+  const auto status = static_cast<orbit::StatusCode>(code);
+  PyObject* type = g_orbit_error;
+  if (status == orbit::StatusCode::kOutOfCapacity) type = g_capacity_error;
+  if (status == orbit::StatusCode::kRefused) type = g_refused_error;
+  py::dict attrs;
+  attrs["status"] = orbit::status_code_name(status);
+  attrs["reason"] = reason;
+  attrs["source"] = py::none();
+  set_error(type, reason, attrs);
+  throw py::error_already_set();
+}
+
+void init_errors(py::module_& m) {
+  static py::exception<orbit::Error> orbit_error(m, "OrbitError", PyExc_RuntimeError);
+  orbit_error.doc() =
+      "Misuse or bad input reported by orbit's C++ core (DESIGN.md §8): a model that does not load, a closed\n"
+      "engine, a chunk unknown to this engine, a stale plan, an invalid policy spec, ... str(e) is the C++\n"
+      "message (it names the file, field or argument at fault); e.source is the 'file.cpp:line' of the check.\n"
+      "Wrong Python types and shapes caught before reaching C++ raise TypeError / ValueError instead.";
+  static py::exception<CapacityErrorTag> capacity_error(m, "CapacityError", orbit_error.ptr());
+  capacity_error.doc() =
+      "apply() (or an operation) could not run because the engine's pool or the window's max_bytes cannot hold\n"
+      "the result (Status out_of_capacity). The window is unchanged. e.reason has the numbers.";
+  static py::exception<RefusedErrorTag> refused_error(m, "RefusedError", orbit_error.ptr());
+  refused_error.doc() =
+      "apply() (or an operation) was refused, e.g. positions past the model's limit (Status refused). The window\n"
+      "is unchanged. e.reason says why.";
+  g_orbit_error = orbit_error.ptr();
+  g_capacity_error = capacity_error.ptr();
+  g_refused_error = refused_error.ptr();
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const orbit::Error& e) {
+      py::dict attrs;
+      attrs["source"] = e.source();
+      attrs["status"] = py::none();
+      attrs["reason"] = e.what();
+      set_error(g_orbit_error, e.what(), attrs);
+    }
+  });
+}
+
+}  // namespace orbit_py
+
+PYBIND11_MODULE(_orbit, m) {
+  m.doc() = "orbit: context windows as sets of reusable KV chunks (the compiled core; import `orbit`).";
+  m.attr("__version__") = orbit::version();
+  orbit_py::init_errors(m);
+  orbit_py::init_types(m);
+  orbit_py::init_policy(m);
+  orbit_py::init_engine(m);
+  orbit_py::init_window(m);
+}

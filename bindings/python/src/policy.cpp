@@ -1,0 +1,214 @@
+// WindowPolicy (exported as both orbit.WindowPolicy and orbit.Policy): a preset spec string
+// (orbit::parse_policy) and/or keyword arguments, with a validated property per field.
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "bindings.h"
+#include "orbit/engine.h"
+
+namespace orbit_py {
+
+namespace {
+
+using orbit::WindowPolicy;
+using Setter = std::function<void(WindowPolicy&, py::handle)>;
+
+std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__qualname__")); }
+
+// An enum field given as the enum, its member name ("token_recompute") or its C++ name ("token-recompute").
+template <typename E>
+E enum_value(py::handle v, const char* field, const std::vector<std::pair<std::string, E>>& names) {
+  if (py::isinstance<E>(v)) return v.cast<E>();
+  if (py::isinstance<py::str>(v)) {
+    const std::string s = v.cast<std::string>();
+    for (const auto& [name, value] : names) {
+      std::string dashed = name;
+      for (char& c : dashed) c = c == '_' ? '-' : c;
+      if (s == name || s == dashed) return value;
+    }
+  }
+  std::string valid;
+  for (const auto& [name, value] : names) valid += (valid.empty() ? "" : ", ") + name;
+  if (!py::isinstance<py::str>(v)) {
+    throw py::type_error(std::string("WindowPolicy.") + field + ": expected a string or enum, got " + type_name(v) +
+                         " (valid: " + valid + ")");
+  }
+  throw py::value_error(std::string("WindowPolicy.") + field + ": unknown value " + std::string(py::repr(v)) +
+                        " (valid: " + valid + ")");
+}
+
+double number(py::handle v, const char* field, double lo, double hi, bool lo_open) {
+  if (py::isinstance<py::bool_>(v) || !(py::isinstance<py::float_>(v) || py::isinstance<py::int_>(v))) {
+    throw py::type_error(std::string("WindowPolicy.") + field + ": expected a number, got " + type_name(v));
+  }
+  const double x = v.cast<double>();
+  if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo)) {
+    std::ostringstream o;
+    o << "WindowPolicy." << field << " = " << x << " must be in " << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
+    throw py::value_error(o.str());
+  }
+  return x;
+}
+
+bool boolean(py::handle v, const char* field) {
+  if (!py::isinstance<py::bool_>(v)) {
+    throw py::type_error(std::string("WindowPolicy.") + field + ": expected a bool, got " + type_name(v));
+  }
+  return v.cast<bool>();
+}
+
+// A rank: a positive int, or "full" / -1 (every singular direction).
+int64_t rank(py::handle v, const char* field) {
+  if (py::isinstance<py::str>(v) && v.cast<std::string>() == "full") return -1;
+  if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v)) {
+    throw py::type_error(std::string("WindowPolicy.") + field + ": expected a positive int or 'full', got " +
+                         std::string(py::repr(v)));
+  }
+  const int64_t r = v.cast<int64_t>();
+  if (r != -1 && r < 1) {
+    throw py::value_error(std::string("WindowPolicy.") + field + " = " + std::to_string(r) +
+                          " must be a positive int or 'full' (-1)");
+  }
+  return r;
+}
+
+const std::vector<std::pair<std::string, orbit::MissAction>> kMiss = {
+    {"form", orbit::MissAction::kForm}, {"blind", orbit::MissAction::kBlind},
+    {"reprefill", orbit::MissAction::kReprefill}, {"token_recompute", orbit::MissAction::kTokenRecompute},
+    {"first_k", orbit::MissAction::kFirstK}};
+const std::vector<std::pair<std::string, orbit::SurvivorAction>> kSurvivors = {
+    {"keep", orbit::SurvivorAction::kKeep}, {"recondition", orbit::SurvivorAction::kRecondition}};
+const std::vector<std::pair<std::string, orbit::StalePatch>> kStale = {{"rebuild", orbit::StalePatch::kRebuild},
+                                                                       {"accept", orbit::StalePatch::kAccept}};
+
+// Field name -> validated setter; also the set of keyword arguments Policy() accepts.
+const std::map<std::string, Setter>& setters() {
+  static const std::map<std::string, Setter> table = {
+      {"on_miss", [](WindowPolicy& p, py::handle v) { p.on_miss = enum_value(v, "on_miss", kMiss); }},
+      {"survivors", [](WindowPolicy& p, py::handle v) { p.survivors = enum_value(v, "survivors", kSurvivors); }},
+      {"stale", [](WindowPolicy& p, py::handle v) { p.stale = enum_value(v, "stale", kStale); }},
+      {"max_divergence", [](WindowPolicy& p, py::handle v) { p.max_divergence = number(v, "max_divergence", 0, 1, false); }},
+      {"rank", [](WindowPolicy& p, py::handle v) { p.rank_k = p.rank_v = rank(v, "rank"); }},
+      {"rank_k", [](WindowPolicy& p, py::handle v) { p.rank_k = rank(v, "rank_k"); }},
+      {"rank_v", [](WindowPolicy& p, py::handle v) { p.rank_v = rank(v, "rank_v"); }},
+      {"deep_only", [](WindowPolicy& p, py::handle v) { p.deep_only = boolean(v, "deep_only"); }},
+      {"deep_energy", [](WindowPolicy& p, py::handle v) { p.deep_energy = number(v, "deep_energy", 0, 1, true); }},
+      {"reuse_stored", [](WindowPolicy& p, py::handle v) { p.reuse_stored = boolean(v, "reuse_stored"); }},
+      {"use_orbit_patches", [](WindowPolicy& p, py::handle v) { p.use_orbit_patches = boolean(v, "use_orbit_patches"); }},
+      {"cascade_on_recall", [](WindowPolicy& p, py::handle v) { p.cascade_on_recall = boolean(v, "cascade_on_recall"); }},
+      {"store_conditioned", [](WindowPolicy& p, py::handle v) { p.store_conditioned = boolean(v, "store_conditioned"); }},
+      {"recompute_ratio", [](WindowPolicy& p, py::handle v) { p.recompute_ratio = number(v, "recompute_ratio", 0, 1, true); }},
+      {"first_k", [](WindowPolicy& p, py::handle v) {
+         if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 1) {
+           throw py::value_error("WindowPolicy.first_k: expected a positive int, got " + std::string(py::repr(v)));
+         }
+         p.first_k = v.cast<int64_t>();
+       }},
+  };
+  return table;
+}
+
+void apply_kwargs(WindowPolicy& p, const py::kwargs& kwargs) {
+  for (auto item : kwargs) {
+    const std::string key = py::str(item.first);
+    const auto it = setters().find(key);
+    if (it == setters().end()) {
+      std::string valid;
+      for (const auto& [name, fn] : setters()) valid += (valid.empty() ? "" : ", ") + name;
+      throw py::type_error("Policy(): unknown option '" + key + "' (valid: " + valid + ")");
+    }
+    it->second(p, item.second);
+  }
+}
+
+WindowPolicy make_policy(const py::object& spec, const py::kwargs& kwargs) {
+  WindowPolicy p;
+  if (!spec.is_none()) {
+    if (py::isinstance<WindowPolicy>(spec)) {
+      p = spec.cast<WindowPolicy>();
+    } else if (py::isinstance<py::str>(spec)) {
+      p = orbit::parse_policy(spec.cast<std::string>());  // orbit::Error -> OrbitError listing valid specs
+    } else {
+      throw py::type_error("Policy(): spec must be a string such as 'patch:16' (or a Policy), got " + type_name(spec));
+    }
+  }
+  apply_kwargs(p, kwargs);
+  return p;
+}
+
+std::string rank_str(int64_t r) { return r == -1 ? "'full'" : std::to_string(r); }
+
+template <typename T>
+void field(py::class_<WindowPolicy>& c, const char* name, T WindowPolicy::*member, const char* doc) {
+  c.def_property(
+      name, [member](const WindowPolicy& p) { return p.*member; },
+      [name](WindowPolicy& p, py::handle v) { setters().at(name)(p, v); }, doc);
+}
+
+}  // namespace
+
+void init_policy(py::module_& m) {
+  py::class_<WindowPolicy> c(m, "WindowPolicy",
+                             "What a window does on a patch miss, with survivors and with stale patches (orbit/policy.h).\n\n"
+                             "    Policy('patch:16')                      # a preset spec (see orbit.policy_help())\n"
+                             "    Policy('patch:full:exact')              # the oracle: equals a re-prefill\n"
+                             "    Policy(on_miss='blind', reuse_stored=False)\n"
+                             "    Policy('patch:8', survivors='recondition')   # a preset, then keyword overrides\n\n"
+                             "A mutable value: windows copy it (Window.policy returns a copy; assign it back).");
+  c.def(py::init(&make_policy), py::arg("spec") = py::none(),
+        "Policy(spec=None, **options): the preset `spec` ('patch[:M][:exact][:deep][:stale=D]', 'reprefill',\n"
+        "'prefix', 'blind', 'cacheblend:R', 'firstk:K'; default: patch:16), then the keyword options (any field\n"
+        "below, plus rank= for rank_k and rank_v together). Raises OrbitError for an invalid spec (listing the\n"
+        "valid forms), TypeError for an unknown option or wrong type, ValueError for an out-of-range value.");
+  field(c, "on_miss", &WindowPolicy::on_miss, "MissAction (or its name as a string when set).");
+  field(c, "survivors", &WindowPolicy::survivors, "SurvivorAction for instances whose context changed.");
+  field(c, "stale", &WindowPolicy::stale, "StalePatch: whether a patch formed under another context is used.");
+  field(c, "max_divergence", &WindowPolicy::max_divergence, "Largest accepted context divergence, in [0, 1].");
+  field(c, "rank_k", &WindowPolicy::rank_k, "Patch rank for keys; -1 (set 'full') = full rank.");
+  field(c, "rank_v", &WindowPolicy::rank_v, "Patch rank for values; -1 (set 'full') = full rank.");
+  field(c, "deep_only", &WindowPolicy::deep_only, "Patch only the deep layers holding deep_energy of the deficit.");
+  field(c, "deep_energy", &WindowPolicy::deep_energy, "Energy fraction for deep_only, in (0, 1].");
+  field(c, "reuse_stored", &WindowPolicy::reuse_stored, "Look up stored patches at all.");
+  field(c, "use_orbit_patches", &WindowPolicy::use_orbit_patches, "Accept patches keyed by the antecedent set.");
+  field(c, "cascade_on_recall", &WindowPolicy::cascade_on_recall, "A recall re-conditions its dependents.");
+  field(c, "store_conditioned", &WindowPolicy::store_conditioned, "Prefix-cache baseline: store whole conditioned KV.");
+  field(c, "recompute_ratio", &WindowPolicy::recompute_ratio, "token_recompute: fraction of tokens, in (0, 1].");
+  field(c, "first_k", &WindowPolicy::first_k, "first_k: tokens recomputed in context.");
+  c.def_property_readonly("name", &WindowPolicy::name, "The preset in canonical spec form ('patch:16', 'reprefill', ...).");
+  c.def("replace", [](const WindowPolicy& p, const py::kwargs& kwargs) {
+        WindowPolicy q = p;
+        apply_kwargs(q, kwargs);
+        return q;
+      },
+      "A copy with the given fields changed: policy.replace(survivors='recondition').");
+  c.def("__copy__", [](const WindowPolicy& p) { return p; });
+  c.def("__deepcopy__", [](const WindowPolicy& p, py::dict) { return p; }, py::arg("memo"));
+  c.def("__eq__", [](const WindowPolicy& a, const WindowPolicy& b) {
+        return a.on_miss == b.on_miss && a.survivors == b.survivors && a.stale == b.stale &&
+               a.max_divergence == b.max_divergence && a.rank_k == b.rank_k && a.rank_v == b.rank_v &&
+               a.deep_only == b.deep_only && a.deep_energy == b.deep_energy && a.reuse_stored == b.reuse_stored &&
+               a.use_orbit_patches == b.use_orbit_patches && a.cascade_on_recall == b.cascade_on_recall &&
+               a.store_conditioned == b.store_conditioned && a.recompute_ratio == b.recompute_ratio &&
+               a.first_k == b.first_k;
+      }, py::is_operator());
+  c.def("__repr__", [](const WindowPolicy& p) {
+    std::ostringstream o;
+    o << "Policy(" << py::repr(py::str(p.name())).cast<std::string>() << ", on_miss='" << orbit::miss_action_name(p.on_miss)
+      << "', survivors='" << (p.survivors == orbit::SurvivorAction::kKeep ? "keep" : "recondition") << "', stale='"
+      << (p.stale == orbit::StalePatch::kRebuild ? "rebuild" : "accept") << "', max_divergence=" << p.max_divergence
+      << ", rank_k=" << rank_str(p.rank_k) << ", rank_v=" << rank_str(p.rank_v)
+      << ", deep_only=" << (p.deep_only ? "True" : "False") << ", reuse_stored=" << (p.reuse_stored ? "True" : "False")
+      << ", use_orbit_patches=" << (p.use_orbit_patches ? "True" : "False")
+      << ", cascade_on_recall=" << (p.cascade_on_recall ? "True" : "False")
+      << ", store_conditioned=" << (p.store_conditioned ? "True" : "False") << ")";
+    return o.str();
+  });
+  m.attr("Policy") = c;
+  m.def("policy_help", &orbit::policy_spec_help, "The valid policy spec forms, one per line.");
+}
+
+}  // namespace orbit_py

@@ -1,0 +1,361 @@
+// Enums and the read-only value objects: ChunkRef, PlanStep, Plan, ApplyReport, InstanceInfo, stats and
+// infos. Each mirrors its C++ struct field for field (the headers in sdk/include/orbit/ document them).
+#include <pybind11/stl.h>
+
+#include <iomanip>
+#include <sstream>
+
+#include "bindings.h"
+#include "orbit/engine.h"
+
+namespace orbit_py {
+
+namespace {
+
+// orbit::chunk_kind_name is declared in orbit/chunk.h but not yet defined by the SDK: a local copy.
+const char* kind_name(orbit::ChunkKind k) noexcept { return k == orbit::ChunkKind::kTokens ? "tokens" : "embeddings"; }
+
+std::string quoted(const std::string& s) { return py::repr(py::str(s)); }
+
+std::string short_key(const std::string& key) { return key.size() > 12 ? key.substr(0, 12) + "..." : key; }
+
+template <typename T>
+std::string join(const std::vector<T>& v) {
+  std::ostringstream s;
+  s << "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s << (i ? ", " : "") << v[i];
+  s << "]";
+  return s.str();
+}
+
+std::string chunk_repr(const orbit::ChunkRef& c) {
+  std::ostringstream s;
+  s << "ChunkRef(" << (c.label.empty() ? "" : quoted(c.label) + ", ") << "key=" << short_key(c.key)
+    << ", kind=" << kind_name(c.kind) << ", length=" << c.length;
+  if (c.extent != c.length) s << ", extent=" << c.extent;
+  s << ")";
+  return s.str();
+}
+
+// An enum whose str() is the C++ name ("apply-patch") and whose members are the C++ enumerators without
+// the k prefix, in snake case (StepAction.apply_patch).
+template <typename E>
+py::enum_<E> bind_enum(py::module_& m, const char* name, const char* doc, const char* (*name_of)(E) noexcept) {
+  py::enum_<E> e(m, name, doc);
+  // Replaces (not overloads) enum_'s own __str__.
+  e.attr("__str__") = py::cpp_function([name_of](E v) { return std::string(name_of(v)); }, py::name("__str__"),
+                                       py::is_method(e), "The C++ name (as plans and traces print it).");
+  e.def_property_readonly("label", [name_of](E v) { return std::string(name_of(v)); },
+                          "The C++ name (as plans and traces print it), e.g. 'apply-patch'.");
+  return e;
+}
+
+const char* store_tier_name_of(orbit::StoreTier t) noexcept { return orbit::store_tier_name(t); }
+const char* survivor_name(orbit::SurvivorAction a) noexcept {
+  return a == orbit::SurvivorAction::kKeep ? "keep" : "recondition";
+}
+const char* stale_name(orbit::StalePatch a) noexcept { return a == orbit::StalePatch::kRebuild ? "rebuild" : "accept"; }
+
+}  // namespace
+
+void init_types(py::module_& m) {
+  using namespace orbit;
+
+  // ---- enums ----------------------------------------------------------------------------------------
+  bind_enum<ChunkKind>(m, "ChunkKind", "What a chunk holds: token ids or input embeddings (media).", kind_name)
+      .value("tokens", ChunkKind::kTokens)
+      .value("embeddings", ChunkKind::kEmbeddings);
+  bind_enum<Operation>(m, "Operation", "A window operation (Plan.op, ApplyReport.op).", operation_name)
+      .value("admit", Operation::kAdmit)
+      .value("add_turn", Operation::kAddTurn)
+      .value("evict", Operation::kEvict)
+      .value("slide", Operation::kSlide)
+      .value("recall", Operation::kRecall)
+      .value("reorder", Operation::kReorder)
+      .value("recondition", Operation::kRecondition);
+  bind_enum<StepAction>(m, "StepAction", "What a plan step does to one instance (see orbit/plan.h).", step_action_name)
+      .value("keep", StepAction::kKeep, "content unchanged, relocated if it moved (rotation only)")
+      .value("canonical", StepAction::kCanonical, "the canonical alone is exact (nothing precedes the chunk)")
+      .value("apply_patch", StepAction::kApplyPatch, "canonical + a stored patch")
+      .value("load_conditioned", StepAction::kLoadConditioned, "a stored conditioned KV for exactly this context")
+      .value("form", StepAction::kForm, "one forward in context; its patch is formed and stored")
+      .value("reprefill", StepAction::kReprefill, "one forward in context, nothing stored")
+      .value("blind", StepAction::kBlind, "the canonical relocated, no repair (approximate)")
+      .value("recompute", StepAction::kRecompute, "some tokens forwarded in context (CacheBlend / first-k)")
+      .value("prefill_turn", StepAction::kPrefillTurn, "a live turn prefilled in context")
+      .value("evict", StepAction::kEvict, "the instance leaves the window (its canonical stays stored)");
+  bind_enum<PatchMatch>(m, "PatchMatch", "How the patch of an apply_patch step was found.", patch_match_name)
+      .value("none", PatchMatch::kNone)
+      .value("exact", PatchMatch::kExact)
+      .value("orbit", PatchMatch::kOrbit)
+      .value("stale", PatchMatch::kStale);
+  bind_enum<MissAction>(m, "MissAction", "What a window does when no usable stored patch exists.", miss_action_name)
+      .value("form", MissAction::kForm, "one forward in context; a patch stored for next time")
+      .value("blind", MissAction::kBlind, "the canonical, relocated; no repair")
+      .value("reprefill", MissAction::kReprefill, "one forward in context, nothing stored")
+      .value("token_recompute", MissAction::kTokenRecompute, "CacheBlend: recompute the top recompute_ratio of tokens")
+      .value("first_k", MissAction::kFirstK, "EPIC: recompute the first first_k tokens in context");
+  bind_enum<SurvivorAction>(m, "SurvivorAction", "What happens to instances whose context changed.", survivor_name)
+      .value("keep", SurvivorAction::kKeep, "relocation only")
+      .value("recondition", SurvivorAction::kRecondition, "look up a patch for the new context, else the miss action");
+  bind_enum<StalePatch>(m, "StalePatch", "Whether a patch formed under another context may be used.", stale_name)
+      .value("rebuild", StalePatch::kRebuild, "never: treat as a miss")
+      .value("accept", StalePatch::kAccept, "use the closest one when its divergence <= max_divergence");
+  bind_enum<StoreTier>(m, "StoreTier", "A tier of the chunk store.", store_tier_name_of)
+      .value("device", StoreTier::kDevice)
+      .value("host", StoreTier::kHost)
+      .value("disk", StoreTier::kDisk);
+
+  // ---- ChunkRef -------------------------------------------------------------------------------------
+  py::class_<ChunkRef>(m, "ChunkRef",
+                       "A handle to a chunk registered with an Engine (Engine.add_tokens / add_embeddings). A value:\n"
+                       "compares and hashes by its content key. Valid only with the engine that made it.")
+      .def_readonly("key", &ChunkRef::key, "64-hex content key (model fingerprint + content; never position).")
+      .def_readonly("kind", &ChunkRef::kind, "ChunkKind.tokens or ChunkKind.embeddings.")
+      .def_readonly("length", &ChunkRef::length, "Tokens.")
+      .def_readonly("extent", &ChunkRef::extent, "Positions it spans in a window (= length for text).")
+      .def_readonly("label", &ChunkRef::label, "The caller's name for it (may be empty).")
+      .def_property_readonly("valid", &ChunkRef::valid, "False only for a default (empty) reference.")
+      .def("__len__", [](const ChunkRef& c) { return c.length; }, "Tokens.")
+      .def("__eq__", [](const ChunkRef& a, const ChunkRef& b) { return a == b; }, py::is_operator())
+      .def("__ne__", [](const ChunkRef& a, const ChunkRef& b) { return a != b; }, py::is_operator())
+      .def("__hash__", [](const ChunkRef& c) { return py::hash(py::str(c.key)); })
+      .def("__repr__", &chunk_repr);
+
+  // ---- plans ----------------------------------------------------------------------------------------
+  py::class_<PlanStep>(m, "PlanStep", "What one plan step does to one instance (read-only; see orbit/plan.h).")
+      .def_readonly("action", &PlanStep::action, "StepAction.")
+      .def_readonly("instance", &PlanStep::instance, "Instance id.")
+      .def_readonly("chunk", &PlanStep::chunk, "The chunk (for a turn: kind tokens, label 'turn').")
+      .def_readonly("is_turn", &PlanStep::is_turn, "True for a live turn.")
+      .def_readonly("position", &PlanStep::position, "First position after the operation (evict: before).")
+      .def_readonly("match", &PlanStep::match, "PatchMatch of an apply_patch step.")
+      .def_readonly("turn_tokens", &PlanStep::turn_tokens, "A new live turn's tokens.")
+      .def_readonly("patch_key", &PlanStep::patch_key, "The stored patch / conditioned KV read.")
+      .def_readonly("store_keys", &PlanStep::store_keys, "Keys this step writes.")
+      .def_readonly("divergence", &PlanStep::divergence, "Stale match: the accepted patch's context divergence.")
+      .def_readonly("needs_canonical", &PlanStep::needs_canonical, "The canonical must be encoded or loaded.")
+      .def_readonly("encode_canonical", &PlanStep::encode_canonical, "... and it is not stored: one forward alone.")
+      .def_readonly("canonical_tier", &PlanStep::canonical_tier, "StoreTier the canonical is read from.")
+      .def_readonly("forward_tokens", &PlanStep::forward_tokens, "Token-forwards this step costs.")
+      .def_readonly("bytes_moved", &PlanStep::bytes_moved, "Bytes read from the store for this step.")
+      .def_readonly("exact", &PlanStep::exact, "This instance's KV equals a re-prefill after the plan.")
+      .def_readonly("reason", &PlanStep::reason, "Why this action.")
+      .def("__repr__", [](const PlanStep& s) {
+        std::ostringstream o;
+        o << "PlanStep(" << step_action_name(s.action) << ", instance=" << s.instance << ", "
+          << (s.is_turn ? std::string("turn") : chunk_repr(s.chunk)) << ", position=" << s.position
+          << ", forward_tokens=" << s.forward_tokens << ", exact=" << (s.exact ? "True" : "False");
+        if (s.match != PatchMatch::kNone) o << ", match=" << patch_match_name(s.match);
+        if (!s.reason.empty()) o << ", reason=" << quoted(s.reason);
+        o << ")";
+        return o.str();
+      });
+
+  py::class_<Plan>(m, "Plan",
+                   "What an operation would do (Window.plan_*), made without changing the window. Pass it to\n"
+                   "Window.apply() while the window is unchanged (a plan of an older version raises OrbitError).\n"
+                   "len(plan) and iteration give its steps; str(plan) is Plan.describe().")
+      .def_readonly("op", &Plan::op, "Operation.")
+      .def_readonly("window_id", &Plan::window_id, "The window that made it.")
+      .def_readonly("window_version", &Plan::window_version, "The window version it was made from.")
+      .def_readonly("steps", &Plan::steps, "list[PlanStep], in the order apply() executes them.")
+      .def_readonly("order", &Plan::order, "Instance ids after the plan, in window order.")
+      .def_readonly("forward_tokens", &Plan::forward_tokens, "Estimated token-forwards (sum over steps).")
+      .def_readonly("bytes_moved", &Plan::bytes_moved, "Estimated store bytes read (sum over steps).")
+      .def_readonly("device_bytes_after", &Plan::device_bytes_after, "KV bytes (whole pages) the window holds after.")
+      .def_readonly("window_tokens_after", &Plan::window_tokens_after, "Tokens in the window after.")
+      .def_readonly("exact", &Plan::exact, "Every instance's KV equals a re-prefill after apply.")
+      .def_readonly("cascade", &Plan::cascade, "Recall: dependents re-conditioned, in topological order.")
+      .def("count", [](const Plan& p, StepAction a) { return p.count(a); }, py::arg("action"),
+           "Number of steps with this StepAction.")
+      .def("describe", &Plan::describe, "One line per step (what `orbit replay --explain` prints).")
+      .def("__str__", &Plan::describe)
+      .def("__len__", [](const Plan& p) { return p.steps.size(); })
+      .def("__iter__", [](const Plan& p) { return py::iter(py::cast(p.steps)); })
+      .def("__repr__", [](const Plan& p) {
+        std::ostringstream o;
+        o << "Plan(" << operation_name(p.op) << ", window=" << p.window_id << "@v" << p.window_version
+          << ", steps=" << p.steps.size() << ", forward_tokens=" << p.forward_tokens
+          << ", window_tokens_after=" << p.window_tokens_after << ", exact=" << (p.exact ? "True" : "False") << ")";
+        return o.str();
+      });
+
+  py::class_<ApplyReport>(m, "ApplyReport", "What apply() did (measured, not estimated).")
+      .def_readonly("op", &ApplyReport::op, "Operation.")
+      .def_readonly("forward_tokens", &ApplyReport::forward_tokens, "Token-forwards actually computed.")
+      .def_readonly("patches_formed", &ApplyReport::patches_formed, "Patches formed and stored.")
+      .def_readonly("patch_hits", &ApplyReport::patch_hits, "Stored patches (or conditioned KV) reused.")
+      .def_readonly("canonicals_encoded", &ApplyReport::canonicals_encoded, "Canonicals encoded (chunk alone).")
+      .def_readonly("bytes_moved", &ApplyReport::bytes_moved, "Bytes read from the store.")
+      .def_readonly("seconds", &ApplyReport::seconds, "Wall time of apply().")
+      .def_readonly("device_bytes", &ApplyReport::device_bytes, "KV bytes (whole pages) the window holds now.")
+      .def_readonly("added", &ApplyReport::added, "Instance ids the operation created.")
+      .def_readonly("removed", &ApplyReport::removed, "Instance ids it evicted.")
+      .def("__repr__", [](const ApplyReport& r) {
+        std::ostringstream o;
+        o << "ApplyReport(" << operation_name(r.op) << ", forward_tokens=" << r.forward_tokens
+          << ", patches_formed=" << r.patches_formed << ", patch_hits=" << r.patch_hits
+          << ", canonicals_encoded=" << r.canonicals_encoded << ", added=" << join(r.added)
+          << ", removed=" << join(r.removed) << ", seconds=" << std::setprecision(3) << r.seconds << ")";
+        return o.str();
+      });
+
+  // ---- window state ---------------------------------------------------------------------------------
+  py::class_<InstanceInfo>(m, "InstanceInfo",
+                           "One instance (a placement of a chunk, or a live turn) as the window holds it. Accepted\n"
+                           "wherever an instance id is (evict, reorder, kv, before=...).")
+      .def_readonly("id", &InstanceInfo::id, "Instance id (unique per engine; forks keep their parent's ids).")
+      .def_readonly("chunk", &InstanceInfo::chunk, "The chunk (for turns: kind tokens, label 'turn').")
+      .def_readonly("is_turn", &InstanceInfo::is_turn, "True for a live turn.")
+      .def_readonly("turn_tokens", &InstanceInfo::turn_tokens, "A turn's tokens.")
+      .def_readonly("position", &InstanceInfo::position, "First position in the window.")
+      .def_readonly("length", &InstanceInfo::length, "Tokens.")
+      .def_readonly("formed_by", &InstanceInfo::formed_by, "StepAction that made its current KV.")
+      .def_readonly("match", &InstanceInfo::match, "PatchMatch when formed_by is apply_patch.")
+      .def_readonly("exact", &InstanceInfo::exact, "Its KV equals a re-prefill of the current window (as tracked).")
+      .def_readonly("context_changed", &InstanceInfo::context_changed, "Kept as-is although its context changed.")
+      .def_readonly("patch_key", &InstanceInfo::patch_key, "The patch applied, if any.")
+      .def("__int__", [](const InstanceInfo& i) { return i.id; })
+      .def("__index__", [](const InstanceInfo& i) { return i.id; })
+      .def("__repr__", [](const InstanceInfo& i) {
+        std::ostringstream o;
+        o << "InstanceInfo(id=" << i.id << ", " << (i.is_turn ? "turn " + join(i.turn_tokens) : chunk_repr(i.chunk))
+          << ", position=" << i.position << ", length=" << i.length << ", formed_by=" << step_action_name(i.formed_by)
+          << ", exact=" << (i.exact ? "True" : "False") << ")";
+        return o.str();
+      });
+
+  py::class_<WindowStats>(m, "WindowStats", "A window's counters (Window.stats).")
+      .def_readonly("instances", &WindowStats::instances, "Instances (chunks + turns).")
+      .def_readonly("chunk_instances", &WindowStats::chunk_instances, "Chunk instances.")
+      .def_readonly("turns", &WindowStats::turns, "Live turns.")
+      .def_readonly("tokens", &WindowStats::tokens, "Tokens in the window.")
+      .def_readonly("device_bytes", &WindowStats::device_bytes, "KV bytes held (shared pages counted in each holder).")
+      .def_readonly("shared_pages", &WindowStats::shared_pages, "Pages shared with another window (forks).")
+      .def_readonly("evicted", &WindowStats::evicted, "Chunk instances evicted and recallable.")
+      .def_readonly("forward_tokens", &WindowStats::forward_tokens, "Token-forwards over applied operations.")
+      .def_readonly("operations", &WindowStats::operations, "Applied operations.")
+      .def("__repr__", [](const WindowStats& s) {
+        std::ostringstream o;
+        o << "WindowStats(instances=" << s.instances << ", chunk_instances=" << s.chunk_instances << ", turns=" << s.turns
+          << ", tokens=" << s.tokens << ", device_bytes=" << s.device_bytes << ", shared_pages=" << s.shared_pages
+          << ", evicted=" << s.evicted << ", forward_tokens=" << s.forward_tokens << ", operations=" << s.operations << ")";
+        return o.str();
+      });
+
+  py::class_<TierStats>(m, "TierStats", "Counters of one store tier in this process.")
+      .def_readonly("tier", &TierStats::tier, "StoreTier.")
+      .def_readonly("enabled", &TierStats::enabled, "Whether the tier is in use.")
+      .def_readonly("entries", &TierStats::entries, "Entries held.")
+      .def_readonly("bytes", &TierStats::bytes, "Bytes charged against the budget.")
+      .def_readonly("budget_bytes", &TierStats::budget_bytes, "Budget.")
+      .def_readonly("pinned_entries", &TierStats::pinned_entries, "Pinned entries.")
+      .def_readonly("hits", &TierStats::hits, "Reads served by this tier.")
+      .def_readonly("evictions", &TierStats::evictions, "Entries that left under budget pressure.")
+      .def_readonly("demotions", &TierStats::demotions, "Entries moved to the next tier down.")
+      .def_readonly("promotions", &TierStats::promotions, "Entries copied into this tier on access.")
+      .def("__repr__", [](const TierStats& t) {
+        std::ostringstream o;
+        o << "TierStats(" << store_tier_name(t.tier) << ", enabled=" << (t.enabled ? "True" : "False")
+          << ", entries=" << t.entries << ", bytes=" << t.bytes << ", hits=" << t.hits << ")";
+        return o.str();
+      });
+
+  py::class_<StoreStats>(m, "StoreStats", "The chunk store's counters (EngineStats.store).")
+      .def_readonly("tiers", &StoreStats::tiers, "list[TierStats]: device, host, disk.")
+      .def_readonly("misses", &StoreStats::misses, "Lookups no tier served.")
+      .def_readonly("refusals", &StoreStats::refusals, "Puts no tier could admit.")
+      .def_readonly("corrupt_reads", &StoreStats::corrupt_reads, "Blobs that failed their checksum.")
+      .def_readonly("io_errors", &StoreStats::io_errors, "Puts that failed on disk.")
+      .def("__repr__", [](const StoreStats& s) {
+        std::ostringstream o;
+        o << "StoreStats(tiers=" << s.tiers.size() << ", misses=" << s.misses << ", refusals=" << s.refusals
+          << ", corrupt_reads=" << s.corrupt_reads << ", io_errors=" << s.io_errors << ")";
+        return o.str();
+      });
+
+  py::class_<EngineStats>(m, "EngineStats", "An engine's counters (Engine.stats).")
+      .def_readonly("chunks", &EngineStats::chunks, "Chunks registered.")
+      .def_readonly("windows", &EngineStats::windows, "Windows alive.")
+      .def_readonly("pool_pages", &EngineStats::pool_pages, "KV pool pages.")
+      .def_readonly("pool_free_pages", &EngineStats::pool_free_pages, "Free KV pool pages.")
+      .def_readonly("pool_bytes_used", &EngineStats::pool_bytes_used, "Bytes of live pages.")
+      .def_readonly("canonicals_encoded", &EngineStats::canonicals_encoded, "Forwards of chunks alone.")
+      .def_readonly("patches_formed", &EngineStats::patches_formed, "Patches formed.")
+      .def_readonly("patch_hits", &EngineStats::patch_hits, "Stored patches reused.")
+      .def_readonly("forward_tokens", &EngineStats::forward_tokens, "Token-forwards over all windows' operations.")
+      .def_readonly("store", &EngineStats::store, "StoreStats (empty after close()).")
+      .def("__repr__", [](const EngineStats& s) {
+        std::ostringstream o;
+        o << "EngineStats(chunks=" << s.chunks << ", windows=" << s.windows << ", pool_pages=" << s.pool_pages
+          << ", pool_free_pages=" << s.pool_free_pages << ", canonicals_encoded=" << s.canonicals_encoded
+          << ", patches_formed=" << s.patches_formed << ", patch_hits=" << s.patch_hits
+          << ", forward_tokens=" << s.forward_tokens << ")";
+        return o.str();
+      });
+
+  py::class_<ModelInfo>(m, "ModelInfo", "The engine's model (Engine.model_info).")
+      .def_readonly("origin", &ModelInfo::origin, "Path it was loaded from.")
+      .def_readonly("architecture", &ModelInfo::architecture, "'llama', 'qwen2', 'qwen2_vl', 'deepseek_v2'.")
+      .def_readonly("fingerprint", &ModelInfo::fingerprint, "Model fingerprint (part of every content key).")
+      .def_readonly("num_layers", &ModelInfo::num_layers, "Layers.")
+      .def_readonly("vocab_size", &ModelInfo::vocab_size, "Vocabulary size (token ids are 0..vocab_size-1).")
+      .def_readonly("max_positions", &ModelInfo::max_positions, "Position limit.")
+      .def_readonly("position_rows", &ModelInfo::position_rows, "3 for M-RoPE models (grids [3, n]), else 1.")
+      .def_readonly("hidden_size", &ModelInfo::hidden_size, "Embedding width (add_embeddings needs [n, hidden_size]).")
+      .def_readonly("kv_bytes_per_token", &ModelInfo::kv_bytes_per_token, "KV bytes per token, all layers, float32.")
+      .def("__repr__", [](const ModelInfo& i) {
+        std::ostringstream o;
+        o << "ModelInfo(" << quoted(i.origin) << ", architecture=" << quoted(i.architecture)
+          << ", num_layers=" << i.num_layers << ", hidden_size=" << i.hidden_size << ", vocab_size=" << i.vocab_size
+          << ", max_positions=" << i.max_positions << ", position_rows=" << i.position_rows << ")";
+        return o.str();
+      });
+
+  py::class_<EngineOptions>(m, "EngineOptions", "The options an Engine was opened with (Engine.options).")
+      .def_readonly("model", &EngineOptions::model, "Model path.")
+      .def_readonly("store_dir", &EngineOptions::store_dir, "Store directory ('' = memory only).")
+      .def_readonly("pool_bytes", &EngineOptions::pool_bytes, "KV pool bytes.")
+      .def_readonly("page_size", &EngineOptions::page_size, "Tokens per page.")
+      .def_readonly("host_budget_bytes", &EngineOptions::host_budget_bytes, "Store host-tier budget.")
+      .def_readonly("disk_budget_bytes", &EngineOptions::disk_budget_bytes, "Store disk budget (0 = unlimited).")
+      .def_readonly("threads", &EngineOptions::threads, "Intra-op threads (0 = process setting).")
+      .def("__repr__", [](const EngineOptions& o) {
+        std::ostringstream s;
+        s << "EngineOptions(model=" << quoted(o.model) << ", store_dir=" << quoted(o.store_dir)
+          << ", pool_bytes=" << o.pool_bytes << ", page_size=" << o.page_size << ", host_budget_bytes="
+          << o.host_budget_bytes << ", disk_budget_bytes=" << o.disk_budget_bytes << ", threads=" << o.threads << ")";
+        return s.str();
+      });
+
+  // ---- reading results ------------------------------------------------------------------------------
+  py::class_<Generation>(m, "Generation", "The result of Window.generate().")
+      .def_readonly("tokens", &Generation::tokens, "Generated tokens (a stop token included when it ended the run).")
+      .def_readonly("stop_reason", &Generation::stop_reason, "'stop_token', 'max_tokens' or 'position_limit'.")
+      .def_readonly("seconds", &Generation::seconds, "Wall time.")
+      .def("__len__", [](const Generation& g) { return g.tokens.size(); })
+      .def("__iter__", [](const Generation& g) { return py::iter(py::cast(g.tokens)); })
+      .def("__repr__", [](const Generation& g) {
+        return "Generation(tokens=" + join(g.tokens) + ", stop_reason=" + quoted(g.stop_reason) + ")";
+      });
+
+  py::class_<DisposabilityReport>(m, "DisposabilityReport", "The result of Window.disposable().")
+      .def_readonly("instance", &DisposabilityReport::instance, "The instance examined.")
+      .def_readonly("disposable", &DisposabilityReport::disposable,
+                    "The greedy answer is the same without its conditioning.")
+      .def_readonly("answer", &DisposabilityReport::answer, "Greedy decode with the window as it is.")
+      .def_readonly("answer_without", &DisposabilityReport::answer_without,
+                    "... with the instance's KV replaced by its canonical.")
+      .def_readonly("kl_first", &DisposabilityReport::kl_first, "KL(as-is || without) of the first answer token.")
+      .def("__bool__", [](const DisposabilityReport& r) { return r.disposable; })
+      .def("__repr__", [](const DisposabilityReport& r) {
+        std::ostringstream o;
+        o << "DisposabilityReport(instance=" << r.instance << ", disposable=" << (r.disposable ? "True" : "False")
+          << ", answer=" << join(r.answer) << ", answer_without=" << join(r.answer_without)
+          << ", kl_first=" << r.kl_first << ")";
+        return o.str();
+      });
+}
+
+}  // namespace orbit_py

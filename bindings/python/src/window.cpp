@@ -1,0 +1,318 @@
+// orbit.Window: plan_* (const) then apply(), the plan-and-apply shortcuts, fork, and the reading calls
+// (logits as numpy float32, generate, disposable, kv). Every call releases the GIL and locks the window
+// (py_window.h). A non-ok apply() Status raises CapacityError / RefusedError; the window is unchanged.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "bindings.h"
+#include "convert.h"
+#include "py_window.h"
+
+namespace orbit_py {
+
+namespace {
+
+using orbit::ApplyReport;
+using orbit::ChunkRef;
+using orbit::InstanceId;
+using orbit::Plan;
+using orbit::Result;
+using orbit::Window;
+
+// An instance's KV, copied out of the pool: k/v stacked over layers.
+struct PyInstanceKV {
+  int64_t length = 0;
+  std::vector<int64_t> k_shape;
+  std::vector<int64_t> v_shape;
+  py::array_t<float> k;  // [layers, length, *k_shape]
+  py::array_t<float> v;  // [layers, length, *v_shape]
+  py::array_t<int32_t> pages;
+};
+
+py::array_t<float> stack_layers(const std::vector<std::vector<float>>& layers, int64_t length,
+                                const std::vector<int64_t>& per_token) {
+  std::vector<py::ssize_t> shape = {static_cast<py::ssize_t>(layers.size()), static_cast<py::ssize_t>(length)};
+  for (int64_t d : per_token) shape.push_back(static_cast<py::ssize_t>(d));
+  py::array_t<float> out(shape);
+  float* dst = out.mutable_data();
+  for (const auto& layer : layers) {
+    std::memcpy(dst, layer.data(), layer.size() * sizeof(float));
+    dst += layer.size();
+  }
+  return out;
+}
+
+InstanceId before_arg(py::handle obj) { return obj.is_none() ? 0 : to_instance(obj, "before"); }
+
+ApplyReport checked(Result<ApplyReport>&& r) {
+  if (!r.is_ok()) raise_status(static_cast<int>(r.status().code()), r.status().reason());
+  return std::move(r).value();
+}
+
+// Runs a plan_* call and applies its plan; raises CapacityError / RefusedError on a non-ok Status.
+template <typename F>
+ApplyReport plan_and_apply(PyWindow& w, F&& make_plan) {
+  Result<ApplyReport> r = w.run([&](Window& win) { return win.apply(make_plan(win)); });
+  return checked(std::move(r));
+}
+
+// Logits rows as numpy: [vocab] for the last row only, [rows, vocab] for all rows.
+py::array_t<float> logits_array(orbit::Logits&& l, bool all_rows) {
+  if (all_rows) return to_numpy(std::move(l.values), {static_cast<py::ssize_t>(l.rows), static_cast<py::ssize_t>(l.vocab)});
+  if (l.rows > 1) l.values.erase(l.values.begin(), l.values.end() - l.vocab);
+  return to_numpy(std::move(l.values), {static_cast<py::ssize_t>(l.vocab)});
+}
+
+const char* kLogitsDoc =
+    "Next-token logits after the query's tokens (live tokens after the window; nothing is stored). Returns a\n"
+    "numpy float32 array [vocab] for the last query token, or [len(query), vocab] with all_rows=True.\n"
+    "Raises OrbitError for an empty query or ids outside the vocabulary.";
+
+}  // namespace
+
+py::object wrap_window(std::shared_ptr<orbit::Engine> engine, Window window) {
+  return py::cast(std::make_unique<PyWindow>(std::move(engine), std::move(window)));
+}
+
+void init_window(py::module_& m) {
+  py::class_<PyInstanceKV>(m, "InstanceKV",
+                           "An instance's stored KV (content channel, keys before RoPE), copied out of the pool.")
+      .def_readonly("length", &PyInstanceKV::length, "Tokens.")
+      .def_readonly("k_shape", &PyInstanceKV::k_shape, "Per-token key shape (GQA: [H_kv, d]; MLA: [1, d_rope]).")
+      .def_readonly("v_shape", &PyInstanceKV::v_shape, "Per-token value shape (GQA: [H_kv, d]; MLA: [1, r_kv]).")
+      .def_readonly("k", &PyInstanceKV::k, "numpy float32 [layers, length, *k_shape].")
+      .def_readonly("v", &PyInstanceKV::v, "numpy float32 [layers, length, *v_shape].")
+      .def_readonly("pages", &PyInstanceKV::pages, "numpy int32: the pool pages holding it (forks share pages).")
+      .def("__repr__", [](const PyInstanceKV& kv) {
+        return "InstanceKV(length=" + std::to_string(kv.length) + ", k=" + std::string(py::str(kv.k.attr("shape"))) +
+               ", v=" + std::string(py::str(kv.v.attr("shape"))) + ", pages=" + std::to_string(kv.pages.size()) + ")";
+      });
+
+  py::class_<PyWindow> c(
+      m, "Window",
+      "An ordered set of chunk instances plus live turns, bound to one Engine (orbit/window.h). Make one with\n"
+      "Engine.new_window(). Every operation is planned, then applied:\n\n"
+      "    plan = w.plan_admit(chunk)   # nothing changes: what would happen, what it costs, exact or not\n"
+      "    report = w.apply(plan)       # does it (CapacityError / RefusedError if it cannot; nothing changed)\n\n"
+      "or in one call: w.admit(chunk). Instances are given as ids (int) or InstanceInfo objects; chunks as\n"
+      "ChunkRef or their key. A context manager: leaving the block (or close()) returns its pages to the pool.\n"
+      "Calls on one window are serialized (a lock); the GIL is released while they run.");
+
+  // ---- lifetime ----
+  c.def("close", &PyWindow::close,
+        "Destroys the window now (its pages return to the pool; forks keep shared pages). Idempotent; later\n"
+        "calls raise OrbitError.");
+  c.def_property_readonly("closed", [](const PyWindow& w) { return !w.window.has_value(); }, "True after close().");
+  c.def("__enter__", [](py::object self) { return self; }, "Returns the window.");
+  c.def("__exit__", [](PyWindow& w, py::args) {
+        w.close();
+        return false;
+      },
+      "Closes the window.");
+  c.def_property_readonly("engine", [](const PyWindow& w) { return w.engine; }, "The Engine it belongs to.");
+
+  // ---- state ----
+  c.def_property_readonly("id", [](const PyWindow& w) { return w.id; }, "Window id (unique per engine).");
+  c.def_property_readonly("label", [](PyWindow& w) { return w.run([](Window& x) { return x.options().label; }); },
+                          "Its label.");
+  c.def_property_readonly("max_bytes", [](PyWindow& w) { return w.run([](Window& x) { return x.options().max_bytes; }); },
+                          "Most KV bytes it may hold (0 = the pool's limit).");
+  c.def_property(
+      "policy", [](PyWindow& w) { return w.run([](Window& x) { return x.policy(); }); },
+      [](PyWindow& w, py::handle p) {
+        const orbit::WindowPolicy policy = to_policy(p, "Window.policy");
+        w.run([&](Window& x) { x.set_policy(policy); });
+      },
+      "Its WindowPolicy (a copy; assign a Policy or a spec string to change it for later operations).");
+  c.def_property_readonly("instances", [](PyWindow& w) { return w.run([](Window& x) { return x.instances(); }); },
+                          "list[InstanceInfo] in window order.");
+  c.def("instance", [](PyWindow& w, py::handle id) {
+        const InstanceId i = to_instance(id, "instance");
+        return w.run([&](Window& x) { return x.instance(i); });
+      },
+      py::arg("id"), "The InstanceInfo with this id, or None when the window does not hold it.");
+  c.def_property_readonly("tokens", [](PyWindow& w) { return w.run([](Window& x) { return x.tokens(); }); },
+                          "Tokens in the window.");
+  c.def_property_readonly("evicted", [](PyWindow& w) { return w.run([](Window& x) { return x.evicted(); }); },
+                          "list[ChunkRef] of evicted chunks (what recall() accepts).");
+  c.def_property_readonly("stats", [](PyWindow& w) { return w.run([](Window& x) { return x.stats(); }); },
+                          "WindowStats.");
+  c.def_property_readonly("version", [](PyWindow& w) { return w.run([](Window& x) { return x.version(); }); },
+                          "Bumps on every applied operation (a plan is valid only at the version it was made).");
+  c.def("__len__", [](PyWindow& w) { return w.run([](Window& x) { return x.instances().size(); }); },
+        "Number of instances.");
+  c.def("__iter__", [](PyWindow& w) { return py::iter(py::cast(w.run([](Window& x) { return x.instances(); }))); },
+        "Iterates over the instances (a snapshot).");
+  c.def("__contains__", [](PyWindow& w, py::handle item) {
+        if (py::isinstance<ChunkRef>(item)) {
+          const std::string key = item.cast<ChunkRef>().key;
+          return w.run([&](Window& x) {
+            for (const auto& i : x.instances()) {
+              if (!i.is_turn && i.chunk.key == key) return true;
+            }
+            return false;
+          });
+        }
+        const InstanceId id = to_instance(item, "in Window");
+        return w.run([&](Window& x) { return x.instance(id).has_value(); });
+      },
+      "`chunk in window` (a ChunkRef placed here) or `instance_id in window`.");
+
+  // ---- planning (const) ----
+  c.def("plan_admit", [](PyWindow& w, py::handle chunk, py::handle before) {
+        const ChunkRef ref = resolve_chunk(*w.engine, chunk, "plan_admit: chunk");
+        const InstanceId b = before_arg(before);
+        return w.run([&](Window& x) { return x.plan_admit(ref, b); });
+      },
+      py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
+      "Plan placing the chunk at the tail (or before instance `before`). Raises OrbitError for a chunk of\n"
+      "another engine, an unknown instance, or a chunk already in the window.");
+  c.def("plan_add_turn", [](PyWindow& w, py::handle tokens) {
+        const auto t = to_tokens(tokens, "plan_add_turn: tokens");
+        return w.run([&](Window& x) { return x.plan_add_turn(t); });
+      },
+      py::arg("tokens"), "Plan a live turn (tokens prefilled in context; not reusable).");
+  c.def("plan_evict", [](PyWindow& w, py::handle instance) {
+        const InstanceId i = to_instance(instance, "plan_evict: instance");
+        return w.run([&](Window& x) { return x.plan_evict(i); });
+      },
+      py::arg("instance"), "Plan dropping one instance (a chunk stays recallable).");
+  c.def("plan_slide", [](PyWindow& w, int64_t chunks) { return w.run([&](Window& x) { return x.plan_slide(chunks); }); },
+        py::arg("chunks") = 1, "Plan evicting the `chunks` oldest chunk instances (turns stay).");
+  c.def("plan_recall", [](PyWindow& w, py::handle chunk, py::handle before) {
+        const ChunkRef ref = resolve_chunk(*w.engine, chunk, "plan_recall: chunk");
+        const InstanceId b = before_arg(before);
+        return w.run([&](Window& x) { return x.plan_recall(ref, b); });
+      },
+      py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
+      "Plan re-admitting an evicted chunk (Plan.cascade: dependents re-conditioned).");
+  c.def("plan_reorder", [](PyWindow& w, py::handle order) {
+        const auto o = to_instances(order, "plan_reorder: order");
+        return w.run([&](Window& x) { return x.plan_reorder(o); });
+      },
+      py::arg("order"), "Plan a permutation of the instances (ids or InstanceInfo, every instance once).");
+  c.def("plan_place", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_place(); }); },
+        "Plan the reorder the planner finds cheapest (stored-patch hits).");
+  c.def("plan_recondition", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_recondition(); }); },
+        "Plan re-conditioning every instance whose context changed.");
+
+  // ---- apply ----
+  c.def("apply", [](PyWindow& w, const Plan& plan) {
+        return plan_and_apply(w, [&](Window&) { return plan; });
+      },
+      py::arg("plan"),
+      "Executes a plan this window made at its current version; returns the ApplyReport. Raises CapacityError\n"
+      "(the pool or max_bytes cannot hold the result) or RefusedError (e.g. positions past the model's limit),\n"
+      "leaving the window unchanged; OrbitError for a plan of another window or an older version.");
+  c.def("admit", [](PyWindow& w, py::handle chunk, py::handle before) {
+        const ChunkRef ref = resolve_chunk(*w.engine, chunk, "admit: chunk");
+        const InstanceId b = before_arg(before);
+        return plan_and_apply(w, [&](Window& x) { return x.plan_admit(ref, b); });
+      },
+      py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(), "plan_admit + apply.");
+  c.def("add_turn", [](PyWindow& w, py::handle tokens) {
+        const auto t = to_tokens(tokens, "add_turn: tokens");
+        return plan_and_apply(w, [&](Window& x) { return x.plan_add_turn(t); });
+      },
+      py::arg("tokens"), "plan_add_turn + apply.");
+  c.def("evict", [](PyWindow& w, py::handle instance) {
+        const InstanceId i = to_instance(instance, "evict: instance");
+        return plan_and_apply(w, [&](Window& x) { return x.plan_evict(i); });
+      },
+      py::arg("instance"), "plan_evict + apply.");
+  c.def("slide", [](PyWindow& w, int64_t chunks) {
+        return plan_and_apply(w, [&](Window& x) { return x.plan_slide(chunks); });
+      },
+      py::arg("chunks") = 1, "plan_slide + apply.");
+  c.def("recall", [](PyWindow& w, py::handle chunk, py::handle before) {
+        const ChunkRef ref = resolve_chunk(*w.engine, chunk, "recall: chunk");
+        const InstanceId b = before_arg(before);
+        return plan_and_apply(w, [&](Window& x) { return x.plan_recall(ref, b); });
+      },
+      py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(), "plan_recall + apply.");
+  c.def("reorder", [](PyWindow& w, py::handle order) {
+        const auto o = to_instances(order, "reorder: order");
+        return plan_and_apply(w, [&](Window& x) { return x.plan_reorder(o); });
+      },
+      py::arg("order"), "plan_reorder + apply.");
+  c.def("place", [](PyWindow& w) { return plan_and_apply(w, [](Window& x) { return x.plan_place(); }); },
+        "plan_place + apply.");
+  c.def("recondition", [](PyWindow& w) { return plan_and_apply(w, [](Window& x) { return x.plan_recondition(); }); },
+        "plan_recondition + apply.");
+  c.def("fork", [](PyWindow& w) {
+        Window child = w.run([](Window& x) { return x.fork(); });
+        return wrap_window(w.engine, std::move(child));
+      },
+      "A copy-on-write child Window: shares pages and patches; writes go to private pages. Its instances keep\n"
+      "the parent's ids. Operations on either never change the other. Drop it (close()) to discard the branch.");
+
+  // ---- reading (const) ----
+  c.def("logits", [](PyWindow& w, py::handle query, bool all_rows) {
+        const auto q = to_tokens(query, "logits: query");
+        return logits_array(w.run([&](Window& x) { return x.logits(q, all_rows); }), all_rows);
+      },
+      py::arg("query"), py::kw_only(), py::arg("all_rows") = false, kLogitsDoc);
+  c.def("reference_logits", [](PyWindow& w, py::handle query, bool all_rows) {
+        const auto q = to_tokens(query, "reference_logits: query");
+        return logits_array(w.run([&](Window& x) { return x.reference_logits(q, all_rows); }), all_rows);
+      },
+      py::arg("query"), py::kw_only(), py::arg("all_rows") = false,
+      "The logits a re-prefill of the same contents in the same order would give (one forward of the whole\n"
+      "window; nothing stored): the reference for fidelity. Same shapes as logits().");
+  c.def("generate",
+        [](PyWindow& w, py::handle query, int64_t max_tokens, double temperature, double top_p, uint64_t seed,
+           py::handle stop_tokens) {
+          orbit::GenerateOptions o;
+          o.max_tokens = max_tokens;
+          o.temperature = temperature;
+          o.top_p = top_p;
+          o.seed = seed;
+          if (!stop_tokens.is_none()) o.stop_tokens = to_tokens(stop_tokens, "generate: stop_tokens");
+          const auto q = to_tokens(query, "generate: query");
+          return w.run([&](Window& x) { return x.generate(q, o); });
+        },
+        py::arg("query"), py::kw_only(), py::arg("max_tokens") = 32, py::arg("temperature") = 0.0,
+        py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("stop_tokens") = py::none(),
+        "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
+        "temperature > 0 = nucleus sampling, reproducible by seed; the run ends after emitting any of\n"
+        "stop_tokens. Returns a Generation (tokens, stop_reason, seconds).");
+  c.def("disposable", [](PyWindow& w, py::handle instance, py::handle query, int64_t answer_tokens) {
+        const InstanceId i = to_instance(instance, "disposable: instance");
+        const auto q = to_tokens(query, "disposable: query");
+        return w.run([&](Window& x) { return x.disposable(i, q, answer_tokens); });
+      },
+      py::arg("instance"), py::arg("query"), py::kw_only(), py::arg("answer_tokens") = 4,
+      "Greedy-decodes answer_tokens after the query with the instance as it is and with its conditioning\n"
+      "switched off (its canonical KV); a DisposabilityReport (truthy when the answers agree).");
+  c.def("kv", [](PyWindow& w, py::handle instance) {
+        const InstanceId i = to_instance(instance, "kv: instance");
+        orbit::InstanceKV kv = w.run([&](Window& x) { return x.kv(i); });
+        PyInstanceKV out;
+        out.length = kv.length;
+        out.k_shape = kv.k_shape;
+        out.v_shape = kv.v_shape;
+        out.k = stack_layers(kv.k, kv.length, kv.k_shape);
+        out.v = stack_layers(kv.v, kv.length, kv.v_shape);
+        out.pages = to_numpy(std::move(kv.pages), {static_cast<py::ssize_t>(kv.pages.size())});
+        return out;
+      },
+      py::arg("instance"),
+      "The instance's stored KV as numpy arrays (InstanceKV: k, v [layers, length, ...], pages). Raises\n"
+      "OrbitError for an unknown instance.");
+  c.def("__repr__", [](PyWindow& w) {
+    std::ostringstream o;
+    o << "Window(id=" << w.id;
+    try {
+      const auto [stats, policy] = w.run([](Window& x) { return std::make_pair(x.stats(), x.policy().name()); });
+      o << ", instances=" << stats.instances << ", tokens=" << stats.tokens << ", policy='" << policy << "')";
+    } catch (const orbit::Error& e) {
+      o << ", " << e.what() << ")";  // closed window or engine
+    }
+    return o.str();
+  });
+}
+
+}  // namespace orbit_py
