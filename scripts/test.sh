@@ -4,13 +4,13 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 orbit_install_packages
-orbit_build -DORBIT_TESTS=ON
+orbit_build -DORBIT_TESTS=ON -DORBIT_PYTHON=ON
 
 step "C++ tests (ctest; labels: cpu, model, gpu, slow)"
 ctest --test-dir "$ORBIT_BUILD" --output-on-failure -j "$ORBIT_JOBS"
 
 step "Python tests (pytest, Debian's /usr/bin/python3)"
-ORBIT_CLI="$ORBIT_BUILD/cli/orbit" ORBIT_MODELS_DIR="$ORBIT_ROOT/models" \
+ORBIT_CLI="$ORBIT_BUILD/cli/orbit" ORBIT_MODELS_DIR="$ORBIT_ROOT/models" ORBIT_PYTHON_PATH="$ORBIT_BUILD/bindings/python" \
   /usr/bin/python3 -m pytest -q "$ORBIT_ROOT/tests/python"
 
 step "All tests passed"

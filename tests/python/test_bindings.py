@@ -333,9 +333,12 @@ def test_positions_past_the_model_limit(orbit, engine):
     other = engine.add_tokens(random_tokens(rng, limit // 2 + 8))
     w = engine.new_window(policy="blind")
     w.admit(long_chunk)
-    with pytest.raises(orbit.OrbitError) as info:  # RefusedError (a Status) or a broken-contract OrbitError
+    with pytest.raises(orbit.RefusedError, match="past the model's limit of 512") as info:
         w.admit(other)
-    assert "position" in str(info.value).lower() or info.value.status == "refused"
+    assert isinstance(info.value, orbit.OrbitError) and info.value.status == "refused"
+    plan = w.plan_admit(other)  # planning is fine; applying is refused
+    with pytest.raises(orbit.RefusedError):
+        w.apply(plan)
     assert len(w) == 1
 
 
@@ -602,7 +605,8 @@ def test_no_leak_of_windows_or_engines_across_many_cycles(orbit, stories260k_pat
         cycle(i)
     gc.collect()
     growth = rss_bytes() - rss_start
-    assert growth < 64 << 20, f"RSS grew {growth / 2**20:.1f} MiB over 200 engine cycles"
+    print(f"RSS growth over 200 engine cycles: {growth / 2**20:.1f} MiB")
+    assert growth < 32 << 20, f"RSS grew {growth / 2**20:.1f} MiB over 200 engine cycles"
 
 
 def test_a_window_outliving_its_engine_object(orbit, stories260k_path):
