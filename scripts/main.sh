@@ -1,31 +1,29 @@
 #!/usr/bin/env bash
-# The main job: install what is missing, build, and run orbit end to end on the bundled model.
+# The main job: install what is missing, build (with the Python module), and run the video-agent sample end
+# to end on the bundled model; it ends by pointing at the sample's outputs (table, report, trace, chart).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 orbit_install_packages
-orbit_build -DORBIT_TESTS=OFF
+orbit_build -DORBIT_TESTS=OFF -DORBIT_PYTHON=ON
 
-ORBIT="$ORBIT_BUILD/cli/orbit"
+PYTHON=/usr/bin/python3
 MODEL="$ORBIT_ROOT/models/stories260K/stories260K.bin"
-OUT="$ORBIT_ROOT/out"
-mkdir -p "$OUT"
+OUT="$ORBIT_ROOT/out/video-agent"
+export PYTHONPATH="$ORBIT_BUILD/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
 
-step "orbit info --model models/stories260K/stories260K.bin"
-"$ORBIT" info --model "$MODEL"
+step "The model: orbit info --model models/stories260K/stories260K.bin"
+"$ORBIT_BUILD/cli/orbit" info --model "$MODEL"
 
-step "orbit logits: next-token logits after the prompt 1,403,407,261 (written to out/logits.json)"
-"$ORBIT" logits --model "$MODEL" --tokens 1,403,407,261 > "$OUT/logits.json"
-/usr/bin/python3 - "$OUT/logits.json" <<'PY'
-import json, sys
-data = json.load(open(sys.argv[1]))
-row = data["logits"][-1]
-top = sorted(range(len(row)), key=lambda i: -row[i])[:5]
-print("tokens", data["tokens"], "-> top-5 next token ids:", ", ".join(f"{i} ({row[i]:.3f})" for i in top))
-PY
+step "The video agent (samples/video-agent): one clip's frames re-examined under changing prompts"
+"$PYTHON" "$ORBIT_ROOT/samples/video-agent/video_agent.py" --model "$MODEL" --out "$OUT"
 
-step "orbit make-model --preset tiny-qwen2 (a random Qwen2-shaped model, bf16, 2 shards) -> out/tiny-qwen2"
-"$ORBIT" make-model --preset tiny-qwen2 --dtype bfloat16 --shard-mb 1 --force --out "$OUT/tiny-qwen2"
-"$ORBIT" info --model "$OUT/tiny-qwen2"
-
-step "Done. Outputs are in $OUT (logits.json, tiny-qwen2/). The CLI is $ORBIT; run '$ORBIT --help'."
+step "Done. The video agent's outputs:"
+cat <<MSG
+  summary table  $OUT/video-agent.table.txt
+  report (JSON)  $OUT/video-agent.report.json
+  trace          $OUT/video-agent.trace.json   (orbit-trace/1: $ORBIT_BUILD/cli/orbit replay <trace> --model <model>)
+  chart          $OUT/video-agent.png          (forward tokens and ms per step vs. a re-prefill; KL and top-1)
+Also: $PYTHON samples/web-agent/web_agent.py (out/web-agent/), $ORBIT_BUILD/samples/cpp/quickstart,
+and PYTHONPATH=$ORBIT_BUILD/bindings/python $PYTHON -c 'import orbit' for your own scripts.
+MSG

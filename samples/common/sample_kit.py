@@ -1,0 +1,444 @@
+"""What the web-agent and video-agent samples share: finding the `orbit` module, a progress bar, the
+per-step bookkeeping (operations, forward tokens, time, fidelity against a re-prefill), the summary table,
+the trace (orbit-trace/1, sdk/include/orbit/trace.h), the JSON report and the PNG chart.
+
+An `Episode` wraps one window. Each agent step is
+
+    episode.begin_step("page 3")
+    episode.admit(chunk) / add_turn(tokens) / slide(n) / recall(chunk) / evict(instance) / reorder(chunks)
+    episode.end_step()          # measures fidelity: Window.logits(probe) vs Window.reference_logits(probe)
+
+Every operation goes through `Window.plan_*` then `Window.apply` and is timed; its ApplyReport's
+forward tokens are summed per step. Fidelity is measured after the step and is not counted in its cost.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+DEFAULT_MODEL = REPO / "models" / "stories260K" / "stories260K.bin"
+
+
+def import_orbit():
+    """The `orbit` module: installed, on PYTHONPATH, or from a build tree of this checkout
+    (<repo>/build*/bindings/python, the one built last first)."""
+    try:
+        import orbit  # noqa: F401
+        return orbit
+    except ImportError as e:
+        error = e
+    builds = [p for p in REPO.glob("build*/bindings/python") if (p / "orbit" / "__init__.py").is_file()]
+    builds.sort(key=lambda p: max((f.stat().st_mtime for f in (p / "orbit").glob("_orbit*.so")), default=0),
+                reverse=True)
+    for build in builds:
+        sys.path.insert(0, str(build))
+        try:
+            import orbit  # noqa: F401
+            return orbit
+        except ImportError as e:
+            error = e
+            sys.path.remove(str(build))
+    sys.exit(f"error: cannot import the orbit module ({error}). Build it (./scripts/main.sh, or cmake -DORBIT_PYTHON=ON and "
+             "the target orbit_python) and set PYTHONPATH=<build>/bindings/python, or run "
+             "scripts/install-python.sh.")
+
+
+# ---- progress ----------------------------------------------------------------------------------------------
+
+class Progress:
+    """A minimal progress bar on stderr (no dependency). On a terminal it redraws one line; otherwise it
+    prints a line at every 10% so logs stay short."""
+
+    def __init__(self, total: int, label: str, stream=None, width: int = 28):
+        self.total, self.label, self.width = max(total, 1), label, width
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.done = 0
+        self.start = time.perf_counter()
+        self._last_decile = -1
+
+    def update(self, n: int = 1, note: str = "") -> None:
+        self.done = min(self.total, self.done + n)
+        frac = self.done / self.total
+        elapsed = time.perf_counter() - self.start
+        eta = elapsed / frac - elapsed if frac > 0 else 0.0
+        filled = int(round(frac * self.width))
+        line = (f"{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
+                f"{elapsed:5.1f}s eta {eta:4.1f}s {note}")
+        if self.tty:
+            self.stream.write("\r" + line[:120].ljust(120))
+            if self.done == self.total:
+                self.stream.write("\n")
+            self.stream.flush()
+        else:
+            decile = int(frac * 10)
+            if decile != self._last_decile or self.done == self.total:
+                self._last_decile = decile
+                self.stream.write(line + "\n")
+                self.stream.flush()
+
+
+# ---- fidelity ----------------------------------------------------------------------------------------------
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = np.asarray(logits, dtype=np.float64)
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def fidelity(window_logits: np.ndarray, reference_logits: np.ndarray) -> tuple[float, float]:
+    """(mean over rows of KL(reference ‖ window) in nats, fraction of rows whose argmax agrees) — the
+    measure `orbit replay` reports (trace.h StepFidelity)."""
+    w = np.atleast_2d(window_logits)
+    r = np.atleast_2d(reference_logits)
+    lr, lw = log_softmax(r), log_softmax(w)
+    kl = (np.exp(lr) * (lr - lw)).sum(axis=-1)
+    top1 = (w.argmax(axis=-1) == r.argmax(axis=-1)).mean()
+    return float(max(kl.mean(), 0.0)), float(top1)
+
+
+# ---- tokens ------------------------------------------------------------------------------------------------
+
+def token_ids(values, vocab: int) -> list[int]:
+    """Maps arbitrary non-negative ints into [3, vocab) (ids 0-2 are special in llama2.c vocabularies)."""
+    return [3 + int(v) % (vocab - 3) for v in values]
+
+
+# ---- the episode -------------------------------------------------------------------------------------------
+
+@dataclass
+class StepRecord:
+    index: int
+    label: str
+    operations: list = field(default_factory=list)   # e.g. ["admit shot 3", "slide 1", "turn 4"]
+    forward_tokens: float = 0.0      # token-forwards computed by this step's operations (ApplyReports)
+    reprefill_tokens: int = 0        # a full re-prefill of the window after the step (its tokens)
+    window_tokens: int = 0
+    patches_formed: int = 0
+    patch_hits: int = 0
+    canonicals_encoded: int = 0
+    seconds: float = 0.0             # plan + apply of the step's operations + reading the probe's logits
+    reprefill_seconds: float = 0.0   # Window.reference_logits(probe): a re-prefill of the window + probe
+    decode_tokens: int = 0           # tokens generated by the agent in this step (not in forward_tokens)
+    decode_seconds: float = 0.0
+    kl: float = 0.0                  # mean over probe rows of KL(re-prefill ‖ window), nats
+    top1: float = 1.0                # fraction of probe rows whose argmax agrees with the re-prefill
+    exact: bool = False              # every instance's KV equals a re-prefill (as the window tracks it)
+    window: list = field(default_factory=list)        # the window's tokens in order after the step
+    instances: list = field(default_factory=list)     # labels in window order ("turn" for live turns)
+
+
+class Episode:
+    """One window driven step by step, recording cost, fidelity and the orbit-trace/1 steps."""
+
+    def __init__(self, orbit, engine, window, *, name: str, description: str, probe: list[int],
+                 progress: Progress | None = None, keep_logits: bool = False):
+        self.orbit, self.engine, self.window = orbit, engine, window
+        self.name, self.description, self.probe = name, description, list(probe)
+        self.progress = progress
+        self.steps: list[StepRecord] = []
+        self.chunk_names: dict[str, str] = {}   # key -> trace name
+        self.trace_chunks: list[dict] = []
+        self.trace_steps: list[dict] = []
+        self.turn_tokens: dict[int, list[int]] = {}  # live turn instance id -> tokens
+        self.keep_logits = keep_logits
+        self.logits: list[tuple[np.ndarray, np.ndarray]] = []  # per step: (window, reference), all rows
+        self.current: StepRecord | None = None
+
+    # -- chunks --
+    def register(self, chunk, tokens: list[int], name: str) -> None:
+        """Names a token chunk for the trace (the trace carries its tokens explicitly)."""
+        if chunk.key not in self.chunk_names:
+            self.chunk_names[chunk.key] = name
+            self.trace_chunks.append({"name": name, "tokens": list(map(int, tokens))})
+
+    def chunk_name(self, chunk) -> str:
+        return self.chunk_names[chunk.key]
+
+    # -- steps --
+    def begin_step(self, label: str) -> None:
+        self.current = StepRecord(index=len(self.steps), label=label)
+
+    def _run(self, what: str, plan, trace_step: dict | None) -> object:
+        t0 = time.perf_counter()
+        report = self.window.apply(plan)
+        self.current.seconds += time.perf_counter() - t0
+        self.current.operations.append(what)
+        self.current.forward_tokens += report.forward_tokens
+        self.current.patches_formed += report.patches_formed
+        self.current.patch_hits += report.patch_hits
+        self.current.canonicals_encoded += report.canonicals_encoded
+        if trace_step is not None:
+            self.trace_steps.append(trace_step)
+        return report
+
+    def _timed_plan(self, make):
+        t0 = time.perf_counter()
+        plan = make()
+        self.current.seconds += time.perf_counter() - t0
+        return plan
+
+    def admit(self, chunk) -> object:
+        plan = self._timed_plan(lambda: self.window.plan_admit(chunk))
+        return self._run(f"admit {chunk.label}", plan, {"op": "admit", "chunk": self.chunk_name(chunk)})
+
+    def recall(self, chunk, before=None) -> object:
+        """Re-admits an evicted chunk at the tail, or before the chunk instance `before`."""
+        step = {"op": "recall", "chunk": self.chunk_name(chunk)}
+        if before is not None:
+            if before.is_turn:
+                raise ValueError("recall: `before` must be a chunk instance (the trace names chunks)")
+            step["before"] = self.chunk_name(before.chunk)
+            plan = self._timed_plan(lambda: self.window.plan_recall(chunk, before=before))
+        else:
+            plan = self._timed_plan(lambda: self.window.plan_recall(chunk))
+        return self._run(f"recall {chunk.label}", plan, step)
+
+    def add_turn(self, tokens: list[int], note: str = "turn") -> object:
+        tokens = list(map(int, tokens))
+        plan = self._timed_plan(lambda: self.window.plan_add_turn(tokens))
+        report = self._run(f"{note} {len(tokens)}", plan, {"op": "turn", "tokens": tokens, "note": note})
+        for iid in report.added:
+            self.turn_tokens[int(iid)] = tokens
+        return report
+
+    def slide(self, count: int = 1) -> object:
+        gone = [i.chunk.label for i in self.window.instances if not i.is_turn][:count]
+        plan = self._timed_plan(lambda: self.window.plan_slide(count))
+        return self._run(f"slide {'+'.join(gone)}", plan, {"op": "slide", "count": int(count)})
+
+    def evict(self, instance) -> object:
+        info = self.window.instance(instance)
+        if info.is_turn:
+            turns = [i.id for i in self.window.instances if i.is_turn]
+            step = {"op": "evict", "turn": turns.index(info.id)}
+            what = "evict turn"
+        else:
+            step = {"op": "evict", "chunk": self.chunk_name(info.chunk)}
+            what = f"evict {info.chunk.label}"
+        plan = self._timed_plan(lambda: self.window.plan_evict(info.id))
+        return self._run(what, plan, step)
+
+    def reorder_chunks(self, chunk_order: list) -> object | None:
+        """Reorders the window's chunks into `chunk_order` (every chunk in the window, once); live turns keep
+        their slots (the trace's reorder semantics). Nothing happens when the order is unchanged."""
+        instances = self.window.instances
+        chunk_slots = [i for i in instances if not i.is_turn]
+        by_key = {i.chunk.key: i for i in chunk_slots}
+        if sorted(c.key for c in chunk_order) != sorted(by_key):
+            raise ValueError("reorder_chunks: the order must name every chunk in the window once")
+        if [c.key for c in chunk_order] == [i.chunk.key for i in chunk_slots]:
+            return None
+        it = iter(chunk_order)
+        order = [i.id if i.is_turn else by_key[next(it).key].id for i in instances]
+        plan = self._timed_plan(lambda: self.window.plan_reorder(order))
+        return self._run("reorder " + ",".join(c.label for c in chunk_order), plan,
+                         {"op": "reorder", "order": [self.chunk_name(c) for c in chunk_order]})
+
+    def generate(self, query: list[int], max_tokens: int) -> list[int]:
+        """The agent decodes (greedy) after the window + query; counted as decode, not as forward tokens."""
+        g = self.window.generate(list(query), max_tokens=max_tokens)
+        self.current.decode_tokens += len(g.tokens)
+        self.current.decode_seconds += g.seconds
+        self.current.operations.append(f"decode {len(g.tokens)}")
+        return [int(t) for t in g.tokens]
+
+    def window_tokens(self) -> list[int]:
+        out: list[int] = []
+        for inst in self.window.instances:
+            if inst.is_turn:
+                out += list(inst.turn_tokens) if inst.turn_tokens else self.turn_tokens[int(inst.id)]
+            else:
+                out += self.chunk_tokens[inst.chunk.key]
+        return out
+
+    @property
+    def chunk_tokens(self) -> dict[str, list[int]]:
+        names = {c["name"]: c["tokens"] for c in self.trace_chunks}
+        return {key: names[name] for key, name in self.chunk_names.items()}
+
+    def end_step(self) -> StepRecord:
+        s, w = self.current, self.window
+        t0 = time.perf_counter()
+        mine = w.logits(self.probe, all_rows=True)
+        s.seconds += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ref = w.reference_logits(self.probe, all_rows=True)
+        s.reprefill_seconds = time.perf_counter() - t0
+        s.kl, s.top1 = fidelity(mine, ref)
+        if self.keep_logits:
+            self.logits.append((np.array(mine, dtype=np.float32), np.array(ref, dtype=np.float32)))
+        s.window_tokens = int(w.tokens)
+        s.reprefill_tokens = s.window_tokens
+        s.exact = all(i.exact for i in w.instances)
+        s.window = self.window_tokens()
+        s.instances = [("turn" if i.is_turn else i.chunk.label) for i in w.instances]
+        assert len(s.window) == s.window_tokens, (len(s.window), s.window_tokens)
+        self.steps.append(s)
+        self.current = None
+        if self.progress:
+            self.progress.update(1, f"{s.label}: fwd {s.forward_tokens:.0f}/{s.reprefill_tokens} KL {s.kl:.1e}")
+        return s
+
+    # -- outputs --
+    def totals(self) -> dict:
+        fwd = sum(s.forward_tokens for s in self.steps)
+        full = sum(s.reprefill_tokens for s in self.steps)
+        return {
+            "steps": len(self.steps),
+            "forward_tokens": fwd,
+            "reprefill_tokens": full,
+            "forward_fraction": fwd / full if full else float("nan"),
+            "seconds": sum(s.seconds for s in self.steps),
+            "reprefill_seconds": sum(s.reprefill_seconds for s in self.steps),
+            "mean_kl": float(np.mean([s.kl for s in self.steps])) if self.steps else 0.0,
+            "max_kl": max((s.kl for s in self.steps), default=0.0),
+            "mean_top1": float(np.mean([s.top1 for s in self.steps])) if self.steps else 1.0,
+            "patches_formed": sum(s.patches_formed for s in self.steps),
+            "patch_hits": sum(s.patch_hits for s in self.steps),
+            "decode_tokens": sum(s.decode_tokens for s in self.steps),
+        }
+
+    def trace(self) -> dict:
+        """The episode as an orbit-trace/1 document (sdk/include/orbit/trace.h): `orbit replay` replays it."""
+        return {"format": "orbit-trace/1", "name": self.name, "description": self.description,
+                "probe": list(self.probe), "chunks": self.trace_chunks, "steps": self.trace_steps}
+
+
+# ---- the table, the report, the chart ----------------------------------------------------------------------
+
+def short_operations(operations: list[str]) -> str:
+    """'admit frame 0; admit frame 1; reorder frame 1,frame 0; question 5' -> 'admit×2; reorder; question 5'."""
+    out: list[list] = []
+    for op in operations:
+        verb, _, rest = op.partition(" ")
+        text = op if verb in ("system", "action", "observation", "question", "note", "turn", "decode") else verb
+        if verb in ("admit", "recall", "slide", "evict") and rest and verb != "evict":
+            text = f"{verb} {rest}"
+        if out and out[-1][0].split(" ")[0] == verb and verb in ("admit", "evict", "slide"):
+            out[-1][1] += 1
+            out[-1][0] = verb
+        else:
+            out.append([text, 1])
+    return "; ".join(t if n == 1 else f"{t}×{n}" for t, n in out)
+
+
+def summary_table(episode: Episode, title: str) -> str:
+    head = (f"{'step':>4}  {'what':<14} {'window':>6} {'fwd tok':>8} {'re-prefill':>10} {'ms':>7} "
+            f"{'re-pf ms':>8} {'KL (nats)':>10} {'top-1':>5}  operations")
+    lines = [title, head, "-" * len(head)]
+    for s in episode.steps:
+        lines.append(f"{s.index:>4}  {s.label[:14]:<14} {s.window_tokens:>6} {s.forward_tokens:>8.0f} "
+                     f"{s.reprefill_tokens:>10} {1e3 * s.seconds:>7.1f} {1e3 * s.reprefill_seconds:>8.1f} "
+                     f"{s.kl:>10.2e} {s.top1:>5.2f}  {short_operations(s.operations)}")
+    t = episode.totals()
+    lines.append("-" * len(head))
+    lines.append(f"{'all':>4}  {'':<14} {'':>6} {t['forward_tokens']:>8.0f} {t['reprefill_tokens']:>10} "
+                 f"{1e3 * t['seconds']:>7.1f} {1e3 * t['reprefill_seconds']:>8.1f} {t['mean_kl']:>10.2e} "
+                 f"{t['mean_top1']:>5.2f}  (KL, top-1: mean over steps)")
+    lines.append(f"forward tokens: {t['forward_tokens']:.0f} computed vs {t['reprefill_tokens']} for a full "
+                 f"re-prefill at every step ({t['forward_fraction']:.1%}); patches formed {t['patches_formed']}, "
+                 f"reused {t['patch_hits']}; max KL {t['max_kl']:.2e}")
+    return "\n".join(lines)
+
+
+def write_outputs(episode: Episode, out_dir: pathlib.Path, meta: dict, title: str) -> dict:
+    """Writes <name>.table.txt, <name>.report.json, <name>.trace.json, <name>.png (and <name>.logits.npz
+    when the episode kept logits). Returns {kind: path}."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / episode.name
+    paths = {"table": stem.with_suffix(".table.txt"), "report": stem.with_suffix(".report.json"),
+             "trace": stem.with_suffix(".trace.json"), "chart": stem.with_suffix(".png")}
+    table = summary_table(episode, title)
+    paths["table"].write_text(table + "\n")
+    paths["trace"].write_text(json.dumps(episode.trace(), indent=1) + "\n")
+    if episode.keep_logits:
+        paths["logits"] = stem.with_suffix(".logits.npz")
+        np.savez_compressed(paths["logits"],
+                            window=np.stack([a for a, _ in episode.logits]),
+                            reference=np.stack([b for _, b in episode.logits]))
+    chart(episode, paths["chart"], title)
+    report = dict(meta)
+    report.update({"sample": episode.name, "probe": episode.probe, "totals": episode.totals(),
+                   "steps": [asdict(s) for s in episode.steps],
+                   "outputs": {k: str(v) for k, v in paths.items() if k != "report"}})
+    paths["report"].write_text(json.dumps(report, indent=1) + "\n")
+    return paths
+
+
+def chart(episode: Episode, path: pathlib.Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [s.index for s in episode.steps]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
+    ax1.bar(steps, [s.forward_tokens for s in episode.steps], color="#2b7bba", label="orbit: forward tokens")
+    ax1.plot(steps, [s.reprefill_tokens for s in episode.steps], "o-", color="#d1495b",
+             label="full re-prefill: forward tokens")
+    ax1.set_ylabel("forward tokens per step")
+    ax1.set_title(title)
+    ax1b = ax1.twinx()
+    ax1b.plot(steps, [1e3 * s.seconds for s in episode.steps], "s--", color="#2b7bba", alpha=0.6,
+              label="orbit ms")
+    ax1b.plot(steps, [1e3 * s.reprefill_seconds for s in episode.steps], "^--", color="#d1495b", alpha=0.6,
+              label="re-prefill ms")
+    ax1b.set_ylabel("ms per step")
+    h1, l1 = ax1.get_legend_handles_labels()
+    h2, l2 = ax1b.get_legend_handles_labels()
+    ax1.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
+    kls = [max(s.kl, 1e-12) for s in episode.steps]
+    ax2.semilogy(steps, kls, "o-", color="#3d9970", label="KL(re-prefill ‖ orbit), nats")
+    ax2.set_ylabel("KL (nats, log)")
+    ax2.set_xlabel("step")
+    ax2b = ax2.twinx()
+    ax2b.plot(steps, [s.top1 for s in episode.steps], "d:", color="#555555", label="top-1 agreement")
+    ax2b.set_ylim(-0.05, 1.05)
+    ax2b.set_ylabel("top-1 agreement")
+    h1, l1 = ax2.get_legend_handles_labels()
+    h2, l2 = ax2b.get_legend_handles_labels()
+    ax2.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---- command line ------------------------------------------------------------------------------------------
+
+def arg_parser(description: str, default_out: str, default_steps: int, short_steps: int) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--model", default=str(DEFAULT_MODEL),
+                    help="a llama2.c .bin or a Hugging Face directory (default: the bundled stories260K)")
+    ap.add_argument("--steps", type=int, default=default_steps, help=f"agent steps (default {default_steps})")
+    ap.add_argument("--short", action="store_true", help=f"a quick run for tests ({short_steps} steps)")
+    ap.add_argument("--policy", default="patch:16", help="window policy spec (orbit.policy_help(); default patch:16)")
+    ap.add_argument("--out", default=str(REPO / "out" / default_out), help="output directory")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic content")
+    ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: keep the process setting)")
+    ap.add_argument("--dump-logits", action="store_true",
+                    help="also write every step's probe logits (window and re-prefill) to <name>.logits.npz")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    return ap
+
+
+def print_outputs(paths: dict) -> None:
+    for kind in ("table", "report", "trace", "chart", "logits"):
+        if kind in paths:
+            print(f"{kind:>6}: {paths[kind]}")
+    print(f"replay the trace under other policies: build/cli/orbit replay {paths['trace']} "
+          f"--model models/stories260K/stories260K.bin --policy patch:16,patch:4")
+
+
+def check_model_fits(info, needed_positions: int, what: str) -> None:
+    if info.max_positions and needed_positions > info.max_positions:
+        sys.exit(f"error: {what} needs {needed_positions} positions; the model allows {info.max_positions}")
+    if info.vocab_size < 16:
+        sys.exit(f"error: the model's vocabulary ({info.vocab_size}) is too small for the synthetic content")
+
