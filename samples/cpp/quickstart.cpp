@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   w.admit(page2);
   orbit::Plan plan = w.plan_admit(page3);          // plan (const): what would happen, what it costs
   std::printf("%s", plan.describe().c_str());
-  w.apply(plan);                                   // ... then apply
+  orbit::Result<orbit::ApplyReport> done = w.apply(plan);  // ... then apply (a full pool is a value:
+  if (!done) std::printf("not applied: %s\n", done.status().reason().c_str());  // nothing changed)
   w.slide(1);                                      // page 1 leaves; survivors are relocated only
   orbit::ApplyReport back = w.recall(page1);       // look back: canonical from the store + a fresh patch
   std::printf("recall: %.0f forward tokens\n", back.forward_tokens);
