@@ -7,7 +7,7 @@
 // fidelity forwards are not timed). Not a test: absolute numbers depend on the machine; ratios are
 // measured side by side in the same run.
 //
-//   bench_replay [--model PATH] [--preset tiny-llama] [--cache DIR] [--kinds web,video,agent] [--steps 24]
+//   bench_replay [--model PATH] [--preset tiny-llama] [--cache DIR] [--kinds web,video,agent] [--steps 20]
 //                [--seed 0] [--policy patch:16] [--threads N] [--no-fidelity] [--json PATH]
 //   default model: the bundled stories260K when it exists (ORBIT_MODELS_DIR), else a generated --preset.
 #include <ATen/Parallel.h>
@@ -32,7 +32,7 @@ struct Options {
   std::string preset = "tiny-llama";
   std::string cache = "bench-models";
   std::vector<std::string> kinds{"web", "video", "agent"};
-  int64_t steps = 24;
+  int64_t steps = 20;
   uint64_t seed = 0;
   std::string policy = "patch:16";
   int threads = 0;
@@ -146,6 +146,7 @@ int main(int argc, char** argv) try {
                   static_cast<long long>(chosen.offline->lru_formations));
     }
     std::printf("\n");
+    std::fflush(stdout);
     out.push_back({{"kind", kind}, {"report", nlohmann::json::parse(orbit::replay_report_json(r))}});
   }
   std::printf("fwd/step: token-forwards per trace step; ms/step: wall time of the window operations per step;\n"

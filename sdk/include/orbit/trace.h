@@ -223,8 +223,9 @@ struct StepResult {
   int64_t bytes_moved = 0;
   int64_t window_tokens = 0;      // the current window after the step
   int64_t window_bytes = 0;       // KV pages the current window holds
-  int64_t device_bytes = 0;       // KV pool bytes in use over every branch (shared pages once)
-  int64_t peak_device_bytes = 0;  // max of device_bytes so far in this policy's replay
+  int64_t device_bytes = 0;       // KV pool bytes in use after the step, every branch (shared pages once)
+  int64_t peak_device_bytes = 0;  // max of device_bytes so far in this policy's replay (sampled after
+                                  // each step: the transient pages inside one apply are not seen)
   double seconds = 0;             // wall time of plan + apply (generate: the decode)
   std::optional<StepFidelity> fidelity;
   std::vector<int64_t> generated; // generate: this policy's answer
