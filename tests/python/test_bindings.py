@@ -623,3 +623,28 @@ def test_a_window_outliving_its_engine_object(orbit, stories260k_path):
 def test_docstrings_reach_help(orbit):
     assert "plan_admit" in (orbit.Window.__doc__ or "")
     assert "Raises" in inspect.getdoc(orbit.Window.apply)
+
+
+def test_a_store_directory_persists_canonicals_across_engines(orbit, stories260k_path, tmp_path):
+    store = tmp_path / "store"
+    tokens = [3, 14, 15, 92, 65, 35]
+    with orbit.Engine(stories260k_path, store_dir=store, pool_bytes=POOL, page_size=PAGE) as e:
+        chunk = e.add_tokens(tokens, label="pi")
+        assert chunk.key == orbit.chunk_key_tokens(e.model_info.fingerprint, tokens)
+        assert orbit.is_store_key(chunk.key) and not orbit.is_store_key("xyz")
+        e.precompute(chunk)
+        assert e.stats.canonicals_encoded == 1
+        assert any(t.enabled for t in e.stats.store.tiers)
+    summary = orbit.store_summary(store)
+    assert summary.entries >= 1 and summary.entries_by_kind.get("canonical", 0) >= 1
+    entries = orbit.store_list(store)
+    assert chunk.key in {x.key for x in entries}
+    assert orbit.store_verify(store).clean
+    assert orbit.store_gc(store, dry_run=True).removed_blobs == 0
+    with orbit.Engine(stories260k_path, store_dir=str(store), pool_bytes=POOL, page_size=PAGE) as e:
+        again = e.add_tokens(tokens)
+        w = e.new_window()
+        w.admit(again)
+        assert e.stats.canonicals_encoded == 0  # read from the store, not encoded again
+    with pytest.raises(orbit.OrbitError):
+        orbit.store_summary(tmp_path / "not-a-store")

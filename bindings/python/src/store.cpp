@@ -1,0 +1,131 @@
+// orbit.store_*: offline inspection of a store directory (orbit/store.h; what `orbit store ls|stat|verify|gc`
+// prints) and content keys. These need no model and no Engine; the GIL is released while they read the disk.
+#include <pybind11/stl.h>
+
+#include <sstream>
+
+#include "bindings.h"
+#include "orbit/errors.h"
+#include "orbit/store.h"
+
+namespace orbit_py {
+
+namespace {
+
+std::string dir_arg(const py::object& obj) { return py::str(py::module_::import("os").attr("fspath")(obj)); }
+
+template <typename R, typename F>
+R released(F&& f) {
+  py::gil_scoped_release release;
+  return f();
+}
+
+}  // namespace
+
+void init_store(py::module_& m) {
+  using namespace orbit;
+  py::enum_<EntryKind> kind(m, "EntryKind", "What a store entry holds.");
+  kind.value("canonical", EntryKind::kCanonical).value("patch", EntryKind::kPatch)
+      .value("embedding", EntryKind::kEmbedding).value("other", EntryKind::kOther);
+  kind.attr("__str__") = py::cpp_function([](EntryKind k) { return std::string(entry_kind_name(k)); },
+                                          py::name("__str__"), py::is_method(kind), "The C++ name.");
+  py::enum_<BlobEncoding> enc(m, "BlobEncoding", "How a disk blob stores floating tensors.");
+  enc.value("exact", BlobEncoding::kExact).value("int8", BlobEncoding::kInt8);
+  enc.attr("__str__") = py::cpp_function([](BlobEncoding e) { return std::string(blob_encoding_name(e)); },
+                                         py::name("__str__"), py::is_method(enc), "The C++ name.");
+
+  py::class_<StoreEntryInfo>(m, "StoreEntryInfo", "One committed store entry (store_list()).")
+      .def_readonly("key", &StoreEntryInfo::key, "64-hex key.")
+      .def_readonly("kind", &StoreEntryInfo::kind, "EntryKind.")
+      .def_readonly("encoding", &StoreEntryInfo::encoding, "BlobEncoding.")
+      .def_readonly("value_bytes", &StoreEntryInfo::value_bytes, "The tensors' bytes in memory.")
+      .def_readonly("blob_bytes", &StoreEntryInfo::blob_bytes, "The blob file's size.")
+      .def_readonly("blob_path", &StoreEntryInfo::blob_path, "Absolute path of the blob.")
+      .def_readonly("checksum", &StoreEntryInfo::checksum, "SHA-256 hex of the blob without its trailer.")
+      .def_readonly("pinned", &StoreEntryInfo::pinned, "Never evicted.")
+      .def_readonly("marked_corrupt", &StoreEntryInfo::marked_corrupt, "A read found it corrupt.")
+      .def_readonly("hits", &StoreEntryInfo::hits, "Reads served.")
+      .def("__repr__", [](const StoreEntryInfo& e) {
+        return "StoreEntryInfo(" + e.key.substr(0, 12) + "..., " + entry_kind_name(e.kind) +
+               ", blob_bytes=" + std::to_string(e.blob_bytes) + ")";
+      });
+  py::class_<StoreSummary>(m, "StoreSummary", "A store directory at a glance (store_summary()).")
+      .def_readonly("dir", &StoreSummary::dir, "The directory.")
+      .def_readonly("model_fingerprint", &StoreSummary::model_fingerprint, "The model it belongs to.")
+      .def_readonly("format_version", &StoreSummary::format_version, "On-disk format version.")
+      .def_readonly("entries", &StoreSummary::entries, "Committed entries.")
+      .def_readonly("value_bytes", &StoreSummary::value_bytes, "Tensor bytes.")
+      .def_readonly("blob_bytes", &StoreSummary::blob_bytes, "Blob file bytes.")
+      .def_readonly("pinned", &StoreSummary::pinned, "Pinned entries.")
+      .def_readonly("marked_corrupt", &StoreSummary::marked_corrupt, "Entries marked corrupt.")
+      .def_property_readonly("entries_by_kind", [](const StoreSummary& s) {
+        py::dict d;
+        for (const auto& [k, v] : s.entries_by_kind) d[py::str(k)] = v;
+        return d;
+      }, "dict: kind name -> entries.")
+      .def_property_readonly("bytes_by_kind", [](const StoreSummary& s) {
+        py::dict d;
+        for (const auto& [k, v] : s.bytes_by_kind) d[py::str(k)] = v;
+        return d;
+      }, "dict: kind name -> blob bytes.")
+      .def_readonly("unreferenced_blobs", &StoreSummary::unreferenced_blobs, "Blob files no row names.")
+      .def_readonly("temp_files", &StoreSummary::temp_files, "Writes that never completed.")
+      .def("__repr__", [](const StoreSummary& s) {
+        std::ostringstream o;
+        o << "StoreSummary(" << std::string(py::repr(py::str(s.dir))) << ", entries=" << s.entries
+          << ", blob_bytes=" << s.blob_bytes << ")";
+        return o.str();
+      });
+  py::class_<VerifyProblem>(m, "VerifyProblem", "A corrupt or missing blob (store_verify()).")
+      .def_readonly("key", &VerifyProblem::key, "The entry's key.")
+      .def_readonly("path", &VerifyProblem::path, "Its blob path.")
+      .def_readonly("reason", &VerifyProblem::reason, "'missing', 'checksum mismatch', ...")
+      .def("__repr__", [](const VerifyProblem& p) { return "VerifyProblem(" + p.key.substr(0, 12) + "..., " + p.reason + ")"; });
+  py::class_<VerifyReport>(m, "VerifyReport", "What store_verify() found (problems are reported, never deleted).")
+      .def_readonly("checked", &VerifyReport::checked, "Entries checked.")
+      .def_readonly("problems", &VerifyReport::problems, "list[VerifyProblem].")
+      .def_readonly("unreferenced_blobs", &VerifyReport::unreferenced_blobs, "Blob files no row names.")
+      .def_readonly("temp_files", &VerifyReport::temp_files, "Writes that never completed.")
+      .def_property_readonly("clean", &VerifyReport::clean, "No problems.")
+      .def("__bool__", &VerifyReport::clean, "True when clean.")
+      .def("__repr__", [](const VerifyReport& r) {
+        return "VerifyReport(checked=" + std::to_string(r.checked) + ", problems=" + std::to_string(r.problems.size()) + ")";
+      });
+  py::class_<GcReport>(m, "GcReport", "What store_gc() removed (or would remove, dry_run=True).")
+      .def_readonly("removed_blobs", &GcReport::removed_blobs, "Unreferenced blob files.")
+      .def_readonly("removed_temps", &GcReport::removed_temps, "Temp files of writes that never completed.")
+      .def_readonly("freed_bytes", &GcReport::freed_bytes, "Bytes freed.")
+      .def_readonly("removed_paths", &GcReport::removed_paths, "The paths.")
+      .def("__repr__", [](const GcReport& r) {
+        return "GcReport(removed_blobs=" + std::to_string(r.removed_blobs) + ", removed_temps=" +
+               std::to_string(r.removed_temps) + ", freed_bytes=" + std::to_string(r.freed_bytes) + ")";
+      });
+
+  m.def("store_list", [](const py::object& dir) {
+        const std::string d = dir_arg(dir);
+        return released<std::vector<StoreEntryInfo>>([&] { return list_store(d); });
+      }, py::arg("dir"),
+      "The committed entries of a store directory (read-only; safe while an engine has it open). Raises\n"
+      "OrbitError when DIR is not a store.");
+  m.def("store_summary", [](const py::object& dir) {
+        const std::string d = dir_arg(dir);
+        return released<StoreSummary>([&] { return summarize_store(d); });
+      }, py::arg("dir"), "A StoreSummary of a store directory (read-only).");
+  m.def("store_verify", [](const py::object& dir) {
+        const std::string d = dir_arg(dir);
+        return released<VerifyReport>([&] { return verify_store(d); });
+      }, py::arg("dir"), "Checks every blob's size and checksum; a VerifyReport (read-only).");
+  m.def("store_gc", [](const py::object& dir, bool dry_run) {
+        const std::string d = dir_arg(dir);
+        GcOptions o;
+        o.dry_run = dry_run;
+        return released<GcReport>([&] { return gc_store(d, o); });
+      }, py::arg("dir"), py::kw_only(), py::arg("dry_run") = false,
+      "Removes unreferenced blobs and temp files. Needs the store closed everywhere (raises OrbitError when\n"
+      "another process or engine holds it open).");
+  m.def("chunk_key_tokens", &chunk_key_tokens, py::arg("model_fingerprint"), py::arg("tokens"),
+        "The content key of a token chunk for a model (ModelInfo.fingerprint): what ChunkRef.key holds.");
+  m.def("is_store_key", &is_store_key, py::arg("key"), "True for 64 lowercase hex characters.");
+}
+
+}  // namespace orbit_py
