@@ -102,7 +102,7 @@ void init_engine(py::module_& m) {
   c.def_property_readonly("model_info", &Engine::model_info, "ModelInfo of the loaded model.");
   c.def_property_readonly("stats", &Engine::stats, "EngineStats: chunks, windows, pool pages, forwards, store.");
 
-  c.def("add_tokens", [](Engine& e, py::handle tokens, const std::string& label, bool pin) {
+  c.def("add_tokens", [](Engine& e, const py::object& tokens, const std::string& label, bool pin) {
         std::vector<int64_t> t = to_tokens(tokens, "add_tokens: tokens");
         py::gil_scoped_release release;
         return e.add_tokens(t, chunk_options(label, pin));
@@ -113,7 +113,7 @@ void init_engine(py::module_& m) {
       "label names it in plans and errors; pin keeps its canonical resident in the store. Raises OrbitError for\n"
       "an empty chunk or ids outside the vocabulary, TypeError for non-integer input.");
   c.def("add_embeddings",
-        [](Engine& e, py::handle embeddings, py::handle grid, const std::string& media_digest, const std::string& label,
+        [](Engine& e, const py::object& embeddings, const py::object& grid, const std::string& media_digest, const std::string& label,
            bool pin) {
           const Borrowed emb = to_embeddings(embeddings, "add_embeddings: embeddings");
           const Borrowed g = to_grid(grid, "add_embeddings: grid");
@@ -140,14 +140,14 @@ void init_engine(py::module_& m) {
   c.def("chunk", [](const Engine& e, const std::string& key) { return e.chunk(key); }, py::arg("key"),
         "The registered chunk with this key. Raises OrbitError when this engine does not know it.");
   c.def_property_readonly("chunks", &Engine::chunks, "list[ChunkRef] of every registered chunk.");
-  c.def("precompute", [](Engine& e, py::handle chunk) {
+  c.def("precompute", [](Engine& e, const py::object& chunk) {
         const ChunkRef ref = resolve_chunk(e, chunk, "precompute: chunk");
         py::gil_scoped_release release;
         e.precompute(ref);
       },
       py::arg("chunk"), "Encodes the chunk's canonical now (one forward of the chunk alone) unless stored.");
   c.def("new_window",
-        [](std::shared_ptr<Engine> e, py::handle policy, int64_t max_bytes, const std::string& label) {
+        [](std::shared_ptr<Engine> e, const py::object& policy, int64_t max_bytes, const std::string& label) {
           orbit::WindowOptions o;
           if (!policy.is_none()) o.policy = to_policy(policy, "new_window: policy");
           o.max_bytes = max_bytes;

@@ -122,14 +122,14 @@ void init_window(py::module_& m) {
                           "Most KV bytes it may hold (0 = the pool's limit).");
   c.def_property(
       "policy", [](PyWindow& w) { return w.run([](Window& x) { return x.policy(); }); },
-      [](PyWindow& w, py::handle p) {
+      [](PyWindow& w, const py::object& p) {
         const orbit::WindowPolicy policy = to_policy(p, "Window.policy");
         w.run([&](Window& x) { x.set_policy(policy); });
       },
       "Its WindowPolicy (a copy; assign a Policy or a spec string to change it for later operations).");
   c.def_property_readonly("instances", [](PyWindow& w) { return w.run([](Window& x) { return x.instances(); }); },
                           "list[InstanceInfo] in window order.");
-  c.def("instance", [](PyWindow& w, py::handle id) {
+  c.def("instance", [](PyWindow& w, const py::object& id) {
         const InstanceId i = to_instance(id, "instance");
         return w.run([&](Window& x) { return x.instance(i); });
       },
@@ -146,7 +146,7 @@ void init_window(py::module_& m) {
         "Number of instances.");
   c.def("__iter__", [](PyWindow& w) { return py::iter(py::cast(w.run([](Window& x) { return x.instances(); }))); },
         "Iterates over the instances (a snapshot).");
-  c.def("__contains__", [](PyWindow& w, py::handle item) {
+  c.def("__contains__", [](PyWindow& w, const py::object& item) {
         if (py::isinstance<ChunkRef>(item)) {
           const std::string key = item.cast<ChunkRef>().key;
           return w.run([&](Window& x) {
@@ -162,7 +162,7 @@ void init_window(py::module_& m) {
       "`chunk in window` (a ChunkRef placed here) or `instance_id in window`.");
 
   // ---- planning (const) ----
-  c.def("plan_admit", [](PyWindow& w, py::handle chunk, py::handle before) {
+  c.def("plan_admit", [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "plan_admit: chunk");
         const InstanceId b = before_arg(before);
         return w.run([&](Window& x) { return x.plan_admit(ref, b); });
@@ -170,26 +170,26 @@ void init_window(py::module_& m) {
       py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
       "Plan placing the chunk at the tail (or before instance `before`). Raises OrbitError for a chunk of\n"
       "another engine, an unknown instance, or a chunk already in the window.");
-  c.def("plan_add_turn", [](PyWindow& w, py::handle tokens) {
+  c.def("plan_add_turn", [](PyWindow& w, const py::object& tokens) {
         const auto t = to_tokens(tokens, "plan_add_turn: tokens");
         return w.run([&](Window& x) { return x.plan_add_turn(t); });
       },
       py::arg("tokens"), "Plan a live turn (tokens prefilled in context; not reusable).");
-  c.def("plan_evict", [](PyWindow& w, py::handle instance) {
+  c.def("plan_evict", [](PyWindow& w, const py::object& instance) {
         const InstanceId i = to_instance(instance, "plan_evict: instance");
         return w.run([&](Window& x) { return x.plan_evict(i); });
       },
       py::arg("instance"), "Plan dropping one instance (a chunk stays recallable).");
   c.def("plan_slide", [](PyWindow& w, int64_t chunks) { return w.run([&](Window& x) { return x.plan_slide(chunks); }); },
         py::arg("chunks") = 1, "Plan evicting the `chunks` oldest chunk instances (turns stay).");
-  c.def("plan_recall", [](PyWindow& w, py::handle chunk, py::handle before) {
+  c.def("plan_recall", [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "plan_recall: chunk");
         const InstanceId b = before_arg(before);
         return w.run([&](Window& x) { return x.plan_recall(ref, b); });
       },
       py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
       "Plan re-admitting an evicted chunk (Plan.cascade: dependents re-conditioned).");
-  c.def("plan_reorder", [](PyWindow& w, py::handle order) {
+  c.def("plan_reorder", [](PyWindow& w, const py::object& order) {
         const auto o = to_instances(order, "plan_reorder: order");
         return w.run([&](Window& x) { return x.plan_reorder(o); });
       },
@@ -207,41 +207,63 @@ void init_window(py::module_& m) {
       "Executes a plan this window made at its current version; returns the ApplyReport. Raises CapacityError\n"
       "(the pool or max_bytes cannot hold the result) or RefusedError (e.g. positions past the model's limit),\n"
       "leaving the window unchanged; OrbitError for a plan of another window or an older version.");
-  c.def("admit", [](PyWindow& w, py::handle chunk, py::handle before) {
+  c.def("admit", [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "admit: chunk");
         const InstanceId b = before_arg(before);
         return plan_and_apply(w, [&](Window& x) { return x.plan_admit(ref, b); });
       },
-      py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(), "plan_admit + apply.");
-  c.def("add_turn", [](PyWindow& w, py::handle tokens) {
+      py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
+      "apply(plan_admit(chunk, before=before)) in one call: returns the ApplyReport;\n"
+      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
+      "arguments.");
+  c.def("add_turn", [](PyWindow& w, const py::object& tokens) {
         const auto t = to_tokens(tokens, "add_turn: tokens");
         return plan_and_apply(w, [&](Window& x) { return x.plan_add_turn(t); });
       },
-      py::arg("tokens"), "plan_add_turn + apply.");
-  c.def("evict", [](PyWindow& w, py::handle instance) {
+      py::arg("tokens"),
+      "apply(plan_add_turn(tokens)) in one call: returns the ApplyReport;\n"
+      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
+      "arguments.");
+  c.def("evict", [](PyWindow& w, const py::object& instance) {
         const InstanceId i = to_instance(instance, "evict: instance");
         return plan_and_apply(w, [&](Window& x) { return x.plan_evict(i); });
       },
-      py::arg("instance"), "plan_evict + apply.");
+      py::arg("instance"),
+      "apply(plan_evict(instance)) in one call: returns the ApplyReport;\n"
+      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
+      "arguments.");
   c.def("slide", [](PyWindow& w, int64_t chunks) {
         return plan_and_apply(w, [&](Window& x) { return x.plan_slide(chunks); });
       },
-      py::arg("chunks") = 1, "plan_slide + apply.");
-  c.def("recall", [](PyWindow& w, py::handle chunk, py::handle before) {
+      py::arg("chunks") = 1,
+      "apply(plan_slide(chunks)) in one call: returns the ApplyReport;\n"
+      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
+      "arguments.");
+  c.def("recall", [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "recall: chunk");
         const InstanceId b = before_arg(before);
         return plan_and_apply(w, [&](Window& x) { return x.plan_recall(ref, b); });
       },
-      py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(), "plan_recall + apply.");
-  c.def("reorder", [](PyWindow& w, py::handle order) {
+      py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
+      "apply(plan_recall(chunk, before=before)) in one call: returns the ApplyReport;\n"
+      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
+      "arguments.");
+  c.def("reorder", [](PyWindow& w, const py::object& order) {
         const auto o = to_instances(order, "reorder: order");
         return plan_and_apply(w, [&](Window& x) { return x.plan_reorder(o); });
       },
-      py::arg("order"), "plan_reorder + apply.");
+      py::arg("order"),
+      "apply(plan_reorder(order)) in one call: returns the ApplyReport;\n"
+      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
+      "arguments.");
   c.def("place", [](PyWindow& w) { return plan_and_apply(w, [](Window& x) { return x.plan_place(); }); },
-        "plan_place + apply.");
+      "apply(plan_place()) in one call: returns the ApplyReport;\n"
+      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
+      "arguments.");
   c.def("recondition", [](PyWindow& w) { return plan_and_apply(w, [](Window& x) { return x.plan_recondition(); }); },
-        "plan_recondition + apply.");
+      "apply(plan_recondition()) in one call: returns the ApplyReport;\n"
+      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
+      "arguments.");
   c.def("fork", [](PyWindow& w) {
         Window child = w.run([](Window& x) { return x.fork(); });
         return wrap_window(w.engine, std::move(child));
@@ -250,12 +272,12 @@ void init_window(py::module_& m) {
       "the parent's ids. Operations on either never change the other. Drop it (close()) to discard the branch.");
 
   // ---- reading (const) ----
-  c.def("logits", [](PyWindow& w, py::handle query, bool all_rows) {
+  c.def("logits", [](PyWindow& w, const py::object& query, bool all_rows) {
         const auto q = to_tokens(query, "logits: query");
         return logits_array(w.run([&](Window& x) { return x.logits(q, all_rows); }), all_rows);
       },
       py::arg("query"), py::kw_only(), py::arg("all_rows") = false, kLogitsDoc);
-  c.def("reference_logits", [](PyWindow& w, py::handle query, bool all_rows) {
+  c.def("reference_logits", [](PyWindow& w, const py::object& query, bool all_rows) {
         const auto q = to_tokens(query, "reference_logits: query");
         return logits_array(w.run([&](Window& x) { return x.reference_logits(q, all_rows); }), all_rows);
       },
@@ -263,8 +285,8 @@ void init_window(py::module_& m) {
       "The logits a re-prefill of the same contents in the same order would give (one forward of the whole\n"
       "window; nothing stored): the reference for fidelity. Same shapes as logits().");
   c.def("generate",
-        [](PyWindow& w, py::handle query, int64_t max_tokens, double temperature, double top_p, uint64_t seed,
-           py::handle stop_tokens) {
+        [](PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p, uint64_t seed,
+           const py::object& stop_tokens) {
           orbit::GenerateOptions o;
           o.max_tokens = max_tokens;
           o.temperature = temperature;
@@ -279,7 +301,7 @@ void init_window(py::module_& m) {
         "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
         "temperature > 0 = nucleus sampling, reproducible by seed; the run ends after emitting any of\n"
         "stop_tokens. Returns a Generation (tokens, stop_reason, seconds).");
-  c.def("disposable", [](PyWindow& w, py::handle instance, py::handle query, int64_t answer_tokens) {
+  c.def("disposable", [](PyWindow& w, const py::object& instance, const py::object& query, int64_t answer_tokens) {
         const InstanceId i = to_instance(instance, "disposable: instance");
         const auto q = to_tokens(query, "disposable: query");
         return w.run([&](Window& x) { return x.disposable(i, q, answer_tokens); });
@@ -287,7 +309,7 @@ void init_window(py::module_& m) {
       py::arg("instance"), py::arg("query"), py::kw_only(), py::arg("answer_tokens") = 4,
       "Greedy-decodes answer_tokens after the query with the instance as it is and with its conditioning\n"
       "switched off (its canonical KV); a DisposabilityReport (truthy when the answers agree).");
-  c.def("kv", [](PyWindow& w, py::handle instance) {
+  c.def("kv", [](PyWindow& w, const py::object& instance) {
         const InstanceId i = to_instance(instance, "kv: instance");
         orbit::InstanceKV kv = w.run([&](Window& x) { return x.kv(i); });
         PyInstanceKV out;
