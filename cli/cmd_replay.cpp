@@ -74,7 +74,8 @@ void print_table(const ReplayReport& r, bool explain) {
       if (s.status != "ok") std::printf("       [%s] refused: %s\n", p.policy.c_str(), s.status.c_str());
       if (explain && !s.plan.empty()) {
         std::printf("       [%s] ", p.policy.c_str());
-        for (char c : s.plan) {
+        const std::string plan = s.plan.substr(0, s.plan.find_last_not_of('\n') + 1);
+        for (char c : plan) {
           std::putchar(c);
           if (c == '\n') std::printf("       ");
         }
