@@ -68,3 +68,15 @@ std::string Plan::describe() const {
 }
 
 }  // namespace orbit
+
+namespace orbit {
+
+const char* chunk_kind_name(ChunkKind kind) noexcept {
+  switch (kind) {
+    case ChunkKind::kTokens: return "tokens";
+    case ChunkKind::kEmbeddings: return "embeddings";
+  }
+  return "?";
+}
+
+}  // namespace orbit
