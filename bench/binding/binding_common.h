@@ -1,8 +1,8 @@
 // Shared pieces of the binding experiments (bench_binding): converting task chunks to runtime inputs,
 // answer-row fidelity, and pooled statistics.
 //
-// Measures are taken on the answer row: the query is [ask, obj, ANS] and the answer is the argmax of the
-// logits after ANS (the last row). Pooled over items:
+// Measures are taken on the answer row: the query is one question token Q(kind, obj) and the answer is the
+// argmax of the logits at it (the last row). Pooled over items:
 //   η             1 − Σ KL(exact‖arm) / Σ KL(exact‖blind)   (pooled, so items where blind reuse is already
 //                 exact do not divide by ~0)
 //   flip-recover  over items where argmax(blind) ≠ argmax(exact), the fraction where argmax(arm) == argmax(exact)

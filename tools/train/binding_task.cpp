@@ -139,19 +139,11 @@ Question TaskGenerator::question(QuestionKind kind, const Episode& episode, int 
   Question q;
   q.kind = kind;
   q.chunk = chunk;
+  q.tokens = {tok::kAsk + static_cast<int64_t>(kind) * tok::kNumObjects + c.obj};
   switch (kind) {
-    case QuestionKind::kColor:
-      q.tokens = {tok::kAskColor, tok::kObject + c.obj, tok::kAnswer};
-      q.answer = tok::kColor + c.color;
-      break;
-    case QuestionKind::kRoom:
-      q.tokens = {tok::kAskRoom, tok::kObject + c.obj, tok::kAnswer};
-      q.answer = tok::kRoom + c.room;
-      break;
-    case QuestionKind::kWhere:
-      q.tokens = {tok::kAskWhere, tok::kObject + c.obj, tok::kAnswer};
-      q.answer = tok::kLoc + c.loc;
-      break;
+    case QuestionKind::kColor: q.answer = tok::kColor + c.color; break;
+    case QuestionKind::kRoom: q.answer = tok::kRoom + c.room; break;
+    case QuestionKind::kWhere: q.answer = tok::kLoc + c.loc; break;
   }
   return q;
 }
@@ -172,10 +164,10 @@ Episode TaskGenerator::episode() {
     const bool can_ref = last_intro >= 0 && !last_referenced && next_loc < locs.size();
     const bool can_intro = next_obj < objects.size();
     const double r = unit();
-    if (can_ref && r < 0.4) {
+    if (can_ref && r < 0.5) {
       e.chunks.push_back(ref(e.chunks[static_cast<size_t>(last_intro)], last_intro, locs[next_loc++]));
       last_referenced = true;
-    } else if (can_intro && r < 0.75) {
+    } else if (can_intro && r < 0.8) {
       e.chunks.push_back(intro(objects[next_obj++], uniform(0, tok::kNumColors - 1)));
       last_intro = static_cast<int>(e.chunks.size()) - 1;
       last_referenced = false;

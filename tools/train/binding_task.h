@@ -11,12 +11,13 @@
 //                                             after absorbing its antecedent (cross-chunk binding).
 //   text chunk    [TXT] f obj [IN] room f [DOT]   a fact in words: obj is in room.
 //
-// Questions (query tokens; the answer is the next token after [ANS]):
-//   single-hop   [QC] obj [ANS] -> colour word     read out of one intro frame
-//                [QR] obj [ANS] -> room word       read out of one text chunk
-//   multi-hop    [QW] obj [ANS] -> location word   needs the ref frame to have bound its antecedent's
-//                                                  object: the location is only in the ref frame, the
-//                                                  object only in the intro frame before it
+// Questions are one token Q(kind, obj); the answer is the next-token prediction at that token:
+//   single-hop   Q(color, obj) -> colour word     read out of one intro frame
+//                Q(room, obj)  -> room word       read out of one text chunk
+//   multi-hop    Q(where, obj) -> location word   needs the ref frame to have bound its antecedent's
+//                                                 object: the location is only in the ref frame, the
+//                                                 object only in the intro frame before it
+// (One token, so a question's readout needs no induction step inside the query itself.)
 //
 // Training also supervises a "caption" at every frame's [FEND]: the frame's object word (for a ref frame,
 // the referent's object, which forces the binding to be computed inside the ref frame).
@@ -35,7 +36,6 @@ namespace orbit::binding {
 // Token ids. vocab = 256.
 namespace tok {
 constexpr int64_t kPad = 0, kFrameA = 1, kFrameB = 2, kFrameEnd = 3, kText = 4, kIn = 5, kDot = 6;
-constexpr int64_t kAskColor = 7, kAskRoom = 8, kAskWhere = 9, kAnswer = 10;
 constexpr int64_t kNoise = 16, kNumNoise = 24;      // visual background
 constexpr int64_t kFiller = 40, kNumFiller = 16;    // text filler words
 constexpr int64_t kObject = 56, kNumObjects = 12;   // object words
@@ -43,7 +43,8 @@ constexpr int64_t kColor = 72, kNumColors = 8;      // colour words (answers)
 constexpr int64_t kRoom = 80, kNumRooms = 8;        // room words (answers)
 constexpr int64_t kLoc = 88, kNumLocs = 8;          // location words (answers)
 constexpr int64_t kLocPatch = 96;                   // location patches L(loc), 8
-constexpr int64_t kObjPatch = 128;                  // object-colour patches P(obj, color) = 128 + obj·8 + color
+constexpr int64_t kAsk = 104;                       // questions Q(kind, obj) = 104 + kind·12 + obj, 36
+constexpr int64_t kObjPatch = 160;                  // object-colour patches P(obj, color) = 160 + obj·8 + color, 96
 constexpr int64_t kVocab = 256;
 }  // namespace tok
 
@@ -67,7 +68,7 @@ struct Chunk {
 
 struct Question {
   QuestionKind kind = QuestionKind::kColor;
-  std::vector<int64_t> tokens;  // [ask, obj, ANS]
+  std::vector<int64_t> tokens;  // {Q(kind, obj)}
   int64_t answer = 0;           // the answer token
   int chunk = -1;               // index of the chunk holding the answer (ref frame for kWhere)
 };
