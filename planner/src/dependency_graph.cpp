@@ -98,11 +98,15 @@ struct DependencyGraph::Impl {
     return antecedents;
   }
 
-  // Drops evicted instances nothing references any more, transitively.
+  // Drops evicted instances nothing references any more, transitively. A vertex can be queued more than
+  // once (an instance that was an antecedent of two released patches); it is removed the first time, and
+  // a removed descriptor must never be read again (listS descriptors point into freed nodes).
   void collect(std::vector<Vertex> work) {
+    std::unordered_set<Vertex> removed;
     while (!work.empty()) {
       Vertex v = work.back();
       work.pop_back();
+      if (removed.count(v) != 0) continue;
       const Node& node = graph[v];
       if (node.live || boost::out_degree(v, graph) != 0) continue;
       InstanceId id = node.instance;
@@ -110,6 +114,7 @@ struct DependencyGraph::Impl {
       work.insert(work.end(), released.begin(), released.end());
       boost::clear_vertex(v, graph);  // no edges left; kept for symmetry with detach_patch
       boost::remove_vertex(v, graph);
+      removed.insert(v);
       instances.erase(id);
     }
   }

@@ -1,6 +1,6 @@
-// orbit::planner: the dependency graph (cascades, eviction lifetime, fork copies, topological order,
-// cycles), placement (DP against brute force, greedy properties), the cost model fit and decision,
+// orbit::planner: placement (DP against brute force, greedy properties), the cost model fit and decision,
 // admission under a byte budget (property test) and the offline bounds (against LRU and brute force).
+// The dependency graph has its own file (test_dependency_graph.cpp).
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
 #include <algorithm>
@@ -17,201 +17,17 @@
 #include "orbit/common/error.h"
 #include "orbit/planner/admission.h"
 #include "orbit/planner/cost_model.h"
-#include "orbit/planner/dependency_graph.h"
 #include "orbit/planner/offline.h"
 #include "orbit/planner/placement.h"
 
 using namespace orbit::planner;
 using Catch::Matchers::Contains;
 
-namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-int64_t position_of(const std::vector<InstanceId>& order, InstanceId id) {
-  auto it = std::find(order.begin(), order.end(), id);
-  return it == order.end() ? -1 : it - order.begin();
-}
-
-// Ancestors of `id` through current conditioning (every instance its KV was formed on, transitively).
-std::set<InstanceId> ancestors(const DependencyGraph& g, InstanceId id) {
-  std::set<InstanceId> out;
-  std::vector<InstanceId> work{id};
-  while (!work.empty()) {
-    InstanceId v = work.back();
-    work.pop_back();
-    for (InstanceId a : g.antecedents(v))
-      if (out.insert(a).second) work.push_back(a);
-  }
-  return out;
-}
-
-// a -> b -> c plus d formed on {a, c}: the graph most tests start from.
-DependencyGraph chain_graph() {
-  DependencyGraph g;
-  for (InstanceId id : {1, 2, 3, 4}) g.add_instance(id, "chunk" + std::to_string(id));
-  g.set_conditioning(2, 102, {1});
-  g.set_conditioning(3, 103, {2});
-  g.set_conditioning(4, 104, {1, 3});
-  return g;
-}
-
-}  // namespace
-
-// ---- dependency graph --------------------------------------------------------------------------------
-
-TEST_CASE("graph: direct and transitive dependents in topological order", "[planner][cpu]") {
-  DependencyGraph g = chain_graph();
-  CHECK(g.antecedents(4) == std::vector<InstanceId>{1, 3});
-  CHECK(g.antecedents(1).empty());
-  CHECK(g.dependents(1) == std::vector<InstanceId>{2, 3, 4});  // the only topological order of 2 -> 3 -> 4
-  CHECK(g.dependents(3) == std::vector<InstanceId>{4});
-  CHECK(g.dependents(4).empty());
-  CHECK(g.num_live() == 4);
-  CHECK(g.patches().size() == 3);
-  CHECK(g.patches()[2].patch == 104);
-
-  // Re-conditioning replaces: 3 formed on nothing now, so 1 reaches 4 only directly.
-  g.set_conditioning(3, 203, {});
-  std::vector<InstanceId> two = g.dependents(1);  // 2 and 4 are independent: either order is topological
-  CHECK(std::set<InstanceId>(two.begin(), two.end()) == std::set<InstanceId>{2, 4});
-  CHECK(two == g.dependents(1));  // deterministic
-  CHECK(g.dependents(2).empty());
-  g.clear_conditioning(4);
-  CHECK_FALSE(g.has_conditioning(4));
-  CHECK(g.dependents(1) == std::vector<InstanceId>{2});
-  CHECK_THAT(g.to_dot(), Contains("p2 -> i2"));
-}
-
-TEST_CASE("graph: evicted intermediates stay while referenced and carry the cascade", "[planner][cpu]") {
-  DependencyGraph g = chain_graph();
-  g.remove_instance(2);  // 3 was formed on 2: 2 stays, evicted
-  CHECK(g.contains(2));
-  CHECK_FALSE(g.is_live(2));
-  CHECK(g.num_live() == 3);
-  CHECK(g.num_evicted() == 1);
-  CHECK(g.dependents(1) == std::vector<InstanceId>{3, 4});  // through evicted 2
-  CHECK(g.dependents(2) == std::vector<InstanceId>{3, 4});
-
-  g.reinstate(2);  // recall: 2 is live again and itself a dependent of 1
-  CHECK(g.dependents(1) == std::vector<InstanceId>{2, 3, 4});
-  CHECK_THROWS_AS(g.reinstate(2), orbit::Error);
-
-  // Evict 1 and 2: both stay (1 through 2's patch, 2 through 3's). Clearing 3 drops 2, which drops 1's
-  // last reference from 2 — but 4 still references 1. Clearing 4 drops 1.
-  g.remove_instance(1);
-  g.remove_instance(2);
-  CHECK(g.num_evicted() == 2);
-  g.clear_conditioning(3);
-  CHECK_FALSE(g.contains(2));
-  CHECK(g.contains(1));
-  g.clear_conditioning(4);
-  CHECK_FALSE(g.contains(1));
-  CHECK(g.num_evicted() == 0);
-  CHECK(g.instances() == std::vector<InstanceId>{3, 4});
-
-  // An unreferenced instance goes at once; its id can then be added again.
-  g.remove_instance(4);
-  CHECK_FALSE(g.contains(4));
-  g.add_instance(4, "again");
-  CHECK(g.chunk_key(4) == "again");
-
-  // Replacing a conditioning that shares an evicted antecedent with the new one keeps that antecedent.
-  g.add_instance(5, "five");
-  g.set_conditioning(3, 303, {5});
-  g.remove_instance(5);
-  g.set_conditioning(3, 304, {5, 4});
-  CHECK(g.contains(5));
-  CHECK(g.antecedents(3) == std::vector<InstanceId>{5, 4});
-}
-
-TEST_CASE("graph: a fork's copy is isolated both ways", "[planner][cpu]") {
-  DependencyGraph parent = chain_graph();
-  const std::string parent_dot = parent.to_dot();
-  DependencyGraph child = parent;
-  child.remove_instance(2);
-  child.add_instance(9, "child only");
-  child.set_conditioning(9, 109, {3});
-  child.clear_conditioning(4);
-  CHECK(parent.to_dot() == parent_dot);
-  CHECK(parent.dependents(1) == std::vector<InstanceId>{2, 3, 4});
-  CHECK_FALSE(parent.contains(9));
-  CHECK(child.dependents(1) == std::vector<InstanceId>{3, 9});
-
-  parent.remove_instance(3);
-  CHECK(child.is_live(3));
-  DependencyGraph assigned;
-  assigned = child;
-  child.remove_instance(9);
-  CHECK(assigned.is_live(9));
-  DependencyGraph moved = std::move(assigned);
-  CHECK(moved.dependents(3) == std::vector<InstanceId>{9});
-}
-
-TEST_CASE("graph: random DAGs give exactly the live descendants, each after its ancestors", "[planner][cpu]") {
-  std::mt19937_64 rng(7);
-  for (int trial = 0; trial < 60; ++trial) {
-    DependencyGraph g;
-    const int n = 2 + static_cast<int>(rng() % 14);
-    std::vector<InstanceId> ids;  // a hidden causal order with unordered ids
-    for (int i = 0; i < n; ++i) {
-      ids.push_back(1000 + rng() % 100000);
-      if (g.contains(ids.back())) {
-        ids.pop_back();
-        continue;
-      }
-      g.add_instance(ids.back(), "c");
-      std::vector<InstanceId> ante;
-      for (size_t j = 0; j + 1 < ids.size(); ++j)
-        if (rng() % 3 == 0) ante.push_back(ids[j]);
-      std::shuffle(ante.begin(), ante.end(), rng);
-      if (rng() % 4 != 0) g.set_conditioning(ids.back(), rng(), ante);
-    }
-    for (InstanceId id : ids)
-      if (rng() % 4 == 0 && g.is_live(id)) g.remove_instance(id);
-    for (InstanceId x : g.instances()) {
-      std::vector<InstanceId> deps = g.dependents(x);
-      std::set<InstanceId> expected;
-      for (InstanceId y : g.instances())
-        if (g.is_live(y) && y != x && ancestors(g, y).count(x)) expected.insert(y);
-      CHECK(std::set<InstanceId>(deps.begin(), deps.end()) == expected);
-      CHECK(deps.size() == expected.size());  // no repeats
-      for (InstanceId y : deps)
-        for (InstanceId a : ancestors(g, y))
-          if (position_of(deps, a) >= 0) CHECK(position_of(deps, a) < position_of(deps, y));
-    }
-    // Evicted nodes survive only while something references them.
-    for (InstanceId id : g.instances()) {
-      if (g.is_live(id)) continue;
-      bool referenced = false;
-      for (const Conditioning& c : g.patches())
-        referenced |= std::count(c.antecedents.begin(), c.antecedents.end(), id) > 0;
-      CHECK(referenced);
-    }
-  }
-}
-
-TEST_CASE("graph: misuse throws naming the id; a cycle is reported", "[planner][cpu]") {
-  DependencyGraph g = chain_graph();
-  CHECK_THROWS_WITH(g.add_instance(2, "dup"), Contains("instance 2 already present"));
-  CHECK_THROWS_WITH(g.set_conditioning(3, 1, {42}), Contains("unknown instance 42"));
-  CHECK_THROWS_WITH(g.set_conditioning(3, 1, {3}), Contains("own antecedent"));
-  CHECK_THROWS_WITH(g.set_conditioning(3, 1, {1, 1}), Contains("antecedent 1 listed twice"));
-  CHECK_THROWS_WITH(g.dependents(77), Contains("unknown instance 77"));
-  g.remove_instance(4);
-  CHECK_THROWS_WITH(g.remove_instance(4), Contains("unknown instance 4"));  // 4 was unreferenced: gone
-  g.remove_instance(2);
-  CHECK_THROWS_WITH(g.set_conditioning(2, 1, {}), Contains("instance 2 is evicted"));
-
-  g.reinstate(2);
-  g.set_conditioning(2, 9, {1, 3});  // 2 formed on 3, 3 formed on 2: only misuse gets here
-  CHECK_THROWS_WITH(g.dependents(1), Contains("dependency cycle through instance"));
-  CHECK_THROWS_WITH(g.dependents(3), Contains("cycle"));
-}
-
 // ---- placement ---------------------------------------------------------------------------------------
 
 namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Random set-dependent costs: an independent draw for every (item, antecedent set), some +infinity.
 PlacementProblem random_problem(int64_t n, std::mt19937_64& rng, double inf_rate) {
