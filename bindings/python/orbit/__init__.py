@@ -25,6 +25,10 @@ An operation the window cannot hold (a full pool, max_bytes) raises CapacityErro
 past the model's limit) RefusedError -- both subclasses of OrbitError, both leaving the window unchanged.
 Plan first (plan_*) and check Plan.device_bytes_after to avoid them.
 
+Traces (orbit-trace/1, the format `orbit replay` reads) are plain dicts: make_trace() generates one,
+load_trace()/save_trace() read and write files, and replay(trace, model, policies=[...]) runs it under each
+policy side by side with the baselines and returns the report (forward tokens, time, fidelity per step).
+
 The GIL is released while the C++ core works (loading, encoding, applying, decoding), so windows can be driven
 from several threads; calls on one window are serialized.
 """
@@ -74,6 +78,12 @@ from ._orbit import (  # noqa: F401  (re-exports)
     store_list,
     store_summary,
     store_verify,
+    TRACE_FORMAT,
+    load_trace,
+    make_trace,
+    replay,
+    save_trace,
+    validate_trace,
 )
 
 # Classes report themselves as orbit.X (not orbit._orbit.X) in reprs, tracebacks and help().
@@ -130,4 +140,10 @@ __all__ = [
     "store_list",
     "store_summary",
     "store_verify",
+    "TRACE_FORMAT",
+    "load_trace",
+    "make_trace",
+    "replay",
+    "save_trace",
+    "validate_trace",
 ]

@@ -44,6 +44,12 @@ from ._orbit import (
     store_list as store_list,
     store_summary as store_summary,
     store_verify as store_verify,
+    TRACE_FORMAT as TRACE_FORMAT,
+    load_trace as load_trace,
+    make_trace as make_trace,
+    replay as replay,
+    save_trace as save_trace,
+    validate_trace as validate_trace,
 )
 
 __all__: list[str]

@@ -2,7 +2,7 @@
 # tests/python/test_bindings.py checks that every public name and member is listed here.
 import enum
 import os
-from typing import Iterator, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy
 import numpy.typing
@@ -657,3 +657,40 @@ def chunk_key_tokens(model_fingerprint: str, tokens: Sequence[int]) -> str:
     """The content key of a token chunk for a model."""
 def is_store_key(key: str) -> bool:
     """True for 64 lowercase hex characters."""
+
+# ---- traces (orbit-trace/1; a trace and a replay report are dicts: their JSON) ----------------------------
+TraceArg = Union[dict, str, os.PathLike]
+TRACE_FORMAT: str
+
+def load_trace(path: Union[str, os.PathLike]) -> dict:
+    """Reads and validates an orbit-trace/1 file; returns it as a dict."""
+def validate_trace(trace: TraceArg) -> None:
+    """Checks a trace (dict or path); raises OrbitError naming the step and field at fault."""
+def save_trace(trace: TraceArg, path: Union[str, os.PathLike]) -> None:
+    """Validates a trace and writes it to PATH atomically."""
+def make_trace(
+    kind: str = "web",
+    *,
+    steps: int = 12,
+    seed: int = 0,
+    vocab_size: int = 512,
+    max_positions: int = 512,
+    position_rows: int = 1,
+    chunk_tokens: int = 0,
+    sample_text: bool = False,
+) -> dict:
+    """A synthetic agent trace: kind 'web', 'video' or 'agent'."""
+def replay(
+    trace: TraceArg,
+    model: str,
+    *,
+    policies: Sequence[str] = ("patch:16",),
+    baselines: bool = True,
+    fidelity: bool = True,
+    explain: bool = False,
+    threads: int = 0,
+    pool_bytes: int = ...,
+    page_size: int = 16,
+    progress: Optional[Callable[[int, int, int, int, str], object]] = None,
+) -> dict:
+    """Replays a trace under each policy (plus reprefill, prefix, blind); the report as a dict."""

@@ -82,4 +82,5 @@ PYBIND11_MODULE(_orbit, m) {
   orbit_py::init_engine(m);
   orbit_py::init_window(m);
   orbit_py::init_store(m);
+  orbit_py::init_trace(m);
 }

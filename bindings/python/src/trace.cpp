@@ -1,0 +1,118 @@
+// orbit.load_trace / make_trace / validate_trace / save_trace / replay: the orbit-trace/1 format
+// (orbit/trace.h; what `orbit make-trace` and `orbit replay` do) in Python. A trace and a replay report are
+// plain dicts, exactly their JSON (the format is the contract, and the samples write traces as dicts);
+// replay() releases the GIL and calls `progress` with it held.
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "orbit/trace.h"
+
+namespace orbit_py {
+
+namespace {
+
+py::object json_module() { return py::module_::import("json"); }
+
+py::object to_dict(const std::string& json_text) { return json_module().attr("loads")(json_text); }
+
+// A trace given as a dict (the JSON object), a str/PathLike path to a .json file, or JSON text.
+orbit::Trace trace_arg(const py::object& trace) {
+  if (py::isinstance<py::dict>(trace)) {
+    const std::string text = py::str(json_module().attr("dumps")(trace));
+    return orbit::parse_trace(text, "<dict>");
+  }
+  if (py::isinstance<py::str>(trace) || py::hasattr(trace, "__fspath__")) {
+    const std::string path = py::str(py::module_::import("os").attr("fspath")(trace));
+    py::gil_scoped_release release;
+    return orbit::load_trace(path);
+  }
+  throw py::type_error("trace: expected a dict (orbit-trace/1 JSON object) or a path, got " +
+                       std::string(py::str(py::type::of(trace).attr("__name__"))));
+}
+
+}  // namespace
+
+void init_trace(py::module_& m) {
+  m.attr("TRACE_FORMAT") = orbit::kTraceFormat;
+
+  m.def("load_trace", [](const py::object& path) { return to_dict(orbit::trace_to_json(trace_arg(path))); },
+        py::arg("path"),
+        "Reads and validates an orbit-trace/1 file; returns it as a dict (its JSON, defaults filled in).\n"
+        "Raises OrbitError naming the file and the JSON path of the first bad field.");
+  m.def("validate_trace", [](const py::object& trace) { (void)trace_arg(trace); }, py::arg("trace"),
+        "Checks a trace (dict or path) against orbit-trace/1: known ops, chunks defined before use, branches\n"
+        "forked before use, ... Returns None; raises OrbitError naming the step and field at fault.");
+  m.def("save_trace", [](const py::object& trace, const py::object& path) {
+        const orbit::Trace t = trace_arg(trace);
+        const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
+        py::gil_scoped_release release;
+        orbit::save_trace(t, p);
+      }, py::arg("trace"), py::arg("path"),
+      "Validates a trace (dict or path) and writes it to PATH atomically (a crash leaves the old file).");
+  m.def("make_trace", [](const std::string& kind, int64_t steps, uint64_t seed, int64_t vocab_size,
+                         int64_t max_positions, int64_t position_rows, int64_t chunk_tokens, bool sample_text) {
+        orbit::MakeTraceOptions o;
+        o.kind = kind;
+        o.steps = steps;
+        o.seed = seed;
+        o.vocab_size = vocab_size;
+        o.max_positions = max_positions;
+        o.position_rows = position_rows;
+        o.chunk_tokens = chunk_tokens;
+        o.sample_text = sample_text;
+        return to_dict(orbit::trace_to_json(orbit::make_trace(o)));
+      }, py::arg("kind") = "web", py::kw_only(), py::arg("steps") = 12, py::arg("seed") = 0,
+      py::arg("vocab_size") = 512, py::arg("max_positions") = 512, py::arg("position_rows") = 1,
+      py::arg("chunk_tokens") = 0, py::arg("sample_text") = false,
+      "A synthetic agent trace (dict), as `orbit make-trace` writes: kind 'web' (screenshots slid over a\n"
+      "growing transcript, look-backs), 'video' (frames re-examined, reorders) or 'agent' (tool results, forks,\n"
+      "placement). steps: agent steps (each several trace steps); token ids in [3, vocab_size); the window\n"
+      "stays under ~3/4 of max_positions; position_rows=3 makes media chunks embeddings with (t, h, w) grids;\n"
+      "chunk_tokens: media size (0 = from max_positions); sample_text: text sampled from the model at replay.");
+  m.def("replay", [](const py::object& trace, const std::string& model, std::vector<std::string> policies,
+                     bool baselines, bool fidelity, bool explain, int threads, int64_t pool_bytes,
+                     int64_t page_size, const py::object& progress) {
+        const orbit::Trace t = trace_arg(trace);
+        orbit::ReplayOptions o;
+        o.engine.model = model;
+        o.engine.threads = threads;
+        o.engine.pool_bytes = pool_bytes;
+        o.engine.page_size = page_size;
+        o.policies = std::move(policies);
+        o.baselines = baselines;
+        o.fidelity = fidelity;
+        o.explain = explain;
+        if (!progress.is_none()) {
+          if (!PyCallable_Check(progress.ptr())) throw py::type_error("progress: expected a callable or None");
+          o.progress = [progress](std::size_t policy, std::size_t policies_total, std::size_t step,
+                                  std::size_t steps_total, const std::string& name) {
+            py::gil_scoped_acquire gil;
+            progress(policy, policies_total, step, steps_total, name);
+          };
+        }
+        std::string report;
+        {
+          py::gil_scoped_release release;
+          report = orbit::replay_report_json(orbit::replay(t, o));
+        }
+        return to_dict(report);
+      }, py::arg("trace"), py::arg("model"), py::kw_only(),
+      py::arg("policies") = std::vector<std::string>{"patch:16"}, py::arg("baselines") = true,
+      py::arg("fidelity") = true, py::arg("explain") = false, py::arg("threads") = 0,
+      py::arg("pool_bytes") = orbit::EngineOptions{}.pool_bytes, py::arg("page_size") = orbit::EngineOptions{}.page_size,
+      py::arg("progress") = py::none(),
+      "Replays a trace (dict or path) on MODEL under each policy spec, on a fresh engine each, plus the\n"
+      "baselines reprefill, prefix and blind (baselines=False: only those asked); returns the report as a dict\n"
+      "(what `orbit replay --json` writes): per policy its steps (forward tokens, seconds, fidelity vs. a\n"
+      "re-prefill: KL and top-1, ...), totals and, for patch-forming policies, the offline bound.\n"
+      "fidelity=False skips the per-step re-prefill; explain=True keeps each step's plan text.\n"
+      "progress(policy_index, policies, step_index, steps, policy_name) is called before every step (the GIL\n"
+      "is held for it; an exception it raises stops the replay and propagates). The GIL is released\n"
+      "otherwise. Raises OrbitError for a bad trace, model or policy spec.");
+}
+
+}  // namespace orbit_py

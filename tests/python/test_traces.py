@@ -1,0 +1,108 @@
+"""Traces from Python (orbit.make_trace / load_trace / save_trace / validate_trace / replay): the dict is the
+orbit-trace/1 JSON, files round-trip, replay measures every policy side by side against a re-prefill, and bad
+traces raise errors naming the field at fault.
+
+Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.py).
+"""
+import copy
+import json
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def web_trace(orbit):
+    return orbit.make_trace("web", steps=4, seed=3, vocab_size=512, max_positions=512, chunk_tokens=12)
+
+
+def test_make_trace_is_the_json_format_and_deterministic(orbit, web_trace):
+    assert web_trace["format"] == orbit.TRACE_FORMAT == "orbit-trace/1"
+    assert web_trace["chunks"] and web_trace["steps"]
+    ops = {s["op"] for s in web_trace["steps"]}
+    assert {"admit", "turn"} <= ops
+    assert web_trace == orbit.make_trace("web", steps=4, seed=3, vocab_size=512, max_positions=512, chunk_tokens=12)
+    assert web_trace != orbit.make_trace("web", steps=4, seed=4, vocab_size=512, max_positions=512, chunk_tokens=12)
+    for kind in ("video", "agent"):
+        orbit.validate_trace(orbit.make_trace(kind, steps=3, seed=1))
+
+
+def test_save_then_load_round_trips(orbit, web_trace, tmp_path):
+    path = tmp_path / "web.json"
+    orbit.save_trace(web_trace, path)
+    assert json.loads(path.read_text())["format"] == "orbit-trace/1"
+    assert orbit.load_trace(path) == web_trace
+    assert orbit.load_trace(str(path)) == web_trace
+    orbit.validate_trace(path)
+
+
+def test_replay_puts_policies_side_by_side_against_a_reprefill(orbit, web_trace, stories260k_path):
+    calls = []
+    report = orbit.replay(web_trace, str(stories260k_path), policies=["patch:16", "blind"], baselines=True,
+                          threads=1, progress=lambda *a: calls.append(a))
+    names = [p["policy"] for p in report["policies"]]
+    assert names[:2] == ["patch:16", "blind"] and "reprefill" in names and "prefix" in names
+    assert report["steps"] == len(web_trace["steps"])
+    by_name = {p["policy"]: p for p in report["policies"]}
+    # Re-prefill is the oracle itself: every step's fidelity is float noise; blind reuse is measurably off.
+    rep = by_name["reprefill"]
+    assert len(rep["steps"]) == len(web_trace["steps"])
+    assert rep["totals"]["fidelity_steps"] > 0 and rep["totals"]["max_kl"] < 1e-6
+    assert rep["totals"]["mean_top1"] == 1.0
+    assert by_name["blind"]["totals"]["max_kl"] > 1e-3
+    # The patch policy computes fewer forward tokens than a re-prefill after every mutating step.
+    patch = by_name["patch:16"]["totals"]
+    assert 0 < patch["forward_tokens"] < patch["full_prefill_tokens"]
+    # progress: before every step of every policy, with the policy's name.
+    assert len(calls) == len(names) * len(web_trace["steps"])
+    assert calls[0][:4] == (0, len(names), 0, len(web_trace["steps"]))
+    assert {c[4] for c in calls} == set(names)
+
+
+def test_replay_without_fidelity_or_baselines(orbit, web_trace, stories260k_path):
+    report = orbit.replay(web_trace, str(stories260k_path), policies=["reprefill"], baselines=False,
+                          fidelity=False, explain=True)
+    (only,) = report["policies"]
+    assert only["policy"] == "reprefill"
+    assert all(s["fidelity"] is None for s in only["steps"])
+    assert any(s.get("plan") for s in only["steps"])
+
+
+def test_bad_traces_raise_naming_the_field(orbit, web_trace, stories260k_path, tmp_path):
+    bad = copy.deepcopy(web_trace)
+    bad["steps"][0]["op"] = "teleport"
+    with pytest.raises(orbit.OrbitError, match="teleport"):
+        orbit.validate_trace(bad)
+    bad = copy.deepcopy(web_trace)
+    bad["steps"].insert(0, {"op": "admit", "chunk": "no-such-chunk"})
+    with pytest.raises(orbit.OrbitError, match="no-such-chunk"):
+        orbit.replay(bad, str(stories260k_path))
+    bad = copy.deepcopy(web_trace)
+    bad["format"] = "orbit-trace/9"
+    with pytest.raises(orbit.OrbitError, match="format"):
+        orbit.validate_trace(bad)
+    with pytest.raises(orbit.OrbitError, match="missing.json"):
+        orbit.load_trace(tmp_path / "missing.json")
+    (tmp_path / "broken.json").write_text("{ not json")
+    with pytest.raises(orbit.OrbitError, match="broken.json"):
+        orbit.load_trace(tmp_path / "broken.json")
+    with pytest.raises(TypeError, match="trace"):
+        orbit.validate_trace(42)
+    with pytest.raises(orbit.OrbitError, match="policy"):
+        orbit.replay(web_trace, str(stories260k_path), policies=["patch:banana"], baselines=False)
+    with pytest.raises(orbit.OrbitError):
+        orbit.replay(web_trace, str(tmp_path / "no-model.bin"))
+    with pytest.raises(TypeError, match="progress"):
+        orbit.replay(web_trace, str(stories260k_path), progress=5)
+
+
+def test_an_exception_in_progress_stops_the_replay(orbit, web_trace, stories260k_path):
+    seen = []
+
+    def stop_at_third(policy, policies, step, steps, name):
+        seen.append(step)
+        if len(seen) == 3:
+            raise KeyboardInterrupt("stop")
+
+    with pytest.raises(KeyboardInterrupt, match="stop"):
+        orbit.replay(web_trace, str(stories260k_path), progress=stop_at_third)
+    assert len(seen) == 3
