@@ -428,6 +428,25 @@ def arg_parser(description: str, default_out: str, default_steps: int, short_ste
     return ap
 
 
+def finish(episode: Episode, window, out_dir: pathlib.Path, meta: dict, title: str) -> dict:
+    """Writes the outputs (write_outputs), prints the summary table, closes the window; returns the
+    sample's result: {"paths": {kind: path}, "totals": episode.totals()}."""
+    paths = write_outputs(episode, out_dir, meta, title)
+    print(paths["table"].read_text(), end="")
+    window.close()
+    return {"paths": paths, "totals": episode.totals()}
+
+
+def main(run, description: str, name: str, default_steps: int, short_steps: int, argv=None) -> int:
+    """A sample's command line: parses the common options and calls run(model, steps=..., policy=..., out=...,
+    seed=..., threads=..., dump_logits=..., quiet=...), then prints where the outputs went."""
+    args = arg_parser(description, name, default_steps, short_steps).parse_args(argv)
+    result = run(args.model, steps=short_steps if args.short else args.steps, policy=args.policy, out=args.out,
+                 seed=args.seed, threads=args.threads, dump_logits=args.dump_logits, quiet=args.quiet)
+    print_outputs(result["paths"])
+    return 0
+
+
 def print_outputs(paths: dict) -> None:
     for kind in ("table", "report", "trace", "chart", "logits"):
         if kind in paths:

@@ -114,19 +114,11 @@ def run(model=kit.DEFAULT_MODEL, *, steps: int = 16, policy: str = "patch:16", o
         title = f"video agent on {pathlib.Path(str(model)).name}: {steps} steps, policy {window.policy.name}"
         meta = {"model": str(model), "fingerprint": info.fingerprint, "policy": window.policy.name,
                 "steps_requested": steps, "seed": seed, "frames": FRAMES, "frame_tokens": FRAME_TOKENS}
-        paths = kit.write_outputs(ep, out, meta, title)
-        print(paths["table"].read_text(), end="")
-        window.close()
-    return {"paths": paths, "totals": ep.totals()}
+        return kit.finish(ep, window, out, meta, title)
 
 
 def main(argv=None) -> int:
-    ap = kit.arg_parser(__doc__.split("\n\n")[0], "video-agent", default_steps=16, short_steps=6)
-    args = ap.parse_args(argv)
-    result = run(args.model, steps=6 if args.short else args.steps, policy=args.policy, out=args.out,
-                 seed=args.seed, threads=args.threads, dump_logits=args.dump_logits, quiet=args.quiet)
-    kit.print_outputs(result["paths"])
-    return 0
+    return kit.main(run, __doc__.split("\n\n")[0], "video-agent", default_steps=16, short_steps=6, argv=argv)
 
 
 if __name__ == "__main__":
