@@ -25,4 +25,10 @@ cmake --build "$ORBIT_BUILD" --target orbit_python -j "$ORBIT_JOBS"
 step "Installing orbit into $SITE"
 mkdir -p "$SITE"
 cmake --install "$ORBIT_BUILD" --component python
-cd / && "$PYTHON" -c "import orbit, sys; print('import orbit OK:', orbit.__file__, 'version', orbit.__version__)"
+check="import orbit; print('import orbit OK:', orbit.__file__, 'version', orbit.__version__)"
+if (cd / && "$PYTHON" -c "import sys; sys.exit(0 if '$SITE' in sys.path else 1)"); then
+  cd / && "$PYTHON" -c "$check"
+else
+  cd / && PYTHONPATH="$SITE" "$PYTHON" -c "$check"
+  echo "note: $SITE is not on $PYTHON's path: add it with PYTHONPATH=$SITE (or a .pth file in site-packages)"
+fi
