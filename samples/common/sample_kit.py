@@ -87,6 +87,9 @@ class Progress:
 
 # ---- fidelity ----------------------------------------------------------------------------------------------
 
+TOP1_TIE_LOGITS = 1e-4  # orbit::kTop1TieLogits
+
+
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     z = np.asarray(logits, dtype=np.float64)
     z = z - z.max(axis=-1, keepdims=True)
@@ -94,13 +97,15 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def fidelity(window_logits: np.ndarray, reference_logits: np.ndarray) -> tuple[float, float]:
-    """(mean over rows of KL(reference ‖ window) in nats, fraction of rows whose argmax agrees) — the
-    measure `orbit replay` reports (trace.h StepFidelity)."""
+    """(mean over rows of KL(reference ‖ window) in nats, fraction of rows whose top-1 agrees) — the
+    measure `orbit replay` reports (trace.h StepFidelity): the window's argmax agrees when it is the
+    reference's or ties with it (reference logit within TOP1_TIE_LOGITS of the largest)."""
     w = np.atleast_2d(window_logits)
     r = np.atleast_2d(reference_logits)
     lr, lw = log_softmax(r), log_softmax(w)
     kl = (np.exp(lr) * (lr - lw)).sum(axis=-1)
-    top1 = (w.argmax(axis=-1) == r.argmax(axis=-1)).mean()
+    picked = np.take_along_axis(r, w.argmax(axis=-1)[:, None], axis=-1)[:, 0]
+    top1 = (picked >= r.max(axis=-1) - TOP1_TIE_LOGITS).mean()
     return float(max(kl.mean(), 0.0)), float(top1)
 
 

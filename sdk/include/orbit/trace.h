@@ -187,7 +187,7 @@ Trace make_trace(const MakeTraceOptions& options);
 // Per step: measured cost (Window::apply's report plus wall time around plan + apply), and, when the
 // current window is not empty, fidelity after the step: Window::logits(probe) vs
 // Window::reference_logits(probe) (a re-prefill of the same window), all rows: mean over rows of
-// KL(reference ‖ window) in nats, and the fraction of rows whose argmax agrees. Fidelity costs two
+// KL(reference ‖ window) in nats, and the fraction of rows whose top-1 agrees (ties count). Fidelity costs two
 // forwards of the window per step and is not counted in any cost.
 
 struct ReplayOptions {
@@ -203,9 +203,13 @@ struct ReplayOptions {
   std::function<void(std::size_t, std::size_t, std::size_t, std::size_t, const std::string&)> progress;
 };
 
+inline constexpr double kTop1TieLogits = 1e-4;
+
 struct StepFidelity {
   double kl = 0;     // mean over probe rows of KL(reference ‖ window), nats
-  double top1 = 0;   // fraction of rows whose argmax agrees
+  // Fraction of rows whose top-1 agrees: the window's argmax is the reference's, or ties with it (its
+  // reference logit within kTop1TieLogits of the reference's largest; float noise picks between such).
+  double top1 = 0;
   int64_t rows = 0;
 };
 

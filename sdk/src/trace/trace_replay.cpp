@@ -142,7 +142,7 @@ StepFidelity fidelity(const Logits& ref, const Logits& got) {
       kl += std::exp(lp) * (lp - lq);
     }
     kl_sum += std::max(kl, 0.0);
-    agree += ref.argmax(r) == got.argmax(r) ? 1 : 0;
+    agree += static_cast<double>(p[got.argmax(r)]) >= mp - kTop1TieLogits ? 1 : 0;  // the argmax, or a tie
   }
   f.kl = ref.rows > 0 ? kl_sum / static_cast<double>(ref.rows) : 0;
   f.top1 = ref.rows > 0 ? static_cast<double>(agree) / static_cast<double>(ref.rows) : 1;
