@@ -11,6 +11,7 @@
 #include <string>
 #include <tuple>
 
+#include "ops/svd_op.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/rope.h"
 #include "orbit/runtime/weights.h"
@@ -230,10 +231,20 @@ LowRank factorize(const at::Tensor& matrix, int64_t rank, const PatchOptions& op
   ORBIT_CHECK(options.oversample >= 0 && options.power_iterations >= 0,
               what << ": oversample and power_iterations must be >= 0");
   c10::InferenceMode guard;
+  ORBIT_CHECK(at::isfinite(matrix).all().item<bool>(), what << ": the matrix holds NaN or infinite values");
+  // Exact on CUDA: orbit's cuSOLVER kernel (float32). Where this build has none, or it fails or does not
+  // converge, LAPACK on CPU in float64 below, the factors moved back to the matrix's device.
+  if (options.method == SvdMethod::kExact && matrix.is_cuda()) {
+    if (ops::have_cuda_svd()) {
+      ops::SvdFactorsResult device = ops::truncated_svd_cuda(matrix, rank);
+      if (device.ok) return LowRank{std::move(device.u), std::move(device.vt)};
+    }
+    LowRank host = factorize(matrix.cpu(), rank, options, what);
+    return LowRank{host.u.to(matrix.device()), host.vt.to(matrix.device())};
+  }
   // float64 on CPU (these matrices are small); float32 elsewhere, where float64 is slow.
   const at::ScalarType work = matrix.device().is_cpu() ? at::kDouble : at::kFloat;
   const at::Tensor a = matrix.to(work);
-  ORBIT_CHECK(at::isfinite(a).all().item<bool>(), what << ": the matrix holds NaN or infinite values");
 
   at::Tensor u, s, vt;
   if (options.method == SvdMethod::kExact) {

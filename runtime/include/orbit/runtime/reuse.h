@@ -112,8 +112,11 @@ int64_t content_bytes(const Content& content, int64_t bytes_per_value = 4);
 // Truncated factorisation of one [n, D] matrix at `rank` (no clamping: rank must be in [0, min(n, D)],
 // else orbit::Error naming `what` and the limit; also refused: NaN/Inf entries). rank 0 gives an empty
 // LowRank. Computes in float64 on CPU (float32 on other devices) and returns float32 on the matrix's
-// device. Exact: ‖A − U·Vᵀ‖_F equals the norm of the discarded singular values. Randomized: seeded by
-// options.seed, never better than exact, close to it with the default oversampling and iterations.
+// device. Exact: ‖A − U·Vᵀ‖_F equals the norm of the discarded singular values; on CUDA it runs orbit's
+// cuSOLVER kernel (ops/svd_op.h: gesvdj in float32, within a few·max(n, D)·2⁻²⁴·‖A‖ of that), falling
+// back to LAPACK in float64 on CPU (factors moved back to the device) when the build has no CUDA SVD or
+// the solver fails or does not converge. Randomized: seeded by options.seed, never better than exact,
+// close to it with the default oversampling and iterations.
 LowRank factorize(const at::Tensor& matrix, int64_t rank, const PatchOptions& options, const std::string& what);
 
 // Patch from a deficit: factorize() per layer ≥ first_layer and tensor with the per-layer rank. Throws on
