@@ -12,12 +12,23 @@
 // serves the first request exactly, plus the SVD) is one-time and reported apart. Also printed: patch
 // bytes as a fraction of B's KV bytes, and the first token's KL(re-prefill ‖ reuse).
 //
+// --device cuda[:i] adds a second table: the reuse operator's own steps on that device against the same
+// steps on CPU, on the same chunks and patches (the model's forward, so re-prefill and the decode, stays
+// on CPU: it has no device path). Per chunk and rank:
+//   serve      ops::patch_apply over every layer: keys patched and relocated to the chunk's positions in
+//              the window (RoPE tables once per chunk), values patched; content and factors already on
+//              the device, as a device store would hold them; median of --reps after one warm-up
+//   SVD        form_patch() of the deficit moved to the device (exact: orbit's cuSOLVER kernel through
+//              factorize()), once, after one untimed warm-up on the first chunk
+//   KL         first-token KL(exact || reuse) with the device-formed patch (copied back to CPU)
+//
 // Default: a random-weight model of Qwen2.5-0.5B's shape (generated once into --cache, bf16 on disk),
 // float32 compute. Not a test: absolute numbers depend on the machine; the speed-up ratios are measured
 // side by side in the same run, arms interleaved within each repetition.
 //
 //   bench_reuse [--model DIR] [--preset qwen2.5-0.5b] [--cache DIR] [--threads N (default: all cores)]
 //               [--lengths 256,512,1024,2048] [--context 1024] [--ranks 16,64] [--reps 3] [--json PATH]
+//               [--device cpu|cuda[:i]]
 //   smoke run:  bench_reuse --preset tiny-qwen2 --lengths 64,128 --context 128 --reps 1
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -39,6 +50,7 @@
 #include "orbit/common/error.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
+#include "ops/patch_apply_op.h"
 #include "orbit/runtime/repair.h"
 
 namespace fs = std::filesystem;
@@ -56,6 +68,7 @@ struct Options {
   std::vector<int64_t> ranks{16, 64};
   int reps = 3;
   std::string json = "bench_reuse.json";
+  std::string device = "cpu";
 };
 
 using orbit::bench::parse_positive_list;
@@ -94,10 +107,12 @@ Options parse(int argc, char** argv) {
       o.reps = static_cast<int>(parse_count(value(), "--reps", 1));
     else if (arg == "--json")
       o.json = value();
+    else if (arg == "--device")
+      o.device = value();
     else
       ORBIT_FAIL("unknown argument '" << arg
                                       << "' (known: --model, --preset, --cache, --threads, --lengths, "
-                                         "--context, --ranks, --reps, --json)");
+                                         "--context, --ranks, --reps, --json, --device)");
   }
   return o;
 }
@@ -115,6 +130,62 @@ std::vector<int64_t> random_tokens(std::mt19937_64& rng, int64_t n, int64_t voca
   return out;
 }
 
+// The reuse operator's serve step through the ops layer: per layer, keys patched and rotated to
+// `positions` (tables computed once, shared by every layer), values patched. Returns every output.
+std::vector<at::Tensor> serve(const rt::ModelConfig& c, const rt::Content& canonical, const rt::Patch& patch,
+                              const at::Tensor& positions) {
+  namespace ops = rt::ops;
+  const at::Tensor& first = canonical.front().k;
+  const ops::RopeTables tables = ops::patch_rope_tables(c.rope, positions, first.scalar_type(), first.device());
+  std::vector<at::Tensor> out;
+  for (std::size_t l = 0; l < canonical.size(); ++l) {
+    ops::PatchApplyInputs k;
+    k.canonical = canonical[l].k;
+    k.u = patch.k[l].u;
+    k.vt = patch.k[l].vt;
+    k.rotate = true;
+    k.rope = c.rope;
+    k.tables = tables;
+    out.push_back(ops::patch_apply(k));
+    ops::PatchApplyInputs v;
+    v.canonical = canonical[l].v;
+    v.u = patch.v[l].u;
+    v.vt = patch.v[l].vt;
+    out.push_back(ops::patch_apply(v));
+  }
+  (void)out.back().sum().item<double>();  // waits for the device's stream (the ops run in order on it)
+  return out;
+}
+
+rt::Content content_to(const rt::Content& content, at::Device device) {
+  rt::Content out;
+  for (const rt::LayerKV& layer : content) {
+    rt::LayerKV moved = layer;
+    moved.k = layer.k.to(device);
+    moved.v = layer.v.to(device);
+    out.push_back(std::move(moved));
+  }
+  return out;
+}
+
+rt::Patch patch_to(const rt::Patch& patch, at::Device device) {
+  rt::Patch out = patch;
+  for (auto* factors : {&out.k, &out.v}) {
+    for (rt::LowRank& f : *factors) {
+      if (f.rank() == 0) continue;
+      f.u = f.u.to(device);
+      f.vt = f.vt.to(device);
+    }
+  }
+  return out;
+}
+
+struct DeviceRow {
+  int64_t chunk = 0, rank = 0;
+  double serve_cpu_s = 0, serve_dev_s = 0, max_diff = 0;
+  double svd_cpu_s = 0, svd_dev_s = 0, kl_dev_patch = 0;
+};
+
 struct Arm {
   int64_t rank = 0;          // 0: re-prefill
   rt::Patch patch;           // reuse arms: formed once
@@ -127,6 +198,9 @@ struct Arm {
 
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
+  const at::Device device(o.device);
+  ORBIT_CHECK(device.is_cpu() || (device.is_cuda() && at::hasCUDA()),
+              "--device " << o.device << ": this libtorch has no CUDA (or the device kind is not supported)");
   at::set_num_threads(o.threads);  // Debian's libtorch may start with one thread; use every core unless told
   const std::string path = orbit::bench::model_path_or_generate(o.model, o.cache, o.preset);
   auto start = std::chrono::steady_clock::now();
@@ -148,6 +222,8 @@ int main(int argc, char** argv) try {
               (long long)o.context, seconds_since(start), at::get_num_threads(), o.reps);
 
   nlohmann::json rows = nlohmann::json::array();
+  std::vector<DeviceRow> device_rows;
+  bool device_warm = false;
   double max_logit_diff = 0;  // re-prefill arm vs. prepare_scenario's exact logits: a sanity check (0 expected)
   for (int64_t r : o.ranks) {
     if (r > c.kv_dim())
@@ -212,6 +288,47 @@ int main(int argc, char** argv) try {
     }
     std::printf(" %10.3f\n", svd_s);
     std::fflush(stdout);
+    if (!device.is_cpu()) {
+      const at::Tensor positions = at::arange(prepared.context_length, prepared.context_length + n, at::kLong);
+      const rt::Content canonical_dev = content_to(prepared.canonical, device);
+      const rt::Content delta_dev = content_to(delta, device);
+      for (std::size_t i = 1; i < arms.size(); ++i) {
+        const Arm& a = arms[i];
+        DeviceRow row;
+        row.chunk = n;
+        row.rank = a.rank;
+        row.svd_cpu_s = a.svd_s;
+        const rt::Patch patch_dev = patch_to(a.patch, device);
+        std::vector<double> cpu_runs, dev_runs;
+        std::vector<at::Tensor> cpu_out = serve(c, prepared.canonical, a.patch, positions);
+        std::vector<at::Tensor> dev_out = serve(c, canonical_dev, patch_dev, positions);  // warm-up
+        for (int rep = 0; rep < o.reps; ++rep) {
+          auto t0 = std::chrono::steady_clock::now();
+          cpu_out = serve(c, prepared.canonical, a.patch, positions);
+          cpu_runs.push_back(seconds_since(t0));
+          t0 = std::chrono::steady_clock::now();
+          dev_out = serve(c, canonical_dev, patch_dev, positions);
+          dev_runs.push_back(seconds_since(t0));
+        }
+        row.serve_cpu_s = median(cpu_runs);
+        row.serve_dev_s = median(dev_runs);
+        for (std::size_t j = 0; j < cpu_out.size(); ++j) {
+          row.max_diff = std::max(row.max_diff, (dev_out[j].cpu() - cpu_out[j]).abs().max().item<double>());
+        }
+        rt::PatchOptions po;
+        po.rank_k = po.rank_v = a.rank;
+        if (!device_warm) {  // the solver's handle and workspace are created once per thread
+          (void)rt::form_patch(*model, delta_dev, po);
+          device_warm = true;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        const rt::Patch formed = rt::form_patch(*model, delta_dev, po);
+        row.svd_dev_s = seconds_since(t0);
+        const rt::Content b = rt::apply_patch(*model, prepared.canonical, patch_to(formed, at::kCPU));
+        row.kl_dev_patch = rt::mean_kl(prepared.exact_logits, rt::decode_query(prepared, b));
+        device_rows.push_back(row);
+      }
+    }
     rows.push_back({{"chunk", n},
                     {"kv_bytes", kv_bytes},
                     {"reprefill_ttft_s", reprefill},
@@ -225,6 +342,26 @@ int main(int argc, char** argv) try {
       "beyond the forming forward.\n"
       "re-prefill arm vs. the prepared exact logits: max |diff| = %.3g\n",
       max_logit_diff);
+  nlohmann::json device_json = nlohmann::json::array();
+  if (!device.is_cpu()) {
+    std::printf("\nreuse operator on %s vs. CPU (same chunks and patches; median of %d after a warm-up):\n",
+                o.device.c_str(), o.reps);
+    std::printf("%7s %5s %12s %12s %9s %10s %10s %10s %9s %10s\n", "chunk", "rank", "serve CPU s", "serve dev s",
+                "speed-up", "max |diff|", "SVD CPU s", "SVD dev s", "speed-up", "KL devSVD");
+    for (const DeviceRow& r : device_rows) {
+      std::printf("%7lld %5lld %12.5f %12.5f %8.1fx %10.2e %10.4f %10.4f %8.1fx %10.2e\n", (long long)r.chunk,
+                  (long long)r.rank, r.serve_cpu_s, r.serve_dev_s, r.serve_cpu_s / r.serve_dev_s, r.max_diff,
+                  r.svd_cpu_s, r.svd_dev_s, r.svd_cpu_s / r.svd_dev_s, r.kl_dev_patch);
+      device_json.push_back({{"chunk", r.chunk}, {"rank", r.rank}, {"serve_cpu_s", r.serve_cpu_s},
+                             {"serve_device_s", r.serve_dev_s}, {"serve_max_abs_diff", r.max_diff},
+                             {"svd_cpu_s", r.svd_cpu_s}, {"svd_device_s", r.svd_dev_s},
+                             {"first_token_kl_device_patch", r.kl_dev_patch}});
+    }
+    std::printf(
+        "serve = ops::patch_apply over every layer (K patched + relocated, V patched), inputs resident on the "
+        "device;\nSVD = form_patch (exact): LAPACK float64 on CPU, cuSOLVER gesvdj float32 on the device; KL devSVD "
+        "= first-token KL(exact || reuse) with the device-formed patch.\n");
+  }
   const nlohmann::json report = {{"benchmark", "reuse_ttft"},
                                  {"model", path},
                                  {"preset", o.model.empty() ? o.preset : ""},
@@ -235,6 +372,8 @@ int main(int argc, char** argv) try {
                                  {"query_tokens", 1},
                                  {"reps", o.reps},
                                  {"max_reprefill_logit_diff", max_logit_diff},
+                                 {"device", o.device},
+                                 {"device_operator", device_json},
                                  {"results", rows}};
   std::ofstream(o.json) << report.dump(2) << "\n";
   std::printf("wrote %s\n", o.json.c_str());
