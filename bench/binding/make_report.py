@@ -57,7 +57,10 @@ def main():
       "binding task (`tools/train/binding_task.h`): redundant 'visual' frames of discrete tokens, text facts, "
       "single-hop questions (read one chunk) and multi-hop questions (a later *ref frame* says 'the object of the "
       "previous frame is now at L'; the question asks where an object is, so the ref frame must have absorbed its "
-      "antecedent). The reused chunk B is a 66-token frame; its context is the episode's earlier chunks.")
+      "antecedent). Each episode has several ref frames, so a multi-hop probe has at least 4 candidate locations in "
+      "its context (chance ≤ 0.25) and only the binding tells which is the asked object's. The reused chunk B is a "
+      f"{next(iter(models.values()))['reuse']['chunk_tokens'] if models else '?'}-token frame; its context is the "
+      "episode's earlier chunks.")
     w("")
 
     # ---- training
@@ -113,7 +116,8 @@ def main():
         pr = patch_rows(rows)
         restore = [(m_, a) for m_, a in pr if 16 <= m_ <= 64]
         ok_restore = all(a["multi_hop"]["accuracy"] >= rp["multi_hop"]["accuracy"] - 0.05 for _, a in restore) and bool(restore)
-        checks.append(("rank 16–64 patch restores the multi-hop ceiling (within 0.05)", name, ok_restore,
+        top = max(m_ for m_, _ in restore) if restore else 0
+        checks.append((f"rank 16–{top} patch restores the multi-hop ceiling (within 0.05)", name, ok_restore,
                        ", ".join(f"{a['arm']} {f(a['multi_hop']['accuracy'])}" for _, a in restore)))
         knee = next((m_ for m_, a in pr if a["multi_hop"]["eta"] is not None and a["multi_hop"]["eta"] >= 0.9), None)
         w(f"Knee: the smallest rank with multi-hop η ≥ 0.9 is **{knee if knee is not None else 'none'}**.")
@@ -170,7 +174,7 @@ def main():
         w("")
 
         win = m["window"]
-        w("### Reorder: orbit vs transfer vs exact (rank 32)")
+        w(f"### Reorder: orbit vs transfer vs exact (rank {win.get('rank', '?')})")
         w("")
         w("| K | orderings tested | η exact | η orbit | η transfer | flip-recover exact / orbit / transfer | ‖Δπ − Δid‖/‖Δid‖ |")
         w("|---|---|---|---|---|---|---|")
@@ -198,7 +202,7 @@ def main():
             w(f"| {kind} ({k['n']}) | {f(k['kl'], 4)} | {f(k['kl_blind'], 4)} | {f(k['eta'])} | {f(k['top1'])} | "
               f"{f(k['accuracy'])} | {f(b['accuracy'])} |")
         w("")
-        w(f"Window of 6 chunks, the leading chunk evicted, {sv['windows']} windows; questions whose answer (or referent) "
+        w(f"Window of 3 scenes (intro frame, usually its ref frame) and 1 text chunk, the leading chunk evicted, {sv['windows']} windows; questions whose answer (or referent) "
           f"left with the evicted chunk are skipped. Exact re-prefill accuracy on the same questions: {f(sv['exact_accuracy'])}.")
         w("")
         kk = sv["keep_multi_hop"]
@@ -206,7 +210,11 @@ def main():
                        kk["top1"] >= 0.95 and kk["kl"] <= 0.05,
                        f"top-1 {f(kk['top1'])}, KL {f(kk['kl'], 4)} vs blind {f(kk['kl_blind'], 4)}"))
 
-        w("### Recall: stale vs fresh patch across turnover (rank 32)")
+        w(f"### Recall: stale vs fresh patch across turnover (rank {win.get('rank', '?')})")
+        w("")
+        w("B is a ref frame behind 5 units: 2 distractor scenes (intro frame + ref frame: other objects at other "
+          "locations), its referent intro frame A and 2 text chunks; turnover τ replaces round(5τ) units by fresh ones "
+          "of the same kind (a replaced A changes the referent). 3 candidate locations in context: chance 0.33.")
         w("")
         w("| turnover | referent replaced | η stale | η fresh | flip-recover stale / fresh | acc stale | acc fresh | acc blind | acc rebuild |")
         w("|---|---|---|---|---|---|---|---|---|")

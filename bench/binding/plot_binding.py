@@ -108,7 +108,7 @@ def main():
         ax.set_xticks(ks)
         ax.set_xlabel("K antecedents")
         ax.set_ylabel("η")
-        ax.set_title(f"{name}: reorder (rank 32)")
+        ax.set_title(f"{name}: reorder (rank {m['window'].get('rank', '?')})")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -125,7 +125,7 @@ def main():
         ax.plot(tau, [num(r["fresh"]["eta"]) for r in rows], "s-", label="fresh patch")
         ax.axhline(0, color="gray", lw=0.8)
         ax.set_ylabel("η")
-        ax.set_title(f"{name}: recall (rank 32)")
+        ax.set_title(f"{name}: recall (rank {m['window'].get('rank', '?')})")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         ax = axes[1][col]

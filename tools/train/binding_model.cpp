@@ -159,7 +159,8 @@ at::Tensor attend(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::Ten
 }  // namespace
 
 at::Tensor train_forward(const rt::ModelConfig& c, const rt::ModelWeights& w, const at::Tensor& tokens,
-                         const at::Tensor& positions, const at::Tensor& mask, const at::Tensor& rows) {
+                         const at::Tensor& positions, const at::Tensor& mask, const at::Tensor& rows,
+                         int64_t aux_layer, const at::Tensor& aux_rows, at::Tensor* aux) {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   at::Tensor x = w.embed.index_select(0, tokens.reshape({-1})).view({B, T, c.hidden_size});
   const at::Tensor angles = rt::rope_angles(c.rope, positions.reshape({-1}));  // [B·T, r/2] float64
@@ -170,7 +171,12 @@ at::Tensor train_forward(const rt::ModelConfig& c, const rt::ModelWeights& w, co
                              .masked_fill_(mask.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
   const bool mla = c.attention() == rt::AttentionKind::kMla;
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  int64_t layer = 0;
   for (const rt::LayerWeights& lw : w.layers) {
+    if (aux != nullptr && layer++ == aux_layer && aux_rows.defined()) {
+      *aux = dense(rms_norm(x.reshape({B * T, c.hidden_size}).index_select(0, aux_rows), w.final_norm, c.rms_norm_eps),
+                   w.lm_head);
+    }
     const at::Tensor h = rms_norm(x, lw.attn_norm, c.rms_norm_eps);
     at::Tensor attn;
     if (!mla) {

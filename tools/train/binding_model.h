@@ -38,9 +38,13 @@ std::vector<at::Tensor> parameters(const runtime::ModelWeights& weights, const r
 
 // Returns logits for the rows `rows` (int64 [N],
 // flat indices b·T + t) as float32 [N, vocab]. tokens/positions: int64 [B, T]; mask: bool [B, T, T].
+//
+// Deep supervision (training only): when `aux` is given, *aux receives the "logit lens" of the residual
+// stream after `aux_layer` layers at the rows `aux_rows`: lm_head(final_norm(x_aux_layer)) [M, vocab].
 at::Tensor train_forward(const runtime::ModelConfig& config, const runtime::ModelWeights& weights,
                          const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& mask,
-                         const at::Tensor& rows);
+                         const at::Tensor& rows, int64_t aux_layer = 0, const at::Tensor& aux_rows = {},
+                         at::Tensor* aux = nullptr);
 
 // Detached copies (no grad) suitable for runtime::Model.
 runtime::ModelWeights detached(const runtime::ModelWeights& weights);

@@ -33,7 +33,20 @@ const char* split_name(Split split) {
   return "?";
 }
 
-int64_t Chunk::caption() const { return kind == ChunkKind::kText ? -1 : tok::kObject + obj; }
+int64_t Chunk::caption() const { return tok::kObject + obj; }
+
+std::vector<int64_t> Chunk::caption_rows() const {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<int64_t> out;
+  if (kind == ChunkKind::kRef) {
+    for (int64_t i = 1; i < n; ++i) out.push_back(i);
+  } else if (kind == ChunkKind::kIntro) {
+    out.push_back(n - 1);
+  } else if (n == 7) {
+    out.push_back(4);  // the room word of [TXT] f obj [IN] room f [DOT]
+  }
+  return out;
+}
 
 std::vector<int64_t> Episode::flat() const {
   return concat(chunks);
@@ -63,9 +76,11 @@ uint64_t mix(uint64_t x) {
 
 TaskGenerator::TaskGenerator(uint64_t seed, Split split, TaskOptions options)
     : options_(options), rng_(mix(mix(seed) ^ (0x51ed270b27ULL * (static_cast<uint64_t>(split) + 1)))) {
-  if (options_.frame_min < 4 || options_.frame_max < options_.frame_min || options_.min_chunks < 2 ||
-      options_.max_chunks < options_.min_chunks) {
-    throw std::invalid_argument("binding TaskOptions: frame_min >= 4, frame_max >= frame_min, chunks >= 2");
+  if (options_.frame_min < 4 || options_.frame_max < options_.frame_min || options_.min_intros < 1 ||
+      options_.max_intros < options_.min_intros || options_.max_intros > 8 || options_.min_texts < 0 ||
+      options_.max_texts < options_.min_texts || options_.max_texts + 2 * options_.max_intros > tok::kNumObjects) {
+    throw std::invalid_argument(
+        "binding TaskOptions: frame_min >= 4, frame_max >= frame_min, 1 <= intros <= 8, 0 <= texts, intros·2 + texts <= 12");
   }
 }
 
@@ -78,11 +93,11 @@ int TaskGenerator::uniform(int lo, int hi) {
 double TaskGenerator::unit() { return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0); }
 
 std::vector<int64_t> TaskGenerator::frame_tokens(int64_t start, int64_t patch, int frame_len) {
-  // Drawn lengths lean short (u³ skew: mean ≈ min + (max − min)/4) so training stays cheap while the
-  // long frames that probes use (64 tokens) are still seen.
+  // Drawn lengths lean short (u² skew: mean ≈ min + (max − min)/3) so training stays cheap while the
+  // long frames that probes use (frame_max) are still seen.
   const double u = unit();
   const int n = frame_len > 0 ? frame_len
-                              : options_.frame_min + static_cast<int>((options_.frame_max - options_.frame_min + 1) * u * u * u);
+                              : options_.frame_min + static_cast<int>((options_.frame_max - options_.frame_min + 1) * u * u);
   std::vector<int64_t> out{start};
   int signal = 0;
   for (int i = 0; i < n; ++i) {
@@ -150,36 +165,30 @@ Question TaskGenerator::question(QuestionKind kind, const Episode& episode, int 
 
 Episode TaskGenerator::episode() {
   Episode e;
-  const int n = uniform(options_.min_chunks, options_.max_chunks);
+  const int intros = uniform(options_.min_intros, options_.max_intros);
+  const int texts = uniform(options_.min_texts, options_.max_texts);
   std::vector<int> objects(tok::kNumObjects), locs(tok::kNumLocs);
   for (int i = 0; i < tok::kNumObjects; ++i) objects[static_cast<size_t>(i)] = i;
   for (int i = 0; i < tok::kNumLocs; ++i) locs[static_cast<size_t>(i)] = i;
   std::shuffle(objects.begin(), objects.end(), rng_);
   std::shuffle(locs.begin(), locs.end(), rng_);
-  size_t next_obj = 0, next_loc = 0;
-  std::vector<bool> has_room(tok::kNumObjects, false);
-  int last_intro = -1;
-  bool last_referenced = true;
-  for (int i = 0; i < n; ++i) {
-    const bool can_ref = last_intro >= 0 && !last_referenced && next_loc < locs.size();
-    const bool can_intro = next_obj < objects.size();
-    const double r = unit();
-    if (can_ref && r < 0.5) {
-      e.chunks.push_back(ref(e.chunks[static_cast<size_t>(last_intro)], last_intro, locs[next_loc++]));
-      last_referenced = true;
-    } else if (can_intro && r < 0.8) {
-      e.chunks.push_back(intro(objects[next_obj++], uniform(0, tok::kNumColors - 1)));
-      last_intro = static_cast<int>(e.chunks.size()) - 1;
-      last_referenced = false;
-    } else {
-      int obj = uniform(0, tok::kNumObjects - 1);
-      for (int tries = 0; tries < 32 && has_room[static_cast<size_t>(obj)]; ++tries) obj = uniform(0, tok::kNumObjects - 1);
-      if (has_room[static_cast<size_t>(obj)]) {
-        --i;  // every object already has a room: draw another kind
-        continue;
-      }
-      has_room[static_cast<size_t>(obj)] = true;
-      e.chunks.push_back(text(obj, uniform(0, tok::kNumRooms - 1)));
+  // Intro frames show distinct objects; text facts are about further distinct objects (never one that a
+  // frame shows, so an object word names one fact or one shown object, not both).
+  size_t next_text = static_cast<size_t>(intros);
+  auto add_text = [&] {
+    e.chunks.push_back(text(objects[next_text++], uniform(0, tok::kNumRooms - 1)));
+  };
+  // Free text chunks go to drawn scene boundaries 0..intros; gap texts (inside a scene) come on top.
+  std::vector<int> at_boundary(static_cast<size_t>(intros + 1), 0);
+  for (int t = 0; t < texts; ++t) ++at_boundary[static_cast<size_t>(uniform(0, intros))];
+  for (int s = 0; s <= intros; ++s) {
+    for (int t = 0; t < at_boundary[static_cast<size_t>(s)]; ++t) add_text();
+    if (s == intros) break;
+    e.chunks.push_back(intro(objects[static_cast<size_t>(s)], uniform(0, tok::kNumColors - 1)));
+    const int intro_index = static_cast<int>(e.chunks.size()) - 1;
+    if (unit() < options_.ref_probability) {
+      if (unit() < options_.gap_probability) add_text();
+      e.chunks.push_back(ref(e.chunks[static_cast<size_t>(intro_index)], intro_index, locs[static_cast<size_t>(s)]));
     }
   }
   for (int i = 0; i < static_cast<int>(e.chunks.size()); ++i) {
@@ -202,7 +211,7 @@ Probe make_probe(TaskGenerator& gen, bool multi_hop, const ProbeOptions& options
       if (multi_hop && c.kind == ChunkKind::kRef) {
         int other_refs = 0;
         for (int j = 0; j < b; ++j) other_refs += e.chunks[static_cast<size_t>(j)].kind == ChunkKind::kRef;
-        if (other_refs >= 1) candidates.push_back(b);
+        if (other_refs >= options.min_other_refs) candidates.push_back(b);
       }
     }
     if (candidates.empty()) continue;
@@ -251,41 +260,83 @@ ReorderSet make_reorder_set(TaskGenerator& gen, int k, int frame_len) {
   return s;
 }
 
-RecallCase make_recall_case(TaskGenerator& gen, int k, double turnover, int frame_len) {
+RecallCase make_recall_case(TaskGenerator& gen, int k, double turnover, int frame_len, int distractors) {
+  if (distractors < 0 || k < distractors + 1) throw std::invalid_argument("make_recall_case: k >= distractors + 1");
+  // Distinct objects and locations for everything that may appear (old and fresh units).
+  std::vector<int> objects(tok::kNumObjects), locs(tok::kNumLocs);
+  for (int i = 0; i < tok::kNumObjects; ++i) objects[static_cast<size_t>(i)] = i;
+  for (int i = 0; i < tok::kNumLocs; ++i) locs[static_cast<size_t>(i)] = i;
+  std::shuffle(objects.begin(), objects.end(), gen.rng());
+  std::shuffle(locs.begin(), locs.end(), gen.rng());
+  size_t next_obj = 0, next_loc = 0;
+  auto scene = [&] {
+    Chunk intro = gen.intro(objects[next_obj++], gen.uniform(0, tok::kNumColors - 1));
+    Chunk ref = gen.ref(intro, -1, locs[next_loc++]);
+    return std::vector<Chunk>{intro, ref};
+  };
+  auto text = [&] {  // about an object no frame of the case shows
+    return std::vector<Chunk>{gen.text(objects[next_obj++], gen.uniform(0, tok::kNumRooms - 1))};
+  };
   RecallCase r;
-  const int obj = gen.uniform(0, tok::kNumObjects - 1);
-  Chunk a = gen.intro(obj, gen.uniform(0, tok::kNumColors - 1));
-  r.old_context = texts(gen, k - 1, obj);
-  const int slot = gen.uniform(0, k - 1);
-  r.old_context.insert(r.old_context.begin() + slot, a);
-  const int loc = gen.uniform(0, tok::kNumLocs - 1);
-  r.chunk = gen.ref(a, slot, loc, frame_len);
+  const int obj = objects[next_obj++];
+  const int loc = locs[next_loc++];
+  // Units: `distractors` whole scenes (intro + its ref frame) first, then A and k − distractors − 1 texts
+  // in a drawn order (A stays the most recent intro frame before B either way).
+  std::vector<std::vector<Chunk>> units;
+  for (int d = 0; d < distractors; ++d) units.push_back(scene());
+  std::vector<std::vector<Chunk>> tail;
+  tail.push_back({gen.intro(obj, gen.uniform(0, tok::kNumColors - 1))});
+  for (int t = 0; t < k - distractors - 1; ++t) tail.push_back(text());
+  std::shuffle(tail.begin(), tail.end(), gen.rng());
+  int a_unit = -1;
+  for (auto& u : tail) {
+    if (u.front().kind == ChunkKind::kIntro) a_unit = static_cast<int>(units.size());
+    units.push_back(std::move(u));
+  }
+  auto flatten = [](const std::vector<std::vector<Chunk>>& us, int a, int* a_index) {
+    std::vector<Chunk> out;
+    for (int u = 0; u < static_cast<int>(us.size()); ++u) {
+      if (u == a) *a_index = static_cast<int>(out.size());
+      out.insert(out.end(), us[static_cast<size_t>(u)].begin(), us[static_cast<size_t>(u)].end());
+    }
+    // Each ref frame's referent: the intro frame just before it.
+    for (int i = 0; i < static_cast<int>(out.size()); ++i) {
+      if (out[static_cast<size_t>(i)].kind == ChunkKind::kRef) out[static_cast<size_t>(i)].referent = i - 1;
+    }
+    return out;
+  };
+  int a_index = -1;
+  r.old_context = flatten(units, a_unit, &a_index);
+  r.chunk = gen.ref(r.old_context[static_cast<size_t>(a_index)], a_index, loc, frame_len);
 
-  // Replace round(turnover·k) distinct slots.
+  // Replace round(turnover·k) distinct units by fresh ones of the same kind (a fresh intro frame A shows
+  // a new object, so the referent changes; a fresh scene shows a new object at a new location).
   const int replace = static_cast<int>(std::lround(turnover * k));
   std::vector<int> slots(static_cast<size_t>(k));
   for (int i = 0; i < k; ++i) slots[static_cast<size_t>(i)] = i;
   std::shuffle(slots.begin(), slots.end(), gen.rng());
-  r.new_context = r.old_context;
   int new_obj = obj;
   for (int i = 0; i < replace; ++i) {
-    const int s = slots[static_cast<size_t>(i)];
-    if (s == slot) {
-      do new_obj = gen.uniform(0, tok::kNumObjects - 1);
-      while (new_obj == obj);
-      r.new_context[static_cast<size_t>(s)] = gen.intro(new_obj, gen.uniform(0, tok::kNumColors - 1));
+    const int u = slots[static_cast<size_t>(i)];
+    std::vector<Chunk>& unit = units[static_cast<size_t>(u)];
+    if (u == a_unit) {
+      new_obj = objects[next_obj++];
+      unit = {gen.intro(new_obj, gen.uniform(0, tok::kNumColors - 1))};
       r.referent_replaced = true;
+    } else if (unit.front().kind == ChunkKind::kIntro) {
+      unit = scene();
     } else {
-      int o = gen.uniform(0, tok::kNumObjects - 1);
-      r.new_context[static_cast<size_t>(s)] = gen.text(o, gen.uniform(0, tok::kNumRooms - 1));
+      unit = text();
     }
   }
+  r.new_context = flatten(units, a_unit, &a_index);
   Episode e;
   e.chunks = r.new_context;
   Chunk current = r.chunk;
   current.obj = new_obj;
+  current.referent = a_index;
   e.chunks.push_back(current);
-  r.question = TaskGenerator::question(QuestionKind::kWhere, e, k);
+  r.question = TaskGenerator::question(QuestionKind::kWhere, e, static_cast<int>(e.chunks.size()) - 1);
   return r;
 }
 

@@ -11,6 +11,11 @@
 //                                             after absorbing its antecedent (cross-chunk binding).
 //   text chunk    [TXT] f obj [IN] room f [DOT]   a fact in words: obj is in room.
 //
+// An episode is a run of scenes: an intro frame, then (usually) its ref frame, sometimes with a text chunk
+// in between, plus text chunks between scenes. Several ref frames per episode (3–5 intro frames, each
+// with a ref frame at probability 0.85), so a where-question has several candidate locations in its
+// context and cannot be answered by elimination: only the binding tells which one is the object's.
+//
 // Questions are one token Q(kind, obj); the answer is the next-token prediction at that token:
 //   single-hop   Q(color, obj) -> colour word     read out of one intro frame
 //                Q(room, obj)  -> room word       read out of one text chunk
@@ -19,8 +24,11 @@
 //                                                 object only in the intro frame before it
 // (One token, so a question's readout needs no induction step inside the query itself.)
 //
-// Training also supervises a "caption" at every frame's [FEND]: the frame's object word (for a ref frame,
-// the referent's object, which forces the binding to be computed inside the ref frame).
+// Training also supervises a "caption" (the object word) at every visual token and the [FEND] of each ref
+// frame (its referent's object: this forces the binding to be computed inside the ref frame's own
+// tokens), at the [FEND] of each intro frame and at the room word of each text chunk; and (deep
+// supervision, binding_train.h) the same captions read from the residual stream after layer 2 of 4, so
+// that the binding is in place early enough for the question to read it in the layers after.
 //
 // Episodes are drawn by a seeded std::mt19937_64 (portable: the same on every platform for one seed).
 // Splits: the train and test streams are seeded from (seed, split) and never share an episode.
@@ -62,8 +70,11 @@ struct Chunk {
   int loc = -1;       // ref
   int room = -1;      // text
   int referent = -1;  // ref: index of the intro chunk it refers to (in its episode)
-  // Caption target at the last token ([FEND]) of a frame: the object word; -1 for text.
+  // Caption target: the object word (a ref frame's: its referent's; a text chunk's: its fact's).
   int64_t caption() const;
+  // Token indices (within the chunk) supervised with caption(): every visual token and [FEND] of a ref
+  // frame, the [FEND] of an intro frame, the room word of a text chunk.
+  std::vector<int64_t> caption_rows() const;
 };
 
 struct Question {
@@ -81,10 +92,14 @@ struct Episode {
 };
 
 struct TaskOptions {
-  int min_chunks = 3;
-  int max_chunks = 7;
+  int min_intros = 3;          // intro frames (scenes) per episode
+  int max_intros = 5;
+  double ref_probability = 0.85;  // an intro frame is followed by its ref frame
+  double gap_probability = 0.25;  // a text chunk sits between an intro frame and its ref frame
+  int min_texts = 1;           // further text chunks, between scenes
+  int max_texts = 2;
   int frame_min = 8;           // visual tokens per frame (between [FA]/[FB] and [FEND]), drawn with a
-  int frame_max = 64;          //   u³ skew towards frame_min
+  int frame_max = 32;          //   u² skew towards frame_min
   double signal = 0.6;         // probability that a visual token is the frame's patch (else noise)
 };
 
@@ -125,14 +140,15 @@ struct Probe {
 };
 
 struct ProbeOptions {
-  int frame_len = 64;      // B's visual tokens (fixed, so patch ranks up to 64 fit)
+  int frame_len = 32;      // B's visual tokens (fixed; the longest frames training sees)
   int min_context = 2;     // chunks before B
-  int max_context = 6;
+  int max_context = 24;
+  int min_other_refs = 3;  // multi-hop: other ref frames before B (so >= 4 candidate locations)
 };
 
 // Single-hop: B is an intro frame, the question asks its object's colour.
-// Multi-hop: B is a ref frame whose referent is in the context (with at least one other ref frame there
-// as a distractor), the question asks where the referent's object is.
+// Multi-hop: B is a ref frame whose referent is in the context (with at least min_other_refs other ref
+// frames there as distractors), the question asks where the referent's object is.
 Probe make_probe(TaskGenerator& gen, bool multi_hop, const ProbeOptions& options = {});
 
 // The orbit set for reorder experiments: one intro frame A plus K-1 text chunks (any order keeps A the
@@ -142,12 +158,14 @@ struct ReorderSet {
   Chunk chunk;
   Question question;
 };
-ReorderSet make_reorder_set(TaskGenerator& gen, int k, int frame_len = 64);
+ReorderSet make_reorder_set(TaskGenerator& gen, int k, int frame_len = 32);
 
-// Recall: B (a ref frame) was formed behind `old_context` (k chunks: one intro frame, the referent, and
-// k-1 text chunks); on recall it sits behind `new_context`, the same slots with round(turnover·k) of them
-// replaced by fresh chunks of the same kind (a replaced intro frame is a new object and colour, so the
-// referent changes). `question` asks where the *current* referent's object is.
+// Recall: B (a ref frame) was formed behind `old_context`: k units, first `distractors` whole scenes
+// (an intro frame and its ref frame: other objects at other locations, so a where-question has
+// distractors + 1 candidate locations), then the referent intro frame A and k − distractors − 1 text
+// chunks in a drawn order. On recall B sits behind `new_context`, the same units with round(turnover·k)
+// of them replaced by fresh units of the same kind (a replaced A is a new object, so the referent
+// changes). `question` asks where the *current* referent's object is.
 struct RecallCase {
   std::vector<Chunk> old_context;
   std::vector<Chunk> new_context;
@@ -155,7 +173,7 @@ struct RecallCase {
   Question question;
   bool referent_replaced = false;
 };
-RecallCase make_recall_case(TaskGenerator& gen, int k, double turnover, int frame_len = 64);
+RecallCase make_recall_case(TaskGenerator& gen, int k, double turnover, int frame_len = 32, int distractors = 2);
 
 // Tokens of chunks concatenated.
 std::vector<int64_t> concat(const std::vector<Chunk>& chunks);

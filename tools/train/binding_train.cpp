@@ -31,12 +31,12 @@ Batch make_batch(const std::vector<Episode>& episodes, int max_questions, std::m
     for (int64_t i = 0; i < r.context; ++i) r.positions.push_back(i);
     int64_t at = 0;
     for (const Chunk& c : e.chunks) {
-      at += static_cast<int64_t>(c.tokens.size());
-      if (c.caption() >= 0) {
-        r.targets.emplace_back(at - 1, c.caption());
+      for (int64_t row : c.caption_rows()) {
+        r.targets.emplace_back(at + row, c.caption());
         r.kinds.push_back(-1);
         r.questions.push_back(-1);
       }
+      at += static_cast<int64_t>(c.tokens.size());
     }
     std::vector<const Question*> chosen, others;
     for (const Question& q : e.questions) (is_multi_hop(q.kind) ? chosen : others).push_back(&q);
@@ -92,6 +92,10 @@ Batch make_batch(const std::vector<Episode>& episodes, int max_questions, std::m
   }
   b.rows = at::tensor(flat_rows, at::kLong);
   b.targets = at::tensor(targets, at::kLong);
+  std::vector<int64_t> question_index, caption_index;
+  for (size_t i = 0; i < b.kinds.size(); ++i) (b.kinds[i] < 0 ? caption_index : question_index).push_back(static_cast<int64_t>(i));
+  b.question_targets = at::tensor(question_index, at::kLong);
+  b.caption_targets = at::tensor(caption_index, at::kLong);
   return b;
 }
 
@@ -180,13 +184,42 @@ TrainResult train(const TrainOptions& o) {
   int loss_n = 0;
   int64_t tokens_seen = 0;
   const int log_every = std::max(1, std::min(50, o.steps / 10));
+  // Episodes are drawn `bucket` batches at a time, sorted by length and cut into batches (less padding:
+  // a batch is as long as its longest episode), the batches then taken in a drawn order. Deterministic.
+  const int bucket = 8;
+  std::vector<std::vector<Episode>> pending;
   for (int step = 1; step <= o.steps; ++step) {
-    std::vector<Episode> episodes;
-    for (int i = 0; i < o.batch; ++i) episodes.push_back(train_gen.episode());
+    if (pending.empty()) {
+      std::vector<Episode> pool;
+      for (int i = 0; i < o.batch * bucket; ++i) pool.push_back(train_gen.episode());
+      std::stable_sort(pool.begin(), pool.end(), [](const Episode& a, const Episode& b) { return a.length() < b.length(); });
+      for (int j = 0; j < bucket; ++j) {
+        pending.emplace_back(pool.begin() + static_cast<std::ptrdiff_t>(j) * o.batch,
+                             pool.begin() + static_cast<std::ptrdiff_t>(j + 1) * o.batch);
+      }
+      std::shuffle(pending.begin(), pending.end(), batch_rng);
+    }
+    const std::vector<Episode> episodes = std::move(pending.back());
+    pending.pop_back();
     const Batch b = make_batch(episodes, o.max_questions, batch_rng);
     tokens_seen += b.tokens.numel();
-    const at::Tensor logits = train_forward(config, w, b.tokens, b.positions, b.mask, b.rows);
-    const at::Tensor loss = at::cross_entropy_loss(logits, b.targets);
+    at::Tensor aux;
+    const at::Tensor caption_rows = b.rows.index_select(0, b.caption_targets);
+    const at::Tensor logits = train_forward(config, w, b.tokens, b.positions, b.mask, b.rows, o.aux_layer,
+                                            caption_rows, o.aux_weight > 0 ? &aux : nullptr);
+    // Mean over question answers plus caption_weight × mean over caption rows (there are many more
+    // caption rows than questions; weighting the means keeps the answers in charge).
+    at::Tensor loss = at::cross_entropy_loss(logits.index_select(0, b.question_targets),
+                                             b.targets.index_select(0, b.question_targets));
+    if (o.caption_weight > 0 && b.caption_targets.numel() > 0) {
+      loss = loss + o.caption_weight * at::cross_entropy_loss(logits.index_select(0, b.caption_targets),
+                                                              b.targets.index_select(0, b.caption_targets));
+    }
+    // Deep supervision: the caption already readable after aux_layer layers (so the binding is computed
+    // early enough for a question to read it in the layers after).
+    if (o.aux_weight > 0 && aux.defined() && aux.size(0) > 0) {
+      loss = loss + o.aux_weight * at::cross_entropy_loss(aux, b.targets.index_select(0, b.caption_targets));
+    }
     for (const at::Tensor& p : params) {
       if (p.grad().defined()) p.mutable_grad().zero_();
     }

@@ -28,6 +28,8 @@ struct Batch {
   at::Tensor targets;    // int64 [N]
   std::vector<int> kinds;      // per target: -1 caption, else int(QuestionKind)
   std::vector<int> questions;  // per target: index into its episode's questions, -1 caption
+  at::Tensor question_targets;  // int64: indices into rows/targets of the question answers
+  at::Tensor caption_targets;   // int64: indices of the caption rows
 };
 
 // `max_questions` per episode (all multi-hop ones first, then the others drawn); 0 = all.
@@ -49,7 +51,10 @@ struct TrainOptions {
   int batch = 16;
   double lr = 3e-3;
   int warmup = 60;
-  int max_questions = 6;
+  int max_questions = 0;       // per episode; 0 = every question
+  double caption_weight = 0.5;  // loss = mean CE(answers) + caption_weight · mean CE(captions)
+  int64_t aux_layer = 2;        //   + aux_weight · mean CE(captions read after aux_layer layers)
+  double aux_weight = 0.5;
   int eval_every = 200;       // 0 = never during training
   int eval_episodes = 200;
   // Stop after an evaluation where single-hop, multi-hop and caption accuracy all reach this (0 = run

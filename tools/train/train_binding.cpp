@@ -2,7 +2,8 @@
 // Face checkpoint (config.json + model.safetensors) that orbit's runtime loads.
 //
 //   train_binding --model gqa|mla --out DIR [--steps N] [--batch B] [--seed S] [--threads T] [--lr X]
-//                 [--layers L] [--eval-every N] [--eval-episodes N] [--stop-at ACC]
+//                 [--layers L] [--eval-every N] [--eval-episodes N] [--stop-at ACC] [--warmup N]
+//                 [--caption-weight W] [--aux-weight W] [--aux-layer L] [--max-intros N] [--frame-max N]
 //
 // After training it verifies the checkpoint three ways and writes DIR/train_log.json:
 //   1. runtime::Model built from the trained weights gives the training forward's logits (max |diff|);
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -33,7 +35,9 @@ namespace {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "%s\nusage: train_binding --model gqa|mla --out DIR [--steps N] [--batch B] [--seed S] [--threads T]\n"
-               "                     [--lr X] [--layers L] [--eval-every N] [--eval-episodes N] [--stop-at ACC]\n",
+               "                     [--lr X] [--layers L] [--eval-every N] [--eval-episodes N] [--stop-at ACC]\n"
+               "                     [--warmup N] [--caption-weight W] [--aux-weight W] [--aux-layer L]\n"
+               "                     [--max-intros N] [--frame-max N]\n",
                why);
   std::exit(2);
 }
@@ -89,6 +93,70 @@ nlohmann::json runtime_accuracy(const rt::Model& model, const std::vector<bd::Ep
   return out;
 }
 
+std::string acc_text(const nlohmann::json& acc, const char* kind) {
+  if (!acc.contains(kind)) return "–";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f (n = %d)", acc[kind]["accuracy"].get<double>(), acc[kind]["n"].get<int>());
+  return buf;
+}
+
+// DIR/README.md, every number in it from this run.
+void write_readme(const std::string& out, const bd::TrainOptions& o, const bd::TrainResult& r, int threads,
+                  const std::string& command, const nlohmann::json& acc, double diff, const std::string& fingerprint,
+                  int64_t parameters) {
+  const rt::ModelConfig& c = r.config;
+  std::ofstream md(std::string(out) + "/README.md");
+  const std::string name = std::filesystem::path(out).filename().string();
+  md << "# " << name << "\n\n";
+  md << "_Written by `train_binding` at the end of the run that made this checkpoint; every number below was measured "
+        "by that run._\n\n";
+  if (o.model == "gqa") {
+    md << "A tiny GQA decoder (Llama layout: hidden " << c.hidden_size << ", " << c.num_heads << " query heads and "
+       << c.num_kv_heads << " KV heads of " << c.head_dim << ", SwiGLU " << c.intermediate_size << ", "
+       << c.num_layers << " layers, half-split RoPE, vocabulary " << c.vocab_size << ")";
+  } else {
+    md << "A tiny MLA decoder (DeepSeek-V2 layout: hidden " << c.hidden_size << ", " << c.num_heads
+       << " heads, d_nope = d_rope = d_v = 16, kv_lora_rank " << c.mla.kv_lora_rank << ", no q low-rank, SwiGLU "
+       << c.intermediate_size << ", " << c.num_layers << " layers, interleaved RoPE on k_pe, vocabulary "
+       << c.vocab_size << ")";
+  }
+  md << ", " << parameters << " parameters, trained from scratch on the synthetic cross-chunk binding task of "
+        "`tools/train/binding_task.h` (issue 7) so that paper 000's reuse experiments run on a model that really "
+        "binds one chunk to another (`bench/binding`, `bench/REPORT.md`). No M-RoPE variant: the visual chunks "
+        "are 1-D token streams, not 2-D grids.\n\n";
+  md << "Made with (from the repository root, after `ninja -C build-binding train_binding`; deterministic for the "
+        "seed at one thread: re-running it re-makes `model.safetensors` bit for bit on this machine):\n\n";
+  md << "    OMP_NUM_THREADS=1 " << command << "\n\n";
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "It ran %d of %d steps (batch %d episodes, Adam, lr %.3g with %d warm-up steps then cosine, %d "
+                "thread(s)) in **%.0f s** wall time on this 2-core machine (shared with other work while it ran).\n\n",
+                r.steps_run, o.steps, o.batch, o.lr, o.warmup, threads, r.seconds);
+  md << buf;
+  md << "Loss: cross-entropy on the question answers (one token each) plus " << o.caption_weight
+     << " × the caption loss (the object word at every token of a ref frame, at an intro frame's [FEND], at a text "
+        "chunk's room word) plus "
+     << o.aux_weight << " × the same captions read through the output head after layer " << o.aux_layer
+     << " (deep supervision, so the binding is in place before the layers that read it). Training stops at the "
+        "first evaluation where single-hop, multi-hop and caption accuracy on the held-out evaluation episodes all "
+        "reach `--stop-at`.\n\n";
+  md << "Held-out accuracy under full re-prefill (the runtime's forward on the reloaded checkpoint, 100 test-split "
+        "episodes that training never saw, every question of each):\n\n";
+  md << "| question | accuracy |\n|---|---|\n";
+  md << "| single-hop: colour (read from an intro frame) | " << acc_text(acc, "color") << " |\n";
+  md << "| single-hop: room (read from a text fact) | " << acc_text(acc, "room") << " |\n";
+  md << "| multi-hop: where (through a ref frame bound to its antecedent) | " << acc_text(acc, "where") << " |\n";
+  md << "| all single-hop | " << acc_text(acc, "single_hop") << " |\n";
+  md << "| all multi-hop | " << acc_text(acc, "multi_hop") << " |\n\n";
+  std::snprintf(buf, sizeof buf,
+                "Largest |logit difference| between the training forward and the runtime on the reloaded checkpoint: "
+                "%.3g. Weights fingerprint `%s`.\n\n",
+                diff, fingerprint.c_str());
+  md << buf;
+  md << "Files: `config.json` (Hugging Face), `model.safetensors` (float32), `train_log.json` (the command, options, "
+        "wall seconds, loss curve, accuracies).\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,6 +182,12 @@ int main(int argc, char** argv) {
     else if (a == "--eval-every") o.eval_every = std::atoi(next().c_str());
     else if (a == "--eval-episodes") o.eval_episodes = std::atoi(next().c_str());
     else if (a == "--stop-at") o.stop_at = std::atof(next().c_str());
+    else if (a == "--warmup") o.warmup = std::atoi(next().c_str());
+    else if (a == "--caption-weight") o.caption_weight = std::atof(next().c_str());
+    else if (a == "--aux-weight") o.aux_weight = std::atof(next().c_str());
+    else if (a == "--aux-layer") o.aux_layer = std::atoi(next().c_str());
+    else if (a == "--max-intros") o.task.max_intros = std::atoi(next().c_str());
+    else if (a == "--frame-max") o.task.frame_max = std::atoi(next().c_str());
     else usage(("unknown argument " + a).c_str());
   }
   if (out.empty()) usage("--out is required");
@@ -155,6 +229,15 @@ int main(int argc, char** argv) {
     log["batch"] = o.batch;
     log["threads"] = threads;
     log["lr"] = o.lr;
+    log["warmup"] = o.warmup;
+    log["caption_weight"] = o.caption_weight;
+    log["aux_weight"] = o.aux_weight;
+    log["aux_layer"] = o.aux_layer;
+    log["layers"] = r.config.num_layers;
+    log["task"] = {{"min_intros", o.task.min_intros}, {"max_intros", o.task.max_intros},
+                   {"ref_probability", o.task.ref_probability}, {"gap_probability", o.task.gap_probability},
+                   {"min_texts", o.task.min_texts}, {"max_texts", o.task.max_texts},
+                   {"frame_min", o.task.frame_min}, {"frame_max", o.task.frame_max}, {"signal", o.task.signal}};
     log["train_seconds"] = r.seconds;
     log["fingerprint"] = loaded->fingerprint();
     log["parameters"] = loaded->parameter_count();
@@ -164,6 +247,7 @@ int main(int argc, char** argv) {
     log["test_accuracy_training_forward"] = r.final_eval.accuracy;
     log["runtime_accuracy"] = acc;
     std::ofstream(std::string(out) + "/train_log.json") << log.dump(2) << "\n";
+    write_readme(out, o, r, threads, command, acc, diff_loaded, loaded->fingerprint(), loaded->parameter_count());
     std::printf("trained in %.1f s; wrote %s\n", r.seconds, out.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_binding: %s\n", e.what());
