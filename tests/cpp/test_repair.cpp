@@ -383,8 +383,9 @@ TEST_CASE("orbit fidelity --json reports every strategy; re-prefill is exact", "
   CHECK(j["strategies"][1]["kl"].get<double>() > 1e-3);
   CHECK(j["strategies"][6]["eta"].get<double>() > 0.9999);  // patch:24 is full rank
   CHECK(j["strategies"][6]["kv_error"].size() == 5);
-  // The same numbers as the library, in process.
-  CHECK(j["strategies"][1]["kl"].get<double>() == Approx(arm(shared_scenario(), "blind").fidelity.kl).epsilon(1e-9));
+  // The same numbers as the library, in process (to float32 rounding: the CLI's process runs its own thread
+  // count, and BLAS may block the products differently; 1.1e-6 relative seen on an AVX-512 machine).
+  CHECK(j["strategies"][1]["kl"].get<double>() == Approx(arm(shared_scenario(), "blind").fidelity.kl).epsilon(1e-5));
 
   const CliRun table = cli("fidelity" + window + " --strategies reprefill,blind");
   REQUIRE(table.status == 0);

@@ -220,9 +220,11 @@ TEST_CASE("context assembly and the conditioned prefill equal one prefill of the
   CHECK(at::equal(ctx.positions, at::arange(17, at::kLong)));
   at::Tensor logits;
   const Content cond = conditioned(m, chunk_of(c), ctx, &logits);
+  // float32: the 9-row conditioned prefill and the 26-row full prefill take different GEMM blockings, so
+  // rows agree to rounding, not bits (1.3e-5 seen on an AVX-512 machine; the relocation bound above is 5e-5).
   for (std::size_t l = 0; l < cond.size(); ++l) {
-    CHECK(max_abs_diff(cond[l].k, full.content[l].k.narrow(0, 17, 9)) < 1e-5);
-    CHECK(max_abs_diff(cond[l].v, full.content[l].v.narrow(0, 17, 9)) < 1e-5);
+    CHECK(max_abs_diff(cond[l].k, full.content[l].k.narrow(0, 17, 9)) < 5e-5);
+    CHECK(max_abs_diff(cond[l].v, full.content[l].v.narrow(0, 17, 9)) < 5e-5);
   }
   CHECK(max_abs_diff(logits, full.logits) < 1e-4);
 
