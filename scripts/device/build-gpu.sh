@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Run ON THE GPU MACHINE (device tool, repository root, `.carry` carried): unpacks the .deb files that
+# scripts/device/fetch-debs.sh put in .carry/debs into /tmp/deps (never into /), configures build-gpu against
+# the machine's PyTorch libtorch with the CUDA kernels for Hopper, builds, then runs what is asked:
+#
+#   scripts/device/build-gpu.sh [gpu|all|none]     gpu (default): ctest -L gpu;  all: every test
+#
+# Logs go to $OUT (configure.log, build.log, ctest.log, env.txt) when OUT is set. Env: ORBIT_CUDA_ARCH
+# (default 90), ORBIT_TEST_JOBS (default 4), ORBIT_TEST_THREADS (OpenMP threads per test, default 4: twelve
+# tests at sixteen threads each swamp sixteen cores and time out).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+out="${OUT:-/tmp/orbit-device-logs}"
+mkdir -p "$out" /tmp/deps
+ls .carry/debs/*.deb >/dev/null 2>&1 || { echo "error: no .carry/debs/*.deb (run scripts/device/fetch-debs.sh here, carry .carry)" >&2; exit 1; }
+for f in .carry/debs/*.deb; do dpkg -x "$f" /tmp/deps; done
+torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+{ nvidia-smi; nvcc --version; python3 -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'; } > "$out/env.txt" 2>&1
+start=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DORBIT_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="${ORBIT_CUDA_ARCH:-90}" -DORBIT_TESTS=ON -DORBIT_PYTHON=OFF \
+  -DCMAKE_PREFIX_PATH="$torch_prefix;/tmp/deps/usr" -DOPENSSL_ROOT_DIR=/tmp/deps/usr > "$out/configure.log" 2>&1 \
+  || { tail -30 "$out/configure.log"; exit 1; }
+ninja -C build-gpu -j"$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
+echo "configured and built in $(( $(date +%s) - start )) s"
+case "${1:-gpu}" in
+  gpu) label=(-L gpu) ;;
+  all) label=() ;;
+  none) exit 0 ;;
+  *) echo "error: unknown argument '$1' (gpu, all or none)" >&2; exit 2 ;;
+esac
+start=$(date +%s)
+OMP_NUM_THREADS="${ORBIT_TEST_THREADS:-4}" ctest --test-dir build-gpu "${label[@]}" -j"${ORBIT_TEST_JOBS:-4}" \
+  --output-on-failure > "$out/ctest.log" 2>&1
+rc=$?
+grep -E "Test +#|tests passed|tests failed" "$out/ctest.log" | tail -40
+echo "ctest rc=$rc in $(( $(date +%s) - start )) s"
+exit $rc
