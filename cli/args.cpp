@@ -62,6 +62,12 @@ int64_t Args::get_int(const std::string& name, int64_t fallback) const {
   return out;
 }
 
+int64_t Args::get_int(const std::string& name, int64_t fallback, int64_t min_value) const {
+  const int64_t out = get_int(name, fallback);
+  ORBIT_CHECK(out >= min_value, command_ << ": argument '" << name << "' must be >= " << min_value << ", got " << out);
+  return out;
+}
+
 double Args::get_double(const std::string& name, double fallback) const {
   auto value = get(name);
   if (!value) return fallback;

@@ -1,5 +1,6 @@
-// A small command-line parser for the `orbit` subcommands: `--name value` options and `--flag`
-// switches, each declared up front so an unknown or malformed argument is an error naming it.
+// A small command-line parser for the `orbit` subcommands and the benchmarks (library orbit_args):
+// `--name value` options and `--flag` switches, each declared up front so an unknown, repeated or
+// malformed argument is an error naming it.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,9 @@ class Args {
   std::optional<std::string> get(const std::string& name) const;
   std::string required(const std::string& name) const;
   int64_t get_int(const std::string& name, int64_t fallback) const;
+  // As get_int, and the value must be >= min_value (else orbit::Error naming the argument).
+  int64_t get_int(const std::string& name, int64_t fallback, int64_t min_value) const;
+  std::string get_or(const std::string& name, const std::string& fallback) const { return get(name).value_or(fallback); }
   double get_double(const std::string& name, double fallback) const;
 
  private:

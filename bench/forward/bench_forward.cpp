@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../common/bench_util.h"
+#include "args.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
@@ -41,22 +42,16 @@ struct Options {
 };
 
 Options parse(int argc, char** argv) {
+  const orbit::cli::Args a("bench_forward", {{"--model", "--preset", "--lengths", "--reps", "--json", "--cache", "--threads"}, {}},
+                           argc, argv, 1);
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      ORBIT_CHECK(i + 1 < argc, "argument '" << arg << "' needs a value");
-      return argv[++i];
-    };
-    if (arg == "--model") o.model = value();
-    else if (arg == "--preset") o.preset = value();
-    else if (arg == "--lengths") o.lengths = orbit::bench::parse_positive_list(value(), "--lengths");
-    else if (arg == "--reps") o.reps = std::max(1, std::atoi(value().c_str()));
-    else if (arg == "--json") o.json = value();
-    else if (arg == "--cache") o.cache = value();
-    else if (arg == "--threads") o.threads = std::max(1, std::atoi(value().c_str()));
-    else ORBIT_FAIL("unknown argument '" << arg << "' (known: --model, --preset, --lengths, --reps, --json, --cache, --threads)");
-  }
+  o.model = a.get_or("--model", o.model);
+  o.preset = a.get_or("--preset", o.preset);
+  if (auto v = a.get("--lengths")) o.lengths = orbit::bench::parse_positive_list(*v, "--lengths");
+  o.reps = static_cast<int>(a.get_int("--reps", o.reps, 1));
+  o.json = a.get_or("--json", o.json);
+  o.cache = a.get_or("--cache", o.cache);
+  o.threads = static_cast<int>(a.get_int("--threads", o.threads, 1));
   return o;
 }
 

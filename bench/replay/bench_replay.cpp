@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../common/bench_util.h"
+#include "args.h"
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
 #include "orbit/trace.h"
@@ -52,27 +53,21 @@ std::vector<std::string> split(const std::string& text) {
 }
 
 Options parse(int argc, char** argv) {
+  const orbit::cli::Args a("bench_replay",
+                           {{"--model", "--preset", "--cache", "--kinds", "--steps", "--seed", "--policy", "--threads", "--json"},
+                            {"--no-fidelity"}},
+                           argc, argv, 1);
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      ORBIT_CHECK(i + 1 < argc, "argument '" << arg << "' needs a value");
-      return argv[++i];
-    };
-    if (arg == "--model") o.model = value();
-    else if (arg == "--preset") o.preset = value();
-    else if (arg == "--cache") o.cache = value();
-    else if (arg == "--kinds") o.kinds = split(value());
-    else if (arg == "--steps") o.steps = orbit::bench::parse_positive_list(value(), "--steps").at(0);
-    else if (arg == "--seed") o.seed = static_cast<uint64_t>(std::strtoull(value().c_str(), nullptr, 10));
-    else if (arg == "--policy") o.policy = value();
-    else if (arg == "--threads") o.threads = static_cast<int>(orbit::bench::parse_positive_list(value(), "--threads").at(0));
-    else if (arg == "--no-fidelity") o.fidelity = false;
-    else if (arg == "--json") o.json = value();
-    else
-      ORBIT_FAIL("unknown argument '" << arg << "' (known: --model, --preset, --cache, --kinds, --steps, --seed, "
-                                          "--policy, --threads, --no-fidelity, --json)");
-  }
+  o.model = a.get_or("--model", o.model);
+  o.preset = a.get_or("--preset", o.preset);
+  o.cache = a.get_or("--cache", o.cache);
+  if (auto v = a.get("--kinds")) o.kinds = split(*v);
+  o.steps = a.get_int("--steps", o.steps, 1);
+  o.seed = static_cast<uint64_t>(a.get_int("--seed", static_cast<int64_t>(o.seed), 0));
+  o.policy = a.get_or("--policy", o.policy);
+  o.threads = static_cast<int>(a.get_int("--threads", o.threads, 1));
+  o.fidelity = !a.flag("--no-fidelity");
+  o.json = a.get_or("--json", o.json);
   return o;
 }
 

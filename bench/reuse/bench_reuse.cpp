@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "../common/bench_util.h"
+#include "args.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
@@ -73,47 +74,23 @@ struct Options {
 
 using orbit::bench::parse_positive_list;
 
-int64_t parse_count(const std::string& text, const char* what, int64_t min_value) {
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  ORBIT_CHECK(!text.empty() && *end == '\0' && value >= min_value,
-              what << ": '" << text << "' is not an integer >= " << min_value);
-  return value;
-}
-
 Options parse(int argc, char** argv) {
+  const orbit::cli::Args a("bench_reuse",
+                           {{"--model", "--preset", "--cache", "--threads", "--lengths", "--context", "--ranks", "--reps",
+                             "--json", "--device"},
+                            {}},
+                           argc, argv, 1);
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      ORBIT_CHECK(i + 1 < argc, "argument '" << arg << "' needs a value");
-      return argv[++i];
-    };
-    if (arg == "--model")
-      o.model = value();
-    else if (arg == "--preset")
-      o.preset = value();
-    else if (arg == "--cache")
-      o.cache = value();
-    else if (arg == "--threads")
-      o.threads = static_cast<int>(parse_count(value(), "--threads", 1));
-    else if (arg == "--lengths")
-      o.lengths = parse_positive_list(value(), "--lengths");
-    else if (arg == "--context")
-      o.context = parse_count(value(), "--context", 0);
-    else if (arg == "--ranks")
-      o.ranks = parse_positive_list(value(), "--ranks");
-    else if (arg == "--reps")
-      o.reps = static_cast<int>(parse_count(value(), "--reps", 1));
-    else if (arg == "--json")
-      o.json = value();
-    else if (arg == "--device")
-      o.device = value();
-    else
-      ORBIT_FAIL("unknown argument '" << arg
-                                      << "' (known: --model, --preset, --cache, --threads, --lengths, "
-                                         "--context, --ranks, --reps, --json, --device)");
-  }
+  o.model = a.get_or("--model", o.model);
+  o.preset = a.get_or("--preset", o.preset);
+  o.cache = a.get_or("--cache", o.cache);
+  o.threads = static_cast<int>(a.get_int("--threads", o.threads, 1));
+  if (auto v = a.get("--lengths")) o.lengths = parse_positive_list(*v, "--lengths");
+  o.context = a.get_int("--context", o.context, 0);
+  if (auto v = a.get("--ranks")) o.ranks = parse_positive_list(*v, "--ranks");
+  o.reps = static_cast<int>(a.get_int("--reps", o.reps, 1));
+  o.json = a.get_or("--json", o.json);
+  o.device = a.get_or("--device", o.device);
   return o;
 }
 

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "args.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
@@ -55,25 +56,19 @@ struct Options {
 };
 
 Options parse(int argc, char** argv) {
+  const orbit::cli::Args a("bench_store",
+                           {{"--model", "--preset", "--layers", "--tokens", "--reps", "--dir", "--json", "--cache", "--threads"}, {}},
+                           argc, argv, 1);
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      ORBIT_CHECK(i + 1 < argc, "argument '" << arg << "' needs a value");
-      return argv[++i];
-    };
-    if (arg == "--model") o.model = value();
-    else if (arg == "--preset") o.preset = value();
-    else if (arg == "--layers") o.layers = std::atoll(value().c_str());
-    else if (arg == "--tokens") o.tokens = std::max<int64_t>(1, std::atoll(value().c_str()));
-    else if (arg == "--reps") o.reps = std::max(1, std::atoi(value().c_str()));
-    else if (arg == "--dir") o.dir = value();
-    else if (arg == "--json") o.json = value();
-    else if (arg == "--cache") o.cache = value();
-    else if (arg == "--threads") o.threads = std::max(1, std::atoi(value().c_str()));
-    else ORBIT_FAIL("unknown argument '" << arg << "' (known: --model, --preset, --layers, --tokens, --reps, --dir, "
-                                            "--json, --cache, --threads)");
-  }
+  o.model = a.get_or("--model", o.model);
+  o.preset = a.get_or("--preset", o.preset);
+  o.layers = a.get_int("--layers", o.layers, 0);
+  o.tokens = a.get_int("--tokens", o.tokens, 1);
+  o.reps = static_cast<int>(a.get_int("--reps", o.reps, 1));
+  o.dir = a.get_or("--dir", o.dir);
+  o.json = a.get_or("--json", o.json);
+  o.cache = a.get_or("--cache", o.cache);
+  o.threads = static_cast<int>(a.get_int("--threads", o.threads, 1));
   return o;
 }
 
