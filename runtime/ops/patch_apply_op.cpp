@@ -14,17 +14,9 @@
 #include "orbit/common/error.h"
 #include "orbit/runtime/rope.h"
 
-// CUDA dispatch needs orbit's kernels (ORBIT_WITH_CUDA) and a libtorch built with CUDA; the same guard
-// as ops/rope_op.cpp (Debian's CPU-only libtorch ships c10/cuda/*.h but no cuda_cmake_macros.h).
-#if defined(ORBIT_WITH_CUDA) && __has_include(<c10/cuda/CUDAStream.h>) && \
-    __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
-#define ORBIT_PATCH_HAS_CUDA 1
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
+#include "ops/cuda_dispatch.h"
+#if ORBIT_OPS_HAVE_CUDA
 #include "kernels/cuda/patch_apply.cuh"
-#else
-#define ORBIT_PATCH_HAS_CUDA 0
 #endif
 
 namespace orbit::runtime::ops {
@@ -205,7 +197,7 @@ void apply_cpu(const Prepared& p, const Destination& d) {
 
 // ---- CUDA --------------------------------------------------------------------------------------
 
-#if ORBIT_PATCH_HAS_CUDA
+#if ORBIT_OPS_HAVE_CUDA
 template <typename In, typename Out>
 cudaError_t launch_cuda(const Prepared& p, const Destination& d, const at::Tensor& block_table, cudaStream_t stream) {
   namespace kc = kernels::cuda;
@@ -239,7 +231,7 @@ cudaError_t launch_cuda(const Prepared& p, const Destination& d, const at::Tenso
 #endif
 
 void apply_cuda(const char* fn, const Prepared& p, const Destination& d) {
-#if ORBIT_PATCH_HAS_CUDA
+#if ORBIT_OPS_HAVE_CUDA
   const at::Device device = d.tensor.device();
   const c10::cuda::CUDAGuard guard(device);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();

@@ -10,18 +10,9 @@
 #include "kernels/cpu/rope.h"
 #include "orbit/common/error.h"
 
-// CUDA dispatch needs orbit's kernels (ORBIT_WITH_CUDA) and a libtorch built with CUDA. Header presence
-// alone is not enough: Debian's CPU-only libtorch ships c10/cuda/*.h but neither libc10_cuda nor the
-// generated cuda_cmake_macros.h that every CUDA build of libtorch installs.
-#if defined(ORBIT_WITH_CUDA) && __has_include(<c10/cuda/CUDAStream.h>) && \
-    __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
-#define ORBIT_ROPE_HAS_CUDA 1
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
+#include "ops/cuda_dispatch.h"
+#if ORBIT_OPS_HAVE_CUDA
 #include "kernels/cuda/rope.cuh"
-#else
-#define ORBIT_ROPE_HAS_CUDA 0
 #endif
 
 namespace orbit::runtime::ops {
@@ -76,7 +67,7 @@ void dispatch_cpu(const at::Tensor& out, const at::Tensor& x, const RopeTables& 
 
 void dispatch_cuda(const at::Tensor& out, const at::Tensor& x, const RopeTables& tables,
                    const kernels::cpu::RopeDims& cpu_dims) {
-#if ORBIT_ROPE_HAS_CUDA
+#if ORBIT_OPS_HAVE_CUDA
   namespace kc = kernels::cuda;
   kc::RopeDims dims;
   dims.tokens = cpu_dims.tokens;

@@ -9,21 +9,14 @@
 
 #include "orbit/common/error.h"
 
-// The same guard as ops/rope_op.cpp: orbit's kernels and a libtorch built with CUDA.
-#if defined(ORBIT_WITH_CUDA) && __has_include(<c10/cuda/CUDAStream.h>) && \
-    __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
-#define ORBIT_SVD_HAS_CUDA 1
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
+#include "ops/cuda_dispatch.h"
+#if ORBIT_OPS_HAVE_CUDA
 #include "kernels/cuda/svd.cuh"
-#else
-#define ORBIT_SVD_HAS_CUDA 0
 #endif
 
 namespace orbit::runtime::ops {
 
-bool have_cuda_svd() { return ORBIT_SVD_HAS_CUDA != 0; }
+bool have_cuda_svd() { return ORBIT_OPS_HAVE_CUDA != 0; }
 
 SvdFactorsResult truncated_svd_cuda(const at::Tensor& a, int64_t rank) {
   ORBIT_CHECK(a.defined() && a.dim() == 2, "truncated_svd_cuda: argument 'a' must be a 2-D [n, D] matrix");
@@ -36,7 +29,7 @@ SvdFactorsResult truncated_svd_cuda(const at::Tensor& a, int64_t rank) {
   ORBIT_CHECK(n <= INT_MAX / std::max<int64_t>(d, 1),
               "truncated_svd_cuda: n·D = " << n << "·" << d << " is beyond cuSOLVER's 32-bit sizes");
   SvdFactorsResult result;
-#if ORBIT_SVD_HAS_CUDA
+#if ORBIT_OPS_HAVE_CUDA
   namespace kc = kernels::cuda;
   const c10::cuda::CUDAGuard guard(a.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(a.device().index()).stream();
