@@ -5,7 +5,7 @@
 //                 [--quick]
 //
 // Defaults: models/binding-gqa, models/binding-mla, models/stories260K/stories260K.bin (from the
-// repository root), n = 60 probes per kind, seed 2024. --quick: n = 12 and fewer window cases (smoke).
+// repository root), n = 200 probes per kind, seed 2024. --quick: n = 12 and fewer window cases (smoke).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 

@@ -112,10 +112,10 @@ inline std::string patch_spec(const rt::Model& model, int64_t rank, const std::s
 
 // The experiments (each returns its JSON section and prints a table).
 struct Settings {
-  int n = 60;            // probes per kind
-  int reorder_sets = 8;  // sets per K
-  int window_cases = 40;
-  int recall_cases = 30;
+  int n = 200;            // probes per kind
+  int reorder_sets = 16;  // sets per K
+  int window_cases = 100;
+  int recall_cases = 60;
   uint64_t seed = 2024;
   std::vector<int64_t> ranks{1, 2, 4, 8, 16, 32};  // B has 34 rows: rank 34 is exact by construction
 };
