@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -58,6 +59,35 @@ TEST_CASE("binding task: deterministic, in vocabulary, splits differ", "[binding
       CHECK((q.tokens[0] >= bd::tok::kAsk && q.tokens[0] < bd::tok::kAsk + 3 * bd::tok::kNumObjects));
     }
   }
+}
+
+TEST_CASE("binding task: longer gaps keep the referent the most recent intro frame", "[binding]") {
+  bd::TaskOptions o;
+  o.gap_probability = 1.0;
+  o.max_gap_texts = 4;
+  bd::TaskGenerator g(21, bd::Split::kTrain, o);
+  int longest_gap = 0;
+  for (int i = 0; i < 200; ++i) {
+    const bd::Episode e = g.episode();
+    std::vector<int> text_objects;
+    int last_intro = -1;
+    for (size_t c = 0; c < e.chunks.size(); ++c) {
+      const bd::Chunk& ch = e.chunks[c];
+      if (ch.kind == bd::ChunkKind::kIntro) last_intro = static_cast<int>(c);
+      if (ch.kind == bd::ChunkKind::kText) text_objects.push_back(ch.obj);
+      if (ch.kind == bd::ChunkKind::kRef) {
+        CHECK(ch.referent == last_intro);
+        longest_gap = std::max(longest_gap, static_cast<int>(c) - last_intro - 1);
+      }
+    }
+    // Text facts are about distinct objects that no frame shows.
+    std::sort(text_objects.begin(), text_objects.end());
+    CHECK(std::adjacent_find(text_objects.begin(), text_objects.end()) == text_objects.end());
+    for (const bd::Chunk& ch : e.chunks) {
+      if (ch.kind == bd::ChunkKind::kIntro) CHECK(!std::binary_search(text_objects.begin(), text_objects.end(), ch.obj));
+    }
+  }
+  CHECK(longest_gap >= 3);
 }
 
 TEST_CASE("binding task: probes, reorder sets and recall cases are well-formed", "[binding]") {

@@ -77,10 +77,10 @@ uint64_t mix(uint64_t x) {
 TaskGenerator::TaskGenerator(uint64_t seed, Split split, TaskOptions options)
     : options_(options), rng_(mix(mix(seed) ^ (0x51ed270b27ULL * (static_cast<uint64_t>(split) + 1)))) {
   if (options_.frame_min < 4 || options_.frame_max < options_.frame_min || options_.min_intros < 1 ||
-      options_.max_intros < options_.min_intros || options_.max_intros > 8 || options_.min_texts < 0 ||
+      options_.max_intros < options_.min_intros || options_.max_intros > 8 || options_.max_gap_texts < 1 || options_.min_texts < 0 ||
       options_.max_texts < options_.min_texts || options_.max_texts + 2 * options_.max_intros > tok::kNumObjects) {
     throw std::invalid_argument(
-        "binding TaskOptions: frame_min >= 4, frame_max >= frame_min, 1 <= intros <= 8, 0 <= texts, intros·2 + texts <= 12");
+        "binding TaskOptions: frame_min >= 4, frame_max >= frame_min, 1 <= intros <= 8, max_gap_texts >= 1, 0 <= texts, intros·2 + texts <= 12");
   }
 }
 
@@ -178,16 +178,21 @@ Episode TaskGenerator::episode() {
   auto add_text = [&] {
     e.chunks.push_back(text(objects[next_text++], uniform(0, tok::kNumRooms - 1)));
   };
-  // Free text chunks go to drawn scene boundaries 0..intros; gap texts (inside a scene) come on top.
+  // Free text chunks go to drawn scene boundaries 0..intros; gap texts (inside a scene) come on top, while
+  // objects last (the free texts' objects are held back for them).
   std::vector<int> at_boundary(static_cast<size_t>(intros + 1), 0);
   for (int t = 0; t < texts; ++t) ++at_boundary[static_cast<size_t>(uniform(0, intros))];
+  int free_left = texts;
   for (int s = 0; s <= intros; ++s) {
-    for (int t = 0; t < at_boundary[static_cast<size_t>(s)]; ++t) add_text();
+    for (int t = 0; t < at_boundary[static_cast<size_t>(s)]; ++t, --free_left) add_text();
     if (s == intros) break;
     e.chunks.push_back(intro(objects[static_cast<size_t>(s)], uniform(0, tok::kNumColors - 1)));
     const int intro_index = static_cast<int>(e.chunks.size()) - 1;
     if (unit() < options_.ref_probability) {
-      if (unit() < options_.gap_probability) add_text();
+      if (unit() < options_.gap_probability) {
+        const int gap = options_.max_gap_texts > 1 ? uniform(1, options_.max_gap_texts) : 1;
+        for (int t = 0; t < gap && next_text + static_cast<size_t>(free_left) < objects.size(); ++t) add_text();
+      }
       e.chunks.push_back(ref(e.chunks[static_cast<size_t>(intro_index)], intro_index, locs[static_cast<size_t>(s)]));
     }
   }

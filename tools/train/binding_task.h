@@ -12,7 +12,7 @@
 //   text chunk    [TXT] f obj [IN] room f [DOT]   a fact in words: obj is in room.
 //
 // An episode is a run of scenes: an intro frame, then (usually) its ref frame, sometimes with a text chunk
-// in between, plus text chunks between scenes. Several ref frames per episode (3–5 intro frames, each
+// (or up to max_gap_texts) in between, plus text chunks between scenes. Several ref frames per episode (3–5 intro frames, each
 // with a ref frame at probability 0.85), so a where-question has several candidate locations in its
 // context and cannot be answered by elimination: only the binding tells which one is the object's.
 //
@@ -95,7 +95,8 @@ struct TaskOptions {
   int min_intros = 3;          // intro frames (scenes) per episode
   int max_intros = 5;
   double ref_probability = 0.85;  // an intro frame is followed by its ref frame
-  double gap_probability = 0.25;  // a text chunk sits between an intro frame and its ref frame
+  double gap_probability = 0.25;  // text chunks (1..max_gap_texts) sit between an intro frame and its ref
+  int max_gap_texts = 1;          //   frame (while unused objects last)
   int min_texts = 1;           // further text chunks, between scenes
   int max_texts = 2;
   int frame_min = 8;           // visual tokens per frame (between [FA]/[FB] and [FEND]), drawn with a

@@ -4,6 +4,7 @@
 //   train_binding --model gqa|mla --out DIR [--steps N] [--batch B] [--seed S] [--threads T] [--lr X]
 //                 [--layers L] [--eval-every N] [--eval-episodes N] [--stop-at ACC] [--warmup N]
 //                 [--caption-weight W] [--aux-weight W] [--aux-layer L] [--max-intros N] [--frame-max N]
+//                 [--gap-prob P] [--max-gap-texts N]
 //
 // After training it verifies the checkpoint three ways and writes DIR/train_log.json:
 //   1. runtime::Model built from the trained weights gives the training forward's logits (max |diff|);
@@ -37,7 +38,7 @@ namespace {
                "%s\nusage: train_binding --model gqa|mla --out DIR [--steps N] [--batch B] [--seed S] [--threads T]\n"
                "                     [--lr X] [--layers L] [--eval-every N] [--eval-episodes N] [--stop-at ACC]\n"
                "                     [--warmup N] [--caption-weight W] [--aux-weight W] [--aux-layer L]\n"
-               "                     [--max-intros N] [--frame-max N]\n",
+               "                     [--max-intros N] [--frame-max N] [--gap-prob P] [--max-gap-texts N]\n",
                why);
   std::exit(2);
 }
@@ -188,6 +189,8 @@ int main(int argc, char** argv) {
     else if (a == "--aux-layer") o.aux_layer = std::atoi(next().c_str());
     else if (a == "--max-intros") o.task.max_intros = std::atoi(next().c_str());
     else if (a == "--frame-max") o.task.frame_max = std::atoi(next().c_str());
+    else if (a == "--gap-prob") o.task.gap_probability = std::atof(next().c_str());
+    else if (a == "--max-gap-texts") o.task.max_gap_texts = std::atoi(next().c_str());
     else usage(("unknown argument " + a).c_str());
   }
   if (out.empty()) usage("--out is required");
@@ -236,6 +239,7 @@ int main(int argc, char** argv) {
     log["layers"] = r.config.num_layers;
     log["task"] = {{"min_intros", o.task.min_intros}, {"max_intros", o.task.max_intros},
                    {"ref_probability", o.task.ref_probability}, {"gap_probability", o.task.gap_probability},
+                   {"max_gap_texts", o.task.max_gap_texts},
                    {"min_texts", o.task.min_texts}, {"max_texts", o.task.max_texts},
                    {"frame_min", o.task.frame_min}, {"frame_max", o.task.frame_max}, {"signal", o.task.signal}};
     log["train_seconds"] = r.seconds;
