@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "args.h"
 #include "binding_model.h"
 #include "binding_train.h"
 #include "orbit/common/error.h"
@@ -166,32 +167,35 @@ int main(int argc, char** argv) {
   int threads = 1;
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
-      return argv[++i];
-    };
-    if (a == "--model") o.model = next();
-    else if (a == "--out") out = next();
-    else if (a == "--steps") o.steps = std::atoi(next().c_str());
-    else if (a == "--batch") o.batch = std::atoi(next().c_str());
-    else if (a == "--seed") o.seed = std::strtoull(next().c_str(), nullptr, 10);
-    else if (a == "--threads") threads = std::atoi(next().c_str());
-    else if (a == "--lr") o.lr = std::atof(next().c_str());
-    else if (a == "--layers") o.layers = std::atoi(next().c_str());
-    else if (a == "--eval-every") o.eval_every = std::atoi(next().c_str());
-    else if (a == "--eval-episodes") o.eval_episodes = std::atoi(next().c_str());
-    else if (a == "--stop-at") o.stop_at = std::atof(next().c_str());
-    else if (a == "--warmup") o.warmup = std::atoi(next().c_str());
-    else if (a == "--caption-weight") o.caption_weight = std::atof(next().c_str());
-    else if (a == "--aux-weight") o.aux_weight = std::atof(next().c_str());
-    else if (a == "--aux-layer") o.aux_layer = std::atoi(next().c_str());
-    else if (a == "--max-intros") o.task.max_intros = std::atoi(next().c_str());
-    else if (a == "--frame-max") o.task.frame_max = std::atoi(next().c_str());
-    else if (a == "--gap-prob") o.task.gap_probability = std::atof(next().c_str());
-    else if (a == "--max-gap-texts") o.task.max_gap_texts = std::atoi(next().c_str());
-    else usage(("unknown argument " + a).c_str());
+  try {
+    const orbit::cli::Args a(
+        "train_binding",
+        {{"--model", "--out", "--steps", "--batch", "--seed", "--threads", "--lr", "--layers", "--eval-every",
+          "--eval-episodes", "--stop-at", "--warmup", "--caption-weight", "--aux-weight", "--aux-layer", "--max-intros",
+          "--frame-max", "--gap-prob", "--max-gap-texts"},
+         {}},
+        argc, argv, 1);
+    o.model = a.get_or("--model", o.model);
+    out = a.get_or("--out", out);
+    o.steps = static_cast<int>(a.get_int("--steps", o.steps, 1));
+    o.batch = static_cast<int>(a.get_int("--batch", o.batch, 1));
+    o.seed = static_cast<uint64_t>(a.get_int("--seed", static_cast<int64_t>(o.seed), 0));
+    threads = static_cast<int>(a.get_int("--threads", threads, 1));
+    o.lr = a.get_double("--lr", o.lr);
+    o.layers = static_cast<int>(a.get_int("--layers", o.layers, 1));
+    o.eval_every = static_cast<int>(a.get_int("--eval-every", o.eval_every, 0));
+    o.eval_episodes = static_cast<int>(a.get_int("--eval-episodes", o.eval_episodes, 1));
+    o.stop_at = a.get_double("--stop-at", o.stop_at);
+    o.warmup = static_cast<int>(a.get_int("--warmup", o.warmup, 0));
+    o.caption_weight = a.get_double("--caption-weight", o.caption_weight);
+    o.aux_weight = a.get_double("--aux-weight", o.aux_weight);
+    o.aux_layer = static_cast<int>(a.get_int("--aux-layer", o.aux_layer, 0));
+    o.task.max_intros = static_cast<int>(a.get_int("--max-intros", o.task.max_intros, 1));
+    o.task.frame_max = static_cast<int>(a.get_int("--frame-max", o.task.frame_max, 1));
+    o.task.gap_probability = a.get_double("--gap-prob", o.task.gap_probability);
+    o.task.max_gap_texts = static_cast<int>(a.get_int("--max-gap-texts", o.task.max_gap_texts, 0));
+  } catch (const orbit::Error& e) {
+    usage(e.what());
   }
   if (out.empty()) usage("--out is required");
   if (o.model != "gqa" && o.model != "mla") usage("--model must be gqa or mla");
