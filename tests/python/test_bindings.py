@@ -74,6 +74,7 @@ def test_the_stub_lists_every_public_name_and_member(orbit):
     package_dir = pathlib.Path(orbit.__file__).parent
     assert (package_dir / "py.typed").is_file()
     tree = ast.parse((package_dir / "_orbit.pyi").read_text())
+    tree.body += ast.parse((package_dir / "_store.py").read_text()).body  # pure Python, typed in place
     stub_classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     stub_names = set(stub_classes)
     for n in tree.body:
@@ -648,3 +649,14 @@ def test_a_store_directory_persists_canonicals_across_engines(orbit, stories260k
         assert e.stats.canonicals_encoded == 0  # read from the store, not encoded again
     with pytest.raises(orbit.OrbitError):
         orbit.store_summary(tmp_path / "not-a-store")
+
+    # The same through orbit.Store: a context manager and an iterable of entries.
+    with orbit.Store(store) as s:
+        assert s.dir == str(store) and s.model_fingerprint == summary.model_fingerprint
+        assert len(s) == summary.entries and {x.key for x in s} == {x.key for x in entries}
+        assert s.verify().clean and s.gc(dry_run=True).removed_blobs == 0
+    assert s.closed and "closed" in repr(s)
+    with pytest.raises(orbit.OrbitError, match="closed"):
+        list(s)
+    with pytest.raises(orbit.OrbitError, match="not-a-store"):
+        orbit.Store(tmp_path / "not-a-store")

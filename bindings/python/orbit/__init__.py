@@ -25,6 +25,8 @@ An operation the window cannot hold (a full pool, max_bytes) raises CapacityErro
 past the model's limit) RefusedError -- both subclasses of OrbitError, both leaving the window unchanged.
 Plan first (plan_*) and check Plan.device_bytes_after to avoid them.
 
+A store directory can be inspected offline: `with orbit.Store("store") as s: for entry in s: ...`.
+
 Traces (orbit-trace/1, the format `orbit replay` reads) are plain dicts: make_trace() generates one,
 load_trace()/save_trace() read and write files, and replay(trace, model, policies=[...]) runs it under each
 policy side by side with the baselines and returns the report (forward tokens, time, fidelity per step).
@@ -85,10 +87,11 @@ from ._orbit import (  # noqa: F401  (re-exports)
     save_trace,
     validate_trace,
 )
+from ._store import Store  # noqa: F401
 
-# Classes report themselves as orbit.X (not orbit._orbit.X) in reprs, tracebacks and help().
+# Classes report themselves as orbit.X (not orbit._orbit.X or orbit._store.X) in reprs, tracebacks and help().
 for _name, _obj in list(globals().items()):
-    if isinstance(_obj, type) and getattr(_obj, "__module__", "") == "orbit._orbit":
+    if isinstance(_obj, type) and getattr(_obj, "__module__", "") in ("orbit._orbit", "orbit._store"):
         try:
             _obj.__module__ = __name__
         except (AttributeError, TypeError):
@@ -124,6 +127,7 @@ __all__ = [
     "StepAction",
     "StoreEntryInfo",
     "StoreStats",
+    "Store",
     "StoreSummary",
     "StoreTier",
     "SurvivorAction",

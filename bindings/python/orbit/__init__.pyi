@@ -53,3 +53,4 @@ from ._orbit import (
 )
 
 __all__: list[str]
+from ._store import Store as Store
