@@ -19,7 +19,7 @@ py::object json_module() { return py::module_::import("json"); }
 
 py::object to_dict(const std::string& json_text) { return json_module().attr("loads")(json_text); }
 
-// A trace given as a dict (the JSON object), a str/PathLike path to a .json file, or JSON text.
+// A trace given as a dict (the JSON object) or a str/PathLike path to an orbit-trace/1 .json file.
 orbit::Trace trace_arg(const py::object& trace) {
   if (py::isinstance<py::dict>(trace)) {
     const std::string text = py::str(json_module().attr("dumps")(trace));
