@@ -33,8 +33,8 @@
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/reuse.h"
-#include "store/chunk_store.h"
-#include "store/codec.h"
+#include "orbit/store/chunk_store.h"
+#include "orbit/store/codec.h"
 
 namespace fs = std::filesystem;
 namespace rt = orbit::runtime;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "orbit/common/error.h"
-#include "store/chunk_store.h"
+#include "orbit/store/chunk_store.h"
 #include "test_store_values.h"
 
 namespace {

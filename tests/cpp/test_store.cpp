@@ -12,8 +12,8 @@
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"
 #include "orbit/store.h"
-#include "store/blob_format.h"
-#include "store/chunk_store.h"
+#include "orbit/store/blob_format.h"
+#include "orbit/store/chunk_store.h"
 #include "test_helpers.h"
 #include "test_store_values.h"
 

@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "orbit/common/error.h"
-#include "store/chunk_store.h"
+#include "orbit/store/chunk_store.h"
 #include "test_helpers.h"
 #include "test_store_values.h"
 

@@ -12,9 +12,9 @@
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/reuse.h"
-#include "store/chunk_store.h"
-#include "store/codec.h"
-#include "store/embedding_cache.h"
+#include "orbit/store/chunk_store.h"
+#include "orbit/store/codec.h"
+#include "orbit/store/embedding_cache.h"
 #include "test_helpers.h"
 #include "test_store_values.h"
 

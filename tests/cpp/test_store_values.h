@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "orbit/store.h"
-#include "store/value.h"
+#include "orbit/store/value.h"
 
 namespace orbit::test {
 

@@ -9,7 +9,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/runtime/loader.h"
-#include "store/codec.h"
+#include "orbit/store/codec.h"
 #include "window/tensor_convert.h"
 
 namespace orbit::detail {

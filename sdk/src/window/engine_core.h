@@ -27,7 +27,7 @@
 #include "orbit/runtime/kv_pool.h"
 #include "orbit/runtime/model.h"
 #include "orbit/runtime/reuse.h"
-#include "store/chunk_store.h"
+#include "orbit/store/chunk_store.h"
 
 namespace orbit::detail {
 

@@ -4,7 +4,7 @@
 
 #include <unordered_map>
 
-#include "store/tier.h"
+#include "orbit/store/tier.h"
 
 namespace orbit::store {
 

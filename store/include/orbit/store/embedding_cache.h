@@ -14,7 +14,7 @@
 
 #include "orbit/runtime/model.h"
 #include "orbit/runtime/reuse.h"
-#include "store/chunk_store.h"
+#include "orbit/store/chunk_store.h"
 
 namespace orbit::store {
 

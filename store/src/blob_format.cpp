@@ -1,4 +1,4 @@
-#include "store/blob_format.h"
+#include "orbit/store/blob_format.h"
 
 #include <ATen/ATen.h>
 

@@ -1,9 +1,9 @@
-#include "store/sqlite_index.h"
+#include "orbit/store/sqlite_index.h"
 
 #include <sqlite3.h>
 
 #include "orbit/common/error.h"
-#include "store/blob_format.h"
+#include "orbit/store/blob_format.h"
 
 namespace orbit::store {
 

@@ -1,11 +1,11 @@
-#include "store/value.h"
+#include "orbit/store/value.h"
 
 #include <ATen/ATen.h>
 
 #include <set>
 
 #include "orbit/common/error.h"
-#include "store/blob_format.h"
+#include "orbit/store/blob_format.h"
 
 namespace orbit::store {
 

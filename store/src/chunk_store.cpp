@@ -1,4 +1,4 @@
-#include "store/chunk_store.h"
+#include "orbit/store/chunk_store.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "store/blob_io.h"
+#include "orbit/store/blob_io.h"
 
 #include <ATen/ATen.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "store/disk_tier.h"
+#include "orbit/store/disk_tier.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

@@ -19,9 +19,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "store/blob_io.h"
-#include "store/sqlite_index.h"
-#include "store/tier.h"
+#include "orbit/store/blob_io.h"
+#include "orbit/store/sqlite_index.h"
+#include "orbit/store/tier.h"
 
 namespace orbit::store {
 

@@ -18,8 +18,8 @@
 
 #include "orbit/runtime/config.h"
 #include "orbit/runtime/reuse.h"
-#include "store/device_tier.h"
-#include "store/value.h"
+#include "orbit/store/device_tier.h"
+#include "orbit/store/value.h"
 
 namespace orbit::store {
 

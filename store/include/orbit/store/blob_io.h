@@ -15,7 +15,7 @@
 #include <sys/types.h>
 
 #include "orbit/common/status.h"
-#include "store/blob_format.h"
+#include "orbit/store/blob_format.h"
 
 namespace orbit::store {
 

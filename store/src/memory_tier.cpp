@@ -1,4 +1,4 @@
-#include "store/memory_tier.h"
+#include "orbit/store/memory_tier.h"
 
 #include "orbit/common/error.h"
 

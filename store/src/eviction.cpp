@@ -1,4 +1,4 @@
-#include "store/eviction.h"
+#include "orbit/store/eviction.h"
 
 #include <algorithm>
 #include <numeric>

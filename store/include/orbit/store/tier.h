@@ -13,7 +13,7 @@
 
 #include "orbit/common/status.h"
 #include "orbit/store.h"
-#include "store/value.h"
+#include "orbit/store/value.h"
 
 namespace orbit::store {
 

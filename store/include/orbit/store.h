@@ -2,7 +2,8 @@
 // statistics, and offline inspection of a store directory (what `orbit store ls|stat|verify|gc` prints).
 //
 // The store itself (tensors in, tensors out, budgets, eviction, demotion) is engine-internal and lives in
-// sdk/src/store/; an application reaches it through the Engine. Nothing here includes torch.
+// the orbit::store library (store/include/orbit/store/); an application reaches it through the Engine.
+// Nothing here includes torch.
 //
 // Store directory layout (one model fingerprint per directory):
 //

@@ -1,8 +1,8 @@
-#include "store/embedding_cache.h"
+#include "orbit/store/embedding_cache.h"
 
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"
-#include "store/codec.h"
+#include "orbit/store/codec.h"
 
 namespace orbit::store {
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "orbit/runtime/kv_pool.h"
-#include "store/tier.h"
+#include "orbit/store/tier.h"
 
 namespace orbit::store {
 

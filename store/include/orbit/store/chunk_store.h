@@ -31,11 +31,11 @@
 
 #include "orbit/common/status.h"
 #include "orbit/store.h"
-#include "store/device_tier.h"
-#include "store/disk_tier.h"
-#include "store/eviction.h"
-#include "store/memory_tier.h"
-#include "store/value.h"
+#include "orbit/store/device_tier.h"
+#include "orbit/store/disk_tier.h"
+#include "orbit/store/eviction.h"
+#include "orbit/store/memory_tier.h"
+#include "orbit/store/value.h"
 
 namespace orbit::store {
 

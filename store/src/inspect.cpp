@@ -11,9 +11,9 @@
 
 #include "orbit/common/error.h"
 #include "orbit/store.h"
-#include "store/blob_format.h"
-#include "store/blob_io.h"
-#include "store/sqlite_index.h"
+#include "orbit/store/blob_format.h"
+#include "orbit/store/blob_io.h"
+#include "orbit/store/sqlite_index.h"
 
 namespace orbit {
 

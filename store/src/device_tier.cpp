@@ -1,4 +1,4 @@
-#include "store/device_tier.h"
+#include "orbit/store/device_tier.h"
 
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-#include "store/codec.h"
+#include "orbit/store/codec.h"
 
 #include <ATen/ATen.h>
 
