@@ -1,5 +1,5 @@
-"""Threads against one Engine from Python: Engine.close() racing window operations must stop them with
-OrbitError, never crash the process.
+"""Threads against one Engine from Python: the first calls from two threads must not deadlock, and
+Engine.close() racing window operations must stop them with OrbitError, never crash the process.
 
 Each scenario runs in a child interpreter with a timeout, so a hang or a crash fails the test instead of
 hanging or killing pytest. Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python.
@@ -34,6 +34,22 @@ def run_child(orbit, model, body):
 def check_ok(result):
     assert result.returncode == 0, f"child exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
     assert "DONE" in result.stdout, result.stdout + result.stderr
+
+
+def test_first_calls_from_two_threads_do_not_deadlock(orbit, stories260k_path):
+    # Several fresh interpreters: the deadlock needed both threads to reach numpy's first use together.
+    for _ in range(5):
+        check_ok(run_child(orbit, stories260k_path, """
+            e = orbit.Engine(M)
+            ts = [threading.Thread(target=lambda: e.add_tokens([1, 2, 3])) for _ in range(2)]
+            for t in ts: t.start()
+            for t in ts: t.join()
+            ws = [e.new_window() for _ in range(2)]
+            ts = [threading.Thread(target=lambda w=w: w.add_turn([4, 5, 6])) for w in ws]
+            for t in ts: t.start()
+            for t in ts: t.join()
+            print("DONE")
+        """))
 
 
 def test_close_racing_window_operations_raises_orbit_error(orbit, stories260k_path, tmp_path):
