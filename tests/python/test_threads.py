@@ -91,3 +91,24 @@ def test_window_refuses_reads_after_engine_close(orbit, stories260k_path):
     for read in (lambda: w.instances, lambda: w.kv(instance), lambda: w.tokens, lambda: w.logits([1])):
         with pytest.raises(orbit.OrbitError, match="engine is closed"):
             read()
+
+
+def test_ctrl_c_stops_replay_between_steps(orbit, stories260k_path):
+    # Without a progress callback the replay ran to the end (tens of seconds here) before the
+    # KeyboardInterrupt surfaced; signals are now checked before every step.
+    result = run_child(orbit, stories260k_path, """
+        import os, signal
+        trace = orbit.make_trace("web", steps=40)
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        t0 = time.time()
+        try:
+            orbit.replay(trace, M)
+            print("FINISHED", time.time() - t0)
+        except KeyboardInterrupt:
+            print("INTERRUPTED", time.time() - t0)
+        print("DONE")
+    """)
+    check_ok(result)
+    words = result.stdout.split()
+    assert words[0] == "INTERRUPTED", result.stdout
+    assert float(words[1]) < 4.0, f"KeyboardInterrupt came {words[1]} s after the start (the signal was sent at 1 s)"
