@@ -1,6 +1,7 @@
 // The compiled part of the Python package `orbit` (bindings/python/orbit/__init__.py re-exports it), and
 // the exceptions (DESIGN.md §8): orbit::Error -> orbit.OrbitError carrying the C++ message; a non-ok
 // Status from apply() -> CapacityError (out_of_capacity) or RefusedError (refused).
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include "bindings.h"
@@ -71,9 +72,23 @@ void init_errors(py::module_& m) {
   });
 }
 
+// pybind11 keeps numpy's C API table in a function-local static whose initialiser imports
+// numpy.core.multiarray. Left to the first conversion, two threads can meet there: one inside the
+// initialiser, waiting for the GIL the import gave up; the other holding the GIL, waiting for the
+// initialiser. Doing it here, while the module is imported (single-threaded, under the import lock),
+// means no later call runs an initialiser that needs Python.
+void warm_numpy() {
+  (void)py::module_::import("numpy");
+  (void)py::detail::npy_api::get();
+  (void)py::dtype::of<int64_t>();
+  (void)py::dtype::of<int32_t>();
+  (void)py::dtype::of<float>();
+}
+
 }  // namespace orbit_py
 
 PYBIND11_MODULE(_orbit, m) {
+  orbit_py::warm_numpy();
   m.doc() = "orbit: context windows as sets of reusable KV chunks (the compiled core; import `orbit`).";
   m.attr("__version__") = orbit::version();
   orbit_py::init_errors(m);

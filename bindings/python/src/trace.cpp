@@ -86,14 +86,17 @@ void init_trace(py::module_& m) {
         o.baselines = baselines;
         o.fidelity = fidelity;
         o.explain = explain;
-        if (!progress.is_none()) {
-          if (!PyCallable_Check(progress.ptr())) throw py::type_error("progress: expected a callable or None");
-          o.progress = [progress](std::size_t policy, std::size_t policies_total, std::size_t step,
-                                  std::size_t steps_total, const std::string& name) {
-            py::gil_scoped_acquire gil;
-            progress(policy, policies_total, step, steps_total, name);
-          };
+        if (!progress.is_none() && !PyCallable_Check(progress.ptr())) {
+          throw py::type_error("progress: expected a callable or None");
         }
+        // Before every step: deliver pending signals (Ctrl-C raises KeyboardInterrupt between steps, not
+        // at the end), then the caller's progress callback.
+        o.progress = [progress](std::size_t policy, std::size_t policies_total, std::size_t step,
+                                std::size_t steps_total, const std::string& name) {
+          py::gil_scoped_acquire gil;
+          if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+          if (!progress.is_none()) progress(policy, policies_total, step, steps_total, name);
+        };
         std::string report;
         {
           py::gil_scoped_release release;
@@ -111,8 +114,9 @@ void init_trace(py::module_& m) {
       "re-prefill: KL and top-1, ...), totals and, for patch-forming policies, the offline bound.\n"
       "fidelity=False skips the per-step re-prefill; explain=True keeps each step's plan text.\n"
       "progress(policy_index, policies, step_index, steps, policy_name) is called before every step (the GIL\n"
-      "is held for it; an exception it raises stops the replay and propagates). The GIL is released\n"
-      "otherwise. Raises OrbitError for a bad trace, model or policy spec.");
+      "is held for it; an exception it raises stops the replay and propagates). Signals are checked before\n"
+      "every step too, so Ctrl-C raises KeyboardInterrupt promptly. The GIL is released otherwise. Raises\n"
+      "OrbitError for a bad trace, model or policy spec.");
 }
 
 }  // namespace orbit_py

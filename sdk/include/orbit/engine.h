@@ -11,8 +11,9 @@
 // store directory makes it persist across processes) and placed into any number of windows.
 //
 // Thread-safety: every Engine member is safe to call from any thread; windows are single-threaded
-// (window.h). An Engine lives as long as its last shared_ptr or Window; close() releases the store early
-// (later calls throw orbit::Error "engine is closed").
+// (window.h). An Engine lives as long as its last shared_ptr or Window; close() releases the store early:
+// it waits for the operations in flight on other threads (Engine or Window calls) to finish, and every
+// call that starts after it throws orbit::Error "engine is closed".
 #pragma once
 
 #include <cstdint>
@@ -104,7 +105,10 @@ class Engine {
   CalibrationReport calibrate();
 
   EngineStats stats() const;
-  // Flushes and closes the store, frees the pool. Windows still alive throw on use afterwards.
+  // Flushes and closes the store once the operations in flight on other threads have returned (it blocks
+  // until then). Idempotent; a concurrent second close() returns when the first has finished. Windows still
+  // alive throw "engine is closed" on use afterwards (their pool pages are released when they are
+  // destroyed). Throws orbit::Error if called from inside an operation of this engine on the same thread.
   void close();
   bool closed() const;
 

@@ -1,5 +1,7 @@
 #include "orbit/engine.h"
 
+#include <optional>
+
 #include "orbit/common/error.h"
 #include "window/engine_core.h"
 #include "window/window_state.h"
@@ -17,19 +19,32 @@ std::shared_ptr<Engine> Engine::open(const EngineOptions& options) {
 const EngineOptions& Engine::options() const { return core_->options(); }
 ModelInfo Engine::model_info() const { return core_->model_info(); }
 
+// Every operation holds the engine (detail::OpHold) for its duration: close() waits for it, and an
+// operation begun after close() throws "engine is closed".
 ChunkRef Engine::add_tokens(const std::vector<int64_t>& tokens, const ChunkOptions& options) {
+  const detail::OpHold hold(*core_);
   return core_->add_tokens(tokens, options);
 }
 ChunkRef Engine::add_embeddings(const EmbeddingChunk& chunk, const ChunkOptions& options) {
+  const detail::OpHold hold(*core_);
   return core_->add_embeddings(chunk, options);
 }
-ChunkRef Engine::chunk(const std::string& key) const { return core_->record(key).ref; }
-std::vector<ChunkRef> Engine::chunks() const { return core_->chunks(); }
+ChunkRef Engine::chunk(const std::string& key) const {
+  const detail::OpHold hold(*core_);
+  return core_->record(key).ref;
+}
+std::vector<ChunkRef> Engine::chunks() const {
+  const detail::OpHold hold(*core_);
+  return core_->chunks();
+}
 
-void Engine::precompute(const ChunkRef& chunk) { (void)core_->canonical(core_->record(chunk)); }
+void Engine::precompute(const ChunkRef& chunk) {
+  const detail::OpHold hold(*core_);
+  (void)core_->canonical(core_->record(chunk));
+}
 
 Window Engine::new_window(const WindowOptions& options) {
-  core_->check_open();
+  const detail::OpHold hold(*core_);
   ORBIT_CHECK(options.max_bytes >= 0, "WindowOptions::max_bytes = " << options.max_bytes << " must be >= 0 (0 = no limit)");
   auto state = std::make_unique<detail::WindowState>();
   state->core = core_;
@@ -38,9 +53,19 @@ Window Engine::new_window(const WindowOptions& options) {
   return Window(std::move(state));
 }
 
-CalibrationReport Engine::calibrate() { return core_->calibrate(); }
+CalibrationReport Engine::calibrate() {
+  const detail::OpHold hold(*core_);
+  return core_->calibrate();
+}
 
+// Answers after close() too (counters only; the store's part stays zero then).
 EngineStats Engine::stats() const {
+  std::optional<detail::OpHold> hold;
+  try {
+    hold.emplace(*core_);
+  } catch (const Error&) {
+    hold.reset();  // closed
+  }
   EngineStats s;
   s.chunks = static_cast<int64_t>(core_->chunks().size());
   s.windows = core_->windows();
@@ -55,7 +80,7 @@ EngineStats Engine::stats() const {
   s.patches_formed = c.patches_formed;
   s.patch_hits = c.patch_hits;
   s.forward_tokens = c.forward_tokens;
-  if (!core_->closed()) s.store = core_->store().stats();
+  if (hold) s.store = core_->store().stats();
   return s;
 }
 

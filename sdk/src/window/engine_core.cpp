@@ -46,6 +46,34 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
 
 EngineCore::~EngineCore() = default;
 
+namespace {
+// The engines the calling thread holds an OpHold on, innermost last (holds nest: a Window operation
+// calls Engine internals that hold again).
+thread_local std::vector<const EngineCore*> t_holds;
+}  // namespace
+
+OpHold::OpHold(const EngineCore& core) : core_(core) {
+  std::lock_guard<std::mutex> lock(core.life_mu_);
+  ORBIT_CHECK(!core.closed_.load(), "engine is closed");
+  ++core.holds_;
+  t_holds.push_back(&core);
+}
+
+OpHold::~OpHold() {
+  for (auto it = t_holds.rbegin(); it != t_holds.rend(); ++it) {
+    if (*it == &core_) {
+      t_holds.erase(std::next(it).base());
+      break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(core_.life_mu_);
+  if (--core_.holds_ == 0) core_.life_cv_.notify_all();
+}
+
+bool EngineCore::held_by_this_thread() const {
+  return std::find(t_holds.begin(), t_holds.end(), this) != t_holds.end();
+}
+
 const runtime::Model& EngineCore::model() const {
   check_open();
   return *model_;
@@ -54,14 +82,29 @@ const runtime::Model& EngineCore::model() const {
 void EngineCore::check_open() const { ORBIT_CHECK(!closed_.load(), "engine is closed"); }
 
 store::ChunkStore& EngineCore::store() {
-  check_open();
+  // Only an operation in flight may use the store: its hold keeps close() from destroying it.
+  ORBIT_CHECK(held_by_this_thread(), "internal error: the chunk store was used outside an engine operation");
   return *store_;
 }
 
 void EngineCore::close() {
-  if (closed_.exchange(true)) return;
+  std::unique_lock<std::mutex> lock(life_mu_);
+  const bool inside = held_by_this_thread();
+  if (closed_.load()) {
+    // Another close() is draining; wait for it (unless this thread's own hold is what it waits for).
+    if (!inside) life_cv_.wait(lock, [&] { return store_closed_; });
+    return;
+  }
+  ORBIT_CHECK(!inside, "close(): called from inside an operation of this engine on the same thread; close the "
+                       "engine after that operation returns");
+  closed_.store(true);
+  life_cv_.wait(lock, [&] { return holds_ == 0; });
+  lock.unlock();
   if (store_) (void)store_->flush();
   store_.reset();
+  lock.lock();
+  store_closed_ = true;
+  life_cv_.notify_all();
 }
 
 ModelInfo EngineCore::model_info() const {
@@ -190,7 +233,7 @@ void EngineCore::note_turn(const std::string& key, int64_t length) {
 // ---- canonicals and patches --------------------------------------------------------------------
 
 std::optional<StoreTier> EngineCore::canonical_residence(const std::string& key) const {
-  check_open();
+  ORBIT_CHECK(held_by_this_thread(), "internal error: the chunk store was used outside an engine operation");
   return store_->residence(key);
 }
 
@@ -212,7 +255,7 @@ runtime::Content EngineCore::canonical(const ChunkRecord& chunk, bool* encoded, 
   po.recompute_cost = static_cast<double>(chunk.ref.length);
   // A refusal (budgets full of pinned entries) or a disk error only means the canonical is not kept:
   // the window still holds its KV, and the next use encodes again.
-  (void)store_->put(chunk.ref.key, store::canonical_value(content), po);
+  (void)store().put(chunk.ref.key, store::canonical_value(content), po);
   if (encoded != nullptr) *encoded = true;
   Counters d;
   d.canonicals_encoded = 1;
@@ -222,7 +265,7 @@ runtime::Content EngineCore::canonical(const ChunkRecord& chunk, bool* encoded, 
 }
 
 bool EngineCore::contains(const std::string& store_key) const {
-  check_open();
+  ORBIT_CHECK(held_by_this_thread(), "internal error: the chunk store was used outside an engine operation");
   return store_->contains(store_key);
 }
 

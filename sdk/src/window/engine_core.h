@@ -9,11 +9,17 @@
 //              operation (append, fork, destroy, gather) runs under pool_mutex()
 //
 // Locking: mu_ guards registry, catalog and counters; pool_mu_ guards the pool. Never hold both.
+//
+// Lifetime: every public Engine and Window operation holds an OpHold for its whole duration. close()
+// marks the engine closed (new holds throw "engine is closed"), waits until the holds in flight are
+// released, then flushes and destroys the store. The store is therefore never destroyed under an
+// operation, and an operation that starts after close() fails cleanly instead of touching it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -53,6 +59,21 @@ struct Counters {
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;
   double forward_tokens = 0;
+};
+
+class EngineCore;
+
+// An operation's hold on an engine (see "Lifetime" above). Holds nest on one thread. Throws
+// orbit::Error "engine is closed" when close() has begun. Never blocks: close() is the only waiter.
+class OpHold {
+ public:
+  explicit OpHold(const EngineCore& core);
+  ~OpHold();
+  OpHold(const OpHold&) = delete;
+  OpHold& operator=(const OpHold&) = delete;
+
+ private:
+  const EngineCore& core_;
 };
 
 class EngineCore {
@@ -119,11 +140,17 @@ class EngineCore {
   int64_t windows() const { return windows_.load(); }
   store::ChunkStore& store();
 
+  // Closes the store once the operations in flight have finished (blocks until then; returns at once
+  // when already closed; a second concurrent close waits for the first). Throws orbit::Error when
+  // called from inside an operation of this engine on the same thread (it would wait for itself).
   void close();
   bool closed() const { return closed_.load(); }
   void check_open() const;
+  // True when the calling thread holds an OpHold on this engine.
+  bool held_by_this_thread() const;
 
  private:
+  friend class OpHold;
   ChunkRef register_chunk(std::unique_ptr<ChunkRecord> record);  // idempotent by key
   void catalog_add(const std::string& chunk_key, PatchRecord record);
 
@@ -146,6 +173,12 @@ class EngineCore {
   std::atomic<uint64_t> next_version_{0};
   std::atomic<int64_t> windows_{0};
   std::atomic<bool> closed_{false};
+
+  // Operations in flight (OpHold) and the close() that waits for them.
+  mutable std::mutex life_mu_;
+  mutable std::condition_variable life_cv_;
+  mutable int64_t holds_ = 0;
+  bool store_closed_ = false;  // close() has finished
 };
 
 }  // namespace orbit::detail

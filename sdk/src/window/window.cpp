@@ -70,10 +70,14 @@ uint64_t Window::id() const { return state_->id; }
 const WindowOptions& Window::options() const { return state_->options; }
 const WindowPolicy& Window::policy() const { return state_->options.policy; }
 void Window::set_policy(const WindowPolicy& policy) { state_->options.policy = policy; }
-int64_t Window::tokens() const { return state_->tokens(); }
+int64_t Window::tokens() const {
+  const detail::OpHold hold(*state_->core);
+  return state_->tokens();
+}
 uint64_t Window::version() const { return state_->version; }
 
 std::vector<InstanceInfo> Window::instances() const {
+  const detail::OpHold hold(*state_->core);
   std::vector<InstanceInfo> out;
   int64_t position = 0;
   for (std::size_t i = 0; i < state_->entries.size(); ++i) {
@@ -104,12 +108,14 @@ std::optional<InstanceInfo> Window::instance(InstanceId id) const {
 }
 
 std::vector<ChunkRef> Window::evicted() const {
+  const detail::OpHold hold(*state_->core);
   std::vector<ChunkRef> out;
   for (const auto& [key, id] : state_->evicted) out.push_back(state_->core->record(key).ref);
   return out;
 }
 
 WindowStats Window::stats() const {
+  const detail::OpHold hold(*state_->core);
   WindowStats s;
   s.instances = static_cast<int64_t>(state_->entries.size());
   int64_t shared = 0;
@@ -135,6 +141,7 @@ WindowStats Window::stats() const {
 // ---- planning ------------------------------------------------------------------------------------
 
 Plan Window::plan_admit(const ChunkRef& chunk, InstanceId before) const {
+  const detail::OpHold hold(*state_->core);
   const detail::ChunkRecord& rec = state_->core->record(chunk);
   for (const Entry& e : state_->entries) {
     ORBIT_CHECK(e.is_turn || e.key != rec.ref.key,
@@ -151,6 +158,7 @@ Plan Window::plan_admit(const ChunkRef& chunk, InstanceId before) const {
 }
 
 Plan Window::plan_add_turn(const std::vector<int64_t>& tokens) const {
+  const detail::OpHold hold(*state_->core);
   const int64_t vocab = state_->core->config().vocab_size;
   ORBIT_CHECK(!tokens.empty(), "add_turn: empty turn (a turn needs at least one token)");
   for (std::size_t i = 0; i < tokens.size(); ++i) {
@@ -167,6 +175,7 @@ Plan Window::plan_add_turn(const std::vector<int64_t>& tokens) const {
 }
 
 Plan Window::plan_evict(InstanceId instance) const {
+  const detail::OpHold hold(*state_->core);
   const int64_t idx = state_->index_of(instance);
   ORBIT_CHECK(idx >= 0, "evict: window " << state_->id << " holds no instance " << instance);
   Layout l = current_layout(*state_, Operation::kEvict);
@@ -177,6 +186,7 @@ Plan Window::plan_evict(InstanceId instance) const {
 }
 
 Plan Window::plan_slide(int64_t chunks) const {
+  const detail::OpHold hold(*state_->core);
   int64_t available = 0;
   for (const Entry& e : state_->entries) available += e.is_turn ? 0 : 1;
   ORBIT_CHECK(chunks >= 0 && chunks <= available,
@@ -205,6 +215,7 @@ Plan Window::plan_slide(int64_t chunks) const {
 }
 
 Plan Window::plan_recall(const ChunkRef& chunk, InstanceId before) const {
+  const detail::OpHold hold(*state_->core);
   const detail::ChunkRecord& rec = state_->core->record(chunk);
   const auto ev = state_->evicted.find(rec.ref.key);
   ORBIT_CHECK(ev != state_->evicted.end(),
@@ -231,6 +242,7 @@ Plan Window::plan_recall(const ChunkRef& chunk, InstanceId before) const {
 }
 
 Plan Window::plan_reorder(const std::vector<InstanceId>& order) const {
+  const detail::OpHold hold(*state_->core);
   ORBIT_CHECK(order.size() == state_->entries.size(),
               "reorder: order lists " << order.size() << " instances, the window holds " << state_->entries.size());
   std::set<InstanceId> seen;
@@ -251,6 +263,7 @@ Plan Window::plan_reorder(const std::vector<InstanceId>& order) const {
 }
 
 Plan Window::plan_recondition() const {
+  const detail::OpHold hold(*state_->core);
   Layout l = current_layout(*state_, Operation::kRecondition);
   for (Slot& s : l.slots) s.force = true;
   l.change_reason = "re-condition";
@@ -258,6 +271,7 @@ Plan Window::plan_recondition() const {
 }
 
 Plan Window::plan_place() const {
+  const detail::OpHold hold(*state_->core);
   const WindowState& s = *state_;
   std::vector<std::size_t> chunk_slots;  // indices of chunk instances (turns stay where they are)
   for (std::size_t i = 0; i < s.entries.size(); ++i) {
@@ -305,7 +319,10 @@ Plan Window::plan_place() const {
 
 // ---- applying ------------------------------------------------------------------------------------
 
-Result<ApplyReport> Window::apply(const Plan& plan) { return detail::apply_plan(*state_, plan); }
+Result<ApplyReport> Window::apply(const Plan& plan) {
+  const detail::OpHold hold(*state_->core);
+  return detail::apply_plan(*state_, plan);
+}
 
 ApplyReport Window::admit(const ChunkRef& chunk, InstanceId before) { return must(apply(plan_admit(chunk, before))); }
 ApplyReport Window::add_turn(const std::vector<int64_t>& tokens) { return must(apply(plan_add_turn(tokens))); }
@@ -316,7 +333,7 @@ ApplyReport Window::reorder(const std::vector<InstanceId>& order) { return must(
 ApplyReport Window::place() { return must(apply(plan_place())); }
 
 Window Window::fork() const {
-  state_->core->check_open();
+  const detail::OpHold hold(*state_->core);
   auto child = std::make_unique<WindowState>();
   child->core = state_->core;
   child->id = state_->core->next_window_id();

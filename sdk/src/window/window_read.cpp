@@ -102,6 +102,7 @@ int64_t Logits::argmax(int64_t i) const {
 }
 
 Logits Window::logits(const std::vector<int64_t>& query, bool all_rows) const {
+  const detail::OpHold hold(*state_->core);
   check_query(*state_, query, "logits");
   int64_t start = 0;
   const runtime::PastKV past = detail::gather_past(*state_->core, all_entries(*state_), &start);
@@ -109,6 +110,7 @@ Logits Window::logits(const std::vector<int64_t>& query, bool all_rows) const {
 }
 
 Logits Window::reference_logits(const std::vector<int64_t>& query, bool all_rows) const {
+  const detail::OpHold hold(*state_->core);
   check_query(*state_, query, "reference_logits");
   const detail::EngineCore& core = *state_->core;
   c10::InferenceMode guard;
@@ -142,6 +144,7 @@ Logits Window::reference_logits(const std::vector<int64_t>& query, bool all_rows
 }
 
 Generation Window::generate(const std::vector<int64_t>& query, const GenerateOptions& options) const {
+  const detail::OpHold hold(*state_->core);
   check_query(*state_, query, "generate");
   ORBIT_CHECK(options.max_tokens >= 0, "generate: max_tokens = " << options.max_tokens << " must be >= 0");
   ORBIT_CHECK(options.temperature >= 0, "generate: temperature = " << options.temperature << " must be >= 0");
@@ -208,6 +211,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
 }
 
 InstanceKV Window::kv(InstanceId instance) const {
+  const detail::OpHold hold(*state_->core);
   const Entry& e = state_->entry(instance);
   const runtime::Content c = detail::entry_content(*state_->core, e);
   InstanceKV out;
@@ -229,6 +233,7 @@ InstanceKV Window::kv(InstanceId instance) const {
 
 DisposabilityReport Window::disposable(InstanceId instance, const std::vector<int64_t>& query,
                                        int64_t answer_tokens) const {
+  const detail::OpHold hold(*state_->core);
   check_query(*state_, query, "disposable");
   ORBIT_CHECK(answer_tokens >= 1, "disposable: answer_tokens = " << answer_tokens << " must be >= 1");
   const Entry& target = state_->entry(instance);

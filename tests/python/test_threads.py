@@ -1,0 +1,114 @@
+"""Threads against one Engine from Python: the first calls from two threads must not deadlock, and
+Engine.close() racing window operations must stop them with OrbitError, never crash the process.
+
+Each scenario runs in a child interpreter with a timeout, so a hang or a crash fails the test instead of
+hanging or killing pytest. Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+TIMEOUT = 30
+
+
+def run_child(orbit, model, body):
+    """Runs `body` in a fresh interpreter that imports orbit from the same place; returns the result."""
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(orbit.__file__)))
+    script = textwrap.dedent(
+        """
+        import random, sys, threading, time
+        sys.path.insert(0, {pkg!r})
+        import orbit
+        M = {model!r}
+        """
+    ).format(pkg=package_dir, model=str(model)) + textwrap.dedent(body)
+    try:
+        return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"child hung for {TIMEOUT} s (deadlock); output so far: {e.stdout!r} {e.stderr!r}")
+
+
+def check_ok(result):
+    assert result.returncode == 0, f"child exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    assert "DONE" in result.stdout, result.stdout + result.stderr
+
+
+def test_first_calls_from_two_threads_do_not_deadlock(orbit, stories260k_path):
+    # Several fresh interpreters: the deadlock needed both threads to reach numpy's first use together.
+    for _ in range(5):
+        check_ok(run_child(orbit, stories260k_path, """
+            e = orbit.Engine(M)
+            ts = [threading.Thread(target=lambda: e.add_tokens([1, 2, 3])) for _ in range(2)]
+            for t in ts: t.start()
+            for t in ts: t.join()
+            ws = [e.new_window() for _ in range(2)]
+            ts = [threading.Thread(target=lambda w=w: w.add_turn([4, 5, 6])) for w in ws]
+            for t in ts: t.start()
+            for t in ts: t.join()
+            print("DONE")
+        """))
+
+
+def test_close_racing_window_operations_raises_orbit_error(orbit, stories260k_path, tmp_path):
+    # The reproduction: two threads register and admit chunks on their own windows (sliding past 400
+    # tokens) while the main thread closes the engine. Every worker must end with OrbitError
+    # "engine is closed"; the child must exit normally (a crash here was SIGSEGV in the store).
+    for run in range(5):
+        result = run_child(orbit, stories260k_path, f"""
+            e = orbit.Engine(M, store_dir={str(tmp_path / f"store{run}")!r})
+            outcome = {{}}
+            def work(name, seed):
+                rng = random.Random(seed)
+                w = e.new_window()
+                try:
+                    while True:
+                        c = e.add_tokens([rng.randrange(1, 512) for _ in range(20)])
+                        w.admit(c)
+                        if w.tokens > 400:
+                            w.slide(1)
+                except orbit.OrbitError as err:
+                    outcome[name] = str(err)
+            ts = [threading.Thread(target=work, args=(n, s)) for n, s in (("a", 1), ("b", 2))]
+            for t in ts: t.start()
+            time.sleep(0.3)
+            e.close()
+            for t in ts: t.join()
+            assert outcome == {{"a": "engine is closed", "b": "engine is closed"}}, outcome
+            print("DONE")
+        """)
+        check_ok(result)
+
+
+def test_window_refuses_reads_after_engine_close(orbit, stories260k_path):
+    e = orbit.Engine(stories260k_path)
+    w = e.new_window()
+    w.admit(e.add_tokens([1, 2, 3, 4]))
+    instance = w.instances[0].id
+    e.close()
+    for read in (lambda: w.instances, lambda: w.kv(instance), lambda: w.tokens, lambda: w.logits([1])):
+        with pytest.raises(orbit.OrbitError, match="engine is closed"):
+            read()
+
+
+def test_ctrl_c_stops_replay_between_steps(orbit, stories260k_path):
+    # Without a progress callback the replay ran to the end (tens of seconds here) before the
+    # KeyboardInterrupt surfaced; signals are now checked before every step.
+    result = run_child(orbit, stories260k_path, """
+        import os, signal
+        trace = orbit.make_trace("web", steps=40)
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        t0 = time.time()
+        try:
+            orbit.replay(trace, M)
+            print("FINISHED", time.time() - t0)
+        except KeyboardInterrupt:
+            print("INTERRUPTED", time.time() - t0)
+        print("DONE")
+    """)
+    check_ok(result)
+    words = result.stdout.split()
+    assert words[0] == "INTERRUPTED", result.stdout
+    assert float(words[1]) < 4.0, f"KeyboardInterrupt came {words[1]} s after the start (the signal was sent at 1 s)"
