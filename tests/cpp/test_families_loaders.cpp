@@ -259,9 +259,12 @@ TEST_CASE("presets and fingerprints: new families add keys, older ones are uncha
     CHECK(s["rope"].find("mrope_section") == s["rope"].end());
   }
   CHECK(config_summary_json(generator_preset("tiny-mla")).contains("mla"));
-  // The bundled llama2.c model keeps the fingerprint it had before these families existed.
+  // The bundled llama2.c model keeps the fingerprint it had before these families existed. The value is
+  // not read back from the runtime: a separate Python hash of the same fields (config summary, then each
+  // weight's name, shape and float32 bytes, read from the .bin by its own parser) gives it, and gives
+  // d2b238cd... for the noise-weight file that was bundled before the trained checkpoint.
   CHECK(load_model(orbit::test::stories_path())->fingerprint() ==
-        "d2b238cd24a7fdf1efcbdee68b88cbebc52a505beec3331d7cc12eea5a294e9f");
+        "0863162525dd7ec7ae502a10df637dfe7be081fac452bd5b761e0b36093c4512");
 }
 
 TEST_CASE("orbit make-model builds both families and info shows their fields", "[families][cli][cpu]") {
