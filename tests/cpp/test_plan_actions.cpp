@@ -154,3 +154,80 @@ TEST_CASE("a plan over the window's byte budget says out of capacity, as apply d
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.status().code() == StatusCode::kOutOfCapacity);
 }
+
+TEST_CASE("calibrate fits the fidelity model from measured deficits of every approximate action", "[plan][calibrate]") {
+  auto engine = open_stories();
+  const CalibrationReport r = engine->calibrate();
+  CHECK(r.fidelity_samples >= 7);
+  WARN("fidelity model: " << r.fidelity_model);
+  // Every loss kind was fitted (none left at its default).
+  CHECK(r.fidelity_model.find("(default)") == std::string::npos);
+  // A budgeted plan now carries predicted KLs from it: blind reuse of a new chunk after context is lossy.
+  std::mt19937_64 rng(11);
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 20)), b = engine->add_tokens(random_tokens(rng, 20));
+  Window w = engine->new_window(with_policy("blind"));
+  w.admit(a);
+  const Plan p = w.plan_admit(b);
+  CHECK(p.steps.back().action == StepAction::kBlind);
+  CHECK(p.predicted_kl > 0);
+}
+
+TEST_CASE("a KL budget picks the cheapest action that fits, per instance", "[plan][budget]") {
+  std::mt19937_64 rng(12);
+  auto engine = open_stories();
+  std::vector<ChunkRef> c;
+  for (int i = 0; i < 4; ++i) c.push_back(engine->add_tokens(random_tokens(rng, 24)));
+  // A loose budget: nothing needs repair after the first chunk is evicted; survivors are kept.
+  Window loose = engine->new_window(with_policy("patch:16:kl=10"));
+  for (const auto& x : c) loose.admit(x);
+  const Plan lp = loose.plan_slide(1);
+  CHECK(lp.forward_tokens == 0);
+  CHECK(lp.count(StepAction::kKeep) == 3);
+  CHECK(lp.predicted_kl > 0);
+  CHECK(lp.predicted_kl <= 10);
+  // A tight budget: the survivors whose removal deficit is predicted above it are re-served exactly.
+  Window tight = engine->new_window(with_policy("patch:16:kl=1e-9"));
+  for (const auto& x : c) tight.admit(x);
+  const Plan tp = tight.plan_slide(1);
+  CHECK(tp.forward_tokens > 0);
+  CHECK(tp.predicted_kl <= 1e-9);
+  CHECK(tp.exact);
+  CHECK_THAT(tp.describe(), Catch::Contains("KL~") && Catch::Contains("budget"));
+  tight.apply(tp).value();
+  const std::vector<int64_t> q = random_tokens(rng, 4);
+  const Logits got = tight.logits(q, true), ref = tight.reference_logits(q, true);
+  double m = 0;
+  for (std::size_t i = 0; i < got.values.size(); ++i) m = std::max(m, static_cast<double>(std::abs(got.values[i] - ref.values[i])));
+  CHECK(m < 1e-3);
+}
+
+TEST_CASE("background modes: deferred work waits for run_background, a read of a queued patch runs it", "[plan][background]") {
+  std::mt19937_64 rng(13);
+  EngineOptions o;
+  o.model = test::stories_path();
+  o.page_size = 4;
+  o.background = BackgroundMode::kDeferred;
+  auto engine = Engine::open(o);
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 16)), b = engine->add_tokens(random_tokens(rng, 16));
+  Window w = engine->new_window(with_policy("patch:full"));
+  w.admit(a);
+  const ApplyReport first = w.admit(b);
+  CHECK(first.forward_tokens == Approx(16));  // the in-context prefill only
+  CHECK(engine->stats().background_pending == 1);
+  CHECK(engine->stats().patches_formed == 0);
+  // A second window needs that very patch: the plan counts it as a hit and apply runs the queued job.
+  Window v = engine->new_window(with_policy("patch:full"));
+  v.admit(a);
+  const Plan p = v.plan_admit(b);
+  CHECK(p.steps.back().action == StepAction::kApplyPatch);
+  const ApplyReport second = v.apply(p).value();
+  CHECK(second.patch_hits == 1);
+  CHECK(engine->stats().background_pending == 0);
+  CHECK(engine->stats().patches_formed == 1);
+  // Closing with work queued cancels it and returns.
+  const ChunkRef c = engine->add_tokens(random_tokens(rng, 16));
+  w.admit(c);
+  CHECK(engine->stats().background_pending == 1);
+  engine->close();
+  CHECK(engine->closed());
+}

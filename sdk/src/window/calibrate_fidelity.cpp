@@ -1,6 +1,6 @@
 // EngineCore's fidelity calibration: the deficits each approximate serving action leaves, measured as the
 // next-token KL of a probe against a re-prefill of the same window, with the feature the planner predicts
-// from (planner/fidelity_model.h). Random token chunks, a few seeds; the model's forward only.
+// from (planner/fidelity_model.h). Chunks sampled from the model, a few seeds; the model's forward only.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
@@ -28,10 +28,39 @@ class Bench {
  public:
   Bench(const EngineCore& core, uint64_t seed) : core_(core), m_(core.model()), rng_(seed) {}
 
+  // n tokens sampled from the model itself at temperature 1 (text-like content, so the deficits are the
+  // ones real chunks show; uniform random ids condition far less), after a random first token.
   std::vector<int64_t> tokens(int64_t n) {
-    std::vector<int64_t> t(static_cast<std::size_t>(n));
     const int64_t vocab = m_.config().vocab_size;
-    for (auto& x : t) x = 3 + static_cast<int64_t>(rng_() % static_cast<uint64_t>(std::max<int64_t>(vocab - 3, 1)));
+    std::vector<int64_t> t{3 + static_cast<int64_t>(rng_() % static_cast<uint64_t>(std::max<int64_t>(vocab - 3, 1)))};
+    std::vector<Piece> past;
+    runtime::ForwardOptions fo;
+    fo.logits = runtime::LogitsMode::kLast;
+    while (static_cast<int64_t>(t.size()) < n) {
+      const int64_t p = static_cast<int64_t>(t.size()) - 1;
+      const runtime::ForwardInput in = core_.input_for_tokens({t.back()}, p);
+      runtime::ForwardResult r;
+      if (past.empty()) {
+        r = m_.forward(in, nullptr, fo);
+      } else {
+        const runtime::PastKV ctx = this->past(past);
+        r = m_.forward(in, &ctx, fo);
+      }
+      past.push_back({r.content, 1});
+      const at::Tensor probs = at::softmax(r.logits.reshape({-1}).to(at::kDouble), 0);
+      const double u = std::uniform_real_distribution<double>(0, 1)(rng_);
+      const double* pr = probs.data_ptr<double>();
+      double acc = 0;
+      int64_t pick = vocab - 1;
+      for (int64_t j = 0; j < vocab; ++j) {
+        acc += pr[j];
+        if (u < acc) {
+          pick = j;
+          break;
+        }
+      }
+      t.push_back(pick);
+    }
     return t;
   }
 
