@@ -1,11 +1,13 @@
 // `orbit replay`: replay a trace under a policy and the baselines side by side (orbit/trace.h).
 //
 //   orbit replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--no-fidelity]
-//                [--patch-capacity BYTES] [--page-size N] [--quiet]
+//                [--patch-capacity BYTES] [--page-size N] [--calibrate] [--quiet]
 //
-// Prints a per-step table (forward tokens, milliseconds and KL per policy), totals, the ratios of each
-// chosen policy against re-prefill, prefix cache and blind reuse (forward tokens, time), and the offline
-// bound of its patch demands. --json writes the full report (replay_report_json) to OUT ("-": stdout,
+// Prints a per-step table (critical-path forward tokens, critical-path milliseconds, measured KL and the
+// plan's predicted KL per policy), totals (critical-path and background forward tokens and seconds), the
+// ratios of each chosen policy against re-prefill, prefix cache and blind reuse (critical-path forward
+// tokens and time, and totals), and the offline bound of its patch demands. --calibrate fits each
+// engine's cost and fidelity models first (Engine::calibrate), which `:kl=X` policies plan with. --json writes the full report (replay_report_json) to OUT ("-": stdout,
 // and the table is not printed). Progress goes to stderr.
 #include <unistd.h>
 
@@ -50,23 +52,31 @@ std::string kl_text(const StepResult& s) {
   return buf;
 }
 
+std::string pkl_text(const StepResult& s) {
+  if (s.predicted_kl < 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1e", s.predicted_kl);
+  return buf;
+}
+
 std::string short_name(const std::string& policy, std::size_t width) {
   return policy.size() <= width ? policy : policy.substr(0, width);
 }
 
 void print_table(const ReplayReport& r, bool explain) {
-  constexpr std::size_t kCol = 25;
+  constexpr std::size_t kCol = 33;
   std::printf("%4s %-10s %-8s", "step", "op", "branch");
   for (const PolicyReplay& p : r.policies) std::printf(" | %-*s", static_cast<int>(kCol), short_name(p.policy, kCol).c_str());
   std::printf("\n%4s %-10s %-8s", "", "", "");
-  for (std::size_t k = 0; k < r.policies.size(); ++k) std::printf(" | %7s %7s %9s", "fwd", "ms", "KL");
+  for (std::size_t k = 0; k < r.policies.size(); ++k) std::printf(" | %7s %7s %9s %7s", "crit", "crit-ms", "KL", "pred");
   std::printf("\n");
   for (std::size_t i = 0; i < r.steps; ++i) {
     const StepResult& first = r.policies.front().steps[i];
     std::printf("%4zu %-10s %-8s", i, trace_op_name(first.op), short_name(first.branch, 8).c_str());
     for (const PolicyReplay& p : r.policies) {
       const StepResult& s = p.steps[i];
-      std::printf(" | %7.0f %7.2f %9s", s.forward_tokens, 1e3 * s.seconds, kl_text(s).c_str());
+      std::printf(" | %7.0f %7.2f %9s %7s", s.critical_forward_tokens, 1e3 * s.critical_seconds, kl_text(s).c_str(),
+                  pkl_text(s).c_str());
     }
     std::printf("\n");
     for (const PolicyReplay& p : r.policies) {
@@ -86,19 +96,23 @@ void print_table(const ReplayReport& r, bool explain) {
 }
 
 void print_totals(const ReplayReport& r) {
-  std::printf("\n%-26s %10s %10s %9s %11s %11s %7s %6s %10s %10s %6s\n", "policy", "fwd-tok", "full-pf", "seconds",
-              "bytes-moved", "peak-dev-B", "formed", "hits", "mean-KL", "max-KL", "top1");
+  std::printf("\n%-34s %9s %9s %9s %8s %8s %11s %11s %6s %6s %10s %10s %10s %6s\n", "policy", "crit-fwd", "fwd-tok",
+              "full-pf", "crit-s", "bg-s", "bytes-moved", "peak-dev-B", "formed", "hits", "mean-KL", "pred-KL", "max-KL",
+              "top1");
   for (const PolicyReplay& p : r.policies) {
     const PolicyTotals& t = p.totals;
-    std::printf("%-26s %10.0f %10.0f %9.4f %11lld %11lld %7lld %6lld %10.3e %10.3e %6.3f%s\n",
-                (p.policy + (p.baseline ? " (baseline)" : "")).c_str(), t.forward_tokens, t.full_prefill_tokens,
-                t.seconds, static_cast<long long>(t.bytes_moved), static_cast<long long>(t.peak_device_bytes),
-                static_cast<long long>(t.patches_formed), static_cast<long long>(t.patch_hits), t.mean_kl, t.max_kl,
-                t.mean_top1, t.refused > 0 ? ("  (" + std::to_string(t.refused) + " refused)").c_str() : "");
+    std::printf("%-34s %9.0f %9.0f %9.0f %8.4f %8.4f %11lld %11lld %6lld %6lld %10.3e %10.3e %10.3e %6.3f%s\n",
+                (p.policy + (p.baseline ? " (baseline)" : "")).c_str(), t.critical_forward_tokens, t.forward_tokens,
+                t.full_prefill_tokens, t.critical_seconds, t.background_seconds, static_cast<long long>(t.bytes_moved),
+                static_cast<long long>(t.peak_device_bytes), static_cast<long long>(t.patches_formed),
+                static_cast<long long>(t.patch_hits), t.mean_kl, t.mean_predicted_kl, t.max_kl, t.mean_top1,
+                t.refused > 0 ? ("  (" + std::to_string(t.refused) + " refused)").c_str() : "");
   }
   std::printf(
-      "fwd-tok: token-forwards the window operations computed; full-pf: a full re-prefill of the window after every\n"
-      "mutating step (no cache at all); KL: mean over probe rows of KL(re-prefill || window) after each step, nats.\n");
+      "crit-fwd: token-forwards on the critical path (plan + apply); fwd-tok: those plus the background work\n"
+      "(canonical encodes, patch forming) the steps queued; full-pf: a full re-prefill of the window after every\n"
+      "mutating step (no cache at all); crit-s / bg-s: wall seconds of each; KL: mean over probe rows of\n"
+      "KL(re-prefill || window) after each step, nats; pred-KL: the plans' predicted KL (fidelity model).\n");
 }
 
 void print_ratios(const ReplayReport& r) {
@@ -108,10 +122,13 @@ void print_ratios(const ReplayReport& r) {
   for (const PolicyReplay& p : r.policies) {
     if (p.baseline) continue;
     std::printf("\n%s vs. the baselines (ratio = %s / baseline):\n", p.policy.c_str(), p.policy.c_str());
-    std::printf("  %-12s %14s %10s\n", "baseline", "forward tokens", "time");
+    std::printf("  %-12s %14s %10s %14s %10s\n", "baseline", "critical fwd", "crit time", "total fwd", "time");
     for (const PolicyReplay* b : {reprefill, prefix, blind}) {
       if (b == nullptr || b == &p) continue;
-      std::printf("  %-12s %14s %10s\n", b->policy.c_str(), ratio(p.totals.forward_tokens, b->totals.forward_tokens).c_str(),
+      std::printf("  %-12s %14s %10s %14s %10s\n", b->policy.c_str(),
+                  ratio(p.totals.critical_forward_tokens, b->totals.critical_forward_tokens).c_str(),
+                  ratio(p.totals.critical_seconds, b->totals.critical_seconds).c_str(),
+                  ratio(p.totals.forward_tokens, b->totals.forward_tokens).c_str(),
                   ratio(p.totals.seconds, b->totals.seconds).c_str());
     }
     std::printf("  %-12s %14s\n", "full-prefill", ratio(p.totals.forward_tokens, p.totals.full_prefill_tokens).c_str());
@@ -136,7 +153,7 @@ int run_replay(int argc, char** argv, int first) {
   if (first < argc && argv[first][0] != '-') trace_path = argv[first++];
   const Args args("replay",
                   ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--page-size", "--trace"},
-                          {"--explain", "--no-fidelity", "--quiet"}},
+                          {"--explain", "--no-fidelity", "--quiet", "--calibrate"}},
                   argc, argv, first);
   ORBIT_CHECK(trace_path.empty() || !args.has("--trace"), "replay: the trace is given twice (TRACE and --trace)");
   if (trace_path.empty()) trace_path = args.required("--trace");
@@ -152,6 +169,7 @@ int run_replay(int argc, char** argv, int first) {
     }
   }
   o.explain = args.flag("--explain");
+  o.calibrate = args.flag("--calibrate");
   o.fidelity = !args.flag("--no-fidelity");
   o.patch_capacity_bytes = args.get_int("--patch-capacity", 0);
   ORBIT_CHECK(o.patch_capacity_bytes >= 0, "replay: argument '--patch-capacity' must be >= 0");

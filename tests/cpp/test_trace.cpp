@@ -124,7 +124,11 @@ TEST_CASE("look-backs reuse stored patches: the second recall of the same contex
   CHECK(p.steps[14].patches_formed >= 1);
   CHECK(p.steps[16].patch_hits >= 1);
   CHECK(p.steps[16].forward_tokens < p.steps[14].forward_tokens);
-  CHECK(p.steps[16].plan.find("apply-patch") != std::string::npos);
+  CHECK(p.steps[16].plan.find("stored-patch (exact match)") != std::string::npos);
+  // Critical path and background add up to the total, step by step.
+  for (const StepResult& s : p.steps) CHECK(s.forward_tokens == Approx(s.critical_forward_tokens + s.background_forward_tokens));
+  CHECK(p.totals.background_forward_tokens > 0);
+  CHECK(p.totals.critical_forward_tokens < p.totals.forward_tokens);
   // The reorder back (step 11) to an order whose antecedent sets were seen finds orbit patches.
   CHECK(p.steps[11].patch_hits >= 1);
   // Forks: dropping returns to the parent's contents; commit takes the branch's.
@@ -237,8 +241,9 @@ TEST_CASE("the JSON report parses and has the documented fields", "[trace][json]
   for (const json& p : j.at("policies")) names.push_back(p.at("policy"));
   CHECK(names == std::vector<std::string>{"patch:16", "cacheblend:0.15", "reprefill", "prefix", "blind"});
   const json& p = j.at("policies")[0];
-  for (const char* f : {"forward_tokens", "full_prefill_tokens", "seconds", "bytes_moved", "peak_device_bytes",
-                        "patches_formed", "patch_hits", "mean_kl", "max_kl", "mean_top1"}) {
+  for (const char* f : {"forward_tokens", "critical_forward_tokens", "critical_seconds", "background_forward_tokens",
+                        "background_seconds", "mean_predicted_kl", "full_prefill_tokens", "seconds", "bytes_moved",
+                        "peak_device_bytes", "patches_formed", "patch_hits", "mean_kl", "max_kl", "mean_top1"}) {
     CHECK(p.at("totals").contains(f));
   }
   for (const char* f : {"compulsory_formations", "belady_formations", "lru_formations", "online_formations", "capacity_bytes"}) {
@@ -246,8 +251,10 @@ TEST_CASE("the JSON report parses and has the documented fields", "[trace][json]
   }
   CHECK(j.at("policies")[2].at("offline").is_null());
   for (const json& s : p.at("steps")) {
-    for (const char* f : {"index", "op", "branch", "status", "forward_tokens", "full_prefill_tokens", "bytes_moved",
-                          "device_bytes", "peak_device_bytes", "window_tokens", "seconds", "fidelity"}) {
+    for (const char* f : {"index", "op", "branch", "status", "forward_tokens", "critical_forward_tokens",
+                          "background_forward_tokens", "critical_seconds", "background_seconds", "predicted_kl",
+                          "full_prefill_tokens", "bytes_moved", "device_bytes", "peak_device_bytes", "window_tokens",
+                          "seconds", "fidelity"}) {
       CHECK(s.contains(f));
     }
   }

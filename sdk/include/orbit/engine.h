@@ -28,6 +28,14 @@
 
 namespace orbit {
 
+// Where a chunk's canonical and patch are formed after its first sight (an exact in-context prefill on
+// the critical path). See run_background().
+enum class BackgroundMode {
+  kThread,    // a worker thread forms them as they are queued (the default)
+  kDeferred,  // they wait for run_background(): idle time the caller picks, e.g. while a tool runs
+  kInline,    // at the end of the apply() that queued them, on its thread (simplest; no concurrency)
+};
+
 struct EngineOptions {
   // A llama2.c .bin file or a Hugging Face directory (config.json + *.safetensors).
   std::string model;
@@ -38,6 +46,7 @@ struct EngineOptions {
   int64_t host_budget_bytes = int64_t{1} << 30;  // the store's host-memory tier
   int64_t disk_budget_bytes = 0;                 // 0 = unlimited
   int threads = 0;                               // intra-op threads; 0 = keep the process setting
+  BackgroundMode background = BackgroundMode::kThread;
 };
 
 struct ModelInfo {
@@ -61,7 +70,14 @@ struct EngineStats {
   int64_t canonicals_encoded = 0;   // forwards of chunks alone
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;
-  double forward_tokens = 0;        // Σ over all windows' operations
+  double forward_tokens = 0;        // Σ over all windows' operations and background work
+  double critical_forward_tokens = 0;    // of which on the critical path (inside apply())
+  double background_forward_tokens = 0;  // of which in the background (canonical encodes)
+  double background_seconds = 0;    // wall time of background jobs (canonical encode + SVD + store)
+  int64_t background_jobs = 0;      // background jobs completed
+  int64_t background_pending = 0;   // queued, not started
+  int64_t background_failed = 0;    // jobs that threw (their patch is not stored)
+  std::string background_error;     // the last failure's message
   StoreStats store;
 };
 
@@ -70,6 +86,8 @@ struct CalibrationReport {
   int64_t samples = 0;
   double seconds = 0;        // wall time of the calibration
   std::string cost_model;    // the fitted coefficients, one line
+  int64_t fidelity_samples = 0;
+  std::string fidelity_model;  // the fitted fidelity coefficients (KL per unit of loss), one line
 };
 
 class Engine {
@@ -102,13 +120,26 @@ class Engine {
   // calibrated time estimates, and cost-aware policies (WindowPolicy::cost_aware) choose load+patch vs.
   // form vs. recompute with it. Until called, a conservative default model is used. Takes about a second
   // on the bundled model, longer on large ones.
+  //
+  // It also fits the fidelity model (planner/fidelity_model.h) that fidelity-budgeted policies (`:kl=X`)
+  // plan with, from deficits measured on this model: removal (survivors kept after an eviction before
+  // them), stale and orbit patches (recall and reorder), blind reuse, truncated ranks, first-k and
+  // CacheBlend recompute, each as the next-token KL against a re-prefill. A few seconds on the bundled
+  // model.
   CalibrationReport calibrate();
 
+  // Runs queued background work (canonical encodes and patch forming) on the calling thread until none
+  // is left or `max_seconds` passed, then waits for the worker's job in flight (kThread). Returns the
+  // jobs run here. Call it in idle time under BackgroundMode::kDeferred; under kThread it waits for the
+  // queue to drain.
+  int64_t run_background(double max_seconds = 1e30);
+
   EngineStats stats() const;
-  // Flushes and closes the store once the operations in flight on other threads have returned (it blocks
-  // until then). Idempotent; a concurrent second close() returns when the first has finished. Windows still
-  // alive throw "engine is closed" on use afterwards (their pool pages are released when they are
-  // destroyed). Throws orbit::Error if called from inside an operation of this engine on the same thread.
+  // Cancels queued background work (the patches it would form are not stored) and joins the background
+  // worker, then flushes and closes the store once the operations in flight on other threads have returned
+  // (it blocks until then). Idempotent; a concurrent second close() returns when the first has finished.
+  // Windows still alive throw "engine is closed" on use afterwards (their pool pages are released when they
+  // are destroyed). Throws orbit::Error if called from inside an operation of this engine on the same thread.
   void close();
   bool closed() const;
 

@@ -2,8 +2,16 @@
 //
 // A Plan is the complete list of what the operation will do to the window (per instance: kept, relocated,
 // patched, formed, recomputed, evicted), with its cost estimates and whether the result is exact. It is
-// tied to the window state it was made from: applying it after the window changed is an error (plan
-// again). Plans are plain values: print them (describe()), log them, compare alternatives.
+// self-contained: apply() reads nothing but the plan (the serving action per instance, ranks, variant,
+// store keys, the policy it was made under) and the window's instances it names. It is tied to the
+// window state it was made from: applying it after the window changed (an applied operation or
+// set_policy) is an error (plan again). Plans are plain values: print them (describe()), log them,
+// compare alternatives.
+//
+// Critical path vs background: what the next token waits for is the critical path (the forwards apply()
+// runs). A chunk's first sight in a context is one exact in-context prefill; its canonical (the chunk
+// alone) and its patch (the SVD of the difference) are formed in the background afterwards (see
+// Engine::run_background). Plans count both paths.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +19,7 @@
 #include <vector>
 
 #include "orbit/chunk.h"
+#include "orbit/policy.h"
 #include "orbit/store.h"
 
 namespace orbit {
@@ -40,7 +49,9 @@ enum class PatchMatch { kNone, kExact, kOrbit, kStale };
 const char* patch_match_name(PatchMatch match) noexcept;
 
 struct PlanStep {
-  StepAction action = StepAction::kKeep;
+  StepAction action = StepAction::kKeep;  // the category of `how`
+  std::string how;                // the serving action that makes this instance's KV (its id: "keep",
+                                  // "stored-patch", "form", "prefill", "first-k", "cacheblend", ...)
   InstanceId instance = 0;
   ChunkRef chunk;                 // the chunk (for a turn: kind tokens, label "turn")
   bool is_turn = false;
@@ -51,10 +62,21 @@ struct PlanStep {
   std::vector<std::string> store_keys;  // keys this step writes (kForm: exact and orbit patch keys;
                                         // kReprefill under the prefix policy: the conditioned KV)
   double divergence = 0;          // kStale: the accepted patch's context divergence
+  int64_t rank_k = 0;             // patch ranks formed/read by this step (0: no patch involved)
+  int64_t rank_v = 0;
+  std::string variant;            // patch variant ("full", "deep@0.9"); empty when no patch
+  bool deep_only = false;         // patch only the layers holding deep_energy of the deficit
+  double deep_energy = 0;
+  int64_t recompute_tokens = 0;   // kRecompute: tokens recomputed in context
   bool needs_canonical = false;   // the canonical must be encoded or loaded
   bool encode_canonical = false;  // ... and it is not in the store: one forward of the chunk alone
   StoreTier canonical_tier = StoreTier::kHost;  // where the canonical is read from, when needed and stored
-  double forward_tokens = 0;      // token-forwards through the whole model this step costs
+  double forward_tokens = 0;      // token-forwards on the critical path (apply() runs them)
+  double background_tokens = 0;   // token-forwards queued for the background (canonical encode)
+  bool background_patch = false;  // the patch (canonical + SVD) is formed in the background
+  double predicted_kl = 0;        // the fidelity model's next-token KL vs a re-prefill this instance
+                                  // carries after the step (0 for exact actions)
+  double drift_tokens = 0;        // kKeep: tokens removed or inserted before it since its KV was formed
   int64_t bytes_moved = 0;        // canonical/patch bytes read from the store for this step
   double estimated_seconds = 0;   // the engine's cost model (calibrated with Engine::calibrate)
   bool exact = false;             // this instance's KV equals a re-prefill of the window after the plan
@@ -65,9 +87,16 @@ struct Plan {
   Operation op = Operation::kAdmit;
   uint64_t window_id = 0;
   uint64_t window_version = 0;       // the state this plan was made from
+  WindowPolicy policy;               // the policy it was made under (apply() reads it, not the window's)
   std::vector<PlanStep> steps;       // in the order apply() executes them (window order, evictions first)
   std::vector<InstanceId> order;     // the window's instances after the plan, in order
-  double forward_tokens = 0;         // Σ steps (encode + form + prefill + recompute)
+  // Non-empty: apply() will refuse this plan with exactly this reason (positions past the model's limit,
+  // or the window's max_bytes; refused_capacity tells which). The totals below are then 0: nothing runs.
+  std::string refusal;
+  bool refused_capacity = false;     // the refusal is a capacity one (Status out_of_capacity)
+  double forward_tokens = 0;         // Σ steps: critical-path token-forwards (prefill, form, recompute)
+  double background_tokens = 0;      // Σ steps: token-forwards queued for the background
+  double predicted_kl = 0;           // Σ steps: the fidelity model's KL vs a re-prefill after apply
   int64_t bytes_moved = 0;           // Σ steps
   double estimated_seconds = 0;      // Σ steps
   int64_t device_bytes_after = 0;    // KV pages the window holds after apply (estimate: whole pages)
@@ -76,14 +105,16 @@ struct Plan {
   std::vector<InstanceId> cascade;   // recall: dependents re-conditioned, in topological order
 
   int64_t count(StepAction action) const;
-  // One line per step, for logs and `orbit replay --explain`.
+  // One line per step (the chosen action, its predicted cost and KL, why), for logs and
+  // `orbit replay --explain`.
   std::string describe() const;
 };
 
 // What apply() did (measured, not estimated).
 struct ApplyReport {
   Operation op = Operation::kAdmit;
-  double forward_tokens = 0;   // token-forwards actually computed
+  double forward_tokens = 0;   // token-forwards apply() computed (the critical path)
+  int64_t background_jobs = 0; // canonical/patch formations queued for the background
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;      // stored patches (or conditioned KV) reused
   int64_t canonicals_encoded = 0;

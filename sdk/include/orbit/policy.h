@@ -18,7 +18,11 @@
 //   firstk:K        on a miss recompute the chunk's first K tokens in context (EPIC)
 //
 // Modifiers appended to patch presets: `:deep` (patch only layers ≥ ℓ₀ chosen from the deficit's energy),
-// `:stale=D` (accept a patch formed under another context when its divergence is ≤ D instead of forming).
+// `:stale=D` (accept a patch formed under another context when its divergence is ≤ D instead of forming),
+// `:kl=X` (a fidelity budget: per step, the window's predicted next-token KL against a re-prefill stays
+// ≤ X; the planner picks per instance the cheapest serving action — keep, stored patch, first-k or
+// CacheBlend recompute, form — that keeps the sum within X, by the engine's fidelity model, which
+// Engine::calibrate() fits).
 #pragma once
 
 #include <cstdint>
@@ -68,6 +72,9 @@ struct WindowPolicy {
   // forming one and plain recompute, by estimated seconds over this use and `expected_reuse` more.
   bool cost_aware = false;
   double expected_reuse = 1.0;
+  // > 0: a per-step fidelity budget (the `:kl=X` modifier): every operation plans the cheapest mix of
+  // serving actions whose predicted KL (the window's, summed over instances) is ≤ kl_budget.
+  double kl_budget = 0;
   double recompute_ratio = 0.15;    // kTokenRecompute
   int64_t first_k = 16;             // kFirstK
 

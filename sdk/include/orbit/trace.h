@@ -184,7 +184,10 @@ Trace make_trace(const MakeTraceOptions& options);
 // transcript every policy appends (so all windows hold the same contents; each policy's own answer is
 // reported with its agreement against that transcript).
 //
-// Per step: measured cost (Window::apply's report plus wall time around plan + apply), and, when the
+// Per step: measured cost (Window::apply's report plus wall time around plan + apply), split into the
+// critical path (plan + apply: what the next token waits for) and the background (the canonical encodes
+// and patch forming the step queued, run right after it with Engine::run_background, as an agent's idle
+// time would; replay engines use BackgroundMode::kDeferred), and, when the
 // current window is not empty, fidelity after the step: Window::logits(probe) vs
 // Window::reference_logits(probe) (a re-prefill of the same window), all rows: mean over rows of
 // KL(reference ‖ window) in nats, and the fraction of rows whose top-1 agrees (ties count). Fidelity costs two
@@ -196,6 +199,9 @@ struct ReplayOptions {
   bool baselines = true;                // add reprefill, prefix and blind (off only for tests/tools)
   bool fidelity = true;                 // measure fidelity after every step
   bool explain = false;                 // keep every step's Plan::describe()
+  // Engine::calibrate() each policy's engine before replaying (fits the cost and fidelity models that
+  // `:kl=X` budgets plan with; a few seconds per policy). Off: the models' defaults.
+  bool calibrate = false;
   // Patch-cache capacity for the offline bound (bytes); 0 = the engine's host_budget_bytes (the tier
   // the online policy's patches live in).
   int64_t patch_capacity_bytes = 0;
@@ -218,7 +224,9 @@ struct StepResult {
   TraceOp op = TraceOp::kAdmit;
   std::string branch;             // the current branch after the step
   std::string status = "ok";      // "ok", or why the window refused the operation (unchanged then)
-  double forward_tokens = 0;      // token-forwards computed by the operation (the window's report)
+  double forward_tokens = 0;      // token-forwards the step computed: critical + background
+  double critical_forward_tokens = 0;    // of which on the critical path (plan + apply)
+  double background_forward_tokens = 0;  // of which in the background work the step queued
   double decode_tokens = 0;       // generate / disposable: tokens decoded (not in forward_tokens)
   double full_prefill_tokens = 0; // a mutating step: the window's tokens (a full re-prefill); else 0
   int64_t patches_formed = 0;
@@ -230,7 +238,10 @@ struct StepResult {
   int64_t device_bytes = 0;       // KV pool bytes in use after the step, every branch (shared pages once)
   int64_t peak_device_bytes = 0;  // max of device_bytes so far in this policy's replay (sampled after
                                   // each step: the transient pages inside one apply are not seen)
-  double seconds = 0;             // wall time of plan + apply (generate: the decode)
+  double seconds = 0;             // critical_seconds + background_seconds
+  double critical_seconds = 0;    // wall time of plan + apply (generate: the decode)
+  double background_seconds = 0;  // wall time of the background work it queued
+  double predicted_kl = -1;       // the plan's predicted KL of the window after the step (-1: no plan)
   std::optional<StepFidelity> fidelity;
   std::vector<int64_t> generated; // generate: this policy's answer
   double agreement = -1;          // generate: fraction of answer tokens equal to the transcript's; -1 n/a
@@ -259,7 +270,12 @@ struct OfflineReport {
 };
 
 struct PolicyTotals {
-  double forward_tokens = 0;
+  double forward_tokens = 0;             // critical + background
+  double critical_forward_tokens = 0;
+  double background_forward_tokens = 0;
+  double critical_seconds = 0;
+  double background_seconds = 0;
+  double mean_predicted_kl = 0;          // over steps with fidelity and a plan
   double full_prefill_tokens = 0;
   double decode_tokens = 0;
   double seconds = 0;

@@ -138,6 +138,7 @@ class Window {
   uint64_t id() const;
   const WindowOptions& options() const;
   const WindowPolicy& policy() const;
+  // Later operations follow `policy`. Bumps version(): plans made before are stale (apply throws).
   void set_policy(const WindowPolicy& policy);
 
   // ---- state ----
@@ -146,7 +147,7 @@ class Window {
   int64_t tokens() const;
   std::vector<ChunkRef> evicted() const;        // chunks recall() accepts
   WindowStats stats() const;
-  uint64_t version() const;                     // bumps on every applied operation
+  uint64_t version() const;                     // bumps on every applied operation and on set_policy
 
   // ---- planning (const) ----
   // `before`: place the chunk before that instance (0 = at the tail). Throws orbit::Error for a chunk of
@@ -160,9 +161,13 @@ class Window {
   Plan plan_place() const;                // the planner's cheapest order (a reorder plan)
   Plan plan_recondition() const;          // re-condition every instance whose context changed
 
-  // Executes a plan made by this window at its current version. ok, or out_of_capacity (the pool or
-  // max_bytes cannot hold the result) / refused (positions past the model's limit) with the numbers;
-  // on failure the window is unchanged. Throws orbit::Error for a plan of another window or version.
+  // Executes a plan made by this window at its current version, reading only the plan (its actions,
+  // ranks, keys and policy). ok, or out_of_capacity (the pool or max_bytes cannot hold the result) /
+  // refused (positions past the model's limit) with the numbers — a plan says so beforehand in
+  // Plan::refusal, except for a pool that other windows filled since; on failure the window is
+  // unchanged. Canonicals and patches the plan forms are queued for the engine's background work
+  // (Engine::run_background); apply never waits for background work except a patch it reads that is
+  // still being formed. Throws orbit::Error for a plan of another window or version.
   Result<ApplyReport> apply(const Plan& plan);
 
   // plan + apply in one call; returns the report or throws orbit::Error with the Status's reason.

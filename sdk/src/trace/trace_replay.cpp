@@ -235,7 +235,9 @@ class PolicyRun {
         writes_transcript_(writes_transcript) {
     EngineOptions eo = options.engine;
     eo.store_dir.clear();
+    eo.background = BackgroundMode::kDeferred;  // run after each step, timed apart from it
     engine_ = Engine::open(eo);
+    if (options.calibrate) engine_->calibrate();
     info_ = engine_->model_info();
     for (std::size_t i = 0; i < trace.chunks.size(); ++i) {
       const TraceChunk& c = trace.chunks[i];
@@ -273,8 +275,17 @@ class PolicyRun {
       out.steps.push_back(std::move(r));
     }
     PolicyTotals& t = out.totals;
+    int64_t predicted_steps = 0;
     for (const StepResult& s : out.steps) {
       t.forward_tokens += s.forward_tokens;
+      t.critical_forward_tokens += s.critical_forward_tokens;
+      t.background_forward_tokens += s.background_forward_tokens;
+      t.critical_seconds += s.critical_seconds;
+      t.background_seconds += s.background_seconds;
+      if (s.fidelity && s.predicted_kl >= 0) {
+        t.mean_predicted_kl += s.predicted_kl;
+        ++predicted_steps;
+      }
       t.full_prefill_tokens += s.full_prefill_tokens;
       t.decode_tokens += s.decode_tokens;
       t.seconds += s.seconds;
@@ -290,6 +301,7 @@ class PolicyRun {
         t.mean_top1 += s.fidelity->top1;
       }
     }
+    if (predicted_steps > 0) t.mean_predicted_kl /= static_cast<double>(predicted_steps);
     if (t.fidelity_steps > 0) {
       t.mean_kl /= static_cast<double>(t.fidelity_steps);
       t.mean_top1 /= static_cast<double>(t.fidelity_steps);
@@ -323,7 +335,7 @@ class PolicyRun {
       return;
     }
     const ApplyReport& a = applied.value();
-    r->forward_tokens += a.forward_tokens;
+    r->predicted_kl = plan.predicted_kl;
     r->patches_formed += a.patches_formed;
     r->patch_hits += a.patch_hits;
     r->canonicals_encoded += a.canonicals_encoded;
@@ -338,6 +350,7 @@ class PolicyRun {
     r.op = s.op;
     const std::vector<int64_t>& query = resolved_.step_tokens[i].empty() ? resolved_.probe : resolved_.step_tokens[i];
     bool mutated = trace_op_mutates(s.op);
+    const EngineStats before = engine_->stats();
     const auto t0 = Clock::now();
     switch (s.op) {
       case TraceOp::kAdmit: apply(current().plan_admit(refs_.at(s.chunk), instance_of(s.before)), i, &r); break;
@@ -416,7 +429,17 @@ class PolicyRun {
         break;
       }
     }
-    r.seconds = since(t0);
+    r.critical_seconds = since(t0);
+    const EngineStats mid = engine_->stats();
+    const auto t1 = Clock::now();
+    engine_->run_background();
+    r.background_seconds = since(t1);
+    const EngineStats after = engine_->stats();
+    r.seconds = r.critical_seconds + r.background_seconds;
+    r.critical_forward_tokens = mid.critical_forward_tokens - before.critical_forward_tokens;
+    r.background_forward_tokens = after.background_forward_tokens - mid.background_forward_tokens;
+    r.forward_tokens = after.forward_tokens - before.forward_tokens;
+    r.patches_formed = after.patches_formed - before.patches_formed;
     Window& w = current();
     r.branch = current_;
     r.window_tokens = w.tokens();

@@ -18,6 +18,8 @@ json step_json(const StepResult& s) {
             {"branch", s.branch},
             {"status", s.status},
             {"forward_tokens", num(s.forward_tokens)},
+            {"critical_forward_tokens", num(s.critical_forward_tokens)},
+            {"background_forward_tokens", num(s.background_forward_tokens)},
             {"decode_tokens", num(s.decode_tokens)},
             {"full_prefill_tokens", num(s.full_prefill_tokens)},
             {"patches_formed", s.patches_formed},
@@ -28,7 +30,10 @@ json step_json(const StepResult& s) {
             {"window_bytes", s.window_bytes},
             {"device_bytes", s.device_bytes},
             {"peak_device_bytes", s.peak_device_bytes},
-            {"seconds", num(s.seconds)}};
+            {"seconds", num(s.seconds)},
+            {"critical_seconds", num(s.critical_seconds)},
+            {"background_seconds", num(s.background_seconds)},
+            {"predicted_kl", s.predicted_kl >= 0 ? num(s.predicted_kl) : json(nullptr)}};
   o["fidelity"] = s.fidelity ? json{{"kl", num(s.fidelity->kl)}, {"top1", num(s.fidelity->top1)}, {"rows", s.fidelity->rows}}
                              : json(nullptr);
   if (s.op == TraceOp::kGenerate) {
@@ -45,6 +50,11 @@ json step_json(const StepResult& s) {
 
 json totals_json(const PolicyTotals& t) {
   return {{"forward_tokens", num(t.forward_tokens)},
+          {"critical_forward_tokens", num(t.critical_forward_tokens)},
+          {"background_forward_tokens", num(t.background_forward_tokens)},
+          {"critical_seconds", num(t.critical_seconds)},
+          {"background_seconds", num(t.background_seconds)},
+          {"mean_predicted_kl", num(t.mean_predicted_kl)},
           {"full_prefill_tokens", num(t.full_prefill_tokens)},
           {"decode_tokens", num(t.decode_tokens)},
           {"seconds", num(t.seconds)},

@@ -37,9 +37,16 @@ std::vector<int64_t> tokens(std::mt19937_64& rng, int64_t n, int64_t vocab) {
 
 }  // namespace
 
+std::vector<planner::FidelitySample> measure_fidelity_samples(const EngineCore& core, int seeds);  // calibrate_fidelity.cpp
+
 planner::CostModel EngineCore::cost_model() const {
   std::lock_guard<std::mutex> lock(mu_);
   return cost_model_;
+}
+
+planner::FidelityModel EngineCore::fidelity_model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fidelity_model_;
 }
 
 CalibrationReport EngineCore::calibrate() {
@@ -111,12 +118,17 @@ CalibrationReport EngineCore::calibrate() {
   std::filesystem::remove(file, ec);
 
   planner::CostModel fitted = planner::CostModel::fit(samples);
+  const std::vector<planner::FidelitySample> deficits = measure_fidelity_samples(*this, 3);
+  const planner::FidelityModel fidelity = planner::FidelityModel::fit(deficits);
   CalibrationReport report;
   report.samples = static_cast<int64_t>(samples.size());
   report.cost_model = fitted.describe();
+  report.fidelity_samples = static_cast<int64_t>(deficits.size());
+  report.fidelity_model = fidelity.describe();
   {
     std::lock_guard<std::mutex> lock(mu_);
     cost_model_ = fitted;
+    fidelity_model_ = fidelity;
   }
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return report;

@@ -58,6 +58,13 @@ CalibrationReport Engine::calibrate() {
   return core_->calibrate();
 }
 
+int64_t Engine::run_background(double max_seconds) {
+  ORBIT_CHECK(max_seconds >= 0, "run_background: max_seconds = " << max_seconds << " must be >= 0");
+  const detail::OpHold hold(*core_);
+  return core_->background().run(max_seconds);
+}
+
+
 // Answers after close() too (counters only; the store's part stays zero then).
 EngineStats Engine::stats() const {
   std::optional<detail::OpHold> hold;
@@ -80,6 +87,12 @@ EngineStats Engine::stats() const {
   s.patches_formed = c.patches_formed;
   s.patch_hits = c.patch_hits;
   s.forward_tokens = c.forward_tokens;
+  s.critical_forward_tokens = c.forward_tokens - c.background_forward_tokens;
+  s.background_forward_tokens = c.background_forward_tokens;
+  s.background_seconds = c.background_seconds;
+  s.background_jobs = c.background_jobs;
+  s.background_pending = core_->background().queued();
+  s.background_failed = core_->background().failed(&s.background_error);
   if (hold) s.store = core_->store().stats();
   return s;
 }

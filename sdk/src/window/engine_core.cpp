@@ -5,6 +5,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "orbit/common/error.h"
@@ -42,9 +43,12 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   ORBIT_CHECK(po.num_pages >= 1, "EngineOptions::pool_bytes = " << options.pool_bytes
                                      << " holds no page (one page of this model is " << page_bytes << " bytes)");
   pool_ = std::make_unique<runtime::KVPool>(po);
+  background_ = std::make_unique<BackgroundQueue>(options.background);
 }
 
-EngineCore::~EngineCore() = default;
+EngineCore::~EngineCore() {
+  if (background_) background_->stop();
+}
 
 namespace {
 // The engines the calling thread holds an OpHold on, innermost last (holds nest: a Window operation
@@ -100,6 +104,9 @@ void EngineCore::close() {
   closed_.store(true);
   life_cv_.wait(lock, [&] { return holds_ == 0; });
   lock.unlock();
+  // Background jobs use the model and the store: once no operation is in flight, cancel the queued ones
+  // and join the worker before the store goes.
+  if (background_) background_->stop();
   if (store_) (void)store_->flush();
   store_.reset();
   lock.lock();
@@ -269,7 +276,12 @@ bool EngineCore::contains(const std::string& store_key) const {
   return store_->contains(store_key);
 }
 
+bool EngineCore::available(const std::string& store_key) const {
+  return contains(store_key) || background_->pending(store_key);
+}
+
 std::optional<runtime::Patch> EngineCore::get_patch(const std::string& key) {
+  background_->await(key);  // only when a job writing it is queued or running
   Result<store::ValuePtr> hit = store().get(key);
   if (!hit.is_ok() || hit.value()->kind != EntryKind::kPatch) return std::nullopt;
   return store::patch_from_value(*hit.value());
@@ -310,6 +322,58 @@ std::vector<PatchRecord> EngineCore::patches_of(const std::string& chunk_key) co
   return it == catalog_.end() ? std::vector<PatchRecord>{} : it->second;
 }
 
+void EngineCore::queue_patch(PatchJob job) {
+  for (std::size_t i = 0; i < job.store_keys.size(); ++i) {
+    PatchRecord rec;
+    rec.key = job.store_keys[i];
+    rec.context = job.context;
+    rec.variant = job.variant;
+    rec.exact = job.exact && job.full_rank && i == 0;
+    catalog_add(job.chunk->ref.key, std::move(rec));
+  }
+  BackgroundQueue::Job j;
+  j.keys = job.store_keys;
+  auto shared = std::make_shared<PatchJob>(std::move(job));
+  j.run = [this, shared](bool critical) { run_patch_job(*shared, critical); };
+  background_->queue(std::move(j));
+}
+
+void EngineCore::after_apply() {
+  if (background_->mode() == BackgroundMode::kInline) (void)background_->run(1e30);
+}
+
+void EngineCore::run_patch_job(const PatchJob& job, bool critical) {
+  // A job on the background worker is an operation like any other: close() waits for it, and one that
+  // starts after close() fails with "engine is closed" (counted by the queue, nothing stored).
+  const OpHold hold(*this);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool all_stored = true;
+  for (const std::string& k : job.store_keys) all_stored = all_stored && contains(k);
+  if (all_stored) return;  // formed meanwhile (another window, another job)
+  bool encoded = false;
+  const runtime::Content canonical = this->canonical(*job.chunk, &encoded);
+  c10::InferenceMode guard;
+  const runtime::Content delta = runtime::deficit(job.conditioned, canonical);
+  runtime::PatchOptions po;
+  po.rank_k = job.rank_k;
+  po.rank_v = job.rank_v;
+  if (job.deep_only) po.first_layer = runtime::choose_first_layer(delta, job.deep_energy);
+  const runtime::Patch patch = runtime::form_patch(model(), delta, po);
+  for (const std::string& k : job.store_keys) {
+    store::PutOptions opt;
+    opt.recompute_cost = static_cast<double>(patch.length);
+    (void)store().put(k, store::patch_value(patch), opt);
+  }
+  Counters d;
+  d.patches_formed = 1;
+  if (!critical) {
+    d.background_jobs = 1;
+    d.background_forward_tokens = encoded ? static_cast<double>(job.chunk->ref.length) : 0.0;
+    d.background_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  count(d);
+}
+
 // ---- model inputs --------------------------------------------------------------------------------
 
 at::Tensor EngineCore::positions_for(const ChunkRecord* chunk, int64_t length, int64_t start) const {
@@ -345,6 +409,9 @@ void EngineCore::count(const Counters& d) {
   counters_.patches_formed += d.patches_formed;
   counters_.patch_hits += d.patch_hits;
   counters_.forward_tokens += d.forward_tokens;
+  counters_.background_forward_tokens += d.background_forward_tokens;
+  counters_.background_seconds += d.background_seconds;
+  counters_.background_jobs += d.background_jobs;
 }
 
 Counters EngineCore::counters() const {

@@ -7,6 +7,8 @@
 //              lookups with a divergence score); in memory, rebuilt as patches are formed
 //   pool       the KV pool windows keep their pages in; KVPool is not thread-safe, so every page
 //              operation (append, fork, destroy, gather) runs under pool_mutex()
+//   background the queue of canonical + patch formations left by first sights (background.h); close()
+//              stops it (cancels what is queued, joins the worker) before it closes the store
 //
 // Locking: mu_ guards registry, catalog and counters; pool_mu_ guards the pool. Never hold both.
 //
@@ -30,10 +32,12 @@
 
 #include "orbit/engine.h"
 #include "orbit/planner/cost_model.h"
+#include "orbit/planner/fidelity_model.h"
 #include "orbit/runtime/kv_pool.h"
 #include "orbit/runtime/model.h"
 #include "orbit/runtime/reuse.h"
 #include "orbit/store/chunk_store.h"
+#include "window/background.h"
 
 namespace orbit::detail {
 
@@ -58,7 +62,27 @@ struct Counters {
   int64_t canonicals_encoded = 0;
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;
-  double forward_tokens = 0;
+  double forward_tokens = 0;             // every token-forward (critical and background)
+  double critical_forward_tokens = 0;    // reported by apply (informational; not summed into the above)
+  double background_forward_tokens = 0;  // of forward_tokens: run by background jobs
+  double background_seconds = 0;
+  int64_t background_jobs = 0;
+};
+
+// What a chunk's first sight leaves for the background: its conditioned KV (the exact in-context
+// prefill), the context it saw, and the patch to form from it and where to store it.
+struct PatchJob {
+  const ChunkRecord* chunk = nullptr;  // owned by the engine (records are never removed)
+  runtime::Content conditioned;        // KV(B|C), content channel
+  std::vector<std::string> context;    // ordered content keys of C
+  std::vector<std::string> store_keys; // exact key first, then the orbit key when new
+  std::string variant;
+  int64_t rank_k = 0;
+  int64_t rank_v = 0;
+  bool deep_only = false;
+  double deep_energy = 0.9;
+  bool full_rank = false;
+  bool exact = false;                  // formed over an exact context
 };
 
 class EngineCore;
@@ -105,11 +129,18 @@ class EngineCore {
   // The canonical (from the store, else encoded and stored). *encoded = true when it ran the forward.
   runtime::Content canonical(const ChunkRecord& chunk, bool* encoded = nullptr, int64_t* bytes_read = nullptr);
   bool contains(const std::string& store_key) const;
+  // Stored, or queued/being formed in the background (get_patch then waits for that one job).
+  bool available(const std::string& store_key) const;
   std::optional<runtime::Patch> get_patch(const std::string& key);
   std::optional<runtime::Content> get_conditioned(const std::string& key);
   void put_patch(const runtime::Patch& patch, const std::string& chunk_key, PatchRecord record);
   void put_conditioned(const runtime::Content& content, const std::string& chunk_key, PatchRecord record);
   std::vector<PatchRecord> patches_of(const std::string& chunk_key) const;
+  // Queues `job` (BackgroundMode decides when it runs); its catalog records are added now.
+  void queue_patch(PatchJob job);
+  BackgroundQueue& background() { return *background_; }
+  // Called at the end of every apply(): runs the queued jobs under BackgroundMode::kInline.
+  void after_apply();
   // Token length of a content key (chunk or a turn seen by this engine); 1 when unknown.
   int64_t key_length(const std::string& key) const;
   void note_turn(const std::string& key, int64_t length);
@@ -123,6 +154,7 @@ class EngineCore {
 
   // ---- cost model ----
   planner::CostModel cost_model() const;
+  planner::FidelityModel fidelity_model() const;
   CalibrationReport calibrate();
 
   // ---- pool ----
@@ -152,6 +184,7 @@ class EngineCore {
  private:
   friend class OpHold;
   ChunkRef register_chunk(std::unique_ptr<ChunkRecord> record);  // idempotent by key
+  void run_patch_job(const PatchJob& job, bool critical);
   void catalog_add(const std::string& chunk_key, PatchRecord record);
 
   EngineOptions options_;
@@ -167,6 +200,8 @@ class EngineCore {
   std::unordered_map<std::string, int64_t> turn_lengths_;
   Counters counters_;
   planner::CostModel cost_model_;
+  planner::FidelityModel fidelity_model_;
+  std::unique_ptr<BackgroundQueue> background_;
 
   std::atomic<uint64_t> next_instance_{0};
   std::atomic<uint64_t> next_window_{0};

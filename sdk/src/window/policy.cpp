@@ -1,5 +1,6 @@
 #include "orbit/policy.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 #include <vector>
@@ -52,10 +53,13 @@ std::string rank_text(int64_t r) { return r < 0 ? "full" : std::to_string(r); }
 }  // namespace
 
 std::string policy_spec_help() {
-  return "  patch[:M][:exact][:deep][:stale=D]  form a rank-M patch on a miss (M an integer or 'full'; default 16)\n"
+  return "  patch[:M][:exact][:deep][:stale=D][:kl=X]\n"
+         "                                      form a rank-M patch on a miss (M an integer or 'full'; default 16)\n"
          "                                      :exact re-conditions survivors and ignores orbit patches;\n"
          "                                      :deep patches only deep layers; :stale=D accepts a patch formed\n"
-         "                                      under another context when its divergence is <= D\n"
+         "                                      under another context when its divergence is <= D; :kl=X keeps\n"
+         "                                      the predicted next-token KL per step <= X, choosing per instance\n"
+         "                                      the cheapest of keep / stored patch / first-k / CacheBlend / form\n"
          "  reprefill                           prefill every instance whose context changed; reuse nothing\n"
          "  prefix                              prefix cache: reuse a chunk's KV only behind the identical context\n"
          "  blind                               relocate canonicals, never repair\n"
@@ -75,6 +79,9 @@ WindowPolicy parse_policy(const std::string& spec) {
         p.use_orbit_patches = false;
       } else if (part == "deep") {
         p.deep_only = true;
+      } else if (part.rfind("kl=", 0) == 0) {
+        p.kl_budget = parse_number(spec, part.substr(3), "kl budget");
+        if (!(p.kl_budget > 0 && std::isfinite(p.kl_budget))) bad_spec(spec, "kl budget must be a positive number");
       } else if (part.rfind("stale=", 0) == 0) {
         p.stale = StalePatch::kAccept;
         p.max_divergence = parse_number(spec, part.substr(6), "divergence");
@@ -149,6 +156,7 @@ std::string WindowPolicy::name() const {
       if (survivors == SurvivorAction::kRecondition && !use_orbit_patches) s << ":exact";
       if (deep_only) s << ":deep";
       if (stale == StalePatch::kAccept) s << ":stale=" << max_divergence;
+      if (kl_budget > 0) s << ":kl=" << kl_budget;
       return s.str();
     case MissAction::kReprefill: return store_conditioned ? "prefix" : "reprefill";
     case MissAction::kBlind: return "blind";

@@ -69,7 +69,11 @@ Window::~Window() {
 uint64_t Window::id() const { return state_->id; }
 const WindowOptions& Window::options() const { return state_->options; }
 const WindowPolicy& Window::policy() const { return state_->options.policy; }
-void Window::set_policy(const WindowPolicy& policy) { state_->options.policy = policy; }
+void Window::set_policy(const WindowPolicy& policy) {
+  const detail::OpHold hold(*state_->core);
+  state_->options.policy = policy;
+  ++state_->version;  // plans made under the old policy are stale
+}
 int64_t Window::tokens() const {
   const detail::OpHold hold(*state_->core);
   return state_->tokens();
@@ -80,6 +84,7 @@ std::vector<InstanceInfo> Window::instances() const {
   const detail::OpHold hold(*state_->core);
   std::vector<InstanceInfo> out;
   int64_t position = 0;
+  const std::vector<uint64_t> contexts = state_->context_hashes();
   for (std::size_t i = 0; i < state_->entries.size(); ++i) {
     const Entry& e = state_->entries[i];
     InstanceInfo info;
@@ -91,8 +96,8 @@ std::vector<InstanceInfo> Window::instances() const {
     info.length = e.length;
     info.formed_by = e.formed_by;
     info.match = e.match;
-    info.exact = state_->entry_exact(i);
-    info.context_changed = !(e.formed_on == state_->context_of(i));
+    info.context_changed = e.formed_on != contexts[i];
+    info.exact = e.exact_when_formed && !info.context_changed;
     info.patch_key = e.patch_key;
     out.push_back(info);
     position += e.extent;
@@ -354,6 +359,10 @@ Window Window::fork() const {
       c.kv = std::make_unique<runtime::PagedSequence>(e.kv->fork());
       c.version = e.version;
       c.formed_on = e.formed_on;
+      c.formed_on_keys = e.formed_on_keys;
+      c.formed_on_tokens = e.formed_on_tokens;
+      c.drift_tokens = e.drift_tokens;
+      c.predicted_kl = e.predicted_kl;
       c.exact_when_formed = e.exact_when_formed;
       c.formed_by = e.formed_by;
       c.match = e.match;

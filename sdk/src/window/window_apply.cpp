@@ -1,13 +1,11 @@
 #include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 
 #include <chrono>
-#include <cmath>
 #include <sstream>
 #include <unordered_map>
 
 #include "orbit/common/error.h"
-#include "orbit/runtime/repair.h"
+#include "window/actions.h"
 #include "window/window_ops.h"
 
 namespace orbit::detail {
@@ -15,60 +13,6 @@ namespace orbit::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Builds the window's new entries one by one; owns them until commit (destroyed under the pool lock).
-struct Builder {
-  EngineCore& core;
-  std::vector<Entry> entries;
-  std::vector<runtime::Content> contents;  // filled lazily for kept entries
-  std::vector<at::Tensor> positions;
-  int64_t next_position = 0;
-
-  explicit Builder(EngineCore& c) : core(c) {}
-  ~Builder() {
-    std::lock_guard<std::mutex> lock(core.pool_mutex());
-    entries.clear();
-  }
-
-  // The KV of every entry built so far, as a forward's past (nullptr-equivalent when empty).
-  runtime::PastKV past() {
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      if (contents[i].empty()) contents[i] = entry_content(core, entries[i]);
-    }
-    return concat_past(core.config().num_layers, contents, positions);
-  }
-
-  std::vector<ContextItem> context() const {
-    std::vector<ContextItem> out;
-    for (const Entry& e : entries) out.push_back({e.key, e.version});
-    return out;
-  }
-  std::vector<InstanceId> context_ids() const {
-    std::vector<InstanceId> out;
-    for (const Entry& e : entries) out.push_back(e.id);
-    return out;
-  }
-  std::vector<std::string> context_keys() const {
-    std::vector<std::string> out;
-    for (const Entry& e : entries) out.push_back(e.key);
-    return out;
-  }
-};
-
-runtime::Content forward_in_context(EngineCore& core, const runtime::ForwardInput& input, Builder& b) {
-  c10::InferenceMode guard;
-  runtime::ForwardOptions fo;
-  fo.logits = runtime::LogitsMode::kNone;
-  if (b.entries.empty()) return core.model().forward(input, nullptr, fo).content;
-  const runtime::PastKV past = b.past();
-  return core.model().forward(input, &past, fo).content;
-}
-
-std::size_t leading_turns(const std::vector<Entry>& entries) {
-  std::size_t n = 0;
-  while (n < entries.size() && entries[n].is_turn) ++n;
-  return n;
-}
 
 }  // namespace
 
@@ -82,33 +26,28 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
                                                           << state.version << "); plan again");
   const auto start = Clock::now();
   const runtime::ModelConfig& config = core.config();
-  const WindowPolicy& policy = state.options.policy;
 
-  // Limits first: nothing is computed for a plan that cannot fit.
+  // Limits first: nothing is computed for a plan that cannot fit. The plan says so (Plan::refusal); the
+  // check is repeated on the plan's own steps so a hand-edited plan cannot pass.
+  if (!plan.refusal.empty()) {
+    return plan.refused_capacity ? Status::out_of_capacity(plan.refusal) : Status::refused(plan.refusal);
+  }
   int64_t extent = 0;
   std::unordered_map<InstanceId, int64_t> index;
+  index.reserve(state.entries.size());
   for (std::size_t i = 0; i < state.entries.size(); ++i) index[state.entries[i].id] = static_cast<int64_t>(i);
   for (const PlanStep& s : plan.steps) {
     if (s.action != StepAction::kEvict) extent += s.chunk.extent;
   }
-  if (config.max_position_embeddings > 0 && extent > config.max_position_embeddings) {
-    std::ostringstream why;
-    why << operation_name(plan.op) << " refused: the window would span " << extent
-        << " positions, past the model's limit of " << config.max_position_embeddings << " (evict or slide first)";
-    return Status::refused(why.str());
-  }
-  if (state.options.max_bytes > 0 && plan.device_bytes_after > state.options.max_bytes) {
-    std::ostringstream why;
-    why << operation_name(plan.op) << " refused: the window would hold " << plan.device_bytes_after
-        << " KV bytes, over its max_bytes budget of " << state.options.max_bytes << " (evict or slide first)";
-    return Status::out_of_capacity(why.str());
-  }
+  bool capacity = false;
+  const std::string refusal = limit_refusal(state, plan.op, extent, plan.device_bytes_after, &capacity);
+  if (!refusal.empty()) return capacity ? Status::out_of_capacity(refusal) : Status::refused(refusal);
 
   ApplyReport report;
   report.op = plan.op;
   Counters counters;
   double encode_tokens = 0;  // counted by EngineCore::canonical() itself
-  Builder b(core);
+  WindowBuild b(core);
   std::vector<InstanceId> evicted;
   struct Formed {
     InstanceId id;
@@ -116,6 +55,9 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
     std::vector<InstanceId> on;
   };
   std::vector<Formed> formed;
+  uint64_t ctx_hash = 0, keys_hash = 0;
+  int64_t ctx_tokens = 0;
+  std::size_t leading_turns = 0;
 
   for (const PlanStep& s : plan.steps) {
     if (s.action == StepAction::kEvict) {
@@ -147,158 +89,55 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
     }
     at::Tensor pos = core.positions_for(e.chunk, e.length, position);
 
-    if (s.action == StepAction::kKeep) {
-      ORBIT_CHECK(old != nullptr, "apply: plan keeps instance " << s.instance << ", which this window does not hold");
+    ApplyInput in{core, b};
+    in.old = old;
+    in.chunk = e.chunk;
+    in.turn_tokens = &e.turn_tokens;
+    in.length = e.length;
+    in.position = position;
+    in.prefix = leading_turns;
+    ApplyOutput out;
+    action(s.how).apply(in, s, out);
+    report.forward_tokens += out.forward_tokens;
+    report.patch_hits += out.patch_hits;
+    report.canonicals_encoded += out.canonicals_encoded;
+    report.bytes_moved += out.bytes_moved;
+    report.background_jobs += out.background_jobs;
+    report.patches_formed += out.background_jobs;
+    counters.patch_hits += out.patch_hits;
+    encode_tokens += out.encode_tokens;
+
+    if (out.keep_pages) {
       {
         std::lock_guard<std::mutex> lock(core.pool_mutex());
         e.kv = std::make_unique<runtime::PagedSequence>(old->kv->fork());
       }
       e.version = old->version;
       e.formed_on = old->formed_on;
+      e.formed_on_keys = old->formed_on_keys;
+      e.formed_on_tokens = old->formed_on_tokens;
+      e.drift_tokens = s.drift_tokens;
       e.exact_when_formed = old->exact_when_formed;
       e.formed_by = old->formed_by;
       e.match = old->match;
       e.patch_key = old->patch_key;
-      b.entries.push_back(std::move(e));
-      b.contents.emplace_back();
-      b.positions.push_back(pos);
-      b.next_position += b.entries.back().extent;
-      continue;
-    }
-
-    // Everything else makes new KV for this instance.
-    runtime::Content content;
-    runtime::Content canonical;
-    StepAction action = s.action;
-    if (s.needs_canonical) {
-      bool encoded = false;
-      int64_t bytes = 0;
-      canonical = core.canonical(*e.chunk, &encoded, &bytes);
-      if (encoded) {
-        ++report.canonicals_encoded;
-        report.forward_tokens += static_cast<double>(e.length);
-        encode_tokens += static_cast<double>(e.length);
-      }
-      report.bytes_moved += bytes;
-    }
-    const std::size_t prefix = leading_turns(b.entries);
-    if (action == StepAction::kApplyPatch) {
-      std::optional<runtime::Patch> patch = core.get_patch(s.patch_key);
-      if (patch.has_value()) {
-        content = runtime::apply_patch(core.model(), canonical, *patch);
-        report.bytes_moved += patch->bytes();
-        ++report.patch_hits;
-        ++counters.patch_hits;
-      } else {
-        action = StepAction::kForm;  // evicted from the store between plan and apply
-      }
-    }
-    if (action == StepAction::kLoadConditioned) {
-      std::optional<runtime::Content> stored = core.get_conditioned(s.patch_key);
-      if (stored.has_value()) {
-        content = *stored;
-        report.bytes_moved += runtime::content_bytes(content);
-        ++report.patch_hits;
-        ++counters.patch_hits;
-      } else {
-        action = StepAction::kReprefill;
-      }
-    }
-    switch (action) {
-      case StepAction::kCanonical:
-      case StepAction::kBlind:
-        content = canonical;
-        break;
-      case StepAction::kForm: {
-        const runtime::ForwardInput in = core.input_for(*e.chunk, position);
-        content = forward_in_context(core, in, b);
-        report.forward_tokens += static_cast<double>(e.length);
-        if (canonical.empty()) canonical = core.canonical(*e.chunk);
-        const std::vector<std::string> ctx = b.context_keys();
-        const PatchKeys keys = patch_keys(core, policy, *e.chunk, ctx, prefix);
-        const runtime::Content delta = runtime::deficit(content, canonical);
-        runtime::PatchOptions po;
-        po.rank_k = keys.rank_k;
-        po.rank_v = keys.rank_v;
-        if (policy.deep_only) po.first_layer = runtime::choose_first_layer(delta, policy.deep_energy);
-        const runtime::Patch patch = runtime::form_patch(core.model(), delta, po);
-        std::vector<std::string> store_keys = s.store_keys;
-        if (store_keys.empty()) store_keys.push_back(keys.exact);
-        for (const std::string& k : store_keys) {
-          PatchRecord rec;
-          rec.key = k;
-          rec.context = ctx;
-          rec.variant = keys.variant;
-          rec.exact = s.exact && keys.full_rank && k == keys.exact;
-          core.put_patch(patch, e.key, rec);
-        }
-        ++report.patches_formed;
-        ++counters.patches_formed;
-        break;
-      }
-      case StepAction::kReprefill: {
-        const runtime::ForwardInput in = core.input_for(*e.chunk, position);
-        content = forward_in_context(core, in, b);
-        report.forward_tokens += static_cast<double>(e.length);
-        for (const std::string& k : s.store_keys) {
-          PatchRecord rec;
-          rec.key = k;
-          rec.context = b.context_keys();
-          rec.variant = "conditioned";
-          rec.conditioned = true;
-          rec.exact = s.exact;
-          core.put_conditioned(content, e.key, rec);
-        }
-        break;
-      }
-      case StepAction::kRecompute: {
-        const runtime::ForwardInput in = core.input_for(*e.chunk, position);
-        const int64_t n = e.length;
-        const int64_t count =
-            policy.on_miss == MissAction::kFirstK
-                ? std::min(policy.first_k, n)
-                : std::min<int64_t>(n, static_cast<int64_t>(std::ceil(policy.recompute_ratio * static_cast<double>(n) - 1e-9)));
-        if (count == 0 || b.entries.empty()) {
-          content = canonical;
-          break;
-        }
-        c10::InferenceMode guard;
-        const runtime::PastKV past = b.past();
-        double probe = 0;
-        const at::Tensor idx = policy.on_miss == MissAction::kFirstK
-                                   ? at::arange(count, at::kLong)
-                                   : runtime::cacheblend_select(core.model(), in, past, canonical, count, &probe);
-        content = runtime::recompute_tokens(core.model(), in, past, canonical, idx);
-        report.forward_tokens += static_cast<double>(count) + probe;
-        break;
-      }
-      case StepAction::kPrefillTurn: {
-        const runtime::ForwardInput in = core.input_for_tokens(e.turn_tokens, position);
-        content = forward_in_context(core, in, b);
-        report.forward_tokens += static_cast<double>(e.length);
-        break;
-      }
-      case StepAction::kApplyPatch:
-      case StepAction::kLoadConditioned:
-        break;  // content set above
-      case StepAction::kKeep:
-      case StepAction::kEvict:
-        ORBIT_FAIL("apply: unexpected step " << step_action_name(action));
-    }
-
-    e.version = core.next_content_version();
-    e.formed_on = b.context();
-    e.exact_when_formed = s.exact && action == s.action;
-    e.formed_by = action;
-    e.match = action == StepAction::kApplyPatch ? s.match : PatchMatch::kNone;
-    e.patch_key = !s.patch_key.empty() ? s.patch_key : (s.store_keys.empty() ? std::string() : s.store_keys.front());
-    formed.push_back({e.id, action != StepAction::kCanonical && action != StepAction::kBlind, b.context_ids()});
-    {
+      e.predicted_kl = s.predicted_kl;
+    } else {
+      e.version = core.next_content_version();
+      e.formed_on = ctx_hash;
+      e.formed_on_keys = keys_hash;
+      e.formed_on_tokens = ctx_tokens;
+      e.exact_when_formed = s.exact && out.done_as == s.action;
+      e.formed_by = out.done_as;
+      e.match = out.done_as == StepAction::kApplyPatch ? s.match : PatchMatch::kNone;
+      e.patch_key = !s.patch_key.empty() ? s.patch_key : (s.store_keys.empty() ? std::string() : s.store_keys.front());
+      e.predicted_kl = s.predicted_kl;
+      formed.push_back({e.id, out.conditioned, b.context_ids()});
       std::lock_guard<std::mutex> lock(core.pool_mutex());
       e.kv = std::make_unique<runtime::PagedSequence>(core.pool(), config);
       const int64_t rows = config.position_rows();
       at::Tensor placeholder = rows == 1 ? at::zeros({e.length}, at::kLong) : at::zeros({rows, e.length}, at::kLong);
-      Status st = e.kv->append(content, placeholder);
+      Status st = e.kv->append(out.content, placeholder);
       if (!st.is_ok()) {
         e.kv.reset();
         std::ostringstream why;
@@ -308,8 +147,13 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
         return Status::out_of_capacity(why.str());
       }
     }
+    ctx_hash = context_hash(ctx_hash, e.key, e.version);
+    keys_hash = context_hash(keys_hash, e.key, 0);
+    ctx_tokens += e.length;
+    if (leading_turns == b.entries.size() && e.is_turn) ++leading_turns;
     b.entries.push_back(std::move(e));
-    b.contents.push_back(std::move(content));
+    b.contents.resize(b.entries.size());
+    if (!out.keep_pages) b.contents.back() = std::move(out.content);
     b.positions.push_back(pos);
     b.next_position += b.entries.back().extent;
   }
@@ -354,9 +198,11 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
   ++state.operations;
   state.forward_tokens += report.forward_tokens;
   counters.forward_tokens = report.forward_tokens - encode_tokens;
+  counters.critical_forward_tokens = report.forward_tokens;
   core.count(counters);
   report.device_bytes = state.device_bytes();
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  core.after_apply();
   return report;
 }
 

@@ -1,16 +1,19 @@
 // Planning and applying window operations (window.h). Every public plan_* builds a Layout — the
 // window's instances after the operation, in order, plus what leaves — and plan_layout() turns it into
-// a Plan by deciding, per instance, how its KV is obtained under the window's policy:
+// a Plan by choosing, per instance, the serving action (actions.h) that makes its KV:
 //
 //   context unchanged (same antecedents, same content versions)        keep (rotation only)
-//   new chunk, or context changed and (reorder | cascade | re-condition policy):
+//   policy without a KL budget: new chunk, or context changed and (reorder | cascade | re-condition):
 //       empty context                        canonical (exact)
-//       stored patch: exact key → orbit key → (policy) stale patch     apply patch, zero forwards
-//       else the policy's miss action        form / reprefill / blind / token recompute
-//   context changed, survivors kept         keep (approximate: relocation only)
+//       stored patch: exact key → orbit key → (policy) stale patch     stored-patch, zero forwards
+//       else the policy's miss action        form / prefill / blind / first-k / cacheblend
+//     context changed, survivors kept        keep (approximate: relocation only)
+//   policy with a KL budget (`:kl=X`): every applicable action is priced (cost model) and its loss
+//     predicted (fidelity model); each instance starts at its cheapest, and the instance whose upgrade
+//     buys the most KL per second is upgraded until the window's predicted KL fits the budget
 //
-// apply_plan() executes a Plan transactionally: new KV is built in fresh pages, and the window is swapped
-// only when everything fit.
+// apply_plan() executes a Plan transactionally from the plan alone: new KV is built in fresh pages, and
+// the window is swapped only when everything fit.
 #pragma once
 
 #include <string>
@@ -40,6 +43,9 @@ struct Layout {
 };
 
 Plan plan_layout(const WindowState& state, const Layout& layout);
+// The refusal apply() gives a result spanning `extent` positions and holding `device_bytes` (empty: it
+// fits); *capacity = true for a byte-budget refusal.
+std::string limit_refusal(const WindowState& state, Operation op, int64_t extent, int64_t device_bytes, bool* capacity);
 Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan);
 
 // Patch keys of a chunk behind `context` (ordered content keys; the first `prefix` of them are the

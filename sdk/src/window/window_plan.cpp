@@ -5,59 +5,79 @@
 
 #include "orbit/common/error.h"
 #include "orbit/planner/cost_model.h"
+#include "window/actions.h"
 #include "window/window_ops.h"
 
 namespace orbit::detail {
 
 namespace {
 
-// A version no committed content has: marks an antecedent whose KV this plan re-forms.
-constexpr uint64_t kReformed = ~uint64_t{0};
-
 int64_t full_rank(int64_t n, int64_t width) { return std::min(n, width); }
 
-planner::Tier to_tier(StoreTier t) {
-  switch (t) {
-    case StoreTier::kDevice: return planner::Tier::kDevice;
-    case StoreTier::kHost: return planner::Tier::kHost;
-    case StoreTier::kDisk: return planner::Tier::kDisk;
-  }
-  return planner::Tier::kDisk;
-}
-
-// The cost model's estimate of one step (seconds).
-double estimate(const planner::CostModel& cost, const PlanStep& s, int64_t length, int64_t context,
-                int64_t kv_per_token, bool moved) {
-  const int64_t bytes = length * kv_per_token;
-  const double load = s.needs_canonical && !s.encode_canonical ? cost.seconds_transfer(bytes, to_tier(s.canonical_tier)) : 0.0;
-  const double encode = s.encode_canonical ? cost.seconds_forward(length, 0) : 0.0;
-  switch (s.action) {
-    case StepAction::kKeep: return moved ? cost.seconds_relocate(bytes) : 0.0;
-    case StepAction::kEvict: return 0.0;
-    case StepAction::kCanonical:
-    case StepAction::kBlind: return load + encode + cost.seconds_relocate(bytes);
-    case StepAction::kApplyPatch: return load + encode + cost.seconds_patch_apply(bytes) + cost.seconds_relocate(bytes);
-    case StepAction::kLoadConditioned: return cost.seconds_transfer(bytes, planner::Tier::kHost) + cost.seconds_relocate(bytes);
-    case StepAction::kForm: return load + encode + cost.seconds_forward(length, context) + cost.seconds_patch_form(bytes);
-    case StepAction::kReprefill:
-    case StepAction::kPrefillTurn: return cost.seconds_forward(length, context);
-    case StepAction::kRecompute:
-      return load + encode + cost.seconds_forward(static_cast<int64_t>(s.forward_tokens) - (s.encode_canonical ? length : 0), context);
-  }
-  return 0.0;
-}
-
-bool moved(const Slot& sl, const std::vector<int64_t>& old_position, int64_t position) {
-  return sl.existing >= 0 && old_position[static_cast<std::size_t>(sl.existing)] != position;
-}
-
-struct Planned {
-  PlanStep step;
+// One instance of the window after the operation, as pass 1 sees it.
+struct SlotInfo {
+  const Entry* old = nullptr;
+  const ChunkRecord* chunk = nullptr;
+  bool is_turn = false;
+  const std::vector<int64_t>* turn_tokens = nullptr;
   std::string key;
-  uint64_t version = 0;  // kReformed when this plan re-forms it
-  int64_t extent = 0;
   int64_t length = 0;
+  int64_t extent = 0;
+  int64_t position = 0;
+  bool moved = false;
+  bool keys_same = false;     // old: the same antecedent keys, in order, as when formed
+  double change = 0;          // old: divergence of its antecedent keys from those it was formed on
+  double drift = 0;           // old: tokens removed/inserted before it, accumulated
+  std::vector<PlanStep> candidates;  // budget: every applicable action, cheapest first
+  std::size_t chosen = 0;
 };
+
+bool cheaper(const PlanStep& a, const PlanStep& b) {
+  if (a.estimated_seconds != b.estimated_seconds) return a.estimated_seconds < b.estimated_seconds;
+  return a.predicted_kl < b.predicted_kl;
+}
+
+// The legacy chain for a slot that must be (re)served: stored first, then the policy's miss action.
+PlanStep legacy_serve(const PlanInput& in, const std::string& reason) {
+  const WindowPolicy& policy = in.policy;
+  if (in.is_turn) return *action("prefill-turn").plan(in);
+  if (in.context->empty()) return *action("canonical").plan(in);
+  std::optional<PlanStep> s = action("load-conditioned").plan(in);
+  if (!s) s = action("stored-patch").plan(in);
+  if (!s) {
+    const char* miss = "form";
+    switch (policy.on_miss) {
+      case MissAction::kForm: miss = "form"; break;
+      case MissAction::kReprefill: miss = "prefill"; break;
+      case MissAction::kBlind: miss = "blind"; break;
+      case MissAction::kTokenRecompute: miss = "cacheblend"; break;
+      case MissAction::kFirstK: miss = "first-k"; break;
+    }
+    s = action(miss).plan(in);
+    ORBIT_CHECK(s.has_value(), "plan: serving action '" << miss << "' cannot serve this instance");
+    s->reason = (reason.empty() ? std::string("patch miss") : reason + "; patch miss") + ": " + s->reason;
+  } else if (!reason.empty()) {
+    s->reason = reason + "; " + s->reason;
+  }
+  if (policy.cost_aware && (s->action == StepAction::kApplyPatch || s->action == StepAction::kForm)) {
+    planner::ReuseOption opt;
+    opt.tokens = in.length;
+    opt.context_tokens = in.position;
+    opt.canonical_bytes = in.length * in.kv_per_token;
+    const auto tier = in.core.canonical_residence(in.chunk->ref.key);
+    opt.canonical_tier = tier.has_value() && *tier == StoreTier::kDevice ? planner::Tier::kDevice
+                         : tier.has_value() && *tier == StoreTier::kHost ? planner::Tier::kHost
+                                                                         : planner::Tier::kDisk;
+    if (s->action == StepAction::kApplyPatch) opt.patch_bytes = opt.canonical_bytes / 4;
+    opt.expected_reuse = policy.expected_reuse;
+    const planner::Decision d = in.cost.choose(opt);
+    if (d.action == planner::Decision::Action::kRecompute) {
+      s = action("prefill").plan(in);
+      s->reason = "cost model: " + d.describe();
+    }
+  }
+  return *s;
+}
 
 }  // namespace
 
@@ -77,8 +97,9 @@ PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const C
   k.variant = variant.str();
   const std::string exact_sig = exact_signature(context);
   k.exact = patch_key({chunk.ref.key, exact_sig, k.variant, k.rank_k, k.rank_v});
-  const std::vector<std::string> pre(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(std::min(prefix, context.size())));
-  const std::vector<std::string> ante(context.begin() + static_cast<std::ptrdiff_t>(std::min(prefix, context.size())), context.end());
+  const std::size_t cut = std::min(prefix, context.size());
+  const std::vector<std::string> pre(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(cut));
+  const std::vector<std::string> ante(context.begin() + static_cast<std::ptrdiff_t>(cut), context.end());
   k.orbit = patch_key({chunk.ref.key, orbit_signature(pre, ante), k.variant, k.rank_k, k.rank_v});
   k.conditioned = patch_key({chunk.ref.key, exact_sig, "conditioned", 0, 0});
   return k;
@@ -97,29 +118,59 @@ double context_divergence(const EngineCore& core, const std::vector<std::string>
   return hi == 0 ? 0.0 : 1.0 - lo / hi;
 }
 
+std::string limit_refusal(const WindowState& state, Operation op, int64_t extent, int64_t device_bytes, bool* capacity) {
+  const runtime::ModelConfig& config = state.core->config();
+  *capacity = false;
+  std::ostringstream why;
+  if (config.max_position_embeddings > 0 && extent > config.max_position_embeddings) {
+    why << operation_name(op) << " refused: the window would span " << extent << " positions, past the model's limit of "
+        << config.max_position_embeddings << " (evict or slide first)";
+    return why.str();
+  }
+  if (state.options.max_bytes > 0 && device_bytes > state.options.max_bytes) {
+    *capacity = true;
+    why << operation_name(op) << " refused: the window would hold " << device_bytes
+        << " KV bytes, over its max_bytes budget of " << state.options.max_bytes << " (evict or slide first)";
+    return why.str();
+  }
+  return {};
+}
+
 Plan plan_layout(const WindowState& state, const Layout& layout) {
   EngineCore& core = *state.core;
   core.check_open();
   const WindowPolicy& policy = state.options.policy;
-  const runtime::ModelConfig& config = core.config();
+  const planner::CostModel cost = core.cost_model();
+  const planner::FidelityModel fidelity = core.fidelity_model();
+  const int64_t kv_per_token = core.model_info().kv_bytes_per_token;
+  const bool budgeted = policy.kl_budget > 0;
 
   Plan plan;
   plan.op = layout.op;
   plan.window_id = state.id;
   plan.window_version = state.version;
+  plan.policy = policy;
   plan.cascade = layout.cascade;
 
-  int64_t position = 0;
+  // Old positions and the tokens each old entry loses before it (evictions), as prefix sums: O(n).
+  const std::size_t n_old = state.entries.size();
+  std::vector<int64_t> old_position(n_old + 1, 0);
+  for (std::size_t j = 0; j < n_old; ++j) old_position[j + 1] = old_position[j] + state.entries[j].extent;
+  std::vector<int64_t> removed_before(n_old + 1, 0);
+  {
+    std::vector<int64_t> removed(n_old, 0);
+    for (int64_t idx : layout.evict) removed[static_cast<std::size_t>(idx)] = state.entries[static_cast<std::size_t>(idx)].length;
+    for (std::size_t j = 0; j < n_old; ++j) removed_before[j + 1] = removed_before[j] + removed[j];
+  }
   for (int64_t idx : layout.evict) {
     const Entry& e = state.entries[static_cast<std::size_t>(idx)];
     PlanStep s;
     s.action = StepAction::kEvict;
+    s.how = "evict";
     s.instance = e.id;
     s.chunk = e.ref();
     s.is_turn = e.is_turn;
-    int64_t p = 0;
-    for (int64_t j = 0; j < idx; ++j) p += state.entries[static_cast<std::size_t>(j)].extent;
-    s.position = p;
+    s.position = old_position[static_cast<std::size_t>(idx)];
     s.exact = true;
     s.reason = e.is_turn ? "turn dropped (turns are not stored)" : "canonical stays in the store; recallable";
     plan.steps.push_back(s);
@@ -134,232 +185,185 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     ++prefix;
   }
 
-  const planner::CostModel cost = core.cost_model();
-  const int64_t kv_per_token = core.model_info().kv_bytes_per_token;
-  std::vector<int64_t> old_position(state.entries.size(), 0);
-  for (std::size_t j = 1; j < state.entries.size(); ++j) old_position[j] = old_position[j - 1] + state.entries[j - 1].extent;
-
-  std::vector<Planned> done;
-  bool all_exact = true;
-  int64_t pages = 0;
+  // Pass 1: what each slot is, where it goes, how its context changed.
+  std::vector<SlotInfo> info(layout.slots.size());
+  int64_t total_tokens = 0, extent = 0, pages = 0;
   for (std::size_t i = 0; i < layout.slots.size(); ++i) {
     const Slot& sl = layout.slots[i];
-    Planned pl;
-    PlanStep& s = pl.step;
-    s.instance = sl.id;
-    s.position = position;
-    std::vector<std::string> ctx_keys;
-    std::vector<ContextItem> ctx;
-    bool ctx_exact = true;
-    for (const Planned& d : done) {
-      ctx_keys.push_back(d.key);
-      ctx.push_back({d.key, d.version});
-      ctx_exact = ctx_exact && d.step.exact;
-    }
-
-    const Entry* old = sl.existing >= 0 ? &state.entries[static_cast<std::size_t>(sl.existing)] : nullptr;
-    const ChunkRecord* chunk = old != nullptr ? old->chunk : sl.chunk;
-    const bool is_turn = old != nullptr ? old->is_turn : sl.is_turn;
-    pl.key = old != nullptr ? old->key : (is_turn ? core.turn_key(sl.turn_tokens) : chunk->ref.key);
-    pl.length = old != nullptr ? old->length : (is_turn ? static_cast<int64_t>(sl.turn_tokens.size()) : chunk->ref.length);
-    pl.extent = old != nullptr ? old->extent : (is_turn ? pl.length : chunk->ref.extent);
-    s.is_turn = is_turn;
-    if (is_turn) {
-      s.chunk.key = pl.key;
-      s.chunk.kind = ChunkKind::kTokens;
-      s.chunk.length = s.chunk.extent = pl.length;
-      s.chunk.label = "turn";
-    } else {
-      s.chunk = chunk->ref;
-    }
-
-    bool relook = old == nullptr;
-    if (old != nullptr) {
-      std::vector<std::string> old_keys;
-      for (const auto& c : old->formed_on) old_keys.push_back(c.key);
-      const bool same = old->formed_on == ctx;
-      const bool keys_changed = old_keys != ctx_keys;
-      if (same) {
-        s.action = StepAction::kKeep;
-        s.exact = old->exact_when_formed;
-        s.reason = old_position[static_cast<std::size_t>(sl.existing)] != position ? "relocated (rotation only)" : "unchanged";
-      } else if (sl.force || (layout.reorder_relookup && keys_changed) ||
-                 policy.survivors == SurvivorAction::kRecondition) {
-        relook = true;
-        if (s.reason.empty()) {
-          s.reason = !sl.reason.empty() ? sl.reason
-                     : keys_changed      ? "context changed" + (layout.change_reason.empty() ? "" : ": " + layout.change_reason)
-                                         : "an antecedent's KV was re-formed";
-        }
+    SlotInfo& si = info[i];
+    si.old = sl.existing >= 0 ? &state.entries[static_cast<std::size_t>(sl.existing)] : nullptr;
+    si.chunk = si.old != nullptr ? si.old->chunk : sl.chunk;
+    si.is_turn = si.old != nullptr ? si.old->is_turn : sl.is_turn;
+    si.turn_tokens = si.old != nullptr ? &si.old->turn_tokens : &sl.turn_tokens;
+    si.key = si.old != nullptr ? si.old->key : (si.is_turn ? core.turn_key(sl.turn_tokens) : si.chunk->ref.key);
+    si.length = si.old != nullptr ? si.old->length : (si.is_turn ? static_cast<int64_t>(sl.turn_tokens.size()) : si.chunk->ref.length);
+    si.extent = si.old != nullptr ? si.old->extent : (si.is_turn ? si.length : si.chunk->ref.extent);
+    si.position = extent;
+    si.moved = si.old != nullptr && old_position[static_cast<std::size_t>(sl.existing)] != extent;
+    extent += si.extent;
+    total_tokens += si.length;
+    pages += state.pages_for(si.length);
+  }
+  {
+    uint64_t keys_hash = 0;
+    int64_t inserted = 0;
+    for (std::size_t i = 0; i < layout.slots.size(); ++i) {
+      SlotInfo& si = info[i];
+      if (si.old != nullptr) {
+        si.keys_same = si.old->formed_on_keys == keys_hash;
+        const double delta = static_cast<double>(removed_before[static_cast<std::size_t>(layout.slots[i].existing)] + inserted);
+        si.drift = si.keys_same ? 0.0 : si.old->drift_tokens + delta;
+        const double base = static_cast<double>(si.old->formed_on_tokens) + si.drift;
+        si.change = si.keys_same ? 0.0 : (base > 0 ? std::min(1.0, si.drift / base) : 1.0);
+        if (!si.keys_same && si.drift == 0) si.change = 1.0;  // reordered: the keys moved, nothing was added
       } else {
-        s.action = StepAction::kKeep;
-        s.exact = false;
+        inserted += si.length;
+      }
+      keys_hash = context_hash(keys_hash, si.key, 0);
+    }
+  }
+  plan.window_tokens_after = total_tokens;
+  plan.device_bytes_after = pages * state.page_bytes();
+  plan.refusal = limit_refusal(state, layout.op, extent, plan.device_bytes_after, &plan.refused_capacity);
+
+  // Pass 2: choose an action per slot. Versions: a re-served slot's KV changes, so the exact "same
+  // context" test for later slots runs on (key, version) with a fresh marker per re-served slot.
+  std::vector<std::string> context;
+  context.reserve(layout.slots.size());
+  uint64_t ctx_hash = 0;
+  uint64_t marker = 0;
+  for (std::size_t i = 0; i < layout.slots.size(); ++i) {
+    const Slot& sl = layout.slots[i];
+    SlotInfo& si = info[i];
+    PlanInput in{core, cost, fidelity, policy};
+    in.chunk = si.chunk;
+    in.old = si.old;
+    in.is_turn = si.is_turn;
+    in.turn_tokens = si.turn_tokens;
+    in.length = si.length;
+    in.position = si.position;
+    in.context = &context;
+    in.prefix = prefix;
+    in.share = total_tokens > 0 ? static_cast<double>(si.length) / static_cast<double>(total_tokens) : 0;
+    in.context_change = si.change;
+    in.moved = si.moved;
+    in.kv_per_token = kv_per_token;
+
+    const bool same = si.old != nullptr && si.old->formed_on == ctx_hash;
+    const bool forced = sl.force || (layout.reorder_relookup && !si.keys_same);
+    std::string why = sl.reason;
+    if (why.empty() && si.old != nullptr && !same) {
+      why = !si.keys_same ? "context changed" + (layout.change_reason.empty() ? "" : ": " + layout.change_reason)
+                          : "an antecedent's KV was re-formed";
+    }
+    if (!budgeted) {
+      PlanStep s;
+      if (same) {
+        s = *action("keep").plan(in);
+        s.reason = si.moved ? "relocated (rotation only)" : "unchanged";
+      } else if (si.old != nullptr && !forced && policy.survivors == SurvivorAction::kKeep) {
+        s = *action("keep").plan(in);
         s.reason = "context changed" + (layout.change_reason.empty() ? "" : " (" + layout.change_reason + ")") +
                    "; kept as-is, relocation only";
-      }
-    }
-
-    if (relook) {
-      if (is_turn) {
-        s.action = StepAction::kPrefillTurn;
-        s.turn_tokens = old != nullptr ? old->turn_tokens : sl.turn_tokens;
-        s.forward_tokens = static_cast<double>(pl.length);
-        s.exact = ctx_exact;
-        if (s.reason.empty()) s.reason = "live turn";
-      } else if (ctx_keys.empty()) {
-        s.action = StepAction::kCanonical;
-        s.needs_canonical = true;
-        s.exact = true;
-        if (s.reason.empty()) s.reason = "nothing precedes it: the canonical is exact";
       } else {
-        const PatchKeys keys = patch_keys(core, policy, *chunk, ctx_keys, prefix);
-        bool found = false;
-        if (policy.store_conditioned && core.contains(keys.conditioned)) {
-          s.action = StepAction::kLoadConditioned;
-          s.match = PatchMatch::kExact;
-          s.patch_key = keys.conditioned;
-          s.exact = ctx_exact;
-          s.reason = "prefix hit: stored KV behind this exact context";
-          found = true;
-        }
-        if (!found && policy.reuse_stored && !policy.store_conditioned) {
-          if (core.contains(keys.exact)) {
-            s.action = StepAction::kApplyPatch;
-            s.match = PatchMatch::kExact;
-            s.patch_key = keys.exact;
-            bool formed_exact = false;
-            for (const PatchRecord& r : core.patches_of(chunk->ref.key)) {
-              if (r.key == keys.exact) formed_exact = r.exact;
-            }
-            s.exact = ctx_exact && keys.full_rank && formed_exact;
-            s.reason = "patch hit (exact context)";
-            found = true;
-          } else if (policy.use_orbit_patches && core.contains(keys.orbit)) {
-            s.action = StepAction::kApplyPatch;
-            s.match = PatchMatch::kOrbit;
-            s.patch_key = keys.orbit;
-            s.reason = "orbit patch hit (same antecedent set, other order)";
-            found = true;
-          } else if (policy.stale == StalePatch::kAccept) {
-            double best = 2;
-            std::string best_key;
-            for (const PatchRecord& r : core.patches_of(chunk->ref.key)) {
-              if (r.conditioned || r.variant != keys.variant) continue;
-              const double d = context_divergence(core, r.context, ctx_keys);
-              if (d < best && core.contains(r.key)) {
-                best = d;
-                best_key = r.key;
-              }
-            }
-            if (!best_key.empty() && best <= policy.max_divergence) {
-              s.action = StepAction::kApplyPatch;
-              s.match = PatchMatch::kStale;
-              s.patch_key = best_key;
-              s.divergence = best;
-              std::ostringstream why;
-              why << "stale patch accepted (divergence " << best << " <= " << policy.max_divergence << ")";
-              s.reason = why.str();
-              found = true;
-            }
-          }
-        }
-        if (found) {
-          s.needs_canonical = s.action == StepAction::kApplyPatch;
-        } else {
-          const double n = static_cast<double>(pl.length);
-          const std::string miss = s.reason.empty() ? "patch miss" : s.reason + "; patch miss";
-          switch (policy.on_miss) {
-            case MissAction::kForm:
-              s.action = StepAction::kForm;
-              s.needs_canonical = true;
-              s.forward_tokens = n;
-              s.exact = ctx_exact;
-              s.store_keys.push_back(keys.exact);
-              if (policy.use_orbit_patches && !core.contains(keys.orbit)) s.store_keys.push_back(keys.orbit);
-              s.reason = miss + ": form the patch (one forward in context)";
-              break;
-            case MissAction::kReprefill:
-              s.action = StepAction::kReprefill;
-              s.forward_tokens = n;
-              s.exact = ctx_exact;
-              if (policy.store_conditioned) s.store_keys.push_back(keys.conditioned);
-              s.reason = miss + ": prefill in context";
-              break;
-            case MissAction::kBlind:
-              s.action = StepAction::kBlind;
-              s.needs_canonical = true;
-              s.exact = false;
-              s.reason = miss + ": blind (canonical relocated)";
-              break;
-            case MissAction::kTokenRecompute:
-            case MissAction::kFirstK: {
-              s.action = StepAction::kRecompute;
-              s.needs_canonical = true;
-              const int64_t len = pl.length;
-              int64_t count = policy.on_miss == MissAction::kFirstK
-                                  ? std::min(policy.first_k, len)
-                                  : std::min<int64_t>(len, static_cast<int64_t>(std::ceil(policy.recompute_ratio * static_cast<double>(len) - 1e-9)));
-              double probe = 0;
-              if (policy.on_miss == MissAction::kTokenRecompute && count > 0 && count < len) {
-                probe = static_cast<double>(std::min<int64_t>(2, config.num_layers) * len) / static_cast<double>(config.num_layers);
-              }
-              s.forward_tokens = static_cast<double>(count) + probe;
-              s.exact = ctx_exact && count == len;
-              s.reason = miss + ": recompute " + std::to_string(count) + " of " + std::to_string(len) + " tokens";
-              break;
-            }
-          }
-        }
+        s = legacy_serve(in, si.old != nullptr ? why : sl.reason);
       }
-      if (policy.cost_aware && !is_turn && (s.action == StepAction::kApplyPatch || s.action == StepAction::kForm)) {
-        planner::ReuseOption opt;
-        opt.tokens = pl.length;
-        opt.context_tokens = position;
-        opt.canonical_bytes = pl.length * kv_per_token;
-        const auto tier = core.canonical_residence(chunk->ref.key);
-        opt.canonical_tier = to_tier(tier.value_or(StoreTier::kDisk));
-        if (s.action == StepAction::kApplyPatch) opt.patch_bytes = opt.canonical_bytes / 4;
-        opt.expected_reuse = policy.expected_reuse;
-        const planner::Decision d = cost.choose(opt);
-        if (d.action == planner::Decision::Action::kRecompute) {
-          s.action = StepAction::kReprefill;
-          s.match = PatchMatch::kNone;
-          s.patch_key.clear();
-          s.store_keys.clear();
-          s.needs_canonical = false;
-          s.forward_tokens = static_cast<double>(pl.length);
-          s.exact = ctx_exact;
-          s.reason = "cost model: " + d.describe();
-        }
-      }
-      if (s.needs_canonical) {
-        const auto tier = core.canonical_residence(chunk->ref.key);
-        if (tier.has_value()) {
-          s.canonical_tier = *tier;
-          s.bytes_moved += chunk->ref.length * core.model_info().kv_bytes_per_token;
-        } else {
-          s.encode_canonical = true;
-          s.forward_tokens += static_cast<double>(chunk->ref.length);
-        }
-      }
-      pl.version = kReformed;
+      s.estimated_seconds = estimate_seconds(in, s);
+      si.candidates.push_back(std::move(s));
     } else {
-      pl.version = old->version;
+      // Every action that can serve it; keep only when the keys before it are a drift of those it was
+      // formed on (not after a reorder or a forced re-condition).
+      for (const ServeAction* a : all_actions()) {
+        const std::string id = a->id();
+        if (id == "keep" && (si.old == nullptr || forced)) continue;
+        if (id != "keep" && si.old != nullptr && same && si.old->predicted_kl == 0) continue;  // exact already
+        if (id == "prefill" || id == "load-conditioned") continue;  // form is the same forward, and stores
+        std::optional<PlanStep> s = a->plan(in);
+        if (!s) continue;
+        s->estimated_seconds = estimate_seconds(in, *s);
+        if (id == "keep") {
+          s->reason = same ? (si.moved ? "relocated (rotation only)" : "unchanged") : why + "; kept as-is";
+        } else if (!why.empty()) {
+          s->reason = why + "; " + s->reason;
+        }
+        si.candidates.push_back(std::move(*s));
+      }
+      ORBIT_CHECK(!si.candidates.empty(), "plan: no serving action can serve instance " << sl.id);
+      std::stable_sort(si.candidates.begin(), si.candidates.end(), cheaper);
     }
-    s.estimated_seconds = estimate(cost, s, pl.length, position, kv_per_token, moved(sl, old_position, position));
-    position += pl.extent;
-    pages += state.pages_for(pl.length);
+    const PlanStep& chosen = si.candidates.front();
+    const bool reserved = chosen.action != StepAction::kKeep;
+    context.push_back(si.key);
+    ctx_hash = context_hash(ctx_hash, si.key, reserved ? (~uint64_t{0} - ++marker) : si.old->version);
+  }
+
+  // Budget: upgrade the instance whose next cheaper-in-KL action buys the most KL per second, until the
+  // window's predicted KL fits (or nothing is left to upgrade).
+  if (budgeted) {
+    double total_kl = 0;
+    for (const SlotInfo& si : info) total_kl += si.candidates[si.chosen].predicted_kl;
+    while (total_kl > policy.kl_budget) {
+      double best_gain = -1;
+      std::size_t best_slot = 0, best_candidate = 0;
+      for (std::size_t i = 0; i < info.size(); ++i) {
+        const PlanStep& cur = info[i].candidates[info[i].chosen];
+        for (std::size_t c = 0; c < info[i].candidates.size(); ++c) {
+          const PlanStep& alt = info[i].candidates[c];
+          if (alt.predicted_kl >= cur.predicted_kl) continue;
+          const double gain = (cur.predicted_kl - alt.predicted_kl) /
+                              std::max(alt.estimated_seconds - cur.estimated_seconds, 1e-9);
+          if (gain > best_gain) {
+            best_gain = gain;
+            best_slot = i;
+            best_candidate = c;
+          }
+        }
+      }
+      if (best_gain < 0) break;
+      total_kl += info[best_slot].candidates[best_candidate].predicted_kl - info[best_slot].candidates[info[best_slot].chosen].predicted_kl;
+      info[best_slot].chosen = best_candidate;
+    }
+  }
+
+  // Pass 3: exactness (an instance is exact when its action is and every antecedent is), totals.
+  bool all_exact = true;
+  ctx_hash = 0;
+  for (std::size_t i = 0; i < info.size(); ++i) {
+    SlotInfo& si = info[i];
+    PlanStep s = std::move(si.candidates[si.chosen]);
+    s.instance = layout.slots[i].id;
+    s.position = si.position;
+    s.is_turn = si.is_turn;
+    if (si.is_turn) {
+      s.chunk.key = si.key;
+      s.chunk.kind = ChunkKind::kTokens;
+      s.chunk.length = s.chunk.extent = si.length;
+      s.chunk.label = "turn";
+    } else {
+      s.chunk = si.chunk->ref;
+    }
+    if (s.action == StepAction::kKeep) {
+      s.drift_tokens = si.drift;
+      s.exact = si.old->exact_when_formed && si.old->formed_on == ctx_hash && all_exact;
+      ctx_hash = context_hash(ctx_hash, si.key, si.old->version);
+    } else {
+      s.exact = s.exact && all_exact;
+      ctx_hash = context_hash(ctx_hash, si.key, ~uint64_t{0} - i);
+    }
     all_exact = all_exact && s.exact;
     plan.forward_tokens += s.forward_tokens;
+    plan.background_tokens += s.background_tokens;
     plan.bytes_moved += s.bytes_moved;
     plan.estimated_seconds += s.estimated_seconds;
+    plan.predicted_kl += s.predicted_kl;
     plan.order.push_back(s.instance);
-    plan.window_tokens_after += pl.length;
-    done.push_back(pl);
+    plan.steps.push_back(std::move(s));
   }
-  for (Planned& d : done) plan.steps.push_back(std::move(d.step));
-  plan.device_bytes_after = pages * state.page_bytes();
   plan.exact = all_exact;
+  if (!plan.refusal.empty()) {  // nothing will run
+    plan.forward_tokens = plan.background_tokens = plan.estimated_seconds = 0;
+    plan.bytes_moved = 0;
+  }
   return plan;
 }
 

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+
 #include "orbit/common/error.h"
 
 namespace orbit::detail {
@@ -55,15 +57,23 @@ int64_t WindowState::device_bytes() const {
   return pages * page_bytes();
 }
 
-std::vector<ContextItem> WindowState::context_of(std::size_t index) const {
-  std::vector<ContextItem> out;
-  for (std::size_t i = 0; i < index; ++i) out.push_back({entries[i].key, entries[i].version});
+std::vector<uint64_t> WindowState::context_hashes() const {
+  std::vector<uint64_t> out;
+  out.reserve(entries.size());
+  uint64_t h = 0;
+  for (const Entry& e : entries) {
+    out.push_back(h);
+    h = context_hash(h, e.key, e.version);
+  }
   return out;
 }
 
-bool WindowState::entry_exact(std::size_t index) const {
-  const Entry& e = entries[index];
-  return e.exact_when_formed && e.formed_on == context_of(index);
+uint64_t context_hash(uint64_t h, const std::string& key, uint64_t version) {
+  uint64_t x = std::hash<std::string>{}(key) ^ (version * 0x9e3779b97f4a7c15ULL);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return (h * 0x100000001b3ULL) ^ x ^ (h >> 29);
 }
 
 runtime::Content entry_content(EngineCore& core, const Entry& entry) {

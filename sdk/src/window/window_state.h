@@ -1,8 +1,9 @@
 // A window's private state (window.h is its public face) and the helpers planning and applying share.
 //
 //   entries    the instances in window order; each holds its KV (content channel, pre-RoPE) in pool
-//              pages (a PagedSequence) and how that KV was formed: the antecedents it saw, with their
-//              content versions, so a change of context is detected exactly
+//              pages (a PagedSequence) and how that KV was formed: a hash of the antecedents it saw, with
+//              their content versions, so a change of context is detected exactly (up to a 64-bit hash)
+//              in O(1) per instance, and how many tokens were removed or inserted before it since
 //   graph      the planner's dependency graph: antecedent instance -> patch -> conditioned instance
 //   evicted    chunk key -> the evicted instance (recall reinstates it)
 //
@@ -30,6 +31,9 @@ struct ContextItem {
   friend bool operator==(const ContextItem& a, const ContextItem& b) { return a.key == b.key && a.version == b.version; }
 };
 
+// Order-sensitive running hash of a context: h' = context_hash(h, key, version), starting from 0.
+uint64_t context_hash(uint64_t h, const std::string& key, uint64_t version);
+
 struct Entry {
   InstanceId id = 0;
   bool is_turn = false;
@@ -40,8 +44,12 @@ struct Entry {
   int64_t extent = 0;
   std::unique_ptr<runtime::PagedSequence> kv;
   uint64_t version = 0;                  // content version (changes whenever the KV is re-formed)
-  std::vector<ContextItem> formed_on;    // antecedents (key, version) when the KV was formed
+  uint64_t formed_on = 0;                // context_hash of the antecedents (key, version) it was formed on
+  uint64_t formed_on_keys = 0;           // context_hash of their keys alone (version 0)
+  int64_t formed_on_tokens = 0;          // their tokens
+  double drift_tokens = 0;               // tokens removed or inserted before it since it was formed
   bool exact_when_formed = false;        // formed exactly over an exact context
+  double predicted_kl = 0;               // the fidelity model's KL this instance carries (0 when exact)
   StepAction formed_by = StepAction::kKeep;
   PatchMatch match = PatchMatch::kNone;
   std::string patch_key;
@@ -67,9 +75,8 @@ struct WindowState {
   int64_t page_bytes() const;           // bytes of one pool page
   int64_t pages_for(int64_t tokens) const;
   int64_t device_bytes() const;         // pages held × page bytes
-  // An entry is exact when formed exactly and its context is unchanged since.
-  bool entry_exact(std::size_t index) const;
-  std::vector<ContextItem> context_of(std::size_t index) const;
+  // context_hash of every entry's current antecedents, in window order (one O(n) sweep).
+  std::vector<uint64_t> context_hashes() const;
 };
 
 // Concatenates per-entry contents (one Content each, in window order) and their positions into a past.

@@ -1,0 +1,500 @@
+// The serving actions (actions.h): one class each, and the registry.
+#include "window/actions.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "orbit/common/error.h"
+#include "orbit/runtime/repair.h"
+#include "window/window_ops.h"
+
+namespace orbit::detail {
+
+// ---- the window being built ------------------------------------------------------------------------
+
+WindowBuild::~WindowBuild() {
+  std::lock_guard<std::mutex> lock(core.pool_mutex());
+  entries.clear();
+}
+
+runtime::PastKV WindowBuild::past() {
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (contents[i].empty()) contents[i] = entry_content(core, entries[i]);
+  }
+  return concat_past(core.config().num_layers, contents, positions);
+}
+
+std::vector<ContextItem> WindowBuild::context() const {
+  std::vector<ContextItem> out;
+  out.reserve(entries.size());
+  for (const Entry& e : entries) out.push_back({e.key, e.version});
+  return out;
+}
+
+std::vector<InstanceId> WindowBuild::context_ids() const {
+  std::vector<InstanceId> out;
+  out.reserve(entries.size());
+  for (const Entry& e : entries) out.push_back(e.id);
+  return out;
+}
+
+std::vector<std::string> WindowBuild::context_keys() const {
+  std::vector<std::string> out;
+  out.reserve(entries.size());
+  for (const Entry& e : entries) out.push_back(e.key);
+  return out;
+}
+
+// ---- shared pricing ---------------------------------------------------------------------------------
+
+namespace {
+
+planner::Tier to_tier(StoreTier t) {
+  switch (t) {
+    case StoreTier::kDevice: return planner::Tier::kDevice;
+    case StoreTier::kHost: return planner::Tier::kHost;
+    case StoreTier::kDisk: return planner::Tier::kDisk;
+  }
+  return planner::Tier::kDisk;
+}
+
+PlanStep base_step(const char* how, StepAction category) {
+  PlanStep s;
+  s.how = how;
+  s.action = category;
+  return s;
+}
+
+// The step's forward of the chunk in context (critical path).
+runtime::Content forward_in_context(EngineCore& core, const runtime::ForwardInput& input, WindowBuild& b) {
+  c10::InferenceMode guard;
+  runtime::ForwardOptions fo;
+  fo.logits = runtime::LogitsMode::kNone;
+  if (b.entries.empty()) return core.model().forward(input, nullptr, fo).content;
+  const runtime::PastKV past = b.past();
+  return core.model().forward(input, &past, fo).content;
+}
+
+runtime::Content canonical_for(ApplyInput& in, ApplyOutput& out) {
+  bool encoded = false;
+  int64_t bytes = 0;
+  runtime::Content c = in.core.canonical(*in.chunk, &encoded, &bytes);
+  if (encoded) {
+    ++out.canonicals_encoded;
+    out.forward_tokens += static_cast<double>(in.length);
+    out.encode_tokens += static_cast<double>(in.length);
+  }
+  out.bytes_moved += bytes;
+  return c;
+}
+
+void set_patch_shape(const PlanInput& in, const PatchKeys& keys, PlanStep& s) {
+  s.rank_k = keys.rank_k;
+  s.rank_v = keys.rank_v;
+  s.variant = keys.variant;
+  s.deep_only = in.policy.deep_only;
+  s.deep_energy = in.policy.deep_energy;
+}
+
+}  // namespace
+
+void price_canonical(const PlanInput& in, PlanStep& s) {
+  const auto tier = in.core.canonical_residence(in.chunk->ref.key);
+  if (tier.has_value()) {
+    s.canonical_tier = *tier;
+    s.bytes_moved += in.chunk->ref.length * in.kv_per_token;
+  } else {
+    s.encode_canonical = true;
+    s.forward_tokens += static_cast<double>(in.chunk->ref.length);
+  }
+}
+
+double estimate_seconds(const PlanInput& in, const PlanStep& s) {
+  const planner::CostModel& cost = in.cost;
+  const int64_t bytes = in.length * in.kv_per_token;
+  const double load = s.needs_canonical && !s.encode_canonical ? cost.seconds_transfer(bytes, to_tier(s.canonical_tier)) : 0.0;
+  const double encode = s.encode_canonical ? cost.seconds_forward(in.length, 0) : 0.0;
+  switch (s.action) {
+    case StepAction::kKeep: return in.moved ? cost.seconds_relocate(bytes) : 0.0;
+    case StepAction::kEvict: return 0.0;
+    case StepAction::kCanonical:
+    case StepAction::kBlind: return load + encode + cost.seconds_relocate(bytes);
+    case StepAction::kApplyPatch: return load + encode + cost.seconds_patch_apply(bytes) + cost.seconds_relocate(bytes);
+    case StepAction::kLoadConditioned: return cost.seconds_transfer(bytes, planner::Tier::kHost) + cost.seconds_relocate(bytes);
+    case StepAction::kForm:
+    case StepAction::kReprefill:
+    case StepAction::kPrefillTurn: return cost.seconds_forward(in.length, in.position);
+    case StepAction::kRecompute:
+      return load + encode + cost.seconds_forward(s.recompute_tokens, in.position);
+  }
+  return 0.0;
+}
+
+namespace {
+
+// ---- keep -------------------------------------------------------------------------------------------
+
+class Keep final : public ServeAction {
+ public:
+  const char* id() const override { return "keep"; }
+  StepAction category() const override { return StepAction::kKeep; }
+  std::optional<PlanStep> plan(const PlanInput& in) const override {
+    if (in.old == nullptr) return std::nullopt;
+    PlanStep s = base_step(id(), category());
+    s.predicted_kl = in.old->predicted_kl;
+    if (in.context_change > 0) s.predicted_kl += in.fidelity.predict(planner::Loss::kKeep, in.context_change, in.share);
+    return s;
+  }
+  void apply(ApplyInput& in, const PlanStep&, ApplyOutput& out) const override {
+    ORBIT_CHECK(in.old != nullptr, "apply: plan keeps an instance this window does not hold");
+    out.keep_pages = true;
+    out.done_as = StepAction::kKeep;
+  }
+};
+
+// ---- canonical ----------------------------------------------------------------------------------------
+
+class Canonical final : public ServeAction {
+ public:
+  const char* id() const override { return "canonical"; }
+  StepAction category() const override { return StepAction::kCanonical; }
+  std::optional<PlanStep> plan(const PlanInput& in) const override {
+    if (in.is_turn || !in.context->empty()) return std::nullopt;
+    PlanStep s = base_step(id(), category());
+    s.needs_canonical = true;
+    s.exact = true;
+    s.reason = "nothing precedes it: the canonical is exact";
+    return s;
+  }
+  void apply(ApplyInput& in, const PlanStep&, ApplyOutput& out) const override {
+    out.content = canonical_for(in, out);
+    out.done_as = StepAction::kCanonical;
+  }
+};
+
+// ---- stored patch (exact, orbit, stale) ---------------------------------------------------------------
+
+class StoredPatch final : public ServeAction {
+ public:
+  const char* id() const override { return "stored-patch"; }
+  StepAction category() const override { return StepAction::kApplyPatch; }
+  std::optional<PlanStep> plan(const PlanInput& in) const override {
+    if (in.is_turn || in.context->empty() || !in.policy.reuse_stored || in.policy.store_conditioned) return std::nullopt;
+    const PatchKeys keys = patch_keys(in.core, in.policy, *in.chunk, *in.context, in.prefix);
+    PlanStep s = base_step(id(), category());
+    set_patch_shape(in, keys, s);
+    s.needs_canonical = true;
+    if (in.core.available(keys.exact)) {
+      s.match = PatchMatch::kExact;
+      s.patch_key = keys.exact;
+      bool formed_exact = false;
+      for (const PatchRecord& r : in.core.patches_of(in.chunk->ref.key)) {
+        if (r.key == keys.exact) formed_exact = r.exact;
+      }
+      s.exact = keys.full_rank && formed_exact;
+      const int64_t full = std::min<int64_t>(in.length, in.core.config().content_k_shape().width());
+      if (!s.exact) {
+        const double f = keys.full_rank ? 0.0 : 1.0 - static_cast<double>(std::min(keys.rank_k, keys.rank_v)) / static_cast<double>(std::max<int64_t>(full, 1));
+        s.predicted_kl = in.fidelity.predict(planner::Loss::kTruncated, f, in.share);
+      }
+      s.reason = "patch hit (exact context)";
+    } else if (in.policy.use_orbit_patches && in.core.available(keys.orbit)) {
+      s.match = PatchMatch::kOrbit;
+      s.patch_key = keys.orbit;
+      s.predicted_kl = in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.share);
+      s.reason = "orbit patch hit (same antecedent set, other order)";
+    } else if (in.policy.stale == StalePatch::kAccept) {
+      double best = 2;
+      std::string best_key;
+      for (const PatchRecord& r : in.core.patches_of(in.chunk->ref.key)) {
+        if (r.conditioned || r.variant != keys.variant) continue;
+        const double d = context_divergence(in.core, r.context, *in.context);
+        if (d < best && in.core.available(r.key)) {
+          best = d;
+          best_key = r.key;
+        }
+      }
+      if (best_key.empty() || best > in.policy.max_divergence) return std::nullopt;
+      s.match = PatchMatch::kStale;
+      s.patch_key = best_key;
+      s.divergence = best;
+      s.predicted_kl = in.fidelity.predict(planner::Loss::kStale, best, in.share);
+      std::ostringstream why;
+      why << "stale patch accepted (divergence " << best << " <= " << in.policy.max_divergence << ")";
+      s.reason = why.str();
+    } else {
+      return std::nullopt;
+    }
+    price_canonical(in, s);
+    return s;
+  }
+  void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const override {
+    const runtime::Content canonical = canonical_for(in, out);
+    std::optional<runtime::Patch> patch = in.core.get_patch(step.patch_key);
+    if (patch.has_value()) {
+      out.content = runtime::apply_patch(in.core.model(), canonical, *patch);
+      out.bytes_moved += patch->bytes();
+      ++out.patch_hits;
+      out.done_as = StepAction::kApplyPatch;
+    } else {  // dropped from the store between plan and apply: prefill in context instead
+      out.content = forward_in_context(in.core, in.core.input_for(*in.chunk, in.position), in.build);
+      out.forward_tokens += static_cast<double>(in.length);
+      out.done_as = StepAction::kReprefill;
+    }
+    out.conditioned = true;
+  }
+};
+
+// ---- load a stored conditioned KV (prefix-cache baseline) ---------------------------------------------
+
+class LoadConditioned final : public ServeAction {
+ public:
+  const char* id() const override { return "load-conditioned"; }
+  StepAction category() const override { return StepAction::kLoadConditioned; }
+  std::optional<PlanStep> plan(const PlanInput& in) const override {
+    if (in.is_turn || in.context->empty() || !in.policy.store_conditioned) return std::nullopt;
+    const PatchKeys keys = patch_keys(in.core, in.policy, *in.chunk, *in.context, in.prefix);
+    if (!in.core.contains(keys.conditioned)) return std::nullopt;
+    PlanStep s = base_step(id(), category());
+    s.match = PatchMatch::kExact;
+    s.patch_key = keys.conditioned;
+    s.exact = true;
+    s.reason = "prefix hit: stored KV behind this exact context";
+    return s;
+  }
+  void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const override {
+    std::optional<runtime::Content> stored = in.core.get_conditioned(step.patch_key);
+    if (stored.has_value()) {
+      out.content = *stored;
+      out.bytes_moved += runtime::content_bytes(out.content);
+      ++out.patch_hits;
+      out.done_as = StepAction::kLoadConditioned;
+    } else {
+      out.content = forward_in_context(in.core, in.core.input_for(*in.chunk, in.position), in.build);
+      out.forward_tokens += static_cast<double>(in.length);
+      out.done_as = StepAction::kReprefill;
+    }
+    out.conditioned = true;
+  }
+};
+
+// ---- form: exact in-context prefill now, canonical + patch in the background --------------------------
+
+class Form final : public ServeAction {
+ public:
+  const char* id() const override { return "form"; }
+  StepAction category() const override { return StepAction::kForm; }
+  std::optional<PlanStep> plan(const PlanInput& in) const override {
+    if (in.is_turn || in.context->empty()) return std::nullopt;
+    const PatchKeys keys = patch_keys(in.core, in.policy, *in.chunk, *in.context, in.prefix);
+    PlanStep s = base_step(id(), category());
+    set_patch_shape(in, keys, s);
+    s.forward_tokens = static_cast<double>(in.length);
+    s.exact = true;
+    s.background_patch = true;
+    s.store_keys.push_back(keys.exact);
+    if (in.policy.use_orbit_patches && !in.core.available(keys.orbit)) s.store_keys.push_back(keys.orbit);
+    if (!in.core.canonical_residence(in.chunk->ref.key).has_value()) s.background_tokens = static_cast<double>(in.length);
+    s.reason = "prefill in context now; canonical + patch formed in the background";
+    return s;
+  }
+  void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const override {
+    out.content = forward_in_context(in.core, in.core.input_for(*in.chunk, in.position), in.build);
+    out.forward_tokens += static_cast<double>(in.length);
+    PatchJob job;
+    job.chunk = in.chunk;
+    job.conditioned = out.content;
+    job.context = in.build.context_keys();
+    job.store_keys = step.store_keys;
+    job.variant = step.variant;
+    job.rank_k = step.rank_k;
+    job.rank_v = step.rank_v;
+    job.deep_only = step.deep_only;
+    job.deep_energy = step.deep_energy;
+    job.full_rank = !step.deep_only && step.rank_k == std::min<int64_t>(in.length, in.core.config().content_k_shape().width()) &&
+                    step.rank_v == std::min<int64_t>(in.length, in.core.config().content_v_shape().width());
+    job.exact = step.exact;
+    in.core.queue_patch(std::move(job));
+    ++out.background_jobs;
+    out.conditioned = true;
+    out.done_as = StepAction::kForm;
+  }
+};
+
+// ---- prefill in context (re-prefill from the change point) ---------------------------------------------
+
+class Prefill final : public ServeAction {
+ public:
+  const char* id() const override { return "prefill"; }
+  StepAction category() const override { return StepAction::kReprefill; }
+  std::optional<PlanStep> plan(const PlanInput& in) const override {
+    if (in.is_turn || in.context->empty()) return std::nullopt;
+    PlanStep s = base_step(id(), category());
+    s.forward_tokens = static_cast<double>(in.length);
+    s.exact = true;
+    if (in.policy.store_conditioned) {
+      s.store_keys.push_back(patch_keys(in.core, in.policy, *in.chunk, *in.context, in.prefix).conditioned);
+    }
+    s.reason = "prefill in context";
+    return s;
+  }
+  void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const override {
+    out.content = forward_in_context(in.core, in.core.input_for(*in.chunk, in.position), in.build);
+    out.forward_tokens += static_cast<double>(in.length);
+    for (const std::string& k : step.store_keys) {
+      PatchRecord rec;
+      rec.key = k;
+      rec.context = in.build.context_keys();
+      rec.variant = "conditioned";
+      rec.conditioned = true;
+      rec.exact = step.exact;
+      in.core.put_conditioned(out.content, in.chunk->ref.key, rec);
+    }
+    out.conditioned = true;
+    out.done_as = StepAction::kReprefill;
+  }
+};
+
+// ---- blind ------------------------------------------------------------------------------------------
+
+class Blind final : public ServeAction {
+ public:
+  const char* id() const override { return "blind"; }
+  StepAction category() const override { return StepAction::kBlind; }
+  std::optional<PlanStep> plan(const PlanInput& in) const override {
+    if (in.is_turn || in.context->empty()) return std::nullopt;
+    PlanStep s = base_step(id(), category());
+    s.needs_canonical = true;
+    s.predicted_kl = in.fidelity.predict(planner::Loss::kBlind, 1.0, in.share);
+    s.reason = "blind (canonical relocated)";
+    price_canonical(in, s);
+    return s;
+  }
+  void apply(ApplyInput& in, const PlanStep&, ApplyOutput& out) const override {
+    out.content = canonical_for(in, out);
+    out.done_as = StepAction::kBlind;
+  }
+};
+
+// ---- token recompute: first-k (EPIC) and CacheBlend ----------------------------------------------------
+
+class Recompute : public ServeAction {
+ public:
+  StepAction category() const override { return StepAction::kRecompute; }
+  std::optional<PlanStep> plan(const PlanInput& in) const override {
+    if (in.is_turn || in.context->empty()) return std::nullopt;
+    PlanStep s = base_step(id(), category());
+    s.needs_canonical = true;
+    const int64_t n = in.length;
+    const int64_t count = tokens(in.policy, n);
+    double probe = 0;
+    if (selective() && count > 0 && count < n) {
+      const int64_t layers = in.core.config().num_layers;
+      probe = static_cast<double>(std::min<int64_t>(2, layers) * n) / static_cast<double>(layers);
+    }
+    s.recompute_tokens = count;
+    s.forward_tokens = static_cast<double>(count) + probe;
+    s.exact = count == n;
+    s.predicted_kl = s.exact ? 0.0 : in.fidelity.predict(loss(), 1.0 - static_cast<double>(count) / static_cast<double>(n), in.share);
+    s.reason = "recompute " + std::to_string(count) + " of " + std::to_string(n) + " tokens";
+    price_canonical(in, s);
+    return s;
+  }
+  void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const override {
+    const runtime::Content canonical = canonical_for(in, out);
+    out.done_as = StepAction::kRecompute;
+    out.conditioned = true;
+    const int64_t count = step.recompute_tokens;
+    if (count == 0 || in.build.entries.empty()) {
+      out.content = canonical;
+      return;
+    }
+    c10::InferenceMode guard;
+    const runtime::ForwardInput input = in.core.input_for(*in.chunk, in.position);
+    const runtime::PastKV past = in.build.past();
+    double probe = 0;
+    const at::Tensor idx = selective() ? runtime::cacheblend_select(in.core.model(), input, past, canonical, count, &probe)
+                                       : at::arange(count, at::kLong);
+    out.content = runtime::recompute_tokens(in.core.model(), input, past, canonical, idx);
+    out.forward_tokens += static_cast<double>(count) + probe;
+  }
+
+ protected:
+  virtual bool selective() const = 0;
+  virtual planner::Loss loss() const = 0;
+  virtual int64_t tokens(const WindowPolicy& p, int64_t n) const = 0;
+};
+
+class FirstK final : public Recompute {
+ public:
+  const char* id() const override { return "first-k"; }
+ protected:
+  bool selective() const override { return false; }
+  planner::Loss loss() const override { return planner::Loss::kFirstK; }
+  int64_t tokens(const WindowPolicy& p, int64_t n) const override { return std::min(p.first_k, n); }
+};
+
+class CacheBlend final : public Recompute {
+ public:
+  const char* id() const override { return "cacheblend"; }
+ protected:
+  bool selective() const override { return true; }
+  planner::Loss loss() const override { return planner::Loss::kCacheBlend; }
+  int64_t tokens(const WindowPolicy& p, int64_t n) const override {
+    return std::min<int64_t>(n, static_cast<int64_t>(std::ceil(p.recompute_ratio * static_cast<double>(n) - 1e-9)));
+  }
+};
+
+// ---- a live turn ------------------------------------------------------------------------------------------
+
+class PrefillTurn final : public ServeAction {
+ public:
+  const char* id() const override { return "prefill-turn"; }
+  StepAction category() const override { return StepAction::kPrefillTurn; }
+  std::optional<PlanStep> plan(const PlanInput& in) const override {
+    if (!in.is_turn) return std::nullopt;
+    PlanStep s = base_step(id(), category());
+    s.turn_tokens = *in.turn_tokens;
+    s.forward_tokens = static_cast<double>(in.length);
+    s.exact = true;
+    s.reason = "live turn";
+    return s;
+  }
+  void apply(ApplyInput& in, const PlanStep&, ApplyOutput& out) const override {
+    out.content = forward_in_context(in.core, in.core.input_for_tokens(*in.turn_tokens, in.position), in.build);
+    out.forward_tokens += static_cast<double>(in.length);
+    out.conditioned = true;
+    out.done_as = StepAction::kPrefillTurn;
+  }
+};
+
+}  // namespace
+
+const std::vector<const ServeAction*>& all_actions() {
+  static const Keep keep;
+  static const Canonical canonical;
+  static const StoredPatch stored;
+  static const LoadConditioned conditioned;
+  static const Blind blind;
+  static const FirstK first_k;
+  static const CacheBlend cacheblend;
+  static const Form form;
+  static const Prefill prefill;
+  static const PrefillTurn turn;
+  static const std::vector<const ServeAction*> all = {&keep,  &canonical,  &stored, &conditioned, &blind,
+                                                      &first_k, &cacheblend, &form,   &prefill,     &turn};
+  return all;
+}
+
+const ServeAction& action(const std::string& id) {
+  for (const ServeAction* a : all_actions()) {
+    if (id == a->id()) return *a;
+  }
+  ORBIT_FAIL("apply: the plan names an unknown serving action '" << id << "'");
+}
+
+}  // namespace orbit::detail

@@ -1,0 +1,118 @@
+// Serving actions (DESIGN.md §3 "Miss actions and the fidelity budget"): each way of making one instance's
+// KV for the window after an operation is one small type with two halves:
+//
+//   plan(PlanInput)            const, metadata only: a PlanStep with the action, its estimated seconds
+//                              (the engine's cost model), critical-path and background forward tokens,
+//                              bytes read, the fidelity model's predicted KL, whether the result is exact,
+//                              and everything apply needs (keys, ranks, variant, token counts); nullopt
+//                              when the action cannot serve this instance (no stored patch, a turn, ...)
+//   apply(ApplyInput, step)    makes the KV from the step alone (never from the window's policy)
+//
+//   keep            the instance's KV as it is (rotation only); approximate when its context changed
+//   canonical       nothing precedes the chunk: its canonical is exact
+//   stored-patch    canonical + a stored patch: exact key, orbit key, or (policy) a stale one
+//   load-conditioned  a stored conditioned KV behind exactly this context (the prefix-cache baseline)
+//   form            one exact in-context prefill (the critical path); canonical + patch queued for the
+//                   background, stored under the step's keys
+//   prefill         one exact in-context prefill, nothing stored but (prefix baseline) the conditioned KV;
+//                   served instance by instance from the change point, this is re-prefill
+//   blind           the canonical relocated, no repair
+//   first-k         the first k tokens recomputed in context over the canonical (EPIC)
+//   cacheblend      the top r of tokens by KV deviation recomputed in context (CacheBlend)
+//   prefill-turn    a live turn prefilled in context
+//
+// Adding an action: one class in actions.cpp and one line in its registry (all_actions()).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "orbit/planner/cost_model.h"
+#include "orbit/planner/fidelity_model.h"
+#include "window/window_state.h"
+
+namespace orbit::detail {
+
+// The window being built by apply(): entries made so far, in window order, and their KV as a past.
+struct WindowBuild {
+  EngineCore& core;
+  std::vector<Entry> entries;
+  std::vector<runtime::Content> contents;  // filled lazily for kept entries
+  std::vector<at::Tensor> positions;
+  int64_t next_position = 0;
+
+  explicit WindowBuild(EngineCore& c) : core(c) {}
+  ~WindowBuild();  // destroys the entries under the pool lock
+  WindowBuild(const WindowBuild&) = delete;
+  WindowBuild& operator=(const WindowBuild&) = delete;
+
+  runtime::PastKV past();  // the KV of every entry built so far, with positions
+  std::vector<ContextItem> context() const;
+  std::vector<InstanceId> context_ids() const;
+  std::vector<std::string> context_keys() const;
+};
+
+// Everything an action's plan half may read about one instance of the window after the operation.
+struct PlanInput {
+  const EngineCore& core;
+  const planner::CostModel& cost;
+  const planner::FidelityModel& fidelity;
+  const WindowPolicy& policy;
+  const ChunkRecord* chunk = nullptr;       // chunks (nullptr for turns)
+  const Entry* old = nullptr;               // its current entry, nullptr for a new instance
+  bool is_turn = false;
+  const std::vector<int64_t>* turn_tokens = nullptr;  // turns
+  int64_t length = 0;
+  int64_t position = 0;                     // its first position (= tokens of context before it)
+  const std::vector<std::string>* context = nullptr;  // ordered content keys before it
+  std::size_t prefix = 0;                   // leading turns of that context (fixed under reorder)
+  double share = 0;                         // length / window tokens after the operation
+  double context_change = 0;                // old: divergence of the keys it was formed on from now
+  bool moved = false;                       // old: its position changes
+  int64_t kv_per_token = 0;
+};
+
+struct ApplyInput {
+  EngineCore& core;
+  WindowBuild& build;
+  const Entry* old = nullptr;
+  const ChunkRecord* chunk = nullptr;
+  const std::vector<int64_t>* turn_tokens = nullptr;
+  int64_t length = 0;
+  int64_t position = 0;
+  std::size_t prefix = 0;                   // leading turns among build.entries
+};
+
+struct ApplyOutput {
+  runtime::Content content;    // the instance's new KV (content channel); empty with keep_pages
+  bool keep_pages = false;     // keep the old entry's pages (the keep action)
+  bool conditioned = false;    // its KV saw its context (the dependency graph records the edge)
+  StepAction done_as = StepAction::kKeep;  // what was done (differs from the plan on a fallback)
+  double forward_tokens = 0;   // critical-path token-forwards
+  int64_t patch_hits = 0;
+  int64_t canonicals_encoded = 0;
+  int64_t bytes_moved = 0;
+  int64_t background_jobs = 0;
+  double encode_tokens = 0;    // of forward_tokens: canonical encodes (counted by EngineCore::canonical)
+};
+
+class ServeAction {
+ public:
+  virtual ~ServeAction() = default;
+  virtual const char* id() const = 0;
+  virtual StepAction category() const = 0;
+  virtual std::optional<PlanStep> plan(const PlanInput& in) const = 0;
+  virtual void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const = 0;
+};
+
+// Every action, in the order a fidelity-budgeted plan considers them; by id (throws on an unknown id).
+const std::vector<const ServeAction*>& all_actions();
+const ServeAction& action(const std::string& id);
+
+// The canonical's residence and its read/encode cost into `s` (s.needs_canonical must be set).
+void price_canonical(const PlanInput& in, PlanStep& s);
+// Seconds the cost model gives a step (critical path only).
+double estimate_seconds(const PlanInput& in, const PlanStep& s);
+
+}  // namespace orbit::detail

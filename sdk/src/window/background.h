@@ -1,0 +1,72 @@
+// Background work (DESIGN.md §3 "Critical path vs background"): what a chunk's first sight leaves to do
+// after its exact in-context prefill — encode its canonical (the chunk alone) if the store lacks it, form
+// the patch (the SVD of the difference) and store it under the plan's keys. None of it is on the
+// critical path: a window operation never waits for it, except to read a patch that is still queued or
+// being formed (await), which then runs or finishes first.
+//
+// Modes (EngineOptions::background):
+//   kThread    one worker thread runs jobs as they are queued (the default)
+//   kDeferred  jobs wait for run(): idle time the caller chooses (e.g. while an agent waits on a tool);
+//              replay uses this, so critical-path and background time are measured apart
+//   kInline    jobs run at the end of the apply() that queued them (on its thread, after its timing)
+//
+// Thread-safety: every member may be called from any thread. stop() cancels queued jobs (nothing was
+// committed for them: they are simply not formed), lets a running job finish, and joins the worker;
+// later queue() calls run nothing. Jobs must not call back into this queue.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "orbit/engine.h"
+
+namespace orbit::detail {
+
+class BackgroundQueue {
+ public:
+  struct Job {
+    std::vector<std::string> keys;     // store keys it writes (await() looks them up)
+    std::function<void(bool critical)> run;  // critical = run on the critical path by await()
+  };
+
+  explicit BackgroundQueue(BackgroundMode mode);
+  ~BackgroundQueue();  // stop()
+
+  BackgroundMode mode() const { return mode_; }
+  void queue(Job job);
+  bool pending(const std::string& key) const;  // queued or running
+  // A job writing `key` is queued: run it here; running: wait for it. Returns at once otherwise.
+  void await(const std::string& key);
+  // Runs queued jobs on this thread until none is left or `max_seconds` passed (the job in hand
+  // finishes); then, in kThread mode, waits for the worker's job in flight. Returns the jobs run here.
+  int64_t run(double max_seconds);
+  int64_t queued() const;
+  // Jobs that threw (their patch is simply not stored), and the last one's message.
+  int64_t failed(std::string* last_error = nullptr) const;
+  void stop();
+
+ private:
+  void worker();
+  void run_one(Job& job, bool critical);
+
+  const BackgroundMode mode_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // worker wake-up
+  std::condition_variable done_cv_;  // a job finished
+  std::deque<std::shared_ptr<Job>> jobs_;
+  std::multiset<std::string> running_keys_;
+  bool stopping_ = false;
+  int64_t failed_ = 0;
+  std::string last_error_;
+  std::thread thread_;
+};
+
+}  // namespace orbit::detail

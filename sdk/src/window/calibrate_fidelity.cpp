@@ -1,0 +1,194 @@
+// EngineCore's fidelity calibration: the deficits each approximate serving action leaves, measured as the
+// next-token KL of a probe against a re-prefill of the same window, with the feature the planner predicts
+// from (planner/fidelity_model.h). Chunks sampled from the model, a few seeds; the model's forward only.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+#include <random>
+
+#include "orbit/runtime/fidelity.h"
+#include "orbit/runtime/repair.h"
+#include "window/engine_core.h"
+#include "window/window_state.h"
+
+namespace orbit::detail {
+
+namespace {
+
+using planner::FidelitySample;
+using planner::Loss;
+
+struct Piece {
+  runtime::Content kv;
+  int64_t length = 0;
+};
+
+class Bench {
+ public:
+  Bench(const EngineCore& core, uint64_t seed) : core_(core), m_(core.model()), rng_(seed) {}
+
+  // n tokens sampled from the model itself at temperature 1 (text-like content, so the deficits are the
+  // ones real chunks show; uniform random ids condition far less), after a random first token.
+  std::vector<int64_t> tokens(int64_t n) {
+    const int64_t vocab = m_.config().vocab_size;
+    std::vector<int64_t> t{3 + static_cast<int64_t>(rng_() % static_cast<uint64_t>(std::max<int64_t>(vocab - 3, 1)))};
+    std::vector<Piece> past;
+    runtime::ForwardOptions fo;
+    fo.logits = runtime::LogitsMode::kLast;
+    while (static_cast<int64_t>(t.size()) < n) {
+      const int64_t p = static_cast<int64_t>(t.size()) - 1;
+      const runtime::ForwardInput in = core_.input_for_tokens({t.back()}, p);
+      runtime::ForwardResult r;
+      if (past.empty()) {
+        r = m_.forward(in, nullptr, fo);
+      } else {
+        const runtime::PastKV ctx = this->past(past);
+        r = m_.forward(in, &ctx, fo);
+      }
+      past.push_back({r.content, 1});
+      const at::Tensor probs = at::softmax(r.logits.reshape({-1}).to(at::kDouble), 0);
+      const double u = std::uniform_real_distribution<double>(0, 1)(rng_);
+      const double* pr = probs.data_ptr<double>();
+      double acc = 0;
+      int64_t pick = vocab - 1;
+      for (int64_t j = 0; j < vocab; ++j) {
+        acc += pr[j];
+        if (u < acc) {
+          pick = j;
+          break;
+        }
+      }
+      t.push_back(pick);
+    }
+    return t;
+  }
+
+  runtime::PastKV past(const std::vector<Piece>& pieces) const {
+    std::vector<runtime::Content> contents;
+    std::vector<at::Tensor> positions;
+    int64_t p = 0;
+    for (const Piece& x : pieces) {
+      contents.push_back(x.kv);
+      positions.push_back(core_.positions_for(nullptr, x.length, p));
+      p += x.length;
+    }
+    return concat_past(m_.config().num_layers, contents, positions);
+  }
+
+  // KV of `t` placed after `pieces` (exact in context).
+  Piece in_context(const std::vector<int64_t>& t, const std::vector<Piece>& pieces) const {
+    int64_t p = 0;
+    for (const Piece& x : pieces) p += x.length;
+    runtime::ForwardOptions fo;
+    fo.logits = runtime::LogitsMode::kNone;
+    const runtime::ForwardInput in = core_.input_for_tokens(t, p);
+    Piece out;
+    out.length = static_cast<int64_t>(t.size());
+    if (pieces.empty()) {
+      out.kv = m_.forward(in, nullptr, fo).content;
+    } else {
+      const runtime::PastKV ctx = past(pieces);
+      out.kv = m_.forward(in, &ctx, fo).content;
+    }
+    return out;
+  }
+
+  at::Tensor probe(const std::vector<Piece>& pieces, const std::vector<int64_t>& query) const {
+    int64_t p = 0;
+    for (const Piece& x : pieces) p += x.length;
+    runtime::ForwardOptions fo;
+    fo.logits = runtime::LogitsMode::kAll;
+    const runtime::PastKV ctx = past(pieces);
+    return m_.forward(core_.input_for_tokens(query, p), &ctx, fo).logits;
+  }
+
+  double kl(const std::vector<Piece>& exact, const std::vector<Piece>& approx, const std::vector<int64_t>& query) const {
+    return runtime::mean_kl(probe(exact, query), probe(approx, query));
+  }
+
+  const runtime::Model& model() const { return m_; }
+
+ private:
+  const EngineCore& core_;
+  const runtime::Model& m_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace
+
+std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int seeds) {
+  c10::InferenceMode guard;
+  const runtime::ModelConfig& c = core.config();
+  const int64_t limit = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
+  const int64_t a = std::min<int64_t>(24, limit / 8), b = std::min<int64_t>(32, limit / 8), q = 8;
+  std::vector<FidelitySample> out;
+  for (int seed = 0; seed < seeds; ++seed) {
+    Bench bench(core, 1000 + static_cast<uint64_t>(seed));
+    const auto ta = bench.tokens(a), tb = bench.tokens(b), tc = bench.tokens(b), tx = bench.tokens(a), ty = bench.tokens(a);
+    const auto query = bench.tokens(q);
+    const Piece A = bench.in_context(ta, {});
+    const Piece canon_b = bench.in_context(tb, {});
+    const Piece B_A = bench.in_context(tb, {A});
+    const double share_b = static_cast<double>(b) / static_cast<double>(a + b);
+    const runtime::Content delta = runtime::deficit(B_A.kv, canon_b.kv);
+    const int64_t full = std::min(b, c.content_k_shape().width());
+
+    // Blind: the canonical behind A.
+    out.push_back({Loss::kBlind, share_b, bench.kl({A, B_A}, {A, canon_b}, query)});
+    // Truncated: a rank-4 patch of the exact deficit.
+    {
+      runtime::PatchOptions po;
+      po.rank_k = po.rank_v = std::min<int64_t>(4, full);
+      const runtime::Patch patch = runtime::form_patch(bench.model(), delta, po);
+      Piece p{runtime::apply_patch(bench.model(), canon_b.kv, patch), b};
+      out.push_back({Loss::kTruncated, (1.0 - static_cast<double>(po.rank_k) / static_cast<double>(full)) * share_b,
+                     bench.kl({A, B_A}, {A, p}, query)});
+    }
+    // First-k and CacheBlend over the canonical.
+    {
+      const runtime::ForwardInput in = core.input_for_tokens(tb, a);
+      const runtime::PastKV ctx = bench.past({A});
+      const int64_t k = std::min<int64_t>(8, b);
+      Piece p{runtime::recompute_tokens(bench.model(), in, ctx, canon_b.kv, at::arange(k, at::kLong)), b};
+      out.push_back({Loss::kFirstK, (1.0 - static_cast<double>(k) / static_cast<double>(b)) * share_b,
+                     bench.kl({A, B_A}, {A, p}, query)});
+      const int64_t r = static_cast<int64_t>(std::ceil(0.15 * static_cast<double>(b)));
+      const at::Tensor idx = runtime::cacheblend_select(bench.model(), in, ctx, canon_b.kv, r);
+      Piece cb{runtime::recompute_tokens(bench.model(), in, ctx, canon_b.kv, idx), b};
+      out.push_back({Loss::kCacheBlend, (1.0 - static_cast<double>(r) / static_cast<double>(b)) * share_b,
+                     bench.kl({A, B_A}, {A, cb}, query)});
+    }
+    // Keep after a removal: [A, B, C] formed, A evicted; B and C kept as-is.
+    {
+      const Piece C_AB = bench.in_context(tc, {A, B_A});
+      const Piece C_B = bench.in_context(tc, {canon_b});
+      const double sb = static_cast<double>(b) / static_cast<double>(2 * b), sc = sb;
+      const double feature = 1.0 * sb + static_cast<double>(a) / static_cast<double>(a + b) * sc;
+      out.push_back({Loss::kKeep, feature, bench.kl({canon_b, C_B}, {B_A, C_AB}, query)});
+    }
+    // Orbit: the patch formed behind [X, A] applied behind [A, X].
+    {
+      const Piece X = bench.in_context(tx, {});
+      const Piece A_X = bench.in_context(ta, {X});
+      const Piece B_XA = bench.in_context(tb, {X, A_X});
+      const Piece X_A = bench.in_context(tx, {A});
+      const Piece B_AX = bench.in_context(tb, {A, X_A});
+      const double share = static_cast<double>(b) / static_cast<double>(2 * a + b);
+      runtime::PatchOptions po;
+      po.rank_k = po.rank_v = full;
+      const runtime::Patch patch = runtime::form_patch(bench.model(), runtime::deficit(B_XA.kv, canon_b.kv), po);
+      Piece p{runtime::apply_patch(bench.model(), canon_b.kv, patch), b};
+      out.push_back({Loss::kOrbit, share, bench.kl({A, X_A, B_AX}, {A, X_A, p}, query)});
+      // Stale: the patch formed behind [A, X] applied behind [A, Y] (divergence 2a / 3a).
+      const Piece Y_A = bench.in_context(ty, {A});
+      const Piece B_AY = bench.in_context(tb, {A, Y_A});
+      const runtime::Patch stale = runtime::form_patch(bench.model(), runtime::deficit(B_AX.kv, canon_b.kv), po);
+      Piece s{runtime::apply_patch(bench.model(), canon_b.kv, stale), b};
+      out.push_back({Loss::kStale, (2.0 / 3.0) * share, bench.kl({A, Y_A, B_AY}, {A, Y_A, s}, query)});
+    }
+  }
+  return out;
+}
+
+}  // namespace orbit::detail

@@ -1,0 +1,233 @@
+// Plans are self-contained and honest: a plan is tied to the window version it was made at (set_policy
+// included), apply() uses only what the plan says (ranks, variant, keys, the action per instance), and a
+// plan that apply() will refuse says so. Also: the serving actions' estimates, the per-step fidelity
+// budget, and first sight on the critical path with canonical + patch formed in the background.
+#include "orbit_catch.h"
+
+#include <random>
+#include <set>
+
+#include "orbit/engine.h"
+#include "orbit/store.h"
+#include "test_helpers.h"
+
+using namespace orbit;
+
+namespace {
+
+std::shared_ptr<Engine> open_stories(const std::string& store_dir = "") {
+  EngineOptions o;
+  o.model = test::stories_path();
+  o.pool_bytes = int64_t{64} << 20;
+  o.page_size = 4;
+  o.store_dir = store_dir;
+  return Engine::open(o);
+}
+
+std::vector<int64_t> random_tokens(std::mt19937_64& rng, int64_t n) {
+  std::uniform_int_distribution<int64_t> d(3, 511);
+  std::vector<int64_t> t(static_cast<std::size_t>(n));
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+WindowOptions with_policy(const std::string& spec) {
+  WindowOptions o;
+  o.policy = parse_policy(spec);
+  return o;
+}
+
+int64_t stored_bytes(const std::string& dir, const std::string& key) {
+  for (const StoreEntryInfo& e : list_store(dir)) {
+    if (e.key == key) return e.value_bytes;
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("set_policy makes an earlier plan stale: no rank-full patch under a rank-2 key", "[plan][regression]") {
+  std::mt19937_64 rng(7);
+  const std::vector<int64_t> ta = random_tokens(rng, 12), tb = random_tokens(rng, 12);
+  test::TempDir dir;
+  auto engine = open_stories(dir / "store");
+  const ChunkRef a = engine->add_tokens(ta), b = engine->add_tokens(tb);
+  Window w = engine->new_window(with_policy("patch:2"));
+  w.admit(a);
+  const Plan plan = w.plan_admit(b);
+  REQUIRE(plan.steps.back().store_keys.size() >= 1);
+  const std::string rank2_key = plan.steps.back().store_keys.front();
+  CHECK(plan.steps.back().rank_k == 2);
+  CHECK(plan.steps.back().rank_v == 2);
+  const uint64_t v = w.version();
+  w.set_policy(parse_policy("patch:full"));
+  CHECK(w.version() != v);
+  CHECK_THROWS_WITH(w.apply(plan), Catch::Contains("stale plan"));
+  engine->close();
+  CHECK(stored_bytes(dir / "store", rank2_key) == -1);  // nothing was stored under the plan's key
+}
+
+TEST_CASE("apply uses the plan's ranks and keys, not the window's policy", "[plan][regression]") {
+  std::mt19937_64 rng(8);
+  const std::vector<int64_t> ta = random_tokens(rng, 12), tb = random_tokens(rng, 12);
+  test::TempDir dir;
+  std::string key;
+  {
+    auto engine = open_stories(dir / "s1");
+    const ChunkRef a = engine->add_tokens(ta), b = engine->add_tokens(tb);
+    Window w = engine->new_window(with_policy("patch:2"));
+    w.admit(a);
+    const Plan plan = w.plan_admit(b);
+    key = plan.steps.back().store_keys.front();
+    // The plan carries its policy: changing the policy the plan holds would be the only way to change
+    // what apply does; the window's own policy is not consulted.
+    w.apply(plan).value();
+    engine->run_background();  // close() cancels queued background work
+    engine->close();
+  }
+  const int64_t bytes = stored_bytes(dir / "s1", key);
+  REQUIRE(bytes > 0);
+  // The same rank-2 patch formed by a second engine (keys are deterministic) has the same size; a
+  // full-rank patch of this 12-token chunk is larger.
+  int64_t full_bytes = 0;
+  {
+    auto engine = open_stories(dir / "s2");
+    const ChunkRef a = engine->add_tokens(ta), b = engine->add_tokens(tb);
+    Window w = engine->new_window(with_policy("patch:full"));
+    w.admit(a);
+    const Plan plan = w.plan_admit(b);
+    const std::string full_key = plan.steps.back().store_keys.front();
+    CHECK(full_key != key);
+    w.apply(plan).value();
+    engine->run_background();
+    engine->close();
+    full_bytes = stored_bytes(dir / "s2", full_key);
+  }
+  CHECK(full_bytes > bytes);
+}
+
+TEST_CASE("a plan past the model's positions says it will be refused, as apply does", "[plan][regression]") {
+  std::mt19937_64 rng(9);
+  auto engine = open_stories();
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 300));
+  const ChunkRef b = engine->add_tokens(random_tokens(rng, 300));
+  Window w = engine->new_window();
+  w.admit(a);
+  const Plan plan = w.plan_admit(b);
+  CHECK_FALSE(plan.refusal.empty());
+  CHECK_THAT(plan.refusal, Catch::Contains("512"));
+  CHECK(plan.forward_tokens == 0);
+  CHECK_THAT(plan.describe(), Catch::Contains("refused"));
+  const Result<ApplyReport> r = w.apply(plan);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().reason() == plan.refusal);
+  CHECK(w.instances().size() == 1);
+
+  // A single chunk longer than the model's positions (when registration accepts it at all).
+  std::vector<int64_t> long_tokens(600, 5);
+  ChunkRef c;
+  bool registered = true;
+  try {
+    c = engine->add_tokens(long_tokens);
+  } catch (const Error&) {
+    registered = false;  // refused at registration: the plan cannot be made either
+  }
+  if (registered) {
+    Window e = engine->new_window();
+    const Plan p = e.plan_admit(c);
+    CHECK_FALSE(p.refusal.empty());
+    CHECK(p.forward_tokens == 0);
+    CHECK_FALSE(e.apply(p).is_ok());
+  }
+}
+
+TEST_CASE("a plan over the window's byte budget says out of capacity, as apply does", "[plan]") {
+  std::mt19937_64 rng(10);
+  auto engine = open_stories();
+  WindowOptions o;
+  o.max_bytes = 1;  // below one page
+  Window w = engine->new_window(o);
+  const Plan plan = w.plan_admit(engine->add_tokens(random_tokens(rng, 8)));
+  CHECK(plan.refused_capacity);
+  CHECK_THAT(plan.refusal, Catch::Contains("max_bytes"));
+  const Result<ApplyReport> r = w.apply(plan);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().code() == StatusCode::kOutOfCapacity);
+}
+
+TEST_CASE("calibrate fits the fidelity model from measured deficits of every approximate action", "[plan][calibrate]") {
+  auto engine = open_stories();
+  const CalibrationReport r = engine->calibrate();
+  CHECK(r.fidelity_samples >= 7);
+  WARN("fidelity model: " << r.fidelity_model);
+  // Every loss kind was fitted (none left at its default).
+  CHECK(r.fidelity_model.find("(default)") == std::string::npos);
+  // A budgeted plan now carries predicted KLs from it: blind reuse of a new chunk after context is lossy.
+  std::mt19937_64 rng(11);
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 20)), b = engine->add_tokens(random_tokens(rng, 20));
+  Window w = engine->new_window(with_policy("blind"));
+  w.admit(a);
+  const Plan p = w.plan_admit(b);
+  CHECK(p.steps.back().action == StepAction::kBlind);
+  CHECK(p.predicted_kl > 0);
+}
+
+TEST_CASE("a KL budget picks the cheapest action that fits, per instance", "[plan][budget]") {
+  std::mt19937_64 rng(12);
+  auto engine = open_stories();
+  std::vector<ChunkRef> c;
+  for (int i = 0; i < 4; ++i) c.push_back(engine->add_tokens(random_tokens(rng, 24)));
+  // A loose budget: nothing needs repair after the first chunk is evicted; survivors are kept.
+  Window loose = engine->new_window(with_policy("patch:16:kl=10"));
+  for (const auto& x : c) loose.admit(x);
+  const Plan lp = loose.plan_slide(1);
+  CHECK(lp.forward_tokens == 0);
+  CHECK(lp.count(StepAction::kKeep) == 3);
+  CHECK(lp.predicted_kl > 0);
+  CHECK(lp.predicted_kl <= 10);
+  // A tight budget: the survivors whose removal deficit is predicted above it are re-served exactly.
+  Window tight = engine->new_window(with_policy("patch:16:kl=1e-9"));
+  for (const auto& x : c) tight.admit(x);
+  const Plan tp = tight.plan_slide(1);
+  CHECK(tp.forward_tokens > 0);
+  CHECK(tp.predicted_kl <= 1e-9);
+  CHECK(tp.exact);
+  CHECK_THAT(tp.describe(), Catch::Contains("KL~") && Catch::Contains("budget"));
+  tight.apply(tp).value();
+  const std::vector<int64_t> q = random_tokens(rng, 4);
+  const Logits got = tight.logits(q, true), ref = tight.reference_logits(q, true);
+  double m = 0;
+  for (std::size_t i = 0; i < got.values.size(); ++i) m = std::max(m, static_cast<double>(std::abs(got.values[i] - ref.values[i])));
+  CHECK(m < 1e-3);
+}
+
+TEST_CASE("background modes: deferred work waits for run_background, a read of a queued patch runs it", "[plan][background]") {
+  std::mt19937_64 rng(13);
+  EngineOptions o;
+  o.model = test::stories_path();
+  o.page_size = 4;
+  o.background = BackgroundMode::kDeferred;
+  auto engine = Engine::open(o);
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 16)), b = engine->add_tokens(random_tokens(rng, 16));
+  Window w = engine->new_window(with_policy("patch:full"));
+  w.admit(a);
+  const ApplyReport first = w.admit(b);
+  CHECK(first.forward_tokens == Approx(16));  // the in-context prefill only
+  CHECK(engine->stats().background_pending == 1);
+  CHECK(engine->stats().patches_formed == 0);
+  // A second window needs that very patch: the plan counts it as a hit and apply runs the queued job.
+  Window v = engine->new_window(with_policy("patch:full"));
+  v.admit(a);
+  const Plan p = v.plan_admit(b);
+  CHECK(p.steps.back().action == StepAction::kApplyPatch);
+  const ApplyReport second = v.apply(p).value();
+  CHECK(second.patch_hits == 1);
+  CHECK(engine->stats().background_pending == 0);
+  CHECK(engine->stats().patches_formed == 1);
+  // Closing with work queued cancels it and returns.
+  const ChunkRef c = engine->add_tokens(random_tokens(rng, 16));
+  w.admit(c);
+  CHECK(engine->stats().background_pending == 1);
+  engine->close();
+  CHECK(engine->closed());
+}
