@@ -251,7 +251,11 @@ Status ChunkStore::put_local(const std::string& key, const ValuePtr& value, cons
   ORBIT_CHECK(value != nullptr, "ChunkStore::put: null value for key " << key);
   if (!options.replace) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (Meta* m = known(key)) {  // content-addressed: the same key already holds this content
+    Meta* m = known(key);
+    // Held in memory only because an earlier disk write failed: write it through now (fall through).
+    const bool not_durable = m && disk_ && options_.write_through && options.tier != StoreTier::kDisk &&
+                             disk_->locate(key) == nullptr;
+    if (m && !not_durable) {  // content-addressed: the same key already holds this content
       touch(key, *m);
       if (options.pin && !m->pinned) {
         Status pinned = disk_ ? disk_->set_pinned(key, true) : Status::ok();

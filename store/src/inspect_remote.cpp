@@ -49,8 +49,12 @@ RemoteSummary summarize_remote(const std::string& url) {
     out.nodes.push_back(node.str());
     auto fail = [&](const std::string& why) { out.error = "redis " + node.str() + ": " + why; };
     Result<store::RedisReply> info = client.command_on(node, {"INFO"});
-    if (!info || info.value().is_error()) {
-      fail(info ? info.value().str : info.status().reason());
+    if (!info) {
+      out.error = info.status().reason();  // names the node already
+      return out;
+    }
+    if (info.value().is_error()) {
+      fail(info.value().str);
       return out;
     }
     out.used_memory_bytes += to_i64(info_field(info.value().str, "used_memory"));
