@@ -1,6 +1,8 @@
 #include "orbit/store/redis_client.h"
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/time.h>
 
 #include <cerrno>
@@ -36,6 +38,40 @@ RedisEndpoint parse_endpoint(const std::string& url, const std::string& text) {
   e.port = static_cast<int>(value);
   return e;
 }
+
+// Writing to a connection the server closed raises SIGPIPE, whose default action kills the process. A
+// library must not change the process's signal handling, so SIGPIPE is blocked on this thread while it
+// talks to the server, and one raised meanwhile is consumed before unblocking (the write itself fails
+// with EPIPE, which hiredis reports).
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeGuard() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const timespec zero{0, 0};
+        while (sigtimedwait(&pipe_, nullptr, &zero) == -1 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
 
 RedisReply convert(const redisReply* r) {
   RedisReply out;
@@ -188,6 +224,7 @@ Status RedisClient::connect(Node& node) {
 }
 
 Result<RedisReply> RedisClient::run(Node& node, const std::vector<std::vector<std::string>>& pipeline, bool asking) {
+  SigpipeGuard guard;
   Status connected = connect(node);
   if (!connected) return connected;
   std::vector<std::vector<std::string>> all;

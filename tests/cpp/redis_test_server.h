@@ -41,6 +41,23 @@ inline int free_port() {
   return port;
 }
 
+// A free port whose cluster bus port (port + 10000) is free too (a cluster node listens on both).
+inline int free_cluster_port() {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = free_port();
+    if (port + 10000 > 65535) continue;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port + 10000));
+    const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    if (fd >= 0) ::close(fd);
+    if (ok) return port;
+  }
+  throw std::runtime_error("free_cluster_port: no port pair found on 127.0.0.1");
+}
+
 inline std::string redis_cli(int port, const std::string& args) {
   return run_command("redis-cli -h 127.0.0.1 -p " + std::to_string(port) + " " + args).out;
 }
@@ -49,7 +66,10 @@ class RedisServer {
  public:
   // extra: more `--name value` arguments (e.g. {"--cluster-enabled", "yes"}).
   explicit RedisServer(const std::string& dir, std::vector<std::string> extra = {}, bool durable = true)
-      : dir_(dir), port_(free_port()), extra_(std::move(extra)), durable_(durable) {
+      : dir_(dir), extra_(std::move(extra)), durable_(durable) {
+    bool cluster = false;
+    for (const std::string& a : extra_) cluster = cluster || a == "--cluster-enabled";
+    port_ = cluster ? free_cluster_port() : free_port();
     std::filesystem::create_directories(dir_);
     start();
   }

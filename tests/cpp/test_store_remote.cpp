@@ -246,30 +246,37 @@ TEST_CASE("kill -9 of the server and of a writer at random points loses nothing 
   std::set<int64_t> committed;  // reached the server (acknowledged EXEC, appendfsync always)
   std::set<int64_t> attempted;
   int server_kills = 0, writer_kills = 0;
-  const int rounds = 50;
+  const int rounds = 50;  // 40 server kills and 10 writer kills, at random points of the write stream
+  std::unique_ptr<test::ChildProcess> writer;
+  int64_t last = 0;
+  std::string line;
+  auto note = [&](const std::string& l) {
+    last = std::stoll(l);
+    attempted.insert(last);
+    if (l.back() == 'r') committed.insert(last);
+  };
   for (int round = 0; round < rounds; ++round) {
-    const int64_t first = int64_t{round} * 1000 + 1;
-    test::ChildProcess writer(ORBIT_STORE_CHILD_PATH, {"rwrite", "-", server.url(), std::to_string(first), "1000"});
-    std::string line;
-    int64_t last = first - 1;
-    auto note = [&](const std::string& l) {
-      last = std::stoll(l);
-      attempted.insert(last);
-      if (l.back() == 'r') committed.insert(last);
-    };
-    const int lines = std::uniform_int_distribution<int>(0, 3)(rng);
-    for (int n = 0; n < lines && writer.next_line(&line); ++n) note(line);
-    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 3000)(rng)));
-    if (round % 2 == 0) {
-      server.kill();  // mid-transaction, often: the writer sends ~64 KiB parts
-      ++server_kills;
+    if (!writer) {
+      const int64_t first = int64_t{round} * 1000 + 1;
+      last = first - 1;
+      writer = std::make_unique<test::ChildProcess>(
+          ORBIT_STORE_CHILD_PATH, std::vector<std::string>{"rwrite", "-", server.url(), std::to_string(first), "1000"});
     }
-    writer.kill();
-    ++writer_kills;
-    while (writer.next_line(&line)) note(line);
-    (void)writer.wait();
-    attempted.insert(last + 1);  // the write in flight at the kill
-    if (!server.running()) server.start();  // replays its append-only file
+    const int lines = std::uniform_int_distribution<int>(1, 3)(rng);
+    for (int n = 0; n < lines && writer->next_line(&line); ++n) note(line);
+    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 3000)(rng)));
+    if (round % 5 != 4) {
+      server.kill();  // often mid-transaction: the writer sends ~64 KiB parts
+      ++server_kills;
+      server.start();  // replays its append-only file; the writer reconnects by itself
+    } else {
+      writer->kill();
+      ++writer_kills;
+      while (writer->next_line(&line)) note(line);
+      (void)writer->wait();
+      attempted.insert(last + 1);  // the write in flight at the kill
+      writer.reset();
+    }
   }
   ChunkStore reader(remote_options(server.url()));
   for (int64_t i : committed) {
@@ -286,7 +293,7 @@ TEST_CASE("kill -9 of the server and of a writer at random points loses nothing 
   CHECK(reader.stats().remote.corrupt == 0);
   WARN("remote kill test: " << rounds << " rounds, " << server_kills << " server kills, " << writer_kills
                             << " writer kills, " << committed.size() << " committed entries intact");
-  CHECK(committed.size() >= 20);
+  CHECK(committed.size() >= 40);
 }
 
 TEST_CASE("two engine processes share canonicals through redis: the second encodes none",
@@ -307,7 +314,7 @@ TEST_CASE("two engine processes share canonicals through redis: the second encod
   REQUIRE(second.next_line(&line));
   const auto b = nlohmann::json::parse(line);
   CHECK(b["canonicals_encoded"] == 0);
-  CHECK(b["remote_hits"] == 6);
+  CHECK(b["remote_hits"] >= 6);  // the canonicals, and the patches the first engine formed
   second.close_stdin();
   CHECK(WEXITSTATUS(second.wait()) == 0);
 }
