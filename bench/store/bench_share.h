@@ -42,7 +42,8 @@ struct ShareResult {
   int64_t puts = 0;        // misses that computed and stored the value
   int64_t bytes_read = 0;  // value bytes served by hits
   int64_t blob_bytes = 0;  // the directory's blob bytes at the end
-  double seconds = 0;      // wall time of the whole run (all processes)
+  double seconds = 0;      // the slowest process's lookup loop (all run at once; process start excluded)
+  double wall_seconds = 0; // the whole run, process starts included
 };
 // Starts `processes` copies of `self` (bench_store --share-worker) on one fresh directory; each looks up
 // `keys` keys in its own random order and puts the ones it misses (values of value_bytes bytes).

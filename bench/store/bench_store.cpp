@@ -298,10 +298,12 @@ int main(int argc, char** argv) try {
                 static_cast<double>(r.bytes_read) / (1 << 20), static_cast<double>(r.blob_bytes) / (1 << 20),
                 rate / base_rate);
     shared.push_back({{"processes", n}, {"lookups", r.lookups}, {"seconds", r.seconds}, {"lookups_per_s", rate},
+                      {"wall_seconds", r.wall_seconds},
                       {"hits", r.hits}, {"puts", r.puts}, {"hit_rate", hit_rate}, {"bytes_read", r.bytes_read},
                       {"blob_bytes", r.blob_bytes}});
   }
-  std::printf("  (every key is computed once in all: puts = keys; the other lookups hit what some process stored)\n");
+  std::printf("  lookups/s: all processes' lookups over the slowest one's loop. Puts above the key count are\n"
+              "  races (two processes missed one key at once and both computed it); it is stored once (blob MiB)\n");
   const nlohmann::json report = {{"benchmark", "store"},
                                  {"model", path},
                                  {"layers", c.num_layers},

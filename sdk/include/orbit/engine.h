@@ -80,7 +80,8 @@ struct CalibrationReport {
 class Engine {
  public:
   // Loads the model and opens the store. Throws orbit::Error naming the file or option at fault (a model
-  // that does not load, a store of another model fingerprint, a store another process holds open).
+  // that does not load, a store of another model fingerprint, a store being collected or repaired, a
+  // malformed remote URL). Other processes may have the same store directory open (they share it).
   static std::shared_ptr<Engine> open(const EngineOptions& options);
   ~Engine();
   Engine(const Engine&) = delete;

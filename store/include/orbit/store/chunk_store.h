@@ -92,7 +92,9 @@ struct StoreFault {
 class ChunkStore {
  public:
   // Opens or creates the store. Throws orbit::Error on invalid options, a store of another model
-  // fingerprint, or a directory another process holds open.
+  // fingerprint, a directory being collected or repaired (gc/repair hold it exclusively), a lost index or
+  // lost meta rows (see orbit store repair), or a malformed remote URL. Other processes may have the
+  // directory open at the same time.
   explicit ChunkStore(ChunkStoreOptions options);
   ~ChunkStore();  // flush()es; never throws
   ChunkStore(const ChunkStore&) = delete;
@@ -108,7 +110,8 @@ class ChunkStore {
   bool contains(const std::string& key) const;
   // The highest tier holding `key`, or nullopt.
   std::optional<StoreTier> residence(const std::string& key) const;
-  // Removes `key` from every tier. not_found when absent; refused when the index cannot be written.
+  // Removes `key` from every local tier (not from the shared remote: its entries expire by TTL or by the
+  // server's eviction policy). not_found when absent; refused when the index cannot be written.
   Status erase(const std::string& key);
   Status pin(const std::string& key);
   Status unpin(const std::string& key);
