@@ -1,9 +1,12 @@
-// `orbit store ls|stat|verify|gc --store DIR`: inspect and maintain a chunk store directory offline.
+// `orbit store ls|stat|verify|gc|repair --store DIR [--remote URL]`: inspect and maintain a chunk store
+// directory offline, and look at a remote tier's server(s).
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <optional>
+#include <set>
 #include <string>
 
 #include "args.h"
@@ -18,13 +21,49 @@ using nlohmann::json;
 namespace {
 
 const char* kStoreUsage =
-    "usage: orbit store <ls|stat|verify|gc> --store DIR [--json]\n"
-    "  ls      one line per entry: key, kind, encoding, bytes, flags, blob path\n"
-    "  stat    totals (entries and bytes per kind), fingerprint, unreferenced blobs and temp files\n"
+    "usage: orbit store <ls|stat|verify|gc|repair> --store DIR [--json]\n"
+    "       orbit store stat [--store DIR] --remote URL [--json]\n"
+    "  ls      one line per entry: key, kind, encoding, bytes, flags (P pinned by a live process,\n"
+    "          C marked corrupt), blob path\n"
+    "  stat    totals (entries and bytes per kind), fingerprint, unreferenced blobs and temp files;\n"
+    "          --remote redis://host:port[/db] | redis-cluster://h1:p1,h2:p2,...: also the remote tier\n"
+    "          (reachable, nodes, orbit entries, memory, maxmemory-policy)\n"
     "  verify  re-read every blob and check its checksum; reports corrupt or missing entries (deletes\n"
     "          nothing); exit status 1 when any entry is bad\n"
     "  gc      remove blobs no index row names and temp files of writes that never completed\n"
-    "          (--dry-run: only list them); the store must not be open in another process\n";
+    "          (--dry-run: only list them); the store must not be open in another process\n"
+    "  repair  rebuild the index from the verified blobs (after index.sqlite was deleted or lost its\n"
+    "          meta rows); drops rows whose blob is missing or corrupt; the store must not be open\n"
+    "ls, stat and verify only read (safe while engines have the store open, also on a read-only disk).\n";
+
+json remote_json(const RemoteSummary& r) {
+  return {{"url", r.url},
+          {"reachable", r.reachable},
+          {"error", r.error},
+          {"cluster", r.cluster},
+          {"nodes", r.nodes},
+          {"entries", r.entries},
+          {"keys", r.keys},
+          {"used_memory_bytes", r.used_memory_bytes},
+          {"maxmemory_bytes", r.maxmemory_bytes},
+          {"maxmemory_policy", r.maxmemory_policy},
+          {"server_version", r.server_version}};
+}
+
+void print_remote(const RemoteSummary& r) {
+  if (!r.reachable) {
+    std::printf("remote tier  %s: UNREACHABLE (%s)\n", r.url.c_str(), r.error.c_str());
+    return;
+  }
+  std::string nodes;
+  for (const auto& n : r.nodes) nodes += (nodes.empty() ? "" : ",") + n;
+  std::printf("remote tier  %s (%s %s, %zu node%s: %s)\n", r.url.c_str(), r.cluster ? "cluster of" : "server",
+              r.server_version.c_str(), r.nodes.size(), r.nodes.size() == 1 ? "" : "s", nodes.c_str());
+  std::printf("             %lld orbit entries, %lld keys, %lld bytes used, maxmemory %lld, policy %s\n",
+              static_cast<long long>(r.entries), static_cast<long long>(r.keys),
+              static_cast<long long>(r.used_memory_bytes), static_cast<long long>(r.maxmemory_bytes),
+              r.maxmemory_policy.c_str());
+}
 
 json entry_json(const StoreEntryInfo& e) {
   return {{"key", e.key},
@@ -57,11 +96,19 @@ int run_ls(const Args& args, const std::string& dir) {
 }
 
 int run_stat(const Args& args, const std::string& dir) {
+  const std::optional<std::string> remote = args.get("--remote");
+  std::optional<RemoteSummary> r;
+  if (remote) r = summarize_remote(*remote);
+  if (dir.empty() && remote) {  // the remote tier alone
+    if (args.flag("--json")) std::cout << json{{"remote", remote_json(*r)}}.dump(2) << "\n";
+    else print_remote(*r);
+    return r->reachable ? 0 : 1;
+  }
   const StoreSummary s = summarize_store(dir);
   json kinds = json::object();
   for (const auto& [kind, count] : s.entries_by_kind) kinds[kind]["entries"] = count;
   for (const auto& [kind, bytes] : s.bytes_by_kind) kinds[kind]["blob_bytes"] = bytes;
-  const json out = {{"dir", s.dir},
+  json out = {{"dir", s.dir},
                     {"model_fingerprint", s.model_fingerprint},
                     {"format_version", s.format_version},
                     {"tiers", {{"disk", {{"entries", s.entries}, {"value_bytes", s.value_bytes},
@@ -72,9 +119,10 @@ int run_stat(const Args& args, const std::string& dir) {
                     {"marked_corrupt", s.marked_corrupt},
                     {"unreferenced_blobs", s.unreferenced_blobs},
                     {"temp_files", s.temp_files}};
+  if (r) out["remote"] = remote_json(*r);
   if (args.flag("--json")) {
     std::cout << out.dump(2) << "\n";
-    return 0;
+    return r && !r->reachable ? 1 : 0;
   }
   std::printf("store        %s\n", s.dir.c_str());
   std::printf("fingerprint  %s (format %lld)\n", s.model_fingerprint.c_str(), static_cast<long long>(s.format_version));
@@ -89,6 +137,26 @@ int run_stat(const Args& args, const std::string& dir) {
   std::printf("marked corrupt %lld, unreferenced blobs %lld, temp files %lld\n",
               static_cast<long long>(s.marked_corrupt), static_cast<long long>(s.unreferenced_blobs),
               static_cast<long long>(s.temp_files));
+  if (r) print_remote(*r);
+  return r && !r->reachable ? 1 : 0;
+}
+
+int run_repair(const Args& args, const std::string& dir) {
+  const RepairReport r = repair_store(dir);
+  if (args.flag("--json")) {
+    std::cout << json{{"blobs_scanned", r.blobs_scanned}, {"rows_restored", r.rows_restored},
+                      {"rows_dropped", r.rows_dropped}, {"blobs_rejected", r.blobs_rejected},
+                      {"meta_restored", r.meta_restored}, {"model_fingerprint", r.model_fingerprint},
+                      {"notes", r.notes}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());
+  std::printf("%lld blobs scanned; %lld rows restored, %lld dropped, %lld blobs rejected%s; model %s\n",
+              static_cast<long long>(r.blobs_scanned), static_cast<long long>(r.rows_restored),
+              static_cast<long long>(r.rows_dropped), static_cast<long long>(r.blobs_rejected),
+              r.meta_restored ? "; meta rows restored" : "", r.model_fingerprint.c_str());
   return 0;
 }
 
@@ -139,15 +207,21 @@ int run_store(int argc, char** argv, int first) {
     return first >= argc ? 2 : 0;
   }
   const std::string sub = argv[first];
-  ORBIT_CHECK(sub == "ls" || sub == "stat" || sub == "verify" || sub == "gc",
-              "store: unknown subcommand '" << sub << "' (known: ls, stat, verify, gc)");
-  const ArgSpec spec{{"--store"}, sub == "gc" ? std::set<std::string>{"--json", "--dry-run"}
-                                              : std::set<std::string>{"--json"}};
+  ORBIT_CHECK(sub == "ls" || sub == "stat" || sub == "verify" || sub == "gc" || sub == "repair",
+              "store: unknown subcommand '" << sub << "' (known: ls, stat, verify, gc, repair)");
+  std::set<std::string> flags{"--json"};
+  if (sub == "gc") flags.insert("--dry-run");
+  std::set<std::string> values{"--store"};
+  if (sub == "stat") values.insert("--remote");
+  const ArgSpec spec{values, flags};
   const Args args("store " + sub, spec, argc, argv, first + 1);
+  if (sub == "stat" && args.get("--remote") && !args.get("--store")) return run_stat(args, "");
   const std::string dir = args.required("--store");
+  ORBIT_CHECK(!dir.empty(), "store " << sub << ": --store is empty (give the store directory)");
   if (sub == "ls") return run_ls(args, dir);
   if (sub == "stat") return run_stat(args, dir);
   if (sub == "verify") return run_verify(args, dir);
+  if (sub == "repair") return run_repair(args, dir);
   return run_gc(args, dir);
 }
 

@@ -1,16 +1,21 @@
 // bench_store: the chunk store's save and load throughput per tier, side by side with a plain file copy
-// of the same bytes in the same run, and the time to recall a chunk's canonical from disk vs. re-prefilling
-// it. Prints tables of ratios and writes JSON. Not a test: absolute numbers depend on the machine and its
-// load; compare the ratios of one run.
+// of the same bytes in the same run; the time to recall a chunk's canonical from host, disk and a remote
+// tier vs. re-prefilling it; and N processes sharing one store directory. Prints tables of ratios and
+// writes JSON. Not a test: absolute numbers depend on the machine and its load; compare the ratios of
+// one run.
 //
 //   bench_store [--model PATH | --preset qwen2.5-0.5b [--layers N]] [--tokens 1024] [--reps 5]
 //               [--dir DIR (store location, default: the system temp dir)] [--json PATH] [--cache DIR]
-//               [--threads N]
+//               [--threads N] [--remote auto|none|redis://...|redis-cluster://...]
+//               [--procs 1,2,4] [--share-keys 200] [--share-bytes 1048576]
 //
 // Throughput payload: the canonical of one --tokens chunk of the model (every layer's k and v, float32);
 // a save includes copying the runtime's tensors into a stored value (what an engine pays).
 // "plain copy" = write(2) the same bytes to one file + fsync (the durability a store write gives), and
 // read(2) them back into memory. Disk reads come from the page cache in both columns (no cache dropping).
+// --remote auto (the default) starts a redis-server on a free port of 127.0.0.1 for the run (loopback:
+// the network cost is the kernel's, not a real link's). --procs: each N runs N processes on one fresh
+// directory, each looking up --share-keys keys in its own order and putting what it misses.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fcntl.h>
@@ -29,6 +34,7 @@
 #include <vector>
 
 #include "args.h"
+#include "bench_share.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
@@ -53,11 +59,17 @@ struct Options {
   std::string json = "bench_store.json";
   std::string cache = "bench-models";
   int threads = static_cast<int>(std::thread::hardware_concurrency());
+  std::string remote = "auto";
+  std::vector<int> procs = {1, 2, 4};
+  int64_t share_keys = 200;
+  int64_t share_bytes = int64_t{1} << 20;
 };
 
 Options parse(int argc, char** argv) {
   const orbit::cli::Args a("bench_store",
-                           {{"--model", "--preset", "--layers", "--tokens", "--reps", "--dir", "--json", "--cache", "--threads"}, {}},
+                           {{"--model", "--preset", "--layers", "--tokens", "--reps", "--dir", "--json", "--cache", "--threads",
+                             "--remote", "--procs", "--share-keys", "--share-bytes"},
+                            {}},
                            argc, argv, 1);
   Options o;
   o.model = a.get_or("--model", o.model);
@@ -69,6 +81,22 @@ Options parse(int argc, char** argv) {
   o.json = a.get_or("--json", o.json);
   o.cache = a.get_or("--cache", o.cache);
   o.threads = static_cast<int>(a.get_int("--threads", o.threads, 1));
+  o.remote = a.get_or("--remote", o.remote);
+  o.share_keys = a.get_int("--share-keys", o.share_keys, 1);
+  o.share_bytes = a.get_int("--share-bytes", o.share_bytes, 8);
+  if (const auto list = a.get("--procs")) {
+    o.procs.clear();
+    std::size_t p = 0;
+    while (p <= list->size()) {
+      const std::size_t q = std::min(list->find(',', p), list->size());
+      const std::string item = list->substr(p, q - p);
+      ORBIT_CHECK(!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && std::stoi(item) >= 1 &&
+                      std::stoi(item) <= 64,
+                  "bench_store: --procs '" << *list << "': expected counts 1..64 separated by commas");
+      o.procs.push_back(std::stoi(item));
+      p = q + 1;
+    }
+  }
   return o;
 }
 
@@ -136,6 +164,7 @@ std::string load_or_generate(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  if (argc > 1 && std::string(argv[1]) == "--share-worker") return orbit::bench::run_share_worker(argc, argv);
   const Options o = parse(argc, argv);
   at::set_num_threads(o.threads);
   const std::string path = load_or_generate(o);
@@ -187,6 +216,7 @@ int main(int argc, char** argv) try {
     so.device = st::DeviceTierOptions{st::device_layout_for(c, 16), (o.tokens + 15) / 16 + 1};
     return so;
   };
+  double host_recall_s = 0;
   {
     st::ChunkStore memory(store_options("", false));
     st::PutOptions dev{orbit::StoreTier::kDevice, false, /*replace=*/true};
@@ -197,6 +227,7 @@ int main(int argc, char** argv) try {
     const double hsave = median_seconds(o.reps, nullptr, [&] { ORBIT_CHECK(memory.put(key, st::canonical_value(canonical), host), "host put"); });
     const double hload = median_seconds(o.reps, nullptr, [&] { (void)memory.get(key).value(); });
     row("host", hsave, hload, plain_save, plain_load);
+    host_recall_s = hload;
   }
   double recall_s = 0;
   for (const bool int8 : {false, true}) {
@@ -219,8 +250,60 @@ int main(int argc, char** argv) try {
   std::printf("\nsave = copying the runtime's tensors into a stored value + put; host load hands out the cached\n"
               "value itself (no bytes move); disk load = index lookup, read, SHA-256 check, decode\n");
 
-  std::printf("\nrecall of a %lld-token chunk: re-prefill %.3f s, canonical from disk %.3f s: disk is %.1fx faster\n",
-              (long long)o.tokens, prefill_s, recall_s, prefill_s / recall_s);
+  // ---- recall from each tier vs. re-prefill ---------------------------------------------------------
+  nlohmann::json recall = {{"reprefill_s", prefill_s}, {"host_s", host_recall_s}, {"disk_s", recall_s},
+                           {"disk_speedup", prefill_s / recall_s}};
+  std::printf("\nrecall of a %lld-token chunk (%.1f MiB of KV), median of %d:\n", (long long)o.tokens, mib, o.reps);
+  std::printf("  %-26s %10s %18s\n", "from", "seconds", "vs re-prefill");
+  std::printf("  %-26s %10.4f %17.1fx\n", "re-prefill (forward)", prefill_s, 1.0);
+  std::printf("  %-26s %10.4f %17.1fx\n", "host (memory tier)", host_recall_s, prefill_s / host_recall_s);
+  std::printf("  %-26s %10.4f %17.1fx\n", "disk (read+verify+decode)", recall_s, prefill_s / recall_s);
+  std::unique_ptr<orbit::bench::LocalRedis> redis;
+  std::string remote = o.remote == "auto" ? "" : o.remote;
+  if (o.remote == "auto") {
+    redis = std::make_unique<orbit::bench::LocalRedis>((root / "redis").string());
+    remote = redis->url();
+  }
+  if (o.remote != "none") {
+    const orbit::bench::RemoteRecall r =
+        orbit::bench::measure_remote_recall(remote, model->fingerprint(), key, st::canonical_value(canonical), o.reps);
+    std::printf("  %-26s %10.4f %17.1fx   (%s; %.1f MiB on the wire, %lld/%lld hits; save %.3f s)\n",
+                "remote (redis)", r.load_s, prefill_s / r.load_s, remote.c_str(),
+                static_cast<double>(r.blob_bytes) / (1 << 20), (long long)r.hits, (long long)r.gets, r.save_s);
+    recall["remote_s"] = r.load_s;
+    recall["remote_speedup"] = prefill_s / r.load_s;
+    recall["remote_save_s"] = r.save_s;
+    recall["remote_blob_bytes"] = r.blob_bytes;
+    recall["remote_hit_rate"] = r.gets ? static_cast<double>(r.hits) / static_cast<double>(r.gets) : 0.0;
+    recall["remote_url"] = remote;
+  }
+  redis.reset();
+
+  // ---- N processes, one directory ------------------------------------------------------------------
+  nlohmann::json shared = nlohmann::json::array();
+  std::printf("\n%zu runs of N processes sharing one store directory (%lld keys each, %.1f MiB values):\n",
+              o.procs.size(), (long long)o.share_keys, static_cast<double>(o.share_bytes) / (1 << 20));
+  std::printf("  %5s %10s %12s %10s %8s %12s %12s\n", "N", "lookups", "lookups/s", "hit rate", "puts", "MiB read",
+              "blob MiB");
+  double base_rate = 0;
+  for (int n : o.procs) {
+    const orbit::bench::ShareResult r = orbit::bench::measure_shared_directory(
+        fs::canonical("/proc/self/exe").string(), (root / ("shared-" + std::to_string(n))).string(), n, o.share_keys,
+        o.share_bytes);
+    const double rate = static_cast<double>(r.lookups) / r.seconds;
+    if (base_rate == 0) base_rate = rate;
+    const double hit_rate = static_cast<double>(r.hits) / static_cast<double>(r.lookups);
+    std::printf("  %5d %10lld %12.0f %9.1f%% %8lld %12.1f %12.1f   (%.2fx the first row's lookups/s)\n", n,
+                (long long)r.lookups, rate, 100 * hit_rate, (long long)r.puts,
+                static_cast<double>(r.bytes_read) / (1 << 20), static_cast<double>(r.blob_bytes) / (1 << 20),
+                rate / base_rate);
+    shared.push_back({{"processes", n}, {"lookups", r.lookups}, {"seconds", r.seconds}, {"lookups_per_s", rate},
+                      {"wall_seconds", r.wall_seconds},
+                      {"hits", r.hits}, {"puts", r.puts}, {"hit_rate", hit_rate}, {"bytes_read", r.bytes_read},
+                      {"blob_bytes", r.blob_bytes}});
+  }
+  std::printf("  lookups/s: all processes' lookups over the slowest one's loop. Puts above the key count are\n"
+              "  races (two processes missed one key at once and both computed it); it is stored once (blob MiB)\n");
   const nlohmann::json report = {{"benchmark", "store"},
                                  {"model", path},
                                  {"layers", c.num_layers},
@@ -229,8 +312,8 @@ int main(int argc, char** argv) try {
                                  {"threads", at::get_num_threads()},
                                  {"reps", o.reps},
                                  {"tiers", tiers},
-                                 {"recall", {{"reprefill_s", prefill_s}, {"disk_s", recall_s},
-                                             {"disk_speedup", prefill_s / recall_s}}}};
+                                 {"recall", recall},
+                                 {"shared_directory", shared}};
   std::ofstream(o.json) << report.dump(2) << "\n";
   std::printf("wrote %s\n", o.json.c_str());
   std::error_code ec;

@@ -101,6 +101,7 @@ const char* tier_name(Tier tier) noexcept {
     case Tier::kDevice: return "device";
     case Tier::kHost: return "host";
     case Tier::kDisk: return "disk";
+    case Tier::kRemote: return "remote";
   }
   return "?";
 }
@@ -128,7 +129,8 @@ CostModel::CostModel(const CostCoefficients& c) : c_(c) {
   for (double v : {c.forward_per_token, c.forward_per_token_context, c.forward_fixed})
     ORBIT_CHECK(std::isfinite(v) && v >= 0, "CostModel: forward coefficients must be finite and ≥ 0, got " << v);
   for (double v : {c.relocate_bytes_per_s, c.patch_apply_bytes_per_s, c.patch_form_bytes_per_s,
-                   c.transfer_bytes_per_s[0], c.transfer_bytes_per_s[1], c.transfer_bytes_per_s[2]})
+                   c.transfer_bytes_per_s[0], c.transfer_bytes_per_s[1], c.transfer_bytes_per_s[2],
+                   c.transfer_remote_bytes_per_s})
     ORBIT_CHECK(std::isfinite(v) && v > 0, "CostModel: bandwidths must be finite and > 0, got " << v);
 }
 
@@ -138,12 +140,13 @@ CostModel CostModel::fit(const std::vector<CostSample>& samples) {
                          k::kTransferDevice, k::kTransferHost, k::kTransferDisk};
   std::map<std::string, std::vector<const CostSample*>> by_kind;
   for (const char* kind : kinds) by_kind[kind];
+  by_kind[k::kTransferRemote];  // optional
   for (size_t i = 0; i < samples.size(); ++i) {
     const CostSample& s = samples[i];
     auto it = by_kind.find(s.what);
     ORBIT_CHECK(it != by_kind.end(), "CostModel::fit: sample " << i << " has unknown kind '" << s.what
                                          << "' (forward, relocate, patch_apply, patch_form, transfer_device, "
-                                            "transfer_host, transfer_disk)");
+                                            "transfer_host, transfer_disk, transfer_remote)");
     ORBIT_CHECK(s.tokens >= 0 && s.context_tokens >= 0 && s.bytes >= 0 && std::isfinite(s.seconds) && s.seconds >= 0,
                 "CostModel::fit: sample " << i << " (" << s.what << ") has a negative or non-finite field");
     it->second.push_back(&s);
@@ -166,6 +169,7 @@ CostModel CostModel::fit(const std::vector<CostSample>& samples) {
   c.patch_apply_bytes_per_s = bandwidth(k::kPatchApply);
   c.patch_form_bytes_per_s = bandwidth(k::kPatchForm);
   c.transfer_bytes_per_s = {bandwidth(k::kTransferDevice), bandwidth(k::kTransferHost), bandwidth(k::kTransferDisk)};
+  if (!by_kind[k::kTransferRemote].empty()) c.transfer_remote_bytes_per_s = bandwidth(k::kTransferRemote);
   return CostModel(c);
 }
 
@@ -178,6 +182,7 @@ double CostModel::seconds_relocate(int64_t bytes) const { return bytes / c_.relo
 double CostModel::seconds_patch_apply(int64_t bytes) const { return bytes / c_.patch_apply_bytes_per_s; }
 double CostModel::seconds_patch_form(int64_t bytes) const { return bytes / c_.patch_form_bytes_per_s; }
 double CostModel::seconds_transfer(int64_t bytes, Tier tier) const {
+  if (tier == Tier::kRemote) return bytes / c_.transfer_remote_bytes_per_s;
   return bytes / c_.transfer_bytes_per_s[static_cast<int>(tier)];
 }
 
@@ -209,7 +214,8 @@ std::string CostModel::describe() const {
          " + " + si(c_.forward_fixed, "s") + "; relocate " + si(c_.relocate_bytes_per_s, "B/s") + "; patch apply " +
          si(c_.patch_apply_bytes_per_s, "B/s") + "; patch form " + si(c_.patch_form_bytes_per_s, "B/s") +
          "; transfer device " + si(c_.transfer_bytes_per_s[0], "B/s") + ", host " +
-         si(c_.transfer_bytes_per_s[1], "B/s") + ", disk " + si(c_.transfer_bytes_per_s[2], "B/s");
+         si(c_.transfer_bytes_per_s[1], "B/s") + ", disk " + si(c_.transfer_bytes_per_s[2], "B/s") +
+         ", remote " + si(c_.transfer_remote_bytes_per_s, "B/s");
 }
 
 }  // namespace orbit::planner

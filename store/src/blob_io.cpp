@@ -168,4 +168,28 @@ Status ensure_directory(const std::string& path, const IoHooks& hooks) {
   return Status::ok();
 }
 
+Result<std::string> confine_blob_path(const std::string& root, const std::string& blobs_root,
+                                      const std::string& relative) {
+  namespace fs = std::filesystem;
+  const fs::path rel(relative);
+  auto refuse = [&](const std::string& why) {
+    return Status::refused("store " + root + ": blob path '" + relative + "' " + why + " (every blob must stay inside " +
+                           root + "/blobs)");
+  };
+  if (relative.empty() || rel.is_absolute()) return refuse("is absolute or empty");
+  for (const fs::path& part : rel) {
+    if (part == "..") return refuse("contains '..'");
+  }
+  if (relative.compare(0, 6, "blobs/") != 0) return refuse("is not under blobs/");
+  const std::string path = root + "/" + relative;
+  std::error_code ec;
+  const std::string parent = fs::weakly_canonical(fs::path(path).parent_path(), ec).string();
+  if (ec) return refuse("cannot be resolved: " + ec.message());
+  if (parent != blobs_root && parent.compare(0, blobs_root.size() + 1, blobs_root + "/") != 0) {
+    return refuse("leads out of the store through a symlink (to " + parent + ")");
+  }
+  if (fs::is_symlink(fs::symlink_status(path, ec))) return refuse("is a symlink");
+  return path;
+}
+
 }  // namespace orbit::store

@@ -1,6 +1,7 @@
 #include "orbit/store/chunk_store.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "orbit/common/error.h"
 
@@ -27,6 +28,7 @@ ChunkStore::ChunkStore(ChunkStoreOptions options) : options_(std::move(options))
     disk.model_fingerprint = options_.model_fingerprint;
     disk.budget_bytes = options_.disk_budget_bytes;
     disk.int8_canonicals = options_.int8_cold_tier;
+    disk.lease_ms = options_.lease_ms;
     disk.io_hooks = options_.io_hooks;
     disk_ = std::make_unique<DiskTier>(disk);
     for (const auto& [key, row] : disk_->rows()) {
@@ -41,13 +43,59 @@ ChunkStore::ChunkStore(ChunkStoreOptions options) : options_(std::move(options))
       meta_.emplace(key, m);
     }
   }
+  if (!options_.remote.url.empty() || options_.remote_backend) {
+    remote_ = std::make_unique<RemoteTier>(options_.remote, options_.model_fingerprint, options_.remote_backend);
+  }
 }
 
 ChunkStore::~ChunkStore() {
   try {
     (void)flush();
+    // Queued remote writes get a bounded chance to leave (they are durable locally either way).
+    if (remote_ && remote_->stats().available) (void)remote_->drain(std::chrono::milliseconds(2000));
   } catch (...) {  // a destructor must not throw; the access times are an optimisation
   }
+}
+
+bool ChunkStore::drain_remote(std::chrono::milliseconds timeout) { return !remote_ || remote_->drain(timeout); }
+
+void ChunkStore::disk_failed(const Status& status) {
+  ++io_errors_;
+  const bool first = !disk_degraded_ && disk_warning_.empty();
+  disk_degraded_ = true;
+  disk_warning_ = status.reason();
+  if (first && options_.warn_disk_errors) {
+    std::fprintf(stderr,
+                 "orbit: warning: store %s: a disk write failed (%s); entries are kept in memory (host budget %lld "
+                 "bytes) and are not durable until a write succeeds again (stats().store.disk_degraded)\n",
+                 options_.dir.c_str(), status.reason().c_str(), static_cast<long long>(options_.host_budget_bytes));
+  }
+}
+
+ChunkStore::Meta* ChunkStore::known(const std::string& key) {
+  auto it = meta_.find(key);
+  if (it != meta_.end()) return &it->second;
+  if (!disk_) return nullptr;
+  const DiskRow* row = disk_->find(key);  // committed by another process since we opened
+  if (row == nullptr) return nullptr;
+  Meta m;
+  m.kind = row->kind;
+  m.hits = row->hits;
+  m.last_access = ++clock_;
+  m.recompute_cost = row->recompute_cost;
+  m.expected_reuse = row->expected_reuse;
+  return &meta_.emplace(key, m).first->second;
+}
+
+void ChunkStore::sync_disk() {
+  std::vector<std::string> added, removed;
+  try {
+    disk_->sync(&added, &removed);
+  } catch (const Error&) {
+    return;  // the index is busy: decide on what the mirror knows
+  }
+  for (const std::string& key : added) (void)known(key);
+  for (const std::string& key : removed) forget_if_gone(key);
 }
 
 Tier* ChunkStore::tier(StoreTier id) const {
@@ -55,6 +103,7 @@ Tier* ChunkStore::tier(StoreTier id) const {
     case StoreTier::kDevice: return device_.get();
     case StoreTier::kHost: return host_.get();
     case StoreTier::kDisk: return disk_.get();
+    case StoreTier::kRemote: break;  // not a Tier (remote_tier.h)
   }
   return nullptr;
 }
@@ -64,6 +113,7 @@ const EvictionPolicy& ChunkStore::policy(StoreTier id) const {
     case StoreTier::kDevice: return *options_.device_policy;
     case StoreTier::kHost: return *options_.host_policy;
     case StoreTier::kDisk: return *options_.disk_policy;
+    case StoreTier::kRemote: break;
   }
   return *options_.host_policy;
 }
@@ -99,6 +149,7 @@ Status ChunkStore::make_room(Tier& t, int64_t need, const std::string& exclude) 
     return Status::out_of_capacity(std::string(name) + " tier: " + std::to_string(need) +
                                    " bytes exceed its whole budget of " + std::to_string(t.budget_bytes()));
   }
+  if (&t == disk_.get() && t.budget_bytes() != std::numeric_limits<int64_t>::max()) sync_disk();
   if (t.budget_bytes() - t.used_bytes() >= need) return Status::ok();
   std::vector<EvictionCandidate> candidates;
   int64_t evictable = 0, held = 0;
@@ -135,12 +186,15 @@ Status ChunkStore::make_room(Tier& t, int64_t need, const std::string& exclude) 
 }
 
 void ChunkStore::evict(Tier& t, const std::string& key) {
-  ++counters(t.id()).evictions;
   if (t.id() == StoreTier::kDisk) {
-    disk_->remove(key);  // the last tier: the entry leaves the store unless a memory tier still holds it
+    // The last tier: the entry leaves the store unless a memory tier still holds it. Another process's
+    // pin or read lease keeps it (evict answers false).
+    Result<bool> evicted = disk_->evict(key);
+    if (evicted && evicted.value()) ++counters(t.id()).evictions;
     forget_if_gone(key);
     return;
   }
+  ++counters(t.id()).evictions;
   Result<ValuePtr> value = t.read(key);
   t.remove(key);
   if (value && place_below(t.id(), key, value.value())) ++counters(t.id()).demotions;
@@ -159,7 +213,7 @@ bool ChunkStore::place_below(StoreTier from, const std::string& key, const Value
 Status ChunkStore::write_to_disk_locked(const std::string& key, const ValuePtr& value) {
   Result<PreparedBlob> blob = disk_->prepare(key, *value);
   if (!blob) {
-    ++io_errors_;
+    disk_failed(blob.status());
     return blob.status();
   }
   Status room = make_room(*disk_, blob.value().blob_bytes - disk_->charged(key), key);
@@ -168,8 +222,9 @@ Status ChunkStore::write_to_disk_locked(const std::string& key, const ValuePtr& 
     return room;
   }
   auto it = meta_.find(key);
-  Status s = disk_->commit(blob.value(), it == meta_.end() ? RowAttrs{} : row_attrs(it->second));
-  if (!s) ++io_errors_;
+  Status s = disk_->commit(blob.value(), it == meta_.end() ? RowAttrs{} : row_attrs(it->second), false);
+  if (!s) disk_failed(s);
+  else disk_degraded_ = false;
   return s;
 }
 
@@ -186,18 +241,29 @@ bool ChunkStore::place_in_memory(StoreTier highest, const std::string& key, cons
 // ---- the API -----------------------------------------------------------------------------------------
 
 Status ChunkStore::put(const std::string& key, const ValuePtr& value, const PutOptions& options) {
+  Status s = put_local(key, value, options);
+  if (s && remote_) remote_->put(key, value);  // after the local copy: a failed remote write loses nothing
+  return s;
+}
+
+Status ChunkStore::put_local(const std::string& key, const ValuePtr& value, const PutOptions& options) {
   check_key(key, "put");
   ORBIT_CHECK(value != nullptr, "ChunkStore::put: null value for key " << key);
   if (!options.replace) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = meta_.find(key);
-    if (it != meta_.end()) {  // content-addressed: the same key already holds this content
-      touch(key, it->second);
-      if (options.pin && !it->second.pinned) {
+    Meta* m = known(key);
+    // Held in memory only because an earlier disk write failed: write it through now (fall through).
+    const bool not_durable = m && disk_ && options_.write_through && options.tier != StoreTier::kDisk &&
+                             disk_->locate(key) == nullptr;
+    if (m && !not_durable) {  // content-addressed: the same key already holds this content
+      touch(key, *m);
+      if (options.pin && !m->pinned) {
         Status pinned = disk_ ? disk_->set_pinned(key, true) : Status::ok();
         if (!pinned) return pinned;
-        it->second.pinned = true;
+        m->pinned = true;
       }
+      const bool in_memory = (device_ && device_->contains(key)) || host_->contains(key);
+      if (!in_memory && options.tier != StoreTier::kDisk) (void)place_in_memory(options.tier, key, value);
       return Status::ok();
     }
   }
@@ -209,14 +275,17 @@ Status ChunkStore::put(const std::string& key, const ValuePtr& value, const PutO
     return Status::refused("ChunkStore::put: PutOptions::tier is disk but the store has no directory");
   }
   std::optional<PreparedBlob> prepared;
+  Status disk_error;
   if (durable || disk_only) {
     Result<PreparedBlob> blob = disk_->prepare(key, *value);  // outside the lock: encode, write, fsync
-    if (!blob) {
+    if (blob) {
+      prepared = blob.value();
+    } else {
       std::lock_guard<std::mutex> lock(mu_);
-      ++io_errors_;
-      return blob.status();
+      disk_failed(blob.status());
+      if (disk_only) return blob.status();
+      disk_error = blob.status();  // kept in memory below
     }
-    prepared = blob.value();
   }
   std::lock_guard<std::mutex> lock(mu_);
   Meta m;
@@ -236,11 +305,18 @@ Status ChunkStore::put(const std::string& key, const ValuePtr& value, const PutO
       ++refusals_;
       return room;
     }
-    Status committed = disk_->commit(*prepared, row_attrs(m));
+    Status committed = disk_->commit(*prepared, row_attrs(m), options.replace);
     if (!committed) {
-      ++io_errors_;
-      forget_if_gone(key);
-      return committed;
+      disk_failed(committed);
+      if (disk_only) {
+        forget_if_gone(key);
+        return committed;
+      }
+      disk_error = committed;
+      prepared.reset();
+    } else {
+      disk_degraded_ = false;
+      if (m.pinned) (void)disk_->set_pinned(key, true);
     }
   }
   // A replaced value leaves every tier (a disk copy too, unless the new value was just committed there).
@@ -253,7 +329,7 @@ Status ChunkStore::put(const std::string& key, const ValuePtr& value, const PutO
   meta_[key] = m;
   if (disk_only || place_in_memory(options.tier, key, value)) return Status::ok();
   if (prepared) return Status::ok();  // durable on disk; no memory tier could hold a copy
-  if (disk_) {
+  if (disk_ && disk_error.is_ok()) {
     Status s = write_to_disk_locked(key, value);
     if (s) return s;
     forget_if_gone(key);
@@ -262,6 +338,7 @@ Status ChunkStore::put(const std::string& key, const ValuePtr& value, const PutO
   }
   meta_.erase(key);
   ++refusals_;
+  if (!disk_error.is_ok()) return disk_error;  // neither the disk nor memory could keep it
   return Status::out_of_capacity("ChunkStore::put: no tier can admit " + std::to_string(value->bytes()) +
                                  " bytes for key " + key + " (host budget " +
                                  std::to_string(host_->budget_bytes()) + ", no disk tier)");
@@ -269,17 +346,15 @@ Status ChunkStore::put(const std::string& key, const ValuePtr& value, const PutO
 
 Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& options) {
   check_key(key, "get");
-  for (int attempt = 0;; ++attempt) {
+  Status local_miss = Status::not_found("ChunkStore: no entry " + key);
+  for (int attempt = 0; attempt < 4; ++attempt) {
     DiskRow row;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = meta_.find(key);
-      if (it == meta_.end()) {
-        ++misses_;
-        return Status::not_found("ChunkStore: no entry " + key);
-      }
-      touch(key, it->second);
-      ++it->second.hits;
+      Meta* m = known(key);
+      if (m == nullptr) break;
+      touch(key, *m);
+      ++m->hits;
       for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost}) {
         Tier* t = tier(id);
         if (t == nullptr || !t->contains(key)) continue;
@@ -288,25 +363,39 @@ Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& optio
         return v;
       }
       const DiskRow* located = disk_ ? disk_->locate(key) : nullptr;
-      ORBIT_CHECK(located != nullptr, "ChunkStore: entry " << key << " is in no tier (bookkeeping bug)");
+      if (located == nullptr) {  // evicted meanwhile (here or by another process)
+        forget_if_gone(key);
+        continue;
+      }
       row = *located;
     }
+    // A read lease keeps another process's eviction away from the row while its blob is read.
+    const bool leased = disk_->acquire_read(key);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const DiskRow* current = disk_->refresh(key);
+      if (current == nullptr) {
+        if (leased) disk_->release_read(key);
+        forget_if_gone(key);
+        continue;
+      }
+      row = *current;
+    }
     Result<ValuePtr> loaded = disk_->load(row);  // outside the lock: read, checksum, decode
+    if (leased) disk_->release_read(key);
     std::lock_guard<std::mutex> lock(mu_);
-    const DiskRow* current = disk_->locate(key);
+    const DiskRow* current = disk_->refresh(key);
     if (!loaded) {
-      if (current && current->blob != row.blob && attempt < 3) continue;  // rewritten meanwhile
-      if (!current || current->blob != row.blob) {
-        if (meta_.count(key) && attempt < 3) continue;  // moved to a memory tier or rewritten: look again
-        ++misses_;
-        return Status::not_found("ChunkStore: entry " + key + " was removed while being read");
+      if (current == nullptr || current->blob != row.blob) {  // removed or rewritten meanwhile: look again
+        forget_if_gone(key);
+        continue;
       }
       faults_.push_back({key, disk_->absolute(row.blob), loaded.status().reason()});
       ++corrupt_reads_;
-      ++misses_;
       disk_->mark_corrupt(row);
       forget_if_gone(key);
-      return loaded.status();
+      local_miss = loaded.status();
+      break;
     }
     ++counters(StoreTier::kDisk).hits;
     const bool still_same = current && current->blob == row.blob;
@@ -317,19 +406,44 @@ Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& optio
     }
     return loaded;
   }
+  if (remote_) {
+    Result<ValuePtr> remote = get_remote(key, options);
+    if (remote) return remote;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++misses_;
+  return local_miss;
+}
+
+Result<ValuePtr> ChunkStore::get_remote(const std::string& key, const GetOptions& options) {
+  Result<ValuePtr> r = remote_->get(key);  // bounded by the remote's timeouts; never throws for faults
+  if (!r) return r;
+  if (options.promote) {
+    PutOptions po;
+    po.recompute_cost = static_cast<double>(r.value()->bytes());
+    (void)put_local(key, r.value(), po);  // host, and durable on disk for the other processes here
+  }
+  return r;
 }
 
 bool ChunkStore::contains(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return meta_.count(key) > 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (meta_.count(key) > 0 || (disk_ && disk_->find(key) != nullptr)) return true;
+  }
+  return remote_ && remote_->contains(key);
 }
 
 std::optional<StoreTier> ChunkStore::residence(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost, StoreTier::kDisk}) {
-    const Tier* t = tier(id);
-    if (t && t->contains(key)) return id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost}) {
+      const Tier* t = tier(id);
+      if (t && t->contains(key)) return id;
+    }
+    if (disk_ && disk_->find(key) != nullptr) return StoreTier::kDisk;
   }
+  if (remote_ && remote_->contains(key)) return StoreTier::kRemote;
   return std::nullopt;
 }
 
@@ -428,6 +542,9 @@ StoreStats ChunkStore::stats() const {
   s.refusals = refusals_;
   s.corrupt_reads = corrupt_reads_;
   s.io_errors = io_errors_;
+  s.disk_degraded = disk_degraded_;
+  s.disk_warning = disk_warning_;
+  if (remote_) s.remote = remote_->stats();
   return s;
 }
 

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
+#include <optional>
 
 #include "orbit/common/error.h"
 
@@ -19,49 +21,137 @@ std::string blob_relative_path(const std::string& key) {
 
 }  // namespace
 
+namespace {
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t count_blob_files(const std::string& blobs) {
+  std::error_code ec;
+  int64_t n = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(blobs, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".blob") == 0) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
 DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
   ORBIT_CHECK(!options_.dir.empty(), "disk tier: the store directory is empty");
   ORBIT_CHECK(!options_.model_fingerprint.empty(), "disk tier " << options_.dir << ": the model fingerprint is empty");
   ORBIT_CHECK(options_.budget_bytes >= 0, "disk tier " << options_.dir << ": budget must be >= 0 bytes");
+  ORBIT_CHECK(options_.lease_ms >= 100, "disk tier " << options_.dir << ": lease_ms must be >= 100");
   options_.dir = std::filesystem::absolute(options_.dir).lexically_normal().string();
+  if (options_.dir.size() > 1 && options_.dir.back() == '/') options_.dir.pop_back();
   Status made = ensure_directory(options_.dir + "/blobs", options_.io_hooks);
   ORBIT_CHECK(made.is_ok(), "store " << options_.dir << ": " << made.reason());
+  std::error_code ec;
+  blobs_root_ = std::filesystem::canonical(options_.dir + "/blobs", ec).string();
+  ORBIT_CHECK(!ec, "store " << options_.dir << ": cannot resolve " << options_.dir << "/blobs: " << ec.message());
   const std::string lock_path = options_.dir + "/LOCK";
   lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   ORBIT_CHECK(lock_fd_ >= 0, "store " << options_.dir << ": cannot open " << lock_path << ": " << errno_text(errno));
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+  if (::flock(lock_fd_, LOCK_SH | LOCK_NB) != 0) {
     const int error = errno;
     ::close(lock_fd_);
-    ORBIT_FAIL("store " << options_.dir << " is open in another process or store object (" << lock_path
-                        << ": " << errno_text(error) << ")");
+    ORBIT_FAIL("store " << options_.dir << " is being collected or repaired by another process (" << lock_path
+                        << ": " << errno_text(error) << "); try again when `orbit store gc|repair` is done");
   }
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  owner_ = std::to_string(::getpid()) + "@" + host + "/" + unique_nonce();
   try {
-    index_ = std::make_unique<SqliteIndex>(options_.dir + "/index.sqlite", SqliteIndex::Mode::kReadWrite);
-    const auto recorded = index_->meta("model_fingerprint");
-    if (!recorded) {
-      Status s = index_->set_meta("model_fingerprint", options_.model_fingerprint);
-      ORBIT_CHECK(s.is_ok(), "store " << options_.dir << ": " << s.reason());
-    } else {
-      ORBIT_CHECK(*recorded == options_.model_fingerprint,
-                  "store " << options_.dir << " holds chunks of model fingerprint " << *recorded
-                           << ", not this model's " << options_.model_fingerprint
-                           << " (use another store directory for this model)");
+    const std::string index_path = options_.dir + "/index.sqlite";
+    if (!std::filesystem::exists(index_path)) {
+      const int64_t orphans = count_blob_files(options_.dir + "/blobs");
+      ORBIT_CHECK(orphans == 0, "store " << options_.dir << ": index.sqlite is missing but blobs/ holds " << orphans
+                                         << " blobs (was the index deleted?); run `orbit store repair --store "
+                                         << options_.dir << "` to rebuild the index from them, or remove "
+                                         << options_.dir << "/blobs to start empty");
     }
+    index_ = std::make_unique<SqliteIndex>(index_path, SqliteIndex::Mode::kReadWrite);
+    if (!index_->meta("model_fingerprint")) {
+      const int64_t rows = index_->count_rows();
+      ORBIT_CHECK(rows == 0, "store " << options_.dir << ": its index holds " << rows
+                                      << " entries but no model fingerprint (its meta rows were deleted); refusing "
+                                         "to adopt it for model "
+                                      << options_.model_fingerprint << ": run `orbit store repair --store "
+                                      << options_.dir << "`");
+    }
+    Result<std::string> recorded = index_->set_meta_if_absent("model_fingerprint", options_.model_fingerprint);
+    ORBIT_CHECK(recorded.is_ok(), "store " << options_.dir << ": " << recorded.status().reason());
+    ORBIT_CHECK(recorded.value() == options_.model_fingerprint,
+                "store " << options_.dir << " holds chunks of model fingerprint " << recorded.value()
+                         << ", not this model's " << options_.model_fingerprint
+                         << " (use another store directory for this model)");
     for (DiskRow& row : index_->rows()) {
       if (row.corrupt) continue;
-      used_ += row.blob_bytes;
-      rows_.emplace(row.key, std::move(row));
+      add_row(std::move(row));
     }
+    leases_ = std::make_unique<SqliteIndex>(index_path, SqliteIndex::Mode::kReadWrite);
+    leases_->relax_durability();
   } catch (...) {
+    leases_.reset();
     index_.reset();
     ::close(lock_fd_);
     throw;
   }
+  beat_ = std::thread([this] { heartbeat(); });
 }
 
 DiskTier::~DiskTier() {
+  {
+    std::lock_guard<std::mutex> lock(beat_mu_);
+    stop_ = true;
+  }
+  beat_cv_.notify_all();
+  if (beat_.joinable()) beat_.join();
+  {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    if (leases_) (void)leases_->release_all(owner_);
+    leases_.reset();
+  }
   index_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+}
+
+void DiskTier::heartbeat() {
+  std::unique_lock<std::mutex> lock(beat_mu_);
+  while (!beat_cv_.wait_for(lock, std::chrono::milliseconds(options_.lease_ms / 3), [&] { return stop_; })) {
+    std::lock_guard<std::mutex> leases(lease_mu_);
+    const int64_t now = now_ms();
+    (void)leases_->renew_leases(owner_, now + options_.lease_ms, now);  // a failure: retried next beat
+  }
+}
+
+void DiskTier::add_row(DiskRow row) {
+  row.pinned = false;  // pins are leases of live processes (the column of older stores is not a pin)
+  auto it = rows_.find(row.key);
+  if (it != rows_.end()) {
+    used_ -= it->second.blob_bytes;
+    row.pinned = it->second.pinned;
+  }
+  used_ += row.blob_bytes;
+  const std::string key = row.key;
+  rows_[key] = std::move(row);
+}
+
+Result<std::string> DiskTier::resolve(const std::string& blob) const {
+  return confine_blob_path(options_.dir, blobs_root_, blob);
+}
+
+bool DiskTier::acquire_read(const std::string& key) {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  return leases_->acquire_lease(key, owner_, SqliteIndex::LeaseKind::kRead, now_ms() + options_.lease_ms).is_ok();
+}
+
+void DiskTier::release_read(const std::string& key) {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  (void)leases_->release_lease(key, owner_, SqliteIndex::LeaseKind::kRead);
 }
 
 int64_t DiskTier::charge(const StoredValue& value) const {
@@ -92,10 +182,15 @@ Result<PreparedBlob> DiskTier::prepare(const std::string& key, const StoredValue
   return out;
 }
 
-void DiskTier::discard(const PreparedBlob& blob) const { ::unlink(absolute(blob.blob).c_str()); }
+void DiskTier::discard(const PreparedBlob& blob) const {
+  Result<std::string> path = resolve(blob.blob);
+  if (path) ::unlink(path.value().c_str());
+}
 
 Result<ValuePtr> DiskTier::load(const DiskRow& row) const {
-  const std::string path = absolute(row.blob);
+  Result<std::string> resolved = resolve(row.blob);
+  if (!resolved) return Status::not_found("corrupt row, key " + row.key + ": " + resolved.status().reason());
+  const std::string path = resolved.value();
   const std::string where = "key " + row.key + ", blob " + path;
   Result<at::Tensor> bytes = read_file_bytes(path);
   if (!bytes) return Status::not_found(where + ": " + bytes.status().reason());
@@ -112,7 +207,7 @@ Result<ValuePtr> DiskTier::load(const DiskRow& row) const {
   return decoded.value().value;
 }
 
-Status DiskTier::commit(const PreparedBlob& blob, const RowAttrs& attrs) {
+Status DiskTier::commit(const PreparedBlob& blob, const RowAttrs& attrs, bool replace) {
   DiskRow row;
   row.key = blob.key;
   row.kind = blob.kind;
@@ -121,23 +216,29 @@ Status DiskTier::commit(const PreparedBlob& blob, const RowAttrs& attrs) {
   row.blob_bytes = blob.blob_bytes;
   row.value_bytes = blob.value_bytes;
   row.checksum = blob.checksum;
-  row.pinned = attrs.pinned;
   row.hits = attrs.hits;
   row.last_access = attrs.last_access;
   row.recompute_cost = attrs.recompute_cost;
   row.expected_reuse = attrs.expected_reuse;
   std::string replaced;
-  Status s = index_->upsert(row, &replaced);
+  std::optional<DiskRow> kept;
+  Status s = index_->upsert(row, &replaced, replace, &kept);
   if (!s) {
     discard(blob);
     return s;
   }
+  if (kept) {  // another process committed this content first: use its row
+    discard(blob);
+    add_row(std::move(*kept));
+    return Status::ok();
+  }
   // The row is durable: the replaced blob (possibly of a corrupt row) is garbage now.
-  if (!replaced.empty()) ::unlink(absolute(replaced).c_str());
-  auto it = rows_.find(row.key);
-  if (it != rows_.end()) used_ -= it->second.blob_bytes;
-  used_ += row.blob_bytes;
-  rows_[row.key] = std::move(row);
+  if (!replaced.empty()) {
+    Result<std::string> old = resolve(replaced);
+    if (old) ::unlink(old.value().c_str());
+  }
+  add_row(std::move(row));
+  rows_[blob.key].pinned = attrs.pinned;
   return Status::ok();
 }
 
@@ -157,7 +258,10 @@ Status DiskTier::erase(const std::string& key) {
   std::string blob;
   Status s = index_->erase(key, &blob);
   if (!s) return s;
-  if (!blob.empty()) ::unlink(absolute(blob).c_str());
+  if (!blob.empty()) {
+    Result<std::string> path = resolve(blob);
+    if (path) ::unlink(path.value().c_str());
+  }
   auto it = rows_.find(key);
   if (it != rows_.end()) {
     used_ -= it->second.blob_bytes;
@@ -166,7 +270,29 @@ Status DiskTier::erase(const std::string& key) {
   return Status::ok();
 }
 
-void DiskTier::remove(const std::string& key) { (void)erase(key); }
+Result<bool> DiskTier::evict(const std::string& key) {
+  std::string blob;
+  auto it = rows_.find(key);
+  if (it != rows_.end() && it->second.pinned) return false;
+  Result<bool> erased = index_->erase_unleased(key, now_ms(), &blob);
+  if (!erased) return erased.status();
+  if (!erased.value()) {
+    (void)refresh(key);  // held by another process (kept), or already gone
+    return false;
+  }
+  if (!blob.empty()) {
+    Result<std::string> path = resolve(blob);
+    if (path) ::unlink(path.value().c_str());  // a reader that opened it keeps reading (POSIX unlink)
+  }
+  it = rows_.find(key);
+  if (it != rows_.end()) {
+    used_ -= it->second.blob_bytes;
+    rows_.erase(it);
+  }
+  return true;
+}
+
+void DiskTier::remove(const std::string& key) { (void)evict(key); }
 
 int64_t DiskTier::charged(const std::string& key) const {
   auto it = rows_.find(key);
@@ -176,6 +302,50 @@ int64_t DiskTier::charged(const std::string& key) const {
 const DiskRow* DiskTier::locate(const std::string& key) const {
   auto it = rows_.find(key);
   return it == rows_.end() ? nullptr : &it->second;
+}
+
+const DiskRow* DiskTier::find(const std::string& key) {
+  if (const DiskRow* known = locate(key)) return known;
+  return refresh(key);
+}
+
+const DiskRow* DiskTier::refresh(const std::string& key) {
+  std::optional<DiskRow> row;
+  try {
+    row = index_->row(key);
+  } catch (const Error&) {
+    return locate(key);  // the index is busy or unreadable right now: keep what the mirror knows
+  }
+  auto it = rows_.find(key);
+  if (!row || row->corrupt) {
+    if (it != rows_.end()) {
+      used_ -= it->second.blob_bytes;
+      rows_.erase(it);
+    }
+    return nullptr;
+  }
+  add_row(std::move(*row));
+  return &rows_.at(key);
+}
+
+void DiskTier::sync(std::vector<std::string>* added, std::vector<std::string>* removed) {
+  std::unordered_map<std::string, DiskRow> fresh;
+  for (DiskRow& row : index_->rows()) {
+    if (!row.corrupt) fresh.emplace(row.key, std::move(row));
+  }
+  std::vector<std::string> gone;
+  for (const auto& [key, row] : rows_) {
+    if (!fresh.count(key)) gone.push_back(key);
+  }
+  for (const std::string& key : gone) {
+    used_ -= rows_.at(key).blob_bytes;
+    rows_.erase(key);
+    removed->push_back(key);
+  }
+  for (auto& [key, row] : fresh) {
+    if (!rows_.count(key)) added->push_back(key);
+    add_row(std::move(row));
+  }
 }
 
 void DiskTier::mark_corrupt(const DiskRow& row) {
@@ -190,7 +360,12 @@ void DiskTier::mark_corrupt(const DiskRow& row) {
 Status DiskTier::set_pinned(const std::string& key, bool pinned) {
   auto it = rows_.find(key);
   if (it == rows_.end()) return Status::ok();
-  Status s = index_->set_pinned(key, pinned);
+  Status s;
+  {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    s = pinned ? leases_->acquire_lease(key, owner_, SqliteIndex::LeaseKind::kPin, now_ms() + options_.lease_ms)
+               : leases_->release_lease(key, owner_, SqliteIndex::LeaseKind::kPin);
+  }
   if (s) it->second.pinned = pinned;
   return s;
 }
@@ -221,7 +396,7 @@ void DiskTier::verify_integrity(bool deep) const {
     ORBIT_CHECK(it->second.blob == row.blob && it->second.checksum == row.checksum,
                 "disk tier integrity: index row " << row.key << " names blob " << row.blob << ", the tier "
                                                   << it->second.blob);
-    ORBIT_CHECK(std::filesystem::exists(absolute(row.blob)),
+    ORBIT_CHECK(resolve(row.blob).is_ok() && std::filesystem::exists(absolute(row.blob)),
                 "disk tier integrity: blob " << absolute(row.blob) << " of key " << row.key << " is missing");
   }
   ORBIT_CHECK(live == static_cast<int64_t>(rows_.size()),

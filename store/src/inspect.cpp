@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -24,10 +25,33 @@ using store::SqliteIndex;
 namespace {
 
 std::string store_root(const std::string& dir) {
-  const std::string root = fs::absolute(dir).lexically_normal().string();
-  ORBIT_CHECK(fs::is_regular_file(root + "/index.sqlite"),
-              "store " << root << ": not an orbit store (no index.sqlite)");
+  ORBIT_CHECK(!dir.empty(), "store: the store directory is empty (give --store DIR)");
+  std::error_code ec;
+  std::string root = fs::absolute(dir, ec).lexically_normal().string();
+  ORBIT_CHECK(!ec, "store " << dir << ": cannot resolve the path: " << ec.message());
+  if (root.size() > 1 && root.back() == '/') root.pop_back();
+  if (!fs::is_regular_file(root + "/index.sqlite", ec)) {
+    int64_t blobs = 0;
+    for (const auto& entry : fs::recursive_directory_iterator(root + "/blobs", ec)) {
+      blobs += entry.path().extension() == ".blob" ? 1 : 0;
+    }
+    ORBIT_CHECK(blobs == 0, "store " << root << ": index.sqlite is missing but blobs/ holds " << blobs
+                                     << " blobs (was the index deleted?); run `orbit store repair --store " << root
+                                     << "` to rebuild it");
+    ORBIT_FAIL("store " << root << ": not an orbit store (no index.sqlite)");
+  }
   return root;
+}
+
+std::string blobs_root(const std::string& root) {
+  std::error_code ec;
+  const fs::path p = fs::canonical(root + "/blobs", ec);
+  return ec ? root + "/blobs" : p.string();
+}
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 struct BlobFiles {
@@ -67,6 +91,7 @@ int64_t count_unreferenced(const std::string& root, const std::vector<DiskRow>& 
 std::vector<StoreEntryInfo> list_store(const std::string& dir) {
   const std::string root = store_root(dir);
   SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kReadOnly);
+  const std::set<std::string> pins = index.live_pins(now_ms());
   std::vector<StoreEntryInfo> out;
   for (const DiskRow& r : index.rows()) {
     StoreEntryInfo e;
@@ -77,7 +102,7 @@ std::vector<StoreEntryInfo> list_store(const std::string& dir) {
     e.blob_bytes = r.blob_bytes;
     e.blob_path = (fs::path(root) / r.blob).string();
     e.checksum = r.checksum;
-    e.pinned = r.pinned;
+    e.pinned = pins.count(r.key) > 0;
     e.marked_corrupt = r.corrupt;
     e.hits = r.hits;
     out.push_back(std::move(e));
@@ -94,11 +119,12 @@ StoreSummary summarize_store(const std::string& dir) {
   s.format_version = std::stoll(index.meta("format_version").value_or("0"));
   std::map<std::string, int64_t> count, bytes;
   const std::vector<DiskRow> rows = index.rows();
+  const std::set<std::string> pins = index.live_pins(now_ms());
   for (const DiskRow& r : rows) {
     ++s.entries;
     s.value_bytes += r.value_bytes;
     s.blob_bytes += r.blob_bytes;
-    s.pinned += r.pinned ? 1 : 0;
+    s.pinned += pins.count(r.key) ? 1 : 0;
     s.marked_corrupt += r.corrupt ? 1 : 0;
     ++count[entry_kind_name(r.kind)];
     bytes[entry_kind_name(r.kind)] += r.blob_bytes;
@@ -117,10 +143,17 @@ VerifyReport verify_store(const std::string& dir) {
   const std::string fingerprint = index.meta("model_fingerprint").value_or("");
   VerifyReport report;
   const std::vector<DiskRow> rows = index.rows();
+  const std::string confined_root = blobs_root(root);
   for (const DiskRow& r : rows) {
     ++report.checked;
-    const std::string path = (fs::path(root) / r.blob).string();
+    std::string path = (fs::path(root) / r.blob).string();
     auto problem = [&](const std::string& reason) { report.problems.push_back({r.key, path, reason}); };
+    Result<std::string> confined = store::confine_blob_path(root, confined_root, r.blob);
+    if (!confined) {  // never read (nor delete) a file outside the store
+      problem(confined.status().reason());
+      continue;
+    }
+    path = confined.value();
     Result<at::Tensor> bytes = store::read_file_bytes(path);
     if (!bytes) {
       problem("missing or unreadable: " + bytes.status().reason());
@@ -158,7 +191,8 @@ GcReport gc_store(const std::string& dir, const GcOptions& options) {
     ~Closer() { ::close(fd); }
   } closer{lock_fd};
   ORBIT_CHECK(::flock(lock_fd, LOCK_EX | LOCK_NB) == 0,
-              "store " << root << " is open in another process; close it before gc (" << lock_path << ")");
+              "store " << root << " is open in another process; close it before gc (" << lock_path
+                       << "): a write in flight there looks like garbage here");
   // Holding the lock, no write is in flight: every temp file is dead and the row set is final.
   SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kReadWrite);
   const std::vector<DiskRow> rows = index.rows();

@@ -140,6 +140,7 @@ const char* store_tier_name(StoreTier tier) noexcept {
     case StoreTier::kDevice: return "device";
     case StoreTier::kHost: return "host";
     case StoreTier::kDisk: return "disk";
+    case StoreTier::kRemote: return "remote";
   }
   return "?";
 }

@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <cctype>
+
 #include "orbit/common/error.h"
 #include "orbit/store/blob_format.h"
 
@@ -16,7 +18,25 @@ const char* kSchema =
     "  blob_bytes INTEGER NOT NULL, value_bytes INTEGER NOT NULL, checksum TEXT NOT NULL,"
     "  pinned INTEGER NOT NULL DEFAULT 0, corrupt INTEGER NOT NULL DEFAULT 0, hits INTEGER NOT NULL DEFAULT 0,"
     "  last_access INTEGER NOT NULL DEFAULT 0, recompute_cost REAL NOT NULL DEFAULT 1,"
-    "  expected_reuse REAL NOT NULL DEFAULT 1);";
+    "  expected_reuse REAL NOT NULL DEFAULT 1);"
+    "CREATE TABLE IF NOT EXISTS leases(key TEXT NOT NULL, owner TEXT NOT NULL, kind INTEGER NOT NULL,"
+    "  expires INTEGER NOT NULL, PRIMARY KEY(key, owner, kind));";
+
+// A file name as an SQLite URI path (RFC 3986 percent-encoding of everything but unreserved and '/').
+std::string uri_path(const std::string& path) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out = "file:";
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
 
 const char* kColumns =
     "key, kind, encoding, blob, blob_bytes, value_bytes, checksum, pinned, corrupt, hits, last_access, "
@@ -95,27 +115,48 @@ class Transaction {
 
 }  // namespace
 
-SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
-  const int flags = mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  const int rc = sqlite3_open_v2(path.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+void SqliteIndex::open(const std::string& uri, int flags) {
+  const int rc = sqlite3_open_v2(uri.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, nullptr);
   if (rc != SQLITE_OK) {
     const std::string message = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     sqlite3_close(db_);
     db_ = nullptr;
-    ORBIT_FAIL("store index " << path << ": cannot open: " << message);
+    ORBIT_FAIL("store index " << path_ << ": cannot open: " << message);
   }
   sqlite3_busy_timeout(db_, 10000);
+}
+
+SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
+  if (mode == Mode::kReadOnly) {
+    open(uri_path(path) + "?mode=ro", SQLITE_OPEN_READONLY);
+    // In WAL mode even a reader needs the -shm file; on a read-only directory or file system SQLite cannot
+    // create it ("attempt to write a readonly database"). Nobody can write the index there either, so it
+    // is read as immutable.
+    if (sqlite3_exec(db_, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      sqlite3_close(db_);
+      db_ = nullptr;
+      open(uri_path(path) + "?mode=ro&immutable=1", SQLITE_OPEN_READONLY);
+    }
+  } else {
+    open(uri_path(path), SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  }
   try {
-    if (mode == Mode::kReadWrite) {
+    if (mode != Mode::kReadOnly) {
       exec_or_throw("PRAGMA journal_mode=WAL");
       exec_or_throw("PRAGMA synchronous=FULL");
       exec_or_throw(kSchema);
-      if (!meta("format_version")) {
-        Status s = set_meta("format_version", std::to_string(kBlobFormatVersion));
-        ORBIT_CHECK(s.is_ok(), "store index " << path << ": " << s.reason());
-      }
     }
-    const auto version = meta("format_version");
+    auto version = meta("format_version");
+    if (!version && mode != Mode::kReadOnly) {
+      // A new index gets its version; one that holds entries but lost its meta rows is not adopted.
+      const int64_t rows = mode == Mode::kRepair ? 0 : count_rows();
+      ORBIT_CHECK(rows == 0, "store index " << path << ": holds " << rows
+                                              << " entries but no format version (its meta rows were deleted); "
+                                                 "refusing to adopt it: run `orbit store repair` on the store");
+      Result<std::string> set = set_meta_if_absent("format_version", std::to_string(kBlobFormatVersion));
+      ORBIT_CHECK(set.is_ok(), "store index " << path << ": " << set.status().reason());
+      version = set.value();
+    }
     ORBIT_CHECK(version.has_value(), "store index " << path << ": not an orbit store (no format_version)");
     ORBIT_CHECK(*version == std::to_string(kBlobFormatVersion),
                 "store index " << path << ": format version " << *version << " is not supported (this build reads "
@@ -184,17 +225,44 @@ Status SqliteIndex::set_meta(const std::string& name, const std::string& value) 
   return rc == SQLITE_DONE ? Status::ok() : failure(rc, "writing meta");
 }
 
-Status SqliteIndex::upsert(const DiskRow& r, std::string* replaced_blob) {
+Result<std::string> SqliteIndex::set_meta_if_absent(const std::string& name, const std::string& value) {
+  Stmt s(db_, "INSERT OR IGNORE INTO meta(name, value) VALUES(?1, ?2)", path_);
+  s.bind(1, name).bind(2, value);
+  const int rc = s.step();
+  if (rc != SQLITE_DONE) return failure(rc, "writing meta");
+  const auto now = meta(name);
+  if (!now) return Status::refused("store index " + path_ + ": meta '" + name + "' vanished after writing it");
+  return *now;
+}
+
+int64_t SqliteIndex::count_rows() const {
+  Stmt s(db_, "SELECT count(*) FROM entries", path_);
+  const int rc = s.step();
+  ORBIT_CHECK(rc == SQLITE_ROW, "store index " << path_ << ": counting entries: " << sqlite3_errmsg(db_));
+  return s.i64(0);
+}
+
+Status SqliteIndex::upsert(const DiskRow& r, std::string* replaced_blob, bool replace, std::optional<DiskRow>* kept) {
   replaced_blob->clear();
+  if (kept) kept->reset();
   Status begin = exec_status("BEGIN IMMEDIATE", "beginning a write");
   if (!begin) return begin;
   Transaction tx(db_);
   {
-    Stmt old(db_, "SELECT blob FROM entries WHERE key = ?1", path_);
+    const std::string sql = std::string("SELECT ") + kColumns + " FROM entries WHERE key = ?1";
+    Stmt old(db_, sql.c_str(), path_);
     old.bind(1, r.key);
     const int rc = old.step();
-    if (rc == SQLITE_ROW) *replaced_blob = old.text(0);
-    else if (rc != SQLITE_DONE) return failure(rc, "reading the old row");
+    if (rc == SQLITE_ROW) {
+      DiskRow existing = read_row(old);
+      if (!replace && !existing.corrupt && kept) {  // the same content is already committed: keep it
+        *kept = std::move(existing);
+        return Status::ok();  // the transaction rolls back: nothing was written
+      }
+      *replaced_blob = existing.blob;
+    } else if (rc != SQLITE_DONE) {
+      return failure(rc, "reading the old row");
+    }
   }
   const std::string sql = std::string("INSERT OR REPLACE INTO entries(") + kColumns +
                           ") VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
@@ -276,5 +344,104 @@ Status SqliteIndex::update_access(const std::vector<AccessUpdate>& updates) {
   if (commit) tx.committed();
   return commit;
 }
+
+// ---- leases ----------------------------------------------------------------------------------------
+
+Status SqliteIndex::acquire_lease(const std::string& key, const std::string& owner, LeaseKind kind, int64_t expires) {
+  Stmt s(db_, "INSERT OR REPLACE INTO leases(key, owner, kind, expires) VALUES(?1, ?2, ?3, ?4)", path_);
+  s.bind(1, key).bind(2, owner).bind(3, static_cast<int64_t>(kind)).bind(4, expires);
+  const int rc = s.step();
+  return rc == SQLITE_DONE ? Status::ok() : failure(rc, "taking a lease");
+}
+
+Status SqliteIndex::release_lease(const std::string& key, const std::string& owner, LeaseKind kind) {
+  Stmt s(db_, "DELETE FROM leases WHERE key = ?1 AND owner = ?2 AND kind = ?3", path_);
+  s.bind(1, key).bind(2, owner).bind(3, static_cast<int64_t>(kind));
+  const int rc = s.step();
+  return rc == SQLITE_DONE ? Status::ok() : failure(rc, "releasing a lease");
+}
+
+Status SqliteIndex::renew_leases(const std::string& owner, int64_t expires, int64_t now) {
+  Status begin = exec_status("BEGIN IMMEDIATE", "beginning a lease renewal");
+  if (!begin) return begin;
+  Transaction tx(db_);
+  {
+    Stmt s(db_, "UPDATE leases SET expires = ?2 WHERE owner = ?1", path_);
+    s.bind(1, owner).bind(2, expires);
+    const int rc = s.step();
+    if (rc != SQLITE_DONE) return failure(rc, "renewing leases");
+  }
+  {
+    Stmt s(db_, "DELETE FROM leases WHERE expires <= ?1", path_);
+    s.bind(1, now);
+    const int rc = s.step();
+    if (rc != SQLITE_DONE) return failure(rc, "dropping expired leases");
+  }
+  Status commit = exec_status("COMMIT", "committing a lease renewal");
+  if (commit) tx.committed();
+  return commit;
+}
+
+Status SqliteIndex::release_all(const std::string& owner) {
+  Stmt s(db_, "DELETE FROM leases WHERE owner = ?1", path_);
+  s.bind(1, owner);
+  const int rc = s.step();
+  return rc == SQLITE_DONE ? Status::ok() : failure(rc, "releasing leases");
+}
+
+Result<bool> SqliteIndex::erase_unleased(const std::string& key, int64_t now, std::string* blob) {
+  blob->clear();
+  Status begin = exec_status("BEGIN IMMEDIATE", "beginning an eviction");
+  if (!begin) return begin;
+  Transaction tx(db_);
+  {
+    Stmt held(db_, "SELECT 1 FROM leases WHERE key = ?1 AND expires > ?2 LIMIT 1", path_);
+    held.bind(1, key).bind(2, now);
+    const int rc = held.step();
+    if (rc == SQLITE_ROW) return false;  // pinned or being read by a live process
+    if (rc != SQLITE_DONE) return failure(rc, "reading leases");
+  }
+  {
+    Stmt old(db_, "SELECT blob FROM entries WHERE key = ?1", path_);
+    old.bind(1, key);
+    const int rc = old.step();
+    if (rc == SQLITE_DONE) return false;
+    if (rc != SQLITE_ROW) return failure(rc, "reading the row");
+    *blob = old.text(0);
+  }
+  Stmt s(db_, "DELETE FROM entries WHERE key = ?1", path_);
+  s.bind(1, key);
+  const int rc = s.step();
+  if (rc != SQLITE_DONE) {
+    blob->clear();
+    return failure(rc, "deleting a row");
+  }
+  Status commit = exec_status("COMMIT", "committing an eviction");
+  if (!commit) {
+    blob->clear();
+    return commit;
+  }
+  tx.committed();
+  return true;
+}
+
+std::set<std::string> SqliteIndex::live_pins(int64_t now) const {
+  std::set<std::string> out;
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT DISTINCT key FROM leases WHERE kind = 0 AND expires > ?1", -1, &raw, nullptr) !=
+      SQLITE_OK) {
+    sqlite3_finalize(raw);
+    return out;  // no lease table (an index written before leases existed, opened read-only)
+  }
+  sqlite3_bind_int64(raw, 1, now);
+  while (sqlite3_step(raw) == SQLITE_ROW) {
+    const unsigned char* p = sqlite3_column_text(raw, 0);
+    if (p) out.insert(reinterpret_cast<const char*>(p));
+  }
+  sqlite3_finalize(raw);
+  return out;
+}
+
+void SqliteIndex::relax_durability() { exec_or_throw("PRAGMA synchronous=OFF"); }
 
 }  // namespace orbit::store

@@ -3,13 +3,20 @@
 //   store_kill_child write DIR FIRST COUNT   puts values FIRST..FIRST+COUNT-1 (test_store_values.h) and
 //                                            prints "i\n" (flushed) after each put returned ok
 //   store_kill_child fsize DIR FIRST LIMIT   same, under RLIMIT_FSIZE = LIMIT bytes with SIGXFSZ ignored,
-//                                            printing "i ok" or "i <status>" per put until one fails
+//                                            printing "i ok" per put until one fails ("i <status>") or
+//                                            degrades the disk ("i degraded <warning>")
 //   store_kill_child key FINGERPRINT T,T,... prints chunk_key_tokens(FINGERPRINT, tokens)
+//   store_kill_child hold DIR I LEASE_MS     puts value I, pins it (a lease of LEASE_MS ms), prints
+//                                            "pinned", and keeps the store open until stdin closes
+//   store_kill_child rwrite DIR URL FIRST N  puts values with a remote tier at URL (DIR "-": no disk);
+//                                            after each, waits for the remote write and prints "i r"
+//                                            when it reached the server, "i l" when only the local copy
 #include <csignal>
 #include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -42,6 +49,40 @@ int write(const std::string& dir, int64_t first, int64_t count) {
   return 0;
 }
 
+int hold(const std::string& dir, int64_t i, int64_t lease_ms) {
+  orbit::store::ChunkStoreOptions o = options(dir);
+  o.lease_ms = lease_ms;
+  orbit::store::ChunkStore store(o);
+  orbit::store::PutOptions po;
+  po.pin = true;
+  const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i), po);
+  if (!s) return 1;
+  std::printf("pinned\n");
+  std::fflush(stdout);
+  char buffer[64];
+  while (std::fread(buffer, 1, sizeof buffer, stdin) > 0) {
+  }
+  return 0;
+}
+
+int rwrite(const std::string& dir, const std::string& url, int64_t first, int64_t count) {
+  orbit::store::ChunkStoreOptions o = options(dir == "-" ? "" : dir);
+  o.remote.url = url;
+  o.remote.part_bytes = 64 << 10;  // many parts per value: a kill lands between them
+  o.remote.retry_after_ms = 50;
+  o.remote.warn = false;
+  orbit::store::ChunkStore store(o);
+  for (int64_t i = first; i < first + count; ++i) {
+    const int64_t before = store.stats().remote.writes;
+    const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
+    if (!s) return 1;
+    const bool sent = store.drain_remote(std::chrono::milliseconds(3000)) && store.stats().remote.writes > before;
+    std::printf("%lld %s\n", static_cast<long long>(i), sent ? "r" : "l");
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int fsize(const std::string& dir, int64_t first, int64_t limit) {
   ::signal(SIGXFSZ, SIG_IGN);
   orbit::store::ChunkStore store(options(dir));
@@ -51,6 +92,12 @@ int fsize(const std::string& dir, int64_t first, int64_t limit) {
   if (setrlimit(RLIMIT_FSIZE, &rl) != 0) return 2;
   for (int64_t i = first;; ++i) {
     const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
+    const orbit::StoreStats stats = store.stats();
+    if (s && stats.disk_degraded) {
+      std::printf("%lld degraded %s\n", static_cast<long long>(i), stats.disk_warning.c_str());
+      std::fflush(stdout);
+      return 0;
+    }
     std::printf("%lld %s\n", static_cast<long long>(i), s ? "ok" : s.to_string().c_str());
     std::fflush(stdout);
     if (!s) return 0;
@@ -64,13 +111,17 @@ int main(int argc, char** argv) {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "write" && argc == 5) return write(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "fsize" && argc == 5) return fsize(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
+    if (mode == "hold" && argc == 5) return hold(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
+    if (mode == "rwrite" && argc == 6) return rwrite(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]));
     if (mode == "key" && argc == 4) {
       std::vector<int64_t> tokens;
       for (char* p = std::strtok(argv[3], ","); p; p = std::strtok(nullptr, ",")) tokens.push_back(std::atoll(p));
       std::printf("%s\n", orbit::chunk_key_tokens(argv[2], tokens).c_str());
       return 0;
     }
-    std::fprintf(stderr, "usage: store_kill_child write|fsize DIR FIRST N  |  key FINGERPRINT T,T,...\n");
+    std::fprintf(stderr,
+                 "usage: store_kill_child write|fsize DIR FIRST N  |  key FINGERPRINT T,T,...  |  hold DIR I LEASE_MS"
+                 "  |  rwrite DIR URL FIRST N\n");
     return 2;
   } catch (const orbit::Error& e) {
     std::fprintf(stderr, "store_kill_child: %s\n", e.what());

@@ -175,30 +175,55 @@ TEST_CASE("disk full and permission errors are clear errors that leave the index
 
   *fail_with = ENOSPC;
   *bytes_left = 10000;  // the disk fills in the middle of the blob
-  Status full = store.put(key(5), test::store_test_value(5));
-  CHECK(full.code() == StatusCode::kOutOfCapacity);
-  CHECK_THAT(full.reason(), Contains("No space left on device") && Contains(".tmp") && Contains(d));
+  // A failed disk write does not lose the value: it is kept in memory (not durable), and stats() says so.
+  CHECK(store.put(key(5), test::store_test_value(5)).is_ok());
+  StoreStats stats = store.stats();
+  CHECK(stats.disk_degraded);
+  CHECK_THAT(stats.disk_warning, Contains("No space left on device") && Contains(".tmp") && Contains(d));
   *fail_with = EROFS;
   *bytes_left = 0;
-  Status ro = store.put(key(6), test::store_test_value(6));
-  CHECK(ro.code() == StatusCode::kRefused);
-  CHECK_THAT(ro.reason(), Contains("Read-only file system"));
+  CHECK(store.put(key(6), test::store_test_value(6)).is_ok());
+  CHECK_THAT(store.stats().disk_warning, Contains("Read-only file system"));
   *fail_with = EIO;
   *bytes_left = int64_t{1} << 40;
-  Status io = store.put(key(7), test::store_test_value(7));
-  CHECK(io.code() == StatusCode::kRefused);
-  CHECK_THAT(io.reason(), Contains("fsync") && Contains("Input/output error"));
+  CHECK(store.put(key(7), test::store_test_value(7)).is_ok());
+  CHECK_THAT(store.stats().disk_warning, Contains("fsync") && Contains("Input/output error"));
 
   CHECK(store.stats().io_errors == 3);
-  for (int64_t i : {5, 6, 7}) CHECK_FALSE(store.contains(key(i)));
+  for (int64_t i : {5, 6, 7}) {
+    CHECK(store.residence(key(i)) == StoreTier::kHost);  // served from memory
+    CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
+  }
   CHECK(temp_files(d) == 0);  // failed writes clean up after themselves
   store.verify_integrity(/*deep=*/true);
   CHECK(verify_store(d).clean());
+  CHECK(list_store(d).size() == 3);  // nothing half-written reached the index
   for (int64_t i = 1; i <= 3; ++i) CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
 
-  *fail_with = 0;  // space again
+  *fail_with = 0;  // space again: the next put of a memory-only entry makes it durable
   REQUIRE(store.put(key(5), test::store_test_value(5)).is_ok());
+  CHECK_FALSE(store.stats().disk_degraded);
+  CHECK(list_store(d).size() == 4);
   CHECK(values_equal(*store.get(key(5)).value(), *test::store_test_value(5)));
+}
+
+TEST_CASE("a full disk keeps serving from memory: a second pass encodes nothing", "[store][cpu]") {
+  // A store whose every disk write fails (a full file system): the host tier keeps what was put.
+  test::TempDir dir;
+  ChunkStoreOptions o = disk_options(dir.path().string());
+  o.host_budget_bytes = int64_t{64} << 20;  // room for all 20 (the default budget is 1 GiB)
+  o.warn_disk_errors = false;
+  o.io_hooks.write = [](int, const void*, std::size_t) -> ssize_t {
+    errno = ENOSPC;
+    return -1;
+  };
+  ChunkStore store(o);
+  for (int64_t i = 1; i <= 20; ++i) CHECK(store.put(key(i), test::store_test_value(i)).is_ok());
+  int64_t hits = 0;
+  for (int64_t i = 1; i <= 20; ++i) hits += store.get(key(i)).is_ok() ? 1 : 0;
+  CHECK(hits == 20);
+  CHECK(store.stats().io_errors == 20);
+  CHECK(store.stats().disk_degraded);
 }
 
 TEST_CASE("a real file-size limit (RLIMIT_FSIZE) in a child fails one put and corrupts nothing", "[store][cpu]") {
@@ -215,11 +240,12 @@ TEST_CASE("a real file-size limit (RLIMIT_FSIZE) in a child fails one put and co
   }
   REQUIRE(lines.size() == 5);
   for (int i = 0; i < 4; ++i) CHECK(lines[static_cast<size_t>(i)] == std::to_string(i + 1) + " ok");
-  CHECK_THAT(lines[4], Contains("5 out_of_capacity") && Contains("File too large"));
+  // The put itself succeeds (kept in memory); the store reports the degraded disk with path and reason.
+  CHECK_THAT(lines[4], Contains("5 degraded") && Contains("File too large") && Contains(d));
   ChunkStore store(disk_options(d));
   store.verify_integrity(true);
   for (int64_t i = 1; i <= 4; ++i) CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
-  CHECK_FALSE(store.contains(key(5)));
+  CHECK_FALSE(store.contains(key(5)));  // it was never durable
   const VerifyReport report = verify_store(d);
   CHECK(report.clean());
   CHECK(report.temp_files == 0);

@@ -96,6 +96,7 @@ class StoreTier(_Enum):
     device: "StoreTier"
     host: "StoreTier"
     disk: "StoreTier"
+    remote: "StoreTier"
 
 class ChunkRef:
     """A handle to a registered chunk; compares and hashes by key."""
@@ -288,6 +289,32 @@ class StoreStats:
     def corrupt_reads(self) -> int: ...
     @property
     def io_errors(self) -> int: ...
+    @property
+    def disk_degraded(self) -> bool: ...
+    @property
+    def disk_warning(self) -> str: ...
+    @property
+    def remote(self) -> RemoteStats: ...
+
+class RemoteStats:
+    """The remote tier's counters (StoreStats.remote)."""
+    enabled: bool
+    url: str
+    available: bool
+    hits: int
+    misses: int
+    corrupt: int
+    errors: int
+    outages: int
+    skipped: int
+    writes: int
+    write_failures: int
+    writes_dropped: int
+    queued: int
+    bytes_read: int
+    bytes_written: int
+    read_seconds: float
+    last_error: str
 
 class EngineStats:
     """An engine's counters."""
@@ -349,6 +376,10 @@ class EngineOptions:
     def disk_budget_bytes(self) -> int: ...
     @property
     def threads(self) -> int: ...
+    @property
+    def remote(self) -> str: ...
+    @property
+    def remote_ttl_seconds(self) -> int: ...
 
 class Generation:
     """The result of Window.generate()."""
@@ -450,6 +481,8 @@ class Engine:
         host_budget_bytes: int = 1073741824,
         disk_budget_bytes: int = 0,
         threads: int = 0,
+        remote: str = "",
+        remote_ttl_seconds: int = 0,
     ) -> None: ...
     def __enter__(self) -> "Engine": ...
     def __exit__(self, *args: object) -> bool: ...
@@ -653,6 +686,34 @@ def store_verify(dir: Union[str, os.PathLike]) -> VerifyReport:
     """Checks every blob's size and checksum."""
 def store_gc(dir: Union[str, os.PathLike], *, dry_run: bool = False) -> GcReport:
     """Removes unreferenced blobs and temp files (the store must be closed everywhere)."""
+class RepairReport:
+    """What store_repair() did."""
+    blobs_scanned: int
+    rows_restored: int
+    rows_dropped: int
+    blobs_rejected: int
+    meta_restored: bool
+    model_fingerprint: str
+    notes: list[str]
+
+class RemoteSummary:
+    """What store_remote_summary() found on a remote tier's server(s)."""
+    url: str
+    reachable: bool
+    error: str
+    cluster: bool
+    nodes: list[str]
+    entries: int
+    keys: int
+    used_memory_bytes: int
+    maxmemory_bytes: int
+    maxmemory_policy: str
+    server_version: str
+
+def store_repair(dir: Union[str, os.PathLike]) -> RepairReport:
+    """Rebuilds a store's index from its verified blobs (the store must be closed everywhere)."""
+def store_remote_summary(url: str) -> RemoteSummary:
+    """Connects to a remote tier and counts orbit's entries (unreachable: reachable=False)."""
 def chunk_key_tokens(model_fingerprint: str, tokens: Sequence[int]) -> str:
     """The content key of a token chunk for a model."""
 def is_store_key(key: str) -> bool:

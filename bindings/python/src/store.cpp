@@ -101,6 +101,45 @@ void init_store(py::module_& m) {
                std::to_string(r.removed_temps) + ", freed_bytes=" + std::to_string(r.freed_bytes) + ")";
       });
 
+  py::class_<RepairReport>(m, "RepairReport", "What store_repair() did.")
+      .def_readonly("blobs_scanned", &RepairReport::blobs_scanned, "Blob files read.")
+      .def_readonly("rows_restored", &RepairReport::rows_restored, "Entries rebuilt from their blobs.")
+      .def_readonly("rows_dropped", &RepairReport::rows_dropped, "Rows whose blob is missing, corrupt or outside.")
+      .def_readonly("blobs_rejected", &RepairReport::blobs_rejected, "Blobs that do not verify.")
+      .def_readonly("meta_restored", &RepairReport::meta_restored, "The model fingerprint was restored.")
+      .def_readonly("model_fingerprint", &RepairReport::model_fingerprint, "The store's model fingerprint.")
+      .def_readonly("notes", &RepairReport::notes, "One line per rejected blob or dropped row.")
+      .def("__repr__", [](const RepairReport& r) {
+        return "RepairReport(rows_restored=" + std::to_string(r.rows_restored) + ", rows_dropped=" +
+               std::to_string(r.rows_dropped) + ", blobs_rejected=" + std::to_string(r.blobs_rejected) + ")";
+      });
+  py::class_<RemoteSummary>(m, "RemoteSummary", "What store_remote_summary() found on a remote tier's server(s).")
+      .def_readonly("url", &RemoteSummary::url, "The URL.")
+      .def_readonly("reachable", &RemoteSummary::reachable, "Every node answered.")
+      .def_readonly("error", &RemoteSummary::error, "Why not, naming the node.")
+      .def_readonly("cluster", &RemoteSummary::cluster, "A Redis Cluster.")
+      .def_readonly("nodes", &RemoteSummary::nodes, "'host:port' of the nodes asked.")
+      .def_readonly("entries", &RemoteSummary::entries, "orbit entries held.")
+      .def_readonly("keys", &RemoteSummary::keys, "All keys (DBSIZE).")
+      .def_readonly("used_memory_bytes", &RemoteSummary::used_memory_bytes, "Σ used_memory.")
+      .def_readonly("maxmemory_bytes", &RemoteSummary::maxmemory_bytes, "maxmemory (0 = no limit).")
+      .def_readonly("maxmemory_policy", &RemoteSummary::maxmemory_policy, "maxmemory-policy.")
+      .def_readonly("server_version", &RemoteSummary::server_version, "redis_version.")
+      .def("__repr__", [](const RemoteSummary& r) {
+        return "RemoteSummary(" + r.url + ", reachable=" + (r.reachable ? "True" : "False") +
+               ", entries=" + std::to_string(r.entries) + ")";
+      });
+  m.def("store_repair", [](const py::object& dir) {
+        const std::string d = dir_arg(dir);
+        return released<RepairReport>([&] { return repair_store(d); });
+      }, py::arg("dir"),
+      "Rebuilds the index of a store directory from its verified blobs (after index.sqlite was deleted or\n"
+      "lost its meta rows). Needs the store closed everywhere.");
+  m.def("store_remote_summary", [](const std::string& url) {
+        return released<RemoteSummary>([&] { return summarize_remote(url); });
+      }, py::arg("url"),
+      "Connects to a remote tier (redis://... or redis-cluster://...) and counts orbit's entries. An\n"
+      "unreachable server is reported (reachable=False), not raised; a malformed URL raises OrbitError.");
   m.def("store_list", [](const py::object& dir) {
         const std::string d = dir_arg(dir);
         return released<std::vector<StoreEntryInfo>>([&] { return list_store(d); });

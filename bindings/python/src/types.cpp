@@ -104,7 +104,8 @@ void init_types(py::module_& m) {
   bind_enum<StoreTier>(m, "StoreTier", "A tier of the chunk store.", store_tier_name_of)
       .value("device", StoreTier::kDevice)
       .value("host", StoreTier::kHost)
-      .value("disk", StoreTier::kDisk);
+      .value("disk", StoreTier::kDisk)
+      .value("remote", StoreTier::kRemote);
 
   // ---- ChunkRef -------------------------------------------------------------------------------------
   py::class_<ChunkRef>(m, "ChunkRef",
@@ -262,12 +263,42 @@ void init_types(py::module_& m) {
         return o.str();
       });
 
+  py::class_<RemoteStats>(m, "RemoteStats", "The remote tier's counters (StoreStats.remote).")
+      .def_readonly("enabled", &RemoteStats::enabled, "A remote tier is configured.")
+      .def_readonly("url", &RemoteStats::url, "Its URL.")
+      .def_readonly("available", &RemoteStats::available, "False while considered down (after a failed call).")
+      .def_readonly("hits", &RemoteStats::hits, "Values read and verified.")
+      .def_readonly("misses", &RemoteStats::misses, "Absent, corrupt, or skipped while down.")
+      .def_readonly("corrupt", &RemoteStats::corrupt, "Values that failed verification (removed, never used).")
+      .def_readonly("errors", &RemoteStats::errors, "Calls that failed (unreachable, timed out, rejected).")
+      .def_readonly("outages", &RemoteStats::outages, "Times the remote went down.")
+      .def_readonly("skipped", &RemoteStats::skipped, "Reads answered as a miss at once while down.")
+      .def_readonly("writes", &RemoteStats::writes, "Values written.")
+      .def_readonly("write_failures", &RemoteStats::write_failures, "Failed write attempts (the local copy stays).")
+      .def_readonly("writes_dropped", &RemoteStats::writes_dropped, "Queued writes dropped.")
+      .def_readonly("queued", &RemoteStats::queued, "Writes waiting now.")
+      .def_readonly("bytes_read", &RemoteStats::bytes_read, "Blob bytes of the hits.")
+      .def_readonly("bytes_written", &RemoteStats::bytes_written, "Blob bytes written.")
+      .def_readonly("read_seconds", &RemoteStats::read_seconds, "Wall time of the reads that hit.")
+      .def_readonly("last_error", &RemoteStats::last_error, "The latest failure, naming the server.")
+      .def("__repr__", [](const RemoteStats& r) {
+        std::ostringstream o;
+        o << "RemoteStats(" << quoted(r.url) << ", available=" << (r.available ? "True" : "False")
+          << ", hits=" << r.hits << ", misses=" << r.misses << ", corrupt=" << r.corrupt << ", errors=" << r.errors
+          << ", writes=" << r.writes << ")";
+        return o.str();
+      });
+
   py::class_<StoreStats>(m, "StoreStats", "The chunk store's counters (EngineStats.store).")
       .def_readonly("tiers", &StoreStats::tiers, "list[TierStats]: device, host, disk.")
       .def_readonly("misses", &StoreStats::misses, "Lookups no tier served.")
       .def_readonly("refusals", &StoreStats::refusals, "Puts no tier could admit.")
       .def_readonly("corrupt_reads", &StoreStats::corrupt_reads, "Blobs that failed their checksum.")
       .def_readonly("io_errors", &StoreStats::io_errors, "Puts that failed on disk.")
+      .def_readonly("disk_degraded", &StoreStats::disk_degraded,
+                    "A disk write failed (full, read-only): entries are kept in memory only.")
+      .def_readonly("disk_warning", &StoreStats::disk_warning, "The failure, naming the path and the reason.")
+      .def_readonly("remote", &StoreStats::remote, "RemoteStats (enabled=False without a remote tier).")
       .def("__repr__", [](const StoreStats& s) {
         std::ostringstream o;
         o << "StoreStats(tiers=" << s.tiers.size() << ", misses=" << s.misses << ", refusals=" << s.refusals
@@ -321,6 +352,8 @@ void init_types(py::module_& m) {
       .def_readonly("host_budget_bytes", &EngineOptions::host_budget_bytes, "Store host-tier budget.")
       .def_readonly("disk_budget_bytes", &EngineOptions::disk_budget_bytes, "Store disk budget (0 = unlimited).")
       .def_readonly("threads", &EngineOptions::threads, "Intra-op threads (0 = process setting).")
+      .def_readonly("remote", &EngineOptions::remote, "Remote tier URL ('' = none).")
+      .def_readonly("remote_ttl_seconds", &EngineOptions::remote_ttl_seconds, "Remote entry TTL (0 = never).")
       .def("__repr__", [](const EngineOptions& o) {
         std::ostringstream s;
         s << "EngineOptions(model=" << quoted(o.model) << ", store_dir=" << quoted(o.store_dir)

@@ -45,6 +45,12 @@ struct EngineOptions {
   int64_t page_size = 16;                        // tokens per page
   int64_t host_budget_bytes = int64_t{1} << 30;  // the store's host-memory tier
   int64_t disk_budget_bytes = 0;                 // 0 = unlimited
+  // A remote tier shared by processes and machines: "redis://host:port[/db]" or
+  // "redis-cluster://h1:p1,h2:p2,..." (Redis or Valkey). Empty = none. Lookups go device → host → disk
+  // → remote → compute; a remote hit is promoted to host and disk. The remote down or slow never stops
+  // the engine (bounded timeouts, one warning, stats().store.remote counts it). See README "Remote tier".
+  std::string remote;
+  int64_t remote_ttl_seconds = 0;                // entries written to the remote expire after this; 0 = never
   int threads = 0;                               // intra-op threads; 0 = keep the process setting
   BackgroundMode background = BackgroundMode::kThread;
 };
@@ -93,7 +99,8 @@ struct CalibrationReport {
 class Engine {
  public:
   // Loads the model and opens the store. Throws orbit::Error naming the file or option at fault (a model
-  // that does not load, a store of another model fingerprint, a store another process holds open).
+  // that does not load, a store of another model fingerprint, a store being collected or repaired, a
+  // malformed remote URL). Other processes may have the same store directory open (they share it).
   static std::shared_ptr<Engine> open(const EngineOptions& options);
   ~Engine();
   Engine(const Engine&) = delete;

@@ -58,6 +58,7 @@ planner::Tier to_tier(StoreTier t) {
     case StoreTier::kDevice: return planner::Tier::kDevice;
     case StoreTier::kHost: return planner::Tier::kHost;
     case StoreTier::kDisk: return planner::Tier::kDisk;
+    case StoreTier::kRemote: return planner::Tier::kRemote;
   }
   return planner::Tier::kDisk;
 }

@@ -116,6 +116,11 @@ CalibrationReport EngineCore::calibrate() {
                      })});
   std::error_code ec;
   std::filesystem::remove(file, ec);
+  // The remote tier: what its hits so far cost (bytes and wall time of verified reads), when it had any.
+  const RemoteStats remote = store().stats().remote;
+  if (remote.enabled && remote.hits > 0 && remote.read_seconds > 0) {
+    samples.push_back({planner::sample_kind::kTransferRemote, 0, 0, remote.bytes_read, remote.read_seconds});
+  }
 
   planner::CostModel fitted = planner::CostModel::fit(samples);
   const std::vector<planner::FidelitySample> deficits = measure_fidelity_samples(*this, 3);

@@ -31,6 +31,9 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   so.dir = options.store_dir;
   so.host_budget_bytes = options.host_budget_bytes;
   if (options.disk_budget_bytes > 0) so.disk_budget_bytes = options.disk_budget_bytes;
+  ORBIT_CHECK(options.remote_ttl_seconds >= 0, "EngineOptions::remote_ttl_seconds must be >= 0 (0 = never expire)");
+  so.remote.url = options.remote;
+  so.remote.ttl_seconds = options.remote_ttl_seconds;
   store_ = std::make_unique<store::ChunkStore>(so);
 
   runtime::KVPoolOptions po;

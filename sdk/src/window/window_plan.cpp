@@ -67,7 +67,8 @@ PlanStep legacy_serve(const PlanInput& in, const std::string& reason) {
     const auto tier = in.core.canonical_residence(in.chunk->ref.key);
     opt.canonical_tier = tier.has_value() && *tier == StoreTier::kDevice ? planner::Tier::kDevice
                          : tier.has_value() && *tier == StoreTier::kHost ? planner::Tier::kHost
-                                                                         : planner::Tier::kDisk;
+                         : tier.has_value() && *tier == StoreTier::kRemote ? planner::Tier::kRemote
+                                                                           : planner::Tier::kDisk;
     if (s->action == StepAction::kApplyPatch) opt.patch_bytes = opt.canonical_bytes / 4;
     opt.expected_reuse = policy.expected_reuse;
     const planner::Decision d = in.cost.choose(opt);

@@ -10,10 +10,23 @@
 //   DIR/index.sqlite (+ -wal, -shm)   SQLite index in WAL mode: one row per committed entry
 //   DIR/blobs/<k0k1>/<key>.<nonce>.blob  one immutable blob per committed write (framed, SHA-256 trailer)
 //   DIR/blobs/<k0k1>/.<...>.tmp       a write in flight (or killed mid-write); removed by gc
-//   DIR/LOCK                          flock(2): exclusive while a process has the store open for writing
+//   DIR/LOCK                          flock(2): shared by every process that has the store open;
+//                                     exclusive for gc and repair (which need it closed everywhere)
 //
 // A blob is renamed into place (after fsync) before its index row commits, so every row names a complete
 // blob; a crash can leave only unreferenced blobs and temp files, which gc removes.
+//
+// Many processes, one directory (each with its own Engine / ChunkStore), guarantee:
+//   - every process sees every entry any process committed (a local miss consults the index);
+//   - a reader sees a whole committed entry or a miss, never a partial one (blobs are immutable and
+//     complete before their row commits; rows commit in single SQLite WAL transactions; busy waits are
+//     bounded by a 10 s busy timeout);
+//   - the same key written by two processes at once is stored once (the second keeps the first's row);
+//   - eviction under a disk budget never removes an entry another process has pinned or is reading:
+//     pins and reads are leases (DIR/index.sqlite table `leases`, owner = process, with an expiry that the
+//     owner renews while it lives), so the pins of a process that crashed lapse after the lease time;
+//   - a blob path in the index is always confined to DIR/blobs (absolute paths, '..' and symlinks that
+//     leave it are refused and reported, never read or deleted).
 #pragma once
 
 #include <cstdint>
@@ -72,8 +85,8 @@ bool is_store_key(const std::string& key);
 
 // ---- tiers and entries -------------------------------------------------------------------------------
 
-enum class StoreTier { kDevice = 0, kHost = 1, kDisk = 2 };
-const char* store_tier_name(StoreTier tier) noexcept;  // "device", "host", "disk"
+enum class StoreTier { kDevice = 0, kHost = 1, kDisk = 2, kRemote = 3 };
+const char* store_tier_name(StoreTier tier) noexcept;  // "device", "host", "disk", "remote"
 
 enum class EntryKind { kCanonical = 0, kPatch = 1, kEmbedding = 2, kOther = 3 };
 const char* entry_kind_name(EntryKind kind) noexcept;  // "canonical", "patch", "embedding", "other"
@@ -97,18 +110,45 @@ struct TierStats {
   int64_t promotions = 0;  // entries copied into this tier on access
 };
 
+// The remote tier (Redis / Valkey, one server or a cluster) as seen by this process.
+struct RemoteStats {
+  bool enabled = false;
+  std::string url;
+  bool available = false;      // false while the remote is considered down (after a failed call)
+  int64_t hits = 0;            // values read and verified
+  int64_t misses = 0;          // absent, corrupt, or skipped while down
+  int64_t corrupt = 0;         // values that failed verification: never used, removed from the server
+  int64_t errors = 0;          // calls that failed (unreachable, timed out, rejected)
+  int64_t outages = 0;         // times the remote went from available to down
+  int64_t skipped = 0;         // reads answered as a miss at once while down
+  int64_t writes = 0;          // values written
+  int64_t write_failures = 0;  // write attempts that failed (the value stays queued; the local copy stays)
+  int64_t writes_dropped = 0;  // queued writes dropped (queue over its byte bound, or the store closed)
+  int64_t queued = 0;          // writes waiting now
+  int64_t bytes_read = 0;      // blob bytes of the hits
+  int64_t bytes_written = 0;
+  double read_seconds = 0;     // wall time of the reads that hit (what a remote recall costs)
+  std::string last_error;      // the latest failure, naming the server
+};
+
 struct StoreStats {
   std::vector<TierStats> tiers;  // device, host, disk (disabled tiers included, enabled = false)
   int64_t misses = 0;
   int64_t refusals = 0;      // puts no tier could admit (backpressure)
   int64_t corrupt_reads = 0; // blobs that failed their checksum on read (served as misses)
   int64_t io_errors = 0;     // puts that failed on disk (full, permission)
+  // The disk tier failed a write (full, read-only, I/O error): entries are kept in memory only from then
+  // on until a write succeeds again. disk_warning names the path and the reason (also printed once).
+  bool disk_degraded = false;
+  std::string disk_warning;
+  RemoteStats remote;
 };
 
 // ---- offline inspection (the CLI) -------------------------------------------------------------------
-// These open DIR read-only through SQLite (safe while an engine has the store open) except gc_store,
-// which needs the store closed everywhere (it takes the exclusive lock). They do not need a model.
-// Throw orbit::Error when DIR is not a store or its index cannot be read.
+// These open DIR read-only through SQLite (safe while an engine has the store open; also on a read-only
+// directory or file system) except gc_store and repair_store, which need the store closed everywhere
+// (they take the exclusive lock). They do not need a model. Throw orbit::Error when DIR is empty or not a
+// store, or its index cannot be read.
 
 struct StoreEntryInfo {
   std::string key;
@@ -118,7 +158,7 @@ struct StoreEntryInfo {
   int64_t blob_bytes = 0;   // the blob file's size
   std::string blob_path;    // absolute
   std::string checksum;     // SHA-256 hex of the blob without its trailer
-  bool pinned = false;
+  bool pinned = false;           // a live process holds a pin lease on it
   bool marked_corrupt = false;  // a read found it corrupt; served as a miss until rewritten
   int64_t hits = 0;
 };
@@ -162,6 +202,40 @@ struct GcReport {
   int64_t freed_bytes = 0;
   std::vector<std::string> removed_paths;
 };
+
+struct RepairReport {
+  int64_t blobs_scanned = 0;
+  int64_t rows_restored = 0;      // entries the index did not name, rebuilt from their blobs
+  int64_t rows_dropped = 0;       // rows whose blob is missing, corrupt or outside DIR/blobs
+  int64_t blobs_rejected = 0;     // blobs that do not verify or belong to another model
+  bool meta_restored = false;     // format version / model fingerprint rewritten from the blobs
+  std::string model_fingerprint;
+  std::vector<std::string> notes; // one line per rejected blob or dropped row
+};
+
+// Rebuilds DIR's index from its blobs (every blob is verified; the newest verified blob of a key wins):
+// after index.sqlite was deleted, its meta rows were lost, or rows name missing blobs. Needs the store
+// closed everywhere (exclusive lock). Throws orbit::Error when DIR has no blobs/ directory, when the
+// blobs belong to several models, or when another process holds the store open.
+RepairReport repair_store(const std::string& dir);
+
+// A remote tier's server(s) as `orbit store stat --remote URL` shows them.
+struct RemoteSummary {
+  std::string url;
+  bool reachable = false;
+  std::string error;                 // why not reachable, naming the node
+  bool cluster = false;
+  std::vector<std::string> nodes;    // "host:port" of every node asked (a cluster's masters)
+  int64_t entries = 0;               // orbit entries (manifests orbit:{KEY})
+  int64_t keys = 0;                  // all keys on the server(s) (DBSIZE)
+  int64_t used_memory_bytes = 0;     // Σ INFO used_memory
+  int64_t maxmemory_bytes = 0;       // of the first node (0 = no limit)
+  std::string maxmemory_policy;      // of the first node (README: allkeys-lru recommended)
+  std::string server_version;
+};
+// Connects to `url` (redis:// or redis-cluster://, bounded timeouts) and counts orbit's entries with SCAN.
+// Throws orbit::Error on a malformed URL only; an unreachable server is reported in the summary.
+RemoteSummary summarize_remote(const std::string& url);
 
 std::vector<StoreEntryInfo> list_store(const std::string& dir);
 StoreSummary summarize_store(const std::string& dir);

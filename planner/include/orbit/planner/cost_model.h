@@ -35,8 +35,8 @@
 
 namespace orbit::planner {
 
-enum class Tier { kDevice = 0, kHost = 1, kDisk = 2 };
-const char* tier_name(Tier tier) noexcept;  // "device", "host", "disk"
+enum class Tier { kDevice = 0, kHost = 1, kDisk = 2, kRemote = 3 };
+const char* tier_name(Tier tier) noexcept;  // "device", "host", "disk", "remote"
 
 // The sample kinds fit() understands (CostSample::what).
 namespace sample_kind {
@@ -47,6 +47,7 @@ inline constexpr const char* kPatchForm = "patch_form";     // bytes, seconds
 inline constexpr const char* kTransferDevice = "transfer_device";
 inline constexpr const char* kTransferHost = "transfer_host";
 inline constexpr const char* kTransferDisk = "transfer_disk";
+inline constexpr const char* kTransferRemote = "transfer_remote";  // optional: the default stays without samples
 }  // namespace sample_kind
 
 // One timed operation. Unused fields stay 0 (tokens and context_tokens for bandwidth kinds, bytes for
@@ -70,7 +71,8 @@ struct CostCoefficients {
   double relocate_bytes_per_s = 50e9;
   double patch_apply_bytes_per_s = 50e9;
   double patch_form_bytes_per_s = 5e9;
-  std::array<double, 3> transfer_bytes_per_s = {500e9, 10e9, 1e9};  // indexed by Tier
+  std::array<double, 3> transfer_bytes_per_s = {500e9, 10e9, 1e9};  // indexed by Tier (device, host, disk)
+  double transfer_remote_bytes_per_s = 100e6;  // Tier::kRemote: a shared server over the network
 };
 
 // One chunk about to be placed in a window.

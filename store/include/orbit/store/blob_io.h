@@ -48,6 +48,12 @@ Status ensure_directory(const std::string& path, const IoHooks& hooks);
 // A unique suffix for file names: 16 hex characters (random per process, then a counter).
 std::string unique_nonce();
 
+// The absolute path of the blob `relative` names in store `root` when it stays inside root/blobs, whose
+// canonical path (symlinks resolved) is `blobs_root`; refused naming the path otherwise (absolute, a '..'
+// component, not under blobs/, a symlink, or a directory symlink leading out).
+Result<std::string> confine_blob_path(const std::string& root, const std::string& blobs_root,
+                                      const std::string& relative);
+
 // strerror_r as a std::string.
 std::string errno_text(int error);
 

@@ -1,9 +1,11 @@
 // The chunk store (DESIGN.md §5): content-addressed values (canonicals, patches, embeddings) across a
-// device pool, host memory and disk, with byte budgets, pins, eviction policies, demotion instead of loss
-// and promotion on access.
+// device pool, host memory, disk and an optional remote server, with byte budgets, pins, eviction
+// policies, demotion instead of loss and promotion on access.
 //
 //   put ──► disk (write-through: durable before put returns) ──► host or device copy (a cache)
-//   get ──► device │ host │ disk (verified; promoted to host)      lease_device ──► pages shared by refcount
+//        └─► remote (queued, after the local copy is durable)
+//   get ──► device │ host │ disk (verified; promoted to host) │ remote (verified; promoted to host + disk)
+//   lease_device ──► pages shared by refcount
 //
 //   budget pressure:  device ──demote──► host ──demote──► disk ──evict──► gone (recomputable)
 //
@@ -12,14 +14,20 @@
 // committed value, never a mix (values are shared immutably; disk rows commit after their blob).
 //
 // Expected outcomes are values: a miss (also a corrupt blob, reported in faults()), a refusal when no
-// tier can admit a value (backpressure, never OOM), a disk-full or permission error. Bad input (a
-// malformed key, a store of another model) throws orbit::Error.
+// tier can admit a value (backpressure, never OOM), a disk-full or permission error. A disk that fails a
+// write (full, read-only) does not lose the value: it is kept in memory, a warning naming the path and
+// the reason is printed once, and stats() says disk_degraded. Bad input (a malformed key, a store of
+// another model) throws orbit::Error.
+//
+// Many processes may open one directory at once (see orbit/store.h for the guarantees): entries any of
+// them committed are found by all; pins and reads in flight are leases that eviction respects.
 //
 // Thread-safety: every member is safe to call from any thread. One mutex guards the bookkeeping; blob
 // writes (put) and blob reads with their checksums (get) run outside it, so readers of memory tiers are
-// not blocked by disk I/O. Only one ChunkStore may have a directory open at a time (flock).
+// not blocked by disk I/O.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -35,6 +43,7 @@
 #include "orbit/store/disk_tier.h"
 #include "orbit/store/eviction.h"
 #include "orbit/store/memory_tier.h"
+#include "orbit/store/remote_tier.h"
 #include "orbit/store/value.h"
 
 namespace orbit::store {
@@ -54,6 +63,10 @@ struct ChunkStoreOptions {
   // Optional compressed cold tier: canonicals are stored on disk as int8 rows (about 1/4 of the bytes,
   // lossy; see test_store_tiers for the measured error). Off by default.
   bool int8_cold_tier = false;
+  int64_t lease_ms = 30000;  // pins and reads in flight are leases for this long past the last renewal
+  RemoteOptions remote;      // remote.url empty = no remote tier
+  std::shared_ptr<BlobBackend> remote_backend;  // instead of remote.url (tests): the remote tier's backend
+  bool warn_disk_errors = true;  // print the one warning when a disk write fails
   IoHooks io_hooks;  // fault injection for tests
 };
 
@@ -79,7 +92,9 @@ struct StoreFault {
 class ChunkStore {
  public:
   // Opens or creates the store. Throws orbit::Error on invalid options, a store of another model
-  // fingerprint, or a directory another process holds open.
+  // fingerprint, a directory being collected or repaired (gc/repair hold it exclusively), a lost index or
+  // lost meta rows (see orbit store repair), or a malformed remote URL. Other processes may have the
+  // directory open at the same time.
   explicit ChunkStore(ChunkStoreOptions options);
   ~ChunkStore();  // flush()es; never throws
   ChunkStore(const ChunkStore&) = delete;
@@ -95,7 +110,8 @@ class ChunkStore {
   bool contains(const std::string& key) const;
   // The highest tier holding `key`, or nullopt.
   std::optional<StoreTier> residence(const std::string& key) const;
-  // Removes `key` from every tier. not_found when absent; refused when the index cannot be written.
+  // Removes `key` from every local tier (not from the shared remote: its entries expire by TTL or by the
+  // server's eviction policy). not_found when absent; refused when the index cannot be written.
   Status erase(const std::string& key);
   Status pin(const std::string& key);
   Status unpin(const std::string& key);
@@ -107,6 +123,9 @@ class ChunkStore {
   std::vector<StoreFault> faults() const;
   // Persists access times and hit counts of disk entries (the eviction order a later process starts from).
   Status flush();
+  // Waits until queued remote writes are sent (or failed), at most `timeout`. true when none is left.
+  bool drain_remote(std::chrono::milliseconds timeout);
+  bool has_remote() const { return remote_ != nullptr; }
   // Budgets, accounting, tier exclusivity, pool and index consistency (deep: re-reads the index).
   // Throws orbit::Error describing the first violation.
   void verify_integrity(bool deep = false) const;
@@ -126,7 +145,7 @@ class ChunkStore {
     int64_t hits = 0, evictions = 0, demotions = 0, promotions = 0;
   };
 
-  // All private members below require mu_ held.
+  // Private members below require mu_ held, except put_local and get_remote.
   Tier* tier(StoreTier id) const;
   const EvictionPolicy& policy(StoreTier id) const;
   Counters& counters(StoreTier id) { return counters_[static_cast<int>(id)]; }
@@ -141,6 +160,17 @@ class ChunkStore {
   // it, else on disk. false when it found no place (the value is lost to the store).
   bool place_below(StoreTier from, const std::string& key, const ValuePtr& value);
   Status write_to_disk_locked(const std::string& key, const ValuePtr& value);
+  // put() without the remote write (also how a remote hit is promoted). Takes mu_ itself.
+  Status put_local(const std::string& key, const ValuePtr& value, const PutOptions& options);
+  // A disk write failed: count it, warn once (path and reason), and remember it for stats().
+  void disk_failed(const Status& status);
+  // The entry's Meta, created from the disk index when another process committed it. nullptr when absent.
+  Meta* known(const std::string& key);
+  // Brings a value read from the remote into the local tiers (host, and disk when there is one).
+  void promote_remote(const std::string& key, const ValuePtr& value);
+  Result<ValuePtr> get_remote(const std::string& key, const GetOptions& options);  // without mu_
+  // Mirrors disk rows other processes added or evicted into meta_ (before disk budget decisions).
+  void sync_disk();
   bool place_in_memory(StoreTier highest, const std::string& key, const ValuePtr& value);
 
   ChunkStoreOptions options_;
@@ -148,10 +178,13 @@ class ChunkStore {
   std::unique_ptr<DeviceTier> device_;
   std::unique_ptr<MemoryTier> host_;
   std::unique_ptr<DiskTier> disk_;
+  std::unique_ptr<RemoteTier> remote_;
   std::unordered_map<std::string, Meta> meta_;
   uint64_t clock_ = 0;
   Counters counters_[3];
   int64_t misses_ = 0, refusals_ = 0, corrupt_reads_ = 0, io_errors_ = 0;
+  bool disk_degraded_ = false;
+  std::string disk_warning_;
   std::vector<StoreFault> faults_;
 };
 

@@ -6,17 +6,30 @@
 // that unlinks the blob the row replaced. A crash anywhere leaves every committed row naming a complete
 // blob; what it can leave behind (temp files, blobs no row names) is removed by gc_store().
 //
-// Opening takes an exclusive flock on DIR/LOCK (released by the kernel if the process dies), so one
-// process at a time writes a store; another process opening it gets orbit::Error. The index records the
-// model fingerprint on first open; opening with another fingerprint throws orbit::Error naming both.
+// Many processes may open one directory at once (each takes a shared flock on DIR/LOCK; gc and repair
+// take it exclusively). The tier mirrors the index rows it knows; a key it does not know is looked up in
+// the index (find()), so entries other processes commit are visible at once. Pins and reads in flight
+// are leases in the index (owner = this tier's process and object, expiry renewed every lease_ms / 3 by a
+// background thread while the tier lives): evict() never deletes a row another live owner holds.
+// The index records the model fingerprint on first open; opening with another fingerprint throws
+// orbit::Error naming both. A directory whose blobs survive but whose index.sqlite is gone, or whose
+// index lost its meta rows, is refused with a pointer to `orbit store repair`.
 //
-// Thread-safety: prepare(), discard() and load() touch no tier state and may run on any thread
-// concurrently with anything; every other member must be serialised by the owner (the ChunkStore).
+// Every blob path read from the index is confined to DIR/blobs (resolve()): an absolute path, a '..'
+// component, or a symlink leading out is refused (the row is treated as corrupt) and never read or unlinked.
+//
+// Thread-safety: prepare(), discard(), load(), resolve(), acquire_read() and release_read() may run on
+// any thread concurrently with anything; every other member must be serialised by the owner (the
+// ChunkStore).
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "orbit/store/blob_io.h"
@@ -30,6 +43,7 @@ struct DiskTierOptions {
   std::string model_fingerprint;   // required
   int64_t budget_bytes = std::numeric_limits<int64_t>::max();
   bool int8_canonicals = false;    // canonicals written as int8 rows (lossy; see blob_format.h)
+  int64_t lease_ms = 30000;        // how long a pin or read lease outlives its owner's last renewal
   IoHooks io_hooks;                // fault injection (tests)
 };
 
@@ -84,28 +98,56 @@ class DiskTier final : public Tier {
   // truncated, fails its checksum, or belongs to another key or model.
   Result<ValuePtr> load(const DiskRow& row) const;
   std::string absolute(const std::string& blob) const;
+  // The absolute path of `blob` when it stays inside DIR/blobs; refused naming the row's path otherwise.
+  Result<std::string> resolve(const std::string& blob) const;
+  // A read lease on `key` for this owner (released by release_read); a failure only means no lease.
+  bool acquire_read(const std::string& key);
+  void release_read(const std::string& key);
 
   // ---- serialised by the owner ----------------------------------------------------------------------
-  // Commits the row (replacing any row for the key, whose blob is then unlinked). On failure the
+  // Commits the row (replacing any row for the key, whose blob is then unlinked). With replace = false
+  // a live row another process committed first is kept, and the prepared blob discarded. On failure the
   // prepared blob is discarded and nothing changes.
-  Status commit(const PreparedBlob& blob, const RowAttrs& attrs);
+  Status commit(const PreparedBlob& blob, const RowAttrs& attrs, bool replace = true);
   Status erase(const std::string& key);
-  // nullptr when absent (corrupt rows are absent).
+  // Eviction: deletes the row unless another process holds a lease on it. ok(false) when held.
+  Result<bool> evict(const std::string& key);
+  // nullptr when absent (corrupt rows are absent). locate() looks in the mirror only; find() also in
+  // the index (entries other processes committed) and adds what it finds to the mirror.
   const DiskRow* locate(const std::string& key) const;
+  const DiskRow* find(const std::string& key);
+  // Re-reads the key's row from the index into the mirror (dropping it when gone); the row or nullptr.
+  const DiskRow* refresh(const std::string& key);
+  // Reloads the whole mirror from the index (rows added or evicted by other processes). Returns the keys
+  // that appeared and the keys that vanished.
+  void sync(std::vector<std::string>* added, std::vector<std::string>* removed);
   const std::unordered_map<std::string, DiskRow>& rows() const { return rows_; }
   // Flags the row corrupt in the index (if it still names `row.blob`) and drops it from the tier:
   // the entry is a miss from now on; `orbit store verify` keeps reporting it; a later write replaces it.
   void mark_corrupt(const DiskRow& row);
+  // A pin is a lease of this owner (it lapses when the process dies); the row's pinned column is unused.
   Status set_pinned(const std::string& key, bool pinned);
+  const std::string& owner() const { return owner_; }
   Status persist_access(const std::vector<AccessUpdate>& updates);
   // The tier's rows and bytes against the index (deep: also re-reads every row). Throws on a mismatch.
   void verify_integrity(bool deep) const;
   const DiskTierOptions& options() const { return options_; }
 
  private:
+  void heartbeat();
+  void add_row(DiskRow row);
+
   DiskTierOptions options_;
+  std::string blobs_root_;  // canonical path of DIR/blobs
+  std::string owner_;
   int lock_fd_ = -1;
   std::unique_ptr<SqliteIndex> index_;
+  std::mutex lease_mu_;                   // guards leases_ (the lease connection)
+  std::unique_ptr<SqliteIndex> leases_;   // synchronous=OFF: leases need no durability
+  std::mutex beat_mu_;
+  std::condition_variable beat_cv_;
+  bool stop_ = false;
+  std::thread beat_;
   std::unordered_map<std::string, DiskRow> rows_;  // non-corrupt rows, mirrored from the index
   int64_t used_ = 0;
 };

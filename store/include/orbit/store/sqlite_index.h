@@ -3,15 +3,20 @@
 //   meta(name TEXT PRIMARY KEY, value TEXT)      "format_version", "model_fingerprint"
 //   entries(key TEXT PRIMARY KEY, kind, encoding, blob (path relative to the store), blob_bytes,
 //           value_bytes, checksum, pinned, corrupt, hits, last_access, recompute_cost, expected_reuse)
+//   leases(key, owner, kind, expires)            a process's hold on an entry (pin or read), until
+//                                                `expires` (unix ms); renewed by the owner while it lives
 //
 // A row is committed only after its blob is durable (blob_io.h), so every row names a complete blob.
 // Writes are single transactions (an upsert that replaces a row returns the old blob for deletion after
 // the commit), so a crash or a failed write (disk full, read-only file) leaves the previous state intact.
-// Thread-safety: none; one owner (the disk tier serialises calls). Several processes may read at once.
+// Several processes may open the same index at once: every wait for another writer is bounded by a busy
+// timeout (10 s), and write transactions begin IMMEDIATE (no lock upgrades, no deadlock).
+// Thread-safety: none; one owner (the disk tier serialises calls).
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,10 +52,13 @@ struct AccessUpdate {
 
 class SqliteIndex {
  public:
-  enum class Mode { kReadWrite, kReadOnly };
+  // kRepair: read-write, without refusing an index whose meta rows are missing (orbit store repair).
+  enum class Mode { kReadWrite, kReadOnly, kRepair };
 
   // Opens `path` (kReadWrite creates it and the schema). Throws orbit::Error naming the path when the file
-  // cannot be opened, is not an orbit index, or was written by a newer format.
+  // cannot be opened, is not an orbit index (also: entries without their meta rows), or was written by a
+  // newer format. kReadOnly also works on a read-only directory or file system (where SQLite cannot
+  // create the WAL's shared-memory file, the index is opened as immutable: nobody can write it there).
   SqliteIndex(const std::string& path, Mode mode);
   ~SqliteIndex();
   SqliteIndex(const SqliteIndex&) = delete;
@@ -65,8 +73,13 @@ class SqliteIndex {
 
   // Writes return refused / out_of_capacity (SQLITE_FULL) naming the index on failure; nothing changes then.
   Status set_meta(const std::string& name, const std::string& value);
+  // Records `value` unless the meta row exists; returns the value the index holds afterwards.
+  Result<std::string> set_meta_if_absent(const std::string& name, const std::string& value);
   // Inserts or replaces the row for row.key; `replaced_blob` receives the replaced row's blob (or "").
-  Status upsert(const DiskRow& row, std::string* replaced_blob);
+  // With replace = false a live (non-corrupt) row of the key is kept instead: *kept receives it and
+  // nothing is written (another process stored the same content first).
+  Status upsert(const DiskRow& row, std::string* replaced_blob, bool replace = true,
+                std::optional<DiskRow>* kept = nullptr);
   // Deletes the row; `blob` receives its blob path ("" when there was no row).
   Status erase(const std::string& key, std::string* blob);
   // Flags the row corrupt if it still names `blob` (a rewrite in between is left alone).
@@ -74,8 +87,25 @@ class SqliteIndex {
   Status set_pinned(const std::string& key, bool pinned);
   // One transaction for many rows (missing keys are skipped).
   Status update_access(const std::vector<AccessUpdate>& updates);
+  int64_t count_rows() const;
+
+  // ---- leases (times are unix milliseconds) ---------------------------------------------------------
+  enum class LeaseKind { kPin = 0, kRead = 1 };
+  Status acquire_lease(const std::string& key, const std::string& owner, LeaseKind kind, int64_t expires);
+  Status release_lease(const std::string& key, const std::string& owner, LeaseKind kind);
+  // Extends every lease of `owner`; drops expired leases of every owner.
+  Status renew_leases(const std::string& owner, int64_t expires, int64_t now);
+  Status release_all(const std::string& owner);
+  // Deletes the row unless a lease on it is live at `now`: ok(true) deleted (`blob` receives its blob),
+  // ok(false) held or absent.
+  Result<bool> erase_unleased(const std::string& key, int64_t now, std::string* blob);
+  // Keys with a live pin lease (empty when the index has no lease table: an older store, read-only).
+  std::set<std::string> live_pins(int64_t now) const;
+  // synchronous=OFF for this connection: for lease bookkeeping only (a lease lost in a crash lapses anyway).
+  void relax_durability();
 
  private:
+  void open(const std::string& uri, int flags);
   void exec_or_throw(const char* sql) const;
   Status exec_status(const char* sql, const char* what);
   Status failure(int code, const char* what) const;

@@ -1,0 +1,107 @@
+// A small Redis client over hiredis (Debian's libhiredis-dev, synchronous API): one server, or a Redis
+// Cluster (hiredis has no cluster support; this client maps keys to hash slots with CRC16 and hash tags,
+// learns the slot owners with CLUSTER SLOTS, and follows MOVED and ASK redirections). Valkey speaks the
+// same protocol.
+//
+//   redis://host:port[/db]                      one server (db: SELECT on connect; default 0)
+//   redis-cluster://host:port[,host:port...]    seed nodes of a cluster (db 0 only)
+//
+// Every network wait is bounded: connecting by RedisClientOptions::connect_timeout_ms, each reply by
+// command_timeout_ms. A failed connection is dropped and reopened by the next command (no background
+// thread). Errors are values (Status refused, naming the node and the cause); nothing here throws except
+// parse_redis_url on a malformed URL.
+//
+// Thread-safety: none; one owner (the remote tier serialises calls).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "orbit/common/status.h"
+
+struct redisContext;
+
+namespace orbit::store {
+
+struct RedisEndpoint {
+  std::string host;
+  int port = 6379;
+  std::string str() const { return host + ":" + std::to_string(port); }
+};
+
+struct RedisUrl {
+  bool cluster = false;
+  std::vector<RedisEndpoint> nodes;  // one for redis://, the seeds for redis-cluster://
+  int db = 0;
+  std::string text;  // as given
+};
+
+// Parses a redis:// or redis-cluster:// URL. Throws orbit::Error naming the URL and the part at fault
+// (scheme, host, port out of 1..65535, db not a number, a db with a cluster).
+RedisUrl parse_redis_url(const std::string& url);
+
+// The cluster hash slot of `key` (CRC16-CCITT/XMODEM of the key, or of its first non-empty {hash tag},
+// modulo 16384).
+int redis_key_slot(const std::string& key);
+
+struct RedisReply {
+  enum class Type { kNil, kString, kInteger, kArray, kStatus, kError };
+  Type type = Type::kNil;
+  std::string str;  // kString, kStatus, kError
+  int64_t integer = 0;
+  std::vector<RedisReply> elements;  // kArray
+  bool is_error() const { return type == Type::kError; }
+};
+
+struct RedisClientOptions {
+  int connect_timeout_ms = 500;
+  int command_timeout_ms = 2000;
+};
+
+class RedisClient {
+ public:
+  // Connects lazily (the first command). Never throws.
+  RedisClient(RedisUrl url, RedisClientOptions options);
+  ~RedisClient();
+  RedisClient(const RedisClient&) = delete;
+  RedisClient& operator=(const RedisClient&) = delete;
+
+  // Runs one command on the node owning `routing_key`'s slot (any node when routing_key is empty).
+  // An error reply of the server (other than MOVED/ASK, which are followed) is returned as a reply of
+  // type kError; refused means the node could not be reached or did not answer in time.
+  Result<RedisReply> command(const std::vector<std::string>& argv, const std::string& routing_key);
+  // Runs `commands` as one MULTI/EXEC transaction on the node owning routing_key's slot (all keys of
+  // all commands must hash to that slot). ok with EXEC's reply array; refused when the node could not be
+  // reached or the transaction was aborted (EXECABORT, a redirection: the slot map is refreshed, and
+  // the caller may retry).
+  Result<RedisReply> transaction(const std::vector<std::vector<std::string>>& commands,
+                                 const std::string& routing_key);
+
+  // The nodes that own slots (a cluster's masters; the one server otherwise). refused when unreachable.
+  Result<std::vector<RedisEndpoint>> masters();
+  // Runs one command on `node` (no redirection).
+  Result<RedisReply> command_on(const RedisEndpoint& node, const std::vector<std::string>& argv);
+
+  const RedisUrl& url() const { return url_; }
+
+ private:
+  struct Node;
+  Node* node_for(const std::string& routing_key, Status* error);
+  Node* node_at(const RedisEndpoint& endpoint);
+  Status connect(Node& node);
+  void drop(Node& node);
+  Status refresh_slots();
+  Result<RedisReply> run(Node& node, const std::vector<std::vector<std::string>>& pipeline, bool asking);
+
+  RedisUrl url_;
+  RedisClientOptions options_;
+  std::map<std::string, std::unique_ptr<Node>> nodes_;  // "host:port" -> connection
+  std::vector<RedisEndpoint> slot_owner_;               // cluster: 16384 entries once known
+  bool slots_known_ = false;
+};
+
+}  // namespace orbit::store

@@ -1,0 +1,97 @@
+// The remote tier: a shared blob backend (Redis, one server or a cluster) below the disk tier.
+//
+//   lookup:  device → host → disk → remote → compute      a remote hit is promoted into host (and disk)
+//   put:     local tiers first (durable), then queued for the remote; a failed remote write loses nothing
+//
+// Values are the store's blob format (blob_format.h: key and model fingerprint inside, SHA-256 trailer),
+// decoded and verified on every load; a value that fails (truncated, corrupted, another key or model)
+// is counted, removed from the backend and served as a miss, so the next put replaces it.
+//
+// Faults never stop the caller: every backend call is bounded by its timeouts; after a failure the tier
+// is "down" for RemoteOptions::retry_after_ms, during which reads answer a miss at once and writes wait
+// in the queue; the next call after that tries again (the client reconnects by itself). The first outage
+// prints one warning on stderr; stats() counts every failure.
+//
+// Writes run on one background thread (bounded by max_queued_bytes: beyond it the oldest queued write is
+// dropped and counted). drain() waits for the queue (tests, benchmarks, a clean close).
+// Thread-safety: every member is safe to call from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "orbit/common/status.h"
+#include "orbit/store.h"
+#include "orbit/store/backend.h"
+#include "orbit/store/value.h"
+
+namespace orbit::store {
+
+struct RemoteOptions {
+  std::string url;                               // redis://host:port[/db] | redis-cluster://h:p,...; "" = none
+  int64_t ttl_seconds = 0;                       // 0 = entries never expire
+  int64_t part_bytes = int64_t{4} << 20;         // largest single value sent to the server
+  int connect_timeout_ms = 300;
+  int command_timeout_ms = 1000;
+  int retry_after_ms = 1000;                     // after a failure, skip the remote this long
+  int64_t max_queued_bytes = int64_t{256} << 20; // queued writes (blob bytes) before the oldest is dropped
+  bool warn = true;                              // print the one warning on the first outage
+};
+
+class RemoteTier {
+ public:
+  // `backend` null: a RedisBackend for options.url. Throws orbit::Error on a malformed URL or option.
+  RemoteTier(RemoteOptions options, std::string model_fingerprint, std::shared_ptr<BlobBackend> backend = nullptr);
+  ~RemoteTier();  // stops the writer; queued writes not yet sent are dropped (they stay local)
+  RemoteTier(const RemoteTier&) = delete;
+  RemoteTier& operator=(const RemoteTier&) = delete;
+
+  // The verified value, or not_found (a miss, a corrupt value, or the remote down: the reason says which).
+  Result<ValuePtr> get(const std::string& key);
+  // Whether the remote holds `key` (false when it is down).
+  bool contains(const std::string& key);
+  // Queues `value` for writing under `key` (returns at once).
+  void put(const std::string& key, const ValuePtr& value);
+  // Waits until the queue is empty and no write is in flight, or `timeout` passed. true when drained.
+  bool drain(std::chrono::milliseconds timeout);
+
+  RemoteStats stats() const;
+  const RemoteOptions& options() const { return options_; }
+
+ private:
+  bool available();      // false while down (retry_after_ms not yet passed)
+  void failed(const std::string& reason);
+  void succeeded();
+  void writer_loop();
+
+  struct Pending {
+    std::string key;
+    ValuePtr value;
+    int64_t bytes = 0;
+  };
+
+  RemoteOptions options_;
+  std::string fingerprint_;
+  std::shared_ptr<BlobBackend> backend_;
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;
+  int64_t queued_bytes_ = 0;
+  bool in_flight_ = false;
+  bool stop_ = false;
+  std::chrono::steady_clock::time_point down_until_{};
+  bool down_ = false;
+  bool warned_ = false;
+  RemoteStats stats_;
+  std::thread writer_;
+};
+
+}  // namespace orbit::store

@@ -1,0 +1,179 @@
+#include "orbit/store/redis_backend.h"
+
+#include <sstream>
+
+#include "orbit/common/error.h"
+#include "orbit/common/sha256.h"
+
+namespace orbit::store {
+
+namespace {
+
+constexpr const char* kManifestTag = "orbit-remote";
+constexpr int kManifestVersion = 1;
+constexpr int64_t kMaxParts = 1 << 20;
+
+struct Manifest {
+  int64_t parts = 0;
+  int64_t bytes = 0;
+  std::string checksum;
+};
+
+bool parse_manifest(const std::string& text, Manifest* m) {
+  std::istringstream in(text);
+  std::string tag;
+  int version = 0;
+  if (!(in >> tag >> version >> m->parts >> m->bytes >> m->checksum)) return false;
+  return tag == kManifestTag && version == kManifestVersion && m->parts >= 1 && m->parts <= kMaxParts &&
+         m->bytes >= 0 && m->checksum.size() == 64;
+}
+
+}  // namespace
+
+// ---- MemoryBackend ---------------------------------------------------------------------------------
+
+BackendRead MemoryBackend::get(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  BackendRead r;
+  auto it = values_.find(key);
+  if (it == values_.end()) return r;
+  r.outcome = BackendRead::Outcome::kHit;
+  r.bytes = it->second;
+  return r;
+}
+
+Status MemoryBackend::put(const std::string& key, const std::string& bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  values_[key] = bytes;
+  return Status::ok();
+}
+
+Status MemoryBackend::remove(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  values_.erase(key);
+  return Status::ok();
+}
+
+Result<bool> MemoryBackend::exists(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return values_.count(key) > 0;
+}
+
+// ---- RedisBackend ----------------------------------------------------------------------------------
+
+RedisBackend::RedisBackend(RedisBackendOptions options) : options_(std::move(options)) {
+  const RedisUrl url = parse_redis_url(options_.url);
+  ORBIT_CHECK(options_.part_bytes >= 1024, "remote " << options_.url << ": part size " << options_.part_bytes
+                                                     << " bytes is below 1 KiB");
+  ORBIT_CHECK(options_.ttl_seconds >= 0, "remote " << options_.url << ": ttl must be >= 0 seconds (0 = none)");
+  reader_ = std::make_unique<RedisClient>(url, options_.client);
+  writer_ = std::make_unique<RedisClient>(url, options_.client);
+}
+
+RedisBackend::~RedisBackend() = default;
+
+BackendRead RedisBackend::get(const std::string& key) {
+  const std::string mkey = manifest_key(key);
+  BackendRead out;
+  auto unavailable = [&](const std::string& why) {
+    out.outcome = BackendRead::Outcome::kUnavailable;
+    out.reason = why;
+    return out;
+  };
+  auto corrupt = [&](const std::string& why) {
+    out.outcome = BackendRead::Outcome::kCorrupt;
+    out.reason = "remote " + options_.url + ", key " + mkey + ": " + why;
+    return out;
+  };
+  std::lock_guard<std::mutex> lock(read_mu_);
+  Result<RedisReply> head = reader_->command({"GET", mkey}, mkey);
+  if (!head) return unavailable(head.status().reason());
+  if (head.value().is_error()) return unavailable("remote " + options_.url + ": GET " + mkey + ": " + head.value().str);
+  if (head.value().type == RedisReply::Type::kNil) return out;  // a miss
+  Manifest m;
+  if (!parse_manifest(head.value().str, &m)) return corrupt("malformed manifest '" + head.value().str.substr(0, 120) + "'");
+  std::vector<std::string> argv{"MGET"};
+  for (int64_t i = 0; i < m.parts; ++i) argv.push_back(part_key(key, i));
+  Result<RedisReply> parts = reader_->command(argv, mkey);
+  if (!parts) return unavailable(parts.status().reason());
+  if (parts.value().type != RedisReply::Type::kArray) {
+    return unavailable("remote " + options_.url + ": MGET " + mkey + ": " + parts.value().str);
+  }
+  if (static_cast<int64_t>(parts.value().elements.size()) != m.parts) {
+    return corrupt("MGET returned " + std::to_string(parts.value().elements.size()) + " parts of " +
+                   std::to_string(m.parts));
+  }
+  out.bytes.reserve(static_cast<std::size_t>(m.bytes));
+  for (int64_t i = 0; i < m.parts; ++i) {
+    const RedisReply& p = parts.value().elements[static_cast<std::size_t>(i)];
+    if (p.type != RedisReply::Type::kString) return corrupt("part " + std::to_string(i) + " is missing (evicted?)");
+    out.bytes += p.str;
+  }
+  if (static_cast<int64_t>(out.bytes.size()) != m.bytes) {
+    return corrupt(std::to_string(out.bytes.size()) + " bytes in the parts, " + std::to_string(m.bytes) +
+                   " in the manifest (truncated?)");
+  }
+  if (sha256_hex(out.bytes) != m.checksum) return corrupt("checksum mismatch with the manifest");
+  out.outcome = BackendRead::Outcome::kHit;
+  return out;
+}
+
+Status RedisBackend::put(const std::string& key, const std::string& bytes) {
+  const std::string mkey = manifest_key(key);
+  const int64_t size = static_cast<int64_t>(bytes.size());
+  const int64_t parts = std::max<int64_t>(1, (size + options_.part_bytes - 1) / options_.part_bytes);
+  if (parts > kMaxParts) return Status::refused("remote " + options_.url + ": " + std::to_string(size) + " bytes is too large");
+  std::vector<std::vector<std::string>> commands;
+  auto set = [&](const std::string& k, std::string v) {
+    std::vector<std::string> c{"SET", k, std::move(v)};
+    if (options_.ttl_seconds > 0) {
+      c.push_back("PX");
+      c.push_back(std::to_string(options_.ttl_seconds * 1000));
+    }
+    commands.push_back(std::move(c));
+  };
+  for (int64_t i = 0; i < parts; ++i) {
+    const int64_t begin = i * options_.part_bytes;
+    set(part_key(key, i), bytes.substr(static_cast<std::size_t>(begin),
+                                       static_cast<std::size_t>(std::min(options_.part_bytes, size - begin))));
+  }
+  std::ostringstream manifest;
+  manifest << kManifestTag << ' ' << kManifestVersion << ' ' << parts << ' ' << size << ' ' << sha256_hex(bytes);
+  set(mkey, manifest.str());  // last: queued after its parts, applied with them
+  std::lock_guard<std::mutex> lock(write_mu_);
+  Result<RedisReply> r = writer_->transaction(commands, mkey);
+  if (!r) return r.status();
+  for (const RedisReply& e : r.value().elements) {
+    if (e.is_error()) return Status::refused("remote " + options_.url + ": SET " + mkey + ": " + e.str);
+  }
+  return Status::ok();
+}
+
+Status RedisBackend::remove(const std::string& key) {
+  const std::string mkey = manifest_key(key);
+  std::lock_guard<std::mutex> lock(write_mu_);
+  Result<RedisReply> head = writer_->command({"GET", mkey}, mkey);
+  if (!head) return head.status();
+  std::vector<std::string> argv{"DEL", mkey};
+  Manifest m;
+  if (head.value().type == RedisReply::Type::kString && parse_manifest(head.value().str, &m)) {
+    for (int64_t i = 0; i < m.parts; ++i) argv.push_back(part_key(key, i));
+  }
+  Result<RedisReply> r = writer_->command(argv, mkey);
+  if (!r) return r.status();
+  if (r.value().is_error()) return Status::refused("remote " + options_.url + ": DEL " + mkey + ": " + r.value().str);
+  return Status::ok();
+}
+
+Result<bool> RedisBackend::exists(const std::string& key) {
+  const std::string mkey = manifest_key(key);
+  std::lock_guard<std::mutex> lock(read_mu_);
+  Result<RedisReply> r = reader_->command({"EXISTS", mkey}, mkey);
+  if (!r) return r.status();
+  if (r.value().type != RedisReply::Type::kInteger) {
+    return Status::refused("remote " + options_.url + ": EXISTS " + mkey + ": " + r.value().str);
+  }
+  return r.value().integer > 0;
+}
+
+}  // namespace orbit::store

@@ -1,0 +1,386 @@
+#include "orbit/store/redis_client.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "orbit/common/error.h"
+
+namespace orbit::store {
+
+namespace {
+
+constexpr int kSlots = 16384;
+
+timeval to_timeval(int ms) {
+  timeval tv{};
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = (ms % 1000) * 1000;
+  return tv;
+}
+
+RedisEndpoint parse_endpoint(const std::string& url, const std::string& text) {
+  const auto colon = text.rfind(':');
+  ORBIT_CHECK(colon != std::string::npos && colon > 0,
+              "remote '" << url << "': '" << text << "' is not host:port");
+  RedisEndpoint e;
+  e.host = text.substr(0, colon);
+  const std::string port = text.substr(colon + 1);
+  char* end = nullptr;
+  errno = 0;
+  const long value = port.empty() ? -1 : std::strtol(port.c_str(), &end, 10);
+  ORBIT_CHECK(!port.empty() && end && *end == '\0' && errno == 0 && value >= 1 && value <= 65535,
+              "remote '" << url << "': port '" << port << "' is not a number in 1..65535");
+  e.port = static_cast<int>(value);
+  return e;
+}
+
+// Writing to a connection the server closed raises SIGPIPE, whose default action kills the process. A
+// library must not change the process's signal handling, so SIGPIPE is blocked on this thread while it
+// talks to the server, and one raised meanwhile is consumed before unblocking (the write itself fails
+// with EPIPE, which hiredis reports).
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeGuard() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const timespec zero{0, 0};
+        while (sigtimedwait(&pipe_, nullptr, &zero) == -1 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
+RedisReply convert(const redisReply* r) {
+  RedisReply out;
+  switch (r->type) {
+    case REDIS_REPLY_STRING: out.type = RedisReply::Type::kString; break;
+    case REDIS_REPLY_STATUS: out.type = RedisReply::Type::kStatus; break;
+    case REDIS_REPLY_ERROR: out.type = RedisReply::Type::kError; break;
+    case REDIS_REPLY_INTEGER: out.type = RedisReply::Type::kInteger; break;
+    case REDIS_REPLY_ARRAY: out.type = RedisReply::Type::kArray; break;
+    default: out.type = RedisReply::Type::kNil; break;
+  }
+  if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR) {
+    out.str.assign(r->str, r->len);
+  }
+  if (r->type == REDIS_REPLY_INTEGER) out.integer = r->integer;
+  if (r->type == REDIS_REPLY_ARRAY) {
+    out.elements.reserve(r->elements);
+    for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
+  }
+  return out;
+}
+
+// "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381": the endpoint, or false.
+bool redirection(const RedisReply& reply, const char* kind, RedisEndpoint* to) {
+  if (!reply.is_error()) return false;
+  const std::string prefix = std::string(kind) + " ";
+  if (reply.str.compare(0, prefix.size(), prefix) != 0) return false;
+  const auto space = reply.str.find(' ', prefix.size());
+  if (space == std::string::npos) return false;
+  try {
+    *to = parse_endpoint(reply.str, reply.str.substr(space + 1));
+  } catch (const Error&) {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int redis_key_slot(const std::string& key) {
+  std::size_t begin = 0, length = key.size();
+  const auto open = key.find('{');
+  if (open != std::string::npos) {
+    const auto close = key.find('}', open + 1);
+    if (close != std::string::npos && close > open + 1) {
+      begin = open + 1;
+      length = close - open - 1;
+    }
+  }
+  // CRC16, polynomial 0x1021, initial value 0, no reflection (the XMODEM variant Redis Cluster uses).
+  uint16_t crc = 0;
+  for (std::size_t i = begin; i < begin + length; ++i) {
+    crc ^= static_cast<uint16_t>(static_cast<uint8_t>(key[i])) << 8;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : (crc << 1);
+  }
+  return crc % kSlots;
+}
+
+RedisUrl parse_redis_url(const std::string& url) {
+  RedisUrl out;
+  out.text = url;
+  std::string rest;
+  if (url.rfind("redis://", 0) == 0) {
+    rest = url.substr(8);
+  } else if (url.rfind("redis-cluster://", 0) == 0) {
+    out.cluster = true;
+    rest = url.substr(16);
+  } else {
+    ORBIT_FAIL("remote '" << url << "': unknown scheme (expected redis://host:port[/db] or "
+                                    "redis-cluster://host:port[,host:port...])");
+  }
+  const auto slash = rest.find('/');
+  if (slash != std::string::npos) {
+    const std::string db = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+    if (!db.empty()) {
+      ORBIT_CHECK(!out.cluster, "remote '" << url << "': a cluster has only database 0");
+      char* end = nullptr;
+      errno = 0;
+      const long value = std::strtol(db.c_str(), &end, 10);
+      ORBIT_CHECK(end && *end == '\0' && errno == 0 && value >= 0 && value < 1 << 20,
+                  "remote '" << url << "': database '" << db << "' is not a number >= 0");
+      out.db = static_cast<int>(value);
+    }
+  }
+  ORBIT_CHECK(!rest.empty(), "remote '" << url << "': no host:port");
+  std::size_t start = 0;
+  while (start <= rest.size()) {
+    const auto comma = rest.find(',', start);
+    const std::string item = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    ORBIT_CHECK(!item.empty(), "remote '" << url << "': an empty host:port in the list");
+    out.nodes.push_back(parse_endpoint(url, item));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  ORBIT_CHECK(out.cluster || out.nodes.size() == 1,
+              "remote '" << url << "': redis:// takes one host:port (use redis-cluster:// for several)");
+  return out;
+}
+
+struct RedisClient::Node {
+  RedisEndpoint endpoint;
+  redisContext* context = nullptr;
+};
+
+RedisClient::RedisClient(RedisUrl url, RedisClientOptions options) : url_(std::move(url)), options_(options) {}
+
+RedisClient::~RedisClient() {
+  for (auto& [name, node] : nodes_) drop(*node);
+}
+
+void RedisClient::drop(Node& node) {
+  if (node.context) redisFree(node.context);
+  node.context = nullptr;
+}
+
+RedisClient::Node* RedisClient::node_at(const RedisEndpoint& endpoint) {
+  auto& slot = nodes_[endpoint.str()];
+  if (!slot) {
+    slot = std::make_unique<Node>();
+    slot->endpoint = endpoint;
+  }
+  return slot.get();
+}
+
+Status RedisClient::connect(Node& node) {
+  if (node.context) return Status::ok();
+  redisContext* c =
+      redisConnectWithTimeout(node.endpoint.host.c_str(), node.endpoint.port, to_timeval(options_.connect_timeout_ms));
+  if (c == nullptr || c->err) {
+    const std::string why = c ? c->errstr : "out of memory";
+    if (c) redisFree(c);
+    return Status::refused("redis " + node.endpoint.str() + ": cannot connect: " + why);
+  }
+  if (redisSetTimeout(c, to_timeval(options_.command_timeout_ms)) != REDIS_OK) {
+    redisFree(c);
+    return Status::refused("redis " + node.endpoint.str() + ": cannot set the reply timeout");
+  }
+  node.context = c;
+  if (url_.db != 0) {
+    Result<RedisReply> selected = run(node, {{"SELECT", std::to_string(url_.db)}}, false);
+    if (!selected) return selected.status();
+    if (selected.value().is_error()) {
+      drop(node);
+      return Status::refused("redis " + node.endpoint.str() + ": SELECT " + std::to_string(url_.db) + ": " +
+                             selected.value().str);
+    }
+  }
+  return Status::ok();
+}
+
+Result<RedisReply> RedisClient::run(Node& node, const std::vector<std::vector<std::string>>& pipeline, bool asking) {
+  SigpipeGuard guard;
+  Status connected = connect(node);
+  if (!connected) return connected;
+  std::vector<std::vector<std::string>> all;
+  if (asking) all.push_back({"ASKING"});
+  all.insert(all.end(), pipeline.begin(), pipeline.end());
+  for (const auto& argv : all) {
+    std::vector<const char*> ptrs;
+    std::vector<std::size_t> lens;
+    for (const std::string& a : argv) {
+      ptrs.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    if (redisAppendCommandArgv(node.context, static_cast<int>(argv.size()), ptrs.data(), lens.data()) != REDIS_OK) {
+      const std::string why = node.context->errstr;
+      drop(node);
+      return Status::refused("redis " + node.endpoint.str() + ": " + why);
+    }
+  }
+  RedisReply last;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(node.context, &raw) != REDIS_OK || raw == nullptr) {
+      const std::string why = node.context->err ? node.context->errstr : "no reply";
+      drop(node);  // the stream is out of step now: reconnect next time
+      return Status::refused("redis " + node.endpoint.str() + ": " + why);
+    }
+    last = convert(static_cast<redisReply*>(raw));
+    freeReplyObject(raw);
+  }
+  return last;
+}
+
+Status RedisClient::refresh_slots() {
+  std::vector<RedisEndpoint> candidates;
+  for (auto& [name, node] : nodes_) candidates.push_back(node->endpoint);
+  candidates.insert(candidates.end(), url_.nodes.begin(), url_.nodes.end());
+  Status last = Status::refused("redis cluster " + url_.text + ": no node answered CLUSTER SLOTS");
+  for (const RedisEndpoint& e : candidates) {
+    Node* node = node_at(e);
+    Result<RedisReply> r = run(*node, {{"CLUSTER", "SLOTS"}}, false);
+    if (!r) {
+      last = r.status();
+      continue;
+    }
+    if (r.value().type != RedisReply::Type::kArray) {
+      last = Status::refused("redis " + e.str() + ": CLUSTER SLOTS: " + r.value().str);
+      continue;
+    }
+    std::vector<RedisEndpoint> owners(kSlots);
+    int covered = 0;
+    for (const RedisReply& range : r.value().elements) {
+      if (range.elements.size() < 3 || range.elements[2].elements.size() < 2) continue;
+      RedisEndpoint owner;
+      owner.host = range.elements[2].elements[0].str;
+      owner.port = static_cast<int>(range.elements[2].elements[1].integer);
+      if (owner.host.empty()) owner.host = e.host;  // a node that does not know its own address
+      for (int64_t s = range.elements[0].integer; s <= range.elements[1].integer && s < kSlots; ++s) {
+        owners[static_cast<std::size_t>(s)] = owner;
+        ++covered;
+      }
+    }
+    if (covered == 0) {
+      last = Status::refused("redis " + e.str() + ": CLUSTER SLOTS names no slot owner (cluster not formed?)");
+      continue;
+    }
+    slot_owner_ = std::move(owners);
+    slots_known_ = true;
+    return Status::ok();
+  }
+  return last;
+}
+
+RedisClient::Node* RedisClient::node_for(const std::string& routing_key, Status* error) {
+  if (!url_.cluster) return node_at(url_.nodes.front());
+  if (!slots_known_) {
+    Status s = refresh_slots();
+    if (!s) {
+      *error = s;
+      return nullptr;
+    }
+  }
+  const RedisEndpoint& owner = slot_owner_[static_cast<std::size_t>(routing_key.empty() ? 0 : redis_key_slot(routing_key))];
+  if (owner.host.empty()) {
+    *error = Status::refused("redis cluster " + url_.text + ": no node serves the slot of " + routing_key);
+    slots_known_ = false;
+    return nullptr;
+  }
+  return node_at(owner);
+}
+
+Result<RedisReply> RedisClient::command(const std::vector<std::string>& argv, const std::string& routing_key) {
+  Status error = Status::ok();
+  Node* node = node_for(routing_key, &error);
+  if (!node) return error;
+  bool asking = false;
+  for (int hop = 0; hop < 5; ++hop) {
+    Result<RedisReply> r = run(*node, {argv}, asking);
+    if (!r) {
+      if (url_.cluster) slots_known_ = false;  // the node may have failed over: ask again next time
+      return r;
+    }
+    RedisEndpoint to;
+    if (redirection(r.value(), "MOVED", &to)) {
+      slots_known_ = false;  // the map changed: learn it again on the next command
+      node = node_at(to);
+      asking = false;
+      continue;
+    }
+    if (redirection(r.value(), "ASK", &to)) {  // a slot in migration: this key only, this time only
+      node = node_at(to);
+      asking = true;
+      continue;
+    }
+    return r;
+  }
+  return Status::refused("redis cluster " + url_.text + ": too many redirections for " + routing_key);
+}
+
+Result<RedisReply> RedisClient::transaction(const std::vector<std::vector<std::string>>& commands,
+                                            const std::string& routing_key) {
+  Status error = Status::ok();
+  Node* node = node_for(routing_key, &error);
+  if (!node) return error;
+  std::vector<std::vector<std::string>> pipeline;
+  pipeline.push_back({"MULTI"});
+  pipeline.insert(pipeline.end(), commands.begin(), commands.end());
+  pipeline.push_back({"EXEC"});
+  Result<RedisReply> r = run(*node, pipeline, false);
+  if (!r) {
+    if (url_.cluster) slots_known_ = false;
+    return r;
+  }
+  if (r.value().type != RedisReply::Type::kArray) {
+    // EXECABORT after a queued command was redirected (MOVED/ASK) or refused: nothing was applied.
+    if (url_.cluster) slots_known_ = false;
+    return Status::refused("redis " + node->endpoint.str() + ": transaction aborted: " + r.value().str);
+  }
+  return r;
+}
+
+Result<std::vector<RedisEndpoint>> RedisClient::masters() {
+  if (!url_.cluster) return std::vector<RedisEndpoint>{url_.nodes.front()};
+  Status s = refresh_slots();
+  if (!s) return s;
+  std::vector<RedisEndpoint> out;
+  std::map<std::string, bool> seen;
+  for (const RedisEndpoint& e : slot_owner_) {
+    if (e.host.empty() || seen[e.str()]) continue;
+    seen[e.str()] = true;
+    out.push_back(e);
+  }
+  return out;
+}
+
+Result<RedisReply> RedisClient::command_on(const RedisEndpoint& node, const std::vector<std::string>& argv) {
+  return run(*node_at(node), {argv}, false);
+}
+
+}  // namespace orbit::store

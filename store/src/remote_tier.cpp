@@ -1,0 +1,223 @@
+#include "orbit/store/remote_tier.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "orbit/common/error.h"
+#include "orbit/common/sha256.h"
+#include "orbit/store/blob_format.h"
+#include "orbit/store/redis_backend.h"
+
+namespace orbit::store {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The blob file's bytes (blob_format.h), trailer included.
+std::string serialize(const EncodedBlob& blob) {
+  std::string out;
+  out.reserve(static_cast<std::size_t>(blob.size()));
+  out += blob.head;
+  for (const auto& [data, size] : blob.pieces) out.append(reinterpret_cast<const char*>(data), size);
+  out += sha256_hex(out);
+  return out;
+}
+
+}  // namespace
+
+RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std::shared_ptr<BlobBackend> backend)
+    : options_(std::move(options)), fingerprint_(std::move(model_fingerprint)), backend_(std::move(backend)) {
+  ORBIT_CHECK(options_.connect_timeout_ms > 0 && options_.command_timeout_ms > 0,
+              "remote " << options_.url << ": timeouts must be > 0 ms");
+  ORBIT_CHECK(options_.retry_after_ms >= 0, "remote " << options_.url << ": retry_after_ms must be >= 0");
+  ORBIT_CHECK(options_.max_queued_bytes >= 0, "remote " << options_.url << ": max_queued_bytes must be >= 0");
+  if (!backend_) {
+    RedisBackendOptions ro;
+    ro.url = options_.url;
+    ro.ttl_seconds = options_.ttl_seconds;
+    ro.part_bytes = options_.part_bytes;
+    ro.client.connect_timeout_ms = options_.connect_timeout_ms;
+    ro.client.command_timeout_ms = options_.command_timeout_ms;
+    backend_ = std::make_shared<RedisBackend>(ro);
+  }
+  stats_.enabled = true;
+  stats_.url = backend_->describe();
+  stats_.available = true;
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+RemoteTier::~RemoteTier() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    stats_.writes_dropped += static_cast<int64_t>(queue_.size());
+    queue_.clear();
+    queued_bytes_ = 0;
+  }
+  cv_.notify_all();
+  writer_.join();
+}
+
+bool RemoteTier::available() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !down_ || Clock::now() >= down_until_;
+}
+
+void RemoteTier::failed(const std::string& reason) {
+  bool warn = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.errors;
+    stats_.last_error = reason;
+    if (!down_) ++stats_.outages;
+    down_ = true;
+    stats_.available = false;
+    down_until_ = Clock::now() + std::chrono::milliseconds(options_.retry_after_ms);
+    warn = options_.warn && !warned_;
+    warned_ = true;
+  }
+  if (warn) {
+    std::fprintf(stderr,
+                 "orbit: warning: remote tier %s unavailable (%s); continuing on the local tiers, retrying every "
+                 "%d ms (counted in stats().store.remote)\n",
+                 options_.url.empty() ? backend_->describe().c_str() : options_.url.c_str(), reason.c_str(),
+                 options_.retry_after_ms);
+  }
+}
+
+void RemoteTier::succeeded() {
+  std::lock_guard<std::mutex> lock(mu_);
+  down_ = false;
+  stats_.available = true;
+}
+
+Result<ValuePtr> RemoteTier::get(const std::string& key) {
+  if (!available()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.skipped;
+    ++stats_.misses;
+    return Status::not_found("remote " + stats_.url + " is down (retrying later): " + stats_.last_error);
+  }
+  const auto start = Clock::now();
+  BackendRead r = backend_->get(key);
+  if (r.outcome == BackendRead::Outcome::kUnavailable) {
+    failed(r.reason);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.misses;
+    return Status::not_found(r.reason);
+  }
+  succeeded();
+  if (r.outcome == BackendRead::Outcome::kMiss) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.misses;
+    return Status::not_found("remote " + stats_.url + ": no entry " + key);
+  }
+  std::string reason = r.reason;
+  ValuePtr value;
+  if (r.outcome == BackendRead::Outcome::kHit) {
+    at::Tensor bytes = at::empty({static_cast<int64_t>(r.bytes.size())}, at::TensorOptions().dtype(at::kByte));
+    std::memcpy(bytes.data_ptr(), r.bytes.data(), r.bytes.size());
+    const std::string origin = "remote " + stats_.url + ", key " + key;
+    Result<DecodedBlob> decoded = decode_blob(bytes, "", origin);
+    if (!decoded) {
+      reason = decoded.status().reason();
+    } else if (decoded.value().key != key || decoded.value().model_fingerprint != fingerprint_) {
+      reason = "corrupt value " + origin + ": it holds key " + decoded.value().key + " of model " +
+               decoded.value().model_fingerprint;
+    } else {
+      value = decoded.value().value;
+    }
+  }
+  if (!value) {  // corrupt: never used; removed so that the next put replaces it
+    Status removed = backend_->remove(key);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.corrupt;
+    ++stats_.misses;
+    if (!removed) ++stats_.errors;
+    return Status::not_found(reason);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.hits;
+  stats_.bytes_read += static_cast<int64_t>(r.bytes.size());
+  stats_.read_seconds += seconds;
+  return value;
+}
+
+bool RemoteTier::contains(const std::string& key) {
+  if (!available()) return false;
+  Result<bool> r = backend_->exists(key);
+  if (!r) {
+    failed(r.status().reason());
+    return false;
+  }
+  succeeded();
+  return r.value();
+}
+
+void RemoteTier::put(const std::string& key, const ValuePtr& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_) return;
+  Pending p{key, value, value->bytes()};
+  queued_bytes_ += p.bytes;
+  queue_.push_back(std::move(p));
+  while (queued_bytes_ > options_.max_queued_bytes && queue_.size() > 1) {
+    queued_bytes_ -= queue_.front().bytes;
+    queue_.pop_front();
+    ++stats_.writes_dropped;
+  }
+  stats_.queued = static_cast<int64_t>(queue_.size());
+  cv_.notify_all();
+}
+
+bool RemoteTier::drain(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return queue_.empty() && !in_flight_; });
+}
+
+void RemoteTier::writer_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    if (down_ && Clock::now() < down_until_) {  // wait out the outage (or a stop), then try again
+      cv_.wait_until(lock, down_until_, [&] { return stop_; });
+      continue;
+    }
+    Pending p = queue_.front();
+    in_flight_ = true;
+    lock.unlock();
+    const std::string bytes = serialize(encode_blob(p.key, fingerprint_, *p.value, BlobEncoding::kExact));
+    Status s = backend_->put(p.key, bytes);
+    if (!s) failed(s.reason());
+    else succeeded();
+    lock.lock();
+    in_flight_ = false;
+    if (s) {
+      ++stats_.writes;
+      stats_.bytes_written += static_cast<int64_t>(bytes.size());
+    } else {
+      ++stats_.write_failures;
+    }
+    // Sent, or failed: a failed write stays at the front for the next attempt (unless dropped meanwhile).
+    if (s && !queue_.empty() && queue_.front().key == p.key && queue_.front().value == p.value) {
+      queued_bytes_ -= queue_.front().bytes;
+      queue_.pop_front();
+    }
+    stats_.queued = static_cast<int64_t>(queue_.size());
+    cv_.notify_all();
+  }
+}
+
+RemoteStats RemoteTier::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  RemoteStats s = stats_;
+  s.available = !down_;
+  s.queued = static_cast<int64_t>(queue_.size());
+  return s;
+}
+
+}  // namespace orbit::store

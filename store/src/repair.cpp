@@ -1,0 +1,159 @@
+// `orbit store repair`: rebuild a store's index from its blobs (orbit/store.h).
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "orbit/common/error.h"
+#include "orbit/store.h"
+#include "orbit/store/blob_format.h"
+#include "orbit/store/blob_io.h"
+#include "orbit/store/sqlite_index.h"
+
+namespace orbit {
+
+namespace fs = std::filesystem;
+using store::DiskRow;
+using store::SqliteIndex;
+
+namespace {
+
+struct Found {
+  DiskRow row;
+  std::string fingerprint;
+  fs::file_time_type mtime;
+};
+
+// Reads and verifies one blob; nullopt (with a note) when it does not verify.
+std::optional<Found> inspect_blob(const std::string& root, const fs::path& path, std::vector<std::string>* notes) {
+  Result<at::Tensor> bytes = store::read_file_bytes(path.string());
+  if (!bytes) {
+    notes->push_back(bytes.status().reason());
+    return std::nullopt;
+  }
+  Result<store::DecodedBlob> decoded = store::decode_blob(bytes.value(), "", path.string());
+  if (!decoded) {
+    notes->push_back(decoded.status().reason());
+    return std::nullopt;
+  }
+  const store::DecodedBlob& d = decoded.value();
+  if (!is_store_key(d.key)) {
+    notes->push_back(path.string() + ": holds key '" + d.key + "', not a store key");
+    return std::nullopt;
+  }
+  Found f;
+  f.row.key = d.key;
+  f.row.kind = d.value->kind;
+  f.row.encoding = d.encoding;
+  f.row.blob = fs::relative(path, root).string();
+  f.row.blob_bytes = bytes.value().numel();
+  f.row.value_bytes = d.value->bytes();
+  f.row.checksum = d.checksum;
+  f.fingerprint = d.model_fingerprint;
+  std::error_code ec;
+  f.mtime = fs::last_write_time(path, ec);
+  return f;
+}
+
+}  // namespace
+
+RepairReport repair_store(const std::string& dir) {
+  ORBIT_CHECK(!dir.empty(), "store repair: the store directory is empty (give --store DIR)");
+  std::error_code ec;
+  std::string root = fs::absolute(dir, ec).lexically_normal().string();
+  ORBIT_CHECK(!ec, "store " << dir << ": cannot resolve the path: " << ec.message());
+  if (root.size() > 1 && root.back() == '/') root.pop_back();
+  ORBIT_CHECK(fs::is_directory(root + "/blobs", ec), "store " << root << ": no blobs/ directory: nothing to repair");
+  const std::string lock_path = root + "/LOCK";
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ORBIT_CHECK(lock_fd >= 0, "store " << root << ": cannot open " << lock_path << ": " << store::errno_text(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{lock_fd};
+  ORBIT_CHECK(::flock(lock_fd, LOCK_EX | LOCK_NB) == 0,
+              "store " << root << " is open in another process; close it before repair (" << lock_path << ")");
+
+  RepairReport report;
+  // The newest verified blob of every key (symlinks are not followed: only files inside blobs/ count).
+  std::map<std::string, Found> best;
+  std::set<std::string> fingerprints;
+  for (const auto& entry : fs::recursive_directory_iterator(root + "/blobs", ec)) {
+    if (entry.is_symlink() || !entry.is_regular_file() || entry.path().extension() != ".blob") continue;
+    ++report.blobs_scanned;
+    std::optional<Found> f = inspect_blob(root, entry.path(), &report.notes);
+    if (!f) {
+      ++report.blobs_rejected;
+      continue;
+    }
+    fingerprints.insert(f->fingerprint);
+    auto it = best.find(f->row.key);
+    if (it == best.end() || it->second.mtime < f->mtime) best[f->row.key] = std::move(*f);
+  }
+
+  SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kRepair);
+  std::string fingerprint = index.meta("model_fingerprint").value_or("");
+  if (fingerprint.empty()) {
+    ORBIT_CHECK(fingerprints.size() <= 1, "store " << root << ": its blobs belong to " << fingerprints.size()
+                                                   << " model fingerprints; cannot tell which one the store is for");
+    ORBIT_CHECK(!fingerprints.empty() || index.count_rows() == 0,
+                "store " << root << ": no blob verifies, so the model fingerprint cannot be restored");
+    if (!fingerprints.empty()) {
+      fingerprint = *fingerprints.begin();
+      Result<std::string> set = index.set_meta_if_absent("model_fingerprint", fingerprint);
+      ORBIT_CHECK(set.is_ok(), "store " << root << ": " << set.status().reason());
+      report.meta_restored = true;
+    }
+  }
+  report.model_fingerprint = fingerprint;
+
+  // Rows whose blob is missing, corrupt, outside the store or of another model go.
+  const std::string confined_root = fs::canonical(root + "/blobs").string();
+  std::set<std::string> good;
+  for (const DiskRow& r : index.rows()) {
+    Result<std::string> path = store::confine_blob_path(root, confined_root, r.blob);
+    std::string why;
+    if (!path) {
+      why = path.status().reason();
+    } else {
+      auto it = best.find(r.key);
+      if (it != best.end() && it->second.row.blob == r.blob && it->second.row.checksum == r.checksum &&
+          it->second.fingerprint == fingerprint && !r.corrupt) {
+        good.insert(r.key);
+        continue;
+      }
+      std::vector<std::string> notes;
+      std::optional<Found> f = inspect_blob(root, path.value(), &notes);
+      if (f && f->row.key == r.key && f->row.checksum == r.checksum && f->fingerprint == fingerprint && !r.corrupt) {
+        good.insert(r.key);
+        continue;
+      }
+      why = notes.empty() ? "its blob " + path.value() + " does not match the row" : notes.front();
+    }
+    std::string ignored;
+    Status erased = index.erase(r.key, &ignored);
+    ORBIT_CHECK(erased.is_ok(), "store " << root << ": " << erased.reason());
+    ++report.rows_dropped;
+    report.notes.push_back("dropped row " + r.key + ": " + why);
+  }
+  for (auto& [key, f] : best) {
+    if (good.count(key)) continue;
+    if (f.fingerprint != fingerprint) {
+      ++report.blobs_rejected;
+      report.notes.push_back(root + "/" + f.row.blob + ": blob of model " + f.fingerprint + ", not " + fingerprint);
+      continue;
+    }
+    std::string replaced;
+    Status s = index.upsert(f.row, &replaced);
+    ORBIT_CHECK(s.is_ok(), "store " << root << ": " << s.reason());
+    ++report.rows_restored;
+  }
+  return report;
+}
+
+}  // namespace orbit

@@ -1,0 +1,82 @@
+// A child process for the cross-process tests: argv[0] = `program`, stdout on a pipe read line by line,
+// stdin on a pipe the parent can close (children that "hold" until stdin closes), SIGKILL on destruction.
+#pragma once
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace orbit::test {
+
+class ChildProcess {
+ public:
+  ChildProcess(const std::string& program, const std::vector<std::string>& args) {
+    int out[2], in[2];
+    if (::pipe(out) != 0 || ::pipe(in) != 0) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+    for (int fd : {out[0], out[1], in[0], in[1]}) posix_spawn_file_actions_addclose(&actions, fd);
+    std::vector<std::string> all{program};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, program.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(out[1]);
+    ::close(in[0]);
+    if (rc != 0) pid_ = -1;
+    out_ = ::fdopen(out[0], "r");
+    in_fd_ = in[1];
+  }
+  ~ChildProcess() {
+    close_stdin();
+    if (out_) std::fclose(out_);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  // false at end of output.
+  bool next_line(std::string* line) {
+    char buffer[4096];
+    if (!out_ || !std::fgets(buffer, sizeof buffer, out_)) return false;
+    *line = buffer;
+    if (!line->empty() && line->back() == '\n') line->pop_back();
+    return true;
+  }
+  void close_stdin() {
+    if (in_fd_ >= 0) ::close(in_fd_);
+    in_fd_ = -1;
+  }
+  void kill() {
+    if (pid_ > 0) ::kill(pid_, SIGKILL);
+  }
+  // The raw wait status.
+  int wait() {
+    int status = 0;
+    if (pid_ > 0) ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* out_ = nullptr;
+  int in_fd_ = -1;
+};
+
+}  // namespace orbit::test

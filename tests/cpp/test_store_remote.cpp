@@ -1,0 +1,372 @@
+// The remote tier on real redis-server processes (started here on 127.0.0.1, free ports, stopped here):
+// the client (hash slots, one server and a 3-node cluster with MOVED redirections), values split into
+// parts and verified on every load, two stores and two engine processes sharing through Redis, corrupted
+// and truncated values, the server down, slow, killed and restarted under load, and kill -9 of the
+// server and of a writer at random points.
+#include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
+
+#include <atomic>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "orbit/common/error.h"
+#include "orbit/store.h"
+#include "orbit/store/chunk_store.h"
+#include "orbit/store/redis_backend.h"
+#include "orbit/store/redis_client.h"
+#include "redis_test_server.h"
+#include "test_child.h"
+#include "test_helpers.h"
+#include "test_store_values.h"
+
+using Catch::Matchers::Contains;
+using namespace orbit;
+using namespace orbit::store;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string key(int64_t i) { return test::store_test_key(i); }
+
+// A store with a remote tier (and a disk tier when `dir` is not empty).
+ChunkStoreOptions remote_options(const std::string& url, const std::string& dir = "") {
+  ChunkStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = test::kStoreTestFingerprint;
+  o.remote.url = url;
+  o.remote.part_bytes = 64 << 10;  // values of a few hundred KiB span several parts
+  o.remote.connect_timeout_ms = 200;
+  o.remote.command_timeout_ms = 500;
+  o.remote.retry_after_ms = 100;
+  o.remote.warn = false;
+  return o;
+}
+
+void wait_until(const std::function<bool()>& done, int max_ms = 10000) {
+  for (int waited = 0; waited < max_ms && !done(); waited += 20) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("redis URLs and cluster hash slots", "[store][remote]") {
+  const RedisUrl one = parse_redis_url("redis://127.0.0.1:6390/2");
+  CHECK_FALSE(one.cluster);
+  CHECK(one.nodes.size() == 1);
+  CHECK(one.nodes[0].port == 6390);
+  CHECK(one.db == 2);
+  const RedisUrl c = parse_redis_url("redis-cluster://127.0.0.1:7000,127.0.0.1:7001");
+  CHECK(c.cluster);
+  CHECK(c.nodes.size() == 2);
+  CHECK_THROWS_WITH(parse_redis_url("http://x:1"), Contains("unknown scheme"));
+  CHECK_THROWS_WITH(parse_redis_url("redis://host:99999"), Contains("port '99999'"));
+  CHECK_THROWS_WITH(parse_redis_url("redis://a:1,b:2"), Contains("redis-cluster://"));
+  CHECK_THROWS_WITH(parse_redis_url("redis-cluster://a:1/3"), Contains("database 0"));
+  // The Redis Cluster specification's examples: CRC16("123456789") = 0x31C3; hash tags pick the slot.
+  CHECK(redis_key_slot("123456789") == 0x31C3 % 16384);
+  CHECK(redis_key_slot("foo") == 12182);
+  CHECK(redis_key_slot("{user1000}.following") == redis_key_slot("{user1000}.followers"));
+  CHECK(redis_key_slot("foo{bar}{zap}") == redis_key_slot("bar"));  // the first {...} only
+  CHECK(redis_key_slot(RedisBackend::part_key(key(1), 3)) == redis_key_slot(RedisBackend::manifest_key(key(1))));
+}
+
+TEST_CASE("two stores share entries through one redis server; values are split into parts", "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  ChunkStore a(remote_options(server.url(), dir / "a"));
+  ChunkStore b(remote_options(server.url(), dir / "b"));
+  for (int64_t i = 1; i <= 12; ++i) REQUIRE(a.put(key(i), test::store_test_value(i)).is_ok());
+  REQUIRE(a.drain_remote(std::chrono::milliseconds(10000)));
+  CHECK(a.stats().remote.writes == 12);
+  // Value 5 is 2 MiB: 33 parts of 64 KiB under one manifest, all in the manifest's hash slot.
+  const std::string parts = test::redis_cli(server.port(), "EXISTS '" + RedisBackend::part_key(key(5), 32) + "'");
+  CHECK_THAT(parts, Contains("1"));
+  for (int64_t i = 1; i <= 12; ++i) {
+    CHECK(b.residence(key(i)) == StoreTier::kRemote);
+    Result<ValuePtr> v = b.get(key(i));
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+    CHECK(b.residence(key(i)) == StoreTier::kHost);  // promoted
+  }
+  const RemoteStats rs = b.stats().remote;
+  CHECK(rs.hits == 12);
+  CHECK(rs.bytes_read > 2 << 20);
+  CHECK(rs.read_seconds > 0);
+  CHECK(list_store(dir / "b").size() == 12);  // promoted to b's disk too
+  const RemoteSummary summary = summarize_remote(server.url());
+  CHECK(summary.reachable);
+  CHECK(summary.entries == 12);
+  CHECK(summary.maxmemory_policy == "allkeys-lru");
+  const test::CliRun stat = test::cli("store stat --store " + (dir / "b") + " --remote " + server.url());
+  INFO(stat.out);
+  CHECK(stat.status == 0);
+  CHECK_THAT(stat.out, Contains("remote tier") && Contains("12 orbit entries"));
+}
+
+TEST_CASE("a corrupted or truncated remote value is detected, never used, and replaced", "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  ChunkStore writer(remote_options(server.url()));
+  for (int64_t i = 1; i <= 3; ++i) REQUIRE(writer.put(key(i), test::store_test_value(i)).is_ok());
+  REQUIRE(writer.drain_remote(std::chrono::milliseconds(10000)));
+  // 1: a flipped byte inside a part (sizes intact); 2: the last part truncated; 3: a part missing.
+  const std::string p1 = RedisBackend::part_key(key(1), 0);
+  test::redis_cli(server.port(), "SETRANGE '" + p1 + "' 300 X");
+  const std::string p2 = RedisBackend::part_key(key(2), 0);
+  test::redis_cli(server.port(), "SET '" + p2 + "' short");
+  const std::string p3 = RedisBackend::part_key(key(3), 0);
+  test::redis_cli(server.port(), "DEL '" + p3 + "'");
+  ChunkStore reader(remote_options(server.url()));
+  for (int64_t i = 1; i <= 3; ++i) CHECK_FALSE(reader.get(key(i)).is_ok());
+  const RemoteStats rs = reader.stats().remote;
+  CHECK(rs.corrupt == 3);
+  CHECK(rs.hits == 0);
+  for (int64_t i = 1; i <= 3; ++i) {  // removed from the server
+    CHECK_THAT(test::redis_cli(server.port(), "EXISTS '" + RedisBackend::manifest_key(key(i)) + "'"), Contains("0"));
+  }
+  // The next put replaces it, and the value is whole again.
+  for (int64_t i = 1; i <= 3; ++i) REQUIRE(reader.put(key(i), test::store_test_value(i)).is_ok());
+  REQUIRE(reader.drain_remote(std::chrono::milliseconds(10000)));
+  ChunkStore third(remote_options(server.url()));
+  for (int64_t i = 1; i <= 3; ++i) CHECK(values_equal(*third.get(key(i)).value(), *test::store_test_value(i)));
+}
+
+TEST_CASE("the remote down, hung or restarted never stops the store and loses nothing local", "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  ChunkStore store(remote_options(server.url(), dir / "s"));
+  for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+  REQUIRE(store.drain_remote(std::chrono::milliseconds(10000)));
+
+  server.kill();
+  // Writes while down: the local copy is committed; the remote write waits and fails without loss.
+  for (int64_t i = 4; i <= 6; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+  for (int64_t i = 1; i <= 6; ++i) CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
+  CHECK_FALSE(store.get(key(50)).is_ok());  // a miss everywhere: the remote is asked or skipped, no throw
+  wait_until([&] { return store.stats().remote.write_failures > 0; });
+  RemoteStats rs = store.stats().remote;
+  CHECK_FALSE(rs.available);
+  CHECK(rs.outages == 1);
+  CHECK(rs.errors >= 1);
+  CHECK_THAT(rs.last_error, Contains(server.endpoint()));
+  CHECK(list_store(dir / "s").size() == 6);
+
+  server.start();  // the same port: the store reconnects by itself and sends what waited
+  REQUIRE(store.drain_remote(std::chrono::milliseconds(15000)));
+  rs = store.stats().remote;
+  CHECK(rs.available);
+  CHECK(rs.writes == 6);
+  ChunkStore other(remote_options(server.url()));
+  for (int64_t i = 1; i <= 6; ++i) CHECK(values_equal(*other.get(key(i)).value(), *test::store_test_value(i)));
+
+  // A hung server (accepts, never answers): reads time out (bounded) and count; it comes back.
+  server.pause();
+  ChunkStore fresh(remote_options(server.url()));
+  CHECK_FALSE(fresh.get(key(1)).is_ok());
+  CHECK(fresh.stats().remote.errors == 1);
+  CHECK_FALSE(fresh.get(key(2)).is_ok());
+  CHECK(fresh.stats().remote.skipped >= 1);  // down: answered at once, no second timeout
+  server.resume();
+  wait_until([&] { return fresh.get(key(2)).is_ok(); });
+  CHECK(fresh.stats().remote.hits == 1);
+}
+
+TEST_CASE("the server stopped and restarted under load: every operation returns, nothing local is lost",
+          "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  ChunkStore store(remote_options(server.url(), dir / "s"));
+  ChunkStoreOptions ro = remote_options(server.url());
+  ro.host_budget_bytes = 0;  // nothing stays local: every get asks the server
+  ChunkStore other(ro);
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> ops{0}, wrong{0}, remote_ok{0};
+  std::vector<std::thread> workers;
+  workers.emplace_back([&] {
+    for (int64_t n = 0; !stop; ++n) {
+      const int64_t i = 1 + n % 60;
+      Result<ValuePtr> v = other.get(key(i));
+      if (v) {
+        ++remote_ok;
+        if (!values_equal(*v.value(), *test::store_test_value(i))) ++wrong;
+      }
+      ++ops;
+    }
+  });
+  for (int t = 0; t < 3; ++t) {
+    workers.emplace_back([&, t] {
+      for (int64_t n = 0; !stop; ++n) {
+        const int64_t i = 1 + (n * 3 + t) % 60;
+        if (n % 2 == 0) {
+          if (!store.put(key(i), test::store_test_value(i))) ++wrong;
+        } else {
+          Result<ValuePtr> v = store.get(key(i));
+          if (v && !values_equal(*v.value(), *test::store_test_value(i))) ++wrong;
+        }
+        ++ops;
+      }
+    });
+  }
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    server.kill();
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    server.start();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  stop = true;
+  for (auto& w : workers) w.join();
+  CHECK(wrong == 0);
+  CHECK(ops > 100);
+  REQUIRE(store.drain_remote(std::chrono::milliseconds(15000)));
+  CHECK(other.stats().remote.outages >= 1);
+  CHECK(remote_ok > 0);
+  // Every entry on the server verifies (nothing half-written is visible).
+  ChunkStore reader(remote_options(server.url()));
+  int64_t present = 0;
+  for (int64_t i = 1; i <= 60; ++i) {
+    Result<ValuePtr> v = reader.get(key(i));
+    if (v) {
+      ++present;
+      CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+    }
+  }
+  CHECK(reader.stats().remote.corrupt == 0);
+  CHECK(present > 0);
+}
+
+TEST_CASE("kill -9 of the server and of a writer at random points loses nothing committed", "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  std::mt19937 rng(20261123);
+  std::set<int64_t> committed;  // reached the server (acknowledged EXEC, appendfsync always)
+  std::set<int64_t> attempted;
+  int server_kills = 0, writer_kills = 0;
+  const int rounds = 50;  // 40 server kills and 10 writer kills, at random points of the write stream
+  std::unique_ptr<test::ChildProcess> writer;
+  int64_t last = 0;
+  std::string line;
+  auto note = [&](const std::string& l) {
+    last = std::stoll(l);
+    attempted.insert(last);
+    if (l.back() == 'r') committed.insert(last);
+  };
+  for (int round = 0; round < rounds; ++round) {
+    if (!writer) {
+      const int64_t first = int64_t{round} * 1000 + 1;
+      last = first - 1;
+      writer = std::make_unique<test::ChildProcess>(
+          ORBIT_STORE_CHILD_PATH, std::vector<std::string>{"rwrite", "-", server.url(), std::to_string(first), "1000"});
+    }
+    const int lines = std::uniform_int_distribution<int>(1, 3)(rng);
+    for (int n = 0; n < lines && writer->next_line(&line); ++n) note(line);
+    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 3000)(rng)));
+    if (round % 5 != 4) {
+      server.kill();  // often mid-transaction: the writer sends ~64 KiB parts
+      ++server_kills;
+      server.start();  // replays its append-only file; the writer reconnects by itself
+    } else {
+      writer->kill();
+      ++writer_kills;
+      while (writer->next_line(&line)) note(line);
+      (void)writer->wait();
+      attempted.insert(last + 1);  // the write in flight at the kill
+      writer.reset();
+    }
+  }
+  ChunkStore reader(remote_options(server.url()));
+  for (int64_t i : committed) {
+    Result<ValuePtr> v = reader.get(key(i));
+    INFO("entry " << i);
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+  // Whatever else is visible is whole: no manifest without its parts, no mixed value.
+  for (int64_t i : attempted) {
+    Result<ValuePtr> v = reader.get(key(i));
+    if (v) CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+  CHECK(reader.stats().remote.corrupt == 0);
+  WARN("remote kill test: " << rounds << " rounds, " << server_kills << " server kills, " << writer_kills
+                            << " writer kills, " << committed.size() << " committed entries intact");
+  CHECK(committed.size() >= 40);
+}
+
+TEST_CASE("two engine processes share canonicals through redis: the second encodes none",
+          "[store][remote][model]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  {
+    test::ChildProcess first(ORBIT_ENGINE_CHILD_PATH, {test::stories_path(), dir / "a", server.url(), "6"});
+    std::string line;
+    REQUIRE(first.next_line(&line));
+    CHECK(nlohmann::json::parse(line)["canonicals_encoded"] == 6);
+    first.close_stdin();  // closing the engine sends its queued remote writes
+    REQUIRE(WEXITSTATUS(first.wait()) == 0);
+  }
+  // Another machine: its own (empty) store directory, the same server.
+  test::ChildProcess second(ORBIT_ENGINE_CHILD_PATH, {test::stories_path(), dir / "b", server.url(), "6"});
+  std::string line;
+  REQUIRE(second.next_line(&line));
+  const auto b = nlohmann::json::parse(line);
+  CHECK(b["canonicals_encoded"] == 0);
+  CHECK(b["remote_hits"] >= 6);  // the canonicals, and the patches the first engine formed
+  second.close_stdin();
+  CHECK(WEXITSTATUS(second.wait()) == 0);
+}
+
+TEST_CASE("a 3-node redis cluster: slots across nodes, MOVED after a reshard", "[store][remote]") {
+  test::TempDir dir;
+  std::vector<std::unique_ptr<test::RedisServer>> nodes;
+  for (int n = 0; n < 3; ++n) {
+    nodes.push_back(std::make_unique<test::RedisServer>(
+        dir / ("node" + std::to_string(n)),
+        std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
+                                 dir / ("node" + std::to_string(n) + ".conf"), "--cluster-node-timeout", "2000"}));
+  }
+  std::string endpoints;
+  for (auto& n : nodes) endpoints += " " + n->endpoint();
+  const test::CliRun create =
+      test::run_command("redis-cli --cluster create" + endpoints + " --cluster-replicas 0 --cluster-yes");
+  INFO(create.out);
+  REQUIRE(create.status == 0);
+  wait_until([&] {
+    for (auto& n : nodes) {
+      if (test::redis_cli(n->port(), "CLUSTER INFO").find("cluster_state:ok") == std::string::npos) return false;
+    }
+    return true;
+  });
+  const std::string url = "redis-cluster://" + nodes[0]->endpoint();  // one seed is enough
+  ChunkStore a(remote_options(url));
+  for (int64_t i = 1; i <= 30; ++i) REQUIRE(a.put(key(i), test::store_test_value(i)).is_ok());
+  REQUIRE(a.drain_remote(std::chrono::milliseconds(20000)));
+  CHECK(a.stats().remote.writes == 30);
+  const RemoteSummary summary = summarize_remote(url);
+  CHECK(summary.reachable);
+  CHECK(summary.nodes.size() == 3);
+  CHECK(summary.entries == 30);
+  for (auto& n : nodes) CHECK(std::stoll(test::redis_cli(n->port(), "DBSIZE")) > 0);  // spread over all three
+
+  ChunkStore b(remote_options(url));
+  for (int64_t i = 1; i <= 10; ++i) CHECK(values_equal(*b.get(key(i)).value(), *test::store_test_value(i)));
+  // Move every slot of node 0 to node 1 while b's client holds the old slot map: it must follow MOVED.
+  const std::string id0 = test::redis_cli(nodes[0]->port(), "CLUSTER MYID").substr(0, 40);
+  const std::string id1 = test::redis_cli(nodes[1]->port(), "CLUSTER MYID").substr(0, 40);
+  const test::CliRun reshard = test::run_command("redis-cli --cluster reshard " + nodes[0]->endpoint() +
+                                                 " --cluster-from " + id0 + " --cluster-to " + id1 +
+                                                 " --cluster-slots 5461 --cluster-yes");  // node 0 holds slots 0..5460
+  INFO(reshard.out);
+  REQUIRE(reshard.status == 0);
+  for (int64_t i = 11; i <= 30; ++i) {
+    Result<ValuePtr> v = b.get(key(i));
+    INFO("entry " << i);
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+  CHECK(std::stoll(test::redis_cli(nodes[0]->port(), "DBSIZE")) == 0);
+  CHECK(b.stats().remote.corrupt == 0);
+}

@@ -1,0 +1,260 @@
+// The chunk store shared by several processes through one directory, and the store's defences:
+// entries committed by one process are found by another (also by engines: 0 repeated canonical
+// forwards), leases keep pinned and in-use entries from another process's eviction and lapse when their
+// owner dies, blob paths never leave DIR/blobs, a lost index or lost meta rows are refused and repaired,
+// read-only stores can be inspected.
+#include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "orbit/common/error.h"
+#include "orbit/store.h"
+#include "orbit/store/chunk_store.h"
+#include "orbit/store/disk_tier.h"
+#include "orbit/store/sqlite_index.h"
+#include "test_child.h"
+#include "test_helpers.h"
+#include "test_store_values.h"
+
+using Catch::Matchers::Contains;
+using namespace orbit;
+using namespace orbit::store;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string key(int64_t i) { return test::store_test_key(i); }
+
+ChunkStoreOptions disk_options(const std::string& dir) {
+  ChunkStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = test::kStoreTestFingerprint;
+  return o;
+}
+
+// Rewrites the index row of `k` to name `blob` (what a hostile or broken index would hold).
+void point_row_at(const std::string& dir, const std::string& k, const std::string& blob) {
+  SqliteIndex index(dir + "/index.sqlite", SqliteIndex::Mode::kReadWrite);
+  std::optional<DiskRow> row = index.row(k);
+  REQUIRE(row.has_value());
+  row->blob = blob;
+  std::string replaced;
+  // upsert would unlink the replaced blob: this is the test's doing, and the old blob is inside the store.
+  REQUIRE(index.upsert(*row, &replaced).is_ok());
+}
+
+void delete_meta_rows(const std::string& path) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "DELETE FROM meta", nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+}
+
+}  // namespace
+
+TEST_CASE("a second process sees entries committed after it opened the directory", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  ChunkStore a(disk_options(d));
+  ChunkStore b(disk_options(d));  // open at the same time (shared lock)
+  for (int64_t i = 1; i <= 5; ++i) REQUIRE(a.put(key(i), test::store_test_value(i)).is_ok());
+  for (int64_t i = 1; i <= 5; ++i) {
+    CHECK(b.contains(key(i)));
+    CHECK(b.residence(key(i)) == StoreTier::kDisk);
+    Result<ValuePtr> v = b.get(key(i));
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+  // The same content put by both is stored once.
+  REQUIRE(b.put(key(3), test::store_test_value(3)).is_ok());
+  REQUIRE(b.put(key(9), test::store_test_value(9)).is_ok());
+  REQUIRE(a.put(key(9), test::store_test_value(9)).is_ok());
+  CHECK(list_store(d).size() == 6);
+  const VerifyReport report = verify_store(d);
+  CHECK(report.clean());
+  CHECK(report.unreferenced_blobs == 0);
+}
+
+TEST_CASE("concurrent writer processes of overlapping keys leave one whole entry per key", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  {
+    test::ChildProcess w1(ORBIT_STORE_CHILD_PATH, {"write", d, "1", "30"});
+    test::ChildProcess w2(ORBIT_STORE_CHILD_PATH, {"write", d, "11", "30"});
+    const int s1 = w1.wait(), s2 = w2.wait();
+    REQUIRE((WIFEXITED(s1) && WEXITSTATUS(s1) == 0));
+    REQUIRE((WIFEXITED(s2) && WEXITSTATUS(s2) == 0));
+  }
+  CHECK(list_store(d).size() == 40);
+  const VerifyReport report = verify_store(d);
+  CHECK(report.clean());
+  CHECK(report.unreferenced_blobs == 0);
+  ChunkStore store(disk_options(d));
+  for (int64_t i = 1; i <= 40; ++i) CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
+}
+
+TEST_CASE("eviction never removes another process's pinned entry; the pin lapses when that process dies",
+          "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  test::ChildProcess holder(ORBIT_STORE_CHILD_PATH, {"hold", d, "1", "400"});
+  std::string line;
+  REQUIRE(holder.next_line(&line));
+  REQUIRE(line == "pinned");
+  CHECK(list_store(d).at(0).pinned);
+  ChunkStoreOptions o = disk_options(d);
+  o.disk_budget_bytes = 600000;  // a few entries: every put evicts
+  o.host_budget_bytes = 0;
+  {
+    ChunkStore store(o);
+    for (int64_t i = 2; i <= 30; ++i) (void)store.put(key(i), test::store_test_value(i));
+    CHECK(store.contains(key(1)));  // pinned by the live holder: never evicted
+    CHECK(store.stats().tiers[2].evictions >= 5);
+  }
+  holder.kill();
+  (void)holder.wait();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past the dead holder's lease
+  {
+    ChunkStore store(o);
+    for (int64_t i = 31; i <= 40; ++i) (void)store.put(key(i), test::store_test_value(i));
+    CHECK_FALSE(store.contains(key(1)));  // the crashed process's pin lapsed
+  }
+}
+
+TEST_CASE("a read lease of one owner keeps another owner's eviction away", "[store][cpu]") {
+  test::TempDir dir;
+  DiskTierOptions o;
+  o.dir = dir.path().string();
+  o.model_fingerprint = test::kStoreTestFingerprint;
+  DiskTier reader(o), evictor(o);  // two owners, as two processes would be
+  REQUIRE(reader.insert(key(1), test::store_test_value(1)).is_ok());
+  REQUIRE(evictor.find(key(1)) != nullptr);
+  REQUIRE(reader.acquire_read(key(1)));
+  Result<bool> held = evictor.evict(key(1));
+  REQUIRE(held.is_ok());
+  CHECK_FALSE(held.value());
+  CHECK(reader.read(key(1)).is_ok());
+  reader.release_read(key(1));
+  Result<bool> gone = evictor.evict(key(1));
+  REQUIRE(gone.is_ok());
+  CHECK(gone.value());
+  CHECK(reader.refresh(key(1)) == nullptr);
+}
+
+TEST_CASE("two engine processes share one directory: the second encodes no canonical", "[store][cpu][model]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  test::ChildProcess first(ORBIT_ENGINE_CHILD_PATH, {test::stories_path(), d, "-", "6"});
+  std::string line;
+  REQUIRE(first.next_line(&line));
+  const auto a = nlohmann::json::parse(line);
+  CHECK(a["canonicals_encoded"] == 6);
+  // The first process still has the store open (it waits on stdin) while the second one runs.
+  test::ChildProcess second(ORBIT_ENGINE_CHILD_PATH, {test::stories_path(), d, "-", "6"});
+  REQUIRE(second.next_line(&line));
+  const auto b = nlohmann::json::parse(line);
+  CHECK(b["canonicals_encoded"] == 0);
+  CHECK(b["disk_hits"] >= 6);  // every canonical came from the shared directory
+  first.close_stdin();
+  second.close_stdin();
+  CHECK(WEXITSTATUS(first.wait()) == 0);
+  CHECK(WEXITSTATUS(second.wait()) == 0);
+}
+
+TEST_CASE("a blob path that leaves DIR/blobs is never read or deleted", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = (dir.path() / "store").string();
+  const std::string victim = (dir.path() / "victim.txt").string();
+  std::ofstream(victim) << "not the store's";
+  const std::string outside = (dir.path() / "outside").string();
+  fs::create_directories(outside);
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+  }
+  point_row_at(d, key(1), "../victim.txt");
+  point_row_at(d, key(2), victim);  // absolute
+  fs::create_directory_symlink(outside, d + "/blobs/zz");
+  std::ofstream(outside + "/x.blob") << "outside";
+  point_row_at(d, key(3), "blobs/zz/x.blob");
+
+  const VerifyReport report = verify_store(d);
+  REQUIRE(report.problems.size() == 3);
+  for (const VerifyProblem& p : report.problems) CHECK_THAT(p.reason, Contains("must stay inside"));
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 3; ++i) {
+      Result<ValuePtr> v = store.get(key(i));
+      CHECK_FALSE(v.is_ok());  // served as a miss, reported
+      // Rewriting the entry replaces the bad row; the file it named must survive.
+      REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+      CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
+    }
+    CHECK(store.stats().corrupt_reads == 3);
+  }
+  CHECK(fs::exists(victim));
+  CHECK(fs::exists(outside + "/x.blob"));
+  (void)gc_store(d);
+  CHECK(fs::exists(outside + "/x.blob"));
+}
+
+TEST_CASE("a deleted index or lost meta rows are refused, and orbit store repair rebuilds them", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 4; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+  }
+  SECTION("meta rows deleted: another model does not adopt the store") {
+    delete_meta_rows(d + "/index.sqlite");
+    ChunkStoreOptions other = disk_options(d);
+    other.model_fingerprint = "another-model";
+    CHECK_THROWS_WITH(ChunkStore(other), Contains("meta rows were deleted") && Contains("orbit store repair"));
+    CHECK_THROWS_WITH(ChunkStore(disk_options(d)), Contains("meta rows were deleted"));
+  }
+  SECTION("index.sqlite deleted: refused instead of silently orphaning every blob") {
+    for (const char* f : {"/index.sqlite", "/index.sqlite-wal", "/index.sqlite-shm"}) fs::remove(d + f);
+    CHECK_THROWS_WITH(ChunkStore(disk_options(d)),
+                      Contains("index.sqlite is missing") && Contains("4 blobs") && Contains("orbit store repair"));
+    CHECK_THROWS_WITH(list_store(d), Contains("orbit store repair"));
+  }
+  const test::CliRun repair = test::cli("store repair --store " + d);
+  INFO(repair.out);
+  REQUIRE(repair.status == 0);
+  CHECK_THAT(repair.out, Contains(test::kStoreTestFingerprint));
+  ChunkStore store(disk_options(d));
+  for (int64_t i = 1; i <= 4; ++i) CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
+  CHECK(verify_store(d).clean());
+}
+
+TEST_CASE("orbit store with an empty --store, and on a read-only store", "[store][cpu]") {
+  const test::CliRun empty = test::cli("store ls --store ''");
+  CHECK(empty.status == 1);  // a clear error, not an internal one (3)
+  CHECK_THAT(empty.out, Contains("--store is empty"));
+  CHECK_THROWS_WITH(list_store(""), Contains("store directory is empty"));
+
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+  }
+  REQUIRE(test::run_command("chmod -R a-w " + d).status == 0);
+  // As root, file modes do not stop writes: run the CLI as an unprivileged user instead.
+  const std::string as = ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
+  for (const std::string sub : {"ls", "stat", "verify"}) {
+    const test::CliRun r = test::run_command(as + ORBIT_CLI_PATH + " store " + sub + " --store " + d);
+    INFO(sub << ": " << r.out);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.out, !Contains("readonly database"));
+  }
+  CHECK(test::run_command(as + ORBIT_CLI_PATH + " store ls --store " + d).out.find("3 entries") != std::string::npos);
+  REQUIRE(test::run_command("chmod -R u+w " + d).status == 0);
+}
