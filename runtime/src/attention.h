@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "orbit/runtime/config.h"
+#include "ops/paged_attention_op.h"
 #include "orbit/runtime/model.h"
 
 namespace orbit::runtime::detail {
@@ -23,9 +24,14 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor
 
 // Causal softmax attention. q: [R, H, d_k]; k: [S, H_kv, d_k]; v: [S, H_kv, d_v] (H_kv divides H; query
 // head h reads kv head h / (H / H_kv)). Query r sees keys [0, query_index[r]] (int64 [R]). scale
-// multiplies q·k before the softmax. Returns [R, H·d_v] float32.
+// multiplies q·k before the softmax. Returns [R, H·d_v] in q's dtype. tail_causal: the queries are the
+// last R keys (query_index[r] = S − R + r), which lets CUDA use the unmasked or plain-causal fused kernel.
+// On CUDA with libtorch >= 2.5 this is at::scaled_dot_product_attention; elsewhere blocked bmm/softmax.
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
-                  double scale);
+                  double scale, bool tail_causal = false);
+
+// Whether attend() can use PyTorch's fused attention on CUDA in this build (libtorch >= 2.5).
+bool fused_attention_available();
 
 // One layer's attention inputs, R computed tokens over S = past + input key tokens.
 struct AttentionStep {
@@ -36,6 +42,10 @@ struct AttentionStep {
   const LayerKV& keys;             // content of all key tokens, float32, S rows
   const at::Tensor& key_angles;    // RoPE angles of all key tokens [S, rotary_dim/2] float64
   const at::Tensor& query_index;   // int64 [R]: the last key index each computed token sees
+  bool tail_causal = false;        // query_index[r] = S − R + r (no partial recompute)
+  // Set: the past is read in place by the paged kernel (everything but q, the tail and the scale is
+  // filled in); `keys` then holds only the tokens after the paged ones (the tail), and key_angles is unused.
+  const ops::PagedAttentionInputs* paged = nullptr;
 };
 
 // GQA/MHA (Llama, Qwen2, Qwen2-VL): content = pre-RoPE keys and values [R, H_kv, head_dim].

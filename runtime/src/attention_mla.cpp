@@ -54,7 +54,7 @@ at::Tensor mla_attention(const AttentionStep& s) {
   const at::Tensor k_pe = rope_rotate(c.rope, s.keys.k, s.key_angles).expand({S, H, m.qk_rope_head_dim});
 
   const double scale = rope_mla_softmax_scaling(c.rope) / std::sqrt(static_cast<double>(c.head_dim));
-  return attend(at::cat({q_nope, q_pe}, 2), at::cat({k_nope, k_pe}, 2), v.contiguous(), s.query_index, scale);
+  return attend(at::cat({q_nope, q_pe}, 2), at::cat({k_nope, k_pe}, 2), v.contiguous(), s.query_index, scale, s.tail_causal);
 }
 
 }  // namespace orbit::runtime::detail

@@ -332,6 +332,12 @@ class ModelInfo:
     def hidden_size(self) -> int: ...
     @property
     def kv_bytes_per_token(self) -> int: ...
+    @property
+    def device(self) -> str:
+        """Where the model runs: 'cpu', 'cuda:0', ..."""
+    @property
+    def dtype(self) -> str:
+        """Compute dtype: 'float32', 'bfloat16' or 'float16'."""
 
 class EngineOptions:
     """The options an Engine was opened with."""
@@ -349,6 +355,12 @@ class EngineOptions:
     def disk_budget_bytes(self) -> int: ...
     @property
     def threads(self) -> int: ...
+    @property
+    def device(self) -> str:
+        """'cpu', 'cuda' or 'cuda:N'."""
+    @property
+    def dtype(self) -> str:
+        """'float32', 'bfloat16' or 'float16'."""
 
 class Generation:
     """The result of Window.generate()."""
@@ -450,7 +462,11 @@ class Engine:
         host_budget_bytes: int = 1073741824,
         disk_budget_bytes: int = 0,
         threads: int = 0,
-    ) -> None: ...
+        device: str = "cpu",
+        dtype: str = "float32",
+    ) -> None:
+        """device: 'cpu', 'cuda' or 'cuda:N' (OrbitError where there is no CUDA device); dtype: 'float32',
+        'bfloat16' or 'float16' (CUDA only): weights load straight into it, KV and windows live there."""
     def __enter__(self) -> "Engine": ...
     def __exit__(self, *args: object) -> bool: ...
     def close(self) -> None: ...
@@ -691,6 +707,8 @@ def replay(
     threads: int = 0,
     pool_bytes: int = ...,
     page_size: int = 16,
+    device: str = "cpu",
+    dtype: str = "float32",
     progress: Optional[Callable[[int, int, int, int, str], object]] = None,
 ) -> dict:
     """Replays a trace under each policy (plus reprefill, prefix, blind); the report as a dict."""

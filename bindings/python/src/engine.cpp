@@ -28,7 +28,7 @@ std::string path_arg(const py::object& obj, const char* what) {
 
 std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& store_dir, int64_t pool_bytes,
                                     int64_t page_size, int64_t host_budget_bytes, int64_t disk_budget_bytes,
-                                    int threads) {
+                                    int threads, const std::string& device, const std::string& dtype) {
   orbit::EngineOptions o;
   o.model = path_arg(model, "Engine: model");
   o.store_dir = path_arg(store_dir, "Engine: store_dir");
@@ -37,6 +37,8 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
   o.host_budget_bytes = host_budget_bytes;
   o.disk_budget_bytes = disk_budget_bytes;
   o.threads = threads;
+  o.device = device;
+  o.dtype = dtype;
   py::gil_scoped_release release;
   return Engine::open(o);
 }
@@ -80,10 +82,14 @@ void init_engine(py::module_& m) {
   c.def(py::init(&open_engine), py::arg("model"), py::kw_only(), py::arg("store_dir") = py::none(),
         py::arg("pool_bytes") = int64_t{256} << 20, py::arg("page_size") = 16,
         py::arg("host_budget_bytes") = int64_t{1} << 30, py::arg("disk_budget_bytes") = 0, py::arg("threads") = 0,
+        py::arg("device") = "cpu", py::arg("dtype") = "float32",
         "Loads the model (a llama2.c .bin file or a Hugging Face directory) and opens the store (store_dir: a\n"
         "directory, created if missing; None = memory only). pool_bytes: the windows' KV pool (whole pages of\n"
         "page_size tokens); host_budget_bytes / disk_budget_bytes (0 = unlimited): the store's tiers; threads:\n"
-        "intra-op threads (0 = keep the process setting). Raises OrbitError naming the file or option at fault.");
+        "intra-op threads (0 = keep the process setting); device: 'cpu', 'cuda' or 'cuda:N' (model, KV pool and\n"
+        "windows live there); dtype: 'float32', 'bfloat16' or 'float16' (CUDA only), the compute dtype weights\n"
+        "load straight into. Raises OrbitError naming the file or option at fault (CUDA asked for where there\n"
+        "is none included)."); 
   c.def("__enter__", [](std::shared_ptr<Engine> e) { return e; }, "Returns the engine.");
   c.def("__exit__", [](Engine& e, py::args) {
         py::gil_scoped_release release;

@@ -55,6 +55,7 @@ std::string Plan::describe() const {
   out << operation_name(op) << ": " << steps.size() << " steps, " << std::fixed << std::setprecision(1)
       << forward_tokens << " forward tokens, " << bytes_moved << " bytes moved, " << device_bytes_after
       << " device bytes after, " << (exact ? "exact" : "approximate") << "\n";
+  if (!attention.empty()) out << "  attention: " << attention << "\n";
   for (const PlanStep& s : steps) {
     out << "  #" << s.instance << " " << (s.is_turn ? "turn" : (s.chunk.label.empty() ? s.chunk.key.substr(0, 8) : s.chunk.label))
         << " @" << s.position << ": " << step_action_name(s.action);

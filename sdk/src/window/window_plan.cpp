@@ -104,6 +104,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   const runtime::ModelConfig& config = core.config();
 
   Plan plan;
+  plan.attention = state.core->model().attention_path(1, true);
   plan.op = layout.op;
   plan.window_id = state.id;
   plan.window_version = state.version;
