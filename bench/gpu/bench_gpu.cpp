@@ -91,6 +91,15 @@ double timed(const c10::Device& device, int reps, const std::function<void()>& f
   return t[t.size() / 2];
 }
 
+// Seconds per call of a short kernel: `iters` back-to-back calls between two waits, median of `reps`
+// (the wait's own cost is spread over the calls).
+double timed_loop(const c10::Device& device, int reps, int iters, const std::function<void()>& fn) {
+  return timed(device, reps, [&] {
+           for (int i = 0; i < iters; ++i) fn();
+         }) /
+         iters;
+}
+
 std::unique_ptr<rt::Model> random_model(rt::ModelConfig c, const rt::ComputeTarget& target) {
   rt::ModelWeights w;
   rt::prepare_weights(w, c);
@@ -293,6 +302,8 @@ int main(int argc, char** argv) {
         rt::ForwardOptions last;
         last.logits = rt::LogitsMode::kLast;
         const double reprefill = timed(dev, reps, [&] { (void)m->forward(input_at(all, 0), nullptr, last); });
+        // The query alone, no past: the floor any reuse arm pays (weights read once, per-op launches).
+        const double query_only = timed(dev, reps, [&] { (void)m->forward(input_at(query, W), nullptr, last); });
         FilledPool pool = fill_pool(*m, W, 16);
         for (int64_t B : chunks) {
           if (B >= W) continue;
@@ -324,8 +335,8 @@ int main(int argc, char** argv) {
             copy_s = timed(dev, reps, [&] { (void)m->forward(input_at(query, W), &copy, last); });
           }
           std::printf("ttft W=%6lld B=%5lld  reprefill %8.2f ms  prefix %8.2f ms  orbit %7.2f ms (paged past)  "
-                      "%7.2f ms (patched copy)  reprefill/orbit %6.1fx  prefix/orbit %6.1fx\n",
-                      (long long)W, (long long)B, reprefill * 1e3, prefix_s * 1e3, orbit_s * 1e3, copy_s * 1e3,
+                      "%7.2f ms (patched copy)  query alone %6.2f ms  reprefill/orbit %6.1fx  prefix/orbit %6.1fx\n",
+                      (long long)W, (long long)B, reprefill * 1e3, prefix_s * 1e3, orbit_s * 1e3, copy_s * 1e3, query_only * 1e3,
                       reprefill / orbit_s, prefix_s / orbit_s);
           rows.push_back({{"model", preset},
                           {"window_tokens", W},
@@ -335,6 +346,7 @@ int main(int argc, char** argv) {
                           {"prefix_s", prefix_s},
                           {"orbit_s", orbit_s},
                           {"orbit_patched_copy_s", copy_s},
+                          {"query_only_s", query_only},
                           {"attention_path", m->attention_path(q, true)}});
         }
       }
@@ -410,7 +422,7 @@ int main(int argc, char** argv) {
 
     if (sections.find("reloc") != std::string::npos) {
       const rt::ModelConfig& c = m->config();
-      const int64_t n = 8192, D = c.content_k_shape().width();
+      const int64_t n = 65536, D = c.content_k_shape().width();
       FilledPool pool = fill_pool(*m, n, 16);
       const auto opts = at::TensorOptions().device(dev).dtype(m->dtype());
       const at::Tensor canonical = at::randn({n, D}, opts);
@@ -429,9 +441,13 @@ int main(int argc, char** argv) {
       in.rope = c.rope;
       in.positions = at::arange(1000, 1000 + n, at::kLong);
       in.tables = rt::ops::patch_rope_tables(c.rope, in.positions, m->dtype(), dev);
-      const double apply_s = timed(dev, reps * 5, [&] { rt::ops::patch_apply_to_pages(*pool.pool, target, in); });
+      const double apply_s = timed_loop(dev, reps, 20, [&] { rt::ops::patch_apply_to_pages(*pool.pool, target, in); });
+      rt::ops::PatchApplyInputs plain = in;
+      plain.u = at::Tensor();
+      plain.vt = at::Tensor();
+      const double relocate_s = timed_loop(dev, reps, 20, [&] { rt::ops::patch_apply_to_pages(*pool.pool, target, plain); });
       at::Tensor dst = at::empty_like(canonical);
-      const double copy_s = timed(dev, reps * 5, [&] { dst.copy_(canonical); });
+      const double copy_s = timed_loop(dev, reps, 20, [&] { dst.copy_(canonical); });
       const double bytes = 2.0 * static_cast<double>(canonical.numel() * canonical.element_size());
       // The paged decode attention kernel's K/V reads over a W-token past, one layer, one query token.
       const int64_t W = max_w;
@@ -446,9 +462,12 @@ int main(int argc, char** argv) {
       pa.positions = at::arange(W + 1, at::TensorOptions().device(dev).dtype(at::kLong)).unsqueeze(1).contiguous();
       pa.inv_freq = rt::rope_inv_freq(c.rope, 0).to(dev);
       pa.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-      double attn_s = 0, attn_patched_s = 0;
+      double attn_s = 0, attn_patched_s = 0, attn_rowwise_s = 0;
       if (rt::ops::paged_attention_available(dev, c.num_heads, c.num_kv_heads, c.head_dim)) {
-        attn_s = timed(dev, reps * 5, [&] { (void)rt::ops::paged_attention(pa); });
+        attn_s = timed_loop(dev, reps, 20, [&] { (void)rt::ops::paged_attention(pa); });
+        pa.rowwise = true;
+        attn_rowwise_s = timed_loop(dev, reps, 20, [&] { (void)rt::ops::paged_attention(pa); });
+        pa.rowwise = false;
         // The same with every token's rows patched (rank `rank`): the patch's extra cost.
         const at::Tensor uk = at::randn({W, rank}, opts.dtype(at::kFloat)), vtk = at::randn({rank, D}, opts.dtype(at::kFloat));
         orbit::kernels::cpu::PatchSegment seg;
@@ -459,15 +478,16 @@ int main(int argc, char** argv) {
         seg.vt_k = seg.vt_v = vtk.data_ptr<float>();
         pa.patch_of = at::zeros({W}, at::TensorOptions().device(dev).dtype(at::kInt));
         pa.segments = rt::ops::make_segment_table({seg}, dev);
-        attn_patched_s = timed(dev, reps * 5, [&] { (void)rt::ops::paged_attention(pa); });
+        attn_patched_s = timed_loop(dev, reps, 20, [&] { (void)rt::ops::paged_attention(pa); });
       }
       const double attn_bytes = 2.0 * static_cast<double>(W * D * c10::elementSize(m->dtype()));
       std::printf("paged decode attention W=%lld: %.3f ms (%.0f GB/s of K/V read), with patch rows on every token "
-                  "%.3f ms\n", (long long)W, attn_s * 1e3, attn_s > 0 ? attn_bytes / attn_s / 1e9 : 0.0,
-                  attn_patched_s * 1e3);
-      std::printf("reloc+patch %lld tokens x %lld: %.3f ms, %.0f GB/s; d2d copy %.3f ms, %.0f GB/s; ratio %.2f\n",
-                  (long long)n, (long long)D, apply_s * 1e3, bytes / apply_s / 1e9, copy_s * 1e3, bytes / copy_s / 1e9,
-                  copy_s / apply_s);
+                  "%.3f ms; row-wise kernel %.3f ms\n", (long long)W, attn_s * 1e3, attn_s > 0 ? attn_bytes / attn_s / 1e9 : 0.0,
+                  attn_patched_s * 1e3, attn_rowwise_s * 1e3);
+      std::printf("reloc+patch %lld tokens x %lld: %.3f ms, %.0f GB/s; relocation alone %.3f ms; d2d copy %.3f ms, "
+                  "%.0f GB/s; ratio %.2f (relocation alone %.2f)\n",
+                  (long long)n, (long long)D, apply_s * 1e3, bytes / apply_s / 1e9, relocate_s * 1e3, copy_s * 1e3,
+                  bytes / copy_s / 1e9, copy_s / apply_s, copy_s / relocate_s);
       report["relocation"] = {{"tokens", n},
                               {"width", D},
                               {"rank", rank},
@@ -475,9 +495,12 @@ int main(int argc, char** argv) {
                               {"copy_s", copy_s},
                               {"bytes_read_written", bytes},
                               {"fraction_of_copy_bandwidth", copy_s / apply_s},
+                              {"relocate_only_s", relocate_s},
+                              {"relocate_only_fraction_of_copy_bandwidth", copy_s / relocate_s},
                               {"paged_attention_window_tokens", W},
                               {"paged_attention_s", attn_s},
                               {"paged_attention_patched_s", attn_patched_s},
+                              {"paged_attention_rowwise_s", attn_rowwise_s},
                               {"paged_attention_kv_bytes", attn_bytes},
                               {"copy_bandwidth_bytes_s", bytes / copy_s}};
     }

@@ -113,7 +113,8 @@ void run_cuda(const PagedAttentionInputs& in, const kcpu::PagedAttentionDims& d,
   const int64_t splits = kc::paged_attention_splits(d, sm_count(in.q.device()));
   at::Tensor ws = at::empty({kc::paged_attention_workspace_floats(d, splits)}, in.q.options().dtype(at::kFloat));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(in.q.device().index()).stream();
-  const cudaError_t status = kc::paged_attention<A>(args_of<T, A>(in, out), d, ws.data_ptr<float>(), splits, stream);
+  const cudaError_t status = kc::paged_attention<A>(args_of<T, A>(in, out), d, ws.data_ptr<float>(), splits, stream,
+                                                    in.rowwise ? kc::PagedKernel::kRowwise : kc::PagedKernel::kTiled);
   ORBIT_CHECK(status == cudaSuccess, "paged_attention: CUDA launch failed: " << cudaGetErrorString(status));
 }
 #endif

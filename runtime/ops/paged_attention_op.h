@@ -26,6 +26,7 @@ struct PagedAttentionInputs {
   at::Tensor segments;     // uint8 blob of PatchSegment[] on the same device (make_segment_table)
   bool interleaved = false;
   double scale = 1.0;
+  bool rowwise = false;    // CUDA: the row-wise kernel instead of the tiled one (for comparison)
 };
 
 // Whether the fused kernel can run these inputs on `device` in this build (CUDA kernels built and a

@@ -42,6 +42,11 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor
 
 bool fused_attention_available() { return ORBIT_HAVE_SDPA != 0; }
 
+at::Tensor rotate(const RopeConfig& rope, const at::Tensor& x, const ops::RopeTables& tables) {
+  if (x.scalar_type() == at::kHalf) return ops::rope_rotate(x.to(at::kFloat).contiguous(), tables, rope.layout).to(at::kHalf);
+  return ops::rope_rotate(x.contiguous(), tables, rope.layout);
+}
+
 namespace {
 
 #if ORBIT_HAVE_SDPA
@@ -62,7 +67,8 @@ at::Tensor attend_fused(const at::Tensor& q, const at::Tensor& k, const at::Tens
     const at::Tensor key_index = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(0);
     mask = (key_index <= query_index.unsqueeze(1)).view({1, 1, R, S});
   }
-  const at::Tensor out = at::scaled_dot_product_attention(qh.contiguous(), kh.contiguous(), vh.contiguous(), mask,
+  // Strided views are fine for the fused kernels (the head dim is contiguous): no copies of the keys.
+  const at::Tensor out = at::scaled_dot_product_attention(qh, kh, vh, mask,
                                                           0.0, is_causal, scale, /*enable_gqa=*/k.size(1) != H);
   return out.squeeze(0).permute({1, 0, 2}).reshape({R, H * dv});
 }
@@ -112,7 +118,7 @@ at::Tensor gqa_attention(const AttentionStep& s) {
   // gives exactly that.
   const double mscale = rope_attention_scaling(c.rope);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-  at::Tensor q_rot = rope_rotate(c.rope, q, s.query_angles);
+  at::Tensor q_rot = rotate(c.rope, q, s.query_tables);
   if (mscale != 1.0) q_rot.narrow(2, 0, c.rope.rotary_dim).mul_(mscale * mscale);
   if (s.paged != nullptr) {
     ops::PagedAttentionInputs in = *s.paged;
@@ -123,7 +129,7 @@ at::Tensor gqa_attention(const AttentionStep& s) {
     return ops::paged_attention(in);
   }
   // Relocation on the fly: every key (past ones included) is rotated to its position here.
-  return attend(q_rot, rope_rotate(c.rope, s.keys.k, s.key_angles), s.keys.v, s.query_index, scale, s.tail_causal);
+  return attend(q_rot, rotate(c.rope, s.keys.k, s.key_tables), s.keys.v, s.query_index, scale, s.tail_causal);
 }
 
 }  // namespace orbit::runtime::detail

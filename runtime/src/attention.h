@@ -12,6 +12,7 @@
 
 #include "orbit/runtime/config.h"
 #include "ops/paged_attention_op.h"
+#include "ops/rope_op.h"
 #include "orbit/runtime/model.h"
 
 namespace orbit::runtime::detail {
@@ -30,6 +31,10 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
                   double scale, bool tail_causal = false);
 
+// x [T, H, head_dim] rotated by precomputed tables (ops::rope_tables of rope_angles, computed once per
+// forward for every layer); float16 is rotated in float32 and rounded once.
+at::Tensor rotate(const RopeConfig& rope, const at::Tensor& x, const ops::RopeTables& tables);
+
 // Whether attend() can use PyTorch's fused attention on CUDA in this build (libtorch >= 2.5).
 bool fused_attention_available();
 
@@ -38,13 +43,13 @@ struct AttentionStep {
   const ModelConfig& config;
   const LayerWeights& weights;
   const at::Tensor& h;             // RMSNorm'd hidden states of the computed tokens [R, hidden]
-  const at::Tensor& query_angles;  // RoPE angles of the computed tokens [R, rotary_dim/2] float64
+  const ops::RopeTables& query_tables;  // cos/sin of the computed tokens' angles [R, rotary_dim/2]
   const LayerKV& keys;             // content of all key tokens, float32, S rows
-  const at::Tensor& key_angles;    // RoPE angles of all key tokens [S, rotary_dim/2] float64
+  const ops::RopeTables& key_tables;    // cos/sin of all key tokens' angles [S, rotary_dim/2] (undefined when paged)
   const at::Tensor& query_index;   // int64 [R]: the last key index each computed token sees
   bool tail_causal = false;        // query_index[r] = S − R + r (no partial recompute)
   // Set: the past is read in place by the paged kernel (everything but q, the tail and the scale is
-  // filled in); `keys` then holds only the tokens after the paged ones (the tail), and key_angles is unused.
+  // filled in); `keys` then holds only the tokens after the paged ones (the tail), and key_tables is unused.
   const ops::PagedAttentionInputs* paged = nullptr;
 };
 

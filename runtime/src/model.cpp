@@ -10,6 +10,7 @@
 #include "attention.h"
 #include "orbit/common/error.h"
 #include "ops/paged_attention_op.h"
+#include "ops/rope_op.h"
 #include "orbit/runtime/fingerprint.h"
 #include "orbit/runtime/paged_past.h"
 #include "orbit/runtime/rope.h"
@@ -340,6 +341,11 @@ ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, cons
       past_len > 0 && paged_past == nullptr
           ? at::cat({rope_angles(c.rope, past->positions.to(device_), window_len), angles}, 0)
           : angles;
+  // cos/sin once per forward: every layer rotates by the same angles.
+  const at::ScalarType table_dtype = ops::rope_table_dtype(dtype_);
+  const ops::RopeTables query_tables = ops::rope_tables(query_angles, table_dtype, device_);
+  const ops::RopeTables key_tables =
+      paged_past == nullptr ? ops::rope_tables(key_angles, table_dtype, device_) : ops::RopeTables{};
   PagedPlan paged_plan;
   if (paged_past != nullptr) paged_plan = plan_paged(c, *paged_past, positions, window_len, device_, dtype_);
 
@@ -362,7 +368,7 @@ ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, cons
       const LayerKV& p = past->layers[static_cast<std::size_t>(l)];
       keys = {at::cat({p.k.to(device_, dtype_), content.k}, 0), at::cat({p.v.to(device_, dtype_), content.v}, 0)};
     }
-    detail::AttentionStep step{c, w, h, query_angles, keys, key_angles, query_index, !partial};
+    detail::AttentionStep step{c, w, h, query_tables, keys, key_tables, query_index, !partial};
     ops::PagedAttentionInputs paged_layer;
     if (paged_past != nullptr) {
       paged_layer = paged_plan.base;

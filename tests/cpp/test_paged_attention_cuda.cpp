@@ -93,6 +93,8 @@ void run_case(const Case& k, at::ScalarType dtype, uint64_t seed) {
     gpu.patch_of = cpu.patch_of.to(dev);
     gpu.segments = segments_on(dev, keep_gpu);
   }
+  for (const bool rowwise : {false, true}) {
+  gpu.rowwise = rowwise;
   const at::Tensor got = rt::ops::paged_attention(gpu);
   REQUIRE(got.scalar_type() == dtype);
   // float32: the kernel and the reference differ only in summation order and the fast exp/sincos
@@ -102,8 +104,10 @@ void run_case(const Case& k, at::ScalarType dtype, uint64_t seed) {
   const double err = rel_error(got, want);
   INFO(c10::toString(dtype) << " H " << k.heads << "/" << k.kv_heads << " d " << d << " R " << k.queries << " S_p "
                             << k.paged << " S_t " << k.tail << " rank " << k.rank
-                            << (k.interleaved ? " interleaved" : "") << (k.mrope ? " mrope" : "") << ": rel error " << err);
+                            << (k.interleaved ? " interleaved" : "") << (k.mrope ? " mrope" : "")
+                            << (rowwise ? " rowwise" : " tiled") << ": rel error " << err);
   CHECK(err < tol);
+  }
 }
 
 }  // namespace

@@ -56,15 +56,25 @@ inline int64_t paged_attention_workspace_floats(const PagedAttentionDims& d, int
   return d.queries * d.heads * splits * (d.head_dim + 2);
 }
 
+// Two implementations of the same operation:
+//   kTiled    (default) each warp stages a tile of 16 keys, patched and rotated, in shared memory; lanes
+//             then score one key each against the G query heads (2 lanes per key, halves of the head
+//             dims), the online softmax runs once per tile, and values are read row by row and weighted
+//             by the tile's probabilities broadcast from the scoring lanes. Shuffles per key drop from
+//             ~5·G to ~G and the loads of a tile are independent, so more of them are in flight.
+//   kRowwise  one key at a time per warp, a warp-wide shuffle reduction per query head (kept to measure
+//             against; see bench/gpu).
+enum class PagedKernel { kTiled, kRowwise };
+
 // Enqueues the attention on `stream`: cudaErrorInvalidValue for dims the kernel does not cover or
 // missing pointers, else the launch status. Asynchronous: pointers stay valid until the stream passes.
 template <typename T>
 cudaError_t paged_attention(const PagedAttentionArgs<T>& args, const PagedAttentionDims& dims, float* workspace,
-                            int64_t splits, cudaStream_t stream);
+                            int64_t splits, cudaStream_t stream, PagedKernel kernel = PagedKernel::kTiled);
 
 #define ORBIT_PAGED_ATTENTION_DECLARE(T)                                                                    \
   extern template cudaError_t paged_attention<T>(const PagedAttentionArgs<T>&, const PagedAttentionDims&, \
-                                                 float*, int64_t, cudaStream_t);
+                                                 float*, int64_t, cudaStream_t, PagedKernel);
 ORBIT_PAGED_ATTENTION_DECLARE(float)
 ORBIT_PAGED_ATTENTION_DECLARE(__nv_bfloat16)
 ORBIT_PAGED_ATTENTION_DECLARE(__half)
@@ -111,7 +121,7 @@ __device__ __forceinline__ void pa_read_key(const PagedAttentionArgs<T>& a, cons
   if (a.patch_of != nullptr && s < d.paged_tokens) {
     const int32_t seg = __ldg(a.patch_of + s);
     if (seg >= 0) {
-      const PatchSegment g = a.segments[seg];
+      const PatchSegment& g = a.segments[seg];
       const int64_t i = s - g.first;
       for (int64_t j = 0; j < g.rank_k; ++j) {
         const float u = __ldg(g.u_k + i * g.rank_k + j);
@@ -131,11 +141,12 @@ template <int E>
 __device__ __forceinline__ void pa_rotate(const PagedAttentionDims& d, const int64_t* pos_row, const double (&inv)[E],
                                           const int (&frow)[E], int lane, float (&k)[E]) {
   constexpr double kTwoPi = 6.283185307179586476925286766559;
+  constexpr double kInvTwoPi = 0.15915494309189533576888376337251;
   if (d.interleaved) {
 #pragma unroll
     for (int e = 0; e < E; e += 2) {
       double ang = static_cast<double>(pos_row[frow[e]]) * inv[e];
-      ang -= kTwoPi * rint(ang / kTwoPi);
+      ang -= kTwoPi * rint(ang * kInvTwoPi);
       float sn, cs;
       __sincosf(static_cast<float>(ang), &sn, &cs);
       const float x0 = k[e], x1 = k[e + 1];
@@ -148,7 +159,7 @@ __device__ __forceinline__ void pa_rotate(const PagedAttentionDims& d, const int
     for (int e = 0; e < E; ++e) {
       const float partner = __shfl_xor_sync(0xffffffffu, k[e], 16);
       double ang = static_cast<double>(pos_row[frow[e]]) * inv[e];
-      ang -= kTwoPi * rint(ang / kTwoPi);
+      ang -= kTwoPi * rint(ang * kInvTwoPi);
       float sn, cs;
       __sincosf(static_cast<float>(ang), &sn, &cs);
       k[e] = first_half ? k[e] * cs - partner * sn : k[e] * cs + partner * sn;
@@ -281,6 +292,175 @@ __global__ void __launch_bounds__(kPagedThreads)
   }
 }
 
+constexpr int kTile = 16;  // keys per warp tile (tiled kernel)
+
+template <typename T, int E>
+__global__ void __launch_bounds__(kPagedThreads, 4)
+    paged_attention_tiled(const PagedAttentionArgs<T> a, const PagedAttentionDims d, int64_t splits, float* ws) {
+  constexpr int D = 32 * E;
+  constexpr int HALF = D / 2;
+  const int split = blockIdx.x, hk = blockIdx.y, r = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int group = static_cast<int>(d.heads / d.kv_heads);
+  const int64_t S = d.paged_tokens + d.tail_tokens;
+  const int64_t visible = S - d.queries + r + 1;
+  const int64_t chunk = (S + splits - 1) / splits;
+  const int64_t begin = split * chunk;
+  const int64_t end = begin + chunk < visible ? begin + chunk : visible;
+
+  // Per warp a key tile [kTile][D + 1] (the +1 keeps rows in different banks); reused for the
+  // cross-warp merge at the end.
+  constexpr int kTileFloats = kTile * (D + 1);
+  constexpr int kMergeFloats = kPagedMaxGroup * D;
+  constexpr int kPerWarp = kTileFloats > kMergeFloats ? kTileFloats : kMergeFloats;
+  __shared__ float tiles[kPagedWarps][kPerWarp];
+  __shared__ float q_s[kPagedMaxGroup][D];
+  __shared__ float red_m[kPagedWarps][kPagedMaxGroup];
+  __shared__ float red_l[kPagedWarps][kPagedMaxGroup];
+
+  for (int i = threadIdx.x; i < kPagedMaxGroup * D; i += kPagedThreads) {
+    const int g = i / D, e = i % D;
+    q_s[g][e] = g < group ? pa_load(a.q + (static_cast<int64_t>(r) * d.heads + hk * group + g) * D + e) * d.scale : 0.0f;
+  }
+  __syncthreads();
+
+  const int col = hk * D + lane * E;
+  double inv[E];
+  int frow[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int dim = lane * E + e;
+    const int f = d.interleaved ? dim / 2 : (dim < HALF ? dim : dim - HALF);
+    inv[e] = a.inv_freq[f];
+    frow[e] = a.row_of_freq != nullptr ? a.row_of_freq[f] : 0;
+  }
+  float m[kPagedMaxGroup], l[kPagedMaxGroup], acc[kPagedMaxGroup][E];
+#pragma unroll
+  for (int g = 0; g < kPagedMaxGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
+  }
+  float* ks = tiles[warp];
+  const int my_token = lane & (kTile - 1);  // scoring: lane -> key of the tile
+  const int my_half = lane >> 4;            //          and half of the head dims
+
+  for (int64_t t0 = begin + static_cast<int64_t>(warp) * kTile; t0 < end; t0 += static_cast<int64_t>(kPagedWarps) * kTile) {
+    // 1. Keys of the tile: read in place, patched, rotated, staged as float.
+#pragma unroll 4
+    for (int t = 0; t < kTile; ++t) {
+      const int64_t s = t0 + t;
+      float k[E], v_unused[E];
+      if (s < end) {
+        pa_read_key<T, E>(a, d, s, col, k, v_unused);
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e) k[e] = 0.0f;
+      }
+      pa_rotate<E>(d, a.positions + (s < end ? s : begin) * d.position_rows, inv, frow, lane, k);
+#pragma unroll
+      for (int e = 0; e < E; ++e) ks[t * (D + 1) + lane * E + e] = k[e];
+    }
+    __syncwarp();
+    // 2. Scores: lane (key my_token, half my_half); the halves meet with one shuffle.
+    float score[kPagedMaxGroup];
+#pragma unroll
+    for (int g = 0; g < kPagedMaxGroup; ++g) score[g] = 0.0f;
+    const float* krow = ks + my_token * (D + 1) + my_half * HALF;
+#pragma unroll 8
+    for (int j = 0; j < HALF; ++j) {
+      const int jj = (j + my_half * 16) & (HALF - 1);  // the two halves start on different banks
+      const float kv = krow[jj];
+#pragma unroll
+      for (int g = 0; g < kPagedMaxGroup; ++g) {
+        if (g < group) score[g] += kv * q_s[g][my_half * HALF + jj];
+      }
+    }
+    const bool valid = t0 + my_token < end;
+#pragma unroll
+    for (int g = 0; g < kPagedMaxGroup; ++g) {
+      score[g] += __shfl_xor_sync(0xffffffffu, score[g], 16);
+      if (!valid) score[g] = -INFINITY;
+    }
+    // 3. Online softmax, once per tile.
+    float p[kPagedMaxGroup];
+#pragma unroll
+    for (int g = 0; g < kPagedMaxGroup; ++g) {
+      float tmax = score[g];
+#pragma unroll
+      for (int o = 8; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+      const float m_new = fmaxf(m[g], tmax);
+      p[g] = m_new == -INFINITY ? 0.0f : __expf(score[g] - m_new);
+      float tsum = p[g];
+#pragma unroll
+      for (int o = 8; o > 0; o >>= 1) tsum += __shfl_xor_sync(0xffffffffu, tsum, o);
+      const float corr = m_new == -INFINITY ? 1.0f : __expf(m[g] - m_new);
+      l[g] = l[g] * corr + tsum;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[g][e] *= corr;
+      m[g] = m_new;
+    }
+    // 4. Values row by row, weighted by the probabilities the scoring lanes hold.
+#pragma unroll 4
+    for (int t = 0; t < kTile; ++t) {
+      const int64_t s = t0 + t;
+      if (s >= end) break;  // uniform across the warp
+      float k_unused[E], v[E];
+      pa_read_key<T, E>(a, d, s, col, k_unused, v);
+#pragma unroll
+      for (int g = 0; g < kPagedMaxGroup; ++g) {
+        const float pg = __shfl_sync(0xffffffffu, p[g], t);
+        if (g < group) {
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[g][e] += pg * v[e];
+        }
+      }
+    }
+    __syncwarp();
+  }
+
+  // Merge the warps (as the row-wise kernel), reusing the tiles for the accumulators.
+  __syncthreads();
+  if (lane == 0) {
+    for (int g = 0; g < group; ++g) {
+      red_m[warp][g] = m[g];
+      red_l[warp][g] = l[g];
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kPagedMaxGroup; ++g) {
+    if (g >= group) break;
+#pragma unroll
+    for (int e = 0; e < E; ++e) tiles[warp][g * D + lane * E + e] = acc[g][e];
+  }
+  __syncthreads();
+  const int64_t rh_base = static_cast<int64_t>(r) * d.heads + hk * group;
+  float* ws_acc = ws;
+  float* ws_ml = ws + d.queries * d.heads * splits * D;
+  for (int i = threadIdx.x; i < group * D; i += kPagedThreads) {
+    const int g = i / D, e = i % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kPagedWarps; ++w) M = fmaxf(M, red_m[w][g]);
+    float L = 0.0f, A = 0.0f;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kPagedWarps; ++w) {
+        const float f = __expf(red_m[w][g] - M);
+        L += red_l[w][g] * f;
+        A += tiles[w][g * D + e] * f;
+      }
+    }
+    const int64_t slot = (rh_base + g) * splits + split;
+    ws_acc[slot * D + e] = A;
+    if (e == 0) {
+      ws_ml[slot * 2] = M;
+      ws_ml[slot * 2 + 1] = L;
+    }
+  }
+}
+
 // Merges the splits of one (query, head) per block: out = Σ A_i e^(m_i − M) / Σ L_i e^(m_i − M).
 template <typename T>
 __global__ void paged_attention_combine(const float* ws, int64_t splits, int64_t rows, int D, T* out) {
@@ -306,7 +486,7 @@ __global__ void paged_attention_combine(const float* ws, int64_t splits, int64_t
 
 template <typename T>
 cudaError_t paged_attention(const PagedAttentionArgs<T>& a, const PagedAttentionDims& d, float* workspace,
-                            int64_t splits, cudaStream_t stream) {
+                            int64_t splits, cudaStream_t stream, PagedKernel kernel) {
   if (!paged_attention_supports(d) || splits < 1 || workspace == nullptr || a.q == nullptr || a.out == nullptr ||
       a.positions == nullptr || a.inv_freq == nullptr || a.k_tail == nullptr || a.v_tail == nullptr ||
       (d.paged_tokens > 0 && (a.k_pages == nullptr || a.v_pages == nullptr || a.slots == nullptr)) ||
@@ -315,10 +495,13 @@ cudaError_t paged_attention(const PagedAttentionArgs<T>& a, const PagedAttention
     return cudaErrorInvalidValue;
   }
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(d.kv_heads), static_cast<unsigned>(d.queries));
+  const bool tiled = kernel == PagedKernel::kTiled;
   if (d.head_dim == 128) {
-    detail::paged_attention_kernel<T, 4><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+    if (tiled) detail::paged_attention_tiled<T, 4><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+    else detail::paged_attention_kernel<T, 4><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
   } else {
-    detail::paged_attention_kernel<T, 2><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+    if (tiled) detail::paged_attention_tiled<T, 2><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+    else detail::paged_attention_kernel<T, 2><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
   }
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return status;

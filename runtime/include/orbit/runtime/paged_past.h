@@ -30,7 +30,7 @@ namespace orbit::runtime {
 
 // Inputs longer than this take the gather path (prefill-sized attention belongs to the fused PyTorch
 // kernels, which read contiguous keys).
-constexpr int64_t kPagedMaxQueries = 16;
+constexpr int64_t kPagedMaxQueries = 4;
 
 struct PlacedPatch {
   int64_t first = 0;                   // first past token the patch's rows apply to
