@@ -48,12 +48,15 @@ def main():
             "place, rotates keys to their positions and adds the patch rows). The last column is orbit over a "
             "per-window patched copy (contiguous past, PyTorch SDPA).")
         add("")
-        add("| W | B | re-prefill ms | prefix ms | orbit ms | re-prefill / orbit | prefix / orbit | orbit (patched copy) ms |")
-        add("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        add("| W | B | re-prefill ms | prefix ms | orbit ms | re-prefill / orbit | prefix / orbit | orbit (patched copy) ms | query alone ms |")
+        add("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for t in r["ttft"]:
             add(f"| {t['window_tokens']} | {t['chunk_tokens']} | {ms(t['reprefill_s'])} | {ms(t['prefix_s'])} | "
                 f"{ms(t['orbit_s'])} | {t['reprefill_s'] / t['orbit_s']:.1f}x | {t['prefix_s'] / t['orbit_s']:.1f}x | "
-                f"{ms(t['orbit_patched_copy_s'])} |")
+                f"{ms(t['orbit_patched_copy_s'])} | {ms(t.get('query_only_s', 0))} |")
+        add("")
+        add("'query alone' is a forward of the query with no past at all: the floor every reuse arm pays "
+            "(the weights read once, and one eager launch per operation).")
         add("")
         add(f"Attention path of the orbit arm: {r['ttft'][0]['attention_path']}.")
         add("")
@@ -111,12 +114,36 @@ def main():
             f"{ms(e['patch_apply_s'])} ms vs a copy of the same bytes {ms(e['copy_s'])} ms: "
             f"**{100 * e['fraction_of_copy_bandwidth']:.0f}%** of copy bandwidth "
             f"({e['bytes_read_written'] / e['copy_s'] / 1e9:.0f} GB/s copy)")
+        if "relocate_only_s" in e:
+            add(f"- relocation alone (no patch): {ms(e['relocate_only_s'])} ms, "
+                f"**{100 * e['relocate_only_fraction_of_copy_bandwidth']:.0f}%** of copy bandwidth")
         if e.get("paged_attention_s", 0) > 0:
             bw = e["paged_attention_kv_bytes"] / e["paged_attention_s"]
             add(f"- paged decode attention, one layer over {e['paged_attention_window_tokens']} tokens: "
                 f"{ms(e['paged_attention_s'])} ms, {bw / 1e9:.0f} GB/s of K/V read "
                 f"({100 * bw / e['copy_bandwidth_bytes_s']:.0f}% of copy bandwidth); with patch rows added on every "
-                f"token {ms(e['paged_attention_patched_s'])} ms")
+                f"token {ms(e['paged_attention_patched_s'])} ms; the row-wise variant of the kernel "
+                f"{ms(e.get('paged_attention_rowwise_s', 0))} ms")
+        add("")
+    peer_path = os.path.join(os.path.dirname(args.json), "peer.json")
+    if os.path.exists(peer_path):
+        with open(peer_path) as f:
+            peer = json.load(f)
+        add("## Peer check: orbit's logits on CUDA vs transformers' forward of the same directory")
+        add("")
+        add("Random models initialised and saved by transformers (`bench/gpu/peer_transformers.py`), loaded by "
+            "orbit from the saved directory; relative L2 error of all logits over 24 tokens on the GPU.")
+        add("")
+        add("| family | float32 rel error | bf16 rel error | top-1 agreement (bf16) |")
+        add("|---|---:|---:|---:|")
+        for p in peer:
+            def cell(k):
+                v = p.get(k)
+                if v is None:
+                    return p.get("error", "n/a")[:80]
+                return f"{v['rel_error']:.2e}" if "rel_error" in v else v.get("error", "")[:80]
+            top = p.get("bfloat16", {}).get("top1_agree")
+            add(f"| {p['family']} | {cell('float32')} | {cell('bfloat16')} | {'' if top is None else f'{top:.2f}'} |")
         add("")
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")

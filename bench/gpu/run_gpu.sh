@@ -3,7 +3,7 @@
 # scripts/device/fetch-debs.sh in .carry/debs): builds only what the GPU checks need against the machine's
 # PyTorch, runs the gpu-labelled tests and the new CPU device tests, then bench_gpu.
 #
-#   bench/gpu/run_gpu.sh [tests|bench|all] [bench_gpu args...]
+#   bench/gpu/run_gpu.sh [tests|peer|bench|all] [bench_gpu args...]   (peer: bench/gpu/peer_transformers.py)
 #
 # Logs and results go to $OUT (env.txt, build.log, ctest.log, bench.log, gpu.json).
 set -uo pipefail
@@ -19,7 +19,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DORBIT_CUDA=ON -DCM
   -DORBIT_TESTS=ON -DORBIT_PYTHON=OFF -DORBIT_SAMPLES=OFF \
   -DCMAKE_PREFIX_PATH="$torch_prefix;/tmp/deps/usr" -DOPENSSL_ROOT_DIR=/tmp/deps/usr > "$out/configure.log" 2>&1 \
   || { tail -30 "$out/configure.log"; exit 1; }
-targets=(bench_gpu test_paged_attention_cuda test_device_cuda test_rope_cuda test_patch_apply_cuda test_svd_cuda
+targets=(orbit_cli bench_gpu test_paged_attention_cuda test_device_cuda test_rope_cuda test_patch_apply_cuda test_svd_cuda
          test_paged_attention test_device)
 ninja -C build-gpu -j"$(nproc)" -k 0 "${targets[@]}" > "$out/build.log" 2>&1
 build_rc=$?
@@ -41,6 +41,11 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
   grep -E "rel error|passed|failed|FAILED" "$out/test_device_cuda.log" | head -60
   echo "test_device_cuda rc=$drc in $(( $(date +%s) - start )) s total"
   [ "$drc" -ne 0 ] && rc=$drc
+fi
+if [ "$mode" = peer ] || [ "$mode" = all ]; then
+  start=$(date +%s)
+  PYTHONUNBUFFERED=1 python3 bench/gpu/peer_transformers.py build-gpu/cli/orbit "$out/peer.json" 2>&1 | tail -20
+  echo "peer check in $(( $(date +%s) - start )) s"
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)

@@ -78,18 +78,28 @@ std::unique_ptr<Model> load_hf(const std::string& dir_string, const ComputeTarge
 
   ModelWeights weights;
   prepare_weights(weights, config);
+  // transformers v5 saves the language model of a VL model (Qwen2.5-VL) as model.language_model.*.
+  auto resolve = [&](const std::string& name) {
+    auto it = owner.find(name);
+    if (it == owner.end() && name.rfind("model.", 0) == 0) {
+      auto alt = owner.find("model.language_model." + name.substr(6));
+      if (alt != owner.end()) return alt;
+    }
+    return it;
+  };
   for (const WeightSpec& spec : weight_specs(config)) {
-    auto it = owner.find(spec.name);
+    auto it = resolve(spec.name);
     ORBIT_CHECK(it != owner.end(), dir_string << ": missing tensor '" << spec.name << "' (config.json: "
                                               << arch_name(config.arch) << ", " << config.num_layers << " layers"
                                               << (config.tie_word_embeddings ? ", tied embeddings" : ", untied embeddings")
                                               << ")");
-    const StTensorInfo* info = it->second->find(spec.name);
+    const std::string& stored = it->first;
+    const StTensorInfo* info = it->second->find(stored);
     ORBIT_CHECK(info->shape == spec.shape, it->second->path() << ": tensor '" << spec.name << "' has shape "
                                                               << shape_string(info->shape) << " but config.json implies "
                                                               << shape_string(spec.shape));
     // Stored dtype -> target dtype on the host (a no-op when they agree), then one copy to the device.
-    weight_slot(weights, config, spec.name) = it->second->load(spec.name, target.dtype).to(target.device);
+    weight_slot(weights, config, spec.name) = it->second->load(stored, target.dtype).to(target.device);
   }
   if (config.tie_word_embeddings) weights.lm_head = weights.embed;
   return std::make_unique<Model>(std::move(config), std::move(weights), dir_string);
