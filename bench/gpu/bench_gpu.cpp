@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "args.h"
+#include "ops/cuda_dispatch.h"
 #include "ops/paged_attention_op.h"
 #include "ops/patch_apply_op.h"
 #include "orbit/runtime/device.h"
@@ -45,6 +46,11 @@
 #include "orbit/runtime/rope.h"
 #include "orbit/runtime/weights.h"
 
+#if ORBIT_OPS_HAVE_CUDA
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/patch_apply.cuh"
+#endif
 #if __has_include(<torch/version.h>)
 #include <torch/version.h>
 #endif
@@ -448,6 +454,40 @@ int main(int argc, char** argv) {
       const double relocate_s = timed_loop(dev, reps, 20, [&] { rt::ops::patch_apply_to_pages(*pool.pool, target, plain); });
       at::Tensor dst = at::empty_like(canonical);
       const double copy_s = timed_loop(dev, reps, 20, [&] { dst.copy_(canonical); });
+      // The kernel alone (the op above also validates the block table and uploads it on every call).
+      double kernel_s = 0, kernel_plain_s = 0;
+#if ORBIT_OPS_HAVE_CUDA
+      if (dev.is_cuda() && m->dtype() == at::kBFloat16) {
+        namespace kc = orbit::kernels::cuda;
+        const at::Tensor table = at::tensor(at::ArrayRef<int32_t>(got), at::kInt).to(dev);
+        const at::Tensor layer0 = pool.pool->storage(0).select(0, 0);
+        kc::PatchDims dims;
+        dims.tokens = n;
+        dims.width = D;
+        dims.rank = rank;
+        dims.rotate = true;
+        dims.head_dim = c.head_dim;
+        dims.rotary_dim = c.rope.rotary_dim;
+        dims.interleaved = c.rope.layout == rt::RopeLayout::kInterleaved;
+        kc::PatchSource<__nv_bfloat16> src;
+        src.canonical = reinterpret_cast<const __nv_bfloat16*>(canonical.data_ptr<at::BFloat16>());
+        src.u = u.data_ptr<float>();
+        src.vt = vt.data_ptr<float>();
+        src.cos = in.tables.cos.data_ptr<float>();
+        src.sin = in.tables.sin.data_ptr<float>();
+        kc::PatchTarget<__nv_bfloat16> tgt;
+        tgt.base = reinterpret_cast<__nv_bfloat16*>(layer0.data_ptr<at::BFloat16>());
+        tgt.block_table = table.data_ptr<int32_t>();
+        tgt.page_size = 16;
+        const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
+        kernel_s = timed_loop(dev, reps, 50, [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
+        dims.rank = 0;
+        kernel_plain_s = timed_loop(dev, reps, 50, [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
+      }
+#endif
+      std::printf("relocation+patch kernel alone %.3f ms (%.0f%% of copy), relocation alone %.3f ms (%.0f%%)\n",
+                  kernel_s * 1e3, kernel_s > 0 ? 100 * copy_s / kernel_s : 0.0, kernel_plain_s * 1e3,
+                  kernel_plain_s > 0 ? 100 * copy_s / kernel_plain_s : 0.0);
       const double bytes = 2.0 * static_cast<double>(canonical.numel() * canonical.element_size());
       // The paged decode attention kernel's K/V reads over a W-token past, one layer, one query token.
       const int64_t W = max_w;
@@ -496,6 +536,8 @@ int main(int argc, char** argv) {
                               {"bytes_read_written", bytes},
                               {"fraction_of_copy_bandwidth", copy_s / apply_s},
                               {"relocate_only_s", relocate_s},
+                              {"kernel_patch_apply_s", kernel_s},
+                              {"kernel_relocate_only_s", kernel_plain_s},
                               {"relocate_only_fraction_of_copy_bandwidth", copy_s / relocate_s},
                               {"paged_attention_window_tokens", W},
                               {"paged_attention_s", attn_s},

@@ -117,6 +117,11 @@ def main():
         if "relocate_only_s" in e:
             add(f"- relocation alone (no patch): {ms(e['relocate_only_s'])} ms, "
                 f"**{100 * e['relocate_only_fraction_of_copy_bandwidth']:.0f}%** of copy bandwidth")
+        if e.get("kernel_patch_apply_s", 0) > 0:
+            add(f"- the kernel alone (no per-call validation and block-table upload): relocate + patch "
+                f"{ms(e['kernel_patch_apply_s'])} ms, **{100 * e['copy_s'] / e['kernel_patch_apply_s']:.0f}%** of copy "
+                f"bandwidth; relocation alone {ms(e['kernel_relocate_only_s'])} ms, "
+                f"**{100 * e['copy_s'] / e['kernel_relocate_only_s']:.0f}%**")
         if e.get("paged_attention_s", 0) > 0:
             bw = e["paged_attention_kv_bytes"] / e["paged_attention_s"]
             add(f"- paged decode attention, one layer over {e['paged_attention_window_tokens']} tokens: "

@@ -28,8 +28,8 @@ def make(name):
         return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(num_key_value_heads=2, tie_word_embeddings=True, **SMALL))
     if name == "deepseek_v2":
         cfg = transformers.DeepseekV2Config(num_key_value_heads=4, q_lora_rank=48, kv_lora_rank=64, qk_nope_head_dim=32,
-                                            qk_rope_head_dim=16, v_head_dim=32, n_routed_experts=None,
-                                            first_k_dense_replace=2, **SMALL)
+                                            qk_rope_head_dim=16, v_head_dim=32, n_routed_experts=4,
+                                            num_experts_per_tok=2, first_k_dense_replace=2, **SMALL)
         return transformers.DeepseekV2ForCausalLM(cfg)
     if name == "qwen2_5_vl":
         text = dict(num_key_value_heads=2, rope_scaling={"type": "mrope", "mrope_section": [8, 12, 12]}, **SMALL)

@@ -55,21 +55,7 @@ namespace {
 // mask built from query_index.
 at::Tensor attend_fused(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
                         double scale, bool tail_causal) {
-  const int64_t R = q.size(0), H = q.size(1), S = k.size(0), dv = v.size(2), Hkv = k.size(1), G = H / Hkv;
-  if (G > 1 && !(tail_causal && R == S)) {
-    // GQA with a past (decode, a query after a window): fold the G query heads of a kv head into the
-    // query length, [1, H_kv, R·G, dk] with row r·G + g, so keys and values are read once per kv head
-    // and never repeated across heads; causality per row from its token's query_index.
-    const at::Tensor qp = q.view({R, Hkv, G, q.size(2)}).permute({1, 0, 2, 3}).reshape({1, Hkv, R * G, q.size(2)});
-    c10::optional<at::Tensor> mask;
-    if (!(tail_causal && R == 1)) {
-      const at::Tensor key_index = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(0);
-      mask = (key_index <= query_index.repeat_interleave(G).unsqueeze(1)).view({1, 1, R * G, S});
-    }
-    const at::Tensor out = at::scaled_dot_product_attention(qp, k.permute({1, 0, 2}).unsqueeze(0),
-                                                            v.permute({1, 0, 2}).unsqueeze(0), mask, 0.0, false, scale);
-    return out.reshape({Hkv, R, G, dv}).permute({1, 0, 2, 3}).reshape({R, H * dv});
-  }
+  const int64_t R = q.size(0), H = q.size(1), S = k.size(0), dv = v.size(2);
   const at::Tensor qh = q.permute({1, 0, 2}).unsqueeze(0);  // [1, H, R, dk]
   const at::Tensor kh = k.permute({1, 0, 2}).unsqueeze(0);  // [1, H_kv, S, dk]
   const at::Tensor vh = v.permute({1, 0, 2}).unsqueeze(0);
