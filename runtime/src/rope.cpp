@@ -251,8 +251,6 @@ at::Tensor rope_rotate(const RopeConfig& config, const at::Tensor& x, const at::
               "rope_rotate: argument 'angles' must be [T=" << x.size(0) << ", rotary_dim/2=" << config.rotary_dim / 2
                                                            << "], got sizes " << angles.sizes());
   const ops::RopeTables tables = ops::rope_tables(angles, ops::rope_table_dtype(x.scalar_type()), x.device());
-  // float16 has no rotation kernel: rotate in float32 and round once.
-  if (x.scalar_type() == at::kHalf) return ops::rope_rotate(x.to(at::kFloat).contiguous(), tables, config.layout).to(at::kHalf);
   return ops::rope_rotate(x.contiguous(), tables, config.layout);
 }
 
