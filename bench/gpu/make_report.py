@@ -38,6 +38,7 @@ def main():
     add(f"- model: {r['model']} shape with random weights ({r['weights']}), {r['layers']} of its {r['full_layers']} layers")
     add(f"- query: {r['query_tokens']} tokens; patch rank {r['patch_rank']}; median of {r['reps']} timed runs after a warm-up")
     add(f"- command: `{' '.join(r['command'])}` (through `bench/gpu/run_gpu.sh`)")
+    add("- provenance (commit, what changed since): `bench/gpu/results/README.md`")
     add("")
     if "ttft" in r:
         add("## (a) Time to the first query token after placing a B-token chunk in a W-token window")
