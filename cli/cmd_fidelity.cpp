@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "args.h"
+#include "device_args.h"
 #include "commands.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/loader.h"
@@ -96,14 +97,14 @@ std::string fixed(double x, const char* format) {
 }  // namespace
 
 int run_fidelity(int argc, char** argv, int first) {
-  const Args args("fidelity", ArgSpec{{"--model", "--context", "--chunk", "--query", "--strategies"}, {"--json"}}, argc,
+  const Args args("fidelity", ArgSpec{{"--model", "--context", "--chunk", "--query", "--strategies", "--device", "--dtype"}, {"--json"}}, argc,
                   argv, first);
   const std::string model_path = args.required("--model");
   const std::string chunk_text = args.required("--chunk");
   ORBIT_CHECK(!chunk_text.empty(), "--chunk is empty");
   const std::vector<int64_t> chunk_tokens = parse_int_list(chunk_text, "--chunk");
   const std::vector<int64_t> query = parse_int_list(args.get("--query").value_or("1"), "--query");
-  const std::unique_ptr<rt::Model> model = rt::load_model(model_path);
+  const std::unique_ptr<rt::Model> model = rt::load_model(model_path, compute_target(args));
   const rt::ModelConfig& c = model->config();
 
   rt::Scenario scenario;

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "args.h"
+#include "device_args.h"
 #include "commands.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/loader.h"
@@ -17,14 +18,15 @@ using nlohmann::json;
 namespace rt = orbit::runtime;
 
 int run_info(int argc, char** argv, int first) {
-  const Args args("info", ArgSpec{{"--model"}, {"--json"}}, argc, argv, first);
-  const auto model = rt::load_model(args.required("--model"));
+  const Args args("info", ArgSpec{{"--model", "--device", "--dtype"}, {"--json"}}, argc, argv, first);
+  const auto model = rt::load_model(args.required("--model"), compute_target(args));
   const rt::ModelConfig& c = model->config();
   json info = rt::config_summary_json(c);
   info["path"] = model->origin();
   info["format"] = c.source_format;
   info["weight_dtype"] = c.weight_dtype;
-  info["compute_dtype"] = "float32";
+  info["compute_dtype"] = rt::dtype_name(model->dtype());
+  info["device"] = rt::device_name(model->device());
   info["parameters"] = model->parameter_count();
   info["fingerprint"] = model->fingerprint();
   if (args.flag("--json")) {
@@ -47,16 +49,18 @@ int run_info(int argc, char** argv, int first) {
   if (r.scaling != rt::RopeScaling::kNone) {
     std::printf(" (factor %g, original max positions %lld)", r.factor, (long long)r.original_max_position_embeddings);
   }
-  std::printf("\nparameters   %lld\n", (long long)model->parameter_count());
+  std::printf("\nparameters   %lld (%s on %s)\n", (long long)model->parameter_count(),
+              rt::dtype_name(model->dtype()).c_str(), rt::device_name(model->device()).c_str());
   std::printf("fingerprint  %s\n", model->fingerprint().c_str());
   return 0;
 }
 
 int run_logits(int argc, char** argv, int first) {
-  const Args args("logits", ArgSpec{{"--model", "--tokens", "--positions"}, {"--all-positions"}}, argc, argv, first);
+  const Args args("logits", ArgSpec{{"--model", "--tokens", "--positions", "--device", "--dtype"}, {"--all-positions"}},
+                  argc, argv, first);
   const std::string model_path = args.required("--model");
   const std::vector<int64_t> tokens = parse_int_list(args.required("--tokens"), "--tokens");
-  const auto model = rt::load_model(model_path);
+  const auto model = rt::load_model(model_path, compute_target(args));
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     ORBIT_CHECK(tokens[i] >= 0 && tokens[i] < model->config().vocab_size,
                 "--tokens: item " << i << " (" << tokens[i] << ") is outside the vocabulary [0, "
@@ -73,7 +77,7 @@ int run_logits(int argc, char** argv, int first) {
   rt::ForwardOptions options;
   options.logits = args.flag("--all-positions") ? rt::LogitsMode::kAll : rt::LogitsMode::kLast;
   options.return_content = false;
-  const at::Tensor logits = model->forward(input, nullptr, options).logits.contiguous();
+  const at::Tensor logits = model->forward(input, nullptr, options).logits.to(at::kCPU).contiguous();
 
   json rows = json::array();
   const float* data = logits.data_ptr<float>();

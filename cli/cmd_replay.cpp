@@ -1,7 +1,8 @@
 // `orbit replay`: replay a trace under a policy and the baselines side by side (orbit/trace.h).
 //
 //   orbit replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--no-fidelity]
-//                [--patch-capacity BYTES] [--page-size N] [--calibrate] [--quiet]
+//                [--patch-capacity BYTES] [--page-size N] [--device cpu|cuda[:N]] [--dtype float32|bfloat16|float16]
+//                [--calibrate] [--quiet]
 //
 // Prints a per-step table (critical-path forward tokens, critical-path milliseconds, measured KL and the
 // plan's predicted KL per policy), totals (critical-path and background forward tokens and seconds), the
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "args.h"
+#include "device_args.h"
 #include "commands.h"
 #include "orbit/common/error.h"
 #include "orbit/trace.h"
@@ -152,7 +154,8 @@ int run_replay(int argc, char** argv, int first) {
   std::string trace_path;
   if (first < argc && argv[first][0] != '-') trace_path = argv[first++];
   const Args args("replay",
-                  ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--page-size", "--trace"},
+                  ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--page-size", "--trace", "--device",
+                           "--dtype"},
                           {"--explain", "--no-fidelity", "--quiet", "--calibrate"}},
                   argc, argv, first);
   ORBIT_CHECK(trace_path.empty() || !args.has("--trace"), "replay: the trace is given twice (TRACE and --trace)");
@@ -160,6 +163,9 @@ int run_replay(int argc, char** argv, int first) {
   ReplayOptions o;
   o.engine.model = args.required("--model");
   o.engine.page_size = args.get_int("--page-size", 16);
+  o.engine.device = args.get_or("--device", "cpu");
+  o.engine.dtype = args.get_or("--dtype", "float32");
+  (void)compute_target(args);  // a bad or unavailable --device / --dtype fails here, naming the argument
   o.policies = split_commas(args.get("--policy").value_or("patch:16"));
   for (const std::string& spec : o.policies) {
     try {

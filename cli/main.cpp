@@ -18,9 +18,9 @@ const char* kUsage =
     "usage: orbit <command> [arguments]\n"
     "\n"
     "commands:\n"
-    "  info --model PATH [--json]\n"
+    "  info --model PATH [--json] [--device D] [--dtype T]\n"
     "      architecture, sizes, RoPE configuration and fingerprint of a model\n"
-    "  logits --model PATH --tokens 1,5,9[,...] [--positions P,...] [--all-positions]\n"
+    "  logits --model PATH --tokens 1,5,9[,...] [--positions P,...] [--all-positions] [--device D] [--dtype T]\n"
     "      JSON {\"tokens\": [...], \"logits\": [[...], ...]} (last position unless --all-positions)\n"
     "  make-model --out DIR [--preset NAME | --arch llama|qwen2] [size options] [--dtype D] [--seed N]\n"
     "      write a random-weight Hugging Face model directory (see `orbit make-model --help`)\n"
@@ -39,6 +39,8 @@ const char* kUsage =
     "  version\n"
     "\n"
     "PATH is a llama2.c .bin file or a Hugging Face directory (config.json + *.safetensors).\n"
+    "--device D (info, logits, fidelity, replay): cpu (default), cuda or cuda:N; an error where there is no CUDA\n"
+    "device. --dtype T: float32 (default), bfloat16 or float16 (CUDA only); weights load straight into it.\n"
     "Threads: every core, unless OMP_NUM_THREADS is set.\n";
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "kernels/cpu/patch_apply.h"
 #include "orbit/common/error.h"
@@ -336,7 +337,7 @@ void patch_apply_to_pages(KVPool& pool, const PageTarget& target, const PatchApp
   ORBIT_CHECK(static_cast<int64_t>(target.block_table.size()) > last_index,
               fn << ": argument 'block_table' has " << target.block_table.size() << " pages but slots ["
                  << target.first_slot << ", " << target.first_slot + n << ") need " << last_index + 1);
-  std::set<PageId> seen;
+  std::vector<char> seen(static_cast<size_t>(pool.num_pages()), 0);  // O(pages), no tree: large chunks are cheap
   for (int64_t i = first_index; i <= last_index; ++i) {
     const PageId page = target.block_table[static_cast<size_t>(i)];
     ORBIT_CHECK(page >= 0 && page < pool.num_pages(), fn << ": argument 'block_table'[" << i << "] = " << page
@@ -345,7 +346,7 @@ void patch_apply_to_pages(KVPool& pool, const PageTarget& target, const PatchApp
     ORBIT_CHECK(refs > 0, fn << ": argument 'block_table'[" << i << "] = page " << page << " is free");
     ORBIT_CHECK(refs == 1, fn << ": argument 'block_table'[" << i << "] = page " << page << " is shared (ref_count "
                               << refs << "); copy it on write before writing");
-    ORBIT_CHECK(seen.insert(page).second,
+    ORBIT_CHECK(!std::exchange(seen[static_cast<size_t>(page)], char{1}),
                 fn << ": argument 'block_table'[" << i << "] = page " << page << " appears twice in the written range");
   }
   check_inputs_disjoint(fn, layer, p, /*canonical_too=*/true);

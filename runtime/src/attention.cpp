@@ -9,6 +9,17 @@
 
 #include "orbit/runtime/rope.h"
 
+// PyTorch's fused attention (flash / memory-efficient kernels) with GQA and an explicit scale needs
+// libtorch >= 2.5; older ones (Debian's 1.13) use the blocked path below on every device.
+#if __has_include(<torch/version.h>)
+#include <torch/version.h>
+#endif
+#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
+#define ORBIT_HAVE_SDPA 1
+#else
+#define ORBIT_HAVE_SDPA 0
+#endif
+
 namespace orbit::runtime::detail {
 
 namespace {
@@ -18,22 +29,67 @@ constexpr int64_t kQueryBlock = 512;
 }  // namespace
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& gain, double eps) {
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * gain;
+  if (x.scalar_type() == at::kFloat) return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * gain;
+  // Reduced precision: normalise in float32 and round once, then scale by the gain in the compute dtype
+  // (as transformers' Llama/Qwen2 RMSNorm does).
+  const at::Tensor xf = x.to(at::kFloat);
+  return gain * (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
 }
 
 at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
 }
 
+bool fused_attention_available() { return ORBIT_HAVE_SDPA != 0; }
+
+at::Tensor rotate(const RopeConfig& rope, const at::Tensor& x, const ops::RopeTables& tables) {
+  if (x.scalar_type() == at::kHalf) return ops::rope_rotate(x.to(at::kFloat).contiguous(), tables, rope.layout).to(at::kHalf);
+  return ops::rope_rotate(x.contiguous(), tables, rope.layout);
+}
+
+namespace {
+
+#if ORBIT_HAVE_SDPA
+// CUDA: at::scaled_dot_product_attention. Causality as in attend(): when the queries are the last R keys
+// (tail_causal), R == S is the plain causal mask and R == 1 needs none; anything else gets a boolean
+// mask built from query_index.
+at::Tensor attend_fused(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
+                        double scale, bool tail_causal) {
+  const int64_t R = q.size(0), H = q.size(1), S = k.size(0), dv = v.size(2);
+  const at::Tensor qh = q.permute({1, 0, 2}).unsqueeze(0);  // [1, H, R, dk]
+  const at::Tensor kh = k.permute({1, 0, 2}).unsqueeze(0);  // [1, H_kv, S, dk]
+  const at::Tensor vh = v.permute({1, 0, 2}).unsqueeze(0);
+  c10::optional<at::Tensor> mask;
+  bool is_causal = false;
+  if (tail_causal && R == S) {
+    is_causal = true;
+  } else if (!(tail_causal && R == 1)) {
+    const at::Tensor key_index = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(0);
+    mask = (key_index <= query_index.unsqueeze(1)).view({1, 1, R, S});
+  }
+  // Strided views are fine for the fused kernels (the head dim is contiguous): no copies of the keys.
+  const at::Tensor out = at::scaled_dot_product_attention(qh, kh, vh, mask,
+                                                          0.0, is_causal, scale, /*enable_gqa=*/k.size(1) != H);
+  return out.squeeze(0).permute({1, 0, 2}).reshape({R, H * dv});
+}
+#endif
+
+}  // namespace
+
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
-                  double scale) {
+                  double scale, bool tail_causal) {
+#if ORBIT_HAVE_SDPA
+  if (q.is_cuda()) return attend_fused(q, k, v, query_index, scale, tail_causal);
+#else
+  (void)tail_causal;
+#endif
   const int64_t T = q.size(0), H = q.size(1), dk = q.size(2), S = k.size(0), Hkv = k.size(1), dv = v.size(2);
   const int64_t group = H / Hkv;
   // Head h uses kv head h / group: view q heads as [H_kv, group].
   at::Tensor kh = k.permute({1, 2, 0});  // [H_kv, d_k, S]
   at::Tensor vh = v.permute({1, 0, 2});  // [H_kv, S, d_v]
   at::Tensor out = at::empty({T, H * dv}, q.options());
-  const at::Tensor key_index = at::arange(S, at::kLong).unsqueeze(0);  // [1, S]
+  const at::Tensor key_index = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(0);  // [1, S]
   for (int64_t start = 0; start < T; start += kQueryBlock) {
     const int64_t len = std::min(kQueryBlock, T - start);
     at::Tensor qb = q.narrow(0, start, len).reshape({len, Hkv, group, dk}).permute({1, 2, 0, 3}).reshape(
@@ -62,10 +118,18 @@ at::Tensor gqa_attention(const AttentionStep& s) {
   // gives exactly that.
   const double mscale = rope_attention_scaling(c.rope);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-  at::Tensor q_rot = rope_rotate(c.rope, q, s.query_angles);
+  at::Tensor q_rot = rotate(c.rope, q, s.query_tables);
   if (mscale != 1.0) q_rot.narrow(2, 0, c.rope.rotary_dim).mul_(mscale * mscale);
+  if (s.paged != nullptr) {
+    ops::PagedAttentionInputs in = *s.paged;
+    in.q = q_rot;
+    in.k_tail = s.keys.k.contiguous();
+    in.v_tail = s.keys.v.contiguous();
+    in.scale = scale;
+    return ops::paged_attention(in);
+  }
   // Relocation on the fly: every key (past ones included) is rotated to its position here.
-  return attend(q_rot, rope_rotate(c.rope, s.keys.k, s.key_angles), s.keys.v, s.query_index, scale);
+  return attend(q_rot, rotate(c.rope, s.keys.k, s.key_tables), s.keys.v, s.query_index, scale, s.tail_causal);
 }
 
 }  // namespace orbit::runtime::detail

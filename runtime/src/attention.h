@@ -11,6 +11,8 @@
 #include <ATen/core/Tensor.h>
 
 #include "orbit/runtime/config.h"
+#include "ops/paged_attention_op.h"
+#include "ops/rope_op.h"
 #include "orbit/runtime/model.h"
 
 namespace orbit::runtime::detail {
@@ -23,19 +25,32 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor
 
 // Causal softmax attention. q: [R, H, d_k]; k: [S, H_kv, d_k]; v: [S, H_kv, d_v] (H_kv divides H; query
 // head h reads kv head h / (H / H_kv)). Query r sees keys [0, query_index[r]] (int64 [R]). scale
-// multiplies q·k before the softmax. Returns [R, H·d_v] float32.
+// multiplies q·k before the softmax. Returns [R, H·d_v] in q's dtype. tail_causal: the queries are the
+// last R keys (query_index[r] = S − R + r), which lets CUDA use the unmasked or plain-causal fused kernel.
+// On CUDA with libtorch >= 2.5 this is at::scaled_dot_product_attention; elsewhere blocked bmm/softmax.
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
-                  double scale);
+                  double scale, bool tail_causal = false);
+
+// x [T, H, head_dim] rotated by precomputed tables (ops::rope_tables of rope_angles, computed once per
+// forward for every layer); float16 is rotated in float32 and rounded once.
+at::Tensor rotate(const RopeConfig& rope, const at::Tensor& x, const ops::RopeTables& tables);
+
+// Whether attend() can use PyTorch's fused attention on CUDA in this build (libtorch >= 2.5).
+bool fused_attention_available();
 
 // One layer's attention inputs, R computed tokens over S = past + input key tokens.
 struct AttentionStep {
   const ModelConfig& config;
   const LayerWeights& weights;
   const at::Tensor& h;             // RMSNorm'd hidden states of the computed tokens [R, hidden]
-  const at::Tensor& query_angles;  // RoPE angles of the computed tokens [R, rotary_dim/2] float64
+  const ops::RopeTables& query_tables;  // cos/sin of the computed tokens' angles [R, rotary_dim/2]
   const LayerKV& keys;             // content of all key tokens, float32, S rows
-  const at::Tensor& key_angles;    // RoPE angles of all key tokens [S, rotary_dim/2] float64
+  const ops::RopeTables& key_tables;    // cos/sin of all key tokens' angles [S, rotary_dim/2] (undefined when paged)
   const at::Tensor& query_index;   // int64 [R]: the last key index each computed token sees
+  bool tail_causal = false;        // query_index[r] = S − R + r (no partial recompute)
+  // Set: the past is read in place by the paged kernel (everything but q, the tail and the scale is
+  // filled in); `keys` then holds only the tokens after the paged ones (the tail), and key_tables is unused.
+  const ops::PagedAttentionInputs* paged = nullptr;
 };
 
 // GQA/MHA (Llama, Qwen2, Qwen2-VL): content = pre-RoPE keys and values [R, H_kv, head_dim].

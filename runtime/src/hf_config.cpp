@@ -187,6 +187,15 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
                 origin << ": unsupported field value use_sliding_window = true (sliding-window attention)");
   }
 
+  // transformers v5 writes RoPE as one object, "rope_parameters": {"rope_type", "rope_theta", the
+  // scaling fields, "mrope_section", "partial_rotary_factor"}; it is read as rope_scaling plus those.
+  if (auto rp = j.find("rope_parameters"); rp != j.end() && !rp->is_null()) {
+    ORBIT_CHECK(rp->is_object(), origin << ": field 'rope_parameters' must be an object or null");
+    for (const char* key : {"rope_theta", "partial_rotary_factor"}) {
+      if (rp->contains(key) && !j.contains(key)) j[key] = (*rp)[key];
+    }
+    if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) j["rope_scaling"] = *rp;
+  }
   RopeConfig& r = c.rope;
   r.theta = get_or<double>(j, "rope_theta", 10000.0, origin);
   r.max_position_embeddings = c.max_position_embeddings;

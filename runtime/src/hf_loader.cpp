@@ -1,6 +1,6 @@
 // Hugging Face directories: config.json + model.safetensors, or shards listed by
 // model.safetensors.index.json ({"weight_map": {tensor name: shard file}}). Every expected tensor is
-// looked up by weight_specs(), shape-checked against the config and converted to float32.
+// looked up by weight_specs(), shape-checked against the config and converted to the target's dtype and device.
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -33,7 +33,7 @@ json read_json(const fs::path& path) {
 
 }  // namespace
 
-std::unique_ptr<Model> load_hf(const std::string& dir_string) {
+std::unique_ptr<Model> load_hf(const std::string& dir_string, const ComputeTarget& target) {
   const fs::path dir(dir_string);
   const fs::path config_path = dir / "config.json";
   ORBIT_CHECK(fs::is_regular_file(config_path), dir_string << ": no config.json in this directory");
@@ -78,28 +78,39 @@ std::unique_ptr<Model> load_hf(const std::string& dir_string) {
 
   ModelWeights weights;
   prepare_weights(weights, config);
+  // transformers v5 saves the language model of a VL model (Qwen2.5-VL) as model.language_model.*.
+  auto resolve = [&](const std::string& name) {
+    auto it = owner.find(name);
+    if (it == owner.end() && name.rfind("model.", 0) == 0) {
+      auto alt = owner.find("model.language_model." + name.substr(6));
+      if (alt != owner.end()) return alt;
+    }
+    return it;
+  };
   for (const WeightSpec& spec : weight_specs(config)) {
-    auto it = owner.find(spec.name);
+    auto it = resolve(spec.name);
     ORBIT_CHECK(it != owner.end(), dir_string << ": missing tensor '" << spec.name << "' (config.json: "
                                               << arch_name(config.arch) << ", " << config.num_layers << " layers"
                                               << (config.tie_word_embeddings ? ", tied embeddings" : ", untied embeddings")
                                               << ")");
-    const StTensorInfo* info = it->second->find(spec.name);
+    const std::string& stored = it->first;
+    const StTensorInfo* info = it->second->find(stored);
     ORBIT_CHECK(info->shape == spec.shape, it->second->path() << ": tensor '" << spec.name << "' has shape "
                                                               << shape_string(info->shape) << " but config.json implies "
                                                               << shape_string(spec.shape));
-    weight_slot(weights, config, spec.name) = it->second->load(spec.name, at::kFloat);
+    // Stored dtype -> target dtype on the host (a no-op when they agree), then one copy to the device.
+    weight_slot(weights, config, spec.name) = it->second->load(stored, target.dtype).to(target.device);
   }
   if (config.tie_word_embeddings) weights.lm_head = weights.embed;
   return std::make_unique<Model>(std::move(config), std::move(weights), dir_string);
 }
 
-std::unique_ptr<Model> load_model(const std::string& path) {
+std::unique_ptr<Model> load_model(const std::string& path, const ComputeTarget& target) {
   ORBIT_CHECK(fs::exists(path), path << ": no such file or directory (expected a llama2.c .bin file or a "
                                         "Hugging Face directory with config.json)");
-  if (fs::is_directory(path)) return load_hf(path);
-  if (fs::path(path).filename() == "config.json") return load_hf(fs::path(path).parent_path().string());
-  return load_llama2c(path);
+  if (fs::is_directory(path)) return load_hf(path, target);
+  if (fs::path(path).filename() == "config.json") return load_hf(fs::path(path).parent_path().string(), target);
+  return load_llama2c(path, target);
 }
 
 }  // namespace orbit::runtime

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "orbit/common/error.h"
+#include "orbit/runtime/device.h"
 
 namespace orbit::runtime {
 
@@ -30,10 +31,17 @@ void validate(const KVPoolOptions& o) {
 
 KVPool::KVPool(const KVPoolOptions& options) : options_(options) {
   validate(options_);
-  const auto tensor_options = at::TensorOptions().dtype(options_.dtype).device(at::kCPU);
+  const c10::Device device = parse_device(options_.device, "KVPoolOptions::device");
+  const auto tensor_options = at::TensorOptions().dtype(options_.dtype).device(device);
   storage_.reserve(options_.widths.size());
-  for (int64_t width : options_.widths) {
-    storage_.push_back(at::zeros({options_.num_layers, options_.num_pages, options_.page_size, width}, tensor_options));
+  try {
+    for (int64_t width : options_.widths) {
+      storage_.push_back(
+          at::zeros({options_.num_layers, options_.num_pages, options_.page_size, width}, tensor_options));
+    }
+  } catch (const c10::Error& e) {
+    ORBIT_FAIL("KVPool: cannot allocate " << options_.num_pages << " pages (" << page_bytes() * options_.num_pages
+                                          << " bytes) on " << device_name(device) << ": " << e.what_without_backtrace());
   }
   ref_counts_.assign(static_cast<size_t>(options_.num_pages), 0);
   // Pushed in reverse so that a fresh pool hands out pages 0, 1, 2, ... (readable in tests and dumps).

@@ -75,7 +75,7 @@ uint64_t file_size_of(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<Model> load_llama2c(const std::string& path) {
+std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget& target) {
   const uint64_t size = file_size_of(path);
   Reader reader(path, size);
   Header h{};
@@ -173,6 +173,14 @@ std::unique_ptr<Model> load_llama2c(const std::string& path) {
   w.final_norm = reader.read({dim}, "rms_final_weight");
   reader.skip(static_cast<uint64_t>(h.seq_len * head) * sizeof(float), "freq_cis_real/freq_cis_imag");
   w.lm_head = shared_classifier ? w.embed : reader.read({vocab, dim}, "wcls");
+  // The file is float32: other targets convert tensor by tensor (llama2.c models are small).
+  if (target.dtype != at::kFloat || !target.device.is_cpu()) {
+    for (const WeightSpec& spec : weight_specs(c)) {
+      at::Tensor& slot = weight_slot(w, c, spec.name);
+      slot = slot.to(target.device, target.dtype);
+    }
+    if (shared_classifier) w.lm_head = w.embed;
+  }
   return std::make_unique<Model>(std::move(c), std::move(w), path);
 }
 

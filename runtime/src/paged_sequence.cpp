@@ -151,7 +151,7 @@ Status PagedSequence::append(const std::vector<LayerKV>& content, const at::Tens
   const int64_t offset = tail_room > 0 ? length_ % page_size : 0;
 
   try {
-    const at::Tensor index = slot_indices(window, page_size, offset, count);
+    const at::Tensor index = slot_indices(window, page_size, offset, count).to(pool_->device());
     for (int64_t kind : {kKindK, kKindV}) {
       const int64_t width = (kind == kKindK ? k_shape_ : v_shape_).width();
       const at::Tensor& storage = pool_->storage(kind);
@@ -215,8 +215,10 @@ PagedSequence PagedSequence::fork() const {
   return child;
 }
 
+at::Tensor PagedSequence::slots() const { return slot_indices(pages_, pool_->page_size(), 0, length_); }
+
 PastKV PagedSequence::gather() const {
-  const at::Tensor index = slot_indices(pages_, pool_->page_size(), 0, length_);
+  const at::Tensor index = slot_indices(pages_, pool_->page_size(), 0, length_).to(pool_->device());
   PastKV past;
   const int64_t num_layers = pool_->options().num_layers;
   past.layers.resize(static_cast<size_t>(num_layers));

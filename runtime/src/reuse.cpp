@@ -88,7 +88,7 @@ ForwardInput concatenated(const Model& model, const std::vector<ChunkInput>& chu
   std::vector<at::Tensor> parts;
   parts.reserve(chunks.size());
   for (const ChunkInput& ch : chunks) {
-    parts.push_back(ch.embeddings.defined() ? ch.embeddings.to(at::kFloat) : model.embed(ch.tokens));
+    parts.push_back(ch.embeddings.defined() ? ch.embeddings.to(model.device(), model.dtype()) : model.embed(ch.tokens));
   }
   input.embeddings = at::cat(parts, 0);
   return input;

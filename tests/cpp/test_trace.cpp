@@ -236,6 +236,8 @@ TEST_CASE("the JSON report parses and has the documented fields", "[trace][json]
   CHECK(j.at("format") == "orbit-replay/1");
   CHECK(j.at("trace") == "lookback");
   CHECK(j.at("steps") == r.steps);
+  CHECK(j.at("device") == "cpu");
+  CHECK(j.at("dtype") == "float32");
   REQUIRE(j.at("policies").size() == 5);
   std::vector<std::string> names;
   for (const json& p : j.at("policies")) names.push_back(p.at("policy"));

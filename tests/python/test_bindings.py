@@ -116,6 +116,33 @@ def test_engine_is_a_context_manager_with_model_info(orbit, stories260k_path):
     assert "closed" in repr(e)
 
 
+def test_engine_device_and_dtype(orbit, stories260k_path):
+    # bf16 on CPU: the weights load as bf16, windows run, the options and model info say so.
+    with orbit.Engine(str(stories260k_path), pool_bytes=POOL, page_size=PAGE, device="cpu", dtype="bfloat16") as e:
+        assert e.options.device == "cpu" and e.options.dtype == "bfloat16"
+        assert e.model_info.device == "cpu" and e.model_info.dtype == "bfloat16"
+        assert "dtype='bfloat16'" in repr(e.options)
+        w = e.new_window(policy="reprefill")
+        w.admit(e.add_tokens([1, 365, 1691 % 512, 7]))
+        got = np.asarray(w.logits([5, 6]))
+        want = np.asarray(w.reference_logits([5, 6]))
+        assert np.abs(got - want).max() <= 5e-2 * np.abs(want).max()
+    with pytest.raises(orbit.OrbitError, match="is not a compute dtype"):
+        orbit.Engine(str(stories260k_path), dtype="int8")
+    with pytest.raises(orbit.OrbitError, match="is not a device"):
+        orbit.Engine(str(stories260k_path), device="gpu")
+
+
+def test_engine_cuda_without_a_gpu_is_a_clear_error(orbit, stories260k_path):
+    try:
+        e = orbit.Engine(str(stories260k_path), device="cuda", pool_bytes=POOL, page_size=PAGE)
+    except orbit.OrbitError as err:
+        assert "no CUDA device" in str(err) and "'cuda'" in str(err)
+        return
+    with e:  # this process has a GPU: the engine must really run there
+        assert e.model_info.device == "cuda:0"
+
+
 # ---- window operations --------------------------------------------------------------------------------
 
 

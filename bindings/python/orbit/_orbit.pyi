@@ -359,6 +359,12 @@ class ModelInfo:
     def hidden_size(self) -> int: ...
     @property
     def kv_bytes_per_token(self) -> int: ...
+    @property
+    def device(self) -> str:
+        """Where the model runs: 'cpu', 'cuda:0', ..."""
+    @property
+    def dtype(self) -> str:
+        """Compute dtype: 'float32', 'bfloat16' or 'float16'."""
 
 class EngineOptions:
     """The options an Engine was opened with."""
@@ -380,6 +386,12 @@ class EngineOptions:
     def remote(self) -> str: ...
     @property
     def remote_ttl_seconds(self) -> int: ...
+    @property
+    def device(self) -> str:
+        """'cpu', 'cuda' or 'cuda:N'."""
+    @property
+    def dtype(self) -> str:
+        """'float32', 'bfloat16' or 'float16'."""
 
 class Generation:
     """The result of Window.generate()."""
@@ -483,7 +495,11 @@ class Engine:
         threads: int = 0,
         remote: str = "",
         remote_ttl_seconds: int = 0,
-    ) -> None: ...
+        device: str = "cpu",
+        dtype: str = "float32",
+    ) -> None:
+        """device: 'cpu', 'cuda' or 'cuda:N' (OrbitError where there is no CUDA device); dtype: 'float32',
+        'bfloat16' or 'float16' (CUDA only): weights load straight into it, KV and windows live there."""
     def __enter__(self) -> "Engine": ...
     def __exit__(self, *args: object) -> bool: ...
     def close(self) -> None: ...
@@ -752,6 +768,8 @@ def replay(
     threads: int = 0,
     pool_bytes: int = ...,
     page_size: int = 16,
+    device: str = "cpu",
+    dtype: str = "float32",
     progress: Optional[Callable[[int, int, int, int, str], object]] = None,
 ) -> dict:
     """Replays a trace under each policy (plus reprefill, prefix, blind); the report as a dict."""

@@ -28,7 +28,8 @@ std::string path_arg(const py::object& obj, const char* what) {
 
 std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& store_dir, int64_t pool_bytes,
                                     int64_t page_size, int64_t host_budget_bytes, int64_t disk_budget_bytes,
-                                    int threads, const std::string& remote, int64_t remote_ttl_seconds) {
+                                    int threads, const std::string& remote, int64_t remote_ttl_seconds,
+                                    const std::string& device, const std::string& dtype) {
   orbit::EngineOptions o;
   o.model = path_arg(model, "Engine: model");
   o.store_dir = path_arg(store_dir, "Engine: store_dir");
@@ -39,6 +40,8 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
   o.threads = threads;
   o.remote = remote;
   o.remote_ttl_seconds = remote_ttl_seconds;
+  o.device = device;
+  o.dtype = dtype;
   py::gil_scoped_release release;
   return Engine::open(o);
 }
@@ -82,14 +85,17 @@ void init_engine(py::module_& m) {
   c.def(py::init(&open_engine), py::arg("model"), py::kw_only(), py::arg("store_dir") = py::none(),
         py::arg("pool_bytes") = int64_t{256} << 20, py::arg("page_size") = 16,
         py::arg("host_budget_bytes") = int64_t{1} << 30, py::arg("disk_budget_bytes") = 0, py::arg("threads") = 0,
-        py::arg("remote") = "", py::arg("remote_ttl_seconds") = 0,
+        py::arg("remote") = "", py::arg("remote_ttl_seconds") = 0, py::arg("device") = "cpu",
+        py::arg("dtype") = "float32",
         "Loads the model (a llama2.c .bin file or a Hugging Face directory) and opens the store (store_dir: a\n"
         "directory, created if missing, which several processes may share; None = memory only). pool_bytes: the\n"
         "windows' KV pool (whole pages of page_size tokens); host_budget_bytes / disk_budget_bytes (0 =\n"
         "unlimited): the store's tiers; threads: intra-op threads (0 = keep the process setting). remote: a\n"
         "shared remote tier, 'redis://host:port[/db]' or 'redis-cluster://h1:p1,h2:p2' ('' = none), whose\n"
         "entries expire after remote_ttl_seconds (0 = never); the remote down never stops the engine (see\n"
-        "stats().store.remote). Raises OrbitError naming the file or option at fault.");
+        "stats().store.remote). device: 'cpu', 'cuda' or 'cuda:N' (model, KV pool and windows live there);\n"
+        "dtype: 'float32', 'bfloat16' or 'float16' (CUDA only), the compute dtype weights load straight into.\n"
+        "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).");
   c.def("__enter__", [](std::shared_ptr<Engine> e) { return e; }, "Returns the engine.");
   c.def("__exit__", [](Engine& e, py::args) {
         py::gil_scoped_release release;

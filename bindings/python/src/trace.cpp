@@ -75,13 +75,16 @@ void init_trace(py::module_& m) {
       "chunk_tokens: media size (0 = from max_positions); sample_text: text sampled from the model at replay.");
   m.def("replay", [](const py::object& trace, const std::string& model, std::vector<std::string> policies,
                      bool baselines, bool fidelity, bool explain, int threads, int64_t pool_bytes,
-                     int64_t page_size, const py::object& progress) {
+                     int64_t page_size, const std::string& device, const std::string& dtype,
+                     const py::object& progress) {
         const orbit::Trace t = trace_arg(trace);
         orbit::ReplayOptions o;
         o.engine.model = model;
         o.engine.threads = threads;
         o.engine.pool_bytes = pool_bytes;
         o.engine.page_size = page_size;
+        o.engine.device = device;
+        o.engine.dtype = dtype;
         o.policies = std::move(policies);
         o.baselines = baselines;
         o.fidelity = fidelity;
@@ -107,11 +110,12 @@ void init_trace(py::module_& m) {
       py::arg("policies") = std::vector<std::string>{"patch:16"}, py::arg("baselines") = true,
       py::arg("fidelity") = true, py::arg("explain") = false, py::arg("threads") = 0,
       py::arg("pool_bytes") = orbit::EngineOptions{}.pool_bytes, py::arg("page_size") = orbit::EngineOptions{}.page_size,
-      py::arg("progress") = py::none(),
+      py::arg("device") = "cpu", py::arg("dtype") = "float32", py::arg("progress") = py::none(),
       "Replays a trace (dict or path) on MODEL under each policy spec, on a fresh engine each, plus the\n"
       "baselines reprefill, prefix and blind (baselines=False: only those asked); returns the report as a dict\n"
       "(what `orbit replay --json` writes): per policy its steps (forward tokens, seconds, fidelity vs. a\n"
       "re-prefill: KL and top-1, ...), totals and, for patch-forming policies, the offline bound.\n"
+      "device / dtype: where and in which precision every engine runs (as Engine's).\n"
       "fidelity=False skips the per-step re-prefill; explain=True keeps each step's plan text.\n"
       "progress(policy_index, policies, step_index, steps, policy_name) is called before every step (the GIL\n"
       "is held for it; an exception it raises stops the replay and propagates). Signals are checked before\n"

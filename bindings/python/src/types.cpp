@@ -336,6 +336,8 @@ void init_types(py::module_& m) {
       .def_readonly("position_rows", &ModelInfo::position_rows, "3 for M-RoPE models (grids [3, n]), else 1.")
       .def_readonly("hidden_size", &ModelInfo::hidden_size, "Embedding width (add_embeddings needs [n, hidden_size]).")
       .def_readonly("kv_bytes_per_token", &ModelInfo::kv_bytes_per_token, "KV bytes per token, all layers, float32.")
+      .def_readonly("device", &ModelInfo::device, "Where the model runs: 'cpu', 'cuda:0', ...")
+      .def_readonly("dtype", &ModelInfo::dtype, "Compute dtype: 'float32', 'bfloat16' or 'float16'.")
       .def("__repr__", [](const ModelInfo& i) {
         std::ostringstream o;
         o << "ModelInfo(" << quoted(i.origin) << ", architecture=" << quoted(i.architecture)
@@ -354,11 +356,14 @@ void init_types(py::module_& m) {
       .def_readonly("threads", &EngineOptions::threads, "Intra-op threads (0 = process setting).")
       .def_readonly("remote", &EngineOptions::remote, "Remote tier URL ('' = none).")
       .def_readonly("remote_ttl_seconds", &EngineOptions::remote_ttl_seconds, "Remote entry TTL (0 = never).")
+      .def_readonly("device", &EngineOptions::device, "Device ('cpu', 'cuda', 'cuda:N').")
+      .def_readonly("dtype", &EngineOptions::dtype, "Compute dtype ('float32', 'bfloat16', 'float16').")
       .def("__repr__", [](const EngineOptions& o) {
         std::ostringstream s;
         s << "EngineOptions(model=" << quoted(o.model) << ", store_dir=" << quoted(o.store_dir)
           << ", pool_bytes=" << o.pool_bytes << ", page_size=" << o.page_size << ", host_budget_bytes="
-          << o.host_budget_bytes << ", disk_budget_bytes=" << o.disk_budget_bytes << ", threads=" << o.threads << ")";
+          << o.host_budget_bytes << ", disk_budget_bytes=" << o.disk_budget_bytes << ", threads=" << o.threads
+          << ", device=" << quoted(o.device) << ", dtype=" << quoted(o.dtype) << ")";
         return s.str();
       });
 

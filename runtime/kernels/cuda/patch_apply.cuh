@@ -190,6 +190,88 @@ __global__ void __launch_bounds__(kPatchThreads)
   }
 }
 
+// Row kernel, the fast path for the common shapes (rank ≤ kRowMaxRank; rotating: rotary_dim = head_dim
+// ∈ {64, 128}; not rotating: width a multiple of 64): one warp per (token, column group of 32·E), lane
+// holding E consecutive columns; vt's columns of the group sit in registers for all the warp's tokens, so
+// a token costs one read of its canonical row, its u row (broadcast) and one write. The half-split
+// partner of a column is in lane ^ 16 (one shuffle), an interleaved one in the same lane. Same sums in
+// the same order as the tiled kernel (canonical, then fmaf over j ascending, then the rotation).
+constexpr int kRowMaxRank = 16;
+constexpr int kRowTokensPerBlock = 64;
+
+template <typename In, typename Out, int E>
+__global__ void __launch_bounds__(128)
+    patch_apply_rows(PatchSource<In> src, PatchTarget<Out> target, PatchDims dims) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * 32 * E;
+  const int64_t col = c0 + lane * E;
+  const int rank = static_cast<int>(dims.rank);
+  float vt[kRowMaxRank][E];
+#pragma unroll
+  for (int j = 0; j < kRowMaxRank; ++j) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) vt[j][e] = j < rank ? src.vt[j * dims.width + col + e] : 0.0f;
+  }
+  const int half = static_cast<int>(dims.rotary_dim / 2);
+  const int64_t t_end = patch_min(dims.tokens, (static_cast<int64_t>(blockIdx.x) + 1) * kRowTokensPerBlock);
+  // Two tokens per iteration (t and t + 4): both rows are loaded before either is stored, so their
+  // loads are in flight together (a store may alias a later load when patching in place).
+  for (int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRowTokensPerBlock + warp; t0 < t_end; t0 += 8) {
+    float x[2][E];
+    float u[2][kRowMaxRank];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t t = t0 + 4 * i;
+      const bool live = t < t_end;
+#pragma unroll
+      for (int e = 0; e < E; ++e) x[i][e] = live ? patch_load(src.canonical + t * dims.width + col + e) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kRowMaxRank; ++j) u[i][j] = (live && j < rank) ? src.u[t * rank + j] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t t = t0 + 4 * i;
+#pragma unroll
+      for (int j = 0; j < kRowMaxRank; ++j) {
+        if (j < rank) {
+#pragma unroll
+          for (int e = 0; e < E; ++e) x[i][e] = fmaf(u[i][j], vt[j][e], x[i][e]);
+        }
+      }
+      float y[E];
+      if (!dims.rotate) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) y[e] = x[i][e];
+      } else if (dims.interleaved) {
+        if (t < t_end) {
+#pragma unroll
+          for (int e = 0; e < E; e += 2) {
+            const int f = (lane * E + e) / 2;
+            const float c = src.cos[t * half + f], sn = src.sin[t * half + f];
+            y[e] = x[i][e] * c - x[i][e + 1] * sn;
+            y[e + 1] = x[i][e] * sn + x[i][e + 1] * c;
+          }
+        }
+      } else {
+        const bool first = lane < 16;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          const float partner = __shfl_xor_sync(0xffffffffu, x[i][e], 16);  // every lane, live or not
+          const int f = (first ? lane : lane - 16) * E + e;
+          const float c = t < t_end ? src.cos[t * half + f] : 0.0f;
+          const float sn = t < t_end ? src.sin[t * half + f] : 0.0f;
+          y[e] = first ? x[i][e] * c - partner * sn : partner * sn + x[i][e] * c;
+        }
+      }
+      if (t < t_end) {
+        Out* row = patch_row(target, t, dims.width) + col;
+#pragma unroll
+        for (int e = 0; e < E; ++e) patch_store(row + e, y[e]);
+      }
+    }
+  }
+}
+
 }  // namespace detail
 
 template <typename In, typename Out>
@@ -208,6 +290,23 @@ cudaError_t patch_apply(const PatchSource<In>& src, const PatchTarget<Out>& targ
   if (dims.rank > 0 && (src.u == nullptr || src.vt == nullptr)) return cudaErrorInvalidValue;
   if (dims.rotate && (src.cos == nullptr || src.sin == nullptr)) return cudaErrorInvalidValue;
 
+  // The row kernel where it applies (see its comment), else the tiled one.
+  const int64_t row_group = dims.rotate ? (dims.rotary_dim == dims.head_dim && (dims.head_dim == 64 || dims.head_dim == 128)
+                                               ? dims.head_dim
+                                               : 0)
+                                        : (dims.width % 128 == 0 ? 128 : dims.width % 64 == 0 ? 64 : 0);
+  if (row_group > 0 && dims.rank <= detail::kRowMaxRank && dims.width % row_group == 0) {
+    const int64_t blocks = (dims.tokens + detail::kRowTokensPerBlock - 1) / detail::kRowTokensPerBlock;
+    const int64_t groups = dims.width / row_group;
+    if (blocks > 0x7fffffff || groups > 65535) return cudaErrorInvalidValue;
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(groups));
+    if (row_group == 128) {
+      detail::patch_apply_rows<In, Out, 4><<<grid, 128, 0, stream>>>(src, target, dims);
+    } else {
+      detail::patch_apply_rows<In, Out, 2><<<grid, 128, 0, stream>>>(src, target, dims);
+    }
+    return cudaGetLastError();
+  }
   const int64_t group = dims.rotate ? dims.head_dim : (dims.width < detail::kColumnGroup ? dims.width
                                                                                           : detail::kColumnGroup);
   const int64_t groups = (dims.width + group - 1) / group;

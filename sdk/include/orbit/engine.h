@@ -53,6 +53,12 @@ struct EngineOptions {
   int64_t remote_ttl_seconds = 0;                // entries written to the remote expire after this; 0 = never
   int threads = 0;                               // intra-op threads; 0 = keep the process setting
   BackgroundMode background = BackgroundMode::kThread;
+  // Where the model, its KV pool and every window's KV live: "cpu", "cuda" (= cuda:0) or "cuda:N".
+  // Asking for CUDA in a process without a CUDA device is an orbit::Error naming this option.
+  std::string device = "cpu";
+  // Compute dtype of weights, activations and KV: "float32", "bfloat16" or "float16" (CUDA only).
+  // Weights load straight into it (a bf16 checkpoint is never widened to float32 on the way).
+  std::string dtype = "float32";
 };
 
 struct ModelInfo {
@@ -64,7 +70,9 @@ struct ModelInfo {
   int64_t max_positions = 0;
   int64_t position_rows = 1;        // 3 for M-RoPE models (chunks may carry (t, h, w) grids)
   int64_t hidden_size = 0;
-  int64_t kv_bytes_per_token = 0;   // content channel, all layers, float32
+  int64_t kv_bytes_per_token = 0;   // content channel, all layers, float32 (the store's form)
+  std::string device;               // where it runs, e.g. "cpu", "cuda:0"
+  std::string dtype;                // compute dtype, e.g. "float32", "bfloat16"
 };
 
 struct EngineStats {

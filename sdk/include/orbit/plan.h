@@ -103,6 +103,9 @@ struct Plan {
   int64_t window_tokens_after = 0;   // tokens in the window after apply
   bool exact = false;                // every instance's KV equals a re-prefill of the window after apply
   std::vector<InstanceId> cascade;   // recall: dependents re-conditioned, in topological order
+  // How reads of the window (logits, generate) attend over its KV on the engine's device: the paged
+  // CUDA kernel reading the pool's pages in place, or the fallback taken and why.
+  std::string attention;
 
   int64_t count(StepAction action) const;
   // One line per step (the chosen action, its predicted cost and KL, why), for logs and

@@ -303,6 +303,8 @@ struct ReplayReport {
   std::string source;
   std::string model;
   std::string fingerprint;
+  std::string device;            // where the engines ran ("cpu", "cuda:0", ...) and in which dtype
+  std::string dtype;
   std::size_t steps = 0;
   std::vector<PolicyReplay> policies;  // in the order asked, then reprefill, prefix, blind
   const PolicyReplay* find(const std::string& policy_name) const;  // nullptr when absent
@@ -312,7 +314,7 @@ struct ReplayReport {
 // the model's limit, ...), naming the step / chunk and field, or for a bad policy spec.
 ReplayReport replay(const Trace& trace, const ReplayOptions& options);
 
-// The report as JSON (schema: top-level format "orbit-replay/1", trace, source, model, fingerprint, steps, policies[]; per policy
+// The report as JSON (schema: top-level format "orbit-replay/1", trace, source, model, fingerprint, device, dtype, steps, policies[]; per policy
 // policy, baseline, totals{...}, offline{...} or null, steps[] with every StepResult field by its name and
 // op as its JSON name; fidelity {kl, top1, rows} or null).
 std::string replay_report_json(const ReplayReport& report, int indent = 2);

@@ -512,6 +512,8 @@ ReplayReport replay(const Trace& trace, const ReplayOptions& options) {
   report.trace = trace.name.empty() ? file_of(trace) : trace.name;
   report.source = trace.source;
   report.model = first->model_info().origin;
+  report.device = first->model_info().device;
+  report.dtype = first->model_info().dtype;
   report.fingerprint = first->model_info().fingerprint;
   report.steps = trace.steps.size();
   first.reset();

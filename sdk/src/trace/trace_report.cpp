@@ -101,6 +101,8 @@ std::string replay_report_json(const ReplayReport& report, int indent) {
                      {"source", report.source},
                      {"model", report.model},
                      {"fingerprint", report.fingerprint},
+                     {"device", report.device},
+                     {"dtype", report.dtype},
                      {"steps", report.steps},
                      {"policies", policies}};
   return root.dump(indent) + "\n";

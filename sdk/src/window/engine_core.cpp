@@ -9,11 +9,43 @@
 #include <cstring>
 
 #include "orbit/common/error.h"
+#include "orbit/runtime/device.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/store/codec.h"
 #include "window/tensor_convert.h"
 
 namespace orbit::detail {
+
+namespace {
+
+// The store keeps content and patches as float32 host tensors whatever the model's device and dtype;
+// these convert at its boundary (a no-op for a float32 CPU model).
+runtime::Content content_to_host(const runtime::Content& content) {
+  runtime::Content out;
+  out.reserve(content.size());
+  for (const runtime::LayerKV& kv : content) out.push_back({kv.k.to(at::kCPU, at::kFloat), kv.v.to(at::kCPU, at::kFloat)});
+  return out;
+}
+
+runtime::Content content_to_model(const runtime::Model& m, runtime::Content content) {
+  for (runtime::LayerKV& kv : content) {
+    kv.k = kv.k.to(m.device(), m.dtype());
+    kv.v = kv.v.to(m.device(), m.dtype());
+  }
+  return content;
+}
+
+runtime::Patch patch_to(runtime::Patch patch, const c10::Device& device) {
+  for (auto* factors : {&patch.k, &patch.v}) {
+    for (runtime::LowRank& f : *factors) {
+      if (f.u.defined()) f.u = f.u.to(device, at::kFloat);
+      if (f.vt.defined()) f.vt = f.vt.to(device, at::kFloat);
+    }
+  }
+  return patch;
+}
+
+}  // namespace
 
 EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   ORBIT_CHECK(!options.model.empty(), "EngineOptions::model: no model path given");
@@ -23,7 +55,7 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   ORBIT_CHECK(options.disk_budget_bytes >= 0, "EngineOptions::disk_budget_bytes must be >= 0 (0 = unlimited)");
   ORBIT_CHECK(options.threads >= 0, "EngineOptions::threads must be >= 0 (0 = keep the process setting)");
   if (options.threads > 0) at::set_num_threads(options.threads);
-  model_ = runtime::load_model(options.model);
+  model_ = runtime::load_model(options.model, runtime::parse_compute_target(options.device, options.dtype));
   const runtime::ModelConfig& c = model_->config();
 
   store::ChunkStoreOptions so;
@@ -40,8 +72,10 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   po.num_layers = c.num_layers;
   po.page_size = options.page_size;
   po.widths = c.content_widths();
+  po.dtype = model_->dtype();
+  po.device = runtime::device_name(model_->device());
   int64_t page_bytes = 0;
-  for (int64_t w : po.widths) page_bytes += w * options.page_size * c.num_layers * 4;
+  for (int64_t w : po.widths) page_bytes += w * options.page_size * c.num_layers * static_cast<int64_t>(c10::elementSize(po.dtype));
   po.num_pages = options.pool_bytes / page_bytes;
   ORBIT_CHECK(po.num_pages >= 1, "EngineOptions::pool_bytes = " << options.pool_bytes
                                      << " holds no page (one page of this model is " << page_bytes << " bytes)");
@@ -132,6 +166,8 @@ ModelInfo EngineCore::model_info() const {
   int64_t w = 0;
   for (int64_t x : c.content_widths()) w += x;
   info.kv_bytes_per_token = w * c.num_layers * 4;
+  info.device = runtime::device_name(m.device());
+  info.dtype = runtime::dtype_name(m.dtype());
   return info;
 }
 
@@ -253,7 +289,7 @@ runtime::Content EngineCore::canonical(const ChunkRecord& chunk, bool* encoded, 
   Result<store::ValuePtr> hit = store().get(chunk.ref.key);
   if (hit.is_ok()) {
     if (bytes_read != nullptr) *bytes_read = hit.value()->bytes();
-    return store::content_from_value(*hit.value());
+    return content_to_model(model(), store::content_from_value(*hit.value()));
   }
   c10::InferenceMode guard;
   runtime::ForwardInput in = input_for(chunk, 0);
@@ -265,7 +301,7 @@ runtime::Content EngineCore::canonical(const ChunkRecord& chunk, bool* encoded, 
   po.recompute_cost = static_cast<double>(chunk.ref.length);
   // A refusal (budgets full of pinned entries) or a disk error only means the canonical is not kept:
   // the window still holds its KV, and the next use encodes again.
-  (void)store().put(chunk.ref.key, store::canonical_value(content), po);
+  (void)store().put(chunk.ref.key, store::canonical_value(content_to_host(content)), po);
   if (encoded != nullptr) *encoded = true;
   Counters d;
   d.canonicals_encoded = 1;
@@ -287,26 +323,26 @@ std::optional<runtime::Patch> EngineCore::get_patch(const std::string& key) {
   background_->await(key);  // only when a job writing it is queued or running
   Result<store::ValuePtr> hit = store().get(key);
   if (!hit.is_ok() || hit.value()->kind != EntryKind::kPatch) return std::nullopt;
-  return store::patch_from_value(*hit.value());
+  return patch_to(store::patch_from_value(*hit.value()), model().device());
 }
 
 std::optional<runtime::Content> EngineCore::get_conditioned(const std::string& key) {
   Result<store::ValuePtr> hit = store().get(key);
   if (!hit.is_ok() || hit.value()->kind != EntryKind::kCanonical) return std::nullopt;
-  return store::content_from_value(*hit.value());
+  return content_to_model(model(), store::content_from_value(*hit.value()));
 }
 
 void EngineCore::put_patch(const runtime::Patch& patch, const std::string& chunk_key, PatchRecord record) {
   store::PutOptions po;
   po.recompute_cost = static_cast<double>(patch.length);
-  (void)store().put(record.key, store::patch_value(patch), po);
+  (void)store().put(record.key, store::patch_value(patch_to(patch, c10::Device(c10::kCPU))), po);
   catalog_add(chunk_key, std::move(record));
 }
 
 void EngineCore::put_conditioned(const runtime::Content& content, const std::string& chunk_key, PatchRecord record) {
   store::PutOptions po;
   po.recompute_cost = content.empty() ? 1.0 : static_cast<double>(content.front().k.size(0));
-  (void)store().put(record.key, store::canonical_value(content), po);
+  (void)store().put(record.key, store::canonical_value(content_to_host(content)), po);
   catalog_add(chunk_key, std::move(record));
 }
 
@@ -365,7 +401,7 @@ void EngineCore::run_patch_job(const PatchJob& job, bool critical) {
   for (const std::string& k : job.store_keys) {
     store::PutOptions opt;
     opt.recompute_cost = static_cast<double>(patch.length);
-    (void)store().put(k, store::patch_value(patch), opt);
+    (void)store().put(k, store::patch_value(patch_to(patch, c10::Device(c10::kCPU))), opt);
   }
   Counters d;
   d.patches_formed = 1;

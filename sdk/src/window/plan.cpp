@@ -60,6 +60,7 @@ std::string Plan::describe() const {
   if (policy.kl_budget > 0) out << " (budget " << policy.kl_budget << ")";
   out << "\n";
   if (!refusal.empty()) out << "  refused: " << refusal << "\n";
+  if (!attention.empty()) out << "  attention: " << attention << "\n";
   for (const PlanStep& s : steps) {
     out << "  #" << s.instance << " " << (s.is_turn ? "turn" : (s.chunk.label.empty() ? s.chunk.key.substr(0, 8) : s.chunk.label))
         << " @" << s.position << ": " << (s.how.empty() ? step_action_name(s.action) : s.how.c_str());

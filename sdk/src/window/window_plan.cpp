@@ -147,6 +147,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   const bool budgeted = policy.kl_budget > 0;
 
   Plan plan;
+  plan.attention = state.core->model().attention_path(1, true);
   plan.op = layout.op;
   plan.window_id = state.id;
   plan.window_version = state.version;

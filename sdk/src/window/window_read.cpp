@@ -33,7 +33,7 @@ std::vector<const Entry*> all_entries(const WindowState& s) {
 }
 
 Logits to_logits(const at::Tensor& t) {
-  const at::Tensor c = t.to(at::kFloat).contiguous();
+  const at::Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
   Logits out;
   out.rows = c.size(0);
   out.vocab = c.size(1);
@@ -57,6 +57,11 @@ void extend_past(runtime::PastKV& past, const runtime::Content& content, const a
   if (past.length() == 0) {
     past.layers = content;
     past.positions = positions;
+    return;
+  }
+  if (past.layers.empty()) {  // a paged past with nothing after its pages yet
+    past.layers = content;
+    past.positions = at::cat({past.positions, positions}, -1);
     return;
   }
   for (std::size_t l = 0; l < past.layers.size(); ++l) {
@@ -105,7 +110,7 @@ Logits Window::logits(const std::vector<int64_t>& query, bool all_rows) const {
   const detail::OpHold hold(*state_->core);
   check_query(*state_, query, "logits");
   int64_t start = 0;
-  const runtime::PastKV past = detail::gather_past(*state_->core, all_entries(*state_), &start);
+  const runtime::PastKV past = detail::read_past(*state_->core, all_entries(*state_), &start);
   return to_logits(run(*state_->core, past, start, query, all_rows));
 }
 
@@ -153,7 +158,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
   const detail::EngineCore& core = *state_->core;
   const int64_t limit = core.config().max_position_embeddings;
   int64_t start = 0;
-  runtime::PastKV past = detail::gather_past(*state_->core, all_entries(*state_), &start);
+  runtime::PastKV past = detail::read_past(*state_->core, all_entries(*state_), &start);
   std::mt19937_64 rng(options.seed);
   Generation g;
   g.stop_reason = "max_tokens";
@@ -169,7 +174,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
     runtime::ForwardOptions fo;
     fo.logits = runtime::LogitsMode::kLast;
     runtime::ForwardResult r = core.model().forward(in, past.length() > 0 ? &past : nullptr, fo);
-    at::Tensor logits = r.logits.squeeze(0).to(at::kDouble);
+    at::Tensor logits = r.logits.squeeze(0).to(at::kCPU, at::kDouble);
     int64_t next = 0;
     if (options.temperature == 0) {
       next = logits.argmax().item<int64_t>();
@@ -217,8 +222,8 @@ InstanceKV Window::kv(InstanceId instance) const {
   InstanceKV out;
   out.length = e.length;
   for (std::size_t l = 0; l < c.size(); ++l) {
-    const at::Tensor k = c[l].k.to(at::kFloat).contiguous();
-    const at::Tensor v = c[l].v.to(at::kFloat).contiguous();
+    const at::Tensor k = c[l].k.to(at::kCPU, at::kFloat).contiguous();
+    const at::Tensor v = c[l].v.to(at::kCPU, at::kFloat).contiguous();
     if (l == 0) {
       out.k_shape.assign(k.sizes().begin() + 1, k.sizes().end());
       out.v_shape.assign(v.sizes().begin() + 1, v.sizes().end());

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "orbit/common/error.h"
+#include "orbit/runtime/paged_past.h"
 
 namespace orbit::detail {
 
@@ -97,6 +98,25 @@ runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& e
   }
   if (next_position != nullptr) *next_position = position;
   return concat_past(layers, contents, positions);
+}
+
+runtime::PastKV read_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position) {
+  if (!core.model().device().is_cuda() || entries.empty()) return gather_past(core, entries, next_position);
+  auto paged = std::make_shared<runtime::PagedPast>();
+  paged->pool = &core.pool();
+  std::vector<at::Tensor> slots, positions;
+  int64_t position = 0;
+  {
+    std::lock_guard<std::mutex> lock(core.pool_mutex());
+    for (const Entry* e : entries) slots.push_back(e->kv->slots());
+  }
+  for (const Entry* e : entries) {
+    positions.push_back(core.positions_for(e->chunk, e->length, position));
+    position += e->extent;
+  }
+  if (next_position != nullptr) *next_position = position;
+  paged->slots = at::cat(slots, 0);
+  return runtime::make_paged_past(std::move(paged), at::cat(positions, -1));
 }
 
 runtime::PastKV concat_past(int64_t num_layers, const std::vector<runtime::Content>& contents,

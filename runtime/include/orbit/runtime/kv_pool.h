@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "orbit/common/status.h"
@@ -31,15 +32,20 @@ struct KVPoolOptions {
   int64_t page_size = 16;              // tokens per page
   std::vector<int64_t> widths;         // width of each stored kind, e.g. {kv_dim, kv_dim}
   at::ScalarType dtype = at::kFloat;
-  // Storage is allocated on CPU; a CUDA pool arrives with the CUDA runtime.
+  // Where the storage lives ("cpu", "cuda", "cuda:N"; see device.h). A CUDA pool is device memory:
+  // pages are written, copied and read there, never staged through the host.
+  std::string device = "cpu";
 };
 
 class KVPool {
  public:
-  // Allocates all storage up front (zero-filled). Throws orbit::Error on invalid options.
+  // Allocates all storage up front (zero-filled) on options.device. Throws orbit::Error on invalid
+  // options (naming the field) and when the device cannot hold the pool.
   explicit KVPool(const KVPoolOptions& options);
 
   const KVPoolOptions& options() const { return options_; }
+  // The storage's device (parsed from options().device).
+  c10::Device device() const { return storage_.front().device(); }
   int64_t num_pages() const { return options_.num_pages; }
   int64_t page_size() const { return options_.page_size; }
   int64_t num_kinds() const { return static_cast<int64_t>(options_.widths.size()); }

@@ -1,6 +1,8 @@
 // Model loaders: llama2.c `.bin` (version-0 layout) and Hugging Face directories
 // (`config.json` + `model.safetensors` or sharded `model.safetensors.index.json`, bf16/f16/f32).
-// Weights are converted to float32 on CPU. Every failure throws orbit::Error naming the file and field.
+// Weights load tensor by tensor straight into the target's dtype on its device (float32 on CPU by
+// default): a bf16 checkpoint loaded as bf16 never passes through a float32 copy, and at most one tensor
+// is staged in host memory at a time. Every failure throws orbit::Error naming the file and field.
 #pragma once
 
 #include <memory>
@@ -9,15 +11,16 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "orbit/runtime/config.h"
+#include "orbit/runtime/device.h"
 #include "orbit/runtime/model.h"
 
 namespace orbit::runtime {
 
 // Loads `path`: a `.bin` file (llama2.c) or a directory holding config.json (Hugging Face).
-std::unique_ptr<Model> load_model(const std::string& path);
+std::unique_ptr<Model> load_model(const std::string& path, const ComputeTarget& target = {});
 
-std::unique_ptr<Model> load_llama2c(const std::string& path);
-std::unique_ptr<Model> load_hf(const std::string& dir);
+std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget& target = {});
+std::unique_ptr<Model> load_hf(const std::string& dir, const ComputeTarget& target = {});
 
 // Parses a Hugging Face config.json object (architectures / model_type, sizes, rope_theta,
 // rope_scaling, partial_rotary_factor, tie_word_embeddings, attention_bias ...). `origin` names the

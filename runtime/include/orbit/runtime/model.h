@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "orbit/runtime/config.h"
+#include "orbit/runtime/device.h"
 
 namespace orbit::runtime {
 
@@ -39,11 +40,16 @@ struct LayerKV {
   at::Tensor v;
 };
 
+struct PagedPast;  // paged_past.h
+
 // KV of tokens that precede the input, in content form. positions: int64 [T_past], or [3, T_past]
-// for M-RoPE models (a 1-D tensor there means t = h = w).
+// for M-RoPE models (a 1-D tensor there means t = h = w). With `paged` set, the first
+// paged->length() past tokens are read in place from a KVPool (paged_past.h) and `layers` holds only
+// the tokens after them (or is empty when there are none).
 struct PastKV {
   std::vector<LayerKV> layers;  // one per model layer (all empty tensors for "no past")
   at::Tensor positions;
+  std::shared_ptr<const PagedPast> paged;
   int64_t length() const;       // T_past (the last dimension of positions; 0 when undefined)
 };
 
@@ -78,11 +84,13 @@ struct ForwardOptions {
 };
 
 struct ForwardResult {
-  at::Tensor logits;             // float32 [1, vocab] (kLast), [T or R, vocab] (kAll), undefined (kNone)
-  std::vector<LayerKV> content;  // per layer run, when return_content
+  // float32 [1, vocab] (kLast), [T or R, vocab] (kAll), undefined (kNone); on the model's device.
+  at::Tensor logits;
+  std::vector<LayerKV> content;  // per layer run, when return_content; model's device and dtype
 };
 
-// Float32 CPU tensors after loading. H = num_heads; shapes per family (undefined where not used).
+// After loading, every tensor is on the model's device in its compute dtype (Model::device(), dtype();
+// float32 CPU unless a ComputeTarget says otherwise). H = num_heads; shapes per family (undefined where not used).
 struct LayerWeights {
   at::Tensor attn_norm;                 // [hidden]
   // GQA/MHA
@@ -112,23 +120,33 @@ struct ModelWeights {
 // An immutable loaded model. forward() is const and safe to call from several threads at once.
 class Model {
  public:
-  // Takes ownership of validated weights; computes the fingerprint. Throws orbit::Error naming
-  // `origin` and the tensor when a shape disagrees with the config.
+  // Takes ownership of validated weights; computes the fingerprint. The model runs where its weights
+  // are: every weight must share the embedding's device and floating dtype (float32, bfloat16 or
+  // float16). Throws orbit::Error naming `origin` and the tensor when a shape, dtype or device disagrees.
   Model(ModelConfig config, ModelWeights weights, std::string origin);
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   // Where the model came from (a file or directory path).
   const std::string& origin() const { return origin_; }
+  // Where the forward runs and its compute dtype (activations and content; logits are float32).
+  c10::Device device() const { return device_; }
+  c10::ScalarType dtype() const { return dtype_; }
   // SHA-256 hex over the canonical architecture/RoPE config, the compute dtype and every weight's
   // name, shape and bytes. Same weights and config ⇒ same fingerprint, in every process.
   const std::string& fingerprint() const { return fingerprint_; }
   int64_t parameter_count() const;
 
+  // How a forward of `queries` input tokens attends over a past (paged: read in place from a pool, see
+  // paged_past.h): one line naming the kernel, or the fallback and why, e.g. "paged CUDA kernel (fused
+  // relocation + patch rows)" or "gathered past + PyTorch SDPA (MLA has no paged kernel)".
+  std::string attention_path(int64_t queries, bool paged) const;
+
   // Token embeddings [T, hidden]. Throws on an id outside [0, vocab).
   at::Tensor embed(const std::vector<int64_t>& tokens) const;
 
-  // Runs the layers over `input` after `past` (nullptr = no past). Throws orbit::Error for token ids
+  // Runs the layers over `input` after `past` (nullptr = no past). Inputs on any device and in any
+  // floating dtype are moved to the model's; outputs are on the model's device. Throws orbit::Error for token ids
   // out of range, embeddings of the wrong width, positions negative or past the model's limit (any
   // coordinate of a grid), a position grid whose column count is not the token count, or past KV
   // whose shapes disagree with the config's content shapes.
@@ -140,6 +158,8 @@ class Model {
   ModelWeights weights_;
   std::string origin_;
   std::string fingerprint_;
+  c10::Device device_ = c10::Device(c10::kCPU);
+  c10::ScalarType dtype_ = c10::kFloat;
 };
 
 // Checks `positions` (int64 [T], or [3, T] for an M-RoPE config) against the model limit, every

@@ -61,6 +61,9 @@ class PagedSequence {
   // A child sharing every page (O(pages) reference-count bumps, no copy).
   PagedSequence fork() const;
 
+  // The pool row (page · page_size + offset) of each token: int64 [length] on CPU, for a PagedPast.
+  at::Tensor slots() const;
+
   // Contiguous copy of the content and positions ([T], or [3, T] with 3 rows), ready for
   // Model::forward(..., &past).
   PastKV gather() const;

@@ -1,0 +1,22 @@
+// --device and --dtype, shared by the subcommands that load a model.
+#pragma once
+
+#include "args.h"
+#include "orbit/runtime/device.h"
+
+namespace orbit::cli {
+
+// The model's device and dtype from --device (cpu, cuda, cuda:N; default cpu) and --dtype (float32,
+// bfloat16, float16; default float32). Throws orbit::Error naming the argument on a bad value or when
+// CUDA is asked for where there is none.
+inline runtime::ComputeTarget compute_target(const Args& args) {
+  runtime::ComputeTarget t;
+  t.dtype = runtime::parse_compute_dtype(args.get_or("--dtype", "float32"), "--dtype");
+  t.device = runtime::parse_device(args.get_or("--device", "cpu"), "--device");
+  if (t.device.is_cpu() && t.dtype == c10::kHalf) {
+    (void)runtime::parse_compute_target("cpu", "float16");  // throws the CPU float16 message
+  }
+  return t;
+}
+
+}  // namespace orbit::cli

@@ -1,0 +1,257 @@
+// The runtime and windows on CUDA against the CPU float32 oracle (exits 77, skipped, without a device):
+//   * Model::forward on CUDA (float32, bfloat16) for every family the CPU runs (GQA with and without
+//     biases, M-RoPE, MLA): prefill logits and content, and decode over a past;
+//   * a paged past on CUDA (pages read in place by the paged kernel, relocated with a patch) against the
+//     same past gathered and patched by hand, and the attention path each model takes;
+//   * windows on a CUDA engine driven by random operations (admit, turn, evict, slide, recall, reorder,
+//     fork), mirrored on a CPU float32 engine whose reference_logits is the oracle; fork isolation.
+//
+// Tolerances are relative L2 errors of the logits. float32: cuBLAS and CPU BLAS sum in different orders
+// (TF32 is off in libtorch by default), a few float32 ulps per op: 1e-4. bfloat16 keeps 8 significant
+// bits (unit roundoff u = 2^-9 ≈ 2e-3); each layer rounds its GEMM inputs and outputs and the residual
+// stream a handful of times, so two layers give ≈ √(10)·u·(softmax/normalisation gain ≈ 3) ≈ 2e-2:
+// 5e-2 leaves room without hiding a wrong rotation or a missing patch (those give errors of order 1).
+#include "orbit_catch.h"
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "device_test_support.h"
+#include "orbit/engine.h"
+#include "orbit/runtime/device.h"
+#include "orbit/window.h"
+
+namespace {
+
+namespace rt = orbit::runtime;
+using orbit::test::rel_error;
+
+double tolerance(at::ScalarType dtype) { return dtype == at::kFloat ? 1e-4 : 5e-2; }
+
+rt::ComputeTarget cuda(at::ScalarType dtype) {
+  rt::ComputeTarget t;
+  t.device = c10::Device(c10::kCUDA, 0);
+  t.dtype = dtype;
+  return t;
+}
+
+double rel_error(const orbit::Logits& got, const orbit::Logits& want) {
+  REQUIRE(got.values.size() == want.values.size());
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < got.values.size(); ++i) {
+    const double d = static_cast<double>(got.values[i]) - want.values[i];
+    num += d * d;
+    den += static_cast<double>(want.values[i]) * want.values[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+}  // namespace
+
+TEST_CASE("forward on CUDA matches the CPU float32 oracle for every family", "[cuda][model]") {
+  for (const std::string& name : orbit::test::device_test_models()) {
+    const std::string dir = orbit::test::device_test_model_dir(name);
+    const auto oracle = rt::load_model(dir);
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      const auto m = rt::load_model(dir, cuda(dtype));
+      REQUIRE(m->device().is_cuda());
+      REQUIRE(m->weights().layers[0].w_up.scalar_type() == dtype);
+      rt::ForwardInput in;
+      for (int64_t i = 0; i < 40; ++i) in.tokens.push_back(3 + (i * 37) % 500);
+      rt::ForwardOptions fo;
+      fo.logits = rt::LogitsMode::kAll;
+      const rt::ForwardResult want = oracle->forward(in, nullptr, fo);
+      const rt::ForwardResult got = m->forward(in, nullptr, fo);
+      REQUIRE(got.logits.is_cuda());
+      const double e_prefill = rel_error(got.logits, want.logits);
+      const double e_content = rel_error(got.content.back().v, want.content.back().v);
+      // Decode over the prefilled past (content moved back to the oracle's form for the CPU side).
+      rt::PastKV past_gpu{got.content, at::arange(40, at::kLong)}, past_cpu{want.content, at::arange(40, at::kLong)};
+      rt::ForwardInput step;
+      step.tokens = {17};
+      const double e_decode = rel_error(m->forward(step, &past_gpu).logits, oracle->forward(step, &past_cpu).logits);
+      INFO(name << " " << c10::toString(dtype) << ": prefill " << e_prefill << ", content " << e_content << ", decode "
+                << e_decode);
+      WARN(name << " " << c10::toString(dtype) << " rel errors: prefill " << e_prefill << ", content " << e_content
+                << ", decode " << e_decode);
+      CHECK(e_prefill < tolerance(dtype));
+      CHECK(e_content < tolerance(dtype));
+      CHECK(e_decode < tolerance(dtype));
+    }
+  }
+}
+
+TEST_CASE("a paged past on CUDA: kernel reads pages in place, relocates and patches on the fly", "[cuda][paged]") {
+  for (const std::string& name : orbit::test::device_test_models()) {
+    const std::string dir = orbit::test::device_test_model_dir(name);
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      const auto m = rt::load_model(dir, cuda(dtype));
+      orbit::test::PagedScenario s = orbit::test::make_paged_scenario(*m, 150, 70, 9, 16, 21);
+      const rt::PastKV paged = rt::make_paged_past(s.paged, s.positions);
+      rt::ForwardInput in;
+      in.tokens = s.query;
+      in.positions = at::arange(s.query_start, s.query_start + 3, at::kLong);
+      rt::ForwardOptions fo;
+      fo.logits = rt::LogitsMode::kAll;
+      const at::Tensor got = m->forward(in, &paged, fo).logits;
+      const at::Tensor want = m->forward(in, &s.contiguous, fo).logits;
+      const std::string path = m->attention_path(3, true);
+      const double err = rel_error(got, want);
+      INFO(name << " " << c10::toString(dtype) << ": " << path << ", rel error " << err);
+      WARN(name << " " << c10::toString(dtype) << " paged vs gathered rel error " << err << " via " << path);
+      // bf16: the kernel adds patch rows in float32 before rounding, the gathered path rounds the patched
+      // content to bf16 first: differences of order u.
+      CHECK(err < (dtype == at::kFloat ? 2e-5 : 2e-2));
+      if (name == "mla") {
+        CHECK(path.find("fallback: MLA has no paged kernel") != std::string::npos);
+      } else {
+        CHECK(path.rfind("paged CUDA kernel", 0) == 0);
+      }
+    }
+  }
+}
+
+namespace {
+
+std::vector<int64_t> random_tokens(std::mt19937_64& rng, int64_t n) {
+  std::uniform_int_distribution<int64_t> d(3, 511);
+  std::vector<int64_t> t(static_cast<std::size_t>(n));
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+std::shared_ptr<orbit::Engine> open(const std::string& dir, const std::string& device, const std::string& dtype) {
+  orbit::EngineOptions o;
+  o.model = dir;
+  o.device = device;
+  o.dtype = dtype;
+  o.page_size = 4;
+  o.pool_bytes = int64_t{64} << 20;
+  return orbit::Engine::open(o);
+}
+
+// The same random operations on a CUDA window (policy `policy`) and a CPU float32 window (reprefill);
+// instances are chosen by index, so both windows hold the same contents. Returns the worst error.
+double mirrored_walk(const std::string& dir, const std::string& dtype, const std::string& policy, uint64_t seed,
+                     int steps) {
+  auto gpu = open(dir, "cuda", dtype);
+  auto cpu = open(dir, "cpu", "float32");
+  std::mt19937_64 rng(seed);
+  std::vector<orbit::ChunkRef> gc, cc;
+  for (int i = 0; i < 5; ++i) {
+    const std::vector<int64_t> t = random_tokens(rng, 5 + static_cast<int64_t>(rng() % 20));
+    gc.push_back(gpu->add_tokens(t));
+    cc.push_back(cpu->add_tokens(t));
+  }
+  orbit::WindowOptions go, co;
+  go.policy = orbit::parse_policy(policy);
+  co.policy = orbit::parse_policy("reprefill");
+  orbit::Window g = gpu->new_window(go), c = cpu->new_window(co);
+  const std::vector<int64_t> query = random_tokens(rng, 3);
+  double worst = 0;
+  for (int step = 0; step < steps; ++step) {
+    const auto gi = g.instances();
+    const auto ci = c.instances();
+    REQUIRE(gi.size() == ci.size());
+    std::set<std::string> present;
+    for (const auto& i : ci) present.insert(i.chunk.key);
+    std::vector<std::size_t> absent;
+    for (std::size_t k = 0; k < cc.size(); ++k) {
+      if (present.count(cc[k].key) == 0) absent.push_back(k);
+    }
+    const int op = static_cast<int>(rng() % 7);
+    std::string what;
+    if (op == 0 && !absent.empty()) {
+      const std::size_t k = absent[rng() % absent.size()];
+      g.admit(gc[k]);
+      c.admit(cc[k]);
+      what = "admit";
+    } else if (op == 1) {
+      const std::vector<int64_t> t = random_tokens(rng, 2 + static_cast<int64_t>(rng() % 3));
+      g.add_turn(t);
+      c.add_turn(t);
+      what = "turn";
+    } else if (op == 2 && gi.size() > 1) {
+      const std::size_t k = rng() % gi.size();
+      g.evict(gi[k].id);
+      c.evict(ci[k].id);
+      what = "evict";
+    } else if (op == 3 && c.stats().chunk_instances > 1) {
+      g.slide(1);
+      c.slide(1);
+      what = "slide";
+    } else if (op == 4 && !c.evicted().empty()) {
+      const std::size_t k = rng() % c.evicted().size();
+      g.recall(g.evicted()[k]);
+      c.recall(c.evicted()[k]);
+      what = "recall";
+    } else if (op == 5 && gi.size() > 1) {
+      std::vector<std::size_t> perm(gi.size());
+      for (std::size_t k = 0; k < perm.size(); ++k) perm[k] = k;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::vector<orbit::InstanceId> go_order, co_order;
+      for (std::size_t k : perm) {
+        go_order.push_back(gi[k].id);
+        co_order.push_back(ci[k].id);
+      }
+      g.reorder(go_order);
+      c.reorder(co_order);
+      what = "reorder";
+    } else if (op == 6 && !gi.empty()) {
+      // Fork isolation: the child takes the walk on, the parent must not change.
+      const orbit::Logits before = g.logits(query, true);
+      orbit::Window gchild = g.fork();
+      orbit::Window cchild = c.fork();
+      gchild.add_turn({5, 6});
+      cchild.add_turn({5, 6});
+      CHECK(rel_error(g.logits(query, true), before) == 0.0);
+      g = std::move(gchild);
+      c = std::move(cchild);
+      what = "fork";
+    } else {
+      continue;
+    }
+    if (c.instances().empty()) continue;
+    const double err = rel_error(g.logits(query, true), c.reference_logits(query, true));
+    worst = std::max(worst, err);
+    INFO("seed " << seed << " step " << step << " (" << what << ") " << dtype << " " << policy << ": rel error " << err);
+    CHECK(err < tolerance(rt::parse_compute_dtype(dtype)));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA windows follow random operations like the CPU float32 oracle", "[cuda][window][oracle]") {
+  for (const std::string name : {"llama-d64-g4", "qwen2vl-d64", "mla"}) {
+    const std::string dir = orbit::test::device_test_model_dir(name);
+    for (const std::string dtype : {"float32", "bfloat16"}) {
+      for (const std::string policy : {"reprefill", "patch:full:exact"}) {
+        const double worst = mirrored_walk(dir, dtype, policy, 3, 14);
+        WARN(name << " " << dtype << " " << policy << ": worst window rel error " << worst);
+      }
+    }
+  }
+}
+
+TEST_CASE("generate on a CUDA engine runs the paged kernel and agrees with the CPU oracle", "[cuda][window][generate]") {
+  const std::string dir = orbit::test::device_test_model_dir("llama-d64-g4");
+  auto gpu = open(dir, "cuda", "float32");
+  auto cpu = open(dir, "cpu", "float32");
+  std::mt19937_64 rng(9);
+  const std::vector<int64_t> a = random_tokens(rng, 30), b = random_tokens(rng, 25), q = random_tokens(rng, 2);
+  orbit::Window g = gpu->new_window(), c = cpu->new_window();
+  for (auto* w : {&g, &c}) {
+    orbit::Engine& e = w == &g ? *gpu : *cpu;
+    w->admit(e.add_tokens(a));
+    w->admit(e.add_tokens(b));
+    w->add_turn({7, 8, 9});
+  }
+  orbit::GenerateOptions go;
+  go.max_tokens = 8;
+  CHECK(g.generate(q, go).tokens == c.generate(q, go).tokens);
+  CHECK(gpu->model_info().device == "cuda:0");
+}

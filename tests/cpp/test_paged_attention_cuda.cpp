@@ -1,0 +1,128 @@
+// The paged-attention CUDA kernel (through its op) against the CPU reference on the same inputs:
+// float32, bfloat16 and float16; head_dim 64 and 128; GQA groups 1 to 8; decode and multi-token
+// queries; half-split, interleaved and M-RoPE rotation; patched segments; long pasts that split across
+// many blocks; an empty paged part. Exits 77 (skipped) without a CUDA device (catch_main_gpu.cpp).
+#include "orbit_catch.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ops/paged_attention_op.h"
+#include "orbit/runtime/rope.h"
+
+namespace {
+
+namespace rt = orbit::runtime;
+
+struct Case {
+  int64_t heads, kv_heads, head_dim, queries, paged, tail, rank;
+  bool interleaved, mrope;
+};
+
+double rel_error(const at::Tensor& got, const at::Tensor& want) {
+  const at::Tensor g = got.to(at::kCPU, at::kDouble), w = want.to(at::kCPU, at::kDouble);
+  return (g - w).norm().item<double>() / w.norm().item<double>();
+}
+
+void run_case(const Case& k, at::ScalarType dtype, uint64_t seed) {
+  at::manual_seed(static_cast<int64_t>(seed));
+  const int64_t d = k.head_dim, W = k.kv_heads * d, rows = k.paged * 2 + 8, S = k.paged + k.tail;
+  rt::RopeConfig rope;
+  rope.head_dim = rope.rotary_dim = d;
+  rope.theta = 1e6;
+  rope.layout = k.interleaved ? rt::RopeLayout::kInterleaved : rt::RopeLayout::kHalfSplit;
+  rope.max_position_embeddings = 1 << 20;
+  if (k.mrope) rope.mrope_section = {d / 8, d / 4, d / 2 - d / 8 - d / 4};
+  // Inputs rounded to the tested dtype once, so both sides read identical values.
+  auto rnd = [&](at::IntArrayRef shape, double scale = 1.0) { return (at::randn(shape) * scale).to(dtype).to(at::kFloat); };
+  rt::ops::PagedAttentionInputs cpu;
+  cpu.q = rnd({k.queries, k.heads, d});
+  cpu.k_pages = rnd({rows, W});
+  cpu.v_pages = rnd({rows, W});
+  cpu.slots = at::randperm(rows, at::kLong).narrow(0, 0, k.paged).to(at::kInt);
+  cpu.k_tail = rnd({k.tail, k.kv_heads, d});
+  cpu.v_tail = rnd({k.tail, k.kv_heads, d});
+  const at::Tensor grid = at::randint(0, 200000, {k.mrope ? 3 : 1, S}, at::kLong);
+  cpu.positions = grid.t().contiguous();
+  cpu.inv_freq = rt::rope_inv_freq(rope, 0);
+  if (k.mrope) {
+    std::vector<int8_t> rows_of;
+    for (int r = 0; r < 3; ++r) rows_of.insert(rows_of.end(), static_cast<size_t>(rope.mrope_section[r]), static_cast<int8_t>(r));
+    cpu.row_of_freq = at::tensor(at::ArrayRef<int8_t>(rows_of), at::kChar);
+  }
+  cpu.interleaved = k.interleaved;
+  cpu.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const int64_t n = k.paged / 3;
+  const at::Tensor uk = at::randn({n, k.rank}), vtk = at::randn({k.rank, W}) * 0.1, uv = at::randn({n, k.rank}),
+                   vtv = at::randn({k.rank, W}) * 0.1;
+  const bool patched = k.rank > 0 && n > 0;
+
+  auto segments_on = [&](const at::Device& dev, std::vector<at::Tensor>& keep) {
+    keep = {uk.to(dev), vtk.to(dev), uv.to(dev), vtv.to(dev)};
+    orbit::kernels::cpu::PatchSegment seg;
+    seg.first = 2;
+    seg.length = n;
+    seg.rank_k = seg.rank_v = k.rank;
+    seg.u_k = keep[0].data_ptr<float>();
+    seg.vt_k = keep[1].data_ptr<float>();
+    seg.u_v = keep[2].data_ptr<float>();
+    seg.vt_v = keep[3].data_ptr<float>();
+    return rt::ops::make_segment_table({seg}, dev);
+  };
+  std::vector<at::Tensor> keep_cpu, keep_gpu;
+  if (patched) {
+    cpu.patch_of = at::full({k.paged}, -1, at::kInt);
+    cpu.patch_of.narrow(0, 2, std::min(n, k.paged - 2)).fill_(0);
+    cpu.segments = segments_on(at::kCPU, keep_cpu);
+  }
+  const at::Tensor want = rt::ops::paged_attention(cpu);
+
+  const at::Device dev(at::kCUDA, 0);
+  rt::ops::PagedAttentionInputs gpu = cpu;
+  gpu.q = cpu.q.to(dev, dtype);
+  gpu.k_pages = cpu.k_pages.to(dev, dtype);
+  gpu.v_pages = cpu.v_pages.to(dev, dtype);
+  gpu.slots = cpu.slots.to(dev);
+  gpu.k_tail = cpu.k_tail.to(dev, dtype);
+  gpu.v_tail = cpu.v_tail.to(dev, dtype);
+  gpu.positions = cpu.positions.to(dev);
+  gpu.inv_freq = cpu.inv_freq.to(dev);
+  if (cpu.row_of_freq.defined()) gpu.row_of_freq = cpu.row_of_freq.to(dev);
+  if (patched) {
+    gpu.patch_of = cpu.patch_of.to(dev);
+    gpu.segments = segments_on(dev, keep_gpu);
+  }
+  for (const bool rowwise : {false, true}) {
+  gpu.rowwise = rowwise;
+  const at::Tensor got = rt::ops::paged_attention(gpu);
+  REQUIRE(got.scalar_type() == dtype);
+  // float32: the kernel and the reference differ only in summation order and the fast exp/sincos
+  // intrinsics (a few float32 ulps). bf16/f16: the output is rounded once to the dtype (unit roundoff
+  // 2^-9 / 2^-12), everything before it is float32 on identical inputs.
+  const double tol = dtype == at::kFloat ? 2e-5 : dtype == at::kBFloat16 ? 8e-3 : 1.5e-3;
+  const double err = rel_error(got, want);
+  INFO(c10::toString(dtype) << " H " << k.heads << "/" << k.kv_heads << " d " << d << " R " << k.queries << " S_p "
+                            << k.paged << " S_t " << k.tail << " rank " << k.rank
+                            << (k.interleaved ? " interleaved" : "") << (k.mrope ? " mrope" : "")
+                            << (rowwise ? " rowwise" : " tiled") << ": rel error " << err);
+  CHECK(err < tol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("paged attention CUDA kernel == CPU reference", "[paged][cuda]") {
+  const std::vector<Case> cases = {
+      {28, 4, 128, 1, 3000, 1, 8, false, false},  // Qwen2.5-7B shape, decode over a long paged past
+      {8, 8, 64, 1, 200, 1, 0, false, false},     // MHA, no patch
+      {8, 1, 64, 4, 700, 4, 4, true, false},      // G = 8, interleaved, several queries
+      {4, 2, 128, 3, 64, 5, 2, false, true},      // M-RoPE, a tail longer than the queries
+      {14, 2, 64, 2, 0, 2, 0, false, false},      // no paged part at all
+      {4, 4, 128, 16, 5000, 16, 16, false, false},
+  };
+  uint64_t seed = 1;
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (const Case& k : cases) run_case(k, dtype, seed++);
+  }
+}
