@@ -152,6 +152,8 @@ class EngineCore {
  private:
   friend class OpHold;
   ChunkRef register_chunk(std::unique_ptr<ChunkRecord> record);  // idempotent by key
+  // Throws unless a chunk spanning `extent` positions can be encoded by this model.
+  void check_extent(int64_t extent, const char* what, const char* unit) const;
   void catalog_add(const std::string& chunk_key, PatchRecord record);
 
   EngineOptions options_;
