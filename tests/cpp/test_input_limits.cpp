@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "orbit/engine.h"
+#include "orbit/trace.h"
 #include "orbit_catch.h"
 #include "test_helpers.h"
 
@@ -30,6 +31,21 @@ orbit::TensorView view(const std::vector<float>& v, std::vector<int64_t> shape) 
 }
 orbit::TensorView view(const std::vector<int64_t>& v, std::vector<int64_t> shape) {
   return orbit::TensorView{v.data(), orbit::DType::kInt64, std::move(shape)};
+}
+
+// A one-chunk trace whose chunk is `chunk_json` (the fields after "name").
+std::string trace_with_chunk(const std::string& chunk_json) {
+  return R"({"format": "orbit-trace/1", "name": "limits", "probe": [1, 2],
+             "chunks": [{"name": "c", )" + chunk_json + R"(}],
+             "steps": [{"op": "admit", "chunk": "c"}]})";
+}
+
+orbit::ReplayOptions replay_options() {
+  orbit::ReplayOptions r;
+  r.engine = stories_options();
+  r.baselines = false;
+  r.policies = {"patch:4"};
+  return r;
 }
 
 }  // namespace
@@ -85,3 +101,65 @@ TEST_CASE("embedding grids: 1-D on a 1-D RoPE model works; overflowing or too-wi
   CHECK_THROWS_WITH(engine->add_embeddings(chunk), Contains("exceed the model's " + std::to_string(info.max_positions)));
 }
 
+TEST_CASE("make_trace refuses a step count past its bound", "[limits][trace]") {
+  orbit::MakeTraceOptions o;
+  o.steps = 99999999999;
+  CHECK_THROWS_WITH(orbit::make_trace(o), Contains("make_trace: steps must be in [1, " +
+                                                   std::to_string(orbit::kMaxTraceSteps) + "], got 99999999999"));
+}
+
+TEST_CASE("replay refuses generated chunks past the model's positions before allocating them",
+          "[limits][trace][model]") {
+  const orbit::ReplayOptions ro = replay_options();
+  // Each of these ended in std::bad_alloc (or, for sample, was silently cut to the position limit).
+  const orbit::Trace random = orbit::parse_trace(trace_with_chunk(R"("random_tokens": 1000000000000)"), "t.json");
+  CHECK_THROWS_WITH(orbit::replay(random, ro),
+                    Contains("t.json: chunk 0 ('c'): field 'random_tokens': 1000000000000 tokens exceed the model's 512 positions"));
+  const orbit::Trace sampled = orbit::parse_trace(trace_with_chunk(R"("sample": 1000000000000)"), "t.json");
+  CHECK_THROWS_WITH(orbit::replay(sampled, ro), Contains("field 'sample': 1000000000000 tokens exceed"));
+  const orbit::Trace sampled_long = orbit::parse_trace(trace_with_chunk(R"("sample": 512, "prompt": [1, 2])"), "t.json");
+  CHECK_THROWS_WITH(orbit::replay(sampled_long, ro), Contains("field 'sample': 512 sampled tokens after a 2-token prompt"));
+  const orbit::Trace grid =
+      orbit::parse_trace(trace_with_chunk(R"("embeddings": {"grid": [100000, 100000, 100000], "seed": 1})"), "t.json");
+  CHECK_THROWS_WITH(orbit::replay(grid, ro), Contains("field 'embeddings.grid': [100000, 100000, 100000] holds more rows"));
+}
+
+TEST_CASE("replay names the refusal that kept a chunk out when a later step needs it", "[trace][model]") {
+  // A pool of one page: the second admit is refused for capacity; the evict of that chunk then used to
+  // say only that it is not in the window.
+  const orbit::Trace t = orbit::parse_trace(R"({"format": "orbit-trace/1", "name": "refusal", "probe": [1, 2],
+      "chunks": [{"name": "doc_a", "random_tokens": 8, "seed": 2}, {"name": "doc_c", "random_tokens": 8, "seed": 3}],
+      "steps": [{"op": "admit", "chunk": "doc_a"}, {"op": "admit", "chunk": "doc_c"}, {"op": "evict", "chunk": "doc_c"}]})",
+                                            "r.json");
+  orbit::ReplayOptions ro = replay_options();
+  ro.engine.page_size = 60000;
+  ro.engine.pool_bytes = Engine::open(stories_options())->model_info().kv_bytes_per_token * ro.engine.page_size;
+  CHECK_THROWS_WITH(orbit::replay(t, ro), Contains("step 2 (evict)") && Contains("chunk 'doc_c' is not in the window") &&
+                                              Contains("its admit at step 1 was refused: out_of_capacity"));
+}
+
+TEST_CASE("replay totals carry no fidelity numbers when no step was measured", "[trace][model]") {
+  const orbit::Trace t = orbit::parse_trace(trace_with_chunk(R"("random_tokens": 8, "seed": 3)"), "t.json");
+  orbit::ReplayOptions ro = replay_options();
+  ro.fidelity = false;
+  const std::string json = orbit::replay_report_json(orbit::replay(t, ro), -1);
+  CHECK_THAT(json, Contains("\"mean_kl\":null") && Contains("\"max_kl\":null") && Contains("\"mean_top1\":null"));
+  ro.fidelity = true;
+  const std::string measured = orbit::replay_report_json(orbit::replay(t, ro), -1);
+  CHECK_THAT(measured, !Contains("\"mean_kl\":null"));
+}
+
+TEST_CASE("orbit replay --no-fidelity prints n/a for KL and top-1, not 0", "[trace][model][cli]") {
+  orbit::test::TempDir dir;
+  const std::string trace = dir / "t.json";
+  orbit::save_trace(orbit::parse_trace(trace_with_chunk(R"("random_tokens": 8, "seed": 3)"), "t.json"), trace);
+  const orbit::test::CliRun r =
+      orbit::test::cli("replay " + trace + " --model " + orbit::test::stories_path() + " --no-fidelity --quiet");
+  REQUIRE(r.status == 0);
+  INFO(r.out);
+  // The totals row of the patch policy ends with mean-KL, max-KL and top-1.
+  const std::size_t row = r.out.find("\npatch");
+  REQUIRE(row != std::string::npos);
+  const std::string line = r.out.substr(row + 1, r.out.find('\n', row + 1) - row - 1);
+  CHECK_THAT(line, Contains("n/a        n/a    n/a"));
+}
