@@ -26,6 +26,8 @@ void check_shape(const at::Tensor& t, at::IntArrayRef expected, const std::strin
                                             << " but the config implies " << shape_string(expected));
   ORBIT_CHECK(t.scalar_type() == at::kFloat && t.device().is_cpu(),
               origin << ": tensor '" << name << "' must be float32 on CPU after loading");
+  // A NaN or infinite weight makes every output NaN: refuse the model rather than answer nonsense.
+  ORBIT_CHECK(at::isfinite(t).all().item<bool>(), origin << ": tensor '" << name << "' contains NaN or infinite values");
 }
 
 }  // namespace
