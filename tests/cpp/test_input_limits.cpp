@@ -36,7 +36,8 @@ orbit::TensorView view(const std::vector<int64_t>& v, std::vector<int64_t> shape
 // A one-chunk trace whose chunk is `chunk_json` (the fields after "name").
 std::string trace_with_chunk(const std::string& chunk_json) {
   return R"({"format": "orbit-trace/1", "name": "limits", "probe": [1, 2],
-             "chunks": [{"name": "c", )" + chunk_json + R"(}],
+             "chunks": [{"name": "c", )" +
+         chunk_json + R"(}],
              "steps": [{"op": "admit", "chunk": "c"}]})";
 }
 
@@ -90,7 +91,8 @@ TEST_CASE("embedding grids: 1-D on a 1-D RoPE model works; overflowing or too-wi
   const orbit::Logits got = w.logits({7, 8}, true);
   const orbit::Logits want = w.reference_logits({7, 8}, true);
   double worst = 0;
-  for (std::size_t i = 0; i < got.values.size(); ++i) worst = std::max(worst, std::fabs(double(got.values[i]) - want.values[i]));
+  for (std::size_t i = 0; i < got.values.size(); ++i)
+    worst = std::max(worst, std::fabs(double(got.values[i]) - want.values[i]));
   CHECK(worst < 1e-3);
 
   const std::vector<int64_t> huge{0, INT64_MAX, 2, 3};
@@ -98,7 +100,8 @@ TEST_CASE("embedding grids: 1-D on a 1-D RoPE model works; overflowing or too-wi
   CHECK_THROWS_WITH(engine->add_embeddings(chunk), Contains("add_embeddings: grid") && Contains("too large"));
   const std::vector<int64_t> wide{0, 1, 2, info.max_positions};
   chunk.grid = view(wide, {n});
-  CHECK_THROWS_WITH(engine->add_embeddings(chunk), Contains("exceed the model's " + std::to_string(info.max_positions)));
+  CHECK_THROWS_WITH(engine->add_embeddings(chunk),
+                    Contains("exceed the model's " + std::to_string(info.max_positions)));
 }
 
 TEST_CASE("make_trace refuses a step count past its bound", "[limits][trace]") {
@@ -113,15 +116,19 @@ TEST_CASE("replay refuses generated chunks past the model's positions before all
   const orbit::ReplayOptions ro = replay_options();
   // Each of these ended in std::bad_alloc (or, for sample, was silently cut to the position limit).
   const orbit::Trace random = orbit::parse_trace(trace_with_chunk(R"("random_tokens": 1000000000000)"), "t.json");
-  CHECK_THROWS_WITH(orbit::replay(random, ro),
-                    Contains("t.json: chunk 0 ('c'): field 'random_tokens': 1000000000000 tokens exceed the model's 512 positions"));
+  CHECK_THROWS_WITH(
+      orbit::replay(random, ro),
+      Contains("t.json: chunk 0 ('c'): field 'random_tokens': 1000000000000 tokens exceed the model's 512 positions"));
   const orbit::Trace sampled = orbit::parse_trace(trace_with_chunk(R"("sample": 1000000000000)"), "t.json");
   CHECK_THROWS_WITH(orbit::replay(sampled, ro), Contains("field 'sample': 1000000000000 tokens exceed"));
-  const orbit::Trace sampled_long = orbit::parse_trace(trace_with_chunk(R"("sample": 512, "prompt": [1, 2])"), "t.json");
-  CHECK_THROWS_WITH(orbit::replay(sampled_long, ro), Contains("field 'sample': 512 sampled tokens after a 2-token prompt"));
+  const orbit::Trace sampled_long =
+      orbit::parse_trace(trace_with_chunk(R"("sample": 512, "prompt": [1, 2])"), "t.json");
+  CHECK_THROWS_WITH(orbit::replay(sampled_long, ro),
+                    Contains("field 'sample': 512 sampled tokens after a 2-token prompt"));
   const orbit::Trace grid =
       orbit::parse_trace(trace_with_chunk(R"("embeddings": {"grid": [100000, 100000, 100000], "seed": 1})"), "t.json");
-  CHECK_THROWS_WITH(orbit::replay(grid, ro), Contains("field 'embeddings.grid': [100000, 100000, 100000] holds more rows"));
+  CHECK_THROWS_WITH(orbit::replay(grid, ro),
+                    Contains("field 'embeddings.grid': [100000, 100000, 100000] holds more rows"));
 }
 
 TEST_CASE("replay names the refusal that kept a chunk out when a later step needs it", "[trace][model]") {
@@ -134,7 +141,8 @@ TEST_CASE("replay names the refusal that kept a chunk out when a later step need
   orbit::ReplayOptions ro = replay_options();
   ro.engine.page_size = 60000;
   ro.engine.pool_bytes = Engine::open(stories_options())->model_info().kv_bytes_per_token * ro.engine.page_size;
-  CHECK_THROWS_WITH(orbit::replay(t, ro), Contains("step 2 (evict)") && Contains("chunk 'doc_c' is not in the window") &&
+  CHECK_THROWS_WITH(orbit::replay(t, ro), Contains("step 2 (evict)") &&
+                                              Contains("chunk 'doc_c' is not in the window") &&
                                               Contains("its admit at step 1 was refused: out_of_capacity"));
 }
 

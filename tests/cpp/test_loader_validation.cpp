@@ -74,9 +74,10 @@ TEST_CASE("tie_word_embeddings beside a different lm_head is refused; an identic
   TempDir dir;
   const std::string m = make(dir, "m", "tiny-llama");  // untied: has lm_head.weight
   edit_config(m, [](nlohmann::json& j) { j["tie_word_embeddings"] = true; });
-  CHECK_THROWS_WITH(load_model(m), Contains("'lm_head.weight' differs from the embedding") &&
-                                       Contains("tie_word_embeddings = true"));
-  edit_weights(m, [](std::map<std::string, at::Tensor>& t) { t["lm_head.weight"] = t["model.embed_tokens.weight"].clone(); });
+  CHECK_THROWS_WITH(load_model(m),
+                    Contains("'lm_head.weight' differs from the embedding") && Contains("tie_word_embeddings = true"));
+  edit_weights(
+      m, [](std::map<std::string, at::Tensor>& t) { t["lm_head.weight"] = t["model.embed_tokens.weight"].clone(); });
   CHECK_NOTHROW(load_model(m));
 }
 
@@ -104,9 +105,10 @@ TEST_CASE("non-integral, overflowing and unsupported config values are refused",
 TEST_CASE("an integer weight tensor is refused, naming it and its dtype", "[loaders][cpu]") {
   TempDir dir;
   const std::string m = make(dir, "m", "tiny-llama");
-  edit_weights(m, [](std::map<std::string, at::Tensor>& t) { t["model.norm.weight"] = t["model.norm.weight"].to(at::kInt); });
-  CHECK_THROWS_WITH(load_model(m), Contains("tensor 'model.norm.weight' has dtype I32") &&
-                                       Contains("weights must be floating"));
+  edit_weights(
+      m, [](std::map<std::string, at::Tensor>& t) { t["model.norm.weight"] = t["model.norm.weight"].to(at::kInt); });
+  CHECK_THROWS_WITH(load_model(m),
+                    Contains("tensor 'model.norm.weight' has dtype I32") && Contains("weights must be floating"));
 }
 
 TEST_CASE("NaN or infinite weights are refused at load", "[loaders][cpu]") {
@@ -115,7 +117,8 @@ TEST_CASE("NaN or infinite weights are refused at load", "[loaders][cpu]") {
   edit_weights(m, [](std::map<std::string, at::Tensor>& t) {
     t["model.layers.1.mlp.up_proj.weight"][3][5] = std::numeric_limits<float>::quiet_NaN();
   });
-  CHECK_THROWS_WITH(load_model(m), Contains("tensor 'model.layers.1.mlp.up_proj.weight' contains NaN or infinite values"));
+  CHECK_THROWS_WITH(load_model(m),
+                    Contains("tensor 'model.layers.1.mlp.up_proj.weight' contains NaN or infinite values"));
 }
 
 TEST_CASE("make-model refuses options whose model the loader would reject, and writes nothing", "[loaders][cli]") {
@@ -124,10 +127,12 @@ TEST_CASE("make-model refuses options whose model the loader would reject, and w
     INFO(bad);
     const orbit::test::CliRun r = orbit::test::cli("make-model --out " + (dir / "bad") + " " + bad);
     CHECK(r.status != 0);
-    CHECK_THAT(r.out, Contains(bad.find("rope") != std::string::npos ? "--rope-factor: must be >= 1" : "--eps: must be in (0, 1)"));
+    CHECK_THAT(r.out, Contains(bad.find("rope") != std::string::npos ? "--rope-factor: must be >= 1"
+                                                                     : "--eps: must be in (0, 1)"));
     CHECK_FALSE(std::filesystem::exists(dir / "bad/config.json"));
   }
-  const orbit::test::CliRun ok = orbit::test::cli("make-model --out " + (dir / "ok") + " --rope-scaling linear --rope-factor 2");
+  const orbit::test::CliRun ok =
+      orbit::test::cli("make-model --out " + (dir / "ok") + " --rope-scaling linear --rope-factor 2");
   REQUIRE(ok.status == 0);
   CHECK_NOTHROW(load_model(dir / "ok"));
 }
