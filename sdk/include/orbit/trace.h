@@ -1,4 +1,4 @@
-// Traces (issue 5 §5): a recorded sequence of window operations, replayed under several policies side by
+// Traces: a recorded sequence of window operations, replayed under several policies side by
 // side, each step measured for cost (forward tokens, bytes, device bytes, wall time) and fidelity (the
 // window against a full re-prefill of the same contents). What `orbit replay` and `orbit make-trace` run.
 //
