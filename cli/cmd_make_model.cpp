@@ -1,5 +1,8 @@
 // `orbit make-model`: random-weight Hugging Face model directories of any supported shape.
+#include <nlohmann/json.hpp>
+
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -9,6 +12,7 @@
 #include "orbit/common/error.h"
 #include "orbit/runtime/config.h"
 #include "orbit/runtime/generator.h"
+#include "orbit/runtime/loader.h"
 
 namespace orbit::cli {
 
@@ -190,6 +194,13 @@ int run_make_model(int argc, char** argv, int first) {
   options.init_std = args.get_double("--init-std", options.init_std);
   options.shard_bytes = args.get_int("--shard-mb", 0) * (int64_t{1} << 20);
   options.overwrite = args.flag("--force");
+
+  ORBIT_CHECK(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0 && c.rms_norm_eps < 1,
+              "--eps: must be in (0, 1), got " << c.rms_norm_eps);
+  ORBIT_CHECK(r.scaling == rt::RopeScaling::kNone || (std::isfinite(r.factor) && r.factor >= 1.0),
+              "--rope-factor: must be >= 1, got " << r.factor);
+  // The config.json about to be written must load: read it back as the loader will, before writing.
+  (void)rt::parse_hf_config(rt::hf_config_json(c), "make-model: the config.json these options describe");
 
   const auto start = std::chrono::steady_clock::now();
   options.progress = [](int64_t done, int64_t total) {

@@ -103,11 +103,19 @@ void print_totals(const ReplayReport& r) {
               "top1");
   for (const PolicyReplay& p : r.policies) {
     const PolicyTotals& t = p.totals;
-    std::printf("%-34s %9.0f %9.0f %9.0f %8.4f %8.4f %11lld %11lld %6lld %6lld %10.3e %10.3e %10.3e %6.3f%s\n",
+    // With no step measured (--no-fidelity, or every window past the model's positions) there is no KL:
+    // print n/a rather than a 0 that reads as "exact".
+    char kl[16] = "n/a", max_kl[16] = "n/a", top1[16] = "n/a";
+    if (t.fidelity_steps > 0) {
+      std::snprintf(kl, sizeof kl, "%.3e", t.mean_kl);
+      std::snprintf(max_kl, sizeof max_kl, "%.3e", t.max_kl);
+      std::snprintf(top1, sizeof top1, "%.3f", t.mean_top1);
+    }
+    std::printf("%-34s %9.0f %9.0f %9.0f %8.4f %8.4f %11lld %11lld %6lld %6lld %10s %10.3e %10s %6s%s\n",
                 (p.policy + (p.baseline ? " (baseline)" : "")).c_str(), t.critical_forward_tokens, t.forward_tokens,
                 t.full_prefill_tokens, t.critical_seconds, t.background_seconds, static_cast<long long>(t.bytes_moved),
                 static_cast<long long>(t.peak_device_bytes), static_cast<long long>(t.patches_formed),
-                static_cast<long long>(t.patch_hits), t.mean_kl, t.mean_predicted_kl, t.max_kl, t.mean_top1,
+                static_cast<long long>(t.patch_hits), kl, t.mean_predicted_kl, max_kl, top1,
                 t.refused > 0 ? ("  (" + std::to_string(t.refused) + " refused)").c_str() : "");
   }
   std::printf(

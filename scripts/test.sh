@@ -3,6 +3,13 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
+step "Code comments cite no tracker issue numbers (readers of the code cannot see the tracker)"
+if git -C "$ORBIT_ROOT" grep -nE '[Ii]ssue [0-9]+|[Ii]ssue #[0-9]+' -- '*.cpp' '*.h' '*.cu' '*.cuh' '*.py' '*.pyi' \
+    '*.sh' 'CMakeLists.txt' '*.cmake'; then
+  echo "error: the lines above cite issue numbers; say what the code does instead" >&2
+  exit 1
+fi
+
 orbit_install_packages
 orbit_build -DORBIT_TESTS=ON -DORBIT_PYTHON=ON
 

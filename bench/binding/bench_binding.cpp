@@ -1,4 +1,4 @@
-// bench_binding: paper 000's experiments on tiny trained binding models (issue 7), side by side in one
+// bench_binding: paper 000's experiments on tiny trained binding models, side by side in one
 // run, printing tables and writing one JSON file that plot_binding.py and make_report.py read.
 //
 //   bench_binding [--models DIR,DIR] [--stories PATH] [--n N] [--seed S] [--threads T] [--json PATH]

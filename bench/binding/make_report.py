@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Generates bench/REPORT.md from bench_binding's JSON (issue 7). Usage: make_report.py RESULTS.json REPORT.md
+"""Generates bench/REPORT.md from bench_binding's JSON. Usage: make_report.py RESULTS.json REPORT.md
 
 Every number in the report is read from the JSON; the verdicts are computed here from stated criteria."""
 import json

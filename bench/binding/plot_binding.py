@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Charts for bench_binding's JSON (issue 7). Usage: plot_binding.py RESULTS.json OUT_DIR
+"""Charts for bench_binding's JSON. Usage: plot_binding.py RESULTS.json OUT_DIR
 
 Writes accuracy.png, rank.png, deficit.png, reorder.png, recall.png into OUT_DIR. Every number plotted
 comes from the JSON; nothing is typed in here."""

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs every binding experiment (issue 7) and regenerates the charts and bench/REPORT.md from the JSON.
+# Runs every binding experiment and regenerates the charts and bench/REPORT.md from the JSON.
 #   bench/binding/run_all.sh [BUILD_DIR] [extra bench_binding flags, e.g. --threads 2]
 # From the repository root. BUILD_DIR defaults to build-binding; bench_binding is built there first.
 set -eu

@@ -113,8 +113,8 @@ struct DependencyGraph::Impl {
       std::vector<Vertex> released = detach_patch(id);
       work.insert(work.end(), released.begin(), released.end());
       boost::clear_vertex(v, graph);  // no edges left; kept for symmetry with detach_patch
+      removed.insert(v);              // before remove_vertex frees the node v points at
       boost::remove_vertex(v, graph);
-      removed.insert(v);
       instances.erase(id);
     }
   }

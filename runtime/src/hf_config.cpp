@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "orbit/common/error.h"
 #include "orbit/runtime/loader.h"
@@ -24,6 +25,28 @@ T get_or(const json& object, const char* field, T fallback, const std::string& o
   } catch (const json::exception&) {
     ORBIT_FAIL(origin << ": field '" << field << "' has the wrong type (" << it->type_name() << ")");
   }
+}
+
+// Integers: a JSON integer in int64 range, or a float with an integral value (4096.0); never a
+// truncated 64.5, a wrapped 1e30 or an unsigned past int64.
+template <>
+int64_t get_or<int64_t>(const json& object, const char* field, int64_t fallback, const std::string& origin) {
+  auto it = object.find(field);
+  if (it == object.end() || it->is_null()) return fallback;
+  if (it->is_number_unsigned()) {
+    const uint64_t u = it->get<uint64_t>();
+    ORBIT_CHECK(u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), origin << ": field '" << field << "' = " << u << " is too large");
+    return static_cast<int64_t>(u);
+  }
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_number_float()) {
+    const double x = it->get<double>();
+    ORBIT_CHECK(std::isfinite(x) && std::floor(x) == x, origin << ": field '" << field << "' must be an integer, got "
+                                                                << it->dump());
+    ORBIT_CHECK(std::fabs(x) < 9.0e15, origin << ": field '" << field << "' = " << it->dump() << " is too large");
+    return static_cast<int64_t>(x);
+  }
+  ORBIT_FAIL(origin << ": field '" << field << "' has the wrong type (" << it->type_name() << "; expected an integer)");
 }
 
 template <typename T>
@@ -177,6 +200,10 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
   c.max_position_embeddings = get_required<int64_t>(j, "max_position_embeddings", origin);
   c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false, origin);
   c.weight_dtype = get_or<std::string>(j, "torch_dtype", "float32", origin);
+  ORBIT_CHECK(c.weight_dtype == "float32" || c.weight_dtype == "bfloat16" || c.weight_dtype == "float16" ||
+                  c.weight_dtype == "float64",
+              origin << ": unsupported field value torch_dtype = '" << c.weight_dtype
+                     << "'; supported: float32, bfloat16, float16, float64 (quantized weights are not)");
   c.attention_bias = c.arch == Arch::kQwen2 || is_qwen_vl(c.arch) ? true : get_or<bool>(j, "attention_bias", false, origin);
 
   const std::string act = get_or<std::string>(j, "hidden_act", "silu", origin);

@@ -31,6 +31,43 @@ json read_json(const fs::path& path) {
   }
 }
 
+bool is_float_dtype(StDtype d) {
+  return d == StDtype::kF32 || d == StDtype::kF16 || d == StDtype::kBF16 || d == StDtype::kF64;
+}
+
+// Tensors a language-model config legitimately leaves unused: a vision tower (Qwen2-VL exports) and the
+// RoPE frequency buffers older exports saved.
+bool ignorable_tensor(const std::string& name) {
+  const auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
+  const auto ends = [&](const std::string& x) {
+    return name.size() >= x.size() && name.compare(name.size() - x.size(), x.size(), x) == 0;
+  };
+  return starts("visual.") || starts("model.visual.") || ends(".rotary_emb.inv_freq");
+}
+
+// Every tensor in the files must be one the config asks for: a leftover means config.json describes
+// another model (fewer layers, tied embeddings beside an lm_head, ...), which would compute something else.
+// A tied checkpoint may still carry lm_head.weight when it equals the embedding.
+void check_unused_tensors(const std::map<std::string, const SafetensorsFile*>& owner, const std::set<std::string>& used,
+                          const ModelConfig& config, const ModelWeights& weights, const std::string& config_path) {
+  for (const auto& [name, file] : owner) {
+    if (used.count(name) > 0 || ignorable_tensor(name)) continue;
+    if (name == "lm_head.weight" && config.tie_word_embeddings) {
+      const StTensorInfo* info = file->find(name);
+      const bool same = is_float_dtype(info->dtype) && info->shape == std::vector<int64_t>(weights.embed.sizes().begin(),
+                                                                                            weights.embed.sizes().end()) &&
+                        file->load(name, at::kFloat).equal(weights.embed);
+      ORBIT_CHECK(same, file->path() << ": tensor 'lm_head.weight' differs from the embedding, but " << config_path
+                                     << " says tie_word_embeddings = true (the output head would be ignored)");
+      continue;
+    }
+    ORBIT_FAIL(file->path() << ": tensor '" << name << "' is not used by the model " << config_path << " describes ("
+                            << arch_name(config.arch) << ", " << config.num_layers << " layers, "
+                            << (config.tie_word_embeddings ? "tied" : "untied")
+                            << " embeddings): config and weights do not match");
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Model> load_hf(const std::string& dir_string, const ComputeTarget& target) {
@@ -87,6 +124,7 @@ std::unique_ptr<Model> load_hf(const std::string& dir_string, const ComputeTarge
     }
     return it;
   };
+  std::set<std::string> used;
   for (const WeightSpec& spec : weight_specs(config)) {
     auto it = resolve(spec.name);
     ORBIT_CHECK(it != owner.end(), dir_string << ": missing tensor '" << spec.name << "' (config.json: "
@@ -98,9 +136,14 @@ std::unique_ptr<Model> load_hf(const std::string& dir_string, const ComputeTarge
     ORBIT_CHECK(info->shape == spec.shape, it->second->path() << ": tensor '" << spec.name << "' has shape "
                                                               << shape_string(info->shape) << " but config.json implies "
                                                               << shape_string(spec.shape));
+    ORBIT_CHECK(is_float_dtype(info->dtype), it->second->path() << ": tensor '" << spec.name << "' has dtype "
+                                                                  << st_dtype_name(info->dtype)
+                                                                  << "; weights must be floating (F32, F16, BF16, F64)");
+    used.insert(stored);
     // Stored dtype -> target dtype on the host (a no-op when they agree), then one copy to the device.
     weight_slot(weights, config, spec.name) = it->second->load(stored, target.dtype).to(target.device);
   }
+  check_unused_tensors(owner, used, config, weights, config_path.string());
   if (config.tie_word_embeddings) weights.lm_head = weights.embed;
   return std::make_unique<Model>(std::move(config), std::move(weights), dir_string);
 }

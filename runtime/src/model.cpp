@@ -33,6 +33,8 @@ void check_shape(const at::Tensor& t, at::IntArrayRef expected, const std::strin
                      << device_name(t.device()) << " but the model's embedding is "
                      << dtype_name(where.dtype().toScalarType()) << " on " << device_name(where.device())
                      << " (every weight must share one device and dtype)");
+  // A NaN or infinite weight makes every output NaN: refuse the model rather than answer nonsense.
+  ORBIT_CHECK(at::isfinite(t).all().item<bool>(), origin << ": tensor '" << name << "' contains NaN or infinite values");
 }
 
 }  // namespace

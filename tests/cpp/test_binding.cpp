@@ -1,5 +1,5 @@
 // The binding task generator, the training forward (must equal the runtime's forward), checkpoints the
-// runtime loads, a short training run, and the committed trained models (issue 7).
+// runtime loads, a short training run, and the committed trained models.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 

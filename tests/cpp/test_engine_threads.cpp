@@ -80,8 +80,7 @@ TEST_CASE("close() racing window operations on two threads fails them cleanly", 
   }
 }
 
-TEST_CASE("close() from several threads at once returns in all of them after the store is closed",
-          "[engine][thread]") {
+TEST_CASE("close() from several threads at once returns in all of them after the store is closed", "[engine][thread]") {
   orbit::test::TempDir dir;
   auto engine = open_engine(dir / "store");
   std::atomic<int> started{0};

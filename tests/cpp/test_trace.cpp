@@ -1,4 +1,4 @@
-// Traces and replay (orbit/trace.h, issue 5 §5): the example traces in tests/data/traces replay on the
+// Traces and replay (orbit/trace.h): the example traces in tests/data/traces replay on the
 // bundled model; re-prefill is exact at every step; the patch policy computes fewer forward tokens than
 // re-prefill on traces with look-backs; bad traces are refused naming the step and field; the JSON report
 // has the documented fields; `orbit replay` and `orbit make-trace` work end to end.

@@ -1,4 +1,4 @@
-// The window manager's oracle tests (issue 5): windows driven by random operation sequences must match a
+// The window manager's oracle tests: windows driven by random operation sequences must match a
 // re-prefill of the same contents (re-prefill policy exactly, full-rank patches to float tolerance);
 // survivors need relocation only; forks are isolated; recalls cascade exactly along the dependency
 // graph; byte budgets hold; and bad input is refused with a message naming it.

@@ -1,4 +1,4 @@
-"""The Python API end to end on the bundled model (issue 6): every window operation, plan then apply, fork
+"""The Python API end to end on the bundled model: every window operation, plan then apply, fork
 isolation, the re-prefill oracle, numpy/torch inputs, errors with clear messages (never a crash), and no leak
 of engines or windows across many create/close cycles.
 

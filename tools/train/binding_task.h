@@ -1,4 +1,4 @@
-// The synthetic cross-chunk binding task (issue 7; paper 000 §2 and Appendix C.1 at toy scale).
+// The synthetic cross-chunk binding task (paper 000 §2 and Appendix C.1 at toy scale).
 //
 // A window is a sequence of chunks, each a token list:
 //

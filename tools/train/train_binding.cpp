@@ -123,7 +123,7 @@ void write_readme(const std::string& out, const bd::TrainOptions& o, const bd::T
        << c.vocab_size << ")";
   }
   md << ", " << parameters << " parameters, trained from scratch on the synthetic cross-chunk binding task of "
-        "`tools/train/binding_task.h` (issue 7) so that paper 000's reuse experiments run on a model that really "
+        "`tools/train/binding_task.h` so that paper 000's reuse experiments run on a model that really "
         "binds one chunk to another (`bench/binding`, `bench/REPORT.md`). No M-RoPE variant: the visual chunks "
         "are 1-D token streams, not 2-D grids.\n\n";
   md << "Made with (from the repository root, after `ninja -C build-binding train_binding`; deterministic for the "

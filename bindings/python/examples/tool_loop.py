@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A tool-calling agent loop on orbit windows (issue 6, item 2).
+"""A tool-calling agent loop on orbit windows.
 
 An agent browses: at every step the model (greedy decode over its window) picks a tool, the tool returns an
 observation, and the loop turns the observation into window operations:

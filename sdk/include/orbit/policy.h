@@ -1,4 +1,4 @@
-// Window policies (issue 5 §3): what a window does when the patch it needs is not stored, how patches
+// Window policies: what a window does when the patch it needs is not stored, how patches
 // are formed, and how far it trusts a patch formed under another context.
 //
 // Named presets (parse_policy) are what `orbit replay --policy` and the benchmarks compare:

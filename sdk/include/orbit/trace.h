@@ -1,4 +1,4 @@
-// Traces (issue 5 §5): a recorded sequence of window operations, replayed under several policies side by
+// Traces: a recorded sequence of window operations, replayed under several policies side by
 // side, each step measured for cost (forward tokens, bytes, device bytes, wall time) and fidelity (the
 // window against a full re-prefill of the same contents). What `orbit replay` and `orbit make-trace` run.
 //
@@ -163,9 +163,13 @@ void save_trace(const Trace& trace, const std::string& path);  // validates, the
 //          look-backs (a frame evicted and recalled) and speculative forks
 //   agent  a tool-using agent: documents / tool results in a sliding window of four, with recalls,
 //          reorders, place(), forks and generations appended to the transcript
+// The most agent steps make_trace() generates (each is several trace steps; a larger trace is a mistake,
+// not a workload: it would take minutes and hundreds of MB).
+inline constexpr int64_t kMaxTraceSteps = 100000;
+
 struct MakeTraceOptions {
   std::string kind = "web";        // web | video | agent
-  int64_t steps = 12;              // agent steps (each expands to several trace steps)
+  int64_t steps = 12;              // agent steps (each expands to several trace steps), [1, kMaxTraceSteps]
   uint64_t seed = 0;
   int64_t vocab_size = 512;        // token ids are drawn from [3, vocab_size)
   int64_t max_positions = 512;     // the window stays below ~3/4 of this
@@ -284,7 +288,7 @@ struct PolicyTotals {
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;
   int64_t refused = 0;           // steps the window refused
-  int64_t fidelity_steps = 0;
+  int64_t fidelity_steps = 0;    // steps measured; 0: the three below mean nothing (JSON null, CLI "n/a")
   double mean_kl = 0;            // over steps with fidelity
   double max_kl = 0;
   double mean_top1 = 0;

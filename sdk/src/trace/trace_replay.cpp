@@ -43,8 +43,24 @@ void check_vocab(const std::vector<int64_t>& ids, int64_t vocab, const std::stri
   }
 }
 
+// A generated source's size is checked against the model before anything is allocated or sampled.
+void check_count(const TokenSource& s, const ModelInfo& info, const std::string& where, const std::string& field) {
+  if (s.kind == TokenSource::Kind::kTokens) return;
+  const std::string name = field == "tokens" ? (s.kind == TokenSource::Kind::kRandom ? "random_tokens" : "sample")
+                                             : field;
+  ORBIT_CHECK(s.count <= info.max_positions, where << ": field '" << name << "': " << s.count
+                                                   << " tokens exceed the model's " << info.max_positions << " positions");
+  if (s.kind == TokenSource::Kind::kSample) {
+    const int64_t room = info.max_positions - static_cast<int64_t>(s.prompt.size());
+    ORBIT_CHECK(s.count <= room, where << ": field '" << name << "': " << s.count << " sampled tokens after a "
+                                       << s.prompt.size() << "-token prompt exceed the model's " << info.max_positions
+                                       << " positions");
+  }
+}
+
 std::vector<int64_t> resolve_source(Engine& engine, const TokenSource& s, const std::string& where, const std::string& field) {
   const ModelInfo info = engine.model_info();
+  check_count(s, info, where, field);
   switch (s.kind) {
     case TokenSource::Kind::kTokens: check_vocab(s.tokens, info.vocab_size, where, field); return s.tokens;
     case TokenSource::Kind::kRandom: return trace_detail::random_tokens(s.count, s.seed, info.vocab_size);
@@ -74,6 +90,14 @@ Resolved resolve(const Trace& trace, Engine& engine) {
     ResolvedChunk rc;
     std::string content;
     if (c.embeddings) {
+      // rows = t·h·w, checked one factor at a time so a large grid cannot overflow or allocate first.
+      int64_t rows = 1;
+      for (int64_t d : c.media.grid) {
+        ORBIT_CHECK(d >= 1 && d <= info.max_positions / rows,
+                    where << ": field 'embeddings.grid': [" << c.media.grid[0] << ", " << c.media.grid[1] << ", "
+                          << c.media.grid[2] << "] holds more rows than the model's " << info.max_positions << " positions");
+        rows *= d;
+      }
       rc.rows = c.media.rows();
       rc.embeddings = trace_detail::random_embeddings(c.media, info.hidden_size);
       if (info.position_rows == 3) {
@@ -323,7 +347,19 @@ class PolicyRun {
     for (const InstanceInfo& i : current().instances()) {
       if (!i.is_turn && i.chunk.key == key) return i.id;
     }
-    ORBIT_FAIL("chunk '" << name << "' is not in the window on branch '" << current_ << "'");
+    const auto why = refusals_.find(name);
+    ORBIT_FAIL("chunk '" << name << "' is not in the window on branch '" << current_ << "'"
+                         << (why != refusals_.end() ? " (" + why->second + ")" : std::string()));
+  }
+
+  // Remembers why a chunk did not enter the window, so a later step naming it says so.
+  void note_refusal(const std::string& chunk, std::size_t index, const StepResult& r) {
+    if (r.status == "ok") {
+      refusals_.erase(chunk);
+    } else {
+      refusals_[chunk] = "its " + std::string(trace_op_name(trace_.steps[index].op)) + " at step " + std::to_string(index) +
+                         " was refused: " + r.status;
+    }
   }
 
   // Applies a plan: records cost and demands into r. False when the window refused it.
@@ -353,8 +389,14 @@ class PolicyRun {
     const EngineStats before = engine_->stats();
     const auto t0 = Clock::now();
     switch (s.op) {
-      case TraceOp::kAdmit: apply(current().plan_admit(refs_.at(s.chunk), instance_of(s.before)), i, &r); break;
-      case TraceOp::kRecall: apply(current().plan_recall(refs_.at(s.chunk), instance_of(s.before)), i, &r); break;
+      case TraceOp::kAdmit:
+        apply(current().plan_admit(refs_.at(s.chunk), instance_of(s.before)), i, &r);
+        note_refusal(s.chunk, i, r);
+        break;
+      case TraceOp::kRecall:
+        apply(current().plan_recall(refs_.at(s.chunk), instance_of(s.before)), i, &r);
+        note_refusal(s.chunk, i, r);
+        break;
       case TraceOp::kTurn: apply(current().plan_add_turn(resolved_.step_tokens[i]), i, &r); break;
       case TraceOp::kEvict: {
         InstanceId id = 0;
@@ -465,6 +507,7 @@ class PolicyRun {
   ModelInfo info_;
   std::map<std::string, ChunkRef> refs_;
   std::map<std::string, Branch> branches_;
+  std::map<std::string, std::string> refusals_;  // chunk name -> why its last admit/recall was refused
   std::string current_ = "main";
   int64_t peak_ = 0;
   DemandLog demands_;

@@ -64,9 +64,10 @@ json totals_json(const PolicyTotals& t) {
           {"patch_hits", t.patch_hits},
           {"refused", t.refused},
           {"fidelity_steps", t.fidelity_steps},
-          {"mean_kl", num(t.mean_kl)},
-          {"max_kl", num(t.max_kl)},
-          {"mean_top1", num(t.mean_top1)}};
+          // null when no step was measured (a 0 would read as "exact")
+          {"mean_kl", t.fidelity_steps > 0 ? num(t.mean_kl) : json(nullptr)},
+          {"max_kl", t.fidelity_steps > 0 ? num(t.max_kl) : json(nullptr)},
+          {"mean_top1", t.fidelity_steps > 0 ? num(t.mean_top1) : json(nullptr)}};
 }
 
 json offline_json(const OfflineReport& o) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "orbit/common/error.h"
 #include "orbit/runtime/device.h"
@@ -54,6 +55,10 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   ORBIT_CHECK(options.host_budget_bytes >= 0, "EngineOptions::host_budget_bytes must be >= 0");
   ORBIT_CHECK(options.disk_budget_bytes >= 0, "EngineOptions::disk_budget_bytes must be >= 0 (0 = unlimited)");
   ORBIT_CHECK(options.threads >= 0, "EngineOptions::threads must be >= 0 (0 = keep the process setting)");
+  const unsigned cores = std::thread::hardware_concurrency();
+  const int64_t max_threads = cores > 0 ? static_cast<int64_t>(cores) : 256;
+  ORBIT_CHECK(options.threads <= max_threads, "EngineOptions::threads = " << options.threads << " exceeds this machine's "
+                                                                           << max_threads << " cores");
   if (options.threads > 0) at::set_num_threads(options.threads);
   model_ = runtime::load_model(options.model, runtime::parse_compute_target(options.device, options.dtype));
   const runtime::ModelConfig& c = model_->config();
@@ -173,9 +178,23 @@ ModelInfo EngineCore::model_info() const {
 
 // ---- chunks ---------------------------------------------------------------------------------------
 
+// A chunk is placed at positions [0, extent) when encoded alone; past the model's limit that forward is
+// refused (dynamic NTK scaling runs past it, so only a sanity bound applies there).
+void EngineCore::check_extent(int64_t extent, const char* what, const char* unit) const {
+  const runtime::ModelConfig& c = config();
+  if (c.rope.scaling == runtime::RopeScaling::kDynamicNtk) {
+    ORBIT_CHECK(extent <= (int64_t{1} << 31), what << ": " << extent << " " << unit << " is too large (at most 2^31)");
+    return;
+  }
+  ORBIT_CHECK(extent <= c.max_position_embeddings, what << ": " << extent << " " << unit << " exceed the model's "
+                                                        << c.max_position_embeddings
+                                                        << " positions (max_position_embeddings)");
+}
+
 ChunkRef EngineCore::add_tokens(const std::vector<int64_t>& tokens, const ChunkOptions& options) {
   const runtime::ModelConfig& c = config();
   ORBIT_CHECK(!tokens.empty(), "add_tokens: empty chunk (a chunk needs at least one token)");
+  check_extent(static_cast<int64_t>(tokens.size()), "add_tokens", "tokens");
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     ORBIT_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size,
                 "add_tokens: token " << i << " = " << tokens[i] << " is outside the vocabulary [0, " << c.vocab_size << ")");
@@ -217,6 +236,7 @@ ChunkRef EngineCore::add_embeddings(const EmbeddingChunk& chunk, const ChunkOpti
   rec->ref.kind = ChunkKind::kEmbeddings;
   rec->ref.length = n;
   rec->ref.extent = grid.defined() ? grid.max().item<int64_t>() + 1 : n;
+  check_extent(rec->ref.extent, "add_embeddings", grid.defined() ? "positions (grid extent)" : "embedding rows");
   rec->ref.label = options.label;
   rec->embeddings = emb;
   rec->grid = grid;
@@ -417,7 +437,10 @@ void EngineCore::run_patch_job(const PatchJob& job, bool critical) {
 
 at::Tensor EngineCore::positions_for(const ChunkRecord* chunk, int64_t length, int64_t start) const {
   const int64_t rows = config().position_rows();
-  if (chunk != nullptr && chunk->grid.defined()) return chunk->grid + start;  // [rows, n]
+  if (chunk != nullptr && chunk->grid.defined()) {
+    const at::Tensor g = chunk->grid + start;  // [rows, n]
+    return rows == 1 ? g[0] : g;               // 1-D RoPE models take positions [n]
+  }
   at::Tensor p = at::arange(start, start + length, at::kLong);
   return rows == 1 ? p : p.unsqueeze(0).expand({rows, length}).contiguous();
 }

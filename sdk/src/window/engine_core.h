@@ -185,6 +185,8 @@ class EngineCore {
   friend class OpHold;
   ChunkRef register_chunk(std::unique_ptr<ChunkRecord> record);  // idempotent by key
   void run_patch_job(const PatchJob& job, bool critical);
+  // Throws unless a chunk spanning `extent` positions can be encoded by this model.
+  void check_extent(int64_t extent, const char* what, const char* unit) const;
   void catalog_add(const std::string& chunk_key, PatchRecord record);
 
   EngineOptions options_;

@@ -105,6 +105,8 @@ at::Tensor grid_from_view(const TensorView& view, int64_t n, int64_t rows, const
               what << ": shape " << shape_string(view.shape) << " must be [" << rows << ", " << n << "] or [" << n << "]"
                    << (rows == 1 ? " (this model has 1-D positions)" : ""));
   ORBIT_CHECK(g.min().item<int64_t>() >= 0, what << ": negative coordinates");
+  const int64_t largest = g.max().item<int64_t>();
+  ORBIT_CHECK(largest < (int64_t{1} << 31), what << ": coordinate " << largest << " is too large (at most 2^31 - 1)");
   const at::Tensor mins = std::get<0>(g.min(1, /*keepdim=*/true));
   return (g - mins).contiguous();
 }

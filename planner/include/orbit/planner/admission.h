@@ -1,4 +1,4 @@
-// Admission under one byte budget (DESIGN.md §4, issue 5 §4): which chunks (or patches) a tier keeps.
+// Admission under one byte budget (DESIGN.md §4): which chunks (or patches) a tier keeps.
 //
 // Each resident item has a value per byte,
 //

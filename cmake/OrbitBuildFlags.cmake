@@ -1,0 +1,53 @@
+# Warning, warnings-as-errors and sanitizer flags for every target orbit defines (libraries, tests, the CLI,
+# tools, benchmarks, the Python module), applied per target after all of them exist: no directory-wide
+# compile settings. Included once, at the end of the top-level CMakeLists.txt.
+#
+#   ORBIT_WERROR=ON                      -Werror on C++ sources
+#   ORBIT_SANITIZE=address,undefined     ASan + UBSan (compile and link); or =thread for TSan
+#
+# Imported targets (torch, Catch2, ...) are untouched; their headers are SYSTEM includes.
+
+function(_orbit_collect_targets dir out)
+  get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
+  get_property(subdirs DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
+  foreach(sub IN LISTS subdirs)
+    _orbit_collect_targets("${sub}" sub_targets)
+    list(APPEND targets ${sub_targets})
+  endforeach()
+  set(${out} ${targets} PARENT_SCOPE)
+endfunction()
+
+function(orbit_apply_build_flags)
+  set(warn -Wall -Wextra)
+  if(ORBIT_WERROR)
+    list(APPEND warn -Werror)
+  endif()
+  set(san_compile "")
+  set(san_link "")
+  if(ORBIT_SANITIZE)
+    if(NOT ORBIT_SANITIZE MATCHES "^(address|undefined|address,undefined|undefined,address|thread)$")
+      message(FATAL_ERROR "ORBIT_SANITIZE='${ORBIT_SANITIZE}': use address,undefined or thread")
+    endif()
+    set(san_compile -fsanitize=${ORBIT_SANITIZE} -fno-omit-frame-pointer -g)
+    if(ORBIT_SANITIZE MATCHES "undefined")
+      list(APPEND san_compile -fno-sanitize-recover=undefined)
+    endif()
+    set(san_link -fsanitize=${ORBIT_SANITIZE})
+  endif()
+  _orbit_collect_targets("${PROJECT_SOURCE_DIR}" targets)
+  foreach(t IN LISTS targets)
+    get_target_property(type ${t} TYPE)
+    if(NOT type MATCHES "^(STATIC_LIBRARY|SHARED_LIBRARY|MODULE_LIBRARY|OBJECT_LIBRARY|EXECUTABLE)$")
+      continue()
+    endif()
+    target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${warn}>)
+    if(san_compile)
+      target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${san_compile}>)
+      if(NOT type MATCHES "^(STATIC_LIBRARY|OBJECT_LIBRARY)$")
+        target_link_options(${t} PRIVATE ${san_link})
+      endif()
+    endif()
+  endforeach()
+endfunction()
+
+orbit_apply_build_flags()

@@ -1,0 +1,173 @@
+// Inputs past the model's or the machine's limits are refused up front with a message naming the
+// argument or trace field, instead of hanging, allocating without bound or failing later low-level; and
+// inputs that used to be accepted then break (a 1-D grid on a 1-D RoPE model) now work.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "orbit/engine.h"
+#include "orbit/trace.h"
+#include "orbit_catch.h"
+#include "test_helpers.h"
+
+namespace {
+
+using Catch::Contains;
+using orbit::Engine;
+using orbit::EngineOptions;
+
+EngineOptions stories_options() {
+  EngineOptions o;
+  o.model = orbit::test::stories_path();
+  o.pool_bytes = int64_t{8} << 20;
+  o.page_size = 4;
+  return o;
+}
+
+orbit::TensorView view(const std::vector<float>& v, std::vector<int64_t> shape) {
+  return orbit::TensorView{v.data(), orbit::DType::kFloat32, std::move(shape)};
+}
+orbit::TensorView view(const std::vector<int64_t>& v, std::vector<int64_t> shape) {
+  return orbit::TensorView{v.data(), orbit::DType::kInt64, std::move(shape)};
+}
+
+// A one-chunk trace whose chunk is `chunk_json` (the fields after "name").
+std::string trace_with_chunk(const std::string& chunk_json) {
+  return R"({"format": "orbit-trace/1", "name": "limits", "probe": [1, 2],
+             "chunks": [{"name": "c", )" +
+         chunk_json + R"(}],
+             "steps": [{"op": "admit", "chunk": "c"}]})";
+}
+
+orbit::ReplayOptions replay_options() {
+  orbit::ReplayOptions r;
+  r.engine = stories_options();
+  r.baselines = false;
+  r.policies = {"patch:4"};
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("Engine threads beyond this machine's cores are refused, naming the option", "[limits][model]") {
+  EngineOptions o = stories_options();
+  o.threads = 1000000;
+  CHECK_THROWS_WITH(Engine::open(o), Contains("EngineOptions::threads = 1000000") && Contains("cores"));
+  o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  CHECK_NOTHROW(Engine::open(o));
+}
+
+TEST_CASE("a chunk longer than the model's positions is refused at registration", "[limits][model]") {
+  auto engine = Engine::open(stories_options());
+  const int64_t limit = engine->model_info().max_positions;
+  CHECK_THROWS_WITH(engine->add_tokens(std::vector<int64_t>(static_cast<std::size_t>(limit + 88), 5)),
+                    Contains("add_tokens: " + std::to_string(limit + 88) + " tokens exceed the model's " +
+                             std::to_string(limit) + " positions"));
+  // The longest chunk the model can encode is accepted and encodes.
+  const orbit::ChunkRef longest = engine->add_tokens(std::vector<int64_t>(static_cast<std::size_t>(limit), 5));
+  CHECK_NOTHROW(engine->precompute(longest));
+}
+
+TEST_CASE("embedding grids: 1-D on a 1-D RoPE model works; overflowing or too-wide grids are refused",
+          "[limits][model]") {
+  auto engine = Engine::open(stories_options());
+  const orbit::ModelInfo info = engine->model_info();
+  REQUIRE(info.position_rows == 1);
+  const int64_t n = 4;
+  std::vector<float> emb(static_cast<std::size_t>(n * info.hidden_size));
+  for (std::size_t i = 0; i < emb.size(); ++i) emb[i] = 0.01f * static_cast<float>(i % 37) - 0.15f;
+
+  orbit::EmbeddingChunk chunk;
+  chunk.embeddings = view(emb, {n, info.hidden_size});
+  const std::vector<int64_t> grid{0, 1, 2, 3};
+  chunk.grid = view(grid, {n});
+  const orbit::ChunkRef ref = engine->add_embeddings(chunk);
+  orbit::Window w = engine->new_window();
+  w.add_turn({1, 2, 3});
+  REQUIRE_NOTHROW(w.admit(ref));
+  // The window equals a re-prefill of the same content at the same positions.
+  const orbit::Logits got = w.logits({7, 8}, true);
+  const orbit::Logits want = w.reference_logits({7, 8}, true);
+  double worst = 0;
+  for (std::size_t i = 0; i < got.values.size(); ++i)
+    worst = std::max(worst, std::fabs(double(got.values[i]) - want.values[i]));
+  CHECK(worst < 1e-3);
+
+  const std::vector<int64_t> huge{0, INT64_MAX, 2, 3};
+  chunk.grid = view(huge, {n});
+  CHECK_THROWS_WITH(engine->add_embeddings(chunk), Contains("add_embeddings: grid") && Contains("too large"));
+  const std::vector<int64_t> wide{0, 1, 2, info.max_positions};
+  chunk.grid = view(wide, {n});
+  CHECK_THROWS_WITH(engine->add_embeddings(chunk),
+                    Contains("exceed the model's " + std::to_string(info.max_positions)));
+}
+
+TEST_CASE("make_trace refuses a step count past its bound", "[limits][trace]") {
+  orbit::MakeTraceOptions o;
+  o.steps = 99999999999;
+  CHECK_THROWS_WITH(orbit::make_trace(o), Contains("make_trace: steps must be in [1, " +
+                                                   std::to_string(orbit::kMaxTraceSteps) + "], got 99999999999"));
+}
+
+TEST_CASE("replay refuses generated chunks past the model's positions before allocating them",
+          "[limits][trace][model]") {
+  const orbit::ReplayOptions ro = replay_options();
+  // Each of these ended in std::bad_alloc (or, for sample, was silently cut to the position limit).
+  const orbit::Trace random = orbit::parse_trace(trace_with_chunk(R"("random_tokens": 1000000000000)"), "t.json");
+  CHECK_THROWS_WITH(
+      orbit::replay(random, ro),
+      Contains("t.json: chunk 0 ('c'): field 'random_tokens': 1000000000000 tokens exceed the model's 512 positions"));
+  const orbit::Trace sampled = orbit::parse_trace(trace_with_chunk(R"("sample": 1000000000000)"), "t.json");
+  CHECK_THROWS_WITH(orbit::replay(sampled, ro), Contains("field 'sample': 1000000000000 tokens exceed"));
+  const orbit::Trace sampled_long =
+      orbit::parse_trace(trace_with_chunk(R"("sample": 512, "prompt": [1, 2])"), "t.json");
+  CHECK_THROWS_WITH(orbit::replay(sampled_long, ro),
+                    Contains("field 'sample': 512 sampled tokens after a 2-token prompt"));
+  const orbit::Trace grid =
+      orbit::parse_trace(trace_with_chunk(R"("embeddings": {"grid": [100000, 100000, 100000], "seed": 1})"), "t.json");
+  CHECK_THROWS_WITH(orbit::replay(grid, ro),
+                    Contains("field 'embeddings.grid': [100000, 100000, 100000] holds more rows"));
+}
+
+TEST_CASE("replay names the refusal that kept a chunk out when a later step needs it", "[trace][model]") {
+  // A pool of one page: the second admit is refused for capacity; the evict of that chunk then used to
+  // say only that it is not in the window.
+  const orbit::Trace t = orbit::parse_trace(R"({"format": "orbit-trace/1", "name": "refusal", "probe": [1, 2],
+      "chunks": [{"name": "doc_a", "random_tokens": 8, "seed": 2}, {"name": "doc_c", "random_tokens": 8, "seed": 3}],
+      "steps": [{"op": "admit", "chunk": "doc_a"}, {"op": "admit", "chunk": "doc_c"}, {"op": "evict", "chunk": "doc_c"}]})",
+                                            "r.json");
+  orbit::ReplayOptions ro = replay_options();
+  ro.engine.page_size = 60000;
+  ro.engine.pool_bytes = Engine::open(stories_options())->model_info().kv_bytes_per_token * ro.engine.page_size;
+  CHECK_THROWS_WITH(orbit::replay(t, ro), Contains("step 2 (evict)") &&
+                                              Contains("chunk 'doc_c' is not in the window") &&
+                                              Contains("its admit at step 1 was refused: out_of_capacity"));
+}
+
+TEST_CASE("replay totals carry no fidelity numbers when no step was measured", "[trace][model]") {
+  const orbit::Trace t = orbit::parse_trace(trace_with_chunk(R"("random_tokens": 8, "seed": 3)"), "t.json");
+  orbit::ReplayOptions ro = replay_options();
+  ro.fidelity = false;
+  const std::string json = orbit::replay_report_json(orbit::replay(t, ro), -1);
+  CHECK_THAT(json, Contains("\"mean_kl\":null") && Contains("\"max_kl\":null") && Contains("\"mean_top1\":null"));
+  ro.fidelity = true;
+  const std::string measured = orbit::replay_report_json(orbit::replay(t, ro), -1);
+  CHECK_THAT(measured, !Contains("\"mean_kl\":null"));
+}
+
+TEST_CASE("orbit replay --no-fidelity prints n/a for KL and top-1, not 0", "[trace][model][cli]") {
+  orbit::test::TempDir dir;
+  const std::string trace = dir / "t.json";
+  orbit::save_trace(orbit::parse_trace(trace_with_chunk(R"("random_tokens": 8, "seed": 3)"), "t.json"), trace);
+  const orbit::test::CliRun r =
+      orbit::test::cli("replay " + trace + " --model " + orbit::test::stories_path() + " --no-fidelity --quiet");
+  REQUIRE(r.status == 0);
+  INFO(r.out);
+  // The totals row of the patch policy ends with mean-KL, max-KL and top-1.
+  const std::size_t row = r.out.find("\npatch");
+  REQUIRE(row != std::string::npos);
+  const std::string line = r.out.substr(row + 1, r.out.find('\n', row + 1) - row - 1);
+  CHECK_THAT(line, Contains("n/a        n/a    n/a"));
+}
