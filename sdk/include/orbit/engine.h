@@ -7,6 +7,14 @@
 //   w.add_turn({...});                            // a live turn, prefilled in context
 //   orbit::Generation g = w.generate({...});
 //
+// Text: with a tokenizer (llama2.c's format; found beside a llama2.c model or named by
+// EngineOptions::tokenizer) text goes wherever token ids do:
+//
+//   orbit::ChunkRef s = engine->add_text("Once upon a time, there was a dog.", {}, /*bos=*/true);
+//   w.admit(s);
+//   w.add_turn("The dog liked to");
+//   std::cout << w.generate(" play", {.max_tokens = 20}).text;
+//
 // Chunks are registered once per engine (their canonical KV is computed on first use and stored; a
 // store directory makes it persist across processes) and placed into any number of windows.
 //
@@ -18,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "orbit/chunk.h"
@@ -37,6 +46,9 @@ struct EngineOptions {
   int64_t host_budget_bytes = int64_t{1} << 30;  // the store's host-memory tier
   int64_t disk_budget_bytes = 0;                 // 0 = unlimited
   int threads = 0;                               // intra-op threads; 0 = keep the process setting
+  // A llama2.c tokenizer file (tok512.bin, tokenizer.bin). Empty: the one beside a llama2.c model
+  // (tok<vocab>.bin, else tokenizer.bin), if any. Its piece count must be the model's vocabulary.
+  std::string tokenizer;
 };
 
 struct ModelInfo {
@@ -49,6 +61,9 @@ struct ModelInfo {
   int64_t position_rows = 1;        // 3 for M-RoPE models (chunks may carry (t, h, w) grids)
   int64_t hidden_size = 0;
   int64_t kv_bytes_per_token = 0;   // content channel, all layers, float32
+  std::string tokenizer;            // the tokenizer file in use; "" when none (text calls throw)
+  int64_t bos_token = -1;           // from the tokenizer; -1 when none
+  int64_t eos_token = -1;
 };
 
 struct EngineStats {
@@ -88,6 +103,22 @@ class Engine {
   // vocabulary, embeddings of the wrong width or dtype, or a grid whose shape is not [3, n] / [n].
   ChunkRef add_tokens(const std::vector<int64_t>& tokens, const ChunkOptions& options = {});
   ChunkRef add_embeddings(const EmbeddingChunk& chunk, const ChunkOptions& options = {});
+  // A chunk of text: tokenize(text, bos) registered as add_tokens. BOS only for a window's first chunk
+  // (the text's start); the dummy-prefix space llama2.c puts before any text joins pieces like words.
+  ChunkRef add_text(std::string_view text, const ChunkOptions& options = {}, bool bos = false);
+
+  // ---- text ----
+  // Every text call throws orbit::Error when the engine has no tokenizer (model_info().tokenizer is
+  // empty), saying so; models of a Hugging Face directory take token ids.
+  bool has_tokenizer() const;
+  // llama2.c's encoding (orbit/runtime/tokenizer.h): BOS first when `bos`, the dummy-prefix space, code
+  // points or their bytes, merges by score.
+  std::vector<int64_t> tokenize(std::string_view text, bool bos = true) const;
+  // The text of `tokens` as if they followed `previous` (-1: nothing; BOS: the first piece's leading space
+  // is dropped). BOS and EOS produce no text. Throws for ids outside the vocabulary.
+  std::string detokenize(const std::vector<int64_t>& tokens, int64_t previous = -1) const;
+  std::string piece(int64_t token) const;  // the vocabulary entry as stored (e.g. " the", "<0x0A>")
+
   // The registered chunk with this key; throws orbit::Error when this engine does not know it.
   ChunkRef chunk(const std::string& key) const;
   std::vector<ChunkRef> chunks() const;

@@ -24,6 +24,9 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   if (options.threads > 0) at::set_num_threads(options.threads);
   model_ = runtime::load_model(options.model);
   const runtime::ModelConfig& c = model_->config();
+  const std::string tokenizer_path =
+      options.tokenizer.empty() ? runtime::find_tokenizer(options.model, c.vocab_size) : options.tokenizer;
+  if (!tokenizer_path.empty()) tokenizer_ = runtime::load_llama2c_tokenizer(tokenizer_path, c.vocab_size);
 
   store::ChunkStoreOptions so;
   so.model_fingerprint = model_->fingerprint();
@@ -49,6 +52,14 @@ EngineCore::~EngineCore() = default;
 const runtime::Model& EngineCore::model() const {
   check_open();
   return *model_;
+}
+
+const runtime::Tokenizer& EngineCore::tokenizer() const {
+  ORBIT_CHECK(tokenizer_ != nullptr,
+              "text needs a tokenizer and the model " << options_.model << " has none: orbit reads llama2.c tokenizer "
+              "files (tok<vocab>.bin or tokenizer.bin beside a llama2.c .bin, or EngineOptions::tokenizer); a Hugging "
+              "Face tokenizer.json is not read, so give token ids (tokenize with your own tokenizer)");
+  return *tokenizer_;
 }
 
 void EngineCore::check_open() const { ORBIT_CHECK(!closed_.load(), "engine is closed"); }
@@ -79,6 +90,11 @@ ModelInfo EngineCore::model_info() const {
   int64_t w = 0;
   for (int64_t x : c.content_widths()) w += x;
   info.kv_bytes_per_token = w * c.num_layers * 4;
+  if (tokenizer_) {
+    info.tokenizer = tokenizer_->source();
+    info.bos_token = tokenizer_->bos_id();
+    info.eos_token = tokenizer_->eos_id();
+  }
   return info;
 }
 
