@@ -141,8 +141,12 @@ int run_store(int argc, char** argv, int first) {
   const std::string sub = argv[first];
   ORBIT_CHECK(sub == "ls" || sub == "stat" || sub == "verify" || sub == "gc",
               "store: unknown subcommand '" << sub << "' (known: ls, stat, verify, gc)");
-  const ArgSpec spec{{"--store"}, sub == "gc" ? std::set<std::string>{"--json", "--dry-run"}
-                                              : std::set<std::string>{"--json"}};
+  const ArgSpec spec{{"--store"},
+                     sub == "gc" ? std::set<std::string>{"--json", "--dry-run"} : std::set<std::string>{"--json"},
+                     "usage: orbit store " + sub + " --store DIR [--json]" + (sub == "gc" ? " [--dry-run]" : "") +
+                         "\n  ls: every entry; stat: totals; verify: every checksum; gc: remove unreferenced blobs.\n"
+                         "  --store DIR   the store directory\n  --json        print JSON\n" +
+                         (sub == "gc" ? "  --dry-run     report what gc would remove, remove nothing\n" : "")};
   const Args args("store " + sub, spec, argc, argv, first + 1);
   const std::string dir = args.required("--store");
   if (sub == "ls") return run_ls(args, dir);

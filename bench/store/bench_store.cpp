@@ -57,7 +57,18 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   const orbit::cli::Args a("bench_store",
-                           {{"--model", "--preset", "--layers", "--tokens", "--reps", "--dir", "--json", "--cache", "--threads"}, {}},
+                           {{"--model", "--preset", "--layers", "--tokens", "--reps", "--dir", "--json", "--cache", "--threads"},
+                            {},
+                            "usage: bench_store [--model PATH | --preset qwen2.5-0.5b [--layers N]] [--tokens 1024] [--reps 5]\n"
+                            "                   [--dir DIR] [--json PATH] [--cache DIR] [--threads N]\n"
+                            "  The chunk store's save/load throughput per tier vs. a plain file copy of the same bytes,\n"
+                            "  and recall from disk vs. re-prefill.\n"
+                            "  --model PATH     default: a random-weight model of --preset's shape (--layers overrides\n"
+                            "                   its depth), kept in --cache\n"
+                            "  --tokens N       the chunk's length;  --reps N   repetitions\n"
+                            "  --dir DIR        store location (default: the system temp dir)\n"
+                            "  --json PATH      where the JSON goes (default bench_store.json)\n"
+                            "  --threads N      intra-op threads (default: all cores)\n"},
                            argc, argv, 1);
   Options o;
   o.model = a.get_or("--model", o.model);
