@@ -1,6 +1,7 @@
 #include "args.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 #include "orbit/common/error.h"
@@ -28,7 +29,23 @@ std::string known_names(const ArgSpec& spec) {
 
 }  // namespace
 
+std::string help_text(const std::string& command, const ArgSpec& spec) {
+  std::string out = spec.usage.empty() ? "usage: " + command + " [arguments]\n" : spec.usage;
+  if (!out.empty() && out.back() != '\n') out += '\n';
+  out += "accepted arguments: " + known_names(spec) + ", --help\n";
+  return out;
+}
+
 Args::Args(std::string command, const ArgSpec& spec, int argc, char** argv, int first) : command_(std::move(command)) {
+  for (int i = first; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (spec.options.count(arg)) {
+      ++i;  // a value, even one that reads "--help" (e.g. --text --help)
+    } else if (arg == "--help" || arg == "-h") {
+      std::fputs(help_text(command_, spec).c_str(), stdout);
+      std::exit(0);
+    }
+  }
   for (int i = first; i < argc; ++i) {
     const std::string arg = argv[i];
     if (spec.flags.count(arg)) {

@@ -15,12 +15,16 @@ namespace orbit::cli {
 struct ArgSpec {
   std::set<std::string> options;  // take a value: --model PATH
   std::set<std::string> flags;    // switches: --json
+  // What `--help` (or -h) prints: a usage line and one line per argument. Every name in options and
+  // flags should appear in it; the accepted names are listed after it either way.
+  std::string usage;
 };
 
 class Args {
  public:
   // Parses argv[first..argc). Throws orbit::Error naming the command and argument on unknown names,
-  // missing values or repeated options.
+  // missing values or repeated options. `--help` or `-h` anywhere prints spec.usage and the accepted
+  // names on stdout and exits the process with status 0 (nothing has run yet).
   Args(std::string command, const ArgSpec& spec, int argc, char** argv, int first);
 
   bool flag(const std::string& name) const { return flags_.count(name) > 0; }
@@ -38,6 +42,9 @@ class Args {
   std::map<std::string, std::string> values_;
   std::set<std::string> flags_;
 };
+
+// The --help text for `command`: spec.usage, then every accepted argument name.
+std::string help_text(const std::string& command, const ArgSpec& spec);
 
 // "1,5,9" -> {1, 5, 9}; `what` names the argument in errors ("--tokens: item 2 ('x') is not an integer").
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what);

@@ -26,6 +26,7 @@
 #include "orbit/common/error.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/repair.h"
+#include "text_input.h"
 
 namespace orbit::cli {
 
@@ -33,6 +34,23 @@ using nlohmann::json;
 namespace rt = orbit::runtime;
 
 namespace {
+
+const char* kFidelityUsage =
+    "usage: orbit fidelity --model PATH (--chunk IDS | --chunk-text TEXT) [--context \"IDS;IDS\" | --context-text \"TEXT|TEXT\"]\n"
+    "                      [--query IDS | --query-text TEXT] [--strategies S,...] [--tokenizer FILE] [--json]\n"
+    "  Repair strategies for a reused chunk B side by side on one window [context chunks, B, query], each\n"
+    "  against a re-prefill of the window: KL, eta, top-1, flip-recover, forward tokens, patch bytes, time.\n"
+    "  --chunk IDS            B's token ids, comma-separated\n"
+    "  --context \"A;B\"       earlier chunks: ids, chunks separated by ';' (prefilled exactly)\n"
+    "  --query IDS            the probe read after B (default: 1)\n"
+    "  --chunk-text, --context-text, --query-text   the same as text, encoded by the model's tokenizer;\n"
+    "                         context chunks are separated by '|'; the window's first chunk gets BOS\n"
+    "  --tokenizer FILE       a llama2.c tokenizer file instead of the one beside the model\n"
+    "  --strategies S,...     reprefill, blind, prefix, cacheblend:R, firstk:K, patch:M[/MV][:deep][:rand],\n"
+    "                         orbit:M[/MV][:all][:rand] (default: reprefill, blind, prefix, cacheblend:0.15,\n"
+    "                         firstk:16, patch:8, patch:32)\n"
+    "  --device D             cpu (default), cuda or cuda:N;  --dtype T   float32 (default), bfloat16, float16\n"
+    "  --json                 print the report as JSON\n";
 
 void check_ids(const std::vector<int64_t>& ids, int64_t vocab, const std::string& what) {
   ORBIT_CHECK(!ids.empty(), what << " is empty");
@@ -97,18 +115,53 @@ std::string fixed(double x, const char* format) {
 }  // namespace
 
 int run_fidelity(int argc, char** argv, int first) {
-  const Args args("fidelity", ArgSpec{{"--model", "--context", "--chunk", "--query", "--strategies", "--device", "--dtype"}, {"--json"}}, argc,
-                  argv, first);
+  const Args args("fidelity",
+                  ArgSpec{{"--model", "--context", "--chunk", "--query", "--strategies", "--context-text", "--chunk-text",
+                           "--query-text", "--tokenizer", "--device", "--dtype"},
+                          {"--json"},
+                          kFidelityUsage},
+                  argc, argv, first);
   const std::string model_path = args.required("--model");
-  const std::string chunk_text = args.required("--chunk");
-  ORBIT_CHECK(!chunk_text.empty(), "--chunk is empty");
-  const std::vector<int64_t> chunk_tokens = parse_int_list(chunk_text, "--chunk");
-  const std::vector<int64_t> query = parse_int_list(args.get("--query").value_or("1"), "--query");
+  for (const char* name : {"chunk", "context", "query"}) {
+    ORBIT_CHECK(!(args.has(std::string("--") + name) && args.has(std::string("--") + name + "-text")),
+                "fidelity: give --" << name << " or --" << name << "-text, not both");
+  }
+  const bool text = args.has("--chunk-text") || args.has("--context-text") || args.has("--query-text");
   const std::unique_ptr<rt::Model> model = rt::load_model(model_path, compute_target(args));
   const rt::ModelConfig& c = model->config();
+  const std::unique_ptr<rt::Tokenizer> tokenizer = text ? model_tokenizer(args, model_path, c.vocab_size) : nullptr;
+  // Text pieces continue the window (no BOS), except the first context chunk, which starts it.
+  auto encode = [&](const std::string& t, bool bos, const std::string& what) {
+    ORBIT_CHECK(!t.empty(), what << " is empty");
+    return tokenizer->encode(t, bos);
+  };
+  std::vector<int64_t> chunk_tokens;
+  if (args.has("--chunk-text")) {
+    chunk_tokens = encode(args.required("--chunk-text"), !args.has("--context-text") && !args.has("--context"), "--chunk-text");
+  } else {
+    const std::string chunk_text = args.required("--chunk");
+    ORBIT_CHECK(!chunk_text.empty(), "--chunk is empty");
+    chunk_tokens = parse_int_list(chunk_text, "--chunk");
+  }
+  const std::vector<int64_t> query = args.has("--query-text") ? encode(args.required("--query-text"), false, "--query-text")
+                                                              : parse_int_list(args.get("--query").value_or("1"), "--query");
 
   rt::Scenario scenario;
-  scenario.context = parse_context(args.get("--context").value_or(""), c.vocab_size);
+  if (args.has("--context-text")) {
+    const std::string all = args.required("--context-text");
+    std::size_t start = 0;
+    while (true) {
+      const std::size_t bar = all.find('|', start);
+      rt::ChunkInput chunk;
+      chunk.tokens = encode(all.substr(start, bar == std::string::npos ? std::string::npos : bar - start),
+                            scenario.context.empty(), "--context-text: chunk " + std::to_string(scenario.context.size() + 1));
+      scenario.context.push_back(std::move(chunk));
+      if (bar == std::string::npos) break;
+      start = bar + 1;
+    }
+  } else {
+    scenario.context = parse_context(args.get("--context").value_or(""), c.vocab_size);
+  }
   check_ids(chunk_tokens, c.vocab_size, "--chunk");
   check_ids(query, c.vocab_size, "--query");
   scenario.chunk.tokens = chunk_tokens;

@@ -29,6 +29,24 @@ namespace orbit::cli {
 
 namespace {
 
+const char* kReplayUsage =
+    "usage: orbit replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--no-fidelity]\n"
+    "                    [--patch-capacity BYTES] [--page-size N] [--device D] [--dtype T] [--calibrate] [--quiet]\n"
+    "  Replays a window-operation trace (orbit-trace/1) under each policy and the baselines (reprefill, prefix,\n"
+    "  blind), each on its own engine: per step forward tokens, milliseconds and KL vs. re-prefill; totals,\n"
+    "  ratios and the offline bound of the policy's patch demands.\n"
+    "  TRACE / --trace FILE     the trace (positional or named, not both)\n"
+    "  --model PATH             a llama2.c .bin or a Hugging Face directory (text traces need a tokenizer)\n"
+    "  --policy SPECS           comma-separated policies, e.g. patch:16,patch:16:exact,orbit:8 (default patch:16)\n"
+    "  --json OUT|-             write the full report as JSON to OUT; '-' prints it instead of the table\n"
+    "  --explain                print every step's plan\n"
+    "  --no-fidelity            skip the two fidelity forwards per step (cost only)\n"
+    "  --patch-capacity BYTES   patch-cache capacity for the offline bound (default: the host budget, 1 GiB)\n"
+    "  --page-size N            tokens per KV page of the replay engines (default 16)\n"
+    "  --device D               cpu (default), cuda or cuda:N;  --dtype T   float32 (default), bfloat16, float16\n"
+    "  --calibrate              calibrate each engine first (cost model and the fidelity model :kl= budgets use)\n"
+    "  --quiet                  no progress on stderr\n";
+
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> out;
   std::size_t start = 0;
@@ -164,7 +182,8 @@ int run_replay(int argc, char** argv, int first) {
   const Args args("replay",
                   ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--page-size", "--trace", "--device",
                            "--dtype"},
-                          {"--explain", "--no-fidelity", "--quiet", "--calibrate"}},
+                          {"--explain", "--no-fidelity", "--quiet", "--calibrate"},
+                          kReplayUsage},
                   argc, argv, first);
   ORBIT_CHECK(trace_path.empty() || !args.has("--trace"), "replay: the trace is given twice (TRACE and --trace)");
   if (trace_path.empty()) trace_path = args.required("--trace");

@@ -213,7 +213,14 @@ int run_store(int argc, char** argv, int first) {
   if (sub == "gc") flags.insert("--dry-run");
   std::set<std::string> values{"--store"};
   if (sub == "stat") values.insert("--remote");
-  const ArgSpec spec{values, flags};
+  const ArgSpec spec{values, flags,
+                     "usage: orbit store " + sub + " --store DIR [--json]" + (sub == "gc" ? " [--dry-run]" : "") +
+                         (sub == "stat" ? " [--remote URL]" : "") +
+                         "\n  ls: every entry; stat: totals; verify: every checksum; gc: remove unreferenced blobs;\n"
+                         "  repair: rebuild a lost index from the verified blobs.\n"
+                         "  --store DIR    the store directory\n  --json         print JSON\n" +
+                         (sub == "gc" ? "  --dry-run      report what gc would remove, remove nothing\n" : "") +
+                         (sub == "stat" ? "  --remote URL   also the remote tier (redis://host:port[/db], redis-cluster://h:p,...)\n" : "")};
   const Args args("store " + sub, spec, argc, argv, first + 1);
   if (sub == "stat" && args.get("--remote") && !args.get("--store")) return run_stat(args, "");
   const std::string dir = args.required("--store");

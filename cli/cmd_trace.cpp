@@ -17,8 +17,22 @@
 namespace orbit::cli {
 
 int run_make_trace(int argc, char** argv, int first) {
-  const Args args("make-trace", ArgSpec{{"--kind", "--steps", "--seed", "--model", "--out", "--chunk-tokens"}, {"--sample-text"}},
-                  argc, argv, first);
+  const Args args(
+      "make-trace",
+      ArgSpec{{"--kind", "--steps", "--seed", "--model", "--out", "--chunk-tokens"},
+              {"--sample-text"},
+              "usage: orbit make-trace --kind web|video|agent --model PATH --out FILE [--steps N] [--seed S]\n"
+              "                        [--chunk-tokens N] [--sample-text]\n"
+              "  Writes a generated agent trace (orbit-trace/1) for `orbit replay`.\n"
+              "  --kind K           web (screenshots, actions, observations), video (frames re-examined under\n"
+              "                     changing prompts) or agent (documents and tool results); default web\n"
+              "  --model PATH       the model it is for (vocabulary, positions, M-RoPE grids)\n"
+              "  --out FILE         where to write the trace\n"
+              "  --steps N          agent steps (each expands to several trace steps; default 12)\n"
+              "  --seed S           generator seed (default 0)\n"
+              "  --chunk-tokens N   screenshot / frame / document size (default: chosen from the model's positions)\n"
+              "  --sample-text      documents and observations sampled from the model instead of random ids\n"},
+      argc, argv, first);
   MakeTraceOptions o;
   o.kind = args.get("--kind").value_or("web");
   o.steps = args.get_int("--steps", 12);

@@ -11,5 +11,7 @@ int run_store(int argc, char** argv, int first);
 int run_fidelity(int argc, char** argv, int first);
 int run_replay(int argc, char** argv, int first);
 int run_make_trace(int argc, char** argv, int first);
+int run_tokenize(int argc, char** argv, int first);
+int run_generate(int argc, char** argv, int first);
 
 }  // namespace orbit::cli

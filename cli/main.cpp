@@ -20,11 +20,16 @@ const char* kUsage =
     "commands:\n"
     "  info --model PATH [--json] [--device D] [--dtype T]\n"
     "      architecture, sizes, RoPE configuration and fingerprint of a model\n"
-    "  logits --model PATH --tokens 1,5,9[,...] [--positions P,...] [--all-positions] [--device D] [--dtype T]\n"
+    "  logits --model PATH (--tokens 1,5,9[,...] | --text TEXT) [--positions P,...] [--all-positions] [--device D] [--dtype T]\n"
     "      JSON {\"tokens\": [...], \"logits\": [[...], ...]} (last position unless --all-positions)\n"
+    "  tokenize --model PATH --text TEXT [--no-bos]\n"
+    "      JSON {\"tokens\": [...]}: the model's tokenizer (llama2.c's tok512.bin / tokenizer.bin beside it)\n"
+    "  generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--json]\n"
+    "      the continuation of PROMPT as text (greedy unless --temperature > 0)\n"
     "  make-model --out DIR [--preset NAME | --arch llama|qwen2] [size options] [--dtype D] [--seed N]\n"
     "      write a random-weight Hugging Face model directory (see `orbit make-model --help`)\n"
     "  fidelity --model PATH --chunk 4,5,6 [--context \"1,2,3;7,8,9\"] [--query 10,11] [--strategies S,...] [--json]\n"
+    "           (or text: --chunk-text TEXT [--context-text \"TEXT|TEXT\"] [--query-text TEXT])\n"
     "      repair strategies for reused chunk B side by side vs. re-prefill: KL, eta, top-1, flip-recover, cost\n"
     "      (query default 1; strategies: reprefill, blind, prefix, cacheblend:R, firstk:K, patch:M[/MV][:deep][:rand],\n"
     "      orbit:M[/MV][:all][:rand])\n"
@@ -41,6 +46,7 @@ const char* kUsage =
     "PATH is a llama2.c .bin file or a Hugging Face directory (config.json + *.safetensors).\n"
     "--device D (info, logits, fidelity, replay): cpu (default), cuda or cuda:N; an error where there is no CUDA\n"
     "device. --dtype T: float32 (default), bfloat16 or float16 (CUDA only); weights load straight into it.\n"
+    "Every command answers --help with its arguments.\n"
     "Threads: every core, unless OMP_NUM_THREADS is set.\n";
 
 }  // namespace
@@ -63,7 +69,13 @@ int main(int argc, char** argv) {
     if (command == "fidelity") return orbit::cli::run_fidelity(argc, argv, 2);
     if (command == "replay") return orbit::cli::run_replay(argc, argv, 2);
     if (command == "make-trace") return orbit::cli::run_make_trace(argc, argv, 2);
+    if (command == "tokenize") return orbit::cli::run_tokenize(argc, argv, 2);
+    if (command == "generate") return orbit::cli::run_generate(argc, argv, 2);
     if (command == "version") {
+      if (argc > 2 && (!std::strcmp(argv[2], "--help") || !std::strcmp(argv[2], "-h"))) {
+        std::puts("usage: orbit version\n  Prints orbit's version.");
+        return 0;
+      }
       std::printf("orbit %s\n", orbit::version());
       return 0;
     }

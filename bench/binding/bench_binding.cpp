@@ -45,7 +45,18 @@ int main(int argc, char** argv) {
     else if (a == "--seed") s.seed = std::strtoull(next().c_str(), nullptr, 10);
     else if (a == "--threads") threads = std::atoi(next().c_str());
     else if (a == "--json") json_path = next();
-    else if (a == "--quick") {
+    else if (a == "--help" || a == "-h") {
+      std::printf("usage: bench_binding [--models DIR,DIR] [--stories PATH] [--n N] [--seed S] [--threads T]\n"
+                  "                     [--json PATH] [--quick]\n"
+                  "  The binding experiments (bench/REPORT.md): accuracy, deficit, rank, recall, reorder.\n"
+                  "  --models DIR,DIR  the trained binding models (default models/binding-gqa,models/binding-mla)\n"
+                  "  --stories PATH    the stories260K .bin for its sections\n"
+                  "  --n N             cases per experiment;  --seed S   seed\n"
+                  "  --threads T       intra-op threads (default 1)\n"
+                  "  --json PATH       results (default bench/binding/results/binding.json)\n"
+                  "  --quick           a small run (n 12, fewer cases)\n");
+      return 0;
+    } else if (a == "--quick") {
       s.n = 12;
       s.reorder_sets = 2;
       s.window_cases = 8;

@@ -42,8 +42,21 @@ struct Options {
 };
 
 Options parse(int argc, char** argv) {
-  const orbit::cli::Args a("bench_forward", {{"--model", "--preset", "--lengths", "--reps", "--json", "--cache", "--threads"}, {}},
-                           argc, argv, 1);
+  const orbit::cli::Args a(
+      "bench_forward",
+      {{"--model", "--preset", "--lengths", "--reps", "--json", "--cache", "--threads"},
+       {},
+       "usage: bench_forward [--model DIR] [--preset NAME] [--lengths 256,512,1024,2048] [--reps 3] [--json PATH]\n"
+       "                     [--cache DIR] [--threads N]\n"
+       "  Prefill throughput of the CPU forward at several lengths (a table and JSON; ratios between lengths).\n"
+       "  --model DIR     a model to time (default: a random-weight model of --preset's shape)\n"
+       "  --preset NAME   generator preset for the default model (default qwen2.5-0.5b)\n"
+       "  --lengths L,..  prefill lengths in tokens\n"
+       "  --reps N        repetitions per length (the median is reported)\n"
+       "  --json PATH     where the JSON goes (default bench_forward.json)\n"
+       "  --cache DIR     where generated models are kept (default bench-models)\n"
+       "  --threads N     intra-op threads (default: all cores)\n"},
+      argc, argv, 1);
   Options o;
   o.model = a.get_or("--model", o.model);
   o.preset = a.get_or("--preset", o.preset);

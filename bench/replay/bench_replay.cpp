@@ -55,7 +55,20 @@ std::vector<std::string> split(const std::string& text) {
 Options parse(int argc, char** argv) {
   const orbit::cli::Args a("bench_replay",
                            {{"--model", "--preset", "--cache", "--kinds", "--steps", "--seed", "--policy", "--threads", "--json"},
-                            {"--no-fidelity"}},
+                            {"--no-fidelity"},
+                            "usage: bench_replay [--model PATH] [--preset tiny-llama] [--cache DIR] [--kinds web,video,agent]\n"
+                            "                    [--steps 20] [--seed 0] [--policy patch:16] [--threads N] [--no-fidelity]\n"
+                            "                    [--json PATH]\n"
+                            "  Generated agent traces replayed under the policy and the baselines in one run: forward\n"
+                            "  tokens and time as ratios vs. re-prefill, prefix cache, blind and a full re-prefill.\n"
+                            "  --model PATH     default: the bundled stories260K, else a generated --preset model\n"
+                            "  --preset NAME    generator preset when no model is given (models kept in --cache)\n"
+                            "  --kinds K,..     trace kinds (web, video, agent)\n"
+                            "  --steps N        agent steps per trace;  --seed S   trace seed\n"
+                            "  --policy SPEC    the policy compared with the baselines\n"
+                            "  --threads N      intra-op threads (0: the process setting)\n"
+                            "  --no-fidelity    skip the fidelity forwards\n"
+                            "  --json PATH      also write the reports as JSON\n"},
                            argc, argv, 1);
   Options o;
   o.model = a.get_or("--model", o.model);

@@ -78,7 +78,17 @@ Options parse(int argc, char** argv) {
   const orbit::cli::Args a("bench_reuse",
                            {{"--model", "--preset", "--cache", "--threads", "--lengths", "--context", "--ranks", "--reps",
                              "--json", "--device"},
-                            {}},
+                            {},
+                            "usage: bench_reuse [--model PATH] [--preset qwen2.5-0.5b] [--cache DIR] [--threads N]\n"
+                            "                   [--lengths 256,512,1024,2048] [--context 1024] [--ranks 16,64] [--reps 3]\n"
+                            "                   [--json PATH] [--device cpu|cuda[:i]]\n"
+                            "  Time to first token of a reused chunk (stored canonical + rank-m patch) vs. re-prefill.\n"
+                            "  --model PATH     default: a random-weight model of --preset's shape, kept in --cache\n"
+                            "  --lengths L,..   chunk B sizes in tokens;  --context N   exact context before B\n"
+                            "  --ranks M,..     patch ranks;  --reps N   repetitions (median)\n"
+                            "  --threads N      intra-op threads (default: all cores)\n"
+                            "  --json PATH      where the JSON goes (default bench_reuse.json)\n"
+                            "  --device D       cuda[:i] adds the reuse operator on that device vs. CPU\n"},
                            argc, argv, 1);
   Options o;
   o.model = a.get_or("--model", o.model);

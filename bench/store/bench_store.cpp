@@ -69,7 +69,21 @@ Options parse(int argc, char** argv) {
   const orbit::cli::Args a("bench_store",
                            {{"--model", "--preset", "--layers", "--tokens", "--reps", "--dir", "--json", "--cache", "--threads",
                              "--remote", "--procs", "--share-keys", "--share-bytes"},
-                            {}},
+                            {},
+                            "usage: bench_store [--model PATH | --preset qwen2.5-0.5b [--layers N]] [--tokens 1024] [--reps 5]\n"
+                            "                   [--dir DIR] [--json PATH] [--cache DIR] [--threads N] [--remote URL]\n"
+                            "                   [--procs N --share-keys K --share-bytes B]\n"
+                            "  The chunk store's save/load throughput per tier vs. a plain file copy of the same bytes,\n"
+                            "  and recall from disk vs. re-prefill.\n"
+                            "  --model PATH     default: a random-weight model of --preset's shape (--layers overrides\n"
+                            "                   its depth), kept in --cache\n"
+                            "  --tokens N       the chunk's length;  --reps N   repetitions\n"
+                            "  --dir DIR        store location (default: the system temp dir)\n"
+                            "  --json PATH      where the JSON goes (default bench_store.json)\n"
+                            "  --threads N      intra-op threads (default: all cores)\n"
+                            "  --remote URL     also recall from a Redis remote tier (redis://host:port)\n"
+                            "  --procs N, --share-keys K, --share-bytes B   N processes sharing one store directory:\n"
+                            "                   K keys of B bytes each; lookups/s, hit rate, puts, blob bytes\n"},
                            argc, argv, 1);
   Options o;
   o.model = a.get_or("--model", o.model);

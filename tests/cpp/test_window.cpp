@@ -467,8 +467,8 @@ TEST_CASE("bad input is refused with a message naming it", "[window][errors]") {
   CHECK_THROWS_WITH(w.recall(c[1]), Catch::Contains("was not evicted"));
   CHECK_THROWS_WITH(w.evict(12345), Catch::Contains("holds no instance 12345"));
   CHECK_THROWS_WITH(w.reorder({}), Catch::Contains("order lists 0 instances"));
-  CHECK_THROWS_WITH(w.add_turn({}), Catch::Contains("empty turn"));
-  CHECK_THROWS_WITH(w.logits({}), Catch::Contains("empty query"));
+  CHECK_THROWS_WITH(w.add_turn(std::vector<int64_t>{}), Catch::Contains("empty turn"));
+  CHECK_THROWS_WITH(w.logits(std::vector<int64_t>{}), Catch::Contains("empty query"));
   CHECK_THROWS_WITH(w.slide(5), Catch::Contains("slide: chunks = 5"));
   const Plan stale = w.plan_admit(c[1]);
   w.add_turn({5, 6});

@@ -434,8 +434,8 @@ def test_bad_arrays_raise_type_and_value_errors(orbit, engine):
         engine.add_tokens([1.5, 2.0])
     with pytest.raises(TypeError, match=r"tokens: torch dtype float32"):
         engine.add_tokens(torch.ones(3))
-    with pytest.raises(TypeError, match="sequence of ints"):
-        engine.add_tokens("hello")
+    # a str is text, not a sequence of ids: it is tokenized (no BOS)
+    assert engine.add_tokens("hello") == engine.add_tokens(engine.tokenize("hello", bos=False))
     with pytest.raises(ValueError, match=r"shape \[2, 2\]; token ids must be 1-D"):
         engine.add_tokens([[1, 2], [3, 4]])
     with pytest.raises(orbit.OrbitError, match="empty chunk"):
@@ -748,3 +748,20 @@ def test_an_unreachable_remote_never_stops_the_engine(orbit, stories260k_path):
     assert not summary.reachable and "Connection refused" in summary.error
     with pytest.raises(orbit.OrbitError, match="unknown scheme"):
         orbit.Engine(stories260k_path, remote="http://127.0.0.1:1")
+
+
+def test_text_wherever_tokens_go(orbit, engine):
+    assert engine.has_tokenizer
+    assert engine.tokenize("Once upon a time") == [1, 403, 407, 261, 378]  # tests/data/tokenizer/tok512.json
+    assert engine.detokenize([1, 403, 407, 261, 378]) == "Once upon a time"
+    assert engine.piece(403) == " Once"
+    intro = engine.add_text("Once upon a time, there was a little girl named Lily.", bos=True)
+    assert intro == engine.add_tokens(engine.tokenize("Once upon a time, there was a little girl named Lily."))
+    assert engine.add_tokens("She liked to play.") == engine.add_tokens(engine.tokenize("She liked to play.", bos=False))
+    w = engine.new_window()
+    w.admit(intro)
+    w.add_turn("She loved to play outside.")
+    g = w.generate(" One day", max_tokens=10)
+    assert g.tokens == w.generate(engine.tokenize(" One day", bos=False), max_tokens=10).tokens
+    assert g.text == engine.detokenize(g.tokens, engine.tokenize(" One day", bos=False)[-1]) and len(g.text) > 5
+    assert (w.logits("She saw") == w.logits(engine.tokenize("She saw", bos=False))).all()

@@ -114,8 +114,29 @@ void init_engine(py::module_& m) {
   c.def_property_readonly("model_info", &Engine::model_info, "ModelInfo of the loaded model.");
   c.def_property_readonly("stats", &Engine::stats, "EngineStats: chunks, windows, pool pages, forwards, store.");
 
+  c.def_property_readonly("has_tokenizer", &Engine::has_tokenizer,
+                          "True when the engine has a tokenizer (llama2.c's, beside the model or EngineOptions' tokenizer).");
+  c.def("tokenize", [](const Engine& e, const std::string& text, bool bos) { return e.tokenize(text, bos); },
+        py::arg("text"), py::arg("bos") = true,
+        "Token ids of text, llama2.c's encoding (BOS first when bos). Raises OrbitError when the engine has no\n"
+        "tokenizer (Hugging Face models: tokenize with your own tokenizer, e.g. transformers.AutoTokenizer, and\n"
+        "pass the ids).");
+  c.def("detokenize", [](const Engine& e, const py::object& tokens, int64_t previous) {
+        const std::string bytes = e.detokenize(to_tokens(tokens, "detokenize: tokens"), previous);
+        return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(bytes.data(), static_cast<py::ssize_t>(bytes.size()), "replace"));
+      },
+      py::arg("tokens"), py::arg("previous") = -1,
+      "The text of tokens as if they followed `previous` (BOS drops the first leading space); BOS/EOS give no text.");
+  c.def("piece", &Engine::piece, py::arg("token"), "The vocabulary entry of one id as stored (e.g. ' the', '<0x0A>').");
+  c.def("add_text", [](Engine& e, const std::string& text, const std::string& label, bool pin, bool bos) {
+        py::gil_scoped_release release;
+        return e.add_text(text, chunk_options(label, pin), bos);
+      },
+      py::arg("text"), py::kw_only(), py::arg("label") = "", py::arg("pin") = false, py::arg("bos") = false,
+      "add_tokens(tokenize(text, bos)): a chunk of text. bos=True for a window's first chunk.");
   c.def("add_tokens", [](Engine& e, const py::object& tokens, const std::string& label, bool pin) {
-        std::vector<int64_t> t = to_tokens(tokens, "add_tokens: tokens");
+        std::vector<int64_t> t = py::isinstance<py::str>(tokens) ? e.tokenize(tokens.cast<std::string>(), false)
+                                                                 : to_tokens(tokens, "add_tokens: tokens");
         py::gil_scoped_release release;
         return e.add_tokens(t, chunk_options(label, pin));
       },

@@ -15,6 +15,17 @@ namespace orbit_py {
 
 namespace {
 
+// A token list, or text (str) tokenized by the window's engine without BOS (a continuation).
+std::vector<int64_t> tokens_or_text(PyWindow& w, const py::object& obj, const char* what) {
+  if (py::isinstance<py::str>(obj)) return w.engine->tokenize(obj.cast<std::string>(), false);
+  return to_tokens(obj, what);
+}
+
+}  // namespace
+
+
+namespace {
+
 using orbit::ApplyReport;
 using orbit::ChunkRef;
 using orbit::InstanceId;
@@ -171,7 +182,7 @@ void init_window(py::module_& m) {
       "Plan placing the chunk at the tail (or before instance `before`). Raises OrbitError for a chunk of\n"
       "another engine, an unknown instance, or a chunk already in the window.");
   c.def("plan_add_turn", [](PyWindow& w, const py::object& tokens) {
-        const auto t = to_tokens(tokens, "plan_add_turn: tokens");
+        const auto t = tokens_or_text(w, tokens, "plan_add_turn: tokens");
         return w.run([&](Window& x) { return x.plan_add_turn(t); });
       },
       py::arg("tokens"), "Plan a live turn (tokens prefilled in context; not reusable).");
@@ -217,7 +228,7 @@ void init_window(py::module_& m) {
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
   c.def("add_turn", [](PyWindow& w, const py::object& tokens) {
-        const auto t = to_tokens(tokens, "add_turn: tokens");
+        const auto t = tokens_or_text(w, tokens, "add_turn: tokens");
         return plan_and_apply(w, [&](Window& x) { return x.plan_add_turn(t); });
       },
       py::arg("tokens"),
@@ -273,12 +284,12 @@ void init_window(py::module_& m) {
 
   // ---- reading (const) ----
   c.def("logits", [](PyWindow& w, const py::object& query, bool all_rows) {
-        const auto q = to_tokens(query, "logits: query");
+        const auto q = tokens_or_text(w, query, "logits: query");
         return logits_array(w.run([&](Window& x) { return x.logits(q, all_rows); }), all_rows);
       },
       py::arg("query"), py::kw_only(), py::arg("all_rows") = false, kLogitsDoc);
   c.def("reference_logits", [](PyWindow& w, const py::object& query, bool all_rows) {
-        const auto q = to_tokens(query, "reference_logits: query");
+        const auto q = tokens_or_text(w, query, "reference_logits: query");
         return logits_array(w.run([&](Window& x) { return x.reference_logits(q, all_rows); }), all_rows);
       },
       py::arg("query"), py::kw_only(), py::arg("all_rows") = false,
@@ -293,7 +304,7 @@ void init_window(py::module_& m) {
           o.top_p = top_p;
           o.seed = seed;
           if (!stop_tokens.is_none()) o.stop_tokens = to_tokens(stop_tokens, "generate: stop_tokens");
-          const auto q = to_tokens(query, "generate: query");
+          const auto q = tokens_or_text(w, query, "generate: query");
           return w.run([&](Window& x) { return x.generate(q, o); });
         },
         py::arg("query"), py::kw_only(), py::arg("max_tokens") = 32, py::arg("temperature") = 0.0,
@@ -303,7 +314,7 @@ void init_window(py::module_& m) {
         "stop_tokens. Returns a Generation (tokens, stop_reason, seconds).");
   c.def("disposable", [](PyWindow& w, const py::object& instance, const py::object& query, int64_t answer_tokens) {
         const InstanceId i = to_instance(instance, "disposable: instance");
-        const auto q = to_tokens(query, "disposable: query");
+        const auto q = tokens_or_text(w, query, "disposable: query");
         return w.run([&](Window& x) { return x.disposable(i, q, answer_tokens); });
       },
       py::arg("instance"), py::arg("query"), py::kw_only(), py::arg("answer_tokens") = 4,

@@ -7,6 +7,14 @@
 //   w.add_turn({...});                            // a live turn, prefilled in context
 //   orbit::Generation g = w.generate({...});
 //
+// Text: with a tokenizer (llama2.c's format; found beside a llama2.c model or named by
+// EngineOptions::tokenizer) text goes wherever token ids do:
+//
+//   orbit::ChunkRef s = engine->add_text("Once upon a time, there was a dog.", {}, /*bos=*/true);
+//   w.admit(s);
+//   w.add_turn("The dog liked to");
+//   std::cout << w.generate(" play", {.max_tokens = 20}).text;
+//
 // Chunks are registered once per engine (their canonical KV is computed on first use and stored; a
 // store directory makes it persist across processes) and placed into any number of windows.
 //
@@ -19,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "orbit/chunk.h"
@@ -59,6 +68,9 @@ struct EngineOptions {
   // Compute dtype of weights, activations and KV: "float32", "bfloat16" or "float16" (CUDA only).
   // Weights load straight into it (a bf16 checkpoint is never widened to float32 on the way).
   std::string dtype = "float32";
+  // A llama2.c tokenizer file (tok512.bin, tokenizer.bin). Empty: the one beside a llama2.c model
+  // (tok<vocab>.bin, else tokenizer.bin), if any. Its piece count must be the model's vocabulary.
+  std::string tokenizer;
 };
 
 struct ModelInfo {
@@ -73,6 +85,9 @@ struct ModelInfo {
   int64_t kv_bytes_per_token = 0;   // content channel, all layers, float32 (the store's form)
   std::string device;               // where it runs, e.g. "cpu", "cuda:0"
   std::string dtype;                // compute dtype, e.g. "float32", "bfloat16"
+  std::string tokenizer;            // the tokenizer file in use; "" when none (text calls throw)
+  int64_t bos_token = -1;           // from the tokenizer; -1 when none
+  int64_t eos_token = -1;
 };
 
 struct EngineStats {
@@ -122,6 +137,22 @@ class Engine {
   // vocabulary, embeddings of the wrong width or dtype, or a grid whose shape is not [3, n] / [n].
   ChunkRef add_tokens(const std::vector<int64_t>& tokens, const ChunkOptions& options = {});
   ChunkRef add_embeddings(const EmbeddingChunk& chunk, const ChunkOptions& options = {});
+  // A chunk of text: tokenize(text, bos) registered as add_tokens. BOS only for a window's first chunk
+  // (the text's start); the dummy-prefix space llama2.c puts before any text joins pieces like words.
+  ChunkRef add_text(std::string_view text, const ChunkOptions& options = {}, bool bos = false);
+
+  // ---- text ----
+  // Every text call throws orbit::Error when the engine has no tokenizer (model_info().tokenizer is
+  // empty), saying so; models of a Hugging Face directory take token ids.
+  bool has_tokenizer() const;
+  // llama2.c's encoding (orbit/runtime/tokenizer.h): BOS first when `bos`, the dummy-prefix space, code
+  // points or their bytes, merges by score.
+  std::vector<int64_t> tokenize(std::string_view text, bool bos = true) const;
+  // The text of `tokens` as if they followed `previous` (-1: nothing; BOS: the first piece's leading space
+  // is dropped). BOS and EOS produce no text. Throws for ids outside the vocabulary.
+  std::string detokenize(const std::vector<int64_t>& tokens, int64_t previous = -1) const;
+  std::string piece(int64_t token) const;  // the vocabulary entry as stored (e.g. " the", "<0x0A>")
+
   // The registered chunk with this key; throws orbit::Error when this engine does not know it.
   ChunkRef chunk(const std::string& key) const;
   std::vector<ChunkRef> chunks() const;

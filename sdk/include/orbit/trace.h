@@ -10,6 +10,7 @@
 //     "probe": {"random_tokens": 4, "seed": 1},                         (optional; the fidelity query)
 //     "chunks": [                                                       (named, registered once)
 //       {"name": "sys",   "tokens": [1, 365, 1691]},                    explicit token ids
+//       {"name": "intro", "text": "Once upon a time", "bos": true},     text (the model's tokenizer)
 //       {"name": "page",  "random_tokens": 24, "seed": 5},              uniform ids in [3, vocab)
 //       {"name": "story", "sample": 32, "seed": 9,                      sampled from the model after
 //                         "prompt": [1], "temperature": 1.0},           `prompt` (default [1])
@@ -21,6 +22,7 @@
 //     "steps": [
 //       {"op": "admit",   "chunk": "page" [, "before": "sys"]}         at the tail / before that chunk
 //       {"op": "turn",    "tokens": [...]} | {"op": "turn", "random_tokens": 5, "seed": 2}   a live turn
+//                         | {"op": "turn", "text": "Max ran to the park."}
 //       {"op": "evict",   "chunk": "page"} | {"op": "evict", "turn": 0}   a chunk / the i-th live turn
 //                                                                       (0 = the oldest turn in the window)
 //       {"op": "slide",   "count": 1}                                    evict the oldest chunk instances
@@ -50,7 +52,12 @@
 //   }
 //
 // A <tokens> value (turn contents, a query, the probe) is a token list [1, 2] or an object with exactly
-// one of "tokens": [...], "random_tokens": n (+ "seed"), "sample": n (+ "seed", "prompt", "temperature").
+// one of "tokens": [...], "random_tokens": n (+ "seed"), "sample": n (+ "seed", "prompt", "temperature"),
+// "text": "..." (+ "bos": true). A chunk or a turn takes the same fields in place of "tokens", e.g.
+//   {"name": "intro", "text": "Once upon a time, there was a dog named Max.", "bos": true}
+//   {"op": "turn", "text": "Max saw a big red ball."}
+// Text is tokenized at replay by the model's tokenizer (Engine::tokenize; BOS only with "bos": true), so a
+// text trace needs a model with a tokenizer; replaying it on one without fails naming the field.
 // The window starts empty on branch "main". Names are unique; a chunk is in at most one place per branch.
 //
 // Validation (load_trace / parse_trace / validate_trace) checks the structure and simulates the window
@@ -79,17 +86,20 @@ inline constexpr const char* kTraceFormat = "orbit-trace/1";
 
 // Where a token list comes from.
 struct TokenSource {
-  enum class Kind { kTokens, kRandom, kSample };
+  enum class Kind { kTokens, kRandom, kSample, kText };
   Kind kind = Kind::kTokens;
   std::vector<int64_t> tokens;     // kTokens
   int64_t count = 0;               // kRandom, kSample: how many tokens
   uint64_t seed = 0;               // kRandom, kSample
   std::vector<int64_t> prompt{1};  // kSample: decoded after this prompt (an empty window)
   double temperature = 1.0;        // kSample
+  std::string text;                // kText: UTF-8, tokenized by the model's tokenizer at replay
+  bool bos = false;                // kText: BOS first
 
   static TokenSource explicit_tokens(std::vector<int64_t> tokens);
   static TokenSource random(int64_t count, uint64_t seed);
-  bool empty() const { return kind == Kind::kTokens && tokens.empty(); }
+  static TokenSource from_text(std::string text, bool bos = false);
+  bool empty() const { return (kind == Kind::kTokens && tokens.empty()) || (kind == Kind::kText && text.empty()); }
 };
 
 // Generated input embeddings for a media chunk (a frame, a screenshot) with a t×h×w grid.

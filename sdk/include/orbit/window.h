@@ -33,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "orbit/chunk.h"
@@ -93,6 +94,8 @@ struct GenerateOptions {
 
 struct Generation {
   std::vector<int64_t> tokens;  // generated tokens (a stop token included when it ended the run)
+  std::string text;             // the tokens as text when the engine has a tokenizer (else ""), read
+                                // after the query's last token (BOS and EOS produce no text)
   std::string stop_reason;      // "stop_token", "max_tokens", "position_limit"
   double seconds = 0;
 };
@@ -173,6 +176,10 @@ class Window {
   // plan + apply in one call; returns the report or throws orbit::Error with the Status's reason.
   ApplyReport admit(const ChunkRef& chunk, InstanceId before = 0);
   ApplyReport add_turn(const std::vector<int64_t>& tokens);
+  // Text overloads: the text tokenized by the engine's tokenizer without BOS (a continuation; llama2.c's
+  // dummy-prefix space starts it). Throw orbit::Error when the engine has no tokenizer.
+  Plan plan_add_turn(std::string_view text) const;
+  ApplyReport add_turn(std::string_view text);
   ApplyReport evict(InstanceId instance);
   ApplyReport slide(int64_t chunks);
   ApplyReport recall(const ChunkRef& chunk, InstanceId before = 0);
@@ -187,6 +194,9 @@ class Window {
   // all_rows = false: only the last row. Throws on an empty query or ids outside the vocabulary.
   Logits logits(const std::vector<int64_t>& query, bool all_rows = false) const;
   Generation generate(const std::vector<int64_t>& query, const GenerateOptions& options = {}) const;
+  // Text overloads (the query tokenized without BOS, as add_turn(text)); Generation::text is the answer.
+  Logits logits(std::string_view query, bool all_rows = false) const;
+  Generation generate(std::string_view query, const GenerateOptions& options = {}) const;
   DisposabilityReport disposable(InstanceId instance, const std::vector<int64_t>& query,
                                  int64_t answer_tokens = 4) const;
 

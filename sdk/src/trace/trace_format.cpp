@@ -102,13 +102,28 @@ std::vector<int64_t> get_token_list(const Where& w, const json& v, const std::st
 // `prefix` names the fields in errors ("query." for a nested object). Exactly one kind must be present.
 TokenSource parse_source_fields(const Where& w, const json& obj, const std::string& prefix, uint64_t default_seed) {
   const int kinds = static_cast<int>(obj.contains("tokens")) + static_cast<int>(obj.contains("random_tokens")) +
-                    static_cast<int>(obj.contains("sample"));
+                    static_cast<int>(obj.contains("sample")) + static_cast<int>(obj.contains("text"));
   if (kinds != 1) {
-    w.fail(prefix + "tokens", kinds == 0 ? "missing: give one of 'tokens', 'random_tokens' or 'sample'"
-                                         : "give only one of 'tokens', 'random_tokens' and 'sample'");
+    w.fail(prefix + "tokens", kinds == 0 ? "missing: give one of 'tokens', 'random_tokens', 'sample' or 'text'"
+                                         : "give only one of 'tokens', 'random_tokens', 'sample' and 'text'");
   }
   const Where inner{w.file, w.what};
   TokenSource s;
+  if (obj.contains("bos") && !obj.contains("text")) w.fail(prefix + "bos", "only meaningful with 'text'");
+  if (obj.contains("text")) {
+    const json& t = obj.at("text");
+    if (!t.is_string()) w.fail(prefix + "text", "must be a string, got " + type_of(t));
+    if (t.get<std::string>().empty()) w.fail(prefix + "text", "must not be empty");
+    for (const char* f : {"seed", "prompt", "temperature"}) {
+      if (obj.contains(f)) w.fail(prefix + f, "only meaningful with 'random_tokens' or 'sample'");
+    }
+    bool bos = false;
+    if (obj.contains("bos")) {
+      if (!obj.at("bos").is_boolean()) w.fail(prefix + "bos", "must be true or false, got " + obj.at("bos").dump());
+      bos = obj.at("bos").get<bool>();
+    }
+    return TokenSource::from_text(t.get<std::string>(), bos);
+  }
   if (obj.contains("tokens")) {
     s.kind = TokenSource::Kind::kTokens;
     s.tokens = get_token_list(inner, obj.at("tokens"), prefix + "tokens");
@@ -145,8 +160,11 @@ TokenSource parse_source_fields(const Where& w, const json& obj, const std::stri
 // A <tokens> value: a list of ids, or an object holding one token source.
 TokenSource parse_source_value(const Where& w, const json& v, const std::string& field, uint64_t default_seed) {
   if (v.is_array()) return TokenSource::explicit_tokens(get_token_list(w, v, field));
-  if (!v.is_object()) w.fail(field, "must be a token list or an object {\"random_tokens\": n, ...}, got " + type_of(v));
-  check_fields(Where{w.file, w.what + ", " + field}, v, {"tokens", "random_tokens", "sample", "seed", "prompt", "temperature"});
+  if (!v.is_object()) {
+    w.fail(field, "must be a token list or an object {\"text\": \"...\"} / {\"random_tokens\": n, ...}, got " + type_of(v));
+  }
+  check_fields(Where{w.file, w.what + ", " + field}, v,
+               {"tokens", "random_tokens", "sample", "seed", "prompt", "temperature", "text", "bos"});
   return parse_source_fields(w, v, field + ".", default_seed);
 }
 
@@ -164,6 +182,10 @@ json source_fields_json(const TokenSource& s) {
       o["prompt"] = s.prompt;
       o["temperature"] = s.temperature;
       break;
+    case TokenSource::Kind::kText:
+      o["text"] = s.text;
+      if (s.bos) o["bos"] = true;
+      break;
   }
   return o;
 }
@@ -179,10 +201,11 @@ TraceChunk parse_chunk(const std::string& file, const json& v, std::size_t index
   TraceChunk c;
   c.name = get_string(w, v, "name", true);
   w.what += " ('" + c.name + "')";
-  check_fields(w, v, {"name", "tokens", "random_tokens", "sample", "seed", "prompt", "temperature", "embeddings", "pin"});
+  check_fields(w, v, {"name", "tokens", "random_tokens", "sample", "seed", "prompt", "temperature", "text", "bos",
+                      "embeddings", "pin"});
   c.pin = get_bool(w, v, "pin", false);
   if (v.contains("embeddings")) {
-    for (const char* f : {"tokens", "random_tokens", "sample", "seed", "prompt", "temperature"}) {
+    for (const char* f : {"tokens", "random_tokens", "sample", "seed", "prompt", "temperature", "text", "bos"}) {
       if (v.contains(f)) w.fail(f, "a chunk holds either 'embeddings' or tokens, not both");
     }
     const json& e = v.at("embeddings");
@@ -233,7 +256,7 @@ TraceStep parse_step(const std::string& file, const json& v, std::size_t index) 
       s.before = get_string(w, v, "before", false);
       break;
     case TraceOp::kTurn:
-      check_fields(w, v, {"op", "note", "tokens", "random_tokens", "sample", "seed", "prompt", "temperature"});
+      check_fields(w, v, {"op", "note", "tokens", "random_tokens", "sample", "seed", "prompt", "temperature", "text", "bos"});
       s.tokens = parse_source_fields(w, v, "", step_seed);
       break;
     case TraceOp::kEvict:
@@ -341,6 +364,14 @@ TokenSource TokenSource::explicit_tokens(std::vector<int64_t> tokens) {
   TokenSource s;
   s.kind = Kind::kTokens;
   s.tokens = std::move(tokens);
+  return s;
+}
+
+TokenSource TokenSource::from_text(std::string text, bool bos) {
+  TokenSource s;
+  s.kind = Kind::kText;
+  s.text = std::move(text);
+  s.bos = bos;
   return s;
 }
 

@@ -75,6 +75,15 @@ std::vector<int64_t> resolve_source(Engine& engine, const TokenSource& s, const 
       ORBIT_CHECK(!out.empty(), where << ": field '" << field << "': sampling produced no tokens");
       return out;
     }
+    case TokenSource::Kind::kText: {
+      const std::string text_field = field == "tokens" ? std::string("text") : field + ".text";
+      ORBIT_CHECK(engine.has_tokenizer(), where << ": field '" << text_field << "': the trace gives text but the model "
+                                                << info.origin << " has no tokenizer (give token ids, or a llama2.c "
+                                                << "model with its tokenizer file beside it)");
+      std::vector<int64_t> out = engine.tokenize(s.text, s.bos);
+      ORBIT_CHECK(!out.empty(), where << ": field '" << text_field << "': the text gives no tokens");
+      return out;
+    }
   }
   return {};
 }

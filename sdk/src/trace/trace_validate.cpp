@@ -42,7 +42,13 @@ std::vector<float> random_embeddings(const EmbeddingSource& source, int64_t hidd
 }
 
 int64_t source_tokens(const TokenSource& source) {
-  return source.kind == TokenSource::Kind::kTokens ? static_cast<int64_t>(source.tokens.size()) : source.count;
+  switch (source.kind) {
+    case TokenSource::Kind::kTokens: return static_cast<int64_t>(source.tokens.size());
+    // At most one token per byte, plus the dummy-prefix space and BOS (the tokenizer is the model's).
+    case TokenSource::Kind::kText:
+      return source.text.empty() ? (source.bos ? 1 : 0) : static_cast<int64_t>(source.text.size()) + 1 + (source.bos ? 1 : 0);
+    default: return source.count;
+  }
 }
 
 int64_t chunk_tokens(const TraceChunk& chunk) { return chunk.embeddings ? chunk.media.rows() : source_tokens(chunk.tokens); }

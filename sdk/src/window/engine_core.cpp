@@ -62,6 +62,9 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   if (options.threads > 0) at::set_num_threads(options.threads);
   model_ = runtime::load_model(options.model, runtime::parse_compute_target(options.device, options.dtype));
   const runtime::ModelConfig& c = model_->config();
+  const std::string tokenizer_path =
+      options.tokenizer.empty() ? runtime::find_tokenizer(options.model, c.vocab_size) : options.tokenizer;
+  if (!tokenizer_path.empty()) tokenizer_ = runtime::load_llama2c_tokenizer(tokenizer_path, c.vocab_size);
 
   store::ChunkStoreOptions so;
   so.model_fingerprint = model_->fingerprint();
@@ -125,6 +128,14 @@ const runtime::Model& EngineCore::model() const {
   return *model_;
 }
 
+const runtime::Tokenizer& EngineCore::tokenizer() const {
+  ORBIT_CHECK(tokenizer_ != nullptr,
+              "text needs a tokenizer and the model " << options_.model << " has none: orbit reads llama2.c tokenizer "
+              "files (tok<vocab>.bin or tokenizer.bin beside a llama2.c .bin, or EngineOptions::tokenizer); a Hugging "
+              "Face tokenizer.json is not read, so give token ids (tokenize with your own tokenizer)");
+  return *tokenizer_;
+}
+
 void EngineCore::check_open() const { ORBIT_CHECK(!closed_.load(), "engine is closed"); }
 
 store::ChunkStore& EngineCore::store() {
@@ -173,6 +184,11 @@ ModelInfo EngineCore::model_info() const {
   info.kv_bytes_per_token = w * c.num_layers * 4;
   info.device = runtime::device_name(m.device());
   info.dtype = runtime::dtype_name(m.dtype());
+  if (tokenizer_) {
+    info.tokenizer = tokenizer_->source();
+    info.bos_token = tokenizer_->bos_id();
+    info.eos_token = tokenizer_->eos_id();
+  }
   return info;
 }
 

@@ -36,6 +36,7 @@
 #include "orbit/runtime/kv_pool.h"
 #include "orbit/runtime/model.h"
 #include "orbit/runtime/reuse.h"
+#include "orbit/runtime/tokenizer.h"
 #include "orbit/store/chunk_store.h"
 #include "window/background.h"
 
@@ -110,6 +111,10 @@ class EngineCore {
   const runtime::ModelConfig& config() const { return model().config(); }
   const std::string& fingerprint() const { return model().fingerprint(); }
   ModelInfo model_info() const;
+  // The tokenizer (EngineOptions::tokenizer or the one beside the model); throws orbit::Error saying the
+  // model has none. Immutable after open: safe from any thread.
+  const runtime::Tokenizer& tokenizer() const;
+  bool has_tokenizer() const { return tokenizer_ != nullptr; }
 
   // ---- chunks ----
   ChunkRef add_tokens(const std::vector<int64_t>& tokens, const ChunkOptions& options);
@@ -191,6 +196,7 @@ class EngineCore {
 
   EngineOptions options_;
   std::unique_ptr<runtime::Model> model_;
+  std::unique_ptr<runtime::Tokenizer> tokenizer_;  // null when the model has none
   std::unique_ptr<store::ChunkStore> store_;
   std::unique_ptr<runtime::KVPool> pool_;
   std::mutex pool_mu_;

@@ -211,6 +211,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
       break;
     }
   }
+  if (core.has_tokenizer()) g.text = core.tokenizer().decode(g.tokens, query.back());
   g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return g;
 }

@@ -1,0 +1,107 @@
+// `orbit tokenize` and `orbit generate`: text in, ids or text out, with the model's tokenizer.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "args.h"
+#include "commands.h"
+#include "orbit/common/error.h"
+#include "orbit/engine.h"
+#include "text_input.h"
+
+namespace orbit::cli {
+
+using nlohmann::json;
+
+namespace {
+
+const char* kTokenizeUsage =
+    "usage: orbit tokenize (--model PATH [--tokenizer FILE] | --tokenizer FILE) --text TEXT [--no-bos] [--pieces]\n"
+    "  Prints {\"tokens\": [...]}: TEXT encoded as llama2.c does (BOS, the dummy-prefix space, code points\n"
+    "  or their bytes <0xNN>, merges by score).\n"
+    "  --model PATH       a llama2.c .bin (its tokenizer is tok<vocab>.bin or tokenizer.bin beside it)\n"
+    "  --text TEXT        UTF-8 text\n"
+    "  --no-bos           no BOS id first\n"
+    "  --pieces           also print \"pieces\": each id's vocabulary entry\n"
+    "  --tokenizer FILE   a llama2.c tokenizer file instead of the one beside the model (or without a model)\n";
+
+const char* kGenerateUsage =
+    "usage: orbit generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P] [--seed S]\n"
+    "                      [--json] [--tokenizer FILE]\n"
+    "  Continues PROMPT (encoded with BOS) and prints the continuation as text. Generation stops at BOS or\n"
+    "  EOS (as llama2.c's run.c stops at BOS), at N tokens, or at the model's last position.\n"
+    "  --model PATH       a llama2.c .bin with its tokenizer beside it, or any model with --tokenizer\n"
+    "  --prompt TEXT      UTF-8 text (may be empty: generation from BOS alone)\n"
+    "  --max-tokens N     most tokens to generate (default 64)\n"
+    "  --temperature T    0 = greedy (default); > 0 samples softmax(logits / T)\n"
+    "  --top-p P          nucleus sampling: the smallest set of tokens with mass >= P (default 1)\n"
+    "  --seed S           sampling seed (default 0)\n"
+    "  --json             print {\"tokens\": [generated ids], \"text\": \"...\"} instead\n"
+    "  --tokenizer FILE   a llama2.c tokenizer file instead of the one beside the model\n";
+
+}  // namespace
+
+int run_tokenize(int argc, char** argv, int first) {
+  const Args args("tokenize", ArgSpec{{"--model", "--text", "--tokenizer"}, {"--no-bos", "--pieces"}, kTokenizeUsage},
+                  argc, argv, first);
+  const std::string text = args.required("--text");
+  ORBIT_CHECK(args.has("--model") || args.has("--tokenizer"), "tokenize: missing required argument '--model' (or '--tokenizer')");
+  const std::unique_ptr<runtime::Tokenizer> tokenizer =
+      args.has("--model") ? model_tokenizer(args, args.required("--model"), model_vocab_size(args.required("--model")))
+                          : runtime::load_llama2c_tokenizer(args.required("--tokenizer"));
+  const std::vector<int64_t> ids = tokenizer->encode(text, !args.flag("--no-bos"));
+  json out = {{"tokens", ids}};
+  if (args.flag("--pieces")) {
+    std::vector<std::string> pieces;
+    for (int64_t id : ids) pieces.push_back(tokenizer->piece(id));
+    out["pieces"] = pieces;
+  }
+  std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+  return 0;
+}
+
+int run_generate(int argc, char** argv, int first) {
+  const Args args("generate",
+                  ArgSpec{{"--model", "--prompt", "--max-tokens", "--temperature", "--top-p", "--seed", "--tokenizer"},
+                          {"--json"},
+                          kGenerateUsage},
+                  argc, argv, first);
+  EngineOptions eo;
+  eo.model = args.required("--model");
+  const std::string prompt = args.required("--prompt");
+  eo.tokenizer = args.get_or("--tokenizer", "");
+  GenerateOptions go;
+  go.max_tokens = args.get_int("--max-tokens", 64, 1);
+  go.temperature = args.get_double("--temperature", 0.0);
+  go.top_p = args.get_double("--top-p", 1.0);
+  const int64_t seed = args.get_int("--seed", 0, 0);
+  go.seed = static_cast<uint64_t>(seed);
+  ORBIT_CHECK(go.temperature >= 0, "generate: argument '--temperature' must be >= 0, got " << go.temperature);
+  ORBIT_CHECK(go.top_p > 0 && go.top_p <= 1, "generate: argument '--top-p' must be in (0, 1], got " << go.top_p);
+  eo.pool_bytes = int64_t{8} << 20;
+  if (eo.tokenizer.empty()) {
+    // Fail before loading the weights when there is no tokenizer to read the prompt with.
+    (void)model_tokenizer(args, eo.model, model_vocab_size(eo.model));
+  }
+  auto engine = Engine::open(eo);
+  const ModelInfo info = engine->model_info();
+  for (int64_t stop : {info.bos_token, info.eos_token}) {
+    if (stop >= 0) go.stop_tokens.push_back(stop);
+  }
+  const std::vector<int64_t> query = engine->tokenize(prompt, true);
+  Window window = engine->new_window();
+  Generation g = window.generate(query, go);
+  if (g.stop_reason == "stop_token") g.tokens.pop_back();  // the BOS / EOS that ended it is not output
+  const std::string text = engine->detokenize(g.tokens, query.back());
+  if (args.flag("--json")) {
+    std::cout << json{{"tokens", g.tokens}, {"text", text}, {"stop_reason", g.stop_reason}}.dump(
+                     -1, ' ', false, json::error_handler_t::replace)
+              << "\n";
+  } else {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fputc('\n', stdout);
+  }
+  return 0;
+}
+
+}  // namespace orbit::cli

@@ -1,0 +1,42 @@
+#include "text_input.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "orbit/common/error.h"
+
+namespace orbit::cli {
+
+std::unique_ptr<runtime::Tokenizer> model_tokenizer(const Args& args, const std::string& model_path, int64_t vocab_size) {
+  if (auto given = args.get("--tokenizer")) return runtime::load_llama2c_tokenizer(*given, vocab_size);
+  const std::string found = runtime::find_tokenizer(model_path, vocab_size);
+  ORBIT_CHECK(!found.empty(), "text needs a tokenizer and " << model_path << " has none beside it (looked for tok"
+                                  << vocab_size << ".bin and tokenizer.bin in its directory; Hugging Face "
+                                  << "tokenizer.json is not read): pass --tokenizer FILE (llama2.c format) or token ids");
+  return runtime::load_llama2c_tokenizer(found, vocab_size);
+}
+
+int64_t model_vocab_size(const std::string& model_path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(model_path, ec)) {
+    const fs::path config = fs::path(model_path) / "config.json";
+    std::ifstream in(config);
+    ORBIT_CHECK(in.good(), config.string() << ": cannot open (a Hugging Face model directory needs config.json)");
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    ORBIT_CHECK(j.is_object() && j.contains("vocab_size") && j["vocab_size"].is_number_integer(),
+                config.string() << ": field 'vocab_size': missing or not an integer");
+    return j["vocab_size"].get<int64_t>();
+  }
+  std::ifstream in(model_path, std::ios::binary);
+  ORBIT_CHECK(in.good(), model_path << ": cannot open the model");
+  int32_t header[7];
+  in.read(reinterpret_cast<char*>(header), sizeof header);
+  ORBIT_CHECK(in.good(), model_path << ": truncated: no llama2.c header");
+  ORBIT_CHECK(header[5] != 0, model_path << ": header field 'vocab_size' is 0");
+  return std::abs(static_cast<int64_t>(header[5]));
+}
+
+}  // namespace orbit::cli

@@ -1,0 +1,60 @@
+// Tokenizers: text <-> token ids behind one small interface (no torch).
+//
+// One format is read: llama2.c's tokenizer file (`tok512.bin` beside stories260K, the 32000-piece
+// `tokenizer.bin` of the Llama 2 vocabulary), little-endian:
+//
+//   int32 max_token_length
+//   per id, in id order:  float32 score, int32 length, `length` bytes of the piece
+//
+// Encoding is llama2.c's (its run.c), exactly: BOS (id 1) first when asked; a dummy-prefix piece " " when
+// the text is not empty; the text split into UTF-8 code points (a lead byte and up to three continuation
+// bytes), each looked up as a piece or else emitted as byte pieces "<0xNN>" (byte fallback); then, while
+// any adjacent pair concatenates to a piece, the pair whose piece has the highest score is merged (the
+// leftmost among equal scores). Decoding is llama2.c's too: each id's piece, a leading space dropped right
+// after BOS, "<0xNN>" pieces as the raw byte; BOS and EOS produce no text. Text is raw bytes (UTF-8 when
+// the ids came from text; arbitrary ids can decode to invalid UTF-8).
+//
+// Hugging Face tokenizer.json files are not read: models loaded from a Hugging Face directory take token
+// ids (in Python, tokenize with the tokenizer you already have, e.g. transformers' AutoTokenizer).
+//
+// Thread-safety: a loaded Tokenizer is immutable; every member is safe to call from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace orbit::runtime {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Token ids of `text` (BOS first when `bos`). Throws orbit::Error when a byte has no piece and the
+  // vocabulary has no byte-fallback piece for it.
+  virtual std::vector<int64_t> encode(std::string_view text, bool bos) const = 0;
+  // The text of `ids` as if they followed the token `previous` (-1: nothing before them; BOS: the first
+  // piece's leading space is dropped). Throws orbit::Error naming an id outside the vocabulary.
+  virtual std::string decode(const std::vector<int64_t>& ids, int64_t previous = -1) const = 0;
+  // The piece of one id as stored (e.g. " the", "<0x0A>", "\n<s>\n"). Throws for an id outside the vocabulary.
+  virtual std::string piece(int64_t id) const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t bos_id() const = 0;  // -1 when the vocabulary has none
+  virtual int64_t eos_id() const = 0;  // -1 when the vocabulary has none
+  virtual std::string kind() const = 0;    // "llama2c"
+  virtual std::string source() const = 0;  // the file it was read from
+};
+
+// Reads a llama2.c tokenizer file. `expected_vocab` > 0: the file must hold exactly that many pieces
+// (the model's vocabulary). Throws orbit::Error naming the file and what is wrong (missing, truncated,
+// a negative length, a piece count that is not the model's vocabulary).
+std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int64_t expected_vocab = 0);
+
+// The tokenizer file that belongs to a model, or "" when there is none: for a llama2.c `.bin`, the file
+// `tok<vocab>.bin`, else `tokenizer.bin`, in the model's directory. Hugging Face directories: "" (their
+// tokenizer.json is not read).
+std::string find_tokenizer(const std::string& model_path, int64_t vocab_size);
+
+}  // namespace orbit::runtime

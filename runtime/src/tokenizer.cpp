@@ -1,0 +1,238 @@
+// llama2.c's tokenizer format and its encoding and decoding rules (orbit/runtime/tokenizer.h).
+#include "orbit/runtime/tokenizer.h"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <queue>
+#include <unordered_map>
+
+#include "orbit/common/error.h"
+
+namespace orbit::runtime {
+
+namespace {
+
+constexpr int64_t kBos = 1;
+constexpr int64_t kEos = 2;
+
+bool is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// The byte a "<0xNN>" piece stands for, or -1 for any other piece.
+int byte_of_piece(const std::string& p) {
+  if (p.size() != 6 || p.compare(0, 3, "<0x") != 0 || p[5] != '>') return -1;
+  const int hi = hex_digit(p[3]);
+  const int lo = hex_digit(p[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+class Llama2cTokenizer final : public Tokenizer {
+ public:
+  Llama2cTokenizer(std::string source, std::vector<std::string> pieces, std::vector<float> scores)
+      : source_(std::move(source)), pieces_(std::move(pieces)), scores_(std::move(scores)) {
+    for (std::size_t i = 0; i < pieces_.size(); ++i) ids_.emplace(pieces_[i], static_cast<int64_t>(i));  // first id wins
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      auto it = ids_.find(name);
+      byte_ids_[b] = it == ids_.end() ? -1 : it->second;
+    }
+  }
+
+  std::vector<int64_t> encode(std::string_view text, bool bos) const override {
+    std::vector<int64_t> symbols;
+    if (bos) symbols.push_back(kBos);  // BOS takes part in merging, as in llama2.c (no piece starts with it)
+    if (!text.empty()) {
+      auto space = ids_.find(" ");
+      ORBIT_CHECK(space != ids_.end(), source_ << ": the vocabulary has no piece \" \" (the dummy prefix)");
+      symbols.push_back(space->second);
+    }
+    // Code points: a byte that is not a continuation byte starts a group, as does any byte after a
+    // group of four; continuation bytes join the group before them.
+    std::size_t i = 0;
+    while (i < text.size()) {
+      std::size_t end = i + 1;
+      while (end < text.size() && end - i < 4 && is_continuation(static_cast<unsigned char>(text[end]))) ++end;
+      const std::string group(text.substr(i, end - i));
+      auto it = ids_.find(group);
+      if (it != ids_.end()) {
+        symbols.push_back(it->second);
+      } else {
+        for (char c : group) {
+          const int64_t id = byte_ids_[static_cast<unsigned char>(c)];
+          ORBIT_CHECK(id >= 0, source_ << ": byte 0x" << std::hex << int(static_cast<unsigned char>(c))
+                                       << " has no piece and the vocabulary has no byte-fallback piece for it");
+          symbols.push_back(id);
+        }
+      }
+      i = end;
+    }
+    merge(symbols);
+    return symbols;
+  }
+
+  std::string decode(const std::vector<int64_t>& ids, int64_t previous) const override {
+    std::string out;
+    for (int64_t id : ids) {
+      check_id(id);
+      if (id != kBos && id != kEos) {
+        const std::string& p = pieces_[static_cast<std::size_t>(id)];
+        std::size_t skip = previous == kBos && !p.empty() && p[0] == ' ' ? 1 : 0;
+        const int byte = byte_of_piece(p);
+        if (byte >= 0 && skip == 0) {
+          out.push_back(static_cast<char>(byte));
+        } else {
+          out.append(p, skip, std::string::npos);
+        }
+      }
+      previous = id;
+    }
+    return out;
+  }
+
+  std::string piece(int64_t id) const override {
+    check_id(id);
+    return pieces_[static_cast<std::size_t>(id)];
+  }
+  int64_t vocab_size() const override { return static_cast<int64_t>(pieces_.size()); }
+  int64_t bos_id() const override { return vocab_size() > kBos ? kBos : -1; }
+  int64_t eos_id() const override { return vocab_size() > kEos ? kEos : -1; }
+  std::string kind() const override { return "llama2c"; }
+  std::string source() const override { return source_; }
+
+ private:
+  void check_id(int64_t id) const {
+    ORBIT_CHECK(id >= 0 && id < vocab_size(), "token id " << id << " is outside the vocabulary [0, " << vocab_size()
+                                                          << ") of the tokenizer " << source_);
+  }
+
+  // Merges the best pair until none merges: the highest score, the leftmost among equal scores. A heap
+  // of candidate pairs over a linked list gives the same sequence of merges as rescanning every pair
+  // after each merge, in O(n log n). A candidate is stale when either side has changed since it was
+  // pushed (each symbol carries a version).
+  void merge(std::vector<int64_t>& symbols) const {
+    const std::size_t n = symbols.size();
+    if (n < 2) return;
+    std::vector<int64_t> prev(n), next(n);
+    std::vector<uint32_t> version(n, 0);
+    std::vector<bool> alive(n, true);
+    for (std::size_t i = 0; i < n; ++i) {
+      prev[i] = static_cast<int64_t>(i) - 1;
+      next[i] = i + 1 < n ? static_cast<int64_t>(i + 1) : -1;
+    }
+    struct Candidate {
+      float score;
+      int64_t left, right, merged;
+      uint32_t left_version, right_version;
+      bool operator<(const Candidate& o) const {  // priority_queue pops the largest
+        if (score != o.score) return score < o.score;
+        return left > o.left;
+      }
+    };
+    std::priority_queue<Candidate> heap;
+    std::string joined;
+    auto push = [&](int64_t l, int64_t r) {
+      if (l < 0 || r < 0) return;
+      joined = pieces_[static_cast<std::size_t>(symbols[l])];
+      joined += pieces_[static_cast<std::size_t>(symbols[r])];
+      auto it = ids_.find(joined);
+      if (it == ids_.end()) return;
+      heap.push({scores_[static_cast<std::size_t>(it->second)], l, r, it->second, version[l], version[r]});
+    };
+    for (std::size_t i = 0; i + 1 < n; ++i) push(static_cast<int64_t>(i), static_cast<int64_t>(i + 1));
+    while (!heap.empty()) {
+      const Candidate c = heap.top();
+      heap.pop();
+      if (!alive[c.left] || !alive[c.right] || next[c.left] != c.right || version[c.left] != c.left_version ||
+          version[c.right] != c.right_version) {
+        continue;
+      }
+      symbols[c.left] = c.merged;
+      ++version[c.left];
+      alive[c.right] = false;
+      next[c.left] = next[c.right];
+      if (next[c.right] >= 0) prev[next[c.right]] = c.left;
+      push(prev[c.left], c.left);
+      push(c.left, next[c.left]);
+    }
+    std::vector<int64_t> out;
+    for (int64_t i = 0; i >= 0; i = next[i]) out.push_back(symbols[i]);
+    symbols = std::move(out);
+  }
+
+  std::string source_;
+  std::vector<std::string> pieces_;
+  std::vector<float> scores_;
+  std::unordered_map<std::string, int64_t> ids_;
+  int64_t byte_ids_[256];
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int64_t expected_vocab) {
+  std::error_code ec;
+  ORBIT_CHECK(std::filesystem::is_regular_file(path, ec), path << ": tokenizer file not found");
+  std::ifstream in(path, std::ios::binary);
+  ORBIT_CHECK(in.good(), path << ": cannot open the tokenizer file");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ORBIT_CHECK(!in.bad(), path << ": read error");
+  std::size_t at = 0;
+  auto read_i32 = [&](const char* what, std::size_t index) {
+    ORBIT_CHECK(at + 4 <= bytes.size(), path << ": truncated in " << what << " of piece " << index << " (at byte " << at << ")");
+    int32_t v;
+    std::memcpy(&v, bytes.data() + at, 4);
+    at += 4;
+    return v;
+  };
+  ORBIT_CHECK(bytes.size() >= 4, path << ": truncated: no max_token_length header (" << bytes.size() << " bytes)");
+  int32_t max_len;
+  std::memcpy(&max_len, bytes.data(), 4);
+  at = 4;
+  ORBIT_CHECK(max_len > 0, path << ": field 'max_token_length' is " << max_len << " (must be > 0): not a llama2.c tokenizer");
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  while (at < bytes.size()) {
+    const std::size_t index = pieces.size();
+    float score;
+    ORBIT_CHECK(at + 4 <= bytes.size(), path << ": truncated in the score of piece " << index);
+    std::memcpy(&score, bytes.data() + at, 4);
+    at += 4;
+    const int32_t len = read_i32("the length", index);
+    ORBIT_CHECK(len >= 0 && len <= max_len, path << ": piece " << index << " has length " << len
+                                                 << " (must be in [0, max_token_length = " << max_len << "])");
+    ORBIT_CHECK(at + static_cast<std::size_t>(len) <= bytes.size(), path << ": truncated in the bytes of piece " << index);
+    pieces.emplace_back(bytes.data() + at, static_cast<std::size_t>(len));
+    scores.push_back(score);
+    at += static_cast<std::size_t>(len);
+  }
+  ORBIT_CHECK(!pieces.empty(), path << ": the tokenizer holds no pieces");
+  if (expected_vocab > 0) {
+    ORBIT_CHECK(static_cast<int64_t>(pieces.size()) == expected_vocab,
+                path << ": the tokenizer has " << pieces.size() << " pieces but the model's vocabulary is " << expected_vocab
+                     << ": it belongs to another model");
+  }
+  return std::make_unique<Llama2cTokenizer>(path, std::move(pieces), std::move(scores));
+}
+
+std::string find_tokenizer(const std::string& model_path, int64_t vocab_size) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path model(model_path);
+  if (!fs::is_regular_file(model, ec)) return "";  // a Hugging Face directory: tokenizer.json is not read
+  const fs::path dir = model.has_parent_path() ? model.parent_path() : fs::path(".");
+  for (const std::string& name : {"tok" + std::to_string(vocab_size) + ".bin", std::string("tokenizer.bin")}) {
+    const fs::path p = dir / name;
+    if (fs::is_regular_file(p, ec)) return p.string();
+  }
+  return "";
+}
+
+}  // namespace orbit::runtime

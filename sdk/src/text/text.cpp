@@ -1,0 +1,48 @@
+// Text in and out of the Engine and its windows (engine.h, window.h): each text call tokenizes with the
+// engine's tokenizer, then does what the token-id call does.
+#include "orbit/common/error.h"
+#include "orbit/engine.h"
+#include "window/engine_core.h"
+#include "window/window_state.h"
+
+namespace orbit {
+
+bool Engine::has_tokenizer() const { return core_->has_tokenizer(); }
+
+std::vector<int64_t> Engine::tokenize(std::string_view text, bool bos) const { return core_->tokenizer().encode(text, bos); }
+
+std::string Engine::detokenize(const std::vector<int64_t>& tokens, int64_t previous) const {
+  return core_->tokenizer().decode(tokens, previous);
+}
+
+std::string Engine::piece(int64_t token) const { return core_->tokenizer().piece(token); }
+
+ChunkRef Engine::add_text(std::string_view text, const ChunkOptions& options, bool bos) {
+  const std::vector<int64_t> tokens = core_->tokenizer().encode(text, bos);
+  ORBIT_CHECK(!tokens.empty(), "add_text: the text is empty");
+  return add_tokens(tokens, options);
+}
+
+namespace {
+
+std::vector<int64_t> continuation(const detail::WindowState& state, std::string_view text, const char* what) {
+  std::vector<int64_t> tokens = state.core->tokenizer().encode(text, false);
+  ORBIT_CHECK(!tokens.empty(), what << ": the text is empty");
+  return tokens;
+}
+
+}  // namespace
+
+Plan Window::plan_add_turn(std::string_view text) const { return plan_add_turn(continuation(*state_, text, "add_turn")); }
+
+ApplyReport Window::add_turn(std::string_view text) { return add_turn(continuation(*state_, text, "add_turn")); }
+
+Logits Window::logits(std::string_view query, bool all_rows) const {
+  return logits(continuation(*state_, query, "logits"), all_rows);
+}
+
+Generation Window::generate(std::string_view query, const GenerateOptions& options) const {
+  return generate(continuation(*state_, query, "generate"), options);
+}
+
+}  // namespace orbit

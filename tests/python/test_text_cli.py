@@ -1,0 +1,135 @@
+"""Text on the command line: `orbit tokenize` against the committed reference ids (an independent Python
+encoder, tokenizer_reference.py), `orbit generate`, `orbit logits --text`, `orbit fidelity` with text, and
+`--help` on every subcommand and benchmark."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import tokenizer_reference  # noqa: E402
+
+DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "tokenizer"
+
+
+def run(cli, *args, check=True):
+    r = subprocess.run([str(cli), *map(str, args)], capture_output=True, text=True, timeout=300)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_tokenize_matches_the_reference_ids(orbit_cli, stories260k_path):
+    doc = json.loads((DATA / "tok512.json").read_text(encoding="utf-8"))
+    for case in doc["cases"]:
+        if not case["text"]:
+            continue
+        args = ["tokenize", "--model", stories260k_path, "--text", case["text"]] + ([] if case["bos"] else ["--no-bos"])
+        assert json.loads(run(orbit_cli, *args).stdout)["tokens"] == case["ids"], case["text"]
+
+
+def test_the_reference_file_is_what_the_reference_encoder_gives(stories260k_path):
+    ref = tokenizer_reference.Reference(stories260k_path.parent / "tok512.bin")
+    for case in json.loads((DATA / "tok512.json").read_text(encoding="utf-8"))["cases"]:
+        assert ref.encode(case["text"], bos=case["bos"]) == case["ids"]
+
+
+def test_tokenize_the_32000_piece_layout(orbit_cli):
+    path = os.environ.get("ORBIT_LLAMA2C_TOKENIZER")
+    if not path:
+        pytest.skip("ORBIT_LLAMA2C_TOKENIZER is not set (llama2.c's 32000-piece tokenizer.bin, not in the repository)")
+    for case in json.loads((DATA / "tokenizer32000.json").read_text(encoding="utf-8"))["cases"]:
+        if not case["text"]:
+            continue
+        args = ["tokenize", "--tokenizer", path, "--text", case["text"]] + ([] if case["bos"] else ["--no-bos"])
+        assert json.loads(run(orbit_cli, *args).stdout)["tokens"] == case["ids"], case["text"]
+
+
+def test_generate_continues_the_prompt_as_text(orbit_cli, stories260k_path):
+    out = run(orbit_cli, "generate", "--model", stories260k_path, "--prompt", "Once upon a time", "--max-tokens", "20").stdout
+    assert out.startswith(", there was a little girl named Lily.")
+    j = json.loads(run(orbit_cli, "generate", "--model", stories260k_path, "--prompt", "Once upon a time",
+                       "--max-tokens", "20", "--json").stdout)
+    assert len(j["tokens"]) == 20 and j["text"] == out.rstrip("\n")
+    prompt = json.loads(run(orbit_cli, "tokenize", "--model", stories260k_path, "--text", "Once upon a time").stdout)["tokens"]
+    # Greedy: each generated id is the argmax of `orbit logits` over the prompt and what came before it.
+    seq = prompt + j["tokens"]
+    rows = np.array(json.loads(run(orbit_cli, "logits", "--model", stories260k_path, "--tokens",
+                                   ",".join(map(str, seq)), "--all-positions").stdout)["logits"])
+    assert list(rows.argmax(1)[len(prompt) - 1:-1]) == j["tokens"]
+    sampled = json.loads(run(orbit_cli, "generate", "--model", stories260k_path, "--prompt", "The dog", "--max-tokens", "12",
+                             "--temperature", "1.0", "--top-p", "0.9", "--seed", "3", "--json").stdout)
+    again = json.loads(run(orbit_cli, "generate", "--model", stories260k_path, "--prompt", "The dog", "--max-tokens", "12",
+                           "--temperature", "1.0", "--top-p", "0.9", "--seed", "3", "--json").stdout)
+    assert sampled == again
+
+
+def test_logits_and_fidelity_take_text(orbit_cli, stories260k_path):
+    by_text = json.loads(run(orbit_cli, "logits", "--model", stories260k_path, "--text", "Once upon").stdout)
+    by_ids = json.loads(run(orbit_cli, "logits", "--model", stories260k_path, "--tokens", "1,403,407").stdout)
+    assert by_text == by_ids
+    r = run(orbit_cli, "fidelity", "--model", stories260k_path, "--context-text", "Once upon a time, there was a dog.|The dog was big.",
+            "--chunk-text", "He liked to run in the park.", "--query-text", "One day", "--strategies", "reprefill,blind", "--json")
+    j = json.loads(r.stdout)
+    first = json.loads(run(orbit_cli, "tokenize", "--model", stories260k_path, "--text", "Once upon a time, there was a dog.").stdout)
+    second = json.loads(run(orbit_cli, "tokenize", "--model", stories260k_path, "--text", "The dog was big.", "--no-bos").stdout)
+    assert j["context_chunk_lengths"] == [len(first["tokens"]), len(second["tokens"])]  # BOS on the first chunk only
+    assert j["strategies"][0]["kl"] < 1e-9 and j["strategies"][1]["kl"] > 0
+    bad = run(orbit_cli, "fidelity", "--model", stories260k_path, "--chunk", "5", "--chunk-text", "x", check=False)
+    assert bad.returncode == 1 and "--chunk or --chunk-text, not both" in bad.stderr
+
+
+def test_text_without_a_tokenizer_says_so(orbit_cli, stories260k_path, tmp_path):
+    alone = tmp_path / "alone.bin"
+    alone.write_bytes(stories260k_path.read_bytes())
+    r = run(orbit_cli, "generate", "--model", alone, "--prompt", "hi", check=False)
+    assert r.returncode == 1 and "has none beside it" in r.stderr and "--tokenizer" in r.stderr
+    r = run(orbit_cli, "generate", "--model", alone, "--prompt", "Once", "--max-tokens", "3",
+            "--tokenizer", stories260k_path.parent / "tok512.bin")
+    assert r.returncode == 0
+
+
+COMMANDS = {
+    "info": ["--model", "--json"],
+    "logits": ["--model", "--tokens", "--text", "--positions", "--all-positions", "--no-bos", "--tokenizer"],
+    "tokenize": ["--model", "--text", "--no-bos", "--tokenizer"],
+    "generate": ["--model", "--prompt", "--max-tokens", "--temperature", "--top-p", "--seed", "--json"],
+    "fidelity": ["--model", "--chunk", "--context", "--query", "--chunk-text", "--context-text", "--query-text", "--strategies", "--json"],
+    "replay": ["--model", "--policy", "--json", "--explain", "--no-fidelity", "--patch-capacity", "--page-size", "--quiet"],
+    "make-trace": ["--kind", "--steps", "--seed", "--model", "--out", "--chunk-tokens", "--sample-text"],
+    "make-model": ["--out", "--preset", "--arch"],
+    "store": ["ls", "stat", "verify", "gc"],
+    "version": [],
+}
+
+BENCHMARKS = {
+    "bench/bench_forward": ["--model", "--preset", "--lengths", "--reps", "--json", "--cache", "--threads"],
+    "bench/bench_replay": ["--model", "--preset", "--cache", "--kinds", "--steps", "--seed", "--policy", "--threads", "--no-fidelity", "--json"],
+    "bench/bench_reuse": ["--model", "--preset", "--cache", "--threads", "--lengths", "--context", "--ranks", "--reps", "--json", "--device"],
+    "bench/bench_store": ["--model", "--preset", "--layers", "--tokens", "--reps", "--dir", "--json", "--cache", "--threads"],
+    "bench/binding/bench_binding": ["--models", "--stories", "--n", "--seed", "--threads", "--json", "--quick"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_subcommand_answers_help(orbit_cli, command):
+    r = run(orbit_cli, command, "--help", check=False)
+    assert r.returncode == 0, r.stderr
+    assert "usage" in r.stdout.lower()
+    for name in COMMANDS[command]:
+        assert name in r.stdout, f"orbit {command} --help does not mention {name}"
+
+
+@pytest.mark.parametrize("bench", sorted(BENCHMARKS))
+def test_every_benchmark_answers_help(orbit_cli, bench):
+    path = orbit_cli.parent.parent / bench
+    if not path.is_file():
+        pytest.skip(f"{path} is not built")
+    r = run(path, "--help", check=False)
+    assert r.returncode == 0, r.stderr
+    for name in BENCHMARKS[bench]:
+        assert name in r.stdout, f"{bench} --help does not mention {name}"
