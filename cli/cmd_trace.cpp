@@ -1,6 +1,6 @@
 // `orbit make-trace`: write a generated agent trace (orbit/trace.h make_trace) for `orbit replay`.
 //
-//   orbit make-trace --kind web|video|agent --steps N --seed S --model PATH --out FILE
+//   orbit make-trace --kind web|video|agent|browse|coding|videoqa|fanout|rag --steps N --seed S --model PATH --out FILE
 //                    [--chunk-tokens N] [--sample-text]
 //
 // The model decides the vocabulary, the position budget (traces stay within ~3/4 of it) and whether media

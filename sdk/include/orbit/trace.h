@@ -178,11 +178,13 @@ void save_trace(const Trace& trace, const std::string& path);  // validates, the
 inline constexpr int64_t kMaxTraceSteps = 100000;
 
 struct MakeTraceOptions {
-  std::string kind = "web";        // web | video | agent
+  // web | video | agent, or an agent pattern (model-sampled text, the window up to the model's
+  // positions): browse | coding | videoqa | fanout | rag (see trace_make.cpp for each pattern)
+  std::string kind = "web";
   int64_t steps = 12;              // agent steps (each expands to several trace steps), [1, kMaxTraceSteps]
   uint64_t seed = 0;
   int64_t vocab_size = 512;        // token ids are drawn from [3, vocab_size)
-  int64_t max_positions = 512;     // the window stays below ~3/4 of this
+  int64_t max_positions = 512;     // the window stays below ~3/4 of this (agent patterns: this − 24)
   int64_t position_rows = 1;       // 3: media chunks are embeddings with (t, h, w) grids
   int64_t chunk_tokens = 0;        // screenshot / frame / document size; 0 = chosen from max_positions
   bool sample_text = false;        // documents and observations sampled from the model, not random ids

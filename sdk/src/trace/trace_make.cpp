@@ -1,5 +1,8 @@
-// make_trace (orbit/trace.h): generated traces of web, video and tool-using agents.
+// make_trace (orbit/trace.h): generated traces of web, video and tool-using agents, and of five agent
+// patterns (browse, coding, videoqa, fanout, rag) that use the model's full positions.
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "orbit/common/error.h"
 #include "orbit/trace.h"
@@ -15,8 +18,10 @@ using trace_detail::Rng;
 // within a token budget by evicting old live turns (the first turn, the system prompt, stays).
 class Builder {
  public:
-  Builder(const MakeTraceOptions& o, Trace* t) : o_(o), t_(*t), sim_(*t), rng_(o.seed * 0x9e3779b97f4a7c15ull + 17) {
-    budget_ = std::max<int64_t>(o.max_positions * 3 / 4 - 16, 16);
+  // `full`: the window may use the model's positions up to the probe and a generated answer.
+  Builder(const MakeTraceOptions& o, Trace* t, bool full = false)
+      : o_(o), t_(*t), sim_(*t), rng_(o.seed * 0x9e3779b97f4a7c15ull + 17) {
+    budget_ = full ? o.max_positions - 24 : std::max<int64_t>(o.max_positions * 3 / 4 - 16, 16);
   }
 
   Rng& rng() { return rng_; }
@@ -81,6 +86,13 @@ class Builder {
     TraceStep s;
     s.op = TraceOp::kRecall;
     s.chunk = chunk;
+    s.note = note;
+    emit(s);
+  }
+  void evict_turn(int64_t index, const std::string& note) {
+    TraceStep s;
+    s.op = TraceOp::kEvict;
+    s.turn = index;
     s.note = note;
     emit(s);
   }
@@ -273,11 +285,190 @@ void make_agent(const MakeTraceOptions& o, Builder& b) {
   }
 }
 
+// ---- agent patterns (model-sampled text chunks and turns; the window uses the model's positions) ----------
+//
+// browse   a browsing agent: page screens (chunks) slide over a growing transcript of actions and
+//          observations; every 4th step it looks back at an earlier page, then sets it aside again
+// coding   a coding tool loop: files read into the window, tool outputs appended and dropped once used,
+//          a file edited (its new version replaces the old one where it was) and re-read
+// videoqa  a video QA agent: a clip's frames held while questions come and go; frames re-examined in a
+//          new order (the ones a question is about moved last), one set aside and brought back
+// fanout   multi-agent fan-out: a shared document set, then per round sub-agents forked over it, each
+//          dropping the documents outside its task and working; one is committed, the others dropped
+// rag      RAG re-rank: each turn retrieves k documents from a corpus (most retrieved before), the window
+//          holds them in rank order after the system prompt, then the question and an answer
+
+void make_browse(const MakeTraceOptions& o, Builder& b) {
+  const int64_t page = default_size(o, 8);
+  b.turn(16, "system prompt", true);
+  for (int64_t i = 0; i < o.steps; ++i) {
+    const std::string name = "page" + std::to_string(i);
+    b.text_chunk(name, page, true);
+    b.admit(name);
+    while (b.sim().chunks_in_window().size() > 3) b.drop_oldest();
+    b.turn(8, "action", true);
+    b.turn(12, "observation", true);
+    b.generate(4, false);
+    if (i % 4 == 3) {
+      const std::vector<std::string> gone = b.evicted_among("page");
+      if (!gone.empty()) {
+        const std::string back = gone[static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(gone.size())))];
+        b.recall(back, "look back at an earlier page");
+        b.turn(6, "question about it", true);
+        b.generate(4, false);
+        b.evict(back, "done looking back");
+      }
+    }
+  }
+}
+
+void make_coding(const MakeTraceOptions& o, Builder& b) {
+  const int64_t file = default_size(o, 10);
+  const int64_t files = 4;
+  b.turn(16, "system prompt", true);
+  std::vector<int64_t> version(static_cast<std::size_t>(files), 0);
+  auto name = [&](int64_t f) { return "file" + std::to_string(f) + "v" + std::to_string(version[static_cast<std::size_t>(f)]); };
+  for (int64_t f = 0; f < files; ++f) {
+    b.text_chunk(name(f), file, true);
+    b.admit(name(f));
+  }
+  for (int64_t i = 0; i < o.steps; ++i) {
+    b.turn(8, "tool call", true);
+    b.turn(24, "tool output", true);
+    b.generate(4, false);
+    // The tool output has been read: drop it and the call (turn 1 is the oldest after the system prompt).
+    while (b.sim().turns() > 1) b.evict_turn(1, "tool output used; dropped");
+    if (i % 3 == 2) {
+      const int64_t f = b.rng().below(files);
+      const std::vector<std::string> in = b.sim().chunks_in_window();
+      const std::string old = name(f);
+      const auto at = std::find(in.begin(), in.end(), old);
+      std::string before;
+      if (at != in.end() && at + 1 != in.end()) before = *(at + 1);
+      b.evict(old, "file edited");
+      ++version[static_cast<std::size_t>(f)];
+      b.text_chunk(name(f), file, true);
+      TraceStep s;
+      s.op = TraceOp::kAdmit;
+      s.chunk = name(f);
+      s.before = before;
+      s.note = "re-read the edited file where it was";
+      b.emit(s);
+    }
+  }
+}
+
+void make_videoqa(const MakeTraceOptions& o, Builder& b) {
+  const int64_t frame = default_size(o, 12);
+  const int64_t frames = 6;
+  b.turn(12, "system prompt", true);
+  for (int64_t f = 0; f < frames; ++f) {
+    const std::string n = "frame" + std::to_string(f);
+    b.text_chunk(n, frame, true);
+    b.admit(n);
+  }
+  std::string aside;
+  for (int64_t i = 0; i < o.steps; ++i) {
+    while (b.sim().turns() > 2) b.evict_turn(1, "drop the previous question");
+    b.turn(10, "question " + std::to_string(i), true);
+    b.generate(4, false);
+    std::vector<std::string> in = b.sim().chunks_in_window();
+    if (i % 2 == 1 && in.size() >= 3) {
+      const std::size_t pick = static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(in.size()) - 1));
+      std::rotate(in.begin() + static_cast<std::ptrdiff_t>(pick), in.begin() + static_cast<std::ptrdiff_t>(pick) + 1, in.end());
+      b.reorder(in, "the frame this question is about moved last");
+      b.generate(4, false);
+    }
+    if (!aside.empty()) {
+      b.recall(aside, "bring the frame back");
+      aside.clear();
+    } else if (i % 3 == 2) {
+      in = b.sim().chunks_in_window();
+      aside = in[static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(in.size())))];
+      b.evict(aside, "set a frame aside");
+    }
+  }
+}
+
+void make_fanout(const MakeTraceOptions& o, Builder& b) {
+  const int64_t doc = default_size(o, 10);
+  const int64_t docs = 5;
+  b.turn(16, "system prompt", true);
+  for (int64_t d = 0; d < docs; ++d) {
+    const std::string n = "doc" + std::to_string(d);
+    b.text_chunk(n, doc, true);
+    b.admit(n);
+  }
+  for (int64_t i = 0; i < o.steps; ++i) {
+    const int64_t agents = 3;
+    const int64_t keep = b.rng().below(agents);
+    for (int64_t a = 0; a < agents; ++a) {
+      const std::string branch = "r" + std::to_string(i) + "a" + std::to_string(a);
+      b.simple(TraceOp::kFork, branch, "sub-agent " + std::to_string(a));
+      std::vector<std::string> in = b.sim().chunks_in_window();
+      const std::size_t drop = static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(in.size())));
+      b.evict(in[drop], "outside this sub-agent's task");
+      b.turn(10, "sub-task", true);
+      b.generate(4, false);
+      b.simple(a == keep ? TraceOp::kCommit : TraceOp::kDrop, branch, a == keep ? "merge its result" : "discard");
+    }
+    // Back on main: recall what the committed sub-agent dropped, drop its turns beyond the latest.
+    for (const std::string& gone : b.evicted_among("doc")) b.recall(gone, "the shared set again");
+    while (b.sim().turns() > 2) b.evict_turn(1, "older sub-task results summarised away");
+  }
+}
+
+void make_rag(const MakeTraceOptions& o, Builder& b) {
+  const int64_t doc = default_size(o, 10);
+  const int64_t corpus = 8, k = 5;
+  b.turn(16, "system prompt", true);
+  for (int64_t d = 0; d < corpus; ++d) b.text_chunk("doc" + std::to_string(d), doc, true);
+  std::vector<int64_t> ranked;
+  for (int64_t i = 0; i < o.steps; ++i) {
+    // Retrieval: mostly the same documents, re-scored: swap one neighbour pair, and one new document in.
+    if (ranked.empty()) {
+      for (int64_t d = 0; d < k; ++d) ranked.push_back(d);
+    } else {
+      const std::size_t a = static_cast<std::size_t>(b.rng().below(k - 1));
+      std::swap(ranked[a], ranked[a + 1]);
+      if (i % 2 == 0) {
+        std::vector<int64_t> out;
+        for (int64_t d = 0; d < corpus; ++d) {
+          if (std::find(ranked.begin(), ranked.end(), d) == ranked.end()) out.push_back(d);
+        }
+        ranked[static_cast<std::size_t>(b.rng().below(k))] = out[static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(out.size())))];
+      }
+    }
+    while (b.sim().turns() > 1) b.evict_turn(1, "the previous question and answer are not kept");
+    for (const std::string& in : b.sim().chunks_in_window()) {
+      const int64_t d = std::stoll(in.substr(3));
+      if (std::find(ranked.begin(), ranked.end(), d) == ranked.end()) b.evict(in, "not retrieved this turn");
+    }
+    for (int64_t d : ranked) {
+      const std::string n = "doc" + std::to_string(d);
+      const std::vector<std::string> in = b.sim().chunks_in_window();
+      if (std::find(in.begin(), in.end(), n) != in.end()) continue;
+      const auto& ev = b.sim().current().evicted;
+      if (ev.count(n) > 0) {
+        b.recall(n, "retrieved again");
+      } else {
+        b.admit(n);
+      }
+    }
+    std::vector<std::string> order;
+    for (int64_t d : ranked) order.push_back("doc" + std::to_string(d));
+    if (order != b.sim().chunks_in_window()) b.reorder(order, "rank order");
+    b.turn(12, "question", true);
+    b.generate(6, true);
+  }
+}
+
 }  // namespace
 
 Trace make_trace(const MakeTraceOptions& o) {
-  ORBIT_CHECK(o.kind == "web" || o.kind == "video" || o.kind == "agent",
-              "make_trace: kind '" << o.kind << "' is not one of web, video, agent");
+  static const std::vector<std::string> kinds = {"web", "video", "agent", "browse", "coding", "videoqa", "fanout", "rag"};
+  ORBIT_CHECK(std::find(kinds.begin(), kinds.end(), o.kind) != kinds.end(),
+              "make_trace: kind '" << o.kind << "' is not one of web, video, agent, browse, coding, videoqa, fanout, rag");
   ORBIT_CHECK(o.steps >= 1 && o.steps <= kMaxTraceSteps,
               "make_trace: steps must be in [1, " << kMaxTraceSteps << "], got " << o.steps);
   ORBIT_CHECK(o.max_positions >= 64, "make_trace: max_positions must be >= 64, got " << o.max_positions);
@@ -290,10 +481,16 @@ Trace make_trace(const MakeTraceOptions& o) {
                   std::to_string(o.seed);
   t.probe = TokenSource::random(4, o.seed + 1);
   {
-    Builder b(o, &t);
+    const bool full = o.kind != "web" && o.kind != "video" && o.kind != "agent";
+    Builder b(o, &t, full);
     if (o.kind == "web") make_web(o, b);
     if (o.kind == "video") make_video(o, b);
     if (o.kind == "agent") make_agent(o, b);
+    if (o.kind == "browse") make_browse(o, b);
+    if (o.kind == "coding") make_coding(o, b);
+    if (o.kind == "videoqa") make_videoqa(o, b);
+    if (o.kind == "fanout") make_fanout(o, b);
+    if (o.kind == "rag") make_rag(o, b);
   }
   validate_trace(t);
   return t;

@@ -147,7 +147,11 @@ class Keep final : public ServeAction {
     if (in.old == nullptr) return std::nullopt;
     PlanStep s = base_step(id(), category());
     s.predicted_kl = in.old->predicted_kl;
-    if (in.context_change > 0) s.predicted_kl += in.fidelity.predict(planner::Loss::kKeep, in.context_change, in.share);
+    if (in.reordered) {
+      s.predicted_kl += in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.share);
+    } else if (in.context_change > 0) {
+      s.predicted_kl += in.fidelity.predict(planner::Loss::kKeep, in.context_change, in.share);
+    }
     return s;
   }
   void apply(ApplyInput& in, const PlanStep&, ApplyOutput& out) const override {

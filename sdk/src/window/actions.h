@@ -69,6 +69,7 @@ struct PlanInput {
   std::size_t prefix = 0;                   // leading turns of that context (fixed under reorder)
   double share = 0;                         // length / window tokens after the operation
   double context_change = 0;                // old: divergence of the keys it was formed on from now
+  bool reordered = false;                   // old: the same antecedents as formed on, in another order
   bool moved = false;                       // old: its position changes
   int64_t kv_per_token = 0;
 };

@@ -248,6 +248,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     in.prefix = prefix;
     in.share = total_tokens > 0 ? static_cast<double>(si.length) / static_cast<double>(total_tokens) : 0;
     in.context_change = si.change;
+    in.reordered = si.old != nullptr && !si.keys_same && si.drift == 0;
     in.moved = si.moved;
     in.kv_per_token = kv_per_token;
 
@@ -273,11 +274,11 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       s.estimated_seconds = estimate_seconds(in, s);
       si.candidates.push_back(std::move(s));
     } else {
-      // Every action that can serve it; keep only when the keys before it are a drift of those it was
-      // formed on (not after a reorder or a forced re-condition).
+      // Every action that can serve it; keep unless a cascade or re-condition forces it (after a reorder
+      // keep is priced as an orbit loss: the same antecedents in another order).
       for (const ServeAction* a : all_actions()) {
         const std::string id = a->id();
-        if (id == "keep" && (si.old == nullptr || forced)) continue;
+        if (id == "keep" && (si.old == nullptr || sl.force)) continue;
         if (id != "keep" && si.old != nullptr && same && si.old->predicted_kl == 0) continue;  // exact already
         if (id == "prefill" || id == "load-conditioned") continue;  // form is the same forward, and stores
         std::optional<PlanStep> s = a->plan(in);
