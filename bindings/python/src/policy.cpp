@@ -72,7 +72,7 @@ int64_t rank(py::handle v, const char* field) {
   const int64_t r = v.cast<int64_t>();
   if (r < 1) {
     throw py::value_error(std::string("WindowPolicy.") + field + " = " + std::to_string(r) +
-                          " must be a positive int, or 'full' for every singular direction");
+                          " must be a positive int or 'full' (every singular direction)");
   }
   return r;
 }
