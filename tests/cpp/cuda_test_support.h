@@ -3,6 +3,9 @@
 // Include after "orbit_catch.h".
 #pragma once
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -20,15 +23,19 @@ inline bool have_cuda_device() {
   return count > 0;
 }
 
+// Exit status that tells CTest the test was skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt).
+inline constexpr int kSkipReturnCode = 77;
+
 }  // namespace orbit::test
 
-// Ends the current test case with a printed "skipped" warning (and a pass) when there is no device.
-#define ORBIT_SKIP_WITHOUT_CUDA()                \
-  do {                                           \
-    if (!::orbit::test::have_cuda_device()) {    \
-      WARN("skipped: no CUDA device");           \
-      return;                                    \
-    }                                            \
+// Without a device, ends the whole test binary with kSkipReturnCode, so CTest reports it skipped, never
+// passed (every case in a gpu binary needs the device).
+#define ORBIT_SKIP_WITHOUT_CUDA()                                          \
+  do {                                                                     \
+    if (!::orbit::test::have_cuda_device()) {                              \
+      std::fprintf(stderr, "skipped: no CUDA device\n");                   \
+      std::exit(::orbit::test::kSkipReturnCode);                           \
+    }                                                                      \
   } while (false)
 
 #define CUDA_REQUIRE(call)                    \

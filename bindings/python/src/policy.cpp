@@ -61,7 +61,8 @@ bool boolean(py::handle v, const char* field) {
   return v.cast<bool>();
 }
 
-// A rank: a positive int, or "full" / -1 (every singular direction).
+// A rank: a positive int, or "full" (every singular direction). A negative int is refused: -1 read as
+// "full" turned a typo such as rank=-1 into a full-rank patch without a word.
 int64_t rank(py::handle v, const char* field) {
   if (py::isinstance<py::str>(v) && v.cast<std::string>() == "full") return -1;
   if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v)) {
@@ -69,9 +70,9 @@ int64_t rank(py::handle v, const char* field) {
                          std::string(py::repr(v)));
   }
   const int64_t r = v.cast<int64_t>();
-  if (r != -1 && r < 1) {
+  if (r < 1) {
     throw py::value_error(std::string("WindowPolicy.") + field + " = " + std::to_string(r) +
-                          " must be a positive int or 'full' (-1)");
+                          " must be a positive int or 'full' (every singular direction)");
   }
   return r;
 }
@@ -168,8 +169,8 @@ void init_policy(py::module_& m) {
   field(c, "survivors", &WindowPolicy::survivors, "SurvivorAction for instances whose context changed.");
   field(c, "stale", &WindowPolicy::stale, "StalePatch: whether a patch formed under another context is used.");
   field(c, "max_divergence", &WindowPolicy::max_divergence, "Largest accepted context divergence, in [0, 1].");
-  field(c, "rank_k", &WindowPolicy::rank_k, "Patch rank for keys; -1 (set 'full') = full rank.");
-  field(c, "rank_v", &WindowPolicy::rank_v, "Patch rank for values; -1 (set 'full') = full rank.");
+  field(c, "rank_k", &WindowPolicy::rank_k, "Patch rank for keys; reads -1 when full rank (set it with 'full').");
+  field(c, "rank_v", &WindowPolicy::rank_v, "Patch rank for values; reads -1 when full rank (set it with 'full').");
   field(c, "deep_only", &WindowPolicy::deep_only, "Patch only the deep layers holding deep_energy of the deficit.");
   field(c, "deep_energy", &WindowPolicy::deep_energy, "Energy fraction for deep_only, in (0, 1].");
   field(c, "reuse_stored", &WindowPolicy::reuse_stored, "Look up stored patches at all.");
