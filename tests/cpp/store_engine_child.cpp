@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
       for (int t = 0; t < 40; ++t) tokens.push_back(1 + (c * 131 + t * 17) % 500);
       w.admit(engine->add_tokens(tokens));
     }
+    // A first sight encodes its canonical in the background: wait for it, so what this process formed is
+    // in the shared store before it reports (and before the other process looks).
+    (void)engine->run_background();
     const orbit::EngineStats s = engine->stats();
     int64_t disk_hits = 0, host_hits = 0;
     for (const auto& t : s.store.tiers) {

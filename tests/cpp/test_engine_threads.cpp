@@ -39,17 +39,18 @@ struct WorkerResult {
 };
 
 // Registers random chunks and admits them into its own window, sliding to stay under 400 tokens, until
-// the engine refuses it or `iterations` is done.
+// the engine refuses it or `iterations` is done. `started` counts the workers with one operation done.
 void worker(Engine& engine, uint64_t seed, int iterations, std::atomic<int>* started, WorkerResult* out) {
   std::mt19937_64 rng(seed);
   try {
     orbit::Window w = engine.new_window();
-    ++*started;
     for (int i = 0; i < iterations; ++i) {
       const orbit::ChunkRef c = engine.add_tokens(random_tokens(rng, 20));
       w.admit(c);
       if (w.tokens() > 400) w.slide(1);
-      ++out->ops;
+      // Counted as started once one operation has completed, so close() always races a worker that is
+      // under way (on a loaded machine a thread may not have run at all by the time close() comes).
+      if (++out->ops == 1) ++*started;
     }
   } catch (const orbit::Error& e) {
     out->error = e.what();

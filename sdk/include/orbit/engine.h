@@ -181,8 +181,8 @@ class Engine {
   int64_t run_background(double max_seconds = 1e30);
 
   EngineStats stats() const;
-  // Cancels queued background work (the patches it would form are not stored) and joins the background
-  // worker, then flushes and closes the store once the operations in flight on other threads have returned
+  // Finishes the background work queued so far (canonicals and patches of first sights, so the store keeps
+  // them), cancels what is queued after that and joins the background worker, then flushes and closes the store once the operations in flight on other threads have returned
   // (it blocks until then). Idempotent; a concurrent second close() returns when the first has finished.
   // Windows still alive throw "engine is closed" on use afterwards (their pool pages are released when they
   // are destroyed). Throws orbit::Error if called from inside an operation of this engine on the same thread.

@@ -80,14 +80,14 @@ void BackgroundQueue::await(const std::string& key) {
   done_cv_.notify_all();
 }
 
-int64_t BackgroundQueue::run(double max_seconds) {
+int64_t BackgroundQueue::run(double max_seconds, int64_t max_jobs) {
   const auto start = std::chrono::steady_clock::now();
   int64_t ran = 0;
   for (;;) {
     std::shared_ptr<Job> job;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (jobs_.empty() || stopping_) break;
+      if (jobs_.empty() || stopping_ || ran >= max_jobs) break;
       job = jobs_.front();
       jobs_.pop_front();
       for (const auto& k : job->keys) running_keys_.insert(k);

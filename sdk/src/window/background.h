@@ -47,7 +47,9 @@ class BackgroundQueue {
   void await(const std::string& key);
   // Runs queued jobs on this thread until none is left or `max_seconds` passed (the job in hand
   // finishes); then, in kThread mode, waits for the worker's job in flight. Returns the jobs run here.
-  int64_t run(double max_seconds);
+  // At most `max_jobs` jobs are taken (close() drains only what was queued when it began, so operations
+  // still queuing on other threads cannot keep it running).
+  int64_t run(double max_seconds, int64_t max_jobs = INT64_MAX);
   int64_t queued() const;
   // Jobs that threw (their patch is simply not stored), and the last one's message.
   int64_t failed(std::string* last_error = nullptr) const;

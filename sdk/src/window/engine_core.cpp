@@ -154,6 +154,16 @@ void EngineCore::close() {
   }
   ORBIT_CHECK(!inside, "close(): called from inside an operation of this engine on the same thread; close the "
                        "engine after that operation returns");
+  // Canonicals and patches queued by first sights are what the store exists to keep (another process
+  // sharing the directory, or the next run, would otherwise encode them again): finish them on this
+  // thread first, while operations are still accepted. Work queued after this point is dropped below.
+  lock.unlock();
+  if (background_) (void)background_->run(1e30, background_->queued());
+  lock.lock();
+  if (closed_.load()) {
+    life_cv_.wait(lock, [&] { return store_closed_; });
+    return;
+  }
   closed_.store(true);
   life_cv_.wait(lock, [&] { return holds_ == 0; });
   lock.unlock();
