@@ -15,6 +15,10 @@ export PYTHONPATH="$ORBIT_BUILD/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
 step "The model: orbit info --model models/stories260K/stories260K.bin"
 "$ORBIT_BUILD/cli/orbit" info --model "$MODEL"
 
+step "Text in, text out: orbit generate --model models/stories260K/stories260K.bin --prompt \"Once upon a time\" --temperature 0"
+printf 'Once upon a time'
+"$ORBIT_BUILD/cli/orbit" generate --model "$MODEL" --prompt "Once upon a time" --max-tokens 40 --temperature 0
+
 step "The video agent (samples/video-agent): one clip's frames re-examined under changing prompts"
 "$PYTHON" "$ORBIT_ROOT/samples/video-agent/video_agent.py" --model "$MODEL" --out "$OUT"
 
