@@ -257,7 +257,16 @@ int main(int argc, char** argv) {
     const orbit::cli::Args a("bench_gpu",
                              {{"--preset", "--layers", "--windows", "--chunks", "--query", "--reps", "--device", "--dtype",
                                "--device-name", "--sections", "--json", "--rank"},
-                              {}},
+                              {},
+                              "usage: bench_gpu [--preset qwen2.5-7b] [--layers N] [--windows 8192,32768] [--chunks 512,2048,8192]\n"
+                              "                 [--query 16] [--reps 3] [--rank 16] [--device cuda] [--dtype bfloat16]\n"
+                              "                 [--sections ttft,prefill,bytes,reloc] [--device-name NAME] [--json PATH]\n"
+                              "  The GPU runtime side by side with its baselines, random weights of --preset's shape: TTFT after\n"
+                              "  placing a chunk (orbit vs re-prefill vs a prefix cache), prefill/decode vs PyTorch SDPA, device\n"
+                              "  bytes of windows and forks sharing chunks, relocation + patch apply vs copy bandwidth.\n"
+                              "  --layers N        cut the preset's depth;  --windows / --chunks  token counts W and B\n"
+                              "  --query N         query tokens after the chunk;  --reps N  repetitions;  --rank M  patch rank\n"
+                              "  --device-name S   the device name recorded in the JSON;  --json PATH  (default bench_gpu.json)\n"},
                              argc, argv, 1);
     c10::InferenceMode guard;
     const std::string preset = a.get_or("--preset", "qwen2.5-7b");

@@ -18,7 +18,11 @@ using namespace orbit;
 
 int main(int argc, char** argv) {
   try {
-    const cli::Args a("bench_window_scale", cli::ArgSpec{{"--model", "--sizes", "--reps"}, {}}, argc, argv, 1);
+    const cli::Args a("bench_window_scale", cli::ArgSpec{{"--model", "--sizes", "--reps"},
+                                                                   {},
+                                                                   "usage: bench_window_scale [--model PATH] [--sizes 10,50,100,250,500] [--reps 20]\n"
+                                                                   "  Plan and apply time of add_turn + evict against the window's instance count,\n"
+                                                                   "  with the growth exponent between sizes.\n"}, argc, argv, 1);
     const std::string model = a.get("--model").value_or(std::string(ORBIT_MODELS_DIR) + "/stories260K/stories260K.bin");
     const std::vector<int64_t> sizes = bench::parse_positive_list(a.get("--sizes").value_or("10,50,100,250,500"), "--sizes");
     const int64_t reps = a.get_int("--reps", 20, 1);
