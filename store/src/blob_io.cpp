@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,6 +71,20 @@ std::string errno_text(int error) {
   // GNU strerror_r returns the message (possibly not in buffer).
   return std::string(strerror_r(error, buffer, sizeof buffer));
 }
+
+ExclusiveStoreLock::ExclusiveStoreLock(const std::string& root, const std::string& operation,
+                                       const std::string& why) {
+  const std::string lock_path = root + "/LOCK";
+  fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ORBIT_CHECK(fd_ >= 0, "store " << root << ": cannot open " << lock_path << ": " << errno_text(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd_);
+    ORBIT_CHECK(false, "store " << root << " is open in another process; close it before " << operation << " ("
+                                << lock_path << ")" << (why.empty() ? "" : ": " + why));
+  }
+}
+
+ExclusiveStoreLock::~ExclusiveStoreLock() { ::close(fd_); }
 
 Status io_failure(const std::string& what, const std::string& path, int error) {
   const std::string reason = what + " " + path + ": " + errno_text(error);

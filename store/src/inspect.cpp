@@ -183,16 +183,7 @@ VerifyReport verify_store(const std::string& dir) {
 
 GcReport gc_store(const std::string& dir, const GcOptions& options) {
   const std::string root = store_root(dir);
-  const std::string lock_path = root + "/LOCK";
-  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  ORBIT_CHECK(lock_fd >= 0, "store " << root << ": cannot open " << lock_path << ": " << store::errno_text(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{lock_fd};
-  ORBIT_CHECK(::flock(lock_fd, LOCK_EX | LOCK_NB) == 0,
-              "store " << root << " is open in another process; close it before gc (" << lock_path
-                       << "): a write in flight there looks like garbage here");
+  const store::ExclusiveStoreLock lock(root, "gc", "a write in flight there looks like garbage here");
   // Holding the lock, no write is in flight: every temp file is dead and the row set is final.
   SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kReadWrite);
   const std::vector<DiskRow> rows = index.rows();

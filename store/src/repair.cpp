@@ -69,15 +69,7 @@ RepairReport repair_store(const std::string& dir) {
   ORBIT_CHECK(!ec, "store " << dir << ": cannot resolve the path: " << ec.message());
   if (root.size() > 1 && root.back() == '/') root.pop_back();
   ORBIT_CHECK(fs::is_directory(root + "/blobs", ec), "store " << root << ": no blobs/ directory: nothing to repair");
-  const std::string lock_path = root + "/LOCK";
-  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  ORBIT_CHECK(lock_fd >= 0, "store " << root << ": cannot open " << lock_path << ": " << store::errno_text(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{lock_fd};
-  ORBIT_CHECK(::flock(lock_fd, LOCK_EX | LOCK_NB) == 0,
-              "store " << root << " is open in another process; close it before repair (" << lock_path << ")");
+  const store::ExclusiveStoreLock lock(root, "repair");
 
   RepairReport report;
   // The newest verified blob of every key (symlinks are not followed: only files inside blobs/ count).

@@ -88,16 +88,9 @@ int64_t BackgroundQueue::run(double max_seconds, int64_t max_jobs) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (jobs_.empty() || stopping_ || ran >= max_jobs) break;
-      job = jobs_.front();
-      jobs_.pop_front();
-      for (const auto& k : job->keys) running_keys_.insert(k);
+      job = take_front_locked();
     }
-    run_one(*job, false);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& k : job->keys) running_keys_.erase(running_keys_.find(k));
-    }
-    done_cv_.notify_all();
+    run_taken(*job);
     ++ran;
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= max_seconds) break;
   }
@@ -113,17 +106,26 @@ void BackgroundQueue::worker() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
       if (stopping_) return;
-      job = jobs_.front();
-      jobs_.pop_front();
-      for (const auto& k : job->keys) running_keys_.insert(k);
+      job = take_front_locked();
     }
-    run_one(*job, false);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& k : job->keys) running_keys_.erase(running_keys_.find(k));
-    }
-    done_cv_.notify_all();
+    run_taken(*job);
   }
+}
+
+std::shared_ptr<BackgroundQueue::Job> BackgroundQueue::take_front_locked() {
+  std::shared_ptr<Job> job = jobs_.front();
+  jobs_.pop_front();
+  for (const auto& k : job->keys) running_keys_.insert(k);
+  return job;
+}
+
+void BackgroundQueue::run_taken(Job& job) {
+  run_one(job, false);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& k : job.keys) running_keys_.erase(running_keys_.find(k));
+  }
+  done_cv_.notify_all();
 }
 
 void BackgroundQueue::stop() {

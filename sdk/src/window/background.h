@@ -58,6 +58,10 @@ class BackgroundQueue {
  private:
   void worker();
   void run_one(Job& job, bool critical);
+  // Pops the front job and marks its keys running. Call with mu_ held and jobs_ not empty.
+  std::shared_ptr<Job> take_front_locked();
+  // Runs a job taken by take_front_locked() off the critical path, then clears its keys and wakes waiters.
+  void run_taken(Job& job);
 
   const BackgroundMode mode_;
   mutable std::mutex mu_;

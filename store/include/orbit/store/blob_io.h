@@ -57,6 +57,20 @@ Result<std::string> confine_blob_path(const std::string& root, const std::string
 // strerror_r as a std::string.
 std::string errno_text(int error);
 
+// An exclusive hold (flock) on store `root`'s LOCK file, for maintenance that must see no other process
+// (gc, repair); released by the destructor. Throws orbit::Error naming the store and `operation` (and
+// `why`, when given) if another process has the store open, or naming the LOCK file if it cannot be opened.
+class ExclusiveStoreLock {
+ public:
+  ExclusiveStoreLock(const std::string& root, const std::string& operation, const std::string& why = "");
+  ~ExclusiveStoreLock();
+  ExclusiveStoreLock(const ExclusiveStoreLock&) = delete;
+  ExclusiveStoreLock& operator=(const ExclusiveStoreLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // Status for a failed system call on `path`: out_of_capacity for ENOSPC/EDQUOT/EFBIG, refused otherwise.
 Status io_failure(const std::string& what, const std::string& path, int error);
 
