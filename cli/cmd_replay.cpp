@@ -32,12 +32,14 @@ namespace {
 const char* kReplayUsage =
     "usage: orbit replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--no-fidelity]\n"
     "                    [--patch-capacity BYTES] [--page-size N] [--device D] [--dtype T] [--calibrate] [--quiet]\n"
+    "                    [--host-budget BYTES] [--eviction lru|cost-aware] [--device-tier BYTES]\n"
     "  Replays a window-operation trace (orbit-trace/1) under each policy and the baselines (reprefill, prefix,\n"
     "  blind), each on its own engine: per step forward tokens, milliseconds and KL vs. re-prefill; totals,\n"
     "  ratios and the offline bound of the policy's patch demands.\n"
     "  TRACE / --trace FILE     the trace (positional or named, not both)\n"
     "  --model PATH             a llama2.c .bin or a Hugging Face directory (text traces need a tokenizer)\n"
-    "  --policy SPECS           comma-separated policies, e.g. patch:16,patch:16:exact,orbit:8 (default patch:16)\n"
+    "  --policy SPECS           comma-separated policies, e.g. default,patch:16,patch:16:exact (default: 'default',\n"
+    "                           the default policy, patch:16 with a per-step KL budget; see orbit/policy.h)\n"
     "  --json OUT|-             write the full report as JSON to OUT; '-' prints it instead of the table\n"
     "  --explain                print every step's plan\n"
     "  --no-fidelity            skip the two fidelity forwards per step (cost only)\n"
@@ -45,6 +47,9 @@ const char* kReplayUsage =
     "  --page-size N            tokens per KV page of the replay engines (default 16)\n"
     "  --device D               cpu (default), cuda or cuda:N;  --dtype T   float32 (default), bfloat16, float16\n"
     "  --calibrate              calibrate each engine first (cost model and the fidelity model :kl= budgets use)\n"
+    "  --host-budget BYTES      the store's host tier in every replay engine (default 1 GiB): where patches live\n"
+    "  --eviction POLICY        the store's eviction policy: lru (default) or cost-aware (recompute saved per byte)\n"
+    "  --device-tier BYTES      a device tier of canonicals in GPU memory (default 0 = none; needs --device cuda)\n"
     "  --quiet                  no progress on stderr\n";
 
 std::vector<std::string> split_commas(const std::string& text) {
@@ -136,6 +141,14 @@ void print_totals(const ReplayReport& r) {
                 static_cast<long long>(t.patch_hits), kl, t.mean_predicted_kl, max_kl, top1,
                 t.refused > 0 ? ("  (" + std::to_string(t.refused) + " refused)").c_str() : "");
   }
+  std::printf("\nfidelity model vs measured KL (steps where both > %.0e): pred/meas = geometric mean of predicted /\n"
+              "measured; miss = the typical factor one step's prediction is off by\n", kKlFloor);
+  for (const PolicyReplay& p : r.policies) {
+    if (p.totals.predicted_steps == 0) continue;
+    std::printf("  %-34s steps %3lld  pred/meas %8.2f  miss x%.2f\n", p.policy.c_str(),
+                static_cast<long long>(p.totals.predicted_steps), p.totals.kl_prediction_bias, p.totals.kl_prediction_spread);
+  }
+  if (!r.policies.empty()) std::printf("  model: %s\n", r.policies.front().fidelity_model.c_str());
   std::printf(
       "crit-fwd: token-forwards on the critical path (plan + apply); fwd-tok: those plus the background work\n"
       "(canonical encodes, patch forming) the steps queued; full-pf: a full re-prefill of the window after every\n"
@@ -181,7 +194,7 @@ int run_replay(int argc, char** argv, int first) {
   if (first < argc && argv[first][0] != '-') trace_path = argv[first++];
   const Args args("replay",
                   ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--page-size", "--trace", "--device",
-                           "--dtype"},
+                           "--dtype", "--host-budget", "--eviction", "--device-tier"},
                           {"--explain", "--no-fidelity", "--quiet", "--calibrate"},
                           kReplayUsage},
                   argc, argv, first);
@@ -193,7 +206,14 @@ int run_replay(int argc, char** argv, int first) {
   o.engine.device = args.get_or("--device", "cpu");
   o.engine.dtype = args.get_or("--dtype", "float32");
   (void)compute_target(args);  // a bad or unavailable --device / --dtype fails here, naming the argument
-  o.policies = split_commas(args.get("--policy").value_or("patch:16"));
+  o.engine.host_budget_bytes = args.get_int("--host-budget", o.engine.host_budget_bytes, 0);
+  o.engine.eviction = args.get_or("--eviction", "lru");
+  ORBIT_CHECK(o.engine.eviction == "lru" || o.engine.eviction == "cost-aware",
+              "replay: argument '--eviction' is '" << o.engine.eviction << "' (known: lru, cost-aware)");
+  o.engine.device_tier_bytes = args.get_int("--device-tier", 0, 0);
+  ORBIT_CHECK(o.engine.device_tier_bytes == 0 || o.engine.device.rfind("cuda", 0) == 0,
+              "replay: argument '--device-tier' needs --device cuda[:N] (a device tier lives in GPU memory)");
+  o.policies = split_commas(args.get("--policy").value_or("default"));
   for (const std::string& spec : o.policies) {
     try {
       parse_policy(spec);

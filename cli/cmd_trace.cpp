@@ -21,11 +21,20 @@ int run_make_trace(int argc, char** argv, int first) {
       "make-trace",
       ArgSpec{{"--kind", "--steps", "--seed", "--model", "--out", "--chunk-tokens"},
               {"--sample-text"},
-              "usage: orbit make-trace --kind web|video|agent --model PATH --out FILE [--steps N] [--seed S]\n"
+              "usage: orbit make-trace --kind K --model PATH --out FILE [--steps N] [--seed S]\n"
               "                        [--chunk-tokens N] [--sample-text]\n"
               "  Writes a generated agent trace (orbit-trace/1) for `orbit replay`.\n"
-              "  --kind K           web (screenshots, actions, observations), video (frames re-examined under\n"
-              "                     changing prompts) or agent (documents and tool results); default web\n"
+              "  --kind K           agent patterns, story-like text throughout ({\"text\": ...} chunks, turns and\n"
+              "                     probe question; the window filled to the model's positions - 24):\n"
+              "                       browse   pages slide over a growing transcript, look-backs at old pages\n"
+              "                       coding   files read, tool calls and outputs dropped once used, files edited\n"
+              "                       videoqa  frames re-examined under new questions, reorders, set aside and back\n"
+              "                       fanout   sub-agents forked over a shared document set, commit / drop\n"
+              "                       rag      retrieved documents re-ranked and re-retrieved each turn\n"
+              "                     regression workloads (random token ids, or --sample-text):\n"
+              "                       web (screenshots, actions, observations), video (frames under changing\n"
+              "                       prompts), agent (documents and tool results); default web\n"
+              "                     (docs: bench/replay/TRACES.md)\n"
               "  --model PATH       the model it is for (vocabulary, positions, M-RoPE grids)\n"
               "  --out FILE         where to write the trace\n"
               "  --steps N          agent steps (each expands to several trace steps; default 12)\n"
@@ -45,7 +54,11 @@ int run_make_trace(int argc, char** argv, int first) {
   EngineOptions eo;
   eo.model = args.required("--model");
   eo.pool_bytes = int64_t{1} << 20;
-  const ModelInfo info = Engine::open(eo)->model_info();
+  const std::shared_ptr<Engine> engine = Engine::open(eo);
+  const ModelInfo info = engine->model_info();
+  if (engine->has_tokenizer()) {
+    o.text_tokens = [engine](const std::string& text) { return static_cast<int64_t>(engine->tokenize(text, false).size()); };
+  }
   o.vocab_size = info.vocab_size;
   o.max_positions = info.max_positions;
   o.position_rows = info.position_rows;

@@ -3,6 +3,14 @@
 // Vertices live in a std::list (listS) so descriptors stay valid while other vertices are removed; two
 // hash maps index them by the caller's ids. A copy of the adjacency_list gets new descriptors, so the
 // copy constructor re-indexes from the vertices' own properties.
+//
+// In a window every instance is formed on all the instances before it, so an early instance is the
+// antecedent of O(n) patches, and removing an edge from its (vector) out-edge list is a scan of O(n).
+// Dropping a whole patch of n antecedents is then O(n²), and re-conditioning every instance of a window
+// O(n³). set_conditioning() therefore updates an existing patch node in place: only the antecedents that
+// left are unlinked and only the new ones linked, so re-forming an instance on its context minus an
+// evicted instance (what re-conditioning after a slide does) touches one edge, not n. The patch node keeps
+// its antecedents in the caller's order (antecedents() reports that order, whatever the edge lists hold).
 #include "orbit/planner/dependency_graph.h"
 
 #include <algorithm>
@@ -25,6 +33,7 @@ struct Node {
   bool is_patch = false;
   InstanceId instance = 0;  // instance nodes: the instance; patch nodes: the conditioned instance
   PatchId patch = 0;        // patch nodes only
+  std::vector<InstanceId> antecedents;  // patch nodes only, in set_conditioning() order
   std::string chunk_key;    // instance nodes only
   bool live = false;        // instance nodes only
 };
@@ -70,9 +79,10 @@ struct DependencyGraph::Impl {
   std::unordered_map<InstanceId, Vertex> instances;  // every present instance
   std::unordered_map<InstanceId, Vertex> patch_of;   // conditioned instance -> its patch node
   int64_t live = 0;
+  mutable GraphWork work;
 
   Impl() = default;
-  Impl(const Impl& other) : graph(other.graph), live(other.live) {
+  Impl(const Impl& other) : graph(other.graph), live(other.live), work(other.work) {
     for (auto [it, end] = boost::vertices(graph); it != end; ++it) {
       const Node& node = graph[*it];
       (node.is_patch ? patch_of : instances)[node.instance] = *it;
@@ -85,37 +95,37 @@ struct DependencyGraph::Impl {
     return it->second;
   }
 
-  // Removes `id`'s patch node, if any, and returns its antecedent vertices (GC candidates).
-  std::vector<Vertex> detach_patch(InstanceId id) {
-    std::vector<Vertex> antecedents;
+  // Removes `id`'s patch node, if any, and returns its antecedents' ids (GC candidates).
+  std::vector<InstanceId> detach_patch(InstanceId id) {
+    std::vector<InstanceId> antecedents;
     auto it = patch_of.find(id);
     if (it == patch_of.end()) return antecedents;
     Vertex p = it->second;
-    for (auto [e, end] = boost::in_edges(p, graph); e != end; ++e) antecedents.push_back(boost::source(*e, graph));
+    antecedents = std::move(graph[p].antecedents);
+    work.edges_removed += static_cast<int64_t>(antecedents.size()) + 1;
     boost::clear_vertex(p, graph);
     boost::remove_vertex(p, graph);
     patch_of.erase(it);
     return antecedents;
   }
 
-  // Drops evicted instances nothing references any more, transitively. A vertex can be queued more than
-  // once (an instance that was an antecedent of two released patches); it is removed the first time, and
-  // a removed descriptor must never be read again (listS descriptors point into freed nodes).
-  void collect(std::vector<Vertex> work) {
-    std::unordered_set<Vertex> removed;
-    while (!work.empty()) {
-      Vertex v = work.back();
-      work.pop_back();
-      if (removed.count(v) != 0) continue;
-      const Node& node = graph[v];
-      if (node.live || boost::out_degree(v, graph) != 0) continue;
-      InstanceId id = node.instance;
-      std::vector<Vertex> released = detach_patch(id);
-      work.insert(work.end(), released.begin(), released.end());
-      boost::clear_vertex(v, graph);  // no edges left; kept for symmetry with detach_patch
-      removed.insert(v);              // before remove_vertex frees the node v points at
-      boost::remove_vertex(v, graph);
-      instances.erase(id);
+  // Drops evicted instances nothing references any more, transitively. The work list holds instance ids,
+  // never vertex descriptors: an id can be queued more than once (an instance that was an antecedent of
+  // two released patches), and a listS descriptor of a vertex removed earlier in the sweep points at a
+  // freed node, which must be neither read nor compared. An id no longer indexed was removed already.
+  void collect(std::vector<InstanceId> pending) {
+    while (!pending.empty()) {
+      const InstanceId id = pending.back();
+      pending.pop_back();
+      auto it = instances.find(id);
+      if (it == instances.end()) continue;
+      const Vertex v = it->second;
+      if (graph[v].live || boost::out_degree(v, graph) != 0) continue;
+      ++work.instances_collected;
+      std::vector<InstanceId> released = detach_patch(id);
+      pending.insert(pending.end(), released.begin(), released.end());
+      boost::remove_vertex(v, graph);  // no edges left: no out-edges (checked), its patch detached
+      instances.erase(it);
     }
   }
 
@@ -152,7 +162,7 @@ void DependencyGraph::remove_instance(InstanceId id) {
   ORBIT_CHECK(impl_->graph[v].live, "DependencyGraph::remove_instance: instance " << id << " is already evicted");
   impl_->graph[v].live = false;
   --impl_->live;
-  impl_->collect({v});
+  impl_->collect({id});
 }
 
 void DependencyGraph::reinstate(InstanceId id) {
@@ -197,24 +207,46 @@ void DependencyGraph::set_conditioning(InstanceId conditioned, PatchId patch,
     ORBIT_CHECK(seen.insert(a).second, "DependencyGraph::set_conditioning: antecedent " << a << " listed twice");
     sources.push_back(im.find(a, "set_conditioning (antecedent)"));
   }
-  // Detach the old patch first but collect only after the new one holds its antecedents, so an evicted
-  // instance referenced by both survives the swap.
-  std::vector<Vertex> released = im.detach_patch(conditioned);
+  // An existing conditioning is updated in place: antecedents that left are unlinked, new ones linked.
+  // Those that left are collected only after the update, so an evicted instance still referenced elsewhere
+  // survives it.
+  if (auto existing = im.patch_of.find(conditioned); existing != im.patch_of.end()) {
+    const Vertex p = existing->second;
+    Node& node = im.graph[p];
+    std::unordered_set<InstanceId> had(node.antecedents.begin(), node.antecedents.end());
+    std::vector<InstanceId> released;
+    for (InstanceId a : node.antecedents) {
+      if (seen.count(a) != 0) continue;
+      boost::remove_edge(im.instances.at(a), p, im.graph);
+      ++im.work.edges_removed;
+      released.push_back(a);
+    }
+    for (std::size_t i = 0; i < antecedents.size(); ++i) {
+      if (had.count(antecedents[i]) != 0) continue;
+      boost::add_edge(sources[i], p, im.graph);
+      ++im.work.edges_added;
+    }
+    node.patch = patch;
+    node.antecedents = antecedents;
+    im.collect(std::move(released));
+    return;
+  }
   Node node;
   node.is_patch = true;
   node.instance = conditioned;
   node.patch = patch;
+  node.antecedents = antecedents;
   Vertex p = boost::add_vertex(std::move(node), im.graph);
   for (Vertex s : sources) boost::add_edge(s, p, im.graph);
   boost::add_edge(p, x, im.graph);
   im.patch_of[conditioned] = p;
-  im.collect(std::move(released));
+  im.work.edges_added += static_cast<int64_t>(sources.size()) + 1;
 }
 
 void DependencyGraph::clear_conditioning(InstanceId id) {
-  Vertex v = impl_->find(id, "clear_conditioning");
-  std::vector<Vertex> released = impl_->detach_patch(id);
-  released.push_back(v);  // an evicted instance that lost its patch may itself be unreferenced (no-op if not)
+  impl_->find(id, "clear_conditioning");
+  std::vector<InstanceId> released = impl_->detach_patch(id);
+  released.push_back(id);  // an evicted instance that lost its patch may itself be unreferenced (no-op if not)
   impl_->collect(std::move(released));
 }
 
@@ -225,12 +257,9 @@ bool DependencyGraph::has_conditioning(InstanceId id) const {
 
 std::vector<InstanceId> DependencyGraph::antecedents(InstanceId id) const {
   impl_->find(id, "antecedents");
-  std::vector<InstanceId> out;
   auto it = impl_->patch_of.find(id);
-  if (it == impl_->patch_of.end()) return out;
-  for (auto [e, end] = boost::in_edges(it->second, impl_->graph); e != end; ++e)
-    out.push_back(impl_->graph[boost::source(*e, impl_->graph)].instance);
-  return out;
+  if (it == impl_->patch_of.end()) return {};
+  return impl_->graph[it->second].antecedents;
 }
 
 std::vector<Conditioning> DependencyGraph::patches() const {
@@ -251,6 +280,7 @@ std::vector<InstanceId> DependencyGraph::dependents(InstanceId id) const {
     Vertex u = queue.front();
     queue.pop_front();
     for (auto [e, end] = boost::out_edges(u, g); e != end; ++e) {
+      ++impl_->work.edges_visited;
       Vertex w = impl_->conditioned_by(boost::target(*e, g));
       if (reached.emplace(g[w].instance, w).second) queue.push_back(w);
     }
@@ -267,7 +297,7 @@ std::vector<InstanceId> DependencyGraph::dependents(InstanceId id) const {
   size_t i = 0;
   for (const auto& [instance, u] : reached) {
     std::vector<size_t> targets;
-    for (auto [e, end] = boost::out_edges(u, g); e != end; ++e)
+    for (auto [e, end] = boost::out_edges(u, g); e != end; ++e, ++impl_->work.edges_visited)
       targets.push_back(index.at(g[impl_->conditioned_by(boost::target(*e, g))].instance));
     std::sort(targets.rbegin(), targets.rend());
     for (size_t t : targets) boost::add_edge(i, t, small);
@@ -287,6 +317,10 @@ std::vector<InstanceId> DependencyGraph::dependents(InstanceId id) const {
   }
   return order;
 }
+
+int64_t DependencyGraph::num_edges() const { return static_cast<int64_t>(boost::num_edges(impl_->graph)); }
+
+GraphWork DependencyGraph::work() const { return impl_->work; }
 
 std::string DependencyGraph::to_dot() const {
   const Graph& g = impl_->graph;

@@ -21,7 +21,7 @@ ChunkStore::ChunkStore(ChunkStoreOptions options) : options_(std::move(options))
   ORBIT_CHECK(options_.device_policy && options_.host_policy && options_.disk_policy,
               "ChunkStore: every tier needs an eviction policy");
   if (options_.device) device_ = std::make_unique<DeviceTier>(*options_.device);
-  host_ = std::make_unique<MemoryTier>(options_.host_budget_bytes);
+  host_ = std::make_unique<MemoryTier>(options_.host_budget_bytes, options_.pinned_host);
   if (!options_.dir.empty()) {
     DiskTierOptions disk;
     disk.dir = options_.dir;
@@ -55,6 +55,11 @@ ChunkStore::~ChunkStore() {
     if (remote_ && remote_->stats().available) (void)remote_->drain(std::chrono::milliseconds(2000));
   } catch (...) {  // a destructor must not throw; the access times are an optimisation
   }
+}
+
+Result<RemoteReadSample> ChunkStore::measure_remote_read(int64_t bytes) {
+  if (!remote_) return Status::refused("ChunkStore: no remote tier to measure");
+  return remote_->measure_read(bytes);
 }
 
 bool ChunkStore::drain_remote(std::chrono::milliseconds timeout) { return !remote_ || remote_->drain(timeout); }
@@ -195,9 +200,9 @@ void ChunkStore::evict(Tier& t, const std::string& key) {
     return;
   }
   ++counters(t.id()).evictions;
-  Result<ValuePtr> value = t.read(key);
+  Result<ValuePtr> value = t.read(key);  // device pages are gathered to host memory for the tiers below
   t.remove(key);
-  if (value && place_below(t.id(), key, value.value())) ++counters(t.id()).demotions;
+  if (value && place_below(t.id(), key, host_copy(value.value()))) ++counters(t.id()).demotions;
   forget_if_gone(key);
 }
 
@@ -449,16 +454,26 @@ std::optional<StoreTier> ChunkStore::residence(const std::string& key) const {
 
 Status ChunkStore::erase(const std::string& key) {
   check_key(key, "erase");
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!meta_.count(key)) return Status::not_found("ChunkStore: no entry " + key);
-  if (disk_ && disk_->contains(key)) {
-    Status s = disk_->erase(key);
-    if (!s) return s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (meta_.count(key)) {
+      if (disk_ && disk_->contains(key)) {
+        Status s = disk_->erase(key);
+        if (!s) return s;
+      }
+      if (device_) device_->remove(key);
+      host_->remove(key);
+      meta_.erase(key);
+      if (remote_) remote_->erase(key);
+      return Status::ok();
+    }
   }
-  if (device_) device_->remove(key);
-  host_->remove(key);
-  meta_.erase(key);
-  return Status::ok();
+  // Not held here: it may still be on the shared remote (written by another process).
+  if (remote_ && remote_->contains(key)) {
+    remote_->erase(key);
+    return Status::ok();
+  }
+  return Status::not_found("ChunkStore: no entry " + key);
 }
 
 Status ChunkStore::pin(const std::string& key) {
@@ -532,12 +547,15 @@ StoreStats ChunkStore::stats() const {
       t.budget_bytes = source->budget_bytes();
       for (const auto& [key, m] : meta_) t.pinned_entries += (m.pinned && source->contains(key)) ? 1 : 0;
     }
+    t.policy = policy(id).name();
     t.hits = c.hits;
     t.evictions = c.evictions;
     t.demotions = c.demotions;
     t.promotions = c.promotions;
     s.tiers.push_back(t);
   }
+  s.canonical_encoding = options_.int8_cold_tier ? BlobEncoding::kInt8 : BlobEncoding::kExact;
+  s.pinned_host = options_.pinned_host;
   s.misses = misses_;
   s.refusals = refusals_;
   s.corrupt_reads = corrupt_reads_;

@@ -61,7 +61,8 @@ at::Tensor DeviceLease::gather(int64_t kind) const {
   ORBIT_CHECK(valid(), "DeviceLease::gather: the lease is empty");
   std::lock_guard<std::mutex> lock(pool_->mutex);
   const at::Tensor& storage = pool_->pool.storage(kind);  // [L, P, page_size, width]
-  const at::Tensor ids = at::tensor(std::vector<int64_t>(pages_.begin(), pages_.end()), at::kLong);
+  const at::Tensor ids =
+      at::tensor(std::vector<int64_t>(pages_.begin(), pages_.end()), at::kLong).to(storage.device());
   const at::Tensor rows = storage.index_select(1, ids);    // [L, pages, page_size, width]
   return rows.reshape({rows.size(0), -1, rows.size(3)}).narrow(1, 0, length_).contiguous();
 }
@@ -87,6 +88,7 @@ DeviceTier::DeviceTier(const DeviceTierOptions& options) : options_(options) {
   pool.page_size = l.page_size;
   pool.widths = l.widths;
   pool.dtype = l.dtype;
+  pool.device = l.device;
   pool_ = std::make_shared<SharedPool>(pool);  // validates the options (throws naming the field)
   page_bytes_ = pool_->pool.page_bytes();
 }
@@ -138,14 +140,16 @@ Status DeviceTier::insert(const std::string& key, const ValuePtr& value) {
   Status allocated = pool_->pool.allocate(num, entry.pages);
   if (!allocated) return Status::out_of_capacity("device tier: " + allocated.reason());
   // One copy per (layer, kind): whole pages by index_copy_, the tail into the last page (rest zeroed).
-  const at::Tensor ids = at::tensor(std::vector<int64_t>(entry.pages.begin(), entry.pages.end()), at::kLong);
+  const c10::Device device = pool_->pool.device();
+  const at::Tensor ids =
+      at::tensor(std::vector<int64_t>(entry.pages.begin(), entry.pages.end()), at::kLong).to(device);
   const int64_t ps = l.page_size, full = entry.length / ps, tail = entry.length % ps;
   for (size_t s = 0; s < l.kinds.size(); ++s) {
     const at::Tensor& storage = pool_->pool.storage(static_cast<int64_t>(s));  // [L, P, page_size, width]
     for (int64_t layer = 0; layer < l.num_layers; ++layer) {
       const at::Tensor& t = value->at(layer_tensor_name(layer, l.kinds[s]));
       if (layer == 0) entry.trailing.emplace_back(t.sizes().begin() + 1, t.sizes().end());
-      const at::Tensor src = t.reshape({entry.length, l.widths[s]});
+      const at::Tensor src = t.reshape({entry.length, l.widths[s]}).to(device);  // host → device once
       const at::Tensor dst = storage.select(0, layer);
       if (full > 0) dst.index_copy_(0, ids.narrow(0, 0, full), src.narrow(0, 0, full * ps).view({full, ps, l.widths[s]}));
       if (tail > 0) {
@@ -173,7 +177,8 @@ Result<ValuePtr> DeviceTier::read(const std::string& key) {
   // One gather per (layer, kind); the result is contiguous, so the reshapes below are views.
   std::vector<NamedTensor> ordered;
   std::lock_guard<std::mutex> lock(pool_->mutex);
-  const at::Tensor ids = at::tensor(std::vector<int64_t>(e.pages.begin(), e.pages.end()), at::kLong);
+  const at::Tensor ids =
+      at::tensor(std::vector<int64_t>(e.pages.begin(), e.pages.end()), at::kLong).to(pool_->pool.device());
   for (int64_t layer = 0; layer < l.num_layers; ++layer) {
     for (size_t s = 0; s < l.kinds.size(); ++s) {
       const at::Tensor rows = pool_->pool.storage(static_cast<int64_t>(s)).select(0, layer).index_select(0, ids);
@@ -183,7 +188,13 @@ Result<ValuePtr> DeviceTier::read(const std::string& key) {
                          rows.view({-1, l.widths[s]}).narrow(0, 0, e.length).view(shape)});
     }
   }
-  return make_value(e.kind, std::move(ordered), e.attrs, /*copy=*/false);
+  // Not make_value (which copies to host memory): a read from device pages stays on the device. The
+  // tensors are fresh gathers, owned by the value alone, and were validated when they were inserted.
+  auto value = std::make_shared<StoredValue>();
+  value->kind = e.kind;
+  value->tensors = std::move(ordered);
+  value->attrs = e.attrs;
+  return ValuePtr(std::move(value));
 }
 
 void DeviceTier::remove(const std::string& key) {

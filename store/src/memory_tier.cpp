@@ -1,18 +1,22 @@
 #include "orbit/store/memory_tier.h"
 
+#include <ATen/Context.h>
+
 #include "orbit/common/error.h"
 
 namespace orbit::store {
 
-MemoryTier::MemoryTier(int64_t budget_bytes) : budget_(budget_bytes) {
+MemoryTier::MemoryTier(int64_t budget_bytes, bool pinned) : budget_(budget_bytes), pinned_(pinned) {
   ORBIT_CHECK(budget_bytes >= 0, "host tier: budget must be >= 0 bytes, got " << budget_bytes);
+  ORBIT_CHECK(!pinned || at::hasCUDA(),
+              "host tier: pinned host memory (ChunkStoreOptions::pinned_host) needs CUDA, which this process lacks");
 }
 
 Status MemoryTier::insert(const std::string& key, const ValuePtr& value) {
   ORBIT_CHECK(value != nullptr, "host tier: null value for key " << key);
   remove(key);
   used_ += value->bytes();
-  values_[key] = value;
+  values_[key] = pinned_ ? pinned_copy(*host_copy(value)) : host_copy(value);
   return Status::ok();
 }
 

@@ -223,13 +223,21 @@ Status RedisClient::connect(Node& node) {
   return Status::ok();
 }
 
-Result<RedisReply> RedisClient::run(Node& node, const std::vector<std::vector<std::string>>& pipeline, bool asking) {
+Result<RedisReply> RedisClient::run(Node& node, const std::vector<std::vector<std::string>>& pipeline, bool asking,
+                                    std::vector<RedisReply>* replies) {
   SigpipeGuard guard;
   Status connected = connect(node);
   if (!connected) return connected;
   std::vector<std::vector<std::string>> all;
-  if (asking) all.push_back({"ASKING"});
-  all.insert(all.end(), pipeline.begin(), pipeline.end());
+  std::vector<bool> is_asking;
+  for (const auto& argv : pipeline) {
+    if (asking) {  // ASKING admits only the command right after it
+      all.push_back({"ASKING"});
+      is_asking.push_back(true);
+    }
+    all.push_back(argv);
+    is_asking.push_back(false);
+  }
   for (const auto& argv : all) {
     std::vector<const char*> ptrs;
     std::vector<std::size_t> lens;
@@ -253,6 +261,7 @@ Result<RedisReply> RedisClient::run(Node& node, const std::vector<std::vector<st
     }
     last = convert(static_cast<redisReply*>(raw));
     freeReplyObject(raw);
+    if (replies != nullptr && !is_asking[i]) replies->push_back(last);
   }
   return last;
 }
@@ -352,10 +361,23 @@ Result<RedisReply> RedisClient::transaction(const std::vector<std::vector<std::s
   pipeline.push_back({"MULTI"});
   pipeline.insert(pipeline.end(), commands.begin(), commands.end());
   pipeline.push_back({"EXEC"});
-  Result<RedisReply> r = run(*node, pipeline, false);
+  std::vector<RedisReply> replies;
+  Result<RedisReply> r = run(*node, pipeline, false, &replies);
   if (!r) {
     if (url_.cluster) slots_known_ = false;
     return r;
+  }
+  RedisEndpoint to;
+  for (const RedisReply& queued : replies) {
+    if (r.value().type == RedisReply::Type::kArray || !redirection(queued, "ASK", &to)) continue;
+    // The slot is migrating and these keys are not on the source: they go to the importing node. A
+    // multi-key transaction there is refused (TRYAGAIN) until the migration ends, so the commands run
+    // one by one in order, each after ASKING; EXEC's reply array is rebuilt from their replies.
+    RedisReply exec;
+    exec.type = RedisReply::Type::kArray;
+    Result<RedisReply> last = run(*node_at(to), commands, true, &exec.elements);
+    if (!last) return last;
+    return exec;
   }
   if (r.value().type != RedisReply::Type::kArray) {
     // EXECABORT after a queued command was redirected (MOVED/ASK) or refused: nothing was applied.

@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 
@@ -173,6 +176,71 @@ void RemoteTier::put(const std::string& key, const ValuePtr& value) {
   cv_.notify_all();
 }
 
+void RemoteTier::erase(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_) return;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    // The front may be the write in flight: it stays, and the removal below runs after it.
+    const bool in_flight = in_flight_ && it == queue_.begin();
+    if (it->key == key && it->value && !in_flight) {
+      queued_bytes_ -= it->bytes;
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  queue_.push_back(Pending{key, nullptr, 0});
+  stats_.queued = static_cast<int64_t>(queue_.size());
+  cv_.notify_all();
+}
+
+Result<RemoteReadSample> RemoteTier::measure_read(int64_t bytes, int reps) {
+  ORBIT_CHECK(bytes >= 1 && reps >= 1, "remote: measure_read needs bytes >= 1 and reps >= 1");
+  if (!available()) return Status::refused("remote " + stats_.url + " is down (retrying later)");
+  static std::atomic<uint64_t> probes{0};
+  Sha256 h;
+  const std::string tag = "orbit.remote-probe.v1";
+  h.update_u64(tag.size()).update(tag).update_u64(fingerprint_.size()).update(fingerprint_);
+  h.update_u64(static_cast<uint64_t>(::getpid())).update_u64(probes.fetch_add(1));
+  h.update_u64(static_cast<uint64_t>(Clock::now().time_since_epoch().count()));
+  const std::string key = h.hex_digest();
+  const at::Tensor payload = at::randint(0, 256, {bytes}, at::TensorOptions().dtype(at::kByte));
+  const ValuePtr value = make_value(EntryKind::kOther, {{"probe", payload}}, {}, /*copy=*/false);
+  const std::string blob = serialize(encode_blob(key, fingerprint_, *value, BlobEncoding::kExact));
+  Status written = backend_->put(key, blob);
+  if (!written) {
+    failed(written.reason());
+    return written;
+  }
+  RemoteReadSample best{static_cast<int64_t>(blob.size()), 1e30};
+  Status status = Status::ok();
+  for (int i = 0; i < reps && status.is_ok(); ++i) {
+    const auto start = Clock::now();
+    BackendRead r = backend_->get(key);
+    if (r.outcome != BackendRead::Outcome::kHit) {
+      status = Status::refused("remote " + stats_.url + ": the probe read failed: " +
+                               (r.reason.empty() ? std::string("a miss") : r.reason));
+      break;
+    }
+    at::Tensor read = at::empty({static_cast<int64_t>(r.bytes.size())}, at::TensorOptions().dtype(at::kByte));
+    std::memcpy(read.data_ptr(), r.bytes.data(), r.bytes.size());
+    Result<DecodedBlob> decoded = decode_blob(read, "", "remote probe " + key);
+    if (!decoded) {
+      status = Status::refused(decoded.status().reason());
+      break;
+    }
+    best.seconds = std::min(best.seconds, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  (void)backend_->remove(key);
+  if (!status) {
+    failed(status.reason());
+    return status;
+  }
+  succeeded();
+  best.seconds = std::max(best.seconds, 1e-9);
+  return best;
+}
+
 bool RemoteTier::drain(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_for(lock, timeout, [&] { return queue_.empty() && !in_flight_; });
@@ -190,15 +258,23 @@ void RemoteTier::writer_loop() {
     Pending p = queue_.front();
     in_flight_ = true;
     lock.unlock();
-    const std::string bytes = serialize(encode_blob(p.key, fingerprint_, *p.value, BlobEncoding::kExact));
-    Status s = backend_->put(p.key, bytes);
+    std::string bytes;
+    Status s = Status::ok();
+    if (p.value) {
+      bytes = serialize(encode_blob(p.key, fingerprint_, *p.value, BlobEncoding::kExact));
+      s = backend_->put(p.key, bytes);
+    } else {
+      s = backend_->remove(p.key);
+    }
     if (!s) failed(s.reason());
     else succeeded();
     lock.lock();
     in_flight_ = false;
-    if (s) {
+    if (s && p.value) {
       ++stats_.writes;
       stats_.bytes_written += static_cast<int64_t>(bytes.size());
+    } else if (s) {
+      ++stats_.removals;
     } else {
       ++stats_.write_failures;
     }

@@ -58,6 +58,31 @@ ValuePtr make_value(EntryKind kind, std::vector<NamedTensor> tensors, std::map<s
   return value;
 }
 
+ValuePtr host_copy(const ValuePtr& value) {
+  bool on_host = true;
+  for (const NamedTensor& t : value->tensors) on_host = on_host && t.tensor.device().is_cpu();
+  if (on_host) return value;
+  return make_value(value->kind, value->tensors, value->attrs, /*copy=*/false);  // .to(kCPU) copies
+}
+
+ValuePtr pinned_copy(const StoredValue& value) {
+  ORBIT_CHECK(at::hasCUDA(), "store: pinned host memory needs a CUDA build of libtorch with a device");
+  auto out = std::make_shared<StoredValue>();
+  out->kind = value.kind;
+  out->attrs = value.attrs;
+  out->tensors.reserve(value.tensors.size());
+  for (const NamedTensor& t : value.tensors) {
+    if (t.tensor.device().is_cpu() && t.tensor.is_pinned()) {
+      out->tensors.push_back(t);
+      continue;
+    }
+    at::Tensor pinned = at::empty(t.tensor.sizes(), t.tensor.options().device(at::kCPU).pinned_memory(true));
+    pinned.copy_(t.tensor);
+    out->tensors.push_back({t.name, std::move(pinned)});
+  }
+  return out;
+}
+
 bool values_equal(const StoredValue& a, const StoredValue& b) {
   if (a.kind != b.kind || a.attrs != b.attrs || a.tensors.size() != b.tensors.size()) return false;
   for (size_t i = 0; i < a.tensors.size(); ++i) {

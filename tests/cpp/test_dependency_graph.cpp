@@ -223,3 +223,92 @@ TEST_CASE("graph: misuse throws naming the id; a cycle is reported", "[planner][
   CHECK_THROWS_WITH(g.dependents(1), Contains("dependency cycle through instance"));
   CHECK_THROWS_WITH(g.dependents(3), Contains("cycle"));
 }
+
+namespace {
+
+// The graph work of one window-like round on a graph of `n` live instances, each formed on every live
+// instance before it (what a window records): a new instance formed on all n, the oldest evicted, the
+// newest re-formed on its context without the evicted one (what re-conditioning after an eviction does),
+// a cascade query from the oldest live instance, and the newest's conditioning dropped (a patch of n
+// antecedents removed). The graph is built first; only the round is counted.
+GraphWork round_work(int64_t n) {
+  DependencyGraph g;
+  std::vector<InstanceId> live;
+  auto add = [&](InstanceId id) {
+    g.add_instance(id, "c" + std::to_string(id));
+    g.set_conditioning(id, id, live);
+    live.push_back(id);
+  };
+  for (InstanceId id = 1; id <= static_cast<InstanceId>(n); ++id) add(id);
+  const GraphWork before = g.work();
+  add(static_cast<InstanceId>(n) + 1);
+  g.remove_instance(live.front());
+  live.erase(live.begin());
+  g.set_conditioning(live.back(), 999999, std::vector<InstanceId>(live.begin(), live.end() - 1));
+  const std::vector<InstanceId> deps = g.dependents(live.front());
+  CHECK(deps.size() == live.size() - 1);  // every later instance was formed on it
+  CHECK(g.antecedents(live.back()) == std::vector<InstanceId>(live.begin(), live.end() - 1));
+  g.clear_conditioning(live.back());
+  const GraphWork after = g.work();
+  GraphWork d;
+  d.edges_added = after.edges_added - before.edges_added;
+  d.edges_removed = after.edges_removed - before.edges_removed;
+  d.edges_visited = after.edges_visited - before.edges_visited;
+  d.instances_collected = after.instances_collected - before.instances_collected;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("graph: work per window operation grows linearly with the window", "[planner][cpu][scale]") {
+  const GraphWork small = round_work(100), large = round_work(1000);
+  // Exact counts at n = 100: the new instance's n antecedent edges plus its conditioning edge; the re-form
+  // updates its patch in place (the one edge from the evicted instance goes, nothing is added); dropping
+  // the patch removes its n - 1 antecedent edges and its conditioning edge.
+  CHECK(small.edges_added == 100 + 1);
+  CHECK(small.edges_removed == 1 + (100 - 1 + 1));
+  // A dependents() query reaches every later instance through its patch, O(edges it can reach); the
+  // oldest live instance is an antecedent of n - 1 patches, so it reaches O(n) instances and O(n²) edges
+  // in this dense graph, which is the size of its answer's support, not a cost of the graph's structure.
+  // Everything else a round does is O(n): a regression to per-edge scans of whole incidence lists or of
+  // every patch would multiply the ratio below by another factor of 10.
+  for (auto [s, l] : {std::pair{small.edges_added, large.edges_added}, std::pair{small.edges_removed, large.edges_removed}}) {
+    CHECK(static_cast<double>(l) / static_cast<double>(s) < 12.0);
+  }
+  CHECK(static_cast<double>(large.edges_visited) / static_cast<double>(small.edges_visited) < 120.0);
+  CHECK(small.instances_collected == 0);  // the evicted instance is still an antecedent of the other patches
+}
+
+TEST_CASE("graph: edges held stay bounded when evicted instances become unreferenced", "[planner][cpu][scale]") {
+  // A sliding window of 50 whose instances are re-formed on the live window after each eviction (what
+  // re-conditioning survivors does): evicted instances lose their last reference and are dropped, so
+  // the edges held stay at the live window's O(n²), not the history's.
+  DependencyGraph g;
+  std::vector<InstanceId> live;
+  auto form = [&](InstanceId id) {
+    std::vector<InstanceId> before;
+    for (InstanceId x : live) {
+      if (x == id) break;
+      before.push_back(x);
+    }
+    g.set_conditioning(id, id, before);
+  };
+  InstanceId next = 1;
+  int64_t held_after_first = 0;
+  for (int round = 0; round < 300; ++round) {
+    g.add_instance(next, "c");
+    live.push_back(next++);
+    form(live.back());
+    if (live.size() > 50) {
+      g.remove_instance(live.front());
+      live.erase(live.begin());
+      for (InstanceId x : live) form(x);
+    }
+    if (round == 60) held_after_first = g.num_edges();
+  }
+  CHECK(g.num_live() == 50);
+  CHECK(g.num_evicted() == 0);
+  CHECK(g.num_edges() == held_after_first);
+  CHECK(g.num_edges() == 50 * 49 / 2 + 50);
+  CHECK(g.work().instances_collected == 250);
+}

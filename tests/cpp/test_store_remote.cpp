@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "orbit/common/error.h"
+#include "orbit/engine.h"
+#include "orbit/planner/cost_model.h"
 #include "orbit/store.h"
 #include "orbit/store/chunk_store.h"
 #include "orbit/store/redis_backend.h"
@@ -319,8 +321,11 @@ TEST_CASE("two engine processes share canonicals through redis: the second encod
   CHECK(WEXITSTATUS(second.wait()) == 0);
 }
 
-TEST_CASE("a 3-node redis cluster: slots across nodes, MOVED after a reshard", "[store][remote]") {
-  test::TempDir dir;
+namespace {
+
+// Three cluster nodes on loopback joined by `redis-cli --cluster create` (no replicas), once every node
+// reports cluster_state:ok.
+std::vector<std::unique_ptr<test::RedisServer>> start_cluster(const test::TempDir& dir) {
   std::vector<std::unique_ptr<test::RedisServer>> nodes;
   for (int n = 0; n < 3; ++n) {
     nodes.push_back(std::make_unique<test::RedisServer>(
@@ -340,6 +345,16 @@ TEST_CASE("a 3-node redis cluster: slots across nodes, MOVED after a reshard", "
     }
     return true;
   });
+  return nodes;
+}
+
+std::string node_id(const test::RedisServer& node) { return test::redis_cli(node.port(), "CLUSTER MYID").substr(0, 40); }
+
+}  // namespace
+
+TEST_CASE("a 3-node redis cluster: slots across nodes, MOVED after a reshard", "[store][remote]") {
+  test::TempDir dir;
+  const auto nodes = start_cluster(dir);
   const std::string url = "redis-cluster://" + nodes[0]->endpoint();  // one seed is enough
   ChunkStore a(remote_options(url));
   for (int64_t i = 1; i <= 30; ++i) REQUIRE(a.put(key(i), test::store_test_value(i)).is_ok());
@@ -354,8 +369,8 @@ TEST_CASE("a 3-node redis cluster: slots across nodes, MOVED after a reshard", "
   ChunkStore b(remote_options(url));
   for (int64_t i = 1; i <= 10; ++i) CHECK(values_equal(*b.get(key(i)).value(), *test::store_test_value(i)));
   // Move every slot of node 0 to node 1 while b's client holds the old slot map: it must follow MOVED.
-  const std::string id0 = test::redis_cli(nodes[0]->port(), "CLUSTER MYID").substr(0, 40);
-  const std::string id1 = test::redis_cli(nodes[1]->port(), "CLUSTER MYID").substr(0, 40);
+  const std::string id0 = node_id(*nodes[0]);
+  const std::string id1 = node_id(*nodes[1]);
   const test::CliRun reshard = test::run_command("redis-cli --cluster reshard " + nodes[0]->endpoint() +
                                                  " --cluster-from " + id0 + " --cluster-to " + id1 +
                                                  " --cluster-slots 5461 --cluster-yes");  // node 0 holds slots 0..5460
@@ -369,4 +384,187 @@ TEST_CASE("a 3-node redis cluster: slots across nodes, MOVED after a reshard", "
   }
   CHECK(std::stoll(test::redis_cli(nodes[0]->port(), "DBSIZE")) == 0);
   CHECK(b.stats().remote.corrupt == 0);
+}
+
+TEST_CASE("a redis cluster slot in migration: puts and gets follow ASK with ASKING", "[store][remote]") {
+  test::TempDir dir;
+  const auto nodes = start_cluster(dir);
+  const std::string url = "redis-cluster://" + nodes[0]->endpoint();
+  RedisClient probe(parse_redis_url(url), RedisClientOptions{});
+  // The node that owns a key's slot answers it; the others answer MOVED.
+  auto owner_of = [&](const std::string& store_key) -> std::size_t {
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      RedisEndpoint e{"127.0.0.1", nodes[n]->port()};
+      Result<RedisReply> r = probe.command_on(e, {"EXISTS", RedisBackend::manifest_key(store_key)});
+      if (r && !r.value().is_error()) return n;
+    }
+    FAIL("no node owns the slot of " << store_key);
+    return 0;
+  };
+  // Two entries in one slot: `old_key` stored before the migration starts (it stays on the source until
+  // moved), `new_key` put while the slot migrates (the source answers ASK: it goes to the target).
+  const std::string old_key = key(1);
+  const int slot = redis_key_slot(RedisBackend::manifest_key(old_key));
+  int64_t other = 2;
+  while (redis_key_slot(RedisBackend::manifest_key(key(other))) != slot) ++other;
+  const std::string new_key = key(other);
+  const std::size_t src = owner_of(old_key), dst = (src + 1) % nodes.size();
+  ChunkStore writer(remote_options(url));
+  REQUIRE(writer.put(old_key, test::store_test_value(1)).is_ok());
+  REQUIRE(writer.drain_remote(std::chrono::milliseconds(10000)));
+
+  const std::string s = std::to_string(slot);
+  CHECK(test::redis_cli(nodes[dst]->port(), "CLUSTER SETSLOT " + s + " IMPORTING " + node_id(*nodes[src])).find("OK") !=
+        std::string::npos);
+  CHECK(test::redis_cli(nodes[src]->port(), "CLUSTER SETSLOT " + s + " MIGRATING " + node_id(*nodes[dst])).find("OK") !=
+        std::string::npos);
+  // Without ASKING the target refuses the slot it imports (MOVED back to the source): ASK is the only way in.
+  RedisEndpoint target{"127.0.0.1", nodes[dst]->port()};
+  Result<RedisReply> refused = probe.command_on(target, {"GET", RedisBackend::manifest_key(new_key)});
+  REQUIRE(refused.is_ok());
+  CHECK(refused.value().str.rfind("MOVED", 0) == 0);
+
+  REQUIRE(writer.put(new_key, test::store_test_value(other)).is_ok());
+  REQUIRE(writer.drain_remote(std::chrono::milliseconds(10000)));
+  CHECK(writer.stats().remote.write_failures == 0);
+  CHECK(writer.stats().remote.writes == 2);
+  // The new entry landed on the importing node (asked with ASKING), none of it on the source.
+  Result<RedisReply> on_src = probe.command_on({"127.0.0.1", nodes[src]->port()},
+                                               {"EXISTS", RedisBackend::manifest_key(new_key)});
+  REQUIRE(on_src.is_ok());
+  CHECK(on_src.value().integer == 0);
+  CHECK(std::stoll(test::redis_cli(nodes[dst]->port(), "CLUSTER COUNTKEYSINSLOT " + s)) >= 2);  // manifest + parts
+
+  // A fresh client (its slot map says: the source owns the slot) reads both: the old entry from the
+  // source directly, the new one through ASK + ASKING (manifest and parts).
+  ChunkStore reader(remote_options(url));
+  Result<ValuePtr> got_old = reader.get(old_key);
+  REQUIRE(got_old.is_ok());
+  CHECK(values_equal(*got_old.value(), *test::store_test_value(1)));
+  Result<ValuePtr> got_new = reader.get(new_key);
+  REQUIRE(got_new.is_ok());
+  CHECK(values_equal(*got_new.value(), *test::store_test_value(other)));
+  CHECK(reader.stats().remote.hits == 2);
+  CHECK(reader.stats().remote.corrupt == 0);
+  CHECK(reader.stats().remote.errors == 0);
+}
+
+TEST_CASE("erase removes an entry from the remote tier too, after any write of it still queued",
+          "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  ChunkStore a(remote_options(server.url(), dir / "a"));
+  for (int64_t i = 1; i <= 3; ++i) REQUIRE(a.put(key(i), test::store_test_value(i)).is_ok());
+  REQUIRE(a.drain_remote(std::chrono::milliseconds(10000)));
+  auto on_server = [&](int64_t i) {
+    return test::redis_cli(server.port(), "EXISTS " + RedisBackend::manifest_key(key(i))).find('1') == 0;
+  };
+  REQUIRE(on_server(1));
+  REQUIRE(a.erase(key(1)).is_ok());
+  REQUIRE(a.drain_remote(std::chrono::milliseconds(10000)));
+  CHECK_FALSE(on_server(1));
+  CHECK(test::redis_cli(server.port(), "KEYS " + RedisBackend::manifest_key(key(1)) + "*").find("orbit") ==
+        std::string::npos);  // no part is left behind either
+  CHECK(on_server(2));
+  CHECK(a.stats().remote.removals == 1);
+  CHECK_FALSE(a.contains(key(1)));
+
+  // Another process's store sees the removal: a miss, not a stale hit.
+  ChunkStore b(remote_options(server.url(), dir / "b"));
+  CHECK(b.get(key(1)).status().code() == StatusCode::kNotFound);
+  // An entry only on the remote (b never held key 2 locally) is erased from there by b.
+  REQUIRE(b.erase(key(2)).is_ok());
+  REQUIRE(b.drain_remote(std::chrono::milliseconds(10000)));
+  CHECK_FALSE(on_server(2));
+  CHECK(b.erase(key(2)).code() == StatusCode::kNotFound);
+
+  // A put still queued when erase() is called never reaches the server after the removal.
+  server.pause();  // writes wait in the queue (the remote is "down" once a call times out)
+  REQUIRE(a.put(key(4), test::store_test_value(4)).is_ok());
+  REQUIRE(a.erase(key(4)).is_ok());
+  server.resume();
+  REQUIRE(a.drain_remote(std::chrono::milliseconds(20000)));
+  CHECK_FALSE(on_server(4));
+  CHECK(on_server(3));
+}
+
+namespace {
+
+// A backend whose every read takes at least `delay` longer (a slow link), over a MemoryBackend.
+class SlowBackend final : public BlobBackend {
+ public:
+  explicit SlowBackend(std::chrono::milliseconds delay) : delay_(delay) {}
+  std::string describe() const override { return "slow-memory"; }
+  BackendRead get(const std::string& key) override {
+    std::this_thread::sleep_for(delay_);
+    ++reads;
+    return inner_.get(key);
+  }
+  Status put(const std::string& key, const std::string& bytes) override { return inner_.put(key, bytes); }
+  Status remove(const std::string& key) override { return inner_.remove(key); }
+  Result<bool> exists(const std::string& key) override { return inner_.exists(key); }
+  std::atomic<int> reads{0};
+
+ private:
+  std::chrono::milliseconds delay_;
+  MemoryBackend inner_;
+};
+
+}  // namespace
+
+TEST_CASE("the remote read rate is measured with a probe, and the planner prices remote recalls with it",
+          "[store][remote]") {
+  auto slow = std::make_shared<SlowBackend>(std::chrono::milliseconds(50));
+  ChunkStoreOptions o = remote_options("");
+  o.remote_backend = slow;
+  ChunkStore s(o);
+  const int64_t bytes = 64 << 10;
+  Result<RemoteReadSample> sample = s.measure_remote_read(bytes);
+  REQUIRE(sample.is_ok());
+  CHECK(slow->reads == 3);                       // best of three reads of the probe
+  CHECK(sample.value().bytes >= bytes);          // the probe blob: payload plus header and checksum
+  CHECK(sample.value().seconds >= 0.05);         // every read waited for the link
+  CHECK(s.stats().remote.hits == 0);             // a probe is not a hit
+  // A cost model fitted with the probe prices a recall of B bytes at B / (probe bytes / probe seconds):
+  // at least 50 ms for the probe's size, where the default 100 MB/s would say 0.7 ms.
+  std::vector<planner::CostSample> samples{{planner::sample_kind::kForward, 8, 0, 0, 1e-3},
+                                           {planner::sample_kind::kForward, 32, 0, 0, 4e-3},
+                                           {planner::sample_kind::kRelocate, 0, 0, 1 << 20, 1e-4},
+                                           {planner::sample_kind::kPatchApply, 0, 0, 1 << 20, 1e-4},
+                                           {planner::sample_kind::kPatchForm, 0, 0, 1 << 20, 1e-3},
+                                           {planner::sample_kind::kTransferDevice, 0, 0, 1 << 20, 1e-5},
+                                           {planner::sample_kind::kTransferHost, 0, 0, 1 << 20, 1e-4},
+                                           {planner::sample_kind::kTransferDisk, 0, 0, 1 << 20, 1e-3}};
+  const planner::CostModel unmeasured = planner::CostModel::fit(samples);
+  samples.push_back({planner::sample_kind::kTransferRemote, 0, 0, sample.value().bytes, sample.value().seconds});
+  const planner::CostModel measured = planner::CostModel::fit(samples);
+  CHECK(unmeasured.seconds_transfer(sample.value().bytes, planner::Tier::kRemote) < 0.01);
+  CHECK(measured.seconds_transfer(sample.value().bytes, planner::Tier::kRemote) >= 0.05);
+  CHECK(measured.seconds_transfer(sample.value().bytes, planner::Tier::kRemote) ==
+        Approx(sample.value().seconds).epsilon(1e-9));
+  // Without a remote tier there is nothing to measure.
+  ChunkStore local(remote_options(""));
+  CHECK(local.measure_remote_read(bytes).status().code() == StatusCode::kRefused);
+}
+
+TEST_CASE("Engine::calibrate measures the remote tier's read rate before any remote hit",
+          "[store][remote][model]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  EngineOptions o;
+  o.model = test::stories_path();
+  o.pool_bytes = int64_t{8} << 20;
+  o.remote = server.url();
+  auto engine = Engine::open(o);
+  CHECK(engine->stats().store.remote.hits == 0);
+  const CalibrationReport report = engine->calibrate();
+  CHECK(report.remote_bytes_per_s > 0);
+  CHECK(report.remote_bytes_per_s != 100e6);  // not the default any more
+  CHECK_THAT(report.cost_model, Contains("remote"));
+  CHECK(engine->stats().store.remote.hits == 0);
+  CHECK(std::stoll(test::redis_cli(server.port(), "DBSIZE")) == 0);  // the probe removed itself
+  WARN("loopback redis read rate measured by calibrate: " << report.remote_bytes_per_s / 1e6 << " MB/s");
+  // Without a remote tier, nothing is measured.
+  o.remote.clear();
+  CHECK(Engine::open(o)->calibrate().remote_bytes_per_s == 0);
 }

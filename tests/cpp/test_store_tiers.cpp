@@ -448,35 +448,35 @@ TEST_CASE("int8 cold tier: about a quarter of the bytes at a measured KV error",
   CHECK(content_equal(content_from_value(*exact.get(k).value()), canonical));  // the default stays exact
 }
 
-TEST_CASE("embedding cache: recall re-prefills the canonical without the encoder", "[store][cpu][model]") {
+TEST_CASE("embedding cache: embeddings and grid round-trip under their own key", "[store][cpu][model]") {
   const auto model = rt::load_model(test::stories_path());
   const std::vector<int64_t> tokens{1, 403, 407, 261, 50, 9};
-  // Stand-in for a vision chunk: the input embeddings of these tokens.
+  // Stand-in for a vision chunk: the input embeddings of these tokens, with an M-RoPE-style grid.
   const at::Tensor embeddings = model->embed(tokens);
-  rt::ChunkInput as_embeddings;
-  as_embeddings.embeddings = embeddings;
-  const rt::Content expected = rt::canonical(*model, as_embeddings);
+  const at::Tensor grid = at::arange(6 * 3, at::kLong).reshape({6, 3});
   test::TempDir dir;
   ChunkStoreOptions o;
   o.dir = dir.path().string();
   o.model_fingerprint = model->fingerprint();
   ChunkStore store(o);
   EmbeddingCache cache(store);
-  EmbeddingBytes bytes{embeddings.data_ptr(), static_cast<size_t>(embeddings.nbytes()), "float32",
-                       embeddings.size(0), embeddings.size(1)};
-  const std::string k = chunk_key_embeddings(model->fingerprint(), bytes);
-  CHECK(cache.recall_canonical(*model, k).status().code() == StatusCode::kNotFound);
-  REQUIRE(cache.put(k, embeddings, at::Tensor(), PutOptions{StoreTier::kHost, /*pin=*/true}).is_ok());
-  Result<Recalled> first = cache.recall_canonical(*model, k);
-  REQUIRE(first.is_ok());
-  CHECK(first.value().reprefilled);
-  CHECK(content_equal(first.value().canonical, expected));
-  Result<Recalled> second = cache.recall_canonical(*model, k);
-  REQUIRE(second.is_ok());
-  CHECK_FALSE(second.value().reprefilled);  // stored by the first recall
-  CHECK(content_equal(second.value().canonical, expected));
-  const int64_t kv = store.get(k).value()->bytes(), emb = store.get(embedding_key(k)).value()->bytes();
-  WARN("embedding bytes / canonical KV bytes = " << static_cast<double>(emb) / kv << " (stories260K)");
-  REQUIRE(store.erase(k).is_ok());  // the canonical is evicted; the embeddings stay
-  CHECK(cache.recall_canonical(*model, k).value().reprefilled);
+  const std::string k = chunk_key_media(model->fingerprint(), "pixels-digest", std::vector<int64_t>(grid.data_ptr<int64_t>(), grid.data_ptr<int64_t>() + 18), 3);
+  CHECK(cache.get(k).status().code() == StatusCode::kNotFound);
+  CHECK_FALSE(cache.contains(k));
+  REQUIRE(cache.put(k, embeddings, grid).is_ok());
+  CHECK(cache.contains(k));
+  CHECK_FALSE(store.contains(k));  // the chunk's own key (its canonical) is untouched
+  Result<CachedEmbeddings> back = cache.get(k);
+  REQUIRE(back.is_ok());
+  CHECK(at::equal(back.value().embeddings, embeddings));
+  CHECK(at::equal(back.value().grid, grid));
+  REQUIRE(cache.put(chunk_key_tokens(model->fingerprint(), tokens), embeddings).is_ok());
+  CHECK_FALSE(cache.get(chunk_key_tokens(model->fingerprint(), tokens)).value().grid.defined());
+  rt::ChunkInput input;
+  input.tokens = tokens;
+  const int64_t kv = canonical_value(rt::canonical(*model, input))->bytes();
+  WARN("embedding bytes / canonical KV bytes = " << static_cast<double>(embeddings.nbytes()) / kv << " (stories260K)");
+  // Another kind of value under the embedding key is a broken contract, not a miss.
+  REQUIRE(store.put(embedding_key(k), test::store_test_value(1), PutOptions{StoreTier::kHost, false, true}).is_ok());
+  CHECK_THROWS_WITH(cache.get(k), Contains("is a canonical"));
 }

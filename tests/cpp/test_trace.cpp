@@ -270,7 +270,9 @@ TEST_CASE("orbit replay and orbit make-trace end to end", "[trace][cli]") {
   const test::CliRun r = test::cli("replay " + trace_path("lookback.json") + model + " --json " + (dir / "r.json") + " --quiet");
   INFO(r.out);
   REQUIRE(r.status == 0);
-  CHECK_THAT(r.out, Catch::Contains("patch:16 vs. the baselines"));
+  // Without --policy: the default policy, by its spec name.
+  CHECK_THAT(r.out, Catch::Contains(WindowPolicy{}.name() + " vs. the baselines"));
+  CHECK_THAT(r.out, Catch::Contains("fidelity model vs measured KL"));
   CHECK_THAT(r.out, Catch::Contains("offline bound"));
   std::ifstream in(dir / "r.json");
   const json j = json::parse(in);

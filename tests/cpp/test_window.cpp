@@ -184,7 +184,9 @@ TEST_CASE("survivors of a slide keep bit-identical KV and are exact in position"
   auto model = runtime::load_model(test::stories_path());
   std::mt19937_64 rng(4);
   const auto chunks = make_chunks(*engine, rng, 3);
-  Window w = engine->new_window();  // default policy: patch:16, survivors kept
+  WindowOptions plain;
+  plain.policy = parse_policy("patch:16");  // survivors kept (no budget that could repair them)
+  Window w = engine->new_window(plain);
   for (const auto& c : chunks) w.admit(c);
   const auto before = w.instances();
   const InstanceKV kv_b = w.kv(before[1].id);
@@ -284,7 +286,9 @@ TEST_CASE("a recall re-conditions exactly the dependents the graph names, in top
   auto engine = open_stories();
   std::mt19937_64 rng(6);
   const auto c = make_chunks(*engine, rng, 5);
-  Window w = engine->new_window();  // patch:16, survivors kept, cascade on recall
+  WindowOptions plain;
+  plain.policy = parse_policy("patch:16");  // survivors kept, cascade on recall (no budget)
+  Window w = engine->new_window(plain);
   w.admit(c[0]);
   w.admit(c[1]);  // formed with A
   w.admit(c[2]);  // formed with A, B
@@ -298,9 +302,15 @@ TEST_CASE("a recall re-conditions exactly the dependents the graph names, in top
   w.set_policy(blind);
   w.admit(c[4]);  // E blind: no conditioning, depends on nothing
   const InstanceId d = w.instances()[2].id;
-  w.set_policy(WindowPolicy{});
+  w.set_policy(parse_policy("patch:16"));
 
-  const Plan plan = w.plan_recall(c[0]);
+  // Recalled at the tail, A comes after all of its dependents: none can see it again, so none is
+  // re-formed (a recall costs the chunk, not its old dependents).
+  const Plan tail = w.plan_recall(c[0]);
+  CHECK(tail.cascade.empty());
+  CHECK(tail.forward_tokens == static_cast<double>(c[0].length));
+  // Recalled in front of B, every dependent comes after it again.
+  const Plan plan = w.plan_recall(c[0], b);
   REQUIRE(plan.cascade.size() == 3);
   CHECK(plan.cascade[0] == b);  // topological: B before C before D
   CHECK(plan.cascade[1] == cc);
@@ -311,17 +321,15 @@ TEST_CASE("a recall re-conditions exactly the dependents the graph names, in top
   }
   CHECK(reconditioned == std::set<InstanceId>{b, cc, d});
   const ApplyReport r = w.apply(plan).value();
-  CHECK(w.instances().back().id == a);  // the recalled instance keeps its id, at the tail
+  CHECK(w.instances().front().id == a);  // the recalled instance keeps its id, in front of B
   CHECK(r.patches_formed >= 1);
   // Re-conditioning now touches only E — not a dependent of A (blind, no conditioning), but its
-  // antecedents' KV was re-formed by the cascade — and A behind it, whose patch for this exact context
-  // is stored (a hit, zero forwards).
-  const InstanceId e = w.instances()[3].id;
+  // antecedents' KV was re-formed by the cascade.
+  const InstanceId e = w.instances()[4].id;
   const Plan again = w.plan_recondition();
   for (const PlanStep& s : again.steps) {
     INFO("instance " << s.instance << " " << step_action_name(s.action));
-    CHECK((s.action == StepAction::kKeep) == (s.instance != e && s.instance != a));
-    if (s.instance == a) CHECK(s.action == StepAction::kApplyPatch);
+    CHECK((s.action == StepAction::kKeep) == (s.instance != e));
   }
 
   // Without cascade the same recall touches only the recalled chunk.
@@ -329,7 +337,7 @@ TEST_CASE("a recall re-conditions exactly the dependents the graph names, in top
   w2.admit(c[0]);
   w2.admit(c[1]);
   w2.evict(w2.instances()[0].id);
-  WindowPolicy no_cascade;
+  WindowPolicy no_cascade = parse_policy("patch:16");
   no_cascade.cascade_on_recall = false;
   w2.set_policy(no_cascade);
   const Plan p2 = w2.plan_recall(c[0]);
@@ -573,7 +581,7 @@ TEST_CASE("calibration fits the cost model that plans estimate with and cost-awa
   CHECK(form.steps.back().action == StepAction::kForm);
   CHECK(form.estimated_seconds > 0);
   // With no reuse expected, forming a patch never pays (it includes the forward a recompute does).
-  WindowPolicy p;
+  WindowPolicy p = parse_policy("patch:16");  // cost-aware choice applies without a KL budget
   p.cost_aware = true;
   p.expected_reuse = 0;
   w.set_policy(p);

@@ -519,7 +519,10 @@ def test_misuse_raises_orbit_errors_with_the_cpp_message(orbit, engine, stories2
 def test_policy_spec_and_keyword_arguments(orbit):
     p = orbit.Policy("patch:16")
     assert p.name == "patch:16" and p.rank_k == 16 and p.on_miss == orbit.MissAction.form
-    assert orbit.Policy() == p and orbit.WindowPolicy is orbit.Policy
+    assert orbit.Policy() != p and orbit.WindowPolicy is orbit.Policy
+    d = orbit.Policy()  # the default policy: patch:16 with a per-step KL budget; 'default' names it
+    assert d == orbit.Policy("default") and d.kl_budget > 0 and p.kl_budget == 0 and d.rank_k == 16
+    assert d.replace(kl_budget=0) == p and d.name == "patch:16:kl=%g" % d.kl_budget
     full = orbit.Policy("patch:full:exact")
     assert full.rank_k == -1 and full.survivors == orbit.SurvivorAction.recondition
     q = orbit.Policy("patch:8", survivors="recondition", stale=orbit.StalePatch.accept, max_divergence=0.5)

@@ -38,6 +38,7 @@ from several threads; calls on one window are serialized.
 from ._orbit import (  # noqa: F401  (re-exports)
     __version__,
     ApplyReport,
+    BackgroundMode,
     BlobEncoding,
     CapacityError,
     ChunkKind,
@@ -106,6 +107,7 @@ del _name, _obj
 __all__ = [
     "__version__",
     "ApplyReport",
+    "BackgroundMode",
     "BlobEncoding",
     "CapacityError",
     "ChunkKind",

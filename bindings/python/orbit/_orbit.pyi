@@ -91,6 +91,12 @@ class StalePatch(_Enum):
     rebuild: "StalePatch"
     accept: "StalePatch"
 
+class BackgroundMode(_Enum):
+    """Where a chunk's canonical and patch are formed after its first sight (Engine(background=...))."""
+    thread: "BackgroundMode"
+    deferred: "BackgroundMode"
+    inline: "BackgroundMode"
+
 class StoreTier(_Enum):
     """A tier of the chunk store."""
     device: "StoreTier"
@@ -267,6 +273,9 @@ class TierStats:
     @property
     def budget_bytes(self) -> int: ...
     @property
+    def policy(self) -> str:
+        """'lru' or 'cost-aware'."""
+    @property
     def pinned_entries(self) -> int: ...
     @property
     def hits(self) -> int: ...
@@ -281,6 +290,10 @@ class StoreStats:
     """The chunk store's counters."""
     @property
     def tiers(self) -> list[TierStats]: ...
+    @property
+    def canonical_encoding(self) -> "BlobEncoding": ...
+    @property
+    def pinned_host(self) -> bool: ...
     @property
     def misses(self) -> int: ...
     @property
@@ -311,6 +324,7 @@ class RemoteStats:
     write_failures: int
     writes_dropped: int
     queued: int
+    removals: int
     bytes_read: int
     bytes_written: int
     read_seconds: float
@@ -335,7 +349,33 @@ class EngineStats:
     @property
     def patch_hits(self) -> int: ...
     @property
-    def forward_tokens(self) -> float: ...
+    def forward_tokens(self) -> float:
+        """Critical-path plus background token-forwards."""
+    @property
+    def critical_forward_tokens(self) -> float:
+        """Token-forwards inside apply() (what the next token waits for)."""
+    @property
+    def background_forward_tokens(self) -> float:
+        """Token-forwards of background jobs (canonical encodes)."""
+    @property
+    def critical_seconds(self) -> float:
+        """Wall time inside apply()."""
+    @property
+    def background_seconds(self) -> float:
+        """Wall time of background jobs."""
+    @property
+    def background_jobs(self) -> int: ...
+    @property
+    def background_pending(self) -> int:
+        """Jobs queued, not started (under 'deferred' until run_background())."""
+    @property
+    def background_failed(self) -> int: ...
+    @property
+    def background_error(self) -> str: ...
+    @property
+    def media_found(self) -> int: ...
+    @property
+    def media_missed(self) -> int: ...
     @property
     def store(self) -> StoreStats: ...
 
@@ -392,6 +432,18 @@ class EngineOptions:
     @property
     def dtype(self) -> str:
         """'float32', 'bfloat16' or 'float16'."""
+    @property
+    def eviction(self) -> str:
+        """'lru' or 'cost-aware'."""
+    @property
+    def cold_tier(self) -> str:
+        """'exact' or 'int8'."""
+    @property
+    def device_tier_bytes(self) -> int: ...
+    @property
+    def embedding_cache(self) -> bool: ...
+    @property
+    def background(self) -> BackgroundMode: ...
 
 class Generation:
     """The result of Window.generate()."""
@@ -456,6 +508,7 @@ class WindowPolicy:
         store_conditioned: bool = ...,
         recompute_ratio: float = ...,
         first_k: int = ...,
+        kl_budget: float = ...,
     ) -> None: ...
     on_miss: MissAction
     survivors: SurvivorAction
@@ -471,6 +524,7 @@ class WindowPolicy:
     store_conditioned: bool
     recompute_ratio: float
     first_k: int
+    kl_budget: float
     @property
     def name(self) -> str: ...
     def replace(self, **options: object) -> "WindowPolicy": ...
@@ -499,9 +553,18 @@ class Engine:
         remote_ttl_seconds: int = 0,
         device: str = "cpu",
         dtype: str = "float32",
+        eviction: str = "lru",
+        cold_tier: str = "exact",
+        device_tier_bytes: int = 0,
+        embedding_cache: bool = True,
+        background: Union[str, BackgroundMode] = "thread",
     ) -> None:
         """device: 'cpu', 'cuda' or 'cuda:N' (OrbitError where there is no CUDA device); dtype: 'float32',
-        'bfloat16' or 'float16' (CUDA only): weights load straight into it, KV and windows live there."""
+        'bfloat16' or 'float16' (CUDA only): weights load straight into it, KV and windows live there.
+        eviction: the store's policy, 'lru' or 'cost-aware'; cold_tier: 'exact' or 'int8' canonicals on disk;
+        device_tier_bytes: a device tier of canonicals in GPU memory (0 = none; CUDA engines only);
+        embedding_cache: keep media embeddings (added with a media_digest) for find_media().
+        background: 'thread', 'deferred' (formed only in run_background()) or 'inline'."""
     def __enter__(self) -> "Engine": ...
     def __exit__(self, *args: object) -> bool: ...
     def close(self) -> None: ...
@@ -513,6 +576,8 @@ class Engine:
     def model_info(self) -> ModelInfo: ...
     @property
     def stats(self) -> EngineStats: ...
+    def run_background(self, max_seconds: float = 1e30) -> int:
+        """Runs queued background work here until none is left or max_seconds passed; returns the jobs run."""
     def add_tokens(self, tokens: Union[Tokens, str], *, label: str = "", pin: bool = False) -> ChunkRef: ...
     # Text (llama2.c tokenizer beside the model). A str wherever token ids go is tokenized without BOS.
     # Hugging Face models have no tokenizer here: use your own (e.g. transformers.AutoTokenizer) and pass ids.
@@ -531,6 +596,17 @@ class Engine:
         label: str = "",
         pin: bool = False,
     ) -> ChunkRef: ...
+    def find_media(
+        self,
+        media_digest: str,
+        *,
+        grid: Union[numpy.ndarray, "torch.Tensor", Sequence[int], Sequence[Sequence[int]], None] = None,  # noqa: F821
+        rows: int = 0,
+        label: str = "",
+        pin: bool = False,
+    ) -> Optional[ChunkRef]:
+        """The media chunk whose embeddings the store holds from an add_embeddings with this digest and grid
+        (None: encode it and call add_embeddings)."""
     def chunk(self, key: str) -> ChunkRef: ...
     @property
     def chunks(self) -> list[ChunkRef]: ...
@@ -771,7 +847,7 @@ def replay(
     trace: TraceArg,
     model: str,
     *,
-    policies: Sequence[str] = ("patch:16",),
+    policies: Sequence[str] = ("default",),
     baselines: bool = True,
     fidelity: bool = True,
     explain: bool = False,
@@ -780,6 +856,9 @@ def replay(
     page_size: int = 16,
     device: str = "cpu",
     dtype: str = "float32",
+    host_budget_bytes: int = 1073741824,
+    eviction: str = "lru",
+    device_tier_bytes: int = 0,
     progress: Optional[Callable[[int, int, int, int, str], object]] = None,
 ) -> dict:
     """Replays a trace under each policy (plus reprefill, prefix, blind); the report as a dict."""

@@ -26,10 +26,28 @@ std::string path_arg(const py::object& obj, const char* what) {
   }
 }
 
+// Engine(background=...): a BackgroundMode or its name.
+orbit::BackgroundMode background_arg(const py::object& obj) {
+  using orbit::BackgroundMode;
+  if (py::isinstance<BackgroundMode>(obj)) return obj.cast<BackgroundMode>();
+  if (py::isinstance<py::str>(obj)) {
+    const std::string name = obj.cast<std::string>();
+    for (BackgroundMode m : {BackgroundMode::kThread, BackgroundMode::kDeferred, BackgroundMode::kInline}) {
+      if (name == orbit::background_mode_name(m)) return m;
+    }
+    throw py::value_error("Engine: background = " + std::string(py::repr(obj)) +
+                          ": expected 'thread', 'deferred' or 'inline' (or a BackgroundMode)");
+  }
+  throw py::type_error("Engine: background: expected a str or BackgroundMode, got " +
+                       std::string(py::str(py::type::handle_of(obj).attr("__qualname__"))));
+}
+
 std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& store_dir, int64_t pool_bytes,
                                     int64_t page_size, int64_t host_budget_bytes, int64_t disk_budget_bytes,
                                     int threads, const std::string& remote, int64_t remote_ttl_seconds,
-                                    const std::string& device, const std::string& dtype) {
+                                    const std::string& device, const std::string& dtype, const std::string& eviction,
+                                    const std::string& cold_tier, int64_t device_tier_bytes, bool embedding_cache,
+                                    const py::object& background) {
   orbit::EngineOptions o;
   o.model = path_arg(model, "Engine: model");
   o.store_dir = path_arg(store_dir, "Engine: store_dir");
@@ -42,6 +60,11 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
   o.remote_ttl_seconds = remote_ttl_seconds;
   o.device = device;
   o.dtype = dtype;
+  o.eviction = eviction;
+  o.cold_tier = cold_tier;
+  o.device_tier_bytes = device_tier_bytes;
+  o.embedding_cache = embedding_cache;
+  o.background = background_arg(background);
   py::gil_scoped_release release;
   return Engine::open(o);
 }
@@ -86,7 +109,8 @@ void init_engine(py::module_& m) {
         py::arg("pool_bytes") = int64_t{256} << 20, py::arg("page_size") = 16,
         py::arg("host_budget_bytes") = int64_t{1} << 30, py::arg("disk_budget_bytes") = 0, py::arg("threads") = 0,
         py::arg("remote") = "", py::arg("remote_ttl_seconds") = 0, py::arg("device") = "cpu",
-        py::arg("dtype") = "float32",
+        py::arg("dtype") = "float32", py::arg("eviction") = "lru", py::arg("cold_tier") = "exact",
+        py::arg("device_tier_bytes") = 0, py::arg("embedding_cache") = true, py::arg("background") = "thread",
         "Loads the model (a llama2.c .bin file or a Hugging Face directory) and opens the store (store_dir: a\n"
         "directory, created if missing, which several processes may share; None = memory only). pool_bytes: the\n"
         "windows' KV pool (whole pages of page_size tokens); host_budget_bytes / disk_budget_bytes (0 =\n"
@@ -95,6 +119,16 @@ void init_engine(py::module_& m) {
         "entries expire after remote_ttl_seconds (0 = never); the remote down never stops the engine (see\n"
         "stats().store.remote). device: 'cpu', 'cuda' or 'cuda:N' (model, KV pool and windows live there);\n"
         "dtype: 'float32', 'bfloat16' or 'float16' (CUDA only), the compute dtype weights load straight into.\n"
+        "The store's tiers: eviction: 'lru' or 'cost-aware' (evicts what saves the fewest recompute tokens per\n"
+        "byte first: (expected reuse + hits) x tokens / bytes); cold_tier: 'exact' or 'int8' (canonicals on disk\n"
+        "as int8 rows + a float32 scale each: ~1/4 of the bytes, every value within max|row|/254);\n"
+        "device_tier_bytes: a device tier of canonicals in GPU memory (0 = none; needs device='cuda', else\n"
+        "OrbitError naming it; a CUDA engine's host tier is pinned memory either way); embedding_cache: keep\n"
+        "the embeddings of media chunks added with a media_digest, so find_media() finds them later.\n"
+        "background: where a chunk's canonical and patch are formed after its first sight (an exact in-context\n"
+        "prefill on the critical path): 'thread' (a worker thread, as they are queued), 'deferred' (only when\n"
+        "run_background() is called: idle time you pick, e.g. while a tool runs) or 'inline' (at the end of the\n"
+        "apply() that queued them); a BackgroundMode is accepted too. ValueError for any other name.\n"
         "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).");
   c.def("__enter__", [](std::shared_ptr<Engine> e) { return e; }, "Returns the engine.");
   c.def("__exit__", [](Engine& e, py::args) {
@@ -112,7 +146,20 @@ void init_engine(py::module_& m) {
   c.def_property_readonly("closed", &Engine::closed, "True after close().");
   c.def_property_readonly("options", [](const Engine& e) { return e.options(); }, "EngineOptions it was opened with.");
   c.def_property_readonly("model_info", &Engine::model_info, "ModelInfo of the loaded model.");
-  c.def_property_readonly("stats", &Engine::stats, "EngineStats: chunks, windows, pool pages, forwards, store.");
+  c.def_property_readonly("stats", &Engine::stats,
+                          "EngineStats: chunks, windows, pool pages, forwards (critical path and background apart),\n"
+                          "background jobs, store.");
+  c.def("run_background", [](Engine& e, double max_seconds) {
+        py::gil_scoped_release release;
+        return e.run_background(max_seconds);
+      },
+      py::arg("max_seconds") = 1e30,
+      "Runs queued background work (canonical encodes and patch forming of first sights) on this thread, one\n"
+      "job at a time, until none is left or max_seconds passed (checked after each job, so one job runs even\n"
+      "with max_seconds=0), then waits for the worker's job in flight ('thread' mode). Returns\n"
+      "the number of jobs run here. Call it in idle time under background='deferred' (until then their\n"
+      "patches are not stored: stats.background_pending counts them); under 'thread' it waits for the queue\n"
+      "to drain. The GIL is released meanwhile. OrbitError for a negative max_seconds or a closed engine.");
 
   c.def_property_readonly("has_tokenizer", &Engine::has_tokenizer,
                           "True when the engine has a tokenizer (llama2.c's, beside the model or EngineOptions' tokenizer).");
@@ -170,6 +217,27 @@ void init_engine(py::module_& m) {
         "grid: optional int64 positions [3, n] (M-RoPE (t, h, w)) or [n]; None = 0..n-1. media_digest: your\n"
         "digest of the pixels; when given, the key hashes it (and the grid) instead of the embedding bytes.\n"
         "Raises TypeError for a wrong dtype, ValueError for a wrong shape, OrbitError for NaN/Inf or a bad grid.");
+  c.def("find_media",
+        [](Engine& e, const std::string& media_digest, const py::object& grid, int64_t rows, const std::string& label,
+           bool pin) -> std::optional<ChunkRef> {
+          const Borrowed g = to_grid(grid, "find_media: grid");
+          orbit::MediaLookup lookup;
+          lookup.media_digest = media_digest;
+          lookup.grid = g.view;
+          lookup.rows = rows;
+          py::gil_scoped_release release;
+          return e.find_media(lookup, chunk_options(label, pin));
+        },
+        py::arg("media_digest"), py::kw_only(), py::arg("grid") = py::none(), py::arg("rows") = 0,
+        py::arg("label") = "", py::arg("pin") = false,
+        "The media chunk an earlier add_embeddings(..., media_digest=media_digest, grid=grid) registered, read\n"
+        "from the embedding cache (this engine's store, another process's through a shared store_dir, or the\n"
+        "remote tier) and registered here; None when no embeddings are stored: run your vision encoder and\n"
+        "call add_embeddings. grid: the same grid as then (None if it had none, and give rows, the number of\n"
+        "embedding rows). Counted in stats.media_found / media_missed.\n\n"
+        "    ref = engine.find_media(digest, grid=grid)\n"
+        "    if ref is None:\n"
+        "        ref = engine.add_embeddings(encode(pixels), grid=grid, media_digest=digest)\n");
   c.def("chunk", [](const Engine& e, const std::string& key) { return e.chunk(key); }, py::arg("key"),
         "The registered chunk with this key. Raises OrbitError when this engine does not know it.");
   c.def_property_readonly("chunks", &Engine::chunks, "list[ChunkRef] of every registered chunk.");
@@ -189,7 +257,7 @@ void init_engine(py::module_& m) {
           return wrap_window(e, std::move(w));
         },
         py::kw_only(), py::arg("policy") = py::none(), py::arg("max_bytes") = 0, py::arg("label") = "",
-        "A new empty Window. policy: a Policy or a spec string ('patch:16' when None); max_bytes: most KV bytes\n"
+        "A new empty Window. policy: a Policy or a spec string (the default policy, 'default', when None); max_bytes: most KV bytes\n"
         "(whole pages) it may hold, 0 = limited only by the pool; label: its name in traces.");
   c.def("__repr__", [](const Engine& e) {
     std::ostringstream o;

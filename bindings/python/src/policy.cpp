@@ -103,6 +103,7 @@ const std::map<std::string, Setter>& setters() {
       {"cascade_on_recall", [](WindowPolicy& p, py::handle v) { p.cascade_on_recall = boolean(v, "cascade_on_recall"); }},
       {"store_conditioned", [](WindowPolicy& p, py::handle v) { p.store_conditioned = boolean(v, "store_conditioned"); }},
       {"recompute_ratio", [](WindowPolicy& p, py::handle v) { p.recompute_ratio = number(v, "recompute_ratio", 0, 1, true); }},
+      {"kl_budget", [](WindowPolicy& p, py::handle v) { p.kl_budget = number(v, "kl_budget", 0, 1e9, false); }},
       {"first_k", [](WindowPolicy& p, py::handle v) {
          if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 1) {
            throw py::value_error("WindowPolicy.first_k: expected a positive int, got " + std::string(py::repr(v)));
@@ -162,7 +163,7 @@ void init_policy(py::module_& m) {
                              "A mutable value: windows copy it (Window.policy returns a copy; assign it back).");
   c.def(py::init(&make_policy), py::arg("spec") = py::none(),
         "Policy(spec=None, **options): the preset `spec` ('patch[:M][:exact][:deep][:stale=D]', 'reprefill',\n"
-        "'prefix', 'blind', 'cacheblend:R', 'firstk:K'; default: patch:16), then the keyword options (any field\n"
+        "'prefix', 'blind', 'cacheblend:R', 'firstk:K', 'default'; None: the default policy), then the keyword options (any field\n"
         "below, plus rank= for rank_k and rank_v together). Raises OrbitError for an invalid spec (listing the\n"
         "valid forms), TypeError for an unknown option or wrong type, ValueError for an out-of-range value.");
   field(c, "on_miss", &WindowPolicy::on_miss, "MissAction (or its name as a string when set).");
@@ -178,6 +179,8 @@ void init_policy(py::module_& m) {
   field(c, "cascade_on_recall", &WindowPolicy::cascade_on_recall, "A recall re-conditions its dependents.");
   field(c, "store_conditioned", &WindowPolicy::store_conditioned, "Prefix-cache baseline: store whole conditioned KV.");
   field(c, "recompute_ratio", &WindowPolicy::recompute_ratio, "token_recompute: fraction of tokens, in (0, 1].");
+  field(c, "kl_budget", &WindowPolicy::kl_budget,
+        "Per-step fidelity budget (predicted next-token KL, nats); 0 = none. The default policy has one.");
   field(c, "first_k", &WindowPolicy::first_k, "first_k: tokens recomputed in context.");
   c.def_property_readonly("name", &WindowPolicy::name, "The preset in canonical spec form ('patch:16', 'reprefill', ...).");
   c.def("replace", [](const WindowPolicy& p, const py::kwargs& kwargs) {
@@ -194,7 +197,7 @@ void init_policy(py::module_& m) {
                a.deep_only == b.deep_only && a.deep_energy == b.deep_energy && a.reuse_stored == b.reuse_stored &&
                a.use_orbit_patches == b.use_orbit_patches && a.cascade_on_recall == b.cascade_on_recall &&
                a.store_conditioned == b.store_conditioned && a.recompute_ratio == b.recompute_ratio &&
-               a.first_k == b.first_k;
+               a.first_k == b.first_k && a.kl_budget == b.kl_budget;
       }, py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {
     std::ostringstream o;

@@ -76,6 +76,7 @@ void init_trace(py::module_& m) {
   m.def("replay", [](const py::object& trace, const std::string& model, std::vector<std::string> policies,
                      bool baselines, bool fidelity, bool explain, int threads, int64_t pool_bytes,
                      int64_t page_size, const std::string& device, const std::string& dtype,
+                     int64_t host_budget_bytes, const std::string& eviction, int64_t device_tier_bytes,
                      const py::object& progress) {
         const orbit::Trace t = trace_arg(trace);
         orbit::ReplayOptions o;
@@ -85,6 +86,9 @@ void init_trace(py::module_& m) {
         o.engine.page_size = page_size;
         o.engine.device = device;
         o.engine.dtype = dtype;
+        o.engine.host_budget_bytes = host_budget_bytes;
+        o.engine.eviction = eviction;
+        o.engine.device_tier_bytes = device_tier_bytes;
         o.policies = std::move(policies);
         o.baselines = baselines;
         o.fidelity = fidelity;
@@ -107,15 +111,18 @@ void init_trace(py::module_& m) {
         }
         return to_dict(report);
       }, py::arg("trace"), py::arg("model"), py::kw_only(),
-      py::arg("policies") = std::vector<std::string>{"patch:16"}, py::arg("baselines") = true,
+      py::arg("policies") = std::vector<std::string>{"default"}, py::arg("baselines") = true,
       py::arg("fidelity") = true, py::arg("explain") = false, py::arg("threads") = 0,
       py::arg("pool_bytes") = orbit::EngineOptions{}.pool_bytes, py::arg("page_size") = orbit::EngineOptions{}.page_size,
-      py::arg("device") = "cpu", py::arg("dtype") = "float32", py::arg("progress") = py::none(),
+      py::arg("device") = "cpu", py::arg("dtype") = "float32",
+      py::arg("host_budget_bytes") = orbit::EngineOptions{}.host_budget_bytes, py::arg("eviction") = "lru",
+      py::arg("device_tier_bytes") = 0, py::arg("progress") = py::none(),
       "Replays a trace (dict or path) on MODEL under each policy spec, on a fresh engine each, plus the\n"
       "baselines reprefill, prefix and blind (baselines=False: only those asked); returns the report as a dict\n"
       "(what `orbit replay --json` writes): per policy its steps (forward tokens, seconds, fidelity vs. a\n"
       "re-prefill: KL and top-1, ...), totals and, for patch-forming policies, the offline bound.\n"
-      "device / dtype: where and in which precision every engine runs (as Engine's).\n"
+      "device / dtype: where and in which precision every engine runs (as Engine's); host_budget_bytes,\n"
+      "eviction, device_tier_bytes: every engine's store tiers (as Engine's).\n"
       "fidelity=False skips the per-step re-prefill; explain=True keeps each step's plan text.\n"
       "progress(policy_index, policies, step_index, steps, policy_name) is called before every step (the GIL\n"
       "is held for it; an exception it raises stops the replay and propagates). Signals are checked before\n"

@@ -101,6 +101,12 @@ void init_types(py::module_& m) {
   bind_enum<StalePatch>(m, "StalePatch", "Whether a patch formed under another context may be used.", stale_name)
       .value("rebuild", StalePatch::kRebuild, "never: treat as a miss")
       .value("accept", StalePatch::kAccept, "use the closest one when its divergence <= max_divergence");
+  bind_enum<BackgroundMode>(m, "BackgroundMode",
+                            "Where a chunk's canonical and patch are formed after its first sight (Engine(background=...)).",
+                            background_mode_name)
+      .value("thread", BackgroundMode::kThread, "a worker thread forms them as they are queued (the default)")
+      .value("deferred", BackgroundMode::kDeferred, "they wait for Engine.run_background() (idle time you pick)")
+      .value("inline", BackgroundMode::kInline, "at the end of the apply() that queued them, on its thread");
   bind_enum<StoreTier>(m, "StoreTier", "A tier of the chunk store.", store_tier_name_of)
       .value("device", StoreTier::kDevice)
       .value("host", StoreTier::kHost)
@@ -251,6 +257,7 @@ void init_types(py::module_& m) {
       .def_readonly("entries", &TierStats::entries, "Entries held.")
       .def_readonly("bytes", &TierStats::bytes, "Bytes charged against the budget.")
       .def_readonly("budget_bytes", &TierStats::budget_bytes, "Budget.")
+      .def_readonly("policy", &TierStats::policy, "Its eviction policy: 'lru' or 'cost-aware'.")
       .def_readonly("pinned_entries", &TierStats::pinned_entries, "Pinned entries.")
       .def_readonly("hits", &TierStats::hits, "Reads served by this tier.")
       .def_readonly("evictions", &TierStats::evictions, "Entries that left under budget pressure.")
@@ -276,7 +283,8 @@ void init_types(py::module_& m) {
       .def_readonly("writes", &RemoteStats::writes, "Values written.")
       .def_readonly("write_failures", &RemoteStats::write_failures, "Failed write attempts (the local copy stays).")
       .def_readonly("writes_dropped", &RemoteStats::writes_dropped, "Queued writes dropped.")
-      .def_readonly("queued", &RemoteStats::queued, "Writes waiting now.")
+      .def_readonly("queued", &RemoteStats::queued, "Writes (and removals) waiting now.")
+      .def_readonly("removals", &RemoteStats::removals, "Entries removed from the server (erase).")
       .def_readonly("bytes_read", &RemoteStats::bytes_read, "Blob bytes of the hits.")
       .def_readonly("bytes_written", &RemoteStats::bytes_written, "Blob bytes written.")
       .def_readonly("read_seconds", &RemoteStats::read_seconds, "Wall time of the reads that hit.")
@@ -291,6 +299,9 @@ void init_types(py::module_& m) {
 
   py::class_<StoreStats>(m, "StoreStats", "The chunk store's counters (EngineStats.store).")
       .def_readonly("tiers", &StoreStats::tiers, "list[TierStats]: device, host, disk.")
+      .def_readonly("canonical_encoding", &StoreStats::canonical_encoding,
+                    "BlobEncoding the disk tier writes canonicals in (EngineOptions.cold_tier).")
+      .def_readonly("pinned_host", &StoreStats::pinned_host, "Host-tier values live in pinned memory (CUDA engines).")
       .def_readonly("misses", &StoreStats::misses, "Lookups no tier served.")
       .def_readonly("refusals", &StoreStats::refusals, "Puts no tier could admit.")
       .def_readonly("corrupt_reads", &StoreStats::corrupt_reads, "Blobs that failed their checksum.")
@@ -315,14 +326,32 @@ void init_types(py::module_& m) {
       .def_readonly("canonicals_encoded", &EngineStats::canonicals_encoded, "Forwards of chunks alone.")
       .def_readonly("patches_formed", &EngineStats::patches_formed, "Patches formed.")
       .def_readonly("patch_hits", &EngineStats::patch_hits, "Stored patches reused.")
-      .def_readonly("forward_tokens", &EngineStats::forward_tokens, "Token-forwards over all windows' operations.")
+      .def_readonly("forward_tokens", &EngineStats::forward_tokens,
+                    "Token-forwards over all windows' operations and background work (critical + background).")
+      .def_readonly("critical_forward_tokens", &EngineStats::critical_forward_tokens,
+                    "Of forward_tokens: those on the critical path (inside apply()).")
+      .def_readonly("background_forward_tokens", &EngineStats::background_forward_tokens,
+                    "Of forward_tokens: those run by background jobs (canonical encodes).")
+      .def_readonly("critical_seconds", &EngineStats::critical_seconds,
+                    "Wall time inside apply() (the critical path; background work run inline excluded).")
+      .def_readonly("background_seconds", &EngineStats::background_seconds,
+                    "Wall time of background jobs (canonical encode + SVD + store).")
+      .def_readonly("background_jobs", &EngineStats::background_jobs, "Background jobs completed.")
+      .def_readonly("background_pending", &EngineStats::background_pending, "Background jobs queued, not started.")
+      .def_readonly("background_failed", &EngineStats::background_failed,
+                    "Background jobs that raised (their patch is not stored).")
+      .def_readonly("background_error", &EngineStats::background_error, "The last background failure's message ('' if none).")
+      .def_readonly("media_found", &EngineStats::media_found, "find_media() calls answered (no encoder needed).")
+      .def_readonly("media_missed", &EngineStats::media_missed, "find_media() calls that found no embeddings.")
       .def_readonly("store", &EngineStats::store, "StoreStats (empty after close()).")
       .def("__repr__", [](const EngineStats& s) {
         std::ostringstream o;
         o << "EngineStats(chunks=" << s.chunks << ", windows=" << s.windows << ", pool_pages=" << s.pool_pages
           << ", pool_free_pages=" << s.pool_free_pages << ", canonicals_encoded=" << s.canonicals_encoded
           << ", patches_formed=" << s.patches_formed << ", patch_hits=" << s.patch_hits
-          << ", forward_tokens=" << s.forward_tokens << ")";
+          << ", forward_tokens=" << s.forward_tokens << ", critical_forward_tokens=" << s.critical_forward_tokens
+          << ", background_forward_tokens=" << s.background_forward_tokens << ", background_jobs=" << s.background_jobs
+          << ", background_pending=" << s.background_pending << ")";
         return o.str();
       });
 
@@ -358,12 +387,18 @@ void init_types(py::module_& m) {
       .def_readonly("remote_ttl_seconds", &EngineOptions::remote_ttl_seconds, "Remote entry TTL (0 = never).")
       .def_readonly("device", &EngineOptions::device, "Device ('cpu', 'cuda', 'cuda:N').")
       .def_readonly("dtype", &EngineOptions::dtype, "Compute dtype ('float32', 'bfloat16', 'float16').")
+      .def_readonly("eviction", &EngineOptions::eviction, "Store eviction policy ('lru', 'cost-aware').")
+      .def_readonly("cold_tier", &EngineOptions::cold_tier, "How canonicals go to disk ('exact', 'int8').")
+      .def_readonly("device_tier_bytes", &EngineOptions::device_tier_bytes, "Device tier bytes (0 = none).")
+      .def_readonly("embedding_cache", &EngineOptions::embedding_cache, "Media embeddings kept for find_media().")
+      .def_readonly("background", &EngineOptions::background, "BackgroundMode (where canonicals and patches are formed).")
       .def("__repr__", [](const EngineOptions& o) {
         std::ostringstream s;
         s << "EngineOptions(model=" << quoted(o.model) << ", store_dir=" << quoted(o.store_dir)
           << ", pool_bytes=" << o.pool_bytes << ", page_size=" << o.page_size << ", host_budget_bytes="
           << o.host_budget_bytes << ", disk_budget_bytes=" << o.disk_budget_bytes << ", threads=" << o.threads
-          << ", device=" << quoted(o.device) << ", dtype=" << quoted(o.dtype) << ")";
+          << ", device=" << quoted(o.device) << ", dtype=" << quoted(o.dtype)
+          << ", background=" << quoted(background_mode_name(o.background)) << ")";
         return s.str();
       });
 

@@ -42,4 +42,11 @@ struct EmbeddingChunk {
                              // (plus the grid) instead of the embedding bytes
 };
 
+// What Engine::find_media looks up: a media chunk by the digest and grid its add_embeddings was given.
+struct MediaLookup {
+  std::string media_digest;  // required: the same digest as EmbeddingChunk::media_digest
+  TensorView grid;           // the same grid ([3, n] or [n] int64), or empty when add_embeddings had none
+  int64_t rows = 0;          // tokens (embedding rows): required when grid is empty; else 0 or n
+};
+
 }  // namespace orbit

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,8 @@ enum class BackgroundMode {
   kDeferred,  // they wait for run_background(): idle time the caller picks, e.g. while a tool runs
   kInline,    // at the end of the apply() that queued them, on its thread (simplest; no concurrency)
 };
+// "thread", "deferred", "inline".
+const char* background_mode_name(BackgroundMode mode) noexcept;
 
 struct EngineOptions {
   // A llama2.c .bin file or a Hugging Face directory (config.json + *.safetensors).
@@ -60,6 +63,25 @@ struct EngineOptions {
   // the engine (bounded timeouts, one warning, stats().store.remote counts it). See README "Remote tier".
   std::string remote;
   int64_t remote_ttl_seconds = 0;                // entries written to the remote expire after this; 0 = never
+  // ---- the store's tiers (DESIGN.md §5) ----
+  // Eviction policy of the device, host and disk tiers: "lru" (least recently used first) or "cost-aware"
+  // (lowest (expected reuse + hits) × recompute tokens / bytes first: what each byte saves in forwards,
+  // so an often-used chunk outlives a recent one-off). Anything else is an orbit::Error naming this option.
+  std::string eviction = "lru";
+  // How canonical-shaped KV (canonicals, and the conditioned KV a prefix-cache policy stores) is written
+  // to disk: "exact" (float32, lossless) or "int8" (symmetric int8 per row of head_dim values plus a
+  // float32 scale per row: about 1/4 of the bytes; each value read back within max|row| / 254 of the
+  // original). Patches and embeddings stay exact. Matters only with a store_dir.
+  std::string cold_tier = "exact";
+  // A device tier of this many bytes (whole pages of page_size tokens, float32): canonicals kept in the
+  // device's memory, so a recall from it needs no host-to-device copy; under pressure they are demoted
+  // to the host tier. 0 = none. Needs a CUDA engine (device "cuda[:N]"); on "cpu" it is an orbit::Error
+  // naming this option. On a CUDA engine the host tier uses pinned (page-locked) memory either way.
+  int64_t device_tier_bytes = 0;
+  // Keep the input embeddings of media chunks registered with a media_digest in the store (the embedding
+  // cache), so that Engine::find_media finds them later (here, in another process sharing store_dir, or
+  // through the remote tier) and the caller skips its vision encoder. false: they are not stored.
+  bool embedding_cache = true;
   int threads = 0;                               // intra-op threads; 0 = keep the process setting
   BackgroundMode background = BackgroundMode::kThread;
   // Where the model, its KV pool and every window's KV live: "cpu", "cuda" (= cuda:0) or "cuda:N".
@@ -102,11 +124,14 @@ struct EngineStats {
   double forward_tokens = 0;        // Σ over all windows' operations and background work
   double critical_forward_tokens = 0;    // of which on the critical path (inside apply())
   double background_forward_tokens = 0;  // of which in the background (canonical encodes)
+  double critical_seconds = 0;      // wall time inside apply() (the critical path; inline background work excluded)
   double background_seconds = 0;    // wall time of background jobs (canonical encode + SVD + store)
   int64_t background_jobs = 0;      // background jobs completed
   int64_t background_pending = 0;   // queued, not started
   int64_t background_failed = 0;    // jobs that threw (their patch is not stored)
   std::string background_error;     // the last failure's message
+  int64_t media_found = 0;          // find_media() answered from the embedding cache
+  int64_t media_missed = 0;         // find_media() found no embeddings (the caller encodes)
   StoreStats store;
 };
 
@@ -115,6 +140,9 @@ struct CalibrationReport {
   int64_t samples = 0;
   double seconds = 0;        // wall time of the calibration
   std::string cost_model;    // the fitted coefficients, one line
+  // The remote tier's read rate the cost model now uses (bytes/s): a probe read from the server plus the
+  // remote hits so far. 0 without a remote tier or when it was down (the default rate stays).
+  double remote_bytes_per_s = 0;
   int64_t fidelity_samples = 0;
   std::string fidelity_model;  // the fitted fidelity coefficients (KL per unit of loss), one line
 };
@@ -153,6 +181,14 @@ class Engine {
   std::string detokenize(const std::vector<int64_t>& tokens, int64_t previous = -1) const;
   std::string piece(int64_t token) const;  // the vocabulary entry as stored (e.g. " the", "<0x0A>")
 
+  // The media chunk an earlier add_embeddings(chunk with this media_digest and grid) registered, from
+  // the embedding cache (EngineOptions::embedding_cache): this engine's store, another process's through
+  // a shared store_dir, or the remote tier. Registers it (as add_embeddings would, with the embeddings
+  // read from the store) and returns its ref; nullopt when no embeddings are stored for it: run the
+  // vision encoder and call add_embeddings. Throws orbit::Error on an empty digest, a grid of the wrong
+  // shape, or neither a grid nor rows.
+  std::optional<ChunkRef> find_media(const MediaLookup& lookup, const ChunkOptions& options = {});
+
   // The registered chunk with this key; throws orbit::Error when this engine does not know it.
   ChunkRef chunk(const std::string& key) const;
   std::vector<ChunkRef> chunks() const;
@@ -167,12 +203,17 @@ class Engine {
   // form vs. recompute with it. Until called, a conservative default model is used. Takes about a second
   // on the bundled model, longer on large ones.
   //
+  // With a remote tier it also writes a probe blob to the server and times reading it back, so plans
+  // price remote recalls at the measured rate (CalibrationReport::remote_bytes_per_s).
+  //
   // It also fits the fidelity model (planner/fidelity_model.h) that fidelity-budgeted policies (`:kl=X`)
   // plan with, from deficits measured on this model: removal (survivors kept after an eviction before
   // them), stale and orbit patches (recall and reorder), blind reuse, truncated ranks, first-k and
   // CacheBlend recompute, each as the next-token KL against a re-prefill. A few seconds on the bundled
   // model.
   CalibrationReport calibrate();
+  // The fidelity model plans use now (its coefficients, each marked fitted or default), one line.
+  std::string fidelity_model_description() const;
 
   // Runs queued background work (canonical encodes and patch forming) on the calling thread until none
   // is left or `max_seconds` passed, then waits for the worker's job in flight (kThread). Returns the

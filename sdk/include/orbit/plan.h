@@ -76,7 +76,11 @@ struct PlanStep {
   bool background_patch = false;  // the patch (canonical + SVD) is formed in the background
   double predicted_kl = 0;        // the fidelity model's next-token KL vs a re-prefill this instance
                                   // carries after the step (0 for exact actions)
+  double kl_per_weight = 0;       // of predicted_kl, the serving action's own loss per unit recency weight
+                                  // (the instance carries it; later plans rescale it by its weight then)
   double drift_tokens = 0;        // kKeep: tokens removed or inserted before it since its KV was formed
+  double context_change = 0;      // kKeep: the fidelity model's keep feature, accumulated since it was
+                                  // formed (planner/fidelity_model.h keep_change; 1 after a reorder)
   int64_t bytes_moved = 0;        // canonical/patch bytes read from the store for this step
   double estimated_seconds = 0;   // the engine's cost model (calibrated with Engine::calibrate)
   bool exact = false;             // this instance's KV equals a re-prefill of the window after the plan

@@ -173,13 +173,27 @@ void save_trace(const Trace& trace, const std::string& path);  // validates, the
 //          look-backs (a frame evicted and recalled) and speculative forks
 //   agent  a tool-using agent: documents / tool results in a sliding window of four, with recalls,
 //          reorders, place(), forks and generations appended to the transcript
+// (web, video and agent hold random token ids, or with sample_text model-sampled text; they are the
+// regression workloads of earlier measurements.)
+//
+// Agent patterns: story-like TEXT chunks, turns and probe question ({"text": ...}, built from word lists
+// and sentence templates, deterministic by seed), the window filled up to the model's positions − 24:
+//   browse   a browsing agent: page screens slide over a growing transcript of actions and observations
+//            (three pages kept); every 4th step it looks back at an earlier page, then sets it aside
+//   coding   a coding tool loop: four files read; per step a tool call and its output, used and dropped;
+//            every 3rd step a file is edited (the new version replaces the old one where it was)
+//   videoqa  a video QA agent: six frame descriptions held while questions come and go; frames
+//            re-examined in a new order (the one asked about moved last), one set aside and brought back
+//   fanout   multi-agent fan-out: a shared document set, then per round three sub-agents forked over it,
+//            each dropping a document outside its task and working; one is committed, the others dropped
+//   rag      RAG re-rank: each turn retrieves five documents of eight (mostly the same, re-scored), held
+//            in rank order after the system prompt, then a question and an appended answer
 // The most agent steps make_trace() generates (each is several trace steps; a larger trace is a mistake,
 // not a workload: it would take minutes and hundreds of MB).
 inline constexpr int64_t kMaxTraceSteps = 100000;
 
 struct MakeTraceOptions {
-  // web | video | agent, or an agent pattern (model-sampled text, the window up to the model's
-  // positions): browse | coding | videoqa | fanout | rag (see trace_make.cpp for each pattern)
+  // web | video | agent, or an agent pattern: browse | coding | videoqa | fanout | rag (above)
   std::string kind = "web";
   int64_t steps = 12;              // agent steps (each expands to several trace steps), [1, kMaxTraceSteps]
   uint64_t seed = 0;
@@ -187,7 +201,12 @@ struct MakeTraceOptions {
   int64_t max_positions = 512;     // the window stays below ~3/4 of this (agent patterns: this − 24)
   int64_t position_rows = 1;       // 3: media chunks are embeddings with (t, h, w) grids
   int64_t chunk_tokens = 0;        // screenshot / frame / document size; 0 = chosen from max_positions
-  bool sample_text = false;        // documents and observations sampled from the model, not random ids
+  bool sample_text = false;        // web/video/agent: documents and observations sampled from the model
+  // Agent patterns: the tokens the model's tokenizer gives a text (no BOS), so chunk sizes and the window
+  // budget are exact (`orbit make-trace` passes the model's). Unset: bytes + 1, an upper bound, so the
+  // trace stays within the model's positions but fills fewer of them (texts are grown sentence by
+  // sentence to their sizes by this count, so a trace made with and one without it differ).
+  std::function<int64_t(const std::string&)> text_tokens;
 };
 Trace make_trace(const MakeTraceOptions& options);
 
@@ -211,7 +230,7 @@ Trace make_trace(const MakeTraceOptions& options);
 
 struct ReplayOptions {
   EngineOptions engine;                 // model path, pool, page size, threads (store_dir is ignored)
-  std::vector<std::string> policies{"patch:16"};  // parse_policy specs; baselines are added
+  std::vector<std::string> policies{"default"};  // parse_policy specs; baselines are added
   bool baselines = true;                // add reprefill, prefix and blind (off only for tests/tools)
   bool fidelity = true;                 // measure fidelity after every step
   bool explain = false;                 // keep every step's Plan::describe()
@@ -226,6 +245,8 @@ struct ReplayOptions {
 };
 
 inline constexpr double kTop1TieLogits = 1e-4;
+// Below this a KL is float noise of an exact window (re-prefill measures ~1e-12), not a loss.
+inline constexpr double kKlFloor = 1e-7;
 
 struct StepFidelity {
   double kl = 0;     // mean over probe rows of KL(reference ‖ window), nats
@@ -292,6 +313,13 @@ struct PolicyTotals {
   double critical_seconds = 0;
   double background_seconds = 0;
   double mean_predicted_kl = 0;          // over steps with fidelity and a plan
+  // Agreement of the fidelity model with the measurement, over the steps where both the plan's predicted
+  // KL and the measured KL exceed kKlFloor: the geometric mean of predicted / measured (1 = unbiased) and
+  // the typical factor by which one step's prediction misses (exp of the mean |log ratio|, >= 1).
+  // 0 (JSON null) when no step qualifies.
+  int64_t predicted_steps = 0;
+  double kl_prediction_bias = 0;
+  double kl_prediction_spread = 0;
   double full_prefill_tokens = 0;
   double decode_tokens = 0;
   double seconds = 0;
@@ -312,6 +340,7 @@ struct PolicyReplay {
   std::vector<StepResult> steps;
   PolicyTotals totals;
   std::optional<OfflineReport> offline;  // patch-forming policies
+  std::string fidelity_model;    // the engine's fidelity model (FidelityModel::describe) it planned with
 };
 
 struct ReplayReport {

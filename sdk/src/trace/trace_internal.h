@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -58,6 +59,9 @@ class TraceSim {
  public:
   explicit TraceSim(const Trace& trace);
   void apply(const TraceStep& step, std::size_t index);
+  // How many tokens a token source yields; default source_tokens (an upper bound for text). make_trace
+  // sets the model's tokenizer here so its generated windows use the model's positions exactly.
+  void set_counter(std::function<int64_t(const TokenSource&)> count) { count_ = std::move(count); }
 
   const std::string& current_name() const { return current_; }
   const SimBranch& current() const { return branches_.at(current_); }
@@ -70,6 +74,9 @@ class TraceSim {
   const Trace& trace_;
   std::map<std::string, SimBranch> branches_;
   std::string current_ = "main";
+  std::function<int64_t(const TokenSource&)> count_;
+  int64_t count(const TokenSource& source) const { return count_ ? count_(source) : source_tokens(source); }
+  int64_t count(const TraceChunk& chunk) const { return chunk.embeddings ? chunk.media.rows() : count(chunk.tokens); }
 };
 
 }  // namespace orbit::trace_detail

@@ -7,12 +7,14 @@
 #include "orbit/common/error.h"
 #include "orbit/trace.h"
 #include "trace/trace_internal.h"
+#include "trace/trace_text.h"
 
 namespace orbit {
 
 namespace {
 
 using trace_detail::Rng;
+using trace_detail::TextRole;
 
 // Emits steps while simulating the window, so every generated trace validates, and keeps the window
 // within a token budget by evicting old live turns (the first turn, the system prompt, stays).
@@ -20,8 +22,34 @@ class Builder {
  public:
   // `full`: the window may use the model's positions up to the probe and a generated answer.
   Builder(const MakeTraceOptions& o, Trace* t, bool full = false)
-      : o_(o), t_(*t), sim_(*t), rng_(o.seed * 0x9e3779b97f4a7c15ull + 17) {
+      : o_(o), t_(*t), sim_(*t), rng_(o.seed * 0x9e3779b97f4a7c15ull + 17), text_(o.seed, o.text_tokens) {
     budget_ = full ? o.max_positions - 24 : std::max<int64_t>(o.max_positions * 3 / 4 - 16, 16);
+    if (o.text_tokens) {
+      sim_.set_counter([count = o.text_tokens](const TokenSource& s) {
+        if (s.kind != TokenSource::Kind::kText) return trace_detail::source_tokens(s);
+        return count(s.text) + (s.bos ? 1 : 0);
+      });
+    }
+  }
+
+  trace_detail::StoryText& text() { return text_; }
+
+  // A text chunk of `role`, at least n tokens (by the model's tokenizer when make_trace has it).
+  void text_chunk(const std::string& name, int64_t n, TextRole role) {
+    TraceChunk c;
+    c.name = name;
+    c.tokens = TokenSource::from_text(text_.make(role, n));
+    t_.chunks.push_back(c);
+  }
+  // A live text turn of `role`, at least n tokens.
+  void turn(int64_t n, const std::string& note, TextRole role) {
+    TokenSource src = TokenSource::from_text(text_.make(role, n));
+    make_room(text_.tokens(src.text));
+    TraceStep s;
+    s.op = TraceOp::kTurn;
+    s.tokens = std::move(src);
+    s.note = note;
+    emit(s);
   }
 
   Rng& rng() { return rng_; }
@@ -138,7 +166,7 @@ class Builder {
     emit(s);
   }
   void generate(int64_t max_tokens, bool append, int64_t query_tokens = 0) {
-    if (append) make_room(max_tokens + (query_tokens > 0 ? query_tokens : trace_detail::source_tokens(t_.probe)));
+    if (append) make_room(max_tokens + (query_tokens > 0 ? query_tokens : probe_tokens()));
     TraceStep s;
     s.op = TraceOp::kGenerate;
     s.max_tokens = max_tokens;
@@ -154,6 +182,11 @@ class Builder {
     simple(commit ? TraceOp::kCommit : TraceOp::kDrop, name, commit ? "keep the branch" : "abandon the branch");
   }
 
+  int64_t probe_tokens() const {
+    return t_.probe.kind == TokenSource::Kind::kText ? text_.tokens(t_.probe.text) + (t_.probe.bos ? 1 : 0)
+                                                     : trace_detail::source_tokens(t_.probe);
+  }
+
   std::vector<std::string> evicted_among(const std::string& prefix) const {
     std::vector<std::string> out;
     for (const std::string& e : sim_.current().evicted) {
@@ -167,6 +200,7 @@ class Builder {
   Trace& t_;
   trace_detail::TraceSim sim_;
   Rng rng_;
+  trace_detail::StoryText text_;
   int64_t budget_ = 0;
 };
 
@@ -285,7 +319,7 @@ void make_agent(const MakeTraceOptions& o, Builder& b) {
   }
 }
 
-// ---- agent patterns (model-sampled text chunks and turns; the window uses the model's positions) ----------
+// ---- agent patterns (story-like text chunks, turns and probe; the window uses the model's positions) ----
 //
 // browse   a browsing agent: page screens (chunks) slide over a growing transcript of actions and
 //          observations; every 4th step it looks back at an earlier page, then sets it aside again
@@ -300,21 +334,21 @@ void make_agent(const MakeTraceOptions& o, Builder& b) {
 
 void make_browse(const MakeTraceOptions& o, Builder& b) {
   const int64_t page = default_size(o, 8);
-  b.turn(16, "system prompt", true);
+  b.turn(16, "system prompt", TextRole::kSystem);
   for (int64_t i = 0; i < o.steps; ++i) {
     const std::string name = "page" + std::to_string(i);
-    b.text_chunk(name, page, true);
+    b.text_chunk(name, page, TextRole::kPage);
     b.admit(name);
     while (b.sim().chunks_in_window().size() > 3) b.drop_oldest();
-    b.turn(8, "action", true);
-    b.turn(12, "observation", true);
+    b.turn(8, "action", TextRole::kAction);
+    b.turn(12, "observation", TextRole::kObservation);
     b.generate(4, false);
     if (i % 4 == 3) {
       const std::vector<std::string> gone = b.evicted_among("page");
       if (!gone.empty()) {
         const std::string back = gone[static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(gone.size())))];
         b.recall(back, "look back at an earlier page");
-        b.turn(6, "question about it", true);
+        b.turn(6, "question about it", TextRole::kQuestion);
         b.generate(4, false);
         b.evict(back, "done looking back");
       }
@@ -325,16 +359,16 @@ void make_browse(const MakeTraceOptions& o, Builder& b) {
 void make_coding(const MakeTraceOptions& o, Builder& b) {
   const int64_t file = default_size(o, 10);
   const int64_t files = 4;
-  b.turn(16, "system prompt", true);
+  b.turn(16, "system prompt", TextRole::kSystem);
   std::vector<int64_t> version(static_cast<std::size_t>(files), 0);
   auto name = [&](int64_t f) { return "file" + std::to_string(f) + "v" + std::to_string(version[static_cast<std::size_t>(f)]); };
   for (int64_t f = 0; f < files; ++f) {
-    b.text_chunk(name(f), file, true);
+    b.text_chunk(name(f), file, TextRole::kFile);
     b.admit(name(f));
   }
   for (int64_t i = 0; i < o.steps; ++i) {
-    b.turn(8, "tool call", true);
-    b.turn(24, "tool output", true);
+    b.turn(8, "tool call", TextRole::kToolCall);
+    b.turn(24, "tool output", TextRole::kToolOutput);
     b.generate(4, false);
     // The tool output has been read: drop it and the call (turn 1 is the oldest after the system prompt).
     while (b.sim().turns() > 1) b.evict_turn(1, "tool output used; dropped");
@@ -347,7 +381,7 @@ void make_coding(const MakeTraceOptions& o, Builder& b) {
       if (at != in.end() && at + 1 != in.end()) before = *(at + 1);
       b.evict(old, "file edited");
       ++version[static_cast<std::size_t>(f)];
-      b.text_chunk(name(f), file, true);
+      b.text_chunk(name(f), file, TextRole::kFile);
       TraceStep s;
       s.op = TraceOp::kAdmit;
       s.chunk = name(f);
@@ -361,16 +395,16 @@ void make_coding(const MakeTraceOptions& o, Builder& b) {
 void make_videoqa(const MakeTraceOptions& o, Builder& b) {
   const int64_t frame = default_size(o, 12);
   const int64_t frames = 6;
-  b.turn(12, "system prompt", true);
+  b.turn(16, "system prompt", TextRole::kSystem);
   for (int64_t f = 0; f < frames; ++f) {
     const std::string n = "frame" + std::to_string(f);
-    b.text_chunk(n, frame, true);
+    b.text_chunk(n, frame, TextRole::kFrame);
     b.admit(n);
   }
   std::string aside;
   for (int64_t i = 0; i < o.steps; ++i) {
     while (b.sim().turns() > 2) b.evict_turn(1, "drop the previous question");
-    b.turn(10, "question " + std::to_string(i), true);
+    b.turn(10, "question " + std::to_string(i), TextRole::kQuestion);
     b.generate(4, false);
     std::vector<std::string> in = b.sim().chunks_in_window();
     if (i % 2 == 1 && in.size() >= 3) {
@@ -393,10 +427,10 @@ void make_videoqa(const MakeTraceOptions& o, Builder& b) {
 void make_fanout(const MakeTraceOptions& o, Builder& b) {
   const int64_t doc = default_size(o, 10);
   const int64_t docs = 5;
-  b.turn(16, "system prompt", true);
+  b.turn(16, "system prompt", TextRole::kSystem);
   for (int64_t d = 0; d < docs; ++d) {
     const std::string n = "doc" + std::to_string(d);
-    b.text_chunk(n, doc, true);
+    b.text_chunk(n, doc, TextRole::kDocument);
     b.admit(n);
   }
   for (int64_t i = 0; i < o.steps; ++i) {
@@ -408,7 +442,7 @@ void make_fanout(const MakeTraceOptions& o, Builder& b) {
       std::vector<std::string> in = b.sim().chunks_in_window();
       const std::size_t drop = static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(in.size())));
       b.evict(in[drop], "outside this sub-agent's task");
-      b.turn(10, "sub-task", true);
+      b.turn(10, "sub-task", TextRole::kSubtask);
       b.generate(4, false);
       b.simple(a == keep ? TraceOp::kCommit : TraceOp::kDrop, branch, a == keep ? "merge its result" : "discard");
     }
@@ -421,8 +455,8 @@ void make_fanout(const MakeTraceOptions& o, Builder& b) {
 void make_rag(const MakeTraceOptions& o, Builder& b) {
   const int64_t doc = default_size(o, 10);
   const int64_t corpus = 8, k = 5;
-  b.turn(16, "system prompt", true);
-  for (int64_t d = 0; d < corpus; ++d) b.text_chunk("doc" + std::to_string(d), doc, true);
+  b.turn(16, "system prompt", TextRole::kSystem);
+  for (int64_t d = 0; d < corpus; ++d) b.text_chunk("doc" + std::to_string(d), doc, TextRole::kDocument);
   std::vector<int64_t> ranked;
   for (int64_t i = 0; i < o.steps; ++i) {
     // Retrieval: mostly the same documents, re-scored: swap one neighbour pair, and one new document in.
@@ -458,7 +492,7 @@ void make_rag(const MakeTraceOptions& o, Builder& b) {
     std::vector<std::string> order;
     for (int64_t d : ranked) order.push_back("doc" + std::to_string(d));
     if (order != b.sim().chunks_in_window()) b.reorder(order, "rank order");
-    b.turn(12, "question", true);
+    b.turn(12, "question", TextRole::kQuestion);
     b.generate(6, true);
   }
 }
@@ -483,6 +517,9 @@ Trace make_trace(const MakeTraceOptions& o) {
   {
     const bool full = o.kind != "web" && o.kind != "video" && o.kind != "agent";
     Builder b(o, &t, full);
+    // Agent patterns are text throughout: the fidelity probe is a question too (short: it and a generated
+    // answer must fit behind the window's positions).
+    if (full) t.probe = TokenSource::from_text(b.text().make(TextRole::kQuestion, 1));
     if (o.kind == "web") make_web(o, b);
     if (o.kind == "video") make_video(o, b);
     if (o.kind == "agent") make_agent(o, b);

@@ -270,7 +270,11 @@ class PolicyRun {
     eo.store_dir.clear();
     eo.background = BackgroundMode::kDeferred;  // run after each step, timed apart from it
     engine_ = Engine::open(eo);
-    if (options.calibrate) engine_->calibrate();
+    if (options.calibrate) {
+      fidelity_model_ = engine_->calibrate().fidelity_model;
+    } else {
+      fidelity_model_ = engine_->fidelity_model_description();
+    }
     info_ = engine_->model_info();
     for (std::size_t i = 0; i < trace.chunks.size(); ++i) {
       const TraceChunk& c = trace.chunks[i];
@@ -308,7 +312,9 @@ class PolicyRun {
       out.steps.push_back(std::move(r));
     }
     PolicyTotals& t = out.totals;
+    out.fidelity_model = fidelity_model_;
     int64_t predicted_steps = 0;
+    double log_sum = 0, abs_log_sum = 0;
     for (const StepResult& s : out.steps) {
       t.forward_tokens += s.forward_tokens;
       t.critical_forward_tokens += s.critical_forward_tokens;
@@ -327,6 +333,12 @@ class PolicyRun {
       t.patches_formed += s.patches_formed;
       t.patch_hits += s.patch_hits;
       t.refused += s.status == "ok" ? 0 : 1;
+      if (s.fidelity && s.predicted_kl > kKlFloor && s.fidelity->kl > kKlFloor) {
+        const double l = std::log(s.predicted_kl / s.fidelity->kl);
+        log_sum += l;
+        abs_log_sum += std::abs(l);
+        ++t.predicted_steps;
+      }
       if (s.fidelity) {
         ++t.fidelity_steps;
         t.mean_kl += s.fidelity->kl;
@@ -335,6 +347,10 @@ class PolicyRun {
       }
     }
     if (predicted_steps > 0) t.mean_predicted_kl /= static_cast<double>(predicted_steps);
+    if (t.predicted_steps > 0) {
+      t.kl_prediction_bias = std::exp(log_sum / static_cast<double>(t.predicted_steps));
+      t.kl_prediction_spread = std::exp(abs_log_sum / static_cast<double>(t.predicted_steps));
+    }
     if (t.fidelity_steps > 0) {
       t.mean_kl /= static_cast<double>(t.fidelity_steps);
       t.mean_top1 /= static_cast<double>(t.fidelity_steps);
@@ -520,6 +536,7 @@ class PolicyRun {
   std::string current_ = "main";
   int64_t peak_ = 0;
   DemandLog demands_;
+  std::string fidelity_model_;
 };
 
 }  // namespace

@@ -55,6 +55,9 @@ json totals_json(const PolicyTotals& t) {
           {"critical_seconds", num(t.critical_seconds)},
           {"background_seconds", num(t.background_seconds)},
           {"mean_predicted_kl", num(t.mean_predicted_kl)},
+          {"predicted_steps", t.predicted_steps},
+          {"kl_prediction_bias", t.predicted_steps > 0 ? num(t.kl_prediction_bias) : json(nullptr)},
+          {"kl_prediction_spread", t.predicted_steps > 0 ? num(t.kl_prediction_spread) : json(nullptr)},
           {"full_prefill_tokens", num(t.full_prefill_tokens)},
           {"decode_tokens", num(t.decode_tokens)},
           {"seconds", num(t.seconds)},
@@ -94,6 +97,7 @@ std::string replay_report_json(const ReplayReport& report, int indent) {
     policies.push_back({{"policy", p.policy},
                         {"baseline", p.baseline},
                         {"totals", totals_json(p.totals)},
+                        {"fidelity_model", p.fidelity_model},
                         {"offline", p.offline ? offline_json(*p.offline) : json(nullptr)},
                         {"steps", steps}});
   }

@@ -121,12 +121,12 @@ void TraceSim::apply(const TraceStep& s, std::size_t index) {
         w.fail("chunk", "'" + s.chunk + "' was not evicted" + on + " (admit it instead)");
       }
       const std::size_t at = insert_at(s.before);
-      b.items.insert(b.items.begin() + static_cast<std::ptrdiff_t>(at), SimItem{false, s.chunk, chunk_tokens(c)});
+      b.items.insert(b.items.begin() + static_cast<std::ptrdiff_t>(at), SimItem{false, s.chunk, count(c)});
       b.evicted.erase(s.chunk);
       break;
     }
     case TraceOp::kTurn:
-      b.items.push_back(SimItem{true, "", source_tokens(s.tokens)});
+      b.items.push_back(SimItem{true, "", count(s.tokens)});
       break;
     case TraceOp::kEvict: {
       std::size_t at = b.items.size();
@@ -194,7 +194,7 @@ void TraceSim::apply(const TraceStep& s, std::size_t index) {
         if (i.turn) continue;
         const std::string name = s.order[next++];
         i.chunk = name;
-        i.tokens = chunk_tokens(*trace_.find_chunk(name));
+        i.tokens = count(*trace_.find_chunk(name));
       }
       break;
     }
@@ -232,7 +232,7 @@ void TraceSim::apply(const TraceStep& s, std::size_t index) {
     case TraceOp::kGenerate:
       if (b.items.empty() && !s.append) break;
       if (s.append) {
-        const int64_t q = source_tokens(s.tokens.empty() ? trace_.probe : s.tokens);
+        const int64_t q = count(s.tokens.empty() ? trace_.probe : s.tokens);
         b.items.push_back(SimItem{true, "", q + s.max_tokens});
       }
       break;

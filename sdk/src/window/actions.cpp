@@ -22,8 +22,10 @@ WindowBuild::~WindowBuild() {
 }
 
 runtime::PastKV WindowBuild::past() {
+  positions.resize(entries.size());
   for (std::size_t i = 0; i < entries.size(); ++i) {
     if (contents[i].empty()) contents[i] = entry_content(core, entries[i]);
+    if (!positions[i].defined()) positions[i] = core.positions_for(entries[i].chunk, entries[i].length, starts[i]);
   }
   return concat_past(core.config().num_layers, contents, positions);
 }
@@ -146,11 +148,13 @@ class Keep final : public ServeAction {
   std::optional<PlanStep> plan(const PlanInput& in) const override {
     if (in.old == nullptr) return std::nullopt;
     PlanStep s = base_step(id(), category());
-    s.predicted_kl = in.old->predicted_kl;
+    // Recomputed from the instance's current features (never accumulated from earlier plans): what its
+    // serving action left, and what the change of its context since then adds.
+    s.predicted_kl = in.old->kl_per_weight * in.weight;
     if (in.reordered) {
-      s.predicted_kl += in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.share);
+      s.predicted_kl += in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight);
     } else if (in.context_change > 0) {
-      s.predicted_kl += in.fidelity.predict(planner::Loss::kKeep, in.context_change, in.share);
+      s.predicted_kl += in.fidelity.predict(planner::Loss::kKeep, in.context_change, in.weight);
     }
     return s;
   }
@@ -204,13 +208,13 @@ class StoredPatch final : public ServeAction {
       const int64_t full = std::min<int64_t>(in.length, in.core.config().content_k_shape().width());
       if (!s.exact) {
         const double f = keys.full_rank ? 0.0 : 1.0 - static_cast<double>(std::min(keys.rank_k, keys.rank_v)) / static_cast<double>(std::max<int64_t>(full, 1));
-        s.predicted_kl = in.fidelity.predict(planner::Loss::kTruncated, f, in.share);
+        s.predicted_kl = in.fidelity.predict(planner::Loss::kTruncated, f, in.weight);
       }
       s.reason = "patch hit (exact context)";
     } else if (in.policy.use_orbit_patches && in.core.available(keys.orbit)) {
       s.match = PatchMatch::kOrbit;
       s.patch_key = keys.orbit;
-      s.predicted_kl = in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.share);
+      s.predicted_kl = in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight);
       s.reason = "orbit patch hit (same antecedent set, other order)";
     } else if (in.policy.stale == StalePatch::kAccept) {
       double best = 2;
@@ -227,7 +231,7 @@ class StoredPatch final : public ServeAction {
       s.match = PatchMatch::kStale;
       s.patch_key = best_key;
       s.divergence = best;
-      s.predicted_kl = in.fidelity.predict(planner::Loss::kStale, best, in.share);
+      s.predicted_kl = in.fidelity.predict(planner::Loss::kStale, best, in.weight);
       std::ostringstream why;
       why << "stale patch accepted (divergence " << best << " <= " << in.policy.max_divergence << ")";
       s.reason = why.str();
@@ -374,7 +378,7 @@ class Blind final : public ServeAction {
     if (in.is_turn || in.context->empty()) return std::nullopt;
     PlanStep s = base_step(id(), category());
     s.needs_canonical = true;
-    s.predicted_kl = in.fidelity.predict(planner::Loss::kBlind, 1.0, in.share);
+    s.predicted_kl = in.fidelity.predict(planner::Loss::kBlind, 1.0, in.weight);
     s.reason = "blind (canonical relocated)";
     price_canonical(in, s);
     return s;
@@ -404,7 +408,7 @@ class Recompute : public ServeAction {
     s.recompute_tokens = count;
     s.forward_tokens = static_cast<double>(count) + probe;
     s.exact = count == n;
-    s.predicted_kl = s.exact ? 0.0 : in.fidelity.predict(loss(), 1.0 - static_cast<double>(count) / static_cast<double>(n), in.share);
+    s.predicted_kl = s.exact ? 0.0 : in.fidelity.predict(loss(), 1.0 - static_cast<double>(count) / static_cast<double>(n), in.weight);
     s.reason = "recompute " + std::to_string(count) + " of " + std::to_string(n) + " tokens";
     price_canonical(in, s);
     return s;

@@ -39,7 +39,8 @@ struct WindowBuild {
   EngineCore& core;
   std::vector<Entry> entries;
   std::vector<runtime::Content> contents;  // filled lazily for kept entries
-  std::vector<at::Tensor> positions;
+  std::vector<int64_t> starts;             // each entry's first position
+  std::vector<at::Tensor> positions;       // filled lazily from starts by past(): most applies run no forward
   int64_t next_position = 0;
 
   explicit WindowBuild(EngineCore& c) : core(c) {}
@@ -67,8 +68,8 @@ struct PlanInput {
   int64_t position = 0;                     // its first position (= tokens of context before it)
   const std::vector<std::string>* context = nullptr;  // ordered content keys before it
   std::size_t prefix = 0;                   // leading turns of that context (fixed under reorder)
-  double share = 0;                         // length / window tokens after the operation
-  double context_change = 0;                // old: divergence of the keys it was formed on from now
+  double weight = 0;                         // recency_weight: length / tokens from its start to the end
+  double context_change = 0;                // old: keep_change of its drift since formed (fidelity_model.h)
   bool reordered = false;                   // old: the same antecedents as formed on, in another order
   bool moved = false;                       // old: its position changes
   int64_t kv_per_token = 0;

@@ -31,6 +31,7 @@ void BackgroundQueue::queue(Job job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
+    for (const auto& k : job.keys) queued_keys_.insert(k);
     jobs_.push_back(std::make_shared<Job>(std::move(job)));
     if (mode_ == BackgroundMode::kThread && !thread_.joinable()) thread_ = std::thread([this] { worker(); });
   }
@@ -39,13 +40,7 @@ void BackgroundQueue::queue(Job job) {
 
 bool BackgroundQueue::pending(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (running_keys_.count(key) > 0) return true;
-  for (const auto& j : jobs_) {
-    for (const auto& k : j->keys) {
-      if (k == key) return true;
-    }
-  }
-  return false;
+  return running_keys_.count(key) > 0 || queued_keys_.count(key) > 0;
 }
 
 int64_t BackgroundQueue::queued() const {
@@ -57,7 +52,7 @@ void BackgroundQueue::await(const std::string& key) {
   std::shared_ptr<Job> mine;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    for (auto it = jobs_.begin(); it != jobs_.end() && !mine; ++it) {
+    for (auto it = queued_keys_.count(key) > 0 ? jobs_.begin() : jobs_.end(); it != jobs_.end() && !mine; ++it) {
       for (const auto& k : (*it)->keys) {
         if (k == key) {
           mine = *it;
@@ -70,7 +65,10 @@ void BackgroundQueue::await(const std::string& key) {
       done_cv_.wait(lock, [&] { return running_keys_.count(key) == 0; });
       return;
     }
-    for (const auto& k : mine->keys) running_keys_.insert(k);
+    for (const auto& k : mine->keys) {
+      queued_keys_.erase(queued_keys_.find(k));
+      running_keys_.insert(k);
+    }
   }
   run_one(*mine, true);
   {
@@ -115,7 +113,10 @@ void BackgroundQueue::worker() {
 std::shared_ptr<BackgroundQueue::Job> BackgroundQueue::take_front_locked() {
   std::shared_ptr<Job> job = jobs_.front();
   jobs_.pop_front();
-  for (const auto& k : job->keys) running_keys_.insert(k);
+  for (const auto& k : job->keys) {
+    queued_keys_.erase(queued_keys_.find(k));
+    running_keys_.insert(k);
+  }
   return job;
 }
 
@@ -133,6 +134,7 @@ void BackgroundQueue::stop() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
     jobs_.clear();
+    queued_keys_.clear();
   }
   cv_.notify_all();
   done_cv_.notify_all();

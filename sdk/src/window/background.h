@@ -68,6 +68,7 @@ class BackgroundQueue {
   std::condition_variable cv_;       // worker wake-up
   std::condition_variable done_cv_;  // a job finished
   std::deque<std::shared_ptr<Job>> jobs_;
+  std::multiset<std::string> queued_keys_;   // the keys of jobs_, so pending() is a lookup, not a scan
   std::multiset<std::string> running_keys_;
   bool stopping_ = false;
   int64_t failed_ = 0;

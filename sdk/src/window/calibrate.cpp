@@ -116,10 +116,22 @@ CalibrationReport EngineCore::calibrate() {
                      })});
   std::error_code ec;
   std::filesystem::remove(file, ec);
-  // The remote tier: what its hits so far cost (bytes and wall time of verified reads), when it had any.
+  // The remote tier: a probe blob of the chunk's size written to the server and read back (fetch,
+  // checksum, decode: what a hit pays), so remote recalls are priced at this link's measured rate from the
+  // first calibration on; the hits so far (bytes and wall time of verified reads) count too. A remote
+  // that is down leaves the default rate.
+  bool remote_measured = false;
+  if (store().has_remote()) {
+    const Result<store::RemoteReadSample> probe = store().measure_remote_read(bytes);
+    if (probe) {
+      samples.push_back({planner::sample_kind::kTransferRemote, 0, 0, probe.value().bytes, probe.value().seconds});
+      remote_measured = true;
+    }
+  }
   const RemoteStats remote = store().stats().remote;
   if (remote.enabled && remote.hits > 0 && remote.read_seconds > 0) {
     samples.push_back({planner::sample_kind::kTransferRemote, 0, 0, remote.bytes_read, remote.read_seconds});
+    remote_measured = true;
   }
 
   planner::CostModel fitted = planner::CostModel::fit(samples);
@@ -128,6 +140,7 @@ CalibrationReport EngineCore::calibrate() {
   CalibrationReport report;
   report.samples = static_cast<int64_t>(samples.size());
   report.cost_model = fitted.describe();
+  if (remote_measured) report.remote_bytes_per_s = fitted.coefficients().transfer_remote_bytes_per_s;
   report.fidelity_samples = static_cast<int64_t>(deficits.size());
   report.fidelity_model = fidelity.describe();
   {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "orbit/planner/fidelity_model.h"
 #include "orbit/runtime/fidelity.h"
 #include "orbit/runtime/repair.h"
 #include "window/engine_core.h"
@@ -130,7 +131,8 @@ std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int
     const Piece A = bench.in_context(ta, {});
     const Piece canon_b = bench.in_context(tb, {});
     const Piece B_A = bench.in_context(tb, {A});
-    const double share_b = static_cast<double>(b) / static_cast<double>(a + b);
+    // B is the window's last instance in each arm below: its recency weight is 1 (fidelity_model.h).
+    const double share_b = planner::recency_weight(b, b);
     const runtime::Content delta = runtime::deficit(B_A.kv, canon_b.kv);
     const int64_t full = std::min(b, c.content_k_shape().width());
 
@@ -163,8 +165,10 @@ std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int
     {
       const Piece C_AB = bench.in_context(tc, {A, B_A});
       const Piece C_B = bench.in_context(tc, {canon_b});
-      const double sb = static_cast<double>(b) / static_cast<double>(2 * b), sc = sb;
-      const double feature = 1.0 * sb + static_cast<double>(a) / static_cast<double>(a + b) * sc;
+      // The planner's features for this window: a tokens removed right before B (gap 0) and b tokens
+      // before C.
+      const double feature = planner::keep_change(a, 0) * planner::recency_weight(b, 2 * b) +
+                             planner::keep_change(a, b) * planner::recency_weight(b, b);
       out.push_back({Loss::kKeep, feature, bench.kl({canon_b, C_B}, {B_A, C_AB}, query)});
     }
     // Orbit: the patch formed behind [X, A] applied behind [A, X].
@@ -174,7 +178,7 @@ std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int
       const Piece B_XA = bench.in_context(tb, {X, A_X});
       const Piece X_A = bench.in_context(tx, {A});
       const Piece B_AX = bench.in_context(tb, {A, X_A});
-      const double share = static_cast<double>(b) / static_cast<double>(2 * a + b);
+      const double share = planner::recency_weight(b, b);
       runtime::PatchOptions po;
       po.rank_k = po.rank_v = full;
       const runtime::Patch patch = runtime::form_patch(bench.model(), runtime::deficit(B_XA.kv, canon_b.kv), po);

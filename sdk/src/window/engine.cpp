@@ -8,6 +8,15 @@
 
 namespace orbit {
 
+const char* background_mode_name(BackgroundMode mode) noexcept {
+  switch (mode) {
+    case BackgroundMode::kThread: return "thread";
+    case BackgroundMode::kDeferred: return "deferred";
+    case BackgroundMode::kInline: return "inline";
+  }
+  return "?";
+}
+
 Engine::Engine(std::shared_ptr<detail::EngineCore> core) : core_(std::move(core)) {}
 Engine::~Engine() = default;
 
@@ -28,6 +37,10 @@ ChunkRef Engine::add_tokens(const std::vector<int64_t>& tokens, const ChunkOptio
 ChunkRef Engine::add_embeddings(const EmbeddingChunk& chunk, const ChunkOptions& options) {
   const detail::OpHold hold(*core_);
   return core_->add_embeddings(chunk, options);
+}
+std::optional<ChunkRef> Engine::find_media(const MediaLookup& lookup, const ChunkOptions& options) {
+  const detail::OpHold hold(*core_);
+  return core_->find_media(lookup, options);
 }
 ChunkRef Engine::chunk(const std::string& key) const {
   const detail::OpHold hold(*core_);
@@ -52,6 +65,8 @@ Window Engine::new_window(const WindowOptions& options) {
   state->options = options;
   return Window(std::move(state));
 }
+
+std::string Engine::fidelity_model_description() const { return core_->fidelity_model().describe(); }
 
 CalibrationReport Engine::calibrate() {
   const detail::OpHold hold(*core_);
@@ -89,10 +104,13 @@ EngineStats Engine::stats() const {
   s.forward_tokens = c.forward_tokens;
   s.critical_forward_tokens = c.forward_tokens - c.background_forward_tokens;
   s.background_forward_tokens = c.background_forward_tokens;
+  s.critical_seconds = c.critical_seconds;
   s.background_seconds = c.background_seconds;
   s.background_jobs = c.background_jobs;
   s.background_pending = core_->background().queued();
   s.background_failed = core_->background().failed(&s.background_error);
+  s.media_found = c.media_found;
+  s.media_missed = c.media_missed;
   if (hold) s.store = core_->store().stats();
   return s;
 }

@@ -66,15 +66,7 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
       options.tokenizer.empty() ? runtime::find_tokenizer(options.model, c.vocab_size) : options.tokenizer;
   if (!tokenizer_path.empty()) tokenizer_ = runtime::load_llama2c_tokenizer(tokenizer_path, c.vocab_size);
 
-  store::ChunkStoreOptions so;
-  so.model_fingerprint = model_->fingerprint();
-  so.dir = options.store_dir;
-  so.host_budget_bytes = options.host_budget_bytes;
-  if (options.disk_budget_bytes > 0) so.disk_budget_bytes = options.disk_budget_bytes;
-  ORBIT_CHECK(options.remote_ttl_seconds >= 0, "EngineOptions::remote_ttl_seconds must be >= 0 (0 = never expire)");
-  so.remote.url = options.remote;
-  so.remote.ttl_seconds = options.remote_ttl_seconds;
-  store_ = std::make_unique<store::ChunkStore>(so);
+  store_ = std::make_unique<store::ChunkStore>(store_options());
 
   runtime::KVPoolOptions po;
   po.num_layers = c.num_layers;
@@ -245,11 +237,7 @@ ChunkRef EngineCore::add_embeddings(const EmbeddingChunk& chunk, const ChunkOpti
   const std::vector<int64_t> grid_flat = grid.defined() ? grid_token_major(grid) : std::vector<int64_t>{};
   const int64_t grid_dims = grid.defined() ? grid.size(0) : 3;
   if (!chunk.media_digest.empty()) {
-    std::vector<int64_t> g = grid_flat;
-    if (g.empty()) {
-      for (int64_t i = 0; i < n; ++i) g.push_back(i);
-    }
-    rec->ref.key = chunk_key_media(fingerprint(), chunk.media_digest, g, grid.defined() ? grid_dims : 1);
+    rec->ref.key = media_key(chunk.media_digest, grid, n);
   } else {
     EmbeddingBytes bytes;
     bytes.data = emb.data_ptr();
@@ -267,7 +255,9 @@ ChunkRef EngineCore::add_embeddings(const EmbeddingChunk& chunk, const ChunkOpti
   rec->embeddings = emb;
   rec->grid = grid;
   rec->pinned = options.pin;
-  return register_chunk(std::move(rec));
+  const ChunkRef ref = register_chunk(std::move(rec));
+  if (!chunk.media_digest.empty()) cache_embeddings(record(ref));  // only a digest lets find_media ask for them
+  return ref;
 }
 
 ChunkRef EngineCore::register_chunk(std::unique_ptr<ChunkRecord> rec) {
@@ -342,9 +332,7 @@ runtime::Content EngineCore::canonical(const ChunkRecord& chunk, bool* encoded, 
   runtime::ForwardOptions fo;
   fo.logits = runtime::LogitsMode::kNone;
   runtime::Content content = model().forward(in, nullptr, fo).content;
-  store::PutOptions po;
-  po.pin = chunk.pinned;
-  po.recompute_cost = static_cast<double>(chunk.ref.length);
+  const store::PutOptions po = kv_put_options(static_cast<double>(chunk.ref.length), chunk.pinned);
   // A refusal (budgets full of pinned entries) or a disk error only means the canonical is not kept:
   // the window still holds its KV, and the next use encodes again.
   (void)store().put(chunk.ref.key, store::canonical_value(content_to_host(content)), po);
@@ -386,8 +374,7 @@ void EngineCore::put_patch(const runtime::Patch& patch, const std::string& chunk
 }
 
 void EngineCore::put_conditioned(const runtime::Content& content, const std::string& chunk_key, PatchRecord record) {
-  store::PutOptions po;
-  po.recompute_cost = content.empty() ? 1.0 : static_cast<double>(content.front().k.size(0));
+  const store::PutOptions po = kv_put_options(content.empty() ? 1.0 : static_cast<double>(content.front().k.size(0)), false);
   (void)store().put(record.key, store::canonical_value(content_to_host(content)), po);
   catalog_add(chunk_key, std::move(record));
 }
@@ -498,8 +485,11 @@ void EngineCore::count(const Counters& d) {
   counters_.patch_hits += d.patch_hits;
   counters_.forward_tokens += d.forward_tokens;
   counters_.background_forward_tokens += d.background_forward_tokens;
+  counters_.critical_seconds += d.critical_seconds;
   counters_.background_seconds += d.background_seconds;
   counters_.background_jobs += d.background_jobs;
+  counters_.media_found += d.media_found;
+  counters_.media_missed += d.media_missed;
 }
 
 Counters EngineCore::counters() const {

@@ -66,8 +66,11 @@ struct Counters {
   double forward_tokens = 0;             // every token-forward (critical and background)
   double critical_forward_tokens = 0;    // reported by apply (informational; not summed into the above)
   double background_forward_tokens = 0;  // of forward_tokens: run by background jobs
+  double critical_seconds = 0;           // wall time of apply() calls
   double background_seconds = 0;
   int64_t background_jobs = 0;
+  int64_t media_found = 0;   // find_media answered from a registration or the embedding cache
+  int64_t media_missed = 0;
 };
 
 // What a chunk's first sight leaves for the background: its conditioned KV (the exact in-context
@@ -119,6 +122,8 @@ class EngineCore {
   // ---- chunks ----
   ChunkRef add_tokens(const std::vector<int64_t>& tokens, const ChunkOptions& options);
   ChunkRef add_embeddings(const EmbeddingChunk& chunk, const ChunkOptions& options);
+  // Engine::find_media (engine_store.cpp).
+  std::optional<ChunkRef> find_media(const MediaLookup& lookup, const ChunkOptions& options);
   // The record for `ref` (checks it belongs to this engine). Records are never removed, so the
   // reference stays valid for the engine's life.
   const ChunkRecord& record(const ChunkRef& ref) const;
@@ -189,6 +194,16 @@ class EngineCore {
  private:
   friend class OpHold;
   ChunkRef register_chunk(std::unique_ptr<ChunkRecord> record);  // idempotent by key
+  // ---- the store (engine_store.cpp) ----
+  // The store's options from EngineOptions (tiers, budgets, eviction, cold tier, remote); throws
+  // orbit::Error naming the option at fault. Needs the model loaded.
+  store::ChunkStoreOptions store_options() const;
+  // Where canonical-shaped KV (canonicals, conditioned KV) is put: the device tier when there is one.
+  store::PutOptions kv_put_options(double recompute_tokens, bool pin) const;
+  // The content key of a media chunk: its digest and relative grid [rows, n], or 0..n-1 without a grid.
+  std::string media_key(const std::string& digest, const at::Tensor& grid, int64_t n) const;
+  // Stores a media chunk's embeddings (+ grid) in the embedding cache unless they are there already.
+  void cache_embeddings(const ChunkRecord& chunk);
   void run_patch_job(const PatchJob& job, bool critical);
   // Throws unless a chunk spanning `extent` positions can be encoded by this model.
   void check_extent(int64_t extent, const char* what, const char* unit) const;

@@ -53,7 +53,8 @@ std::string rank_text(int64_t r) { return r < 0 ? "full" : std::to_string(r); }
 }  // namespace
 
 std::string policy_spec_help() {
-  return "  patch[:M][:exact][:deep][:stale=D][:kl=X]\n"
+  return "  default                             the default policy: " + WindowPolicy{}.name() + "\n"
+         "  patch[:M][:exact][:deep][:stale=D][:kl=X]\n"
          "                                      form a rank-M patch on a miss (M an integer or 'full'; default 16)\n"
          "                                      :exact re-conditions survivors and ignores orbit patches;\n"
          "                                      :deep patches only deep layers; :stale=D accepts a patch formed\n"
@@ -70,7 +71,12 @@ std::string policy_spec_help() {
 WindowPolicy parse_policy(const std::string& spec) {
   const std::vector<std::string> parts = split(spec, ':');
   const std::string& head = parts[0];
+  if (head == "default") {
+    if (parts.size() != 1) bad_spec(spec, "'default' takes no arguments (it is " + WindowPolicy{}.name() + ")");
+    return WindowPolicy{};
+  }
   WindowPolicy p;
+  p.kl_budget = 0;  // presets carry no budget unless they say :kl=X
   if (head == "patch") {
     for (std::size_t i = 1; i < parts.size(); ++i) {
       const std::string& part = parts[i];

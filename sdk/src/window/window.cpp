@@ -226,8 +226,15 @@ Plan Window::plan_recall(const ChunkRef& chunk, InstanceId before) const {
   ORBIT_CHECK(ev != state_->evicted.end(),
               "recall: " << name_of(rec.ref) << " was not evicted from window " << state_->id << " (admit it instead)");
   Layout l = current_layout(*state_, Operation::kRecall);
+  const std::size_t at = insertion_index(*state_, before, "recall");
   if (state_->options.policy.cascade_on_recall && state_->graph.contains(ev->second)) {
-    l.cascade = state_->graph.dependents(ev->second);
+    // Only dependents placed after the recalled chunk can see it again: one before it is left as it is
+    // (re-forming it would not bring the chunk back into its context; it is no worse than before).
+    std::set<InstanceId> after;
+    for (std::size_t i = at; i < l.slots.size(); ++i) after.insert(l.slots[i].id);
+    for (InstanceId id : state_->graph.dependents(ev->second)) {
+      if (after.count(id) > 0) l.cascade.push_back(id);
+    }
     const std::set<InstanceId> deps(l.cascade.begin(), l.cascade.end());
     for (Slot& s : l.slots) {
       if (deps.count(s.id) > 0) {
@@ -240,7 +247,6 @@ Plan Window::plan_recall(const ChunkRef& chunk, InstanceId before) const {
   sl.id = ev->second;
   sl.chunk = &rec;
   sl.reason = "recall: fresh patch on its current earlier context";
-  const std::size_t at = insertion_index(*state_, before, "recall");
   l.slots.insert(l.slots.begin() + static_cast<std::ptrdiff_t>(at), sl);
   l.change_reason = name_of(rec.ref) + " recalled before it";
   return detail::plan_layout(*state_, l);
@@ -363,6 +369,8 @@ Window Window::fork() const {
       c.formed_on_tokens = e.formed_on_tokens;
       c.drift_tokens = e.drift_tokens;
       c.predicted_kl = e.predicted_kl;
+      c.kl_per_weight = e.kl_per_weight;
+      c.keep_change = e.keep_change;
       c.exact_when_formed = e.exact_when_formed;
       c.formed_by = e.formed_by;
       c.match = e.match;

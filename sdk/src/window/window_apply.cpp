@@ -1,6 +1,8 @@
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -48,6 +50,9 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
   Counters counters;
   double encode_tokens = 0;  // counted by EngineCore::canonical() itself
   WindowBuild b(core);
+  b.entries.reserve(plan.steps.size());
+  b.contents.reserve(plan.steps.size());
+  b.starts.reserve(plan.steps.size());
   std::vector<InstanceId> evicted;
   struct Formed {
     InstanceId id;
@@ -87,7 +92,6 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
       e.length = e.chunk->ref.length;
       e.extent = e.chunk->ref.extent;
     }
-    at::Tensor pos = core.positions_for(e.chunk, e.length, position);
 
     ApplyInput in{core, b};
     in.old = old;
@@ -122,6 +126,8 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
       e.match = old->match;
       e.patch_key = old->patch_key;
       e.predicted_kl = s.predicted_kl;
+      e.kl_per_weight = old->kl_per_weight;
+      e.keep_change = s.context_change;
     } else {
       e.version = core.next_content_version();
       e.formed_on = ctx_hash;
@@ -132,6 +138,7 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
       e.match = out.done_as == StepAction::kApplyPatch ? s.match : PatchMatch::kNone;
       e.patch_key = !s.patch_key.empty() ? s.patch_key : (s.store_keys.empty() ? std::string() : s.store_keys.front());
       e.predicted_kl = s.predicted_kl;
+      e.kl_per_weight = s.kl_per_weight;
       formed.push_back({e.id, out.conditioned, b.context_ids()});
       std::lock_guard<std::mutex> lock(core.pool_mutex());
       e.kv = std::make_unique<runtime::PagedSequence>(core.pool(), config);
@@ -154,7 +161,7 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
     b.entries.push_back(std::move(e));
     b.contents.resize(b.entries.size());
     if (!out.keep_pages) b.contents.back() = std::move(out.content);
-    b.positions.push_back(pos);
+    b.starts.push_back(position);
     b.next_position += b.entries.back().extent;
   }
 
@@ -184,7 +191,19 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
   }
   for (const Formed& f : formed) {
     if (f.conditioned) {
-      state.graph.set_conditioning(f.id, core.next_content_version(), f.on);
+      // An antecedent may itself still be conditioned on this instance's earlier KV: one kept after a
+      // reorder moved it in front, or placed before a recalled chunk that conditioned it in its earlier
+      // life. Its KV is left as it is (it cannot see this one now); the new conditioning leaves it out so
+      // the graph stays acyclic. What is lost: a later recall of it would not cascade into this instance.
+      std::vector<InstanceId> on = f.on;
+      if (state.graph.contains(f.id) && state.graph.num_live() > 0) {
+        const std::vector<InstanceId> deps = state.graph.dependents(f.id);
+        if (!deps.empty()) {
+          const std::set<InstanceId> later(deps.begin(), deps.end());
+          on.erase(std::remove_if(on.begin(), on.end(), [&](InstanceId a) { return later.count(a) > 0; }), on.end());
+        }
+      }
+      state.graph.set_conditioning(f.id, core.next_content_version(), on);
     } else {
       state.graph.clear_conditioning(f.id);
     }
@@ -199,9 +218,10 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
   state.forward_tokens += report.forward_tokens;
   counters.forward_tokens = report.forward_tokens - encode_tokens;
   counters.critical_forward_tokens = report.forward_tokens;
-  core.count(counters);
   report.device_bytes = state.device_bytes();
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  counters.critical_seconds = report.seconds;
+  core.count(counters);
   core.after_apply();
   return report;
 }

@@ -5,6 +5,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/planner/cost_model.h"
+#include "orbit/planner/fidelity_model.h"
 #include "window/actions.h"
 #include "window/window_ops.h"
 
@@ -153,6 +154,9 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   plan.window_version = state.version;
   plan.policy = policy;
   plan.cascade = layout.cascade;
+  plan.steps.reserve(layout.evict.size() + layout.slots.size());
+  plan.order.reserve(layout.slots.size());
+  const ServeAction& keep = action("keep");
 
   // Old positions and the tokens each old entry loses before it (evictions), as prefix sums: O(n).
   const std::size_t n_old = state.entries.size();
@@ -209,17 +213,23 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   {
     uint64_t keys_hash = 0;
     int64_t inserted = 0;
+    int64_t seen_removed = 0;
+    int64_t change_at = 0;  // position (after the operation) of the latest removal or insertion so far
     for (std::size_t i = 0; i < layout.slots.size(); ++i) {
       SlotInfo& si = info[i];
       if (si.old != nullptr) {
+        const int64_t removed = removed_before[static_cast<std::size_t>(layout.slots[i].existing)];
+        if (removed > seen_removed) change_at = si.position;
+        seen_removed = removed;
         si.keys_same = si.old->formed_on_keys == keys_hash;
-        const double delta = static_cast<double>(removed_before[static_cast<std::size_t>(layout.slots[i].existing)] + inserted);
+        const double delta = static_cast<double>(removed + inserted);
         si.drift = si.keys_same ? 0.0 : si.old->drift_tokens + delta;
-        const double base = static_cast<double>(si.old->formed_on_tokens) + si.drift;
-        si.change = si.keys_same ? 0.0 : (base > 0 ? std::min(1.0, si.drift / base) : 1.0);
+        const double local = planner::keep_change(delta, static_cast<double>(si.position - change_at));
+        si.change = si.keys_same ? 0.0 : std::min(1.0, si.old->keep_change + local);
         if (!si.keys_same && si.drift == 0) si.change = 1.0;  // reordered: the keys moved, nothing was added
       } else {
         inserted += si.length;
+        change_at = si.position + si.extent;
       }
       keys_hash = context_hash(keys_hash, si.key, 0);
     }
@@ -234,9 +244,11 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   context.reserve(layout.slots.size());
   uint64_t ctx_hash = 0;
   uint64_t marker = 0;
-  for (std::size_t i = 0; i < layout.slots.size(); ++i) {
-    const Slot& sl = layout.slots[i];
-    SlotInfo& si = info[i];
+  int64_t tokens_before = 0;
+  std::vector<double> weights(layout.slots.size(), 0.0);
+  std::vector<char> is_same(layout.slots.size(), 0);
+  auto input_for = [&](std::size_t i, const std::vector<std::string>* ctx) {
+    const SlotInfo& si = info[i];
     PlanInput in{core, cost, fidelity, policy};
     in.chunk = si.chunk;
     in.old = si.old;
@@ -244,28 +256,67 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     in.turn_tokens = si.turn_tokens;
     in.length = si.length;
     in.position = si.position;
-    in.context = &context;
+    in.context = ctx;
     in.prefix = prefix;
-    in.share = total_tokens > 0 ? static_cast<double>(si.length) / static_cast<double>(total_tokens) : 0;
+    in.weight = weights[i];
     in.context_change = si.change;
     in.reordered = si.old != nullptr && !si.keys_same && si.drift == 0;
     in.moved = si.moved;
     in.kv_per_token = kv_per_token;
+    return in;
+  };
+  // Every action that can serve slot i (context: the keys before it), cheapest first. Keep is left out
+  // when the slot is new or a cascade forces it; other actions when it is exact already.
+  auto enumerate = [&](std::size_t i, const PlanInput& in, const std::string& why) {
+    const Slot& sl = layout.slots[i];
+    SlotInfo& si = info[i];
+    const bool same = is_same[i] != 0;
+    si.candidates.clear();
+    si.chosen = 0;
+    for (const ServeAction* a : all_actions()) {
+      const std::string id = a->id();
+      if (id == "keep" && (si.old == nullptr || sl.force)) continue;
+      if (id != "keep" && si.old != nullptr && same && si.old->predicted_kl == 0) continue;  // exact already
+      if (id == "prefill" || id == "load-conditioned") continue;  // form is the same forward, and stores
+      std::optional<PlanStep> s = a->plan(in);
+      if (!s) continue;
+      s->estimated_seconds = estimate_seconds(in, *s);
+      if (id == "keep") {
+        s->reason = same ? (si.moved ? "relocated (rotation only)" : "unchanged") : why + "; kept as-is";
+      } else if (!why.empty()) {
+        s->reason = why + "; " + s->reason;
+      }
+      si.candidates.push_back(std::move(*s));
+    }
+    ORBIT_CHECK(!si.candidates.empty(), "plan: no serving action can serve instance " << sl.id);
+    std::stable_sort(si.candidates.begin(), si.candidates.end(), cheaper);
+  };
+  std::vector<std::string> whys(layout.slots.size());
+  for (std::size_t i = 0; i < layout.slots.size(); ++i) {
+    weights[i] = planner::recency_weight(info[i].length, total_tokens - tokens_before);
+    tokens_before += info[i].length;
+  }
+  for (std::size_t i = 0; i < layout.slots.size(); ++i) {
+    const Slot& sl = layout.slots[i];
+    SlotInfo& si = info[i];
+    const PlanInput in = input_for(i, &context);
 
     const bool same = si.old != nullptr && si.old->formed_on == ctx_hash;
+    is_same[i] = same ? 1 : 0;
     const bool forced = sl.force || (layout.reorder_relookup && !si.keys_same);
     std::string why = sl.reason;
     if (why.empty() && si.old != nullptr && !same) {
       why = !si.keys_same ? "context changed" + (layout.change_reason.empty() ? "" : ": " + layout.change_reason)
                           : "an antecedent's KV was re-formed";
     }
+    whys[i] = why;
     if (!budgeted) {
       PlanStep s;
       if (same) {
-        s = *action("keep").plan(in);
+        s = *keep.plan(in);
         s.reason = si.moved ? "relocated (rotation only)" : "unchanged";
       } else if (si.old != nullptr && !forced && policy.survivors == SurvivorAction::kKeep) {
-        s = *action("keep").plan(in);
+        s = *keep.plan(in);
         s.reason = "context changed" + (layout.change_reason.empty() ? "" : " (" + layout.change_reason + ")") +
                    "; kept as-is, relocation only";
       } else {
@@ -273,26 +324,15 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       }
       s.estimated_seconds = estimate_seconds(in, s);
       si.candidates.push_back(std::move(s));
+    } else if (si.old != nullptr && !sl.force) {
+      // A held instance starts kept (after a reorder keep is priced as an orbit loss: the same
+      // antecedents in another order); its alternatives are enumerated only if the budget needs them.
+      PlanStep s = *action("keep").plan(in);
+      s.estimated_seconds = estimate_seconds(in, s);
+      s.reason = same ? (si.moved ? "relocated (rotation only)" : "unchanged") : why + "; kept as-is";
+      si.candidates.push_back(std::move(s));
     } else {
-      // Every action that can serve it; keep unless a cascade or re-condition forces it (after a reorder
-      // keep is priced as an orbit loss: the same antecedents in another order).
-      for (const ServeAction* a : all_actions()) {
-        const std::string id = a->id();
-        if (id == "keep" && (si.old == nullptr || sl.force)) continue;
-        if (id != "keep" && si.old != nullptr && same && si.old->predicted_kl == 0) continue;  // exact already
-        if (id == "prefill" || id == "load-conditioned") continue;  // form is the same forward, and stores
-        std::optional<PlanStep> s = a->plan(in);
-        if (!s) continue;
-        s->estimated_seconds = estimate_seconds(in, *s);
-        if (id == "keep") {
-          s->reason = same ? (si.moved ? "relocated (rotation only)" : "unchanged") : why + "; kept as-is";
-        } else if (!why.empty()) {
-          s->reason = why + "; " + s->reason;
-        }
-        si.candidates.push_back(std::move(*s));
-      }
-      ORBIT_CHECK(!si.candidates.empty(), "plan: no serving action can serve instance " << sl.id);
-      std::stable_sort(si.candidates.begin(), si.candidates.end(), cheaper);
+      enumerate(i, in, why);
     }
     const PlanStep& chosen = si.candidates.front();
     const bool reserved = chosen.action != StepAction::kKeep;
@@ -305,6 +345,23 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   if (budgeted) {
     double total_kl = 0;
     for (const SlotInfo& si : info) total_kl += si.candidates[si.chosen].predicted_kl;
+    if (total_kl > policy.kl_budget) {
+      // Over budget: the kept instances that carry a loss get their alternatives now.
+      for (std::size_t i = 0; i < info.size(); ++i) {
+        SlotInfo& si = info[i];
+        if (si.candidates.size() != 1 || si.candidates.front().action != StepAction::kKeep ||
+            si.candidates.front().predicted_kl <= 0) {
+          continue;
+        }
+        const std::vector<std::string> before(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(i));
+        const PlanInput in = input_for(i, &before);
+        enumerate(i, in, whys[i]);
+        // Keep first whatever its price: it is what the slot had, and the upgrade loop moves off it.
+        for (std::size_t c = 0; c < si.candidates.size(); ++c) {
+          if (si.candidates[c].action == StepAction::kKeep) si.chosen = c;
+        }
+      }
+    }
     while (total_kl > policy.kl_budget) {
       double best_gain = -1;
       std::size_t best_slot = 0, best_candidate = 0;
@@ -345,8 +402,11 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     } else {
       s.chunk = si.chunk->ref;
     }
+    s.kl_per_weight = s.action == StepAction::kKeep ? si.old->kl_per_weight
+                                                    : (weights[i] > 0 ? s.predicted_kl / weights[i] : 0.0);
     if (s.action == StepAction::kKeep) {
       s.drift_tokens = si.drift;
+      s.context_change = si.change;
       s.exact = si.old->exact_when_formed && si.old->formed_on == ctx_hash && all_exact;
       ctx_hash = context_hash(ctx_hash, si.key, si.old->version);
     } else {

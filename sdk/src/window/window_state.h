@@ -50,6 +50,8 @@ struct Entry {
   double drift_tokens = 0;               // tokens removed or inserted before it since it was formed
   bool exact_when_formed = false;        // formed exactly over an exact context
   double predicted_kl = 0;               // the fidelity model's KL this instance carries (0 when exact)
+  double keep_change = 0;                // the keep feature accumulated since formed (fidelity_model.h)
+  double kl_per_weight = 0;              // of which its serving action's own loss, per unit recency weight
   StepAction formed_by = StepAction::kKeep;
   PatchMatch match = PatchMatch::kNone;
   std::string patch_key;

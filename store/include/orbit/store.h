@@ -103,6 +103,7 @@ struct TierStats {
   int64_t entries = 0;
   int64_t bytes = 0;
   int64_t budget_bytes = 0;
+  std::string policy;      // its eviction policy: "lru" or "cost-aware"
   int64_t pinned_entries = 0;
   int64_t hits = 0;        // get() served from this tier
   int64_t evictions = 0;   // entries that left this tier under budget pressure (demoted or, on disk, dropped)
@@ -124,7 +125,8 @@ struct RemoteStats {
   int64_t writes = 0;          // values written
   int64_t write_failures = 0;  // write attempts that failed (the value stays queued; the local copy stays)
   int64_t writes_dropped = 0;  // queued writes dropped (queue over its byte bound, or the store closed)
-  int64_t queued = 0;          // writes waiting now
+  int64_t queued = 0;          // writes (and removals) waiting now
+  int64_t removals = 0;        // entries removed from the server by erase()
   int64_t bytes_read = 0;      // blob bytes of the hits
   int64_t bytes_written = 0;
   double read_seconds = 0;     // wall time of the reads that hit (what a remote recall costs)
@@ -133,6 +135,8 @@ struct RemoteStats {
 
 struct StoreStats {
   std::vector<TierStats> tiers;  // device, host, disk (disabled tiers included, enabled = false)
+  BlobEncoding canonical_encoding = BlobEncoding::kExact;  // how the disk tier writes canonicals
+  bool pinned_host = false;      // host-tier values live in pinned (page-locked) memory
   int64_t misses = 0;
   int64_t refusals = 0;      // puts no tier could admit (backpressure)
   int64_t corrupt_reads = 0; // blobs that failed their checksum on read (served as misses)

@@ -38,6 +38,15 @@ namespace orbit::planner {
 using InstanceId = uint64_t;
 using PatchId = uint64_t;
 
+// Work the graph has done since it was made (a copy starts from its source's counts). Deterministic counts
+// of what its operations touched, for tests that check how the graph's costs grow with the window.
+struct GraphWork {
+  int64_t edges_added = 0;          // by set_conditioning (one per antecedent, one to the conditioned)
+  int64_t edges_removed = 0;        // with the patch nodes that were replaced or collected
+  int64_t edges_visited = 0;        // followed by dependents() (twice each: the search, then the sort)
+  int64_t instances_collected = 0;  // evicted instances dropped once nothing referenced them
+};
+
 // One instance's current conditioning, as patches() lists it.
 struct Conditioning {
   InstanceId conditioned = 0;
@@ -97,6 +106,12 @@ class DependencyGraph {
   // Throws on an unknown id, and on a dependency cycle (only reachable by misuse) naming an instance on it.
   // O(k log k) for k instances reachable from `id`.
   std::vector<InstanceId> dependents(InstanceId id) const;
+
+  // Edges now held: each conditioning holds one per antecedent plus one to the conditioned instance.
+  int64_t num_edges() const;
+  // What the operations so far did (see GraphWork). Replacing or dropping a conditioning with k
+  // antecedents costs O(k log n); dependents() visits each reachable edge twice.
+  GraphWork work() const;
 
   // Graphviz text (instances as boxes, evicted dashed; patches as ellipses), for debugging.
   std::string to_dot() const;

@@ -4,11 +4,15 @@
 // per instance the cheapest action whose loss fits a policy's per-step KL budget.
 //
 // Every approximate action has one feature f in [0, 1] describing how far its KV is from the exact one,
-// scaled by the instance's share s = length / window tokens (an instance's error reaches the next token
-// through the attention it receives, roughly its share of the window):
+// scaled by the instance's recency weight w = length / (tokens from its first position to the window's
+// end) (recency_weight below: 1 for the last instance). An instance's error reaches the next token
+// through the attention it receives, and a causal LM attends most to what is recent: a short turn at
+// the tail outweighs a long page far back, which a plain share of the window's tokens misses.
 //
-//   keep        f = the token-weighted divergence between the antecedents it was formed on and its
-//               antecedents now (1 − Σ min / Σ max over the two key multisets)   (removal / insertion)
+//   keep        f = Σ over the operations since it was formed of keep_change(delta, gap): the tokens
+//               removed or inserted before it (delta) over delta plus the tokens between the latest
+//               change and it (gap), capped at 1: an instance attends most to what is just before it, so
+//               a removal right before it changes its KV far more than one far back (removal / insertion)
 //   blind       f = 1 (the canonical alone; its whole context is unseen)
 //   orbit       f = 1 (an orbit patch: the mean over orderings applied to one ordering)
 //   stale       f = the divergence of the stale patch's context from the current one
@@ -16,7 +20,11 @@
 //   first-k     f = 1 − k / n (tokens left canonical)
 //   cacheblend  f = 1 − r (tokens left canonical, after the deviation-ranked selection)
 //
-//   predicted KL = coefficient[kind] · f · s
+//   predicted KL = coefficient[kind] · f · w
+//
+// A kept instance's prediction is recomputed from its current f and w at every plan (never accumulated
+// from the previous plan's), plus what its own serving action left (coefficient · f of that action, per
+// unit weight, carried with the instance).
 //
 // Exact actions (form, prefill, canonical at position 0, exact full-rank patch) predict 0. Coefficients
 // come from measured deficits (FidelitySample: a measured KL with its f·s) by least squares through the
@@ -36,6 +44,15 @@ namespace orbit::planner {
 enum class Loss { kKeep = 0, kBlind, kOrbit, kStale, kTruncated, kFirstK, kCacheBlend };
 inline constexpr int kLossKinds = 7;
 const char* loss_name(Loss kind) noexcept;  // "keep", "blind", ...
+
+// The two features the planner and the calibration share (so a fitted coefficient means the same in both).
+// recency_weight: length / tokens_to_end, tokens_to_end = the tokens from the instance's first position
+// to the window's end (its own included); 0 when either is 0.
+double recency_weight(int64_t length, int64_t tokens_to_end) noexcept;
+inline constexpr double kRecencyExponent = 3.0;
+// keep_change: delta / (delta + gap), in [0, 1] (0 when delta is 0); a reorder (no tokens removed or
+// inserted, another order) is the orbit loss, not this.
+double keep_change(double delta_tokens, double gap_tokens) noexcept;
 
 // One measurement: serving some instances approximately by `kind` gave next-token KL `kl`, and the
 // features summed over those instances (Σ f·s) were `feature`.

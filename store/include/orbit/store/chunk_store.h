@@ -67,6 +67,9 @@ struct ChunkStoreOptions {
   RemoteOptions remote;      // remote.url empty = no remote tier
   std::shared_ptr<BlobBackend> remote_backend;  // instead of remote.url (tests): the remote tier's backend
   bool warn_disk_errors = true;  // print the one warning when a disk write fails
+  // Host-tier values in pinned (page-locked) host memory: for a store serving a CUDA engine, so recalls to
+  // the device are DMA copies. Needs CUDA (the constructor throws otherwise). Off: pageable memory.
+  bool pinned_host = false;
   IoHooks io_hooks;  // fault injection for tests
 };
 
@@ -110,8 +113,10 @@ class ChunkStore {
   bool contains(const std::string& key) const;
   // The highest tier holding `key`, or nullopt.
   std::optional<StoreTier> residence(const std::string& key) const;
-  // Removes `key` from every local tier (not from the shared remote: its entries expire by TTL or by the
-  // server's eviction policy). not_found when absent; refused when the index cannot be written.
+  // Removes `key` from every local tier and from the remote tier: the remote removal is queued behind
+  // the writes already queued (so a write of `key` in flight cannot bring it back), retried while the
+  // remote is down, and done once drain_remote() returns true. not_found when neither a local tier nor
+  // the remote holds it; refused when the index cannot be written.
   Status erase(const std::string& key);
   Status pin(const std::string& key);
   Status unpin(const std::string& key);
@@ -126,6 +131,9 @@ class ChunkStore {
   // Waits until queued remote writes are sent (or failed), at most `timeout`. true when none is left.
   bool drain_remote(std::chrono::milliseconds timeout);
   bool has_remote() const { return remote_ != nullptr; }
+  // The remote tier's read rate, measured with a probe blob of `bytes` bytes (RemoteTier::measure_read):
+  // what calibration prices remote recalls with. refused without a remote tier or while it is down.
+  Result<RemoteReadSample> measure_remote_read(int64_t bytes);
   // Budgets, accounting, tier exclusivity, pool and index consistency (deep: re-reads the index).
   // Throws orbit::Error describing the first violation.
   void verify_integrity(bool deep = false) const;

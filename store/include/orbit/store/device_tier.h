@@ -6,7 +6,9 @@
 //   t % page_size, in every layer and kind (the chunk starts at a page boundary; the tail of its last
 //   page is unused).
 //
-// On this CPU build the pool lives in host memory; the layout is the one a CUDA pool uses.
+// The pool lives where DevicePageLayout::device says: device memory for "cuda:N" (values are copied in
+// on insert and gathered into device tensors on read, so a hit needs no host-to-device copy), host
+// memory for "cpu" (the same layout; what the CPU tests exercise).
 // A DeviceLease retains a chunk's pages for a holder (a window, a fork). While any lease is alive the
 // tier will not evict the chunk; the pages return to the pool when the tier and every lease let go.
 // Thread-safety: DeviceTier none (the ChunkStore serialises it); leases may be used and destroyed on
@@ -32,6 +34,7 @@ struct DevicePageLayout {
   std::vector<std::string> kinds;    // tensor name suffixes, e.g. {"k", "v"} (GQA) or {"ckv", "kpe"} (MLA)
   std::vector<int64_t> widths;       // elements per token of each kind, e.g. {H_kv·d, H_kv·d}
   at::ScalarType dtype = at::kFloat;
+  std::string device = "cpu";        // where the pages live: "cpu", "cuda" or "cuda:N" (runtime/device.h)
 };
 
 struct DeviceTierOptions {
@@ -86,7 +89,7 @@ class DeviceTier final : public Tier {
   bool accepts(const StoredValue& value) const override;
   int64_t charge(const StoredValue& value) const override;
   Status insert(const std::string& key, const ValuePtr& value) override;
-  // A contiguous copy gathered from the pages (the pages stay where they are).
+  // A contiguous copy gathered from the pages (the pages stay where they are), on the tier's device.
   Result<ValuePtr> read(const std::string& key) override;
   void remove(const std::string& key) override;
   bool contains(const std::string& key) const override { return entries_.count(key) > 0; }

@@ -1,4 +1,6 @@
-// Host-memory tier: values kept as shared, immutable tensors; charge = the tensors' bytes.
+// Host-memory tier: values kept as shared, immutable tensors; charge = the tensors' bytes. With `pinned`
+// (a store serving a CUDA engine) every value is copied into pinned (page-locked) host memory on insert,
+// so that a recall to the device is a DMA transfer that can overlap compute; the charge is unchanged.
 // Thread-safety: none (see tier.h).
 #pragma once
 
@@ -10,7 +12,9 @@ namespace orbit::store {
 
 class MemoryTier final : public Tier {
  public:
-  explicit MemoryTier(int64_t budget_bytes);
+  // Throws orbit::Error on a negative budget, or `pinned` without CUDA (pinned_copy in value.h).
+  explicit MemoryTier(int64_t budget_bytes, bool pinned = false);
+  bool pinned() const { return pinned_; }
 
   StoreTier id() const override { return StoreTier::kHost; }
   int64_t budget_bytes() const override { return budget_; }
@@ -26,6 +30,7 @@ class MemoryTier final : public Tier {
 
  private:
   int64_t budget_;
+  bool pinned_ = false;
   int64_t used_ = 0;
   std::unordered_map<std::string, ValuePtr> values_;
 };

@@ -76,8 +76,12 @@ class RedisClient {
   Result<RedisReply> command(const std::vector<std::string>& argv, const std::string& routing_key);
   // Runs `commands` as one MULTI/EXEC transaction on the node owning routing_key's slot (all keys of
   // all commands must hash to that slot). ok with EXEC's reply array; refused when the node could not be
-  // reached or the transaction was aborted (EXECABORT, a redirection: the slot map is refreshed, and
-  // the caller may retry).
+  // reached or the transaction was aborted (EXECABORT, a MOVED redirection: the slot map is refreshed,
+  // and the caller may retry). A slot being migrated (ASK: the keys are not on the source) is the one
+  // exception to atomicity: Redis refuses multi-key transactions on the importing node while the slot
+  // moves, so the commands run there one by one, in order, each after ASKING, and the reply array holds
+  // their replies. Callers order commands so that any prefix of them is harmless (RedisBackend writes
+  // an entry's parts first and its manifest last, so a reader never sees a partial entry).
   Result<RedisReply> transaction(const std::vector<std::vector<std::string>>& commands,
                                  const std::string& routing_key);
 
@@ -95,7 +99,10 @@ class RedisClient {
   Status connect(Node& node);
   void drop(Node& node);
   Status refresh_slots();
-  Result<RedisReply> run(Node& node, const std::vector<std::vector<std::string>>& pipeline, bool asking);
+  // Sends `pipeline` (each command after ASKING when `asking`) and returns the last reply; `replies`
+  // (optional) receives every command's reply in order, ASKING's excluded.
+  Result<RedisReply> run(Node& node, const std::vector<std::vector<std::string>>& pipeline, bool asking,
+                         std::vector<RedisReply>* replies = nullptr);
 
   RedisUrl url_;
   RedisClientOptions options_;

@@ -45,6 +45,12 @@ struct RemoteOptions {
   bool warn = true;                              // print the one warning on the first outage
 };
 
+// One timed read of the remote (RemoteTier::measure_read): what a hit of `bytes` blob bytes cost.
+struct RemoteReadSample {
+  int64_t bytes = 0;
+  double seconds = 0;  // fetch, checksum and decode, as a hit pays them
+};
+
 class RemoteTier {
  public:
   // `backend` null: a RedisBackend for options.url. Throws orbit::Error on a malformed URL or option.
@@ -59,6 +65,13 @@ class RemoteTier {
   bool contains(const std::string& key);
   // Queues `value` for writing under `key` (returns at once).
   void put(const std::string& key, const ValuePtr& value);
+  // Queues the removal of `key` (returns at once): queued writes of `key` are dropped, one in flight
+  // finishes first, then the entry is deleted; a failed removal stays queued like a failed write.
+  void erase(const std::string& key);
+  // Measures the read rate without touching the entries: writes a probe blob of about `bytes` bytes
+  // under a key of its own, times `reps` reads of it (the best counts), and removes it. Not counted as
+  // hits. refused when the remote is down or a call fails (counted as an error).
+  Result<RemoteReadSample> measure_read(int64_t bytes, int reps = 3);
   // Waits until the queue is empty and no write is in flight, or `timeout` passed. true when drained.
   bool drain(std::chrono::milliseconds timeout);
 
@@ -73,7 +86,7 @@ class RemoteTier {
 
   struct Pending {
     std::string key;
-    ValuePtr value;
+    ValuePtr value;  // null for a removal
     int64_t bytes = 0;
   };
 

@@ -4,6 +4,10 @@
 // patch is just other names and shapes (codec.h converts the runtime's types). The store never interprets
 // tensors except where a tier says so (the device tier pages tensors named "layer.<l>.<kind>").
 //
+// Tensors live in host memory, except in a value read from a device tier whose pages are on a CUDA
+// device (its tensors are on that device; host_copy() brings it back), and host-tier values of a store
+// with pinned host memory (page-locked host tensors, so device copies from them are DMA transfers).
+//
 // Ownership and thread-safety: a StoredValue is shared (ValuePtr) between the store's tiers and every
 // caller that read it, and is never modified after make_value(). Callers must treat its tensors as
 // read-only (clone before writing in place). Reading one value from many threads is safe.
@@ -47,6 +51,13 @@ using ValuePtr = std::shared_ptr<const StoredValue>;
 // (`copy = false` skips the copy for tensors that are already contiguous CPU and private to the caller).
 ValuePtr make_value(EntryKind kind, std::vector<NamedTensor> tensors, std::map<std::string, std::string> attrs = {},
                     bool copy = true);
+
+// `value` itself when every tensor is in (pageable or pinned) host memory, else a host copy of it.
+ValuePtr host_copy(const ValuePtr& value);
+
+// A copy of `value` whose tensors are in pinned (page-locked) host memory. Throws orbit::Error when this
+// build of libtorch has no CUDA (pinned memory is CUDA's host allocator).
+ValuePtr pinned_copy(const StoredValue& value);
 
 // True when two values hold the same kind, names, shapes, dtypes, attributes and bytes.
 bool values_equal(const StoredValue& a, const StoredValue& b);

@@ -1,0 +1,156 @@
+// The default policy and the fidelity model on the bundled stories260K: the 'default' spec is the
+// default-constructed policy (a KL budget; presets carry none); agent-pattern traces are text that fills
+// the model's positions; on a text agent trace the default policy costs no more critical-path forward
+// tokens than the prefix cache, stays within the fidelity target, and the fidelity model's predictions
+// are within a stated factor of the measured KL; reorders and recalls under a budget never build a
+// dependency cycle.
+#include "orbit_catch.h"
+
+#include <algorithm>
+#include <map>
+
+#include "orbit/engine.h"
+#include "orbit/trace.h"
+#include "test_helpers.h"
+
+using namespace orbit;
+
+namespace {
+
+std::string trace_path(const std::string& name) { return std::string(ORBIT_TEST_DATA_DIR) + "/traces/" + name; }
+
+ReplayOptions options(std::vector<std::string> policies) {
+  ReplayOptions o;
+  o.engine.model = test::stories_path();
+  o.engine.pool_bytes = int64_t{64} << 20;
+  o.policies = std::move(policies);
+  return o;
+}
+
+// A browse trace with the model's tokenizer counting text tokens (as `orbit make-trace` does).
+Trace text_trace(const std::string& kind, int64_t steps, uint64_t seed) {
+  EngineOptions eo;
+  eo.model = test::stories_path();
+  eo.pool_bytes = int64_t{1} << 20;
+  const std::shared_ptr<Engine> engine = Engine::open(eo);
+  MakeTraceOptions mo;
+  mo.kind = kind;
+  mo.steps = steps;
+  mo.seed = seed;
+  mo.text_tokens = [engine](const std::string& t) { return static_cast<int64_t>(engine->tokenize(t, false).size()); };
+  return make_trace(mo);
+}
+
+}  // namespace
+
+TEST_CASE("the default policy is a budgeted patch policy; presets carry no budget", "[policy]") {
+  const WindowPolicy d;
+  CHECK(d.kl_budget == kDefaultKlBudget);
+  CHECK(d.kl_budget > 0);
+  CHECK(parse_policy("default").name() == d.name());
+  CHECK(parse_policy(d.name()).kl_budget == d.kl_budget);  // its name round-trips
+  CHECK(WindowOptions{}.policy.kl_budget == kDefaultKlBudget);
+  for (const char* spec : {"patch:16", "patch:16:exact", "prefix", "reprefill", "blind", "firstk:8", "cacheblend:0.3"}) {
+    INFO(spec);
+    CHECK(parse_policy(spec).kl_budget == 0);
+  }
+  CHECK(parse_policy("patch:16:kl=0.01").kl_budget == 0.01);
+  CHECK_THROWS_WITH(parse_policy("default:8"), Catch::Contains("'default' takes no arguments"));
+}
+
+TEST_CASE("agent-pattern traces are text sized by the tokenizer to the model's positions", "[trace][text]") {
+  EngineOptions eo;
+  eo.model = test::stories_path();
+  eo.pool_bytes = int64_t{1} << 20;
+  const std::shared_ptr<Engine> engine = Engine::open(eo);
+  for (const char* kind : {"browse", "coding", "videoqa", "fanout", "rag"}) {
+    INFO(kind);
+    const Trace t = text_trace(kind, 4, 3);
+    CHECK(trace_to_json(t) == trace_to_json(text_trace(kind, 4, 3)));  // deterministic by seed
+    CHECK(trace_to_json(t) != trace_to_json(text_trace(kind, 4, 4)));
+    CHECK(t.probe.kind == TokenSource::Kind::kText);
+    for (const TraceChunk& c : t.chunks) {
+      CHECK(c.tokens.kind == TokenSource::Kind::kText);
+      CHECK(c.tokens.text.find(' ') != std::string::npos);  // words, not ids
+    }
+    for (const TraceStep& s : t.steps) {
+      if (s.op == TraceOp::kTurn) CHECK(s.tokens.kind == TokenSource::Kind::kText);
+    }
+  }
+  // The budget is the model's positions - 24: the window gets close to it (a token upper bound would
+  // leave it near a third full) and never past it.
+  const Trace t = text_trace("browse", 8, 1);
+  std::map<std::string, int64_t> size;
+  for (const TraceChunk& c : t.chunks) size[c.name] = static_cast<int64_t>(engine->tokenize(c.tokens.text, false).size());
+  int64_t most = 0, now = 0;
+  std::vector<std::pair<std::string, int64_t>> window;  // (chunk name or "", tokens)
+  for (const TraceStep& s : t.steps) {
+    if (s.op == TraceOp::kAdmit || s.op == TraceOp::kRecall) window.push_back({s.chunk, size[s.chunk]});
+    if (s.op == TraceOp::kTurn) window.push_back({"", static_cast<int64_t>(engine->tokenize(s.tokens.text, false).size())});
+    if (s.op == TraceOp::kSlide) {
+      for (auto it = window.begin(); it != window.end(); ++it) {
+        if (!it->first.empty()) {
+          window.erase(it);
+          break;
+        }
+      }
+    }
+    if (s.op == TraceOp::kEvict) {
+      int64_t seen = 0;
+      for (auto it = window.begin(); it != window.end(); ++it) {
+        if ((!s.chunk.empty() && it->first == s.chunk) || (s.chunk.empty() && it->first.empty() && seen++ == s.turn)) {
+          window.erase(it);
+          break;
+        }
+      }
+    }
+    now = 0;
+    for (const auto& w : window) now += w.second;
+    most = std::max(most, now);
+  }
+  CHECK(most <= 512 - 24);
+  CHECK(most >= 400);
+}
+
+TEST_CASE("the default policy on a text agent trace: no costlier than the prefix cache, within the KL target, "
+          "predictions within 20x of the measurement",
+          "[policy][replay][slow]") {
+  Trace t = text_trace("browse", 5, 2);
+  t.source = "browse-5-seed2";
+  const ReplayReport r = replay(t, options({"default", "patch:16"}));
+  const PolicyReplay* d = r.find(WindowPolicy{}.name());
+  const PolicyReplay* prefix = r.find("prefix");
+  const PolicyReplay* plain = r.find("patch:16");
+  REQUIRE(d != nullptr);
+  REQUIRE(prefix != nullptr);
+  REQUIRE(plain != nullptr);
+  // Cost: the critical path never costs more than the prefix cache's in total, and it is cheaper.
+  CHECK(d->totals.critical_forward_tokens < prefix->totals.critical_forward_tokens);
+  // Fidelity: the targets the default is built for.
+  REQUIRE(d->totals.fidelity_steps > 0);
+  CHECK(d->totals.mean_kl <= 1e-3);
+  CHECK(d->totals.mean_top1 >= 0.99);
+  // Calibration: over the steps that lose fidelity, the fidelity model's predictions are, on geometric
+  // average, within 20x of the measured KL, for the budgeted and the unbudgeted patch policy alike.
+  for (const PolicyReplay* p : {d, plain}) {
+    INFO(p->policy << ": bias " << p->totals.kl_prediction_bias << " over " << p->totals.predicted_steps << " steps");
+    REQUIRE(p->totals.predicted_steps > 0);
+    CHECK(p->totals.kl_prediction_bias <= 20.0);
+    CHECK(p->totals.kl_prediction_bias >= 1.0 / 20.0);
+    CHECK(p->totals.kl_prediction_spread >= 1.0);
+  }
+  CHECK(d->fidelity_model.find("keep") != std::string::npos);
+}
+
+TEST_CASE("budgeted plans over reorders, recalls and forks never close a dependency cycle", "[policy][replay][slow]") {
+  // The shipped videoqa and fanout traces reorder frames, set them aside and recall them, and fork; under
+  // a KL budget kept and re-formed instances mix. Cost only (no fidelity forwards): this is about the graph.
+  for (const char* name : {"agent_videoqa.json", "agent_fanout.json"}) {
+    INFO(name);
+    ReplayOptions o = options({"default", "patch:16:kl=0.0005"});
+    o.fidelity = false;
+    o.baselines = false;
+    const ReplayReport r = replay(load_trace(trace_path(name)), o);
+    for (const PolicyReplay& p : r.policies) CHECK(p.totals.refused == 0);
+  }
+}

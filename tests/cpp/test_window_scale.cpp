@@ -1,0 +1,117 @@
+// How a window operation's bookkeeping grows with the window, without timing: heap allocations (every
+// operator new in this process is counted) of one operation on windows of 100 and 1,000 chunk instances.
+// Per-instance work allocates a bounded number of times (a plan step, an entry, a page list), so a linear
+// operation allocates about 10× as much on the larger window; per-instance work that itself walks the
+// window (a context rebuilt as a vector of keys per instance, a copy of the window per step) allocates
+// 100× as much. Allocation counts are deterministic for a given sequence of operations.
+#include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "orbit/engine.h"
+#include "orbit/policy.h"
+#include "orbit/runtime/generator.h"
+#include "test_helpers.h"
+
+namespace {
+std::atomic<int64_t> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return operator new(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+using namespace orbit;
+
+namespace {
+
+// A 1-layer random llama (tiny-llama's widths) with room for 2,048 positions: the bundled model has 512.
+std::string long_model(const test::TempDir& dir) {
+  runtime::GeneratorOptions g;
+  g.config = runtime::generator_preset("tiny-llama");
+  g.config.num_layers = 1;
+  g.config.max_position_embeddings = 2048;
+  g.config.rope.max_position_embeddings = 2048;
+  const std::string path = dir / "llama-1l-2048";
+  runtime::generate_model(g, path);
+  return path;
+}
+
+std::vector<int64_t> chunk_tokens(int64_t i) { return {3 + i % 500, 3 + (i / 500) % 500}; }
+
+struct OpAllocations {
+  int64_t admit = 0;    // plan + apply of a new chunk under patch:16 (one forward in context)
+  int64_t evict = 0;    // plan + apply of evicting the oldest chunk (bookkeeping only)
+  int64_t turn = 0;     // add_turn of one token (one forward) and its eviction
+  int64_t slide = 0;    // slide(1) (bookkeeping only)
+};
+
+// Allocations of each operation on a window of `n` chunk instances (2 tokens each), built blind.
+OpAllocations measure(const std::string& model, int64_t n) {
+  EngineOptions o;
+  o.model = model;
+  o.page_size = 2;
+  o.threads = 1;
+  o.background = BackgroundMode::kDeferred;
+  auto engine = Engine::open(o);
+  WindowOptions wo;
+  wo.policy = parse_policy("blind");
+  Window w = engine->new_window(wo);
+  int64_t next = 0;
+  for (; next < n; ++next) w.admit(engine->add_tokens(chunk_tokens(next)));
+  w.set_policy(parse_policy("patch:16"));
+  const ChunkRef fresh = engine->add_tokens(chunk_tokens(next++));
+  const ChunkRef slid = engine->add_tokens(chunk_tokens(next++));
+  engine->precompute(fresh);
+  engine->precompute(slid);
+  w.add_turn({5});  // warm what a first call initialises once
+  w.evict(w.instances().back().id);
+
+  OpAllocations a;
+  int64_t start = g_allocations.load();
+  w.apply(w.plan_admit(fresh)).value();
+  a.admit = g_allocations.load() - start;
+  const InstanceId oldest = w.instances().front().id;
+  start = g_allocations.load();
+  w.apply(w.plan_evict(oldest)).value();
+  a.evict = g_allocations.load() - start;
+  start = g_allocations.load();
+  const ApplyReport added = w.add_turn({7});
+  w.evict(added.added.front());
+  a.turn = g_allocations.load() - start;
+  w.admit(slid);
+  start = g_allocations.load();
+  w.slide(1);
+  a.slide = g_allocations.load() - start;
+  CHECK(w.instances().size() == static_cast<std::size_t>(n));
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("window operations allocate linearly in the window's instances", "[window][scale]") {
+  test::TempDir dir;
+  const std::string model = long_model(dir);
+  const OpAllocations small = measure(model, 100), large = measure(model, 1000);
+  INFO("allocations at 100 / 1000 instances: admit " << small.admit << " / " << large.admit << ", evict "
+                                                     << small.evict << " / " << large.evict << ", turn " << small.turn
+                                                     << " / " << large.turn << ", slide " << small.slide << " / "
+                                                     << large.slide);
+  // Linear: about 10× (less, for the fixed part); quadratic: about 100×.
+  for (auto [s, l] : {std::pair{small.admit, large.admit}, std::pair{small.evict, large.evict},
+                      std::pair{small.turn, large.turn}, std::pair{small.slide, large.slide}}) {
+    CHECK(s > 100);  // per-instance work is counted at all
+    CHECK(static_cast<double>(l) / static_cast<double>(s) < 15.0);
+  }
+}

@@ -1,0 +1,133 @@
+"""Background forming from Python: Engine(background=...), Engine.run_background() and the critical-path vs
+background counters of Engine.stats.
+
+A chunk's first sight behind some context is one exact in-context prefill on the critical path; its canonical
+(the chunk alone) and its patch are formed afterwards, off the critical path. Where that happens is the
+engine's background mode: a worker thread ('thread'), only when run_background() is called ('deferred'), or
+at the end of the apply() that queued them ('inline').
+"""
+import random
+
+import pytest
+
+PAGE = 4
+POOL = 8 << 20
+
+
+def tokens(rng, n):
+    return [rng.randrange(1, 512) for _ in range(n)]
+
+
+def open_engine(orbit, path, background):
+    return orbit.Engine(path, pool_bytes=POOL, page_size=PAGE, background=background)
+
+
+def first_sight(orbit, engine, rng):
+    """A window holding chunk a (alone: its canonical is encoded on the critical path), then chunk b behind
+    it (first sight: an in-context prefill, its canonical and patch queued for the background)."""
+    a = engine.add_tokens(tokens(rng, 16), label="a")
+    b = engine.add_tokens(tokens(rng, 12), label="b")
+    w = engine.new_window(policy="patch:full")
+    w.admit(a)
+    report = w.admit(b)
+    return w, a, b, report
+
+
+def test_background_option_takes_names_and_the_enum(orbit, stories260k_path):
+    for name, mode in (("thread", orbit.BackgroundMode.thread), ("deferred", orbit.BackgroundMode.deferred),
+                       ("inline", orbit.BackgroundMode.inline)):
+        with open_engine(orbit, stories260k_path, name) as e:
+            assert e.options.background == mode
+            assert str(e.options.background) == name
+        with open_engine(orbit, stories260k_path, mode) as e:
+            assert e.options.background == mode
+    with orbit.Engine(stories260k_path, pool_bytes=POOL) as e:
+        assert e.options.background == orbit.BackgroundMode.thread  # the default
+        assert "background='thread'" in repr(e.options)
+
+
+def test_a_bad_background_option_is_a_clear_error(orbit, stories260k_path):
+    with pytest.raises(ValueError, match=r"background = 'later'.*'thread', 'deferred' or 'inline'"):
+        open_engine(orbit, stories260k_path, "later")
+    with pytest.raises(TypeError, match=r"background: expected a str or BackgroundMode, got int"):
+        open_engine(orbit, stories260k_path, 1)
+
+
+def test_deferred_work_waits_for_run_background_and_the_totals_add_up(orbit, stories260k_path):
+    rng = random.Random(5)
+    with open_engine(orbit, stories260k_path, "deferred") as e:
+        w, a, b, report = first_sight(orbit, e, rng)
+        assert report.forward_tokens == b.length  # the in-context prefill only
+        assert report.patches_formed == 1
+        st = e.stats
+        assert st.background_pending == 1
+        assert st.background_jobs == 0
+        assert st.patches_formed == 0
+        assert st.background_forward_tokens == 0
+        assert st.background_seconds == 0
+        # a's canonical (alone, on the critical path) and b's prefill in context
+        assert st.critical_forward_tokens == a.length + b.length
+        assert st.forward_tokens == st.critical_forward_tokens
+        assert st.critical_seconds > 0
+
+        # More operations that do not need b's patch leave the job queued.
+        w.add_turn(tokens(rng, 3))
+        assert e.stats.background_pending == 1
+
+        assert e.run_background() == 1
+        st = e.stats
+        assert st.background_pending == 0
+        assert st.background_jobs == 1
+        assert st.patches_formed == 1
+        assert st.background_failed == 0 and st.background_error == ""
+        assert st.background_forward_tokens == b.length  # b's canonical, encoded in the background
+        assert st.background_seconds > 0
+        assert st.forward_tokens == pytest.approx(st.critical_forward_tokens + st.background_forward_tokens)
+        assert e.run_background() == 0  # nothing left
+
+        # The patch is stored now: b behind a again costs no forward.
+        v = e.new_window(policy="patch:full")
+        v.admit(a)
+        before = e.stats.critical_forward_tokens
+        hit = v.admit(b)
+        assert hit.patch_hits == 1 and hit.forward_tokens == 0
+        assert e.stats.critical_forward_tokens == before
+
+
+def test_run_background_honours_max_seconds(orbit, stories260k_path):
+    rng = random.Random(6)
+    with open_engine(orbit, stories260k_path, "deferred") as e:
+        w, _, _, _ = first_sight(orbit, e, rng)
+        w.admit(e.add_tokens(tokens(rng, 8), label="c"))  # a second first sight: two jobs queued
+        assert e.stats.background_pending == 2
+        # The time budget is checked after each job: with none left, one job runs and the other waits.
+        assert e.run_background(max_seconds=0) == 1
+        assert e.stats.background_pending == 1 and e.stats.background_jobs == 1
+        assert e.run_background(max_seconds=60) == 1
+        assert e.stats.background_pending == 0 and e.stats.background_jobs == 2
+        with pytest.raises(orbit.OrbitError, match="max_seconds"):
+            e.run_background(-1)
+
+
+def test_inline_forms_within_the_apply_and_thread_drains_on_run_background(orbit, stories260k_path):
+    rng = random.Random(7)
+    with open_engine(orbit, stories260k_path, "inline") as e:
+        _, _, b, _ = first_sight(orbit, e, rng)
+        st = e.stats
+        assert st.background_pending == 0 and st.background_jobs == 1 and st.patches_formed == 1
+        assert st.background_forward_tokens == b.length
+        assert e.run_background() == 0
+    with open_engine(orbit, stories260k_path, "thread") as e:
+        _, _, b, _ = first_sight(orbit, e, rng)
+        assert e.run_background() >= 0  # waits for the worker to drain the queue
+        st = e.stats
+        assert st.background_pending == 0 and st.background_jobs == 1
+        assert st.background_forward_tokens == b.length
+        assert st.forward_tokens == pytest.approx(st.critical_forward_tokens + st.background_forward_tokens)
+
+
+def test_run_background_after_close_raises(orbit, stories260k_path):
+    e = open_engine(orbit, stories260k_path, "deferred")
+    e.close()
+    with pytest.raises(orbit.OrbitError, match="closed"):
+        e.run_background()

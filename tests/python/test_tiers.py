@@ -1,0 +1,104 @@
+"""The store's tiers from Python: Engine's eviction / cold_tier / device_tier_bytes / embedding_cache options,
+errors that name them, stats for every tier, and the embedding cache sparing a vision encoder: the second
+engine registers the media with find_media and never calls the encoder."""
+import pytest
+
+PAGE = 4
+POOL = 8 << 20
+
+
+def _engine(orbit, path, **kwargs):
+    return orbit.Engine(path, pool_bytes=POOL, page_size=PAGE, **kwargs)
+
+
+def test_tier_options_and_stats(orbit, stories260k_path, tmp_path):
+    with _engine(orbit, stories260k_path, store_dir=tmp_path, eviction="cost-aware", cold_tier="int8",
+                 host_budget_bytes=2 << 20) as e:
+        o = e.options
+        assert (o.eviction, o.cold_tier, o.device_tier_bytes, o.embedding_cache) == ("cost-aware", "int8", 0, True)
+        e.precompute(e.add_tokens([5, 17, 42, 99, 100, 7, 8]))
+        s = e.stats.store
+        assert [t.tier.name for t in s.tiers] == ["device", "host", "disk"]
+        assert [t.enabled for t in s.tiers] == [False, True, True]
+        assert all(t.policy == "cost-aware" for t in s.tiers)
+        assert s.tiers[1].budget_bytes == 2 << 20 and s.tiers[1].entries == 1
+        assert s.canonical_encoding == orbit.BlobEncoding.int8 and not s.pinned_host
+    entries = orbit.store_list(tmp_path)
+    assert [str(x.encoding) for x in entries] == ["int8"]  # the canonical went to disk as int8 rows
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"eviction": "mru"}, "EngineOptions::eviction"),
+        ({"cold_tier": "fp8"}, "EngineOptions::cold_tier"),
+        ({"device_tier_bytes": 1 << 20}, "EngineOptions::device_tier_bytes"),  # a CPU engine
+        ({"device_tier_bytes": -1}, "EngineOptions::device_tier_bytes"),
+    ],
+)
+def test_bad_tier_options_name_the_option(orbit, stories260k_path, kwargs, message):
+    with pytest.raises(orbit.OrbitError, match=message):
+        _engine(orbit, stories260k_path, **kwargs)
+
+
+def test_replay_engines_take_the_tier_options(orbit, stories260k_path):
+    trace = orbit.make_trace("web", steps=2, seed=1, vocab_size=512, max_positions=512, chunk_tokens=8)
+    with pytest.raises(orbit.OrbitError, match="EngineOptions::eviction"):
+        orbit.replay(trace, str(stories260k_path), baselines=False, fidelity=False, eviction="mru")
+
+
+def test_device_tier_on_cuda(orbit, stories260k_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the device tier needs one")
+    with _engine(orbit, stories260k_path, device="cuda", device_tier_bytes=4 << 20) as e:
+        e.precompute(e.add_tokens([5, 17, 42, 99, 100, 7, 8]))
+        s = e.stats.store
+        assert s.tiers[0].enabled and s.tiers[0].entries == 1 and s.pinned_host
+
+
+def test_embedding_cache_spares_the_encoder(orbit, stories260k_path, tmp_path):
+    import numpy as np
+
+    calls = []
+
+    def encode(pixels, hidden):  # a stand-in vision tower whose calls are counted
+        calls.append(pixels)
+        rng = np.random.default_rng(pixels)
+        return rng.standard_normal((6, hidden)).astype(np.float32)
+
+    grid = np.array([[0] * 6, [0, 0, 0, 1, 1, 1], [0, 1, 2, 0, 1, 2]], dtype=np.int64)
+    digest = "sha256-of-frame-17"
+
+    def register(engine):
+        ref = engine.find_media(digest, grid=grid)
+        if ref is None:
+            ref = engine.add_embeddings(encode(17, engine.model_info.hidden_size), grid=grid, media_digest=digest)
+        return ref
+
+    with _engine(orbit, stories260k_path, store_dir=tmp_path) as first:
+        if first.model_info.position_rows == 1:
+            grid = np.arange(3, 9, dtype=np.int64)  # 1-D positions on this model
+        a = register(first)
+        assert register(first) == a  # known here already: no second encode
+        logits_a = first.new_window()
+        logits_a.admit(a)
+        expected = logits_a.logits([1, 2])
+        assert (first.stats.media_missed, first.stats.media_found) == (1, 1)
+    assert len(calls) == 1
+
+    with _engine(orbit, stories260k_path, store_dir=tmp_path) as second:
+        b = register(second)
+        assert len(calls) == 1  # found in the store: the encoder did not run
+        assert b == a and b.length == 6
+        assert second.stats.media_found == 1
+        w = second.new_window()
+        w.admit(b)
+        assert np.allclose(w.logits([1, 2]), expected, atol=1e-4)
+        assert second.stats.canonicals_encoded == 0  # its canonical was stored by the first engine
+
+    with _engine(orbit, stories260k_path, store_dir=tmp_path / "off", embedding_cache=False) as e:
+        register(e)
+    with _engine(orbit, stories260k_path, store_dir=tmp_path / "off") as e:
+        register(e)
+    assert len(calls) == 3  # nothing was cached by the engine with embedding_cache=False
