@@ -4,8 +4,9 @@
 //   store_engine_child MODEL DIR REMOTE N   opens an Engine on MODEL with store_dir DIR ("-": none) and
 //                                           remote REMOTE ("-": none), registers N token chunks (chunk c:
 //                                           40 tokens, a pure function of c), admits them all into a
-//                                           window, prints one JSON line of counters, then keeps the
-//                                           engine (and its store) open until stdin closes
+//                                           window under patch:16, prints one JSON line of counters,
+//                                           then keeps the engine (and its store) open until stdin
+//                                           closes
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -15,6 +16,7 @@
 
 #include "orbit/engine.h"
 #include "orbit/errors.h"
+#include "orbit/policy.h"
 
 int main(int argc, char** argv) {
   if (argc != 5) {
@@ -28,7 +30,12 @@ int main(int argc, char** argv) {
     o.remote = std::string(argv[3]) == "-" ? "" : argv[3];
     auto engine = orbit::Engine::open(o);
     const int n = std::atoi(argv[4]);
-    orbit::Window w = engine->new_window();
+    // patch:16 without a fidelity budget serves a stored patch whenever the store has one for the exact
+    // context, which is what these tests watch: the store shared between processes. (Under a budget the
+    // planner may prefer an exact prefill to a rank-16 patch; that is the planner's choice, not sharing.)
+    orbit::WindowOptions wo;
+    wo.policy = orbit::parse_policy("patch:16");
+    orbit::Window w = engine->new_window(wo);
     for (int c = 0; c < n; ++c) {
       std::vector<int64_t> tokens;
       for (int t = 0; t < 40; ++t) tokens.push_back(1 + (c * 131 + t * 17) % 500);
