@@ -30,11 +30,11 @@ std::string name_of(const ChunkRef& r) { return r.label.empty() ? "chunk " + r.k
 Layout current_layout(const WindowState& s, Operation op) {
   Layout l;
   l.op = op;
+  l.slots.reserve(s.entries.size() + 1);  // room for the one slot an admit or a turn inserts
   for (std::size_t i = 0; i < s.entries.size(); ++i) {
-    Slot sl;
+    Slot& sl = l.slots.emplace_back();
     sl.existing = static_cast<int64_t>(i);
     sl.id = s.entries[i].id;
-    l.slots.push_back(sl);
   }
   return l;
 }

@@ -21,7 +21,8 @@ struct SlotInfo {
   const ChunkRecord* chunk = nullptr;
   bool is_turn = false;
   const std::vector<int64_t>* turn_tokens = nullptr;
-  std::string key;
+  const std::string* key = nullptr;  // the entry's, the chunk's, or own_key (a new turn)
+  std::string own_key;
   int64_t length = 0;
   int64_t extent = 0;
   int64_t position = 0;
@@ -201,7 +202,14 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     si.chunk = si.old != nullptr ? si.old->chunk : sl.chunk;
     si.is_turn = si.old != nullptr ? si.old->is_turn : sl.is_turn;
     si.turn_tokens = si.old != nullptr ? &si.old->turn_tokens : &sl.turn_tokens;
-    si.key = si.old != nullptr ? si.old->key : (si.is_turn ? core.turn_key(sl.turn_tokens) : si.chunk->ref.key);
+    if (si.old != nullptr) {
+      si.key = &si.old->key;
+    } else if (si.is_turn) {
+      si.own_key = core.turn_key(sl.turn_tokens);
+      si.key = &si.own_key;
+    } else {
+      si.key = &si.chunk->ref.key;
+    }
     si.length = si.old != nullptr ? si.old->length : (si.is_turn ? static_cast<int64_t>(sl.turn_tokens.size()) : si.chunk->ref.length);
     si.extent = si.old != nullptr ? si.old->extent : (si.is_turn ? si.length : si.chunk->ref.extent);
     si.position = extent;
@@ -231,7 +239,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
         inserted += si.length;
         change_at = si.position + si.extent;
       }
-      keys_hash = context_hash(keys_hash, si.key, 0);
+      keys_hash = context_hash(keys_hash, *si.key, 0);
     }
   }
   plan.window_tokens_after = total_tokens;
@@ -240,8 +248,15 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
 
   // Pass 2: choose an action per slot. Versions: a re-served slot's KV changes, so the exact "same
   // context" test for later slots runs on (key, version) with a fresh marker per re-served slot.
+  // The keys before a slot (its context) are copied only when an action that reads them is planned, and
+  // each key at most once per vector: a window of kept instances plans without copying any.
   std::vector<std::string> context;
-  context.reserve(layout.slots.size());
+  auto context_upto = [&](std::vector<std::string>& ctx, std::size_t i) -> const std::vector<std::string>* {
+    if (ctx.capacity() < layout.slots.size()) ctx.reserve(layout.slots.size());
+    for (std::size_t j = ctx.size(); j < i; ++j) ctx.push_back(*info[j].key);
+    ORBIT_CHECK(ctx.size() == i, "internal error: plan context of slot " << i << " holds " << ctx.size() << " keys");
+    return &ctx;
+  };
   uint64_t ctx_hash = 0;
   uint64_t marker = 0;
   int64_t tokens_before = 0;
@@ -299,7 +314,11 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   for (std::size_t i = 0; i < layout.slots.size(); ++i) {
     const Slot& sl = layout.slots[i];
     SlotInfo& si = info[i];
-    const PlanInput in = input_for(i, &context);
+    // A held instance is first planned as kept, which reads no context (Keep and estimate_seconds look at
+    // the instance's own features): its input carries the context built so far, possibly shorter than i.
+    // Every other path plans on context_upto(i).
+    const bool held = si.old != nullptr && !sl.force;
+    const PlanInput in = input_for(i, held ? &context : context_upto(context, i));
 
     const bool same = si.old != nullptr && si.old->formed_on == ctx_hash;
     is_same[i] = same ? 1 : 0;
@@ -320,7 +339,9 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
         s.reason = "context changed" + (layout.change_reason.empty() ? "" : " (" + layout.change_reason + ")") +
                    "; kept as-is, relocation only";
       } else {
-        s = legacy_serve(in, si.old != nullptr ? why : sl.reason);
+        PlanInput served = in;
+        served.context = context_upto(context, i);
+        s = legacy_serve(served, si.old != nullptr ? why : sl.reason);
       }
       s.estimated_seconds = estimate_seconds(in, s);
       si.candidates.push_back(std::move(s));
@@ -336,8 +357,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     }
     const PlanStep& chosen = si.candidates.front();
     const bool reserved = chosen.action != StepAction::kKeep;
-    context.push_back(si.key);
-    ctx_hash = context_hash(ctx_hash, si.key, reserved ? (~uint64_t{0} - ++marker) : si.old->version);
+    ctx_hash = context_hash(ctx_hash, *si.key, reserved ? (~uint64_t{0} - ++marker) : si.old->version);
   }
 
   // Budget: upgrade the instance whose next cheaper-in-KL action buys the most KL per second, until the
@@ -347,14 +367,14 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     for (const SlotInfo& si : info) total_kl += si.candidates[si.chosen].predicted_kl;
     if (total_kl > policy.kl_budget) {
       // Over budget: the kept instances that carry a loss get their alternatives now.
+      std::vector<std::string> before;
       for (std::size_t i = 0; i < info.size(); ++i) {
         SlotInfo& si = info[i];
         if (si.candidates.size() != 1 || si.candidates.front().action != StepAction::kKeep ||
             si.candidates.front().predicted_kl <= 0) {
           continue;
         }
-        const std::vector<std::string> before(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(i));
-        const PlanInput in = input_for(i, &before);
+        const PlanInput in = input_for(i, context_upto(before, i));
         enumerate(i, in, whys[i]);
         // Keep first whatever its price: it is what the slot had, and the upgrade loop moves off it.
         for (std::size_t c = 0; c < si.candidates.size(); ++c) {
@@ -395,7 +415,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     s.position = si.position;
     s.is_turn = si.is_turn;
     if (si.is_turn) {
-      s.chunk.key = si.key;
+      s.chunk.key = *si.key;
       s.chunk.kind = ChunkKind::kTokens;
       s.chunk.length = s.chunk.extent = si.length;
       s.chunk.label = "turn";
@@ -408,10 +428,10 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       s.drift_tokens = si.drift;
       s.context_change = si.change;
       s.exact = si.old->exact_when_formed && si.old->formed_on == ctx_hash && all_exact;
-      ctx_hash = context_hash(ctx_hash, si.key, si.old->version);
+      ctx_hash = context_hash(ctx_hash, *si.key, si.old->version);
     } else {
       s.exact = s.exact && all_exact;
-      ctx_hash = context_hash(ctx_hash, si.key, ~uint64_t{0} - i);
+      ctx_hash = context_hash(ctx_hash, *si.key, ~uint64_t{0} - i);
     }
     all_exact = all_exact && s.exact;
     plan.forward_tokens += s.forward_tokens;
