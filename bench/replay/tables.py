@@ -45,7 +45,7 @@ def replay(orbit, model, path, policies, out):
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    subprocess.run(cmd, check=True, env=env)
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)  # the JSON is the result
     return cmd
 
 
@@ -74,6 +74,7 @@ def rows(report, default_first=True):
             "critical_forward_tokens": t["critical_forward_tokens"],
             "x_prefix": ratio(t["critical_forward_tokens"], prefix["critical_forward_tokens"]),
             "x_reprefill": ratio(t["critical_forward_tokens"], reprefill["critical_forward_tokens"]),
+            "x_no_cache": ratio(t["critical_forward_tokens"], t["full_prefill_tokens"]),
             "critical_seconds": t["critical_seconds"],
             "mean_kl": t["mean_kl"],
             "mean_top1": t["mean_top1"],
@@ -86,14 +87,14 @@ def fmt(x, spec):
 
 
 def table(report, default_first=True):
-    head = ("| policy | fwd tokens | critical fwd tokens | × prefix | × re-prefill | critical wall ms "
+    head = ("| policy | fwd tokens | critical fwd tokens | × prefix | × re-prefill | × no cache | critical wall ms "
             "| mean KL (nats) | top-1 |")
-    md = [head, "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    md = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows(report, default_first):
-        md.append("| %s | %.0f | %.0f | %s | %s | %.1f | %s | %s |" % (
+        md.append("| %s | %.0f | %.0f | %s | %s | %s | %.1f | %s | %s |" % (
             r["policy"], r["forward_tokens"], r["critical_forward_tokens"], fmt(r["x_prefix"], "%.3f"),
-            fmt(r["x_reprefill"], "%.3f"), 1e3 * r["critical_seconds"], fmt(r["mean_kl"], "%.2e"),
-            fmt(r["mean_top1"], "%.3f")))
+            fmt(r["x_reprefill"], "%.3f"), fmt(r["x_no_cache"], "%.3f"), 1e3 * r["critical_seconds"],
+            fmt(r["mean_kl"], "%.2e"), fmt(r["mean_top1"], "%.3f")))
     return md
 
 
@@ -133,7 +134,7 @@ def main(argv=None):
         with open(out) as f:
             report = json.load(f)
         sections += ["## %s" % name, "",
-                     "`%s`: %d steps, model fingerprint %s…" % (path, report["steps"], report["fingerprint"][:12]), ""]
+                     "`%s`: %d steps; model fingerprint %s…" % (path, report["steps"], report["fingerprint"][:16]), ""]
         sections += table(report, policies[0] == "default") + [""]
 
     command = "OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s /usr/bin/python3 bench/replay/tables.py %s" % (
@@ -146,7 +147,8 @@ def main(argv=None):
           "waits for; canonicals and patches formed in the background are off it); critical-path forward tokens "
           "as a ratio to the prefix cache (`prefix`: reuse a chunk's KV only behind the identical context, what "
           "every engine ships) and to re-prefill (`reprefill`: prefill every instance whose context changed, "
-          "reuse nothing else); critical-path wall time of the window operations (fidelity forwards not timed; "
+          "reuse nothing else) and to no cache at all (a full re-prefill of the window after every mutating step); "
+          "critical-path wall time of the window operations (fidelity forwards not timed; "
           "on a model this small per-call overhead dominates it); mean over steps of KL(re-prefill || window) "
           "on the trace's probe, and mean top-1 agreement with the re-prefill." % os.path.basename(a.model), ""]
     md += sections

@@ -49,7 +49,7 @@ def test_structure(tables):
     assert len(names) == len(POLICIES)
     assert names[0].endswith("(default)") and names[0].startswith("patch:16")
     assert names[1:] == POLICIES[1:]
-    assert all(len(r) == 8 for r in rows)
+    assert all(len(r) == 9 for r in rows)
 
 
 def test_table_matches_the_replay(tables):
@@ -64,8 +64,10 @@ def test_table_matches_the_replay(tables):
         assert float(row[3]) == pytest.approx(t["critical_forward_tokens"] / prefix["critical_forward_tokens"], abs=5e-4)
         assert float(row[4]) == pytest.approx(t["critical_forward_tokens"] / reprefill["critical_forward_tokens"],
                                               abs=5e-4)
-        assert float(row[6]) == pytest.approx(t["mean_kl"], rel=5e-3, abs=1e-300)
-        assert float(row[7]) == pytest.approx(t["mean_top1"], abs=5e-4)
+        assert float(row[5]) == pytest.approx(t["critical_forward_tokens"] / t["full_prefill_tokens"], abs=5e-4)
+        assert float(row[6]) == pytest.approx(1e3 * t["critical_seconds"], abs=0.05)
+        assert float(row[7]) == pytest.approx(t["mean_kl"], rel=5e-3, abs=1e-300)
+        assert float(row[8]) == pytest.approx(t["mean_top1"], abs=5e-4)
 
 
 def test_invariants_of_a_correct_replay(tables):
