@@ -11,7 +11,8 @@ observation, and the loop turns the observation into window operations:
                                                           and patches come from the store), else reorder
                                                           it to the tail (slide/evict as above)
     search(q)       a text result (a text chunk)         admit it (results are reused across steps)
-    every step      the action and observation, as text  add_turn (a live turn, not reused)
+    every step      the action and observation, as text  add_turn (a live turn, not reused); past 3/4 of
+                                                          the model's positions the oldest turns leave
     every --speculate steps: fork a speculative branch, open the page the model would visit next in the
                     branch, and commit the branch (it becomes the window) when the model is more confident
                     there, else drop it (close(): its private pages return to the pool)
@@ -76,9 +77,8 @@ class Report:
 
 SYSTEM = "Lily was a helper. She opened pages, went back and looked for things to find her lost cat."
 DECISION_QUERY = "Next, Lily chose to"   # the model reads it after the window and picks the tool
-PLACES = ["park", "shop", "school", "farm", "pond"]
-FINDINGS = ["a cat hiding under a big tree", "a bowl of milk by the door", "little paw prints in the mud",
-            "a girl who saw a cat run past", "a red ribbon from the cat's neck"]
+PLACES = ["park", "shop", "farm", "pond", "hill"]
+FINDINGS = ["A cat hid", "Milk was left", "Paw prints", "A red bow", "A girl saw a cat"]
 
 
 class Tools:
@@ -125,12 +125,12 @@ class Tools:
     def search(self, query: int) -> orbit.ChunkRef:
         place = PLACES[(query + self.seed) % len(PLACES)]
         finding = FINDINGS[(query * 3 + self.seed) % len(FINDINGS)]
-        return self._register(lambda e: e.add_text(f"At the {place} there was {finding}.", label=f"result {query}"))
+        return self._register(lambda e: e.add_text(f"{finding} at the {place}.", label=f"result {query}"))
 
     def turn(self, tool: str, observation: orbit.ChunkRef) -> str:
         """The step's action and what it showed, as a short text turn."""
-        action = {"open_page": "open a new page", "go_back": "go back to a page", "search": "search"}[tool]
-        return f"Lily chose to {action} and looked at {observation.label}."
+        action = {"open_page": "opened", "go_back": "went back to", "search": "searched and found"}[tool]
+        return f"Lily {action} {observation.label}."
 
 
 def confidence(logits: np.ndarray) -> float:
@@ -163,6 +163,8 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
         window.add_turn(system)                               # the system prompt / task
         shadow[id(window)].add_turn(system)
         decision_query = engine.tokenize(DECISION_QUERY, bos=False)
+        max_positions = engine.model_info.max_positions
+        budget = int(0.75 * max_positions) if max_positions else 1 << 30
 
         def screenshots_in(w):
             return [i for i in w.instances if not i.is_turn and i.chunk.kind == orbit.ChunkKind.embeddings]
@@ -229,6 +231,13 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
             turn = engine.tokenize(text, bos=False)
             apply(window, "add_turn", lambda x, t: x.add_turn(turn))
             report.turns.append(text)
+            # the transcript grows: stay within the model's positions by evicting the oldest turns
+            while window.tokens + len(decision_query) > budget:
+                turns = [i for i in window.instances if i.is_turn]
+                if len(turns) <= 1:
+                    break
+                k = position(window, turns[1])  # turns[0] is the system prompt
+                apply(window, "evict", lambda x, t: x.evict(x.instances[k]))
             # 3. now and then: a speculative branch (fork), committed or dropped
             if speculate and step % speculate == speculate - 1:
                 branch = window.fork()
