@@ -25,7 +25,8 @@ vision tower's output instead.
 
 At the end it prints what it did and what it cost: forward tokens computed against a **prefix cache** doing
 the same operations (what every serving engine ships: a shadow window under the `prefix` policy, on a
-second engine of the same model with its own store, receives every operation the loop applies) and against no cache at all (a full re-prefill of the
+second engine of the same model with its own store, receives every operation the loop applies and, like
+the window, recomputes after each one) and against no cache at all (a full re-prefill of the
 window at every step), and fidelity: max |logits - re-prefill logits| over each step's decision query.
 
     /usr/bin/python3 bindings/python/examples/tool_loop.py                 # 24 steps on the bundled model
@@ -282,7 +283,7 @@ def print_summary(report: Report) -> None:
     ratio = report.forward_tokens / report.reprefill_tokens if report.reprefill_tokens else float("nan")
     vs_prefix = report.forward_tokens / report.prefix_tokens if report.prefix_tokens else float("nan")
     print(f"forward tokens: {report.forward_tokens:.0f} computed vs {report.prefix_tokens:.0f} for a prefix cache "
-          f"doing the same operations ({vs_prefix:.2f}x) and {report.reprefill_tokens:.0f} with no cache, a full "
+          f"window doing the same operations ({vs_prefix:.2f}x) and {report.reprefill_tokens:.0f} with no cache, a full "
           f"re-prefill at every step ({ratio:.1%})")
     if report.turns:
         print(f"last turn: {report.turns[-1]}")
