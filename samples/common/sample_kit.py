@@ -2,6 +2,16 @@
 per-step bookkeeping (operations, forward tokens, time, fidelity against a re-prefill), the summary table,
 the trace (orbit-trace/1, sdk/include/orbit/trace.h), the JSON report and the PNG chart.
 
+Cost is compared with two engines without orbit: a **prefix cache** (what every serving engine ships) and
+**no cache** (a full re-prefill of the window at every step). The prefix cache is modelled as a serving
+engine runs one (SGLang's radix cache, vLLM's automatic prefix caching at token rather than block
+granularity, unbounded): it computes only when the agent reads (generates), and then only the window's tokens
+after the longest prefix it has seen in an earlier read, where an earlier read's sequence includes its query
+and the tokens it generated (so an action decoded and then added as a turn is already cached). The query's
+own tokens are not counted, as orbit's aren't. For reference the episode's trace is also replayed under
+orbit's chunk-granular `prefix` baseline (`orbit.replay`), which repairs after every operation as the
+window does: `prefix_replay_tokens` in the report.
+
 An `Episode` wraps one window. Each agent step is
 
     episode.begin_step("page 3")
@@ -116,6 +126,28 @@ def token_ids(values, vocab: int) -> list[int]:
     return [3 + int(v) % (vocab - 3) for v in values]
 
 
+# ---- a prefix cache -----------------------------------------------------------------------------------------
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def prefix_cache_tokens(reads: list[tuple[list[int], list[int]]]) -> list[int]:
+    """Forward tokens an unbounded token-granular prefix (radix) cache computes for a sequence of reads
+    (window tokens, then the query and generated tokens): per read, the window's tokens after the longest
+    prefix of any earlier read's full sequence (window + query + generated). The query is not counted."""
+    seen: list[list[int]] = []
+    out = []
+    for window, rest in reads:
+        out.append(len(window) - max((common_prefix(window, s) for s in seen), default=0))
+        seen.append(list(window) + list(rest))
+    return out
+
+
 # ---- the episode -------------------------------------------------------------------------------------------
 
 @dataclass
@@ -124,7 +156,9 @@ class StepRecord:
     label: str
     operations: list = field(default_factory=list)   # e.g. ["admit shot 3", "slide 1", "turn 4"]
     forward_tokens: float = 0.0      # token-forwards computed by this step's operations (ApplyReports)
-    reprefill_tokens: int = 0        # a full re-prefill of the window after the step (its tokens)
+    prefix_tokens: float = 0.0       # a prefix cache serving the step's reads (see the module docstring)
+    prefix_replay_tokens: float = 0.0  # the trace's steps replayed under orbit's `prefix` baseline
+    reprefill_tokens: int = 0        # no cache: a full re-prefill of the window after the step (its tokens)
     window_tokens: int = 0
     patches_formed: int = 0
     patch_hits: int = 0
@@ -138,6 +172,9 @@ class StepRecord:
     exact: bool = False              # every instance's KV equals a re-prefill (as the window tracks it)
     window: list = field(default_factory=list)        # the window's tokens in order after the step
     instances: list = field(default_factory=list)     # labels in window order ("turn" for live turns)
+    texts: list = field(default_factory=list)         # [role, text]: what the step added, readable
+    trace_steps: list = field(default_factory=list)   # [first, end): this step's steps in the trace
+    reads: list = field(default_factory=list)         # [window tokens, query + generated] per generate
 
 
 class Episode:
@@ -156,6 +193,7 @@ class Episode:
         self.keep_logits = keep_logits
         self.logits: list[tuple[np.ndarray, np.ndarray]] = []  # per step: (window, reference), all rows
         self.current: StepRecord | None = None
+        self.reads: list[tuple[int, list[int], list[int]]] = []  # (step, window tokens, query + generated)
 
     # -- chunks --
     def register(self, chunk, tokens: list[int], name: str) -> None:
@@ -170,6 +208,11 @@ class Episode:
     # -- steps --
     def begin_step(self, label: str) -> None:
         self.current = StepRecord(index=len(self.steps), label=label)
+        self.current.trace_steps = [len(self.trace_steps), len(self.trace_steps)]
+
+    def note_text(self, role: str, text: str) -> None:
+        """Records readable text the step added (a page, an action, a question) for the table and report."""
+        self.current.texts.append([role, text.strip()])
 
     def _run(self, what: str, plan, trace_step: dict | None) -> object:
         t0 = time.perf_counter()
@@ -249,7 +292,11 @@ class Episode:
 
     def generate(self, query: list[int], max_tokens: int) -> list[int]:
         """The agent decodes (greedy) after the window + query; counted as decode, not as forward tokens."""
+        window = self.window_tokens()
         g = self.window.generate(list(query), max_tokens=max_tokens)
+        rest = list(map(int, query)) + [int(t) for t in g.tokens]
+        self.reads.append((self.current.index, window, rest))
+        self.current.reads.append([window, rest])
         self.current.decode_tokens += len(g.tokens)
         self.current.decode_seconds += g.seconds
         self.current.operations.append(f"decode {len(g.tokens)}")
@@ -280,6 +327,7 @@ class Episode:
         s.kl, s.top1 = fidelity(mine, ref)
         if self.keep_logits:
             self.logits.append((np.array(mine, dtype=np.float32), np.array(ref, dtype=np.float32)))
+        s.trace_steps[1] = len(self.trace_steps)
         s.window_tokens = int(w.tokens)
         s.reprefill_tokens = s.window_tokens
         s.exact = all(i.exact for i in w.instances)
@@ -293,12 +341,32 @@ class Episode:
         return s
 
     # -- outputs --
+    def measure_prefix_cache(self, model: str) -> None:
+        """Fills StepRecord.prefix_tokens (prefix_cache_tokens over the episode's reads) and
+        StepRecord.prefix_replay_tokens (the trace replayed under `prefix` on a fresh engine)."""
+        for s in self.steps:
+            s.prefix_tokens = 0.0
+        for step, cost in zip((r[0] for r in self.reads), prefix_cache_tokens([(w, q) for _, w, q in self.reads])):
+            self.steps[step].prefix_tokens += cost
+        report = self.orbit.replay(self.trace(), str(model), policies=["prefix"], baselines=False, fidelity=False)
+        (prefix,) = [p for p in report["policies"] if p["policy"] == "prefix"]
+        per_trace_step = [st["critical_forward_tokens"] for st in prefix["steps"]]
+        if len(per_trace_step) != len(self.trace_steps):
+            raise RuntimeError(f"prefix replay: {len(per_trace_step)} steps for a trace of {len(self.trace_steps)}")
+        for s in self.steps:
+            first, end = s.trace_steps
+            s.prefix_replay_tokens = float(sum(per_trace_step[first:end]))
+
     def totals(self) -> dict:
         fwd = sum(s.forward_tokens for s in self.steps)
         full = sum(s.reprefill_tokens for s in self.steps)
+        prefix = sum(s.prefix_tokens for s in self.steps)
         return {
             "steps": len(self.steps),
             "forward_tokens": fwd,
+            "prefix_tokens": prefix,
+            "prefix_ratio": fwd / prefix if prefix else float("nan"),
+            "prefix_replay_tokens": sum(s.prefix_replay_tokens for s in self.steps),
             "reprefill_tokens": full,
             "forward_fraction": fwd / full if full else float("nan"),
             "seconds": sum(s.seconds for s in self.steps),
@@ -335,22 +403,32 @@ def short_operations(operations: list[str]) -> str:
     return "; ".join(t if n == 1 else f"{t}×{n}" for t, n in out)
 
 
+def clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def summary_table(episode: Episode, title: str) -> str:
-    head = (f"{'step':>4}  {'what':<14} {'window':>6} {'fwd tok':>8} {'re-prefill':>10} {'ms':>7} "
+    head = (f"{'step':>4}  {'what':<14} {'window':>6} {'fwd tok':>8} {'prefix':>7} {'no cache':>8} {'ms':>7} "
             f"{'re-pf ms':>8} {'KL (nats)':>10} {'top-1':>5}  operations")
-    lines = [title, head, "-" * len(head)]
+    lines = [title, "fwd tok: forward tokens orbit computed; prefix: a prefix cache serving the agent's reads "
+                    "(radix, token granularity); no cache: a full re-prefill of the window", head, "-" * len(head)]
     for s in episode.steps:
         lines.append(f"{s.index:>4}  {s.label[:14]:<14} {s.window_tokens:>6} {s.forward_tokens:>8.0f} "
-                     f"{s.reprefill_tokens:>10} {1e3 * s.seconds:>7.1f} {1e3 * s.reprefill_seconds:>8.1f} "
-                     f"{s.kl:>10.2e} {s.top1:>5.2f}  {short_operations(s.operations)}")
+                     f"{s.prefix_tokens:>7.0f} {s.reprefill_tokens:>8} {1e3 * s.seconds:>7.1f} "
+                     f"{1e3 * s.reprefill_seconds:>8.1f} {s.kl:>10.2e} {s.top1:>5.2f}  {short_operations(s.operations)}")
+        for role, text in s.texts:
+            lines.append(f"{'':>6}{role:>12}: {clip(text, 96)}")
     t = episode.totals()
     lines.append("-" * len(head))
-    lines.append(f"{'all':>4}  {'':<14} {'':>6} {t['forward_tokens']:>8.0f} {t['reprefill_tokens']:>10} "
-                 f"{1e3 * t['seconds']:>7.1f} {1e3 * t['reprefill_seconds']:>8.1f} {t['mean_kl']:>10.2e} "
-                 f"{t['mean_top1']:>5.2f}  (KL, top-1: mean over steps)")
-    lines.append(f"forward tokens: {t['forward_tokens']:.0f} computed vs {t['reprefill_tokens']} for a full "
-                 f"re-prefill at every step ({t['forward_fraction']:.1%}); patches formed {t['patches_formed']}, "
-                 f"reused {t['patch_hits']}; max KL {t['max_kl']:.2e}")
+    lines.append(f"{'all':>4}  {'':<14} {'':>6} {t['forward_tokens']:>8.0f} {t['prefix_tokens']:>7.0f} "
+                 f"{t['reprefill_tokens']:>8} {1e3 * t['seconds']:>7.1f} {1e3 * t['reprefill_seconds']:>8.1f} "
+                 f"{t['mean_kl']:>10.2e} {t['mean_top1']:>5.2f}  (KL, top-1: mean over steps)")
+    lines.append(f"forward tokens: {t['forward_tokens']:.0f} computed vs {t['prefix_tokens']:.0f} for a prefix cache "
+                 f"({t['prefix_ratio']:.2f}x) and {t['reprefill_tokens']} with no cache, a full re-prefill at every "
+                 f"step ({t['forward_fraction']:.1%}); orbit replay's `prefix` baseline, repairing after every "
+                 f"operation: {t['prefix_replay_tokens']:.0f}")
+    lines.append(f"patches formed {t['patches_formed']}, reused {t['patch_hits']}; max KL {t['max_kl']:.2e}")
     return "\n".join(lines)
 
 
@@ -386,8 +464,10 @@ def chart(episode: Episode, path: pathlib.Path, title: str) -> None:
     steps = [s.index for s in episode.steps]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
     ax1.bar(steps, [s.forward_tokens for s in episode.steps], color="#2b7bba", label="orbit: forward tokens")
+    ax1.plot(steps, [s.prefix_tokens for s in episode.steps], "v-", color="#edae49",
+             label="prefix cache: forward tokens")
     ax1.plot(steps, [s.reprefill_tokens for s in episode.steps], "o-", color="#d1495b",
-             label="full re-prefill: forward tokens")
+             label="no cache (full re-prefill): forward tokens")
     ax1.set_ylabel("forward tokens per step")
     ax1.set_title(title)
     ax1b = ax1.twinx()
@@ -436,6 +516,7 @@ def arg_parser(description: str, default_out: str, default_steps: int, short_ste
 def finish(episode: Episode, window, out_dir: pathlib.Path, meta: dict, title: str) -> dict:
     """Writes the outputs (write_outputs), prints the summary table, closes the window; returns the
     sample's result: {"paths": {kind: path}, "totals": episode.totals()}."""
+    episode.measure_prefix_cache(meta["model"])
     paths = write_outputs(episode, out_dir, meta, title)
     print(paths["table"].read_text(), end="")
     window.close()
@@ -458,6 +539,12 @@ def print_outputs(paths: dict) -> None:
             print(f"{kind:>6}: {paths[kind]}")
     print(f"replay the trace under other policies: build/cli/orbit replay {paths['trace']} "
           f"--model models/stories260K/stories260K.bin --policy patch:16,patch:4")
+
+
+def check_has_tokenizer(engine, what: str) -> None:
+    if not engine.has_tokenizer:
+        sys.exit(f"error: {what} writes its text with the model's tokenizer, and this model has none "
+                 "(a llama2.c model needs tok512.bin / tokenizer.bin beside it)")
 
 
 def check_model_fits(info, needed_positions: int, what: str) -> None:

@@ -10,10 +10,14 @@ context), and the agent answers (greedy decode) into a short running list of not
 
     window  [ frame 0 | frame 1 | ... | frame 7 | note | question | note ]      the clip, then the reasoning
 
-Frames are synthetic: the bundled model has no vision tower, so a frame is a deterministic token stream
-standing for its visual tokens: a background shared by every frame of the clip (highly redundant), an
-object whose tokens move from frame to frame, and a timestamp token. Every number is measured on real
-model computation (the bundled stories260K, or --model).
+Frames are synthetic visual token streams, not text: the bundled model has no vision tower, so a frame is a
+deterministic stream of token ids standing for a vision encoder's output: a background shared by every
+frame of the clip (highly redundant), an object whose tokens move from frame to frame, and a timestamp
+token. Decoded as text they are gibberish, and the table labels them as what they are. With a
+vision-language model, register the vision tower's output instead (`engine.add_embeddings`). The
+questions and the agent's answers are text (the model's tokenizer; answers decoded greedily by the model).
+Every number is measured on real model computation (the bundled stories260K, or --model with a
+tokenizer).
 
     /usr/bin/python3 samples/video-agent/video_agent.py            # 16 steps on the bundled model
     /usr/bin/python3 samples/video-agent/video_agent.py --short    # 6 steps (what the tests run)
@@ -34,17 +38,19 @@ NOTES = 2              # answers kept as running notes
 # The questions cycle: each asks about some frames (moved last, next to the question). Orders repeat from
 # the second cycle on, so their orbit patches are stored already.
 QUESTIONS = [
-    {"text": [60, 61, 62, 63, 64], "focus": [], "drop": None, "look_back": None},      # "what happens?"
-    {"text": [60, 65, 66, 67], "focus": [5, 6], "drop": None, "look_back": None},      # "where does it go?"
-    {"text": [60, 68, 69, 70, 71], "focus": [3], "drop": 2, "look_back": None},        # "when does it stop?"
-    {"text": [60, 72, 73], "focus": [7], "drop": None, "look_back": 2},                # "look again at 2"
+    {"text": "Mom asked, \"What happens in the video?\"", "focus": [], "drop": None, "look_back": None},
+    {"text": "Mom asked, \"Where does the ball go?\"", "focus": [5, 6], "drop": None, "look_back": None},
+    {"text": "Mom asked, \"When does the ball stop?\"", "focus": [3], "drop": 2, "look_back": None},
+    {"text": "Mom asked, \"Look again. What did you see?\"", "focus": [7], "drop": None, "look_back": 2},
 ]
-ANSWER_QUERY = [80, 81]    # "answer:" — the agent decodes its answer after it
-PROBE = [80, 81, 82, 83]   # the fidelity probe, read after the window
+ANSWER_QUERY = "Tim said,"        # the agent decodes its answer after it
+ANSWER_TOKENS = 6
+PROBE = "Tim looked at the"       # the fidelity probe, read after the window
 
 
 class Clip:
-    """Deterministic synthetic frames: one background, a moving object, a timestamp."""
+    """Deterministic synthetic frames as visual token streams (ids, not text): one background, a moving
+    object, a timestamp."""
 
     def __init__(self, vocab: int, seed: int):
         self.vocab, self.seed = vocab, seed
@@ -67,12 +73,17 @@ def run(model=kit.DEFAULT_MODEL, *, steps: int = 16, policy: str = "patch:16", o
     with orbit.Engine(str(model), page_size=16, threads=threads) as engine:
         info = engine.model_info
         vocab = info.vocab_size
-        kit.check_model_fits(info, FRAMES * FRAME_TOKENS + (NOTES + 1) * 12 + len(PROBE), "the video agent")
+        kit.check_has_tokenizer(engine, "the video agent")
+        answer_query = engine.tokenize(ANSWER_QUERY, bos=False)
+        probe = engine.tokenize(PROBE, bos=False)
+        longest_question = max(len(engine.tokenize(q["text"], bos=False)) for q in QUESTIONS)
+        kit.check_model_fits(info, FRAMES * FRAME_TOKENS + NOTES * (len(answer_query) + ANSWER_TOKENS)
+                             + longest_question + len(probe) + ANSWER_TOKENS, "the video agent")
         clip = Clip(vocab, seed)
         frames = []
         for t in range(FRAMES):
             tokens = clip.frame(t)
-            chunk = engine.add_tokens(tokens, label=f"frame {t}")
+            chunk = engine.add_tokens(tokens, label=f"frame {t}")   # a visual token stream, not text
             frames.append(chunk)
         window = engine.new_window(policy=policy, label="video-agent")
         progress = None if quiet else kit.Progress(steps, "video-agent")
@@ -80,7 +91,7 @@ def run(model=kit.DEFAULT_MODEL, *, steps: int = 16, policy: str = "patch:16", o
                          description=f"Video agent: a {FRAMES}-frame clip re-examined over {steps} reasoning steps "
                                      f"under changing prompts, with reorders, drops and look-backs "
                                      f"(samples/video-agent, seed {seed}).",
-                         probe=kit.token_ids(PROBE, vocab), progress=progress, keep_logits=dump_logits)
+                         probe=probe, progress=progress, keep_logits=dump_logits)
         for t, chunk in enumerate(frames):
             ep.register(chunk, clip.frame(t), f"frame{t}")
         question_turn = None
@@ -91,6 +102,8 @@ def run(model=kit.DEFAULT_MODEL, *, steps: int = 16, policy: str = "patch:16", o
             if step == 0:
                 for chunk in frames:
                     ep.admit(chunk)      # the clip, encoded once
+                ep.note_text("frames", f"{FRAMES} synthetic visual token streams of {FRAME_TOKENS} ids each "
+                                       "(stand-ins for a vision encoder's tokens, not text)")
             if question_turn is not None:
                 ep.evict(question_turn)  # the prompt changes
             if len(notes) >= NOTES:
@@ -107,13 +120,18 @@ def run(model=kit.DEFAULT_MODEL, *, steps: int = 16, policy: str = "patch:16", o
             focus = [frames[f] for f in q["focus"] if frames[f] in present]
             rest = sorted((c for c in present if c not in focus), key=frames.index)
             ep.reorder_chunks(rest + focus)
-            question_turn = ep.add_turn(kit.token_ids(q["text"], vocab), note="question").added[0]
-            answer = ep.generate(kit.token_ids(ANSWER_QUERY, vocab), max_tokens=4)
-            notes.append(ep.add_turn(kit.token_ids(ANSWER_QUERY, vocab) + answer, note="note").added[0])
+            question = engine.tokenize(q["text"], bos=False)
+            question_turn = ep.add_turn(question, note="question").added[0]
+            ep.note_text("question", engine.detokenize(question))
+            answer = ep.generate(answer_query, max_tokens=ANSWER_TOKENS)
+            notes.append(ep.add_turn(answer_query + answer, note="note").added[0])
+            ep.note_text("answer", engine.detokenize(answer_query + answer))
             ep.end_step()
         title = f"video agent on {pathlib.Path(str(model)).name}: {steps} steps, policy {window.policy.name}"
         meta = {"model": str(model), "fingerprint": info.fingerprint, "policy": window.policy.name,
-                "steps_requested": steps, "seed": seed, "frames": FRAMES, "frame_tokens": FRAME_TOKENS}
+                "steps_requested": steps, "seed": seed, "frames": FRAMES, "frame_tokens": FRAME_TOKENS,
+                "frame_content": "synthetic visual token streams (token ids standing for a vision encoder's output, "
+                                 "not text)", "answer_query": ANSWER_QUERY, "probe_text": PROBE}
         return kit.finish(ep, window, out, meta, title)
 
 

@@ -42,6 +42,9 @@ def test_the_loop_runs_every_operation(tool_loop, stories260k_path):
         # the report's fidelity number is the window's distance from a re-prefill, computed independently here
         assert abs(float(np.abs(ours - expected).max()) - report.max_logit_error[-1]) <= 1e-4
         assert report.window_tokens[-1] == window.tokens == sum(i.length for i in window.instances)
+        # every chunk (6-row screenshots, short text results) has at most 16 rows, so the default policy's
+        # rank-16 patches are full rank: re-conditioned survivors are exact
+        assert all(i.length <= 16 for i in window.instances if not i.is_turn)
         checked.append(step)
 
     report = tool_loop.run(stories260k_path, steps=16, keep=2, speculate=3, seed=0, on_step=check)
@@ -55,14 +58,27 @@ def test_the_loop_runs_every_operation(tool_loop, stories260k_path):
     assert ops["commit"] + ops["drop"] == ops["fork"]
     assert ops["commit"] > 0 and ops["drop"] > 0, ops
     assert all(report.tools[t] > 0 for t in tool_loop.TOOLS)
-    # reuse: far fewer forwards than re-prefilling the window at every step
+    # reuse: far fewer forwards than re-prefilling the window at every step; the prefix cache was measured
     assert 0 < report.forward_tokens < report.reprefill_tokens
+    assert report.prefix_tokens > 0
+    # the turns are text
+    assert len(report.turns) == 16 and all(t.startswith("Lily ") and t.endswith(".") for t in report.turns)
     assert sum(1 for i in report.final_instances if i.startswith("page")) <= 2
 
 
 def test_reprefill_policy_has_reference_fidelity(tool_loop, stories260k_path):
     report = tool_loop.run(stories260k_path, steps=8, keep=2, speculate=3, policy="reprefill", seed=1)
     assert max(report.max_logit_error) <= 2e-4
+
+
+def test_the_prefix_shadow_mirrors_every_operation(tool_loop, stories260k_path):
+    """Under the prefix policy the loop's window and its prefix-cache shadow (another engine) receive the same
+    operations on the same content, so they compute exactly the same forward tokens."""
+    report = tool_loop.run(stories260k_path, steps=12, keep=2, speculate=3, policy="prefix", seed=0)
+    ops = report.operations
+    assert ops["recall"] + ops["reorder"] > 0 and ops["slide"] + ops["evict"] > 0 and ops["fork"] > 0
+    assert report.forward_tokens > 0
+    assert report.prefix_tokens == report.forward_tokens
 
 
 def test_the_script_runs_in_short_mode(repo_root, stories260k_path, orbit):
@@ -76,4 +92,4 @@ def test_the_script_runs_in_short_mode(repo_root, stories260k_path, orbit):
     assert report["steps"] == 8 and report["operations"]["admit"] > 0
     summary = subprocess.run([sys.executable, str(script), "--short", "--model", str(stories260k_path)],
                              check=True, capture_output=True, text=True, env=env, timeout=300).stdout
-    assert "forward tokens" in summary and "fidelity" in summary
+    assert "forward tokens" in summary and "fidelity" in summary and "prefix cache" in summary

@@ -10,18 +10,24 @@ observation, and the loop turns the observation into window operations:
     go_back()       the screenshot of an earlier page    recall it when it was evicted (its canonical
                                                           and patches come from the store), else reorder
                                                           it to the tail (slide/evict as above)
-    search(q)       a text result (token chunk)          admit it (results are reused across steps)
-    every step      the action/observation as text       add_turn (a live turn, not reused)
+    search(q)       a text result (a text chunk)         admit it (results are reused across steps)
+    every step      the action and observation, as text  add_turn (a live turn, not reused); past 3/4 of
+                                                          the model's positions the oldest turns leave
     every --speculate steps: fork a speculative branch, open the page the model would visit next in the
                     branch, and commit the branch (it becomes the window) when the model is more confident
                     there, else drop it (close(): its private pages return to the pool)
 
-Screenshots are synthetic: the bundled model has no vision tower, so a page's "screenshot" is a fixed
-pseudo-random [rows, hidden] embedding derived from the page number (the same page gives the same chunk, as a
-digest of the pixels would). With a vision-language model, pass the vision tower's output instead.
+The system prompt, the turns and the search results are text, tokenized by the model's tokenizer (the model
+needs one); --verbose prints them. Screenshots are not text: the bundled model has no vision tower, so a
+page's "screenshot" is a fixed pseudo-random [rows, hidden] input embedding derived from the page number (the
+same page gives the same chunk, as a digest of the pixels would). With a vision-language model, pass the
+vision tower's output instead.
 
-At the end it prints what it did and what it cost: forward tokens computed vs. a full re-prefill of the window
-at every step, and fidelity: max |logits - re-prefill logits| over each step's decision query.
+At the end it prints what it did and what it cost: forward tokens computed against a **prefix cache** doing
+the same operations (what every serving engine ships: a shadow window under the `prefix` policy, on a
+second engine of the same model with its own store, receives every operation the loop applies and, like
+the window, recomputes after each one) and against no cache at all (a full re-prefill of the
+window at every step), and fidelity: max |logits - re-prefill logits| over each step's decision query.
 
     /usr/bin/python3 bindings/python/examples/tool_loop.py                 # 24 steps on the bundled model
     /usr/bin/python3 bindings/python/examples/tool_loop.py --short --json  # a quick run, a JSON report
@@ -60,19 +66,29 @@ class Report:
         "admit", "add_turn", "slide", "evict", "recall", "reorder", "fork", "commit", "drop", "capacity_retries")})
     tools: dict = field(default_factory=lambda: {t: 0 for t in TOOLS})
     forward_tokens: float = 0.0           # computed by the window operations
-    reprefill_tokens: float = 0.0         # a full re-prefill of the window at every step
+    prefix_tokens: float = 0.0            # the same operations on a prefix cache (the shadow `prefix` window)
+    reprefill_tokens: float = 0.0         # no cache: a full re-prefill of the window at every step
     max_logit_error: list = field(default_factory=list)  # per step: vs. a re-prefill of the same window
     window_tokens: list = field(default_factory=list)    # per step
     seconds_per_step: list = field(default_factory=list)
     final_instances: list = field(default_factory=list)  # labels, in window order
+    turns: list = field(default_factory=list)            # per step: the text of its live turn
     policy: str = ""
 
 
-class Tools:
-    """The environment: pages with synthetic screenshots, and a search engine returning token chunks."""
+SYSTEM = "Lily was a helper. She opened pages, went back and looked for things to find her lost cat."
+DECISION_QUERY = "Next, Lily chose to"   # the model reads it after the window and picks the tool
+PLACES = ["park", "shop", "farm", "pond", "hill"]
+FINDINGS = ["A cat hid", "Milk was left", "Paw prints", "A red bow", "A girl saw a cat"]
 
-    def __init__(self, engine: orbit.Engine, rows: int, seed: int):
+
+class Tools:
+    """The environment: pages with synthetic screenshots (embeddings), and a search engine returning text."""
+
+    def __init__(self, engine: orbit.Engine, rows: int, seed: int, shadow_engine: orbit.Engine | None = None):
         self.engine = engine
+        self.shadow_engine = shadow_engine
+        self.twins: dict[str, orbit.ChunkRef] = {}  # chunk key -> the same content in the shadow engine
         self.hidden = engine.model_info.hidden_size
         self.vocab = engine.model_info.vocab_size
         self.rows = rows
@@ -83,7 +99,18 @@ class Tools:
     def screenshot(self, page: int) -> orbit.ChunkRef:
         rng = np.random.default_rng([self.seed, page])
         pixels_as_embeddings = (rng.standard_normal((self.rows, self.hidden)) * self.scale).astype(np.float32)
-        return self.engine.add_embeddings(pixels_as_embeddings, media_digest=f"page-{page}", label=f"page {page}")
+        return self._register(lambda e: e.add_embeddings(pixels_as_embeddings, media_digest=f"page-{page}",
+                                                         label=f"page {page}"))
+
+    def _register(self, make) -> orbit.ChunkRef:
+        """Registers a chunk in the engine and its twin in the shadow engine."""
+        chunk = make(self.engine)
+        if self.shadow_engine is not None and chunk.key not in self.twins:
+            self.twins[chunk.key] = make(self.shadow_engine)
+        return chunk
+
+    def twin(self, chunk: orbit.ChunkRef) -> orbit.ChunkRef:
+        return self.twins[chunk.key]
 
     def open_page(self, page: int) -> orbit.ChunkRef:
         self.history.append(page)
@@ -97,13 +124,14 @@ class Tools:
         return self.screenshot(page)
 
     def search(self, query: int) -> orbit.ChunkRef:
-        rng = np.random.default_rng([self.seed, 1000 + query])
-        result = [int(t) for t in rng.integers(1, self.vocab, size=8)]
-        return self.engine.add_tokens(result, label=f"result {query}")
+        place = PLACES[(query + self.seed) % len(PLACES)]
+        finding = FINDINGS[(query * 3 + self.seed) % len(FINDINGS)]
+        return self._register(lambda e: e.add_text(f"{finding} at the {place}.", label=f"result {query}"))
 
-    def text(self, *words: int) -> list[int]:
-        """A short action/observation turn (token ids standing for text)."""
-        return [int(w) % (self.vocab - 1) + 1 for w in words]
+    def turn(self, tool: str, observation: orbit.ChunkRef) -> str:
+        """The step's action and what it showed, as a short text turn."""
+        action = {"open_page": "opened", "go_back": "went back to", "search": "searched and found"}[tool]
+        return f"Lily {action} {observation.label}."
 
 
 def confidence(logits: np.ndarray) -> float:
@@ -121,48 +149,70 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
     on_step(step, window, decision_query, report), when given, is called after each step's measurement (tests
     use it to check the window against a re-prefill they build themselves)."""
     report = Report(policy=policy)
-    with orbit.Engine(model, store_dir=store_dir, pool_bytes=pool_bytes, page_size=4) as engine:
-        tools = Tools(engine, rows, seed)
+    with orbit.Engine(model, store_dir=store_dir, pool_bytes=pool_bytes, page_size=4) as engine, \
+            orbit.Engine(model, pool_bytes=pool_bytes, page_size=4) as shadow_engine:
+        if not engine.has_tokenizer:
+            raise SystemExit(f"tool_loop: the model {model} has no tokenizer, and the loop's turns are text "
+                             "(a llama2.c model needs tok512.bin / tokenizer.bin beside it)")
+        tools = Tools(engine, rows, seed, shadow_engine)
         window = engine.new_window(policy=policy, max_bytes=max_bytes, label="agent")
-        window.add_turn(tools.text(1, 2, 3, 4, 5, seed))  # the system prompt / task
-        decision_query = tools.text(7, 11)               # "next action:" (the model reads it after the window)
+        # The prefix cache's cost: a shadow window under `prefix`, on its own engine (nothing either stores
+        # can serve the other), receives every operation the loop applies: chunks by their twins, instances
+        # by position (ids differ between windows); forks, commits and drops follow too.
+        shadow = {id(window): shadow_engine.new_window(policy="prefix", label="prefix cache")}
+        system = engine.tokenize(SYSTEM, bos=True)
+        window.add_turn(system)                               # the system prompt / task
+        shadow[id(window)].add_turn(system)
+        decision_query = engine.tokenize(DECISION_QUERY, bos=False)
+        max_positions = engine.model_info.max_positions
+        budget = int(0.75 * max_positions) if max_positions else 1 << 30
 
         def screenshots_in(w):
             return [i for i in w.instances if not i.is_turn and i.chunk.kind == orbit.ChunkKind.embeddings]
 
+        def position(w, inst) -> int:
+            return [i.id for i in w.instances].index(inst.id)
+
         def apply(w, op: str, call):
-            """Runs a window operation; on CapacityError makes room (slides the oldest chunk out) and retries."""
+            """Runs a window operation `call(window, chunk_of)` on w, then on its shadow (chunk_of maps a chunk
+            to the one that window holds); on CapacityError makes room (slides the oldest chunk out of both)
+            and retries."""
             while True:
                 try:
-                    result = call()
-                    report.operations[op] += 1
-                    report.forward_tokens += result.forward_tokens
-                    return result
+                    result = call(w, lambda c: c)
+                    break
                 except orbit.CapacityError:
                     if w.stats.chunk_instances == 0:
                         raise
                     report.operations["capacity_retries"] += 1
                     report.forward_tokens += w.slide(1).forward_tokens
+                    report.prefix_tokens += shadow[id(w)].slide(1).forward_tokens
                     report.operations["slide"] += 1
+            report.operations[op] += 1
+            report.forward_tokens += result.forward_tokens
+            report.prefix_tokens += call(shadow[id(w)], tools.twin).forward_tokens
+            return result
 
         def place(w, chunk: orbit.ChunkRef):
             """Puts an observation chunk at the window's tail: admit, recall or reorder, by where it is."""
             if chunk in w.evicted:
-                apply(w, "recall", lambda: w.recall(chunk))
+                apply(w, "recall", lambda x, t: x.recall(t(chunk)))
             elif chunk in w:
-                order = [i.id for i in w.instances if i.chunk != chunk or i.is_turn]
-                order += [i.id for i in w.instances if i.chunk == chunk and not i.is_turn]
-                if order != [i.id for i in w.instances]:
-                    apply(w, "reorder", lambda: w.reorder(order))
+                ids = [i.id for i in w.instances]
+                perm = [k for k, i in enumerate(w.instances) if i.chunk != chunk or i.is_turn]
+                perm += [k for k, i in enumerate(w.instances) if i.chunk == chunk and not i.is_turn]
+                if perm != list(range(len(ids))):
+                    apply(w, "reorder", lambda x, t: x.reorder([x.instances[k].id for k in perm]))
             else:
-                apply(w, "admit", lambda: w.admit(chunk))
+                apply(w, "admit", lambda x, t: x.admit(t(chunk)))
             while len(screenshots_in(w)) > keep:  # the oldest screenshots leave the view
                 oldest = screenshots_in(w)[0]
                 first_chunk = next(i for i in w.instances if not i.is_turn)
                 if first_chunk.id == oldest.id:
-                    apply(w, "slide", lambda: w.slide(1))  # it is the oldest chunk: slide the window
+                    apply(w, "slide", lambda x, t: x.slide(1))  # it is the oldest chunk: slide the window
                 else:
-                    apply(w, "evict", lambda: w.evict(oldest))  # older text results stay
+                    k = position(w, oldest)
+                    apply(w, "evict", lambda x, t: x.evict(x.instances[k]))  # older text results stay
 
         for step in range(steps):
             t0 = time.perf_counter()
@@ -178,19 +228,32 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
             else:
                 observation = tools.search(choice % 5)
             place(window, observation)
-            apply(window, "add_turn", lambda: window.add_turn(tools.text(20 + TOOLS.index(tool), choice, step)))
+            text = tools.turn(tool, observation)
+            turn = engine.tokenize(text, bos=False)
+            apply(window, "add_turn", lambda x, t: x.add_turn(turn))
+            report.turns.append(text)
+            # the transcript grows: stay within the model's positions by evicting the oldest turns
+            while window.tokens + len(decision_query) > budget:
+                turns = [i for i in window.instances if i.is_turn]
+                if len(turns) <= 1:
+                    break
+                k = position(window, turns[1])  # turns[0] is the system prompt
+                apply(window, "evict", lambda x, t: x.evict(x.instances[k]))
             # 3. now and then: a speculative branch (fork), committed or dropped
             if speculate and step % speculate == speculate - 1:
                 branch = window.fork()
+                shadow[id(branch)] = shadow[id(window)].fork()
                 report.operations["fork"] += 1
                 place(branch, tools.screenshot(len(tools.history)))  # prefetch the next page in the branch
                 gain = confidence(branch.logits(decision_query)) - confidence(window.logits(decision_query))
                 if gain > 0:
+                    shadow.pop(id(window)).close()
                     window.close()
                     window = branch  # commit: the branch is the window from now on
                     tools.history.append(len(tools.history))
                     report.operations["commit"] += 1
                 else:
+                    shadow.pop(id(branch)).close()
                     branch.close()  # drop: its private pages go back to the pool
                     report.operations["drop"] += 1
             # 4. measure: cost vs. a re-prefill, fidelity vs. a re-prefill
@@ -206,8 +269,9 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
             if verbose:
                 labels = " | ".join(i.chunk.label if not i.is_turn else "turn" for i in window.instances)
                 print(f"step {step:3d} {tool:9s} -> {observation.label:10s} window [{labels}] "
-                      f"err {error:.2e}", flush=True)
+                      f"err {error:.2e}\n         turn: {text}", flush=True)
         report.final_instances = [i.chunk.label if not i.is_turn else "turn" for i in window.instances]
+        shadow.pop(id(window)).close()
         window.close()
     return report
 
@@ -217,8 +281,12 @@ def print_summary(report: Report) -> None:
     print(f"policy {report.policy}: {report.steps} steps; operations: {ops}")
     print(f"tools: " + ", ".join(f"{k} {v}" for k, v in report.tools.items()))
     ratio = report.forward_tokens / report.reprefill_tokens if report.reprefill_tokens else float("nan")
-    print(f"forward tokens: {report.forward_tokens:.0f} computed vs {report.reprefill_tokens:.0f} for a re-prefill "
-          f"at every step ({ratio:.1%})")
+    vs_prefix = report.forward_tokens / report.prefix_tokens if report.prefix_tokens else float("nan")
+    print(f"forward tokens: {report.forward_tokens:.0f} computed vs {report.prefix_tokens:.0f} for a prefix cache "
+          f"window doing the same operations ({vs_prefix:.2f}x) and {report.reprefill_tokens:.0f} with no cache, a full "
+          f"re-prefill at every step ({ratio:.1%})")
+    if report.turns:
+        print(f"last turn: {report.turns[-1]}")
     print(f"fidelity: max |logits - re-prefill| per step: max {max(report.max_logit_error):.3e}, "
           f"mean {np.mean(report.max_logit_error):.3e}")
     print(f"time per step: {1e3 * np.mean(report.seconds_per_step):.1f} ms; final window: {report.final_instances}")

@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""Replay tables: every shipped trace under the default policy, patch:16, patch:16:exact and the three
+baselines (reprefill, prefix, blind), one `orbit replay` run per trace, written to bench/replay/TABLES.md.
+
+    /usr/bin/python3 bench/replay/tables.py [--orbit build/cli/orbit] [--model PATH] [--traces NAME|PATH,...]
+                                            [--out bench/replay/TABLES.md] [--json-dir DIR] [--reuse]
+
+Per trace and policy the table gives forward tokens (all, and on the critical path), the critical-path
+forward tokens as a ratio to the prefix cache's and to re-prefill's (the `reprefill` policy: every instance
+whose context changed is prefilled again), the critical-path wall time, mean KL(re-prefill || window) over
+the probe rows after each step, and mean top-1 agreement. The policies of one trace run side by side in one
+process, each on its own engine, so time ratios compare like with like; absolute times depend on the
+machine. Every number is read from the replay JSON written next to the table (--json-dir); the command
+that produced the table and each replay command are at its top.
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+POLICIES = ["default", "patch:16", "patch:16:exact", "reprefill", "prefix", "blind"]
+# The shipped traces: the token-id regression workloads, then the text traces (story-like text).
+TRACES = ["web", "video", "lookback", "agent", "story",
+          "agent_browse", "agent_coding", "agent_videoqa", "agent_fanout", "agent_rag"]
+TRACE_DIR = "tests/data/traces"
+
+
+def trace_path(name):
+    """A shipped trace's name (tests/data/traces/NAME.json) or a path to any trace file."""
+    if os.path.sep in name or name.endswith(".json"):
+        if not os.path.isfile(name):
+            raise SystemExit("tables.py: --traces: no trace file '%s'" % name)
+        return os.path.splitext(os.path.basename(name))[0], name
+    path = os.path.join(TRACE_DIR, name + ".json")
+    if not os.path.isfile(path):
+        raise SystemExit("tables.py: --traces: '%s' is not a shipped trace (%s)" % (name, path))
+    return name, path
+
+
+def replay(orbit, model, path, policies, out):
+    cmd = [orbit, "replay", path, "--model", model, "--policy", ",".join(policies), "--quiet", "--json", out]
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)  # the JSON is the result
+    return cmd
+
+
+def ratio(a, b):
+    """a / b; a zero denominator is 1 when the numerator is zero too, else undefined."""
+    if b == 0:
+        return 1.0 if a == 0 else None
+    return a / b
+
+
+def rows(report, default_first=True):
+    """One row per policy: the numbers the table shows, keyed. default_first: the first policy asked for was
+    'default' (the report names it by its spec, e.g. patch:16:kl=0.003), so its row says so."""
+    by_name = {p["policy"]: p for p in report["policies"]}
+    for base in ("prefix", "reprefill"):
+        if base not in by_name:
+            raise ValueError("replay report of '%s' has no '%s' policy" % (report["trace"], base))
+    prefix = by_name["prefix"]["totals"]
+    reprefill = by_name["reprefill"]["totals"]
+    out = []
+    for i, p in enumerate(report["policies"]):
+        t = p["totals"]
+        out.append({
+            "policy": p["policy"] + (" (default)" if i == 0 and default_first else ""),
+            "forward_tokens": t["forward_tokens"],
+            "critical_forward_tokens": t["critical_forward_tokens"],
+            "x_prefix": ratio(t["critical_forward_tokens"], prefix["critical_forward_tokens"]),
+            "x_reprefill": ratio(t["critical_forward_tokens"], reprefill["critical_forward_tokens"]),
+            "x_no_cache": ratio(t["critical_forward_tokens"], t["full_prefill_tokens"]),
+            "critical_seconds": t["critical_seconds"],
+            "mean_kl": t["mean_kl"],
+            "mean_top1": t["mean_top1"],
+        })
+    return out
+
+
+def fmt(x, spec):
+    return "n/a" if x is None else spec % x
+
+
+def table(report, default_first=True):
+    head = ("| policy | fwd tokens | critical fwd tokens | × prefix | × re-prefill | × no cache | critical wall ms "
+            "| mean KL (nats) | top-1 |")
+    md = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows(report, default_first):
+        md.append("| %s | %.0f | %.0f | %s | %s | %s | %.1f | %s | %s |" % (
+            r["policy"], r["forward_tokens"], r["critical_forward_tokens"], fmt(r["x_prefix"], "%.3f"),
+            fmt(r["x_reprefill"], "%.3f"), fmt(r["x_no_cache"], "%.3f"), 1e3 * r["critical_seconds"],
+            fmt(r["mean_kl"], "%.2e"), fmt(r["mean_top1"], "%.3f")))
+    return md
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--orbit", default="build/cli/orbit", help="the orbit executable")
+    ap.add_argument("--model", default="models/stories260K/stories260K.bin")
+    ap.add_argument("--traces", default=",".join(TRACES),
+                    help="comma-separated shipped trace names or trace paths (default: every shipped trace)")
+    ap.add_argument("--policies", default=",".join(POLICIES),
+                    help="comma-separated policies; the baselines reprefill, prefix and blind are always replayed")
+    ap.add_argument("--out", default="bench/replay/TABLES.md", help="the Markdown file to write")
+    ap.add_argument("--json-dir", default=None, help="where the replay reports go (default: tables-json/ beside --out)")
+    ap.add_argument("--reuse", action="store_true", help="read a trace's replay JSON when it exists instead of replaying")
+    a = ap.parse_args(argv)
+
+    if not os.path.isfile(a.orbit) or not os.access(a.orbit, os.X_OK):
+        raise SystemExit("tables.py: --orbit '%s' is not an executable (build it: cmake --build build --target orbit)" % a.orbit)
+    if not os.path.exists(a.model):
+        raise SystemExit("tables.py: --model '%s' does not exist" % a.model)
+    policies = [p for p in a.policies.split(",") if p]
+    if not policies:
+        raise SystemExit("tables.py: --policies is empty")
+    traces = [trace_path(n) for n in a.traces.split(",") if n]
+    if not traces:
+        raise SystemExit("tables.py: --traces is empty")
+    jdir = a.json_dir or os.path.join(os.path.dirname(a.out) or ".", "tables-json")
+    os.makedirs(jdir, exist_ok=True)
+
+    sections, cmds = [], []
+    for name, path in traces:
+        out = os.path.join(jdir, name + ".json")
+        cmd = [a.orbit, "replay", path, "--model", a.model, "--policy", ",".join(policies), "--quiet", "--json", out]
+        if not (a.reuse and os.path.exists(out)):
+            cmd = replay(a.orbit, a.model, path, policies, out)
+        cmds.append(" ".join(shlex.quote(c) for c in cmd))
+        with open(out) as f:
+            report = json.load(f)
+        sections += ["## %s" % name, "",
+                     "`%s`: %d steps; model fingerprint %s…" % (path, report["steps"], report["fingerprint"][:16]), ""]
+        sections += table(report, policies[0] == "default") + [""]
+
+    command = "OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s /usr/bin/python3 bench/replay/tables.py %s" % (
+        os.environ.get("OMP_NUM_THREADS", "1"), os.environ.get("OPENBLAS_NUM_THREADS", "1"),
+        " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])))
+    md = ["# Replay tables: the shipped traces under each policy", "",
+          "Generated by `%s`%s." % (command.rstrip(), " from the replay JSON the commands at the bottom wrote"
+                                     if a.reuse else ""), "",
+          "Each trace is one `orbit replay` run on %s: every policy on its own engine, side by side. "
+          "Columns: forward tokens the window operations computed (all, and on the critical path: what a step "
+          "waits for; canonicals and patches formed in the background are off it); critical-path forward tokens "
+          "as a ratio to the prefix cache (`prefix`: reuse a chunk's KV only behind the identical context, what "
+          "every engine ships) and to re-prefill (`reprefill`: prefill every instance whose context changed, "
+          "reuse nothing else) and to no cache at all (a full re-prefill of the window after every mutating step); "
+          "critical-path wall time of the window operations (fidelity forwards not timed; "
+          "on a model this small per-call overhead dominates it, and on a shared machine it is noisy; the "
+          "forward tokens are deterministic); mean over steps of KL(re-prefill || window) "
+          "on the trace's probe, and mean top-1 agreement with the re-prefill." % os.path.basename(a.model), ""]
+    md += sections
+    md += ["## Replay commands", "", "```"] + cmds + ["```", ""]
+    with open(a.out, "w") as f:
+        f.write("\n".join(md))
+    print("wrote", a.out, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
