@@ -91,33 +91,78 @@ std::string chunk_key_embeddings(const std::string& model_fingerprint, const Emb
   return h.hex_digest();
 }
 
-std::string exact_signature(const std::vector<std::string>& context) {
+namespace {
+
+std::string chain_step(const std::string& chain, const std::string& key) {
   Sha256 h;
-  put_field(h, "orbit.context.exact.v1");
-  h.update_u64(context.size());
-  for (const std::string& key : context) {
-    check_key(key, "exact_signature");
-    put_field(h, key);
-  }
+  put_field(h, chain);
+  put_field(h, key);
   return h.hex_digest();
 }
 
-std::string orbit_signature(const std::vector<std::string>& prefix, const std::vector<std::string>& antecedents) {
-  std::vector<std::string> sorted(antecedents);
-  std::sort(sorted.begin(), sorted.end());
+uint64_t hex_limb(const std::string& hex, std::size_t limb) {
+  uint64_t v = 0;
+  for (std::size_t i = 0; i < 16; ++i) {
+    const char c = hex[limb * 16 + i];
+    v = (v << 4) | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+  }
+  return v;
+}
+
+}  // namespace
+
+ContextSigner::ContextSigner(std::size_t prefix) : prefix_(prefix) {
   Sha256 h;
-  put_field(h, "orbit.context.orbit.v1");
-  h.update_u64(prefix.size());
-  for (const std::string& key : prefix) {
-    check_key(key, "orbit_signature (prefix)");
+  put_field(h, "orbit.context.exact.v2");
+  chain_ = h.hex_digest();
+  if (prefix_ == 0) prefix_chain_ = chain_;
+}
+
+void ContextSigner::push(const std::string& key) {
+  check_key(key, "context signature");
+  chain_ = chain_step(chain_, key);
+  ++size_;
+  if (size_ == prefix_) {
+    prefix_chain_ = chain_;
+  } else if (size_ > prefix_) {
+    Sha256 h;
+    put_field(h, "orbit.context.member.v2");
     put_field(h, key);
+    const std::string d = h.hex_digest();
+    uint64_t carry = 0;
+    for (std::size_t limb = 0; limb < 4; ++limb) {  // limb 0 is the least significant
+      const uint64_t add = hex_limb(d, 3 - limb);
+      const uint64_t s1 = sum_[limb] + add;
+      const uint64_t c1 = s1 < add ? 1 : 0;
+      const uint64_t s2 = s1 + carry;
+      carry = c1 + (s2 < carry ? 1 : 0);
+      sum_[limb] = s2;
+    }
   }
-  h.update_u64(sorted.size());
-  for (const std::string& key : sorted) {
-    check_key(key, "orbit_signature (antecedents)");
-    put_field(h, key);
-  }
+}
+
+std::string ContextSigner::exact() const { return chain_; }
+
+std::string ContextSigner::orbit() const {
+  Sha256 h;
+  put_field(h, "orbit.context.orbit.v2");
+  put_field(h, size_ <= prefix_ ? chain_ : prefix_chain_);
+  h.update_u64(size_ <= prefix_ ? 0 : size_ - prefix_);
+  for (uint64_t limb : sum_) h.update_u64(limb);
   return h.hex_digest();
+}
+
+std::string exact_signature(const std::vector<std::string>& context) {
+  ContextSigner s;
+  for (const std::string& key : context) s.push(key);
+  return s.exact();
+}
+
+std::string orbit_signature(const std::vector<std::string>& prefix, const std::vector<std::string>& antecedents) {
+  ContextSigner s(prefix.size());
+  for (const std::string& key : prefix) s.push(key);
+  for (const std::string& key : antecedents) s.push(key);
+  return s.orbit();
 }
 
 std::string patch_key(const PatchKey& key) {

@@ -84,6 +84,80 @@ TEST_CASE("media and embedding keys are position-free", "[store][cpu]") {
   CHECK(chunk_key_embeddings(fp, bytes) != chunk_key_tokens(fp, {}));
 }
 
+namespace {
+
+// The signature definitions written out independently of store/src/keys.cpp: SHA-256 over length-framed
+// fields, a hash chain for the exact signature, and a byte-wise 256-bit sum for the orbit multiset.
+std::string framed_hash(const std::vector<std::string>& fields) {
+  Sha256 h;
+  for (const std::string& f : fields) h.update_u64(f.size()).update(f);
+  return h.hex_digest();
+}
+
+std::array<uint8_t, 32> digest_bytes(const std::string& hex) {
+  std::array<uint8_t, 32> out{};
+  for (std::size_t i = 0; i < 32; ++i) out[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+  return out;
+}
+
+std::string reference_orbit(const std::string& prefix_chain, const std::vector<std::string>& members) {
+  std::array<uint8_t, 32> sum{};  // big-endian, mod 2^256
+  for (const std::string& m : members) {
+    const std::array<uint8_t, 32> d = digest_bytes(framed_hash({"orbit.context.member.v2", m}));
+    unsigned carry = 0;
+    for (int i = 31; i >= 0; --i) {
+      const unsigned t = sum[static_cast<std::size_t>(i)] + d[static_cast<std::size_t>(i)] + carry;
+      sum[static_cast<std::size_t>(i)] = static_cast<uint8_t>(t & 0xff);
+      carry = t >> 8;
+    }
+  }
+  Sha256 h;
+  const std::string tag = "orbit.context.orbit.v2";
+  h.update_u64(tag.size()).update(tag).update_u64(prefix_chain.size()).update(prefix_chain);
+  h.update_u64(members.size());
+  for (int limb = 0; limb < 4; ++limb) {  // least significant 64 bits first
+    uint64_t v = 0;
+    for (int b = 0; b < 8; ++b) v = (v << 8) | sum[static_cast<std::size_t>(24 - 8 * limb + b)];
+    h.update_u64(v);
+  }
+  return h.hex_digest();
+}
+
+}  // namespace
+
+TEST_CASE("context signatures: a hash chain and a multiset sum, every prefix signed incrementally", "[store][cpu]") {
+  const std::string fp = test::kStoreTestFingerprint;
+  std::vector<std::string> keys;
+  for (int64_t i = 0; i < 40; ++i) keys.push_back(chunk_key_tokens(fp, {i, 7}));
+  keys.push_back(keys[5]);  // a repeat: the antecedents are a multiset
+  for (std::size_t prefix : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+    ContextSigner signer(prefix);
+    std::vector<std::string> chains = {framed_hash({"orbit.context.exact.v2"})};
+    CHECK(signer.exact() == chains[0]);
+    CHECK(signer.orbit() == reference_orbit(chains[0], {}));
+    for (std::size_t n = 1; n <= keys.size(); ++n) {
+      signer.push(keys[n - 1]);
+      chains.push_back(framed_hash({chains.back(), keys[n - 1]}));
+      const std::size_t p = std::min(prefix, n);
+      const std::vector<std::string> ctx(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(n));
+      const std::vector<std::string> pre(ctx.begin(), ctx.begin() + static_cast<std::ptrdiff_t>(p));
+      const std::vector<std::string> ante(ctx.begin() + static_cast<std::ptrdiff_t>(p), ctx.end());
+      REQUIRE(signer.size() == n);
+      CHECK(signer.exact() == chains[n]);
+      CHECK(signer.exact() == exact_signature(ctx));
+      CHECK(signer.orbit() == reference_orbit(chains[p], ante));
+      CHECK(signer.orbit() == orbit_signature(pre, ante));
+    }
+  }
+  // Any order of the antecedents signs the same (the sum carries across limbs for 41 random digests).
+  std::vector<std::string> shuffled(keys.rbegin(), keys.rend());
+  std::swap(shuffled[3], shuffled[17]);
+  CHECK(orbit_signature({}, keys) == orbit_signature({}, shuffled));
+  CHECK(exact_signature(keys) != exact_signature(shuffled));
+  ContextSigner bad;
+  CHECK_THROWS_WITH(bad.push("not-a-key"), Contains("not a store key"));
+}
+
 TEST_CASE("patch keys: exact signatures are ordered, orbit signatures sort the antecedents", "[store][cpu]") {
   const std::string fp = test::kStoreTestFingerprint;
   const std::string a = chunk_key_tokens(fp, {1}), b = chunk_key_tokens(fp, {2}), c = chunk_key_tokens(fp, {3});

@@ -55,6 +55,16 @@ std::vector<std::string> WindowBuild::context_keys() const {
 
 namespace {
 
+// The patch keys of a plan input: from its signer when the planner made one (O(1)), else from the keys.
+PatchKeys keys_of(const PlanInput& in) {
+  return in.signer != nullptr ? patch_keys(in.core, in.policy, *in.chunk, *in.signer)
+                              : patch_keys(in.core, in.policy, *in.chunk, *in.context, in.prefix);
+}
+
+}  // namespace
+
+namespace {
+
 planner::Tier to_tier(StoreTier t) {
   switch (t) {
     case StoreTier::kDevice: return planner::Tier::kDevice;
@@ -193,7 +203,7 @@ class StoredPatch final : public ServeAction {
   StepAction category() const override { return StepAction::kApplyPatch; }
   std::optional<PlanStep> plan(const PlanInput& in) const override {
     if (in.is_turn || in.context->empty() || !in.policy.reuse_stored || in.policy.store_conditioned) return std::nullopt;
-    const PatchKeys keys = patch_keys(in.core, in.policy, *in.chunk, *in.context, in.prefix);
+    const PatchKeys keys = keys_of(in);
     PlanStep s = base_step(id(), category());
     set_patch_shape(in, keys, s);
     s.needs_canonical = true;
@@ -266,7 +276,7 @@ class LoadConditioned final : public ServeAction {
   StepAction category() const override { return StepAction::kLoadConditioned; }
   std::optional<PlanStep> plan(const PlanInput& in) const override {
     if (in.is_turn || in.context->empty() || !in.policy.store_conditioned) return std::nullopt;
-    const PatchKeys keys = patch_keys(in.core, in.policy, *in.chunk, *in.context, in.prefix);
+    const PatchKeys keys = keys_of(in);
     if (!in.core.contains(keys.conditioned)) return std::nullopt;
     PlanStep s = base_step(id(), category());
     s.match = PatchMatch::kExact;
@@ -299,7 +309,7 @@ class Form final : public ServeAction {
   StepAction category() const override { return StepAction::kForm; }
   std::optional<PlanStep> plan(const PlanInput& in) const override {
     if (in.is_turn || in.context->empty()) return std::nullopt;
-    const PatchKeys keys = patch_keys(in.core, in.policy, *in.chunk, *in.context, in.prefix);
+    const PatchKeys keys = keys_of(in);
     PlanStep s = base_step(id(), category());
     set_patch_shape(in, keys, s);
     s.forward_tokens = static_cast<double>(in.length);
@@ -346,7 +356,7 @@ class Prefill final : public ServeAction {
     s.forward_tokens = static_cast<double>(in.length);
     s.exact = true;
     if (in.policy.store_conditioned) {
-      s.store_keys.push_back(patch_keys(in.core, in.policy, *in.chunk, *in.context, in.prefix).conditioned);
+      s.store_keys.push_back(keys_of(in).conditioned);
     }
     s.reason = "prefill in context";
     return s;

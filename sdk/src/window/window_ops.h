@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "orbit/store.h"
 #include "window/window_state.h"
 
 namespace orbit::detail {
@@ -61,6 +62,9 @@ struct PatchKeys {
 };
 PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
                      const std::vector<std::string>& context, std::size_t prefix);
+// The same from a signer holding that context (and constructed with that prefix): O(1) in its length.
+PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
+                     const ContextSigner& signer);
 
 // 1 − Σ min / Σ max over the two multisets of keys, each key weighted by its token length.
 double context_divergence(const EngineCore& core, const std::vector<std::string>& a, const std::vector<std::string>& b);

@@ -84,8 +84,10 @@ PlanStep legacy_serve(const PlanInput& in, const std::string& reason) {
 
 }  // namespace
 
-PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
-                     const std::vector<std::string>& context, std::size_t prefix) {
+namespace {
+
+PatchKeys keys_from(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
+                    const std::string& exact_sig, const std::string& orbit_sig) {
   const runtime::ModelConfig& c = core.config();
   const int64_t n = chunk.ref.length;
   const int64_t dk = c.content_k_shape().width();
@@ -98,14 +100,24 @@ PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const C
   variant << (policy.deep_only ? "deep" : "full");
   if (policy.deep_only) variant << "@" << policy.deep_energy;
   k.variant = variant.str();
-  const std::string exact_sig = exact_signature(context);
   k.exact = patch_key({chunk.ref.key, exact_sig, k.variant, k.rank_k, k.rank_v});
-  const std::size_t cut = std::min(prefix, context.size());
-  const std::vector<std::string> pre(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(cut));
-  const std::vector<std::string> ante(context.begin() + static_cast<std::ptrdiff_t>(cut), context.end());
-  k.orbit = patch_key({chunk.ref.key, orbit_signature(pre, ante), k.variant, k.rank_k, k.rank_v});
+  k.orbit = patch_key({chunk.ref.key, orbit_sig, k.variant, k.rank_k, k.rank_v});
   k.conditioned = patch_key({chunk.ref.key, exact_sig, "conditioned", 0, 0});
   return k;
+}
+
+}  // namespace
+
+PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
+                     const std::vector<std::string>& context, std::size_t prefix) {
+  ContextSigner signer(std::min(prefix, context.size()));
+  for (const std::string& key : context) signer.push(key);
+  return keys_from(core, policy, chunk, signer.exact(), signer.orbit());
+}
+
+PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
+                     const ContextSigner& signer) {
+  return keys_from(core, policy, chunk, signer.exact(), signer.orbit());
 }
 
 double context_divergence(const EngineCore& core, const std::vector<std::string>& a, const std::vector<std::string>& b) {
@@ -250,11 +262,20 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   // context" test for later slots runs on (key, version) with a fresh marker per re-served slot.
   // The keys before a slot (its context) are copied only when an action that reads them is planned, and
   // each key at most once per vector: a window of kept instances plans without copying any.
-  std::vector<std::string> context;
-  auto context_upto = [&](std::vector<std::string>& ctx, std::size_t i) -> const std::vector<std::string>* {
-    if (ctx.capacity() < layout.slots.size()) ctx.reserve(layout.slots.size());
-    for (std::size_t j = ctx.size(); j < i; ++j) ctx.push_back(*info[j].key);
-    ORBIT_CHECK(ctx.size() == i, "internal error: plan context of slot " << i << " holds " << ctx.size() << " keys");
+  // Its signer grows with it, so each slot's patch keys cost O(1), not a hash of its whole context.
+  struct Context {
+    std::vector<std::string> keys;
+    ContextSigner signer;
+  };
+  Context context{{}, ContextSigner(prefix)};
+  auto context_upto = [&](Context& ctx, std::size_t i) -> Context* {
+    if (ctx.keys.capacity() < layout.slots.size()) ctx.keys.reserve(layout.slots.size());
+    for (std::size_t j = ctx.keys.size(); j < i; ++j) {
+      ctx.keys.push_back(*info[j].key);
+      ctx.signer.push(ctx.keys.back());
+    }
+    ORBIT_CHECK(ctx.keys.size() == i,
+                "internal error: plan context of slot " << i << " holds " << ctx.keys.size() << " keys");
     return &ctx;
   };
   uint64_t ctx_hash = 0;
@@ -262,7 +283,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   int64_t tokens_before = 0;
   std::vector<double> weights(layout.slots.size(), 0.0);
   std::vector<char> is_same(layout.slots.size(), 0);
-  auto input_for = [&](std::size_t i, const std::vector<std::string>* ctx) {
+  auto input_for = [&](std::size_t i, const Context* ctx) {
     const SlotInfo& si = info[i];
     PlanInput in{core, cost, fidelity, policy};
     in.chunk = si.chunk;
@@ -271,7 +292,8 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     in.turn_tokens = si.turn_tokens;
     in.length = si.length;
     in.position = si.position;
-    in.context = ctx;
+    in.context = &ctx->keys;
+    in.signer = &ctx->signer;
     in.prefix = prefix;
     in.weight = weights[i];
     in.context_change = si.change;
@@ -340,7 +362,8 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
                    "; kept as-is, relocation only";
       } else {
         PlanInput served = in;
-        served.context = context_upto(context, i);
+        served.context = &context_upto(context, i)->keys;
+        served.signer = &context.signer;
         s = legacy_serve(served, si.old != nullptr ? why : sl.reason);
       }
       s.estimated_seconds = estimate_seconds(in, s);
@@ -367,7 +390,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     for (const SlotInfo& si : info) total_kl += si.candidates[si.chosen].predicted_kl;
     if (total_kl > policy.kl_budget) {
       // Over budget: the kept instances that carry a loss get their alternatives now.
-      std::vector<std::string> before;
+      Context before{{}, ContextSigner(prefix)};
       for (std::size_t i = 0; i < info.size(); ++i) {
         SlotInfo& si = info[i];
         if (si.candidates.size() != 1 || si.candidates.front().action != StepAction::kKeep ||

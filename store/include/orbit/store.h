@@ -64,10 +64,32 @@ std::string chunk_key_embeddings(const std::string& model_fingerprint, const Emb
                                  const std::vector<int64_t>& grid = {}, int64_t grid_dims = 3);
 
 // Context signatures for patch keys. `context` is the ordered list of chunk keys before the chunk.
-//   exact: hashes the ordered context (a patch formed behind exactly this sequence).
-//   orbit: hashes the ordered prefix plus the sorted multiset of antecedent keys (any order of the set).
+//   exact: hashes the ordered context (a patch formed behind exactly this sequence): a hash chain,
+//          c0 = H(tag), c(i+1) = H(c(i), key i), so every prefix of a context is signed in O(1) more.
+//   orbit: hashes the ordered prefix (its chain) plus the multiset of antecedent keys (any order of the
+//          set): the count and the sum mod 2^256 of each antecedent's own hash, so it too grows in O(1).
 std::string exact_signature(const std::vector<std::string>& context);
 std::string orbit_signature(const std::vector<std::string>& prefix, const std::vector<std::string>& antecedents);
+
+// Both signatures of a context that grows one key at a time, each push O(1): what a planner uses to sign
+// the context of every instance of a window in O(n) instead of O(n²). After pushing keys k0..k(n-1),
+// exact() == exact_signature({k0..k(n-1)}) and orbit() == orbit_signature({k0..k(p-1)}, {kp..k(n-1)}) for
+// p = min(prefix, n). push() throws orbit::Error on a string that is not a 64-hex key.
+class ContextSigner {
+ public:
+  explicit ContextSigner(std::size_t prefix = 0);
+  void push(const std::string& key);
+  std::size_t size() const { return size_; }
+  std::string exact() const;
+  std::string orbit() const;
+
+ private:
+  std::size_t prefix_;
+  std::size_t size_ = 0;
+  std::string chain_;         // exact chain over every key pushed
+  std::string prefix_chain_;  // the chain once the prefix was complete
+  uint64_t sum_[4] = {0, 0, 0, 0};  // antecedents' hashes added mod 2^256, little-endian limbs
+};
 
 struct PatchKey {
   std::string chunk;              // content key of the patched chunk
