@@ -198,6 +198,18 @@ ModelInfo EngineCore::model_info() const {
 
 // A chunk is placed at positions [0, extent) when encoded alone; past the model's limit that forward is
 // refused (dynamic NTK scaling runs past it, so only a sanity bound applies there).
+void EngineCore::fill_embeddings(ChunkRecord& rec, const at::Tensor& emb, const at::Tensor& grid,
+                                 const ChunkOptions& options, const char* what) const {
+  rec.ref.kind = ChunkKind::kEmbeddings;
+  rec.ref.length = emb.size(0);
+  rec.ref.extent = grid.defined() ? grid.max().item<int64_t>() + 1 : rec.ref.length;
+  check_extent(rec.ref.extent, what, grid.defined() ? "positions (grid extent)" : "embedding rows");
+  rec.ref.label = options.label;
+  rec.embeddings = emb;
+  rec.grid = grid;
+  rec.pinned = options.pin;
+}
+
 void EngineCore::check_extent(int64_t extent, const char* what, const char* unit) const {
   const runtime::ModelConfig& c = config();
   if (c.rope.scaling == runtime::RopeScaling::kDynamicNtk) {
@@ -247,14 +259,7 @@ ChunkRef EngineCore::add_embeddings(const EmbeddingChunk& chunk, const ChunkOpti
     bytes.cols = emb.size(1);
     rec->ref.key = chunk_key_embeddings(fingerprint(), bytes, grid_flat, grid_dims);
   }
-  rec->ref.kind = ChunkKind::kEmbeddings;
-  rec->ref.length = n;
-  rec->ref.extent = grid.defined() ? grid.max().item<int64_t>() + 1 : n;
-  check_extent(rec->ref.extent, "add_embeddings", grid.defined() ? "positions (grid extent)" : "embedding rows");
-  rec->ref.label = options.label;
-  rec->embeddings = emb;
-  rec->grid = grid;
-  rec->pinned = options.pin;
+  fill_embeddings(*rec, emb, grid, options, "add_embeddings");
   const ChunkRef ref = register_chunk(std::move(rec));
   if (!chunk.media_digest.empty()) cache_embeddings(record(ref));  // only a digest lets find_media ask for them
   return ref;

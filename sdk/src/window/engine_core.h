@@ -207,6 +207,9 @@ class EngineCore {
   void run_patch_job(const PatchJob& job, bool critical);
   // Throws unless a chunk spanning `extent` positions can be encoded by this model.
   void check_extent(int64_t extent, const char* what, const char* unit) const;
+  // Fills an embeddings chunk's record (kind, length, extent checked against the model, label, tensors).
+  void fill_embeddings(ChunkRecord& rec, const at::Tensor& emb, const at::Tensor& grid, const ChunkOptions& options,
+                       const char* what) const;
   void catalog_add(const std::string& chunk_key, PatchRecord record);
 
   EngineOptions options_;

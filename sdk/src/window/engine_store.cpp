@@ -122,14 +122,7 @@ std::optional<ChunkRef> EngineCore::find_media(const MediaLookup& lookup, const 
                                                       << ", not [" << n << ", " << c.hidden_size << "]");
   auto rec = std::make_unique<ChunkRecord>();
   rec->ref.key = key;
-  rec->ref.kind = ChunkKind::kEmbeddings;
-  rec->ref.length = n;
-  rec->ref.extent = grid.defined() ? grid.max().item<int64_t>() + 1 : n;
-  check_extent(rec->ref.extent, "find_media", grid.defined() ? "positions (grid extent)" : "embedding rows");
-  rec->ref.label = options.label;
-  rec->embeddings = emb;
-  rec->grid = grid;
-  rec->pinned = options.pin;
+  fill_embeddings(*rec, emb, grid, options, "find_media");
   Counters d;
   d.media_found = 1;
   count(d);
