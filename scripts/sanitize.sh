@@ -5,7 +5,9 @@
 #   scripts/sanitize.sh thread    TSan (build-tsan): the tests labelled `thread`
 #
 # Only the libraries and the listed test executables are built (no CUDA, Python module, benchmarks,
-# samples), with -DORBIT_WERROR=ON. Any sanitizer report fails the test: ASan, UBSan
+# samples). Without -Werror: the main build enforces warnings on the same sources, and GCC's flow-based
+# warnings give false positives on instrumented code (-Wuninitialized in Boost.Optional under ASan at -O1).
+# Any sanitizer report fails the test: ASan, UBSan
 # (-fno-sanitize-recover) and TSan (halt_on_error) end the process with an error status.
 # scripts/test.sh runs both stages after the main tests; ORBIT_SANITIZERS=0 skips them there.
 # Env: ORBIT_JOBS (parallel jobs), ORBIT_ASAN_BUILD / ORBIT_TSAN_BUILD (build directories).
@@ -39,9 +41,10 @@ esac
 step "Configuring $build (ORBIT_SANITIZE=$sanitize)"
 generator=()
 [ -f "$build/CMakeCache.txt" ] || generator=(-G Ninja)
-# RelWithDebInfo: optimized (the tests run at a usable speed) with debug info for the reports' stacks.
-cmake -S "$ORBIT_ROOT" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DORBIT_SANITIZE="$sanitize" -DORBIT_WERROR=ON -DORBIT_TESTS=ON \
+# -O1 -g1: optimized enough for the tests to run at a usable speed, quick to compile, line tables for the
+# reports' stacks, and assertions on (no NDEBUG).
+cmake -S "$ORBIT_ROOT" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" \
+  -DORBIT_SANITIZE="$sanitize" -DORBIT_WERROR=OFF -DORBIT_TESTS=ON \
   -DORBIT_CUDA=OFF -DORBIT_PYTHON=OFF -DORBIT_BENCH=OFF -DORBIT_SAMPLES=OFF -DORBIT_TOOLS=OFF -DORBIT_INSTALL=OFF \
   >"$build.configure.log" 2>&1 || { cat "$build.configure.log" >&2; exit 1; }
 
