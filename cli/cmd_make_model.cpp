@@ -182,12 +182,17 @@ int run_make_model(int argc, char** argv, int first) {
   rt::RopeConfig& r = c.rope;
   r.theta = args.get_double("--theta", r.theta);
   r.max_position_embeddings = c.max_position_embeddings;
-  if (auto scaling = args.get("--rope-scaling")) {
-    r.scaling = parse_scaling(*scaling);
+  if (auto scaling = args.get("--rope-scaling")) r.scaling = parse_scaling(*scaling);
+  if (r.scaling != rt::RopeScaling::kNone) {  // from --rope-scaling or the preset
     r.factor = args.get_double("--rope-factor", r.factor > 1.0 ? r.factor : 2.0);
     r.original_max_position_embeddings =
         args.get_int("--rope-original-max", r.original_max_position_embeddings > 0 ? r.original_max_position_embeddings
                                                                                   : c.max_position_embeddings);
+  } else {
+    // Without scaling these would be dropped from the model written: an error, not a silent no-op.
+    for (const char* name : {"--rope-factor", "--rope-original-max"}) {
+      ORBIT_CHECK(!args.get(name), name << ": the model has no RoPE scaling; give --rope-scaling too");
+    }
   }
   options.dtype = args.get("--dtype").value_or("float32");
   options.seed = static_cast<uint64_t>(args.get_int("--seed", 0));

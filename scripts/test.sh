@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Every test: install what is missing, build with tests, run the C++ tests (CTest) and the Python tests.
+# Every test: install what is missing, build with tests and warnings as errors, run the C++ tests (CTest)
+# and the Python tests, install into a temporary prefix and build samples/cpp against it, then the sanitizer
+# stages: the fast C++ tests under ASan+UBSan and the thread tests under TSan (scripts/sanitize.sh, each in
+# its own build directory).
+# Env: ORBIT_SANITIZERS=0 skips the sanitizer stages; ORBIT_BUILD, ORBIT_JOBS (scripts/common.sh).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -11,7 +15,8 @@ if git -C "$ORBIT_ROOT" grep -nE '[Ii]ssue [0-9]+|[Ii]ssue #[0-9]+' -- '*.cpp' '
 fi
 
 orbit_install_packages
-orbit_build -DORBIT_TESTS=ON -DORBIT_PYTHON=ON
+stage_start=$SECONDS
+orbit_build -DORBIT_TESTS=ON -DORBIT_PYTHON=ON -DORBIT_WERROR=ON
 
 step "C++ tests (ctest; labels: cpu, model, gpu, slow)"
 ctest --test-dir "$ORBIT_BUILD" --output-on-failure -j "$ORBIT_JOBS"
@@ -19,5 +24,21 @@ ctest --test-dir "$ORBIT_BUILD" --output-on-failure -j "$ORBIT_JOBS"
 step "Python tests (pytest, Debian's /usr/bin/python3)"
 ORBIT_CLI="$ORBIT_BUILD/cli/orbit" ORBIT_MODELS_DIR="$ORBIT_ROOT/models" ORBIT_PYTHON_PATH="$ORBIT_BUILD/bindings/python" \
   /usr/bin/python3 -m pytest -q "$ORBIT_ROOT/tests/python"
+timings=("build and tests: $((SECONDS - stage_start)) s")
+
+stage_start=$SECONDS
+"$ORBIT_ROOT/scripts/check-install.sh"
+timings+=("install check: $((SECONDS - stage_start)) s")
+
+if [ "${ORBIT_SANITIZERS:-1}" != 0 ]; then
+  for mode in address thread; do
+    stage_start=$SECONDS
+    "$ORBIT_ROOT/scripts/sanitize.sh" "$mode"
+    timings+=("sanitizer stage $mode: $((SECONDS - stage_start)) s")
+  done
+else
+  step "Sanitizer stages skipped (ORBIT_SANITIZERS=0)"
+fi
 
 step "All tests passed"
+printf '  %s\n' "${timings[@]}"

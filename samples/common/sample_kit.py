@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -529,16 +530,18 @@ def main(run, description: str, name: str, default_steps: int, short_steps: int,
     args = arg_parser(description, name, default_steps, short_steps).parse_args(argv)
     result = run(args.model, steps=short_steps if args.short else args.steps, policy=args.policy, out=args.out,
                  seed=args.seed, threads=args.threads, dump_logits=args.dump_logits, quiet=args.quiet)
-    print_outputs(result["paths"])
+    print_outputs(result["paths"], args.model)
     return 0
 
 
-def print_outputs(paths: dict) -> None:
+def print_outputs(paths: dict, model: str) -> None:
+    """Prints where the outputs went and the command that replays the trace on `model`, the model the
+    sample ran (a trace replays only on the model it was recorded with)."""
     for kind in ("table", "report", "trace", "chart", "logits"):
         if kind in paths:
             print(f"{kind:>6}: {paths[kind]}")
-    print(f"replay the trace under other policies: build/cli/orbit replay {paths['trace']} "
-          f"--model models/stories260K/stories260K.bin --policy patch:16,patch:4")
+    print(f"replay the trace under other policies: build/cli/orbit replay {shlex.quote(str(paths['trace']))} "
+          f"--model {shlex.quote(str(model))} --policy patch:16,patch:4")
 
 
 def check_has_tokenizer(engine, what: str) -> None:

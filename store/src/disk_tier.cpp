@@ -173,6 +173,9 @@ Result<PreparedBlob> DiskTier::prepare(const std::string& key, const StoredValue
   const std::string path = absolute(out.blob);
   Status dir = ensure_directory(std::filesystem::path(path).parent_path().string(), options_.io_hooks);
   if (!dir) return dir;
+  // Writes are confined as reads are: a shard directory that is a symlink out of DIR/blobs gets no file.
+  Result<std::string> confined = resolve(out.blob);
+  if (!confined) return confined.status();
   const EncodedBlob encoded = encode_blob(key, options_.model_fingerprint, value, out.encoding);
   BlobWriteResult written;
   Status s = write_blob_file(path, encoded, options_.io_hooks, &written);

@@ -131,6 +131,14 @@ TEST_CASE("make-model refuses options whose model the loader would reject, and w
                                                                      : "--eps: must be in (0, 1)"));
     CHECK_FALSE(std::filesystem::exists(dir / "bad/config.json"));
   }
+  // A scaling option without a scaling would be dropped from the model written: refused, naming it.
+  for (const std::string unused : {"--rope-factor 2", "--rope-original-max 512", "--rope-scaling none --rope-factor 2"}) {
+    INFO(unused);
+    const orbit::test::CliRun r = orbit::test::cli("make-model --out " + (dir / "bad") + " " + unused);
+    CHECK(r.status != 0);
+    CHECK_THAT(r.out, Contains("has no RoPE scaling; give --rope-scaling too"));
+    CHECK_FALSE(std::filesystem::exists(dir / "bad/config.json"));
+  }
   const orbit::test::CliRun ok =
       orbit::test::cli("make-model --out " + (dir / "ok") + " --rope-scaling linear --rope-factor 2");
   REQUIRE(ok.status == 0);

@@ -155,6 +155,41 @@ TEST_CASE("a plan over the window's byte budget says out of capacity, as apply d
   CHECK(r.status().code() == StatusCode::kOutOfCapacity);
 }
 
+TEST_CASE("a plan needing more KV pool pages than are free says out of capacity, as apply does", "[plan][regression]") {
+  std::mt19937_64 rng(11);
+  const int64_t per_token = open_stories()->model_info().kv_bytes_per_token;
+  EngineOptions o;
+  o.model = test::stories_path();
+  o.page_size = 4;
+  o.pool_bytes = per_token * 4 * 10;  // 10 pages of 4 tokens, shared by the engine's windows
+  auto engine = Engine::open(o);
+  Window a = engine->new_window();
+  a.admit(engine->add_tokens(random_tokens(rng, 24)));  // 6 pages
+  Window b = engine->new_window();
+  const ChunkRef big = engine->add_tokens(random_tokens(rng, 20));  // 5 pages: 4 are free
+  const Plan plan = b.plan_admit(big);
+  CHECK(plan.refused_capacity);
+  CHECK_THAT(plan.refusal, Catch::Contains("KV pool is full") && Catch::Contains("4 of 10 pages free") &&
+                               Catch::Contains("needs 5"));
+  CHECK(plan.forward_tokens == 0);
+  const Result<ApplyReport> r = b.apply(plan);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().code() == StatusCode::kOutOfCapacity);
+  CHECK(r.status().reason() == plan.refusal);
+  CHECK(b.instances().empty());
+
+  // Exactly the free pages fit; kept instances need none (below, b keeps its instance and admits 5 pages).
+  const Plan fits = b.plan_admit(engine->add_tokens(random_tokens(rng, 16)));  // 4 pages: exactly the free ones
+  CHECK(fits.refusal.empty());
+  b.apply(fits).value();
+  const Plan evict = a.plan_evict(a.instances().front().id);
+  CHECK(evict.refusal.empty());
+  a.apply(evict).value();
+  const Plan now = b.plan_admit(big);  // a's 6 pages are free again
+  CHECK(now.refusal.empty());
+  CHECK(b.apply(now).is_ok());
+}
+
 TEST_CASE("calibrate fits the fidelity model from measured deficits of every approximate action", "[plan][calibrate]") {
   auto engine = open_stories();
   const CalibrationReport r = engine->calibrate();

@@ -398,7 +398,7 @@ TEST_CASE("tokens split across threads rotate like the reference", "[rope][cpu]"
   } guard;
   at::set_num_threads(4);  // more chunks than the grain alone would give, even on a 1-core machine
   at::manual_seed(13);
-  const Variant& v = all_variants()[4];  // llama3
+  const Variant v = all_variants()[4];  // llama3 (a copy: all_variants() returns a temporary)
   const at::Tensor x = at::randn({3000, 14, 64});
   const at::Tensor positions = at::randint(0, 200000, {3000}, at::kLong);
   for (RopeLayout layout : {RopeLayout::kInterleaved, RopeLayout::kHalfSplit}) {

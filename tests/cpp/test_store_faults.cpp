@@ -251,63 +251,119 @@ TEST_CASE("a real file-size limit (RLIMIT_FSIZE) in a child fails one put and co
   CHECK(report.temp_files == 0);
 }
 
-TEST_CASE("SIGKILL at random points of a write stream loses at most the write in flight", "[store][cpu][slow]") {
-  test::TempDir dir;
-  const std::string d = dir.path().string();
-  std::mt19937 rng(20240601);
+namespace {
+
+// What the kills of kill_rounds() interrupted, classified from what each left in the directory.
+struct KillCounts {
+  int kills = 0;
+  int in_blob_write = 0;        // a temp file: inside a blob file's write (before its rename)
+  int before_commit = 0;        // a blob no row names: between the blob's rename and the index commit
+  int before_report = 0;        // the next entry committed but never reported: after the commit
+  int64_t committed = 0;        // puts the children reported, all intact
+  int mid_write() const { return in_blob_write + before_commit + before_report; }
+};
+
+// `kills` rounds of: start store_kill_child writing a stream of 100,000 values into `d`; wait until it has
+// reported 1 to 10 committed puts (the store is open and the stream under way: no kill lands before the
+// first write or after the last); kill -9 it 0 to 4 ms later (this picks the moment, it does not wait
+// for work). Then check that the child died of the kill, that every put it reported is intact after
+// reopening (its own and 10 earlier ones each round, all of them at the end), that the index verifies,
+// and classify the kill by what it left (KillCounts); gc then removes the leftovers for the next round.
+KillCounts kill_rounds(const std::string& d, int kills, uint32_t seed) {
+  std::mt19937 rng(seed);
   std::vector<int64_t> committed;
-  int64_t torn_writes = 0, gc_removed = 0, temps_before = 0;
-  const int iterations = 40;
-  for (int iter = 0; iter < iterations; ++iter) {
+  KillCounts counts;
+  for (int iter = 0; iter < kills; ++iter) {
     const int64_t first = int64_t{iter} * 100000;
     const size_t before = committed.size();
     {
       Child child({"write", d, std::to_string(first), "100000"});
-      const int wait_lines = std::uniform_int_distribution<int>(0, 10)(rng);
+      const int wait_lines = std::uniform_int_distribution<int>(1, 10)(rng);
       std::string line;
       int seen = 0;
       while (seen < wait_lines && child.next_line(&line)) {
         committed.push_back(std::stoll(line));
         ++seen;
       }
-      // A random kill point inside the stream (this picks the moment; it does not wait for work).
+      REQUIRE(seen == wait_lines);  // the child wrote, and is still writing
       std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 4000)(rng)));
       child.kill();
       while (child.next_line(&line)) committed.push_back(std::stoll(line));  // puts that returned before death
       const int status = child.wait();
       REQUIRE(WIFSIGNALED(status));
       REQUIRE(WTERMSIG(status) == SIGKILL);
+      REQUIRE(committed.size() - before < 100000);  // it died inside its stream, not after it
     }
+    const int64_t next = first + static_cast<int64_t>(committed.size() - before);  // the put in flight
+    bool next_committed = false;
     {
       ChunkStore store(disk_options(d));  // reopening after the crash
       store.verify_integrity(/*deep=*/true);
       std::vector<int64_t> check(committed.begin() + static_cast<std::ptrdiff_t>(before), committed.end());
-      for (int s = 0; s < 10 && !committed.empty(); ++s) {
+      for (int s = 0; s < 10; ++s) {
         check.push_back(committed[std::uniform_int_distribution<size_t>(0, committed.size() - 1)(rng)]);
       }
-      if (iter == iterations - 1) check = committed;
+      if (iter == kills - 1) check = committed;
       for (int64_t i : check) {
         Result<ValuePtr> v = store.get(key(i), GetOptions{false});
-        INFO("iteration " << iter << ", entry " << i);
+        INFO("round " << iter << ", entry " << i);
         REQUIRE(v.is_ok());
         REQUIRE(values_equal(*v.value(), *test::store_test_value(i)));
       }
+      // The put in flight is either absent or whole: never a partial entry.
+      Result<ValuePtr> in_flight = store.get(key(next), GetOptions{false});
+      if (in_flight.is_ok()) {
+        REQUIRE(values_equal(*in_flight.value(), *test::store_test_value(next)));
+        next_committed = true;
+      }
     }
     const VerifyReport report = verify_store(d);
+    INFO("round " << iter);
     REQUIRE(report.clean());
-    torn_writes += report.temp_files > temps_before ? 1 : 0;  // this kill landed inside a blob write
-    temps_before = report.temp_files;
-    if (iter % 10 == 9) {
-      gc_removed += static_cast<int64_t>(gc_store(d).removed_paths.size());
-      temps_before = 0;
+    // At most one write was in flight: one temp file or one unreferenced blob, never both, never more.
+    REQUIRE(report.temp_files + report.unreferenced_blobs <= 1);
+    if (report.temp_files == 1) {
+      ++counts.in_blob_write;
+    } else if (report.unreferenced_blobs == 1) {
+      ++counts.before_commit;
+    } else if (next_committed) {
+      ++counts.before_report;
     }
+    const GcReport gc = gc_store(d);
+    REQUIRE(gc.removed_temps == report.temp_files);
+    REQUIRE(gc.removed_blobs == report.unreferenced_blobs);
+    ++counts.kills;
   }
-  WARN("kill test: " << iterations << " kills, " << committed.size() << " committed entries intact, " << torn_writes
-                     << " kills inside a blob write, " << gc_removed << " leftovers removed by gc");
-  CHECK(committed.size() >= static_cast<size_t>(iterations));
+  counts.committed = static_cast<int64_t>(committed.size());
+  WARN("kill test: " << counts.kills << " kills, " << counts.committed << " committed entries intact; kills mid-write: "
+                     << counts.mid_write() << " (" << counts.in_blob_write << " inside a blob write, "
+                     << counts.before_commit << " between blob and index commit, " << counts.before_report
+                     << " after the commit, before the report)");
+  return counts;
 }
 
-TEST_CASE("many threads storing and loading overlapping keys see whole values only", "[store][cpu]") {
+}  // namespace
+
+// The default run: a few kills, enough that some land mid-write (a put is most of the stream's time).
+TEST_CASE("SIGKILL at random points of a write stream loses at most the write in flight", "[store][cpu][kill]") {
+  test::TempDir dir;
+  const KillCounts counts = kill_rounds(dir.path().string(), 20, 20240601);
+  CHECK(counts.kills == 20);
+  CHECK(counts.committed >= 20);
+  CHECK(counts.mid_write() >= 1);  // a kill test whose kills all fell between writes would prove nothing
+}
+
+// The slow label: 200 kills, each kind of interruption seen.
+TEST_CASE("SIGKILL 200 times in a write stream: every committed entry survives", "[store][cpu][kill][slow]") {
+  test::TempDir dir;
+  const KillCounts counts = kill_rounds(dir.path().string(), 200, 20240602);
+  CHECK(counts.kills >= 200);
+  CHECK(counts.committed >= 200);
+  CHECK(counts.mid_write() >= 20);
+  CHECK(counts.in_blob_write >= 1);
+}
+
+TEST_CASE("many threads storing and loading overlapping keys see whole values only", "[store][cpu][thread]") {
   test::TempDir dir;
   for (const bool with_disk : {false, true}) {
     ChunkStoreOptions o;

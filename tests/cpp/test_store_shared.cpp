@@ -205,6 +205,28 @@ TEST_CASE("a blob path that leaves DIR/blobs is never read or deleted", "[store]
   CHECK(fs::exists(outside + "/x.blob"));
 }
 
+TEST_CASE("a blob directory that is a symlink out of DIR/blobs receives no write", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = (dir.path() / "store").string();
+  const std::string outside = (dir.path() / "outside").string();
+  fs::create_directories(outside);
+  {
+    ChunkStore store(disk_options(d));
+    REQUIRE(store.put(key(1), test::store_test_value(1)).is_ok());
+  }
+  // Blobs live in DIR/blobs/<first two characters of the key>/: make the next entry's directory a symlink.
+  int64_t i = 2;
+  while (fs::exists(d + "/blobs/" + key(i).substr(0, 2))) ++i;
+  fs::create_directory_symlink(outside, d + "/blobs/" + key(i).substr(0, 2));
+  ChunkStore store(disk_options(d));
+  REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());  // kept in memory, the disk reported degraded
+  CHECK(fs::is_empty(outside));
+  const StoreStats stats = store.stats();
+  CHECK(stats.disk_degraded);
+  CHECK_THAT(stats.disk_warning, Contains("symlink") && Contains("must stay inside"));
+  CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
+}
+
 TEST_CASE("a deleted index or lost meta rows are refused, and orbit store repair rebuilds them", "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();

@@ -392,7 +392,7 @@ TEST_CASE("budgets hold and nothing committed is lost under random operations on
       live[i] = true;
     } else if (op < 8) {
       Result<ValuePtr> v = store->get(key(i), GetOptions{op < 6});
-      REQUIRE(v.is_ok() == live.count(i) > 0);
+      REQUIRE(v.is_ok() == (live.count(i) > 0));
       if (v) REQUIRE(values_equal(*v.value(), *test::store_test_value(i)));
     } else if (op < 10) {
       if (live.count(i)) {
@@ -400,7 +400,7 @@ TEST_CASE("budgets hold and nothing committed is lost under random operations on
         if (lease) REQUIRE(lease.value().length() == test::store_test_value(i)->at("layer.0.k").size(0));
       }
     } else {
-      REQUIRE(store->erase(key(i)).is_ok() == live.erase(i) > 0);
+      REQUIRE(store->erase(key(i)).is_ok() == (live.erase(i) > 0));
     }
     if (step % 100 == 99) {  // reopen: everything committed comes back from disk
       for (int t = 0; t < 3; ++t) evictions[t] += store->stats().tiers[static_cast<size_t>(t)].evictions;

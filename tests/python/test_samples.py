@@ -215,3 +215,25 @@ def test_text_the_reader_sees_is_what_the_window_holds(run, stories260k_path):
         answers = [t for role, t in texts if role == "answer"]
         assert answers and [t for t in turns if t.startswith(report["answer_query"])] == answers
         assert all(c["name"].startswith("frame") for c in trace["chunks"])
+def test_the_replay_hint_names_the_model_the_sample_ran(repo_root, tmp_path, capsys):
+    """The closing hint (`orbit replay <trace> --model M`) names the --model given, not the bundled model: a
+    trace replays only on the model it was recorded with. Runs the samples' command line (sample_kit.main)
+    with a stand-in for the agent, so no model is loaded."""
+    sys.path.insert(0, str(repo_root / "samples" / "common"))
+    try:
+        import sample_kit
+    finally:
+        sys.path.remove(str(repo_root / "samples" / "common"))
+    other = tmp_path / "other model" / "tiny.bin"
+    seen = {}
+
+    def fake_run(model, **kwargs):
+        seen["model"] = model
+        return {"paths": {"trace": tmp_path / "x.trace.json", "table": tmp_path / "x.table.txt"}, "totals": {}}
+
+    assert sample_kit.main(fake_run, "d", "x", default_steps=2, short_steps=1,
+                           argv=["--model", str(other), "--out", str(tmp_path)]) == 0
+    hint = [line for line in capsys.readouterr().out.splitlines() if "orbit replay" in line]
+    assert seen["model"] == str(other)
+    assert len(hint) == 1
+    assert f"--model '{other}'" in hint[0] and "stories260K" not in hint[0], hint[0]

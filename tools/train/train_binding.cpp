@@ -60,7 +60,7 @@ double max_logit_diff(const rt::ModelConfig& config, const rt::ModelWeights& wei
     const at::Tensor mask = at::ones({T, T}, at::kBool).tril().view({1, T, T});
     const at::Tensor ours = bd::train_forward(config, weights, t, pos, mask, at::arange(T, at::kLong));
     rt::ForwardInput in;
-    in.tokens = tokens;
+    in.tokens = std::move(tokens);  // not used below
     rt::ForwardOptions opt;
     opt.logits = rt::LogitsMode::kAll;
     opt.return_content = false;
@@ -77,7 +77,8 @@ nlohmann::json runtime_accuracy(const rt::Model& model, const std::vector<bd::Ep
     const std::vector<int64_t> context = e.flat();
     for (const bd::Question& q : e.questions) {
       rt::ForwardInput in;
-      in.tokens = context;
+      in.tokens.reserve(context.size() + q.tokens.size());
+      in.tokens.insert(in.tokens.end(), context.begin(), context.end());
       in.tokens.insert(in.tokens.end(), q.tokens.begin(), q.tokens.end());
       rt::ForwardOptions opt;
       opt.return_content = false;

@@ -174,6 +174,10 @@ void init_types(py::module_& m) {
       .def_readonly("window_tokens_after", &Plan::window_tokens_after, "Tokens in the window after.")
       .def_readonly("exact", &Plan::exact, "Every instance's KV equals a re-prefill after apply.")
       .def_readonly("cascade", &Plan::cascade, "Recall: dependents re-conditioned, in topological order.")
+      .def_readonly("refusal", &Plan::refusal,
+                    "Non-empty: apply() will refuse the plan with this reason (nothing runs; the totals are 0).")
+      .def_readonly("refused_capacity", &Plan::refused_capacity,
+                    "The refusal is a capacity one (apply raises CapacityError; else RefusedError).")
       .def("count", [](const Plan& p, StepAction a) { return p.count(a); }, py::arg("action"),
            "Number of steps with this StepAction.")
       .def("describe", &Plan::describe, "One line per step (what `orbit replay --explain` prints).")

@@ -94,8 +94,9 @@ struct Plan {
   WindowPolicy policy;               // the policy it was made under (apply() reads it, not the window's)
   std::vector<PlanStep> steps;       // in the order apply() executes them (window order, evictions first)
   std::vector<InstanceId> order;     // the window's instances after the plan, in order
-  // Non-empty: apply() will refuse this plan with exactly this reason (positions past the model's limit,
-  // or the window's max_bytes; refused_capacity tells which). The totals below are then 0: nothing runs.
+  // Non-empty: apply() will refuse this plan with exactly this reason (positions past the model's limit;
+  // or capacity: the window's max_bytes, or the engine's KV pool short of the pages the plan needs, as of
+  // planning; refused_capacity tells which kind). The totals below are then 0: nothing runs.
   std::string refusal;
   bool refused_capacity = false;     // the refusal is a capacity one (Status out_of_capacity)
   double forward_tokens = 0;         // Σ steps: critical-path token-forwards (prefill, form, recompute)

@@ -488,6 +488,28 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     plan.steps.push_back(std::move(s));
   }
   plan.exact = all_exact;
+  // The KV pool, shared by the engine's windows: apply() allocates fresh pages for every step that does
+  // not keep its instance's pages, while the old entries hold theirs until it commits. A plan needing
+  // more than the pool has free now says it will be refused (a capacity refusal as of planning).
+  if (plan.refusal.empty()) {
+    int64_t new_pages = 0;
+    for (const PlanStep& s : plan.steps) {
+      if (s.action != StepAction::kKeep && s.action != StepAction::kEvict) new_pages += state.pages_for(s.chunk.length);
+    }
+    int64_t free_pages = 0, total_pages = 0;
+    {
+      std::lock_guard<std::mutex> lock(core.pool_mutex());
+      free_pages = core.pool().num_free();
+      total_pages = core.pool().num_pages();
+    }
+    if (new_pages > free_pages) {
+      std::ostringstream why;
+      why << operation_name(layout.op) << " refused: the KV pool is full (" << free_pages << " of " << total_pages
+          << " pages free; this plan needs " << new_pages << "); evict, slide or close windows";
+      plan.refusal = why.str();
+      plan.refused_capacity = true;
+    }
+  }
   if (!plan.refusal.empty()) {  // nothing will run
     plan.forward_tokens = plan.background_tokens = plan.estimated_seconds = 0;
     plan.bytes_moved = 0;

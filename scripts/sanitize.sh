@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The C++ tests under sanitizers, each in its own build directory:
+#
+#   scripts/sanitize.sh address   ASan + UBSan (build-asan): the fast tests (label cpu, not slow) listed below
+#   scripts/sanitize.sh thread    TSan (build-tsan): the tests labelled `thread`
+#
+# Only the libraries and the listed test executables are built (no CUDA, Python module, benchmarks,
+# samples). Without -Werror: the main build enforces warnings on the same sources, and GCC's flow-based
+# warnings give false positives on instrumented code (-Wuninitialized in Boost.Optional under ASan at -O1).
+# Any sanitizer report fails the test: ASan, UBSan
+# (-fno-sanitize-recover) and TSan (halt_on_error) end the process with an error status.
+# scripts/test.sh runs both stages after the main tests; ORBIT_SANITIZERS=0 skips them there.
+# Env: ORBIT_JOBS (parallel jobs), ORBIT_ASAN_BUILD / ORBIT_TSAN_BUILD (build directories).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+mode="${1:-}"
+case "$mode" in
+  address)
+    build="${ORBIT_ASAN_BUILD:-$ORBIT_ROOT/build-asan}"
+    sanitize="address,undefined"
+    # The cpu tests that are not slow and run no CLI, chosen for coverage per build minute: the store
+    # (tiers, faults, the kill child), the window and its plans, the engine's tiers and threads, traces,
+    # the pool, RoPE, the planner and the loaders. Each is a CTest name (an executable of that name, unless
+    # mapped in `targets` below).
+    tests=(test_common test_rope test_kv_pool test_safetensors test_planner test_dependency_graph
+           test_model test_window test_plan_actions test_engine_tiers test_engine_threads
+           test_store_tiers test_store_faults test_store_threads)
+    ;;
+  thread)
+    build="${ORBIT_TSAN_BUILD:-$ORBIT_ROOT/build-tsan}"
+    sanitize="thread"
+    tests=()  # filled from the `thread` label below
+    ;;
+  *)
+    echo "usage: scripts/sanitize.sh address|thread" >&2
+    exit 2
+    ;;
+esac
+
+step "Configuring $build (ORBIT_SANITIZE=$sanitize)"
+generator=()
+[ -f "$build/CMakeCache.txt" ] || generator=(-G Ninja)
+# -O1 -g1: optimized enough for the tests to run at a usable speed, quick to compile, line tables for the
+# reports' stacks, and assertions on (no NDEBUG).
+cmake -S "$ORBIT_ROOT" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" \
+  -DORBIT_SANITIZE="$sanitize" -DORBIT_WERROR=OFF -DORBIT_TESTS=ON \
+  -DORBIT_CUDA=OFF -DORBIT_PYTHON=OFF -DORBIT_BENCH=OFF -DORBIT_SAMPLES=OFF -DORBIT_TOOLS=OFF -DORBIT_INSTALL=OFF \
+  >"$build.configure.log" 2>&1 || { cat "$build.configure.log" >&2; exit 1; }
+
+if [ "$mode" = thread ]; then
+  mapfile -t tests < <(ctest --test-dir "$build" -N -L thread | sed -nE 's/^ *Test +#[0-9]+: +([A-Za-z0-9_]+)$/\1/p')
+  [ ${#tests[@]} -gt 0 ] || { echo "error: no test carries the label thread" >&2; exit 1; }
+fi
+
+# The executable each CTest name runs (CTest entries that run a filtered part of another executable).
+targets=()
+for t in "${tests[@]}"; do
+  case "$t" in
+    test_store_threads | test_store_faults_slow) targets+=(test_store_faults) ;;
+    *) targets+=("$t") ;;
+  esac
+done
+mapfile -t targets < <(printf '%s\n' "${targets[@]}" | sort -u)
+
+step "Building ${#targets[@]} test executables with $ORBIT_JOBS jobs: ${targets[*]}"
+cmake --build "$build" -j "$ORBIT_JOBS" --target "${targets[@]}"
+
+# halt_on_error / abort: the first report fails the test. detect_leaks: LeakSanitizer (gcc's libasan has it).
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1:strict_init_order=1:check_initialization_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+regex="^($(IFS='|'; echo "${tests[*]}"))\$"
+step "Running under $sanitize: ${tests[*]}"
+ctest --test-dir "$build" -R "$regex" --output-on-failure -j "$ORBIT_JOBS"
+step "Sanitizer stage passed ($sanitize)"
