@@ -52,7 +52,8 @@ Args::Args(std::string command, const ArgSpec& spec, int argc, char** argv, int 
       flags_.insert(arg);
       continue;
     }
-    ORBIT_CHECK(spec.options.count(arg), command_ << ": unknown argument '" << arg << "' (known: " << known_names(spec) << ")");
+    ORBIT_CHECK(spec.options.count(arg),
+                command_ << ": unknown argument '" << arg << "' (known: " << known_names(spec) << ")");
     ORBIT_CHECK(i + 1 < argc, command_ << ": argument '" << arg << "' needs a value");
     ORBIT_CHECK(!values_.count(arg), command_ << ": argument '" << arg << "' given twice");
     values_[arg] = argv[++i];
@@ -75,7 +76,8 @@ int64_t Args::get_int(const std::string& name, int64_t fallback) const {
   auto value = get(name);
   if (!value) return fallback;
   int64_t out = 0;
-  ORBIT_CHECK(parse_int(*value, &out), command_ << ": argument '" << name << "' must be an integer, got '" << *value << "'");
+  ORBIT_CHECK(parse_int(*value, &out),
+              command_ << ": argument '" << name << "' must be an integer, got '" << *value << "'");
   return out;
 }
 

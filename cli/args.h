@@ -34,7 +34,9 @@ class Args {
   int64_t get_int(const std::string& name, int64_t fallback) const;
   // As get_int, and the value must be >= min_value (else orbit::Error naming the argument).
   int64_t get_int(const std::string& name, int64_t fallback, int64_t min_value) const;
-  std::string get_or(const std::string& name, const std::string& fallback) const { return get(name).value_or(fallback); }
+  std::string get_or(const std::string& name, const std::string& fallback) const {
+    return get(name).value_or(fallback);
+  }
   double get_double(const std::string& name, double fallback) const;
 
  private:

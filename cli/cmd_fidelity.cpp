@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "args.h"
-#include "device_args.h"
 #include "commands.h"
+#include "device_args.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/repair.h"
@@ -36,7 +36,8 @@ namespace rt = orbit::runtime;
 namespace {
 
 const char* kFidelityUsage =
-    "usage: orbit fidelity --model PATH (--chunk IDS | --chunk-text TEXT) [--context \"IDS;IDS\" | --context-text \"TEXT|TEXT\"]\n"
+    "usage: orbit fidelity --model PATH (--chunk IDS | --chunk-text TEXT) [--context \"IDS;IDS\" | --context-text "
+    "\"TEXT|TEXT\"]\n"
     "                      [--query IDS | --query-text TEXT] [--strategies S,...] [--tokenizer FILE] [--json]\n"
     "  Repair strategies for a reused chunk B side by side on one window [context chunks, B, query], each\n"
     "  against a re-prefill of the window: KL, eta, top-1, flip-recover, forward tokens, patch bytes, time.\n"
@@ -116,8 +117,8 @@ std::string fixed(double x, const char* format) {
 
 int run_fidelity(int argc, char** argv, int first) {
   const Args args("fidelity",
-                  ArgSpec{{"--model", "--context", "--chunk", "--query", "--strategies", "--context-text", "--chunk-text",
-                           "--query-text", "--tokenizer", "--device", "--dtype"},
+                  ArgSpec{{"--model", "--context", "--chunk", "--query", "--strategies", "--context-text",
+                           "--chunk-text", "--query-text", "--tokenizer", "--device", "--dtype"},
                           {"--json"},
                           kFidelityUsage},
                   argc, argv, first);
@@ -137,14 +138,16 @@ int run_fidelity(int argc, char** argv, int first) {
   };
   std::vector<int64_t> chunk_tokens;
   if (args.has("--chunk-text")) {
-    chunk_tokens = encode(args.required("--chunk-text"), !args.has("--context-text") && !args.has("--context"), "--chunk-text");
+    chunk_tokens =
+        encode(args.required("--chunk-text"), !args.has("--context-text") && !args.has("--context"), "--chunk-text");
   } else {
     const std::string chunk_text = args.required("--chunk");
     ORBIT_CHECK(!chunk_text.empty(), "--chunk is empty");
     chunk_tokens = parse_int_list(chunk_text, "--chunk");
   }
-  const std::vector<int64_t> query = args.has("--query-text") ? encode(args.required("--query-text"), false, "--query-text")
-                                                              : parse_int_list(args.get("--query").value_or("1"), "--query");
+  const std::vector<int64_t> query = args.has("--query-text")
+                                         ? encode(args.required("--query-text"), false, "--query-text")
+                                         : parse_int_list(args.get("--query").value_or("1"), "--query");
 
   rt::Scenario scenario;
   if (args.has("--context-text")) {
@@ -153,8 +156,9 @@ int run_fidelity(int argc, char** argv, int first) {
     while (true) {
       const std::size_t bar = all.find('|', start);
       rt::ChunkInput chunk;
-      chunk.tokens = encode(all.substr(start, bar == std::string::npos ? std::string::npos : bar - start),
-                            scenario.context.empty(), "--context-text: chunk " + std::to_string(scenario.context.size() + 1));
+      chunk.tokens =
+          encode(all.substr(start, bar == std::string::npos ? std::string::npos : bar - start),
+                 scenario.context.empty(), "--context-text: chunk " + std::to_string(scenario.context.size() + 1));
       scenario.context.push_back(std::move(chunk));
       if (bar == std::string::npos) break;
       start = bar + 1;

@@ -82,9 +82,10 @@ std::vector<int64_t> default_mrope_section(int64_t half) {
 void apply_attention_options(const Args& args, rt::ModelConfig& c, bool arch_switched) {
   rt::RopeConfig& r = c.rope;
   if (c.attention() == rt::AttentionKind::kMla) {
-    ORBIT_CHECK(!args.has("--head-dim") && !args.has("--partial-rotary") && !args.has("--kv-heads"),
-                "make-model: --head-dim, --partial-rotary and --kv-heads do not apply to deepseek_v2 (use --qk-nope-dim, "
-                "--qk-rope-dim, --v-head-dim; kv heads = heads)");
+    ORBIT_CHECK(
+        !args.has("--head-dim") && !args.has("--partial-rotary") && !args.has("--kv-heads"),
+        "make-model: --head-dim, --partial-rotary and --kv-heads do not apply to deepseek_v2 (use --qk-nope-dim, "
+        "--qk-rope-dim, --v-head-dim; kv heads = heads)");
     if (arch_switched) c.mla = rt::generator_preset("tiny-mla").mla;
     rt::MlaConfig& m = c.mla;
     m.kv_lora_rank = args.get_int("--kv-lora-rank", m.kv_lora_rank);
@@ -113,7 +114,8 @@ void apply_attention_options(const Args& args, rt::ModelConfig& c, bool arch_swi
   ORBIT_CHECK(partial > 0.0 && partial <= 1.0, "--partial-rotary: must be in (0, 1], got " << partial);
   r.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
   if (!is_vl(c.arch)) {
-    ORBIT_CHECK(!args.has("--mrope-section"), "make-model: --mrope-section applies to --arch qwen2_vl / qwen2_5_vl only");
+    ORBIT_CHECK(!args.has("--mrope-section"),
+                "make-model: --mrope-section applies to --arch qwen2_vl / qwen2_5_vl only");
     r.mrope_section.clear();
     return;
   }
@@ -127,7 +129,8 @@ void apply_attention_options(const Args& args, rt::ModelConfig& c, bool arch_swi
   } else {
     int64_t sum = 0;
     for (int64_t v : r.mrope_section) sum += v;
-    if (r.mrope_section.size() != 3 || sum != r.rotary_dim / 2) r.mrope_section = default_mrope_section(r.rotary_dim / 2);
+    if (r.mrope_section.size() != 3 || sum != r.rotary_dim / 2)
+      r.mrope_section = default_mrope_section(r.rotary_dim / 2);
   }
 }
 
@@ -142,10 +145,32 @@ int run_make_model(int argc, char** argv, int first) {
       return 0;
     }
   }
-  const ArgSpec spec{{"--out", "--preset", "--arch", "--vocab", "--hidden", "--intermediate", "--layers", "--heads",
-                      "--kv-heads", "--head-dim", "--max-pos", "--theta", "--eps", "--partial-rotary", "--rope-scaling",
-                      "--rope-factor", "--rope-original-max", "--dtype", "--seed", "--init-std", "--shard-mb",
-                      "--kv-lora-rank", "--q-lora-rank", "--qk-nope-dim", "--qk-rope-dim", "--v-head-dim",
+  const ArgSpec spec{{"--out",
+                      "--preset",
+                      "--arch",
+                      "--vocab",
+                      "--hidden",
+                      "--intermediate",
+                      "--layers",
+                      "--heads",
+                      "--kv-heads",
+                      "--head-dim",
+                      "--max-pos",
+                      "--theta",
+                      "--eps",
+                      "--partial-rotary",
+                      "--rope-scaling",
+                      "--rope-factor",
+                      "--rope-original-max",
+                      "--dtype",
+                      "--seed",
+                      "--init-std",
+                      "--shard-mb",
+                      "--kv-lora-rank",
+                      "--q-lora-rank",
+                      "--qk-nope-dim",
+                      "--qk-rope-dim",
+                      "--v-head-dim",
                       "--mrope-section"},
                      {"--tie", "--untie", "--force"}};
   const Args args("make-model", spec, argc, argv, first);
@@ -187,7 +212,7 @@ int run_make_model(int argc, char** argv, int first) {
     r.factor = args.get_double("--rope-factor", r.factor > 1.0 ? r.factor : 2.0);
     r.original_max_position_embeddings =
         args.get_int("--rope-original-max", r.original_max_position_embeddings > 0 ? r.original_max_position_embeddings
-                                                                                  : c.max_position_embeddings);
+                                                                                   : c.max_position_embeddings);
   } else {
     // Without scaling these would be dropped from the model written: an error, not a silent no-op.
     for (const char* name : {"--rope-factor", "--rope-original-max"}) {
@@ -211,8 +236,8 @@ int run_make_model(int argc, char** argv, int first) {
   options.progress = [](int64_t done, int64_t total) {
     const int width = 30;
     const int filled = static_cast<int>(width * done / total);
-    std::fprintf(stderr, "\rmake-model [%.*s%*s] %lld/%lld tensors", filled, "==============================",
-                 width - filled, "", (long long)done, (long long)total);
+    std::fprintf(stderr, "\rmake-model [%.*s%*s] %lld/%lld tensors", filled,
+                 "==============================", width - filled, "", (long long)done, (long long)total);
     if (done == total) std::fputc('\n', stderr);
   };
   rt::generate_model(options, out);

@@ -6,8 +6,8 @@
 #include <iostream>
 
 #include "args.h"
-#include "device_args.h"
 #include "commands.h"
+#include "device_args.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/model.h"
@@ -19,15 +19,16 @@ using nlohmann::json;
 namespace rt = orbit::runtime;
 
 int run_info(int argc, char** argv, int first) {
-  const Args args("info",
-                  ArgSpec{{"--model", "--device", "--dtype"},
-                          {"--json"},
-                          "usage: orbit info --model PATH [--device D] [--dtype T] [--json]\n"
-                          "  Architecture, sizes, RoPE configuration, parameter count and fingerprint of a model.\n"
-                          "  --model PATH   a llama2.c .bin file or a Hugging Face directory\n"
-                          "  --device D     cpu (default), cuda or cuda:N;  --dtype T   float32 (default), bfloat16, float16\n"
-                          "  --json         print the same as one JSON object\n"},
-                  argc, argv, first);
+  const Args args(
+      "info",
+      ArgSpec{{"--model", "--device", "--dtype"},
+              {"--json"},
+              "usage: orbit info --model PATH [--device D] [--dtype T] [--json]\n"
+              "  Architecture, sizes, RoPE configuration, parameter count and fingerprint of a model.\n"
+              "  --model PATH   a llama2.c .bin file or a Hugging Face directory\n"
+              "  --device D     cpu (default), cuda or cuda:N;  --dtype T   float32 (default), bfloat16, float16\n"
+              "  --json         print the same as one JSON object\n"},
+      argc, argv, first);
   const auto model = rt::load_model(args.required("--model"), compute_target(args));
   const rt::ModelConfig& c = model->config();
   json info = rt::config_summary_json(c);
@@ -67,18 +68,19 @@ int run_info(int argc, char** argv, int first) {
 int run_logits(int argc, char** argv, int first) {
   const Args args(
       "logits",
-      ArgSpec{{"--model", "--tokens", "--text", "--tokenizer", "--positions", "--device", "--dtype"},
-              {"--all-positions", "--no-bos"},
-              "usage: orbit logits --model PATH (--tokens 1,5,9 | --text TEXT [--no-bos] [--tokenizer FILE])\n"
-              "                    [--positions P,...] [--all-positions] [--device D] [--dtype T]\n"
-              "  Prints {\"tokens\": [...], \"logits\": [[...], ...]}: next-token logits after the last token, or\n"
-              "  after every token with --all-positions (one forward of the whole sequence, float32).\n"
-              "  --tokens IDS       comma-separated token ids\n"
-              "  --text TEXT        text instead, encoded by the model's tokenizer (BOS first unless --no-bos)\n"
-              "  --tokenizer FILE   a llama2.c tokenizer file instead of the one beside the model\n"
-              "  --positions P,...  explicit rotary positions, one per token (default 0, 1, ...)\n"
-              "  --all-positions    a row per token instead of the last only\n"
-              "  --device D         cpu (default), cuda or cuda:N;  --dtype T   float32 (default), bfloat16, float16\n"},
+      ArgSpec{
+          {"--model", "--tokens", "--text", "--tokenizer", "--positions", "--device", "--dtype"},
+          {"--all-positions", "--no-bos"},
+          "usage: orbit logits --model PATH (--tokens 1,5,9 | --text TEXT [--no-bos] [--tokenizer FILE])\n"
+          "                    [--positions P,...] [--all-positions] [--device D] [--dtype T]\n"
+          "  Prints {\"tokens\": [...], \"logits\": [[...], ...]}: next-token logits after the last token, or\n"
+          "  after every token with --all-positions (one forward of the whole sequence, float32).\n"
+          "  --tokens IDS       comma-separated token ids\n"
+          "  --text TEXT        text instead, encoded by the model's tokenizer (BOS first unless --no-bos)\n"
+          "  --tokenizer FILE   a llama2.c tokenizer file instead of the one beside the model\n"
+          "  --positions P,...  explicit rotary positions, one per token (default 0, 1, ...)\n"
+          "  --all-positions    a row per token instead of the last only\n"
+          "  --device D         cpu (default), cuda or cuda:N;  --dtype T   float32 (default), bfloat16, float16\n"},
       argc, argv, first);
   const std::string model_path = args.required("--model");
   ORBIT_CHECK(args.has("--tokens") || args.has("--text"), "logits: missing required argument '--tokens' (or '--text')");
@@ -86,10 +88,10 @@ int run_logits(int argc, char** argv, int first) {
   ORBIT_CHECK(args.has("--text") || (!args.flag("--no-bos") && !args.has("--tokenizer")),
               "logits: '--no-bos' and '--tokenizer' go with '--text'");
   const auto model = rt::load_model(model_path, compute_target(args));
-  const std::vector<int64_t> tokens =
-      args.has("--tokens") ? parse_int_list(args.required("--tokens"), "--tokens")
-                           : model_tokenizer(args, model_path, model->config().vocab_size)
-                                 ->encode(args.required("--text"), !args.flag("--no-bos"));
+  const std::vector<int64_t> tokens = args.has("--tokens")
+                                          ? parse_int_list(args.required("--tokens"), "--tokens")
+                                          : model_tokenizer(args, model_path, model->config().vocab_size)
+                                                ->encode(args.required("--text"), !args.flag("--no-bos"));
   ORBIT_CHECK(!tokens.empty(), "--text: the text gives no tokens (an empty text with --no-bos)");
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     ORBIT_CHECK(tokens[i] >= 0 && tokens[i] < model->config().vocab_size,
@@ -100,8 +102,8 @@ int run_logits(int argc, char** argv, int first) {
   input.tokens = tokens;
   if (auto positions = args.get("--positions")) {
     const std::vector<int64_t> values = parse_int_list(*positions, "--positions");
-    ORBIT_CHECK(values.size() == tokens.size(), "--positions: " << values.size() << " positions for " << tokens.size()
-                                                               << " tokens");
+    ORBIT_CHECK(values.size() == tokens.size(),
+                "--positions: " << values.size() << " positions for " << tokens.size() << " tokens");
     input.positions = at::tensor(at::ArrayRef<int64_t>(values), at::kLong);
   }
   rt::ForwardOptions options;

@@ -8,8 +8,8 @@
 // plan's predicted KL per policy), totals (critical-path and background forward tokens and seconds), the
 // ratios of each chosen policy against re-prefill, prefix cache and blind reuse (critical-path forward
 // tokens and time, and totals), and the offline bound of its patch demands. --calibrate fits each
-// engine's cost and fidelity models first (Engine::calibrate), which `:kl=X` policies plan with. --json writes the full report (replay_report_json) to OUT ("-": stdout,
-// and the table is not printed). Progress goes to stderr.
+// engine's cost and fidelity models first (Engine::calibrate), which `:kl=X` policies plan with. --json writes the full
+// report (replay_report_json) to OUT ("-": stdout, and the table is not printed). Progress goes to stderr.
 #include <unistd.h>
 
 #include <cmath>
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "args.h"
-#include "device_args.h"
 #include "commands.h"
+#include "device_args.h"
 #include "orbit/common/error.h"
 #include "orbit/trace.h"
 
@@ -91,9 +91,11 @@ std::string short_name(const std::string& policy, std::size_t width) {
 void print_table(const ReplayReport& r, bool explain) {
   constexpr std::size_t kCol = 33;
   std::printf("%4s %-10s %-8s", "step", "op", "branch");
-  for (const PolicyReplay& p : r.policies) std::printf(" | %-*s", static_cast<int>(kCol), short_name(p.policy, kCol).c_str());
+  for (const PolicyReplay& p : r.policies)
+    std::printf(" | %-*s", static_cast<int>(kCol), short_name(p.policy, kCol).c_str());
   std::printf("\n%4s %-10s %-8s", "", "", "");
-  for (std::size_t k = 0; k < r.policies.size(); ++k) std::printf(" | %7s %7s %9s %7s", "crit", "crit-ms", "KL", "pred");
+  for (std::size_t k = 0; k < r.policies.size(); ++k)
+    std::printf(" | %7s %7s %9s %7s", "crit", "crit-ms", "KL", "pred");
   std::printf("\n");
   for (std::size_t i = 0; i < r.steps; ++i) {
     const StepResult& first = r.policies.front().steps[i];
@@ -122,8 +124,8 @@ void print_table(const ReplayReport& r, bool explain) {
 
 void print_totals(const ReplayReport& r) {
   std::printf("\n%-34s %9s %9s %9s %8s %8s %11s %11s %6s %6s %10s %10s %10s %6s\n", "policy", "crit-fwd", "fwd-tok",
-              "full-pf", "crit-s", "bg-s", "bytes-moved", "peak-dev-B", "formed", "hits", "mean-KL", "pred-KL", "max-KL",
-              "top1");
+              "full-pf", "crit-s", "bg-s", "bytes-moved", "peak-dev-B", "formed", "hits", "mean-KL", "pred-KL",
+              "max-KL", "top1");
   for (const PolicyReplay& p : r.policies) {
     const PolicyTotals& t = p.totals;
     // With no step measured (--no-fidelity, or every window past the model's positions) there is no KL:
@@ -141,12 +143,15 @@ void print_totals(const ReplayReport& r) {
                 static_cast<long long>(t.patch_hits), kl, t.mean_predicted_kl, max_kl, top1,
                 t.refused > 0 ? ("  (" + std::to_string(t.refused) + " refused)").c_str() : "");
   }
-  std::printf("\nfidelity model vs measured KL (steps where both > %.0e): pred/meas = geometric mean of predicted /\n"
-              "measured; miss = the typical factor one step's prediction is off by\n", kKlFloor);
+  std::printf(
+      "\nfidelity model vs measured KL (steps where both > %.0e): pred/meas = geometric mean of predicted /\n"
+      "measured; miss = the typical factor one step's prediction is off by\n",
+      kKlFloor);
   for (const PolicyReplay& p : r.policies) {
     if (p.totals.predicted_steps == 0) continue;
     std::printf("  %-34s steps %3lld  pred/meas %8.2f  miss x%.2f\n", p.policy.c_str(),
-                static_cast<long long>(p.totals.predicted_steps), p.totals.kl_prediction_bias, p.totals.kl_prediction_spread);
+                static_cast<long long>(p.totals.predicted_steps), p.totals.kl_prediction_bias,
+                p.totals.kl_prediction_spread);
   }
   if (!r.policies.empty()) std::printf("  model: %s\n", r.policies.front().fidelity_model.c_str());
   std::printf(

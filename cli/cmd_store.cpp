@@ -100,25 +100,29 @@ int run_stat(const Args& args, const std::string& dir) {
   std::optional<RemoteSummary> r;
   if (remote) r = summarize_remote(*remote);
   if (dir.empty() && remote) {  // the remote tier alone
-    if (args.flag("--json")) std::cout << json{{"remote", remote_json(*r)}}.dump(2) << "\n";
-    else print_remote(*r);
+    if (args.flag("--json"))
+      std::cout << json{{"remote", remote_json(*r)}}.dump(2) << "\n";
+    else
+      print_remote(*r);
     return r->reachable ? 0 : 1;
   }
   const StoreSummary s = summarize_store(dir);
   json kinds = json::object();
   for (const auto& [kind, count] : s.entries_by_kind) kinds[kind]["entries"] = count;
   for (const auto& [kind, bytes] : s.bytes_by_kind) kinds[kind]["blob_bytes"] = bytes;
-  json out = {{"dir", s.dir},
-                    {"model_fingerprint", s.model_fingerprint},
-                    {"format_version", s.format_version},
-                    {"tiers", {{"disk", {{"entries", s.entries}, {"value_bytes", s.value_bytes},
-                                         {"blob_bytes", s.blob_bytes}, {"pinned", s.pinned}}},
-                               {"device", "per process (not persisted)"},
-                               {"host", "per process (not persisted)"}}},
-                    {"kinds", kinds},
-                    {"marked_corrupt", s.marked_corrupt},
-                    {"unreferenced_blobs", s.unreferenced_blobs},
-                    {"temp_files", s.temp_files}};
+  json out = {
+      {"dir", s.dir},
+      {"model_fingerprint", s.model_fingerprint},
+      {"format_version", s.format_version},
+      {"tiers",
+       {{"disk",
+         {{"entries", s.entries}, {"value_bytes", s.value_bytes}, {"blob_bytes", s.blob_bytes}, {"pinned", s.pinned}}},
+        {"device", "per process (not persisted)"},
+        {"host", "per process (not persisted)"}}},
+      {"kinds", kinds},
+      {"marked_corrupt", s.marked_corrupt},
+      {"unreferenced_blobs", s.unreferenced_blobs},
+      {"temp_files", s.temp_files}};
   if (r) out["remote"] = remote_json(*r);
   if (args.flag("--json")) {
     std::cout << out.dump(2) << "\n";
@@ -144,9 +148,12 @@ int run_stat(const Args& args, const std::string& dir) {
 int run_repair(const Args& args, const std::string& dir) {
   const RepairReport r = repair_store(dir);
   if (args.flag("--json")) {
-    std::cout << json{{"blobs_scanned", r.blobs_scanned}, {"rows_restored", r.rows_restored},
-                      {"rows_dropped", r.rows_dropped}, {"blobs_rejected", r.blobs_rejected},
-                      {"meta_restored", r.meta_restored}, {"model_fingerprint", r.model_fingerprint},
+    std::cout << json{{"blobs_scanned", r.blobs_scanned},
+                      {"rows_restored", r.rows_restored},
+                      {"rows_dropped", r.rows_dropped},
+                      {"blobs_rejected", r.blobs_rejected},
+                      {"meta_restored", r.meta_restored},
+                      {"model_fingerprint", r.model_fingerprint},
                       {"notes", r.notes}}
                      .dump(2)
               << "\n";
@@ -165,8 +172,11 @@ int run_verify(const Args& args, const std::string& dir) {
   if (args.flag("--json")) {
     json problems = json::array();
     for (const auto& p : r.problems) problems.push_back({{"key", p.key}, {"path", p.path}, {"reason", p.reason}});
-    std::cout << json{{"checked", r.checked}, {"clean", r.clean()}, {"problems", problems},
-                      {"unreferenced_blobs", r.unreferenced_blobs}, {"temp_files", r.temp_files}}
+    std::cout << json{{"checked", r.checked},
+                      {"clean", r.clean()},
+                      {"problems", problems},
+                      {"unreferenced_blobs", r.unreferenced_blobs},
+                      {"temp_files", r.temp_files}}
                      .dump(2)
               << "\n";
   } else {
@@ -185,8 +195,10 @@ int run_gc(const Args& args, const std::string& dir) {
   options.dry_run = args.flag("--dry-run");
   const GcReport r = gc_store(dir, options);
   if (args.flag("--json")) {
-    std::cout << json{{"dry_run", options.dry_run}, {"removed_blobs", r.removed_blobs},
-                      {"removed_temps", r.removed_temps}, {"freed_bytes", r.freed_bytes},
+    std::cout << json{{"dry_run", options.dry_run},
+                      {"removed_blobs", r.removed_blobs},
+                      {"removed_temps", r.removed_temps},
+                      {"freed_bytes", r.freed_bytes},
                       {"paths", r.removed_paths}}
                      .dump(2)
               << "\n";
@@ -213,14 +225,16 @@ int run_store(int argc, char** argv, int first) {
   if (sub == "gc") flags.insert("--dry-run");
   std::set<std::string> values{"--store"};
   if (sub == "stat") values.insert("--remote");
-  const ArgSpec spec{values, flags,
-                     "usage: orbit store " + sub + " --store DIR [--json]" + (sub == "gc" ? " [--dry-run]" : "") +
-                         (sub == "stat" ? " [--remote URL]" : "") +
-                         "\n  ls: every entry; stat: totals; verify: every checksum; gc: remove unreferenced blobs;\n"
-                         "  repair: rebuild a lost index from the verified blobs.\n"
-                         "  --store DIR    the store directory\n  --json         print JSON\n" +
-                         (sub == "gc" ? "  --dry-run      report what gc would remove, remove nothing\n" : "") +
-                         (sub == "stat" ? "  --remote URL   also the remote tier (redis://host:port[/db], redis-cluster://h:p,...)\n" : "")};
+  const ArgSpec spec{
+      values, flags,
+      "usage: orbit store " + sub + " --store DIR [--json]" + (sub == "gc" ? " [--dry-run]" : "") +
+          (sub == "stat" ? " [--remote URL]" : "") +
+          "\n  ls: every entry; stat: totals; verify: every checksum; gc: remove unreferenced blobs;\n"
+          "  repair: rebuild a lost index from the verified blobs.\n"
+          "  --store DIR    the store directory\n  --json         print JSON\n" +
+          (sub == "gc" ? "  --dry-run      report what gc would remove, remove nothing\n" : "") +
+          (sub == "stat" ? "  --remote URL   also the remote tier (redis://host:port[/db], redis-cluster://h:p,...)\n"
+                         : "")};
   const Args args("store " + sub, spec, argc, argv, first + 1);
   if (sub == "stat" && args.get("--remote") && !args.get("--store")) return run_stat(args, "");
   const std::string dir = args.required("--store");

@@ -45,7 +45,8 @@ int run_tokenize(int argc, char** argv, int first) {
   const Args args("tokenize", ArgSpec{{"--model", "--text", "--tokenizer"}, {"--no-bos", "--pieces"}, kTokenizeUsage},
                   argc, argv, first);
   const std::string text = args.required("--text");
-  ORBIT_CHECK(args.has("--model") || args.has("--tokenizer"), "tokenize: missing required argument '--model' (or '--tokenizer')");
+  ORBIT_CHECK(args.has("--model") || args.has("--tokenizer"),
+              "tokenize: missing required argument '--model' (or '--tokenizer')");
   const std::unique_ptr<runtime::Tokenizer> tokenizer =
       args.has("--model") ? model_tokenizer(args, args.required("--model"), model_vocab_size(args.required("--model")))
                           : runtime::load_llama2c_tokenizer(args.required("--tokenizer"));

@@ -57,7 +57,9 @@ int run_make_trace(int argc, char** argv, int first) {
   const std::shared_ptr<Engine> engine = Engine::open(eo);
   const ModelInfo info = engine->model_info();
   if (engine->has_tokenizer()) {
-    o.text_tokens = [engine](const std::string& text) { return static_cast<int64_t>(engine->tokenize(text, false).size()); };
+    o.text_tokens = [engine](const std::string& text) {
+      return static_cast<int64_t>(engine->tokenize(text, false).size());
+    };
   }
   o.vocab_size = info.vocab_size;
   o.max_positions = info.max_positions;

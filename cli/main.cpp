@@ -3,10 +3,10 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <thread>
 
 #include "commands.h"
 #include "orbit/common/error.h"
@@ -20,7 +20,8 @@ const char* kUsage =
     "commands:\n"
     "  info --model PATH [--json] [--device D] [--dtype T]\n"
     "      architecture, sizes, RoPE configuration and fingerprint of a model\n"
-    "  logits --model PATH (--tokens 1,5,9[,...] | --text TEXT) [--positions P,...] [--all-positions] [--device D] [--dtype T]\n"
+    "  logits --model PATH (--tokens 1,5,9[,...] | --text TEXT) [--positions P,...] [--all-positions] [--device D] "
+    "[--dtype T]\n"
     "      JSON {\"tokens\": [...], \"logits\": [[...], ...]} (last position unless --all-positions)\n"
     "  tokenize --model PATH --text TEXT [--no-bos]\n"
     "      JSON {\"tokens\": [...]}: the model's tokenizer (llama2.c's tok512.bin / tokenizer.bin beside it)\n"
@@ -31,7 +32,8 @@ const char* kUsage =
     "  fidelity --model PATH --chunk 4,5,6 [--context \"1,2,3;7,8,9\"] [--query 10,11] [--strategies S,...] [--json]\n"
     "           (or text: --chunk-text TEXT [--context-text \"TEXT|TEXT\"] [--query-text TEXT])\n"
     "      repair strategies for reused chunk B side by side vs. re-prefill: KL, eta, top-1, flip-recover, cost\n"
-    "      (query default 1; strategies: reprefill, blind, prefix, cacheblend:R, firstk:K, patch:M[/MV][:deep][:rand],\n"
+    "      (query default 1; strategies: reprefill, blind, prefix, cacheblend:R, firstk:K, "
+    "patch:M[/MV][:deep][:rand],\n"
     "      orbit:M[/MV][:all][:rand])\n"
     "  replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--no-fidelity]\n"
     "      replay a window-operation trace under the policy and the baselines (reprefill, prefix, blind) side by\n"

@@ -9,12 +9,15 @@
 
 namespace orbit::cli {
 
-std::unique_ptr<runtime::Tokenizer> model_tokenizer(const Args& args, const std::string& model_path, int64_t vocab_size) {
+std::unique_ptr<runtime::Tokenizer> model_tokenizer(const Args& args, const std::string& model_path,
+                                                    int64_t vocab_size) {
   if (auto given = args.get("--tokenizer")) return runtime::load_llama2c_tokenizer(*given, vocab_size);
   const std::string found = runtime::find_tokenizer(model_path, vocab_size);
-  ORBIT_CHECK(!found.empty(), "text needs a tokenizer and " << model_path << " has none beside it (looked for tok"
-                                  << vocab_size << ".bin and tokenizer.bin in its directory; Hugging Face "
-                                  << "tokenizer.json is not read): pass --tokenizer FILE (llama2.c format) or token ids");
+  ORBIT_CHECK(!found.empty(),
+              "text needs a tokenizer and "
+                  << model_path << " has none beside it (looked for tok" << vocab_size
+                  << ".bin and tokenizer.bin in its directory; Hugging Face "
+                  << "tokenizer.json is not read): pass --tokenizer FILE (llama2.c format) or token ids");
   return runtime::load_llama2c_tokenizer(found, vocab_size);
 }
 

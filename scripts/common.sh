@@ -11,6 +11,7 @@ ORBIT_PACKAGES=(
   libtorch-dev libopenblas0-openmp libssl-dev nlohmann-json3-dev libboost-graph-dev libsqlite3-dev
   libhiredis-dev redis-server redis-tools
   catch2 pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-matplotlib
+  clang-format
 )
 
 step() { printf '\n==> %s\n' "$*"; }

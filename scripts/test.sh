@@ -15,6 +15,10 @@ if git -C "$ORBIT_ROOT" grep -nE '[Ii]ssue [0-9]+|[Ii]ssue #[0-9]+' -- '*.cpp' '
 fi
 
 orbit_install_packages
+
+step "Format: the C++/CUDA sources match .clang-format (scripts/check-format.sh; fix with clang-format -i)"
+"$ORBIT_ROOT/scripts/check-format.sh"
+
 stage_start=$SECONDS
 orbit_build -DORBIT_TESTS=ON -DORBIT_PYTHON=ON -DORBIT_WERROR=ON
 

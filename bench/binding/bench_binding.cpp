@@ -39,22 +39,29 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--models") models = next();
-    else if (a == "--stories") stories = next();
-    else if (a == "--n") s.n = std::atoi(next().c_str());
-    else if (a == "--seed") s.seed = std::strtoull(next().c_str(), nullptr, 10);
-    else if (a == "--threads") threads = std::atoi(next().c_str());
-    else if (a == "--json") json_path = next();
+    if (a == "--models")
+      models = next();
+    else if (a == "--stories")
+      stories = next();
+    else if (a == "--n")
+      s.n = std::atoi(next().c_str());
+    else if (a == "--seed")
+      s.seed = std::strtoull(next().c_str(), nullptr, 10);
+    else if (a == "--threads")
+      threads = std::atoi(next().c_str());
+    else if (a == "--json")
+      json_path = next();
     else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench_binding [--models DIR,DIR] [--stories PATH] [--n N] [--seed S] [--threads T]\n"
-                  "                     [--json PATH] [--quick]\n"
-                  "  The binding experiments (bench/REPORT.md): accuracy, deficit, rank, recall, reorder.\n"
-                  "  --models DIR,DIR  the trained binding models (default models/binding-gqa,models/binding-mla)\n"
-                  "  --stories PATH    the stories260K .bin for its sections\n"
-                  "  --n N             cases per experiment;  --seed S   seed\n"
-                  "  --threads T       intra-op threads (default 1)\n"
-                  "  --json PATH       results (default bench/binding/results/binding.json)\n"
-                  "  --quick           a small run (n 12, fewer cases)\n");
+      std::printf(
+          "usage: bench_binding [--models DIR,DIR] [--stories PATH] [--n N] [--seed S] [--threads T]\n"
+          "                     [--json PATH] [--quick]\n"
+          "  The binding experiments (bench/REPORT.md): accuracy, deficit, rank, recall, reorder.\n"
+          "  --models DIR,DIR  the trained binding models (default models/binding-gqa,models/binding-mla)\n"
+          "  --stories PATH    the stories260K .bin for its sections\n"
+          "  --n N             cases per experiment;  --seed S   seed\n"
+          "  --threads T       intra-op threads (default 1)\n"
+          "  --json PATH       results (default bench/binding/results/binding.json)\n"
+          "  --quick           a small run (n 12, fewer cases)\n");
       return 0;
     } else if (a == "--quick") {
       s.n = 12;
@@ -62,16 +69,22 @@ int main(int argc, char** argv) {
       s.window_cases = 8;
       s.recall_cases = 8;
     } else {
-      std::fprintf(stderr, "usage: bench_binding [--models DIR,DIR] [--stories PATH] [--n N] [--seed S] "
-                           "[--threads T] [--json PATH] [--quick]\n");
+      std::fprintf(stderr,
+                   "usage: bench_binding [--models DIR,DIR] [--stories PATH] [--n N] [--seed S] "
+                   "[--threads T] [--json PATH] [--quick]\n");
       return 2;
     }
   }
   at::set_num_threads(threads);
   const auto t0 = std::chrono::steady_clock::now();
   bb::json out;
-  out["meta"] = {{"command", command}, {"threads", threads}, {"seed", s.seed}, {"n_per_kind", s.n},
-                 {"reorder_sets", s.reorder_sets}, {"window_cases", s.window_cases}, {"recall_cases", s.recall_cases}};
+  out["meta"] = {{"command", command},
+                 {"threads", threads},
+                 {"seed", s.seed},
+                 {"n_per_kind", s.n},
+                 {"reorder_sets", s.reorder_sets},
+                 {"window_cases", s.window_cases},
+                 {"recall_cases", s.recall_cases}};
   try {
     size_t start = 0;
     while (start <= models.size()) {

@@ -15,7 +15,6 @@ namespace orbit::bench::binding {
 
 namespace {
 
-
 struct Prepared {
   bd::Probe probe;
   rt::PreparedScenario scenario;
@@ -91,13 +90,19 @@ json run_reuse_experiments(const rt::Model& model, const std::string& name, cons
     }
     seconds[spec] = {sec, form};
     const json js = ps.to_json(), jm = pm.to_json();
-    acc.push_back({{"arm", strategy->name()}, {"single_hop", js}, {"multi_hop", jm}, {"patch_fraction", fraction},
-                   {"forward_tokens", fwd}, {"seconds", sec}, {"forming_seconds", form}});
-    std::printf("%-18s %9.3f %9.3f %8.3f %8.3f %8s %7.1f%% %8.1f\n", strategy->name().c_str(),
-                js["accuracy"].get<double>(), jm["accuracy"].get<double>(), js["eta"].is_null() ? NAN : js["eta"].get<double>(),
-                jm["eta"].is_null() ? NAN : jm["eta"].get<double>(),
-                jm["flip_recover"].is_null() ? "-" : std::to_string(jm["flip_recover"].get<double>()).substr(0, 5).c_str(),
-                100 * fraction, fwd);
+    acc.push_back({{"arm", strategy->name()},
+                   {"single_hop", js},
+                   {"multi_hop", jm},
+                   {"patch_fraction", fraction},
+                   {"forward_tokens", fwd},
+                   {"seconds", sec},
+                   {"forming_seconds", form}});
+    std::printf(
+        "%-18s %9.3f %9.3f %8.3f %8.3f %8s %7.1f%% %8.1f\n", strategy->name().c_str(), js["accuracy"].get<double>(),
+        jm["accuracy"].get<double>(), js["eta"].is_null() ? NAN : js["eta"].get<double>(),
+        jm["eta"].is_null() ? NAN : jm["eta"].get<double>(),
+        jm["flip_recover"].is_null() ? "-" : std::to_string(jm["flip_recover"].get<double>()).substr(0, 5).c_str(),
+        100 * fraction, fwd);
   }
   out["accuracy"] = acc;
   out["chunk_tokens"] = n_b;
@@ -111,8 +116,10 @@ json run_reuse_experiments(const rt::Model& model, const std::string& name, cons
     const std::vector<double> c = rt::layer_contributions(p.delta, p.scenario.exact);
     for (int64_t l = 0; l < L; ++l) {
       layer_rel[static_cast<size_t>(l)] += c[static_cast<size_t>(l)] / multi.size();
-      layer_rank_k[static_cast<size_t>(l)] += static_cast<double>(energy_rank(p.delta[static_cast<size_t>(l)].k, 0.9)) / multi.size();
-      layer_rank_v[static_cast<size_t>(l)] += static_cast<double>(energy_rank(p.delta[static_cast<size_t>(l)].v, 0.9)) / multi.size();
+      layer_rank_k[static_cast<size_t>(l)] +=
+          static_cast<double>(energy_rank(p.delta[static_cast<size_t>(l)].k, 0.9)) / multi.size();
+      layer_rank_v[static_cast<size_t>(l)] +=
+          static_cast<double>(energy_rank(p.delta[static_cast<size_t>(l)].v, 0.9)) / multi.size();
     }
   }
   const std::vector<double> fractions{0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0};
@@ -123,7 +130,8 @@ json run_reuse_experiments(const rt::Model& model, const std::string& name, cons
       const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(f * n_b)));
       const at::Tensor top = std::get<0>(rank_tokens(p.delta).narrow(0, 0, k).sort());
       add_arm(oracle, p, rt::decode_query(p.scenario, mix_rows(p.scenario.canonical, p.scenario.exact, top)));
-      add_arm(first, p, rt::decode_query(p.scenario, mix_rows(p.scenario.canonical, p.scenario.exact, at::arange(k, at::kLong))));
+      add_arm(first, p,
+              rt::decode_query(p.scenario, mix_rows(p.scenario.canonical, p.scenario.exact, at::arange(k, at::kLong))));
     }
     token.push_back({{"fraction", f}, {"oracle", oracle.to_json()}, {"first", first.to_json()}});
   }
@@ -136,7 +144,8 @@ json run_reuse_experiments(const rt::Model& model, const std::string& name, cons
   std::printf("\ndeficit by layer (‖Δ‖/‖KV(B|C)‖, multi-hop):");
   for (double v : layer_rel) std::printf(" %.3f", v);
   std::printf("\n90%%-energy rank by layer (K / V):");
-  for (int64_t l = 0; l < L; ++l) std::printf(" %.1f/%.1f", layer_rank_k[static_cast<size_t>(l)], layer_rank_v[static_cast<size_t>(l)]);
+  for (int64_t l = 0; l < L; ++l)
+    std::printf(" %.1f/%.1f", layer_rank_k[static_cast<size_t>(l)], layer_rank_v[static_cast<size_t>(l)]);
   std::printf("\ntoken oracle (exact KV on the top-p tokens by |Δ|) vs first-p tokens: eta\n");
   for (const json& t : token) {
     std::printf("  p=%.2f  oracle %.3f  first %.3f\n", t["fraction"].get<double>(),
@@ -178,12 +187,16 @@ json run_reuse_experiments(const rt::Model& model, const std::string& name, cons
         add_arm(pool, p, rt::decode_query(p.scenario, rt::apply_patch(model, p.scenario.canonical, patch)));
       }
       const json j = pool.to_json();
-      variants.push_back({{"variant", v}, {"rank", r}, {"fidelity", j}, {"patch_fraction", fraction},
+      variants.push_back({{"variant", v},
+                          {"rank", r},
+                          {"fidelity", j},
+                          {"patch_fraction", fraction},
                           {"mean_first_layer", v == "shared" ? json(nullptr) : json(first_layer)}});
-      std::printf("%-22s %8.3f %9.3f %8s %7.1f%%\n", (v + " r" + std::to_string(r)).c_str(),
-                  j["eta"].is_null() ? NAN : j["eta"].get<double>(), j["accuracy"].get<double>(),
-                  j["flip_recover"].is_null() ? "-" : std::to_string(j["flip_recover"].get<double>()).substr(0, 5).c_str(),
-                  100 * fraction);
+      std::printf(
+          "%-22s %8.3f %9.3f %8s %7.1f%%\n", (v + " r" + std::to_string(r)).c_str(),
+          j["eta"].is_null() ? NAN : j["eta"].get<double>(), j["accuracy"].get<double>(),
+          j["flip_recover"].is_null() ? "-" : std::to_string(j["flip_recover"].get<double>()).substr(0, 5).c_str(),
+          100 * fraction);
     }
   }
   out["variants"] = variants;

@@ -55,7 +55,8 @@ json run_stories_experiment(const rt::Model& model, const Settings& s) {
   for (int i = 0; i < items; ++i) {
     const std::vector<int64_t> t = sample_story(model, 3 * 24 + 64 + 8, rng);
     rt::Scenario sc;
-    for (int c = 0; c < 3; ++c) sc.context.push_back({std::vector<int64_t>(t.begin() + c * 24, t.begin() + (c + 1) * 24), {}});
+    for (int c = 0; c < 3; ++c)
+      sc.context.push_back({std::vector<int64_t>(t.begin() + c * 24, t.begin() + (c + 1) * 24), {}});
     sc.chunk.tokens.assign(t.begin() + 72, t.begin() + 136);
     sc.query.assign(t.begin() + 136, t.end());
     prepared.push_back(rt::prepare_scenario(model, sc));
@@ -79,10 +80,11 @@ json run_stories_experiment(const rt::Model& model, const Settings& s) {
     }
     const json j = pool.to_json();
     rows.push_back({{"arm", strategy->name()}, {"fidelity", j}, {"patch_fraction", fraction}});
-    std::printf("%-18s %8.3f %8.4f %8s %8.3f %7.1f%%\n", strategy->name().c_str(),
-                j["eta"].is_null() ? NAN : j["eta"].get<double>(), j["kl"].get<double>(),
-                j["flip_recover"].is_null() ? "-" : std::to_string(j["flip_recover"].get<double>()).substr(0, 5).c_str(),
-                j["top1"].get<double>(), 100 * fraction);
+    std::printf(
+        "%-18s %8.3f %8.4f %8s %8.3f %7.1f%%\n", strategy->name().c_str(),
+        j["eta"].is_null() ? NAN : j["eta"].get<double>(), j["kl"].get<double>(),
+        j["flip_recover"].is_null() ? "-" : std::to_string(j["flip_recover"].get<double>()).substr(0, 5).c_str(),
+        j["top1"].get<double>(), 100 * fraction);
   }
   // Deficit by layer, for the shape comparison.
   std::vector<double> layer_rel(static_cast<size_t>(model.config().num_layers), 0.0);
@@ -90,7 +92,9 @@ json run_stories_experiment(const rt::Model& model, const Settings& s) {
     const std::vector<double> c = rt::layer_contributions(rt::deficit(p.exact, p.canonical), p.exact);
     for (size_t l = 0; l < c.size(); ++l) layer_rel[l] += c[l] / prepared.size();
   }
-  return {{"items", items}, {"arms", rows}, {"layer_relative_norm", layer_rel},
+  return {{"items", items},
+          {"arms", rows},
+          {"layer_relative_norm", layer_rel},
           {"content_width_k", model.config().content_k_shape().width()},
           {"content_width_v", model.config().content_v_shape().width()}};
 }

@@ -33,7 +33,8 @@ rt::Content mean_delta(const std::vector<rt::Content>& deltas, int skip) {
   double count = 0;
   for (size_t i = 0; i < deltas.size(); ++i) count += static_cast<int>(i) != skip;
   for (size_t l = 0; l < L; ++l) {
-    at::Tensor k = at::zeros_like(deltas.front()[l].k, at::kDouble), v = at::zeros_like(deltas.front()[l].v, at::kDouble);
+    at::Tensor k = at::zeros_like(deltas.front()[l].k, at::kDouble),
+               v = at::zeros_like(deltas.front()[l].v, at::kDouble);
     for (size_t i = 0; i < deltas.size(); ++i) {
       if (static_cast<int>(i) == skip) continue;
       k += deltas[i][l].k.to(at::kDouble);
@@ -98,8 +99,15 @@ json reorder(const rt::Model& model, const Settings& s) {
         const rt::PreparedScenario& p = prepared[static_cast<size_t>(t)];
         const at::Tensor e = last_row(p.exact_logits), b = last_row(p.blind_logits);
         const int64_t answer = rs.question.answer;
-        exact.add(e, b, last_row(rt::decode_query(p, rt::apply_patch(model, p.canonical, rt::form_patch(model, deltas[static_cast<size_t>(t)], po)))), answer);
-        orbit.add(e, b, last_row(rt::decode_query(p, rt::apply_patch(model, p.canonical, rt::form_patch(model, mean_delta(deltas, t), po)))), answer);
+        exact.add(
+            e, b,
+            last_row(rt::decode_query(
+                p, rt::apply_patch(model, p.canonical, rt::form_patch(model, deltas[static_cast<size_t>(t)], po)))),
+            answer);
+        orbit.add(e, b,
+                  last_row(rt::decode_query(
+                      p, rt::apply_patch(model, p.canonical, rt::form_patch(model, mean_delta(deltas, t), po)))),
+                  answer);
         transfer.add(e, b, last_row(rt::decode_query(p, rt::apply_patch(model, p.canonical, transfer_patch))), answer);
         drift += relative_difference(deltas[static_cast<size_t>(t)], deltas.front());
         ++drift_n;
@@ -107,7 +115,12 @@ json reorder(const rt::Model& model, const Settings& s) {
       }
     }
     const json je = exact.to_json(), jo = orbit.to_json(), jt = transfer.to_json();
-    out.push_back({{"k", k}, {"sets", sets}, {"tests", tests}, {"exact", je}, {"orbit", jo}, {"transfer", jt},
+    out.push_back({{"k", k},
+                   {"sets", sets},
+                   {"tests", tests},
+                   {"exact", je},
+                   {"orbit", jo},
+                   {"transfer", jt},
                    {"delta_order_drift", drift / std::max(1, drift_n)}});
     std::printf("%3d %6d %9.3f %9.3f %9.3f %9s %9s %9s %8.3f\n", k, tests, eta_of(je), eta_of(jo), eta_of(jt),
                 frac(je, "flip_recover").c_str(), frac(jo, "flip_recover").c_str(), frac(jt, "flip_recover").c_str(),
@@ -138,7 +151,8 @@ at::Tensor decode_over(const rt::Model& model, const rt::Content& content, const
 
 rt::Content slice(const rt::Content& c, int64_t from) {
   rt::Content out;
-  for (const rt::LayerKV& l : c) out.push_back({l.k.narrow(0, from, l.k.size(0) - from), l.v.narrow(0, from, l.v.size(0) - from)});
+  for (const rt::LayerKV& l : c)
+    out.push_back({l.k.narrow(0, from, l.k.size(0) - from), l.v.narrow(0, from, l.v.size(0) - from)});
   return out;
 }
 
@@ -167,13 +181,13 @@ json survivors(const rt::Model& model, const Settings& s) {
     const rt::Content full = window_content(model, e.flat());
     const int64_t evicted = static_cast<int64_t>(e.chunks.front().tokens.size());
     const std::vector<bd::Chunk> rest(e.chunks.begin() + 1, e.chunks.end());
-    const rt::Content kept = slice(full, evicted);                   // as-is, relocated by −evicted on the fly
+    const rt::Content kept = slice(full, evicted);                      // as-is, relocated by −evicted on the fly
     const rt::Content exact = window_content(model, bd::concat(rest));  // re-prefill of the survivors
     std::vector<rt::Content> canon;
     for (const bd::Chunk& c : rest) canon.push_back(rt::canonical(model, to_input(c)));
     const rt::Content blind = cat_rows(canon);
     for (const bd::Question& q : e.questions) {
-      if (q.chunk < 1) continue;                                        // answer evicted
+      if (q.chunk < 1) continue;  // answer evicted
       if (q.kind == bd::QuestionKind::kWhere && e.chunks[static_cast<size_t>(q.chunk)].referent < 1) continue;
       const at::Tensor le = decode_over(model, exact, q.tokens), lk = decode_over(model, kept, q.tokens),
                        lb = decode_over(model, blind, q.tokens);
@@ -190,7 +204,8 @@ json survivors(const rt::Model& model, const Settings& s) {
                     {"blind_single_hop", blind_single.to_json()},
                     {"blind_multi_hop", blind_multi.to_json()},
                     {"exact_accuracy", exact_n ? static_cast<double>(exact_correct) / exact_n : 0.0}};
-  std::printf("\nsliding window (3 scenes + 1 text, evict the leading chunk), survivors kept as-is vs exact re-prefill:\n");
+  std::printf(
+      "\nsliding window (3 scenes + 1 text, evict the leading chunk), survivors kept as-is vs exact re-prefill:\n");
   std::printf("  %-10s %10s %10s %8s %8s %8s\n", "questions", "KL-keep", "KL-blind", "eta", "top1", "acc");
   for (const char* kind : {"single_hop", "multi_hop"}) {
     const json& j = out[std::string("keep_") + kind];
@@ -203,8 +218,10 @@ json survivors(const rt::Model& model, const Settings& s) {
 
 json recall(const rt::Model& model, const Settings& s) {
   json out = json::array();
-  std::printf("\nrecall (ref frame behind 5 units: 2 distractor scenes, its intro frame, 2 texts; rank %lld): stale patch (formed before eviction) vs fresh\n",
-              static_cast<long long>(kRank));
+  std::printf(
+      "\nrecall (ref frame behind 5 units: 2 distractor scenes, its intro frame, 2 texts; rank %lld): stale patch "
+      "(formed before eviction) vs fresh\n",
+      static_cast<long long>(kRank));
   std::printf("%8s %9s %9s %9s %9s %8s %8s %8s %8s\n", "turnover", "eta-stale", "eta-fresh", "flip-st", "flip-fr",
               "acc-st", "acc-fr", "acc-bl", "acc-ex");
   for (int step = 0; step <= 5; ++step) {
@@ -221,14 +238,25 @@ json recall(const rt::Model& model, const Settings& s) {
       const rt::Content old_delta = rt::deficit(rt::conditioned(model, to_input(rc.chunk), old_ctx), p.canonical);
       const at::Tensor e = last_row(p.exact_logits), b = last_row(p.blind_logits);
       const int64_t a = rc.question.answer;
-      stale.add(e, b, last_row(rt::decode_query(p, rt::apply_patch(model, p.canonical, rt::form_patch(model, old_delta, po)))), a);
-      fresh.add(e, b, last_row(rt::decode_query(p, rt::apply_patch(model, p.canonical, rt::form_patch(model, rt::deficit(p.exact, p.canonical), po)))), a);
+      stale.add(
+          e, b,
+          last_row(rt::decode_query(p, rt::apply_patch(model, p.canonical, rt::form_patch(model, old_delta, po)))), a);
+      fresh.add(
+          e, b,
+          last_row(rt::decode_query(
+              p, rt::apply_patch(model, p.canonical, rt::form_patch(model, rt::deficit(p.exact, p.canonical), po)))),
+          a);
       blind.add(e, b, b, a);
       rebuild.add(e, b, e, a);
     }
     const json js = stale.to_json(), jf = fresh.to_json(), jb = blind.to_json(), jr = rebuild.to_json();
-    out.push_back({{"turnover", tau}, {"cases", s.recall_cases}, {"referent_replaced", replaced}, {"stale", js},
-                   {"fresh", jf}, {"blind", jb}, {"rebuild", jr}});
+    out.push_back({{"turnover", tau},
+                   {"cases", s.recall_cases},
+                   {"referent_replaced", replaced},
+                   {"stale", js},
+                   {"fresh", jf},
+                   {"blind", jb},
+                   {"rebuild", jr}});
     std::printf("%8.1f %9.3f %9.3f %9s %9s %8.3f %8.3f %8.3f %8.3f\n", tau, eta_of(js), eta_of(jf),
                 frac(js, "flip_recover").c_str(), frac(jf, "flip_recover").c_str(), js["accuracy"].get<double>(),
                 jf["accuracy"].get<double>(), jb["accuracy"].get<double>(), jr["accuracy"].get<double>());

@@ -93,7 +93,8 @@ int main(int argc, char** argv) try {
   double base_tps = 0;
   std::printf("%8s %12s %14s %12s %16s\n", "tokens", "seconds", "tokens/s", "ms/token", "vs first length");
   for (int64_t n : o.lengths) {
-    ORBIT_CHECK(n <= c.max_position_embeddings, "--lengths: " << n << " is past the model's limit " << c.max_position_embeddings);
+    ORBIT_CHECK(n <= c.max_position_embeddings,
+                "--lengths: " << n << " is past the model's limit " << c.max_position_embeddings);
     rt::ForwardInput in;
     for (int64_t i = 0; i < n; ++i) in.tokens.push_back(token(rng));
     rt::ForwardOptions fo;
@@ -110,13 +111,20 @@ int main(int argc, char** argv) try {
     if (base_tps == 0) base_tps = tps;
     std::printf("%8lld %12.3f %14.1f %12.3f %15.2fx\n", (long long)n, median, tps, 1e3 * median / n, tps / base_tps);
     std::fflush(stdout);
-    rows.push_back({{"tokens", n}, {"median_s", median}, {"tokens_per_s", tps}, {"runs_s", times},
+    rows.push_back({{"tokens", n},
+                    {"median_s", median},
+                    {"tokens_per_s", tps},
+                    {"runs_s", times},
                     {"throughput_vs_first", tps / base_tps}});
   }
-  nlohmann::json report = {{"benchmark", "forward_prefill"},  {"model", path},
-                           {"preset", o.model.empty() ? o.preset : ""}, {"parameters", model->parameter_count()},
-                           {"threads", at::get_num_threads()}, {"dtype", "float32"},
-                           {"reps", o.reps},                       {"results", rows}};
+  nlohmann::json report = {{"benchmark", "forward_prefill"},
+                           {"model", path},
+                           {"preset", o.model.empty() ? o.preset : ""},
+                           {"parameters", model->parameter_count()},
+                           {"threads", at::get_num_threads()},
+                           {"dtype", "float32"},
+                           {"reps", o.reps},
+                           {"results", rows}};
   std::ofstream(o.json) << report.dump(2) << "\n";
   std::printf("\nwrote %s\n", o.json.c_str());
   return 0;

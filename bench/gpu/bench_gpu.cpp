@@ -100,9 +100,10 @@ double timed(const c10::Device& device, int reps, const std::function<void()>& f
 // Seconds per call of a short kernel: `iters` back-to-back calls between two waits, median of `reps`
 // (the wait's own cost is spread over the calls).
 double timed_loop(const c10::Device& device, int reps, int iters, const std::function<void()>& fn) {
-  return timed(device, reps, [&] {
-           for (int i = 0; i < iters; ++i) fn();
-         }) /
+  return timed(device, reps,
+               [&] {
+                 for (int i = 0; i < iters; ++i) fn();
+               }) /
          iters;
 }
 
@@ -206,7 +207,8 @@ struct Peer {
   }
   // Forward of T tokens at positions start.. over `cache` (per layer pre-rotated K and V [1, H_kv, S, d]
   // holding `start` tokens, with room for T more); writes the new K/V into the cache. Last-token logits.
-  at::Tensor forward(const std::vector<int64_t>& toks, int64_t start, std::vector<std::pair<at::Tensor, at::Tensor>>& cache) const {
+  at::Tensor forward(const std::vector<int64_t>& toks, int64_t start,
+                     std::vector<std::pair<at::Tensor, at::Tensor>>& cache) const {
     const rt::ModelConfig& c = m.config();
     const rt::ModelWeights& w = m.weights();
     const int64_t T = static_cast<int64_t>(toks.size());
@@ -217,8 +219,10 @@ struct Peer {
       auto lin = [](const at::Tensor& a, const at::Tensor& W, const at::Tensor& b) {
         return at::linear(a, W, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt);
       };
-      const at::Tensor q = rotate(lin(h, lw.wq, lw.bq).view({T, c.num_heads, c.head_dim}).transpose(0, 1).unsqueeze(0), start);
-      const at::Tensor k = rotate(lin(h, lw.wk, lw.bk).view({T, c.num_kv_heads, c.head_dim}).transpose(0, 1).unsqueeze(0), start);
+      const at::Tensor q =
+          rotate(lin(h, lw.wq, lw.bq).view({T, c.num_heads, c.head_dim}).transpose(0, 1).unsqueeze(0), start);
+      const at::Tensor k =
+          rotate(lin(h, lw.wk, lw.bk).view({T, c.num_kv_heads, c.head_dim}).transpose(0, 1).unsqueeze(0), start);
       const at::Tensor v = lin(h, lw.wv, lw.bv).view({T, c.num_kv_heads, c.head_dim}).transpose(0, 1).unsqueeze(0);
       auto& [K, V] = cache[static_cast<size_t>(l)];
       K.narrow(2, start, T).copy_(k);
@@ -254,20 +258,21 @@ struct Peer {
 
 int main(int argc, char** argv) {
   try {
-    const orbit::cli::Args a("bench_gpu",
-                             {{"--preset", "--layers", "--windows", "--chunks", "--query", "--reps", "--device", "--dtype",
-                               "--device-name", "--sections", "--json", "--rank"},
-                              {},
-                              "usage: bench_gpu [--preset qwen2.5-7b] [--layers N] [--windows 8192,32768] [--chunks 512,2048,8192]\n"
-                              "                 [--query 16] [--reps 3] [--rank 16] [--device cuda] [--dtype bfloat16]\n"
-                              "                 [--sections ttft,prefill,bytes,reloc] [--device-name NAME] [--json PATH]\n"
-                              "  The GPU runtime side by side with its baselines, random weights of --preset's shape: TTFT after\n"
-                              "  placing a chunk (orbit vs re-prefill vs a prefix cache), prefill/decode vs PyTorch SDPA, device\n"
-                              "  bytes of windows and forks sharing chunks, relocation + patch apply vs copy bandwidth.\n"
-                              "  --layers N        cut the preset's depth;  --windows / --chunks  token counts W and B\n"
-                              "  --query N         query tokens after the chunk;  --reps N  repetitions;  --rank M  patch rank\n"
-                              "  --device-name S   the device name recorded in the JSON;  --json PATH  (default bench_gpu.json)\n"},
-                             argc, argv, 1);
+    const orbit::cli::Args a(
+        "bench_gpu",
+        {{"--preset", "--layers", "--windows", "--chunks", "--query", "--reps", "--device", "--dtype", "--device-name",
+          "--sections", "--json", "--rank"},
+         {},
+         "usage: bench_gpu [--preset qwen2.5-7b] [--layers N] [--windows 8192,32768] [--chunks 512,2048,8192]\n"
+         "                 [--query 16] [--reps 3] [--rank 16] [--device cuda] [--dtype bfloat16]\n"
+         "                 [--sections ttft,prefill,bytes,reloc] [--device-name NAME] [--json PATH]\n"
+         "  The GPU runtime side by side with its baselines, random weights of --preset's shape: TTFT after\n"
+         "  placing a chunk (orbit vs re-prefill vs a prefix cache), prefill/decode vs PyTorch SDPA, device\n"
+         "  bytes of windows and forks sharing chunks, relocation + patch apply vs copy bandwidth.\n"
+         "  --layers N        cut the preset's depth;  --windows / --chunks  token counts W and B\n"
+         "  --query N         query tokens after the chunk;  --reps N  repetitions;  --rank M  patch rank\n"
+         "  --device-name S   the device name recorded in the JSON;  --json PATH  (default bench_gpu.json)\n"},
+        argc, argv, 1);
     c10::InferenceMode guard;
     const std::string preset = a.get_or("--preset", "qwen2.5-7b");
     rt::ModelConfig config = rt::generator_preset(preset);
@@ -279,7 +284,8 @@ int main(int argc, char** argv) {
     const int reps = static_cast<int>(a.get_int("--reps", 3, 1));
     const int64_t rank = a.get_int("--rank", 16, 1);
     const std::string sections = a.get_or("--sections", "ttft,prefill,bytes,reloc");
-    const rt::ComputeTarget target = rt::parse_compute_target(a.get_or("--device", "cuda"), a.get_or("--dtype", "bfloat16"));
+    const rt::ComputeTarget target =
+        rt::parse_compute_target(a.get_or("--device", "cuda"), a.get_or("--dtype", "bfloat16"));
     const c10::Device dev = target.device;
     int64_t max_w = 0;
     for (int64_t w : windows) max_w = std::max(max_w, w);
@@ -345,14 +351,15 @@ int main(int argc, char** argv) {
             paged->pool = pool.pool.get();
             paged->slots = pool.slots;
             paged->patches.push_back({offset, patch});
-            const rt::PastKV copy = rt::materialize_past(m->config(), rt::make_paged_past(paged, at::arange(W, at::kLong)),
-                                                         dev, m->dtype());
+            const rt::PastKV copy = rt::materialize_past(
+                m->config(), rt::make_paged_past(paged, at::arange(W, at::kLong)), dev, m->dtype());
             copy_s = timed(dev, reps, [&] { (void)m->forward(input_at(query, W), &copy, last); });
           }
-          std::printf("ttft W=%6lld B=%5lld  reprefill %8.2f ms  prefix %8.2f ms  orbit %7.2f ms (paged past)  "
-                      "%7.2f ms (patched copy)  query alone %6.2f ms  reprefill/orbit %6.1fx  prefix/orbit %6.1fx\n",
-                      (long long)W, (long long)B, reprefill * 1e3, prefix_s * 1e3, orbit_s * 1e3, copy_s * 1e3, query_only * 1e3,
-                      reprefill / orbit_s, prefix_s / orbit_s);
+          std::printf(
+              "ttft W=%6lld B=%5lld  reprefill %8.2f ms  prefix %8.2f ms  orbit %7.2f ms (paged past)  "
+              "%7.2f ms (patched copy)  query alone %6.2f ms  reprefill/orbit %6.1fx  prefix/orbit %6.1fx\n",
+              (long long)W, (long long)B, reprefill * 1e3, prefix_s * 1e3, orbit_s * 1e3, copy_s * 1e3,
+              query_only * 1e3, reprefill / orbit_s, prefix_s / orbit_s);
           rows.push_back({{"model", preset},
                           {"window_tokens", W},
                           {"chunk_tokens", B},
@@ -386,7 +393,8 @@ int main(int argc, char** argv) {
         const std::vector<int64_t> one = {query[0]};
         const double orbit_decode = timed(dev, reps * 3, [&] { (void)m->forward(input_at(one, W), &past, none); });
         const rt::PastKV contiguous = rt::materialize_past(m->config(), past, dev, m->dtype());
-        const double orbit_decode_copy = timed(dev, reps * 3, [&] { (void)m->forward(input_at(one, W), &contiguous, none); });
+        const double orbit_decode_copy =
+            timed(dev, reps * 3, [&] { (void)m->forward(input_at(one, W), &contiguous, none); });
         json row = {{"window_tokens", W},
                     {"orbit_prefill_s", orbit_prefill},
                     {"orbit_prefill_tok_s", W / orbit_prefill},
@@ -400,10 +408,11 @@ int main(int argc, char** argv) {
           row["sdpa_prefill_s"] = peer_prefill;
           row["sdpa_prefill_tok_s"] = W / peer_prefill;
           row["sdpa_decode_s"] = peer_decode;
-          std::printf("W=%6lld prefill orbit %8.0f tok/s  sdpa peer %8.0f tok/s (orbit/peer time %.2fx)  decode orbit "
-                      "%.2f ms (paged) %.2f ms (contiguous)  sdpa peer %.2f ms (%.2fx)\n",
-                      (long long)W, W / orbit_prefill, W / peer_prefill, orbit_prefill / peer_prefill,
-                      orbit_decode * 1e3, orbit_decode_copy * 1e3, peer_decode * 1e3, orbit_decode / peer_decode);
+          std::printf(
+              "W=%6lld prefill orbit %8.0f tok/s  sdpa peer %8.0f tok/s (orbit/peer time %.2fx)  decode orbit "
+              "%.2f ms (paged) %.2f ms (contiguous)  sdpa peer %.2f ms (%.2fx)\n",
+              (long long)W, W / orbit_prefill, W / peer_prefill, orbit_prefill / peer_prefill, orbit_decode * 1e3,
+              orbit_decode_copy * 1e3, peer_decode * 1e3, orbit_decode / peer_decode);
         }
 #endif
         rows.push_back(row);
@@ -418,17 +427,24 @@ int main(int argc, char** argv) {
       const int64_t page_bytes = (c.content_k_shape().width() + c.content_v_shape().width()) * page * c.num_layers *
                                  static_cast<int64_t>(c10::elementSize(m->dtype()));
       const int64_t chunk_pages = (B + page - 1) / page, turn_pages = (turn + page - 1) / page;
-      const int64_t patch_bytes = rank * (B + c.content_k_shape().width() + B + c.content_v_shape().width()) * 4 * c.num_layers;
+      const int64_t patch_bytes =
+          rank * (B + c.content_k_shape().width() + B + c.content_v_shape().width()) * 4 * c.num_layers;
       json rows = json::array();
       for (int64_t N : {1, 4, 8}) {
         const int64_t copies = N * (K * chunk_pages + turn_pages) * page_bytes;
         const int64_t shared = K * chunk_pages * page_bytes + N * (K * patch_bytes + turn_pages * page_bytes);
         const int64_t forks = (K * chunk_pages + turn_pages) * page_bytes + (N - 1) * turn_pages * page_bytes;
-        std::printf("bytes N=%lld  per-window copies %.3f GB  shared canonical + patches %.3f GB (%.2fx fewer)  forks "
-                    "sharing pages %.3f GB (%.2fx fewer)\n",
-                    (long long)N, copies / 1e9, shared / 1e9, double(copies) / shared, forks / 1e9, double(copies) / forks);
-        rows.push_back({{"windows", N}, {"chunks", K}, {"chunk_tokens", B}, {"turn_tokens", turn},
-                        {"copies_bytes", copies}, {"shared_bytes", shared}, {"forks_bytes", forks}});
+        std::printf(
+            "bytes N=%lld  per-window copies %.3f GB  shared canonical + patches %.3f GB (%.2fx fewer)  forks "
+            "sharing pages %.3f GB (%.2fx fewer)\n",
+            (long long)N, copies / 1e9, shared / 1e9, double(copies) / shared, forks / 1e9, double(copies) / forks);
+        rows.push_back({{"windows", N},
+                        {"chunks", K},
+                        {"chunk_tokens", B},
+                        {"turn_tokens", turn},
+                        {"copies_bytes", copies},
+                        {"shared_bytes", shared},
+                        {"forks_bytes", forks}});
       }
       report["device_bytes"] = rows;
       report["device_bytes_note"] =
@@ -441,7 +457,8 @@ int main(int argc, char** argv) {
       FilledPool pool = fill_pool(*m, n, 16);
       const auto opts = at::TensorOptions().device(dev).dtype(m->dtype());
       const at::Tensor canonical = at::randn({n, D}, opts);
-      const at::Tensor u = at::randn({n, rank}, opts.dtype(at::kFloat)), vt = at::randn({rank, D}, opts.dtype(at::kFloat));
+      const at::Tensor u = at::randn({n, rank}, opts.dtype(at::kFloat)),
+                       vt = at::randn({rank, D}, opts.dtype(at::kFloat));
       std::vector<rt::PageId> got;
       (void)pool.pool->allocate(n / 16, got);
       rt::ops::PageTarget target;
@@ -460,7 +477,8 @@ int main(int argc, char** argv) {
       rt::ops::PatchApplyInputs plain = in;
       plain.u = at::Tensor();
       plain.vt = at::Tensor();
-      const double relocate_s = timed_loop(dev, reps, 20, [&] { rt::ops::patch_apply_to_pages(*pool.pool, target, plain); });
+      const double relocate_s =
+          timed_loop(dev, reps, 20, [&] { rt::ops::patch_apply_to_pages(*pool.pool, target, plain); });
       at::Tensor dst = at::empty_like(canonical);
       const double copy_s = timed_loop(dev, reps, 20, [&] { dst.copy_(canonical); });
       // The kernel alone (the op above also validates the block table and uploads it on every call).
@@ -489,9 +507,11 @@ int main(int argc, char** argv) {
         tgt.block_table = table.data_ptr<int32_t>();
         tgt.page_size = 16;
         const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
-        kernel_s = timed_loop(dev, reps, 50, [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
+        kernel_s = timed_loop(dev, reps, 50,
+                              [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
         dims.rank = 0;
-        kernel_plain_s = timed_loop(dev, reps, 50, [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
+        kernel_plain_s = timed_loop(
+            dev, reps, 50, [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
       }
 #endif
       std::printf("relocation+patch kernel alone %.3f ms (%.0f%% of copy), relocation alone %.3f ms (%.0f%%)\n",
@@ -518,7 +538,8 @@ int main(int argc, char** argv) {
         attn_rowwise_s = timed_loop(dev, reps, 20, [&] { (void)rt::ops::paged_attention(pa); });
         pa.rowwise = false;
         // The same with every token's rows patched (rank `rank`): the patch's extra cost.
-        const at::Tensor uk = at::randn({W, rank}, opts.dtype(at::kFloat)), vtk = at::randn({rank, D}, opts.dtype(at::kFloat));
+        const at::Tensor uk = at::randn({W, rank}, opts.dtype(at::kFloat)),
+                         vtk = at::randn({rank, D}, opts.dtype(at::kFloat));
         orbit::kernels::cpu::PatchSegment seg;
         seg.first = 0;
         seg.length = W;
@@ -530,13 +551,16 @@ int main(int argc, char** argv) {
         attn_patched_s = timed_loop(dev, reps, 20, [&] { (void)rt::ops::paged_attention(pa); });
       }
       const double attn_bytes = 2.0 * static_cast<double>(W * D * c10::elementSize(m->dtype()));
-      std::printf("paged decode attention W=%lld: %.3f ms (%.0f GB/s of K/V read), with patch rows on every token "
-                  "%.3f ms; row-wise kernel %.3f ms\n", (long long)W, attn_s * 1e3, attn_s > 0 ? attn_bytes / attn_s / 1e9 : 0.0,
-                  attn_patched_s * 1e3, attn_rowwise_s * 1e3);
-      std::printf("reloc+patch %lld tokens x %lld: %.3f ms, %.0f GB/s; relocation alone %.3f ms; d2d copy %.3f ms, "
-                  "%.0f GB/s; ratio %.2f (relocation alone %.2f)\n",
-                  (long long)n, (long long)D, apply_s * 1e3, bytes / apply_s / 1e9, relocate_s * 1e3, copy_s * 1e3,
-                  bytes / copy_s / 1e9, copy_s / apply_s, copy_s / relocate_s);
+      std::printf(
+          "paged decode attention W=%lld: %.3f ms (%.0f GB/s of K/V read), with patch rows on every token "
+          "%.3f ms; row-wise kernel %.3f ms\n",
+          (long long)W, attn_s * 1e3, attn_s > 0 ? attn_bytes / attn_s / 1e9 : 0.0, attn_patched_s * 1e3,
+          attn_rowwise_s * 1e3);
+      std::printf(
+          "reloc+patch %lld tokens x %lld: %.3f ms, %.0f GB/s; relocation alone %.3f ms; d2d copy %.3f ms, "
+          "%.0f GB/s; ratio %.2f (relocation alone %.2f)\n",
+          (long long)n, (long long)D, apply_s * 1e3, bytes / apply_s / 1e9, relocate_s * 1e3, copy_s * 1e3,
+          bytes / copy_s / 1e9, copy_s / apply_s, copy_s / relocate_s);
       report["relocation"] = {{"tokens", n},
                               {"width", D},
                               {"rank", rank},

@@ -53,23 +53,24 @@ std::vector<std::string> split(const std::string& text) {
 }
 
 Options parse(int argc, char** argv) {
-  const orbit::cli::Args a("bench_replay",
-                           {{"--model", "--preset", "--cache", "--kinds", "--steps", "--seed", "--policy", "--threads", "--json"},
-                            {"--no-fidelity"},
-                            "usage: bench_replay [--model PATH] [--preset tiny-llama] [--cache DIR] [--kinds web,video,agent]\n"
-                            "                    [--steps 20] [--seed 0] [--policy patch:16] [--threads N] [--no-fidelity]\n"
-                            "                    [--json PATH]\n"
-                            "  Generated agent traces replayed under the policy and the baselines in one run: forward\n"
-                            "  tokens and time as ratios vs. re-prefill, prefix cache, blind and a full re-prefill.\n"
-                            "  --model PATH     default: the bundled stories260K, else a generated --preset model\n"
-                            "  --preset NAME    generator preset when no model is given (models kept in --cache)\n"
-                            "  --kinds K,..     trace kinds (web, video, agent)\n"
-                            "  --steps N        agent steps per trace;  --seed S   trace seed\n"
-                            "  --policy SPEC    the policy compared with the baselines\n"
-                            "  --threads N      intra-op threads (0: the process setting)\n"
-                            "  --no-fidelity    skip the fidelity forwards\n"
-                            "  --json PATH      also write the reports as JSON\n"},
-                           argc, argv, 1);
+  const orbit::cli::Args a(
+      "bench_replay",
+      {{"--model", "--preset", "--cache", "--kinds", "--steps", "--seed", "--policy", "--threads", "--json"},
+       {"--no-fidelity"},
+       "usage: bench_replay [--model PATH] [--preset tiny-llama] [--cache DIR] [--kinds web,video,agent]\n"
+       "                    [--steps 20] [--seed 0] [--policy patch:16] [--threads N] [--no-fidelity]\n"
+       "                    [--json PATH]\n"
+       "  Generated agent traces replayed under the policy and the baselines in one run: forward\n"
+       "  tokens and time as ratios vs. re-prefill, prefix cache, blind and a full re-prefill.\n"
+       "  --model PATH     default: the bundled stories260K, else a generated --preset model\n"
+       "  --preset NAME    generator preset when no model is given (models kept in --cache)\n"
+       "  --kinds K,..     trace kinds (web, video, agent)\n"
+       "  --steps N        agent steps per trace;  --seed S   trace seed\n"
+       "  --policy SPEC    the policy compared with the baselines\n"
+       "  --threads N      intra-op threads (0: the process setting)\n"
+       "  --no-fidelity    skip the fidelity forwards\n"
+       "  --json PATH      also write the reports as JSON\n"},
+      argc, argv, 1);
   Options o;
   o.model = a.get_or("--model", o.model);
   o.preset = a.get_or("--preset", o.preset);
@@ -103,10 +104,11 @@ int main(int argc, char** argv) try {
   eo.model = o.model;
   eo.page_size = 16;
   const orbit::ModelInfo info = orbit::Engine::open(eo)->model_info();
-  std::printf("bench_replay: model %s (%s, %lld layers, %lld positions), policy %s, %lld agent steps per trace, %d threads\n\n",
-              info.origin.c_str(), info.architecture.c_str(), static_cast<long long>(info.num_layers),
-              static_cast<long long>(info.max_positions), o.policy.c_str(), static_cast<long long>(o.steps),
-              at::get_num_threads());
+  std::printf(
+      "bench_replay: model %s (%s, %lld layers, %lld positions), policy %s, %lld agent steps per trace, %d threads\n\n",
+      info.origin.c_str(), info.architecture.c_str(), static_cast<long long>(info.num_layers),
+      static_cast<long long>(info.max_positions), o.policy.c_str(), static_cast<long long>(o.steps),
+      at::get_num_threads());
   std::printf("%-6s %5s | %-10s %10s %9s %9s | %-25s %-25s %-25s %-12s\n", "trace", "steps", "policy", "fwd/step",
               "ms/step", "mean-KL", "fwd ratio vs reprefill", "fwd ratio vs prefix", "time ratio vs reprefill",
               "time vs prefix");
@@ -125,7 +127,8 @@ int main(int argc, char** argv) try {
     ro.policies = {o.policy};
     ro.fidelity = o.fidelity;
     ro.progress = [&](std::size_t p, std::size_t np, std::size_t s, std::size_t ns, const std::string& name) {
-      if (s == 0) std::fprintf(stderr, "  %s: policy %zu/%zu %s (%zu steps)\n", kind.c_str(), p + 1, np, name.c_str(), ns);
+      if (s == 0)
+        std::fprintf(stderr, "  %s: policy %zu/%zu %s (%zu steps)\n", kind.c_str(), p + 1, np, name.c_str(), ns);
     };
     const orbit::ReplayReport r = orbit::replay(trace, ro);
     const orbit::PolicyReplay* reprefill = r.find("reprefill");
@@ -142,23 +145,27 @@ int main(int argc, char** argv) try {
                   p.policy.c_str(), t.forward_tokens / n, 1e3 * t.seconds / n, t.mean_kl, a, b, c, d);
     }
     const orbit::PolicyReplay& chosen = r.policies.front();
-    std::printf("%-6s %5s | %-10s %10.1f %9s %9s | (a full re-prefill after every mutating step; %s computes %.3fx of it)\n",
-                kind.c_str(), "", "full-pf", chosen.totals.full_prefill_tokens / n, "", "", chosen.policy.c_str(),
-                ratio(chosen.totals.forward_tokens, chosen.totals.full_prefill_tokens));
+    std::printf(
+        "%-6s %5s | %-10s %10.1f %9s %9s | (a full re-prefill after every mutating step; %s computes %.3fx of it)\n",
+        kind.c_str(), "", "full-pf", chosen.totals.full_prefill_tokens / n, "", "", chosen.policy.c_str(),
+        ratio(chosen.totals.forward_tokens, chosen.totals.full_prefill_tokens));
     if (chosen.offline) {
-      std::printf("%-6s %5s | offline bound on %s's %lld patch demands: formed online %lld, compulsory %lld, Belady %lld, LRU %lld\n",
-                  kind.c_str(), "", chosen.policy.c_str(), static_cast<long long>(chosen.offline->demands),
-                  static_cast<long long>(chosen.offline->online_formations),
-                  static_cast<long long>(chosen.offline->compulsory_formations),
-                  static_cast<long long>(chosen.offline->belady_formations),
-                  static_cast<long long>(chosen.offline->lru_formations));
+      std::printf(
+          "%-6s %5s | offline bound on %s's %lld patch demands: formed online %lld, compulsory %lld, Belady %lld, LRU "
+          "%lld\n",
+          kind.c_str(), "", chosen.policy.c_str(), static_cast<long long>(chosen.offline->demands),
+          static_cast<long long>(chosen.offline->online_formations),
+          static_cast<long long>(chosen.offline->compulsory_formations),
+          static_cast<long long>(chosen.offline->belady_formations),
+          static_cast<long long>(chosen.offline->lru_formations));
     }
     std::printf("\n");
     std::fflush(stdout);
     out.push_back({{"kind", kind}, {"report", nlohmann::json::parse(orbit::replay_report_json(r))}});
   }
-  std::printf("fwd/step: token-forwards per trace step; ms/step: wall time of the window operations per step;\n"
-              "ratios: policy / baseline over the whole trace (lower is cheaper).\n");
+  std::printf(
+      "fwd/step: token-forwards per trace step; ms/step: wall time of the window operations per step;\n"
+      "ratios: policy / baseline over the whole trace (lower is cheaper).\n");
   if (!o.json.empty()) {
     std::ofstream f(o.json);
     ORBIT_CHECK(f.good(), "--json: cannot write '" << o.json << "'");

@@ -48,10 +48,10 @@
 
 #include "../common/bench_util.h"
 #include "args.h"
+#include "ops/patch_apply_op.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
-#include "ops/patch_apply_op.h"
 #include "orbit/runtime/repair.h"
 
 namespace fs = std::filesystem;
@@ -75,21 +75,22 @@ struct Options {
 using orbit::bench::parse_positive_list;
 
 Options parse(int argc, char** argv) {
-  const orbit::cli::Args a("bench_reuse",
-                           {{"--model", "--preset", "--cache", "--threads", "--lengths", "--context", "--ranks", "--reps",
-                             "--json", "--device"},
-                            {},
-                            "usage: bench_reuse [--model PATH] [--preset qwen2.5-0.5b] [--cache DIR] [--threads N]\n"
-                            "                   [--lengths 256,512,1024,2048] [--context 1024] [--ranks 16,64] [--reps 3]\n"
-                            "                   [--json PATH] [--device cpu|cuda[:i]]\n"
-                            "  Time to first token of a reused chunk (stored canonical + rank-m patch) vs. re-prefill.\n"
-                            "  --model PATH     default: a random-weight model of --preset's shape, kept in --cache\n"
-                            "  --lengths L,..   chunk B sizes in tokens;  --context N   exact context before B\n"
-                            "  --ranks M,..     patch ranks;  --reps N   repetitions (median)\n"
-                            "  --threads N      intra-op threads (default: all cores)\n"
-                            "  --json PATH      where the JSON goes (default bench_reuse.json)\n"
-                            "  --device D       cuda[:i] adds the reuse operator on that device vs. CPU\n"},
-                           argc, argv, 1);
+  const orbit::cli::Args a(
+      "bench_reuse",
+      {{"--model", "--preset", "--cache", "--threads", "--lengths", "--context", "--ranks", "--reps", "--json",
+        "--device"},
+       {},
+       "usage: bench_reuse [--model PATH] [--preset qwen2.5-0.5b] [--cache DIR] [--threads N]\n"
+       "                   [--lengths 256,512,1024,2048] [--context 1024] [--ranks 16,64] [--reps 3]\n"
+       "                   [--json PATH] [--device cpu|cuda[:i]]\n"
+       "  Time to first token of a reused chunk (stored canonical + rank-m patch) vs. re-prefill.\n"
+       "  --model PATH     default: a random-weight model of --preset's shape, kept in --cache\n"
+       "  --lengths L,..   chunk B sizes in tokens;  --context N   exact context before B\n"
+       "  --ranks M,..     patch ranks;  --reps N   repetitions (median)\n"
+       "  --threads N      intra-op threads (default: all cores)\n"
+       "  --json PATH      where the JSON goes (default bench_reuse.json)\n"
+       "  --device D       cuda[:i] adds the reuse operator on that device vs. CPU\n"},
+      argc, argv, 1);
   Options o;
   o.model = a.get_or("--model", o.model);
   o.preset = a.get_or("--preset", o.preset);
@@ -339,9 +340,13 @@ int main(int argc, char** argv) try {
       std::printf("%7lld %5lld %12.5f %12.5f %8.1fx %10.2e %10.4f %10.4f %8.1fx %10.2e\n", (long long)r.chunk,
                   (long long)r.rank, r.serve_cpu_s, r.serve_dev_s, r.serve_cpu_s / r.serve_dev_s, r.max_diff,
                   r.svd_cpu_s, r.svd_dev_s, r.svd_cpu_s / r.svd_dev_s, r.kl_dev_patch);
-      device_json.push_back({{"chunk", r.chunk}, {"rank", r.rank}, {"serve_cpu_s", r.serve_cpu_s},
-                             {"serve_device_s", r.serve_dev_s}, {"serve_max_abs_diff", r.max_diff},
-                             {"svd_cpu_s", r.svd_cpu_s}, {"svd_device_s", r.svd_dev_s},
+      device_json.push_back({{"chunk", r.chunk},
+                             {"rank", r.rank},
+                             {"serve_cpu_s", r.serve_cpu_s},
+                             {"serve_device_s", r.serve_dev_s},
+                             {"serve_max_abs_diff", r.max_diff},
+                             {"svd_cpu_s", r.svd_cpu_s},
+                             {"svd_device_s", r.svd_dev_s},
                              {"first_token_kl_device_patch", r.kl_dev_patch}});
     }
     std::printf(

@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "orbit/common/error.h"
-#include "orbit/store/chunk_store.h"
 #include "orbit/store.h"
+#include "orbit/store/chunk_store.h"
 #include "orbit/store/codec.h"
 
 extern char** environ;
@@ -63,9 +63,10 @@ std::string worker_key(int64_t i) { return chunk_key_tokens("bench-share-model",
 LocalRedis::LocalRedis(const std::string& dir) {
   port_ = free_port();
   std::filesystem::create_directories(dir);
-  std::vector<std::string> args{"redis-server", "--bind", "127.0.0.1", "--port", std::to_string(port_),
-                                "--save", "", "--appendonly", "no", "--dir", dir,
-                                "--maxmemory-policy", "allkeys-lru", "--logfile", dir + "/redis.log"};
+  std::vector<std::string> args{
+      "redis-server",    "--bind", "127.0.0.1", "--port", std::to_string(port_), "--save",      "",
+      "--appendonly",    "no",     "--dir",     dir,      "--maxmemory-policy",  "allkeys-lru", "--logfile",
+      dir + "/redis.log"};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -169,8 +170,8 @@ ShareResult measure_shared_directory(const std::string& self, const std::string&
     posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
     posix_spawn_file_actions_addclose(&actions, fds[0]);
     posix_spawn_file_actions_addclose(&actions, fds[1]);
-    std::vector<std::string> args{self, "--share-worker", dir, std::to_string(keys), std::to_string(value_bytes),
-                                  std::to_string(p + 1)};
+    std::vector<std::string> args{
+        self, "--share-worker", dir, std::to_string(keys), std::to_string(value_bytes), std::to_string(p + 1)};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -26,9 +26,9 @@ class LocalRedis {
 };
 
 struct RemoteRecall {
-  double save_s = 0;        // put + the remote write (encode, send)
-  double load_s = 0;        // median: a fresh store's get (remote read, verify, decode) + content conversion
-  int64_t blob_bytes = 0;   // bytes on the wire per value
+  double save_s = 0;       // put + the remote write (encode, send)
+  double load_s = 0;       // median: a fresh store's get (remote read, verify, decode) + content conversion
+  int64_t blob_bytes = 0;  // bytes on the wire per value
   int64_t hits = 0, gets = 0;
 };
 // Writes `value` under `key` to the remote at `url`, then recalls it `reps` times from fresh stores.
@@ -37,13 +37,13 @@ RemoteRecall measure_remote_recall(const std::string& url, const std::string& fi
 
 struct ShareResult {
   int processes = 0;
-  int64_t lookups = 0;     // processes × keys
-  int64_t hits = 0;        // served by the shared directory (another process's put, or its own earlier one)
-  int64_t puts = 0;        // misses that computed and stored the value
-  int64_t bytes_read = 0;  // value bytes served by hits
-  int64_t blob_bytes = 0;  // the directory's blob bytes at the end
-  double seconds = 0;      // the slowest process's lookup loop (all run at once; process start excluded)
-  double wall_seconds = 0; // the whole run, process starts included
+  int64_t lookups = 0;      // processes × keys
+  int64_t hits = 0;         // served by the shared directory (another process's put, or its own earlier one)
+  int64_t puts = 0;         // misses that computed and stored the value
+  int64_t bytes_read = 0;   // value bytes served by hits
+  int64_t blob_bytes = 0;   // the directory's blob bytes at the end
+  double seconds = 0;       // the slowest process's lookup loop (all run at once; process start excluded)
+  double wall_seconds = 0;  // the whole run, process starts included
 };
 // Starts `processes` copies of `self` (bench_store --share-worker) on one fresh directory; each looks up
 // `keys` keys in its own random order and puts the ones it misses (values of value_bytes bytes).

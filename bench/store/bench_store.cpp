@@ -19,8 +19,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fcntl.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -66,25 +66,26 @@ struct Options {
 };
 
 Options parse(int argc, char** argv) {
-  const orbit::cli::Args a("bench_store",
-                           {{"--model", "--preset", "--layers", "--tokens", "--reps", "--dir", "--json", "--cache", "--threads",
-                             "--remote", "--procs", "--share-keys", "--share-bytes"},
-                            {},
-                            "usage: bench_store [--model PATH | --preset qwen2.5-0.5b [--layers N]] [--tokens 1024] [--reps 5]\n"
-                            "                   [--dir DIR] [--json PATH] [--cache DIR] [--threads N] [--remote URL]\n"
-                            "                   [--procs N --share-keys K --share-bytes B]\n"
-                            "  The chunk store's save/load throughput per tier vs. a plain file copy of the same bytes,\n"
-                            "  and recall from disk vs. re-prefill.\n"
-                            "  --model PATH     default: a random-weight model of --preset's shape (--layers overrides\n"
-                            "                   its depth), kept in --cache\n"
-                            "  --tokens N       the chunk's length;  --reps N   repetitions\n"
-                            "  --dir DIR        store location (default: the system temp dir)\n"
-                            "  --json PATH      where the JSON goes (default bench_store.json)\n"
-                            "  --threads N      intra-op threads (default: all cores)\n"
-                            "  --remote URL     also recall from a Redis remote tier (redis://host:port)\n"
-                            "  --procs N, --share-keys K, --share-bytes B   N processes sharing one store directory:\n"
-                            "                   K keys of B bytes each; lookups/s, hit rate, puts, blob bytes\n"},
-                           argc, argv, 1);
+  const orbit::cli::Args a(
+      "bench_store",
+      {{"--model", "--preset", "--layers", "--tokens", "--reps", "--dir", "--json", "--cache", "--threads", "--remote",
+        "--procs", "--share-keys", "--share-bytes"},
+       {},
+       "usage: bench_store [--model PATH | --preset qwen2.5-0.5b [--layers N]] [--tokens 1024] [--reps 5]\n"
+       "                   [--dir DIR] [--json PATH] [--cache DIR] [--threads N] [--remote URL]\n"
+       "                   [--procs N --share-keys K --share-bytes B]\n"
+       "  The chunk store's save/load throughput per tier vs. a plain file copy of the same bytes,\n"
+       "  and recall from disk vs. re-prefill.\n"
+       "  --model PATH     default: a random-weight model of --preset's shape (--layers overrides\n"
+       "                   its depth), kept in --cache\n"
+       "  --tokens N       the chunk's length;  --reps N   repetitions\n"
+       "  --dir DIR        store location (default: the system temp dir)\n"
+       "  --json PATH      where the JSON goes (default bench_store.json)\n"
+       "  --threads N      intra-op threads (default: all cores)\n"
+       "  --remote URL     also recall from a Redis remote tier (redis://host:port)\n"
+       "  --procs N, --share-keys K, --share-bytes B   N processes sharing one store directory:\n"
+       "                   K keys of B bytes each; lookups/s, hit rate, puts, blob bytes\n"},
+      argc, argv, 1);
   Options o;
   o.model = a.get_or("--model", o.model);
   o.preset = a.get_or("--preset", o.preset);
@@ -187,11 +188,13 @@ int main(int argc, char** argv) try {
   ORBIT_CHECK(o.tokens <= c.max_position_embeddings, "--tokens: past the model's limit " << c.max_position_embeddings);
   std::mt19937 rng(1);
   rt::ChunkInput chunk;
-  for (int64_t i = 0; i < o.tokens; ++i) chunk.tokens.push_back(std::uniform_int_distribution<int64_t>(0, c.vocab_size - 1)(rng));
+  for (int64_t i = 0; i < o.tokens; ++i)
+    chunk.tokens.push_back(std::uniform_int_distribution<int64_t>(0, c.vocab_size - 1)(rng));
 
   // ---- recall from disk vs. re-prefill -------------------------------------------------------------
   rt::Content canonical;
-  const double prefill_s = median_seconds(std::max(1, o.reps / 2), nullptr, [&] { canonical = rt::canonical(*model, chunk); });
+  const double prefill_s =
+      median_seconds(std::max(1, o.reps / 2), nullptr, [&] { canonical = rt::canonical(*model, chunk); });
   const st::ValuePtr value = st::canonical_value(canonical);
   const double mib = static_cast<double>(value->bytes()) / (1 << 20);
   std::printf("model %s: %s, %lld layers, content widths %lld/%lld; chunk of %lld tokens = %.1f MiB of KV (float32)\n",
@@ -206,9 +209,15 @@ int main(int argc, char** argv) try {
   nlohmann::json tiers = nlohmann::json::array();
   auto row = [&](const char* name, double save_s, double load_s, double plain_save_s, double plain_load_s) {
     const double save = mib / save_s, load = mib / load_s;
-    std::printf("%-14s %11.0f %11.0f %14.2fx %14.2fx\n", name, save, load, plain_save_s / save_s, plain_load_s / load_s);
-    tiers.push_back({{"tier", name}, {"save_mib_s", save}, {"load_mib_s", load}, {"save_vs_plain", plain_save_s / save_s},
-                     {"load_vs_plain", plain_load_s / load_s}, {"save_s", save_s}, {"load_s", load_s}});
+    std::printf("%-14s %11.0f %11.0f %14.2fx %14.2fx\n", name, save, load, plain_save_s / save_s,
+                plain_load_s / load_s);
+    tiers.push_back({{"tier", name},
+                     {"save_mib_s", save},
+                     {"load_mib_s", load},
+                     {"save_vs_plain", plain_save_s / save_s},
+                     {"load_vs_plain", plain_load_s / load_s},
+                     {"save_s", save_s},
+                     {"load_s", load_s}});
   };
 
   // ---- plain file copy of the same bytes -----------------------------------------------------------
@@ -234,11 +243,13 @@ int main(int argc, char** argv) try {
   {
     st::ChunkStore memory(store_options("", false));
     st::PutOptions dev{orbit::StoreTier::kDevice, false, /*replace=*/true};
-    const double save = median_seconds(o.reps, nullptr, [&] { ORBIT_CHECK(memory.put(key, st::canonical_value(canonical), dev), "device put"); });
+    const double save = median_seconds(
+        o.reps, nullptr, [&] { ORBIT_CHECK(memory.put(key, st::canonical_value(canonical), dev), "device put"); });
     const double load = median_seconds(o.reps, nullptr, [&] { (void)memory.get(key).value(); });
     row("device (pool)", save, load, plain_save, plain_load);
     st::PutOptions host{orbit::StoreTier::kHost, false, /*replace=*/true};
-    const double hsave = median_seconds(o.reps, nullptr, [&] { ORBIT_CHECK(memory.put(key, st::canonical_value(canonical), host), "host put"); });
+    const double hsave = median_seconds(
+        o.reps, nullptr, [&] { ORBIT_CHECK(memory.put(key, st::canonical_value(canonical), host), "host put"); });
     const double hload = median_seconds(o.reps, nullptr, [&] { (void)memory.get(key).value(); });
     row("host", hsave, hload, plain_save, plain_load);
     host_recall_s = hload;
@@ -250,22 +261,30 @@ int main(int argc, char** argv) try {
     double save = 0;
     {
       st::ChunkStore store(store_options(sub, int8));
-      save = median_seconds(o.reps, nullptr, [&] { ORBIT_CHECK(store.put(key, st::canonical_value(canonical), disk), "disk put"); });
+      save = median_seconds(o.reps, nullptr,
+                            [&] { ORBIT_CHECK(store.put(key, st::canonical_value(canonical), disk), "disk put"); });
     }
     // Loads from a freshly opened store each time: the index lookup, the read, the checksum, the decode.
     std::unique_ptr<st::ChunkStore> store;
     rt::Content loaded;
     const double load = median_seconds(
-        o.reps, [&] { store.reset(); store = std::make_unique<st::ChunkStore>(store_options(sub, int8)); },
+        o.reps,
+        [&] {
+          store.reset();
+          store = std::make_unique<st::ChunkStore>(store_options(sub, int8));
+        },
         [&] { loaded = st::content_from_value(*store->get(key, st::GetOptions{false}).value()); });
     row(int8 ? "disk (int8)" : "disk", save, load, plain_save, plain_load);
     if (!int8) recall_s = load;
   }
-  std::printf("\nsave = copying the runtime's tensors into a stored value + put; host load hands out the cached\n"
-              "value itself (no bytes move); disk load = index lookup, read, SHA-256 check, decode\n");
+  std::printf(
+      "\nsave = copying the runtime's tensors into a stored value + put; host load hands out the cached\n"
+      "value itself (no bytes move); disk load = index lookup, read, SHA-256 check, decode\n");
 
   // ---- recall from each tier vs. re-prefill ---------------------------------------------------------
-  nlohmann::json recall = {{"reprefill_s", prefill_s}, {"host_s", host_recall_s}, {"disk_s", recall_s},
+  nlohmann::json recall = {{"reprefill_s", prefill_s},
+                           {"host_s", host_recall_s},
+                           {"disk_s", recall_s},
                            {"disk_speedup", prefill_s / recall_s}};
   std::printf("\nrecall of a %lld-token chunk (%.1f MiB of KV), median of %d:\n", (long long)o.tokens, mib, o.reps);
   std::printf("  %-26s %10s %18s\n", "from", "seconds", "vs re-prefill");
@@ -281,9 +300,9 @@ int main(int argc, char** argv) try {
   if (o.remote != "none") {
     const orbit::bench::RemoteRecall r =
         orbit::bench::measure_remote_recall(remote, model->fingerprint(), key, st::canonical_value(canonical), o.reps);
-    std::printf("  %-26s %10.4f %17.1fx   (%s; %.1f MiB on the wire, %lld/%lld hits; save %.3f s)\n",
-                "remote (redis)", r.load_s, prefill_s / r.load_s, remote.c_str(),
-                static_cast<double>(r.blob_bytes) / (1 << 20), (long long)r.hits, (long long)r.gets, r.save_s);
+    std::printf("  %-26s %10.4f %17.1fx   (%s; %.1f MiB on the wire, %lld/%lld hits; save %.3f s)\n", "remote (redis)",
+                r.load_s, prefill_s / r.load_s, remote.c_str(), static_cast<double>(r.blob_bytes) / (1 << 20),
+                (long long)r.hits, (long long)r.gets, r.save_s);
     recall["remote_s"] = r.load_s;
     recall["remote_speedup"] = prefill_s / r.load_s;
     recall["remote_save_s"] = r.save_s;
@@ -311,23 +330,25 @@ int main(int argc, char** argv) try {
                 (long long)r.lookups, rate, 100 * hit_rate, (long long)r.puts,
                 static_cast<double>(r.bytes_read) / (1 << 20), static_cast<double>(r.blob_bytes) / (1 << 20),
                 rate / base_rate);
-    shared.push_back({{"processes", n}, {"lookups", r.lookups}, {"seconds", r.seconds}, {"lookups_per_s", rate},
+    shared.push_back({{"processes", n},
+                      {"lookups", r.lookups},
+                      {"seconds", r.seconds},
+                      {"lookups_per_s", rate},
                       {"wall_seconds", r.wall_seconds},
-                      {"hits", r.hits}, {"puts", r.puts}, {"hit_rate", hit_rate}, {"bytes_read", r.bytes_read},
+                      {"hits", r.hits},
+                      {"puts", r.puts},
+                      {"hit_rate", hit_rate},
+                      {"bytes_read", r.bytes_read},
                       {"blob_bytes", r.blob_bytes}});
   }
-  std::printf("  lookups/s: all processes' lookups over the slowest one's loop. Puts above the key count are\n"
-              "  races (two processes missed one key at once and both computed it); it is stored once (blob MiB)\n");
-  const nlohmann::json report = {{"benchmark", "store"},
-                                 {"model", path},
-                                 {"layers", c.num_layers},
-                                 {"tokens", o.tokens},
-                                 {"kv_mib", mib},
-                                 {"threads", at::get_num_threads()},
-                                 {"reps", o.reps},
-                                 {"tiers", tiers},
-                                 {"recall", recall},
-                                 {"shared_directory", shared}};
+  std::printf(
+      "  lookups/s: all processes' lookups over the slowest one's loop. Puts above the key count are\n"
+      "  races (two processes missed one key at once and both computed it); it is stored once (blob MiB)\n");
+  const nlohmann::json report = {{"benchmark", "store"},   {"model", path},
+                                 {"layers", c.num_layers}, {"tokens", o.tokens},
+                                 {"kv_mib", mib},          {"threads", at::get_num_threads()},
+                                 {"reps", o.reps},         {"tiers", tiers},
+                                 {"recall", recall},       {"shared_directory", shared}};
   std::ofstream(o.json) << report.dump(2) << "\n";
   std::printf("wrote %s\n", o.json.c_str());
   std::error_code ec;

@@ -133,22 +133,24 @@ int main(int argc, char** argv) {
   try {
     const cli::Args a(
         "bench_window_scale",
-        cli::ArgSpec{{"--model", "--cache", "--sizes", "--reps", "--store-sizes", "--store-window", "--policy", "--graph-sizes"},
-                     {"--no-turn", "--wall"},
-                     "usage: bench_window_scale [--model PATH] [--cache DIR] [--sizes 10,100,1000,3000] [--reps 5]\n"
-                     "                          [--store-sizes 100,1000,10000,100000] [--store-window 100]\n"
-                     "                          [--policy patch:16] [--graph-sizes 250,500,1000,2000] [--no-turn] [--wall]\n"
-                     "  Per-operation planning and bookkeeping time (microseconds) of window operations against\n"
-                     "  the window's chunk instances (--sizes) and the store's entries (--store-sizes), with the\n"
-                     "  growth exponent between sizes (1 = linear; --sizes 10,100,1000,10000 adds about 6 minutes of\n"
-                     "  building the largest window). --model: default a 1-layer random llama\n"
-                     "  generated once under --cache (default /tmp/orbit-bench). --reps: rounds per size.\n"
-                     "  --store-window: instances of the window measured against store size. --no-turn: skip\n"
-                     "  the add_turn column (one forward over the window). --store-sizes 0 skips part 2.\n"
-                     "  --graph-sizes: dependency graphs timed re-conditioning every instance (0 skips part 3).\n"
-                     "  Times are the thread's CPU time (one intra-op thread), or wall time with --wall.\n"},
+        cli::ArgSpec{
+            {"--model", "--cache", "--sizes", "--reps", "--store-sizes", "--store-window", "--policy", "--graph-sizes"},
+            {"--no-turn", "--wall"},
+            "usage: bench_window_scale [--model PATH] [--cache DIR] [--sizes 10,100,1000,3000] [--reps 5]\n"
+            "                          [--store-sizes 100,1000,10000,100000] [--store-window 100]\n"
+            "                          [--policy patch:16] [--graph-sizes 250,500,1000,2000] [--no-turn] [--wall]\n"
+            "  Per-operation planning and bookkeeping time (microseconds) of window operations against\n"
+            "  the window's chunk instances (--sizes) and the store's entries (--store-sizes), with the\n"
+            "  growth exponent between sizes (1 = linear; --sizes 10,100,1000,10000 adds about 6 minutes of\n"
+            "  building the largest window). --model: default a 1-layer random llama\n"
+            "  generated once under --cache (default /tmp/orbit-bench). --reps: rounds per size.\n"
+            "  --store-window: instances of the window measured against store size. --no-turn: skip\n"
+            "  the add_turn column (one forward over the window). --store-sizes 0 skips part 2.\n"
+            "  --graph-sizes: dependency graphs timed re-conditioning every instance (0 skips part 3).\n"
+            "  Times are the thread's CPU time (one intra-op thread), or wall time with --wall.\n"},
         argc, argv, 1);
-    const std::vector<int64_t> sizes = bench::parse_positive_list(a.get("--sizes").value_or("10,100,1000,3000"), "--sizes");
+    const std::vector<int64_t> sizes =
+        bench::parse_positive_list(a.get("--sizes").value_or("10,100,1000,3000"), "--sizes");
     const std::string store_text = a.get("--store-sizes").value_or("100,1000,10000,100000");
     const std::vector<int64_t> store_sizes =
         store_text == "0" ? std::vector<int64_t>{} : bench::parse_positive_list(store_text, "--store-sizes");
@@ -214,7 +216,8 @@ int main(int argc, char** argv) {
       for (int64_t s : store_sizes) {
         const auto f0 = Clock::now();
         // stats() walks every entry, so it is read once per batch, not once per entry.
-        for (int64_t held = engine->stats().store.tiers[1].entries; held < s; held = engine->stats().store.tiers[1].entries) {
+        for (int64_t held = engine->stats().store.tiers[1].entries; held < s;
+             held = engine->stats().store.tiers[1].entries) {
           for (int64_t i = held; i < s; ++i) engine->precompute(engine->add_tokens(chunk_tokens(next++)));
         }
         const double fill = seconds_since(f0);
@@ -231,7 +234,8 @@ int main(int argc, char** argv) {
     }
 
     if (!graph_sizes.empty()) {
-      std::printf("\ndependency graph: G instances each formed on all before it; every instance re-formed without the first\n");
+      std::printf(
+          "\ndependency graph: G instances each formed on all before it; every instance re-formed without the first\n");
       std::printf("%7s %12s %14s %12s %8s\n", "G", "edges", "recondition-ms", "us/instance", "growth");
       prev = 0;
       int64_t prev_g = 0;
@@ -245,11 +249,14 @@ int main(int argc, char** argv) {
         }
         const double t0 = Clock::now();
         for (std::size_t i = 1; i < live.size(); ++i) {
-          g.set_conditioning(live[i], 1000000 + live[i], std::vector<planner::InstanceId>(live.begin() + 1, live.begin() + static_cast<std::ptrdiff_t>(i)));
+          g.set_conditioning(
+              live[i], 1000000 + live[i],
+              std::vector<planner::InstanceId>(live.begin() + 1, live.begin() + static_cast<std::ptrdiff_t>(i)));
         }
         const double t = seconds_since(t0);
-        std::printf("%7lld %12lld %14.1f %12.2f %8.2f\n", static_cast<long long>(n), static_cast<long long>(g.num_edges()),
-                    t * 1e3, t * 1e6 / static_cast<double>(n), growth(t, prev, static_cast<double>(n), static_cast<double>(prev_g)));
+        std::printf("%7lld %12lld %14.1f %12.2f %8.2f\n", static_cast<long long>(n),
+                    static_cast<long long>(g.num_edges()), t * 1e3, t * 1e6 / static_cast<double>(n),
+                    growth(t, prev, static_cast<double>(n), static_cast<double>(prev_g)));
         std::fflush(stdout);
         prev = t;
         prev_g = n;

@@ -36,10 +36,10 @@ std::vector<std::string> AdmissionController::victims(int64_t extra, int64_t bud
 
 AdmissionDecision AdmissionController::plan_admit(const AdmissionItem& item) const {
   ORBIT_CHECK(item.bytes >= 0, "AdmissionController: item '" << item.key << "' has negative bytes " << item.bytes);
-  ORBIT_CHECK(std::isfinite(item.expected_reuse) && item.expected_reuse >= 0 && std::isfinite(item.cost_saved) &&
-                  item.cost_saved >= 0,
-              "AdmissionController: item '" << item.key
-                                             << "' needs finite, non-negative expected_reuse and cost_saved");
+  ORBIT_CHECK(
+      std::isfinite(item.expected_reuse) && item.expected_reuse >= 0 && std::isfinite(item.cost_saved) &&
+          item.cost_saved >= 0,
+      "AdmissionController: item '" << item.key << "' needs finite, non-negative expected_reuse and cost_saved");
   ORBIT_CHECK(!contains(item.key), "AdmissionController: '" << item.key << "' is already resident");
   AdmissionDecision d;
   if (item.bytes > budget_) {
@@ -111,8 +111,8 @@ AdmissionDecision AdmissionController::set_budget(int64_t budget_bytes) {
   bool ok = false;
   d.evict = victims(0, budget_bytes, nullptr, ok);
   if (!ok) {
-    d.reason = "budget " + std::to_string(budget_bytes) + " bytes is below the " + std::to_string(pinned_) +
-               " pinned bytes";
+    d.reason =
+        "budget " + std::to_string(budget_bytes) + " bytes is below the " + std::to_string(pinned_) + " pinned bytes";
     return d;
   }
   for (const std::string& key : d.evict) erase(key);
@@ -141,11 +141,11 @@ void AdmissionController::verify_integrity() const {
       ORBIT_CHECK(evictable_.count(rank_of(item)) == 1, "AdmissionController: '" << key << "' missing from the index");
     }
   }
-  ORBIT_CHECK(unpinned == evictable_.size(), "AdmissionController: index holds " << evictable_.size()
-                                                 << " entries for " << unpinned << " unpinned items");
-  ORBIT_CHECK(used == used_ && pinned == pinned_,
-              "AdmissionController: books say used " << used_ << " pinned " << pinned_ << ", items sum to " << used
-                                                     << " and " << pinned);
+  ORBIT_CHECK(unpinned == evictable_.size(), "AdmissionController: index holds " << evictable_.size() << " entries for "
+                                                                                 << unpinned << " unpinned items");
+  ORBIT_CHECK(used == used_ && pinned == pinned_, "AdmissionController: books say used "
+                                                      << used_ << " pinned " << pinned_ << ", items sum to " << used
+                                                      << " and " << pinned);
   ORBIT_CHECK(used_ <= budget_, "AdmissionController: used " << used_ << " > budget " << budget_);
 }
 

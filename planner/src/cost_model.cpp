@@ -15,8 +15,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Least squares restricted to the columns in `active` (bit j = column j) of the column-scaled design;
 // false when those columns are (numerically) dependent.
-bool solve_active(const std::array<std::array<double, 3>, 3>& gram, const std::array<double, 3>& rhs,
-                  unsigned active, std::array<double, 3>& beta) {
+bool solve_active(const std::array<std::array<double, 3>, 3>& gram, const std::array<double, 3>& rhs, unsigned active,
+                  std::array<double, 3>& beta) {
   int cols[3], m = 0;
   for (int j = 0; j < 3; ++j)
     if (active & (1u << j)) cols[m++] = j;
@@ -128,15 +128,15 @@ std::string Decision::describe() const {
 CostModel::CostModel(const CostCoefficients& c) : c_(c) {
   for (double v : {c.forward_per_token, c.forward_per_token_context, c.forward_fixed})
     ORBIT_CHECK(std::isfinite(v) && v >= 0, "CostModel: forward coefficients must be finite and ≥ 0, got " << v);
-  for (double v : {c.relocate_bytes_per_s, c.patch_apply_bytes_per_s, c.patch_form_bytes_per_s,
-                   c.transfer_bytes_per_s[0], c.transfer_bytes_per_s[1], c.transfer_bytes_per_s[2],
-                   c.transfer_remote_bytes_per_s})
+  for (double v :
+       {c.relocate_bytes_per_s, c.patch_apply_bytes_per_s, c.patch_form_bytes_per_s, c.transfer_bytes_per_s[0],
+        c.transfer_bytes_per_s[1], c.transfer_bytes_per_s[2], c.transfer_remote_bytes_per_s})
     ORBIT_CHECK(std::isfinite(v) && v > 0, "CostModel: bandwidths must be finite and > 0, got " << v);
 }
 
 CostModel CostModel::fit(const std::vector<CostSample>& samples) {
   namespace k = sample_kind;
-  const char* kinds[] = {k::kForward,  k::kRelocate,       k::kPatchApply,   k::kPatchForm,
+  const char* kinds[] = {k::kForward,        k::kRelocate,     k::kPatchApply,  k::kPatchForm,
                          k::kTransferDevice, k::kTransferHost, k::kTransferDisk};
   std::map<std::string, std::vector<const CostSample*>> by_kind;
   for (const char* kind : kinds) by_kind[kind];
@@ -144,15 +144,15 @@ CostModel CostModel::fit(const std::vector<CostSample>& samples) {
   for (size_t i = 0; i < samples.size(); ++i) {
     const CostSample& s = samples[i];
     auto it = by_kind.find(s.what);
-    ORBIT_CHECK(it != by_kind.end(), "CostModel::fit: sample " << i << " has unknown kind '" << s.what
+    ORBIT_CHECK(it != by_kind.end(), "CostModel::fit: sample "
+                                         << i << " has unknown kind '" << s.what
                                          << "' (forward, relocate, patch_apply, patch_form, transfer_device, "
                                             "transfer_host, transfer_disk, transfer_remote)");
     ORBIT_CHECK(s.tokens >= 0 && s.context_tokens >= 0 && s.bytes >= 0 && std::isfinite(s.seconds) && s.seconds >= 0,
                 "CostModel::fit: sample " << i << " (" << s.what << ") has a negative or non-finite field");
     it->second.push_back(&s);
   }
-  for (const char* kind : kinds)
-    ORBIT_CHECK(!by_kind[kind].empty(), "CostModel::fit: no '" << kind << "' samples");
+  for (const char* kind : kinds) ORBIT_CHECK(!by_kind[kind].empty(), "CostModel::fit: no '" << kind << "' samples");
   auto bandwidth = [&](const char* kind) {
     double bytes = 0, seconds = 0;
     for (const CostSample* s : by_kind[kind]) bytes += static_cast<double>(s->bytes), seconds += s->seconds;
@@ -214,8 +214,8 @@ std::string CostModel::describe() const {
          " + " + si(c_.forward_fixed, "s") + "; relocate " + si(c_.relocate_bytes_per_s, "B/s") + "; patch apply " +
          si(c_.patch_apply_bytes_per_s, "B/s") + "; patch form " + si(c_.patch_form_bytes_per_s, "B/s") +
          "; transfer device " + si(c_.transfer_bytes_per_s[0], "B/s") + ", host " +
-         si(c_.transfer_bytes_per_s[1], "B/s") + ", disk " + si(c_.transfer_bytes_per_s[2], "B/s") +
-         ", remote " + si(c_.transfer_remote_bytes_per_s, "B/s");
+         si(c_.transfer_bytes_per_s[1], "B/s") + ", disk " + si(c_.transfer_bytes_per_s[2], "B/s") + ", remote " +
+         si(c_.transfer_remote_bytes_per_s, "B/s");
 }
 
 }  // namespace orbit::planner

@@ -31,11 +31,11 @@ namespace {
 
 struct Node {
   bool is_patch = false;
-  InstanceId instance = 0;  // instance nodes: the instance; patch nodes: the conditioned instance
-  PatchId patch = 0;        // patch nodes only
+  InstanceId instance = 0;              // instance nodes: the instance; patch nodes: the conditioned instance
+  PatchId patch = 0;                    // patch nodes only
   std::vector<InstanceId> antecedents;  // patch nodes only, in set_conditioning() order
-  std::string chunk_key;    // instance nodes only
-  bool live = false;        // instance nodes only
+  std::string chunk_key;                // instance nodes only
+  bool live = false;                    // instance nodes only
 };
 
 using Graph = boost::adjacency_list<boost::vecS, boost::listS, boost::bidirectionalS, Node>;
@@ -145,10 +145,9 @@ DependencyGraph& DependencyGraph::operator=(DependencyGraph&& other) noexcept = 
 
 void DependencyGraph::add_instance(InstanceId id, std::string chunk_key) {
   auto found = impl_->instances.find(id);
-  ORBIT_CHECK(found == impl_->instances.end(),
-              "DependencyGraph::add_instance: instance " << id << " already present ("
-                                                         << (impl_->graph[found->second].live ? "live" : "evicted")
-                                                         << ")");
+  ORBIT_CHECK(found == impl_->instances.end(), "DependencyGraph::add_instance: instance "
+                                                   << id << " already present ("
+                                                   << (impl_->graph[found->second].live ? "live" : "evicted") << ")");
   Node node;
   node.instance = id;
   node.chunk_key = std::move(chunk_key);

@@ -26,8 +26,8 @@ void validate(const std::vector<Demand>& demands, int64_t capacity_bytes) {
     ORBIT_CHECK(i == 0 || d.step >= demands[i - 1].step,
                 "offline: demand " << i << " has step " << d.step << " before " << demands[i - 1].step);
     auto [it, fresh] = bytes_of.emplace(d.key, d.bytes);
-    ORBIT_CHECK(fresh || it->second == d.bytes, "offline: demand " << i << " asks '" << d.key << "' with "
-                                                    << d.bytes << " bytes, earlier " << it->second);
+    ORBIT_CHECK(fresh || it->second == d.bytes, "offline: demand " << i << " asks '" << d.key << "' with " << d.bytes
+                                                                   << " bytes, earlier " << it->second);
   }
 }
 
@@ -58,7 +58,7 @@ OfflineBound optimise_offline(const std::vector<Demand>& demands, int64_t capaci
   // Belady/MIN over residents ordered by next use. A never-reused item is not stored (it cannot hit).
   const std::vector<int64_t> next = next_uses(demands);
   std::unordered_map<std::string, std::pair<int64_t, int64_t>> resident;  // key -> (next use, bytes)
-  std::set<std::pair<int64_t, std::string>> by_next;                     // (next use, key), ascending
+  std::set<std::pair<int64_t, std::string>> by_next;                      // (next use, key), ascending
   int64_t used = 0;
   for (size_t i = 0; i < demands.size(); ++i) {
     const Demand& d = demands[i];

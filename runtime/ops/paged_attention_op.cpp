@@ -38,8 +38,9 @@ kcpu::PagedAttentionDims dims_of(const PagedAttentionInputs& in) {
 
 void check_inputs(const PagedAttentionInputs& in) {
   ORBIT_CHECK(in.q.defined() && in.q.dim() == 3, "paged_attention: q must be [R, H, d]");
-  ORBIT_CHECK(in.k_tail.defined() && in.k_tail.dim() == 3 && in.v_tail.defined() && in.v_tail.sizes() == in.k_tail.sizes(),
-              "paged_attention: k_tail and v_tail must both be [S_t, H_kv, d]");
+  ORBIT_CHECK(
+      in.k_tail.defined() && in.k_tail.dim() == 3 && in.v_tail.defined() && in.v_tail.sizes() == in.k_tail.sizes(),
+      "paged_attention: k_tail and v_tail must both be [S_t, H_kv, d]");
   const at::Device dev = in.q.device();
   const at::ScalarType t = in.q.scalar_type();
   const int64_t d = in.q.size(2), hkv = in.k_tail.size(1), width = hkv * d;
@@ -52,7 +53,8 @@ void check_inputs(const PagedAttentionInputs& in) {
   }
   const int64_t sp = in.slots.defined() ? in.slots.size(0) : 0;
   if (sp > 0) {
-    ORBIT_CHECK(in.slots.scalar_type() == at::kInt && in.slots.device() == dev, "paged_attention: slots must be int32 on " << dev);
+    ORBIT_CHECK(in.slots.scalar_type() == at::kInt && in.slots.device() == dev,
+                "paged_attention: slots must be int32 on " << dev);
     for (const at::Tensor* x : {&in.k_pages, &in.v_pages}) {
       ORBIT_CHECK(x->defined() && x->dim() == 2 && x->size(1) == width && x->device() == dev && x->scalar_type() == t &&
                       x->is_contiguous(),
@@ -61,14 +63,16 @@ void check_inputs(const PagedAttentionInputs& in) {
   }
   const int64_t S = sp + in.k_tail.size(0);
   ORBIT_CHECK(in.positions.defined() && in.positions.dim() == 2 && in.positions.size(0) == S &&
-                  in.positions.scalar_type() == at::kLong && in.positions.device() == dev && in.positions.is_contiguous(),
+                  in.positions.scalar_type() == at::kLong && in.positions.device() == dev &&
+                  in.positions.is_contiguous(),
               "paged_attention: positions must be contiguous int64 [" << S << ", rows] on " << dev);
   ORBIT_CHECK(in.inv_freq.defined() && in.inv_freq.numel() == d / 2 && in.inv_freq.scalar_type() == at::kDouble &&
                   in.inv_freq.device() == dev,
               "paged_attention: inv_freq must be float64 [" << d / 2 << "] on " << dev);
   if (in.row_of_freq.defined()) {
-    ORBIT_CHECK(in.row_of_freq.numel() == d / 2 && in.row_of_freq.scalar_type() == at::kChar && in.row_of_freq.device() == dev,
-                "paged_attention: row_of_freq must be int8 [" << d / 2 << "] on " << dev);
+    ORBIT_CHECK(
+        in.row_of_freq.numel() == d / 2 && in.row_of_freq.scalar_type() == at::kChar && in.row_of_freq.device() == dev,
+        "paged_attention: row_of_freq must be int8 [" << d / 2 << "] on " << dev);
   }
   if (in.patch_of.defined()) {
     ORBIT_CHECK(in.patch_of.numel() == sp && in.patch_of.scalar_type() == at::kInt && in.patch_of.device() == dev &&
@@ -80,7 +84,9 @@ void check_inputs(const PagedAttentionInputs& in) {
 template <typename T, typename A>
 kcpu::PagedAttentionArgs<A> args_of(const PagedAttentionInputs& in, const at::Tensor& out) {
   kcpu::PagedAttentionArgs<A> a;
-  auto ptr = [](const at::Tensor& x) { return x.defined() && x.numel() > 0 ? reinterpret_cast<const A*>(x.data_ptr<T>()) : nullptr; };
+  auto ptr = [](const at::Tensor& x) {
+    return x.defined() && x.numel() > 0 ? reinterpret_cast<const A*>(x.data_ptr<T>()) : nullptr;
+  };
   a.q = ptr(in.q);
   a.k_pages = ptr(in.k_pages);
   a.v_pages = ptr(in.v_pages);
@@ -91,7 +97,8 @@ kcpu::PagedAttentionArgs<A> args_of(const PagedAttentionInputs& in, const at::Te
   a.inv_freq = in.inv_freq.data_ptr<double>();
   a.row_of_freq = in.row_of_freq.defined() ? in.row_of_freq.data_ptr<int8_t>() : nullptr;
   a.patch_of = in.patch_of.defined() && in.patch_of.numel() > 0 ? in.patch_of.data_ptr<int32_t>() : nullptr;
-  a.segments = in.segments.defined() ? reinterpret_cast<const kcpu::PatchSegment*>(in.segments.data_ptr<uint8_t>()) : nullptr;
+  a.segments =
+      in.segments.defined() ? reinterpret_cast<const kcpu::PatchSegment*>(in.segments.data_ptr<uint8_t>()) : nullptr;
   a.out = reinterpret_cast<A*>(out.data_ptr<T>());
   return a;
 }
@@ -145,7 +152,9 @@ at::Tensor paged_attention(const PagedAttentionInputs& in) {
     c.q = q;
     switch (t) {
       case at::kFloat: kcpu::paged_attention_reference<float>(args_of<float, float>(c, out), d); break;
-      case at::kBFloat16: kcpu::paged_attention_reference<at::BFloat16>(args_of<at::BFloat16, at::BFloat16>(c, out), d); break;
+      case at::kBFloat16:
+        kcpu::paged_attention_reference<at::BFloat16>(args_of<at::BFloat16, at::BFloat16>(c, out), d);
+        break;
       default: ORBIT_FAIL("paged_attention: CPU supports float32 and bfloat16, got " << t);
     }
     return out.view({d.queries, d.heads * d.head_dim});

@@ -13,11 +13,11 @@
 namespace orbit::runtime::ops {
 
 struct PagedAttentionInputs {
-  at::Tensor q;            // [R, H, d], rotated and scaled as the model needs (dtype T)
-  at::Tensor k_pages;      // one layer's pool rows [rows, H_kv·d] (dtype T), contiguous
+  at::Tensor q;        // [R, H, d], rotated and scaled as the model needs (dtype T)
+  at::Tensor k_pages;  // one layer's pool rows [rows, H_kv·d] (dtype T), contiguous
   at::Tensor v_pages;
-  at::Tensor slots;        // int32 [S_p]
-  at::Tensor k_tail;       // [S_t, H_kv, d] content form (dtype T); S_t ≥ R
+  at::Tensor slots;   // int32 [S_p]
+  at::Tensor k_tail;  // [S_t, H_kv, d] content form (dtype T); S_t ≥ R
   at::Tensor v_tail;
   at::Tensor positions;    // int64 [S_p + S_t, position_rows], token-major
   at::Tensor inv_freq;     // float64 [d/2]
@@ -26,7 +26,7 @@ struct PagedAttentionInputs {
   at::Tensor segments;     // uint8 blob of PatchSegment[] on the same device (make_segment_table)
   bool interleaved = false;
   double scale = 1.0;
-  bool rowwise = false;    // CUDA: the row-wise kernel instead of the tiled one (for comparison)
+  bool rowwise = false;  // CUDA: the row-wise kernel instead of the tiled one (for comparison)
 };
 
 // Whether the fused kernel can run these inputs on `device` in this build (CUDA kernels built and a

@@ -73,21 +73,23 @@ void check_dtypes(const char* fn, at::ScalarType canonical, at::ScalarType desti
 
 void prepare_factors(const char* fn, const PatchApplyInputs& in, int64_t n, int64_t width, at::ScalarType compute,
                      Prepared& p) {
-  ORBIT_CHECK(in.u.defined() == in.vt.defined(),
-              fn << ": argument '" << (in.u.defined() ? "vt" : "u") << "' is undefined but '"
-                 << (in.u.defined() ? "u" : "vt") << "' is defined (pass both factors or neither)");
+  ORBIT_CHECK(in.u.defined() == in.vt.defined(), fn << ": argument '" << (in.u.defined() ? "vt" : "u")
+                                                    << "' is undefined but '" << (in.u.defined() ? "u" : "vt")
+                                                    << "' is defined (pass both factors or neither)");
   if (!in.u.defined()) return;
   const at::Device device = in.canonical.device();
   ORBIT_CHECK(in.u.dim() == 2 && in.u.size(0) == n,
               fn << ": argument 'u' must be [n=" << n << ", m], got sizes " << in.u.sizes());
   ORBIT_CHECK(in.vt.dim() == 2 && in.vt.size(1) == width,
               fn << ": argument 'vt' must be [m, D=" << width << "], got sizes " << in.vt.sizes());
-  ORBIT_CHECK(in.u.size(1) == in.vt.size(0), fn << ": argument 'u' has rank " << in.u.size(1) << " but 'vt' has "
-                                                << in.vt.size(0) << " rows");
-  ORBIT_CHECK(at::isFloatingType(in.u.scalar_type()), fn << ": argument 'u' must be floating, got " << in.u.scalar_type());
+  ORBIT_CHECK(in.u.size(1) == in.vt.size(0),
+              fn << ": argument 'u' has rank " << in.u.size(1) << " but 'vt' has " << in.vt.size(0) << " rows");
+  ORBIT_CHECK(at::isFloatingType(in.u.scalar_type()),
+              fn << ": argument 'u' must be floating, got " << in.u.scalar_type());
   ORBIT_CHECK(at::isFloatingType(in.vt.scalar_type()),
               fn << ": argument 'vt' must be floating, got " << in.vt.scalar_type());
-  ORBIT_CHECK(in.u.device() == device, fn << ": argument 'u' is on " << in.u.device() << " but 'canonical' is on " << device);
+  ORBIT_CHECK(in.u.device() == device,
+              fn << ": argument 'u' is on " << in.u.device() << " but 'canonical' is on " << device);
   ORBIT_CHECK(in.vt.device() == device,
               fn << ": argument 'vt' is on " << in.vt.device() << " but 'canonical' is on " << device);
   p.dims.rank = in.u.size(1);
@@ -96,17 +98,17 @@ void prepare_factors(const char* fn, const PatchApplyInputs& in, int64_t n, int6
   p.vt = in.vt.to(compute).contiguous();
 }
 
-void prepare_rotation(const char* fn, const PatchApplyInputs& in, int64_t n, int64_t width,
-                      at::ScalarType destination, const at::Device& device, Prepared& p) {
+void prepare_rotation(const char* fn, const PatchApplyInputs& in, int64_t n, int64_t width, at::ScalarType destination,
+                      const at::Device& device, Prepared& p) {
   const RopeConfig& rope = in.rope;
   ORBIT_CHECK(rope.head_dim > 0 && width % rope.head_dim == 0,
               fn << ": rope.head_dim=" << rope.head_dim << " must be positive and divide D=" << width);
   ORBIT_CHECK(in.canonical.dim() == 2 || in.canonical.size(2) == rope.head_dim,
               fn << ": argument 'canonical' " << in.canonical.sizes() << " has head_dim " << in.canonical.size(2)
                  << " but rope.head_dim=" << rope.head_dim);
-  ORBIT_CHECK(rope.rotary_dim > 0 && rope.rotary_dim % 2 == 0 && rope.rotary_dim <= rope.head_dim,
-              fn << ": rope.rotary_dim=" << rope.rotary_dim << " must be even and in (0, head_dim=" << rope.head_dim
-                 << "]");
+  ORBIT_CHECK(
+      rope.rotary_dim > 0 && rope.rotary_dim % 2 == 0 && rope.rotary_dim <= rope.head_dim,
+      fn << ": rope.rotary_dim=" << rope.rotary_dim << " must be even and in (0, head_dim=" << rope.head_dim << "]");
   const at::ScalarType table_dtype = rope_table_dtype(destination);
   RopeTables tables = in.tables;
   if (tables.cos.defined() || tables.sin.defined()) {
@@ -118,8 +120,8 @@ void prepare_rotation(const char* fn, const PatchApplyInputs& in, int64_t n, int
                      << "], got sizes " << t->sizes());
       ORBIT_CHECK(t->scalar_type() == table_dtype,
                   fn << ": argument '" << name << "' must be " << table_dtype << ", got " << t->scalar_type());
-      ORBIT_CHECK(t->device() == device, fn << ": argument '" << name << "' is on " << t->device()
-                                            << " but the destination is on " << device);
+      ORBIT_CHECK(t->device() == device,
+                  fn << ": argument '" << name << "' is on " << t->device() << " but the destination is on " << device);
     }
   } else {
     ORBIT_CHECK(in.positions.defined(), fn << ": argument 'positions' is undefined (rotate needs positions or tables)");
@@ -309,7 +311,8 @@ void patch_apply_out(const at::Tensor& out, const PatchApplyInputs& inputs) {
 
 at::Tensor patch_apply(const PatchApplyInputs& inputs) {
   ORBIT_CHECK(inputs.canonical.defined(), "patch_apply: argument 'canonical' is undefined");
-  at::Tensor out = at::empty(inputs.canonical.sizes(), inputs.canonical.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out =
+      at::empty(inputs.canonical.sizes(), inputs.canonical.options().memory_format(at::MemoryFormat::Contiguous));
   patch_apply_out(out, inputs);
   return out;
 }

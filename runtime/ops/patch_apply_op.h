@@ -60,7 +60,7 @@ at::Tensor patch_apply(const PatchApplyInputs& inputs);
 // holding slots [first_slot, first_slot + n) are written; each must be live with ref_count 1 (a page
 // shared with another holder is never written: copy it on write first) and appear once.
 struct PageTarget {
-  int64_t kind = 0;                 // 0 = K, 1 = V for GQA/MHA pools
+  int64_t kind = 0;  // 0 = K, 1 = V for GQA/MHA pools
   int64_t layer = 0;
   std::vector<PageId> block_table;  // pages in logical order
   int64_t first_slot = 0;           // ≥ 0

@@ -48,8 +48,8 @@ void rotate_cpu(const at::Tensor& out, const at::Tensor& x, const RopeTables& ta
   at::parallel_for(0, dims.tokens, grain, [&](int64_t begin, int64_t end) {
     kernels::cpu::RopeDims slice = dims;
     slice.tokens = end - begin;
-    kernels::cpu::rope_rotate<T, C>(x_ptr + begin * per_token, out_ptr + begin * per_token,
-                                    cos_ptr + begin * half, sin_ptr + begin * half, slice);
+    kernels::cpu::rope_rotate<T, C>(x_ptr + begin * per_token, out_ptr + begin * per_token, cos_ptr + begin * half,
+                                    sin_ptr + begin * half, slice);
   });
 }
 
@@ -86,12 +86,11 @@ void dispatch_cuda(const at::Tensor& out, const at::Tensor& x, const RopeTables&
       break;
     case at::kBFloat16:
       status = kc::rope_rotate<__nv_bfloat16>(reinterpret_cast<const __nv_bfloat16*>(x.data_ptr<at::BFloat16>()),
-                                              reinterpret_cast<__nv_bfloat16*>(out.data_ptr<at::BFloat16>()),
-                                              cos_ptr, sin_ptr, dims, stream);
+                                              reinterpret_cast<__nv_bfloat16*>(out.data_ptr<at::BFloat16>()), cos_ptr,
+                                              sin_ptr, dims, stream);
       break;
     default:
-      ORBIT_FAIL("rope_rotate: argument 'x' has dtype " << x.scalar_type()
-                                                        << "; CUDA supports float32 and bfloat16");
+      ORBIT_FAIL("rope_rotate: argument 'x' has dtype " << x.scalar_type() << "; CUDA supports float32 and bfloat16");
   }
   ORBIT_CHECK(status == cudaSuccess, "rope_rotate: CUDA kernel launch failed: " << cudaGetErrorString(status));
 #else
@@ -106,14 +105,12 @@ void dispatch_cuda(const at::Tensor& out, const at::Tensor& x, const RopeTables&
 
 }  // namespace
 
-at::ScalarType rope_table_dtype(at::ScalarType x_dtype) {
-  return x_dtype == at::kDouble ? at::kDouble : at::kFloat;
-}
+at::ScalarType rope_table_dtype(at::ScalarType x_dtype) { return x_dtype == at::kDouble ? at::kDouble : at::kFloat; }
 
 RopeTables rope_tables(const at::Tensor& angles, at::ScalarType dtype, at::Device device) {
   ORBIT_CHECK(angles.defined(), "rope_tables: argument 'angles' is undefined");
-  ORBIT_CHECK(angles.dim() == 2, "rope_tables: argument 'angles' must be [T, rotary_dim/2], got sizes "
-                                     << angles.sizes());
+  ORBIT_CHECK(angles.dim() == 2,
+              "rope_tables: argument 'angles' must be [T, rotary_dim/2], got sizes " << angles.sizes());
   ORBIT_CHECK(angles.scalar_type() == at::kDouble,
               "rope_tables: argument 'angles' must be float64 (see rope_angles), got " << angles.scalar_type());
   ORBIT_CHECK(dtype == at::kFloat || dtype == at::kDouble,
@@ -138,18 +135,18 @@ void rope_rotate_out(const at::Tensor& out, const at::Tensor& x, const RopeTable
                                                                         << " rows but argument 'x' has " << tokens
                                                                         << " tokens");
   ORBIT_CHECK(half > 0 && 2 * half <= x.size(2), "rope_rotate: rotary_dim " << 2 * half
-                                                                           << " (from the tables) must be in (0, "
-                                                                           << "head_dim=" << x.size(2) << "]");
+                                                                            << " (from the tables) must be in (0, "
+                                                                            << "head_dim=" << x.size(2) << "]");
   const at::ScalarType table_dtype = rope_table_dtype(x.scalar_type());
   ORBIT_CHECK(tables.cos.scalar_type() == table_dtype && tables.sin.scalar_type() == table_dtype,
               "rope_rotate: tables must be " << table_dtype << " for argument 'x' of dtype " << x.scalar_type()
                                              << ", got " << tables.cos.scalar_type());
   ORBIT_CHECK(tables.cos.device() == x.device() && tables.sin.device() == x.device(),
               "rope_rotate: tables are on " << tables.cos.device() << " but argument 'x' is on " << x.device());
-  ORBIT_CHECK(out.defined() && out.sizes() == x.sizes() && out.scalar_type() == x.scalar_type() &&
-                  out.device() == x.device(),
-              "rope_rotate: argument 'out' must match 'x' (sizes " << x.sizes() << ", " << x.scalar_type() << ", "
-                                                                   << x.device() << ")");
+  ORBIT_CHECK(
+      out.defined() && out.sizes() == x.sizes() && out.scalar_type() == x.scalar_type() && out.device() == x.device(),
+      "rope_rotate: argument 'out' must match 'x' (sizes " << x.sizes() << ", " << x.scalar_type() << ", " << x.device()
+                                                           << ")");
   check_contiguous(x, "x");
   check_contiguous(out, "out");
   check_contiguous(tables.cos, "cos");

@@ -21,11 +21,11 @@ bool have_cuda_svd() { return ORBIT_OPS_HAVE_CUDA != 0; }
 SvdFactorsResult truncated_svd_cuda(const at::Tensor& a, int64_t rank) {
   ORBIT_CHECK(a.defined() && a.dim() == 2, "truncated_svd_cuda: argument 'a' must be a 2-D [n, D] matrix");
   ORBIT_CHECK(a.is_cuda(), "truncated_svd_cuda: argument 'a' is on " << a.device() << ", expected a CUDA device");
-  ORBIT_CHECK(at::isFloatingType(a.scalar_type()), "truncated_svd_cuda: argument 'a' must be floating, got "
-                                                       << a.scalar_type());
+  ORBIT_CHECK(at::isFloatingType(a.scalar_type()),
+              "truncated_svd_cuda: argument 'a' must be floating, got " << a.scalar_type());
   const int64_t n = a.size(0), d = a.size(1);
-  ORBIT_CHECK(rank >= 1 && rank <= std::min(n, d), "truncated_svd_cuda: rank " << rank << " is outside [1, min(n="
-                                                                                << n << ", D=" << d << ")]");
+  ORBIT_CHECK(rank >= 1 && rank <= std::min(n, d),
+              "truncated_svd_cuda: rank " << rank << " is outside [1, min(n=" << n << ", D=" << d << ")]");
   ORBIT_CHECK(n <= INT_MAX / std::max<int64_t>(d, 1),
               "truncated_svd_cuda: n·D = " << n << "·" << d << " is beyond cuSOLVER's 32-bit sizes");
   SvdFactorsResult result;

@@ -22,12 +22,12 @@
 namespace orbit::runtime::ops {
 
 struct SvdFactorsResult {
-  bool ok = false;    // false: u and vt are undefined and `why` says why (no CUDA SVD in this build,
-                      // a CUDA or cuSOLVER error, or gesvdj did not converge)
+  bool ok = false;  // false: u and vt are undefined and `why` says why (no CUDA SVD in this build,
+                    // a CUDA or cuSOLVER error, or gesvdj did not converge)
   std::string why;
-  at::Tensor u;       // [n, m]
-  at::Tensor vt;      // [m, D]
-  int sweeps = 0;     // gesvdj sweeps run
+  at::Tensor u;    // [n, m]
+  at::Tensor vt;   // [m, D]
+  int sweeps = 0;  // gesvdj sweeps run
 };
 
 // True when this build can run truncated_svd_cuda (ORBIT_WITH_CUDA and a libtorch with CUDA).

@@ -43,7 +43,8 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor
 bool fused_attention_available() { return ORBIT_HAVE_SDPA != 0; }
 
 at::Tensor rotate(const RopeConfig& rope, const at::Tensor& x, const ops::RopeTables& tables) {
-  if (x.scalar_type() == at::kHalf) return ops::rope_rotate(x.to(at::kFloat).contiguous(), tables, rope.layout).to(at::kHalf);
+  if (x.scalar_type() == at::kHalf)
+    return ops::rope_rotate(x.to(at::kFloat).contiguous(), tables, rope.layout).to(at::kHalf);
   return ops::rope_rotate(x.contiguous(), tables, rope.layout);
 }
 
@@ -68,8 +69,8 @@ at::Tensor attend_fused(const at::Tensor& q, const at::Tensor& k, const at::Tens
     mask = (key_index <= query_index.unsqueeze(1)).view({1, 1, R, S});
   }
   // Strided views are fine for the fused kernels (the head dim is contiguous): no copies of the keys.
-  const at::Tensor out = at::scaled_dot_product_attention(qh, kh, vh, mask,
-                                                          0.0, is_causal, scale, /*enable_gqa=*/k.size(1) != H);
+  const at::Tensor out =
+      at::scaled_dot_product_attention(qh, kh, vh, mask, 0.0, is_causal, scale, /*enable_gqa=*/k.size(1) != H);
   return out.squeeze(0).permute({1, 0, 2}).reshape({R, H * dv});
 }
 #endif
@@ -92,8 +93,8 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const at::Tensor key_index = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(0);  // [1, S]
   for (int64_t start = 0; start < T; start += kQueryBlock) {
     const int64_t len = std::min(kQueryBlock, T - start);
-    at::Tensor qb = q.narrow(0, start, len).reshape({len, Hkv, group, dk}).permute({1, 2, 0, 3}).reshape(
-        {Hkv, group * len, dk});
+    at::Tensor qb =
+        q.narrow(0, start, len).reshape({len, Hkv, group, dk}).permute({1, 2, 0, 3}).reshape({Hkv, group * len, dk});
     at::Tensor scores = at::bmm(qb, kh).mul_(scale).view({Hkv, group, len, S});
     at::Tensor hidden = key_index > query_index.narrow(0, start, len).unsqueeze(1);  // [len, S]
     scores.masked_fill_(hidden, -std::numeric_limits<float>::infinity());

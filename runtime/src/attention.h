@@ -10,9 +10,9 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "orbit/runtime/config.h"
 #include "ops/paged_attention_op.h"
 #include "ops/rope_op.h"
+#include "orbit/runtime/config.h"
 #include "orbit/runtime/model.h"
 
 namespace orbit::runtime::detail {
@@ -42,12 +42,12 @@ bool fused_attention_available();
 struct AttentionStep {
   const ModelConfig& config;
   const LayerWeights& weights;
-  const at::Tensor& h;             // RMSNorm'd hidden states of the computed tokens [R, hidden]
+  const at::Tensor& h;                  // RMSNorm'd hidden states of the computed tokens [R, hidden]
   const ops::RopeTables& query_tables;  // cos/sin of the computed tokens' angles [R, rotary_dim/2]
-  const LayerKV& keys;             // content of all key tokens, float32, S rows
+  const LayerKV& keys;                  // content of all key tokens, float32, S rows
   const ops::RopeTables& key_tables;    // cos/sin of all key tokens' angles [S, rotary_dim/2] (undefined when paged)
-  const at::Tensor& query_index;   // int64 [R]: the last key index each computed token sees
-  bool tail_causal = false;        // query_index[r] = S − R + r (no partial recompute)
+  const at::Tensor& query_index;        // int64 [R]: the last key index each computed token sees
+  bool tail_causal = false;             // query_index[r] = S − R + r (no partial recompute)
   // Set: the past is read in place by the paged kernel (everything but q, the tail and the scale is
   // filled in); `keys` then holds only the tokens after the paged ones (the tail), and key_tables is unused.
   const ops::PagedAttentionInputs* paged = nullptr;

@@ -48,13 +48,15 @@ at::Tensor mla_attention(const AttentionStep& s) {
       rotate(c.rope, q.narrow(2, m.qk_nope_head_dim, m.qk_rope_head_dim), s.query_tables).mul_(a * a);
 
   // Keys and values of every key token, expanded from the latent: [S, H, d_nope + d_v].
-  const at::Tensor kv = dense(s.keys.v.reshape({S, m.kv_lora_rank}), w.wkv_b).view({S, H, m.qk_nope_head_dim + m.v_head_dim});
+  const at::Tensor kv =
+      dense(s.keys.v.reshape({S, m.kv_lora_rank}), w.wkv_b).view({S, H, m.qk_nope_head_dim + m.v_head_dim});
   const at::Tensor k_nope = kv.narrow(2, 0, m.qk_nope_head_dim);
   const at::Tensor v = kv.narrow(2, m.qk_nope_head_dim, m.v_head_dim);
   const at::Tensor k_pe = rotate(c.rope, s.keys.k, s.key_tables).expand({S, H, m.qk_rope_head_dim});
 
   const double scale = rope_mla_softmax_scaling(c.rope) / std::sqrt(static_cast<double>(c.head_dim));
-  return attend(at::cat({q_nope, q_pe}, 2), at::cat({k_nope, k_pe}, 2), v.contiguous(), s.query_index, scale, s.tail_causal);
+  return attend(at::cat({q_nope, q_pe}, 2), at::cat({k_nope, k_pe}, 2), v.contiguous(), s.query_index, scale,
+                s.tail_causal);
 }
 
 }  // namespace orbit::runtime::detail

@@ -38,9 +38,7 @@ const char* rope_scaling_name(RopeScaling scaling) noexcept {
   return "unknown";
 }
 
-int64_t ModelConfig::v_head_dim() const {
-  return attention() == AttentionKind::kMla ? mla.v_head_dim : head_dim;
-}
+int64_t ModelConfig::v_head_dim() const { return attention() == AttentionKind::kMla ? mla.v_head_dim : head_dim; }
 
 ContentShape ModelConfig::content_k_shape() const {
   if (attention() == AttentionKind::kMla) return {1, mla.qk_rope_head_dim};
@@ -101,8 +99,8 @@ void validate_gqa(const ModelConfig& c, const std::string& origin) {
                      << arch_name(c.arch));
   if (c.rope.is_mrope()) {
     const std::vector<int64_t>& s = c.rope.mrope_section;
-    ORBIT_CHECK(s.size() == 3, origin << ": field 'rope_scaling.mrope_section' must have 3 entries (t, h, w), got "
-                                      << s.size());
+    ORBIT_CHECK(s.size() == 3,
+                origin << ": field 'rope_scaling.mrope_section' must have 3 entries (t, h, w), got " << s.size());
     int64_t sum = 0;
     for (int64_t v : s) {
       ORBIT_CHECK(v >= 0, origin << ": field 'rope_scaling.mrope_section' has a negative entry " << v);

@@ -77,9 +77,9 @@ const std::map<std::string, ModelConfig>& presets() {
     t["qwen2.5-0.5b"] = make_config(Arch::kQwen2, 151936, 896, 4864, 24, 14, 2, 64, 32768, 1e6, 1e-6, true);
     t["qwen2.5-7b"] = make_config(Arch::kQwen2, 152064, 3584, 18944, 28, 28, 4, 128, 32768, 1e6, 1e-6, false);
     // The language model of Qwen2.5-VL-7B: Qwen2.5-7B's shape with M-RoPE sections (16, 24, 24).
-    t["qwen2.5-vl-7b-lm"] = make_vl(
-        Arch::kQwen25VL, make_config(Arch::kQwen2, 152064, 3584, 18944, 28, 28, 4, 128, 128000, 1e6, 1e-6, false),
-        {16, 24, 24});
+    t["qwen2.5-vl-7b-lm"] =
+        make_vl(Arch::kQwen25VL,
+                make_config(Arch::kQwen2, 152064, 3584, 18944, 28, 28, 4, 128, 128000, 1e6, 1e-6, false), {16, 24, 24});
     t["tiny-qwen2-vl"] =
         make_vl(Arch::kQwen2VL, make_config(Arch::kQwen2, 512, 64, 128, 2, 4, 2, 16, 1024, 1e6, 1e-6, true), {2, 3, 3});
     // MLA with a q low-rank path; d_v differs from d_nope and d_rope so no width can stand in for another.

@@ -35,14 +35,15 @@ int64_t get_or<int64_t>(const json& object, const char* field, int64_t fallback,
   if (it == object.end() || it->is_null()) return fallback;
   if (it->is_number_unsigned()) {
     const uint64_t u = it->get<uint64_t>();
-    ORBIT_CHECK(u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), origin << ": field '" << field << "' = " << u << " is too large");
+    ORBIT_CHECK(u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+                origin << ": field '" << field << "' = " << u << " is too large");
     return static_cast<int64_t>(u);
   }
   if (it->is_number_integer()) return it->get<int64_t>();
   if (it->is_number_float()) {
     const double x = it->get<double>();
-    ORBIT_CHECK(std::isfinite(x) && std::floor(x) == x, origin << ": field '" << field << "' must be an integer, got "
-                                                                << it->dump());
+    ORBIT_CHECK(std::isfinite(x) && std::floor(x) == x,
+                origin << ": field '" << field << "' must be an integer, got " << it->dump());
     ORBIT_CHECK(std::fabs(x) < 9.0e15, origin << ": field '" << field << "' = " << it->dump() << " is too large");
     return static_cast<int64_t>(x);
   }
@@ -111,11 +112,11 @@ void parse_mla(const json& j, ModelConfig& c, const std::string& origin) {
     const int64_t freq = get_or<int64_t>(j, "moe_layer_freq", 1, origin);
     ORBIT_CHECK(freq > 0, origin << ": field 'moe_layer_freq' must be positive, got " << freq);
     for (int64_t l = std::max<int64_t>(first_dense, 0); l < c.num_layers; ++l) {
-      ORBIT_CHECK(l % freq != 0,
-                  origin << ": unsupported: field 'n_routed_experts' = " << experts << " with first_k_dense_replace = "
-                         << first_dense << " < num_hidden_layers = " << c.num_layers << " makes layer " << l
-                         << " a mixture-of-experts layer; orbit runs deepseek_v2 with dense MLPs only "
-                            "(n_routed_experts null, or first_k_dense_replace >= num_hidden_layers)");
+      ORBIT_CHECK(l % freq != 0, origin << ": unsupported: field 'n_routed_experts' = " << experts
+                                        << " with first_k_dense_replace = " << first_dense
+                                        << " < num_hidden_layers = " << c.num_layers << " makes layer " << l
+                                        << " a mixture-of-experts layer; orbit runs deepseek_v2 with dense MLPs only "
+                                           "(n_routed_experts null, or first_k_dense_replace >= num_hidden_layers)");
     }
   }
 }
@@ -204,7 +205,8 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
                   c.weight_dtype == "float64",
               origin << ": unsupported field value torch_dtype = '" << c.weight_dtype
                      << "'; supported: float32, bfloat16, float16, float64 (quantized weights are not)");
-  c.attention_bias = c.arch == Arch::kQwen2 || is_qwen_vl(c.arch) ? true : get_or<bool>(j, "attention_bias", false, origin);
+  c.attention_bias =
+      c.arch == Arch::kQwen2 || is_qwen_vl(c.arch) ? true : get_or<bool>(j, "attention_bias", false, origin);
 
   const std::string act = get_or<std::string>(j, "hidden_act", "silu", origin);
   ORBIT_CHECK(act == "silu", origin << ": unsupported field value hidden_act = '" << act << "' (only silu)");
@@ -335,18 +337,18 @@ json config_summary_json(const ModelConfig& c) {
   if (r.is_mrope()) rope["mrope_section"] = r.mrope_section;
   // nlohmann's json object keeps keys sorted, so dump() is canonical.
   json summary{{"arch", arch_name(c.arch)},
-              {"vocab_size", c.vocab_size},
-              {"hidden_size", c.hidden_size},
-              {"intermediate_size", c.intermediate_size},
-              {"num_layers", c.num_layers},
-              {"num_heads", c.num_heads},
-              {"num_kv_heads", c.num_kv_heads},
-              {"head_dim", c.head_dim},
-              {"rms_norm_eps", c.rms_norm_eps},
-              {"attention_bias", c.attention_bias},
-              {"tie_word_embeddings", c.tie_word_embeddings},
-              {"max_position_embeddings", c.max_position_embeddings},
-              {"rope", rope}};
+               {"vocab_size", c.vocab_size},
+               {"hidden_size", c.hidden_size},
+               {"intermediate_size", c.intermediate_size},
+               {"num_layers", c.num_layers},
+               {"num_heads", c.num_heads},
+               {"num_kv_heads", c.num_kv_heads},
+               {"head_dim", c.head_dim},
+               {"rms_norm_eps", c.rms_norm_eps},
+               {"attention_bias", c.attention_bias},
+               {"tie_word_embeddings", c.tie_word_embeddings},
+               {"max_position_embeddings", c.max_position_embeddings},
+               {"rope", rope}};
   if (c.attention() == AttentionKind::kMla) {
     const MlaConfig& m = c.mla;
     summary["mla"] = {{"q_lora_rank", m.q_lora_rank},

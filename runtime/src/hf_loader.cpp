@@ -54,9 +54,10 @@ void check_unused_tensors(const std::map<std::string, const SafetensorsFile*>& o
     if (used.count(name) > 0 || ignorable_tensor(name)) continue;
     if (name == "lm_head.weight" && config.tie_word_embeddings) {
       const StTensorInfo* info = file->find(name);
-      const bool same = is_float_dtype(info->dtype) && info->shape == std::vector<int64_t>(weights.embed.sizes().begin(),
-                                                                                            weights.embed.sizes().end()) &&
-                        file->load(name, at::kFloat).equal(weights.embed);
+      const bool same =
+          is_float_dtype(info->dtype) &&
+          info->shape == std::vector<int64_t>(weights.embed.sizes().begin(), weights.embed.sizes().end()) &&
+          file->load(name, at::kFloat).equal(weights.embed);
       ORBIT_CHECK(same, file->path() << ": tensor 'lm_head.weight' differs from the embedding, but " << config_path
                                      << " says tie_word_embeddings = true (the output head would be ignored)");
       continue;
@@ -95,8 +96,9 @@ std::unique_ptr<Model> load_hf(const std::string& dir_string, const ComputeTarge
       auto found = by_shard.find(shard);
       if (found == by_shard.end()) {
         const fs::path shard_path = dir / shard;
-        ORBIT_CHECK(fs::is_regular_file(shard_path), index_path.string() << ": weight_map['" << it.key()
-                                                                         << "'] names missing shard " << shard_path.string());
+        ORBIT_CHECK(fs::is_regular_file(shard_path), index_path.string()
+                                                         << ": weight_map['" << it.key() << "'] names missing shard "
+                                                         << shard_path.string());
         files.push_back(std::make_unique<SafetensorsFile>(shard_path.string()));
         found = by_shard.emplace(shard, files.back().get()).first;
       }
@@ -127,18 +129,18 @@ std::unique_ptr<Model> load_hf(const std::string& dir_string, const ComputeTarge
   std::set<std::string> used;
   for (const WeightSpec& spec : weight_specs(config)) {
     auto it = resolve(spec.name);
-    ORBIT_CHECK(it != owner.end(), dir_string << ": missing tensor '" << spec.name << "' (config.json: "
-                                              << arch_name(config.arch) << ", " << config.num_layers << " layers"
-                                              << (config.tie_word_embeddings ? ", tied embeddings" : ", untied embeddings")
-                                              << ")");
+    ORBIT_CHECK(it != owner.end(),
+                dir_string << ": missing tensor '" << spec.name << "' (config.json: " << arch_name(config.arch) << ", "
+                           << config.num_layers << " layers"
+                           << (config.tie_word_embeddings ? ", tied embeddings" : ", untied embeddings") << ")");
     const std::string& stored = it->first;
     const StTensorInfo* info = it->second->find(stored);
-    ORBIT_CHECK(info->shape == spec.shape, it->second->path() << ": tensor '" << spec.name << "' has shape "
-                                                              << shape_string(info->shape) << " but config.json implies "
-                                                              << shape_string(spec.shape));
+    ORBIT_CHECK(info->shape == spec.shape,
+                it->second->path() << ": tensor '" << spec.name << "' has shape " << shape_string(info->shape)
+                                   << " but config.json implies " << shape_string(spec.shape));
     ORBIT_CHECK(is_float_dtype(info->dtype), it->second->path() << ": tensor '" << spec.name << "' has dtype "
-                                                                  << st_dtype_name(info->dtype)
-                                                                  << "; weights must be floating (F32, F16, BF16, F64)");
+                                                                << st_dtype_name(info->dtype)
+                                                                << "; weights must be floating (F32, F16, BF16, F64)");
     used.insert(stored);
     // Stored dtype -> target dtype on the host (a no-op when they agree), then one copy to the device.
     weight_slot(weights, config, spec.name) = it->second->load(stored, target.dtype).to(target.device);

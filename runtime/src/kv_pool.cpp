@@ -15,9 +15,9 @@ namespace {
 void validate(const KVPoolOptions& o) {
   ORBIT_CHECK(o.num_layers > 0, "KVPoolOptions: num_layers must be > 0, got " << o.num_layers);
   ORBIT_CHECK(o.num_pages > 0, "KVPoolOptions: num_pages must be > 0, got " << o.num_pages);
-  ORBIT_CHECK(o.num_pages <= std::numeric_limits<PageId>::max(),
-              "KVPoolOptions: num_pages " << o.num_pages << " exceeds the PageId range ("
-                                          << std::numeric_limits<PageId>::max() << ")");
+  ORBIT_CHECK(o.num_pages <= std::numeric_limits<PageId>::max(), "KVPoolOptions: num_pages "
+                                                                     << o.num_pages << " exceeds the PageId range ("
+                                                                     << std::numeric_limits<PageId>::max() << ")");
   ORBIT_CHECK(o.page_size > 0, "KVPoolOptions: page_size must be > 0, got " << o.page_size);
   ORBIT_CHECK(!o.widths.empty(), "KVPoolOptions: widths must name at least one stored kind");
   for (size_t s = 0; s < o.widths.size(); ++s) {
@@ -41,7 +41,8 @@ KVPool::KVPool(const KVPoolOptions& options) : options_(options) {
     }
   } catch (const c10::Error& e) {
     ORBIT_FAIL("KVPool: cannot allocate " << options_.num_pages << " pages (" << page_bytes() * options_.num_pages
-                                          << " bytes) on " << device_name(device) << ": " << e.what_without_backtrace());
+                                          << " bytes) on " << device_name(device) << ": "
+                                          << e.what_without_backtrace());
   }
   ref_counts_.assign(static_cast<size_t>(options_.num_pages), 0);
   // Pushed in reverse so that a fresh pool hands out pages 0, 1, 2, ... (readable in tests and dumps).
@@ -52,8 +53,7 @@ KVPool::KVPool(const KVPoolOptions& options) : options_(options) {
 int64_t KVPool::page_bytes() const {
   int64_t width_sum = 0;
   for (int64_t w : options_.widths) width_sum += w;
-  return options_.num_layers * options_.page_size * width_sum *
-         static_cast<int64_t>(c10::elementSize(options_.dtype));
+  return options_.num_layers * options_.page_size * width_sum * static_cast<int64_t>(c10::elementSize(options_.dtype));
 }
 
 std::optional<PageId> KVPool::allocate() {
@@ -119,9 +119,9 @@ void KVPool::verify_integrity() const {
     const auto sizes = storage_[s].sizes();
     ORBIT_CHECK(sizes.size() == 4 && sizes[0] == options_.num_layers && sizes[1] == n &&
                     sizes[2] == options_.page_size && sizes[3] == options_.widths[s],
-                "KVPool integrity: storage[" << s << "] has shape " << sizes << ", expected ["
-                                             << options_.num_layers << ", " << n << ", " << options_.page_size
-                                             << ", " << options_.widths[s] << "]");
+                "KVPool integrity: storage[" << s << "] has shape " << sizes << ", expected [" << options_.num_layers
+                                             << ", " << n << ", " << options_.page_size << ", " << options_.widths[s]
+                                             << "]");
   }
   ORBIT_CHECK(static_cast<int64_t>(free_list_.size()) <= n,
               "KVPool integrity: free list holds " << free_list_.size() << " entries for " << n << " pages");
@@ -134,9 +134,9 @@ void KVPool::verify_integrity() const {
     ORBIT_CHECK(!on_free_list[static_cast<size_t>(page)],
                 "KVPool integrity: page " << page << " appears twice on the free list (entry " << i << ")");
     on_free_list[static_cast<size_t>(page)] = true;
-    ORBIT_CHECK(ref_counts_[static_cast<size_t>(page)] == 0,
-                "KVPool integrity: page " << page << " is on the free list with ref_count "
-                                          << ref_counts_[static_cast<size_t>(page)]);
+    ORBIT_CHECK(ref_counts_[static_cast<size_t>(page)] == 0, "KVPool integrity: page "
+                                                                 << page << " is on the free list with ref_count "
+                                                                 << ref_counts_[static_cast<size_t>(page)]);
   }
   for (int64_t p = 0; p < n; ++p) {
     if (on_free_list[static_cast<size_t>(p)]) continue;

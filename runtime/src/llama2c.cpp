@@ -40,7 +40,8 @@ class Reader {
     at::Tensor t = at::empty(shape, at::kFloat);
     const uint64_t bytes = static_cast<uint64_t>(t.numel()) * sizeof(float);
     ORBIT_CHECK(offset_ + bytes <= size_, path_ << ": truncated while reading '" << what << "' (needs bytes ["
-                                                << offset_ << ", " << offset_ + bytes << "), file has " << size_ << ")");
+                                                << offset_ << ", " << offset_ + bytes << "), file has " << size_
+                                                << ")");
     in_.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(bytes));
     ORBIT_CHECK(in_.good(), path_ << ": read error in '" << what << "' at byte " << offset_);
     offset_ += bytes;
@@ -79,7 +80,8 @@ std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget
   const uint64_t size = file_size_of(path);
   Reader reader(path, size);
   Header h{};
-  reader.read_raw(&h, sizeof h, "header (7 int32: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len)");
+  reader.read_raw(&h, sizeof h,
+                  "header (7 int32: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len)");
 
   auto positive = [&](int32_t value, const char* field) {
     ORBIT_CHECK(value > 0, path << ": header field '" << field << "' must be positive, got " << value);
@@ -92,10 +94,10 @@ std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget
   positive(h.seq_len, "seq_len");
   ORBIT_CHECK(h.vocab_size != 0 && h.vocab_size != std::numeric_limits<int32_t>::min(),
               path << ": header field 'vocab_size' must be non-zero, got " << h.vocab_size);
-  ORBIT_CHECK(h.dim % h.n_heads == 0, path << ": header field 'dim' (" << h.dim << ") is not divisible by n_heads ("
-                                           << h.n_heads << ")");
-  ORBIT_CHECK(h.n_heads % h.n_kv_heads == 0, path << ": header field 'n_kv_heads' (" << h.n_kv_heads
-                                                  << ") must divide n_heads (" << h.n_heads << ")");
+  ORBIT_CHECK(h.dim % h.n_heads == 0,
+              path << ": header field 'dim' (" << h.dim << ") is not divisible by n_heads (" << h.n_heads << ")");
+  ORBIT_CHECK(h.n_heads % h.n_kv_heads == 0,
+              path << ": header field 'n_kv_heads' (" << h.n_kv_heads << ") must divide n_heads (" << h.n_heads << ")");
   const bool shared_classifier = h.vocab_size > 0;
   const int64_t vocab = shared_classifier ? h.vocab_size : -static_cast<int64_t>(h.vocab_size);
   const int64_t dim = h.dim, hidden = h.hidden_dim, L = h.n_layers, head = h.dim / h.n_heads;
@@ -106,12 +108,12 @@ std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget
   // 128-bit arithmetic: a corrupt header must not overflow its way into a plausible size.
   using Wide = __int128;
   const Wide floats = Wide(vocab) * dim + Wide(L) * dim + Wide(L) * dim * dim + Wide(2) * L * kv_dim * dim +
-                      Wide(L) * dim * dim + Wide(L) * dim + Wide(3) * L * hidden * dim + dim +
-                      Wide(h.seq_len) * head + (shared_classifier ? Wide(0) : Wide(vocab) * dim);
+                      Wide(L) * dim * dim + Wide(L) * dim + Wide(3) * L * hidden * dim + dim + Wide(h.seq_len) * head +
+                      (shared_classifier ? Wide(0) : Wide(vocab) * dim);
   const Wide expected_wide = Wide(sizeof(Header)) + floats * Wide(sizeof(float));
-  const uint64_t expected =
-      expected_wide > Wide(std::numeric_limits<uint64_t>::max()) ? std::numeric_limits<uint64_t>::max()
-                                                                  : static_cast<uint64_t>(expected_wide);
+  const uint64_t expected = expected_wide > Wide(std::numeric_limits<uint64_t>::max())
+                                ? std::numeric_limits<uint64_t>::max()
+                                : static_cast<uint64_t>(expected_wide);
   ORBIT_CHECK(size == expected,
               path << ": file is " << size << " bytes but its header (dim=" << h.dim << ", hidden_dim=" << h.hidden_dim
                    << ", n_layers=" << h.n_layers << ", n_heads=" << h.n_heads << ", n_kv_heads=" << h.n_kv_heads

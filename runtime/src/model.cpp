@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "attention.h"
-#include "orbit/common/error.h"
 #include "ops/paged_attention_op.h"
 #include "ops/rope_op.h"
+#include "orbit/common/error.h"
 #include "orbit/runtime/fingerprint.h"
 #include "orbit/runtime/paged_past.h"
 #include "orbit/runtime/rope.h"
@@ -34,7 +34,8 @@ void check_shape(const at::Tensor& t, at::IntArrayRef expected, const std::strin
                      << dtype_name(where.dtype().toScalarType()) << " on " << device_name(where.device())
                      << " (every weight must share one device and dtype)");
   // A NaN or infinite weight makes every output NaN: refuse the model rather than answer nonsense.
-  ORBIT_CHECK(at::isfinite(t).all().item<bool>(), origin << ": tensor '" << name << "' contains NaN or infinite values");
+  ORBIT_CHECK(at::isfinite(t).all().item<bool>(),
+              origin << ": tensor '" << name << "' contains NaN or infinite values");
 }
 
 }  // namespace
@@ -48,9 +49,9 @@ void check_positions(const ModelConfig& config, const at::Tensor& positions, con
                 what << ": positions must be int64 [T] or an int64 position grid [3, T] (rows t, h, w), got "
                      << shape_string(positions.sizes()) << " " << positions.scalar_type());
   } else {
-    ORBIT_CHECK(positions.dim() == 1 && positions.scalar_type() == at::kLong,
-                what << ": positions must be a 1-D int64 tensor, got " << positions.dim() << "-D "
-                     << positions.scalar_type());
+    ORBIT_CHECK(
+        positions.dim() == 1 && positions.scalar_type() == at::kLong,
+        what << ": positions must be a 1-D int64 tensor, got " << positions.dim() << "-D " << positions.scalar_type());
   }
   if (positions.numel() == 0) return;
   const int64_t lo = positions.min().item<int64_t>();
@@ -58,18 +59,18 @@ void check_positions(const ModelConfig& config, const at::Tensor& positions, con
   ORBIT_CHECK(lo >= 0, what << ": position " << lo << " is negative");
   // Dynamic NTK exists to run past the trained limit; every other RoPE type stops at it.
   if (config.rope.scaling != RopeScaling::kDynamicNtk) {
-    ORBIT_CHECK(hi < config.max_position_embeddings,
-                what << ": position " << hi << " is past the model's limit (max_position_embeddings = "
-                     << config.max_position_embeddings << ")");
+    ORBIT_CHECK(hi < config.max_position_embeddings, what << ": position " << hi
+                                                          << " is past the model's limit (max_position_embeddings = "
+                                                          << config.max_position_embeddings << ")");
   }
 }
 
 Model::Model(ModelConfig config, ModelWeights weights, std::string origin)
     : config_(std::move(config)), weights_(std::move(weights)), origin_(std::move(origin)) {
   config_.validate(origin_);
-  ORBIT_CHECK(static_cast<int64_t>(weights_.layers.size()) == config_.num_layers,
-              origin_ << ": " << weights_.layers.size() << " layers of weights but num_hidden_layers = "
-                      << config_.num_layers);
+  ORBIT_CHECK(
+      static_cast<int64_t>(weights_.layers.size()) == config_.num_layers,
+      origin_ << ": " << weights_.layers.size() << " layers of weights but num_hidden_layers = " << config_.num_layers);
   if (config_.tie_word_embeddings) weights_.lm_head = weights_.embed;
   ORBIT_CHECK(weights_.embed.defined(), origin_ << ": missing tensor 'model.embed_tokens.weight'");
   device_ = weights_.embed.device();
@@ -98,8 +99,9 @@ int64_t Model::parameter_count() const {
 
 at::Tensor Model::embed(const std::vector<int64_t>& tokens) const {
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    ORBIT_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size,
-                "tokens[" << i << "] = " << tokens[i] << " is outside the vocabulary [0, " << config_.vocab_size << ")");
+    ORBIT_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size, "tokens[" << i << "] = " << tokens[i]
+                                                                            << " is outside the vocabulary [0, "
+                                                                            << config_.vocab_size << ")");
   }
   c10::InferenceMode guard;
   at::Tensor ids = at::tensor(at::ArrayRef<int64_t>(tokens), at::kLong).to(device_);
@@ -126,8 +128,8 @@ at::Tensor input_positions(const ModelConfig& c, const at::Tensor& given, int64_
   if (c.rope.is_mrope() && given.dim() == 2) {
     ORBIT_CHECK(given.size(0) == 3, "forward: input.positions: a position grid must have 3 rows (t, h, w), got "
                                         << shape_string(given.sizes()));
-    ORBIT_CHECK(given.size(1) == T, "forward: input.positions: position grid has " << given.size(1) << " columns for "
-                                                                                   << T << " tokens");
+    ORBIT_CHECK(given.size(1) == T,
+                "forward: input.positions: position grid has " << given.size(1) << " columns for " << T << " tokens");
   } else {
     ORBIT_CHECK(given.dim() == 1 && given.size(0) == T,
                 "forward: input.positions must be [T=" << T << "]" << (c.rope.is_mrope() ? " or [3, T]" : "")
@@ -176,8 +178,8 @@ PagedPlan plan_paged(const ModelConfig& c, const PastKV& past, const at::Tensor&
   const KVPool& pool = *paged.pool;
   ORBIT_CHECK(pool.device() == device && pool.options().dtype == dtype,
               "forward: the paged past's pool is " << dtype_name(pool.options().dtype) << " on "
-                                                   << device_name(pool.device()) << ", the model "
-                                                   << dtype_name(dtype) << " on " << device_name(device));
+                                                   << device_name(pool.device()) << ", the model " << dtype_name(dtype)
+                                                   << " on " << device_name(device));
   ORBIT_CHECK(pool.options().num_layers == c.num_layers && pool.num_kinds() == 2 &&
                   pool.options().widths[0] == c.content_k_shape().width() &&
                   pool.options().widths[1] == c.content_v_shape().width(),
@@ -198,7 +200,8 @@ PagedPlan plan_paged(const ModelConfig& c, const PastKV& past, const at::Tensor&
   b.inv_freq = rope_inv_freq(c.rope, window_len).to(device);
   if (c.rope.is_mrope()) {
     std::vector<int8_t> row_of;
-    for (int64_t r = 0; r < 3; ++r) row_of.insert(row_of.end(), static_cast<size_t>(c.rope.mrope_section[r]), static_cast<int8_t>(r));
+    for (int64_t r = 0; r < 3; ++r)
+      row_of.insert(row_of.end(), static_cast<size_t>(c.rope.mrope_section[r]), static_cast<int8_t>(r));
     b.row_of_freq = at::tensor(at::ArrayRef<int8_t>(row_of), at::kChar).to(device);
   }
   b.interleaved = c.rope.layout == RopeLayout::kInterleaved;
@@ -242,9 +245,10 @@ PagedPlan plan_paged(const ModelConfig& c, const PastKV& past, const at::Tensor&
 
 std::string Model::attention_path(int64_t queries, bool paged) const {
   const std::string gap = paged_kernel_gap(config_, device_, queries, false);
-  std::string dense_path = device_.is_cuda() ? (detail::fused_attention_available() ? "PyTorch SDPA on CUDA"
-                                                                                    : "blocked PyTorch attention on CUDA")
-                                             : "blocked PyTorch attention on CPU";
+  std::string dense_path =
+      device_.is_cuda()
+          ? (detail::fused_attention_available() ? "PyTorch SDPA on CUDA" : "blocked PyTorch attention on CUDA")
+          : "blocked PyTorch attention on CPU";
   if (!paged) return "contiguous past: " + dense_path;
   if (gap.empty()) return "paged CUDA kernel (pages read in place, fused relocation + patch rows)";
   return "gathered past + " + dense_path + " (fallback: " + gap + ")";
@@ -289,8 +293,9 @@ ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, cons
     ORBIT_CHECK(no_extra || static_cast<int64_t>(past->layers.size()) == c.num_layers,
                 "forward: past has " << past->layers.size() << " layers, the model has " << c.num_layers);
     ORBIT_CHECK(!no_extra || past_len == paged_len, "forward: past.positions cover " << past_len << " tokens but "
-                                                                                    << paged_len << " are paged and no "
-                                                                                                    "layers follow");
+                                                                                     << paged_len
+                                                                                     << " are paged and no "
+                                                                                        "layers follow");
     if (past_len > 0) check_positions(c, past->positions, "forward: past.positions");
     for (std::size_t l = 0; l < past->layers.size() && past_len > paged_len; ++l) {
       check_content(c, past->layers[l], past_len - paged_len, "forward: past.layers[" + std::to_string(l) + "]");
@@ -339,10 +344,9 @@ ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, cons
   // Angles are computed where the model runs (float64 there), never shipped per token from the host.
   const at::Tensor angles = rope_angles(c.rope, positions.to(device_), window_len);
   const at::Tensor query_angles = partial ? angles.index_select(0, selected) : angles;
-  const at::Tensor key_angles =
-      past_len > 0 && paged_past == nullptr
-          ? at::cat({rope_angles(c.rope, past->positions.to(device_), window_len), angles}, 0)
-          : angles;
+  const at::Tensor key_angles = past_len > 0 && paged_past == nullptr
+                                    ? at::cat({rope_angles(c.rope, past->positions.to(device_), window_len), angles}, 0)
+                                    : angles;
   // cos/sin once per forward: every layer rotates by the same angles.
   const at::ScalarType table_dtype = ops::rope_table_dtype(dtype_);
   const ops::RopeTables query_tables = ops::rope_tables(query_angles, table_dtype, device_);
@@ -378,7 +382,8 @@ ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, cons
       const at::Tensor& vs = paged_plan.pool->storage(1);
       paged_layer.k_pages = ks.select(0, l).view({paged_plan.rows, ks.size(3)});
       paged_layer.v_pages = vs.select(0, l).view({paged_plan.rows, vs.size(3)});
-      if (!paged_plan.segment_tables.empty()) paged_layer.segments = paged_plan.segment_tables[static_cast<std::size_t>(l)];
+      if (!paged_plan.segment_tables.empty())
+        paged_layer.segments = paged_plan.segment_tables[static_cast<std::size_t>(l)];
       step.paged = &paged_layer;
     }
     x = x + dense(mla ? detail::mla_attention(step) : detail::gqa_attention(step), w.wo);

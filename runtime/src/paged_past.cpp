@@ -72,8 +72,8 @@ PastKV materialize_past(const ModelConfig& c, const PastKV& past, const c10::Dev
   if (!past.paged) return past;
   std::vector<LayerKV> layers = materialize(c, *past.paged, device, dtype);
   if (!past.layers.empty()) {
-    ORBIT_CHECK(past.layers.size() == layers.size(), "paged past: " << past.layers.size() << " extra layers, the model has "
-                                                                    << layers.size());
+    ORBIT_CHECK(past.layers.size() == layers.size(),
+                "paged past: " << past.layers.size() << " extra layers, the model has " << layers.size());
     for (size_t l = 0; l < layers.size(); ++l) {
       layers[l].k = at::cat({layers[l].k, past.layers[l].k.to(device, dtype)}, 0);
       layers[l].v = at::cat({layers[l].v, past.layers[l].v.to(device, dtype)}, 0);

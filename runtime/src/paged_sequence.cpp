@@ -36,11 +36,11 @@ at::Tensor flat_storage(const KVPool& pool, int64_t kind) {
 void check_layer_tensor(const at::Tensor& t, const char* name, size_t layer, int64_t tokens, ContentShape shape) {
   ORBIT_CHECK(t.defined(), "PagedSequence::append: content[" << layer << "]." << name << " is undefined");
   ORBIT_CHECK(at::isFloatingType(t.scalar_type()), "PagedSequence::append: content[" << layer << "]." << name
-                                                       << " must be floating, got " << t.scalar_type());
+                                                                                     << " must be floating, got "
+                                                                                     << t.scalar_type());
   ORBIT_CHECK(t.dim() == 3 && t.size(0) == tokens && t.size(1) == shape.heads && t.size(2) == shape.dim,
-              "PagedSequence::append: content[" << layer << "]." << name << " has shape " << t.sizes()
-                                                << ", expected [" << tokens << ", " << shape.heads << ", " << shape.dim
-                                                << "]");
+              "PagedSequence::append: content[" << layer << "]." << name << " has shape " << t.sizes() << ", expected ["
+                                                << tokens << ", " << shape.heads << ", " << shape.dim << "]");
 }
 
 // The GQA/MHA shape [num_kv_heads, head_dim], checked with the shorthand constructor's argument names.
@@ -54,15 +54,16 @@ ContentShape gqa_shape(int64_t num_kv_heads, int64_t head_dim) {
 
 PagedSequence::PagedSequence(KVPool& pool, ContentShape k, ContentShape v, int64_t position_rows)
     : pool_(&pool), k_shape_(k), v_shape_(v), position_rows_(position_rows) {
-  ORBIT_CHECK(k.heads > 0 && k.dim > 0, "PagedSequence: k shape must be positive, got [" << k.heads << ", " << k.dim << "]");
-  ORBIT_CHECK(v.heads > 0 && v.dim > 0, "PagedSequence: v shape must be positive, got [" << v.heads << ", " << v.dim << "]");
+  ORBIT_CHECK(k.heads > 0 && k.dim > 0,
+              "PagedSequence: k shape must be positive, got [" << k.heads << ", " << k.dim << "]");
+  ORBIT_CHECK(v.heads > 0 && v.dim > 0,
+              "PagedSequence: v shape must be positive, got [" << v.heads << ", " << v.dim << "]");
   ORBIT_CHECK(position_rows == 1 || position_rows == 3,
               "PagedSequence: position_rows must be 1 or 3 (M-RoPE), got " << position_rows);
   const auto& widths = pool.options().widths;
   ORBIT_CHECK(widths.size() == 2 && widths[0] == k.width() && widths[1] == v.width(),
-              "PagedSequence: pool widths must be {k width, v width} = {" << k.width() << ", " << v.width()
-                                                                         << "} (K then V), got "
-                                                                         << at::IntArrayRef(widths));
+              "PagedSequence: pool widths must be {k width, v width} = {"
+                  << k.width() << ", " << v.width() << "} (K then V), got " << at::IntArrayRef(widths));
 }
 
 PagedSequence::PagedSequence(KVPool& pool, const ModelConfig& config)
@@ -138,8 +139,7 @@ Status PagedSequence::append(const std::vector<LayerKV>& content, const at::Tens
   std::vector<PageId> allocated;
   Status status = pool_->allocate(fresh + (copy_tail ? 1 : 0), allocated);
   if (!status) {
-    return Status::out_of_capacity("PagedSequence::append of " + std::to_string(count) +
-                                   " tokens: " + status.reason());
+    return Status::out_of_capacity("PagedSequence::append of " + std::to_string(count) + " tokens: " + status.reason());
   }
 
   // The pages the new tokens land in: the tail (or its private copy) when it has room, then the fresh

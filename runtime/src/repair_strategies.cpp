@@ -381,8 +381,8 @@ std::unique_ptr<RepairStrategy> make_strategy(const std::string& spec) {
 
 // ---- token-selective recompute on explicit inputs ----------------------------------------------------
 
-Content recompute_tokens(const Model& model, const ForwardInput& input, const PastKV& context,
-                         const Content& canonical, const at::Tensor& indices) {
+Content recompute_tokens(const Model& model, const ForwardInput& input, const PastKV& context, const Content& canonical,
+                         const at::Tensor& indices) {
   ForwardOptions options;
   options.logits = LogitsMode::kNone;
   options.recompute = indices;

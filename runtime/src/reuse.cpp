@@ -40,8 +40,8 @@ int64_t checked_length(const ModelConfig& c, const Content& content, const std::
                   what << ": layers[" << l << "]." << name << " must be [n, " << shape.heads << ", " << shape.dim
                        << "], got " << (t.defined() ? shape_string(t.sizes()) : std::string("an undefined tensor")));
       if (n < 0) n = t.size(0);
-      ORBIT_CHECK(t.size(0) == n, what << ": layers[" << l << "]." << name << " has " << t.size(0)
-                                       << " tokens, layers[0].k has " << n);
+      ORBIT_CHECK(t.size(0) == n,
+                  what << ": layers[" << l << "]." << name << " has " << t.size(0) << " tokens, layers[0].k has " << n);
     }
   }
   return std::max<int64_t>(n, 0);
@@ -73,10 +73,10 @@ ForwardInput concatenated(const Model& model, const std::vector<ChunkInput>& chu
     ORBIT_CHECK(has_tokens != has_embeddings,
                 what << ": chunks[" << i << "] must set exactly one of tokens and embeddings");
     if (has_embeddings) {
-      ORBIT_CHECK(ch.embeddings.dim() == 2 && ch.embeddings.size(0) > 0 &&
-                      ch.embeddings.size(1) == model.config().hidden_size,
-                  what << ": chunks[" << i << "].embeddings must be [n > 0, hidden_size="
-                       << model.config().hidden_size << "], got " << shape_string(ch.embeddings.sizes()));
+      ORBIT_CHECK(
+          ch.embeddings.dim() == 2 && ch.embeddings.size(0) > 0 && ch.embeddings.size(1) == model.config().hidden_size,
+          what << ": chunks[" << i << "].embeddings must be [n > 0, hidden_size=" << model.config().hidden_size
+               << "], got " << shape_string(ch.embeddings.sizes()));
       all_tokens = false;
     }
   }
@@ -132,7 +132,8 @@ PastKV assemble_context(const Model& model, const std::vector<ChunkInput>& chunk
   c10::InferenceMode guard;
   if (chunks.empty()) return empty_past(model.config());
   ForwardInput input = concatenated(model, chunks, "assemble_context");
-  const int64_t total = input.embeddings.defined() ? input.embeddings.size(0) : static_cast<int64_t>(input.tokens.size());
+  const int64_t total =
+      input.embeddings.defined() ? input.embeddings.size(0) : static_cast<int64_t>(input.tokens.size());
   input.positions = at::arange(first_position, first_position + total, at::kLong);
   ForwardOptions options;
   options.logits = LogitsMode::kNone;
@@ -166,9 +167,10 @@ std::vector<at::Tensor> relocate_keys(const Model& model, const Content& content
                                       int64_t window_len) {
   const ModelConfig& c = model.config();
   const int64_t n = checked_length(c, content, "relocate_keys: content");
-  ORBIT_CHECK(positions.defined() && positions.dim() >= 1 && positions.size(-1) == n,
-              "relocate_keys: positions must be [n=" << n << "] (or an M-RoPE grid [3, n]), got "
-                                                     << (positions.defined() ? shape_string(positions.sizes()) : "undefined"));
+  ORBIT_CHECK(
+      positions.defined() && positions.dim() >= 1 && positions.size(-1) == n,
+      "relocate_keys: positions must be [n=" << n << "] (or an M-RoPE grid [3, n]), got "
+                                             << (positions.defined() ? shape_string(positions.sizes()) : "undefined"));
   check_positions(c, positions, "relocate_keys: positions");
   c10::InferenceMode guard;
   const at::Tensor angles = rope_angles(c.rope, positions, window_len);  // once, shared by every layer
@@ -225,8 +227,8 @@ LowRank factorize(const at::Tensor& matrix, int64_t rank, const PatchOptions& op
                    << (matrix.defined() ? shape_string(matrix.sizes()) : std::string("an undefined tensor")));
   const int64_t n = matrix.size(0), D = matrix.size(1), limit = std::min(n, D);
   ORBIT_CHECK(rank >= 0, what << ": rank must be >= 0, got " << rank);
-  ORBIT_CHECK(rank <= limit, what << ": rank " << rank << " exceeds the limit min(n, D) = min(" << n << ", " << D
-                                  << ") = " << limit);
+  ORBIT_CHECK(rank <= limit,
+              what << ": rank " << rank << " exceeds the limit min(n, D) = min(" << n << ", " << D << ") = " << limit);
   if (rank == 0) return {};
   ORBIT_CHECK(options.oversample >= 0 && options.power_iterations >= 0,
               what << ": oversample and power_iterations must be >= 0");
@@ -297,26 +299,28 @@ Patch form_patch(const Model& model, const Content& delta, const PatchOptions& o
 
 Content apply_patch(const Model& model, const Content& canonical_content, const Patch& patch) {
   const ModelConfig& c = model.config();
-  ORBIT_CHECK(patch.model_fingerprint == model.fingerprint(),
-              "apply_patch: patch was formed for model " << fingerprint_prefix(patch.model_fingerprint)
-                                                         << ", this model is " << fingerprint_prefix(model.fingerprint()));
+  ORBIT_CHECK(patch.model_fingerprint == model.fingerprint(), "apply_patch: patch was formed for model "
+                                                                  << fingerprint_prefix(patch.model_fingerprint)
+                                                                  << ", this model is "
+                                                                  << fingerprint_prefix(model.fingerprint()));
   ORBIT_CHECK(patch.num_kv_heads == c.num_kv_heads && patch.head_dim == c.head_dim,
               "apply_patch: patch has " << patch.num_kv_heads << " kv heads of dim " << patch.head_dim
                                         << ", the model has " << c.num_kv_heads << " of dim " << c.head_dim);
-  ORBIT_CHECK(static_cast<int64_t>(patch.k.size()) == c.num_layers && static_cast<int64_t>(patch.v.size()) == c.num_layers,
-              "apply_patch: patch has " << patch.k.size() << "/" << patch.v.size() << " K/V layers, the model has "
-                                        << c.num_layers);
+  ORBIT_CHECK(
+      static_cast<int64_t>(patch.k.size()) == c.num_layers && static_cast<int64_t>(patch.v.size()) == c.num_layers,
+      "apply_patch: patch has " << patch.k.size() << "/" << patch.v.size() << " K/V layers, the model has "
+                                << c.num_layers);
   const int64_t n = checked_length(c, canonical_content, "apply_patch: canonical");
-  ORBIT_CHECK(patch.length == n, "apply_patch: patch was formed for a chunk of " << patch.length
-                                                                               << " tokens, canonical has " << n);
+  ORBIT_CHECK(patch.length == n,
+              "apply_patch: patch was formed for a chunk of " << patch.length << " tokens, canonical has " << n);
   c10::InferenceMode guard;
   auto add = [&](const at::Tensor& base, const LowRank& f, int64_t layer, const char* name) -> at::Tensor {
     if (f.rank() == 0) return base;  // no patch here: shares the canonical's tensor
     const int64_t D = base.size(1) * base.size(2);
-    ORBIT_CHECK(f.vt.defined() && f.u.dim() == 2 && f.u.size(0) == n && f.vt.dim() == 2 &&
-                    f.vt.size(0) == f.rank() && f.vt.size(1) == D,
-                "apply_patch: layer " << layer << " " << name << " factors must be u [" << n << ", m] and vt [m, "
-                                      << D << "], got u " << shape_string(f.u.sizes()) << " and vt "
+    ORBIT_CHECK(f.vt.defined() && f.u.dim() == 2 && f.u.size(0) == n && f.vt.dim() == 2 && f.vt.size(0) == f.rank() &&
+                    f.vt.size(1) == D,
+                "apply_patch: layer " << layer << " " << name << " factors must be u [" << n << ", m] and vt [m, " << D
+                                      << "], got u " << shape_string(f.u.sizes()) << " and vt "
                                       << (f.vt.defined() ? shape_string(f.vt.sizes()) : std::string("undefined")));
     const at::Tensor flat = base.reshape({n, D});
     return at::addmm(flat, f.u.to(flat.options()), f.vt.to(flat.options())).view(base.sizes());

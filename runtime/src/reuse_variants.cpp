@@ -154,9 +154,9 @@ OrbitPatch form_orbit_patch(const Model& model, const ChunkInput& chunk, const s
 }
 
 std::vector<double> layer_contributions(const Content& delta, const Content& conditioned_content) {
-  ORBIT_CHECK(delta.size() == conditioned_content.size(),
-              "layer_contributions: delta has " << delta.size() << " layers, conditioned has "
-                                                << conditioned_content.size());
+  ORBIT_CHECK(delta.size() == conditioned_content.size(), "layer_contributions: delta has "
+                                                              << delta.size() << " layers, conditioned has "
+                                                              << conditioned_content.size());
   c10::InferenceMode guard;
   std::vector<double> out;
   out.reserve(delta.size());
@@ -199,9 +199,9 @@ SharedBasis fit_shared_basis(const Model& model, const std::vector<Content>& cal
   for (std::size_t i = 0; i < calibration_deltas.size(); ++i) {
     check_delta_shapes(c, calibration_deltas[i], "fit_shared_basis: calibration_deltas[" + std::to_string(i) + "]");
   }
-  ORBIT_CHECK(options.first_layer >= 0 && options.first_layer <= c.num_layers,
-              "fit_shared_basis: options.first_layer must be in [0, " << c.num_layers << "], got "
-                                                                      << options.first_layer);
+  ORBIT_CHECK(
+      options.first_layer >= 0 && options.first_layer <= c.num_layers,
+      "fit_shared_basis: options.first_layer must be in [0, " << c.num_layers << "], got " << options.first_layer);
   for (const auto* overrides : {&options.layer_rank_k, &options.layer_rank_v}) {
     ORBIT_CHECK(overrides->empty() || static_cast<int64_t>(overrides->size()) == c.num_layers,
                 "fit_shared_basis: per-layer ranks must be empty or hold one rank per layer (" << c.num_layers << ")");
@@ -229,13 +229,14 @@ SharedBasis fit_shared_basis(const Model& model, const std::vector<Content>& cal
 
 Patch project_onto_basis(const Model& model, const Content& delta, const SharedBasis& basis) {
   const ModelConfig& c = model.config();
-  ORBIT_CHECK(basis.model_fingerprint == model.fingerprint(),
-              "project_onto_basis: basis was fitted for model " << basis.model_fingerprint.substr(0, 12)
-                                                                << "..., this model is "
-                                                                << model.fingerprint().substr(0, 12) << "...");
-  ORBIT_CHECK(static_cast<int64_t>(basis.k.size()) == c.num_layers && static_cast<int64_t>(basis.v.size()) == c.num_layers,
-              "project_onto_basis: basis has " << basis.k.size() << "/" << basis.v.size()
-                                               << " K/V layers, the model has " << c.num_layers);
+  ORBIT_CHECK(basis.model_fingerprint == model.fingerprint(), "project_onto_basis: basis was fitted for model "
+                                                                  << basis.model_fingerprint.substr(0, 12)
+                                                                  << "..., this model is "
+                                                                  << model.fingerprint().substr(0, 12) << "...");
+  ORBIT_CHECK(
+      static_cast<int64_t>(basis.k.size()) == c.num_layers && static_cast<int64_t>(basis.v.size()) == c.num_layers,
+      "project_onto_basis: basis has " << basis.k.size() << "/" << basis.v.size() << " K/V layers, the model has "
+                                       << c.num_layers);
   check_delta_shapes(c, delta, "project_onto_basis: delta");
   c10::InferenceMode guard;
   const int64_t n = delta[0].k.size(0);
@@ -251,9 +252,9 @@ Patch project_onto_basis(const Model& model, const Content& delta, const SharedB
       const at::Tensor& vt = keys ? basis.k[l] : basis.v[l];
       if (!vt.defined() || vt.size(0) == 0) continue;
       const int64_t D = (keys ? c.content_k_shape() : c.content_v_shape()).width();
-      ORBIT_CHECK(vt.dim() == 2 && vt.size(1) == D, "project_onto_basis: basis layer " << l << (keys ? " K" : " V")
-                                                                                       << " must be [m, " << D << "], got "
-                                                                                       << shape_string(vt.sizes()));
+      ORBIT_CHECK(vt.dim() == 2 && vt.size(1) == D, "project_onto_basis: basis layer "
+                                                        << l << (keys ? " K" : " V") << " must be [m, " << D
+                                                        << "], got " << shape_string(vt.sizes()));
       const at::Tensor& d = keys ? delta[l].k : delta[l].v;
       LowRank f;
       f.u = at::mm(d.reshape({n, D}).to(vt.scalar_type()), vt.t());  // U = Δ·V: the one GEMM

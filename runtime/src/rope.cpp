@@ -48,27 +48,25 @@ void validate(const RopeConfig& c, int64_t window_len) {
   ORBIT_CHECK(c.head_dim > 0, "rope config: field 'head_dim' must be positive, got " << c.head_dim);
   ORBIT_CHECK(c.rotary_dim > 0, "rope config: field 'rotary_dim' must be positive, got " << c.rotary_dim);
   ORBIT_CHECK(c.rotary_dim % 2 == 0, "rope config: field 'rotary_dim' must be even, got " << c.rotary_dim);
-  ORBIT_CHECK(c.rotary_dim <= c.head_dim, "rope config: field 'rotary_dim' (" << c.rotary_dim
-                                                                              << ") exceeds 'head_dim' ("
-                                                                              << c.head_dim << ")");
+  ORBIT_CHECK(c.rotary_dim <= c.head_dim,
+              "rope config: field 'rotary_dim' (" << c.rotary_dim << ") exceeds 'head_dim' (" << c.head_dim << ")");
   ORBIT_CHECK(std::isfinite(c.theta) && c.theta > 0,
               "rope config: field 'theta' (rope_theta) must be positive and finite, got " << c.theta);
   ORBIT_CHECK(window_len >= 0, "rope: argument 'window_len' must be >= 0, got " << window_len);
   ORBIT_CHECK(c.max_position_embeddings >= 0 && c.original_max_position_embeddings >= 0,
-              "rope config: fields 'max_position_embeddings' (" << c.max_position_embeddings
-                                                                << ") and 'original_max_position_embeddings' ("
-                                                                << c.original_max_position_embeddings
-                                                                << ") must be >= 0");
+              "rope config: fields 'max_position_embeddings' ("
+                  << c.max_position_embeddings << ") and 'original_max_position_embeddings' ("
+                  << c.original_max_position_embeddings << ") must be >= 0");
   if (c.is_mrope()) {
-    ORBIT_CHECK(c.mrope_section.size() == 3, "rope config: field 'mrope_section' must have 3 entries (t, h, w), got "
-                                                 << c.mrope_section.size());
+    ORBIT_CHECK(c.mrope_section.size() == 3,
+                "rope config: field 'mrope_section' must have 3 entries (t, h, w), got " << c.mrope_section.size());
     int64_t sum = 0;
     for (int64_t s : c.mrope_section) {
       ORBIT_CHECK(s >= 0, "rope config: field 'mrope_section' has a negative entry " << s);
       sum += s;
     }
-    ORBIT_CHECK(sum == c.rotary_dim / 2, "rope config: field 'mrope_section' sums to "
-                                             << sum << ", but rotary_dim/2 = " << c.rotary_dim / 2);
+    ORBIT_CHECK(sum == c.rotary_dim / 2,
+                "rope config: field 'mrope_section' sums to " << sum << ", but rotary_dim/2 = " << c.rotary_dim / 2);
   }
   if (c.scaling == RopeScaling::kNone) return;
 
@@ -76,35 +74,37 @@ void validate(const RopeConfig& c, int64_t window_len) {
               "rope config: field 'factor' must be >= 1 for rope type '" << type << "', got " << c.factor);
   switch (c.scaling) {
     case RopeScaling::kNone:
-    case RopeScaling::kLinear:
-      break;
+    case RopeScaling::kLinear: break;
     case RopeScaling::kDynamicNtk:
-      ORBIT_CHECK(anchor_length(c) > 0, "rope config: rope type 'dynamic' needs field 'max_position_embeddings' "
-                                        "(or 'original_max_position_embeddings') > 0");
-      ORBIT_CHECK(c.rotary_dim > 2, "rope config: rope type 'dynamic' needs field 'rotary_dim' > 2 (exponent "
-                                    "d/(d-2)), got " << c.rotary_dim);
+      ORBIT_CHECK(anchor_length(c) > 0,
+                  "rope config: rope type 'dynamic' needs field 'max_position_embeddings' "
+                  "(or 'original_max_position_embeddings') > 0");
+      ORBIT_CHECK(c.rotary_dim > 2,
+                  "rope config: rope type 'dynamic' needs field 'rotary_dim' > 2 (exponent "
+                  "d/(d-2)), got "
+                      << c.rotary_dim);
       break;
     case RopeScaling::kLlama3:
-      ORBIT_CHECK(anchor_length(c) > 0, "rope config: rope type 'llama3' needs field "
-                                        "'original_max_position_embeddings' > 0");
+      ORBIT_CHECK(anchor_length(c) > 0,
+                  "rope config: rope type 'llama3' needs field "
+                  "'original_max_position_embeddings' > 0");
       ORBIT_CHECK(std::isfinite(c.low_freq_factor) && c.low_freq_factor > 0,
                   "rope config: field 'low_freq_factor' must be positive, got " << c.low_freq_factor);
       ORBIT_CHECK(std::isfinite(c.high_freq_factor) && c.high_freq_factor > c.low_freq_factor,
-                  "rope config: field 'high_freq_factor' (" << c.high_freq_factor
-                                                            << ") must exceed 'low_freq_factor' ("
+                  "rope config: field 'high_freq_factor' (" << c.high_freq_factor << ") must exceed 'low_freq_factor' ("
                                                             << c.low_freq_factor << ")");
       break;
     case RopeScaling::kYarn:
-      ORBIT_CHECK(anchor_length(c) > 0, "rope config: rope type 'yarn' needs field "
-                                        "'original_max_position_embeddings' > 0");
+      ORBIT_CHECK(anchor_length(c) > 0,
+                  "rope config: rope type 'yarn' needs field "
+                  "'original_max_position_embeddings' > 0");
       ORBIT_CHECK(c.theta != 1.0, "rope config: rope type 'yarn' needs field 'theta' != 1 (divides by ln theta)");
       ORBIT_CHECK(std::isfinite(c.beta_fast) && c.beta_fast > 0,
                   "rope config: field 'beta_fast' must be positive, got " << c.beta_fast);
       ORBIT_CHECK(std::isfinite(c.beta_slow) && c.beta_slow > 0,
                   "rope config: field 'beta_slow' must be positive, got " << c.beta_slow);
-      ORBIT_CHECK(c.beta_fast >= c.beta_slow, "rope config: field 'beta_fast' (" << c.beta_fast
-                                                                                 << ") must be >= 'beta_slow' ("
-                                                                                 << c.beta_slow << ")");
+      ORBIT_CHECK(c.beta_fast >= c.beta_slow, "rope config: field 'beta_fast' ("
+                                                  << c.beta_fast << ") must be >= 'beta_slow' (" << c.beta_slow << ")");
       ORBIT_CHECK(std::isfinite(c.mscale) && c.mscale >= 0,
                   "rope config: field 'mscale' must be >= 0 (0 = unset), got " << c.mscale);
       ORBIT_CHECK(std::isfinite(c.mscale_all_dim) && c.mscale_all_dim >= 0,
@@ -177,9 +177,7 @@ std::vector<double> yarn_inv_freq(const RopeConfig& c) {
   return inv;
 }
 
-double yarn_mscale(double scale, double mscale) {
-  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
-}
+double yarn_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
 }  // namespace
 
@@ -244,8 +242,7 @@ at::Tensor rope_rotate(const RopeConfig& config, const at::Tensor& x, const at::
   validate(config, 0);
   ORBIT_CHECK(x.defined(), "rope_rotate: argument 'x' is undefined");
   ORBIT_CHECK(x.dim() == 3 && x.size(2) == config.head_dim,
-              "rope_rotate: argument 'x' must be [T, H, head_dim=" << config.head_dim << "], got sizes "
-                                                                   << x.sizes());
+              "rope_rotate: argument 'x' must be [T, H, head_dim=" << config.head_dim << "], got sizes " << x.sizes());
   ORBIT_CHECK(angles.defined(), "rope_rotate: argument 'angles' is undefined");
   ORBIT_CHECK(angles.dim() == 2 && angles.size(0) == x.size(0) && angles.size(1) == config.rotary_dim / 2,
               "rope_rotate: argument 'angles' must be [T=" << x.size(0) << ", rotary_dim/2=" << config.rotary_dim / 2
@@ -254,8 +251,7 @@ at::Tensor rope_rotate(const RopeConfig& config, const at::Tensor& x, const at::
   return ops::rope_rotate(x.contiguous(), tables, config.layout);
 }
 
-at::Tensor rope_apply(const RopeConfig& config, const at::Tensor& x, const at::Tensor& positions,
-                      int64_t window_len) {
+at::Tensor rope_apply(const RopeConfig& config, const at::Tensor& x, const at::Tensor& positions, int64_t window_len) {
   return rope_rotate(config, x, rope_angles(config, positions, window_len));
 }
 

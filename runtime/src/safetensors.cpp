@@ -194,8 +194,8 @@ const StTensorInfo* SafetensorsFile::find(const std::string& name) const {
 
 at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype) const {
   const StTensorInfo* info = find(name);
-  ORBIT_CHECK(info != nullptr, path_ << ": tensor '" << name << "' is not in the file (" << header_.tensors.size()
-                                     << " tensors)");
+  ORBIT_CHECK(info != nullptr,
+              path_ << ": tensor '" << name << "' is not in the file (" << header_.tensors.size() << " tensors)");
   // Copy into a fresh tensor of the stored dtype (the mapping's bytes may be unaligned), then convert;
   // .to() returns the same tensor when the dtype already matches.
   at::Tensor out = at::empty(info->shape, at::TensorOptions().dtype(to_scalar_type(info->dtype)));
@@ -222,9 +222,9 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
     ORBIT_CHECK(tensor.defined(), path << ": tensor '" << name << "' is undefined");
     StDtype dtype = options.dtype;
     if (!at::isFloatingType(tensor.scalar_type())) {
-      ORBIT_CHECK(integer_st_dtype(tensor.scalar_type(), &dtype),
-                  path << ": tensor '" << name << "' has dtype " << tensor.scalar_type()
-                       << ", which safetensors cannot store");
+      ORBIT_CHECK(integer_st_dtype(tensor.scalar_type(), &dtype), path << ": tensor '" << name << "' has dtype "
+                                                                       << tensor.scalar_type()
+                                                                       << ", which safetensors cannot store");
     }
     const uint64_t nbytes = static_cast<uint64_t>(tensor.numel()) * st_dtype_size(dtype);
     plan.push_back({dtype, offset, offset + nbytes});

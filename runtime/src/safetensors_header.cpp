@@ -38,10 +38,9 @@ struct DtypeEntry {
 };
 
 constexpr DtypeEntry kDtypes[] = {
-    {StDtype::kF64, "F64", 8}, {StDtype::kF32, "F32", 4}, {StDtype::kF16, "F16", 2},
-    {StDtype::kBF16, "BF16", 2}, {StDtype::kI64, "I64", 8}, {StDtype::kI32, "I32", 4},
-    {StDtype::kI16, "I16", 2},  {StDtype::kI8, "I8", 1},  {StDtype::kU8, "U8", 1},
-    {StDtype::kBool, "BOOL", 1},
+    {StDtype::kF64, "F64", 8}, {StDtype::kF32, "F32", 4},   {StDtype::kF16, "F16", 2}, {StDtype::kBF16, "BF16", 2},
+    {StDtype::kI64, "I64", 8}, {StDtype::kI32, "I32", 4},   {StDtype::kI16, "I16", 2}, {StDtype::kI8, "I8", 1},
+    {StDtype::kU8, "U8", 1},   {StDtype::kBool, "BOOL", 1},
 };
 
 uint64_t read_u64_le(const uint8_t* p) {
@@ -158,29 +157,26 @@ StTensorInfo parse_entry(const std::string& name, const nlohmann::json& entry, u
                                              << offsets_it->size() << " elements");
   for (std::size_t i = 0; i < 2; ++i) {
     const nlohmann::json& offset = (*offsets_it)[i];
-    ORBIT_CHECK(offset.is_number_integer(), where << ": field 'data_offsets' element " << i
-                                                  << " must be an integer, got " << json_type(offset));
+    ORBIT_CHECK(offset.is_number_integer(),
+                where << ": field 'data_offsets' element " << i << " must be an integer, got " << json_type(offset));
     ORBIT_CHECK(as_non_negative(offset, i == 0 ? &info.begin : &info.end),
                 where << ": field 'data_offsets' element " << i << " is negative (" << offset.get<int64_t>() << ")");
   }
-  ORBIT_CHECK(info.begin <= info.end, where << ": data_offsets [" << info.begin << ", " << info.end
-                                            << "] begin after end");
+  ORBIT_CHECK(info.begin <= info.end,
+              where << ": data_offsets [" << info.begin << ", " << info.end << "] begin after end");
   ORBIT_CHECK(info.end <= data_size, where << ": data_offsets [" << info.begin << ", " << info.end
-                                           << "] run past the end of the data section (" << data_size
-                                           << " bytes)");
+                                           << "] run past the end of the data section (" << data_size << " bytes)");
   ORBIT_CHECK(info.end - info.begin == nbytes,
-              where << ": data_offsets [" << info.begin << ", " << info.end << "] span "
-                    << (info.end - info.begin) << " bytes but shape and dtype " << dtype_name << " need "
-                    << nbytes);
+              where << ": data_offsets [" << info.begin << ", " << info.end << "] span " << (info.end - info.begin)
+                    << " bytes but shape and dtype " << dtype_name << " need " << nbytes);
   return info;
 }
 
 void parse_metadata(const nlohmann::json& value, const std::string& origin, StHeader* header) {
-  ORBIT_CHECK(value.is_object(), origin << ": '__metadata__' must be an object of strings, got "
-                                        << json_type(value));
+  ORBIT_CHECK(value.is_object(), origin << ": '__metadata__' must be an object of strings, got " << json_type(value));
   for (auto it = value.begin(); it != value.end(); ++it) {
-    ORBIT_CHECK(it->is_string(), origin << ": '__metadata__' field '" << it.key() << "' must be a string, got "
-                                        << json_type(*it));
+    ORBIT_CHECK(it->is_string(),
+                origin << ": '__metadata__' field '" << it.key() << "' must be a string, got " << json_type(*it));
     header->metadata.emplace(it.key(), it->get<std::string>());
   }
 }
@@ -223,8 +219,8 @@ StHeader parse_safetensors(const uint8_t* bytes, std::size_t size, const std::st
   const uint64_t header_len = read_u64_le(bytes);
   ORBIT_CHECK(header_len <= kMaxHeaderBytes, origin << ": header length " << header_len << " exceeds the "
                                                     << kMaxHeaderBytes << "-byte limit (not a safetensors file?)");
-  ORBIT_CHECK(header_len <= size - 8, origin << ": header length " << header_len
-                                             << " runs past the end of the file (" << size << " bytes)");
+  ORBIT_CHECK(header_len <= size - 8,
+              origin << ": header length " << header_len << " runs past the end of the file (" << size << " bytes)");
   StHeader header;
   header.data_offset = 8 + header_len;
   const uint64_t data_size = size - header.data_offset;
@@ -233,11 +229,10 @@ StHeader parse_safetensors(const uint8_t* bytes, std::size_t size, const std::st
   nlohmann::json root;
   try {
     const char* first = reinterpret_cast<const char*>(bytes + 8);
-    root = nlohmann::json::parse(
-        first, first + header_len,
-        [&duplicates](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-          return duplicates.on_event(event, parsed);
-        });
+    root = nlohmann::json::parse(first, first + header_len,
+                                 [&duplicates](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+                                   return duplicates.on_event(event, parsed);
+                                 });
   } catch (const nlohmann::json::exception& e) {
     ORBIT_FAIL(origin << ": header (" << header_len << " bytes) is not valid JSON: " << e.what());
   }
@@ -263,10 +258,9 @@ StHeader parse_safetensors(const uint8_t* bytes, std::size_t size, const std::st
   for (const StTensorInfo& info : header.tensors) {
     if (info.begin == info.end) continue;
     if (furthest != nullptr) {
-      ORBIT_CHECK(info.begin >= furthest->end,
-                  origin << ": tensor '" << info.name << "': data_offsets [" << info.begin << ", " << info.end
-                         << "] overlap tensor '" << furthest->name << "' at [" << furthest->begin << ", "
-                         << furthest->end << "]");
+      ORBIT_CHECK(info.begin >= furthest->end, origin << ": tensor '" << info.name << "': data_offsets [" << info.begin
+                                                      << ", " << info.end << "] overlap tensor '" << furthest->name
+                                                      << "' at [" << furthest->begin << ", " << furthest->end << "]");
     }
     if (furthest == nullptr || info.end > furthest->end) furthest = &info;
   }

@@ -38,7 +38,8 @@ class Llama2cTokenizer final : public Tokenizer {
  public:
   Llama2cTokenizer(std::string source, std::vector<std::string> pieces, std::vector<float> scores)
       : source_(std::move(source)), pieces_(std::move(pieces)), scores_(std::move(scores)) {
-    for (std::size_t i = 0; i < pieces_.size(); ++i) ids_.emplace(pieces_[i], static_cast<int64_t>(i));  // first id wins
+    for (std::size_t i = 0; i < pieces_.size(); ++i)
+      ids_.emplace(pieces_[i], static_cast<int64_t>(i));  // first id wins
     for (int b = 0; b < 256; ++b) {
       char name[8];
       std::snprintf(name, sizeof name, "<0x%02X>", b);
@@ -186,7 +187,8 @@ std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int64
   ORBIT_CHECK(!in.bad(), path << ": read error");
   std::size_t at = 0;
   auto read_i32 = [&](const char* what, std::size_t index) {
-    ORBIT_CHECK(at + 4 <= bytes.size(), path << ": truncated in " << what << " of piece " << index << " (at byte " << at << ")");
+    ORBIT_CHECK(at + 4 <= bytes.size(),
+                path << ": truncated in " << what << " of piece " << index << " (at byte " << at << ")");
     int32_t v;
     std::memcpy(&v, bytes.data() + at, 4);
     at += 4;
@@ -196,7 +198,8 @@ std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int64
   int32_t max_len;
   std::memcpy(&max_len, bytes.data(), 4);
   at = 4;
-  ORBIT_CHECK(max_len > 0, path << ": field 'max_token_length' is " << max_len << " (must be > 0): not a llama2.c tokenizer");
+  ORBIT_CHECK(max_len > 0,
+              path << ": field 'max_token_length' is " << max_len << " (must be > 0): not a llama2.c tokenizer");
   std::vector<std::string> pieces;
   std::vector<float> scores;
   while (at < bytes.size()) {
@@ -208,7 +211,8 @@ std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int64
     const int32_t len = read_i32("the length", index);
     ORBIT_CHECK(len >= 0 && len <= max_len, path << ": piece " << index << " has length " << len
                                                  << " (must be in [0, max_token_length = " << max_len << "])");
-    ORBIT_CHECK(at + static_cast<std::size_t>(len) <= bytes.size(), path << ": truncated in the bytes of piece " << index);
+    ORBIT_CHECK(at + static_cast<std::size_t>(len) <= bytes.size(),
+                path << ": truncated in the bytes of piece " << index);
     pieces.emplace_back(bytes.data() + at, static_cast<std::size_t>(len));
     scores.push_back(score);
     at += static_cast<std::size_t>(len);
@@ -216,8 +220,8 @@ std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int64
   ORBIT_CHECK(!pieces.empty(), path << ": the tokenizer holds no pieces");
   if (expected_vocab > 0) {
     ORBIT_CHECK(static_cast<int64_t>(pieces.size()) == expected_vocab,
-                path << ": the tokenizer has " << pieces.size() << " pieces but the model's vocabulary is " << expected_vocab
-                     << ": it belongs to another model");
+                path << ": the tokenizer has " << pieces.size() << " pieces but the model's vocabulary is "
+                     << expected_vocab << ": it belongs to another model");
   }
   return std::make_unique<Llama2cTokenizer>(path, std::move(pieces), std::move(scores));
 }

@@ -41,10 +41,12 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c) {
         specs.push_back({p + "self_attn.q_a_layernorm.weight", {m.q_lora_rank}, true});
         specs.push_back({p + "self_attn.q_b_proj.weight", {q, m.q_lora_rank}, false});
       }
-      specs.push_back({p + "self_attn.kv_a_proj_with_mqa.weight", {m.kv_lora_rank + m.qk_rope_head_dim, hidden}, false});
-      specs.push_back({p + "self_attn.kv_a_layernorm.weight", {m.kv_lora_rank}, true});
       specs.push_back(
-          {p + "self_attn.kv_b_proj.weight", {c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}, false});
+          {p + "self_attn.kv_a_proj_with_mqa.weight", {m.kv_lora_rank + m.qk_rope_head_dim, hidden}, false});
+      specs.push_back({p + "self_attn.kv_a_layernorm.weight", {m.kv_lora_rank}, true});
+      specs.push_back({p + "self_attn.kv_b_proj.weight",
+                       {c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank},
+                       false});
     } else {
       specs.push_back({p + "self_attn.q_proj.weight", {q, hidden}, false});
       specs.push_back({p + "self_attn.k_proj.weight", {kv, hidden}, false});
@@ -76,8 +78,7 @@ at::Tensor& weight_slot(ModelWeights& w, const ModelConfig& c, const std::string
   if (name == "lm_head.weight") return w.lm_head;
   int64_t layer = 0;
   std::string rest;
-  if (parse_layer_name(name, &layer, &rest) && layer < c.num_layers &&
-      layer < static_cast<int64_t>(w.layers.size())) {
+  if (parse_layer_name(name, &layer, &rest) && layer < c.num_layers && layer < static_cast<int64_t>(w.layers.size())) {
     LayerWeights& lw = w.layers[static_cast<std::size_t>(layer)];
     if (rest == "input_layernorm.weight") return lw.attn_norm;
     if (rest == "post_attention_layernorm.weight") return lw.ffn_norm;

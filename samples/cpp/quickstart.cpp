@@ -13,16 +13,16 @@ int main(int argc, char** argv) {
   orbit::ChunkRef page2 = engine->add_tokens({1, 403, 407, 261, 378, 410}, {.label = "page 2"});
   orbit::ChunkRef page3 = engine->add_tokens({1, 52, 99, 250, 14, 87}, {.label = "page 3"});
 
-  orbit::Window w = engine->new_window();         // default policy: patch:16
-  w.add_turn({1, 22, 87, 13});                     // a live turn (the task)
-  w.admit(page1);                                  // canonical relocated + patched to its context
+  orbit::Window w = engine->new_window();  // default policy: patch:16
+  w.add_turn({1, 22, 87, 13});             // a live turn (the task)
+  w.admit(page1);                          // canonical relocated + patched to its context
   w.admit(page2);
-  orbit::Plan plan = w.plan_admit(page3);          // plan (const): what would happen, what it costs
+  orbit::Plan plan = w.plan_admit(page3);  // plan (const): what would happen, what it costs
   std::printf("%s", plan.describe().c_str());
   orbit::Result<orbit::ApplyReport> done = w.apply(plan);  // ... then apply (a full pool is a value:
   if (!done) std::printf("not applied: %s\n", done.status().reason().c_str());  // nothing changed)
-  w.slide(1);                                      // page 1 leaves; survivors are relocated only
-  orbit::ApplyReport back = w.recall(page1);       // look back: canonical from the store + a fresh patch
+  w.slide(1);                                 // page 1 leaves; survivors are relocated only
+  orbit::ApplyReport back = w.recall(page1);  // look back: canonical from the store + a fresh patch
   std::printf("recall: %.0f forward tokens\n", back.forward_tokens);
 
   orbit::Generation g = w.generate({1, 403}, {.max_tokens = 8});

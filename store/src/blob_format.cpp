@@ -23,7 +23,7 @@ const uint8_t kZeros[kAlign] = {};
 enum : uint8_t { kCodecRaw = 0, kCodecInt8Rows = 1 };
 
 // Stable on-disk dtype codes (never reorder).
-constexpr at::ScalarType kDtypes[] = {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble, at::kLong,
+constexpr at::ScalarType kDtypes[] = {at::kFloat, at::kHalf,  at::kBFloat16, at::kDouble, at::kLong,
                                       at::kInt,   at::kShort, at::kChar,     at::kByte,   at::kBool};
 constexpr int kNumDtypes = sizeof(kDtypes) / sizeof(kDtypes[0]);
 
@@ -158,8 +158,8 @@ EncodedBlob encode_blob(const std::string& key, const std::string& model_fingerp
   blob.head = blob_head(key, model_fingerprint, value, encoding);
   for (const NamedTensor& t : value.tensors) {
     const at::Tensor& x = t.tensor;
-    ORBIT_CHECK(x.is_contiguous() && x.device().is_cpu(), "encode_blob: tensor '" << t.name << "' of key " << key
-                                                                                  << " is not contiguous CPU");
+    ORBIT_CHECK(x.is_contiguous() && x.device().is_cpu(),
+                "encode_blob: tensor '" << t.name << "' of key " << key << " is not contiguous CPU");
     const uint64_t nbytes = payload_bytes(x, encoding);
     if (quantized(x, encoding)) {
       const int64_t cols = x.dim() == 0 ? 1 : x.size(-1);
@@ -194,8 +194,9 @@ Result<DecodedBlob> decode_blob(const at::Tensor& bytes, const std::string& expe
   DecodedBlob out;
   out.checksum = Sha256().update(data, body).hex_digest();
   const std::string trailer(reinterpret_cast<const char*>(data + body), kBlobTrailerBytes);
-  if (trailer != out.checksum) return corrupt(origin, "checksum mismatch (trailer " + trailer.substr(0, 16) +
-                                                          "..., contents " + out.checksum.substr(0, 16) + "...)");
+  if (trailer != out.checksum)
+    return corrupt(origin, "checksum mismatch (trailer " + trailer.substr(0, 16) + "..., contents " +
+                               out.checksum.substr(0, 16) + "...)");
   if (!expected_checksum.empty() && expected_checksum != out.checksum) {
     return corrupt(origin, "checksum " + out.checksum.substr(0, 16) + "... differs from the index's " +
                                expected_checksum.substr(0, 16) + "...");
@@ -264,8 +265,8 @@ Result<DecodedBlob> decode_blob(const at::Tensor& bytes, const std::string& expe
       t.tensor = bytes.narrow(0, begin, static_cast<int64_t>(nbytes)).view(dtype).view(shape);
     } else {
       const at::Tensor q = bytes.narrow(0, begin, static_cast<int64_t>(numel)).view(at::kChar);
-      const at::Tensor s = bytes.narrow(0, begin + static_cast<int64_t>(qbytes), static_cast<int64_t>(4 * rows))
-                               .view(at::kFloat);
+      const at::Tensor s =
+          bytes.narrow(0, begin + static_cast<int64_t>(qbytes), static_cast<int64_t>(4 * rows)).view(at::kFloat);
       t.tensor = (q.to(at::kFloat).view({static_cast<int64_t>(rows), -1}) * s.view({-1, 1})).view(shape).to(dtype);
     }
     tensors.push_back(std::move(t));

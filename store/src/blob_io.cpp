@@ -72,8 +72,7 @@ std::string errno_text(int error) {
   return std::string(strerror_r(error, buffer, sizeof buffer));
 }
 
-ExclusiveStoreLock::ExclusiveStoreLock(const std::string& root, const std::string& operation,
-                                       const std::string& why) {
+ExclusiveStoreLock::ExclusiveStoreLock(const std::string& root, const std::string& operation, const std::string& why) {
   const std::string lock_path = root + "/LOCK";
   fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   ORBIT_CHECK(fd_ >= 0, "store " << root << ": cannot open " << lock_path << ": " << errno_text(errno));
@@ -188,8 +187,8 @@ Result<std::string> confine_blob_path(const std::string& root, const std::string
   namespace fs = std::filesystem;
   const fs::path rel(relative);
   auto refuse = [&](const std::string& why) {
-    return Status::refused("store " + root + ": blob path '" + relative + "' " + why + " (every blob must stay inside " +
-                           root + "/blobs)");
+    return Status::refused("store " + root + ": blob path '" + relative + "' " + why +
+                           " (every blob must stay inside " + root + "/blobs)");
   };
   if (relative.empty() || rel.is_absolute()) return refuse("is absolute or empty");
   for (const fs::path& part : rel) {

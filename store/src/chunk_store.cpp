@@ -10,8 +10,8 @@ namespace orbit::store {
 namespace {
 
 void check_key(const std::string& key, const char* what) {
-  ORBIT_CHECK(is_store_key(key), "ChunkStore::" << what << ": '" << key
-                                                << "' is not a store key (64 lowercase hex characters)");
+  ORBIT_CHECK(is_store_key(key),
+              "ChunkStore::" << what << ": '" << key << "' is not a store key (64 lowercase hex characters)");
 }
 
 }  // namespace
@@ -228,8 +228,10 @@ Status ChunkStore::write_to_disk_locked(const std::string& key, const ValuePtr& 
   }
   auto it = meta_.find(key);
   Status s = disk_->commit(blob.value(), it == meta_.end() ? RowAttrs{} : row_attrs(it->second), false);
-  if (!s) disk_failed(s);
-  else disk_degraded_ = false;
+  if (!s)
+    disk_failed(s);
+  else
+    disk_degraded_ = false;
   return s;
 }
 
@@ -258,8 +260,8 @@ Status ChunkStore::put_local(const std::string& key, const ValuePtr& value, cons
     std::lock_guard<std::mutex> lock(mu_);
     Meta* m = known(key);
     // Held in memory only because an earlier disk write failed: write it through now (fall through).
-    const bool not_durable = m && disk_ && options_.write_through && options.tier != StoreTier::kDisk &&
-                             disk_->locate(key) == nullptr;
+    const bool not_durable =
+        m && disk_ && options_.write_through && options.tier != StoreTier::kDisk && disk_->locate(key) == nullptr;
     if (m && !not_durable) {  // content-addressed: the same key already holds this content
       touch(key, *m);
       if (options.pin && !m->pinned) {
@@ -345,8 +347,8 @@ Status ChunkStore::put_local(const std::string& key, const ValuePtr& value, cons
   ++refusals_;
   if (!disk_error.is_ok()) return disk_error;  // neither the disk nor memory could keep it
   return Status::out_of_capacity("ChunkStore::put: no tier can admit " + std::to_string(value->bytes()) +
-                                 " bytes for key " + key + " (host budget " +
-                                 std::to_string(host_->budget_bytes()) + ", no disk tier)");
+                                 " bytes for key " + key + " (host budget " + std::to_string(host_->budget_bytes()) +
+                                 ", no disk tier)");
 }
 
 Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& options) {

@@ -12,7 +12,8 @@ namespace {
 
 int64_t attr_int(const StoredValue& value, const std::string& name) {
   auto it = value.attrs.find(name);
-  ORBIT_CHECK(it != value.attrs.end(), "stored " << entry_kind_name(value.kind) << " has no attribute '" << name << "'");
+  ORBIT_CHECK(it != value.attrs.end(),
+              "stored " << entry_kind_name(value.kind) << " has no attribute '" << name << "'");
   try {
     return std::stoll(it->second);
   } catch (const std::exception&) {
@@ -39,8 +40,8 @@ ValuePtr canonical_value(const rt::Content& content) {
 }
 
 rt::Content content_from_value(const StoredValue& value) {
-  ORBIT_CHECK(value.kind == EntryKind::kCanonical, "content_from_value: the value is a "
-                                                       << entry_kind_name(value.kind) << ", not a canonical");
+  ORBIT_CHECK(value.kind == EntryKind::kCanonical,
+              "content_from_value: the value is a " << entry_kind_name(value.kind) << ", not a canonical");
   const int64_t layers = attr_int(value, "num_layers");
   rt::Content content(static_cast<size_t>(layers));
   for (int64_t l = 0; l < layers; ++l) {
@@ -51,8 +52,8 @@ rt::Content content_from_value(const StoredValue& value) {
 }
 
 ValuePtr patch_value(const rt::Patch& patch) {
-  ORBIT_CHECK(patch.k.size() == patch.v.size(), "patch_value: " << patch.k.size() << " key factors for "
-                                                                << patch.v.size() << " value factors");
+  ORBIT_CHECK(patch.k.size() == patch.v.size(),
+              "patch_value: " << patch.k.size() << " key factors for " << patch.v.size() << " value factors");
   std::vector<NamedTensor> tensors;
   for (size_t l = 0; l < patch.k.size(); ++l) {
     for (const auto& [kind, factor] : {std::make_pair("k", &patch.k[l]), std::make_pair("v", &patch.v[l])}) {
@@ -71,8 +72,8 @@ ValuePtr patch_value(const rt::Patch& patch) {
 }
 
 rt::Patch patch_from_value(const StoredValue& value) {
-  ORBIT_CHECK(value.kind == EntryKind::kPatch, "patch_from_value: the value is a " << entry_kind_name(value.kind)
-                                                                                   << ", not a patch");
+  ORBIT_CHECK(value.kind == EntryKind::kPatch,
+              "patch_from_value: the value is a " << entry_kind_name(value.kind) << ", not a patch");
   rt::Patch patch;
   auto fp = value.attrs.find("fingerprint");
   ORBIT_CHECK(fp != value.attrs.end(), "stored patch has no attribute 'fingerprint'");

@@ -61,9 +61,8 @@ at::Tensor DeviceLease::gather(int64_t kind) const {
   ORBIT_CHECK(valid(), "DeviceLease::gather: the lease is empty");
   std::lock_guard<std::mutex> lock(pool_->mutex);
   const at::Tensor& storage = pool_->pool.storage(kind);  // [L, P, page_size, width]
-  const at::Tensor ids =
-      at::tensor(std::vector<int64_t>(pages_.begin(), pages_.end()), at::kLong).to(storage.device());
-  const at::Tensor rows = storage.index_select(1, ids);    // [L, pages, page_size, width]
+  const at::Tensor ids = at::tensor(std::vector<int64_t>(pages_.begin(), pages_.end()), at::kLong).to(storage.device());
+  const at::Tensor rows = storage.index_select(1, ids);  // [L, pages, page_size, width]
   return rows.reshape({rows.size(0), -1, rows.size(3)}).narrow(1, 0, length_).contiguous();
 }
 
@@ -79,9 +78,9 @@ std::vector<int32_t> DeviceLease::ref_counts() const {
 
 DeviceTier::DeviceTier(const DeviceTierOptions& options) : options_(options) {
   const DevicePageLayout& l = options.layout;
-  ORBIT_CHECK(!l.kinds.empty() && l.kinds.size() == l.widths.size(),
-              "device tier: layout needs one width per kind (" << l.kinds.size() << " kinds, " << l.widths.size()
-                                                              << " widths)");
+  ORBIT_CHECK(!l.kinds.empty() && l.kinds.size() == l.widths.size(), "device tier: layout needs one width per kind ("
+                                                                         << l.kinds.size() << " kinds, "
+                                                                         << l.widths.size() << " widths)");
   rt::KVPoolOptions pool;
   pool.num_layers = l.num_layers;
   pool.num_pages = options.num_pages;
@@ -141,8 +140,7 @@ Status DeviceTier::insert(const std::string& key, const ValuePtr& value) {
   if (!allocated) return Status::out_of_capacity("device tier: " + allocated.reason());
   // One copy per (layer, kind): whole pages by index_copy_, the tail into the last page (rest zeroed).
   const c10::Device device = pool_->pool.device();
-  const at::Tensor ids =
-      at::tensor(std::vector<int64_t>(entry.pages.begin(), entry.pages.end()), at::kLong).to(device);
+  const at::Tensor ids = at::tensor(std::vector<int64_t>(entry.pages.begin(), entry.pages.end()), at::kLong).to(device);
   const int64_t ps = l.page_size, full = entry.length / ps, tail = entry.length % ps;
   for (size_t s = 0; s < l.kinds.size(); ++s) {
     const at::Tensor& storage = pool_->pool.storage(static_cast<int64_t>(s));  // [L, P, page_size, width]
@@ -151,7 +149,8 @@ Status DeviceTier::insert(const std::string& key, const ValuePtr& value) {
       if (layer == 0) entry.trailing.emplace_back(t.sizes().begin() + 1, t.sizes().end());
       const at::Tensor src = t.reshape({entry.length, l.widths[s]}).to(device);  // host → device once
       const at::Tensor dst = storage.select(0, layer);
-      if (full > 0) dst.index_copy_(0, ids.narrow(0, 0, full), src.narrow(0, 0, full * ps).view({full, ps, l.widths[s]}));
+      if (full > 0)
+        dst.index_copy_(0, ids.narrow(0, 0, full), src.narrow(0, 0, full * ps).view({full, ps, l.widths[s]}));
       if (tail > 0) {
         const at::Tensor last = dst.select(0, entry.pages[static_cast<size_t>(full)]);
         last.narrow(0, 0, tail).copy_(src.narrow(0, full * ps, tail));
@@ -184,8 +183,8 @@ Result<ValuePtr> DeviceTier::read(const std::string& key) {
       const at::Tensor rows = pool_->pool.storage(static_cast<int64_t>(s)).select(0, layer).index_select(0, ids);
       std::vector<int64_t> shape{e.length};
       shape.insert(shape.end(), e.trailing[s].begin(), e.trailing[s].end());
-      ordered.push_back({layer_tensor_name(layer, l.kinds[s]),
-                         rows.view({-1, l.widths[s]}).narrow(0, 0, e.length).view(shape)});
+      ordered.push_back(
+          {layer_tensor_name(layer, l.kinds[s]), rows.view({-1, l.widths[s]}).narrow(0, 0, e.length).view(shape)});
     }
   }
   // Not make_value (which copies to host memory): a read from device pages stays on the device. The
@@ -244,8 +243,8 @@ void DeviceTier::verify_integrity() const {
     }
     pages += static_cast<int64_t>(e.pages.size());
   }
-  ORBIT_CHECK(pages == used_pages_, "device tier integrity: entries hold " << pages << " pages, accounted "
-                                                                          << used_pages_);
+  ORBIT_CHECK(pages == used_pages_,
+              "device tier integrity: entries hold " << pages << " pages, accounted " << used_pages_);
   ORBIT_CHECK(used_pages_ <= options_.num_pages,
               "device tier integrity: " << used_pages_ << " pages used of " << options_.num_pages);
 }

@@ -58,8 +58,8 @@ DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
   if (::flock(lock_fd_, LOCK_SH | LOCK_NB) != 0) {
     const int error = errno;
     ::close(lock_fd_);
-    ORBIT_FAIL("store " << options_.dir << " is being collected or repaired by another process (" << lock_path
-                        << ": " << errno_text(error) << "); try again when `orbit store gc|repair` is done");
+    ORBIT_FAIL("store " << options_.dir << " is being collected or repaired by another process (" << lock_path << ": "
+                        << errno_text(error) << "); try again when `orbit store gc|repair` is done");
   }
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
@@ -155,8 +155,8 @@ void DiskTier::release_read(const std::string& key) {
 }
 
 int64_t DiskTier::charge(const StoredValue& value) const {
-  const BlobEncoding encoding = options_.int8_canonicals && value.kind == EntryKind::kCanonical ? BlobEncoding::kInt8
-                                                                                                : BlobEncoding::kExact;
+  const BlobEncoding encoding =
+      options_.int8_canonicals && value.kind == EntryKind::kCanonical ? BlobEncoding::kInt8 : BlobEncoding::kExact;
   return static_cast<int64_t>(encoded_blob_size(std::string(64, '0'), options_.model_fingerprint, value, encoding));
 }
 
@@ -166,8 +166,8 @@ Result<PreparedBlob> DiskTier::prepare(const std::string& key, const StoredValue
   PreparedBlob out;
   out.key = key;
   out.kind = value.kind;
-  out.encoding = options_.int8_canonicals && value.kind == EntryKind::kCanonical ? BlobEncoding::kInt8
-                                                                                 : BlobEncoding::kExact;
+  out.encoding =
+      options_.int8_canonicals && value.kind == EntryKind::kCanonical ? BlobEncoding::kInt8 : BlobEncoding::kExact;
   out.value_bytes = value.bytes();
   out.blob = blob_relative_path(key);
   const std::string path = absolute(out.blob);
@@ -396,9 +396,9 @@ void DiskTier::verify_integrity(bool deep) const {
     ++live;
     auto it = rows_.find(row.key);
     ORBIT_CHECK(it != rows_.end(), "disk tier integrity: index row " << row.key << " is not in the tier");
-    ORBIT_CHECK(it->second.blob == row.blob && it->second.checksum == row.checksum,
-                "disk tier integrity: index row " << row.key << " names blob " << row.blob << ", the tier "
-                                                  << it->second.blob);
+    ORBIT_CHECK(
+        it->second.blob == row.blob && it->second.checksum == row.checksum,
+        "disk tier integrity: index row " << row.key << " names blob " << row.blob << ", the tier " << it->second.blob);
     ORBIT_CHECK(resolve(row.blob).is_ok() && std::filesystem::exists(absolute(row.blob)),
                 "disk tier integrity: blob " << absolute(row.blob) << " of key " << row.key << " is missing");
   }

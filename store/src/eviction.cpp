@@ -18,14 +18,16 @@ std::shared_ptr<const EvictionPolicy> make_eviction_policy(const std::string& na
   ORBIT_FAIL("eviction policy '" << name << "' is unknown (known: lru, cost-aware)");
 }
 
-std::vector<std::size_t> eviction_order(const EvictionPolicy& policy, const std::vector<EvictionCandidate>& candidates) {
+std::vector<std::size_t> eviction_order(const EvictionPolicy& policy,
+                                        const std::vector<EvictionCandidate>& candidates) {
   std::vector<double> scores(candidates.size());
   for (std::size_t i = 0; i < candidates.size(); ++i) scores[i] = policy.keep_score(candidates[i]);
   std::vector<std::size_t> order(candidates.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     if (scores[a] != scores[b]) return scores[a] < scores[b];
-    if (candidates[a].last_access != candidates[b].last_access) return candidates[a].last_access < candidates[b].last_access;
+    if (candidates[a].last_access != candidates[b].last_access)
+      return candidates[a].last_access < candidates[b].last_access;
     return candidates[a].key < candidates[b].key;
   });
   return order;

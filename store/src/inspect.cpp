@@ -67,8 +67,10 @@ BlobFiles scan_blobs(const std::string& root) {
   for (const auto& entry : fs::recursive_directory_iterator(blobs, ec)) {
     if (!entry.is_regular_file()) continue;
     const std::string name = entry.path().filename().string();
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) out.temps.push_back(entry.path());
-    else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".blob") == 0) out.blobs.push_back(entry.path());
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
+      out.temps.push_back(entry.path());
+    else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".blob") == 0)
+      out.blobs.push_back(entry.path());
   }
   return out;
 }

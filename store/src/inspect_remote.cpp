@@ -76,8 +76,7 @@ RemoteSummary summarize_remote(const std::string& url) {
     // Manifests are "orbit:{KEY}" (parts add ":<i>"): match the exact shape.
     std::string cursor = "0";
     do {
-      Result<store::RedisReply> page =
-          client.command_on(node, {"SCAN", cursor, "MATCH", "orbit:{*}", "COUNT", "1000"});
+      Result<store::RedisReply> page = client.command_on(node, {"SCAN", cursor, "MATCH", "orbit:{*}", "COUNT", "1000"});
       if (!page || page.value().type != store::RedisReply::Type::kArray || page.value().elements.size() != 2) {
         fail(page ? "SCAN: " + page.value().str : page.status().reason());
         return out;

@@ -63,8 +63,8 @@ Result<bool> MemoryBackend::exists(const std::string& key) {
 
 RedisBackend::RedisBackend(RedisBackendOptions options) : options_(std::move(options)) {
   const RedisUrl url = parse_redis_url(options_.url);
-  ORBIT_CHECK(options_.part_bytes >= 1024, "remote " << options_.url << ": part size " << options_.part_bytes
-                                                     << " bytes is below 1 KiB");
+  ORBIT_CHECK(options_.part_bytes >= 1024,
+              "remote " << options_.url << ": part size " << options_.part_bytes << " bytes is below 1 KiB");
   ORBIT_CHECK(options_.ttl_seconds >= 0, "remote " << options_.url << ": ttl must be >= 0 seconds (0 = none)");
   reader_ = std::make_unique<RedisClient>(url, options_.client);
   writer_ = std::make_unique<RedisClient>(url, options_.client);
@@ -91,7 +91,8 @@ BackendRead RedisBackend::get(const std::string& key) {
   if (head.value().is_error()) return unavailable("remote " + options_.url + ": GET " + mkey + ": " + head.value().str);
   if (head.value().type == RedisReply::Type::kNil) return out;  // a miss
   Manifest m;
-  if (!parse_manifest(head.value().str, &m)) return corrupt("malformed manifest '" + head.value().str.substr(0, 120) + "'");
+  if (!parse_manifest(head.value().str, &m))
+    return corrupt("malformed manifest '" + head.value().str.substr(0, 120) + "'");
   std::vector<std::string> argv{"MGET"};
   for (int64_t i = 0; i < m.parts; ++i) argv.push_back(part_key(key, i));
   Result<RedisReply> parts = reader_->command(argv, mkey);
@@ -122,7 +123,8 @@ Status RedisBackend::put(const std::string& key, const std::string& bytes) {
   const std::string mkey = manifest_key(key);
   const int64_t size = static_cast<int64_t>(bytes.size());
   const int64_t parts = std::max<int64_t>(1, (size + options_.part_bytes - 1) / options_.part_bytes);
-  if (parts > kMaxParts) return Status::refused("remote " + options_.url + ": " + std::to_string(size) + " bytes is too large");
+  if (parts > kMaxParts)
+    return Status::refused("remote " + options_.url + ": " + std::to_string(size) + " bytes is too large");
   std::vector<std::vector<std::string>> commands;
   auto set = [&](const std::string& k, std::string v) {
     std::vector<std::string> c{"SET", k, std::move(v)};

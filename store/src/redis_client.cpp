@@ -25,8 +25,7 @@ timeval to_timeval(int ms) {
 
 RedisEndpoint parse_endpoint(const std::string& url, const std::string& text) {
   const auto colon = text.rfind(':');
-  ORBIT_CHECK(colon != std::string::npos && colon > 0,
-              "remote '" << url << "': '" << text << "' is not host:port");
+  ORBIT_CHECK(colon != std::string::npos && colon > 0, "remote '" << url << "': '" << text << "' is not host:port");
   RedisEndpoint e;
   e.host = text.substr(0, colon);
   const std::string port = text.substr(colon + 1);
@@ -140,8 +139,9 @@ RedisUrl parse_redis_url(const std::string& url) {
     out.cluster = true;
     rest = url.substr(16);
   } else {
-    ORBIT_FAIL("remote '" << url << "': unknown scheme (expected redis://host:port[/db] or "
-                                    "redis-cluster://host:port[,host:port...])");
+    ORBIT_FAIL("remote '" << url
+                          << "': unknown scheme (expected redis://host:port[/db] or "
+                             "redis-cluster://host:port[,host:port...])");
   }
   const auto slash = rest.find('/');
   if (slash != std::string::npos) {
@@ -315,7 +315,8 @@ RedisClient::Node* RedisClient::node_for(const std::string& routing_key, Status*
       return nullptr;
     }
   }
-  const RedisEndpoint& owner = slot_owner_[static_cast<std::size_t>(routing_key.empty() ? 0 : redis_key_slot(routing_key))];
+  const RedisEndpoint& owner =
+      slot_owner_[static_cast<std::size_t>(routing_key.empty() ? 0 : redis_key_slot(routing_key))];
   if (owner.host.empty()) {
     *error = Status::refused("redis cluster " + url_.text + ": no node serves the slot of " + routing_key);
     slots_known_ = false;

@@ -218,8 +218,8 @@ Result<RemoteReadSample> RemoteTier::measure_read(int64_t bytes, int reps) {
     const auto start = Clock::now();
     BackendRead r = backend_->get(key);
     if (r.outcome != BackendRead::Outcome::kHit) {
-      status = Status::refused("remote " + stats_.url + ": the probe read failed: " +
-                               (r.reason.empty() ? std::string("a miss") : r.reason));
+      status = Status::refused("remote " + stats_.url +
+                               ": the probe read failed: " + (r.reason.empty() ? std::string("a miss") : r.reason));
       break;
     }
     at::Tensor read = at::empty({static_cast<int64_t>(r.bytes.size())}, at::TensorOptions().dtype(at::kByte));
@@ -266,8 +266,10 @@ void RemoteTier::writer_loop() {
     } else {
       s = backend_->remove(p.key);
     }
-    if (!s) failed(s.reason());
-    else succeeded();
+    if (!s)
+      failed(s.reason());
+    else
+      succeeded();
     lock.lock();
     in_flight_ = false;
     if (s && p.value) {

@@ -151,8 +151,8 @@ SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
       // A new index gets its version; one that holds entries but lost its meta rows is not adopted.
       const int64_t rows = mode == Mode::kRepair ? 0 : count_rows();
       ORBIT_CHECK(rows == 0, "store index " << path << ": holds " << rows
-                                              << " entries but no format version (its meta rows were deleted); "
-                                                 "refusing to adopt it: run `orbit store repair` on the store");
+                                            << " entries but no format version (its meta rows were deleted); "
+                                               "refusing to adopt it: run `orbit store repair` on the store");
       Result<std::string> set = set_meta_if_absent("format_version", std::to_string(kBlobFormatVersion));
       ORBIT_CHECK(set.is_ok(), "store index " << path << ": " << set.status().reason());
       version = set.value();
@@ -295,8 +295,10 @@ Status SqliteIndex::erase(const std::string& key, std::string* blob) {
     Stmt old(db_, "SELECT blob FROM entries WHERE key = ?1", path_);
     old.bind(1, key);
     const int rc = old.step();
-    if (rc == SQLITE_ROW) *blob = old.text(0);
-    else if (rc != SQLITE_DONE) return failure(rc, "reading the row");
+    if (rc == SQLITE_ROW)
+      *blob = old.text(0);
+    else if (rc != SQLITE_DONE)
+      return failure(rc, "reading the row");
   }
   Stmt s(db_, "DELETE FROM entries WHERE key = ?1", path_);
   s.bind(1, key);

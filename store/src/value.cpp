@@ -32,16 +32,15 @@ ValuePtr make_value(EntryKind kind, std::vector<NamedTensor> tensors, std::map<s
                     bool copy) {
   std::set<std::string> names;
   for (NamedTensor& t : tensors) {
-    ORBIT_CHECK(!t.name.empty() && t.name.size() <= 1024, "store value: tensor name '" << t.name
-                                                                  << "' must be 1 to 1024 bytes");
+    ORBIT_CHECK(!t.name.empty() && t.name.size() <= 1024,
+                "store value: tensor name '" << t.name << "' must be 1 to 1024 bytes");
     ORBIT_CHECK(names.insert(t.name).second, "store value: tensor '" << t.name << "' is given twice");
     ORBIT_CHECK(t.tensor.defined(), "store value: tensor '" << t.name << "' is undefined");
-    ORBIT_CHECK(t.tensor.dim() <= kMaxBlobDims,
-                "store value: tensor '" << t.name << "' has " << t.tensor.dim() << " dims (at most " << kMaxBlobDims
-                                        << ")");
-    ORBIT_CHECK(blob_dtype_supported(t.tensor.scalar_type()),
-                "store value: tensor '" << t.name << "' has dtype " << t.tensor.scalar_type()
-                                        << ", which the store cannot hold");
+    ORBIT_CHECK(t.tensor.dim() <= kMaxBlobDims, "store value: tensor '" << t.name << "' has " << t.tensor.dim()
+                                                                        << " dims (at most " << kMaxBlobDims << ")");
+    ORBIT_CHECK(blob_dtype_supported(t.tensor.scalar_type()), "store value: tensor '"
+                                                                  << t.name << "' has dtype " << t.tensor.scalar_type()
+                                                                  << ", which the store cannot hold");
     at::Tensor cpu = t.tensor.detach().to(at::kCPU).contiguous();
     // .to/.contiguous alias the input when nothing changes: clone so the store owns its bytes.
     if (copy && cpu.is_alias_of(t.tensor)) cpu = cpu.clone();

@@ -30,12 +30,12 @@ inline constexpr int kSkipReturnCode = 77;
 
 // Without a device, ends the whole test binary with kSkipReturnCode, so CTest reports it skipped, never
 // passed (every case in a gpu binary needs the device).
-#define ORBIT_SKIP_WITHOUT_CUDA()                                          \
-  do {                                                                     \
-    if (!::orbit::test::have_cuda_device()) {                              \
-      std::fprintf(stderr, "skipped: no CUDA device\n");                   \
-      std::exit(::orbit::test::kSkipReturnCode);                           \
-    }                                                                      \
+#define ORBIT_SKIP_WITHOUT_CUDA()                        \
+  do {                                                   \
+    if (!::orbit::test::have_cuda_device()) {            \
+      std::fprintf(stderr, "skipped: no CUDA device\n"); \
+      std::exit(::orbit::test::kSkipReturnCode);         \
+    }                                                    \
   } while (false)
 
 #define CUDA_REQUIRE(call)                    \

@@ -77,7 +77,7 @@ struct PagedScenario {
   std::unique_ptr<rt::PagedSequence> a_pages, b_pages;
   rt::Content a_canonical, b_canonical;
   std::shared_ptr<const rt::Patch> b_patch;
-  at::Tensor positions;   // past positions [S] (B then A)
+  at::Tensor positions;  // past positions [S] (B then A)
   std::shared_ptr<rt::PagedPast> paged;
   rt::PastKV contiguous;  // the same past gathered and patched by hand (apply_patch, cat)
   std::vector<int64_t> query;
@@ -130,7 +130,8 @@ inline PagedScenario make_paged_scenario(const rt::Model& m, int64_t n_a, int64_
   s.contiguous.positions = s.positions;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const auto i = static_cast<size_t>(l);
-    s.contiguous.layers.push_back({at::cat({b_patched[i].k, s.a_canonical[i].k}), at::cat({b_patched[i].v, s.a_canonical[i].v})});
+    s.contiguous.layers.push_back(
+        {at::cat({b_patched[i].k, s.a_canonical[i].k}), at::cat({b_patched[i].v, s.a_canonical[i].v})});
   }
   s.query = tokens(3);
   s.query_start = a_start + n_a;

@@ -85,11 +85,27 @@ class RedisServer {
   // Starts it (again, on the same port and directory: its append-only file is replayed).
   void start() {
     if (pid_ > 0) return;
-    std::vector<std::string> args{"redis-server", "--bind", "127.0.0.1", "--port", std::to_string(port_),
-                                  "--dir", dir_, "--save", "", "--protected-mode", "no",
-                                  "--appendonly", durable_ ? "yes" : "no", "--appendfsync", "always",
-                                  "--aof-load-truncated", "yes", "--maxmemory-policy", "allkeys-lru",
-                                  "--logfile", dir_ + "/redis.log"};
+    std::vector<std::string> args{"redis-server",
+                                  "--bind",
+                                  "127.0.0.1",
+                                  "--port",
+                                  std::to_string(port_),
+                                  "--dir",
+                                  dir_,
+                                  "--save",
+                                  "",
+                                  "--protected-mode",
+                                  "no",
+                                  "--appendonly",
+                                  durable_ ? "yes" : "no",
+                                  "--appendfsync",
+                                  "always",
+                                  "--aof-load-truncated",
+                                  "yes",
+                                  "--maxmemory-policy",
+                                  "allkeys-lru",
+                                  "--logfile",
+                                  dir_ + "/redis.log"};
     args.insert(args.end(), extra_.begin(), extra_.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());

@@ -11,12 +11,12 @@
 //   store_kill_child rwrite DIR URL FIRST N  puts values with a remote tier at URL (DIR "-": no disk);
 //                                            after each, waits for the remote write and prints "i r"
 //                                            when it reached the server, "i l" when only the local copy
-#include <csignal>
 #include <sys/resource.h>
+#include <csignal>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>

@@ -84,7 +84,8 @@ TEST_CASE("binding task: longer gaps keep the referent the most recent intro fra
     std::sort(text_objects.begin(), text_objects.end());
     CHECK(std::adjacent_find(text_objects.begin(), text_objects.end()) == text_objects.end());
     for (const bd::Chunk& ch : e.chunks) {
-      if (ch.kind == bd::ChunkKind::kIntro) CHECK(!std::binary_search(text_objects.begin(), text_objects.end(), ch.obj));
+      if (ch.kind == bd::ChunkKind::kIntro)
+        CHECK(!std::binary_search(text_objects.begin(), text_objects.end(), ch.obj));
     }
   }
   CHECK(longest_gap >= 3);

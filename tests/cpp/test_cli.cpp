@@ -5,9 +5,9 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/wait.h>
 #include <array>
 #include <cstdio>
-#include <sys/wait.h>
 
 #include "orbit/runtime/loader.h"
 #include "test_helpers.h"
@@ -67,8 +67,10 @@ TEST_CASE("orbit logits prints the forward's logits as JSON", "[cli][model][cpu]
 
 TEST_CASE("orbit make-model writes a model that info reads", "[cli][generator][cpu]") {
   orbit::test::TempDir dir;
-  CliRun made = cli("make-model --arch qwen2 --layers 3 --hidden 32 --heads 4 --kv-heads 2 --intermediate 48 --vocab 100 "
-                 "--dtype bfloat16 --shard-mb 1 --seed 5 --out " + (dir / "m"));
+  CliRun made =
+      cli("make-model --arch qwen2 --layers 3 --hidden 32 --heads 4 --kv-heads 2 --intermediate 48 --vocab 100 "
+          "--dtype bfloat16 --shard-mb 1 --seed 5 --out " +
+          (dir / "m"));
   REQUIRE(made.status == 0);
   CliRun info = cli("info --json --model " + (dir / "m"));
   REQUIRE(info.status == 0);

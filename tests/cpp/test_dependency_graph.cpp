@@ -272,7 +272,8 @@ TEST_CASE("graph: work per window operation grows linearly with the window", "[p
   // in this dense graph, which is the size of its answer's support, not a cost of the graph's structure.
   // Everything else a round does is O(n): a regression to per-edge scans of whole incidence lists or of
   // every patch would multiply the ratio below by another factor of 10.
-  for (auto [s, l] : {std::pair{small.edges_added, large.edges_added}, std::pair{small.edges_removed, large.edges_removed}}) {
+  for (auto [s, l] :
+       {std::pair{small.edges_added, large.edges_added}, std::pair{small.edges_removed, large.edges_removed}}) {
     CHECK(static_cast<double>(l) / static_cast<double>(s) < 12.0);
   }
   CHECK(static_cast<double>(large.edges_visited) / static_cast<double>(small.edges_visited) < 120.0);

@@ -23,7 +23,8 @@ TEST_CASE("device and dtype strings parse, and bad ones name the option", "[devi
   CHECK_THROWS_WITH(rt::parse_device("gpu", "EngineOptions::device"),
                     Catch::Contains("EngineOptions::device: 'gpu' is not a device"));
   CHECK_THROWS_WITH(rt::parse_device("cuda:x"), Catch::Contains("is not a device"));
-  CHECK_THROWS_WITH(rt::parse_compute_dtype("int8", "--dtype"), Catch::Contains("--dtype: 'int8' is not a compute dtype"));
+  CHECK_THROWS_WITH(rt::parse_compute_dtype("int8", "--dtype"),
+                    Catch::Contains("--dtype: 'int8' is not a compute dtype"));
   CHECK_THROWS_WITH(rt::parse_compute_target("cpu", "float16"), Catch::Contains("float16 runs on CUDA only"));
 }
 
@@ -31,8 +32,7 @@ TEST_CASE("CUDA asked for where there is none is a clear error, not a crash", "[
   if (rt::cuda_device_count() > 0) {
     WARN("this process sees a CUDA device: the no-CUDA refusal is not exercised here");
     CHECK(rt::parse_device("cuda").is_cuda());
-    CHECK_THROWS_WITH(rt::parse_device("cuda:" + std::to_string(rt::cuda_device_count())),
-                      Catch::Contains("visible"));
+    CHECK_THROWS_WITH(rt::parse_device("cuda:" + std::to_string(rt::cuda_device_count())), Catch::Contains("visible"));
     return;
   }
   CHECK_THROWS_WITH(rt::parse_device("cuda"), Catch::Contains("no CUDA device"));

@@ -217,7 +217,8 @@ double mirrored_walk(const std::string& dir, const std::string& dtype, const std
     if (c.instances().empty()) continue;
     const double err = rel_error(g.logits(query, true), c.reference_logits(query, true));
     worst = std::max(worst, err);
-    INFO("seed " << seed << " step " << step << " (" << what << ") " << dtype << " " << policy << ": rel error " << err);
+    INFO("seed " << seed << " step " << step << " (" << what << ") " << dtype << " " << policy << ": rel error "
+                 << err);
     CHECK(err < tolerance(rt::parse_compute_dtype(dtype)));
   }
   return worst;
@@ -237,7 +238,8 @@ TEST_CASE("CUDA windows follow random operations like the CPU float32 oracle", "
   }
 }
 
-TEST_CASE("generate on a CUDA engine runs the paged kernel and agrees with the CPU oracle", "[cuda][window][generate]") {
+TEST_CASE("generate on a CUDA engine runs the paged kernel and agrees with the CPU oracle",
+          "[cuda][window][generate]") {
   const std::string dir = orbit::test::device_test_model_dir("llama-d64-g4");
   auto gpu = open(dir, "cuda", "float32");
   auto cpu = open(dir, "cpu", "float32");

@@ -48,8 +48,8 @@ TEST_CASE("store tier options: bad values name the option; stats report every ti
   CHECK_THROWS_WITH(Engine::open(o), Contains("EngineOptions::cold_tier") && Contains("exact, int8"));
   o = stories();
   o.device_tier_bytes = int64_t{1} << 20;  // a device tier on a CPU engine
-  CHECK_THROWS_WITH(Engine::open(o), Contains("EngineOptions::device_tier_bytes") && Contains("CUDA") &&
-                                         Contains("'cpu'"));
+  CHECK_THROWS_WITH(Engine::open(o),
+                    Contains("EngineOptions::device_tier_bytes") && Contains("CUDA") && Contains("'cpu'"));
   o.device_tier_bytes = -1;
   CHECK_THROWS_WITH(Engine::open(o), Contains("EngineOptions::device_tier_bytes must be >= 0"));
 
@@ -115,8 +115,8 @@ TEST_CASE("int8 cold tier through the engine: every value within max|row|/254 of
   test::TempDir exact_dir, int8_dir;
   const std::vector<int64_t> t = tokens(7, 48);
   std::string fingerprint;
-  for (const auto& [dir, cold] : {std::make_pair(exact_dir.path().string(), "exact"),
-                                  std::make_pair(int8_dir.path().string(), "int8")}) {
+  for (const auto& [dir, cold] :
+       {std::make_pair(exact_dir.path().string(), "exact"), std::make_pair(int8_dir.path().string(), "int8")}) {
     EngineOptions o = stories(dir);
     o.cold_tier = cold;
     auto engine = Engine::open(o);

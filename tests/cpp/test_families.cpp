@@ -20,8 +20,8 @@
 #include "test_helpers.h"
 
 using namespace orbit::runtime;
-using orbit::test::max_abs_diff;
 using Catch::Matchers::Contains;
+using orbit::test::max_abs_diff;
 
 namespace {
 
@@ -105,9 +105,9 @@ at::Tensor ref_attend(const std::vector<at::Tensor>& q, const std::vector<at::Te
 }
 
 struct RefResult {
-  at::Tensor logits;                   // [T, vocab]
-  std::vector<at::Tensor> keys;        // per layer [T, H, d_k]: the attended keys (rotated)
-  std::vector<at::Tensor> values;      // per layer [T, H, d_v]
+  at::Tensor logits;               // [T, vocab]
+  std::vector<at::Tensor> keys;    // per layer [T, H, d_k]: the attended keys (rotated)
+  std::vector<at::Tensor> values;  // per layer [T, H, d_v]
 };
 
 // The shared skeleton: embeddings, per layer norm -> attention(layer, h rows) -> o_proj -> MLP, head.
@@ -126,8 +126,8 @@ RefResult ref_decoder(const Model& m, const std::vector<int64_t>& tokens, Attent
     for (size_t t = 0; t < x.size(); ++t) {
       x[t] = x[t] + at::mv(W(m, p + "self_attn.o_proj.weight"), heads_out[t]);
       const at::Tensor g = ref_rms(x[t], W(m, p + "post_attention_layernorm.weight"), c.rms_norm_eps);
-      x[t] = x[t] + at::mv(W(m, p + "mlp.down_proj.weight"),
-                           ref_silu(at::mv(W(m, p + "mlp.gate_proj.weight"), g)) * at::mv(W(m, p + "mlp.up_proj.weight"), g));
+      x[t] = x[t] + at::mv(W(m, p + "mlp.down_proj.weight"), ref_silu(at::mv(W(m, p + "mlp.gate_proj.weight"), g)) *
+                                                                 at::mv(W(m, p + "mlp.up_proj.weight"), g));
     }
   }
   const at::Tensor head = c.tie_word_embeddings ? embed : W(m, "lm_head.weight");
@@ -169,13 +169,13 @@ RefResult ref_mla(const Model& m, const std::vector<int64_t>& tokens, const std:
     for (size_t t = 0; t < T; ++t) {
       std::vector<double> angles;
       for (double f : inv) angles.push_back(static_cast<double>(positions[t]) * f);
-      at::Tensor qt = a.q_lora_rank == 0
-                          ? at::mv(W(m, p + "self_attn.q_proj.weight"), h[t])
-                          : at::mv(W(m, p + "self_attn.q_b_proj.weight"),
-                                   ref_rms(at::mv(W(m, p + "self_attn.q_a_proj.weight"), h[t]),
-                                           W(m, p + "self_attn.q_a_layernorm.weight"), 1e-6));
+      at::Tensor qt = a.q_lora_rank == 0 ? at::mv(W(m, p + "self_attn.q_proj.weight"), h[t])
+                                         : at::mv(W(m, p + "self_attn.q_b_proj.weight"),
+                                                  ref_rms(at::mv(W(m, p + "self_attn.q_a_proj.weight"), h[t]),
+                                                          W(m, p + "self_attn.q_a_layernorm.weight"), 1e-6));
       const at::Tensor ckv = at::mv(W(m, p + "self_attn.kv_a_proj_with_mqa.weight"), h[t]);
-      const at::Tensor latent = ref_rms(ckv.slice(0, 0, a.kv_lora_rank), W(m, p + "self_attn.kv_a_layernorm.weight"), 1e-6);
+      const at::Tensor latent =
+          ref_rms(ckv.slice(0, 0, a.kv_lora_rank), W(m, p + "self_attn.kv_a_layernorm.weight"), 1e-6);
       const at::Tensor k_pe = ref_rotate(ckv.slice(0, a.kv_lora_rank), angles, /*interleaved=*/true) * rope_factor;
       const at::Tensor kv = at::mv(W(m, p + "self_attn.kv_b_proj.weight"), latent);
       for (int64_t hd = 0; hd < H; ++hd) {
@@ -249,8 +249,8 @@ RefResult ref_gqa_hf(const Model& m, const std::vector<int64_t>& tokens, const s
   const std::vector<double> inv = inv_freq(c.rope);
   const double factor = c.rope.scaling == RopeScaling::kYarn ? yarn_m(c.rope.factor, 1.0) : 1.0;
   auto bias = [&](const std::string& name) {
-    return c.attention_bias ? W(m, name) : at::zeros({W(m, name.substr(0, name.size() - 4) + "weight").size(0)},
-                                                     at::kDouble);
+    return c.attention_bias ? W(m, name)
+                            : at::zeros({W(m, name.substr(0, name.size() - 4) + "weight").size(0)}, at::kDouble);
   };
   auto rotate_head = [&](const at::Tensor& x, const std::vector<double>& angles) {
     at::Tensor out = ref_rotate(x, angles, /*interleaved=*/false);  // pairs (i, i + rot/2) of the prefix
@@ -290,7 +290,7 @@ ModelConfig mla_variant(const std::string& which) {
   if (which == "yarn") {
     c.rope.scaling = RopeScaling::kYarn;
     c.rope.factor = 4.0;
-    c.rope.mscale = 1.0;          // ≠ mscale_all_dim: the RoPE part gets a factor of its own
+    c.rope.mscale = 1.0;  // ≠ mscale_all_dim: the RoPE part gets a factor of its own
     c.rope.mscale_all_dim = 0.5;
     c.rope.original_max_position_embeddings = 256;
     c.rms_norm_eps = 0.05;  // the latent norms keep HF's 1e-6: a mix-up shows
@@ -353,9 +353,9 @@ TEST_CASE("MLA: the content channel is [k_pe | latent], position-free, and repro
     // The latent through kv_b_proj gives the attended k_nope and v of every head; k_pe rotated at its
     // position gives the shared RoPE part.
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    const at::Tensor expanded = at::matmul(kv.v.to(at::kDouble).view({9, a.kv_lora_rank}),
-                                           W(*m, p + "self_attn.kv_b_proj.weight").t())
-                                    .view({9, c.num_heads, a.qk_nope_head_dim + a.v_head_dim});
+    const at::Tensor expanded =
+        at::matmul(kv.v.to(at::kDouble).view({9, a.kv_lora_rank}), W(*m, p + "self_attn.kv_b_proj.weight").t())
+            .view({9, c.num_heads, a.qk_nope_head_dim + a.v_head_dim});
     CHECK(max_abs_diff(expanded.narrow(2, 0, a.qk_nope_head_dim), ref.keys[l].narrow(2, 0, a.qk_nope_head_dim)) < 1e-4);
     CHECK(max_abs_diff(expanded.narrow(2, a.qk_nope_head_dim, a.v_head_dim), ref.values[l]) < 1e-4);
     const at::Tensor k_pe = rope_rotate(c.rope, kv.k, angles);
@@ -416,9 +416,10 @@ TEST_CASE("MLA: incremental decode through PagedSequence equals a full prefill; 
   CHECK(max_abs_diff(partial.logits[1], tail.logits[4]) < 1e-4);
 
   // Past content of the GQA shape is refused naming the expected MLA shapes.
-  PastKV wrong{std::vector<LayerKV>(static_cast<size_t>(c.num_layers),
-                                    LayerKV{at::zeros({2, c.num_kv_heads, c.head_dim}), at::zeros({2, c.num_kv_heads, c.head_dim})}),
-               range(0, 2)};
+  PastKV wrong{
+      std::vector<LayerKV>(static_cast<size_t>(c.num_layers), LayerKV{at::zeros({2, c.num_kv_heads, c.head_dim}),
+                                                                      at::zeros({2, c.num_kv_heads, c.head_dim})}),
+      range(0, 2)};
   CHECK_THROWS_WITH(run(*m, {1}, {}, &wrong), Contains("past.layers[0]") && Contains("[2, 1, 8]"));
 }
 
@@ -449,7 +450,8 @@ TEST_CASE("M-RoPE angles: sections select coordinates, text positions are 1-D Ro
   const at::Tensor x = at::randn({12, 2, 16}, at::TensorOptions().dtype(at::kDouble));
   for (int64_t delta : {1, 37, 1000}) {
     INFO("delta " << delta);
-    const at::Tensor twice = rope_rotate(r, rope_rotate(r, x, angles), rope_angles(r, at::full({12}, delta, at::kLong)));
+    const at::Tensor twice =
+        rope_rotate(r, rope_rotate(r, x, angles), rope_angles(r, at::full({12}, delta, at::kLong)));
     CHECK(max_abs_diff(twice, rope_rotate(r, x, rope_angles(r, g + delta))) < 1e-9);
   }
   // Moving one coordinate only is a different rotation (the check above can fail).
@@ -464,8 +466,7 @@ TEST_CASE("M-RoPE angles: sections select coordinates, text positions are 1-D Ro
   CHECK_THROWS_WITH(rope_angles(bad, text), Contains("mrope_section") && Contains("rotary_dim/2 = 8"));
 }
 
-TEST_CASE("M-RoPE model: the forward over a position grid matches an independent naive reference",
-          "[families][cpu]") {
+TEST_CASE("M-RoPE model: the forward over a position grid matches an independent naive reference", "[families][cpu]") {
   const auto m = generated(generator_preset("tiny-qwen2-vl"));
   const std::vector<int64_t> tokens = random_tokens(12, m->config().vocab_size, 4);
   const auto grid = vl_grid();
@@ -494,8 +495,7 @@ TEST_CASE("M-RoPE model fed text positions equals Qwen2 with the same weights", 
   const std::vector<int64_t> tokens = random_tokens(10, qwen2.vocab_size, 5);
   const at::Tensor expected = run(plain, tokens, range(3, 10)).logits;
   CHECK(max_abs_diff(run(*vl, tokens, range(3, 10)).logits, expected) < 1e-6);
-  CHECK(max_abs_diff(run(*vl, tokens, range(3, 10).unsqueeze(0).expand({3, 10}).contiguous()).logits, expected) <
-        1e-6);
+  CHECK(max_abs_diff(run(*vl, tokens, range(3, 10).unsqueeze(0).expand({3, 10}).contiguous()).logits, expected) < 1e-6);
 }
 
 TEST_CASE("M-RoPE model: decode over a 3-row PagedSequence equals a full prefill; content is position-free",
@@ -513,7 +513,8 @@ TEST_CASE("M-RoPE model: decode over a 3-row PagedSequence equals a full prefill
   for (int64_t t = 5; t < 12; ++t) {
     const PastKV past = seq.gather();
     REQUIRE(past.positions.sizes() == at::IntArrayRef({3, t}));
-    const ForwardResult step = run(*m, {tokens[static_cast<size_t>(t)]}, grid.narrow(1, t, 1), &past, LogitsMode::kLast);
+    const ForwardResult step =
+        run(*m, {tokens[static_cast<size_t>(t)]}, grid.narrow(1, t, 1), &past, LogitsMode::kLast);
     INFO("token " << t);
     REQUIRE(max_abs_diff(step.logits, full.logits.narrow(0, t, 1)) < 1e-4);
     REQUIRE(seq.append(step.content, grid.narrow(1, t, 1)).is_ok());
@@ -573,7 +574,8 @@ TEST_CASE("M-RoPE model: bad position grids are refused naming the argument", "[
   KVPool pool({qwen2.num_layers, 4, 4, qwen2.content_widths(), at::kFloat});
   PagedSequence one_row(pool, plain.config());
   CHECK_THROWS_WITH(one_row.append(r.content, at::zeros({3, 4}, at::kLong)), Contains("positions"));
-  CHECK_THROWS_WITH(PagedSequence(pool, qwen2.content_k_shape(), qwen2.content_v_shape(), 2), Contains("position_rows"));
+  CHECK_THROWS_WITH(PagedSequence(pool, qwen2.content_k_shape(), qwen2.content_v_shape(), 2),
+                    Contains("position_rows"));
 }
 
 TEST_CASE("GQA with partial rotary and YaRN matches Hugging Face's attention: only rotated dims are scaled",
@@ -581,7 +583,7 @@ TEST_CASE("GQA with partial rotary and YaRN matches Hugging Face's attention: on
   ModelConfig config = generator_preset("tiny-qwen2");  // head_dim 16, q/k/v biases
   config.rope.rotary_dim = 8;                           // partial_rotary_factor 0.5
   config.rope.scaling = RopeScaling::kYarn;
-  config.rope.factor = 4.0;                             // attention factor 0.1·ln 4 + 1 ≈ 1.139
+  config.rope.factor = 4.0;  // attention factor 0.1·ln 4 + 1 ≈ 1.139
   config.rope.original_max_position_embeddings = 256;
   const auto m = generated(config);
   const std::vector<int64_t> tokens = random_tokens(11, config.vocab_size, 9);

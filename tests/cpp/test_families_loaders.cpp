@@ -7,10 +7,10 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/wait.h>
 #include <array>
 #include <cstdio>
 #include <fstream>
-#include <sys/wait.h>
 
 #include "orbit/common/error.h"
 #include "orbit/runtime/generator.h"
@@ -20,8 +20,8 @@
 #include "test_helpers.h"
 
 using namespace orbit::runtime;
-using nlohmann::json;
 using Catch::Matchers::Contains;
+using nlohmann::json;
 
 namespace {
 
@@ -135,7 +135,8 @@ TEST_CASE("a Qwen2-VL checkpoint's vision tensors are ignored", "[families][load
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   {
     SafetensorsFile file(dir / "m/model.safetensors");
-    for (const StTensorInfo& info : file.header().tensors) tensors.emplace_back(info.name, file.load(info.name, at::kFloat));
+    for (const StTensorInfo& info : file.header().tensors)
+      tensors.emplace_back(info.name, file.load(info.name, at::kFloat));
   }
   tensors.emplace_back("visual.patch_embed.proj.weight", at::ones({8, 3, 2, 2}));
   tensors.emplace_back("visual.merger.mlp.0.weight", at::ones({4, 4}));
@@ -232,8 +233,13 @@ TEST_CASE("broken MLA and M-RoPE configs are refused naming the field", "[famili
   nested["text_config"] = "oops";
   refuse(nested, "text_config");
   // Sections on a family without M-RoPE.
-  json llama = {{"model_type", "llama"}, {"vocab_size", 32}, {"hidden_size", 16}, {"intermediate_size", 32},
-                {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"max_position_embeddings", 64},
+  json llama = {{"model_type", "llama"},
+                {"vocab_size", 32},
+                {"hidden_size", 16},
+                {"intermediate_size", 32},
+                {"num_hidden_layers", 1},
+                {"num_attention_heads", 2},
+                {"max_position_embeddings", 64},
                 {"rope_scaling", {{"type", "mrope"}, {"mrope_section", {1, 1, 2}}}}};
   refuse(llama, "mrope_section");
   // MLA fields on a GQA config cannot sneak in through the struct either.
@@ -269,15 +275,20 @@ TEST_CASE("presets and fingerprints: new families add keys, older ones are uncha
 
 TEST_CASE("orbit make-model builds both families and info shows their fields", "[families][cli][cpu]") {
   orbit::test::TempDir dir;
-  CliRun r = cli("make-model --arch deepseek_v2 --q-lora-rank 0 --kv-lora-rank 20 --qk-nope-dim 6 --qk-rope-dim 4 "
-              "--v-head-dim 10 --heads 2 --out " + (dir / "mla"));
+  CliRun r =
+      cli("make-model --arch deepseek_v2 --q-lora-rank 0 --kv-lora-rank 20 --qk-nope-dim 6 --qk-rope-dim 4 "
+          "--v-head-dim 10 --heads 2 --out " +
+          (dir / "mla"));
   REQUIRE(r.status == 0);
   r = cli("info --json --model " + (dir / "mla"));
   REQUIRE(r.status == 0);
   json info = json::parse(r.out);
   CHECK(info["arch"] == "deepseek_v2");
-  CHECK(info["mla"] == json({{"q_lora_rank", 0}, {"kv_lora_rank", 20}, {"qk_nope_head_dim", 6},
-                              {"qk_rope_head_dim", 4}, {"v_head_dim", 10}}));
+  CHECK(info["mla"] == json({{"q_lora_rank", 0},
+                             {"kv_lora_rank", 20},
+                             {"qk_nope_head_dim", 6},
+                             {"qk_rope_head_dim", 4},
+                             {"v_head_dim", 10}}));
   CHECK(info["head_dim"] == 10);
   CHECK(info["rope"]["layout"] == "interleaved");
 

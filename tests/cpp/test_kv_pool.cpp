@@ -65,8 +65,14 @@ at::Tensor random_tensor(std::mt19937& rng, std::vector<int64_t> shape) {
 }
 
 // Expected content of one sequence: k and v as [L, T, H, d], positions.
-struct Reference { at::Tensor k, v; std::vector<int64_t> positions; };
-struct Chunk { std::vector<LayerKV> content; at::Tensor positions; };
+struct Reference {
+  at::Tensor k, v;
+  std::vector<int64_t> positions;
+};
+struct Chunk {
+  std::vector<LayerKV> content;
+  at::Tensor positions;
+};
 
 Chunk random_chunk(std::mt19937& rng, int64_t layers, int64_t tokens, int64_t heads, int64_t head_dim) {
   Chunk c;

@@ -132,7 +132,8 @@ TEST_CASE("make-model refuses options whose model the loader would reject, and w
     CHECK_FALSE(std::filesystem::exists(dir / "bad/config.json"));
   }
   // A scaling option without a scaling would be dropped from the model written: refused, naming it.
-  for (const std::string unused : {"--rope-factor 2", "--rope-original-max 512", "--rope-scaling none --rope-factor 2"}) {
+  for (const std::string unused :
+       {"--rope-factor 2", "--rope-original-max 512", "--rope-scaling none --rope-factor 2"}) {
     INFO(unused);
     const orbit::test::CliRun r = orbit::test::cli("make-model --out " + (dir / "bad") + " " + unused);
     CHECK(r.status != 0);

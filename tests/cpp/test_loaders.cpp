@@ -16,8 +16,8 @@
 #include "test_helpers.h"
 
 using namespace orbit::runtime;
-using orbit::test::TempDir;
 using Catch::Matchers::Contains;
+using orbit::test::TempDir;
 
 namespace {
 
@@ -117,13 +117,16 @@ TEST_CASE("sharded and bf16 models load, sharded equal to single-file", "[loader
   }
 }
 
-TEST_CASE("stories260K as a Hugging Face directory (half-split RoPE) gives the llama2.c logits", "[loaders][model][cpu]") {
+TEST_CASE("stories260K as a Hugging Face directory (half-split RoPE) gives the llama2.c logits",
+          "[loaders][model][cpu]") {
   auto bin = load_model(orbit::test::stories_path());
   const ModelConfig& c = bin->config();
   // HF checkpoints permute each q/k head from interleaved pairs (2i, 2i+1) to halves (i, i + d/2);
   // with rotate_half the attention scores are then identical.
   auto permute = [&](const at::Tensor& w, int64_t heads) {
-    return w.view({heads, c.head_dim / 2, 2, c.hidden_size}).transpose(1, 2).reshape({heads * c.head_dim, c.hidden_size});
+    return w.view({heads, c.head_dim / 2, 2, c.hidden_size})
+        .transpose(1, 2)
+        .reshape({heads * c.head_dim, c.hidden_size});
   };
   ModelConfig hf = c;
   hf.rope.layout = RopeLayout::kHalfSplit;
@@ -202,7 +205,8 @@ TEST_CASE("llama2.c: truncated, padded and corrupt headers fail naming the file 
   CHECK_THROWS_WITH(load_model(dir / "missing.bin"), Contains("missing.bin") && Contains("no such file"));
 }
 
-TEST_CASE("Hugging Face directories: broken configs and weights fail naming the file and field", "[loaders][errors][cpu]") {
+TEST_CASE("Hugging Face directories: broken configs and weights fail naming the file and field",
+          "[loaders][errors][cpu]") {
   TempDir dir;
   const std::string m = dir / "m";
   generate_model(tiny("tiny-llama"), m);

@@ -15,8 +15,8 @@
 #include "test_helpers.h"
 
 using namespace orbit::runtime;
-using orbit::test::max_abs_diff;
 using Catch::Matchers::Contains;
+using orbit::test::max_abs_diff;
 
 namespace {
 

@@ -53,12 +53,12 @@ struct RefConfig {
 
 // Row-major matrices: w[out][in] stored as w[out * in_dim + in].
 struct RefWeights {
-  std::vector<float> token_embedding;             // vocab × dim
+  std::vector<float> token_embedding;                // vocab × dim
   std::vector<std::vector<float>> rms_att, rms_ffn;  // per layer: dim
   std::vector<std::vector<float>> wq, wk, wv, wo;    // dim×dim, kv_dim×dim, kv_dim×dim, dim×dim
   std::vector<std::vector<float>> w1, w2, w3;        // hidden×dim, dim×hidden, hidden×dim
-  std::vector<float> rms_final;                   // dim
-  std::vector<float> classifier;                  // vocab × dim
+  std::vector<float> rms_final;                      // dim
+  std::vector<float> classifier;                     // vocab × dim
 };
 
 struct RefModel {
@@ -286,7 +286,8 @@ Matrix to_matrix(const at::Tensor& logits) {
   const at::Tensor cpu = logits.to(at::kCPU, at::kFloat).contiguous();
   Matrix out(cpu.size(0), Vec(cpu.size(1)));
   const float* data = cpu.data_ptr<float>();
-  for (int64_t r = 0; r < cpu.size(0); ++r) std::copy(data + r * cpu.size(1), data + (r + 1) * cpu.size(1), out[r].begin());
+  for (int64_t r = 0; r < cpu.size(0); ++r)
+    std::copy(data + r * cpu.size(1), data + (r + 1) * cpu.size(1), out[r].begin());
   return out;
 }
 
@@ -382,7 +383,8 @@ TEST_CASE("runtime logits equal the reference at every position", "[model][refer
     std::vector<int64_t> bos_fixed;
     for (size_t i = 0; i < length; ++i) bos_fixed.push_back(fixed[i % fixed.size()]);
     check_matches_reference(bos_fixed, "fixed, BOS first");
-    check_matches_reference(random_tokens(1000 + length, length, 512, false), "random ids, seed " + std::to_string(1000 + length));
+    check_matches_reference(random_tokens(1000 + length, length, 512, false),
+                            "random ids, seed " + std::to_string(1000 + length));
     check_matches_reference(random_tokens(7 * length, length, 512, true), "random ids after BOS");
   }
   // A full context: the last position the model supports.
@@ -421,7 +423,7 @@ TEST_CASE("embeddings input gives the same logits as token ids", "[model][refere
   REQUIRE(embeds.size() == tokens.size());
   for (size_t t = 0; t < tokens.size(); ++t) {
     const Vec row(ref.weights.token_embedding.begin() + tokens[t] * 64,
-                                 ref.weights.token_embedding.begin() + (tokens[t] + 1) * 64);
+                  ref.weights.token_embedding.begin() + (tokens[t] + 1) * 64);
     CHECK(embeds[t] == row);  // a row copy: bit-exact
   }
 
@@ -465,7 +467,8 @@ TEST_CASE("explicit positions rotate like the reference; bad positions and ids t
 
   // The last position the model supports works; one past it throws.
   CHECK(max_abs_diff(runtime_logits(tokens, at::arange(512 - T, 512, at::kLong)),
-                     reference_logits(ref, tokens, iota_positions(512 - T, T))).max_abs <= kTolerance);
+                     reference_logits(ref, tokens, iota_positions(512 - T, T)))
+            .max_abs <= kTolerance);
   CHECK_THROWS_AS(runtime_logits(tokens, at::arange(512 - T + 1, 513, at::kLong)), orbit::Error);
   CHECK_THROWS_AS(runtime_logits(tokens, at::full({T}, 512, at::kLong)), orbit::Error);
   CHECK_THROWS_AS(runtime_logits(tokens, at::full({T}, -1, at::kLong)), orbit::Error);

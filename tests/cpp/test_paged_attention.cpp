@@ -45,7 +45,8 @@ void check_reference(const Case& k, uint64_t seed) {
   in.inv_freq = rt::rope_inv_freq(rope, 0);
   if (k.mrope) {
     std::vector<int8_t> rows_of;
-    for (int r = 0; r < 3; ++r) rows_of.insert(rows_of.end(), static_cast<size_t>(rope.mrope_section[r]), static_cast<int8_t>(r));
+    for (int r = 0; r < 3; ++r)
+      rows_of.insert(rows_of.end(), static_cast<size_t>(rope.mrope_section[r]), static_cast<int8_t>(r));
     in.row_of_freq = at::tensor(at::ArrayRef<int8_t>(rows_of), at::kChar);
   }
   in.interleaved = k.interleaved;
@@ -77,8 +78,8 @@ void check_reference(const Case& k, uint64_t seed) {
   const at::Tensor angles = rt::rope_angles(rope, k.mrope ? grid : grid.squeeze(0), 0);
   const at::Tensor query_index = at::arange(S - k.queries, S, at::kLong);
   const at::Tensor want = rt::detail::attend(in.q, rt::rope_rotate(rope, keys, angles), values, query_index, in.scale);
-  INFO("heads " << k.heads << "/" << k.kv_heads << " d " << d << " R " << k.queries << " S_p " << k.paged
-                << " S_t " << k.tail << (k.interleaved ? " interleaved" : " half-split") << (k.mrope ? " mrope" : ""));
+  INFO("heads " << k.heads << "/" << k.kv_heads << " d " << d << " R " << k.queries << " S_p " << k.paged << " S_t "
+                << k.tail << (k.interleaved ? " interleaved" : " half-split") << (k.mrope ? " mrope" : ""));
   CHECK(rel_error(got, want) < 1e-5);
 }
 
@@ -86,8 +87,10 @@ void check_reference(const Case& k, uint64_t seed) {
 
 TEST_CASE("paged attention reference == gather + patch + rotate + attend", "[paged]") {
   const std::vector<Case> cases = {
-      {4, 1, 64, 1, 37, 1, 3, false, false},  {8, 2, 64, 3, 50, 5, 2, true, false},
-      {2, 2, 128, 2, 20, 2, 4, false, true},  {8, 1, 16, 4, 9, 4, 1, false, false},
+      {4, 1, 64, 1, 37, 1, 3, false, false},
+      {8, 2, 64, 3, 50, 5, 2, true, false},
+      {2, 2, 128, 2, 20, 2, 4, false, true},
+      {8, 1, 16, 4, 9, 4, 1, false, false},
   };
   uint64_t seed = 1;
   for (const Case& k : cases) check_reference(k, seed++);

@@ -35,7 +35,9 @@ void run_case(const Case& k, at::ScalarType dtype, uint64_t seed) {
   rope.max_position_embeddings = 1 << 20;
   if (k.mrope) rope.mrope_section = {d / 8, d / 4, d / 2 - d / 8 - d / 4};
   // Inputs rounded to the tested dtype once, so both sides read identical values.
-  auto rnd = [&](at::IntArrayRef shape, double scale = 1.0) { return (at::randn(shape) * scale).to(dtype).to(at::kFloat); };
+  auto rnd = [&](at::IntArrayRef shape, double scale = 1.0) {
+    return (at::randn(shape) * scale).to(dtype).to(at::kFloat);
+  };
   rt::ops::PagedAttentionInputs cpu;
   cpu.q = rnd({k.queries, k.heads, d});
   cpu.k_pages = rnd({rows, W});
@@ -48,7 +50,8 @@ void run_case(const Case& k, at::ScalarType dtype, uint64_t seed) {
   cpu.inv_freq = rt::rope_inv_freq(rope, 0);
   if (k.mrope) {
     std::vector<int8_t> rows_of;
-    for (int r = 0; r < 3; ++r) rows_of.insert(rows_of.end(), static_cast<size_t>(rope.mrope_section[r]), static_cast<int8_t>(r));
+    for (int r = 0; r < 3; ++r)
+      rows_of.insert(rows_of.end(), static_cast<size_t>(rope.mrope_section[r]), static_cast<int8_t>(r));
     cpu.row_of_freq = at::tensor(at::ArrayRef<int8_t>(rows_of), at::kChar);
   }
   cpu.interleaved = k.interleaved;
@@ -94,19 +97,19 @@ void run_case(const Case& k, at::ScalarType dtype, uint64_t seed) {
     gpu.segments = segments_on(dev, keep_gpu);
   }
   for (const bool rowwise : {false, true}) {
-  gpu.rowwise = rowwise;
-  const at::Tensor got = rt::ops::paged_attention(gpu);
-  REQUIRE(got.scalar_type() == dtype);
-  // float32: the kernel and the reference differ only in summation order and the fast exp/sincos
-  // intrinsics (a few float32 ulps). bf16/f16: the output is rounded once to the dtype (unit roundoff
-  // 2^-9 / 2^-12), everything before it is float32 on identical inputs.
-  const double tol = dtype == at::kFloat ? 2e-5 : dtype == at::kBFloat16 ? 8e-3 : 1.5e-3;
-  const double err = rel_error(got, want);
-  INFO(c10::toString(dtype) << " H " << k.heads << "/" << k.kv_heads << " d " << d << " R " << k.queries << " S_p "
-                            << k.paged << " S_t " << k.tail << " rank " << k.rank
-                            << (k.interleaved ? " interleaved" : "") << (k.mrope ? " mrope" : "")
-                            << (rowwise ? " rowwise" : " tiled") << ": rel error " << err);
-  CHECK(err < tol);
+    gpu.rowwise = rowwise;
+    const at::Tensor got = rt::ops::paged_attention(gpu);
+    REQUIRE(got.scalar_type() == dtype);
+    // float32: the kernel and the reference differ only in summation order and the fast exp/sincos
+    // intrinsics (a few float32 ulps). bf16/f16: the output is rounded once to the dtype (unit roundoff
+    // 2^-9 / 2^-12), everything before it is float32 on identical inputs.
+    const double tol = dtype == at::kFloat ? 2e-5 : dtype == at::kBFloat16 ? 8e-3 : 1.5e-3;
+    const double err = rel_error(got, want);
+    INFO(c10::toString(dtype) << " H " << k.heads << "/" << k.kv_heads << " d " << d << " R " << k.queries << " S_p "
+                              << k.paged << " S_t " << k.tail << " rank " << k.rank
+                              << (k.interleaved ? " interleaved" : "") << (k.mrope ? " mrope" : "")
+                              << (rowwise ? " rowwise" : " tiled") << ": rel error " << err);
+    CHECK(err < tol);
   }
 }
 

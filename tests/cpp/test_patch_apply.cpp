@@ -24,10 +24,10 @@ using orbit::runtime::PageId;
 using orbit::runtime::RopeConfig;
 using orbit::runtime::RopeLayout;
 using orbit::runtime::ops::PageTarget;
-using orbit::runtime::ops::PatchApplyInputs;
 using orbit::runtime::ops::patch_apply;
 using orbit::runtime::ops::patch_apply_out;
 using orbit::runtime::ops::patch_apply_to_pages;
+using orbit::runtime::ops::PatchApplyInputs;
 
 namespace {
 
@@ -53,8 +53,8 @@ struct Case {
   std::string describe() const {
     return std::string(rotate ? "K" : "V") + " " + orbit::runtime::rope_layout_name(layout) + " rotary " +
            std::to_string(rotary_dim) + "/" + std::to_string(head_dim) + " H=" + std::to_string(heads) +
-           " n=" + std::to_string(n) + " rank=" + std::to_string(rank) + " " + c10::toString(canonical_dtype) +
-           " -> " + c10::toString(storage_dtype) + (flat ? " flat" : "");
+           " n=" + std::to_string(n) + " rank=" + std::to_string(rank) + " " + c10::toString(canonical_dtype) + " -> " +
+           c10::toString(storage_dtype) + (flat ? " flat" : "");
   }
 };
 
@@ -116,8 +116,10 @@ void check_close(const at::Tensor& got_any, const at::Tensor& expected, at::Scal
 
 std::vector<Case> grid() {
   std::vector<Case> cases;
-  const std::pair<at::ScalarType, at::ScalarType> dtypes[] = {
-      {at::kFloat, at::kFloat}, {at::kBFloat16, at::kBFloat16}, {at::kFloat, at::kBFloat16}, {at::kBFloat16, at::kFloat}};
+  const std::pair<at::ScalarType, at::ScalarType> dtypes[] = {{at::kFloat, at::kFloat},
+                                                              {at::kBFloat16, at::kBFloat16},
+                                                              {at::kFloat, at::kBFloat16},
+                                                              {at::kBFloat16, at::kFloat}};
   bool flat = false;
   for (const auto& [canonical_dtype, storage_dtype] : dtypes) {
     for (int64_t rank : {0, 1, 16, 64}) {
@@ -236,8 +238,7 @@ TEST_CASE("patch_apply: precomputed tables, M-RoPE positions, float64 and in pla
   const at::Tensor from_positions = patch_apply(in);
 
   PatchApplyInputs with_tables = in;
-  with_tables.tables =
-      orbit::runtime::ops::patch_rope_tables(in.rope, in.positions, at::kFloat, at::Device(at::kCPU));
+  with_tables.tables = orbit::runtime::ops::patch_rope_tables(in.rope, in.positions, at::kFloat, at::Device(at::kCPU));
   with_tables.positions = at::Tensor();
   CHECK(at::equal(patch_apply(with_tables), from_positions));
 
@@ -350,7 +351,8 @@ TEST_CASE("patch_apply: argument errors name the argument", "[patch_apply][cpu]"
     mutate(in);
     return in;
   };
-  CHECK_THROWS_WITH(patch_apply(bad([](PatchApplyInputs& in) { in.canonical = at::Tensor(); })), Contains("'canonical'"));
+  CHECK_THROWS_WITH(patch_apply(bad([](PatchApplyInputs& in) { in.canonical = at::Tensor(); })),
+                    Contains("'canonical'"));
   CHECK_THROWS_WITH(patch_apply(bad([](PatchApplyInputs& in) { in.canonical = in.canonical.flatten(); })),
                     Contains("'canonical'"));
   CHECK_THROWS_WITH(patch_apply(bad([](PatchApplyInputs& in) { in.canonical = in.canonical.to(at::kInt); })),
@@ -372,12 +374,12 @@ TEST_CASE("patch_apply: argument errors name the argument", "[patch_apply][cpu]"
   CHECK_THROWS_WITH(patch_apply(bad([](PatchApplyInputs& in) { in.rope.rotary_dim = 18; })), Contains("rotary_dim"));
   CHECK_THROWS_WITH(patch_apply(bad([](PatchApplyInputs& in) {
                       in.tables = orbit::runtime::ops::patch_rope_tables(in.rope, in.positions.narrow(0, 0, 12),
-                                                                        at::kFloat, at::Device(at::kCPU));
+                                                                         at::kFloat, at::Device(at::kCPU));
                     })),
                     Contains("'tables.cos'"));
   CHECK_THROWS_WITH(patch_apply(bad([](PatchApplyInputs& in) {
                       in.tables = orbit::runtime::ops::patch_rope_tables(in.rope, in.positions, at::kDouble,
-                                                                        at::Device(at::kCPU));
+                                                                         at::Device(at::kCPU));
                     })),
                     Contains("'tables.cos'"));
   // Destinations.
@@ -422,9 +424,9 @@ TEST_CASE("patch_apply: argument errors name the argument", "[patch_apply][cpu]"
   CHECK_THROWS_WITH(patch_apply_to_pages(pool, target({0, 1, 2, 1}), good), Contains("twice"));
   pool.retain(2);
   CHECK_THROWS_WITH(patch_apply_to_pages(pool, target({0, 1, 2, 3}), good), Contains("shared"));
-  CHECK_THROWS_WITH(patch_apply_to_pages(pool, target({0, 1, 4, 3}),
-                                         bad([](PatchApplyInputs& in) { in.positions = at::Tensor(); })),
-                    Contains("'positions'"));
+  CHECK_THROWS_WITH(
+      patch_apply_to_pages(pool, target({0, 1, 4, 3}), bad([](PatchApplyInputs& in) { in.positions = at::Tensor(); })),
+      Contains("'positions'"));
   for (int64_t kind = 0; kind < pool.num_kinds(); ++kind) {
     INFO("a rejected call writes nothing (kind " << kind << ")");
     CHECK(at::equal(pool.storage(kind), before[static_cast<size_t>(kind)]));

@@ -39,15 +39,23 @@ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <typename T>
 T from_float(float v);
 template <>
-float from_float<float>(float v) { return v; }
+float from_float<float>(float v) {
+  return v;
+}
 template <>
-__nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+__nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16(v);
+}
 template <typename T>
 const char* type_name();
 template <>
-const char* type_name<float>() { return "float32"; }
+const char* type_name<float>() {
+  return "float32";
+}
 template <>
-const char* type_name<__nv_bfloat16>() { return "bfloat16"; }
+const char* type_name<__nv_bfloat16>() {
+  return "bfloat16";
+}
 
 struct Case {
   int64_t n, heads, head_dim, rotary_dim, rank;
@@ -59,9 +67,9 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  return std::string(c.rotate ? "K " : "V ") + (c.interleaved ? "interleaved" : "half-split") + " n=" +
-         std::to_string(c.n) + " H=" + std::to_string(c.heads) + " rotary=" + std::to_string(c.rotary_dim) + "/" +
-         std::to_string(c.head_dim) + " rank=" + std::to_string(c.rank) +
+  return std::string(c.rotate ? "K " : "V ") + (c.interleaved ? "interleaved" : "half-split") +
+         " n=" + std::to_string(c.n) + " H=" + std::to_string(c.heads) + " rotary=" + std::to_string(c.rotary_dim) +
+         "/" + std::to_string(c.head_dim) + " rank=" + std::to_string(c.rank) +
          (c.paged ? " paged first_slot=" + std::to_string(c.first_slot) : " contiguous");
 }
 
@@ -260,9 +268,9 @@ TEST_CASE("CUDA patch apply in place on a contiguous target", "[patch_apply][gpu
   const HostInputs h = make_inputs<float>(c, 7);
   std::vector<float> expected(h.canonical.size());
   kcpu::PatchDims cpu_dims{c.n, c.width(), c.rank, true, c.head_dim, c.rotary_dim, false};
-  kcpu::patch_apply(kcpu::PatchSource<float, float, float>{h.canonical.data(), h.u.data(), h.vt.data(), h.cos.data(),
-                                                           h.sin.data()},
-                    kcpu::PatchTarget<float>{expected.data()}, cpu_dims);
+  kcpu::patch_apply(
+      kcpu::PatchSource<float, float, float>{h.canonical.data(), h.u.data(), h.vt.data(), h.cos.data(), h.sin.data()},
+      kcpu::PatchTarget<float>{expected.data()}, cpu_dims);
   DeviceBuffer<float> buffer(h.canonical), u(h.u), vt(h.vt), cos(h.cos), sin(h.sin);
   kcuda::PatchDims dims{c.n, c.width(), c.rank, true, c.head_dim, c.rotary_dim, false};
   kcuda::PatchTarget<float> target;

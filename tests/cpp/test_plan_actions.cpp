@@ -169,8 +169,8 @@ TEST_CASE("a plan needing more KV pool pages than are free says out of capacity,
   const ChunkRef big = engine->add_tokens(random_tokens(rng, 20));  // 5 pages: 4 are free
   const Plan plan = b.plan_admit(big);
   CHECK(plan.refused_capacity);
-  CHECK_THAT(plan.refusal, Catch::Contains("KV pool is full") && Catch::Contains("4 of 10 pages free") &&
-                               Catch::Contains("needs 5"));
+  CHECK_THAT(plan.refusal,
+             Catch::Contains("KV pool is full") && Catch::Contains("4 of 10 pages free") && Catch::Contains("needs 5"));
   CHECK(plan.forward_tokens == 0);
   const Result<ApplyReport> r = b.apply(plan);
   REQUIRE_FALSE(r.is_ok());
@@ -232,11 +232,13 @@ TEST_CASE("a KL budget picks the cheapest action that fits, per instance", "[pla
   const std::vector<int64_t> q = random_tokens(rng, 4);
   const Logits got = tight.logits(q, true), ref = tight.reference_logits(q, true);
   double m = 0;
-  for (std::size_t i = 0; i < got.values.size(); ++i) m = std::max(m, static_cast<double>(std::abs(got.values[i] - ref.values[i])));
+  for (std::size_t i = 0; i < got.values.size(); ++i)
+    m = std::max(m, static_cast<double>(std::abs(got.values[i] - ref.values[i])));
   CHECK(m < 1e-3);
 }
 
-TEST_CASE("background modes: deferred work waits for run_background, a read of a queued patch runs it", "[plan][background]") {
+TEST_CASE("background modes: deferred work waits for run_background, a read of a queued patch runs it",
+          "[plan][background]") {
   std::mt19937_64 rng(13);
   EngineOptions o;
   o.model = test::stories_path();

@@ -60,7 +60,7 @@ TEST_CASE("placement: exact DP equals brute force on random set-dependent costs"
     CHECK(dp.exact);
     CHECK(same_cost(dp.cost, bf.cost));
     CHECK(same_cost(order_cost(p, dp.order), dp.cost));  // the order really costs what it says
-    CHECK(dp.evaluations == n << (n - 1));                // each (item, set) pair once
+    CHECK(dp.evaluations == n << (n - 1));               // each (item, set) pair once
     infinite += std::isinf(bf.cost);
   }
   CHECK(infinite > 0);  // the +infinity case was exercised
@@ -118,9 +118,8 @@ TEST_CASE("placement: greedy is exact on additive costs and recovers a stored pa
     std::vector<int64_t> sigma = random_order(n, rng);
     std::vector<uint64_t> key(n);
     for (int64_t k = 0, mask = 0; k < n; mask |= int64_t{1} << sigma[k], ++k) key[sigma[k]] = mask;
-    PlacementProblem chain{n, [key, base](int64_t item, uint64_t mask) {
-                             return mask == key[item] ? 1.0 : 5 + base[item];
-                           }};
+    PlacementProblem chain{
+        n, [key, base](int64_t item, uint64_t mask) { return mask == key[item] ? 1.0 : 5 + base[item]; }};
     Placement g = place(chain, greedy);
     CHECK(g.order == sigma);
     CHECK(g.cost == Approx(static_cast<double>(n)));

@@ -50,7 +50,8 @@ TEST_CASE("the default policy is a budgeted patch policy; presets carry no budge
   CHECK(parse_policy("default").name() == d.name());
   CHECK(parse_policy(d.name()).kl_budget == d.kl_budget);  // its name round-trips
   CHECK(WindowOptions{}.policy.kl_budget == kDefaultKlBudget);
-  for (const char* spec : {"patch:16", "patch:16:exact", "prefix", "reprefill", "blind", "firstk:8", "cacheblend:0.3"}) {
+  for (const char* spec :
+       {"patch:16", "patch:16:exact", "prefix", "reprefill", "blind", "firstk:8", "cacheblend:0.3"}) {
     INFO(spec);
     CHECK(parse_policy(spec).kl_budget == 0);
   }
@@ -81,12 +82,14 @@ TEST_CASE("agent-pattern traces are text sized by the tokenizer to the model's p
   // leave it near a third full) and never past it.
   const Trace t = text_trace("browse", 8, 1);
   std::map<std::string, int64_t> size;
-  for (const TraceChunk& c : t.chunks) size[c.name] = static_cast<int64_t>(engine->tokenize(c.tokens.text, false).size());
+  for (const TraceChunk& c : t.chunks)
+    size[c.name] = static_cast<int64_t>(engine->tokenize(c.tokens.text, false).size());
   int64_t most = 0, now = 0;
   std::vector<std::pair<std::string, int64_t>> window;  // (chunk name or "", tokens)
   for (const TraceStep& s : t.steps) {
     if (s.op == TraceOp::kAdmit || s.op == TraceOp::kRecall) window.push_back({s.chunk, size[s.chunk]});
-    if (s.op == TraceOp::kTurn) window.push_back({"", static_cast<int64_t>(engine->tokenize(s.tokens.text, false).size())});
+    if (s.op == TraceOp::kTurn)
+      window.push_back({"", static_cast<int64_t>(engine->tokenize(s.tokens.text, false).size())});
     if (s.op == TraceOp::kSlide) {
       for (auto it = window.begin(); it != window.end(); ++it) {
         if (!it->first.empty()) {
@@ -112,9 +115,10 @@ TEST_CASE("agent-pattern traces are text sized by the tokenizer to the model's p
   CHECK(most >= 400);
 }
 
-TEST_CASE("the default policy on a text agent trace: no costlier than the prefix cache, within the KL target, "
-          "predictions within 20x of the measurement",
-          "[policy][replay][slow]") {
+TEST_CASE(
+    "the default policy on a text agent trace: no costlier than the prefix cache, within the KL target, "
+    "predictions within 20x of the measurement",
+    "[policy][replay][slow]") {
   Trace t = text_trace("browse", 5, 2);
   t.source = "browse-5-seed2";
   const ReplayReport r = replay(t, options({"default", "patch:16"}));

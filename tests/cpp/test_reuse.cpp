@@ -29,7 +29,8 @@ const Model& stories() {
   return *model;
 }
 
-std::unique_ptr<Model> generated(const std::string& preset, uint64_t seed = 3, RopeScaling scaling = RopeScaling::kNone) {
+std::unique_ptr<Model> generated(const std::string& preset, uint64_t seed = 3,
+                                 RopeScaling scaling = RopeScaling::kNone) {
   orbit::test::TempDir dir;
   GeneratorOptions options;
   options.config = generator_preset(preset);
@@ -95,7 +96,10 @@ std::vector<int64_t> sample_text(const Model& m, int64_t n, uint64_t seed, doubl
     int64_t next = probs.size(0) - 1;
     for (int64_t i = 0; i < probs.size(0); ++i) {
       acc += p[i];
-      if (u < acc) { next = i; break; }
+      if (u < acc) {
+        next = i;
+        break;
+      }
     }
     tokens.push_back(next);
   }
@@ -294,8 +298,8 @@ TEST_CASE("truncation error: non-increasing in rank, equal to the tail singular 
         const LowRank rnd = factorize(a.to(at::kFloat), r, randomized, "test");
         const at::Tensor rnd_approx = r > 0 ? at::mm(rnd.u, rnd.vt).to(at::kDouble) : at::zeros_like(a);
         const double rnd_err = (a - rnd_approx).norm().item<double>();
-        CHECK(rnd_err >= err - 1e-5 * norm);            // never better than the optimum
-        CHECK(rnd_err <= err * 1.05 + 1e-5 * norm);    // and within 5% of it
+        CHECK(rnd_err >= err - 1e-5 * norm);         // never better than the optimum
+        CHECK(rnd_err <= err * 1.05 + 1e-5 * norm);  // and within 5% of it
       }
     }
   }
@@ -332,8 +336,8 @@ TEST_CASE("on model-sampled text the patch closes the blind-reuse gap, more with
   CHECK(kl[0] < 1.1 * blind);
   CHECK(kl[1] < blind);
   for (std::size_t r = 1; r < rank_list.size(); ++r) CHECK(kl[r] < kl[r - 1]);  // η rises with rank
-  CHECK(1.0 - kl[3] / blind > 0.5);     // rank 8 closes most of the gap
-  CHECK(kl.back() < 1e-6 * blind + 1e-9);  // full rank (D = 32): exact
+  CHECK(1.0 - kl[3] / blind > 0.5);                                             // rank 8 closes most of the gap
+  CHECK(kl.back() < 1e-6 * blind + 1e-9);                                       // full rank (D = 32): exact
 }
 
 TEST_CASE("per-layer ranks, deep-only patches and layer contributions", "[reuse][cpu][model]") {
@@ -494,8 +498,8 @@ TEST_CASE("shared basis: U = Δ·V in one GEMM; the projected patch beats blind 
 TEST_CASE("misuse is refused with the argument named", "[reuse][cpu][model][errors]") {
   const Model& m = stories();
   const Content canon = canonical(m, chunk_of(random_tokens(20, 512, 1)));
-  const Content cond = conditioned(m, chunk_of(random_tokens(20, 512, 1)),
-                                   assemble_context(m, {chunk_of(random_tokens(10, 512, 2))}));
+  const Content cond =
+      conditioned(m, chunk_of(random_tokens(20, 512, 1)), assemble_context(m, {chunk_of(random_tokens(10, 512, 2))}));
   const Content delta = deficit(cond, canon);
 
   // Rank above min(n_B, D) names the layer, the tensor and the limit.

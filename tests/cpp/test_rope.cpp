@@ -100,7 +100,8 @@ at::Tensor ref_inv_freq(const RopeConfig& c, int64_t seq_len) {
       at::Tensor llama = at::where(wavelen > low_wavelen, inv / c.factor, inv);
       const at::Tensor smooth = (max_pos / wavelen - c.low_freq_factor) / (c.high_freq_factor - c.low_freq_factor);
       const at::Tensor smoothed = (1 - smooth) * llama / c.factor + smooth * llama;
-      const at::Tensor medium = at::logical_not(wavelen < high_wavelen).logical_and(at::logical_not(wavelen > low_wavelen));
+      const at::Tensor medium =
+          at::logical_not(wavelen < high_wavelen).logical_and(at::logical_not(wavelen > low_wavelen));
       return at::where(medium, smoothed, llama);
     }
     case RopeScaling::kYarn: {
@@ -137,7 +138,8 @@ at::Tensor ref_rotate(const RopeConfig& c, const at::Tensor& x, const at::Tensor
       for (int64_t i = 0; i < half; ++i) {
         const int64_t ia = c.layout == RopeLayout::kInterleaved ? 2 * i : i;
         const int64_t ib = c.layout == RopeLayout::kInterleaved ? 2 * i + 1 : i + half;
-        const std::complex<double> z = std::complex<double>(xa[t][h][ia], xa[t][h][ib]) * std::polar(1.0, pa[t] * fa[i]);
+        const std::complex<double> z =
+            std::complex<double>(xa[t][h][ia], xa[t][h][ib]) * std::polar(1.0, pa[t] * fa[i]);
         oa[t][h][ia] = z.real();
         oa[t][h][ib] = z.imag();
       }
@@ -251,12 +253,14 @@ TEST_CASE("q.k after rotation depends only on the position difference", "[rope][
       // Pairs (m, n) with the same m − n = 37 at very different absolute positions.
       const at::Tensor m = positions_of({37, 100, 5000, 77777, 150037});
       const at::Tensor n = m - 37;
-      const at::Tensor dots = (orbit::runtime::rope_apply(c, q, m, v.window_len) *
-                               orbit::runtime::rope_apply(c, k, n, v.window_len)).sum(2);
+      const at::Tensor dots =
+          (orbit::runtime::rope_apply(c, q, m, v.window_len) * orbit::runtime::rope_apply(c, k, n, v.window_len))
+              .sum(2);
       CHECK((dots - dots[0]).abs().max().item<double>() < 1e-9);
       // ...and a different difference gives a different product (the test can see positions at all).
-      const at::Tensor other = (orbit::runtime::rope_apply(c, q, m, v.window_len) *
-                                orbit::runtime::rope_apply(c, k, m - 3, v.window_len)).sum(2);
+      const at::Tensor other =
+          (orbit::runtime::rope_apply(c, q, m, v.window_len) * orbit::runtime::rope_apply(c, k, m - 3, v.window_len))
+              .sum(2);
       CHECK((other - dots).abs().max().item<double>() > 1e-6);
     }
   }
@@ -358,7 +362,8 @@ TEST_CASE("dynamic NTK enlarges theta only past the limit, anchored on original_
   CHECK(at::equal(orbit::runtime::rope_inv_freq(c, 2048), orbit::runtime::rope_inv_freq(plain)));
   // window 8192: theta' = 1e4 · (2·8192/2048 − 1)^(64/62) = 1e4 · 7^(32/31)
   const double theta8192 = 1e4 * std::pow(7.0, 32.0 / 31.0);
-  CHECK(orbit::runtime::rope_inv_freq(c, 8192)[1].item<double>() == Approx(std::pow(theta8192, -2.0 / 64)).epsilon(1e-14));
+  CHECK(orbit::runtime::rope_inv_freq(c, 8192)[1].item<double>() ==
+        Approx(std::pow(theta8192, -2.0 / 64)).epsilon(1e-14));
   CHECK(orbit::runtime::rope_inv_freq(c, 8192)[0].item<double>() == 1.0);
   c.original_max_position_embeddings = 1024;  // anchor 1024: (2·8192/1024 − 1) = 15
   CHECK(orbit::runtime::rope_inv_freq(c, 8192)[31].item<double>() ==
@@ -434,9 +439,12 @@ TEST_CASE("invalid configs and arguments throw, naming the field", "[rope][cpu]"
     return c;
   };
   using Catch::Contains;
-  CHECK_THROWS_WITH(orbit::runtime::rope_inv_freq(bad([](RopeConfig& c) { c.rotary_dim = 63; })), Contains("rotary_dim"));
-  CHECK_THROWS_WITH(orbit::runtime::rope_inv_freq(bad([](RopeConfig& c) { c.rotary_dim = 66; })), Contains("rotary_dim"));
-  CHECK_THROWS_WITH(orbit::runtime::rope_inv_freq(bad([](RopeConfig& c) { c.rotary_dim = 0; })), Contains("rotary_dim"));
+  CHECK_THROWS_WITH(orbit::runtime::rope_inv_freq(bad([](RopeConfig& c) { c.rotary_dim = 63; })),
+                    Contains("rotary_dim"));
+  CHECK_THROWS_WITH(orbit::runtime::rope_inv_freq(bad([](RopeConfig& c) { c.rotary_dim = 66; })),
+                    Contains("rotary_dim"));
+  CHECK_THROWS_WITH(orbit::runtime::rope_inv_freq(bad([](RopeConfig& c) { c.rotary_dim = 0; })),
+                    Contains("rotary_dim"));
   CHECK_THROWS_WITH(orbit::runtime::rope_inv_freq(bad([](RopeConfig& c) { c.head_dim = 0; })), Contains("head_dim"));
   CHECK_THROWS_WITH(orbit::runtime::rope_inv_freq(bad([](RopeConfig& c) { c.theta = 0; })), Contains("theta"));
   CHECK_THROWS_WITH(orbit::runtime::rope_inv_freq(bad([](RopeConfig& c) { c.theta = -5; })), Contains("theta"));
@@ -493,7 +501,8 @@ TEST_CASE("invalid configs and arguments throw, naming the field", "[rope][cpu]"
   // A strided x (a view into a fused projection) is accepted and equals the contiguous result.
   const at::Tensor fused = at::randn({4, 2, 128});
   const at::Tensor view = fused.narrow(2, 0, 64);
-  CHECK(at::equal(orbit::runtime::rope_rotate(ok, view, angles), orbit::runtime::rope_rotate(ok, view.contiguous(), angles)));
+  CHECK(at::equal(orbit::runtime::rope_rotate(ok, view, angles),
+                  orbit::runtime::rope_rotate(ok, view.contiguous(), angles)));
   // Zero tokens is a no-op, not an error.
   CHECK(orbit::runtime::rope_apply(ok, at::randn({0, 2, 64}), at::zeros({0}, at::kLong)).size(0) == 0);
 }
@@ -518,11 +527,13 @@ TEST_CASE("rope CPU throughput at 2048 tokens x 14 heads x 64 dims", "[.rope-ben
     const double angles_ms = time_ms([&] { (void)orbit::runtime::rope_angles(c, positions); });
     const double rotate_ms = time_ms([&] { (void)orbit::runtime::rope_rotate(c, x, angles); });
     const double bf16_ms = time_ms([&, xb = x.to(at::kBFloat16)] { (void)orbit::runtime::rope_rotate(c, xb, angles); });
-    const double tables_ms = time_ms([&] { (void)at::cos(angles).to(at::kFloat), (void)at::sin(angles).to(at::kFloat); });
+    const double tables_ms =
+        time_ms([&] { (void)at::cos(angles).to(at::kFloat), (void)at::sin(angles).to(at::kFloat); });
     const double copy_ms = time_ms([&] { (void)x.clone(); });
-    std::printf("%s: rope_angles %.3f ms, rope_rotate f32 %.3f ms (of which cos/sin tables ~%.3f ms), bf16 %.3f ms; "
-                "x.clone() %.3f ms; threads %d\n",
-                orbit::runtime::rope_layout_name(layout), angles_ms, rotate_ms, tables_ms, bf16_ms, copy_ms,
-                at::get_num_threads());
+    std::printf(
+        "%s: rope_angles %.3f ms, rope_rotate f32 %.3f ms (of which cos/sin tables ~%.3f ms), bf16 %.3f ms; "
+        "x.clone() %.3f ms; threads %d\n",
+        orbit::runtime::rope_layout_name(layout), angles_ms, rotate_ms, tables_ms, bf16_ms, copy_ms,
+        at::get_num_threads());
   }
 }

@@ -1,9 +1,9 @@
 // RoPE CUDA kernel (kernels/cuda/rope.cuh) against the CPU reference (kernels/cpu/rope.h).
 // Raw cudaMalloc buffers and an explicit stream, as the kernel tier is used; no torch. Without a CUDA
 // device the binary exits 77 and CTest reports it skipped.
-#include <catch2/catch.hpp>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
+#include <catch2/catch.hpp>
 
 #include "cuda_test_support.h"
 
@@ -107,11 +107,11 @@ TEST_CASE("CUDA RoPE float32 matches the CPU reference", "[rope][gpu]") {
     orbit::kernels::cpu::rope_rotate<float, float>(in.x.data(), expected.data(), in.cos.data(), in.sin.data(),
                                                    cpu_dims(c));
     DeviceBuffer<float> x(in.x), cos(in.cos), sin(in.sin), out(std::vector<float>(in.x.size(), NAN));
-    CUDA_REQUIRE(orbit::kernels::cuda::rope_rotate<float>(x.get(), out.get(), cos.get(), sin.get(), cuda_dims(c),
-                                                          stream.get()));
+    CUDA_REQUIRE(
+        orbit::kernels::cuda::rope_rotate<float>(x.get(), out.get(), cos.get(), sin.get(), cuda_dims(c), stream.get()));
     // In place on a second copy of x.
-    CUDA_REQUIRE(orbit::kernels::cuda::rope_rotate<float>(x.get(), x.get(), cos.get(), sin.get(), cuda_dims(c),
-                                                          stream.get()));
+    CUDA_REQUIRE(
+        orbit::kernels::cuda::rope_rotate<float>(x.get(), x.get(), cos.get(), sin.get(), cuda_dims(c), stream.get()));
     CUDA_REQUIRE(cudaStreamSynchronize(stream.get()));
     const std::vector<float> got = out.download(), got_in_place = x.download();
     double worst = 0.0;
@@ -167,8 +167,8 @@ TEST_CASE("CUDA RoPE launcher: empty input and invalid dims", "[rope][gpu]") {
   CHECK(orbit::kernels::cuda::rope_rotate<float>(buffer.get(), buffer.get(), buffer.get(), buffer.get(),
                                                  cuda_dims(empty), stream.get()) == cudaSuccess);
   Case odd{1, 1, 64, 63, false};
-  CHECK(orbit::kernels::cuda::rope_rotate<float>(buffer.get(), buffer.get(), buffer.get(), buffer.get(),
-                                                 cuda_dims(odd), stream.get()) == cudaErrorInvalidValue);
+  CHECK(orbit::kernels::cuda::rope_rotate<float>(buffer.get(), buffer.get(), buffer.get(), buffer.get(), cuda_dims(odd),
+                                                 stream.get()) == cudaErrorInvalidValue);
   Case too_wide{1, 1, 32, 64, true};
   CHECK(orbit::kernels::cuda::rope_rotate<float>(buffer.get(), buffer.get(), buffer.get(), buffer.get(),
                                                  cuda_dims(too_wide), stream.get()) == cudaErrorInvalidValue);

@@ -7,8 +7,8 @@
 #include "orbit/common/error.h"
 
 #include <ATen/ATen.h>
-#include <catch2/catch.hpp>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <cstring>
 #include <filesystem>
@@ -114,8 +114,8 @@ std::string with_b(const std::string& b_entry) { return "{" + kEntryA + ",\"b\":
 
 TEST_CASE("dtype names and sizes", "[safetensors][cpu]") {
   const std::vector<std::tuple<StDtype, std::string, std::size_t>> all = {
-      {StDtype::kF64, "F64", 8}, {StDtype::kF32, "F32", 4}, {StDtype::kF16, "F16", 2}, {StDtype::kBF16, "BF16", 2},
-      {StDtype::kI64, "I64", 8}, {StDtype::kI32, "I32", 4}, {StDtype::kI16, "I16", 2}, {StDtype::kI8, "I8", 1},
+      {StDtype::kF64, "F64", 8}, {StDtype::kF32, "F32", 4},  {StDtype::kF16, "F16", 2}, {StDtype::kBF16, "BF16", 2},
+      {StDtype::kI64, "I64", 8}, {StDtype::kI32, "I32", 4},  {StDtype::kI16, "I16", 2}, {StDtype::kI8, "I8", 1},
       {StDtype::kU8, "U8", 1},   {StDtype::kBool, "BOOL", 1}};
   for (const auto& [dtype, name, size] : all) {
     StDtype parsed = StDtype::kF32;
@@ -136,10 +136,11 @@ TEST_CASE("every dtype round trips through a file", "[safetensors][cpu]") {
     at::ScalarType type;
     StDtype stored;
   };
-  const std::vector<Case> cases = {
-      {at::kDouble, StDtype::kF64}, {at::kFloat, StDtype::kF32}, {at::kHalf, StDtype::kF16},
-      {at::kBFloat16, StDtype::kBF16}, {at::kLong, StDtype::kI64}, {at::kInt, StDtype::kI32},
-      {at::kShort, StDtype::kI16}, {at::kChar, StDtype::kI8}, {at::kByte, StDtype::kU8}, {at::kBool, StDtype::kBool}};
+  const std::vector<Case> cases = {{at::kDouble, StDtype::kF64}, {at::kFloat, StDtype::kF32},
+                                   {at::kHalf, StDtype::kF16},   {at::kBFloat16, StDtype::kBF16},
+                                   {at::kLong, StDtype::kI64},   {at::kInt, StDtype::kI32},
+                                   {at::kShort, StDtype::kI16},  {at::kChar, StDtype::kI8},
+                                   {at::kByte, StDtype::kU8},    {at::kBool, StDtype::kBool}};
   for (const Case& c : cases) {
     DYNAMIC_SECTION(st_dtype_name(c.stored)) {
       // Values exact in every dtype: halves for floats, small signed ints, 0..11 for U8, parity for BOOL.
@@ -183,8 +184,11 @@ TEST_CASE("0-d, empty, non-contiguous and large tensors round trip", "[safetenso
   const at::Tensor transposed = at::arange(12, at::kFloat).reshape({3, 4}).t();
   const at::Tensor large = at::randn({1024, 1024}, at::kFloat);  // 4 MiB
   REQUIRE_FALSE(transposed.is_contiguous());
-  write_safetensors(path, {{"scalar", scalar}, {"empty_rows", empty_rows}, {"empty_cols", empty_cols},
-                           {"transposed", transposed}, {"large", large}});
+  write_safetensors(path, {{"scalar", scalar},
+                           {"empty_rows", empty_rows},
+                           {"empty_cols", empty_cols},
+                           {"transposed", transposed},
+                           {"large", large}});
 
   SafetensorsFile file(path);
   CHECK(file.find("scalar")->shape.empty());
@@ -201,8 +205,8 @@ TEST_CASE("0-d, empty, non-contiguous and large tensors round trip", "[safetenso
 TEST_CASE("tensors are packed in the given order with contiguous offsets", "[safetensors][cpu]") {
   TempDir dir;
   const std::string path = dir.file("order.safetensors");
-  write_safetensors(path, {{"z", at::ones({3}, at::kFloat)}, {"a", at::ones({2, 2}, at::kInt)},
-                           {"m", at::ones({5}, at::kByte)}});
+  write_safetensors(
+      path, {{"z", at::ones({3}, at::kFloat)}, {"a", at::ones({2, 2}, at::kInt)}, {"m", at::ones({5}, at::kByte)}});
   SafetensorsFile file(path);
   const StHeader& h = file.header();
   REQUIRE(h.tensors.size() == 3);
@@ -412,60 +416,80 @@ TEST_CASE("broken headers fail naming the file, tensor and field", "[safetensors
       {"comment", "{/* c */}", {"not valid JSON"}},
       {"not an object", "[1,2]", {"must be a JSON object", "array"}},
       {"metadata not an object", "{\"__metadata__\":[1]," + kEntryA + "}", {"'__metadata__' must be an object"}},
-      {"metadata value not a string", R"({"__metadata__":{"k":1},)" + kEntryA + "}",
+      {"metadata value not a string",
+       R"({"__metadata__":{"k":1},)" + kEntryA + "}",
        {"'__metadata__' field 'k' must be a string", "number"}},
       {"entry not an object", with_b("5"), {"tensor 'b'", "entry must be an object", "number"}},
       {"dtype missing", with_b(R"({"shape":[4],"data_offsets":[24,56]})"), {"tensor 'b'", "'dtype' is missing"}},
-      {"dtype not a string", with_b(R"({"dtype":8,"shape":[4],"data_offsets":[24,56]})"),
+      {"dtype not a string",
+       with_b(R"({"dtype":8,"shape":[4],"data_offsets":[24,56]})"),
        {"tensor 'b'", "'dtype' must be a string"}},
-      {"unknown dtype", with_b(R"({"dtype":"F8_E4M3","shape":[4],"data_offsets":[24,56]})"),
+      {"unknown dtype",
+       with_b(R"({"dtype":"F8_E4M3","shape":[4],"data_offsets":[24,56]})"),
        {"tensor 'b'", "'dtype'", "unknown", "F8_E4M3"}},
       {"shape missing", with_b(R"({"dtype":"I64","data_offsets":[24,56]})"), {"tensor 'b'", "'shape' is missing"}},
-      {"shape not an array", with_b(R"({"dtype":"I64","shape":4,"data_offsets":[24,56]})"),
+      {"shape not an array",
+       with_b(R"({"dtype":"I64","shape":4,"data_offsets":[24,56]})"),
        {"tensor 'b'", "'shape' must be an array"}},
-      {"negative dim", with_b(R"({"dtype":"I64","shape":[2,-2],"data_offsets":[24,56]})"),
+      {"negative dim",
+       with_b(R"({"dtype":"I64","shape":[2,-2],"data_offsets":[24,56]})"),
        {"tensor 'b'", "'shape' dim 1 is negative (-2)"}},
-      {"float dim", with_b(R"({"dtype":"I64","shape":[4.0],"data_offsets":[24,56]})"),
+      {"float dim",
+       with_b(R"({"dtype":"I64","shape":[4.0],"data_offsets":[24,56]})"),
        {"tensor 'b'", "'shape' dim 0 must be an integer"}},
-      {"string dim", with_b(R"({"dtype":"I64","shape":["4"],"data_offsets":[24,56]})"),
+      {"string dim",
+       with_b(R"({"dtype":"I64","shape":["4"],"data_offsets":[24,56]})"),
        {"tensor 'b'", "'shape' dim 0 must be an integer", "string"}},
-      {"dim past int64", with_b(R"({"dtype":"I64","shape":[9223372036854775808],"data_offsets":[24,56]})"),
+      {"dim past int64",
+       with_b(R"({"dtype":"I64","shape":[9223372036854775808],"data_offsets":[24,56]})"),
        {"tensor 'b'", "does not fit in int64"}},
-      {"numel overflow", with_b(R"({"dtype":"I64","shape":[4294967296,4294967296,2],"data_offsets":[24,56]})"),
+      {"numel overflow",
+       with_b(R"({"dtype":"I64","shape":[4294967296,4294967296,2],"data_offsets":[24,56]})"),
        {"tensor 'b'", "'shape' has more elements than fit in 64 bits"}},
       {"numel overflow hidden by a zero dim",
        with_b(R"({"dtype":"I64","shape":[4294967296,4294967296,4,0],"data_offsets":[24,24]})"),
        {"tensor 'b'", "more elements than fit"}},
-      {"byte size overflow", with_b(R"({"dtype":"I64","shape":[2305843009213693952],"data_offsets":[24,56]})"),
+      {"byte size overflow",
+       with_b(R"({"dtype":"I64","shape":[2305843009213693952],"data_offsets":[24,56]})"),
        {"tensor 'b'", "byte size overflows 64 bits"}},
       {"data_offsets missing", with_b(R"({"dtype":"I64","shape":[4]})"), {"tensor 'b'", "'data_offsets' is missing"}},
-      {"data_offsets not an array", with_b(R"({"dtype":"I64","shape":[4],"data_offsets":{"b":24}})"),
+      {"data_offsets not an array",
+       with_b(R"({"dtype":"I64","shape":[4],"data_offsets":{"b":24}})"),
        {"tensor 'b'", "'data_offsets' must be an array of 2 integers", "object"}},
-      {"data_offsets too short", with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[24]})"),
+      {"data_offsets too short",
+       with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[24]})"),
        {"tensor 'b'", "'data_offsets' must be an array of 2 integers", "1 elements"}},
-      {"data_offsets too long", with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[24,56,60]})"),
+      {"data_offsets too long",
+       with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[24,56,60]})"),
        {"tensor 'b'", "'data_offsets' must be an array of 2 integers", "3 elements"}},
-      {"negative offset", with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[-8,24]})"),
+      {"negative offset",
+       with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[-8,24]})"),
        {"tensor 'b'", "'data_offsets' element 0 is negative (-8)"}},
-      {"offset not an integer", with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[24,"56"]})"),
+      {"offset not an integer",
+       with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[24,"56"]})"),
        {"tensor 'b'", "'data_offsets' element 1 must be an integer"}},
-      {"offset past u64", with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[24,18446744073709551616]})"),
+      {"offset past u64",
+       with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[24,18446744073709551616]})"),
        {"tensor 'b'", "'data_offsets' element 1 must be an integer"}},
-      {"begin after end", with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[56,24]})"),
+      {"begin after end",
+       with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[56,24]})"),
        {"tensor 'b'", "data_offsets [56, 24] begin after end"}},
-      {"end past the data section", with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[24,900]})"),
+      {"end past the data section",
+       with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[24,900]})"),
        {"tensor 'b': data_offsets [24, 900] run past the end of the data section (56 bytes)"}},
       {"huge offsets",
        with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[18446744073709551584,18446744073709551615]})"),
        {"tensor 'b'", "run past the end of the data section"}},
-      {"byte length mismatch", with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[24,48]})"),
+      {"byte length mismatch",
+       with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[24,48]})"),
        {"tensor 'b'", "data_offsets [24, 48] span 24 bytes", "need 32"}},
-      {"overlap", with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[16,48]})"),
+      {"overlap",
+       with_b(R"({"dtype":"I64","shape":[4],"data_offsets":[16,48]})"),
        {"tensor 'b': data_offsets [16, 48] overlap tensor 'a' at [0, 24]"}},
       {"same range twice", with_b(R"({"dtype":"F32","shape":[6],"data_offsets":[0,24]})"), {"overlap tensor 'a'"}},
-      {"duplicate tensor name", "{" + kEntryA + "," + kEntryB + "," + kEntryA + "}",
-       {"tensor 'a' is listed twice"}},
-      {"duplicate field", with_b(R"({"dtype":"I64","dtype":"I64","shape":[4],"data_offsets":[24,56]})"),
+      {"duplicate tensor name", "{" + kEntryA + "," + kEntryB + "," + kEntryA + "}", {"tensor 'a' is listed twice"}},
+      {"duplicate field",
+       with_b(R"({"dtype":"I64","dtype":"I64","shape":[4],"data_offsets":[24,56]})"),
        {"entry 'b': field 'dtype' is given twice"}},
       {"duplicate metadata key", R"({"__metadata__":{"k":"1","k":"2"}})", {"field 'k' is given twice"}},
   };

@@ -2,12 +2,12 @@
 // format, the disk tier's round trip and reopening, fingerprint checks, and `orbit store` end to end.
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
+#include <sys/wait.h>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
 
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"
@@ -166,8 +166,8 @@ TEST_CASE("patch keys: exact signatures are ordered, orbit signatures sort the a
   CHECK(exact_signature({a, b}) == exact_signature({a, b}));
   CHECK(orbit_signature({p}, {a, b, c}) == orbit_signature({p}, {c, a, b}));
   CHECK(orbit_signature({p}, {a, b}) != orbit_signature({}, {p, a, b}));  // the prefix is not part of the set
-  CHECK(orbit_signature({}, {a, a}) != orbit_signature({}, {a}));          // a multiset, not a set
-  CHECK(orbit_signature({}, {a, b}) != exact_signature({a, b}));           // domain-separated
+  CHECK(orbit_signature({}, {a, a}) != orbit_signature({}, {a}));         // a multiset, not a set
+  CHECK(orbit_signature({}, {a, b}) != exact_signature({a, b}));          // domain-separated
 
   PatchKey k{c, exact_signature({a, b}), "full", 16, 16};
   const std::string key = patch_key(k);
@@ -245,7 +245,8 @@ TEST_CASE("the disk tier persists entries across reopening and checks the finger
       for (int64_t i = 1; i <= 6; ++i) CHECK(second.contains(test::store_test_key(i)));
     }
     // The pin is a lease of the live owner: `store ls` shows it.
-    for (const StoreEntryInfo& e : list_store(dir.path().string())) CHECK(e.pinned == (e.key == test::store_test_key(2)));
+    for (const StoreEntryInfo& e : list_store(dir.path().string()))
+      CHECK(e.pinned == (e.key == test::store_test_key(2)));
     store.verify_integrity(/*deep=*/true);
   }
   {

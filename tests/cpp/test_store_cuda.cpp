@@ -80,6 +80,7 @@ TEST_CASE("a CUDA engine with a device tier serves canonicals from it and answer
   }
   REQUIRE(logits[0].size() == logits[1].size());
   double worst = 0;
-  for (std::size_t i = 0; i < logits[0].size(); ++i) worst = std::max(worst, double(std::abs(logits[0][i] - logits[1][i])));
+  for (std::size_t i = 0; i < logits[0].size(); ++i)
+    worst = std::max(worst, double(std::abs(logits[0][i] - logits[1][i])));
   CHECK(worst < 1e-4);  // the same float32 canonical, read from device pages instead of host memory
 }

@@ -149,7 +149,7 @@ TEST_CASE("a corrupt, truncated or missing blob is a reported miss; the store st
 TEST_CASE("disk full and permission errors are clear errors that leave the index consistent", "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  auto fail_with = std::make_shared<std::atomic<int>>(0);     // errno to inject, 0 = none
+  auto fail_with = std::make_shared<std::atomic<int>>(0);       // errno to inject, 0 = none
   auto bytes_left = std::make_shared<std::atomic<int64_t>>(0);  // bytes written before the failure
   ChunkStoreOptions o = disk_options(d);
   o.io_hooks.write = [fail_with, bytes_left](int fd, const void* data, std::size_t size) -> ssize_t {
@@ -256,10 +256,10 @@ namespace {
 // What the kills of kill_rounds() interrupted, classified from what each left in the directory.
 struct KillCounts {
   int kills = 0;
-  int in_blob_write = 0;        // a temp file: inside a blob file's write (before its rename)
-  int before_commit = 0;        // a blob no row names: between the blob's rename and the index commit
-  int before_report = 0;        // the next entry committed but never reported: after the commit
-  int64_t committed = 0;        // puts the children reported, all intact
+  int in_blob_write = 0;  // a temp file: inside a blob file's write (before its rename)
+  int before_commit = 0;  // a blob no row names: between the blob's rename and the index commit
+  int before_report = 0;  // the next entry committed but never reported: after the commit
+  int64_t committed = 0;  // puts the children reported, all intact
   int mid_write() const { return in_blob_write + before_commit + before_report; }
 };
 

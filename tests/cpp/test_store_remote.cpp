@@ -298,8 +298,7 @@ TEST_CASE("kill -9 of the server and of a writer at random points loses nothing 
   CHECK(committed.size() >= 40);
 }
 
-TEST_CASE("two engine processes share canonicals through redis: the second encodes none",
-          "[store][remote][model]") {
+TEST_CASE("two engine processes share canonicals through redis: the second encodes none", "[store][remote][model]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
   {
@@ -348,7 +347,9 @@ std::vector<std::unique_ptr<test::RedisServer>> start_cluster(const test::TempDi
   return nodes;
 }
 
-std::string node_id(const test::RedisServer& node) { return test::redis_cli(node.port(), "CLUSTER MYID").substr(0, 40); }
+std::string node_id(const test::RedisServer& node) {
+  return test::redis_cli(node.port(), "CLUSTER MYID").substr(0, 40);
+}
 
 }  // namespace
 
@@ -371,9 +372,9 @@ TEST_CASE("a 3-node redis cluster: slots across nodes, MOVED after a reshard", "
   // Move every slot of node 0 to node 1 while b's client holds the old slot map: it must follow MOVED.
   const std::string id0 = node_id(*nodes[0]);
   const std::string id1 = node_id(*nodes[1]);
-  const test::CliRun reshard = test::run_command("redis-cli --cluster reshard " + nodes[0]->endpoint() +
-                                                 " --cluster-from " + id0 + " --cluster-to " + id1 +
-                                                 " --cluster-slots 5461 --cluster-yes");  // node 0 holds slots 0..5460
+  const test::CliRun reshard =
+      test::run_command("redis-cli --cluster reshard " + nodes[0]->endpoint() + " --cluster-from " + id0 +
+                        " --cluster-to " + id1 + " --cluster-slots 5461 --cluster-yes");  // node 0 holds slots 0..5460
   INFO(reshard.out);
   REQUIRE(reshard.status == 0);
   for (int64_t i = 11; i <= 30; ++i) {
@@ -429,8 +430,8 @@ TEST_CASE("a redis cluster slot in migration: puts and gets follow ASK with ASKI
   CHECK(writer.stats().remote.write_failures == 0);
   CHECK(writer.stats().remote.writes == 2);
   // The new entry landed on the importing node (asked with ASKING), none of it on the source.
-  Result<RedisReply> on_src = probe.command_on({"127.0.0.1", nodes[src]->port()},
-                                               {"EXISTS", RedisBackend::manifest_key(new_key)});
+  Result<RedisReply> on_src =
+      probe.command_on({"127.0.0.1", nodes[src]->port()}, {"EXISTS", RedisBackend::manifest_key(new_key)});
   REQUIRE(on_src.is_ok());
   CHECK(on_src.value().integer == 0);
   CHECK(std::stoll(test::redis_cli(nodes[dst]->port(), "CLUSTER COUNTKEYSINSLOT " + s)) >= 2);  // manifest + parts
@@ -449,8 +450,7 @@ TEST_CASE("a redis cluster slot in migration: puts and gets follow ASK with ASKI
   CHECK(reader.stats().remote.errors == 0);
 }
 
-TEST_CASE("erase removes an entry from the remote tier too, after any write of it still queued",
-          "[store][remote]") {
+TEST_CASE("erase removes an entry from the remote tier too, after any write of it still queued", "[store][remote]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
   ChunkStore a(remote_options(server.url(), dir / "a"));
@@ -521,10 +521,10 @@ TEST_CASE("the remote read rate is measured with a probe, and the planner prices
   const int64_t bytes = 64 << 10;
   Result<RemoteReadSample> sample = s.measure_remote_read(bytes);
   REQUIRE(sample.is_ok());
-  CHECK(slow->reads == 3);                       // best of three reads of the probe
-  CHECK(sample.value().bytes >= bytes);          // the probe blob: payload plus header and checksum
-  CHECK(sample.value().seconds >= 0.05);         // every read waited for the link
-  CHECK(s.stats().remote.hits == 0);             // a probe is not a hit
+  CHECK(slow->reads == 3);                // best of three reads of the probe
+  CHECK(sample.value().bytes >= bytes);   // the probe blob: payload plus header and checksum
+  CHECK(sample.value().seconds >= 0.05);  // every read waited for the link
+  CHECK(s.stats().remote.hits == 0);      // a probe is not a hit
   // A cost model fitted with the probe prices a recall of B bytes at B / (probe bytes / probe seconds):
   // at least 50 ms for the probe's size, where the default 100 MB/s would say 0.7 ms.
   std::vector<planner::CostSample> samples{{planner::sample_kind::kForward, 8, 0, 0, 1e-3},
@@ -547,8 +547,7 @@ TEST_CASE("the remote read rate is measured with a probe, and the planner prices
   CHECK(local.measure_remote_read(bytes).status().code() == StatusCode::kRefused);
 }
 
-TEST_CASE("Engine::calibrate measures the remote tier's read rate before any remote hit",
-          "[store][remote][model]") {
+TEST_CASE("Engine::calibrate measures the remote tier's read rate before any remote hit", "[store][remote][model]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
   EngineOptions o;

@@ -150,7 +150,7 @@ TEST_CASE("device tier: page-aligned chunks shared by reference count", "[store]
   DeviceLease fork = lease.value().share();
   CHECK(fork.ref_counts() == std::vector<int32_t>{3, 3});
   CHECK(at::equal(fork.gather(0).select(0, 1).reshape({5, 2, 4}), a->at("layer.1.k")));
-  REQUIRE(store.get(key(2)).is_ok());          // key(1) is now the least recently used
+  REQUIRE(store.get(key(2)).is_ok());  // key(1) is now the least recently used
 
   REQUIRE(store.put(key(3), c, dev).is_ok());  // pool full now (6 pages)
   // Room for a fourth chunk: LRU would pick key(1), but its pages are leased, so key(2) is demoted.
@@ -184,11 +184,11 @@ TEST_CASE("LRU eviction order, demotion to disk, promotion on access", "[store][
   o.host_budget_bytes = 3 * 4000;  // three values of 1000 floats
   ChunkStore store(o);
   for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), blob_of(i, 1000)).is_ok());
-  REQUIRE(store.get(key(1)).is_ok());            // order now 2, 3, 1
+  REQUIRE(store.get(key(1)).is_ok());  // order now 2, 3, 1
   REQUIRE(store.put(key(4), blob_of(4, 1000)).is_ok());
   CHECK(store.residence(key(2)) == StoreTier::kDisk);
   for (int64_t i : {1, 3, 4}) CHECK(store.residence(key(i)) == StoreTier::kHost);
-  REQUIRE(store.get(key(2)).is_ok());            // promoted; evicts 3 (the LRU of 3, 1, 4)
+  REQUIRE(store.get(key(2)).is_ok());  // promoted; evicts 3 (the LRU of 3, 1, 4)
   CHECK(store.residence(key(2)) == StoreTier::kHost);
   CHECK(store.residence(key(3)) == StoreTier::kDisk);
   REQUIRE(store.pin(key(1)).is_ok());
@@ -223,7 +223,7 @@ TEST_CASE("without write-through, disk receives entries on demotion; the disk bu
     ChunkStore store(o);
     REQUIRE(store.put(key(1), blob_of(1, 1000)).is_ok());
     REQUIRE(store.put(key(2), blob_of(2, 1000)).is_ok());
-    CHECK(list_store(o.dir).empty());  // memory only so far
+    CHECK(list_store(o.dir).empty());                      // memory only so far
     REQUIRE(store.put(key(3), blob_of(3, 1000)).is_ok());  // 1 is demoted: written to disk now
     CHECK(store.residence(key(1)) == StoreTier::kDisk);
     REQUIRE(store.pin(key(1)).is_ok());
@@ -264,9 +264,9 @@ TEST_CASE("cost-aware eviction keeps small, reused, expensive entries", "[store]
   REQUIRE(store.put(key(1), blob_of(1, 500), dear_small).is_ok());  // 2000 bytes, value 50/2000
   REQUIRE(store.put(key(2), blob_of(2, 1500), cheap_big).is_ok());  // 6000 bytes, value 1/6000
   REQUIRE(store.get(key(1)).is_ok());
-  REQUIRE(store.put(key(3), blob_of(3, 500), cheap_big).is_ok());   // 2000 bytes, fits
-  REQUIRE(store.put(key(4), blob_of(4, 1000), dear_small).is_ok()); // needs 4000: the big cheap one goes
-  CHECK_FALSE(store.contains(key(2)));  // no disk tier: evicted from the store
+  REQUIRE(store.put(key(3), blob_of(3, 500), cheap_big).is_ok());    // 2000 bytes, fits
+  REQUIRE(store.put(key(4), blob_of(4, 1000), dear_small).is_ok());  // needs 4000: the big cheap one goes
+  CHECK_FALSE(store.contains(key(2)));                               // no disk tier: evicted from the store
   CHECK(store.contains(key(1)));
   CHECK(store.contains(key(3)));
   CHECK_THROWS_WITH(make_eviction_policy("mru"), Contains("lru, cost-aware"));
@@ -443,8 +443,8 @@ TEST_CASE("int8 cold tier: about a quarter of the bytes at a measured KV error",
   // int8 values plus one float32 scale per row of head_dim: 1/4 + 1/head_dim of float32 (8 for stories260K,
   // 0.375; 0.26 at head_dim 128), plus the blob header.
   CHECK(ratio < 0.25 + 1.0 / 8 + 0.02);
-  CHECK(worst > 0);      // it is lossy, and we say so
-  CHECK(worst < 0.01);   // symmetric int8 per row: about 0.3-0.5% on stories260K
+  CHECK(worst > 0);     // it is lossy, and we say so
+  CHECK(worst < 0.01);  // symmetric int8 per row: about 0.3-0.5% on stories260K
   CHECK(content_equal(content_from_value(*exact.get(k).value()), canonical));  // the default stays exact
 }
 
@@ -460,7 +460,9 @@ TEST_CASE("embedding cache: embeddings and grid round-trip under their own key",
   o.model_fingerprint = model->fingerprint();
   ChunkStore store(o);
   EmbeddingCache cache(store);
-  const std::string k = chunk_key_media(model->fingerprint(), "pixels-digest", std::vector<int64_t>(grid.data_ptr<int64_t>(), grid.data_ptr<int64_t>() + 18), 3);
+  const std::string k =
+      chunk_key_media(model->fingerprint(), "pixels-digest",
+                      std::vector<int64_t>(grid.data_ptr<int64_t>(), grid.data_ptr<int64_t>() + 18), 3);
   CHECK(cache.get(k).status().code() == StatusCode::kNotFound);
   CHECK_FALSE(cache.contains(k));
   REQUIRE(cache.put(k, embeddings, grid).is_ok());

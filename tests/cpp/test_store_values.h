@@ -23,8 +23,7 @@ inline store::ValuePtr store_test_value(int64_t i) {
   const int64_t rows = i % 5 == 0 ? 4096 : 1 + (i * 7919) % 200;
   const at::Tensor k = at::arange(rows * 64, at::kFloat).mul(0.001).add(static_cast<double>(i)).reshape({rows, 4, 16});
   const at::Tensor v = at::full({rows, 4, 16}, static_cast<double>(-i), at::kFloat);
-  return store::make_value(EntryKind::kCanonical, {{"layer.0.k", k}, {"layer.0.v", v}},
-                           {{"index", std::to_string(i)}});
+  return store::make_value(EntryKind::kCanonical, {{"layer.0.k", k}, {"layer.0.v", v}}, {{"index", std::to_string(i)}});
 }
 
 }  // namespace orbit::test

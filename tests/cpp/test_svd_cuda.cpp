@@ -278,8 +278,7 @@ TEST_CASE("factorize on CUDA: rank 0, NaN refusal, randomized method", "[reuse][
   const rt::LowRank exact = rt::factorize(a, 16, options, "exact");
   const at::Tensor a64 = a.to(at::kDouble);
   const double best = relative(exact.u.to(at::kDouble).mm(exact.vt.to(at::kDouble)), a64, a64);
-  const double got =
-      relative(randomized.u.cpu().to(at::kDouble).mm(randomized.vt.cpu().to(at::kDouble)), a64, a64);
+  const double got = relative(randomized.u.cpu().to(at::kDouble).mm(randomized.vt.cpu().to(at::kDouble)), a64, a64);
   INFO("rank-16 error: exact " << best << ", randomized on CUDA " << got);
   CHECK(randomized.u.device() == device);
   CHECK(got >= best * (1.0 - 1e-4));  // never better than exact, up to rounding

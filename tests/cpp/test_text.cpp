@@ -18,7 +18,8 @@ namespace {
 
 const std::string kTok512 = std::string(ORBIT_MODELS_DIR) + "/stories260K/tok512.bin";
 
-std::shared_ptr<Engine> stories_engine(const std::string& model = test::stories_path(), const std::string& tokenizer = "") {
+std::shared_ptr<Engine> stories_engine(const std::string& model = test::stories_path(),
+                                       const std::string& tokenizer = "") {
   EngineOptions o;
   o.model = model;
   o.tokenizer = tokenizer;
@@ -90,7 +91,8 @@ TEST_CASE("engine text: add_text, text turns, text queries and Generation::text"
   // From BOS the genuine stories260K greedily tells its story (what llama2.c's run.c prints for it).
   Window empty = e->new_window();
   g.max_tokens = 20;
-  CHECK(empty.generate(std::vector<int64_t>{1}, g).text.rfind("Once upon a time, there was a little girl named Lily.", 0) == 0);
+  CHECK(empty.generate(std::vector<int64_t>{1}, g)
+            .text.rfind("Once upon a time, there was a little girl named Lily.", 0) == 0);
 }
 
 TEST_CASE("engine text: a model without a tokenizer says so; an explicit tokenizer is checked", "[text][model][cpu]") {
@@ -131,17 +133,23 @@ TEST_CASE("traces: text chunks, turns, queries and probe parse, round-trip and a
   CHECK(trace_to_json(parse_trace(trace_to_json(t), "again.json")) == trace_to_json(t));
 
   const std::string head = R"({"format": "orbit-trace/1", "chunks": [{"name": "a", "tokens": [5]}], "steps": [)";
-  CHECK_THAT(trace_error(head + R"({"op": "turn", "text": 5}]})"), Contains("text.json: step 0 (turn): field 'text': must be a string"));
-  CHECK_THAT(trace_error(head + R"({"op": "turn", "text": ""}]})"), Contains("step 0 (turn): field 'text': must not be empty"));
+  CHECK_THAT(trace_error(head + R"({"op": "turn", "text": 5}]})"),
+             Contains("text.json: step 0 (turn): field 'text': must be a string"));
+  CHECK_THAT(trace_error(head + R"({"op": "turn", "text": ""}]})"),
+             Contains("step 0 (turn): field 'text': must not be empty"));
   CHECK_THAT(trace_error(head + R"({"op": "turn", "tokens": [3], "bos": true}]})"),
              Contains("step 0 (turn): field 'bos': only meaningful with 'text'"));
-  CHECK_THAT(trace_error(head + R"({"op": "turn", "tokens": [3], "text": "x"}]})"),
-             Contains("step 0 (turn): field 'tokens': give only one of 'tokens', 'random_tokens', 'sample' and 'text'"));
-  CHECK_THAT(trace_error(head + R"({"op": "turn", "text": "x", "seed": 3}]})"), Contains("field 'seed': only meaningful with"));
+  CHECK_THAT(
+      trace_error(head + R"({"op": "turn", "tokens": [3], "text": "x"}]})"),
+      Contains("step 0 (turn): field 'tokens': give only one of 'tokens', 'random_tokens', 'sample' and 'text'"));
+  CHECK_THAT(trace_error(head + R"({"op": "turn", "text": "x", "seed": 3}]})"),
+             Contains("field 'seed': only meaningful with"));
   CHECK_THAT(trace_error(head + R"({"op": "generate", "query": {"text": "x", "bos": 1}}]})"),
              Contains("step 0 (generate): field 'query.bos': must be true or false"));
-  CHECK_THAT(trace_error(R"({"format": "orbit-trace/1", "chunks": [{"name": "m", "text": "x", "embeddings": {"grid": [1, 1, 1]}}], "steps": []})"),
-             Contains("chunk 0 ('m'): field 'text': a chunk holds either 'embeddings' or tokens"));
+  CHECK_THAT(
+      trace_error(
+          R"({"format": "orbit-trace/1", "chunks": [{"name": "m", "text": "x", "embeddings": {"grid": [1, 1, 1]}}], "steps": []})"),
+      Contains("chunk 0 ('m'): field 'text': a chunk holds either 'embeddings' or tokens"));
 }
 
 TEST_CASE("traces: the shipped story trace replays; text is the tokenizer's ids", "[text][trace][replay][model][cpu]") {
@@ -158,7 +166,8 @@ TEST_CASE("traces: the shipped story trace replays; text is the tokenizer's ids"
   // After admitting the title (with BOS) the window holds exactly its tokens.
   CHECK(re->steps[0].window_tokens == static_cast<int64_t>(e->tokenize(t.chunks[0].tokens.text, true).size()));
   CHECK(re->steps[1].window_tokens ==
-        re->steps[0].window_tokens + static_cast<int64_t>(e->tokenize("Reader: I will read the story one page at a time.", false).size()));
+        re->steps[0].window_tokens +
+            static_cast<int64_t>(e->tokenize("Reader: I will read the story one page at a time.", false).size()));
   for (const StepResult& s : re->steps) {
     CHECK(s.status == "ok");
     if (s.fidelity) CHECK(s.fidelity->kl < 1e-9);
@@ -172,6 +181,7 @@ TEST_CASE("traces: the shipped story trace replays; text is the tokenizer's ids"
   test::TempDir dir;
   std::filesystem::copy_file(test::stories_path(), dir / "alone.bin");
   o.engine.model = dir / "alone.bin";
-  CHECK_THROWS_WITH(replay(t, o), Contains("story.json: chunk 0 ('title'): field 'text': the trace gives text but the model") &&
-                                      Contains("has no tokenizer"));
+  CHECK_THROWS_WITH(replay(t, o),
+                    Contains("story.json: chunk 0 ('title'): field 'text': the trace gives text but the model") &&
+                        Contains("has no tokenizer"));
 }

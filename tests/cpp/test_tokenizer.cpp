@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iterator>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <unordered_map>
 
@@ -211,6 +211,5 @@ TEST_CASE("tokenizer files: found beside the model, and bad files named", "[toke
   CHECK_THROWS_WITH(orbit::runtime::load_llama2c_tokenizer((dir / "neg.bin").string()),
                     Contains("neg.bin: piece 0 has length -5"));
   write_bytes(dir / "zero.bin", std::string(4, '\0'));
-  CHECK_THROWS_WITH(orbit::runtime::load_llama2c_tokenizer((dir / "zero.bin").string()),
-                    Contains("max_token_length"));
+  CHECK_THROWS_WITH(orbit::runtime::load_llama2c_tokenizer((dir / "zero.bin").string()), Contains("max_token_length"));
 }

@@ -111,7 +111,8 @@ TEST_CASE("re-prefill is exact at every step; the patch policy forms fewer forwa
   }
 }
 
-TEST_CASE("look-backs reuse stored patches: the second recall of the same context costs no forward", "[trace][replay]") {
+TEST_CASE("look-backs reuse stored patches: the second recall of the same context costs no forward",
+          "[trace][replay]") {
   const Trace t = load_trace(trace_path("lookback.json"));
   ReplayOptions o = stories_options({"patch:16"});
   o.baselines = false;
@@ -126,7 +127,8 @@ TEST_CASE("look-backs reuse stored patches: the second recall of the same contex
   CHECK(p.steps[16].forward_tokens < p.steps[14].forward_tokens);
   CHECK(p.steps[16].plan.find("stored-patch (exact match)") != std::string::npos);
   // Critical path and background add up to the total, step by step.
-  for (const StepResult& s : p.steps) CHECK(s.forward_tokens == Approx(s.critical_forward_tokens + s.background_forward_tokens));
+  for (const StepResult& s : p.steps)
+    CHECK(s.forward_tokens == Approx(s.critical_forward_tokens + s.background_forward_tokens));
   CHECK(p.totals.background_forward_tokens > 0);
   CHECK(p.totals.critical_forward_tokens < p.totals.forward_tokens);
   // The reorder back (step 11) to an order whose antecedent sets were seen finds orbit patches.
@@ -162,8 +164,10 @@ TEST_CASE("bad traces are refused naming the file, step, op and field", "[trace]
              Contains("step 1 (recall): field 'chunk': 'a' was not evicted"));
   CHECK_THAT(refusal(tiny_trace(R"({"op": "admit", "chunk": "zz"})")),
              Contains("step 0 (admit): field 'chunk': 'zz' is not a chunk of this trace"));
-  CHECK_THAT(refusal(tiny_trace(R"({"op": "admit", "chunk": "a"}, {"op": "admit", "chunk": "b"}, {"op": "reorder", "order": ["b"]})")),
-             Contains("step 2 (reorder): field 'order': lists 1 chunks but the window holds 2 on branch 'main' (missing: a)"));
+  CHECK_THAT(
+      refusal(tiny_trace(
+          R"({"op": "admit", "chunk": "a"}, {"op": "admit", "chunk": "b"}, {"op": "reorder", "order": ["b"]})")),
+      Contains("step 2 (reorder): field 'order': lists 1 chunks but the window holds 2 on branch 'main' (missing: a)"));
   CHECK_THAT(refusal(tiny_trace(R"({"op": "jump"})")), Contains("step 0: field 'op': unknown op 'jump'"));
   CHECK_THAT(refusal(tiny_trace(R"({"op": "slide", "count": 2})")),
              Contains("step 0 (slide): field 'count': 2 but the window holds 0 chunks"));
@@ -175,7 +179,8 @@ TEST_CASE("bad traces are refused naming the file, step, op and field", "[trace]
              Contains("step 0 (evict): field 'turn': index 0 but the window holds 0 live turns"));
   CHECK_THAT(refusal(tiny_trace(R"({"op": "drop", "branch": "main"})")),
              Contains("step 0 (drop): field 'branch': 'main' cannot be dropped"));
-  CHECK_THAT(refusal(tiny_trace(R"({"op": "admit", "chunk": "a"}, {"op": "admit", "chunk": "b"}, {"op": "place"}, {"op": "slide"})")),
+  CHECK_THAT(refusal(tiny_trace(
+                 R"({"op": "admit", "chunk": "a"}, {"op": "admit", "chunk": "b"}, {"op": "place"}, {"op": "slide"})")),
              Contains("step 3 (slide): field 'count': the chunk order after 'place' (step 2) depends on the policy"));
   CHECK_THAT(refusal(tiny_trace(R"({"op": "fork", "branch": "x"}, {"op": "commit"}, {"op": "commit"})")),
              Contains("step 2 (commit): field 'branch': 'main' cannot be committed"));
@@ -195,10 +200,12 @@ TEST_CASE("bad traces are refused naming the file, step, op and field", "[trace]
 
   // Checks that need the model happen at replay, with the same naming.
   const Trace vocab = parse_trace(tiny_trace(R"({"op": "turn", "tokens": [1, 99999]})"), "vocab.json");
-  CHECK_THROWS_WITH(replay(vocab, stories_options()),
-                    Contains("vocab.json: step 0 (turn): field 'tokens': item 1 (99999) is outside the model's vocabulary"));
+  CHECK_THROWS_WITH(
+      replay(vocab, stories_options()),
+      Contains("vocab.json: step 0 (turn): field 'tokens': item 1 (99999) is outside the model's vocabulary"));
   const Trace same = parse_trace(tiny_trace("", R"(, {"name": "c", "random_tokens": 5, "seed": 1})"), "same.json");
-  CHECK_THROWS_WITH(replay(same, stories_options()), Contains("same.json: chunk 2 ('c'): field 'tokens': same content as chunk 'a'"));
+  CHECK_THROWS_WITH(replay(same, stories_options()),
+                    Contains("same.json: chunk 2 ('c'): field 'tokens': same content as chunk 'a'"));
   CHECK_THROWS_WITH(replay(vocab, stories_options({"bogus"})), Contains("unknown policy 'bogus'"));
 }
 
@@ -226,7 +233,8 @@ TEST_CASE("generated traces are deterministic, valid, and stay within the model'
   const Trace v = make_trace(vl);
   CHECK(v.chunks.front().embeddings);
   CHECK(v.chunks.front().media.grid[0] == 1);
-  CHECK_THROWS_WITH(make_trace(MakeTraceOptions{"chat"}), Catch::Contains("kind 'chat' is not one of web, video, agent"));
+  CHECK_THROWS_WITH(make_trace(MakeTraceOptions{"chat"}),
+                    Catch::Contains("kind 'chat' is not one of web, video, agent"));
 }
 
 TEST_CASE("the JSON report parses and has the documented fields", "[trace][json]") {
@@ -248,15 +256,16 @@ TEST_CASE("the JSON report parses and has the documented fields", "[trace][json]
                         "peak_device_bytes", "patches_formed", "patch_hits", "mean_kl", "max_kl", "mean_top1"}) {
     CHECK(p.at("totals").contains(f));
   }
-  for (const char* f : {"compulsory_formations", "belady_formations", "lru_formations", "online_formations", "capacity_bytes"}) {
+  for (const char* f :
+       {"compulsory_formations", "belady_formations", "lru_formations", "online_formations", "capacity_bytes"}) {
     CHECK(p.at("offline").contains(f));
   }
   CHECK(j.at("policies")[2].at("offline").is_null());
   for (const json& s : p.at("steps")) {
-    for (const char* f : {"index", "op", "branch", "status", "forward_tokens", "critical_forward_tokens",
-                          "background_forward_tokens", "critical_seconds", "background_seconds", "predicted_kl",
-                          "full_prefill_tokens", "bytes_moved", "device_bytes", "peak_device_bytes", "window_tokens",
-                          "seconds", "fidelity"}) {
+    for (const char* f :
+         {"index", "op", "branch", "status", "forward_tokens", "critical_forward_tokens", "background_forward_tokens",
+          "critical_seconds", "background_seconds", "predicted_kl", "full_prefill_tokens", "bytes_moved",
+          "device_bytes", "peak_device_bytes", "window_tokens", "seconds", "fidelity"}) {
       CHECK(s.contains(f));
     }
   }
@@ -267,7 +276,8 @@ TEST_CASE("the JSON report parses and has the documented fields", "[trace][json]
 TEST_CASE("orbit replay and orbit make-trace end to end", "[trace][cli]") {
   test::TempDir dir;
   const std::string model = " --model " + test::stories_path();
-  const test::CliRun r = test::cli("replay " + trace_path("lookback.json") + model + " --json " + (dir / "r.json") + " --quiet");
+  const test::CliRun r =
+      test::cli("replay " + trace_path("lookback.json") + model + " --json " + (dir / "r.json") + " --quiet");
   INFO(r.out);
   REQUIRE(r.status == 0);
   // Without --policy: the default policy, by its spec name.
@@ -278,10 +288,12 @@ TEST_CASE("orbit replay and orbit make-trace end to end", "[trace][cli]") {
   const json j = json::parse(in);
   CHECK(j.at("policies").size() == 4);
 
-  const test::CliRun m = test::cli("make-trace --kind agent --steps 4 --seed 3" + model + " --out " + (dir / "agent.json"));
+  const test::CliRun m =
+      test::cli("make-trace --kind agent --steps 4 --seed 3" + model + " --out " + (dir / "agent.json"));
   INFO(m.out);
   REQUIRE(m.status == 0);
-  const test::CliRun r2 = test::cli("replay " + (dir / "agent.json") + model + " --policy firstk:4 --no-fidelity --json -");
+  const test::CliRun r2 =
+      test::cli("replay " + (dir / "agent.json") + model + " --policy firstk:4 --no-fidelity --json -");
   REQUIRE(r2.status == 0);
   const json j2 = json::parse(r2.out.substr(r2.out.find('{')));
   CHECK(j2.at("policies")[0].at("policy") == "firstk:4");

@@ -39,7 +39,8 @@ std::vector<int64_t> random_tokens(std::mt19937_64& rng, int64_t n, int64_t voca
 double max_diff(const Logits& a, const Logits& b) {
   REQUIRE(a.values.size() == b.values.size());
   double m = 0;
-  for (std::size_t i = 0; i < a.values.size(); ++i) m = std::max(m, static_cast<double>(std::abs(a.values[i] - b.values[i])));
+  for (std::size_t i = 0; i < a.values.size(); ++i)
+    m = std::max(m, static_cast<double>(std::abs(a.values[i] - b.values[i])));
   return m;
 }
 
@@ -233,7 +234,9 @@ TEST_CASE("survivors of a slide keep bit-identical KV and are exact in position"
   const at::Tensor expected = model->forward(in, &past, fo).logits.contiguous();
   const Logits got = w.logits(q, true);
   double m = 0;
-  for (int64_t i = 0; i < expected.numel(); ++i) m = std::max(m, static_cast<double>(std::abs(expected.data_ptr<float>()[i] - got.values[static_cast<std::size_t>(i)])));
+  for (int64_t i = 0; i < expected.numel(); ++i)
+    m = std::max(
+        m, static_cast<double>(std::abs(expected.data_ptr<float>()[i] - got.values[static_cast<std::size_t>(i)])));
   CHECK(m == 0.0);
 }
 
@@ -548,7 +551,7 @@ TEST_CASE("GQA, MLA and M-RoPE windows match a prefill from scratch", "[window][
     const auto chunks = family_chunks(*engine, rng, 5);
     if (preset == "tiny-qwen2-vl") {
       // A 2x3 image spans 3 positions (its grid's extent), not 6 tokens.
-      CHECK(chunks[3].length == 2 * (2 + 3 % 3) );
+      CHECK(chunks[3].length == 2 * (2 + 3 % 3));
       CHECK(chunks[1].extent == 3);
     }
     for (const std::string policy : {"reprefill", "patch:full:exact"}) {
@@ -568,7 +571,8 @@ TEST_CASE("GQA, MLA and M-RoPE windows match a prefill from scratch", "[window][
   }
 }
 
-TEST_CASE("calibration fits the cost model that plans estimate with and cost-aware policies decide by", "[window][cost]") {
+TEST_CASE("calibration fits the cost model that plans estimate with and cost-aware policies decide by",
+          "[window][cost]") {
   auto engine = open_stories();
   std::mt19937_64 rng(12);
   const auto c = make_chunks(*engine, rng, 2);

@@ -51,10 +51,10 @@ std::string long_model(const test::TempDir& dir) {
 std::vector<int64_t> chunk_tokens(int64_t i) { return {3 + i % 500, 3 + (i / 500) % 500}; }
 
 struct OpAllocations {
-  int64_t admit = 0;    // plan + apply of a new chunk under patch:16 (one forward in context)
-  int64_t evict = 0;    // plan + apply of evicting the oldest chunk (bookkeeping only)
-  int64_t turn = 0;     // add_turn of one token (one forward) and its eviction
-  int64_t slide = 0;    // slide(1) (bookkeeping only)
+  int64_t admit = 0;  // plan + apply of a new chunk under patch:16 (one forward in context)
+  int64_t evict = 0;  // plan + apply of evicting the oldest chunk (bookkeeping only)
+  int64_t turn = 0;   // add_turn of one token (one forward) and its eviction
+  int64_t slide = 0;  // slide(1) (bookkeeping only)
 };
 
 // Allocations of each operation on a window of `n` chunk instances (2 tokens each), built blind, then
@@ -109,10 +109,9 @@ TEST_CASE("window operations allocate linearly in the window's instances", "[win
   // prefix of the context per survivor would be quadratic.
   const std::string policy = GENERATE(as<std::string>{}, "patch:16", "patch:16:kl=0.003");
   const OpAllocations small = measure(model, 100, policy), large = measure(model, 1000, policy);
-  INFO("policy " << policy << "; allocations at 100 / 1000 instances: admit " << small.admit << " / " << large.admit << ", evict "
-                                                     << small.evict << " / " << large.evict << ", turn " << small.turn
-                                                     << " / " << large.turn << ", slide " << small.slide << " / "
-                                                     << large.slide);
+  INFO("policy " << policy << "; allocations at 100 / 1000 instances: admit " << small.admit << " / " << large.admit
+                 << ", evict " << small.evict << " / " << large.evict << ", turn " << small.turn << " / " << large.turn
+                 << ", slide " << small.slide << " / " << large.slide);
   // Linear: about 10× (less, for the fixed part); quadratic: about 100×.
   for (auto [s, l] : {std::pair{small.admit, large.admit}, std::pair{small.evict, large.evict},
                       std::pair{small.turn, large.turn}, std::pair{small.slide, large.slide}}) {

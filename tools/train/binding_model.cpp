@@ -101,7 +101,8 @@ rt::ModelWeights init_weights(const rt::ModelConfig& config, uint64_t seed) {
 
 std::vector<at::Tensor> parameters(const rt::ModelWeights& weights, const rt::ModelConfig& config) {
   std::vector<at::Tensor> out;
-  for (const rt::WeightSpec& spec : rt::weight_specs(config)) out.push_back(rt::weight_slot(weights, config, spec.name));
+  for (const rt::WeightSpec& spec : rt::weight_specs(config))
+    out.push_back(rt::weight_slot(weights, config, spec.name));
   return out;
 }
 
@@ -151,16 +152,16 @@ at::Tensor attend(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::Ten
   const at::Tensor vh = v.permute({0, 2, 1, 3});  // [B, H, T, dv]
   const at::Tensor probs = at::softmax(at::baddbmm(bias.expand({B, H, T, T}).reshape({B * H, T, T}),
                                                    qh.reshape({B * H, T, -1}), kh.reshape({B * H, -1, T}), 1.0, scale)
-                                            .view({B, H, T, T}),
-                                        -1);
+                                           .view({B, H, T, T}),
+                                       -1);
   return at::matmul(probs, vh).permute({0, 2, 1, 3}).reshape({B, T, H * dv});
 }
 
 }  // namespace
 
 at::Tensor train_forward(const rt::ModelConfig& c, const rt::ModelWeights& w, const at::Tensor& tokens,
-                         const at::Tensor& positions, const at::Tensor& mask, const at::Tensor& rows,
-                         int64_t aux_layer, const at::Tensor& aux_rows, at::Tensor* aux) {
+                         const at::Tensor& positions, const at::Tensor& mask, const at::Tensor& rows, int64_t aux_layer,
+                         const at::Tensor& aux_rows, at::Tensor* aux) {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   at::Tensor x = w.embed.index_select(0, tokens.reshape({-1})).view({B, T, c.hidden_size});
   const at::Tensor angles = rt::rope_angles(c.rope, positions.reshape({-1}));  // [B·T, r/2] float64
@@ -168,7 +169,7 @@ at::Tensor train_forward(const rt::ModelConfig& c, const rt::ModelWeights& w, co
   const at::Tensor cos = at::cos(angles).to(at::kFloat).view({B, T, 1, half});
   const at::Tensor sin = at::sin(angles).to(at::kFloat).view({B, T, 1, half});
   const at::Tensor bias = at::zeros({B, 1, T, T}, at::kFloat)
-                             .masked_fill_(mask.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
+                              .masked_fill_(mask.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
   const bool mla = c.attention() == rt::AttentionKind::kMla;
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   int64_t layer = 0;
@@ -191,14 +192,16 @@ at::Tensor train_forward(const rt::ModelConfig& c, const rt::ModelWeights& w, co
       const at::Tensor q = dense(h, lw.wq).view({B, T, H, c.head_dim});
       const at::Tensor compressed = dense(h, lw.wkv_a);
       const at::Tensor latent = rms_norm(compressed.narrow(-1, 0, m.kv_lora_rank), lw.kv_a_norm, 1e-6);
-      const at::Tensor k_pe = compressed.narrow(-1, m.kv_lora_rank, m.qk_rope_head_dim).reshape({B, T, 1, m.qk_rope_head_dim});
+      const at::Tensor k_pe =
+          compressed.narrow(-1, m.kv_lora_rank, m.qk_rope_head_dim).reshape({B, T, 1, m.qk_rope_head_dim});
       const at::Tensor kv = dense(latent, lw.wkv_b).view({B, T, H, m.qk_nope_head_dim + m.v_head_dim});
       const at::Tensor k_nope = kv.narrow(-1, 0, m.qk_nope_head_dim);
       const at::Tensor v = kv.narrow(-1, m.qk_nope_head_dim, m.v_head_dim);
       const at::Tensor q_nope = q.narrow(-1, 0, m.qk_nope_head_dim);
-      const at::Tensor q_pe = rotate(q.narrow(-1, m.qk_nope_head_dim, m.qk_rope_head_dim), cos, sin, c.rope.layout,
-                                     m.qk_rope_head_dim);
-      const at::Tensor k_rot = rotate(k_pe, cos, sin, c.rope.layout, m.qk_rope_head_dim).expand({B, T, H, m.qk_rope_head_dim});
+      const at::Tensor q_pe =
+          rotate(q.narrow(-1, m.qk_nope_head_dim, m.qk_rope_head_dim), cos, sin, c.rope.layout, m.qk_rope_head_dim);
+      const at::Tensor k_rot =
+          rotate(k_pe, cos, sin, c.rope.layout, m.qk_rope_head_dim).expand({B, T, H, m.qk_rope_head_dim});
       attn = attend(at::cat({q_nope, q_pe}, -1), at::cat({k_nope, k_rot}, -1), v, bias, scale);
     }
     x = x + dense(attn, lw.wo);

@@ -48,9 +48,7 @@ std::vector<int64_t> Chunk::caption_rows() const {
   return out;
 }
 
-std::vector<int64_t> Episode::flat() const {
-  return concat(chunks);
-}
+std::vector<int64_t> Episode::flat() const { return concat(chunks); }
 
 int64_t Episode::length() const {
   int64_t n = 0;
@@ -77,10 +75,12 @@ uint64_t mix(uint64_t x) {
 TaskGenerator::TaskGenerator(uint64_t seed, Split split, TaskOptions options)
     : options_(options), rng_(mix(mix(seed) ^ (0x51ed270b27ULL * (static_cast<uint64_t>(split) + 1)))) {
   if (options_.frame_min < 4 || options_.frame_max < options_.frame_min || options_.min_intros < 1 ||
-      options_.max_intros < options_.min_intros || options_.max_intros > 8 || options_.max_gap_texts < 1 || options_.min_texts < 0 ||
-      options_.max_texts < options_.min_texts || options_.max_texts + 2 * options_.max_intros > tok::kNumObjects) {
+      options_.max_intros < options_.min_intros || options_.max_intros > 8 || options_.max_gap_texts < 1 ||
+      options_.min_texts < 0 || options_.max_texts < options_.min_texts ||
+      options_.max_texts + 2 * options_.max_intros > tok::kNumObjects) {
     throw std::invalid_argument(
-        "binding TaskOptions: frame_min >= 4, frame_max >= frame_min, 1 <= intros <= 8, max_gap_texts >= 1, 0 <= texts, intros·2 + texts <= 12");
+        "binding TaskOptions: frame_min >= 4, frame_max >= frame_min, 1 <= intros <= 8, max_gap_texts >= 1, 0 <= "
+        "texts, intros·2 + texts <= 12");
   }
 }
 
@@ -96,8 +96,9 @@ std::vector<int64_t> TaskGenerator::frame_tokens(int64_t start, int64_t patch, i
   // Drawn lengths lean short (u² skew: mean ≈ min + (max − min)/3) so training stays cheap while the
   // long frames that probes use (frame_max) are still seen.
   const double u = unit();
-  const int n = frame_len > 0 ? frame_len
-                              : options_.frame_min + static_cast<int>((options_.frame_max - options_.frame_min + 1) * u * u);
+  const int n = frame_len > 0
+                    ? frame_len
+                    : options_.frame_min + static_cast<int>((options_.frame_max - options_.frame_min + 1) * u * u);
   std::vector<int64_t> out{start};
   int signal = 0;
   for (int i = 0; i < n; ++i) {
@@ -144,7 +145,7 @@ Chunk TaskGenerator::text(int obj, int room) {
   c.kind = ChunkKind::kText;
   c.obj = obj;
   c.room = room;
-  c.tokens = {tok::kText, tok::kFiller + uniform(0, tok::kNumFiller - 1), tok::kObject + obj, tok::kIn,
+  c.tokens = {tok::kText,        tok::kFiller + uniform(0, tok::kNumFiller - 1), tok::kObject + obj, tok::kIn,
               tok::kRoom + room, tok::kFiller + uniform(0, tok::kNumFiller - 1), tok::kDot};
   return c;
 }
@@ -175,9 +176,7 @@ Episode TaskGenerator::episode() {
   // Intro frames show distinct objects; text facts are about further distinct objects (never one that a
   // frame shows, so an object word names one fact or one shown object, not both).
   size_t next_text = static_cast<size_t>(intros);
-  auto add_text = [&] {
-    e.chunks.push_back(text(objects[next_text++], uniform(0, tok::kNumRooms - 1)));
-  };
+  auto add_text = [&] { e.chunks.push_back(text(objects[next_text++], uniform(0, tok::kNumRooms - 1))); };
   // Free text chunks go to drawn scene boundaries 0..intros; gap texts (inside a scene) come on top, while
   // objects last (the free texts' objects are held back for them).
   std::vector<int> at_boundary(static_cast<size_t>(intros + 1), 0);

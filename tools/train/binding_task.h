@@ -12,8 +12,8 @@
 //   text chunk    [TXT] f obj [IN] room f [DOT]   a fact in words: obj is in room.
 //
 // An episode is a run of scenes: an intro frame, then (usually) its ref frame, sometimes with a text chunk
-// (or up to max_gap_texts) in between, plus text chunks between scenes. Several ref frames per episode (3–5 intro frames, each
-// with a ref frame at probability 0.85), so a where-question has several candidate locations in its
+// (or up to max_gap_texts) in between, plus text chunks between scenes. Several ref frames per episode (3–5 intro
+// frames, each with a ref frame at probability 0.85), so a where-question has several candidate locations in its
 // context and cannot be answered by elimination: only the binding tells which one is the object's.
 //
 // Questions are one token Q(kind, obj); the answer is the next-token prediction at that token:
@@ -44,15 +44,15 @@ namespace orbit::binding {
 // Token ids. vocab = 256.
 namespace tok {
 constexpr int64_t kPad = 0, kFrameA = 1, kFrameB = 2, kFrameEnd = 3, kText = 4, kIn = 5, kDot = 6;
-constexpr int64_t kNoise = 16, kNumNoise = 24;      // visual background
-constexpr int64_t kFiller = 40, kNumFiller = 16;    // text filler words
-constexpr int64_t kObject = 56, kNumObjects = 12;   // object words
-constexpr int64_t kColor = 72, kNumColors = 8;      // colour words (answers)
-constexpr int64_t kRoom = 80, kNumRooms = 8;        // room words (answers)
-constexpr int64_t kLoc = 88, kNumLocs = 8;          // location words (answers)
-constexpr int64_t kLocPatch = 96;                   // location patches L(loc), 8
-constexpr int64_t kAsk = 104;                       // questions Q(kind, obj) = 104 + kind·12 + obj, 36
-constexpr int64_t kObjPatch = 160;                  // object-colour patches P(obj, color) = 160 + obj·8 + color, 96
+constexpr int64_t kNoise = 16, kNumNoise = 24;     // visual background
+constexpr int64_t kFiller = 40, kNumFiller = 16;   // text filler words
+constexpr int64_t kObject = 56, kNumObjects = 12;  // object words
+constexpr int64_t kColor = 72, kNumColors = 8;     // colour words (answers)
+constexpr int64_t kRoom = 80, kNumRooms = 8;       // room words (answers)
+constexpr int64_t kLoc = 88, kNumLocs = 8;         // location words (answers)
+constexpr int64_t kLocPatch = 96;                  // location patches L(loc), 8
+constexpr int64_t kAsk = 104;                      // questions Q(kind, obj) = 104 + kind·12 + obj, 36
+constexpr int64_t kObjPatch = 160;                 // object-colour patches P(obj, color) = 160 + obj·8 + color, 96
 constexpr int64_t kVocab = 256;
 }  // namespace tok
 
@@ -86,22 +86,22 @@ struct Question {
 
 struct Episode {
   std::vector<Chunk> chunks;
-  std::vector<Question> questions;  // every question the episode answers
+  std::vector<Question> questions;    // every question the episode answers
   std::vector<int64_t> flat() const;  // concatenated chunk tokens
   int64_t length() const;
 };
 
 struct TaskOptions {
-  int min_intros = 3;          // intro frames (scenes) per episode
+  int min_intros = 3;  // intro frames (scenes) per episode
   int max_intros = 5;
   double ref_probability = 0.85;  // an intro frame is followed by its ref frame
   double gap_probability = 0.25;  // text chunks (1..max_gap_texts) sit between an intro frame and its ref
   int max_gap_texts = 1;          //   frame (while unused objects last)
-  int min_texts = 1;           // further text chunks, between scenes
+  int min_texts = 1;              // further text chunks, between scenes
   int max_texts = 2;
-  int frame_min = 8;           // visual tokens per frame (between [FA]/[FB] and [FEND]), drawn with a
-  int frame_max = 32;          //   u² skew towards frame_min
-  double signal = 0.6;         // probability that a visual token is the frame's patch (else noise)
+  int frame_min = 8;    // visual tokens per frame (between [FA]/[FB] and [FEND]), drawn with a
+  int frame_max = 32;   //   u² skew towards frame_min
+  double signal = 0.6;  // probability that a visual token is the frame's patch (else noise)
 };
 
 enum class Split { kTrain, kTest, kCalibration };
@@ -141,8 +141,8 @@ struct Probe {
 };
 
 struct ProbeOptions {
-  int frame_len = 32;      // B's visual tokens (fixed; the longest frames training sees)
-  int min_context = 2;     // chunks before B
+  int frame_len = 32;   // B's visual tokens (fixed; the longest frames training sees)
+  int min_context = 2;  // chunks before B
   int max_context = 24;
   int min_other_refs = 3;  // multi-hop: other ref frames before B (so >= 4 candidate locations)
 };

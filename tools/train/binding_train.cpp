@@ -42,7 +42,8 @@ Batch make_batch(const std::vector<Episode>& episodes, int max_questions, std::m
     for (const Question& q : e.questions) (is_multi_hop(q.kind) ? chosen : others).push_back(&q);
     std::shuffle(others.begin(), others.end(), rng);
     for (const Question* q : others) chosen.push_back(q);
-    if (max_questions > 0 && static_cast<int>(chosen.size()) > max_questions) chosen.resize(static_cast<size_t>(max_questions));
+    if (max_questions > 0 && static_cast<int>(chosen.size()) > max_questions)
+      chosen.resize(static_cast<size_t>(max_questions));
     for (const Question* q : chosen) {
       const int64_t start = static_cast<int64_t>(r.tokens.size());
       for (size_t i = 0; i < q->tokens.size(); ++i) {
@@ -93,20 +94,23 @@ Batch make_batch(const std::vector<Episode>& episodes, int max_questions, std::m
   b.rows = at::tensor(flat_rows, at::kLong);
   b.targets = at::tensor(targets, at::kLong);
   std::vector<int64_t> question_index, caption_index;
-  for (size_t i = 0; i < b.kinds.size(); ++i) (b.kinds[i] < 0 ? caption_index : question_index).push_back(static_cast<int64_t>(i));
+  for (size_t i = 0; i < b.kinds.size(); ++i)
+    (b.kinds[i] < 0 ? caption_index : question_index).push_back(static_cast<int64_t>(i));
   b.question_targets = at::tensor(question_index, at::kLong);
   b.caption_targets = at::tensor(caption_index, at::kLong);
   return b;
 }
 
-EvalResult evaluate(const rt::ModelConfig& config, const rt::ModelWeights& weights, const std::vector<Episode>& episodes) {
+EvalResult evaluate(const rt::ModelConfig& config, const rt::ModelWeights& weights,
+                    const std::vector<Episode>& episodes) {
   at::NoGradGuard no_grad;
   std::map<std::string, int64_t> correct, count;
   std::mt19937_64 rng(0);
   const size_t per_batch = 16;
   for (size_t start = 0; start < episodes.size(); start += per_batch) {
-    const std::vector<Episode> part(episodes.begin() + static_cast<std::ptrdiff_t>(start),
-                                    episodes.begin() + static_cast<std::ptrdiff_t>(std::min(episodes.size(), start + per_batch)));
+    const std::vector<Episode> part(
+        episodes.begin() + static_cast<std::ptrdiff_t>(start),
+        episodes.begin() + static_cast<std::ptrdiff_t>(std::min(episodes.size(), start + per_batch)));
     const Batch b = make_batch(part, 0, rng);
     const at::Tensor pred = train_forward(config, weights, b.tokens, b.positions, b.mask, b.rows).argmax(-1);
     const at::Tensor hit = pred.eq(b.targets);
@@ -192,7 +196,8 @@ TrainResult train(const TrainOptions& o) {
     if (pending.empty()) {
       std::vector<Episode> pool;
       for (int i = 0; i < o.batch * bucket; ++i) pool.push_back(train_gen.episode());
-      std::stable_sort(pool.begin(), pool.end(), [](const Episode& a, const Episode& b) { return a.length() < b.length(); });
+      std::stable_sort(pool.begin(), pool.end(),
+                       [](const Episode& a, const Episode& b) { return a.length() < b.length(); });
       for (int j = 0; j < bucket; ++j) {
         pending.emplace_back(pool.begin() + static_cast<std::ptrdiff_t>(j) * o.batch,
                              pool.begin() + static_cast<std::ptrdiff_t>(j + 1) * o.batch);
@@ -205,8 +210,8 @@ TrainResult train(const TrainOptions& o) {
     tokens_seen += b.tokens.numel();
     at::Tensor aux;
     const at::Tensor caption_rows = b.rows.index_select(0, b.caption_targets);
-    const at::Tensor logits = train_forward(config, w, b.tokens, b.positions, b.mask, b.rows, o.aux_layer,
-                                            caption_rows, o.aux_weight > 0 ? &aux : nullptr);
+    const at::Tensor logits = train_forward(config, w, b.tokens, b.positions, b.mask, b.rows, o.aux_layer, caption_rows,
+                                            o.aux_weight > 0 ? &aux : nullptr);
     // Mean over question answers plus caption_weight × mean over caption rows (there are many more
     // caption rows than questions; weighting the means keeps the answers in charge).
     at::Tensor loss = at::cross_entropy_loss(logits.index_select(0, b.question_targets),

@@ -21,13 +21,13 @@ namespace orbit::binding {
 // One padded batch: every episode's context, then its question blocks (3 tokens each) at the positions
 // right after the context, each block seeing the context and itself only.
 struct Batch {
-  at::Tensor tokens;     // int64 [B, T] (kPad where padded)
-  at::Tensor positions;  // int64 [B, T]
-  at::Tensor mask;       // bool [B, T, T]: row may attend column
-  at::Tensor rows;       // int64 [N]: flat b·T + t of each supervised position
-  at::Tensor targets;    // int64 [N]
-  std::vector<int> kinds;      // per target: -1 caption, else int(QuestionKind)
-  std::vector<int> questions;  // per target: index into its episode's questions, -1 caption
+  at::Tensor tokens;            // int64 [B, T] (kPad where padded)
+  at::Tensor positions;         // int64 [B, T]
+  at::Tensor mask;              // bool [B, T, T]: row may attend column
+  at::Tensor rows;              // int64 [N]: flat b·T + t of each supervised position
+  at::Tensor targets;           // int64 [N]
+  std::vector<int> kinds;       // per target: -1 caption, else int(QuestionKind)
+  std::vector<int> questions;   // per target: index into its episode's questions, -1 caption
   at::Tensor question_targets;  // int64: indices into rows/targets of the question answers
   at::Tensor caption_targets;   // int64: indices of the caption rows
 };
@@ -51,11 +51,11 @@ struct TrainOptions {
   int batch = 16;
   double lr = 3e-3;
   int warmup = 60;
-  int max_questions = 0;       // per episode; 0 = every question
+  int max_questions = 0;        // per episode; 0 = every question
   double caption_weight = 0.5;  // loss = mean CE(answers) + caption_weight · mean CE(captions)
   int64_t aux_layer = 2;        //   + aux_weight · mean CE(captions read after aux_layer layers)
   double aux_weight = 0.5;
-  int eval_every = 200;       // 0 = never during training
+  int eval_every = 200;  // 0 = never during training
   int eval_episodes = 200;
   // Stop after an evaluation where single-hop, multi-hop and caption accuracy all reach this (0 = run
   // every step). Deterministic: the evaluation set is fixed by the seed.

@@ -115,15 +115,16 @@ void write_readme(const std::string& out, const bd::TrainOptions& o, const bd::T
         "by that run._\n\n";
   if (o.model == "gqa") {
     md << "A tiny GQA decoder (Llama layout: hidden " << c.hidden_size << ", " << c.num_heads << " query heads and "
-       << c.num_kv_heads << " KV heads of " << c.head_dim << ", SwiGLU " << c.intermediate_size << ", "
-       << c.num_layers << " layers, half-split RoPE, vocabulary " << c.vocab_size << ")";
+       << c.num_kv_heads << " KV heads of " << c.head_dim << ", SwiGLU " << c.intermediate_size << ", " << c.num_layers
+       << " layers, half-split RoPE, vocabulary " << c.vocab_size << ")";
   } else {
     md << "A tiny MLA decoder (DeepSeek-V2 layout: hidden " << c.hidden_size << ", " << c.num_heads
        << " heads, d_nope = d_rope = d_v = 16, kv_lora_rank " << c.mla.kv_lora_rank << ", no q low-rank, SwiGLU "
        << c.intermediate_size << ", " << c.num_layers << " layers, interleaved RoPE on k_pe, vocabulary "
        << c.vocab_size << ")";
   }
-  md << ", " << parameters << " parameters, trained from scratch on the synthetic cross-chunk binding task of "
+  md << ", " << parameters
+     << " parameters, trained from scratch on the synthetic cross-chunk binding task of "
         "`tools/train/binding_task.h` so that paper 000's reuse experiments run on a model that really "
         "binds one chunk to another (`bench/binding`, `bench/REPORT.md`). No M-RoPE variant: the visual chunks "
         "are 1-D token streams, not 2-D grids.\n\n";
@@ -242,11 +243,16 @@ int main(int argc, char** argv) {
     log["aux_weight"] = o.aux_weight;
     log["aux_layer"] = o.aux_layer;
     log["layers"] = r.config.num_layers;
-    log["task"] = {{"min_intros", o.task.min_intros}, {"max_intros", o.task.max_intros},
-                   {"ref_probability", o.task.ref_probability}, {"gap_probability", o.task.gap_probability},
+    log["task"] = {{"min_intros", o.task.min_intros},
+                   {"max_intros", o.task.max_intros},
+                   {"ref_probability", o.task.ref_probability},
+                   {"gap_probability", o.task.gap_probability},
                    {"max_gap_texts", o.task.max_gap_texts},
-                   {"min_texts", o.task.min_texts}, {"max_texts", o.task.max_texts},
-                   {"frame_min", o.task.frame_min}, {"frame_max", o.task.frame_max}, {"signal", o.task.signal}};
+                   {"min_texts", o.task.min_texts},
+                   {"max_texts", o.task.max_texts},
+                   {"frame_min", o.task.frame_min},
+                   {"frame_max", o.task.frame_max},
+                   {"signal", o.task.signal}};
     log["train_seconds"] = r.seconds;
     log["fingerprint"] = loaded->fingerprint();
     log["parameters"] = loaded->parameter_count();

@@ -96,9 +96,12 @@ Borrowed to_embeddings(py::handle obj, const char* what) {
   if (is_torch_tensor(obj)) {
     py::object t = obj.attr("detach")();
     const std::string dt = torch_dtype(t);
-    if (dt == "float32") b.view.dtype = orbit::DType::kFloat32;
-    else if (dt == "bfloat16") b.view.dtype = orbit::DType::kBFloat16;
-    else if (dt == "float16") b.view.dtype = orbit::DType::kFloat16;
+    if (dt == "float32")
+      b.view.dtype = orbit::DType::kFloat32;
+    else if (dt == "bfloat16")
+      b.view.dtype = orbit::DType::kBFloat16;
+    else if (dt == "float16")
+      b.view.dtype = orbit::DType::kFloat16;
     else {
       throw py::type_error(std::string(what) + ": torch dtype " + dt +
                            "; embeddings must be float32, bfloat16 or float16 (e.g. tensor.float())");
@@ -133,9 +136,12 @@ Borrowed to_embeddings(py::handle obj, const char* what) {
                            type_name(obj));
     }
     const std::string dt = dtype_str(a);
-    if (dt == "float32") b.view.dtype = orbit::DType::kFloat32;
-    else if (dt == "float16") b.view.dtype = orbit::DType::kFloat16;
-    else if (dt == "bfloat16") b.view.dtype = orbit::DType::kBFloat16;  // ml_dtypes' numpy bfloat16
+    if (dt == "float32")
+      b.view.dtype = orbit::DType::kFloat32;
+    else if (dt == "float16")
+      b.view.dtype = orbit::DType::kFloat16;
+    else if (dt == "bfloat16")
+      b.view.dtype = orbit::DType::kBFloat16;  // ml_dtypes' numpy bfloat16
     else {
       throw py::type_error(std::string(what) + ": dtype " + dt +
                            "; embeddings must be float32, float16 or bfloat16 (e.g. array.astype(numpy.float32))");
@@ -179,7 +185,8 @@ Borrowed to_grid(py::handle obj, const char* what) {
 orbit::InstanceId to_instance(py::handle obj, const char* what) {
   if (py::isinstance<orbit::InstanceInfo>(obj)) return obj.cast<const orbit::InstanceInfo&>().id;
   if (py::isinstance<py::bool_>(obj) || !py::isinstance<py::int_>(obj)) {
-    throw py::type_error(std::string(what) + ": expected an instance id (int) or an InstanceInfo, got " + type_name(obj));
+    throw py::type_error(std::string(what) + ": expected an instance id (int) or an InstanceInfo, got " +
+                         type_name(obj));
   }
   if (PyObject_RichCompareBool(obj.ptr(), py::int_(0).ptr(), Py_LT) == 1) {
     throw py::value_error(std::string(what) + ": instance id " + std::string(py::repr(obj)) + " is negative");
@@ -189,7 +196,8 @@ orbit::InstanceId to_instance(py::handle obj, const char* what) {
 
 std::vector<orbit::InstanceId> to_instances(py::handle obj, const char* what) {
   if (py::isinstance<py::str>(obj) || !py::isinstance<py::iterable>(obj)) {
-    throw py::type_error(std::string(what) + ": expected a sequence of instance ids or InstanceInfo, got " + type_name(obj));
+    throw py::type_error(std::string(what) + ": expected a sequence of instance ids or InstanceInfo, got " +
+                         type_name(obj));
   }
   std::vector<orbit::InstanceId> out;
   for (py::handle item : obj) out.push_back(to_instance(item, what));

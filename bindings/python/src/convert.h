@@ -26,7 +26,7 @@ namespace py = pybind11;
 // A TensorView plus the Python object(s) its memory belongs to.
 struct Borrowed {
   orbit::TensorView view;
-  py::object owner;   // the array/tensor the view points into (kept alive while the view is used)
+  py::object owner;     // the array/tensor the view points into (kept alive while the view is used)
   bool copied = false;  // true when the input had to be copied (non-contiguous, on a device, a list)
 };
 

@@ -130,26 +130,34 @@ void init_engine(py::module_& m) {
         "run_background() is called: idle time you pick, e.g. while a tool runs) or 'inline' (at the end of the\n"
         "apply() that queued them); a BackgroundMode is accepted too. ValueError for any other name.\n"
         "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).");
-  c.def("__enter__", [](std::shared_ptr<Engine> e) { return e; }, "Returns the engine.");
-  c.def("__exit__", [](Engine& e, py::args) {
+  c.def(
+      "__enter__", [](std::shared_ptr<Engine> e) { return e; }, "Returns the engine.");
+  c.def(
+      "__exit__",
+      [](Engine& e, py::args) {
         py::gil_scoped_release release;
         e.close();
         return false;
       },
       "Closes the engine (see close()); exceptions propagate.");
-  c.def("close", [](Engine& e) {
+  c.def(
+      "close",
+      [](Engine& e) {
         py::gil_scoped_release release;
         e.close();
       },
       "Flushes and closes the store and frees the pool. Idempotent. Later calls on the engine or its\n"
       "windows raise OrbitError('engine is closed').");
   c.def_property_readonly("closed", &Engine::closed, "True after close().");
-  c.def_property_readonly("options", [](const Engine& e) { return e.options(); }, "EngineOptions it was opened with.");
+  c.def_property_readonly(
+      "options", [](const Engine& e) { return e.options(); }, "EngineOptions it was opened with.");
   c.def_property_readonly("model_info", &Engine::model_info, "ModelInfo of the loaded model.");
   c.def_property_readonly("stats", &Engine::stats,
                           "EngineStats: chunks, windows, pool pages, forwards (critical path and background apart),\n"
                           "background jobs, store.");
-  c.def("run_background", [](Engine& e, double max_seconds) {
+  c.def(
+      "run_background",
+      [](Engine& e, double max_seconds) {
         py::gil_scoped_release release;
         return e.run_background(max_seconds);
       },
@@ -161,27 +169,36 @@ void init_engine(py::module_& m) {
       "patches are not stored: stats.background_pending counts them); under 'thread' it waits for the queue\n"
       "to drain. The GIL is released meanwhile. OrbitError for a negative max_seconds or a closed engine.");
 
-  c.def_property_readonly("has_tokenizer", &Engine::has_tokenizer,
-                          "True when the engine has a tokenizer (llama2.c's, beside the model or EngineOptions' tokenizer).");
-  c.def("tokenize", [](const Engine& e, const std::string& text, bool bos) { return e.tokenize(text, bos); },
-        py::arg("text"), py::arg("bos") = true,
-        "Token ids of text, llama2.c's encoding (BOS first when bos). Raises OrbitError when the engine has no\n"
-        "tokenizer (Hugging Face models: tokenize with your own tokenizer, e.g. transformers.AutoTokenizer, and\n"
-        "pass the ids).");
-  c.def("detokenize", [](const Engine& e, const py::object& tokens, int64_t previous) {
+  c.def_property_readonly(
+      "has_tokenizer", &Engine::has_tokenizer,
+      "True when the engine has a tokenizer (llama2.c's, beside the model or EngineOptions' tokenizer).");
+  c.def(
+      "tokenize", [](const Engine& e, const std::string& text, bool bos) { return e.tokenize(text, bos); },
+      py::arg("text"), py::arg("bos") = true,
+      "Token ids of text, llama2.c's encoding (BOS first when bos). Raises OrbitError when the engine has no\n"
+      "tokenizer (Hugging Face models: tokenize with your own tokenizer, e.g. transformers.AutoTokenizer, and\n"
+      "pass the ids).");
+  c.def(
+      "detokenize",
+      [](const Engine& e, const py::object& tokens, int64_t previous) {
         const std::string bytes = e.detokenize(to_tokens(tokens, "detokenize: tokens"), previous);
-        return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(bytes.data(), static_cast<py::ssize_t>(bytes.size()), "replace"));
+        return py::reinterpret_steal<py::str>(
+            PyUnicode_DecodeUTF8(bytes.data(), static_cast<py::ssize_t>(bytes.size()), "replace"));
       },
       py::arg("tokens"), py::arg("previous") = -1,
       "The text of tokens as if they followed `previous` (BOS drops the first leading space); BOS/EOS give no text.");
   c.def("piece", &Engine::piece, py::arg("token"), "The vocabulary entry of one id as stored (e.g. ' the', '<0x0A>').");
-  c.def("add_text", [](Engine& e, const std::string& text, const std::string& label, bool pin, bool bos) {
+  c.def(
+      "add_text",
+      [](Engine& e, const std::string& text, const std::string& label, bool pin, bool bos) {
         py::gil_scoped_release release;
         return e.add_text(text, chunk_options(label, pin), bos);
       },
       py::arg("text"), py::kw_only(), py::arg("label") = "", py::arg("pin") = false, py::arg("bos") = false,
       "add_tokens(tokenize(text, bos)): a chunk of text. bos=True for a window's first chunk.");
-  c.def("add_tokens", [](Engine& e, const py::object& tokens, const std::string& label, bool pin) {
+  c.def(
+      "add_tokens",
+      [](Engine& e, const py::object& tokens, const std::string& label, bool pin) {
         std::vector<int64_t> t = py::isinstance<py::str>(tokens) ? e.tokenize(tokens.cast<std::string>(), false)
                                                                  : to_tokens(tokens, "add_tokens: tokens");
         py::gil_scoped_release release;
@@ -192,73 +209,80 @@ void init_engine(py::module_& m) {
       "Idempotent: the same tokens give the same key. Nothing is computed until a window needs its canonical.\n"
       "label names it in plans and errors; pin keeps its canonical resident in the store. Raises OrbitError for\n"
       "an empty chunk or ids outside the vocabulary, TypeError for non-integer input.");
-  c.def("add_embeddings",
-        [](Engine& e, const py::object& embeddings, const py::object& grid, const std::string& media_digest, const std::string& label,
-           bool pin) {
-          const Borrowed emb = to_embeddings(embeddings, "add_embeddings: embeddings");
-          const Borrowed g = to_grid(grid, "add_embeddings: grid");
-          const orbit::ModelInfo info = e.model_info();
-          if (emb.view.shape[1] != info.hidden_size) {
-            throw py::value_error("add_embeddings: embeddings shape " + shape_string(emb.view.shape) + ": width " +
-                                  std::to_string(emb.view.shape[1]) + " != the model's hidden size " +
-                                  std::to_string(info.hidden_size));
-          }
-          orbit::EmbeddingChunk chunk;
-          chunk.embeddings = emb.view;
-          chunk.grid = g.view;
-          chunk.media_digest = media_digest;
-          py::gil_scoped_release release;
-          return e.add_embeddings(chunk, chunk_options(label, pin));
-        },
-        py::arg("embeddings"), py::kw_only(), py::arg("grid") = py::none(), py::arg("media_digest") = "",
-        py::arg("label") = "", py::arg("pin") = false,
-        "Registers a media chunk given as input embeddings [n, hidden_size] (numpy float32/float16, or a torch\n"
-        "tensor float32/bfloat16/float16; CPU C-contiguous input is read in place, anything else copied once).\n"
-        "grid: optional int64 positions [3, n] (M-RoPE (t, h, w)) or [n]; None = 0..n-1. media_digest: your\n"
-        "digest of the pixels; when given, the key hashes it (and the grid) instead of the embedding bytes.\n"
-        "Raises TypeError for a wrong dtype, ValueError for a wrong shape, OrbitError for NaN/Inf or a bad grid.");
-  c.def("find_media",
-        [](Engine& e, const std::string& media_digest, const py::object& grid, int64_t rows, const std::string& label,
-           bool pin) -> std::optional<ChunkRef> {
-          const Borrowed g = to_grid(grid, "find_media: grid");
-          orbit::MediaLookup lookup;
-          lookup.media_digest = media_digest;
-          lookup.grid = g.view;
-          lookup.rows = rows;
-          py::gil_scoped_release release;
-          return e.find_media(lookup, chunk_options(label, pin));
-        },
-        py::arg("media_digest"), py::kw_only(), py::arg("grid") = py::none(), py::arg("rows") = 0,
-        py::arg("label") = "", py::arg("pin") = false,
-        "The media chunk an earlier add_embeddings(..., media_digest=media_digest, grid=grid) registered, read\n"
-        "from the embedding cache (this engine's store, another process's through a shared store_dir, or the\n"
-        "remote tier) and registered here; None when no embeddings are stored: run your vision encoder and\n"
-        "call add_embeddings. grid: the same grid as then (None if it had none, and give rows, the number of\n"
-        "embedding rows). Counted in stats.media_found / media_missed.\n\n"
-        "    ref = engine.find_media(digest, grid=grid)\n"
-        "    if ref is None:\n"
-        "        ref = engine.add_embeddings(encode(pixels), grid=grid, media_digest=digest)\n");
-  c.def("chunk", [](const Engine& e, const std::string& key) { return e.chunk(key); }, py::arg("key"),
-        "The registered chunk with this key. Raises OrbitError when this engine does not know it.");
+  c.def(
+      "add_embeddings",
+      [](Engine& e, const py::object& embeddings, const py::object& grid, const std::string& media_digest,
+         const std::string& label, bool pin) {
+        const Borrowed emb = to_embeddings(embeddings, "add_embeddings: embeddings");
+        const Borrowed g = to_grid(grid, "add_embeddings: grid");
+        const orbit::ModelInfo info = e.model_info();
+        if (emb.view.shape[1] != info.hidden_size) {
+          throw py::value_error("add_embeddings: embeddings shape " + shape_string(emb.view.shape) + ": width " +
+                                std::to_string(emb.view.shape[1]) + " != the model's hidden size " +
+                                std::to_string(info.hidden_size));
+        }
+        orbit::EmbeddingChunk chunk;
+        chunk.embeddings = emb.view;
+        chunk.grid = g.view;
+        chunk.media_digest = media_digest;
+        py::gil_scoped_release release;
+        return e.add_embeddings(chunk, chunk_options(label, pin));
+      },
+      py::arg("embeddings"), py::kw_only(), py::arg("grid") = py::none(), py::arg("media_digest") = "",
+      py::arg("label") = "", py::arg("pin") = false,
+      "Registers a media chunk given as input embeddings [n, hidden_size] (numpy float32/float16, or a torch\n"
+      "tensor float32/bfloat16/float16; CPU C-contiguous input is read in place, anything else copied once).\n"
+      "grid: optional int64 positions [3, n] (M-RoPE (t, h, w)) or [n]; None = 0..n-1. media_digest: your\n"
+      "digest of the pixels; when given, the key hashes it (and the grid) instead of the embedding bytes.\n"
+      "Raises TypeError for a wrong dtype, ValueError for a wrong shape, OrbitError for NaN/Inf or a bad grid.");
+  c.def(
+      "find_media",
+      [](Engine& e, const std::string& media_digest, const py::object& grid, int64_t rows, const std::string& label,
+         bool pin) -> std::optional<ChunkRef> {
+        const Borrowed g = to_grid(grid, "find_media: grid");
+        orbit::MediaLookup lookup;
+        lookup.media_digest = media_digest;
+        lookup.grid = g.view;
+        lookup.rows = rows;
+        py::gil_scoped_release release;
+        return e.find_media(lookup, chunk_options(label, pin));
+      },
+      py::arg("media_digest"), py::kw_only(), py::arg("grid") = py::none(), py::arg("rows") = 0, py::arg("label") = "",
+      py::arg("pin") = false,
+      "The media chunk an earlier add_embeddings(..., media_digest=media_digest, grid=grid) registered, read\n"
+      "from the embedding cache (this engine's store, another process's through a shared store_dir, or the\n"
+      "remote tier) and registered here; None when no embeddings are stored: run your vision encoder and\n"
+      "call add_embeddings. grid: the same grid as then (None if it had none, and give rows, the number of\n"
+      "embedding rows). Counted in stats.media_found / media_missed.\n\n"
+      "    ref = engine.find_media(digest, grid=grid)\n"
+      "    if ref is None:\n"
+      "        ref = engine.add_embeddings(encode(pixels), grid=grid, media_digest=digest)\n");
+  c.def(
+      "chunk", [](const Engine& e, const std::string& key) { return e.chunk(key); }, py::arg("key"),
+      "The registered chunk with this key. Raises OrbitError when this engine does not know it.");
   c.def_property_readonly("chunks", &Engine::chunks, "list[ChunkRef] of every registered chunk.");
-  c.def("precompute", [](Engine& e, const py::object& chunk) {
+  c.def(
+      "precompute",
+      [](Engine& e, const py::object& chunk) {
         const ChunkRef ref = resolve_chunk(e, chunk, "precompute: chunk");
         py::gil_scoped_release release;
         e.precompute(ref);
       },
       py::arg("chunk"), "Encodes the chunk's canonical now (one forward of the chunk alone) unless stored.");
-  c.def("new_window",
-        [](std::shared_ptr<Engine> e, const py::object& policy, int64_t max_bytes, const std::string& label) {
-          orbit::WindowOptions o;
-          if (!policy.is_none()) o.policy = to_policy(policy, "new_window: policy");
-          o.max_bytes = max_bytes;
-          o.label = label;
-          orbit::Window w = e->new_window(o);
-          return wrap_window(e, std::move(w));
-        },
-        py::kw_only(), py::arg("policy") = py::none(), py::arg("max_bytes") = 0, py::arg("label") = "",
-        "A new empty Window. policy: a Policy or a spec string (the default policy, 'default', when None); max_bytes: most KV bytes\n"
-        "(whole pages) it may hold, 0 = limited only by the pool; label: its name in traces.");
+  c.def(
+      "new_window",
+      [](std::shared_ptr<Engine> e, const py::object& policy, int64_t max_bytes, const std::string& label) {
+        orbit::WindowOptions o;
+        if (!policy.is_none()) o.policy = to_policy(policy, "new_window: policy");
+        o.max_bytes = max_bytes;
+        o.label = label;
+        orbit::Window w = e->new_window(o);
+        return wrap_window(e, std::move(w));
+      },
+      py::kw_only(), py::arg("policy") = py::none(), py::arg("max_bytes") = 0, py::arg("label") = "",
+      "A new empty Window. policy: a Policy or a spec string (the default policy, 'default', when None); max_bytes: "
+      "most KV bytes\n"
+      "(whole pages) it may hold, 0 = limited only by the pool; label: its name in traces.");
   c.def("__repr__", [](const Engine& e) {
     std::ostringstream o;
     o << "Engine(model=" << std::string(py::repr(py::str(e.options().model)));

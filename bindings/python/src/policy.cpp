@@ -78,8 +78,10 @@ int64_t rank(py::handle v, const char* field) {
 }
 
 const std::vector<std::pair<std::string, orbit::MissAction>> kMiss = {
-    {"form", orbit::MissAction::kForm}, {"blind", orbit::MissAction::kBlind},
-    {"reprefill", orbit::MissAction::kReprefill}, {"token_recompute", orbit::MissAction::kTokenRecompute},
+    {"form", orbit::MissAction::kForm},
+    {"blind", orbit::MissAction::kBlind},
+    {"reprefill", orbit::MissAction::kReprefill},
+    {"token_recompute", orbit::MissAction::kTokenRecompute},
     {"first_k", orbit::MissAction::kFirstK}};
 const std::vector<std::pair<std::string, orbit::SurvivorAction>> kSurvivors = {
     {"keep", orbit::SurvivorAction::kKeep}, {"recondition", orbit::SurvivorAction::kRecondition}};
@@ -92,19 +94,25 @@ const std::map<std::string, Setter>& setters() {
       {"on_miss", [](WindowPolicy& p, py::handle v) { p.on_miss = enum_value(v, "on_miss", kMiss); }},
       {"survivors", [](WindowPolicy& p, py::handle v) { p.survivors = enum_value(v, "survivors", kSurvivors); }},
       {"stale", [](WindowPolicy& p, py::handle v) { p.stale = enum_value(v, "stale", kStale); }},
-      {"max_divergence", [](WindowPolicy& p, py::handle v) { p.max_divergence = number(v, "max_divergence", 0, 1, false); }},
+      {"max_divergence",
+       [](WindowPolicy& p, py::handle v) { p.max_divergence = number(v, "max_divergence", 0, 1, false); }},
       {"rank", [](WindowPolicy& p, py::handle v) { p.rank_k = p.rank_v = rank(v, "rank"); }},
       {"rank_k", [](WindowPolicy& p, py::handle v) { p.rank_k = rank(v, "rank_k"); }},
       {"rank_v", [](WindowPolicy& p, py::handle v) { p.rank_v = rank(v, "rank_v"); }},
       {"deep_only", [](WindowPolicy& p, py::handle v) { p.deep_only = boolean(v, "deep_only"); }},
       {"deep_energy", [](WindowPolicy& p, py::handle v) { p.deep_energy = number(v, "deep_energy", 0, 1, true); }},
       {"reuse_stored", [](WindowPolicy& p, py::handle v) { p.reuse_stored = boolean(v, "reuse_stored"); }},
-      {"use_orbit_patches", [](WindowPolicy& p, py::handle v) { p.use_orbit_patches = boolean(v, "use_orbit_patches"); }},
-      {"cascade_on_recall", [](WindowPolicy& p, py::handle v) { p.cascade_on_recall = boolean(v, "cascade_on_recall"); }},
-      {"store_conditioned", [](WindowPolicy& p, py::handle v) { p.store_conditioned = boolean(v, "store_conditioned"); }},
-      {"recompute_ratio", [](WindowPolicy& p, py::handle v) { p.recompute_ratio = number(v, "recompute_ratio", 0, 1, true); }},
+      {"use_orbit_patches",
+       [](WindowPolicy& p, py::handle v) { p.use_orbit_patches = boolean(v, "use_orbit_patches"); }},
+      {"cascade_on_recall",
+       [](WindowPolicy& p, py::handle v) { p.cascade_on_recall = boolean(v, "cascade_on_recall"); }},
+      {"store_conditioned",
+       [](WindowPolicy& p, py::handle v) { p.store_conditioned = boolean(v, "store_conditioned"); }},
+      {"recompute_ratio",
+       [](WindowPolicy& p, py::handle v) { p.recompute_ratio = number(v, "recompute_ratio", 0, 1, true); }},
       {"kl_budget", [](WindowPolicy& p, py::handle v) { p.kl_budget = number(v, "kl_budget", 0, 1e9, false); }},
-      {"first_k", [](WindowPolicy& p, py::handle v) {
+      {"first_k",
+       [](WindowPolicy& p, py::handle v) {
          if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 1) {
            throw py::value_error("WindowPolicy.first_k: expected a positive int, got " + std::string(py::repr(v)));
          }
@@ -154,16 +162,18 @@ void field(py::class_<WindowPolicy>& c, const char* name, T WindowPolicy::*membe
 }  // namespace
 
 void init_policy(py::module_& m) {
-  py::class_<WindowPolicy> c(m, "WindowPolicy",
-                             "What a window does on a patch miss, with survivors and with stale patches (orbit/policy.h).\n\n"
-                             "    Policy('patch:16')                      # a preset spec (see orbit.policy_help())\n"
-                             "    Policy('patch:full:exact')              # the oracle: equals a re-prefill\n"
-                             "    Policy(on_miss='blind', reuse_stored=False)\n"
-                             "    Policy('patch:8', survivors='recondition')   # a preset, then keyword overrides\n\n"
-                             "A mutable value: windows copy it (Window.policy returns a copy; assign it back).");
+  py::class_<WindowPolicy> c(
+      m, "WindowPolicy",
+      "What a window does on a patch miss, with survivors and with stale patches (orbit/policy.h).\n\n"
+      "    Policy('patch:16')                      # a preset spec (see orbit.policy_help())\n"
+      "    Policy('patch:full:exact')              # the oracle: equals a re-prefill\n"
+      "    Policy(on_miss='blind', reuse_stored=False)\n"
+      "    Policy('patch:8', survivors='recondition')   # a preset, then keyword overrides\n\n"
+      "A mutable value: windows copy it (Window.policy returns a copy; assign it back).");
   c.def(py::init(&make_policy), py::arg("spec") = py::none(),
         "Policy(spec=None, **options): the preset `spec` ('patch[:M][:exact][:deep][:stale=D]', 'reprefill',\n"
-        "'prefix', 'blind', 'cacheblend:R', 'firstk:K', 'default'; None: the default policy), then the keyword options (any field\n"
+        "'prefix', 'blind', 'cacheblend:R', 'firstk:K', 'default'; None: the default policy), then the keyword options "
+        "(any field\n"
         "below, plus rank= for rank_k and rank_v together). Raises OrbitError for an invalid spec (listing the\n"
         "valid forms), TypeError for an unknown option or wrong type, ValueError for an out-of-range value.");
   field(c, "on_miss", &WindowPolicy::on_miss, "MissAction (or its name as a string when set).");
@@ -182,27 +192,35 @@ void init_policy(py::module_& m) {
   field(c, "kl_budget", &WindowPolicy::kl_budget,
         "Per-step fidelity budget (predicted next-token KL, nats); 0 = none. The default policy has one.");
   field(c, "first_k", &WindowPolicy::first_k, "first_k: tokens recomputed in context.");
-  c.def_property_readonly("name", &WindowPolicy::name, "The preset in canonical spec form ('patch:16', 'reprefill', ...).");
-  c.def("replace", [](const WindowPolicy& p, const py::kwargs& kwargs) {
+  c.def_property_readonly("name", &WindowPolicy::name,
+                          "The preset in canonical spec form ('patch:16', 'reprefill', ...).");
+  c.def(
+      "replace",
+      [](const WindowPolicy& p, const py::kwargs& kwargs) {
         WindowPolicy q = p;
         apply_kwargs(q, kwargs);
         return q;
       },
       "A copy with the given fields changed: policy.replace(survivors='recondition').");
   c.def("__copy__", [](const WindowPolicy& p) { return p; });
-  c.def("__deepcopy__", [](const WindowPolicy& p, py::dict) { return p; }, py::arg("memo"));
-  c.def("__eq__", [](const WindowPolicy& a, const WindowPolicy& b) {
+  c.def(
+      "__deepcopy__", [](const WindowPolicy& p, py::dict) { return p; }, py::arg("memo"));
+  c.def(
+      "__eq__",
+      [](const WindowPolicy& a, const WindowPolicy& b) {
         return a.on_miss == b.on_miss && a.survivors == b.survivors && a.stale == b.stale &&
                a.max_divergence == b.max_divergence && a.rank_k == b.rank_k && a.rank_v == b.rank_v &&
                a.deep_only == b.deep_only && a.deep_energy == b.deep_energy && a.reuse_stored == b.reuse_stored &&
                a.use_orbit_patches == b.use_orbit_patches && a.cascade_on_recall == b.cascade_on_recall &&
                a.store_conditioned == b.store_conditioned && a.recompute_ratio == b.recompute_ratio &&
                a.first_k == b.first_k && a.kl_budget == b.kl_budget;
-      }, py::is_operator());
+      },
+      py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {
     std::ostringstream o;
-    o << "Policy(" << py::repr(py::str(p.name())).cast<std::string>() << ", on_miss='" << orbit::miss_action_name(p.on_miss)
-      << "', survivors='" << (p.survivors == orbit::SurvivorAction::kKeep ? "keep" : "recondition") << "', stale='"
+    o << "Policy(" << py::repr(py::str(p.name())).cast<std::string>() << ", on_miss='"
+      << orbit::miss_action_name(p.on_miss) << "', survivors='"
+      << (p.survivors == orbit::SurvivorAction::kKeep ? "keep" : "recondition") << "', stale='"
       << (p.stale == orbit::StalePatch::kRebuild ? "rebuild" : "accept") << "', max_divergence=" << p.max_divergence
       << ", rank_k=" << rank_str(p.rank_k) << ", rank_v=" << rank_str(p.rank_v)
       << ", deep_only=" << (p.deep_only ? "True" : "False") << ", reuse_stored=" << (p.reuse_stored ? "True" : "False")

@@ -25,8 +25,10 @@ R released(F&& f) {
 void init_store(py::module_& m) {
   using namespace orbit;
   py::enum_<EntryKind> kind(m, "EntryKind", "What a store entry holds.");
-  kind.value("canonical", EntryKind::kCanonical).value("patch", EntryKind::kPatch)
-      .value("embedding", EntryKind::kEmbedding).value("other", EntryKind::kOther);
+  kind.value("canonical", EntryKind::kCanonical)
+      .value("patch", EntryKind::kPatch)
+      .value("embedding", EntryKind::kEmbedding)
+      .value("other", EntryKind::kOther);
   kind.attr("__str__") = py::cpp_function([](EntryKind k) { return std::string(entry_kind_name(k)); },
                                           py::name("__str__"), py::is_method(kind), "The C++ name.");
   py::enum_<BlobEncoding> enc(m, "BlobEncoding", "How a disk blob stores floating tensors.");
@@ -58,16 +60,22 @@ void init_store(py::module_& m) {
       .def_readonly("blob_bytes", &StoreSummary::blob_bytes, "Blob file bytes.")
       .def_readonly("pinned", &StoreSummary::pinned, "Pinned entries.")
       .def_readonly("marked_corrupt", &StoreSummary::marked_corrupt, "Entries marked corrupt.")
-      .def_property_readonly("entries_by_kind", [](const StoreSummary& s) {
-        py::dict d;
-        for (const auto& [k, v] : s.entries_by_kind) d[py::str(k)] = v;
-        return d;
-      }, "dict: kind name -> entries.")
-      .def_property_readonly("bytes_by_kind", [](const StoreSummary& s) {
-        py::dict d;
-        for (const auto& [k, v] : s.bytes_by_kind) d[py::str(k)] = v;
-        return d;
-      }, "dict: kind name -> blob bytes.")
+      .def_property_readonly(
+          "entries_by_kind",
+          [](const StoreSummary& s) {
+            py::dict d;
+            for (const auto& [k, v] : s.entries_by_kind) d[py::str(k)] = v;
+            return d;
+          },
+          "dict: kind name -> entries.")
+      .def_property_readonly(
+          "bytes_by_kind",
+          [](const StoreSummary& s) {
+            py::dict d;
+            for (const auto& [k, v] : s.bytes_by_kind) d[py::str(k)] = v;
+            return d;
+          },
+          "dict: kind name -> blob bytes.")
       .def_readonly("unreferenced_blobs", &StoreSummary::unreferenced_blobs, "Blob files no row names.")
       .def_readonly("temp_files", &StoreSummary::temp_files, "Writes that never completed.")
       .def("__repr__", [](const StoreSummary& s) {
@@ -80,7 +88,8 @@ void init_store(py::module_& m) {
       .def_readonly("key", &VerifyProblem::key, "The entry's key.")
       .def_readonly("path", &VerifyProblem::path, "Its blob path.")
       .def_readonly("reason", &VerifyProblem::reason, "'missing', 'checksum mismatch', ...")
-      .def("__repr__", [](const VerifyProblem& p) { return "VerifyProblem(" + p.key.substr(0, 12) + "..., " + p.reason + ")"; });
+      .def("__repr__",
+           [](const VerifyProblem& p) { return "VerifyProblem(" + p.key.substr(0, 12) + "..., " + p.reason + ")"; });
   py::class_<VerifyReport>(m, "VerifyReport", "What store_verify() found (problems are reported, never deleted).")
       .def_readonly("checked", &VerifyReport::checked, "Entries checked.")
       .def_readonly("problems", &VerifyReport::problems, "list[VerifyProblem].")
@@ -89,7 +98,8 @@ void init_store(py::module_& m) {
       .def_property_readonly("clean", &VerifyReport::clean, "No problems.")
       .def("__bool__", &VerifyReport::clean, "True when clean.")
       .def("__repr__", [](const VerifyReport& r) {
-        return "VerifyReport(checked=" + std::to_string(r.checked) + ", problems=" + std::to_string(r.problems.size()) + ")";
+        return "VerifyReport(checked=" + std::to_string(r.checked) + ", problems=" + std::to_string(r.problems.size()) +
+               ")";
       });
   py::class_<GcReport>(m, "GcReport", "What store_gc() removed (or would remove, dry_run=True).")
       .def_readonly("removed_blobs", &GcReport::removed_blobs, "Unreferenced blob files.")
@@ -97,8 +107,9 @@ void init_store(py::module_& m) {
       .def_readonly("freed_bytes", &GcReport::freed_bytes, "Bytes freed.")
       .def_readonly("removed_paths", &GcReport::removed_paths, "The paths.")
       .def("__repr__", [](const GcReport& r) {
-        return "GcReport(removed_blobs=" + std::to_string(r.removed_blobs) + ", removed_temps=" +
-               std::to_string(r.removed_temps) + ", freed_bytes=" + std::to_string(r.freed_bytes) + ")";
+        return "GcReport(removed_blobs=" + std::to_string(r.removed_blobs) +
+               ", removed_temps=" + std::to_string(r.removed_temps) + ", freed_bytes=" + std::to_string(r.freed_bytes) +
+               ")";
       });
 
   py::class_<RepairReport>(m, "RepairReport", "What store_repair() did.")
@@ -110,8 +121,9 @@ void init_store(py::module_& m) {
       .def_readonly("model_fingerprint", &RepairReport::model_fingerprint, "The store's model fingerprint.")
       .def_readonly("notes", &RepairReport::notes, "One line per rejected blob or dropped row.")
       .def("__repr__", [](const RepairReport& r) {
-        return "RepairReport(rows_restored=" + std::to_string(r.rows_restored) + ", rows_dropped=" +
-               std::to_string(r.rows_dropped) + ", blobs_rejected=" + std::to_string(r.blobs_rejected) + ")";
+        return "RepairReport(rows_restored=" + std::to_string(r.rows_restored) +
+               ", rows_dropped=" + std::to_string(r.rows_dropped) +
+               ", blobs_rejected=" + std::to_string(r.blobs_rejected) + ")";
       });
   py::class_<RemoteSummary>(m, "RemoteSummary", "What store_remote_summary() found on a remote tier's server(s).")
       .def_readonly("url", &RemoteSummary::url, "The URL.")
@@ -129,37 +141,53 @@ void init_store(py::module_& m) {
         return "RemoteSummary(" + r.url + ", reachable=" + (r.reachable ? "True" : "False") +
                ", entries=" + std::to_string(r.entries) + ")";
       });
-  m.def("store_repair", [](const py::object& dir) {
+  m.def(
+      "store_repair",
+      [](const py::object& dir) {
         const std::string d = dir_arg(dir);
         return released<RepairReport>([&] { return repair_store(d); });
-      }, py::arg("dir"),
+      },
+      py::arg("dir"),
       "Rebuilds the index of a store directory from its verified blobs (after index.sqlite was deleted or\n"
       "lost its meta rows). Needs the store closed everywhere.");
-  m.def("store_remote_summary", [](const std::string& url) {
-        return released<RemoteSummary>([&] { return summarize_remote(url); });
-      }, py::arg("url"),
+  m.def(
+      "store_remote_summary",
+      [](const std::string& url) { return released<RemoteSummary>([&] { return summarize_remote(url); }); },
+      py::arg("url"),
       "Connects to a remote tier (redis://... or redis-cluster://...) and counts orbit's entries. An\n"
       "unreachable server is reported (reachable=False), not raised; a malformed URL raises OrbitError.");
-  m.def("store_list", [](const py::object& dir) {
+  m.def(
+      "store_list",
+      [](const py::object& dir) {
         const std::string d = dir_arg(dir);
         return released<std::vector<StoreEntryInfo>>([&] { return list_store(d); });
-      }, py::arg("dir"),
+      },
+      py::arg("dir"),
       "The committed entries of a store directory (read-only; safe while an engine has it open). Raises\n"
       "OrbitError when DIR is not a store.");
-  m.def("store_summary", [](const py::object& dir) {
+  m.def(
+      "store_summary",
+      [](const py::object& dir) {
         const std::string d = dir_arg(dir);
         return released<StoreSummary>([&] { return summarize_store(d); });
-      }, py::arg("dir"), "A StoreSummary of a store directory (read-only).");
-  m.def("store_verify", [](const py::object& dir) {
+      },
+      py::arg("dir"), "A StoreSummary of a store directory (read-only).");
+  m.def(
+      "store_verify",
+      [](const py::object& dir) {
         const std::string d = dir_arg(dir);
         return released<VerifyReport>([&] { return verify_store(d); });
-      }, py::arg("dir"), "Checks every blob's size and checksum; a VerifyReport (read-only).");
-  m.def("store_gc", [](const py::object& dir, bool dry_run) {
+      },
+      py::arg("dir"), "Checks every blob's size and checksum; a VerifyReport (read-only).");
+  m.def(
+      "store_gc",
+      [](const py::object& dir, bool dry_run) {
         const std::string d = dir_arg(dir);
         GcOptions o;
         o.dry_run = dry_run;
         return released<GcReport>([&] { return gc_store(d, o); });
-      }, py::arg("dir"), py::kw_only(), py::arg("dry_run") = false,
+      },
+      py::arg("dir"), py::kw_only(), py::arg("dry_run") = false,
       "Removes unreferenced blobs and temp files. Needs the store closed everywhere (raises OrbitError when\n"
       "another process or engine holds it open).");
   m.def("chunk_key_tokens", &chunk_key_tokens, py::arg("model_fingerprint"), py::arg("tokens"),

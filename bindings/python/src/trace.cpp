@@ -39,22 +39,29 @@ orbit::Trace trace_arg(const py::object& trace) {
 void init_trace(py::module_& m) {
   m.attr("TRACE_FORMAT") = orbit::kTraceFormat;
 
-  m.def("load_trace", [](const py::object& path) { return to_dict(orbit::trace_to_json(trace_arg(path))); },
-        py::arg("path"),
-        "Reads and validates an orbit-trace/1 file; returns it as a dict (its JSON, defaults filled in).\n"
-        "Raises OrbitError naming the file and the JSON path of the first bad field.");
-  m.def("validate_trace", [](const py::object& trace) { (void)trace_arg(trace); }, py::arg("trace"),
-        "Checks a trace (dict or path) against orbit-trace/1: known ops, chunks defined before use, branches\n"
-        "forked before use, ... Returns None; raises OrbitError naming the step and field at fault.");
-  m.def("save_trace", [](const py::object& trace, const py::object& path) {
+  m.def(
+      "load_trace", [](const py::object& path) { return to_dict(orbit::trace_to_json(trace_arg(path))); },
+      py::arg("path"),
+      "Reads and validates an orbit-trace/1 file; returns it as a dict (its JSON, defaults filled in).\n"
+      "Raises OrbitError naming the file and the JSON path of the first bad field.");
+  m.def(
+      "validate_trace", [](const py::object& trace) { (void)trace_arg(trace); }, py::arg("trace"),
+      "Checks a trace (dict or path) against orbit-trace/1: known ops, chunks defined before use, branches\n"
+      "forked before use, ... Returns None; raises OrbitError naming the step and field at fault.");
+  m.def(
+      "save_trace",
+      [](const py::object& trace, const py::object& path) {
         const orbit::Trace t = trace_arg(trace);
         const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
         py::gil_scoped_release release;
         orbit::save_trace(t, p);
-      }, py::arg("trace"), py::arg("path"),
+      },
+      py::arg("trace"), py::arg("path"),
       "Validates a trace (dict or path) and writes it to PATH atomically (a crash leaves the old file).");
-  m.def("make_trace", [](const std::string& kind, int64_t steps, uint64_t seed, int64_t vocab_size,
-                         int64_t max_positions, int64_t position_rows, int64_t chunk_tokens, bool sample_text) {
+  m.def(
+      "make_trace",
+      [](const std::string& kind, int64_t steps, uint64_t seed, int64_t vocab_size, int64_t max_positions,
+         int64_t position_rows, int64_t chunk_tokens, bool sample_text) {
         orbit::MakeTraceOptions o;
         o.kind = kind;
         o.steps = steps;
@@ -65,19 +72,21 @@ void init_trace(py::module_& m) {
         o.chunk_tokens = chunk_tokens;
         o.sample_text = sample_text;
         return to_dict(orbit::trace_to_json(orbit::make_trace(o)));
-      }, py::arg("kind") = "web", py::kw_only(), py::arg("steps") = 12, py::arg("seed") = 0,
-      py::arg("vocab_size") = 512, py::arg("max_positions") = 512, py::arg("position_rows") = 1,
-      py::arg("chunk_tokens") = 0, py::arg("sample_text") = false,
+      },
+      py::arg("kind") = "web", py::kw_only(), py::arg("steps") = 12, py::arg("seed") = 0, py::arg("vocab_size") = 512,
+      py::arg("max_positions") = 512, py::arg("position_rows") = 1, py::arg("chunk_tokens") = 0,
+      py::arg("sample_text") = false,
       "A synthetic agent trace (dict), as `orbit make-trace` writes: kind 'web' (screenshots slid over a\n"
       "growing transcript, look-backs), 'video' (frames re-examined, reorders) or 'agent' (tool results, forks,\n"
       "placement). steps: agent steps (each several trace steps); token ids in [3, vocab_size); the window\n"
       "stays under ~3/4 of max_positions; position_rows=3 makes media chunks embeddings with (t, h, w) grids;\n"
       "chunk_tokens: media size (0 = from max_positions); sample_text: text sampled from the model at replay.");
-  m.def("replay", [](const py::object& trace, const std::string& model, std::vector<std::string> policies,
-                     bool baselines, bool fidelity, bool explain, int threads, int64_t pool_bytes,
-                     int64_t page_size, const std::string& device, const std::string& dtype,
-                     int64_t host_budget_bytes, const std::string& eviction, int64_t device_tier_bytes,
-                     const py::object& progress) {
+  m.def(
+      "replay",
+      [](const py::object& trace, const std::string& model, std::vector<std::string> policies, bool baselines,
+         bool fidelity, bool explain, int threads, int64_t pool_bytes, int64_t page_size, const std::string& device,
+         const std::string& dtype, int64_t host_budget_bytes, const std::string& eviction, int64_t device_tier_bytes,
+         const py::object& progress) {
         const orbit::Trace t = trace_arg(trace);
         orbit::ReplayOptions o;
         o.engine.model = model;
@@ -110,11 +119,11 @@ void init_trace(py::module_& m) {
           report = orbit::replay_report_json(orbit::replay(t, o));
         }
         return to_dict(report);
-      }, py::arg("trace"), py::arg("model"), py::kw_only(),
-      py::arg("policies") = std::vector<std::string>{"default"}, py::arg("baselines") = true,
-      py::arg("fidelity") = true, py::arg("explain") = false, py::arg("threads") = 0,
-      py::arg("pool_bytes") = orbit::EngineOptions{}.pool_bytes, py::arg("page_size") = orbit::EngineOptions{}.page_size,
-      py::arg("device") = "cpu", py::arg("dtype") = "float32",
+      },
+      py::arg("trace"), py::arg("model"), py::kw_only(), py::arg("policies") = std::vector<std::string>{"default"},
+      py::arg("baselines") = true, py::arg("fidelity") = true, py::arg("explain") = false, py::arg("threads") = 0,
+      py::arg("pool_bytes") = orbit::EngineOptions{}.pool_bytes,
+      py::arg("page_size") = orbit::EngineOptions{}.page_size, py::arg("device") = "cpu", py::arg("dtype") = "float32",
       py::arg("host_budget_bytes") = orbit::EngineOptions{}.host_budget_bytes, py::arg("eviction") = "lru",
       py::arg("device_tier_bytes") = 0, py::arg("progress") = py::none(),
       "Replays a trace (dict or path) on MODEL under each policy spec, on a fresh engine each, plus the\n"

@@ -45,8 +45,9 @@ py::enum_<E> bind_enum(py::module_& m, const char* name, const char* doc, const 
   // Replaces (not overloads) enum_'s own __str__.
   e.attr("__str__") = py::cpp_function([name_of](E v) { return std::string(name_of(v)); }, py::name("__str__"),
                                        py::is_method(e), "The C++ name (as plans and traces print it).");
-  e.def_property_readonly("label", [name_of](E v) { return std::string(name_of(v)); },
-                          "The C++ name (as plans and traces print it), e.g. 'apply-patch'.");
+  e.def_property_readonly(
+      "label", [name_of](E v) { return std::string(name_of(v)); },
+      "The C++ name (as plans and traces print it), e.g. 'apply-patch'.");
   return e;
 }
 
@@ -101,9 +102,10 @@ void init_types(py::module_& m) {
   bind_enum<StalePatch>(m, "StalePatch", "Whether a patch formed under another context may be used.", stale_name)
       .value("rebuild", StalePatch::kRebuild, "never: treat as a miss")
       .value("accept", StalePatch::kAccept, "use the closest one when its divergence <= max_divergence");
-  bind_enum<BackgroundMode>(m, "BackgroundMode",
-                            "Where a chunk's canonical and patch are formed after its first sight (Engine(background=...)).",
-                            background_mode_name)
+  bind_enum<BackgroundMode>(
+      m, "BackgroundMode",
+      "Where a chunk's canonical and patch are formed after its first sight (Engine(background=...)).",
+      background_mode_name)
       .value("thread", BackgroundMode::kThread, "a worker thread forms them as they are queued (the default)")
       .value("deferred", BackgroundMode::kDeferred, "they wait for Engine.run_background() (idle time you pick)")
       .value("inline", BackgroundMode::kInline, "at the end of the apply() that queued them, on its thread");
@@ -123,9 +125,12 @@ void init_types(py::module_& m) {
       .def_readonly("extent", &ChunkRef::extent, "Positions it spans in a window (= length for text).")
       .def_readonly("label", &ChunkRef::label, "The caller's name for it (may be empty).")
       .def_property_readonly("valid", &ChunkRef::valid, "False only for a default (empty) reference.")
-      .def("__len__", [](const ChunkRef& c) { return c.length; }, "Tokens.")
-      .def("__eq__", [](const ChunkRef& a, const ChunkRef& b) { return a == b; }, py::is_operator())
-      .def("__ne__", [](const ChunkRef& a, const ChunkRef& b) { return a != b; }, py::is_operator())
+      .def(
+          "__len__", [](const ChunkRef& c) { return c.length; }, "Tokens.")
+      .def(
+          "__eq__", [](const ChunkRef& a, const ChunkRef& b) { return a == b; }, py::is_operator())
+      .def(
+          "__ne__", [](const ChunkRef& a, const ChunkRef& b) { return a != b; }, py::is_operator())
       .def("__hash__", [](const ChunkRef& c) { return py::hash(py::str(c.key)); })
       .def("__repr__", &chunk_repr);
 
@@ -178,8 +183,9 @@ void init_types(py::module_& m) {
                     "Non-empty: apply() will refuse the plan with this reason (nothing runs; the totals are 0).")
       .def_readonly("refused_capacity", &Plan::refused_capacity,
                     "The refusal is a capacity one (apply raises CapacityError; else RefusedError).")
-      .def("count", [](const Plan& p, StepAction a) { return p.count(a); }, py::arg("action"),
-           "Number of steps with this StepAction.")
+      .def(
+          "count", [](const Plan& p, StepAction a) { return p.count(a); }, py::arg("action"),
+          "Number of steps with this StepAction.")
       .def("describe", &Plan::describe, "One line per step (what `orbit replay --explain` prints).")
       .def("__str__", &Plan::describe)
       .def("__len__", [](const Plan& p) { return p.steps.size(); })
@@ -249,9 +255,10 @@ void init_types(py::module_& m) {
       .def_readonly("operations", &WindowStats::operations, "Applied operations.")
       .def("__repr__", [](const WindowStats& s) {
         std::ostringstream o;
-        o << "WindowStats(instances=" << s.instances << ", chunk_instances=" << s.chunk_instances << ", turns=" << s.turns
-          << ", tokens=" << s.tokens << ", device_bytes=" << s.device_bytes << ", shared_pages=" << s.shared_pages
-          << ", evicted=" << s.evicted << ", forward_tokens=" << s.forward_tokens << ", operations=" << s.operations << ")";
+        o << "WindowStats(instances=" << s.instances << ", chunk_instances=" << s.chunk_instances
+          << ", turns=" << s.turns << ", tokens=" << s.tokens << ", device_bytes=" << s.device_bytes
+          << ", shared_pages=" << s.shared_pages << ", evicted=" << s.evicted << ", forward_tokens=" << s.forward_tokens
+          << ", operations=" << s.operations << ")";
         return o.str();
       });
 
@@ -344,7 +351,8 @@ void init_types(py::module_& m) {
       .def_readonly("background_pending", &EngineStats::background_pending, "Background jobs queued, not started.")
       .def_readonly("background_failed", &EngineStats::background_failed,
                     "Background jobs that raised (their patch is not stored).")
-      .def_readonly("background_error", &EngineStats::background_error, "The last background failure's message ('' if none).")
+      .def_readonly("background_error", &EngineStats::background_error,
+                    "The last background failure's message ('' if none).")
       .def_readonly("media_found", &EngineStats::media_found, "find_media() calls answered (no encoder needed).")
       .def_readonly("media_missed", &EngineStats::media_missed, "find_media() calls that found no embeddings.")
       .def_readonly("store", &EngineStats::store, "StoreStats (empty after close()).")
@@ -395,13 +403,14 @@ void init_types(py::module_& m) {
       .def_readonly("cold_tier", &EngineOptions::cold_tier, "How canonicals go to disk ('exact', 'int8').")
       .def_readonly("device_tier_bytes", &EngineOptions::device_tier_bytes, "Device tier bytes (0 = none).")
       .def_readonly("embedding_cache", &EngineOptions::embedding_cache, "Media embeddings kept for find_media().")
-      .def_readonly("background", &EngineOptions::background, "BackgroundMode (where canonicals and patches are formed).")
+      .def_readonly("background", &EngineOptions::background,
+                    "BackgroundMode (where canonicals and patches are formed).")
       .def("__repr__", [](const EngineOptions& o) {
         std::ostringstream s;
         s << "EngineOptions(model=" << quoted(o.model) << ", store_dir=" << quoted(o.store_dir)
-          << ", pool_bytes=" << o.pool_bytes << ", page_size=" << o.page_size << ", host_budget_bytes="
-          << o.host_budget_bytes << ", disk_budget_bytes=" << o.disk_budget_bytes << ", threads=" << o.threads
-          << ", device=" << quoted(o.device) << ", dtype=" << quoted(o.dtype)
+          << ", pool_bytes=" << o.pool_bytes << ", page_size=" << o.page_size
+          << ", host_budget_bytes=" << o.host_budget_bytes << ", disk_budget_bytes=" << o.disk_budget_bytes
+          << ", threads=" << o.threads << ", device=" << quoted(o.device) << ", dtype=" << quoted(o.dtype)
           << ", background=" << quoted(background_mode_name(o.background)) << ")";
         return s.str();
       });

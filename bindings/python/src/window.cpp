@@ -23,7 +23,6 @@ std::vector<int64_t> tokens_or_text(PyWindow& w, const py::object& obj, const ch
 
 }  // namespace
 
-
 namespace {
 
 using orbit::ApplyReport;
@@ -72,7 +71,8 @@ ApplyReport plan_and_apply(PyWindow& w, F&& make_plan) {
 
 // Logits rows as numpy: [vocab] for the last row only, [rows, vocab] for all rows.
 py::array_t<float> logits_array(orbit::Logits&& l, bool all_rows) {
-  if (all_rows) return to_numpy(std::move(l.values), {static_cast<py::ssize_t>(l.rows), static_cast<py::ssize_t>(l.vocab)});
+  if (all_rows)
+    return to_numpy(std::move(l.values), {static_cast<py::ssize_t>(l.rows), static_cast<py::ssize_t>(l.vocab)});
   if (l.rows > 1) l.values.erase(l.values.begin(), l.values.end() - l.vocab);
   return to_numpy(std::move(l.values), {static_cast<py::ssize_t>(l.vocab)});
 }
@@ -116,21 +116,28 @@ void init_window(py::module_& m) {
   c.def("close", &PyWindow::close,
         "Destroys the window now (its pages return to the pool; forks keep shared pages). Idempotent; later\n"
         "calls raise OrbitError.");
-  c.def_property_readonly("closed", [](const PyWindow& w) { return !w.window.has_value(); }, "True after close().");
-  c.def("__enter__", [](py::object self) { return self; }, "Returns the window.");
-  c.def("__exit__", [](PyWindow& w, py::args) {
+  c.def_property_readonly(
+      "closed", [](const PyWindow& w) { return !w.window.has_value(); }, "True after close().");
+  c.def(
+      "__enter__", [](py::object self) { return self; }, "Returns the window.");
+  c.def(
+      "__exit__",
+      [](PyWindow& w, py::args) {
         w.close();
         return false;
       },
       "Closes the window.");
-  c.def_property_readonly("engine", [](const PyWindow& w) { return w.engine; }, "The Engine it belongs to.");
+  c.def_property_readonly(
+      "engine", [](const PyWindow& w) { return w.engine; }, "The Engine it belongs to.");
 
   // ---- state ----
-  c.def_property_readonly("id", [](const PyWindow& w) { return w.id; }, "Window id (unique per engine).");
-  c.def_property_readonly("label", [](PyWindow& w) { return w.run([](Window& x) { return x.options().label; }); },
-                          "Its label.");
-  c.def_property_readonly("max_bytes", [](PyWindow& w) { return w.run([](Window& x) { return x.options().max_bytes; }); },
-                          "Most KV bytes it may hold (0 = the pool's limit).");
+  c.def_property_readonly(
+      "id", [](const PyWindow& w) { return w.id; }, "Window id (unique per engine).");
+  c.def_property_readonly(
+      "label", [](PyWindow& w) { return w.run([](Window& x) { return x.options().label; }); }, "Its label.");
+  c.def_property_readonly(
+      "max_bytes", [](PyWindow& w) { return w.run([](Window& x) { return x.options().max_bytes; }); },
+      "Most KV bytes it may hold (0 = the pool's limit).");
   c.def_property(
       "policy", [](PyWindow& w) { return w.run([](Window& x) { return x.policy(); }); },
       [](PyWindow& w, const py::object& p) {
@@ -138,26 +145,35 @@ void init_window(py::module_& m) {
         w.run([&](Window& x) { x.set_policy(policy); });
       },
       "Its WindowPolicy (a copy; assign a Policy or a spec string to change it for later operations).");
-  c.def_property_readonly("instances", [](PyWindow& w) { return w.run([](Window& x) { return x.instances(); }); },
-                          "list[InstanceInfo] in window order.");
-  c.def("instance", [](PyWindow& w, const py::object& id) {
+  c.def_property_readonly(
+      "instances", [](PyWindow& w) { return w.run([](Window& x) { return x.instances(); }); },
+      "list[InstanceInfo] in window order.");
+  c.def(
+      "instance",
+      [](PyWindow& w, const py::object& id) {
         const InstanceId i = to_instance(id, "instance");
         return w.run([&](Window& x) { return x.instance(i); });
       },
       py::arg("id"), "The InstanceInfo with this id, or None when the window does not hold it.");
-  c.def_property_readonly("tokens", [](PyWindow& w) { return w.run([](Window& x) { return x.tokens(); }); },
-                          "Tokens in the window.");
-  c.def_property_readonly("evicted", [](PyWindow& w) { return w.run([](Window& x) { return x.evicted(); }); },
-                          "list[ChunkRef] of evicted chunks (what recall() accepts).");
-  c.def_property_readonly("stats", [](PyWindow& w) { return w.run([](Window& x) { return x.stats(); }); },
-                          "WindowStats.");
-  c.def_property_readonly("version", [](PyWindow& w) { return w.run([](Window& x) { return x.version(); }); },
-                          "Bumps on every applied operation (a plan is valid only at the version it was made).");
-  c.def("__len__", [](PyWindow& w) { return w.run([](Window& x) { return x.instances().size(); }); },
-        "Number of instances.");
-  c.def("__iter__", [](PyWindow& w) { return py::iter(py::cast(w.run([](Window& x) { return x.instances(); }))); },
-        "Iterates over the instances (a snapshot).");
-  c.def("__contains__", [](PyWindow& w, const py::object& item) {
+  c.def_property_readonly(
+      "tokens", [](PyWindow& w) { return w.run([](Window& x) { return x.tokens(); }); }, "Tokens in the window.");
+  c.def_property_readonly(
+      "evicted", [](PyWindow& w) { return w.run([](Window& x) { return x.evicted(); }); },
+      "list[ChunkRef] of evicted chunks (what recall() accepts).");
+  c.def_property_readonly(
+      "stats", [](PyWindow& w) { return w.run([](Window& x) { return x.stats(); }); }, "WindowStats.");
+  c.def_property_readonly(
+      "version", [](PyWindow& w) { return w.run([](Window& x) { return x.version(); }); },
+      "Bumps on every applied operation (a plan is valid only at the version it was made).");
+  c.def(
+      "__len__", [](PyWindow& w) { return w.run([](Window& x) { return x.instances().size(); }); },
+      "Number of instances.");
+  c.def(
+      "__iter__", [](PyWindow& w) { return py::iter(py::cast(w.run([](Window& x) { return x.instances(); }))); },
+      "Iterates over the instances (a snapshot).");
+  c.def(
+      "__contains__",
+      [](PyWindow& w, const py::object& item) {
         if (py::isinstance<ChunkRef>(item)) {
           const std::string key = item.cast<ChunkRef>().key;
           return w.run([&](Window& x) {
@@ -173,7 +189,9 @@ void init_window(py::module_& m) {
       "`chunk in window` (a ChunkRef placed here) or `instance_id in window`.");
 
   // ---- planning (const) ----
-  c.def("plan_admit", [](PyWindow& w, const py::object& chunk, const py::object& before) {
+  c.def(
+      "plan_admit",
+      [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "plan_admit: chunk");
         const InstanceId b = before_arg(before);
         return w.run([&](Window& x) { return x.plan_admit(ref, b); });
@@ -181,44 +199,56 @@ void init_window(py::module_& m) {
       py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
       "Plan placing the chunk at the tail (or before instance `before`). Raises OrbitError for a chunk of\n"
       "another engine, an unknown instance, or a chunk already in the window.");
-  c.def("plan_add_turn", [](PyWindow& w, const py::object& tokens) {
+  c.def(
+      "plan_add_turn",
+      [](PyWindow& w, const py::object& tokens) {
         const auto t = tokens_or_text(w, tokens, "plan_add_turn: tokens");
         return w.run([&](Window& x) { return x.plan_add_turn(t); });
       },
       py::arg("tokens"), "Plan a live turn (tokens prefilled in context; not reusable).");
-  c.def("plan_evict", [](PyWindow& w, const py::object& instance) {
+  c.def(
+      "plan_evict",
+      [](PyWindow& w, const py::object& instance) {
         const InstanceId i = to_instance(instance, "plan_evict: instance");
         return w.run([&](Window& x) { return x.plan_evict(i); });
       },
       py::arg("instance"), "Plan dropping one instance (a chunk stays recallable).");
-  c.def("plan_slide", [](PyWindow& w, int64_t chunks) { return w.run([&](Window& x) { return x.plan_slide(chunks); }); },
-        py::arg("chunks") = 1, "Plan evicting the `chunks` oldest chunk instances (turns stay).");
-  c.def("plan_recall", [](PyWindow& w, const py::object& chunk, const py::object& before) {
+  c.def(
+      "plan_slide", [](PyWindow& w, int64_t chunks) { return w.run([&](Window& x) { return x.plan_slide(chunks); }); },
+      py::arg("chunks") = 1, "Plan evicting the `chunks` oldest chunk instances (turns stay).");
+  c.def(
+      "plan_recall",
+      [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "plan_recall: chunk");
         const InstanceId b = before_arg(before);
         return w.run([&](Window& x) { return x.plan_recall(ref, b); });
       },
       py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
       "Plan re-admitting an evicted chunk (Plan.cascade: dependents re-conditioned).");
-  c.def("plan_reorder", [](PyWindow& w, const py::object& order) {
+  c.def(
+      "plan_reorder",
+      [](PyWindow& w, const py::object& order) {
         const auto o = to_instances(order, "plan_reorder: order");
         return w.run([&](Window& x) { return x.plan_reorder(o); });
       },
       py::arg("order"), "Plan a permutation of the instances (ids or InstanceInfo, every instance once).");
-  c.def("plan_place", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_place(); }); },
-        "Plan the reorder the planner finds cheapest (stored-patch hits).");
-  c.def("plan_recondition", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_recondition(); }); },
-        "Plan re-conditioning every instance whose context changed.");
+  c.def(
+      "plan_place", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_place(); }); },
+      "Plan the reorder the planner finds cheapest (stored-patch hits).");
+  c.def(
+      "plan_recondition", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_recondition(); }); },
+      "Plan re-conditioning every instance whose context changed.");
 
   // ---- apply ----
-  c.def("apply", [](PyWindow& w, const Plan& plan) {
-        return plan_and_apply(w, [&](Window&) { return plan; });
-      },
+  c.def(
+      "apply", [](PyWindow& w, const Plan& plan) { return plan_and_apply(w, [&](Window&) { return plan; }); },
       py::arg("plan"),
       "Executes a plan this window made at its current version; returns the ApplyReport. Raises CapacityError\n"
       "(the pool or max_bytes cannot hold the result) or RefusedError (e.g. positions past the model's limit),\n"
       "leaving the window unchanged; OrbitError for a plan of another window or an older version.");
-  c.def("admit", [](PyWindow& w, const py::object& chunk, const py::object& before) {
+  c.def(
+      "admit",
+      [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "admit: chunk");
         const InstanceId b = before_arg(before);
         return plan_and_apply(w, [&](Window& x) { return x.plan_admit(ref, b); });
@@ -227,7 +257,9 @@ void init_window(py::module_& m) {
       "apply(plan_admit(chunk, before=before)) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
-  c.def("add_turn", [](PyWindow& w, const py::object& tokens) {
+  c.def(
+      "add_turn",
+      [](PyWindow& w, const py::object& tokens) {
         const auto t = tokens_or_text(w, tokens, "add_turn: tokens");
         return plan_and_apply(w, [&](Window& x) { return x.plan_add_turn(t); });
       },
@@ -235,7 +267,9 @@ void init_window(py::module_& m) {
       "apply(plan_add_turn(tokens)) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
-  c.def("evict", [](PyWindow& w, const py::object& instance) {
+  c.def(
+      "evict",
+      [](PyWindow& w, const py::object& instance) {
         const InstanceId i = to_instance(instance, "evict: instance");
         return plan_and_apply(w, [&](Window& x) { return x.plan_evict(i); });
       },
@@ -243,14 +277,16 @@ void init_window(py::module_& m) {
       "apply(plan_evict(instance)) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
-  c.def("slide", [](PyWindow& w, int64_t chunks) {
-        return plan_and_apply(w, [&](Window& x) { return x.plan_slide(chunks); });
-      },
+  c.def(
+      "slide",
+      [](PyWindow& w, int64_t chunks) { return plan_and_apply(w, [&](Window& x) { return x.plan_slide(chunks); }); },
       py::arg("chunks") = 1,
       "apply(plan_slide(chunks)) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
-  c.def("recall", [](PyWindow& w, const py::object& chunk, const py::object& before) {
+  c.def(
+      "recall",
+      [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "recall: chunk");
         const InstanceId b = before_arg(before);
         return plan_and_apply(w, [&](Window& x) { return x.plan_recall(ref, b); });
@@ -259,7 +295,9 @@ void init_window(py::module_& m) {
       "apply(plan_recall(chunk, before=before)) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
-  c.def("reorder", [](PyWindow& w, const py::object& order) {
+  c.def(
+      "reorder",
+      [](PyWindow& w, const py::object& order) {
         const auto o = to_instances(order, "reorder: order");
         return plan_and_apply(w, [&](Window& x) { return x.plan_reorder(o); });
       },
@@ -267,15 +305,19 @@ void init_window(py::module_& m) {
       "apply(plan_reorder(order)) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
-  c.def("place", [](PyWindow& w) { return plan_and_apply(w, [](Window& x) { return x.plan_place(); }); },
+  c.def(
+      "place", [](PyWindow& w) { return plan_and_apply(w, [](Window& x) { return x.plan_place(); }); },
       "apply(plan_place()) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
-  c.def("recondition", [](PyWindow& w) { return plan_and_apply(w, [](Window& x) { return x.plan_recondition(); }); },
+  c.def(
+      "recondition", [](PyWindow& w) { return plan_and_apply(w, [](Window& x) { return x.plan_recondition(); }); },
       "apply(plan_recondition()) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
-  c.def("fork", [](PyWindow& w) {
+  c.def(
+      "fork",
+      [](PyWindow& w) {
         Window child = w.run([](Window& x) { return x.fork(); });
         return wrap_window(w.engine, std::move(child));
       },
@@ -283,36 +325,43 @@ void init_window(py::module_& m) {
       "the parent's ids. Operations on either never change the other. Drop it (close()) to discard the branch.");
 
   // ---- reading (const) ----
-  c.def("logits", [](PyWindow& w, const py::object& query, bool all_rows) {
+  c.def(
+      "logits",
+      [](PyWindow& w, const py::object& query, bool all_rows) {
         const auto q = tokens_or_text(w, query, "logits: query");
         return logits_array(w.run([&](Window& x) { return x.logits(q, all_rows); }), all_rows);
       },
       py::arg("query"), py::kw_only(), py::arg("all_rows") = false, kLogitsDoc);
-  c.def("reference_logits", [](PyWindow& w, const py::object& query, bool all_rows) {
+  c.def(
+      "reference_logits",
+      [](PyWindow& w, const py::object& query, bool all_rows) {
         const auto q = tokens_or_text(w, query, "reference_logits: query");
         return logits_array(w.run([&](Window& x) { return x.reference_logits(q, all_rows); }), all_rows);
       },
       py::arg("query"), py::kw_only(), py::arg("all_rows") = false,
       "The logits a re-prefill of the same contents in the same order would give (one forward of the whole\n"
       "window; nothing stored): the reference for fidelity. Same shapes as logits().");
-  c.def("generate",
-        [](PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p, uint64_t seed,
-           const py::object& stop_tokens) {
-          orbit::GenerateOptions o;
-          o.max_tokens = max_tokens;
-          o.temperature = temperature;
-          o.top_p = top_p;
-          o.seed = seed;
-          if (!stop_tokens.is_none()) o.stop_tokens = to_tokens(stop_tokens, "generate: stop_tokens");
-          const auto q = tokens_or_text(w, query, "generate: query");
-          return w.run([&](Window& x) { return x.generate(q, o); });
-        },
-        py::arg("query"), py::kw_only(), py::arg("max_tokens") = 32, py::arg("temperature") = 0.0,
-        py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("stop_tokens") = py::none(),
-        "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
-        "temperature > 0 = nucleus sampling, reproducible by seed; the run ends after emitting any of\n"
-        "stop_tokens. Returns a Generation (tokens, stop_reason, seconds).");
-  c.def("disposable", [](PyWindow& w, const py::object& instance, const py::object& query, int64_t answer_tokens) {
+  c.def(
+      "generate",
+      [](PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p, uint64_t seed,
+         const py::object& stop_tokens) {
+        orbit::GenerateOptions o;
+        o.max_tokens = max_tokens;
+        o.temperature = temperature;
+        o.top_p = top_p;
+        o.seed = seed;
+        if (!stop_tokens.is_none()) o.stop_tokens = to_tokens(stop_tokens, "generate: stop_tokens");
+        const auto q = tokens_or_text(w, query, "generate: query");
+        return w.run([&](Window& x) { return x.generate(q, o); });
+      },
+      py::arg("query"), py::kw_only(), py::arg("max_tokens") = 32, py::arg("temperature") = 0.0, py::arg("top_p") = 1.0,
+      py::arg("seed") = 0, py::arg("stop_tokens") = py::none(),
+      "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
+      "temperature > 0 = nucleus sampling, reproducible by seed; the run ends after emitting any of\n"
+      "stop_tokens. Returns a Generation (tokens, stop_reason, seconds).");
+  c.def(
+      "disposable",
+      [](PyWindow& w, const py::object& instance, const py::object& query, int64_t answer_tokens) {
         const InstanceId i = to_instance(instance, "disposable: instance");
         const auto q = tokens_or_text(w, query, "disposable: query");
         return w.run([&](Window& x) { return x.disposable(i, q, answer_tokens); });
@@ -320,7 +369,9 @@ void init_window(py::module_& m) {
       py::arg("instance"), py::arg("query"), py::kw_only(), py::arg("answer_tokens") = 4,
       "Greedy-decodes answer_tokens after the query with the instance as it is and with its conditioning\n"
       "switched off (its canonical KV); a DisposabilityReport (truthy when the answers agree).");
-  c.def("kv", [](PyWindow& w, const py::object& instance) {
+  c.def(
+      "kv",
+      [](PyWindow& w, const py::object& instance) {
         const InstanceId i = to_instance(instance, "kv: instance");
         orbit::InstanceKV kv = w.run([&](Window& x) { return x.kv(i); });
         PyInstanceKV out;

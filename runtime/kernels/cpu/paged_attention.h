@@ -57,18 +57,18 @@ struct PagedAttentionDims {
 
 template <typename T>
 struct PagedAttentionArgs {
-  const T* q = nullptr;               // [R][H][d]
-  const T* k_pages = nullptr;         // [rows][width], one layer
+  const T* q = nullptr;        // [R][H][d]
+  const T* k_pages = nullptr;  // [rows][width], one layer
   const T* v_pages = nullptr;
-  const int32_t* slots = nullptr;     // [S_p]
-  const T* k_tail = nullptr;          // [S_t][width]
+  const int32_t* slots = nullptr;  // [S_p]
+  const T* k_tail = nullptr;       // [S_t][width]
   const T* v_tail = nullptr;
-  const int64_t* positions = nullptr; // [S][position_rows], token-major
-  const double* inv_freq = nullptr;   // [d/2]
+  const int64_t* positions = nullptr;   // [S][position_rows], token-major
+  const double* inv_freq = nullptr;     // [d/2]
   const int8_t* row_of_freq = nullptr;  // [d/2] in [0, position_rows); null: row 0 for every f
-  const int32_t* patch_of = nullptr;  // [S_p] index into segments or −1; null: no patches
+  const int32_t* patch_of = nullptr;    // [S_p] index into segments or −1; null: no patches
   const PatchSegment* segments = nullptr;
-  T* out = nullptr;                   // [R][H][d]
+  T* out = nullptr;  // [R][H][d]
 };
 
 // cos and sin of angle p·inv, reduced modulo 2π in float64.
@@ -145,7 +145,8 @@ void paged_attention_reference(const PagedAttentionArgs<T>& a, const PagedAttent
       T* o = a.out + (r * d.heads + h) * D;
       for (int64_t e = 0; e < D; ++e) {
         float acc = 0;
-        for (int64_t s = 0; s < visible; ++s) acc += scores[static_cast<size_t>(s)] * v[static_cast<size_t>(s * W + hk * D + e)];
+        for (int64_t s = 0; s < visible; ++s)
+          acc += scores[static_cast<size_t>(s)] * v[static_cast<size_t>(s * W + hk * D + e)];
         o[e] = static_cast<T>(acc / total);
       }
     }

@@ -72,9 +72,9 @@ template <typename T>
 cudaError_t paged_attention(const PagedAttentionArgs<T>& args, const PagedAttentionDims& dims, float* workspace,
                             int64_t splits, cudaStream_t stream, PagedKernel kernel = PagedKernel::kTiled);
 
-#define ORBIT_PAGED_ATTENTION_DECLARE(T)                                                                    \
-  extern template cudaError_t paged_attention<T>(const PagedAttentionArgs<T>&, const PagedAttentionDims&, \
-                                                 float*, int64_t, cudaStream_t, PagedKernel);
+#define ORBIT_PAGED_ATTENTION_DECLARE(T)                                                                          \
+  extern template cudaError_t paged_attention<T>(const PagedAttentionArgs<T>&, const PagedAttentionDims&, float*, \
+                                                 int64_t, cudaStream_t, PagedKernel);
 ORBIT_PAGED_ATTENTION_DECLARE(float)
 ORBIT_PAGED_ATTENTION_DECLARE(__nv_bfloat16)
 ORBIT_PAGED_ATTENTION_DECLARE(__half)
@@ -103,8 +103,8 @@ __device__ __forceinline__ void pa_load_row(const T* p, float (&x)[E]) {
 
 // One key: content row read in place (page or tail), patch rows added, rotated to its position.
 template <typename T, int E>
-__device__ __forceinline__ void pa_read_key(const PagedAttentionArgs<T>& a, const PagedAttentionDims& d,
-                                            int64_t s, int col, float (&k)[E], float (&v)[E]) {
+__device__ __forceinline__ void pa_read_key(const PagedAttentionArgs<T>& a, const PagedAttentionDims& d, int64_t s,
+                                            int col, float (&k)[E], float (&v)[E]) {
   const int64_t W = d.kv_heads * d.head_dim;
   const T* kr;
   const T* vr;
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kPagedThreads)
     for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
   }
 
-  auto consume = [&](int64_t s, float (&k)[E], const float (&v)[E]) {
+  auto consume = [&](int64_t s, float(&k)[E], const float(&v)[E]) {
     pa_rotate<E>(d, a.positions + s * d.position_rows, inv, frow, lane, k);
 #pragma unroll
     for (int g = 0; g < kPagedMaxGroup; ++g) {
@@ -320,7 +320,8 @@ __global__ void __launch_bounds__(kPagedThreads, 4)
 
   for (int i = threadIdx.x; i < kPagedMaxGroup * D; i += kPagedThreads) {
     const int g = i / D, e = i % D;
-    q_s[g][e] = g < group ? pa_load(a.q + (static_cast<int64_t>(r) * d.heads + hk * group + g) * D + e) * d.scale : 0.0f;
+    q_s[g][e] =
+        g < group ? pa_load(a.q + (static_cast<int64_t>(r) * d.heads + hk * group + g) * D + e) * d.scale : 0.0f;
   }
   __syncthreads();
 
@@ -346,7 +347,8 @@ __global__ void __launch_bounds__(kPagedThreads, 4)
   const int my_token = lane & (kTile - 1);  // scoring: lane -> key of the tile
   const int my_half = lane >> 4;            //          and half of the head dims
 
-  for (int64_t t0 = begin + static_cast<int64_t>(warp) * kTile; t0 < end; t0 += static_cast<int64_t>(kPagedWarps) * kTile) {
+  for (int64_t t0 = begin + static_cast<int64_t>(warp) * kTile; t0 < end;
+       t0 += static_cast<int64_t>(kPagedWarps) * kTile) {
     // 1. Keys of the tile: read in place, patched, rotated, staged as float.
 #pragma unroll 4
     for (int t = 0; t < kTile; ++t) {
@@ -497,11 +499,15 @@ cudaError_t paged_attention(const PagedAttentionArgs<T>& a, const PagedAttention
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(d.kv_heads), static_cast<unsigned>(d.queries));
   const bool tiled = kernel == PagedKernel::kTiled;
   if (d.head_dim == 128) {
-    if (tiled) detail::paged_attention_tiled<T, 4><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
-    else detail::paged_attention_kernel<T, 4><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+    if (tiled)
+      detail::paged_attention_tiled<T, 4><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+    else
+      detail::paged_attention_kernel<T, 4><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
   } else {
-    if (tiled) detail::paged_attention_tiled<T, 2><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
-    else detail::paged_attention_kernel<T, 2><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+    if (tiled)
+      detail::paged_attention_tiled<T, 2><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+    else
+      detail::paged_attention_kernel<T, 2><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
   }
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return status;

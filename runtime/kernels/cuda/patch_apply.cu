@@ -4,9 +4,9 @@
 
 namespace orbit::kernels::cuda {
 
-#define ORBIT_PATCH_APPLY_INSTANTIATE(In, Out)                                                     \
-  template cudaError_t patch_apply<In, Out>(const PatchSource<In>&, const PatchTarget<Out>&, \
-                                            const PatchDims&, cudaStream_t);
+#define ORBIT_PATCH_APPLY_INSTANTIATE(In, Out)                                                                 \
+  template cudaError_t patch_apply<In, Out>(const PatchSource<In>&, const PatchTarget<Out>&, const PatchDims&, \
+                                            cudaStream_t);
 ORBIT_PATCH_APPLY_INSTANTIATE(float, float)
 ORBIT_PATCH_APPLY_INSTANTIATE(float, __nv_bfloat16)
 ORBIT_PATCH_APPLY_INSTANTIATE(__nv_bfloat16, float)

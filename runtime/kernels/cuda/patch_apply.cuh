@@ -41,9 +41,9 @@
 namespace orbit::kernels::cuda {
 
 struct PatchDims {
-  int64_t tokens = 0;        // n
-  int64_t width = 0;         // D
-  int64_t rank = 0;          // m ≥ 0
+  int64_t tokens = 0;  // n
+  int64_t width = 0;   // D
+  int64_t rank = 0;    // m ≥ 0
   bool rotate = false;
   int64_t head_dim = 0;      // rotate only: divides width
   int64_t rotary_dim = 0;    // rotate only: even, in (0, head_dim]
@@ -76,9 +76,9 @@ template <typename In, typename Out>
 cudaError_t patch_apply(const PatchSource<In>& src, const PatchTarget<Out>& target, const PatchDims& dims,
                         cudaStream_t stream);
 
-#define ORBIT_PATCH_APPLY_DECLARE(In, Out)                                                               \
-  extern template cudaError_t patch_apply<In, Out>(const PatchSource<In>&, const PatchTarget<Out>&, \
-                                                   const PatchDims&, cudaStream_t);
+#define ORBIT_PATCH_APPLY_DECLARE(In, Out)                                                                            \
+  extern template cudaError_t patch_apply<In, Out>(const PatchSource<In>&, const PatchTarget<Out>&, const PatchDims&, \
+                                                   cudaStream_t);
 ORBIT_PATCH_APPLY_DECLARE(float, float)
 ORBIT_PATCH_APPLY_DECLARE(float, __nv_bfloat16)
 ORBIT_PATCH_APPLY_DECLARE(__nv_bfloat16, float)
@@ -120,9 +120,9 @@ template <typename In, typename Out>
 __global__ void __launch_bounds__(kPatchThreads)
     patch_apply_kernel(PatchSource<In> src, PatchTarget<Out> target, PatchDims dims, int group) {
   extern __shared__ float shared[];
-  float* acc = shared;                                  // [kTileTokens][group]
-  float* u_tile = acc + kTileTokens * group;            // [kTileTokens][kRankChunk]
-  float* vt_tile = u_tile + kTileTokens * kRankChunk;   // [kRankChunk][group]
+  float* acc = shared;                                 // [kTileTokens][group]
+  float* u_tile = acc + kTileTokens * group;           // [kTileTokens][kRankChunk]
+  float* vt_tile = u_tile + kTileTokens * kRankChunk;  // [kRankChunk][group]
 
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTileTokens;
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * group;
@@ -200,8 +200,7 @@ constexpr int kRowMaxRank = 16;
 constexpr int kRowTokensPerBlock = 64;
 
 template <typename In, typename Out, int E>
-__global__ void __launch_bounds__(128)
-    patch_apply_rows(PatchSource<In> src, PatchTarget<Out> target, PatchDims dims) {
+__global__ void __launch_bounds__(128) patch_apply_rows(PatchSource<In> src, PatchTarget<Out> target, PatchDims dims) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * 32 * E;
   const int64_t col = c0 + lane * E;
@@ -291,10 +290,12 @@ cudaError_t patch_apply(const PatchSource<In>& src, const PatchTarget<Out>& targ
   if (dims.rotate && (src.cos == nullptr || src.sin == nullptr)) return cudaErrorInvalidValue;
 
   // The row kernel where it applies (see its comment), else the tiled one.
-  const int64_t row_group = dims.rotate ? (dims.rotary_dim == dims.head_dim && (dims.head_dim == 64 || dims.head_dim == 128)
-                                               ? dims.head_dim
-                                               : 0)
-                                        : (dims.width % 128 == 0 ? 128 : dims.width % 64 == 0 ? 64 : 0);
+  const int64_t row_group =
+      dims.rotate
+          ? (dims.rotary_dim == dims.head_dim && (dims.head_dim == 64 || dims.head_dim == 128) ? dims.head_dim : 0)
+          : (dims.width % 128 == 0  ? 128
+             : dims.width % 64 == 0 ? 64
+                                    : 0);
   if (row_group > 0 && dims.rank <= detail::kRowMaxRank && dims.width % row_group == 0) {
     const int64_t blocks = (dims.tokens + detail::kRowTokensPerBlock - 1) / detail::kRowTokensPerBlock;
     const int64_t groups = dims.width / row_group;
@@ -307,8 +308,8 @@ cudaError_t patch_apply(const PatchSource<In>& src, const PatchTarget<Out>& targ
     }
     return cudaGetLastError();
   }
-  const int64_t group = dims.rotate ? dims.head_dim : (dims.width < detail::kColumnGroup ? dims.width
-                                                                                          : detail::kColumnGroup);
+  const int64_t group =
+      dims.rotate ? dims.head_dim : (dims.width < detail::kColumnGroup ? dims.width : detail::kColumnGroup);
   const int64_t groups = (dims.width + group - 1) / group;
   const int64_t tiles = (dims.tokens + detail::kTileTokens - 1) / detail::kTileTokens;
   if (groups > 65535 || tiles > 0x7fffffff || group > (1 << 20)) return cudaErrorInvalidValue;
@@ -321,8 +322,8 @@ cudaError_t patch_apply(const PatchSource<In>& src, const PatchTarget<Out>& targ
     if (status != cudaSuccess) return status;
   }
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(groups));
-  detail::patch_apply_kernel<In, Out><<<grid, detail::kPatchThreads, shared_bytes, stream>>>(
-      src, target, dims, static_cast<int>(group));
+  detail::patch_apply_kernel<In, Out>
+      <<<grid, detail::kPatchThreads, shared_bytes, stream>>>(src, target, dims, static_cast<int>(group));
   return cudaGetLastError();
 }
 

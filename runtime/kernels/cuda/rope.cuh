@@ -36,10 +36,10 @@ template <typename T>
 cudaError_t rope_rotate(const T* x, T* out, const float* cos, const float* sin, const RopeDims& dims,
                         cudaStream_t stream);
 
-extern template cudaError_t rope_rotate<float>(const float*, float*, const float*, const float*,
-                                               const RopeDims&, cudaStream_t);
-extern template cudaError_t rope_rotate<__nv_bfloat16>(const __nv_bfloat16*, __nv_bfloat16*, const float*,
-                                                       const float*, const RopeDims&, cudaStream_t);
+extern template cudaError_t rope_rotate<float>(const float*, float*, const float*, const float*, const RopeDims&,
+                                               cudaStream_t);
+extern template cudaError_t rope_rotate<__nv_bfloat16>(const __nv_bfloat16*, __nv_bfloat16*, const float*, const float*,
+                                                       const RopeDims&, cudaStream_t);
 
 #ifdef __CUDACC__
 

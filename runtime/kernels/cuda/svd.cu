@@ -127,7 +127,8 @@ SvdStatus TruncatedSvd::run(const float* a, const SvdDims& dims, const SvdFactor
   const int64_t p64 = dims.rows < dims.cols ? dims.rows : dims.cols;
   if (dims.rank > p64) return failure(SvdCode::kInvalidValue, "dims.rank (above min(rows, cols))");
   if (dims.rank == 0) return SvdStatus();
-  if (dims.rows > INT_MAX || dims.cols > INT_MAX || dims.rows * dims.cols > INT_MAX) return failure(SvdCode::kInvalidValue, "dims (rows · cols above INT_MAX)");
+  if (dims.rows > INT_MAX || dims.cols > INT_MAX || dims.rows * dims.cols > INT_MAX)
+    return failure(SvdCode::kInvalidValue, "dims (rows · cols above INT_MAX)");
   if (a == nullptr || out.u == nullptr || out.vt == nullptr) {
     return failure(SvdCode::kInvalidValue, "pointers (a, u and vt are required)");
   }
@@ -157,8 +158,8 @@ SvdStatus TruncatedSvd::run(const float* a, const SvdDims& dims, const SvdFactor
   int* info_work = reinterpret_cast<int*>(base + a_bytes + s_bytes + u_bytes + v_bytes);
 
   int lwork = 0;
-  solver = cusolverDnSgesvdj_bufferSize(handle_, CUSOLVER_EIG_MODE_VECTOR, /*econ=*/1, m, n, a_work, m, s_work,
-                                        u_work, m, v_work, n, &lwork, params_);
+  solver = cusolverDnSgesvdj_bufferSize(handle_, CUSOLVER_EIG_MODE_VECTOR, /*econ=*/1, m, n, a_work, m, s_work, u_work,
+                                        m, v_work, n, &lwork, params_);
   if (solver != CUSOLVER_STATUS_SUCCESS) return cusolver_failure(solver, "cusolverDnSgesvdj_bufferSize");
   if (lwork < 0) return failure(SvdCode::kCusolverError, "cusolverDnSgesvdj_bufferSize (negative lwork)");
   status = reserve(&work_, &work_bytes_, align_up(sizeof(float) * static_cast<size_t>(lwork > 0 ? lwork : 1)),
@@ -169,14 +170,14 @@ SvdStatus TruncatedSvd::run(const float* a, const SvdDims& dims, const SvdFactor
   cudaError_t error =
       cudaMemcpyAsync(a_work, a, sizeof(float) * static_cast<size_t>(m) * n, cudaMemcpyDeviceToDevice, stream);
   if (error != cudaSuccess) return cuda_failure(error, "cudaMemcpyAsync (a)");
-  solver = cusolverDnSgesvdj(handle_, CUSOLVER_EIG_MODE_VECTOR, /*econ=*/1, m, n, a_work, m, s_work, u_work, m,
-                             v_work, n, static_cast<float*>(work_), lwork, info_work, params_);
+  solver = cusolverDnSgesvdj(handle_, CUSOLVER_EIG_MODE_VECTOR, /*econ=*/1, m, n, a_work, m, s_work, u_work, m, v_work,
+                             n, static_cast<float*>(work_), lwork, info_work, params_);
   if (solver != CUSOLVER_STATUS_SUCCESS) return cusolver_failure(solver, "cusolverDnSgesvdj");
 
   // vt = U'[:, :rank] (its columns are D contiguous floats: rows of vt); s = σ[:rank]; u = V'[:, :rank]·σ.
   const size_t rank = static_cast<size_t>(dims.rank);
-  error = cudaMemcpyAsync(out.vt, u_work, sizeof(float) * rank * static_cast<size_t>(m), cudaMemcpyDeviceToDevice,
-                          stream);
+  error =
+      cudaMemcpyAsync(out.vt, u_work, sizeof(float) * rank * static_cast<size_t>(m), cudaMemcpyDeviceToDevice, stream);
   if (error != cudaSuccess) return cuda_failure(error, "cudaMemcpyAsync (vt)");
   if (out.s != nullptr) {
     error = cudaMemcpyAsync(out.s, s_work, sizeof(float) * rank, cudaMemcpyDeviceToDevice, stream);
@@ -185,8 +186,8 @@ SvdStatus TruncatedSvd::run(const float* a, const SvdDims& dims, const SvdFactor
   const int64_t total = dims.rows * dims.rank;
   int64_t blocks = (total + kScaleThreads - 1) / kScaleThreads;
   if (blocks > kScaleMaxBlocks) blocks = kScaleMaxBlocks;
-  scale_transpose_kernel<<<static_cast<unsigned>(blocks), kScaleThreads, 0, stream>>>(v_work, s_work, out.u,
-                                                                                       dims.rows, dims.rank, n);
+  scale_transpose_kernel<<<static_cast<unsigned>(blocks), kScaleThreads, 0, stream>>>(v_work, s_work, out.u, dims.rows,
+                                                                                      dims.rank, n);
   error = cudaGetLastError();
   if (error != cudaSuccess) return cuda_failure(error, "scale_transpose_kernel launch");
 

@@ -65,9 +65,9 @@ struct SvdStatus {
   const char* step = "";  // the call or check that failed, e.g. "cusolverDnSgesvdj" ("" when ok)
   cudaError_t cuda = cudaSuccess;
   cusolverStatus_t cusolver = CUSOLVER_STATUS_SUCCESS;
-  int info = 0;            // gesvdj's info: 0 converged, > 0 not converged, -i: parameter i was wrong
-  int sweeps = 0;          // sweeps gesvdj executed (when it ran)
-  double residual = 0.0;   // gesvdj's internal off-diagonal residual ‖E‖_F (when it ran)
+  int info = 0;           // gesvdj's info: 0 converged, > 0 not converged, -i: parameter i was wrong
+  int sweeps = 0;         // sweeps gesvdj executed (when it ran)
+  double residual = 0.0;  // gesvdj's internal off-diagonal residual ‖E‖_F (when it ran)
   bool ok() const { return code == SvdCode::kOk; }
 };
 
@@ -97,7 +97,7 @@ class TruncatedSvd {
   int device_ = -1;
   void* matrices_ = nullptr;  // copy of A, σ, U', V', info
   size_t matrices_bytes_ = 0;
-  void* work_ = nullptr;      // gesvdj's work array
+  void* work_ = nullptr;  // gesvdj's work array
   size_t work_bytes_ = 0;
 };
 

@@ -16,7 +16,7 @@ const char* chunk_kind_name(ChunkKind kind) noexcept;  // "tokens", "embeddings"
 // A handle to a chunk registered with an Engine. A value: cheap to copy, compare by key. Valid for the
 // Engine that made it (another engine throws orbit::Error naming the key).
 struct ChunkRef {
-  std::string key;     // 64-hex content key (model fingerprint + content; never position)
+  std::string key;  // 64-hex content key (model fingerprint + content; never position)
   ChunkKind kind = ChunkKind::kTokens;
   int64_t length = 0;  // tokens
   int64_t extent = 0;  // positions it spans in a window (= length for text; grid span for media)

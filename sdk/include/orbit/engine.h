@@ -53,7 +53,7 @@ struct EngineOptions {
   std::string model;
   // Store directory (SQLite index + blobs; created if missing). Empty = memory only (nothing persists).
   std::string store_dir;
-  int64_t pool_bytes = int64_t{256} << 20;      // KV pool for windows (whole pages; the device budget)
+  int64_t pool_bytes = int64_t{256} << 20;       // KV pool for windows (whole pages; the device budget)
   int64_t page_size = 16;                        // tokens per page
   int64_t host_budget_bytes = int64_t{1} << 30;  // the store's host-memory tier
   int64_t disk_budget_bytes = 0;                 // 0 = unlimited
@@ -62,7 +62,7 @@ struct EngineOptions {
   // → remote → compute; a remote hit is promoted to host and disk. The remote down or slow never stops
   // the engine (bounded timeouts, one warning, stats().store.remote counts it). See README "Remote tier".
   std::string remote;
-  int64_t remote_ttl_seconds = 0;                // entries written to the remote expire after this; 0 = never
+  int64_t remote_ttl_seconds = 0;  // entries written to the remote expire after this; 0 = never
   // ---- the store's tiers (DESIGN.md §5) ----
   // Eviction policy of the device, host and disk tiers: "lru" (least recently used first) or "cost-aware"
   // (lowest (expected reuse + hits) × recompute tokens / bytes first: what each byte saves in forwards,
@@ -82,7 +82,7 @@ struct EngineOptions {
   // cache), so that Engine::find_media finds them later (here, in another process sharing store_dir, or
   // through the remote tier) and the caller skips its vision encoder. false: they are not stored.
   bool embedding_cache = true;
-  int threads = 0;                               // intra-op threads; 0 = keep the process setting
+  int threads = 0;  // intra-op threads; 0 = keep the process setting
   BackgroundMode background = BackgroundMode::kThread;
   // Where the model, its KV pool and every window's KV live: "cpu", "cuda" (= cuda:0) or "cuda:N".
   // Asking for CUDA in a process without a CUDA device is an orbit::Error naming this option.
@@ -102,44 +102,44 @@ struct ModelInfo {
   int64_t num_layers = 0;
   int64_t vocab_size = 0;
   int64_t max_positions = 0;
-  int64_t position_rows = 1;        // 3 for M-RoPE models (chunks may carry (t, h, w) grids)
+  int64_t position_rows = 1;  // 3 for M-RoPE models (chunks may carry (t, h, w) grids)
   int64_t hidden_size = 0;
-  int64_t kv_bytes_per_token = 0;   // content channel, all layers, float32 (the store's form)
-  std::string device;               // where it runs, e.g. "cpu", "cuda:0"
-  std::string dtype;                // compute dtype, e.g. "float32", "bfloat16"
-  std::string tokenizer;            // the tokenizer file in use; "" when none (text calls throw)
-  int64_t bos_token = -1;           // from the tokenizer; -1 when none
+  int64_t kv_bytes_per_token = 0;  // content channel, all layers, float32 (the store's form)
+  std::string device;              // where it runs, e.g. "cpu", "cuda:0"
+  std::string dtype;               // compute dtype, e.g. "float32", "bfloat16"
+  std::string tokenizer;           // the tokenizer file in use; "" when none (text calls throw)
+  int64_t bos_token = -1;          // from the tokenizer; -1 when none
   int64_t eos_token = -1;
 };
 
 struct EngineStats {
-  int64_t chunks = 0;               // registered
-  int64_t windows = 0;              // alive
+  int64_t chunks = 0;   // registered
+  int64_t windows = 0;  // alive
   int64_t pool_pages = 0;
   int64_t pool_free_pages = 0;
   int64_t pool_bytes_used = 0;
-  int64_t canonicals_encoded = 0;   // forwards of chunks alone
+  int64_t canonicals_encoded = 0;  // forwards of chunks alone
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;
-  double forward_tokens = 0;        // Σ over all windows' operations and background work
+  double forward_tokens = 0;             // Σ over all windows' operations and background work
   double critical_forward_tokens = 0;    // of which on the critical path (inside apply())
   double background_forward_tokens = 0;  // of which in the background (canonical encodes)
-  double critical_seconds = 0;      // wall time inside apply() (the critical path; inline background work excluded)
-  double background_seconds = 0;    // wall time of background jobs (canonical encode + SVD + store)
-  int64_t background_jobs = 0;      // background jobs completed
-  int64_t background_pending = 0;   // queued, not started
-  int64_t background_failed = 0;    // jobs that threw (their patch is not stored)
-  std::string background_error;     // the last failure's message
-  int64_t media_found = 0;          // find_media() answered from the embedding cache
-  int64_t media_missed = 0;         // find_media() found no embeddings (the caller encodes)
+  double critical_seconds = 0;     // wall time inside apply() (the critical path; inline background work excluded)
+  double background_seconds = 0;   // wall time of background jobs (canonical encode + SVD + store)
+  int64_t background_jobs = 0;     // background jobs completed
+  int64_t background_pending = 0;  // queued, not started
+  int64_t background_failed = 0;   // jobs that threw (their patch is not stored)
+  std::string background_error;    // the last failure's message
+  int64_t media_found = 0;         // find_media() answered from the embedding cache
+  int64_t media_missed = 0;        // find_media() found no embeddings (the caller encodes)
   StoreStats store;
 };
 
 // What calibrate() measured: the planner's cost model fitted on this machine.
 struct CalibrationReport {
   int64_t samples = 0;
-  double seconds = 0;        // wall time of the calibration
-  std::string cost_model;    // the fitted coefficients, one line
+  double seconds = 0;      // wall time of the calibration
+  std::string cost_model;  // the fitted coefficients, one line
   // The remote tier's read rate the cost model now uses (bytes/s): a probe read from the server plus the
   // remote hits so far. 0 without a remote tier or when it was down (the default rate stays).
   double remote_bytes_per_s = 0;
@@ -223,10 +223,11 @@ class Engine {
 
   EngineStats stats() const;
   // Finishes the background work queued so far (canonicals and patches of first sights, so the store keeps
-  // them), cancels what is queued after that and joins the background worker, then flushes and closes the store once the operations in flight on other threads have returned
-  // (it blocks until then). Idempotent; a concurrent second close() returns when the first has finished.
-  // Windows still alive throw "engine is closed" on use afterwards (their pool pages are released when they
-  // are destroyed). Throws orbit::Error if called from inside an operation of this engine on the same thread.
+  // them), cancels what is queued after that and joins the background worker, then flushes and closes the store once
+  // the operations in flight on other threads have returned (it blocks until then). Idempotent; a concurrent second
+  // close() returns when the first has finished. Windows still alive throw "engine is closed" on use afterwards (their
+  // pool pages are released when they are destroyed). Throws orbit::Error if called from inside an operation of this
+  // engine on the same thread.
   void close();
   bool closed() const;
 

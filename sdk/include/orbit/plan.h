@@ -31,16 +31,16 @@ const char* operation_name(Operation op) noexcept;  // "admit", "turn", "evict",
 
 // What happens to one instance.
 enum class StepAction {
-  kKeep,            // content unchanged, relocated to its new place if it moved (rotation only)
-  kCanonical,       // the canonical alone is exact (nothing precedes the chunk)
-  kApplyPatch,      // canonical + a stored patch (exact key, orbit key or, by policy, a stale one)
-  kLoadConditioned, // a stored conditioned KV for exactly this context (prefix-cache policy)
-  kForm,            // one forward of the chunk in context; its patch is formed and stored
-  kReprefill,       // one forward in context, nothing stored
-  kBlind,           // the canonical relocated, no repair (approximate)
-  kRecompute,       // token recompute (CacheBlend / first-k): some tokens forwarded in context
-  kPrefillTurn,     // a live turn prefilled in context
-  kEvict,           // the instance leaves the window (its canonical stays in the store)
+  kKeep,             // content unchanged, relocated to its new place if it moved (rotation only)
+  kCanonical,        // the canonical alone is exact (nothing precedes the chunk)
+  kApplyPatch,       // canonical + a stored patch (exact key, orbit key or, by policy, a stale one)
+  kLoadConditioned,  // a stored conditioned KV for exactly this context (prefix-cache policy)
+  kForm,             // one forward of the chunk in context; its patch is formed and stored
+  kReprefill,        // one forward in context, nothing stored
+  kBlind,            // the canonical relocated, no repair (approximate)
+  kRecompute,        // token recompute (CacheBlend / first-k): some tokens forwarded in context
+  kPrefillTurn,      // a live turn prefilled in context
+  kEvict,            // the instance leaves the window (its canonical stays in the store)
 };
 const char* step_action_name(StepAction action) noexcept;
 
@@ -50,64 +50,64 @@ const char* patch_match_name(PatchMatch match) noexcept;
 
 struct PlanStep {
   StepAction action = StepAction::kKeep;  // the category of `how`
-  std::string how;                // the serving action that makes this instance's KV (its id: "keep",
-                                  // "stored-patch", "form", "prefill", "first-k", "cacheblend", ...)
+  std::string how;                        // the serving action that makes this instance's KV (its id: "keep",
+                                          // "stored-patch", "form", "prefill", "first-k", "cacheblend", ...)
   InstanceId instance = 0;
-  ChunkRef chunk;                 // the chunk (for a turn: kind tokens, label "turn")
+  ChunkRef chunk;  // the chunk (for a turn: kind tokens, label "turn")
   bool is_turn = false;
-  int64_t position = 0;           // first position after the operation (kEvict: before)
+  int64_t position = 0;  // first position after the operation (kEvict: before)
   PatchMatch match = PatchMatch::kNone;
-  std::vector<int64_t> turn_tokens;  // a new live turn's tokens
-  std::string patch_key;          // the stored patch / conditioned KV read (kApplyPatch, kLoadConditioned)
+  std::vector<int64_t> turn_tokens;     // a new live turn's tokens
+  std::string patch_key;                // the stored patch / conditioned KV read (kApplyPatch, kLoadConditioned)
   std::vector<std::string> store_keys;  // keys this step writes (kForm: exact and orbit patch keys;
                                         // kReprefill under the prefix policy: the conditioned KV)
-  double divergence = 0;          // kStale: the accepted patch's context divergence
-  int64_t rank_k = 0;             // patch ranks formed/read by this step (0: no patch involved)
+  double divergence = 0;                // kStale: the accepted patch's context divergence
+  int64_t rank_k = 0;                   // patch ranks formed/read by this step (0: no patch involved)
   int64_t rank_v = 0;
-  std::string variant;            // patch variant ("full", "deep@0.9"); empty when no patch
-  bool deep_only = false;         // patch only the layers holding deep_energy of the deficit
+  std::string variant;     // patch variant ("full", "deep@0.9"); empty when no patch
+  bool deep_only = false;  // patch only the layers holding deep_energy of the deficit
   double deep_energy = 0;
-  int64_t recompute_tokens = 0;   // kRecompute: tokens recomputed in context
-  bool needs_canonical = false;   // the canonical must be encoded or loaded
-  bool encode_canonical = false;  // ... and it is not in the store: one forward of the chunk alone
+  int64_t recompute_tokens = 0;                 // kRecompute: tokens recomputed in context
+  bool needs_canonical = false;                 // the canonical must be encoded or loaded
+  bool encode_canonical = false;                // ... and it is not in the store: one forward of the chunk alone
   StoreTier canonical_tier = StoreTier::kHost;  // where the canonical is read from, when needed and stored
-  double forward_tokens = 0;      // token-forwards on the critical path (apply() runs them)
-  double background_tokens = 0;   // token-forwards queued for the background (canonical encode)
-  bool background_patch = false;  // the patch (canonical + SVD) is formed in the background
-  double predicted_kl = 0;        // the fidelity model's next-token KL vs a re-prefill this instance
-                                  // carries after the step (0 for exact actions)
-  double kl_per_weight = 0;       // of predicted_kl, the serving action's own loss per unit recency weight
-                                  // (the instance carries it; later plans rescale it by its weight then)
-  double drift_tokens = 0;        // kKeep: tokens removed or inserted before it since its KV was formed
-  double context_change = 0;      // kKeep: the fidelity model's keep feature, accumulated since it was
-                                  // formed (planner/fidelity_model.h keep_change; 1 after a reorder)
-  int64_t bytes_moved = 0;        // canonical/patch bytes read from the store for this step
-  double estimated_seconds = 0;   // the engine's cost model (calibrated with Engine::calibrate)
-  bool exact = false;             // this instance's KV equals a re-prefill of the window after the plan
-  std::string reason;             // why this action ("context changed: chunk 'b' evicted", "orbit hit", ...)
+  double forward_tokens = 0;                    // token-forwards on the critical path (apply() runs them)
+  double background_tokens = 0;                 // token-forwards queued for the background (canonical encode)
+  bool background_patch = false;                // the patch (canonical + SVD) is formed in the background
+  double predicted_kl = 0;                      // the fidelity model's next-token KL vs a re-prefill this instance
+                                                // carries after the step (0 for exact actions)
+  double kl_per_weight = 0;      // of predicted_kl, the serving action's own loss per unit recency weight
+                                 // (the instance carries it; later plans rescale it by its weight then)
+  double drift_tokens = 0;       // kKeep: tokens removed or inserted before it since its KV was formed
+  double context_change = 0;     // kKeep: the fidelity model's keep feature, accumulated since it was
+                                 // formed (planner/fidelity_model.h keep_change; 1 after a reorder)
+  int64_t bytes_moved = 0;       // canonical/patch bytes read from the store for this step
+  double estimated_seconds = 0;  // the engine's cost model (calibrated with Engine::calibrate)
+  bool exact = false;            // this instance's KV equals a re-prefill of the window after the plan
+  std::string reason;            // why this action ("context changed: chunk 'b' evicted", "orbit hit", ...)
 };
 
 struct Plan {
   Operation op = Operation::kAdmit;
   uint64_t window_id = 0;
-  uint64_t window_version = 0;       // the state this plan was made from
-  WindowPolicy policy;               // the policy it was made under (apply() reads it, not the window's)
-  std::vector<PlanStep> steps;       // in the order apply() executes them (window order, evictions first)
-  std::vector<InstanceId> order;     // the window's instances after the plan, in order
+  uint64_t window_version = 0;    // the state this plan was made from
+  WindowPolicy policy;            // the policy it was made under (apply() reads it, not the window's)
+  std::vector<PlanStep> steps;    // in the order apply() executes them (window order, evictions first)
+  std::vector<InstanceId> order;  // the window's instances after the plan, in order
   // Non-empty: apply() will refuse this plan with exactly this reason (positions past the model's limit;
   // or capacity: the window's max_bytes, or the engine's KV pool short of the pages the plan needs, as of
   // planning; refused_capacity tells which kind). The totals below are then 0: nothing runs.
   std::string refusal;
-  bool refused_capacity = false;     // the refusal is a capacity one (Status out_of_capacity)
-  double forward_tokens = 0;         // Σ steps: critical-path token-forwards (prefill, form, recompute)
-  double background_tokens = 0;      // Σ steps: token-forwards queued for the background
-  double predicted_kl = 0;           // Σ steps: the fidelity model's KL vs a re-prefill after apply
-  int64_t bytes_moved = 0;           // Σ steps
-  double estimated_seconds = 0;      // Σ steps
-  int64_t device_bytes_after = 0;    // KV pages the window holds after apply (estimate: whole pages)
-  int64_t window_tokens_after = 0;   // tokens in the window after apply
-  bool exact = false;                // every instance's KV equals a re-prefill of the window after apply
-  std::vector<InstanceId> cascade;   // recall: dependents re-conditioned, in topological order
+  bool refused_capacity = false;    // the refusal is a capacity one (Status out_of_capacity)
+  double forward_tokens = 0;        // Σ steps: critical-path token-forwards (prefill, form, recompute)
+  double background_tokens = 0;     // Σ steps: token-forwards queued for the background
+  double predicted_kl = 0;          // Σ steps: the fidelity model's KL vs a re-prefill after apply
+  int64_t bytes_moved = 0;          // Σ steps
+  double estimated_seconds = 0;     // Σ steps
+  int64_t device_bytes_after = 0;   // KV pages the window holds after apply (estimate: whole pages)
+  int64_t window_tokens_after = 0;  // tokens in the window after apply
+  bool exact = false;               // every instance's KV equals a re-prefill of the window after apply
+  std::vector<InstanceId> cascade;  // recall: dependents re-conditioned, in topological order
   // How reads of the window (logits, generate) attend over its KV on the engine's device: the paged
   // CUDA kernel reading the pool's pages in place, or the fallback taken and why.
   std::string attention;
@@ -121,14 +121,14 @@ struct Plan {
 // What apply() did (measured, not estimated).
 struct ApplyReport {
   Operation op = Operation::kAdmit;
-  double forward_tokens = 0;   // token-forwards apply() computed (the critical path)
-  int64_t background_jobs = 0; // canonical/patch formations queued for the background
+  double forward_tokens = 0;    // token-forwards apply() computed (the critical path)
+  int64_t background_jobs = 0;  // canonical/patch formations queued for the background
   int64_t patches_formed = 0;
-  int64_t patch_hits = 0;      // stored patches (or conditioned KV) reused
+  int64_t patch_hits = 0;  // stored patches (or conditioned KV) reused
   int64_t canonicals_encoded = 0;
   int64_t bytes_moved = 0;
-  double seconds = 0;          // wall time of apply()
-  int64_t device_bytes = 0;    // KV pages the window holds now
+  double seconds = 0;               // wall time of apply()
+  int64_t device_bytes = 0;         // KV pages the window holds now
   std::vector<InstanceId> added;    // instances the operation created
   std::vector<InstanceId> removed;  // instances it evicted
 };

@@ -70,14 +70,14 @@ struct WindowPolicy {
   // Divergence of a stored patch's context from the current one: 1 − |A ∩ B| / |A ∪ B| over the two
   // antecedent multisets of content keys, weighted by tokens (0 = same set, 1 = disjoint).
   double max_divergence = 0.25;
-  int64_t rank_k = 16;              // patch rank for keys; -1 = full rank (min(n, D))
-  int64_t rank_v = 16;              // patch rank for values; -1 = full rank
-  bool deep_only = false;           // patch only layers ≥ ℓ₀ holding `deep_energy` of the deficit
+  int64_t rank_k = 16;     // patch rank for keys; -1 = full rank (min(n, D))
+  int64_t rank_v = 16;     // patch rank for values; -1 = full rank
+  bool deep_only = false;  // patch only layers ≥ ℓ₀ holding `deep_energy` of the deficit
   double deep_energy = 0.9;
-  bool reuse_stored = true;         // look up stored patches at all (false: the reprefill baseline)
-  bool use_orbit_patches = true;    // accept a patch keyed by the antecedent *set* (reorders)
-  bool cascade_on_recall = true;    // a recall re-conditions the instances the dependency graph names
-  bool store_conditioned = false;   // prefix-cache baseline: store whole conditioned KV, not a patch
+  bool reuse_stored = true;        // look up stored patches at all (false: the reprefill baseline)
+  bool use_orbit_patches = true;   // accept a patch keyed by the antecedent *set* (reorders)
+  bool cascade_on_recall = true;   // a recall re-conditions the instances the dependency graph names
+  bool store_conditioned = false;  // prefix-cache baseline: store whole conditioned KV, not a patch
   // Let the engine's cost model (Engine::calibrate) choose, per chunk, between applying a stored patch,
   // forming one and plain recompute, by estimated seconds over this use and `expected_reuse` more.
   bool cost_aware = false;
@@ -86,8 +86,8 @@ struct WindowPolicy {
   // serving actions whose predicted KL (the window's, summed over instances) is ≤ kl_budget. The default
   // policy has one; every named preset but `default` starts from 0 (no budget) unless it says `:kl=X`.
   double kl_budget = kDefaultKlBudget;
-  double recompute_ratio = 0.15;    // kTokenRecompute
-  int64_t first_k = 16;             // kFirstK
+  double recompute_ratio = 0.15;  // kTokenRecompute
+  int64_t first_k = 16;           // kFirstK
 
   // The preset in canonical spec form ("patch:16", "reprefill", ...), for reports.
   std::string name() const;

@@ -16,8 +16,8 @@
 namespace orbit {
 
 enum class DType { kFloat32, kBFloat16, kFloat16, kInt64 };
-const char* dtype_name(DType dtype) noexcept;    // "float32", "bfloat16", "float16", "int64"
-std::size_t dtype_size(DType dtype) noexcept;    // bytes per element
+const char* dtype_name(DType dtype) noexcept;  // "float32", "bfloat16", "float16", "int64"
+std::size_t dtype_size(DType dtype) noexcept;  // bytes per element
 
 struct TensorView {
   const void* data = nullptr;

@@ -106,7 +106,7 @@ struct TokenSource {
 struct EmbeddingSource {
   std::array<int64_t, 3> grid{1, 1, 1};  // (t, h, w); t·h·w rows
   uint64_t seed = 0;
-  double std = 1.0;                      // rows are N(0, std²) per element
+  double std = 1.0;  // rows are N(0, std²) per element
   int64_t rows() const { return grid[0] * grid[1] * grid[2]; }
 };
 
@@ -119,8 +119,19 @@ struct TraceChunk {
 };
 
 enum class TraceOp {
-  kAdmit, kTurn, kEvict, kSlide, kRecall, kReorder, kPlace,
-  kFork, kSwitch, kCommit, kDrop, kGenerate, kDisposable,
+  kAdmit,
+  kTurn,
+  kEvict,
+  kSlide,
+  kRecall,
+  kReorder,
+  kPlace,
+  kFork,
+  kSwitch,
+  kCommit,
+  kDrop,
+  kGenerate,
+  kDisposable,
 };
 const char* trace_op_name(TraceOp op) noexcept;  // "admit", "turn", ..., "disposable" (the JSON "op")
 // True for ops that change the current window's contents (admit, turn, evict, slide, recall, reorder,
@@ -195,13 +206,13 @@ inline constexpr int64_t kMaxTraceSteps = 100000;
 struct MakeTraceOptions {
   // web | video | agent, or an agent pattern: browse | coding | videoqa | fanout | rag (above)
   std::string kind = "web";
-  int64_t steps = 12;              // agent steps (each expands to several trace steps), [1, kMaxTraceSteps]
+  int64_t steps = 12;  // agent steps (each expands to several trace steps), [1, kMaxTraceSteps]
   uint64_t seed = 0;
-  int64_t vocab_size = 512;        // token ids are drawn from [3, vocab_size)
-  int64_t max_positions = 512;     // the window stays below ~3/4 of this (agent patterns: this − 24)
-  int64_t position_rows = 1;       // 3: media chunks are embeddings with (t, h, w) grids
-  int64_t chunk_tokens = 0;        // screenshot / frame / document size; 0 = chosen from max_positions
-  bool sample_text = false;        // web/video/agent: documents and observations sampled from the model
+  int64_t vocab_size = 512;     // token ids are drawn from [3, vocab_size)
+  int64_t max_positions = 512;  // the window stays below ~3/4 of this (agent patterns: this − 24)
+  int64_t position_rows = 1;    // 3: media chunks are embeddings with (t, h, w) grids
+  int64_t chunk_tokens = 0;     // screenshot / frame / document size; 0 = chosen from max_positions
+  bool sample_text = false;     // web/video/agent: documents and observations sampled from the model
   // Agent patterns: the tokens the model's tokenizer gives a text (no BOS), so chunk sizes and the window
   // budget are exact (`orbit make-trace` passes the model's). Unset: bytes + 1, an upper bound, so the
   // trace stays within the model's positions but fills fewer of them (texts are grown sentence by
@@ -229,11 +240,11 @@ Trace make_trace(const MakeTraceOptions& options);
 // forwards of the window per step and is not counted in any cost.
 
 struct ReplayOptions {
-  EngineOptions engine;                 // model path, pool, page size, threads (store_dir is ignored)
+  EngineOptions engine;                          // model path, pool, page size, threads (store_dir is ignored)
   std::vector<std::string> policies{"default"};  // parse_policy specs; baselines are added
-  bool baselines = true;                // add reprefill, prefix and blind (off only for tests/tools)
-  bool fidelity = true;                 // measure fidelity after every step
-  bool explain = false;                 // keep every step's Plan::describe()
+  bool baselines = true;                         // add reprefill, prefix and blind (off only for tests/tools)
+  bool fidelity = true;                          // measure fidelity after every step
+  bool explain = false;                          // keep every step's Plan::describe()
   // Engine::calibrate() each policy's engine before replaying (fits the cost and fidelity models that
   // `:kl=X` budgets plan with; a few seconds per policy). Off: the models' defaults.
   bool calibrate = false;
@@ -249,7 +260,7 @@ inline constexpr double kTop1TieLogits = 1e-4;
 inline constexpr double kKlFloor = 1e-7;
 
 struct StepFidelity {
-  double kl = 0;     // mean over probe rows of KL(reference ‖ window), nats
+  double kl = 0;  // mean over probe rows of KL(reference ‖ window), nats
   // Fraction of rows whose top-1 agrees: the window's argmax is the reference's, or ties with it (its
   // reference logit within kTop1TieLogits of the reference's largest; float noise picks between such).
   double top1 = 0;
@@ -259,13 +270,13 @@ struct StepFidelity {
 struct StepResult {
   std::size_t index = 0;
   TraceOp op = TraceOp::kAdmit;
-  std::string branch;             // the current branch after the step
-  std::string status = "ok";      // "ok", or why the window refused the operation (unchanged then)
-  double forward_tokens = 0;      // token-forwards the step computed: critical + background
+  std::string branch;                    // the current branch after the step
+  std::string status = "ok";             // "ok", or why the window refused the operation (unchanged then)
+  double forward_tokens = 0;             // token-forwards the step computed: critical + background
   double critical_forward_tokens = 0;    // of which on the critical path (plan + apply)
   double background_forward_tokens = 0;  // of which in the background work the step queued
-  double decode_tokens = 0;       // generate / disposable: tokens decoded (not in forward_tokens)
-  double full_prefill_tokens = 0; // a mutating step: the window's tokens (a full re-prefill); else 0
+  double decode_tokens = 0;              // generate / disposable: tokens decoded (not in forward_tokens)
+  double full_prefill_tokens = 0;        // a mutating step: the window's tokens (a full re-prefill); else 0
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;
   int64_t canonicals_encoded = 0;
@@ -280,11 +291,11 @@ struct StepResult {
   double background_seconds = 0;  // wall time of the background work it queued
   double predicted_kl = -1;       // the plan's predicted KL of the window after the step (-1: no plan)
   std::optional<StepFidelity> fidelity;
-  std::vector<int64_t> generated; // generate: this policy's answer
-  double agreement = -1;          // generate: fraction of answer tokens equal to the transcript's; -1 n/a
-  std::optional<bool> disposable; // disposable: the verdict
-  double kl_first = 0;            // disposable: KL of the first answer token with / without the patch
-  std::string plan;               // Plan::describe() when explain
+  std::vector<int64_t> generated;  // generate: this policy's answer
+  double agreement = -1;           // generate: fraction of answer tokens equal to the transcript's; -1 n/a
+  std::optional<bool> disposable;  // disposable: the verdict
+  double kl_first = 0;             // disposable: KL of the first answer token with / without the patch
+  std::string plan;                // Plan::describe() when explain
 };
 
 // The offline bound (planner/offline.h) over the patch demands of one patch-forming policy: every step
@@ -307,12 +318,12 @@ struct OfflineReport {
 };
 
 struct PolicyTotals {
-  double forward_tokens = 0;             // critical + background
+  double forward_tokens = 0;  // critical + background
   double critical_forward_tokens = 0;
   double background_forward_tokens = 0;
   double critical_seconds = 0;
   double background_seconds = 0;
-  double mean_predicted_kl = 0;          // over steps with fidelity and a plan
+  double mean_predicted_kl = 0;  // over steps with fidelity and a plan
   // Agreement of the fidelity model with the measurement, over the steps where both the plan's predicted
   // KL and the measured KL exceed kKlFloor: the geometric mean of predicted / measured (1 = unbiased) and
   // the typical factor by which one step's prediction misses (exp of the mean |log ratio|, >= 1).
@@ -327,31 +338,31 @@ struct PolicyTotals {
   int64_t peak_device_bytes = 0;
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;
-  int64_t refused = 0;           // steps the window refused
-  int64_t fidelity_steps = 0;    // steps measured; 0: the three below mean nothing (JSON null, CLI "n/a")
-  double mean_kl = 0;            // over steps with fidelity
+  int64_t refused = 0;         // steps the window refused
+  int64_t fidelity_steps = 0;  // steps measured; 0: the three below mean nothing (JSON null, CLI "n/a")
+  double mean_kl = 0;          // over steps with fidelity
   double max_kl = 0;
   double mean_top1 = 0;
 };
 
 struct PolicyReplay {
-  std::string policy;            // WindowPolicy::name()
-  bool baseline = false;         // added as a baseline (not asked for)
+  std::string policy;     // WindowPolicy::name()
+  bool baseline = false;  // added as a baseline (not asked for)
   std::vector<StepResult> steps;
   PolicyTotals totals;
   std::optional<OfflineReport> offline;  // patch-forming policies
-  std::string fidelity_model;    // the engine's fidelity model (FidelityModel::describe) it planned with
+  std::string fidelity_model;            // the engine's fidelity model (FidelityModel::describe) it planned with
 };
 
 struct ReplayReport {
-  std::string trace;             // trace name (or file)
+  std::string trace;  // trace name (or file)
   std::string source;
   std::string model;
   std::string fingerprint;
-  std::string device;            // where the engines ran ("cpu", "cuda:0", ...) and in which dtype
+  std::string device;  // where the engines ran ("cpu", "cuda:0", ...) and in which dtype
   std::string dtype;
   std::size_t steps = 0;
-  std::vector<PolicyReplay> policies;  // in the order asked, then reprefill, prefix, blind
+  std::vector<PolicyReplay> policies;                              // in the order asked, then reprefill, prefix, blind
   const PolicyReplay* find(const std::string& policy_name) const;  // nullptr when absent
 };
 
@@ -359,9 +370,9 @@ struct ReplayReport {
 // the model's limit, ...), naming the step / chunk and field, or for a bad policy spec.
 ReplayReport replay(const Trace& trace, const ReplayOptions& options);
 
-// The report as JSON (schema: top-level format "orbit-replay/1", trace, source, model, fingerprint, device, dtype, steps, policies[]; per policy
-// policy, baseline, totals{...}, offline{...} or null, steps[] with every StepResult field by its name and
-// op as its JSON name; fidelity {kl, top1, rows} or null).
+// The report as JSON (schema: top-level format "orbit-replay/1", trace, source, model, fingerprint, device, dtype,
+// steps, policies[]; per policy policy, baseline, totals{...}, offline{...} or null, steps[] with every StepResult
+// field by its name and op as its JSON name; fidelity {kl, top1, rows} or null).
 std::string replay_report_json(const ReplayReport& report, int indent = 2);
 
 }  // namespace orbit

@@ -62,13 +62,13 @@ struct InstanceInfo {
   InstanceId id = 0;
   ChunkRef chunk;
   bool is_turn = false;
-  std::vector<int64_t> turn_tokens;  // for turns
-  int64_t position = 0;              // first position
-  int64_t length = 0;                // tokens
+  std::vector<int64_t> turn_tokens;          // for turns
+  int64_t position = 0;                      // first position
+  int64_t length = 0;                        // tokens
   StepAction formed_by = StepAction::kKeep;  // how its current KV was made
   PatchMatch match = PatchMatch::kNone;
-  bool exact = false;                // its KV equals a re-prefill of the current window (as far as tracked)
-  bool context_changed = false;      // kept as-is although its context changed since it was formed
+  bool exact = false;            // its KV equals a re-prefill of the current window (as far as tracked)
+  bool context_changed = false;  // kept as-is although its context changed since it was formed
   std::string patch_key;
 };
 
@@ -81,13 +81,13 @@ struct InstanceKV {
   std::vector<int64_t> v_shape;
   std::vector<std::vector<float>> k;  // [layer][length · Π k_shape]
   std::vector<std::vector<float>> v;
-  std::vector<int32_t> pages;         // the pool pages holding it (shared pages are shared by forks)
+  std::vector<int32_t> pages;  // the pool pages holding it (shared pages are shared by forks)
 };
 
 struct GenerateOptions {
   int64_t max_tokens = 32;
-  double temperature = 0.0;          // 0 = greedy
-  double top_p = 1.0;                // nucleus sampling when < 1 (with temperature > 0)
+  double temperature = 0.0;  // 0 = greedy
+  double top_p = 1.0;        // nucleus sampling when < 1 (with temperature > 0)
   uint64_t seed = 0;
   std::vector<int64_t> stop_tokens;  // generation ends after emitting one of these
 };
@@ -112,10 +112,10 @@ struct Logits {
 
 struct DisposabilityReport {
   InstanceId instance = 0;
-  bool disposable = false;             // the greedy answer is the same without its conditioning
-  std::vector<int64_t> answer;         // greedy decode with the window as it is
-  std::vector<int64_t> answer_without; // ... with the instance's KV replaced by its canonical
-  double kl_first = 0;                 // KL(as-is ‖ without) of the first answer token's distribution
+  bool disposable = false;              // the greedy answer is the same without its conditioning
+  std::vector<int64_t> answer;          // greedy decode with the window as it is
+  std::vector<int64_t> answer_without;  // ... with the instance's KV replaced by its canonical
+  double kl_first = 0;                  // KL(as-is ‖ without) of the first answer token's distribution
 };
 
 struct WindowStats {
@@ -148,9 +148,9 @@ class Window {
   std::vector<InstanceInfo> instances() const;  // in window order
   std::optional<InstanceInfo> instance(InstanceId id) const;
   int64_t tokens() const;
-  std::vector<ChunkRef> evicted() const;        // chunks recall() accepts
+  std::vector<ChunkRef> evicted() const;  // chunks recall() accepts
   WindowStats stats() const;
-  uint64_t version() const;                     // bumps on every applied operation and on set_policy
+  uint64_t version() const;  // bumps on every applied operation and on set_policy
 
   // ---- planning (const) ----
   // `before`: place the chunk before that instance (0 = at the tail). Throws orbit::Error for a chunk of
@@ -161,8 +161,8 @@ class Window {
   Plan plan_slide(int64_t chunks) const;  // evict the `chunks` oldest chunk instances (turns stay)
   Plan plan_recall(const ChunkRef& chunk, InstanceId before = 0) const;
   Plan plan_reorder(const std::vector<InstanceId>& order) const;
-  Plan plan_place() const;                // the planner's cheapest order (a reorder plan)
-  Plan plan_recondition() const;          // re-condition every instance whose context changed
+  Plan plan_place() const;        // the planner's cheapest order (a reorder plan)
+  Plan plan_recondition() const;  // re-condition every instance whose context changed
 
   // Executes a plan made by this window at its current version, reading only the plan (its actions,
   // ranks, keys and policy). ok, or out_of_capacity (the pool or max_bytes cannot hold the result) /

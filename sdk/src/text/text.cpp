@@ -9,7 +9,9 @@ namespace orbit {
 
 bool Engine::has_tokenizer() const { return core_->has_tokenizer(); }
 
-std::vector<int64_t> Engine::tokenize(std::string_view text, bool bos) const { return core_->tokenizer().encode(text, bos); }
+std::vector<int64_t> Engine::tokenize(std::string_view text, bool bos) const {
+  return core_->tokenizer().encode(text, bos);
+}
 
 std::string Engine::detokenize(const std::vector<int64_t>& tokens, int64_t previous) const {
   return core_->tokenizer().decode(tokens, previous);
@@ -33,7 +35,9 @@ std::vector<int64_t> continuation(const detail::WindowState& state, std::string_
 
 }  // namespace
 
-Plan Window::plan_add_turn(std::string_view text) const { return plan_add_turn(continuation(*state_, text, "add_turn")); }
+Plan Window::plan_add_turn(std::string_view text) const {
+  return plan_add_turn(continuation(*state_, text, "add_turn"));
+}
 
 ApplyReport Window::add_turn(std::string_view text) { return add_turn(continuation(*state_, text, "add_turn")); }
 

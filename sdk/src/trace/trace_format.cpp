@@ -1,4 +1,5 @@
 // The trace file format (orbit/trace.h): JSON in, JSON out, and validation by simulating the window.
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -6,7 +7,6 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-#include <unistd.h>
 
 #include "orbit/common/error.h"
 #include "orbit/trace.h"
@@ -18,9 +18,10 @@ using nlohmann::json;
 
 namespace {
 
-constexpr TraceOp kAllOps[] = {TraceOp::kAdmit, TraceOp::kTurn,  TraceOp::kEvict,  TraceOp::kSlide,    TraceOp::kRecall,
-                               TraceOp::kReorder, TraceOp::kPlace, TraceOp::kFork, TraceOp::kSwitch,
-                               TraceOp::kCommit, TraceOp::kDrop,  TraceOp::kGenerate, TraceOp::kDisposable};
+constexpr TraceOp kAllOps[] = {TraceOp::kAdmit,     TraceOp::kTurn,    TraceOp::kEvict, TraceOp::kSlide,
+                               TraceOp::kRecall,    TraceOp::kReorder, TraceOp::kPlace, TraceOp::kFork,
+                               TraceOp::kSwitch,    TraceOp::kCommit,  TraceOp::kDrop,  TraceOp::kGenerate,
+                               TraceOp::kDisposable};
 
 // Where in the file a value sits, for error messages: "web.json: step 7 (evict)".
 struct Where {
@@ -135,7 +136,8 @@ TokenSource parse_source_fields(const Where& w, const json& obj, const std::stri
   const bool random = obj.contains("random_tokens");
   const std::string count_field = random ? "random_tokens" : "sample";
   const json& c = obj.at(count_field);
-  if (!c.is_number_integer() || c.get<int64_t>() < 1) w.fail(prefix + count_field, "must be a positive integer, got " + c.dump());
+  if (!c.is_number_integer() || c.get<int64_t>() < 1)
+    w.fail(prefix + count_field, "must be a positive integer, got " + c.dump());
   s.kind = random ? TokenSource::Kind::kRandom : TokenSource::Kind::kSample;
   s.count = c.get<int64_t>();
   if (obj.contains("seed") && !obj.at("seed").is_number_unsigned()) {
@@ -150,7 +152,8 @@ TokenSource parse_source_fields(const Where& w, const json& obj, const std::stri
     if (obj.contains("prompt")) s.prompt = get_token_list(inner, obj.at("prompt"), prefix + "prompt");
     if (obj.contains("temperature")) {
       const json& t = obj.at("temperature");
-      if (!t.is_number() || t.get<double>() < 0) w.fail(prefix + "temperature", "must be a number >= 0, got " + t.dump());
+      if (!t.is_number() || t.get<double>() < 0)
+        w.fail(prefix + "temperature", "must be a number >= 0, got " + t.dump());
       s.temperature = t.get<double>();
     }
   }
@@ -161,7 +164,8 @@ TokenSource parse_source_fields(const Where& w, const json& obj, const std::stri
 TokenSource parse_source_value(const Where& w, const json& v, const std::string& field, uint64_t default_seed) {
   if (v.is_array()) return TokenSource::explicit_tokens(get_token_list(w, v, field));
   if (!v.is_object()) {
-    w.fail(field, "must be a token list or an object {\"text\": \"...\"} / {\"random_tokens\": n, ...}, got " + type_of(v));
+    w.fail(field,
+           "must be a token list or an object {\"text\": \"...\"} / {\"random_tokens\": n, ...}, got " + type_of(v));
   }
   check_fields(Where{w.file, w.what + ", " + field}, v,
                {"tokens", "random_tokens", "sample", "seed", "prompt", "temperature", "text", "bos"});
@@ -201,8 +205,9 @@ TraceChunk parse_chunk(const std::string& file, const json& v, std::size_t index
   TraceChunk c;
   c.name = get_string(w, v, "name", true);
   w.what += " ('" + c.name + "')";
-  check_fields(w, v, {"name", "tokens", "random_tokens", "sample", "seed", "prompt", "temperature", "text", "bos",
-                      "embeddings", "pin"});
+  check_fields(w, v,
+               {"name", "tokens", "random_tokens", "sample", "seed", "prompt", "temperature", "text", "bos",
+                "embeddings", "pin"});
   c.pin = get_bool(w, v, "pin", false);
   if (v.contains("embeddings")) {
     for (const char* f : {"tokens", "random_tokens", "sample", "seed", "prompt", "temperature", "text", "bos"}) {
@@ -216,7 +221,8 @@ TraceChunk parse_chunk(const std::string& file, const json& v, std::size_t index
     const json& g = e.at("grid");
     if (!g.is_array() || g.size() != 3) w.fail("embeddings.grid", "must be [t, h, w], got " + g.dump());
     for (std::size_t i = 0; i < 3; ++i) {
-      if (!g[i].is_number_integer() || g[i].get<int64_t>() < 1) w.fail("embeddings.grid", "must be 3 positive integers, got " + g.dump());
+      if (!g[i].is_number_integer() || g[i].get<int64_t>() < 1)
+        w.fail("embeddings.grid", "must be 3 positive integers, got " + g.dump());
       c.media.grid[i] = g[i].get<int64_t>();
     }
     c.media.seed = get_seed(Where{file, w.what + ", embeddings"}, e, trace_detail::name_seed(c.name));
@@ -256,12 +262,14 @@ TraceStep parse_step(const std::string& file, const json& v, std::size_t index) 
       s.before = get_string(w, v, "before", false);
       break;
     case TraceOp::kTurn:
-      check_fields(w, v, {"op", "note", "tokens", "random_tokens", "sample", "seed", "prompt", "temperature", "text", "bos"});
+      check_fields(w, v,
+                   {"op", "note", "tokens", "random_tokens", "sample", "seed", "prompt", "temperature", "text", "bos"});
       s.tokens = parse_source_fields(w, v, "", step_seed);
       break;
     case TraceOp::kEvict:
       check_fields(w, v, {"op", "note", "chunk", "turn"});
-      if (v.contains("chunk") == v.contains("turn")) w.fail("chunk", "give exactly one of 'chunk' (a name) and 'turn' (an index)");
+      if (v.contains("chunk") == v.contains("turn"))
+        w.fail("chunk", "give exactly one of 'chunk' (a name) and 'turn' (an index)");
       s.chunk = get_string(w, v, "chunk", false);
       if (v.contains("chunk") && s.chunk.empty()) w.fail("chunk", "must not be empty");
       s.turn = get_int(w, v, "turn", -1, 0);
@@ -276,7 +284,8 @@ TraceStep parse_step(const std::string& file, const json& v, std::size_t index) 
       const json& o = v.at("order");
       if (!o.is_array()) w.fail("order", "must be a list of chunk names, got " + type_of(o));
       for (std::size_t i = 0; i < o.size(); ++i) {
-        if (!o[i].is_string()) w.fail("order", "item " + std::to_string(i) + " (" + o[i].dump() + ") is not a chunk name");
+        if (!o[i].is_string())
+          w.fail("order", "item " + std::to_string(i) + " (" + o[i].dump() + ") is not a chunk name");
         s.order.push_back(o[i].get<std::string>());
       }
       break;
@@ -318,8 +327,10 @@ json step_json(const TraceStep& s) {
       break;
     case TraceOp::kTurn: o.update(source_fields_json(s.tokens)); break;
     case TraceOp::kEvict:
-      if (!s.chunk.empty()) o["chunk"] = s.chunk;
-      else o["turn"] = s.turn;
+      if (!s.chunk.empty())
+        o["chunk"] = s.chunk;
+      else
+        o["turn"] = s.turn;
       break;
     case TraceOp::kSlide: o["count"] = s.count; break;
     case TraceOp::kReorder: o["order"] = s.order; break;
@@ -435,7 +446,8 @@ Trace parse_trace(const std::string& json_text, const std::string& source) {
   Trace t;
   t.source = source;
   t.format = get_string(top, root, "format", true);
-  if (t.format != kTraceFormat) top.fail("format", "'" + t.format + "' is not supported (expected '" + kTraceFormat + "')");
+  if (t.format != kTraceFormat)
+    top.fail("format", "'" + t.format + "' is not supported (expected '" + kTraceFormat + "')");
   t.name = get_string(top, root, "name", false);
   t.description = get_string(top, root, "description", false);
   if (root.contains("probe")) t.probe = parse_source_value(top, root.at("probe"), "probe", 1);
@@ -443,8 +455,10 @@ Trace parse_trace(const std::string& json_text, const std::string& source) {
   if (!root.at("chunks").is_array()) top.fail("chunks", "must be a list, got " + type_of(root.at("chunks")));
   if (!root.contains("steps")) top.fail("steps", "missing (required)");
   if (!root.at("steps").is_array()) top.fail("steps", "must be a list, got " + type_of(root.at("steps")));
-  for (std::size_t i = 0; i < root.at("chunks").size(); ++i) t.chunks.push_back(parse_chunk(source, root.at("chunks")[i], i));
-  for (std::size_t i = 0; i < root.at("steps").size(); ++i) t.steps.push_back(parse_step(source, root.at("steps")[i], i));
+  for (std::size_t i = 0; i < root.at("chunks").size(); ++i)
+    t.chunks.push_back(parse_chunk(source, root.at("chunks")[i], i));
+  for (std::size_t i = 0; i < root.at("steps").size(); ++i)
+    t.steps.push_back(parse_step(source, root.at("steps")[i], i));
   validate_trace(t);
   return t;
 }

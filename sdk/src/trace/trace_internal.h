@@ -45,12 +45,12 @@ struct SimItem {
 };
 
 struct SimBranch {
-  std::vector<SimItem> items;   // window order
+  std::vector<SimItem> items;  // window order
   std::set<std::string> evicted;
-  std::string parent;           // "" for main
+  std::string parent;  // "" for main
   // After `place` the chunk order depends on the policy's stored patches, so `items` keeps the order
   // before it and slide (which evicts by window order) is refused until a reorder fixes the order.
-  int64_t placed_at = -1;       // the step of that place, or -1 when the order is known
+  int64_t placed_at = -1;  // the step of that place, or -1 when the order is known
 };
 
 // The window as a trace drives it, without a model. apply() throws orbit::Error naming the file, the
@@ -66,7 +66,7 @@ class TraceSim {
   const std::string& current_name() const { return current_; }
   const SimBranch& current() const { return branches_.at(current_); }
   const std::map<std::string, SimBranch>& branches() const { return branches_; }
-  int64_t tokens() const;                 // the current window, upper bound
+  int64_t tokens() const;  // the current window, upper bound
   int64_t turns() const;
   std::vector<std::string> chunks_in_window() const;  // window order
 

@@ -22,14 +22,14 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 // ---- content, resolved once for every policy ----------------------------------------------------------
 
 struct ResolvedChunk {
-  std::vector<int64_t> tokens;     // token chunks
-  std::vector<float> embeddings;   // embedding chunks: rows × hidden
-  std::vector<int64_t> grid;       // [3, rows] for M-RoPE models, else empty
+  std::vector<int64_t> tokens;    // token chunks
+  std::vector<float> embeddings;  // embedding chunks: rows × hidden
+  std::vector<int64_t> grid;      // [3, rows] for M-RoPE models, else empty
   int64_t rows = 0;
 };
 
 struct Resolved {
-  std::vector<ResolvedChunk> chunks;              // trace.chunks order
+  std::vector<ResolvedChunk> chunks;  // trace.chunks order
   std::vector<int64_t> probe;
   std::vector<std::vector<int64_t>> step_tokens;  // turn contents / queries per step (empty: n/a)
 };
@@ -39,17 +39,18 @@ std::string file_of(const Trace& t) { return t.source.empty() ? (t.name.empty() 
 void check_vocab(const std::vector<int64_t>& ids, int64_t vocab, const std::string& where, const std::string& field) {
   for (std::size_t i = 0; i < ids.size(); ++i) {
     ORBIT_CHECK(ids[i] >= 0 && ids[i] < vocab, where << ": field '" << field << "': item " << i << " (" << ids[i]
-                                                      << ") is outside the model's vocabulary [0, " << vocab << ")");
+                                                     << ") is outside the model's vocabulary [0, " << vocab << ")");
   }
 }
 
 // A generated source's size is checked against the model before anything is allocated or sampled.
 void check_count(const TokenSource& s, const ModelInfo& info, const std::string& where, const std::string& field) {
   if (s.kind == TokenSource::Kind::kTokens) return;
-  const std::string name = field == "tokens" ? (s.kind == TokenSource::Kind::kRandom ? "random_tokens" : "sample")
-                                             : field;
+  const std::string name =
+      field == "tokens" ? (s.kind == TokenSource::Kind::kRandom ? "random_tokens" : "sample") : field;
   ORBIT_CHECK(s.count <= info.max_positions, where << ": field '" << name << "': " << s.count
-                                                   << " tokens exceed the model's " << info.max_positions << " positions");
+                                                   << " tokens exceed the model's " << info.max_positions
+                                                   << " positions");
   if (s.kind == TokenSource::Kind::kSample) {
     const int64_t room = info.max_positions - static_cast<int64_t>(s.prompt.size());
     ORBIT_CHECK(s.count <= room, where << ": field '" << name << "': " << s.count << " sampled tokens after a "
@@ -58,7 +59,8 @@ void check_count(const TokenSource& s, const ModelInfo& info, const std::string&
   }
 }
 
-std::vector<int64_t> resolve_source(Engine& engine, const TokenSource& s, const std::string& where, const std::string& field) {
+std::vector<int64_t> resolve_source(Engine& engine, const TokenSource& s, const std::string& where,
+                                    const std::string& field) {
   const ModelInfo info = engine.model_info();
   check_count(s, info, where, field);
   switch (s.kind) {
@@ -104,7 +106,8 @@ Resolved resolve(const Trace& trace, Engine& engine) {
       for (int64_t d : c.media.grid) {
         ORBIT_CHECK(d >= 1 && d <= info.max_positions / rows,
                     where << ": field 'embeddings.grid': [" << c.media.grid[0] << ", " << c.media.grid[1] << ", "
-                          << c.media.grid[2] << "] holds more rows than the model's " << info.max_positions << " positions");
+                          << c.media.grid[2] << "] holds more rows than the model's " << info.max_positions
+                          << " positions");
         rows *= d;
       }
       rc.rows = c.media.rows();
@@ -224,8 +227,10 @@ void log_demands(const Plan& plan, const WindowPolicy& p, const ModelInfo& info,
         log->form_tokens += static_cast<double>(s.chunk.length);
       }
     }
-    if (leading && s.is_turn) ++prefix;
-    else leading = false;
+    if (leading && s.is_turn)
+      ++prefix;
+    else
+      leading = false;
     context.push_back(s.chunk.key);
   }
 }
@@ -264,7 +269,11 @@ class PolicyRun {
  public:
   PolicyRun(const Trace& trace, const Resolved& resolved, const ReplayOptions& options, const WindowPolicy& policy,
             Transcript* transcript, bool writes_transcript)
-      : trace_(trace), resolved_(resolved), options_(options), policy_(policy), transcript_(transcript),
+      : trace_(trace),
+        resolved_(resolved),
+        options_(options),
+        policy_(policy),
+        transcript_(transcript),
         writes_transcript_(writes_transcript) {
     EngineOptions eo = options.engine;
     eo.store_dir.clear();
@@ -382,8 +391,8 @@ class PolicyRun {
     if (r.status == "ok") {
       refusals_.erase(chunk);
     } else {
-      refusals_[chunk] = "its " + std::string(trace_op_name(trace_.steps[index].op)) + " at step " + std::to_string(index) +
-                         " was refused: " + r.status;
+      refusals_[chunk] = "its " + std::string(trace_op_name(trace_.steps[index].op)) + " at step " +
+                         std::to_string(index) + " was refused: " + r.status;
     }
   }
 
@@ -479,7 +488,8 @@ class PolicyRun {
           if (writes_transcript_) (*transcript_)[i] = gen.tokens;
           const std::vector<int64_t>& answer = transcript_->count(i) ? transcript_->at(i) : gen.tokens;
           int64_t same = 0;
-          for (std::size_t k = 0; k < std::min(answer.size(), gen.tokens.size()); ++k) same += answer[k] == gen.tokens[k];
+          for (std::size_t k = 0; k < std::min(answer.size(), gen.tokens.size()); ++k)
+            same += answer[k] == gen.tokens[k];
           r.agreement = answer.empty() ? 1.0 : static_cast<double>(same) / static_cast<double>(answer.size());
           std::vector<int64_t> turn = query;
           turn.insert(turn.end(), answer.begin(), answer.end());

@@ -34,8 +34,9 @@ json step_json(const StepResult& s) {
             {"critical_seconds", num(s.critical_seconds)},
             {"background_seconds", num(s.background_seconds)},
             {"predicted_kl", s.predicted_kl >= 0 ? num(s.predicted_kl) : json(nullptr)}};
-  o["fidelity"] = s.fidelity ? json{{"kl", num(s.fidelity->kl)}, {"top1", num(s.fidelity->top1)}, {"rows", s.fidelity->rows}}
-                             : json(nullptr);
+  o["fidelity"] = s.fidelity
+                      ? json{{"kl", num(s.fidelity->kl)}, {"top1", num(s.fidelity->top1)}, {"rows", s.fidelity->rows}}
+                      : json(nullptr);
   if (s.op == TraceOp::kGenerate) {
     o["generated"] = s.generated;
     o["agreement"] = s.agreement >= 0 ? json(s.agreement) : json(nullptr);

@@ -8,17 +8,23 @@ namespace orbit::trace_detail {
 namespace {
 
 // Words the bundled model's stories use often (so its tokenizer has pieces for them).
-const char* const kNames[] = {"Lily", "Tom", "Ben", "Mia", "Sam", "Anna", "Max", "Sue", "Tim", "Lucy", "Jack", "Amy", "Bob", "Zoe", "Mom", "Dad"};
-const char* const kAnimals[] = {"dog", "cat", "bird", "bunny", "frog", "duck", "fish", "bear", "puppy", "kitten", "mouse", "horse", "owl", "fox"};
-const char* const kThings[] = {"ball", "box", "toy", "car", "kite", "book", "hat", "cake", "flower", "boat", "rock", "cup", "apple",
-                               "cookie", "doll", "drum", "train", "block", "stick", "key", "map", "shell", "bell", "tree"};
-const char* const kPlaces[] = {"park", "garden", "house", "school", "forest", "beach", "river", "shop", "kitchen", "yard", "room", "hill",
-                               "lake", "farm", "zoo", "town"};
-const char* const kAdjectives[] = {"big", "small", "red", "blue", "green", "shiny", "soft", "little", "old", "new", "funny", "pretty",
-                                   "yellow", "dark", "tall", "warm", "bright", "round"};
-const char* const kFeelings[] = {"happy", "sad", "scared", "excited", "proud", "tired", "angry", "surprised", "kind", "curious"};
-const char* const kPastVerbs[] = {"ran", "jumped", "played", "looked", "smiled", "laughed", "walked", "sang", "danced", "waited", "hid"};
-const char* const kVerbs[] = {"play", "run", "jump", "look", "share", "help", "find", "build", "draw", "read", "clean", "fix"};
+const char* const kNames[] = {"Lily", "Tom",  "Ben",  "Mia", "Sam", "Anna", "Max", "Sue",
+                              "Tim",  "Lucy", "Jack", "Amy", "Bob", "Zoe",  "Mom", "Dad"};
+const char* const kAnimals[] = {"dog",  "cat",   "bird",   "bunny", "frog",  "duck", "fish",
+                                "bear", "puppy", "kitten", "mouse", "horse", "owl",  "fox"};
+const char* const kThings[] = {"ball",   "box",   "toy",   "car", "kite",  "book",   "hat",  "cake",
+                               "flower", "boat",  "rock",  "cup", "apple", "cookie", "doll", "drum",
+                               "train",  "block", "stick", "key", "map",   "shell",  "bell", "tree"};
+const char* const kPlaces[] = {"park",    "garden", "house", "school", "forest", "beach", "river", "shop",
+                               "kitchen", "yard",   "room",  "hill",   "lake",   "farm",  "zoo",   "town"};
+const char* const kAdjectives[] = {"big", "small", "red",    "blue",   "green", "shiny", "soft", "little", "old",
+                                   "new", "funny", "pretty", "yellow", "dark",  "tall",  "warm", "bright", "round"};
+const char* const kFeelings[] = {"happy", "sad",   "scared",    "excited", "proud",
+                                 "tired", "angry", "surprised", "kind",    "curious"};
+const char* const kPastVerbs[] = {"ran",    "jumped", "played", "looked", "smiled", "laughed",
+                                  "walked", "sang",   "danced", "waited", "hid"};
+const char* const kVerbs[] = {"play", "run",   "jump", "look", "share", "help",
+                              "find", "build", "draw", "read", "clean", "fix"};
 
 template <std::size_t N>
 constexpr std::size_t size_of(const char* const (&)[N]) {
@@ -40,7 +46,8 @@ const char* StoryText::pick(const char* const* list, std::size_t n) {
 
 #define ORBIT_PICK(list) pick(list, size_of(list))
 
-std::string StoryText::sentence(TextRole role, const std::string& name, const std::string& thing, const std::string& place) {
+std::string StoryText::sentence(TextRole role, const std::string& name, const std::string& thing,
+                                const std::string& place) {
   const std::string adj = ORBIT_PICK(kAdjectives);
   const std::string animal = ORBIT_PICK(kAnimals);
   const std::string other = ORBIT_PICK(kNames);
@@ -85,8 +92,7 @@ std::string StoryText::sentence(TextRole role, const std::string& name, const st
         case 0: return name + " will " + verb + " the " + thing + " and tell the others.";
         default: return "Find out what the " + animal + " did with the " + thing + ".";
       }
-    default:
-      break;
+    default: break;
   }
   switch (rng_.below(12)) {
     case 0: return name + " went to the " + place + " with " + other + ".";
@@ -114,8 +120,12 @@ std::string StoryText::make(TextRole role, int64_t target) {
     case TextRole::kPage: text = "This page is about the " + adj + " " + thing + " in the " + place + "."; break;
     case TextRole::kFile: text = "The list of " + thing + "s: the " + adj + " one is in the " + place + "."; break;
     case TextRole::kToolOutput: text = "The helper said: the " + thing + " is in the " + place + "."; break;
-    case TextRole::kFrame: text = "In this picture, " + name + " is in the " + place + " with a " + adj + " " + thing + "."; break;
-    case TextRole::kDocument: text = "Once upon a time, there was a " + adj + " " + thing + " in the " + place + "."; break;
+    case TextRole::kFrame:
+      text = "In this picture, " + name + " is in the " + place + " with a " + adj + " " + thing + ".";
+      break;
+    case TextRole::kDocument:
+      text = "Once upon a time, there was a " + adj + " " + thing + " in the " + place + ".";
+      break;
     default: text = sentence(role, name, thing, place); break;
   }
   // Roles that are one sentence by nature (actions, questions, ...) grow with more of their own kind.

@@ -46,12 +46,15 @@ int64_t source_tokens(const TokenSource& source) {
     case TokenSource::Kind::kTokens: return static_cast<int64_t>(source.tokens.size());
     // At most one token per byte, plus the dummy-prefix space and BOS (the tokenizer is the model's).
     case TokenSource::Kind::kText:
-      return source.text.empty() ? (source.bos ? 1 : 0) : static_cast<int64_t>(source.text.size()) + 1 + (source.bos ? 1 : 0);
+      return source.text.empty() ? (source.bos ? 1 : 0)
+                                 : static_cast<int64_t>(source.text.size()) + 1 + (source.bos ? 1 : 0);
     default: return source.count;
   }
 }
 
-int64_t chunk_tokens(const TraceChunk& chunk) { return chunk.embeddings ? chunk.media.rows() : source_tokens(chunk.tokens); }
+int64_t chunk_tokens(const TraceChunk& chunk) {
+  return chunk.embeddings ? chunk.media.rows() : source_tokens(chunk.tokens);
+}
 
 namespace {
 
@@ -125,9 +128,7 @@ void TraceSim::apply(const TraceStep& s, std::size_t index) {
       b.evicted.erase(s.chunk);
       break;
     }
-    case TraceOp::kTurn:
-      b.items.push_back(SimItem{true, "", count(s.tokens)});
-      break;
+    case TraceOp::kTurn: b.items.push_back(SimItem{true, "", count(s.tokens)}); break;
     case TraceOp::kEvict: {
       std::size_t at = b.items.size();
       if (!s.chunk.empty()) {
@@ -141,7 +142,8 @@ void TraceSim::apply(const TraceStep& s, std::size_t index) {
           if (b.items[i].turn && seen++ == s.turn) at = i;
         }
         if (at == b.items.size()) {
-          w.fail("turn", "index " + std::to_string(s.turn) + " but the window holds " + std::to_string(seen) + " live turns" + on);
+          w.fail("turn", "index " + std::to_string(s.turn) + " but the window holds " + std::to_string(seen) +
+                             " live turns" + on);
         }
       }
       b.items.erase(b.items.begin() + static_cast<std::ptrdiff_t>(at));
@@ -215,7 +217,9 @@ void TraceSim::apply(const TraceStep& s, std::size_t index) {
     case TraceOp::kDrop: {
       const std::string name = s.branch.empty() ? current_ : s.branch;
       if (!branches_.count(name)) w.fail("branch", "'" + name + "' is not a live branch");
-      if (name == "main") w.fail("branch", std::string("'main' cannot be ") + (s.op == TraceOp::kCommit ? "committed" : "dropped") + " (it has no parent)");
+      if (name == "main")
+        w.fail("branch", std::string("'main' cannot be ") + (s.op == TraceOp::kCommit ? "committed" : "dropped") +
+                             " (it has no parent)");
       const std::string parent = branches_.at(name).parent;
       if (s.op == TraceOp::kCommit) {
         SimBranch moved = branches_.at(name);
@@ -249,22 +253,24 @@ namespace orbit {
 
 void validate_trace(const Trace& trace) {
   const std::string file = trace.source.empty() ? std::string("<trace>") : trace.source;
-  ORBIT_CHECK(trace.format == kTraceFormat,
-              file << ": top level: field 'format': '" << trace.format << "' is not supported (expected '" << kTraceFormat << "')");
+  ORBIT_CHECK(trace.format == kTraceFormat, file << ": top level: field 'format': '" << trace.format
+                                                 << "' is not supported (expected '" << kTraceFormat << "')");
   ORBIT_CHECK(!trace.probe.empty(), file << ": top level: field 'probe': must not be empty");
   std::set<std::string> names;
   for (std::size_t i = 0; i < trace.chunks.size(); ++i) {
     const TraceChunk& c = trace.chunks[i];
     ORBIT_CHECK(!c.name.empty(), file << ": chunk " << i << ": field 'name': must not be empty");
-    ORBIT_CHECK(names.insert(c.name).second, file << ": chunk " << i << " ('" << c.name << "'): field 'name': '" << c.name
-                                                   << "' is used by an earlier chunk");
-    ORBIT_CHECK(trace_detail::chunk_tokens(c) > 0, file << ": chunk " << i << " ('" << c.name << "'): field 'tokens': the chunk is empty");
+    ORBIT_CHECK(names.insert(c.name).second, file << ": chunk " << i << " ('" << c.name << "'): field 'name': '"
+                                                  << c.name << "' is used by an earlier chunk");
+    ORBIT_CHECK(trace_detail::chunk_tokens(c) > 0,
+                file << ": chunk " << i << " ('" << c.name << "'): field 'tokens': the chunk is empty");
   }
   trace_detail::TraceSim sim(trace);
   for (std::size_t i = 0; i < trace.steps.size(); ++i) {
     const TraceStep& s = trace.steps[i];
     if (s.op == TraceOp::kTurn) {
-      ORBIT_CHECK(trace_detail::source_tokens(s.tokens) > 0, file << ": step " << i << " (turn): field 'tokens': the turn is empty");
+      ORBIT_CHECK(trace_detail::source_tokens(s.tokens) > 0,
+                  file << ": step " << i << " (turn): field 'tokens': the turn is empty");
     }
     if (s.op == TraceOp::kFork) {
       ORBIT_CHECK(!s.branch.empty(), file << ": step " << i << " (fork): field 'branch': must not be empty");

@@ -129,7 +129,8 @@ void price_canonical(const PlanInput& in, PlanStep& s) {
 double estimate_seconds(const PlanInput& in, const PlanStep& s) {
   const planner::CostModel& cost = in.cost;
   const int64_t bytes = in.length * in.kv_per_token;
-  const double load = s.needs_canonical && !s.encode_canonical ? cost.seconds_transfer(bytes, to_tier(s.canonical_tier)) : 0.0;
+  const double load =
+      s.needs_canonical && !s.encode_canonical ? cost.seconds_transfer(bytes, to_tier(s.canonical_tier)) : 0.0;
   const double encode = s.encode_canonical ? cost.seconds_forward(in.length, 0) : 0.0;
   switch (s.action) {
     case StepAction::kKeep: return in.moved ? cost.seconds_relocate(bytes) : 0.0;
@@ -137,12 +138,12 @@ double estimate_seconds(const PlanInput& in, const PlanStep& s) {
     case StepAction::kCanonical:
     case StepAction::kBlind: return load + encode + cost.seconds_relocate(bytes);
     case StepAction::kApplyPatch: return load + encode + cost.seconds_patch_apply(bytes) + cost.seconds_relocate(bytes);
-    case StepAction::kLoadConditioned: return cost.seconds_transfer(bytes, planner::Tier::kHost) + cost.seconds_relocate(bytes);
+    case StepAction::kLoadConditioned:
+      return cost.seconds_transfer(bytes, planner::Tier::kHost) + cost.seconds_relocate(bytes);
     case StepAction::kForm:
     case StepAction::kReprefill:
     case StepAction::kPrefillTurn: return cost.seconds_forward(in.length, in.position);
-    case StepAction::kRecompute:
-      return load + encode + cost.seconds_forward(s.recompute_tokens, in.position);
+    case StepAction::kRecompute: return load + encode + cost.seconds_forward(s.recompute_tokens, in.position);
   }
   return 0.0;
 }
@@ -202,7 +203,8 @@ class StoredPatch final : public ServeAction {
   const char* id() const override { return "stored-patch"; }
   StepAction category() const override { return StepAction::kApplyPatch; }
   std::optional<PlanStep> plan(const PlanInput& in) const override {
-    if (in.is_turn || in.context->empty() || !in.policy.reuse_stored || in.policy.store_conditioned) return std::nullopt;
+    if (in.is_turn || in.context->empty() || !in.policy.reuse_stored || in.policy.store_conditioned)
+      return std::nullopt;
     const PatchKeys keys = keys_of(in);
     PlanStep s = base_step(id(), category());
     set_patch_shape(in, keys, s);
@@ -217,7 +219,9 @@ class StoredPatch final : public ServeAction {
       s.exact = keys.full_rank && formed_exact;
       const int64_t full = std::min<int64_t>(in.length, in.core.config().content_k_shape().width());
       if (!s.exact) {
-        const double f = keys.full_rank ? 0.0 : 1.0 - static_cast<double>(std::min(keys.rank_k, keys.rank_v)) / static_cast<double>(std::max<int64_t>(full, 1));
+        const double f = keys.full_rank ? 0.0
+                                        : 1.0 - static_cast<double>(std::min(keys.rank_k, keys.rank_v)) /
+                                                    static_cast<double>(std::max<int64_t>(full, 1));
         s.predicted_kl = in.fidelity.predict(planner::Loss::kTruncated, f, in.weight);
       }
       s.reason = "patch hit (exact context)";
@@ -317,7 +321,8 @@ class Form final : public ServeAction {
     s.background_patch = true;
     s.store_keys.push_back(keys.exact);
     if (in.policy.use_orbit_patches && !in.core.available(keys.orbit)) s.store_keys.push_back(keys.orbit);
-    if (!in.core.canonical_residence(in.chunk->ref.key).has_value()) s.background_tokens = static_cast<double>(in.length);
+    if (!in.core.canonical_residence(in.chunk->ref.key).has_value())
+      s.background_tokens = static_cast<double>(in.length);
     s.reason = "prefill in context now; canonical + patch formed in the background";
     return s;
   }
@@ -334,7 +339,8 @@ class Form final : public ServeAction {
     job.rank_v = step.rank_v;
     job.deep_only = step.deep_only;
     job.deep_energy = step.deep_energy;
-    job.full_rank = !step.deep_only && step.rank_k == std::min<int64_t>(in.length, in.core.config().content_k_shape().width()) &&
+    job.full_rank = !step.deep_only &&
+                    step.rank_k == std::min<int64_t>(in.length, in.core.config().content_k_shape().width()) &&
                     step.rank_v == std::min<int64_t>(in.length, in.core.config().content_v_shape().width());
     job.exact = step.exact;
     in.core.queue_patch(std::move(job));
@@ -418,7 +424,9 @@ class Recompute : public ServeAction {
     s.recompute_tokens = count;
     s.forward_tokens = static_cast<double>(count) + probe;
     s.exact = count == n;
-    s.predicted_kl = s.exact ? 0.0 : in.fidelity.predict(loss(), 1.0 - static_cast<double>(count) / static_cast<double>(n), in.weight);
+    s.predicted_kl =
+        s.exact ? 0.0
+                : in.fidelity.predict(loss(), 1.0 - static_cast<double>(count) / static_cast<double>(n), in.weight);
     s.reason = "recompute " + std::to_string(count) + " of " + std::to_string(n) + " tokens";
     price_canonical(in, s);
     return s;
@@ -436,8 +444,9 @@ class Recompute : public ServeAction {
     const runtime::ForwardInput input = in.core.input_for(*in.chunk, in.position);
     const runtime::PastKV past = in.build.past();
     double probe = 0;
-    const at::Tensor idx = selective() ? runtime::cacheblend_select(in.core.model(), input, past, canonical, count, &probe)
-                                       : at::arange(count, at::kLong);
+    const at::Tensor idx = selective()
+                               ? runtime::cacheblend_select(in.core.model(), input, past, canonical, count, &probe)
+                               : at::arange(count, at::kLong);
     out.content = runtime::recompute_tokens(in.core.model(), input, past, canonical, idx);
     out.forward_tokens += static_cast<double>(count) + probe;
   }
@@ -451,6 +460,7 @@ class Recompute : public ServeAction {
 class FirstK final : public Recompute {
  public:
   const char* id() const override { return "first-k"; }
+
  protected:
   bool selective() const override { return false; }
   planner::Loss loss() const override { return planner::Loss::kFirstK; }
@@ -460,6 +470,7 @@ class FirstK final : public Recompute {
 class CacheBlend final : public Recompute {
  public:
   const char* id() const override { return "cacheblend"; }
+
  protected:
   bool selective() const override { return true; }
   planner::Loss loss() const override { return planner::Loss::kCacheBlend; }
@@ -504,7 +515,7 @@ const std::vector<const ServeAction*>& all_actions() {
   static const Form form;
   static const Prefill prefill;
   static const PrefillTurn turn;
-  static const std::vector<const ServeAction*> all = {&keep,  &canonical,  &stored, &conditioned, &blind,
+  static const std::vector<const ServeAction*> all = {&keep,    &canonical,  &stored, &conditioned, &blind,
                                                       &first_k, &cacheblend, &form,   &prefill,     &turn};
   return all;
 }

@@ -60,19 +60,19 @@ struct PlanInput {
   const planner::CostModel& cost;
   const planner::FidelityModel& fidelity;
   const WindowPolicy& policy;
-  const ChunkRecord* chunk = nullptr;       // chunks (nullptr for turns)
-  const Entry* old = nullptr;               // its current entry, nullptr for a new instance
+  const ChunkRecord* chunk = nullptr;  // chunks (nullptr for turns)
+  const Entry* old = nullptr;          // its current entry, nullptr for a new instance
   bool is_turn = false;
   const std::vector<int64_t>* turn_tokens = nullptr;  // turns
   int64_t length = 0;
-  int64_t position = 0;                     // its first position (= tokens of context before it)
+  int64_t position = 0;                               // its first position (= tokens of context before it)
   const std::vector<std::string>* context = nullptr;  // ordered content keys before it
-  const ContextSigner* signer = nullptr;    // those keys signed (constructed with `prefix`); or nullptr
-  std::size_t prefix = 0;                   // leading turns of that context (fixed under reorder)
-  double weight = 0;                         // recency_weight: length / tokens from its start to the end
-  double context_change = 0;                // old: keep_change of its drift since formed (fidelity_model.h)
-  bool reordered = false;                   // old: the same antecedents as formed on, in another order
-  bool moved = false;                       // old: its position changes
+  const ContextSigner* signer = nullptr;              // those keys signed (constructed with `prefix`); or nullptr
+  std::size_t prefix = 0;                             // leading turns of that context (fixed under reorder)
+  double weight = 0;                                  // recency_weight: length / tokens from its start to the end
+  double context_change = 0;                          // old: keep_change of its drift since formed (fidelity_model.h)
+  bool reordered = false;                             // old: the same antecedents as formed on, in another order
+  bool moved = false;                                 // old: its position changes
   int64_t kv_per_token = 0;
 };
 
@@ -84,20 +84,20 @@ struct ApplyInput {
   const std::vector<int64_t>* turn_tokens = nullptr;
   int64_t length = 0;
   int64_t position = 0;
-  std::size_t prefix = 0;                   // leading turns among build.entries
+  std::size_t prefix = 0;  // leading turns among build.entries
 };
 
 struct ApplyOutput {
-  runtime::Content content;    // the instance's new KV (content channel); empty with keep_pages
-  bool keep_pages = false;     // keep the old entry's pages (the keep action)
-  bool conditioned = false;    // its KV saw its context (the dependency graph records the edge)
+  runtime::Content content;                // the instance's new KV (content channel); empty with keep_pages
+  bool keep_pages = false;                 // keep the old entry's pages (the keep action)
+  bool conditioned = false;                // its KV saw its context (the dependency graph records the edge)
   StepAction done_as = StepAction::kKeep;  // what was done (differs from the plan on a fallback)
-  double forward_tokens = 0;   // critical-path token-forwards
+  double forward_tokens = 0;               // critical-path token-forwards
   int64_t patch_hits = 0;
   int64_t canonicals_encoded = 0;
   int64_t bytes_moved = 0;
   int64_t background_jobs = 0;
-  double encode_tokens = 0;    // of forward_tokens: canonical encodes (counted by EngineCore::canonical)
+  double encode_tokens = 0;  // of forward_tokens: canonical encodes (counted by EngineCore::canonical)
 };
 
 class ServeAction {

@@ -33,7 +33,7 @@ namespace orbit::detail {
 class BackgroundQueue {
  public:
   struct Job {
-    std::vector<std::string> keys;     // store keys it writes (await() looks them up)
+    std::vector<std::string> keys;           // store keys it writes (await() looks them up)
     std::function<void(bool critical)> run;  // critical = run on the critical path by await()
   };
 
@@ -68,7 +68,7 @@ class BackgroundQueue {
   std::condition_variable cv_;       // worker wake-up
   std::condition_variable done_cv_;  // a job finished
   std::deque<std::shared_ptr<Job>> jobs_;
-  std::multiset<std::string> queued_keys_;   // the keys of jobs_, so pending() is a lookup, not a scan
+  std::multiset<std::string> queued_keys_;  // the keys of jobs_, so pending() is a lookup, not a scan
   std::multiset<std::string> running_keys_;
   bool stopping_ = false;
   int64_t failed_ = 0;

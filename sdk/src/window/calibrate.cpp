@@ -37,7 +37,8 @@ std::vector<int64_t> tokens(std::mt19937_64& rng, int64_t n, int64_t vocab) {
 
 }  // namespace
 
-std::vector<planner::FidelitySample> measure_fidelity_samples(const EngineCore& core, int seeds);  // calibrate_fidelity.cpp
+std::vector<planner::FidelitySample> measure_fidelity_samples(const EngineCore& core,
+                                                              int seeds);  // calibrate_fidelity.cpp
 
 planner::CostModel EngineCore::cost_model() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -104,7 +104,8 @@ class Bench {
     return m_.forward(core_.input_for_tokens(query, p), &ctx, fo).logits;
   }
 
-  double kl(const std::vector<Piece>& exact, const std::vector<Piece>& approx, const std::vector<int64_t>& query) const {
+  double kl(const std::vector<Piece>& exact, const std::vector<Piece>& approx,
+            const std::vector<int64_t>& query) const {
     return runtime::mean_kl(probe(exact, query), probe(approx, query));
   }
 
@@ -126,7 +127,8 @@ std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int
   std::vector<FidelitySample> out;
   for (int seed = 0; seed < seeds; ++seed) {
     Bench bench(core, 1000 + static_cast<uint64_t>(seed));
-    const auto ta = bench.tokens(a), tb = bench.tokens(b), tc = bench.tokens(b), tx = bench.tokens(a), ty = bench.tokens(a);
+    const auto ta = bench.tokens(a), tb = bench.tokens(b), tc = bench.tokens(b), tx = bench.tokens(a),
+               ty = bench.tokens(a);
     const auto query = bench.tokens(q);
     const Piece A = bench.in_context(ta, {});
     const Piece canon_b = bench.in_context(tb, {});

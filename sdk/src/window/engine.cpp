@@ -58,7 +58,8 @@ void Engine::precompute(const ChunkRef& chunk) {
 
 Window Engine::new_window(const WindowOptions& options) {
   const detail::OpHold hold(*core_);
-  ORBIT_CHECK(options.max_bytes >= 0, "WindowOptions::max_bytes = " << options.max_bytes << " must be >= 0 (0 = no limit)");
+  ORBIT_CHECK(options.max_bytes >= 0,
+              "WindowOptions::max_bytes = " << options.max_bytes << " must be >= 0 (0 = no limit)");
   auto state = std::make_unique<detail::WindowState>();
   state->core = core_;
   state->id = core_->next_window_id();
@@ -78,7 +79,6 @@ int64_t Engine::run_background(double max_seconds) {
   const detail::OpHold hold(*core_);
   return core_->background().run(max_seconds);
 }
-
 
 // Answers after close() too (counters only; the store's part stays zero then).
 EngineStats Engine::stats() const {

@@ -24,7 +24,8 @@ namespace {
 runtime::Content content_to_host(const runtime::Content& content) {
   runtime::Content out;
   out.reserve(content.size());
-  for (const runtime::LayerKV& kv : content) out.push_back({kv.k.to(at::kCPU, at::kFloat), kv.v.to(at::kCPU, at::kFloat)});
+  for (const runtime::LayerKV& kv : content)
+    out.push_back({kv.k.to(at::kCPU, at::kFloat), kv.v.to(at::kCPU, at::kFloat)});
   return out;
 }
 
@@ -57,8 +58,8 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   ORBIT_CHECK(options.threads >= 0, "EngineOptions::threads must be >= 0 (0 = keep the process setting)");
   const unsigned cores = std::thread::hardware_concurrency();
   const int64_t max_threads = cores > 0 ? static_cast<int64_t>(cores) : 256;
-  ORBIT_CHECK(options.threads <= max_threads, "EngineOptions::threads = " << options.threads << " exceeds this machine's "
-                                                                           << max_threads << " cores");
+  ORBIT_CHECK(options.threads <= max_threads,
+              "EngineOptions::threads = " << options.threads << " exceeds this machine's " << max_threads << " cores");
   if (options.threads > 0) at::set_num_threads(options.threads);
   model_ = runtime::load_model(options.model, runtime::parse_compute_target(options.device, options.dtype));
   const runtime::ModelConfig& c = model_->config();
@@ -75,10 +76,12 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   po.dtype = model_->dtype();
   po.device = runtime::device_name(model_->device());
   int64_t page_bytes = 0;
-  for (int64_t w : po.widths) page_bytes += w * options.page_size * c.num_layers * static_cast<int64_t>(c10::elementSize(po.dtype));
+  for (int64_t w : po.widths)
+    page_bytes += w * options.page_size * c.num_layers * static_cast<int64_t>(c10::elementSize(po.dtype));
   po.num_pages = options.pool_bytes / page_bytes;
   ORBIT_CHECK(po.num_pages >= 1, "EngineOptions::pool_bytes = " << options.pool_bytes
-                                     << " holds no page (one page of this model is " << page_bytes << " bytes)");
+                                                                << " holds no page (one page of this model is "
+                                                                << page_bytes << " bytes)");
   pool_ = std::make_unique<runtime::KVPool>(po);
   background_ = std::make_unique<BackgroundQueue>(options.background);
 }
@@ -121,10 +124,13 @@ const runtime::Model& EngineCore::model() const {
 }
 
 const runtime::Tokenizer& EngineCore::tokenizer() const {
-  ORBIT_CHECK(tokenizer_ != nullptr,
-              "text needs a tokenizer and the model " << options_.model << " has none: orbit reads llama2.c tokenizer "
-              "files (tok<vocab>.bin or tokenizer.bin beside a llama2.c .bin, or EngineOptions::tokenizer); a Hugging "
-              "Face tokenizer.json is not read, so give token ids (tokenize with your own tokenizer)");
+  ORBIT_CHECK(
+      tokenizer_ != nullptr,
+      "text needs a tokenizer and the model "
+          << options_.model
+          << " has none: orbit reads llama2.c tokenizer "
+             "files (tok<vocab>.bin or tokenizer.bin beside a llama2.c .bin, or EngineOptions::tokenizer); a Hugging "
+             "Face tokenizer.json is not read, so give token ids (tokenize with your own tokenizer)");
   return *tokenizer_;
 }
 
@@ -144,8 +150,9 @@ void EngineCore::close() {
     if (!inside) life_cv_.wait(lock, [&] { return store_closed_; });
     return;
   }
-  ORBIT_CHECK(!inside, "close(): called from inside an operation of this engine on the same thread; close the "
-                       "engine after that operation returns");
+  ORBIT_CHECK(!inside,
+              "close(): called from inside an operation of this engine on the same thread; close the "
+              "engine after that operation returns");
   // Canonicals and patches queued by first sights are what the store exists to keep (another process
   // sharing the directory, or the next run, would otherwise encode them again): finish them on this
   // thread first, while operations are still accepted. Work queued after this point is dropped below.
@@ -226,8 +233,9 @@ ChunkRef EngineCore::add_tokens(const std::vector<int64_t>& tokens, const ChunkO
   ORBIT_CHECK(!tokens.empty(), "add_tokens: empty chunk (a chunk needs at least one token)");
   check_extent(static_cast<int64_t>(tokens.size()), "add_tokens", "tokens");
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    ORBIT_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size,
-                "add_tokens: token " << i << " = " << tokens[i] << " is outside the vocabulary [0, " << c.vocab_size << ")");
+    ORBIT_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "add_tokens: token " << i << " = " << tokens[i]
+                                                                                 << " is outside the vocabulary [0, "
+                                                                                 << c.vocab_size << ")");
   }
   auto rec = std::make_unique<ChunkRecord>();
   rec->ref.key = chunk_key_tokens(fingerprint(), tokens);
@@ -278,8 +286,9 @@ ChunkRef EngineCore::register_chunk(std::unique_ptr<ChunkRecord> rec) {
 const ChunkRecord& EngineCore::record(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = chunks_.find(key);
-  ORBIT_CHECK(it != chunks_.end(), "chunk " << (key.empty() ? std::string("(empty key)") : key.substr(0, 16))
-                                            << " is not registered with this engine (add it with add_tokens or add_embeddings)");
+  ORBIT_CHECK(it != chunks_.end(),
+              "chunk " << (key.empty() ? std::string("(empty key)") : key.substr(0, 16))
+                       << " is not registered with this engine (add it with add_tokens or add_embeddings)");
   return *it->second;
 }
 
@@ -379,7 +388,8 @@ void EngineCore::put_patch(const runtime::Patch& patch, const std::string& chunk
 }
 
 void EngineCore::put_conditioned(const runtime::Content& content, const std::string& chunk_key, PatchRecord record) {
-  const store::PutOptions po = kv_put_options(content.empty() ? 1.0 : static_cast<double>(content.front().k.size(0)), false);
+  const store::PutOptions po =
+      kv_put_options(content.empty() ? 1.0 : static_cast<double>(content.front().k.size(0)), false);
   (void)store().put(record.key, store::canonical_value(content_to_host(content)), po);
   catalog_add(chunk_key, std::move(record));
 }

@@ -55,8 +55,8 @@ struct PatchRecord {
   std::string key;
   std::vector<std::string> context;  // ordered content keys of the antecedents it was formed under
   std::string variant;
-  bool conditioned = false;          // whole conditioned KV (prefix-cache policy), not factors
-  bool exact = false;                // full rank and formed over an exact context
+  bool conditioned = false;  // whole conditioned KV (prefix-cache policy), not factors
+  bool exact = false;        // full rank and formed over an exact context
 };
 
 struct Counters {
@@ -69,24 +69,24 @@ struct Counters {
   double critical_seconds = 0;           // wall time of apply() calls
   double background_seconds = 0;
   int64_t background_jobs = 0;
-  int64_t media_found = 0;   // find_media answered from a registration or the embedding cache
+  int64_t media_found = 0;  // find_media answered from a registration or the embedding cache
   int64_t media_missed = 0;
 };
 
 // What a chunk's first sight leaves for the background: its conditioned KV (the exact in-context
 // prefill), the context it saw, and the patch to form from it and where to store it.
 struct PatchJob {
-  const ChunkRecord* chunk = nullptr;  // owned by the engine (records are never removed)
-  runtime::Content conditioned;        // KV(B|C), content channel
-  std::vector<std::string> context;    // ordered content keys of C
-  std::vector<std::string> store_keys; // exact key first, then the orbit key when new
+  const ChunkRecord* chunk = nullptr;   // owned by the engine (records are never removed)
+  runtime::Content conditioned;         // KV(B|C), content channel
+  std::vector<std::string> context;     // ordered content keys of C
+  std::vector<std::string> store_keys;  // exact key first, then the orbit key when new
   std::string variant;
   int64_t rank_k = 0;
   int64_t rank_v = 0;
   bool deep_only = false;
   double deep_energy = 0.9;
   bool full_rank = false;
-  bool exact = false;                  // formed over an exact context
+  bool exact = false;  // formed over an exact context
 };
 
 class EngineCore;

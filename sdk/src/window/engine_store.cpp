@@ -36,20 +36,22 @@ store::ChunkStoreOptions EngineCore::store_options() const {
   so.int8_cold_tier = o.cold_tier == "int8";
 
   const bool cuda = m.device().is_cuda();
-  ORBIT_CHECK(o.device_tier_bytes >= 0, "EngineOptions::device_tier_bytes must be >= 0 (0 = no device tier), got "
-                                            << o.device_tier_bytes);
+  ORBIT_CHECK(o.device_tier_bytes >= 0,
+              "EngineOptions::device_tier_bytes must be >= 0 (0 = no device tier), got " << o.device_tier_bytes);
   if (o.device_tier_bytes > 0) {
     ORBIT_CHECK(cuda, "EngineOptions::device_tier_bytes = " << o.device_tier_bytes << " asks for a device tier, which "
-                                                             << "needs a CUDA engine (EngineOptions::device is '"
-                                                             << o.device << "'); use device='cuda' or device_tier_bytes=0");
+                                                            << "needs a CUDA engine (EngineOptions::device is '"
+                                                            << o.device
+                                                            << "'); use device='cuda' or device_tier_bytes=0");
     store::DeviceTierOptions device;
     device.layout = store::device_layout_for(m.config(), o.page_size);
     device.layout.device = runtime::device_name(m.device());
     int64_t page_bytes = 0;
     for (int64_t w : device.layout.widths) page_bytes += w * o.page_size * m.config().num_layers * 4;  // float32
     device.num_pages = o.device_tier_bytes / page_bytes;
-    ORBIT_CHECK(device.num_pages >= 1, "EngineOptions::device_tier_bytes = " << o.device_tier_bytes
-                                           << " holds no page (one page of this model is " << page_bytes << " bytes)");
+    ORBIT_CHECK(device.num_pages >= 1, "EngineOptions::device_tier_bytes = "
+                                           << o.device_tier_bytes << " holds no page (one page of this model is "
+                                           << page_bytes << " bytes)");
     so.device = device;
   }
   so.pinned_host = cuda;  // recalls from the host tier to the device are DMA copies
@@ -118,8 +120,8 @@ std::optional<ChunkRef> EngineCore::find_media(const MediaLookup& lookup, const 
   if (!cached) return missed();
   const at::Tensor emb = cached.value().embeddings.to(at::kCPU, at::kFloat).contiguous();
   ORBIT_CHECK(emb.dim() == 2 && emb.size(0) == n && emb.size(1) == c.hidden_size,
-              "find_media: the cached embeddings of " << key.substr(0, 16) << " are " << emb.sizes()
-                                                      << ", not [" << n << ", " << c.hidden_size << "]");
+              "find_media: the cached embeddings of " << key.substr(0, 16) << " are " << emb.sizes() << ", not [" << n
+                                                      << ", " << c.hidden_size << "]");
   auto rec = std::make_unique<ChunkRecord>();
   rec->ref.key = key;
   fill_embeddings(*rec, emb, grid, options, "find_media");

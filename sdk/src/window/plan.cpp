@@ -55,21 +55,23 @@ std::string Plan::describe() const {
   out << operation_name(op) << " [" << policy.name() << "]: " << steps.size() << " steps, " << std::fixed
       << std::setprecision(1) << forward_tokens << " forward tokens (+" << background_tokens << " background), "
       << bytes_moved << " bytes moved, " << device_bytes_after << " device bytes after, "
-      << (exact ? "exact" : "approximate") << std::scientific << std::setprecision(2) << ", est "
-      << estimated_seconds << " s, predicted KL " << predicted_kl;
+      << (exact ? "exact" : "approximate") << std::scientific << std::setprecision(2) << ", est " << estimated_seconds
+      << " s, predicted KL " << predicted_kl;
   if (policy.kl_budget > 0) out << " (budget " << policy.kl_budget << ")";
   out << "\n";
   if (!refusal.empty()) out << "  refused: " << refusal << "\n";
   if (!attention.empty()) out << "  attention: " << attention << "\n";
   for (const PlanStep& s : steps) {
-    out << "  #" << s.instance << " " << (s.is_turn ? "turn" : (s.chunk.label.empty() ? s.chunk.key.substr(0, 8) : s.chunk.label))
-        << " @" << s.position << ": " << (s.how.empty() ? step_action_name(s.action) : s.how.c_str());
+    out << "  #" << s.instance << " "
+        << (s.is_turn ? "turn" : (s.chunk.label.empty() ? s.chunk.key.substr(0, 8) : s.chunk.label)) << " @"
+        << s.position << ": " << (s.how.empty() ? step_action_name(s.action) : s.how.c_str());
     if (s.match != PatchMatch::kNone) out << " (" << patch_match_name(s.match) << " match)";
     if (s.rank_k > 0 || s.rank_v > 0) out << " rank " << s.rank_k << "/" << s.rank_v;
     if (s.encode_canonical) out << " +encode";
     out << std::fixed << std::setprecision(1);
     if (s.forward_tokens > 0) out << ", " << s.forward_tokens << " fwd";
-    if (s.background_tokens > 0 || s.background_patch) out << ", +" << s.background_tokens << " fwd & SVD in background";
+    if (s.background_tokens > 0 || s.background_patch)
+      out << ", +" << s.background_tokens << " fwd & SVD in background";
     if (s.action != StepAction::kEvict) {
       out << std::scientific << std::setprecision(1) << ", est " << s.estimated_seconds << " s, KL~" << s.predicted_kl;
     }

@@ -44,7 +44,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 double parse_number(const std::string& spec, const std::string& text, const char* what) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size()) bad_spec(spec, std::string(what) + " '" + text + "' is not a number");
+  if (text.empty() || end != text.c_str() + text.size())
+    bad_spec(spec, std::string(what) + " '" + text + "' is not a number");
   return v;
 }
 
@@ -53,7 +54,8 @@ std::string rank_text(int64_t r) { return r < 0 ? "full" : std::to_string(r); }
 }  // namespace
 
 std::string policy_spec_help() {
-  return "  default                             the default policy: " + WindowPolicy{}.name() + "\n"
+  return "  default                             the default policy: " + WindowPolicy{}.name() +
+         "\n"
          "  patch[:M][:exact][:deep][:stale=D][:kl=X]\n"
          "                                      form a rank-M patch on a miss (M an integer or 'full'; default 16)\n"
          "                                      :exact re-conditions survivors and ignores orbit patches;\n"
@@ -96,7 +98,8 @@ WindowPolicy parse_policy(const std::string& spec) {
         p.rank_k = p.rank_v = -1;
       } else if (i == 1) {
         const double r = parse_number(spec, part, "rank");
-        if (r < 1 || r != static_cast<double>(static_cast<int64_t>(r))) bad_spec(spec, "rank must be a positive integer or 'full'");
+        if (r < 1 || r != static_cast<double>(static_cast<int64_t>(r)))
+          bad_spec(spec, "rank must be a positive integer or 'full'");
         p.rank_k = p.rank_v = static_cast<int64_t>(r);
       } else {
         bad_spec(spec, "unknown modifier '" + part + "'");

@@ -83,27 +83,30 @@ at::ScalarType scalar_type(DType d) {
 at::Tensor embeddings_from_view(const TensorView& view, int64_t hidden, const char* what) {
   ORBIT_CHECK(view.data != nullptr, what << ": no data");
   ORBIT_CHECK(view.dtype != DType::kInt64, what << ": dtype int64; embeddings must be float32, bfloat16 or float16");
-  ORBIT_CHECK(view.shape.size() == 2, what << ": shape " << shape_string(view.shape) << " must be [n, hidden = " << hidden << "]");
+  ORBIT_CHECK(view.shape.size() == 2,
+              what << ": shape " << shape_string(view.shape) << " must be [n, hidden = " << hidden << "]");
   ORBIT_CHECK(view.shape[0] >= 1, what << ": no rows (a chunk needs at least one token)");
   ORBIT_CHECK(view.shape[1] == hidden, what << ": width " << view.shape[1] << " != the model's hidden size " << hidden);
-  at::Tensor t = at::from_blob(const_cast<void*>(view.data), view.shape, at::TensorOptions().dtype(scalar_type(view.dtype)))
-                     .to(at::kFloat)
-                     .clone();
+  at::Tensor t =
+      at::from_blob(const_cast<void*>(view.data), view.shape, at::TensorOptions().dtype(scalar_type(view.dtype)))
+          .to(at::kFloat)
+          .clone();
   ORBIT_CHECK(at::isfinite(t).all().item<bool>(), what << ": holds NaN or Inf");
   return t;
 }
 
 at::Tensor grid_from_view(const TensorView& view, int64_t n, int64_t rows, const char* what) {
   if (view.empty()) return at::Tensor();
-  ORBIT_CHECK(view.dtype == DType::kInt64, what << ": dtype " << dtype_name(view.dtype) << "; a position grid must be int64");
+  ORBIT_CHECK(view.dtype == DType::kInt64,
+              what << ": dtype " << dtype_name(view.dtype) << "; a position grid must be int64");
   at::Tensor g = at::from_blob(const_cast<void*>(view.data), view.shape, at::kLong).clone();
   if (g.dim() == 1) {
     ORBIT_CHECK(g.size(0) == n, what << ": " << g.size(0) << " positions for " << n << " tokens");
     g = g.unsqueeze(0).expand({rows, n}).contiguous();
   }
   ORBIT_CHECK(g.dim() == 2 && g.size(1) == n && g.size(0) == rows,
-              what << ": shape " << shape_string(view.shape) << " must be [" << rows << ", " << n << "] or [" << n << "]"
-                   << (rows == 1 ? " (this model has 1-D positions)" : ""));
+              what << ": shape " << shape_string(view.shape) << " must be [" << rows << ", " << n << "] or [" << n
+                   << "]" << (rows == 1 ? " (this model has 1-D positions)" : ""));
   ORBIT_CHECK(g.min().item<int64_t>() >= 0, what << ": negative coordinates");
   const int64_t largest = g.max().item<int64_t>();
   ORBIT_CHECK(largest < (int64_t{1} << 31), what << ": coordinate " << largest << " is too large (at most 2^31 - 1)");

@@ -25,7 +25,9 @@ std::string name_of(const Entry& e) {
   return r.label.empty() ? "chunk " + r.key.substr(0, 8) : "chunk '" + r.label + "'";
 }
 
-std::string name_of(const ChunkRef& r) { return r.label.empty() ? "chunk " + r.key.substr(0, 8) : "chunk '" + r.label + "'"; }
+std::string name_of(const ChunkRef& r) {
+  return r.label.empty() ? "chunk " + r.key.substr(0, 8) : "chunk '" + r.label + "'";
+}
 
 Layout current_layout(const WindowState& s, Operation op) {
   Layout l;

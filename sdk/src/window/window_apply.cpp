@@ -23,9 +23,9 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
   core.check_open();
   ORBIT_CHECK(plan.window_id == state.id,
               "apply: the plan was made by window " << plan.window_id << ", this is window " << state.id);
-  ORBIT_CHECK(plan.window_version == state.version,
-              "apply: stale plan (made at window version " << plan.window_version << ", the window is at "
-                                                          << state.version << "); plan again");
+  ORBIT_CHECK(plan.window_version == state.version, "apply: stale plan (made at window version "
+                                                        << plan.window_version << ", the window is at " << state.version
+                                                        << "); plan again");
   const auto start = Clock::now();
   const runtime::ModelConfig& config = core.config();
 
@@ -149,8 +149,8 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
         e.kv.reset();
         std::ostringstream why;
         why << operation_name(plan.op) << " refused: the KV pool is full (" << core.pool().num_free() << " of "
-            << core.pool().num_pages() << " pages free; instance " << e.id << " needs "
-            << state.pages_for(e.length) << "); evict, slide or close windows";
+            << core.pool().num_pages() << " pages free; instance " << e.id << " needs " << state.pages_for(e.length)
+            << "); evict, slide or close windows";
         return Status::out_of_capacity(why.str());
       }
     }

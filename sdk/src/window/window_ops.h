@@ -25,22 +25,22 @@
 namespace orbit::detail {
 
 struct Slot {
-  int64_t existing = -1;                 // index into WindowState::entries, or -1 for a new instance
+  int64_t existing = -1;  // index into WindowState::entries, or -1 for a new instance
   InstanceId id = 0;
-  const ChunkRecord* chunk = nullptr;    // new chunk instances
-  std::vector<int64_t> turn_tokens;      // new turns
+  const ChunkRecord* chunk = nullptr;  // new chunk instances
+  std::vector<int64_t> turn_tokens;    // new turns
   bool is_turn = false;
-  bool force = false;                    // re-condition even when survivors are kept (cascade, reorder)
+  bool force = false;  // re-condition even when survivors are kept (cascade, reorder)
   std::string reason;
 };
 
 struct Layout {
   Operation op = Operation::kAdmit;
   std::vector<Slot> slots;
-  std::vector<int64_t> evict;            // indices into WindowState::entries
+  std::vector<int64_t> evict;  // indices into WindowState::entries
   std::vector<InstanceId> cascade;
-  std::string change_reason;             // why survivors' context changed ("chunk 'a' evicted")
-  bool reorder_relookup = false;         // reorder: every instance whose key context changed re-looks up
+  std::string change_reason;      // why survivors' context changed ("chunk 'a' evicted")
+  bool reorder_relookup = false;  // reorder: every instance whose key context changed re-looks up
 };
 
 Plan plan_layout(const WindowState& state, const Layout& layout);

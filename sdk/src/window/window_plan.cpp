@@ -27,9 +27,9 @@ struct SlotInfo {
   int64_t extent = 0;
   int64_t position = 0;
   bool moved = false;
-  bool keys_same = false;     // old: the same antecedent keys, in order, as when formed
-  double change = 0;          // old: divergence of its antecedent keys from those it was formed on
-  double drift = 0;           // old: tokens removed/inserted before it, accumulated
+  bool keys_same = false;            // old: the same antecedent keys, in order, as when formed
+  double change = 0;                 // old: divergence of its antecedent keys from those it was formed on
+  double drift = 0;                  // old: tokens removed/inserted before it, accumulated
   std::vector<PlanStep> candidates;  // budget: every applicable action, cheapest first
   std::size_t chosen = 0;
 };
@@ -67,8 +67,8 @@ PlanStep legacy_serve(const PlanInput& in, const std::string& reason) {
     opt.context_tokens = in.position;
     opt.canonical_bytes = in.length * in.kv_per_token;
     const auto tier = in.core.canonical_residence(in.chunk->ref.key);
-    opt.canonical_tier = tier.has_value() && *tier == StoreTier::kDevice ? planner::Tier::kDevice
-                         : tier.has_value() && *tier == StoreTier::kHost ? planner::Tier::kHost
+    opt.canonical_tier = tier.has_value() && *tier == StoreTier::kDevice   ? planner::Tier::kDevice
+                         : tier.has_value() && *tier == StoreTier::kHost   ? planner::Tier::kHost
                          : tier.has_value() && *tier == StoreTier::kRemote ? planner::Tier::kRemote
                                                                            : planner::Tier::kDisk;
     if (s->action == StepAction::kApplyPatch) opt.patch_bytes = opt.canonical_bytes / 4;
@@ -120,7 +120,8 @@ PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const C
   return keys_from(core, policy, chunk, signer.exact(), signer.orbit());
 }
 
-double context_divergence(const EngineCore& core, const std::vector<std::string>& a, const std::vector<std::string>& b) {
+double context_divergence(const EngineCore& core, const std::vector<std::string>& a,
+                          const std::vector<std::string>& b) {
   std::map<std::string, std::pair<int64_t, int64_t>> counts;
   for (const auto& k : a) ++counts[k].first;
   for (const auto& k : b) ++counts[k].second;
@@ -133,13 +134,14 @@ double context_divergence(const EngineCore& core, const std::vector<std::string>
   return hi == 0 ? 0.0 : 1.0 - lo / hi;
 }
 
-std::string limit_refusal(const WindowState& state, Operation op, int64_t extent, int64_t device_bytes, bool* capacity) {
+std::string limit_refusal(const WindowState& state, Operation op, int64_t extent, int64_t device_bytes,
+                          bool* capacity) {
   const runtime::ModelConfig& config = state.core->config();
   *capacity = false;
   std::ostringstream why;
   if (config.max_position_embeddings > 0 && extent > config.max_position_embeddings) {
-    why << operation_name(op) << " refused: the window would span " << extent << " positions, past the model's limit of "
-        << config.max_position_embeddings << " (evict or slide first)";
+    why << operation_name(op) << " refused: the window would span " << extent
+        << " positions, past the model's limit of " << config.max_position_embeddings << " (evict or slide first)";
     return why.str();
   }
   if (state.options.max_bytes > 0 && device_bytes > state.options.max_bytes) {
@@ -178,7 +180,8 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   std::vector<int64_t> removed_before(n_old + 1, 0);
   {
     std::vector<int64_t> removed(n_old, 0);
-    for (int64_t idx : layout.evict) removed[static_cast<std::size_t>(idx)] = state.entries[static_cast<std::size_t>(idx)].length;
+    for (int64_t idx : layout.evict)
+      removed[static_cast<std::size_t>(idx)] = state.entries[static_cast<std::size_t>(idx)].length;
     for (std::size_t j = 0; j < n_old; ++j) removed_before[j + 1] = removed_before[j] + removed[j];
   }
   for (int64_t idx : layout.evict) {
@@ -222,7 +225,8 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     } else {
       si.key = &si.chunk->ref.key;
     }
-    si.length = si.old != nullptr ? si.old->length : (si.is_turn ? static_cast<int64_t>(sl.turn_tokens.size()) : si.chunk->ref.length);
+    si.length = si.old != nullptr ? si.old->length
+                                  : (si.is_turn ? static_cast<int64_t>(sl.turn_tokens.size()) : si.chunk->ref.length);
     si.extent = si.old != nullptr ? si.old->extent : (si.is_turn ? si.length : si.chunk->ref.extent);
     si.position = extent;
     si.moved = si.old != nullptr && old_position[static_cast<std::size_t>(sl.existing)] != extent;
@@ -424,8 +428,8 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       for (std::size_t c = 0; c < info[i].candidates.size(); ++c) {
         const PlanStep& alt = info[i].candidates[c];
         if (alt.predicted_kl >= cur.predicted_kl) continue;
-        const double gain = (cur.predicted_kl - alt.predicted_kl) /
-                            std::max(alt.estimated_seconds - cur.estimated_seconds, 1e-9);
+        const double gain =
+            (cur.predicted_kl - alt.predicted_kl) / std::max(alt.estimated_seconds - cur.estimated_seconds, 1e-9);
         if (gain > best_gain) {
           best_gain = gain;
           best = c;
@@ -467,8 +471,8 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     } else {
       s.chunk = si.chunk->ref;
     }
-    s.kl_per_weight = s.action == StepAction::kKeep ? si.old->kl_per_weight
-                                                    : (weights[i] > 0 ? s.predicted_kl / weights[i] : 0.0);
+    s.kl_per_weight =
+        s.action == StepAction::kKeep ? si.old->kl_per_weight : (weights[i] > 0 ? s.predicted_kl / weights[i] : 0.0);
     if (s.action == StepAction::kKeep) {
       s.drift_tokens = si.drift;
       s.context_change = si.change;

@@ -21,8 +21,8 @@ void check_query(const WindowState& s, const std::vector<int64_t>& query, const 
   ORBIT_CHECK(!query.empty(), what << ": empty query (give at least one token)");
   const int64_t vocab = s.core->config().vocab_size;
   for (std::size_t i = 0; i < query.size(); ++i) {
-    ORBIT_CHECK(query[i] >= 0 && query[i] < vocab,
-                what << ": query token " << i << " = " << query[i] << " is outside the vocabulary [0, " << vocab << ")");
+    ORBIT_CHECK(query[i] >= 0 && query[i] < vocab, what << ": query token " << i << " = " << query[i]
+                                                        << " is outside the vocabulary [0, " << vocab << ")");
   }
 }
 
@@ -243,7 +243,8 @@ DisposabilityReport Window::disposable(InstanceId instance, const std::vector<in
   check_query(*state_, query, "disposable");
   ORBIT_CHECK(answer_tokens >= 1, "disposable: answer_tokens = " << answer_tokens << " must be >= 1");
   const Entry& target = state_->entry(instance);
-  ORBIT_CHECK(!target.is_turn, "disposable: instance " << instance << " is a live turn (it has no canonical to fall back to)");
+  ORBIT_CHECK(!target.is_turn,
+              "disposable: instance " << instance << " is a live turn (it has no canonical to fall back to)");
   detail::EngineCore& core = *state_->core;
   int64_t start = 0;
   const runtime::PastKV with = detail::gather_past(core, all_entries(*state_), &start);

@@ -28,7 +28,9 @@ namespace orbit::detail {
 struct ContextItem {
   std::string key;
   uint64_t version = 0;
-  friend bool operator==(const ContextItem& a, const ContextItem& b) { return a.key == b.key && a.version == b.version; }
+  friend bool operator==(const ContextItem& a, const ContextItem& b) {
+    return a.key == b.key && a.version == b.version;
+  }
 };
 
 // Order-sensitive running hash of a context: h' = context_hash(h, key, version), starting from 0.
@@ -37,21 +39,21 @@ uint64_t context_hash(uint64_t h, const std::string& key, uint64_t version);
 struct Entry {
   InstanceId id = 0;
   bool is_turn = false;
-  std::string key;                  // content key (chunks and turns alike)
+  std::string key;                     // content key (chunks and turns alike)
   const ChunkRecord* chunk = nullptr;  // chunks only (owned by the engine)
   std::vector<int64_t> turn_tokens;    // turns only
   int64_t length = 0;
   int64_t extent = 0;
   std::unique_ptr<runtime::PagedSequence> kv;
-  uint64_t version = 0;                  // content version (changes whenever the KV is re-formed)
-  uint64_t formed_on = 0;                // context_hash of the antecedents (key, version) it was formed on
-  uint64_t formed_on_keys = 0;           // context_hash of their keys alone (version 0)
-  int64_t formed_on_tokens = 0;          // their tokens
-  double drift_tokens = 0;               // tokens removed or inserted before it since it was formed
-  bool exact_when_formed = false;        // formed exactly over an exact context
-  double predicted_kl = 0;               // the fidelity model's KL this instance carries (0 when exact)
-  double keep_change = 0;                // the keep feature accumulated since formed (fidelity_model.h)
-  double kl_per_weight = 0;              // of which its serving action's own loss, per unit recency weight
+  uint64_t version = 0;            // content version (changes whenever the KV is re-formed)
+  uint64_t formed_on = 0;          // context_hash of the antecedents (key, version) it was formed on
+  uint64_t formed_on_keys = 0;     // context_hash of their keys alone (version 0)
+  int64_t formed_on_tokens = 0;    // their tokens
+  double drift_tokens = 0;         // tokens removed or inserted before it since it was formed
+  bool exact_when_formed = false;  // formed exactly over an exact context
+  double predicted_kl = 0;         // the fidelity model's KL this instance carries (0 when exact)
+  double keep_change = 0;          // the keep feature accumulated since formed (fidelity_model.h)
+  double kl_per_weight = 0;        // of which its serving action's own loss, per unit recency weight
   StepAction formed_by = StepAction::kKeep;
   PatchMatch match = PatchMatch::kNone;
   std::string patch_key;
@@ -70,13 +72,13 @@ struct WindowState {
   double forward_tokens = 0;
   int64_t operations = 0;
 
-  ~WindowState();  // releases pages under the engine's pool lock
-  int64_t index_of(InstanceId id) const;  // -1 when absent
+  ~WindowState();                           // releases pages under the engine's pool lock
+  int64_t index_of(InstanceId id) const;    // -1 when absent
   const Entry& entry(InstanceId id) const;  // throws naming the id
   int64_t tokens() const;
-  int64_t page_bytes() const;           // bytes of one pool page
+  int64_t page_bytes() const;  // bytes of one pool page
   int64_t pages_for(int64_t tokens) const;
-  int64_t device_bytes() const;         // pages held × page bytes
+  int64_t device_bytes() const;  // pages held × page bytes
   // context_hash of every entry's current antecedents, in window order (one O(n) sweep).
   std::vector<uint64_t> context_hashes() const;
 };

@@ -86,8 +86,8 @@ class ContextSigner {
  private:
   std::size_t prefix_;
   std::size_t size_ = 0;
-  std::string chain_;         // exact chain over every key pushed
-  std::string prefix_chain_;  // the chain once the prefix was complete
+  std::string chain_;               // exact chain over every key pushed
+  std::string prefix_chain_;        // the chain once the prefix was complete
   uint64_t sum_[4] = {0, 0, 0, 0};  // antecedents' hashes added mod 2^256, little-endian limbs
 };
 
@@ -114,7 +114,7 @@ enum class EntryKind { kCanonical = 0, kPatch = 1, kEmbedding = 2, kOther = 3 };
 const char* entry_kind_name(EntryKind kind) noexcept;  // "canonical", "patch", "embedding", "other"
 
 // How a disk blob stores floating tensors.
-enum class BlobEncoding { kExact = 0, kInt8 = 1 };  // kInt8: symmetric int8 per row + float32 scales
+enum class BlobEncoding { kExact = 0, kInt8 = 1 };               // kInt8: symmetric int8 per row + float32 scales
 const char* blob_encoding_name(BlobEncoding encoding) noexcept;  // "exact", "int8"
 
 // Counters of one tier in one process. Bytes are what the tier charges against its budget: tensor bytes
@@ -125,7 +125,7 @@ struct TierStats {
   int64_t entries = 0;
   int64_t bytes = 0;
   int64_t budget_bytes = 0;
-  std::string policy;      // its eviction policy: "lru" or "cost-aware"
+  std::string policy;  // its eviction policy: "lru" or "cost-aware"
   int64_t pinned_entries = 0;
   int64_t hits = 0;        // get() served from this tier
   int64_t evictions = 0;   // entries that left this tier under budget pressure (demoted or, on disk, dropped)
@@ -151,18 +151,18 @@ struct RemoteStats {
   int64_t removals = 0;        // entries removed from the server by erase()
   int64_t bytes_read = 0;      // blob bytes of the hits
   int64_t bytes_written = 0;
-  double read_seconds = 0;     // wall time of the reads that hit (what a remote recall costs)
-  std::string last_error;      // the latest failure, naming the server
+  double read_seconds = 0;  // wall time of the reads that hit (what a remote recall costs)
+  std::string last_error;   // the latest failure, naming the server
 };
 
 struct StoreStats {
   std::vector<TierStats> tiers;  // device, host, disk (disabled tiers included, enabled = false)
   BlobEncoding canonical_encoding = BlobEncoding::kExact;  // how the disk tier writes canonicals
-  bool pinned_host = false;      // host-tier values live in pinned (page-locked) memory
+  bool pinned_host = false;                                // host-tier values live in pinned (page-locked) memory
   int64_t misses = 0;
-  int64_t refusals = 0;      // puts no tier could admit (backpressure)
-  int64_t corrupt_reads = 0; // blobs that failed their checksum on read (served as misses)
-  int64_t io_errors = 0;     // puts that failed on disk (full, permission)
+  int64_t refusals = 0;       // puts no tier could admit (backpressure)
+  int64_t corrupt_reads = 0;  // blobs that failed their checksum on read (served as misses)
+  int64_t io_errors = 0;      // puts that failed on disk (full, permission)
   // The disk tier failed a write (full, read-only, I/O error): entries are kept in memory only from then
   // on until a write succeeds again. disk_warning names the path and the reason (also printed once).
   bool disk_degraded = false;
@@ -180,11 +180,11 @@ struct StoreEntryInfo {
   std::string key;
   EntryKind kind = EntryKind::kOther;
   BlobEncoding encoding = BlobEncoding::kExact;
-  int64_t value_bytes = 0;  // the tensors' bytes as stored in memory
-  int64_t blob_bytes = 0;   // the blob file's size
-  std::string blob_path;    // absolute
-  std::string checksum;     // SHA-256 hex of the blob without its trailer
-  bool pinned = false;           // a live process holds a pin lease on it
+  int64_t value_bytes = 0;      // the tensors' bytes as stored in memory
+  int64_t blob_bytes = 0;       // the blob file's size
+  std::string blob_path;        // absolute
+  std::string checksum;         // SHA-256 hex of the blob without its trailer
+  bool pinned = false;          // a live process holds a pin lease on it
   bool marked_corrupt = false;  // a read found it corrupt; served as a miss until rewritten
   int64_t hits = 0;
 };
@@ -223,20 +223,20 @@ struct GcOptions {
 };
 
 struct GcReport {
-  int64_t removed_blobs = 0;   // unreferenced blob files
-  int64_t removed_temps = 0;   // temp files of writes that never completed
+  int64_t removed_blobs = 0;  // unreferenced blob files
+  int64_t removed_temps = 0;  // temp files of writes that never completed
   int64_t freed_bytes = 0;
   std::vector<std::string> removed_paths;
 };
 
 struct RepairReport {
   int64_t blobs_scanned = 0;
-  int64_t rows_restored = 0;      // entries the index did not name, rebuilt from their blobs
-  int64_t rows_dropped = 0;       // rows whose blob is missing, corrupt or outside DIR/blobs
-  int64_t blobs_rejected = 0;     // blobs that do not verify or belong to another model
-  bool meta_restored = false;     // format version / model fingerprint rewritten from the blobs
+  int64_t rows_restored = 0;   // entries the index did not name, rebuilt from their blobs
+  int64_t rows_dropped = 0;    // rows whose blob is missing, corrupt or outside DIR/blobs
+  int64_t blobs_rejected = 0;  // blobs that do not verify or belong to another model
+  bool meta_restored = false;  // format version / model fingerprint rewritten from the blobs
   std::string model_fingerprint;
-  std::vector<std::string> notes; // one line per rejected blob or dropped row
+  std::vector<std::string> notes;  // one line per rejected blob or dropped row
 };
 
 // Rebuilds DIR's index from its blobs (every blob is verified; the newest verified blob of a key wins):
@@ -249,14 +249,14 @@ RepairReport repair_store(const std::string& dir);
 struct RemoteSummary {
   std::string url;
   bool reachable = false;
-  std::string error;                 // why not reachable, naming the node
+  std::string error;  // why not reachable, naming the node
   bool cluster = false;
-  std::vector<std::string> nodes;    // "host:port" of every node asked (a cluster's masters)
-  int64_t entries = 0;               // orbit entries (manifests orbit:{KEY})
-  int64_t keys = 0;                  // all keys on the server(s) (DBSIZE)
-  int64_t used_memory_bytes = 0;     // Σ INFO used_memory
-  int64_t maxmemory_bytes = 0;       // of the first node (0 = no limit)
-  std::string maxmemory_policy;      // of the first node (README: allkeys-lru recommended)
+  std::vector<std::string> nodes;  // "host:port" of every node asked (a cluster's masters)
+  int64_t entries = 0;             // orbit entries (manifests orbit:{KEY})
+  int64_t keys = 0;                // all keys on the server(s) (DBSIZE)
+  int64_t used_memory_bytes = 0;   // Σ INFO used_memory
+  int64_t maxmemory_bytes = 0;     // of the first node (0 = no limit)
+  std::string maxmemory_policy;    // of the first node (README: allkeys-lru recommended)
   std::string server_version;
 };
 // Connects to `url` (redis:// or redis-cluster://, bounded timeouts) and counts orbit's entries with SCAN.

@@ -47,7 +47,7 @@ class MessageBuilder {
   throw ::orbit::Error((::orbit::detail::MessageBuilder() << message_stream).str(), __FILE__, __LINE__)
 
 // Throws orbit::Error with the streamed message when `condition` is false.
-#define ORBIT_CHECK(condition, message_stream) \
-  do {                                         \
+#define ORBIT_CHECK(condition, message_stream)    \
+  do {                                            \
     if (!(condition)) ORBIT_FAIL(message_stream); \
   } while (false)

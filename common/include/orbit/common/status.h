@@ -47,7 +47,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor): implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor): implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     ORBIT_CHECK(!status_.is_ok(), "Result: constructed from an ok Status without a value");
   }

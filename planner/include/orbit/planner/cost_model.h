@@ -40,10 +40,10 @@ const char* tier_name(Tier tier) noexcept;  // "device", "host", "disk", "remote
 
 // The sample kinds fit() understands (CostSample::what).
 namespace sample_kind {
-inline constexpr const char* kForward = "forward";          // tokens, context_tokens, seconds
-inline constexpr const char* kRelocate = "relocate";        // bytes, seconds
-inline constexpr const char* kPatchApply = "patch_apply";   // bytes, seconds
-inline constexpr const char* kPatchForm = "patch_form";     // bytes, seconds
+inline constexpr const char* kForward = "forward";         // tokens, context_tokens, seconds
+inline constexpr const char* kRelocate = "relocate";       // bytes, seconds
+inline constexpr const char* kPatchApply = "patch_apply";  // bytes, seconds
+inline constexpr const char* kPatchForm = "patch_form";    // bytes, seconds
 inline constexpr const char* kTransferDevice = "transfer_device";
 inline constexpr const char* kTransferHost = "transfer_host";
 inline constexpr const char* kTransferDisk = "transfer_disk";
@@ -72,7 +72,7 @@ struct CostCoefficients {
   double patch_apply_bytes_per_s = 50e9;
   double patch_form_bytes_per_s = 5e9;
   std::array<double, 3> transfer_bytes_per_s = {500e9, 10e9, 1e9};  // indexed by Tier (device, host, disk)
-  double transfer_remote_bytes_per_s = 100e6;  // Tier::kRemote: a shared server over the network
+  double transfer_remote_bytes_per_s = 100e6;                       // Tier::kRemote: a shared server over the network
 };
 
 // One chunk about to be placed in a window.

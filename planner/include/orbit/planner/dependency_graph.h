@@ -73,8 +73,8 @@ class DependencyGraph {
   // Makes an evicted instance live again (its conditioning is kept). Throws unless `id` is evicted.
   void reinstate(InstanceId id);
 
-  bool contains(InstanceId id) const;  // live or evicted-but-referenced
-  bool is_live(InstanceId id) const;   // false for unknown ids
+  bool contains(InstanceId id) const;                 // live or evicted-but-referenced
+  bool is_live(InstanceId id) const;                  // false for unknown ids
   const std::string& chunk_key(InstanceId id) const;  // throws on unknown ids
   int64_t num_live() const;
   int64_t num_evicted() const;

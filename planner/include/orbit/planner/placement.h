@@ -37,8 +37,8 @@ struct PlacementProblem {
 };
 
 struct PlacementOptions {
-  int64_t exact_up_to = 12;        // exact DP for n ≤ this (at most 24: 2^24 states)
-  bool local_search = true;        // greedy path: improve the greedy order by swaps
+  int64_t exact_up_to = 12;          // exact DP for n ≤ this (at most 24: 2^24 states)
+  bool local_search = true;          // greedy path: improve the greedy order by swaps
   int64_t local_search_passes = 16;  // greedy path: at most this many full sweeps of swaps
   // Greedy path: an order to beat (typically the window's current one), empty for none. Local search
   // starts from the cheaper of it and the greedy order, so the result never costs more than it. Must be a

@@ -41,28 +41,28 @@ enum class RopeScaling {
   kYarn,        // HF "yarn": ramp between interpolation and extrapolation plus an attention factor
 };
 
-const char* rope_layout_name(RopeLayout layout) noexcept;    // "interleaved", "half_split"
+const char* rope_layout_name(RopeLayout layout) noexcept;     // "interleaved", "half_split"
 const char* rope_scaling_name(RopeScaling scaling) noexcept;  // "none", "linear", "dynamic", "llama3", "yarn"
 
 // Everything that determines the rotary angle of a (position, frequency) pair. The same struct drives
 // the forward pass and relocation (rope.h), so the two can never disagree.
 struct RopeConfig {
   RopeLayout layout = RopeLayout::kHalfSplit;
-  int64_t head_dim = 0;     // width of one key head
-  int64_t rotary_dim = 0;   // leading dims of a head that rotate (== head_dim unless partial); even
-  double theta = 10000.0;   // base
+  int64_t head_dim = 0;    // width of one key head
+  int64_t rotary_dim = 0;  // leading dims of a head that rotate (== head_dim unless partial); even
+  double theta = 10000.0;  // base
   RopeScaling scaling = RopeScaling::kNone;
-  double factor = 1.0;                              // linear, dynamic, llama3, yarn
-  int64_t max_position_embeddings = 0;              // the model's position limit (exclusive)
-  int64_t original_max_position_embeddings = 0;     // llama3, yarn, dynamic (0: = max_position_embeddings)
-  double low_freq_factor = 1.0;                     // llama3
-  double high_freq_factor = 4.0;                    // llama3
-  double beta_fast = 32.0;                          // yarn
-  double beta_slow = 1.0;                           // yarn
-  double mscale = 0.0;                              // yarn (DeepSeek form; 0 = unset)
-  double mscale_all_dim = 0.0;                      // yarn (DeepSeek form; 0 = unset)
-  double attention_factor = 0.0;                    // yarn; 0 = derived from factor as HF does
-  bool truncate = true;                             // yarn: floor/ceil the correction range (HF default)
+  double factor = 1.0;                           // linear, dynamic, llama3, yarn
+  int64_t max_position_embeddings = 0;           // the model's position limit (exclusive)
+  int64_t original_max_position_embeddings = 0;  // llama3, yarn, dynamic (0: = max_position_embeddings)
+  double low_freq_factor = 1.0;                  // llama3
+  double high_freq_factor = 4.0;                 // llama3
+  double beta_fast = 32.0;                       // yarn
+  double beta_slow = 1.0;                        // yarn
+  double mscale = 0.0;                           // yarn (DeepSeek form; 0 = unset)
+  double mscale_all_dim = 0.0;                   // yarn (DeepSeek form; 0 = unset)
+  double attention_factor = 0.0;                 // yarn; 0 = derived from factor as HF does
+  bool truncate = true;                          // yarn: floor/ceil the correction range (HF default)
   // M-RoPE (Qwen2-VL / Qwen2.5-VL). Empty: ordinary 1-D positions. Otherwise exactly three section
   // sizes (t, h, w) summing to rotary_dim/2: frequency i in [0, s_t) takes the t coordinate of the
   // position, [s_t, s_t + s_h) the h coordinate, the rest the w coordinate. Positions are then
@@ -105,17 +105,17 @@ struct ModelConfig {
   int64_t intermediate_size = 0;
   int64_t num_layers = 0;
   int64_t num_heads = 0;
-  int64_t num_kv_heads = 0;         // MLA: == num_heads (every head has its own expanded k and v)
-  int64_t head_dim = 0;             // width of one query/key head: usually hidden_size / num_heads;
-                                    // MLA: qk_nope_head_dim + qk_rope_head_dim
+  int64_t num_kv_heads = 0;  // MLA: == num_heads (every head has its own expanded k and v)
+  int64_t head_dim = 0;      // width of one query/key head: usually hidden_size / num_heads;
+                             // MLA: qk_nope_head_dim + qk_rope_head_dim
   double rms_norm_eps = 1e-5;
-  bool attention_bias = false;      // q/k/v projection biases (Qwen2)
-  bool tie_word_embeddings = false; // lm_head shares the token embedding
+  bool attention_bias = false;       // q/k/v projection biases (Qwen2)
+  bool tie_word_embeddings = false;  // lm_head shares the token embedding
   int64_t max_position_embeddings = 0;
-  RopeConfig rope;                  // MLA: head_dim = rotary_dim = qk_rope_head_dim, interleaved pairs
-  MlaConfig mla;                    // kDeepseekV2 only
-  std::string source_format;        // "llama2c" or "hf"
-  std::string weight_dtype;         // dtype on disk: "float32", "bfloat16", "float16"
+  RopeConfig rope;            // MLA: head_dim = rotary_dim = qk_rope_head_dim, interleaved pairs
+  MlaConfig mla;              // kDeepseekV2 only
+  std::string source_format;  // "llama2c" or "hf"
+  std::string weight_dtype;   // dtype on disk: "float32", "bfloat16", "float16"
 
   AttentionKind attention() const { return attention_kind(arch); }
   // Width of K (and of V) per token for GQA/MHA: num_kv_heads · head_dim. Not a content width for MLA;

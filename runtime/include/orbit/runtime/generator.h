@@ -13,12 +13,12 @@
 namespace orbit::runtime {
 
 struct GeneratorOptions {
-  ModelConfig config;                 // architecture and sizes (see generator_preset)
-  std::string dtype = "float32";      // "float32", "bfloat16" or "float16" on disk
+  ModelConfig config;             // architecture and sizes (see generator_preset)
+  std::string dtype = "float32";  // "float32", "bfloat16" or "float16" on disk
   uint64_t seed = 0;
-  int64_t shard_bytes = 0;            // > 0: split into shards of about this many bytes plus an index
-  double init_std = 0.02;             // weights ~ N(0, init_std²); norm gains ~ 1 + N(0, init_std²)
-  bool overwrite = false;             // replace a model already in out_dir (else that is an error)
+  int64_t shard_bytes = 0;  // > 0: split into shards of about this many bytes plus an index
+  double init_std = 0.02;   // weights ~ N(0, init_std²); norm gains ~ 1 + N(0, init_std²)
+  bool overwrite = false;   // replace a model already in out_dir (else that is an error)
   // Called after each tensor is produced: (tensors done, tensors total). May be empty.
   std::function<void(int64_t, int64_t)> progress;
 };

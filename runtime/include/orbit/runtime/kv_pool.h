@@ -29,8 +29,8 @@ using PageId = int32_t;
 struct KVPoolOptions {
   int64_t num_layers = 0;
   int64_t num_pages = 0;
-  int64_t page_size = 16;              // tokens per page
-  std::vector<int64_t> widths;         // width of each stored kind, e.g. {kv_dim, kv_dim}
+  int64_t page_size = 16;       // tokens per page
+  std::vector<int64_t> widths;  // width of each stored kind, e.g. {kv_dim, kv_dim}
   at::ScalarType dtype = at::kFloat;
   // Where the storage lives ("cpu", "cuda", "cuda:N"; see device.h). A CUDA pool is device memory:
   // pages are written, copied and read there, never staged through the host.
@@ -84,7 +84,7 @@ class KVPool {
   KVPoolOptions options_;
   std::vector<at::Tensor> storage_;
   std::vector<int32_t> ref_counts_;
-  std::vector<PageId> free_list_;       // stack: allocate pops, release pushes
+  std::vector<PageId> free_list_;  // stack: allocate pops, release pushes
 };
 
 }  // namespace orbit::runtime

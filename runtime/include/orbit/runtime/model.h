@@ -50,7 +50,7 @@ struct PastKV {
   std::vector<LayerKV> layers;  // one per model layer (all empty tensors for "no past")
   at::Tensor positions;
   std::shared_ptr<const PagedPast> paged;
-  int64_t length() const;       // T_past (the last dimension of positions; 0 when undefined)
+  int64_t length() const;  // T_past (the last dimension of positions; 0 when undefined)
 };
 
 // Exactly one of `tokens` / `embeddings` is set.
@@ -92,26 +92,26 @@ struct ForwardResult {
 // After loading, every tensor is on the model's device in its compute dtype (Model::device(), dtype();
 // float32 CPU unless a ComputeTarget says otherwise). H = num_heads; shapes per family (undefined where not used).
 struct LayerWeights {
-  at::Tensor attn_norm;                 // [hidden]
+  at::Tensor attn_norm;  // [hidden]
   // GQA/MHA
-  at::Tensor wq, wk, wv;                // [q_dim, hidden], [kv_dim, hidden], [kv_dim, hidden]; MLA: wq only,
-                                        //   [H·(d_nope + d_rope), hidden], when q_lora_rank = 0
-  at::Tensor bq, bk, bv;                // [q_dim], [kv_dim], [kv_dim] when attention_bias, else undefined
+  at::Tensor wq, wk, wv;  // [q_dim, hidden], [kv_dim, hidden], [kv_dim, hidden]; MLA: wq only,
+                          //   [H·(d_nope + d_rope), hidden], when q_lora_rank = 0
+  at::Tensor bq, bk, bv;  // [q_dim], [kv_dim], [kv_dim] when attention_bias, else undefined
   // MLA (MlaConfig in config.h)
-  at::Tensor wq_a;                      // [q_lora_rank, hidden]            (q_lora_rank > 0)
-  at::Tensor q_a_norm;                  // [q_lora_rank]                    (q_lora_rank > 0)
-  at::Tensor wq_b;                      // [H·(d_nope + d_rope), q_lora_rank] (q_lora_rank > 0)
-  at::Tensor wkv_a;                     // [r_kv + d_rope, hidden]           → [c ‖ k_pe]
-  at::Tensor kv_a_norm;                 // [r_kv]
-  at::Tensor wkv_b;                     // [H·(d_nope + d_v), r_kv]          → per head [k_nope ‖ v]
+  at::Tensor wq_a;       // [q_lora_rank, hidden]            (q_lora_rank > 0)
+  at::Tensor q_a_norm;   // [q_lora_rank]                    (q_lora_rank > 0)
+  at::Tensor wq_b;       // [H·(d_nope + d_rope), q_lora_rank] (q_lora_rank > 0)
+  at::Tensor wkv_a;      // [r_kv + d_rope, hidden]           → [c ‖ k_pe]
+  at::Tensor kv_a_norm;  // [r_kv]
+  at::Tensor wkv_b;      // [H·(d_nope + d_v), r_kv]          → per head [k_nope ‖ v]
   // every family
-  at::Tensor wo;                        // [hidden, H·v_head_dim()]
-  at::Tensor ffn_norm;                  // [hidden]
-  at::Tensor w_gate, w_up, w_down;      // [inter, hidden], [inter, hidden], [hidden, inter]
+  at::Tensor wo;                    // [hidden, H·v_head_dim()]
+  at::Tensor ffn_norm;              // [hidden]
+  at::Tensor w_gate, w_up, w_down;  // [inter, hidden], [inter, hidden], [hidden, inter]
 };
 
 struct ModelWeights {
-  at::Tensor embed;       // [vocab, hidden]
+  at::Tensor embed;  // [vocab, hidden]
   std::vector<LayerWeights> layers;
   at::Tensor final_norm;  // [hidden]
   at::Tensor lm_head;     // [vocab, hidden]; aliases embed when tied

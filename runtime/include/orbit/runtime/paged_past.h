@@ -55,6 +55,7 @@ std::vector<LayerKV> materialize(const ModelConfig& config, const PagedPast& pag
                                  c10::ScalarType dtype);
 
 // The same past with every paged token gathered (and patched) into `layers`: an ordinary PastKV.
-PastKV materialize_past(const ModelConfig& config, const PastKV& past, const c10::Device& device, c10::ScalarType dtype);
+PastKV materialize_past(const ModelConfig& config, const PastKV& past, const c10::Device& device,
+                        c10::ScalarType dtype);
 
 }  // namespace orbit::runtime

@@ -154,8 +154,8 @@ ArmResult run_arm(const PreparedScenario& prepared, const RepairStrategy& strate
 
 // B's KV in context (`input` with its positions set, after `context`) with only the tokens at `indices`
 // (int64, strictly ascending, into B) computed through every layer, over `canonical` for the others.
-Content recompute_tokens(const Model& model, const ForwardInput& input, const PastKV& context,
-                         const Content& canonical, const at::Tensor& indices);
+Content recompute_tokens(const Model& model, const ForwardInput& input, const PastKV& context, const Content& canonical,
+                         const at::Tensor& indices);
 
 // CacheBlend's selection: the `count` tokens of B whose layer-1 KV (layer 0 for a 1-layer model) in
 // context deviates most from the canonical (K and V together), ascending. count = 0 or n needs no probe.

@@ -80,11 +80,11 @@ struct PatchOptions {
   int64_t rank_v = 16;                // rank kept for values
   std::vector<int64_t> layer_rank_k;  // optional per-layer override (size num_layers; -1 = use rank_k)
   std::vector<int64_t> layer_rank_v;
-  int64_t first_layer = 0;            // deep-only: layers below this carry no patch; in [0, num_layers]
+  int64_t first_layer = 0;  // deep-only: layers below this carry no patch; in [0, num_layers]
   SvdMethod method = SvdMethod::kExact;
-  int64_t oversample = 8;             // randomized SVD: extra probe columns (capped at min(n, D))
-  int64_t power_iterations = 2;       // randomized SVD: subspace iterations, QR-re-orthonormalised
-  uint64_t seed = 0;                  // randomized SVD: form_patch derives one seed per (layer, tensor)
+  int64_t oversample = 8;        // randomized SVD: extra probe columns (capped at min(n, D))
+  int64_t power_iterations = 2;  // randomized SVD: subspace iterations, QR-re-orthonormalised
+  uint64_t seed = 0;             // randomized SVD: form_patch derives one seed per (layer, tensor)
 };
 
 // One (layer, tensor) factor pair. Empty (undefined u) means "no patch here".
@@ -100,7 +100,7 @@ struct Patch {
   int64_t length = 0;             // n_B
   int64_t num_kv_heads = 0;       // the model's config at forming (a shape check on apply; the factor
   int64_t head_dim = 0;           //   widths are the content widths D_k, D_v above)
-  std::vector<LowRank> k;  // one per layer
+  std::vector<LowRank> k;         // one per layer
   std::vector<LowRank> v;
   // Bytes of all factors at `bytes_per_value` (4 = float32, 2 = bf16 storage): Σ (n + D)·m.
   int64_t bytes(int64_t bytes_per_value = 4) const;
@@ -131,17 +131,17 @@ Content apply_patch(const Model& model, const Content& canonical, const Patch& p
 // ---- variants ----------------------------------------------------------------------------------
 
 struct OrbitOptions {
-  int64_t exhaustive_up_to = 4;   // all K! orderings (lexicographic) for K ≤ this
-  int64_t sampled_orderings = 24; // beyond: this many distinct orderings drawn from `seed` (at most K!);
-                                  // the held-out one, if any, is one of them
-  bool hold_out = true;           // keep one ordering out of the mean, for evaluation (needs ≥ 2)
-  uint64_t seed = 0;              // sampling and the held-out pick (portable: same on every platform)
+  int64_t exhaustive_up_to = 4;    // all K! orderings (lexicographic) for K ≤ this
+  int64_t sampled_orderings = 24;  // beyond: this many distinct orderings drawn from `seed` (at most K!);
+                                   // the held-out one, if any, is one of them
+  bool hold_out = true;            // keep one ordering out of the mean, for evaluation (needs ≥ 2)
+  uint64_t seed = 0;               // sampling and the held-out pick (portable: same on every platform)
 };
 
 struct OrbitPatch {
-  Patch patch;                                 // factors of the mean Δ over the used orderings
-  std::vector<std::vector<int64_t>> orderings; // orderings averaged (indices into the antecedents)
-  std::vector<int64_t> held_out;               // the held-out ordering (empty when hold_out = false)
+  Patch patch;                                  // factors of the mean Δ over the used orderings
+  std::vector<std::vector<int64_t>> orderings;  // orderings averaged (indices into the antecedents)
+  std::vector<int64_t> held_out;                // the held-out ordering (empty when hold_out = false)
 };
 
 // Mean of Δ = conditioned − `canonical_content` over `orderings` (index lists into `antecedents`; each

@@ -41,9 +41,9 @@ struct StTensorInfo {
 };
 
 struct StHeader {
-  std::vector<StTensorInfo> tensors;          // in order of data offset
+  std::vector<StTensorInfo> tensors;            // in order of data offset
   std::map<std::string, std::string> metadata;  // "__metadata__"
-  uint64_t data_offset = 0;                   // 8 + N: where the data section starts in the file
+  uint64_t data_offset = 0;                     // 8 + N: where the data section starts in the file
 };
 
 // Parses and validates a complete safetensors image held in memory. `origin` names the file in

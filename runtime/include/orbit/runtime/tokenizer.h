@@ -41,8 +41,8 @@ class Tokenizer {
   // The piece of one id as stored (e.g. " the", "<0x0A>", "\n<s>\n"). Throws for an id outside the vocabulary.
   virtual std::string piece(int64_t id) const = 0;
   virtual int64_t vocab_size() const = 0;
-  virtual int64_t bos_id() const = 0;  // -1 when the vocabulary has none
-  virtual int64_t eos_id() const = 0;  // -1 when the vocabulary has none
+  virtual int64_t bos_id() const = 0;      // -1 when the vocabulary has none
+  virtual int64_t eos_id() const = 0;      // -1 when the vocabulary has none
   virtual std::string kind() const = 0;    // "llama2c"
   virtual std::string source() const = 0;  // the file it was read from
 };

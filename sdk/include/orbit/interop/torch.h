@@ -29,7 +29,8 @@ inline TensorView view(const at::Tensor& t) {
     case at::kBFloat16: v.dtype = DType::kBFloat16; break;
     case at::kHalf: v.dtype = DType::kFloat16; break;
     case at::kLong: v.dtype = DType::kInt64; break;
-    default: ORBIT_FAIL("interop::view: dtype " << t.scalar_type() << " (expected float32, bfloat16, float16 or int64)");
+    default:
+      ORBIT_FAIL("interop::view: dtype " << t.scalar_type() << " (expected float32, bfloat16, float16 or int64)");
   }
   v.data = t.data_ptr();
   v.shape.assign(t.sizes().begin(), t.sizes().end());

@@ -8,11 +8,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <sys/types.h>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <sys/types.h>
 
 #include "orbit/common/status.h"
 #include "orbit/store/blob_format.h"

@@ -30,11 +30,11 @@ namespace orbit::store {
 
 struct DevicePageLayout {
   int64_t num_layers = 0;
-  int64_t page_size = 16;            // tokens per page
-  std::vector<std::string> kinds;    // tensor name suffixes, e.g. {"k", "v"} (GQA) or {"ckv", "kpe"} (MLA)
-  std::vector<int64_t> widths;       // elements per token of each kind, e.g. {H_kv·d, H_kv·d}
+  int64_t page_size = 16;          // tokens per page
+  std::vector<std::string> kinds;  // tensor name suffixes, e.g. {"k", "v"} (GQA) or {"ckv", "kpe"} (MLA)
+  std::vector<int64_t> widths;     // elements per token of each kind, e.g. {H_kv·d, H_kv·d}
   at::ScalarType dtype = at::kFloat;
-  std::string device = "cpu";        // where the pages live: "cpu", "cuda" or "cuda:N" (runtime/device.h)
+  std::string device = "cpu";  // where the pages live: "cpu", "cuda" or "cuda:N" (runtime/device.h)
 };
 
 struct DeviceTierOptions {

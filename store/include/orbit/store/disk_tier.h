@@ -39,12 +39,12 @@
 namespace orbit::store {
 
 struct DiskTierOptions {
-  std::string dir;                 // created if missing
-  std::string model_fingerprint;   // required
+  std::string dir;                // created if missing
+  std::string model_fingerprint;  // required
   int64_t budget_bytes = std::numeric_limits<int64_t>::max();
-  bool int8_canonicals = false;    // canonicals written as int8 rows (lossy; see blob_format.h)
-  int64_t lease_ms = 30000;        // how long a pin or read lease outlives its owner's last renewal
-  IoHooks io_hooks;                // fault injection (tests)
+  bool int8_canonicals = false;  // canonicals written as int8 rows (lossy; see blob_format.h)
+  int64_t lease_ms = 30000;      // how long a pin or read lease outlives its owner's last renewal
+  IoHooks io_hooks;              // fault injection (tests)
 };
 
 // A blob durable on disk whose row is not committed yet.
@@ -142,8 +142,8 @@ class DiskTier final : public Tier {
   std::string owner_;
   int lock_fd_ = -1;
   std::unique_ptr<SqliteIndex> index_;
-  std::mutex lease_mu_;                   // guards leases_ (the lease connection)
-  std::unique_ptr<SqliteIndex> leases_;   // synchronous=OFF: leases need no durability
+  std::mutex lease_mu_;                  // guards leases_ (the lease connection)
+  std::unique_ptr<SqliteIndex> leases_;  // synchronous=OFF: leases need no durability
   std::mutex beat_mu_;
   std::condition_variable beat_cv_;
   bool stop_ = false;

@@ -28,10 +28,10 @@
 namespace orbit::store {
 
 struct RedisBackendOptions {
-  std::string url;                          // redis://host:port[/db] or redis-cluster://h:p[,h:p...]
-  int64_t ttl_seconds = 0;                  // 0 = entries never expire
-  int64_t part_bytes = int64_t{4} << 20;    // largest single value written (>= 1 KiB)
-  RedisClientOptions client;                // connect and reply timeouts
+  std::string url;                        // redis://host:port[/db] or redis-cluster://h:p[,h:p...]
+  int64_t ttl_seconds = 0;                // 0 = entries never expire
+  int64_t part_bytes = int64_t{4} << 20;  // largest single value written (>= 1 KiB)
+  RedisClientOptions client;              // connect and reply timeouts
 };
 
 class RedisBackend final : public BlobBackend {

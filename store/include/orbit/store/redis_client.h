@@ -82,8 +82,7 @@ class RedisClient {
   // moves, so the commands run there one by one, in order, each after ASKING, and the reply array holds
   // their replies. Callers order commands so that any prefix of them is harmless (RedisBackend writes
   // an entry's parts first and its manifest last, so a reader never sees a partial entry).
-  Result<RedisReply> transaction(const std::vector<std::vector<std::string>>& commands,
-                                 const std::string& routing_key);
+  Result<RedisReply> transaction(const std::vector<std::vector<std::string>>& commands, const std::string& routing_key);
 
   // The nodes that own slots (a cluster's masters; the one server otherwise). refused when unreachable.
   Result<std::vector<RedisEndpoint>> masters();

@@ -35,14 +35,14 @@
 namespace orbit::store {
 
 struct RemoteOptions {
-  std::string url;                               // redis://host:port[/db] | redis-cluster://h:p,...; "" = none
-  int64_t ttl_seconds = 0;                       // 0 = entries never expire
-  int64_t part_bytes = int64_t{4} << 20;         // largest single value sent to the server
+  std::string url;                        // redis://host:port[/db] | redis-cluster://h:p,...; "" = none
+  int64_t ttl_seconds = 0;                // 0 = entries never expire
+  int64_t part_bytes = int64_t{4} << 20;  // largest single value sent to the server
   int connect_timeout_ms = 300;
   int command_timeout_ms = 1000;
-  int retry_after_ms = 1000;                     // after a failure, skip the remote this long
-  int64_t max_queued_bytes = int64_t{256} << 20; // queued writes (blob bytes) before the oldest is dropped
-  bool warn = true;                              // print the one warning on the first outage
+  int retry_after_ms = 1000;                      // after a failure, skip the remote this long
+  int64_t max_queued_bytes = int64_t{256} << 20;  // queued writes (blob bytes) before the oldest is dropped
+  bool warn = true;                               // print the one warning on the first outage
 };
 
 // One timed read of the remote (RemoteTier::measure_read): what a hit of `bytes` blob bytes cost.
@@ -79,7 +79,7 @@ class RemoteTier {
   const RemoteOptions& options() const { return options_; }
 
  private:
-  bool available();      // false while down (retry_after_ms not yet passed)
+  bool available();  // false while down (retry_after_ms not yet passed)
   void failed(const std::string& reason);
   void succeeded();
   void writer_loop();

@@ -32,8 +32,8 @@ struct NamedTensor {
 
 struct StoredValue {
   EntryKind kind = EntryKind::kOther;
-  std::vector<NamedTensor> tensors;            // in a stable order (the order given to make_value)
-  std::map<std::string, std::string> attrs;    // small metadata (a patch's fingerprint, lengths ...)
+  std::vector<NamedTensor> tensors;          // in a stable order (the order given to make_value)
+  std::map<std::string, std::string> attrs;  // small metadata (a patch's fingerprint, lengths ...)
 
   // Sum of the tensors' bytes (numel × element size).
   int64_t bytes() const;
