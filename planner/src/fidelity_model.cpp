@@ -33,9 +33,14 @@ double keep_change(double delta_tokens, double gap_tokens) noexcept {
   return std::pow(std::min(1.0, delta_tokens / (delta_tokens + std::max(gap_tokens, 0.0))), kRecencyExponent);
 }
 
+double truncation_stand_in(double rank, double full_rank) noexcept {
+  if (!(full_rank > 0)) return 0.0;
+  return std::pow(1.0 - std::clamp(rank / full_rank, 0.0, 1.0), 6.0);
+}
+
 FidelityModel::FidelityModel() {
   // KL per unit of f·w: what Engine::calibrate() fits on the bundled stories260K (3 seeds).
-  coef_ = {0.067, 0.026, 0.0079, 0.083, 0.02, 0.033, 0.026};
+  coef_ = {0.067, 0.026, 0.0079, 0.083, 0.11, 0.033, 0.026};
   fitted_.fill(false);
 }
 

@@ -294,7 +294,30 @@ Patch form_patch(const Model& model, const Content& delta, const PatchOptions& o
     patch.v[i] = factorize(delta[i].v.reshape({n, dv}), layer_rank(options.layer_rank_v, options.rank_v, l),
                            layer_options, "form_patch: layer " + std::to_string(l) + " values (V)");
   }
+  patch.residual = residual_share(delta, patch);
   return patch;
+}
+
+double residual_share(const Content& delta, const Patch& patch) {
+  // U's columns carry the singular values and Vᵀ's rows are orthonormal, so ‖U·Vᵀ‖²_F = ‖U‖²_F, and U·Vᵀ
+  // is Δ projected onto Vᵀ's row space (exact, randomized and shared-basis factors alike): the energy
+  // left out is ‖Δ‖²_F − ‖U‖²_F. Summed as tensors, read once (one device sync on CUDA).
+  at::Tensor total, kept;
+  const auto add = [](at::Tensor& acc, const at::Tensor& t) {
+    const at::Tensor e = t.to(at::kDouble).square().sum();
+    acc = acc.defined() ? acc + e : e;
+  };
+  for (std::size_t l = 0; l < delta.size(); ++l) {
+    add(total, delta[l].k);
+    add(total, delta[l].v);
+    for (const LowRank* f : {&patch.k[l], &patch.v[l]}) {
+      if (f->rank() > 0) add(kept, f->u);
+    }
+  }
+  const double t = total.defined() ? total.item<double>() : 0.0;
+  const double k = kept.defined() ? kept.item<double>() : 0.0;
+  if (!(t > 0)) return 0.0;
+  return std::clamp((t - k) / t, 0.0, 1.0);
 }
 
 Content apply_patch(const Model& model, const Content& canonical_content, const Patch& patch) {

@@ -262,6 +262,7 @@ Patch project_onto_basis(const Model& model, const Content& delta, const SharedB
       (keys ? patch.k : patch.v)[l] = std::move(f);
     }
   }
+  patch.residual = residual_share(delta, patch);
   return patch;
 }
 

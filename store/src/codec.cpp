@@ -2,6 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
 #include "orbit/common/error.h"
 
 namespace orbit::store {
@@ -63,12 +67,17 @@ ValuePtr patch_value(const rt::Patch& patch) {
       tensors.push_back({base + ".vt", factor->vt});
     }
   }
-  return make_value(EntryKind::kPatch, std::move(tensors),
-                    {{"fingerprint", patch.model_fingerprint},
-                     {"length", std::to_string(patch.length)},
-                     {"num_kv_heads", std::to_string(patch.num_kv_heads)},
-                     {"head_dim", std::to_string(patch.head_dim)},
-                     {"num_layers", std::to_string(patch.k.size())}});
+  std::map<std::string, std::string> attrs{{"fingerprint", patch.model_fingerprint},
+                                           {"length", std::to_string(patch.length)},
+                                           {"num_kv_heads", std::to_string(patch.num_kv_heads)},
+                                           {"head_dim", std::to_string(patch.head_dim)},
+                                           {"num_layers", std::to_string(patch.k.size())}};
+  if (patch.residual >= 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", patch.residual);
+    attrs["residual"] = buf;
+  }
+  return make_value(EntryKind::kPatch, std::move(tensors), std::move(attrs));
 }
 
 rt::Patch patch_from_value(const StoredValue& value) {
@@ -82,6 +91,14 @@ rt::Patch patch_from_value(const StoredValue& value) {
   patch.num_kv_heads = attr_int(value, "num_kv_heads");
   patch.head_dim = attr_int(value, "head_dim");
   const int64_t layers = attr_int(value, "num_layers");
+  // Optional: stores written before patches recorded their residual leave it unknown (-1).
+  if (auto r = value.attrs.find("residual"); r != value.attrs.end()) {
+    char* end = nullptr;
+    const double x = std::strtod(r->second.c_str(), &end);
+    ORBIT_CHECK(end != r->second.c_str() && *end == '\0' && x >= 0 && x <= 1,
+                "stored patch: attribute 'residual' = '" << r->second << "' is not a number in [0, 1]");
+    patch.residual = x;
+  }
   patch.k.resize(static_cast<size_t>(layers));
   patch.v.resize(static_cast<size_t>(layers));
   for (int64_t l = 0; l < layers; ++l) {

@@ -237,6 +237,47 @@ TEST_CASE("a KL budget picks the cheapest action that fits, per instance", "[pla
   CHECK(m < 1e-3);
 }
 
+TEST_CASE("under the default budget a window reuses the rank-16 patch another formed behind the same context",
+          "[plan][budget][regression]") {
+  // The fidelity model reads a stored patch's residual (the share of its deficit left out), not the share
+  // of the rank it drops: rank 16 of a 24-token chunk drops a third of the rank but almost none of the
+  // deficit, so the second window pays no forward where a prefix cache would pay none either.
+  std::mt19937_64 rng(21);
+  auto engine = open_stories();
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 24)), b = engine->add_tokens(random_tokens(rng, 24));
+  const WindowOptions d;  // the default policy: patch:16 under the default KL budget
+  REQUIRE(d.policy.kl_budget > 0);
+  Window first = engine->new_window(d);
+  first.admit(a);
+  CHECK(first.admit(b).forward_tokens == Approx(24));  // first sight: prefill in context, patch formed after
+  engine->run_background();                            // the worker thread has formed it
+  REQUIRE(engine->stats().patches_formed == 1);
+  Window second = engine->new_window(d);
+  second.admit(a);
+  const Plan p = second.plan_admit(b);
+  INFO(p.describe());
+  CHECK(p.steps.back().action == StepAction::kApplyPatch);
+  CHECK(p.forward_tokens == 0);
+  CHECK(p.predicted_kl > 0);
+  CHECK(p.predicted_kl < d.policy.kl_budget / 10);
+  second.apply(p).value();
+  // Served near-exactly: the logits' distance from a re-prefill is a small part of blind reuse's.
+  Window blind = engine->new_window(with_policy("blind"));
+  blind.admit(a);
+  blind.admit(b);
+  const std::vector<int64_t> q = random_tokens(rng, 4);
+  const auto distance = [&q](Window& w) {
+    const Logits got = w.logits(q, true), ref = w.reference_logits(q, true);
+    double m = 0;
+    for (std::size_t i = 0; i < got.values.size(); ++i)
+      m = std::max(m, static_cast<double>(std::abs(got.values[i] - ref.values[i])));
+    return m;
+  };
+  const double patched = distance(second), unpatched = distance(blind);
+  INFO("max |logit - re-prefill|: patched " << patched << ", blind " << unpatched);
+  CHECK(patched < unpatched / 4);
+}
+
 TEST_CASE("background modes: deferred work waits for run_background, a read of a queued patch runs it",
           "[plan][background]") {
   std::mt19937_64 rng(13);

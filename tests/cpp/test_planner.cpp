@@ -17,6 +17,7 @@
 #include "orbit/common/error.h"
 #include "orbit/planner/admission.h"
 #include "orbit/planner/cost_model.h"
+#include "orbit/planner/fidelity_model.h"
 #include "orbit/planner/offline.h"
 #include "orbit/planner/placement.h"
 
@@ -478,4 +479,26 @@ TEST_CASE("offline: compulsory <= Belady <= LRU, and Belady is optimal on unit t
     CHECK(s.compulsory_cost <= s.belady_cost);
     CHECK(s.compulsory_cost <= simulate_lru(sized, capacity * 3).cost);
   }
+}
+
+TEST_CASE("fidelity model: least squares per kind, the truncation stand-in, bad samples named", "[planner][cpu]") {
+  // Samples on a line through the origin recover its slope; kinds without samples keep the defaults.
+  const FidelityModel defaults;
+  const FidelityModel m =
+      FidelityModel::fit({{Loss::kTruncated, 0.01, 0.002}, {Loss::kTruncated, 0.1, 0.02}, {Loss::kBlind, 0.5, 0.01}});
+  CHECK(m.coefficient(Loss::kTruncated) == Approx(0.2));
+  CHECK(m.fitted(Loss::kTruncated));
+  CHECK(m.coefficient(Loss::kBlind) == Approx(0.02));
+  CHECK_FALSE(m.fitted(Loss::kKeep));
+  CHECK(m.coefficient(Loss::kKeep) == defaults.coefficient(Loss::kKeep));
+  CHECK(m.predict(Loss::kTruncated, 0.05, 0.5) == Approx(0.2 * 0.05 * 0.5));
+  CHECK(m.predict(Loss::kTruncated, 3.0, 2.0) == Approx(0.2));  // feature and weight clamped to [0, 1]
+  // The stand-in for an unknown residual: 1 at rank 0, 0 at full rank, falling fast between.
+  CHECK(truncation_stand_in(0, 32) == 1.0);
+  CHECK(truncation_stand_in(32, 32) == 0.0);
+  CHECK(truncation_stand_in(16, 32) == Approx(1.0 / 64));
+  CHECK(truncation_stand_in(8, 32) > truncation_stand_in(16, 32));
+  CHECK(truncation_stand_in(4, 0) == 0.0);
+  CHECK_THROWS_WITH(FidelityModel::fit({{Loss::kBlind, 1, 0.1}, {Loss::kStale, -1, 0.1}}),
+                    Contains("sample 1 (stale)"));
 }

@@ -309,6 +309,49 @@ TEST_CASE("truncation error: non-increasing in rank, equal to the tail singular 
   CHECK(at::equal(factorize(a, 4, o, "x").u, factorize(a, 4, o, "x").u));
 }
 
+TEST_CASE("a patch's residual is the share of the deficit's energy it leaves out", "[reuse][cpu][model]") {
+  const Model& m = stories();
+  const Item it = make_item(m, 9, 30, 24, 4);
+  // Measured directly: ‖Δ − (applied − canonical)‖² / ‖Δ‖² over every layer and tensor.
+  const auto measured = [&](const Patch& p) {
+    const Content applied = apply_patch(m, it.canonical, p);
+    double left = 0, total = 0;
+    for (std::size_t l = 0; l < it.delta.size(); ++l) {
+      for (const bool keys : {true, false}) {
+        const at::Tensor d = (keys ? it.delta[l].k : it.delta[l].v).to(at::kDouble);
+        const at::Tensor got =
+            ((keys ? applied[l].k : applied[l].v) - (keys ? it.canonical[l].k : it.canonical[l].v)).to(at::kDouble);
+        left += (d - got).square().sum().item<double>();
+        total += d.square().sum().item<double>();
+      }
+    }
+    return left / total;
+  };
+  double previous = 1.0 + 1e-9;
+  for (const int64_t r : {0, 1, 2, 4, 8, 16, 24}) {
+    INFO("rank " << r);
+    const Patch p = form_patch(m, it.delta, ranks(r));
+    CHECK(p.residual == Approx(measured(p)).margin(1e-5));
+    CHECK(p.residual <= previous);  // more rank never leaves more out
+    previous = p.residual;
+  }
+  CHECK(form_patch(m, it.delta, ranks(0)).residual == Approx(1.0));
+  CHECK(form_patch(m, it.delta, ranks(24)).residual == Approx(0.0).margin(1e-6));  // full rank: n = 24 < D
+  // A fast-falling spectrum: half the rank leaves far less than half the energy out (the reason the
+  // planner reads this and not the share of the rank).
+  CHECK(form_patch(m, it.delta, ranks(12)).residual < 0.25);
+  // Randomized factors and deep-only patches: the same measure (skipped layers count whole).
+  PatchOptions rnd = ranks(4, SvdMethod::kRandomized);
+  rnd.seed = 3;
+  const Patch pr = form_patch(m, it.delta, rnd);
+  CHECK(pr.residual == Approx(measured(pr)).margin(1e-5));
+  PatchOptions deep = ranks(8);
+  deep.first_layer = 3;
+  const Patch pd = form_patch(m, it.delta, deep);
+  CHECK(pd.residual == Approx(measured(pd)).margin(1e-5));
+  CHECK(pd.residual > form_patch(m, it.delta, ranks(8)).residual);
+}
+
 TEST_CASE("on model-sampled text the patch closes the blind-reuse gap, more with rank", "[reuse][cpu][model]") {
   const Model& m = stories();
   const std::vector<int64_t> rank_list{1, 2, 4, 8, 16, 32};

@@ -213,15 +213,23 @@ class StoredPatch final : public ServeAction {
       s.match = PatchMatch::kExact;
       s.patch_key = keys.exact;
       bool formed_exact = false;
+      double residual = -1;
       for (const PatchRecord& r : in.core.patches_of(in.chunk->ref.key)) {
-        if (r.key == keys.exact) formed_exact = r.exact;
+        if (r.key == keys.exact) {
+          formed_exact = r.exact;
+          residual = r.residual;
+        }
       }
       s.exact = keys.full_rank && formed_exact;
-      const int64_t full = std::min<int64_t>(in.length, in.core.config().content_k_shape().width());
       if (!s.exact) {
-        const double f = keys.full_rank ? 0.0
-                                        : 1.0 - static_cast<double>(std::min(keys.rank_k, keys.rank_v)) /
-                                                    static_cast<double>(std::max<int64_t>(full, 1));
+        // The share of the deficit's energy the stored factors leave out; unknown (a patch this engine
+        // did not form, or not formed yet): a stand-in from the share of the rank kept, erring high.
+        const int64_t full = std::min<int64_t>(in.length, in.core.config().content_k_shape().width());
+        const double f = residual >= 0 ? residual
+                         : keys.full_rank
+                             ? 0.0
+                             : planner::truncation_stand_in(static_cast<double>(std::min(keys.rank_k, keys.rank_v)),
+                                                            static_cast<double>(full));
         s.predicted_kl = in.fidelity.predict(planner::Loss::kTruncated, f, in.weight);
       }
       s.reason = "patch hit (exact context)";

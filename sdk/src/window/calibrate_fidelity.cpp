@@ -140,14 +140,14 @@ std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int
 
     // Blind: the canonical behind A.
     out.push_back({Loss::kBlind, share_b, bench.kl({A, B_A}, {A, canon_b}, query)});
-    // Truncated: a rank-4 patch of the exact deficit.
-    {
+    // Truncated: patches of the exact deficit at a few ranks; the feature is the share of the deficit's
+    // energy each leaves out (runtime::Patch::residual), as the planner reads it from a stored patch.
+    for (const int64_t rank : {1, 2, 4, 8, 16}) {
       runtime::PatchOptions po;
-      po.rank_k = po.rank_v = std::min<int64_t>(4, full);
+      po.rank_k = po.rank_v = std::min<int64_t>(rank, full);
       const runtime::Patch patch = runtime::form_patch(bench.model(), delta, po);
       Piece p{runtime::apply_patch(bench.model(), canon_b.kv, patch), b};
-      out.push_back({Loss::kTruncated, (1.0 - static_cast<double>(po.rank_k) / static_cast<double>(full)) * share_b,
-                     bench.kl({A, B_A}, {A, p}, query)});
+      out.push_back({Loss::kTruncated, patch.residual * share_b, bench.kl({A, B_A}, {A, p}, query)});
     }
     // First-k and CacheBlend over the canonical.
     {

@@ -384,6 +384,7 @@ void EngineCore::put_patch(const runtime::Patch& patch, const std::string& chunk
   store::PutOptions po;
   po.recompute_cost = static_cast<double>(patch.length);
   (void)store().put(record.key, store::patch_value(patch_to(patch, c10::Device(c10::kCPU))), po);
+  record.residual = patch.residual;
   catalog_add(chunk_key, std::move(record));
 }
 
@@ -401,6 +402,16 @@ void EngineCore::catalog_add(const std::string& chunk_key, PatchRecord record) {
     if (r.key == record.key) return;
   }
   list.push_back(std::move(record));
+}
+
+void EngineCore::catalog_set_residual(const std::string& chunk_key, const std::vector<std::string>& keys,
+                                      double residual) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = catalog_.find(chunk_key);
+  if (it == catalog_.end()) return;
+  for (PatchRecord& r : it->second) {
+    if (std::find(keys.begin(), keys.end(), r.key) != keys.end()) r.residual = residual;
+  }
 }
 
 std::vector<PatchRecord> EngineCore::patches_of(const std::string& chunk_key) const {
@@ -451,6 +462,7 @@ void EngineCore::run_patch_job(const PatchJob& job, bool critical) {
     opt.recompute_cost = static_cast<double>(patch.length);
     (void)store().put(k, store::patch_value(patch_to(patch, c10::Device(c10::kCPU))), opt);
   }
+  catalog_set_residual(job.chunk->ref.key, job.store_keys, patch.residual);
   Counters d;
   d.patches_formed = 1;
   if (!critical) {

@@ -57,6 +57,7 @@ struct PatchRecord {
   std::string variant;
   bool conditioned = false;  // whole conditioned KV (prefix-cache policy), not factors
   bool exact = false;        // full rank and formed over an exact context
+  double residual = -1;      // runtime::Patch::residual once formed (-1: not yet formed, or unknown)
 };
 
 struct Counters {
@@ -211,6 +212,8 @@ class EngineCore {
   void fill_embeddings(ChunkRecord& rec, const at::Tensor& emb, const at::Tensor& grid, const ChunkOptions& options,
                        const char* what) const;
   void catalog_add(const std::string& chunk_key, PatchRecord record);
+  // Records the residual of the patch now stored under `keys` (formed by a background job).
+  void catalog_set_residual(const std::string& chunk_key, const std::vector<std::string>& keys, double residual);
 
   EngineOptions options_;
   std::unique_ptr<runtime::Model> model_;

@@ -102,6 +102,11 @@ struct Patch {
   int64_t head_dim = 0;           //   widths are the content widths D_k, D_v above)
   std::vector<LowRank> k;         // one per layer
   std::vector<LowRank> v;
+  // The share of the deficit's energy the factors leave out: ‖Δ − U·Vᵀ‖²_F / ‖Δ‖²_F summed over every
+  // layer and tensor (layers without factors count whole), in [0, 1]; 0 for a zero deficit and -1 when
+  // unknown (a patch read from a store that did not record it). The planner predicts a truncated
+  // patch's fidelity loss from it (planner/fidelity_model.h).
+  double residual = -1;
   // Bytes of all factors at `bytes_per_value` (4 = float32, 2 = bf16 storage): Σ (n + D)·m.
   int64_t bytes(int64_t bytes_per_value = 4) const;
 };
@@ -119,9 +124,13 @@ int64_t content_bytes(const Content& content, int64_t bytes_per_value = 4);
 // close to it with the default oversampling and iterations.
 LowRank factorize(const at::Tensor& matrix, int64_t rank, const PatchOptions& options, const std::string& what);
 
-// Patch from a deficit: factorize() per layer ≥ first_layer and tensor with the per-layer rank. Throws on
-// a rank larger than min(n_B, D) (naming the layer and tensor, e.g. "layer 3 keys (K)", and the limit).
+// Patch from a deficit: factorize() per layer ≥ first_layer and tensor with the per-layer rank, and the
+// residual share it leaves. Throws on a rank larger than min(n_B, D) (naming the layer and tensor, e.g.
+// "layer 3 keys (K)", and the limit).
 Patch form_patch(const Model& model, const Content& delta, const PatchOptions& options);
+
+// Patch::residual of `patch` as factors of `delta` (same layer count; no shape check beyond that).
+double residual_share(const Content& delta, const Patch& patch);
 
 // canonical + U·Vᵀ per layer and tensor (one fused GEMM each). Where a layer/tensor has no factors the
 // result shares the canonical's tensor. Throws when the patch was formed for another model
@@ -176,7 +185,8 @@ struct SharedBasis {
 };
 SharedBasis fit_shared_basis(const Model& model, const std::vector<Content>& calibration_deltas,
                              const PatchOptions& options);
-// The patch's vt tensors share the basis's tensors (no copy); u = Δ·V is the chunk's own.
+// The patch's vt tensors share the basis's tensors (no copy); u = Δ·V is the chunk's own; its residual
+// is the energy of Δ outside the basis.
 Patch project_onto_basis(const Model& model, const Content& delta, const SharedBasis& basis);
 
 }  // namespace orbit::runtime
