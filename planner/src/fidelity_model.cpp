@@ -40,7 +40,7 @@ double truncation_stand_in(double rank, double full_rank) noexcept {
 
 FidelityModel::FidelityModel() {
   // KL per unit of f·w: what Engine::calibrate() fits on the bundled stories260K (3 seeds).
-  coef_ = {0.067, 0.026, 0.0079, 0.083, 0.11, 0.033, 0.026};
+  coef_ = {0.033, 0.026, 0.0079, 0.083, 0.11, 0.033, 0.026};
   fitted_.fill(false);
 }
 

@@ -123,13 +123,15 @@ std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int
   c10::InferenceMode guard;
   const runtime::ModelConfig& c = core.config();
   const int64_t limit = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
-  const int64_t a = std::min<int64_t>(24, limit / 8), b = std::min<int64_t>(32, limit / 8), q = 8;
+  const int64_t a = std::min<int64_t>(24, limit / 8), b = std::min<int64_t>(32, limit / 8), q = 8,
+                p = std::min<int64_t>(16, limit / 8);
   std::vector<FidelitySample> out;
   for (int seed = 0; seed < seeds; ++seed) {
     Bench bench(core, 1000 + static_cast<uint64_t>(seed));
     const auto ta = bench.tokens(a), tb = bench.tokens(b), tc = bench.tokens(b), tx = bench.tokens(a),
                ty = bench.tokens(a);
     const auto query = bench.tokens(q);
+    const auto tp = bench.tokens(p);
     const Piece A = bench.in_context(ta, {});
     const Piece canon_b = bench.in_context(tb, {});
     const Piece B_A = bench.in_context(tb, {A});
@@ -163,15 +165,22 @@ std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int
       out.push_back({Loss::kCacheBlend, (1.0 - static_cast<double>(r) / static_cast<double>(b)) * share_b,
                      bench.kl({A, B_A}, {A, cb}, query)});
     }
-    // Keep after a removal: [A, B, C] formed, A evicted; B and C kept as-is.
+    // Keep after a removal: [P, A, B, C] formed, A evicted; B and C kept as-is. P is what an agent's
+    // window starts with and keeps (a system prompt): removing the window's first tokens instead takes
+    // the attention sink every later token leans on, a far larger and rarer loss than the removals agents
+    // make.
     {
-      const Piece C_AB = bench.in_context(tc, {A, B_A});
-      const Piece C_B = bench.in_context(tc, {canon_b});
+      const Piece P = bench.in_context(tp, {});
+      const Piece A_P = bench.in_context(ta, {P});
+      const Piece B_PA = bench.in_context(tb, {P, A_P});
+      const Piece C_PAB = bench.in_context(tc, {P, A_P, B_PA});
+      const Piece B_P = bench.in_context(tb, {P});
+      const Piece C_PB = bench.in_context(tc, {P, B_P});
       // The planner's features for this window: a tokens removed right before B (gap 0) and b tokens
       // before C.
       const double feature = planner::keep_change(a, 0) * planner::recency_weight(b, 2 * b) +
                              planner::keep_change(a, b) * planner::recency_weight(b, b);
-      out.push_back({Loss::kKeep, feature, bench.kl({canon_b, C_B}, {B_A, C_AB}, query)});
+      out.push_back({Loss::kKeep, feature, bench.kl({P, B_P, C_PB}, {P, B_PA, C_PAB}, query)});
     }
     // Orbit: the patch formed behind [X, A] applied behind [A, X].
     {
