@@ -4,11 +4,14 @@ baselines (reprefill, prefix, blind), one `orbit replay` run per trace, written 
 
     /usr/bin/python3 bench/replay/tables.py [--orbit build/cli/orbit] [--model PATH] [--traces NAME|PATH,...]
                                             [--out bench/replay/TABLES.md] [--json-dir DIR] [--reuse]
+                                            [--sweep 0.001,0.003,0.01,0.03]
 
 Per trace and policy the table gives forward tokens (all, and on the critical path), the critical-path
 forward tokens as a ratio to the prefix cache's and to re-prefill's (the `reprefill` policy: every instance
 whose context changed is prefilled again), the critical-path wall time, mean KL(re-prefill || window) over
-the probe rows after each step, and mean top-1 agreement. The policies of one trace run side by side in one
+the probe rows after each step, and mean top-1 agreement. Above the per-trace tables: the agent-pattern
+traces under a sweep of per-step KL budgets (the default policy against its targets: bench/REPORT-agents.md,
+from bench/replay/agent_report.py). The policies of one trace run side by side in one
 process, each on its own engine, so time ratios compare like with like; absolute times depend on the
 machine. Every number is read from the replay JSON written next to the table (--json-dir); the command
 that produced the table and each replay command are at its top.
@@ -25,6 +28,10 @@ POLICIES = ["default", "patch:16", "patch:16:exact", "reprefill", "prefix", "bli
 TRACES = ["web", "video", "lookback", "agent", "story",
           "agent_browse", "agent_coding", "agent_videoqa", "agent_fanout", "agent_rag"]
 TRACE_DIR = "tests/data/traces"
+# The KL-budget sweep: the agent-pattern traces under patch:16 at each per-step budget (the default's among
+# them), so a reader sees the cost/fidelity frontier the default sits on.
+SWEEP_TRACES = ["agent_browse", "agent_coding", "agent_videoqa", "agent_fanout", "agent_rag"]
+SWEEP_BUDGETS = ["0.001", "0.003", "0.01", "0.03"]
 
 
 def trace_path(name):
@@ -98,6 +105,36 @@ def table(report, default_first=True):
     return md
 
 
+def parse_default_budget(reports):
+    """The default policy's budget as its name in a report says (patch:16:kl=0.003 -> 0.003), or 'n/a'."""
+    for _, report in reports:
+        name = report["policies"][0]["policy"]
+        if ":kl=" in name:
+            return name.split(":kl=")[1].split(":")[0]
+    return "n/a"
+
+
+def totals(report, policy):
+    for p in report["policies"]:
+        if p["policy"] == policy:
+            return p["totals"]
+    raise ValueError("replay report of '%s' has no '%s' policy" % (report["trace"], policy))
+
+
+def sweep_table(reports, budgets):
+    head = "| trace | " + " | ".join("`kl=%s`" % b for b in budgets) + " | `blind` |"
+    md = [head, "|---|" + "---|" * (len(budgets) + 1)]
+    for name, report in reports:
+        pre = totals(report, "prefix")["critical_forward_tokens"]
+        cells = []
+        for policy in ["patch:16:kl=%s" % b for b in budgets] + ["blind"]:
+            t = totals(report, policy)
+            cells.append("%s · %s · %s" % (fmt(ratio(t["critical_forward_tokens"], pre), "%.2f×"),
+                                           fmt(t["mean_kl"], "%.1e"), fmt(t["mean_top1"], "%.3f")))
+        md.append("| %s | %s |" % (name, " | ".join(cells)))
+    return md
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--orbit", default="build/cli/orbit", help="the orbit executable")
@@ -109,6 +146,8 @@ def main(argv=None):
     ap.add_argument("--out", default="bench/replay/TABLES.md", help="the Markdown file to write")
     ap.add_argument("--json-dir", default=None, help="where the replay reports go (default: tables-json/ beside --out)")
     ap.add_argument("--reuse", action="store_true", help="read a trace's replay JSON when it exists instead of replaying")
+    ap.add_argument("--sweep", default=",".join(SWEEP_BUDGETS),
+                    help="comma-separated per-step KL budgets replayed on the agent-pattern traces ('' skips)")
     a = ap.parse_args(argv)
 
     if not os.path.isfile(a.orbit) or not os.access(a.orbit, os.X_OK):
@@ -124,7 +163,7 @@ def main(argv=None):
     jdir = a.json_dir or os.path.join(os.path.dirname(a.out) or ".", "tables-json")
     os.makedirs(jdir, exist_ok=True)
 
-    sections, cmds = [], []
+    sections, cmds, agent_reports = [], [], []
     for name, path in traces:
         out = os.path.join(jdir, name + ".json")
         cmd = [a.orbit, "replay", path, "--model", a.model, "--policy", ",".join(policies), "--quiet", "--json", out]
@@ -136,6 +175,41 @@ def main(argv=None):
         sections += ["## %s" % name, "",
                      "`%s`: %d steps; model fingerprint %s…" % (path, report["steps"], report["fingerprint"][:16]), ""]
         sections += table(report, policies[0] == "default") + [""]
+        if name in SWEEP_TRACES and policies[0] == "default":
+            agent_reports.append((name, report))
+
+    budgets = [b for b in a.sweep.split(",") if b]
+    for b in budgets:
+        try:
+            if not float(b) > 0:
+                raise ValueError
+        except ValueError:
+            raise SystemExit("tables.py: --sweep: '%s' is not a KL budget > 0" % b)
+    sweep_reports = []
+    if budgets:
+        for name, path in traces:
+            if name not in SWEEP_TRACES:
+                continue
+            out = os.path.join(jdir, name + ".sweep.json")
+            sweep_policies = ["patch:16:kl=%s" % b for b in budgets]
+            cmd = [a.orbit, "replay", path, "--model", a.model, "--policy", ",".join(sweep_policies), "--quiet",
+                   "--json", out]
+            if not (a.reuse and os.path.exists(out)):
+                cmd = replay(a.orbit, a.model, path, sweep_policies, out)
+            cmds.append(" ".join(shlex.quote(c) for c in cmd))
+            with open(out) as f:
+                sweep_reports.append((name, json.load(f)))
+
+    front = []
+    if sweep_reports:
+        front += ["## The KL budget: cost against fidelity", "",
+                  "`patch:16` under each per-step KL budget (`:kl=X`; the default is `kl=%s`), and blind reuse: "
+                  "critical-path forward tokens × the prefix cache's · mean KL · top-1. A larger budget lets the "
+                  "planner keep more survivors and reuse more patches over changed contexts. The default policy "
+                  "against its targets: `bench/REPORT-agents.md`." % (
+                      parse_default_budget(agent_reports)), ""]
+        front += sweep_table(sweep_reports, budgets) + [""]
+    sections = front + sections
 
     command = "OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s /usr/bin/python3 bench/replay/tables.py %s" % (
         os.environ.get("OMP_NUM_THREADS", "1"), os.environ.get("OPENBLAS_NUM_THREADS", "1"),
