@@ -39,6 +39,7 @@ case "$mode" in
 esac
 
 step "Configuring $build (ORBIT_SANITIZE=$sanitize)"
+mkdir -p "$build"  # its configure log goes inside it, out of the source tree
 generator=()
 [ -f "$build/CMakeCache.txt" ] || generator=(-G Ninja)
 # -O1 -g1: optimized enough for the tests to run at a usable speed, quick to compile, line tables for the
@@ -46,7 +47,7 @@ generator=()
 cmake -S "$ORBIT_ROOT" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" \
   -DORBIT_SANITIZE="$sanitize" -DORBIT_WERROR=OFF -DORBIT_TESTS=ON \
   -DORBIT_CUDA=OFF -DORBIT_PYTHON=OFF -DORBIT_BENCH=OFF -DORBIT_SAMPLES=OFF -DORBIT_TOOLS=OFF -DORBIT_INSTALL=OFF \
-  >"$build.configure.log" 2>&1 || { cat "$build.configure.log" >&2; exit 1; }
+  >"$build/orbit-configure.log" 2>&1 || { cat "$build/orbit-configure.log" >&2; exit 1; }
 
 if [ "$mode" = thread ]; then
   mapfile -t tests < <(ctest --test-dir "$build" -N -L thread | sed -nE 's/^ *Test +#[0-9]+: +([A-Za-z0-9_]+)$/\1/p')
