@@ -18,7 +18,7 @@
 //   stale       f = the divergence of the stale patch's context from the current one
 //   truncated   f = the share of the deficit's energy the patch's factors leave out (runtime::Patch::
 //               residual, recorded when the patch is formed): an exact-context patch at less than full
-//               rank. A deficit's spectrum falls off fast, so rank 16 of 32 typically leaves 1e-3..3e-3
+//               rank. A deficit's spectrum falls off fast, so rank 16 of 32 typically leaves 9e-4..8e-3
 //               of it out, far less than half; where the residual is unknown (a patch formed by another
 //               process, or still queued) truncation_stand_in(rank share) below stands in for it
 //   first-k     f = 1 − k / n (tokens left canonical)
@@ -62,7 +62,7 @@ inline constexpr double kRecencyExponent = 3.0;
 double keep_change(double delta_tokens, double gap_tokens) noexcept;
 // The truncated feature of a patch whose residual is unknown: (1 − rank / full rank)^6. On the deficits
 // the calibration measures on stories260K it errs high up to three quarters of the full rank (rank 16 of
-// 32: 1.6e-2 against measured residuals of at most 3.1e-3) and may err low above (rank 24: 2.4e-4
+// 32: 1.6e-2 against measured residuals of at most 8e-3) and may err low above (rank 24: 2.4e-4
 // against up to 5e-4), where the loss is negligible either way.
 double truncation_stand_in(double rank, double full_rank) noexcept;
 
