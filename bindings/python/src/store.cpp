@@ -14,6 +14,13 @@ namespace {
 
 std::string dir_arg(const py::object& obj) { return py::str(py::module_::import("os").attr("fspath")(obj)); }
 
+// A summary's (kind name, number) pairs as a dict.
+py::dict kind_dict(const std::vector<std::pair<std::string, int64_t>>& pairs) {
+  py::dict d;
+  for (const auto& [k, v] : pairs) d[py::str(k)] = v;
+  return d;
+}
+
 template <typename R, typename F>
 R released(F&& f) {
   py::gil_scoped_release release;
@@ -61,20 +68,10 @@ void init_store(py::module_& m) {
       .def_readonly("pinned", &StoreSummary::pinned, "Pinned entries.")
       .def_readonly("marked_corrupt", &StoreSummary::marked_corrupt, "Entries marked corrupt.")
       .def_property_readonly(
-          "entries_by_kind",
-          [](const StoreSummary& s) {
-            py::dict d;
-            for (const auto& [k, v] : s.entries_by_kind) d[py::str(k)] = v;
-            return d;
-          },
+          "entries_by_kind", [](const StoreSummary& s) { return kind_dict(s.entries_by_kind); },
           "dict: kind name -> entries.")
       .def_property_readonly(
-          "bytes_by_kind",
-          [](const StoreSummary& s) {
-            py::dict d;
-            for (const auto& [k, v] : s.bytes_by_kind) d[py::str(k)] = v;
-            return d;
-          },
+          "bytes_by_kind", [](const StoreSummary& s) { return kind_dict(s.bytes_by_kind); },
           "dict: kind name -> blob bytes.")
       .def_readonly("unreferenced_blobs", &StoreSummary::unreferenced_blobs, "Blob files no row names.")
       .def_readonly("temp_files", &StoreSummary::temp_files, "Writes that never completed.")
