@@ -320,6 +320,28 @@ double residual_share(const Content& delta, const Patch& patch) {
   return std::clamp((t - k) / t, 0.0, 1.0);
 }
 
+double deficit_share(const Content& delta, const Content& conditioned) {
+  ORBIT_CHECK(delta.size() == conditioned.size(),
+              "deficit_share: delta has " << delta.size() << " layers, conditioned has " << conditioned.size());
+  at::Tensor num, den;
+  const auto add = [](at::Tensor& acc, const at::Tensor& t) {
+    const at::Tensor e = t.to(at::kDouble).square().sum();
+    acc = acc.defined() ? acc + e : e;
+  };
+  for (std::size_t l = 0; l < delta.size(); ++l) {
+    ORBIT_CHECK(delta[l].k.sizes() == conditioned[l].k.sizes() && delta[l].v.sizes() == conditioned[l].v.sizes(),
+                "deficit_share: layers[" << l << "] shapes of delta and conditioned differ");
+    add(num, delta[l].k);
+    add(num, delta[l].v);
+    add(den, conditioned[l].k);
+    add(den, conditioned[l].v);
+  }
+  if (!den.defined()) return 0.0;
+  const at::Tensor both = at::stack({num, den}).cpu();  // one sync
+  const double n = both[0].item<double>(), d = both[1].item<double>();
+  return d > 0 ? n / d : 0.0;
+}
+
 Content apply_patch(const Model& model, const Content& canonical_content, const Patch& patch) {
   const ModelConfig& c = model.config();
   ORBIT_CHECK(patch.model_fingerprint == model.fingerprint(), "apply_patch: patch was formed for model "

@@ -2,8 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 
 #include "orbit/common/error.h"
@@ -72,13 +74,31 @@ ValuePtr patch_value(const rt::Patch& patch) {
                                            {"num_kv_heads", std::to_string(patch.num_kv_heads)},
                                            {"head_dim", std::to_string(patch.head_dim)},
                                            {"num_layers", std::to_string(patch.k.size())}};
-  if (patch.residual >= 0) {
+  for (const auto& [name, x] :
+       {std::make_pair("residual", patch.residual), std::make_pair("sensitivity", patch.sensitivity)}) {
+    if (x < 0) continue;  // unknown: not recorded
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.9g", patch.residual);
-    attrs["residual"] = buf;
+    std::snprintf(buf, sizeof buf, "%.9g", x);
+    attrs[name] = buf;
   }
   return make_value(EntryKind::kPatch, std::move(tensors), std::move(attrs));
 }
+
+namespace {
+
+// A finite number attribute in [0, max] (`range` says so in errors), or -1 when absent; orbit::Error naming
+// the attribute otherwise.
+double optional_number(const StoredValue& value, const char* name, double max, const char* range) {
+  auto r = value.attrs.find(name);
+  if (r == value.attrs.end()) return -1;
+  char* end = nullptr;
+  const double x = std::strtod(r->second.c_str(), &end);
+  ORBIT_CHECK(end != r->second.c_str() && *end == '\0' && std::isfinite(x) && x >= 0 && x <= max,
+              "stored patch: attribute '" << name << "' = '" << r->second << "' is not a number in " << range);
+  return x;
+}
+
+}  // namespace
 
 rt::Patch patch_from_value(const StoredValue& value) {
   ORBIT_CHECK(value.kind == EntryKind::kPatch,
@@ -91,14 +111,9 @@ rt::Patch patch_from_value(const StoredValue& value) {
   patch.num_kv_heads = attr_int(value, "num_kv_heads");
   patch.head_dim = attr_int(value, "head_dim");
   const int64_t layers = attr_int(value, "num_layers");
-  // Optional: stores written before patches recorded their residual leave it unknown (-1).
-  if (auto r = value.attrs.find("residual"); r != value.attrs.end()) {
-    char* end = nullptr;
-    const double x = std::strtod(r->second.c_str(), &end);
-    ORBIT_CHECK(end != r->second.c_str() && *end == '\0' && x >= 0 && x <= 1,
-                "stored patch: attribute 'residual' = '" << r->second << "' is not a number in [0, 1]");
-    patch.residual = x;
-  }
+  // Optional: stores written before patches recorded their residual or sensitivity leave them unknown (-1).
+  patch.residual = optional_number(value, "residual", 1.0, "[0, 1]");
+  patch.sensitivity = optional_number(value, "sensitivity", std::numeric_limits<double>::max(), "[0, inf)");
   patch.k.resize(static_cast<size_t>(layers));
   patch.v.resize(static_cast<size_t>(layers));
   for (int64_t l = 0; l < layers; ++l) {

@@ -278,6 +278,61 @@ TEST_CASE("under the default budget a window reuses the rank-16 patch another fo
   CHECK(patched < unpatched / 4);
 }
 
+TEST_CASE("a chunk's predicted loss follows how much its KV depends on its context, once a patch measures it",
+          "[plan][budget]") {
+  // Story text that starts afresh ("Once upon a time...") leans on what precedes it far less than random
+  // ids do. Until a chunk's patch is formed its sensitivity is unknown and the fidelity model's reference
+  // stands in; once formed, the same keep after the same eviction is predicted by the measured one.
+  std::mt19937_64 rng(5);
+  EngineOptions o;
+  o.model = test::stories_path();
+  o.page_size = 4;
+  o.background = BackgroundMode::kDeferred;
+  auto engine = Engine::open(o);
+  const ChunkRef p = engine->add_text("You are a helper who reads stories and answers questions about them.");
+  const ChunkRef x = engine->add_text("Tom saw a big red ball in the park. He ran to get it.");
+  const ChunkRef story =
+      engine->add_text("Once upon a time, there was a little cat. The cat liked to play with a ball in the sun.");
+  const ChunkRef noise = engine->add_tokens(random_tokens(rng, story.length));
+  // Each window sees its chunks first (exact prefills; their patches queued), then plans evicting x under a
+  // budget that keeps every survivor.
+  struct Held {
+    Window w;
+    InstanceId x;
+    ChunkRef last;
+  };
+  const auto hold = [&](const ChunkRef& last) {
+    Window w = engine->new_window(WindowOptions{});
+    w.admit(p);
+    const InstanceId xi = w.admit(x).added.at(0);
+    w.admit(last);
+    w.set_policy(parse_policy("patch:16:kl=1"));
+    return Held{std::move(w), xi, last};
+  };
+  const auto kept_prediction = [](const Held& h) {
+    const Plan plan = h.w.plan_evict(h.x);
+    INFO(plan.describe());
+    for (const PlanStep& s : plan.steps) {
+      if (s.chunk.key == h.last.key) {
+        REQUIRE(s.action == StepAction::kKeep);
+        return s.predicted_kl;
+      }
+    }
+    FAIL("no step for the last chunk");
+    return 0.0;
+  };
+  const Held with_story = hold(story), with_noise = hold(noise);
+  REQUIRE(engine->stats().background_pending > 0);
+  const double story_before = kept_prediction(with_story), noise_before = kept_prediction(with_noise);
+  CHECK(story_before > 0);
+  CHECK(story_before == Approx(noise_before).epsilon(1e-9));  // same features, sensitivity unknown for both
+  engine->run_background();  // forms the patches: each measures its chunk's sensitivity
+  const double story_after = kept_prediction(with_story), noise_after = kept_prediction(with_noise);
+  CHECK(story_after > 0);
+  CHECK(story_after < story_before);       // below the reference: text that starts afresh
+  CHECK(story_after < noise_after / 1.5);  // random ids depend on their context more
+}
+
 TEST_CASE("background modes: deferred work waits for run_background, a read of a queued patch runs it",
           "[plan][background]") {
   std::mt19937_64 rng(13);

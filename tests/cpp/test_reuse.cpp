@@ -352,6 +352,27 @@ TEST_CASE("a patch's residual is the share of the deficit's energy it leaves out
   CHECK(pd.residual > form_patch(m, it.delta, ranks(8)).residual);
 }
 
+TEST_CASE("deficit_share is the deficit's energy over the conditioned KV's", "[reuse][cpu][model]") {
+  const Model& m = stories();
+  const Item it = make_item(m, 11, 30, 24, 4);
+  double num = 0, den = 0;
+  for (std::size_t l = 0; l < it.delta.size(); ++l) {
+    num += it.delta[l].k.to(at::kDouble).square().sum().item<double>() +
+           it.delta[l].v.to(at::kDouble).square().sum().item<double>();
+    den += it.conditioned[l].k.to(at::kDouble).square().sum().item<double>() +
+           it.conditioned[l].v.to(at::kDouble).square().sum().item<double>();
+  }
+  const double s = deficit_share(it.delta, it.conditioned);
+  CHECK(s > 0);
+  CHECK(s == Approx(num / den).epsilon(1e-9));
+  CHECK(deficit_share(deficit(it.canonical, it.canonical), it.canonical) == 0.0);  // no context, no deficit
+  Content fewer = it.conditioned;
+  fewer.pop_back();
+  CHECK_THROWS_WITH(deficit_share(it.delta, fewer), Contains("layers"));
+  // form_patch sees only the deficit: the sensitivity is left for its caller to set.
+  CHECK(form_patch(m, it.delta, ranks(4)).sensitivity == -1);
+}
+
 TEST_CASE("on model-sampled text the patch closes the blind-reuse gap, more with rank", "[reuse][cpu][model]") {
   const Model& m = stories();
   const std::vector<int64_t> rank_list{1, 2, 4, 8, 16, 32};

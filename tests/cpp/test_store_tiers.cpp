@@ -106,6 +106,16 @@ TEST_CASE("patches and arbitrary named tensors round-trip through host and disk"
   CHECK(back.length == patch.length);
   REQUIRE(patch.residual > 0);  // deep-only at rank 3 leaves part of the deficit out
   CHECK(back.residual == Approx(patch.residual).epsilon(1e-8));
+  CHECK(back.sensitivity == -1);  // not measured, not recorded
+  rt::Patch measured = patch;
+  measured.sensitivity = 0.0123;
+  const ValuePtr with_sensitivity = patch_value(measured);
+  CHECK(patch_from_value(*with_sensitivity).sensitivity == Approx(0.0123).epsilon(1e-8));
+  StoredValue bad = *with_sensitivity;
+  bad.attrs["sensitivity"] = "-2";
+  CHECK_THROWS_WITH(patch_from_value(bad), Contains("'sensitivity'") && Contains("[0, inf)"));
+  bad.attrs["sensitivity"] = "0.5x";
+  CHECK_THROWS_WITH(patch_from_value(bad), Contains("'sensitivity' = '0.5x'"));
   REQUIRE(back.k.size() == patch.k.size());
   for (size_t l = 0; l < patch.k.size(); ++l) {
     CHECK(back.k[l].rank() == patch.k[l].rank());

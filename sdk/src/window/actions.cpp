@@ -163,9 +163,9 @@ class Keep final : public ServeAction {
     // serving action left, and what the change of its context since then adds.
     s.predicted_kl = in.old->kl_per_weight * in.weight;
     if (in.reordered) {
-      s.predicted_kl += in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight);
+      s.predicted_kl += in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight, in.sensitivity);
     } else if (in.context_change > 0) {
-      s.predicted_kl += in.fidelity.predict(planner::Loss::kKeep, in.context_change, in.weight);
+      s.predicted_kl += in.fidelity.predict(planner::Loss::kKeep, in.context_change, in.weight, in.sensitivity);
     }
     return s;
   }
@@ -230,13 +230,13 @@ class StoredPatch final : public ServeAction {
                              ? 0.0
                              : planner::truncation_stand_in(static_cast<double>(std::min(keys.rank_k, keys.rank_v)),
                                                             static_cast<double>(full));
-        s.predicted_kl = in.fidelity.predict(planner::Loss::kTruncated, f, in.weight);
+        s.predicted_kl = in.fidelity.predict(planner::Loss::kTruncated, f, in.weight, in.sensitivity);
       }
       s.reason = "patch hit (exact context)";
     } else if (in.policy.use_orbit_patches && in.core.available(keys.orbit)) {
       s.match = PatchMatch::kOrbit;
       s.patch_key = keys.orbit;
-      s.predicted_kl = in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight);
+      s.predicted_kl = in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight, in.sensitivity);
       s.reason = "orbit patch hit (same antecedent set, other order)";
     } else if (in.policy.stale == StalePatch::kAccept) {
       double best = 2;
@@ -253,7 +253,7 @@ class StoredPatch final : public ServeAction {
       s.match = PatchMatch::kStale;
       s.patch_key = best_key;
       s.divergence = best;
-      s.predicted_kl = in.fidelity.predict(planner::Loss::kStale, best, in.weight);
+      s.predicted_kl = in.fidelity.predict(planner::Loss::kStale, best, in.weight, in.sensitivity);
       std::ostringstream why;
       why << "stale patch accepted (divergence " << best << " <= " << in.policy.max_divergence << ")";
       s.reason = why.str();
@@ -402,7 +402,7 @@ class Blind final : public ServeAction {
     if (in.is_turn || in.context->empty()) return std::nullopt;
     PlanStep s = base_step(id(), category());
     s.needs_canonical = true;
-    s.predicted_kl = in.fidelity.predict(planner::Loss::kBlind, 1.0, in.weight);
+    s.predicted_kl = in.fidelity.predict(planner::Loss::kBlind, 1.0, in.weight, in.sensitivity);
     s.reason = "blind (canonical relocated)";
     price_canonical(in, s);
     return s;
@@ -432,9 +432,9 @@ class Recompute : public ServeAction {
     s.recompute_tokens = count;
     s.forward_tokens = static_cast<double>(count) + probe;
     s.exact = count == n;
-    s.predicted_kl =
-        s.exact ? 0.0
-                : in.fidelity.predict(loss(), 1.0 - static_cast<double>(count) / static_cast<double>(n), in.weight);
+    s.predicted_kl = s.exact ? 0.0
+                             : in.fidelity.predict(loss(), 1.0 - static_cast<double>(count) / static_cast<double>(n),
+                                                   in.weight, in.sensitivity);
     s.reason = "recompute " + std::to_string(count) + " of " + std::to_string(n) + " tokens";
     price_canonical(in, s);
     return s;

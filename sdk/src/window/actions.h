@@ -71,6 +71,7 @@ struct PlanInput {
   std::size_t prefix = 0;                             // leading turns of that context (fixed under reorder)
   double weight = 0;                                  // recency_weight: length / tokens from its start to the end
   double context_change = 0;                          // old: keep_change of its drift since formed (fidelity_model.h)
+  double sensitivity = -1;                            // chunks: its patches' sensitivity (-1: unknown, turns)
   bool reordered = false;                             // old: the same antecedents as formed on, in another order
   bool moved = false;                                 // old: its position changes
   int64_t kv_per_token = 0;

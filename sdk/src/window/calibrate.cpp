@@ -10,6 +10,7 @@
 #include <random>
 
 #include "orbit/common/error.h"
+#include "window/calibrate_fidelity.h"
 #include "window/engine_core.h"
 
 namespace orbit::detail {
@@ -36,9 +37,6 @@ std::vector<int64_t> tokens(std::mt19937_64& rng, int64_t n, int64_t vocab) {
 }
 
 }  // namespace
-
-std::vector<planner::FidelitySample> measure_fidelity_samples(const EngineCore& core,
-                                                              int seeds);  // calibrate_fidelity.cpp
 
 planner::CostModel EngineCore::cost_model() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -136,13 +134,13 @@ CalibrationReport EngineCore::calibrate() {
   }
 
   planner::CostModel fitted = planner::CostModel::fit(samples);
-  const std::vector<planner::FidelitySample> deficits = measure_fidelity_samples(*this, 3);
-  const planner::FidelityModel fidelity = planner::FidelityModel::fit(deficits);
+  const FidelityCalibration deficits = measure_fidelity_samples(*this, 3);
+  const planner::FidelityModel fidelity = planner::FidelityModel::fit(deficits.samples, deficits.reference_sensitivity);
   CalibrationReport report;
   report.samples = static_cast<int64_t>(samples.size());
   report.cost_model = fitted.describe();
   if (remote_measured) report.remote_bytes_per_s = fitted.coefficients().transfer_remote_bytes_per_s;
-  report.fidelity_samples = static_cast<int64_t>(deficits.size());
+  report.fidelity_samples = static_cast<int64_t>(deficits.samples.size());
   report.fidelity_model = fidelity.describe();
   {
     std::lock_guard<std::mutex> lock(mu_);

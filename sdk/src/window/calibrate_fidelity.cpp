@@ -6,10 +6,12 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 
 #include "orbit/planner/fidelity_model.h"
 #include "orbit/runtime/fidelity.h"
 #include "orbit/runtime/repair.h"
+#include "window/calibrate_fidelity.h"
 #include "window/engine_core.h"
 #include "window/window_state.h"
 
@@ -119,13 +121,23 @@ class Bench {
 
 }  // namespace
 
-std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int seeds) {
+FidelityCalibration measure_fidelity_samples(const EngineCore& core, int seeds) {
   c10::InferenceMode guard;
   const runtime::ModelConfig& c = core.config();
   const int64_t limit = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
   const int64_t a = std::min<int64_t>(24, limit / 8), b = std::min<int64_t>(32, limit / 8), q = 8,
                 p = std::min<int64_t>(16, limit / 8);
-  std::vector<FidelitySample> out;
+  // Each sample's feature terms (f·w of one instance, and that instance's sensitivity), scaled once the
+  // reference sensitivity (their geometric mean) is known.
+  struct Raw {
+    Loss kind;
+    std::vector<std::pair<double, double>> terms;
+    double kl;
+  };
+  std::vector<Raw> out;
+  const auto sens = [](const Piece& conditioned, const Piece& canonical) {
+    return runtime::deficit_share(runtime::deficit(conditioned.kv, canonical.kv), conditioned.kv);
+  };
   for (int seed = 0; seed < seeds; ++seed) {
     Bench bench(core, 1000 + static_cast<uint64_t>(seed));
     const auto ta = bench.tokens(a), tb = bench.tokens(b), tc = bench.tokens(b), tx = bench.tokens(a),
@@ -138,10 +150,11 @@ std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int
     // B is the window's last instance in each arm below: its recency weight is 1 (fidelity_model.h).
     const double share_b = planner::recency_weight(b, b);
     const runtime::Content delta = runtime::deficit(B_A.kv, canon_b.kv);
+    const double s_b = runtime::deficit_share(delta, B_A.kv);
     const int64_t full = std::min(b, c.content_k_shape().width());
 
     // Blind: the canonical behind A.
-    out.push_back({Loss::kBlind, share_b, bench.kl({A, B_A}, {A, canon_b}, query)});
+    out.push_back({Loss::kBlind, {{share_b, s_b}}, bench.kl({A, B_A}, {A, canon_b}, query)});
     // Truncated: patches of the exact deficit at a few ranks; the feature is the share of the deficit's
     // energy each leaves out (runtime::Patch::residual), as the planner reads it from a stored patch.
     for (const int64_t rank : {1, 2, 4, 8, 16}) {
@@ -149,7 +162,7 @@ std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int
       po.rank_k = po.rank_v = std::min<int64_t>(rank, full);
       const runtime::Patch patch = runtime::form_patch(bench.model(), delta, po);
       Piece p{runtime::apply_patch(bench.model(), canon_b.kv, patch), b};
-      out.push_back({Loss::kTruncated, patch.residual * share_b, bench.kl({A, B_A}, {A, p}, query)});
+      out.push_back({Loss::kTruncated, {{patch.residual * share_b, s_b}}, bench.kl({A, B_A}, {A, p}, query)});
     }
     // First-k and CacheBlend over the canonical.
     {
@@ -157,12 +170,14 @@ std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int
       const runtime::PastKV ctx = bench.past({A});
       const int64_t k = std::min<int64_t>(8, b);
       Piece p{runtime::recompute_tokens(bench.model(), in, ctx, canon_b.kv, at::arange(k, at::kLong)), b};
-      out.push_back({Loss::kFirstK, (1.0 - static_cast<double>(k) / static_cast<double>(b)) * share_b,
+      out.push_back({Loss::kFirstK,
+                     {{(1.0 - static_cast<double>(k) / static_cast<double>(b)) * share_b, s_b}},
                      bench.kl({A, B_A}, {A, p}, query)});
       const int64_t r = static_cast<int64_t>(std::ceil(0.15 * static_cast<double>(b)));
       const at::Tensor idx = runtime::cacheblend_select(bench.model(), in, ctx, canon_b.kv, r);
       Piece cb{runtime::recompute_tokens(bench.model(), in, ctx, canon_b.kv, idx), b};
-      out.push_back({Loss::kCacheBlend, (1.0 - static_cast<double>(r) / static_cast<double>(b)) * share_b,
+      out.push_back({Loss::kCacheBlend,
+                     {{(1.0 - static_cast<double>(r) / static_cast<double>(b)) * share_b, s_b}},
                      bench.kl({A, B_A}, {A, cb}, query)});
     }
     // Keep after a removal: [P, A, B, C] formed, A evicted; B and C kept as-is. P is what an agent's
@@ -178,9 +193,11 @@ std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int
       const Piece C_PB = bench.in_context(tc, {P, B_P});
       // The planner's features for this window: a tokens removed right before B (gap 0) and b tokens
       // before C.
-      const double feature = planner::keep_change(a, 0) * planner::recency_weight(b, 2 * b) +
-                             planner::keep_change(a, b) * planner::recency_weight(b, b);
-      out.push_back({Loss::kKeep, feature, bench.kl({P, B_P, C_PB}, {P, B_PA, C_PAB}, query)});
+      const Piece canon_c = bench.in_context(tc, {});
+      out.push_back({Loss::kKeep,
+                     {{planner::keep_change(a, 0) * planner::recency_weight(b, 2 * b), sens(B_PA, canon_b)},
+                      {planner::keep_change(a, b) * planner::recency_weight(b, b), sens(C_PAB, canon_c)}},
+                     bench.kl({P, B_P, C_PB}, {P, B_PA, C_PAB}, query)});
     }
     // Orbit: the patch formed behind [X, A] applied behind [A, X].
     {
@@ -194,16 +211,35 @@ std::vector<FidelitySample> measure_fidelity_samples(const EngineCore& core, int
       po.rank_k = po.rank_v = full;
       const runtime::Patch patch = runtime::form_patch(bench.model(), runtime::deficit(B_XA.kv, canon_b.kv), po);
       Piece p{runtime::apply_patch(bench.model(), canon_b.kv, patch), b};
-      out.push_back({Loss::kOrbit, share, bench.kl({A, X_A, B_AX}, {A, X_A, p}, query)});
+      out.push_back({Loss::kOrbit, {{share, sens(B_XA, canon_b)}}, bench.kl({A, X_A, B_AX}, {A, X_A, p}, query)});
       // Stale: the patch formed behind [A, X] applied behind [A, Y] (divergence 2a / 3a).
       const Piece Y_A = bench.in_context(ty, {A});
       const Piece B_AY = bench.in_context(tb, {A, Y_A});
       const runtime::Patch stale = runtime::form_patch(bench.model(), runtime::deficit(B_AX.kv, canon_b.kv), po);
       Piece s{runtime::apply_patch(bench.model(), canon_b.kv, stale), b};
-      out.push_back({Loss::kStale, (2.0 / 3.0) * share, bench.kl({A, Y_A, B_AY}, {A, Y_A, s}, query)});
+      out.push_back(
+          {Loss::kStale, {{(2.0 / 3.0) * share, sens(B_AX, canon_b)}}, bench.kl({A, Y_A, B_AY}, {A, Y_A, s}, query)});
     }
   }
-  return out;
+  double log_sum = 0;
+  int n = 0;
+  for (const Raw& r : out) {
+    for (const auto& [f, s] : r.terms) {
+      if (s > 0) {
+        log_sum += std::log(s);
+        ++n;
+      }
+    }
+  }
+  FidelityCalibration result;
+  result.reference_sensitivity = n > 0 ? std::exp(log_sum / n) : 0.0;
+  const planner::FidelityModel scale = planner::FidelityModel::fit({}, result.reference_sensitivity);
+  for (const Raw& r : out) {
+    double feature = 0;
+    for (const auto& [f, s] : r.terms) feature += f * scale.sensitivity_factor(s);
+    result.samples.push_back({r.kind, feature, r.kl});
+  }
+  return result;
 }
 
 }  // namespace orbit::detail

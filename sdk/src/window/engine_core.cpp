@@ -380,14 +380,6 @@ std::optional<runtime::Content> EngineCore::get_conditioned(const std::string& k
   return content_to_model(model(), store::content_from_value(*hit.value()));
 }
 
-void EngineCore::put_patch(const runtime::Patch& patch, const std::string& chunk_key, PatchRecord record) {
-  store::PutOptions po;
-  po.recompute_cost = static_cast<double>(patch.length);
-  (void)store().put(record.key, store::patch_value(patch_to(patch, c10::Device(c10::kCPU))), po);
-  record.residual = patch.residual;
-  catalog_add(chunk_key, std::move(record));
-}
-
 void EngineCore::put_conditioned(const runtime::Content& content, const std::string& chunk_key, PatchRecord record) {
   const store::PutOptions po =
       kv_put_options(content.empty() ? 1.0 : static_cast<double>(content.front().k.size(0)), false);
@@ -404,14 +396,32 @@ void EngineCore::catalog_add(const std::string& chunk_key, PatchRecord record) {
   list.push_back(std::move(record));
 }
 
-void EngineCore::catalog_set_residual(const std::string& chunk_key, const std::vector<std::string>& keys,
-                                      double residual) {
+void EngineCore::catalog_set_formed(const std::string& chunk_key, const std::vector<std::string>& keys,
+                                    const runtime::Patch& patch) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = catalog_.find(chunk_key);
   if (it == catalog_.end()) return;
   for (PatchRecord& r : it->second) {
-    if (std::find(keys.begin(), keys.end(), r.key) != keys.end()) r.residual = residual;
+    if (std::find(keys.begin(), keys.end(), r.key) != keys.end()) {
+      r.residual = patch.residual;
+      r.sensitivity = patch.sensitivity;
+    }
   }
+}
+
+double EngineCore::chunk_sensitivity(const std::string& chunk_key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = catalog_.find(chunk_key);
+  if (it == catalog_.end()) return -1;
+  double sum = 0;
+  int n = 0;
+  for (const PatchRecord& r : it->second) {
+    if (r.sensitivity >= 0) {
+      sum += r.sensitivity;
+      ++n;
+    }
+  }
+  return n > 0 ? sum / n : -1;
 }
 
 std::vector<PatchRecord> EngineCore::patches_of(const std::string& chunk_key) const {
@@ -456,13 +466,14 @@ void EngineCore::run_patch_job(const PatchJob& job, bool critical) {
   po.rank_k = job.rank_k;
   po.rank_v = job.rank_v;
   if (job.deep_only) po.first_layer = runtime::choose_first_layer(delta, job.deep_energy);
-  const runtime::Patch patch = runtime::form_patch(model(), delta, po);
+  runtime::Patch patch = runtime::form_patch(model(), delta, po);
+  patch.sensitivity = runtime::deficit_share(delta, job.conditioned);
   for (const std::string& k : job.store_keys) {
     store::PutOptions opt;
     opt.recompute_cost = static_cast<double>(patch.length);
     (void)store().put(k, store::patch_value(patch_to(patch, c10::Device(c10::kCPU))), opt);
   }
-  catalog_set_residual(job.chunk->ref.key, job.store_keys, patch.residual);
+  catalog_set_formed(job.chunk->ref.key, job.store_keys, patch);
   Counters d;
   d.patches_formed = 1;
   if (!critical) {

@@ -58,6 +58,7 @@ struct PatchRecord {
   bool conditioned = false;  // whole conditioned KV (prefix-cache policy), not factors
   bool exact = false;        // full rank and formed over an exact context
   double residual = -1;      // runtime::Patch::residual once formed (-1: not yet formed, or unknown)
+  double sensitivity = -1;   // runtime::Patch::sensitivity once formed (-1: not yet formed, or unknown)
 };
 
 struct Counters {
@@ -144,9 +145,11 @@ class EngineCore {
   bool available(const std::string& store_key) const;
   std::optional<runtime::Patch> get_patch(const std::string& key);
   std::optional<runtime::Content> get_conditioned(const std::string& key);
-  void put_patch(const runtime::Patch& patch, const std::string& chunk_key, PatchRecord record);
   void put_conditioned(const runtime::Content& content, const std::string& chunk_key, PatchRecord record);
   std::vector<PatchRecord> patches_of(const std::string& chunk_key) const;
+  // The mean runtime::Patch::sensitivity over the chunk's patches this engine has formed; -1 when none
+  // has been formed yet (the planner then predicts from the fidelity model's reference).
+  double chunk_sensitivity(const std::string& chunk_key) const;
   // Queues `job` (BackgroundMode decides when it runs); its catalog records are added now.
   void queue_patch(PatchJob job);
   BackgroundQueue& background() { return *background_; }
@@ -212,8 +215,9 @@ class EngineCore {
   void fill_embeddings(ChunkRecord& rec, const at::Tensor& emb, const at::Tensor& grid, const ChunkOptions& options,
                        const char* what) const;
   void catalog_add(const std::string& chunk_key, PatchRecord record);
-  // Records the residual of the patch now stored under `keys` (formed by a background job).
-  void catalog_set_residual(const std::string& chunk_key, const std::vector<std::string>& keys, double residual);
+  // Records the residual and sensitivity of the patch now stored under `keys` (formed by a background job).
+  void catalog_set_formed(const std::string& chunk_key, const std::vector<std::string>& keys,
+                          const runtime::Patch& patch);
 
   EngineOptions options_;
   std::unique_ptr<runtime::Model> model_;

@@ -30,6 +30,7 @@ struct SlotInfo {
   bool keys_same = false;            // old: the same antecedent keys, in order, as when formed
   double change = 0;                 // old: divergence of its antecedent keys from those it was formed on
   double drift = 0;                  // old: tokens removed/inserted before it, accumulated
+  double sensitivity = -1;           // chunks: EngineCore::chunk_sensitivity (-1: none formed yet, turns)
   std::vector<PlanStep> candidates;  // budget: every applicable action, cheapest first
   std::size_t chosen = 0;
 };
@@ -217,6 +218,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     si.chunk = si.old != nullptr ? si.old->chunk : sl.chunk;
     si.is_turn = si.old != nullptr ? si.old->is_turn : sl.is_turn;
     si.turn_tokens = si.old != nullptr ? &si.old->turn_tokens : &sl.turn_tokens;
+    if (si.chunk != nullptr && !si.is_turn) si.sensitivity = core.chunk_sensitivity(si.chunk->ref.key);
     if (si.old != nullptr) {
       si.key = &si.old->key;
     } else if (si.is_turn) {
@@ -301,6 +303,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     in.prefix = prefix;
     in.weight = weights[i];
     in.context_change = si.change;
+    in.sensitivity = si.sensitivity;
     in.reordered = si.old != nullptr && !si.keys_same && si.drift == 0;
     in.moved = si.moved;
     in.kv_per_token = kv_per_token;

@@ -24,7 +24,15 @@
 //   first-k     f = 1 − k / n (tokens left canonical)
 //   cacheblend  f = 1 − r (tokens left canonical, after the deviation-ranked selection)
 //
-//   predicted KL = coefficient[kind] · f · w
+//   predicted KL = coefficient[kind] · f · w · (s / s_ref)^0.4
+//
+// s is the chunk's sensitivity (runtime::Patch::sensitivity: ‖Δ‖² / ‖conditioned KV‖² of a patch formed
+// for it, known once one is): how much its KV depends on what precedes it at all. s_ref is the
+// calibration chunks' (geometric mean). On stories260K text that starts afresh (each chunk opening "Once
+// upon a time...") has s ~1e-3 and, at the same features, loses 3x to 9x less when kept or served blind
+// than text that continues its context (s ~1e-2); uniform random ids have s ~3e-2. Per chunk, s explains
+// far less: the exponent 0.4 is the fit of log KL on log s across those three kinds of content, and the
+// factor is clamped to [1/8, 8]. Turns, and chunks no patch has been formed for yet, use factor 1.
 //
 // A kept instance's prediction is recomputed from its current f and w at every plan (never accumulated
 // from the previous plan's), plus what its own serving action left (coefficient · f of that action, per
@@ -66,8 +74,11 @@ double keep_change(double delta_tokens, double gap_tokens) noexcept;
 // against up to 5e-4), where the loss is negligible either way.
 double truncation_stand_in(double rank, double full_rank) noexcept;
 
+inline constexpr double kSensitivityExponent = 0.4;
+
 // One measurement: serving some instances approximately by `kind` gave next-token KL `kl`, and the
-// features summed over those instances (Σ f·s) were `feature`.
+// features summed over those instances (Σ f·w·(s/s_ref)^0.4, the sensitivity factor taken against the
+// reference the samples are fitted with) were `feature`.
 struct FidelitySample {
   Loss kind = Loss::kKeep;
   double feature = 0;
@@ -78,18 +89,25 @@ class FidelityModel {
  public:
   FidelityModel();  // the defaults
   // Least squares through the origin per kind over `samples` (kinds without a sample with feature > 0
-  // keep the default). Throws orbit::Error naming the sample index on a negative or non-finite field.
-  static FidelityModel fit(const std::vector<FidelitySample>& samples);
+  // keep the default), with `reference_sensitivity` the s_ref the samples' features were scaled against
+  // (> 0; <= 0 keeps the default). Throws orbit::Error naming the sample index on a negative or
+  // non-finite field.
+  static FidelityModel fit(const std::vector<FidelitySample>& samples, double reference_sensitivity = 0);
 
   double coefficient(Loss kind) const { return coef_[static_cast<std::size_t>(kind)]; }
   bool fitted(Loss kind) const { return fitted_[static_cast<std::size_t>(kind)]; }
-  // coefficient(kind) · feature · share, with feature and share clamped to [0, 1].
-  double predict(Loss kind, double feature, double share) const;
-  std::string describe() const;  // "keep 3.1e-02 (fitted), blind 8.0e-02 (default), ..."
+  double reference_sensitivity() const { return reference_sensitivity_; }
+  // (sensitivity / reference)^kSensitivityExponent clamped to [1/8, 8]; 1 when sensitivity < 0 (unknown).
+  double sensitivity_factor(double sensitivity) const;
+  // coefficient(kind) · feature · share · sensitivity_factor(sensitivity), with feature and share clamped
+  // to [0, 1].
+  double predict(Loss kind, double feature, double share, double sensitivity = -1) const;
+  std::string describe() const;  // "keep 3.1e-02 (fitted), blind 8.0e-02 (default), ..., s_ref 1.2e-02"
 
  private:
   std::array<double, kLossKinds> coef_{};
   std::array<bool, kLossKinds> fitted_{};
+  double reference_sensitivity_ = 0;
 };
 
 }  // namespace orbit::planner
