@@ -198,7 +198,8 @@ def main():
                                  for k in notes[0][5]))
         for g in ("agent", "unseen", "old") if any(n[0] == g for n in notes)) + ".", "",
            "The fidelity model (planner/fidelity_model.h) predicts a window's KL from per-instance features "
-           "(recency weight, the local change of a kept instance's context, the serving action's loss); "
+           "(recency weight, the local change of a kept instance's context, the serving action's loss, and "
+           "the chunk's sensitivity to its context, measured when its patch is formed); "
            "the pred/meas column is its geometric-mean bias over the steps that lose fidelity, the miss "
            "factor how far a single step's prediction typically is. A bias > 1 means the budget spends "
            "tokens on repairs the measurement shows were not needed."]
