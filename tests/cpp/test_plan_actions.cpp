@@ -333,6 +333,39 @@ TEST_CASE("a chunk's predicted loss follows how much its KV depends on its conte
   CHECK(story_after < noise_after / 1.5);  // random ids depend on their context more
 }
 
+TEST_CASE("an engine learns a chunk's sensitivity from a stored patch another engine formed", "[plan][budget][store]") {
+  test::TempDir dir;
+  const std::string system = "You are a helper who reads stories and answers questions about them.";
+  const std::string text = "Once upon a time, there was a little cat. The cat liked to play with a ball in the sun.";
+  {
+    auto first = open_stories(dir / "store");
+    Window w = first->new_window(WindowOptions{});
+    w.admit(first->add_text(system));
+    w.admit(first->add_text(text));  // first sight: exact prefill, its patch formed in the background
+    first->run_background();
+    first->close();
+  }
+  auto engine = open_stories(dir / "store");
+  const ChunkRef p = engine->add_text(system), story = engine->add_text(text);
+  // Serving the story behind p from the stored patch: predicted from the truncation stand-in, scaled by
+  // the chunk's sensitivity once the engine has read the patch that recorded it.
+  const auto patch_prediction = [&] {
+    Window w = engine->new_window(WindowOptions{});
+    w.admit(p);
+    const Plan plan = w.plan_admit(story);
+    INFO(plan.describe());
+    REQUIRE(plan.steps.back().action == StepAction::kApplyPatch);
+    const double kl = plan.steps.back().predicted_kl;
+    w.apply(plan).value();
+    return kl;
+  };
+  const double unknown = patch_prediction(), learnt = patch_prediction();
+  CHECK(unknown > 0);
+  CHECK(learnt > 0);
+  CHECK(learnt < unknown * 0.8);                // a story that starts afresh: below the reference sensitivity
+  CHECK(patch_prediction() == Approx(learnt));  // read again: the same value, not counted twice
+}
+
 TEST_CASE("background modes: deferred work waits for run_background, a read of a queued patch runs it",
           "[plan][background]") {
   std::mt19937_64 rng(13);

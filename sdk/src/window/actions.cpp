@@ -267,6 +267,7 @@ class StoredPatch final : public ServeAction {
     const runtime::Content canonical = canonical_for(in, out);
     std::optional<runtime::Patch> patch = in.core.get_patch(step.patch_key);
     if (patch.has_value()) {
+      in.core.note_read_patch(in.chunk->ref.key, step.patch_key, *patch);
       out.content = runtime::apply_patch(in.core.model(), canonical, *patch);
       out.bytes_moved += patch->bytes();
       ++out.patch_hits;

@@ -411,17 +411,35 @@ void EngineCore::catalog_set_formed(const std::string& chunk_key, const std::vec
 
 double EngineCore::chunk_sensitivity(const std::string& chunk_key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = catalog_.find(chunk_key);
-  if (it == catalog_.end()) return -1;
   double sum = 0;
   int n = 0;
-  for (const PatchRecord& r : it->second) {
-    if (r.sensitivity >= 0) {
-      sum += r.sensitivity;
+  if (auto it = catalog_.find(chunk_key); it != catalog_.end()) {
+    for (const PatchRecord& r : it->second) {
+      if (r.sensitivity >= 0) {
+        sum += r.sensitivity;
+        ++n;
+      }
+    }
+  }
+  if (auto it = read_sensitivity_.find(chunk_key); it != read_sensitivity_.end()) {
+    for (const auto& [key, s] : it->second) {
+      sum += s;
       ++n;
     }
   }
   return n > 0 ? sum / n : -1;
+}
+
+void EngineCore::note_read_patch(const std::string& chunk_key, const std::string& patch_key,
+                                 const runtime::Patch& patch) {
+  if (patch.sensitivity < 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = catalog_.find(chunk_key); it != catalog_.end()) {
+    for (const PatchRecord& r : it->second) {
+      if (r.key == patch_key && r.sensitivity >= 0) return;  // formed here: counted once, from the catalog
+    }
+  }
+  read_sensitivity_[chunk_key][patch_key] = patch.sensitivity;
 }
 
 std::vector<PatchRecord> EngineCore::patches_of(const std::string& chunk_key) const {

@@ -147,9 +147,12 @@ class EngineCore {
   std::optional<runtime::Content> get_conditioned(const std::string& key);
   void put_conditioned(const runtime::Content& content, const std::string& chunk_key, PatchRecord record);
   std::vector<PatchRecord> patches_of(const std::string& chunk_key) const;
-  // The mean runtime::Patch::sensitivity over the chunk's patches this engine has formed; -1 when none
-  // has been formed yet (the planner then predicts from the fidelity model's reference).
+  // The mean runtime::Patch::sensitivity over the chunk's patches this engine has formed or read from
+  // the store; -1 when it knows none (the planner then predicts from the fidelity model's reference).
   double chunk_sensitivity(const std::string& chunk_key) const;
+  // Remembers the sensitivity of a patch read from the store (formed by another process, or before this
+  // engine opened the store); no-op when the patch did not record one.
+  void note_read_patch(const std::string& chunk_key, const std::string& patch_key, const runtime::Patch& patch);
   // Queues `job` (BackgroundMode decides when it runs); its catalog records are added now.
   void queue_patch(PatchJob job);
   BackgroundQueue& background() { return *background_; }
@@ -230,6 +233,8 @@ class EngineCore {
   std::unordered_map<std::string, std::unique_ptr<ChunkRecord>> chunks_;
   std::vector<std::string> chunk_order_;
   std::unordered_map<std::string, std::vector<PatchRecord>> catalog_;
+  // chunk key -> patch key -> sensitivity, for patches read from the store that the catalog does not hold.
+  std::unordered_map<std::string, std::unordered_map<std::string, double>> read_sensitivity_;
   std::unordered_map<std::string, int64_t> turn_lengths_;
   Counters counters_;
   planner::CostModel cost_model_;
