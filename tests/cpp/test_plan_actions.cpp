@@ -24,6 +24,15 @@ std::shared_ptr<Engine> open_stories(const std::string& store_dir = "") {
   return Engine::open(o);
 }
 
+// Background work waits for Engine::run_background().
+std::shared_ptr<Engine> open_deferred() {
+  EngineOptions o;
+  o.model = test::stories_path();
+  o.page_size = 4;
+  o.background = BackgroundMode::kDeferred;
+  return Engine::open(o);
+}
+
 std::vector<int64_t> random_tokens(std::mt19937_64& rng, int64_t n) {
   std::uniform_int_distribution<int64_t> d(3, 511);
   std::vector<int64_t> t(static_cast<std::size_t>(n));
@@ -284,11 +293,7 @@ TEST_CASE("a chunk's predicted loss follows how much its KV depends on its conte
   // ids do. Until a chunk's patch is formed its sensitivity is unknown and the fidelity model's reference
   // stands in; once formed, the same keep after the same eviction is predicted by the measured one.
   std::mt19937_64 rng(5);
-  EngineOptions o;
-  o.model = test::stories_path();
-  o.page_size = 4;
-  o.background = BackgroundMode::kDeferred;
-  auto engine = Engine::open(o);
+  auto engine = open_deferred();
   const ChunkRef p = engine->add_text("You are a helper who reads stories and answers questions about them.");
   const ChunkRef x = engine->add_text("Tom saw a big red ball in the park. He ran to get it.");
   const ChunkRef story =
@@ -369,11 +374,7 @@ TEST_CASE("an engine learns a chunk's sensitivity from a stored patch another en
 TEST_CASE("background modes: deferred work waits for run_background, a read of a queued patch runs it",
           "[plan][background]") {
   std::mt19937_64 rng(13);
-  EngineOptions o;
-  o.model = test::stories_path();
-  o.page_size = 4;
-  o.background = BackgroundMode::kDeferred;
-  auto engine = Engine::open(o);
+  auto engine = open_deferred();
   const ChunkRef a = engine->add_tokens(random_tokens(rng, 16)), b = engine->add_tokens(random_tokens(rng, 16));
   Window w = engine->new_window(with_policy("patch:full"));
   w.admit(a);
