@@ -314,28 +314,33 @@ TEST_CASE("a chunk's predicted loss follows how much its KV depends on its conte
     w.set_policy(parse_policy("patch:16:kl=1"));
     return Held{std::move(w), xi, last};
   };
-  const auto kept_prediction = [](const Held& h) {
+  const auto kept_step = [](const Held& h) {
     const Plan plan = h.w.plan_evict(h.x);
     INFO(plan.describe());
     for (const PlanStep& s : plan.steps) {
       if (s.chunk.key == h.last.key) {
         REQUIRE(s.action == StepAction::kKeep);
-        return s.predicted_kl;
+        return s;
       }
     }
     FAIL("no step for the last chunk");
-    return 0.0;
+    return PlanStep{};
   };
+  const auto kept_prediction = [&](const Held& h) { return kept_step(h).predicted_kl; };
   const Held with_story = hold(story), with_noise = hold(noise);
   REQUIRE(engine->stats().background_pending > 0);
   const double story_before = kept_prediction(with_story), noise_before = kept_prediction(with_noise);
   CHECK(story_before > 0);
   CHECK(story_before == Approx(noise_before).epsilon(1e-9));  // same features, sensitivity unknown for both
+  CHECK(kept_step(with_story).sensitivity == -1);
   engine->run_background();  // forms the patches: each measures its chunk's sensitivity
   const double story_after = kept_prediction(with_story), noise_after = kept_prediction(with_noise);
   CHECK(story_after > 0);
   CHECK(story_after < story_before);       // below the reference: text that starts afresh
   CHECK(story_after < noise_after / 1.5);  // random ids depend on their context more
+  CHECK(kept_step(with_story).sensitivity > 0);
+  CHECK(kept_step(with_story).sensitivity < kept_step(with_noise).sensitivity);
+  CHECK_THAT(with_story.w.plan_evict(with_story.x).describe(), Catch::Contains("(sensitivity "));
 }
 
 TEST_CASE("an engine learns a chunk's sensitivity from a stored patch another engine formed", "[plan][budget][store]") {

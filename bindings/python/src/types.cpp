@@ -152,6 +152,12 @@ void init_types(py::module_& m) {
       .def_readonly("forward_tokens", &PlanStep::forward_tokens, "Token-forwards this step costs.")
       .def_readonly("bytes_moved", &PlanStep::bytes_moved, "Bytes read from the store for this step.")
       .def_readonly("exact", &PlanStep::exact, "This instance's KV equals a re-prefill after the plan.")
+      .def_readonly("how", &PlanStep::how, "The serving action's id ('keep', 'stored-patch', 'form', 'blind', ...).")
+      .def_readonly("predicted_kl", &PlanStep::predicted_kl,
+                    "The fidelity model's next-token KL vs a re-prefill this instance carries after the step.")
+      .def_readonly("sensitivity", &PlanStep::sensitivity,
+                    "The chunk's measured sensitivity the prediction was scaled by; -1 when unknown (turns,\n"
+                    "chunks no patch has measured yet).")
       .def_readonly("reason", &PlanStep::reason, "Why this action.")
       .def("__repr__", [](const PlanStep& s) {
         std::ostringstream o;

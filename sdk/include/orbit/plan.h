@@ -76,6 +76,9 @@ struct PlanStep {
   bool background_patch = false;                // the patch (canonical + SVD) is formed in the background
   double predicted_kl = 0;                      // the fidelity model's next-token KL vs a re-prefill this instance
                                                 // carries after the step (0 for exact actions)
+  double sensitivity = -1;       // chunks: the measured sensitivity predicted_kl was scaled by (runtime::
+                                 // Patch::sensitivity of its formed patches; planner/fidelity_model.h); -1
+                                 // for turns and chunks no patch has measured yet (the model's reference)
   double kl_per_weight = 0;      // of predicted_kl, the serving action's own loss per unit recency weight
                                  // (the instance carries it; later plans rescale it by its weight then)
   double drift_tokens = 0;       // kKeep: tokens removed or inserted before it since its KV was formed

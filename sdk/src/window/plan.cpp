@@ -74,6 +74,7 @@ std::string Plan::describe() const {
       out << ", +" << s.background_tokens << " fwd & SVD in background";
     if (s.action != StepAction::kEvict) {
       out << std::scientific << std::setprecision(1) << ", est " << s.estimated_seconds << " s, KL~" << s.predicted_kl;
+      if (s.sensitivity >= 0 && s.predicted_kl > 0) out << " (sensitivity " << s.sensitivity << ")";
     }
     if (!s.reason.empty()) out << " — " << s.reason;
     out << "\n";

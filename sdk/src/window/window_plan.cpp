@@ -474,6 +474,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     } else {
       s.chunk = si.chunk->ref;
     }
+    s.sensitivity = si.sensitivity;
     s.kl_per_weight =
         s.action == StepAction::kKeep ? si.old->kl_per_weight : (weights[i] > 0 ? s.predicted_kl / weights[i] : 0.0);
     if (s.action == StepAction::kKeep) {
