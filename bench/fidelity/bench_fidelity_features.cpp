@@ -17,6 +17,7 @@
 //          here and checked against the runtime's logits);
 //   keep_all  every survivor kept at once: KL and the default model's predicted sum.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
@@ -115,19 +116,9 @@ class Lab {
       }
       rt::ForwardOptions fo;
       fo.logits = rt::LogitsMode::kLast;
-      const at::Tensor p = at::softmax(m_.forward(input(t, 0), nullptr, fo).logits.reshape({-1}).to(at::kDouble), 0);
-      const double u = std::uniform_real_distribution<double>(0, 1)(rng);
-      const double* pr = p.data_ptr<double>();
-      double acc = 0;
-      int64_t pick = vocab - 1;
-      for (int64_t j = 0; j < vocab; ++j) {
-        acc += pr[j];
-        if (u < acc) {
-          pick = j;
-          break;
-        }
-      }
-      t.push_back(pick);
+      const at::Tensor p = at::softmax(m_.forward(input(t, 0), nullptr, fo).logits.reshape({-1}), 0);
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(rng());
+      t.push_back(at::multinomial(p, 1, false, gen).item<int64_t>());
     }
     return t;
   }

@@ -29,13 +29,13 @@
 // s is the chunk's sensitivity (runtime::Patch::sensitivity: ‖Δ‖² / ‖conditioned KV‖² of a patch formed
 // for it, known once one is): how much its KV depends on what precedes it at all. s_ref is the
 // calibration chunks' (geometric mean). On stories260K (bench/fidelity/README.md) the agent traces'
-// documents, which start afresh ("Once upon a time..."), have s ~1e-3 and at the same features lose 2x to
-// 12x less when kept, 3x to 15x less when served blind, than text sampled from the model (s ~1e-2, which
-// continues its context); uniform random ids have s ~3e-2. Per chunk, s explains far less. The exponent
-// 0.4 lies between the slopes of log(KL / feature) on log s measured there (blind 0.34, keep 0.73); with
-// 0.7 the default policy keeps survivors of agent_coding's file edits it should not, and that trace's mean
-// KL rises to 2.8e-3. The factor is clamped to [1/8, 8]; turns, and chunks no patch has been formed for
-// yet, use factor 1.
+// documents, which start afresh ("Once upon a time..."), have s ~1e-3; text sampled from the model, which
+// continues its context, ~1e-2; uniform random ids ~3e-2. At the same features the documents lose up to 8x
+// less when kept and 2x to 12x less when served blind than those. Per chunk, s explains far less. The
+// exponent 0.4 lies between the slopes of log(KL / feature) on log s measured there (blind 0.29, keep
+// 0.69); with 0.7 the default policy keeps survivors of agent_coding's file edits it should not, and that
+// trace's mean KL rises to 2.8e-3. The factor is clamped to [1/8, 8]; turns, and chunks no patch has been
+// formed for yet, use factor 1.
 //
 // A kept instance's prediction is recomputed from its current f and w at every plan (never accumulated
 // from the previous plan's), plus what its own serving action left (coefficient · f of that action, per
