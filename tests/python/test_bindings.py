@@ -281,29 +281,6 @@ def test_full_rank_patches_reconditioned_equal_reference(orbit, engine):
     assert window_error(w, [1, 2, 3]) <= 5e-4
 
 
-def test_plan_steps_show_the_predicted_kl_and_the_sensitivity_behind_it(orbit, stories260k_path):
-    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, background="deferred") as e:
-        p = e.add_text("You are a helper who reads stories and answers questions about them.")
-        x = e.add_text("Tom saw a big red ball in the park. He ran to get it.")
-        story = e.add_text("Once upon a time, there was a little cat. The cat liked to play with a ball in the sun.")
-        w = e.new_window()  # the default policy: first sights are exact prefills, patches queued
-        w.admit(p)
-        xi = w.admit(x).added[0]
-        w.admit(story)
-        w.policy = "patch:16:kl=1"  # a budget that keeps every survivor
-
-        def kept_story():
-            (step,) = [s for s in w.plan_evict(xi) if s.chunk == story]
-            assert step.action == orbit.StepAction.keep and step.how == "keep"
-            return step
-
-        before = kept_story()
-        assert before.predicted_kl > 0 and before.sensitivity == -1  # no patch has measured it yet
-        e.run_background()
-        after = kept_story()
-        assert 0 < after.sensitivity < 0.01 and 0 < after.predicted_kl < before.predicted_kl
-
-
 def test_a_stale_plan_or_another_windows_plan_is_refused(orbit, engine):
     rng = random.Random(2)
     a, b = make_chunks(engine, rng, 2)
