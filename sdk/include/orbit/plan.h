@@ -78,7 +78,8 @@ struct PlanStep {
                                                 // carries after the step (0 for exact actions)
   double sensitivity = -1;       // chunks: the measured sensitivity predicted_kl was scaled by (runtime::
                                  // Patch::sensitivity of its formed patches; planner/fidelity_model.h); -1
-                                 // for turns and chunks no patch has measured yet (the model's reference)
+                                 // for turns, chunks no patch has measured yet (the model's reference) and
+                                 // instances whose context did not change (they carry kl_per_weight)
   double kl_per_weight = 0;      // of predicted_kl, the serving action's own loss per unit recency weight
                                  // (the instance carries it; later plans rescale it by its weight then)
   double drift_tokens = 0;       // kKeep: tokens removed or inserted before it since its KV was formed

@@ -407,27 +407,22 @@ void EngineCore::catalog_set_formed(const std::string& chunk_key, const std::vec
       r.sensitivity = patch.sensitivity;
     }
   }
+  // One formation, however many keys it is stored under.
+  if (patch.sensitivity >= 0 && !keys.empty()) record_sensitivity(chunk_key, keys.front(), patch.sensitivity);
+}
+
+void EngineCore::record_sensitivity(const std::string& chunk_key, const std::string& patch_key, double s) {
+  Sensitivity& rec = sensitivity_[chunk_key];
+  rec.by_patch[patch_key] = s;
+  double sum = 0;
+  for (const auto& [key, x] : rec.by_patch) sum += x;
+  rec.mean = sum / static_cast<double>(rec.by_patch.size());
 }
 
 double EngineCore::chunk_sensitivity(const std::string& chunk_key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  double sum = 0;
-  int n = 0;
-  if (auto it = catalog_.find(chunk_key); it != catalog_.end()) {
-    for (const PatchRecord& r : it->second) {
-      if (r.sensitivity >= 0) {
-        sum += r.sensitivity;
-        ++n;
-      }
-    }
-  }
-  if (auto it = read_sensitivity_.find(chunk_key); it != read_sensitivity_.end()) {
-    for (const auto& [key, s] : it->second) {
-      sum += s;
-      ++n;
-    }
-  }
-  return n > 0 ? sum / n : -1;
+  auto it = sensitivity_.find(chunk_key);
+  return it == sensitivity_.end() ? -1 : it->second.mean;
 }
 
 void EngineCore::note_read_patch(const std::string& chunk_key, const std::string& patch_key,
@@ -436,10 +431,10 @@ void EngineCore::note_read_patch(const std::string& chunk_key, const std::string
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = catalog_.find(chunk_key); it != catalog_.end()) {
     for (const PatchRecord& r : it->second) {
-      if (r.key == patch_key && r.sensitivity >= 0) return;  // formed here: counted once, from the catalog
+      if (r.key == patch_key && r.sensitivity >= 0) return;  // formed here: counted once, when formed
     }
   }
-  read_sensitivity_[chunk_key][patch_key] = patch.sensitivity;
+  record_sensitivity(chunk_key, patch_key, patch.sensitivity);
 }
 
 std::vector<PatchRecord> EngineCore::patches_of(const std::string& chunk_key) const {

@@ -221,6 +221,8 @@ class EngineCore {
   // Records the residual and sensitivity of the patch now stored under `keys` (formed by a background job).
   void catalog_set_formed(const std::string& chunk_key, const std::vector<std::string>& keys,
                           const runtime::Patch& patch);
+  // Adds a patch's sensitivity to its chunk's mean (mu_ held).
+  void record_sensitivity(const std::string& chunk_key, const std::string& patch_key, double sensitivity);
 
   EngineOptions options_;
   std::unique_ptr<runtime::Model> model_;
@@ -233,8 +235,13 @@ class EngineCore {
   std::unordered_map<std::string, std::unique_ptr<ChunkRecord>> chunks_;
   std::vector<std::string> chunk_order_;
   std::unordered_map<std::string, std::vector<PatchRecord>> catalog_;
-  // chunk key -> patch key -> sensitivity, for patches read from the store that the catalog does not hold.
-  std::unordered_map<std::string, std::unordered_map<std::string, double>> read_sensitivity_;
+  // Per chunk key: the sensitivity of each patch formed here or read from the store (by patch key), and
+  // their mean, kept current so that planning reads it with one lookup.
+  struct Sensitivity {
+    std::unordered_map<std::string, double> by_patch;
+    double mean = -1;
+  };
+  std::unordered_map<std::string, Sensitivity> sensitivity_;
   std::unordered_map<std::string, int64_t> turn_lengths_;
   Counters counters_;
   planner::CostModel cost_model_;

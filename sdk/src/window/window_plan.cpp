@@ -218,7 +218,6 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     si.chunk = si.old != nullptr ? si.old->chunk : sl.chunk;
     si.is_turn = si.old != nullptr ? si.old->is_turn : sl.is_turn;
     si.turn_tokens = si.old != nullptr ? &si.old->turn_tokens : &sl.turn_tokens;
-    if (si.chunk != nullptr && !si.is_turn) si.sensitivity = core.chunk_sensitivity(si.chunk->ref.key);
     if (si.old != nullptr) {
       si.key = &si.old->key;
     } else if (si.is_turn) {
@@ -256,6 +255,11 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       } else {
         inserted += si.length;
         change_at = si.position + si.extent;
+      }
+      // Read only where a prediction may use it: new instances and those whose context changed (an
+      // unchanged one carries what its serving action left).
+      if (si.chunk != nullptr && !si.is_turn && (si.old == nullptr || !si.keys_same)) {
+        si.sensitivity = core.chunk_sensitivity(si.chunk->ref.key);
       }
       keys_hash = context_hash(keys_hash, *si.key, 0);
     }
