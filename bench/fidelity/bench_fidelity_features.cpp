@@ -8,10 +8,12 @@
 // Per seed and kind of content (uniform random ids; text sampled from the model; and for each trace the
 // trace's own texts: its first turn as the system prompt P, its chunks as documents, its probe as the
 // query), a window [P, D0 .. D4] is prefilled exactly, then:
-//   blind  each document's canonical in place of its KV (one at a time): KL, recency weight w, and the
-//          document's sensitivity s = ‖Δ‖²/‖KV‖² (runtime::deficit_share);
+//   blind  each document's canonical in place of its KV (one at a time): KL, recency weight w, the
+//          document's sensitivity s = ‖Δ‖²/‖KV‖² (runtime::deficit_share), its context KL ckl (the mean
+//          KL between its own rows' next-token distributions in the window and alone) and the attention
+//          mass the query gives it;
 //   keep   each of D0..D3 evicted in turn, and each survivor after it kept as-is while the others are
-//          prefilled again: KL, the planner's keep feature f = keep_change(removed, gap) and w, s, the
+//          prefilled again: KL, the planner's keep feature f = keep_change(removed, gap) and w, s, ckl, the
 //          survivor's true KV change (relative, all rows), the change of its first 1/4/8 rows, and the
 //          attention mass the query's rows give it (mean over layers and heads, from a forward written out
 //          here and checked against the runtime's logits);
@@ -94,6 +96,14 @@ class Lab {
       out.kv = m_.forward(input(t, tokens_of(ps)), &ctx, fo).content;
     }
     return out;
+  }
+  // Next-token logits of every row of `t` prefilled after `ps`.
+  at::Tensor row_logits(const Tokens& t, const std::vector<Piece>& ps) const {
+    rt::ForwardOptions fo;
+    fo.logits = rt::LogitsMode::kAll;
+    if (ps.empty()) return m_.forward(input(t, 0), nullptr, fo).logits;
+    const rt::PastKV ctx = past(ps);
+    return m_.forward(input(t, tokens_of(ps)), &ctx, fo).logits;
   }
   std::vector<Piece> prefill_all(const std::vector<Tokens>& ts) const {
     std::vector<Piece> w;
@@ -219,6 +229,15 @@ class Run {
     std::vector<double> sens(win.size(), 0.0);
     for (std::size_t i = 1; i < win.size(); ++i) sens[i] = sensitivity(lab_, win[i], ts[i]);
     const at::Tensor exact0 = lab_.probe(win, c.query);
+    const auto [logits0, mass0] = lab_.attention_mass(win, c.query);
+    check_manual(logits0, exact0);
+    // Each document's context KL: how far its own next-token predictions move between its place in the
+    // window and alone (mean KL over its rows).
+    std::vector<double> ckl(win.size(), 0.0);
+    for (std::size_t i = 1; i < win.size(); ++i) {
+      const std::vector<Piece> before(win.begin(), win.begin() + static_cast<std::ptrdiff_t>(i));
+      ckl[i] = rt::mean_kl(lab_.row_logits(ts[i], before), lab_.row_logits(ts[i], {}));
+    }
     const int64_t total = Lab::tokens_of(win);
     int64_t start = win[0].len;
     for (std::size_t i = 1; i < win.size(); ++i) {
@@ -231,6 +250,8 @@ class Run {
             {"len", win[i].len},
             {"w", planner::recency_weight(win[i].len, total - start)},
             {"sens", sens[i]},
+            {"ckl", ckl[i]},
+            {"mass", mass_of(mass0, win, i)},
             {"kl", rt::mean_kl(exact0, lab_.probe(w, c.query))}});
       start += win[i].len;
     }
@@ -268,6 +289,7 @@ class Run {
                 {"f", f},
                 {"w", wt},
                 {"sens", sens[i]},
+                {"ckl", ckl[i]},
                 {"change", relative_change(kept[k].kv, exact[k].kv)},
                 {"c1", relative_change(kept[k].kv, exact[k].kv, 1)},
                 {"c4", relative_change(kept[k].kv, exact[k].kv, 4)},

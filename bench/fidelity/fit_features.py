@@ -7,7 +7,7 @@ loss of an instance kept as-is (or served blind), by kind of content.
 For each group of content (the traces' texts; random ids and model-sampled text) and candidate feature x,
 the spread of log(KL / x) over the measurements: the factor a prediction c·x with the best single c
 typically misses by is exp(spread). Also the least-squares coefficient through the origin (as
-FidelityModel::fit computes it) per kind of content, the mean sensitivity, and the default model's bias on
+FidelityModel::fit computes it) per kind of content, the mean sensitivity and context KL, and the default model's bias on
 whole windows (every survivor kept at once): the geometric mean of predicted / measured.
 """
 import argparse
@@ -20,12 +20,20 @@ import numpy as np
 FEATURES = {
     "f*w (the planner's keep feature)": lambda r: r["f"] * r["w"],
     "f*w*s^0.4 (with the sensitivity factor)": lambda r: r["f"] * r["w"] * r["sens"] ** 0.4,
+    "f*w*ckl (the survivor's context KL)": lambda r: r["f"] * r["w"] * r["ckl"],
     "f*mass (attention mass for w)": lambda r: r["f"] * r["mass"],
     "change*w (the true KV change: an oracle)": lambda r: r["change"] * r["w"],
     "change*mass (oracle)": lambda r: r["change"] * r["mass"],
     "c1*w (first row's change)": lambda r: r["c1"] * r["w"],
     "c4*w (first 4 rows' change)": lambda r: r["c4"] * r["w"],
     "c8*w (first 8 rows' change)": lambda r: r["c8"] * r["w"],
+}
+BLIND_FEATURES = {
+    "w (the planner's blind feature)": lambda r: r["w"],
+    "w*s^0.4 (with the sensitivity factor)": lambda r: r["w"] * r["sens"] ** 0.4,
+    "w*ckl (the document's context KL)": lambda r: r["w"] * r["ckl"],
+    "mass (the query's attention to it)": lambda r: r["mass"],
+    "mass*ckl": lambda r: r["mass"] * r["ckl"],
 }
 
 
@@ -52,23 +60,25 @@ def main():
     blind = [r for r in rows if r["kind"] == "blind"]
     groups = [("trace texts", lambda r: r["content"] not in ("random", "sampled")),
               ("random + sampled", lambda r: r["content"] in ("random", "sampled"))]
-    print("keep: spread of log(KL / feature) (sd; the typical miss is exp of it)")
-    print(f"  {'feature':44s}" + "".join(f"{g:>20s}" for g, _ in groups))
-    for name, feature in FEATURES.items():
-        cells = []
-        for _, member in groups:
-            sel = [r for r in keep if member(r)]
-            cells.append(f"{spread(sel, feature):.2f} (n {len(sel)})" if sel else "-")
-        print(f"  {name:44s}" + "".join(f"{c:>20s}" for c in cells))
-    print("\nthe sensitivity exponent: slope of log(KL / feature) on log(s), every kind of content together")
+    for title, sel_all, features in (("keep", keep, FEATURES), ("blind", blind, BLIND_FEATURES)):
+        print(f"{title}: spread of log(KL / feature) (sd; the typical miss is exp of it)")
+        print(f"  {'feature':44s}" + "".join(f"{g:>20s}" for g, _ in groups))
+        for name, feature in features.items():
+            cells = []
+            for _, member in groups:
+                sel = [r for r in sel_all if member(r)]
+                cells.append(f"{spread(sel, feature):.2f} (n {len(sel)})" if sel else "-")
+            print(f"  {name:44s}" + "".join(f"{c:>20s}" for c in cells))
+        print()
+    print("the exponents: slope of log(KL / feature) on log(s) and on log(ckl), every kind of content together")
     for name, sel, feature in (("keep (f*w)", keep, lambda r: r["f"] * r["w"]), ("blind (w)", blind, lambda r: r["w"])):
         y = np.log(np.maximum([r["kl"] for r in sel], 1e-12)) - np.log(np.maximum([feature(r) for r in sel], 1e-15))
-        x = np.log([r["sens"] for r in sel])
-        slope = float(np.polyfit(x, y, 1)[0])
-        print(f"  {name:12s} slope {slope:.2f} (n {len(sel)})")
+        slopes = [float(np.polyfit(np.log(np.maximum([r[key] for r in sel], 1e-12)), y, 1)[0]) for key in ("sens", "ckl")]
+        print(f"  {name:12s} on s {slopes[0]:.2f}, on ckl {slopes[1]:.2f} (n {len(sel)})")
     print("\nper kind of content: least-squares coefficient through the origin, mean sensitivity, and the")
     print("default model's bias on whole windows (geometric mean of predicted / measured, all survivors kept)")
-    print(f"  {'content':16s}{'keep coef (f*w)':>17s}{'blind coef (w)':>16s}{'mean s':>10s}{'window bias':>13s}")
+    print(f"  {'content':16s}{'keep coef (f*w)':>17s}{'blind coef (w)':>16s}{'mean s':>10s}{'mean ckl':>10s}"
+          f"{'window bias':>13s}")
     for content in sorted({r["content"] for r in rows}):
         k = [r for r in keep if r["content"] == content]
         b = [r for r in blind if r["content"] == content]
@@ -81,7 +91,7 @@ def main():
 
         bias = math.exp(np.mean([math.log(r["predicted"] / r["kl"]) for r in whole])) if whole else math.nan
         print(f"  {content:16s}{coef(k, lambda r: r['f'] * r['w']):17.4f}{coef(b, lambda r: r['w']):16.4f}"
-              f"{np.mean([r['sens'] for r in b]):10.2e}{bias:13.2f}")
+              f"{np.mean([r['sens'] for r in b]):10.2e}{np.mean([r['ckl'] for r in b]):10.3f}{bias:13.2f}")
 
 
 if __name__ == "__main__":
