@@ -32,7 +32,7 @@ namespace {
 const char* kReplayUsage =
     "usage: orbit replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--no-fidelity]\n"
     "                    [--patch-capacity BYTES] [--page-size N] [--device D] [--dtype T] [--calibrate] [--quiet]\n"
-    "                    [--host-budget BYTES] [--eviction lru|cost-aware] [--device-tier BYTES]\n"
+    "                    [--host-budget BYTES] [--eviction lru|cost-aware] [--device-tier BYTES] [--repeat N]\n"
     "  Replays a window-operation trace (orbit-trace/1) under each policy and the baselines (reprefill, prefix,\n"
     "  blind), each on its own engine: per step forward tokens, milliseconds and KL vs. re-prefill; totals,\n"
     "  ratios and the offline bound of the policy's patch demands.\n"
@@ -50,6 +50,8 @@ const char* kReplayUsage =
     "  --host-budget BYTES      the store's host tier in every replay engine (default 1 GiB): where patches live\n"
     "  --eviction POLICY        the store's eviction policy: lru (default) or cost-aware (recompute saved per byte)\n"
     "  --device-tier BYTES      a device tier of canonicals in GPU memory (default 0 = none; needs --device cuda)\n"
+    "  --repeat N               replay every policy N times, interleaved, and report each step's fastest time\n"
+    "                           (wall time is noisy; tokens and KL come from the first round; default 1)\n"
     "  --quiet                  no progress on stderr\n";
 
 std::vector<std::string> split_commas(const std::string& text) {
@@ -198,8 +200,8 @@ int run_replay(int argc, char** argv, int first) {
   std::string trace_path;
   if (first < argc && argv[first][0] != '-') trace_path = argv[first++];
   const Args args("replay",
-                  ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--page-size", "--trace", "--device",
-                           "--dtype", "--host-budget", "--eviction", "--device-tier"},
+                  ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--repeat", "--page-size", "--trace",
+                           "--device", "--dtype", "--host-budget", "--eviction", "--device-tier"},
                           {"--explain", "--no-fidelity", "--quiet", "--calibrate"},
                           kReplayUsage},
                   argc, argv, first);
@@ -231,6 +233,9 @@ int run_replay(int argc, char** argv, int first) {
   o.fidelity = !args.flag("--no-fidelity");
   o.patch_capacity_bytes = args.get_int("--patch-capacity", 0);
   ORBIT_CHECK(o.patch_capacity_bytes >= 0, "replay: argument '--patch-capacity' must be >= 0");
+  const int64_t repeat = args.get_int("--repeat", 1);
+  ORBIT_CHECK(repeat >= 1 && repeat <= 100, "replay: argument '--repeat' must be in [1, 100], got " << repeat);
+  o.timing_repeats = static_cast<int>(repeat);
   const std::optional<std::string> json_out = args.get("--json");
   const bool quiet = args.flag("--quiet");
   const bool tty = ::isatty(STDERR_FILENO) != 0;

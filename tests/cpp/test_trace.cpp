@@ -144,6 +144,42 @@ TEST_CASE("look-backs reuse stored patches: the second recall of the same contex
   CHECK(p.steps[27].full_prefill_tokens == static_cast<double>(p.steps[27].window_tokens));
 }
 
+TEST_CASE("timing repeats keep each step's fastest time and the first round's tokens and fidelity", "[trace][replay]") {
+  const Trace t = load_trace(trace_path("lookback.json"));
+  ReplayOptions once = stories_options({"patch:16"});
+  once.baselines = false;
+  const ReplayReport a = replay(t, once);
+  ReplayOptions thrice = once;
+  thrice.timing_repeats = 3;
+  std::vector<std::size_t> seen;  // policy index per progress call
+  thrice.progress = [&seen](std::size_t p, std::size_t, std::size_t step, std::size_t, const std::string&) {
+    if (step == 0) seen.push_back(p);
+  };
+  const ReplayReport b = replay(t, thrice);
+  CHECK(seen.size() == 3);  // three rounds of the one policy
+  const PolicyReplay& x = a.policies.at(0);
+  const PolicyReplay& y = b.policies.at(0);
+  REQUIRE(y.steps.size() == x.steps.size());
+  double critical = 0;
+  for (std::size_t i = 0; i < y.steps.size(); ++i) {
+    const StepResult& s = y.steps[i];
+    CHECK(s.critical_forward_tokens == x.steps[i].critical_forward_tokens);
+    CHECK(s.background_forward_tokens == x.steps[i].background_forward_tokens);
+    CHECK(s.fidelity.has_value() == x.steps[i].fidelity.has_value());
+    if (s.fidelity) CHECK(s.fidelity->kl == Approx(x.steps[i].fidelity->kl).margin(1e-9));
+    CHECK(s.critical_seconds > 0);
+    CHECK(s.seconds == Approx(s.critical_seconds + s.background_seconds));
+    critical += s.critical_seconds;
+  }
+  // The totals are recomputed from the kept times.
+  CHECK(y.totals.critical_seconds == Approx(critical));
+  CHECK(y.totals.critical_forward_tokens == x.totals.critical_forward_tokens);
+  CHECK(y.totals.mean_kl == Approx(x.totals.mean_kl).margin(1e-12));
+  ReplayOptions none = once;
+  none.timing_repeats = 0;
+  CHECK_THROWS_WITH(replay(t, none), Catch::Contains("timing_repeats must be >= 1, got 0"));
+}
+
 TEST_CASE("full-rank patches with re-conditioning stay close to re-prefill over a trace", "[trace][replay]") {
   ReplayOptions o = stories_options({"patch:full:exact"});
   o.baselines = false;
@@ -302,6 +338,9 @@ TEST_CASE("orbit replay and orbit make-trace end to end", "[trace][cli]") {
   const test::CliRun bad = test::cli("replay " + trace_path("lookback.json") + model + " --policy nope");
   CHECK(bad.status == 1);
   CHECK_THAT(bad.out, Catch::Contains("--policy: policy 'nope': unknown policy 'nope'"));
+  const test::CliRun badrepeat = test::cli("replay " + trace_path("lookback.json") + model + " --repeat 0");
+  CHECK(badrepeat.status == 1);
+  CHECK_THAT(badrepeat.out, Catch::Contains("argument '--repeat' must be in [1, 100], got 0"));
   {
     std::ofstream out(dir / "bad.json");
     out << tiny_trace(R"({"op": "evict", "chunk": "a"})");

@@ -251,6 +251,13 @@ struct ReplayOptions {
   // Patch-cache capacity for the offline bound (bytes); 0 = the engine's host_budget_bytes (the tier
   // the online policy's patches live in).
   int64_t patch_capacity_bytes = 0;
+  // Replay every policy this many times (>= 1), the policies interleaved within each round, and report
+  // each step's fastest critical-path and background time. Wall time on a shared machine swings by tens
+  // of percent between runs, and the first policy run in a process pays its warm-up; the minimum of a few
+  // interleaved runs compares policies on what they cost, not on when they ran. Token counts, fidelity
+  // and everything else come from the first round; a later round that computes different token counts
+  // fails the replay (the replay is deterministic).
+  int timing_repeats = 1;
   // Called before each step (policy index, policy count, step index, step count) — progress reports.
   std::function<void(std::size_t, std::size_t, std::size_t, std::size_t, const std::string&)> progress;
 };
