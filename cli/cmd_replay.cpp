@@ -51,7 +51,8 @@ const char* kReplayUsage =
     "  --eviction POLICY        the store's eviction policy: lru (default) or cost-aware (recompute saved per byte)\n"
     "  --device-tier BYTES      a device tier of canonicals in GPU memory (default 0 = none; needs --device cuda)\n"
     "  --repeat N               replay every policy N times, interleaved, and report each step's fastest time\n"
-    "                           (wall time is noisy; tokens and KL come from the first round; default 1)\n"
+    "                           (wall time is noisy; tokens and KL come from the first round; default 1;\n"
+    "                           not with --calibrate)\n"
     "  --quiet                  no progress on stderr\n";
 
 std::vector<std::string> split_commas(const std::string& text) {
@@ -236,6 +237,9 @@ int run_replay(int argc, char** argv, int first) {
   const int64_t repeat = args.get_int("--repeat", 1);
   ORBIT_CHECK(repeat >= 1 && repeat <= 100, "replay: argument '--repeat' must be in [1, 100], got " << repeat);
   o.timing_repeats = static_cast<int>(repeat);
+  ORBIT_CHECK(repeat == 1 || !o.calibrate,
+              "replay: argument '--repeat' > 1 cannot be combined with --calibrate (calibration fits the cost model "
+              "from measured times, so each round could plan differently)");
   const std::optional<std::string> json_out = args.get("--json");
   const bool quiet = args.flag("--quiet");
   const bool tty = ::isatty(STDERR_FILENO) != 0;

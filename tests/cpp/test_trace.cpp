@@ -178,6 +178,9 @@ TEST_CASE("timing repeats keep each step's fastest time and the first round's to
   ReplayOptions none = once;
   none.timing_repeats = 0;
   CHECK_THROWS_WITH(replay(t, none), Catch::Contains("timing_repeats must be >= 1, got 0"));
+  ReplayOptions calibrated = thrice;
+  calibrated.calibrate = true;
+  CHECK_THROWS_WITH(replay(t, calibrated), Catch::Contains("timing_repeats > 1 needs calibrate off"));
 }
 
 TEST_CASE("full-rank patches with re-conditioning stay close to re-prefill over a trace", "[trace][replay]") {

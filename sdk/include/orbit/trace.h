@@ -255,8 +255,9 @@ struct ReplayOptions {
   // each step's fastest critical-path and background time. Wall time on a shared machine swings by tens
   // of percent between runs, and the first policy run in a process pays its warm-up; the minimum of a few
   // interleaved runs compares policies on what they cost, not on when they ran. Token counts, fidelity
-  // and everything else come from the first round; a later round that computes different token counts
-  // fails the replay (the replay is deterministic).
+  // and everything else come from the first round (later rounds skip the fidelity forwards); a later round
+  // that computes different token counts fails the replay (the replay is deterministic). Needs calibrate
+  // off: calibration fits the cost model from measured times, so rounds could plan differently.
   int timing_repeats = 1;
   // Called before each step (policy index, policy count, step index, step count) — progress reports.
   std::function<void(std::size_t, std::size_t, std::size_t, std::size_t, const std::string&)> progress;

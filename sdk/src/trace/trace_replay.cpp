@@ -601,6 +601,9 @@ ReplayReport replay(const Trace& trace, const ReplayOptions& options) {
   ORBIT_CHECK(!policies.empty(), "replay: no policies to replay");
   ORBIT_CHECK(options.timing_repeats >= 1,
               "replay: ReplayOptions::timing_repeats must be >= 1, got " << options.timing_repeats);
+  ORBIT_CHECK(options.timing_repeats == 1 || !options.calibrate,
+              "replay: ReplayOptions::timing_repeats > 1 needs calibrate off (calibration fits the cost model from "
+              "measured times, so each round could plan differently)");
   // The transcript of generate+append steps comes from the reprefill run (the exact window) when there is
   // one: run it first, report in the order above.
   std::vector<std::size_t> run_order;
@@ -634,10 +637,14 @@ ReplayReport replay(const Trace& trace, const ReplayOptions& options) {
     results[i] = run.run(k, run_order.size());
     results[i].baseline = policies[i].second;
   }
+  // Later rounds only time the steps: no fidelity forwards, no plan text.
+  ReplayOptions timing = options;
+  timing.fidelity = false;
+  timing.explain = false;
   for (int round = 2; round <= options.timing_repeats; ++round) {
     for (std::size_t k = 0; k < run_order.size(); ++k) {
       const std::size_t i = run_order[k];
-      PolicyRun run(trace, resolved, options, policies[i].first, &transcript, false);
+      PolicyRun run(trace, resolved, timing, policies[i].first, &transcript, false);
       PolicyRun::keep_fastest(results[i], run.run(k, run_order.size()), round);
     }
   }
