@@ -33,6 +33,14 @@ TARGET_KL = 1e-3
 TARGET_TOP1 = 0.99
 
 
+def meets_kl(t):
+    return t["mean_kl"] is not None and t["mean_kl"] <= TARGET_KL
+
+
+def meets_top1(t):
+    return t["mean_top1"] is not None and t["mean_top1"] >= TARGET_TOP1
+
+
 def run(cmd):
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     subprocess.run(cmd, check=True, env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")))
@@ -173,8 +181,8 @@ def main():
         ratio = d["critical_forward_tokens"] / prefix["critical_forward_tokens"]
         met = {
             "cost <= 1/3": ratio <= TARGET_RATIO,
-            "KL <= 1e-3": d["mean_kl"] is not None and d["mean_kl"] <= TARGET_KL,
-            "top-1 >= 0.99": d["mean_top1"] is not None and d["mean_top1"] >= TARGET_TOP1,
+            "KL <= 1e-3": meets_kl(d),
+            "top-1 >= 0.99": meets_top1(d),
             "wall < prefix": d["critical_seconds"] < prefix["critical_seconds"],
             "not worse in both": not (d["critical_forward_tokens"] > prefix["critical_forward_tokens"] and (d["mean_kl"] or 0) > (prefix["mean_kl"] or 0)),
         }
@@ -184,7 +192,7 @@ def main():
             for pname in [default_name] + BUDGETS + ["blind"]:
                 t = pol[pname]["totals"]
                 r = t["critical_forward_tokens"] / prefix["critical_forward_tokens"]
-                ok = t["mean_kl"] is not None and t["mean_kl"] <= TARGET_KL and (t["mean_top1"] or 0) >= TARGET_TOP1
+                ok = meets_kl(t) and meets_top1(t)
                 cells.append("%.3f at %s%s" % (r, fmt_kl(t["mean_kl"]), "" if ok else " (**fails**)"))
                 if ok and (best is None or r < best[1]):
                     best = (pname, r)
