@@ -229,8 +229,9 @@ TEST_CASE("a KL budget picks the cheapest action that fits, per instance", "[pla
   CHECK(lp.count(StepAction::kKeep) == 3);
   CHECK(lp.predicted_kl > 0);
   CHECK(lp.predicted_kl <= 10);
-  // A tight budget: the survivors whose removal deficit is predicted above it are re-served exactly.
-  Window tight = engine->new_window(with_policy("patch:16:kl=1e-9"));
+  // A tight budget: the survivors whose removal deficit is predicted above it are re-served exactly (at
+  // once: eager; deferred, below).
+  Window tight = engine->new_window(with_policy("patch:16:kl=1e-9:eager"));
   for (const auto& x : c) tight.admit(x);
   const Plan tp = tight.plan_slide(1);
   CHECK(tp.forward_tokens > 0);
@@ -243,6 +244,31 @@ TEST_CASE("a KL budget picks the cheapest action that fits, per instance", "[pla
   double m = 0;
   for (std::size_t i = 0; i < got.values.size(); ++i)
     m = std::max(m, static_cast<double>(std::abs(got.values[i] - ref.values[i])));
+  CHECK(m < 1e-3);
+
+  // Deferring (every preset's default): the slide forwards nothing and marks the survivors it would
+  // re-serve; the flush re-serves them under the same budget, as the eager slide did.
+  Window lazy = engine->new_window(with_policy("patch:16:kl=1e-9"));
+  for (const auto& x : c) lazy.admit(x);
+  const Plan dp = lazy.plan_slide(1);
+  CHECK(dp.forward_tokens == 0);
+  CHECK(dp.count(StepAction::kKeep) == 3);
+  for (const PlanStep& s : dp.steps) CHECK(s.deferred == (s.action == StepAction::kKeep));
+  CHECK_FALSE(dp.exact);
+  CHECK_THAT(dp.describe(), Catch::Contains("repair deferred to the next read"));
+  lazy.apply(dp).value();
+  for (const InstanceInfo& i : lazy.instances()) CHECK(i.deferred);
+  const Plan fp = lazy.plan_flush();
+  CHECK(fp.op == Operation::kFlush);
+  CHECK(fp.forward_tokens == Approx(tp.forward_tokens));
+  CHECK(fp.predicted_kl <= 1e-9);
+  CHECK(fp.exact);
+  CHECK(lazy.apply(fp).value().forward_tokens == Approx(tp.forward_tokens));
+  for (const InstanceInfo& i : lazy.instances()) CHECK_FALSE(i.deferred);
+  const Logits lgot = lazy.logits(q, true);
+  m = 0;
+  for (std::size_t i = 0; i < lgot.values.size(); ++i)
+    m = std::max(m, static_cast<double>(std::abs(lgot.values[i] - ref.values[i])));
   CHECK(m < 1e-3);
 }
 

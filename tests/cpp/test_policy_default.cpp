@@ -59,6 +59,28 @@ TEST_CASE("the default policy is a budgeted patch policy; presets carry no budge
   CHECK_THROWS_WITH(parse_policy("default:8"), Catch::Contains("'default' takes no arguments"));
 }
 
+TEST_CASE("every preset defers repairs; ':eager' turns it off and round-trips", "[policy][defer]") {
+  CHECK(WindowPolicy{}.defer_repairs);
+  for (const char* spec : {"default", "patch:16", "patch:16:exact", "patch:full:kl=0.01", "prefix", "reprefill",
+                           "blind", "firstk:8", "cacheblend:0.3"}) {
+    INFO(spec);
+    const WindowPolicy p = parse_policy(spec);
+    CHECK(p.defer_repairs);
+    CHECK(p.name().find("eager") == std::string::npos);
+    const WindowPolicy e = parse_policy(std::string(spec) + ":eager");
+    CHECK_FALSE(e.defer_repairs);
+    CHECK(e.name() == p.name() + ":eager");
+    const WindowPolicy again = parse_policy(e.name());
+    CHECK_FALSE(again.defer_repairs);
+    CHECK(again.name() == e.name());
+    CHECK(again.kl_budget == e.kl_budget);
+    CHECK(again.on_miss == e.on_miss);
+  }
+  CHECK_THROWS_WITH(parse_policy("eager"), Catch::Contains("unknown policy 'eager'"));
+  CHECK_THROWS_WITH(parse_policy("prefix:eager:eager"), Catch::Contains("':eager' is given twice"));
+  CHECK_THROWS_WITH(parse_policy("prefix:eager:8"), Catch::Contains("'prefix' takes no arguments"));
+}
+
 TEST_CASE("agent-pattern traces are text sized by the tokenizer to the model's positions", "[trace][text]") {
   EngineOptions eo;
   eo.model = test::stories_path();

@@ -114,7 +114,8 @@ TEST_CASE("re-prefill is exact at every step; the patch policy forms fewer forwa
 TEST_CASE("look-backs reuse stored patches: the second recall of the same context costs no forward",
           "[trace][replay]") {
   const Trace t = load_trace(trace_path("lookback.json"));
-  ReplayOptions o = stories_options({"patch:16"});
+  // Eager: each reorder repairs at once, so the orbit hits of step 11 show at step 11 (deferral: below).
+  ReplayOptions o = stories_options({"patch:16:eager"});
   o.baselines = false;
   o.explain = true;
   const ReplayReport r = replay(t, o);
@@ -142,6 +143,49 @@ TEST_CASE("look-backs reuse stored patches: the second recall of the same contex
   CHECK(p.steps[6].generated.size() == 4);
   REQUIRE(p.steps[28].disposable.has_value());
   CHECK(p.steps[27].full_prefill_tokens == static_cast<double>(p.steps[27].window_tokens));
+}
+
+TEST_CASE("deferred repairs: edits forward nothing, the next forwarding step pays once for them all",
+          "[trace][replay][defer]") {
+  const Trace t = load_trace(trace_path("lookback.json"));
+  ReplayOptions o = stories_options({"reprefill:eager", "reprefill", "patch:16:kl=0.003"});
+  o.baselines = false;
+  const ReplayReport r = replay(t, o);
+  REQUIRE(r.policies.size() == 3);
+  const PolicyReplay& eager = r.policies[0];
+  const PolicyReplay& lazy = r.policies[1];
+  const PolicyReplay& budget = r.policies[2];
+  // Steps 10-12 (reorder, reorder back, evict) are edits; step 13 (a turn) is the next forwarding step.
+  REQUIRE(t.steps[10].op == TraceOp::kReorder);
+  REQUIRE(t.steps[12].op == TraceOp::kEvict);
+  REQUIRE(t.steps[13].op == TraceOp::kTurn);
+  double eager_run = 0;
+  for (std::size_t i = 10; i <= 13; ++i) {
+    eager_run += eager.steps[i].critical_forward_tokens;
+    CHECK(lazy.steps[i].window_tokens == eager.steps[i].window_tokens);
+  }
+  CHECK(eager.steps[10].critical_forward_tokens > 0);
+  for (std::size_t i = 10; i <= 12; ++i) {
+    INFO("step " << i);
+    CHECK(lazy.steps[i].critical_forward_tokens == 0);
+    CHECK(lazy.steps[i].deferred > 0);
+    CHECK_FALSE(lazy.steps[i].fidelity.has_value());  // never read in this state: not probed
+    CHECK(eager.steps[i].deferred == 0);
+  }
+  // The turn repairs from the first changed position once, where the eager run re-prefilled after every
+  // edit; and the window it leaves is exact.
+  CHECK(lazy.steps[13].deferred == 0);
+  CHECK(lazy.steps[13].critical_forward_tokens > eager.steps[13].critical_forward_tokens);
+  CHECK(lazy.steps[13].critical_forward_tokens < eager_run);
+  REQUIRE(lazy.steps[13].fidelity.has_value());
+  CHECK(lazy.steps[13].fidelity->kl < 1e-6);
+  CHECK(lazy.totals.critical_forward_tokens < eager.totals.critical_forward_tokens);
+  CHECK(lazy.totals.max_kl < 1e-6);
+  // Fewer steps are probed, and only those: every probed step of the deferring policies has nothing waiting.
+  CHECK(lazy.totals.fidelity_steps < eager.totals.fidelity_steps);
+  for (const PolicyReplay* p : {&lazy, &budget}) {
+    for (const StepResult& s : p->steps) CHECK((s.deferred > 0) <= !s.fidelity.has_value());
+  }
 }
 
 TEST_CASE("timing repeats keep each step's fastest time and the first round's tokens and fidelity", "[trace][replay]") {

@@ -193,6 +193,13 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
             report.prefix_tokens += call(shadow[id(w)], tools.twin).forward_tokens
             return result
 
+        def ready(w):
+            """Before the loop reads w (generate, logits): the repairs its edits deferred run now, on w and on
+            its shadow alike (a read would run them anyway; flushing first puts their cost in the report)."""
+            report.forward_tokens += w.flush().forward_tokens
+            report.prefix_tokens += shadow[id(w)].flush().forward_tokens
+            return w
+
         def place(w, chunk: orbit.ChunkRef):
             """Puts an observation chunk at the window's tail: admit, recall or reorder, by where it is."""
             if chunk in w.evicted:
@@ -217,7 +224,8 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
         for step in range(steps):
             t0 = time.perf_counter()
             # 1. the model picks a tool (and its argument): one token sampled after the window
-            choice = window.generate(decision_query, max_tokens=1, temperature=1.0, seed=seed * 7919 + step).tokens[0]
+            choice = ready(window).generate(decision_query, max_tokens=1, temperature=1.0,
+                                            seed=seed * 7919 + step).tokens[0]
             tool = TOOLS[choice % len(TOOLS)] if step > 0 else "open_page"
             report.tools[tool] += 1
             # 2. the tool runs; its observation becomes a chunk the loop places
@@ -245,7 +253,8 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
                 shadow[id(branch)] = shadow[id(window)].fork()
                 report.operations["fork"] += 1
                 place(branch, tools.screenshot(len(tools.history)))  # prefetch the next page in the branch
-                gain = confidence(branch.logits(decision_query)) - confidence(window.logits(decision_query))
+                gain = (confidence(ready(branch).logits(decision_query)) -
+                        confidence(ready(window).logits(decision_query)))
                 if gain > 0:
                     shadow.pop(id(window)).close()
                     window.close()
@@ -258,7 +267,7 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
                     report.operations["drop"] += 1
             # 4. measure: cost vs. a re-prefill, fidelity vs. a re-prefill
             report.reprefill_tokens += window.tokens
-            error = np.abs(window.logits(decision_query, all_rows=True) -
+            error = np.abs(ready(window).logits(decision_query, all_rows=True) -
                            window.reference_logits(decision_query, all_rows=True)).max()
             report.max_logit_error.append(float(error))
             report.window_tokens.append(window.tokens)

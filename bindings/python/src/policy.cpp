@@ -111,6 +111,7 @@ const std::map<std::string, Setter>& setters() {
       {"recompute_ratio",
        [](WindowPolicy& p, py::handle v) { p.recompute_ratio = number(v, "recompute_ratio", 0, 1, true); }},
       {"kl_budget", [](WindowPolicy& p, py::handle v) { p.kl_budget = number(v, "kl_budget", 0, 1e9, false); }},
+      {"defer_repairs", [](WindowPolicy& p, py::handle v) { p.defer_repairs = boolean(v, "defer_repairs"); }},
       {"first_k",
        [](WindowPolicy& p, py::handle v) {
          if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 1) {
@@ -192,6 +193,9 @@ void init_policy(py::module_& m) {
   field(c, "kl_budget", &WindowPolicy::kl_budget,
         "Per-step fidelity budget (predicted next-token KL, nats); 0 = none. The default policy has one.");
   field(c, "first_k", &WindowPolicy::first_k, "first_k: tokens recomputed in context.");
+  field(c, "defer_repairs", &WindowPolicy::defer_repairs,
+        "Edits (evict, slide, reorder) leave the survivors' repairs to the next read or forwarding operation\n"
+        "(on by default; the ':eager' spec modifier turns it off).");
   c.def_property_readonly("name", &WindowPolicy::name,
                           "The preset in canonical spec form ('patch:16', 'reprefill', ...).");
   c.def(
@@ -213,7 +217,7 @@ void init_policy(py::module_& m) {
                a.deep_only == b.deep_only && a.deep_energy == b.deep_energy && a.reuse_stored == b.reuse_stored &&
                a.use_orbit_patches == b.use_orbit_patches && a.cascade_on_recall == b.cascade_on_recall &&
                a.store_conditioned == b.store_conditioned && a.recompute_ratio == b.recompute_ratio &&
-               a.first_k == b.first_k && a.kl_budget == b.kl_budget;
+               a.first_k == b.first_k && a.kl_budget == b.kl_budget && a.defer_repairs == b.defer_repairs;
       },
       py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {

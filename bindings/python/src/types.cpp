@@ -73,7 +73,8 @@ void init_types(py::module_& m) {
       .value("slide", Operation::kSlide)
       .value("recall", Operation::kRecall)
       .value("reorder", Operation::kReorder)
-      .value("recondition", Operation::kRecondition);
+      .value("recondition", Operation::kRecondition)
+      .value("flush", Operation::kFlush);
   bind_enum<StepAction>(m, "StepAction", "What a plan step does to one instance (see orbit/plan.h).", step_action_name)
       .value("keep", StepAction::kKeep, "content unchanged, relocated if it moved (rotation only)")
       .value("canonical", StepAction::kCanonical, "the canonical alone is exact (nothing precedes the chunk)")
@@ -152,6 +153,7 @@ void init_types(py::module_& m) {
       .def_readonly("forward_tokens", &PlanStep::forward_tokens, "Token-forwards this step costs.")
       .def_readonly("bytes_moved", &PlanStep::bytes_moved, "Bytes read from the store for this step.")
       .def_readonly("exact", &PlanStep::exact, "This instance's KV equals a re-prefill after the plan.")
+      .def_readonly("deferred", &PlanStep::deferred, "Kept, its repair left to the next read (policy.defer_repairs).")
       .def_readonly("how", &PlanStep::how, "The serving action's id ('keep', 'stored-patch', 'form', 'blind', ...).")
       .def_readonly("predicted_kl", &PlanStep::predicted_kl,
                     "The fidelity model's next-token KL vs a re-prefill this instance carries after the step.")
@@ -238,6 +240,8 @@ void init_types(py::module_& m) {
       .def_readonly("match", &InstanceInfo::match, "PatchMatch when formed_by is apply_patch.")
       .def_readonly("exact", &InstanceInfo::exact, "Its KV equals a re-prefill of the current window (as tracked).")
       .def_readonly("context_changed", &InstanceInfo::context_changed, "Kept as-is although its context changed.")
+      .def_readonly("deferred", &InstanceInfo::deferred,
+                    "An edit left its repair to the next read or forwarding operation (Window.flush runs it).")
       .def_readonly("patch_key", &InstanceInfo::patch_key, "The patch applied, if any.")
       .def("__int__", [](const InstanceInfo& i) { return i.id; })
       .def("__index__", [](const InstanceInfo& i) { return i.id; })

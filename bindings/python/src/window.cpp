@@ -238,6 +238,9 @@ void init_window(py::module_& m) {
   c.def(
       "plan_recondition", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_recondition(); }); },
       "Plan re-conditioning every instance whose context changed.");
+  c.def(
+      "plan_flush", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_flush(); }); },
+      "Plan the repairs earlier edits deferred (policy.defer_repairs); every instance is kept when none wait.");
 
   // ---- apply ----
   c.def(
@@ -315,6 +318,11 @@ void init_window(py::module_& m) {
       "apply(plan_recondition()) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
+  c.def(
+      "flush", [](PyWindow& w) { return w.run([](Window& x) { return x.flush(); }); },
+      "Runs the repairs earlier edits deferred (policy.defer_repairs) now; reads (logits, generate) and the next\n"
+      "admit / add_turn / recall run them first anyway. With none waiting it does nothing (the version stays).\n"
+      "Returns the ApplyReport (its forward_tokens: the repairs' cost).");
   c.def(
       "fork",
       [](PyWindow& w) {

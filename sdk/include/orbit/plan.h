@@ -26,7 +26,8 @@ namespace orbit {
 
 using InstanceId = uint64_t;  // one placement of a chunk (or one live turn) in one window; unique per engine
 
-enum class Operation { kAdmit, kAddTurn, kEvict, kSlide, kRecall, kReorder, kRecondition };
+// kFlush: the deferred repairs alone (WindowPolicy::defer_repairs), as a read runs them first.
+enum class Operation { kAdmit, kAddTurn, kEvict, kSlide, kRecall, kReorder, kRecondition, kFlush };
 const char* operation_name(Operation op) noexcept;  // "admit", "turn", "evict", "slide", ...
 
 // What happens to one instance.
@@ -88,6 +89,7 @@ struct PlanStep {
   int64_t bytes_moved = 0;       // canonical/patch bytes read from the store for this step
   double estimated_seconds = 0;  // the engine's cost model (calibrated with Engine::calibrate)
   bool exact = false;            // this instance's KV equals a re-prefill of the window after the plan
+  bool deferred = false;         // kKeep under a deferring policy: its repair waits for the next read
   std::string reason;            // why this action ("context changed: chunk 'b' evicted", "orbit hit", ...)
 };
 

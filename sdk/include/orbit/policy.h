@@ -22,6 +22,8 @@
 //   cacheblend:R    on a miss recompute the top R (0..1) of the chunk's tokens by KV deviation (CacheBlend)
 //   firstk:K        on a miss recompute the chunk's first K tokens in context (EPIC)
 //
+// Every preset defers repairs to the next read (WindowPolicy::defer_repairs); `:eager` after any preset
+// makes each edit repair at once instead.
 // Modifiers appended to patch presets: `:deep` (patch only layers ≥ ℓ₀ chosen from the deficit's energy),
 // `:stale=D` (accept a patch formed under another context when its divergence is ≤ D instead of forming),
 // `:kl=X` (a fidelity budget: per step, the window's predicted next-token KL against a re-prefill stays
@@ -86,6 +88,14 @@ struct WindowPolicy {
   // serving actions whose predicted KL (the window's, summed over instances) is ≤ kl_budget. The default
   // policy has one; every named preset but `default` starts from 0 (no budget) unless it says `:kl=X`.
   double kl_budget = kDefaultKlBudget;
+  // Defer repairs to the next read: an edit (evict, slide, reorder, place) relocates the survivors it
+  // would re-serve and marks them deferred (InstanceInfo::deferred) instead of forwarding anything; the
+  // next operation that forwards tokens (admit, add_turn, recall, re-condition, flush) or reads the window
+  // (logits, generate, disposable) re-plans them first, on the window as it is then. Several edits in a
+  // row cost what their combined effect costs, and work on an instance evicted before the next read is
+  // never done: what a request-driven engine (one prefill per model call) gets for free. On for every
+  // preset; the `:eager` modifier turns it off (every edit repairs at once, as the edit's own cost).
+  bool defer_repairs = true;
   double recompute_ratio = 0.15;  // kTokenRecompute
   int64_t first_k = 16;           // kFirstK
 

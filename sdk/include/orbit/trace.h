@@ -298,7 +298,12 @@ struct StepResult {
   double critical_seconds = 0;    // wall time of plan + apply (generate: the decode)
   double background_seconds = 0;  // wall time of the background work it queued
   double predicted_kl = -1;       // the plan's predicted KL of the window after the step (-1: no plan)
+  // Absent when the step was not probed (a step that leaves deferred repairs is not: see below).
   std::optional<StepFidelity> fidelity;
+  // Instances whose repair an edit deferred (WindowPolicy::defer_repairs) after the step. The window is
+  // then not probed: the model never reads this state, since the next read or forwarding step runs the
+  // repairs first (and is probed and charged for them).
+  int64_t deferred = 0;
   std::vector<int64_t> generated;  // generate: this policy's answer
   double agreement = -1;           // generate: fraction of answer tokens equal to the transcript's; -1 n/a
   std::optional<bool> disposable;  // disposable: the verdict

@@ -21,9 +21,14 @@
 //   place()             reorder into the order the planner finds cheapest (stored-patch hits)
 //   fork()              a copy-on-write child: shares pages and patches; writes go to private pages. The
 //                       child's instances keep their parent's ids (the same placements, shared).
+//   flush()             under a deferring policy (WindowPolicy::defer_repairs), run the repairs earlier
+//                       edits left for the next read now; reads and forwarding operations do it first
 //
 // Reading the window (const, nothing stored): logits(query), generate(query, options),
-// disposable(instance, query) (decode with that instance's patch switched off).
+// disposable(instance, query) (decode with that instance's patch switched off). Under a deferring policy a
+// read first runs the repairs earlier edits deferred (as flush() would): the window's contents, order and
+// version stay, its KV becomes what the policy makes of them, and the work counts in stats() and the
+// engine's critical-path counters like an operation's.
 //
 // Thread-safety: a Window is single-threaded (one thread at a time; it is not locked). Different
 // windows of one Engine may be used from different threads. A Window keeps its Engine alive.
@@ -69,6 +74,8 @@ struct InstanceInfo {
   PatchMatch match = PatchMatch::kNone;
   bool exact = false;            // its KV equals a re-prefill of the current window (as far as tracked)
   bool context_changed = false;  // kept as-is although its context changed since it was formed
+  bool deferred = false;         // its repair waits for the next read or forwarding operation
+                                 // (WindowPolicy::defer_repairs); flush() runs it now
   std::string patch_key;
 };
 
@@ -163,6 +170,7 @@ class Window {
   Plan plan_reorder(const std::vector<InstanceId>& order) const;
   Plan plan_place() const;        // the planner's cheapest order (a reorder plan)
   Plan plan_recondition() const;  // re-condition every instance whose context changed
+  Plan plan_flush() const;        // the deferred repairs alone (Operation::kFlush; keeps when none wait)
 
   // Executes a plan made by this window at its current version, reading only the plan (its actions,
   // ranks, keys and policy). ok, or out_of_capacity (the pool or max_bytes cannot hold the result) /
@@ -185,6 +193,9 @@ class Window {
   ApplyReport recall(const ChunkRef& chunk, InstanceId before = 0);
   ApplyReport reorder(const std::vector<InstanceId>& order);
   ApplyReport place();
+  // Runs the deferred repairs (plan_flush + apply); with none waiting it does nothing (no operation, the
+  // version stays) and returns an empty report.
+  ApplyReport flush();
 
   // A copy-on-write child (O(pages) reference counts). The child has its own id and version.
   Window fork() const;

@@ -552,8 +552,9 @@ class PolicyRun {
     peak_ = std::max(peak_, r.device_bytes);
     r.peak_device_bytes = peak_;
     if (mutated && r.status == "ok") r.full_prefill_tokens = static_cast<double>(r.window_tokens);
+    for (const InstanceInfo& x : w.instances()) r.deferred += x.deferred ? 1 : 0;
     const bool fits = r.window_tokens + static_cast<int64_t>(resolved_.probe.size()) <= info_.max_positions;
-    if (options_.fidelity && r.window_tokens > 0 && fits) {
+    if (options_.fidelity && r.window_tokens > 0 && fits && r.deferred == 0) {
       r.fidelity = fidelity(w.reference_logits(resolved_.probe, true), w.logits(resolved_.probe, true));
     }
     return r;

@@ -37,6 +37,7 @@ json step_json(const StepResult& s) {
   o["fidelity"] = s.fidelity
                       ? json{{"kl", num(s.fidelity->kl)}, {"top1", num(s.fidelity->top1)}, {"rows", s.fidelity->rows}}
                       : json(nullptr);
+  if (s.deferred > 0) o["deferred"] = s.deferred;
   if (s.op == TraceOp::kGenerate) {
     o["generated"] = s.generated;
     o["agreement"] = s.agreement >= 0 ? json(s.agreement) : json(nullptr);

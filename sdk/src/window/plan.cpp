@@ -14,6 +14,7 @@ const char* operation_name(Operation op) noexcept {
     case Operation::kRecall: return "recall";
     case Operation::kReorder: return "reorder";
     case Operation::kRecondition: return "recondition";
+    case Operation::kFlush: return "flush";
   }
   return "?";
 }

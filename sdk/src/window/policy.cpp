@@ -67,11 +67,22 @@ std::string policy_spec_help() {
          "  prefix                              prefix cache: reuse a chunk's KV only behind the identical context\n"
          "  blind                               relocate canonicals, never repair\n"
          "  cacheblend:R                        on a miss recompute the top R (0..1) of tokens by KV deviation\n"
-         "  firstk:K                            on a miss recompute the first K tokens in context\n";
+         "  firstk:K                            on a miss recompute the first K tokens in context\n"
+         "  <any of the above>:eager            every edit repairs at once (by default the next read does)\n";
 }
 
 WindowPolicy parse_policy(const std::string& spec) {
-  const std::vector<std::string> parts = split(spec, ':');
+  std::vector<std::string> parts = split(spec, ':');
+  // `:eager` may end any preset.
+  if (parts.size() > 1 && parts.back() == "eager") {
+    parts.pop_back();
+    if (parts.back() == "eager") bad_spec(spec, "':eager' is given twice");
+    std::string rest;
+    for (std::size_t i = 0; i < parts.size(); ++i) rest += (i ? ":" : "") + parts[i];
+    WindowPolicy p = parse_policy(rest);
+    p.defer_repairs = false;
+    return p;
+  }
   const std::string& head = parts[0];
   if (head == "default") {
     if (parts.size() != 1) bad_spec(spec, "'default' takes no arguments (it is " + WindowPolicy{}.name() + ")");
@@ -158,6 +169,11 @@ WindowPolicy parse_policy(const std::string& spec) {
 }
 
 std::string WindowPolicy::name() const {
+  if (!defer_repairs) {
+    WindowPolicy deferring = *this;
+    deferring.defer_repairs = true;
+    return deferring.name() + ":eager";
+  }
   std::ostringstream s;
   switch (on_miss) {
     case MissAction::kForm:

@@ -101,6 +101,7 @@ std::vector<InstanceInfo> Window::instances() const {
     info.context_changed = e.formed_on != contexts[i];
     info.exact = e.exact_when_formed && !info.context_changed;
     info.patch_key = e.patch_key;
+    info.deferred = e.deferred;
     out.push_back(info);
     position += e.extent;
   }
@@ -283,6 +284,11 @@ Plan Window::plan_recondition() const {
   return detail::plan_layout(*state_, l);
 }
 
+Plan Window::plan_flush() const {
+  const detail::OpHold hold(*state_->core);
+  return detail::plan_flush(*state_);
+}
+
 Plan Window::plan_place() const {
   const detail::OpHold hold(*state_->core);
   const WindowState& s = *state_;
@@ -344,6 +350,16 @@ ApplyReport Window::slide(int64_t chunks) { return must(apply(plan_slide(chunks)
 ApplyReport Window::recall(const ChunkRef& chunk, InstanceId before) { return must(apply(plan_recall(chunk, before))); }
 ApplyReport Window::reorder(const std::vector<InstanceId>& order) { return must(apply(plan_reorder(order))); }
 ApplyReport Window::place() { return must(apply(plan_place())); }
+ApplyReport Window::flush() {
+  const detail::OpHold hold(*state_->core);
+  if (!state_->has_deferred()) {  // nothing waits: no operation, the version stays
+    ApplyReport r;
+    r.op = Operation::kFlush;
+    r.device_bytes = state_->device_bytes();
+    return r;
+  }
+  return must(apply(plan_flush()));
+}
 
 Window Window::fork() const {
   const detail::OpHold hold(*state_->core);
@@ -377,10 +393,26 @@ Window Window::fork() const {
       c.formed_by = e.formed_by;
       c.match = e.match;
       c.patch_key = e.patch_key;
+      c.deferred = e.deferred;
       child->entries.push_back(std::move(c));
     }
   }
   return Window(std::move(child));
 }
 
+namespace detail {
+
+Plan plan_flush(const WindowState& state) {
+  Layout l = current_layout(state, Operation::kFlush);
+  l.change_reason = "repair deferred by an earlier edit";
+  return plan_layout(state, l);
+}
+
+void run_deferred(WindowState& state, const char* what) {
+  if (!state.has_deferred()) return;
+  const Result<ApplyReport> r = apply_plan(state, plan_flush(state));
+  ORBIT_CHECK(r.is_ok(), what << ": the repairs earlier edits deferred could not run: " << r.status().reason());
+}
+
+}  // namespace detail
 }  // namespace orbit

@@ -128,6 +128,7 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
       e.predicted_kl = s.predicted_kl;
       e.kl_per_weight = old->kl_per_weight;
       e.keep_change = s.context_change;
+      e.deferred = s.deferred;
     } else {
       e.version = core.next_content_version();
       e.formed_on = ctx_hash;

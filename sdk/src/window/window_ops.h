@@ -48,6 +48,11 @@ Plan plan_layout(const WindowState& state, const Layout& layout);
 // fits); *capacity = true for a byte-budget refusal.
 std::string limit_refusal(const WindowState& state, Operation op, int64_t extent, int64_t device_bytes, bool* capacity);
 Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan);
+// The window as it is, re-planned: the repairs earlier edits deferred (WindowPolicy::defer_repairs).
+Plan plan_flush(const WindowState& state);
+// Runs them when there are any (a read does, first); throws orbit::Error naming `what` when they cannot
+// run (the pool is full), leaving the window as it was.
+void run_deferred(WindowState& state, const char* what);
 
 // Patch keys of a chunk behind `context` (ordered content keys; the first `prefix` of them are the
 // window's leading turns, fixed under reorder) under `policy`.

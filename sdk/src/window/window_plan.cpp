@@ -162,6 +162,11 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   const planner::FidelityModel fidelity = core.fidelity_model();
   const int64_t kv_per_token = core.model_info().kv_bytes_per_token;
   const bool budgeted = policy.kl_budget > 0;
+  // An edit under a deferring policy forwards nothing (its repairs wait for the next read); any other
+  // operation, and any under a policy set since that does not defer, re-plans what an earlier edit deferred.
+  const bool edit =
+      layout.op == Operation::kEvict || layout.op == Operation::kSlide || layout.op == Operation::kReorder;
+  const bool defer = policy.defer_repairs && edit;
 
   Plan plan;
   plan.attention = state.core->model().attention_path(1, true);
@@ -355,7 +360,8 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
 
     const bool same = si.old != nullptr && si.old->formed_on == ctx_hash;
     is_same[i] = same ? 1 : 0;
-    const bool forced = sl.force || (layout.reorder_relookup && !si.keys_same);
+    const bool redo = !defer && si.old != nullptr && si.old->deferred;
+    const bool forced = sl.force || (layout.reorder_relookup && !si.keys_same) || redo;
     std::string why = sl.reason;
     if (why.empty() && si.old != nullptr && !same) {
       why = !si.keys_same ? "context changed" + (layout.change_reason.empty() ? "" : ": " + layout.change_reason)
@@ -461,6 +467,28 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     }
   }
 
+  // Deferral: a survivor the edit would re-serve is relocated instead and marked; one deferred earlier and
+  // still kept stays marked.
+  std::vector<char> deferred(info.size(), 0);
+  if (defer) {
+    for (std::size_t i = 0; i < info.size(); ++i) {
+      SlotInfo& si = info[i];
+      if (si.old == nullptr) continue;
+      PlanStep& chosen = si.candidates[si.chosen];
+      if (chosen.action == StepAction::kKeep) {
+        deferred[i] = si.old->deferred ? 1 : 0;
+        continue;
+      }
+      const PlanInput in = input_for(i, &context);
+      PlanStep s = *keep.plan(in);
+      s.estimated_seconds = estimate_seconds(in, s);
+      s.reason = (whys[i].empty() ? std::string("context changed") : whys[i]) +
+                 "; relocated, repair deferred to the next read (would be: " + chosen.how + ")";
+      chosen = std::move(s);
+      deferred[i] = 1;
+    }
+  }
+
   // Pass 3: exactness (an instance is exact when its action is and every antecedent is), totals.
   bool all_exact = true;
   ctx_hash = 0;
@@ -479,6 +507,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       s.chunk = si.chunk->ref;
     }
     s.sensitivity = si.sensitivity;
+    s.deferred = deferred[i] != 0;
     s.kl_per_weight =
         s.action == StepAction::kKeep ? si.old->kl_per_weight : (weights[i] > 0 ? s.predicted_kl / weights[i] : 0.0);
     if (s.action == StepAction::kKeep) {

@@ -109,6 +109,7 @@ int64_t Logits::argmax(int64_t i) const {
 Logits Window::logits(const std::vector<int64_t>& query, bool all_rows) const {
   const detail::OpHold hold(*state_->core);
   check_query(*state_, query, "logits");
+  detail::run_deferred(*state_, "logits");
   int64_t start = 0;
   const runtime::PastKV past = detail::read_past(*state_->core, all_entries(*state_), &start);
   return to_logits(run(*state_->core, past, start, query, all_rows));
@@ -151,6 +152,7 @@ Logits Window::reference_logits(const std::vector<int64_t>& query, bool all_rows
 Generation Window::generate(const std::vector<int64_t>& query, const GenerateOptions& options) const {
   const detail::OpHold hold(*state_->core);
   check_query(*state_, query, "generate");
+  detail::run_deferred(*state_, "generate");
   ORBIT_CHECK(options.max_tokens >= 0, "generate: max_tokens = " << options.max_tokens << " must be >= 0");
   ORBIT_CHECK(options.temperature >= 0, "generate: temperature = " << options.temperature << " must be >= 0");
   ORBIT_CHECK(options.top_p > 0 && options.top_p <= 1, "generate: top_p = " << options.top_p << " must be in (0, 1]");
@@ -241,6 +243,7 @@ DisposabilityReport Window::disposable(InstanceId instance, const std::vector<in
                                        int64_t answer_tokens) const {
   const detail::OpHold hold(*state_->core);
   check_query(*state_, query, "disposable");
+  detail::run_deferred(*state_, "disposable");
   ORBIT_CHECK(answer_tokens >= 1, "disposable: answer_tokens = " << answer_tokens << " must be >= 1");
   const Entry& target = state_->entry(instance);
   ORBIT_CHECK(!target.is_turn,

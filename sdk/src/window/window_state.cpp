@@ -39,6 +39,13 @@ const Entry& WindowState::entry(InstanceId id) const {
   return entries[static_cast<std::size_t>(i)];
 }
 
+bool WindowState::has_deferred() const {
+  for (const Entry& e : entries) {
+    if (e.deferred) return true;
+  }
+  return false;
+}
+
 int64_t WindowState::tokens() const {
   int64_t n = 0;
   for (const Entry& e : entries) n += e.length;

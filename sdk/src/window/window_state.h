@@ -57,6 +57,7 @@ struct Entry {
   StepAction formed_by = StepAction::kKeep;
   PatchMatch match = PatchMatch::kNone;
   std::string patch_key;
+  bool deferred = false;  // an edit left its repair to the next read (WindowPolicy::defer_repairs)
 
   ChunkRef ref() const;
 };
@@ -73,6 +74,7 @@ struct WindowState {
   int64_t operations = 0;
 
   ~WindowState();                           // releases pages under the engine's pool lock
+  bool has_deferred() const;                // an instance's repair waits (WindowPolicy::defer_repairs)
   int64_t index_of(InstanceId id) const;    // -1 when absent
   const Entry& entry(InstanceId id) const;  // throws naming the id
   int64_t tokens() const;
