@@ -23,7 +23,9 @@ import shlex
 import subprocess
 import sys
 
-POLICIES = ["default", "patch:16", "patch:16:exact", "reprefill", "prefix", "blind"]
+# `prefix` (like every preset) defers repairs to the next read, as a request-driven prefix cache computes
+# once per model call; `prefix:eager` and `default:eager` repair at every edit.
+POLICIES = ["default", "patch:16", "patch:16:exact", "reprefill", "prefix", "blind", "default:eager", "prefix:eager"]
 # The shipped traces: the token-id regression workloads, then the text traces (story-like text).
 TRACES = ["web", "video", "lookback", "agent", "story",
           "agent_browse", "agent_coding", "agent_videoqa", "agent_fanout", "agent_rag"]
