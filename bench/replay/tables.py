@@ -228,7 +228,11 @@ def main(argv=None):
           "critical-path wall time of the window operations (fidelity forwards not timed; "
           "on a model this small per-call overhead dominates it, and on a shared machine it is noisy; the "
           "forward tokens are deterministic); mean over steps of KL(re-prefill || window) "
-          "on the trace's probe, and mean top-1 agreement with the re-prefill." % os.path.basename(a.model), ""]
+          "on the trace's probe, and mean top-1 agreement with the re-prefill. Every preset, `prefix` and "
+          "`reprefill` included, defers the repairs an edit (evict, slide, reorder) would do to the next read "
+          "or forwarding step, as a request-driven engine computes once per model call; the `:eager` rows "
+          "repair at every edit. A step left with deferred repairs is not probed (no read sees it)."
+          % os.path.basename(a.model), ""]
     md += sections
     md += ["## Replay commands", "", "```"] + cmds + ["```", ""]
     with open(a.out, "w") as f:

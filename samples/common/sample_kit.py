@@ -228,6 +228,20 @@ class Episode:
             self.trace_steps.append(trace_step)
         return report
 
+    def flush(self) -> None:
+        """Runs the repairs earlier edits deferred (every preset defers them to the next read; a read would
+        run them itself, unaccounted): before each read, so their cost lands in this step's forward tokens."""
+        if not any(i.deferred for i in self.window.instances):
+            return
+        t0 = time.perf_counter()
+        report = self.window.flush()
+        self.current.seconds += time.perf_counter() - t0
+        self.current.operations.append("flush")
+        self.current.forward_tokens += report.forward_tokens
+        self.current.patches_formed += report.patches_formed
+        self.current.patch_hits += report.patch_hits
+        self.current.canonicals_encoded += report.canonicals_encoded
+
     def _timed_plan(self, make):
         t0 = time.perf_counter()
         plan = make()
@@ -293,6 +307,7 @@ class Episode:
 
     def generate(self, query: list[int], max_tokens: int) -> list[int]:
         """The agent decodes (greedy) after the window + query; counted as decode, not as forward tokens."""
+        self.flush()
         window = self.window_tokens()
         g = self.window.generate(list(query), max_tokens=max_tokens)
         rest = list(map(int, query)) + [int(t) for t in g.tokens]
@@ -319,6 +334,7 @@ class Episode:
 
     def end_step(self) -> StepRecord:
         s, w = self.current, self.window
+        self.flush()
         t0 = time.perf_counter()
         mine = w.logits(self.probe, all_rows=True)
         s.seconds += time.perf_counter() - t0

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-POLICIES = ["default", "patch:16", "patch:16:exact", "reprefill", "prefix", "blind"]
+POLICIES = ["default", "patch:16", "patch:16:exact", "reprefill", "prefix", "blind", "default:eager", "prefix:eager"]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,8 @@ def test_structure(tables):
     names = [r[0] for r in rows]
     assert len(names) == len(POLICIES)
     assert names[0].endswith("(default)") and names[0].startswith("patch:16")
-    assert names[1:] == POLICIES[1:]
+    assert names[1:6] == POLICIES[1:6]
+    assert names[6] == names[0].split(" ")[0] + ":eager" and names[7] == "prefix:eager"
     assert all(len(r) == 9 for r in rows)
 
 
@@ -82,3 +83,8 @@ def test_invariants_of_a_correct_replay(tables):
     assert by_name["blind"]["critical_forward_tokens"] <= by_name["reprefill"]["critical_forward_tokens"]
     # the steps were replayed with fidelity measured at every probe
     assert all(t["fidelity_steps"] > 0 for t in by_name.values())
+    # deferring never computes more than repairing at every edit, and both prefix caches are exact; the
+    # deferring one leaves some steps unprobed (their repairs wait for the next read)
+    assert by_name["prefix"]["critical_forward_tokens"] <= by_name["prefix:eager"]["critical_forward_tokens"]
+    assert by_name["prefix:eager"]["mean_kl"] < 1e-6
+    assert by_name["prefix"]["fidelity_steps"] < by_name["prefix:eager"]["fidelity_steps"]
