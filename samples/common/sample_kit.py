@@ -9,8 +9,9 @@ granularity, unbounded): it computes only when the agent reads (generates), and 
 after the longest prefix it has seen in an earlier read, where an earlier read's sequence includes its query
 and the tokens it generated (so an action decoded and then added as a turn is already cached). The query's
 own tokens are not counted, as orbit's aren't. For reference the episode's trace is also replayed under
-orbit's chunk-granular `prefix` baseline (`orbit.replay`), which repairs after every operation as the
-window does: `prefix_replay_tokens` in the report.
+orbit's chunk-granular `prefix` baseline (`orbit.replay`; like every preset it leaves an edit's repairs to
+the next read, but it reuses only whole chunks behind an identical chunk context and does not cache the
+generated tokens with their query): `prefix_replay_tokens` in the report.
 
 An `Episode` wraps one window. Each agent step is
 
@@ -443,8 +444,8 @@ def summary_table(episode: Episode, title: str) -> str:
                  f"{t['mean_kl']:>10.2e} {t['mean_top1']:>5.2f}  (KL, top-1: mean over steps)")
     lines.append(f"forward tokens: {t['forward_tokens']:.0f} computed vs {t['prefix_tokens']:.0f} for a prefix cache "
                  f"({t['prefix_ratio']:.2f}x) and {t['reprefill_tokens']} with no cache, a full re-prefill at every "
-                 f"step ({t['forward_fraction']:.1%}); orbit replay's `prefix` baseline, repairing after every "
-                 f"operation: {t['prefix_replay_tokens']:.0f}")
+                 f"step ({t['forward_fraction']:.1%}); orbit replay's chunk-granular `prefix` baseline on the "
+                 f"trace: {t['prefix_replay_tokens']:.0f}")
     lines.append(f"patches formed {t['patches_formed']}, reused {t['patch_hits']}; max KL {t['max_kl']:.2e}")
     return "\n".join(lines)
 

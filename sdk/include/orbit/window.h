@@ -197,7 +197,8 @@ class Window {
   // version stays) and returns an empty report.
   ApplyReport flush();
 
-  // A copy-on-write child (O(pages) reference counts). The child has its own id and version.
+  // A copy-on-write child (O(pages) reference counts). The child has its own id and version. Repairs an
+  // edit deferred run first (in this window, as a read would), so the two share the repaired pages.
   Window fork() const;
 
   // ---- reading (const) ----

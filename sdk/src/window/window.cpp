@@ -363,6 +363,9 @@ ApplyReport Window::flush() {
 
 Window Window::fork() const {
   const detail::OpHold hold(*state_->core);
+  // Repairs waiting now would otherwise run twice, once in each window: they run first, and both share
+  // the repaired pages.
+  detail::run_deferred(*state_, "fork");
   auto child = std::make_unique<WindowState>();
   child->core = state_->core;
   child->id = state_->core->next_window_id();
