@@ -3,10 +3,16 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
+#include <random>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace orbit::test {
 
@@ -37,6 +43,23 @@ class TempDir {
 
 inline double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+// The largest |a[i] - b[i]| (logits rows, KV values); throws when the sizes differ.
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) throw std::invalid_argument("max_abs_diff: sizes differ");
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, static_cast<double>(std::abs(a[i] - b[i])));
+  return m;
+}
+
+// n token ids drawn uniformly from [1, vocab).
+template <class Rng>
+std::vector<int64_t> random_tokens(Rng& rng, int64_t n, int64_t vocab = 512) {
+  std::uniform_int_distribution<int64_t> d(1, vocab - 1);
+  std::vector<int64_t> t(static_cast<std::size_t>(n));
+  for (auto& x : t) x = d(rng);
+  return t;
 }
 
 }  // namespace orbit::test
