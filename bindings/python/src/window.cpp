@@ -80,6 +80,7 @@ py::array_t<float> logits_array(orbit::Logits&& l, bool all_rows) {
 const char* kLogitsDoc =
     "Next-token logits after the query's tokens (live tokens after the window; nothing is stored). Returns a\n"
     "numpy float32 array [vocab] for the last query token, or [len(query), vocab] with all_rows=True.\n"
+    "Repairs earlier edits deferred run first (see flush()).\n"
     "Raises OrbitError for an empty query or ids outside the vocabulary.";
 
 }  // namespace
@@ -366,7 +367,8 @@ void init_window(py::module_& m) {
       py::arg("seed") = 0, py::arg("stop_tokens") = py::none(),
       "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
       "temperature > 0 = nucleus sampling, reproducible by seed; the run ends after emitting any of\n"
-      "stop_tokens. Returns a Generation (tokens, stop_reason, seconds).");
+      "stop_tokens. Returns a Generation (tokens, stop_reason, seconds). Repairs earlier edits deferred run\n"
+      "first (see flush()).");
   c.def(
       "disposable",
       [](PyWindow& w, const py::object& instance, const py::object& query, int64_t answer_tokens) {

@@ -217,7 +217,8 @@ class Window {
   // the whole window; nothing is stored).
   Logits reference_logits(const std::vector<int64_t>& query, bool all_rows = false) const;
 
-  // An instance's stored KV (for inspection and tests). Throws for an unknown instance.
+  // An instance's stored KV (for inspection and tests), as stored: a deferred repair is not run first
+  // (InstanceInfo::deferred says one waits). Throws for an unknown instance.
   InstanceKV kv(InstanceId instance) const;
 
  private:
