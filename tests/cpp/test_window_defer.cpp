@@ -72,9 +72,15 @@ TEST_CASE("deferred repairs: an edit forwards nothing; the next read or forwardi
   CHECK(w.version() == v1);
   CHECK(w.stats().forward_tokens == before);
 
-  // A read runs what waits (counted like an operation) and sees the repaired window.
+  // A read runs what waits (counted like an operation) and sees the repaired window; a read refused for
+  // its arguments runs nothing.
   w.evict(w.instances()[0].id);  // b's context changed: deferred
   REQUIRE(w.instances()[0].deferred);
+  GenerateOptions bad;
+  bad.top_p = 0;
+  CHECK_THROWS_WITH(w.generate(query, bad), Catch::Contains("top_p"));
+  CHECK_THROWS_WITH(w.disposable(w.instances()[0].id, query, 0), Catch::Contains("answer_tokens"));
+  CHECK(w.instances()[0].deferred);
   const int64_t ops = w.stats().operations;
   const Plan flush_plan = w.plan_flush();
   INFO(flush_plan.describe());

@@ -30,8 +30,9 @@
 // version stay, its KV becomes what the policy makes of them, and the work counts in stats() and the
 // engine's critical-path counters like an operation's.
 //
-// Thread-safety: a Window is single-threaded (one thread at a time; it is not locked). Different
-// windows of one Engine may be used from different threads. A Window keeps its Engine alive.
+// Thread-safety: a Window is single-threaded (one thread at a time, const reads included: a read may run
+// deferred repairs; it is not locked). Different windows of one Engine may be used from different threads.
+// A Window keeps its Engine alive.
 #pragma once
 
 #include <cstdint>

@@ -152,10 +152,10 @@ Logits Window::reference_logits(const std::vector<int64_t>& query, bool all_rows
 Generation Window::generate(const std::vector<int64_t>& query, const GenerateOptions& options) const {
   const detail::OpHold hold(*state_->core);
   check_query(*state_, query, "generate");
-  detail::run_deferred(*state_, "generate");
   ORBIT_CHECK(options.max_tokens >= 0, "generate: max_tokens = " << options.max_tokens << " must be >= 0");
   ORBIT_CHECK(options.temperature >= 0, "generate: temperature = " << options.temperature << " must be >= 0");
   ORBIT_CHECK(options.top_p > 0 && options.top_p <= 1, "generate: top_p = " << options.top_p << " must be in (0, 1]");
+  detail::run_deferred(*state_, "generate");  // after the checks: a refused call changes nothing
   const auto t0 = std::chrono::steady_clock::now();
   const detail::EngineCore& core = *state_->core;
   const int64_t limit = core.config().max_position_embeddings;
@@ -243,11 +243,11 @@ DisposabilityReport Window::disposable(InstanceId instance, const std::vector<in
                                        int64_t answer_tokens) const {
   const detail::OpHold hold(*state_->core);
   check_query(*state_, query, "disposable");
-  detail::run_deferred(*state_, "disposable");
   ORBIT_CHECK(answer_tokens >= 1, "disposable: answer_tokens = " << answer_tokens << " must be >= 1");
-  const Entry& target = state_->entry(instance);
-  ORBIT_CHECK(!target.is_turn,
+  ORBIT_CHECK(!state_->entry(instance).is_turn,
               "disposable: instance " << instance << " is a live turn (it has no canonical to fall back to)");
+  detail::run_deferred(*state_, "disposable");    // after the checks: a refused call changes nothing
+  const Entry& target = state_->entry(instance);  // (the repairs replaced the entries)
   detail::EngineCore& core = *state_->core;
   int64_t start = 0;
   const runtime::PastKV with = detail::gather_past(core, all_entries(*state_), &start);
