@@ -72,17 +72,19 @@ std::string policy_spec_help() {
 }
 
 WindowPolicy parse_policy(const std::string& spec) {
-  std::vector<std::string> parts = split(spec, ':');
   // `:eager` may end any preset.
-  if (parts.size() > 1 && parts.back() == "eager") {
-    parts.pop_back();
-    if (parts.back() == "eager") bad_spec(spec, "':eager' is given twice");
-    std::string rest;
-    for (std::size_t i = 0; i < parts.size(); ++i) rest += (i ? ":" : "") + parts[i];
+  const std::string eager = ":eager";
+  if (spec.size() > eager.size() && spec.compare(spec.size() - eager.size(), eager.size(), eager) == 0) {
+    const std::string rest = spec.substr(0, spec.size() - eager.size());
+    if (rest == "eager" ||
+        (rest.size() > eager.size() && rest.compare(rest.size() - eager.size(), eager.size(), eager) == 0)) {
+      bad_spec(spec, "':eager' is given twice");
+    }
     WindowPolicy p = parse_policy(rest);
     p.defer_repairs = false;
     return p;
   }
+  const std::vector<std::string> parts = split(spec, ':');
   const std::string& head = parts[0];
   if (head == "default") {
     if (parts.size() != 1) bad_spec(spec, "'default' takes no arguments (it is " + WindowPolicy{}.name() + ")");
