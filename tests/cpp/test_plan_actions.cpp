@@ -313,6 +313,72 @@ TEST_CASE("under the default budget a window reuses the rank-16 patch another fo
   CHECK(patched < unpatched / 4);
 }
 
+TEST_CASE("under a budget a recalled chunk reuses the patch it had behind a nearly identical context",
+          "[plan][budget][stale]") {
+  // The story is evicted and recalled behind what it was formed on plus a one-word turn: the patch its first
+  // sight stored is stale (formed under another context) but close, and a budget prices it like any other
+  // approximate action. Without a budget, or under one too tight for it, the recall forms a fresh patch in
+  // context.
+  auto engine = open_deferred();
+  const ChunkRef p = engine->add_text("You are a helper who reads stories and answers questions about them.");
+  const ChunkRef a = engine->add_text("Tom saw a big red ball in the park. He ran to get it.");
+  const ChunkRef story =
+      engine->add_text("Once upon a time, there was a little cat. The cat liked to play with a ball in the sun.");
+  const std::vector<int64_t> turn = engine->tokenize("Why", false);
+  std::vector<Window> windows;
+  windows.reserve(3);  // the first is read after the others are made
+  const auto recall_plan = [&](const std::string& spec) {
+    windows.push_back(engine->new_window(with_policy(spec)));
+    Window& w = windows.back();
+    w.admit(p);
+    w.admit(a);
+    const InstanceId s = w.admit(story).added.at(0);
+    engine->run_background();  // the story's patch behind [p, a] is stored
+    w.evict(s);
+    w.add_turn(turn);
+    const Plan plan = w.plan_recall(story);
+    INFO(plan.describe());
+    REQUIRE(plan.steps.back().chunk.key == story.key);
+    return plan;
+  };
+  const Plan budgeted = recall_plan("default");
+  const PlanStep& reused = budgeted.steps.back();
+  CHECK(reused.action == StepAction::kApplyPatch);
+  CHECK(reused.match == PatchMatch::kStale);
+  CHECK(reused.divergence > 0);
+  CHECK(reused.divergence < 0.15);
+  CHECK(reused.forward_tokens == 0);
+  CHECK(reused.predicted_kl > 0);
+  CHECK(budgeted.predicted_kl <= WindowPolicy{}.kl_budget);
+  CHECK_THAT(budgeted.describe(), Catch::Contains("stale patch (divergence"));
+  windows.front().apply(budgeted).value();
+
+  const Plan tight = recall_plan("patch:16:kl=1e-9");
+  CHECK(tight.steps.back().action == StepAction::kForm);
+  CHECK(tight.steps.back().forward_tokens == Approx(static_cast<double>(story.length)));
+  const Plan unbudgeted = recall_plan("patch:16");
+  CHECK(unbudgeted.steps.back().action == StepAction::kForm);
+
+  // Served far closer to a re-prefill than the canonical alone (blind) at the same place.
+  Window blind = engine->new_window(with_policy("blind"));
+  blind.admit(p);
+  blind.admit(a);
+  blind.add_turn(turn);
+  blind.admit(story);
+  std::mt19937_64 rng(9);
+  const std::vector<int64_t> q = random_tokens(rng, 4);
+  const auto distance = [&q](Window& w) {
+    const Logits got = w.logits(q, true), ref = w.reference_logits(q, true);
+    double m = 0;
+    for (std::size_t i = 0; i < got.values.size(); ++i)
+      m = std::max(m, static_cast<double>(std::abs(got.values[i] - ref.values[i])));
+    return m;
+  };
+  const double reused_distance = distance(windows.front()), blind_distance = distance(blind);
+  INFO("max |logit - re-prefill|: stale patch " << reused_distance << ", blind " << blind_distance);
+  CHECK(reused_distance < blind_distance / 2);
+}
+
 TEST_CASE("a chunk's predicted loss follows how much its KV depends on its context, once a patch measures it",
           "[plan][budget]") {
   // Story text that starts afresh ("Once upon a time...") leans on what precedes it far less than random

@@ -179,7 +179,9 @@ void init_policy(py::module_& m) {
         "valid forms), TypeError for an unknown option or wrong type, ValueError for an out-of-range value.");
   field(c, "on_miss", &WindowPolicy::on_miss, "MissAction (or its name as a string when set).");
   field(c, "survivors", &WindowPolicy::survivors, "SurvivorAction for instances whose context changed.");
-  field(c, "stale", &WindowPolicy::stale, "StalePatch: whether a patch formed under another context is used.");
+  field(c, "stale", &WindowPolicy::stale,
+        "StalePatch: whether a patch formed under another context is used (under a kl_budget the budget weighs\n"
+        "the closest one at any divergence; accept with max_divergence caps it).");
   field(c, "max_divergence", &WindowPolicy::max_divergence, "Largest accepted context divergence, in [0, 1].");
   field(c, "rank_k", &WindowPolicy::rank_k, "Patch rank for keys; reads -1 when full rank (set it with 'full').");
   field(c, "rank_v", &WindowPolicy::rank_v, "Patch rank for values; reads -1 when full rank (set it with 'full').");

@@ -25,10 +25,12 @@
 // Every preset defers repairs to the next read (WindowPolicy::defer_repairs); `:eager` after any preset
 // makes each edit repair at once instead.
 // Modifiers appended to patch presets: `:deep` (patch only layers ≥ ℓ₀ chosen from the deficit's energy),
-// `:stale=D` (accept a patch formed under another context when its divergence is ≤ D instead of forming),
+// `:stale=D` (accept a patch formed under another context when its divergence is ≤ D instead of forming;
+// under a `:kl=X` budget a stale patch is a candidate at any divergence, priced by the fidelity model, and
+// `:stale=D` caps its divergence),
 // `:kl=X` (a fidelity budget: per step, the window's predicted next-token KL against a re-prefill stays
-// ≤ X; the planner picks per instance the cheapest serving action — keep, stored patch, first-k or
-// CacheBlend recompute, form — that keeps the sum within X, by the engine's fidelity model, which
+// ≤ X; the planner picks per instance the cheapest serving action — keep, stored patch (exact, orbit or stale), first-k
+// or CacheBlend recompute, form — that keeps the sum within X, by the engine's fidelity model, which
 // Engine::calibrate() fits).
 #pragma once
 
@@ -56,7 +58,7 @@ enum class SurvivorAction {
 
 // A patch formed under a different context than the one at hand.
 enum class StalePatch {
-  kRebuild,  // never use it: treat as a miss
+  kRebuild,  // without a KL budget, never use it: treat as a miss (a budget weighs the closest one's loss)
   kAccept,   // use the closest one when its divergence (below) is ≤ max_divergence
 };
 

@@ -238,24 +238,37 @@ class StoredPatch final : public ServeAction {
       s.patch_key = keys.orbit;
       s.predicted_kl = in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight, in.sensitivity);
       s.reason = "orbit patch hit (same antecedent set, other order)";
-    } else if (in.policy.stale == StalePatch::kAccept) {
+    } else if (in.policy.stale == StalePatch::kAccept || in.policy.kl_budget > 0) {
+      // A patch formed under another context: `:stale=D` accepts the closest within divergence D; under a
+      // fidelity budget it is one more candidate at any divergence (unless `:stale=D` caps it), priced by
+      // the fidelity model's stale loss like every other approximate action. The newest kStaleRecords
+      // of the chunk's patches are compared: each comparison counts both contexts' keys, and a chunk
+      // reused under many contexts would otherwise make every plan of it scan them all.
+      constexpr std::size_t kStaleRecords = 16;
+      const double cap = in.policy.stale == StalePatch::kAccept ? in.policy.max_divergence : 1.0;
+      const std::vector<PatchRecord> records = in.core.patches_of(in.chunk->ref.key);
       double best = 2;
       std::string best_key;
-      for (const PatchRecord& r : in.core.patches_of(in.chunk->ref.key)) {
+      std::size_t compared = 0;
+      for (auto it = records.rbegin(); it != records.rend() && compared < kStaleRecords; ++it) {
+        const PatchRecord& r = *it;
         if (r.conditioned || r.variant != keys.variant) continue;
+        ++compared;
         const double d = context_divergence(in.core, r.context, *in.context);
         if (d < best && in.core.available(r.key)) {
           best = d;
           best_key = r.key;
         }
       }
-      if (best_key.empty() || best > in.policy.max_divergence) return std::nullopt;
+      if (best_key.empty() || best > cap) return std::nullopt;
       s.match = PatchMatch::kStale;
       s.patch_key = best_key;
       s.divergence = best;
       s.predicted_kl = in.fidelity.predict(planner::Loss::kStale, best, in.weight, in.sensitivity);
       std::ostringstream why;
-      why << "stale patch accepted (divergence " << best << " <= " << in.policy.max_divergence << ")";
+      why << "stale patch (divergence " << best;
+      if (in.policy.stale == StalePatch::kAccept) why << " <= " << in.policy.max_divergence;
+      why << ")";
       s.reason = why.str();
     } else {
       return std::nullopt;

@@ -10,7 +10,8 @@
 //
 //   keep            the instance's KV as it is (rotation only); approximate when its context changed
 //   canonical       nothing precedes the chunk: its canonical is exact
-//   stored-patch    canonical + a stored patch: exact key, orbit key, or (policy) a stale one
+//   stored-patch    canonical + a stored patch: exact key, orbit key, or a stale one (formed under another
+//                   context: the policy's `:stale=D`, or any under a KL budget, which prices its loss)
 //   load-conditioned  a stored conditioned KV behind exactly this context (the prefix-cache baseline)
 //   form            one exact in-context prefill (the critical path); canonical + patch queued for the
 //                   background, stored under the step's keys

@@ -219,6 +219,20 @@ FidelityCalibration measure_fidelity_samples(const EngineCore& core, int seeds) 
       Piece s{runtime::apply_patch(bench.model(), canon_b.kv, stale), b};
       out.push_back(
           {Loss::kStale, {{(2.0 / 3.0) * share, sens(B_AX, canon_b)}}, bench.kl({A, Y_A, B_AY}, {A, Y_A, s}, query)});
+      // Stale after a recall: B's patch formed behind [P, A], applied where B is recalled at the end of
+      // [P, A, X, Y] (the context grew past what it was formed on; divergence 2a / (p + 3a) by tokens).
+      const Piece P = bench.in_context(tp, {});
+      const Piece A_P = bench.in_context(ta, {P});
+      const Piece B_PA = bench.in_context(tb, {P, A_P});
+      const Piece X_PA = bench.in_context(tx, {P, A_P});
+      const Piece Y_PAX = bench.in_context(ty, {P, A_P, X_PA});
+      const Piece B_PAXY = bench.in_context(tb, {P, A_P, X_PA, Y_PAX});
+      const runtime::Patch recalled = runtime::form_patch(bench.model(), runtime::deficit(B_PA.kv, canon_b.kv), po);
+      Piece r{runtime::apply_patch(bench.model(), canon_b.kv, recalled), b};
+      const double divergence = 2.0 * static_cast<double>(a) / static_cast<double>(P.length + 3 * a);
+      out.push_back({Loss::kStale,
+                     {{divergence * share, sens(B_PA, canon_b)}},
+                     bench.kl({P, A_P, X_PA, Y_PAX, B_PAXY}, {P, A_P, X_PA, Y_PAX, r}, query)});
     }
   }
   double log_sum = 0;

@@ -15,7 +15,10 @@
 //               a removal right before it changes its KV far more than one far back (removal / insertion)
 //   blind       f = 1 (the canonical alone; its whole context is unseen)
 //   orbit       f = 1 (an orbit patch: the mean over orderings applied to one ordering)
-//   stale       f = the divergence of the stale patch's context from the current one
+//   stale       f = the divergence of the stale patch's context from the current one. Calibrated on two
+//               patterns: the chunk's predecessor replaced (formed behind [A, X], used behind [A, Y]), and a
+//               recall (formed behind [P, A], used at the end of [P, A, X, Y]), which loses about half as
+//               much per unit of divergence; the fit lies between them
 //   truncated   f = the share of the deficit's energy the patch's factors leave out (runtime::Patch::
 //               residual, recorded when the patch is formed): an exact-context patch at less than full
 //               rank. A deficit's spectrum falls off fast, so rank 16 of 32 typically leaves 9e-4..8e-3
