@@ -242,27 +242,17 @@ class StoredPatch final : public ServeAction {
       // A patch formed under another context: `:stale=D` accepts the closest within divergence D; under a
       // fidelity budget it is one more candidate at any divergence (unless `:stale=D` caps it), priced by
       // the fidelity model's stale loss like every other approximate action. The newest kStaleRecords
-      // of the chunk's patches are compared: each comparison counts both contexts' keys, and a chunk
-      // reused under many contexts would otherwise make every plan of it scan them all.
+      // of the chunk's patches are compared, each in the length of its own context: a chunk reused under
+      // many contexts would otherwise make every plan of it scan them all.
       constexpr std::size_t kStaleRecords = 16;
+      ORBIT_CHECK(in.weights != nullptr, "internal error: a stale-patch lookup was planned without context weights");
       const double cap = in.policy.stale == StalePatch::kAccept ? in.policy.max_divergence : 1.0;
-      const std::vector<PatchRecord> records = in.core.patches_of(in.chunk->ref.key);
-      double best = 2;
-      std::string best_key;
-      std::size_t compared = 0;
-      for (auto it = records.rbegin(); it != records.rend() && compared < kStaleRecords; ++it) {
-        const PatchRecord& r = *it;
-        if (r.conditioned || r.variant != keys.variant) continue;
-        ++compared;
-        const double d = context_divergence(in.core, r.context, *in.context);
-        if (d < best && in.core.available(r.key)) {
-          best = d;
-          best_key = r.key;
-        }
-      }
-      if (best_key.empty() || best > cap) return std::nullopt;
+      const std::optional<EngineCore::StaleMatch> match =
+          in.core.closest_patch(in.chunk->ref.key, keys.variant, *in.weights, kStaleRecords);
+      if (!match.has_value() || match->divergence > cap) return std::nullopt;
+      const double best = match->divergence;
       s.match = PatchMatch::kStale;
-      s.patch_key = best_key;
+      s.patch_key = match->key;
       s.divergence = best;
       s.predicted_kl = in.fidelity.predict(planner::Loss::kStale, best, in.weight, in.sensitivity);
       std::ostringstream why;

@@ -69,6 +69,7 @@ struct PlanInput {
   int64_t position = 0;                               // its first position (= tokens of context before it)
   const std::vector<std::string>* context = nullptr;  // ordered content keys before it
   const ContextSigner* signer = nullptr;              // those keys signed (constructed with `prefix`); or nullptr
+  const ContextWeights* weights = nullptr;            // those keys weighted by tokens (stale-patch divergence)
   std::size_t prefix = 0;                             // leading turns of that context (fixed under reorder)
   double weight = 0;                                  // recency_weight: length / tokens from its start to the end
   double context_change = 0;                          // old: keep_change of its drift since formed (fidelity_model.h)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "orbit/common/error.h"
@@ -387,13 +388,59 @@ void EngineCore::put_conditioned(const runtime::Content& content, const std::str
   catalog_add(chunk_key, std::move(record));
 }
 
+void ContextWeights::push(const std::string& key, double length) {
+  tokens[std::hash<std::string>{}(key)] += length;
+  total += length;
+}
+
 void EngineCore::catalog_add(const std::string& chunk_key, PatchRecord record) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& list = catalog_[chunk_key];
   for (const auto& r : list) {
     if (r.key == record.key) return;
   }
+  // The context's token weights, as key_length() gives them (mu_ is held here).
+  std::unordered_map<uint64_t, double> weights;
+  for (const std::string& key : record.context) {
+    double length = 1;
+    if (auto c = chunks_.find(key); c != chunks_.end()) {
+      length = static_cast<double>(c->second->ref.length);
+    } else if (auto t = turn_lengths_.find(key); t != turn_lengths_.end()) {
+      length = static_cast<double>(t->second);
+    }
+    weights[std::hash<std::string>{}(key)] += length;
+    record.context_total += length;
+  }
+  record.context_tokens.assign(weights.begin(), weights.end());
   list.push_back(std::move(record));
+}
+
+std::optional<EngineCore::StaleMatch> EngineCore::closest_patch(const std::string& chunk_key,
+                                                                const std::string& variant,
+                                                                const ContextWeights& context,
+                                                                std::size_t max_records) const {
+  std::vector<StaleMatch> candidates;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = catalog_.find(chunk_key);
+    if (it == catalog_.end()) return std::nullopt;
+    for (auto r = it->second.rbegin(); r != it->second.rend() && candidates.size() < max_records; ++r) {
+      if (r->conditioned || r->variant != variant) continue;
+      double common = 0;  // Σ min over the keys both hold; Σ max = both totals − Σ min
+      for (const auto& [hash, tokens] : r->context_tokens) {
+        if (auto c = context.tokens.find(hash); c != context.tokens.end()) common += std::min(tokens, c->second);
+      }
+      const double all = r->context_total + context.total - common;
+      candidates.push_back({r->key, all > 0 ? 1.0 - common / all : 0.0});
+    }
+  }
+  // Closest first; the newest on a tie. Availability reads the store, outside mu_.
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const StaleMatch& a, const StaleMatch& b) { return a.divergence < b.divergence; });
+  for (StaleMatch& m : candidates) {
+    if (available(m.key)) return std::move(m);
+  }
+  return std::nullopt;
 }
 
 void EngineCore::catalog_set_formed(const std::string& chunk_key, const std::vector<std::string>& keys,

@@ -28,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "orbit/engine.h"
@@ -50,10 +51,22 @@ struct ChunkRecord {
   bool pinned = false;
 };
 
+// A context as a multiset of keys weighted by their tokens (a key's hash → its tokens, summed over
+// repeats): what a stale patch's divergence compares. The planner grows one with its context, so each
+// comparison costs the stored patch's context, not both.
+struct ContextWeights {
+  std::unordered_map<uint64_t, double> tokens;
+  double total = 0;
+  void push(const std::string& key, double length);
+};
+
 // A patch (or stored conditioned KV) as the catalog remembers it.
 struct PatchRecord {
   std::string key;
   std::vector<std::string> context;  // ordered content keys of the antecedents it was formed under
+  // That context as (key hash, tokens), repeats merged (catalog_add fills it from the keys' lengths).
+  std::vector<std::pair<uint64_t, double>> context_tokens;
+  double context_total = 0;
   std::string variant;
   bool conditioned = false;  // whole conditioned KV (prefix-cache policy), not factors
   bool exact = false;        // full rank and formed over an exact context
@@ -147,6 +160,15 @@ class EngineCore {
   std::optional<runtime::Content> get_conditioned(const std::string& key);
   void put_conditioned(const runtime::Content& content, const std::string& chunk_key, PatchRecord record);
   std::vector<PatchRecord> patches_of(const std::string& chunk_key) const;
+  // The stored patch of `chunk_key` (factors of `variant`, not a conditioned KV) formed under the context
+  // closest to `context`: 1 − Σ min / Σ max over the two multisets of keys weighted by tokens (0 = the same
+  // set, 1 = disjoint), among its newest `max_records` such patches; nullopt when none is available.
+  struct StaleMatch {
+    std::string key;
+    double divergence = 1;
+  };
+  std::optional<StaleMatch> closest_patch(const std::string& chunk_key, const std::string& variant,
+                                          const ContextWeights& context, std::size_t max_records) const;
   // The mean runtime::Patch::sensitivity over the chunk's patches this engine has formed or read from
   // the store; -1 when it knows none (the planner then predicts from the fidelity model's reference).
   double chunk_sensitivity(const std::string& chunk_key) const;

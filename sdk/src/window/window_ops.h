@@ -71,7 +71,4 @@ PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const C
 PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
                      const ContextSigner& signer);
 
-// 1 − Σ min / Σ max over the two multisets of keys, each key weighted by its token length.
-double context_divergence(const EngineCore& core, const std::vector<std::string>& a, const std::vector<std::string>& b);
-
 }  // namespace orbit::detail

@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <sstream>
 
 #include "orbit/common/error.h"
@@ -119,20 +118,6 @@ PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const C
 PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
                      const ContextSigner& signer) {
   return keys_from(core, policy, chunk, signer.exact(), signer.orbit());
-}
-
-double context_divergence(const EngineCore& core, const std::vector<std::string>& a,
-                          const std::vector<std::string>& b) {
-  std::map<std::string, std::pair<int64_t, int64_t>> counts;
-  for (const auto& k : a) ++counts[k].first;
-  for (const auto& k : b) ++counts[k].second;
-  double lo = 0, hi = 0;
-  for (const auto& [key, c] : counts) {
-    const double w = static_cast<double>(core.key_length(key));
-    lo += w * static_cast<double>(std::min(c.first, c.second));
-    hi += w * static_cast<double>(std::max(c.first, c.second));
-  }
-  return hi == 0 ? 0.0 : 1.0 - lo / hi;
 }
 
 std::string limit_refusal(const WindowState& state, Operation op, int64_t extent, int64_t device_bytes,
@@ -281,13 +266,15 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   struct Context {
     std::vector<std::string> keys;
     ContextSigner signer;
+    ContextWeights weights;
   };
-  Context context{{}, ContextSigner(prefix)};
+  Context context{{}, ContextSigner(prefix), {}};
   auto context_upto = [&](Context& ctx, std::size_t i) -> Context* {
     if (ctx.keys.capacity() < layout.slots.size()) ctx.keys.reserve(layout.slots.size());
     for (std::size_t j = ctx.keys.size(); j < i; ++j) {
       ctx.keys.push_back(*info[j].key);
       ctx.signer.push(ctx.keys.back());
+      ctx.weights.push(ctx.keys.back(), static_cast<double>(info[j].length));
     }
     ORBIT_CHECK(ctx.keys.size() == i,
                 "internal error: plan context of slot " << i << " holds " << ctx.keys.size() << " keys");
@@ -309,6 +296,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     in.position = si.position;
     in.context = &ctx->keys;
     in.signer = &ctx->signer;
+    in.weights = &ctx->weights;
     in.prefix = prefix;
     in.weight = weights[i];
     in.context_change = si.change;
@@ -381,6 +369,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
         PlanInput served = in;
         served.context = &context_upto(context, i)->keys;
         served.signer = &context.signer;
+        served.weights = &context.weights;
         s = legacy_serve(served, si.old != nullptr ? why : sl.reason);
       }
       s.estimated_seconds = estimate_seconds(in, s);
@@ -407,7 +396,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     for (const SlotInfo& si : info) total_kl += si.candidates[si.chosen].predicted_kl;
     if (total_kl > policy.kl_budget) {
       // Over budget: the kept instances that carry a loss get their alternatives now.
-      Context before{{}, ContextSigner(prefix)};
+      Context before{{}, ContextSigner(prefix), {}};
       for (std::size_t i = 0; i < info.size(); ++i) {
         SlotInfo& si = info[i];
         if (si.candidates.size() != 1 || si.candidates.front().action != StepAction::kKeep ||
