@@ -1,7 +1,9 @@
 // Planning and bookkeeping cost of window operations against window size and store size.
 //
 // Part 1, window size: a window of N chunk instances (2-token chunks, admitted blind so building it runs
-// no forward in context), then per repetition, on the window of N:
+// no forward in context; --build patch:16 forms each in context instead and stores its patch, so that the
+// survivors of a budgeted plan have patches formed under other contexts to weigh), then per repetition, on
+// the window of N:
 //   plan-admit   plan_admit of a new chunk under --policy (patch keys hashed over the context, store
 //                lookups, one step per instance)
 //   admit        apply of a blind admit of a new chunk whose canonical is stored: bookkeeping only (every
@@ -28,7 +30,7 @@
 //
 //   bench_window_scale [--model PATH] [--cache DIR] [--sizes 10,100,1000,3000] [--reps 5]
 //                      [--store-sizes 100,1000,10000,100000] [--store-window 100] [--policy patch:16] [--no-turn]
-//                      [--graph-sizes 250,500,1000,2000] [--wall]
+//                      [--build blind] [--graph-sizes 250,500,1000,2000] [--wall]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -133,21 +135,24 @@ int main(int argc, char** argv) {
   try {
     const cli::Args a(
         "bench_window_scale",
-        cli::ArgSpec{
-            {"--model", "--cache", "--sizes", "--reps", "--store-sizes", "--store-window", "--policy", "--graph-sizes"},
-            {"--no-turn", "--wall"},
-            "usage: bench_window_scale [--model PATH] [--cache DIR] [--sizes 10,100,1000,3000] [--reps 5]\n"
-            "                          [--store-sizes 100,1000,10000,100000] [--store-window 100]\n"
-            "                          [--policy patch:16] [--graph-sizes 250,500,1000,2000] [--no-turn] [--wall]\n"
-            "  Per-operation planning and bookkeeping time (microseconds) of window operations against\n"
-            "  the window's chunk instances (--sizes) and the store's entries (--store-sizes), with the\n"
-            "  growth exponent between sizes (1 = linear; --sizes 10,100,1000,10000 adds about 6 minutes of\n"
-            "  building the largest window). --model: default a 1-layer random llama\n"
-            "  generated once under --cache (default /tmp/orbit-bench). --reps: rounds per size.\n"
-            "  --store-window: instances of the window measured against store size. --no-turn: skip\n"
-            "  the add_turn column (one forward over the window). --store-sizes 0 skips part 2.\n"
-            "  --graph-sizes: dependency graphs timed re-conditioning every instance (0 skips part 3).\n"
-            "  Times are the thread's CPU time (one intra-op thread), or wall time with --wall.\n"},
+        cli::ArgSpec{{"--model", "--cache", "--sizes", "--reps", "--store-sizes", "--store-window", "--policy",
+                      "--graph-sizes", "--build"},
+                     {"--no-turn", "--wall"},
+                     "usage: bench_window_scale [--model PATH] [--cache DIR] [--sizes 10,100,1000,3000] [--reps 5]\n"
+                     "                          [--store-sizes 100,1000,10000,100000] [--store-window 100]\n"
+                     "                          [--policy patch:16] [--build blind] [--graph-sizes 250,500,1000,2000]\n"
+                     "                          [--no-turn] [--wall]\n"
+                     "  Per-operation planning and bookkeeping time (microseconds) of window operations against\n"
+                     "  the window's chunk instances (--sizes) and the store's entries (--store-sizes), with the\n"
+                     "  growth exponent between sizes (1 = linear; --sizes 10,100,1000,10000 adds about 6 minutes of\n"
+                     "  building the largest window). --model: default a 1-layer random llama\n"
+                     "  generated once under --cache (default /tmp/orbit-bench). --reps: rounds per size.\n"
+                     "  --build: the policy part 1's windows are built under (blind: no forward in context;\n"
+                     "  patch:16: every chunk formed in context, its patch stored).\n"
+                     "  --store-window: instances of the window measured against store size. --no-turn: skip\n"
+                     "  the add_turn column (one forward over the window). --store-sizes 0 skips part 2.\n"
+                     "  --graph-sizes: dependency graphs timed re-conditioning every instance (0 skips part 3).\n"
+                     "  Times are the thread's CPU time (one intra-op thread), or wall time with --wall.\n"},
         argc, argv, 1);
     const std::vector<int64_t> sizes =
         bench::parse_positive_list(a.get("--sizes").value_or("10,100,1000,3000"), "--sizes");
@@ -163,6 +168,7 @@ int main(int argc, char** argv) {
     g_wall = a.flag("--wall");
     const WindowPolicy policy = parse_policy(a.get("--policy").value_or("patch:16"));
     const WindowPolicy blind = parse_policy("blind");
+    const WindowPolicy build_policy = parse_policy(a.get("--build").value_or("blind"));
     const int64_t largest = std::max(*std::max_element(sizes.begin(), sizes.end()), store_window);
     const std::string model = a.get("--model").value_or(
         generated_model(a.get("--cache").value_or("/tmp/orbit-bench"), std::max<int64_t>(1024, 2 * (largest + 8))));
@@ -174,8 +180,9 @@ int main(int argc, char** argv) {
     o.background = BackgroundMode::kDeferred;
     o.threads = 1;
 
-    std::printf("model %s, policy %s, %lld reps per size, %s time\n\n", model.c_str(), policy.name().c_str(),
-                static_cast<long long>(reps), g_wall ? "wall" : "thread CPU");
+    std::printf("model %s, policy %s, windows built under %s, %lld reps per size, %s time\n\n", model.c_str(),
+                policy.name().c_str(), build_policy.name().c_str(), static_cast<long long>(reps),
+                g_wall ? "wall" : "thread CPU");
     std::printf("window size (chunk instances); microseconds per operation\n");
     std::printf("%7s %11s %10s %11s %10s %11s %8s %11s %8s\n", "N", "plan-admit", "admit", "plan-evict", "evict",
                 "plan+book", "growth", "turn(fwd)", "build-s");
@@ -184,11 +191,12 @@ int main(int argc, char** argv) {
     for (int64_t n : sizes) {
       auto engine = Engine::open(o);
       WindowOptions wo;
-      wo.policy = blind;
+      wo.policy = build_policy;
       Window w = engine->new_window(wo);
       const auto b0 = Clock::now();
       int64_t next = 0;
       for (; next < n; ++next) w.admit(engine->add_tokens(chunk_tokens(next)));
+      engine->run_background();  // the patches a forming build queued
       const double build = seconds_since(b0);
       const Timings t = measure(*engine, w, policy, blind, &next, reps, turn);
       const double total = t.bookkeeping();

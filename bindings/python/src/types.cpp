@@ -151,6 +151,10 @@ void init_types(py::module_& m) {
       .def_readonly("encode_canonical", &PlanStep::encode_canonical, "... and it is not stored: one forward alone.")
       .def_readonly("canonical_tier", &PlanStep::canonical_tier, "StoreTier the canonical is read from.")
       .def_readonly("forward_tokens", &PlanStep::forward_tokens, "Token-forwards this step costs.")
+      .def_readonly("background_tokens", &PlanStep::background_tokens,
+                    "Token-forwards it queues for the background (the canonical, when not stored).")
+      .def_readonly("estimated_seconds", &PlanStep::estimated_seconds,
+                    "Critical-path seconds by the engine's cost model (Engine.calibrate fits it).")
       .def_readonly("bytes_moved", &PlanStep::bytes_moved, "Bytes read from the store for this step.")
       .def_readonly("exact", &PlanStep::exact, "This instance's KV equals a re-prefill after the plan.")
       .def_readonly("deferred", &PlanStep::deferred, "Kept, its repair left to the next read (policy.defer_repairs).")
@@ -182,6 +186,14 @@ void init_types(py::module_& m) {
       .def_readonly("steps", &Plan::steps, "list[PlanStep], in the order apply() executes them.")
       .def_readonly("order", &Plan::order, "Instance ids after the plan, in window order.")
       .def_readonly("forward_tokens", &Plan::forward_tokens, "Estimated token-forwards (sum over steps).")
+      .def_readonly("background_tokens", &Plan::background_tokens,
+                    "Token-forwards queued for the background (sum over steps).")
+      .def_readonly("predicted_kl", &Plan::predicted_kl,
+                    "The fidelity model's next-token KL vs a re-prefill after apply (sum over steps); a\n"
+                    "budgeted policy keeps it within policy.kl_budget when it can.")
+      .def_readonly("estimated_seconds", &Plan::estimated_seconds, "Critical-path seconds by the cost model (sum).")
+      .def_readonly("policy", &Plan::policy, "The WindowPolicy it was made under (apply() follows it).")
+      .def_readonly("attention", &Plan::attention, "How reads attend over the KV on the engine's device.")
       .def_readonly("bytes_moved", &Plan::bytes_moved, "Estimated store bytes read (sum over steps).")
       .def_readonly("device_bytes_after", &Plan::device_bytes_after, "KV bytes (whole pages) the window holds after.")
       .def_readonly("window_tokens_after", &Plan::window_tokens_after, "Tokens in the window after.")

@@ -256,6 +256,7 @@ class StoredPatch final : public ServeAction {
       s.divergence = best;
       s.predicted_kl = in.fidelity.predict(planner::Loss::kStale, best, in.weight, in.sensitivity);
       std::ostringstream why;
+      why.precision(2);
       why << "stale patch (divergence " << best;
       if (in.policy.stale == StalePatch::kAccept) why << " <= " << in.policy.max_divergence;
       why << ")";

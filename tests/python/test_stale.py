@@ -1,0 +1,54 @@
+"""Stale patches under a fidelity budget, from Python: a chunk recalled behind most of the context its patch
+was formed on may be served by that patch (PlanStep.match == PatchMatch.stale, PlanStep.divergence), priced
+by the fidelity model like any approximate action; without a budget it is formed again.
+
+Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.py).
+"""
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def engine(orbit, stories260k_path):
+    with orbit.Engine(stories260k_path, pool_bytes=8 << 20, page_size=4, background=orbit.BackgroundMode.deferred) as e:
+        if not e.has_tokenizer:
+            pytest.skip("the bundled model has no tokenizer beside it")
+        yield e
+
+
+def recall_plan(engine, policy):
+    system = engine.add_text("You are a helper who reads stories and answers questions about them.")
+    page = engine.add_text("Tom saw a big red ball in the park. He ran to get it.")
+    story = engine.add_text("Once upon a time, there was a little cat. The cat liked to play with a ball in the sun.")
+    w = engine.new_window(policy=policy)
+    w.admit(system)
+    w.admit(page)
+    instance = w.admit(story).added[0]
+    engine.run_background()  # the story's patch behind [system, page] is stored
+    w.evict(instance)
+    w.add_turn(engine.tokenize("Why", bos=False))
+    plan = w.plan_recall(story)
+    step = plan.steps[-1]
+    assert step.chunk == story
+    return w, plan, step
+
+
+def test_a_budget_serves_a_recall_by_its_stale_patch(orbit, engine):
+    w, plan, step = recall_plan(engine, "default")
+    assert step.action == orbit.StepAction.apply_patch
+    assert step.match == orbit.PatchMatch.stale
+    assert 0 < step.divergence < 0.15
+    assert step.forward_tokens == 0
+    assert 0 < plan.predicted_kl <= orbit.WindowPolicy().kl_budget
+    assert "stale patch (divergence" in plan.describe()
+    assert w.apply(plan).forward_tokens == 0
+    probe = engine.tokenize("The cat", bos=False)
+    got, ref = w.logits(probe, all_rows=True), w.reference_logits(probe, all_rows=True)
+    assert np.abs(got - ref).max() < 2.0  # approximate, not exact: the patch saw another context
+
+
+@pytest.mark.parametrize("policy", ["patch:16", "patch:16:kl=1e-9"])
+def test_without_room_in_a_budget_a_recall_is_formed(orbit, engine, policy):
+    _, _, step = recall_plan(engine, policy)
+    assert step.action == orbit.StepAction.form
+    assert step.match == orbit.PatchMatch.none
