@@ -56,9 +56,18 @@ std::vector<std::string> WindowBuild::context_keys() const {
 namespace {
 
 // The patch keys of a plan input: from its signer when the planner made one (O(1)), else from the keys.
-PatchKeys keys_of(const PlanInput& in) {
-  return in.signer != nullptr ? patch_keys(in.core, in.policy, *in.chunk, *in.signer)
-                              : patch_keys(in.core, in.policy, *in.chunk, *in.context, in.prefix);
+// Hashing the keys (three SHA-256 digests) is most of what planning a stored patch or a form costs, and a
+// budgeted plan asks for them from several actions per instance.
+const PatchKeys& keys_of(const PlanInput& in) {
+  const void* context = in.signer != nullptr ? static_cast<const void*>(in.signer) : in.context;
+  const std::size_t size = in.signer != nullptr ? in.signer->size() : in.context->size();
+  if (!in.memo_keys.has_value() || in.memo_context != context || in.memo_size != size) {
+    in.memo_keys = in.signer != nullptr ? patch_keys(in.core, in.policy, *in.chunk, *in.signer)
+                                        : patch_keys(in.core, in.policy, *in.chunk, *in.context, in.prefix);
+    in.memo_context = context;
+    in.memo_size = size;
+  }
+  return *in.memo_keys;
 }
 
 }  // namespace
@@ -205,7 +214,7 @@ class StoredPatch final : public ServeAction {
   std::optional<PlanStep> plan(const PlanInput& in) const override {
     if (in.is_turn || in.context->empty() || !in.policy.reuse_stored || in.policy.store_conditioned)
       return std::nullopt;
-    const PatchKeys keys = keys_of(in);
+    const PatchKeys& keys = keys_of(in);
     PlanStep s = base_step(id(), category());
     set_patch_shape(in, keys, s);
     s.needs_canonical = true;
@@ -293,7 +302,7 @@ class LoadConditioned final : public ServeAction {
   StepAction category() const override { return StepAction::kLoadConditioned; }
   std::optional<PlanStep> plan(const PlanInput& in) const override {
     if (in.is_turn || in.context->empty() || !in.policy.store_conditioned) return std::nullopt;
-    const PatchKeys keys = keys_of(in);
+    const PatchKeys& keys = keys_of(in);
     if (!in.core.contains(keys.conditioned)) return std::nullopt;
     PlanStep s = base_step(id(), category());
     s.match = PatchMatch::kExact;
@@ -326,7 +335,7 @@ class Form final : public ServeAction {
   StepAction category() const override { return StepAction::kForm; }
   std::optional<PlanStep> plan(const PlanInput& in) const override {
     if (in.is_turn || in.context->empty()) return std::nullopt;
-    const PatchKeys keys = keys_of(in);
+    const PatchKeys& keys = keys_of(in);
     PlanStep s = base_step(id(), category());
     set_patch_shape(in, keys, s);
     s.forward_tokens = static_cast<double>(in.length);

@@ -31,6 +31,7 @@
 
 #include "orbit/planner/cost_model.h"
 #include "orbit/planner/fidelity_model.h"
+#include "window/window_ops.h"
 #include "window/window_state.h"
 
 namespace orbit::detail {
@@ -77,6 +78,12 @@ struct PlanInput {
   bool reordered = false;                             // old: the same antecedents as formed on, in another order
   bool moved = false;                                 // old: its position changes
   int64_t kv_per_token = 0;
+
+  // The patch keys of this instance behind its context (keys_of() in actions.cpp), computed once for all
+  // the actions planned on this input; valid for the signer and context length they were computed on.
+  mutable std::optional<PatchKeys> memo_keys;
+  mutable const void* memo_context = nullptr;
+  mutable std::size_t memo_size = 0;
 };
 
 struct ApplyInput {
