@@ -46,6 +46,11 @@ WindowOptions with_policy(const std::string& spec) {
   return o;
 }
 
+// max |logit − re-prefill logit| over every row of the query.
+double distance_from_reprefill(Window& w, const std::vector<int64_t>& query) {
+  return test::max_abs_diff(w.logits(query, true).values, w.reference_logits(query, true).values);
+}
+
 int64_t stored_bytes(const std::string& dir, const std::string& key) {
   for (const StoreEntryInfo& e : list_store(dir)) {
     if (e.key == key) return e.value_bytes;
@@ -301,14 +306,7 @@ TEST_CASE("under the default budget a window reuses the rank-16 patch another fo
   blind.admit(a);
   blind.admit(b);
   const std::vector<int64_t> q = random_tokens(rng, 4);
-  const auto distance = [&q](Window& w) {
-    const Logits got = w.logits(q, true), ref = w.reference_logits(q, true);
-    double m = 0;
-    for (std::size_t i = 0; i < got.values.size(); ++i)
-      m = std::max(m, static_cast<double>(std::abs(got.values[i] - ref.values[i])));
-    return m;
-  };
-  const double patched = distance(second), unpatched = distance(blind);
+  const double patched = distance_from_reprefill(second, q), unpatched = distance_from_reprefill(blind, q);
   INFO("max |logit - re-prefill|: patched " << patched << ", blind " << unpatched);
   CHECK(patched < unpatched / 4);
 }
@@ -367,14 +365,8 @@ TEST_CASE("under a budget a recalled chunk reuses the patch it had behind a near
   blind.admit(story);
   std::mt19937_64 rng(9);
   const std::vector<int64_t> q = random_tokens(rng, 4);
-  const auto distance = [&q](Window& w) {
-    const Logits got = w.logits(q, true), ref = w.reference_logits(q, true);
-    double m = 0;
-    for (std::size_t i = 0; i < got.values.size(); ++i)
-      m = std::max(m, static_cast<double>(std::abs(got.values[i] - ref.values[i])));
-    return m;
-  };
-  const double reused_distance = distance(windows.front()), blind_distance = distance(blind);
+  const double reused_distance = distance_from_reprefill(windows.front(), q),
+               blind_distance = distance_from_reprefill(blind, q);
   INFO("max |logit - re-prefill|: stale patch " << reused_distance << ", blind " << blind_distance);
   CHECK(reused_distance < blind_distance / 2);
 }

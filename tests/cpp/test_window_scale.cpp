@@ -59,18 +59,29 @@ struct OpAllocations {
 
 // Allocations of each operation on a window of `n` chunk instances (2 tokens each), built blind, then
 // operated on under `policy`.
-OpAllocations measure(const std::string& model, int64_t n, const std::string& policy) {
+// An engine on `model` with 2-token pages, one thread, and background work left for run_background(); a
+// window on it built under `policy` holds n chunk instances (2 tokens each).
+std::shared_ptr<Engine> open_engine(const std::string& model) {
   EngineOptions o;
   o.model = model;
   o.page_size = 2;
   o.threads = 1;
   o.background = BackgroundMode::kDeferred;
-  auto engine = Engine::open(o);
+  return Engine::open(o);
+}
+
+Window window_of(Engine& engine, const std::string& policy, int64_t n) {
   WindowOptions wo;
-  wo.policy = parse_policy("blind");
-  Window w = engine->new_window(wo);
-  int64_t next = 0;
-  for (; next < n; ++next) w.admit(engine->add_tokens(chunk_tokens(next)));
+  wo.policy = parse_policy(policy);
+  Window w = engine.new_window(wo);
+  for (int64_t i = 0; i < n; ++i) w.admit(engine.add_tokens(chunk_tokens(i)));
+  return w;
+}
+
+OpAllocations measure(const std::string& model, int64_t n, const std::string& policy) {
+  auto engine = open_engine(model);
+  Window w = window_of(*engine, "blind", n);
+  int64_t next = n;
   w.set_policy(parse_policy(policy));
   const ChunkRef fresh = engine->add_tokens(chunk_tokens(next++));
   const ChunkRef slid = engine->add_tokens(chunk_tokens(next++));
@@ -128,16 +139,8 @@ TEST_CASE("a budgeted plan weighs stored patches formed under other contexts in 
   test::TempDir dir;
   const std::string model = long_model(dir);
   const auto plan_allocations = [&model](int64_t n) {
-    EngineOptions o;
-    o.model = model;
-    o.page_size = 2;
-    o.threads = 1;
-    o.background = BackgroundMode::kDeferred;
-    auto engine = Engine::open(o);
-    WindowOptions wo;
-    wo.policy = parse_policy("patch:16");
-    Window w = engine->new_window(wo);
-    for (int64_t i = 0; i < n; ++i) w.admit(engine->add_tokens(chunk_tokens(i)));
+    auto engine = open_engine(model);
+    Window w = window_of(*engine, "patch:16", n);
     engine->run_background();
     REQUIRE(engine->stats().patches_formed >= n - 1);
     w.set_policy(parse_policy("patch:16:kl=1e-12:eager"));
