@@ -32,6 +32,7 @@ struct SlotInfo {
   double sensitivity = -1;           // chunks: EngineCore::chunk_sensitivity (-1: none formed yet, turns)
   std::vector<PlanStep> candidates;  // budget: every applicable action, cheapest first
   std::size_t chosen = 0;
+  bool prefix_why = false;  // candidates from enumerate: the chosen one's reason gets the slot's why in pass 3
 };
 
 bool cheaper(const PlanStep& a, const PlanStep& b) {
@@ -322,13 +323,11 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       std::optional<PlanStep> s = a->plan(in);
       if (!s) continue;
       s->estimated_seconds = estimate_seconds(in, *s);
-      if (id == "keep") {
-        s->reason = same ? (si.moved ? "relocated (rotation only)" : "unchanged") : why + "; kept as-is";
-      } else if (!why.empty()) {
-        s->reason = why + "; " + s->reason;
-      }
+      // The slot's why is prefixed in pass 3, to the chosen candidate only (most are never shown).
+      if (id == "keep") s->reason = same ? (si.moved ? "relocated (rotation only)" : "unchanged") : "kept as-is";
       si.candidates.push_back(std::move(*s));
     }
+    si.prefix_why = !why.empty();
     ORBIT_CHECK(!si.candidates.empty(), "plan: no serving action can serve instance " << sl.id);
     std::stable_sort(si.candidates.begin(), si.candidates.end(), cheaper);
   };
@@ -474,6 +473,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       s.reason = (whys[i].empty() ? std::string("context changed") : whys[i]) +
                  "; relocated, repair deferred to the next read (would be: " + chosen.how + ")";
       chosen = std::move(s);
+      si.prefix_why = false;  // the reason above is complete
       deferred[i] = 1;
     }
   }
@@ -484,6 +484,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   for (std::size_t i = 0; i < info.size(); ++i) {
     SlotInfo& si = info[i];
     PlanStep s = std::move(si.candidates[si.chosen]);
+    if (si.prefix_why && !(s.action == StepAction::kKeep && is_same[i] != 0)) s.reason = whys[i] + "; " + s.reason;
     s.instance = layout.slots[i].id;
     s.position = si.position;
     s.is_turn = si.is_turn;
