@@ -221,14 +221,9 @@ class StoredPatch final : public ServeAction {
     if (in.core.available(keys.exact)) {
       s.match = PatchMatch::kExact;
       s.patch_key = keys.exact;
-      bool formed_exact = false;
-      double residual = -1;
-      for (const PatchRecord& r : in.core.patches_of(in.chunk->ref.key)) {
-        if (r.key == keys.exact) {
-          formed_exact = r.exact;
-          residual = r.residual;
-        }
-      }
+      const std::optional<EngineCore::PatchFacts> facts = in.core.patch_facts(in.chunk->ref.key, keys.exact);
+      const bool formed_exact = facts.has_value() && facts->exact;
+      const double residual = facts.has_value() ? facts->residual : -1;
       s.exact = keys.full_rank && formed_exact;
       if (!s.exact) {
         // The share of the deficit's energy the stored factors leave out; unknown (a patch this engine

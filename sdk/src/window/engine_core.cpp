@@ -484,10 +484,15 @@ void EngineCore::note_read_patch(const std::string& chunk_key, const std::string
   record_sensitivity(chunk_key, patch_key, patch.sensitivity);
 }
 
-std::vector<PatchRecord> EngineCore::patches_of(const std::string& chunk_key) const {
+std::optional<EngineCore::PatchFacts> EngineCore::patch_facts(const std::string& chunk_key,
+                                                              const std::string& patch_key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = catalog_.find(chunk_key);
-  return it == catalog_.end() ? std::vector<PatchRecord>{} : it->second;
+  if (it == catalog_.end()) return std::nullopt;
+  for (const PatchRecord& r : it->second) {
+    if (r.key == patch_key) return PatchFacts{r.exact, r.residual};
+  }
+  return std::nullopt;
 }
 
 void EngineCore::queue_patch(PatchJob job) {

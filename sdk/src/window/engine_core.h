@@ -159,7 +159,13 @@ class EngineCore {
   std::optional<runtime::Patch> get_patch(const std::string& key);
   std::optional<runtime::Content> get_conditioned(const std::string& key);
   void put_conditioned(const runtime::Content& content, const std::string& chunk_key, PatchRecord record);
-  std::vector<PatchRecord> patches_of(const std::string& chunk_key) const;
+  // What the catalog knows of one of the chunk's patches (nullopt: none under that key): whether it was
+  // formed full-rank over an exact context, and its residual (-1 until formed, or unknown).
+  struct PatchFacts {
+    bool exact = false;
+    double residual = -1;
+  };
+  std::optional<PatchFacts> patch_facts(const std::string& chunk_key, const std::string& patch_key) const;
   // The stored patch of `chunk_key` (factors of `variant`, not a conditioned KV) formed under the context
   // closest to `context`: 1 − Σ min / Σ max over the two multisets of keys weighted by tokens (0 = the same
   // set, 1 = disjoint), among its newest `max_records` such patches; nullopt when none is available.
