@@ -41,7 +41,7 @@ const char* kReplayUsage =
     "  --policy SPECS           comma-separated policies, e.g. default,patch:16,patch:16:exact (default: 'default',\n"
     "                           the default policy, patch:16 with a per-step KL budget; see orbit/policy.h)\n"
     "  --json OUT|-             write the full report as JSON to OUT; '-' prints it instead of the table\n"
-    "  --explain                print every step's plan\n"
+    "  --explain                print every step's plan (a read after deferred edits: the repairs it runs)\n"
     "  --no-fidelity            skip the two fidelity forwards per step (cost only)\n"
     "  --patch-capacity BYTES   patch-cache capacity for the offline bound (default: the host budget, 1 GiB)\n"
     "  --page-size N            tokens per KV page of the replay engines (default 16)\n"

@@ -356,6 +356,12 @@ TEST_CASE("under a budget a recalled chunk reuses the patch it had behind a near
   CHECK(tight.steps.back().forward_tokens == Approx(static_cast<double>(story.length)));
   const Plan unbudgeted = recall_plan("patch:16");
   CHECK(unbudgeted.steps.back().action == StepAction::kForm);
+  // Under a budget blind reuse fits, the stale patch still serves: it costs a patch application more (no
+  // forward) and loses far less, a better rate than the budget's worth per forward token.
+  const Plan loose = recall_plan("patch:16:kl=0.1");
+  CHECK(loose.steps.back().action == StepAction::kApplyPatch);
+  CHECK(loose.steps.back().match == PatchMatch::kStale);
+  CHECK(loose.forward_tokens == 0);
 
   // Served far closer to a re-prefill than the canonical alone (blind) at the same place.
   Window blind = engine->new_window(with_policy("blind"));

@@ -150,6 +150,7 @@ TEST_CASE("deferred repairs: edits forward nothing, the next forwarding step pay
   const Trace t = load_trace(trace_path("lookback.json"));
   ReplayOptions o = stories_options({"reprefill:eager", "reprefill", "patch:16:kl=0.003"});
   o.baselines = false;
+  o.explain = true;
   const ReplayReport r = replay(t, o);
   REQUIRE(r.policies.size() == 3);
   const PolicyReplay& eager = r.policies[0];
@@ -181,6 +182,15 @@ TEST_CASE("deferred repairs: edits forward nothing, the next forwarding step pay
   CHECK(lazy.steps[13].fidelity->kl < 1e-6);
   CHECK(lazy.totals.critical_forward_tokens < eager.totals.critical_forward_tokens);
   CHECK(lazy.totals.max_kl < 1e-6);
+  // A read after a deferring edit (step 20 generates after step 19 evicts) runs the repairs as a plan of its
+  // own: explained, and its forwards and predicted KL are the read's step's.
+  REQUIRE(t.steps[19].op == TraceOp::kEvict);
+  REQUIRE(t.steps[20].op == TraceOp::kGenerate);
+  CHECK(lazy.steps[19].deferred > 0);
+  CHECK(lazy.steps[20].critical_forward_tokens > 0);
+  CHECK(lazy.steps[20].predicted_kl == 0);  // reprefill repairs exactly
+  CHECK(lazy.steps[20].plan.find("flush [reprefill]") != std::string::npos);
+  CHECK(eager.steps[20].plan.find("flush") == std::string::npos);  // nothing deferred, nothing to run
   // Fewer steps are probed, and only those: every probed step of the deferring policies has nothing waiting.
   CHECK(lazy.totals.fidelity_steps < eager.totals.fidelity_steps);
   for (const PolicyReplay* p : {&lazy, &budget}) {

@@ -440,6 +440,18 @@ class PolicyRun {
     if (forms_patches(policy_)) log_demands(plan, policy_, info_, index, &demands_);
   }
 
+  // Runs the repairs earlier edits deferred as a plan of their own, before an operation that reads the window
+  // (fork, generate, disposable): the window would run the same plan itself, but this way --explain shows it and
+  // the step records its predicted KL.
+  void flush_deferred(std::size_t index, StepResult* r) {
+    for (const InstanceInfo& x : current().instances()) {
+      if (x.deferred) {
+        apply(current().plan_flush(), index, r);
+        return;
+      }
+    }
+  }
+
   StepResult step(std::size_t i) {
     const TraceStep& s = trace_.steps[i];
     StepResult r;
@@ -485,6 +497,7 @@ class PolicyRun {
       }
       case TraceOp::kPlace: apply(current().plan_place(), i, &r); break;
       case TraceOp::kFork: {
+        flush_deferred(i, &r);
         Window child = current().fork();
         branches_.emplace(s.branch, Branch{std::move(child), current_});
         current_ = s.branch;
@@ -506,6 +519,7 @@ class PolicyRun {
         break;
       }
       case TraceOp::kGenerate: {
+        flush_deferred(i, &r);
         GenerateOptions g;
         g.max_tokens = s.max_tokens;
         const Generation gen = current().generate(query, g);
@@ -526,6 +540,7 @@ class PolicyRun {
         break;
       }
       case TraceOp::kDisposable: {
+        flush_deferred(i, &r);
         const DisposabilityReport d = current().disposable(instance_of(s.chunk), query, s.answer_tokens);
         r.disposable = d.disposable;
         r.kl_first = d.kl_first;

@@ -389,7 +389,10 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   }
 
   // Budget: upgrade the instance whose next cheaper-in-KL action buys the most KL per second, until the
-  // window's predicted KL fits (or nothing is left to upgrade).
+  // window's predicted KL fits (or nothing is left to upgrade). Past that point an upgrade is still taken
+  // while it removes KL at a better rate than `free_rate`: the whole budget for the price of a one-token
+  // forward. A stored patch a microsecond dearer than blind reuse, say, is not worth leaving for a plan
+  // that happens to fit; forming a chunk again to shave a fraction of the budget is.
   if (budgeted) {
     double total_kl = 0;
     for (const SlotInfo& si : info) total_kl += si.candidates[si.chosen].predicted_kl;
@@ -440,10 +443,11 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       heap.push_back({best_gain, i, best, info[i].chosen});
       std::push_heap(heap.begin(), heap.end(), worse);
     };
-    if (total_kl > policy.kl_budget) {
-      for (std::size_t i = 0; i < info.size(); ++i) push_best(i);
+    const double free_rate = policy.kl_budget / std::max(cost.seconds_forward(1, 0), 1e-12);
+    for (std::size_t i = 0; i < info.size(); ++i) {
+      if (info[i].candidates.size() > 1) push_best(i);
     }
-    while (total_kl > policy.kl_budget && !heap.empty()) {
+    while (!heap.empty() && (total_kl > policy.kl_budget || heap.front().gain >= free_rate)) {
       std::pop_heap(heap.begin(), heap.end(), worse);
       const Upgrade u = heap.back();
       heap.pop_back();
