@@ -1,6 +1,7 @@
 #include "orbit/common/sha256.h"
 
 #include <openssl/evp.h>
+#include <openssl/opensslv.h>
 
 #include "orbit/common/error.h"
 
@@ -10,10 +11,27 @@ struct Sha256::State {
   EVP_MD_CTX* ctx = nullptr;
 };
 
+namespace {
+
+// The digest method, looked up once. On OpenSSL 3 `EVP_sha256()` is a placeholder that every
+// EVP_DigestInit_ex resolves again through the provider registry (a fetch under a lock); the planner hashes
+// a few keys per window instance, so that lookup was a tenth of a large window's planning time.
+const EVP_MD* sha256_method() {
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+  static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  ORBIT_CHECK(md != nullptr, "sha256: EVP_MD_fetch(SHA256) failed (no default provider?)");
+  return md;
+#else
+  return EVP_sha256();
+#endif
+}
+
+}  // namespace
+
 Sha256::Sha256() : state_(std::make_unique<State>()) {
   state_->ctx = EVP_MD_CTX_new();
   ORBIT_CHECK(state_->ctx != nullptr, "sha256: EVP_MD_CTX_new failed (out of memory)");
-  ORBIT_CHECK(EVP_DigestInit_ex(state_->ctx, EVP_sha256(), nullptr) == 1, "sha256: EVP_DigestInit_ex failed");
+  ORBIT_CHECK(EVP_DigestInit_ex(state_->ctx, sha256_method(), nullptr) == 1, "sha256: EVP_DigestInit_ex failed");
 }
 
 Sha256::~Sha256() { EVP_MD_CTX_free(state_->ctx); }

@@ -135,6 +135,17 @@ void price_canonical(const PlanInput& in, PlanStep& s) {
   }
 }
 
+namespace {
+
+int64_t kv_bytes(const PlanInput& in) { return in.length * in.kv_per_token; }
+
+// A floor for the actions that forward the instance's tokens in context (estimate_seconds prices them so).
+ActionFloor forward_floor(const PlanInput& in, bool applicable) {
+  return {applicable, 0.0, in.cost.seconds_forward(in.length, in.position)};
+}
+
+}  // namespace
+
 double estimate_seconds(const PlanInput& in, const PlanStep& s) {
   const planner::CostModel& cost = in.cost;
   const int64_t bytes = in.length * in.kv_per_token;
@@ -198,6 +209,9 @@ class Canonical final : public ServeAction {
     s.exact = true;
     s.reason = "nothing precedes it: the canonical is exact";
     return s;
+  }
+  ActionFloor floor(const PlanInput& in) const override {
+    return {!in.is_turn && in.position == 0, 0.0, in.cost.seconds_relocate(kv_bytes(in))};
   }
   void apply(ApplyInput& in, const PlanStep&, ApplyOutput& out) const override {
     out.content = canonical_for(in, out);
@@ -271,6 +285,11 @@ class StoredPatch final : public ServeAction {
     price_canonical(in, s);
     return s;
   }
+  ActionFloor floor(const PlanInput& in) const override {
+    const bool applicable = !in.is_turn && in.position > 0 && in.policy.reuse_stored && !in.policy.store_conditioned;
+    const int64_t bytes = kv_bytes(in);
+    return {applicable, 0.0, in.cost.seconds_patch_apply(bytes) + in.cost.seconds_relocate(bytes)};
+  }
   void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const override {
     const runtime::Content canonical = canonical_for(in, out);
     std::optional<runtime::Patch> patch = in.core.get_patch(step.patch_key);
@@ -305,6 +324,9 @@ class LoadConditioned final : public ServeAction {
     s.exact = true;
     s.reason = "prefix hit: stored KV behind this exact context";
     return s;
+  }
+  ActionFloor floor(const PlanInput& in) const override {
+    return {!in.is_turn && in.position > 0 && in.policy.store_conditioned, 0.0, in.cost.seconds_relocate(kv_bytes(in))};
   }
   void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const override {
     std::optional<runtime::Content> stored = in.core.get_conditioned(step.patch_key);
@@ -343,6 +365,7 @@ class Form final : public ServeAction {
     s.reason = "prefill in context now; canonical + patch formed in the background";
     return s;
   }
+  ActionFloor floor(const PlanInput& in) const override { return forward_floor(in, !in.is_turn && in.position > 0); }
   void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const override {
     out.content = forward_in_context(in.core, in.core.input_for(*in.chunk, in.position), in.build);
     out.forward_tokens += static_cast<double>(in.length);
@@ -384,6 +407,7 @@ class Prefill final : public ServeAction {
     s.reason = "prefill in context";
     return s;
   }
+  ActionFloor floor(const PlanInput& in) const override { return forward_floor(in, !in.is_turn && in.position > 0); }
   void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const override {
     out.content = forward_in_context(in.core, in.core.input_for(*in.chunk, in.position), in.build);
     out.forward_tokens += static_cast<double>(in.length);
@@ -416,6 +440,10 @@ class Blind final : public ServeAction {
     price_canonical(in, s);
     return s;
   }
+  ActionFloor floor(const PlanInput& in) const override {
+    return {!in.is_turn && in.position > 0, in.fidelity.predict(planner::Loss::kBlind, 1.0, in.weight, in.sensitivity),
+            in.cost.seconds_relocate(kv_bytes(in))};
+  }
   void apply(ApplyInput& in, const PlanStep&, ApplyOutput& out) const override {
     out.content = canonical_for(in, out);
     out.done_as = StepAction::kBlind;
@@ -441,12 +469,14 @@ class Recompute : public ServeAction {
     s.recompute_tokens = count;
     s.forward_tokens = static_cast<double>(count) + probe;
     s.exact = count == n;
-    s.predicted_kl = s.exact ? 0.0
-                             : in.fidelity.predict(loss(), 1.0 - static_cast<double>(count) / static_cast<double>(n),
-                                                   in.weight, in.sensitivity);
+    s.predicted_kl = predicted_kl(in, count);
     s.reason = "recompute " + std::to_string(count) + " of " + std::to_string(n) + " tokens";
     price_canonical(in, s);
     return s;
+  }
+  ActionFloor floor(const PlanInput& in) const override {
+    const int64_t count = tokens(in.policy, in.length);
+    return {!in.is_turn && in.position > 0, predicted_kl(in, count), in.cost.seconds_forward(count, in.position)};
   }
   void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const override {
     const runtime::Content canonical = canonical_for(in, out);
@@ -469,6 +499,12 @@ class Recompute : public ServeAction {
   }
 
  protected:
+  double predicted_kl(const PlanInput& in, int64_t count) const {
+    const int64_t n = in.length;
+    return count == n ? 0.0
+                      : in.fidelity.predict(loss(), 1.0 - static_cast<double>(count) / static_cast<double>(n),
+                                            in.weight, in.sensitivity);
+  }
   virtual bool selective() const = 0;
   virtual planner::Loss loss() const = 0;
   virtual int64_t tokens(const WindowPolicy& p, int64_t n) const = 0;
@@ -511,6 +547,7 @@ class PrefillTurn final : public ServeAction {
     s.reason = "live turn";
     return s;
   }
+  ActionFloor floor(const PlanInput& in) const override { return forward_floor(in, in.is_turn); }
   void apply(ApplyInput& in, const PlanStep&, ApplyOutput& out) const override {
     out.content = forward_in_context(in.core, in.core.input_for_tokens(*in.turn_tokens, in.position), in.build);
     out.forward_tokens += static_cast<double>(in.length);

@@ -7,6 +7,9 @@
 //                              and everything apply needs (keys, ranks, variant, token counts); nullopt
 //                              when the action cannot serve this instance (no stored patch, a turn, ...)
 //   apply(ApplyInput, step)    makes the KV from the step alone (never from the window's policy)
+//   floor(PlanInput)           optional: the least KL and fewest seconds any plan of it could give, with
+//                              no lookups (ActionFloor); lets an over-budget plan skip the survivors
+//                              no action could improve enough to matter
 //
 //   keep            the instance's KV as it is (rotation only); approximate when its context changed
 //   canonical       nothing precedes the chunk: its canonical is exact
@@ -110,12 +113,24 @@ struct ApplyOutput {
   double encode_tokens = 0;  // of forward_tokens: canonical encodes (counted by EngineCore::canonical)
 };
 
+// The least KL and the fewest estimated seconds any plan of an action could give an instance, found without
+// reading its context or the store (PlanInput::context may be short here; the instance is the window's
+// first iff in.position == 0). A budgeted plan enumerates a kept instance's alternatives only once this
+// bound says one of them could be its next upgrade. The default claims nothing (always worth enumerating):
+// correct for any action, only slower.
+struct ActionFloor {
+  bool applicable = true;  // false: the action can never serve this instance
+  double kl = 0;
+  double seconds = 0;
+};
+
 class ServeAction {
  public:
   virtual ~ServeAction() = default;
   virtual const char* id() const = 0;
   virtual StepAction category() const = 0;
   virtual std::optional<PlanStep> plan(const PlanInput& in) const = 0;
+  virtual ActionFloor floor(const PlanInput&) const { return {}; }
   virtual void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const = 0;
 };
 

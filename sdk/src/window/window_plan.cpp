@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <string_view>
 
 #include "orbit/common/error.h"
 #include "orbit/planner/cost_model.h"
@@ -139,6 +140,17 @@ std::string limit_refusal(const WindowState& state, Operation op, int64_t extent
   }
   return {};
 }
+
+namespace {
+
+// The actions a plan chooses among per instance: prefill is form's forward without storing the patch, and
+// load-conditioned the prefix-cache policy's own path (legacy_serve).
+bool considered(const ServeAction& a) {
+  const std::string_view id = a.id();
+  return id != "prefill" && id != "load-conditioned";
+}
+
+}  // namespace
 
 Plan plan_layout(const WindowState& state, const Layout& layout) {
   EngineCore& core = *state.core;
@@ -314,15 +326,24 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     SlotInfo& si = info[i];
     const bool same = is_same[i] != 0;
     si.candidates.clear();
+    si.candidates.reserve(all_actions().size());
     si.chosen = 0;
     for (const ServeAction* a : all_actions()) {
       const std::string id = a->id();
       if (id == "keep" && (si.old == nullptr || sl.force)) continue;
       if (id != "keep" && si.old != nullptr && same && si.old->predicted_kl == 0) continue;  // exact already
-      if (id == "prefill" || id == "load-conditioned") continue;  // form is the same forward, and stores
+      if (!considered(*a)) continue;
       std::optional<PlanStep> s = a->plan(in);
       if (!s) continue;
       s->estimated_seconds = estimate_seconds(in, *s);
+      // The over-budget pass skips a slot on the strength of its actions' floors: a floor above a plan
+      // would make it skip an upgrade a full enumeration takes, so every enumerated plan checks its own.
+      const ActionFloor f = a->floor(in);
+      ORBIT_CHECK(
+          f.applicable && s->predicted_kl >= f.kl * (1 - 1e-12) && s->estimated_seconds >= f.seconds * (1 - 1e-12),
+          "internal error: action " << id << " planned KL " << s->predicted_kl << " in " << s->estimated_seconds
+                                    << " s, below its floor (KL " << f.kl << ", " << f.seconds << " s, applicable "
+                                    << f.applicable << ")");
       // The slot's why is prefixed in pass 3, to the chosen candidate only (most are never shown).
       if (id == "keep") s->reason = same ? (si.moved ? "relocated (rotation only)" : "unchanged") : "kept as-is";
       si.candidates.push_back(std::move(*s));
@@ -396,23 +417,6 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   if (budgeted) {
     double total_kl = 0;
     for (const SlotInfo& si : info) total_kl += si.candidates[si.chosen].predicted_kl;
-    if (total_kl > policy.kl_budget) {
-      // Over budget: the kept instances that carry a loss get their alternatives now.
-      Context before{{}, ContextSigner(prefix), {}};
-      for (std::size_t i = 0; i < info.size(); ++i) {
-        SlotInfo& si = info[i];
-        if (si.candidates.size() != 1 || si.candidates.front().action != StepAction::kKeep ||
-            si.candidates.front().predicted_kl <= 0) {
-          continue;
-        }
-        const PlanInput in = input_for(i, context_upto(before, i));
-        enumerate(i, in, whys[i]);
-        // Keep first whatever its price: it is what the slot had, and the upgrade loop moves off it.
-        for (std::size_t c = 0; c < si.candidates.size(); ++c) {
-          if (si.candidates[c].action == StepAction::kKeep) si.chosen = c;
-        }
-      }
-    }
     // Each slot's best next upgrade (the most KL removed per second added, the first such candidate on a
     // tie) depends only on what that slot has chosen, so a heap of one entry per slot, refreshed for the
     // slot just upgraded, finds the window's best upgrade in O(log n) instead of a scan of every slot:
@@ -443,11 +447,70 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       heap.push_back({best_gain, i, best, info[i].chosen});
       std::push_heap(heap.begin(), heap.end(), worse);
     };
-    const double free_rate = policy.kl_budget / std::max(cost.seconds_forward(1, 0), 1e-12);
     for (std::size_t i = 0; i < info.size(); ++i) {
       if (info[i].candidates.size() > 1) push_best(i);
     }
-    while (!heap.empty() && (total_kl > policy.kl_budget || heap.front().gain >= free_rate)) {
+    // Over budget, the kept instances that carry a loss may be upgraded too, but enumerating every action
+    // of each (store lookups, patch keys, stale comparisons) is most of a large window's planning. Each
+    // is first given a bound on the gain its alternatives could offer (ActionFloor: no lookups); it is
+    // enumerated only once that bound reaches the best upgrade known, so the choices are the ones a full
+    // enumeration makes, and a window whose survivors lose next to nothing plans in time linear in its
+    // size with a small constant.
+    std::vector<std::pair<double, std::size_t>> pending;  // (gain bound, slot), highest first
+    if (total_kl > policy.kl_budget) {
+      Context none{{}, ContextSigner(prefix), {}};
+      for (std::size_t i = 0; i < info.size(); ++i) {
+        const SlotInfo& si = info[i];
+        if (si.candidates.size() != 1 || si.candidates.front().action != StepAction::kKeep ||
+            si.candidates.front().predicted_kl <= 0) {
+          continue;
+        }
+        const PlanStep& kept = si.candidates.front();
+        const PlanInput in = input_for(i, &none);
+        double bound = 0;
+        for (const ServeAction* a : all_actions()) {
+          if (a->category() == StepAction::kKeep || !considered(*a)) continue;
+          const ActionFloor f = a->floor(in);
+          if (!f.applicable || f.kl >= kept.predicted_kl) continue;
+          bound = std::max(bound, (kept.predicted_kl - f.kl) / std::max(f.seconds - kept.estimated_seconds, 1e-9));
+        }
+        if (bound > 0) pending.emplace_back(bound, i);
+      }
+      std::sort(pending.begin(), pending.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+      });
+    }
+    std::size_t next_pending = 0;
+    // Enumerates the pending slots whose bound is within a factor of the highest left (one pass over the
+    // window's context, in slot order) and queues their best upgrades.
+    auto expand = [&]() {
+      const double cut = pending[next_pending].first / 16;
+      std::vector<std::size_t> batch;
+      while (next_pending < pending.size() && pending[next_pending].first >= cut) {
+        batch.push_back(pending[next_pending++].second);
+      }
+      std::sort(batch.begin(), batch.end());
+      Context before{{}, ContextSigner(prefix), {}};
+      for (const std::size_t i : batch) {
+        SlotInfo& si = info[i];
+        enumerate(i, input_for(i, context_upto(before, i)), whys[i]);
+        // Keep first whatever its price: it is what the slot had, and the upgrade loop moves off it.
+        for (std::size_t c = 0; c < si.candidates.size(); ++c) {
+          if (si.candidates[c].action == StepAction::kKeep) si.chosen = c;
+        }
+        push_best(i);
+      }
+    };
+    const double free_rate = policy.kl_budget / std::max(cost.seconds_forward(1, 0), 1e-12);
+    for (;;) {
+      const double known = heap.empty() ? -1.0 : heap.front().gain;
+      const double bound = next_pending < pending.size() ? pending[next_pending].first : -1.0;
+      const double best = std::max(known, bound);
+      if (best < 0 || (total_kl <= policy.kl_budget && best < free_rate)) break;
+      if (bound >= known) {
+        expand();
+        continue;
+      }
       std::pop_heap(heap.begin(), heap.end(), worse);
       const Upgrade u = heap.back();
       heap.pop_back();
@@ -458,7 +521,6 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       push_best(u.slot);
     }
   }
-
   // Deferral: a survivor the edit would re-serve is relocated instead and marked; one deferred earlier and
   // still kept stays marked.
   std::vector<char> deferred(info.size(), 0);
