@@ -493,3 +493,34 @@ TEST_CASE("background modes: deferred work waits for run_background, a read of a
   engine->close();
   CHECK(engine->closed());
 }
+
+TEST_CASE("a plan's reasons name the operation that changed an instance's context", "[plan][explain]") {
+  // b and c are kept as-is when a is evicted; admitting d after them changes nothing before them, so the
+  // admit's plan blames the earlier edit, while admitting d before b blames that admit.
+  auto engine = open_deferred();
+  const ChunkRef a = engine->add_text("Tom saw a big red ball in the park.");
+  const ChunkRef b = engine->add_text("He ran to get it and fell down.");
+  const ChunkRef c = engine->add_text("His mom came and helped him up.");
+  const ChunkRef d = engine->add_text("They went home and had some cake.");
+  Window w = engine->new_window(with_policy("patch:16:kl=1:eager"));
+  const InstanceId ia = w.admit(a).added.at(0);
+  const InstanceId ib = w.admit(b).added.at(0);
+  w.admit(c);
+  w.evict(ia);
+  const auto reason_of = [](const Plan& p, const ChunkRef& chunk) {
+    for (const PlanStep& s : p.steps) {
+      if (s.chunk.key == chunk.key && s.action != StepAction::kEvict) return s.reason;
+    }
+    FAIL("no step for the chunk");
+    return std::string();
+  };
+  const Plan admit = w.plan_admit(d);
+  INFO(admit.describe());
+  CHECK_THAT(reason_of(admit, b), Catch::Contains("context changed by an earlier edit"));
+  CHECK_THAT(reason_of(admit, c), Catch::Contains("context changed by an earlier edit"));
+  CHECK_THAT(admit.describe(), !Catch::Contains("inserted before it"));
+  const Plan before_b = w.plan_admit(d, ib);
+  INFO(before_b.describe());
+  CHECK_THAT(reason_of(before_b, b), Catch::Contains("inserted before it"));
+  CHECK_THAT(reason_of(before_b, c), Catch::Contains("inserted before it"));
+}

@@ -28,6 +28,7 @@ struct SlotInfo {
   int64_t position = 0;
   bool moved = false;
   bool keys_same = false;            // old: the same antecedent keys, in order, as when formed
+  bool changed_now = false;          // old: this operation changes its antecedent keys
   double change = 0;                 // old: divergence of its antecedent keys from those it was formed on
   double drift = 0;                  // old: tokens removed/inserted before it, accumulated
   double sensitivity = -1;           // chunks: EngineCore::chunk_sensitivity (-1: none formed yet, turns)
@@ -239,6 +240,11 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     pages += state.pages_for(si.length);
   }
   {
+    // The hash of the keys before each old entry as the window holds them now, to tell a context this
+    // operation changes from one an earlier edit changed (and left kept or deferred).
+    std::vector<uint64_t> old_keys_before(n_old + 1, 0);
+    for (std::size_t j = 0; j < n_old; ++j)
+      old_keys_before[j + 1] = context_hash(old_keys_before[j], state.entries[j].key, 0);
     uint64_t keys_hash = 0;
     int64_t inserted = 0;
     int64_t seen_removed = 0;
@@ -250,6 +256,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
         if (removed > seen_removed) change_at = si.position;
         seen_removed = removed;
         si.keys_same = si.old->formed_on_keys == keys_hash;
+        si.changed_now = old_keys_before[static_cast<std::size_t>(layout.slots[i].existing)] != keys_hash;
         const double delta = static_cast<double>(removed + inserted);
         si.drift = si.keys_same ? 0.0 : si.old->drift_tokens + delta;
         const double local = planner::keep_change(delta, static_cast<double>(si.position - change_at));
@@ -370,11 +377,14 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     is_same[i] = same ? 1 : 0;
     const bool redo = !defer && si.old != nullptr && si.old->deferred;
     const bool forced = sl.force || (layout.reorder_relookup && !si.keys_same) || redo;
+    // Why a held instance's KV no longer fits: this operation's change before it, or (for an instance an
+    // earlier edit left kept or deferred) that edit's.
+    const auto changed = [&layout, &si]() -> std::string {
+      if (!si.changed_now && layout.op != Operation::kFlush) return "context changed by an earlier edit";
+      return "context changed" + (layout.change_reason.empty() ? "" : ": " + layout.change_reason);
+    };
     std::string why = sl.reason;
-    if (why.empty() && si.old != nullptr && !same) {
-      why = !si.keys_same ? "context changed" + (layout.change_reason.empty() ? "" : ": " + layout.change_reason)
-                          : "an antecedent's KV was re-formed";
-    }
+    if (why.empty() && si.old != nullptr && !same) why = !si.keys_same ? changed() : "an antecedent's KV was re-formed";
     whys[i] = why;
     if (!budgeted) {
       PlanStep s;
@@ -383,8 +393,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
         s.reason = si.moved ? "relocated (rotation only)" : "unchanged";
       } else if (si.old != nullptr && !forced && policy.survivors == SurvivorAction::kKeep) {
         s = *keep.plan(in);
-        s.reason = "context changed" + (layout.change_reason.empty() ? "" : " (" + layout.change_reason + ")") +
-                   "; kept as-is, relocation only";
+        s.reason = changed() + "; kept as-is, relocation only";
       } else {
         PlanInput served = in;
         served.context = &context_upto(context, i)->keys;
