@@ -104,7 +104,10 @@ TEST_CASE("eviction never removes another process's pinned entry; the pin lapses
           "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  test::ChildProcess holder(ORBIT_STORE_CHILD_PATH, {"hold", d, "1", "400"});
+  // A lease of 1.5 s, renewed every 0.5 s: long enough that the holder's renewals, which wait for the
+  // writer's SQLite transactions below, do not lapse on a loaded machine, and short enough to wait out
+  // once the holder is dead.
+  test::ChildProcess holder(ORBIT_STORE_CHILD_PATH, {"hold", d, "1", "1500"});
   std::string line;
   REQUIRE(holder.next_line(&line));
   REQUIRE(line == "pinned");
@@ -120,7 +123,7 @@ TEST_CASE("eviction never removes another process's pinned entry; the pin lapses
   }
   holder.kill();
   (void)holder.wait();
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past the dead holder's lease
+  std::this_thread::sleep_for(std::chrono::milliseconds(1700));  // past the dead holder's lease
   {
     ChunkStore store(o);
     for (int64_t i = 31; i <= 40; ++i) (void)store.put(key(i), test::store_test_value(i));
