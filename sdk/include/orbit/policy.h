@@ -87,8 +87,10 @@ struct WindowPolicy {
   bool cost_aware = false;
   double expected_reuse = 1.0;
   // > 0: a per-step fidelity budget (the `:kl=X` modifier): every operation plans the cheapest mix of
-  // serving actions whose predicted KL (the window's, summed over instances) is ≤ kl_budget. The default
-  // policy has one; every named preset but `default` starts from 0 (no budget) unless it says `:kl=X`.
+  // serving actions whose predicted KL (the window's, summed over instances) is ≤ kl_budget, then still
+  // takes any upgrade that removes KL at a better rate than kl_budget per one-token forward (a stored patch
+  // that costs a microsecond more than blind reuse). The default policy has one; every named preset but
+  // `default` starts from 0 (no budget) unless it says `:kl=X`.
   double kl_budget = kDefaultKlBudget;
   // Defer repairs to the next read: an edit (evict, slide, reorder, place) relocates the survivors it
   // would re-serve and marks them deferred (InstanceInfo::deferred) instead of forwarding anything; the
