@@ -148,7 +148,7 @@ ActionFloor forward_floor(const PlanInput& in, bool applicable) {
 
 double estimate_seconds(const PlanInput& in, const PlanStep& s) {
   const planner::CostModel& cost = in.cost;
-  const int64_t bytes = in.length * in.kv_per_token;
+  const int64_t bytes = kv_bytes(in);
   const double load =
       s.needs_canonical && !s.encode_canonical ? cost.seconds_transfer(bytes, to_tier(s.canonical_tier)) : 0.0;
   const double encode = s.encode_canonical ? cost.seconds_forward(in.length, 0) : 0.0;
