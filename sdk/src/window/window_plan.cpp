@@ -151,6 +151,12 @@ bool considered(const ServeAction& a) {
   return id != "prefill" && id != "load-conditioned";
 }
 
+// KL removed per second added by moving an instance from (kl, seconds) to (to_kl, to_seconds): what the
+// budget's upgrades are ranked by, and what an action floor's bound is compared against.
+double upgrade_gain(double kl, double seconds, double to_kl, double to_seconds) {
+  return (kl - to_kl) / std::max(to_seconds - seconds, 1e-9);
+}
+
 }  // namespace
 
 Plan plan_layout(const WindowState& state, const Layout& layout) {
@@ -446,7 +452,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
         const PlanStep& alt = info[i].candidates[c];
         if (alt.predicted_kl >= cur.predicted_kl) continue;
         const double gain =
-            (cur.predicted_kl - alt.predicted_kl) / std::max(alt.estimated_seconds - cur.estimated_seconds, 1e-9);
+            upgrade_gain(cur.predicted_kl, cur.estimated_seconds, alt.predicted_kl, alt.estimated_seconds);
         if (gain > best_gain) {
           best_gain = gain;
           best = c;
@@ -481,7 +487,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
           if (a->category() == StepAction::kKeep || !considered(*a)) continue;
           const ActionFloor f = a->floor(in);
           if (!f.applicable || f.kl >= kept.predicted_kl) continue;
-          bound = std::max(bound, (kept.predicted_kl - f.kl) / std::max(f.seconds - kept.estimated_seconds, 1e-9));
+          bound = std::max(bound, upgrade_gain(kept.predicted_kl, kept.estimated_seconds, f.kl, f.seconds));
         }
         if (bound > 0) pending.emplace_back(bound, i);
       }
