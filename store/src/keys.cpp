@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <string_view>
 
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"
@@ -12,7 +13,7 @@ namespace orbit {
 
 namespace {
 
-void put_field(Sha256& h, const std::string& text) {
+void put_field(Sha256& h, std::string_view text) {
   h.update_u64(text.size());
   h.update(text);
 }
@@ -93,19 +94,19 @@ std::string chunk_key_embeddings(const std::string& model_fingerprint, const Emb
 
 namespace {
 
-std::string chain_step(const std::string& chain, const std::string& key) {
+// chain = H(chain, key), written over `chain` (a signer pushes one key per window instance: no allocation).
+void chain_step(std::string& chain, const std::string& key) {
   Sha256 h;
   put_field(h, chain);
   put_field(h, key);
-  return h.hex_digest();
+  hex_encode(h.digest(), chain);
 }
 
-uint64_t hex_limb(const std::string& hex, std::size_t limb) {
+// Limb `limb` (0 = the most significant) of a digest read as a 256-bit big-endian number: the same value
+// the digest's hex characters [16·limb, 16·limb + 16) spell.
+uint64_t digest_limb(const Sha256::Digest& d, std::size_t limb) {
   uint64_t v = 0;
-  for (std::size_t i = 0; i < 16; ++i) {
-    const char c = hex[limb * 16 + i];
-    v = (v << 4) | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
-  }
+  for (std::size_t i = 0; i < 8; ++i) v = (v << 8) | d[limb * 8 + i];
   return v;
 }
 
@@ -120,7 +121,7 @@ ContextSigner::ContextSigner(std::size_t prefix) : prefix_(prefix) {
 
 void ContextSigner::push(const std::string& key) {
   check_key(key, "context signature");
-  chain_ = chain_step(chain_, key);
+  chain_step(chain_, key);
   ++size_;
   if (size_ == prefix_) {
     prefix_chain_ = chain_;
@@ -128,10 +129,10 @@ void ContextSigner::push(const std::string& key) {
     Sha256 h;
     put_field(h, "orbit.context.member.v2");
     put_field(h, key);
-    const std::string d = h.hex_digest();
+    const Sha256::Digest d = h.digest();
     uint64_t carry = 0;
     for (std::size_t limb = 0; limb < 4; ++limb) {  // limb 0 is the least significant
-      const uint64_t add = hex_limb(d, 3 - limb);
+      const uint64_t add = digest_limb(d, 3 - limb);
       const uint64_t s1 = sum_[limb] + add;
       const uint64_t c1 = s1 < add ? 1 : 0;
       const uint64_t s2 = s1 + carry;

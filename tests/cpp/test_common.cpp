@@ -6,6 +6,10 @@
 #include "orbit/common/status.h"
 #include "orbit/version.h"
 
+#include <memory>
+#include <string>
+#include <vector>
+
 using Catch::Matchers::Contains;
 
 TEST_CASE("sha256 matches the FIPS 180-2 test vectors", "[common][cpu]") {
@@ -18,6 +22,34 @@ TEST_CASE("sha256 matches the FIPS 180-2 test vectors", "[common][cpu]") {
   orbit::Sha256 framed;
   framed.update_u64(1);
   CHECK(framed.hex_digest() == orbit::sha256_hex(std::string("\x01\0\0\0\0\0\0\0", 8)));
+}
+
+TEST_CASE("sha256 contexts reused from the thread's pool start clean", "[common][cpu]") {
+  // More hashes alive at once than the pool keeps, finished out of order, then reused: a context that
+  // came back dirty (or shared by two live hashes) would change a digest.
+  std::vector<std::unique_ptr<orbit::Sha256>> live;
+  for (int i = 0; i < 40; ++i) {
+    live.push_back(std::make_unique<orbit::Sha256>());
+    live.back()->update(std::to_string(i));
+  }
+  for (int i = 39; i >= 0; i -= 2) {
+    CHECK(live[static_cast<std::size_t>(i)]->hex_digest() == orbit::sha256_hex(std::to_string(i)));
+    live[static_cast<std::size_t>(i)].reset();
+  }
+  for (int round = 0; round < 3; ++round) {
+    orbit::Sha256 h;
+    h.update("abc");
+    CHECK(h.hex_digest() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  }
+  for (int i = 0; i < 40; i += 2) CHECK(live[static_cast<std::size_t>(i)]->hex_digest() == orbit::sha256_hex(std::to_string(i)));
+  orbit::Sha256 raw;
+  const orbit::Sha256::Digest d = raw.update("abc").digest();
+  CHECK(d[0] == 0xba);
+  CHECK(d[31] == 0xad);
+  CHECK_THROWS_AS(raw.digest(), orbit::Error);
+  std::string out = "x";
+  orbit::hex_encode(d, out);
+  CHECK(out == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 TEST_CASE("Status and Result carry expected failures as values", "[common][cpu]") {

@@ -156,6 +156,13 @@ TEST_CASE("context signatures: a hash chain and a multiset sum, every prefix sig
   CHECK(exact_signature(keys) != exact_signature(shuffled));
   ContextSigner bad;
   CHECK_THROWS_WITH(bad.push("not-a-key"), Contains("not a store key"));
+  // Stores on disk are keyed by these: the values are pinned (a change of the hashing is a format change).
+  std::vector<std::string> k;
+  for (int i = 0; i < 5; ++i) k.push_back(sha256_hex(std::to_string(i)));
+  CHECK(exact_signature(k) == "feef72f6ccc4ffb08204677acfcc38bbeb18680aef9fff053198638bef2627ec");
+  CHECK(orbit_signature({k[0], k[1]}, {k[2], k[3], k[4]}) ==
+        "4027f19f492f81ba44c0b718228c78a3f7228289a9cc76422ec68f8379890e5b");
+  CHECK(patch_key({k[0], k[1], "full", 3, 4}) == "f05ccbc01e457243823ce6cc86df5d32e6699f6eb5ec11ff05ec35987240f4b1");
 }
 
 TEST_CASE("patch keys: exact signatures are ordered, orbit signatures sort the antecedents", "[store][cpu]") {

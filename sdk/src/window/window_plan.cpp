@@ -389,9 +389,9 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       if (!si.changed_now && layout.op != Operation::kFlush) return "context changed by an earlier edit";
       return "context changed" + (layout.change_reason.empty() ? "" : ": " + layout.change_reason);
     };
-    std::string why = sl.reason;
+    std::string& why = whys[i];
+    why = sl.reason;
     if (why.empty() && si.old != nullptr && !same) why = !si.keys_same ? changed() : "an antecedent's KV was re-formed";
-    whys[i] = why;
     if (!budgeted) {
       PlanStep s;
       if (same) {
