@@ -41,7 +41,8 @@ TEST_CASE("sha256 contexts reused from the thread's pool start clean", "[common]
     h.update("abc");
     CHECK(h.hex_digest() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   }
-  for (int i = 0; i < 40; i += 2) CHECK(live[static_cast<std::size_t>(i)]->hex_digest() == orbit::sha256_hex(std::to_string(i)));
+  for (int i = 0; i < 40; i += 2)
+    CHECK(live[static_cast<std::size_t>(i)]->hex_digest() == orbit::sha256_hex(std::to_string(i)));
   orbit::Sha256 raw;
   const orbit::Sha256::Digest d = raw.update("abc").digest();
   CHECK(d[0] == 0xba);
