@@ -1,15 +1,18 @@
 // `orbit replay`: replay a trace under a policy and the baselines side by side (orbit/trace.h).
 //
-//   orbit replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--no-fidelity]
-//                [--patch-capacity BYTES] [--page-size N] [--device cpu|cuda[:N]] [--dtype float32|bfloat16|float16]
+//   orbit replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--attribute]
+//                [--no-fidelity] [--patch-capacity BYTES] [--page-size N] [--device cpu|cuda[:N]] [--dtype
+//                float32|bfloat16|float16]
 //                [--calibrate] [--quiet]
 //
 // Prints a per-step table (critical-path forward tokens, critical-path milliseconds, measured KL and the
 // plan's predicted KL per policy), totals (critical-path and background forward tokens and seconds), the
 // ratios of each chosen policy against re-prefill, prefix cache and blind reuse (critical-path forward
 // tokens and time, and totals), and the offline bound of its patch demands. --calibrate fits each
-// engine's cost and fidelity models first (Engine::calibrate), which `:kl=X` policies plan with. --json writes the full
-// report (replay_report_json) to OUT ("-": stdout, and the table is not printed). Progress goes to stderr.
+// engine's cost and fidelity models first (Engine::calibrate), which `:kl=X` policies plan with. --attribute
+// measures each approximate instance's own KL after every probed step (Window::loss_by_instance) and prints,
+// per way of serving, how the fidelity model's predictions compare. --json writes the full report
+// (replay_report_json) to OUT ("-": stdout, and the table is not printed). Progress goes to stderr.
 #include <unistd.h>
 
 #include <cmath>
@@ -30,8 +33,9 @@ namespace orbit::cli {
 namespace {
 
 const char* kReplayUsage =
-    "usage: orbit replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--no-fidelity]\n"
-    "                    [--patch-capacity BYTES] [--page-size N] [--device D] [--dtype T] [--calibrate] [--quiet]\n"
+    "usage: orbit replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--attribute]\n"
+    "                    [--no-fidelity] [--patch-capacity BYTES] [--page-size N] [--device D] [--dtype T] "
+    "[--calibrate] [--quiet]\n"
     "                    [--host-budget BYTES] [--eviction lru|cost-aware] [--device-tier BYTES] [--repeat N]\n"
     "  Replays a window-operation trace (orbit-trace/1) under each policy and the baselines (reprefill, prefix,\n"
     "  blind), each on its own engine: per step forward tokens, milliseconds and KL vs. re-prefill; totals,\n"
@@ -42,6 +46,9 @@ const char* kReplayUsage =
     "                           the default policy, patch:16 with a per-step KL budget; see orbit/policy.h)\n"
     "  --json OUT|-             write the full report as JSON to OUT; '-' prints it instead of the table\n"
     "  --explain                print every step's plan (a read after deferred edits: the repairs it runs)\n"
+    "  --attribute              after every probed step, measure each approximate instance's own KL (that\n"
+    "                           instance alone as held, the rest exact) beside its predicted KL; the totals say\n"
+    "                           per way of serving how far the fidelity model's predictions are off\n"
     "  --no-fidelity            skip the two fidelity forwards per step (cost only)\n"
     "  --patch-capacity BYTES   patch-cache capacity for the offline bound (default: the host budget, 1 GiB)\n"
     "  --page-size N            tokens per KV page of the replay engines (default 16)\n"
@@ -121,6 +128,14 @@ void print_table(const ReplayReport& r, bool explain) {
         }
         std::printf("\n");
       }
+      if (explain && !s.losses.empty()) {
+        std::printf("       [%s] each approximate instance alone (measured vs predicted KL):\n", p.policy.c_str());
+        for (const InstanceLoss& l : s.losses) {
+          std::printf("         #%llu %s @%lld: %.1e vs %.1e, KV changed %.1e (%s)\n",
+                      static_cast<unsigned long long>(l.instance), l.label.c_str(), static_cast<long long>(l.position),
+                      l.measured_kl, l.predicted_kl, l.kv_change, served_as(l).c_str());
+        }
+      }
     }
   }
 }
@@ -157,6 +172,28 @@ void print_totals(const ReplayReport& r) {
                 p.totals.kl_prediction_spread);
   }
   if (!r.policies.empty()) std::printf("  model: %s\n", r.policies.front().fidelity_model.c_str());
+  bool attributed = false;
+  for (const PolicyReplay& p : r.policies) {
+    if (p.totals.loss_agreement.empty()) continue;
+    if (!attributed) {
+      std::printf(
+          "\neach approximate instance alone (--attribute), by how it was served: mean measured and predicted KL;\n"
+          "pred/meas and miss over the instances where both > %.0e\n",
+          kKlFloor);
+      attributed = true;
+    }
+    std::printf("  %s\n", p.policy.c_str());
+    for (const LossAgreement& g : p.totals.loss_agreement) {
+      char bias[32] = "-", spread[32] = "-";
+      if (g.compared > 0) {
+        std::snprintf(bias, sizeof bias, "%.2f", g.bias);
+        std::snprintf(spread, sizeof spread, "x%.2f", g.spread);
+      }
+      std::printf("    %-28s instances %4lld  measured %.2e  predicted %.2e  pred/meas %8s  miss %s\n",
+                  g.served_as.c_str(), static_cast<long long>(g.instances), g.mean_measured_kl, g.mean_predicted_kl,
+                  bias, spread);
+    }
+  }
   std::printf(
       "crit-fwd: token-forwards on the critical path (plan + apply); fwd-tok: those plus the background work\n"
       "(canonical encodes, patch forming) the steps queued; full-pf: a full re-prefill of the window after every\n"
@@ -203,7 +240,7 @@ int run_replay(int argc, char** argv, int first) {
   const Args args("replay",
                   ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--repeat", "--page-size", "--trace",
                            "--device", "--dtype", "--host-budget", "--eviction", "--device-tier"},
-                          {"--explain", "--no-fidelity", "--quiet", "--calibrate"},
+                          {"--explain", "--attribute", "--no-fidelity", "--quiet", "--calibrate"},
                           kReplayUsage},
                   argc, argv, first);
   ORBIT_CHECK(trace_path.empty() || !args.has("--trace"), "replay: the trace is given twice (TRACE and --trace)");
@@ -230,6 +267,9 @@ int run_replay(int argc, char** argv, int first) {
     }
   }
   o.explain = args.flag("--explain");
+  o.attribute = args.flag("--attribute");
+  ORBIT_CHECK(!o.attribute || !args.flag("--no-fidelity"),
+              "replay: argument '--attribute' needs the fidelity probes ('--no-fidelity' turns them off)");
   o.calibrate = args.flag("--calibrate");
   o.fidelity = !args.flag("--no-fidelity");
   o.patch_capacity_bytes = args.get_int("--patch-capacity", 0);

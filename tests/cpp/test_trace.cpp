@@ -366,6 +366,55 @@ TEST_CASE("the JSON report parses and has the documented fields", "[trace][json]
   CHECK(p.at("steps")[6].at("generated").size() == 4);
 }
 
+TEST_CASE("attribution: each approximate instance's own loss per step, summed up per way of serving",
+          "[trace][replay][fidelity]") {
+  ReplayOptions o = stories_options({"patch:16"});
+  o.attribute = true;
+  const ReplayReport r = replay(load_trace(trace_path("lookback.json")), o);
+  const PolicyReplay* exact = r.find("reprefill");
+  const PolicyReplay* blind = r.find("blind");
+  REQUIRE(exact != nullptr);
+  REQUIRE(blind != nullptr);
+  for (const StepResult& s : exact->steps) CHECK(s.losses.empty());  // nothing approximate to attribute
+  CHECK(exact->totals.loss_agreement.empty());
+  int64_t attributed = 0;
+  for (const StepResult& s : blind->steps) {
+    if (!s.fidelity) CHECK(s.losses.empty());
+    for (const InstanceLoss& l : s.losses) {
+      CHECK(l.kv_change > 1e-6);
+      CHECK(l.measured_kl >= 0);
+      ++attributed;
+    }
+    // With a single approximate instance its own loss is the step's.
+    if (s.fidelity && s.losses.size() == 1) CHECK(s.losses[0].measured_kl == Approx(s.fidelity->kl).epsilon(1e-3));
+  }
+  REQUIRE(attributed > 0);
+  int64_t grouped = 0;
+  for (const LossAgreement& g : blind->totals.loss_agreement) {
+    grouped += g.instances;
+    CHECK(g.compared <= g.instances);
+    if (g.compared > 0) CHECK(g.spread >= 1.0);
+  }
+  CHECK(grouped == attributed);
+  const json j = json::parse(replay_report_json(r));
+  const json* bj = nullptr;
+  for (const json& p : j.at("policies")) {
+    if (p.at("policy") == "blind") bj = &p;
+  }
+  REQUIRE(bj != nullptr);
+  CHECK(bj->at("totals").at("loss_agreement").size() == blind->totals.loss_agreement.size());
+  bool any = false;
+  for (const json& s : bj->at("steps")) {
+    if (!s.contains("instance_losses")) continue;
+    any = true;
+    for (const char* f :
+         {"instance", "label", "position", "length", "served_as", "kv_change", "measured_kl", "predicted_kl"}) {
+      CHECK(s.at("instance_losses")[0].contains(f));
+    }
+  }
+  CHECK(any);
+}
+
 TEST_CASE("orbit replay and orbit make-trace end to end", "[trace][cli]") {
   test::TempDir dir;
   const std::string model = " --model " + test::stories_path();

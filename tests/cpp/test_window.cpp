@@ -12,6 +12,7 @@
 
 #include "orbit/engine.h"
 #include "orbit/interop/torch.h"
+#include "orbit/runtime/fidelity.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/reuse.h"
@@ -462,6 +463,56 @@ TEST_CASE("disposability: decoding with a chunk's conditioning switched off", "[
   const DisposabilityReport second = w.disposable(ids[1].id, q, 3);
   CHECK(second.kl_first > 0);
   CHECK(second.answer == first.answer);
+}
+
+// The KL of a window's next-token distributions after `q` against a re-prefill's, averaged over q's rows.
+double window_kl(const Window& w, const std::vector<int64_t>& q) {
+  const Logits got = w.logits(q, true), want = w.reference_logits(q, true);
+  const auto as_tensor = [](const Logits& l) {
+    return at::from_blob(const_cast<float*>(l.values.data()), {l.rows, l.vocab}, at::kFloat).clone();
+  };
+  return runtime::mean_kl(as_tensor(want), as_tensor(got));
+}
+
+TEST_CASE("loss by instance: each approximate instance's own KL, the exact ones left out", "[window][fidelity]") {
+  auto engine = open_stories();
+  std::mt19937_64 rng(12);
+  const auto c = make_chunks(*engine, rng, 3);
+  const std::vector<int64_t> q = random_tokens(rng, 3);
+  WindowOptions blind;
+  blind.policy = parse_policy("blind");
+  Window w = engine->new_window(blind);
+  w.admit(c[0]);  // at position 0: the canonical is exact
+  w.admit(c[1]);  // blind: approximate
+  const auto ids = w.instances();
+  std::vector<InstanceLoss> one = w.loss_by_instance(q);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].instance == ids[1].id);
+  CHECK(one[0].label == ids[1].chunk.label);
+  CHECK(one[0].position == ids[1].position);
+  CHECK(one[0].length == ids[1].length);
+  CHECK(one[0].formed_by == StepAction::kBlind);
+  CHECK(one[0].kv_change > 1e-3);
+  CHECK(one[0].predicted_kl > 0);
+  // With one approximate instance, its own loss is the window's.
+  CHECK(one[0].measured_kl > 0);
+  CHECK(one[0].measured_kl == Approx(window_kl(w, q)).epsilon(1e-4));  // float32 forwards, split differently
+
+  // Two approximate instances: each measured alone, neither is the window's loss.
+  w.admit(c[2]);
+  const std::vector<InstanceLoss> two = w.loss_by_instance(q);
+  REQUIRE(two.size() == 2);
+  CHECK(two[0].instance == ids[1].id);
+  CHECK(two[1].instance == w.instances()[2].id);
+  for (const InstanceLoss& l : two) CHECK(l.measured_kl > 0);
+  CHECK(two[0].measured_kl < window_kl(w, q));
+
+  // An exact window has nothing to attribute.
+  Window exact = engine->new_window();
+  exact.set_policy(parse_policy("reprefill"));
+  for (const ChunkRef& x : c) exact.admit(x);
+  CHECK(exact.loss_by_instance(q).empty());
+  CHECK_THROWS_WITH(exact.loss_by_instance({}), Catch::Matchers::Contains("loss_by_instance: empty query"));
 }
 
 TEST_CASE("bad input is refused with a message naming it", "[window][errors]") {

@@ -67,6 +67,18 @@ def test_replay_without_fidelity_or_baselines(orbit, web_trace, stories260k_path
     assert any(s.get("plan") for s in only["steps"])
 
 
+def test_replay_attributes_the_loss_to_instances(orbit, web_trace, stories260k_path):
+    report = orbit.replay(web_trace, str(stories260k_path), policies=["blind"], baselines=False, attribute=True)
+    (blind,) = report["policies"]
+    losses = [l for s in blind["steps"] for l in s.get("instance_losses", [])]
+    assert losses and all(l["measured_kl"] >= 0 and l["kv_change"] > 1e-6 for l in losses)
+    groups = blind["totals"]["loss_agreement"]
+    assert sum(g["instances"] for g in groups) == len(losses)
+    assert {g["served_as"] for g in groups} == {l["served_as"] for l in losses}
+    with pytest.raises(ValueError, match="attribute=True needs fidelity=True"):
+        orbit.replay(web_trace, str(stories260k_path), policies=["blind"], fidelity=False, attribute=True)
+
+
 def test_bad_traces_raise_naming_the_field(orbit, web_trace, stories260k_path, tmp_path):
     bad = copy.deepcopy(web_trace)
     bad["steps"][0]["op"] = "teleport"

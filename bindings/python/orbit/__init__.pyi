@@ -8,6 +8,7 @@ from ._orbit import (
     ChunkKind as ChunkKind,
     ChunkRef as ChunkRef,
     DisposabilityReport as DisposabilityReport,
+    InstanceLoss as InstanceLoss,
     Engine as Engine,
     EngineOptions as EngineOptions,
     EngineStats as EngineStats,

@@ -84,9 +84,9 @@ void init_trace(py::module_& m) {
   m.def(
       "replay",
       [](const py::object& trace, const std::string& model, std::vector<std::string> policies, bool baselines,
-         bool fidelity, bool explain, int threads, int64_t pool_bytes, int64_t page_size, const std::string& device,
-         const std::string& dtype, int64_t host_budget_bytes, const std::string& eviction, int64_t device_tier_bytes,
-         const py::object& progress) {
+         bool fidelity, bool explain, bool attribute, int threads, int64_t pool_bytes, int64_t page_size,
+         const std::string& device, const std::string& dtype, int64_t host_budget_bytes, const std::string& eviction,
+         int64_t device_tier_bytes, const py::object& progress) {
         const orbit::Trace t = trace_arg(trace);
         orbit::ReplayOptions o;
         o.engine.model = model;
@@ -102,6 +102,8 @@ void init_trace(py::module_& m) {
         o.baselines = baselines;
         o.fidelity = fidelity;
         o.explain = explain;
+        o.attribute = attribute;
+        if (attribute && !fidelity) throw py::value_error("replay: attribute=True needs fidelity=True (its probes)");
         if (!progress.is_none() && !PyCallable_Check(progress.ptr())) {
           throw py::type_error("progress: expected a callable or None");
         }
@@ -121,8 +123,8 @@ void init_trace(py::module_& m) {
         return to_dict(report);
       },
       py::arg("trace"), py::arg("model"), py::kw_only(), py::arg("policies") = std::vector<std::string>{"default"},
-      py::arg("baselines") = true, py::arg("fidelity") = true, py::arg("explain") = false, py::arg("threads") = 0,
-      py::arg("pool_bytes") = orbit::EngineOptions{}.pool_bytes,
+      py::arg("baselines") = true, py::arg("fidelity") = true, py::arg("explain") = false, py::arg("attribute") = false,
+      py::arg("threads") = 0, py::arg("pool_bytes") = orbit::EngineOptions{}.pool_bytes,
       py::arg("page_size") = orbit::EngineOptions{}.page_size, py::arg("device") = "cpu", py::arg("dtype") = "float32",
       py::arg("host_budget_bytes") = orbit::EngineOptions{}.host_budget_bytes, py::arg("eviction") = "lru",
       py::arg("device_tier_bytes") = 0, py::arg("progress") = py::none(),
@@ -132,7 +134,9 @@ void init_trace(py::module_& m) {
       "re-prefill: KL and top-1, ...), totals and, for patch-forming policies, the offline bound.\n"
       "device / dtype: where and in which precision every engine runs (as Engine's); host_budget_bytes,\n"
       "eviction, device_tier_bytes: every engine's store tiers (as Engine's).\n"
-      "fidelity=False skips the per-step re-prefill; explain=True keeps each step's plan text.\n"
+      "fidelity=False skips the per-step re-prefill; explain=True keeps each step's plan text; attribute=True\n"
+      "adds each approximate instance's own KL per step (instance_losses) and, per policy, how the fidelity\n"
+      "model's predictions compare by way of serving (totals.loss_agreement), as Window.loss_by_instance.\n"
       "progress(policy_index, policies, step_index, steps, policy_name) is called before every step (the GIL\n"
       "is held for it; an exception it raises stops the replay and propagates). Signals are checked before\n"
       "every step too, so Ctrl-C raises KeyboardInterrupt promptly. The GIL is released otherwise. Raises\n"

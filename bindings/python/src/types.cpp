@@ -449,6 +449,27 @@ void init_types(py::module_& m) {
         return "Generation(tokens=" + join(g.tokens) + ", stop_reason=" + quoted(g.stop_reason) + ")";
       });
 
+  py::class_<InstanceLoss>(m, "InstanceLoss",
+                           "One instance's own share of a window's fidelity loss (Window.loss_by_instance()).")
+      .def_readonly("instance", &InstanceLoss::instance, "The instance.")
+      .def_readonly("label", &InstanceLoss::label, "The chunk's label, or 'turn'.")
+      .def_readonly("position", &InstanceLoss::position, "Its first position.")
+      .def_readonly("length", &InstanceLoss::length, "Its tokens.")
+      .def_readonly("formed_by", &InstanceLoss::formed_by, "How its KV was made.")
+      .def_readonly("match", &InstanceLoss::match, "The patch match, for apply_patch.")
+      .def_readonly("context_changed", &InstanceLoss::context_changed,
+                    "Kept as-is over a change of its context since it was formed.")
+      .def_readonly("kv_change", &InstanceLoss::kv_change, "||held - exact|| / ||exact|| over its KV rows.")
+      .def_readonly("measured_kl", &InstanceLoss::measured_kl,
+                    "KL (nats, mean over the query's rows) vs a re-prefill with this instance alone approximate.")
+      .def_readonly("predicted_kl", &InstanceLoss::predicted_kl, "What the fidelity model predicts it carries.")
+      .def("__repr__", [](const InstanceLoss& l) {
+        std::ostringstream o;
+        o << "InstanceLoss(instance=" << l.instance << ", label=" << quoted(l.label) << ", position=" << l.position
+          << ", measured_kl=" << l.measured_kl << ", predicted_kl=" << l.predicted_kl << ")";
+        return o.str();
+      });
+
   py::class_<DisposabilityReport>(m, "DisposabilityReport", "The result of Window.disposable().")
       .def_readonly("instance", &DisposabilityReport::instance, "The instance examined.")
       .def_readonly("disposable", &DisposabilityReport::disposable,

@@ -380,6 +380,17 @@ void init_window(py::module_& m) {
       "Greedy-decodes answer_tokens after the query with the instance as it is and with its conditioning\n"
       "switched off (its canonical KV); a DisposabilityReport (truthy when the answers agree).");
   c.def(
+      "loss_by_instance",
+      [](PyWindow& w, const py::object& query) {
+        const auto q = tokens_or_text(w, query, "loss_by_instance: query");
+        return w.run([&](Window& x) { return x.loss_by_instance(q); });
+      },
+      py::arg("query"),
+      "Each approximate instance's own share of the window's fidelity loss after the query: the KL (mean over\n"
+      "the query's rows, vs a re-prefill) with that instance alone served as held and the rest exact, beside\n"
+      "the fidelity model's prediction. A list of InstanceLoss in window order; exact instances are left out.\n"
+      "One forward of the whole window plus one of the query per approximate instance.");
+  c.def(
       "kv",
       [](PyWindow& w, const py::object& instance) {
         const InstanceId i = to_instance(instance, "kv: instance");

@@ -245,6 +245,10 @@ struct ReplayOptions {
   bool baselines = true;                         // add reprefill, prefix and blind (off only for tests/tools)
   bool fidelity = true;                          // measure fidelity after every step
   bool explain = false;                          // keep every step's Plan::describe()
+  // After every probed step, each approximate instance's own KL (Window::loss_by_instance over the probe)
+  // beside its predicted KL: where the fidelity model errs, by how each instance was served. One more
+  // forward of the window and one of the probe per approximate instance, per step; off the timings.
+  bool attribute = false;
   // Engine::calibrate() each policy's engine before replaying (fits the cost and fidelity models that
   // `:kl=X` budgets plan with; a few seconds per policy). Off: the models' defaults.
   bool calibrate = false;
@@ -304,11 +308,29 @@ struct StepResult {
   // then not probed: the model never reads this state, since the next read or forwarding step runs the
   // repairs first (and is probed and charged for them).
   int64_t deferred = 0;
-  std::vector<int64_t> generated;  // generate: this policy's answer
-  double agreement = -1;           // generate: fraction of answer tokens equal to the transcript's; -1 n/a
-  std::optional<bool> disposable;  // disposable: the verdict
-  double kl_first = 0;             // disposable: KL of the first answer token with / without the patch
-  std::string plan;                // Plan::describe() when explain
+  std::vector<int64_t> generated;    // generate: this policy's answer
+  double agreement = -1;             // generate: fraction of answer tokens equal to the transcript's; -1 n/a
+  std::optional<bool> disposable;    // disposable: the verdict
+  double kl_first = 0;               // disposable: KL of the first answer token with / without the patch
+  std::string plan;                  // Plan::describe() when explain
+  std::vector<InstanceLoss> losses;  // ReplayOptions::attribute: each approximate instance's own loss
+};
+
+// How an instance's approximate KV came about, as ReplayOptions::attribute groups them: "kept over a
+// context change" when its context changed since it was formed, otherwise how it was formed
+// (step_action_name, with the patch match: "apply-patch/stale", "blind", "recompute", ...).
+std::string served_as(const InstanceLoss& loss);
+
+// The fidelity model against the per-instance measurements of one way of serving (ReplayOptions::
+// attribute), over the instances where both the predicted and the measured KL exceed kKlFloor.
+struct LossAgreement {
+  std::string served_as;
+  int64_t instances = 0;        // every attributed instance served this way
+  int64_t compared = 0;         // of which both KLs above kKlFloor
+  double mean_measured_kl = 0;  // over `instances`
+  double mean_predicted_kl = 0;
+  double bias = 0;    // geometric mean of predicted / measured over `compared` (1 = unbiased; 0: none)
+  double spread = 0;  // exp of the mean |log(predicted / measured)| (>= 1; 0: none)
 };
 
 // The offline bound (planner/offline.h) over the patch demands of one patch-forming policy: every step
@@ -356,6 +378,7 @@ struct PolicyTotals {
   double mean_kl = 0;          // over steps with fidelity
   double max_kl = 0;
   double mean_top1 = 0;
+  std::vector<LossAgreement> loss_agreement;  // ReplayOptions::attribute: by served_as, most instances first
 };
 
 struct PolicyReplay {

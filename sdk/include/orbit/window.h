@@ -126,6 +126,24 @@ struct DisposabilityReport {
   double kl_first = 0;                  // KL(as-is ‖ without) of the first answer token's distribution
 };
 
+// One instance's share of a window's fidelity loss (Window::loss_by_instance): the next-token KL after the
+// query's tokens (the mean over its rows), against a re-prefill, when this instance alone is served as the
+// window holds it and every other instance exactly. The losses of several instances need not add up to the window's
+// (they interact), but each says what that instance's approximation costs on its own, beside what the planner
+// predicted.
+struct InstanceLoss {
+  InstanceId instance = 0;
+  std::string label;  // the chunk's label, or "turn"
+  int64_t position = 0;
+  int64_t length = 0;
+  StepAction formed_by = StepAction::kKeep;  // how its KV was made (InstanceInfo::formed_by)
+  PatchMatch match = PatchMatch::kNone;
+  bool context_changed = false;  // kept as-is over a change of its context since
+  double kv_change = 0;          // ‖held − exact‖ / ‖exact‖ over its KV rows, every layer, keys and values
+  double measured_kl = 0;        // KL(re-prefill ‖ this instance alone approximate), nats, mean over rows
+  double predicted_kl = 0;       // what the fidelity model predicts it carries (PlanStep::predicted_kl)
+};
+
 struct WindowStats {
   int64_t instances = 0;
   int64_t chunk_instances = 0;
@@ -212,6 +230,13 @@ class Window {
   Generation generate(std::string_view query, const GenerateOptions& options = {}) const;
   DisposabilityReport disposable(InstanceId instance, const std::vector<int64_t>& query,
                                  int64_t answer_tokens = 4) const;
+  // Each instance's own share of the window's fidelity loss after `query` (as logits(query, true) and
+  // reference_logits(query, true) compare, averaged over the rows): for every
+  // instance whose held KV differs from a re-prefill's (relative change above 1e-6), the KL when it alone
+  // is served as held. One forward of the whole window plus one of the query per such instance; runs a
+  // deferred repair first, as a read does. In window order; exact instances are left out. Throws on an
+  // empty query or ids outside the vocabulary.
+  std::vector<InstanceLoss> loss_by_instance(const std::vector<int64_t>& query) const;
 
   // The window's KV as a re-prefill of the same contents in the same order would give it, and the
   // logits of `query` after it: the reference every fidelity measure compares against (one forward of

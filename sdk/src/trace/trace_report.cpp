@@ -47,32 +47,60 @@ json step_json(const StepResult& s) {
     o["kl_first"] = num(s.kl_first);
   }
   if (!s.plan.empty()) o["plan"] = s.plan;
+  if (!s.losses.empty()) {
+    json losses = json::array();
+    for (const InstanceLoss& l : s.losses) {
+      losses.push_back({{"instance", l.instance},
+                        {"label", l.label},
+                        {"position", l.position},
+                        {"length", l.length},
+                        {"served_as", served_as(l)},
+                        {"kv_change", num(l.kv_change)},
+                        {"measured_kl", num(l.measured_kl)},
+                        {"predicted_kl", num(l.predicted_kl)}});
+    }
+    o["instance_losses"] = losses;
+  }
   return o;
 }
 
 json totals_json(const PolicyTotals& t) {
-  return {{"forward_tokens", num(t.forward_tokens)},
-          {"critical_forward_tokens", num(t.critical_forward_tokens)},
-          {"background_forward_tokens", num(t.background_forward_tokens)},
-          {"critical_seconds", num(t.critical_seconds)},
-          {"background_seconds", num(t.background_seconds)},
-          {"mean_predicted_kl", num(t.mean_predicted_kl)},
-          {"predicted_steps", t.predicted_steps},
-          {"kl_prediction_bias", t.predicted_steps > 0 ? num(t.kl_prediction_bias) : json(nullptr)},
-          {"kl_prediction_spread", t.predicted_steps > 0 ? num(t.kl_prediction_spread) : json(nullptr)},
-          {"full_prefill_tokens", num(t.full_prefill_tokens)},
-          {"decode_tokens", num(t.decode_tokens)},
-          {"seconds", num(t.seconds)},
-          {"bytes_moved", t.bytes_moved},
-          {"peak_device_bytes", t.peak_device_bytes},
-          {"patches_formed", t.patches_formed},
-          {"patch_hits", t.patch_hits},
-          {"refused", t.refused},
-          {"fidelity_steps", t.fidelity_steps},
-          // null when no step was measured (a 0 would read as "exact")
-          {"mean_kl", t.fidelity_steps > 0 ? num(t.mean_kl) : json(nullptr)},
-          {"max_kl", t.fidelity_steps > 0 ? num(t.max_kl) : json(nullptr)},
-          {"mean_top1", t.fidelity_steps > 0 ? num(t.mean_top1) : json(nullptr)}};
+  json o = {{"forward_tokens", num(t.forward_tokens)},
+            {"critical_forward_tokens", num(t.critical_forward_tokens)},
+            {"background_forward_tokens", num(t.background_forward_tokens)},
+            {"critical_seconds", num(t.critical_seconds)},
+            {"background_seconds", num(t.background_seconds)},
+            {"mean_predicted_kl", num(t.mean_predicted_kl)},
+            {"predicted_steps", t.predicted_steps},
+            {"kl_prediction_bias", t.predicted_steps > 0 ? num(t.kl_prediction_bias) : json(nullptr)},
+            {"kl_prediction_spread", t.predicted_steps > 0 ? num(t.kl_prediction_spread) : json(nullptr)},
+            {"full_prefill_tokens", num(t.full_prefill_tokens)},
+            {"decode_tokens", num(t.decode_tokens)},
+            {"seconds", num(t.seconds)},
+            {"bytes_moved", t.bytes_moved},
+            {"peak_device_bytes", t.peak_device_bytes},
+            {"patches_formed", t.patches_formed},
+            {"patch_hits", t.patch_hits},
+            {"refused", t.refused},
+            {"fidelity_steps", t.fidelity_steps},
+            // null when no step was measured (a 0 would read as "exact")
+            {"mean_kl", t.fidelity_steps > 0 ? num(t.mean_kl) : json(nullptr)},
+            {"max_kl", t.fidelity_steps > 0 ? num(t.max_kl) : json(nullptr)},
+            {"mean_top1", t.fidelity_steps > 0 ? num(t.mean_top1) : json(nullptr)}};
+  if (!t.loss_agreement.empty()) {
+    json a = json::array();
+    for (const LossAgreement& g : t.loss_agreement) {
+      a.push_back({{"served_as", g.served_as},
+                   {"instances", g.instances},
+                   {"compared", g.compared},
+                   {"mean_measured_kl", num(g.mean_measured_kl)},
+                   {"mean_predicted_kl", num(g.mean_predicted_kl)},
+                   {"bias", g.compared > 0 ? num(g.bias) : json(nullptr)},
+                   {"spread", g.compared > 0 ? num(g.spread) : json(nullptr)}});
+    }
+    o["loss_agreement"] = a;
+  }
+  return o;
 }
 
 json offline_json(const OfflineReport& o) {

@@ -4,6 +4,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <chrono>
+#include <cmath>
 #include <random>
 
 #include "orbit/common/error.h"
@@ -115,16 +116,16 @@ Logits Window::logits(const std::vector<int64_t>& query, bool all_rows) const {
   return to_logits(run(*state_->core, past, start, query, all_rows));
 }
 
-Logits Window::reference_logits(const std::vector<int64_t>& query, bool all_rows) const {
-  const detail::OpHold hold(*state_->core);
-  check_query(*state_, query, "reference_logits");
-  const detail::EngineCore& core = *state_->core;
-  c10::InferenceMode guard;
-  // One forward of the whole window (every instance's own tokens or embeddings at its positions) and the
-  // query after it.
+namespace {
+
+// One forward of the whole window (every instance's own tokens or embeddings at its positions) and the
+// query after it: the re-prefill every fidelity measure compares against. The logits of the query's rows
+// ([q, vocab]); with `content`, also the KV of every row (the window's first, the query's last).
+runtime::ForwardResult reference_forward(const WindowState& state, const std::vector<int64_t>& query, bool content) {
+  const detail::EngineCore& core = *state.core;
   std::vector<at::Tensor> embeds, positions;
   int64_t pos = 0;
-  for (const Entry& e : state_->entries) {
+  for (const Entry& e : state.entries) {
     if (e.is_turn) {
       embeds.push_back(core.model().embed(e.turn_tokens));
     } else if (e.chunk->ref.kind == ChunkKind::kTokens) {
@@ -142,11 +143,86 @@ Logits Window::reference_logits(const std::vector<int64_t>& query, bool all_rows
   in.positions = at::cat(positions, -1);
   runtime::ForwardOptions fo;
   fo.logits = runtime::LogitsMode::kAll;
-  fo.return_content = false;
-  const at::Tensor all = core.model().forward(in, nullptr, fo).logits;
+  fo.return_content = content;
+  runtime::ForwardResult r = core.model().forward(in, nullptr, fo);
   const int64_t q = static_cast<int64_t>(query.size());
-  const at::Tensor rows = all.narrow(0, all.size(0) - q, q);
-  return to_logits(all_rows ? rows : rows.narrow(0, q - 1, 1));
+  r.logits = r.logits.narrow(0, r.logits.size(0) - q, q);
+  return r;
+}
+
+double squared_norm(const at::Tensor& t) { return t.to(at::kDouble).pow(2).sum().item<double>(); }
+
+}  // namespace
+
+Logits Window::reference_logits(const std::vector<int64_t>& query, bool all_rows) const {
+  const detail::OpHold hold(*state_->core);
+  check_query(*state_, query, "reference_logits");
+  c10::InferenceMode guard;
+  const at::Tensor rows = reference_forward(*state_, query, false).logits;
+  return to_logits(all_rows ? rows : rows.narrow(0, rows.size(0) - 1, 1));
+}
+
+std::vector<InstanceLoss> Window::loss_by_instance(const std::vector<int64_t>& query) const {
+  const detail::OpHold hold(*state_->core);
+  check_query(*state_, query, "loss_by_instance");
+  detail::run_deferred(*state_, "loss_by_instance");
+  detail::EngineCore& core = *state_->core;
+  c10::InferenceMode guard;
+  const runtime::ForwardResult ref = reference_forward(*state_, query, true);
+  int64_t start = 0;
+  const runtime::PastKV held = detail::gather_past(core, all_entries(*state_), &start);
+  const int64_t total = held.length();
+  std::vector<InstanceLoss> out;
+  if (total == 0) return out;
+  // The re-prefill's KV of the window's rows, beside the held KV (both [T, ...] per layer, same layout).
+  std::vector<runtime::LayerKV> exact(held.layers.size());
+  for (std::size_t l = 0; l < held.layers.size(); ++l) {
+    exact[l].k = ref.content[l].k.narrow(0, 0, total).to(held.layers[l].k.dtype());
+    exact[l].v = ref.content[l].v.narrow(0, 0, total).to(held.layers[l].v.dtype());
+  }
+  const std::vector<uint64_t> contexts = state_->context_hashes();
+  int64_t row = 0, position = 0;
+  for (std::size_t i = 0; i < state_->entries.size(); ++i) {
+    const Entry& e = state_->entries[i];
+    const int64_t n = e.length;
+    double diff = 0, norm = 0;
+    for (std::size_t l = 0; l < exact.size(); ++l) {
+      for (bool is_k : {true, false}) {
+        const at::Tensor want = (is_k ? exact[l].k : exact[l].v).narrow(0, row, n);
+        const at::Tensor got = (is_k ? held.layers[l].k : held.layers[l].v).narrow(0, row, n);
+        diff += squared_norm(got.to(at::kDouble) - want.to(at::kDouble));
+        norm += squared_norm(want);
+      }
+    }
+    const double change = norm > 0 ? std::sqrt(diff / norm) : 0.0;
+    if (change > 1e-6) {
+      // Every instance exact but this one, as held.
+      runtime::PastKV mixed;
+      mixed.positions = held.positions;
+      mixed.layers.resize(exact.size());
+      for (std::size_t l = 0; l < exact.size(); ++l) {
+        mixed.layers[l].k = exact[l].k.clone();
+        mixed.layers[l].v = exact[l].v.clone();
+        mixed.layers[l].k.narrow(0, row, n).copy_(held.layers[l].k.narrow(0, row, n));
+        mixed.layers[l].v.narrow(0, row, n).copy_(held.layers[l].v.narrow(0, row, n));
+      }
+      InstanceLoss loss;
+      loss.instance = e.id;
+      loss.label = e.is_turn ? std::string("turn") : e.chunk->ref.label;
+      loss.position = position;
+      loss.length = n;
+      loss.formed_by = e.formed_by;
+      loss.match = e.match;
+      loss.context_changed = e.formed_on != contexts[i];
+      loss.kv_change = change;
+      loss.measured_kl = runtime::mean_kl(ref.logits, run(core, mixed, start, query, true));
+      loss.predicted_kl = e.predicted_kl;
+      out.push_back(std::move(loss));
+    }
+    row += n;
+    position += e.extent;
+  }
+  return out;
 }
 
 Generation Window::generate(const std::vector<int64_t>& query, const GenerateOptions& options) const {
