@@ -365,7 +365,24 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     ORBIT_CHECK(!si.candidates.empty(), "plan: no serving action can serve instance " << sl.id);
     std::stable_sort(si.candidates.begin(), si.candidates.end(), cheaper);
   };
-  std::vector<std::string> whys(layout.slots.size());
+  // Why each slot is re-served or kept over a change: one of a few texts shared by every slot (a window of
+  // survivors behind one eviction all give the same reason), so a slot holds a pointer, not a copy.
+  static const std::string kNoWhy;
+  static const std::string kEarlierEdit = "context changed by an earlier edit";
+  static const std::string kReformed = "an antecedent's KV was re-formed";
+  const std::string changed_now =
+      "context changed" + (layout.change_reason.empty() ? std::string() : ": " + layout.change_reason);
+  std::vector<const std::string*> whys(layout.slots.size(), &kNoWhy);
+  // `why` + `suffix`; for the shared texts above built once per plan (a slot's own reason is joined afresh).
+  std::vector<std::pair<std::pair<const std::string*, const char*>, std::string>> joined;
+  const auto join = [&](const std::string* why, const char* suffix) -> std::string {
+    if (why != &kEarlierEdit && why != &kReformed && why != &changed_now) return *why + suffix;
+    for (const auto& [k, text] : joined) {
+      if (k.first == why && k.second == suffix) return text;
+    }
+    joined.push_back({{why, suffix}, *why + suffix});
+    return joined.back().second;
+  };
   for (std::size_t i = 0; i < layout.slots.size(); ++i) {
     weights[i] = planner::recency_weight(info[i].length, total_tokens - tokens_before);
     tokens_before += info[i].length;
@@ -385,13 +402,13 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     const bool forced = sl.force || (layout.reorder_relookup && !si.keys_same) || redo;
     // Why a held instance's KV no longer fits: this operation's change before it, or (for an instance an
     // earlier edit left kept or deferred) that edit's.
-    const auto changed = [&layout, &si]() -> std::string {
-      if (!si.changed_now && layout.op != Operation::kFlush) return "context changed by an earlier edit";
-      return "context changed" + (layout.change_reason.empty() ? "" : ": " + layout.change_reason);
-    };
-    std::string& why = whys[i];
-    why = sl.reason;
-    if (why.empty() && si.old != nullptr && !same) why = !si.keys_same ? changed() : "an antecedent's KV was re-formed";
+    const std::string* changed = !si.changed_now && layout.op != Operation::kFlush ? &kEarlierEdit : &changed_now;
+    if (!sl.reason.empty()) {
+      whys[i] = &sl.reason;
+    } else if (si.old != nullptr && !same) {
+      whys[i] = !si.keys_same ? changed : &kReformed;
+    }
+    const std::string& why = *whys[i];
     if (!budgeted) {
       PlanStep s;
       if (same) {
@@ -399,7 +416,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
         s.reason = si.moved ? "relocated (rotation only)" : "unchanged";
       } else if (si.old != nullptr && !forced && policy.survivors == SurvivorAction::kKeep) {
         s = *keep.plan(in);
-        s.reason = changed() + "; kept as-is, relocation only";
+        s.reason = join(changed, "; kept as-is, relocation only");
       } else {
         PlanInput served = in;
         served.context = &context_upto(context, i)->keys;
@@ -414,7 +431,11 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       // antecedents in another order); its alternatives are enumerated only if the budget needs them.
       PlanStep s = *action("keep").plan(in);
       s.estimated_seconds = estimate_seconds(in, s);
-      s.reason = same ? (si.moved ? "relocated (rotation only)" : "unchanged") : why + "; kept as-is";
+      if (same) {
+        s.reason = si.moved ? "relocated (rotation only)" : "unchanged";
+      } else {
+        s.reason = join(whys[i], "; kept as-is");
+      }
       si.candidates.push_back(std::move(s));
     } else {
       enumerate(i, in, why);
@@ -508,7 +529,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       Context before{{}, ContextSigner(prefix), {}};
       for (const std::size_t i : batch) {
         SlotInfo& si = info[i];
-        enumerate(i, input_for(i, context_upto(before, i)), whys[i]);
+        enumerate(i, input_for(i, context_upto(before, i)), *whys[i]);
         // Keep first whatever its price: it is what the slot had, and the upgrade loop moves off it.
         for (std::size_t c = 0; c < si.candidates.size(); ++c) {
           if (si.candidates[c].action == StepAction::kKeep) si.chosen = c;
@@ -551,7 +572,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
       const PlanInput in = input_for(i, &context);
       PlanStep s = *keep.plan(in);
       s.estimated_seconds = estimate_seconds(in, s);
-      s.reason = (whys[i].empty() ? std::string("context changed") : whys[i]) +
+      s.reason = (whys[i]->empty() ? std::string("context changed") : *whys[i]) +
                  "; relocated, repair deferred to the next read (would be: " + chosen.how + ")";
       chosen = std::move(s);
       si.prefix_why = false;  // the reason above is complete
@@ -565,7 +586,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
   for (std::size_t i = 0; i < info.size(); ++i) {
     SlotInfo& si = info[i];
     PlanStep s = std::move(si.candidates[si.chosen]);
-    if (si.prefix_why && !(s.action == StepAction::kKeep && is_same[i] != 0)) s.reason = whys[i] + "; " + s.reason;
+    if (si.prefix_why && !(s.action == StepAction::kKeep && is_same[i] != 0)) s.reason = *whys[i] + "; " + s.reason;
     s.instance = layout.slots[i].id;
     s.position = si.position;
     s.is_turn = si.is_turn;
