@@ -408,7 +408,10 @@ ReplayReport replay(const Trace& trace, const ReplayOptions& options);
 
 // The report as JSON (schema: top-level format "orbit-replay/1", trace, source, model, fingerprint, device, dtype,
 // steps, policies[]; per policy policy, baseline, totals{...}, offline{...} or null, steps[] with every StepResult
-// field by its name and op as its JSON name; fidelity {kl, top1, rows} or null).
+// field by its name and op as its JSON name; fidelity {kl, top1, rows} or null; with ReplayOptions::attribute,
+// a step's losses as instance_losses[] {instance, label, position, length, served_as, kv_change, measured_kl,
+// predicted_kl} and totals.loss_agreement[] {served_as, instances, compared, mean_measured_kl,
+// mean_predicted_kl, bias, spread}; both absent otherwise).
 std::string replay_report_json(const ReplayReport& report, int indent = 2);
 
 }  // namespace orbit
