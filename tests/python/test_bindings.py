@@ -691,28 +691,3 @@ def test_a_store_directory_persists_canonicals_across_engines(orbit, stories260k
     with pytest.raises(orbit.OrbitError, match="not-a-store"):
         orbit.Store(tmp_path / "not-a-store")
 
-
-def test_loss_by_instance_attributes_the_window_loss(orbit, engine):
-    rng = random.Random(31)
-    a, b = make_chunks(engine, rng, 2)
-    q = random_tokens(rng, 3)
-    w = engine.new_window(policy=orbit.Policy("blind"))
-    w.admit(a)  # at position 0: exact
-    w.admit(b)  # blind: approximate
-    losses = w.loss_by_instance(q)
-    assert len(losses) == 1
-    (only,) = losses
-    second = w.instances[1]
-    assert only.instance == second.id and only.label == second.chunk.label and only.length == second.length
-    assert only.formed_by == orbit.StepAction.blind and only.kv_change > 1e-3 and only.predicted_kl > 0
-    # one approximate instance: its own loss is the window's
-    ref, got = w.reference_logits(q, all_rows=True).astype(np.float64), w.logits(q, all_rows=True).astype(np.float64)
-    lp = ref - np.log(np.exp(ref - ref.max(-1, keepdims=True)).sum(-1, keepdims=True)) - ref.max(-1, keepdims=True)
-    lq = got - np.log(np.exp(got - got.max(-1, keepdims=True)).sum(-1, keepdims=True)) - got.max(-1, keepdims=True)
-    kl = float((np.exp(lp) * (lp - lq)).sum(-1).mean())
-    assert only.measured_kl == pytest.approx(kl, rel=1e-3)
-    assert "InstanceLoss(" in repr(only)
-    exact = engine.new_window(policy=orbit.Policy("reprefill"))
-    exact.admit(a)
-    exact.admit(b)
-    assert exact.loss_by_instance(q) == []

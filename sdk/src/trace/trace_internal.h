@@ -13,6 +13,9 @@
 
 namespace orbit::trace_detail {
 
+// The per-instance losses of `steps` (ReplayOptions::attribute) grouped by served_as(), most instances first.
+std::vector<LossAgreement> loss_agreement(const std::vector<StepResult>& steps);
+
 // A stable default seed for a name (FNV-1a, shifted into int64 range).
 uint64_t name_seed(const std::string& name);
 
