@@ -513,6 +513,13 @@ TEST_CASE("loss by instance: each approximate instance's own KL, the exact ones 
   for (const ChunkRef& x : c) exact.admit(x);
   CHECK(exact.loss_by_instance(q).empty());
   CHECK_THROWS_WITH(exact.loss_by_instance({}), Catch::Matchers::Contains("loss_by_instance: empty query"));
+
+  // Like a read, it runs a deferred repair first and measures the repaired window: after a re-prefill
+  // window's edit, nothing is approximate.
+  exact.evict(exact.instances()[0].id);
+  REQUIRE(exact.instances()[0].deferred);
+  CHECK(exact.loss_by_instance(q).empty());
+  CHECK_FALSE(exact.instances()[0].deferred);
 }
 
 TEST_CASE("bad input is refused with a message naming it", "[window][errors]") {
