@@ -444,6 +444,16 @@ TEST_CASE("orbit replay and orbit make-trace end to end", "[trace][cli]") {
   const test::CliRun bad = test::cli("replay " + trace_path("lookback.json") + model + " --policy nope");
   CHECK(bad.status == 1);
   CHECK_THAT(bad.out, Catch::Contains("--policy: policy 'nope': unknown policy 'nope'"));
+  const test::CliRun attributed =
+      test::cli("replay " + trace_path("lookback.json") + model + " --policy patch:16 --attribute --explain --quiet");
+  INFO(attributed.out);
+  CHECK(attributed.status == 0);
+  CHECK_THAT(attributed.out, Catch::Contains("each approximate instance alone (measured vs predicted KL):"));
+  CHECK_THAT(attributed.out, Catch::Contains("each approximate instance alone (--attribute), by how it was served"));
+  const test::CliRun badattr =
+      test::cli("replay " + trace_path("lookback.json") + model + " --attribute --no-fidelity");
+  CHECK(badattr.status == 1);
+  CHECK_THAT(badattr.out, Catch::Contains("argument '--attribute' needs the fidelity probes"));
   const test::CliRun badrepeat = test::cli("replay " + trace_path("lookback.json") + model + " --repeat 0");
   CHECK(badrepeat.status == 1);
   CHECK_THAT(badrepeat.out, Catch::Contains("argument '--repeat' must be in [1, 100], got 0"));
