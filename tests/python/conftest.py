@@ -61,3 +61,10 @@ def orbit():
             pytest.fail(f"import orbit from ORBIT_PYTHON_PATH={value} failed: {e}")
         pytest.skip(f"orbit is not importable ({e}): set ORBIT_PYTHON_PATH to <build>/bindings/python")
     return module
+
+
+@pytest.fixture
+def small_engine(orbit, stories260k_path):
+    """An engine on the bundled model with a small pool (8 MiB) and 4-token pages, closed after the test."""
+    with orbit.Engine(stories260k_path, pool_bytes=8 << 20, page_size=4) as e:
+        yield e

@@ -11,9 +11,8 @@ import pytest
 
 
 @pytest.fixture
-def engine(orbit, stories260k_path):
-    with orbit.Engine(stories260k_path, pool_bytes=8 << 20, page_size=4) as e:
-        yield e
+def engine(small_engine):
+    return small_engine
 
 
 def random_tokens(rng, n, vocab=512):

@@ -9,12 +9,6 @@ import numpy as np
 import pytest
 
 
-@pytest.fixture
-def engine(orbit, stories260k_path):
-    with orbit.Engine(stories260k_path, pool_bytes=8 << 20, page_size=4) as e:
-        yield e
-
-
 def random_tokens(rng, n, vocab=512):
     return [rng.randrange(1, vocab) for _ in range(n)]
 
@@ -28,7 +22,8 @@ def log_softmax(x):
     return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
 
 
-def test_loss_by_instance_attributes_the_window_loss(orbit, engine):
+def test_loss_by_instance_attributes_the_window_loss(orbit, small_engine):
+    engine = small_engine
     rng = random.Random(31)
     a, b = make_chunks(engine, rng, 2)
     q = random_tokens(rng, 3)
