@@ -11,15 +11,13 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="${OUT:-/tmp/orbit-device-logs}"
-mkdir -p "$out" /tmp/deps
-ls .carry/debs/*.deb >/dev/null 2>&1 || { echo "error: no .carry/debs/*.deb (run scripts/device/fetch-debs.sh here, carry .carry)" >&2; exit 1; }
-for f in .carry/debs/*.deb; do dpkg -x "$f" /tmp/deps; done
-torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+mkdir -p "$out"
+source scripts/device/deps-env.sh
 { nvidia-smi; nvcc --version; python3 -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'; } > "$out/env.txt" 2>&1
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DORBIT_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="${ORBIT_CUDA_ARCH:-90}" -DORBIT_TESTS=ON -DORBIT_PYTHON=OFF \
-  -DCMAKE_PREFIX_PATH="$torch_prefix;/tmp/deps/usr" -DOPENSSL_ROOT_DIR=/tmp/deps/usr > "$out/configure.log" 2>&1 \
+  "${orbit_deps_cmake_args[@]}" > "$out/configure.log" 2>&1 \
   || { tail -30 "$out/configure.log"; exit 1; }
 # -k 0: a target that fails to build (its error printed below) does not stop the tests of the others.
 build_rc=0
