@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/past_attention_op.h"
 #include "orbit/runtime/rope.h"
 
 // PyTorch's fused attention (flash / memory-efficient kernels) with GQA and an explicit scale needs
@@ -48,6 +49,13 @@ at::Tensor rotate(const RopeConfig& rope, const at::Tensor& x, const ops::RopeTa
   return ops::rope_rotate(x.contiguous(), tables, rope.layout);
 }
 
+bool uses_past_attention(const at::Tensor& q, int64_t keys, bool tail_causal) {
+  const int64_t R = q.size(0);
+  // One query token (decode) stays fused: its value GEMM would be [dv, G] over all S keys, which cuBLAS
+  // runs far slower than flash decoding (43 ms against 17 ms per token at 32k on an H200).
+  return tail_causal && R >= 2 && R < keys && R <= ops::kPastAttentionMaxQueries && ops::past_attention_available(q);
+}
+
 namespace {
 
 #if ORBIT_HAVE_SDPA
@@ -79,6 +87,9 @@ at::Tensor attend_fused(const at::Tensor& q, const at::Tensor& k, const at::Tens
 
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
                   double scale, bool tail_causal) {
+  // A short query after a past (decode, a question after a long window): GEMMs over all the keys
+  // (ops/past_attention_op.h says why the fused kernels are slow there). A prefill (R == S) stays fused.
+  if (uses_past_attention(q, k.size(0), tail_causal)) return ops::past_attention(q, k, v, scale);
 #if ORBIT_HAVE_SDPA
   if (q.is_cuda()) return attend_fused(q, k, v, query_index, scale, tail_causal);
 #else

@@ -27,7 +27,9 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor
 // head h reads kv head h / (H / H_kv)). Query r sees keys [0, query_index[r]] (int64 [R]). scale
 // multiplies q·k before the softmax. Returns [R, H·d_v] in q's dtype. tail_causal: the queries are the
 // last R keys (query_index[r] = S − R + r), which lets CUDA use the unmasked or plain-causal fused kernel.
-// On CUDA with libtorch >= 2.5 this is at::scaled_dot_product_attention; elsewhere blocked bmm/softmax.
+// On CUDA in 16-bit dtypes a short query after a past (2 ≤ R < S, R ≤ ops::kPastAttentionMaxQueries,
+// tail_causal) is ops::past_attention (cuBLAS GEMMs); other CUDA inputs with libtorch >= 2.5 go to
+// at::scaled_dot_product_attention; elsewhere blocked bmm/softmax.
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
                   double scale, bool tail_causal = false);
 
@@ -37,6 +39,9 @@ at::Tensor rotate(const RopeConfig& rope, const at::Tensor& x, const ops::RopeTa
 
 // Whether attend() can use PyTorch's fused attention on CUDA in this build (libtorch >= 2.5).
 bool fused_attention_available();
+
+// Whether attend() takes ops::past_attention for this q over `keys` keys (see attend()).
+bool uses_past_attention(const at::Tensor& q, int64_t keys, bool tail_causal);
 
 // One layer's attention inputs, R computed tokens over S = past + input key tokens.
 struct AttentionStep {

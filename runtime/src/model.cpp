@@ -9,6 +9,7 @@
 
 #include "attention.h"
 #include "ops/paged_attention_op.h"
+#include "ops/past_attention_op.h"
 #include "ops/rope_op.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/fingerprint.h"
@@ -249,6 +250,10 @@ std::string Model::attention_path(int64_t queries, bool paged) const {
       device_.is_cuda()
           ? (detail::fused_attention_available() ? "PyTorch SDPA on CUDA" : "blocked PyTorch attention on CUDA")
           : "blocked PyTorch attention on CPU";
+  // A query of 2+ tokens after a past (queries < keys, as every paged past has keys) in 16-bit on CUDA:
+  // GEMMs (detail::attend).
+  if (queries >= 2 && queries <= ops::kPastAttentionMaxQueries && ops::past_attention_available(device_, dtype_))
+    dense_path = "cuBLAS GEMM attention on CUDA (float32 scores and softmax)";
   if (!paged) return "contiguous past: " + dense_path;
   if (gap.empty()) return "paged CUDA kernel (pages read in place, fused relocation + patch rows)";
   return "gathered past + " + dense_path + " (fallback: " + gap + ")";

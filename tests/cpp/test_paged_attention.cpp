@@ -8,6 +8,7 @@
 
 #include "device_test_support.h"
 #include "ops/paged_attention_op.h"
+#include "ops/past_attention_op.h"
 #include "orbit/runtime/rope.h"
 #include "src/attention.h"
 
@@ -139,4 +140,14 @@ TEST_CASE("a paged past with a slot outside its pool is refused", "[paged]") {
   rt::ForwardInput in;
   in.tokens = {5};
   REQUIRE_THROWS_WITH(m->forward(in, &past), Catch::Contains("outside the pool"));
+}
+
+TEST_CASE("past attention refuses what it cannot run, naming it", "[past]") {
+  const at::Tensor q = at::randn({2, 4, 32}), k = at::randn({5, 2, 32});
+  CHECK_FALSE(orbit::runtime::ops::past_attention_available(q));
+  CHECK_THROWS_WITH(orbit::runtime::ops::past_attention(q, k, k, 1.0), Catch::Matchers::Contains("needs bfloat16"));
+  CHECK_THROWS_WITH(orbit::runtime::ops::past_attention(q, k.narrow(0, 0, 1), k.narrow(0, 0, 1), 1.0),
+                    Catch::Matchers::Contains("2 queries over 1 keys"));
+  CHECK_THROWS_WITH(orbit::runtime::ops::past_attention(at::randn({2, 3, 32}), k, k, 1.0),
+                    Catch::Matchers::Contains("must divide H"));
 }

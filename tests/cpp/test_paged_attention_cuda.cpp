@@ -1,14 +1,17 @@
 // The paged-attention CUDA kernel (through its op) against the CPU reference on the same inputs:
 // float32, bfloat16 and float16; head_dim 64 and 128; GQA groups 1 to 8; decode and multi-token
 // queries; half-split, interleaved and M-RoPE rotation; patched segments; long pasts that split across
-// many blocks; an empty paged part. Exits 77 (skipped) without a CUDA device (catch_main_gpu.cpp).
+// many blocks; an empty paged part. And the cuBLAS attention of a short query over a long past. Exits 77 (skipped)
+// without a CUDA device (catch_main_gpu.cpp).
 #include "orbit_catch.h"
 
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "ops/paged_attention_op.h"
+#include "ops/past_attention_op.h"
 #include "orbit/runtime/rope.h"
 
 namespace {
@@ -128,4 +131,43 @@ TEST_CASE("paged attention CUDA kernel == CPU reference", "[paged][cuda]") {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
     for (const Case& k : cases) run_case(k, dtype, seed++);
   }
+}
+
+namespace {
+
+// Causal attention of the last R of S keys, in double on the CPU: the reference for past_attention.
+at::Tensor past_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+  const int64_t R = q.size(0), H = q.size(1), S = k.size(0), Hkv = k.size(1), G = H / Hkv;
+  const at::Tensor qd = q.to(at::kCPU, at::kDouble), kd = k.to(at::kCPU, at::kDouble), vd = v.to(at::kCPU, at::kDouble);
+  at::Tensor out = at::empty({R, H, v.size(2)}, qd.options());
+  for (int64_t h = 0; h < H; ++h) {
+    const at::Tensor scores = at::matmul(qd.select(1, h), kd.select(1, h / G).t()) * scale;  // [R, S]
+    const at::Tensor key = at::arange(S, at::kLong).unsqueeze(0), last = at::arange(S - R, S, at::kLong).unsqueeze(1);
+    out.select(1, h).copy_(at::matmul(at::softmax(scores.masked_fill(key > last, -INFINITY), -1), vd.select(1, h / G)));
+  }
+  return out.reshape({R, H * v.size(2)});
+}
+
+}  // namespace
+
+TEST_CASE("past attention (cuBLAS GEMMs) == causal attention of the last R keys", "[past][cuda]") {
+  // bfloat16/float16 inputs are exact on both sides; the GPU rounds the probabilities and the output to
+  // the dtype once each (flash attention's numerics): relative L2 error ~ 2^-8 for bfloat16.
+  for (const at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+    for (const auto& [R, S, H, Hkv, d, dv] : std::vector<std::array<int64_t, 6>>{
+             {1, 300, 8, 2, 64, 64}, {5, 300, 8, 2, 64, 64}, {16, 2000, 28, 4, 128, 128}, {3, 3, 4, 4, 32, 16}}) {
+      at::manual_seed(R * 1000 + S);
+      const auto opts = at::TensorOptions().device(at::kCUDA).dtype(dtype);
+      const at::Tensor q = at::randn({R, H, d}, opts), k = at::randn({S, Hkv, d}, opts),
+                       v = at::randn({S, Hkv, dv}, opts);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+      const at::Tensor got = orbit::runtime::ops::past_attention(q, k, v, scale);
+      REQUIRE(got.sizes() == at::IntArrayRef({R, H * dv}));
+      const double err = rel_error(got, past_reference(q, k, v, scale));
+      INFO(dtype << " R=" << R << " S=" << S << " H=" << H << "/" << Hkv << " rel error " << err);
+      CHECK(err < (dtype == at::kBFloat16 ? 1.5e-2 : 2e-3));
+    }
+  }
+  const at::Tensor f = at::randn({2, 4, 32}, at::TensorOptions().device(at::kCUDA));
+  CHECK_THROWS_WITH(orbit::runtime::ops::past_attention(f, f, f, 1.0), Catch::Matchers::Contains("needs bfloat16"));
 }
