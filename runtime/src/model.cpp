@@ -283,12 +283,18 @@ ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, cons
   // A paged past is read in place by the paged kernel where it applies; otherwise it is gathered here.
   PastKV gathered;
   const PastKV* paged_past = nullptr;
+  bool announced = false;  // before_layer already called for every layer
   if (past != nullptr && past->paged) {
     if (paged_kernel_gap(c, device_, T, options.recompute.defined()).empty()) {
       paged_past = past;
     } else {
+      // Gathering reads every layer now, so every layer's wait comes first.
+      if (options.before_layer) {
+        for (int64_t l = 0; l < c.num_layers; ++l) options.before_layer(l);
+      }
       gathered = materialize_past(c, *past, device_, dtype_);
       past = &gathered;
+      announced = true;
     }
   }
   const int64_t past_len = past ? past->length() : 0;
@@ -365,6 +371,7 @@ ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, cons
   if (options.return_content) result.content.reserve(static_cast<std::size_t>(num_layers));
   for (int64_t l = 0; l < num_layers; ++l) {
     const LayerWeights& w = weights_.layers[static_cast<std::size_t>(l)];
+    if (options.before_layer && !announced) options.before_layer(l);
     const at::Tensor h = rms_norm(x, w.attn_norm, c.rms_norm_eps);
     LayerKV content = mla ? detail::mla_content(c, w, h) : detail::gqa_content(c, w, h);
     if (partial) {

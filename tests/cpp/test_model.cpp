@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <numeric>
 #include <random>
 
 #include "orbit/common/error.h"
@@ -147,6 +148,36 @@ TEST_CASE("past content relocated to new positions equals a prefill at those pos
   PastKV past{a_at_zero.content, range(100, 12)};
   const ForwardResult tail = run(m, b, LogitsMode::kAll, &past, range(112, 4));
   CHECK(max_abs_diff(tail.logits, reference.logits.narrow(0, 12, 4)) < 1e-4);
+}
+
+TEST_CASE("before_layer runs before each layer reads the past, so a past can arrive layer by layer", "[model][cpu]") {
+  // The past starts as zeros and before_layer(l) writes layer l's real content into it, as a copy
+  // stream's wait would; the logits must equal those of a forward over the complete past, which fails
+  // if any layer were read before its call.
+  const Model& m = stories();
+  const std::vector<int64_t> a = random_tokens(10, 512, 9), b{5, 6, 7};
+  const ForwardResult a_content = run(m, a, LogitsMode::kNone);
+  PastKV full{a_content.content, range(0, 10)};
+  const ForwardResult expected = run(m, b, LogitsMode::kAll, &full, range(10, 3));
+
+  PastKV streamed{{}, range(0, 10)};
+  for (const LayerKV& kv : a_content.content) streamed.layers.push_back({at::zeros_like(kv.k), at::zeros_like(kv.v)});
+  std::vector<int64_t> calls;
+  ForwardInput in;
+  in.tokens = b;
+  in.positions = range(10, 3);
+  ForwardOptions o;
+  o.logits = LogitsMode::kAll;
+  o.before_layer = [&](int64_t l) {
+    calls.push_back(l);
+    streamed.layers[static_cast<size_t>(l)].k.copy_(a_content.content[static_cast<size_t>(l)].k);
+    streamed.layers[static_cast<size_t>(l)].v.copy_(a_content.content[static_cast<size_t>(l)].v);
+  };
+  const ForwardResult got = m.forward(in, &streamed, o);
+  std::vector<int64_t> order(static_cast<size_t>(m.config().num_layers));
+  std::iota(order.begin(), order.end(), 0);
+  CHECK(calls == order);
+  CHECK(max_abs_diff(got.logits, expected.logits) < 1e-5);
 }
 
 TEST_CASE("embeddings in place of token ids give the same logits", "[model][cpu]") {

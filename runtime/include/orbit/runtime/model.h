@@ -21,6 +21,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,6 +82,12 @@ struct ForwardOptions {
   // rows written over them.
   at::Tensor recompute;
   std::vector<LayerKV> cached;
+
+  // Called with l = 0, 1, ... before layer l reads the past (past.layers[l] or the paged pool's layer
+  // l), on the thread that runs the forward. A caller that brings the past in layer by layer (a recall
+  // from host or disk on a copy stream) makes the compute stream wait there for layer l's copy only, so
+  // the copies of later layers overlap the compute of earlier ones. Empty: not called.
+  std::function<void(int64_t layer)> before_layer;
 };
 
 struct ForwardResult {
