@@ -95,6 +95,15 @@ std::vector<Case> cases() {
   Case paged_v{45, 3, 80, 0, 3, false, false, true, 8, 0};
   out.push_back(paged_k);
   out.push_back(paged_v);
+  // The row kernel's shapes (rank <= 16, full rotary at head_dim 64/128, V widths of 64/128 multiples),
+  // across more than one block of 128 tokens and a partial last one.
+  out.push_back({300, 4, 128, 128, 16, true, false});
+  out.push_back({129, 2, 64, 64, 5, true, true});
+  out.push_back({257, 4, 128, 128, 0, true, true});
+  out.push_back({130, 1, 512, 0, 16, false, false});
+  out.push_back({70, 1, 192, 0, 3, false, false});
+  out.push_back({200, 4, 128, 128, 16, true, false, true, 16, 7});
+  out.push_back({140, 2, 64, 64, 1, true, false, true, 8, 3});
   return out;
 }
 

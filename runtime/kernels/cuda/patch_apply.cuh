@@ -114,6 +114,17 @@ __device__ __forceinline__ Out* patch_row(const PatchTarget<Out>& target, int64_
   return target.base + (page * target.page_size + s % target.page_size) * width;
 }
 
+// patch_row for slots below 2^31 (the launcher checks): 32-bit division by the page size, several times
+// cheaper than the 64-bit one on the GPU.
+template <typename Out>
+__device__ __forceinline__ Out* patch_row32(const PatchTarget<Out>& target, int64_t t, int64_t width) {
+  if (target.block_table == nullptr) return target.base + t * width;
+  const uint32_t s = static_cast<uint32_t>(target.first_slot + t), ps = static_cast<uint32_t>(target.page_size);
+  const uint32_t index = s / ps;
+  const int64_t page = target.block_table[index];
+  return target.base + (page * target.page_size + (s - index * ps)) * width;
+}
+
 // One block per (token tile, column group); see the header comment for the shared-memory tiles.
 // Intra-block indices are int (a tile holds kTileTokens · group elements); global ones are int64.
 template <typename In, typename Out>
@@ -191,50 +202,122 @@ __global__ void __launch_bounds__(kPatchThreads)
 }
 
 // Row kernel, the fast path for the common shapes (rank ≤ kRowMaxRank; rotating: rotary_dim = head_dim
-// ∈ {64, 128}; not rotating: width a multiple of 64): one warp per (token, column group of 32·E), lane
-// holding E consecutive columns; vt's columns of the group sit in registers for all the warp's tokens, so
-// a token costs one read of its canonical row, its u row (broadcast) and one write. The half-split
-// partner of a column is in lane ^ 16 (one shuffle), an interleaved one in the same lane. Same sums in
-// the same order as the tiled kernel (canonical, then fmaf over j ascending, then the rotation).
+// ∈ {64, 128}; not rotating: width a multiple of 64; every pointer aligned to its vector width; fewer
+// than 65536·128 tokens): grid (column groups, token ranges of 128); one warp per token of a column
+// group of 32·E columns, lane holding E consecutive columns. Each row is one
+// vector load and one vector store per lane (8 bytes for bfloat16 at E = 4), its cos/sin one vector load
+// each, its u row (broadcast) up front; several tokens are loaded before any is stored, so their loads
+// overlap (4 without a patch, 2 with one, whose u rows take the registers). vt's columns of the group
+// sit in shared memory. MaxRank = 0 instantiates pure relocation (no patch registers, more warps
+// resident). The
+// half-split partner of a column is in lane ^ 16 (one shuffle), an interleaved one in the same lane.
+// Same sums in the same order as the tiled kernel (canonical, then fmaf over j ascending, then the
+// rotation).
 constexpr int kRowMaxRank = 16;
-constexpr int kRowTokensPerBlock = 64;
+constexpr int kRowTokensPerBlock = 128;
 
-template <typename In, typename Out, int E>
+template <int Bytes>
+struct RowVec;
+template <>
+struct RowVec<4> {
+  using type = unsigned int;
+};
+template <>
+struct RowVec<8> {
+  using type = uint2;
+};
+template <>
+struct RowVec<16> {
+  using type = uint4;
+};
+
+// E consecutive elements at p (aligned to E·sizeof(T)) as floats, in one load.
+template <typename T, int E>
+__device__ __forceinline__ void row_load(const T* p, float (&x)[E]) {
+  using V = typename RowVec<E * sizeof(T)>::type;
+  const V raw = *reinterpret_cast<const V*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < E; ++i) x[i] = patch_load(e + i);
+}
+
+template <typename T, int E>
+__device__ __forceinline__ void row_store(T* p, const float (&y)[E]) {
+  using V = typename RowVec<E * sizeof(T)>::type;
+  V raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < E; ++i) patch_store(e + i, y[i]);
+  *reinterpret_cast<V*>(p) = raw;
+}
+
+template <typename In, typename Out, int E, int MaxRank>
 __global__ void __launch_bounds__(128) patch_apply_rows(PatchSource<In> src, PatchTarget<Out> target, PatchDims dims) {
+  constexpr int G = 32 * E;                          // columns of the group
+  constexpr int CE = E / 2;                          // interleaved: cos/sin entries per lane
+  constexpr int kRowInFlight = MaxRank > 0 ? 2 : 4;  // tokens loaded before any is stored
+  constexpr int UR = MaxRank > 0 ? MaxRank : 1;
+  __shared__ float vt_s[MaxRank > 0 ? MaxRank : 1][G];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * 32 * E;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * G;
   const int64_t col = c0 + lane * E;
-  const int rank = static_cast<int>(dims.rank);
-  float vt[kRowMaxRank][E];
-#pragma unroll
-  for (int j = 0; j < kRowMaxRank; ++j) {
-#pragma unroll
-    for (int e = 0; e < E; ++e) vt[j][e] = j < rank ? src.vt[j * dims.width + col + e] : 0.0f;
+  const int rank = MaxRank > 0 ? static_cast<int>(dims.rank) : 0;
+  if (MaxRank > 0) {
+    for (int i = threadIdx.x; i < rank * G; i += blockDim.x) {
+      const int j = i / G, c = i - j * G;
+      vt_s[j][c] = src.vt[j * dims.width + c0 + c];
+    }
+    __syncthreads();
   }
   const int half = static_cast<int>(dims.rotary_dim / 2);
-  const int64_t t_end = patch_min(dims.tokens, (static_cast<int64_t>(blockIdx.x) + 1) * kRowTokensPerBlock);
-  // Two tokens per iteration (t and t + 4): both rows are loaded before either is stored, so their
-  // loads are in flight together (a store may alias a later load when patching in place).
-  for (int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRowTokensPerBlock + warp; t0 < t_end; t0 += 8) {
-    float x[2][E];
-    float u[2][kRowMaxRank];
+  const bool first = lane < 16;
+  // This lane's first cos/sin entry within a token's table row.
+  const int f0 = dims.interleaved ? lane * CE : (first ? lane : lane - 16) * E;
+  const int64_t block_begin = static_cast<int64_t>(blockIdx.y) * kRowTokensPerBlock;
+  const int64_t t_end = patch_min(dims.tokens, block_begin + kRowTokensPerBlock);
+  for (int64_t t0 = block_begin + warp; t0 < t_end; t0 += 4 * kRowInFlight) {
+    float x[kRowInFlight][E], c[kRowInFlight][E], sn[kRowInFlight][E], u[kRowInFlight][UR];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kRowInFlight; ++i) {
       const int64_t t = t0 + 4 * i;
-      const bool live = t < t_end;
+      if (t < t_end) {
+        row_load<In, E>(src.canonical + t * dims.width + col, x[i]);
+        if (MaxRank > 0) {
 #pragma unroll
-      for (int e = 0; e < E; ++e) x[i][e] = live ? patch_load(src.canonical + t * dims.width + col + e) : 0.0f;
+          for (int j = 0; j < UR; ++j) u[i][j] = j < rank ? __ldg(src.u + t * rank + j) : 0.0f;
+        }
+        if (dims.rotate) {
+          if (dims.interleaved) {
+            float cc[CE], ss[CE];
+            row_load<float, CE>(src.cos + t * half + f0, cc);
+            row_load<float, CE>(src.sin + t * half + f0, ss);
 #pragma unroll
-      for (int j = 0; j < kRowMaxRank; ++j) u[i][j] = (live && j < rank) ? src.u[t * rank + j] : 0.0f;
+            for (int e = 0; e < E; ++e) {
+              c[i][e] = cc[e / 2];
+              sn[i][e] = ss[e / 2];
+            }
+          } else {
+            row_load<float, E>(src.cos + t * half + f0, c[i]);
+            row_load<float, E>(src.sin + t * half + f0, sn[i]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e) x[i][e] = c[i][e] = sn[i][e] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < UR; ++j) u[i][j] = 0.0f;
+      }
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kRowInFlight; ++i) {
       const int64_t t = t0 + 4 * i;
+      if (MaxRank > 0 && t < t_end) {
 #pragma unroll
-      for (int j = 0; j < kRowMaxRank; ++j) {
-        if (j < rank) {
+        for (int j = 0; j < UR; ++j) {
+          if (j < rank) {
 #pragma unroll
-          for (int e = 0; e < E; ++e) x[i][e] = fmaf(u[i][j], vt[j][e], x[i][e]);
+            for (int e = 0; e < E; ++e) x[i][e] = fmaf(u[i][j], vt_s[j][lane * E + e], x[i][e]);
+          }
         }
       }
       float y[E];
@@ -242,34 +325,25 @@ __global__ void __launch_bounds__(128) patch_apply_rows(PatchSource<In> src, Pat
 #pragma unroll
         for (int e = 0; e < E; ++e) y[e] = x[i][e];
       } else if (dims.interleaved) {
-        if (t < t_end) {
 #pragma unroll
-          for (int e = 0; e < E; e += 2) {
-            const int f = (lane * E + e) / 2;
-            const float c = src.cos[t * half + f], sn = src.sin[t * half + f];
-            y[e] = x[i][e] * c - x[i][e + 1] * sn;
-            y[e + 1] = x[i][e] * sn + x[i][e + 1] * c;
-          }
+        for (int e = 0; e < E; e += 2) {
+          y[e] = x[i][e] * c[i][e] - x[i][e + 1] * sn[i][e];
+          y[e + 1] = x[i][e] * sn[i][e] + x[i][e + 1] * c[i][e];
         }
       } else {
-        const bool first = lane < 16;
 #pragma unroll
         for (int e = 0; e < E; ++e) {
           const float partner = __shfl_xor_sync(0xffffffffu, x[i][e], 16);  // every lane, live or not
-          const int f = (first ? lane : lane - 16) * E + e;
-          const float c = t < t_end ? src.cos[t * half + f] : 0.0f;
-          const float sn = t < t_end ? src.sin[t * half + f] : 0.0f;
-          y[e] = first ? x[i][e] * c - partner * sn : partner * sn + x[i][e] * c;
+          y[e] = first ? x[i][e] * c[i][e] - partner * sn[i][e] : partner * sn[i][e] + x[i][e] * c[i][e];
         }
       }
-      if (t < t_end) {
-        Out* row = patch_row(target, t, dims.width) + col;
-#pragma unroll
-        for (int e = 0; e < E; ++e) patch_store(row + e, y[e]);
-      }
+      if (t < t_end) row_store<Out, E>(patch_row32(target, t, dims.width) + col, y);
     }
   }
 }
+
+// Whether p is aligned to `bytes` (the row kernel's vector loads and stores need it).
+inline bool patch_aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 }  // namespace detail
 
@@ -297,16 +371,35 @@ cudaError_t patch_apply(const PatchSource<In>& src, const PatchTarget<Out>& targ
              : dims.width % 64 == 0 ? 64
                                     : 0);
   if (row_group > 0 && dims.rank <= detail::kRowMaxRank && dims.width % row_group == 0) {
+    const size_t e = static_cast<size_t>(row_group / 32);
+    // Row starts are multiples of E elements, table rows of half = head_dim / 2 floats.
+    bool aligned =
+        detail::patch_aligned(src.canonical, e * sizeof(In)) && detail::patch_aligned(target.base, e * sizeof(Out));
+    if (dims.rotate) {
+      const size_t table_bytes = (dims.interleaved ? e / 2 : e) * sizeof(float);
+      aligned = aligned && detail::patch_aligned(src.cos, table_bytes) && detail::patch_aligned(src.sin, table_bytes);
+    }
     const int64_t blocks = (dims.tokens + detail::kRowTokensPerBlock - 1) / detail::kRowTokensPerBlock;
     const int64_t groups = dims.width / row_group;
-    if (blocks > 0x7fffffff || groups > 65535) return cudaErrorInvalidValue;
-    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(groups));
-    if (row_group == 128) {
-      detail::patch_apply_rows<In, Out, 4><<<grid, 128, 0, stream>>>(src, target, dims);
-    } else {
-      detail::patch_apply_rows<In, Out, 2><<<grid, 128, 0, stream>>>(src, target, dims);
+    const bool slots32 = target.block_table == nullptr || target.first_slot + dims.tokens < (int64_t{1} << 31);
+    // Column groups are the grid's fastest dimension: the blocks of one token range run together, so
+    // its cos/sin rows (shared by every head) come from DRAM once and from L2 for the other heads.
+    if (aligned && slots32 && blocks <= 65535 && groups <= 0x7fffffff) {
+      const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(blocks));
+      const bool patched = dims.rank > 0;
+      if (row_group == 128) {
+        if (patched)
+          detail::patch_apply_rows<In, Out, 4, detail::kRowMaxRank><<<grid, 128, 0, stream>>>(src, target, dims);
+        else
+          detail::patch_apply_rows<In, Out, 4, 0><<<grid, 128, 0, stream>>>(src, target, dims);
+      } else {
+        if (patched)
+          detail::patch_apply_rows<In, Out, 2, detail::kRowMaxRank><<<grid, 128, 0, stream>>>(src, target, dims);
+        else
+          detail::patch_apply_rows<In, Out, 2, 0><<<grid, 128, 0, stream>>>(src, target, dims);
+      }
+      return cudaGetLastError();
     }
-    return cudaGetLastError();
   }
   const int64_t group =
       dims.rotate ? dims.head_dim : (dims.width < detail::kColumnGroup ? dims.width : detail::kColumnGroup);
