@@ -3,7 +3,7 @@
 //
 //   bench_gpu [--preset qwen2.5-7b] [--layers N] [--windows 8192,32768] [--chunks 512,2048,8192]
 //             [--query 16] [--reps 3] [--device cuda] [--dtype bfloat16] [--device-name NAME]
-//             [--sections ttft,prefill,bytes,reloc] [--json PATH]
+//             [--sections ttft,slide,prefill,bytes,reloc,recall] [--json PATH]
 //
 // Random weights of the preset's shape are made directly on the device in the dtype (no file): the
 // arms time compute and memory traffic, which do not depend on the values. KV content and patch factors
@@ -19,8 +19,16 @@
 //            contiguous KV cache, scaled_dot_product_attention with GQA) in the same process.
 //   bytes    (d) device bytes of N = 1, 4, 8 windows (and forks) holding the same K chunks: shared
 //            canonical pages + per-window patch factors vs per-window patched copies.
+//   slide    (b) a W-token window slides: its first B tokens are evicted and a query follows. The prefix
+//            cache recomputes the W - B survivors and the query; orbit keeps the survivors' pages, each
+//            2,048-token chunk with its stored patch, relocated to their new positions on the fly.
 //   reloc    (e) relocation + patch apply into pool pages (ops::patch_apply_to_pages) and the paged
 //            decode attention's K/V reads, as a fraction of device-to-device copy bandwidth.
+//   recall   (f) a 2,048-token chunk evicted to host (pinned) memory or to a file is recalled and a query
+//            follows, against re-prefilling the chunk: copies and disk reads all done before the query's
+//            forward, or streamed layer by layer on a copy stream (ForwardOptions::before_layer makes the
+//            compute stream wait for each layer's copy only).
+// Each arm's timed runs sit in an NVTX range named after it (Nsight Compute can filter on them).
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
@@ -48,8 +56,24 @@
 
 #if ORBIT_OPS_HAVE_CUDA
 #include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include "kernels/cuda/patch_apply.cuh"
+#endif
+#if __has_include(<nvtx3/nvToolsExt.h>)
+#include <nvtx3/nvToolsExt.h>
+#define BENCH_RANGE_PUSH(name) nvtxRangePushA(name)
+#define BENCH_RANGE_POP() nvtxRangePop()
+#else
+#define BENCH_RANGE_PUSH(name) ((void)0)
+#define BENCH_RANGE_POP() ((void)0)
 #endif
 #if __has_include(<torch/version.h>)
 #include <torch/version.h>
@@ -254,6 +278,202 @@ struct Peer {
 };
 #endif
 
+#if ORBIT_OPS_HAVE_CUDA
+void cuda_ok(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+// (f) Recall of a stored chunk against re-prefilling it. The chunk's content (every layer's K and V) is
+// on the host in pinned memory, or in a file written layer after layer; it is copied into device
+// buffers that exist beforehand (as pool pages would), then the query runs over it as the past.
+json recall_section(const rt::Model& m, const std::vector<int64_t>& query, int reps, const std::string& scratch) {
+  const rt::ModelConfig& c = m.config();
+  const c10::Device dev = m.device();
+  const int64_t B = 2048, L = c.num_layers;
+  const int64_t qn = static_cast<int64_t>(query.size());
+  std::vector<int64_t> chunk = tokens(B, c.vocab_size);
+  std::vector<int64_t> all = chunk;
+  all.insert(all.end(), query.begin(), query.end());
+  rt::ForwardOptions last;
+  last.logits = rt::LogitsMode::kLast;
+  last.return_content = false;
+  BENCH_RANGE_PUSH("recall_reprefill");
+  const double reprefill_s = timed(dev, reps, [&] { (void)m.forward(input_at(all, 0), nullptr, last); });
+  BENCH_RANGE_POP();
+
+  // Host copy (pinned), device destination, and the file.
+  const rt::Content content = random_content(m, B);
+  std::vector<at::Tensor> host;  // per layer, K then V
+  rt::PastKV past;
+  past.positions = at::arange(B, at::kLong);
+  for (const rt::LayerKV& kv : content) {
+    host.push_back(kv.k.to(at::kCPU).pin_memory());
+    host.push_back(kv.v.to(at::kCPU).pin_memory());
+    past.layers.push_back({at::empty_like(kv.k), at::empty_like(kv.v)});
+  }
+  const int64_t layer_bytes = host[0].nbytes() + host[1].nbytes();
+  const std::string file = scratch + "/orbit_bench_recall.bin";
+  {
+    std::ofstream out(file, std::ios::binary);
+    for (const at::Tensor& t : host) out.write(static_cast<const char*>(t.data_ptr()), t.nbytes());
+    if (!out) throw std::runtime_error("recall: cannot write " + file);
+  }
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  if (fd < 0) throw std::runtime_error("recall: cannot open " + file);
+  std::vector<at::Tensor> staging;  // pinned buffers the disk reads land in
+  for (const at::Tensor& t : host) staging.push_back(at::empty_like(t).pin_memory());
+
+  cudaStream_t copy = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::vector<cudaEvent_t> ready(static_cast<size_t>(L));
+  for (cudaEvent_t& e : ready) cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  const cudaStream_t compute = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
+
+  auto copy_layer = [&](int64_t l, const std::vector<at::Tensor>& src) {
+    const size_t k = static_cast<size_t>(2 * l);
+    cuda_ok(cudaMemcpyAsync(past.layers[static_cast<size_t>(l)].k.data_ptr(), src[k].data_ptr(), src[k].nbytes(),
+                            cudaMemcpyHostToDevice, copy),
+            "cudaMemcpyAsync");
+    cuda_ok(cudaMemcpyAsync(past.layers[static_cast<size_t>(l)].v.data_ptr(), src[k + 1].data_ptr(),
+                            src[k + 1].nbytes(), cudaMemcpyHostToDevice, copy),
+            "cudaMemcpyAsync");
+    cuda_ok(cudaEventRecord(ready[static_cast<size_t>(l)], copy), "cudaEventRecord");
+  };
+  auto read_layer = [&](int64_t l) {
+    for (size_t i = static_cast<size_t>(2 * l); i < static_cast<size_t>(2 * l + 2); ++i) {
+      char* dst = static_cast<char*>(staging[i].data_ptr());
+      const off_t offset = static_cast<off_t>(l * layer_bytes + (i % 2 ? host[i - 1].nbytes() : 0));
+      int64_t done = 0, want = static_cast<int64_t>(staging[i].nbytes());
+      while (done < want) {
+        const ssize_t got = ::pread(fd, dst + done, static_cast<size_t>(want - done), offset + done);
+        if (got <= 0) throw std::runtime_error("recall: short read of " + file);
+        done += got;
+      }
+    }
+  };
+  // Before each disk arm run, the file leaves the page cache so the read is a read of the device.
+  auto drop_cache = [&] { (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); };
+  const rt::ForwardInput in = input_at(query, B);
+  auto wait_all = [&] {
+    for (cudaEvent_t e : ready) cuda_ok(cudaStreamWaitEvent(compute, e, 0), "cudaStreamWaitEvent");
+  };
+
+  BENCH_RANGE_PUSH("recall_host");
+  const double host_s = timed(dev, reps, [&] {
+    for (int64_t l = 0; l < L; ++l) copy_layer(l, host);
+    wait_all();
+    (void)m.forward(in, &past, last);
+  });
+  BENCH_RANGE_POP();
+  rt::ForwardOptions streamed = last;
+  streamed.before_layer = [&](int64_t l) {
+    cuda_ok(cudaStreamWaitEvent(compute, ready[static_cast<size_t>(l)], 0), "cudaStreamWaitEvent");
+  };
+  BENCH_RANGE_PUSH("recall_host_overlap");
+  const double host_overlap_s = timed(dev, reps, [&] {
+    for (int64_t l = 0; l < L; ++l) copy_layer(l, host);
+    (void)m.forward(in, &past, streamed);
+  });
+  BENCH_RANGE_POP();
+  // The copy alone, to say how much of it the overlap hid.
+  const double host_copy_s = timed(dev, reps, [&] {
+    for (int64_t l = 0; l < L; ++l) copy_layer(l, host);
+    wait_all();
+  });
+
+  ::fsync(fd);
+  double disk_s = 0, disk_overlap_s = 0, disk_read_s = 0;
+  {
+    std::vector<double> t, t_overlap, t_read;
+    for (int r = 0; r <= reps; ++r) {  // run 0 is the warm-up
+      drop_cache();
+      sync(dev);
+      auto t0 = std::chrono::steady_clock::now();
+      for (int64_t l = 0; l < L; ++l) read_layer(l);
+      const double read = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      for (int64_t l = 0; l < L; ++l) copy_layer(l, staging);
+      wait_all();
+      (void)m.forward(in, &past, last);
+      sync(dev);
+      const double whole = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+      // Streamed: a reader thread reads layer after layer and enqueues each layer's copy; the forward's
+      // before_layer(l) waits on the host until layer l's copy is enqueued, then makes the compute
+      // stream wait for that copy only.
+      drop_cache();
+      sync(dev);
+      std::mutex mu;
+      std::condition_variable cv;
+      int64_t enqueued = 0;
+      std::string reader_error;
+      t0 = std::chrono::steady_clock::now();
+      std::thread reader([&] {
+        try {
+          for (int64_t l = 0; l < L; ++l) {
+            read_layer(l);
+            copy_layer(l, staging);
+            std::lock_guard<std::mutex> lock(mu);
+            enqueued = l + 1;
+            cv.notify_all();
+          }
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(mu);
+          reader_error = e.what();
+          enqueued = L;
+          cv.notify_all();
+        }
+      });
+      rt::ForwardOptions from_disk = last;
+      from_disk.before_layer = [&](int64_t l) {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return enqueued > l; });
+        cuda_ok(cudaStreamWaitEvent(compute, ready[static_cast<size_t>(l)], 0), "cudaStreamWaitEvent");
+      };
+      (void)m.forward(in, &past, from_disk);
+      reader.join();
+      if (!reader_error.empty()) throw std::runtime_error(reader_error);
+      sync(dev);
+      const double overlapped = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0) {
+        t.push_back(whole);
+        t_overlap.push_back(overlapped);
+        t_read.push_back(read);
+      }
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    disk_s = median(t);
+    disk_overlap_s = median(t_overlap);
+    disk_read_s = median(t_read);
+  }
+  ::close(fd);
+  std::remove(file.c_str());
+  for (cudaEvent_t e : ready) cudaEventDestroy(e);
+  cudaStreamDestroy(copy);
+
+  const double bytes = static_cast<double>(layer_bytes * L);
+  std::printf(
+      "recall B=%lld (%.0f MB of K/V): re-prefill %.2f ms | host: copy then query %.2f ms, streamed %.2f ms (copy "
+      "alone %.2f ms, %.0f GB/s) | disk: read+copy then query %.2f ms, streamed %.2f ms (read alone %.2f ms, %.2f "
+      "GB/s)\n",
+      (long long)B, bytes / 1e6, reprefill_s * 1e3, host_s * 1e3, host_overlap_s * 1e3, host_copy_s * 1e3,
+      bytes / host_copy_s / 1e9, disk_s * 1e3, disk_overlap_s * 1e3, disk_read_s * 1e3, bytes / disk_read_s / 1e9);
+  return {{"chunk_tokens", B},
+          {"query_tokens", qn},
+          {"kv_bytes", bytes},
+          {"reprefill_s", reprefill_s},
+          {"host_sequential_s", host_s},
+          {"host_streamed_s", host_overlap_s},
+          {"host_copy_only_s", host_copy_s},
+          {"disk_sequential_s", disk_s},
+          {"disk_streamed_s", disk_overlap_s},
+          {"disk_read_only_s", disk_read_s},
+          {"disk_note", "file dropped from the page cache (posix_fadvise DONTNEED) before every run"}};
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -261,17 +481,20 @@ int main(int argc, char** argv) {
     const orbit::cli::Args a(
         "bench_gpu",
         {{"--preset", "--layers", "--windows", "--chunks", "--query", "--reps", "--device", "--dtype", "--device-name",
-          "--sections", "--json", "--rank"},
+          "--sections", "--json", "--rank", "--scratch"},
          {},
          "usage: bench_gpu [--preset qwen2.5-7b] [--layers N] [--windows 8192,32768] [--chunks 512,2048,8192]\n"
          "                 [--query 16] [--reps 3] [--rank 16] [--device cuda] [--dtype bfloat16]\n"
-         "                 [--sections ttft,prefill,bytes,reloc] [--device-name NAME] [--json PATH]\n"
+         "                 [--sections ttft,slide,prefill,bytes,reloc,recall] [--device-name NAME] [--json PATH]\n"
+         "                 [--scratch DIR]\n"
          "  The GPU runtime side by side with its baselines, random weights of --preset's shape: TTFT after\n"
          "  placing a chunk (orbit vs re-prefill vs a prefix cache), prefill/decode vs PyTorch SDPA, device\n"
-         "  bytes of windows and forks sharing chunks, relocation + patch apply vs copy bandwidth.\n"
+         "  bytes of windows and forks sharing chunks, relocation + patch apply vs copy bandwidth, a window's\n"
+         "  slide vs a prefix cache, recall of a stored chunk from host or disk vs re-prefill.\n"
          "  --layers N        cut the preset's depth;  --windows / --chunks  token counts W and B\n"
          "  --query N         query tokens after the chunk;  --reps N  repetitions;  --rank M  patch rank\n"
-         "  --device-name S   the device name recorded in the JSON;  --json PATH  (default bench_gpu.json)\n"},
+         "  --device-name S   the device name recorded in the JSON;  --json PATH  (default bench_gpu.json)\n"
+         "  --scratch DIR     where the recall section writes its chunk file (default /tmp)\n"},
         argc, argv, 1);
     c10::InferenceMode guard;
     const std::string preset = a.get_or("--preset", "qwen2.5-7b");
@@ -283,7 +506,7 @@ int main(int argc, char** argv) {
     const int64_t q = a.get_int("--query", 16, 1);
     const int reps = static_cast<int>(a.get_int("--reps", 3, 1));
     const int64_t rank = a.get_int("--rank", 16, 1);
-    const std::string sections = a.get_or("--sections", "ttft,prefill,bytes,reloc");
+    const std::string sections = a.get_or("--sections", "ttft,slide,prefill,bytes,reloc,recall");
     const rt::ComputeTarget target =
         rt::parse_compute_target(a.get_or("--device", "cuda"), a.get_or("--dtype", "bfloat16"));
     const c10::Device dev = target.device;
@@ -324,7 +547,9 @@ int main(int argc, char** argv) {
         last.logits = rt::LogitsMode::kLast;
         const double reprefill = timed(dev, reps, [&] { (void)m->forward(input_at(all, 0), nullptr, last); });
         // The query alone, no past: the floor any reuse arm pays (weights read once, per-op launches).
+        BENCH_RANGE_PUSH("query_alone");
         const double query_only = timed(dev, reps, [&] { (void)m->forward(input_at(query, W), nullptr, last); });
+        BENCH_RANGE_POP();
         FilledPool pool = fill_pool(*m, W, 16);
         for (int64_t B : chunks) {
           if (B >= W) continue;
@@ -336,6 +561,7 @@ int main(int argc, char** argv) {
           prefix = {};
           // orbit: pages in place + the chunk's stored patch, relocated on the fly by the kernel.
           const std::shared_ptr<rt::Patch> patch = random_patch(*m, B, rank);
+          BENCH_RANGE_PUSH("orbit_paged");
           const double orbit_s = timed(dev, reps, [&] {
             auto paged = std::make_shared<rt::PagedPast>();
             paged->pool = pool.pool.get();
@@ -344,6 +570,7 @@ int main(int argc, char** argv) {
             const rt::PastKV past = rt::make_paged_past(std::move(paged), at::arange(W, at::kLong));
             (void)m->forward(input_at(query, W), &past, last);
           });
+          BENCH_RANGE_POP();
           // orbit over a per-window patched copy (contiguous past in content form, SDPA).
           double copy_s = 0;
           {
@@ -353,7 +580,9 @@ int main(int argc, char** argv) {
             paged->patches.push_back({offset, patch});
             const rt::PastKV copy = rt::materialize_past(
                 m->config(), rt::make_paged_past(paged, at::arange(W, at::kLong)), dev, m->dtype());
+            BENCH_RANGE_PUSH("orbit_copy");
             copy_s = timed(dev, reps, [&] { (void)m->forward(input_at(query, W), &copy, last); });
+            BENCH_RANGE_POP();
           }
           std::printf(
               "ttft W=%6lld B=%5lld  reprefill %8.2f ms  prefix %8.2f ms  orbit %7.2f ms (paged past)  "
@@ -373,6 +602,46 @@ int main(int argc, char** argv) {
         }
       }
       report["ttft"] = rows;
+    }
+
+    if (sections.find("slide") != std::string::npos) {
+      // (b) The window's first B tokens leave; W - B survivors stay, then the query. Survivor chunks of
+      // 2,048 tokens carry stored patches (what a kept instance over a changed context is served with).
+      json rows = json::array();
+      const int64_t W = max_w, piece = 2048;
+      FilledPool pool = fill_pool(*m, W, 16);
+      for (int64_t B : chunks) {
+        if (B >= W) continue;
+        const int64_t S = W - B;
+        std::vector<int64_t> survivors = tokens(W, vocab);
+        survivors.erase(survivors.begin(), survivors.begin() + B);
+        survivors.insert(survivors.end(), query.begin(), query.end());
+        rt::ForwardOptions last;
+        last.logits = rt::LogitsMode::kLast;
+        BENCH_RANGE_PUSH("slide_prefix");
+        const double prefix_s = timed(dev, reps, [&] { (void)m->forward(input_at(survivors, 0), nullptr, last); });
+        BENCH_RANGE_POP();
+        auto paged = std::make_shared<rt::PagedPast>();
+        paged->pool = pool.pool.get();
+        paged->slots = pool.slots.narrow(0, B, S);
+        for (int64_t first = 0; first + piece <= S; first += piece)
+          paged->patches.push_back({first, random_patch(*m, piece, rank)});
+        const rt::PastKV past = rt::make_paged_past(paged, at::arange(S, at::kLong));
+        BENCH_RANGE_PUSH("slide_orbit");
+        const double orbit_s = timed(dev, reps, [&] { (void)m->forward(input_at(query, S), &past, last); });
+        BENCH_RANGE_POP();
+        std::printf(
+            "slide W=%6lld evict %5lld  prefix cache (recompute %lld + query) %8.2f ms  orbit %7.2f ms  %6.1fx\n",
+            (long long)W, (long long)B, (long long)S, prefix_s * 1e3, orbit_s * 1e3, prefix_s / orbit_s);
+        rows.push_back({{"window_tokens", W},
+                        {"evicted_tokens", B},
+                        {"survivor_tokens", S},
+                        {"patched_chunks", paged->patches.size()},
+                        {"prefix_s", prefix_s},
+                        {"orbit_s", orbit_s},
+                        {"attention_path", m->attention_path(q, true)}});
+      }
+      report["slide"] = rows;
     }
 
     if (sections.find("prefill") != std::string::npos) {
@@ -579,6 +848,12 @@ int main(int argc, char** argv) {
                               {"paged_attention_kv_bytes", attn_bytes},
                               {"copy_bandwidth_bytes_s", bytes / copy_s}};
     }
+
+#if ORBIT_OPS_HAVE_CUDA
+    if (sections.find("recall") != std::string::npos && dev.is_cuda()) {
+      report["recall"] = recall_section(*m, query, reps, a.get_or("--scratch", "/tmp"));
+    }
+#endif
 
     const std::string path = a.get_or("--json", "bench_gpu.json");
     std::ofstream(path) << report.dump(2) << "\n";

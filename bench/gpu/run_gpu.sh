@@ -4,14 +4,18 @@
 # PyTorch, then runs the steps asked for, in order:
 #
 #   bench/gpu/run_gpu.sh [STEPS] [bench_gpu args...]     STEPS: comma-separated, default all
+#     build    only the build
 #     tests    the gpu-labelled tests and the CPU device tests (ctest), then test_device_cuda directly
 #     bench    bench_gpu, every section unless args say otherwise -> gpu.json
 #     peer     bench/gpu/peer_transformers.py (orbit's logits vs transformers') -> peer.json
-#     profile  Nsight Compute on the relocation and paged-attention kernels -> ncu.txt
-#     all      tests,bench,peer
+#     profile  Nsight Compute on the relocation and paged-attention kernels -> ncu.txt, and the GPU time of
+#              the TTFT arms by kernel -> ncu-ttft.txt
+#     prefix   bench/gpu/peer_prefix_cache.py (transformers' own KV cache as the prefix-cache arm)
+#     all      tests,bench,peer,prefix
 #
 # The build is incremental: a warm machine's build-gpu is reused. Logs and results go to $OUT (env.txt,
-# build.log, ctest.log, test_device_cuda.log, bench.log, gpu.json, peer.json, ncu.txt).
+# build.log, ctest.log, test_device_cuda.log, bench.log, gpu.json, peer.json, peer_prefix.json, ncu.txt,
+# ncu-ttft.txt).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="${OUT:-/tmp/orbit-gpu}"
@@ -21,7 +25,7 @@ source scripts/device/deps-env.sh
   python3 -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'; } > "$out/env.txt" 2>&1
 steps="${1:-all}"
 shift || true
-[ "$steps" = all ] && steps=tests,bench,peer
+[ "$steps" = all ] && steps=tests,bench,peer,prefix
 start=$(date +%s)
 if [ ! -f build-gpu/build.ninja ]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DORBIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -38,6 +42,7 @@ rc=$build_rc
 for step in ${steps//,/ }; do
   start=$(date +%s)
   case "$step" in
+    build) ;;  # the build above is all
     tests)
       OMP_NUM_THREADS=4 ctest --test-dir build-gpu -R 'cuda|test_paged_attention|test_device' -E test_device_cuda -j4 \
         --output-on-failure > "$out/ctest.log" 2>&1
@@ -57,14 +62,26 @@ for step in ${steps//,/ }; do
     peer)
       PYTHONUNBUFFERED=1 python3 bench/gpu/peer_transformers.py build-gpu/cli/orbit "$out/peer.json" 2>&1 | tail -20
       echo "peer check in $(( $(date +%s) - start )) s" ;;
+    prefix)
+      PYTHONUNBUFFERED=1 python3 bench/gpu/peer_prefix_cache.py "$out/peer_prefix.json" 2>&1 | tail -20
+      echo "transformers prefix cache in $(( $(date +%s) - start )) s" ;;
     profile)
+      # The relocation and paged-attention kernels in detail, then where the GPU time of one TTFT forward
+      # goes (W = 32768, B = 2048, 8 layers), arm by arm through bench_gpu's NVTX ranges.
       ncu --clock-control none -k 'regex:patch_apply|paged_attention' --launch-count 6 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
         ./build-gpu/bench/bench_gpu --sections reloc --layers 2 --windows 32768 --reps 1 --json /tmp/ncu.json \
         > "$out/ncu.txt" 2>&1
-      grep -E "patch_apply|paged_attention|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per" "$out/ncu.txt" | head -60
+      grep -E "patch_apply|paged_attention|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per" "$out/ncu.txt" | head -40
+      for arm in query_alone orbit_paged orbit_copy; do
+        ncu --clock-control none --nvtx --nvtx-include "$arm/" --metrics gpu__time_duration.sum --csv \
+          ./build-gpu/bench/bench_gpu --sections ttft --layers 8 --windows 32768 --chunks 2048 --reps 1 \
+          --json /tmp/ncu-ttft.json > "/tmp/ncu-$arm.csv" 2>&1
+        echo "== $arm (8 layers, warm-up + 1 run)" | tee -a "$out/ncu-ttft.txt"
+        python3 bench/gpu/ncu_summary.py "/tmp/ncu-$arm.csv" 2>&1 | tee -a "$out/ncu-ttft.txt"
+      done
       echo "profile in $(( $(date +%s) - start )) s" ;;
-    *) echo "error: unknown step '$step' (tests, bench, peer, profile, all)" >&2; exit 2 ;;
+    *) echo "error: unknown step '$step' (build, tests, bench, peer, prefix, profile, all)" >&2; exit 2 ;;
   esac
 done
 exit $rc
