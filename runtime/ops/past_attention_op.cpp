@@ -21,9 +21,9 @@ bool past_attention_available(const at::Device& device, at::ScalarType dtype) {
 
 at::Tensor past_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
   ORBIT_CHECK(q.defined() && q.dim() == 3, "past_attention: q must be [R, H, d]");
-  ORBIT_CHECK(k.defined() && k.dim() == 3 && v.defined() && v.dim() == 3 && v.size(0) == k.size(0) &&
-                  v.size(1) == k.size(1),
-              "past_attention: k and v must be [S, H_kv, d] and [S, H_kv, dv]");
+  ORBIT_CHECK(
+      k.defined() && k.dim() == 3 && v.defined() && v.dim() == 3 && v.size(0) == k.size(0) && v.size(1) == k.size(1),
+      "past_attention: k and v must be [S, H_kv, d] and [S, H_kv, dv]");
   const int64_t R = q.size(0), H = q.size(1), d = q.size(2), S = k.size(0), Hkv = k.size(1), dv = v.size(2);
   ORBIT_CHECK(k.size(2) == d, "past_attention: k's head_dim " << k.size(2) << " != q's " << d);
   ORBIT_CHECK(Hkv > 0 && H % Hkv == 0, "past_attention: H_kv = " << Hkv << " must divide H = " << H);
