@@ -290,3 +290,40 @@ TEST_CASE("loss by instance on CUDA measures what the CPU engine measures", "[cu
     CHECK(g.predicted_kl == Approx(c.predicted_kl).epsilon(1e-2));
   }
 }
+
+TEST_CASE("a patch formed on CUDA leaves out the residual the CPU measures", "[cuda][reuse]") {
+  // The deficit of a chunk in a context (conditioned − canonical), formed into a rank-4 patch on each
+  // device: Patch::residual, residual_share and deficit_share are what the planner reads, and must not
+  // depend on where they were computed. CUDA factors in float32 (cuSOLVER), the CPU in float64: residual
+  // shares agree to 1e-4.
+  const std::string dir = orbit::test::device_test_model_dir("llama-d64-g4");
+  const auto cpu = rt::load_model(dir);
+  const auto gpu = rt::load_model(dir, cuda(at::kFloat));
+  std::vector<int64_t> context, chunk;
+  for (int64_t i = 0; i < 20; ++i) context.push_back(3 + (i * 41) % 500);
+  for (int64_t i = 0; i < 24; ++i) chunk.push_back(5 + (i * 53) % 500);
+  std::vector<int64_t> both = context;
+  both.insert(both.end(), chunk.begin(), chunk.end());
+  const rt::Content whole = cpu->forward(rt::ForwardInput{both, {}}, nullptr, rt::ForwardOptions{}).content;
+  const rt::Content alone = cpu->forward(rt::ForwardInput{chunk, {}}, nullptr, rt::ForwardOptions{}).content;
+  rt::Content delta_cpu, conditioned_cpu, delta_gpu, conditioned_gpu;
+  for (std::size_t l = 0; l < whole.size(); ++l) {
+    const rt::LayerKV cond{whole[l].k.narrow(0, 20, 24).contiguous(), whole[l].v.narrow(0, 20, 24).contiguous()};
+    const rt::LayerKV d{cond.k - alone[l].k, cond.v - alone[l].v};
+    conditioned_cpu.push_back(cond);
+    delta_cpu.push_back(d);
+    conditioned_gpu.push_back({cond.k.to(at::kCUDA), cond.v.to(at::kCUDA)});
+    delta_gpu.push_back({d.k.to(at::kCUDA), d.v.to(at::kCUDA)});
+  }
+  rt::PatchOptions o;
+  o.rank_k = o.rank_v = 4;
+  const rt::Patch p_cpu = rt::form_patch(*cpu, delta_cpu, o);
+  const rt::Patch p_gpu = rt::form_patch(*gpu, delta_gpu, o);
+  REQUIRE(p_gpu.k[0].u.is_cuda());
+  INFO("residual CPU " << p_cpu.residual << ", CUDA " << p_gpu.residual);
+  CHECK(p_cpu.residual > 0.01);  // rank 4 of 24 leaves something out
+  CHECK(p_gpu.residual == Approx(p_cpu.residual).margin(1e-4));
+  CHECK(rt::residual_share(delta_gpu, p_gpu) == Approx(p_gpu.residual).margin(1e-4));
+  CHECK(rt::deficit_share(delta_gpu, conditioned_gpu) ==
+        Approx(rt::deficit_share(delta_cpu, conditioned_cpu)).epsilon(1e-5));
+}
