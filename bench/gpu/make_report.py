@@ -223,7 +223,9 @@ def main():
         add("The prefix cache as a user builds it today with Hugging Face transformers "
             "(`bench/gpu/peer_prefix_cache.py`): the KV of the tokens before the chunk is computed once into a "
             "`DynamicCache`, and each timed run forwards chunk + suffix + query over it with `past_key_values` "
-            "(logits of the last position only), then crops the cache back to the prefix outside the timed region.")
+            "(logits of the last position only), then crops the cache back to the prefix outside the timed region. "
+            "It runs in its own process (`peer_prefix.json`), so its ratio to orbit spans two runs; "
+            "`bench/gpu/results/README.md` says which.")
         add("")
         add(f"- transformers {pp['transformers']}, torch {pp['torch']}, {pp['device']}, {pp['dtype']}, "
             f"{pp['model']} shape with random weights, {pp['layers']} layers, attention "

@@ -36,32 +36,65 @@ std::vector<LayerKV> materialize(const ModelConfig& c, const PagedPast& paged, c
                                                        << ") do not match the model's content channel");
   const int64_t n = paged.length();
   const int64_t rows = pool.num_pages() * pool.page_size();
-  const at::Tensor slots = paged.slots.to(pool.device(), at::kLong);
+  // Checked where the slots are (on the host as a rule: no device sync), then moved to the pool.
   if (n > 0) {
-    ORBIT_CHECK(slots.dim() == 1 && slots.min().item<int64_t>() >= 0 && slots.max().item<int64_t>() < rows,
+    ORBIT_CHECK(paged.slots.dim() == 1 && paged.slots.min().item<int64_t>() >= 0 &&
+                    paged.slots.max().item<int64_t>() < rows,
                 "paged past: a slot lies outside the pool's " << rows << " rows");
+  }
+  const at::Tensor slots = paged.slots.to(pool.device(), at::kLong);
+  for (const PlacedPatch& placed : paged.patches) {
+    ORBIT_CHECK(placed.patch != nullptr, "paged past: a placed patch is null");
+    const Patch& p = *placed.patch;
+    ORBIT_CHECK(placed.first >= 0 && placed.first + p.length <= n,
+                "paged past: patch rows [" << placed.first << ", " << placed.first + p.length << ") lie outside the "
+                                           << n << " paged tokens");
+    ORBIT_CHECK(static_cast<int64_t>(p.k.size()) == c.num_layers && static_cast<int64_t>(p.v.size()) == c.num_layers,
+                "paged past: a placed patch has " << p.k.size() << " layers, the model " << c.num_layers);
   }
   std::vector<LayerKV> out(static_cast<size_t>(c.num_layers));
   for (int64_t kind = 0; kind < 2; ++kind) {
     const at::Tensor& storage = pool.storage(kind);
-    const at::Tensor all = storage.view({c.num_layers, rows, storage.size(3)}).index_select(1, slots);  // [L, n, W]
+    // Every layer's rows in one gather: [L, n, W] on the model's device in its dtype.
+    at::Tensor all = storage.view({c.num_layers, rows, storage.size(3)}).index_select(1, slots).to(device, dtype);
     const ContentShape shape = kind == 0 ? ks : vs;
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      at::Tensor layer = all.select(0, l).to(device, dtype);
-      for (const PlacedPatch& placed : paged.patches) {
-        ORBIT_CHECK(placed.patch != nullptr, "paged past: a placed patch is null");
-        const Patch& p = *placed.patch;
-        ORBIT_CHECK(placed.first >= 0 && placed.first + p.length <= n,
-                    "paged past: patch rows [" << placed.first << ", " << placed.first + p.length
-                                               << ") lie outside the " << n << " paged tokens");
-        const LowRank& f = (kind == 0 ? p.k : p.v).at(static_cast<size_t>(l));
-        if (f.rank() == 0) continue;
-        ORBIT_CHECK(f.vt.size(1) == shape.width(), "paged past: layer " << l << " patch width " << f.vt.size(1)
-                                                                        << " != content width " << shape.width());
-        const at::Tensor delta = at::mm(f.u.to(device, at::kFloat), f.vt.to(device, at::kFloat));
-        layer.narrow(0, placed.first, p.length).add_(delta.to(dtype));
+    for (const PlacedPatch& placed : paged.patches) {
+      const Patch& p = *placed.patch;
+      const std::vector<LowRank>& factors = kind == 0 ? p.k : p.v;
+      for (int64_t l = 0; l < c.num_layers; ++l) {
+        const LowRank& f = factors[static_cast<size_t>(l)];
+        ORBIT_CHECK(f.rank() == 0 || f.vt.size(1) == shape.width(), "paged past: layer " << l << " patch width "
+                                                                                         << f.vt.size(1)
+                                                                                         << " != content width "
+                                                                                         << shape.width());
       }
-      at::Tensor view = layer.view({n, shape.heads, shape.dim});
+      const at::Tensor rows_of = all.narrow(1, placed.first, p.length);  // [L, len, W]
+      // One batched GEMM over the layers where they all carry factors of one rank (a patch of every
+      // layer, as formed by default); otherwise layer by layer. Float32 factors; a 16-bit window adds
+      // U·Vᵀ in float32 and rounds the sum once.
+      const int64_t r0 = factors.front().rank();
+      bool uniform = r0 > 0;
+      for (const LowRank& f : factors) uniform = uniform && f.rank() == r0;
+      if (uniform) {
+        std::vector<at::Tensor> us, vts;
+        for (const LowRank& f : factors) {
+          us.push_back(f.u.to(device, at::kFloat));
+          vts.push_back(f.vt.to(device, at::kFloat));
+        }
+        const at::Tensor delta = at::bmm(at::stack(us), at::stack(vts));  // [L, len, W] float32
+        rows_of.copy_(rows_of.to(at::kFloat).add_(delta));
+        continue;
+      }
+      for (int64_t l = 0; l < c.num_layers; ++l) {
+        const LowRank& f = factors[static_cast<size_t>(l)];
+        if (f.rank() == 0) continue;
+        const at::Tensor delta = at::mm(f.u.to(device, at::kFloat), f.vt.to(device, at::kFloat));
+        at::Tensor row = rows_of.select(0, l);
+        row.copy_(row.to(at::kFloat).add_(delta));
+      }
+    }
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      at::Tensor view = all.select(0, l).view({n, shape.heads, shape.dim});
       (kind == 0 ? out[static_cast<size_t>(l)].k : out[static_cast<size_t>(l)].v) = view;
     }
   }
