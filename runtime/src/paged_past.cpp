@@ -38,9 +38,9 @@ std::vector<LayerKV> materialize(const ModelConfig& c, const PagedPast& paged, c
   const int64_t rows = pool.num_pages() * pool.page_size();
   // Checked where the slots are (on the host as a rule: no device sync), then moved to the pool.
   if (n > 0) {
-    ORBIT_CHECK(paged.slots.dim() == 1 && paged.slots.min().item<int64_t>() >= 0 &&
-                    paged.slots.max().item<int64_t>() < rows,
-                "paged past: a slot lies outside the pool's " << rows << " rows");
+    ORBIT_CHECK(
+        paged.slots.dim() == 1 && paged.slots.min().item<int64_t>() >= 0 && paged.slots.max().item<int64_t>() < rows,
+        "paged past: a slot lies outside the pool's " << rows << " rows");
   }
   const at::Tensor slots = paged.slots.to(pool.device(), at::kLong);
   for (const PlacedPatch& placed : paged.patches) {
@@ -63,10 +63,9 @@ std::vector<LayerKV> materialize(const ModelConfig& c, const PagedPast& paged, c
       const std::vector<LowRank>& factors = kind == 0 ? p.k : p.v;
       for (int64_t l = 0; l < c.num_layers; ++l) {
         const LowRank& f = factors[static_cast<size_t>(l)];
-        ORBIT_CHECK(f.rank() == 0 || f.vt.size(1) == shape.width(), "paged past: layer " << l << " patch width "
-                                                                                         << f.vt.size(1)
-                                                                                         << " != content width "
-                                                                                         << shape.width());
+        ORBIT_CHECK(f.rank() == 0 || f.vt.size(1) == shape.width(), "paged past: layer "
+                                                                        << l << " patch width " << f.vt.size(1)
+                                                                        << " != content width " << shape.width());
       }
       const at::Tensor rows_of = all.narrow(1, placed.first, p.length);  // [L, len, W]
       // One batched GEMM over the layers where they all carry factors of one rank (a patch of every
