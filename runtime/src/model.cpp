@@ -210,14 +210,9 @@ PagedPlan plan_paged(const ModelConfig& c, const PastKV& past, const at::Tensor&
     at::Tensor patch_of = at::full({n}, -1, at::kInt);
     std::vector<std::vector<kernels::cpu::PatchSegment>> per_layer(static_cast<size_t>(c.num_layers));
     int32_t index = 0;
+    check_placed_patches(c, paged, "forward");
     for (const PlacedPatch& placed : paged.patches) {
-      ORBIT_CHECK(placed.patch != nullptr, "forward: a placed patch is null");
       const Patch& p = *placed.patch;
-      ORBIT_CHECK(placed.first >= 0 && placed.first + p.length <= n,
-                  "forward: patch rows [" << placed.first << ", " << placed.first + p.length << ") lie outside the "
-                                          << n << " paged tokens");
-      ORBIT_CHECK(static_cast<int64_t>(p.k.size()) == c.num_layers && static_cast<int64_t>(p.v.size()) == c.num_layers,
-                  "forward: a placed patch has " << p.k.size() << " layers, the model " << c.num_layers);
       patch_of.narrow(0, placed.first, p.length).fill_(index++);
       for (int64_t l = 0; l < c.num_layers; ++l) {
         kernels::cpu::PatchSegment seg;

@@ -23,6 +23,19 @@ PastKV make_paged_past(std::shared_ptr<const PagedPast> paged, at::Tensor positi
   return past;
 }
 
+void check_placed_patches(const ModelConfig& c, const PagedPast& paged, const std::string& what) {
+  const int64_t n = paged.length();
+  for (const PlacedPatch& placed : paged.patches) {
+    ORBIT_CHECK(placed.patch != nullptr, what << ": a placed patch is null");
+    const Patch& p = *placed.patch;
+    ORBIT_CHECK(placed.first >= 0 && placed.first + p.length <= n,
+                what << ": patch rows [" << placed.first << ", " << placed.first + p.length << ") lie outside the " << n
+                     << " paged tokens");
+    ORBIT_CHECK(static_cast<int64_t>(p.k.size()) == c.num_layers && static_cast<int64_t>(p.v.size()) == c.num_layers,
+                what << ": a placed patch has " << p.k.size() << " layers, the model " << c.num_layers);
+  }
+}
+
 std::vector<LayerKV> materialize(const ModelConfig& c, const PagedPast& paged, const c10::Device& device,
                                  c10::ScalarType dtype) {
   c10::InferenceMode guard;
@@ -43,15 +56,7 @@ std::vector<LayerKV> materialize(const ModelConfig& c, const PagedPast& paged, c
         "paged past: a slot lies outside the pool's " << rows << " rows");
   }
   const at::Tensor slots = paged.slots.to(pool.device(), at::kLong);
-  for (const PlacedPatch& placed : paged.patches) {
-    ORBIT_CHECK(placed.patch != nullptr, "paged past: a placed patch is null");
-    const Patch& p = *placed.patch;
-    ORBIT_CHECK(placed.first >= 0 && placed.first + p.length <= n,
-                "paged past: patch rows [" << placed.first << ", " << placed.first + p.length << ") lie outside the "
-                                           << n << " paged tokens");
-    ORBIT_CHECK(static_cast<int64_t>(p.k.size()) == c.num_layers && static_cast<int64_t>(p.v.size()) == c.num_layers,
-                "paged past: a placed patch has " << p.k.size() << " layers, the model " << c.num_layers);
-  }
+  check_placed_patches(c, paged, "paged past");
   std::vector<LayerKV> out(static_cast<size_t>(c.num_layers));
   for (int64_t kind = 0; kind < 2; ++kind) {
     const at::Tensor& storage = pool.storage(kind);

@@ -48,6 +48,10 @@ struct PagedPast {
 // `extra` is empty) come from `extra` in content form; positions cover both ([S] or [3, S]).
 PastKV make_paged_past(std::shared_ptr<const PagedPast> paged, at::Tensor positions, std::vector<LayerKV> extra = {});
 
+// Throws orbit::Error (message prefixed with `what`) unless every placed patch is non-null, lies inside
+// [0, paged.length()) and has one factor pair per layer of `config`.
+void check_placed_patches(const ModelConfig& config, const PagedPast& paged, const std::string& what);
+
 // The paged tokens' content, gathered from the pool and patched, on `device` in `dtype`: one LayerKV
 // per layer with S_p rows (the fallback path, and the oracle the kernel is tested against). Throws on
 // slots outside the pool or patches outside [0, S_p) or of the wrong width.
