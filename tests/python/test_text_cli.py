@@ -112,7 +112,7 @@ BENCHMARKS = {
     "bench/bench_reuse": ["--model", "--preset", "--cache", "--threads", "--lengths", "--context", "--ranks", "--reps", "--json", "--device"],
     "bench/bench_store": ["--model", "--preset", "--layers", "--tokens", "--reps", "--dir", "--json", "--cache", "--threads", "--remote", "--procs", "--share-keys", "--share-bytes"],
     "bench/binding/bench_binding": ["--models", "--stories", "--n", "--seed", "--threads", "--json", "--quick"],
-    "bench/bench_gpu": ["--preset", "--layers", "--windows", "--chunks", "--query", "--reps", "--rank", "--device", "--dtype", "--sections", "--device-name", "--json"],
+    "bench/bench_gpu": ["--preset", "--layers", "--windows", "--chunks", "--query", "--reps", "--rank", "--device", "--dtype", "--sections", "--device-name", "--json", "--scratch"],
     "bench/bench_window_scale": ["--model", "--sizes", "--reps"],
 }
 

@@ -1,0 +1,87 @@
+// Helpers shared by bench_gpu's sections (bench_gpu.cpp, bench_gpu_recall.cpp): timing that waits for the
+// device, random content of a model's shape, token ids and inputs, and NVTX ranges around each timed arm.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "orbit/runtime/model.h"
+#include "orbit/runtime/reuse.h"
+
+#if __has_include(<nvtx3/nvToolsExt.h>)
+#include <nvtx3/nvToolsExt.h>
+#define BENCH_RANGE_PUSH(name) nvtxRangePushA(name)
+#define BENCH_RANGE_POP() nvtxRangePop()
+#else
+#define BENCH_RANGE_PUSH(name) ((void)0)
+#define BENCH_RANGE_POP() ((void)0)
+#endif
+
+namespace orbit::bench_gpu {
+
+namespace rt = orbit::runtime;
+
+// Waits for the device: a scalar read back to the host completes after all queued work.
+inline void sync(const c10::Device& device) {
+  if (device.is_cuda()) (void)at::zeros({1}, at::TensorOptions().device(device)).sum().item<float>();
+}
+
+// Median seconds of `reps` runs after one warm-up.
+inline double timed(const c10::Device& device, int reps, const std::function<void()>& fn) {
+  fn();
+  sync(device);
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    sync(device);
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Seconds per call of a short kernel: `iters` back-to-back calls between two waits, median of `reps`
+// (the wait's own cost is spread over the calls).
+inline double timed_loop(const c10::Device& device, int reps, int iters, const std::function<void()>& fn) {
+  return timed(device, reps,
+               [&] {
+                 for (int i = 0; i < iters; ++i) fn();
+               }) /
+         iters;
+}
+
+// Random content (k, v) per layer for `n` tokens on the model's device and dtype.
+inline rt::Content random_content(const rt::Model& m, int64_t n) {
+  const rt::ModelConfig& c = m.config();
+  const auto opts = at::TensorOptions().device(m.device()).dtype(m.dtype());
+  rt::Content out;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    out.push_back({at::randn({n, c.content_k_shape().heads, c.content_k_shape().dim}, opts),
+                   at::randn({n, c.content_v_shape().heads, c.content_v_shape().dim}, opts)});
+  }
+  return out;
+}
+
+// n deterministic token ids spread over [3, vocab) (every bench arm and peer script uses the same ones).
+inline std::vector<int64_t> tokens(int64_t n, int64_t vocab) {
+  std::vector<int64_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) t[static_cast<size_t>(i)] = 3 + (i * 7919) % (vocab - 3);
+  return t;
+}
+
+// The tokens `t` at positions start, start + 1, ...
+inline rt::ForwardInput input_at(const std::vector<int64_t>& t, int64_t start) {
+  rt::ForwardInput in;
+  in.tokens = t;
+  in.positions = at::arange(start, start + static_cast<int64_t>(t.size()), at::kLong);
+  return in;
+}
+
+}  // namespace orbit::bench_gpu
