@@ -73,9 +73,10 @@ std::vector<LayerKV> materialize(const ModelConfig& c, const PagedPast& paged, c
                                                                         << " != content width " << shape.width());
       }
       const at::Tensor rows_of = all.narrow(1, placed.first, p.length);  // [L, len, W]
+      const at::ScalarType sum_type = at::promote_types(dtype, at::kFloat);
       // One batched GEMM over the layers where they all carry factors of one rank (a patch of every
-      // layer, as formed by default); otherwise layer by layer. Float32 factors; a 16-bit window adds
-      // U·Vᵀ in float32 and rounds the sum once.
+      // layer, as formed by default); otherwise layer by layer. Float32 factors; the sum is taken in
+      // float32 (float64 for a float64 window) and rounded once to the window's dtype.
       const int64_t r0 = factors.front().rank();
       bool uniform = r0 > 0;
       for (const LowRank& f : factors) uniform = uniform && f.rank() == r0;
@@ -86,7 +87,7 @@ std::vector<LayerKV> materialize(const ModelConfig& c, const PagedPast& paged, c
           vts.push_back(f.vt.to(device, at::kFloat));
         }
         const at::Tensor delta = at::bmm(at::stack(us), at::stack(vts));  // [L, len, W] float32
-        rows_of.copy_(rows_of.to(at::kFloat).add_(delta));
+        rows_of.copy_(rows_of.to(sum_type).add_(delta));
         continue;
       }
       for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -94,7 +95,7 @@ std::vector<LayerKV> materialize(const ModelConfig& c, const PagedPast& paged, c
         if (f.rank() == 0) continue;
         const at::Tensor delta = at::mm(f.u.to(device, at::kFloat), f.vt.to(device, at::kFloat));
         at::Tensor row = rows_of.select(0, l);
-        row.copy_(row.to(at::kFloat).add_(delta));
+        row.copy_(row.to(sum_type).add_(delta));
       }
     }
     for (int64_t l = 0; l < c.num_layers; ++l) {
