@@ -1,4 +1,5 @@
-// The README's 30-second C++ example: an Engine, a few chunks, a window: admit, slide, recall, generate.
+// The README's 30-second C++ example: an Engine, a few chunks, a window: admit, slide, recall, generate,
+// idle.
 //   build/samples/cpp/quickstart [models/stories260K/stories260K.bin]
 #include <cstdio>
 #include <vector>
@@ -13,7 +14,7 @@ int main(int argc, char** argv) {
   orbit::ChunkRef page2 = engine->add_tokens({1, 403, 407, 261, 378, 410}, {.label = "page 2"});
   orbit::ChunkRef page3 = engine->add_tokens({1, 52, 99, 250, 14, 87}, {.label = "page 3"});
 
-  orbit::Window w = engine->new_window();  // default policy: patch:16
+  orbit::Window w = engine->new_window();  // the default policy: patch:16 with a per-step KL budget
   w.add_turn({1, 22, 87, 13});             // a live turn (the task)
   w.admit(page1);                          // canonical relocated + patched to its context
   w.admit(page2);
@@ -28,6 +29,8 @@ int main(int argc, char** argv) {
   orbit::Generation g = w.generate({1, 403}, {.max_tokens = 8});
   std::printf("generated:");
   for (int64_t t : g.tokens) std::printf(" %lld", static_cast<long long>(t));
+  orbit::IdleReport idle = w.idle();  // while the agent waits: heal, prepare a recall (background)
+  std::printf("\nidle: %.0f background forward tokens", idle.forward_tokens);
   std::printf("\nwindow: %lld tokens, %.0f forward tokens in all\n", static_cast<long long>(w.tokens()),
               w.stats().forward_tokens);
 }

@@ -38,6 +38,7 @@ from several threads; calls on one window are serialized.
 from ._orbit import (  # noqa: F401  (re-exports)
     __version__,
     ApplyReport,
+    IdleReport,
     BackgroundMode,
     BlobEncoding,
     CapacityError,
@@ -108,6 +109,7 @@ del _name, _obj
 __all__ = [
     "__version__",
     "ApplyReport",
+    "IdleReport",
     "BackgroundMode",
     "BlobEncoding",
     "CapacityError",

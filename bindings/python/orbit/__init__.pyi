@@ -2,6 +2,7 @@
 from ._orbit import (
     __version__ as __version__,
     ApplyReport as ApplyReport,
+    IdleReport as IdleReport,
     BackgroundMode as BackgroundMode,
     BlobEncoding as BlobEncoding,
     CapacityError as CapacityError,

@@ -112,6 +112,15 @@ const std::map<std::string, Setter>& setters() {
        [](WindowPolicy& p, py::handle v) { p.recompute_ratio = number(v, "recompute_ratio", 0, 1, true); }},
       {"kl_budget", [](WindowPolicy& p, py::handle v) { p.kl_budget = number(v, "kl_budget", 0, 1e9, false); }},
       {"defer_repairs", [](WindowPolicy& p, py::handle v) { p.defer_repairs = boolean(v, "defer_repairs"); }},
+      {"heal_when_idle", [](WindowPolicy& p, py::handle v) { p.heal_when_idle = boolean(v, "heal_when_idle"); }},
+      {"prepare_recalls",
+       [](WindowPolicy& p, py::handle v) {
+         if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 0) {
+           throw py::value_error("WindowPolicy.prepare_recalls: expected a non-negative int, got " +
+                                 std::string(py::repr(v)));
+         }
+         p.prepare_recalls = v.cast<int64_t>();
+       }},
       {"first_k",
        [](WindowPolicy& p, py::handle v) {
          if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 1) {
@@ -198,6 +207,14 @@ void init_policy(py::module_& m) {
   field(c, "defer_repairs", &WindowPolicy::defer_repairs,
         "Edits (evict, slide, reorder) leave the survivors' repairs to the next read or forwarding operation\n"
         "(on by default; the ':eager' spec modifier turns it off).");
+  field(c, "heal_when_idle", &WindowPolicy::heal_when_idle,
+        "The window wants Window.heal() whenever the agent waits (a tool runs, the user types): what operations\n"
+        "approximated is prefilled again off the critical path. On in the default policy (spec modifier ':heal');\n"
+        "orbit.replay heals after every generate step.");
+  field(c, "prepare_recalls", &WindowPolicy::prepare_recalls,
+        "Window.idle() also prepares the recalls of this many most recently evicted chunks (their patches formed\n"
+        "behind the window as it is), so a recall to the tail costs no forward on the critical path; 0 = off.\n"
+        "1 in the default policy (spec modifier ':prep=N').");
   c.def_property_readonly("name", &WindowPolicy::name,
                           "The preset in canonical spec form ('patch:16', 'reprefill', ...).");
   c.def(
@@ -219,7 +236,8 @@ void init_policy(py::module_& m) {
                a.deep_only == b.deep_only && a.deep_energy == b.deep_energy && a.reuse_stored == b.reuse_stored &&
                a.use_orbit_patches == b.use_orbit_patches && a.cascade_on_recall == b.cascade_on_recall &&
                a.store_conditioned == b.store_conditioned && a.recompute_ratio == b.recompute_ratio &&
-               a.first_k == b.first_k && a.kl_budget == b.kl_budget && a.defer_repairs == b.defer_repairs;
+               a.first_k == b.first_k && a.kl_budget == b.kl_budget && a.defer_repairs == b.defer_repairs &&
+               a.heal_when_idle == b.heal_when_idle && a.prepare_recalls == b.prepare_recalls;
       },
       py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {

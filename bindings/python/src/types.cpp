@@ -74,7 +74,8 @@ void init_types(py::module_& m) {
       .value("recall", Operation::kRecall)
       .value("reorder", Operation::kReorder)
       .value("recondition", Operation::kRecondition)
-      .value("flush", Operation::kFlush);
+      .value("flush", Operation::kFlush)
+      .value("heal", Operation::kHeal);
   bind_enum<StepAction>(m, "StepAction", "What a plan step does to one instance (see orbit/plan.h).", step_action_name)
       .value("keep", StepAction::kKeep, "content unchanged, relocated if it moved (rotation only)")
       .value("canonical", StepAction::kCanonical, "the canonical alone is exact (nothing precedes the chunk)")
@@ -235,6 +236,24 @@ void init_types(py::module_& m) {
           << ", patches_formed=" << r.patches_formed << ", patch_hits=" << r.patch_hits
           << ", canonicals_encoded=" << r.canonicals_encoded << ", added=" << join(r.added)
           << ", removed=" << join(r.removed) << ", seconds=" << std::setprecision(3) << r.seconds << ")";
+        return o.str();
+      });
+
+  py::class_<IdleReport>(m, "IdleReport",
+                         "What Window.idle() (or heal / prepare_recalls) did with idle time; all background work.")
+      .def_readonly("healed_instances", &IdleReport::healed_instances, "Instances the heal served again.")
+      .def_readonly("heal_forward_tokens", &IdleReport::heal_forward_tokens, "Token-forwards of the heal.")
+      .def_readonly("recalls_prepared", &IdleReport::recalls_prepared,
+                    "Evicted chunks whose patch for a recall to the tail was formed.")
+      .def_readonly("prepare_forward_tokens", &IdleReport::prepare_forward_tokens,
+                    "Token-forwards of the prepared recalls.")
+      .def_readonly("forward_tokens", &IdleReport::forward_tokens, "heal + prepare.")
+      .def_readonly("seconds", &IdleReport::seconds, "Wall time.")
+      .def("__repr__", [](const IdleReport& r) {
+        std::ostringstream o;
+        o << "IdleReport(healed_instances=" << r.healed_instances << ", heal_forward_tokens=" << r.heal_forward_tokens
+          << ", recalls_prepared=" << r.recalls_prepared << ", prepare_forward_tokens=" << r.prepare_forward_tokens
+          << ", seconds=" << std::setprecision(3) << r.seconds << ")";
         return o.str();
       });
 

@@ -242,6 +242,10 @@ void init_window(py::module_& m) {
   c.def(
       "plan_flush", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_flush(); }); },
       "Plan the repairs earlier edits deferred (policy.defer_repairs); every instance is kept when none wait.");
+  c.def(
+      "plan_heal", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_heal(); }); },
+      "Plan healing: every instance from the first approximate one (InstanceInfo.exact false) to the end formed\n"
+      "again in context, turns prefilled again; every instance is kept when the window is exact.");
 
   // ---- apply ----
   c.def(
@@ -324,6 +328,31 @@ void init_window(py::module_& m) {
       "Runs the repairs earlier edits deferred (policy.defer_repairs) now; reads (logits, generate) and the next\n"
       "admit / add_turn / recall run them first anyway. With none waiting it does nothing (the version stays).\n"
       "Returns the ApplyReport (its forward_tokens: the repairs' cost).");
+  c.def(
+      "heal", [](PyWindow& w) { return w.run([](Window& x) { return x.heal(); }); },
+      "Makes the window exact again; call it in time the agent would otherwise idle (while a tool runs).\n"
+      "What earlier operations approximated (kept survivors, stale patches, recomputed tokens, turns prefilled\n"
+      "after approximate KV) is prefilled again from the first approximate instance, and the patches formed\n"
+      "on the way are stored for the contexts the window holds now. Its forwards count as background work\n"
+      "(EngineStats.background_forward_tokens), not critical. An exact window is left as it is (the version\n"
+      "stays). Returns the ApplyReport.");
+  c.def(
+      "prepare_recalls",
+      [](PyWindow& w, int64_t max_chunks) {
+        if (max_chunks < 0)
+          throw py::value_error("prepare_recalls: max_chunks must be >= 0, got " + std::to_string(max_chunks));
+        return w.run([&](Window& x) { return x.prepare_recalls(max_chunks); });
+      },
+      py::arg("max_chunks") = 1,
+      "Forms, in idle time, the patches recalls to the tail would need: for each of the max_chunks chunks evicted\n"
+      "most recently, one forward of the chunk behind the window as it is now, its patch stored (the window is\n"
+      "not changed). A recall to the end of the window before anything else changes is then a patch hit, with\n"
+      "no forward on the critical path. Background work; nothing while repairs are deferred. Returns an IdleReport.");
+  c.def(
+      "idle", [](PyWindow& w) { return w.run([](Window& x) { return x.idle(); }); },
+      "What the policy asks of idle time, in one call: heal() when policy.heal_when_idle, then\n"
+      "prepare_recalls(policy.prepare_recalls). Call it whenever the agent waits (a tool runs, the user types);\n"
+      "the default policy asks for both. Returns an IdleReport (all of it background work).");
   c.def(
       "fork",
       [](PyWindow& w) {

@@ -27,7 +27,8 @@ namespace orbit {
 using InstanceId = uint64_t;  // one placement of a chunk (or one live turn) in one window; unique per engine
 
 // kFlush: the deferred repairs alone (WindowPolicy::defer_repairs), as a read runs them first.
-enum class Operation { kAdmit, kAddTurn, kEvict, kSlide, kRecall, kReorder, kRecondition, kFlush };
+// kHeal: the window made exact again in idle time (Window::heal); its forwards count as background work.
+enum class Operation { kAdmit, kAddTurn, kEvict, kSlide, kRecall, kReorder, kRecondition, kFlush, kHeal };
 const char* operation_name(Operation op) noexcept;  // "admit", "turn", "evict", "slide", ...
 
 // What happens to one instance.
@@ -127,7 +128,7 @@ struct Plan {
 // What apply() did (measured, not estimated).
 struct ApplyReport {
   Operation op = Operation::kAdmit;
-  double forward_tokens = 0;    // token-forwards apply() computed (the critical path)
+  double forward_tokens = 0;    // token-forwards apply() computed (the critical path; a heal's are background)
   int64_t background_jobs = 0;  // canonical/patch formations queued for the background
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;  // stored patches (or conditioned KV) reused

@@ -24,6 +24,9 @@
 //
 // Every preset defers repairs to the next read (WindowPolicy::defer_repairs); `:eager` after any preset
 // makes each edit repair at once instead.
+// `:heal` (patch presets; part of `default`): the window is healed in idle time (WindowPolicy::heal_when_idle);
+// `:prep=N` (patch presets; part of `default`): idle time also prepares the recalls of the N chunks
+// evicted last (WindowPolicy::prepare_recalls).
 // Modifiers appended to patch presets: `:deep` (patch only layers ≥ ℓ₀ chosen from the deficit's energy),
 // `:stale=D` (accept a patch formed under another context when its divergence is ≤ D instead of forming;
 // under a `:kl=X` budget a stale patch is a candidate at any divergence, priced by the fidelity model, and
@@ -100,6 +103,18 @@ struct WindowPolicy {
   // never done: what a request-driven engine (one prefill per model call) gets for free. On for every
   // preset; the `:eager` modifier turns it off (every edit repairs at once, as the edit's own cost).
   bool defer_repairs = true;
+  // Heal in idle time (the `:heal` modifier; on in the default policy). Where an agent waits (a tool runs,
+  // the user types), Window::heal() prefills the window again from its first approximate instance: what an
+  // operation's budget let it approximate lasts until the next idle period only, and the patches formed on
+  // the way are stored for the contexts the window holds now. Its forwards are background work (off the
+  // critical path). The policy says the window wants it; the agent's loop, which knows when it waits,
+  // calls heal(). orbit::replay does after every generate step (a model call: the agent then runs the
+  // tool the model asked for) and counts it in the step's background work.
+  bool heal_when_idle = true;
+  // In idle time (Window::idle), prepare the recalls of this many most recently evicted chunks
+  // (Window::prepare_recalls: each chunk's patch formed behind the window as it is; the `:prep=N`
+  // modifier, on in the default policy): a recall to the tail then costs no forward on the critical path.
+  int64_t prepare_recalls = 1;
   double recompute_ratio = 0.15;  // kTokenRecompute
   int64_t first_k = 16;           // kFirstK
 

@@ -233,7 +233,9 @@ Trace make_trace(const MakeTraceOptions& options);
 // Per step: measured cost (Window::apply's report plus wall time around plan + apply), split into the
 // critical path (plan + apply: what the next token waits for) and the background (the canonical encodes
 // and patch forming the step queued, run right after it with Engine::run_background, as an agent's idle
-// time would; replay engines use BackgroundMode::kDeferred), and, when the
+// time would; replay engines use BackgroundMode::kDeferred; and Window::idle after every generate step
+// (a model call, after which the agent runs the tool it asked for), which heals the window and prepares
+// recalls as the policy asks; the step is probed before, on the window the model read), and, when the
 // current window is not empty, fidelity after the step: Window::logits(probe) vs
 // Window::reference_logits(probe) (a re-prefill of the same window), all rows: mean over rows of
 // KL(reference ‖ window) in nats, and the fraction of rows whose top-1 agrees (ties count). Fidelity costs two
@@ -287,6 +289,8 @@ struct StepResult {
   double forward_tokens = 0;             // token-forwards the step computed: critical + background
   double critical_forward_tokens = 0;    // of which on the critical path (plan + apply)
   double background_forward_tokens = 0;  // of which in the background work the step queued
+  double heal_forward_tokens = 0;        // of which healing the window after the step (Window::idle)
+  double prepare_forward_tokens = 0;     // of which preparing recalls after the step (Window::idle)
   double decode_tokens = 0;              // generate / disposable: tokens decoded (not in forward_tokens)
   double full_prefill_tokens = 0;        // a mutating step: the window's tokens (a full re-prefill); else 0
   int64_t patches_formed = 0;
@@ -356,6 +360,8 @@ struct PolicyTotals {
   double forward_tokens = 0;  // critical + background
   double critical_forward_tokens = 0;
   double background_forward_tokens = 0;
+  double heal_forward_tokens = 0;     // of the background: Window::idle's heals after generate steps
+  double prepare_forward_tokens = 0;  // and its prepared recalls
   double critical_seconds = 0;
   double background_seconds = 0;
   double mean_predicted_kl = 0;  // over steps with fidelity and a plan

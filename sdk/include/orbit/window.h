@@ -156,6 +156,16 @@ struct WindowStats {
   int64_t operations = 0;
 };
 
+// What Window::idle() (or heal / prepare_recalls) did with the caller's idle time; all of it background work.
+struct IdleReport {
+  int64_t healed_instances = 0;  // instances heal() served again
+  double heal_forward_tokens = 0;
+  int64_t recalls_prepared = 0;  // evicted chunks whose patch for a recall at the tail was formed
+  double prepare_forward_tokens = 0;
+  double forward_tokens = 0;  // heal + prepare
+  double seconds = 0;
+};
+
 class Window {
  public:
   Window(Window&&) noexcept;
@@ -190,6 +200,10 @@ class Window {
   Plan plan_place() const;        // the planner's cheapest order (a reorder plan)
   Plan plan_recondition() const;  // re-condition every instance whose context changed
   Plan plan_flush() const;        // the deferred repairs alone (Operation::kFlush; keeps when none wait)
+  // Operation::kHeal: every instance from the first one that is not exact (InstanceInfo::exact) to the end
+  // served again exactly (chunks formed in context, their patches stored for it; turns prefilled again),
+  // whatever the policy's budget. Keeps everything when the window is exact.
+  Plan plan_heal() const;
 
   // Executes a plan made by this window at its current version, reading only the plan (its actions,
   // ranks, keys and policy). ok, or out_of_capacity (the pool or max_bytes cannot hold the result) /
@@ -215,6 +229,27 @@ class Window {
   // Runs the deferred repairs (plan_flush + apply); with none waiting it does nothing (no operation, the
   // version stays) and returns an empty report.
   ApplyReport flush();
+  // Makes the window exact again (plan_heal + apply) in time the caller would otherwise idle, e.g. while
+  // the agent waits on a tool: what earlier operations approximated (kept survivors, stale patches,
+  // recomputed tokens, turns prefilled after approximate KV) is re-formed, and the patches formed on the
+  // way are stored for the contexts the window holds now, so a later recall or reorder finds them. Its
+  // forwards count as background work (EngineStats::background_forward_tokens), not critical. It runs on
+  // the calling thread and takes as long as a prefill of the window from its first approximate instance.
+  // An exact window is left as it is (no operation, the version stays). Under a policy with
+  // heal_when_idle, call it whenever the agent waits.
+  ApplyReport heal();
+  // Forms, in idle time, the patches recalls at the tail would need: for each of the `max_chunks` chunks
+  // evicted most recently (evicted()), one forward of the chunk behind the window as it is now, its patch
+  // stored under this context's exact and orbit keys (the window itself is not changed). A recall to the
+  // end of the window before anything else changes is then a patch hit, with no forward on the critical
+  // path; after small changes the patch is a close stale one a budget can price. A chunk whose patch for
+  // this context is stored already costs nothing. Background work; does nothing while repairs are deferred
+  // (they change the context: heal() or a read runs them). Chunks the pool has no room for are skipped.
+  IdleReport prepare_recalls(int64_t max_chunks);
+  // What the policy asks of idle time, in one call: heal() under heal_when_idle, then
+  // prepare_recalls(policy().prepare_recalls). Call it whenever the agent waits (a tool runs, the user
+  // types); orbit::replay calls it after every generate step.
+  IdleReport idle();
 
   // A copy-on-write child (O(pages) reference counts). The child has its own id and version. Repairs an
   // edit deferred run first (in this window, as a read would), so the two share the repaired pages.

@@ -340,6 +340,8 @@ class PolicyRun {
       t.forward_tokens += s.forward_tokens;
       t.critical_forward_tokens += s.critical_forward_tokens;
       t.background_forward_tokens += s.background_forward_tokens;
+      t.heal_forward_tokens += s.heal_forward_tokens;
+      t.prepare_forward_tokens += s.prepare_forward_tokens;
       t.critical_seconds += s.critical_seconds;
       t.background_seconds += s.background_seconds;
       if (s.fidelity && s.predicted_kl >= 0) {
@@ -451,6 +453,23 @@ class PolicyRun {
         return;
       }
     }
+  }
+
+  // The agent's idle time after a model call (the tool it asked for runs): Window::idle (heal, prepared
+  // recalls), counted as the step's background. After the step's probe, which measures what the model read.
+  void use_idle_time(StepResult* r) {
+    const EngineStats before = engine_->stats();
+    const auto t0 = Clock::now();
+    const IdleReport idle = current().idle();
+    engine_->run_background();
+    const EngineStats after = engine_->stats();
+    r->heal_forward_tokens = idle.heal_forward_tokens;
+    r->prepare_forward_tokens = idle.prepare_forward_tokens;
+    r->background_forward_tokens += after.background_forward_tokens - before.background_forward_tokens;
+    r->forward_tokens += after.forward_tokens - before.forward_tokens;
+    r->background_seconds += since(t0);
+    r->seconds = r->critical_seconds + r->background_seconds;
+    r->patches_formed += after.patches_formed - before.patches_formed;
   }
 
   StepResult step(std::size_t i) {
@@ -573,6 +592,9 @@ class PolicyRun {
     if (options_.fidelity && r.window_tokens > 0 && fits && r.deferred == 0) {
       r.fidelity = fidelity(w.reference_logits(resolved_.probe, true), w.logits(resolved_.probe, true));
       if (options_.attribute) r.losses = w.loss_by_instance(resolved_.probe);
+    }
+    if (s.op == TraceOp::kGenerate && r.status == "ok" && (policy_.heal_when_idle || policy_.prepare_recalls > 0)) {
+      use_idle_time(&r);
     }
     return r;
   }

@@ -15,6 +15,7 @@ const char* operation_name(Operation op) noexcept {
     case Operation::kReorder: return "reorder";
     case Operation::kRecondition: return "recondition";
     case Operation::kFlush: return "flush";
+    case Operation::kHeal: return "heal";
   }
   return "?";
 }

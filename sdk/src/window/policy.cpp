@@ -62,7 +62,9 @@ std::string policy_spec_help() {
          "                                      :deep patches only deep layers; :stale=D accepts a patch formed\n"
          "                                      under another context when its divergence is <= D; :kl=X keeps\n"
          "                                      the predicted next-token KL per step <= X, choosing per instance\n"
-         "                                      the cheapest of keep / stored patch / first-k / CacheBlend / form\n"
+         "                                      the cheapest of keep / stored patch / first-k / CacheBlend / form;\n"
+         "                                      :heal heals the window in idle time (Window::heal); :prep=N\n"
+         "                                      prepares the recalls of the N chunks evicted last (Window::idle)\n"
          "  reprefill                           prefill every instance whose context changed; reuse nothing\n"
          "  prefix                              prefix cache: reuse a chunk's KV only behind the identical context\n"
          "  blind                               relocate canonicals, never repair\n"
@@ -91,7 +93,9 @@ WindowPolicy parse_policy(const std::string& spec) {
     return WindowPolicy{};
   }
   WindowPolicy p;
-  p.kl_budget = 0;  // presets carry no budget unless they say :kl=X
+  p.kl_budget = 0;           // presets carry no budget unless they say :kl=X
+  p.heal_when_idle = false;  // nor heal unless they say :heal
+  p.prepare_recalls = 0;     // nor prepare recalls unless they say :prep=N
   if (head == "patch") {
     for (std::size_t i = 1; i < parts.size(); ++i) {
       const std::string& part = parts[i];
@@ -100,6 +104,13 @@ WindowPolicy parse_policy(const std::string& spec) {
         p.use_orbit_patches = false;
       } else if (part == "deep") {
         p.deep_only = true;
+      } else if (part == "heal") {
+        p.heal_when_idle = true;
+      } else if (part.rfind("prep=", 0) == 0) {
+        const double n = parse_number(spec, part.substr(5), "prep");
+        if (n < 0 || n != static_cast<double>(static_cast<int64_t>(n)))
+          bad_spec(spec, "prep (recalls prepared in idle time) must be a non-negative integer");
+        p.prepare_recalls = static_cast<int64_t>(n);
       } else if (part.rfind("kl=", 0) == 0) {
         p.kl_budget = parse_number(spec, part.substr(3), "kl budget");
         if (!(p.kl_budget > 0 && std::isfinite(p.kl_budget))) bad_spec(spec, "kl budget must be a positive number");
@@ -184,6 +195,8 @@ std::string WindowPolicy::name() const {
       if (deep_only) s << ":deep";
       if (stale == StalePatch::kAccept) s << ":stale=" << max_divergence;
       if (kl_budget > 0) s << ":kl=" << kl_budget;
+      if (heal_when_idle) s << ":heal";
+      if (prepare_recalls > 0) s << ":prep=" << prepare_recalls;
       return s.str();
     case MissAction::kReprefill: return store_conditioned ? "prefix" : "reprefill";
     case MissAction::kBlind: return "blind";

@@ -1,8 +1,10 @@
 // Window's public methods: state queries, the plan_* builders (each turns an operation into a Layout
-// for plan_layout), apply, the plan-and-apply shortcuts and fork.
+// for plan_layout), apply, the plan-and-apply shortcuts, fork, and the idle-time work (heal, prepared
+// recalls).
 #include "orbit/window.h"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <sstream>
 
@@ -230,12 +232,12 @@ Plan Window::plan_recall(const ChunkRef& chunk, InstanceId before) const {
               "recall: " << name_of(rec.ref) << " was not evicted from window " << state_->id << " (admit it instead)");
   Layout l = current_layout(*state_, Operation::kRecall);
   const std::size_t at = insertion_index(*state_, before, "recall");
-  if (state_->options.policy.cascade_on_recall && state_->graph.contains(ev->second)) {
+  if (state_->options.policy.cascade_on_recall && state_->graph.contains(ev->second.id)) {
     // Only dependents placed after the recalled chunk can see it again: one before it is left as it is
     // (re-forming it would not bring the chunk back into its context; it is no worse than before).
     std::set<InstanceId> after;
     for (std::size_t i = at; i < l.slots.size(); ++i) after.insert(l.slots[i].id);
-    for (InstanceId id : state_->graph.dependents(ev->second)) {
+    for (InstanceId id : state_->graph.dependents(ev->second.id)) {
       if (after.count(id) > 0) l.cascade.push_back(id);
     }
     const std::set<InstanceId> deps(l.cascade.begin(), l.cascade.end());
@@ -247,7 +249,7 @@ Plan Window::plan_recall(const ChunkRef& chunk, InstanceId before) const {
     }
   }
   Slot sl;
-  sl.id = ev->second;
+  sl.id = ev->second.id;
   sl.chunk = &rec;
   sl.reason = "recall: fresh patch on its current earlier context";
   l.slots.insert(l.slots.begin() + static_cast<std::ptrdiff_t>(at), sl);
@@ -287,6 +289,39 @@ Plan Window::plan_recondition() const {
 Plan Window::plan_flush() const {
   const detail::OpHold hold(*state_->core);
   return detail::plan_flush(*state_);
+}
+
+Plan Window::plan_heal() const {
+  const detail::OpHold hold(*state_->core);
+  const WindowState& s = *state_;
+  // Every instance served is formed in context (exact; its patch stored for this context). A stored
+  // patch is not used: one of truncated rank is approximate, and a heal would leave it to the next.
+  // No budget, no orbit or stale patches, nothing deferred.
+  WindowPolicy exact = s.options.policy;
+  if (!exact.store_conditioned) {  // the prefix-cache baseline serves its own way (and is exact anyway)
+    exact.on_miss = MissAction::kForm;
+    exact.reuse_stored = false;
+  }
+  exact.survivors = SurvivorAction::kRecondition;
+  exact.stale = StalePatch::kRebuild;
+  exact.use_orbit_patches = false;
+  exact.kl_budget = 0;
+  exact.cost_aware = false;
+  exact.defer_repairs = false;
+  Layout l = current_layout(s, Operation::kHeal);
+  l.policy = &exact;
+  l.change_reason = "healed in idle time";
+  const std::vector<uint64_t> contexts = s.context_hashes();
+  bool from_here = false;
+  for (std::size_t i = 0; i < s.entries.size(); ++i) {
+    const Entry& e = s.entries[i];
+    from_here = from_here || !e.exact_when_formed || e.formed_on != contexts[i];
+    if (from_here) {
+      l.slots[i].force = true;
+      l.slots[i].reason = "healed: re-formed over an exact context";
+    }
+  }
+  return detail::plan_layout(s, l);
 }
 
 Plan Window::plan_place() const {
@@ -360,21 +395,109 @@ ApplyReport Window::flush() {
   }
   return must(apply(plan_flush()));
 }
+ApplyReport Window::heal() {
+  const detail::OpHold hold(*state_->core);
+  const Plan plan = plan_heal();
+  bool any = false;
+  for (const PlanStep& s : plan.steps) any = any || s.action != StepAction::kKeep;
+  if (!any) {  // exact already: no operation, the version stays
+    ApplyReport r;
+    r.op = Operation::kHeal;
+    r.device_bytes = state_->device_bytes();
+    return r;
+  }
+  return must(apply(plan));
+}
 
 Window Window::fork() const {
   const detail::OpHold hold(*state_->core);
   // Repairs waiting now would otherwise run twice, once in each window: they run first, and both share
   // the repaired pages.
   detail::run_deferred(*state_, "fork");
+  return Window(detail::fork_state(*state_));
+}
+
+IdleReport Window::prepare_recalls(int64_t max_chunks) {
+  const detail::OpHold hold(*state_->core);
+  ORBIT_CHECK(max_chunks >= 0, "prepare_recalls: max_chunks = " << max_chunks << " must be >= 0");
+  IdleReport out;
+  const WindowState& s = *state_;
+  if (max_chunks == 0 || s.evicted.empty() || s.has_deferred()) return out;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::pair<uint64_t, std::string>> recent;  // (when evicted, chunk key), most recent first
+  recent.reserve(s.evicted.size());
+  for (const auto& [key, ev] : s.evicted) recent.emplace_back(ev.when, key);
+  std::sort(recent.begin(), recent.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (recent.size() > static_cast<std::size_t>(max_chunks)) recent.resize(static_cast<std::size_t>(max_chunks));
+  // A recall in a throwaway fork, formed in context: the fork's past is this window's KV, so the patch is
+  // the one a recall to the tail here needs; the survivors are kept (nothing else is formed).
+  WindowPolicy prep = s.options.policy;
+  prep.on_miss = MissAction::kForm;
+  prep.survivors = SurvivorAction::kKeep;
+  prep.stale = StalePatch::kRebuild;
+  prep.reuse_stored = false;
+  prep.use_orbit_patches = true;  // stores the orbit key too, when none is stored
+  prep.store_conditioned = false;
+  prep.cascade_on_recall = false;
+  prep.kl_budget = 0;
+  prep.cost_aware = false;
+  prep.defer_repairs = false;
+  for (const auto& [when, key] : recent) {
+    Window child(detail::fork_state(s));
+    child.state_->options.policy = prep;
+    const InstanceId id = s.evicted.at(key).id;
+    const Plan plan = child.plan_recall(s.core->record(key).ref);
+    if (!plan.refusal.empty()) continue;
+    const PlanStep* step = nullptr;
+    for (const PlanStep& x : plan.steps) {
+      if (x.instance == id) step = &x;
+    }
+    if (step == nullptr || step->action != StepAction::kForm || step->store_keys.empty() ||
+        s.core->available(step->store_keys.front())) {
+      continue;  // nothing to form there, or prepared already
+    }
+    const Result<ApplyReport> r = detail::apply_plan(*child.state_, plan, /*background=*/true);
+    if (!r.is_ok()) continue;  // the pool filled up meanwhile: skipped, as documented
+    ++out.recalls_prepared;
+    out.prepare_forward_tokens += r.value().forward_tokens;
+  }
+  out.forward_tokens = out.prepare_forward_tokens;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+IdleReport Window::idle() {
+  const detail::OpHold hold(*state_->core);
+  const auto start = std::chrono::steady_clock::now();
+  IdleReport out;
+  if (state_->options.policy.heal_when_idle) {
+    const Plan plan = plan_heal();
+    for (const PlanStep& s : plan.steps) out.healed_instances += s.action != StepAction::kKeep ? 1 : 0;
+    if (out.healed_instances > 0) out.heal_forward_tokens = must(apply(plan)).forward_tokens;
+  }
+  if (state_->options.policy.prepare_recalls > 0) {
+    const IdleReport prepared = prepare_recalls(state_->options.policy.prepare_recalls);
+    out.recalls_prepared = prepared.recalls_prepared;
+    out.prepare_forward_tokens = prepared.prepare_forward_tokens;
+  }
+  out.forward_tokens = out.heal_forward_tokens + out.prepare_forward_tokens;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+namespace detail {
+
+// A copy-on-write copy of a window's state: its own id, the same pages (reference counts), plans and graph.
+std::unique_ptr<WindowState> fork_state(const WindowState& s) {
   auto child = std::make_unique<WindowState>();
-  child->core = state_->core;
-  child->id = state_->core->next_window_id();
-  child->options = state_->options;
-  child->graph = state_->graph;
-  child->evicted = state_->evicted;
+  child->core = s.core;
+  child->id = s.core->next_window_id();
+  child->options = s.options;
+  child->graph = s.graph;
+  child->evicted = s.evicted;
   {
-    std::lock_guard<std::mutex> lock(state_->core->pool_mutex());
-    for (const Entry& e : state_->entries) {
+    std::lock_guard<std::mutex> lock(s.core->pool_mutex());
+    for (const Entry& e : s.entries) {
       Entry c;
       c.id = e.id;
       c.is_turn = e.is_turn;
@@ -400,10 +523,8 @@ Window Window::fork() const {
       child->entries.push_back(std::move(c));
     }
   }
-  return Window(std::move(child));
+  return child;
 }
-
-namespace detail {
 
 Plan plan_flush(const WindowState& state) {
   Layout l = current_layout(state, Operation::kFlush);

@@ -18,7 +18,7 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
+Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool background) {
   EngineCore& core = *state.core;
   core.check_open();
   ORBIT_CHECK(plan.window_id == state.id,
@@ -170,14 +170,14 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
   for (InstanceId id : evicted) {
     const Entry& old = state.entries[static_cast<std::size_t>(index.at(id))];
     state.graph.remove_instance(id);
-    if (!old.is_turn) state.evicted[old.key] = id;
+    if (!old.is_turn) state.evicted[old.key] = EvictedInstance{id, static_cast<uint64_t>(state.operations)};
     report.removed.push_back(id);
   }
   for (const Entry& e : b.entries) {
     if (index.count(e.id) > 0) continue;
     report.added.push_back(e.id);
     auto ev = state.evicted.find(e.key);
-    if (!e.is_turn && ev != state.evicted.end() && ev->second == e.id) {
+    if (!e.is_turn && ev != state.evicted.end() && ev->second.id == e.id) {
       // The evicted node stays in the graph only while something's conditioning references it.
       if (state.graph.contains(e.id)) {
         state.graph.reinstate(e.id);
@@ -221,7 +221,13 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan) {
   counters.critical_forward_tokens = report.forward_tokens;
   report.device_bytes = state.device_bytes();
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  counters.critical_seconds = report.seconds;
+  if (background || plan.op == Operation::kHeal) {  // idle time: background work, not the critical path
+    // Canonicals encoded inline were counted (as forwards) by EngineCore::canonical: background too.
+    counters.background_forward_tokens = counters.forward_tokens + encode_tokens;
+    counters.background_seconds = report.seconds;
+  } else {
+    counters.critical_seconds = report.seconds;
+  }
   core.count(counters);
   core.after_apply();
   return report;

@@ -39,15 +39,18 @@ struct Layout {
   std::vector<Slot> slots;
   std::vector<int64_t> evict;  // indices into WindowState::entries
   std::vector<InstanceId> cascade;
-  std::string change_reason;      // why survivors' context changed ("chunk 'a' evicted")
-  bool reorder_relookup = false;  // reorder: every instance whose key context changed re-looks up
+  std::string change_reason;             // why survivors' context changed ("chunk 'a' evicted")
+  bool reorder_relookup = false;         // reorder: every instance whose key context changed re-looks up
+  const WindowPolicy* policy = nullptr;  // plan under this policy instead of the window's (heal)
 };
 
 Plan plan_layout(const WindowState& state, const Layout& layout);
 // The refusal apply() gives a result spanning `extent` positions and holding `device_bytes` (empty: it
 // fits); *capacity = true for a byte-budget refusal.
 std::string limit_refusal(const WindowState& state, Operation op, int64_t extent, int64_t device_bytes, bool* capacity);
-Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan);
+// background: idle-time work (a heal, a prepared recall): its forwards and time count as background, not
+// critical (a kHeal plan always does).
+Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool background = false);
 // The window as it is, re-planned: the repairs earlier edits deferred (WindowPolicy::defer_repairs).
 Plan plan_flush(const WindowState& state);
 // Runs them when there are any (a read does, first); throws orbit::Error naming `what` when they cannot

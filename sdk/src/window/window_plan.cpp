@@ -162,7 +162,7 @@ double upgrade_gain(double kl, double seconds, double to_kl, double to_seconds) 
 Plan plan_layout(const WindowState& state, const Layout& layout) {
   EngineCore& core = *state.core;
   core.check_open();
-  const WindowPolicy& policy = state.options.policy;
+  const WindowPolicy& policy = layout.policy != nullptr ? *layout.policy : state.options.policy;
   const planner::CostModel cost = core.cost_model();
   const planner::FidelityModel fidelity = core.fidelity_model();
   const int64_t kv_per_token = core.model_info().kv_bytes_per_token;

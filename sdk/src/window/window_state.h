@@ -5,7 +5,7 @@
 //              their content versions, so a change of context is detected exactly (up to a 64-bit hash)
 //              in O(1) per instance, and how many tokens were removed or inserted before it since
 //   graph      the planner's dependency graph: antecedent instance -> patch -> conditioned instance
-//   evicted    chunk key -> the evicted instance (recall reinstates it)
+//   evicted    chunk key -> the evicted instance and when (recall reinstates it)
 //
 // Positions are never stored with the KV: an instance's positions follow from the order (extents of
 // the instances before it), and the forward pass rotates keys on the fly.
@@ -62,6 +62,12 @@ struct Entry {
   ChunkRef ref() const;
 };
 
+// A chunk instance evicted from a window (recall reinstates it).
+struct EvictedInstance {
+  InstanceId id = 0;
+  uint64_t when = 0;  // the window's operation count when it was evicted (later = more recent)
+};
+
 struct WindowState {
   std::shared_ptr<EngineCore> core;
   uint64_t id = 0;
@@ -69,7 +75,7 @@ struct WindowState {
   uint64_t version = 0;
   std::vector<Entry> entries;
   planner::DependencyGraph graph;
-  std::map<std::string, InstanceId> evicted;  // chunk key -> evicted instance
+  std::map<std::string, EvictedInstance> evicted;  // chunk key -> evicted instance
   double forward_tokens = 0;
   int64_t operations = 0;
 
@@ -84,6 +90,9 @@ struct WindowState {
   // context_hash of every entry's current antecedents, in window order (one O(n) sweep).
   std::vector<uint64_t> context_hashes() const;
 };
+
+// A copy-on-write copy of a window's state (Window::fork): a fresh id, every entry's pages shared.
+std::unique_ptr<WindowState> fork_state(const WindowState& s);
 
 // Concatenates per-entry contents (one Content each, in window order) and their positions into a past.
 runtime::PastKV concat_past(int64_t num_layers, const std::vector<runtime::Content>& contents,

@@ -1,0 +1,246 @@
+// Idle-time work (Window::heal, prepare_recalls, idle): a heal leaves the window equal to a re-prefill and
+// counts as background work; a prepared recall makes the recall to the tail a patch hit; neither changes
+// what the window holds, and both do nothing when there is nothing to do.
+#include "orbit_catch.h"
+
+#include <random>
+
+#include "orbit/engine.h"
+#include "test_helpers.h"
+
+using namespace orbit;
+using orbit::test::random_tokens;
+
+namespace {
+
+std::shared_ptr<Engine> open_stories() {
+  EngineOptions o;
+  o.model = test::stories_path();
+  o.pool_bytes = int64_t{64} << 20;
+  o.page_size = 4;
+  o.background = BackgroundMode::kDeferred;
+  return Engine::open(o);
+}
+
+double window_error(const Window& w, const std::vector<int64_t>& query) {
+  return test::max_abs_diff(w.logits(query, true).values, w.reference_logits(query, true).values);
+}
+
+bool all_exact(const Window& w) {
+  for (const InstanceInfo& i : w.instances()) {
+    if (!i.exact) return false;
+  }
+  return true;
+}
+
+Window window_with(Engine& engine, const char* spec) {
+  WindowOptions o;
+  o.policy = parse_policy(spec);
+  return engine.new_window(o);
+}
+
+}  // namespace
+
+TEST_CASE("heal: an approximate window becomes a re-prefill's, off the critical path", "[window][idle]") {
+  std::mt19937_64 rng(7);
+  auto engine = open_stories();
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 10)), b = engine->add_tokens(random_tokens(rng, 12)),
+                 c = engine->add_tokens(random_tokens(rng, 9));
+  const std::vector<int64_t> query = random_tokens(rng, 4);
+  // patch:16 keeps survivors as-is (relocation only): evicting a leaves b, c and the turn approximate.
+  Window w = window_with(*engine, "patch:16:eager");
+  w.admit(a);
+  w.admit(b);
+  w.admit(c);
+  w.add_turn(random_tokens(rng, 5));
+  engine->run_background();
+  w.evict(w.instances()[0].id);
+  const std::vector<InstanceInfo> before = w.instances();
+  REQUIRE(before.size() == 3);
+  CHECK_FALSE(before[0].exact);
+  CHECK(window_error(w, query) > 1e-3);
+
+  const Plan p = w.plan_heal();
+  CHECK(p.op == Operation::kHeal);
+  CHECK(p.exact);
+  // Everything from b on: b, now first, is its canonical (stored: no forward); c and the turn are formed.
+  CHECK(p.forward_tokens == Approx(9 + 5));
+  const EngineStats s0 = engine->stats();
+  const ApplyReport r = w.heal();
+  const EngineStats s1 = engine->stats();
+  CHECK(r.op == Operation::kHeal);
+  CHECK(r.forward_tokens == Approx(14));
+  CHECK(all_exact(w));
+  CHECK(window_error(w, query) < 1e-4);
+  // Background work: the critical-path counters do not move.
+  CHECK(s1.critical_forward_tokens == Approx(s0.critical_forward_tokens));
+  CHECK(s1.critical_seconds == Approx(s0.critical_seconds));
+  CHECK(s1.background_forward_tokens - s0.background_forward_tokens == Approx(14));
+  // The same instances in the same order.
+  const std::vector<InstanceInfo> after = w.instances();
+  REQUIRE(after.size() == before.size());
+  for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].id == before[i].id);
+
+  // An exact window: nothing to heal, no operation.
+  const uint64_t v = w.version();
+  CHECK(w.plan_heal().forward_tokens == 0);
+  CHECK(w.heal().forward_tokens == 0);
+  CHECK(w.version() == v);
+}
+
+TEST_CASE("heal: only what follows the first approximate instance is formed again", "[window][idle]") {
+  std::mt19937_64 rng(8);
+  auto engine = open_stories();
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 8)), b = engine->add_tokens(random_tokens(rng, 11)),
+                 c = engine->add_tokens(random_tokens(rng, 7)), d = engine->add_tokens(random_tokens(rng, 6));
+  Window w = window_with(*engine, "patch:16:eager");
+  w.admit(a);
+  w.admit(b);
+  w.admit(c);
+  w.admit(d);
+  w.evict(w.instances()[2].id);  // c: a and b keep their exact KV; d is kept over the change
+  const std::vector<InstanceInfo> inst = w.instances();
+  REQUIRE(inst.size() == 3);
+  CHECK(inst[0].exact);
+  CHECK(inst[1].exact);
+  CHECK_FALSE(inst[2].exact);
+  const Plan p = w.plan_heal();
+  CHECK(p.forward_tokens == Approx(6));
+  for (const PlanStep& s : p.steps) {
+    if (s.instance == inst[2].id) {
+      CHECK(s.action == StepAction::kForm);
+    } else {
+      CHECK(s.action == StepAction::kKeep);
+    }
+  }
+  REQUIRE(w.apply(p).is_ok());
+  CHECK(all_exact(w));
+  CHECK(window_error(w, random_tokens(rng, 3)) < 1e-4);
+}
+
+TEST_CASE("heal runs the repairs an edit deferred, as background work", "[window][idle]") {
+  std::mt19937_64 rng(9);
+  auto engine = open_stories();
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 9)), b = engine->add_tokens(random_tokens(rng, 10));
+  Window w = window_with(*engine, "reprefill");  // deferring
+  w.admit(a);
+  w.admit(b);
+  w.evict(w.instances()[0].id);
+  REQUIRE(w.instances()[0].deferred);
+  const double critical = engine->stats().critical_forward_tokens;
+  CHECK(w.heal().forward_tokens == Approx(10));
+  CHECK_FALSE(w.instances()[0].deferred);
+  CHECK(all_exact(w));
+  CHECK(engine->stats().critical_forward_tokens == Approx(critical));
+}
+
+TEST_CASE("prepare_recalls: a recall to the tail becomes a patch hit; the window is not changed", "[window][idle]") {
+  std::mt19937_64 rng(10);
+  auto engine = open_stories();
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 10)), b = engine->add_tokens(random_tokens(rng, 12)),
+                 c = engine->add_tokens(random_tokens(rng, 9));
+  const std::vector<int64_t> query = random_tokens(rng, 4);
+  Window w = window_with(*engine, "patch:16:exact");  // every context change re-conditioned
+  w.admit(a);
+  w.admit(b);
+  w.admit(c);
+  w.add_turn(random_tokens(rng, 6));
+  w.evict(w.instances()[1].id);  // b
+  w.flush();
+  engine->run_background();
+  REQUIRE(all_exact(w));
+
+  // Without preparation, recalling b to the tail forms it in context.
+  {
+    Window probe = w.fork();
+    CHECK(probe.plan_recall(b).forward_tokens == Approx(12));
+  }
+  const uint64_t v = w.version();
+  const std::vector<InstanceInfo> before = w.instances();
+  const EngineStats s0 = engine->stats();
+  const IdleReport r = w.prepare_recalls(4);
+  engine->run_background();
+  const EngineStats s1 = engine->stats();
+  CHECK(r.recalls_prepared == 1);  // b is the only evicted chunk
+  CHECK(r.prepare_forward_tokens == Approx(12));
+  CHECK(s1.critical_forward_tokens == Approx(s0.critical_forward_tokens));
+  CHECK(s1.background_forward_tokens - s0.background_forward_tokens >= 12);
+  CHECK(w.version() == v);
+  const std::vector<InstanceInfo> after = w.instances();
+  REQUIRE(after.size() == before.size());
+  for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].id == before[i].id);
+
+  // Prepared already: nothing more to form.
+  CHECK(w.prepare_recalls(4).recalls_prepared == 0);
+
+  // The recall reads the prepared patch (exact context): no forward on the critical path, and the window
+  // is as close to a re-prefill as the rank-16 patch allows.
+  const Plan p = w.plan_recall(b);
+  CHECK(p.forward_tokens == 0);
+  bool hit = false;
+  for (const PlanStep& s : p.steps) {
+    if (s.action == StepAction::kApplyPatch && s.match == PatchMatch::kExact) hit = true;
+  }
+  CHECK(hit);
+  REQUIRE(w.apply(p).is_ok());
+  CHECK(window_error(w, query) < 5e-2);
+  CHECK(w.instances().back().chunk.key == b.key);
+}
+
+TEST_CASE("prepare_recalls: the most recently evicted first; nothing while repairs are deferred", "[window][idle]") {
+  std::mt19937_64 rng(11);
+  auto engine = open_stories();
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 8)), b = engine->add_tokens(random_tokens(rng, 9)),
+                 c = engine->add_tokens(random_tokens(rng, 10));
+  Window w = window_with(*engine, "patch:16:exact");  // survivors re-conditioned, deferred
+  w.admit(a);
+  w.admit(b);
+  w.admit(c);
+  w.evict(w.instances()[2].id);  // c (the tail: nothing after it to repair)
+  w.evict(w.instances()[0].id);  // then a: b's repair is deferred
+  REQUIRE(w.instances()[0].deferred);
+  CHECK(w.prepare_recalls(2).recalls_prepared == 0);
+  w.flush();
+  engine->run_background();
+  const IdleReport r = w.prepare_recalls(1);
+  CHECK(r.recalls_prepared == 1);
+  CHECK(r.prepare_forward_tokens == Approx(8));  // a, evicted last
+  CHECK(w.plan_recall(a).forward_tokens == 0);
+  CHECK(w.plan_recall(c).forward_tokens > 0);
+  CHECK_THROWS_WITH(w.prepare_recalls(-1), Catch::Contains("max_chunks"));
+}
+
+TEST_CASE("idle: what the policy asks (heal, prepared recalls); nothing under a policy that asks nothing",
+          "[window][idle]") {
+  std::mt19937_64 rng(12);
+  auto engine = open_stories();
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 10)), b = engine->add_tokens(random_tokens(rng, 11)),
+                 c = engine->add_tokens(random_tokens(rng, 9));
+  auto build = [&](const char* spec) {
+    Window w = window_with(*engine, spec);
+    w.admit(a);
+    w.admit(b);
+    w.admit(c);
+    w.evict(w.instances()[0].id);
+    return w;
+  };
+  CHECK(WindowPolicy{}.heal_when_idle);
+  CHECK(WindowPolicy{}.prepare_recalls == 1);
+
+  Window quiet = build("patch:16");
+  const uint64_t v = quiet.version();
+  const IdleReport none = quiet.idle();
+  CHECK(none.forward_tokens == 0);
+  CHECK(none.healed_instances == 0);
+  CHECK(quiet.version() == v);
+
+  Window w = build("default");
+  const IdleReport r = w.idle();
+  CHECK(r.healed_instances == 2);  // b and c, kept or deferred over a's eviction
+  CHECK(r.heal_forward_tokens == Approx(20));
+  CHECK(r.recalls_prepared == 1);  // a
+  CHECK(r.prepare_forward_tokens == Approx(10));
+  CHECK(r.forward_tokens == Approx(30));
+  CHECK(all_exact(w));
+  CHECK(w.plan_recall(a).forward_tokens == 0);
+}

@@ -1,0 +1,80 @@
+"""Idle-time work from Python: Window.heal makes an approximate window a re-prefill's, as background work;
+Window.prepare_recalls forms the patch a recall to the tail needs; Window.idle does what the policy asks
+(the default policy: both).
+
+Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.py).
+"""
+import random
+
+import numpy as np
+import pytest
+
+
+def random_tokens(rng, n, vocab=512):
+    return [rng.randrange(1, vocab) for _ in range(n)]
+
+
+def error(w, query):
+    return float(np.max(np.abs(w.logits(query, all_rows=True) - w.reference_logits(query, all_rows=True))))
+
+
+def test_heal_and_prepared_recall(orbit, small_engine):
+    engine = small_engine
+    rng = random.Random(3)
+    a, b, c = (engine.add_tokens(random_tokens(rng, n), label=f"c{n}") for n in (10, 12, 9))
+    query = random_tokens(rng, 4)
+    w = engine.new_window(policy="patch:16:eager")  # survivors kept as-is: approximate after an eviction
+    for chunk in (a, b, c):
+        w.admit(chunk)
+    w.add_turn(random_tokens(rng, 5))
+    engine.run_background()
+    w.evict(w.instances[0])
+    assert not all(i.exact for i in w.instances) and error(w, query) > 1e-3
+
+    plan = w.plan_heal()
+    assert plan.op == orbit.Operation.heal and plan.exact and plan.forward_tokens == 9 + 5
+    critical = engine.stats.critical_forward_tokens
+    background = engine.stats.background_forward_tokens
+    report = w.heal()
+    assert report.op == orbit.Operation.heal and report.forward_tokens == 14
+    assert all(i.exact for i in w.instances) and error(w, query) < 1e-4
+    assert engine.stats.critical_forward_tokens == pytest.approx(critical)
+    assert engine.stats.background_forward_tokens - background == pytest.approx(14)
+    version = w.version
+    assert w.heal().forward_tokens == 0 and w.version == version  # exact: nothing to do
+
+    prepared = w.prepare_recalls(2)
+    assert isinstance(prepared, orbit.IdleReport)
+    assert prepared.recalls_prepared == 1 and prepared.prepare_forward_tokens == 10  # a, the only evicted chunk
+    assert w.version == version
+    assert w.plan_recall(a).forward_tokens == 0
+    with pytest.raises(ValueError, match="max_chunks"):
+        w.prepare_recalls(-1)
+
+
+def test_idle_does_what_the_policy_asks(orbit, small_engine):
+    engine = small_engine
+    rng = random.Random(4)
+    a, b, c = (engine.add_tokens(random_tokens(rng, n), label=f"d{n}") for n in (10, 11, 9))
+
+    def build(policy):
+        w = engine.new_window(policy=policy)
+        for chunk in (a, b, c):
+            w.admit(chunk)
+        w.evict(w.instances[0])
+        engine.run_background()  # canonicals stored: b, first now, is its canonical (no forward)
+        return w
+
+    quiet = build("patch:16")
+    r = quiet.idle()
+    assert r.forward_tokens == 0 and r.healed_instances == 0 and r.recalls_prepared == 0
+
+    w = build("default")
+    assert w.policy.heal_when_idle and w.policy.prepare_recalls == 1
+    r = w.idle()
+    assert r.healed_instances == 2 and r.heal_forward_tokens == 9  # b from the store, c formed
+    assert r.recalls_prepared == 1 and r.prepare_forward_tokens == 10
+    assert r.forward_tokens == 19 and r.seconds >= 0
+    assert "IdleReport(" in repr(r)
+    assert all(i.exact for i in w.instances)
+    assert w.plan_recall(a).forward_tokens == 0
