@@ -34,6 +34,8 @@ TRACE_DIR = "tests/data/traces"
 # them), so a reader sees the cost/fidelity frontier the default sits on.
 SWEEP_TRACES = ["agent_browse", "agent_coding", "agent_videoqa", "agent_fanout", "agent_rag"]
 SWEEP_BUDGETS = ["0.001", "0.003", "0.01", "0.03"]
+# The sweep's policies use idle time as the default policy does (Window::idle after every generate step).
+SWEEP_IDLE = ":heal:prep=1"
 
 
 def trace_path(name):
@@ -129,7 +131,7 @@ def sweep_table(reports, budgets):
     for name, report in reports:
         pre = totals(report, "prefix")["critical_forward_tokens"]
         cells = []
-        for policy in ["patch:16:kl=%s" % b for b in budgets] + ["blind"]:
+        for policy in ["patch:16:kl=%s%s" % (b, SWEEP_IDLE) for b in budgets] + ["blind"]:
             t = totals(report, policy)
             cells.append("%s · %s · %s" % (fmt(ratio(t["critical_forward_tokens"], pre), "%.2f×"),
                                            fmt(t["mean_kl"], "%.1e"), fmt(t["mean_top1"], "%.3f")))
@@ -193,7 +195,7 @@ def main(argv=None):
             if name not in SWEEP_TRACES:
                 continue
             out = os.path.join(jdir, name + ".sweep.json")
-            sweep_policies = ["patch:16:kl=%s" % b for b in budgets]
+            sweep_policies = ["patch:16:kl=%s%s" % (b, SWEEP_IDLE) for b in budgets]
             cmd = [a.orbit, "replay", path, "--model", a.model, "--policy", ",".join(sweep_policies), "--quiet",
                    "--json", out]
             if not (a.reuse and os.path.exists(out)):
@@ -205,11 +207,12 @@ def main(argv=None):
     front = []
     if sweep_reports:
         front += ["## The KL budget: cost against fidelity", "",
-                  "`patch:16` under each per-step KL budget (`:kl=X`; the default is `kl=%s`), and blind reuse: "
+                  "`patch:16` under each per-step KL budget (`:kl=X`; the default is `kl=%s`), with the default's "
+                  "use of idle time (`%s`: heal, prepare a recall after every generate step), and blind reuse: "
                   "critical-path forward tokens × the prefix cache's · mean KL · top-1. A larger budget lets the "
                   "planner keep more survivors and reuse more patches over changed contexts. The default policy "
                   "against its targets: `bench/REPORT-agents.md`." % (
-                      parse_default_budget(agent_reports)), ""]
+                      parse_default_budget(agent_reports), SWEEP_IDLE), ""]
         front += sweep_table(sweep_reports, budgets) + [""]
     sections = front + sections
 

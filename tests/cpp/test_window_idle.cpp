@@ -244,3 +244,43 @@ TEST_CASE("idle: what the policy asks (heal, prepared recalls); nothing under a 
   CHECK(all_exact(w));
   CHECK(w.plan_recall(a).forward_tokens == 0);
 }
+
+TEST_CASE("idle heals only a window whose predicted KL reaches heal_min_kl", "[window][idle]") {
+  std::mt19937_64 rng(13);
+  auto engine = open_stories();
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 10)), b = engine->add_tokens(random_tokens(rng, 11)),
+                 c = engine->add_tokens(random_tokens(rng, 9));
+  // A budget loose enough that b and c are kept over a's eviction, carrying a predicted loss.
+  Window w = window_with(*engine, "patch:16:kl=1:heal=1");
+  w.admit(a);
+  w.admit(b);
+  w.admit(c);
+  w.evict(w.instances()[0].id);
+  w.flush();
+  REQUIRE_FALSE(all_exact(w));
+  const IdleReport below = w.idle();
+  CHECK(below.predicted_kl > 0);
+  CHECK(below.predicted_kl < 1);
+  CHECK(below.healed_instances == 0);
+  CHECK(below.forward_tokens == 0);
+  CHECK_FALSE(all_exact(w));
+
+  WindowPolicy p = w.policy();
+  p.heal_min_kl = below.predicted_kl;  // reached: heals
+  w.set_policy(p);
+  const IdleReport at = w.idle();
+  CHECK(at.predicted_kl == Approx(below.predicted_kl));
+  CHECK(at.healed_instances == 2);
+  CHECK(all_exact(w));
+  CHECK(w.idle().predicted_kl == 0);  // exact now: nothing carried, nothing to heal
+
+  // The spec form: `:heal` keeps the default threshold, `:heal=X` sets it; a bad one is refused by name.
+  CHECK(parse_policy("patch:16:heal").heal_min_kl == WindowPolicy{}.heal_min_kl);
+  CHECK(parse_policy("patch:16:heal").name() == "patch:16:heal");
+  CHECK(parse_policy("patch:16:heal=0").heal_min_kl == 0);
+  CHECK(parse_policy("patch:16:heal=0.01").name() == "patch:16:heal=0.01");
+  CHECK(parse_policy(parse_policy("patch:16:kl=0.003:heal=0:prep=2").name()).name() ==
+        "patch:16:kl=0.003:heal=0:prep=2");
+  CHECK_THROWS_WITH(parse_policy("patch:16:heal=-1"), Catch::Contains("heal threshold"));
+  CHECK_THROWS_WITH(parse_policy("patch:16:prep=1.5"), Catch::Contains("prep"));
+}

@@ -78,3 +78,24 @@ def test_idle_does_what_the_policy_asks(orbit, small_engine):
     assert "IdleReport(" in repr(r)
     assert all(i.exact for i in w.instances)
     assert w.plan_recall(a).forward_tokens == 0
+
+
+def test_heal_threshold(orbit, small_engine):
+    engine = small_engine
+    rng = random.Random(6)
+    a, b, c = (engine.add_tokens(random_tokens(rng, n), label=f"e{n}") for n in (10, 11, 9))
+    assert orbit.Policy().heal_min_kl == pytest.approx(orbit.Policy().kl_budget / 10)
+    assert orbit.Policy("patch:16:heal=0.01").heal_min_kl == 0.01
+    assert orbit.Policy("patch:16:heal=0.01").name == "patch:16:heal=0.01"
+    with pytest.raises(ValueError, match="heal_min_kl"):
+        orbit.Policy().replace(heal_min_kl=-1.0)
+    w = engine.new_window(policy="patch:16:kl=1:heal=1")  # survivors kept; a threshold no window reaches
+    for chunk in (a, b, c):
+        w.admit(chunk)
+    w.evict(w.instances[0])
+    w.flush()
+    r = w.idle()
+    assert 0 < r.predicted_kl < 1 and r.healed_instances == 0 and r.forward_tokens == 0
+    w.policy = w.policy.replace(heal_min_kl=0.0)
+    r = w.idle()
+    assert r.healed_instances == 2 and all(i.exact for i in w.instances)

@@ -222,6 +222,8 @@ class Plan:
 class IdleReport:
     """What Window.idle() (or heal / prepare_recalls) did with idle time; all background work."""
     @property
+    def predicted_kl(self) -> float: ...
+    @property
     def healed_instances(self) -> int: ...
     @property
     def heal_forward_tokens(self) -> float: ...
@@ -581,6 +583,7 @@ class WindowPolicy:
         kl_budget: float = ...,
         defer_repairs: bool = ...,
         heal_when_idle: bool = ...,
+        heal_min_kl: float = ...,
         prepare_recalls: int = ...,
     ) -> None: ...
     on_miss: MissAction
@@ -600,6 +603,7 @@ class WindowPolicy:
     kl_budget: float
     defer_repairs: bool
     heal_when_idle: bool
+    heal_min_kl: float
     prepare_recalls: int
     @property
     def name(self) -> str: ...

@@ -113,6 +113,7 @@ const std::map<std::string, Setter>& setters() {
       {"kl_budget", [](WindowPolicy& p, py::handle v) { p.kl_budget = number(v, "kl_budget", 0, 1e9, false); }},
       {"defer_repairs", [](WindowPolicy& p, py::handle v) { p.defer_repairs = boolean(v, "defer_repairs"); }},
       {"heal_when_idle", [](WindowPolicy& p, py::handle v) { p.heal_when_idle = boolean(v, "heal_when_idle"); }},
+      {"heal_min_kl", [](WindowPolicy& p, py::handle v) { p.heal_min_kl = number(v, "heal_min_kl", 0, 1e9, false); }},
       {"prepare_recalls",
        [](WindowPolicy& p, py::handle v) {
          if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 0) {
@@ -211,6 +212,9 @@ void init_policy(py::module_& m) {
         "The window wants Window.heal() whenever the agent waits (a tool runs, the user types): what operations\n"
         "approximated is prefilled again off the critical path. On in the default policy (spec modifier ':heal');\n"
         "orbit.replay heals after every generate step.");
+  field(c, "heal_min_kl", &WindowPolicy::heal_min_kl,
+        "Heal in idle time only when the window's predicted KL (what its approximate instances carry) is at least\n"
+        "this; 0 = whenever an instance is not exact. Spec modifier ':heal=X'; the default policy: budget / 10.");
   field(c, "prepare_recalls", &WindowPolicy::prepare_recalls,
         "Window.idle() also prepares the recalls of this many most recently evicted chunks (their patches formed\n"
         "behind the window as it is), so a recall to the tail costs no forward on the critical path; 0 = off.\n"
@@ -237,7 +241,8 @@ void init_policy(py::module_& m) {
                a.use_orbit_patches == b.use_orbit_patches && a.cascade_on_recall == b.cascade_on_recall &&
                a.store_conditioned == b.store_conditioned && a.recompute_ratio == b.recompute_ratio &&
                a.first_k == b.first_k && a.kl_budget == b.kl_budget && a.defer_repairs == b.defer_repairs &&
-               a.heal_when_idle == b.heal_when_idle && a.prepare_recalls == b.prepare_recalls;
+               a.heal_when_idle == b.heal_when_idle && a.heal_min_kl == b.heal_min_kl &&
+               a.prepare_recalls == b.prepare_recalls;
       },
       py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {

@@ -241,6 +241,8 @@ void init_types(py::module_& m) {
 
   py::class_<IdleReport>(m, "IdleReport",
                          "What Window.idle() (or heal / prepare_recalls) did with idle time; all background work.")
+      .def_readonly("predicted_kl", &IdleReport::predicted_kl,
+                    "The window's predicted KL before (policy.heal_min_kl decides on it).")
       .def_readonly("healed_instances", &IdleReport::healed_instances, "Instances the heal served again.")
       .def_readonly("heal_forward_tokens", &IdleReport::heal_forward_tokens, "Token-forwards of the heal.")
       .def_readonly("recalls_prepared", &IdleReport::recalls_prepared,
@@ -251,9 +253,10 @@ void init_types(py::module_& m) {
       .def_readonly("seconds", &IdleReport::seconds, "Wall time.")
       .def("__repr__", [](const IdleReport& r) {
         std::ostringstream o;
-        o << "IdleReport(healed_instances=" << r.healed_instances << ", heal_forward_tokens=" << r.heal_forward_tokens
-          << ", recalls_prepared=" << r.recalls_prepared << ", prepare_forward_tokens=" << r.prepare_forward_tokens
-          << ", seconds=" << std::setprecision(3) << r.seconds << ")";
+        o << "IdleReport(predicted_kl=" << r.predicted_kl << ", healed_instances=" << r.healed_instances
+          << ", heal_forward_tokens=" << r.heal_forward_tokens << ", recalls_prepared=" << r.recalls_prepared
+          << ", prepare_forward_tokens=" << r.prepare_forward_tokens << ", seconds=" << std::setprecision(3)
+          << r.seconds << ")";
         return o.str();
       });
 

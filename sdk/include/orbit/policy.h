@@ -24,7 +24,8 @@
 //
 // Every preset defers repairs to the next read (WindowPolicy::defer_repairs); `:eager` after any preset
 // makes each edit repair at once instead.
-// `:heal` (patch presets; part of `default`): the window is healed in idle time (WindowPolicy::heal_when_idle);
+// `:heal[=X]` (patch presets; part of `default`): the window is healed in idle time when its predicted KL is
+// at least X (WindowPolicy::heal_when_idle, heal_min_kl);
 // `:prep=N` (patch presets; part of `default`): idle time also prepares the recalls of the N chunks
 // evicted last (WindowPolicy::prepare_recalls).
 // Modifiers appended to patch presets: `:deep` (patch only layers ≥ ℓ₀ chosen from the deficit's energy),
@@ -111,6 +112,10 @@ struct WindowPolicy {
   // calls heal(). orbit::replay does after every generate step (a model call: the agent then runs the
   // tool the model asked for) and counts it in the step's background work.
   bool heal_when_idle = true;
+  // ... but only when the window's predicted KL (what its approximate instances carry, by the fidelity
+  // model) is at least this: a window that lost next to nothing is not prefilled again for it. 0 = heal
+  // whenever an instance is not exact. The `:heal=X` modifier sets it; `:heal` keeps this default.
+  double heal_min_kl = kDefaultKlBudget / 10;
   // In idle time (Window::idle), prepare the recalls of this many most recently evicted chunks
   // (Window::prepare_recalls: each chunk's patch formed behind the window as it is; the `:prep=N`
   // modifier, on in the default policy): a recall to the tail then costs no forward on the critical path.

@@ -158,6 +158,7 @@ struct WindowStats {
 
 // What Window::idle() (or heal / prepare_recalls) did with the caller's idle time; all of it background work.
 struct IdleReport {
+  double predicted_kl = 0;       // the window's predicted KL before (WindowPolicy::heal_min_kl decides on it)
   int64_t healed_instances = 0;  // instances heal() served again
   double heal_forward_tokens = 0;
   int64_t recalls_prepared = 0;  // evicted chunks whose patch for a recall at the tail was formed
@@ -246,9 +247,9 @@ class Window {
   // this context is stored already costs nothing. Background work; does nothing while repairs are deferred
   // (they change the context: heal() or a read runs them). Chunks the pool has no room for are skipped.
   IdleReport prepare_recalls(int64_t max_chunks);
-  // What the policy asks of idle time, in one call: heal() under heal_when_idle, then
-  // prepare_recalls(policy().prepare_recalls). Call it whenever the agent waits (a tool runs, the user
-  // types); orbit::replay calls it after every generate step.
+  // What the policy asks of idle time, in one call: heal() under heal_when_idle when the window's predicted
+  // KL is at least heal_min_kl, then prepare_recalls(policy().prepare_recalls). Call it whenever the agent waits (a
+  // tool runs, the user types); orbit::replay calls it after every generate step.
   IdleReport idle();
 
   // A copy-on-write child (O(pages) reference counts). The child has its own id and version. Repairs an

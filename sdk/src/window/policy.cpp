@@ -63,7 +63,8 @@ std::string policy_spec_help() {
          "                                      under another context when its divergence is <= D; :kl=X keeps\n"
          "                                      the predicted next-token KL per step <= X, choosing per instance\n"
          "                                      the cheapest of keep / stored patch / first-k / CacheBlend / form;\n"
-         "                                      :heal heals the window in idle time (Window::heal); :prep=N\n"
+         "                                      :heal[=X] heals the window in idle time when its predicted KL\n"
+         "                                      is >= X (Window::heal; default X = budget/10); :prep=N\n"
          "                                      prepares the recalls of the N chunks evicted last (Window::idle)\n"
          "  reprefill                           prefill every instance whose context changed; reuse nothing\n"
          "  prefix                              prefix cache: reuse a chunk's KV only behind the identical context\n"
@@ -106,6 +107,11 @@ WindowPolicy parse_policy(const std::string& spec) {
         p.deep_only = true;
       } else if (part == "heal") {
         p.heal_when_idle = true;
+      } else if (part.rfind("heal=", 0) == 0) {
+        p.heal_when_idle = true;
+        p.heal_min_kl = parse_number(spec, part.substr(5), "heal threshold");
+        if (!(p.heal_min_kl >= 0 && std::isfinite(p.heal_min_kl)))
+          bad_spec(spec, "heal threshold (the predicted KL that makes idle time heal) must be a number >= 0");
       } else if (part.rfind("prep=", 0) == 0) {
         const double n = parse_number(spec, part.substr(5), "prep");
         if (n < 0 || n != static_cast<double>(static_cast<int64_t>(n)))
@@ -195,7 +201,10 @@ std::string WindowPolicy::name() const {
       if (deep_only) s << ":deep";
       if (stale == StalePatch::kAccept) s << ":stale=" << max_divergence;
       if (kl_budget > 0) s << ":kl=" << kl_budget;
-      if (heal_when_idle) s << ":heal";
+      if (heal_when_idle) {
+        s << ":heal";
+        if (heal_min_kl != WindowPolicy{}.heal_min_kl) s << "=" << heal_min_kl;
+      }
       if (prepare_recalls > 0) s << ":prep=" << prepare_recalls;
       return s.str();
     case MissAction::kReprefill: return store_conditioned ? "prefix" : "reprefill";

@@ -470,13 +470,17 @@ IdleReport Window::idle() {
   const detail::OpHold hold(*state_->core);
   const auto start = std::chrono::steady_clock::now();
   IdleReport out;
-  if (state_->options.policy.heal_when_idle) {
+  const WindowPolicy& policy = state_->options.policy;
+  for (const Entry& e : state_->entries) out.predicted_kl += e.predicted_kl;
+  // A window that carries (by prediction) less than heal_min_kl is left as it is; with a threshold of 0,
+  // anything not exact is healed (plan_heal keeps an exact window as it is).
+  if (policy.heal_when_idle && out.predicted_kl >= policy.heal_min_kl) {
     const Plan plan = plan_heal();
     for (const PlanStep& s : plan.steps) out.healed_instances += s.action != StepAction::kKeep ? 1 : 0;
     if (out.healed_instances > 0) out.heal_forward_tokens = must(apply(plan)).forward_tokens;
   }
-  if (state_->options.policy.prepare_recalls > 0) {
-    const IdleReport prepared = prepare_recalls(state_->options.policy.prepare_recalls);
+  if (policy.prepare_recalls > 0) {
+    const IdleReport prepared = prepare_recalls(policy.prepare_recalls);
     out.recalls_prepared = prepared.recalls_prepared;
     out.prepare_forward_tokens = prepared.prepare_forward_tokens;
   }
