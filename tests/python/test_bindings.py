@@ -522,15 +522,7 @@ def test_policy_spec_and_keyword_arguments(orbit):
     assert orbit.Policy() != p and orbit.WindowPolicy is orbit.Policy
     d = orbit.Policy()  # the default policy: patch:16 with a per-step KL budget; 'default' names it
     assert d == orbit.Policy("default") and d.kl_budget > 0 and p.kl_budget == 0 and d.rank_k == 16
-    # ... and it uses the agent's idle time: heals the window, prepares the recall of the chunk evicted last
-    assert d.heal_when_idle and d.prepare_recalls == 1 and not p.heal_when_idle and p.prepare_recalls == 0
-    assert d.name == "patch:16:kl=%g:heal:prep=1" % d.kl_budget == orbit.Policy(d.name).name
-    assert d.replace(kl_budget=0, heal_when_idle=False, prepare_recalls=0) == p
-    assert orbit.Policy("patch:16:prep=3").prepare_recalls == 3
-    with pytest.raises(orbit.OrbitError, match="prep"):
-        orbit.Policy("patch:16:prep=-1")
-    with pytest.raises(ValueError, match="prepare_recalls"):
-        p.replace(prepare_recalls=-2)
+    assert d.replace(kl_budget=0, heal_when_idle=False, prepare_recalls=0) == p  # idle time: test_idle.py
     full = orbit.Policy("patch:full:exact")
     assert full.rank_k == -1 and full.survivors == orbit.SurvivorAction.recondition
     q = orbit.Policy("patch:8", survivors="recondition", stale=orbit.StalePatch.accept, max_divergence=0.5)

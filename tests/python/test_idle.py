@@ -80,6 +80,17 @@ def test_idle_does_what_the_policy_asks(orbit, small_engine):
     assert w.plan_recall(a).forward_tokens == 0
 
 
+def test_default_policy_uses_idle_time(orbit):
+    d, p = orbit.Policy(), orbit.Policy("patch:16")
+    assert d.heal_when_idle and d.prepare_recalls == 1 and not p.heal_when_idle and p.prepare_recalls == 0
+    assert d.name == "patch:16:kl=%g:heal:prep=1" % d.kl_budget == orbit.Policy(d.name).name
+    assert orbit.Policy("patch:16:prep=3").prepare_recalls == 3
+    with pytest.raises(orbit.OrbitError, match="prep"):
+        orbit.Policy("patch:16:prep=-1")
+    with pytest.raises(ValueError, match="prepare_recalls"):
+        p.replace(prepare_recalls=-2)
+
+
 def test_heal_threshold(orbit, small_engine):
     engine = small_engine
     rng = random.Random(6)

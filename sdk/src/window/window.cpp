@@ -50,6 +50,13 @@ std::size_t insertion_index(const WindowState& s, InstanceId before, const char*
   return static_cast<std::size_t>(i);
 }
 
+// Instances a plan serves again (every step that does not keep its instance as it is).
+int64_t served_again(const Plan& plan) {
+  int64_t n = 0;
+  for (const PlanStep& s : plan.steps) n += s.action != StepAction::kKeep ? 1 : 0;
+  return n;
+}
+
 ApplyReport must(Result<ApplyReport> r) {
   ORBIT_CHECK(r.is_ok(), r.status().reason());
   return std::move(r).value();
@@ -398,9 +405,7 @@ ApplyReport Window::flush() {
 ApplyReport Window::heal() {
   const detail::OpHold hold(*state_->core);
   const Plan plan = plan_heal();
-  bool any = false;
-  for (const PlanStep& s : plan.steps) any = any || s.action != StepAction::kKeep;
-  if (!any) {  // exact already: no operation, the version stays
+  if (served_again(plan) == 0) {  // exact already: no operation, the version stays
     ApplyReport r;
     r.op = Operation::kHeal;
     r.device_bytes = state_->device_bytes();
@@ -476,7 +481,7 @@ IdleReport Window::idle() {
   // anything not exact is healed (plan_heal keeps an exact window as it is).
   if (policy.heal_when_idle && out.predicted_kl >= policy.heal_min_kl) {
     const Plan plan = plan_heal();
-    for (const PlanStep& s : plan.steps) out.healed_instances += s.action != StepAction::kKeep ? 1 : 0;
+    out.healed_instances = served_again(plan);
     if (out.healed_instances > 0) out.heal_forward_tokens = must(apply(plan)).forward_tokens;
   }
   if (policy.prepare_recalls > 0) {
