@@ -196,9 +196,10 @@ void print_totals(const ReplayReport& r) {
   }
   std::printf(
       "crit-fwd: token-forwards on the critical path (plan + apply); fwd-tok: those plus the background work\n"
-      "(canonical encodes, patch forming) the steps queued; full-pf: a full re-prefill of the window after every\n"
-      "mutating step (no cache at all); crit-s / bg-s: wall seconds of each; KL: mean over probe rows of\n"
-      "KL(re-prefill || window) after each step, nats; pred-KL: the plans' predicted KL (fidelity model).\n");
+      "(canonical encodes, patch forming, and Window::idle's heals and prepared recalls after generate steps);\n"
+      "full-pf: a full re-prefill of the window after every mutating step (no cache at all); crit-s / bg-s: wall\n"
+      "seconds of each; KL: mean over probe rows of KL(re-prefill || window) after each step, nats; pred-KL: the\n"
+      "plans' predicted KL (fidelity model).\n");
 }
 
 void print_ratios(const ReplayReport& r) {
