@@ -284,3 +284,30 @@ TEST_CASE("idle heals only a window whose predicted KL reaches heal_min_kl", "[w
   CHECK_THROWS_WITH(parse_policy("patch:16:heal=-1"), Catch::Contains("heal threshold"));
   CHECK_THROWS_WITH(parse_policy("patch:16:prep=1.5"), Catch::Contains("prep"));
 }
+
+TEST_CASE("prepare_recalls skips a chunk the window has no room for, and fails nothing", "[window][idle]") {
+  std::mt19937_64 rng(14);
+  auto engine = open_stories();
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 12)), b = engine->add_tokens(random_tokens(rng, 12));
+  WindowOptions o;
+  o.policy = parse_policy("patch:16:exact");
+  Window w = engine->new_window(o);
+  w.admit(a);
+  w.admit(b);
+  w.evict(w.instances()[0].id);
+  w.flush();
+  // A window whose byte budget holds exactly one chunk: b in it, a evicted; a recall of a would not fit.
+  o.max_bytes = w.stats().device_bytes;
+  Window tight = engine->new_window(o);
+  tight.admit(a);
+  tight.evict(tight.instances()[0].id);
+  tight.admit(b);
+  REQUIRE(tight.stats().device_bytes == o.max_bytes);
+  REQUIRE_FALSE(tight.plan_recall(a).refusal.empty());
+  const uint64_t v = tight.version();
+  const IdleReport r = tight.prepare_recalls(1);
+  CHECK(r.recalls_prepared == 0);
+  CHECK(r.prepare_forward_tokens == 0);
+  CHECK(tight.version() == v);
+  CHECK(w.prepare_recalls(1).recalls_prepared == 1);  // the same window with room
+}
