@@ -7,23 +7,15 @@
 
 #include "orbit/engine.h"
 #include "test_helpers.h"
+#include "window_test_support.h"
 
 using namespace orbit;
 using orbit::test::random_tokens;
+using orbit::test::window_error;
 
 namespace {
 
-std::shared_ptr<Engine> open_stories() {
-  EngineOptions o;
-  o.model = test::stories_path();
-  o.pool_bytes = int64_t{64} << 20;
-  o.page_size = 4;
-  return Engine::open(o);
-}
-
-double window_error(const Window& w, const std::vector<int64_t>& query) {
-  return test::max_abs_diff(w.logits(query, true).values, w.reference_logits(query, true).values);
-}
+std::shared_ptr<Engine> open_stories() { return test::open_stories_small_pages(); }
 
 }  // namespace
 
