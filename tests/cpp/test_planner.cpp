@@ -1,5 +1,6 @@
 // orbit::planner: placement (DP against brute force, greedy properties), the cost model fit and decision,
-// admission under a byte budget (property test) and the offline bounds (against LRU and brute force).
+// admission under a byte budget (property test), the offline bounds (against LRU and brute force) and the
+// antecedent changes of a reorder (against their definition).
 // The dependency graph has its own file (test_dependency_graph.cpp).
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
@@ -16,6 +17,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/planner/admission.h"
+#include "orbit/planner/antecedents.h"
 #include "orbit/planner/cost_model.h"
 #include "orbit/planner/fidelity_model.h"
 #include "orbit/planner/offline.h"
@@ -515,4 +517,109 @@ TEST_CASE("fidelity model: least squares per kind, the truncation stand-in, bad 
   CHECK(r.predict(Loss::kBlind, 1.0, 1.0) == Approx(0.02));
   CHECK_THAT(r.describe(), Contains("s_ref 1.00e-02"));
   CHECK_THROWS_WITH(FidelityModel::fit({}, std::nan("")), Contains("reference_sensitivity"));
+}
+
+// ---- antecedent changes under a reorder ---------------------------------------------------------------
+
+namespace {
+
+// The definition, O(n^2): for every instance, the instances that joined or left what precedes it.
+std::vector<AntecedentChange> antecedent_changes_brute(const std::vector<KeptInstance>& kept) {
+  std::vector<AntecedentChange> out(kept.size());
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    int64_t nearest_in = std::numeric_limits<int64_t>::min(), nearest_out = nearest_in;
+    for (std::size_t j = 0; j < kept.size(); ++j) {
+      const bool before_now = j < i;
+      const bool before_then = kept[j].old_rank < kept[i].old_rank;
+      if (before_now && !before_then) {
+        out[i].inserted += kept[j].tokens;
+        nearest_in = std::max(nearest_in, kept[j].new_position + kept[j].extent);
+      } else if (!before_now && before_then) {
+        out[i].removed += kept[j].tokens;
+        nearest_out = std::max(nearest_out, kept[j].old_position + kept[j].extent);
+      }
+    }
+    if (out[i].inserted > 0) out[i].inserted_gap = kept[i].new_position - nearest_in;
+    if (out[i].removed > 0) out[i].removed_gap = kept[i].old_position - nearest_out;
+  }
+  return out;
+}
+
+// Instances of random sizes (extent >= tokens) in old order, then laid out in the order `perm` (new index
+// -> old rank).
+std::vector<KeptInstance> laid_out(const std::vector<int64_t>& perm, std::mt19937_64& rng) {
+  const std::size_t n = perm.size();
+  std::uniform_int_distribution<int64_t> len(1, 60);
+  std::vector<int64_t> tokens(n), extent(n), old_position(n + 1, 0);
+  for (std::size_t r = 0; r < n; ++r) {
+    tokens[r] = len(rng);
+    extent[r] = tokens[r] + (r % 3 == 0 ? 4 : 0);
+    old_position[r + 1] = old_position[r] + extent[r];
+  }
+  std::vector<KeptInstance> kept;
+  int64_t position = 0;
+  for (int64_t r : perm) {
+    const auto k = static_cast<std::size_t>(r);
+    kept.push_back({r, old_position[k], position, tokens[k], extent[k]});
+    position += extent[k];
+  }
+  return kept;
+}
+
+}  // namespace
+
+TEST_CASE("antecedent_changes: moving one instance to the end inserts everything it passed, removes it from them",
+          "[planner][antecedents]") {
+  // Old order A(10) B(20) C(30) D(40); A moves last: B C D A.
+  const std::vector<KeptInstance> kept = {
+      {1, 10, 0, 20, 20}, {2, 30, 20, 30, 30}, {3, 60, 50, 40, 40}, {0, 0, 90, 10, 10}};
+  const std::vector<AntecedentChange> c = antecedent_changes(kept);
+  REQUIRE(c.size() == 4);
+  // B lost A right before it; C lost A with B (20 positions) between; D with B and C (50) between.
+  CHECK(c[0].removed == 10);
+  CHECK(c[0].removed_gap == 0);
+  CHECK(c[1].removed == 10);
+  CHECK(c[1].removed_gap == 20);
+  CHECK(c[2].removed == 10);
+  CHECK(c[2].removed_gap == 50);
+  for (int i = 0; i < 3; ++i) CHECK(c[static_cast<std::size_t>(i)].inserted == 0);
+  // A now sees B, C and D, the nearest (D) right before it.
+  CHECK(c[3].inserted == 90);
+  CHECK(c[3].inserted_gap == 0);
+  CHECK(c[3].removed == 0);
+}
+
+TEST_CASE("antecedent_changes: an unchanged order changes nothing; bad ranks are named", "[planner][antecedents]") {
+  std::mt19937_64 rng(5);
+  const std::vector<KeptInstance> kept = laid_out({0, 1, 2, 3, 4}, rng);
+  for (const AntecedentChange& c : antecedent_changes(kept)) {
+    CHECK(c.inserted + c.removed + c.inserted_gap + c.removed_gap == 0);
+  }
+  CHECK(antecedent_changes({}).empty());
+  std::vector<KeptInstance> twice = kept;
+  twice[3].old_rank = 1;
+  CHECK_THROWS_WITH(antecedent_changes(twice), Contains("kept[3].old_rank is 1") && Contains("permutation"));
+  std::vector<KeptInstance> out_of_range = kept;
+  out_of_range[0].old_rank = 5;
+  CHECK_THROWS_WITH(antecedent_changes(out_of_range), Contains("kept[0].old_rank is 5"));
+}
+
+TEST_CASE("antecedent_changes agrees with the definition on random permutations", "[planner][antecedents]") {
+  std::mt19937_64 rng(17);
+  for (int trial = 0; trial < 300; ++trial) {
+    const auto n = static_cast<std::size_t>(1 + trial % 23);
+    std::vector<int64_t> perm(n);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    const std::vector<KeptInstance> kept = laid_out(perm, rng);
+    const std::vector<AntecedentChange> got = antecedent_changes(kept);
+    const std::vector<AntecedentChange> want = antecedent_changes_brute(kept);
+    for (std::size_t i = 0; i < n; ++i) {
+      INFO("trial " << trial << ", instance " << i);
+      CHECK(got[i].inserted == want[i].inserted);
+      CHECK(got[i].inserted_gap == want[i].inserted_gap);
+      CHECK(got[i].removed == want[i].removed);
+      CHECK(got[i].removed_gap == want[i].removed_gap);
+    }
+  }
 }

@@ -4,6 +4,7 @@
 // has the documented fields; `orbit replay` and `orbit make-trace` work end to end.
 #include "orbit_catch.h"
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -61,6 +62,33 @@ TEST_CASE("example traces load, validate and round-trip through save", "[trace]"
   }
 }
 
+TEST_CASE("step_fidelity: KL, top-1 with float ties, and misses at the reference's near ties counted apart",
+          "[trace]") {
+  Logits ref, got;
+  ref.rows = got.rows = 4;
+  ref.vocab = got.vocab = 3;
+  ref.values = {2.0f, 1.95f,        0.0f,   // a near tie (margin 0.05)...
+                3.0f, 0.0f,         0.0f,   // a clear choice...
+                1.0f, 0.5f,         0.0f,   // a clear choice, kept
+                1.0f, 1.0f - 5e-5f, 0.0f};  // a float tie, and a near tie
+  got.values = {1.9f, 2.0f, 0.0f,           // ...overturned: a miss at a near tie
+                0.0f, 3.0f, 0.0f,           // ...overturned: a miss at a clear choice
+                1.0f, 0.5f, 0.0f,           //
+                0.9f, 1.0f, 0.0f};          // the runner-up within kTop1TieLogits: agreement
+  const StepFidelity f = step_fidelity(ref, got);
+  CHECK(f.rows == 4);
+  CHECK(f.top1 == Approx(0.5));
+  CHECK(f.top1_misses == 2);
+  CHECK(f.near_tie_rows == 2);
+  CHECK(f.near_tie_misses == 1);
+  CHECK(f.kl > 0);
+  CHECK(step_fidelity(ref, ref).kl == Approx(0).margin(1e-12));
+  CHECK(step_fidelity(ref, ref).top1_misses == 0);
+  got.rows = 3;
+  got.values.resize(9);
+  CHECK_THROWS_WITH(step_fidelity(ref, got), Catch::Contains("step_fidelity") && Catch::Contains("shape"));
+}
+
 TEST_CASE("re-prefill is exact at every step; the patch policy forms fewer forwards on look-backs", "[trace][replay]") {
   for (const std::string& name : kExamples) {
     INFO(name);
@@ -88,6 +116,23 @@ TEST_CASE("re-prefill is exact at every step; the patch policy forms fewer forwa
       CHECK(s.fidelity->top1 == 1.0);
     }
     CHECK(measured > 0);
+    CHECK(reprefill->totals.top1_misses == 0);
+    // The totals' row counts are the steps' sums.
+    int64_t rows = 0, misses = 0, tie_rows = 0, tie_misses = 0;
+    for (const StepResult& s : blind->steps) {
+      if (!s.fidelity) continue;
+      rows += s.fidelity->rows;
+      misses += s.fidelity->top1_misses;
+      tie_rows += s.fidelity->near_tie_rows;
+      tie_misses += s.fidelity->near_tie_misses;
+      CHECK(s.fidelity->top1_misses == std::llround(static_cast<double>(s.fidelity->rows) * (1 - s.fidelity->top1)));
+    }
+    CHECK(blind->totals.top1_rows == rows);
+    CHECK(blind->totals.top1_misses == misses);
+    CHECK(blind->totals.near_tie_rows == tie_rows);
+    CHECK(blind->totals.near_tie_misses == tie_misses);
+    CHECK(tie_misses <= misses);
+    CHECK(tie_rows <= rows);
     const PolicyReplay& patch = r.policies[0];
     CHECK(patch.totals.forward_tokens < reprefill->totals.forward_tokens);
     CHECK(patch.totals.forward_tokens < patch.totals.full_prefill_tokens);
@@ -393,7 +438,8 @@ TEST_CASE("the JSON report parses and has the documented fields", "[trace][json]
   const json& p = j.at("policies")[0];
   for (const char* f : {"forward_tokens", "critical_forward_tokens", "critical_seconds", "background_forward_tokens",
                         "background_seconds", "mean_predicted_kl", "full_prefill_tokens", "seconds", "bytes_moved",
-                        "peak_device_bytes", "patches_formed", "patch_hits", "mean_kl", "max_kl", "mean_top1"}) {
+                        "peak_device_bytes", "patches_formed", "patch_hits", "mean_kl", "max_kl", "mean_top1",
+                        "top1_rows", "top1_misses", "near_tie_rows", "near_tie_misses"}) {
     CHECK(p.at("totals").contains(f));
   }
   for (const char* f :

@@ -1,6 +1,7 @@
 """Idle-time work from Python: Window.heal makes an approximate window a re-prefill's, as background work;
-Window.prepare_recalls forms the patch a recall to the tail needs; Window.idle does what the policy asks
-(the default policy: both).
+Window.prepare_recalls forms the patch a recall to the tail needs, Window.prepare_moves the patch moving a
+chunk behind the others needs; Window.idle does what the policy asks (the default policy: all three, moves
+only in a window that has reordered).
 
 Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.py).
 """
@@ -80,11 +81,44 @@ def test_idle_does_what_the_policy_asks(orbit, small_engine):
     assert w.plan_recall(a).forward_tokens == 0
 
 
+def test_prepared_move(orbit, small_engine):
+    engine = small_engine
+    rng = random.Random(5)
+    a, b, c = (engine.add_tokens(random_tokens(rng, n), label=f"m{n}") for n in (10, 12, 9))
+    w = engine.new_window(policy="patch:16:exact:eager")  # every context change re-conditioned at once
+    for chunk in (a, b, c):
+        w.admit(chunk)
+    w.add_turn(random_tokens(rng, 6))
+    engine.run_background()
+    ia, ib, ic, turn = w.instances
+    order = [ib, ic, ia, turn]  # a moved behind c: it now attends to b and c, which it never saw
+
+    def step_for(plan, instance):
+        return next(s for s in plan.steps if s.instance == instance.id)
+
+    assert step_for(w.plan_reorder(order), ia).forward_tokens == 10  # formed on the critical path
+    version = w.version
+    r = w.prepare_moves()
+    engine.run_background()
+    assert isinstance(r, orbit.IdleReport) and "moves_prepared=2" in repr(r)
+    assert r.moves_prepared == 2 and r.prepare_forward_tokens == 12 + 10  # b and a (c is last already)
+    assert w.version == version and w.prepare_moves().moves_prepared == 0
+    moved = step_for(w.plan_reorder(order), ia)
+    assert moved.forward_tokens == 0 and moved.match == orbit.PatchMatch.exact  # the prepared patch
+    with pytest.raises(ValueError, match="max_chunks"):
+        w.prepare_moves(-1)
+
+
 def test_default_policy_uses_idle_time(orbit):
     d, p = orbit.Policy(), orbit.Policy("patch:16")
     assert d.heal_when_idle and d.prepare_recalls == 1 and not p.heal_when_idle and p.prepare_recalls == 0
-    assert d.name == "patch:16:kl=%g:heal:prep=1" % d.kl_budget == orbit.Policy(d.name).name
+    assert d.name == "patch:16:kl=%g:heal:prep=1:move=8" % d.kl_budget == orbit.Policy(d.name).name
     assert orbit.Policy("patch:16:prep=3").prepare_recalls == 3
+    assert d.prepare_moves == 8 and p.prepare_moves == 0 and orbit.Policy("patch:16:move=2").prepare_moves == 2
+    with pytest.raises(orbit.OrbitError, match="move"):
+        orbit.Policy("patch:16:move=1.5")
+    with pytest.raises(ValueError, match="prepare_moves"):
+        p.replace(prepare_moves=-1)
     with pytest.raises(orbit.OrbitError, match="prep"):
         orbit.Policy("patch:16:prep=-1")
     with pytest.raises(ValueError, match="prepare_recalls"):
@@ -100,7 +134,8 @@ def test_heal_threshold(orbit, small_engine):
     assert orbit.Policy("patch:16:heal=0.01").name == "patch:16:heal=0.01"
     with pytest.raises(ValueError, match="heal_min_kl"):
         orbit.Policy().replace(heal_min_kl=-1.0)
-    w = engine.new_window(policy="patch:16:kl=1:heal=1")  # survivors kept; a threshold no window reaches
+    # c kept over a's eviction (b, first now, takes its canonical: exact and free); a threshold no window reaches
+    w = engine.new_window(policy="patch:16:kl=1:heal=1")
     for chunk in (a, b, c):
         w.admit(chunk)
     w.evict(w.instances[0])
@@ -109,4 +144,4 @@ def test_heal_threshold(orbit, small_engine):
     assert 0 < r.predicted_kl < 1 and r.healed_instances == 0 and r.forward_tokens == 0
     w.policy = w.policy.replace(heal_min_kl=0.0)
     r = w.idle()
-    assert r.healed_instances == 2 and all(i.exact for i in w.instances)
+    assert r.healed_instances == 1 and all(i.exact for i in w.instances)

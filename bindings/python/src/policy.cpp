@@ -122,6 +122,14 @@ const std::map<std::string, Setter>& setters() {
          }
          p.prepare_recalls = v.cast<int64_t>();
        }},
+      {"prepare_moves",
+       [](WindowPolicy& p, py::handle v) {
+         if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 0) {
+           throw py::value_error("WindowPolicy.prepare_moves: expected a non-negative int, got " +
+                                 std::string(py::repr(v)));
+         }
+         p.prepare_moves = v.cast<int64_t>();
+       }},
       {"first_k",
        [](WindowPolicy& p, py::handle v) {
          if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 1) {
@@ -219,6 +227,10 @@ void init_policy(py::module_& m) {
         "Window.idle() also prepares the recalls of this many most recently evicted chunks (their patches formed\n"
         "behind the window as it is), so a recall to the tail costs no forward on the critical path; 0 = off.\n"
         "1 in the default policy (spec modifier ':prep=N').");
+  field(c, "prepare_moves", &WindowPolicy::prepare_moves,
+        "In a window that has reordered, Window.idle() also prepares moving this many of its chunks behind the\n"
+        "others (Window.prepare_moves), so the move an agent makes to attend to a chunk costs no forward on the\n"
+        "critical path; 0 = off. 8 in the default policy (spec modifier ':move=N').");
   c.def_property_readonly("name", &WindowPolicy::name,
                           "The preset in canonical spec form ('patch:16', 'reprefill', ...).");
   c.def(
@@ -242,7 +254,7 @@ void init_policy(py::module_& m) {
                a.store_conditioned == b.store_conditioned && a.recompute_ratio == b.recompute_ratio &&
                a.first_k == b.first_k && a.kl_budget == b.kl_budget && a.defer_repairs == b.defer_repairs &&
                a.heal_when_idle == b.heal_when_idle && a.heal_min_kl == b.heal_min_kl &&
-               a.prepare_recalls == b.prepare_recalls;
+               a.prepare_recalls == b.prepare_recalls && a.prepare_moves == b.prepare_moves;
       },
       py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {

@@ -349,10 +349,24 @@ void init_window(py::module_& m) {
       "not changed). A recall to the end of the window before anything else changes is then a patch hit, with\n"
       "no forward on the critical path. Background work; nothing while repairs are deferred. Returns an IdleReport.");
   c.def(
+      "prepare_moves",
+      [](PyWindow& w, int64_t max_chunks) {
+        if (max_chunks < 0)
+          throw py::value_error("prepare_moves: max_chunks must be >= 0, got " + std::to_string(max_chunks));
+        return w.run([&](Window& x) { return x.prepare_moves(max_chunks); });
+      },
+      py::arg("max_chunks") = 8,
+      "Forms, in idle time, the patches moving a chunk behind the window's other chunks would need (what an agent\n"
+      "does to attend to one: the frame a question is about, a page looked at again): for up to max_chunks chunk\n"
+      "instances, nearest the last chunk first, one forward of the chunk in the context such a move gives it, its\n"
+      "patch stored (the window is not changed). That reorder is then served from a stored patch, with no forward\n"
+      "on the critical path. Background work; nothing while repairs are deferred. Returns an IdleReport.");
+  c.def(
       "idle", [](PyWindow& w) { return w.run([](Window& x) { return x.idle(); }); },
       "What the policy asks of idle time, in one call: heal() when policy.heal_when_idle, then\n"
-      "prepare_recalls(policy.prepare_recalls). Call it whenever the agent waits (a tool runs, the user types);\n"
-      "the default policy asks for both. Returns an IdleReport (all of it background work).");
+      "prepare_recalls(policy.prepare_recalls), then, in a window that has reordered, prepare_moves(\n"
+      "policy.prepare_moves). Call it whenever the agent waits (a tool runs, the user types); the default policy\n"
+      "asks for all three. Returns an IdleReport (all of it background work).");
   c.def(
       "fork",
       [](PyWindow& w) {

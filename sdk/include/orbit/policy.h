@@ -7,7 +7,8 @@
 //                   Python): patch:16 with a per-step fidelity budget, `patch:16:kl=<kDefaultKlBudget>`.
 //                   First sight is one exact prefill in context (canonical and patch formed in the
 //                   background); survivors, recalls and reorders are served by the cheapest action whose
-//                   predicted KL keeps the window within the budget (bench/REPORT-agents.md measures it)
+//                   predicted KL keeps the window within the budget (bench/REPORT-agents.md measures it);
+//                   idle time heals, and prepares recalls and moves (`:heal:prep=1:move=8`)
 //   patch[:M]       form a rank-M patch on a miss (M = 16; "full" = every singular direction), reuse exact-
 //                   and orbit-keyed patches, survivors kept as-is (relocation only); no budget
 //   patch:M:exact   as patch:M, but every chunk whose context changed is re-conditioned (lookup, then form)
@@ -27,7 +28,9 @@
 // `:heal[=X]` (patch presets; part of `default`): the window is healed in idle time when its predicted KL is
 // at least X (WindowPolicy::heal_when_idle, heal_min_kl);
 // `:prep=N` (patch presets; part of `default`): idle time also prepares the recalls of the N chunks
-// evicted last (WindowPolicy::prepare_recalls).
+// evicted last (WindowPolicy::prepare_recalls);
+// `:move=N` (patch presets; part of `default`): idle time in a window that has reordered also prepares
+// moving N of its chunks behind the others (WindowPolicy::prepare_moves).
 // Modifiers appended to patch presets: `:deep` (patch only layers ≥ ℓ₀ chosen from the deficit's energy),
 // `:stale=D` (accept a patch formed under another context when its divergence is ≤ D instead of forming;
 // under a `:kl=X` budget a stale patch is a candidate at any divergence, priced by the fidelity model, and
@@ -120,6 +123,12 @@ struct WindowPolicy {
   // (Window::prepare_recalls: each chunk's patch formed behind the window as it is; the `:prep=N`
   // modifier, on in the default policy): a recall to the tail then costs no forward on the critical path.
   int64_t prepare_recalls = 1;
+  // In idle time, prepare moving this many chunks behind the window's other chunks (Window::prepare_moves;
+  // the `:move=N` modifier, on in the default policy), but only in a window that has reordered before: an
+  // agent that attends by moving a chunk last (the frame a question is about, a page looked at again) then
+  // pays no forward on the critical path for the moved chunk, and a window that never reorders spends no
+  // idle time on it.
+  int64_t prepare_moves = 8;
   double recompute_ratio = 0.15;  // kTokenRecompute
   int64_t first_k = 16;           // kFirstK
 

@@ -273,13 +273,25 @@ inline constexpr double kTop1TieLogits = 1e-4;
 // Below this a KL is float noise of an exact window (re-prefill measures ~1e-12), not a loss.
 inline constexpr double kKlFloor = 1e-7;
 
+// A reference row whose two largest logits are within this is a near tie: a top-1 miss there is the window
+// picking a token the reference nearly picked itself (a probability ratio below 1.11), not overturning a
+// clear choice. Replay counts such rows and misses so a top-1 figure can be read (it does not change it).
+inline constexpr double kNearTieLogits = 0.1;
+
 struct StepFidelity {
   double kl = 0;  // mean over probe rows of KL(reference ‖ window), nats
   // Fraction of rows whose top-1 agrees: the window's argmax is the reference's, or ties with it (its
   // reference logit within kTop1TieLogits of the reference's largest; float noise picks between such).
   double top1 = 0;
   int64_t rows = 0;
+  int64_t top1_misses = 0;      // rows whose top-1 disagrees: rows × (1 − top1)
+  int64_t near_tie_rows = 0;    // rows whose reference top two logits are within kNearTieLogits
+  int64_t near_tie_misses = 0;  // top-1 misses among those rows
 };
+
+// How orbit::replay scores a window's logits against the reference's over the same rows: KL, top-1 and the
+// near-tie counts above. Throws orbit::Error when the shapes differ.
+StepFidelity step_fidelity(const Logits& reference, const Logits& window);
 
 struct StepResult {
   std::size_t index = 0;
@@ -384,6 +396,12 @@ struct PolicyTotals {
   double mean_kl = 0;          // over steps with fidelity
   double max_kl = 0;
   double mean_top1 = 0;
+  // Sums over the measured steps of StepFidelity's row counts: how many top-1 misses, and how many of them
+  // at reference near ties (kNearTieLogits), among how many near-tie rows.
+  int64_t top1_rows = 0;
+  int64_t top1_misses = 0;
+  int64_t near_tie_rows = 0;
+  int64_t near_tie_misses = 0;
   std::vector<LossAgreement> loss_agreement;  // ReplayOptions::attribute: by served_as, most instances first
 };
 

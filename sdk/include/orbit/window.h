@@ -161,9 +161,10 @@ struct IdleReport {
   double predicted_kl = 0;       // the window's predicted KL before (WindowPolicy::heal_min_kl decides on it)
   int64_t healed_instances = 0;  // instances heal() served again
   double heal_forward_tokens = 0;
-  int64_t recalls_prepared = 0;  // evicted chunks whose patch for a recall at the tail was formed
-  double prepare_forward_tokens = 0;
-  double forward_tokens = 0;  // heal + prepare
+  int64_t recalls_prepared = 0;       // evicted chunks whose patch for a recall at the tail was formed
+  int64_t moves_prepared = 0;         // chunks whose patch for a move behind the window's last chunk was formed
+  double prepare_forward_tokens = 0;  // recalls and moves
+  double forward_tokens = 0;          // heal + prepare
   double seconds = 0;
 };
 
@@ -247,9 +248,19 @@ class Window {
   // this context is stored already costs nothing. Background work; does nothing while repairs are deferred
   // (they change the context: heal() or a read runs them). Chunks the pool has no room for are skipped.
   IdleReport prepare_recalls(int64_t max_chunks);
+  // Forms, in idle time, the patches that moving a chunk of the window behind all its other chunks would
+  // need (what an agent does to attend to one of them: the frame a question is about, a page looked at
+  // again): for up to `max_chunks` chunk instances, nearest the last chunk first, one forward of the chunk
+  // in the context such a move gives it (every other instance before it as the window holds them now), its
+  // patch stored under that context's keys; the window itself is not changed. That reorder is then served
+  // from a stored patch with no forward on the critical path, where it would otherwise keep the chunk over
+  // a context it never saw or form it again. A move whose patch is stored already costs nothing; does
+  // nothing while repairs are deferred; chunks the pool has no room for are skipped. Background work.
+  IdleReport prepare_moves(int64_t max_chunks);
   // What the policy asks of idle time, in one call: heal() under heal_when_idle when the window's predicted
-  // KL is at least heal_min_kl, then prepare_recalls(policy().prepare_recalls). Call it whenever the agent waits (a
-  // tool runs, the user types); orbit::replay calls it after every generate step.
+  // KL is at least heal_min_kl, then prepare_recalls(policy().prepare_recalls), then, in a window that has
+  // reordered at least once, prepare_moves(policy().prepare_moves). Call it whenever the agent waits (a tool
+  // runs, the user types); orbit::replay calls it after every generate step.
   IdleReport idle();
 
   // A copy-on-write child (O(pages) reference counts). The child has its own id and version. Repairs an

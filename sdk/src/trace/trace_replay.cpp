@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -153,7 +154,12 @@ Resolved resolve(const Trace& trace, Engine& engine) {
 
 // ---- fidelity --------------------------------------------------------------------------------------------
 
-StepFidelity fidelity(const Logits& ref, const Logits& got) {
+}  // namespace
+
+StepFidelity step_fidelity(const Logits& ref, const Logits& got) {
+  ORBIT_CHECK(ref.rows == got.rows && ref.vocab == got.vocab && ref.vocab > 0,
+              "step_fidelity: reference logits [" << ref.rows << ", " << ref.vocab << "] and window logits ["
+                                                  << got.rows << ", " << got.vocab << "] differ in shape");
   StepFidelity f;
   f.rows = ref.rows;
   double kl_sum = 0;
@@ -178,12 +184,26 @@ StepFidelity fidelity(const Logits& ref, const Logits& got) {
       kl += std::exp(lp) * (lp - lq);
     }
     kl_sum += std::max(kl, 0.0);
-    agree += static_cast<double>(p[got.argmax(r)]) >= mp - kTop1TieLogits ? 1 : 0;  // the argmax, or a tie
+    const bool agrees = static_cast<double>(p[got.argmax(r)]) >= mp - kTop1TieLogits;  // the argmax, or a tie
+    agree += agrees ? 1 : 0;
+    // The reference's runner-up: the largest logit other than (the first) argmax.
+    const int64_t top = ref.argmax(r);
+    double second = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < ref.vocab; ++j) {
+      if (j != top) second = std::max(second, static_cast<double>(p[j]));
+    }
+    if (mp - second < kNearTieLogits) {
+      ++f.near_tie_rows;
+      f.near_tie_misses += agrees ? 0 : 1;
+    }
   }
   f.kl = ref.rows > 0 ? kl_sum / static_cast<double>(ref.rows) : 0;
   f.top1 = ref.rows > 0 ? static_cast<double>(agree) / static_cast<double>(ref.rows) : 1;
+  f.top1_misses = ref.rows - agree;
   return f;
 }
+
+namespace {
 
 // ---- patch demands for the offline bound ----------------------------------------------------------------
 
@@ -367,6 +387,10 @@ class PolicyRun {
         t.mean_kl += s.fidelity->kl;
         t.max_kl = std::max(t.max_kl, s.fidelity->kl);
         t.mean_top1 += s.fidelity->top1;
+        t.top1_rows += s.fidelity->rows;
+        t.top1_misses += s.fidelity->top1_misses;
+        t.near_tie_rows += s.fidelity->near_tie_rows;
+        t.near_tie_misses += s.fidelity->near_tie_misses;
       }
     }
     if (predicted_steps > 0) t.mean_predicted_kl /= static_cast<double>(predicted_steps);
@@ -590,10 +614,11 @@ class PolicyRun {
     for (const InstanceInfo& x : w.instances()) r.deferred += x.deferred ? 1 : 0;
     const bool fits = r.window_tokens + static_cast<int64_t>(resolved_.probe.size()) <= info_.max_positions;
     if (options_.fidelity && r.window_tokens > 0 && fits && r.deferred == 0) {
-      r.fidelity = fidelity(w.reference_logits(resolved_.probe, true), w.logits(resolved_.probe, true));
+      r.fidelity = step_fidelity(w.reference_logits(resolved_.probe, true), w.logits(resolved_.probe, true));
       if (options_.attribute) r.losses = w.loss_by_instance(resolved_.probe);
     }
-    if (s.op == TraceOp::kGenerate && r.status == "ok" && (policy_.heal_when_idle || policy_.prepare_recalls > 0)) {
+    if (s.op == TraceOp::kGenerate && r.status == "ok" &&
+        (policy_.heal_when_idle || policy_.prepare_recalls > 0 || policy_.prepare_moves > 0)) {
       use_idle_time(&r);
     }
     return r;

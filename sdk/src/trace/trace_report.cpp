@@ -36,9 +36,13 @@ json step_json(const StepResult& s) {
             {"critical_seconds", num(s.critical_seconds)},
             {"background_seconds", num(s.background_seconds)},
             {"predicted_kl", s.predicted_kl >= 0 ? num(s.predicted_kl) : json(nullptr)}};
-  o["fidelity"] = s.fidelity
-                      ? json{{"kl", num(s.fidelity->kl)}, {"top1", num(s.fidelity->top1)}, {"rows", s.fidelity->rows}}
-                      : json(nullptr);
+  o["fidelity"] = s.fidelity ? json{{"kl", num(s.fidelity->kl)},
+                                    {"top1", num(s.fidelity->top1)},
+                                    {"rows", s.fidelity->rows},
+                                    {"top1_misses", s.fidelity->top1_misses},
+                                    {"near_tie_rows", s.fidelity->near_tie_rows},
+                                    {"near_tie_misses", s.fidelity->near_tie_misses}}
+                             : json(nullptr);
   if (s.deferred > 0) o["deferred"] = s.deferred;
   if (s.op == TraceOp::kGenerate) {
     o["generated"] = s.generated;
@@ -90,7 +94,11 @@ json totals_json(const PolicyTotals& t) {
             // null when no step was measured (a 0 would read as "exact")
             {"mean_kl", t.fidelity_steps > 0 ? num(t.mean_kl) : json(nullptr)},
             {"max_kl", t.fidelity_steps > 0 ? num(t.max_kl) : json(nullptr)},
-            {"mean_top1", t.fidelity_steps > 0 ? num(t.mean_top1) : json(nullptr)}};
+            {"mean_top1", t.fidelity_steps > 0 ? num(t.mean_top1) : json(nullptr)},
+            {"top1_rows", t.top1_rows},
+            {"top1_misses", t.top1_misses},
+            {"near_tie_rows", t.near_tie_rows},
+            {"near_tie_misses", t.near_tie_misses}};
   if (!t.loss_agreement.empty()) {
     json a = json::array();
     for (const LossAgreement& g : t.loss_agreement) {

@@ -65,7 +65,9 @@ std::string policy_spec_help() {
          "                                      the cheapest of keep / stored patch / first-k / CacheBlend / form;\n"
          "                                      :heal[=X] heals the window in idle time when its predicted KL\n"
          "                                      is >= X (Window::heal; default X = budget/10); :prep=N\n"
-         "                                      prepares the recalls of the N chunks evicted last (Window::idle)\n"
+         "                                      prepares the recalls of the N chunks evicted last (Window::idle);\n"
+         "                                      :move=N prepares, in a window that has reordered, moving N of its\n"
+         "                                      chunks behind the others (Window::idle)\n"
          "  reprefill                           prefill every instance whose context changed; reuse nothing\n"
          "  prefix                              prefix cache: reuse a chunk's KV only behind the identical context\n"
          "  blind                               relocate canonicals, never repair\n"
@@ -97,6 +99,7 @@ WindowPolicy parse_policy(const std::string& spec) {
   p.kl_budget = 0;           // presets carry no budget unless they say :kl=X
   p.heal_when_idle = false;  // nor heal unless they say :heal
   p.prepare_recalls = 0;     // nor prepare recalls unless they say :prep=N
+  p.prepare_moves = 0;       // nor moves unless they say :move=N
   if (head == "patch") {
     for (std::size_t i = 1; i < parts.size(); ++i) {
       const std::string& part = parts[i];
@@ -117,6 +120,11 @@ WindowPolicy parse_policy(const std::string& spec) {
         if (n < 0 || n != static_cast<double>(static_cast<int64_t>(n)))
           bad_spec(spec, "prep (recalls prepared in idle time) must be a non-negative integer");
         p.prepare_recalls = static_cast<int64_t>(n);
+      } else if (part.rfind("move=", 0) == 0) {
+        const double n = parse_number(spec, part.substr(5), "move");
+        if (n < 0 || n != static_cast<double>(static_cast<int64_t>(n)))
+          bad_spec(spec, "move (moves to the last chunk prepared in idle time) must be a non-negative integer");
+        p.prepare_moves = static_cast<int64_t>(n);
       } else if (part.rfind("kl=", 0) == 0) {
         p.kl_budget = parse_number(spec, part.substr(3), "kl budget");
         if (!(p.kl_budget > 0 && std::isfinite(p.kl_budget))) bad_spec(spec, "kl budget must be a positive number");
@@ -206,6 +214,7 @@ std::string WindowPolicy::name() const {
         if (heal_min_kl != WindowPolicy{}.heal_min_kl) s << "=" << heal_min_kl;
       }
       if (prepare_recalls > 0) s << ":prep=" << prepare_recalls;
+      if (prepare_moves > 0) s << ":move=" << prepare_moves;
       return s.str();
     case MissAction::kReprefill: return store_conditioned ? "prefix" : "reprefill";
     case MissAction::kBlind: return "blind";

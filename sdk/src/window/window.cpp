@@ -422,6 +422,40 @@ Window Window::fork() const {
   return Window(detail::fork_state(*state_));
 }
 
+namespace {
+
+// The policy of the throwaway forks idle-time preparation runs in: the chunk is formed in context, the
+// survivors are kept (nothing else is formed), and nothing is stored but the chunk's patch.
+WindowPolicy preparation_policy(WindowPolicy prep) {
+  prep.on_miss = MissAction::kForm;
+  prep.survivors = SurvivorAction::kKeep;
+  prep.stale = StalePatch::kRebuild;
+  prep.reuse_stored = false;
+  prep.use_orbit_patches = true;  // stores the orbit key too, when none is stored
+  prep.store_conditioned = false;
+  prep.cascade_on_recall = false;
+  prep.kl_budget = 0;
+  prep.cost_aware = false;
+  prep.defer_repairs = false;
+  return prep;
+}
+
+// The step of `plan` that forms `id`'s patch, when the plan forms one that is not stored yet; else null.
+const PlanStep* new_form_step(const detail::EngineCore& core, const Plan& plan, InstanceId id) {
+  if (!plan.refusal.empty()) return nullptr;
+  const PlanStep* step = nullptr;
+  for (const PlanStep& x : plan.steps) {
+    if (x.instance == id) step = &x;
+  }
+  if (step == nullptr || step->action != StepAction::kForm || step->store_keys.empty() ||
+      core.available(step->store_keys.front())) {
+    return nullptr;  // nothing to form there, or prepared already
+  }
+  return step;
+}
+
+}  // namespace
+
 IdleReport Window::prepare_recalls(int64_t max_chunks) {
   const detail::OpHold hold(*state_->core);
   ORBIT_CHECK(max_chunks >= 0, "prepare_recalls: max_chunks = " << max_chunks << " must be >= 0");
@@ -435,36 +469,58 @@ IdleReport Window::prepare_recalls(int64_t max_chunks) {
   std::sort(recent.begin(), recent.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   if (recent.size() > static_cast<std::size_t>(max_chunks)) recent.resize(static_cast<std::size_t>(max_chunks));
   // A recall in a throwaway fork, formed in context: the fork's past is this window's KV, so the patch is
-  // the one a recall to the tail here needs; the survivors are kept (nothing else is formed).
-  WindowPolicy prep = s.options.policy;
-  prep.on_miss = MissAction::kForm;
-  prep.survivors = SurvivorAction::kKeep;
-  prep.stale = StalePatch::kRebuild;
-  prep.reuse_stored = false;
-  prep.use_orbit_patches = true;  // stores the orbit key too, when none is stored
-  prep.store_conditioned = false;
-  prep.cascade_on_recall = false;
-  prep.kl_budget = 0;
-  prep.cost_aware = false;
-  prep.defer_repairs = false;
+  // the one a recall to the tail here needs.
+  const WindowPolicy prep = preparation_policy(s.options.policy);
   for (const auto& [when, key] : recent) {
     Window child(detail::fork_state(s));
     child.state_->options.policy = prep;
-    const InstanceId id = s.evicted.at(key).id;
     const Plan plan = child.plan_recall(s.core->record(key).ref);
-    if (!plan.refusal.empty()) continue;
-    const PlanStep* step = nullptr;
-    for (const PlanStep& x : plan.steps) {
-      if (x.instance == id) step = &x;
-    }
-    if (step == nullptr || step->action != StepAction::kForm || step->store_keys.empty() ||
-        s.core->available(step->store_keys.front())) {
-      continue;  // nothing to form there, or prepared already
-    }
+    if (new_form_step(*s.core, plan, s.evicted.at(key).id) == nullptr) continue;
     const Result<ApplyReport> r = detail::apply_plan(*child.state_, plan, /*background=*/true);
     if (!r.is_ok()) continue;  // the pool filled up meanwhile: skipped, as documented
     ++out.recalls_prepared;
     out.prepare_forward_tokens += r.value().forward_tokens;
+  }
+  out.forward_tokens = out.prepare_forward_tokens;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+IdleReport Window::prepare_moves(int64_t max_chunks) {
+  const detail::OpHold hold(*state_->core);
+  ORBIT_CHECK(max_chunks >= 0, "prepare_moves: max_chunks = " << max_chunks << " must be >= 0");
+  IdleReport out;
+  const WindowState& s = *state_;
+  if (max_chunks == 0 || s.has_deferred()) return out;
+  std::vector<std::size_t> chunks;  // chunk entries, in window order
+  for (std::size_t i = 0; i < s.entries.size(); ++i) {
+    if (!s.entries[i].is_turn) chunks.push_back(i);
+  }
+  if (chunks.size() < 2) return out;
+  const auto start = std::chrono::steady_clock::now();
+  // A move behind the last chunk puts the chunk where that one is followed by: the instance after it
+  // (a turn), or the window's end.
+  const std::size_t last = chunks.back();
+  const InstanceId before = last + 1 < s.entries.size() ? s.entries[last + 1].id : 0;
+  const WindowPolicy prep = preparation_policy(s.options.policy);
+  int64_t tried = 0;
+  for (std::size_t k = chunks.size() - 1; k-- > 0 && tried < max_chunks;) {
+    const Entry& e = s.entries[chunks[k]];
+    ++tried;
+    // In a throwaway fork: evicted (the survivors kept as they are, which is what a deferred reorder
+    // leaves them) and recalled behind the last chunk, formed in that context.
+    Window child(detail::fork_state(s));
+    child.state_->options.policy = prep;
+    const Plan evict = child.plan_evict(e.id);
+    if (!evict.refusal.empty()) continue;
+    const Result<ApplyReport> evicted = detail::apply_plan(*child.state_, evict, /*background=*/true);
+    if (!evicted.is_ok()) continue;
+    const Plan plan = child.plan_recall(e.ref(), before);
+    if (new_form_step(*s.core, plan, e.id) == nullptr) continue;
+    const Result<ApplyReport> r = detail::apply_plan(*child.state_, plan, /*background=*/true);
+    if (!r.is_ok()) continue;  // the pool filled up meanwhile: skipped, as documented
+    ++out.moves_prepared;
+    out.prepare_forward_tokens += evicted.value().forward_tokens + r.value().forward_tokens;
   }
   out.forward_tokens = out.prepare_forward_tokens;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -489,6 +545,13 @@ IdleReport Window::idle() {
     out.recalls_prepared = prepared.recalls_prepared;
     out.prepare_forward_tokens = prepared.prepare_forward_tokens;
   }
+  // An agent that has reordered this window is one that attends by moving chunks: only then is a move
+  // worth preparing (a window never reordered would spend its idle time on patches nothing reads).
+  if (policy.prepare_moves > 0 && state_->reorders > 0) {
+    const IdleReport prepared = prepare_moves(policy.prepare_moves);
+    out.moves_prepared = prepared.moves_prepared;
+    out.prepare_forward_tokens += prepared.prepare_forward_tokens;
+  }
   out.forward_tokens = out.heal_forward_tokens + out.prepare_forward_tokens;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
@@ -504,6 +567,7 @@ std::unique_ptr<WindowState> fork_state(const WindowState& s) {
   child->options = s.options;
   child->graph = s.graph;
   child->evicted = s.evicted;
+  child->reorders = s.reorders;
   {
     std::lock_guard<std::mutex> lock(s.core->pool_mutex());
     for (const Entry& e : s.entries) {

@@ -216,6 +216,7 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
   }
   ++state.version;
   ++state.operations;
+  if (plan.op == Operation::kReorder) ++state.reorders;
   state.forward_tokens += report.forward_tokens;
   counters.forward_tokens = report.forward_tokens - encode_tokens;
   counters.critical_forward_tokens = report.forward_tokens;

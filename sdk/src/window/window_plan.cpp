@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "orbit/common/error.h"
+#include "orbit/planner/antecedents.h"
 #include "orbit/planner/cost_model.h"
 #include "orbit/planner/fidelity_model.h"
 #include "window/actions.h"
@@ -245,6 +246,26 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     total_tokens += si.length;
     pages += state.pages_for(si.length);
   }
+  // What a reorder changes before each kept instance: content moved in front of it or away from before it
+  // (planner/antecedents.h). All zeros unless the kept instances change order.
+  std::vector<planner::AntecedentChange> moved_context;
+  {
+    std::vector<int64_t> rank(n_old, -1);
+    for (const Slot& sl : layout.slots)
+      if (sl.existing >= 0) rank[static_cast<std::size_t>(sl.existing)] = 0;
+    int64_t next = 0;
+    for (int64_t& r : rank)
+      if (r >= 0) r = next++;
+    std::vector<planner::KeptInstance> kept;
+    kept.reserve(static_cast<std::size_t>(next));
+    for (std::size_t i = 0; i < layout.slots.size(); ++i) {
+      const int64_t existing = layout.slots[i].existing;
+      if (existing < 0) continue;
+      kept.push_back({rank[static_cast<std::size_t>(existing)], old_position[static_cast<std::size_t>(existing)],
+                      info[i].position, info[i].length, info[i].extent});
+    }
+    moved_context = planner::antecedent_changes(kept);
+  }
   {
     // The hash of the keys before each old entry as the window holds them now, to tell a context this
     // operation changes from one an earlier edit changed (and left kept or deferred).
@@ -255,6 +276,7 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     int64_t inserted = 0;
     int64_t seen_removed = 0;
     int64_t change_at = 0;  // position (after the operation) of the latest removal or insertion so far
+    std::size_t kept_index = 0;
     for (std::size_t i = 0; i < layout.slots.size(); ++i) {
       SlotInfo& si = info[i];
       if (si.old != nullptr) {
@@ -263,11 +285,16 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
         seen_removed = removed;
         si.keys_same = si.old->formed_on_keys == keys_hash;
         si.changed_now = old_keys_before[static_cast<std::size_t>(layout.slots[i].existing)] != keys_hash;
+        const planner::AntecedentChange& moved = moved_context[kept_index++];
         const double delta = static_cast<double>(removed + inserted);
-        si.drift = si.keys_same ? 0.0 : si.old->drift_tokens + delta;
-        const double local = planner::keep_change(delta, static_cast<double>(si.position - change_at));
+        const double moved_delta = static_cast<double>(moved.inserted);
+        si.drift = si.keys_same ? 0.0 : si.old->drift_tokens + delta + moved_delta;
+        const double local =
+            planner::keep_change(delta, static_cast<double>(si.position - change_at)) +
+            planner::keep_change(static_cast<double>(moved.inserted), static_cast<double>(moved.inserted_gap));
         si.change = si.keys_same ? 0.0 : std::min(1.0, si.old->keep_change + local);
-        if (!si.keys_same && si.drift == 0) si.change = 1.0;  // reordered: the keys moved, nothing was added
+        // The same antecedents in another order: nothing was added or removed, the keys only moved.
+        if (!si.keys_same && si.drift == 0) si.change = 1.0;
       } else {
         inserted += si.length;
         change_at = si.position + si.extent;
@@ -486,14 +513,15 @@ Plan plan_layout(const WindowState& state, const Layout& layout) {
     for (std::size_t i = 0; i < info.size(); ++i) {
       if (info[i].candidates.size() > 1) push_best(i);
     }
-    // Over budget, the kept instances that carry a loss may be upgraded too, but enumerating every action
+    // The kept instances that carry a loss may be upgraded too: over budget to fit it, under budget when
+    // the upgrade is nearly free (an exact patch a prepared move or recall stored). Enumerating every action
     // of each (store lookups, patch keys, stale comparisons) is most of a large window's planning. Each
     // is first given a bound on the gain its alternatives could offer (ActionFloor: no lookups); it is
     // enumerated only once that bound reaches the best upgrade known, so the choices are the ones a full
     // enumeration makes, and a window whose survivors lose next to nothing plans in time linear in its
     // size with a small constant.
     std::vector<std::pair<double, std::size_t>> pending;  // (gain bound, slot), highest first
-    if (total_kl > policy.kl_budget) {
+    {
       Context none{{}, ContextSigner(prefix), {}};
       for (std::size_t i = 0; i < info.size(); ++i) {
         const SlotInfo& si = info[i];

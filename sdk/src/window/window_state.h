@@ -78,6 +78,7 @@ struct WindowState {
   std::map<std::string, EvictedInstance> evicted;  // chunk key -> evicted instance
   double forward_tokens = 0;
   int64_t operations = 0;
+  int64_t reorders = 0;  // reorders applied (Window::idle prepares moves only for a window that reorders)
 
   ~WindowState();                           // releases pages under the engine's pool lock
   bool has_deferred() const;                // an instance's repair waits (WindowPolicy::defer_repairs)
