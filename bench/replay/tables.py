@@ -35,7 +35,7 @@ TRACE_DIR = "tests/data/traces"
 SWEEP_TRACES = ["agent_browse", "agent_coding", "agent_videoqa", "agent_fanout", "agent_rag"]
 SWEEP_BUDGETS = ["0.001", "0.003", "0.01", "0.03"]
 # The sweep's policies use idle time as the default policy does (Window::idle after every generate step).
-SWEEP_IDLE = ":heal:prep=1"
+SWEEP_IDLE = ":heal:prep=1:move=8"
 
 
 def trace_path(name):

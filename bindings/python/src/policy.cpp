@@ -61,6 +61,15 @@ bool boolean(py::handle v, const char* field) {
   return v.cast<bool>();
 }
 
+// A count: an int >= 0 (a bool is refused, though Python calls it an int).
+int64_t count(py::handle v, const char* field) {
+  if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 0) {
+    throw py::value_error(std::string("WindowPolicy.") + field + ": expected a non-negative int, got " +
+                          std::string(py::repr(v)));
+  }
+  return v.cast<int64_t>();
+}
+
 // A rank: a positive int, or "full" (every singular direction). A negative int is refused: -1 read as
 // "full" turned a typo such as rank=-1 into a full-rank patch without a word.
 int64_t rank(py::handle v, const char* field) {
@@ -114,22 +123,8 @@ const std::map<std::string, Setter>& setters() {
       {"defer_repairs", [](WindowPolicy& p, py::handle v) { p.defer_repairs = boolean(v, "defer_repairs"); }},
       {"heal_when_idle", [](WindowPolicy& p, py::handle v) { p.heal_when_idle = boolean(v, "heal_when_idle"); }},
       {"heal_min_kl", [](WindowPolicy& p, py::handle v) { p.heal_min_kl = number(v, "heal_min_kl", 0, 1e9, false); }},
-      {"prepare_recalls",
-       [](WindowPolicy& p, py::handle v) {
-         if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 0) {
-           throw py::value_error("WindowPolicy.prepare_recalls: expected a non-negative int, got " +
-                                 std::string(py::repr(v)));
-         }
-         p.prepare_recalls = v.cast<int64_t>();
-       }},
-      {"prepare_moves",
-       [](WindowPolicy& p, py::handle v) {
-         if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 0) {
-           throw py::value_error("WindowPolicy.prepare_moves: expected a non-negative int, got " +
-                                 std::string(py::repr(v)));
-         }
-         p.prepare_moves = v.cast<int64_t>();
-       }},
+      {"prepare_recalls", [](WindowPolicy& p, py::handle v) { p.prepare_recalls = count(v, "prepare_recalls"); }},
+      {"prepare_moves", [](WindowPolicy& p, py::handle v) { p.prepare_moves = count(v, "prepare_moves"); }},
       {"first_k",
        [](WindowPolicy& p, py::handle v) {
          if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 1) {
