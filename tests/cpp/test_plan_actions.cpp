@@ -309,6 +309,32 @@ TEST_CASE("a chunk moved behind content it never saw is priced by how much it pa
   CHECK(three > same_set * 1.5);
 }
 
+TEST_CASE("a stale patch of the same antecedents in another order is priced as an orbit patch and not as exact",
+          "[plan][budget]") {
+  std::mt19937_64 rng(14);
+  auto engine = open_stories();
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 16)), b = engine->add_tokens(random_tokens(rng, 16)),
+                 c = engine->add_tokens(random_tokens(rng, 16));
+  // :exact reads no orbit patches; :stale=0.5 accepts the closest patch within that divergence.
+  Window w = engine->new_window(with_policy("patch:16:exact:stale=0.5:eager"));
+  w.admit(a);
+  w.admit(b);
+  w.admit(c);
+  engine->run_background();  // c's patch stored under (a, b)
+  const std::vector<InstanceInfo> in = w.instances();
+  const Plan p = w.plan_reorder({in[1].id, in[0].id, in[2].id});  // c now behind (b, a): the same set
+  const PlanStep* served = nullptr;
+  for (const PlanStep& s : p.steps) {
+    if (s.instance == in[2].id) served = &s;
+  }
+  REQUIRE(served != nullptr);
+  INFO(p.describe());
+  CHECK(served->match == PatchMatch::kStale);
+  CHECK(served->divergence == 0);
+  CHECK(served->predicted_kl > 0);
+  CHECK_FALSE(p.exact);
+}
+
 TEST_CASE("under the default budget a window reuses the rank-16 patch another formed behind the same context",
           "[plan][budget][regression]") {
   // The fidelity model reads a stored patch's residual (the share of its deficit left out), not the share

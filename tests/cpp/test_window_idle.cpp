@@ -356,6 +356,20 @@ TEST_CASE("prepare_moves: moving a chunk behind the others becomes a patch hit; 
   REQUIRE(after.size() == before.size());
   for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].id == before[i].id);
   CHECK(w.prepare_moves(8).moves_prepared == 0);  // prepared already: nothing more to form
+  {
+    // Stored under the exact context only: under a policy that reads orbit patches, the same move after
+    // c and b swap finds none (one ordering's patch is not an orbit patch) and forms a again.
+    const WindowPolicy exact = w.policy();
+    WindowPolicy orbit = parse_policy("patch:16:eager");
+    orbit.survivors = SurvivorAction::kRecondition;
+    REQUIRE(orbit.use_orbit_patches);
+    w.set_policy(orbit);
+    const PlanStep* other = step_for(w.plan_reorder({ic, ib, ia, turn}), ia);
+    REQUIRE(other != nullptr);
+    CHECK(other->match != PatchMatch::kOrbit);
+    CHECK(other->forward_tokens == Approx(10));
+    w.set_policy(exact);
+  }
 
   // The move reads the prepared patch (exact context): no forward for a on the critical path, and the
   // window is as close to a re-prefill as the rank-16 patch allows.

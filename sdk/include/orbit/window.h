@@ -252,7 +252,8 @@ class Window {
   // need (what an agent does to attend to one of them: the frame a question is about, a page looked at
   // again): for up to `max_chunks` chunk instances, nearest the last chunk first, one forward of the chunk
   // in the context such a move gives it (every other instance before it as the window holds them now), its
-  // patch stored under that context's keys; the window itself is not changed. That reorder is then served
+  // patch stored under that exact context's key (not as the antecedent set's orbit patch, which other
+  // orderings would read); the window itself is not changed. That reorder is then served
   // from a stored patch with no forward on the critical path, where it would otherwise keep the chunk over
   // a context it never saw or form it again. A move whose patch is stored already costs nothing; does
   // nothing while repairs are deferred; chunks the pool has no room for are skipped. Background work.

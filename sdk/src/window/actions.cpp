@@ -272,7 +272,11 @@ class StoredPatch final : public ServeAction {
       s.match = PatchMatch::kStale;
       s.patch_key = match->key;
       s.divergence = best;
-      s.predicted_kl = in.fidelity.predict(planner::Loss::kStale, best, in.weight, in.sensitivity);
+      // Divergence compares antecedent sets, so 0 is the same set in another order (the exact key would
+      // have matched otherwise): one ordering's patch read under another, which loses at least what an
+      // orbit patch does.
+      s.predicted_kl = best > 0 ? in.fidelity.predict(planner::Loss::kStale, best, in.weight, in.sensitivity)
+                                : in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight, in.sensitivity);
       std::ostringstream why;
       why.precision(2);
       why << "stale patch (divergence " << best;
