@@ -197,7 +197,7 @@ TEST_CASE("idle time: after a generate step the window heals and prepares a reca
       {"op": "generate", "max_tokens": 2}, {"op": "recall", "chunk": "a"}, {"op": "generate", "max_tokens": 2})";
   const Trace t = parse_trace(tiny_trace(steps, R"(, {"name": "c", "random_tokens": 7, "seed": 3})"), "idle.json");
   // A budget so loose that every survivor is kept: the window the model reads is approximate. The same
-  // with the idle-time work of the default policy (`:heal:prep=1`).
+  // with the default policy's heal and prepared recall (`:heal:prep=1`; this trace never reorders).
   ReplayOptions o = stories_options({"patch:16:kl=1:heal:prep=1", "patch:16:kl=1"});
   o.baselines = false;
   const ReplayReport r = replay(t, o);
