@@ -81,6 +81,16 @@ TEST_CASE("step_fidelity: KL, top-1 with float ties, and misses at the reference
   CHECK(f.top1_misses == 2);
   CHECK(f.near_tie_rows == 2);
   CHECK(f.near_tie_misses == 1);
+  // Each miss names its row and how far the reference's own choice was ahead of the window's pick.
+  REQUIRE(f.misses.size() == 2);
+  CHECK(f.misses[0].row == 0);
+  CHECK(f.misses[0].margin == Approx(0.05).margin(1e-6));
+  CHECK(f.misses[0].near_tie);
+  CHECK(f.misses[0].kl > 0);
+  CHECK(f.misses[1].row == 1);
+  CHECK(f.misses[1].margin == Approx(3.0).margin(1e-6));
+  CHECK_FALSE(f.misses[1].near_tie);
+  CHECK(f.misses[1].kl > f.misses[0].kl);
   CHECK(f.kl > 0);
   CHECK(step_fidelity(ref, ref).kl == Approx(0).margin(1e-12));
   CHECK(step_fidelity(ref, ref).top1_misses == 0);
@@ -457,6 +467,28 @@ TEST_CASE("the JSON report parses and has the documented fields", "[trace][json]
   }
   CHECK(p.at("steps")[1].at("fidelity").at("rows") == 4);
   CHECK(p.at("steps")[6].at("generated").size() == 4);
+  // Every top-1 miss is listed with its row, the reference's margin over the window's pick and its KL.
+  int64_t listed = 0;
+  for (const json& pol : j.at("policies")) {
+    for (const json& s : pol.at("steps")) {
+      const json& f = s.at("fidelity");
+      if (f.is_null()) continue;
+      const int64_t misses = f.at("top1_misses");
+      if (misses == 0) {
+        CHECK_FALSE(f.contains("misses"));
+        continue;
+      }
+      REQUIRE(f.at("misses").size() == static_cast<std::size_t>(misses));
+      for (const json& m : f.at("misses")) {
+        CHECK(m.at("row") >= 0);
+        CHECK(m.at("row") < f.at("rows"));
+        CHECK(m.at("margin") > 0.0);
+        CHECK(m.at("kl") >= 0.0);
+      }
+      listed += misses;
+    }
+  }
+  CHECK(listed > 0);
 }
 
 TEST_CASE("attribution: each approximate instance's own loss per step, summed up per way of serving",

@@ -278,15 +278,24 @@ inline constexpr double kKlFloor = 1e-7;
 // clear choice. Replay counts such rows and misses so a top-1 figure can be read (it does not change it).
 inline constexpr double kNearTieLogits = 0.1;
 
+// One probe row whose top-1 the window got wrong: how close the reference itself was to the window's pick.
+struct Top1Miss {
+  int64_t row = 0;        // the probe row
+  double margin = 0;      // the reference's logit for its own top-1 minus its logit for the window's top-1 (> 0)
+  double kl = 0;          // that row's KL(reference ‖ window), nats
+  bool near_tie = false;  // the row is a reference near tie (its top two logits within kNearTieLogits)
+};
+
 struct StepFidelity {
   double kl = 0;  // mean over probe rows of KL(reference ‖ window), nats
   // Fraction of rows whose top-1 agrees: the window's argmax is the reference's, or ties with it (its
   // reference logit within kTop1TieLogits of the reference's largest; float noise picks between such).
   double top1 = 0;
   int64_t rows = 0;
-  int64_t top1_misses = 0;      // rows whose top-1 disagrees: rows × (1 − top1)
-  int64_t near_tie_rows = 0;    // rows whose reference top two logits are within kNearTieLogits
-  int64_t near_tie_misses = 0;  // top-1 misses among those rows
+  int64_t top1_misses = 0;       // rows whose top-1 disagrees: rows × (1 − top1)
+  int64_t near_tie_rows = 0;     // rows whose reference top two logits are within kNearTieLogits
+  int64_t near_tie_misses = 0;   // top-1 misses among those rows
+  std::vector<Top1Miss> misses;  // every top-1 miss, in row order (top1_misses of them)
 };
 
 // How orbit::replay scores a window's logits against the reference's over the same rows: KL, top-1 and the

@@ -36,7 +36,8 @@ StepFidelity step_fidelity(const Logits& ref, const Logits& got) {
       kl += std::exp(lp) * (lp - lq);
     }
     kl_sum += std::max(kl, 0.0);
-    const bool agrees = static_cast<double>(p[got.argmax(r)]) >= mp - kTop1TieLogits;  // the argmax, or a tie
+    const double picked = p[got.argmax(r)];             // the reference's logit for the window's pick
+    const bool agrees = picked >= mp - kTop1TieLogits;  // the argmax, or a tie
     agree += agrees ? 1 : 0;
     // The reference's runner-up: the largest logit other than (the first) argmax.
     const int64_t top = ref.argmax(r);
@@ -44,10 +45,12 @@ StepFidelity step_fidelity(const Logits& ref, const Logits& got) {
     for (int64_t j = 0; j < ref.vocab; ++j) {
       if (j != top) second = std::max(second, static_cast<double>(p[j]));
     }
-    if (mp - second < kNearTieLogits) {
+    const bool near_tie = mp - second < kNearTieLogits;
+    if (near_tie) {
       ++f.near_tie_rows;
       f.near_tie_misses += agrees ? 0 : 1;
     }
+    if (!agrees) f.misses.push_back({r, mp - picked, std::max(kl, 0.0), near_tie});
   }
   f.kl = ref.rows > 0 ? kl_sum / static_cast<double>(ref.rows) : 0;
   f.top1 = ref.rows > 0 ? static_cast<double>(agree) / static_cast<double>(ref.rows) : 1;

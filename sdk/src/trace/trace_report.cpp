@@ -43,6 +43,13 @@ json step_json(const StepResult& s) {
                                     {"near_tie_rows", s.fidelity->near_tie_rows},
                                     {"near_tie_misses", s.fidelity->near_tie_misses}}
                              : json(nullptr);
+  if (s.fidelity && !s.fidelity->misses.empty()) {
+    json misses = json::array();
+    for (const Top1Miss& m : s.fidelity->misses) {
+      misses.push_back({{"row", m.row}, {"margin", num(m.margin)}, {"kl", num(m.kl)}, {"near_tie", m.near_tie}});
+    }
+    o["fidelity"]["misses"] = std::move(misses);
+  }
   if (s.deferred > 0) o["deferred"] = s.deferred;
   if (s.op == TraceOp::kGenerate) {
     o["generated"] = s.generated;
