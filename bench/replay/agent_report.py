@@ -155,8 +155,8 @@ def why_missed(report, default_name):
             margins = sorted(m["margin"] for m in rows)
             kls = sorted(m["kl"] for m in rows)
             out.append("at the missed rows the reference preferred its own token to the window's pick by %.3f to %.3f "
-                       "logits (median %.3f), and those rows' KL was %.1e to %.1e: a row whose reference margin is "
-                       "that small flips under a loss far below the target's"
+                       "logits (median %.3f; a clear choice leads by a logit or more), and those rows' own KL was %.1e to "
+                       "%.1e"
                        % (margins[0], margins[-1], margins[len(margins) // 2], kls[0], kls[-1]))
     if td["critical_seconds"] >= tp["critical_seconds"]:
         out.append("wall %.3f s vs prefix %.3f s (same run)" % (td["critical_seconds"], tp["critical_seconds"]))
