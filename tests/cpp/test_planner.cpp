@@ -1,6 +1,6 @@
 // orbit::planner: placement (DP against brute force, greedy properties), the cost model fit and decision,
 // admission under a byte budget (property test), the offline bounds (against LRU and brute force) and the
-// antecedent changes of a reorder (against their definition).
+// antecedent changes of a reorder (against their definition) and the prefix-cache ledger.
 // The dependency graph has its own file (test_dependency_graph.cpp).
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
@@ -22,6 +22,7 @@
 #include "orbit/planner/fidelity_model.h"
 #include "orbit/planner/offline.h"
 #include "orbit/planner/placement.h"
+#include "orbit/planner/prefix_ledger.h"
 
 using namespace orbit::planner;
 using Catch::Matchers::Contains;
@@ -622,4 +623,46 @@ TEST_CASE("antecedent_changes agrees with the definition on random permutations"
       CHECK(got[i].removed_gap == want[i].removed_gap);
     }
   }
+}
+
+namespace {
+
+// A window as a prefix cache sees it: instance keys (small ints) and their tokens, chained as the window
+// chains its content keys.
+std::vector<orbit::planner::PrefixSpan> spans(const std::vector<std::pair<int, int64_t>>& instances) {
+  std::vector<orbit::planner::PrefixSpan> out;
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& [key, tokens] : instances) {
+    h = (h ^ static_cast<uint64_t>(key)) * 1099511628211ull;
+    out.push_back({h, tokens});
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("prefix ledger: a prefix cache recomputes from the first instance it has not held", "[planner][cpu]") {
+  using orbit::planner::PrefixLedger;
+  PrefixLedger cache;
+  CHECK(cache.read(spans({{1, 10}, {2, 20}, {3, 30}})) == 60);          // first sight: everything
+  CHECK(cache.read(spans({{1, 10}, {2, 20}, {3, 30}})) == 0);           // read again: nothing
+  CHECK(cache.read(spans({{1, 10}, {2, 20}, {3, 30}, {4, 5}})) == 5);   // appended: the new instance
+  CHECK(cache.read(spans({{1, 10}, {3, 30}, {4, 5}})) == 35);           // 2 evicted: all that follows it
+  CHECK(cache.read(spans({{1, 10}, {2, 20}, {3, 30}, {4, 5}})) == 0);   // back to a sequence it holds
+  CHECK(cache.read(spans({{1, 10}, {3, 30}, {2, 20}, {4, 5}})) == 25);  // reordered: 1 3 was held, so from 2
+  CHECK(cache.read(spans({{2, 20}, {1, 10}})) == 30);                   // same keys, another prefix
+  CHECK(cache.read({}) == 0);
+  CHECK(cache.size() == 10);  // the distinct prefixes read: 1 12 123 1234 13 134 132 1324 2 21
+}
+
+TEST_CASE("prefix ledger: bounded, it forgets the deepest prefixes read longest ago first", "[planner][cpu]") {
+  using orbit::planner::PrefixLedger;
+  PrefixLedger cache(3);
+  CHECK(cache.capacity() == 3);
+  CHECK(cache.read(spans({{1, 10}, {2, 20}, {3, 30}})) == 60);
+  CHECK(cache.read(spans({{7, 1}})) == 1);  // forgets 123, the leaf of the older read
+  CHECK(cache.size() == 3);
+  CHECK(cache.read(spans({{1, 10}, {2, 20}})) == 0);            // its shorter prefixes are still held
+  CHECK(cache.read(spans({{1, 10}, {2, 20}, {3, 30}})) == 30);  // the leaf was recomputed
+  CHECK_THROWS_WITH(PrefixLedger(0), Catch::Contains("capacity"));
 }

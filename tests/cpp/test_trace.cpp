@@ -143,6 +143,21 @@ TEST_CASE("re-prefill is exact at every step; the patch policy forms fewer forwa
     CHECK(blind->totals.near_tie_misses == tie_misses);
     CHECK(tie_misses <= misses);
     CHECK(tie_rows <= rows);
+    // The live yardstick (EngineStats::prefix_cache_tokens): a prefix cache that holds every prefix it
+    // computed, turns included, forwards no more than the prefix baseline, which prefills a live turn again
+    // behind a change. Where no turn follows a change (video) the two agree, under every policy: they read
+    // the same windows.
+    double totals = 0;
+    for (const StepResult& s : prefix->steps) totals += s.prefix_cache_tokens;
+    CHECK(prefix->totals.prefix_cache_tokens == Approx(totals));
+    CHECK(prefix->totals.prefix_cache_tokens > 0);
+    CHECK(prefix->totals.prefix_cache_tokens <= prefix->totals.critical_forward_tokens);
+    if (name == "video.json") {
+      for (const PolicyReplay& p : r.policies) {
+        INFO(p.policy);
+        CHECK(p.totals.prefix_cache_tokens == Approx(prefix->totals.critical_forward_tokens));
+      }
+    }
     const PolicyReplay& patch = r.policies[0];
     CHECK(patch.totals.forward_tokens < reprefill->totals.forward_tokens);
     CHECK(patch.totals.forward_tokens < patch.totals.full_prefill_tokens);
@@ -446,10 +461,26 @@ TEST_CASE("the JSON report parses and has the documented fields", "[trace][json]
   for (const json& p : j.at("policies")) names.push_back(p.at("policy"));
   CHECK(names == std::vector<std::string>{"patch:16", "cacheblend:0.15", "reprefill", "prefix", "blind"});
   const json& p = j.at("policies")[0];
-  for (const char* f : {"forward_tokens", "critical_forward_tokens", "critical_seconds", "background_forward_tokens",
-                        "background_seconds", "mean_predicted_kl", "full_prefill_tokens", "seconds", "bytes_moved",
-                        "peak_device_bytes", "patches_formed", "patch_hits", "mean_kl", "max_kl", "mean_top1",
-                        "top1_rows", "top1_misses", "near_tie_rows", "near_tie_misses"}) {
+  for (const char* f : {"forward_tokens",
+                        "critical_forward_tokens",
+                        "critical_seconds",
+                        "background_forward_tokens",
+                        "background_seconds",
+                        "mean_predicted_kl",
+                        "full_prefill_tokens",
+                        "seconds",
+                        "bytes_moved",
+                        "peak_device_bytes",
+                        "patches_formed",
+                        "patch_hits",
+                        "mean_kl",
+                        "max_kl",
+                        "mean_top1",
+                        "top1_rows",
+                        "top1_misses",
+                        "near_tie_rows",
+                        "near_tie_misses",
+                        "prefix_cache_tokens"}) {
     CHECK(p.at("totals").contains(f));
   }
   for (const char* f :
@@ -461,7 +492,7 @@ TEST_CASE("the JSON report parses and has the documented fields", "[trace][json]
     for (const char* f :
          {"index", "op", "branch", "status", "forward_tokens", "critical_forward_tokens", "background_forward_tokens",
           "critical_seconds", "background_seconds", "predicted_kl", "full_prefill_tokens", "bytes_moved",
-          "device_bytes", "peak_device_bytes", "window_tokens", "seconds", "fidelity"}) {
+          "prefix_cache_tokens", "device_bytes", "peak_device_bytes", "window_tokens", "seconds", "fidelity"}) {
       CHECK(s.contains(f));
     }
   }

@@ -125,3 +125,62 @@ TEST_CASE("deferred repairs: an edit forwards nothing; the next read or forwardi
   for (const InstanceInfo& i : s.instances()) CHECK_FALSE(i.deferred);
   CHECK(window_error(s, query) < 1e-4);
 }
+
+TEST_CASE("prefix-cache yardstick: what a prefix cache would forward, counted at forwards and model calls",
+          "[window][defer]") {
+  std::mt19937_64 rng(37);
+  const std::vector<int64_t> ta = random_tokens(rng, 12), tb = random_tokens(rng, 12), tc = random_tokens(rng, 12);
+  const std::vector<int64_t> question = random_tokens(rng, 5), aside = random_tokens(rng, 6);
+  const std::vector<int64_t> query = random_tokens(rng, 3);
+  GenerateOptions one;
+  one.max_tokens = 1;
+  // The same operations under a policy; each on its own engine (the yardstick is engine-wide).
+  struct Counts {
+    std::vector<double> yardstick;  // WindowStats::prefix_cache_tokens after each operation
+    double critical = 0;
+    double child = 0;
+    double engine = 0;
+  };
+  auto run = [&](const char* spec) {
+    auto engine = open_stories();
+    WindowOptions o;
+    o.policy = parse_policy(spec);
+    Window w = engine->new_window(o);
+    Counts c;
+    auto note = [&] { c.yardstick.push_back(w.stats().prefix_cache_tokens); };
+    w.admit(engine->add_tokens(ta));
+    w.admit(engine->add_tokens(tb));
+    w.admit(engine->add_tokens(tc));
+    note();                        // first sights
+    w.evict(w.instances()[1].id);  // an edit alone
+    note();
+    w.add_turn(question);  // the next forward: c behind the eviction, and the turn
+    note();
+    w.evict(w.instances()[0].id);  // an edit, then a model call
+    w.generate(query, one);
+    note();
+    w.generate(query, one);  // the window unchanged
+    w.idle();                // idle-time work is no read
+    note();
+    Window child = w.fork();  // a fork reads what its parent's reads computed
+    child.add_turn(aside);
+    c.child = child.stats().prefix_cache_tokens;
+    c.critical = w.stats().critical_forward_tokens;
+    c.engine = engine->stats().prefix_cache_tokens;
+    CHECK(c.engine == Approx(w.stats().prefix_cache_tokens + child.stats().prefix_cache_tokens));
+    return c;
+  };
+  const Counts prefix = run("prefix");
+  const Counts orbit_default = run("default");
+  const Counts reuse = run("patch:16");
+  const std::vector<double> expected = {36, 36, 36 + 12 + 5, 53 + 12 + 5, 70};
+  CHECK(prefix.yardstick == expected);
+  CHECK(orbit_default.yardstick == expected);
+  CHECK(prefix.child == 6);
+  CHECK(orbit_default.child == 6);
+  CHECK(reuse.yardstick == expected);
+  // Under the prefix policy the yardstick is what the window forwarded; one that reuses past a change
+  // forwards less (the default, on these random tokens, spends its budget re-forming).
+  CHECK(prefix.critical == Approx(70));
+  CHECK(reuse.critical < prefix.critical);
+}

@@ -145,3 +145,27 @@ def test_heal_threshold(orbit, small_engine):
     w.policy = w.policy.replace(heal_min_kl=0.0)
     r = w.idle()
     assert r.healed_instances == 1 and all(i.exact for i in w.instances)
+
+
+def test_prefix_cache_yardstick(orbit, small_engine):
+    """Window.stats() counts what a prefix cache would have forwarded for the same operations, live: an edit
+    is counted with the next forward; idle-time work is not; a fork reuses what its parent computed."""
+    engine = small_engine
+    rng = random.Random(11)
+    a, b, c = (engine.add_tokens(random_tokens(rng, 12), label=f"y{k}") for k in range(3))
+    w = engine.new_window(policy="patch:16")  # survivors kept: it forwards far less than a prefix cache
+    for chunk in (a, b, c):
+        w.admit(chunk)
+    assert w.stats.prefix_cache_tokens == 36 and w.stats.critical_forward_tokens == 36
+    w.evict(w.instances[1])
+    assert w.stats.prefix_cache_tokens == 36  # an edit alone: a prefix cache computes at the next call
+    w.add_turn(random_tokens(rng, 5))
+    assert w.stats.prefix_cache_tokens == 36 + 12 + 5  # c behind the eviction, then the turn
+    assert w.stats.critical_forward_tokens == 36 + 5  # c kept as it was: only the turn forwarded
+    w.idle()
+    assert w.stats.prefix_cache_tokens == 53
+    child = w.fork()
+    child.add_turn(random_tokens(rng, 3))
+    assert child.stats.prefix_cache_tokens == 3
+    assert engine.stats.prefix_cache_tokens == 56
+    assert "prefix_cache_tokens=53" in repr(w.stats)

@@ -309,6 +309,12 @@ class WindowStats:
     @property
     def forward_tokens(self) -> float: ...
     @property
+    def critical_forward_tokens(self) -> float:
+        """Of forward_tokens: those on the critical path (heals and idle-time preparation excluded)."""
+    @property
+    def prefix_cache_tokens(self) -> float:
+        """What a prefix cache would have forwarded for the same operations: the saving's denominator."""
+    @property
     def operations(self) -> int: ...
 
 class TierStats:
@@ -408,6 +414,9 @@ class EngineStats:
     @property
     def background_forward_tokens(self) -> float:
         """Token-forwards of background jobs (canonical encodes)."""
+    @property
+    def prefix_cache_tokens(self) -> float:
+        """What a prefix cache would have forwarded on the critical path for the same window operations."""
     @property
     def critical_seconds(self) -> float:
         """Wall time inside apply()."""

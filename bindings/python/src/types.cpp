@@ -299,13 +299,19 @@ void init_types(py::module_& m) {
       .def_readonly("shared_pages", &WindowStats::shared_pages, "Pages shared with another window (forks).")
       .def_readonly("evicted", &WindowStats::evicted, "Chunk instances evicted and recallable.")
       .def_readonly("forward_tokens", &WindowStats::forward_tokens, "Token-forwards over applied operations.")
+      .def_readonly("critical_forward_tokens", &WindowStats::critical_forward_tokens,
+                    "Of forward_tokens: those on the critical path (heals and idle-time preparation excluded).")
+      .def_readonly("prefix_cache_tokens", &WindowStats::prefix_cache_tokens,
+                    "What a prefix cache would have forwarded for the same operations (KV reused only behind a "
+                    "prefix computed before): divide critical_forward_tokens by it for the saving.")
       .def_readonly("operations", &WindowStats::operations, "Applied operations.")
       .def("__repr__", [](const WindowStats& s) {
         std::ostringstream o;
         o << "WindowStats(instances=" << s.instances << ", chunk_instances=" << s.chunk_instances
           << ", turns=" << s.turns << ", tokens=" << s.tokens << ", device_bytes=" << s.device_bytes
           << ", shared_pages=" << s.shared_pages << ", evicted=" << s.evicted << ", forward_tokens=" << s.forward_tokens
-          << ", operations=" << s.operations << ")";
+          << ", critical_forward_tokens=" << s.critical_forward_tokens
+          << ", prefix_cache_tokens=" << s.prefix_cache_tokens << ", operations=" << s.operations << ")";
         return o.str();
       });
 
@@ -390,6 +396,9 @@ void init_types(py::module_& m) {
                     "Of forward_tokens: those on the critical path (inside apply()).")
       .def_readonly("background_forward_tokens", &EngineStats::background_forward_tokens,
                     "Of forward_tokens: those run by background jobs (canonical encodes).")
+      .def_readonly("prefix_cache_tokens", &EngineStats::prefix_cache_tokens,
+                    "What a prefix cache would have forwarded on the critical path for the same window operations "
+                    "(summed over windows): compare with critical_forward_tokens.")
       .def_readonly("critical_seconds", &EngineStats::critical_seconds,
                     "Wall time inside apply() (the critical path; background work run inline excluded).")
       .def_readonly("background_seconds", &EngineStats::background_seconds,

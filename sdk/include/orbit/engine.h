@@ -124,15 +124,18 @@ struct EngineStats {
   double forward_tokens = 0;             // Σ over all windows' operations and background work
   double critical_forward_tokens = 0;    // of which on the critical path (inside apply())
   double background_forward_tokens = 0;  // of which in the background (canonical encodes, Window::heal)
-  double critical_seconds = 0;           // wall time inside apply() (the critical path; inline background work and
-                                         // Window::heal excluded)
-  double background_seconds = 0;         // wall time of background jobs (canonical encode + SVD + store) and heals
-  int64_t background_jobs = 0;           // background jobs completed
-  int64_t background_pending = 0;        // queued, not started
-  int64_t background_failed = 0;         // jobs that threw (their patch is not stored)
-  std::string background_error;          // the last failure's message
-  int64_t media_found = 0;               // find_media() answered from the embedding cache
-  int64_t media_missed = 0;              // find_media() found no embeddings (the caller encodes)
+  // What a prefix cache would have forwarded on the critical path for the same window operations, summed
+  // over windows (WindowStats::prefix_cache_tokens): compare with critical_forward_tokens.
+  double prefix_cache_tokens = 0;
+  double critical_seconds = 0;     // wall time inside apply() (the critical path; inline background work and
+                                   // Window::heal excluded)
+  double background_seconds = 0;   // wall time of background jobs (canonical encode + SVD + store) and heals
+  int64_t background_jobs = 0;     // background jobs completed
+  int64_t background_pending = 0;  // queued, not started
+  int64_t background_failed = 0;   // jobs that threw (their patch is not stored)
+  std::string background_error;    // the last failure's message
+  int64_t media_found = 0;         // find_media() answered from the embedding cache
+  int64_t media_missed = 0;        // find_media() found no embeddings (the caller encodes)
   StoreStats store;
 };
 

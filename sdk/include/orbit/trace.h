@@ -305,10 +305,13 @@ StepFidelity step_fidelity(const Logits& reference, const Logits& window);
 struct StepResult {
   std::size_t index = 0;
   TraceOp op = TraceOp::kAdmit;
-  std::string branch;                    // the current branch after the step
-  std::string status = "ok";             // "ok", or why the window refused the operation (unchanged then)
-  double forward_tokens = 0;             // token-forwards the step computed: critical + background
-  double critical_forward_tokens = 0;    // of which on the critical path (plan + apply)
+  std::string branch;                  // the current branch after the step
+  std::string status = "ok";           // "ok", or why the window refused the operation (unchanged then)
+  double forward_tokens = 0;           // token-forwards the step computed: critical + background
+  double critical_forward_tokens = 0;  // of which on the critical path (plan + apply)
+  // What a prefix cache would have forwarded for the step, as the engine counts it live
+  // (EngineStats::prefix_cache_tokens); the `prefix` baseline measures the same thing by running one.
+  double prefix_cache_tokens = 0;
   double background_forward_tokens = 0;  // of which in the background work the step queued
   double heal_forward_tokens = 0;        // of which healing the window after the step (Window::idle)
   double prepare_forward_tokens = 0;     // of which preparing recalls after the step (Window::idle)
@@ -380,6 +383,7 @@ struct OfflineReport {
 struct PolicyTotals {
   double forward_tokens = 0;  // critical + background
   double critical_forward_tokens = 0;
+  double prefix_cache_tokens = 0;
   double background_forward_tokens = 0;
   double heal_forward_tokens = 0;     // of the background: Window::idle's heals after generate steps
   double prepare_forward_tokens = 0;  // and its prepared recalls

@@ -153,6 +153,15 @@ struct WindowStats {
   int64_t shared_pages = 0;   // pages shared with another window (forks)
   int64_t evicted = 0;        // chunk instances evicted and recallable
   double forward_tokens = 0;  // Σ over applied operations
+  // Of which on the critical path: what the agent waited for (heals and idle-time preparation excluded).
+  double critical_forward_tokens = 0;
+  // What a prefix cache (vLLM's, SGLang's: KV reused only behind a prefix computed before) would have
+  // forwarded for the same operations, counted where this window's reads would run it: at every operation
+  // that leaves no repair deferred, the tokens from its first instance whose prefix the engine has not
+  // held to the end (planner/prefix_ledger.h; the engine's prefixes, so a fork's shared ones are free).
+  // critical_forward_tokens / prefix_cache_tokens is what this window saves against one: what
+  // `orbit replay` reports against its prefix baseline, live, in the agent itself.
+  double prefix_cache_tokens = 0;
   int64_t operations = 0;
 };
 

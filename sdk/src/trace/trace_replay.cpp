@@ -305,6 +305,7 @@ class PolicyRun {
     for (const StepResult& s : out.steps) {
       t.forward_tokens += s.forward_tokens;
       t.critical_forward_tokens += s.critical_forward_tokens;
+      t.prefix_cache_tokens += s.prefix_cache_tokens;
       t.background_forward_tokens += s.background_forward_tokens;
       t.heal_forward_tokens += s.heal_forward_tokens;
       t.prepare_forward_tokens += s.prepare_forward_tokens;
@@ -546,6 +547,7 @@ class PolicyRun {
     const EngineStats after = engine_->stats();
     r.seconds = r.critical_seconds + r.background_seconds;
     r.critical_forward_tokens = mid.critical_forward_tokens - before.critical_forward_tokens;
+    r.prefix_cache_tokens = mid.prefix_cache_tokens - before.prefix_cache_tokens;
     r.background_forward_tokens = after.background_forward_tokens - mid.background_forward_tokens;
     r.forward_tokens = after.forward_tokens - before.forward_tokens;
     r.patches_formed = after.patches_formed - before.patches_formed;

@@ -19,6 +19,7 @@ json step_json(const StepResult& s) {
             {"status", s.status},
             {"forward_tokens", num(s.forward_tokens)},
             {"critical_forward_tokens", num(s.critical_forward_tokens)},
+            {"prefix_cache_tokens", num(s.prefix_cache_tokens)},
             {"background_forward_tokens", num(s.background_forward_tokens)},
             {"heal_forward_tokens", num(s.heal_forward_tokens)},
             {"prepare_forward_tokens", num(s.prepare_forward_tokens)},
@@ -80,6 +81,7 @@ json step_json(const StepResult& s) {
 json totals_json(const PolicyTotals& t) {
   json o = {{"forward_tokens", num(t.forward_tokens)},
             {"critical_forward_tokens", num(t.critical_forward_tokens)},
+            {"prefix_cache_tokens", num(t.prefix_cache_tokens)},
             {"background_forward_tokens", num(t.background_forward_tokens)},
             {"heal_forward_tokens", num(t.heal_forward_tokens)},
             {"prepare_forward_tokens", num(t.prepare_forward_tokens)},

@@ -593,6 +593,12 @@ void EngineCore::count(const Counters& d) {
   counters_.background_jobs += d.background_jobs;
   counters_.media_found += d.media_found;
   counters_.media_missed += d.media_missed;
+  counters_.prefix_cache_tokens += d.prefix_cache_tokens;
+}
+
+int64_t EngineCore::prefix_cache_read(const std::vector<planner::PrefixSpan>& window) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return prefix_ledger_.read(window);
 }
 
 Counters EngineCore::counters() const {

@@ -34,6 +34,7 @@
 #include "orbit/engine.h"
 #include "orbit/planner/cost_model.h"
 #include "orbit/planner/fidelity_model.h"
+#include "orbit/planner/prefix_ledger.h"
 #include "orbit/runtime/kv_pool.h"
 #include "orbit/runtime/model.h"
 #include "orbit/runtime/reuse.h"
@@ -86,6 +87,7 @@ struct Counters {
   int64_t background_jobs = 0;
   int64_t media_found = 0;  // find_media answered from a registration or the embedding cache
   int64_t media_missed = 0;
+  double prefix_cache_tokens = 0;  // what a prefix cache would have forwarded for the same reads (PrefixLedger)
 };
 
 // What a chunk's first sight leaves for the background: its conditioned KV (the exact in-context
@@ -212,6 +214,9 @@ class EngineCore {
   uint64_t next_content_version() { return next_version_.fetch_add(1) + 1; }
   void count(const Counters& delta);
   Counters counters() const;
+  // The tokens a prefix cache forwards to hold `window`, read as the engine's windows are read: the
+  // engine-wide PrefixLedger (planner/prefix_ledger.h), so forks share what their parent computed.
+  int64_t prefix_cache_read(const std::vector<planner::PrefixSpan>& window);
   void window_opened() { ++windows_; }
   void window_closed() { --windows_; }
   int64_t windows() const { return windows_.load(); }
@@ -272,6 +277,7 @@ class EngineCore {
   std::unordered_map<std::string, Sensitivity> sensitivity_;
   std::unordered_map<std::string, int64_t> turn_lengths_;
   Counters counters_;
+  planner::PrefixLedger prefix_ledger_;  // under mu_
   planner::CostModel cost_model_;
   planner::FidelityModel fidelity_model_;
   std::unique_ptr<BackgroundQueue> background_;

@@ -151,6 +151,8 @@ WindowStats Window::stats() const {
   s.shared_pages = shared;
   s.evicted = static_cast<int64_t>(state_->evicted.size());
   s.forward_tokens = state_->forward_tokens;
+  s.critical_forward_tokens = state_->critical_forward_tokens;
+  s.prefix_cache_tokens = state_->prefix_cache_tokens;
   s.operations = state_->operations;
   return s;
 }

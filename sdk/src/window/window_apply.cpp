@@ -218,6 +218,14 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
   ++state.operations;
   if (plan.op == Operation::kReorder) ++state.reorders;
   state.forward_tokens += report.forward_tokens;
+  if (!background && plan.op != Operation::kHeal) {
+    state.critical_forward_tokens += report.forward_tokens;
+    // The yardstick. A request-driven prefix cache computes when the model is called, from the first token
+    // that differs, whatever was edited in between: an edit is counted with the next operation that
+    // forwards (or the next generate), not on its own.
+    const bool edit = plan.op == Operation::kEvict || plan.op == Operation::kSlide || plan.op == Operation::kReorder;
+    if (!edit) counters.prefix_cache_tokens = charge_prefix_cache(state);
+  }
   counters.forward_tokens = report.forward_tokens - encode_tokens;
   counters.critical_forward_tokens = report.forward_tokens;
   report.device_bytes = state.device_bytes();
@@ -232,6 +240,19 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
   core.count(counters);
   core.after_apply();
   return report;
+}
+
+double charge_prefix_cache(WindowState& state) {
+  std::vector<planner::PrefixSpan> spans;
+  spans.reserve(state.entries.size());
+  uint64_t prefix = 0;
+  for (const Entry& e : state.entries) {
+    prefix = context_hash(prefix, e.key, 0);
+    spans.push_back({prefix, e.length});
+  }
+  const double tokens = static_cast<double>(state.core->prefix_cache_read(spans));
+  state.prefix_cache_tokens += tokens;
+  return tokens;
 }
 
 }  // namespace orbit::detail

@@ -51,6 +51,11 @@ std::string limit_refusal(const WindowState& state, Operation op, int64_t extent
 // background: idle-time work (a heal, a prepared recall): its forwards and time count as background, not
 // critical (a kHeal plan always does).
 Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool background = false);
+// What a prefix cache forwards to hold the window as it is now (the engine's planner::PrefixLedger: the
+// tokens from the first instance whose prefix it has not held), added to WindowState::prefix_cache_tokens
+// and returned. apply_plan counts it after every critical-path operation but an edit; generate, before
+// the model call.
+double charge_prefix_cache(WindowState& state);
 // The window as it is, re-planned: the repairs earlier edits deferred (WindowPolicy::defer_repairs).
 Plan plan_flush(const WindowState& state);
 // Runs them when there are any (a read does, first); throws orbit::Error naming `what` when they cannot

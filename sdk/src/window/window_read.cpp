@@ -232,6 +232,12 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
   ORBIT_CHECK(options.temperature >= 0, "generate: temperature = " << options.temperature << " must be >= 0");
   ORBIT_CHECK(options.top_p > 0 && options.top_p <= 1, "generate: top_p = " << options.top_p << " must be in (0, 1]");
   detail::run_deferred(*state_, "generate");  // after the checks: a refused call changes nothing
+  {
+    // A model call: what a prefix cache would compute for it (an edit since the last forward, say).
+    detail::Counters charged;
+    charged.prefix_cache_tokens = detail::charge_prefix_cache(*state_);
+    state_->core->count(charged);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const detail::EngineCore& core = *state_->core;
   const int64_t limit = core.config().max_position_embeddings;

@@ -77,6 +77,8 @@ struct WindowState {
   planner::DependencyGraph graph;
   std::map<std::string, EvictedInstance> evicted;  // chunk key -> evicted instance
   double forward_tokens = 0;
+  double critical_forward_tokens = 0;  // of which on the critical path (not heals, not idle-time preparation)
+  double prefix_cache_tokens = 0;      // what a prefix cache would have forwarded for the same reads
   int64_t operations = 0;
   int64_t reorders = 0;  // reorders applied (Window::idle prepares moves only for a window that reorders)
 
