@@ -61,6 +61,8 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
   };
   std::vector<Formed> formed;
   uint64_t ctx_hash = 0, keys_hash = 0;
+  std::vector<planner::PrefixSpan> prefixes;  // the window's key prefixes after the plan (the yardstick)
+  prefixes.reserve(plan.order.size());
   int64_t ctx_tokens = 0;
   std::size_t leading_turns = 0;
 
@@ -157,6 +159,7 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
     }
     ctx_hash = context_hash(ctx_hash, e.key, e.version);
     keys_hash = context_hash(keys_hash, e.key, 0);
+    prefixes.push_back({keys_hash, e.length});
     ctx_tokens += e.length;
     if (leading_turns == b.entries.size() && e.is_turn) ++leading_turns;
     b.entries.push_back(std::move(e));
@@ -224,7 +227,7 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
     // that differs, whatever was edited in between: an edit is counted with the next operation that
     // forwards (or the next generate), not on its own.
     const bool edit = plan.op == Operation::kEvict || plan.op == Operation::kSlide || plan.op == Operation::kReorder;
-    if (!edit) counters.prefix_cache_tokens = charge_prefix_cache(state);
+    if (!edit) counters.prefix_cache_tokens = charge_prefix_cache(state, &prefixes);
   }
   counters.forward_tokens = report.forward_tokens - encode_tokens;
   counters.critical_forward_tokens = report.forward_tokens;
@@ -242,15 +245,18 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
   return report;
 }
 
-double charge_prefix_cache(WindowState& state) {
+double charge_prefix_cache(WindowState& state, const std::vector<planner::PrefixSpan>* prefixes) {
   std::vector<planner::PrefixSpan> spans;
-  spans.reserve(state.entries.size());
-  uint64_t prefix = 0;
-  for (const Entry& e : state.entries) {
-    prefix = context_hash(prefix, e.key, 0);
-    spans.push_back({prefix, e.length});
+  if (prefixes == nullptr) {
+    spans.reserve(state.entries.size());
+    uint64_t prefix = 0;
+    for (const Entry& e : state.entries) {
+      prefix = context_hash(prefix, e.key, 0);
+      spans.push_back({prefix, e.length});
+    }
+    prefixes = &spans;
   }
-  const double tokens = static_cast<double>(state.core->prefix_cache_read(spans));
+  const double tokens = static_cast<double>(state.core->prefix_cache_read(*prefixes));
   state.prefix_cache_tokens += tokens;
   return tokens;
 }

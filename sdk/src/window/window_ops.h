@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "orbit/planner/prefix_ledger.h"
 #include "orbit/store.h"
 #include "window/window_state.h"
 
@@ -53,9 +54,9 @@ std::string limit_refusal(const WindowState& state, Operation op, int64_t extent
 Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool background = false);
 // What a prefix cache forwards to hold the window as it is now (the engine's planner::PrefixLedger: the
 // tokens from the first instance whose prefix it has not held), added to WindowState::prefix_cache_tokens
-// and returned. apply_plan counts it after every critical-path operation but an edit; generate, before
-// the model call.
-double charge_prefix_cache(WindowState& state);
+// and returned. apply_plan counts it after every critical-path operation but an edit (passing the
+// prefixes it hashed on the way: `prefixes`, in window order); generate, before the model call.
+double charge_prefix_cache(WindowState& state, const std::vector<planner::PrefixSpan>* prefixes = nullptr);
 // The window as it is, re-planned: the repairs earlier edits deferred (WindowPolicy::defer_repairs).
 Plan plan_flush(const WindowState& state);
 // Runs them when there are any (a read does, first); throws orbit::Error naming `what` when they cannot
