@@ -175,3 +175,32 @@ TEST_CASE("orbit replay --no-fidelity prints n/a for KL and top-1, not 0", "[tra
   CHECK(na == 3);
   CHECK(line.find("0.000e+00        n/a    n/a") != std::string::npos);
 }
+
+TEST_CASE("a page size past the bound, or whose page bytes overflow, is refused naming page_size", "[limits][model]") {
+  // 2^62 tokens per page made the page's byte size overflow to 0 and the pool size a division by it.
+  EngineOptions o = stories_options();
+  o.page_size = int64_t{1} << 62;
+  CHECK_THROWS_WITH(Engine::open(o), Contains("EngineOptions::page_size must be <= 1048576 tokens (got " +
+                                              std::to_string(o.page_size) + ")"));
+  o.page_size = INT64_MAX;
+  CHECK_THROWS_WITH(Engine::open(o), Contains("EngineOptions::page_size"));
+  // The largest page size allowed is a size, not a crash: this pool holds no page of it.
+  o.page_size = int64_t{1} << 20;
+  CHECK_THROWS_WITH(Engine::open(o), Contains("EngineOptions::pool_bytes = 8388608 holds no page"));
+  // A pool of more pages than page ids is refused naming pool_bytes.
+  o.page_size = 1;
+  o.pool_bytes = INT64_MAX;
+  CHECK_THROWS_WITH(Engine::open(o),
+                    Contains("EngineOptions::pool_bytes = " + std::to_string(INT64_MAX)) && Contains("page ids"));
+}
+
+TEST_CASE("orbit replay --page-size 2^62 exits with an error naming page_size", "[limits][model][cli]") {
+  orbit::test::TempDir dir;
+  const std::string trace = dir / "t.json";
+  orbit::save_trace(orbit::parse_trace(trace_with_chunk(R"("random_tokens": 8, "seed": 3)"), "t.json"), trace);
+  const orbit::test::CliRun r = orbit::test::cli("replay " + trace + " --model " + orbit::test::stories_path() +
+                                                 " --page-size 4611686018427387904 --quiet");
+  INFO(r.out);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("page_size must be <= 1048576"));
+}

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <thread>
 
 #include "orbit/common/error.h"
@@ -48,11 +49,35 @@ runtime::Patch patch_to(runtime::Patch patch, const c10::Device& device) {
   return patch;
 }
 
+// Tokens a KV page may hold. Far past any useful page (a model's whole context is a few hundred
+// thousand positions), and small enough that a page's byte size is a product that fits 64 bits.
+constexpr int64_t kMaxPageSize = int64_t{1} << 20;
+
+// Bytes of one KV page: layers × page_size × (sum of widths) × element size, refused with a message
+// naming page_size when the product overflows int64.
+int64_t checked_page_bytes(const runtime::KVPoolOptions& po, int64_t page_size) {
+  const auto overflow = [&] {
+    ORBIT_FAIL("EngineOptions::page_size = " << page_size << ": one KV page of this model (" << po.num_layers
+                                             << " layers) would hold more than 2^63 bytes");
+  };
+  int64_t width_sum = 0;
+  for (int64_t w : po.widths) {
+    if (__builtin_add_overflow(width_sum, w, &width_sum)) overflow();
+  }
+  int64_t bytes = static_cast<int64_t>(c10::elementSize(po.dtype));
+  for (int64_t factor : {width_sum, page_size, po.num_layers}) {
+    if (__builtin_mul_overflow(bytes, factor, &bytes)) overflow();
+  }
+  return bytes;
+}
+
 }  // namespace
 
 EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   ORBIT_CHECK(!options.model.empty(), "EngineOptions::model: no model path given");
   ORBIT_CHECK(options.page_size >= 1, "EngineOptions::page_size must be >= 1 (got " << options.page_size << ")");
+  ORBIT_CHECK(options.page_size <= kMaxPageSize,
+              "EngineOptions::page_size must be <= " << kMaxPageSize << " tokens (got " << options.page_size << ")");
   ORBIT_CHECK(options.pool_bytes > 0, "EngineOptions::pool_bytes must be > 0 (got " << options.pool_bytes << ")");
   ORBIT_CHECK(options.host_budget_bytes >= 0, "EngineOptions::host_budget_bytes must be >= 0");
   ORBIT_CHECK(options.disk_budget_bytes >= 0, "EngineOptions::disk_budget_bytes must be >= 0 (0 = unlimited)");
@@ -76,13 +101,15 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   po.widths = c.content_widths();
   po.dtype = model_->dtype();
   po.device = runtime::device_name(model_->device());
-  int64_t page_bytes = 0;
-  for (int64_t w : po.widths)
-    page_bytes += w * options.page_size * c.num_layers * static_cast<int64_t>(c10::elementSize(po.dtype));
+  const int64_t page_bytes = checked_page_bytes(po, options.page_size);
   po.num_pages = options.pool_bytes / page_bytes;
   ORBIT_CHECK(po.num_pages >= 1, "EngineOptions::pool_bytes = " << options.pool_bytes
                                                                 << " holds no page (one page of this model is "
                                                                 << page_bytes << " bytes)");
+  ORBIT_CHECK(po.num_pages <= std::numeric_limits<runtime::PageId>::max(),
+              "EngineOptions::pool_bytes = "
+                  << options.pool_bytes << " holds " << po.num_pages << " pages, more than the pool's "
+                  << std::numeric_limits<runtime::PageId>::max() << " page ids (raise page_size or lower pool_bytes)");
   pool_ = std::make_unique<runtime::KVPool>(po);
   background_ = std::make_unique<BackgroundQueue>(options.background);
 }
