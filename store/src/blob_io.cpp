@@ -147,18 +147,30 @@ Status write_blob_file(const std::string& final_path, const EncodedBlob& blob, c
   return Status::ok();
 }
 
+namespace {
+
+// A failed open/stat/read of `path`: not_found when the file is not there, refused (transient, or at least
+// not a proof of damage: EMFILE, ENFILE, ENOMEM, EACCES, EIO, ...) otherwise.
+Status read_failure(const char* what, const std::string& path, int error) {
+  const std::string reason = std::string(what) + " " + path + ": " + errno_text(error);
+  if (error == ENOENT || error == ENOTDIR) return Status::not_found(reason);
+  return Status::refused(reason);
+}
+
+}  // namespace
+
 Result<at::Tensor> read_file_bytes(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return Status::not_found("cannot open " + path + ": " + errno_text(errno));
+  if (fd.get() < 0) return read_failure("cannot open", path, errno);
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return Status::not_found("cannot stat " + path + ": " + errno_text(errno));
+  if (::fstat(fd.get(), &st) != 0) return read_failure("cannot stat", path, errno);
   at::Tensor bytes = at::empty({static_cast<int64_t>(st.st_size)}, at::TensorOptions().dtype(at::kByte));
   char* p = static_cast<char*>(bytes.data_ptr());
   std::size_t left = static_cast<std::size_t>(st.st_size);
   while (left > 0) {
     const ssize_t n = ::read(fd.get(), p, left);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::not_found("cannot read " + path + ": " + errno_text(errno));
+    if (n < 0) return read_failure("cannot read", path, errno);
     if (n == 0) return Status::not_found("cannot read " + path + ": file shrank while reading");
     p += n;
     left -= static_cast<std::size_t>(n);

@@ -50,7 +50,16 @@ ChunkStore::ChunkStore(ChunkStoreOptions options) : options_(std::move(options))
 
 ChunkStore::~ChunkStore() {
   try {
-    (void)flush();
+    Status durable = flush();
+    bool lost = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lost = !memory_only_.empty() || memory_only_lost_ > 0;
+    }
+    if (!durable && lost) {
+      std::fprintf(stderr, "orbit: warning: store %s: closing with entries that never reached the disk: %s\n",
+                   options_.dir.c_str(), durable.reason().c_str());
+    }
     // Queued remote writes get a bounded chance to leave (they are durable locally either way).
     if (remote_ && remote_->stats().available) (void)remote_->drain(std::chrono::milliseconds(2000));
   } catch (...) {  // a destructor must not throw; the access times are an optimisation
@@ -202,7 +211,11 @@ void ChunkStore::evict(Tier& t, const std::string& key) {
   ++counters(t.id()).evictions;
   Result<ValuePtr> value = t.read(key);  // device pages are gathered to host memory for the tiers below
   t.remove(key);
-  if (value && place_below(t.id(), key, host_copy(value.value()))) ++counters(t.id()).demotions;
+  if (value && place_below(t.id(), key, host_copy(value.value()))) {
+    ++counters(t.id()).demotions;
+  } else if (memory_only_.erase(key) > 0) {
+    ++memory_only_lost_;  // its disk write failed and memory had to let it go: it is lost to the store
+  }
   forget_if_gone(key);
 }
 
@@ -228,11 +241,45 @@ Status ChunkStore::write_to_disk_locked(const std::string& key, const ValuePtr& 
   }
   auto it = meta_.find(key);
   Status s = disk_->commit(blob.value(), it == meta_.end() ? RowAttrs{} : row_attrs(it->second), false);
-  if (!s)
+  if (!s) {
     disk_failed(s);
-  else
-    disk_degraded_ = false;
+    return s;
+  }
+  memory_only_.erase(key);
+  if (it != meta_.end() && it->second.pinned) (void)disk_->set_pinned(key, true);
   return s;
+}
+
+ValuePtr ChunkStore::memory_copy(const std::string& key) const {
+  if (host_->contains(key)) {
+    Result<ValuePtr> v = host_->read(key);
+    return v ? v.value() : nullptr;
+  }
+  if (device_ && device_->contains(key)) {
+    Result<ValuePtr> v = device_->read(key);  // gathered from device pages
+    return v ? host_copy(v.value()) : nullptr;
+  }
+  return nullptr;
+}
+
+Status ChunkStore::disk_recovered() {
+  const std::vector<std::string> keys(memory_only_.begin(), memory_only_.end());
+  for (const std::string& key : keys) {
+    ValuePtr value = disk_->locate(key) == nullptr ? memory_copy(key) : nullptr;
+    if (value == nullptr) {  // on disk meanwhile, or erased
+      memory_only_.erase(key);
+      continue;
+    }
+    Status s = write_to_disk_locked(key, value);
+    if (!s) return s;
+  }
+  disk_degraded_ = false;
+  return Status::ok();
+}
+
+int64_t ChunkStore::memory_only_entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(memory_only_.size());
 }
 
 bool ChunkStore::place_in_memory(StoreTier highest, const std::string& key, const ValuePtr& value) {
@@ -322,7 +369,7 @@ Status ChunkStore::put_local(const std::string& key, const ValuePtr& value, cons
       disk_error = committed;
       prepared.reset();
     } else {
-      disk_degraded_ = false;
+      memory_only_.erase(key);
       if (m.pinned) (void)disk_->set_pinned(key, true);
     }
   }
@@ -334,10 +381,21 @@ Status ChunkStore::put_local(const std::string& key, const ValuePtr& value, cons
   if (device_) device_->remove(key);
   host_->remove(key);
   meta_[key] = m;
-  if (disk_only || place_in_memory(options.tier, key, value)) return Status::ok();
-  if (prepared) return Status::ok();  // durable on disk; no memory tier could hold a copy
+  if (disk_only || place_in_memory(options.tier, key, value)) {
+    if (!disk_error.is_ok()) {
+      memory_only_.insert(key);  // written back by disk_recovered() once the disk takes writes again
+    } else if (prepared && disk_degraded_) {
+      (void)disk_recovered();
+    }
+    return Status::ok();
+  }
+  if (prepared) {  // durable on disk; no memory tier could hold a copy
+    if (disk_degraded_) (void)disk_recovered();
+    return Status::ok();
+  }
   if (disk_ && disk_error.is_ok()) {
     Status s = write_to_disk_locked(key, value);
+    if (s && disk_degraded_) (void)disk_recovered();
     if (s) return s;
     forget_if_gone(key);
     ++refusals_;
@@ -396,6 +454,13 @@ Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& optio
       if (current == nullptr || current->blob != row.blob) {  // removed or rewritten meanwhile: look again
         forget_if_gone(key);
         continue;
+      }
+      if (loaded.status().code() == StatusCode::kRefused) {
+        // The read failed, not the blob (e.g. out of file descriptors): a miss now, the entry stays for
+        // this and every other process. Only a missing file or a failed verification marks it corrupt.
+        local_miss = Status::not_found("ChunkStore: entry " + key + " could not be read now (" +
+                                       loaded.status().reason() + "); it is kept");
+        break;
       }
       faults_.push_back({key, disk_->absolute(row.blob), loaded.status().reason()});
       ++corrupt_reads_;
@@ -466,6 +531,7 @@ Status ChunkStore::erase(const std::string& key) {
       if (device_) device_->remove(key);
       host_->remove(key);
       meta_.erase(key);
+      memory_only_.erase(key);
       if (remote_) remote_->erase(key);
       return Status::ok();
     }
@@ -576,6 +642,7 @@ std::vector<StoreFault> ChunkStore::faults() const {
 Status ChunkStore::flush() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!disk_) return Status::ok();
+  const Status durable = disk_degraded_ || !memory_only_.empty() ? disk_recovered() : Status::ok();
   std::vector<AccessUpdate> updates;
   for (auto& [key, m] : meta_) {
     if (m.dirty && disk_->contains(key)) updates.push_back({key, m.hits, static_cast<int64_t>(m.last_access)});
@@ -584,7 +651,18 @@ Status ChunkStore::flush() {
   if (s) {
     for (auto& [key, m] : meta_) m.dirty = false;
   }
+  if (!durable || memory_only_lost_ > 0) return not_durable(durable);
   return s;
+}
+
+Status ChunkStore::not_durable(const Status& cause) const {
+  std::string reason = std::to_string(memory_only_.size()) + " entries are held only in memory (not durable)";
+  if (memory_only_lost_ > 0) {
+    reason += ", and " + std::to_string(memory_only_lost_) + " more left memory before the disk took them (lost)";
+  }
+  reason += ": " + (cause ? disk_warning_ : cause.reason());
+  return cause || cause.code() == StatusCode::kOutOfCapacity ? Status::out_of_capacity(reason)
+                                                             : Status::refused(reason);
 }
 
 void ChunkStore::verify_integrity(bool deep) const {

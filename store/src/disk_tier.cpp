@@ -196,6 +196,8 @@ Result<ValuePtr> DiskTier::load(const DiskRow& row) const {
   const std::string path = resolved.value();
   const std::string where = "key " + row.key + ", blob " + path;
   Result<at::Tensor> bytes = read_file_bytes(path);
+  if (!bytes && bytes.status().code() == StatusCode::kRefused)
+    return Status::refused(where + ": " + bytes.status().reason());
   if (!bytes) return Status::not_found(where + ": " + bytes.status().reason());
   if (bytes.value().numel() != row.blob_bytes) {
     return Status::not_found("corrupt blob " + where + ": size " + std::to_string(bytes.value().numel()) +

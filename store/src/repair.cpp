@@ -32,6 +32,9 @@ struct Found {
 // Reads and verifies one blob; nullopt (with a note) when it does not verify.
 std::optional<Found> inspect_blob(const std::string& root, const fs::path& path, std::vector<std::string>* notes) {
   Result<at::Tensor> bytes = store::read_file_bytes(path.string());
+  // A blob that could not be read now is not proven bad: stop rather than drop its row.
+  ORBIT_CHECK(bytes.is_ok() || bytes.status().code() != StatusCode::kRefused,
+              "store repair: " << bytes.status().reason() << "; fix that and run the repair again");
   if (!bytes) {
     notes->push_back(bytes.status().reason());
     return std::nullopt;

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -200,11 +201,81 @@ TEST_CASE("disk full and permission errors are clear errors that leave the index
   CHECK(list_store(d).size() == 3);  // nothing half-written reached the index
   for (int64_t i = 1; i <= 3; ++i) CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
 
-  *fail_with = 0;  // space again: the next put of a memory-only entry makes it durable
+  *fail_with = 0;  // space again: the next successful write makes every memory-only entry durable
   REQUIRE(store.put(key(5), test::store_test_value(5)).is_ok());
   CHECK_FALSE(store.stats().disk_degraded);
-  CHECK(list_store(d).size() == 4);
+  CHECK(list_store(d).size() == 6);
   CHECK(values_equal(*store.get(key(5)).value(), *test::store_test_value(5)));
+}
+
+namespace {
+
+// Disk-tier options whose blob writes fail with ENOSPC while *full is true.
+ChunkStoreOptions filling_disk_options(const std::string& dir, const std::shared_ptr<std::atomic<bool>>& full) {
+  ChunkStoreOptions o = disk_options(dir);
+  o.host_budget_bytes = int64_t{64} << 20;
+  o.warn_disk_errors = false;
+  o.io_hooks.write = [full](int fd, const void* data, std::size_t size) -> ssize_t {
+    if (*full) {
+      errno = ENOSPC;
+      return -1;
+    }
+    return ::write(fd, data, size);
+  };
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("entries put while the disk was full are written back when it frees up", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  auto full = std::make_shared<std::atomic<bool>>(false);
+  {
+    ChunkStore store(filling_disk_options(d, full));
+    REQUIRE(store.put(key(1), test::store_test_value(1)).is_ok());
+    *full = true;
+    for (int64_t i = 2; i <= 6; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+    CHECK(store.memory_only_entries() == 5);
+    const Status pending = store.flush();  // what close() would lose now
+    CHECK(pending.code() == StatusCode::kOutOfCapacity);
+    CHECK_THAT(pending.reason(),
+               Contains("5 entries are held only in memory") && Contains("No space left") && Contains(d));
+
+    *full = false;  // space again: the next write brings the other five along before the flag clears
+    REQUIRE(store.put(key(7), test::store_test_value(7)).is_ok());
+    CHECK_FALSE(store.stats().disk_degraded);
+    CHECK(store.memory_only_entries() == 0);
+    CHECK(list_store(d).size() == 7);
+
+    *full = true;  // and once more, recovered by flush() alone (what close() runs) with no later put
+    for (int64_t i = 8; i <= 9; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+    *full = false;
+    CHECK(store.flush().is_ok());
+    CHECK_FALSE(store.stats().disk_degraded);
+    store.verify_integrity(true);
+  }
+  ChunkStore reopened(disk_options(d));
+  for (int64_t i = 1; i <= 9; ++i) {
+    Result<ValuePtr> v = reopened.get(key(i));
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+  CHECK(verify_store(d).clean());
+}
+
+TEST_CASE("flush() names the entries memory had to drop before the disk took them", "[store][cpu]") {
+  test::TempDir dir;
+  auto full = std::make_shared<std::atomic<bool>>(true);
+  ChunkStoreOptions o = filling_disk_options(dir.path().string(), full);
+  o.host_budget_bytes = 3 << 20;  // one 2 MiB test value at a time
+  ChunkStore store(o);
+  REQUIRE(store.put(key(5), test::store_test_value(5)).is_ok());
+  REQUIRE(store.put(key(10), test::store_test_value(10)).is_ok());  // evicts 5, which no disk took
+  CHECK(store.memory_only_entries() == 1);
+  const Status s = store.flush();
+  REQUIRE_FALSE(s.is_ok());
+  CHECK_THAT(s.reason(), Contains("1 entries are held only in memory") && Contains("1 more left memory"));
 }
 
 TEST_CASE("a full disk keeps serving from memory: a second pass encodes nothing", "[store][cpu]") {
@@ -224,6 +295,60 @@ TEST_CASE("a full disk keeps serving from memory: a second pass encodes nothing"
   CHECK(hits == 20);
   CHECK(store.stats().io_errors == 20);
   CHECK(store.stats().disk_degraded);
+}
+
+namespace {
+
+// Holds every file descriptor the process may still open (its soft RLIMIT_NOFILE lowered to a few above
+// those in use) until destroyed: each open() in between fails with EMFILE.
+class FdExhaustion {
+ public:
+  FdExhaustion() {
+    REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved_) == 0);
+    int64_t open_now = 0;
+    for (const auto& entry : fs::directory_iterator("/proc/self/fd")) open_now += entry.path().empty() ? 0 : 1;
+    struct rlimit lowered = saved_;
+    lowered.rlim_cur = std::min<rlim_t>(saved_.rlim_cur, static_cast<rlim_t>(open_now + 64));
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &lowered) == 0);
+    for (;;) {
+      const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (fd < 0) break;
+      fds_.push_back(fd);
+    }
+    REQUIRE(errno == EMFILE);
+  }
+  ~FdExhaustion() {
+    for (int fd : fds_) ::close(fd);
+    ::setrlimit(RLIMIT_NOFILE, &saved_);
+  }
+
+ private:
+  struct rlimit saved_ {};
+  std::vector<int> fds_;
+};
+
+}  // namespace
+
+TEST_CASE("a read that runs out of file descriptors is a miss that marks nothing corrupt", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  ChunkStore store(disk_options(d));
+  REQUIRE(store.put(key(1), test::store_test_value(1), PutOptions{StoreTier::kDisk}).is_ok());
+  Status miss;
+  {
+    FdExhaustion exhausted;
+    miss = store.get(key(1)).status();
+  }
+  CHECK(miss.code() == StatusCode::kNotFound);
+  CHECK_THAT(miss.reason(), Contains("Too many open files") && Contains("kept"));
+  CHECK(store.faults().empty());
+  CHECK(store.stats().corrupt_reads == 0);
+  for (const StoreEntryInfo& e : list_store(d)) CHECK_FALSE(e.marked_corrupt);
+  Result<ValuePtr> again = store.get(key(1));  // the descriptors are back: the entry is still there
+  REQUIRE(again.is_ok());
+  CHECK(values_equal(*again.value(), *test::store_test_value(1)));
+  ChunkStore other(disk_options(d));  // and another process's view of the shared index agrees
+  CHECK(other.get(key(1)).is_ok());
 }
 
 TEST_CASE("a real file-size limit (RLIMIT_FSIZE) in a child fails one put and corrupts nothing", "[store][cpu]") {

@@ -38,8 +38,9 @@ struct BlobWriteResult {
 Status write_blob_file(const std::string& final_path, const EncodedBlob& blob, const IoHooks& hooks,
                        BlobWriteResult* result);
 
-// Reads a whole file into a uint8 [size] CPU tensor; not_found naming the path when it is missing or
-// cannot be read.
+// Reads a whole file into a uint8 [size] CPU tensor. not_found naming the path when it is missing (or
+// shrank while read); refused naming the path and the error when it could not be read now (out of file
+// descriptors or memory, permission, an I/O error): no proof that the file is damaged.
 Result<at::Tensor> read_file_bytes(const std::string& path);
 
 // mkdir -p for `path` with each newly created directory's parent fsync'd. Returns refused on failure.

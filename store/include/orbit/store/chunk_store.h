@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -126,8 +127,14 @@ class ChunkStore {
 
   StoreStats stats() const;
   std::vector<StoreFault> faults() const;
-  // Persists access times and hit counts of disk entries (the eviction order a later process starts from).
+  // Makes what it can durable: writes back the entries held only in memory since a disk write failed
+  // (see stats().disk_degraded), then persists access times and hit counts of disk entries (the eviction
+  // order a later process starts from). ok when every entry is durable; otherwise the failure of the disk
+  // (out_of_capacity or refused), its reason naming how many entries are still only in memory and why:
+  // they are lost when the store closes. The destructor calls it and prints that reason on stderr.
   Status flush();
+  // Entries held only in memory because their disk write failed (0 without a disk tier).
+  int64_t memory_only_entries() const;
   // Waits until queued remote writes are sent (or failed), at most `timeout`. true when none is left.
   bool drain_remote(std::chrono::milliseconds timeout);
   bool has_remote() const { return remote_ != nullptr; }
@@ -168,6 +175,13 @@ class ChunkStore {
   // it, else on disk. false when it found no place (the value is lost to the store).
   bool place_below(StoreTier from, const std::string& key, const ValuePtr& value);
   Status write_to_disk_locked(const std::string& key, const ValuePtr& value);
+  // A disk write succeeded: writes the memory-only entries back and clears disk_degraded once none is
+  // left. Returns the first failure (the store stays degraded).
+  Status disk_recovered();
+  // flush()'s failure: how many entries are not durable (or were lost) and `cause` (ok: the last warning).
+  Status not_durable(const Status& cause) const;
+  // The value of a memory-only entry, or null when it left memory (then it is no longer tracked).
+  ValuePtr memory_copy(const std::string& key) const;
   // put() without the remote write (also how a remote hit is promoted). Takes mu_ itself.
   Status put_local(const std::string& key, const ValuePtr& value, const PutOptions& options);
   // A disk write failed: count it, warn once (path and reason), and remember it for stats().
@@ -193,6 +207,9 @@ class ChunkStore {
   int64_t misses_ = 0, refusals_ = 0, corrupt_reads_ = 0, io_errors_ = 0;
   bool disk_degraded_ = false;
   std::string disk_warning_;
+  // Keys put while the disk failed, held only in a memory tier until disk_recovered() writes them back.
+  std::set<std::string> memory_only_;
+  int64_t memory_only_lost_ = 0;  // memory-only entries that memory evicted before the disk took them
   std::vector<StoreFault> faults_;
 };
 

@@ -95,7 +95,8 @@ class DiskTier final : public Tier {
   // Unlinks a prepared blob that will not be committed.
   void discard(const PreparedBlob& blob) const;
   // Reads and verifies the blob a row names. not_found with "key K, blob P: reason" when it is missing,
-  // truncated, fails its checksum, or belongs to another key or model.
+  // truncated, fails its checksum, or belongs to another key or model (proven damage); refused when it
+  // could not be read now (out of file descriptors, an I/O error: read_file_bytes), which proves nothing.
   Result<ValuePtr> load(const DiskRow& row) const;
   std::string absolute(const std::string& blob) const;
   // The absolute path of `blob` when it stays inside DIR/blobs; refused naming the row's path otherwise.
