@@ -4,8 +4,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "orbit/common/error.h"
+#include "orbit/common/file_kind.h"
+#include "orbit/common/json_input.h"
 
 namespace orbit::cli {
 
@@ -26,13 +29,17 @@ int64_t model_vocab_size(const std::string& model_path) {
   std::error_code ec;
   if (fs::is_directory(model_path, ec)) {
     const fs::path config = fs::path(model_path) / "config.json";
+    check_regular_input(config.string(), "config.json (a Hugging Face model directory needs one)");
     std::ifstream in(config);
     ORBIT_CHECK(in.good(), config.string() << ": cannot open (a Hugging Face model directory needs config.json)");
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    std::ostringstream text;
+    text << in.rdbuf();
+    const nlohmann::json j = parse_json_input(text.str(), config.string());
     ORBIT_CHECK(j.is_object() && j.contains("vocab_size") && j["vocab_size"].is_number_integer(),
                 config.string() << ": field 'vocab_size': missing or not an integer");
     return j["vocab_size"].get<int64_t>();
   }
+  check_regular_input(model_path, "the model (a llama2.c .bin file or a Hugging Face directory)");
   std::ifstream in(model_path, std::ios::binary);
   ORBIT_CHECK(in.good(), model_path << ": cannot open the model");
   int32_t header[7];

@@ -4,12 +4,15 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 
 #include "orbit/common/error.h"
+#include "orbit/common/file_kind.h"
+#include "orbit/common/json_input.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/safetensors.h"
 #include "orbit/runtime/weights.h"
@@ -21,14 +24,22 @@ using nlohmann::json;
 
 namespace {
 
+// config.json and the shard index are small; anything past this is not one.
+constexpr std::uintmax_t kMaxJsonFileBytes = std::uintmax_t{64} << 20;
+
 json read_json(const fs::path& path) {
-  std::ifstream in(path);
+  check_regular_input(path.string(), "a JSON file");
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(path, ec);
+  ORBIT_CHECK(!ec, path.string() << ": cannot read its size: " << ec.message());
+  ORBIT_CHECK(size <= kMaxJsonFileBytes, path.string() << ": " << size << " bytes, past the " << kMaxJsonFileBytes
+                                                       << "-byte limit for a JSON file");
+  std::ifstream in(path, std::ios::binary);
   ORBIT_CHECK(in.good(), path.string() << ": cannot open for reading");
-  try {
-    return json::parse(in);
-  } catch (const json::parse_error& e) {
-    ORBIT_FAIL(path.string() << ": invalid JSON: " << e.what());
-  }
+  std::string text(static_cast<std::size_t>(size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  ORBIT_CHECK(static_cast<std::uintmax_t>(in.gcount()) == size, path.string() << ": read error");
+  return parse_json_input(text, path.string());
 }
 
 bool is_float_dtype(StDtype d) {
@@ -154,6 +165,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const ComputeTarget& 
   ORBIT_CHECK(fs::exists(path), path << ": no such file or directory (expected a llama2.c .bin file or a "
                                         "Hugging Face directory with config.json)");
   if (fs::is_directory(path)) return load_hf(path, target);
+  check_regular_input(path, "the model (a llama2.c .bin file or a Hugging Face directory)");
   if (fs::path(path).filename() == "config.json") return load_hf(fs::path(path).parent_path().string(), target);
   return load_llama2c(path, target);
 }

@@ -17,6 +17,7 @@
 #include "orbit/runtime/safetensors.h"
 
 #include "orbit/common/error.h"
+#include "orbit/common/json_input.h"
 
 #include <nlohmann/json.hpp>
 
@@ -226,16 +227,13 @@ StHeader parse_safetensors(const uint8_t* bytes, std::size_t size, const std::st
   const uint64_t data_size = size - header.data_offset;
 
   DuplicateKeyFinder duplicates;
-  nlohmann::json root;
-  try {
-    const char* first = reinterpret_cast<const char*>(bytes + 8);
-    root = nlohmann::json::parse(first, first + header_len,
-                                 [&duplicates](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-                                   return duplicates.on_event(event, parsed);
-                                 });
-  } catch (const nlohmann::json::exception& e) {
-    ORBIT_FAIL(origin << ": header (" << header_len << " bytes) is not valid JSON: " << e.what());
-  }
+  JsonInputOptions json_options;
+  json_options.observer = [&duplicates](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    return duplicates.on_event(event, parsed);
+  };
+  const char* first = reinterpret_cast<const char*>(bytes + 8);
+  const nlohmann::json root = parse_json_input(
+      first, first + header_len, origin + ": header (" + std::to_string(header_len) + " bytes)", json_options);
   ORBIT_CHECK(root.is_object(), origin << ": header must be a JSON object, got " << json_type(root));
   ORBIT_CHECK(duplicates.message().empty(), origin << ": " << duplicates.message());
 

@@ -204,3 +204,58 @@ TEST_CASE("orbit replay --page-size 2^62 exits with an error naming page_size", 
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("page_size must be <= 1048576"));
 }
+
+namespace {
+
+std::string nested_arrays(std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+// The message parse_trace throws for `text`, or "" when it parses.
+std::string trace_error(const std::string& text) {
+  try {
+    orbit::parse_trace(text, "deep.json");
+  } catch (const orbit::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a trace nested past the depth bound is refused, whichever field holds it", "[limits][trace]") {
+  // Each of these used to crash the process: dump() of the value in the error message recursed once
+  // per level and overflowed the stack.
+  const std::string deep = nested_arrays(100000);
+  const std::vector<std::string> traces = {
+      R"({"format": "orbit-trace/1", "probe": [1], "chunks": [], "steps": [{"op": "generate", "max_tokens": )" + deep +
+          "}]}",
+      R"({"format": "orbit-trace/1", "probe": [1], "chunks": [], "steps": [{"op": "place", "note": )" + deep + "}]}",
+      trace_with_chunk(R"("tokens": [1], "pin": )" + deep),
+      trace_with_chunk(R"("random_tokens": 4, "seed": )" + deep),
+  };
+  for (const std::string& text : traces) {
+    CHECK_THAT(trace_error(text), Contains("deep.json: JSON nests deeper than 128 levels"));
+  }
+  // Nesting within the bound still parses to the usual field error, which describes the value briefly.
+  const std::string shallow = trace_with_chunk(R"("tokens": [1], "pin": )" + nested_arrays(100));
+  CHECK_THAT(trace_error(shallow), Contains("field 'pin': must be true or false, got an array of 1 items"));
+}
+
+TEST_CASE("trace numbers out of range are refused naming the value, not as an internal error", "[limits][trace]") {
+  CHECK_THAT(trace_error(trace_with_chunk(R"("random_tokens": 1e999)")),
+             Contains("deep.json: not valid JSON: a number is out of range") && Contains("1e999"));
+  // 2^64 - 1 used to be reported as "got -1".
+  const std::string huge_max_tokens =
+      R"({"format": "orbit-trace/1", "probe": [1], "chunks": [], "steps": [{"op": "generate", "max_tokens": 18446744073709551615}]})";
+  CHECK_THAT(trace_error(huge_max_tokens),
+             Contains("field 'max_tokens': got 18446744073709551615, past the largest 64-bit integer"));
+  // 2^63 used to be reported as a negative number.
+  CHECK_THAT(trace_error(trace_with_chunk(R"("tokens": [1, 9223372036854775808])")),
+             Contains("item 1 (9223372036854775808) is not a non-negative integer token id"));
+  // [2^62, 4, 1] holds 2^64 rows, which wrapped to 0 and was reported as an empty chunk.
+  CHECK_THAT(trace_error(trace_with_chunk(R"("embeddings": {"grid": [4611686018427387904, 4, 1]})")),
+             Contains("field 'embeddings.grid': [4611686018427387904, 4, 1] holds more rows than a 64-bit count"));
+  // A long string in the wrong place is cut in the message.
+  const std::string long_note = std::string(5000, 'x');
+  CHECK_THAT(trace_error(trace_with_chunk(R"("tokens": [1], "pin": ")" + long_note + "\"")),
+             Contains("got string \"" + std::string(40, 'x') + "\"... (5000 bytes)"));
+}

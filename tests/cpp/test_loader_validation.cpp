@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <sstream>
 
 #include "orbit/common/error.h"
 #include "orbit/runtime/generator.h"
@@ -144,4 +145,22 @@ TEST_CASE("make-model refuses options whose model the loader would reject, and w
       orbit::test::cli("make-model --out " + (dir / "ok") + " --rope-scaling linear --rope-factor 2");
   REQUIRE(ok.status == 0);
   CHECK_NOTHROW(load_model(dir / "ok"));
+}
+
+TEST_CASE("config.json nested past the depth bound or holding 1e999 is refused, not a crash", "[loaders][cpu]") {
+  TempDir dir;
+  const std::string m = make(dir, "m", "tiny-llama");
+  std::ostringstream original;
+  original << std::ifstream(m + "/config.json").rdbuf();
+  const std::string text = original.str();
+  const std::size_t open = text.find('{');
+  REQUIRE(open != std::string::npos);
+  auto with_field = [&](const std::string& field_json) {
+    std::ofstream(m + "/config.json") << text.substr(0, open + 1) << field_json << "," << text.substr(open + 1);
+  };
+  // An unused field 100k levels deep used to overflow the stack when the config was copied.
+  with_field("\"unused\": " + std::string(100000, '[') + std::string(100000, ']'));
+  CHECK_THROWS_WITH(load_model(m), Contains("config.json: JSON nests deeper than 128 levels"));
+  with_field("\"unused\": 1e999");
+  CHECK_THROWS_WITH(load_model(m), Contains("config.json: not valid JSON: a number is out of range"));
 }

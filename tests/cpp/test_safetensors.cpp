@@ -492,6 +492,12 @@ TEST_CASE("broken headers fail naming the file, tensor and field", "[safetensors
        with_b(R"({"dtype":"I64","dtype":"I64","shape":[4],"data_offsets":[24,56]})"),
        {"entry 'b': field 'dtype' is given twice"}},
       {"duplicate metadata key", R"({"__metadata__":{"k":"1","k":"2"}})", {"field 'k' is given twice"}},
+      {"nesting past the depth bound",
+       "{\"__metadata__\":" + std::string(100000, '[') + std::string(100000, ']') + "}",
+       {"nests deeper than 128 levels"}},
+      {"number out of range",
+       with_b(R"({"dtype":"I64","shape":[4e999],"data_offsets":[24,56]})"),
+       {"not valid JSON: a number is out of range", "4e999"}},
   };
   TempDir dir;
   for (const Case& c : cases) {

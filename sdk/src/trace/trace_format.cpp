@@ -1,5 +1,6 @@
 // The trace file format (orbit/trace.h): JSON in, JSON out, and validation by simulating the window.
 #include <unistd.h>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "orbit/common/error.h"
+#include "orbit/common/json_input.h"
 #include "orbit/trace.h"
 #include "trace/trace_internal.h"
 
@@ -34,6 +36,10 @@ struct Where {
 
 std::string type_of(const json& v) { return v.type_name(); }
 
+// A value for an error message: "number 5", "string \"x\"", "an array of 3 items". Bounded in size and
+// never recursive, whatever the file holds.
+std::string described(const json& v) { return v.is_structured() ? json_brief(v) : type_of(v) + " " + json_brief(v); }
+
 void check_fields(const Where& w, const json& obj, const std::set<std::string>& known) {
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     if (known.count(it.key()) == 0) {
@@ -44,10 +50,18 @@ void check_fields(const Where& w, const json& obj, const std::set<std::string>& 
   }
 }
 
+// Whether `v` is a JSON integer that fits int64 (nlohmann keeps 2^63 and above as unsigned, which
+// get<int64_t>() would wrap to a negative number).
+bool is_int64(const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
+  return v.is_number_integer();
+}
+
 int64_t get_int(const Where& w, const json& obj, const std::string& field, int64_t fallback, int64_t min_value) {
   if (!obj.contains(field)) return fallback;
   const json& v = obj.at(field);
-  if (!v.is_number_integer()) w.fail(field, "must be an integer, got " + type_of(v) + " " + v.dump());
+  if (!v.is_number_integer()) w.fail(field, "must be an integer, got " + described(v));
+  if (!is_int64(v)) w.fail(field, "got " + json_brief(v) + ", past the largest 64-bit integer");
   const int64_t x = v.get<int64_t>();
   if (x < min_value) w.fail(field, "must be >= " + std::to_string(min_value) + ", got " + std::to_string(x));
   return x;
@@ -56,14 +70,14 @@ int64_t get_int(const Where& w, const json& obj, const std::string& field, int64
 uint64_t get_seed(const Where& w, const json& obj, uint64_t fallback) {
   if (!obj.contains("seed")) return fallback;
   const json& v = obj.at("seed");
-  if (!v.is_number_unsigned()) w.fail("seed", "must be a non-negative integer, got " + v.dump());
+  if (!v.is_number_unsigned()) w.fail("seed", "must be a non-negative integer, got " + described(v));
   return v.get<uint64_t>();
 }
 
 double get_double(const Where& w, const json& obj, const std::string& field, double fallback) {
   if (!obj.contains(field)) return fallback;
   const json& v = obj.at(field);
-  if (!v.is_number()) w.fail(field, "must be a number, got " + type_of(v) + " " + v.dump());
+  if (!v.is_number()) w.fail(field, "must be a number, got " + described(v));
   return v.get<double>();
 }
 
@@ -73,7 +87,7 @@ std::string get_string(const Where& w, const json& obj, const std::string& field
     return {};
   }
   const json& v = obj.at(field);
-  if (!v.is_string()) w.fail(field, "must be a string, got " + type_of(v) + " " + v.dump());
+  if (!v.is_string()) w.fail(field, "must be a string, got " + described(v));
   std::string s = v.get<std::string>();
   if (required && s.empty()) w.fail(field, "must not be empty");
   return s;
@@ -82,7 +96,7 @@ std::string get_string(const Where& w, const json& obj, const std::string& field
 bool get_bool(const Where& w, const json& obj, const std::string& field, bool fallback) {
   if (!obj.contains(field)) return fallback;
   const json& v = obj.at(field);
-  if (!v.is_boolean()) w.fail(field, "must be true or false, got " + v.dump());
+  if (!v.is_boolean()) w.fail(field, "must be true or false, got " + described(v));
   return v.get<bool>();
 }
 
@@ -91,8 +105,8 @@ std::vector<int64_t> get_token_list(const Where& w, const json& v, const std::st
   if (v.empty()) w.fail(field, "must not be empty");
   std::vector<int64_t> out;
   for (std::size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_number_integer() || v[i].get<int64_t>() < 0) {
-      w.fail(field, "item " + std::to_string(i) + " (" + v[i].dump() + ") is not a non-negative integer token id");
+    if (!is_int64(v[i]) || v[i].get<int64_t>() < 0) {
+      w.fail(field, "item " + std::to_string(i) + " (" + json_brief(v[i]) + ") is not a non-negative integer token id");
     }
     out.push_back(v[i].get<int64_t>());
   }
@@ -120,7 +134,7 @@ TokenSource parse_source_fields(const Where& w, const json& obj, const std::stri
     }
     bool bos = false;
     if (obj.contains("bos")) {
-      if (!obj.at("bos").is_boolean()) w.fail(prefix + "bos", "must be true or false, got " + obj.at("bos").dump());
+      if (!obj.at("bos").is_boolean()) w.fail(prefix + "bos", "must be true or false, got " + described(obj.at("bos")));
       bos = obj.at("bos").get<bool>();
     }
     return TokenSource::from_text(t.get<std::string>(), bos);
@@ -136,12 +150,12 @@ TokenSource parse_source_fields(const Where& w, const json& obj, const std::stri
   const bool random = obj.contains("random_tokens");
   const std::string count_field = random ? "random_tokens" : "sample";
   const json& c = obj.at(count_field);
-  if (!c.is_number_integer() || c.get<int64_t>() < 1)
-    w.fail(prefix + count_field, "must be a positive integer, got " + c.dump());
+  if (!is_int64(c) || c.get<int64_t>() < 1)
+    w.fail(prefix + count_field, "must be a positive integer, got " + described(c));
   s.kind = random ? TokenSource::Kind::kRandom : TokenSource::Kind::kSample;
   s.count = c.get<int64_t>();
   if (obj.contains("seed") && !obj.at("seed").is_number_unsigned()) {
-    w.fail(prefix + "seed", "must be a non-negative integer, got " + obj.at("seed").dump());
+    w.fail(prefix + "seed", "must be a non-negative integer, got " + described(obj.at("seed")));
   }
   s.seed = obj.contains("seed") ? obj.at("seed").get<uint64_t>() : default_seed;
   if (random) {
@@ -153,7 +167,7 @@ TokenSource parse_source_fields(const Where& w, const json& obj, const std::stri
     if (obj.contains("temperature")) {
       const json& t = obj.at("temperature");
       if (!t.is_number() || t.get<double>() < 0)
-        w.fail(prefix + "temperature", "must be a number >= 0, got " + t.dump());
+        w.fail(prefix + "temperature", "must be a number >= 0, got " + described(t));
       s.temperature = t.get<double>();
     }
   }
@@ -219,10 +233,11 @@ TraceChunk parse_chunk(const std::string& file, const json& v, std::size_t index
     c.embeddings = true;
     if (!e.contains("grid")) w.fail("embeddings.grid", "missing (required): [t, h, w]");
     const json& g = e.at("grid");
-    if (!g.is_array() || g.size() != 3) w.fail("embeddings.grid", "must be [t, h, w], got " + g.dump());
+    if (!g.is_array() || g.size() != 3) w.fail("embeddings.grid", "must be [t, h, w], got " + described(g));
     for (std::size_t i = 0; i < 3; ++i) {
-      if (!g[i].is_number_integer() || g[i].get<int64_t>() < 1)
-        w.fail("embeddings.grid", "must be 3 positive integers, got " + g.dump());
+      if (!is_int64(g[i]) || g[i].get<int64_t>() < 1)
+        w.fail("embeddings.grid",
+               "must be 3 positive integers, got item " + std::to_string(i) + " = " + described(g[i]));
       c.media.grid[i] = g[i].get<int64_t>();
     }
     c.media.seed = get_seed(Where{file, w.what + ", embeddings"}, e, trace_detail::name_seed(c.name));
@@ -285,7 +300,7 @@ TraceStep parse_step(const std::string& file, const json& v, std::size_t index) 
       if (!o.is_array()) w.fail("order", "must be a list of chunk names, got " + type_of(o));
       for (std::size_t i = 0; i < o.size(); ++i) {
         if (!o[i].is_string())
-          w.fail("order", "item " + std::to_string(i) + " (" + o[i].dump() + ") is not a chunk name");
+          w.fail("order", "item " + std::to_string(i) + " (" + json_brief(o[i]) + ") is not a chunk name");
         s.order.push_back(o[i].get<std::string>());
       }
       break;
@@ -434,12 +449,7 @@ const TraceChunk* Trace::find_chunk(const std::string& name) const {
 }
 
 Trace parse_trace(const std::string& json_text, const std::string& source) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    ORBIT_FAIL(source << ": not valid JSON: " << e.what());
-  }
+  const json root = parse_json_input(json_text, source);
   const Where top{source, "top level"};
   if (!root.is_object()) top.fail("format", "the trace must be a JSON object, got " + type_of(root));
   check_fields(top, root, {"format", "name", "description", "probe", "chunks", "steps"});

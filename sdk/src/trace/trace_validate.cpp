@@ -251,6 +251,23 @@ void TraceSim::apply(const TraceStep& s, std::size_t index) {
 
 namespace orbit {
 
+namespace {
+
+// An embedding chunk's grid: positive factors whose product (its row count) fits int64, so that
+// EmbeddingSource::rows() is exact.
+void check_grid(const std::string& file, std::size_t index, const TraceChunk& c) {
+  const auto& g = c.media.grid;
+  const std::string where = file + ": chunk " + std::to_string(index) + " ('" + c.name + "'): field 'embeddings.grid'";
+  int64_t rows = 1;
+  for (int64_t d : g) {
+    ORBIT_CHECK(d >= 1, where << ": must be 3 positive integers, got [" << g[0] << ", " << g[1] << ", " << g[2] << "]");
+    ORBIT_CHECK(!__builtin_mul_overflow(rows, d, &rows), where << ": [" << g[0] << ", " << g[1] << ", " << g[2]
+                                                               << "] holds more rows than a 64-bit count (overflow)");
+  }
+}
+
+}  // namespace
+
 void validate_trace(const Trace& trace) {
   const std::string file = trace.source.empty() ? std::string("<trace>") : trace.source;
   ORBIT_CHECK(trace.format == kTraceFormat, file << ": top level: field 'format': '" << trace.format
@@ -262,6 +279,7 @@ void validate_trace(const Trace& trace) {
     ORBIT_CHECK(!c.name.empty(), file << ": chunk " << i << ": field 'name': must not be empty");
     ORBIT_CHECK(names.insert(c.name).second, file << ": chunk " << i << " ('" << c.name << "'): field 'name': '"
                                                   << c.name << "' is used by an earlier chunk");
+    if (c.embeddings) check_grid(file, i, c);
     ORBIT_CHECK(trace_detail::chunk_tokens(c) > 0,
                 file << ": chunk " << i << " ('" << c.name << "'): field 'tokens': the chunk is empty");
   }

@@ -1,0 +1,81 @@
+// Parsing JSON that comes from outside the process (traces, config.json, safetensors headers), bounded.
+//
+// nlohmann's parser is iterative, but copying a value, dump() and most code that walks a document recurse
+// once per nesting level: a file with 100k nested arrays would overflow the stack long after parsing.
+// Every untrusted document goes through parse_json_input(), which refuses nesting past a fixed depth, and
+// error messages describe a hostile value with json_brief(), which never recurses.
+//
+// Header-only (needs nlohmann_json, which every user of it links already).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include "orbit/common/error.h"
+
+namespace orbit {
+
+// Deepest nesting (open arrays and objects around a value) a JSON input may have. Real inputs nest
+// fewer than 10 levels; 128 keeps recursive code far from the stack's limit.
+inline constexpr int kMaxJsonDepth = 128;
+
+struct JsonInputOptions {
+  int max_depth = kMaxJsonDepth;
+  // Optional observer of parse events, nlohmann's parser_callback_t contract: (depth, event, value),
+  // return false to drop the value. Called after the depth check.
+  std::function<bool(int, nlohmann::json::parse_event_t, nlohmann::json&)> observer;
+};
+
+// Parses one JSON document from [first, last). `origin` names the input in errors ("web.json",
+// "m.safetensors: header (88 bytes)"). Throws orbit::Error, never a nlohmann exception:
+//   "<origin>: not valid JSON: <parser message>"          syntax, bad UTF-8, trailing garbage;
+//   "<origin>: not valid JSON: a number is out of range"  1e999 and the like (no float64 holds them);
+//   "<origin>: JSON nests deeper than <max_depth> levels"
+inline nlohmann::json parse_json_input(const char* first, const char* last, const std::string& origin,
+                                       const JsonInputOptions& options = {}) {
+  const int max_depth = options.max_depth;
+  const auto& observer = options.observer;
+  auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if ((event == Event::object_start || event == Event::array_start) && depth >= max_depth) {
+      ORBIT_FAIL(origin << ": JSON nests deeper than " << max_depth << " levels (arrays and objects)");
+    }
+    return observer ? observer(depth, event, parsed) : true;
+  };
+  try {
+    return nlohmann::json::parse(first, last, callback);
+  } catch (const nlohmann::json::out_of_range& e) {
+    ORBIT_FAIL(origin << ": not valid JSON: a number is out of range (" << e.what() << ")");
+  } catch (const nlohmann::json::exception& e) {
+    ORBIT_FAIL(origin << ": not valid JSON: " << e.what());
+  }
+}
+
+inline nlohmann::json parse_json_input(const std::string& text, const std::string& origin,
+                                       const JsonInputOptions& options = {}) {
+  return parse_json_input(text.data(), text.data() + text.size(), origin, options);
+}
+
+// A short description of `value` for an error message, without recursing: numbers, booleans and null
+// as written (5, true), strings quoted and cut to 40 bytes ("abc"), containers by kind and size
+// ("an array of 3 items").
+inline std::string json_brief(const nlohmann::json& value) {
+  constexpr std::size_t kMaxString = 40;
+  if (value.is_array()) return "an array of " + std::to_string(value.size()) + " items";
+  if (value.is_object()) return "an object of " + std::to_string(value.size()) + " fields";
+  if (value.is_binary()) return "binary data";
+  if (value.is_string()) {
+    const std::string& s = value.get_ref<const std::string&>();
+    const auto quoted = [](const nlohmann::json& text) {
+      return text.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    };
+    if (s.size() <= kMaxString) return quoted(value);
+    return quoted(nlohmann::json(s.substr(0, kMaxString))) + "... (" + std::to_string(s.size()) + " bytes)";
+  }
+  return value.dump();
+}
+
+}  // namespace orbit
