@@ -1,6 +1,7 @@
 #include "orbit/store/disk_tier.h"
 
 #include <fcntl.h>
+#include <sqlite3.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -20,6 +21,14 @@ std::string blob_relative_path(const std::string& key) {
 }
 
 }  // namespace
+
+bool is_index_damage(const std::exception& error) {
+  const std::string text = error.what();
+  for (int code : {SQLITE_CORRUPT, SQLITE_NOTADB}) {
+    if (text.find(sqlite3_errstr(code)) != std::string::npos) return true;
+  }
+  return text.find("malformed") != std::string::npos;
+}
 
 namespace {
 
@@ -65,22 +74,48 @@ DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
   ::gethostname(host, sizeof host - 1);
   owner_ = std::to_string(::getpid()) + "@" + host + "/" + unique_nonce();
   try {
-    const std::string index_path = options_.dir + "/index.sqlite";
-    if (!std::filesystem::exists(index_path)) {
-      const int64_t orphans = count_blob_files(options_.dir + "/blobs");
-      ORBIT_CHECK(orphans == 0, "store " << options_.dir << ": index.sqlite is missing but blobs/ holds " << orphans
-                                         << " blobs (was the index deleted?); run `orbit store repair --store "
-                                         << options_.dir << "` to rebuild the index from them, or remove "
-                                         << options_.dir << "/blobs to start empty");
-    }
+    open_index();
+    leases_ = std::make_unique<SqliteIndex>(options_.dir + "/index.sqlite", SqliteIndex::Mode::kReadWrite);
+    leases_->relax_durability();
+  } catch (...) {
+    leases_.reset();
+    index_.reset();
+    ::close(lock_fd_);
+    throw;
+  }
+  beat_ = std::thread([this] { heartbeat(); });
+}
+
+void DiskTier::open_index() {
+  const std::string index_path = options_.dir + "/index.sqlite";
+  const std::string repair = "run `orbit store repair --store " + options_.dir + "` to rebuild the index from them";
+  const auto count_blobs = [&] { return count_blob_files(options_.dir + "/blobs"); };  // not on every open
+  std::error_code ec;
+  if (!std::filesystem::exists(index_path, ec)) {
+    const int64_t blobs = count_blobs();
+    ORBIT_CHECK(blobs == 0, "store " << options_.dir << ": index.sqlite is missing but blobs/ holds " << blobs
+                                     << " blobs (was the index deleted?); " << repair << ", or remove " << options_.dir
+                                     << "/blobs to start empty");
+  } else if (std::filesystem::file_size(index_path, ec) == 0 && !ec && count_blobs() > 0) {
+    // SQLite writes the first page of a new index before the first blob can exist, so an empty file beside
+    // blobs is a damaged index, not a new one.
+    const int64_t blobs = count_blobs();
+    ORBIT_FAIL("store " << options_.dir << ": " << index_path << " is empty but blobs/ holds " << blobs << " blobs; "
+                        << repair);
+  }
+  try {
     index_ = std::make_unique<SqliteIndex>(index_path, SqliteIndex::Mode::kReadWrite);
-    if (!index_->meta("model_fingerprint")) {
+    const bool has_fingerprint = index_->meta("model_fingerprint").has_value();
+    if (!has_fingerprint) {
       const int64_t rows = index_->count_rows();
       ORBIT_CHECK(rows == 0, "store " << options_.dir << ": its index holds " << rows
                                       << " entries but no model fingerprint (its meta rows were deleted); refusing "
                                          "to adopt it for model "
                                       << options_.model_fingerprint << ": run `orbit store repair --store "
                                       << options_.dir << "`");
+      const int64_t blobs = count_blobs();
+      ORBIT_CHECK(blobs == 0, "store " << options_.dir << ": its index holds no entries and no model fingerprint "
+                                       << "but blobs/ holds " << blobs << " blobs (the index was lost); " << repair);
     }
     Result<std::string> recorded = index_->set_meta_if_absent("model_fingerprint", options_.model_fingerprint);
     ORBIT_CHECK(recorded.is_ok(), "store " << options_.dir << ": " << recorded.status().reason());
@@ -92,15 +127,12 @@ DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
       if (row.corrupt) continue;
       add_row(std::move(row));
     }
-    leases_ = std::make_unique<SqliteIndex>(index_path, SqliteIndex::Mode::kReadWrite);
-    leases_->relax_durability();
-  } catch (...) {
-    leases_.reset();
+  } catch (const Error& e) {
     index_.reset();
-    ::close(lock_fd_);
-    throw;
+    if (!is_index_damage(e)) throw;
+    ORBIT_FAIL("store " << options_.dir << ": its index " << index_path << " is damaged (" << e.what() << "); "
+                        << (count_blobs() > 0 ? repair : "remove it to start an empty store"));
   }
-  beat_ = std::thread([this] { heartbeat(); });
 }
 
 DiskTier::~DiskTier() {

@@ -8,12 +8,14 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "orbit/common/error.h"
 #include "orbit/store.h"
 #include "orbit/store/blob_format.h"
 #include "orbit/store/blob_io.h"
+#include "orbit/store/disk_tier.h"
 #include "orbit/store/sqlite_index.h"
 
 namespace orbit {
@@ -24,6 +26,15 @@ using store::SqliteIndex;
 
 namespace {
 
+int64_t count_blob_files(const std::string& root) {
+  std::error_code ec;
+  int64_t blobs = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(root + "/blobs", ec)) {
+    blobs += entry.path().extension() == ".blob" ? 1 : 0;
+  }
+  return blobs;
+}
+
 std::string store_root(const std::string& dir) {
   ORBIT_CHECK(!dir.empty(), "store: the store directory is empty (give --store DIR)");
   std::error_code ec;
@@ -31,16 +42,37 @@ std::string store_root(const std::string& dir) {
   ORBIT_CHECK(!ec, "store " << dir << ": cannot resolve the path: " << ec.message());
   if (root.size() > 1 && root.back() == '/') root.pop_back();
   if (!fs::is_regular_file(root + "/index.sqlite", ec)) {
-    int64_t blobs = 0;
-    for (const auto& entry : fs::recursive_directory_iterator(root + "/blobs", ec)) {
-      blobs += entry.path().extension() == ".blob" ? 1 : 0;
-    }
+    const int64_t blobs = count_blob_files(root);
     ORBIT_CHECK(blobs == 0, "store " << root << ": index.sqlite is missing but blobs/ holds " << blobs
                                      << " blobs (was the index deleted?); run `orbit store repair --store " << root
                                      << "` to rebuild it");
     ORBIT_FAIL("store " << root << ": not an orbit store (no index.sqlite)");
   }
   return root;
+}
+
+// DIR's index. An empty or damaged one is refused with a pointer to repair (read as empty, every blob
+// would look unreferenced, and gc would delete them); so is one without a model fingerprint beside blobs.
+std::unique_ptr<SqliteIndex> open_index(const std::string& root, SqliteIndex::Mode mode) {
+  const std::string path = root + "/index.sqlite";
+  const std::string repair = "; run `orbit store repair --store " + root + "` to rebuild it from the blobs";
+  std::error_code ec;
+  const bool empty = fs::file_size(path, ec) == 0 && !ec;
+  ORBIT_CHECK(!empty || count_blob_files(root) == 0, "store " << root << ": " << path << " is empty but blobs/ holds "
+                                                              << count_blob_files(root) << " blobs" << repair);
+  std::unique_ptr<SqliteIndex> index;
+  try {
+    index = std::make_unique<SqliteIndex>(path, mode);
+    if (!empty && !index->meta("model_fingerprint")) {
+      const int64_t blobs = count_blob_files(root);
+      ORBIT_CHECK(blobs == 0, "store " << root << ": its index has no model fingerprint but blobs/ holds " << blobs
+                                       << " blobs" << repair);
+    }
+  } catch (const Error& e) {
+    if (!store::is_index_damage(e)) throw;
+    ORBIT_FAIL("store " << root << ": its index " << path << " is damaged (" << e.what() << ")" << repair);
+  }
+  return index;
 }
 
 std::string blobs_root(const std::string& root) {
@@ -92,7 +124,8 @@ int64_t count_unreferenced(const std::string& root, const std::vector<DiskRow>& 
 
 std::vector<StoreEntryInfo> list_store(const std::string& dir) {
   const std::string root = store_root(dir);
-  SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kReadOnly);
+  std::unique_ptr<SqliteIndex> opened = open_index(root, SqliteIndex::Mode::kReadOnly);
+  SqliteIndex& index = *opened;
   const std::set<std::string> pins = index.live_pins(now_ms());
   std::vector<StoreEntryInfo> out;
   for (const DiskRow& r : index.rows()) {
@@ -114,7 +147,8 @@ std::vector<StoreEntryInfo> list_store(const std::string& dir) {
 
 StoreSummary summarize_store(const std::string& dir) {
   const std::string root = store_root(dir);
-  SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kReadOnly);
+  std::unique_ptr<SqliteIndex> opened = open_index(root, SqliteIndex::Mode::kReadOnly);
+  SqliteIndex& index = *opened;
   StoreSummary s;
   s.dir = root;
   s.model_fingerprint = index.meta("model_fingerprint").value_or("");
@@ -141,7 +175,8 @@ StoreSummary summarize_store(const std::string& dir) {
 
 VerifyReport verify_store(const std::string& dir) {
   const std::string root = store_root(dir);
-  SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kReadOnly);
+  std::unique_ptr<SqliteIndex> opened = open_index(root, SqliteIndex::Mode::kReadOnly);
+  SqliteIndex& index = *opened;
   const std::string fingerprint = index.meta("model_fingerprint").value_or("");
   VerifyReport report;
   const std::vector<DiskRow> rows = index.rows();
@@ -187,7 +222,8 @@ GcReport gc_store(const std::string& dir, const GcOptions& options) {
   const std::string root = store_root(dir);
   const store::ExclusiveStoreLock lock(root, "gc", "a write in flight there looks like garbage here");
   // Holding the lock, no write is in flight: every temp file is dead and the row set is final.
-  SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kReadWrite);
+  std::unique_ptr<SqliteIndex> opened = open_index(root, SqliteIndex::Mode::kReadWrite);
+  SqliteIndex& index = *opened;
   const std::vector<DiskRow> rows = index.rows();
   const std::set<std::string> used = referenced(root, rows);
   const BlobFiles files = scan_blobs(root);

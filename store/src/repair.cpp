@@ -1,6 +1,7 @@
 // `orbit store repair`: rebuild a store's index from its blobs (orbit/store.h).
 #include <ATen/ATen.h>
 #include <fcntl.h>
+#include <sqlite3.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -63,6 +64,48 @@ std::optional<Found> inspect_blob(const std::string& root, const fs::path& path,
   return f;
 }
 
+// Why the index at `path` is damaged (SQLite's quick_check, or the error that stopped it), or "" when it
+// reads (also when it is empty or missing: a new index is made then).
+std::string index_damage(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return "";
+  sqlite3* db = nullptr;
+  std::string damage;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    damage = db ? sqlite3_errmsg(db) : "cannot open";
+  } else {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &stmt, nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+    if (rc == SQLITE_ROW) {
+      const unsigned char* text = sqlite3_column_text(stmt, 0);
+      const std::string answer = text ? reinterpret_cast<const char*>(text) : "";
+      if (answer != "ok") damage = "quick_check: " + answer;
+    } else if ((rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB) {
+      damage = sqlite3_errmsg(db);
+    }
+    sqlite3_finalize(stmt);
+  }
+  sqlite3_close(db);
+  return damage;
+}
+
+// Moves a damaged index (and its -wal and -shm) aside as index.sqlite.damaged-<nonce>, so that a new
+// index is built from the blobs; the file is kept for a post-mortem.
+void set_damaged_index_aside(const std::string& root, const std::string& damage, RepairReport* report) {
+  const std::string path = root + "/index.sqlite";
+  const std::string aside = path + ".damaged-" + store::unique_nonce();
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::error_code ec;
+    if (!fs::exists(path + suffix, ec)) continue;
+    fs::rename(path + suffix, aside + suffix, ec);
+    ORBIT_CHECK(!ec,
+                "store " << root << ": cannot move the damaged index " << path << suffix << " aside: " << ec.message());
+  }
+  report->notes.push_back("index " + path + " was damaged (" + damage + "): moved to " + aside +
+                          "; the index is rebuilt from the blobs");
+}
+
 }  // namespace
 
 RepairReport repair_store(const std::string& dir) {
@@ -91,6 +134,8 @@ RepairReport repair_store(const std::string& dir) {
     if (it == best.end() || it->second.mtime < f->mtime) best[f->row.key] = std::move(*f);
   }
 
+  const std::string damage = index_damage(root + "/index.sqlite");
+  if (!damage.empty()) set_damaged_index_aside(root, damage, &report);
   SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kRepair);
   std::string fingerprint = index.meta("model_fingerprint").value_or("");
   if (fingerprint.empty()) {

@@ -333,3 +333,44 @@ TEST_CASE("orbit store ls, stat, verify and gc", "[store][cpu]") {
   CHECK(run(cli + "verify --store " + d).status == 1);
   CHECK(run(cli + "frobnicate --store " + d).status == 1);
 }
+
+TEST_CASE("an empty, truncated or garbage index beside blobs is refused, and orbit store repair rebuilds it",
+          "[store][cpu]") {
+  namespace fs = std::filesystem;
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  const std::string index = d + "/index.sqlite";
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 12; ++i) REQUIRE(store.put(test::store_test_key(i), test::store_test_value(i)).is_ok());
+  }
+  for (const char* f : {"-wal", "-shm"}) fs::remove(index + f);
+  REQUIRE(fs::file_size(index) > 4096);
+  SECTION("empty") { fs::resize_file(index, 0); }
+  SECTION("truncated to its first page") { fs::resize_file(index, 4096); }
+  SECTION("a garbage header") {
+    std::fstream f(index, std::ios::in | std::ios::out | std::ios::binary);
+    f.write("this is not an SQLite file at all", 32);
+  }
+  const auto blob_files = [&] {
+    int64_t n = 0;
+    for (const auto& e : fs::recursive_directory_iterator(d + "/blobs")) n += e.path().extension() == ".blob";
+    return n;
+  };
+  CHECK_THROWS_WITH(ChunkStore(disk_options(d)), Contains(index) && Contains("orbit store repair --store " + d));
+  CHECK_THROWS_WITH(gc_store(d), Contains("orbit store repair"));  // it would delete every blob as garbage
+  CHECK_THROWS_WITH(list_store(d), Contains("orbit store repair"));
+  CHECK(blob_files() == 12);
+
+  const Run repair = test::cli("store repair --store " + d);
+  INFO(repair.out);
+  REQUIRE(repair.status == 0);
+  CHECK_THAT(repair.out, Contains("12 rows restored"));
+  ChunkStore store(disk_options(d));
+  for (int64_t i = 1; i <= 12; ++i) {
+    Result<ValuePtr> v = store.get(test::store_test_key(i));
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+  CHECK(verify_store(d).clean());
+}

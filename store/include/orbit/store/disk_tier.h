@@ -12,8 +12,9 @@
 // are leases in the index (owner = this tier's process and object, expiry renewed every lease_ms / 3 by a
 // background thread while the tier lives): evict() never deletes a row another live owner holds.
 // The index records the model fingerprint on first open; opening with another fingerprint throws
-// orbit::Error naming both. A directory whose blobs survive but whose index.sqlite is gone, or whose
-// index lost its meta rows, is refused with a pointer to `orbit store repair`.
+// orbit::Error naming both. A directory whose blobs survive but whose index.sqlite is gone, empty or
+// damaged (SQLite reports it malformed or not a database), or whose index lost its meta rows, is refused
+// with a pointer to `orbit store repair` (never opened as an empty store that would orphan the blobs).
 //
 // Every blob path read from the index is confined to DIR/blobs (resolve()): an absolute path, a '..'
 // component, or a symlink leading out is refused (the row is treated as corrupt) and never read or unlinked.
@@ -37,6 +38,10 @@
 #include "orbit/store/tier.h"
 
 namespace orbit::store {
+
+// Whether `error` (thrown by SqliteIndex) says the index file is damaged: SQLite found it malformed or
+// not a database (a truncated file, a garbage header), as opposed to busy, read-only or of another version.
+bool is_index_damage(const std::exception& error);
 
 struct DiskTierOptions {
   std::string dir;                // created if missing
@@ -137,6 +142,8 @@ class DiskTier final : public Tier {
  private:
   void heartbeat();
   void add_row(DiskRow row);
+  // Opens index_ and loads its rows, refusing a lost, empty or damaged index beside existing blobs.
+  void open_index();
 
   DiskTierOptions options_;
   std::string blobs_root_;  // canonical path of DIR/blobs
