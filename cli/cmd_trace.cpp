@@ -11,6 +11,7 @@
 #include "args.h"
 #include "commands.h"
 #include "orbit/common/error.h"
+#include "orbit/common/file_kind.h"
 #include "orbit/engine.h"
 #include "orbit/trace.h"
 
@@ -51,6 +52,7 @@ int run_make_trace(int argc, char** argv, int first) {
   o.chunk_tokens = args.get_int("--chunk-tokens", 0);
   o.sample_text = args.flag("--sample-text");
   const std::string out = args.required("--out");
+  check_output_target(out, "the trace file (--out)");  // before the model loads and the trace is made
   EngineOptions eo;
   eo.model = args.required("--model");
   eo.pool_bytes = int64_t{1} << 20;

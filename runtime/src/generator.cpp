@@ -14,6 +14,7 @@
 #include <map>
 
 #include "orbit/common/error.h"
+#include "orbit/common/file_kind.h"
 #include "orbit/common/sha256.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/safetensors.h"
@@ -136,6 +137,7 @@ bool is_model_file(const fs::path& p) {
 }
 
 void write_text_atomically(const fs::path& path, const std::string& text) {
+  check_output_target(path.string(), "a model file");
   const fs::path tmp = path.string() + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -182,12 +184,19 @@ void generate_model(const GeneratorOptions& options, const std::string& out_dir)
   fs::create_directories(dir, ec);
   ORBIT_CHECK(!ec && fs::is_directory(dir), out_dir << ": cannot create directory: " << ec.message());
   std::vector<fs::path> existing;
+  std::vector<fs::path> others;
   for (const auto& entry : fs::directory_iterator(dir)) {
-    if (is_model_file(entry.path())) existing.push_back(entry.path());
+    (is_model_file(entry.path()) ? existing : others).push_back(entry.path());
   }
   if (!existing.empty()) {
     ORBIT_CHECK(options.overwrite, out_dir << ": already holds a model (" << existing.front().filename().string()
                                            << "); pass overwrite (--force) to replace it");
+  }
+  // Any other content means the directory is someone's (a home, "/"): write into it only when asked.
+  ORBIT_CHECK(others.empty() || options.overwrite,
+              out_dir << ": is not empty (holds '" << (others.empty() ? "" : others.front().filename().string())
+                      << "'); give a new or empty directory, or pass overwrite (--force) to write the model into it");
+  if (!existing.empty()) {
     // config.json first: from here on the directory does not load until the new config lands.
     std::stable_partition(existing.begin(), existing.end(),
                           [](const fs::path& p) { return p.filename() == "config.json"; });

@@ -6,6 +6,7 @@
 #include "orbit/runtime/safetensors.h"
 
 #include "orbit/common/error.h"
+#include "orbit/common/file_kind.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -132,7 +133,8 @@ struct PlannedTensor {
 // ---- SafetensorsFile -----------------------------------------------------------------------------
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  FdGuard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; the type check below then refuses it.
+  FdGuard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   ORBIT_CHECK(fd.get() >= 0, path << ": cannot open safetensors file: " << errno_text(errno));
   struct stat st {};
   ORBIT_CHECK(::fstat(fd.get(), &st) == 0, path << ": cannot stat safetensors file: " << errno_text(errno));
@@ -208,6 +210,7 @@ at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype) 
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const StWriteOptions& options) {
+  check_output_target(path, "a safetensors file");
   ORBIT_CHECK(is_floating(options.dtype), path << ": StWriteOptions::dtype must be a floating dtype (F64, F32, "
                                                << "F16 or BF16), got " << st_dtype_name(options.dtype));
 

@@ -5,11 +5,15 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
 #include "orbit/runtime/loader.h"
+#include "orbit/runtime/safetensors.h"
 #include "test_helpers.h"
 
 using Catch::Matchers::Contains;
@@ -108,4 +112,66 @@ TEST_CASE("bad CLI input exits non-zero naming the argument", "[cli][errors][cpu
   r = cli("make-model --preset nope --out /tmp/orbit-never");
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("unknown model preset 'nope'"));
+}
+
+namespace {
+
+// A FIFO at `path`; the test fails when one cannot be made.
+void make_fifo(const std::string& path) { REQUIRE(::mkfifo(path.c_str(), 0600) == 0); }
+
+bool is_fifo(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+}  // namespace
+
+TEST_CASE("outputs are never renamed over a FIFO or device", "[cli][errors][cpu]") {
+  // Writing a temporary file and renaming it over the target replaced the special file (as root,
+  // `--out /dev/null` would destroy /dev/null). A FIFO stands in for any special file here.
+  orbit::test::TempDir dir;
+  const std::string fifo = dir / "out.fifo";
+  make_fifo(fifo);
+  const CliRun r = cli("make-trace --kind web --steps 3 --model " + orbit::test::stories_path() + " --out " + fifo);
+  INFO(r.out);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains(fifo + ": refusing to write the trace file (--out) over a FIFO"));
+  CHECK(is_fifo(fifo));
+
+  const at::Tensor t = at::ones({2});
+  CHECK_THROWS_WITH(orbit::runtime::write_safetensors(fifo, {{"t", t}}),
+                    Contains(fifo + ": refusing to write a safetensors file over a FIFO"));
+  CHECK(is_fifo(fifo));
+}
+
+TEST_CASE("a FIFO given as an input is refused without waiting for a writer", "[cli][errors][cpu]") {
+  orbit::test::TempDir dir;
+  const std::string fifo = dir / "in.fifo";
+  make_fifo(fifo);
+  // Each of these blocked forever in open().
+  CliRun r = cli("info --model " + fifo);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains(fifo + ": the model (a llama2.c .bin file or a Hugging Face directory) must be a "
+                                    "regular file, but this is a FIFO"));
+  r = cli("replay " + fifo + " --model " + orbit::test::stories_path());
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains(fifo + ": the trace file must be a regular file, but this is a FIFO"));
+  CHECK_THROWS_WITH(orbit::runtime::SafetensorsFile(fifo), Contains(fifo + ": is not a regular file"));
+}
+
+TEST_CASE("make-model writes only into a new or empty directory unless --force", "[cli][errors][cpu]") {
+  orbit::test::TempDir dir;
+  const std::string out = dir / "home";
+  std::filesystem::create_directories(out);
+  std::ofstream(out + "/notes.txt") << "keep me\n";
+  const std::string args = "make-model --preset tiny-llama --out " + out;
+  CliRun r = cli(args);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains(out + ": is not empty (holds 'notes.txt')") && Contains("--force"));
+  CHECK(!std::filesystem::exists(out + "/config.json"));
+  r = cli(args + " --force");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(std::filesystem::exists(out + "/config.json"));
+  CHECK(std::filesystem::exists(out + "/notes.txt"));
 }

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "orbit/common/error.h"
+#include "orbit/common/file_kind.h"
 #include "orbit/common/json_input.h"
 #include "orbit/trace.h"
 #include "trace/trace_internal.h"
@@ -474,6 +475,7 @@ Trace parse_trace(const std::string& json_text, const std::string& source) {
 }
 
 Trace load_trace(const std::string& path) {
+  check_regular_input(path, "the trace file");
   std::ifstream in(path, std::ios::binary);
   ORBIT_CHECK(in.good(), path << ": cannot open the trace file");
   std::ostringstream text;
@@ -507,6 +509,7 @@ std::string trace_to_json(const Trace& trace, int indent) {
 
 void save_trace(const Trace& trace, const std::string& path) {
   validate_trace(trace);
+  check_output_target(path, "the trace file");
   const std::string text = trace_to_json(trace);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
