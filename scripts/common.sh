@@ -9,9 +9,9 @@ ORBIT_JOBS="${ORBIT_JOBS:-$(nproc)}"
 ORBIT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libtorch-dev libopenblas0-openmp libssl-dev nlohmann-json3-dev libboost-graph-dev libsqlite3-dev
-  libhiredis-dev redis-server redis-tools
+  libhiredis-dev redis-server redis-tools libpcre2-dev libicu-dev
   catch2 pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-matplotlib
-  clang-format
+  clang-format nodejs
 )
 
 step() { printf '\n==> %s\n' "$*"; }

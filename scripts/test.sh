@@ -16,6 +16,14 @@ fi
 
 orbit_install_packages
 
+step "Hugging Face tokenizers for Node (the tokenizer.json oracle test; it reports skipped without them)"
+if command -v npm >/dev/null; then
+  npm install --prefix "$ORBIT_ROOT/tests/node" --no-audit --no-fund --no-package-lock \
+    || echo "warning: npm install failed: test_hf_tokenizer_oracle will report skipped" >&2
+else
+  echo "warning: npm not found: test_hf_tokenizer_oracle will report skipped" >&2
+fi
+
 step "Format: the C++/CUDA sources match .clang-format (scripts/check-format.sh; fix with clang-format -i)"
 "$ORBIT_ROOT/scripts/check-format.sh"
 

@@ -1,0 +1,176 @@
+// BPE over one word (hf/bpe.h).
+#include "src/hf/bpe.h"
+
+#include <cstdio>
+#include <queue>
+
+#include "src/hf/json_fields.h"
+#include "src/hf/text.h"
+
+namespace orbit::runtime::hf {
+
+namespace {
+
+std::pair<std::string, std::string> merge_parts(const nlohmann::json& m, const std::string& where) {
+  if (m.is_string()) {  // the older form, "left right"
+    const std::string s = m.get<std::string>();
+    const size_t space = s.find(' ');
+    ORBIT_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos,
+                where << ": merge '" << s << "' is not two tokens separated by one space");
+    return {s.substr(0, space), s.substr(space + 1)};
+  }
+  ORBIT_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
+              where << ": merge " << m.dump() << " is neither \"a b\" nor [\"a\", \"b\"]");
+  return {m[0].get<std::string>(), m[1].get<std::string>()};
+}
+
+}  // namespace
+
+std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model, const std::string& file) {
+  const std::string type = type_of(model, file, "model");
+  ORBIT_CHECK(type == "BPE", file << ": model '" << type << "' is not supported (supported: BPE)");
+  const std::string where = file + ": model BPE";
+  ORBIT_CHECK(!model.contains("dropout") || model["dropout"].is_null() ||
+                  (model["dropout"].is_number() && model["dropout"].get<double>() == 0.0),
+              where << ": dropout is not supported (it samples merges)");
+  auto bpe = std::unique_ptr<BpeModel>(new BpeModel());
+  ORBIT_CHECK(model.contains("vocab") && model["vocab"].is_object(), where << ": 'vocab' is not an object");
+  int64_t max_id = -1;
+  for (const auto& [token, id] : model["vocab"].items()) {
+    ORBIT_CHECK(id.is_number_unsigned() && id.get<uint64_t>() < (1ull << 31),
+                where << ": vocab entry '" << token << "' has no valid id");
+    bpe->vocab_[token] = id.get<uint32_t>();
+    max_id = std::max<int64_t>(max_id, id.get<uint32_t>());
+  }
+  bpe->by_id_.assign(static_cast<size_t>(max_id + 1), nullptr);
+  for (const auto& [token, id] : bpe->vocab_) bpe->by_id_[id] = &token;
+  bpe->continuing_subword_prefix_ = string_field(model, "continuing_subword_prefix", "");
+  bpe->end_of_word_suffix_ = string_field(model, "end_of_word_suffix", "");
+  bpe->fuse_unk_ = bool_field(model, "fuse_unk", false);
+  bpe->byte_fallback_ = bool_field(model, "byte_fallback", false);
+  bpe->ignore_merges_ = bool_field(model, "ignore_merges", false);
+  if (model.contains("unk_token") && model["unk_token"].is_string()) {
+    const std::string unk = model["unk_token"].get<std::string>();
+    const auto it = bpe->vocab_.find(unk);
+    ORBIT_CHECK(it != bpe->vocab_.end(), where << ": unk_token '" << unk << "' is not in the vocabulary");
+    bpe->unk_id_ = it->second;
+  }
+  ORBIT_CHECK(model.contains("merges") && model["merges"].is_array(), where << ": 'merges' is not a list");
+  uint32_t rank = 0;
+  for (const auto& m : model["merges"]) {
+    const auto [a, b] = merge_parts(m, where);
+    const auto ia = bpe->vocab_.find(a), ib = bpe->vocab_.find(b);
+    const std::string merged = a + b.substr(std::min(b.size(), bpe->continuing_subword_prefix_.size()));
+    const auto im = bpe->vocab_.find(merged);
+    ORBIT_CHECK(ia != bpe->vocab_.end() && ib != bpe->vocab_.end() && im != bpe->vocab_.end(),
+                where << ": merge " << rank << " ('" << a << "' + '" << b << "') names a token not in the vocabulary");
+    bpe->merges_[pair_key(ia->second, ib->second)] = {rank, im->second};
+    ++rank;
+  }
+  return bpe;
+}
+
+std::optional<int64_t> BpeModel::token_to_id(const std::string& token) const {
+  const auto it = vocab_.find(token);
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::string* BpeModel::id_to_token(int64_t id) const {
+  return id >= 0 && id < static_cast<int64_t>(by_id_.size()) ? by_id_[static_cast<size_t>(id)] : nullptr;
+}
+
+std::vector<BpeModel::Symbol> BpeModel::initial_symbols(std::string_view word) const {
+  std::vector<Symbol> symbols;
+  const auto add = [&](uint32_t id, uint32_t len) {
+    const auto n = static_cast<int32_t>(symbols.size());
+    symbols.push_back({id, n - 1, n + 1, len});
+  };
+  uint32_t unk_len = 0;  // bytes of a pending unknown run (0: none)
+  for (size_t i = 0; i < word.size();) {
+    const size_t n = std::min(utf8_length(static_cast<unsigned char>(word[i])), word.size() - i);
+    std::string s(word.substr(i, n));
+    if (i > 0) s = continuing_subword_prefix_ + s;
+    if (i + n == word.size()) s += end_of_word_suffix_;
+    i += n;
+    const auto it = vocab_.find(s);
+    if (it != vocab_.end()) {
+      if (unk_len > 0) add(*unk_id_, unk_len), unk_len = 0;
+      add(it->second, static_cast<uint32_t>(n));
+      continue;
+    }
+    if (byte_fallback_) {
+      std::vector<uint32_t> bytes;
+      for (unsigned char c : s) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", c);
+        const auto b = vocab_.find(name);
+        if (b == vocab_.end()) break;
+        bytes.push_back(b->second);
+      }
+      if (bytes.size() == s.size()) {
+        for (uint32_t b : bytes) add(b, 1);
+        continue;
+      }
+    }
+    if (!unk_id_) continue;
+    if (unk_len > 0 && !fuse_unk_) add(*unk_id_, unk_len), unk_len = 0;
+    unk_len += static_cast<uint32_t>(n);
+  }
+  if (unk_len > 0) add(*unk_id_, unk_len);
+  if (!symbols.empty()) symbols.back().next = -1;
+  return symbols;
+}
+
+void BpeModel::merge_all(std::vector<Symbol>& symbols) const {
+  struct Candidate {
+    size_t pos;
+    uint32_t rank, new_id;
+  };
+  // Lowest rank first; among equal ranks the leftmost.
+  const auto later = [](const Candidate& x, const Candidate& y) {
+    return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos;
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> queue(later);
+  const auto push_pair = [&](size_t left, size_t right) {
+    const auto it = merges_.find(pair_key(symbols[left].id, symbols[right].id));
+    if (it != merges_.end()) queue.push({left, it->second.rank, it->second.new_id});
+  };
+  for (size_t i = 0; i + 1 < symbols.size(); ++i) push_pair(i, i + 1);
+  while (!queue.empty()) {
+    const Candidate top = queue.top();
+    queue.pop();
+    Symbol& left = symbols[top.pos];
+    if (left.len == 0 || left.next == -1) continue;
+    const auto right_pos = static_cast<size_t>(left.next);
+    const Symbol right = symbols[right_pos];
+    const auto it = merges_.find(pair_key(left.id, right.id));
+    if (it == merges_.end() || it->second.new_id != top.new_id) continue;  // a stale entry
+    left.id = top.new_id;
+    left.len += right.len;
+    left.next = right.next;
+    symbols[right_pos].len = 0;
+    if (right.next >= 0 && static_cast<size_t>(right.next) < symbols.size()) {
+      symbols[static_cast<size_t>(right.next)].prev = static_cast<int32_t>(top.pos);
+    }
+    if (left.prev >= 0) push_pair(static_cast<size_t>(left.prev), top.pos);
+    if (left.next >= 0) push_pair(top.pos, static_cast<size_t>(left.next));
+  }
+}
+
+void BpeModel::tokenize(std::string_view word, std::vector<int64_t>& out) const {
+  if (word.empty()) return;
+  if (ignore_merges_) {
+    const auto it = vocab_.find(std::string(word));
+    if (it != vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  std::vector<Symbol> symbols = initial_symbols(word);
+  merge_all(symbols);
+  for (const Symbol& s : symbols)
+    if (s.len != 0) out.push_back(s.id);
+}
+
+}  // namespace orbit::runtime::hf

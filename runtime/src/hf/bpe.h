@@ -1,0 +1,59 @@
+// The BPE model of a Hugging Face tokenizer.json ("model": {"type": "BPE", ...}), as the Rust `tokenizers`
+// library (0.22) applies it to one pre-tokenized word:
+//   - ignore_merges: a word that is itself in the vocabulary is that one token;
+//   - the word is cut into characters (the first without continuing_subword_prefix, the last with
+//     end_of_word_suffix); a character outside the vocabulary becomes its "<0xNN>" byte tokens when
+//     byte_fallback is set and all of them exist, else unk_token (adjacent unknowns fused into one when
+//     fuse_unk), else nothing;
+//   - then merges apply lowest rank first, the leftmost among equal ranks, until none applies.
+// Immutable once built: safe to call from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace orbit::runtime::hf {
+
+class BpeModel {
+ public:
+  // Throws orbit::Error naming `file` for a model that is not BPE, a merge of unknown tokens, an unk_token
+  // outside the vocabulary, or dropout (sampling is not supported).
+  static std::unique_ptr<BpeModel> from_json(const nlohmann::json& model, const std::string& file);
+
+  // Appends the ids of `word` to `out`.
+  void tokenize(std::string_view word, std::vector<int64_t>& out) const;
+
+  std::optional<int64_t> token_to_id(const std::string& token) const;
+  // The token of `id`, or nullptr for an id the vocabulary lacks.
+  const std::string* id_to_token(int64_t id) const;
+  // The number of entries in the vocabulary (the Rust library's get_vocab_size).
+  int64_t size() const { return static_cast<int64_t>(vocab_.size()); }
+
+ private:
+  struct Symbol {
+    uint32_t id;
+    int32_t prev, next;
+    uint32_t len;  // bytes of the word it covers; 0 once merged into its left neighbour
+  };
+  struct Merge {
+    uint32_t rank, new_id;
+  };
+  static uint64_t pair_key(uint32_t a, uint32_t b) { return (uint64_t{a} << 32) | b; }
+  std::vector<Symbol> initial_symbols(std::string_view word) const;
+  void merge_all(std::vector<Symbol>& symbols) const;
+
+  std::unordered_map<std::string, uint32_t> vocab_;
+  std::vector<const std::string*> by_id_;  // nullptr where no token has that id
+  std::unordered_map<uint64_t, Merge> merges_;
+  std::optional<uint32_t> unk_id_;
+  std::string continuing_subword_prefix_, end_of_word_suffix_;
+  bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
+};
+
+}  // namespace orbit::runtime::hf

@@ -1,0 +1,279 @@
+// Hugging Face tokenizer.json: loading and the encode/decode pipeline (orbit/runtime/hf_tokenizer.h).
+#include "orbit/runtime/hf_tokenizer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "orbit/common/error.h"
+#include "src/hf/added_tokens.h"
+#include "src/hf/bpe.h"
+#include "src/hf/json_fields.h"
+#include "src/hf/pipeline.h"
+
+namespace orbit::runtime {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json read_json(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  ORBIT_CHECK(in.good(), path.string() << ": cannot open");
+  json j = json::parse(in, nullptr, false);
+  ORBIT_CHECK(!j.is_discarded() && j.is_object(), path.string() << ": not a JSON object");
+  return j;
+}
+
+// A token named in tokenizer_config.json: a string, or an object with "content".
+std::optional<std::string> config_token(const json& config, const char* key) {
+  if (!config.contains(key)) return std::nullopt;
+  const json& v = config[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return std::nullopt;
+}
+
+// The ids a post-processor puts before and after a single sequence.
+struct Wrapping {
+  std::vector<int64_t> before, after;
+};
+
+void append_template_ids(const json& j, const std::string& where, Wrapping& w) {
+  ORBIT_CHECK(j.contains("single") && j["single"].is_array(), where << ": 'single' is not a list");
+  bool seen_sequence = false;
+  for (const json& item : j["single"]) {
+    if (item.contains("Sequence")) {
+      seen_sequence = true;
+      continue;
+    }
+    ORBIT_CHECK(item.contains("SpecialToken") && item["SpecialToken"].contains("id"),
+                where << ": template item " << item.dump() << " is neither Sequence nor SpecialToken");
+    const std::string name = item["SpecialToken"]["id"].get<std::string>();
+    ORBIT_CHECK(j.contains("special_tokens") && j["special_tokens"].contains(name),
+                where << ": special token '" << name << "' is not in 'special_tokens'");
+    for (const json& id : j["special_tokens"][name]["ids"])
+      (seen_sequence ? w.after : w.before).push_back(id.get<int64_t>());
+  }
+}
+
+void append_post_processor(const json& j, const std::string& file, Wrapping& w) {
+  if (j.is_null()) return;
+  const std::string type = hf::type_of(j, file, "post_processor");
+  const std::string where = file + ": post_processor " + type;
+  if (type == "ByteLevel") return;
+  if (type == "Sequence") {
+    ORBIT_CHECK(j.contains("processors") && j["processors"].is_array(), where << ": 'processors' is not a list");
+    for (const json& p : j["processors"]) append_post_processor(p, file, w);
+    return;
+  }
+  if (type == "TemplateProcessing") return append_template_ids(j, where, w);
+  if (type == "RobertaProcessing" || type == "BertProcessing") {
+    ORBIT_CHECK(j.contains("cls") && j.contains("sep"), where << ": 'cls' or 'sep' missing");
+    w.before.push_back(j["cls"][1].get<int64_t>());
+    w.after.push_back(j["sep"][1].get<int64_t>());
+    return;
+  }
+  ORBIT_FAIL(file << ": post_processor '" << type
+                  << "' is not supported (supported: TemplateProcessing, RobertaProcessing, BertProcessing, "
+                     "ByteLevel, Sequence)");
+}
+
+class HfTokenizerImpl final : public HfTokenizer {
+ public:
+  HfTokenizerImpl(const fs::path& file, const json& j, const json& config);
+
+  std::vector<int64_t> encode(std::string_view text, bool bos) const override;
+  std::string decode(const std::vector<int64_t>& ids, int64_t previous) const override;
+  std::string decode_ids(const std::vector<int64_t>& ids, bool skip_special_tokens) const override;
+  bool is_special(int64_t id) const override { return special_ids_.count(id) > 0; }
+  std::string piece(int64_t id) const override { return token_of(id); }
+  int64_t vocab_size() const override { return vocab_size_; }
+  int64_t bos_id() const override { return bos_; }
+  int64_t eos_id() const override { return eos_; }
+  std::string kind() const override { return "huggingface"; }
+  std::string source() const override { return source_; }
+
+ private:
+  void read_added_tokens(const json& j);
+  void read_specials(const json& j, const json& config);
+  std::optional<int64_t> token_to_id(const std::string& token) const;
+  const std::string& token_of(int64_t id) const;
+  void encode_piece(const std::string& text, bool at_start, std::vector<int64_t>& out) const;
+
+  std::string source_;
+  std::unique_ptr<hf::Normalizer> normalizer_;
+  std::unique_ptr<hf::PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<hf::Decoder> decoder_;
+  std::unique_ptr<hf::BpeModel> model_;
+  std::vector<hf::AddedToken> added_;
+  std::unordered_map<std::string, int64_t> added_ids_;
+  std::unordered_map<int64_t, size_t> added_by_id_;
+  std::unordered_set<int64_t> special_ids_;
+  std::unique_ptr<hf::AddedTokenMatcher> raw_matcher_, normalized_matcher_;
+  Wrapping wrapping_;
+  int64_t vocab_size_ = 0, bos_ = -1, eos_ = -1;
+};
+
+HfTokenizerImpl::HfTokenizerImpl(const fs::path& file, const json& j, const json& config) : source_(file.string()) {
+  ORBIT_CHECK(j.contains("model"), source_ << ": no 'model'");
+  model_ = hf::BpeModel::from_json(j["model"], source_);
+  normalizer_ = hf::make_normalizer(j.value("normalizer", json()), source_);
+  pre_tokenizer_ = hf::make_pre_tokenizer(j.value("pre_tokenizer", json()), source_);
+  decoder_ = hf::make_decoder(j.value("decoder", json()), source_);
+  read_added_tokens(j);
+  read_specials(j, config);
+}
+
+void HfTokenizerImpl::read_added_tokens(const json& j) {
+  // Ids as the Rust library assigns them: the model's id of the content, else the next id past the model's
+  // vocabulary (the "id" written in the file is not consulted there either).
+  int64_t next_id = model_->size();
+  for (const json& t : j.value("added_tokens", json::array())) {
+    hf::AddedToken a;
+    a.content = hf::required_string(t, "content", source_ + ": added_tokens");
+    if (a.content.empty() || added_ids_.count(a.content)) continue;
+    a.special = hf::bool_field(t, "special", false);
+    a.normalized = hf::bool_field(t, "normalized", !a.special);
+    a.lstrip = hf::bool_field(t, "lstrip", false);
+    a.rstrip = hf::bool_field(t, "rstrip", false);
+    a.single_word = hf::bool_field(t, "single_word", false);
+    const std::optional<int64_t> in_model = model_->token_to_id(a.content);
+    a.id = in_model ? *in_model : next_id++;
+    added_ids_[a.content] = a.id;
+    added_by_id_[a.id] = added_.size();
+    if (a.special) special_ids_.insert(a.id);
+    added_.push_back(a);
+  }
+  vocab_size_ = std::max<int64_t>(model_->size(), next_id);
+  for (const hf::AddedToken& a : added_) vocab_size_ = std::max(vocab_size_, a.id + 1);
+  std::vector<hf::AddedToken> raw, normalized;
+  std::vector<std::string> raw_patterns, normalized_patterns;
+  // The Rust library lists special tokens before the others; with leftmost-longest matching only equal
+  // contents could tell the order apart, and contents are unique.
+  for (const hf::AddedToken& a : added_) {
+    if (a.normalized) {
+      normalized.push_back(a);
+      normalized_patterns.push_back(normalizer_ ? normalizer_->normalize(a.content) : a.content);
+    } else {
+      raw.push_back(a);
+      raw_patterns.push_back(a.content);
+    }
+  }
+  raw_matcher_ = std::make_unique<hf::AddedTokenMatcher>(raw, raw_patterns);
+  normalized_matcher_ = std::make_unique<hf::AddedTokenMatcher>(normalized, normalized_patterns);
+}
+
+void HfTokenizerImpl::read_specials(const json& j, const json& config) {
+  append_post_processor(j.value("post_processor", json()), source_, wrapping_);
+  const auto id_of = [&](const char* key) -> int64_t {
+    const std::optional<std::string> name = config_token(config, key);
+    if (!name) return -1;
+    const std::optional<int64_t> id = token_to_id(*name);
+    return id ? *id : -1;
+  };
+  bos_ = id_of("bos_token");
+  eos_ = id_of("eos_token");
+  if (bos_ < 0 && !wrapping_.before.empty()) bos_ = wrapping_.before.front();
+  if (config.contains("add_bos_token") || config.contains("add_eos_token")) {
+    wrapping_ = Wrapping();
+    if (config.value("add_bos_token", false)) {
+      ORBIT_CHECK(bos_ >= 0, source_ << ": tokenizer_config.json sets add_bos_token but names no known bos_token");
+      wrapping_.before.push_back(bos_);
+    }
+    if (config.value("add_eos_token", false)) {
+      ORBIT_CHECK(eos_ >= 0, source_ << ": tokenizer_config.json sets add_eos_token but names no known eos_token");
+      wrapping_.after.push_back(eos_);
+    }
+  }
+}
+
+std::optional<int64_t> HfTokenizerImpl::token_to_id(const std::string& token) const {
+  const auto it = added_ids_.find(token);
+  if (it != added_ids_.end()) return it->second;
+  return model_->token_to_id(token);
+}
+
+const std::string& HfTokenizerImpl::token_of(int64_t id) const {
+  const auto it = added_by_id_.find(id);
+  if (it != added_by_id_.end()) return added_[it->second].content;
+  const std::string* token = model_->id_to_token(id);
+  ORBIT_CHECK(token != nullptr, source_ << ": token id " << id << " is not in the vocabulary");
+  return *token;
+}
+
+void HfTokenizerImpl::encode_piece(const std::string& text, bool at_start, std::vector<int64_t>& out) const {
+  const std::string normalized = normalizer_ ? normalizer_->normalize(text) : text;
+  for (const hf::TextSplit& s : normalized_matcher_->split(normalized)) {
+    if (s.id >= 0) {
+      out.push_back(s.id);
+      continue;
+    }
+    std::vector<hf::Piece> pieces{{normalized.substr(s.begin, s.end - s.begin), at_start && s.begin == 0}};
+    if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pieces);
+    for (const hf::Piece& p : pieces) model_->tokenize(p.text, out);
+  }
+}
+
+std::vector<int64_t> HfTokenizerImpl::encode(std::string_view text, bool bos) const {
+  ORBIT_CHECK(hf::is_valid_utf8(text), source_ << ": the text to encode is not valid UTF-8");
+  std::vector<int64_t> ids;
+  if (bos) ids = wrapping_.before;
+  for (const hf::TextSplit& s : raw_matcher_->split(text)) {
+    if (s.id >= 0) {
+      ids.push_back(s.id);
+    } else {
+      encode_piece(std::string(text.substr(s.begin, s.end - s.begin)), s.begin == 0, ids);
+    }
+  }
+  if (bos) ids.insert(ids.end(), wrapping_.after.begin(), wrapping_.after.end());
+  return ids;
+}
+
+std::string HfTokenizerImpl::decode_ids(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int64_t id : ids) {
+    const std::string& token = token_of(id);
+    if (skip_special_tokens && is_special(id)) continue;
+    tokens.push_back(token);
+  }
+  if (!decoder_) {
+    std::string joined;
+    for (size_t i = 0; i < tokens.size(); ++i) joined += (i ? " " : "") + tokens[i];
+    return joined;
+  }
+  std::string text;
+  for (const std::string& part : decoder_->decode_chain(std::move(tokens))) text += part;
+  return text;
+}
+
+std::string HfTokenizerImpl::decode(const std::vector<int64_t>& ids, int64_t previous) const {
+  if (previous < 0 || is_special(previous)) return decode_ids(ids, true);
+  std::vector<int64_t> with_previous{previous};
+  with_previous.insert(with_previous.end(), ids.begin(), ids.end());
+  const std::string before = decode_ids({previous}, true);
+  std::string all = decode_ids(with_previous, true);
+  return all.compare(0, before.size(), before) == 0 ? all.substr(before.size()) : all;
+}
+
+}  // namespace
+
+std::unique_ptr<HfTokenizer> load_hf_tokenizer(const std::string& path, int64_t expected_vocab) {
+  std::error_code ec;
+  const fs::path file = fs::is_directory(path, ec) ? fs::path(path) / "tokenizer.json" : fs::path(path);
+  const json j = read_json(file);
+  const fs::path config_path = file.parent_path() / "tokenizer_config.json";
+  const json config = fs::exists(config_path, ec) ? read_json(config_path) : json::object();
+  auto tokenizer = std::make_unique<HfTokenizerImpl>(file, j, config);
+  ORBIT_CHECK(expected_vocab <= 0 || tokenizer->vocab_size() <= expected_vocab,
+              file.string() << ": the tokenizer has ids up to " << tokenizer->vocab_size() - 1
+                            << ", past the model's vocabulary of " << expected_vocab);
+  return tokenizer;
+}
+
+}  // namespace orbit::runtime
