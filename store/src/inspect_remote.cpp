@@ -32,7 +32,7 @@ int64_t to_i64(const std::string& s) {
 
 RemoteSummary summarize_remote(const std::string& url) {
   RemoteSummary out;
-  out.url = url;
+  out.url = store::redact_redis_url(url);
   store::RedisUrl parsed = store::parse_redis_url(url);
   out.cluster = parsed.cluster;
   store::RedisClientOptions o;

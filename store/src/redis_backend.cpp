@@ -12,6 +12,7 @@ namespace {
 constexpr const char* kManifestTag = "orbit-remote";
 constexpr int kManifestVersion = 1;
 constexpr int64_t kMaxParts = 1 << 20;
+constexpr int64_t kMaxPartBytes = int64_t{512} << 20;  // Redis's largest string
 
 struct Manifest {
   int64_t parts = 0;
@@ -25,7 +26,7 @@ bool parse_manifest(const std::string& text, Manifest* m) {
   int version = 0;
   if (!(in >> tag >> version >> m->parts >> m->bytes >> m->checksum)) return false;
   return tag == kManifestTag && version == kManifestVersion && m->parts >= 1 && m->parts <= kMaxParts &&
-         m->bytes >= 0 && m->checksum.size() == 64;
+         m->bytes >= 0 && m->bytes <= m->parts * kMaxPartBytes && m->checksum.size() == 64;
 }
 
 }  // namespace
@@ -63,6 +64,7 @@ Result<bool> MemoryBackend::exists(const std::string& key) {
 
 RedisBackend::RedisBackend(RedisBackendOptions options) : options_(std::move(options)) {
   const RedisUrl url = parse_redis_url(options_.url);
+  options_.url = url.text;  // what messages and describe() show: the password stays in `url` only
   ORBIT_CHECK(options_.part_bytes >= 1024,
               "remote " << options_.url << ": part size " << options_.part_bytes << " bytes is below 1 KiB");
   ORBIT_CHECK(options_.ttl_seconds >= 0, "remote " << options_.url << ": ttl must be >= 0 seconds (0 = none)");
@@ -104,16 +106,20 @@ BackendRead RedisBackend::get(const std::string& key) {
     return corrupt("MGET returned " + std::to_string(parts.value().elements.size()) + " parts of " +
                    std::to_string(m.parts));
   }
-  out.bytes.reserve(static_cast<std::size_t>(m.bytes));
+  // Sizes are checked against what arrived before anything is allocated: the manifest's size is a claim
+  // of whoever wrote it.
+  int64_t received = 0;
   for (int64_t i = 0; i < m.parts; ++i) {
     const RedisReply& p = parts.value().elements[static_cast<std::size_t>(i)];
     if (p.type != RedisReply::Type::kString) return corrupt("part " + std::to_string(i) + " is missing (evicted?)");
-    out.bytes += p.str;
+    received += static_cast<int64_t>(p.str.size());
   }
-  if (static_cast<int64_t>(out.bytes.size()) != m.bytes) {
-    return corrupt(std::to_string(out.bytes.size()) + " bytes in the parts, " + std::to_string(m.bytes) +
+  if (received != m.bytes) {
+    return corrupt(std::to_string(received) + " bytes in the parts, " + std::to_string(m.bytes) +
                    " in the manifest (truncated?)");
   }
+  out.bytes.reserve(static_cast<std::size_t>(received));
+  for (const RedisReply& p : parts.value().elements) out.bytes += p.str;
   if (sha256_hex(out.bytes) != m.checksum) return corrupt("checksum mismatch with the manifest");
   out.outcome = BackendRead::Outcome::kHit;
   return out;

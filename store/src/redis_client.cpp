@@ -129,19 +129,40 @@ int redis_key_slot(const std::string& key) {
   return crc % kSlots;
 }
 
-RedisUrl parse_redis_url(const std::string& url) {
+std::string redact_redis_url(const std::string& text) {
+  const auto scheme = text.find("://");
+  const std::size_t start = scheme == std::string::npos ? 0 : scheme + 3;
+  const auto at = text.rfind('@', text.find('/', start));
+  if (at == std::string::npos || at < start) return text;
+  const std::string userinfo = text.substr(start, at - start);
+  const auto colon = userinfo.find(':');
+  const std::string user = colon == std::string::npos ? "" : userinfo.substr(0, colon);
+  return text.substr(0, start) + user + ":***" + text.substr(at);
+}
+
+RedisUrl parse_redis_url(const std::string& given) {
   RedisUrl out;
-  out.text = url;
+  out.text = redact_redis_url(given);
+  const std::string& url = out.text;  // every message below names the URL without its password
   std::string rest;
-  if (url.rfind("redis://", 0) == 0) {
-    rest = url.substr(8);
-  } else if (url.rfind("redis-cluster://", 0) == 0) {
+  if (given.rfind("redis://", 0) == 0) {
+    rest = given.substr(8);
+  } else if (given.rfind("redis-cluster://", 0) == 0) {
     out.cluster = true;
-    rest = url.substr(16);
+    rest = given.substr(16);
   } else {
     ORBIT_FAIL("remote '" << url
                           << "': unknown scheme (expected redis://host:port[/db] or "
                              "redis-cluster://host:port[,host:port...])");
+  }
+  const auto at = rest.rfind('@', rest.find('/'));
+  if (at != std::string::npos) {  // [user:]password@
+    const std::string userinfo = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    const auto colon = userinfo.find(':');
+    out.user = colon == std::string::npos ? "" : userinfo.substr(0, colon);
+    out.password = colon == std::string::npos ? userinfo : userinfo.substr(colon + 1);
+    ORBIT_CHECK(!out.password.empty(), "remote '" << url << "': an empty password before '@'");
   }
   const auto slash = rest.find('/');
   if (slash != std::string::npos) {
@@ -211,6 +232,18 @@ Status RedisClient::connect(Node& node) {
     return Status::refused("redis " + node.endpoint.str() + ": cannot set the reply timeout");
   }
   node.context = c;
+  if (!url_.password.empty()) {
+    std::vector<std::string> auth{"AUTH"};
+    if (!url_.user.empty()) auth.push_back(url_.user);
+    auth.push_back(url_.password);
+    Result<RedisReply> authed = run(node, {auth}, false);
+    if (!authed) return authed.status();
+    if (authed.value().is_error()) {  // the server's reply (WRONGPASS, ...) never repeats the password
+      drop(node);
+      return Status::refused("redis " + node.endpoint.str() + ": AUTH" + (url_.user.empty() ? "" : " as " + url_.user) +
+                             " refused: " + authed.value().str);
+    }
+  }
   if (url_.db != 0) {
     Result<RedisReply> selected = run(node, {{"SELECT", std::to_string(url_.db)}}, false);
     if (!selected) return selected.status();

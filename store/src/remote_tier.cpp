@@ -33,10 +33,14 @@ std::string serialize(const EncodedBlob& blob) {
 
 RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std::shared_ptr<BlobBackend> backend)
     : options_(std::move(options)), fingerprint_(std::move(model_fingerprint)), backend_(std::move(backend)) {
+  const std::string shown = redact_redis_url(options_.url);
   ORBIT_CHECK(options_.connect_timeout_ms > 0 && options_.command_timeout_ms > 0,
-              "remote " << options_.url << ": timeouts must be > 0 ms");
-  ORBIT_CHECK(options_.retry_after_ms >= 0, "remote " << options_.url << ": retry_after_ms must be >= 0");
-  ORBIT_CHECK(options_.max_queued_bytes >= 0, "remote " << options_.url << ": max_queued_bytes must be >= 0");
+              "remote " << shown << ": timeouts must be > 0 ms");
+  ORBIT_CHECK(options_.retry_after_ms >= 0, "remote " << shown << ": retry_after_ms must be >= 0");
+  ORBIT_CHECK(options_.max_queued_bytes >= 0, "remote " << shown << ": max_queued_bytes must be >= 0");
+  ORBIT_CHECK(options_.ttl_seconds >= 0 && options_.ttl_seconds <= kMaxRemoteTtlSeconds,
+              "remote " << shown << ": remote_ttl_seconds " << options_.ttl_seconds << " is outside 0.."
+                        << kMaxRemoteTtlSeconds << " (100 years; 0 = entries never expire)");
   if (!backend_) {
     RedisBackendOptions ro;
     ro.url = options_.url;
@@ -86,8 +90,7 @@ void RemoteTier::failed(const std::string& reason) {
     std::fprintf(stderr,
                  "orbit: warning: remote tier %s unavailable (%s); continuing on the local tiers, retrying every "
                  "%d ms (counted in stats().store.remote)\n",
-                 options_.url.empty() ? backend_->describe().c_str() : options_.url.c_str(), reason.c_str(),
-                 options_.retry_after_ms);
+                 backend_->describe().c_str(), reason.c_str(), options_.retry_after_ms);
   }
 }
 

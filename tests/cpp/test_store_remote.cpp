@@ -137,6 +137,61 @@ TEST_CASE("a corrupted or truncated remote value is detected, never used, and re
   for (int64_t i = 1; i <= 3; ++i) CHECK(values_equal(*third.get(key(i)).value(), *test::store_test_value(i)));
 }
 
+TEST_CASE("a forged manifest (a size of 9e18 bytes, a false size) is corrupt: dropped, never raised",
+          "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  ChunkStore writer(remote_options(server.url()));
+  for (int64_t i = 1; i <= 2; ++i) REQUIRE(writer.put(key(i), test::store_test_value(i)).is_ok());
+  REQUIRE(writer.drain_remote(std::chrono::milliseconds(10000)));
+  const std::string hex(64, 'a');
+  test::redis_cli(server.port(), "SET '" + RedisBackend::manifest_key(key(1)) +
+                                     "' 'orbit-remote 1 1 9000000000000000000 " + hex + "'");
+  test::redis_cli(server.port(),
+                  "SET '" + RedisBackend::manifest_key(key(2)) + "' 'orbit-remote 1 1 500000000 " + hex + "'");
+  ChunkStore reader(remote_options(server.url()));
+  for (int64_t i = 1; i <= 2; ++i) {
+    Result<ValuePtr> r = Status::not_found("unset");
+    REQUIRE_NOTHROW(r = reader.get(key(i)));
+    CHECK_FALSE(r.is_ok());
+    CHECK_THAT(test::redis_cli(server.port(), "EXISTS '" + RedisBackend::manifest_key(key(i)) + "'"), Contains("0"));
+  }
+  CHECK(reader.stats().remote.corrupt == 2);
+}
+
+TEST_CASE("redis AUTH from the URL's credentials, which no message, warning or stat repeats", "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  test::redis_cli(server.port(), "ACL SETUSER alice on '>s3cret-pw' '~*' '+@all'");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(server.port());
+  {
+    ChunkStore writer(remote_options("redis://alice:s3cret-pw@" + endpoint));
+    REQUIRE(writer.put(key(1), test::store_test_value(1)).is_ok());
+    REQUIRE(writer.drain_remote(std::chrono::milliseconds(10000)));
+    CHECK(writer.stats().remote.writes == 1);
+    CHECK(writer.stats().remote.url == "redis://alice:***@" + endpoint);
+    ChunkStore reader(remote_options("redis://alice:s3cret-pw@" + endpoint));
+    CHECK(reader.get(key(1)).is_ok());
+  }
+  ChunkStore wrong(remote_options("redis://alice:wr0ng-pw@" + endpoint));
+  CHECK_FALSE(wrong.get(key(1)).is_ok());
+  const RemoteStats rs = wrong.stats().remote;
+  CHECK(rs.errors >= 1);
+  CHECK_THAT(rs.last_error, Contains("AUTH as alice refused") && !Contains("wr0ng-pw"));
+  CHECK_THAT(rs.url, !Contains("wr0ng-pw"));
+  CHECK_THROWS_WITH(parse_redis_url("redis://bob:hunter2@host:99999"), Contains("port") && !Contains("hunter2"));
+  CHECK_THROWS_WITH(ChunkStore(remote_options("redis://bob:hunter2@host:1/x")), !Contains("hunter2"));
+  CHECK(redact_redis_url("redis-cluster://pw@a:1,b:2") == "redis-cluster://:***@a:1,b:2");
+}
+
+TEST_CASE("remote_ttl_seconds is bounded: 2^62 is refused at open, not by every write", "[store][remote]") {
+  ChunkStoreOptions o = remote_options("redis://127.0.0.1:1");
+  o.remote.ttl_seconds = int64_t{1} << 62;
+  CHECK_THROWS_WITH(ChunkStore(o), Contains("remote_ttl_seconds") && Contains("100 years"));
+  o.remote.ttl_seconds = kMaxRemoteTtlSeconds;
+  CHECK_NOTHROW(ChunkStore(o));
+}
+
 TEST_CASE("the remote down, hung or restarted never stops the store and loses nothing local", "[store][remote]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");

@@ -37,12 +37,20 @@ struct RedisUrl {
   bool cluster = false;
   std::vector<RedisEndpoint> nodes;  // one for redis://, the seeds for redis-cluster://
   int db = 0;
-  std::string text;  // as given
+  std::string user;      // ACL user of redis://[user:]password@host:port ("" = the default user)
+  std::string password;  // "" = no AUTH
+  std::string text;      // as given, with the password shown as *** (what messages print)
 };
 
-// Parses a redis:// or redis-cluster:// URL. Throws orbit::Error naming the URL and the part at fault
-// (scheme, host, port out of 1..65535, db not a number, a db with a cluster).
+// Parses a redis:// or redis-cluster:// URL, optionally with credentials before the host list
+// (redis://[user:]password@host:port; sent as AUTH on every new connection). Throws orbit::Error naming
+// the URL (its password redacted) and the part at fault (scheme, host, port out of 1..65535, db not a
+// number, a db with a cluster).
 RedisUrl parse_redis_url(const std::string& url);
+
+// `url` with the password of its credentials (if any) replaced by ***: the only form of a remote URL
+// that may appear in a message, a warning or stats. Never throws.
+std::string redact_redis_url(const std::string& url);
 
 // The cluster hash slot of `key` (CRC16-CCITT/XMODEM of the key, or of its first non-empty {hash tag},
 // modulo 16384).

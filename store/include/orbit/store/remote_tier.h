@@ -34,9 +34,14 @@
 
 namespace orbit::store {
 
+// The longest remote TTL accepted (100 years): beyond it the milliseconds sent to Redis overflow.
+constexpr int64_t kMaxRemoteTtlSeconds = int64_t{3155760000};
+
 struct RemoteOptions {
-  std::string url;                        // redis://host:port[/db] | redis-cluster://h:p,...; "" = none
-  int64_t ttl_seconds = 0;                // 0 = entries never expire
+  // redis://[[user:]password@]host:port[/db] | redis-cluster://[[user:]password@]h:p,...; "" = none.
+  // Messages, warnings and stats show it with the password as ***.
+  std::string url;
+  int64_t ttl_seconds = 0;                // 0..kMaxRemoteTtlSeconds; 0 = entries never expire
   int64_t part_bytes = int64_t{4} << 20;  // largest single value sent to the server
   int connect_timeout_ms = 300;
   int command_timeout_ms = 1000;
