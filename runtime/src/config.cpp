@@ -125,6 +125,11 @@ void ModelConfig::validate(const std::string& origin) const {
   positive(num_kv_heads, "num_key_value_heads");
   positive(head_dim, "head_dim");
   positive(max_position_embeddings, "max_position_embeddings");
+  // Every layer is a list of weight specs and a slot in every KV structure: a count past any real
+  // model (the largest have a few hundred) is a corrupt config, refused before anything is sized by it.
+  constexpr int64_t kMaxLayers = 4096;
+  ORBIT_CHECK(num_layers <= kMaxLayers, origin << ": field 'num_hidden_layers' = " << num_layers
+                                               << " is past the limit of " << kMaxLayers << " layers");
   ORBIT_CHECK(num_heads % num_kv_heads == 0, origin << ": field 'num_key_value_heads' (" << num_kv_heads
                                                     << ") must divide num_attention_heads (" << num_heads << ")");
   ORBIT_CHECK(rms_norm_eps > 0, origin << ": field 'rms_norm_eps' must be positive, got " << rms_norm_eps);

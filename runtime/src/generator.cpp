@@ -1,5 +1,7 @@
 #include "orbit/runtime/generator.h"
 
+#include <unistd.h>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
@@ -136,6 +138,25 @@ bool is_model_file(const fs::path& p) {
          (p.extension() == ".safetensors" && name.rfind("model", 0) == 0);
 }
 
+// Bytes of one weight tensor in `dtype`; refused naming the tensor when the product overflows.
+int64_t tensor_bytes(const WeightSpec& spec, StDtype dtype) {
+  int64_t bytes = static_cast<int64_t>(st_dtype_size(dtype));
+  for (int64_t s : spec.shape) {
+    ORBIT_CHECK(!__builtin_mul_overflow(bytes, s, &bytes),
+                "generator: tensor '" << spec.name << "' would hold more than 2^63 bytes (lower the sizes)");
+  }
+  return bytes;
+}
+
+// This machine's physical memory in bytes; 0 when unknown.
+int64_t memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  int64_t bytes = 0;
+  return __builtin_mul_overflow(static_cast<int64_t>(pages), static_cast<int64_t>(page), &bytes) ? 0 : bytes;
+}
+
 void write_text_atomically(const fs::path& path, const std::string& text) {
   check_output_target(path.string(), "a model file");
   const fs::path tmp = path.string() + ".tmp";
@@ -207,15 +228,19 @@ void generate_model(const GeneratorOptions& options, const std::string& out_dir)
   const std::vector<WeightSpec> specs = weight_specs(config);
   std::vector<std::vector<std::size_t>> shards(1);
   int64_t shard_size = 0;
+  const int64_t memory = memory_bytes();
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    int64_t bytes = static_cast<int64_t>(st_dtype_size(dtype));
-    for (int64_t s : specs[i].shape) bytes *= s;
+    const int64_t bytes = tensor_bytes(specs[i], dtype);
     if (options.shard_bytes > 0 && shard_size > 0 && shard_size + bytes > options.shard_bytes) {
       shards.emplace_back();
       shard_size = 0;
     }
     shards.back().push_back(i);
-    shard_size += bytes;
+    // A shard's tensors are held in memory together until its file is written.
+    ORBIT_CHECK(!__builtin_add_overflow(shard_size, bytes, &shard_size) && (memory <= 0 || shard_size <= memory),
+                "generator: the weights to write at once (through tensor '"
+                    << specs[i].name << "') take more than this machine's " << memory
+                    << " bytes of memory; lower the sizes or give shard_bytes (--shard-mb)");
   }
   const bool sharded = options.shard_bytes > 0;
   const std::size_t count = shards.size();

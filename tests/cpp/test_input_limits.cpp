@@ -259,3 +259,29 @@ TEST_CASE("trace numbers out of range are refused naming the value, not as an in
   CHECK_THAT(trace_error(trace_with_chunk(R"("tokens": [1], "pin": ")" + long_note + "\"")),
              Contains("got string \"" + std::string(40, 'x') + "\"... (5000 bytes)"));
 }
+
+TEST_CASE("text that cannot fit the model's positions is refused before it is tokenized", "[limits][model]") {
+  auto engine = Engine::open(stories_options());
+  REQUIRE(engine->has_tokenizer());
+  // 1 MB for a 512-position model: tokenizing it first cost memory in proportion to its size (a 100 MB
+  // text ran out of memory) before the position check on its tokens.
+  const std::string text(1 << 20, 'a');
+  CHECK_THROWS_WITH(engine->add_text(text), Contains("add_text: the text is 1048576 bytes, more than the model's 512 "
+                                                     "positions can hold"));
+  orbit::Window w = engine->new_window();
+  CHECK_THROWS_WITH(w.add_turn(std::string_view(text)), Contains("add_turn: the text is 1048576 bytes"));
+  const orbit::Trace t = orbit::parse_trace(trace_with_chunk(R"("text": ")" + text + "\""), "t.json");
+  CHECK_THROWS_WITH(orbit::replay(t, replay_options()),
+                    Contains("t.json: chunk 0 ('c'): field 'text': the text is 1048576 bytes"));
+  // Text within the bound still works.
+  CHECK_NOTHROW(engine->add_text("Once upon a time"));
+}
+
+TEST_CASE("make-model refuses weights larger than this machine's memory without a backtrace", "[limits][cli]") {
+  orbit::test::TempDir dir;
+  const orbit::test::CliRun r = orbit::test::cli("make-model --hidden 1000000 --out " + (dir / "m"));
+  INFO(r.out);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("bytes of memory"));
+  CHECK_THAT(r.out, !Contains("frame #"));
+}

@@ -164,3 +164,11 @@ TEST_CASE("config.json nested past the depth bound or holding 1e999 is refused, 
   with_field("\"unused\": 1e999");
   CHECK_THROWS_WITH(load_model(m), Contains("config.json: not valid JSON: a number is out of range"));
 }
+
+TEST_CASE("a config.json with billions of layers is refused before anything is sized by it", "[loaders][cpu]") {
+  // 2^31 layers ended in std::bad_alloc while the weight list was built.
+  TempDir dir;
+  const std::string m = make(dir, "m", "tiny-llama");
+  edit_config(m, [](nlohmann::json& j) { j["num_hidden_layers"] = int64_t{1} << 31; });
+  CHECK_THROWS_WITH(load_model(m), Contains("field 'num_hidden_layers' = 2147483648 is past the limit of 4096 layers"));
+}

@@ -2,6 +2,7 @@
 // engine's tokenizer, then does what the token-id call does.
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
+#include "text/text_bound.h"
 #include "window/engine_core.h"
 #include "window/window_state.h"
 
@@ -19,7 +20,20 @@ std::string Engine::detokenize(const std::vector<int64_t>& tokens, int64_t previ
 
 std::string Engine::piece(int64_t token) const { return core_->tokenizer().piece(token); }
 
+namespace {
+
+// check_text_fits against the engine's model and tokenizer.
+void check_fits(const detail::EngineCore& core, std::string_view text, const char* what) {
+  const runtime::Tokenizer& tokenizer = core.tokenizer();
+  detail::check_text_fits(
+      text, core.config().max_position_embeddings, tokenizer.vocab_size(),
+      [&](int64_t id) { return tokenizer.piece(id); }, what);
+}
+
+}  // namespace
+
 ChunkRef Engine::add_text(std::string_view text, const ChunkOptions& options, bool bos) {
+  check_fits(*core_, text, "add_text");
   const std::vector<int64_t> tokens = core_->tokenizer().encode(text, bos);
   ORBIT_CHECK(!tokens.empty(), "add_text: the text is empty");
   return add_tokens(tokens, options);
@@ -28,6 +42,7 @@ ChunkRef Engine::add_text(std::string_view text, const ChunkOptions& options, bo
 namespace {
 
 std::vector<int64_t> continuation(const detail::WindowState& state, std::string_view text, const char* what) {
+  check_fits(*state.core, text, what);
   std::vector<int64_t> tokens = state.core->tokenizer().encode(text, false);
   ORBIT_CHECK(!tokens.empty(), what << ": the text is empty");
   return tokens;

@@ -10,6 +10,7 @@
 #include "orbit/planner/offline.h"
 #include "orbit/store.h"
 #include "orbit/trace.h"
+#include "text/text_bound.h"
 #include "trace/trace_internal.h"
 
 namespace orbit {
@@ -82,6 +83,9 @@ std::vector<int64_t> resolve_source(Engine& engine, const TokenSource& s, const 
       ORBIT_CHECK(engine.has_tokenizer(), where << ": field '" << text_field << "': the trace gives text but the model "
                                                 << info.origin << " has no tokenizer (give token ids, or a llama2.c "
                                                 << "model with its tokenizer file beside it)");
+      detail::check_text_fits(
+          s.text, info.max_positions, info.vocab_size, [&](int64_t id) { return engine.piece(id); },
+          where + ": field '" + text_field + "'");
       std::vector<int64_t> out = engine.tokenize(s.text, s.bos);
       ORBIT_CHECK(!out.empty(), where << ": field '" << text_field << "': the text gives no tokens");
       return out;
