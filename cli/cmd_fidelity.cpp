@@ -46,7 +46,7 @@ const char* kFidelityUsage =
     "  --query IDS            the probe read after B (default: 1)\n"
     "  --chunk-text, --context-text, --query-text   the same as text, encoded by the model's tokenizer;\n"
     "                         context chunks are separated by '|'; the window's first chunk gets BOS\n"
-    "  --tokenizer FILE       a llama2.c tokenizer file instead of the one beside the model\n"
+    "  --tokenizer FILE       a tokenizer (llama2.c .bin or tokenizer.json) instead of the one beside the model\n"
     "  --strategies S,...     reprefill, blind, prefix, cacheblend:R, firstk:K, patch:M[/MV][:deep][:rand],\n"
     "                         orbit:M[/MV][:all][:rand] (default: reprefill, blind, prefix, cacheblend:0.15,\n"
     "                         firstk:16, patch:8, patch:32)\n"

@@ -77,7 +77,7 @@ int run_logits(int argc, char** argv, int first) {
           "  after every token with --all-positions (one forward of the whole sequence, float32).\n"
           "  --tokens IDS       comma-separated token ids\n"
           "  --text TEXT        text instead, encoded by the model's tokenizer (BOS first unless --no-bos)\n"
-          "  --tokenizer FILE   a llama2.c tokenizer file instead of the one beside the model\n"
+          "  --tokenizer FILE   a tokenizer (llama2.c .bin or tokenizer.json) instead of the one beside the model\n"
           "  --positions P,...  explicit rotary positions, one per token (default 0, 1, ...)\n"
           "  --all-positions    a row per token instead of the last only\n"
           "  --device D         cpu (default), cuda or cuda:N;  --dtype T   float32 (default), bfloat16, float16\n"},

@@ -23,7 +23,8 @@ const char* kTokenizeUsage =
     "  --text TEXT        UTF-8 text\n"
     "  --no-bos           no BOS id first\n"
     "  --pieces           also print \"pieces\": each id's vocabulary entry\n"
-    "  --tokenizer FILE   a llama2.c tokenizer file instead of the one beside the model (or without a model)\n";
+    "  --tokenizer FILE   a tokenizer (llama2.c .bin or tokenizer.json) instead of the one beside the model (or "
+    "without a model)\n";
 
 const char* kGenerateUsage =
     "usage: orbit generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P] [--seed S]\n"
@@ -37,7 +38,7 @@ const char* kGenerateUsage =
     "  --top-p P          nucleus sampling: the smallest set of tokens with mass >= P (default 1)\n"
     "  --seed S           sampling seed (default 0)\n"
     "  --json             print {\"tokens\": [generated ids], \"text\": \"...\"} instead\n"
-    "  --tokenizer FILE   a llama2.c tokenizer file instead of the one beside the model\n";
+    "  --tokenizer FILE   a tokenizer (llama2.c .bin or tokenizer.json) instead of the one beside the model\n";
 
 }  // namespace
 
@@ -49,7 +50,7 @@ int run_tokenize(int argc, char** argv, int first) {
               "tokenize: missing required argument '--model' (or '--tokenizer')");
   const std::unique_ptr<runtime::Tokenizer> tokenizer =
       args.has("--model") ? model_tokenizer(args, args.required("--model"), model_vocab_size(args.required("--model")))
-                          : runtime::load_llama2c_tokenizer(args.required("--tokenizer"));
+                          : runtime::load_tokenizer(args.required("--tokenizer"));
   const std::vector<int64_t> ids = tokenizer->encode(text, !args.flag("--no-bos"));
   json out = {{"tokens", ids}};
   if (args.flag("--pieces")) {

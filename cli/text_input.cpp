@@ -14,14 +14,14 @@ namespace orbit::cli {
 
 std::unique_ptr<runtime::Tokenizer> model_tokenizer(const Args& args, const std::string& model_path,
                                                     int64_t vocab_size) {
-  if (auto given = args.get("--tokenizer")) return runtime::load_llama2c_tokenizer(*given, vocab_size);
+  if (auto given = args.get("--tokenizer")) return runtime::load_tokenizer(*given, vocab_size);
   const std::string found = runtime::find_tokenizer(model_path, vocab_size);
-  ORBIT_CHECK(!found.empty(),
-              "text needs a tokenizer and "
-                  << model_path << " has none beside it (looked for tok" << vocab_size
-                  << ".bin and tokenizer.bin in its directory; Hugging Face "
-                  << "tokenizer.json is not read): pass --tokenizer FILE (llama2.c format) or token ids");
-  return runtime::load_llama2c_tokenizer(found, vocab_size);
+  ORBIT_CHECK(!found.empty(), "text needs a tokenizer and "
+                                  << model_path << " has none beside it (looked for tok" << vocab_size
+                                  << ".bin and tokenizer.bin beside a llama2.c file, tokenizer.json in a Hugging "
+                                  << "Face directory): pass --tokenizer FILE (llama2.c .bin or tokenizer.json) or "
+                                  << "token ids");
+  return runtime::load_tokenizer(found, vocab_size);
 }
 
 int64_t model_vocab_size(const std::string& model_path) {

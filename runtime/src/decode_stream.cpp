@@ -34,7 +34,9 @@ std::string DecodeStream::step(int64_t id) {
     pending_.pop_back();
     throw;
   }
-  if (ends_incomplete(text)) return "";
+  // Held back: an incomplete character, or no text yet (a special token, or a piece whose text depends on
+  // what follows, such as a leading space that is stripped at the start).
+  if (text.empty() || ends_incomplete(text)) return "";
   // Everything up to `id` is out: `id` becomes the context of what follows.
   context_ = id;
   pending_.clear();

@@ -253,12 +253,23 @@ std::string HfTokenizerImpl::decode_ids(const std::vector<int64_t>& ids, bool sk
 }
 
 std::string HfTokenizerImpl::decode(const std::vector<int64_t>& ids, int64_t previous) const {
-  if (previous < 0 || is_special(previous)) return decode_ids(ids, true);
-  std::vector<int64_t> with_previous{previous};
-  with_previous.insert(with_previous.end(), ids.begin(), ids.end());
-  const std::string before = decode_ids({previous}, true);
-  std::string all = decode_ids(with_previous, true);
-  return all.compare(0, before.size(), before) == 0 ? all.substr(before.size()) : all;
+  std::vector<int64_t> kept{previous};  // special tokens produce no text
+  for (int64_t id : ids) {
+    token_of(id);  // throws for an unknown id
+    if (!is_special(id)) kept.push_back(id);
+  }
+  if (previous < 0 || is_special(previous)) return decode_ids({kept.begin() + 1, kept.end()}, false);
+  // The text after `previous`'s own: decoders treat the first token apart (Strip, Metaspace), so it is decoded
+  // with `previous` in front and its text removed. Where `previous` ends in a partial character that `ids`
+  // complete, the two differ inside that character: the text restarts at that character.
+  const std::string before = decode_ids({previous}, false);
+  const std::string all = decode_ids(kept, false);
+  size_t common = 0;
+  while (common < before.size() && common < all.size() && before[common] == all[common]) ++common;
+  if (common < before.size()) {
+    while (common > 0 && (static_cast<unsigned char>(all[common]) & 0xC0) == 0x80) --common;
+  }
+  return all.substr(common);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "orbit/common/error.h"
+#include "orbit/runtime/hf_tokenizer.h"
 
 namespace orbit::runtime {
 
@@ -230,13 +231,25 @@ std::string find_tokenizer(const std::string& model_path, int64_t vocab_size) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path model(model_path);
-  if (!fs::is_regular_file(model, ec)) return "";  // a Hugging Face directory: tokenizer.json is not read
+  if (fs::is_directory(model, ec)) {  // a Hugging Face model directory
+    const fs::path json = model / "tokenizer.json";
+    return fs::is_regular_file(json, ec) ? json.string() : "";
+  }
+  if (!fs::is_regular_file(model, ec)) return "";
   const fs::path dir = model.has_parent_path() ? model.parent_path() : fs::path(".");
   for (const std::string& name : {"tok" + std::to_string(vocab_size) + ".bin", std::string("tokenizer.bin")}) {
     const fs::path p = dir / name;
     if (fs::is_regular_file(p, ec)) return p.string();
   }
   return "";
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, int64_t expected_vocab) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec) || fs::path(path).extension() == ".json")
+    return load_hf_tokenizer(path, expected_vocab);
+  return load_llama2c_tokenizer(path, expected_vocab);
 }
 
 }  // namespace orbit::runtime

@@ -91,7 +91,7 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   const runtime::ModelConfig& c = model_->config();
   const std::string tokenizer_path =
       options.tokenizer.empty() ? runtime::find_tokenizer(options.model, c.vocab_size) : options.tokenizer;
-  if (!tokenizer_path.empty()) tokenizer_ = runtime::load_llama2c_tokenizer(tokenizer_path, c.vocab_size);
+  if (!tokenizer_path.empty()) tokenizer_ = runtime::load_tokenizer(tokenizer_path, c.vocab_size);
 
   store_ = std::make_unique<store::ChunkStore>(store_options());
 
@@ -152,13 +152,12 @@ const runtime::Model& EngineCore::model() const {
 }
 
 const runtime::Tokenizer& EngineCore::tokenizer() const {
-  ORBIT_CHECK(
-      tokenizer_ != nullptr,
-      "text needs a tokenizer and the model "
-          << options_.model
-          << " has none: orbit reads llama2.c tokenizer "
-             "files (tok<vocab>.bin or tokenizer.bin beside a llama2.c .bin, or EngineOptions::tokenizer); a Hugging "
-             "Face tokenizer.json is not read, so give token ids (tokenize with your own tokenizer)");
+  ORBIT_CHECK(tokenizer_ != nullptr,
+              "text needs a tokenizer and the model "
+                  << options_.model
+                  << " has none: orbit reads llama2.c tokenizer files (tok<vocab>.bin or tokenizer.bin beside a "
+                     "llama2.c .bin), a Hugging Face directory's tokenizer.json, or EngineOptions::tokenizer; "
+                     "without one, give token ids");
   return *tokenizer_;
 }
 

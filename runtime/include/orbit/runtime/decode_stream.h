@@ -26,8 +26,8 @@ class DecodeStream {
   // `previous`: the id before the first one fed (-1: none), as in Tokenizer::decode.
   explicit DecodeStream(const Tokenizer& tokenizer, int64_t previous = -1);
 
-  // The text that `id` completes; "" while a character is still incomplete. Throws orbit::Error for an
-  // id outside the vocabulary (the stream is then unchanged).
+  // The text that `id` completes; "" while a character is still incomplete or nothing has text yet. Throws orbit::Error
+  // for an id outside the vocabulary (the stream is then unchanged).
   std::string step(int64_t id);
   // Whatever is held back; the stream is then empty again (its context is the last id fed).
   std::string finish();

@@ -36,9 +36,11 @@ namespace orbit::runtime {
 
 class HfTokenizer : public Tokenizer {
  public:
-  // encode(text, bos) of Tokenizer adds the special tokens of step 4 when `bos`; decode(ids, previous)
+  // encode(text, bos) of Tokenizer adds the special tokens of step 4 when `bos`. decode(ids, previous)
   // leaves special tokens out (like the llama2.c tokenizer's BOS and EOS) and decodes `ids` as if they
-  // followed `previous` (-1: nothing), as the text decode(previous + ids) adds to decode(previous).
+  // followed `previous`: the text decode(previous + ids) adds to decode(previous). previous = -1 or a
+  // special token: `ids` start the text (a decoder's start-of-text rule, such as stripping one leading
+  // space, applies to them).
 
   // The decoded text of `ids` alone; special tokens produce their content unless skip_special_tokens.
   // Throws orbit::Error naming an id that no token has.

@@ -14,8 +14,8 @@
 // after BOS, "<0xNN>" pieces as the raw byte; BOS and EOS produce no text. Text is raw bytes (UTF-8 when
 // the ids came from text; arbitrary ids can decode to invalid UTF-8).
 //
-// Hugging Face tokenizer.json files are not read: models loaded from a Hugging Face directory take token
-// ids (in Python, tokenize with the tokenizer you already have, e.g. transformers' AutoTokenizer).
+// The other format, Hugging Face's tokenizer.json, is read by orbit/runtime/hf_tokenizer.h;
+// load_tokenizer() below picks the reader by the file.
 //
 // Thread-safety: a loaded Tokenizer is immutable; every member is safe to call from any thread.
 #pragma once
@@ -43,7 +43,7 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;
   virtual int64_t bos_id() const = 0;      // -1 when the vocabulary has none
   virtual int64_t eos_id() const = 0;      // -1 when the vocabulary has none
-  virtual std::string kind() const = 0;    // "llama2c"
+  virtual std::string kind() const = 0;    // "llama2c" or "huggingface"
   virtual std::string source() const = 0;  // the file it was read from
 };
 
@@ -53,8 +53,13 @@ class Tokenizer {
 std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int64_t expected_vocab = 0);
 
 // The tokenizer file that belongs to a model, or "" when there is none: for a llama2.c `.bin`, the file
-// `tok<vocab>.bin`, else `tokenizer.bin`, in the model's directory. Hugging Face directories: "" (their
-// tokenizer.json is not read).
+// `tok<vocab>.bin`, else `tokenizer.bin`, in the model's directory; for a Hugging Face model directory,
+// its `tokenizer.json`.
 std::string find_tokenizer(const std::string& model_path, int64_t vocab_size);
+
+// Reads a tokenizer of either format: a `.json` file or a directory holding tokenizer.json as Hugging
+// Face's (load_hf_tokenizer: every id below `expected_vocab`), anything else as llama2.c's
+// (load_llama2c_tokenizer: exactly `expected_vocab` pieces). Throws orbit::Error as those do.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, int64_t expected_vocab = 0);
 
 }  // namespace orbit::runtime

@@ -1,0 +1,141 @@
+// The tokenizer.json reader (orbit/runtime/hf_tokenizer.h) on its own: TinyStories-656K's reference
+// tokenization, special tokens and tokenizer_config.json, loading by directory, incremental decoding
+// (orbit/runtime/decode_stream.h) and the errors for components orbit does not read. Parity with Hugging
+// Face's library on a whole corpus is test_hf_tokenizer_oracle's.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "orbit/common/error.h"
+#include "orbit/runtime/decode_stream.h"
+#include "orbit/runtime/hf_tokenizer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using nlohmann::json;
+
+const fs::path kData = fs::path(ORBIT_TEST_DATA_DIR) / "tokenizers";
+
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+// A copy of a test tokenizer.json with one field replaced, in its own directory.
+fs::path edited(const std::string& name, const std::string& key, const json& value) {
+  std::ifstream in(kData / "tinystories-656k/tokenizer.json");
+  json j = json::parse(in);
+  j[key] = value;
+  const fs::path dir = fs::temp_directory_path() / ("orbit_hf_tok_" + name);
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << j.dump();
+  return dir / "tokenizer.json";
+}
+
+}  // namespace
+
+TEST_CASE("TinyStories-656K's tokenizer.json gives the reference ids of its README", "[hf_tokenizer]") {
+  const auto tok = orbit::runtime::load_hf_tokenizer((kData / "tinystories-656k").string(), 2048);
+  CHECK(tok->kind() == "huggingface");
+  CHECK(tok->vocab_size() == 2048);
+  CHECK(tok->bos_id() == 1);
+  CHECK(tok->eos_id() == 2);
+  CHECK(tok->encode("Once upon a time", true) == std::vector<int64_t>{1, 80, 147, 201, 282, 57});
+  CHECK(tok->encode("Hello, world! 123 ünïcödé 🙂", true) ==
+        std::vector<int64_t>{1, 80, 1443, 410, 555, 271, 12, 13, 14, 80, 0, 66, 0, 55, 0, 56, 0, 80, 0});
+  CHECK(tok->encode("  two  spaces\nnewline", true) ==
+        std::vector<int64_t>{1, 80, 80, 80, 1209, 80, 415, 53, 1499, 3, 1105, 64, 96, 57});
+  CHECK(tok->encode("Once upon a time", false) == std::vector<int64_t>{80, 147, 201, 282, 57});
+  // decode() leaves special tokens out; decode_ids can keep them.
+  CHECK(tok->decode({1, 80, 147, 201, 282, 57}) == "Once upon a time");
+  CHECK(tok->decode_ids({1, 80, 147}, false) == "<|start_story|> On");
+  CHECK(tok->is_special(2));
+  CHECK_FALSE(tok->is_special(80));
+  CHECK(tok->piece(80) == "\xE2\x96\x81");
+  CHECK_THROWS_WITH(tok->decode({5000}), Contains("token id 5000 is not in the vocabulary"));
+}
+
+TEST_CASE("decode(ids, previous) is the text the ids add after previous", "[hf_tokenizer]") {
+  const auto tok = orbit::runtime::load_hf_tokenizer((kData / "tinystories-656k/tokenizer.json").string());
+  const std::vector<int64_t> ids = tok->encode("Once upon a time, a girl", false);
+  const std::vector<int64_t> tail(ids.begin() + 3, ids.end());
+  CHECK(tok->decode({ids.begin(), ids.begin() + 3}) + tok->decode(tail, ids[2]) == tok->decode(ids));
+}
+
+TEST_CASE("DecodeStream emits whole characters only and adds up to decode()", "[hf_tokenizer]") {
+  for (const char* name : {"gpt2", "minimind", "tinystories-656k"}) {
+    const auto tok = orbit::runtime::load_hf_tokenizer((kData / name).string());
+    for (const std::string text : {"emoji 🙂😀👍🏽 👨‍👩‍👧‍👦 🇫🇷 and 你好，世界！",
+                                   "Café naïve résumé", "plain ASCII text"}) {
+      const std::vector<int64_t> ids = tok->encode(text, false);
+      orbit::runtime::DecodeStream stream(*tok);
+      std::string streamed;
+      for (int64_t id : ids) {
+        const std::string piece = stream.step(id);
+        CHECK(valid_utf8(piece));
+        streamed += piece;
+      }
+      streamed += stream.finish();
+      INFO(name << ": " << text);
+      CHECK(streamed == tok->decode(ids));
+    }
+  }
+  // Byte-level GPT-2: "🙂" is four byte tokens; nothing comes out before the last.
+  const auto gpt2 = orbit::runtime::load_hf_tokenizer((kData / "gpt2").string());
+  const std::vector<int64_t> smile = gpt2->encode("🙂", false);
+  REQUIRE(smile.size() > 1);
+  orbit::runtime::DecodeStream stream(*gpt2);
+  for (size_t i = 0; i + 1 < smile.size(); ++i) CHECK(stream.step(smile[i]).empty());
+  CHECK(stream.step(smile.back()) == "🙂");
+  // A partial character left at the end comes out as U+FFFD, never as broken UTF-8.
+  orbit::runtime::DecodeStream cut(*gpt2);
+  CHECK(cut.step(smile[0]).empty());
+  CHECK(cut.finish() == "\xEF\xBF\xBD");
+}
+
+TEST_CASE("tokenizer.json found in a Hugging Face directory and loaded by load_tokenizer", "[hf_tokenizer]") {
+  const fs::path dir = kData / "gpt2";
+  CHECK(orbit::runtime::find_tokenizer(dir.string(), 50257) == (dir / "tokenizer.json").string());
+  const auto tok = orbit::runtime::load_tokenizer((dir / "tokenizer.json").string(), 50257);
+  CHECK(tok->kind() == "huggingface");
+  CHECK(tok->encode("Hello world", false) == std::vector<int64_t>{15496, 995});
+  CHECK(tok->bos_id() == 50256);
+  CHECK_THROWS_WITH(orbit::runtime::load_tokenizer(dir.string(), 1000),
+                    Contains("past the model's vocabulary of 1000"));
+}
+
+TEST_CASE("unsupported tokenizer.json components fail naming the component and the file", "[hf_tokenizer]") {
+  using orbit::runtime::load_hf_tokenizer;
+  const fs::path n = edited("norm", "normalizer", {{"type", "Lowercase"}});
+  CHECK_THROWS_WITH(load_hf_tokenizer(n.string()), Contains(n.string()) && Contains("normalizer 'Lowercase'"));
+  const fs::path p = edited("pre", "pre_tokenizer", {{"type", "Whitespace"}});
+  CHECK_THROWS_WITH(load_hf_tokenizer(p.string()), Contains(p.string()) && Contains("pre_tokenizer 'Whitespace'"));
+  const fs::path d = edited("dec", "decoder", {{"type", "WordPiece"}});
+  CHECK_THROWS_WITH(load_hf_tokenizer(d.string()), Contains(d.string()) && Contains("decoder 'WordPiece'"));
+  const fs::path m = edited("model", "model", {{"type", "Unigram"}, {"vocab", json::array()}});
+  CHECK_THROWS_WITH(load_hf_tokenizer(m.string()), Contains(m.string()) && Contains("model 'Unigram'"));
+  const fs::path s = edited("post", "post_processor", {{"type", "Mystery"}});
+  CHECK_THROWS_WITH(load_hf_tokenizer(s.string()), Contains("post_processor 'Mystery'"));
+  const fs::path r = edited("regex", "pre_tokenizer",
+                            {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}});
+  CHECK_THROWS_WITH(load_hf_tokenizer(r.string()), Contains("does not compile"));
+  CHECK_THROWS_WITH(load_hf_tokenizer((kData / "missing.json").string()), Contains("cannot open"));
+  for (const char* name : {"norm", "pre", "dec", "model", "post", "regex"})
+    fs::remove_all(fs::temp_directory_path() / (std::string("orbit_hf_tok_") + name));
+}
+
+TEST_CASE("text that is not UTF-8 is refused", "[hf_tokenizer]") {
+  const auto tok = orbit::runtime::load_hf_tokenizer((kData / "gpt2").string());
+  CHECK_THROWS_WITH(tok->encode(std::string("ab\xFF"), false), Contains("not valid UTF-8"));
+}
