@@ -21,8 +21,8 @@ std::unique_ptr<Regex::Impl> compile(const std::string& pattern, uint32_t flags,
   int error = 0;
   PCRE2_SIZE offset = 0;
   auto impl = std::make_unique<Regex::Impl>();
-  impl->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                             flags, &error, &offset, nullptr);
+  impl->code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), flags, &error, &offset, nullptr);
   if (impl->code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof message);
