@@ -34,3 +34,38 @@ def test_load_trace_reports_an_out_of_range_number(orbit, tmp_path):
     path.write_text('{"format": "orbit-trace/1", "probe": [1e999], "chunks": [], "steps": []}')
     with pytest.raises(orbit.OrbitError, match="not valid JSON: a number is out of range"):
         orbit.load_trace(str(path))
+
+
+def test_slide_zero_is_no_operation(orbit, small_engine):
+    w = small_engine.new_window()
+    w.add_turn([1, 2, 3])
+    w.admit(small_engine.add_tokens([5, 6, 7, 8]))
+    version = w.version
+    report = w.slide(0)
+    assert report.op == orbit.Operation.slide
+    assert w.version == version and len(w) == 2
+
+
+def test_negative_stop_tokens_are_refused(orbit, small_engine):
+    w = small_engine.new_window()
+    w.add_turn([1, 2, 3])
+    with pytest.raises(orbit.OrbitError, match=r"generate: stop_tokens holds -5, outside the vocabulary \[0, 512\)"):
+        w.generate([4], max_tokens=2, stop_tokens=[-5])
+
+
+def test_token_ids_past_int64_are_named_not_wrapped(orbit, small_engine):
+    # 2**63 became a negative id in the cast to int64 and was reported as negative.
+    with pytest.raises(ValueError, match="add_tokens: tokens: 9223372036854775808 is past the largest int64"):
+        small_engine.add_tokens([2**63])
+
+
+def test_instance_id_past_the_range_is_a_value_error(orbit, small_engine):
+    w = small_engine.new_window()
+    with pytest.raises(ValueError, match=r"evict: instance: instance id 1180591620717411303424 is past the largest"):
+        w.evict(2**70)
+
+
+@pytest.mark.parametrize("spec", ["patch:8:kl=0.1:kl=0.2", "patch:8:heal:heal=0.01", "patch:deep:deep"])
+def test_duplicate_policy_modifiers_are_refused(orbit, spec):
+    with pytest.raises(orbit.OrbitError, match="is given twice"):
+        orbit.Policy(spec)

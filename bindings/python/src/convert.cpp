@@ -1,5 +1,6 @@
 #include "convert.h"
 
+#include <cstdint>
 #include <sstream>
 
 namespace orbit_py {
@@ -58,6 +59,11 @@ py::array integer_array(py::handle obj, const char* what) {
   const char kind = dtype_kind(a);
   if (a.size() > 0 && kind != 'i' && kind != 'u') {
     throw py::type_error(std::string(what) + ": dtype " + dtype_str(a) + "; expected integers (token ids / positions)");
+  }
+  // Unsigned values past int64 would wrap to negative numbers in the cast below.
+  if (a.size() > 0 && kind == 'u' && a.attr("max")().cast<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    throw py::value_error(std::string(what) + ": " + std::string(py::str(a.attr("max")())) +
+                          " is past the largest int64 (token ids and positions are int64)");
   }
   return numpy().attr("ascontiguousarray")(a, "int64");
 }
@@ -191,7 +197,12 @@ orbit::InstanceId to_instance(py::handle obj, const char* what) {
   if (PyObject_RichCompareBool(obj.ptr(), py::int_(0).ptr(), Py_LT) == 1) {
     throw py::value_error(std::string(what) + ": instance id " + std::string(py::repr(obj)) + " is negative");
   }
-  return obj.cast<orbit::InstanceId>();
+  try {
+    return obj.cast<orbit::InstanceId>();
+  } catch (const py::cast_error&) {
+    throw py::value_error(std::string(what) + ": instance id " + std::string(py::repr(obj)) +
+                          " is past the largest instance id");
+  }
 }
 
 std::vector<orbit::InstanceId> to_instances(py::handle obj, const char* what) {

@@ -287,7 +287,10 @@ void init_window(py::module_& m) {
       "arguments.");
   c.def(
       "slide",
-      [](PyWindow& w, int64_t chunks) { return plan_and_apply(w, [&](Window& x) { return x.plan_slide(chunks); }); },
+      [](PyWindow& w, int64_t chunks) {
+        if (chunks == 0) return w.run([](Window& x) { return x.slide(0); });  // no operation: the version stays
+        return plan_and_apply(w, [&](Window& x) { return x.plan_slide(chunks); });
+      },
       py::arg("chunks") = 1,
       "apply(plan_slide(chunks)) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"

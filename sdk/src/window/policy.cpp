@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -101,8 +102,11 @@ WindowPolicy parse_policy(const std::string& spec) {
   p.prepare_recalls = 0;     // nor prepare recalls unless they say :prep=N
   p.prepare_moves = 0;       // nor moves unless they say :move=N
   if (head == "patch") {
+    std::set<std::string> seen;  // modifier names ("heal" and "heal=X" are one): each may be given once
     for (std::size_t i = 1; i < parts.size(); ++i) {
       const std::string& part = parts[i];
+      const std::string name = part.substr(0, part.find('='));
+      if (!seen.insert(name).second) bad_spec(spec, "modifier '" + name + "' is given twice");
       if (part == "exact") {
         p.survivors = SurvivorAction::kRecondition;
         p.use_orbit_patches = false;

@@ -390,7 +390,16 @@ Result<ApplyReport> Window::apply(const Plan& plan) {
 ApplyReport Window::admit(const ChunkRef& chunk, InstanceId before) { return must(apply(plan_admit(chunk, before))); }
 ApplyReport Window::add_turn(const std::vector<int64_t>& tokens) { return must(apply(plan_add_turn(tokens))); }
 ApplyReport Window::evict(InstanceId instance) { return must(apply(plan_evict(instance))); }
-ApplyReport Window::slide(int64_t chunks) { return must(apply(plan_slide(chunks))); }
+ApplyReport Window::slide(int64_t chunks) {
+  if (chunks == 0) {  // nothing slides out: no operation, the version stays (like flush() with nothing deferred)
+    const detail::OpHold hold(*state_->core);
+    ApplyReport r;
+    r.op = Operation::kSlide;
+    r.device_bytes = state_->device_bytes();
+    return r;
+  }
+  return must(apply(plan_slide(chunks)));
+}
 ApplyReport Window::recall(const ChunkRef& chunk, InstanceId before) { return must(apply(plan_recall(chunk, before))); }
 ApplyReport Window::reorder(const std::vector<InstanceId>& order) { return must(apply(plan_reorder(order))); }
 ApplyReport Window::place() { return must(apply(plan_place())); }

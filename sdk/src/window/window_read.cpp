@@ -231,6 +231,11 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
   ORBIT_CHECK(options.max_tokens >= 0, "generate: max_tokens = " << options.max_tokens << " must be >= 0");
   ORBIT_CHECK(options.temperature >= 0, "generate: temperature = " << options.temperature << " must be >= 0");
   ORBIT_CHECK(options.top_p > 0 && options.top_p <= 1, "generate: top_p = " << options.top_p << " must be in (0, 1]");
+  for (int64_t stop : options.stop_tokens) {
+    ORBIT_CHECK(stop >= 0 && stop < state_->core->config().vocab_size, "generate: stop_tokens holds "
+                                                                           << stop << ", outside the vocabulary [0, "
+                                                                           << state_->core->config().vocab_size << ")");
+  }
   detail::run_deferred(*state_, "generate");  // after the checks: a refused call changes nothing
   {
     // A model call: what a prefix cache would compute for it (an edit since the last forward, say).
