@@ -2,7 +2,11 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <random>
+#include <thread>
 
 #include "orbit/common/error.h"
 #include "orbit/store/blob_format.h"
@@ -113,6 +117,33 @@ class Transaction {
   bool done_ = false;
 };
 
+// How long opening waits out other processes that open or write the same index at the same moment.
+constexpr std::chrono::seconds kOpenRetryWindow{30};
+
+bool is_busy(int rc) {
+  rc &= 0xff;
+  return rc == SQLITE_BUSY || rc == SQLITE_LOCKED;
+}
+
+// Runs `attempt` (which returns an SQLite result code) again while it reports SQLITE_BUSY or SQLITE_LOCKED,
+// with jittered exponential pauses (1 to 50 ms), until kOpenRetryWindow has passed; returns the last code.
+// The busy timeout does not cover every wait at open: SQLite returns SQLITE_BUSY at once, without calling
+// the busy handler, when switching a new database to WAL meets another connection's lock, when a reader's
+// upgrade to writer could deadlock, and when a WAL snapshot went stale (SQLITE_BUSY_SNAPSHOT).
+template <class Attempt>
+int retry_while_busy(Attempt&& attempt) {
+  const auto deadline = std::chrono::steady_clock::now() + kOpenRetryWindow;
+  thread_local std::minstd_rand rng{std::random_device{}()};
+  std::chrono::microseconds pause{1000};
+  for (;;) {
+    const int rc = attempt();
+    if (!is_busy(rc) || std::chrono::steady_clock::now() >= deadline) return rc;
+    std::uniform_int_distribution<int64_t> jitter(pause.count() / 2, pause.count());
+    std::this_thread::sleep_for(std::chrono::microseconds(jitter(rng)));
+    pause = std::min(pause * 2, std::chrono::microseconds{50000});
+  }
+}
+
 }  // namespace
 
 void SqliteIndex::open(const std::string& uri, int flags) {
@@ -132,7 +163,11 @@ SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
     // In WAL mode even a reader needs the -shm file; on a read-only directory or file system SQLite cannot
     // create it ("attempt to write a readonly database"). Nobody can write the index there either, so it
     // is read as immutable.
-    if (sqlite3_exec(db_, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    // Only a refusal to read falls back: a busy index (another process creating or recovering it) is waited
+    // for, since reading a changing index as immutable could return torn state.
+    const int rc = retry_while_busy(
+        [&] { return sqlite3_exec(db_, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr); });
+    if (rc != SQLITE_OK) {
       sqlite3_close(db_);
       db_ = nullptr;
       open(uri_path(path) + "?mode=ro&immutable=1", SQLITE_OPEN_READONLY);
@@ -142,9 +177,11 @@ SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
   }
   try {
     if (mode != Mode::kReadOnly) {
-      exec_or_throw("PRAGMA journal_mode=WAL");
+      // Both are idempotent, so a busy attempt is simply made again (several processes may create the
+      // same store at once).
+      exec_retrying_or_throw("PRAGMA journal_mode=WAL");
       exec_or_throw("PRAGMA synchronous=FULL");
-      exec_or_throw(kSchema);
+      exec_retrying_or_throw(kSchema);
     }
     auto version = meta("format_version");
     if (!version && mode != Mode::kReadOnly) {
@@ -178,6 +215,19 @@ void SqliteIndex::exec_or_throw(const char* sql) const {
   ORBIT_CHECK(rc == SQLITE_OK, "store index " << path_ << ": '" << sql << "' failed: " << message);
 }
 
+void SqliteIndex::exec_retrying_or_throw(const char* sql) const {
+  std::string message;
+  const int rc = retry_while_busy([&] {
+    char* error = nullptr;
+    const int code = sqlite3_exec(db_, sql, nullptr, nullptr, &error);
+    message = error ? error : sqlite3_errstr(code);
+    sqlite3_free(error);
+    return code;
+  });
+  ORBIT_CHECK(rc == SQLITE_OK, "store index " << path_ << ": '" << sql << "' failed: " << message
+                                              << (is_busy(rc) ? " (still busy after 30 s of retries)" : ""));
+}
+
 Status SqliteIndex::failure(int code, const char* what) const {
   const std::string reason = "store index " + path_ + ": " + what + ": " + sqlite3_errmsg(db_);
   if ((code & 0xff) == SQLITE_FULL) return Status::out_of_capacity(reason);
@@ -191,8 +241,11 @@ Status SqliteIndex::exec_status(const char* sql, const char* what) {
 
 std::optional<std::string> SqliteIndex::meta(const std::string& name) const {
   Stmt s(db_, "SELECT value FROM meta WHERE name = ?1", path_);
-  s.bind(1, name);
-  const int rc = s.step();
+  const int rc = retry_while_busy([&] {
+    s.reset();
+    s.bind(1, name);
+    return s.step();
+  });
   if (rc == SQLITE_ROW) return s.text(0);
   ORBIT_CHECK(rc == SQLITE_DONE, "store index " << path_ << ": reading meta '" << name << "': " << sqlite3_errmsg(db_));
   return std::nullopt;
@@ -227,8 +280,11 @@ Status SqliteIndex::set_meta(const std::string& name, const std::string& value) 
 
 Result<std::string> SqliteIndex::set_meta_if_absent(const std::string& name, const std::string& value) {
   Stmt s(db_, "INSERT OR IGNORE INTO meta(name, value) VALUES(?1, ?2)", path_);
-  s.bind(1, name).bind(2, value);
-  const int rc = s.step();
+  const int rc = retry_while_busy([&] {
+    s.reset();
+    s.bind(1, name).bind(2, value);
+    return s.step();
+  });
   if (rc != SQLITE_DONE) return failure(rc, "writing meta");
   const auto now = meta(name);
   if (!now) return Status::refused("store index " + path_ + ": meta '" + name + "' vanished after writing it");

@@ -11,6 +11,9 @@
 //   store_kill_child rwrite DIR URL FIRST N  puts values with a remote tier at URL (DIR "-": no disk);
 //                                            after each, waits for the remote write and prints "i r"
 //                                            when it reached the server, "i l" when only the local copy
+//   store_kill_child race DIR I              prints "ready", waits for stdin to close (the start line of
+//                                            several such children), then opens the store at DIR and
+//                                            puts value I; exits 0 when both succeeded
 #include <sys/resource.h>
 #include <csignal>
 
@@ -83,6 +86,21 @@ int rwrite(const std::string& dir, const std::string& url, int64_t first, int64_
   return 0;
 }
 
+int race(const std::string& dir, int64_t i) {
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char buffer[64];
+  while (std::fread(buffer, 1, sizeof buffer, stdin) > 0) {
+  }
+  orbit::store::ChunkStore store(options(dir));
+  const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
+  if (!s) {
+    std::fprintf(stderr, "put %lld failed: %s\n", static_cast<long long>(i), s.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 int fsize(const std::string& dir, int64_t first, int64_t limit) {
   ::signal(SIGXFSZ, SIG_IGN);
   orbit::store::ChunkStore store(options(dir));
@@ -113,6 +131,7 @@ int main(int argc, char** argv) {
     if (mode == "fsize" && argc == 5) return fsize(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "hold" && argc == 5) return hold(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "rwrite" && argc == 6) return rwrite(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]));
+    if (mode == "race" && argc == 4) return race(argv[2], std::atoll(argv[3]));
     if (mode == "key" && argc == 4) {
       std::vector<int64_t> tokens;
       for (char* p = std::strtok(argv[3], ","); p; p = std::strtok(nullptr, ",")) tokens.push_back(std::atoll(p));
@@ -121,7 +140,7 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr,
                  "usage: store_kill_child write|fsize DIR FIRST N  |  key FINGERPRINT T,T,...  |  hold DIR I LEASE_MS"
-                 "  |  rwrite DIR URL FIRST N\n");
+                 "  |  rwrite DIR URL FIRST N  |  race DIR I\n");
     return 2;
   } catch (const orbit::Error& e) {
     std::fprintf(stderr, "store_kill_child: %s\n", e.what());

@@ -2,11 +2,13 @@
 // stdin on a pipe the parent can close (children that "hold" until stdin closes), SIGKILL on destruction.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -19,7 +21,18 @@ class ChildProcess {
  public:
   ChildProcess(const std::string& program, const std::vector<std::string>& args) {
     int out[2], in[2];
-    if (::pipe(out) != 0 || ::pipe(in) != 0) return;
+    // Close-on-exec: children spawned later must not inherit this child's pipe ends (an inherited write
+    // end of its stdin would keep close_stdin() from ever reaching it). dup2 onto 0 and 1 clears the flag.
+    if (::pipe2(out, O_CLOEXEC) != 0) {
+      spawn_error_ = errno;
+      return;
+    }
+    if (::pipe2(in, O_CLOEXEC) != 0) {
+      spawn_error_ = errno;
+      ::close(out[0]);
+      ::close(out[1]);
+      return;
+    }
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, out[1], 1);
@@ -34,7 +47,10 @@ class ChildProcess {
     posix_spawn_file_actions_destroy(&actions);
     ::close(out[1]);
     ::close(in[0]);
-    if (rc != 0) pid_ = -1;
+    if (rc != 0) {
+      pid_ = -1;
+      spawn_error_ = rc;
+    }
     out_ = ::fdopen(out[0], "r");
     in_fd_ = in[1];
   }
@@ -50,6 +66,8 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   bool started() const { return pid_ > 0; }
+  // The errno of a failed start (0 when the child started).
+  int spawn_error() const { return spawn_error_; }
   // false at end of output.
   bool next_line(std::string* line) {
     char buffer[4096];
@@ -77,6 +95,7 @@ class ChildProcess {
   pid_t pid_ = -1;
   FILE* out_ = nullptr;
   int in_fd_ = -1;
+  int spawn_error_ = 0;
 };
 
 }  // namespace orbit::test

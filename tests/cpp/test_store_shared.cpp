@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -98,6 +99,33 @@ TEST_CASE("concurrent writer processes of overlapping keys leave one whole entry
   CHECK(report.unreferenced_blobs == 0);
   ChunkStore store(disk_options(d));
   for (int64_t i = 1; i <= 40; ++i) CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
+}
+
+TEST_CASE("8 processes that open the same new store at the same moment all succeed (50 rounds)", "[store][cpu]") {
+  // Agents start in bursts: every process must open a store that none of them has created yet (WAL switch,
+  // schema, format version, all racing), and each one's entry must be committed.
+  constexpr int kProcesses = 8, kRounds = 50;
+  for (int round = 0; round < kRounds; ++round) {
+    test::TempDir dir;
+    const std::string d = dir.path().string();
+    std::vector<std::unique_ptr<test::ChildProcess>> children;
+    for (int i = 0; i < kProcesses; ++i) {
+      children.push_back(std::make_unique<test::ChildProcess>(
+          ORBIT_STORE_CHILD_PATH, std::vector<std::string>{"race", d, std::to_string(i + 1)}));
+      std::string line;
+      INFO("round " << round << ", process " << i << ": spawn errno " << children.back()->spawn_error());
+      REQUIRE(children.back()->next_line(&line));
+      REQUIRE(line == "ready");
+    }
+    for (auto& c : children) c->close_stdin();  // the start line: all of them open now
+    for (int i = 0; i < kProcesses; ++i) {
+      const int status = children[i]->wait();
+      INFO("round " << round << ", process " << i);
+      REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    }
+    CHECK(list_store(d).size() == static_cast<std::size_t>(kProcesses));
+    CHECK(verify_store(d).clean());
+  }
 }
 
 TEST_CASE("eviction never removes another process's pinned entry; the pin lapses when that process dies",

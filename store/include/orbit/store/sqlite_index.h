@@ -10,7 +10,9 @@
 // Writes are single transactions (an upsert that replaces a row returns the old blob for deletion after
 // the commit), so a crash or a failed write (disk full, read-only file) leaves the previous state intact.
 // Several processes may open the same index at once: every wait for another writer is bounded by a busy
-// timeout (10 s), and write transactions begin IMMEDIATE (no lock upgrades, no deadlock).
+// timeout (10 s), and write transactions begin IMMEDIATE (no lock upgrades, no deadlock). Opening also
+// retries, for up to 30 s, the steps SQLite refuses at once rather than waiting (switching a new index to
+// WAL, creating the schema, the format version), so processes that open a new store together all succeed.
 // Thread-safety: none; one owner (the disk tier serialises calls).
 #pragma once
 
@@ -107,6 +109,7 @@ class SqliteIndex {
  private:
   void open(const std::string& uri, int flags);
   void exec_or_throw(const char* sql) const;
+  void exec_retrying_or_throw(const char* sql) const;
   Status exec_status(const char* sql, const char* what);
   Status failure(int code, const char* what) const;
 
