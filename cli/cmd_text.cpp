@@ -33,7 +33,7 @@ const char* kGenerateUsage =
     "  EOS (as llama2.c's run.c stops at BOS), at N tokens, or at the model's last position.\n"
     "  --model PATH       a llama2.c .bin with its tokenizer beside it, or any model with --tokenizer\n"
     "  --prompt TEXT      UTF-8 text (may be empty: generation from BOS alone)\n"
-    "  --max-tokens N     most tokens to generate (default 64)\n"
+    "  --max-tokens N     most tokens to generate (default 256, run.c's default steps)\n"
     "  --temperature T    0 = greedy (default); > 0 samples softmax(logits / T)\n"
     "  --top-p P          nucleus sampling: the smallest set of tokens with mass >= P (default 1)\n"
     "  --seed S           sampling seed (default 0)\n"
@@ -73,7 +73,7 @@ int run_generate(int argc, char** argv, int first) {
   const std::string prompt = args.required("--prompt");
   eo.tokenizer = args.get_or("--tokenizer", "");
   GenerateOptions go;
-  go.max_tokens = args.get_int("--max-tokens", 64, 1);
+  go.max_tokens = args.get_int("--max-tokens", 256, 1);
   go.temperature = args.get_double("--temperature", 0.0);
   go.top_p = args.get_double("--top-p", 1.0);
   const int64_t seed = args.get_int("--seed", 0, 0);

@@ -80,6 +80,34 @@ void check_unused_tensors(const std::map<std::string, const SafetensorsFile*>& o
   }
 }
 
+using TensorOwners = std::map<std::string, const SafetensorsFile*>;
+
+// The stored tensor that holds `name`, or owner.end(). Besides the name itself:
+//   - model.language_model.* : transformers v5 saves the language model of a VL model (Qwen2.5-VL) so;
+//   - a "__metadata__" alias {name: stored}: safetensors' save_model drops all but one of the names that
+//     share storage and records each dropped name this way (TinyStories-656K maps
+//     model.embed_tokens.weight to lm_head.weight);
+//   - lm_head.weight for model.embed_tokens.weight when the embeddings are tied: the same matrix, saved
+//     once under the output head's name.
+TensorOwners::const_iterator resolve_tensor(const TensorOwners& owner, const ModelConfig& config,
+                                            const std::string& name) {
+  auto it = owner.find(name);
+  if (it != owner.end()) return it;
+  if (name.rfind("model.", 0) == 0) {
+    auto alt = owner.find("model.language_model." + name.substr(6));
+    if (alt != owner.end()) return alt;
+  }
+  for (const auto& entry : owner) {
+    const auto& metadata = entry.second->header().metadata;
+    auto alias = metadata.find(name);
+    if (alias == metadata.end() || alias->second == name) continue;
+    auto target = owner.find(alias->second);
+    if (target != owner.end() && target->second == entry.second) return target;
+  }
+  if (name == "model.embed_tokens.weight" && config.tie_word_embeddings) return owner.find("lm_head.weight");
+  return owner.end();
+}
+
 }  // namespace
 
 std::unique_ptr<Model> load_hf(const std::string& dir_string, const ComputeTarget& target) {
@@ -128,15 +156,7 @@ std::unique_ptr<Model> load_hf(const std::string& dir_string, const ComputeTarge
 
   ModelWeights weights;
   prepare_weights(weights, config);
-  // transformers v5 saves the language model of a VL model (Qwen2.5-VL) as model.language_model.*.
-  auto resolve = [&](const std::string& name) {
-    auto it = owner.find(name);
-    if (it == owner.end() && name.rfind("model.", 0) == 0) {
-      auto alt = owner.find("model.language_model." + name.substr(6));
-      if (alt != owner.end()) return alt;
-    }
-    return it;
-  };
+  auto resolve = [&](const std::string& name) { return resolve_tensor(owner, config, name); };
   std::set<std::string> used;
   for (const WeightSpec& spec : weight_specs(config)) {
     auto it = resolve(spec.name);
