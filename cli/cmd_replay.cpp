@@ -17,7 +17,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -25,12 +24,17 @@
 #include "args.h"
 #include "commands.h"
 #include "device_args.h"
+#include "orbit/common/atomic_file.h"
 #include "orbit/common/error.h"
+#include "orbit/common/file_kind.h"
 #include "orbit/trace.h"
 
 namespace orbit::cli {
 
 namespace {
+
+// How --json OUT is named in messages.
+const char* const kJsonReport = "the replay report (--json)";
 
 const char* kReplayUsage =
     "usage: orbit replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--attribute]\n"
@@ -282,6 +286,8 @@ int run_replay(int argc, char** argv, int first) {
               "replay: argument '--repeat' > 1 cannot be combined with --calibrate (calibration fits the cost model "
               "from measured times, so each round could plan differently)");
   const std::optional<std::string> json_out = args.get("--json");
+  // Refused now rather than after a replay of minutes; written atomically once the report exists.
+  if (json_out && *json_out != "-") check_output_target(*json_out, kJsonReport);
   const bool quiet = args.flag("--quiet");
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   if (!quiet) {
@@ -304,10 +310,7 @@ int run_replay(int argc, char** argv, int first) {
       std::cout << text;
       return 0;
     }
-    std::ofstream out(*json_out, std::ios::binary | std::ios::trunc);
-    ORBIT_CHECK(out.good(), "replay: cannot write '" << *json_out << "' (--json)");
-    out << text;
-    ORBIT_CHECK(out.good(), "replay: write error on '" << *json_out << "' (--json)");
+    write_file_atomically(*json_out, text, kJsonReport);
   }
   std::printf("trace %s: %zu steps, model %s\n\n", report.trace.c_str(), report.steps, report.model.c_str());
   print_table(report, o.explain);

@@ -172,6 +172,55 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
   ORBIT_CHECK(!ec, path.string() << ": rename from " << tmp.string() << " failed: " << ec.message());
 }
 
+// Assigns tensors to shards by their size on disk (one shard unless options.shard_bytes > 0), refusing a
+// shard that would not fit this machine's memory: a shard's tensors are held together until its file is
+// written.
+std::vector<std::vector<std::size_t>> plan_shards(const std::vector<WeightSpec>& specs, StDtype dtype,
+                                                  const GeneratorOptions& options) {
+  std::vector<std::vector<std::size_t>> shards(1);
+  int64_t shard_size = 0;
+  const int64_t memory = memory_bytes();
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const int64_t bytes = tensor_bytes(specs[i], dtype);
+    if (options.shard_bytes > 0 && shard_size > 0 && shard_size + bytes > options.shard_bytes) {
+      shards.emplace_back();
+      shard_size = 0;
+    }
+    shards.back().push_back(i);
+    ORBIT_CHECK(!__builtin_add_overflow(shard_size, bytes, &shard_size) && (memory <= 0 || shard_size <= memory),
+                "generator: the weights to write at once (through tensor '"
+                    << specs[i].name << "') take more than this machine's " << memory
+                    << " bytes of memory; lower the sizes or give shard_bytes (--shard-mb)");
+  }
+  return shards;
+}
+
+// The model files already in `dir` (config.json first), after checking that the directory may be
+// written: a model there needs overwrite, and so does any other content (a home, "/"). A missing
+// directory has none. Reads only: nothing is created or removed.
+std::vector<fs::path> existing_model_files(const fs::path& dir, bool overwrite) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return {};
+  ORBIT_CHECK(fs::is_directory(dir, ec), dir.string() << ": is not a directory");
+  std::vector<fs::path> existing;
+  std::vector<fs::path> others;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    (is_model_file(entry.path()) ? existing : others).push_back(entry.path());
+  }
+  if (!existing.empty()) {
+    ORBIT_CHECK(overwrite, dir.string() << ": already holds a model (" << existing.front().filename().string()
+                                        << "); pass overwrite (--force) to replace it");
+  }
+  ORBIT_CHECK(others.empty() || overwrite,
+              dir.string() << ": is not empty (holds '" << (others.empty() ? "" : others.front().filename().string())
+                           << "'); give a new or empty directory, or pass overwrite (--force) to write the model "
+                              "into it");
+  // config.json first: once removing starts, the directory does not load until the new config lands.
+  std::stable_partition(existing.begin(), existing.end(),
+                        [](const fs::path& p) { return p.filename() == "config.json"; });
+  return existing;
+}
+
 }  // namespace
 
 ModelConfig generator_preset(const std::string& name) {
@@ -199,49 +248,18 @@ void generate_model(const GeneratorOptions& options, const std::string& out_dir)
   const StDtype dtype = parse_dtype(options.dtype);
   ORBIT_CHECK(options.init_std > 0.0, "generator: init_std must be positive, got " << options.init_std);
   ORBIT_CHECK(options.shard_bytes >= 0, "generator: shard_bytes must be >= 0, got " << options.shard_bytes);
+  const std::vector<WeightSpec> specs = weight_specs(config);
+  const std::vector<std::vector<std::size_t>> shards = plan_shards(specs, dtype, options);
 
+  // Every check above and the directory's own come before anything on disk changes: a refused run
+  // leaves the directory (or its absence) as it was.
   const fs::path dir(out_dir);
+  const std::vector<fs::path> existing = existing_model_files(dir, options.overwrite);
   std::error_code ec;
   fs::create_directories(dir, ec);
   ORBIT_CHECK(!ec && fs::is_directory(dir), out_dir << ": cannot create directory: " << ec.message());
-  std::vector<fs::path> existing;
-  std::vector<fs::path> others;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    (is_model_file(entry.path()) ? existing : others).push_back(entry.path());
-  }
-  if (!existing.empty()) {
-    ORBIT_CHECK(options.overwrite, out_dir << ": already holds a model (" << existing.front().filename().string()
-                                           << "); pass overwrite (--force) to replace it");
-  }
-  // Any other content means the directory is someone's (a home, "/"): write into it only when asked.
-  ORBIT_CHECK(others.empty() || options.overwrite,
-              out_dir << ": is not empty (holds '" << (others.empty() ? "" : others.front().filename().string())
-                      << "'); give a new or empty directory, or pass overwrite (--force) to write the model into it");
-  if (!existing.empty()) {
-    // config.json first: from here on the directory does not load until the new config lands.
-    std::stable_partition(existing.begin(), existing.end(),
-                          [](const fs::path& p) { return p.filename() == "config.json"; });
-    for (const fs::path& p : existing) fs::remove(p);
-  }
+  for (const fs::path& p : existing) fs::remove(p);
 
-  // Assign tensors to shards by their size on disk.
-  const std::vector<WeightSpec> specs = weight_specs(config);
-  std::vector<std::vector<std::size_t>> shards(1);
-  int64_t shard_size = 0;
-  const int64_t memory = memory_bytes();
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    const int64_t bytes = tensor_bytes(specs[i], dtype);
-    if (options.shard_bytes > 0 && shard_size > 0 && shard_size + bytes > options.shard_bytes) {
-      shards.emplace_back();
-      shard_size = 0;
-    }
-    shards.back().push_back(i);
-    // A shard's tensors are held in memory together until its file is written.
-    ORBIT_CHECK(!__builtin_add_overflow(shard_size, bytes, &shard_size) && (memory <= 0 || shard_size <= memory),
-                "generator: the weights to write at once (through tensor '"
-                    << specs[i].name << "') take more than this machine's " << memory
-                    << " bytes of memory; lower the sizes or give shard_bytes (--shard-mb)");
-  }
   const bool sharded = options.shard_bytes > 0;
   const std::size_t count = shards.size();
 

@@ -175,3 +175,47 @@ TEST_CASE("make-model writes only into a new or empty directory unless --force",
   CHECK(std::filesystem::exists(out + "/config.json"));
   CHECK(std::filesystem::exists(out + "/notes.txt"));
 }
+
+TEST_CASE("a refused make-model changes nothing on disk, even with --force", "[cli][errors][cpu]") {
+  orbit::test::TempDir dir;
+  const std::string out = dir / "m";
+  REQUIRE(cli("make-model --preset tiny-llama --out " + out).status == 0);
+  const std::string before = orbit::runtime::load_model(out)->fingerprint();
+  // Too large for this machine's memory: refused after the directory was checked, before it changes.
+  CliRun r = cli("make-model --hidden 1000000 --force --out " + out);
+  INFO(r.out);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("bytes of memory"));
+  CHECK(std::filesystem::exists(out + "/model.safetensors"));
+  CHECK(orbit::runtime::load_model(out)->fingerprint() == before);
+  // A refused run into a missing directory does not create it.
+  const std::string fresh = dir / "fresh";
+  r = cli("make-model --hidden 1000000 --out " + fresh);
+  CHECK(r.status == 1);
+  CHECK(!std::filesystem::exists(fresh));
+}
+
+TEST_CASE("replay --json writes its report atomically and never over a special file", "[cli][errors][cpu]") {
+  orbit::test::TempDir dir;
+  const std::string trace = std::string(ORBIT_TEST_DATA_DIR) + "/traces/lookback.json";
+  const std::string replay = "replay " + trace + " --model " + orbit::test::stories_path() + " --quiet --no-fidelity";
+  // A FIFO is refused before the replay runs; writing into it blocked until a reader appeared. The
+  // timeout turns such a hang into a failure.
+  const std::string fifo = dir / "report.fifo";
+  make_fifo(fifo);
+  CliRun r = orbit::test::run_command("timeout 60 " + std::string(ORBIT_CLI_PATH) + " " + replay + " --json " + fifo);
+  INFO(r.out);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains(fifo + ": refusing to write the replay report (--json) over a FIFO"));
+  CHECK(is_fifo(fifo));
+  // A regular file is replaced whole, with no temporary file left beside it.
+  const std::string report = dir / "report.json";
+  std::ofstream(report) << "old contents that are longer than nothing";
+  r = cli(replay + " --json " + report);
+  REQUIRE(r.status == 0);
+  std::ifstream in(report);
+  CHECK(nlohmann::json::parse(in).contains("policies"));
+  std::size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) files += entry.is_regular_file();
+  CHECK(files == 1);
+}

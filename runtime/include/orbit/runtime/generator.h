@@ -35,7 +35,9 @@ std::vector<std::string> generator_preset_names();
 // Writes the model into `out_dir` (created if missing). Each file is written atomically and config.json
 // last, so an interrupted run never leaves a directory that loads. A directory that already holds a
 // model (config.json or *.safetensors) is an error unless options.overwrite, which first removes those
-// model files (and nothing else). Throws orbit::Error on invalid options or I/O failure.
+// model files (and nothing else). Every check (options, sizes against this machine's memory, the
+// directory's contents) comes before the directory is created or a file removed, so a refused run
+// changes nothing on disk. Throws orbit::Error on invalid options or I/O failure.
 void generate_model(const GeneratorOptions& options, const std::string& out_dir);
 
 }  // namespace orbit::runtime
