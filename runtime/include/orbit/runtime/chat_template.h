@@ -1,0 +1,72 @@
+// Chat templates: a model's `chat_template` (tokenizer_config.json) rendered over a message list, as
+// Hugging Face's apply_chat_template(messages, tools=..., add_generation_prompt=...) renders it.
+//
+// The engine is a small interpreter of the Jinja subset real chat templates use (if/elif/else, for with
+// loop.*, set, namespace(), filters such as trim, tojson, length, selectattr, map, string methods such as
+// strip and split, slicing, dict and list literals, whitespace control, raise_exception, strftime_now).
+// Its output is byte-identical to @huggingface/jinja, the JavaScript engine HF uses for the same job
+// (checked by test_chat_template_oracle). Unsupported syntax (macros, call blocks, unknown filters or
+// tests) is refused with an error naming the template, the line and the construct.
+//
+// Thread-safety: a ChatTemplate is immutable after construction; render() may run concurrently.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace orbit::runtime {
+
+// One call in an assistant message: rendered to templates as
+// {"id": id, "type": "function", "function": {"name": name, "arguments": <arguments parsed as JSON>}}.
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments = "{}";  // a JSON object, as text
+};
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant", "tool" ... (required, non-empty)
+  std::string content;
+  std::optional<std::string> name;          // passed as message.name when set
+  std::optional<std::string> tool_call_id;  // passed as message.tool_call_id when set (tool results)
+  std::vector<ChatToolCall> tool_calls;     // passed as message.tool_calls when non-empty
+};
+
+struct ChatRenderOptions {
+  bool add_generation_prompt = true;  // end with the header of the assistant's next turn
+  std::string tools_json;             // a JSON array of tool schemas; empty: no `tools` variable
+  std::string extra_json;             // a JSON object of further variables (e.g. {"date_string": ...})
+};
+
+class ChatTemplate {
+ public:
+  // `source` is the template text; `origin` names it in errors; bos/eos fill bos_token and eos_token.
+  // Throws orbit::Error on a template the interpreter does not support, naming origin and line.
+  ChatTemplate(const std::string& source, std::string origin, std::string bos_token = "", std::string eos_token = "");
+  ~ChatTemplate();
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
+
+  // Renders `messages`. Throws orbit::Error on a message without a role, malformed tools/arguments JSON,
+  // or what the template itself refuses (raise_exception), naming the template.
+  std::string render(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options = {}) const;
+  // The same with the messages as a JSON array of objects (any fields: they reach the template as-is).
+  std::string render_json(const std::string& messages_json, const ChatRenderOptions& options = {}) const;
+
+  const std::string& origin() const { return origin_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string origin_;
+};
+
+// The chat template of a Hugging Face directory (or of a tokenizer_config.json path): its
+// "chat_template" (a string, or a list of {name, template} whose "default" is taken), with bos_token and
+// eos_token from the same file. std::nullopt when the file has no chat template; throws orbit::Error
+// when the file is missing or malformed.
+std::optional<ChatTemplate> load_chat_template(const std::string& path);
+
+}  // namespace orbit::runtime
