@@ -22,6 +22,15 @@ std::string blob_relative_path(const std::string& key) {
 
 }  // namespace
 
+namespace {
+
+bool index_is_empty(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::file_size(path, ec) == 0 && !ec;
+}
+
+}  // namespace
+
 bool is_index_damage(const std::exception& error) {
   const std::string text = error.what();
   for (int code : {SQLITE_CORRUPT, SQLITE_NOTADB}) {
@@ -96,9 +105,9 @@ void DiskTier::open_index() {
     ORBIT_CHECK(blobs == 0, "store " << options_.dir << ": index.sqlite is missing but blobs/ holds " << blobs
                                      << " blobs (was the index deleted?); " << repair << ", or remove " << options_.dir
                                      << "/blobs to start empty");
-  } else if (std::filesystem::file_size(index_path, ec) == 0 && !ec && count_blobs() > 0) {
-    // SQLite writes the first page of a new index before the first blob can exist, so an empty file beside
-    // blobs is a damaged index, not a new one.
+  } else if (index_is_empty(index_path) && count_blobs() > 0 && index_is_empty(index_path)) {
+    // SQLite writes the first page of a new index before the first blob can exist, so an index still empty
+    // after blobs were seen is damaged, not one another process is creating now.
     const int64_t blobs = count_blobs();
     ORBIT_FAIL("store " << options_.dir << ": " << index_path << " is empty but blobs/ holds " << blobs << " blobs; "
                         << repair);
@@ -113,9 +122,12 @@ void DiskTier::open_index() {
                                          "to adopt it for model "
                                       << options_.model_fingerprint << ": run `orbit store repair --store "
                                       << options_.dir << "`");
+      // A blob is written only after its writer recorded the fingerprint: read it again once blobs were seen
+      // (another process may be creating this store right now).
       const int64_t blobs = count_blobs();
-      ORBIT_CHECK(blobs == 0, "store " << options_.dir << ": its index holds no entries and no model fingerprint "
-                                       << "but blobs/ holds " << blobs << " blobs (the index was lost); " << repair);
+      ORBIT_CHECK(blobs == 0 || index_->meta("model_fingerprint").has_value(),
+                  "store " << options_.dir << ": its index holds no entries and no model fingerprint "
+                           << "but blobs/ holds " << blobs << " blobs (the index was lost); " << repair);
     }
     Result<std::string> recorded = index_->set_meta_if_absent("model_fingerprint", options_.model_fingerprint);
     ORBIT_CHECK(recorded.is_ok(), "store " << options_.dir << ": " << recorded.status().reason());

@@ -56,17 +56,23 @@ std::string store_root(const std::string& dir) {
 std::unique_ptr<SqliteIndex> open_index(const std::string& root, SqliteIndex::Mode mode) {
   const std::string path = root + "/index.sqlite";
   const std::string repair = "; run `orbit store repair --store " + root + "` to rebuild it from the blobs";
-  std::error_code ec;
-  const bool empty = fs::file_size(path, ec) == 0 && !ec;
-  ORBIT_CHECK(!empty || count_blob_files(root) == 0, "store " << root << ": " << path << " is empty but blobs/ holds "
-                                                              << count_blob_files(root) << " blobs" << repair);
+  const auto is_empty = [&] {
+    std::error_code ec;
+    return fs::file_size(path, ec) == 0 && !ec;
+  };
+  // Still empty after blobs were seen (a store being created writes its index before any blob): damaged.
+  const bool empty = is_empty();
+  ORBIT_CHECK(!empty || count_blob_files(root) == 0 || !is_empty(),
+              "store " << root << ": " << path << " is empty but blobs/ holds " << count_blob_files(root) << " blobs"
+                       << repair);
   std::unique_ptr<SqliteIndex> index;
   try {
     index = std::make_unique<SqliteIndex>(path, mode);
     if (!empty && !index->meta("model_fingerprint")) {
       const int64_t blobs = count_blob_files(root);
-      ORBIT_CHECK(blobs == 0, "store " << root << ": its index has no model fingerprint but blobs/ holds " << blobs
-                                       << " blobs" << repair);
+      ORBIT_CHECK(
+          blobs == 0 || index->meta("model_fingerprint"),
+          "store " << root << ": its index has no model fingerprint but blobs/ holds " << blobs << " blobs" << repair);
     }
   } catch (const Error& e) {
     if (!store::is_index_damage(e)) throw;
