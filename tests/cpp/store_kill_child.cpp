@@ -11,9 +11,10 @@
 //   store_kill_child rwrite DIR URL FIRST N  puts values with a remote tier at URL (DIR "-": no disk);
 //                                            after each, waits for the remote write and prints "i r"
 //                                            when it reached the server, "i l" when only the local copy
-//   store_kill_child race DIR I              prints "ready", waits for stdin to close (the start line of
-//                                            several such children), then opens the store at DIR and
-//                                            puts value I; exits 0 when both succeeded
+//   store_kill_child race DIR ROUNDS I       for each round r: prints "ready r", waits for a line on stdin
+//                                            (the start line of several such children), opens the store
+//                                            DIR/r and puts value I ("failed r: <status>" and exit 1 if
+//                                            that fails); prints "done" after the last round
 #include <sys/resource.h>
 #include <csignal>
 
@@ -86,18 +87,22 @@ int rwrite(const std::string& dir, const std::string& url, int64_t first, int64_
   return 0;
 }
 
-int race(const std::string& dir, int64_t i) {
-  std::printf("ready\n");
+int race(const std::string& dir, int64_t rounds, int64_t i) {
+  char line[64];
+  for (int64_t r = 0; r < rounds; ++r) {
+    std::printf("ready %lld\n", static_cast<long long>(r));
+    std::fflush(stdout);
+    if (!std::fgets(line, sizeof line, stdin)) return 4;  // the parent went away
+    orbit::store::ChunkStore store(options(dir + "/" + std::to_string(r)));
+    const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
+    if (!s) {
+      std::printf("failed %lld: %s\n", static_cast<long long>(r), s.to_string().c_str());
+      std::fflush(stdout);
+      return 1;
+    }
+  }
+  std::printf("done\n");
   std::fflush(stdout);
-  char buffer[64];
-  while (std::fread(buffer, 1, sizeof buffer, stdin) > 0) {
-  }
-  orbit::store::ChunkStore store(options(dir));
-  const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
-  if (!s) {
-    std::fprintf(stderr, "put %lld failed: %s\n", static_cast<long long>(i), s.to_string().c_str());
-    return 1;
-  }
   return 0;
 }
 
@@ -131,7 +136,7 @@ int main(int argc, char** argv) {
     if (mode == "fsize" && argc == 5) return fsize(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "hold" && argc == 5) return hold(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "rwrite" && argc == 6) return rwrite(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]));
-    if (mode == "race" && argc == 4) return race(argv[2], std::atoll(argv[3]));
+    if (mode == "race" && argc == 5) return race(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "key" && argc == 4) {
       std::vector<int64_t> tokens;
       for (char* p = std::strtok(argv[3], ","); p; p = std::strtok(nullptr, ",")) tokens.push_back(std::atoll(p));
@@ -140,7 +145,7 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr,
                  "usage: store_kill_child write|fsize DIR FIRST N  |  key FINGERPRINT T,T,...  |  hold DIR I LEASE_MS"
-                 "  |  rwrite DIR URL FIRST N  |  race DIR I\n");
+                 "  |  rwrite DIR URL FIRST N  |  race DIR ROUNDS I\n");
     return 2;
   } catch (const orbit::Error& e) {
     std::fprintf(stderr, "store_kill_child: %s\n", e.what());

@@ -76,6 +76,11 @@ class ChildProcess {
     if (!line->empty() && line->back() == '\n') line->pop_back();
     return true;
   }
+  // Writes `line` and a newline to the child's stdin; false when it cannot (closed, the child gone).
+  bool write_line(const std::string& line) {
+    const std::string text = line + "\n";
+    return in_fd_ >= 0 && ::write(in_fd_, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  }
   void close_stdin() {
     if (in_fd_ >= 0) ::close(in_fd_);
     in_fd_ = -1;

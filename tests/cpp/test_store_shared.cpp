@@ -103,29 +103,45 @@ TEST_CASE("concurrent writer processes of overlapping keys leave one whole entry
 
 TEST_CASE("8 processes that open the same new store at the same moment all succeed (50 rounds)", "[store][cpu]") {
   // Agents start in bursts: every process must open a store that none of them has created yet (WAL switch,
-  // schema, format version, all racing), and each one's entry must be committed.
+  // schema, format version, all racing), and each one's entry must be committed. The 8 children live through
+  // all rounds (starting a process costs more than a round); each round starts them on one line and uses a
+  // new store directory.
   constexpr int kProcesses = 8, kRounds = 50;
-  for (int round = 0; round < kRounds; ++round) {
-    test::TempDir dir;
-    const std::string d = dir.path().string();
-    std::vector<std::unique_ptr<test::ChildProcess>> children;
-    for (int i = 0; i < kProcesses; ++i) {
-      children.push_back(std::make_unique<test::ChildProcess>(
-          ORBIT_STORE_CHILD_PATH, std::vector<std::string>{"race", d, std::to_string(i + 1)}));
-      std::string line;
-      INFO("round " << round << ", process " << i << ": spawn errno " << children.back()->spawn_error());
-      REQUIRE(children.back()->next_line(&line));
-      REQUIRE(line == "ready");
-    }
-    for (auto& c : children) c->close_stdin();  // the start line: all of them open now
-    for (int i = 0; i < kProcesses; ++i) {
-      const int status = children[i]->wait();
-      INFO("round " << round << ", process " << i);
-      REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
-    }
-    CHECK(list_store(d).size() == static_cast<std::size_t>(kProcesses));
-    CHECK(verify_store(d).clean());
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  std::vector<std::unique_ptr<test::ChildProcess>> children;
+  for (int i = 0; i < kProcesses; ++i) {
+    children.push_back(std::make_unique<test::ChildProcess>(
+        ORBIT_STORE_CHILD_PATH, std::vector<std::string>{"race", d, std::to_string(kRounds), std::to_string(i + 1)}));
+    INFO("process " << i << ": spawn errno " << children.back()->spawn_error());
+    REQUIRE(children.back()->started());
   }
+  for (int round = 0; round < kRounds; ++round) {
+    const std::string store = d + "/" + std::to_string(round);
+    std::string line;
+    for (int i = 0; i < kProcesses; ++i) {
+      INFO("round " << round << ", process " << i);
+      REQUIRE(children[i]->next_line(&line));
+      REQUIRE(line == "ready " + std::to_string(round));  // or "failed <round - 1>: <why>"
+    }
+    for (auto& c : children) REQUIRE(c->write_line("go"));  // all of them open it now
+    if (round > 0) {
+      const std::string previous = d + "/" + std::to_string(round - 1);
+      CHECK(list_store(previous).size() == static_cast<std::size_t>(kProcesses));
+      CHECK(verify_store(previous).clean());
+    }
+  }
+  for (int i = 0; i < kProcesses; ++i) {
+    std::string line;
+    INFO("process " << i);
+    REQUIRE(children[i]->next_line(&line));
+    CHECK(line == "done");
+    const int status = children[i]->wait();
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  const std::string last = d + "/" + std::to_string(kRounds - 1);
+  CHECK(list_store(last).size() == static_cast<std::size_t>(kProcesses));
+  CHECK(verify_store(last).clean());
 }
 
 TEST_CASE("eviction never removes another process's pinned entry; the pin lapses when that process dies",
