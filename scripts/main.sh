@@ -5,7 +5,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 orbit_install_packages
-orbit_build -DORBIT_TESTS=OFF -DORBIT_PYTHON=ON
+# The same compile flags as scripts/test.sh (warnings as errors), so that running the tests after the main
+# job builds only the tests, not everything again.
+orbit_build -DORBIT_TESTS=OFF -DORBIT_PYTHON=ON -DORBIT_WERROR=ON
 
 PYTHON=/usr/bin/python3
 MODEL="$ORBIT_ROOT/models/stories260K/stories260K.bin"

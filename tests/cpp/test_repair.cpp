@@ -1,6 +1,7 @@
 // Repair strategies (repair.h) side by side on stories260K with model-sampled text, the fidelity measures
 // (fidelity.h) on hand-made tensors, and `orbit fidelity` end to end.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -383,7 +384,12 @@ TEST_CASE("orbit fidelity --json reports every strategy; re-prefill is exact", "
                                        "firstk:16", "patch:8", "patch:24", "orbit:8"};
   std::string list;
   for (const auto& spec : specs) list += (list.empty() ? "" : ",") + spec;
-  const CliRun r = cli("fidelity --json" + window + " --strategies " + list);
+  // The CLI runs with another thread count than this process (its own OMP_NUM_THREADS, whatever the
+  // environment gives this one), so the comparison below crosses thread counts on every machine.
+  const int threads = at::get_num_threads() == 1 ? 2 : 1;
+  const CliRun r =
+      orbit::test::run_command("OMP_NUM_THREADS=" + std::to_string(threads) + " " + std::string(ORBIT_CLI_PATH) +
+                               " fidelity --json" + window + " --strategies " + list);
   REQUIRE(r.status == 0);
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j["chunk_length"] == 24);
@@ -398,7 +404,7 @@ TEST_CASE("orbit fidelity --json reports every strategy; re-prefill is exact", "
   CHECK(j["strategies"][1]["kl"].get<double>() > 1e-3);
   CHECK(j["strategies"][6]["eta"].get<double>() > 0.9999);  // patch:24 is full rank
   CHECK(j["strategies"][6]["kv_error"].size() == 5);
-  // The same numbers as the library, in process, to float32 rounding: the CLI's process runs its own thread
+  // The same numbers as the library, in process, to float32 rounding: the CLI's process runs another thread
   // count, and BLAS may block the products differently (float_tolerance.h derives the margin).
   const ArmResult in_process = arm(shared_scenario(), "blind");
   const double kl = in_process.fidelity.kl;
