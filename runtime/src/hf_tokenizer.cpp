@@ -5,10 +5,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "orbit/common/error.h"
+#include "orbit/common/json_input.h"
 #include "src/hf/added_tokens.h"
 #include "src/hf/bpe.h"
 #include "src/hf/json_fields.h"
@@ -21,11 +23,19 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-json read_json(const fs::path& path) {
+std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   ORBIT_CHECK(in.good(), path.string() << ": cannot open");
-  json j = json::parse(in, nullptr, false);
-  ORBIT_CHECK(!j.is_discarded() && j.is_object(), path.string() << ": not a JSON object");
+  std::ostringstream text;
+  text << in.rdbuf();
+  ORBIT_CHECK(!in.bad(), path.string() << ": read error");
+  return text.str();
+}
+
+// Bounded nesting (parse_json_input): the component readers recurse into sequences.
+json parse_object(std::string_view text, const std::string& origin) {
+  json j = parse_json_input(text.data(), text.data() + text.size(), origin);
+  ORBIT_CHECK(j.is_object(), origin << ": not a JSON object");
   return j;
 }
 
@@ -51,13 +61,19 @@ void append_template_ids(const json& j, const std::string& where, Wrapping& w) {
       seen_sequence = true;
       continue;
     }
-    ORBIT_CHECK(item.contains("SpecialToken") && item["SpecialToken"].contains("id"),
-                where << ": template item " << item.dump() << " is neither Sequence nor SpecialToken");
+    ORBIT_CHECK(
+        item.contains("SpecialToken") && item["SpecialToken"].contains("id") && item["SpecialToken"]["id"].is_string(),
+        where << ": template item " << item.dump() << " is neither Sequence nor SpecialToken");
     const std::string name = item["SpecialToken"]["id"].get<std::string>();
     ORBIT_CHECK(j.contains("special_tokens") && j["special_tokens"].contains(name),
                 where << ": special token '" << name << "' is not in 'special_tokens'");
-    for (const json& id : j["special_tokens"][name]["ids"])
+    const json& special = j["special_tokens"][name];
+    ORBIT_CHECK(special.contains("ids") && special["ids"].is_array(),
+                where << ": special token '" << name << "' has no list 'ids'");
+    for (const json& id : special["ids"]) {
+      ORBIT_CHECK(id.is_number_integer(), where << ": special token '" << name << "': an id is not an integer");
       (seen_sequence ? w.after : w.before).push_back(id.get<int64_t>());
+    }
   }
 }
 
@@ -73,7 +89,11 @@ void append_post_processor(const json& j, const std::string& file, Wrapping& w) 
   }
   if (type == "TemplateProcessing") return append_template_ids(j, where, w);
   if (type == "RobertaProcessing" || type == "BertProcessing") {
-    ORBIT_CHECK(j.contains("cls") && j.contains("sep"), where << ": 'cls' or 'sep' missing");
+    // Each is [token, id].
+    for (const char* key : {"cls", "sep"}) {
+      ORBIT_CHECK(j.contains(key) && j[key].is_array() && j[key].size() == 2 && j[key][1].is_number_integer(),
+                  where << ": '" << key << "' is not a [token, id] pair");
+    }
     w.before.push_back(j["cls"][1].get<int64_t>());
     w.after.push_back(j["sep"][1].get<int64_t>());
     return;
@@ -272,19 +292,32 @@ std::string HfTokenizerImpl::decode(const std::vector<int64_t>& ids, int64_t pre
   return all.substr(common);
 }
 
+std::unique_ptr<HfTokenizer> make_tokenizer(const json& j, const json& config, const std::string& origin,
+                                            int64_t expected_vocab) {
+  auto tokenizer = std::make_unique<HfTokenizerImpl>(origin, j, config);
+  ORBIT_CHECK(expected_vocab <= 0 || tokenizer->vocab_size() <= expected_vocab,
+              origin << ": the tokenizer has ids up to " << tokenizer->vocab_size() - 1
+                     << ", past the model's vocabulary of " << expected_vocab);
+  return tokenizer;
+}
+
 }  // namespace
+
+std::unique_ptr<HfTokenizer> parse_hf_tokenizer(std::string_view tokenizer_json, std::string_view config_json,
+                                                const std::string& origin, int64_t expected_vocab) {
+  const json config =
+      config_json.empty() ? json::object() : parse_object(config_json, origin + " (tokenizer_config.json)");
+  return make_tokenizer(parse_object(tokenizer_json, origin), config, origin, expected_vocab);
+}
 
 std::unique_ptr<HfTokenizer> load_hf_tokenizer(const std::string& path, int64_t expected_vocab) {
   std::error_code ec;
   const fs::path file = fs::is_directory(path, ec) ? fs::path(path) / "tokenizer.json" : fs::path(path);
-  const json j = read_json(file);
+  const json j = parse_object(read_text(file), file.string());
   const fs::path config_path = file.parent_path() / "tokenizer_config.json";
-  const json config = fs::exists(config_path, ec) ? read_json(config_path) : json::object();
-  auto tokenizer = std::make_unique<HfTokenizerImpl>(file, j, config);
-  ORBIT_CHECK(expected_vocab <= 0 || tokenizer->vocab_size() <= expected_vocab,
-              file.string() << ": the tokenizer has ids up to " << tokenizer->vocab_size() - 1
-                            << ", past the model's vocabulary of " << expected_vocab);
-  return tokenizer;
+  const json config =
+      fs::exists(config_path, ec) ? parse_object(read_text(config_path), config_path.string()) : json::object();
+  return make_tokenizer(j, config, file.string(), expected_vocab);
 }
 
 }  // namespace orbit::runtime

@@ -139,3 +139,48 @@ TEST_CASE("text that is not UTF-8 is refused", "[hf_tokenizer]") {
   const auto tok = orbit::runtime::load_hf_tokenizer((kData / "gpt2").string());
   CHECK_THROWS_WITH(tok->encode(std::string("ab\xFF"), false), Contains("not valid UTF-8"));
 }
+
+TEST_CASE("tokenizer.json read from memory, and deep nesting refused instead of overflowing the stack",
+          "[hf_tokenizer]") {
+  std::ifstream in(kData / "tinystories-656k/tokenizer.json", std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto from_memory = orbit::runtime::parse_hf_tokenizer(text, "", "memory.json", 2048);
+  CHECK(from_memory->encode("Once upon a time", false) == std::vector<int64_t>{80, 147, 201, 282, 57});
+  CHECK_THROWS_WITH(orbit::runtime::parse_hf_tokenizer("[1]", "", "memory.json"),
+                    Contains("memory.json: not a JSON object"));
+  CHECK_THROWS_WITH(orbit::runtime::parse_hf_tokenizer(text, "{", "memory.json"),
+                    Contains("memory.json (tokenizer_config.json): not valid JSON"));
+  // 100,000 nested arrays as the decoder: reading copied the value recursively and crashed.
+  const std::size_t depth = 100000;
+  const std::string deep =
+      text.substr(0, text.rfind('}')) + R"(, "decoder": )" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  const fs::path dir = fs::temp_directory_path() / "orbit_hf_tok_deep";
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << deep;
+  CHECK_THROWS_WITH(orbit::runtime::load_hf_tokenizer((dir / "tokenizer.json").string()),
+                    Contains("tokenizer.json: JSON nests deeper than 128 levels"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("malformed post-processors are refused naming the file", "[hf_tokenizer]") {
+  std::ifstream in(kData / "tinystories-656k/tokenizer.json");
+  const json original = json::parse(in);
+  const auto refused = [&](const char* key, const json& value) {
+    json j = original;
+    j[key] = value;
+    try {
+      orbit::runtime::parse_hf_tokenizer(j.dump(), "", "edited.json");
+    } catch (const orbit::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  // A template's special token without "ids" was read past the end of the object (a crash the fuzzer found).
+  const json no_ids = {{"type", "TemplateProcessing"},
+                       {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}}},
+                       {"special_tokens", {{"<s>", {{"id", "<s>"}}}}}};
+  CHECK_THAT(refused("post_processor", no_ids), Contains("edited.json: post_processor TemplateProcessing: special "
+                                                         "token '<s>' has no list 'ids'"));
+  const json cls = {{"type", "RobertaProcessing"}, {"cls", "<s>"}, {"sep", {"</s>", 2}}};
+  CHECK_THAT(refused("post_processor", cls), Contains("'cls' is not a [token, id] pair"));
+}

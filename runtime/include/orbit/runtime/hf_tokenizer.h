@@ -55,4 +55,10 @@ class HfTokenizer : public Tokenizer {
 // more rows than the tokenizer has tokens). Throws orbit::Error naming the file and what is wrong.
 std::unique_ptr<HfTokenizer> load_hf_tokenizer(const std::string& path, int64_t expected_vocab = 0);
 
+// The same from memory: `tokenizer_json` is a tokenizer.json's text, `config_json` that of its
+// tokenizer_config.json ("": none), `origin` names them in messages. Both are parsed with bounded
+// nesting (orbit/common/json_input.h). Throws orbit::Error as load_hf_tokenizer does.
+std::unique_ptr<HfTokenizer> parse_hf_tokenizer(std::string_view tokenizer_json, std::string_view config_json,
+                                                const std::string& origin, int64_t expected_vocab = 0);
+
 }  // namespace orbit::runtime
