@@ -98,18 +98,24 @@ double Args::get_double(const std::string& name, double fallback) const {
   return out;
 }
 
-std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what) {
-  std::vector<int64_t> out;
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
   std::size_t start = 0;
   while (true) {
     const std::size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what) {
+  std::vector<int64_t> out;
+  for (const std::string& item : split_commas(text)) {
     int64_t value = 0;
     ORBIT_CHECK(parse_int(item, &value),
                 what << ": item " << out.size() << " ('" << item << "') is not an integer (expected e.g. 1,5,9)");
     out.push_back(value);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return out;
 }

@@ -48,6 +48,9 @@ class Args {
 // The --help text for `command`: spec.usage, then every accepted argument name.
 std::string help_text(const std::string& command, const ArgSpec& spec);
 
+// "a,b,,c" -> {"a", "b", "", "c"}: every piece between commas, empty ones kept ("" -> {""}).
+std::vector<std::string> split_commas(const std::string& text);
+
 // "1,5,9" -> {1, 5, 9}; `what` names the argument in errors ("--tokens: item 2 ('x') is not an integer").
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what);
 

@@ -81,17 +81,6 @@ std::vector<rt::ChunkInput> parse_context(const std::string& text, int64_t vocab
   return chunks;
 }
 
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', start);
-    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
-  }
-}
-
 // Patch ranks are capped at min(n_B, D) (D: the narrower of the key and value row widths).
 std::vector<std::string> default_strategies(int64_t chunk_length, int64_t width) {
   std::vector<std::string> specs{"reprefill", "blind", "prefix", "cacheblend:0.15", "firstk:16"};

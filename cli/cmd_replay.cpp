@@ -66,17 +66,6 @@ const char* kReplayUsage =
     "                           not with --calibrate)\n"
     "  --quiet                  no progress on stderr\n";
 
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', start);
-    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
-  }
-}
-
 std::string ratio(double a, double b) {
   if (b == 0) return a == 0 ? "1.00x" : "n/a";
   char buf[32];

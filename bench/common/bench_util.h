@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/generator.h"
 
@@ -17,17 +18,13 @@ namespace orbit::bench {
 // "256,512" -> {256, 512}; every item a positive integer, else orbit::Error naming `what`.
 inline std::vector<int64_t> parse_positive_list(const std::string& text, const char* what) {
   std::vector<int64_t> out;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string& item : orbit::cli::split_commas(text)) {
     char* end = nullptr;
     const long long value = std::strtoll(item.c_str(), &end, 10);
     ORBIT_CHECK(!item.empty() && *end == '\0' && value > 0, what << ": '" << item << "' is not a positive integer");
     out.push_back(value);
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
   }
+  return out;
 }
 
 inline double seconds_since(std::chrono::steady_clock::time_point start) {

@@ -381,10 +381,8 @@ int main(int argc, char** argv) try {
     const std::string tok_path =
         a.get_or("--tokenizer", (std::filesystem::path(model_path).parent_path() / "tok512.bin").string());
     const auto tok = rt::load_llama2c_tokenizer(tok_path, model->config().vocab_size);
-    std::string list = *traces;
-    for (std::size_t p = 0; p <= list.size();) {
-      const std::size_t q = std::min(list.find(',', p), list.size());
-      const Material base = from_trace(list.substr(p, q - p), *tok);
+    for (const std::string& trace : orbit::cli::split_commas(*traces)) {
+      const Material base = from_trace(trace, *tok);
       for (int seed = 0; seed < seeds; ++seed) {
         Material c = base;
         std::mt19937_64 rng(static_cast<uint64_t>(seed) * 7 + 1);
@@ -393,7 +391,6 @@ int main(int argc, char** argv) try {
         run.window(c, seed);
       }
       std::fprintf(stderr, "%s done\n", base.name.c_str());
-      p = q + 1;
     }
   }
   return 0;

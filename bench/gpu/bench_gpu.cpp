@@ -76,18 +76,6 @@ using namespace orbit::bench_gpu;
 
 namespace {
 
-std::vector<int64_t> parse_list(const std::string& text) {
-  std::vector<int64_t> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = text.find(',', start);
-    out.push_back(std::stoll(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
 std::unique_ptr<rt::Model> random_model(rt::ModelConfig c, const rt::ComputeTarget& target) {
   rt::ModelWeights w;
   rt::prepare_weights(w, c);
@@ -237,8 +225,8 @@ int main(int argc, char** argv) {
     rt::ModelConfig config = rt::generator_preset(preset);
     const int64_t full_layers = config.num_layers;
     config.num_layers = a.get_int("--layers", config.num_layers, 1);
-    const std::vector<int64_t> windows = parse_list(a.get_or("--windows", "8192,32768"));
-    const std::vector<int64_t> chunks = parse_list(a.get_or("--chunks", "512,2048,8192"));
+    const std::vector<int64_t> windows = orbit::cli::parse_int_list(a.get_or("--windows", "8192,32768"), "--windows");
+    const std::vector<int64_t> chunks = orbit::cli::parse_int_list(a.get_or("--chunks", "512,2048,8192"), "--chunks");
     const int64_t q = a.get_int("--query", 16, 1);
     const int reps = static_cast<int>(a.get_int("--reps", 3, 1));
     const int64_t rank = a.get_int("--rank", 16, 1);

@@ -41,17 +41,6 @@ struct Options {
   std::string json;
 };
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', start);
-    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
-  }
-}
-
 Options parse(int argc, char** argv) {
   const orbit::cli::Args a(
       "bench_replay",
@@ -75,7 +64,7 @@ Options parse(int argc, char** argv) {
   o.model = a.get_or("--model", o.model);
   o.preset = a.get_or("--preset", o.preset);
   o.cache = a.get_or("--cache", o.cache);
-  if (auto v = a.get("--kinds")) o.kinds = split(*v);
+  if (auto v = a.get("--kinds")) o.kinds = orbit::cli::split_commas(*v);
   o.steps = a.get_int("--steps", o.steps, 1);
   o.seed = static_cast<uint64_t>(a.get_int("--seed", static_cast<int64_t>(o.seed), 0));
   o.policy = a.get_or("--policy", o.policy);

@@ -101,15 +101,11 @@ Options parse(int argc, char** argv) {
   o.share_bytes = a.get_int("--share-bytes", o.share_bytes, 8);
   if (const auto list = a.get("--procs")) {
     o.procs.clear();
-    std::size_t p = 0;
-    while (p <= list->size()) {
-      const std::size_t q = std::min(list->find(',', p), list->size());
-      const std::string item = list->substr(p, q - p);
+    for (const std::string& item : orbit::cli::split_commas(*list)) {
       ORBIT_CHECK(!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && std::stoi(item) >= 1 &&
                       std::stoi(item) <= 64,
                   "bench_store: --procs '" << *list << "': expected counts 1..64 separated by commas");
       o.procs.push_back(std::stoi(item));
-      p = q + 1;
     }
   }
   return o;

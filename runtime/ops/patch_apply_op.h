@@ -1,4 +1,4 @@
-// Patch-apply op: the serve step of the reuse operator (DESIGN.md §2, paper 000 Appendix A) for one
+// Patch-apply op: the serve step of the reuse operator (docs/ARCHITECTURE.md §7) for one
 // layer and one stored tensor, fused with relocation and the write into the KV pool:
 //
 //   row_t = canonical[t] + u[t] · vt          (rank-m conditioning patch; m may be 0)
@@ -6,7 +6,7 @@
 //   destination row of token t = row_t        (a contiguous tensor, or pool pages via a block table)
 //
 // Checks tensors (errors name the argument) and dispatches by device and dtype to the raw kernels
-// (STYLE.md 1): kernels/cpu/patch_apply.h on CPU (tokens split across ATen's intra-op threads) and
+// (docs/ARCHITECTURE.md §9): kernels/cpu/patch_apply.h on CPU (tokens split across ATen's intra-op threads) and
 // kernels/cuda/patch_apply.cuh on CUDA (torch's current stream for the device; available when orbit is
 // built with ORBIT_WITH_CUDA and the libtorch in use has CUDA, otherwise a clear error).
 //

@@ -36,8 +36,7 @@ void check_no_partial_overlap(const at::Tensor& out, const at::Tensor& x) {
 }
 
 template <typename T, typename C>
-void rotate_cpu(const at::Tensor& out, const at::Tensor& x, const RopeTables& tables,
-                const kernels::cpu::RopeDims& dims) {
+void rotate_cpu(const at::Tensor& out, const at::Tensor& x, const RopeTables& tables, const kernels::RopeDims& dims) {
   const T* x_ptr = x.data_ptr<T>();
   T* out_ptr = out.data_ptr<T>();
   const C* cos_ptr = tables.cos.data_ptr<C>();
@@ -46,15 +45,14 @@ void rotate_cpu(const at::Tensor& out, const at::Tensor& x, const RopeTables& ta
   const int64_t half = dims.rotary_dim / 2;
   const int64_t grain = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, per_token));
   at::parallel_for(0, dims.tokens, grain, [&](int64_t begin, int64_t end) {
-    kernels::cpu::RopeDims slice = dims;
+    kernels::RopeDims slice = dims;
     slice.tokens = end - begin;
     kernels::cpu::rope_rotate<T, C>(x_ptr + begin * per_token, out_ptr + begin * per_token, cos_ptr + begin * half,
                                     sin_ptr + begin * half, slice);
   });
 }
 
-void dispatch_cpu(const at::Tensor& out, const at::Tensor& x, const RopeTables& tables,
-                  const kernels::cpu::RopeDims& dims) {
+void dispatch_cpu(const at::Tensor& out, const at::Tensor& x, const RopeTables& tables, const kernels::RopeDims& dims) {
   switch (x.scalar_type()) {
     case at::kFloat: rotate_cpu<float, float>(out, x, tables, dims); return;
     case at::kDouble: rotate_cpu<double, double>(out, x, tables, dims); return;
@@ -66,15 +64,9 @@ void dispatch_cpu(const at::Tensor& out, const at::Tensor& x, const RopeTables& 
 }
 
 void dispatch_cuda(const at::Tensor& out, const at::Tensor& x, const RopeTables& tables,
-                   const kernels::cpu::RopeDims& cpu_dims) {
+                   const kernels::RopeDims& dims) {
 #if ORBIT_OPS_HAVE_CUDA
   namespace kc = kernels::cuda;
-  kc::RopeDims dims;
-  dims.tokens = cpu_dims.tokens;
-  dims.heads = cpu_dims.heads;
-  dims.head_dim = cpu_dims.head_dim;
-  dims.rotary_dim = cpu_dims.rotary_dim;
-  dims.interleaved = cpu_dims.interleaved;
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const float* cos_ptr = tables.cos.data_ptr<float>();
@@ -96,7 +88,7 @@ void dispatch_cuda(const at::Tensor& out, const at::Tensor& x, const RopeTables&
 #else
   (void)out;
   (void)tables;
-  (void)cpu_dims;
+  (void)dims;
   ORBIT_FAIL("rope_rotate: argument 'x' is on " << x.device()
                                                 << " but this build has no CUDA RoPE kernel (needs ORBIT_CUDA=ON and "
                                                    "a libtorch built with CUDA)");
@@ -154,7 +146,7 @@ void rope_rotate_out(const at::Tensor& out, const at::Tensor& x, const RopeTable
   if (x.numel() == 0) return;
   check_no_partial_overlap(out, x);
 
-  kernels::cpu::RopeDims dims;
+  kernels::RopeDims dims;
   dims.tokens = tokens;
   dims.heads = x.size(1);
   dims.head_dim = x.size(2);

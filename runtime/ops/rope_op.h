@@ -1,4 +1,4 @@
-// RoPE op: checks tensors and dispatches by device and dtype to the raw kernels (STYLE.md 1).
+// RoPE op: checks tensors and dispatches by device and dtype to the raw kernels (docs/ARCHITECTURE.md §9).
 //
 //   CPU    float32, float64 and bfloat16 x (bf16 is rotated in float32 and rounded once on store);
 //          tokens are split across ATen's intra-op threads.

@@ -1,7 +1,5 @@
 #include "orbit/runtime/weights.h"
 
-#include <sstream>
-
 #include "orbit/common/error.h"
 
 namespace orbit::runtime {
@@ -104,14 +102,6 @@ at::Tensor& weight_slot(ModelWeights& w, const ModelConfig& c, const std::string
 
 const at::Tensor& weight_slot(const ModelWeights& w, const ModelConfig& c, const std::string& name) {
   return weight_slot(const_cast<ModelWeights&>(w), c, name);
-}
-
-std::string shape_string(at::IntArrayRef shape) {
-  std::ostringstream out;
-  out << '[';
-  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << ']';
-  return out.str();
 }
 
 }  // namespace orbit::runtime

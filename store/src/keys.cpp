@@ -1,4 +1,4 @@
-// Content and patch keys (DESIGN.md §5). Every hashed record starts with a domain tag and frames each
+// Content and patch keys (docs/ARCHITECTURE.md §6). Every hashed record starts with a domain tag and frames each
 // field with its length, so different inputs never produce the same byte stream.
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-// The runtime's forward pass against an independent reference (DESIGN.md §6).
+// The runtime's forward pass against an independent reference (docs/ARCHITECTURE.md §9).
 //
 // The reference below shares nothing with the runtime: it parses the llama2.c `.bin` itself with
 // std::ifstream and runs llama2.c's forward one token at a time in plain loops with a per-token KV

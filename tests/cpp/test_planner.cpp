@@ -1,6 +1,6 @@
 // orbit::planner: placement (DP against brute force, greedy properties), the cost model fit and decision,
-// admission under a byte budget (property test), the offline bounds (against LRU and brute force) and the
-// antecedent changes of a reorder (against their definition) and the prefix-cache ledger.
+// the offline bounds (against LRU and brute force), the antecedent changes of a reorder (against their
+// definition) and the prefix-cache ledger.
 // The dependency graph has its own file (test_dependency_graph.cpp).
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "orbit/common/error.h"
-#include "orbit/planner/admission.h"
 #include "orbit/planner/antecedents.h"
 #include "orbit/planner/cost_model.h"
 #include "orbit/planner/fidelity_model.h"
@@ -281,109 +280,6 @@ TEST_CASE("cost model: choose load+patch, load+form or recompute by estimated se
   o.canonical_tier = o.patch_tier = Tier::kDisk;
   CHECK(m.choose(o).action == Decision::Action::kRecompute);
   CHECK_THAT(CostModel().describe(), Contains("transfer device"));
-}
-
-// ---- admission ---------------------------------------------------------------------------------------
-
-namespace {
-
-AdmissionItem item(const std::string& key, int64_t bytes, double reuse, bool pinned = false, int priority = 0) {
-  return AdmissionItem{key, bytes, reuse, 1.0, pinned, priority};
-}
-
-}  // namespace
-
-TEST_CASE("admission: value per byte decides; pins hold; refusals say why", "[planner][cpu]") {
-  AdmissionController a(100);
-  CHECK(a.admit(item("low", 60, 1)).admitted);
-  AdmissionDecision d = a.admit(item("high", 60, 5));  // 5/60 beats 1/60
-  CHECK(d.admitted);
-  CHECK(d.evict == std::vector<std::string>{"low"});
-  CHECK_FALSE(a.contains("low"));
-  d = a.admit(item("lower", 60, 2));
-  CHECK_FALSE(d.admitted);
-  CHECK(d.evict.empty());
-  CHECK_THAT(d.reason, Contains("needs 60 bytes; budget 100, used 60"));
-  CHECK(a.used_bytes() == 60);
-
-  CHECK(a.admit(item("pin", 40, 0, true)).admitted);
-  d = a.admit(item("urgent", 50, 0, true));  // a pinned item may evict any unpinned one
-  CHECK(d.evict == std::vector<std::string>{"high"});
-  d = a.admit(item("more", 20, 100));  // only pinned bytes left: refused
-  CHECK_FALSE(d.admitted);
-  CHECK_THAT(d.reason, Contains("pinned 90"));
-  CHECK_FALSE(a.admit(item("huge", 101, 1)).admitted);
-  CHECK_THAT(a.plan_admit(item("huge", 101, 1)).reason, Contains("more than the whole budget of 100"));
-
-  // Priority outranks value.
-  AdmissionController p(10);
-  CHECK(p.admit(item("valuable", 10, 100, false, 0)).admitted);
-  CHECK(p.admit(item("important", 10, 1, false, 1)).evict == std::vector<std::string>{"valuable"});
-  CHECK_FALSE(p.admit(item("valuable", 10, 100, false, 0)).admitted);
-
-  CHECK(a.set_budget(80).admitted == false);  // below the 90 pinned bytes
-  CHECK(a.budget_bytes() == 100);
-  a.set_pinned("pin", false);
-  d = a.set_budget(80);
-  CHECK(d.admitted);
-  CHECK(d.evict == std::vector<std::string>{"pin"});
-  CHECK_THROWS_WITH(a.admit(item("urgent", 1, 1)), Contains("already resident"));
-  CHECK_THROWS_WITH(a.release("nope"), Contains("'nope' is not resident"));
-  a.verify_integrity();
-}
-
-TEST_CASE("admission: used never exceeds the budget over random sequences", "[planner][cpu]") {
-  std::mt19937_64 rng(21);
-  for (int trial = 0; trial < 40; ++trial) {
-    AdmissionController a(static_cast<int64_t>(rng() % 1000));
-    std::map<std::string, AdmissionItem> shadow;
-    for (int op = 0; op < 300; ++op) {
-      const uint64_t r = rng() % 20;
-      if (r < 12) {
-        AdmissionItem it = item("k" + std::to_string(rng() % 60), static_cast<int64_t>(rng() % 300),
-                                static_cast<double>(rng() % 10), rng() % 8 == 0, static_cast<int>(rng() % 3));
-        if (a.contains(it.key)) continue;
-        AdmissionDecision plan = a.plan_admit(it);
-        const int64_t used_before = a.used_bytes();
-        AdmissionDecision d = a.admit(it);
-        CHECK(d.admitted == plan.admitted);
-        CHECK(d.evict == plan.evict);
-        for (const std::string& key : d.evict) {
-          const AdmissionItem& victim = shadow.at(key);
-          CHECK_FALSE(victim.pinned);
-          if (!it.pinned)
-            CHECK(std::make_pair(victim.priority, victim.value()) < std::make_pair(it.priority, it.value()));
-          shadow.erase(key);
-        }
-        if (d.admitted) {
-          shadow[it.key] = it;
-        } else {
-          CHECK(a.used_bytes() == used_before);
-          CHECK_FALSE(d.reason.empty());
-        }
-      } else if (r < 15 && !shadow.empty()) {
-        auto victim = std::next(shadow.begin(), static_cast<long>(rng() % shadow.size()));
-        a.release(victim->first);
-        shadow.erase(victim);
-      } else if (r < 17 && !shadow.empty()) {
-        auto target = std::next(shadow.begin(), static_cast<long>(rng() % shadow.size()));
-        target->second.pinned = rng() % 2 == 0;
-        a.set_pinned(target->first, target->second.pinned);
-      } else {
-        AdmissionDecision d = a.set_budget(static_cast<int64_t>(rng() % 1000));
-        for (const std::string& key : d.evict) {
-          CHECK_FALSE(shadow.at(key).pinned);
-          shadow.erase(key);
-        }
-      }
-      a.verify_integrity();
-      REQUIRE(a.used_bytes() <= a.budget_bytes());
-      int64_t used = 0;
-      for (const auto& [key, it] : shadow) used += it.bytes;
-      CHECK(used == a.used_bytes());
-      CHECK(a.size() == static_cast<int64_t>(shadow.size()));
-    }
-  }
 }
 
 // ---- offline bounds ----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // RoPE: the one angle function (orbit/runtime/rope.h) and its CPU rotation.
 //
-// The central property (STYLE.md 9): rotating by δ after rotating at p equals rotating at p + δ, over a
+// The central property (docs/ARCHITECTURE.md §7): rotating by δ after rotating at p equals rotating at p + δ, over a
 // grid of every variant. Composition alone cannot see a wrong pairing or direction, so every variant is
 // also compared with an independent reference written here (HF's formulas as tensor ops, then a plain
 // complex-number rotation), and the frequencies are pinned with numbers derived by hand.

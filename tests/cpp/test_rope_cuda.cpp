@@ -70,18 +70,9 @@ Inputs make_inputs(const Case& c, uint32_t seed) {
   return in;
 }
 
-orbit::kernels::cpu::RopeDims cpu_dims(const Case& c) {
-  orbit::kernels::cpu::RopeDims d;
-  d.tokens = c.tokens;
-  d.heads = c.heads;
-  d.head_dim = c.head_dim;
-  d.rotary_dim = c.rotary_dim;
-  d.interleaved = c.interleaved;
-  return d;
-}
-
-orbit::kernels::cuda::RopeDims cuda_dims(const Case& c) {
-  orbit::kernels::cuda::RopeDims d;
+// One RopeDims serves both kernels (kernels/rope_dims.h).
+orbit::kernels::RopeDims dims_of(const Case& c) {
+  orbit::kernels::RopeDims d;
   d.tokens = c.tokens;
   d.heads = c.heads;
   d.head_dim = c.head_dim;
@@ -105,13 +96,13 @@ TEST_CASE("CUDA RoPE float32 matches the CPU reference", "[rope][gpu]") {
     const Inputs in = make_inputs(c, seed++);
     std::vector<float> expected(in.x.size());
     orbit::kernels::cpu::rope_rotate<float, float>(in.x.data(), expected.data(), in.cos.data(), in.sin.data(),
-                                                   cpu_dims(c));
+                                                   dims_of(c));
     DeviceBuffer<float> x(in.x), cos(in.cos), sin(in.sin), out(std::vector<float>(in.x.size(), NAN));
     CUDA_REQUIRE(
-        orbit::kernels::cuda::rope_rotate<float>(x.get(), out.get(), cos.get(), sin.get(), cuda_dims(c), stream.get()));
+        orbit::kernels::cuda::rope_rotate<float>(x.get(), out.get(), cos.get(), sin.get(), dims_of(c), stream.get()));
     // In place on a second copy of x.
     CUDA_REQUIRE(
-        orbit::kernels::cuda::rope_rotate<float>(x.get(), x.get(), cos.get(), sin.get(), cuda_dims(c), stream.get()));
+        orbit::kernels::cuda::rope_rotate<float>(x.get(), x.get(), cos.get(), sin.get(), dims_of(c), stream.get()));
     CUDA_REQUIRE(cudaStreamSynchronize(stream.get()));
     const std::vector<float> got = out.download(), got_in_place = x.download();
     double worst = 0.0;
@@ -140,11 +131,11 @@ TEST_CASE("CUDA RoPE bfloat16 matches the CPU reference within bf16 rounding", "
     }
     std::vector<float> expected(in.x.size());
     orbit::kernels::cpu::rope_rotate<float, float>(in.x.data(), expected.data(), in.cos.data(), in.sin.data(),
-                                                   cpu_dims(c));
+                                                   dims_of(c));
     DeviceBuffer<__nv_bfloat16> x(x_bf16), out(std::vector<__nv_bfloat16>(x_bf16.size(), __float2bfloat16(NAN)));
     DeviceBuffer<float> cos(in.cos), sin(in.sin);
-    CUDA_REQUIRE(orbit::kernels::cuda::rope_rotate<__nv_bfloat16>(x.get(), out.get(), cos.get(), sin.get(),
-                                                                  cuda_dims(c), stream.get()));
+    CUDA_REQUIRE(orbit::kernels::cuda::rope_rotate<__nv_bfloat16>(x.get(), out.get(), cos.get(), sin.get(), dims_of(c),
+                                                                  stream.get()));
     CUDA_REQUIRE(cudaStreamSynchronize(stream.get()));
     const std::vector<__nv_bfloat16> got = out.download();
     size_t bad = 0, pass_mismatch = 0;
@@ -164,14 +155,14 @@ TEST_CASE("CUDA RoPE launcher: empty input and invalid dims", "[rope][gpu]") {
   Stream stream;
   DeviceBuffer<float> buffer(std::vector<float>(64, 1.0f));
   Case empty{0, 4, 64, 64, false};
-  CHECK(orbit::kernels::cuda::rope_rotate<float>(buffer.get(), buffer.get(), buffer.get(), buffer.get(),
-                                                 cuda_dims(empty), stream.get()) == cudaSuccess);
+  CHECK(orbit::kernels::cuda::rope_rotate<float>(buffer.get(), buffer.get(), buffer.get(), buffer.get(), dims_of(empty),
+                                                 stream.get()) == cudaSuccess);
   Case odd{1, 1, 64, 63, false};
-  CHECK(orbit::kernels::cuda::rope_rotate<float>(buffer.get(), buffer.get(), buffer.get(), buffer.get(), cuda_dims(odd),
+  CHECK(orbit::kernels::cuda::rope_rotate<float>(buffer.get(), buffer.get(), buffer.get(), buffer.get(), dims_of(odd),
                                                  stream.get()) == cudaErrorInvalidValue);
   Case too_wide{1, 1, 32, 64, true};
   CHECK(orbit::kernels::cuda::rope_rotate<float>(buffer.get(), buffer.get(), buffer.get(), buffer.get(),
-                                                 cuda_dims(too_wide), stream.get()) == cudaErrorInvalidValue);
+                                                 dims_of(too_wide), stream.get()) == cudaErrorInvalidValue);
   CUDA_REQUIRE(cudaStreamSynchronize(stream.get()));
   CHECK(buffer.download() == std::vector<float>(64, 1.0f));
 }

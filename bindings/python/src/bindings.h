@@ -1,4 +1,4 @@
-// The module's parts: one init_<area>() per file (STYLE.md 11), called in this order by module.cpp.
+// The module's parts: one init_<area>() per file (docs/ARCHITECTURE.md §2), called in this order by module.cpp.
 #pragma once
 
 #include <pybind11/pybind11.h>

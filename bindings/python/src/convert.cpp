@@ -1,7 +1,6 @@
 #include "convert.h"
 
 #include <cstdint>
-#include <sstream>
 
 namespace orbit_py {
 
@@ -69,14 +68,6 @@ py::array integer_array(py::handle obj, const char* what) {
 }
 
 }  // namespace
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::ostringstream s;
-  s << "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << "]";
-  return s.str();
-}
 
 bool is_torch_tensor(py::handle obj) {
   // Avoid importing torch: a tensor's type lives in the torch module and has data_ptr().

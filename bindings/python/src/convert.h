@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "orbit/common/shape.h"
 #include "orbit/engine.h"
 
 namespace orbit_py {
@@ -48,6 +49,6 @@ py::array_t<T> to_numpy(std::vector<T>&& values, std::vector<py::ssize_t> shape)
 }
 
 // "[1, 2, 3]" for messages.
-std::string shape_string(const std::vector<int64_t>& shape);
+using orbit::shape_string;
 
 }  // namespace orbit_py

@@ -1,5 +1,5 @@
 // The compiled part of the Python package `orbit` (bindings/python/orbit/__init__.py re-exports it), and
-// the exceptions (DESIGN.md §8): orbit::Error -> orbit.OrbitError carrying the C++ message; a non-ok
+// the exceptions (docs/ARCHITECTURE.md §8): orbit::Error -> orbit.OrbitError carrying the C++ message; a non-ok
 // Status from apply() -> CapacityError (out_of_capacity) or RefusedError (refused).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -43,8 +43,8 @@ void raise_status(int code, const std::string& reason) {
 void init_errors(py::module_& m) {
   static py::exception<orbit::Error> orbit_error(m, "OrbitError", PyExc_RuntimeError);
   orbit_error.doc() =
-      "Misuse or bad input reported by orbit's C++ core (DESIGN.md §8): a model that does not load, a closed\n"
-      "engine, a chunk unknown to this engine, a stale plan, an invalid policy spec, ... str(e) is the C++\n"
+      "Misuse or bad input reported by orbit's C++ core (docs/ARCHITECTURE.md §8): a model that does not load,\n"
+      "a closed engine, a chunk unknown to this engine, a stale plan, an invalid policy spec, ... str(e) is the C++\n"
       "message (it names the file, field or argument at fault); e.source is the 'file.cpp:line' of the check.\n"
       "Wrong Python types and shapes caught before reaching C++ raise TypeError / ValueError instead.";
   static py::exception<CapacityErrorTag> capacity_error(m, "CapacityError", orbit_error.ptr());

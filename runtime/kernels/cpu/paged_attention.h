@@ -1,5 +1,5 @@
 // Paged attention over canonical pages, CPU reference kernel: raw pointers, header-only, no torch
-// (STYLE.md 1). The CUDA kernel (kernels/cuda/paged_attention.cuh) computes the same thing and is
+// (docs/ARCHITECTURE.md §9). The CUDA kernel (kernels/cuda/paged_attention.cuh) computes the same thing and is
 // tested against this; the op (ops/paged_attention_op.h) checks tensors and dispatches.
 //
 // R query tokens attend over S = S_p + S_t keys of one layer (GQA: query head h reads kv head

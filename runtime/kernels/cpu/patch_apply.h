@@ -1,6 +1,6 @@
-// Patch apply, CPU reference kernel: raw pointers, header-only, no torch (STYLE.md 1).
+// Patch apply, CPU reference kernel: raw pointers, header-only, no torch (docs/ARCHITECTURE.md §9).
 //
-// The serve step of the reuse operator (DESIGN.md §2, paper 000 Appendix A) for one layer and one
+// The serve step of the reuse operator (docs/ARCHITECTURE.md §7) for one layer and one
 // stored tensor (K or V, or MLA's c_KV / k_pe): for every token t of a chunk of n tokens
 //
 //   row_t = canonical[t, :] + Σ_{j<m} u[t, j] · vt[j, :]          (the rank-m conditioning patch)

@@ -1,4 +1,4 @@
-// Rotary position embedding, CPU reference kernel: raw pointers, header-only, no torch (STYLE.md 1).
+// Rotary position embedding, CPU reference kernel: raw pointers, header-only, no torch (docs/ARCHITECTURE.md §9).
 //
 // The op layer (ops/rope_op.h) checks tensors, splits tokens across threads and calls this on each
 // slice by offsetting the pointers; the CUDA kernel (kernels/cuda/rope.cuh) is tested against it.
@@ -24,15 +24,11 @@
 
 #include <cstdint>
 
+#include "kernels/rope_dims.h"
+
 namespace orbit::kernels::cpu {
 
-struct RopeDims {
-  int64_t tokens = 0;
-  int64_t heads = 0;
-  int64_t head_dim = 0;
-  int64_t rotary_dim = 0;    // even, in (0, head_dim]
-  bool interleaved = false;  // false: half-split pairs
-};
+using kernels::RopeDims;
 
 namespace detail {
 

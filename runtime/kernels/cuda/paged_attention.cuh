@@ -1,5 +1,5 @@
 // Paged attention over canonical pages, CUDA kernel: raw device pointers, an explicit stream,
-// cudaError_t back; never torch (STYLE.md 1). The operation, the layouts and the argument structs are
+// cudaError_t back; never torch (docs/ARCHITECTURE.md §9). The operation, the layouts and the argument structs are
 // those of the CPU reference (kernels/cpu/paged_attention.h), against which it is tested: keys and
 // values are read in place from the pool's pages through a per-token slot table, each placed chunk's
 // low-rank patch rows U·Vᵀ are added as they are read, and every key is rotated to its placement

@@ -1,5 +1,5 @@
 // Patch apply, CUDA kernel: raw device pointers, an explicit stream, cudaError_t back; never torch
-// (STYLE.md 1). Tested against the CPU reference in kernels/cpu/patch_apply.h, whose comment states
+// (docs/ARCHITECTURE.md §9). Tested against the CPU reference in kernels/cpu/patch_apply.h, whose comment states
 // the operation and draws the layouts; the conventions are the same:
 //
 //   canonical   [n][D]                In  = float or __nv_bfloat16

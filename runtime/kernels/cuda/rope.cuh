@@ -1,5 +1,5 @@
 // Rotary position embedding, CUDA kernel: raw device pointers, an explicit stream, cudaError_t back;
-// never torch (STYLE.md 1). Tested against the CPU reference in kernels/cpu/rope.h, whose comment
+// never torch (docs/ARCHITECTURE.md §9). Tested against the CPU reference in kernels/cpu/rope.h, whose comment
 // draws the layouts; the convention is the same:
 //
 //   x, out     [tokens][heads][head_dim]            T = float or __nv_bfloat16, contiguous
@@ -19,15 +19,11 @@
 
 #include <cstdint>
 
+#include "kernels/rope_dims.h"
+
 namespace orbit::kernels::cuda {
 
-struct RopeDims {
-  int64_t tokens = 0;
-  int64_t heads = 0;
-  int64_t head_dim = 0;
-  int64_t rotary_dim = 0;    // even, in (0, head_dim]
-  bool interleaved = false;  // false: half-split pairs
-};
+using kernels::RopeDims;
 
 // Enqueues the rotation on `stream` and returns the launch status (cudaSuccess, without launching,
 // when there is nothing to do; cudaErrorInvalidValue for inconsistent dims). Asynchronous: the

@@ -1,6 +1,6 @@
 // Truncated SVD on the GPU through cuSOLVER (Jacobi SVD, cusolverDnSgesvdj): the GPU path for forming
-// patches (DESIGN.md §2; on CPU the reuse operator uses LAPACK through libtorch). Raw device pointers,
-// an explicit stream, a status value back; never torch (STYLE.md 1).
+// patches (docs/ARCHITECTURE.md §7; on CPU the reuse operator uses LAPACK through libtorch). Raw device pointers,
+// an explicit stream, a status value back; never torch (docs/ARCHITECTURE.md §9).
 //
 // Problem: A is an n × D float32 matrix (a deficit Δ: one row per token), row-major and contiguous.
 // Result: its top-m factors in the form orbit::runtime::LowRank stores (orbit/runtime/reuse.h):

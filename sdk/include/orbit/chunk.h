@@ -1,4 +1,4 @@
-// Chunks as the public API sees them (DESIGN.md §1): immutable content registered with an Engine,
+// Chunks as the public API sees them (docs/ARCHITECTURE.md §1): immutable content registered with an Engine,
 // identified by a content key (orbit/store.h), placed into windows as instances.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Public re-export of orbit's error and status types (DESIGN.md §8): orbit::Error is thrown for misuse
+// Public re-export of orbit's error and status types (docs/ARCHITECTURE.md §8): orbit::Error is thrown for misuse
 // and bad input; orbit::Status / orbit::Result<T> carry expected failures.
 #pragma once
 

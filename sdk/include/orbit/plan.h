@@ -1,4 +1,4 @@
-// Plans (DESIGN.md §3): every window operation is planned by a const `plan_*` call, then applied.
+// Plans (docs/ARCHITECTURE.md §3): every window operation is planned by a const `plan_*` call, then applied.
 //
 // A Plan is the complete list of what the operation will do to the window (per instance: kept, relocated,
 // patched, formed, recomputed, evicted), with its cost estimates and whether the result is exact. It is

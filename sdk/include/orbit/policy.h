@@ -59,7 +59,7 @@ const char* miss_action_name(MissAction action) noexcept;
 // What happens to instances whose context changed because something before them was evicted, slid out
 // or inserted (survivors).
 enum class SurvivorAction {
-  kKeep,         // relocation only (DESIGN.md §3: near-lossless; keeps the removed chunk's influence)
+  kKeep,         // relocation only (docs/ARCHITECTURE.md §4: near-lossless; keeps the removed chunk's influence)
   kRecondition,  // look up a patch for the new context, else the miss action
 };
 

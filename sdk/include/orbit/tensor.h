@@ -1,4 +1,4 @@
-// TensorView: how arrays cross the public API without torch (DESIGN.md §7). A view borrows the caller's
+// TensorView: how arrays cross the public API without torch (docs/ARCHITECTURE.md §2). A view borrows the caller's
 // memory for the duration of one call; the SDK copies what it keeps. Row-major (C-contiguous) only.
 //
 //   embeddings   [n, hidden]  float32 / bfloat16 / float16     (a chunk's input embeddings)

@@ -1,4 +1,4 @@
-// Serving actions (DESIGN.md §3 "Miss actions and the fidelity budget"): each way of making one instance's
+// Serving actions (docs/ARCHITECTURE.md §4): each way of making one instance's
 // KV for the window after an operation is one small type with two halves:
 //
 //   plan(PlanInput)            const, metadata only: a PlanStep with the action, its estimated seconds

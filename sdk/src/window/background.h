@@ -1,4 +1,4 @@
-// Background work (DESIGN.md §3 "Critical path vs background"): what a chunk's first sight leaves to do
+// Background work (docs/ARCHITECTURE.md §3): what a chunk's first sight leaves to do
 // after its exact in-context prefill — encode its canonical (the chunk alone) if the store lacks it, form
 // the patch (the SVD of the difference) and store it under the plan's keys. None of it is on the
 // critical path: a window operation never waits for it, except to read a patch that is still queued or

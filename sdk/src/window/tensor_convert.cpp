@@ -2,9 +2,8 @@
 
 #include <ATen/ATen.h>
 
-#include <sstream>
-
 #include "orbit/common/error.h"
+#include "orbit/common/shape.h"
 
 namespace orbit {
 
@@ -59,14 +58,6 @@ TensorView view_of(const std::vector<int64_t>& values, std::vector<int64_t> shap
 
 namespace detail {
 namespace {
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::ostringstream s;
-  s << "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << "]";
-  return s.str();
-}
 
 at::ScalarType scalar_type(DType d) {
   switch (d) {

@@ -1,4 +1,4 @@
-// The chunk store's public, torch-free surface (DESIGN.md §5): content and patch keys, tier names and
+// The chunk store's public, torch-free surface (docs/ARCHITECTURE.md §6): content and patch keys, tier names and
 // statistics, and offline inspection of a store directory (what `orbit store ls|stat|verify|gc` prints).
 //
 // The store itself (tensors in, tensors out, budgets, eviction, demotion) is engine-internal and lives in

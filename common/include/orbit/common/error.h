@@ -1,4 +1,4 @@
-// orbit::Error — the one exception type for misuse and bad input (DESIGN.md §8).
+// orbit::Error — the one exception type for misuse and bad input (docs/ARCHITECTURE.md §8).
 //
 // An expected outcome (a full pool, a patch miss, an admission refusal) is a value: see status.h.
 // A broken contract or bad input (a corrupt file, a shape that disagrees with the config, a position

@@ -1,5 +1,5 @@
 // SHA-256 through OpenSSL's libcrypto: identity of content and models is a cryptographic hash
-// (STYLE.md 7), never position and never std::hash.
+// (docs/ARCHITECTURE.md §6), never position and never std::hash.
 #pragma once
 
 #include <array>

@@ -1,4 +1,4 @@
-// Status and Result<T>: expected failures as values (DESIGN.md §8, STYLE.md 4).
+// Status and Result<T>: expected failures as values (docs/ARCHITECTURE.md §8).
 //
 // Use these where the caller is expected to handle the outcome (a full tier, a refused admission,
 // a cache miss). Bad input and broken contracts throw orbit::Error instead (error.h).

@@ -1,4 +1,4 @@
-// The cost model (DESIGN.md §4): what a forward, a relocation, a patch and a tier transfer
+// The cost model (docs/ARCHITECTURE.md §10): what a forward, a relocation, a patch and a tier transfer
 // cost on this machine, fitted from timings, and the load-vs-patch-vs-recompute decision it drives.
 //
 //   forward          seconds_forward(t, c) = a·t + b·t·c + f     t tokens forwarded after c context tokens

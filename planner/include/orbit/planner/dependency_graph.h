@@ -1,4 +1,4 @@
-// The dependency graph of chunk instances and their conditioning (DESIGN.md §4).
+// The dependency graph of chunk instances and their conditioning (docs/ARCHITECTURE.md §10).
 //
 // Nodes are chunk instances (one placement of a chunk in a window) and patch nodes (the current
 // conditioning of one instance: the stored patch it wears and the instances that were in its context

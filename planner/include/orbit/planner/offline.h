@@ -1,4 +1,4 @@
-// The offline optimiser (DESIGN.md §4): over a known trace of patch demands, how well could
+// The offline optimiser (docs/ARCHITECTURE.md §10): over a known trace of patch demands, how well could
 // any caching policy have done, and how does an online policy (LRU) compare?
 //
 // A trace is a sequence of demands, each for one stored patch (or chunk) `key` of `bytes`. A demand hits

@@ -1,4 +1,4 @@
-// Placement: the order of a window's chunks as a decision variable (DESIGN.md §4).
+// Placement: the order of a window's chunks as a decision variable (docs/ARCHITECTURE.md §10).
 //
 // Reordering is free on the orbit (relocation only), so the window manager may choose the order of the
 // chunks a window must hold. Placing item i after exactly the set S of other items costs cost(i, S): a

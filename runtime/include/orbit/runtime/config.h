@@ -20,7 +20,7 @@ enum class Arch {
 // "llama", "qwen2", "deepseek_v2", "qwen2_vl", "qwen2_5_vl" (the HF model_type).
 const char* arch_name(Arch arch) noexcept;
 
-// How attention reads the content channel (DESIGN.md §2).
+// How attention reads the content channel (docs/ARCHITECTURE.md §7).
 enum class AttentionKind {
   kGqa,  // MHA / GQA: content = pre-RoPE keys and values, [T, H_kv, head_dim] each
   kMla,  // multi-head latent attention: content = pre-rotation k_pe [T, 1, d_rope] and latent c_KV [T, 1, r_kv]

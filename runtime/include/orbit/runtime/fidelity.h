@@ -1,4 +1,4 @@
-// Fidelity of a reused chunk against full re-prefill of the same window (DESIGN.md §2, paper 000 §5–§6).
+// Fidelity of a reused chunk against full re-prefill of the same window (docs/ARCHITECTURE.md §7).
 //
 // Every measure compares an *arm* (a repair strategy's result) with the *exact* answer (B prefilled in
 // context) and, for η and flip-recover, with *blind* reuse (the canonical relocated, no repair):

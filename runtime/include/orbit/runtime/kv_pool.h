@@ -1,4 +1,4 @@
-// Paged KV pool (DESIGN.md §6, STYLE.md 6): fixed-size pages with stable ids, reference counts and an
+// Paged KV pool (docs/ARCHITECTURE.md §9): fixed-size pages with stable ids, reference counts and an
 // O(1) free list. Stores the content channel (pre-RoPE) of tokens; positions are metadata kept by the
 // owner of the pages (PagedSequence here, windows later), so relocation never rewrites a page.
 //

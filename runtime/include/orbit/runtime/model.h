@@ -1,4 +1,4 @@
-// The decoder-only forward pass (DESIGN.md §6) for every attention family the runtime executes:
+// The decoder-only forward pass (docs/ARCHITECTURE.md §9) for every attention family the runtime executes:
 // GQA/MHA (Llama, Qwen2/2.5), GQA with M-RoPE (Qwen2-VL / Qwen2.5-VL language model) and MLA
 // (DeepSeek-V2).
 //
@@ -7,7 +7,7 @@
 //   MLA:      see MlaConfig (config.h): per head q = [q_nope ‖ RoPE(q_pe)], k = [k_nope ‖ RoPE(k_pe)],
 //             with k_nope and v expanded from the latent c_KV by kv_b_proj
 //
-// Besides logits, the forward returns each layer's **content channel** (DESIGN.md §2), split by one
+// Besides logits, the forward returns each layer's **content channel** (docs/ARCHITECTURE.md §7), split by one
 // rule for every family: LayerKV::k = what gets rotated at placement (before rotation), LayerKV::v =
 // what does not. Past KV is given in the same content form with its positions and is rotated (and, for
 // MLA, expanded) on the fly, so stored content is never rewritten when it moves.

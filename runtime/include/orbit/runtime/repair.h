@@ -1,4 +1,4 @@
-// Repair strategies behind one interface (DESIGN.md §2 "strategies to compare against"; STYLE.md 8).
+// Repair strategies behind one interface (docs/ARCHITECTURE.md §4).
 //
 // A scenario is one window with a reused chunk B between exact context and a live query:
 //

@@ -1,4 +1,4 @@
-// The reuse operator (DESIGN.md §2, paper 000 §2–§4 and Appendix A).
+// The reuse operator (docs/ARCHITECTURE.md §7).
 //
 //   canonical      KV(B|∅): chunk B's content channel computed alone (positions 0..n-1; position-free)
 //   conditioned    KV(B|C): B prefilled after the context C (the exact answer)

@@ -1,5 +1,5 @@
 // Rotary position embedding: the one angle function shared by the forward pass and by relocation
-// (DESIGN.md §2, STYLE.md 9).
+// (docs/ARCHITECTURE.md §7).
 //
 //   angle(p, i) = p · inv_freq[i]          i in [0, rotary_dim/2)
 //

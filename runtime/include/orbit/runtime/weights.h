@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "orbit/common/shape.h"  // shape_string, used with these tensors in messages
 #include "orbit/runtime/config.h"
 #include "orbit/runtime/model.h"
 
@@ -32,8 +33,5 @@ const at::Tensor& weight_slot(const ModelWeights& weights, const ModelConfig& co
 
 // Sizes `weights.layers` for the config (tensors left undefined).
 void prepare_weights(ModelWeights& weights, const ModelConfig& config);
-
-// Shape as "[a, b]" for messages.
-std::string shape_string(at::IntArrayRef shape);
 
 }  // namespace orbit::runtime

@@ -69,7 +69,7 @@ uint64_t encoded_blob_size(const std::string& key, const std::string& model_fing
 
 // Decodes a whole blob file held in `bytes` (uint8, contiguous CPU). Verifies the trailer checksum over
 // the contents and, when `expected_checksum` is non-empty, that it matches the index. A corrupt,
-// truncated or malformed blob is an expected fault (DESIGN.md §8: served as a miss): it returns
+// truncated or malformed blob is an expected fault (docs/ARCHITECTURE.md §8: served as a miss): it returns
 // not_found with a reason naming `origin`, never throws for bad bytes.
 Result<DecodedBlob> decode_blob(const at::Tensor& bytes, const std::string& expected_checksum,
                                 const std::string& origin);

@@ -1,4 +1,4 @@
-// Embedding cache (DESIGN.md §5): a media chunk's input embeddings ([n, hidden], the vision tower's output
+// Embedding cache (docs/ARCHITECTURE.md §6): a media chunk's input embeddings ([n, hidden], the vision tower's output
 // for an image or a frame; about 1/8 of its KV bytes for a VL model), kept in the chunk store under a key
 // derived from the chunk's content key. An engine that sees the same media again (this process, another
 // one sharing the store directory, or another machine through the remote tier) registers the chunk from

@@ -1,4 +1,4 @@
-// Eviction policies (DESIGN.md §5, STYLE.md 8): small strategy objects that rank a tier's evictable
+// Eviction policies (docs/ARCHITECTURE.md §6): small strategy objects that rank a tier's evictable
 // entries; the ChunkStore evicts (demotes) in that order until the request fits. Pinned entries and
 // entries a tier refuses to let go (device pages held by windows) are never candidates.
 // Policies are stateless and const: one instance may serve several tiers and threads.

@@ -68,7 +68,7 @@ class SqliteIndex {
 
   const std::string& path() const { return path_; }
 
-  // Reads throw orbit::Error (a broken index is bad input, DESIGN.md §8).
+  // Reads throw orbit::Error (a broken index is bad input, docs/ARCHITECTURE.md §8).
   std::optional<std::string> meta(const std::string& name) const;
   std::vector<DiskRow> rows() const;
   std::optional<DiskRow> row(const std::string& key) const;

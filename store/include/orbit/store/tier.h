@@ -1,4 +1,4 @@
-// One interface for every place the store keeps bytes (DESIGN.md §5): device pool, host memory, disk.
+// One interface for every place the store keeps bytes (docs/ARCHITECTURE.md §6): device pool, host memory, disk.
 //
 // A tier is mechanism only: it holds values under keys and charges bytes against a budget. Which entry
 // to evict, where a victim goes (demotion device → host → disk) and when to promote are decided by the
