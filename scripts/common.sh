@@ -11,7 +11,7 @@ ORBIT_PACKAGES=(
   libtorch-dev libopenblas0-openmp libssl-dev nlohmann-json3-dev libboost-graph-dev libsqlite3-dev
   libhiredis-dev redis-server redis-tools libpcre2-dev libicu-dev
   catch2 pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-matplotlib
-  clang-format nodejs
+  clang-format nodejs clang libclang-rt-14-dev
 )
 
 step() { printf '\n==> %s\n' "$*"; }

@@ -2,8 +2,10 @@
 # Every test: install what is missing, build with tests and warnings as errors, run the C++ tests (CTest)
 # and the Python tests, install into a temporary prefix and build samples/cpp against it, then the sanitizer
 # stages: the fast C++ tests under ASan+UBSan and the thread tests under TSan (scripts/sanitize.sh, each in
-# its own build directory).
-# Env: ORBIT_SANITIZERS=0 skips the sanitizer stages; ORBIT_BUILD, ORBIT_JOBS (scripts/common.sh).
+# its own build directory), and the fuzz stage: each libFuzzer target for a bounded time (scripts/fuzz.sh,
+# build-fuzz, clang).
+# Env: ORBIT_SANITIZERS=0 skips the sanitizer stages, ORBIT_FUZZ=0 the fuzz stage (ORBIT_FUZZ_SECONDS: per
+# target); ORBIT_BUILD, ORBIT_JOBS (scripts/common.sh).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -30,7 +32,14 @@ step "Format: the C++/CUDA sources match .clang-format (scripts/check-format.sh;
 stage_start=$SECONDS
 orbit_build -DORBIT_TESTS=ON -DORBIT_PYTHON=ON -DORBIT_WERROR=ON
 
-step "C++ tests (ctest; labels: cpu, model, gpu, slow)"
+# ctest runs ORBIT_JOBS tests at once: each test's OpenMP and BLAS threads get their share of the cores, as
+# oversubscribed OpenMP threads spin-wait on each other (on 2 cores, a replay ran 4x slower with 2 threads
+# per test than with 1 while another test ran beside it). A thread count set by the caller is kept; the
+# tests that compare two thread counts (a CLI against the library in process) set their own.
+cores=$(nproc)
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$((cores / ORBIT_JOBS > 0 ? cores / ORBIT_JOBS : 1))}"
+
+step "C++ tests (ctest; labels: cpu, model, gpu, slow; OMP_NUM_THREADS=$OMP_NUM_THREADS per test)"
 ctest --test-dir "$ORBIT_BUILD" --output-on-failure -j "$ORBIT_JOBS"
 
 step "Python tests (pytest, Debian's /usr/bin/python3)"
@@ -50,6 +59,14 @@ if [ "${ORBIT_SANITIZERS:-1}" != 0 ]; then
   done
 else
   step "Sanitizer stages skipped (ORBIT_SANITIZERS=0)"
+fi
+
+if [ "${ORBIT_FUZZ:-1}" != 0 ]; then
+  stage_start=$SECONDS
+  "$ORBIT_ROOT/scripts/fuzz.sh"
+  timings+=("fuzz stage: $((SECONDS - stage_start)) s")
+else
+  step "Fuzz stage skipped (ORBIT_FUZZ=0)"
 fi
 
 step "All tests passed"
