@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <random>
 
+#include "blobs_root.h"
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"
 
@@ -216,6 +217,28 @@ Result<std::string> confine_blob_path(const std::string& root, const std::string
   }
   if (fs::is_symlink(fs::symlink_status(path, ec))) return refuse("is a symlink");
   return path;
+}
+
+Result<std::string> resolve_blobs_root(const std::string& root) {
+  namespace fs = std::filesystem;
+  const std::string blobs = root + "/blobs";
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(blobs, ec);
+  if (ec || !fs::exists(link)) return Status::not_found("store " + root + ": " + blobs + " does not exist");
+  if (fs::is_symlink(link)) {
+    const std::string target = fs::read_symlink(blobs, ec).string();
+    return Status::refused("store " + root + ": " + blobs + " is a symlink (to " + target +
+                           "); blobs must be a directory inside the store, so that no write or removal leaves it");
+  }
+  const fs::path inside = fs::canonical(root, ec) / "blobs";
+  if (ec) return Status::refused("store " + root + ": cannot resolve " + root + ": " + ec.message());
+  const fs::path resolved = fs::canonical(blobs, ec);
+  if (ec) return Status::refused("store " + root + ": cannot resolve " + blobs + ": " + ec.message());
+  if (resolved != inside || !fs::is_directory(resolved)) {
+    return Status::refused("store " + root + ": " + blobs + " resolves to " + resolved.string() +
+                           ", not a directory inside the store");
+  }
+  return resolved.string();
 }
 
 }  // namespace orbit::store

@@ -304,46 +304,60 @@ Status ChunkStore::put_local(const std::string& key, const ValuePtr& value, cons
   check_key(key, "put");
   ORBIT_CHECK(value != nullptr, "ChunkStore::put: null value for key " << key);
   if (!options.replace) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Meta* m = known(key);
-    // Held in memory only because an earlier disk write failed: write it through now (fall through).
-    const bool not_durable =
-        m && disk_ && options_.write_through && options.tier != StoreTier::kDisk && disk_->locate(key) == nullptr;
-    if (m && !not_durable) {  // content-addressed: the same key already holds this content
-      touch(key, *m);
-      if (options.pin && !m->pinned) {
-        Status pinned = disk_ ? disk_->set_pinned(key, true) : Status::ok();
-        if (!pinned) return pinned;
-        m->pinned = true;
-      }
-      const bool in_memory = (device_ && device_->contains(key)) || host_->contains(key);
-      if (!in_memory && options.tier != StoreTier::kDisk) (void)place_in_memory(options.tier, key, value);
-      return Status::ok();
-    }
+    if (std::optional<Status> stored = put_existing(key, value, options)) return *stored;
   }
+  PendingPut pending;
+  if (std::optional<Status> ended = prepare_put(key, *value, options, &pending)) return *ended;
+  std::lock_guard<std::mutex> lock(mu_);
+  const Meta m = put_meta(key, *value, options);
+  if (std::optional<Status> ended = commit_put(key, m, options, pending)) return *ended;
+  return place_put(key, value, options, pending);
+}
+
+std::optional<Status> ChunkStore::put_existing(const std::string& key, const ValuePtr& value,
+                                               const PutOptions& options) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Meta* m = known(key);
+  // Held in memory only because an earlier disk write failed: write it through now (go on with the put).
+  const bool not_durable =
+      m && disk_ && options_.write_through && options.tier != StoreTier::kDisk && disk_->locate(key) == nullptr;
+  if (!m || not_durable) return std::nullopt;
+  touch(key, *m);  // content-addressed: the same key already holds this content
+  if (options.pin && !m->pinned) {
+    Status pinned = disk_ ? disk_->set_pinned(key, true) : Status::ok();
+    if (!pinned) return pinned;
+    m->pinned = true;
+  }
+  const bool in_memory = (device_ && device_->contains(key)) || host_->contains(key);
+  if (!in_memory && options.tier != StoreTier::kDisk) (void)place_in_memory(options.tier, key, value);
+  return Status::ok();
+}
+
+std::optional<Status> ChunkStore::prepare_put(const std::string& key, const StoredValue& value,
+                                              const PutOptions& options, PendingPut* pending) {
   const bool durable = disk_ && options_.write_through && options.tier != StoreTier::kDisk;
-  const bool disk_only = options.tier == StoreTier::kDisk;
-  if (disk_only && !disk_) {
+  pending->disk_only = options.tier == StoreTier::kDisk;
+  if (pending->disk_only && !disk_) {
     std::lock_guard<std::mutex> lock(mu_);
     ++refusals_;
     return Status::refused("ChunkStore::put: PutOptions::tier is disk but the store has no directory");
   }
-  std::optional<PreparedBlob> prepared;
-  Status disk_error;
-  if (durable || disk_only) {
-    Result<PreparedBlob> blob = disk_->prepare(key, *value);  // outside the lock: encode, write, fsync
-    if (blob) {
-      prepared = blob.value();
-    } else {
-      std::lock_guard<std::mutex> lock(mu_);
-      disk_failed(blob.status());
-      if (disk_only) return blob.status();
-      disk_error = blob.status();  // kept in memory below
-    }
+  if (!durable && !pending->disk_only) return std::nullopt;
+  Result<PreparedBlob> blob = disk_->prepare(key, value);  // outside the lock: encode, write, fsync
+  if (blob) {
+    pending->prepared = blob.value();
+    return std::nullopt;
   }
   std::lock_guard<std::mutex> lock(mu_);
+  disk_failed(blob.status());
+  if (pending->disk_only) return blob.status();
+  pending->disk_error = blob.status();  // kept in memory by place_put
+  return std::nullopt;
+}
+
+ChunkStore::Meta ChunkStore::put_meta(const std::string& key, const StoredValue& value, const PutOptions& options) {
   Meta m;
-  m.kind = value->kind;
+  m.kind = value.kind;
   m.pinned = options.pin;
   m.recompute_cost = options.recompute_cost;
   m.expected_reuse = options.expected_reuse;
@@ -352,48 +366,58 @@ Status ChunkStore::put_local(const std::string& key, const ValuePtr& value, cons
     m.pinned = m.pinned || old->second.pinned;
     m.hits = old->second.hits;
   }
-  if (prepared) {
-    Status room = make_room(*disk_, prepared->blob_bytes - disk_->charged(key), key);
+  return m;
+}
+
+std::optional<Status> ChunkStore::commit_put(const std::string& key, const Meta& m, const PutOptions& options,
+                                             PendingPut& pending) {
+  if (pending.prepared) {
+    Status room = make_room(*disk_, pending.prepared->blob_bytes - disk_->charged(key), key);
     if (!room) {
-      disk_->discard(*prepared);
+      disk_->discard(*pending.prepared);
       ++refusals_;
       return room;
     }
-    Status committed = disk_->commit(*prepared, row_attrs(m), options.replace);
+    Status committed = disk_->commit(*pending.prepared, row_attrs(m), options.replace);
     if (!committed) {
       disk_failed(committed);
-      if (disk_only) {
+      if (pending.disk_only) {
         forget_if_gone(key);
         return committed;
       }
-      disk_error = committed;
-      prepared.reset();
+      pending.disk_error = committed;
+      pending.prepared.reset();
     } else {
       memory_only_.erase(key);
       if (m.pinned) (void)disk_->set_pinned(key, true);
     }
   }
   // A replaced value leaves every tier (a disk copy too, unless the new value was just committed there).
-  if (!prepared && disk_ && disk_->contains(key)) {
+  if (!pending.prepared && disk_ && disk_->contains(key)) {
     Status erased = disk_->erase(key);
     if (!erased) return erased;
   }
   if (device_) device_->remove(key);
   host_->remove(key);
   meta_[key] = m;
-  if (disk_only || place_in_memory(options.tier, key, value)) {
-    if (!disk_error.is_ok()) {
+  return std::nullopt;
+}
+
+Status ChunkStore::place_put(const std::string& key, const ValuePtr& value, const PutOptions& options,
+                             PendingPut& pending) {
+  if (pending.disk_only || place_in_memory(options.tier, key, value)) {
+    if (!pending.disk_error.is_ok()) {
       memory_only_.insert(key);  // written back by disk_recovered() once the disk takes writes again
-    } else if (prepared && disk_degraded_) {
+    } else if (pending.prepared && disk_degraded_) {
       (void)disk_recovered();
     }
     return Status::ok();
   }
-  if (prepared) {  // durable on disk; no memory tier could hold a copy
+  if (pending.prepared) {  // durable on disk; no memory tier could hold a copy
     if (disk_degraded_) (void)disk_recovered();
     return Status::ok();
   }
-  if (disk_ && disk_error.is_ok()) {
+  if (disk_ && pending.disk_error.is_ok()) {
     Status s = write_to_disk_locked(key, value);
     if (s && disk_degraded_) (void)disk_recovered();
     if (s) return s;
@@ -403,7 +427,7 @@ Status ChunkStore::put_local(const std::string& key, const ValuePtr& value, cons
   }
   meta_.erase(key);
   ++refusals_;
-  if (!disk_error.is_ok()) return disk_error;  // neither the disk nor memory could keep it
+  if (!pending.disk_error.is_ok()) return pending.disk_error;  // neither the disk nor memory could keep it
   return Status::out_of_capacity("ChunkStore::put: no tier can admit " + std::to_string(value->bytes()) +
                                  " bytes for key " + key + " (host budget " + std::to_string(host_->budget_bytes()) +
                                  ", no disk tier)");

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "blobs_root.h"
 #include "orbit/common/error.h"
 
 namespace orbit::store {
@@ -67,9 +68,9 @@ DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
   if (options_.dir.size() > 1 && options_.dir.back() == '/') options_.dir.pop_back();
   Status made = ensure_directory(options_.dir + "/blobs", options_.io_hooks);
   ORBIT_CHECK(made.is_ok(), "store " << options_.dir << ": " << made.reason());
-  std::error_code ec;
-  blobs_root_ = std::filesystem::canonical(options_.dir + "/blobs", ec).string();
-  ORBIT_CHECK(!ec, "store " << options_.dir << ": cannot resolve " << options_.dir << "/blobs: " << ec.message());
+  Result<std::string> blobs_root = resolve_blobs_root(options_.dir);
+  ORBIT_CHECK(blobs_root.is_ok(), blobs_root.status().reason());
+  blobs_root_ = blobs_root.value();
   const std::string lock_path = options_.dir + "/LOCK";
   lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   ORBIT_CHECK(lock_fd_ >= 0, "store " << options_.dir << ": cannot open " << lock_path << ": " << errno_text(errno));

@@ -11,6 +11,7 @@
 #include <memory>
 #include <set>
 
+#include "blobs_root.h"
 #include "orbit/common/error.h"
 #include "orbit/store.h"
 #include "orbit/store/blob_format.h"
@@ -41,6 +42,8 @@ std::string store_root(const std::string& dir) {
   std::string root = fs::absolute(dir, ec).lexically_normal().string();
   ORBIT_CHECK(!ec, "store " << dir << ": cannot resolve the path: " << ec.message());
   if (root.size() > 1 && root.back() == '/') root.pop_back();
+  const Result<std::string> blobs = store::resolve_blobs_root(root);  // a symlinked blobs/ is refused
+  ORBIT_CHECK(blobs.is_ok() || blobs.status().code() == StatusCode::kNotFound, blobs.status().reason());
   if (!fs::is_regular_file(root + "/index.sqlite", ec)) {
     const int64_t blobs = count_blob_files(root);
     ORBIT_CHECK(blobs == 0, "store " << root << ": index.sqlite is missing but blobs/ holds " << blobs

@@ -23,12 +23,23 @@ timeval to_timeval(int ms) {
   return tv;
 }
 
+// host:port, [IPv6]:port, or a bare IPv6 address with its port after the last ':' (as MOVED and CLUSTER
+// SLOTS replies name IPv6 nodes).
 RedisEndpoint parse_endpoint(const std::string& url, const std::string& text) {
-  const auto colon = text.rfind(':');
-  ORBIT_CHECK(colon != std::string::npos && colon > 0, "remote '" << url << "': '" << text << "' is not host:port");
   RedisEndpoint e;
-  e.host = text.substr(0, colon);
-  const std::string port = text.substr(colon + 1);
+  std::string port;
+  if (!text.empty() && text[0] == '[') {
+    const auto close = text.find(']');
+    ORBIT_CHECK(close != std::string::npos && close > 1 && close + 1 < text.size() && text[close + 1] == ':',
+                "remote '" << url << "': '" << text << "' is not [IPv6 address]:port");
+    e.host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    ORBIT_CHECK(colon != std::string::npos && colon > 0, "remote '" << url << "': '" << text << "' is not host:port");
+    e.host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
   char* end = nullptr;
   errno = 0;
   const long value = port.empty() ? -1 : std::strtol(port.c_str(), &end, 10);
@@ -36,6 +47,31 @@ RedisEndpoint parse_endpoint(const std::string& url, const std::string& text) {
               "remote '" << url << "': port '" << port << "' is not a number in 1..65535");
   e.port = static_cast<int>(value);
   return e;
+}
+
+// RFC 3986 percent-decoding of a URL's user or password ("p%40ss" is "p@ss"). Throws naming `what` (never
+// the text itself: it may be a password) on a '%' not followed by two hex digits.
+std::string percent_decode(const std::string& url, const std::string& text, const char* what) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out.push_back(text[i]);
+      continue;
+    }
+    const int high = i + 2 < text.size() ? hex(text[i + 1]) : -1;
+    const int low = i + 2 < text.size() ? hex(text[i + 2]) : -1;
+    ORBIT_CHECK(high >= 0 && low >= 0,
+                "remote '" << url << "': the " << what << " has a '%' not followed by two hex digits");
+    out.push_back(static_cast<char>(high * 16 + low));
+    i += 2;
+  }
+  return out;
 }
 
 // Writing to a connection the server closed raises SIGPIPE, whose default action kills the process. A
@@ -160,8 +196,8 @@ RedisUrl parse_redis_url(const std::string& given) {
     const std::string userinfo = rest.substr(0, at);
     rest = rest.substr(at + 1);
     const auto colon = userinfo.find(':');
-    out.user = colon == std::string::npos ? "" : userinfo.substr(0, colon);
-    out.password = colon == std::string::npos ? userinfo : userinfo.substr(colon + 1);
+    out.user = percent_decode(url, colon == std::string::npos ? "" : userinfo.substr(0, colon), "user");
+    out.password = percent_decode(url, colon == std::string::npos ? userinfo : userinfo.substr(colon + 1), "password");
     ORBIT_CHECK(!out.password.empty(), "remote '" << url << "': an empty password before '@'");
   }
   const auto slash = rest.find('/');

@@ -12,6 +12,7 @@
 #include "orbit/common/sha256.h"
 #include "orbit/store/blob_format.h"
 #include "orbit/store/redis_backend.h"
+#include "orbit/store/remote_auth.h"
 
 namespace orbit::store {
 
@@ -122,21 +123,7 @@ Result<ValuePtr> RemoteTier::get(const std::string& key) {
     return Status::not_found("remote " + stats_.url + ": no entry " + key);
   }
   std::string reason = r.reason;
-  ValuePtr value;
-  if (r.outcome == BackendRead::Outcome::kHit) {
-    at::Tensor bytes = at::empty({static_cast<int64_t>(r.bytes.size())}, at::TensorOptions().dtype(at::kByte));
-    std::memcpy(bytes.data_ptr(), r.bytes.data(), r.bytes.size());
-    const std::string origin = "remote " + stats_.url + ", key " + key;
-    Result<DecodedBlob> decoded = decode_blob(bytes, "", origin);
-    if (!decoded) {
-      reason = decoded.status().reason();
-    } else if (decoded.value().key != key || decoded.value().model_fingerprint != fingerprint_) {
-      reason = "corrupt value " + origin + ": it holds key " + decoded.value().key + " of model " +
-               decoded.value().model_fingerprint;
-    } else {
-      value = decoded.value().value;
-    }
-  }
+  const ValuePtr value = r.outcome == BackendRead::Outcome::kHit ? verified_value(key, r.bytes, &reason) : nullptr;
   if (!value) {  // corrupt: never used; removed so that the next put replaces it
     Status removed = backend_->remove(key);
     std::lock_guard<std::mutex> lock(mu_);
@@ -151,6 +138,40 @@ Result<ValuePtr> RemoteTier::get(const std::string& key) {
   stats_.bytes_read += static_cast<int64_t>(r.bytes.size());
   stats_.read_seconds += seconds;
   return value;
+}
+
+ValuePtr RemoteTier::verified_value(const std::string& key, const std::string& bytes, std::string* reason) const {
+  const std::string origin = "remote " + backend_->describe() + ", key " + key;
+  Result<std::string_view> blob = open_remote_value(options_.secret, key, bytes);
+  if (!blob) {
+    *reason = "refused value " + origin + ": " + blob.status().reason();
+    return nullptr;
+  }
+  at::Tensor raw = at::empty({static_cast<int64_t>(blob.value().size())}, at::TensorOptions().dtype(at::kByte));
+  std::memcpy(raw.data_ptr(), blob.value().data(), blob.value().size());
+  Result<DecodedBlob> decoded = decode_blob(raw, "", origin);
+  if (!decoded) {
+    *reason = decoded.status().reason();
+    return nullptr;
+  }
+  if (decoded.value().key != key || decoded.value().model_fingerprint != fingerprint_) {
+    *reason = "corrupt value " + origin + ": it holds key " + decoded.value().key + " of model " +
+              decoded.value().model_fingerprint;
+    return nullptr;
+  }
+  if (options_.validate) {
+    Status valid = Status::refused("the validator threw");
+    try {
+      valid = options_.validate(key, *decoded.value().value);
+    } catch (const std::exception& e) {
+      valid = Status::refused(e.what());
+    }
+    if (!valid) {
+      *reason = "refused value " + origin + ": " + valid.reason();
+      return nullptr;
+    }
+  }
+  return decoded.value().value;
 }
 
 bool RemoteTier::contains(const std::string& key) {
@@ -209,7 +230,8 @@ Result<RemoteReadSample> RemoteTier::measure_read(int64_t bytes, int reps) {
   const std::string key = h.hex_digest();
   const at::Tensor payload = at::randint(0, 256, {bytes}, at::TensorOptions().dtype(at::kByte));
   const ValuePtr value = make_value(EntryKind::kOther, {{"probe", payload}}, {}, /*copy=*/false);
-  const std::string blob = serialize(encode_blob(key, fingerprint_, *value, BlobEncoding::kExact));
+  const std::string blob =
+      seal_remote_value(options_.secret, key, serialize(encode_blob(key, fingerprint_, *value, BlobEncoding::kExact)));
   Status written = backend_->put(key, blob);
   if (!written) {
     failed(written.reason());
@@ -225,8 +247,13 @@ Result<RemoteReadSample> RemoteTier::measure_read(int64_t bytes, int reps) {
                                ": the probe read failed: " + (r.reason.empty() ? std::string("a miss") : r.reason));
       break;
     }
-    at::Tensor read = at::empty({static_cast<int64_t>(r.bytes.size())}, at::TensorOptions().dtype(at::kByte));
-    std::memcpy(read.data_ptr(), r.bytes.data(), r.bytes.size());
+    Result<std::string_view> opened = open_remote_value(options_.secret, key, r.bytes);
+    if (!opened) {
+      status = opened.status();
+      break;
+    }
+    at::Tensor read = at::empty({static_cast<int64_t>(opened.value().size())}, at::TensorOptions().dtype(at::kByte));
+    std::memcpy(read.data_ptr(), opened.value().data(), opened.value().size());
     Result<DecodedBlob> decoded = decode_blob(read, "", "remote probe " + key);
     if (!decoded) {
       status = Status::refused(decoded.status().reason());
@@ -264,7 +291,8 @@ void RemoteTier::writer_loop() {
     std::string bytes;
     Status s = Status::ok();
     if (p.value) {
-      bytes = serialize(encode_blob(p.key, fingerprint_, *p.value, BlobEncoding::kExact));
+      bytes = seal_remote_value(options_.secret, p.key,
+                                serialize(encode_blob(p.key, fingerprint_, *p.value, BlobEncoding::kExact)));
       s = backend_->put(p.key, bytes);
     } else {
       s = backend_->remove(p.key);

@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "blobs_root.h"
 #include "orbit/common/error.h"
 #include "orbit/store.h"
 #include "orbit/store/blob_format.h"
@@ -115,6 +116,8 @@ RepairReport repair_store(const std::string& dir) {
   ORBIT_CHECK(!ec, "store " << dir << ": cannot resolve the path: " << ec.message());
   if (root.size() > 1 && root.back() == '/') root.pop_back();
   ORBIT_CHECK(fs::is_directory(root + "/blobs", ec), "store " << root << ": no blobs/ directory: nothing to repair");
+  const Result<std::string> blobs = store::resolve_blobs_root(root);  // a symlinked blobs/ is refused
+  ORBIT_CHECK(blobs.is_ok(), blobs.status().reason());
   const store::ExclusiveStoreLock lock(root, "repair");
 
   RepairReport report;

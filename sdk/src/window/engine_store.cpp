@@ -2,11 +2,14 @@
 // kind of value is put, and the embedding cache behind Engine::find_media.
 #include <ATen/ATen.h>
 
+#include <cstdlib>
+
 #include "orbit/common/error.h"
 #include "orbit/runtime/device.h"
 #include "orbit/store/codec.h"
 #include "orbit/store/embedding_cache.h"
 #include "window/engine_core.h"
+#include "window/remote_values.h"
 #include "window/tensor_convert.h"
 
 namespace orbit::detail {
@@ -22,6 +25,25 @@ store::ChunkStoreOptions EngineCore::store_options() const {
   ORBIT_CHECK(o.remote_ttl_seconds >= 0, "EngineOptions::remote_ttl_seconds must be >= 0 (0 = never expire)");
   so.remote.url = o.remote;
   so.remote.ttl_seconds = o.remote_ttl_seconds;
+  so.remote.secret = o.remote_secret;
+  if (so.remote.secret.empty()) {
+    const char* env = std::getenv("ORBIT_REMOTE_SECRET");
+    if (env != nullptr) so.remote.secret = env;
+  }
+  RemoteValueExpectations expect;
+  expect.config = m.config();
+  expect.fingerprint = m.fingerprint();
+  // The engine outlives its store, so the lookup may use it; mu_ guards only short sections that never
+  // reach the store, so taking it here (on a reading thread, inside the store's get) cannot deadlock.
+  expect.chunk_length = [this](const std::string& key) -> std::optional<int64_t> {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = chunks_.find(key);
+    if (it == chunks_.end()) return std::nullopt;
+    return it->second->ref.length;
+  };
+  so.remote.validate = [expect](const std::string& key, const store::StoredValue& value) {
+    return check_remote_value(expect, key, value);
+  };
 
   std::shared_ptr<const store::EvictionPolicy> policy;
   try {

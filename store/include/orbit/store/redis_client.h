@@ -3,7 +3,8 @@
 // learns the slot owners with CLUSTER SLOTS, and follows MOVED and ASK redirections). Valkey speaks the
 // same protocol.
 //
-//   redis://host:port[/db]                      one server (db: SELECT on connect; default 0)
+//   redis://host:port[/db]                      one server (db: SELECT on connect; default 0);
+//                                               host may be [IPv6 address], e.g. redis://[::1]:6379
 //   redis-cluster://host:port[,host:port...]    seed nodes of a cluster (db 0 only)
 //
 // Every network wait is bounded: connecting by RedisClientOptions::connect_timeout_ms, each reply by
@@ -30,7 +31,10 @@ namespace orbit::store {
 struct RedisEndpoint {
   std::string host;
   int port = 6379;
-  std::string str() const { return host + ":" + std::to_string(port); }
+  // host:port, or [host]:port for an IPv6 address.
+  std::string str() const {
+    return (host.find(':') == std::string::npos ? host : "[" + host + "]") + ":" + std::to_string(port);
+  }
 };
 
 struct RedisUrl {
@@ -43,7 +47,8 @@ struct RedisUrl {
 };
 
 // Parses a redis:// or redis-cluster:// URL, optionally with credentials before the host list
-// (redis://[user:]password@host:port; sent as AUTH on every new connection). Throws orbit::Error naming
+// (redis://[user:]password@host:port, percent-encoded as RFC 3986 has it: "p%40ss" is "p@ss"; sent as AUTH
+// on every new connection). Throws orbit::Error naming
 // the URL (its password redacted) and the part at fault (scheme, host, port out of 1..65535, db not a
 // number, a db with a cluster).
 RedisUrl parse_redis_url(const std::string& url);

@@ -4,8 +4,11 @@
 //   put:     local tiers first (durable), then queued for the remote; a failed remote write loses nothing
 //
 // Values are the store's blob format (blob_format.h: key and model fingerprint inside, SHA-256 trailer),
-// decoded and verified on every load; a value that fails (truncated, corrupted, another key or model)
-// is counted, removed from the backend and served as a miss, so the next put replaces it.
+// decoded and verified on every load; a value that fails (truncated, corrupted, another key or model,
+// without a valid authentication tag when RemoteOptions::secret is set, or refused by
+// RemoteOptions::validate) is counted as corrupt, removed from the backend and served as a miss, so the
+// caller recomputes it and the next put replaces it. A refused value is never returned, so the store
+// never promotes it into its local tiers.
 //
 // Faults never stop the caller: every backend call is bounded by its timeouts; after a failure the tier
 // is "down" for RemoteOptions::retry_after_ms, during which reads answer a miss at once and writes wait
@@ -22,6 +25,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,6 +37,12 @@
 #include "orbit/store/value.h"
 
 namespace orbit::store {
+
+// Checks a decoded remote value against what its reader expects of `key` (kind, shapes, dtypes, finite
+// values: the store itself knows no model). ok to accept; any other status refuses the value, its reason
+// naming what is wrong. Called on the reading thread, before the value is returned; must not throw and
+// must not call into the store.
+using RemoteValidator = std::function<Status(const std::string& key, const StoredValue& value)>;
 
 // The longest remote TTL accepted (100 years): beyond it the milliseconds sent to Redis overflow.
 constexpr int64_t kMaxRemoteTtlSeconds = int64_t{3155760000};
@@ -48,6 +58,11 @@ struct RemoteOptions {
   int retry_after_ms = 1000;                      // after a failure, skip the remote this long
   int64_t max_queued_bytes = int64_t{256} << 20;  // queued writes (blob bytes) before the oldest is dropped
   bool warn = true;                               // print the one warning on the first outage
+  // The operator's secret ("" = none): every value written carries an HMAC-SHA256 over its key and bytes
+  // under it (remote_auth.h), and with a secret set a value read without a valid tag is refused. Never
+  // shown in a message, a warning or stats.
+  std::string secret;
+  RemoteValidator validate;  // empty = values are checked only by the blob format
 };
 
 // One timed read of the remote (RemoteTier::measure_read): what a hit of `bytes` blob bytes cost.
@@ -85,6 +100,9 @@ class RemoteTier {
 
  private:
   bool available();  // false while down (retry_after_ms not yet passed)
+  // The value in `bytes` read for `key`: authenticated, decoded, verified and validated; null with
+  // `reason` set when any of that fails.
+  ValuePtr verified_value(const std::string& key, const std::string& bytes, std::string* reason) const;
   void failed(const std::string& reason);
   void succeeded();
   void writer_loop();
