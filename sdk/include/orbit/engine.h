@@ -63,6 +63,13 @@ struct EngineOptions {
   // the engine (bounded timeouts, one warning, stats().store.remote counts it). See README "Remote tier".
   std::string remote;
   int64_t remote_ttl_seconds = 0;  // entries written to the remote expire after this; 0 = never
+  // The operator's secret for the remote tier ("" = the environment variable ORBIT_REMOTE_SECRET, if set).
+  // With a secret every value written carries an HMAC-SHA256 over its key and bytes, and a value read
+  // without a valid one (written without the secret, with another, or altered) is refused: counted in
+  // stats().store.remote.corrupt, removed from the server and recomputed. Every remote value is also
+  // checked against the chunk and the model (kind, dtype, shapes, layer count, finite values) before it
+  // is used or copied into the local tiers. Never shown in a message, a warning or stats.
+  std::string remote_secret;
   // ---- the store's tiers (DESIGN.md §5) ----
   // Eviction policy of the device, host and disk tiers: "lru" (least recently used first) or "cost-aware"
   // (lowest (expected reuse + hits) × recompute tokens / bytes first: what each byte saves in forwards,

@@ -182,8 +182,29 @@ class ChunkStore {
   Status not_durable(const Status& cause) const;
   // The value of a memory-only entry, or null when it left memory (then it is no longer tracked).
   ValuePtr memory_copy(const std::string& key) const;
-  // put() without the remote write (also how a remote hit is promoted). Takes mu_ itself.
+  // put() without the remote write (also how a remote hit is promoted). Takes mu_ itself. Its stages:
+  // put_existing, prepare_put (without mu_), then under mu_ put_meta, commit_put and place_put.
   Status put_local(const std::string& key, const ValuePtr& value, const PutOptions& options);
+  // A put's disk half, prepared outside mu_.
+  struct PendingPut {
+    bool disk_only = false;                // PutOptions::tier is kDisk
+    std::optional<PreparedBlob> prepared;  // encoded, written and fsync'd; not yet committed
+    Status disk_error;                     // the disk failed: the value is kept in memory only
+  };
+  // A put (not a replacement) of a key already stored: touches it, applies the pin, brings it back into
+  // memory. nullopt when the key is unknown or held only in memory for want of a disk write (go on).
+  std::optional<Status> put_existing(const std::string& key, const ValuePtr& value, const PutOptions& options);
+  // Encodes and writes the blob without mu_ when the put goes to disk. A status: the put ends with it.
+  std::optional<Status> prepare_put(const std::string& key, const StoredValue& value, const PutOptions& options,
+                                    PendingPut* pending);
+  // The new entry's Meta (a replacement keeps the pin and the hit count).
+  Meta put_meta(const std::string& key, const StoredValue& value, const PutOptions& options);
+  // Commits the prepared blob (room first), drops stale copies from every tier and records `m`. A status:
+  // the put ends with it.
+  std::optional<Status> commit_put(const std::string& key, const Meta& m, const PutOptions& options,
+                                   PendingPut& pending);
+  // Places the committed (or memory-only) value in memory, or writes it to disk when memory cannot hold it.
+  Status place_put(const std::string& key, const ValuePtr& value, const PutOptions& options, PendingPut& pending);
   // A disk write failed: count it, warn once (path and reason), and remember it for stats().
   void disk_failed(const Status& status);
   // The entry's Meta, created from the disk index when another process committed it. nullptr when absent.
