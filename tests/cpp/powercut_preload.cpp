@@ -53,19 +53,28 @@ void put_record(const std::string& shadow, const std::string& name, const std::s
   if (::rename(temp.c_str(), (shadow + "/" + name).c_str()) != 0) ::abort();
 }
 
-// The file's whole content (reopened for reading: the writer's descriptor may be write-only).
-std::string file_bytes(int fd) {
-  const int in = ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) ::abort();  // a file the writer could sync but we cannot read: the test cannot model it
-  std::string out;
+// Appends what `fd` reads from offset 0 on; false when it cannot be read (a write-only descriptor).
+bool read_all(int fd, std::string* out) {
   char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(in, buffer, sizeof buffer);
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, buffer, sizeof buffer, at);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) ::abort();
-    if (n == 0) break;
-    out.append(buffer, static_cast<std::size_t>(n));
+    if (n < 0) return false;
+    if (n == 0) return true;
+    out->append(buffer, static_cast<std::size_t>(n));
+    at += n;
   }
+}
+
+// The file's whole content. Read through the writer's own descriptor when it can: opening and closing
+// another descriptor of the file would drop every POSIX lock this process holds on it (SQLite's). A
+// write-only descriptor (a blob being written, which nobody locks) is reopened for reading.
+std::string file_bytes(int fd) {
+  std::string out;
+  if (read_all(fd, &out)) return out;
+  out.clear();
+  const int in = ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0 || !read_all(in, &out)) ::abort();  // a file we cannot read: the test cannot model it
   ::close(in);
   return out;
 }
