@@ -587,27 +587,8 @@ std::unique_ptr<WindowState> fork_state(const WindowState& s) {
     std::lock_guard<std::mutex> lock(s.core->pool_mutex());
     for (const Entry& e : s.entries) {
       Entry c;
-      c.id = e.id;
-      c.is_turn = e.is_turn;
-      c.key = e.key;
-      c.chunk = e.chunk;
-      c.turn_tokens = e.turn_tokens;
-      c.length = e.length;
-      c.extent = e.extent;
+      static_cast<EntryMeta&>(c) = e;
       c.kv = std::make_unique<runtime::PagedSequence>(e.kv->fork());
-      c.version = e.version;
-      c.formed_on = e.formed_on;
-      c.formed_on_keys = e.formed_on_keys;
-      c.formed_on_tokens = e.formed_on_tokens;
-      c.drift_tokens = e.drift_tokens;
-      c.predicted_kl = e.predicted_kl;
-      c.kl_per_weight = e.kl_per_weight;
-      c.keep_change = e.keep_change;
-      c.exact_when_formed = e.exact_when_formed;
-      c.formed_by = e.formed_by;
-      c.match = e.match;
-      c.patch_key = e.patch_key;
-      c.deferred = e.deferred;
       child->entries.push_back(std::move(c));
     }
   }

@@ -129,17 +129,13 @@ void keep_pages(EngineCore& core, const PlanStep& s, const Entry& old, Entry& e)
     std::lock_guard<std::mutex> lock(core.pool_mutex());
     e.kv = std::make_unique<runtime::PagedSequence>(old.kv->fork());
   }
-  e.version = old.version;
-  e.formed_on = old.formed_on;
-  e.formed_on_keys = old.formed_on_keys;
-  e.formed_on_tokens = old.formed_on_tokens;
+  const InstanceId id = e.id;
+  const bool is_turn = e.is_turn;
+  static_cast<EntryMeta&>(e) = old;  // its identity and content are the old entry's (start_entry)
+  e.id = id;
+  e.is_turn = is_turn;
   e.drift_tokens = s.drift_tokens;
-  e.exact_when_formed = old.exact_when_formed;
-  e.formed_by = old.formed_by;
-  e.match = old.match;
-  e.patch_key = old.patch_key;
   e.predicted_kl = s.predicted_kl;
-  e.kl_per_weight = old.kl_per_weight;
   e.keep_change = s.context_change;
   e.deferred = s.deferred;
 }

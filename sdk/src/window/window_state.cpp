@@ -9,7 +9,7 @@
 
 namespace orbit::detail {
 
-ChunkRef Entry::ref() const {
+ChunkRef EntryMeta::ref() const {
   if (chunk != nullptr) return chunk->ref;
   ChunkRef r;
   r.key = key;

@@ -36,7 +36,9 @@ struct ContextItem {
 // Order-sensitive running hash of a context: h' = context_hash(h, key, version), starting from 0.
 uint64_t context_hash(uint64_t h, const std::string& key, uint64_t version);
 
-struct Entry {
+// What a window knows about one instance, apart from its KV: plain, copyable data (a fork or a kept
+// instance copies it whole).
+struct EntryMeta {
   InstanceId id = 0;
   bool is_turn = false;
   std::string key;                     // content key (chunks and turns alike)
@@ -44,7 +46,6 @@ struct Entry {
   std::vector<int64_t> turn_tokens;    // turns only
   int64_t length = 0;
   int64_t extent = 0;
-  std::unique_ptr<runtime::PagedSequence> kv;
   uint64_t version = 0;            // content version (changes whenever the KV is re-formed)
   uint64_t formed_on = 0;          // context_hash of the antecedents (key, version) it was formed on
   uint64_t formed_on_keys = 0;     // context_hash of their keys alone (version 0)
@@ -60,6 +61,11 @@ struct Entry {
   bool deferred = false;  // an edit left its repair to the next read (WindowPolicy::defer_repairs)
 
   ChunkRef ref() const;
+};
+
+// One instance of a window: its metadata and its KV pages (owned; a fork shares the pages copy-on-write).
+struct Entry : EntryMeta {
+  std::unique_ptr<runtime::PagedSequence> kv;
 };
 
 // A chunk instance evicted from a window (recall reinstates it).
