@@ -254,155 +254,254 @@ std::string Model::attention_path(int64_t queries, bool paged) const {
   return "gathered past + " + dense_path + " (fallback: " + gap + ")";
 }
 
-ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, const ForwardOptions& options) const {
-  c10::InferenceMode guard;
-  const ModelConfig& c = config_;
+namespace {
+
+// Model::forward in named parts, in the order it runs them:
+//
+//   input_hidden        the input as hidden states [T, hidden] (tokens embedded, or embeddings checked)
+//   ForwardPast         the past attended over: paged (read in place) or contiguous (given or gathered)
+//   check_past          its layers and positions against the config
+//   select_recomputed   which input tokens are computed (all, or options.recompute) and their checks
+//   forward_rope        cos/sin of the queries' and the keys' angles, once per forward
+//   run_layer           per layer: the content (layer_content), the keys (layer_keys, paged_layer), attention
+//                       and the MLP on the residual
+//   forward_logits      the final norm and the LM head
+
+// The forward's input as hidden states [T, hidden] on the model's device and dtype.
+at::Tensor input_hidden(const Model& m, const ForwardInput& input) {
   const bool has_tokens = !input.tokens.empty();
   const bool has_embeddings = input.embeddings.defined();
   ORBIT_CHECK(has_tokens != has_embeddings, "forward: give exactly one of input.tokens and input.embeddings");
+  if (has_tokens) return m.embed(input.tokens);
+  const int64_t hidden_size = m.config().hidden_size;
+  ORBIT_CHECK(input.embeddings.dim() == 2 && input.embeddings.size(1) == hidden_size,
+              "forward: input.embeddings must be [T, hidden_size=" << hidden_size << "], got "
+                                                                   << shape_string(input.embeddings.sizes()));
+  ORBIT_CHECK(at::isFloatingType(input.embeddings.scalar_type()),
+              "forward: input.embeddings must be floating point, got " << input.embeddings.scalar_type());
+  return input.embeddings.to(m.device(), m.dtype()).contiguous();
+}
 
-  at::Tensor x;
-  if (has_tokens) {
-    x = embed(input.tokens);
-  } else {
-    ORBIT_CHECK(input.embeddings.dim() == 2 && input.embeddings.size(1) == c.hidden_size,
-                "forward: input.embeddings must be [T, hidden_size=" << c.hidden_size << "], got "
-                                                                     << shape_string(input.embeddings.sizes()));
-    ORBIT_CHECK(at::isFloatingType(input.embeddings.scalar_type()),
-                "forward: input.embeddings must be floating point, got " << input.embeddings.scalar_type());
-    x = input.embeddings.to(device_, dtype_).contiguous();
-  }
-  const int64_t T = x.size(0);
-  ORBIT_CHECK(T > 0, "forward: empty input");
+// The past one forward of T input tokens attends over. A paged past is read in place by the paged kernel
+// where it applies; otherwise it is gathered here. Not copyable: `past` may point at `gathered`.
+struct ForwardPast {
+  ForwardPast(const Model& m, const PastKV* given, int64_t T, const ForwardOptions& options);
+  ForwardPast(const ForwardPast&) = delete;
+  ForwardPast& operator=(const ForwardPast&) = delete;
 
-  // A paged past is read in place by the paged kernel where it applies; otherwise it is gathered here.
+  const PastKV* past = nullptr;   // the past attended over (given, or gathered), or null
+  const PastKV* paged = nullptr;  // the paged past the kernel reads in place, or null
   PastKV gathered;
-  const PastKV* paged_past = nullptr;
-  bool announced = false;  // before_layer already called for every layer
-  if (past != nullptr && past->paged) {
-    if (paged_kernel_gap(c, device_, T, options.recompute.defined()).empty()) {
-      paged_past = past;
+  bool announced = false;    // before_layer already called for every layer
+  int64_t length = 0;        // past tokens
+  int64_t paged_length = 0;  // of them, read in place from the pool
+};
+
+ForwardPast::ForwardPast(const Model& m, const PastKV* given, int64_t T, const ForwardOptions& options) : past(given) {
+  const ModelConfig& c = m.config();
+  if (given != nullptr && given->paged) {
+    if (paged_kernel_gap(c, m.device(), T, options.recompute.defined()).empty()) {
+      paged = given;
     } else {
       // Gathering reads every layer now, so every layer's wait comes first.
       if (options.before_layer) {
         for (int64_t l = 0; l < c.num_layers; ++l) options.before_layer(l);
       }
-      gathered = materialize_past(c, *past, device_, dtype_);
+      gathered = materialize_past(c, *given, m.device(), m.dtype());
       past = &gathered;
       announced = true;
     }
   }
-  const int64_t past_len = past ? past->length() : 0;
-  const int64_t paged_len = paged_past ? paged_past->paged->length() : 0;
-  if (past) {
-    const bool no_extra = paged_past != nullptr && past->layers.empty();
-    ORBIT_CHECK(no_extra || static_cast<int64_t>(past->layers.size()) == c.num_layers,
-                "forward: past has " << past->layers.size() << " layers, the model has " << c.num_layers);
-    ORBIT_CHECK(!no_extra || past_len == paged_len, "forward: past.positions cover " << past_len << " tokens but "
-                                                                                     << paged_len
-                                                                                     << " are paged and no "
-                                                                                        "layers follow");
-    if (past_len > 0) check_positions(c, past->positions, "forward: past.positions");
-    for (std::size_t l = 0; l < past->layers.size() && past_len > paged_len; ++l) {
-      check_content(c, past->layers[l], past_len - paged_len, "forward: past.layers[" + std::to_string(l) + "]");
-    }
+  length = past ? past->length() : 0;
+  paged_length = paged ? paged->paged->length() : 0;
+}
+
+// Checks the past's layers (the tokens after the paged ones) and positions against the config.
+void check_past(const ModelConfig& c, const ForwardPast& fp) {
+  if (!fp.past) return;
+  const PastKV* past = fp.past;
+  const bool no_extra = fp.paged != nullptr && past->layers.empty();
+  ORBIT_CHECK(no_extra || static_cast<int64_t>(past->layers.size()) == c.num_layers,
+              "forward: past has " << past->layers.size() << " layers, the model has " << c.num_layers);
+  ORBIT_CHECK(!no_extra || fp.length == fp.paged_length, "forward: past.positions cover " << fp.length << " tokens but "
+                                                                                          << fp.paged_length
+                                                                                          << " are paged and no "
+                                                                                             "layers follow");
+  if (fp.length > 0) check_positions(c, past->positions, "forward: past.positions");
+  for (std::size_t l = 0; l < past->layers.size() && fp.length > fp.paged_length; ++l) {
+    check_content(c, past->layers[l], fp.length - fp.paged_length, "forward: past.layers[" + std::to_string(l) + "]");
   }
+}
 
-  const at::Tensor positions = input_positions(c, input.positions, past_len, T);
+// Which input tokens a forward computes: every one, or (partial recompute) options.recompute.
+struct Recompute {
+  bool partial = false;
+  at::Tensor selected;  // int64 [R] on the model's device: the computed input indices, ascending
+};
+
+// The selection for T input tokens, options.recompute and options.cached (for `num_layers` layers) checked.
+Recompute select_recomputed(const Model& m, const ForwardOptions& options, int64_t T, int64_t num_layers) {
+  Recompute rc;
+  rc.partial = options.recompute.defined();
+  if (!rc.partial) {
+    rc.selected = at::arange(T, at::TensorOptions().dtype(at::kLong).device(m.device()));
+    return rc;
+  }
+  const at::Tensor& selected = options.recompute;
+  ORBIT_CHECK(selected.dim() == 1 && selected.scalar_type() == at::kLong,
+              "forward: options.recompute must be a 1-D int64 tensor of input indices");
+  if (selected.numel() > 0) {
+    ORBIT_CHECK(selected.min().item<int64_t>() >= 0 && selected.max().item<int64_t>() < T,
+                "forward: options.recompute holds an index outside the input [0, " << T << ")");
+    ORBIT_CHECK(selected.numel() == 1 || (selected.slice(0, 1) > selected.slice(0, 0, -1)).all().item<bool>(),
+                "forward: options.recompute must be strictly ascending");
+  }
+  ORBIT_CHECK(static_cast<int64_t>(options.cached.size()) >= num_layers,
+              "forward: options.cached has " << options.cached.size() << " layers, " << num_layers << " are run");
+  for (int64_t l = 0; l < num_layers; ++l) {
+    check_content(m.config(), options.cached[static_cast<std::size_t>(l)], T,
+                  "forward: options.cached[" + std::to_string(l) + "]");
+  }
+  rc.selected = selected.to(m.device());
+  return rc;
+}
+
+// cos/sin of the computed tokens' angles and of every key token's (undefined with a paged past, whose
+// kernel rotates in place): every layer rotates by the same angles.
+struct ForwardRope {
+  ops::RopeTables query;
+  ops::RopeTables key;
+};
+
+// One angle function for the input and the (relocated) past; M-RoPE grids and 1-D positions alike.
+// Angles are computed where the model runs (float64 there), never shipped per token from the host.
+ForwardRope forward_rope(const Model& m, const ForwardPast& fp, const at::Tensor& positions, const Recompute& rc,
+                         int64_t window_len) {
+  const ModelConfig& c = m.config();
+  const at::Tensor angles = rope_angles(c.rope, positions.to(m.device()), window_len);
+  const at::Tensor query_angles = rc.partial ? angles.index_select(0, rc.selected) : angles;
+  const at::Tensor key_angles =
+      fp.length > 0 && fp.paged == nullptr
+          ? at::cat({rope_angles(c.rope, fp.past->positions.to(m.device()), window_len), angles}, 0)
+          : angles;
+  const at::ScalarType table_dtype = ops::rope_table_dtype(m.dtype());
+  ForwardRope rope;
+  rope.query = ops::rope_tables(query_angles, table_dtype, m.device());
+  rope.key = fp.paged == nullptr ? ops::rope_tables(key_angles, table_dtype, m.device()) : ops::RopeTables{};
+  return rope;
+}
+
+// What every layer of one forward reads, fixed before the first layer.
+struct LayerInputs {
+  const Model& model;
+  const ForwardOptions& options;
+  const ForwardPast& past;
+  const Recompute& recompute;
+  const ForwardRope& rope;
+  const at::Tensor& query_index;     // int64 [R]: the last key index each computed token sees
+  const PagedPlan* paged = nullptr;  // the paged kernel's per-forward inputs (a paged past), or null
+};
+
+// Layer l's content of the computed tokens; under partial recompute, written over the cached content of
+// every input token.
+LayerKV layer_content(const LayerInputs& in, const LayerWeights& w, const at::Tensor& h, int64_t l) {
+  const Model& m = in.model;
+  const ModelConfig& c = m.config();
+  LayerKV content = c.attention() == AttentionKind::kMla ? detail::mla_content(c, w, h) : detail::gqa_content(c, w, h);
+  if (in.recompute.partial) {
+    const LayerKV& cached = in.options.cached[static_cast<std::size_t>(l)];
+    const at::Tensor& selected = in.recompute.selected;
+    content.k = cached.k.to(m.device(), m.dtype()).clone().index_copy_(0, selected, content.k);
+    content.v = cached.v.to(m.device(), m.dtype()).clone().index_copy_(0, selected, content.v);
+  }
+  return content;
+}
+
+// The keys layer l attends to besides the paged ones: the contiguous past's, then the input's content.
+LayerKV layer_keys(const LayerInputs& in, const LayerKV& content, int64_t l) {
+  if (in.past.length <= in.past.paged_length) return content;
+  const Model& m = in.model;
+  const LayerKV& p = in.past.past->layers[static_cast<std::size_t>(l)];
+  return {at::cat({p.k.to(m.device(), m.dtype()), content.k}, 0),
+          at::cat({p.v.to(m.device(), m.dtype()), content.v}, 0)};
+}
+
+// The paged kernel's inputs for layer l: the forward's, with the pool's layer-l pages and patch segments.
+ops::PagedAttentionInputs paged_layer(const PagedPlan& plan, int64_t l) {
+  ops::PagedAttentionInputs layer = plan.base;
+  const at::Tensor& ks = plan.pool->storage(0);
+  const at::Tensor& vs = plan.pool->storage(1);
+  layer.k_pages = ks.select(0, l).view({plan.rows, ks.size(3)});
+  layer.v_pages = vs.select(0, l).view({plan.rows, vs.size(3)});
+  if (!plan.segment_tables.empty()) layer.segments = plan.segment_tables[static_cast<std::size_t>(l)];
+  return layer;
+}
+
+// Layer l over the hidden states x: attention, then the MLP, each added to the residual. Appends the
+// layer's content to `result` when the options ask for it.
+at::Tensor run_layer(const LayerInputs& in, int64_t l, const at::Tensor& x, ForwardResult& result) {
+  const ModelConfig& c = in.model.config();
+  const LayerWeights& w = in.model.weights().layers[static_cast<std::size_t>(l)];
+  if (in.options.before_layer && !in.past.announced) in.options.before_layer(l);
+  const at::Tensor h = rms_norm(x, w.attn_norm, c.rms_norm_eps);
+  const LayerKV content = layer_content(in, w, h, l);
+  if (in.options.return_content) result.content.push_back(content);
+
+  const LayerKV keys = layer_keys(in, content, l);
+  detail::AttentionStep step{c, w, h, in.rope.query, keys, in.rope.key, in.query_index, !in.recompute.partial};
+  ops::PagedAttentionInputs paged;
+  if (in.paged != nullptr) {
+    paged = paged_layer(*in.paged, l);
+    step.paged = &paged;
+  }
+  const bool mla = c.attention() == AttentionKind::kMla;
+  const at::Tensor y = x + dense(mla ? detail::mla_attention(step) : detail::gqa_attention(step), w.wo);
+
+  const at::Tensor g = rms_norm(y, w.ffn_norm, c.rms_norm_eps);
+  return y + dense(at::silu(dense(g, w.w_gate)) * dense(g, w.w_up), w.w_down);
+}
+
+// float32 logits of the last computed token (kLast) or of every one (kAll).
+at::Tensor forward_logits(const Model& m, const at::Tensor& x, LogitsMode mode) {
+  const at::Tensor last = mode == LogitsMode::kLast ? x.narrow(0, x.size(0) - 1, 1) : x;
+  return dense(rms_norm(last, m.weights().final_norm, m.config().rms_norm_eps), m.weights().lm_head).to(at::kFloat);
+}
+
+}  // namespace
+
+ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, const ForwardOptions& options) const {
+  c10::InferenceMode guard;
+  const ModelConfig& c = config_;
+  at::Tensor x = input_hidden(*this, input);
+  const int64_t T = x.size(0);
+  ORBIT_CHECK(T > 0, "forward: empty input");
+  const ForwardPast fp(*this, past, T, options);
+  check_past(c, fp);
+
+  const at::Tensor positions = input_positions(c, input.positions, fp.length, T);
   check_positions(c, positions, "forward: input.positions");
-  const at::TensorOptions index_options = at::TensorOptions().dtype(at::kLong).device(device_);
-
   const int64_t num_layers = options.max_layers > 0 ? std::min(options.max_layers, c.num_layers) : c.num_layers;
   ORBIT_CHECK(options.max_layers >= 0, "forward: options.max_layers must be >= 0, got " << options.max_layers);
   ORBIT_CHECK(num_layers == c.num_layers || options.logits == LogitsMode::kNone,
               "forward: logits need every layer; use LogitsMode::kNone with options.max_layers");
 
   // Partial recompute: x holds only the recomputed tokens; the others come from options.cached.
-  const bool partial = options.recompute.defined();
-  at::Tensor selected;  // int64 [R]
-  if (partial) {
-    selected = options.recompute;
-    ORBIT_CHECK(selected.dim() == 1 && selected.scalar_type() == at::kLong,
-                "forward: options.recompute must be a 1-D int64 tensor of input indices");
-    if (selected.numel() > 0) {
-      ORBIT_CHECK(selected.min().item<int64_t>() >= 0 && selected.max().item<int64_t>() < T,
-                  "forward: options.recompute holds an index outside the input [0, " << T << ")");
-      ORBIT_CHECK(selected.numel() == 1 || (selected.slice(0, 1) > selected.slice(0, 0, -1)).all().item<bool>(),
-                  "forward: options.recompute must be strictly ascending");
-    }
-    ORBIT_CHECK(static_cast<int64_t>(options.cached.size()) >= num_layers,
-                "forward: options.cached has " << options.cached.size() << " layers, " << num_layers << " are run");
-    for (int64_t l = 0; l < num_layers; ++l) {
-      check_content(c, options.cached[static_cast<std::size_t>(l)], T,
-                    "forward: options.cached[" + std::to_string(l) + "]");
-    }
-    selected = selected.to(device_);
-    x = x.index_select(0, selected);
-  } else {
-    selected = at::arange(T, index_options);
-  }
+  const Recompute rc = select_recomputed(*this, options, T, num_layers);
+  if (rc.partial) x = x.index_select(0, rc.selected);
   const int64_t R = x.size(0);
   ORBIT_CHECK(R > 0 || options.logits == LogitsMode::kNone, "forward: logits asked for but no token is recomputed");
-  const at::Tensor query_index = selected + past_len;
+  const at::Tensor query_index = rc.selected + fp.length;
 
-  // One angle function for the input and the (relocated) past; M-RoPE grids and 1-D positions alike.
-  const int64_t window_len = options.rope_window_len > 0 ? options.rope_window_len : past_len + T;
-  // Angles are computed where the model runs (float64 there), never shipped per token from the host.
-  const at::Tensor angles = rope_angles(c.rope, positions.to(device_), window_len);
-  const at::Tensor query_angles = partial ? angles.index_select(0, selected) : angles;
-  const at::Tensor key_angles = past_len > 0 && paged_past == nullptr
-                                    ? at::cat({rope_angles(c.rope, past->positions.to(device_), window_len), angles}, 0)
-                                    : angles;
-  // cos/sin once per forward: every layer rotates by the same angles.
-  const at::ScalarType table_dtype = ops::rope_table_dtype(dtype_);
-  const ops::RopeTables query_tables = ops::rope_tables(query_angles, table_dtype, device_);
-  const ops::RopeTables key_tables =
-      paged_past == nullptr ? ops::rope_tables(key_angles, table_dtype, device_) : ops::RopeTables{};
+  const int64_t window_len = options.rope_window_len > 0 ? options.rope_window_len : fp.length + T;
+  const ForwardRope rope = forward_rope(*this, fp, positions, rc, window_len);
   PagedPlan paged_plan;
-  if (paged_past != nullptr) paged_plan = plan_paged(c, *paged_past, positions, window_len, device_, dtype_);
+  if (fp.paged != nullptr) paged_plan = plan_paged(c, *fp.paged, positions, window_len, device_, dtype_);
 
-  const bool mla = c.attention() == AttentionKind::kMla;
   ForwardResult result;
   if (options.return_content) result.content.reserve(static_cast<std::size_t>(num_layers));
-  for (int64_t l = 0; l < num_layers; ++l) {
-    const LayerWeights& w = weights_.layers[static_cast<std::size_t>(l)];
-    if (options.before_layer && !announced) options.before_layer(l);
-    const at::Tensor h = rms_norm(x, w.attn_norm, c.rms_norm_eps);
-    LayerKV content = mla ? detail::mla_content(c, w, h) : detail::gqa_content(c, w, h);
-    if (partial) {
-      const LayerKV& cached = options.cached[static_cast<std::size_t>(l)];
-      content.k = cached.k.to(device_, dtype_).clone().index_copy_(0, selected, content.k);
-      content.v = cached.v.to(device_, dtype_).clone().index_copy_(0, selected, content.v);
-    }
-    if (options.return_content) result.content.push_back(content);
-
-    LayerKV keys = content;
-    if (past_len > paged_len) {
-      const LayerKV& p = past->layers[static_cast<std::size_t>(l)];
-      keys = {at::cat({p.k.to(device_, dtype_), content.k}, 0), at::cat({p.v.to(device_, dtype_), content.v}, 0)};
-    }
-    detail::AttentionStep step{c, w, h, query_tables, keys, key_tables, query_index, !partial};
-    ops::PagedAttentionInputs paged_layer;
-    if (paged_past != nullptr) {
-      paged_layer = paged_plan.base;
-      const at::Tensor& ks = paged_plan.pool->storage(0);
-      const at::Tensor& vs = paged_plan.pool->storage(1);
-      paged_layer.k_pages = ks.select(0, l).view({paged_plan.rows, ks.size(3)});
-      paged_layer.v_pages = vs.select(0, l).view({paged_plan.rows, vs.size(3)});
-      if (!paged_plan.segment_tables.empty())
-        paged_layer.segments = paged_plan.segment_tables[static_cast<std::size_t>(l)];
-      step.paged = &paged_layer;
-    }
-    x = x + dense(mla ? detail::mla_attention(step) : detail::gqa_attention(step), w.wo);
-
-    const at::Tensor g = rms_norm(x, w.ffn_norm, c.rms_norm_eps);
-    x = x + dense(at::silu(dense(g, w.w_gate)) * dense(g, w.w_up), w.w_down);
-  }
-
-  if (options.logits != LogitsMode::kNone) {
-    at::Tensor last = options.logits == LogitsMode::kLast ? x.narrow(0, x.size(0) - 1, 1) : x;
-    result.logits = dense(rms_norm(last, weights_.final_norm, c.rms_norm_eps), weights_.lm_head).to(at::kFloat);
-  }
+  const LayerInputs layers{*this, options, fp, rc, rope, query_index, fp.paged != nullptr ? &paged_plan : nullptr};
+  for (int64_t l = 0; l < num_layers; ++l) x = run_layer(layers, l, x, result);
+  if (options.logits != LogitsMode::kNone) result.logits = forward_logits(*this, x, options.logits);
   return result;
 }
 
