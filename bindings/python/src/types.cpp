@@ -193,7 +193,9 @@ void init_types(py::module_& m) {
                     "The fidelity model's next-token KL vs a re-prefill after apply (sum over steps); a\n"
                     "budgeted policy keeps it within policy.kl_budget when it can.")
       .def_readonly("estimated_seconds", &Plan::estimated_seconds, "Critical-path seconds by the cost model (sum).")
-      .def_readonly("policy", &Plan::policy, "The WindowPolicy it was made under (apply() follows it).")
+      .def_readonly(
+          "policy", &Plan::policy,
+          "The WindowPolicy it was made under, for the record; apply() follows the steps, which carry what it decided.")
       .def_readonly("attention", &Plan::attention, "How reads attend over the KV on the engine's device.")
       .def_readonly("bytes_moved", &Plan::bytes_moved, "Estimated store bytes read (sum over steps).")
       .def_readonly("device_bytes_after", &Plan::device_bytes_after, "KV bytes (whole pages) the window holds after.")

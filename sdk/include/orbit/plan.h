@@ -98,7 +98,8 @@ struct Plan {
   Operation op = Operation::kAdmit;
   uint64_t window_id = 0;
   uint64_t window_version = 0;    // the state this plan was made from
-  WindowPolicy policy;            // the policy it was made under (apply() reads it, not the window's)
+  WindowPolicy policy;            // the policy it was made under, for the record (describe()); apply()
+                                  // reads neither it nor the window's: each step carries what it decided
   std::vector<PlanStep> steps;    // in the order apply() executes them (window order, evictions first)
   std::vector<InstanceId> order;  // the window's instances after the plan, in order
   // Non-empty: apply() will refuse this plan with exactly this reason (positions past the model's limit;
