@@ -8,7 +8,8 @@
 //   choose_actions          per slot, the action it starts from: keep when nothing changed; without a KL
 //                           budget the policy's fixed chain (choose_unbudgeted); with one the cheapest of
 //                           every applicable action, kept instances starting kept
-//   optimize_budget         (layout_budget.cpp) upgrades by KL removed per second until the budget fits
+//   optimize_budget         (layout_budget.cpp, planner/budget_search.h) upgrades by KL removed per second
+//                           until the budget fits
 //   defer_repairs           a deferring edit relocates the survivors it would re-serve, and marks them
 //   finalize                exactness along the window, each step's identity, the plan's totals
 //   check_pool              refuses a plan that needs more fresh pages than the shared pool has free
@@ -76,8 +77,6 @@ class LayoutPlanner {
   Plan run();
 
  private:
-  friend class BudgetSearch;  // layout_budget.cpp
-
   void plan_evictions();
   void place_slots();
   void measure_context_changes();
@@ -86,6 +85,7 @@ class LayoutPlanner {
   void choose_for_slot(std::size_t i, uint64_t* ctx_hash, uint64_t* marker);
   PlanStep choose_unbudgeted(std::size_t i, const PlanInput& in, bool same, bool forced, const std::string* changed);
   void optimize_budget();
+  double kept_loss_bound(std::size_t i, const PlanContext& none) const;
   void defer_repairs();
   void finalize();
   void check_pool();
