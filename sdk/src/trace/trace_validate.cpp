@@ -58,21 +58,143 @@ int64_t chunk_tokens(const TraceChunk& chunk) {
 
 namespace {
 
+// Where a step is, for its errors ("file: step N (op): field 'f': message"), and the checks steps share.
 struct StepWhere {
   const Trace& trace;
   std::size_t index;
   TraceOp op;
+  std::string on;  // " on branch 'name'": the branch the step applies to
+
   [[noreturn]] void fail(const std::string& field, const std::string& message) const {
     ORBIT_FAIL((trace.source.empty() ? std::string("<trace>") : trace.source)
                << ": step " << index << " (" << trace_op_name(op) << "): field '" << field << "': " << message);
   }
+  // The trace's chunk `name`; fails naming `field` when the trace has none.
+  const TraceChunk& known_chunk(const std::string& field, const std::string& name) const {
+    const TraceChunk* c = trace.find_chunk(name);
+    if (c == nullptr) fail(field, "'" + name + "' is not a chunk of this trace (see \"chunks\")");
+    return *c;
+  }
 };
+
+using Branches = std::map<std::string, SimBranch>;
 
 std::size_t find_chunk(const SimBranch& b, const std::string& name) {
   for (std::size_t i = 0; i < b.items.size(); ++i) {
     if (!b.items[i].turn && b.items[i].chunk == name) return i;
   }
   return b.items.size();
+}
+
+// admit / recall: where the step's chunk goes in `b`, once it is known to be a chunk of the trace that is
+// not in the window (and, for recall, was evicted from it).
+std::size_t check_insert(const StepWhere& w, const SimBranch& b, const TraceStep& s) {
+  w.known_chunk("chunk", s.chunk);
+  if (find_chunk(b, s.chunk) != b.items.size()) w.fail("chunk", "'" + s.chunk + "' is already in the window" + w.on);
+  if (s.op == TraceOp::kRecall && b.evicted.count(s.chunk) == 0) {
+    w.fail("chunk", "'" + s.chunk + "' was not evicted" + w.on + " (admit it instead)");
+  }
+  if (s.before.empty()) return b.items.size();
+  w.known_chunk("before", s.before);
+  const std::size_t at = find_chunk(b, s.before);
+  if (at == b.items.size()) w.fail("before", "'" + s.before + "' is not in the window" + w.on);
+  return at;
+}
+
+// evict: a chunk by name (remembered as evicted) or a live turn by its index among the turns.
+void sim_evict(const StepWhere& w, SimBranch& b, const TraceStep& s) {
+  std::size_t at = b.items.size();
+  if (!s.chunk.empty()) {
+    w.known_chunk("chunk", s.chunk);
+    at = find_chunk(b, s.chunk);
+    if (at == b.items.size()) w.fail("chunk", "'" + s.chunk + "' is not in the window" + w.on);
+    b.evicted.insert(s.chunk);
+  } else {
+    int64_t seen = 0;
+    for (std::size_t i = 0; i < b.items.size() && at == b.items.size(); ++i) {
+      if (b.items[i].turn && seen++ == s.turn) at = i;
+    }
+    if (at == b.items.size()) {
+      w.fail("turn", "index " + std::to_string(s.turn) + " but the window holds " + std::to_string(seen) +
+                         " live turns" + w.on);
+    }
+  }
+  b.items.erase(b.items.begin() + static_cast<std::ptrdiff_t>(at));
+}
+
+// slide: the first s.count chunks in window order leave (turns stay); refused while the order is unknown.
+void sim_slide(const StepWhere& w, SimBranch& b, const TraceStep& s) {
+  if (b.placed_at >= 0) {
+    w.fail("count", "the chunk order after 'place' (step " + std::to_string(b.placed_at) +
+                        ") depends on the policy; reorder or evict by name before sliding");
+  }
+  int64_t chunks = 0;
+  for (const SimItem& i : b.items) chunks += i.turn ? 0 : 1;
+  if (s.count < 1 || s.count > chunks) {
+    w.fail("count", std::to_string(s.count) + " but the window holds " + std::to_string(chunks) + " chunks" + w.on);
+  }
+  int64_t left = s.count;
+  for (std::size_t i = 0; i < b.items.size() && left > 0;) {
+    if (!b.items[i].turn) {
+      b.evicted.insert(b.items[i].chunk);
+      b.items.erase(b.items.begin() + static_cast<std::ptrdiff_t>(i));
+      --left;
+    } else {
+      ++i;
+    }
+  }
+}
+
+// reorder: s.order must list every chunk in the window, once each.
+void check_reorder(const StepWhere& w, const SimBranch& b, const TraceStep& s) {
+  std::vector<std::string> have;
+  for (const SimItem& i : b.items) {
+    if (!i.turn) have.push_back(i.chunk);
+  }
+  std::set<std::string> seen;
+  for (const std::string& name : s.order) {
+    w.known_chunk("order", name);
+    if (find_chunk(b, name) == b.items.size()) w.fail("order", "'" + name + "' is not in the window" + w.on);
+    if (!seen.insert(name).second) w.fail("order", "'" + name + "' is listed twice");
+  }
+  if (s.order.size() != have.size()) {
+    std::string missing;
+    for (const std::string& h : have) {
+      if (!seen.count(h)) missing += (missing.empty() ? "" : ", ") + h;
+    }
+    w.fail("order", "lists " + std::to_string(s.order.size()) + " chunks but the window holds " +
+                        std::to_string(have.size()) + w.on + " (missing: " + missing + ")");
+  }
+}
+
+// fork: a new live branch, a copy of the current one, becomes current.
+void sim_fork(const StepWhere& w, Branches& branches, std::string& current, const std::string& name) {
+  if (branches.count(name)) w.fail("branch", "'" + name + "' is already a live branch");
+  SimBranch child = branches.at(current);
+  child.parent = current;
+  branches[name] = child;
+  current = name;
+}
+
+// commit / drop: the branch (the current one when unnamed) ends; commit first puts it in its parent's
+// place. Its children become its parent's, and the parent becomes current if it was.
+void sim_end_branch(const StepWhere& w, Branches& branches, std::string& current, const TraceStep& s) {
+  const std::string name = s.branch.empty() ? current : s.branch;
+  if (!branches.count(name)) w.fail("branch", "'" + name + "' is not a live branch");
+  if (name == "main")
+    w.fail("branch", std::string("'main' cannot be ") + (s.op == TraceOp::kCommit ? "committed" : "dropped") +
+                         " (it has no parent)");
+  const std::string parent = branches.at(name).parent;
+  if (s.op == TraceOp::kCommit) {
+    SimBranch moved = branches.at(name);
+    moved.parent = branches.at(parent).parent;
+    branches[parent] = moved;
+  }
+  branches.erase(name);
+  for (auto& [n, br] : branches) {
+    if (br.parent == name) br.parent = parent;
+  }
+  if (current == name) current = parent;
 }
 
 }  // namespace
@@ -100,96 +222,22 @@ std::vector<std::string> TraceSim::chunks_in_window() const {
 }
 
 void TraceSim::apply(const TraceStep& s, std::size_t index) {
-  const StepWhere w{trace_, index, s.op};
+  const StepWhere w{trace_, index, s.op, " on branch '" + current_ + "'"};
   SimBranch& b = branches_.at(current_);
-  const std::string on = " on branch '" + current_ + "'";
-  auto known_chunk = [&](const std::string& field, const std::string& name) -> const TraceChunk& {
-    const TraceChunk* c = trace_.find_chunk(name);
-    if (c == nullptr) w.fail(field, "'" + name + "' is not a chunk of this trace (see \"chunks\")");
-    return *c;
-  };
-  auto insert_at = [&](const std::string& before) -> std::size_t {
-    if (before.empty()) return b.items.size();
-    known_chunk("before", before);
-    const std::size_t at = find_chunk(b, before);
-    if (at == b.items.size()) w.fail("before", "'" + before + "' is not in the window" + on);
-    return at;
-  };
   switch (s.op) {
     case TraceOp::kAdmit:
     case TraceOp::kRecall: {
-      const TraceChunk& c = known_chunk("chunk", s.chunk);
-      if (find_chunk(b, s.chunk) != b.items.size()) w.fail("chunk", "'" + s.chunk + "' is already in the window" + on);
-      if (s.op == TraceOp::kRecall && b.evicted.count(s.chunk) == 0) {
-        w.fail("chunk", "'" + s.chunk + "' was not evicted" + on + " (admit it instead)");
-      }
-      const std::size_t at = insert_at(s.before);
-      b.items.insert(b.items.begin() + static_cast<std::ptrdiff_t>(at), SimItem{false, s.chunk, count(c)});
+      const std::size_t at = check_insert(w, b, s);
+      const int64_t tokens = count(*trace_.find_chunk(s.chunk));
+      b.items.insert(b.items.begin() + static_cast<std::ptrdiff_t>(at), SimItem{false, s.chunk, tokens});
       b.evicted.erase(s.chunk);
       break;
     }
     case TraceOp::kTurn: b.items.push_back(SimItem{true, "", count(s.tokens)}); break;
-    case TraceOp::kEvict: {
-      std::size_t at = b.items.size();
-      if (!s.chunk.empty()) {
-        known_chunk("chunk", s.chunk);
-        at = find_chunk(b, s.chunk);
-        if (at == b.items.size()) w.fail("chunk", "'" + s.chunk + "' is not in the window" + on);
-        b.evicted.insert(s.chunk);
-      } else {
-        int64_t seen = 0;
-        for (std::size_t i = 0; i < b.items.size() && at == b.items.size(); ++i) {
-          if (b.items[i].turn && seen++ == s.turn) at = i;
-        }
-        if (at == b.items.size()) {
-          w.fail("turn", "index " + std::to_string(s.turn) + " but the window holds " + std::to_string(seen) +
-                             " live turns" + on);
-        }
-      }
-      b.items.erase(b.items.begin() + static_cast<std::ptrdiff_t>(at));
-      break;
-    }
-    case TraceOp::kSlide: {
-      if (b.placed_at >= 0) {
-        w.fail("count", "the chunk order after 'place' (step " + std::to_string(b.placed_at) +
-                            ") depends on the policy; reorder or evict by name before sliding");
-      }
-      int64_t chunks = 0;
-      for (const SimItem& i : b.items) chunks += i.turn ? 0 : 1;
-      if (s.count < 1 || s.count > chunks) {
-        w.fail("count", std::to_string(s.count) + " but the window holds " + std::to_string(chunks) + " chunks" + on);
-      }
-      int64_t left = s.count;
-      for (std::size_t i = 0; i < b.items.size() && left > 0;) {
-        if (!b.items[i].turn) {
-          b.evicted.insert(b.items[i].chunk);
-          b.items.erase(b.items.begin() + static_cast<std::ptrdiff_t>(i));
-          --left;
-        } else {
-          ++i;
-        }
-      }
-      break;
-    }
+    case TraceOp::kEvict: sim_evict(w, b, s); break;
+    case TraceOp::kSlide: sim_slide(w, b, s); break;
     case TraceOp::kReorder: {
-      std::vector<std::string> have;
-      for (const SimItem& i : b.items) {
-        if (!i.turn) have.push_back(i.chunk);
-      }
-      std::set<std::string> seen;
-      for (const std::string& name : s.order) {
-        known_chunk("order", name);
-        if (find_chunk(b, name) == b.items.size()) w.fail("order", "'" + name + "' is not in the window" + on);
-        if (!seen.insert(name).second) w.fail("order", "'" + name + "' is listed twice");
-      }
-      if (s.order.size() != have.size()) {
-        std::string missing;
-        for (const std::string& h : have) {
-          if (!seen.count(h)) missing += (missing.empty() ? "" : ", ") + h;
-        }
-        w.fail("order", "lists " + std::to_string(s.order.size()) + " chunks but the window holds " +
-                            std::to_string(have.size()) + on + " (missing: " + missing + ")");
-      }
+      check_reorder(w, b, s);
       b.placed_at = -1;
       std::size_t next = 0;
       for (SimItem& i : b.items) {
@@ -201,38 +249,13 @@ void TraceSim::apply(const TraceStep& s, std::size_t index) {
       break;
     }
     case TraceOp::kPlace: b.placed_at = static_cast<int64_t>(index); break;
-    case TraceOp::kFork: {
-      if (branches_.count(s.branch)) w.fail("branch", "'" + s.branch + "' is already a live branch");
-      SimBranch child = b;
-      child.parent = current_;
-      branches_[s.branch] = child;
-      current_ = s.branch;
-      break;
-    }
+    case TraceOp::kFork: sim_fork(w, branches_, current_, s.branch); break;
     case TraceOp::kSwitch:
       if (!branches_.count(s.branch)) w.fail("branch", "'" + s.branch + "' is not a live branch");
       current_ = s.branch;
       break;
     case TraceOp::kCommit:
-    case TraceOp::kDrop: {
-      const std::string name = s.branch.empty() ? current_ : s.branch;
-      if (!branches_.count(name)) w.fail("branch", "'" + name + "' is not a live branch");
-      if (name == "main")
-        w.fail("branch", std::string("'main' cannot be ") + (s.op == TraceOp::kCommit ? "committed" : "dropped") +
-                             " (it has no parent)");
-      const std::string parent = branches_.at(name).parent;
-      if (s.op == TraceOp::kCommit) {
-        SimBranch moved = branches_.at(name);
-        moved.parent = branches_.at(parent).parent;
-        branches_[parent] = moved;
-      }
-      branches_.erase(name);
-      for (auto& [n, br] : branches_) {
-        if (br.parent == name) br.parent = parent;
-      }
-      if (current_ == name) current_ = parent;
-      break;
-    }
+    case TraceOp::kDrop: sim_end_branch(w, branches_, current_, s); break;
     case TraceOp::kGenerate:
       if (b.items.empty() && !s.append) break;
       if (s.append) {
@@ -241,8 +264,8 @@ void TraceSim::apply(const TraceStep& s, std::size_t index) {
       }
       break;
     case TraceOp::kDisposable:
-      known_chunk("chunk", s.chunk);
-      if (find_chunk(b, s.chunk) == b.items.size()) w.fail("chunk", "'" + s.chunk + "' is not in the window" + on);
+      w.known_chunk("chunk", s.chunk);
+      if (find_chunk(b, s.chunk) == b.items.size()) w.fail("chunk", "'" + s.chunk + "' is not in the window" + w.on);
       break;
   }
 }
