@@ -77,6 +77,112 @@ std::string policy_spec_help() {
          "  <any of the above>:eager            every edit repairs at once (by default the next read does)\n";
 }
 
+namespace {
+
+// parse_policy in parts: the `:eager` suffix (parse_policy), the patch preset's modifiers
+// (parse_patch_modifier, with the idle-time ones in parse_idle_modifier) and the baselines (baseline_preset).
+
+// A non-negative integer modifier value (prep=N, move=N); `rule` says what it must be.
+int64_t parse_count(const std::string& spec, const std::string& text, const char* what, const std::string& rule) {
+  const double n = parse_number(spec, text, what);
+  if (n < 0 || n != static_cast<double>(static_cast<int64_t>(n))) bad_spec(spec, rule);
+  return static_cast<int64_t>(n);
+}
+
+// heal, heal=X, prep=N, move=N: what idle time does. False when `part` is none of them.
+bool parse_idle_modifier(const std::string& spec, const std::string& part, WindowPolicy& p) {
+  if (part == "heal") {
+    p.heal_when_idle = true;
+  } else if (part.rfind("heal=", 0) == 0) {
+    p.heal_when_idle = true;
+    p.heal_min_kl = parse_number(spec, part.substr(5), "heal threshold");
+    if (!(p.heal_min_kl >= 0 && std::isfinite(p.heal_min_kl)))
+      bad_spec(spec, "heal threshold (the predicted KL that makes idle time heal) must be a number >= 0");
+  } else if (part.rfind("prep=", 0) == 0) {
+    p.prepare_recalls = parse_count(spec, part.substr(5), "prep",
+                                    "prep (recalls prepared in idle time) must be a non-negative integer");
+  } else if (part.rfind("move=", 0) == 0) {
+    p.prepare_moves =
+        parse_count(spec, part.substr(5), "move",
+                    "move (moves to the last chunk prepared in idle time) must be a non-negative integer");
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// One modifier of `patch`, the i-th part of the spec (i >= 1; only the first may be the rank).
+void parse_patch_modifier(const std::string& spec, const std::string& part, std::size_t i, WindowPolicy& p) {
+  if (parse_idle_modifier(spec, part, p)) return;
+  if (part == "exact") {
+    p.survivors = SurvivorAction::kRecondition;
+    p.use_orbit_patches = false;
+  } else if (part == "deep") {
+    p.deep_only = true;
+  } else if (part.rfind("kl=", 0) == 0) {
+    p.kl_budget = parse_number(spec, part.substr(3), "kl budget");
+    if (!(p.kl_budget > 0 && std::isfinite(p.kl_budget))) bad_spec(spec, "kl budget must be a positive number");
+  } else if (part.rfind("stale=", 0) == 0) {
+    p.stale = StalePatch::kAccept;
+    p.max_divergence = parse_number(spec, part.substr(6), "divergence");
+    if (!(p.max_divergence >= 0 && p.max_divergence <= 1)) bad_spec(spec, "divergence must be in [0, 1]");
+  } else if (i == 1 && part == "full") {
+    p.rank_k = p.rank_v = -1;
+  } else if (i == 1) {
+    const double r = parse_number(spec, part, "rank");
+    if (r < 1 || r != static_cast<double>(static_cast<int64_t>(r)))
+      bad_spec(spec, "rank must be a positive integer or 'full'");
+    p.rank_k = p.rank_v = static_cast<int64_t>(r);
+  } else {
+    bad_spec(spec, "unknown modifier '" + part + "'");
+  }
+}
+
+// The baselines: reprefill, prefix, blind, cacheblend:R and firstk:K, over the preset defaults in `p`.
+// False when `parts[0]` names none of them.
+bool baseline_preset(const std::string& spec, const std::vector<std::string>& parts, WindowPolicy& p) {
+  const std::string& head = parts[0];
+  const bool bare = head == "reprefill" || head == "prefix" || head == "blind";
+  if (bare && parts.size() != 1) bad_spec(spec, "'" + head + "' takes no arguments");
+  if (head == "reprefill") {
+    p.on_miss = MissAction::kReprefill;
+    p.survivors = SurvivorAction::kRecondition;
+    p.reuse_stored = false;
+    p.use_orbit_patches = false;
+    p.cascade_on_recall = true;
+  } else if (head == "prefix") {
+    p.on_miss = MissAction::kReprefill;
+    p.survivors = SurvivorAction::kRecondition;
+    p.use_orbit_patches = false;
+    p.store_conditioned = true;
+  } else if (head == "blind") {
+    p.on_miss = MissAction::kBlind;
+    p.reuse_stored = false;
+    p.use_orbit_patches = false;
+    p.cascade_on_recall = false;
+  } else if (head == "cacheblend") {
+    if (parts.size() != 2) bad_spec(spec, "expected cacheblend:R with R in [0, 1]");
+    p.on_miss = MissAction::kTokenRecompute;
+    p.recompute_ratio = parse_number(spec, parts[1], "ratio");
+    if (!(p.recompute_ratio >= 0 && p.recompute_ratio <= 1)) bad_spec(spec, "ratio must be in [0, 1]");
+    p.reuse_stored = false;
+    p.use_orbit_patches = false;
+  } else if (head == "firstk") {
+    if (parts.size() != 2) bad_spec(spec, "expected firstk:K with K >= 0");
+    const double k = parse_number(spec, parts[1], "K");
+    if (k < 0 || k != static_cast<double>(static_cast<int64_t>(k))) bad_spec(spec, "K must be a non-negative integer");
+    p.on_miss = MissAction::kFirstK;
+    p.first_k = static_cast<int64_t>(k);
+    p.reuse_stored = false;
+    p.use_orbit_patches = false;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 WindowPolicy parse_policy(const std::string& spec) {
   // `:eager` may end any preset.
   const std::string eager = ":eager";
@@ -107,95 +213,11 @@ WindowPolicy parse_policy(const std::string& spec) {
       const std::string& part = parts[i];
       const std::string name = part.substr(0, part.find('='));
       if (!seen.insert(name).second) bad_spec(spec, "modifier '" + name + "' is given twice");
-      if (part == "exact") {
-        p.survivors = SurvivorAction::kRecondition;
-        p.use_orbit_patches = false;
-      } else if (part == "deep") {
-        p.deep_only = true;
-      } else if (part == "heal") {
-        p.heal_when_idle = true;
-      } else if (part.rfind("heal=", 0) == 0) {
-        p.heal_when_idle = true;
-        p.heal_min_kl = parse_number(spec, part.substr(5), "heal threshold");
-        if (!(p.heal_min_kl >= 0 && std::isfinite(p.heal_min_kl)))
-          bad_spec(spec, "heal threshold (the predicted KL that makes idle time heal) must be a number >= 0");
-      } else if (part.rfind("prep=", 0) == 0) {
-        const double n = parse_number(spec, part.substr(5), "prep");
-        if (n < 0 || n != static_cast<double>(static_cast<int64_t>(n)))
-          bad_spec(spec, "prep (recalls prepared in idle time) must be a non-negative integer");
-        p.prepare_recalls = static_cast<int64_t>(n);
-      } else if (part.rfind("move=", 0) == 0) {
-        const double n = parse_number(spec, part.substr(5), "move");
-        if (n < 0 || n != static_cast<double>(static_cast<int64_t>(n)))
-          bad_spec(spec, "move (moves to the last chunk prepared in idle time) must be a non-negative integer");
-        p.prepare_moves = static_cast<int64_t>(n);
-      } else if (part.rfind("kl=", 0) == 0) {
-        p.kl_budget = parse_number(spec, part.substr(3), "kl budget");
-        if (!(p.kl_budget > 0 && std::isfinite(p.kl_budget))) bad_spec(spec, "kl budget must be a positive number");
-      } else if (part.rfind("stale=", 0) == 0) {
-        p.stale = StalePatch::kAccept;
-        p.max_divergence = parse_number(spec, part.substr(6), "divergence");
-        if (!(p.max_divergence >= 0 && p.max_divergence <= 1)) bad_spec(spec, "divergence must be in [0, 1]");
-      } else if (i == 1 && part == "full") {
-        p.rank_k = p.rank_v = -1;
-      } else if (i == 1) {
-        const double r = parse_number(spec, part, "rank");
-        if (r < 1 || r != static_cast<double>(static_cast<int64_t>(r)))
-          bad_spec(spec, "rank must be a positive integer or 'full'");
-        p.rank_k = p.rank_v = static_cast<int64_t>(r);
-      } else {
-        bad_spec(spec, "unknown modifier '" + part + "'");
-      }
+      parse_patch_modifier(spec, part, i, p);
     }
     return p;
   }
-  auto no_args = [&] {
-    if (parts.size() != 1) bad_spec(spec, "'" + head + "' takes no arguments");
-  };
-  if (head == "reprefill") {
-    no_args();
-    p.on_miss = MissAction::kReprefill;
-    p.survivors = SurvivorAction::kRecondition;
-    p.reuse_stored = false;
-    p.use_orbit_patches = false;
-    p.cascade_on_recall = true;
-    return p;
-  }
-  if (head == "prefix") {
-    no_args();
-    p.on_miss = MissAction::kReprefill;
-    p.survivors = SurvivorAction::kRecondition;
-    p.use_orbit_patches = false;
-    p.store_conditioned = true;
-    return p;
-  }
-  if (head == "blind") {
-    no_args();
-    p.on_miss = MissAction::kBlind;
-    p.reuse_stored = false;
-    p.use_orbit_patches = false;
-    p.cascade_on_recall = false;
-    return p;
-  }
-  if (head == "cacheblend") {
-    if (parts.size() != 2) bad_spec(spec, "expected cacheblend:R with R in [0, 1]");
-    p.on_miss = MissAction::kTokenRecompute;
-    p.recompute_ratio = parse_number(spec, parts[1], "ratio");
-    if (!(p.recompute_ratio >= 0 && p.recompute_ratio <= 1)) bad_spec(spec, "ratio must be in [0, 1]");
-    p.reuse_stored = false;
-    p.use_orbit_patches = false;
-    return p;
-  }
-  if (head == "firstk") {
-    if (parts.size() != 2) bad_spec(spec, "expected firstk:K with K >= 0");
-    const double k = parse_number(spec, parts[1], "K");
-    if (k < 0 || k != static_cast<double>(static_cast<int64_t>(k))) bad_spec(spec, "K must be a non-negative integer");
-    p.on_miss = MissAction::kFirstK;
-    p.first_k = static_cast<int64_t>(k);
-    p.reuse_stored = false;
-    p.use_orbit_patches = false;
-    return p;
-  }
+  if (baseline_preset(spec, parts, p)) return p;
   bad_spec(spec, "unknown policy '" + head + "'");
 }
 
