@@ -74,15 +74,18 @@ uint64_t file_size_of(const std::string& path) {
   return static_cast<uint64_t>(size);
 }
 
-}  // namespace
+// The header's sizes as the model uses them. A negative vocab_size in the header means the classifier is
+// stored after the other weights (not shared with the embedding).
+struct Dims {
+  bool shared_classifier = true;
+  int64_t vocab = 0, dim = 0, hidden = 0, layers = 0, head = 0, kv_dim = 0;
+};
 
-std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget& target) {
-  const uint64_t size = file_size_of(path);
-  Reader reader(path, size);
+// Reads the header and checks its fields: positive sizes, heads that divide, an even head size.
+Header read_header(Reader& reader, const std::string& path) {
   Header h{};
   reader.read_raw(&h, sizeof h,
                   "header (7 int32: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len)");
-
   auto positive = [&](int32_t value, const char* field) {
     ORBIT_CHECK(value > 0, path << ": header field '" << field << "' must be positive, got " << value);
   };
@@ -98,18 +101,31 @@ std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget
               path << ": header field 'dim' (" << h.dim << ") is not divisible by n_heads (" << h.n_heads << ")");
   ORBIT_CHECK(h.n_heads % h.n_kv_heads == 0,
               path << ": header field 'n_kv_heads' (" << h.n_kv_heads << ") must divide n_heads (" << h.n_heads << ")");
-  const bool shared_classifier = h.vocab_size > 0;
-  const int64_t vocab = shared_classifier ? h.vocab_size : -static_cast<int64_t>(h.vocab_size);
-  const int64_t dim = h.dim, hidden = h.hidden_dim, L = h.n_layers, head = h.dim / h.n_heads;
-  const int64_t kv_dim = head * h.n_kv_heads;
+  const int64_t head = h.dim / h.n_heads;
   ORBIT_CHECK(head % 2 == 0, path << ": head size dim/n_heads = " << head << " must be even for RoPE");
+  return h;
+}
 
-  // Exact size check up front: a truncated or padded file is an error, not a partial model.
-  // 128-bit arithmetic: a corrupt header must not overflow its way into a plausible size.
+Dims dims_of(const Header& h) {
+  Dims d;
+  d.shared_classifier = h.vocab_size > 0;
+  d.vocab = d.shared_classifier ? h.vocab_size : -static_cast<int64_t>(h.vocab_size);
+  d.dim = h.dim;
+  d.hidden = h.hidden_dim;
+  d.layers = h.n_layers;
+  d.head = h.dim / h.n_heads;
+  d.kv_dim = d.head * h.n_kv_heads;
+  return d;
+}
+
+// Exact size check up front: a truncated or padded file is an error, not a partial model.
+// 128-bit arithmetic: a corrupt header must not overflow its way into a plausible size.
+void check_file_size(const std::string& path, uint64_t size, const Header& h, const Dims& d) {
   using Wide = __int128;
+  const int64_t vocab = d.vocab, dim = d.dim, hidden = d.hidden, L = d.layers, head = d.head, kv_dim = d.kv_dim;
   const Wide floats = Wide(vocab) * dim + Wide(L) * dim + Wide(L) * dim * dim + Wide(2) * L * kv_dim * dim +
                       Wide(L) * dim * dim + Wide(L) * dim + Wide(3) * L * hidden * dim + dim + Wide(h.seq_len) * head +
-                      (shared_classifier ? Wide(0) : Wide(vocab) * dim);
+                      (d.shared_classifier ? Wide(0) : Wide(vocab) * dim);
   const Wide expected_wide = Wide(sizeof(Header)) + floats * Wide(sizeof(float));
   const uint64_t expected = expected_wide > Wide(std::numeric_limits<uint64_t>::max())
                                 ? std::numeric_limits<uint64_t>::max()
@@ -119,33 +135,38 @@ std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget
                    << ", n_layers=" << h.n_layers << ", n_heads=" << h.n_heads << ", n_kv_heads=" << h.n_kv_heads
                    << ", vocab_size=" << h.vocab_size << ", seq_len=" << h.seq_len << ") implies " << expected
                    << " bytes" << (size < expected ? " (truncated)" : " (trailing bytes)"));
+}
 
+// The Llama config a llama2.c header describes (see the layout above), validated.
+ModelConfig config_of(const Header& h, const Dims& d, const std::string& path) {
   ModelConfig c;
   c.arch = Arch::kLlama;
   c.source_format = "llama2c";
   c.weight_dtype = "float32";
-  c.vocab_size = vocab;
-  c.hidden_size = dim;
-  c.intermediate_size = hidden;
-  c.num_layers = L;
+  c.vocab_size = d.vocab;
+  c.hidden_size = d.dim;
+  c.intermediate_size = d.hidden;
+  c.num_layers = d.layers;
   c.num_heads = h.n_heads;
   c.num_kv_heads = h.n_kv_heads;
-  c.head_dim = head;
+  c.head_dim = d.head;
   c.rms_norm_eps = 1e-5;
   c.attention_bias = false;
-  c.tie_word_embeddings = shared_classifier;
+  c.tie_word_embeddings = d.shared_classifier;
   c.max_position_embeddings = h.seq_len;
   c.rope.layout = RopeLayout::kInterleaved;
-  c.rope.head_dim = head;
-  c.rope.rotary_dim = head;
+  c.rope.head_dim = d.head;
+  c.rope.rotary_dim = d.head;
   c.rope.theta = 10000.0;
   c.rope.max_position_embeddings = h.seq_len;
   c.validate(path);
+  return c;
+}
 
-  ModelWeights w;
-  prepare_weights(w, c);
-  w.embed = reader.read({vocab, dim}, "token_embedding_table");
-  // Stacked per-layer tensors are read whole, then split into per-layer views of one buffer each.
+// The per-layer weights, in file order. Stacked per-layer tensors are read whole, then split into
+// per-layer views of one buffer each.
+void read_layers(Reader& reader, const Dims& d, ModelWeights& w) {
+  const int64_t dim = d.dim, hidden = d.hidden, kv_dim = d.kv_dim, L = d.layers;
   auto per_layer = [&](at::IntArrayRef shape, const char* what) {
     std::vector<int64_t> full{L};
     full.insert(full.end(), shape.begin(), shape.end());
@@ -172,17 +193,36 @@ std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget
     lw.w_down = w2[l];
     lw.w_up = w3[l];
   }
-  w.final_norm = reader.read({dim}, "rms_final_weight");
-  reader.skip(static_cast<uint64_t>(h.seq_len * head) * sizeof(float), "freq_cis_real/freq_cis_imag");
-  w.lm_head = shared_classifier ? w.embed : reader.read({vocab, dim}, "wcls");
-  // The file is float32: other targets convert tensor by tensor (llama2.c models are small).
-  if (target.dtype != at::kFloat || !target.device.is_cpu()) {
-    for (const WeightSpec& spec : weight_specs(c)) {
-      at::Tensor& slot = weight_slot(w, c, spec.name);
-      slot = slot.to(target.device, target.dtype);
-    }
-    if (shared_classifier) w.lm_head = w.embed;
+}
+
+// The file is float32: other targets convert tensor by tensor (llama2.c models are small).
+void convert_weights(ModelWeights& w, const ModelConfig& c, const ComputeTarget& target, bool shared_classifier) {
+  if (target.dtype == at::kFloat && target.device.is_cpu()) return;
+  for (const WeightSpec& spec : weight_specs(c)) {
+    at::Tensor& slot = weight_slot(w, c, spec.name);
+    slot = slot.to(target.device, target.dtype);
   }
+  if (shared_classifier) w.lm_head = w.embed;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget& target) {
+  const uint64_t size = file_size_of(path);
+  Reader reader(path, size);
+  const Header h = read_header(reader, path);
+  const Dims d = dims_of(h);
+  check_file_size(path, size, h, d);
+  ModelConfig c = config_of(h, d, path);
+
+  ModelWeights w;
+  prepare_weights(w, c);
+  w.embed = reader.read({d.vocab, d.dim}, "token_embedding_table");
+  read_layers(reader, d, w);
+  w.final_norm = reader.read({d.dim}, "rms_final_weight");
+  reader.skip(static_cast<uint64_t>(h.seq_len * d.head) * sizeof(float), "freq_cis_real/freq_cis_imag");
+  w.lm_head = d.shared_classifier ? w.embed : reader.read({d.vocab, d.dim}, "wcls");
+  convert_weights(w, c, target, d.shared_classifier);
   return std::make_unique<Model>(std::move(c), std::move(w), path);
 }
 
