@@ -56,6 +56,8 @@ const char* kReplayUsage =
     "  --no-fidelity            skip the two fidelity forwards per step (cost only)\n"
     "  --patch-capacity BYTES   patch-cache capacity for the offline bound (default: the host budget, 1 GiB)\n"
     "  --page-size N            tokens per KV page of the replay engines (default 16)\n"
+    "  --yardstick-tokens N     KV budget of the bounded prefix-cache yardsticks (radix_tokens,\n"
+    "                           block_cache_tokens), in tokens (default: the replay engine's KV pool)\n"
     "  --device D               cpu (default), cuda or cuda:N;  --dtype T   float32 (default), bfloat16, float16\n"
     "  --calibrate              calibrate each engine first (cost model and the fidelity model :kl= budgets use)\n"
     "  --host-budget BYTES      the store's host tier in every replay engine (default 1 GiB): where patches live\n"
@@ -233,7 +235,7 @@ int run_replay(int argc, char** argv, int first) {
   if (first < argc && argv[first][0] != '-') trace_path = argv[first++];
   const Args args("replay",
                   ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--repeat", "--page-size", "--trace",
-                           "--device", "--dtype", "--host-budget", "--eviction", "--device-tier"},
+                           "--yardstick-tokens", "--device", "--dtype", "--host-budget", "--eviction", "--device-tier"},
                           {"--explain", "--attribute", "--no-fidelity", "--quiet", "--calibrate"},
                           kReplayUsage},
                   argc, argv, first);
@@ -242,6 +244,7 @@ int run_replay(int argc, char** argv, int first) {
   ReplayOptions o;
   o.engine.model = args.required("--model");
   o.engine.page_size = args.get_int("--page-size", 16);
+  o.yardstick_tokens = args.get_int("--yardstick-tokens", 0, 0);
   o.engine.device = args.get_or("--device", "cpu");
   o.engine.dtype = args.get_or("--dtype", "float32");
   (void)compute_target(args);  // a bad or unavailable --device / --dtype fails here, naming the argument

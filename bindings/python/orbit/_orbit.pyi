@@ -16,6 +16,8 @@ InstanceArg = Union[int, "InstanceInfo"]
 # A chunk: its ChunkRef or its key.
 ChunkArg = Union["ChunkRef", str]
 PolicyArg = Union["WindowPolicy", str]
+# A message list as a chat API takes it: dicts with "role" and "content" (and "name", "tool_call_id", "tool_calls").
+Messages = Sequence[dict]
 
 class OrbitError(RuntimeError):
     """Misuse or bad input reported by the C++ core; str(e) is the C++ message."""
@@ -680,6 +682,30 @@ class Engine:
     def detokenize(self, tokens: Tokens, previous: int = -1) -> str: ...
     def piece(self, token: int) -> str: ...
     def add_text(self, text: str, *, label: str = "", pin: bool = False, bos: bool = False) -> ChunkRef: ...
+    # Messages (orbit/sync.h): the model's chat template (tokenizer_config.json), else chat_template=, else
+    # the built-in plain one.
+    @property
+    def has_chat_template(self) -> bool: ...
+    def render_chat(
+        self,
+        messages: Messages,
+        add_generation_prompt: bool = True,
+        *,
+        chat_template: Optional[str] = None,
+        tools: Union[Sequence[dict], str, None] = None,
+        extra: Union[dict, str, None] = None,
+    ) -> str:
+        """The messages rendered as transformers' apply_chat_template renders them."""
+    def tokenize_chat(
+        self,
+        messages: Messages,
+        add_generation_prompt: bool = True,
+        *,
+        chat_template: Optional[str] = None,
+        tools: Union[Sequence[dict], str, None] = None,
+        extra: Union[dict, str, None] = None,
+    ) -> list[int]:
+        """tokenize(render_chat(...)) with no special tokens added: what Window.sync puts in a window."""
     def add_embeddings(
         self,
         embeddings: Union[numpy.ndarray, "torch.Tensor", Sequence[Sequence[float]]],  # noqa: F821
@@ -766,6 +792,28 @@ class Window:
     def prepare_moves(self, max_chunks: int = 8) -> IdleReport: ...
     def idle(self) -> IdleReport: ...
     def fork(self) -> "Window": ...
+    # messages (orbit/sync.h)
+    def sync(
+        self,
+        messages: Messages,
+        *,
+        chunk_min_tokens: int = 64,
+        chat_template: Optional[str] = None,
+        tools: Union[Sequence[dict], str, None] = None,
+        extra: Union[dict, str, None] = None,
+    ) -> "SyncReport":
+        """Brings the window to the chat-template rendering of messages; pass report.generation_prompt to
+        generate() for the next assistant turn."""
+    def plan_sync(
+        self,
+        messages: Messages,
+        *,
+        chunk_min_tokens: int = 64,
+        chat_template: Optional[str] = None,
+        tools: Union[Sequence[dict], str, None] = None,
+        extra: Union[dict, str, None] = None,
+    ) -> "SyncPlan":
+        """What sync() would do; nothing changes."""
     # reading (nothing stored)
     def logits(self, query: Tokens, *, all_rows: bool = False) -> numpy.typing.NDArray[numpy.float32]: ...
     def reference_logits(self, query: Tokens, *, all_rows: bool = False) -> numpy.typing.NDArray[numpy.float32]: ...
@@ -782,6 +830,71 @@ class Window:
     def disposable(self, instance: InstanceArg, query: Tokens, *, answer_tokens: int = 4) -> DisposabilityReport: ...
     def loss_by_instance(self, query: Tokens) -> list[InstanceLoss]: ...
     def kv(self, instance: InstanceArg) -> InstanceKV: ...
+
+# ---- messages (orbit/sync.h) --------------------------------------------------------------------------------
+
+class SyncAction(_Enum):
+    """What Window.sync does with one unit of the rendered messages."""
+    keep: "SyncAction"
+    admit: "SyncAction"
+    recall: "SyncAction"
+    turn: "SyncAction"
+
+class SyncUnit:
+    """One unit of the rendering: messages [first_message, end_message) and their tokens."""
+    @property
+    def first_message(self) -> int: ...
+    @property
+    def end_message(self) -> int: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def tokens(self) -> list[int]: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def is_turn(self) -> bool: ...
+    @property
+    def action(self) -> SyncAction: ...
+    @property
+    def moved(self) -> bool: ...
+    @property
+    def instance(self) -> int: ...
+
+class SyncPlan:
+    """What Window.sync will do (Window.plan_sync), or did (SyncReport.plan)."""
+    @property
+    def units(self) -> list[SyncUnit]: ...
+    @property
+    def evict(self) -> list[int]: ...
+    @property
+    def reorder(self) -> bool: ...
+    @property
+    def tokens(self) -> list[int]: ...
+    @property
+    def generation_prompt(self) -> list[int]: ...
+    @property
+    def generation_prompt_exact(self) -> bool: ...
+    @property
+    def merged_boundaries(self) -> int: ...
+    @property
+    def chat_template(self) -> str: ...
+    def count(self, action: SyncAction) -> int: ...
+    def changes(self) -> bool: ...
+    def describe(self) -> str: ...
+
+class SyncReport:
+    """What Window.sync did: its plan, the window operations and their reports."""
+    @property
+    def plan(self) -> SyncPlan: ...
+    @property
+    def plans(self) -> list[Plan]: ...
+    @property
+    def reports(self) -> list[ApplyReport]: ...
+    @property
+    def forward_tokens(self) -> float: ...
+    @property
+    def generation_prompt(self) -> list[int]: ...
 
 # ---- offline store inspection (no model needed) ----------------------------------------------------------
 

@@ -14,6 +14,7 @@ void init_types(py::module_& m);   // types.cpp: enums, ChunkRef, plans, reports
 void init_policy(py::module_& m);  // policy.cpp: WindowPolicy (Policy)
 void init_engine(py::module_& m);  // engine.cpp: Engine
 void init_window(py::module_& m);  // window.cpp: Window, InstanceKV
+void init_sync(py::module_& m);    // sync.cpp: Window.sync, Engine.render_chat, SyncPlan, SyncReport
 void init_store(py::module_& m);   // store.cpp: offline store inspection, content keys
 void init_trace(py::module_& m);   // trace.cpp: orbit-trace/1 load, make, validate, save, replay
 

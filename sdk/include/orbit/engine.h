@@ -1,4 +1,4 @@
-// Engine: one model, one KV pool, one chunk store (DESIGN.md §7). The entry point of the SDK.
+// Engine: one model, one KV pool, one chunk store (docs/ARCHITECTURE.md §5). The entry point of the SDK.
 //
 //   auto engine = orbit::Engine::open({.model = "models/stories260K/stories260K.bin"});
 //   orbit::ChunkRef a = engine->add_tokens({1, 365, 1691, ...}, {.label = "page 1"});
@@ -70,7 +70,7 @@ struct EngineOptions {
   // checked against the chunk and the model (kind, dtype, shapes, layer count, finite values) before it
   // is used or copied into the local tiers. Never shown in a message, a warning or stats.
   std::string remote_secret;
-  // ---- the store's tiers (DESIGN.md §5) ----
+  // ---- the store's tiers (docs/ARCHITECTURE.md §6) ----
   // Eviction policy of the device, host and disk tiers: "lru" (least recently used first) or "cost-aware"
   // (lowest (expected reuse + hits) × recompute tokens / bytes first: what each byte saves in forwards,
   // so an often-used chunk outlives a recent one-off). Anything else is an orbit::Error naming this option.
@@ -191,6 +191,20 @@ class Engine {
   // is dropped). BOS and EOS produce no text. Throws for ids outside the vocabulary.
   std::string detokenize(const std::vector<int64_t>& tokens, int64_t previous = -1) const;
   std::string piece(int64_t token) const;  // the vocabulary entry as stored (e.g. " the", "<0x0A>")
+
+  // ---- chat (orbit/sync.h) ----
+  // Whether the model has a chat template (tokenizer_config.json's chat_template of its Hugging Face
+  // directory). Throws orbit::Error when it has one the template interpreter does not support.
+  bool has_chat_template() const;
+  // `messages` rendered as Hugging Face's apply_chat_template(messages, add_generation_prompt) renders them
+  // with the model's chat template, options.chat_template when given, else kPlainChatTemplate. Throws
+  // orbit::Error naming the template on what it refuses (raise_exception, malformed tool JSON).
+  std::string render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
+                          const ChatOptions& options = {}) const;
+  // tokenize(render_chat(...)) with no special tokens added (templates write their own): what
+  // Window::sync puts in a window (with add_generation_prompt = false).
+  std::vector<int64_t> tokenize_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
+                                     const ChatOptions& options = {}) const;
 
   // The media chunk an earlier add_embeddings(chunk with this media_digest and grid) registered, from
   // the embedding cache (EngineOptions::embedding_cache): this engine's store, another process's through

@@ -257,6 +257,9 @@ struct ReplayOptions {
   // Patch-cache capacity for the offline bound (bytes); 0 = the engine's host_budget_bytes (the tier
   // the online policy's patches live in).
   int64_t patch_capacity_bytes = 0;
+  // The bounded prefix-cache yardsticks' KV budget (tokens); 0 = the replay engine's KV pool in tokens,
+  // the memory orbit's windows have.
+  int64_t yardstick_tokens = 0;
   // Replay every policy this many times (>= 1), the policies interleaved within each round, and report
   // each step's fastest critical-path and background time. Wall time on a shared machine swings by tens
   // of percent between runs, and the first policy run in a process pays its warm-up; the minimum of a few
@@ -302,6 +305,15 @@ struct StepFidelity {
 // near-tie counts above. Throws orbit::Error when the shapes differ.
 StepFidelity step_fidelity(const Logits& reference, const Logits& window);
 
+// The tokens one read showed the prefix-cache yardsticks (sdk/src/trace/trace_yardstick.h says which steps
+// are reads): the prompt is window then query; generated tokens are held afterwards, not forwarded. An
+// embedding chunk's rows appear as negative stand-in ids.
+struct YardstickRead {
+  std::vector<int64_t> window;
+  std::vector<int64_t> query;
+  std::vector<int64_t> generated;
+};
+
 struct StepResult {
   std::size_t index = 0;
   TraceOp op = TraceOp::kAdmit;
@@ -309,14 +321,22 @@ struct StepResult {
   std::string status = "ok";           // "ok", or why the window refused the operation (unchanged then)
   double forward_tokens = 0;           // token-forwards the step computed: critical + background
   double critical_forward_tokens = 0;  // of which on the critical path (plan + apply)
-  // What a prefix cache would have forwarded for the step, as the engine counts it live
-  // (EngineStats::prefix_cache_tokens); the `prefix` baseline measures the same thing by running one.
+  // What the engine's live chunk-granular ledger (planner::PrefixLedger: whole instances, no query or
+  // generated tokens) charged for the step (EngineStats::prefix_cache_tokens). Not the radix yardstick.
   double prefix_cache_tokens = 0;
-  double background_forward_tokens = 0;  // of which in the background work the step queued
-  double heal_forward_tokens = 0;        // of which healing the window after the step (Window::idle)
-  double prepare_forward_tokens = 0;     // of which preparing recalls after the step (Window::idle)
-  double decode_tokens = 0;              // generate / disposable: tokens decoded (not in forward_tokens)
-  double full_prefill_tokens = 0;        // a mutating step: the window's tokens (a full re-prefill); else 0
+  // The prefix-cache yardsticks at a read (planner/prefix_cache.h; 0 when the step is not a read): prompt
+  // tokens an SGLang-style token radix cache forwards, bounded by the engine's KV pool
+  // (PolicyReplay::yardstick_capacity_tokens) and unbounded, and a vLLM-style 16-token block cache with the
+  // same bound.
+  double radix_tokens = 0;
+  double radix_unbounded_tokens = 0;
+  double block_cache_tokens = 0;
+  std::optional<YardstickRead> yardstick_read;  // absent: not a read
+  double background_forward_tokens = 0;         // of which in the background work the step queued
+  double heal_forward_tokens = 0;               // of which healing the window after the step (Window::idle)
+  double prepare_forward_tokens = 0;            // of which preparing recalls after the step (Window::idle)
+  double decode_tokens = 0;                     // generate / disposable: tokens decoded (not in forward_tokens)
+  double full_prefill_tokens = 0;               // a mutating step: the window's tokens (a full re-prefill); else 0
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;
   int64_t canonicals_encoded = 0;
@@ -336,7 +356,7 @@ struct StepResult {
   // then not probed: the model never reads this state, since the next read or forwarding step runs the
   // repairs first (and is probed and charged for them).
   int64_t deferred = 0;
-  std::vector<int64_t> generated;    // generate: this policy's answer
+  std::vector<int64_t> generated;    // generate, disposable: this policy's answer
   double agreement = -1;             // generate: fraction of answer tokens equal to the transcript's; -1 n/a
   std::optional<bool> disposable;    // disposable: the verdict
   double kl_first = 0;               // disposable: KL of the first answer token with / without the patch
@@ -383,7 +403,11 @@ struct OfflineReport {
 struct PolicyTotals {
   double forward_tokens = 0;  // critical + background
   double critical_forward_tokens = 0;
-  double prefix_cache_tokens = 0;
+  double prefix_cache_tokens = 0;  // the chunk-granular ledger (StepResult::prefix_cache_tokens)
+  int64_t yardstick_reads = 0;     // steps that were reads
+  double radix_tokens = 0;         // sums of the StepResult fields of the same names
+  double radix_unbounded_tokens = 0;
+  double block_cache_tokens = 0;
   double background_forward_tokens = 0;
   double heal_forward_tokens = 0;     // of the background: Window::idle's heals after generate steps
   double prepare_forward_tokens = 0;  // and its prepared recalls
@@ -423,8 +447,10 @@ struct PolicyReplay {
   bool baseline = false;  // added as a baseline (not asked for)
   std::vector<StepResult> steps;
   PolicyTotals totals;
-  std::optional<OfflineReport> offline;  // patch-forming policies
-  std::string fidelity_model;            // the engine's fidelity model (FidelityModel::describe) it planned with
+  std::optional<OfflineReport> offline;   // patch-forming policies
+  std::string fidelity_model;             // the engine's fidelity model (FidelityModel::describe) it planned with
+  int64_t yardstick_capacity_tokens = 0;  // the bounded yardsticks' KV budget: the engine's pool in tokens
+  int64_t yardstick_block_tokens = 16;    // the block yardstick's block size
 };
 
 struct ReplayReport {

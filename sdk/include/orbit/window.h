@@ -1,4 +1,4 @@
-// Window: an ordered set of chunk instances plus live turns (DESIGN.md §1, §3), bound to one Engine.
+// Window: an ordered set of chunk instances plus live turns (docs/ARCHITECTURE.md §1, §3), bound to one Engine.
 //
 //   window    [ turn "sys" | chunk A | chunk B | turn "user: ..." | chunk C ]   positions follow the order
 //   instance  one placement of a chunk (or one live turn); ids are unique per engine
@@ -21,6 +21,8 @@
 //   place()             reorder into the order the planner finds cheapest (stored-patch hits)
 //   fork()              a copy-on-write child: shares pages and patches; writes go to private pages. The
 //                       child's instances keep their parent's ids (the same placements, shared).
+//   sync(messages)      the window brought to the chat-template rendering of a message list (orbit/sync.h):
+//                       the edits since the last sync become evictions, a reorder, recalls, admits, turns
 //   flush()             under a deferring policy (WindowPolicy::defer_repairs), run the repairs earlier
 //                       edits left for the next read now; reads and forwarding operations do it first
 //
@@ -46,6 +48,7 @@
 #include "orbit/errors.h"
 #include "orbit/plan.h"
 #include "orbit/policy.h"
+#include "orbit/sync.h"
 
 namespace orbit {
 
@@ -272,6 +275,19 @@ class Window {
   // reordered at least once, prepare_moves(policy().prepare_moves). Call it whenever the agent waits (a tool
   // runs, the user types); orbit::replay calls it after every generate step.
   IdleReport idle();
+
+  // ---- messages (orbit/sync.h) ----
+  // Brings the window to the rendering of `messages` (the full list a chat API would be sent): renders it
+  // with the model's chat template (or options.chat's), cuts it into one unit per message where the
+  // tokens allow, and plans the operations that turn the window into those units: evictions, one
+  // reorder, recalls, admits and turns, each applied under the window's policy. After it, the window's
+  // tokens (its instances' tokens in order) are tokenize(render(messages)). A list the window holds
+  // already applies nothing. Throws orbit::Error when the engine has no tokenizer, the template refuses
+  // the list, or the rendering does not fit the model's positions (nothing applied), or when an operation
+  // is refused (the pool is full): the operations applied before it stay, and the window is then a mix of
+  // old and new that a later sync of any list brings to that list.
+  SyncPlan plan_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options = {}) const;
+  SyncReport sync(const std::vector<ChatMessage>& messages, const SyncOptions& options = {});
 
   // A copy-on-write child (O(pages) reference counts). The child has its own id and version. Repairs an
   // edit deferred run first (in this window, as a read would), so the two share the repaired pages.

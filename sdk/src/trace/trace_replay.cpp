@@ -12,6 +12,7 @@
 #include "orbit/trace.h"
 #include "text/text_bound.h"
 #include "trace/trace_internal.h"
+#include "trace/trace_yardstick.h"
 
 namespace orbit {
 
@@ -255,6 +256,8 @@ class PolicyRun {
       fidelity_model_ = engine_->fidelity_model_description();
     }
     info_ = engine_->model_info();
+    yardstick_ = trace_detail::ReplayYardstick(
+        options.yardstick_tokens > 0 ? options.yardstick_tokens : engine_->stats().pool_pages * eo.page_size);
     for (std::size_t i = 0; i < trace.chunks.size(); ++i) {
       const TraceChunk& c = trace.chunks[i];
       const ResolvedChunk& rc = resolved.chunks[i];
@@ -269,6 +272,7 @@ class PolicyRun {
       } else {
         refs_[c.name] = engine_->add_tokens(rc.tokens, co);
       }
+      yardstick_.add_chunk(refs_[c.name], c.embeddings ? std::vector<int64_t>{} : rc.tokens);
     }
     WindowOptions wo;
     wo.policy = policy;
@@ -291,6 +295,7 @@ class PolicyRun {
       out.steps.push_back(std::move(r));
     }
     out.fidelity_model = fidelity_model_;
+    out.yardstick_capacity_tokens = yardstick_.capacity_tokens();
     total(out);
     if (forms_patches(policy_)) {
       const int64_t capacity =
@@ -310,6 +315,7 @@ class PolicyRun {
       t.forward_tokens += s.forward_tokens;
       t.critical_forward_tokens += s.critical_forward_tokens;
       t.prefix_cache_tokens += s.prefix_cache_tokens;
+      trace_detail::add_yardstick_totals(s, &t);
       t.background_forward_tokens += s.background_forward_tokens;
       t.heal_forward_tokens += s.heal_forward_tokens;
       t.prepare_forward_tokens += s.prepare_forward_tokens;
@@ -455,6 +461,7 @@ class PolicyRun {
     const std::vector<int64_t>& query = resolved_.step_tokens[i].empty() ? resolved_.probe : resolved_.step_tokens[i];
     bool mutated = trace_op_mutates(s.op);
     const EngineStats before = engine_->stats();
+    yardstick_.before(s, current());
     const auto t0 = Clock::now();
     switch (s.op) {
       case TraceOp::kAdmit:
@@ -538,6 +545,7 @@ class PolicyRun {
         flush_deferred(i, &r);
         const DisposabilityReport d = current().disposable(instance_of(s.chunk), query, s.answer_tokens);
         r.disposable = d.disposable;
+        r.generated = d.answer;
         r.kl_first = d.kl_first;
         r.decode_tokens = static_cast<double>(2 * (query.size() + d.answer.size()));
         break;
@@ -564,6 +572,8 @@ class PolicyRun {
     r.peak_device_bytes = peak_;
     if (mutated && r.status == "ok") r.full_prefill_tokens = static_cast<double>(r.window_tokens);
     for (const InstanceInfo& x : w.instances()) r.deferred += x.deferred ? 1 : 0;
+    const auto kept = s.append ? transcript_->find(i) : transcript_->end();
+    yardstick_.after(s, w, query, kept != transcript_->end() ? kept->second : r.generated, &r);
     const bool fits = r.window_tokens + static_cast<int64_t>(resolved_.probe.size()) <= info_.max_positions;
     if (options_.fidelity && r.window_tokens > 0 && fits && r.deferred == 0) {
       r.fidelity = step_fidelity(w.reference_logits(resolved_.probe, true), w.logits(resolved_.probe, true));
@@ -591,6 +601,7 @@ class PolicyRun {
   int64_t peak_ = 0;
   DemandLog demands_;
   std::string fidelity_model_;
+  trace_detail::ReplayYardstick yardstick_;
 };
 
 }  // namespace

@@ -52,6 +52,13 @@ json step_json(const StepResult& s) {
     o["fidelity"]["misses"] = std::move(misses);
   }
   if (s.deferred > 0) o["deferred"] = s.deferred;
+  o["radix_tokens"] = num(s.radix_tokens);
+  o["radix_unbounded_tokens"] = num(s.radix_unbounded_tokens);
+  o["block_cache_tokens"] = num(s.block_cache_tokens);
+  o["yardstick_read"] = s.yardstick_read ? json{{"window", s.yardstick_read->window},
+                                                {"query", s.yardstick_read->query},
+                                                {"generated", s.yardstick_read->generated}}
+                                         : json(nullptr);
   if (s.op == TraceOp::kGenerate) {
     o["generated"] = s.generated;
     o["agreement"] = s.agreement >= 0 ? json(s.agreement) : json(nullptr);
@@ -82,6 +89,10 @@ json totals_json(const PolicyTotals& t) {
   json o = {{"forward_tokens", num(t.forward_tokens)},
             {"critical_forward_tokens", num(t.critical_forward_tokens)},
             {"prefix_cache_tokens", num(t.prefix_cache_tokens)},
+            {"yardstick_reads", t.yardstick_reads},
+            {"radix_tokens", num(t.radix_tokens)},
+            {"radix_unbounded_tokens", num(t.radix_unbounded_tokens)},
+            {"block_cache_tokens", num(t.block_cache_tokens)},
             {"background_forward_tokens", num(t.background_forward_tokens)},
             {"heal_forward_tokens", num(t.heal_forward_tokens)},
             {"prepare_forward_tokens", num(t.prepare_forward_tokens)},
@@ -145,12 +156,14 @@ std::string replay_report_json(const ReplayReport& report, int indent) {
   for (const PolicyReplay& p : report.policies) {
     json steps = json::array();
     for (const StepResult& s : p.steps) steps.push_back(step_json(s));
-    policies.push_back({{"policy", p.policy},
-                        {"baseline", p.baseline},
-                        {"totals", totals_json(p.totals)},
-                        {"fidelity_model", p.fidelity_model},
-                        {"offline", p.offline ? offline_json(*p.offline) : json(nullptr)},
-                        {"steps", steps}});
+    policies.push_back(
+        {{"policy", p.policy},
+         {"baseline", p.baseline},
+         {"totals", totals_json(p.totals)},
+         {"fidelity_model", p.fidelity_model},
+         {"yardstick", {{"capacity_tokens", p.yardstick_capacity_tokens}, {"block_tokens", p.yardstick_block_tokens}}},
+         {"offline", p.offline ? offline_json(*p.offline) : json(nullptr)},
+         {"steps", steps}});
   }
   const json root = {{"format", "orbit-replay/1"},
                      {"trace", report.trace},

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <thread>
 
 #include "orbit/common/error.h"
+#include "orbit/runtime/chat_template.h"
 #include "orbit/runtime/device.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/store/codec.h"
@@ -159,6 +161,32 @@ const runtime::Tokenizer& EngineCore::tokenizer() const {
                      "llama2.c .bin), a Hugging Face directory's tokenizer.json, or EngineOptions::tokenizer; "
                      "without one, give token ids");
   return *tokenizer_;
+}
+
+const runtime::ChatTemplate* EngineCore::chat_template() const {
+  std::call_once(chat_template_once_, [&] {
+    // tokenizer_config.json of the model's directory, else beside the tokenizer file in use.
+    std::vector<std::filesystem::path> dirs;
+    std::error_code ec;
+    if (std::filesystem::is_directory(options_.model, ec)) dirs.emplace_back(options_.model);
+    if (tokenizer_ != nullptr) {
+      const std::filesystem::path source(tokenizer_->source());
+      dirs.push_back(std::filesystem::is_directory(source, ec) ? source : source.parent_path());
+    }
+    for (const std::filesystem::path& dir : dirs) {
+      const std::filesystem::path config = dir / "tokenizer_config.json";
+      if (!std::filesystem::is_regular_file(config, ec)) continue;
+      try {
+        std::optional<runtime::ChatTemplate> t = runtime::load_chat_template(config.string());
+        if (t) chat_template_ = std::make_unique<runtime::ChatTemplate>(std::move(*t));
+      } catch (const Error& e) {
+        chat_template_error_ = e.what();
+      }
+      return;
+    }
+  });
+  ORBIT_CHECK(chat_template_error_.empty(), chat_template_error_);
+  return chat_template_.get();
 }
 
 void EngineCore::check_open() const { ORBIT_CHECK(!closed_.load(), "engine is closed"); }

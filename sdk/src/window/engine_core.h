@@ -42,6 +42,10 @@
 #include "orbit/store/chunk_store.h"
 #include "window/background.h"
 
+namespace orbit::runtime {
+class ChatTemplate;
+}  // namespace orbit::runtime
+
 namespace orbit::detail {
 
 struct ChunkRecord {
@@ -135,6 +139,11 @@ class EngineCore {
   // model has none. Immutable after open: safe from any thread.
   const runtime::Tokenizer& tokenizer() const;
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
+  // The model's chat template: the chat_template of tokenizer_config.json in the model's Hugging Face
+  // directory (or beside the tokenizer.json EngineOptions::tokenizer names); null when there is none.
+  // Read on first use, so a template the interpreter refuses never stops the engine from opening: its
+  // error is thrown by every call that needs it. Immutable once read: safe from any thread.
+  const runtime::ChatTemplate* chat_template() const;
 
   // ---- chunks ----
   ChunkRef add_tokens(const std::vector<int64_t>& tokens, const ChunkOptions& options);
@@ -260,6 +269,9 @@ class EngineCore {
   EngineOptions options_;
   std::unique_ptr<runtime::Model> model_;
   std::unique_ptr<runtime::Tokenizer> tokenizer_;  // null when the model has none
+  mutable std::once_flag chat_template_once_;
+  mutable std::unique_ptr<runtime::ChatTemplate> chat_template_;  // chat_template(): null when none
+  mutable std::string chat_template_error_;                       // ... or why it could not be read
   std::unique_ptr<store::ChunkStore> store_;
   std::unique_ptr<runtime::KVPool> pool_;
   std::mutex pool_mu_;

@@ -1,6 +1,8 @@
-// What a prefix cache would have forwarded for the same window operations: the yardstick orbit's savings
-// are stated against, kept live so an agent can read it from Window::stats() / Engine::stats() without a
-// replay.
+// The live chunk-granular prefix ledger (WindowStats / EngineStats::prefix_cache_tokens): what a cache that
+// reuses whole instances behind a held chain of instance keys would forward for the window operations that
+// forward. It sees neither queries nor generated tokens, and works in whole instances, so it is not the
+// radix yardstick: planner/prefix_cache.h has the token-granular radix cache and the 16-token block cache
+// (SGLang and vLLM semantics) that `orbit replay` reports as radix_tokens and block_cache_tokens.
 //
 // A prefix cache (vLLM's automatic prefix caching, SGLang's radix tree) reuses KV only behind a token
 // prefix it computed before, and recomputes from the first token that differs to the end. A window is a

@@ -1,4 +1,4 @@
-// The chunk store (DESIGN.md §5): content-addressed values (canonicals, patches, embeddings) across a
+// The chunk store (docs/ARCHITECTURE.md §6): content-addressed values (canonicals, patches, embeddings) across a
 // device pool, host memory, disk and an optional remote server, with byte budgets, pins, eviction
 // policies, demotion instead of loss and promotion on access.
 //

@@ -1,0 +1,294 @@
+// Messages (orbit/sync.h): Window.sync / plan_sync, Engine.render_chat / tokenize_chat / has_chat_template, and
+// the SyncAction, SyncUnit, SyncPlan and SyncReport types. A message list is what a chat API takes: dicts with
+// "role" and "content" (a str, None, or a list of {"type": "text", "text": ...} parts), and optionally "name",
+// "tool_call_id" and "tool_calls" (OpenAI's [{"id", "type": "function", "function": {"name", "arguments"}}],
+// arguments a JSON string or a dict).
+#include <pybind11/stl.h>
+
+#include <sstream>
+
+#include "bindings.h"
+#include "convert.h"
+#include "py_window.h"
+
+namespace orbit_py {
+
+namespace {
+
+using orbit::ChatMessage;
+using orbit::ChatOptions;
+using orbit::ChatToolCall;
+using orbit::Engine;
+using orbit::SyncAction;
+using orbit::SyncOptions;
+using orbit::SyncPlan;
+using orbit::SyncReport;
+using orbit::SyncUnit;
+using orbit::Window;
+
+std::string where(std::size_t i, const char* field) {
+  return "messages[" + std::to_string(i) + "]" + (field[0] != '\0' ? std::string(".") + field : "");
+}
+
+std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__qualname__")); }
+
+std::string to_json(const py::handle& obj) {
+  return py::module_::import("json").attr("dumps")(obj, py::arg("ensure_ascii") = false).cast<std::string>();
+}
+
+// A str field of a message dict (None and absent: nullopt).
+std::optional<std::string> str_field(const py::dict& d, const char* key, std::size_t i) {
+  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
+  const py::object v = d[key];
+  if (!py::isinstance<py::str>(v)) throw py::type_error(where(i, key) + ": expected a str, got " + type_name(v));
+  return v.cast<std::string>();
+}
+
+std::string content_of(const py::dict& d, std::size_t i) {
+  if (!d.contains("content") || d["content"].is_none()) return "";
+  const py::object c = d["content"];
+  if (py::isinstance<py::str>(c)) return c.cast<std::string>();
+  if (py::isinstance<py::list>(c) || py::isinstance<py::tuple>(c)) {
+    std::string text;
+    for (const py::handle part : c) {
+      if (!py::isinstance<py::dict>(part)) {
+        throw py::type_error(where(i, "content") + ": expected a list of {'type': 'text', 'text': ...} parts, got a " +
+                             type_name(part));
+      }
+      const py::dict p = py::reinterpret_borrow<py::dict>(part);
+      const std::string type = p.contains("type") ? py::str(p["type"]).cast<std::string>() : "";
+      if (type != "text" || !p.contains("text") || !py::isinstance<py::str>(p["text"])) {
+        throw py::value_error(
+            where(i, "content") + ": only text parts ({'type': 'text', 'text': str}) are accepted; got " +
+            std::string(py::repr(part)) + " (images: register them with engine.add_embeddings and window.admit)");
+      }
+      text += p["text"].cast<std::string>();
+    }
+    return text;
+  }
+  throw py::type_error(where(i, "content") + ": expected a str, None or a list of text parts, got " + type_name(c));
+}
+
+std::vector<ChatToolCall> tool_calls_of(const py::dict& d, std::size_t i) {
+  std::vector<ChatToolCall> out;
+  if (!d.contains("tool_calls") || d["tool_calls"].is_none()) return out;
+  for (const py::handle call : d["tool_calls"]) {
+    if (!py::isinstance<py::dict>(call)) {
+      throw py::type_error(where(i, "tool_calls") + ": expected dicts, got a " + type_name(call));
+    }
+    const py::dict c = py::reinterpret_borrow<py::dict>(call);
+    ChatToolCall t;
+    if (c.contains("id") && !c["id"].is_none()) t.id = py::str(c["id"]).cast<std::string>();
+    const py::dict f = c.contains("function") && py::isinstance<py::dict>(c["function"])
+                           ? py::reinterpret_borrow<py::dict>(c["function"])
+                           : c;  // {"name", "arguments"} given flat
+    if (!f.contains("name") || !py::isinstance<py::str>(f["name"])) {
+      throw py::value_error(where(i, "tool_calls") + ": a call needs function.name (a str)");
+    }
+    t.name = f["name"].cast<std::string>();
+    if (f.contains("arguments") && !f["arguments"].is_none()) {
+      const py::object a = f["arguments"];
+      t.arguments = py::isinstance<py::str>(a) ? a.cast<std::string>() : to_json(a);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<ChatMessage> to_messages(const py::object& messages) {
+  if (py::isinstance<py::str>(messages) || py::isinstance<py::dict>(messages)) {
+    throw py::type_error("messages: expected a list of message dicts, got a " + type_name(messages));
+  }
+  std::vector<ChatMessage> out;
+  std::size_t i = 0;
+  for (const py::handle m : messages) {
+    if (!py::isinstance<py::dict>(m)) {
+      throw py::type_error(where(i, "") + ": expected a dict with 'role' and 'content', got a " + type_name(m));
+    }
+    const py::dict d = py::reinterpret_borrow<py::dict>(m);
+    ChatMessage msg;
+    const std::optional<std::string> role = str_field(d, "role", i);
+    if (!role) throw py::value_error(where(i, "role") + " is missing");
+    msg.role = *role;
+    msg.content = content_of(d, i);
+    msg.name = str_field(d, "name", i);
+    msg.tool_call_id = str_field(d, "tool_call_id", i);
+    msg.tool_calls = tool_calls_of(d, i);
+    out.push_back(std::move(msg));
+    ++i;
+  }
+  return out;
+}
+
+ChatOptions chat_options(const py::object& chat_template, const py::object& tools, const py::object& extra) {
+  ChatOptions o;
+  if (!chat_template.is_none()) o.chat_template = chat_template.cast<std::string>();
+  if (!tools.is_none()) o.tools_json = py::isinstance<py::str>(tools) ? tools.cast<std::string>() : to_json(tools);
+  if (!extra.is_none()) o.extra_json = py::isinstance<py::str>(extra) ? extra.cast<std::string>() : to_json(extra);
+  return o;
+}
+
+SyncOptions sync_options(int64_t chunk_min_tokens, const py::object& chat_template, const py::object& tools,
+                         const py::object& extra) {
+  SyncOptions o;
+  o.chunk_min_tokens = chunk_min_tokens;
+  o.chat = chat_options(chat_template, tools, extra);
+  return o;
+}
+
+const char* kMessagesDoc =
+    "messages: a list of dicts as a chat API takes them: 'role' and 'content' (a str, None, or a list of\n"
+    "{'type': 'text', 'text': ...} parts), optionally 'name', 'tool_call_id' and 'tool_calls' (OpenAI's form:\n"
+    "[{'id', 'type': 'function', 'function': {'name', 'arguments': str or dict}}]). chat_template: a Jinja chat\n"
+    "template to use instead of the model's (None: the model's tokenizer_config.json, else the built-in plain\n"
+    "one: 'role: content' lines); tools: a list of tool schemas (the template's `tools`); extra: a dict of\n"
+    "further template variables.";
+
+// Docstrings pybind11 keeps pointers to: built once, alive for the process.
+const std::string kRenderDoc =
+    std::string(
+        "The messages rendered with the chat template, as transformers' apply_chat_template(messages,\n"
+        "add_generation_prompt=...) renders them (a str). ") +
+    kMessagesDoc;
+const std::string kSyncDoc =
+    std::string(
+        "Brings the window to the chat-template rendering of messages (the full list a chat API would be\n"
+        "sent): one unit per message where the tokens allow; units the window holds are kept (moved by one\n"
+        "reorder when their order changed), instances no unit matches are evicted, chunks evicted earlier are\n"
+        "recalled, new units are admitted as chunks (chunk_min_tokens tokens or more, or anywhere but the\n"
+        "tail) or added as turns. Every operation is planned and applied under the window's policy. Afterwards\n"
+        "the window's tokens are engine.tokenize_chat(messages, False). Returns a SyncReport; pass\n"
+        "report.generation_prompt to generate() for the next assistant turn. ") +
+    kMessagesDoc;
+
+}  // namespace
+
+void init_sync(py::module_& m) {
+  py::enum_<SyncAction> action(m, "SyncAction", "What Window.sync does with one unit of the rendered messages.");
+  action.value("keep", SyncAction::kKeep, "An instance holds it already (kept in place, or moved by the reorder).")
+      .value("admit", SyncAction::kAdmit, "A new chunk admitted.")
+      .value("recall", SyncAction::kRecall, "A chunk the window evicted earlier, recalled.")
+      .value("turn", SyncAction::kTurn, "A live turn added at the tail.");
+  // As the other enums (types.cpp): str() and .label are the C++ name.
+  action.attr("__str__") =
+      py::cpp_function([](SyncAction a) { return std::string(orbit::sync_action_name(a)); }, py::name("__str__"),
+                       py::is_method(action), "The C++ name (as SyncPlan.describe() prints it).");
+  action.def_property_readonly(
+      "label", [](SyncAction a) { return std::string(orbit::sync_action_name(a)); },
+      "The C++ name (as SyncPlan.describe() prints it), e.g. 'recall'.");
+
+  py::class_<SyncUnit>(m, "SyncUnit",
+                       "One unit of the rendering: messages [first_message, end_message) and their tokens (read-only).")
+      .def_readonly("first_message", &SyncUnit::first_message, "Index of its first message.")
+      .def_readonly("end_message", &SyncUnit::end_message, "One past its last message.")
+      .def_readonly("position", &SyncUnit::position, "Its first token's position in the window after sync.")
+      .def_readonly("tokens", &SyncUnit::tokens, "Its tokens (a slice of tokenize(render(messages))).")
+      .def_readonly("key", &SyncUnit::key, "Content key of the tokens (a chunk's key; a turn's content key).")
+      .def_readonly("is_turn", &SyncUnit::is_turn, "True when a live turn holds it, False for a chunk.")
+      .def_readonly("action", &SyncUnit::action, "SyncAction.")
+      .def_readonly("moved", &SyncUnit::moved, "keep: the reorder moved it.")
+      .def_readonly("instance", &SyncUnit::instance, "The instance holding it (after sync; 0 in a plan for new units).")
+      .def("__repr__", [](const SyncUnit& u) {
+        std::ostringstream o;
+        o << "SyncUnit(messages=[" << u.first_message << ", " << u.end_message << "), action='"
+          << orbit::sync_action_name(u.action) << "', " << (u.is_turn ? "turn" : "chunk")
+          << ", tokens=" << u.tokens.size() << ", instance=" << u.instance << ")";
+        return o.str();
+      });
+
+  py::class_<SyncPlan>(m, "SyncPlan", "What Window.sync will do (Window.plan_sync), or did (SyncReport.plan).")
+      .def_readonly("units", &SyncPlan::units, "list[SyncUnit]: the window after sync, in order.")
+      .def_readonly("evict", &SyncPlan::evict, "Instance ids evicted, in window order.")
+      .def_readonly("reorder", &SyncPlan::reorder, "The kept instances change order (one reorder).")
+      .def_readonly("tokens", &SyncPlan::tokens, "The window's tokens after sync: tokenize(render(messages)).")
+      .def_readonly("generation_prompt", &SyncPlan::generation_prompt,
+                    "Tokens the template adds with add_generation_prompt (generate()'s query).")
+      .def_readonly("generation_prompt_exact", &SyncPlan::generation_prompt_exact,
+                    "tokens + generation_prompt == tokenize(render(messages, add_generation_prompt=True)).")
+      .def_readonly("merged_boundaries", &SyncPlan::merged_boundaries,
+                    "Message boundaries no unit boundary could follow (the messages share a unit).")
+      .def_readonly("chat_template", &SyncPlan::chat_template,
+                    "Which template rendered it: 'model', 'options' (chat_template=) or 'plain'.")
+      .def("count", &SyncPlan::count, py::arg("action"), "Units with this SyncAction.")
+      .def("changes", &SyncPlan::changes, "False when the window holds the rendering already.")
+      .def("describe", &SyncPlan::describe, "One line per unit and eviction.")
+      .def("__repr__", [](const SyncPlan& p) {
+        std::ostringstream o;
+        o << "SyncPlan(units=" << p.units.size() << ", tokens=" << p.tokens.size()
+          << ", keep=" << p.count(SyncAction::kKeep) << ", admit=" << p.count(SyncAction::kAdmit)
+          << ", recall=" << p.count(SyncAction::kRecall) << ", turn=" << p.count(SyncAction::kTurn)
+          << ", evict=" << p.evict.size() << ", reorder=" << (p.reorder ? "True" : "False") << ")";
+        return o.str();
+      });
+
+  py::class_<SyncReport>(m, "SyncReport", "What Window.sync did: its plan, the window operations and their reports.")
+      .def_readonly("plan", &SyncReport::plan, "The SyncPlan (its units carry their instance ids).")
+      .def_readonly("plans", &SyncReport::plans, "list[Plan]: every window operation applied, in order.")
+      .def_readonly("reports", &SyncReport::reports, "list[ApplyReport]: their reports, one per plan.")
+      .def_readonly("forward_tokens", &SyncReport::forward_tokens,
+                    "Critical-path token-forwards of the operations (repairs deferred to the next read count there).")
+      .def_readonly("generation_prompt", &SyncReport::generation_prompt,
+                    "generate()'s query for the next assistant turn (the template's generation prompt).")
+      .def("__repr__", [](const SyncReport& r) {
+        std::ostringstream o;
+        o << "SyncReport(operations=" << r.plans.size() << ", forward_tokens=" << r.forward_tokens
+          << ", units=" << r.plan.units.size() << ", tokens=" << r.plan.tokens.size() << ")";
+        return o.str();
+      });
+
+  auto engine = py::reinterpret_borrow<py::class_<Engine, std::shared_ptr<Engine>>>(m.attr("Engine"));
+  engine.def_property_readonly(
+      "has_chat_template", [](const Engine& e) { return e.has_chat_template(); },
+      "True when the model has a chat template (tokenizer_config.json of its Hugging Face directory).");
+  engine.def(
+      "render_chat",
+      [](const Engine& e, const py::object& messages, bool add_generation_prompt, const py::object& chat_template,
+         const py::object& tools, const py::object& extra) {
+        const std::vector<ChatMessage> msgs = to_messages(messages);
+        const ChatOptions o = chat_options(chat_template, tools, extra);
+        py::gil_scoped_release release;
+        return e.render_chat(msgs, add_generation_prompt, o);
+      },
+      py::arg("messages"), py::arg("add_generation_prompt") = true, py::kw_only(),
+      py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(),
+      kRenderDoc.c_str());
+  engine.def(
+      "tokenize_chat",
+      [](const Engine& e, const py::object& messages, bool add_generation_prompt, const py::object& chat_template,
+         const py::object& tools, const py::object& extra) {
+        const std::vector<ChatMessage> msgs = to_messages(messages);
+        const ChatOptions o = chat_options(chat_template, tools, extra);
+        py::gil_scoped_release release;
+        return e.tokenize_chat(msgs, add_generation_prompt, o);
+      },
+      py::arg("messages"), py::arg("add_generation_prompt") = true, py::kw_only(),
+      py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(),
+      "tokenize(render_chat(...)) with no special tokens added (templates write their own): what Window.sync\n"
+      "puts in a window (with add_generation_prompt=False).");
+
+  auto window = py::reinterpret_borrow<py::class_<PyWindow>>(m.attr("Window"));
+  window.def(
+      "sync",
+      [](PyWindow& w, const py::object& messages, int64_t chunk_min_tokens, const py::object& chat_template,
+         const py::object& tools, const py::object& extra) {
+        const std::vector<ChatMessage> msgs = to_messages(messages);
+        const SyncOptions o = sync_options(chunk_min_tokens, chat_template, tools, extra);
+        return w.run([&](Window& x) { return x.sync(msgs, o); });
+      },
+      py::arg("messages"), py::kw_only(), py::arg("chunk_min_tokens") = SyncOptions{}.chunk_min_tokens,
+      py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(),
+      kSyncDoc.c_str());
+  window.def(
+      "plan_sync",
+      [](PyWindow& w, const py::object& messages, int64_t chunk_min_tokens, const py::object& chat_template,
+         const py::object& tools, const py::object& extra) {
+        const std::vector<ChatMessage> msgs = to_messages(messages);
+        const SyncOptions o = sync_options(chunk_min_tokens, chat_template, tools, extra);
+        return w.run([&](Window& x) { return x.plan_sync(msgs, o); });
+      },
+      py::arg("messages"), py::kw_only(), py::arg("chunk_min_tokens") = SyncOptions{}.chunk_min_tokens,
+      py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(),
+      "What sync(messages, ...) would do, as a SyncPlan; nothing changes.");
+}
+
+}  // namespace orbit_py

@@ -1,0 +1,91 @@
+#include "trace/trace_yardstick.h"
+
+#include "orbit/common/error.h"
+
+namespace orbit::trace_detail {
+
+namespace {
+
+planner::PrefixCacheOptions budget(int64_t capacity_tokens) {
+  planner::PrefixCacheOptions o;
+  o.capacity_tokens = capacity_tokens;
+  return o;
+}
+
+bool reads_window_before(TraceOp op) { return op == TraceOp::kGenerate || op == TraceOp::kDisposable; }
+
+bool reads_window_after(TraceOp op) {
+  return op == TraceOp::kAdmit || op == TraceOp::kRecall || op == TraceOp::kTurn || op == TraceOp::kPlace;
+}
+
+}  // namespace
+
+std::vector<int64_t> stand_in_tokens(const std::string& key, int64_t rows) {
+  ORBIT_CHECK(key.size() >= 8, "stand_in_tokens: content key '" << key << "' is shorter than 8 hex digits");
+  const int64_t base = static_cast<int64_t>(std::stoull(key.substr(0, 8), nullptr, 16)) << 20;
+  std::vector<int64_t> out(static_cast<std::size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) out[static_cast<std::size_t>(r)] = -1 - (base + (r & ((int64_t{1} << 20) - 1)));
+  return out;
+}
+
+ReplayYardstick::ReplayYardstick(int64_t capacity_tokens)
+    : capacity_(capacity_tokens),
+      radix_(budget(capacity_tokens)),
+      radix_unbounded_(),
+      blocks_(budget(capacity_tokens)) {}
+
+void ReplayYardstick::add_chunk(const ChunkRef& ref, const std::vector<int64_t>& tokens) {
+  chunks_[ref.key] = tokens.empty() ? stand_in_tokens(ref.key, ref.length) : tokens;
+}
+
+std::vector<int64_t> ReplayYardstick::window_tokens(const Window& window) const {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<std::size_t>(window.tokens()));
+  for (const InstanceInfo& x : window.instances()) {
+    if (x.is_turn) {
+      out.insert(out.end(), x.turn_tokens.begin(), x.turn_tokens.end());
+      continue;
+    }
+    const auto it = chunks_.find(x.chunk.key);
+    ORBIT_CHECK(it != chunks_.end(), "replay yardstick: chunk '" << x.chunk.label << "' was not registered");
+    out.insert(out.end(), it->second.begin(), it->second.end());
+  }
+  return out;
+}
+
+void ReplayYardstick::before(const TraceStep& step, const Window& window) {
+  before_.clear();
+  if (reads_window_before(step.op)) before_ = window_tokens(window);
+}
+
+void ReplayYardstick::after(const TraceStep& step, const Window& window, const std::vector<int64_t>& query,
+                            const std::vector<int64_t>& answer, StepResult* r) {
+  YardstickRead read;
+  if (reads_window_before(step.op)) {
+    read.window = before_;
+    read.query = query;
+    read.generated = answer;
+  } else if (reads_window_after(step.op) && r->status == "ok") {
+    read.window = window_tokens(window);
+  } else {
+    return;
+  }
+  std::vector<int64_t> tokens = read.window;
+  tokens.insert(tokens.end(), read.query.begin(), read.query.end());
+  const std::size_t prompt = tokens.size();
+  tokens.insert(tokens.end(), read.generated.begin(), read.generated.end());
+  r->radix_tokens = static_cast<double>(radix_.read(tokens, prompt).forwarded);
+  r->radix_unbounded_tokens = static_cast<double>(radix_unbounded_.read(tokens, prompt).forwarded);
+  r->block_cache_tokens = static_cast<double>(blocks_.read(tokens, prompt).forwarded);
+  r->yardstick_read = std::move(read);
+}
+
+void add_yardstick_totals(const StepResult& s, PolicyTotals* t) {
+  if (!s.yardstick_read) return;
+  ++t->yardstick_reads;
+  t->radix_tokens += s.radix_tokens;
+  t->radix_unbounded_tokens += s.radix_unbounded_tokens;
+  t->block_cache_tokens += s.block_cache_tokens;
+}
+
+}  // namespace orbit::trace_detail

@@ -1,0 +1,63 @@
+// The prefix-cache yardsticks over one policy's replay: what SGLang's radix cache and vLLM's automatic
+// prefix caching (planner/prefix_cache.h) would forward for the same model reads, beside what the window
+// forwarded. One per PolicyRun, engine-wide like the caches they model, so branches share what a parent
+// computed.
+//
+// Which steps are reads: the steps the engine's live yardstick (planner::PrefixLedger) charges, one read
+// per step:
+//   - admit, recall, turn, place, when the window applied them: the window after the step, no query;
+//   - generate: the window before the step, the query, and the answer (the transcript's when the step
+//     appends it, so the cache holds what the exact model produced; otherwise this policy's tokens);
+//   - disposable: the window before the step, the query, and the greedy answer with the window as it is.
+// Edits (evict, slide, reorder) and branch operations are not reads: a prefix cache computes when the model
+// is called. The window's tokens are its instances' in window order: a turn's ids, a text chunk's ids, and
+// for an embedding chunk a stand-in id per row (stand_in_tokens) that names the content, not a token.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "orbit/planner/prefix_cache.h"
+#include "orbit/trace.h"
+#include "orbit/window.h"
+
+namespace orbit::trace_detail {
+
+// Row r of the embedding chunk with content key `key` (64 hex): −1 − (int(key[0:8], 16) · 2^20 + r mod 2^20).
+// Negative, so never a vocabulary id, and below 2^53 in magnitude, so exact in any JSON reader; two chunks
+// whose keys share their first 8 hex digits would share stand-ins (a yardstick slightly too strong).
+std::vector<int64_t> stand_in_tokens(const std::string& key, int64_t rows);
+
+class ReplayYardstick {
+ public:
+  // capacity_tokens: the KV memory orbit's engine has for windows (its pool, in tokens); the bounded
+  // caches get the same. 0 = unbounded.
+  explicit ReplayYardstick(int64_t capacity_tokens = 0);
+  int64_t capacity_tokens() const { return capacity_; }
+
+  // A chunk the replay registered: its token ids, or none for an embedding chunk (stand-ins then).
+  void add_chunk(const ChunkRef& ref, const std::vector<int64_t>& tokens);
+  // The window's tokens in window order (see above). Throws orbit::Error for a chunk not added.
+  std::vector<int64_t> window_tokens(const Window& window) const;
+
+  // Before the step runs: remembers the window a model call (generate, disposable) reads.
+  void before(const TraceStep& step, const Window& window);
+  // After it: when the step is a read, runs it through the caches and fills r's yardstick fields.
+  void after(const TraceStep& step, const Window& window, const std::vector<int64_t>& query,
+             const std::vector<int64_t>& answer, StepResult* r);
+
+ private:
+  int64_t capacity_;
+  planner::RadixCache radix_;
+  planner::RadixCache radix_unbounded_;
+  planner::BlockPrefixCache blocks_;
+  std::map<std::string, std::vector<int64_t>> chunks_;  // content key -> tokens (or stand-ins)
+  std::vector<int64_t> before_;
+};
+
+// Adds a step's yardstick counts to the policy's totals.
+void add_yardstick_totals(const StepResult& s, PolicyTotals* t);
+
+}  // namespace orbit::trace_detail

@@ -1,0 +1,502 @@
+// Window::sync / plan_sync and Engine::render_chat / tokenize_chat (orbit/sync.h): a message list rendered
+// with a chat template, cut into one unit per message where the tokens allow, and diffed against the
+// window into ordinary window operations (evict, reorder, recall, admit, add_turn), each planned and
+// applied through Window's public API under the window's policy.
+#include <algorithm>
+#include <memory>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "orbit/common/error.h"
+#include "orbit/engine.h"
+#include "orbit/runtime/chat_template.h"
+#include "orbit/sync.h"
+#include "text/text_bound.h"
+#include "window/engine_core.h"
+#include "window/window_state.h"
+
+namespace orbit {
+
+const char* sync_action_name(SyncAction action) noexcept {
+  switch (action) {
+    case SyncAction::kKeep: return "keep";
+    case SyncAction::kAdmit: return "admit";
+    case SyncAction::kRecall: return "recall";
+    case SyncAction::kTurn: return "turn";
+  }
+  return "?";
+}
+
+int64_t SyncPlan::count(SyncAction action) const {
+  return std::count_if(units.begin(), units.end(), [&](const SyncUnit& u) { return u.action == action; });
+}
+
+bool SyncPlan::changes() const {
+  return !evict.empty() || reorder || count(SyncAction::kKeep) != int64_t(units.size());
+}
+
+std::string SyncPlan::describe() const {
+  std::ostringstream os;
+  os << "sync (" << chat_template << " template): " << units.size() << " units, " << tokens.size() << " tokens; keep "
+     << count(SyncAction::kKeep) << ", admit " << count(SyncAction::kAdmit) << ", recall " << count(SyncAction::kRecall)
+     << ", turn " << count(SyncAction::kTurn) << ", evict " << evict.size() << (reorder ? ", reorder" : "");
+  if (merged_boundaries > 0) os << "; " << merged_boundaries << " message boundaries merged";
+  os << "\n";
+  for (InstanceId id : evict) os << "  evict   instance " << id << "\n";
+  for (const SyncUnit& u : units) {
+    os << "  " << sync_action_name(u.action) << std::string(8 - std::string(sync_action_name(u.action)).size(), ' ')
+       << "messages [" << u.first_message << ", " << u.end_message << ")  tokens [" << u.position << ", "
+       << u.position + static_cast<int64_t>(u.tokens.size()) << ")  " << (u.is_turn ? "turn" : "chunk") << " "
+       << u.key.substr(0, 8);
+    if (u.instance != 0) os << "  instance " << u.instance;
+    if (u.moved) os << "  (moved)";
+    os << "\n";
+  }
+  return os.str();
+}
+
+namespace {
+
+// ---- templates ----
+
+// The text of a special token when the tokenizer reads that text back as exactly that token (Hugging
+// Face tokenizers do for their added tokens; llama2.c's reads "<s>" as characters): "" otherwise.
+std::string special_text(const runtime::Tokenizer& t, int64_t id) {
+  if (id < 0) return "";
+  try {
+    std::string text = t.piece(id);
+    if (!text.empty() && t.encode(text, false) == std::vector<int64_t>{id}) return text;
+  } catch (const Error&) {
+  }
+  return "";
+}
+
+struct Chat {
+  std::unique_ptr<runtime::ChatTemplate> owned;
+  const runtime::ChatTemplate* tmpl = nullptr;
+  std::string which;  // "options", "model", "plain"
+};
+
+Chat resolve_chat(const detail::EngineCore& core, const ChatOptions& options) {
+  Chat c;
+  const runtime::ChatTemplate* model = options.chat_template.empty() ? core.chat_template() : nullptr;
+  if (model != nullptr) {
+    c.tmpl = model;
+    c.which = "model";
+    return c;
+  }
+  std::string bos;
+  std::string eos;
+  if (core.has_tokenizer()) {
+    bos = special_text(core.tokenizer(), core.tokenizer().bos_id());
+    eos = special_text(core.tokenizer(), core.tokenizer().eos_id());
+  }
+  const bool given = !options.chat_template.empty();
+  c.owned =
+      std::make_unique<runtime::ChatTemplate>(given ? options.chat_template : std::string(kPlainChatTemplate),
+                                              given ? "ChatOptions::chat_template" : "kPlainChatTemplate", bos, eos);
+  c.tmpl = c.owned.get();
+  c.which = given ? "options" : "plain";
+  return c;
+}
+
+std::vector<runtime::ChatMessage> to_runtime(const std::vector<ChatMessage>& messages) {
+  std::vector<runtime::ChatMessage> out;
+  out.reserve(messages.size());
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    ORBIT_CHECK(!m.role.empty(), "messages[" << i << "] has no role");
+    runtime::ChatMessage r;
+    r.role = m.role;
+    r.content = m.content;
+    r.name = m.name;
+    r.tool_call_id = m.tool_call_id;
+    for (const ChatToolCall& call : m.tool_calls) r.tool_calls.push_back({call.id, call.name, call.arguments});
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+struct Renderer {
+  const Chat& chat;
+  const std::vector<runtime::ChatMessage>& messages;
+  runtime::ChatRenderOptions options;
+
+  // The first `n` messages rendered.
+  std::string operator()(std::size_t n, bool add_generation_prompt) const {
+    runtime::ChatRenderOptions o = options;
+    o.add_generation_prompt = add_generation_prompt;
+    if (n == messages.size()) return chat.tmpl->render(messages, o);
+    const std::vector<runtime::ChatMessage> prefix(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(n));
+    return chat.tmpl->render(prefix, o);
+  }
+};
+
+// ---- tokens ----
+
+std::vector<int64_t> encode(const detail::EngineCore& core, std::string_view text) {
+  const runtime::Tokenizer& t = core.tokenizer();
+  detail::check_text_fits(
+      text, core.config().max_position_embeddings, t.vocab_size(), [&](int64_t id) { return t.piece(id); },
+      "sync: the rendered messages");
+  return t.encode(text, false);
+}
+
+bool starts_with(const std::vector<int64_t>& all, const std::vector<int64_t>& prefix) {
+  return prefix.size() <= all.size() && std::equal(prefix.begin(), prefix.end(), all.begin());
+}
+
+bool starts_with(const std::string& all, const std::string& prefix) {
+  return prefix.size() <= all.size() && all.compare(0, prefix.size(), prefix) == 0;
+}
+
+struct Span {
+  int64_t first_message = 0;
+  int64_t end_message = 0;
+  std::size_t begin = 0;  // tokens [begin, end) of the rendering
+  std::size_t end = 0;
+};
+
+struct Rendering {
+  std::string which;
+  std::vector<int64_t> tokens;
+  std::vector<Span> spans;
+  std::vector<int64_t> generation_prompt;
+  bool generation_prompt_exact = true;
+  int64_t merged = 0;
+};
+
+// The rendering of `messages` cut into units (sync.h, steps 1-3).
+Rendering render_units(const detail::EngineCore& core, const std::vector<ChatMessage>& messages,
+                       const ChatOptions& options) {
+  Rendering out;
+  (void)core.tokenizer();  // throws, saying so, when the engine has none
+  const Chat chat = resolve_chat(core, options);
+  out.which = chat.which;
+  const std::vector<runtime::ChatMessage> msgs = to_runtime(messages);
+  runtime::ChatRenderOptions ro;
+  ro.tools_json = options.tools_json;
+  ro.extra_json = options.extra_json;
+  const Renderer render{chat, msgs, ro};
+  const std::size_t n = msgs.size();
+  if (n == 0) return out;  // an empty list is an empty window (nothing is rendered)
+
+  const std::string text = render(n, false);
+  // Step 2: where each message starts in the text (the end of the rendering of the messages before it).
+  struct Cut {
+    std::size_t text = 0;
+    int64_t message = 0;
+  };
+  std::vector<Cut> cuts;
+  for (std::size_t i = 1; i < n; ++i) {
+    std::string prefix;
+    try {
+      prefix = render(i, false);
+    } catch (const Error&) {  // the template refuses the shorter list (it wants a user turn last, say)
+      ++out.merged;
+      continue;
+    }
+    const std::size_t last = cuts.empty() ? 0 : cuts.back().text;
+    if (prefix.size() > last && prefix.size() < text.size() && starts_with(text, prefix)) {
+      cuts.push_back({prefix.size(), static_cast<int64_t>(i)});
+    } else {
+      ++out.merged;
+    }
+  }
+
+  // Step 3: the cuts that are token boundaries too.
+  out.tokens = encode(core, text);
+  const int64_t positions = core.config().max_position_embeddings;
+  ORBIT_CHECK(positions <= 0 || static_cast<int64_t>(out.tokens.size()) <= positions,
+              "sync: the rendered messages are " << out.tokens.size() << " tokens, more than the model's "
+                                                 << core.config().max_position_embeddings << " positions");
+  std::vector<std::pair<std::size_t, int64_t>> token_cuts;  // (token index, first message of the next unit)
+  {
+    // First test: each unit's text tokenized alone.
+    std::vector<std::vector<int64_t>> parts;
+    std::vector<int64_t> joined;
+    std::size_t from = 0;
+    for (std::size_t c = 0; c <= cuts.size(); ++c) {
+      const std::size_t to = c < cuts.size() ? cuts[c].text : text.size();
+      parts.push_back(core.tokenizer().encode(std::string_view(text).substr(from, to - from), false));
+      joined.insert(joined.end(), parts.back().begin(), parts.back().end());
+      from = to;
+    }
+    if (joined == out.tokens) {
+      std::size_t at = 0;
+      for (std::size_t c = 0; c < cuts.size(); ++c) {
+        at += parts[c].size();
+        const std::size_t last = token_cuts.empty() ? 0 : token_cuts.back().first;
+        if (at > last && at < out.tokens.size()) {
+          token_cuts.emplace_back(at, cuts[c].message);
+        } else {
+          ++out.merged;  // a message that renders to no tokens joins its neighbour
+        }
+      }
+    } else {
+      // Second test: the tokens of the text before the cut are a prefix of the rendering's tokens.
+      for (const Cut& c : cuts) {
+        const std::vector<int64_t> before = core.tokenizer().encode(std::string_view(text).substr(0, c.text), false);
+        const std::size_t last = token_cuts.empty() ? 0 : token_cuts.back().first;
+        if (before.size() > last && before.size() < out.tokens.size() && starts_with(out.tokens, before)) {
+          token_cuts.emplace_back(before.size(), c.message);
+        } else {
+          ++out.merged;
+        }
+      }
+    }
+  }
+  std::size_t begin = 0;
+  int64_t first = 0;
+  for (std::size_t c = 0; c <= token_cuts.size(); ++c) {
+    const std::size_t end = c < token_cuts.size() ? token_cuts[c].first : out.tokens.size();
+    const int64_t next = c < token_cuts.size() ? token_cuts[c].second : static_cast<int64_t>(n);
+    if (end > begin) out.spans.push_back({first, next, begin, end});
+    begin = end;
+    first = next;
+  }
+  if (!out.spans.empty()) out.spans.front().first_message = 0;  // the template's preamble goes with it
+
+  // The generation prompt: what add_generation_prompt adds, as tokens after the window's.
+  std::string with_prompt;
+  try {
+    with_prompt = render(n, true);
+  } catch (const Error&) {
+    out.generation_prompt_exact = false;
+    return out;
+  }
+  if (!starts_with(with_prompt, text)) {
+    out.generation_prompt_exact = false;  // the template renders the list differently with the prompt
+    return out;
+  }
+  if (with_prompt.size() == text.size()) return out;
+  const std::vector<int64_t> all = encode(core, with_prompt);
+  if (starts_with(all, out.tokens)) {
+    out.generation_prompt.assign(all.begin() + static_cast<std::ptrdiff_t>(out.tokens.size()), all.end());
+  } else {
+    out.generation_prompt = core.tokenizer().encode(std::string_view(with_prompt).substr(text.size()), false);
+    out.generation_prompt_exact = false;
+  }
+  return out;
+}
+
+// A chunk's label: the role(s) and the start of the first message's text.
+std::string unit_label(const std::vector<ChatMessage>& messages, const SyncUnit& u) {
+  if (u.first_message >= u.end_message) return "chat";
+  const ChatMessage& m = messages[static_cast<std::size_t>(u.first_message)];
+  std::string label = m.role;
+  if (u.end_message - u.first_message > 1) label += "+" + std::to_string(u.end_message - u.first_message - 1);
+  std::string head = m.content.substr(0, 40);
+  for (char& ch : head) {
+    if (ch == '\n' || ch == '\r' || ch == '\t') ch = ' ';
+  }
+  if (!head.empty()) label += ": " + head;
+  return label;
+}
+
+}  // namespace
+
+// ---- Engine ----
+
+bool Engine::has_chat_template() const {
+  const detail::OpHold hold(*core_);
+  return core_->chat_template() != nullptr;
+}
+
+std::string Engine::render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                const ChatOptions& options) const {
+  const detail::OpHold hold(*core_);
+  const Chat chat = resolve_chat(*core_, options);
+  runtime::ChatRenderOptions ro;
+  ro.add_generation_prompt = add_generation_prompt;
+  ro.tools_json = options.tools_json;
+  ro.extra_json = options.extra_json;
+  return chat.tmpl->render(to_runtime(messages), ro);
+}
+
+std::vector<int64_t> Engine::tokenize_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                           const ChatOptions& options) const {
+  const detail::OpHold hold(*core_);
+  return encode(*core_, render_chat(messages, add_generation_prompt, options));
+}
+
+// ---- Window ----
+
+SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) const {
+  const detail::OpHold hold(*state_->core);
+  ORBIT_CHECK(options.chunk_min_tokens >= 0,
+              "sync: SyncOptions::chunk_min_tokens = " << options.chunk_min_tokens << " must be >= 0");
+  detail::EngineCore& core = *state_->core;
+  Rendering r = render_units(core, messages, options.chat);
+  SyncPlan plan;
+  plan.chat_template = r.which;
+  plan.tokens = std::move(r.tokens);
+  plan.generation_prompt = std::move(r.generation_prompt);
+  plan.generation_prompt_exact = r.generation_prompt_exact;
+  plan.merged_boundaries = r.merged;
+  for (const Span& s : r.spans) {
+    SyncUnit u;
+    u.first_message = s.first_message;
+    u.end_message = s.end_message;
+    u.position = static_cast<int64_t>(s.begin);
+    u.tokens.assign(plan.tokens.begin() + static_cast<std::ptrdiff_t>(s.begin),
+                    plan.tokens.begin() + static_cast<std::ptrdiff_t>(s.end));
+    u.key = core.turn_key(u.tokens);  // = the content key of a token chunk of them
+    plan.units.push_back(std::move(u));
+  }
+
+  // Step 5: match units to instances by key, first match in window order.
+  const std::vector<InstanceInfo> current = instances();
+  std::unordered_map<std::string, std::vector<std::size_t>> by_key;
+  for (std::size_t i = current.size(); i-- > 0;) by_key[current[i].chunk.key].push_back(i);  // popped from the back
+  std::vector<int64_t> match(plan.units.size(), -1);
+  std::vector<bool> used(current.size(), false);
+  for (std::size_t u = 0; u < plan.units.size(); ++u) {
+    auto it = by_key.find(plan.units[u].key);
+    if (it == by_key.end() || it->second.empty()) continue;
+    match[u] = static_cast<int64_t>(it->second.back());
+    it->second.pop_back();
+    used[static_cast<std::size_t>(match[u])] = true;
+  }
+  for (std::size_t i = 0; i < current.size(); ++i) {
+    if (!used[i]) plan.evict.push_back(current[i].id);
+  }
+
+  // The kept instances in the list's order; those off its longest increasing run (in window order) moved.
+  std::vector<std::size_t> kept;  // unit indices with a match
+  for (std::size_t u = 0; u < plan.units.size(); ++u) {
+    if (match[u] >= 0) kept.push_back(u);
+  }
+  for (std::size_t k = 1; k < kept.size(); ++k) {
+    if (match[kept[k]] < match[kept[k - 1]]) plan.reorder = true;
+  }
+  if (plan.reorder) {
+    // Longest increasing subsequence of the window indices (patience sorting), to name what moved.
+    std::vector<std::size_t> tails;  // positions in `kept`
+    std::vector<int64_t> parent(kept.size(), -1);
+    for (std::size_t k = 0; k < kept.size(); ++k) {
+      auto pos = std::lower_bound(tails.begin(), tails.end(), match[kept[k]],
+                                  [&](std::size_t t, int64_t v) { return match[kept[t]] < v; });
+      if (pos != tails.begin()) parent[k] = static_cast<int64_t>(*(pos - 1));
+      if (pos == tails.end()) {
+        tails.push_back(k);
+      } else {
+        *pos = k;
+      }
+    }
+    std::vector<bool> stays(kept.size(), false);
+    for (int64_t k = tails.empty() ? -1 : static_cast<int64_t>(tails.back()); k >= 0;
+         k = parent[static_cast<std::size_t>(k)]) {
+      stays[static_cast<std::size_t>(k)] = true;
+    }
+    for (std::size_t k = 0; k < kept.size(); ++k) plan.units[kept[k]].moved = !stays[k];
+  }
+
+  // New units: recall, admit or turn.
+  std::unordered_set<std::string> chunk_keys;  // chunk keys in the window once the evictions are done
+  for (std::size_t i = 0; i < current.size(); ++i) {
+    if (used[i] && !current[i].is_turn) chunk_keys.insert(current[i].chunk.key);
+  }
+  std::unordered_set<std::string> evicted_keys;
+  for (const ChunkRef& c : evicted()) evicted_keys.insert(c.key);
+  for (std::size_t i = 0; i < current.size(); ++i) {
+    if (!used[i] && !current[i].is_turn) evicted_keys.insert(current[i].chunk.key);
+  }
+  bool tail = true;  // no kept unit after this one
+  std::vector<bool> at_tail(plan.units.size(), true);
+  for (std::size_t u = plan.units.size(); u-- > 0;) {
+    at_tail[u] = tail;
+    if (match[u] >= 0) tail = false;
+  }
+  for (std::size_t u = 0; u < plan.units.size(); ++u) {
+    SyncUnit& unit = plan.units[u];
+    if (match[u] >= 0) {
+      const InstanceInfo& info = current[static_cast<std::size_t>(match[u])];
+      unit.action = SyncAction::kKeep;
+      unit.instance = info.id;
+      unit.is_turn = info.is_turn;
+      continue;
+    }
+    const bool short_unit = static_cast<int64_t>(unit.tokens.size()) < options.chunk_min_tokens;
+    if (chunk_keys.count(unit.key) > 0) {
+      unit.action = SyncAction::kTurn;  // the same chunk twice: a turn (at the tail, then reordered)
+      unit.is_turn = true;
+      if (!at_tail[u]) plan.reorder = true;
+    } else if (evicted_keys.count(unit.key) > 0) {
+      unit.action = SyncAction::kRecall;
+    } else if (short_unit && at_tail[u] && !core.knows(unit.key)) {
+      unit.action = SyncAction::kTurn;
+      unit.is_turn = true;
+    } else {
+      unit.action = SyncAction::kAdmit;
+    }
+    if (!unit.is_turn) {
+      chunk_keys.insert(unit.key);
+      evicted_keys.erase(unit.key);
+    }
+  }
+  return plan;
+}
+
+SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {
+  const detail::OpHold hold(*state_->core);
+  SyncReport report;
+  report.plan = plan_sync(messages, options);
+  SyncPlan& plan = report.plan;
+  report.generation_prompt = plan.generation_prompt;
+  detail::EngineCore& core = *state_->core;
+
+  const auto run = [&](const Plan& p, const char* what) -> const ApplyReport& {
+    Result<ApplyReport> r = apply(p);
+    ORBIT_CHECK(r.is_ok(), "sync: " << what << " refused after " << report.plans.size()
+                                    << " operations were applied (a later sync resumes): " << r.status().reason());
+    report.plans.push_back(p);
+    report.reports.push_back(std::move(r).value());
+    report.forward_tokens += report.reports.back().forward_tokens;
+    return report.reports.back();
+  };
+
+  for (InstanceId id : plan.evict) run(plan_evict(id), "evict");
+  // The kept instances into the list's order (one reorder; a duplicate added as a turn is put in place
+  // by the second one below).
+  std::vector<InstanceId> kept;
+  for (const SyncUnit& u : plan.units) {
+    if (u.action == SyncAction::kKeep) kept.push_back(u.instance);
+  }
+  std::vector<InstanceId> now;
+  for (const InstanceInfo& i : instances()) now.push_back(i.id);
+  if (kept != now) run(plan_reorder(kept), "reorder");
+
+  // New units, left to right, each before the next kept instance (or at the tail).
+  std::vector<InstanceId> next_kept(plan.units.size(), 0);
+  for (std::size_t u = plan.units.size(), next = 0; u-- > 0;) {
+    next_kept[u] = static_cast<InstanceId>(next);
+    if (plan.units[u].action == SyncAction::kKeep) next = plan.units[u].instance;
+  }
+  for (std::size_t u = 0; u < plan.units.size(); ++u) {
+    SyncUnit& unit = plan.units[u];
+    if (unit.action == SyncAction::kKeep) continue;
+    const ApplyReport* r = nullptr;
+    if (unit.action == SyncAction::kTurn) {
+      r = &run(plan_add_turn(unit.tokens), "add_turn");
+    } else {
+      ChunkOptions co;
+      co.label = unit_label(messages, unit);
+      const ChunkRef ref = core.add_tokens(unit.tokens, co);
+      r = unit.action == SyncAction::kRecall ? &run(plan_recall(ref, next_kept[u]), "recall")
+                                             : &run(plan_admit(ref, next_kept[u]), "admit");
+    }
+    ORBIT_CHECK(!r->added.empty(), "sync: an operation added no instance");
+    unit.instance = r->added.front();
+  }
+
+  std::vector<InstanceId> order;
+  for (const SyncUnit& u : plan.units) order.push_back(u.instance);
+  now.clear();
+  for (const InstanceInfo& i : instances()) now.push_back(i.id);
+  if (order != now) run(plan_reorder(order), "reorder");
+  return report;
+}
+
+}  // namespace orbit
