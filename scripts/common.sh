@@ -3,7 +3,10 @@
 
 ORBIT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ORBIT_BUILD="${ORBIT_BUILD:-$ORBIT_ROOT/build}"
-ORBIT_JOBS="${ORBIT_JOBS:-$(nproc)}"
+# The machine's cores, whatever OMP_NUM_THREADS says (GNU nproc reports OMP_NUM_THREADS when it is set, and
+# test.sh sets it for the tests it runs side by side).
+orbit_cores() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
+ORBIT_JOBS="${ORBIT_JOBS:-$(orbit_cores)}"
 
 # Debian 12 packages orbit builds and tests with (README "Dependencies" says what each is for).
 ORBIT_PACKAGES=(

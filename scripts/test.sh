@@ -36,7 +36,7 @@ orbit_build -DORBIT_TESTS=ON -DORBIT_PYTHON=ON -DORBIT_WERROR=ON
 # oversubscribed OpenMP threads spin-wait on each other (on 2 cores, a replay ran 4x slower with 2 threads
 # per test than with 1 while another test ran beside it). A thread count set by the caller is kept; the
 # tests that compare two thread counts (a CLI against the library in process) set their own.
-cores=$(nproc)
+cores=$(orbit_cores)
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$((cores / ORBIT_JOBS > 0 ? cores / ORBIT_JOBS : 1))}"
 
 step "C++ tests (ctest; labels: cpu, model, gpu, slow; OMP_NUM_THREADS=$OMP_NUM_THREADS per test)"
