@@ -453,123 +453,135 @@ class PolicyRun {
     r->patches_formed += after.patches_formed - before.patches_formed;
   }
 
+  InstanceId evicted_instance(const TraceStep& s) {
+    if (!s.chunk.empty()) return instance_of(s.chunk);
+    InstanceId id = 0;
+    int64_t seen = 0;
+    for (const InstanceInfo& x : current().instances()) {
+      if (x.is_turn && seen++ == s.turn) id = x.id;
+    }
+    ORBIT_CHECK(id != 0, "field 'turn': the window holds no live turn " << s.turn);
+    return id;
+  }
+
+  std::vector<InstanceId> reordered(const TraceStep& s) {
+    std::vector<InstanceId> order;
+    std::size_t next = 0;
+    for (const InstanceInfo& x : current().instances()) {
+      order.push_back(x.is_turn ? x.id : instance_of(s.order.at(next++)));
+    }
+    return order;
+  }
+
+  void fork_branch(const TraceStep& s, std::size_t i, StepResult* r) {
+    flush_deferred(i, r);
+    Window child = current().fork();
+    branches_.emplace(s.branch, Branch{std::move(child), current_});
+    current_ = s.branch;
+  }
+
+  void end_branch(const TraceStep& s) {
+    const std::string name = s.branch.empty() ? current_ : s.branch;
+    const std::string parent = branches_.at(name).parent;
+    if (s.op == TraceOp::kCommit) branches_.at(parent).window = std::move(branches_.at(name).window);
+    branches_.erase(name);
+    for (auto& [n, b] : branches_) {
+      if (b.parent == name) b.parent = parent;
+    }
+    if (current_ == name) current_ = parent;
+  }
+
+  // Decodes; with `append`, adds the query and the answer (the transcript's, when another policy wrote it)
+  // as a turn. Returns whether the window changed.
+  bool generate(const TraceStep& s, std::size_t i, const std::vector<int64_t>& query, StepResult* r) {
+    flush_deferred(i, r);
+    GenerateOptions g;
+    g.max_tokens = s.max_tokens;
+    const Generation gen = current().generate(query, g);
+    r->generated = gen.tokens;
+    r->decode_tokens = static_cast<double>(query.size() + gen.tokens.size());
+    if (!s.append) return false;
+    if (writes_transcript_) (*transcript_)[i] = gen.tokens;
+    const std::vector<int64_t>& answer = transcript_->count(i) ? transcript_->at(i) : gen.tokens;
+    int64_t same = 0;
+    for (std::size_t k = 0; k < std::min(answer.size(), gen.tokens.size()); ++k) same += answer[k] == gen.tokens[k];
+    r->agreement = answer.empty() ? 1.0 : static_cast<double>(same) / static_cast<double>(answer.size());
+    std::vector<int64_t> turn = query;
+    turn.insert(turn.end(), answer.begin(), answer.end());
+    apply(current().plan_add_turn(turn), i, r);
+    return true;
+  }
+
+  void disposable(const TraceStep& s, std::size_t i, const std::vector<int64_t>& query, StepResult* r) {
+    flush_deferred(i, r);
+    const DisposabilityReport d = current().disposable(instance_of(s.chunk), query, s.answer_tokens);
+    r->disposable = d.disposable;
+    r->generated = d.answer;
+    r->kl_first = d.kl_first;
+    r->decode_tokens = static_cast<double>(2 * (query.size() + d.answer.size()));
+  }
+
+  // The step's operation on the current window; returns whether it changed the window.
+  bool run_op(const TraceStep& s, std::size_t i, const std::vector<int64_t>& query, StepResult* r) {
+    switch (s.op) {
+      case TraceOp::kAdmit:
+        apply(current().plan_admit(refs_.at(s.chunk), instance_of(s.before)), i, r);
+        note_refusal(s.chunk, i, *r);
+        break;
+      case TraceOp::kRecall:
+        apply(current().plan_recall(refs_.at(s.chunk), instance_of(s.before)), i, r);
+        note_refusal(s.chunk, i, *r);
+        break;
+      case TraceOp::kTurn: apply(current().plan_add_turn(resolved_.step_tokens[i]), i, r); break;
+      case TraceOp::kEvict: apply(current().plan_evict(evicted_instance(s)), i, r); break;
+      case TraceOp::kSlide: apply(current().plan_slide(s.count), i, r); break;
+      case TraceOp::kReorder: apply(current().plan_reorder(reordered(s)), i, r); break;
+      case TraceOp::kPlace: apply(current().plan_place(), i, r); break;
+      case TraceOp::kFork: fork_branch(s, i, r); break;
+      case TraceOp::kSwitch: current_ = s.branch; break;
+      case TraceOp::kCommit:
+      case TraceOp::kDrop: end_branch(s); break;
+      case TraceOp::kGenerate: return generate(s, i, query, r) || trace_op_mutates(s.op);
+      case TraceOp::kDisposable: disposable(s, i, query, r); break;
+    }
+    return trace_op_mutates(s.op);
+  }
+
+  // The step's counters (critical: before the background runs) and the window after it.
+  void account(const EngineStats& before, Clock::time_point t0, StepResult* r) {
+    r->critical_seconds = since(t0);
+    const EngineStats mid = engine_->stats();
+    const auto t1 = Clock::now();
+    engine_->run_background();
+    r->background_seconds = since(t1);
+    const EngineStats after = engine_->stats();
+    r->seconds = r->critical_seconds + r->background_seconds;
+    r->critical_forward_tokens = mid.critical_forward_tokens - before.critical_forward_tokens;
+    r->prefix_cache_tokens = mid.prefix_cache_tokens - before.prefix_cache_tokens;
+    r->background_forward_tokens = after.background_forward_tokens - mid.background_forward_tokens;
+    r->forward_tokens = after.forward_tokens - before.forward_tokens;
+    r->patches_formed = after.patches_formed - before.patches_formed;
+    Window& w = current();
+    r->branch = current_;
+    r->window_tokens = w.tokens();
+    r->window_bytes = w.stats().device_bytes;
+    r->device_bytes = engine_->stats().pool_bytes_used;
+    peak_ = std::max(peak_, r->device_bytes);
+    r->peak_device_bytes = peak_;
+  }
+
   StepResult step(std::size_t i) {
     const TraceStep& s = trace_.steps[i];
     StepResult r;
     r.index = i;
     r.op = s.op;
     const std::vector<int64_t>& query = resolved_.step_tokens[i].empty() ? resolved_.probe : resolved_.step_tokens[i];
-    bool mutated = trace_op_mutates(s.op);
     const EngineStats before = engine_->stats();
     yardstick_.before(s, current());
     const auto t0 = Clock::now();
-    switch (s.op) {
-      case TraceOp::kAdmit:
-        apply(current().plan_admit(refs_.at(s.chunk), instance_of(s.before)), i, &r);
-        note_refusal(s.chunk, i, r);
-        break;
-      case TraceOp::kRecall:
-        apply(current().plan_recall(refs_.at(s.chunk), instance_of(s.before)), i, &r);
-        note_refusal(s.chunk, i, r);
-        break;
-      case TraceOp::kTurn: apply(current().plan_add_turn(resolved_.step_tokens[i]), i, &r); break;
-      case TraceOp::kEvict: {
-        InstanceId id = 0;
-        if (!s.chunk.empty()) {
-          id = instance_of(s.chunk);
-        } else {
-          int64_t seen = 0;
-          for (const InstanceInfo& x : current().instances()) {
-            if (x.is_turn && seen++ == s.turn) id = x.id;
-          }
-          ORBIT_CHECK(id != 0, "field 'turn': the window holds no live turn " << s.turn);
-        }
-        apply(current().plan_evict(id), i, &r);
-        break;
-      }
-      case TraceOp::kSlide: apply(current().plan_slide(s.count), i, &r); break;
-      case TraceOp::kReorder: {
-        std::vector<InstanceId> order;
-        std::size_t next = 0;
-        for (const InstanceInfo& x : current().instances()) {
-          order.push_back(x.is_turn ? x.id : instance_of(s.order.at(next++)));
-        }
-        apply(current().plan_reorder(order), i, &r);
-        break;
-      }
-      case TraceOp::kPlace: apply(current().plan_place(), i, &r); break;
-      case TraceOp::kFork: {
-        flush_deferred(i, &r);
-        Window child = current().fork();
-        branches_.emplace(s.branch, Branch{std::move(child), current_});
-        current_ = s.branch;
-        break;
-      }
-      case TraceOp::kSwitch: current_ = s.branch; break;
-      case TraceOp::kCommit:
-      case TraceOp::kDrop: {
-        const std::string name = s.branch.empty() ? current_ : s.branch;
-        const std::string parent = branches_.at(name).parent;
-        if (s.op == TraceOp::kCommit) {
-          branches_.at(parent).window = std::move(branches_.at(name).window);
-        }
-        branches_.erase(name);
-        for (auto& [n, b] : branches_) {
-          if (b.parent == name) b.parent = parent;
-        }
-        if (current_ == name) current_ = parent;
-        break;
-      }
-      case TraceOp::kGenerate: {
-        flush_deferred(i, &r);
-        GenerateOptions g;
-        g.max_tokens = s.max_tokens;
-        const Generation gen = current().generate(query, g);
-        r.generated = gen.tokens;
-        r.decode_tokens = static_cast<double>(query.size() + gen.tokens.size());
-        if (s.append) {
-          if (writes_transcript_) (*transcript_)[i] = gen.tokens;
-          const std::vector<int64_t>& answer = transcript_->count(i) ? transcript_->at(i) : gen.tokens;
-          int64_t same = 0;
-          for (std::size_t k = 0; k < std::min(answer.size(), gen.tokens.size()); ++k)
-            same += answer[k] == gen.tokens[k];
-          r.agreement = answer.empty() ? 1.0 : static_cast<double>(same) / static_cast<double>(answer.size());
-          std::vector<int64_t> turn = query;
-          turn.insert(turn.end(), answer.begin(), answer.end());
-          apply(current().plan_add_turn(turn), i, &r);
-          mutated = true;
-        }
-        break;
-      }
-      case TraceOp::kDisposable: {
-        flush_deferred(i, &r);
-        const DisposabilityReport d = current().disposable(instance_of(s.chunk), query, s.answer_tokens);
-        r.disposable = d.disposable;
-        r.generated = d.answer;
-        r.kl_first = d.kl_first;
-        r.decode_tokens = static_cast<double>(2 * (query.size() + d.answer.size()));
-        break;
-      }
-    }
-    r.critical_seconds = since(t0);
-    const EngineStats mid = engine_->stats();
-    const auto t1 = Clock::now();
-    engine_->run_background();
-    r.background_seconds = since(t1);
-    const EngineStats after = engine_->stats();
-    r.seconds = r.critical_seconds + r.background_seconds;
-    r.critical_forward_tokens = mid.critical_forward_tokens - before.critical_forward_tokens;
-    r.prefix_cache_tokens = mid.prefix_cache_tokens - before.prefix_cache_tokens;
-    r.background_forward_tokens = after.background_forward_tokens - mid.background_forward_tokens;
-    r.forward_tokens = after.forward_tokens - before.forward_tokens;
-    r.patches_formed = after.patches_formed - before.patches_formed;
+    const bool mutated = run_op(s, i, query, &r);
+    account(before, t0, &r);
     Window& w = current();
-    r.branch = current_;
-    r.window_tokens = w.tokens();
-    r.window_bytes = w.stats().device_bytes;
-    r.device_bytes = engine_->stats().pool_bytes_used;
-    peak_ = std::max(peak_, r.device_bytes);
-    r.peak_device_bytes = peak_;
     if (mutated && r.status == "ok") r.full_prefill_tokens = static_cast<double>(r.window_tokens);
     for (const InstanceInfo& x : w.instances()) r.deferred += x.deferred ? 1 : 0;
     const auto kept = s.append ? transcript_->find(i) : transcript_->end();

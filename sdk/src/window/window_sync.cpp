@@ -167,6 +167,122 @@ struct Rendering {
   int64_t merged = 0;
 };
 
+// Where a message starts in the rendered text, and which message it is.
+struct Cut {
+  std::size_t text = 0;
+  int64_t message = 0;
+};
+// A token index where a unit ends, and the first message of the next unit.
+using TokenCut = std::pair<std::size_t, int64_t>;
+
+// Step 2: where each message starts in `text` (the end of the rendering of the messages before it); a
+// message whose prefix the template refuses or renders differently joins the unit before it.
+std::vector<Cut> text_cuts(const Renderer& render, std::size_t n, const std::string& text, int64_t* merged) {
+  std::vector<Cut> cuts;
+  for (std::size_t i = 1; i < n; ++i) {
+    std::string prefix;
+    try {
+      prefix = render(i, false);
+    } catch (const Error&) {  // the template refuses the shorter list (it wants a user turn last, say)
+      ++*merged;
+      continue;
+    }
+    const std::size_t last = cuts.empty() ? 0 : cuts.back().text;
+    if (prefix.size() > last && prefix.size() < text.size() && starts_with(text, prefix)) {
+      cuts.push_back({prefix.size(), static_cast<int64_t>(i)});
+    } else {
+      ++*merged;
+    }
+  }
+  return cuts;
+}
+
+// Step 3, first test: each unit's text tokenized alone joins back into `tokens`. Empty when it does not.
+std::vector<TokenCut> cuts_by_parts(const runtime::Tokenizer& tok, const std::string& text,
+                                    const std::vector<Cut>& cuts, const std::vector<int64_t>& tokens, int64_t* merged,
+                                    bool* joined_ok) {
+  std::vector<std::vector<int64_t>> parts;
+  std::vector<int64_t> joined;
+  std::size_t from = 0;
+  for (std::size_t c = 0; c <= cuts.size(); ++c) {
+    const std::size_t to = c < cuts.size() ? cuts[c].text : text.size();
+    parts.push_back(tok.encode(std::string_view(text).substr(from, to - from), false));
+    joined.insert(joined.end(), parts.back().begin(), parts.back().end());
+    from = to;
+  }
+  std::vector<TokenCut> out;
+  *joined_ok = joined == tokens;
+  if (!*joined_ok) return out;
+  std::size_t at = 0;
+  for (std::size_t c = 0; c < cuts.size(); ++c) {
+    at += parts[c].size();
+    const std::size_t last = out.empty() ? 0 : out.back().first;
+    if (at > last && at < tokens.size()) {
+      out.emplace_back(at, cuts[c].message);
+    } else {
+      ++*merged;  // a message that renders to no tokens joins its neighbour
+    }
+  }
+  return out;
+}
+
+// Step 3, second test: the tokens of the text before a cut are a prefix of the rendering's tokens.
+std::vector<TokenCut> cuts_by_prefix(const runtime::Tokenizer& tok, const std::string& text,
+                                     const std::vector<Cut>& cuts, const std::vector<int64_t>& tokens,
+                                     int64_t* merged) {
+  std::vector<TokenCut> out;
+  for (const Cut& c : cuts) {
+    const std::vector<int64_t> before = tok.encode(std::string_view(text).substr(0, c.text), false);
+    const std::size_t last = out.empty() ? 0 : out.back().first;
+    if (before.size() > last && before.size() < tokens.size() && starts_with(tokens, before)) {
+      out.emplace_back(before.size(), c.message);
+    } else {
+      ++*merged;
+    }
+  }
+  return out;
+}
+
+// The units: token spans between the cuts, each with the messages it holds.
+std::vector<Span> spans_of(const std::vector<TokenCut>& token_cuts, std::size_t tokens, std::size_t n) {
+  std::vector<Span> spans;
+  std::size_t begin = 0;
+  int64_t first = 0;
+  for (std::size_t c = 0; c <= token_cuts.size(); ++c) {
+    const std::size_t end = c < token_cuts.size() ? token_cuts[c].first : tokens;
+    const int64_t next = c < token_cuts.size() ? token_cuts[c].second : static_cast<int64_t>(n);
+    if (end > begin) spans.push_back({first, next, begin, end});
+    begin = end;
+    first = next;
+  }
+  if (!spans.empty()) spans.front().first_message = 0;  // the template's preamble goes with it
+  return spans;
+}
+
+// The generation prompt: what add_generation_prompt adds, as tokens after the window's.
+void add_generation_prompt(const detail::EngineCore& core, const Renderer& render, std::size_t n,
+                           const std::string& text, Rendering& out) {
+  std::string with_prompt;
+  try {
+    with_prompt = render(n, true);
+  } catch (const Error&) {
+    out.generation_prompt_exact = false;
+    return;
+  }
+  if (!starts_with(with_prompt, text)) {
+    out.generation_prompt_exact = false;  // the template renders the list differently with the prompt
+    return;
+  }
+  if (with_prompt.size() == text.size()) return;
+  const std::vector<int64_t> all = encode(core, with_prompt);
+  if (starts_with(all, out.tokens)) {
+    out.generation_prompt.assign(all.begin() + static_cast<std::ptrdiff_t>(out.tokens.size()), all.end());
+  } else {
+    out.generation_prompt = core.tokenizer().encode(std::string_view(with_prompt).substr(text.size()), false);
+    out.generation_prompt_exact = false;
+  }
+}
+
 // The rendering of `messages` cut into units (sync.h, steps 1-3).
 Rendering render_units(const detail::EngineCore& core, const std::vector<ChatMessage>& messages,
                        const ChatOptions& options) {
@@ -183,101 +299,17 @@ Rendering render_units(const detail::EngineCore& core, const std::vector<ChatMes
   if (n == 0) return out;  // an empty list is an empty window (nothing is rendered)
 
   const std::string text = render(n, false);
-  // Step 2: where each message starts in the text (the end of the rendering of the messages before it).
-  struct Cut {
-    std::size_t text = 0;
-    int64_t message = 0;
-  };
-  std::vector<Cut> cuts;
-  for (std::size_t i = 1; i < n; ++i) {
-    std::string prefix;
-    try {
-      prefix = render(i, false);
-    } catch (const Error&) {  // the template refuses the shorter list (it wants a user turn last, say)
-      ++out.merged;
-      continue;
-    }
-    const std::size_t last = cuts.empty() ? 0 : cuts.back().text;
-    if (prefix.size() > last && prefix.size() < text.size() && starts_with(text, prefix)) {
-      cuts.push_back({prefix.size(), static_cast<int64_t>(i)});
-    } else {
-      ++out.merged;
-    }
-  }
-
-  // Step 3: the cuts that are token boundaries too.
+  const std::vector<Cut> cuts = text_cuts(render, n, text, &out.merged);
   out.tokens = encode(core, text);
   const int64_t positions = core.config().max_position_embeddings;
   ORBIT_CHECK(positions <= 0 || static_cast<int64_t>(out.tokens.size()) <= positions,
               "sync: the rendered messages are " << out.tokens.size() << " tokens, more than the model's "
                                                  << core.config().max_position_embeddings << " positions");
-  std::vector<std::pair<std::size_t, int64_t>> token_cuts;  // (token index, first message of the next unit)
-  {
-    // First test: each unit's text tokenized alone.
-    std::vector<std::vector<int64_t>> parts;
-    std::vector<int64_t> joined;
-    std::size_t from = 0;
-    for (std::size_t c = 0; c <= cuts.size(); ++c) {
-      const std::size_t to = c < cuts.size() ? cuts[c].text : text.size();
-      parts.push_back(core.tokenizer().encode(std::string_view(text).substr(from, to - from), false));
-      joined.insert(joined.end(), parts.back().begin(), parts.back().end());
-      from = to;
-    }
-    if (joined == out.tokens) {
-      std::size_t at = 0;
-      for (std::size_t c = 0; c < cuts.size(); ++c) {
-        at += parts[c].size();
-        const std::size_t last = token_cuts.empty() ? 0 : token_cuts.back().first;
-        if (at > last && at < out.tokens.size()) {
-          token_cuts.emplace_back(at, cuts[c].message);
-        } else {
-          ++out.merged;  // a message that renders to no tokens joins its neighbour
-        }
-      }
-    } else {
-      // Second test: the tokens of the text before the cut are a prefix of the rendering's tokens.
-      for (const Cut& c : cuts) {
-        const std::vector<int64_t> before = core.tokenizer().encode(std::string_view(text).substr(0, c.text), false);
-        const std::size_t last = token_cuts.empty() ? 0 : token_cuts.back().first;
-        if (before.size() > last && before.size() < out.tokens.size() && starts_with(out.tokens, before)) {
-          token_cuts.emplace_back(before.size(), c.message);
-        } else {
-          ++out.merged;
-        }
-      }
-    }
-  }
-  std::size_t begin = 0;
-  int64_t first = 0;
-  for (std::size_t c = 0; c <= token_cuts.size(); ++c) {
-    const std::size_t end = c < token_cuts.size() ? token_cuts[c].first : out.tokens.size();
-    const int64_t next = c < token_cuts.size() ? token_cuts[c].second : static_cast<int64_t>(n);
-    if (end > begin) out.spans.push_back({first, next, begin, end});
-    begin = end;
-    first = next;
-  }
-  if (!out.spans.empty()) out.spans.front().first_message = 0;  // the template's preamble goes with it
-
-  // The generation prompt: what add_generation_prompt adds, as tokens after the window's.
-  std::string with_prompt;
-  try {
-    with_prompt = render(n, true);
-  } catch (const Error&) {
-    out.generation_prompt_exact = false;
-    return out;
-  }
-  if (!starts_with(with_prompt, text)) {
-    out.generation_prompt_exact = false;  // the template renders the list differently with the prompt
-    return out;
-  }
-  if (with_prompt.size() == text.size()) return out;
-  const std::vector<int64_t> all = encode(core, with_prompt);
-  if (starts_with(all, out.tokens)) {
-    out.generation_prompt.assign(all.begin() + static_cast<std::ptrdiff_t>(out.tokens.size()), all.end());
-  } else {
-    out.generation_prompt = core.tokenizer().encode(std::string_view(with_prompt).substr(text.size()), false);
-    out.generation_prompt_exact = false;
-  }
+  bool joined_ok = false;
+  std::vector<TokenCut> token_cuts = cuts_by_parts(core.tokenizer(), text, cuts, out.tokens, &out.merged, &joined_ok);
+  if (!joined_ok) token_cuts = cuts_by_prefix(core.tokenizer(), text, cuts, out.tokens, &out.merged);
+  out.spans = spans_of(token_cuts, out.tokens.size(), n);
+  add_generation_prompt(core, render, n, text, out);
   return out;
 }
 
@@ -323,12 +355,10 @@ std::vector<int64_t> Engine::tokenize_chat(const std::vector<ChatMessage>& messa
 
 // ---- Window ----
 
-SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) const {
-  const detail::OpHold hold(*state_->core);
-  ORBIT_CHECK(options.chunk_min_tokens >= 0,
-              "sync: SyncOptions::chunk_min_tokens = " << options.chunk_min_tokens << " must be >= 0");
-  detail::EngineCore& core = *state_->core;
-  Rendering r = render_units(core, messages, options.chat);
+namespace {
+
+// Step 4: the plan's units, from the rendering's spans (each keyed as a token chunk of its tokens).
+SyncPlan units_of(const detail::EngineCore& core, Rendering r) {
   SyncPlan plan;
   plan.chat_template = r.which;
   plan.tokens = std::move(r.tokens);
@@ -345,13 +375,16 @@ SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncO
     u.key = core.turn_key(u.tokens);  // = the content key of a token chunk of them
     plan.units.push_back(std::move(u));
   }
+  return plan;
+}
 
-  // Step 5: match units to instances by key, first match in window order.
-  const std::vector<InstanceInfo> current = instances();
+// Step 5: each unit's instance (index into `current`, -1: none), by key, first match in window order; the
+// instances no unit matches are evicted.
+std::vector<int64_t> match_units(const std::vector<InstanceInfo>& current, SyncPlan& plan, std::vector<bool>& used) {
   std::unordered_map<std::string, std::vector<std::size_t>> by_key;
   for (std::size_t i = current.size(); i-- > 0;) by_key[current[i].chunk.key].push_back(i);  // popped from the back
   std::vector<int64_t> match(plan.units.size(), -1);
-  std::vector<bool> used(current.size(), false);
+  used.assign(current.size(), false);
   for (std::size_t u = 0; u < plan.units.size(); ++u) {
     auto it = by_key.find(plan.units[u].key);
     if (it == by_key.end() || it->second.empty()) continue;
@@ -362,8 +395,11 @@ SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncO
   for (std::size_t i = 0; i < current.size(); ++i) {
     if (!used[i]) plan.evict.push_back(current[i].id);
   }
+  return match;
+}
 
-  // The kept instances in the list's order; those off its longest increasing run (in window order) moved.
+// The kept instances in the list's order; those off its longest increasing run (in window order) moved.
+void mark_moved(const std::vector<int64_t>& match, SyncPlan& plan) {
   std::vector<std::size_t> kept;  // unit indices with a match
   for (std::size_t u = 0; u < plan.units.size(); ++u) {
     if (match[u] >= 0) kept.push_back(u);
@@ -371,38 +407,50 @@ SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncO
   for (std::size_t k = 1; k < kept.size(); ++k) {
     if (match[kept[k]] < match[kept[k - 1]]) plan.reorder = true;
   }
-  if (plan.reorder) {
-    // Longest increasing subsequence of the window indices (patience sorting), to name what moved.
-    std::vector<std::size_t> tails;  // positions in `kept`
-    std::vector<int64_t> parent(kept.size(), -1);
-    for (std::size_t k = 0; k < kept.size(); ++k) {
-      auto pos = std::lower_bound(tails.begin(), tails.end(), match[kept[k]],
-                                  [&](std::size_t t, int64_t v) { return match[kept[t]] < v; });
-      if (pos != tails.begin()) parent[k] = static_cast<int64_t>(*(pos - 1));
-      if (pos == tails.end()) {
-        tails.push_back(k);
-      } else {
-        *pos = k;
-      }
+  if (!plan.reorder) return;
+  // Longest increasing subsequence of the window indices (patience sorting), to name what moved.
+  std::vector<std::size_t> tails;  // positions in `kept`
+  std::vector<int64_t> parent(kept.size(), -1);
+  for (std::size_t k = 0; k < kept.size(); ++k) {
+    auto pos = std::lower_bound(tails.begin(), tails.end(), match[kept[k]],
+                                [&](std::size_t t, int64_t v) { return match[kept[t]] < v; });
+    if (pos != tails.begin()) parent[k] = static_cast<int64_t>(*(pos - 1));
+    if (pos == tails.end()) {
+      tails.push_back(k);
+    } else {
+      *pos = k;
     }
-    std::vector<bool> stays(kept.size(), false);
-    for (int64_t k = tails.empty() ? -1 : static_cast<int64_t>(tails.back()); k >= 0;
-         k = parent[static_cast<std::size_t>(k)]) {
-      stays[static_cast<std::size_t>(k)] = true;
-    }
-    for (std::size_t k = 0; k < kept.size(); ++k) plan.units[kept[k]].moved = !stays[k];
   }
+  std::vector<bool> stays(kept.size(), false);
+  for (int64_t k = tails.empty() ? -1 : static_cast<int64_t>(tails.back()); k >= 0;
+       k = parent[static_cast<std::size_t>(k)]) {
+    stays[static_cast<std::size_t>(k)] = true;
+  }
+  for (std::size_t k = 0; k < kept.size(); ++k) plan.units[kept[k]].moved = !stays[k];
+}
 
-  // New units: recall, admit or turn.
-  std::unordered_set<std::string> chunk_keys;  // chunk keys in the window once the evictions are done
+// What the window holds once the evictions are done (chunk keys), and what it can recall.
+struct KnownKeys {
+  std::unordered_set<std::string> in_window;
+  std::unordered_set<std::string> evicted;
+};
+
+KnownKeys known_keys(const std::vector<InstanceInfo>& current, const std::vector<bool>& used,
+                     const std::vector<ChunkRef>& evicted) {
+  KnownKeys k;
   for (std::size_t i = 0; i < current.size(); ++i) {
-    if (used[i] && !current[i].is_turn) chunk_keys.insert(current[i].chunk.key);
+    if (used[i] && !current[i].is_turn) k.in_window.insert(current[i].chunk.key);
   }
-  std::unordered_set<std::string> evicted_keys;
-  for (const ChunkRef& c : evicted()) evicted_keys.insert(c.key);
+  for (const ChunkRef& c : evicted) k.evicted.insert(c.key);
   for (std::size_t i = 0; i < current.size(); ++i) {
-    if (!used[i] && !current[i].is_turn) evicted_keys.insert(current[i].chunk.key);
+    if (!used[i] && !current[i].is_turn) k.evicted.insert(current[i].chunk.key);
   }
+  return k;
+}
+
+// New units: recall, admit or turn; matched ones are kept.
+void choose_actions(const detail::EngineCore& core, const std::vector<InstanceInfo>& current,
+                    const std::vector<int64_t>& match, KnownKeys keys, const SyncOptions& options, SyncPlan& plan) {
   bool tail = true;  // no kept unit after this one
   std::vector<bool> at_tail(plan.units.size(), true);
   for (std::size_t u = plan.units.size(); u-- > 0;) {
@@ -419,11 +467,11 @@ SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncO
       continue;
     }
     const bool short_unit = static_cast<int64_t>(unit.tokens.size()) < options.chunk_min_tokens;
-    if (chunk_keys.count(unit.key) > 0) {
+    if (keys.in_window.count(unit.key) > 0) {
       unit.action = SyncAction::kTurn;  // the same chunk twice: a turn (at the tail, then reordered)
       unit.is_turn = true;
       if (!at_tail[u]) plan.reorder = true;
-    } else if (evicted_keys.count(unit.key) > 0) {
+    } else if (keys.evicted.count(unit.key) > 0) {
       unit.action = SyncAction::kRecall;
     } else if (short_unit && at_tail[u] && !core.knows(unit.key)) {
       unit.action = SyncAction::kTurn;
@@ -432,10 +480,25 @@ SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncO
       unit.action = SyncAction::kAdmit;
     }
     if (!unit.is_turn) {
-      chunk_keys.insert(unit.key);
-      evicted_keys.erase(unit.key);
+      keys.in_window.insert(unit.key);
+      keys.evicted.erase(unit.key);
     }
   }
+}
+
+}  // namespace
+
+SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) const {
+  const detail::OpHold hold(*state_->core);
+  ORBIT_CHECK(options.chunk_min_tokens >= 0,
+              "sync: SyncOptions::chunk_min_tokens = " << options.chunk_min_tokens << " must be >= 0");
+  detail::EngineCore& core = *state_->core;
+  SyncPlan plan = units_of(core, render_units(core, messages, options.chat));
+  const std::vector<InstanceInfo> current = instances();
+  std::vector<bool> used;
+  const std::vector<int64_t> match = match_units(current, plan, used);
+  mark_moved(match, plan);
+  choose_actions(core, current, match, known_keys(current, used, evicted()), options, plan);
   return plan;
 }
 
