@@ -7,8 +7,8 @@
 //   w.add_turn({...});                            // a live turn, prefilled in context
 //   orbit::Generation g = w.generate({...});
 //
-// Text: with a tokenizer (llama2.c's format; found beside a llama2.c model or named by
-// EngineOptions::tokenizer) text goes wherever token ids do:
+// Text: with a tokenizer (a Hugging Face directory's tokenizer.json, llama2.c's format beside a llama2.c
+// model, or one named by EngineOptions::tokenizer) text goes wherever token ids do:
 //
 //   orbit::ChunkRef s = engine->add_text("Once upon a time, there was a dog.", {}, /*bos=*/true);
 //   w.admit(s);
@@ -97,8 +97,10 @@ struct EngineOptions {
   // Compute dtype of weights, activations and KV: "float32", "bfloat16" or "float16" (CUDA only).
   // Weights load straight into it (a bf16 checkpoint is never widened to float32 on the way).
   std::string dtype = "float32";
-  // A llama2.c tokenizer file (tok512.bin, tokenizer.bin). Empty: the one beside a llama2.c model
-  // (tok<vocab>.bin, else tokenizer.bin), if any. Its piece count must be the model's vocabulary.
+  // A tokenizer file: Hugging Face's tokenizer.json (or a directory holding one), or llama2.c's
+  // (tok512.bin, tokenizer.bin). Empty: a Hugging Face model directory's tokenizer.json, else the one
+  // beside a llama2.c model (tok<vocab>.bin, else tokenizer.bin), if any. Its ids must fit the model's
+  // vocabulary (runtime/tokenizer.h: load_tokenizer).
   std::string tokenizer;
 };
 
@@ -182,10 +184,12 @@ class Engine {
 
   // ---- text ----
   // Every text call throws orbit::Error when the engine has no tokenizer (model_info().tokenizer is
-  // empty), saying so; models of a Hugging Face directory take token ids.
+  // empty), saying so; a model without one takes token ids.
   bool has_tokenizer() const;
-  // llama2.c's encoding (orbit/runtime/tokenizer.h): BOS first when `bos`, the dummy-prefix space, code
-  // points or their bytes, merges by score.
+  // The tokenizer's encoding: llama2.c's (orbit/runtime/tokenizer.h: BOS first when `bos`, the
+  // dummy-prefix space, code points or their bytes, merges by score) or Hugging Face's tokenizer.json
+  // pipeline (orbit/runtime/hf_tokenizer.h: `bos` adds the special tokens its config asks for, as HF's
+  // tokenizers does with add_special_tokens).
   std::vector<int64_t> tokenize(std::string_view text, bool bos = true) const;
   // The text of `tokens` as if they followed `previous` (-1: nothing; BOS: the first piece's leading space
   // is dropped). BOS and EOS produce no text. Throws for ids outside the vocabulary.
