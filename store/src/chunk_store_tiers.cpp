@@ -1,0 +1,148 @@
+// The chunk store's budgets, eviction and demotion between tiers, and the disk's recovery after a failed
+// write (chunk_store.h states the contract; chunk_store.cpp holds the API).
+#include <algorithm>
+#include <cstdio>
+
+#include "orbit/common/error.h"
+#include "orbit/store/chunk_store.h"
+
+namespace orbit::store {
+
+// ---- budgets, eviction, demotion ---------------------------------------------------------------------
+
+Status ChunkStore::make_room(Tier& t, int64_t need, const std::string& exclude) {
+  const char* name = store_tier_name(t.id());
+  if (need > t.budget_bytes()) {
+    return Status::out_of_capacity(std::string(name) + " tier: " + std::to_string(need) +
+                                   " bytes exceed its whole budget of " + std::to_string(t.budget_bytes()));
+  }
+  if (&t == disk_.get() && t.budget_bytes() != std::numeric_limits<int64_t>::max()) sync_disk();
+  if (t.budget_bytes() - t.used_bytes() >= need) return Status::ok();
+  std::vector<EvictionCandidate> candidates;
+  int64_t evictable = 0, held = 0;
+  for (const auto& [key, m] : meta_) {
+    if (key == exclude || !t.contains(key)) continue;
+    if (m.pinned || !t.evictable(key)) {
+      ++held;
+      continue;
+    }
+    EvictionCandidate c;
+    c.key = key;
+    c.bytes = t.charged(key);
+    c.last_access = m.last_access;
+    c.hits = m.hits;
+    c.expected_reuse = m.expected_reuse;
+    c.recompute_cost = m.recompute_cost;
+    evictable += c.bytes;
+    candidates.push_back(std::move(c));
+  }
+  const int64_t free_bytes = t.budget_bytes() - t.used_bytes();
+  if (free_bytes + evictable < need) {
+    return Status::out_of_capacity(std::string(name) + " tier: " + std::to_string(need) + " bytes needed, " +
+                                   std::to_string(free_bytes) + " free and " + std::to_string(evictable) +
+                                   " evictable of " + std::to_string(t.budget_bytes()) + " (" + std::to_string(held) +
+                                   " entries pinned or in use)");
+  }
+  for (std::size_t i : eviction_order(policy(t.id()), candidates)) {
+    if (t.budget_bytes() - t.used_bytes() >= need) break;
+    if (t.contains(candidates[i].key)) evict(t, candidates[i].key);
+  }
+  if (t.budget_bytes() - t.used_bytes() >= need) return Status::ok();
+  return Status::out_of_capacity(std::string(name) + " tier: could not free " + std::to_string(need) +
+                                 " bytes (an eviction failed on disk)");
+}
+
+void ChunkStore::evict(Tier& t, const std::string& key) {
+  if (t.id() == StoreTier::kDisk) {
+    // The last tier: the entry leaves the store unless a memory tier still holds it. Another process's
+    // pin or read lease keeps it (evict answers false).
+    Result<bool> evicted = disk_->evict(key);
+    if (evicted && evicted.value()) ++counters(t.id()).evictions;
+    forget_if_gone(key);
+    return;
+  }
+  ++counters(t.id()).evictions;
+  Result<ValuePtr> value = t.read(key);  // device pages are gathered to host memory for the tiers below
+  t.remove(key);
+  if (value && place_below(t.id(), key, host_copy(value.value()))) {
+    ++counters(t.id()).demotions;
+  } else if (memory_only_.erase(key) > 0) {
+    ++memory_only_lost_;  // its disk write failed and memory had to let it go: it is lost to the store
+  }
+  forget_if_gone(key);
+}
+
+bool ChunkStore::place_below(StoreTier from, const std::string& key, const ValuePtr& value) {
+  if (from == StoreTier::kDevice && make_room(*host_, host_->charge(*value), key).is_ok()) {
+    return host_->insert(key, value).is_ok();
+  }
+  if (!disk_) return false;
+  if (disk_->contains(key)) return true;  // already durable: dropping the memory copy loses nothing
+  return write_to_disk_locked(key, value).is_ok();
+}
+
+Status ChunkStore::write_to_disk_locked(const std::string& key, const ValuePtr& value) {
+  Result<PreparedBlob> blob = disk_->prepare(key, *value);
+  if (!blob) {
+    disk_failed(blob.status());
+    return blob.status();
+  }
+  Status room = make_room(*disk_, blob.value().blob_bytes - disk_->charged(key), key);
+  if (!room) {
+    disk_->discard(blob.value());
+    return room;
+  }
+  auto it = meta_.find(key);
+  Status s = disk_->commit(blob.value(), it == meta_.end() ? RowAttrs{} : row_attrs(it->second), false);
+  if (!s) {
+    disk_failed(s);
+    return s;
+  }
+  memory_only_.erase(key);
+  if (it != meta_.end() && it->second.pinned) (void)disk_->set_pinned(key, true);
+  return s;
+}
+
+ValuePtr ChunkStore::memory_copy(const std::string& key) const {
+  if (host_->contains(key)) {
+    Result<ValuePtr> v = host_->read(key);
+    return v ? v.value() : nullptr;
+  }
+  if (device_ && device_->contains(key)) {
+    Result<ValuePtr> v = device_->read(key);  // gathered from device pages
+    return v ? host_copy(v.value()) : nullptr;
+  }
+  return nullptr;
+}
+
+Status ChunkStore::disk_recovered() {
+  const std::vector<std::string> keys(memory_only_.begin(), memory_only_.end());
+  for (const std::string& key : keys) {
+    ValuePtr value = disk_->locate(key) == nullptr ? memory_copy(key) : nullptr;
+    if (value == nullptr) {  // on disk meanwhile, or erased
+      memory_only_.erase(key);
+      continue;
+    }
+    Status s = write_to_disk_locked(key, value);
+    if (!s) return s;
+  }
+  disk_degraded_ = false;
+  return Status::ok();
+}
+
+int64_t ChunkStore::memory_only_entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(memory_only_.size());
+}
+
+bool ChunkStore::place_in_memory(StoreTier highest, const std::string& key, const ValuePtr& value) {
+  for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost}) {
+    Tier* t = tier(id);
+    if (t == nullptr || static_cast<int>(id) < static_cast<int>(highest) || !t->accepts(*value)) continue;
+    if (!make_room(*t, t->charge(*value), key)) continue;
+    if (t->insert(key, value)) return true;
+  }
+  return false;
+}
+
+}  // namespace orbit::store
