@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -101,13 +102,18 @@ struct GenerateOptions {
   double top_p = 1.0;        // nucleus sampling when < 1 (with temperature > 0)
   uint64_t seed = 0;
   std::vector<int64_t> stop_tokens;  // generation ends after emitting one of these
+  // Called on generate()'s thread after each chosen token that did not end the run as a stop token, before
+  // the next forward, with the token and its index in Generation::tokens. Returning false ends the run
+  // there (stop_reason "cancelled"; the token is kept). A server streams and cancels with it, and may wait
+  // in it for its turn; it must not use this window.
+  std::function<bool(int64_t token, int64_t index)> on_token;
 };
 
 struct Generation {
   std::vector<int64_t> tokens;  // generated tokens (a stop token included when it ended the run)
   std::string text;             // the tokens as text when the engine has a tokenizer (else ""), read
                                 // after the query's last token (BOS and EOS produce no text)
-  std::string stop_reason;      // "stop_token", "max_tokens", "position_limit"
+  std::string stop_reason;      // "stop_token", "max_tokens", "position_limit", "cancelled" (on_token)
   double seconds = 0;
 };
 

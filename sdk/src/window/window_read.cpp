@@ -299,6 +299,10 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
       g.stop_reason = "stop_token";
       break;
     }
+    if (options.on_token && !options.on_token(next, static_cast<int64_t>(g.tokens.size()) - 1)) {
+      g.stop_reason = "cancelled";
+      break;
+    }
   }
   if (core.has_tokenizer()) g.text = core.tokenizer().decode(g.tokens, query.back());
   g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
