@@ -16,6 +16,7 @@ import random
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 # Every message starts with the BOS special token, written after a space: the tokenizer's added tokens are
@@ -89,8 +90,9 @@ def test_messages_are_checked(orbit, engine):
         window.sync([{"content": "hi"}])
     with pytest.raises(TypeError, match=r"messages\[1\]"):
         window.sync([{"role": "user", "content": "hi"}, "there"])
-    with pytest.raises(ValueError, match="only text parts"):
-        window.sync([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])
+    with pytest.raises(ValueError, match=r"messages\[0\]\.content\[1\]\.type: unknown part type 'image_url'"):
+        window.sync([{"role": "user", "content": [{"type": "text", "text": "see"},
+                                                  {"type": "image_url", "image_url": {"url": "x"}}]}])
     # Text parts and None content are accepted; tool calls reach the template.
     parts = [{"role": "user", "content": [{"type": "text", "text": "a "}, {"type": "text", "text": "b"}]},
              {"role": "assistant", "content": None,
@@ -192,3 +194,165 @@ def test_sync_property(orbit, engine, seed):
         assert orbit_total <= last_total, f"step {step} ({edit}): {orbit_total} > {last_total}"  # (b)
     print(f"seed {seed}: orbit {orbit_total:.0f} forward tokens, last-read cache {last_total:.0f}, "
           f"radix cache {radix_total:.0f}")
+
+
+# ---- chunk parts: a message's content may hold chunks registered with the engine ----
+
+def screenshot(engine, page, rows=6):
+    rng = np.random.default_rng(page)
+    return engine.add_embeddings((rng.standard_normal((rows, engine.model_info.hidden_size)) * 0.5).astype(np.float32),
+                                 label=f"page {page}")
+
+
+def expected_with_parts(engine, messages, **chat):
+    """The rendering built here, apart from sync: each chunk part rendered as a sentinel text, the text split at
+    the sentinels, each text segment tokenized alone, a part's tokens (a token chunk's, registered here) or one
+    None per row (an embedding chunk) in its place. Returns (sequence, [(begin, end, key)] of the parts)."""
+    chunks, text = [], []
+    for m in messages:
+        content = m["content"]
+        if isinstance(content, list):
+            out = ""
+            for p in content:
+                chunk = p.get("chunk") if isinstance(p, dict) else p
+                if chunk is not None:
+                    out += f"[[PART {len(chunks)}]]"
+                    chunks.append(chunk)
+                else:
+                    out += p["text"]
+            content = out
+        text.append(dict(m, content=content))
+    rendered = engine.render_chat(text, False, **chat)
+    sequence, parts = [], []
+    pieces = re.split(r"\[\[PART (\d+)\]\]", rendered)
+    for k, piece in enumerate(pieces):
+        if k % 2 == 0:
+            sequence += engine.tokenize(piece, bos=False) if piece else []
+            continue
+        chunk = chunks[int(piece)]
+        begin = len(sequence)
+        sequence += TOKENS[chunk.key] if chunk.key in TOKENS else [None] * chunk.length  # a token chunk: its tokens
+        parts.append((begin, len(sequence), chunk.key))
+    return sequence, parts
+
+
+TOKENS = {}  # key -> tokens of the token chunks the tests register
+
+
+def text_chunk(engine, text):
+    tokens = engine.tokenize(text, bos=False)
+    chunk = engine.add_tokens(tokens, label=text[:12])
+    TOKENS[chunk.key] = tokens
+    return chunk
+
+
+def assert_window_holds(engine, window, messages, plan, **chat):
+    expected, parts = expected_with_parts(engine, messages, **chat)
+    assert plan.tokens == [-1 if t is None else t for t in expected]
+    starts = {b: (e, key) for b, e, key in parts}
+    pos = 0
+    for info in window.instances:
+        piece = expected[pos:pos + info.length]
+        if pos in starts:
+            end, key = starts.pop(pos)
+            assert info.chunk.key == key and end == pos + info.length
+        elif info.is_turn:
+            assert info.turn_tokens == piece
+        else:
+            assert None not in piece and info.chunk.key == engine.add_tokens(piece).key
+        pos += info.length
+    assert pos == len(expected) and not starts
+
+
+def test_chunk_parts_stand_where_they_sit(orbit, engine):
+    shot, doc = screenshot(engine, 0), text_chunk(engine, "the dog ran to the park and saw a big red ball")
+    messages = [{"role": "system", "content": "You tell short stories."},
+                {"role": "tool", "content": [{"type": "text", "text": "Look: "}, {"type": "chunk", "chunk": shot},
+                                             {"type": "text", "text": " and "}, doc]},
+                {"role": "user", "content": "What did you see?"}]
+    window = engine.new_window()
+    report = window.sync(messages, chat_template=TEMPLATE, chunk_min_tokens=24)
+    assert_window_holds(engine, window, messages, report.plan, chat_template=TEMPLATE)
+    parts = [u for u in report.plan.units if u.chunk is not None]
+    assert [(u.chunk, u.part, u.first_message, u.end_message) for u in parts] == [(shot, 1, 1, 2), (doc, 3, 1, 2)]
+    assert parts[0].tokens == [-1] * 6 and parts[1].tokens == TOKENS[doc.key]
+    assert [u.action.label for u in parts] == ["admit", "admit"] and not parts[1].is_turn  # chunks, however short
+    assert "part 1 'page 0'" in report.plan.describe()
+    assert not window.plan_sync(messages, chat_template=TEMPLATE, chunk_min_tokens=24).changes()
+    answer = window.generate(report.generation_prompt, max_tokens=4)
+    assert len(answer.tokens) == 4
+
+    # The screenshot message leaves, then comes back: its chunks are evicted, then recalled.
+    shot_instance = parts[0].instance
+    report = window.sync([messages[0], messages[2]], chat_template=TEMPLATE, chunk_min_tokens=24)
+    assert shot_instance in report.plan.evict
+    report = window.sync(messages, chat_template=TEMPLATE, chunk_min_tokens=24)
+    assert [u.action.label for u in report.plan.units if u.chunk is not None] == ["recall", "recall"]
+    assert_window_holds(engine, window, messages, report.plan, chat_template=TEMPLATE)
+    with pytest.raises(orbit.OrbitError, match=r"render_chat: messages\[1\]\.content\[1\] is a chunk part"):
+        engine.render_chat(messages, chat_template=TEMPLATE)
+
+
+def test_bad_chunk_parts_name_the_message_and_the_part(orbit, engine, stories260k_path):
+    window = engine.new_window()
+    shot = screenshot(engine, 0)
+
+    def sync(content):
+        window.sync([{"role": "system", "content": "Hi."}, {"role": "user", "content": content}],
+                    chat_template=TEMPLATE)
+
+    with pytest.raises(ValueError, match=r"messages\[1\]\.content\[0\]\.type: unknown part type 'image'"):
+        sync([{"type": "image", "image": "x.png"}])
+    with pytest.raises(ValueError, match=r"messages\[1\]\.content\[1\]\.type is missing"):
+        sync([shot, {"text": "x"}])
+    with pytest.raises(TypeError, match=r"messages\[1\]\.content\[0\]\.chunk: a chunk part needs 'chunk'.*str"):
+        sync([{"type": "chunk", "chunk": "not a chunk"}])
+    with pytest.raises(TypeError, match=r"messages\[1\]\.content\[0\]: expected a part dict"):
+        sync([42])
+    with orbit.Engine(stories260k_path, pool_bytes=16 << 20) as other:  # another engine, another model
+        foreign = other.add_tokens([1, 365, 169, 44], label="elsewhere")
+        with pytest.raises(orbit.OrbitError,
+                           match=r"messages\[1\]\.content\[1\]\.chunk .* \('elsewhere'\) is not registered with "
+                                 r"this engine"):
+            sync([{"type": "text", "text": "see "}, foreign])
+    with pytest.raises(orbit.OrbitError, match=r"messages\[1\]\.content\[1\]\.chunk .* is placed twice"):
+        sync([shot, shot])
+    assert window.instances == []  # nothing was applied
+
+
+def test_sync_property_with_chunk_parts(orbit, engine):
+    """Random edits of a list whose tool messages carry screenshots and token chunks: after every sync the
+    window is the rendering, each part an instance of its chunk where it sits."""
+    rng = random.Random(7)
+    window = engine.new_window()
+    messages = [{"role": "system", "content": "You tell short stories."}]
+    removed, history, counter = [], [], 0
+    for step in range(24):
+        edit = "append" if step < 3 or len(messages) < 3 else rng.choice(
+            ["append", "trim", "remove", "move", "reinsert", "earlier"])
+        if edit == "append":
+            counter += 1
+            if rng.random() < 0.5:
+                messages.append({"role": rng.choice(["user", "assistant"]), "content": f"#{counter} " +
+                                 sentence(rng, rng.randint(3, 8))})
+            else:
+                chunk = (screenshot(engine, counter, rng.randint(3, 8)) if rng.random() < 0.5
+                         else text_chunk(engine, sentence(rng, rng.randint(6, 14))))
+                messages.append({"role": "tool", "content": [{"type": "text", "text": f"#{counter} "}, chunk]})
+        elif edit in ("trim", "remove"):
+            removed.append(messages.pop(1 if edit == "trim" else rng.randrange(1, len(messages))))
+        elif edit == "move":
+            m = messages.pop(rng.randrange(1, len(messages)))
+            messages.insert(rng.randrange(1, len(messages) + 1), m)
+        elif edit == "reinsert" and removed:
+            m = removed.pop(rng.randrange(len(removed)))
+            if m not in messages:
+                messages.insert(rng.randrange(1, len(messages) + 1), m)
+        elif edit == "earlier" and history:
+            messages = list(rng.choice(history))
+        while len(messages) > 1 and len(expected_with_parts(engine, messages, chat_template=TEMPLATE)[0]) > 400:
+            removed.append(messages.pop(1))
+        report = window.sync(messages, chat_template=TEMPLATE, chunk_min_tokens=24)
+        assert_window_holds(engine, window, messages, report.plan, chat_template=TEMPLATE)
+        window.generate(report.generation_prompt, max_tokens=1)
+        history.append(list(messages))

@@ -16,7 +16,8 @@ InstanceArg = Union[int, "InstanceInfo"]
 # A chunk: its ChunkRef or its key.
 ChunkArg = Union["ChunkRef", str]
 PolicyArg = Union["WindowPolicy", str]
-# A message list as a chat API takes it: dicts with "role" and "content" (and "name", "tool_call_id", "tool_calls").
+# A message list as a chat API takes it: dicts with "role" and "content" (a str, or a list of parts: text dicts,
+# {"type": "chunk", "chunk": ChunkRef} or a ChunkRef), and "name", "tool_call_id", "tool_calls".
 Messages = Sequence[dict]
 
 class OrbitError(RuntimeError):
@@ -852,6 +853,10 @@ class SyncUnit:
     def tokens(self) -> list[int]: ...
     @property
     def key(self) -> str: ...
+    @property
+    def chunk(self) -> Optional[ChunkRef]: ...
+    @property
+    def part(self) -> int: ...
     @property
     def is_turn(self) -> bool: ...
     @property

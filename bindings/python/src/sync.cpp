@@ -1,10 +1,12 @@
 // Messages (orbit/sync.h): Window.sync / plan_sync, Engine.render_chat / tokenize_chat / has_chat_template, and
 // the SyncAction, SyncUnit, SyncPlan and SyncReport types. A message list is what a chat API takes: dicts with
-// "role" and "content" (a str, None, or a list of {"type": "text", "text": ...} parts), and optionally "name",
+// "role" and "content" (a str, None, or a list of parts: {"type": "text", "text": ...}, and chunks registered
+// with the engine as {"type": "chunk", "chunk": ChunkRef} or the ChunkRef itself), and optionally "name",
 // "tool_call_id" and "tool_calls" (OpenAI's [{"id", "type": "function", "function": {"name", "arguments"}}],
 // arguments a JSON string or a dict).
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "bindings.h"
@@ -18,6 +20,8 @@ namespace {
 using orbit::ChatMessage;
 using orbit::ChatOptions;
 using orbit::ChatToolCall;
+using orbit::ChunkRef;
+using orbit::ContentPart;
 using orbit::Engine;
 using orbit::SyncAction;
 using orbit::SyncOptions;
@@ -44,29 +48,60 @@ std::optional<std::string> str_field(const py::dict& d, const char* key, std::si
   return v.cast<std::string>();
 }
 
-std::string content_of(const py::dict& d, std::size_t i) {
-  if (!d.contains("content") || d["content"].is_none()) return "";
-  const py::object c = d["content"];
-  if (py::isinstance<py::str>(c)) return c.cast<std::string>();
-  if (py::isinstance<py::list>(c) || py::isinstance<py::tuple>(c)) {
-    std::string text;
-    for (const py::handle part : c) {
-      if (!py::isinstance<py::dict>(part)) {
-        throw py::type_error(where(i, "content") + ": expected a list of {'type': 'text', 'text': ...} parts, got a " +
-                             type_name(part));
-      }
-      const py::dict p = py::reinterpret_borrow<py::dict>(part);
-      const std::string type = p.contains("type") ? py::str(p["type"]).cast<std::string>() : "";
-      if (type != "text" || !p.contains("text") || !py::isinstance<py::str>(p["text"])) {
-        throw py::value_error(
-            where(i, "content") + ": only text parts ({'type': 'text', 'text': str}) are accepted; got " +
-            std::string(py::repr(part)) + " (images: register them with engine.add_embeddings and window.admit)");
-      }
-      text += p["text"].cast<std::string>();
-    }
-    return text;
+std::string part_where(std::size_t i, std::size_t j) { return where(i, "content") + "[" + std::to_string(j) + "]"; }
+
+// One content part: {"type": "text", "text": str}, {"type": "chunk", "chunk": ChunkRef} or a ChunkRef.
+ContentPart part_of(const py::handle part, std::size_t i, std::size_t j) {
+  if (py::isinstance<ChunkRef>(part)) return ContentPart::of_chunk(part.cast<ChunkRef>());
+  if (!py::isinstance<py::dict>(part)) {
+    throw py::type_error(part_where(i, j) +
+                         ": expected a part dict ({'type': 'text', 'text': str} or {'type': "
+                         "'chunk', 'chunk': ChunkRef}) or a ChunkRef, got a " +
+                         type_name(part));
   }
-  throw py::type_error(where(i, "content") + ": expected a str, None or a list of text parts, got " + type_name(c));
+  const py::dict p = py::reinterpret_borrow<py::dict>(part);
+  if (!p.contains("type") || !py::isinstance<py::str>(p["type"])) {
+    throw py::value_error(part_where(i, j) + ".type is missing ('text' or 'chunk')");
+  }
+  const std::string type = p["type"].cast<std::string>();
+  if (type == "text") {
+    if (!p.contains("text") || !py::isinstance<py::str>(p["text"])) {
+      throw py::value_error(part_where(i, j) + ".text: a text part needs 'text' (a str)");
+    }
+    return ContentPart::of_text(p["text"].cast<std::string>());
+  }
+  if (type == "chunk") {
+    if (!p.contains("chunk") || !py::isinstance<ChunkRef>(p["chunk"])) {
+      throw py::type_error(part_where(i, j) +
+                           ".chunk: a chunk part needs 'chunk' (a ChunkRef from engine.add_tokens, "
+                           "add_text or add_embeddings)" +
+                           (p.contains("chunk") ? ", got a " + type_name(p["chunk"]) : ""));
+    }
+    return ContentPart::of_chunk(p["chunk"].cast<ChunkRef>());
+  }
+  throw py::value_error(part_where(i, j) + ".type: unknown part type " + std::string(py::repr(p["type"])) +
+                        " (parts are 'text' and 'chunk'; an image: register its embeddings with engine.add_embeddings "
+                        "and pass the ChunkRef as a chunk part)");
+}
+
+// A message's content: a str (or None) into `content`; a list of parts into `parts`, or into `content` when
+// every part is text.
+void content_of(const py::dict& d, std::size_t i, ChatMessage& msg) {
+  if (!d.contains("content") || d["content"].is_none()) return;
+  const py::object c = d["content"];
+  if (py::isinstance<py::str>(c)) {
+    msg.content = c.cast<std::string>();
+    return;
+  }
+  if (!py::isinstance<py::list>(c) && !py::isinstance<py::tuple>(c)) {
+    throw py::type_error(where(i, "content") + ": expected a str, None or a list of parts, got " + type_name(c));
+  }
+  std::size_t j = 0;
+  for (const py::handle part : c) msg.parts.push_back(part_of(part, i, j++));
+  if (std::none_of(msg.parts.begin(), msg.parts.end(), [](const ContentPart& p) { return p.chunk.has_value(); })) {
+    for (const ContentPart& p : msg.parts) msg.content += p.text;
+    msg.parts.clear();
+  }
 }
 
 std::vector<ChatToolCall> tool_calls_of(const py::dict& d, std::size_t i) {
@@ -110,7 +145,7 @@ std::vector<ChatMessage> to_messages(const py::object& messages) {
     const std::optional<std::string> role = str_field(d, "role", i);
     if (!role) throw py::value_error(where(i, "role") + " is missing");
     msg.role = *role;
-    msg.content = content_of(d, i);
+    content_of(d, i, msg);
     msg.name = str_field(d, "name", i);
     msg.tool_call_id = str_field(d, "tool_call_id", i);
     msg.tool_calls = tool_calls_of(d, i);
@@ -138,7 +173,10 @@ SyncOptions sync_options(int64_t chunk_min_tokens, const py::object& chat_templa
 
 const char* kMessagesDoc =
     "messages: a list of dicts as a chat API takes them: 'role' and 'content' (a str, None, or a list of\n"
-    "{'type': 'text', 'text': ...} parts), optionally 'name', 'tool_call_id' and 'tool_calls' (OpenAI's form:\n"
+    "parts: {'type': 'text', 'text': ...}, or a chunk registered with this engine as {'type': 'chunk',\n"
+    "'chunk': ChunkRef} or the ChunkRef itself, e.g. a screenshot from engine.add_embeddings: it stands in\n"
+    "the window where the part sits, as its own chunk instance; render_chat and tokenize_chat refuse\n"
+    "chunk parts), optionally 'name', 'tool_call_id' and 'tool_calls' (OpenAI's form:\n"
     "[{'id', 'type': 'function', 'function': {'name', 'arguments': str or dict}}]). chat_template: a Jinja chat\n"
     "template to use instead of the model's (None: the model's tokenizer_config.json, else the built-in plain\n"
     "one: 'role: content' lines); tools: a list of tool schemas (the template's `tools`); extra: a dict of\n"
@@ -182,8 +220,14 @@ void init_sync(py::module_& m) {
       .def_readonly("first_message", &SyncUnit::first_message, "Index of its first message.")
       .def_readonly("end_message", &SyncUnit::end_message, "One past its last message.")
       .def_readonly("position", &SyncUnit::position, "Its first token's position in the window after sync.")
-      .def_readonly("tokens", &SyncUnit::tokens, "Its tokens (a slice of tokenize(render(messages))).")
-      .def_readonly("key", &SyncUnit::key, "Content key of the tokens (a chunk's key; a turn's content key).")
+      .def_readonly("tokens", &SyncUnit::tokens,
+                    "Its tokens (a slice of SyncPlan.tokens; an embedding chunk part's rows are -1).")
+      .def_readonly("key", &SyncUnit::key,
+                    "Content key of the tokens (a chunk's key; a turn's content key; a chunk part: its chunk's).")
+      .def_property_readonly(
+          "chunk", [](const SyncUnit& u) -> py::object { return u.chunk.valid() ? py::cast(u.chunk) : py::none(); },
+          "A chunk part: its ChunkRef (messages[first_message]['content'][part]); None for text.")
+      .def_readonly("part", &SyncUnit::part, "A chunk part: its index in the message's content list; -1 for text.")
       .def_readonly("is_turn", &SyncUnit::is_turn, "True when a live turn holds it, False for a chunk.")
       .def_readonly("action", &SyncUnit::action, "SyncAction.")
       .def_readonly("moved", &SyncUnit::moved, "keep: the reorder moved it.")
@@ -191,7 +235,10 @@ void init_sync(py::module_& m) {
       .def("__repr__", [](const SyncUnit& u) {
         std::ostringstream o;
         o << "SyncUnit(messages=[" << u.first_message << ", " << u.end_message << "), action='"
-          << orbit::sync_action_name(u.action) << "', " << (u.is_turn ? "turn" : "chunk")
+          << orbit::sync_action_name(u.action) << "', "
+          << (u.is_turn         ? "turn"
+              : u.chunk.valid() ? "chunk part"
+                                : "chunk")
           << ", tokens=" << u.tokens.size() << ", instance=" << u.instance << ")";
         return o.str();
       });
@@ -200,7 +247,9 @@ void init_sync(py::module_& m) {
       .def_readonly("units", &SyncPlan::units, "list[SyncUnit]: the window after sync, in order.")
       .def_readonly("evict", &SyncPlan::evict, "Instance ids evicted, in window order.")
       .def_readonly("reorder", &SyncPlan::reorder, "The kept instances change order (one reorder).")
-      .def_readonly("tokens", &SyncPlan::tokens, "The window's tokens after sync: tokenize(render(messages)).")
+      .def_readonly("tokens", &SyncPlan::tokens,
+                    "The window's tokens after sync: tokenize(render(messages)), chunk parts in place (an embedding\n"
+                    "chunk's rows as -1).")
       .def_readonly("generation_prompt", &SyncPlan::generation_prompt,
                     "Tokens the template adds with add_generation_prompt (generate()'s query).")
       .def_readonly("generation_prompt_exact", &SyncPlan::generation_prompt_exact,

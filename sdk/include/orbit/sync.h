@@ -51,11 +51,29 @@
 // reads that text back as BOS (Hugging Face tokenizers; llama2.c's does not, so its plain rendering has no
 // BOS).
 //
-// Limits: message content is text (a list of content parts, images included, is not accepted here: admit
-// media chunks with Window::admit, in a window sync does not manage); a unit's key depends on its rendering,
-// so a message whose rendering depends on its place (a template that numbers turns, or marks the first one)
-// is a new unit when it moves. Several units inserted between kept instances in one sync are separate
-// admits, each re-planning what follows it, so an instance after two insertions may be repaired twice.
+// Chunk parts. A message's content may be a list of parts (ChatMessage::parts): text, or a chunk already
+// registered with the engine (Engine::add_tokens, add_text, add_embeddings: a screenshot's vision-tower
+// rows, a document encoded once). A chunk part stands in the rendering where the part sits, as its own
+// unit: an instance of exactly that chunk, content-addressed by the chunk's key, never a turn (it is
+// admitted, recalled or kept like any chunk, whatever its length). The template sees the message's content
+// as text with a private-use marker (U+E000 ... U+E001) where each chunk part is; the rendering is split at
+// the markers, each text segment between them is tokenized alone (the split is a token boundary: no merge
+// crosses a chunk), and the chunk's tokens (a token chunk) or rows (an embedding chunk) stand in the
+// marker's place. So the window's sequence is: tokenize(segment 0), chunk 0, tokenize(segment 1), chunk 1,
+// ... ; SyncPlan::tokens spells it with kEmbeddingRow for each embedding row. The text of a message around
+// its chunk parts (a role header before, a newline after) forms units of its own, cut at message
+// boundaries as above. A template that drops or repeats a message's content (it must render each chunk part
+// exactly once) is refused, as is text containing U+E000, a chunk not registered with this engine, and an
+// embedding chunk placed twice (a window holds a chunk once; a token chunk placed twice is a turn the
+// second time, as a repeated message is). Engine::render_chat and tokenize_chat refuse chunk parts: their
+// rendering is not text (Window::plan_sync shows it). Errors name a part as messages[i].content[j], as a
+// chat API's content list is named. Templates that want tokens around an image (a vision start token) get
+// them as text parts beside the chunk part.
+//
+// Limits: a unit's key depends on its rendering, so a message whose rendering depends on its place (a
+// template that numbers turns, or marks the first one) is a new unit when it moves. Several units inserted
+// between kept instances in one sync are separate admits, each re-planning what follows it, so an instance
+// after two insertions may be repaired twice.
 //
 // Against a prefix cache (tests/cpp/test_sync.cpp measures it): over random edits (append, trim, remove,
 // summarize, move, re-insert, duplicate) sync forwards fewer tokens in total than a prefix cache reading the
@@ -85,14 +103,27 @@ struct ChatToolCall {
   std::string arguments = "{}";  // a JSON object, as text
 };
 
+// One part of a message's content: text, or a chunk registered with the engine that stands where the part
+// sits (see "Chunk parts" above).
+struct ContentPart {
+  std::string text;               // a text part (when chunk is unset)
+  std::optional<ChunkRef> chunk;  // a chunk part
+  static ContentPart of_text(std::string text) { return ContentPart{std::move(text), std::nullopt}; }
+  static ContentPart of_chunk(ChunkRef chunk) { return ContentPart{{}, std::move(chunk)}; }
+};
+
 // One message as a chat API takes it.
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant", "tool", ... (required)
-  std::string content;
+  std::string role;                         // "system", "user", "assistant", "tool", ... (required)
+  std::string content;                      // text content (empty when `parts` gives it)
   std::optional<std::string> name;          // message.name when set
   std::optional<std::string> tool_call_id;  // message.tool_call_id when set (tool results)
   std::vector<ChatToolCall> tool_calls;     // message.tool_calls when non-empty
+  std::vector<ContentPart> parts;           // non-empty: the content as parts, in order (content must be empty)
 };
+
+// SyncPlan::tokens at a row of an embedding chunk part (it has no token id).
+inline constexpr int64_t kEmbeddingRow = -1;
 
 // The built-in template for models without one (Jinja, as a chat_template string).
 inline constexpr const char* kPlainChatTemplate =
@@ -124,13 +155,17 @@ enum class SyncAction {
 };
 const char* sync_action_name(SyncAction action) noexcept;  // "keep", "admit", "recall", "turn"
 
-// One unit of the rendering: the messages [first_message, end_message) and their tokens in the window.
+// One unit of the rendering: the messages [first_message, end_message) and their tokens in the window. A
+// message with chunk parts spans several units (its text before a part, the part, its text after), each
+// with that message in its range.
 struct SyncUnit {
   int64_t first_message = 0;
-  int64_t end_message = 0;  // > first_message, except a rendering of no messages (a template's own text)
-  int64_t position = 0;     // first token in the window after sync
-  std::vector<int64_t> tokens;
-  std::string key;  // content key of the tokens
+  int64_t end_message = 0;      // > first_message, except a rendering of no messages (a template's own text)
+  int64_t position = 0;         // index of its first token (or row) in SyncPlan::tokens
+  std::vector<int64_t> tokens;  // a chunk part's tokens; an embedding chunk's rows as kEmbeddingRow
+  std::string key;              // content key of the tokens; a chunk part: the chunk's key
+  ChunkRef chunk;               // a chunk part: its chunk (messages[first_message].parts[part]); else unset
+  int64_t part = -1;            // a chunk part: its index in the message's parts; else -1
   bool is_turn = false;
   SyncAction action = SyncAction::kKeep;
   bool moved = false;       // kKeep: the reorder moved it
@@ -142,7 +177,8 @@ struct SyncPlan {
   std::vector<SyncUnit> units;             // the window after sync, in order
   std::vector<InstanceId> evict;           // instances to evict, in window order
   bool reorder = false;                    // the kept instances change order (one reorder)
-  std::vector<int64_t> tokens;             // the window's tokens after sync: tokenize(rendering)
+  std::vector<int64_t> tokens;             // the window's tokens after sync: tokenize(rendering), chunk parts
+                                           // in place (kEmbeddingRow for an embedding chunk's rows)
   std::vector<int64_t> generation_prompt;  // tokens the template adds with add_generation_prompt
   bool generation_prompt_exact = true;     // tokens + generation_prompt == tokenize(rendering with it)
   int64_t merged_boundaries = 0;           // message boundaries no unit boundary could follow

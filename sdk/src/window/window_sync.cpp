@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -49,6 +50,7 @@ std::string SyncPlan::describe() const {
        << "messages [" << u.first_message << ", " << u.end_message << ")  tokens [" << u.position << ", "
        << u.position + static_cast<int64_t>(u.tokens.size()) << ")  " << (u.is_turn ? "turn" : "chunk") << " "
        << u.key.substr(0, 8);
+    if (u.chunk.valid()) os << "  part " << u.part << (u.chunk.label.empty() ? "" : " '" + u.chunk.label + "'");
     if (u.instance != 0) os << "  instance " << u.instance;
     if (u.moved) os << "  (moved)";
     os << "\n";
@@ -101,7 +103,61 @@ Chat resolve_chat(const detail::EngineCore& core, const ChatOptions& options) {
   return c;
 }
 
-std::vector<runtime::ChatMessage> to_runtime(const std::vector<ChatMessage>& messages) {
+// ---- chunk parts ----
+
+// Where a chunk part stands in the rendered text: U+E000, its index among the list's chunk parts, U+E001.
+constexpr std::string_view kMarkOpen = "\xEE\x80\x80";
+constexpr std::string_view kMarkClose = "\xEE\x80\x81";
+
+std::string part_field(std::size_t message, std::size_t part) {
+  return "messages[" + std::to_string(message) + "].content[" + std::to_string(part) + "]";
+}
+
+// A chunk part of the list: messages[message].parts[index].
+struct PartRef {
+  int64_t message = 0;
+  int64_t index = 0;
+  ChunkRef chunk;
+};
+
+// A chunk part's marker in the rendered text: bytes [begin, end), parts[part].
+struct Marker {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t part = 0;
+};
+
+// A message's content as the template sees it: the text parts, and a marker for each chunk part (collected
+// into `parts`; null: chunk parts are refused, naming `caller`).
+std::string content_text(const detail::EngineCore& core, const ChatMessage& m, std::size_t i,
+                         std::vector<PartRef>* parts, const char* caller) {
+  if (m.parts.empty()) return m.content;
+  ORBIT_CHECK(m.content.empty(), "messages[" << i << "]: content and parts are both set (give the text as a part)");
+  std::string text;
+  for (std::size_t j = 0; j < m.parts.size(); ++j) {
+    const ContentPart& p = m.parts[j];
+    if (!p.chunk) {
+      text += p.text;
+      continue;
+    }
+    ORBIT_CHECK(parts != nullptr,
+                caller << ": " << part_field(i, j)
+                       << " is a chunk part, which has no text (Window::sync and plan_sync place it)");
+    ORBIT_CHECK(p.chunk->valid(),
+                "sync: " << part_field(i, j) << ".chunk is an invalid ChunkRef (default-constructed)");
+    ORBIT_CHECK(core.knows(p.chunk->key),
+                "sync: " << part_field(i, j) << ".chunk " << p.chunk->key.substr(0, 16)
+                         << (p.chunk->label.empty() ? "" : " ('" + p.chunk->label + "')")
+                         << " is not registered with this engine (a chunk of another engine? register it here "
+                            "with add_tokens or add_embeddings)");
+    text += std::string(kMarkOpen) + std::to_string(parts->size()) + std::string(kMarkClose);
+    parts->push_back({static_cast<int64_t>(i), static_cast<int64_t>(j), *p.chunk});
+  }
+  return text;
+}
+
+std::vector<runtime::ChatMessage> to_runtime(const detail::EngineCore& core, const std::vector<ChatMessage>& messages,
+                                             std::vector<PartRef>* parts, const char* caller) {
   std::vector<runtime::ChatMessage> out;
   out.reserve(messages.size());
   for (std::size_t i = 0; i < messages.size(); ++i) {
@@ -109,13 +165,38 @@ std::vector<runtime::ChatMessage> to_runtime(const std::vector<ChatMessage>& mes
     ORBIT_CHECK(!m.role.empty(), "messages[" << i << "] has no role");
     runtime::ChatMessage r;
     r.role = m.role;
-    r.content = m.content;
+    r.content = content_text(core, m, i, parts, caller);
     r.name = m.name;
     r.tool_call_id = m.tool_call_id;
     for (const ChatToolCall& call : m.tool_calls) r.tool_calls.push_back({call.id, call.name, call.arguments});
     out.push_back(std::move(r));
   }
   return out;
+}
+
+// The chunk parts' markers in `text`, in text order; each part exactly once.
+std::vector<Marker> find_markers(const std::string& text, const std::vector<PartRef>& parts) {
+  std::vector<Marker> marks;
+  std::vector<int64_t> seen(parts.size(), 0);
+  for (std::size_t at = text.find(kMarkOpen); at != std::string::npos; at = text.find(kMarkOpen, at + 1)) {
+    const std::size_t digits = at + kMarkOpen.size();
+    const std::size_t close = text.find(kMarkClose, digits);
+    std::size_t part = parts.size();
+    const bool number = close != std::string::npos && close > digits && close - digits < 10 &&
+                        text.find_first_not_of("0123456789", digits) == close;
+    if (number) part = std::stoul(text.substr(digits, close - digits));
+    ORBIT_CHECK(part < parts.size(),
+                "sync: the rendered messages hold U+E000, the character that marks chunk parts, "
+                "outside a chunk part (message text must not contain it)");
+    ++seen[part];
+    marks.push_back({at, close + kMarkClose.size(), part});
+  }
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    ORBIT_CHECK(seen[p] == 1, "sync: the chat template rendered "
+                                  << part_field(parts[p].message, parts[p].index) << " (a chunk part) " << seen[p]
+                                  << " times; a chunk part must appear exactly once in the rendering");
+  }
+  return marks;
 }
 
 struct Renderer {
@@ -156,12 +237,14 @@ struct Span {
   int64_t end_message = 0;
   std::size_t begin = 0;  // tokens [begin, end) of the rendering
   std::size_t end = 0;
+  int64_t part = -1;  // a chunk part: its index in Rendering::parts
 };
 
 struct Rendering {
   std::string which;
-  std::vector<int64_t> tokens;
+  std::vector<int64_t> tokens;  // chunk parts in place (kEmbeddingRow for embedding rows)
   std::vector<Span> spans;
+  std::vector<PartRef> parts;
   std::vector<int64_t> generation_prompt;
   bool generation_prompt_exact = true;
   int64_t merged = 0;
@@ -243,25 +326,84 @@ std::vector<TokenCut> cuts_by_prefix(const runtime::Tokenizer& tok, const std::s
   return out;
 }
 
-// The units: token spans between the cuts, each with the messages it holds.
-std::vector<Span> spans_of(const std::vector<TokenCut>& token_cuts, std::size_t tokens, std::size_t n) {
-  std::vector<Span> spans;
+// The units of one text segment: token spans between the cuts (token indices relative to the segment), each
+// with the message it starts in (`first`: the segment's first one), appended to `spans` at token `offset`.
+void add_spans(const std::vector<TokenCut>& token_cuts, std::size_t tokens, std::size_t offset, int64_t first,
+               std::vector<Span>& spans) {
   std::size_t begin = 0;
-  int64_t first = 0;
   for (std::size_t c = 0; c <= token_cuts.size(); ++c) {
     const std::size_t end = c < token_cuts.size() ? token_cuts[c].first : tokens;
-    const int64_t next = c < token_cuts.size() ? token_cuts[c].second : static_cast<int64_t>(n);
-    if (end > begin) spans.push_back({first, next, begin, end});
+    if (end > begin) spans.push_back({first, 0, offset + begin, offset + end});
     begin = end;
-    first = next;
+    if (c < token_cuts.size()) first = token_cuts[c].second;
   }
-  if (!spans.empty()) spans.front().first_message = 0;  // the template's preamble goes with it
-  return spans;
 }
 
-// The generation prompt: what add_generation_prompt adds, as tokens after the window's.
+// The message the text at byte `at` belongs to: the latest message boundary or chunk part before it (a
+// boundary at a part's end: the next message starts there).
+int64_t message_at(std::size_t at, const std::vector<Cut>& cuts, const std::vector<Marker>& marks,
+                   const std::vector<PartRef>& parts) {
+  int64_t message = 0;
+  std::size_t from = 0;
+  for (const Marker& m : marks) {
+    if (m.end <= at && m.end >= from) {
+      from = m.end;
+      message = parts[m.part].message;
+    }
+  }
+  for (const Cut& c : cuts) {
+    if (c.text <= at && c.text >= from) {
+      from = c.text;
+      message = c.message;
+    }
+  }
+  return message;
+}
+
+// Step 3 on the text segment [begin, end) of the rendering (the text between chunk parts): its tokens, cut
+// at the message boundaries inside it where the tokens allow.
+void add_segment(const runtime::Tokenizer& tok, const std::string& text, std::size_t begin, std::size_t end,
+                 const std::vector<Cut>& cuts, int64_t first, Rendering& out) {
+  const std::string segment = text.substr(begin, end - begin);
+  const std::vector<int64_t> tokens = tok.encode(segment, false);
+  std::vector<Cut> inside;
+  for (const Cut& c : cuts) {
+    if (c.text > begin && c.text < end) inside.push_back({c.text - begin, c.message});
+  }
+  bool joined_ok = false;
+  std::vector<TokenCut> token_cuts = cuts_by_parts(tok, segment, inside, tokens, &out.merged, &joined_ok);
+  if (!joined_ok) token_cuts = cuts_by_prefix(tok, segment, inside, tokens, &out.merged);
+  add_spans(token_cuts, tokens.size(), out.tokens.size(), first, out.spans);
+  out.tokens.insert(out.tokens.end(), tokens.begin(), tokens.end());
+}
+
+// A chunk part's unit: its tokens, or kEmbeddingRow per row.
+void add_part(const detail::EngineCore& core, std::size_t part, Rendering& out) {
+  const PartRef& p = out.parts[part];
+  const std::size_t begin = out.tokens.size();
+  const detail::ChunkRecord& rec = core.record(p.chunk);
+  if (p.chunk.kind == ChunkKind::kTokens) {
+    out.tokens.insert(out.tokens.end(), rec.tokens.begin(), rec.tokens.end());
+  } else {
+    out.tokens.insert(out.tokens.end(), static_cast<std::size_t>(p.chunk.length), kEmbeddingRow);
+  }
+  out.spans.push_back({p.message, p.message + 1, begin, out.tokens.size(), static_cast<int64_t>(part)});
+}
+
+// Each unit holds the messages from its first to the next unit's first (at least its own); the last, to
+// the end of the list.
+void set_end_messages(std::size_t n, std::vector<Span>& spans) {
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].part >= 0) continue;
+    const int64_t next = i + 1 < spans.size() ? spans[i + 1].first_message : static_cast<int64_t>(n);
+    spans[i].end_message = std::max(next, spans[i].first_message + 1);
+  }
+}
+
+// The generation prompt: what add_generation_prompt adds, as tokens after the window's. `tail` is where the
+// last text segment starts (after the last chunk part), `tail_tokens` its tokens.
 void add_generation_prompt(const detail::EngineCore& core, const Renderer& render, std::size_t n,
-                           const std::string& text, Rendering& out) {
+                           const std::string& text, std::size_t tail, std::size_t tail_tokens, Rendering& out) {
   std::string with_prompt;
   try {
     with_prompt = render(n, true);
@@ -274,23 +416,24 @@ void add_generation_prompt(const detail::EngineCore& core, const Renderer& rende
     return;
   }
   if (with_prompt.size() == text.size()) return;
-  const std::vector<int64_t> all = encode(core, with_prompt);
-  if (starts_with(all, out.tokens)) {
-    out.generation_prompt.assign(all.begin() + static_cast<std::ptrdiff_t>(out.tokens.size()), all.end());
+  const std::vector<int64_t> all = encode(core, std::string_view(with_prompt).substr(tail));
+  const std::vector<int64_t> last(out.tokens.end() - static_cast<std::ptrdiff_t>(tail_tokens), out.tokens.end());
+  if (starts_with(all, last)) {
+    out.generation_prompt.assign(all.begin() + static_cast<std::ptrdiff_t>(last.size()), all.end());
   } else {
     out.generation_prompt = core.tokenizer().encode(std::string_view(with_prompt).substr(text.size()), false);
     out.generation_prompt_exact = false;
   }
 }
 
-// The rendering of `messages` cut into units (sync.h, steps 1-3).
+// The rendering of `messages` cut into units (sync.h, steps 1-3; chunk parts split it into text segments).
 Rendering render_units(const detail::EngineCore& core, const std::vector<ChatMessage>& messages,
                        const ChatOptions& options) {
   Rendering out;
   (void)core.tokenizer();  // throws, saying so, when the engine has none
   const Chat chat = resolve_chat(core, options);
   out.which = chat.which;
-  const std::vector<runtime::ChatMessage> msgs = to_runtime(messages);
+  const std::vector<runtime::ChatMessage> msgs = to_runtime(core, messages, &out.parts, "sync");
   runtime::ChatRenderOptions ro;
   ro.tools_json = options.tools_json;
   ro.extra_json = options.extra_json;
@@ -300,16 +443,25 @@ Rendering render_units(const detail::EngineCore& core, const std::vector<ChatMes
 
   const std::string text = render(n, false);
   const std::vector<Cut> cuts = text_cuts(render, n, text, &out.merged);
-  out.tokens = encode(core, text);
+  const std::vector<Marker> marks = find_markers(text, out.parts);
+  const runtime::Tokenizer& tok = core.tokenizer();
+  detail::check_text_fits(
+      text, core.config().max_position_embeddings, tok.vocab_size(), [&](int64_t id) { return tok.piece(id); },
+      "sync: the rendered messages");
+  std::size_t from = 0;
+  for (const Marker& m : marks) {
+    add_segment(tok, text, from, m.begin, cuts, message_at(from, cuts, marks, out.parts), out);
+    add_part(core, m.part, out);
+    from = m.end;
+  }
+  const std::size_t tail_tokens = out.tokens.size();
+  add_segment(tok, text, from, text.size(), cuts, message_at(from, cuts, marks, out.parts), out);
+  set_end_messages(n, out.spans);
   const int64_t positions = core.config().max_position_embeddings;
   ORBIT_CHECK(positions <= 0 || static_cast<int64_t>(out.tokens.size()) <= positions,
               "sync: the rendered messages are " << out.tokens.size() << " tokens, more than the model's "
                                                  << core.config().max_position_embeddings << " positions");
-  bool joined_ok = false;
-  std::vector<TokenCut> token_cuts = cuts_by_parts(core.tokenizer(), text, cuts, out.tokens, &out.merged, &joined_ok);
-  if (!joined_ok) token_cuts = cuts_by_prefix(core.tokenizer(), text, cuts, out.tokens, &out.merged);
-  out.spans = spans_of(token_cuts, out.tokens.size(), n);
-  add_generation_prompt(core, render, n, text, out);
+  add_generation_prompt(core, render, n, text, from, out.tokens.size() - tail_tokens, out);
   return out;
 }
 
@@ -319,7 +471,9 @@ std::string unit_label(const std::vector<ChatMessage>& messages, const SyncUnit&
   const ChatMessage& m = messages[static_cast<std::size_t>(u.first_message)];
   std::string label = m.role;
   if (u.end_message - u.first_message > 1) label += "+" + std::to_string(u.end_message - u.first_message - 1);
-  std::string head = m.content.substr(0, 40);
+  std::string text = m.content;
+  for (const ContentPart& p : m.parts) text += p.chunk ? "" : p.text;
+  std::string head = text.substr(0, 40);
   for (char& ch : head) {
     if (ch == '\n' || ch == '\r' || ch == '\t') ch = ' ';
   }
@@ -344,7 +498,7 @@ std::string Engine::render_chat(const std::vector<ChatMessage>& messages, bool a
   ro.add_generation_prompt = add_generation_prompt;
   ro.tools_json = options.tools_json;
   ro.extra_json = options.extra_json;
-  return chat.tmpl->render(to_runtime(messages), ro);
+  return chat.tmpl->render(to_runtime(*core_, messages, nullptr, "render_chat"), ro);
 }
 
 std::vector<int64_t> Engine::tokenize_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
@@ -357,7 +511,8 @@ std::vector<int64_t> Engine::tokenize_chat(const std::vector<ChatMessage>& messa
 
 namespace {
 
-// Step 4: the plan's units, from the rendering's spans (each keyed as a token chunk of its tokens).
+// Step 4: the plan's units, from the rendering's spans (each keyed as a token chunk of its tokens; a chunk
+// part by its chunk's key).
 SyncPlan units_of(const detail::EngineCore& core, Rendering r) {
   SyncPlan plan;
   plan.chat_template = r.which;
@@ -372,7 +527,14 @@ SyncPlan units_of(const detail::EngineCore& core, Rendering r) {
     u.position = static_cast<int64_t>(s.begin);
     u.tokens.assign(plan.tokens.begin() + static_cast<std::ptrdiff_t>(s.begin),
                     plan.tokens.begin() + static_cast<std::ptrdiff_t>(s.end));
-    u.key = core.turn_key(u.tokens);  // = the content key of a token chunk of them
+    if (s.part >= 0) {
+      const PartRef& p = r.parts[static_cast<std::size_t>(s.part)];
+      u.chunk = core.record(p.chunk).ref;  // the engine's record: its label and extent, whatever the caller's copy
+      u.part = p.index;
+      u.key = u.chunk.key;
+    } else {
+      u.key = core.turn_key(u.tokens);  // = the content key of a token chunk of them
+    }
     plan.units.push_back(std::move(u));
   }
   return plan;
@@ -468,6 +630,12 @@ void choose_actions(const detail::EngineCore& core, const std::vector<InstanceIn
     }
     const bool short_unit = static_cast<int64_t>(unit.tokens.size()) < options.chunk_min_tokens;
     if (keys.in_window.count(unit.key) > 0) {
+      ORBIT_CHECK(
+          !unit.chunk.valid() || unit.chunk.kind != ChunkKind::kEmbeddings,
+          "sync: " << part_field(static_cast<std::size_t>(unit.first_message), static_cast<std::size_t>(unit.part))
+                   << ".chunk " << unit.chunk.key.substr(0, 16) << " ('" << unit.chunk.label
+                   << "') is placed twice in the rendering; a window holds a chunk once, and an embedding "
+                      "chunk's rows cannot be a turn");
       unit.action = SyncAction::kTurn;  // the same chunk twice: a turn (at the tail, then reordered)
       unit.is_turn = true;
       if (!at_tail[u]) plan.reorder = true;
@@ -544,9 +712,12 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOpti
     if (unit.action == SyncAction::kTurn) {
       r = &run(plan_add_turn(unit.tokens), "add_turn");
     } else {
-      ChunkOptions co;
-      co.label = unit_label(messages, unit);
-      const ChunkRef ref = core.add_tokens(unit.tokens, co);
+      ChunkRef ref = unit.chunk;  // a chunk part is its own chunk
+      if (!ref.valid()) {
+        ChunkOptions co;
+        co.label = unit_label(messages, unit);
+        ref = core.add_tokens(unit.tokens, co);
+      }
       r = unit.action == SyncAction::kRecall ? &run(plan_recall(ref, next_kept[u]), "recall")
                                              : &run(plan_admit(ref, next_kept[u]), "admit");
     }
