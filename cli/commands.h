@@ -13,5 +13,6 @@ int run_replay(int argc, char** argv, int first);
 int run_make_trace(int argc, char** argv, int first);
 int run_tokenize(int argc, char** argv, int first);
 int run_generate(int argc, char** argv, int first);
+int run_serve(int argc, char** argv, int first);  // serve/cmd_serve.cpp, or an error without cpp-httplib
 
 }  // namespace orbit::cli

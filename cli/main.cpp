@@ -27,6 +27,9 @@ const char* kUsage =
     "      JSON {\"tokens\": [...]}: the model's tokenizer (llama2.c's tok512.bin / tokenizer.bin beside it)\n"
     "  generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--json]\n"
     "      the continuation of PROMPT as text (greedy unless --temperature > 0)\n"
+    "  serve --model PATH [--host 127.0.0.1] [--port N] [--policy SPEC] [--store DIR] [--remote URL]\n"
+    "      an OpenAI-compatible HTTP server: chat completions (streamed or not), completions, sessions as\n"
+    "      windows, usage with orbit's forward tokens beside a radix cache's, /metrics (`orbit serve --help`)\n"
     "  make-model --out DIR [--preset NAME | --arch llama|qwen2] [size options] [--dtype D] [--seed N]\n"
     "      write a random-weight Hugging Face model directory (see `orbit make-model --help`)\n"
     "  fidelity --model PATH --chunk 4,5,6 [--context \"1,2,3;7,8,9\"] [--query 10,11] [--strategies S,...] [--json]\n"
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
     if (command == "make-trace") return orbit::cli::run_make_trace(argc, argv, 2);
     if (command == "tokenize") return orbit::cli::run_tokenize(argc, argv, 2);
     if (command == "generate") return orbit::cli::run_generate(argc, argv, 2);
+    if (command == "serve") return orbit::cli::run_serve(argc, argv, 2);
     if (command == "version") {
       if (argc > 2 && (!std::strcmp(argv[2], "--help") || !std::strcmp(argv[2], "-h"))) {
         std::puts("usage: orbit version\n  Prints orbit's version.");

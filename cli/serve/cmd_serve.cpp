@@ -1,0 +1,110 @@
+// `orbit serve`: the OpenAI-compatible HTTP server (serve_http.h, serve_core.h).
+#include <pthread.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "args.h"
+#include "commands.h"
+#include "orbit/common/error.h"
+#include "serve/serve_core.h"
+#include "serve/serve_http.h"
+
+namespace orbit::cli {
+
+namespace {
+
+const char* kServeUsage =
+    "usage: orbit serve --model DIR|FILE [--host 127.0.0.1] [--port N] [--policy SPEC] [--store DIR]\n"
+    "                   [--remote redis://...] [--name ID] [options]\n"
+    "  An OpenAI-compatible HTTP/1.1 server: /v1/chat/completions (streamed or not), /v1/completions,\n"
+    "  /v1/models, /health, /metrics (Prometheus), GET/DELETE /v1/sessions/ID. A request names its session\n"
+    "  with the header X-Orbit-Session or the field `user`; each session is a window its messages are synced\n"
+    "  into, so only what is new is prefilled. Prints 'listening on http://HOST:PORT' when ready; SIGTERM or\n"
+    "  SIGINT drains the requests in flight and closes the store.\n"
+    "  --model PATH          a Hugging Face directory (with tokenizer.json) or a llama2.c .bin with its tokenizer\n"
+    "  --host H              address to listen on (default 127.0.0.1)\n"
+    "  --port N              port (default 8000; 0 = any free port)\n"
+    "  --policy SPEC         the windows' policy (default: orbit's default; see `orbit replay --help`)\n"
+    "  --store DIR           a chunk store directory (default: memory only)\n"
+    "  --remote URL          a remote tier, redis://host:port[/db]\n"
+    "  --name ID             the model id clients name (default: the model path's last component)\n"
+    "  --pool-mb N           KV pool for all windows, MiB (default 256)\n"
+    "  --session-budget-mb N KV that idle sessions may keep resident, MiB (default 128); past it the least\n"
+    "                        recently used leave memory (their chunks stay in the store)\n"
+    "  --max-sessions N      resident sessions at most (default 64)\n"
+    "  --max-tokens N        default max_tokens when a request gives none (default 256; capped by the context)\n"
+    "  --max-body-kb N       request bodies over this get 413 (default 4096)\n"
+    "  --threads N           connections served at once (default 64)\n"
+    "  --drain-seconds N     how long SIGTERM waits for requests in flight (default 60)\n";
+
+// The server's signal thread: SIGTERM / SIGINT start the drain.
+void wait_for_signal(serve::HttpServer& http, const sigset_t& signals) {
+  int received = 0;
+  sigwait(&signals, &received);
+  std::fprintf(stderr, "orbit serve: signal %d: draining %lld request(s) in flight\n", received,
+               static_cast<long long>(http.in_flight()));
+  http.drain_and_stop();
+}
+
+serve::ServeOptions serve_options(const Args& args) {
+  serve::ServeOptions o;
+  o.model = args.required("--model");
+  o.model_name = args.get_or("--name", "");
+  o.store_dir = args.get_or("--store", "");
+  o.remote = args.get_or("--remote", "");
+  o.policy = args.get_or("--policy", "");
+  o.pool_bytes = args.get_int("--pool-mb", 256, 1) << 20;
+  o.session_budget_bytes = args.get_int("--session-budget-mb", 128, 0) << 20;
+  o.max_sessions = args.get_int("--max-sessions", 64, 1);
+  o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
+  o.limits.max_body_bytes = static_cast<std::size_t>(args.get_int("--max-body-kb", 4096, 1)) << 10;
+  return o;
+}
+
+}  // namespace
+
+int run_serve(int argc, char** argv, int first) {
+  const Args args("serve",
+                  ArgSpec{{"--model", "--host", "--port", "--policy", "--store", "--remote", "--name", "--pool-mb",
+                           "--session-budget-mb", "--max-sessions", "--max-tokens", "--max-body-kb", "--threads",
+                           "--drain-seconds"},
+                          {},
+                          kServeUsage},
+                  argc, argv, first);
+  serve::HttpOptions http_options;
+  http_options.host = args.get_or("--host", "127.0.0.1");
+  http_options.port = static_cast<int>(args.get_int("--port", 8000, 0));
+  ORBIT_CHECK(http_options.port <= 65535, "serve: argument '--port' must be <= 65535");
+  http_options.threads = static_cast<int>(args.get_int("--threads", 64, 2));
+  http_options.drain_seconds = static_cast<int>(args.get_int("--drain-seconds", 60, 0));
+  // Every thread started from here on blocks SIGTERM and SIGINT; the signal thread takes them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that left must not end the server
+
+  serve::ServeCore core(serve_options(args));
+  serve::HttpServer http(core, http_options);
+  const int port = http.bind();
+  std::printf("orbit serve: model '%s' (%lld-token context), listening on http://%s:%d\n", core.model_name().c_str(),
+              static_cast<long long>(core.context_tokens()), http_options.host.c_str(), port);
+  std::fflush(stdout);
+  std::thread signal_thread([&] { wait_for_signal(http, signals); });
+  const bool ok = http.listen();
+  if (!ok) {
+    // The listener failed on its own: end the signal thread's wait by sending it what it waits for.
+    kill(getpid(), SIGTERM);
+  }
+  signal_thread.join();
+  std::fprintf(stderr, "orbit serve: stopped\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace orbit::cli

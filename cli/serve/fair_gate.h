@@ -1,0 +1,69 @@
+// FairGate: one model forward at a time, handed out round-robin over lanes (sessions).
+//
+// Every forward the server runs (a request's sync, one decode step, a slice of background work) happens
+// while its thread holds the gate. Waiters queue per lane; lanes with waiters are served in rotation, and
+// a lane that was just served goes to the back of the rotation. So while lane B waits, lane A gets at most
+// one forward before B does: no session blocks another for longer than one forward (one quantum: a sync's
+// operations, or one decode step). Within a lane, waiters are served in arrival order.
+//
+//   lanes with waiters:  [B, C, A]   A just ran and queued again: it is served after B and C
+//
+// Idle work (the engine's background jobs, windows' heals and prepared recalls) takes the gate only
+// through try_enter_idle(), which succeeds only when nobody waits, so it never delays a request by more
+// than the slice it is running.
+//
+// Thread-safety: every member may be called from any thread. A thread must not enter twice.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace orbit::serve {
+
+class FairGate {
+ public:
+  // Waits for the gate on `lane`. Returns true holding it, or false without it when `cancelled()` became
+  // true (polled every `poll_ms`) or the gate was closed.
+  bool enter(const std::string& lane, const std::function<bool()>& cancelled = {}, int poll_ms = 50);
+  // Takes the gate only if it is free and nobody waits; returns whether it did.
+  bool try_enter_idle();
+  void leave();
+  // After close(), enter() returns false at once (waiters too); a holder keeps the gate until it leaves.
+  void close();
+
+  int64_t waiting() const;  // threads queued now
+  bool busy() const;        // held now
+  int64_t grants() const;   // forwards granted so far (idle slices included)
+
+ private:
+  void grant_next();  // under mutex_: hand the free gate to the next lane in rotation
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  bool held_ = false;
+  bool closed_ = false;
+  uint64_t next_ticket_ = 1;
+  uint64_t granted_ = 0;  // the ticket the gate was just handed to (0: none)
+  int64_t grants_ = 0;
+  std::map<std::string, std::deque<uint64_t>> lanes_;  // lane -> its waiters' tickets, oldest first
+  std::deque<std::string> rotation_;                   // lanes with waiters, next served first
+};
+
+// Holds the gate for a scope (released on destruction).
+class GateHold {
+ public:
+  explicit GateHold(FairGate& gate) : gate_(gate) {}
+  ~GateHold() { gate_.leave(); }
+  GateHold(const GateHold&) = delete;
+  GateHold& operator=(const GateHold&) = delete;
+
+ private:
+  FairGate& gate_;
+};
+
+}  // namespace orbit::serve

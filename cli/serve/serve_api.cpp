@@ -1,0 +1,300 @@
+#include "serve/serve_api.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace orbit::serve {
+
+using nlohmann::json;
+
+namespace {
+
+// A field's check failed: thrown inside the parser only, caught at its entry points.
+struct Invalid {
+  ApiError error;
+};
+
+[[noreturn]] void fail(const std::string& param, const std::string& message) {
+  ApiError e;
+  e.param = param;
+  e.message = param.empty() ? message : param + ": " + message;
+  throw Invalid{e};
+}
+
+const char* type_name(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+std::string need_string(const json& v, const std::string& param) {
+  if (!v.is_string()) fail(param, std::string("expected a string, got ") + type_name(v));
+  return v.get<std::string>();
+}
+
+double need_number(const json& v, const std::string& param, double lo, double hi, bool lo_open) {
+  if (!v.is_number()) fail(param, std::string("expected a number, got ") + type_name(v));
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x > hi || x < lo || (lo_open && x == lo)) {
+    fail(param, "must be in " + std::string(lo_open ? "(" : "[") + std::to_string(lo).substr(0, 3) + ", " +
+                    std::to_string(hi).substr(0, 3) + "], got " + v.dump());
+  }
+  return x;
+}
+
+bool need_bool(const json& v, const std::string& param) {
+  if (!v.is_boolean()) fail(param, std::string("expected a boolean, got ") + type_name(v));
+  return v.get<bool>();
+}
+
+int64_t need_int(const json& v, const std::string& param) {
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) fail(param, "too large");
+    return static_cast<int64_t>(v.get<uint64_t>());
+  }
+  if (!v.is_number_integer()) fail(param, std::string("expected an integer, got ") + type_name(v));
+  return v.get<int64_t>();
+}
+
+// The text of a message's content: a string, null, or text parts.
+std::string content_text(const json& v, const std::string& param) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "";
+  if (!v.is_array()) fail(param, std::string("expected a string, null or an array of parts, got ") + type_name(v));
+  std::string text;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string p = param + "[" + std::to_string(i) + "]";
+    const json& part = v[i];
+    if (!part.is_object()) fail(p, std::string("expected an object, got ") + type_name(part));
+    const auto type = part.find("type");
+    if (type == part.end()) fail(p + ".type", "missing");
+    if (need_string(*type, p + ".type") != "text") {
+      fail(p + ".type", "only text parts are accepted (got '" + type->get<std::string>() + "')");
+    }
+    const auto t = part.find("text");
+    if (t == part.end()) fail(p + ".text", "missing");
+    text += need_string(*t, p + ".text");
+  }
+  return text;
+}
+
+ChatToolCall parse_tool_call(const json& v, const std::string& param) {
+  if (!v.is_object()) fail(param, std::string("expected an object, got ") + type_name(v));
+  ChatToolCall call;
+  if (v.contains("id")) call.id = need_string(v["id"], param + ".id");
+  if (v.contains("type") && need_string(v["type"], param + ".type") != "function") {
+    fail(param + ".type", "only 'function' tool calls are accepted");
+  }
+  const auto fn = v.find("function");
+  if (fn == v.end() || !fn->is_object()) fail(param + ".function", "missing or not an object");
+  const auto name = fn->find("name");
+  if (name == fn->end()) fail(param + ".function.name", "missing");
+  call.name = need_string(*name, param + ".function.name");
+  if (fn->contains("arguments")) {
+    call.arguments = need_string((*fn)["arguments"], param + ".function.arguments");
+    // Templates see the arguments parsed as JSON: they must be an object.
+    const json args = json::parse(call.arguments, nullptr, false);
+    if (args.is_discarded() || !args.is_object()) fail(param + ".function.arguments", "not a JSON object");
+  }
+  return call;
+}
+
+ChatMessage parse_message(const json& v, const std::string& param) {
+  static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool"};
+  if (!v.is_object()) fail(param, std::string("expected an object, got ") + type_name(v));
+  ChatMessage m;
+  const auto role = v.find("role");
+  if (role == v.end()) fail(param + ".role", "missing");
+  m.role = need_string(*role, param + ".role");
+  if (!kRoles.count(m.role)) {
+    fail(param + ".role", "unknown role '" + m.role + "' (expected system, developer, user, assistant or tool)");
+  }
+  const auto content = v.find("content");
+  if (content == v.end() && m.role != "assistant") fail(param + ".content", "missing");
+  if (content != v.end()) m.content = content_text(*content, param + ".content");
+  if (v.contains("name") && !v["name"].is_null()) m.name = need_string(v["name"], param + ".name");
+  if (v.contains("tool_call_id") && !v["tool_call_id"].is_null()) {
+    m.tool_call_id = need_string(v["tool_call_id"], param + ".tool_call_id");
+  }
+  if (v.contains("tool_calls") && !v["tool_calls"].is_null()) {
+    const json& calls = v["tool_calls"];
+    if (!calls.is_array()) fail(param + ".tool_calls", std::string("expected an array, got ") + type_name(calls));
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      m.tool_calls.push_back(parse_tool_call(calls[i], param + ".tool_calls[" + std::to_string(i) + "]"));
+    }
+  }
+  return m;
+}
+
+std::vector<std::string> parse_stop(const json& v, const ServeLimits& limits) {
+  if (v.is_null()) return {};
+  if (v.is_string()) {
+    if (v.get<std::string>().empty()) fail("stop", "must not be empty");
+    return {v.get<std::string>()};
+  }
+  if (!v.is_array()) fail("stop", std::string("expected a string or an array of strings, got ") + type_name(v));
+  if (v.size() > limits.max_stop_strings) {
+    fail("stop", "at most " + std::to_string(limits.max_stop_strings) + " sequences are accepted");
+  }
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    out.push_back(need_string(v[i], "stop[" + std::to_string(i) + "]"));
+    if (out.back().empty()) fail("stop[" + std::to_string(i) + "]", "must not be empty");
+  }
+  return out;
+}
+
+std::optional<int64_t> parse_max_tokens(const json& body) {
+  for (const char* name : {"max_completion_tokens", "max_tokens"}) {
+    const auto it = body.find(name);
+    if (it == body.end() || it->is_null()) continue;
+    const int64_t n = need_int(*it, name);
+    if (n < 1) fail(name, "must be >= 1, got " + std::to_string(n));
+    return n;
+  }
+  return std::nullopt;
+}
+
+SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
+  SamplingRequest s;
+  s.max_tokens = parse_max_tokens(body);
+  auto field = [&](const char* name) -> const json* {
+    const auto it = body.find(name);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  };
+  if (const json* v = field("temperature")) s.temperature = need_number(*v, "temperature", 0, 2, false);
+  if (const json* v = field("top_p")) s.top_p = need_number(*v, "top_p", 0, 1, true);
+  if (const json* v = field("seed")) s.seed = static_cast<uint64_t>(need_int(*v, "seed"));
+  if (const json* v = field("stop")) s.stop = parse_stop(*v, limits);
+  if (const json* v = field("n")) {
+    if (need_int(*v, "n") != 1) fail("n", "only n = 1 is supported, got " + v->dump());
+  }
+  if (const json* v = field("stream")) s.stream = need_bool(*v, "stream");
+  if (const json* v = field("stream_options")) {
+    if (!v->is_object()) fail("stream_options", std::string("expected an object, got ") + type_name(*v));
+    if (v->contains("include_usage"))
+      s.include_usage = need_bool((*v)["include_usage"], "stream_options.include_usage");
+  }
+  return s;
+}
+
+// The body as a JSON object, or an error (size, syntax, not an object).
+json parse_body(std::string_view body, const ServeLimits& limits) {
+  if (body.size() > limits.max_body_bytes) {
+    ApiError e;
+    e.status = 413;
+    e.message = "request body of " + std::to_string(body.size()) + " bytes is over the limit of " +
+                std::to_string(limits.max_body_bytes) + " bytes";
+    throw Invalid{e};
+  }
+  json j = json::parse(body.begin(), body.end(), nullptr, false);
+  if (j.is_discarded()) fail("", "the body is not valid JSON");
+  if (!j.is_object()) fail("", std::string("the body must be a JSON object, got ") + type_name(j));
+  return j;
+}
+
+std::string parse_model(const json& body) {
+  const auto it = body.find("model");
+  if (it == body.end()) fail("model", "missing");
+  return need_string(*it, "model");
+}
+
+std::string parse_user(const json& body) {
+  const auto it = body.find("user");
+  if (it == body.end() || it->is_null()) return "";
+  std::string user = need_string(*it, "user");
+  if (!user.empty()) {
+    const std::string problem = session_id_problem(user);
+    if (!problem.empty()) fail("user", problem);
+  }
+  return user;
+}
+
+ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
+  const json body = parse_body(text, limits);
+  ChatRequest r;
+  r.model = parse_model(body);
+  const auto messages = body.find("messages");
+  if (messages == body.end()) fail("messages", "missing");
+  if (!messages->is_array()) fail("messages", std::string("expected an array, got ") + type_name(*messages));
+  if (messages->empty()) fail("messages", "must hold at least one message");
+  if (messages->size() > limits.max_messages) {
+    fail("messages", "at most " + std::to_string(limits.max_messages) + " messages are accepted");
+  }
+  for (std::size_t i = 0; i < messages->size(); ++i) {
+    r.messages.push_back(parse_message((*messages)[i], "messages[" + std::to_string(i) + "]"));
+  }
+  r.sampling = parse_sampling(body, limits);
+  r.user = parse_user(body);
+  if (body.contains("tools") && !body["tools"].is_null()) {
+    if (!body["tools"].is_array()) fail("tools", std::string("expected an array, got ") + type_name(body["tools"]));
+    if (!body["tools"].empty()) r.tools_json = body["tools"].dump();
+  }
+  return r;
+}
+
+CompletionRequest completion_request(std::string_view text, const ServeLimits& limits) {
+  const json body = parse_body(text, limits);
+  CompletionRequest r;
+  r.model = parse_model(body);
+  const auto prompt = body.find("prompt");
+  if (prompt == body.end()) fail("prompt", "missing");
+  if (prompt->is_array()) {
+    if (prompt->size() != 1) fail("prompt", "an array prompt must hold exactly one string (batches are not served)");
+    r.prompt = need_string((*prompt)[0], "prompt[0]");
+  } else {
+    r.prompt = need_string(*prompt, "prompt");
+  }
+  r.sampling = parse_sampling(body, limits);
+  r.user = parse_user(body);
+  return r;
+}
+
+template <typename T, typename F>
+Parsed<T> guarded(F&& parse) {
+  Parsed<T> out;
+  try {
+    out.value = parse();
+  } catch (const Invalid& e) {
+    out.error = e.error;
+  } catch (const std::exception& e) {  // nlohmann type errors the checks above did not foresee
+    out.error.message = std::string("malformed request: ") + e.what();
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string error_body(const ApiError& error) {
+  json e = {{"message", error.message},
+            {"type", error.type},
+            {"param", error.param.empty() ? json(nullptr) : json(error.param)},
+            {"code", error.code.empty() ? json(nullptr) : json(error.code)}};
+  return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Parsed<ChatRequest> parse_chat_request(std::string_view body, const ServeLimits& limits) {
+  return guarded<ChatRequest>([&] { return chat_request(body, limits); });
+}
+
+Parsed<CompletionRequest> parse_completion_request(std::string_view body, const ServeLimits& limits) {
+  return guarded<CompletionRequest>([&] { return completion_request(body, limits); });
+}
+
+std::string session_id_problem(std::string_view id) {
+  if (id.empty() || id.size() > 128) return "a session id must hold 1 to 128 characters";
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == ':' || c == '@' || c == '-';
+    if (!ok) return "a session id may hold only letters, digits and . _ : @ -";
+  }
+  return "";
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,282 @@
+#include "serve/serve_http.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <ctime>
+#include <thread>
+
+#include "orbit/common/error.h"
+#include "serve/peer_watch.h"
+#include "serve/serve_wire.h"
+
+namespace orbit::serve {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void reply_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(error_body(e), "application/json");
+}
+
+ApiError not_found(const std::string& message, const std::string& code) {
+  ApiError e;
+  e.status = 404;
+  e.type = "not_found_error";
+  e.message = message;
+  e.code = code;
+  return e;
+}
+
+// The session a request names: the header X-Orbit-Session, else `user`. Sets *bad on a malformed header.
+std::string session_of(const httplib::Request& req, const std::string& user, std::optional<ApiError>* bad) {
+  if (!req.has_header("X-Orbit-Session")) return user;
+  const std::string id = req.get_header_value("X-Orbit-Session");
+  const std::string problem = session_id_problem(id);
+  if (!problem.empty()) {
+    ApiError e;
+    e.param = "X-Orbit-Session";
+    e.message = "header X-Orbit-Session: " + problem;
+    *bad = e;
+  }
+  return id;
+}
+
+// Counts a finished request in the metrics and, with a result, its tokens.
+void account(ServeMetrics& metrics, const std::string& endpoint, int status, Clock::time_point t0,
+             const RunOutcome* out) {
+  metrics.count_request(endpoint, status, seconds_since(t0));
+  if (out && out->result) {
+    const RunUsage& u = out->result->usage;
+    metrics.count_tokens(u.prompt_tokens, u.completion_tokens, u.forward_tokens, u.radix_cache_tokens);
+  }
+}
+
+// What one generation request needs from parse to answer, shared by the handler and its stream provider.
+struct Job {
+  std::string endpoint;  // "chat" or "completions"
+  Clock::time_point t0 = Clock::now();
+  ResponseIds ids;
+  std::optional<ChatRequest> chat;
+  std::optional<CompletionRequest> completion;
+  std::vector<int64_t> prompt;
+  std::string session;
+  std::shared_ptr<PeerWatch> watch;
+  bool first_token = true;
+
+  const SamplingRequest& sampling() const { return chat ? chat->sampling : completion->sampling; }
+};
+
+RunOutcome run_job(ServeCore& core, Job& job, const std::function<bool(const std::string&)>& on_text) {
+  RunSink sink;
+  sink.cancelled = [&job] { return job.watch->gone(); };
+  sink.on_text = [&](const std::string& delta) {
+    if (job.first_token) core.metrics().count_first_token(job.endpoint, seconds_since(job.t0));
+    const bool ok = on_text(delta);
+    job.first_token = false;
+    return ok && !job.watch->gone();
+  };
+  return job.chat ? core.chat(*job.chat, job.prompt, job.session, sink)
+                  : core.complete(*job.completion, job.prompt, sink);
+}
+
+json final_body(const Job& job, const RunOutcome& out) {
+  if (job.chat) return chat_completion(job.ids, *out.result);
+  return text_completion(job.ids, out.result->text, out.result->finish_reason, out.result->usage.to_json());
+}
+
+// The stream's closing events: the finish chunk (with usage), the include_usage chunk, [DONE].
+std::string stream_tail(const Job& job, const RunOutcome& out) {
+  std::string tail;
+  if (!out.result) {
+    tail += sse(json::parse(error_body(out.error)));
+  } else {
+    const json usage = out.result->usage.to_json();
+    const std::string& reason = out.result->finish_reason;
+    tail += job.chat ? sse(chat_chunk(job.ids, "", job.first_token, reason, usage))
+                     : sse(text_completion(job.ids, "", reason, usage));
+    if (job.sampling().include_usage) {
+      tail += sse(usage_chunk(job.ids, job.chat ? "chat.completion.chunk" : "text_completion", usage));
+    }
+  }
+  return tail + "data: [DONE]\n\n";
+}
+
+// Parses the body, names the session and runs the checks that need the model; the error to answer with.
+std::optional<ApiError> prepare(ServeCore& core, const httplib::Request& req, Job& job) {
+  const ServeLimits& limits = core.options().limits;
+  std::string user;
+  if (job.endpoint == "chat") {
+    Parsed<ChatRequest> p = parse_chat_request(req.body, limits);
+    if (!p.ok()) return p.error;
+    job.chat = std::move(p.value);
+    user = job.chat->user;
+  } else {
+    Parsed<CompletionRequest> p = parse_completion_request(req.body, limits);
+    if (!p.ok()) return p.error;
+    job.completion = std::move(p.value);
+    user = job.completion->user;
+  }
+  std::optional<ApiError> bad;
+  job.session = session_of(req, user, &bad);
+  if (bad) return bad;
+  return job.chat ? core.check_chat(*job.chat, &job.prompt) : core.check_completion(*job.completion, &job.prompt);
+}
+
+}  // namespace
+
+void HttpServer::generate(const std::string& endpoint, const httplib::Request& req, httplib::Response& res) {
+  auto job = std::make_shared<Job>();
+  job->endpoint = endpoint;
+  ++in_flight_;
+  auto fail = [&](const ApiError& e) {
+    reply_error(res, e);
+    account(core_.metrics(), endpoint, e.status, job->t0, nullptr);
+    --in_flight_;
+  };
+  if (draining_) {
+    ApiError e;
+    e.status = 503;
+    e.type = "server_error";
+    e.code = "shutting_down";
+    e.message = "the server is shutting down";
+    return fail(e);
+  }
+  if (auto bad = prepare(core_, req, *job)) return fail(*bad);
+  job->ids = {(job->chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id_),
+              static_cast<int64_t>(std::time(nullptr)), core_.model_name()};
+  job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
+  if (!job->sampling().stream) {
+    const RunOutcome out = run_job(core_, *job, [](const std::string&) { return true; });
+    if (out.result) {
+      res.set_content(dump(final_body(*job, out)), "application/json");
+    } else {
+      reply_error(res, out.error);
+    }
+    account(core_.metrics(), endpoint, out.result ? 200 : out.error.status, job->t0, &out);
+    --in_flight_;
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, job](std::size_t, httplib::DataSink& sink) {
+        const RunOutcome out = run_job(core_, *job, [&](const std::string& delta) {
+          const json chunk = job->chat ? chat_chunk(job->ids, delta, job->first_token, "")
+                                       : text_completion(job->ids, delta, "", nullptr);
+          const std::string event = sse(chunk);
+          return sink.write(event.data(), event.size());
+        });
+        if (!out.result || out.result->finish_reason != "cancelled") {
+          const std::string tail = stream_tail(*job, out);
+          sink.write(tail.data(), tail.size());
+        }
+        sink.done();
+        account(core_.metrics(), job->endpoint, out.result ? 200 : out.error.status, job->t0, &out);
+        return true;
+      },
+      [this](bool) { --in_flight_; });
+}
+
+HttpServer::HttpServer(ServeCore& core, const HttpOptions& options)
+    : server_(std::make_unique<httplib::Server>()), core_(core), options_(options) {
+  const int threads = options.threads;
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+  server_->set_payload_max_length(core.options().limits.max_body_bytes);
+  server_->set_keep_alive_max_count(100000);
+  server_->set_read_timeout(60);
+  server_->set_write_timeout(60);
+  server_->set_tcp_nodelay(true);
+  routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::bind() {
+  int port = options_.port;
+  if (port == 0) {
+    port = server_->bind_to_any_port(options_.host);
+    ORBIT_CHECK(port > 0, "serve: cannot bind " << options_.host << " to any port");
+  } else {
+    ORBIT_CHECK(server_->bind_to_port(options_.host, port),
+                "serve: cannot bind " << options_.host << ":" << port << " (in use, or not an address of this host)");
+  }
+  return port;
+}
+
+bool HttpServer::listen() { return server_->listen_after_bind(); }
+
+void HttpServer::drain_and_stop() {
+  draining_ = true;
+  const auto deadline = Clock::now() + std::chrono::seconds(options_.drain_seconds);
+  while (in_flight_ > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  core_.close();
+  server_->stop();
+}
+
+void HttpServer::routes() {
+  httplib::Server& s = *server_;
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    res.status = draining_ ? 503 : 200;
+    res.set_content(json{{"status", draining_ ? "draining" : "ok"}}.dump(), "application/json");
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(core_.models().dump(), "application/json");
+  });
+  s.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] != core_.model_name()) {
+      return reply_error(
+          res, not_found("the model '" + std::string(req.matches[1]) + "' does not exist", "model_not_found"));
+    }
+    res.set_content(core_.models()["data"][0].dump(), "application/json");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(core_.metrics().render(core_.gauges()), "text/plain; version=0.0.4");
+  });
+  s.Get(R"(/v1/sessions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const auto info = core_.session_info(req.matches[1]);
+    if (!info)
+      return reply_error(res, not_found("no session '" + std::string(req.matches[1]) + "'", "session_not_found"));
+    res.set_content(dump(*info), "application/json");
+  });
+  s.Delete(R"(/v1/sessions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    if (!core_.end_session(id)) return reply_error(res, not_found("no session '" + id + "'", "session_not_found"));
+    res.set_content(json{{"id", id}, {"object", "orbit.session.deleted"}, {"deleted", true}}.dump(),
+                    "application/json");
+  });
+  for (const char* endpoint : {"chat", "completions"}) {
+    const std::string path = std::string(endpoint) == "chat" ? "/v1/chat/completions" : "/v1/completions";
+    s.Post(path,
+           [this, endpoint](const httplib::Request& req, httplib::Response& res) { generate(endpoint, req, res); });
+  }
+  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e;
+    e.status = res.status;
+    e.type = res.status == 404 ? "not_found_error" : res.status >= 500 ? "server_error" : "invalid_request_error";
+    e.message = res.status == 404 ? "no such endpoint" : "HTTP status " + std::to_string(res.status);
+    if (res.status == 413) e.message = "the request body is over the server's limit";
+    res.set_content(error_body(e), "application/json");
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    ApiError e;
+    e.status = 500;
+    e.type = "server_error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& x) {
+      e.message = std::string("internal error: ") + x.what();
+    } catch (...) {
+      e.message = "internal error";
+    }
+    reply_error(res, e);
+  });
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,62 @@
+// The HTTP side of `orbit serve` (cpp-httplib): routes, bodies, streaming, draining.
+//
+//   GET  /health                    {"status": "ok"} (503 {"status": "draining"} after SIGTERM)
+//   GET  /v1/models, /v1/models/ID  the one model served
+//   POST /v1/chat/completions       OpenAI chat completions; "stream": true answers in server-sent events,
+//                                   one chunk per piece of text, a last chunk with finish_reason and usage,
+//                                   then "data: [DONE]"
+//   POST /v1/completions            OpenAI text completions (streamed the same way)
+//   GET  /v1/sessions/ID            a session's window and savings; DELETE ends it (404 for an unknown one)
+//   GET  /metrics                   Prometheus text (serve_metrics.h)
+// Every error is an OpenAI error body (serve_api.h) with a 4xx or 5xx status; unknown paths are 404.
+// A session is named by the header X-Orbit-Session, else the body's `user`.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "serve/serve_core.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace orbit::serve {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;         // 0: any free port (printed when listening)
+  int threads = 64;        // connections served at once (each keeps a thread while it is open)
+  int drain_seconds = 60;  // SIGTERM waits this long for requests in flight
+};
+
+class HttpServer {
+ public:
+  HttpServer(ServeCore& core, const HttpOptions& options);
+  ~HttpServer();
+  // Binds; returns the port (throws orbit::Error when it cannot bind).
+  int bind();
+  // Serves until stop(); returns false when the listener failed.
+  bool listen();
+  // Stops taking requests (new ones get 503), waits up to drain_seconds for those in flight, then closes the
+  // core (its engine finishes the background work queued, so the store keeps it) and the listener.
+  void drain_and_stop();
+  int64_t in_flight() const { return in_flight_; }
+
+ private:
+  void routes();
+  // A POST to /v1/chat/completions (endpoint "chat") or /v1/completions ("completions").
+  void generate(const std::string& endpoint, const httplib::Request& req, httplib::Response& res);
+  std::unique_ptr<httplib::Server> server_;
+  ServeCore& core_;
+  HttpOptions options_;
+  std::atomic<int64_t> in_flight_{0};
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> next_id_{0};
+};
+
+}  // namespace orbit::serve

@@ -1,0 +1,112 @@
+#include "serve/serve_metrics.h"
+
+#include <sstream>
+
+namespace orbit::serve {
+
+namespace {
+
+std::string number(double x) {
+  std::ostringstream out;
+  out.precision(12);
+  out << x;
+  return out.str();
+}
+
+std::string with_label(const std::string& labels, const std::string& extra) {
+  if (labels.empty()) return "{" + extra + "}";
+  return "{" + labels + "," + extra + "}";
+}
+
+}  // namespace
+
+void Histogram::observe(double seconds) {
+  std::size_t i = 0;
+  while (i < kBounds.size() && seconds > kBounds[i]) ++i;
+  if (i < kBounds.size()) ++counts_[i];
+  ++count_;
+  sum_ += seconds;
+}
+
+std::string Histogram::render(const std::string& name, const std::string& labels) const {
+  std::ostringstream out;
+  int64_t cumulative = 0;
+  for (std::size_t i = 0; i < kBounds.size(); ++i) {
+    cumulative += counts_[i];
+    out << name << "_bucket" << with_label(labels, "le=\"" + number(kBounds[i]) + "\"") << " " << cumulative << "\n";
+  }
+  out << name << "_bucket" << with_label(labels, "le=\"+Inf\"") << " " << count_ << "\n";
+  const std::string plain = labels.empty() ? "" : "{" + labels + "}";
+  out << name << "_sum" << plain << " " << number(sum_) << "\n";
+  out << name << "_count" << plain << " " << count_ << "\n";
+  return out.str();
+}
+
+void ServeMetrics::count_request(const std::string& endpoint, int status, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++requests_[{endpoint, status}];
+  latency_[endpoint].observe(seconds);
+}
+
+void ServeMetrics::count_first_token(const std::string& endpoint, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  first_token_[endpoint].observe(seconds);
+}
+
+void ServeMetrics::count_wait(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  wait_.observe(seconds);
+}
+
+void ServeMetrics::count_tokens(int64_t prompt, int64_t completion, double forward, int64_t radix) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  prompt_tokens_ += prompt;
+  completion_tokens_ += completion;
+  forward_tokens_ += forward;
+  radix_tokens_ += radix;
+}
+
+void ServeMetrics::count_cancelled() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++cancelled_;
+}
+
+std::string ServeMetrics::render(const MetricGauges& gauges) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::ostringstream out;
+  out << "# HELP orbit_requests_total Requests answered, by endpoint and HTTP status.\n"
+      << "# TYPE orbit_requests_total counter\n";
+  for (const auto& [key, n] : requests_) {
+    out << "orbit_requests_total{endpoint=\"" << key.first << "\",status=\"" << key.second << "\"} " << n << "\n";
+  }
+  auto counter = [&](const char* name, const char* help, const std::string& value) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n" << name << " " << value << "\n";
+  };
+  counter("orbit_prompt_tokens_total", "Prompt tokens (rendered messages and generation prompt).",
+          std::to_string(prompt_tokens_));
+  counter("orbit_completion_tokens_total", "Tokens generated.", std::to_string(completion_tokens_));
+  counter("orbit_forward_tokens_total", "Prompt tokens orbit forwarded on the critical path.", number(forward_tokens_));
+  counter("orbit_radix_cache_tokens_total",
+          "Prompt tokens a radix prefix cache with the same KV memory would have forwarded.",
+          std::to_string(radix_tokens_));
+  counter("orbit_cancelled_total", "Requests cancelled because the client went away.", std::to_string(cancelled_));
+  out << "# HELP orbit_queue_depth Requests waiting for their next forward.\n# TYPE orbit_queue_depth gauge\n"
+      << "orbit_queue_depth " << gauges.queue_depth << "\n";
+  out << "# HELP orbit_sessions Sessions known, and those whose window is in memory.\n# TYPE orbit_sessions gauge\n"
+      << "orbit_sessions{state=\"known\"} " << gauges.sessions << "\n"
+      << "orbit_sessions{state=\"resident\"} " << gauges.resident_sessions << "\n";
+  out << "# HELP orbit_request_seconds Time from a request's arrival to its last byte.\n"
+      << "# TYPE orbit_request_seconds histogram\n";
+  for (const auto& [endpoint, h] : latency_) out << h.render("orbit_request_seconds", "endpoint=\"" + endpoint + "\"");
+  out << "# HELP orbit_first_token_seconds Time from a request's arrival to its first generated token.\n"
+      << "# TYPE orbit_first_token_seconds histogram\n";
+  for (const auto& [endpoint, h] : first_token_) {
+    out << h.render("orbit_first_token_seconds", "endpoint=\"" + endpoint + "\"");
+  }
+  out << "# HELP orbit_forward_wait_seconds Time a forward waited for the engine.\n"
+      << "# TYPE orbit_forward_wait_seconds histogram\n"
+      << wait_.render("orbit_forward_wait_seconds", "");
+  return out.str();
+}
+
+}  // namespace orbit::serve

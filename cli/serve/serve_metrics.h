@@ -1,0 +1,72 @@
+// The counters `orbit serve` exposes at /metrics, in Prometheus' text format (version 0.0.4).
+//
+//   orbit_requests_total{endpoint, status}      requests answered, by endpoint and HTTP status
+//   orbit_prompt_tokens_total                   prompt tokens (the rendered messages + generation prompt)
+//   orbit_completion_tokens_total               tokens generated
+//   orbit_forward_tokens_total                  tokens orbit forwarded on the critical path for prompts
+//   orbit_radix_cache_tokens_total              what a radix prefix cache (SGLang's, token granular, with the
+//                                               same KV memory) would have forwarded for the same prompts
+//   orbit_cancelled_total                       requests ended by a client that went away
+//   orbit_queue_depth                           requests waiting for their next forward (gauge)
+//   orbit_sessions                              sessions known / resident (gauges, label state)
+//   orbit_request_seconds{endpoint}             histogram: time from arrival to the last byte
+//   orbit_first_token_seconds{endpoint}         histogram: time from arrival to the first generated token
+//   orbit_forward_wait_seconds                  histogram: time a forward waited for the gate
+//
+// Thread-safety: every member may be called from any thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace orbit::serve {
+
+// A Prometheus histogram with fixed buckets in seconds.
+class Histogram {
+ public:
+  static constexpr std::array<double, 14> kBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                     0.25,  0.5,    1,     2.5,  5,     10,   30};
+  void observe(double seconds);
+  // Lines for `name` with the given label set ("" or `key="value"`).
+  std::string render(const std::string& name, const std::string& labels) const;
+
+ private:
+  std::array<int64_t, kBounds.size()> counts_{};  // per bucket, not cumulative
+  int64_t count_ = 0;
+  double sum_ = 0;
+};
+
+// Gauges read at render time (the server's queue and sessions).
+struct MetricGauges {
+  int64_t queue_depth = 0;
+  int64_t sessions = 0;
+  int64_t resident_sessions = 0;
+};
+
+class ServeMetrics {
+ public:
+  void count_request(const std::string& endpoint, int status, double seconds);
+  void count_first_token(const std::string& endpoint, double seconds);
+  void count_wait(double seconds);
+  void count_tokens(int64_t prompt, int64_t completion, double forward, int64_t radix);
+  void count_cancelled();
+  std::string render(const MetricGauges& gauges) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, int64_t> requests_;
+  std::map<std::string, Histogram> latency_;
+  std::map<std::string, Histogram> first_token_;
+  Histogram wait_;
+  int64_t prompt_tokens_ = 0;
+  int64_t completion_tokens_ = 0;
+  double forward_tokens_ = 0;
+  int64_t radix_tokens_ = 0;
+  int64_t cancelled_ = 0;
+};
+
+}  // namespace orbit::serve

@@ -1,0 +1,63 @@
+#include "serve/serve_wire.h"
+
+namespace orbit::serve {
+
+using nlohmann::json;
+
+namespace {
+
+json finish(const std::string& reason) {
+  // A cancelled run has no client to read it; "length" is what OpenAI reports for a cut answer.
+  if (reason.empty()) return nullptr;
+  return reason == "cancelled" ? "length" : reason;
+}
+
+json head(const ResponseIds& ids, const char* object) {
+  return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}};
+}
+
+}  // namespace
+
+json chat_completion(const ResponseIds& ids, const RunResult& result) {
+  json body = head(ids, "chat.completion");
+  body["choices"] = json::array({{{"index", 0},
+                                  {"message", {{"role", "assistant"}, {"content", result.text}}},
+                                  {"logprobs", nullptr},
+                                  {"finish_reason", finish(result.finish_reason)}}});
+  body["usage"] = result.usage.to_json();
+  return body;
+}
+
+json chat_chunk(const ResponseIds& ids, const std::string& content, bool first, const std::string& finish_reason,
+                const json& usage) {
+  json delta = json::object();
+  if (first) delta["role"] = "assistant";
+  if (!content.empty() || first) delta["content"] = content;
+  json body = head(ids, "chat.completion.chunk");
+  body["choices"] =
+      json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish(finish_reason)}}});
+  if (!usage.is_null()) body["usage"] = usage;
+  return body;
+}
+
+json usage_chunk(const ResponseIds& ids, const std::string& object, const json& usage) {
+  json body = head(ids, object.c_str());
+  body["choices"] = json::array();
+  body["usage"] = usage;
+  return body;
+}
+
+json text_completion(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
+                     const json& usage) {
+  json body = head(ids, "text_completion");
+  body["choices"] =
+      json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish(finish_reason)}}});
+  if (!usage.is_null()) body["usage"] = usage;
+  return body;
+}
+
+std::string dump(const json& body) { return body.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse(const json& body) { return "data: " + dump(body) + "\n\n"; }
+
+}  // namespace orbit::serve

@@ -1,0 +1,39 @@
+// The OpenAI response bodies `orbit serve` writes: chat completions (whole and as stream chunks) and text
+// completions, each with `usage` (RunUsage::to_json: prompt, completion and total tokens, and orbit's).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "serve/serve_core.h"
+
+namespace orbit::serve {
+
+// What every body of one response shares.
+struct ResponseIds {
+  std::string id;       // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+
+// {"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content"}, "finish_reason"}],
+// "usage"}
+nlohmann::json chat_completion(const ResponseIds& ids, const RunResult& result);
+// One chunk of a streamed chat completion: "object": "chat.completion.chunk". `first` adds the role;
+// a non-empty finish_reason ends the choice (and carries usage when given).
+nlohmann::json chat_chunk(const ResponseIds& ids, const std::string& content, bool first,
+                          const std::string& finish_reason, const nlohmann::json& usage = nullptr);
+// The stream_options.include_usage chunk: empty choices and usage.
+nlohmann::json usage_chunk(const ResponseIds& ids, const std::string& object, const nlohmann::json& usage);
+// {"object": "text_completion", "choices": [{"text", "index", "finish_reason"}], "usage"}; as a stream
+// chunk when `chunk` (same object name, as OpenAI streams it).
+nlohmann::json text_completion(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
+                               const nlohmann::json& usage);
+
+// "data: <json>\n\n"
+std::string sse(const nlohmann::json& body);
+// JSON text with invalid UTF-8 replaced (generated text may split a character at max_tokens).
+std::string dump(const nlohmann::json& body);
+
+}  // namespace orbit::serve

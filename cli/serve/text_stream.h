@@ -1,0 +1,40 @@
+// Generated tokens to streamed text: the text so far is decoded again after each token and what is new
+// is released, except a tail that may still change: an incomplete UTF-8 sequence (a character split over
+// byte tokens) or the start of a stop string. A stop string found ends the text before it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace orbit::serve {
+
+class TextStream {
+ public:
+  // decode(tokens): the text of every token generated so far.
+  TextStream(std::function<std::string(const std::vector<int64_t>&)> decode, std::vector<std::string> stops);
+
+  // Adds a token; returns the text now safe to release (possibly empty).
+  std::string push(int64_t token);
+  // The text held back, released at the end of the run (nothing after a stop string).
+  std::string finish();
+
+  bool stopped() const { return stopped_; }  // a stop string was found
+  const std::vector<int64_t>& tokens() const { return tokens_; }
+  const std::string& released() const { return released_; }
+
+ private:
+  std::string text_now();  // the decoded text, cut at the first stop string
+
+  std::function<std::string(const std::vector<int64_t>&)> decode_;
+  std::vector<std::string> stops_;
+  std::vector<int64_t> tokens_;
+  std::string released_;
+  bool stopped_ = false;
+};
+
+// The length of the longest prefix of `text` that does not end inside a UTF-8 sequence.
+std::size_t complete_utf8_prefix(const std::string& text);
+
+}  // namespace orbit::serve
