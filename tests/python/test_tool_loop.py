@@ -1,6 +1,7 @@
-"""The tool-calling loop example (bindings/python/examples/tool_loop.py) in a short mode: it runs every window
-operation the loop chooses on the bundled model, and its report's numbers agree with the model (fidelity
-measured here against a re-prefill, cost below a re-prefill at every step)."""
+"""The tool-calling loop example (bindings/python/examples/tool_loop.py) in a short mode: it keeps a message list
+(screenshots and search results as chunk parts) and syncs the window to it at every step; the window holds the
+list, every kind of window operation happens on the bundled model, and the report's numbers agree with the model
+(fidelity measured here against a re-prefill, cost below a re-prefill at every step)."""
 import importlib.util
 import json
 import os
@@ -35,7 +36,12 @@ def rebuilt_by_reprefill(window):
 def test_the_loop_runs_every_operation(tool_loop, stories260k_path):
     checked = []
 
-    def check(step, window, query, report):
+    def check(step, window, query, report, messages):
+        # the window holds the list: nothing left to sync, and each screenshot message's chunk is an instance
+        assert not window.plan_sync(messages).changes()
+        shots = [p["chunk"] for m in messages if isinstance(m["content"], list) for p in m["content"]
+                 if p["type"] == "chunk" and p["chunk"].kind == tool_loop.orbit.ChunkKind.embeddings]
+        assert shots and all(shot in window for shot in shots) and len(shots) <= 2
         with rebuilt_by_reprefill(window) as fresh:
             expected = fresh.logits(query, all_rows=True)
         ours = window.logits(query, all_rows=True)
@@ -52,6 +58,7 @@ def test_the_loop_runs_every_operation(tool_loop, stories260k_path):
     assert max(report.max_logit_error) <= 5e-4  # the default policy re-conditions survivors
     ops = report.operations
     assert report.steps == 16 and len(report.max_logit_error) == 16
+    assert ops["sync"] >= 16
     for op in ("admit", "add_turn", "recall", "fork"):
         assert ops[op] > 0, f"no {op} in {ops}"
     assert ops["slide"] + ops["evict"] > 0

@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
-"""A tool-calling agent loop on orbit windows.
+"""A tool-calling agent loop on orbit windows, as agent frameworks write one: a message list, synced.
 
-An agent browses: at every step the model (greedy decode over its window) picks a tool, the tool returns an
-observation, and the loop turns the observation into window operations:
+An agent browses. It keeps the conversation as a list of chat messages, as it would for a chat API, and at
+every step hands the whole list to `window.sync(messages)`, which turns what changed into window operations
+(sdk/include/orbit/sync.h). The model (one token sampled over its window) picks a tool, the tool returns an
+observation, and the loop edits its list:
 
-    tool            returns                              window operation chosen by the loop
-    open_page(p)    a screenshot of page p (embeddings)  admit the screenshot chunk; keep at most
-                                                          --keep screenshots: slide the oldest out
-    go_back()       the screenshot of an earlier page    recall it when it was evicted (its canonical
-                                                          and patches come from the store), else reorder
-                                                          it to the tail (slide/evict as above)
-    search(q)       a text result (a text chunk)         admit it (results are reused across steps)
-    every step      the action and observation, as text  add_turn (a live turn, not reused); past 3/4 of
-                                                          the model's positions the oldest turns leave
-    every --speculate steps: fork a speculative branch, open the page the model would visit next in the
-                    branch, and commit the branch (it becomes the window) when the model is more confident
-                    there, else drop it (close(): its private pages return to the pool)
+    tool            returns                              the message list
+    open_page(p)    a screenshot of page p (embeddings)  a tool message whose content holds the screenshot
+                                                          chunk as a part; at most --keep screenshot messages
+                                                          stay: the oldest is dropped from the list
+    go_back()       the screenshot of an earlier page    the same chunk in a new tool message at the end (a
+                                                          message still showing it is dropped first)
+    search(q)       a text result (a text chunk)         a tool message holding the result chunk
+    every step      the action and observation, as text  an assistant message; past 3/4 of the model's
+                                                          positions the oldest of them are dropped
+    every --speculate steps: fork a speculative branch, sync it to the list with the page the model would
+                    visit next, and commit the branch (it becomes the window, its list the list) when the
+                    model is more confident there, else drop it (close(): its private pages return to the pool)
+
+sync does the rest: a new message is a turn (text at the tail) or an admitted chunk (a chunk part; text
+anywhere else); a dropped message is evicted (its chunks stay in the store); a screenshot that comes back
+is recalled (its canonical and patches come from the store); moved messages are reordered.
 
 The system prompt, the turns and the search results are text, tokenized by the model's tokenizer (the model
 needs one); --verbose prints them. Screenshots are not text: the bundled model has no vision tower, so a
@@ -24,10 +30,11 @@ same page gives the same chunk, as a digest of the pixels would). With a vision-
 vision tower's output instead.
 
 At the end it prints what it did and what it cost: forward tokens computed against a **prefix cache** doing
-the same operations (what every serving engine ships: a shadow window under the `prefix` policy, on a
-second engine of the same model with its own store, receives every operation the loop applies and, like
-the window, recomputes after each one) and against no cache at all (a full re-prefill of the
-window at every step), and fidelity: max |logits - re-prefill logits| over each step's decision query.
+the same work (what every serving engine ships: a shadow window under the `prefix` policy, on a second
+engine of the same model with its own store, synced to the same message lists, forked, committed and dropped
+with the window; like the window it recomputes after each change) and against no cache at all (a full
+re-prefill of the window at every step), and fidelity: max |logits - re-prefill logits| over each step's
+decision query.
 
     /usr/bin/python3 bindings/python/examples/tool_loop.py                 # 24 steps on the bundled model
     /usr/bin/python3 bindings/python/examples/tool_loop.py --short --json  # a quick run, a JSON report
@@ -63,17 +70,18 @@ class Report:
     """What the loop did and what it cost (also what --json prints)."""
     steps: int = 0
     operations: dict = field(default_factory=lambda: {op: 0 for op in (
-        "admit", "add_turn", "slide", "evict", "recall", "reorder", "fork", "commit", "drop", "capacity_retries")})
+        "sync", "admit", "add_turn", "slide", "evict", "recall", "reorder", "fork", "commit", "drop")})
     tools: dict = field(default_factory=lambda: {t: 0 for t in TOOLS})
     forward_tokens: float = 0.0           # computed by the window operations
     idle_tokens: float = 0.0              # computed in idle time while the tools ran (Window.idle: background)
-    prefix_tokens: float = 0.0            # the same operations on a prefix cache (the shadow `prefix` window)
+    prefix_tokens: float = 0.0            # the same lists synced on a prefix cache (the shadow `prefix` window)
     reprefill_tokens: float = 0.0         # no cache: a full re-prefill of the window at every step
     max_logit_error: list = field(default_factory=list)  # per step: vs. a re-prefill of the same window
     window_tokens: list = field(default_factory=list)    # per step
     seconds_per_step: list = field(default_factory=list)
     final_instances: list = field(default_factory=list)  # labels, in window order
-    turns: list = field(default_factory=list)            # per step: the text of its live turn
+    turns: list = field(default_factory=list)            # per step: the text of its assistant message
+    messages: int = 0                     # messages in the final list
     policy: str = ""
 
 
@@ -84,14 +92,13 @@ FINDINGS = ["A cat hid", "Milk was left", "Paw prints", "A red bow", "A girl saw
 
 
 class Tools:
-    """The environment: pages with synthetic screenshots (embeddings), and a search engine returning text."""
+    """The environment: pages with synthetic screenshots (embeddings), and a search engine returning text.
+    Every chunk is registered in the engine and in the shadow engine (the same content gives the same key in
+    both, so the shadow window syncs to the same message lists)."""
 
-    def __init__(self, engine: orbit.Engine, rows: int, seed: int, shadow_engine: orbit.Engine | None = None):
-        self.engine = engine
-        self.shadow_engine = shadow_engine
-        self.twins: dict[str, orbit.ChunkRef] = {}  # chunk key -> the same content in the shadow engine
-        self.hidden = engine.model_info.hidden_size
-        self.vocab = engine.model_info.vocab_size
+    def __init__(self, engines: list[orbit.Engine], rows: int, seed: int):
+        self.engines = engines
+        self.hidden = engines[0].model_info.hidden_size
         self.rows = rows
         self.seed = seed
         self.history: list[int] = []  # pages visited, in order
@@ -104,14 +111,8 @@ class Tools:
                                                          label=f"page {page}"))
 
     def _register(self, make) -> orbit.ChunkRef:
-        """Registers a chunk in the engine and its twin in the shadow engine."""
-        chunk = make(self.engine)
-        if self.shadow_engine is not None and chunk.key not in self.twins:
-            self.twins[chunk.key] = make(self.shadow_engine)
-        return chunk
-
-    def twin(self, chunk: orbit.ChunkRef) -> orbit.ChunkRef:
-        return self.twins[chunk.key]
+        chunks = [make(e) for e in self.engines]
+        return chunks[0]
 
     def open_page(self, page: int) -> orbit.ChunkRef:
         self.history.append(page)
@@ -130,9 +131,35 @@ class Tools:
         return self._register(lambda e: e.add_text(f"{finding} at the {place}.", label=f"result {query}"))
 
     def turn(self, tool: str, observation: orbit.ChunkRef) -> str:
-        """The step's action and what it showed, as a short text turn."""
+        """The step's action and what it showed, as a short text message."""
         action = {"open_page": "opened", "go_back": "went back to", "search": "searched and found"}[tool]
         return f"Lily {action} {observation.label}."
+
+
+def tool_message(observation: orbit.ChunkRef) -> dict:
+    """A tool result as a chat message: a text part naming it, then the observation's chunk as a part."""
+    return {"role": "tool", "content": [{"type": "text", "text": f"{observation.label}: "},
+                                        {"type": "chunk", "chunk": observation}]}
+
+
+def chunk_of(message: dict) -> orbit.ChunkRef | None:
+    """The chunk a tool message holds (None for text messages)."""
+    content = message["content"]
+    return content[-1]["chunk"] if isinstance(content, list) else None
+
+
+def observe(messages: list[dict], observation: orbit.ChunkRef, keep: int) -> list[dict]:
+    """The list with the observation's tool message at the end: a message still showing the same chunk is
+    dropped first (a window holds a chunk once; sync moves it), and at most `keep` screenshots stay."""
+    out = [m for m in messages if chunk_of(m) != observation] + [tool_message(observation)]
+    while sum(1 for m in out if is_screenshot(chunk_of(m))) > keep:
+        oldest = next(k for k, m in enumerate(out) if is_screenshot(chunk_of(m)))
+        del out[oldest]  # the oldest screenshot leaves the view (its text results stay)
+    return out
+
+
+def is_screenshot(chunk: orbit.ChunkRef | None) -> bool:
+    return chunk is not None and chunk.kind == orbit.ChunkKind.embeddings
 
 
 def confidence(logits: np.ndarray) -> float:
@@ -147,52 +174,34 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
         pool_bytes: int = 64 << 20, max_bytes: int = 0, verbose: bool = False, on_step=None) -> Report:
     """Runs the agent loop; returns the Report. Every number in it is measured on real model computation.
 
-    on_step(step, window, decision_query, report), when given, is called after each step's measurement (tests
-    use it to check the window against a re-prefill they build themselves)."""
+    on_step(step, window, query, report, messages), when given, is called after each step's measurement (tests
+    use it to check the window against the list and against a re-prefill they build themselves)."""
     report = Report(policy=policy)
     with orbit.Engine(model, store_dir=store_dir, pool_bytes=pool_bytes, page_size=4) as engine, \
             orbit.Engine(model, pool_bytes=pool_bytes, page_size=4) as shadow_engine:
         if not engine.has_tokenizer:
-            raise SystemExit(f"tool_loop: the model {model} has no tokenizer, and the loop's turns are text "
+            raise SystemExit(f"tool_loop: the model {model} has no tokenizer, and the loop's messages are text "
                              "(a llama2.c model needs tok512.bin / tokenizer.bin beside it)")
-        tools = Tools(engine, rows, seed, shadow_engine)
+        tools = Tools([engine, shadow_engine], rows, seed)
         window = engine.new_window(policy=policy, max_bytes=max_bytes, label="agent")
         # The prefix cache's cost: a shadow window under `prefix`, on its own engine (nothing either stores
-        # can serve the other), receives every operation the loop applies: chunks by their twins, instances
-        # by position (ids differ between windows); forks, commits and drops follow too.
+        # can serve the other), synced to every list the window is; forks, commits and drops follow too.
         shadow = {id(window): shadow_engine.new_window(policy="prefix", label="prefix cache")}
-        system = engine.tokenize(SYSTEM, bos=True)
-        window.add_turn(system)                               # the system prompt / task
-        shadow[id(window)].add_turn(system)
         decision_query = engine.tokenize(DECISION_QUERY, bos=False)
         max_positions = engine.model_info.max_positions
         budget = int(0.75 * max_positions) if max_positions else 1 << 30
 
-        def screenshots_in(w):
-            return [i for i in w.instances if not i.is_turn and i.chunk.kind == orbit.ChunkKind.embeddings]
-
-        def position(w, inst) -> int:
-            return [i.id for i in w.instances].index(inst.id)
-
-        def apply(w, op: str, call):
-            """Runs a window operation `call(window, chunk_of)` on w, then on its shadow (chunk_of maps a chunk
-            to the one that window holds); on CapacityError makes room (slides the oldest chunk out of both)
-            and retries."""
-            while True:
-                try:
-                    result = call(w, lambda c: c)
-                    break
-                except orbit.CapacityError:
-                    if w.stats.chunk_instances == 0:
-                        raise
-                    report.operations["capacity_retries"] += 1
-                    report.forward_tokens += w.slide(1).forward_tokens
-                    report.prefix_tokens += shadow[id(w)].slide(1).forward_tokens
-                    report.operations["slide"] += 1
-            report.operations[op] += 1
-            report.forward_tokens += result.forward_tokens
-            report.prefix_tokens += call(shadow[id(w)], tools.twin).forward_tokens
-            return result
+        def sync(w, messages: list[dict]) -> list[int]:
+            """Brings w and its shadow to `messages`; counts the operations sync applied and their cost.
+            Returns the query of the next read: the template's generation prompt, then the decision query."""
+            r = w.sync(messages)
+            report.operations["sync"] += 1
+            for plan in r.plans:
+                op = plan.op.label
+                report.operations["add_turn" if op == "turn" else op] += 1
+            report.forward_tokens += r.forward_tokens
+            report.prefix_tokens += shadow[id(w)].sync(messages).forward_tokens
+            return list(r.generation_prompt) + decision_query
 
         def ready(w):
             """Before the loop reads w (generate, logits): the repairs its edits deferred run now, on w and on
@@ -201,89 +210,73 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
             report.prefix_tokens += shadow[id(w)].flush().forward_tokens
             return w
 
-        def place(w, chunk: orbit.ChunkRef):
-            """Puts an observation chunk at the window's tail: admit, recall or reorder, by where it is."""
-            if chunk in w.evicted:
-                apply(w, "recall", lambda x, t: x.recall(t(chunk)))
-            elif chunk in w:
-                ids = [i.id for i in w.instances]
-                perm = [k for k, i in enumerate(w.instances) if i.chunk != chunk or i.is_turn]
-                perm += [k for k, i in enumerate(w.instances) if i.chunk == chunk and not i.is_turn]
-                if perm != list(range(len(ids))):
-                    apply(w, "reorder", lambda x, t: x.reorder([x.instances[k].id for k in perm]))
-            else:
-                apply(w, "admit", lambda x, t: x.admit(t(chunk)))
-            while len(screenshots_in(w)) > keep:  # the oldest screenshots leave the view
-                oldest = screenshots_in(w)[0]
-                first_chunk = next(i for i in w.instances if not i.is_turn)
-                if first_chunk.id == oldest.id:
-                    apply(w, "slide", lambda x, t: x.slide(1))  # it is the oldest chunk: slide the window
-                else:
-                    k = position(w, oldest)
-                    apply(w, "evict", lambda x, t: x.evict(x.instances[k]))  # older text results stay
+        def fits(messages: list[dict]) -> list[dict]:
+            """The list within the position budget: the oldest assistant messages leave (the system stays)."""
+            messages = list(messages)
+            while len(window.plan_sync(messages).tokens) + len(decision_query) > budget:
+                oldest = next((k for k, m in enumerate(messages) if m["role"] == "assistant"), None)
+                if oldest is None:
+                    break
+                del messages[oldest]
+            return messages
 
+        messages = [{"role": "system", "content": SYSTEM}]
+        query = sync(window, messages)
         for step in range(steps):
             t0 = time.perf_counter()
             # 1. the model picks a tool (and its argument): one token sampled after the window
-            choice = ready(window).generate(decision_query, max_tokens=1, temperature=1.0,
-                                            seed=seed * 7919 + step).tokens[0]
+            choice = ready(window).generate(query, max_tokens=1, temperature=1.0, seed=seed * 7919 + step).tokens[0]
             tool = TOOLS[choice % len(TOOLS)] if step > 0 else "open_page"
             report.tools[tool] += 1
             # 2. the tool runs; meanwhile the window uses the wait (heals what the policy approximated,
             #    prepares the recall of the chunk evicted last): background work, off the critical path
             report.idle_tokens += window.idle().forward_tokens
-            # its observation becomes a chunk the loop places
             if tool == "open_page":
                 observation = tools.open_page(len(tools.history))
             elif tool == "go_back":
                 observation = tools.go_back(1 + choice % 3)
             else:
                 observation = tools.search(choice % 5)
-            place(window, observation)
+            # 3. the list grows by the observation and the step's assistant message; sync applies the change
             text = tools.turn(tool, observation)
-            turn = engine.tokenize(text, bos=False)
-            apply(window, "add_turn", lambda x, t: x.add_turn(turn))
+            messages = fits(observe(messages, observation, keep) + [{"role": "assistant", "content": text}])
+            query = sync(window, messages)
             report.turns.append(text)
-            # the transcript grows: stay within the model's positions by evicting the oldest turns
-            while window.tokens + len(decision_query) > budget:
-                turns = [i for i in window.instances if i.is_turn]
-                if len(turns) <= 1:
-                    break
-                k = position(window, turns[1])  # turns[0] is the system prompt
-                apply(window, "evict", lambda x, t: x.evict(x.instances[k]))
-            # 3. now and then: a speculative branch (fork), committed or dropped
+            # 4. now and then: a speculative branch (fork), synced one page ahead, committed or dropped
             if speculate and step % speculate == speculate - 1:
                 branch = window.fork()
                 shadow[id(branch)] = shadow[id(window)].fork()
                 report.operations["fork"] += 1
-                place(branch, tools.screenshot(len(tools.history)))  # prefetch the next page in the branch
-                gain = (confidence(ready(branch).logits(decision_query)) -
-                        confidence(ready(window).logits(decision_query)))
+                ahead = fits(observe(messages, tools.screenshot(len(tools.history)), keep))
+                branch_query = sync(branch, ahead)  # prefetch the next page in the branch
+                gain = (confidence(ready(branch).logits(branch_query)) -
+                        confidence(ready(window).logits(query)))
                 if gain > 0:
                     shadow.pop(id(window)).close()
                     window.close()
-                    window = branch  # commit: the branch is the window from now on
+                    window, messages, query = branch, ahead, branch_query  # commit: the branch is the window
                     tools.history.append(len(tools.history))
                     report.operations["commit"] += 1
                 else:
                     shadow.pop(id(branch)).close()
                     branch.close()  # drop: its private pages go back to the pool
                     report.operations["drop"] += 1
-            # 4. measure: cost vs. a re-prefill, fidelity vs. a re-prefill
+            # 5. measure: cost vs. a re-prefill, fidelity vs. a re-prefill
             report.reprefill_tokens += window.tokens
-            error = np.abs(ready(window).logits(decision_query, all_rows=True) -
-                           window.reference_logits(decision_query, all_rows=True)).max()
+            error = np.abs(ready(window).logits(query, all_rows=True) -
+                           window.reference_logits(query, all_rows=True)).max()
             report.max_logit_error.append(float(error))
             report.window_tokens.append(window.tokens)
             report.seconds_per_step.append(time.perf_counter() - t0)
             report.steps += 1
             if on_step is not None:
-                on_step(step, window, decision_query, report)
+                on_step(step, window, query, report, messages)
             if verbose:
                 labels = " | ".join(i.chunk.label if not i.is_turn else "turn" for i in window.instances)
                 print(f"step {step:3d} {tool:9s} -> {observation.label:10s} window [{labels}] "
-                      f"err {error:.2e}\n         turn: {text}", flush=True)
+                      f"err {error:.2e}\n         message: {text}", flush=True)
         report.final_instances = [i.chunk.label if not i.is_turn else "turn" for i in window.instances]
+        report.messages = len(messages)
         shadow.pop(id(window)).close()
         window.close()
     return report
@@ -296,10 +289,10 @@ def print_summary(report: Report) -> None:
     ratio = report.forward_tokens / report.reprefill_tokens if report.reprefill_tokens else float("nan")
     vs_prefix = report.forward_tokens / report.prefix_tokens if report.prefix_tokens else float("nan")
     print(f"forward tokens: {report.forward_tokens:.0f} computed vs {report.prefix_tokens:.0f} for a prefix cache "
-          f"window doing the same operations ({vs_prefix:.2f}x) and {report.reprefill_tokens:.0f} with no cache, a full "
+          f"window synced to the same lists ({vs_prefix:.2f}x) and {report.reprefill_tokens:.0f} with no cache, a full "
           f"re-prefill at every step ({ratio:.1%}); {report.idle_tokens:.0f} more in idle time while the tools ran")
     if report.turns:
-        print(f"last turn: {report.turns[-1]}")
+        print(f"{report.messages} messages in the final list; the last assistant message: {report.turns[-1]}")
     print(f"fidelity: max |logits - re-prefill| per step: max {max(report.max_logit_error):.3e}, "
           f"mean {np.mean(report.max_logit_error):.3e}")
     print(f"time per step: {1e3 * np.mean(report.seconds_per_step):.1f} ms; final window: {report.final_instances}")
