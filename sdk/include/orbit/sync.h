@@ -37,9 +37,10 @@
 //      appended at the tail is a live turn (prefilled, never stored). A short unit that must go anywhere
 //      but the tail becomes a chunk too (turns are only ever appended).
 //   5. Diff: each unit is matched to an instance of the window with the same key (first match in window
-//      order); instances nothing matches are evicted (chunks stay recallable); if the matched instances'
-//      order differs from the list's, one reorder puts them in order; each unmatched unit is then placed
-//      before the next matched one: a chunk the window evicted earlier is recalled, another chunk admitted,
+//      order); instances nothing matches are evicted (chunks stay recallable; when they are the window's
+//      oldest chunk instances, by one slide); if the matched instances' order differs from the list's, one
+//      reorder puts them in order; each unmatched unit is then placed before the next matched one: a chunk
+//      the window evicted earlier is recalled, another chunk admitted,
 //      a short unit at the tail added as a turn. A unit whose key is in the window twice (the same message
 //      text rendered identically twice) is added once as a chunk and otherwise as a turn at the tail,
 //      followed by a reorder. sync works on any window: instances it did not make are evicted unless the

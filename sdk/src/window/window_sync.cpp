@@ -654,6 +654,17 @@ void choose_actions(const detail::EngineCore& core, const std::vector<InstanceIn
   }
 }
 
+// How many of `evict` (in window order), from its first, are the window's oldest chunk instances.
+std::size_t oldest_chunks(const std::vector<InstanceInfo>& current, const std::vector<InstanceId>& evict) {
+  std::size_t k = 0;
+  for (const InstanceInfo& i : current) {
+    if (i.is_turn) continue;
+    if (k == evict.size() || i.id != evict[k]) break;
+    ++k;
+  }
+  return k;
+}
+
 }  // namespace
 
 SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) const {
@@ -688,7 +699,10 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOpti
     return report.reports.back();
   };
 
-  for (InstanceId id : plan.evict) run(plan_evict(id), "evict");
+  // Evictions that are the window's oldest chunk instances leave in one slide; the others one by one.
+  const std::size_t slid = oldest_chunks(instances(), plan.evict);
+  if (slid > 0) run(plan_slide(static_cast<int64_t>(slid)), "slide");
+  for (std::size_t k = slid; k < plan.evict.size(); ++k) run(plan_evict(plan.evict[k]), "evict");
   // The kept instances into the list's order (one reorder; a duplicate added as a turn is put in place
   // by the second one below).
   std::vector<InstanceId> kept;
