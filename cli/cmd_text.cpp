@@ -28,7 +28,7 @@ const char* kTokenizeUsage =
 
 const char* kGenerateUsage =
     "usage: orbit generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P] [--seed S]\n"
-    "                      [--json] [--tokenizer FILE]\n"
+    "                      [--json] [--tokenizer FILE] [--no-bos]\n"
     "  Continues PROMPT (encoded with BOS) and prints the continuation as text. Generation stops at BOS or\n"
     "  EOS (as llama2.c's run.c stops at BOS), at N tokens, or at the model's last position.\n"
     "  --model PATH       a llama2.c .bin with its tokenizer beside it, or any model with --tokenizer\n"
@@ -38,7 +38,9 @@ const char* kGenerateUsage =
     "  --top-p P          nucleus sampling: the smallest set of tokens with mass >= P (default 1)\n"
     "  --seed S           sampling seed (default 0)\n"
     "  --json             print {\"tokens\": [generated ids], \"text\": \"...\"} instead\n"
-    "  --tokenizer FILE   a tokenizer (llama2.c .bin or tokenizer.json) instead of the one beside the model\n";
+    "  --tokenizer FILE   a tokenizer (llama2.c .bin or tokenizer.json) instead of the one beside the model\n"
+    "  --no-bos           encode PROMPT without BOS: for text that writes its own, such as a chat template's\n"
+    "                     rendering (the tokens `orbit serve` reads for the same messages)\n";
 
 }  // namespace
 
@@ -65,7 +67,7 @@ int run_tokenize(int argc, char** argv, int first) {
 int run_generate(int argc, char** argv, int first) {
   const Args args("generate",
                   ArgSpec{{"--model", "--prompt", "--max-tokens", "--temperature", "--top-p", "--seed", "--tokenizer"},
-                          {"--json"},
+                          {"--json", "--no-bos"},
                           kGenerateUsage},
                   argc, argv, first);
   EngineOptions eo;
@@ -90,7 +92,8 @@ int run_generate(int argc, char** argv, int first) {
   for (int64_t stop : {info.bos_token, info.eos_token}) {
     if (stop >= 0) go.stop_tokens.push_back(stop);
   }
-  const std::vector<int64_t> query = engine->tokenize(prompt, true);
+  const std::vector<int64_t> query = engine->tokenize(prompt, !args.flag("--no-bos"));
+  ORBIT_CHECK(!query.empty(), "generate: --prompt is empty and --no-bos leaves no token to continue from");
   Window window = engine->new_window();
   Generation g = window.generate(query, go);
   if (g.stop_reason == "stop_token") g.tokens.pop_back();  // the BOS / EOS that ended it is not output

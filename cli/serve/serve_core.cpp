@@ -301,6 +301,7 @@ RunOutcome ServeCore::run_chat(Slot& slot, const ChatRequest& request, const Run
   RunOutcome out;
   const double before = window.stats().critical_forward_tokens;
   SyncReport report;
+  double predicted_kl = 0;
   {
     HeldGate gate{gate_, enter_gate(s.lane, sink)};
     if (!gate.held) {
@@ -309,6 +310,10 @@ RunOutcome ServeCore::run_chat(Slot& slot, const ChatRequest& request, const Run
       return out;
     }
     report = window.sync(messages, so);
+    // The repairs the edits deferred run now, in this quantum (the read would run them first): the KL the
+    // window then carries is the flush plan's (a keep plan's when none wait).
+    predicted_kl = window.plan_flush().predicted_kl;
+    window.flush();
   }
   if (report.generation_prompt.empty()) {
     out.error = api_error(400, "the chat template adds no generation prompt: there is nothing to generate after",
@@ -323,7 +328,7 @@ RunOutcome ServeCore::run_chat(Slot& slot, const ChatRequest& request, const Run
   r.usage.prompt_tokens = static_cast<int64_t>(prompt);
   r.usage.forward_tokens =
       after.critical_forward_tokens - before + static_cast<double>(report.generation_prompt.size());
-  r.usage.predicted_kl = report.plans.empty() ? s.predicted_kl : report.plans.back().predicted_kl;
+  r.usage.predicted_kl = predicted_kl;
   r.usage.plan = plan_brief(report.plan);
   r.usage.session = s.id;
   // The model computed KV for every token it generated: the answer is part of the read.

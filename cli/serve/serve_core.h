@@ -77,7 +77,7 @@ struct RunUsage {
   int64_t completion_tokens = 0;
   double forward_tokens = 0;       // orbit's critical-path forward tokens for the prompt
   int64_t radix_cache_tokens = 0;  // the radix yardstick's, for the same prompt
-  double predicted_kl = 0;         // the window's predicted next-token KL vs a re-prefill after sync
+  double predicted_kl = 0;         // the window's predicted next-token KL vs a re-prefill when it is read
   std::string plan;                // e.g. "keep 4, admit 1, turn 1, evict 2"
   std::string session;             // "" for anonymous requests
   nlohmann::json to_json() const;  // {prompt_tokens, completion_tokens, total_tokens, orbit: {...}}

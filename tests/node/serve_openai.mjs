@@ -1,0 +1,259 @@
+// `orbit serve` driven by the official `openai` npm client, as an agent framework drives a chat API.
+//
+//   node serve_openai.mjs ORBIT_BINARY MODEL_DIR
+//
+// Starts `orbit serve` on 127.0.0.1 (a free port) under the exact policy, then runs a tool loop in one
+// session: the agent asks, calls a tool whose long result is appended, asks again, reads a second file,
+// trims the first exchange from its history, re-reads the first file, asks once more; turns alternate
+// between streamed and whole responses. Every answer must equal `orbit generate --no-bos` on the same
+// rendering at temperature 0 (the plain chat template: BOS text, "role: content\n" per message,
+// "assistant:"), and every usage must hold prompt_tokens equal to that rendering's token count and a
+// usage.orbit whose plan says what the history edit was (admit, evict, recall), with forward tokens
+// below the prompt where the window reused KV. The session's report and /metrics must sum the same
+// counts. Then errors through the client (unknown model, unknown role, max_tokens past the context), a
+// stream cut midway (the server counts it cancelled and keeps serving), and SIGTERM (drains, exit 0).
+//
+// Exit status: 0 all passed, 1 a check failed, 77 skipped (the openai package or the server is missing).
+import { spawn, execFileSync } from "node:child_process";
+import { createInterface } from "node:readline";
+
+const SKIP = 77;
+const [orbit, model] = process.argv.slice(2);
+if (!orbit || !model) {
+  console.error("usage: node serve_openai.mjs ORBIT_BINARY MODEL_DIR");
+  process.exit(2);
+}
+let OpenAI;
+try {
+  ({ default: OpenAI } = await import("openai"));
+} catch (e) {
+  console.log(`SKIPPED: the openai package is not installed (npm install in tests/node): ${e.message}`);
+  process.exit(SKIP);
+}
+
+let passed = 0;
+let failed = 0;
+function check(ok, what, detail = "") {
+  if (ok) {
+    passed++;
+  } else {
+    failed++;
+    console.log(`FAILED: ${what}${detail ? `\n  ${detail}` : ""}`);
+  }
+}
+
+const MAX_TOKENS = 12;
+const BOS_TEXT = "<|start_story|>";
+const env = { ...process.env, OMP_NUM_THREADS: "1" };
+
+// ---- the server ----
+function startServer() {
+  const server = spawn(orbit, ["serve", "--model", model, "--port", "0", "--policy", "patch:16:exact"], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stderr = "";
+  server.stderr.on("data", (d) => (stderr += d));
+  const ready = new Promise((resolve, reject) => {
+    const lines = createInterface({ input: server.stdout });
+    lines.on("line", (line) => {
+      const m = line.match(/listening on (http:\/\/[^\s]+)/);
+      if (m) resolve(m[1]);
+    });
+    server.on("exit", (code) => reject(new Error(`orbit serve exited with ${code}: ${stderr}`)));
+  });
+  return { server, ready, stderr: () => stderr };
+}
+
+const { server, ready, stderr } = startServer();
+let base;
+try {
+  base = await ready;
+} catch (e) {
+  if (/built without cpp-httplib/.test(e.message)) {
+    console.log("SKIPPED: this orbit was built without cpp-httplib (no `orbit serve`)");
+    process.exit(SKIP);
+  }
+  console.log(`FAILED: the server did not start: ${e.message}`);
+  process.exit(1);
+}
+const exited = new Promise((resolve) => server.on("exit", (code, signal) => resolve({ code, signal })));
+const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 60000 });
+const modelId = (await client.models.list()).data[0].id;
+check(modelId === model.replace(/\/+$/, "").split("/").pop(), "/v1/models lists the model", modelId);
+
+// ---- the reference: orbit generate on the rendering ----
+function render(messages) {
+  return BOS_TEXT + messages.map((m) => `${m.role}: ${m.content ?? ""}\n`).join("") + "assistant:";
+}
+function reference(messages) {
+  const out = execFileSync(
+    orbit,
+    ["generate", "--model", model, "--prompt", render(messages), "--no-bos", "--max-tokens", String(MAX_TOKENS), "--json"],
+    { env, encoding: "utf8" },
+  );
+  return JSON.parse(out).text;
+}
+function tokenCount(text) {
+  const out = execFileSync(orbit, ["tokenize", "--model", model, "--text", text, "--no-bos"], { env, encoding: "utf8" });
+  return JSON.parse(out).tokens.length;
+}
+
+// One agent turn in the session: streamed or not, the answer and usage checked.
+const SESSION = "agent-loop";
+const totals = { requests: 0, forward: 0, radix: 0, prompt: 0, completion: 0 };
+async function turn(messages, stream, label) {
+  const request = { model: modelId, messages, max_tokens: MAX_TOKENS, temperature: 0 };
+  const options = { headers: { "X-Orbit-Session": SESSION } };
+  let text = "";
+  let usage;
+  let finish;
+  if (stream) {
+    const chunks = await client.chat.completions.create(
+      { ...request, stream: true, stream_options: { include_usage: true } },
+      options,
+    );
+    for await (const chunk of chunks) {
+      if (chunk.choices.length > 0) {
+        text += chunk.choices[0].delta.content ?? "";
+        finish = chunk.choices[0].finish_reason ?? finish;
+      }
+      if (chunk.usage) usage = chunk.usage;
+    }
+  } else {
+    const r = await client.chat.completions.create(request, options);
+    text = r.choices[0].message.content;
+    finish = r.choices[0].finish_reason;
+    usage = r.usage;
+  }
+  const want = reference(messages);
+  check(text === want, `${label}: the answer equals orbit generate on the rendering`,
+        `server ${JSON.stringify(text)}\n  generate ${JSON.stringify(want)}`);
+  check(finish === "length" || finish === "stop", `${label}: finish_reason`, finish);
+  check(usage !== undefined && usage.orbit !== undefined, `${label}: usage.orbit is present`);
+  if (!usage?.orbit) return { text, usage: { orbit: {} } };
+  const promptTokens = tokenCount(render(messages));
+  check(usage.prompt_tokens === promptTokens, `${label}: prompt_tokens is the rendering's token count`,
+        `${usage.prompt_tokens} vs ${promptTokens}`);
+  check(usage.completion_tokens >= 1 && usage.completion_tokens <= MAX_TOKENS, `${label}: completion_tokens`);
+  const o = usage.orbit;
+  check(o.session === SESSION, `${label}: usage.orbit.session`);
+  check(Number.isFinite(o.forward_tokens) && o.forward_tokens >= 1 && o.forward_tokens <= promptTokens,
+        `${label}: 1 <= forward_tokens <= prompt_tokens`, JSON.stringify(o));
+  check(Number.isInteger(o.radix_cache_tokens) && o.radix_cache_tokens >= 0 && o.radix_cache_tokens <= promptTokens,
+        `${label}: 0 <= radix_cache_tokens <= prompt_tokens`, JSON.stringify(o));
+  check(typeof o.plan === "string" && o.plan.length > 0, `${label}: usage.orbit.plan`);
+  check(Number.isFinite(o.predicted_kl) && o.predicted_kl >= 0 && o.predicted_kl < 1e-3,
+        `${label}: predicted_kl under the exact policy`, String(o.predicted_kl));
+  totals.requests++;
+  totals.forward += o.forward_tokens;
+  totals.radix += o.radix_cache_tokens;
+  totals.prompt += usage.prompt_tokens;
+  totals.completion += usage.completion_tokens;
+  console.log(`${label}: ${stream ? "streamed" : "whole"}, prompt ${usage.prompt_tokens}, orbit ${o.forward_tokens}, ` +
+              `radix ${o.radix_cache_tokens}, plan ${o.plan}, answer ${JSON.stringify(text)}`);
+  return { text, usage };
+}
+
+// ---- the tool loop ----
+const FILE_1 = "The dog found a big red ball in the park. Lily was happy. She threw the ball and the dog ran " +
+  "after it. They played all day in the sun until the sky was pink and it was time to go home.";
+const FILE_2 = "Tom had a small boat. He took it to the pond with his mom. The boat went fast on the water and " +
+  "a duck swam after it. Tom laughed and the duck said quack. Then it began to rain and they ran home.";
+const toolCall = (id, path) => ({
+  role: "assistant",
+  content: "",
+  tool_calls: [{ id, type: "function", function: { name: "read_file", arguments: JSON.stringify({ path }) } }],
+});
+const tools = [{ type: "function", function: { name: "read_file", parameters: { type: "object" } } }];
+void tools;  // the plain template renders no tool schemas; tool calls travel in the messages
+
+const messages = [
+  { role: "system", content: "You tell short stories." },
+  { role: "user", content: "What did the dog find?" },
+];
+let r = await turn(messages, false, "turn 1 (first read)");
+check(r.usage.orbit.forward_tokens === r.usage.prompt_tokens, "turn 1: a fresh window forwards the whole prompt");
+messages.push(toolCall("call_1", "ball.txt"), { role: "tool", tool_call_id: "call_1", content: FILE_1 });
+r = await turn(messages, true, "turn 2 (tool result 1)");
+check(/admit|turn/.test(r.usage.orbit.plan) && /keep/.test(r.usage.orbit.plan), "turn 2: keeps the history, adds the tool result",
+      r.usage.orbit.plan);
+check(r.usage.orbit.forward_tokens < r.usage.prompt_tokens, "turn 2: forwards less than the prompt");
+messages.push({ role: "assistant", content: r.text }, { role: "user", content: "And the boat?" });
+messages.push(toolCall("call_2", "boat.txt"), { role: "tool", tool_call_id: "call_2", content: FILE_2 });
+r = await turn(messages, false, "turn 3 (tool result 2)");
+check(r.usage.orbit.forward_tokens < r.usage.prompt_tokens, "turn 3: forwards less than the prompt");
+// Trim: the first tool exchange leaves the history.
+const trimmed = messages.filter((m) => m.tool_call_id !== "call_1" && m.tool_calls?.[0]?.id !== "call_1");
+r = await turn(trimmed, true, "turn 4 (trimmed)");
+check(/evict 2/.test(r.usage.orbit.plan), "turn 4: the trimmed exchange is evicted", r.usage.orbit.plan);
+// Re-read: the first file comes back at the end.
+const reread = [...trimmed, toolCall("call_3", "ball.txt"), { role: "tool", tool_call_id: "call_3", content: FILE_1 }];
+r = await turn(reread, false, "turn 5 (re-read)");
+check(/recall 1/.test(r.usage.orbit.plan), "turn 5: the re-read file is recalled from the store", r.usage.orbit.plan);
+reread.push({ role: "assistant", content: r.text }, { role: "user", content: "Which story was better?" });
+r = await turn(reread, true, "turn 6 (question)");
+check(r.usage.orbit.forward_tokens < r.usage.prompt_tokens, "turn 6: forwards less than the prompt");
+
+// ---- the session's report and /metrics agree with the usages ----
+const near = (a, b) => Math.abs(a - b) < 1e-6;
+const info = await (await fetch(`${base}/v1/sessions/${SESSION}`)).json();
+check(info.requests === totals.requests, "session: requests", `${info.requests} vs ${totals.requests}`);
+check(near(info.savings.forward_tokens, totals.forward), "session: forward tokens sum the usages");
+check(info.savings.radix_cache_tokens === totals.radix, "session: radix tokens sum the usages");
+check(info.resident === true && info.window.tokens > 0, "session: resident with a window");
+const metrics = await (await fetch(`${base}/metrics`)).text();
+const metric = (name) => Number((metrics.match(new RegExp(`^${name} (\\S+)$`, "m")) ?? [])[1]);
+check(near(metric("orbit_forward_tokens_total"), totals.forward), "metrics: orbit_forward_tokens_total");
+check(metric("orbit_radix_cache_tokens_total") === totals.radix, "metrics: orbit_radix_cache_tokens_total");
+check(metric("orbit_prompt_tokens_total") === totals.prompt, "metrics: orbit_prompt_tokens_total");
+check(/orbit_request_seconds_bucket\{endpoint="chat",le="\+Inf"\} 6/.test(metrics), "metrics: latency histogram");
+console.log(`tool loop: orbit ${totals.forward} forward tokens, radix cache ${totals.radix}, prompts ${totals.prompt}`);
+
+// ---- errors through the client ----
+async function status(promise) {
+  try {
+    await promise;
+    return 200;
+  } catch (e) {
+    return e.status ?? -1;
+  }
+}
+check(await status(client.chat.completions.create({ model: "gpt-4", messages })) === 404, "unknown model: 404");
+check(await status(client.chat.completions.create({ model: modelId, messages: [{ role: "robot", content: "hi" }] })) === 400,
+      "unknown role: 400");
+check(await status(client.chat.completions.create({ model: modelId, messages, max_tokens: 100000 })) === 400,
+      "max_tokens past the context: 400");
+check((await fetch(`${base}/v1/sessions/nobody`)).status === 404, "unknown session: 404");
+
+// ---- a stream cut midway ----
+const abort = new AbortController();
+const cut = await client.chat.completions.create(
+  { model: modelId, messages: messages.slice(0, 2), max_tokens: 400, temperature: 0, stream: true },
+  { signal: abort.signal, headers: { "X-Orbit-Session": "cut" } },
+);
+let pieces = 0;
+try {
+  for await (const chunk of cut) {
+    void chunk;
+    if (++pieces === 2) abort.abort();
+  }
+} catch (e) {
+  void e;  // the abort
+}
+let cancelled = 0;
+for (let i = 0; i < 100 && cancelled < 1; i++) {
+  await new Promise((res) => setTimeout(res, 100));
+  cancelled = Number(((await (await fetch(`${base}/metrics`)).text()).match(/^orbit_cancelled_total (\S+)$/m) ?? [])[1]);
+}
+check(cancelled >= 1, "a stream cut midway is cancelled", `orbit_cancelled_total ${cancelled}`);
+const after = await turn(reread, false, "after the cut");
+check(after.text.length > 0, "the server serves after a cut stream");
+
+// ---- SIGTERM drains and exits 0 ----
+server.kill("SIGTERM");
+const end = await Promise.race([exited, new Promise((res) => setTimeout(() => res({ code: "timeout" }), 20000))]);
+check(end.code === 0, "SIGTERM: the server drains and exits 0", `${JSON.stringify(end)} ${stderr()}`);
+
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
