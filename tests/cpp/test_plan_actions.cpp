@@ -253,7 +253,7 @@ TEST_CASE("a KL budget picks the cheapest action that fits, per instance", "[pla
 
   // Deferring (every preset's default): the slide forwards nothing and marks the survivors it would
   // re-serve; the flush re-serves them under the same budget, as the eager slide did.
-  Window lazy = engine->new_window(with_policy("patch:16:kl=1e-9"));
+  Window lazy = engine->new_window(with_policy("patch:16:kl=1e-9:noreuse"));
   for (const auto& x : c) lazy.admit(x);
   const Plan dp = lazy.plan_slide(1);
   CHECK(dp.forward_tokens == 0);
@@ -343,9 +343,10 @@ TEST_CASE("under the default budget a window reuses the rank-16 patch another fo
   std::mt19937_64 rng(21);
   auto engine = open_stories();
   const ChunkRef a = engine->add_tokens(random_tokens(rng, 24)), b = engine->add_tokens(random_tokens(rng, 24));
-  const WindowOptions d;  // the default policy: patch:16 under the default KL budget
+  WindowOptions d;  // the default policy: patch:16 under the default KL budget
   REQUIRE(d.policy.kl_budget > 0);
-  Window first = engine->new_window(d);
+  d.policy.reuse_computed = false;  // exact reuse would serve b from the first window's KV (below)
+  Window first = engine->new_window(WindowOptions{});
   first.admit(a);
   CHECK(first.admit(b).forward_tokens == Approx(24));  // first sight: prefill in context, patch formed after
   engine->run_background();                            // the worker thread has formed it
@@ -358,6 +359,18 @@ TEST_CASE("under the default budget a window reuses the rank-16 patch another fo
   CHECK(p.forward_tokens == 0);
   CHECK(p.predicted_kl > 0);
   CHECK(p.predicted_kl < d.policy.kl_budget / 10);
+  {
+    // With exact reuse (the default), the same context serves b from the KV the first window computed:
+    // no forward and no predicted loss.
+    Window third = engine->new_window(WindowOptions{});
+    third.admit(a);
+    const Plan r = third.plan_admit(b);
+    INFO(r.describe());
+    CHECK(r.steps.back().how == "reuse");
+    CHECK(r.forward_tokens == 0);
+    CHECK(r.predicted_kl == 0);
+    CHECK(r.exact);
+  }
   second.apply(p).value();
   // Served near-exactly: the logits' distance from a re-prefill is a small part of blind reuse's.
   Window blind = engine->new_window(with_policy("blind"));
@@ -497,7 +510,7 @@ TEST_CASE("an engine learns a chunk's sensitivity from a stored patch another en
   const std::string text = "Once upon a time, there was a little cat. The cat liked to play with a ball in the sun.";
   {
     auto first = open_stories(dir / "store");
-    Window w = first->new_window(WindowOptions{});
+    Window w = first->new_window(WindowOptions{});  // (stores the story's KV behind the system text, too)
     w.admit(first->add_text(system));
     w.admit(first->add_text(text));  // first sight: exact prefill, its patch formed in the background
     first->run_background();
@@ -508,7 +521,9 @@ TEST_CASE("an engine learns a chunk's sensitivity from a stored patch another en
   // Serving the story behind p from the stored patch: predicted from the truncation stand-in, scaled by
   // the chunk's sensitivity once the engine has read the patch that recorded it.
   const auto patch_prediction = [&] {
-    Window w = engine->new_window(WindowOptions{});
+    WindowOptions patched;
+    patched.policy.reuse_computed = false;  // the story from its patch, not from the stored KV
+    Window w = engine->new_window(patched);
     w.admit(p);
     const Plan plan = w.plan_admit(story);
     INFO(plan.describe());
@@ -529,14 +544,14 @@ TEST_CASE("background modes: deferred work waits for run_background, a read of a
   std::mt19937_64 rng(13);
   auto engine = open_deferred();
   const ChunkRef a = engine->add_tokens(random_tokens(rng, 16)), b = engine->add_tokens(random_tokens(rng, 16));
-  Window w = engine->new_window(with_policy("patch:full"));
+  Window w = engine->new_window(with_policy("patch:full:noreuse"));
   w.admit(a);
   const ApplyReport first = w.admit(b);
   CHECK(first.forward_tokens == Approx(16));  // the in-context prefill only
   CHECK(engine->stats().background_pending == 1);
   CHECK(engine->stats().patches_formed == 0);
   // A second window needs that very patch: the plan counts it as a hit and apply runs the queued job.
-  Window v = engine->new_window(with_policy("patch:full"));
+  Window v = engine->new_window(with_policy("patch:full:noreuse"));
   v.admit(a);
   const Plan p = v.plan_admit(b);
   CHECK(p.steps.back().action == StepAction::kApplyPatch);

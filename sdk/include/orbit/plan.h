@@ -36,7 +36,7 @@ enum class StepAction {
   kKeep,             // content unchanged, relocated to its new place if it moved (rotation only)
   kCanonical,        // the canonical alone is exact (nothing precedes the chunk)
   kApplyPatch,       // canonical + a stored patch (exact key, orbit key or, by policy, a stale one)
-  kLoadConditioned,  // a stored conditioned KV for exactly this context (prefix-cache policy)
+  kLoadConditioned,  // a stored conditioned KV for exactly this context: exact reuse, or the prefix policy's
   kForm,             // one forward of the chunk in context; its patch is formed and stored
   kReprefill,        // one forward in context, nothing stored
   kBlind,            // the canonical relocated, no repair (approximate)
@@ -63,6 +63,12 @@ struct PlanStep {
   std::string patch_key;                // the stored patch / conditioned KV read (kApplyPatch, kLoadConditioned)
   std::vector<std::string> store_keys;  // keys this step writes (kForm: exact and orbit patch keys;
                                         // kReprefill under the prefix policy: the conditioned KV)
+  // Exact reuse (WindowPolicy::reuse_computed): a step that forwards the instance in context (kForm,
+  // kReprefill, kPrefillTurn) keeps its KV in the store under this key, the instance's content behind the
+  // KV states before it; apply() uses the key of the window as it builds it (the same unless an earlier step
+  // fell back to another action). Empty: not kept. A step served *from* such KV is kLoadConditioned with
+  // how "reuse" and the key in patch_key.
+  std::string reuse_key;
   double divergence = 0;                // kStale: the accepted patch's context divergence
   int64_t rank_k = 0;                   // patch ranks formed/read by this step (0: no patch involved)
   int64_t rank_v = 0;

@@ -16,9 +16,10 @@
 //                   tolerance (the oracle the tests check)
 //   reprefill       the ceiling: every instance whose context changed is prefilled again in context;
 //                   nothing is reused except a chunk's canonical at position 0 of an empty context
-//   prefix          a prefix (radix) cache at chunk granularity: a chunk's conditioned KV is stored under
-//                   its exact ordered context and reused only behind that identical context; otherwise
-//                   prefilled (and stored)
+//   prefix          the executing radix-cache baseline: every instance whose context changed is prefilled
+//                   again, except where the KV a forward computed behind the identical sequence is stored
+//                   (exact reuse, WindowPolicy::reuse_computed: chunks, turns, a generate's query and
+//                   answer); nothing else is reused
 //   blind           relocate canonicals, never repair (fast, approximate)
 //   cacheblend:R    on a miss recompute the top R (0..1) of the chunk's tokens by KV deviation (CacheBlend)
 //   firstk:K        on a miss recompute the chunk's first K tokens in context (EPIC)
@@ -32,6 +33,7 @@
 // `:move=N` (patch presets; part of `default`): idle time in a window that has reordered also prepares
 // moving N of its chunks behind the others (WindowPolicy::prepare_moves).
 // Modifiers appended to patch presets: `:deep` (patch only layers ≥ ℓ₀ chosen from the deficit's energy),
+// `:noreuse` (patch presets): turn exact reuse off (WindowPolicy::reuse_computed; for ablations),
 // `:stale=D` (accept a patch formed under another context when its divergence is ≤ D instead of forming;
 // under a `:kl=X` budget a stale patch is a candidate at any divergence, priced by the fidelity model, and
 // `:stale=D` caps its divergence),
@@ -88,7 +90,15 @@ struct WindowPolicy {
   bool reuse_stored = true;        // look up stored patches at all (false: the reprefill baseline)
   bool use_orbit_patches = true;   // accept a patch keyed by the antecedent *set* (reorders)
   bool cascade_on_recall = true;   // a recall re-conditions the instances the dependency graph names
-  bool store_conditioned = false;  // prefix-cache baseline: store whole conditioned KV, not a patch
+  bool store_conditioned = false;  // store whole conditioned KV under its exact content context, not a patch
+  // Exact reuse (docs/ARCHITECTURE.md §4): the KV every forward computes for an instance (a chunk's form or
+  // prefill, a live turn, a generate's query and answer) is stored under (its content key, the KV states of
+  // everything before it), in the store's tiers under their budgets; a plan serves an instance whose
+  // preceding window has exactly those states again from the store: no forward and the same KV, so no new
+  // error. A turn that appends what generate() produced reuses the decode's KV. On in the default policy,
+  // the patch presets (`:noreuse` turns it off) and `prefix` (which serves only this way); off in the
+  // other baselines (reprefill, blind, cacheblend, firstk), which model engines without it.
+  bool reuse_computed = true;
   // Let the engine's cost model (Engine::calibrate) choose, per chunk, between applying a stored patch,
   // forming one and plain recompute, by estimated seconds over this use and `expected_reuse` more.
   bool cost_aware = false;

@@ -348,6 +348,50 @@ class LoadConditioned final : public ServeAction {
   }
 };
 
+// ---- exact reuse: the KV a forward computed before, behind the same KV states ---------------------------
+
+// The instance forwarded in context behind what the build holds (a turn's tokens, a chunk's input).
+runtime::Content forward_instance(ApplyInput& in) {
+  const runtime::ForwardInput input = in.chunk != nullptr ? in.core.input_for(*in.chunk, in.position)
+                                                          : in.core.input_for_tokens(*in.turn_tokens, in.position);
+  return forward_in_context(in.core, input, in.build);
+}
+
+class Reuse final : public ServeAction {
+ public:
+  const char* id() const override { return "reuse"; }
+  StepAction category() const override { return StepAction::kLoadConditioned; }
+  std::optional<PlanStep> plan(const PlanInput& in) const override {
+    if (in.reuse_key == nullptr || !in.policy.reuse_computed || !in.core.contains(*in.reuse_key)) return std::nullopt;
+    PlanStep s = base_step(id(), category());
+    if (in.is_turn) s.turn_tokens = *in.turn_tokens;
+    s.match = PatchMatch::kExact;
+    s.patch_key = *in.reuse_key;
+    s.bytes_moved = kv_bytes(in);
+    s.exact = true;
+    s.reason = "exact reuse: its KV computed before behind this same window";
+    return s;
+  }
+  ActionFloor floor(const PlanInput& in) const override {
+    return {in.policy.reuse_computed, 0.0, in.cost.seconds_relocate(kv_bytes(in))};
+  }
+  void apply(ApplyInput& in, const PlanStep&, ApplyOutput& out) const override {
+    // The key of the window as built (the plan's, unless an earlier step fell back to another action).
+    std::optional<runtime::Content> stored = in.core.get_conditioned(reuse_key(*in.key, in.build.chain));
+    out.conditioned = true;
+    if (stored.has_value() && !stored->empty() && stored->front().k.size(0) == in.length) {
+      out.content = std::move(*stored);
+      out.bytes_moved += runtime::content_bytes(out.content);
+      ++out.patch_hits;
+      out.done_as = StepAction::kLoadConditioned;
+      return;
+    }
+    out.content = forward_instance(in);
+    out.forward_tokens += static_cast<double>(in.length);
+    out.done_as = in.chunk != nullptr ? StepAction::kReprefill : StepAction::kPrefillTurn;
+  }
+};
+
 // ---- form: exact in-context prefill now, canonical + patch in the background --------------------------
 
 class Form final : public ServeAction {
@@ -573,8 +617,9 @@ const std::vector<const ServeAction*>& all_actions() {
   static const Form form;
   static const Prefill prefill;
   static const PrefillTurn turn;
-  static const std::vector<const ServeAction*> all = {&keep,    &canonical,  &stored, &conditioned, &blind,
-                                                      &first_k, &cacheblend, &form,   &prefill,     &turn};
+  static const Reuse reuse;
+  static const std::vector<const ServeAction*> all = {&keep,    &canonical, &stored,  &conditioned, &reuse, &blind,
+                                                      &first_k, &cacheblend, &form, &prefill,     &turn};
   return all;
 }
 

@@ -15,7 +15,9 @@
 //   canonical       nothing precedes the chunk: its canonical is exact
 //   stored-patch    canonical + a stored patch: exact key, orbit key, or a stale one (formed under another
 //                   context: the policy's `:stale=D`, or any under a KL budget, which prices its loss)
-//   load-conditioned  a stored conditioned KV behind exactly this context (the prefix-cache baseline)
+//   load-conditioned  a stored conditioned KV behind exactly this context (WindowPolicy::store_conditioned)
+//   reuse           the KV a forward computed before behind the same KV states (kv_state.h): no forward,
+//                   the same KV; the planner's last pass (LayoutPlanner::finalize) chooses it, never enumerate
 //   form            one exact in-context prefill (the critical path); canonical + patch queued for the
 //                   background, stored under the step's keys
 //   prefill         one exact in-context prefill, nothing stored but (prefix baseline) the conditioned KV;
@@ -47,6 +49,7 @@ struct WindowBuild {
   std::vector<int64_t> starts;             // each entry's first position
   std::vector<at::Tensor> positions;       // filled lazily from starts by past(): most applies run no forward
   int64_t next_position = 0;
+  KvState chain;                           // the KV-state chain over the entries built so far
 
   explicit WindowBuild(EngineCore& c) : core(c) {}
   ~WindowBuild();  // destroys the entries under the pool lock
@@ -72,6 +75,8 @@ struct PlanInput {
   int64_t length = 0;
   int64_t position = 0;                               // its first position (= tokens of context before it)
   const std::vector<std::string>* context = nullptr;  // ordered content keys before it
+  const std::string* reuse_key = nullptr;             // the reuse action: the key of its KV behind the states
+                                                      // before it (kv_state.h), when the planner offers it
   const ContextSigner* signer = nullptr;              // those keys signed (constructed with `prefix`); or nullptr
   const ContextWeights* weights = nullptr;            // those keys weighted by tokens (stale-patch divergence)
   std::size_t prefix = 0;                             // leading turns of that context (fixed under reorder)
@@ -92,6 +97,7 @@ struct PlanInput {
 struct ApplyInput {
   EngineCore& core;
   WindowBuild& build;
+  const std::string* key = nullptr;  // the instance's content key
   const Entry* old = nullptr;
   const ChunkRecord* chunk = nullptr;
   const std::vector<int64_t>* turn_tokens = nullptr;

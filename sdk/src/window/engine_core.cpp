@@ -442,6 +442,12 @@ void EngineCore::put_conditioned(const runtime::Content& content, const std::str
   catalog_add(chunk_key, std::move(record));
 }
 
+void EngineCore::put_reusable(const std::string& reuse_key, const runtime::Content& content) {
+  if (content.empty() || store().contains(reuse_key)) return;
+  const store::PutOptions po = kv_put_options(static_cast<double>(content.front().k.size(0)), false);
+  (void)store().put(reuse_key, store::canonical_value(content_to_host(content)), po);
+}
+
 void ContextWeights::push(const std::string& key, double length) {
   tokens[std::hash<std::string>{}(key)] += length;
   total += length;

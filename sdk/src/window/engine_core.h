@@ -170,6 +170,9 @@ class EngineCore {
   std::optional<runtime::Patch> get_patch(const std::string& key);
   std::optional<runtime::Content> get_conditioned(const std::string& key);
   void put_conditioned(const runtime::Content& content, const std::string& chunk_key, PatchRecord record);
+  // Exact reuse (kv_state.h): the KV a forward computed, stored under its reuse key (no catalog entry; read
+  // back with get_conditioned). A store that refuses it (budgets full of pinned entries) only loses the reuse.
+  void put_reusable(const std::string& reuse_key, const runtime::Content& content);
   // What the catalog knows of one of the chunk's patches (nullopt: none under that key): whether it was
   // formed full-rank over an exact context, and its residual (-1 until formed, or unknown).
   struct PatchFacts {

@@ -74,7 +74,7 @@ PlanStep legacy_serve(const PlanInput& in, const std::string& reason) {
 
 bool considered(const ServeAction& a) {
   const std::string_view id = a.id();
-  return id != "prefill" && id != "load-conditioned";
+  return id != "prefill" && id != "load-conditioned" && id != "reuse";
 }
 
 std::string LayoutPlanner::join(const std::string* why, const char* suffix) {

@@ -26,6 +26,7 @@ LayoutPlanner::LayoutPlanner(const WindowState& state, const Layout& layout)
       defer_(policy_.defer_repairs &&
              (layout.op == Operation::kEvict || layout.op == Operation::kSlide || layout.op == Operation::kReorder)),
       keep_(action("keep")),
+      reuse_(action("reuse")),
       context_(0) {}
 
 Plan LayoutPlanner::run() {
@@ -246,13 +247,59 @@ void LayoutPlanner::defer_repairs() {
   }
 }
 
+int64_t LayoutPlanner::spare_pages() const {
+  int64_t needed = 0;
+  for (std::size_t i = 0; i < info_.size(); ++i) {
+    if (info_[i].candidates[info_[i].chosen].action != StepAction::kKeep) needed += state_.pages_for(info_[i].length);
+  }
+  std::lock_guard<std::mutex> lock(core_.pool_mutex());
+  return core_.pool().num_free() - needed;
+}
+
+namespace {
+
+// Steps exact reuse may replace: those that forward the instance, and those that serve it approximately.
+// A canonical (position 0), a stored conditioned KV and an eviction already are what they are.
+bool reusable(StepAction a) {
+  return a != StepAction::kCanonical && a != StepAction::kLoadConditioned && a != StepAction::kEvict;
+}
+
+bool forwards_in_context(StepAction a) {
+  return a == StepAction::kForm || a == StepAction::kReprefill || a == StepAction::kPrefillTurn;
+}
+
+}  // namespace
+
+void LayoutPlanner::offer_reuse(std::size_t i, const KvState& chain, int64_t* spare, PlanStep& s) {
+  const SlotInfo& si = info_[i];
+  if (s.deferred || !reusable(s.action)) return;
+  const bool keep = s.action == StepAction::kKeep;
+  // A kept instance holding that very KV stays kept; one that would load needs fresh pages the pool has.
+  if (keep && (si.old->state == kv_forward(*si.key, chain) || *spare < state_.pages_for(si.length))) return;
+  const std::string key = reuse_key(*si.key, chain);
+  PlanInput in = input_for(i, &context_);
+  in.reuse_key = &key;
+  std::optional<PlanStep> r = reuse_.plan(in);
+  if (!r) return;
+  r->estimated_seconds = estimate_seconds(in, *r);
+  r->reason += " (instead of " + s.how + ")";
+  if (keep) *spare -= state_.pages_for(si.length);
+  s = std::move(*r);
+  info_[i].prefix_why = false;
+}
+
 void LayoutPlanner::finalize() {
-  // Exactness: an instance is exact when its action is and every antecedent is.
+  // Exactness: an instance is exact when its action is and every antecedent is. Exact reuse: each slot's
+  // KV state along the window (kv_state.h), so a step can be served from KV computed behind the same states.
   bool all_exact = true;
   uint64_t ctx_hash = 0;
+  KvState chain;
+  int64_t spare = policy_.reuse_computed ? spare_pages() : 0;
   for (std::size_t i = 0; i < info_.size(); ++i) {
     SlotInfo& si = info_[i];
     PlanStep s = std::move(si.candidates[si.chosen]);
+    s.deferred = deferred_[i] != 0;
+    if (policy_.reuse_computed) offer_reuse(i, chain, &spare, s);
     if (si.prefix_why && !(s.action == StepAction::kKeep && is_same_[i] != 0)) s.reason = *whys_[i] + "; " + s.reason;
     s.instance = layout_.slots[i].id;
     s.position = si.position;
@@ -266,7 +313,6 @@ void LayoutPlanner::finalize() {
       s.chunk = si.chunk->ref;
     }
     s.sensitivity = si.sensitivity;
-    s.deferred = deferred_[i] != 0;
     s.kl_per_weight =
         s.action == StepAction::kKeep ? si.old->kl_per_weight : (weights_[i] > 0 ? s.predicted_kl / weights_[i] : 0.0);
     if (s.action == StepAction::kKeep) {
@@ -279,6 +325,9 @@ void LayoutPlanner::finalize() {
       ctx_hash = context_hash(ctx_hash, *si.key, ~uint64_t{0} - i);
     }
     all_exact = all_exact && s.exact;
+    if (policy_.reuse_computed && forwards_in_context(s.action)) s.reuse_key = reuse_key(*si.key, chain);
+    chain = kv_chain(chain, kv_state_after(s.action, *si.key, s.patch_key, s.recompute_tokens, chain,
+                                           si.old != nullptr ? si.old->state : KvState{}));
     plan_.forward_tokens += s.forward_tokens;
     plan_.background_tokens += s.background_tokens;
     plan_.bytes_moved += s.bytes_moved;

@@ -11,7 +11,8 @@
 //   optimize_budget         (layout_budget.cpp, planner/budget_search.h) upgrades by KL removed per second
 //                           until the budget fits
 //   defer_repairs           a deferring edit relocates the survivors it would re-serve, and marks them
-//   finalize                exactness along the window, each step's identity, the plan's totals
+//   finalize                exact reuse (a step served from KV a forward computed behind the same KV
+//                           states, kv_state.h), exactness along the window, each step's identity, totals
 //   check_pool              refuses a plan that needs more fresh pages than the shared pool has free
 //
 // The planner reads the window and the engine (stored patches, sensitivity, the cost and fidelity models);
@@ -63,8 +64,9 @@ struct PlanContext {
   ContextWeights weights;
 };
 
-// The actions a plan chooses among per instance: prefill is form's forward without storing the patch, and
-// load-conditioned the prefix-cache policy's own path (the fixed chain of a policy without a budget).
+// The actions a plan chooses among per instance: prefill is form's forward without storing the patch,
+// load-conditioned the store_conditioned policy's own path (the fixed chain of a policy without a budget),
+// and reuse is offered by finalize, once the KV states before the instance are known.
 bool considered(const ServeAction& a);
 
 class LayoutPlanner {
@@ -88,6 +90,10 @@ class LayoutPlanner {
   double kept_loss_bound(std::size_t i, const PlanContext& none) const;
   void defer_repairs();
   void finalize();
+  // Replaces slot i's chosen step `s` by exact reuse when KV for its content behind `chain` is stored and
+  // `s` would forward it or serve it approximately; a kept instance only while `spare` pages last.
+  void offer_reuse(std::size_t i, const KvState& chain, int64_t* spare, PlanStep& s);
+  int64_t spare_pages() const;  // the pool's free pages less those the chosen steps need
   void check_pool();
 
   // Extends `ctx` with the keys of slots [ctx.keys.size(), i) and returns it.
@@ -109,6 +115,7 @@ class LayoutPlanner {
   const bool budgeted_;
   const bool defer_;  // an edit under a deferring policy: its repairs wait for the next read
   const ServeAction& keep_;
+  const ServeAction& reuse_;
 
   Plan plan_;
   std::size_t n_old_ = 0;

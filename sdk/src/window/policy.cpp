@@ -60,7 +60,8 @@ std::string policy_spec_help() {
          "  patch[:M][:exact][:deep][:stale=D][:kl=X]\n"
          "                                      form a rank-M patch on a miss (M an integer or 'full'; default 16)\n"
          "                                      :exact re-conditions survivors and ignores orbit patches;\n"
-         "                                      :deep patches only deep layers; :stale=D accepts a patch formed\n"
+         "                                      :deep patches only deep layers; :noreuse turns exact reuse off;\n"
+         "                                      :stale=D accepts a patch formed\n"
          "                                      under another context when its divergence is <= D; :kl=X keeps\n"
          "                                      the predicted next-token KL per step <= X, choosing per instance\n"
          "                                      the cheapest of keep / stored patch / first-k / CacheBlend / form;\n"
@@ -70,7 +71,8 @@ std::string policy_spec_help() {
          "                                      :move=N prepares, in a window that has reordered, moving N of its\n"
          "                                      chunks behind the others (Window::idle)\n"
          "  reprefill                           prefill every instance whose context changed; reuse nothing\n"
-         "  prefix                              prefix cache: reuse a chunk's KV only behind the identical context\n"
+         "  prefix                              radix cache: reuse KV (chunks, turns, answers) only behind the\n"
+         "                                      identical sequence\n"
          "  blind                               relocate canonicals, never repair\n"
          "  cacheblend:R                        on a miss recompute the top R (0..1) of tokens by KV deviation\n"
          "  firstk:K                            on a miss recompute the first K tokens in context\n"
@@ -119,6 +121,8 @@ void parse_patch_modifier(const std::string& spec, const std::string& part, std:
     p.use_orbit_patches = false;
   } else if (part == "deep") {
     p.deep_only = true;
+  } else if (part == "noreuse") {
+    p.reuse_computed = false;
   } else if (part.rfind("kl=", 0) == 0) {
     p.kl_budget = parse_number(spec, part.substr(3), "kl budget");
     if (!(p.kl_budget > 0 && std::isfinite(p.kl_budget))) bad_spec(spec, "kl budget must be a positive number");
@@ -150,13 +154,16 @@ bool baseline_preset(const std::string& spec, const std::vector<std::string>& pa
     p.reuse_stored = false;
     p.use_orbit_patches = false;
     p.cascade_on_recall = true;
+    p.reuse_computed = false;
   } else if (head == "prefix") {
     p.on_miss = MissAction::kReprefill;
     p.survivors = SurvivorAction::kRecondition;
+    p.reuse_stored = false;
     p.use_orbit_patches = false;
-    p.store_conditioned = true;
+    p.cascade_on_recall = true;
   } else if (head == "blind") {
     p.on_miss = MissAction::kBlind;
+    p.reuse_computed = false;
     p.reuse_stored = false;
     p.use_orbit_patches = false;
     p.cascade_on_recall = false;
@@ -164,6 +171,7 @@ bool baseline_preset(const std::string& spec, const std::vector<std::string>& pa
     if (parts.size() != 2) bad_spec(spec, "expected cacheblend:R with R in [0, 1]");
     p.on_miss = MissAction::kTokenRecompute;
     p.recompute_ratio = parse_number(spec, parts[1], "ratio");
+    p.reuse_computed = false;
     if (!(p.recompute_ratio >= 0 && p.recompute_ratio <= 1)) bad_spec(spec, "ratio must be in [0, 1]");
     p.reuse_stored = false;
     p.use_orbit_patches = false;
@@ -173,6 +181,7 @@ bool baseline_preset(const std::string& spec, const std::vector<std::string>& pa
     if (k < 0 || k != static_cast<double>(static_cast<int64_t>(k))) bad_spec(spec, "K must be a non-negative integer");
     p.on_miss = MissAction::kFirstK;
     p.first_k = static_cast<int64_t>(k);
+    p.reuse_computed = false;
     p.reuse_stored = false;
     p.use_orbit_patches = false;
   } else {
@@ -233,6 +242,7 @@ std::string WindowPolicy::name() const {
       s << "patch:" << (rank_k == rank_v ? rank_text(rank_k) : rank_text(rank_k) + "/" + rank_text(rank_v));
       if (survivors == SurvivorAction::kRecondition && !use_orbit_patches) s << ":exact";
       if (deep_only) s << ":deep";
+      if (!reuse_computed) s << ":noreuse";
       if (stale == StalePatch::kAccept) s << ":stale=" << max_divergence;
       if (kl_budget > 0) s << ":kl=" << kl_budget;
       if (heal_when_idle) {
@@ -242,7 +252,7 @@ std::string WindowPolicy::name() const {
       if (prepare_recalls > 0) s << ":prep=" << prepare_recalls;
       if (prepare_moves > 0) s << ":move=" << prepare_moves;
       return s.str();
-    case MissAction::kReprefill: return store_conditioned ? "prefix" : "reprefill";
+    case MissAction::kReprefill: return reuse_computed || store_conditioned ? "prefix" : "reprefill";
     case MissAction::kBlind: return "blind";
     case MissAction::kTokenRecompute: s << "cacheblend:" << recompute_ratio; return s.str();
     case MissAction::kFirstK: return "firstk:" + std::to_string(first_k);

@@ -307,7 +307,9 @@ Plan Window::plan_heal() const {
   // patch is not used: one of truncated rank is approximate, and a heal would leave it to the next.
   // No budget, no orbit or stale patches, nothing deferred.
   WindowPolicy exact = s.options.policy;
-  if (!exact.store_conditioned) {  // the prefix-cache baseline serves its own way (and is exact anyway)
+  // The prefix-cache baselines serve their own way (and are exact anyway).
+  const bool radix = exact.store_conditioned || (exact.on_miss == MissAction::kReprefill && exact.reuse_computed);
+  if (!radix) {
     exact.on_miss = MissAction::kForm;
     exact.reuse_stored = false;
   }
@@ -444,6 +446,7 @@ WindowPolicy preparation_policy(WindowPolicy prep) {
   prep.reuse_stored = false;
   prep.use_orbit_patches = true;  // stores the orbit key too, when none is stored
   prep.store_conditioned = false;
+  prep.reuse_computed = false;
   prep.cascade_on_recall = false;
   prep.kl_budget = 0;
   prep.cost_aware = false;

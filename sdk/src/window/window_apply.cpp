@@ -112,6 +112,7 @@ Entry start_entry(EngineCore& core, const PlanStep& s, const Entry* old) {
 // Runs the step's action: the entry's KV at the build's next position, behind the entries built so far.
 ApplyOutput run_action(Built& built, const PlanStep& s, const Entry& e, const Entry* old, std::size_t prefix) {
   ApplyInput in{built.window.core, built.window};
+  in.key = &e.key;
   in.old = old;
   in.chunk = e.chunk;
   in.turn_tokens = &e.turn_tokens;
@@ -121,6 +122,15 @@ ApplyOutput run_action(Built& built, const PlanStep& s, const Entry& e, const En
   ApplyOutput out;
   action(s.how).apply(in, s, out);
   return out;
+}
+
+// Exact reuse: the KV of a step that forwarded its instance in context, stored under the key of the
+// window as built (a reuse step that fell back to a forward stores what it computed, too).
+void keep_for_reuse(EngineCore& core, const PlanStep& s, const Entry& e, const ApplyOutput& out, const KvState& chain) {
+  const bool forwarded = out.done_as == StepAction::kForm || out.done_as == StepAction::kReprefill ||
+                         out.done_as == StepAction::kPrefillTurn;
+  if (!forwarded || out.content.empty() || (s.reuse_key.empty() && s.how != "reuse")) return;
+  core.put_reusable(reuse_key(e.key, chain), out.content);
 }
 
 // A kept entry: the old entry's pages (forked) and what it was formed on; the step's drift and prediction.
@@ -147,6 +157,7 @@ Status form_pages(const WindowState& state, Operation op, const PlanStep& s, con
   EngineCore& core = built.window.core;
   const runtime::ModelConfig& config = core.config();
   e.version = core.next_content_version();
+  e.state = kv_state_after(out.done_as, e.key, s.patch_key, s.recompute_tokens, built.window.chain, KvState{});
   e.formed_on = ctx.ctx_hash;
   e.formed_on_keys = ctx.keys_hash;
   e.formed_on_tokens = ctx.ctx_tokens;
@@ -176,6 +187,7 @@ Status form_pages(const WindowState& state, Operation op, const PlanStep& s, con
 // Appends the served entry (and, when formed, its content) to the build and extends the context.
 void append_entry(Built& built, BuildContext& ctx, Entry e, ApplyOutput& out) {
   WindowBuild& b = built.window;
+  b.chain = kv_chain(b.chain, e.state);
   ctx.ctx_hash = context_hash(ctx.ctx_hash, e.key, e.version);
   ctx.keys_hash = context_hash(ctx.keys_hash, e.key, 0);
   ctx.prefixes.push_back({ctx.keys_hash, e.length});
@@ -203,6 +215,7 @@ Status apply_steps(const WindowState& state, const Plan& plan, const EntryIndex&
     Entry e = start_entry(core, s, old);
     ApplyOutput out = run_action(built, s, e, old, ctx.leading_turns);
     tally.add(out);
+    keep_for_reuse(core, s, e, out, built.window.chain);
     if (out.keep_pages) {
       keep_pages(core, s, *old, e);
     } else {

@@ -95,6 +95,44 @@ std::vector<int64_t> greedy(const detail::EngineCore& core, runtime::PastKV past
   return out;
 }
 
+// The rows of several forwards' KV, in order, as one content.
+runtime::Content concat_contents(const std::vector<runtime::Content>& parts) {
+  runtime::Content out(parts.front().size());
+  for (std::size_t l = 0; l < out.size(); ++l) {
+    std::vector<at::Tensor> k, v;
+    for (const runtime::Content& p : parts) {
+      k.push_back(p[l].k);
+      v.push_back(p[l].v);
+    }
+    out[l].k = at::cat(k, 0);
+    out[l].v = at::cat(v, 0);
+  }
+  return out;
+}
+
+// Exact reuse of a read (WindowPolicy::reuse_computed): the KV of the query, and of the query followed by
+// the answer, behind the window's KV states, kept where a live turn with those tokens will look for it.
+// `parts` holds the KV of every forward generate ran (the query first, then each answer token but the
+// last), `past` the window and those, ending at position `end`; the last answer token's KV is computed
+// here (one more decode step) so that an appended answer forwards nothing.
+void keep_read_for_reuse(const WindowState& state, const std::vector<int64_t>& query,
+                         const std::vector<int64_t>& answer, std::vector<runtime::Content> parts,
+                         const runtime::PastKV& past, int64_t end) {
+  detail::EngineCore& core = *state.core;
+  if (!state.options.policy.reuse_computed || parts.empty()) return;
+  const detail::KvState chain = state.state_chain();
+  core.put_reusable(detail::reuse_key(core.turn_key(query), chain), parts.front());
+  const int64_t limit = core.config().max_position_embeddings;
+  if (answer.empty() || (limit > 0 && end + 1 > limit)) return;
+  runtime::ForwardInput in = core.input_for_tokens({answer.back()}, end);
+  runtime::ForwardOptions fo;
+  fo.logits = runtime::LogitsMode::kNone;
+  parts.push_back(core.model().forward(in, &past, fo).content);
+  std::vector<int64_t> turn = query;
+  turn.insert(turn.end(), answer.begin(), answer.end());
+  core.put_reusable(detail::reuse_key(core.turn_key(turn), chain), concat_contents(parts));
+}
+
 }  // namespace
 
 int64_t Logits::argmax(int64_t i) const {
@@ -254,6 +292,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
   std::vector<int64_t> input = query;
   int64_t pos = start;
   c10::InferenceMode guard;
+  std::vector<runtime::Content> parts;  // the KV of every forward (exact reuse)
   for (int64_t i = 0; i < options.max_tokens; ++i) {
     if (limit > 0 && pos + static_cast<int64_t>(input.size()) > limit) {
       g.stop_reason = "position_limit";
@@ -292,6 +331,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
       }
     }
     g.tokens.push_back(next);
+    parts.push_back(r.content);
     extend_past(past, r.content, in.positions);
     pos += static_cast<int64_t>(input.size());
     input = {next};
@@ -304,6 +344,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
       break;
     }
   }
+  keep_read_for_reuse(*state_, query, g.tokens, std::move(parts), past, pos);
   if (core.has_tokenizer()) g.text = core.tokenizer().decode(g.tokens, query.back());
   g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return g;

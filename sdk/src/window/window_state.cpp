@@ -76,6 +76,12 @@ std::vector<uint64_t> WindowState::context_hashes() const {
   return out;
 }
 
+KvState WindowState::state_chain() const {
+  KvState chain;
+  for (const Entry& e : entries) chain = kv_chain(chain, e.state);
+  return chain;
+}
+
 uint64_t context_hash(uint64_t h, const std::string& key, uint64_t version) {
   uint64_t x = std::hash<std::string>{}(key) ^ (version * 0x9e3779b97f4a7c15ULL);
   x ^= x >> 33;

@@ -22,6 +22,7 @@
 #include "orbit/runtime/reuse.h"
 #include "orbit/window.h"
 #include "window/engine_core.h"
+#include "window/kv_state.h"
 
 namespace orbit::detail {
 
@@ -59,6 +60,7 @@ struct EntryMeta {
   PatchMatch match = PatchMatch::kNone;
   std::string patch_key;
   bool deferred = false;  // an edit left its repair to the next read (WindowPolicy::defer_repairs)
+  KvState state;          // what its KV is (kv_state.h): equal states, equal KV
 
   ChunkRef ref() const;
 };
@@ -98,6 +100,8 @@ struct WindowState {
   int64_t device_bytes() const;  // pages held × page bytes
   // context_hash of every entry's current antecedents, in window order (one O(n) sweep).
   std::vector<uint64_t> context_hashes() const;
+  // The KV-state chain over every entry (kv_state.h): what a forward after the window is formed behind.
+  KvState state_chain() const;
 };
 
 // A copy-on-write copy of a window's state (Window::fork): a fresh id, every entry's pages shared.
