@@ -5,6 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "orbit/common/error.h"
+#include "orbit/common/json_input.h"
+
 namespace orbit::serve {
 
 using nlohmann::json;
@@ -99,8 +102,13 @@ ChatToolCall parse_tool_call(const json& v, const std::string& param) {
   if (fn->contains("arguments")) {
     call.arguments = need_string((*fn)["arguments"], param + ".function.arguments");
     // Templates see the arguments parsed as JSON: they must be an object.
-    const json args = json::parse(call.arguments, nullptr, false);
-    if (args.is_discarded() || !args.is_object()) fail(param + ".function.arguments", "not a JSON object");
+    json args;
+    try {
+      args = parse_json_input(call.arguments.data(), call.arguments.data() + call.arguments.size(), "arguments");
+    } catch (const Error& e) {
+      fail(param + ".function.arguments", e.what());
+    }
+    if (!args.is_object()) fail(param + ".function.arguments", "not a JSON object");
   }
   return call;
 }
@@ -193,8 +201,13 @@ json parse_body(std::string_view body, const ServeLimits& limits) {
                 std::to_string(limits.max_body_bytes) + " bytes";
     throw Invalid{e};
   }
-  json j = json::parse(body.begin(), body.end(), nullptr, false);
-  if (j.is_discarded()) fail("", "the body is not valid JSON");
+  // Bounded nesting: tools are dumped and copied, which recurses once per level.
+  json j;
+  try {
+    j = parse_json_input(body.data(), body.data() + body.size(), "the body");
+  } catch (const Error& e) {
+    fail("", e.what());
+  }
   if (!j.is_object()) fail("", std::string("the body must be a JSON object, got ") + type_name(j));
   return j;
 }
