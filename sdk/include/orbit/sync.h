@@ -36,15 +36,15 @@
 //      position-free, patched, reusable at any position and recallable after eviction. A shorter unit
 //      appended at the tail is a live turn (prefilled, never stored). A short unit that must go anywhere
 //      but the tail becomes a chunk too (turns are only ever appended).
-//   5. Diff: each unit is matched to an instance of the window with the same key (first match in window
-//      order); instances nothing matches are evicted (chunks stay recallable; when they are the window's
-//      oldest chunk instances, by one slide); if the matched instances' order differs from the list's, one
-//      reorder puts them in order; each unmatched unit is then placed before the next matched one: a chunk
-//      the window evicted earlier is recalled, another chunk admitted,
-//      a short unit at the tail added as a turn. A unit whose key is in the window twice (the same message
-//      text rendered identically twice) is added once as a chunk and otherwise as a turn at the tail,
-//      followed by a reorder. sync works on any window: instances it did not make are evicted unless the
-//      rendering contains them.
+//   5. Diff: each unit is matched to an instance of the window with the same key (when there are several,
+//      the first after the instance matched last, else the first unless the key was matched already);
+//      instances nothing matches are evicted (chunks stay
+//      recallable; when they are the window's oldest chunk instances, by one slide); if the matched instances' order
+//      differs from the list's, one reorder puts them in order; each unmatched unit is then placed before the next
+//      matched one: a chunk the window evicted earlier is recalled, another chunk admitted, a short unit at the tail
+//      added as a turn. A unit whose key is in the window twice (the same message text rendered identically twice) is
+//      added once as a chunk and otherwise as a turn at the tail, followed by a reorder. sync works on any window:
+//      instances it did not make are evicted unless the rendering contains them.
 //
 // Models without a chat template (llama2.c models such as stories260K, TinyStories-656K) use
 // SyncOptions::chat.chat_template when given, else kPlainChatTemplate: "role: content" and a newline per

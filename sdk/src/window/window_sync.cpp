@@ -540,19 +540,33 @@ SyncPlan units_of(const detail::EngineCore& core, Rendering r) {
   return plan;
 }
 
-// Step 5: each unit's instance (index into `current`, -1: none), by key, first match in window order; the
+// Step 5: each unit's instance (index into `current`, -1: none), by key: of the unused instances with its
+// key, the first after the instance matched last (in window order), else the first unless an earlier unit
+// matched that key already (the unit is then a new copy). So when a key is in the window several times
+// (the same message rendered twice), removing or appending one of them moves none of the rest. The
 // instances no unit matches are evicted.
 std::vector<int64_t> match_units(const std::vector<InstanceInfo>& current, SyncPlan& plan, std::vector<bool>& used) {
-  std::unordered_map<std::string, std::vector<std::size_t>> by_key;
-  for (std::size_t i = current.size(); i-- > 0;) by_key[current[i].chunk.key].push_back(i);  // popped from the back
+  std::unordered_map<std::string, std::vector<std::size_t>> by_key;  // window indices, ascending
+  for (std::size_t i = 0; i < current.size(); ++i) by_key[current[i].chunk.key].push_back(i);
   std::vector<int64_t> match(plan.units.size(), -1);
   used.assign(current.size(), false);
+  int64_t last = -1;
+  std::unordered_set<std::string> matched;  // keys an earlier unit matched
   for (std::size_t u = 0; u < plan.units.size(); ++u) {
     auto it = by_key.find(plan.units[u].key);
     if (it == by_key.end() || it->second.empty()) continue;
-    match[u] = static_cast<int64_t>(it->second.back());
-    it->second.pop_back();
+    std::vector<std::size_t>& free = it->second;
+    auto pick = std::upper_bound(free.begin(), free.end(), last,
+                                 [](int64_t v, std::size_t i) { return v < static_cast<int64_t>(i); });
+    if (pick == free.end()) {
+      if (!matched.insert(it->first).second) continue;
+      pick = free.begin();
+    }
+    matched.insert(it->first);
+    match[u] = static_cast<int64_t>(*pick);
+    free.erase(pick);
     used[static_cast<std::size_t>(match[u])] = true;
+    last = match[u];
   }
   for (std::size_t i = 0; i < current.size(); ++i) {
     if (!used[i]) plan.evict.push_back(current[i].id);
