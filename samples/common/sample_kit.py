@@ -17,10 +17,12 @@ An `Episode` wraps one window. Each agent step is
 
     episode.begin_step("page 3")
     episode.admit(chunk) / add_turn(tokens) / slide(n) / recall(chunk) / evict(instance) / reorder(chunks)
+    episode.sync(messages, notes)   # or: the agent's message list, Window.sync turning it into operations
     episode.end_step()          # measures fidelity: Window.logits(probe) vs Window.reference_logits(probe)
 
-Every operation goes through `Window.plan_*` then `Window.apply` and is timed; its ApplyReport's
-forward tokens are summed per step. Fidelity is measured after the step and is not counted in its cost.
+Every operation goes through `Window.plan_*` then `Window.apply` (or `Window.sync`, which does the same for
+each operation it applies) and is timed; its ApplyReport's forward tokens are summed per step. Fidelity is
+measured after the step and is not counted in its cost.
 """
 from __future__ import annotations
 
@@ -306,6 +308,73 @@ class Episode:
         plan = self._timed_plan(lambda: self.window.plan_reorder(order))
         return self._run("reorder " + ",".join(c.label for c in chunk_order), plan,
                          {"op": "reorder", "order": [self.chunk_name(c) for c in chunk_order]})
+
+    def sync(self, messages: list[dict], notes: dict[int, str], **options) -> object:
+        """Brings the window to `messages` (Window.sync: one call, its operations planned and applied under the
+        window's policy) and records each operation it applied as the methods above do, with its trace step.
+        notes[i] names what message i becomes: a turn's note in the operations and the trace ("action 12"),
+        a chunk's trace name (the first name a content gets stays). options go to Window.sync."""
+        before = {i.id: i for i in self.window.instances}
+        order = [i.id for i in self.window.instances]
+        t0 = time.perf_counter()
+        r = self.window.sync(messages, **options)
+        self.current.seconds += time.perf_counter() - t0
+        units = {u.instance: u for u in r.plan.units}
+        for u in r.plan.units:
+            if not u.is_turn and u.action.label in ("admit", "recall"):
+                chunk = u.chunk or self.engine.chunk(u.key)
+                self.register(chunk, u.tokens, notes.get(u.first_message, f"message{u.first_message}"))
+        for plan, report in zip(r.plans, r.reports):
+            what, step = self._sync_step(plan, report, before, order, units, notes)
+            self.current.operations.append(what)
+            self.current.forward_tokens += report.forward_tokens
+            self.current.patches_formed += report.patches_formed
+            self.current.patch_hits += report.patch_hits
+            self.current.canonicals_encoded += report.canonicals_encoded
+            self.trace_steps.append(step)
+            order[:] = list(plan.order)
+            for iid in report.added:
+                before[iid] = self.window.instance(iid)
+        return r
+
+    def _sync_step(self, plan, report, before: dict, order: list, units: dict, notes: dict) -> tuple[str, dict]:
+        """One operation sync applied, as (what the operations column says, its orbit-trace/1 step); `order`
+        and `before` describe the window before it."""
+        op = plan.op.label
+        if op == "slide":
+            gone = [i for i in order if i not in set(plan.order)]
+            return (f"slide {'+'.join(self.chunk_name(before[i].chunk) for i in gone)}",
+                    {"op": "slide", "count": len(gone)})
+        if op == "evict":
+            (gone,) = [i for i in order if i not in set(plan.order)]
+            info = before[gone]
+            if info.is_turn:
+                return "evict turn", {"op": "evict", "turn": [i for i in order if before[i].is_turn].index(gone)}
+            return f"evict {self.chunk_name(info.chunk)}", {"op": "evict", "chunk": self.chunk_name(info.chunk)}
+        if op == "turn":
+            unit = units[report.added[0]]
+            note = notes.get(unit.first_message, "turn")
+            tokens = list(map(int, unit.tokens))
+            self.turn_tokens[int(report.added[0])] = tokens
+            return f"{note} {len(tokens)}", {"op": "turn", "tokens": tokens, "note": note}
+        if op in ("admit", "recall"):
+            unit = units[report.added[0]]
+            chunk = unit.chunk or self.engine.chunk(unit.key)
+            step = {"op": op, "chunk": self.chunk_name(chunk)}
+            at = list(plan.order).index(report.added[0])
+            if at + 1 < len(plan.order):
+                following = before[plan.order[at + 1]]
+                if following.is_turn:
+                    raise ValueError(f"sync {op}ed {chunk.label} before a live turn, which orbit-trace/1 cannot say")
+                step["before"] = self.chunk_name(following.chunk)
+            return f"{op} {self.chunk_name(chunk)}", step
+        if op == "reorder":
+            chunks = [before[i] for i in plan.order if not before[i].is_turn]
+            if [before[i].is_turn for i in plan.order] != [before[i].is_turn for i in order]:
+                raise ValueError("sync moved a live turn, which orbit-trace/1's reorder (chunks only) cannot say")
+            return ("reorder " + ",".join(self.chunk_name(c.chunk) for c in chunks),
+                    {"op": "reorder", "order": [self.chunk_name(c.chunk) for c in chunks]})
+        raise ValueError(f"sync applied a {op}, which this episode does not record")
 
     def generate(self, query: list[int], max_tokens: int) -> list[int]:
         """The agent decodes (greedy) after the window + query; counted as decode, not as forward tokens."""

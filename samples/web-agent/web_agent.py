@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
-"""Web agent: a browsing episode over many steps on an orbit window.
+"""Web agent: a browsing episode over many steps on an orbit window, driven by a message list.
 
-Every step the agent reads a page: the page's text becomes a chunk (encoded once, stored position-free) and
-the step's action and observation become live turns. The window keeps the last three pages over a growing
-transcript (slide) and now and then looks back at an earlier page (recall: the page's canonical comes from
-the store and gets a fresh patch on its current context). When the transcript outgrows the model's
-positions, the oldest turns are evicted (the system turn stays).
+The agent keeps its conversation as chat messages, as it would for a chat API, and hands the whole list to
+`Window.sync` at every step (sdk/include/orbit/sync.h): the system prompt, then per step the page it read
+(a tool message), its action (an assistant message) and the observation (a user message). The list keeps
+the last three pages: the oldest page message leaves it, and sync slides that page out of the window. Now
+and then the agent looks back at an earlier page: its message returns, and sync recalls it (the page's
+canonical comes from the store and gets a fresh patch on its current context). When the transcript outgrows
+the model's positions, the oldest action and observation messages leave the list and sync evicts them (the
+system message stays). Pages are chunks (encoded once, stored position-free): sync makes a chunk of every
+message at least as long as the shortest page, and keeps the shorter messages as live turns.
 
     window  [ system | ...transcript turns... | page p-2 | act | obs | page p-1 | act | obs | page p | act | obs ]
 
-Everything is text, tokenized by the model's tokenizer: the pages of a small town's website, written from
-word lists in the simple register of the children's stories the bundled stories260K was trained on (each
-page shares the site's header and tells its own short scene), the agent's action (decoded greedily by the
-model after "Then Lily went to the") and the observation. The table and the report show that text. Every
-number is measured on real model computation (the bundled stories260K, or --model with a tokenizer).
+Everything is text, tokenized by the model's tokenizer and rendered one message per line (the chat template
+below: a story model reads plain lines): the pages of a small town's website, written from word lists in
+the simple register of the children's stories the bundled stories260K was trained on (each page shares the
+site's header and tells its own short scene), the agent's action (decoded greedily by the model after "Then
+Lily went to the") and the observation. The table and the report show that text. Every number is measured
+on real model computation (the bundled stories260K, or --model with a tokenizer).
 
     /usr/bin/python3 samples/web-agent/web_agent.py            # 32 steps on the bundled model
     /usr/bin/python3 samples/web-agent/web_agent.py --short    # 8 steps (what the tests run)
@@ -34,6 +39,7 @@ ACTION_TOKENS = 6     # tokens the agent decodes for its action
 SYSTEM = "Lily was a little girl who liked to read. One day she read the pages of her town, one by one."
 ACTION_QUERY = "Then Lily went to the"    # the agent decodes its next action after it
 PROBE = "Lily looked at the page and"      # the fidelity probe, read after the window
+CHAT_TEMPLATE = "{% for message in messages %}{{ message.content }}\n{% endfor %}"  # one message per line
 
 HEADER = "Town news."
 PLACES = ["park", "shop", "school", "farm", "beach", "garden", "pond", "zoo", "lake", "bakery", "forest", "hill"]
@@ -88,45 +94,54 @@ def run(model=kit.DEFAULT_MODEL, *, steps: int = 32, policy: str = "patch:16", o
         progress = None if quiet else kit.Progress(steps, "web-agent")
         ep = kit.Episode(orbit, engine, window, name="web-agent",
                          description=f"Web agent: {steps} steps, the last {KEEP} pages over a growing "
-                                     f"transcript, a look-back every {LOOK_BACK_EVERY} steps "
-                                     f"(samples/web-agent, seed {seed}).",
+                                     f"transcript, a look-back every {LOOK_BACK_EVERY} steps, synced from a "
+                                     f"message list (samples/web-agent, seed {seed}).",
                          probe=probe, progress=progress, keep_logits=dump_logits)
+        # pages become chunks, the shorter system, action and observation messages live turns
+        chunk_min = min(len(engine.tokenize(site.page(p), bos=False)) for p in range(steps))
+        # the list: (message, note): the note names the message in the operations (a turn) or the trace (a chunk)
+        entries = [({"role": "system", "content": SYSTEM}, "system")]
+
+        def messages() -> list[dict]:
+            return [m for m, _ in entries]
+
+        def sync() -> None:
+            ep.sync(messages(), {k: note for k, (_, note) in enumerate(entries)}, chat_template=CHAT_TEMPLATE,
+                    chunk_min_tokens=chunk_min)
+
+        def fits() -> bool:
+            plan = window.plan_sync(messages(), chat_template=CHAT_TEMPLATE, chunk_min_tokens=chunk_min)
+            return len(plan.tokens) + len(ep.probe) <= budget
+
         new_pages: list[int] = []
         for step in range(steps):
             look_back = step >= LOOK_BACK_EVERY and step % LOOK_BACK_EVERY == LOOK_BACK_EVERY - 1
-            # a look-back revisits the page first seen KEEP+1 new pages ago (it has been slid out)
+            # a look-back revisits the page first seen KEEP+1 new pages ago (it has left the list)
             page = new_pages[-(KEEP + 1)] if look_back else len(new_pages)
             ep.begin_step(f"{'back to' if look_back else 'page'} {page}")
             if step == 0:
-                ep.add_turn(system, note="system")
-                ep.note_text("system", engine.detokenize(system))
+                ep.note_text("system", SYSTEM)
             text = site.page(page)
-            tokens = engine.tokenize(text, bos=False)
-            chunk = engine.add_tokens(tokens, label=f"page {page}")
-            ep.register(chunk, tokens, f"page{page}")
-            if chunk not in window:
-                # make room first: the oldest page leaves; survivors are relocated only
-                while sum(1 for i in window.instances if not i.is_turn) >= KEEP:
-                    ep.slide(1)
-                if chunk in window.evicted:
-                    ep.recall(chunk)    # look back: canonical from the store, a fresh patch on this context
-                    ep.note_text("look back", engine.detokenize(tokens))
-                else:
-                    ep.admit(chunk)
-                    ep.note_text("page", engine.detokenize(tokens))
-            action = ep.generate(action_query, max_tokens=ACTION_TOKENS)
-            ep.add_turn(action_query + action, note="action")
-            ep.note_text("action", engine.detokenize(action_query + action))
+            # the oldest page leaves the list (sync slides it out), the page read joins it
+            pages = [k for k, (m, _) in enumerate(entries) if m["role"] == "tool"]
+            if len(pages) >= KEEP:
+                del entries[pages[0]]
+            entries.append(({"role": "tool", "content": text}, f"page{page}"))
+            sync()
+            ep.note_text("look back" if look_back else "page", text)
+            action = engine.detokenize(action_query + ep.generate(action_query, max_tokens=ACTION_TOKENS)).strip()
+            entries.append(({"role": "assistant", "content": action}, "action"))
+            ep.note_text("action", action)
             observation = site.observation(page)
-            observation = engine.tokenize(observation, bos=False)
-            ep.add_turn(observation, note="observation")
-            ep.note_text("observation", engine.detokenize(observation))
-            # the transcript grows; stay within the model's positions by evicting the oldest turns
-            while window.tokens + len(ep.probe) > budget:
-                turns = [i for i in window.instances if i.is_turn]
-                if len(turns) <= 1:
+            entries.append(({"role": "user", "content": observation}, "observation"))
+            ep.note_text("observation", observation)
+            # the transcript grows; stay within the model's positions: the oldest turns leave the list
+            while not fits():
+                oldest = next((k for k, (m, _) in enumerate(entries) if m["role"] in ("assistant", "user")), None)
+                if oldest is None:
                     break
-                ep.evict(turns[1])     # turns[0] is the system turn
+                del entries[oldest]
+            sync()
             if not look_back:
                 new_pages.append(page)
             ep.end_step()
