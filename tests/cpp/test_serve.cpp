@@ -1,0 +1,221 @@
+// `orbit serve` below HTTP (cli/serve/): the request parser's refusals, streamed text with stop strings and
+// split characters, the fair gate's round-robin order, and ServeCore on TinyStories-656K: interleaved
+// sessions give the answers they give alone, anonymous requests reuse a kept window, idle sessions leave
+// memory past max_sessions and come back from the store, a client that leaves cancels its run.
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "orbit_catch.h"
+#include "serve/fair_gate.h"
+#include "serve/serve_api.h"
+#include "serve/serve_core.h"
+#include "serve/text_stream.h"
+
+namespace sv = orbit::serve;
+
+namespace {
+
+const std::string kModel = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
+
+// The error a chat body gets: status and param ("" when it parses).
+std::pair<int, std::string> chat_error(const std::string& body) {
+  const sv::Parsed<sv::ChatRequest> p = sv::parse_chat_request(body);
+  if (p.ok()) return {200, ""};
+  return {p.error.status, p.error.param};
+}
+
+void wait_until(const std::function<bool()>& done) {
+  for (int i = 0; i < 5000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(done());
+}
+
+}  // namespace
+
+TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[serve]") {
+  const std::string ok = R"({"model":"m","messages":[{"role":"user","content":"hi"}]})";
+  CHECK(chat_error(ok).first == 200);
+  CHECK(chat_error("{not json") == std::pair<int, std::string>{400, ""});
+  CHECK(chat_error("[1,2]") == std::pair<int, std::string>{400, ""});
+  CHECK(chat_error(R"({"messages":[{"role":"user","content":"hi"}]})").second == "model");
+  CHECK(chat_error(R"({"model":"m","messages":[]})").second == "messages");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"robot","content":"x"}]})").second == "messages[0].role");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":7}]})").second == "messages[0].content");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})").second ==
+        "messages[0].content[0].type");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0})").second ==
+        "max_tokens");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":3})").second ==
+        "temperature");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_p":0})").second == "top_p");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})").second == "n");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})").second == "stream");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})").second ==
+        "stop");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"user":"a b"})").second == "user");
+  const std::string arguments =
+      R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"[1]"}}]}]})";
+  CHECK(chat_error(arguments).second == "messages[0].tool_calls[0].function.arguments");
+  std::string deep = R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":)";
+  deep += std::string(5000, '[') + std::string(5000, ']') + "}";
+  CHECK(chat_error(deep).first == 400);
+  sv::ServeLimits small;
+  small.max_body_bytes = 16;
+  CHECK(sv::parse_chat_request(ok, small).error.status == 413);
+
+  const sv::Parsed<sv::ChatRequest> full = sv::parse_chat_request(
+      R"({"model":"m","messages":[{"role":"developer","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}],
+      "max_completion_tokens":5,"max_tokens":9,"temperature":0,"top_p":0.5,"seed":3,"stop":"\n","stream":true,
+      "stream_options":{"include_usage":true},"user":"s-1"})");
+  REQUIRE(full.ok());
+  CHECK(full.value->messages[0].content == "ab");
+  CHECK(full.value->messages[1].tool_calls.at(0).name == "f");
+  CHECK(*full.value->sampling.max_tokens == 5);
+  CHECK(full.value->sampling.stop == std::vector<std::string>{"\n"});
+  CHECK(full.value->sampling.include_usage);
+  CHECK(full.value->user == "s-1");
+  const sv::Parsed<sv::CompletionRequest> completion = sv::parse_completion_request(R"({"model":"m","prompt":["x"]})");
+  REQUIRE(completion.ok());
+  CHECK(completion.value->prompt == "x");
+  CHECK_FALSE(sv::parse_completion_request(R"({"model":"m","prompt":["x","y"]})").ok());
+}
+
+TEST_CASE("serve: streamed text holds back split characters and stop strings", "[serve]") {
+  const std::map<int64_t, std::string> pieces = {{1, "Hello"}, {2, " wor"}, {3, "ld\nus"},
+                                                 {4, "er:"},   {5, "\xC3"}, {6, "\xA9!"}};
+  auto decode = [&](const std::vector<int64_t>& tokens) {
+    std::string text;
+    for (int64_t t : tokens) text += pieces.at(t);
+    return text;
+  };
+  sv::TextStream plain(decode, {});
+  CHECK(plain.push(1) == "Hello");
+  CHECK(plain.push(5).empty());  // half of "é"
+  CHECK(plain.push(6) == "\xC3\xA9!");
+  CHECK(plain.finish().empty());
+
+  sv::TextStream stopped(decode, {"\nuser:"});
+  CHECK(stopped.push(1) == "Hello");
+  CHECK(stopped.push(2) == " wor");
+  CHECK(stopped.push(3) == "ld");  // "\nus" may start the stop string
+  CHECK_FALSE(stopped.stopped());
+  CHECK(stopped.push(4).empty());
+  CHECK(stopped.stopped());
+  CHECK(stopped.released() == "Hello world");
+  CHECK(stopped.finish().empty());
+}
+
+TEST_CASE("serve: the gate serves lanes round-robin, one forward each", "[serve]") {
+  sv::FairGate gate;
+  REQUIRE(gate.enter("holder"));
+  std::mutex m;
+  std::vector<std::string> order;
+  auto waiter = [&](const std::string& lane, const std::string& name) {
+    return std::thread([&, lane, name] {
+      REQUIRE(gate.enter(lane));
+      {
+        std::lock_guard<std::mutex> lock(m);
+        order.push_back(name);
+      }
+      gate.leave();
+    });
+  };
+  std::thread a1 = waiter("A", "A1");
+  wait_until([&] { return gate.waiting() == 1; });
+  std::thread a2 = waiter("A", "A2");
+  wait_until([&] { return gate.waiting() == 2; });
+  std::thread b1 = waiter("B", "B1");
+  wait_until([&] { return gate.waiting() == 3; });
+  CHECK_FALSE(gate.try_enter_idle());  // requests wait: idle work does not take the gate
+  std::atomic<bool> cancel{false};
+  std::atomic<int> cancelled_result{-1};
+  std::thread c([&] {
+    cancelled_result = gate.enter(
+                           "C", [&] { return cancel.load(); }, 1)
+                           ? 1
+                           : 0;
+  });
+  wait_until([&] { return gate.waiting() == 4; });
+  cancel = true;
+  wait_until([&] { return cancelled_result.load() == 0; });
+  gate.leave();
+  for (std::thread* t : {&a1, &a2, &b1, &c}) t->join();
+  // A second waiter of lane A is served after lane B's, not before.
+  CHECK(order == std::vector<std::string>{"A1", "B1", "A2"});
+  CHECK(gate.try_enter_idle());
+  gate.leave();
+  gate.close();
+  CHECK_FALSE(gate.enter("late"));
+}
+
+TEST_CASE("serve: sessions on the model: interleaving, anonymous reuse, LRU, cancel", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.policy = "patch:16:exact";
+  options.max_sessions = 2;
+  options.chunk_min_tokens = 16;
+  sv::ServeCore core(options);
+  const std::string doc =
+      "The dog found a big red ball in the park. Lily was happy. She threw the ball and the dog ran after it.";
+  auto request = [&](const std::string& question) {
+    sv::ChatRequest r;
+    r.model = core.model_name();
+    r.messages = {{"system", "You tell short stories."}, {"tool", doc}, {"user", question}};
+    r.sampling.max_tokens = 8;
+    r.sampling.temperature = 0;
+    return r;
+  };
+  auto run = [&](const sv::ChatRequest& r, const std::string& session, const sv::RunSink& sink = {}) {
+    std::vector<int64_t> prompt;
+    const auto bad = core.check_chat(r, &prompt);
+    REQUIRE_FALSE(bad.has_value());
+    sv::RunOutcome out = core.chat(r, prompt, session, sink);
+    REQUIRE(out.result.has_value());
+    return *out.result;
+  };
+  const std::vector<std::string> questions = {"What did the dog find?", "Who was happy?", "Where were they?"};
+  std::vector<std::string> alone;
+  for (const std::string& q : questions) alone.push_back(run(request(q), "").text);
+
+  // Three sessions at once, one forward at a time: each answer is the one it gets alone.
+  std::vector<std::string> together(questions.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < questions.size(); ++i) {
+    threads.emplace_back([&, i] { together[i] = run(request(questions[i]), "s" + std::to_string(i)).text; });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(together == alone);
+
+  // The same anonymous request again reuses the kept window: only the generation prompt is forwarded.
+  const sv::RunResult again = run(request(questions[0]), "");
+  CHECK(again.text == alone[0]);
+  CHECK(again.usage.forward_tokens < 8);
+
+  // max_sessions = 2: the least recently used of s0, s1, s2 has left memory; it comes back from the store.
+  int resident = 0;
+  for (int i = 0; i < 3; ++i) resident += core.session_info("s" + std::to_string(i)).value()["resident"].get<bool>();
+  CHECK(resident == 2);
+  std::string gone;
+  for (int i = 0; i < 3; ++i) {
+    if (!core.session_info("s" + std::to_string(i)).value()["resident"].get<bool>()) gone = "s" + std::to_string(i);
+  }
+  REQUIRE_FALSE(gone.empty());
+  const sv::RunResult back = run(request(questions[std::stoi(gone.substr(1))]), gone);
+  CHECK(back.text == alone[std::stoi(gone.substr(1))]);
+  CHECK(core.session_info(gone).value()["left_memory"].get<int64_t>() == 1);
+  CHECK_FALSE(core.session_info("nobody").has_value());
+  CHECK(core.end_session(gone));
+  CHECK_FALSE(core.session_info(gone).has_value());
+
+  // A client that leaves after the first piece of text cancels the run.
+  sv::RunSink sink;
+  sink.on_text = [](const std::string&) { return false; };
+  sv::ChatRequest longer = request("Tell me more.");
+  longer.sampling.max_tokens = 64;
+  const sv::RunResult cut = run(longer, "s-cut", sink);
+  CHECK(cut.finish_reason == "cancelled");
+  CHECK(cut.usage.completion_tokens < 8);
+  core.close();
+}
