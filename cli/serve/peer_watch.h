@@ -1,28 +1,23 @@
-// Whether the client of an HTTP connection has gone away, seen from outside the connection: the server's
-// socket for it is in CLOSE_WAIT (the client closed its end) or no longer listed (reset), per the kernel's
-// /proc/net/tcp and /proc/net/tcp6. Linux only; elsewhere (or when /proc cannot be read) it never says
-// gone, and a streamed response still notices a client that left when a write fails.
+// Whether the client of an HTTP connection has gone away, asked between forwards. cpp-httplib does not hand
+// a handler its socket, so PeerWatch finds it once among the process's descriptors (the socket whose
+// local and peer ports are the request's), then peeks at it without blocking: end of stream (the client
+// closed its end) or an error (reset) means gone; no data yet, or data (a pipelined request), means still
+// there. A client that shuts down only its sending side after the request looks gone too. Where the socket
+// cannot be found it never says gone (a streamed response still notices a client that left when a write
+// fails).
 #pragma once
-
-#include <chrono>
 
 namespace orbit::serve {
 
-// True when the connection from `remote_port` to `local_port` is closing or gone.
-bool peer_closed(int local_port, int remote_port);
-
-// peer_closed, asked at most every `period` (cheap to call between forwards).
 class PeerWatch {
  public:
-  PeerWatch(int local_port, int remote_port, std::chrono::milliseconds period = std::chrono::milliseconds(100))
-      : local_port_(local_port), remote_port_(remote_port), period_(period) {}
-  bool gone();
+  // Finds the connection's socket (local_port, remote_port as the request reports them).
+  PeerWatch(int local_port, int remote_port);
+  bool gone();  // one non-blocking peek; stays true once true
+  bool found() const { return fd_ >= 0; }
 
  private:
-  int local_port_;
-  int remote_port_;
-  std::chrono::milliseconds period_;
-  std::chrono::steady_clock::time_point last_{};
+  int fd_ = -1;
   bool gone_ = false;
 };
 
