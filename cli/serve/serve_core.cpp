@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <set>
 
 #include "orbit/common/error.h"
 #include "orbit/policy.h"
@@ -187,6 +188,7 @@ void ServeCore::release(Slot& slot) {
 }
 
 void ServeCore::enforce_budget() {
+  std::set<const Session*> busy;  // candidates whose window the idle worker holds: skipped this time
   for (;;) {
     std::shared_ptr<Session> victim;
     {
@@ -199,14 +201,22 @@ void ServeCore::enforce_budget() {
       }
       if (resident <= options_.max_sessions && bytes <= options_.session_budget_bytes) return;
       for (const auto& [id, s] : sessions_) {
-        if (s->window && s->holders == 0 && (!victim || s->last_used < victim->last_used)) victim = s;
+        const bool candidate = s->window && s->holders == 0 && !busy.count(s.get());
+        if (candidate && (!victim || s->last_used < victim->last_used)) victim = s;
       }
       if (!victim) return;
     }
     std::unique_lock<std::mutex> run(victim->run, std::try_to_lock);
-    if (!run.owns_lock()) return;  // the idle worker holds it; the next release tries again
-    victim->window.reset();        // its KV leaves the pool; its chunks stay in the store
+    if (!run.owns_lock()) {
+      busy.insert(victim.get());  // the idle worker enforces the budget again when it lets go
+      continue;
+    }
     std::lock_guard<std::mutex> lock(sessions_mutex_);
+    if (victim->holders > 0) {  // a request came for it meanwhile: keep it
+      busy.insert(victim.get());
+      continue;
+    }
+    victim->window.reset();  // its KV leaves the pool; its chunks stay in the store
     ++victim->evictions;
     victim->stats = WindowStats{};
   }
@@ -513,9 +523,12 @@ bool ServeCore::idle_slice() {
     if (!target) return false;
     target->needs_idle = false;
   }
-  std::unique_lock<std::mutex> run(target->run, std::try_to_lock);
-  if (!run.owns_lock() || !target->window) return false;
-  target->window->idle();
+  {
+    std::unique_lock<std::mutex> run(target->run, std::try_to_lock);
+    if (!run.owns_lock() || !target->window) return false;
+    target->window->idle();
+  }
+  enforce_budget();  // a release meanwhile may have skipped this session's window
   return true;
 }
 
