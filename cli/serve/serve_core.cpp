@@ -183,11 +183,11 @@ void ServeCore::release(Slot& slot) {
     s.needs_idle = s.window.has_value();
   }
   slot.lock.unlock();
-  enforce_budget();
+  enforce_budget(false);
   idle_cv_.notify_all();
 }
 
-void ServeCore::enforce_budget() {
+void ServeCore::enforce_budget(bool wait) {
   std::set<const Session*> busy;  // candidates whose window the idle worker holds: skipped this time
   for (;;) {
     std::shared_ptr<Session> victim;
@@ -206,8 +206,10 @@ void ServeCore::enforce_budget() {
       }
       if (!victim) return;
     }
-    std::unique_lock<std::mutex> run(victim->run, std::try_to_lock);
-    if (!run.owns_lock()) {
+    std::unique_lock<std::mutex> run(victim->run, std::defer_lock);
+    if (wait) {
+      run.lock();  // the idle worker's slice ends
+    } else if (!run.try_lock()) {
       busy.insert(victim.get());  // the idle worker enforces the budget again when it lets go
       continue;
     }
@@ -471,6 +473,8 @@ std::optional<json> ServeCore::session_info(const std::string& id) {
               {"savings", savings}};
 }
 
+void ServeCore::enforce_session_budget() { enforce_budget(true); }
+
 bool ServeCore::end_session(const std::string& id) {
   std::shared_ptr<Session> s;
   {
@@ -528,7 +532,7 @@ bool ServeCore::idle_slice() {
     if (!run.owns_lock() || !target->window) return false;
     target->window->idle();
   }
-  enforce_budget();  // a release meanwhile may have skipped this session's window
+  enforce_budget(false);  // a release meanwhile may have skipped this session's window
   return true;
 }
 

@@ -122,7 +122,10 @@ class ServeCore {
   // {"id", "resident", "requests", "window": {...}, "savings": {...}}; nullopt for an unknown session.
   std::optional<nlohmann::json> session_info(const std::string& id);
   bool end_session(const std::string& id);  // false: unknown
-  nlohmann::json models() const;            // the /v1/models body
+  // Brings the resident sessions within the budget now, waiting for a window the idle worker holds. A
+  // release does this without waiting (the idle worker finishes the job): call it for a deterministic state.
+  void enforce_session_budget();
+  nlohmann::json models() const;  // the /v1/models body
 
   ServeMetrics& metrics() { return metrics_; }
   MetricGauges gauges();
@@ -138,7 +141,9 @@ class ServeCore {
   Slot acquire_session(const std::string& id);
   Slot acquire_anonymous(const std::vector<int64_t>& prompt);
   void release(Slot& slot);
-  void enforce_budget();
+  // Sends the least recently used idle windows out of memory until the budget holds. wait = false skips
+  // a window the idle worker holds (it calls this again when it lets go); true waits for it.
+  void enforce_budget(bool wait);
   RunOutcome run_chat(Slot& slot, const ChatRequest& request, const RunSink& sink);
   RunResult decode(Window& window, const std::vector<int64_t>& query, const SamplingRequest& sampling,
                    const std::string& lane, const RunSink& sink);
