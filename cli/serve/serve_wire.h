@@ -26,8 +26,8 @@ nlohmann::json chat_chunk(const ResponseIds& ids, const std::string& content, bo
                           const std::string& finish_reason, const nlohmann::json& usage = nullptr);
 // The stream_options.include_usage chunk: empty choices and usage.
 nlohmann::json usage_chunk(const ResponseIds& ids, const std::string& object, const nlohmann::json& usage);
-// {"object": "text_completion", "choices": [{"text", "index", "finish_reason"}], "usage"}; as a stream
-// chunk when `chunk` (same object name, as OpenAI streams it).
+// {"object": "text_completion", "choices": [{"text", "index", "finish_reason"}], "usage" when given}: the
+// whole answer, or one streamed chunk (OpenAI streams completions under the same object name).
 nlohmann::json text_completion(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
                                const nlohmann::json& usage);
 
