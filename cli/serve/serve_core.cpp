@@ -187,6 +187,18 @@ void ServeCore::release(Slot& slot) {
   idle_cv_.notify_all();
 }
 
+void ServeCore::forget_sessions() {
+  while (static_cast<int64_t>(sessions_.size()) > options_.max_known_sessions) {
+    auto oldest = sessions_.end();
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+      const bool idle = !it->second->window && it->second->holders == 0;
+      if (idle && (oldest == sessions_.end() || it->second->last_used < oldest->second->last_used)) oldest = it;
+    }
+    if (oldest == sessions_.end()) return;
+    sessions_.erase(oldest);
+  }
+}
+
 void ServeCore::enforce_budget(bool wait) {
   std::set<const Session*> busy;  // candidates whose window the idle worker holds: skipped this time
   for (;;) {
@@ -199,6 +211,7 @@ void ServeCore::enforce_budget(bool wait) {
         ++resident;
         if (s->holders == 0) bytes += s->stats.device_bytes;
       }
+      forget_sessions();
       if (resident <= options_.max_sessions && bytes <= options_.session_budget_bytes) return;
       for (const auto& [id, s] : sessions_) {
         const bool candidate = s->window && s->holders == 0 && !busy.count(s.get());
@@ -350,7 +363,7 @@ RunOutcome ServeCore::run_chat(Slot& slot, const ChatRequest& request, const Run
   const RunResult& res = *out.result;
   {
     std::lock_guard<std::mutex> lock(sessions_mutex_);
-    s.last_read = std::move(read);
+    if (s.id.empty()) s.last_read = std::move(read);  // only anonymous windows are matched by prefix
     s.predicted_kl = res.usage.predicted_kl;
     ++s.requests;
     s.prompt_tokens += res.usage.prompt_tokens;
@@ -458,6 +471,7 @@ std::optional<json> ServeCore::session_info(const std::string& id) {
   }
   json savings = {{"forward_tokens", s.forward_tokens},
                   {"radix_cache_tokens", s.radix_tokens},
+                  {"window_prefix_cache_tokens", s.stats.prefix_cache_tokens},
                   {"saved_tokens", static_cast<double>(s.radix_tokens) - s.forward_tokens},
                   {"ratio", s.radix_tokens > 0 ? s.forward_tokens / static_cast<double>(s.radix_tokens) : 0.0}};
   return json{{"id", s.id},

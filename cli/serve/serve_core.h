@@ -59,9 +59,10 @@ struct ServeOptions {
   int64_t pool_bytes = int64_t{256} << 20;
   int64_t session_budget_bytes = int64_t{128} << 20;  // KV of idle sessions' windows kept resident
   int64_t max_sessions = 64;                          // resident session windows at most
-  int64_t anonymous_windows = 4;                      // windows kept for requests without a session
-  int64_t default_max_tokens = 256;                   // when a request gives none (capped by the context)
-  int64_t chunk_min_tokens = 32;                      // SyncOptions::chunk_min_tokens
+  int64_t max_known_sessions = 4096;  // session records kept; past it the oldest not resident are forgotten
+  int64_t anonymous_windows = 4;      // windows kept for requests without a session
+  int64_t default_max_tokens = 256;   // when a request gives none (capped by the context)
+  int64_t chunk_min_tokens = 32;      // SyncOptions::chunk_min_tokens
   ServeLimits limits;
 };
 
@@ -119,7 +120,10 @@ class ServeCore {
   std::optional<ApiError> check_completion(const CompletionRequest& request, std::vector<int64_t>* tokens) const;
   RunOutcome complete(const CompletionRequest& request, const std::vector<int64_t>& tokens, const RunSink& sink);
 
-  // {"id", "resident", "requests", "window": {...}, "savings": {...}}; nullopt for an unknown session.
+  // {"id", "resident", "requests", "window": {...}, "savings": {forward_tokens, radix_cache_tokens,
+  // window_prefix_cache_tokens (the window's own prefix-cache count since it was last made resident:
+  // WindowStats::prefix_cache_tokens), saved_tokens, ratio}}; nullopt for an unknown session (never named,
+  // ended, or forgotten past max_known_sessions).
   std::optional<nlohmann::json> session_info(const std::string& id);
   bool end_session(const std::string& id);  // false: unknown
   // Brings the resident sessions within the budget now, waiting for a window the idle worker holds. A
@@ -144,6 +148,7 @@ class ServeCore {
   // Sends the least recently used idle windows out of memory until the budget holds. wait = false skips
   // a window the idle worker holds (it calls this again when it lets go); true waits for it.
   void enforce_budget(bool wait);
+  void forget_sessions();  // under sessions_mutex_: the records past max_known_sessions, oldest first
   RunOutcome run_chat(Slot& slot, const ChatRequest& request, const RunSink& sink);
   RunResult decode(Window& window, const std::vector<int64_t>& query, const SamplingRequest& sampling,
                    const std::string& lane, const RunSink& sink);

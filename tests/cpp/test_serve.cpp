@@ -155,6 +155,7 @@ TEST_CASE("serve: sessions on the model: interleaving, anonymous reuse, LRU, can
   options.model = kModel;
   options.policy = "patch:16:exact";
   options.max_sessions = 2;
+  options.max_known_sessions = 4;
   options.chunk_min_tokens = 16;
   sv::ServeCore core(options);
   const std::string doc =
@@ -219,5 +220,12 @@ TEST_CASE("serve: sessions on the model: interleaving, anonymous reuse, LRU, can
   const sv::RunResult cut = run(longer, "s-cut", sink);
   CHECK(cut.finish_reason == "cancelled");
   CHECK(cut.usage.completion_tokens < 8);
+
+  // Session records past max_known_sessions: the oldest not resident are forgotten.
+  for (const char* id : {"f1", "f2", "f3"}) run(request(questions[0]), id);
+  core.enforce_session_budget();
+  CHECK(core.gauges().sessions == 4);
+  CHECK(core.gauges().resident_sessions == 2);
+  CHECK(core.session_info("f3").has_value());
   core.close();
 }
