@@ -40,7 +40,9 @@ const char* kServeUsage =
     "  --max-tokens N        default max_tokens when a request gives none (default 256; capped by the context)\n"
     "  --max-body-kb N       request bodies over this get 413 (default 4096)\n"
     "  --threads N           connections served at once (default 64)\n"
-    "  --drain-seconds N     how long SIGTERM waits for requests in flight (default 60)\n";
+    "  --drain-seconds N     how long SIGTERM waits for requests in flight (default 60)\n"
+    "  --no-anticipate       do not prefill a session's answer in idle time as its next request will send it\n"
+    "                        back (usage.orbit.idle_forward_tokens reports what that costs)\n";
 
 // The server's signal thread: SIGTERM / SIGINT start the drain.
 void wait_for_signal(serve::HttpServer& http, const sigset_t& signals) {
@@ -63,6 +65,7 @@ serve::ServeOptions serve_options(const Args& args) {
   o.max_sessions = args.get_int("--max-sessions", 64, 1);
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
   o.limits.max_body_bytes = static_cast<std::size_t>(args.get_int("--max-body-kb", 4096, 1)) << 10;
+  o.anticipate = !args.flag("--no-anticipate");
   return o;
 }
 
@@ -73,7 +76,7 @@ int run_serve(int argc, char** argv, int first) {
                   ArgSpec{{"--model", "--host", "--port", "--policy", "--store", "--remote", "--name", "--pool-mb",
                            "--session-budget-mb", "--max-sessions", "--max-tokens", "--max-body-kb", "--threads",
                            "--drain-seconds"},
-                          {},
+                          {"--no-anticipate"},
                           kServeUsage},
                   argc, argv, first);
   serve::HttpOptions http_options;

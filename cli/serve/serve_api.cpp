@@ -123,6 +123,7 @@ ChatMessage parse_message(const json& v, const std::string& param) {
   if (!kRoles.count(m.role)) {
     fail(param + ".role", "unknown role '" + m.role + "' (expected system, developer, user, assistant or tool)");
   }
+  if (m.role == "developer") m.role = "system";  // OpenAI's newer name for the system prompt
   const auto content = v.find("content");
   if (content == v.end() && m.role != "assistant") fail(param + ".content", "missing");
   if (content != v.end()) m.content = content_text(*content, param + ".content");

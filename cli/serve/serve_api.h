@@ -59,7 +59,7 @@ struct SamplingRequest {
 
 struct ChatRequest {
   std::string model;
-  std::vector<ChatMessage> messages;  // roles as given ("developer" included)
+  std::vector<ChatMessage> messages;  // roles as given, "developer" read as "system"
   SamplingRequest sampling;
   std::string user;        // names a session when the header X-Orbit-Session does not
   std::string tools_json;  // the request's `tools` as JSON text; "" when absent

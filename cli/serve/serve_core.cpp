@@ -23,10 +23,14 @@ struct ServeCore::Session {
   int64_t holders = 0;  // requests running or waiting for `run`
   uint64_t last_used = 0;
   bool needs_idle = false;
+  // The list the next request will most likely send: this one's and the answer (ServeOptions::anticipate).
+  std::optional<std::vector<ChatMessage>> anticipated;
+  SyncOptions anticipated_options;
+  double idle_forward_tokens = 0;  // forwarded in idle time for the next request's prompt, not yet reported
   std::vector<int64_t> last_read;  // the last read's prompt and generated tokens (anonymous matching)
   WindowStats stats;               // the window's, at the end of its last request
   int64_t requests = 0, evictions = 0, prompt_tokens = 0, completion_tokens = 0, radix_tokens = 0;
-  double forward_tokens = 0, predicted_kl = 0;
+  double forward_tokens = 0, predicted_kl = 0, total_idle_forward_tokens = 0;
 };
 
 struct ServeCore::Slot {
@@ -85,7 +89,8 @@ json RunUsage::to_json() const {
   json orbit = {{"forward_tokens", forward_tokens},
                 {"radix_cache_tokens", radix_cache_tokens},
                 {"predicted_kl", predicted_kl},
-                {"plan", plan}};
+                {"plan", plan},
+                {"idle_forward_tokens", idle_forward_tokens}};
   if (!session.empty()) orbit["session"] = session;
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
@@ -319,10 +324,7 @@ RunOutcome ServeCore::run_chat(Slot& slot, const ChatRequest& request, const Run
   SyncOptions so;
   so.chat.tools_json = request.tools_json;
   so.chunk_min_tokens = options_.chunk_min_tokens;
-  std::vector<ChatMessage> messages = request.messages;
-  for (ChatMessage& m : messages) {
-    if (m.role == "developer") m.role = "system";
-  }
+  const std::vector<ChatMessage>& messages = request.messages;
   RunOutcome out;
   const double before = window.stats().critical_forward_tokens;
   SyncReport report;
@@ -354,6 +356,11 @@ RunOutcome ServeCore::run_chat(Slot& slot, const ChatRequest& request, const Run
   r.usage.forward_tokens =
       after.critical_forward_tokens - before + static_cast<double>(report.generation_prompt.size());
   r.usage.predicted_kl = predicted_kl;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mutex_);
+    r.usage.idle_forward_tokens = s.idle_forward_tokens;
+    s.idle_forward_tokens = 0;
+  }
   r.usage.plan = plan_brief(report.plan);
   r.usage.session = s.id;
   // The model computed KV for every token it generated: the answer is part of the read.
@@ -364,6 +371,15 @@ RunOutcome ServeCore::run_chat(Slot& slot, const ChatRequest& request, const Run
   {
     std::lock_guard<std::mutex> lock(sessions_mutex_);
     if (s.id.empty()) s.last_read = std::move(read);  // only anonymous windows are matched by prefix
+    s.anticipated.reset();
+    if (options_.anticipate && !s.id.empty() && res.finish_reason != "cancelled" && !res.text.empty()) {
+      s.anticipated = messages;
+      ChatMessage answer;
+      answer.role = "assistant";
+      answer.content = res.text;
+      s.anticipated->push_back(std::move(answer));
+      s.anticipated_options = so;
+    }
     s.predicted_kl = res.usage.predicted_kl;
     ++s.requests;
     s.prompt_tokens += res.usage.prompt_tokens;
@@ -472,6 +488,7 @@ std::optional<json> ServeCore::session_info(const std::string& id) {
   json savings = {{"forward_tokens", s.forward_tokens},
                   {"radix_cache_tokens", s.radix_tokens},
                   {"window_prefix_cache_tokens", s.stats.prefix_cache_tokens},
+                  {"idle_forward_tokens", s.total_idle_forward_tokens},
                   {"saved_tokens", static_cast<double>(s.radix_tokens) - s.forward_tokens},
                   {"ratio", s.radix_tokens > 0 ? s.forward_tokens / static_cast<double>(s.radix_tokens) : 0.0}};
   return json{{"id", s.id},
@@ -544,16 +561,51 @@ bool ServeCore::idle_slice() {
   {
     std::unique_lock<std::mutex> run(target->run, std::try_to_lock);
     if (!run.owns_lock() || !target->window) return false;
+    prefill_anticipated(*target);
     target->window->idle();
   }
   enforce_budget(false);  // a release meanwhile may have skipped this session's window
   return true;
 }
 
+void ServeCore::prefill_anticipated(Session& s) {
+  std::optional<std::vector<ChatMessage>> next;
+  SyncOptions so;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mutex_);
+    next.swap(s.anticipated);
+    so = s.anticipated_options;
+  }
+  if (!next) return;
+  // The answer as the next request will render it: prefilled now, in idle time, so that request keeps it
+  // (a radix cache keeps the KV its decode computed). A client that sends something else evicts it.
+  Window& window = *s.window;
+  const double before = window.stats().critical_forward_tokens;
+  try {
+    window.sync(*next, so);
+    window.flush();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "orbit serve: prefilling session %s's answer failed: %s\n", s.id.c_str(), e.what());
+  }
+  const double spent = window.stats().critical_forward_tokens - before;
+  metrics_.count_idle_forward(spent);
+  std::lock_guard<std::mutex> lock(sessions_mutex_);
+  s.idle_forward_tokens += spent;
+  s.total_idle_forward_tokens += spent;
+}
+
+int64_t ServeCore::run_idle_work() {
+  std::lock_guard<std::mutex> lock(idle_work_mutex_);
+  int64_t slices = 0;
+  while (idle_slice()) ++slices;
+  return slices;
+}
+
 void ServeCore::idle_loop() {
   while (!closing_) {
     bool worked = false;
     try {
+      std::lock_guard<std::mutex> lock(idle_work_mutex_);
       worked = idle_slice();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "orbit serve: idle work failed: %s\n", e.what());

@@ -23,6 +23,7 @@
 // new window from it). Requests of one session run one at a time, in arrival order.
 //
 // Idle work (the engine's deferred background jobs: canonicals and patches of first sights; each session's
+// answer prefilled as its next request will send it back (ServeOptions::anticipate); each session's
 // Window::idle(): heals, prepared recalls and moves) runs only when no request waits for the gate.
 //
 // Decode is not batched: sessions take turns, one forward each (the runtime's forward takes one sequence).
@@ -63,6 +64,11 @@ struct ServeOptions {
   int64_t anonymous_windows = 4;      // windows kept for requests without a session
   int64_t default_max_tokens = 256;   // when a request gives none (capped by the context)
   int64_t chunk_min_tokens = 32;      // SyncOptions::chunk_min_tokens
+  // After a session's request, prefill in idle time the list its next request most likely sends (this
+  // one's messages and the answer as an assistant message), so the next sync keeps the answer instead of
+  // prefilling it on the critical path. Costs idle forwards (RunUsage::idle_forward_tokens); wasted, and
+  // evicted by the next sync, when the client sends something else back.
+  bool anticipate = true;
   ServeLimits limits;
 };
 
@@ -79,6 +85,9 @@ struct RunUsage {
   double forward_tokens = 0;       // orbit's critical-path forward tokens for the prompt
   int64_t radix_cache_tokens = 0;  // the radix yardstick's, for the same prompt
   double predicted_kl = 0;         // the window's predicted next-token KL vs a re-prefill when it is read
+  // Forwarded for this prompt in idle time before it arrived: the previous answer prefilled as the session
+  // would send it back (ServeOptions::anticipate). Not on the critical path, not in forward_tokens.
+  double idle_forward_tokens = 0;
   std::string plan;                // e.g. "keep 4, admit 1, turn 1, evict 2"
   std::string session;             // "" for anonymous requests
   nlohmann::json to_json() const;  // {prompt_tokens, completion_tokens, total_tokens, orbit: {...}}
@@ -131,6 +140,11 @@ class ServeCore {
   void enforce_session_budget();
   nlohmann::json models() const;  // the /v1/models body
 
+  // Runs the idle work there is now (background jobs, anticipated answers, Window::idle of the sessions
+  // that asked) on this thread, until none is left or a request waits; returns the slices run. The idle
+  // worker does the same on its own; this is the deterministic flush for tests and benchmarks.
+  int64_t run_idle_work();
+
   ServeMetrics& metrics() { return metrics_; }
   MetricGauges gauges();
 
@@ -160,6 +174,7 @@ class ServeCore {
   Window new_window();
   void idle_loop();
   bool idle_slice();
+  void prefill_anticipated(Session& s);  // holding the gate and s.run
 
   ServeOptions options_;
   std::string model_name_;
@@ -178,6 +193,7 @@ class ServeCore {
   std::atomic<int64_t> lanes_{0};  // unique lanes for completions
   std::mutex close_mutex_;
   bool closed_ = false;
+  std::mutex idle_work_mutex_;  // one idle slice at a time (the worker's or run_idle_work's)
   std::mutex idle_mutex_;
   std::condition_variable idle_cv_;
   std::thread idle_thread_;

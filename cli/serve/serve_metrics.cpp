@@ -66,6 +66,11 @@ void ServeMetrics::count_tokens(int64_t prompt, int64_t completion, double forwa
   radix_tokens_ += radix;
 }
 
+void ServeMetrics::count_idle_forward(double tokens) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  idle_forward_tokens_ += tokens;
+}
+
 void ServeMetrics::count_cancelled() {
   std::lock_guard<std::mutex> lock(mutex_);
   ++cancelled_;
@@ -89,6 +94,8 @@ std::string ServeMetrics::render(const MetricGauges& gauges) const {
   counter("orbit_radix_cache_tokens_total",
           "Prompt tokens a radix prefix cache with the same KV memory would have forwarded.",
           std::to_string(radix_tokens_));
+  counter("orbit_idle_forward_tokens_total", "Tokens forwarded in idle time for prompts yet to come.",
+          number(idle_forward_tokens_));
   counter("orbit_cancelled_total", "Requests cancelled because the client went away.", std::to_string(cancelled_));
   out << "# HELP orbit_queue_depth Requests waiting for their next forward.\n# TYPE orbit_queue_depth gauge\n"
       << "orbit_queue_depth " << gauges.queue_depth << "\n";

@@ -6,6 +6,8 @@
 //   orbit_forward_tokens_total                  tokens orbit forwarded on the critical path for prompts
 //   orbit_radix_cache_tokens_total              what a radix prefix cache (SGLang's, token granular, with the
 //                                               same KV memory) would have forwarded for the same prompts
+//   orbit_idle_forward_tokens_total             tokens forwarded in idle time for prompts yet to come (answers
+//                                               prefilled as sessions send them back)
 //   orbit_cancelled_total                       requests ended by a client that went away
 //   orbit_queue_depth                           requests waiting for their next forward (gauge)
 //   orbit_sessions                              sessions known / resident (gauges, label state)
@@ -54,6 +56,7 @@ class ServeMetrics {
   void count_wait(double seconds);
   void count_tokens(int64_t prompt, int64_t completion, double forward, int64_t radix);
   void count_cancelled();
+  void count_idle_forward(double tokens);
   std::string render(const MetricGauges& gauges) const;
 
  private:
@@ -67,6 +70,7 @@ class ServeMetrics {
   double forward_tokens_ = 0;
   int64_t radix_tokens_ = 0;
   int64_t cancelled_ = 0;
+  double idle_forward_tokens_ = 0;
 };
 
 }  // namespace orbit::serve

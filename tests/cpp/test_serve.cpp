@@ -1,7 +1,8 @@
 // `orbit serve` below HTTP (cli/serve/): the request parser's refusals, streamed text with stop strings and
 // split characters, the fair gate's round-robin order, and ServeCore on TinyStories-656K: interleaved
 // sessions give the answers they give alone, anonymous requests reuse a kept window, idle sessions leave
-// memory past max_sessions and come back from the store, a client that leaves cancels its run.
+// memory past max_sessions and come back from the store, a client that leaves cancels its run, an answer
+// prefilled in idle time leaves the next request less to forward.
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -228,4 +229,48 @@ TEST_CASE("serve: sessions on the model: interleaving, anonymous reuse, LRU, can
   CHECK(core.gauges().resident_sessions == 2);
   CHECK(core.session_info("f3").has_value());
   core.close();
+}
+
+TEST_CASE("serve: an answer prefilled in idle time is kept by the next request", "[serve][model]") {
+  // The same two requests of one session, with and without anticipation.
+  auto two_turns = [](bool anticipate) {
+    sv::ServeOptions options;
+    options.model = kModel;
+    options.policy = "patch:16:exact";
+    options.anticipate = anticipate;
+    sv::ServeCore core(options);
+    sv::ChatRequest r;
+    r.model = core.model_name();
+    r.messages = {{"system", "You tell short stories."}, {"user", "What did the dog find?"}};
+    r.sampling.max_tokens = 12;
+    r.sampling.temperature = 0;
+    std::vector<sv::RunResult> out;
+    for (int turn = 0; turn < 2; ++turn) {
+      std::vector<int64_t> prompt;
+      REQUIRE_FALSE(core.check_chat(r, &prompt).has_value());
+      const sv::RunOutcome o = core.chat(r, prompt, "agent", {});
+      REQUIRE(o.result.has_value());
+      out.push_back(*o.result);
+      core.run_idle_work();
+      orbit::ChatMessage answer, next;
+      answer.role = "assistant";
+      answer.content = o.result->text;
+      next.role = "user";
+      next.content = "And then?";
+      r.messages.push_back(answer);
+      r.messages.push_back(next);
+    }
+    core.close();
+    return out;
+  };
+  const std::vector<sv::RunResult> ahead = two_turns(true);
+  const std::vector<sv::RunResult> plain = two_turns(false);
+  CHECK(ahead[0].text == plain[0].text);
+  CHECK(ahead[1].text == plain[1].text);
+  CHECK(ahead[1].usage.idle_forward_tokens > 0);
+  CHECK(plain[1].usage.idle_forward_tokens == 0);
+  CHECK(ahead[1].usage.plan.find("evict") == std::string::npos);  // the prefilled answer was what came back
+  // The answer's tokens moved from the critical path to idle time.
+  CHECK(ahead[1].usage.forward_tokens < plain[1].usage.forward_tokens);
+  CHECK(ahead[1].usage.forward_tokens + ahead[1].usage.idle_forward_tokens == Approx(plain[1].usage.forward_tokens));
 }

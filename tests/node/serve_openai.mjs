@@ -101,7 +101,7 @@ function tokenCount(text) {
 
 // One agent turn in the session: streamed or not, the answer and usage checked.
 const SESSION = "agent-loop";
-const totals = { requests: 0, forward: 0, radix: 0, prompt: 0, completion: 0 };
+const totals = { requests: 0, forward: 0, radix: 0, prompt: 0, completion: 0, idle: 0 };
 async function turn(messages, stream, label) {
   const request = { model: modelId, messages, max_tokens: MAX_TOKENS, temperature: 0 };
   const options = { headers: { "X-Orbit-Session": SESSION } };
@@ -143,14 +143,17 @@ async function turn(messages, stream, label) {
   check(Number.isInteger(o.radix_cache_tokens) && o.radix_cache_tokens >= 0 && o.radix_cache_tokens <= promptTokens,
         `${label}: 0 <= radix_cache_tokens <= prompt_tokens`, JSON.stringify(o));
   check(typeof o.plan === "string" && o.plan.length > 0, `${label}: usage.orbit.plan`);
+  check(Number.isFinite(o.idle_forward_tokens) && o.idle_forward_tokens >= 0, `${label}: usage.orbit.idle_forward_tokens`);
   check(Number.isFinite(o.predicted_kl) && o.predicted_kl >= 0 && o.predicted_kl < 1e-3,
         `${label}: predicted_kl under the exact policy`, String(o.predicted_kl));
   totals.requests++;
   totals.forward += o.forward_tokens;
+  totals.idle += o.idle_forward_tokens;
   totals.radix += o.radix_cache_tokens;
   totals.prompt += usage.prompt_tokens;
   totals.completion += usage.completion_tokens;
-  console.log(`${label}: ${stream ? "streamed" : "whole"}, prompt ${usage.prompt_tokens}, orbit ${o.forward_tokens}, ` +
+  console.log(`${label}: ${stream ? "streamed" : "whole"}, prompt ${usage.prompt_tokens}, orbit ${o.forward_tokens} ` +
+              `(+${o.idle_forward_tokens} idle), ` +
               `radix ${o.radix_cache_tokens}, plan ${o.plan}, answer ${JSON.stringify(text)}`);
   return { text, usage };
 }
@@ -186,7 +189,9 @@ check(r.usage.orbit.forward_tokens < r.usage.prompt_tokens, "turn 3: forwards le
 // Trim: the first tool exchange leaves the history.
 const trimmed = messages.filter((m) => m.tool_call_id !== "call_1" && m.tool_calls?.[0]?.id !== "call_1");
 r = await turn(trimmed, true, "turn 4 (trimmed)");
-check(/evict 2/.test(r.usage.orbit.plan), "turn 4: the trimmed exchange is evicted", r.usage.orbit.plan);
+// (Also evicted: an answer the server prefilled in idle time that the agent replaced by its tool call.)
+check(Number((r.usage.orbit.plan.match(/evict (\d+)/) ?? [])[1]) >= 2, "turn 4: the trimmed exchange is evicted",
+      r.usage.orbit.plan);
 // Re-read: the first file comes back at the end.
 const reread = [...trimmed, toolCall("call_3", "ball.txt"), { role: "tool", tool_call_id: "call_3", content: FILE_1 }];
 r = await turn(reread, false, "turn 5 (re-read)");
@@ -208,7 +213,8 @@ check(near(metric("orbit_forward_tokens_total"), totals.forward), "metrics: orbi
 check(metric("orbit_radix_cache_tokens_total") === totals.radix, "metrics: orbit_radix_cache_tokens_total");
 check(metric("orbit_prompt_tokens_total") === totals.prompt, "metrics: orbit_prompt_tokens_total");
 check(/orbit_request_seconds_bucket\{endpoint="chat",le="\+Inf"\} 6/.test(metrics), "metrics: latency histogram");
-console.log(`tool loop: orbit ${totals.forward} forward tokens, radix cache ${totals.radix}, prompts ${totals.prompt}`);
+console.log(`tool loop: orbit ${totals.forward} forward tokens (+${totals.idle} in idle time), radix cache ` +
+            `${totals.radix}, prompts ${totals.prompt}`);
 
 // ---- errors through the client ----
 async function status(promise) {
