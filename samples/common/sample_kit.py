@@ -2,16 +2,15 @@
 per-step bookkeeping (operations, forward tokens, time, fidelity against a re-prefill), the summary table,
 the trace (orbit-trace/1, sdk/include/orbit/trace.h), the JSON report and the PNG chart.
 
-Cost is compared with two engines without orbit: a **prefix cache** (what every serving engine ships) and
-**no cache** (a full re-prefill of the window at every step). The prefix cache is modelled as a serving
-engine runs one (SGLang's radix cache, vLLM's automatic prefix caching at token rather than block
-granularity, unbounded): it computes only when the agent reads (generates), and then only the window's tokens
-after the longest prefix it has seen in an earlier read, where an earlier read's sequence includes its query
-and the tokens it generated (so an action decoded and then added as a turn is already cached). The query's
-own tokens are not counted, as orbit's aren't. For reference the episode's trace is also replayed under
-orbit's chunk-granular `prefix` baseline (`orbit.replay`; like every preset it leaves an edit's repairs to
-the next read, but it reuses only whole chunks behind an identical chunk context and does not cache the
-generated tokens with their query): `prefix_replay_tokens` in the report.
+Cost is compared with two engines without orbit: a **radix cache** (the prefix cache every serving engine
+ships) and **no cache** (a full re-prefill of the window at every step). The radix cache is SGLang's at token
+granularity with unbounded memory (orbit.RadixCache, planner/prefix_cache.h, the yardstick `orbit replay`
+reports): it computes only when the agent reads (generates), and then only the window's tokens after the
+longest prefix it holds from an earlier read, where an earlier read's sequence includes its query and the
+tokens it generated (so an action decoded and then added as a turn is already cached). The query's own
+tokens are not counted, as orbit's aren't (both count them as decode). For reference the episode's trace is
+also replayed under orbit's `prefix` preset (`orbit.replay`: re-prefill plus exact reuse of what was computed
+behind the same window, an executing radix cache): `prefix_replay_tokens` in the report.
 
 An `Episode` wraps one window. Each agent step is
 
@@ -143,7 +142,9 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 def prefix_cache_tokens(reads: list[tuple[list[int], list[int]]]) -> list[int]:
     """Forward tokens an unbounded token-granular prefix (radix) cache computes for a sequence of reads
     (window tokens, then the query and generated tokens): per read, the window's tokens after the longest
-    prefix of any earlier read's full sequence (window + query + generated). The query is not counted."""
+    prefix of any earlier read's full sequence (window + query + generated). The query is not counted.
+    The samples count with orbit.RadixCache (planner/prefix_cache.h, what `orbit replay` runs); this
+    independent model is the oracle tests/python/test_samples.py checks it against."""
     seen: list[list[int]] = []
     out = []
     for window, rest in reads:
@@ -436,12 +437,14 @@ class Episode:
 
     # -- outputs --
     def measure_prefix_cache(self, model: str) -> None:
-        """Fills StepRecord.prefix_tokens (prefix_cache_tokens over the episode's reads) and
+        """Fills StepRecord.prefix_tokens (orbit.RadixCache over the episode's reads: the window as the prompt,
+        the query and the answer as what it went on to hold, so the query is not counted) and
         StepRecord.prefix_replay_tokens (the trace replayed under `prefix` on a fresh engine)."""
         for s in self.steps:
             s.prefix_tokens = 0.0
-        for step, cost in zip((r[0] for r in self.reads), prefix_cache_tokens([(w, q) for _, w, q in self.reads])):
-            self.steps[step].prefix_tokens += cost
+        radix = self.orbit.RadixCache()  # unbounded: the strongest of the yardsticks
+        for step, window, rest in self.reads:
+            self.steps[step].prefix_tokens += radix.read(window, rest)
         report = self.orbit.replay(self.trace(), str(model), policies=["prefix"], baselines=False, fidelity=False)
         (prefix,) = [p for p in report["policies"] if p["policy"] == "prefix"]
         per_trace_step = [st["critical_forward_tokens"] for st in prefix["steps"]]
@@ -504,10 +507,11 @@ def clip(text: str, width: int) -> str:
 
 
 def summary_table(episode: Episode, title: str) -> str:
-    head = (f"{'step':>4}  {'what':<14} {'window':>6} {'fwd tok':>8} {'prefix':>7} {'no cache':>8} {'ms':>7} "
+    head = (f"{'step':>4}  {'what':<14} {'window':>6} {'fwd tok':>8} {'radix':>7} {'no cache':>8} {'ms':>7} "
             f"{'re-pf ms':>8} {'KL (nats)':>10} {'top-1':>5}  operations")
-    lines = [title, "fwd tok: forward tokens orbit computed; prefix: a prefix cache serving the agent's reads "
-                    "(radix, token granularity); no cache: a full re-prefill of the window", head, "-" * len(head)]
+    lines = [title, "fwd tok: forward tokens orbit computed; radix: a radix cache serving the agent's reads "
+                    "(SGLang's, token granularity, unbounded); no cache: a full re-prefill of the window", head,
+             "-" * len(head)]
     for s in episode.steps:
         lines.append(f"{s.index:>4}  {s.label[:14]:<14} {s.window_tokens:>6} {s.forward_tokens:>8.0f} "
                      f"{s.prefix_tokens:>7.0f} {s.reprefill_tokens:>8} {1e3 * s.seconds:>7.1f} "
@@ -519,10 +523,10 @@ def summary_table(episode: Episode, title: str) -> str:
     lines.append(f"{'all':>4}  {'':<14} {'':>6} {t['forward_tokens']:>8.0f} {t['prefix_tokens']:>7.0f} "
                  f"{t['reprefill_tokens']:>8} {1e3 * t['seconds']:>7.1f} {1e3 * t['reprefill_seconds']:>8.1f} "
                  f"{t['mean_kl']:>10.2e} {t['mean_top1']:>5.2f}  (KL, top-1: mean over steps)")
-    lines.append(f"forward tokens: {t['forward_tokens']:.0f} computed vs {t['prefix_tokens']:.0f} for a prefix cache "
+    lines.append(f"forward tokens: {t['forward_tokens']:.0f} computed vs {t['prefix_tokens']:.0f} for a radix cache "
                  f"({t['prefix_ratio']:.2f}x) and {t['reprefill_tokens']} with no cache, a full re-prefill at every "
-                 f"step ({t['forward_fraction']:.1%}); orbit replay's chunk-granular `prefix` baseline on the "
-                 f"trace: {t['prefix_replay_tokens']:.0f}")
+                 f"step ({t['forward_fraction']:.1%}); orbit replay's `prefix` preset (an executing radix cache) on "
+                 f"the trace: {t['prefix_replay_tokens']:.0f}")
     lines.append(f"patches formed {t['patches_formed']}, reused {t['patch_hits']}; max KL {t['max_kl']:.2e}")
     if t["idle_tokens"]:
         lines.append(f"idle time (Window.idle after each decode, while the tool runs): {t['idle_tokens']:.0f} more "
@@ -563,7 +567,7 @@ def chart(episode: Episode, path: pathlib.Path, title: str) -> None:
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
     ax1.bar(steps, [s.forward_tokens for s in episode.steps], color="#2b7bba", label="orbit: forward tokens")
     ax1.plot(steps, [s.prefix_tokens for s in episode.steps], "v-", color="#edae49",
-             label="prefix cache: forward tokens")
+             label="radix cache: forward tokens")
     ax1.plot(steps, [s.reprefill_tokens for s in episode.steps], "o-", color="#d1495b",
              label="no cache (full re-prefill): forward tokens")
     ax1.set_ylabel("forward tokens per step")
@@ -601,7 +605,8 @@ def arg_parser(description: str, default_out: str, default_steps: int, short_ste
                     help="a llama2.c .bin or a Hugging Face directory (default: the bundled stories260K)")
     ap.add_argument("--steps", type=int, default=default_steps, help=f"agent steps (default {default_steps})")
     ap.add_argument("--short", action="store_true", help=f"a quick run for tests ({short_steps} steps)")
-    ap.add_argument("--policy", default="patch:16", help="window policy spec (orbit.policy_help(); default patch:16)")
+    ap.add_argument("--policy", default="default",
+                    help="window policy spec (orbit.policy_help(); default: the default policy)")
     ap.add_argument("--out", default=str(REPO / "out" / default_out), help="output directory")
     ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic content")
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: keep the process setting)")

@@ -65,7 +65,7 @@ class Clip:
         return kit.token_ids(np.concatenate([[90 + t], body]), self.vocab)
 
 
-def run(model=kit.DEFAULT_MODEL, *, steps: int = 16, policy: str = "patch:16", out=None, seed: int = 0,
+def run(model=kit.DEFAULT_MODEL, *, steps: int = 16, policy: str = "default", out=None, seed: int = 0,
         threads: int = 0, dump_logits: bool = False, quiet: bool = False) -> dict:
     """Runs the episode, prints the summary table, writes the outputs; returns the report's paths and totals."""
     orbit = kit.import_orbit()

@@ -74,7 +74,7 @@ class Site:
         return f"She read the page about the {self.title(page)}."
 
 
-def run(model=kit.DEFAULT_MODEL, *, steps: int = 32, policy: str = "patch:16", out=None, seed: int = 0,
+def run(model=kit.DEFAULT_MODEL, *, steps: int = 32, policy: str = "default", out=None, seed: int = 0,
         threads: int = 0, dump_logits: bool = False, quiet: bool = False) -> dict:
     """Runs the episode, prints the summary table, writes the outputs; returns the report's paths and totals."""
     orbit = kit.import_orbit()

@@ -72,8 +72,8 @@ def test_outputs_are_written(run):
     assert len(report["steps"]) == short_steps == report["totals"]["steps"]
     table = (out / f"{name}.table.txt").read_text()
     assert table in result.stdout  # the summary table is printed
-    assert "prefix" in table and "no cache" in table and "KL" in table and len(table.splitlines()) >= short_steps + 4
-    assert "for a prefix cache" in table
+    assert "radix" in table and "no cache" in table and "KL" in table and len(table.splitlines()) >= short_steps + 4
+    assert "for a radix cache" in table
     assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"{name} [" in result.stderr  # the progress bar
     trace = json.loads((out / f"{name}.trace.json").read_text())

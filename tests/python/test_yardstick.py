@@ -143,6 +143,8 @@ def check_policy(policy, where):
         if read is None:
             assert (s["radix_tokens"], s["radix_unbounded_tokens"], s["block_cache_tokens"]) == (0, 0, 0), here
             continue
+        assert s["op"] not in ("evict", "slide", "reorder", "place"), f"{here}: an edit is not a model call"
+
         reads += 1
         prompt = read["window"] + read["query"]
         got = {"radix_tokens": radix_forwarded(radix, prompt, read["generated"]),
@@ -153,7 +155,7 @@ def check_policy(policy, where):
             sums[k] += v
         assert got["radix_unbounded_tokens"] <= got["radix_tokens"] <= len(prompt), here
         assert got["radix_unbounded_tokens"] <= got["block_cache_tokens"], here
-        if s["op"] in ("admit", "recall", "turn", "place") and min(read["window"], default=0) >= 0:
+        if s["op"] in ("admit", "recall", "turn") and min(read["window"], default=0) >= 0:
             assert len(read["window"]) == s["window_tokens"], here  # text only: one id per position
     t = policy["totals"]
     assert t["yardstick_reads"] == reads, where

@@ -226,6 +226,9 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
             t0 = time.perf_counter()
             # 1. the model picks a tool (and its argument): one token sampled after the window
             choice = ready(window).generate(query, max_tokens=1, temperature=1.0, seed=seed * 7919 + step).tokens[0]
+            # ... and the prefix cache makes the same call (it then holds the query and the answer, as a radix
+            # cache does; its decode, like the window's, is not counted)
+            shadow[id(window)].generate(query, max_tokens=1, temperature=1.0, seed=seed * 7919 + step)
             tool = TOOLS[choice % len(TOOLS)] if step > 0 else "open_page"
             report.tools[tool] += 1
             # 2. the tool runs; meanwhile the window uses the wait (heals what the policy approximated,

@@ -25,6 +25,8 @@ from ._orbit import (
     PatchMatch as PatchMatch,
     Plan as Plan,
     PlanStep as PlanStep,
+    RadixCache as RadixCache,
+    BlockPrefixCache as BlockPrefixCache,
     Policy as Policy,
     RefusedError as RefusedError,
     StalePatch as StalePatch,

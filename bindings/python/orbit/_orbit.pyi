@@ -592,6 +592,7 @@ class WindowPolicy:
         use_orbit_patches: bool = ...,
         cascade_on_recall: bool = ...,
         store_conditioned: bool = ...,
+        reuse_computed: bool = ...,
         recompute_ratio: float = ...,
         first_k: int = ...,
         kl_budget: float = ...,
@@ -613,6 +614,7 @@ class WindowPolicy:
     use_orbit_patches: bool
     cascade_on_recall: bool
     store_conditioned: bool
+    reuse_computed: bool
     recompute_ratio: float
     first_k: int
     kl_budget: float
@@ -1082,3 +1084,18 @@ def replay(
     progress: Optional[Callable[[int, int, int, int, str], object]] = None,
 ) -> dict:
     """Replays a trace under each policy (plus reprefill, prefix, blind); the report as a dict."""
+
+
+class RadixCache:
+    """SGLang's radix cache at token granularity (planner/prefix_cache.h)."""
+    def __init__(self, capacity_tokens: int = 0) -> None: ...
+    def read(self, prompt: Sequence[int], generated: Sequence[int] = ...) -> int: ...
+    @property
+    def size(self) -> int: ...
+
+class BlockPrefixCache:
+    """vLLM's automatic prefix caching: hash-chained full blocks (planner/prefix_cache.h)."""
+    def __init__(self, capacity_tokens: int = 0, block_tokens: int = 16) -> None: ...
+    def read(self, prompt: Sequence[int], generated: Sequence[int] = ...) -> int: ...
+    @property
+    def size(self) -> int: ...

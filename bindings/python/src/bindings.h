@@ -17,6 +17,7 @@ void init_window(py::module_& m);  // window.cpp: Window, InstanceKV
 void init_sync(py::module_& m);    // sync.cpp: Window.sync, Engine.render_chat, SyncPlan, SyncReport
 void init_store(py::module_& m);   // store.cpp: offline store inspection, content keys
 void init_trace(py::module_& m);   // trace.cpp: orbit-trace/1 load, make, validate, save, replay
+void init_yardstick(py::module_& m);  // yardstick.cpp: RadixCache, BlockPrefixCache (planner/prefix_cache.h)
 
 // Raises CapacityError / RefusedError / OrbitError for a non-ok Status (module.cpp).
 [[noreturn]] void raise_status(int code, const std::string& reason);

@@ -117,6 +117,7 @@ const std::map<std::string, Setter>& setters() {
        [](WindowPolicy& p, py::handle v) { p.cascade_on_recall = boolean(v, "cascade_on_recall"); }},
       {"store_conditioned",
        [](WindowPolicy& p, py::handle v) { p.store_conditioned = boolean(v, "store_conditioned"); }},
+      {"reuse_computed", [](WindowPolicy& p, py::handle v) { p.reuse_computed = boolean(v, "reuse_computed"); }},
       {"recompute_ratio",
        [](WindowPolicy& p, py::handle v) { p.recompute_ratio = number(v, "recompute_ratio", 0, 1, true); }},
       {"kl_budget", [](WindowPolicy& p, py::handle v) { p.kl_budget = number(v, "kl_budget", 0, 1e9, false); }},
@@ -203,7 +204,10 @@ void init_policy(py::module_& m) {
   field(c, "reuse_stored", &WindowPolicy::reuse_stored, "Look up stored patches at all.");
   field(c, "use_orbit_patches", &WindowPolicy::use_orbit_patches, "Accept patches keyed by the antecedent set.");
   field(c, "cascade_on_recall", &WindowPolicy::cascade_on_recall, "A recall re-conditions its dependents.");
-  field(c, "store_conditioned", &WindowPolicy::store_conditioned, "Prefix-cache baseline: store whole conditioned KV.");
+  field(c, "store_conditioned", &WindowPolicy::store_conditioned,
+        "Store whole conditioned KV under its exact context.");
+  field(c, "reuse_computed", &WindowPolicy::reuse_computed,
+        "Exact reuse: keep what forwards computed and serve the same window's instances from it.");
   field(c, "recompute_ratio", &WindowPolicy::recompute_ratio, "token_recompute: fraction of tokens, in (0, 1].");
   field(c, "kl_budget", &WindowPolicy::kl_budget,
         "Per-step fidelity budget (predicted next-token KL, nats); 0 = none. The default policy has one.");
@@ -246,10 +250,11 @@ void init_policy(py::module_& m) {
                a.max_divergence == b.max_divergence && a.rank_k == b.rank_k && a.rank_v == b.rank_v &&
                a.deep_only == b.deep_only && a.deep_energy == b.deep_energy && a.reuse_stored == b.reuse_stored &&
                a.use_orbit_patches == b.use_orbit_patches && a.cascade_on_recall == b.cascade_on_recall &&
-               a.store_conditioned == b.store_conditioned && a.recompute_ratio == b.recompute_ratio &&
-               a.first_k == b.first_k && a.kl_budget == b.kl_budget && a.defer_repairs == b.defer_repairs &&
-               a.heal_when_idle == b.heal_when_idle && a.heal_min_kl == b.heal_min_kl &&
-               a.prepare_recalls == b.prepare_recalls && a.prepare_moves == b.prepare_moves;
+               a.store_conditioned == b.store_conditioned && a.reuse_computed == b.reuse_computed &&
+               a.recompute_ratio == b.recompute_ratio && a.first_k == b.first_k && a.kl_budget == b.kl_budget &&
+               a.defer_repairs == b.defer_repairs && a.heal_when_idle == b.heal_when_idle &&
+               a.heal_min_kl == b.heal_min_kl && a.prepare_recalls == b.prepare_recalls &&
+               a.prepare_moves == b.prepare_moves;
       },
       py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {
@@ -262,7 +267,8 @@ void init_policy(py::module_& m) {
       << ", deep_only=" << (p.deep_only ? "True" : "False") << ", reuse_stored=" << (p.reuse_stored ? "True" : "False")
       << ", use_orbit_patches=" << (p.use_orbit_patches ? "True" : "False")
       << ", cascade_on_recall=" << (p.cascade_on_recall ? "True" : "False")
-      << ", store_conditioned=" << (p.store_conditioned ? "True" : "False") << ")";
+      << ", store_conditioned=" << (p.store_conditioned ? "True" : "False")
+      << ", reuse_computed=" << (p.reuse_computed ? "True" : "False") << ")";
     return o.str();
   });
   m.attr("Policy") = c;

@@ -69,6 +69,11 @@ struct PlanStep {
   // fell back to another action). Empty: not kept. A step served *from* such KV is kLoadConditioned with
   // how "reuse" and the key in patch_key.
   std::string reuse_key;
+  // Partial exact reuse (a forwarding step): the leading reused_tokens rows are loaded from the KV stored
+  // under reuse_from (another sequence that started with the same tokens behind the same KV states, as a
+  // radix cache matches part of a sequence); the rest are forwarded (forward_tokens counts only those).
+  std::string reuse_from;
+  int64_t reused_tokens = 0;
   double divergence = 0;                // kStale: the accepted patch's context divergence
   int64_t rank_k = 0;                   // patch ranks formed/read by this step (0: no patch involved)
   int64_t rank_v = 0;

@@ -296,7 +296,9 @@ class Window {
   SyncReport sync(const std::vector<ChatMessage>& messages, const SyncOptions& options = {});
 
   // A copy-on-write child (O(pages) reference counts). The child has its own id and version. Repairs an
-  // edit deferred run first (in this window, as a read would), so the two share the repaired pages.
+  // edit deferred stay deferred in both under exact reuse (WindowPolicy::reuse_computed): whichever reads
+  // first runs them, the other loads what it computed; without exact reuse they run first (in this window,
+  // as a read would), so the two share the repaired pages.
   Window fork() const;
 
   // ---- reading (const) ----

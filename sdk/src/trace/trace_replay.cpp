@@ -474,7 +474,7 @@ class PolicyRun {
   }
 
   void fork_branch(const TraceStep& s, std::size_t i, StepResult* r) {
-    flush_deferred(i, r);
+    if (!policy_.reuse_computed) flush_deferred(i, r);  // what Window::fork runs (in the step's cost)
     Window child = current().fork();
     branches_.emplace(s.branch, Branch{std::move(child), current_});
     current_ = s.branch;

@@ -14,9 +14,7 @@ planner::PrefixCacheOptions budget(int64_t capacity_tokens) {
 
 bool reads_window_before(TraceOp op) { return op == TraceOp::kGenerate || op == TraceOp::kDisposable; }
 
-bool reads_window_after(TraceOp op) {
-  return op == TraceOp::kAdmit || op == TraceOp::kRecall || op == TraceOp::kTurn || op == TraceOp::kPlace;
-}
+bool reads_window_after(TraceOp op) { return op == TraceOp::kAdmit || op == TraceOp::kRecall || op == TraceOp::kTurn; }
 
 }  // namespace
 

@@ -5,12 +5,13 @@
 //
 // Which steps are reads: the steps the engine's live yardstick (planner::PrefixLedger) charges, one read
 // per step:
-//   - admit, recall, turn, place, when the window applied them: the window after the step, no query;
+//   - admit, recall, turn, when the window applied them: the window after the step, no query;
 //   - generate: the window before the step, the query, and the answer (the transcript's when the step
 //     appends it, so the cache holds what the exact model produced; otherwise this policy's tokens);
 //   - disposable: the window before the step, the query, and the greedy answer with the window as it is.
-// Edits (evict, slide, reorder) and branch operations are not reads: a prefix cache computes when the model
-// is called. The window's tokens are its instances' in window order: a turn's ids, a text chunk's ids, and
+// Edits (evict, slide, reorder, place) and branch operations are not reads: a prefix cache computes when the
+// model is called (place is a reorder the planner chooses; its repairs, like a reorder's, wait for the next
+// read under a deferring policy). The window's tokens are its instances' in window order: a turn's ids, a text chunk's ids, and
 // for an embedding chunk a stand-in id per row (stand_in_tokens) that names the content, not a token.
 #pragma once
 

@@ -101,6 +101,63 @@ runtime::Content forward_in_context(EngineCore& core, const runtime::ForwardInpu
   return core.model().forward(input, &past, fo).content;
 }
 
+// The instance's token ids (a turn's, a token chunk's), or null (an embedding chunk).
+const std::vector<int64_t>* instance_tokens(const ApplyInput& in) {
+  if (in.chunk == nullptr) return in.turn_tokens;
+  return in.chunk->ref.kind == ChunkKind::kTokens ? &in.chunk->tokens : nullptr;
+}
+
+// Appends rows of KV (content at `positions`) to a past.
+void append_rows(runtime::PastKV& past, const runtime::Content& rows, const at::Tensor& positions) {
+  if (past.length() == 0) {
+    past.layers = rows;
+    past.positions = positions;
+    return;
+  }
+  for (std::size_t l = 0; l < past.layers.size(); ++l) {
+    past.layers[l].k = at::cat({past.layers[l].k, rows[l].k}, 0);
+    past.layers[l].v = at::cat({past.layers[l].v, rows[l].v}, 0);
+  }
+  past.positions = at::cat({past.positions, positions}, -1);
+}
+
+// The step's forward of the instance in context: its leading step.reused_tokens rows loaded from the KV
+// stored under step.reuse_from when the step says so and that KV is there, the rest forwarded. Adds the
+// tokens forwarded to out.forward_tokens.
+runtime::Content forward_reusing(ApplyInput& in, const PlanStep& step, ApplyOutput& out) {
+  const std::vector<int64_t>* tokens = instance_tokens(in);
+  const int64_t n = in.length, k = step.reused_tokens;
+  std::optional<runtime::Content> stored;
+  if (k > 0 && tokens != nullptr && k <= n) stored = in.core.get_conditioned(step.reuse_from);
+  if (!stored.has_value() || stored->empty() || stored->front().k.size(0) < k) {
+    out.forward_tokens += static_cast<double>(n);
+    const runtime::ForwardInput input = in.chunk != nullptr ? in.core.input_for(*in.chunk, in.position)
+                                                            : in.core.input_for_tokens(*tokens, in.position);
+    return forward_in_context(in.core, input, in.build);
+  }
+  c10::InferenceMode guard;
+  runtime::Content head(stored->size());
+  for (std::size_t l = 0; l < head.size(); ++l)
+    head[l] = {(*stored)[l].k.narrow(0, 0, k), (*stored)[l].v.narrow(0, 0, k)};
+  out.bytes_moved += runtime::content_bytes(head);
+  ++out.patch_hits;
+  out.approximate_reuse = step.match == PatchMatch::kStale;
+  if (k == n) return head;
+  runtime::PastKV past = in.build.entries.empty() ? runtime::PastKV{} : in.build.past();
+  append_rows(past, head, in.core.positions_for(nullptr, k, in.position));
+  const std::vector<int64_t> rest(tokens->begin() + k, tokens->end());
+  runtime::ForwardOptions fo;
+  fo.logits = runtime::LogitsMode::kNone;
+  const runtime::Content tail =
+      in.core.model().forward(in.core.input_for_tokens(rest, in.position + k), &past, fo).content;
+  out.forward_tokens += static_cast<double>(n - k);
+  runtime::Content all(head.size());
+  for (std::size_t l = 0; l < all.size(); ++l) {
+    all[l] = {at::cat({head[l].k, tail[l].k}, 0), at::cat({head[l].v, tail[l].v}, 0)};
+  }
+  return all;
+}
+
 runtime::Content canonical_for(ApplyInput& in, ApplyOutput& out) {
   bool encoded = false;
   int64_t bytes = 0;
@@ -415,8 +472,7 @@ class Form final : public ServeAction {
   }
   ActionFloor floor(const PlanInput& in) const override { return forward_floor(in, !in.is_turn && in.position > 0); }
   void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const override {
-    out.content = forward_in_context(in.core, in.core.input_for(*in.chunk, in.position), in.build);
-    out.forward_tokens += static_cast<double>(in.length);
+    out.content = forward_reusing(in, step, out);
     PatchJob job;
     job.chunk = in.chunk;
     job.conditioned = out.content;
@@ -457,8 +513,7 @@ class Prefill final : public ServeAction {
   }
   ActionFloor floor(const PlanInput& in) const override { return forward_floor(in, !in.is_turn && in.position > 0); }
   void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const override {
-    out.content = forward_in_context(in.core, in.core.input_for(*in.chunk, in.position), in.build);
-    out.forward_tokens += static_cast<double>(in.length);
+    out.content = forward_reusing(in, step, out);
     for (const std::string& k : step.store_keys) {
       PatchRecord rec;
       rec.key = k;
@@ -596,9 +651,8 @@ class PrefillTurn final : public ServeAction {
     return s;
   }
   ActionFloor floor(const PlanInput& in) const override { return forward_floor(in, in.is_turn); }
-  void apply(ApplyInput& in, const PlanStep&, ApplyOutput& out) const override {
-    out.content = forward_in_context(in.core, in.core.input_for_tokens(*in.turn_tokens, in.position), in.build);
-    out.forward_tokens += static_cast<double>(in.length);
+  void apply(ApplyInput& in, const PlanStep& step, ApplyOutput& out) const override {
+    out.content = forward_reusing(in, step, out);
     out.conditioned = true;
     out.done_as = StepAction::kPrefillTurn;
   }
@@ -618,8 +672,8 @@ const std::vector<const ServeAction*>& all_actions() {
   static const Prefill prefill;
   static const PrefillTurn turn;
   static const Reuse reuse;
-  static const std::vector<const ServeAction*> all = {&keep,    &canonical, &stored,  &conditioned, &reuse, &blind,
-                                                      &first_k, &cacheblend, &form, &prefill,     &turn};
+  static const std::vector<const ServeAction*> all = {&keep,    &canonical,  &stored, &conditioned, &reuse, &blind,
+                                                      &first_k, &cacheblend, &form,   &prefill,     &turn};
   return all;
 }
 

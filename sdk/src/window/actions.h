@@ -49,7 +49,8 @@ struct WindowBuild {
   std::vector<int64_t> starts;             // each entry's first position
   std::vector<at::Tensor> positions;       // filled lazily from starts by past(): most applies run no forward
   int64_t next_position = 0;
-  KvState chain;                           // the KV-state chain over the entries built so far
+  KvState chain;    // the KV-state chain over the entries built so far
+  KvState content;  // their content chain
 
   explicit WindowBuild(EngineCore& c) : core(c) {}
   ~WindowBuild();  // destroys the entries under the pool lock
@@ -116,7 +117,8 @@ struct ApplyOutput {
   int64_t canonicals_encoded = 0;
   int64_t bytes_moved = 0;
   int64_t background_jobs = 0;
-  double encode_tokens = 0;  // of forward_tokens: canonical encodes (counted by EngineCore::canonical)
+  double encode_tokens = 0;        // of forward_tokens: canonical encodes (counted by EngineCore::canonical)
+  bool approximate_reuse = false;  // leading rows loaded from KV computed behind the same content only
 };
 
 // The least KL and the fewest estimated seconds any plan of an action could give an instance, found without

@@ -442,10 +442,14 @@ void EngineCore::put_conditioned(const runtime::Content& content, const std::str
   catalog_add(chunk_key, std::move(record));
 }
 
-void EngineCore::put_reusable(const std::string& reuse_key, const runtime::Content& content) {
-  if (content.empty() || store().contains(reuse_key)) return;
-  const store::PutOptions po = kv_put_options(static_cast<double>(content.front().k.size(0)), false);
-  (void)store().put(reuse_key, store::canonical_value(content_to_host(content)), po);
+void EngineCore::put_reusable(const std::string& reuse_key, const runtime::Content& content, const KvState& chain,
+                              const KvState& content_chain, const std::vector<int64_t>& tokens) {
+  if (content.empty()) return;
+  if (!store().contains(reuse_key)) {
+    const store::PutOptions po = kv_put_options(static_cast<double>(content.front().k.size(0)), false);
+    if (!store().put(reuse_key, store::canonical_value(content_to_host(content)), po).is_ok()) return;
+  }
+  reuse_index_.add(chain, content_chain, reuse_key, tokens);
 }
 
 void ContextWeights::push(const std::string& key, double length) {

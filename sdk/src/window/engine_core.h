@@ -41,6 +41,7 @@
 #include "orbit/runtime/tokenizer.h"
 #include "orbit/store/chunk_store.h"
 #include "window/background.h"
+#include "window/kv_state.h"
 
 namespace orbit::runtime {
 class ChatTemplate;
@@ -172,7 +173,12 @@ class EngineCore {
   void put_conditioned(const runtime::Content& content, const std::string& chunk_key, PatchRecord record);
   // Exact reuse (kv_state.h): the KV a forward computed, stored under its reuse key (no catalog entry; read
   // back with get_conditioned). A store that refuses it (budgets full of pinned entries) only loses the reuse.
-  void put_reusable(const std::string& reuse_key, const runtime::Content& content);
+  // `tokens` (the instance's token ids; empty for embeddings) go to reuse_index() under `chain` and
+  // `content_chain`, the states and the content before it, so a later forward behind either can load a
+  // matching leading run.
+  void put_reusable(const std::string& reuse_key, const runtime::Content& content, const KvState& chain,
+                    const KvState& content_chain, const std::vector<int64_t>& tokens);
+  const ReuseIndex& reuse_index() const { return reuse_index_; }
   // What the catalog knows of one of the chunk's patches (nullopt: none under that key): whether it was
   // formed full-rank over an exact context, and its residual (-1 until formed, or unknown).
   struct PatchFacts {
@@ -280,6 +286,7 @@ class EngineCore {
   std::mutex pool_mu_;
 
   mutable std::mutex mu_;
+  ReuseIndex reuse_index_;  // its own lock
   std::unordered_map<std::string, std::unique_ptr<ChunkRecord>> chunks_;
   std::vector<std::string> chunk_order_;
   std::unordered_map<std::string, std::vector<PatchRecord>> catalog_;

@@ -1,6 +1,7 @@
 // KV states and exact reuse keys (kv_state.h).
 #include "window/kv_state.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "orbit/common/sha256.h"
@@ -9,7 +10,7 @@ namespace orbit::detail {
 
 namespace {
 
-enum Tag : uint64_t { kForward = 1, kCanonical = 2, kPatched = 3, kRecomputed = 4, kChain = 5 };
+enum Tag : uint64_t { kForward = 1, kCanonical = 2, kPatched = 3, kRecomputed = 4, kChain = 5, kContent = 6 };
 
 uint64_t mix(uint64_t x) {  // splitmix64's finalizer
   x ^= x >> 30;
@@ -49,7 +50,13 @@ struct Lanes {
 
 }  // namespace
 
-KvState kv_chain(const KvState& chain, const KvState& state) { return Lanes().add(kChain).add(chain).add(state).state(); }
+KvState kv_chain(const KvState& chain, const KvState& state) {
+  return Lanes().add(kChain).add(chain).add(state).state();
+}
+
+KvState content_chain(const KvState& chain, const std::string& key) {
+  return Lanes().add(kContent).add(chain).add(key).state();
+}
 
 KvState kv_forward(const std::string& key, const KvState& chain) {
   return Lanes().add(kForward).add(key).add(chain).state();
@@ -87,6 +94,61 @@ std::string reuse_key(const std::string& key, const KvState& chain) {
   std::snprintf(words, sizeof words, "%016llx%016llx", static_cast<unsigned long long>(chain.hi),
                 static_cast<unsigned long long>(chain.lo));
   return sha256_hex("orbit-reuse/1\n" + key + "\n" + words);
+}
+
+void ReuseIndex::add(const KvState& chain, const KvState& content, const std::string& store_key,
+                     const std::vector<int64_t>& tokens) {
+  if (tokens.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  add_locked(chain, store_key, tokens);
+  if (content != chain) add_locked(content, store_key, tokens);
+}
+
+void ReuseIndex::add_locked(const KvState& chain, const std::string& store_key, const std::vector<int64_t>& tokens) {
+  auto [it, added] = by_chain_.try_emplace(chain);
+  if (added) {
+    order_.push_back(chain);
+    if (order_.size() > kMaxChains) {
+      by_chain_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  std::vector<Sequence>& list = it->second;
+  for (const Sequence& s : list) {
+    if (s.store_key == store_key) return;
+  }
+  if (list.size() >= kPerChain) list.erase(list.begin());
+  const std::size_t n = std::min(tokens.size(), kMaxTokens);
+  list.push_back({store_key, std::vector<int64_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n))});
+}
+
+ReuseIndex::Match ReuseIndex::longest(const KvState& chain, const KvState& content, const std::vector<int64_t>& tokens,
+                                      int64_t limit) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Match best = longest_locked(chain, tokens, limit);
+  if (content != chain) {
+    Match approx = longest_locked(content, tokens, limit);
+    if (approx.tokens > best.tokens) {
+      best = std::move(approx);
+      best.exact = false;
+    }
+  }
+  return best;
+}
+
+ReuseIndex::Match ReuseIndex::longest_locked(const KvState& chain, const std::vector<int64_t>& tokens,
+                                             int64_t limit) const {
+  Match best;
+  const auto it = by_chain_.find(chain);
+  if (it == by_chain_.end()) return best;
+  const std::size_t cap_all = std::min(tokens.size(), static_cast<std::size_t>(std::max<int64_t>(limit, 0)));
+  for (const Sequence& s : it->second) {
+    const std::size_t cap = std::min(s.tokens.size(), cap_all);
+    std::size_t n = 0;
+    while (n < cap && s.tokens[n] == tokens[n]) ++n;
+    if (static_cast<int64_t>(n) > best.tokens) best = {s.store_key, static_cast<int64_t>(n), true};
+  }
+  return best;
 }
 
 }  // namespace orbit::detail

@@ -18,8 +18,13 @@
 // states and reuse keys are stable across processes and machines that share a store.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "orbit/plan.h"
 
@@ -32,6 +37,8 @@ struct KvState {
 };
 
 KvState kv_chain(const KvState& chain, const KvState& state);
+// The content chain: the same over content keys alone (what the instances are, not how their KV was made).
+KvState content_chain(const KvState& chain, const std::string& key);
 KvState kv_forward(const std::string& key, const KvState& chain);
 KvState kv_canonical(const std::string& key);
 KvState kv_patched(const std::string& key, const std::string& patch_key);
@@ -44,5 +51,43 @@ KvState kv_state_after(StepAction done, const std::string& key, const std::strin
 
 // The store key (64 hex) of the KV a forward computes for content `key` behind `chain`.
 std::string reuse_key(const std::string& key, const KvState& chain);
+
+// Which token sequences were stored for exact reuse behind each chain, so that a forward whose leading
+// tokens match one of them loads those rows instead of computing them (a radix cache's partial match).
+// Each sequence is indexed twice: under its KV-state chain (the rows a forward here would compute, exactly)
+// and under its content chain (rows computed behind the same content whose KV was approximated another way:
+// what a forward here computes up to those approximations). Only the first kMaxTokens of a sequence are remembered (a
+// longer match loads that many rows); the kMaxChains chains added last are kept, up to kPerChain sequences each (the
+// newest). Entries whose store key was evicted since are found here and fail to load (the forward then runs).
+// Thread-safe.
+class ReuseIndex {
+ public:
+  static constexpr std::size_t kMaxChains = 8192, kPerChain = 8, kMaxTokens = 1024;
+  struct Match {
+    std::string store_key;
+    int64_t tokens = 0;  // leading tokens shared with the query (0: none)
+    bool exact = true;   // found under the KV-state chain (else under the content chain only)
+  };
+  void add(const KvState& chain, const KvState& content, const std::string& store_key,
+           const std::vector<int64_t>& tokens);
+  // The sequence sharing the longest leading run with `tokens` (at most `limit`): under the state chain
+  // `chain`, or, when one there is longer, under the content chain `content`.
+  Match longest(const KvState& chain, const KvState& content, const std::vector<int64_t>& tokens, int64_t limit) const;
+
+ private:
+  struct Hash {
+    std::size_t operator()(const KvState& s) const { return static_cast<std::size_t>(s.hi ^ (s.lo * 31)); }
+  };
+  struct Sequence {
+    std::string store_key;
+    std::vector<int64_t> tokens;
+  };
+  void add_locked(const KvState& chain, const std::string& store_key, const std::vector<int64_t>& tokens);
+  Match longest_locked(const KvState& chain, const std::vector<int64_t>& tokens, int64_t limit) const;
+
+  mutable std::mutex mu_;
+  std::unordered_map<KvState, std::vector<Sequence>, Hash> by_chain_;  // state and content chains alike
+  std::deque<KvState> order_;                                          // chains in the order first added
+};
 
 }  // namespace orbit::detail

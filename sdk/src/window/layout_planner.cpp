@@ -270,7 +270,8 @@ bool forwards_in_context(StepAction a) {
 
 }  // namespace
 
-void LayoutPlanner::offer_reuse(std::size_t i, const KvState& chain, int64_t* spare, PlanStep& s) {
+void LayoutPlanner::offer_reuse(std::size_t i, const KvState& chain, const KvState& content, bool exact_before,
+                                int64_t* spare, PlanStep& s) {
   const SlotInfo& si = info_[i];
   if (s.deferred || !reusable(s.action)) return;
   const bool keep = s.action == StepAction::kKeep;
@@ -280,7 +281,10 @@ void LayoutPlanner::offer_reuse(std::size_t i, const KvState& chain, int64_t* sp
   PlanInput in = input_for(i, &context_);
   in.reuse_key = &key;
   std::optional<PlanStep> r = reuse_.plan(in);
-  if (!r) return;
+  if (!r) {
+    if (forwards_in_context(s.action)) offer_partial_reuse(i, chain, content, exact_before, in, s);
+    return;
+  }
   r->estimated_seconds = estimate_seconds(in, *r);
   r->reason += " (instead of " + s.how + ")";
   if (keep) *spare -= state_.pages_for(si.length);
@@ -288,18 +292,42 @@ void LayoutPlanner::offer_reuse(std::size_t i, const KvState& chain, int64_t* sp
   info_[i].prefix_why = false;
 }
 
+void LayoutPlanner::offer_partial_reuse(std::size_t i, const KvState& chain, const KvState& content, bool exact_before,
+                                        const PlanInput& in, PlanStep& s) {
+  const SlotInfo& si = info_[i];
+  const std::vector<int64_t>* tokens =
+      si.is_turn ? si.turn_tokens : (si.chunk->ref.kind == ChunkKind::kTokens ? &si.chunk->tokens : nullptr);
+  if (tokens == nullptr) return;
+  // A form over an exact context makes the chunk's exact patch: only rows a forward here computes go in it.
+  const KvState by_content = s.action == StepAction::kForm && exact_before ? chain : content;
+  const ReuseIndex::Match m = core_.reuse_index().longest(chain, by_content, *tokens, si.length);
+  if (m.tokens <= 0 || !core_.contains(m.store_key)) return;
+  if (!m.exact) {
+    s.match = PatchMatch::kStale;
+    s.exact = false;
+  }
+  s.reuse_from = m.store_key;
+  s.reused_tokens = m.tokens;
+  s.forward_tokens -= static_cast<double>(m.tokens);
+  s.bytes_moved += m.tokens * kv_per_token_;
+  s.estimated_seconds = estimate_seconds(in, s) * s.forward_tokens / static_cast<double>(si.length) +
+                        cost_.seconds_transfer(m.tokens * kv_per_token_, planner::Tier::kHost);
+  s.reason += "; its first " + std::to_string(m.tokens) + " tokens from KV computed behind this same window" +
+              (m.exact ? std::string() : std::string(" (its content; approximated another way)"));
+}
+
 void LayoutPlanner::finalize() {
   // Exactness: an instance is exact when its action is and every antecedent is. Exact reuse: each slot's
   // KV state along the window (kv_state.h), so a step can be served from KV computed behind the same states.
   bool all_exact = true;
   uint64_t ctx_hash = 0;
-  KvState chain;
+  KvState chain, content;
   int64_t spare = policy_.reuse_computed ? spare_pages() : 0;
   for (std::size_t i = 0; i < info_.size(); ++i) {
     SlotInfo& si = info_[i];
     PlanStep s = std::move(si.candidates[si.chosen]);
     s.deferred = deferred_[i] != 0;
-    if (policy_.reuse_computed) offer_reuse(i, chain, &spare, s);
+    if (policy_.reuse_computed) offer_reuse(i, chain, content, all_exact, &spare, s);
     if (si.prefix_why && !(s.action == StepAction::kKeep && is_same_[i] != 0)) s.reason = *whys_[i] + "; " + s.reason;
     s.instance = layout_.slots[i].id;
     s.position = si.position;
@@ -318,7 +346,9 @@ void LayoutPlanner::finalize() {
     if (s.action == StepAction::kKeep) {
       s.drift_tokens = si.drift;
       s.context_change = si.change;
-      s.exact = si.old->exact_when_formed && si.old->formed_on == ctx_hash && all_exact;
+      // Exact: formed exactly on these very antecedents, or holding the KV a forward behind them computes.
+      s.exact = all_exact && ((si.old->exact_when_formed && si.old->formed_on == ctx_hash) ||
+                              si.old->state == kv_forward(*si.key, chain));
       ctx_hash = context_hash(ctx_hash, *si.key, si.old->version);
     } else {
       s.exact = s.exact && all_exact;
@@ -326,8 +356,12 @@ void LayoutPlanner::finalize() {
     }
     all_exact = all_exact && s.exact;
     if (policy_.reuse_computed && forwards_in_context(s.action)) s.reuse_key = reuse_key(*si.key, chain);
-    chain = kv_chain(chain, kv_state_after(s.action, *si.key, s.patch_key, s.recompute_tokens, chain,
-                                           si.old != nullptr ? si.old->state : KvState{}));
+    const KvState state = s.match == PatchMatch::kStale && s.reused_tokens > 0
+                              ? kv_patched(*si.key, s.reuse_from)
+                              : kv_state_after(s.action, *si.key, s.patch_key, s.recompute_tokens, chain,
+                                               si.old != nullptr ? si.old->state : KvState{});
+    chain = kv_chain(chain, state);
+    content = content_chain(content, *si.key);
     plan_.forward_tokens += s.forward_tokens;
     plan_.background_tokens += s.background_tokens;
     plan_.bytes_moved += s.bytes_moved;

@@ -92,8 +92,13 @@ class LayoutPlanner {
   void finalize();
   // Replaces slot i's chosen step `s` by exact reuse when KV for its content behind `chain` is stored and
   // `s` would forward it or serve it approximately; a kept instance only while `spare` pages last.
-  void offer_reuse(std::size_t i, const KvState& chain, int64_t* spare, PlanStep& s);
+  void offer_reuse(std::size_t i, const KvState& chain, const KvState& content, bool exact_before, int64_t* spare,
+                   PlanStep& s);
   int64_t spare_pages() const;  // the pool's free pages less those the chosen steps need
+  // A forwarding step whose leading tokens were stored behind `chain`, or behind the same `content`
+  // (ReuseIndex; not for a form over an exact context, `exact_before`), loads them instead.
+  void offer_partial_reuse(std::size_t i, const KvState& chain, const KvState& content, bool exact_before,
+                           const PlanInput& in, PlanStep& s);
   void check_pool();
 
   // Extends `ctx` with the keys of slots [ctx.keys.size(), i) and returns it.

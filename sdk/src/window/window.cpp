@@ -429,9 +429,11 @@ ApplyReport Window::heal() {
 
 Window Window::fork() const {
   const detail::OpHold hold(*state_->core);
-  // Repairs waiting now would otherwise run twice, once in each window: they run first, and both share
-  // the repaired pages.
-  detail::run_deferred(*state_, "fork");
+  // Repairs waiting now stay waiting in both windows: with exact reuse, the first of the two to read runs
+  // them and the other, still behind the same KV states, loads what it computed (and a child that edits
+  // first never pays for its parent's state). Without it they would run twice: they run first, and both
+  // share the repaired pages.
+  if (!state_->options.policy.reuse_computed) detail::run_deferred(*state_, "fork");
   return Window(detail::fork_state(*state_));
 }
 

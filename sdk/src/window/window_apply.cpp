@@ -126,11 +126,15 @@ ApplyOutput run_action(Built& built, const PlanStep& s, const Entry& e, const En
 
 // Exact reuse: the KV of a step that forwarded its instance in context, stored under the key of the
 // window as built (a reuse step that fell back to a forward stores what it computed, too).
-void keep_for_reuse(EngineCore& core, const PlanStep& s, const Entry& e, const ApplyOutput& out, const KvState& chain) {
+void keep_for_reuse(EngineCore& core, const PlanStep& s, const Entry& e, const ApplyOutput& out, const KvState& chain,
+                    const KvState& content) {
   const bool forwarded = out.done_as == StepAction::kForm || out.done_as == StepAction::kReprefill ||
                          out.done_as == StepAction::kPrefillTurn;
-  if (!forwarded || out.content.empty() || (s.reuse_key.empty() && s.how != "reuse")) return;
-  core.put_reusable(reuse_key(e.key, chain), out.content);
+  if (!forwarded || out.approximate_reuse || out.content.empty() || (s.reuse_key.empty() && s.how != "reuse")) return;
+  static const std::vector<int64_t> none;
+  const std::vector<int64_t>& tokens =
+      e.is_turn ? e.turn_tokens : (e.chunk->ref.kind == ChunkKind::kTokens ? e.chunk->tokens : none);
+  core.put_reusable(reuse_key(e.key, chain), out.content, chain, content, tokens);
 }
 
 // A kept entry: the old entry's pages (forked) and what it was formed on; the step's drift and prediction.
@@ -157,7 +161,9 @@ Status form_pages(const WindowState& state, Operation op, const PlanStep& s, con
   EngineCore& core = built.window.core;
   const runtime::ModelConfig& config = core.config();
   e.version = core.next_content_version();
-  e.state = kv_state_after(out.done_as, e.key, s.patch_key, s.recompute_tokens, built.window.chain, KvState{});
+  e.state = out.approximate_reuse
+                ? kv_patched(e.key, s.reuse_from)
+                : kv_state_after(out.done_as, e.key, s.patch_key, s.recompute_tokens, built.window.chain, KvState{});
   e.formed_on = ctx.ctx_hash;
   e.formed_on_keys = ctx.keys_hash;
   e.formed_on_tokens = ctx.ctx_tokens;
@@ -188,6 +194,7 @@ Status form_pages(const WindowState& state, Operation op, const PlanStep& s, con
 void append_entry(Built& built, BuildContext& ctx, Entry e, ApplyOutput& out) {
   WindowBuild& b = built.window;
   b.chain = kv_chain(b.chain, e.state);
+  b.content = content_chain(b.content, e.key);
   ctx.ctx_hash = context_hash(ctx.ctx_hash, e.key, e.version);
   ctx.keys_hash = context_hash(ctx.keys_hash, e.key, 0);
   ctx.prefixes.push_back({ctx.keys_hash, e.length});
@@ -215,7 +222,7 @@ Status apply_steps(const WindowState& state, const Plan& plan, const EntryIndex&
     Entry e = start_entry(core, s, old);
     ApplyOutput out = run_action(built, s, e, old, ctx.leading_turns);
     tally.add(out);
-    keep_for_reuse(core, s, e, out, built.window.chain);
+    keep_for_reuse(core, s, e, out, built.window.chain, built.window.content);
     if (out.keep_pages) {
       keep_pages(core, s, *old, e);
     } else {

@@ -120,8 +120,8 @@ void keep_read_for_reuse(const WindowState& state, const std::vector<int64_t>& q
                          const runtime::PastKV& past, int64_t end) {
   detail::EngineCore& core = *state.core;
   if (!state.options.policy.reuse_computed || parts.empty()) return;
-  const detail::KvState chain = state.state_chain();
-  core.put_reusable(detail::reuse_key(core.turn_key(query), chain), parts.front());
+  const detail::KvState chain = state.state_chain(), content = state.content_chain();
+  core.put_reusable(detail::reuse_key(core.turn_key(query), chain), parts.front(), chain, content, query);
   const int64_t limit = core.config().max_position_embeddings;
   if (answer.empty() || (limit > 0 && end + 1 > limit)) return;
   runtime::ForwardInput in = core.input_for_tokens({answer.back()}, end);
@@ -130,7 +130,7 @@ void keep_read_for_reuse(const WindowState& state, const std::vector<int64_t>& q
   parts.push_back(core.model().forward(in, &past, fo).content);
   std::vector<int64_t> turn = query;
   turn.insert(turn.end(), answer.begin(), answer.end());
-  core.put_reusable(detail::reuse_key(core.turn_key(turn), chain), concat_contents(parts));
+  core.put_reusable(detail::reuse_key(core.turn_key(turn), chain), concat_contents(parts), chain, content, turn);
 }
 
 }  // namespace

@@ -76,6 +76,12 @@ std::vector<uint64_t> WindowState::context_hashes() const {
   return out;
 }
 
+KvState WindowState::content_chain() const {
+  KvState chain;
+  for (const Entry& e : entries) chain = detail::content_chain(chain, e.key);
+  return chain;
+}
+
 KvState WindowState::state_chain() const {
   KvState chain;
   for (const Entry& e : entries) chain = kv_chain(chain, e.state);

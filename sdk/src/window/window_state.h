@@ -102,6 +102,7 @@ struct WindowState {
   std::vector<uint64_t> context_hashes() const;
   // The KV-state chain over every entry (kv_state.h): what a forward after the window is formed behind.
   KvState state_chain() const;
+  KvState content_chain() const;  // the same over the entries' content keys
 };
 
 // A copy-on-write copy of a window's state (Window::fork): a fresh id, every entry's pages shared.

@@ -1,0 +1,62 @@
+// The prefix-cache yardsticks (planner/prefix_cache.h) in Python: what SGLang's radix cache and vLLM's
+// automatic prefix caching would forward for a sequence of model reads. The samples state their savings
+// against these, the same implementation `orbit replay` runs.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "orbit/planner/prefix_cache.h"
+
+namespace orbit_py {
+
+namespace {
+
+orbit::planner::PrefixCacheOptions options(int64_t capacity_tokens, int64_t block_tokens) {
+  orbit::planner::PrefixCacheOptions o;
+  o.capacity_tokens = capacity_tokens;
+  o.block_tokens = block_tokens;
+  return o;
+}
+
+template <class Cache>
+int64_t read(Cache& cache, const std::vector<int64_t>& prompt, const std::vector<int64_t>& generated) {
+  std::vector<int64_t> tokens = prompt;
+  tokens.insert(tokens.end(), generated.begin(), generated.end());
+  return cache.read(tokens, prompt.size()).forwarded;
+}
+
+}  // namespace
+
+void init_yardstick(py::module_& m) {
+  py::class_<orbit::planner::RadixCache>(m, "RadixCache", R"(SGLang's radix cache at token granularity.
+
+Each read reuses the longest held prefix of its prompt and forwards the rest; it then holds the whole read,
+generated tokens included. capacity_tokens bounds the KV it holds (least recently used tokens leave
+first); 0 = unbounded.)")
+      .def(py::init([](int64_t capacity_tokens) { return orbit::planner::RadixCache(options(capacity_tokens, 16)); }),
+           py::arg("capacity_tokens") = 0)
+      .def(
+          "read",
+          [](orbit::planner::RadixCache& c, const std::vector<int64_t>& prompt, const std::vector<int64_t>& generated) {
+            return read(c, prompt, generated);
+          },
+          py::arg("prompt"), py::arg("generated") = std::vector<int64_t>{},
+          "One model call: the prompt's tokens (window, then query) and the tokens it generated. Returns the "
+          "prompt tokens a radix cache forwards for it.")
+      .def_property_readonly("size", &orbit::planner::RadixCache::size, "tokens held");
+  py::class_<orbit::planner::BlockPrefixCache>(m, "BlockPrefixCache", R"(vLLM's automatic prefix caching.
+
+Hash-chained blocks of block_tokens (16); only full blocks are held and reused. capacity_tokens as for
+RadixCache.)")
+      .def(py::init([](int64_t capacity_tokens, int64_t block_tokens) {
+             return orbit::planner::BlockPrefixCache(options(capacity_tokens, block_tokens));
+           }),
+           py::arg("capacity_tokens") = 0, py::arg("block_tokens") = 16)
+      .def(
+          "read",
+          [](orbit::planner::BlockPrefixCache& c, const std::vector<int64_t>& prompt,
+             const std::vector<int64_t>& generated) { return read(c, prompt, generated); },
+          py::arg("prompt"), py::arg("generated") = std::vector<int64_t>{}, "As RadixCache.read, in whole blocks.")
+      .def_property_readonly("size", &orbit::planner::BlockPrefixCache::size, "tokens held");
+}
+
+}  // namespace orbit_py

@@ -1,0 +1,179 @@
+// Exact reuse (docs/ARCHITECTURE.md §4): what a forward computed is served again, with no forward, wherever
+// the window before it has the same KV states; an appended answer reuses its decode; a forward whose
+// leading tokens were computed behind the same window loads them. Checked against the re-prefill oracle.
+#include "orbit_catch.h"
+
+#include <random>
+
+#include "orbit/engine.h"
+#include "window/kv_state.h"
+#include "window_test_support.h"
+
+using namespace orbit;
+using orbit::test::open_stories_small_pages;
+using orbit::test::random_tokens;
+using orbit::test::window_error;
+
+namespace {
+
+WindowOptions with(const std::string& spec) {
+  WindowOptions o;
+  o.policy = parse_policy(spec);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a window read before is served again from what its forwards computed", "[window][reuse]") {
+  auto engine = open_stories_small_pages();
+  std::mt19937_64 rng(31);
+  const ChunkRef doc = engine->add_tokens(random_tokens(rng, 20)), page = engine->add_tokens(random_tokens(rng, 12));
+  const std::vector<int64_t> system = random_tokens(rng, 6), user = random_tokens(rng, 9), q = random_tokens(rng, 3);
+  for (const std::string spec : {"default", "prefix", "patch:full:exact"}) {
+    INFO(spec);
+    Window a = engine->new_window(with(spec));
+    a.add_turn(system);
+    a.admit(doc);
+    a.admit(page);
+    a.add_turn(user);
+    Window b = engine->new_window(with(spec));
+    b.add_turn(system);
+    b.admit(doc);
+    b.admit(page);
+    const Plan p = b.plan_add_turn(user);
+    INFO(p.describe());
+    CHECK(p.forward_tokens == 0);
+    CHECK(p.steps.back().how == "reuse");
+    CHECK(p.exact);
+    CHECK(b.apply(p).value().forward_tokens == 0);
+    CHECK(window_error(b, q) < 1e-4);
+    CHECK(window_error(b, q) == Approx(window_error(a, q)).margin(1e-6));
+  }
+}
+
+TEST_CASE("an answer appended as a turn is not forwarded again", "[window][reuse]") {
+  auto engine = open_stories_small_pages();
+  std::mt19937_64 rng(32);
+  const ChunkRef doc = engine->add_tokens(random_tokens(rng, 24));
+  const std::vector<int64_t> query = random_tokens(rng, 4), probe = random_tokens(rng, 3);
+  for (const std::string spec : {"default", "patch:16:noreuse"}) {
+    INFO(spec);
+    Window w = engine->new_window(with(spec));
+    w.add_turn(random_tokens(rng, 5));
+    w.admit(doc);
+    GenerateOptions g;
+    g.max_tokens = 6;
+    const Generation answer = w.generate(query, g);
+    std::vector<int64_t> turn = query;
+    turn.insert(turn.end(), answer.tokens.begin(), answer.tokens.end());
+    const Plan p = w.plan_add_turn(turn);
+    INFO(p.describe());
+    if (w.policy().reuse_computed) {
+      CHECK(p.forward_tokens == 0);
+      CHECK(p.steps.back().how == "reuse");
+    } else {
+      CHECK(p.forward_tokens == Approx(static_cast<double>(turn.size())));
+    }
+    w.apply(p).value();
+    CHECK(window_error(w, probe) < 1e-4);
+  }
+}
+
+TEST_CASE("a turn whose first tokens were read behind the same window loads them", "[window][reuse]") {
+  auto engine = open_stories_small_pages();
+  std::mt19937_64 rng(33);
+  const ChunkRef doc = engine->add_tokens(random_tokens(rng, 16));
+  const std::vector<int64_t> head = random_tokens(rng, 7), probe = random_tokens(rng, 3);
+  std::vector<int64_t> first = head, second = head;
+  for (int64_t t : random_tokens(rng, 4)) first.push_back(t);
+  for (int64_t t : random_tokens(rng, 5)) second.push_back(t);
+  Window a = engine->new_window(with("default"));
+  a.admit(doc);
+  a.add_turn(first);
+  Window b = engine->new_window(with("default"));
+  b.admit(doc);
+  const Plan p = b.plan_add_turn(second);
+  INFO(p.describe());
+  REQUIRE(p.steps.back().reused_tokens == static_cast<int64_t>(head.size()));
+  CHECK(p.forward_tokens == Approx(5));
+  CHECK(p.exact);
+  const ApplyReport r = b.apply(p).value();
+  CHECK(r.forward_tokens == Approx(5));
+  CHECK(window_error(b, probe) < 1e-4);
+  // Off, the turn is forwarded whole.
+  Window c = engine->new_window(with("patch:16:noreuse"));
+  c.admit(doc);
+  CHECK(c.plan_add_turn(second).forward_tokens == Approx(static_cast<double>(second.size())));
+}
+
+TEST_CASE("a state the window returns to costs no forward", "[window][reuse]") {
+  auto engine = open_stories_small_pages();
+  std::mt19937_64 rng(34);
+  std::vector<ChunkRef> docs;
+  for (int i = 0; i < 3; ++i) docs.push_back(engine->add_tokens(random_tokens(rng, 14)));
+  const std::vector<int64_t> question = random_tokens(rng, 8), probe = random_tokens(rng, 3);
+  Window w = engine->new_window(with("default"));
+  for (const ChunkRef& d : docs) w.admit(d);
+  const InstanceId asked = w.add_turn(question).added.front();
+  const std::vector<InstanceId> order = [&] {
+    std::vector<InstanceId> ids;
+    for (const InstanceInfo& i : w.instances()) ids.push_back(i.id);
+    return ids;
+  }();
+  // Away (the question leaves, the last two documents swap) and back (the same order, the same question).
+  w.evict(asked);
+  w.reorder({order[0], order[2], order[1]});
+  w.add_turn(random_tokens(rng, 4));
+  w.flush();
+  std::vector<InstanceId> back;
+  for (const InstanceInfo& i : w.instances()) {
+    if (!i.is_turn) back.push_back(i.id);
+  }
+  for (const InstanceInfo& i : w.instances()) {
+    if (i.is_turn) w.evict(i.id);
+  }
+  w.reorder({back[0], back[2], back[1]});
+  const Plan p = w.plan_add_turn(question);
+  INFO(p.describe());
+  CHECK(p.forward_tokens == 0);
+  CHECK(p.exact);
+  w.apply(p).value();
+  CHECK(window_error(w, probe) < 1e-4);
+}
+
+TEST_CASE("KV states name how the KV was made; the reuse index finds the longest stored run", "[reuse][unit]") {
+  using namespace orbit::detail;
+  const std::string a(64, 'a'), b(64, 'b');
+  const KvState empty;
+  const KvState after_a = kv_chain(empty, kv_forward(a, empty));
+  CHECK(kv_forward(b, after_a) == kv_forward(b, kv_chain(empty, kv_forward(a, empty))));  // content-derived
+  CHECK(kv_forward(b, after_a) != kv_forward(b, empty));                                  // behind something else
+  CHECK(kv_chain(kv_chain(empty, kv_canonical(a)), kv_canonical(b)) !=
+        kv_chain(kv_chain(empty, kv_canonical(b)), kv_canonical(a)));  // order matters
+  CHECK(kv_state_after(StepAction::kCanonical, a, "", 0, empty, empty) == kv_forward(a, empty));
+  CHECK(kv_state_after(StepAction::kBlind, b, "", 0, after_a, empty) == kv_canonical(b));
+  CHECK(kv_state_after(StepAction::kKeep, b, "", 0, after_a, after_a) == after_a);
+  CHECK(kv_patched(b, a) != kv_patched(b, std::string(64, 'c')));
+  const std::string key = reuse_key(b, after_a);
+  CHECK(key.size() == 64);
+  CHECK(key == reuse_key(b, after_a));
+  CHECK(key != reuse_key(a, after_a));
+
+  ReuseIndex index;
+  const KvState content = content_chain(empty, a);
+  index.add(after_a, content, "k1", {5, 6, 7, 8});
+  index.add(after_a, content, "k2", {5, 6, 9});
+  ReuseIndex::Match m = index.longest(after_a, content, {5, 6, 7, 1}, 10);
+  CHECK(m.store_key == "k1");
+  CHECK(m.tokens == 3);
+  CHECK(m.exact);
+  CHECK(index.longest(after_a, content, {5, 6, 7, 8}, 2).tokens == 2);  // at most the limit
+  CHECK(index.longest(after_a, content, {1, 2}, 10).tokens == 0);
+  // Behind other KV states of the same content: found, as an approximate match.
+  const KvState other = kv_chain(empty, kv_canonical(a));
+  m = index.longest(other, content, {5, 6, 9, 9}, 10);
+  CHECK(m.store_key == "k2");
+  CHECK(m.tokens == 3);
+  CHECK_FALSE(m.exact);
+  CHECK(index.longest(other, content_chain(empty, b), {5, 6}, 10).tokens == 0);
+}
