@@ -177,3 +177,30 @@ TEST_CASE("KV states name how the KV was made; the reuse index finds the longest
   CHECK_FALSE(m.exact);
   CHECK(index.longest(other, content_chain(empty, b), {5, 6}, 10).tokens == 0);
 }
+
+TEST_CASE("windows and the engine count what a radix cache would forward for their model calls",
+          "[window][yardstick]") {
+  auto engine = open_stories_small_pages();
+  std::mt19937_64 rng(35);
+  const ChunkRef doc = engine->add_tokens(random_tokens(rng, 20));
+  const std::vector<int64_t> system = random_tokens(rng, 5), query = random_tokens(rng, 3);
+  GenerateOptions g;
+  g.max_tokens = 4;
+  Window a = engine->new_window(with("default"));
+  a.add_turn(system);
+  a.admit(doc);
+  CHECK(a.stats().radix_cache_tokens == 0);  // no model call yet
+  const Generation first = a.generate(query, g);
+  CHECK(a.stats().radix_cache_tokens == Approx(5 + 20 + 3));  // the whole prompt, the query included
+  // The same call from another window: the radix cache holds that prompt (and its answer).
+  Window b = engine->new_window(with("default"));
+  b.add_turn(system);
+  b.admit(doc);
+  std::vector<int64_t> turn = query;
+  turn.insert(turn.end(), first.tokens.begin(), first.tokens.end());
+  b.add_turn(turn);
+  b.generate(query, g);
+  CHECK(b.stats().radix_cache_tokens == Approx(3));  // only the new query after the held answer
+  CHECK(engine->stats().radix_cache_tokens == Approx(a.stats().radix_cache_tokens + b.stats().radix_cache_tokens));
+  CHECK(b.stats().critical_forward_tokens == 0);  // orbit: every instance of b served from what a computed
+}

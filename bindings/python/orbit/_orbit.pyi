@@ -318,6 +318,9 @@ class WindowStats:
     def prefix_cache_tokens(self) -> float:
         """What a prefix cache would have forwarded for the same operations: the saving's denominator."""
     @property
+    def radix_cache_tokens(self) -> float:
+        """What a radix cache would forward for this window's generate and disposable calls."""
+    @property
     def operations(self) -> int: ...
 
 class TierStats:
@@ -420,6 +423,9 @@ class EngineStats:
     @property
     def prefix_cache_tokens(self) -> float:
         """What a prefix cache would have forwarded on the critical path for the same window operations."""
+    @property
+    def radix_cache_tokens(self) -> float:
+        """What a radix cache would have forwarded for every window's generate and disposable calls."""
     @property
     def critical_seconds(self) -> float:
         """Wall time inside apply()."""

@@ -306,6 +306,10 @@ void init_types(py::module_& m) {
       .def_readonly("prefix_cache_tokens", &WindowStats::prefix_cache_tokens,
                     "What a prefix cache would have forwarded for the same operations (KV reused only behind a "
                     "prefix computed before): divide critical_forward_tokens by it for the saving.")
+      .def_readonly("radix_cache_tokens", &WindowStats::radix_cache_tokens,
+                    "What SGLang's radix cache (token granular, holding every call's window, query and generated "
+                    "tokens in the engine's KV memory) would forward for this window's generate and disposable "
+                    "calls: the strongest yardstick.")
       .def_readonly("operations", &WindowStats::operations, "Applied operations.")
       .def("__repr__", [](const WindowStats& s) {
         std::ostringstream o;
@@ -313,7 +317,8 @@ void init_types(py::module_& m) {
           << ", turns=" << s.turns << ", tokens=" << s.tokens << ", device_bytes=" << s.device_bytes
           << ", shared_pages=" << s.shared_pages << ", evicted=" << s.evicted << ", forward_tokens=" << s.forward_tokens
           << ", critical_forward_tokens=" << s.critical_forward_tokens
-          << ", prefix_cache_tokens=" << s.prefix_cache_tokens << ", operations=" << s.operations << ")";
+          << ", prefix_cache_tokens=" << s.prefix_cache_tokens << ", radix_cache_tokens=" << s.radix_cache_tokens
+          << ", operations=" << s.operations << ")";
         return o.str();
       });
 
@@ -401,6 +406,8 @@ void init_types(py::module_& m) {
       .def_readonly("prefix_cache_tokens", &EngineStats::prefix_cache_tokens,
                     "What a prefix cache would have forwarded on the critical path for the same window operations "
                     "(summed over windows): compare with critical_forward_tokens.")
+      .def_readonly("radix_cache_tokens", &EngineStats::radix_cache_tokens,
+                    "What a radix cache would have forwarded for every window's generate and disposable calls.")
       .def_readonly("critical_seconds", &EngineStats::critical_seconds,
                     "Wall time inside apply() (the critical path; background work run inline excluded).")
       .def_readonly("background_seconds", &EngineStats::background_seconds,

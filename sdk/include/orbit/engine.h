@@ -136,6 +136,8 @@ struct EngineStats {
   // What a prefix cache would have forwarded on the critical path for the same window operations, summed
   // over windows (WindowStats::prefix_cache_tokens): compare with critical_forward_tokens.
   double prefix_cache_tokens = 0;
+  // What a radix cache would have forwarded for every window's model calls (WindowStats::radix_cache_tokens).
+  double radix_cache_tokens = 0;
   double critical_seconds = 0;     // wall time inside apply() (the critical path; inline background work and
                                    // Window::heal excluded)
   double background_seconds = 0;   // wall time of background jobs (canonical encode + SVD + store) and heals

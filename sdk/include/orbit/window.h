@@ -171,6 +171,12 @@ struct WindowStats {
   // critical_forward_tokens / prefix_cache_tokens is what this window saves against one: what
   // `orbit replay` reports against its prefix baseline, live, in the agent itself.
   double prefix_cache_tokens = 0;
+  // The strongest yardstick (planner/prefix_cache.h): what SGLang's radix cache, token granular, holding
+  // every call's window, query and generated tokens in the KV memory the engine's pool has, would forward
+  // for this window's model calls that decode (generate, disposable; logits() probes are not counted): the
+  // prompt tokens after the longest prefix it holds, the query's included. Engine-wide like the cache it
+  // models, so one window's calls warm it for another's.
+  double radix_cache_tokens = 0;
   int64_t operations = 0;
 };
 

@@ -18,14 +18,6 @@ bool reads_window_after(TraceOp op) { return op == TraceOp::kAdmit || op == Trac
 
 }  // namespace
 
-std::vector<int64_t> stand_in_tokens(const std::string& key, int64_t rows) {
-  ORBIT_CHECK(key.size() >= 8, "stand_in_tokens: content key '" << key << "' is shorter than 8 hex digits");
-  const int64_t base = static_cast<int64_t>(std::stoull(key.substr(0, 8), nullptr, 16)) << 20;
-  std::vector<int64_t> out(static_cast<std::size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) out[static_cast<std::size_t>(r)] = -1 - (base + (r & ((int64_t{1} << 20) - 1)));
-  return out;
-}
-
 ReplayYardstick::ReplayYardstick(int64_t capacity_tokens)
     : capacity_(capacity_tokens),
       radix_(budget(capacity_tokens)),

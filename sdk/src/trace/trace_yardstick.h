@@ -11,8 +11,8 @@
 //   - disposable: the window before the step, the query, and the greedy answer with the window as it is.
 // Edits (evict, slide, reorder, place) and branch operations are not reads: a prefix cache computes when the
 // model is called (place is a reorder the planner chooses; its repairs, like a reorder's, wait for the next
-// read under a deferring policy). The window's tokens are its instances' in window order: a turn's ids, a text chunk's ids, and
-// for an embedding chunk a stand-in id per row (stand_in_tokens) that names the content, not a token.
+// read under a deferring policy). The window's tokens are its instances' in window order: a turn's ids, a text chunk's
+// ids, and for an embedding chunk a stand-in id per row (stand_in_tokens) that names the content, not a token.
 #pragma once
 
 #include <cstdint>
@@ -23,13 +23,11 @@
 #include "orbit/planner/prefix_cache.h"
 #include "orbit/trace.h"
 #include "orbit/window.h"
+#include "window/window_state.h"
 
 namespace orbit::trace_detail {
 
-// Row r of the embedding chunk with content key `key` (64 hex): −1 − (int(key[0:8], 16) · 2^20 + r mod 2^20).
-// Negative, so never a vocabulary id, and below 2^53 in magnitude, so exact in any JSON reader; two chunks
-// whose keys share their first 8 hex digits would share stand-ins (a yardstick slightly too strong).
-std::vector<int64_t> stand_in_tokens(const std::string& key, int64_t rows);
+using detail::stand_in_tokens;  // window_state.h: an embedding chunk's stand-in ids
 
 class ReplayYardstick {
  public:

@@ -105,6 +105,7 @@ EngineStats Engine::stats() const {
   s.critical_forward_tokens = c.forward_tokens - c.background_forward_tokens;
   s.background_forward_tokens = c.background_forward_tokens;
   s.prefix_cache_tokens = c.prefix_cache_tokens;
+  s.radix_cache_tokens = c.radix_cache_tokens;
   s.critical_seconds = c.critical_seconds;
   s.background_seconds = c.background_seconds;
   s.background_jobs = c.background_jobs;

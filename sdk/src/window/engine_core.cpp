@@ -113,6 +113,9 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
                   << options.pool_bytes << " holds " << po.num_pages << " pages, more than the pool's "
                   << std::numeric_limits<runtime::PageId>::max() << " page ids (raise page_size or lower pool_bytes)");
   pool_ = std::make_unique<runtime::KVPool>(po);
+  planner::PrefixCacheOptions radix;
+  radix.capacity_tokens = po.num_pages * options.page_size;  // the KV memory the windows have
+  radix_ = std::make_unique<planner::RadixCache>(radix);
   background_ = std::make_unique<BackgroundQueue>(options.background);
 }
 
@@ -658,6 +661,12 @@ void EngineCore::count(const Counters& d) {
   counters_.media_found += d.media_found;
   counters_.media_missed += d.media_missed;
   counters_.prefix_cache_tokens += d.prefix_cache_tokens;
+  counters_.radix_cache_tokens += d.radix_cache_tokens;
+}
+
+int64_t EngineCore::radix_read(const std::vector<int64_t>& tokens, std::size_t prompt_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return radix_->read(tokens, prompt_tokens).forwarded;
 }
 
 int64_t EngineCore::prefix_cache_read(const std::vector<planner::PrefixSpan>& window) {

@@ -34,6 +34,7 @@
 #include "orbit/engine.h"
 #include "orbit/planner/cost_model.h"
 #include "orbit/planner/fidelity_model.h"
+#include "orbit/planner/prefix_cache.h"
 #include "orbit/planner/prefix_ledger.h"
 #include "orbit/runtime/kv_pool.h"
 #include "orbit/runtime/model.h"
@@ -93,6 +94,7 @@ struct Counters {
   int64_t media_found = 0;  // find_media answered from a registration or the embedding cache
   int64_t media_missed = 0;
   double prefix_cache_tokens = 0;  // what a prefix cache would have forwarded for the same reads (PrefixLedger)
+  double radix_cache_tokens = 0;   // what a radix cache would have forwarded for the same model calls
 };
 
 // What a chunk's first sight leaves for the background: its conditioned KV (the exact in-context
@@ -235,6 +237,10 @@ class EngineCore {
   // The tokens a prefix cache forwards to hold `window`, read as the engine's windows are read: the
   // engine-wide PrefixLedger (planner/prefix_ledger.h), so forks share what their parent computed.
   int64_t prefix_cache_read(const std::vector<planner::PrefixSpan>& window);
+  // One model call through the engine-wide radix yardstick (planner/prefix_cache.h: SGLang's radix cache over
+  // the KV memory the pool has): `tokens` is the window, the query and what was generated, the first
+  // `prompt_tokens` of them the prompt. Returns the prompt tokens it forwards.
+  int64_t radix_read(const std::vector<int64_t>& tokens, std::size_t prompt_tokens);
   void window_opened() { ++windows_; }
   void window_closed() { --windows_; }
   int64_t windows() const { return windows_.load(); }
@@ -299,7 +305,8 @@ class EngineCore {
   std::unordered_map<std::string, Sensitivity> sensitivity_;
   std::unordered_map<std::string, int64_t> turn_lengths_;
   Counters counters_;
-  planner::PrefixLedger prefix_ledger_;  // under mu_
+  planner::PrefixLedger prefix_ledger_;         // under mu_
+  std::unique_ptr<planner::RadixCache> radix_;  // under mu_
   planner::CostModel cost_model_;
   planner::FidelityModel fidelity_model_;
   std::unique_ptr<BackgroundQueue> background_;

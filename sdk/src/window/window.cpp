@@ -153,6 +153,7 @@ WindowStats Window::stats() const {
   s.forward_tokens = state_->forward_tokens;
   s.critical_forward_tokens = state_->critical_forward_tokens;
   s.prefix_cache_tokens = state_->prefix_cache_tokens;
+  s.radix_cache_tokens = state_->radix_cache_tokens;
   s.operations = state_->operations;
   return s;
 }

@@ -366,6 +366,17 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
   return std::move(tally.report);
 }
 
+void charge_radix_cache(WindowState& state, const std::vector<int64_t>& query, const std::vector<int64_t>& generated) {
+  std::vector<int64_t> tokens = state.token_ids();
+  tokens.insert(tokens.end(), query.begin(), query.end());
+  const std::size_t prompt = tokens.size();
+  tokens.insert(tokens.end(), generated.begin(), generated.end());
+  Counters charged;
+  charged.radix_cache_tokens = static_cast<double>(state.core->radix_read(tokens, prompt));
+  state.radix_cache_tokens += charged.radix_cache_tokens;
+  state.core->count(charged);
+}
+
 double charge_prefix_cache(WindowState& state, const std::vector<planner::PrefixSpan>* prefixes) {
   std::vector<planner::PrefixSpan> spans;
   if (prefixes == nullptr) {

@@ -57,6 +57,10 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
 // and returned. apply_plan counts it after every critical-path operation but an edit (passing the
 // prefixes it hashed on the way: `prefixes`, in window order); generate, before the model call.
 double charge_prefix_cache(WindowState& state, const std::vector<planner::PrefixSpan>* prefixes = nullptr);
+// A model call that decodes on the window (generate, disposable) through the engine's radix yardstick
+// (EngineCore::radix_read): the window's token ids, the query, then what was generated. Adds the prompt
+// tokens it forwards to WindowState::radix_cache_tokens and the engine's counters.
+void charge_radix_cache(WindowState& state, const std::vector<int64_t>& query, const std::vector<int64_t>& generated);
 // The window as it is, re-planned: the repairs earlier edits deferred (WindowPolicy::defer_repairs).
 Plan plan_flush(const WindowState& state);
 // Runs them when there are any (a read does, first); throws orbit::Error naming `what` when they cannot

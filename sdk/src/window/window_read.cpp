@@ -345,6 +345,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
     }
   }
   keep_read_for_reuse(*state_, query, g.tokens, std::move(parts), past, pos);
+  detail::charge_radix_cache(*state_, query, g.tokens);
   if (core.has_tokenizer()) g.text = core.tokenizer().decode(g.tokens, query.back());
   g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return g;
@@ -404,6 +405,7 @@ DisposabilityReport Window::disposable(InstanceId instance, const std::vector<in
   r.answer = greedy(core, with, start, query, answer_tokens, &first_with);
   r.answer_without = greedy(core, without, start, query, answer_tokens, &first_without);
   r.disposable = r.answer == r.answer_without;
+  detail::charge_radix_cache(*state_, query, r.answer);
   r.kl_first = runtime::mean_kl(first_with, first_without);
   return r;
 }

@@ -76,6 +76,29 @@ std::vector<uint64_t> WindowState::context_hashes() const {
   return out;
 }
 
+std::vector<int64_t> stand_in_tokens(const std::string& key, int64_t rows) {
+  ORBIT_CHECK(key.size() >= 8, "stand_in_tokens: content key '" << key << "' is shorter than 8 hex digits");
+  const int64_t base = static_cast<int64_t>(std::stoull(key.substr(0, 8), nullptr, 16)) << 20;
+  std::vector<int64_t> out(static_cast<std::size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) out[static_cast<std::size_t>(r)] = -1 - (base + (r & ((int64_t{1} << 20) - 1)));
+  return out;
+}
+
+std::vector<int64_t> WindowState::token_ids() const {
+  std::vector<int64_t> out;
+  for (const Entry& e : entries) {
+    if (e.is_turn) {
+      out.insert(out.end(), e.turn_tokens.begin(), e.turn_tokens.end());
+    } else if (e.chunk->ref.kind == ChunkKind::kTokens) {
+      out.insert(out.end(), e.chunk->tokens.begin(), e.chunk->tokens.end());
+    } else {
+      const std::vector<int64_t> rows = stand_in_tokens(e.key, e.length);
+      out.insert(out.end(), rows.begin(), rows.end());
+    }
+  }
+  return out;
+}
+
 KvState WindowState::content_chain() const {
   KvState chain;
   for (const Entry& e : entries) chain = detail::content_chain(chain, e.key);

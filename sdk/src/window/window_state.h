@@ -87,6 +87,7 @@ struct WindowState {
   double forward_tokens = 0;
   double critical_forward_tokens = 0;  // of which on the critical path (not heals, not idle-time preparation)
   double prefix_cache_tokens = 0;      // what a prefix cache would have forwarded for the same reads
+  double radix_cache_tokens = 0;       // what a radix cache would have forwarded for the same model calls
   int64_t operations = 0;
   int64_t reorders = 0;  // reorders applied (Window::idle prepares moves only for a window that reorders)
 
@@ -103,7 +104,15 @@ struct WindowState {
   // The KV-state chain over every entry (kv_state.h): what a forward after the window is formed behind.
   KvState state_chain() const;
   KvState content_chain() const;  // the same over the entries' content keys
+  // The token ids the window holds, in order (a turn's, a token chunk's; an embedding chunk's stand-ins):
+  // what a radix cache reading the window sees.
+  std::vector<int64_t> token_ids() const;
 };
+
+// Row r of the embedding chunk with content key `key` (64 hex): −1 − (int(key[0:8], 16) · 2^20 + r mod 2^20).
+// Negative, so never a vocabulary id, and below 2^53 in magnitude, so exact in any JSON reader; two chunks
+// whose keys share their first 8 hex digits would share stand-ins (a yardstick slightly too strong).
+std::vector<int64_t> stand_in_tokens(const std::string& key, int64_t rows);
 
 // A copy-on-write copy of a window's state (Window::fork): a fresh id, every entry's pages shared.
 std::unique_ptr<WindowState> fork_state(const WindowState& s);
