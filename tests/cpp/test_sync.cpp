@@ -390,14 +390,20 @@ TEST_CASE("sync renders messages into one unit per message and appends only what
   CHECK(r.plan.units[3].action == SyncAction::kRecall);
   CHECK(r.plan.units[3].instance == tool);
 
-  // Move the tool output before the assistant turn: one reorder, nothing else.
+  // Move the tool output before the assistant turn: a live turn is never moved, so the turn is evicted and
+  // added again at the tail; the tool output stays where it is (no reorder).
+  const InstanceId answer = r.plan.units[2].instance;
   std::swap(messages[2], messages[3]);
   r = w.sync(messages, o);
   require_window_is_rendering(*engine, w, messages, o);
-  CHECK(r.plan.reorder);
-  CHECK(r.plan.count(SyncAction::kKeep) == 4);
-  REQUIRE(r.plans.size() == 1);
-  CHECK(r.plans[0].op == Operation::kReorder);
+  CHECK_FALSE(r.plan.reorder);
+  CHECK(r.plan.evict == std::vector<InstanceId>{answer});
+  CHECK(r.plan.units[2].action == SyncAction::kKeep);
+  CHECK(r.plan.units[2].instance == tool);
+  CHECK(r.plan.units[3].action == SyncAction::kTurn);
+  REQUIRE(r.plans.size() == 2);
+  CHECK(r.plans[0].op == Operation::kEvict);
+  CHECK(r.plans[1].op == Operation::kAddTurn);
 
   // A short message inserted in the middle is a chunk (turns only go at the tail).
   messages.insert(messages.begin() + 1, msg("user", "Hi."));
@@ -410,6 +416,55 @@ TEST_CASE("sync renders messages into one unit per message and appends only what
   r = w.sync({}, o);
   CHECK(w.instances().empty());
   CHECK(r.plan.tokens.empty());
+}
+
+// An agent that trims its oldest turns from the front of the list while it appends a message identical to
+// one of them (the same action decoded again): the new message is a new turn at the tail, the old turn is
+// evicted, and no live turn is moved.
+TEST_CASE("sync never moves a live turn: a message identical to one trimmed from the front is a new turn", "[sync]") {
+  std::shared_ptr<Engine> engine = open_engine();
+  Window w = engine->new_window();
+  const SyncOptions o = options();
+  const ChatMessage action = msg("assistant", "She went to the park.");
+  std::vector<ChatMessage> messages = {
+      msg("system", "You tell short stories."),
+      action,
+      msg("user", "She saw a dog."),
+      msg("tool",
+          "the dog ran to the park and saw a big red ball and a little bird in the tree and the sun was happy "
+          "and the boy and the girl went home with the dog."),
+      msg("assistant", "She went home."),
+      msg("user", "She had a nap.")};
+  SyncReport r = w.sync(messages, o);
+  require_window_is_rendering(*engine, w, messages, o);
+  REQUIRE(r.plan.units.size() == 6);
+  REQUIRE(r.plan.units[1].is_turn);
+  REQUIRE_FALSE(r.plan.units[3].is_turn);
+  const InstanceId old_action = r.plan.units[1].instance;
+  const InstanceId old_observation = r.plan.units[2].instance;
+  std::vector<InstanceId> kept_before;
+  for (std::size_t u : {0, 3, 4, 5}) kept_before.push_back(r.plan.units[u].instance);
+
+  messages.erase(messages.begin() + 1, messages.begin() + 3);  // the oldest action and observation leave
+  messages.push_back(action);                                  // and the same action comes again
+  r = w.sync(messages, o);
+  require_window_is_rendering(*engine, w, messages, o);
+  REQUIRE(r.plan.units.size() == 5);
+  CHECK_FALSE(r.plan.reorder);
+  CHECK(r.plan.evict == std::vector<InstanceId>{old_action, old_observation});
+  for (std::size_t u = 0; u < 4; ++u) {
+    CHECK(r.plan.units[u].action == SyncAction::kKeep);
+    CHECK_FALSE(r.plan.units[u].moved);
+    CHECK(r.plan.units[u].instance == kept_before[u]);
+  }
+  CHECK(r.plan.units[4].action == SyncAction::kTurn);
+  CHECK(r.plan.units[4].instance != old_action);
+  for (const Plan& p : r.plans) CHECK(p.op != Operation::kReorder);
+  // The window's instances: the kept ones in their order, the new turn last.
+  std::vector<InstanceId> now;
+  for (const InstanceInfo& i : w.instances()) now.push_back(i.id);
+  kept_before.push_back(r.plan.units[4].instance);
+  CHECK(now == kept_before);
 }
 
 TEST_CASE("sync merges messages whose boundary is not a token boundary", "[sync]") {

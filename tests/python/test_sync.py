@@ -82,6 +82,33 @@ def test_render_chat_and_sync(orbit, engine):
     assert_window_is(engine, window, messages, chat_template=TEMPLATE)
 
 
+def test_a_message_identical_to_one_trimmed_from_the_front_moves_no_turn(orbit, engine):
+    """An agent trims its oldest turns from the front while it appends the same action again: the old turn is
+    evicted and the action is a new turn at the tail; no live turn changes its place among the kept instances
+    (what an orbit-trace/1 reorder, chunks only, can say)."""
+    action = {"role": "assistant", "content": "She went to the park."}
+    messages = [{"role": "system", "content": "You tell short stories."}, action,
+                {"role": "user", "content": "She saw a dog."},
+                {"role": "tool", "content": "the dog ran to the park and saw a big red ball and a little bird in "
+                                            "the tree and the sun was happy and the boy and the girl went home."},
+                {"role": "assistant", "content": "She went home."}, {"role": "user", "content": "She had a nap."}]
+    window = engine.new_window()
+    first = window.sync(messages, chat_template=TEMPLATE, chunk_min_tokens=24)
+    assert [u.is_turn for u in first.plan.units] == [True, True, True, False, True, True]
+    before = [i.id for i in window.instances]
+
+    messages = messages[:1] + messages[3:] + [action]
+    report = window.sync(messages, chat_template=TEMPLATE, chunk_min_tokens=24)
+    assert_window_is(engine, window, messages, chat_template=TEMPLATE)
+    assert not report.plan.reorder
+    assert report.plan.evict == before[1:3]
+    assert [u.action.label for u in report.plan.units] == ["keep", "keep", "keep", "keep", "turn"]
+    assert not any(u.moved for u in report.plan.units)
+    assert "reorder" not in [p.op.label for p in report.plans]
+    assert [i.id for i in window.instances] == before[:1] + before[3:] + [report.plan.units[4].instance]
+    assert [i.is_turn for i in window.instances] == [True, False, True, True, True]
+
+
 def test_messages_are_checked(orbit, engine):
     window = engine.new_window()
     with pytest.raises(TypeError, match="list of message dicts"):

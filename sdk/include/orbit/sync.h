@@ -38,13 +38,18 @@
 //      but the tail becomes a chunk too (turns are only ever appended).
 //   5. Diff: each unit is matched to an instance of the window with the same key (when there are several,
 //      the first after the instance matched last, else the first unless the key was matched already);
-//      instances nothing matches are evicted (chunks stay
-//      recallable; when they are the window's oldest chunk instances, by one slide); if the matched instances' order
-//      differs from the list's, one reorder puts them in order; each unmatched unit is then placed before the next
-//      matched one: a chunk the window evicted earlier is recalled, another chunk admitted, a short unit at the tail
-//      added as a turn. A unit whose key is in the window twice (the same message text rendered identically twice) is
-//      added once as a chunk and otherwise as a turn at the tail, followed by a reorder. sync works on any window:
-//      instances it did not make are evicted unless the rendering contains them.
+//      instances nothing matches are evicted (chunks stay recallable; when they are the window's oldest
+//      chunk instances, by one slide); if the matched instances' order differs from the list's, one reorder
+//      puts them in order (the instances off the longest run already in order move); each unmatched unit is
+//      then placed before the next matched one: a chunk the window evicted earlier is recalled, another
+//      chunk admitted, a short unit at the tail added as a turn. A live turn is never moved: a turn is kept
+//      only where the kept instances before it are the same in the list as in the window. A turn the
+//      reorder would move (a message identical to one trimmed from the front of the list and appended at its
+//      end), or that a moved chunk would cross, is evicted and its unit added anew (a turn at the tail, else
+//      a chunk): a moved turn would be prefilled again anyway, and so the reorder of kept instances moves
+//      chunks only. A unit whose key is in the window twice (the same message text rendered identically
+//      twice) is added once as a chunk and otherwise as a turn at the tail, followed by a reorder. sync works
+//      on any window: instances it did not make are evicted unless the rendering contains them.
 //
 // Models without a chat template (llama2.c models such as stories260K, TinyStories-656K) use
 // SyncOptions::chat.chat_template when given, else kPlainChatTemplate: "role: content" and a newline per

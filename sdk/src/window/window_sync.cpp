@@ -543,9 +543,9 @@ SyncPlan units_of(const detail::EngineCore& core, Rendering r) {
 // Step 5: each unit's instance (index into `current`, -1: none), by key: of the unused instances with its
 // key, the first after the instance matched last (in window order), else the first unless an earlier unit
 // matched that key already (the unit is then a new copy). So when a key is in the window several times
-// (the same message rendered twice), removing or appending one of them moves none of the rest. The
-// instances no unit matches are evicted.
-std::vector<int64_t> match_units(const std::vector<InstanceInfo>& current, SyncPlan& plan, std::vector<bool>& used) {
+// (the same message rendered twice), removing or appending one of them moves none of the rest.
+std::vector<int64_t> match_units(const std::vector<InstanceInfo>& current, const SyncPlan& plan,
+                                 std::vector<bool>& used) {
   std::unordered_map<std::string, std::vector<std::size_t>> by_key;  // window indices, ascending
   for (std::size_t i = 0; i < current.size(); ++i) by_key[current[i].chunk.key].push_back(i);
   std::vector<int64_t> match(plan.units.size(), -1);
@@ -568,23 +568,16 @@ std::vector<int64_t> match_units(const std::vector<InstanceInfo>& current, SyncP
     used[static_cast<std::size_t>(match[u])] = true;
     last = match[u];
   }
-  for (std::size_t i = 0; i < current.size(); ++i) {
-    if (!used[i]) plan.evict.push_back(current[i].id);
-  }
   return match;
 }
 
-// The kept instances in the list's order; those off its longest increasing run (in window order) moved.
-void mark_moved(const std::vector<int64_t>& match, SyncPlan& plan) {
+// Which matched units stay in place when the kept instances are put in the list's order: those on the
+// longest run whose window indices increase (patience sorting); the other matched units move.
+std::vector<bool> stays_in_place(const std::vector<int64_t>& match) {
   std::vector<std::size_t> kept;  // unit indices with a match
-  for (std::size_t u = 0; u < plan.units.size(); ++u) {
+  for (std::size_t u = 0; u < match.size(); ++u) {
     if (match[u] >= 0) kept.push_back(u);
   }
-  for (std::size_t k = 1; k < kept.size(); ++k) {
-    if (match[kept[k]] < match[kept[k - 1]]) plan.reorder = true;
-  }
-  if (!plan.reorder) return;
-  // Longest increasing subsequence of the window indices (patience sorting), to name what moved.
   std::vector<std::size_t> tails;  // positions in `kept`
   std::vector<int64_t> parent(kept.size(), -1);
   for (std::size_t k = 0; k < kept.size(); ++k) {
@@ -597,12 +590,64 @@ void mark_moved(const std::vector<int64_t>& match, SyncPlan& plan) {
       *pos = k;
     }
   }
-  std::vector<bool> stays(kept.size(), false);
+  std::vector<bool> stays(match.size(), false);
   for (int64_t k = tails.empty() ? -1 : static_cast<int64_t>(tails.back()); k >= 0;
        k = parent[static_cast<std::size_t>(k)]) {
-    stays[static_cast<std::size_t>(k)] = true;
+    stays[kept[static_cast<std::size_t>(k)]] = true;
   }
-  for (std::size_t k = 0; k < kept.size(); ++k) plan.units[kept[k]].moved = !stays[k];
+  return stays;
+}
+
+// A live turn is never moved: a kept turn keeps its place among the kept instances (those before it in the
+// list are those before it in the window). A turn the reorder would move (a message identical to one
+// trimmed from the front and appended at the end matches the old turn), or that a moved chunk crosses, is
+// unmatched instead: its instance is evicted and its unit added anew, prefilled as a moved turn would be.
+// Every turn left is on every longest increasing run, so none is marked moved.
+void keep_turns_in_place(const std::vector<InstanceInfo>& current, std::vector<int64_t>& match,
+                         std::vector<bool>& used) {
+  const auto unmatch = [&](std::size_t u) {
+    used[static_cast<std::size_t>(match[u])] = false;
+    match[u] = -1;
+  };
+  const auto is_turn = [&](std::size_t u) { return current[static_cast<std::size_t>(match[u])].is_turn; };
+  const std::vector<bool> stays = stays_in_place(match);
+  for (std::size_t u = 0; u < match.size(); ++u) {
+    if (match[u] >= 0 && !stays[u] && is_turn(u)) unmatch(u);
+  }
+  // The turns a moved chunk crosses: a larger window index before them in the list, or a smaller one after.
+  std::vector<std::size_t> kept;
+  for (std::size_t u = 0; u < match.size(); ++u) {
+    if (match[u] >= 0) kept.push_back(u);
+  }
+  const std::size_t n = kept.size();
+  std::vector<int64_t> before_max(n + 1, -1);  // before_max[k]: the largest window index among kept[0, k)
+  for (std::size_t k = 0; k < n; ++k) before_max[k + 1] = std::max(before_max[k], match[kept[k]]);
+  std::vector<int64_t> after_min(n + 1, static_cast<int64_t>(current.size()));  // among kept[k, n)
+  for (std::size_t k = n; k-- > 0;) after_min[k] = std::min(after_min[k + 1], match[kept[k]]);
+  for (std::size_t k = 0; k < n; ++k) {
+    const int64_t w = match[kept[k]];
+    if (is_turn(kept[k]) && (before_max[k] > w || after_min[k + 1] < w)) unmatch(kept[k]);
+  }
+}
+
+// The instances no unit matched are evicted, in window order.
+void plan_evictions(const std::vector<InstanceInfo>& current, const std::vector<bool>& used, SyncPlan& plan) {
+  for (std::size_t i = 0; i < current.size(); ++i) {
+    if (!used[i]) plan.evict.push_back(current[i].id);
+  }
+}
+
+// The kept instances in the list's order; those off its longest increasing run (in window order) moved.
+void mark_moved(const std::vector<int64_t>& match, SyncPlan& plan) {
+  int64_t last = -1;
+  for (int64_t m : match) {
+    if (m < 0) continue;
+    if (m < last) plan.reorder = true;
+    last = m;
+  }
+  if (!plan.reorder) return;
+  const std::vector<bool> stays = stays_in_place(match);
+  for (std::size_t u = 0; u < plan.units.size(); ++u) plan.units[u].moved = match[u] >= 0 && !stays[u];
 }
 
 // What the window holds once the evictions are done (chunk keys), and what it can recall.
@@ -689,7 +734,9 @@ SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncO
   SyncPlan plan = units_of(core, render_units(core, messages, options.chat));
   const std::vector<InstanceInfo> current = instances();
   std::vector<bool> used;
-  const std::vector<int64_t> match = match_units(current, plan, used);
+  std::vector<int64_t> match = match_units(current, plan, used);
+  keep_turns_in_place(current, match, used);
+  plan_evictions(current, used, plan);
   mark_moved(match, plan);
   choose_actions(core, current, match, known_keys(current, used, evicted()), options, plan);
   return plan;
