@@ -22,11 +22,21 @@ on real model computation (the bundled stories260K, or --model with a tokenizer)
 
     /usr/bin/python3 samples/web-agent/web_agent.py            # 32 steps on the bundled model
     /usr/bin/python3 samples/web-agent/web_agent.py --short    # 8 steps (what the tests run)
+
+Served mode: the same agent drives `orbit serve` through the OpenAI chat-completions protocol (chat_client.py,
+standard library only): every step sends the whole message list to /v1/chat/completions under one session
+(X-Orbit-Session), the answer is the action, and at the end it prints orbit's forward tokens against the radix
+cache's, from each answer's usage.orbit and from GET /v1/sessions/{id}. The server renders the messages with
+the model's chat template (the plain one for stories260K) and makes chunks of its own size.
+
+    /usr/bin/python3 samples/web-agent/web_agent.py --serve                         # starts build/cli/orbit serve
+    /usr/bin/python3 samples/web-agent/web_agent.py --server http://127.0.0.1:8000  # a server already running
 """
 from __future__ import annotations
 
 import pathlib
 import sys
+import time
 
 import numpy as np
 
@@ -152,8 +162,132 @@ def run(model=kit.DEFAULT_MODEL, *, steps: int = 32, policy: str = "default", ou
         return kit.finish(ep, window, out, meta, title)
 
 
+# ---- served mode: the agent as an OpenAI client of `orbit serve` ------------------------------------------
+
+def agent_messages(entries: list[dict], step: int, new_pages: list[int], site: Site) -> tuple[str, int, bool]:
+    """The served agent's step: the oldest page leaves the list and the page read joins it (as run() does);
+    returns (label, page, look_back)."""
+    look_back = step >= LOOK_BACK_EVERY and step % LOOK_BACK_EVERY == LOOK_BACK_EVERY - 1
+    page = new_pages[-(KEEP + 1)] if look_back else len(new_pages)
+    pages = [k for k, m in enumerate(entries) if m["role"] == "tool"]
+    if len(pages) >= KEEP:
+        del entries[pages[0]]
+    entries.append({"role": "tool", "content": site.page(page)})
+    return f"{'back to' if look_back else 'page'} {page}", page, look_back
+
+
+def trim_transcript(entries: list[dict], budget: int, tokens_per_char: float, margin: int) -> None:
+    """Drops the oldest action and observation messages while the list's estimated prompt (its characters
+    times the tokens per character the server last reported) plus `margin` passes `budget` positions."""
+    def estimate() -> float:
+        return tokens_per_char * sum(len(m["content"]) + len(m["role"]) + 3 for m in entries)
+
+    while estimate() + margin > budget:
+        oldest = next((k for k, m in enumerate(entries) if m["role"] in ("assistant", "user")), None)
+        if oldest is None:
+            return
+        del entries[oldest]
+
+
+def run_served(url: str, *, steps: int = 32, seed: int = 0, out=None, session: str = "", quiet: bool = False) -> dict:
+    """The web agent against an OpenAI-compatible orbit server at `url`: one chat completion per step, the
+    whole message list each time. Prints a table per step and orbit vs the radix cache; writes
+    web-agent-served.report.json. Returns the report."""
+    import json
+
+    import chat_client
+
+    out = pathlib.Path(out or kit.REPO / "out" / "web-agent")
+    session = session or f"web-agent-{seed}-{int(time.time())}"
+    client = chat_client.ChatClient(url, session=session)
+    (model,) = client.models()[:1]
+    budget = int(0.75 * model["context_length"]) if model.get("context_length") else 4096
+    site = Site(seed)
+    entries = [{"role": "system", "content": SYSTEM}]
+    new_pages: list[int] = []
+    rows, tokens_per_char = [], 0.5
+    progress = None if quiet else kit.Progress(steps, "web-agent (served)")
+    for step in range(steps):
+        label, page, look_back = agent_messages(entries, step, new_pages, site)
+        # room for this request's answer and the next step's page, action and observation
+        trim_transcript(entries, budget - ACTION_TOKENS, tokens_per_char, margin=0)
+        t0 = time.perf_counter()
+        answer = client.chat(model["id"], entries, max_tokens=ACTION_TOKENS)
+        seconds = time.perf_counter() - t0
+        usage = answer["usage"]
+        tokens_per_char = usage["prompt_tokens"] / max(1, sum(len(m["content"]) + len(m["role"]) + 3
+                                                               for m in entries))
+        action = answer["choices"][0]["message"]["content"] or ""
+        rows.append({"step": step, "label": label, "messages": len(entries), "seconds": seconds,
+                     "prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
+                     "finish_reason": answer["choices"][0]["finish_reason"], "answer": action,
+                     "orbit": usage.get("orbit")})
+        entries.append({"role": "assistant", "content": action})
+        entries.append({"role": "user", "content": site.observation(page)})
+        if not look_back:
+            new_pages.append(page)
+        if progress:
+            o = usage.get("orbit") or {}
+            progress.update(1, f"{label}: fwd {o.get('forward_tokens', 0):.0f} radix {o.get('radix_cache_tokens', 0):.0f}")
+    info = client.session_info()
+    forward = sum((r["orbit"] or {}).get("forward_tokens", 0) for r in rows)
+    radix = sum((r["orbit"] or {}).get("radix_cache_tokens", 0) for r in rows)
+    idle = sum((r["orbit"] or {}).get("idle_forward_tokens", 0) for r in rows)
+    head = f"{'step':>4}  {'what':<11} {'msgs':>4} {'prompt':>6} {'fwd tok':>7} {'radix':>6} {'ms':>7}  plan / answer"
+    lines = [f"web agent served by {url} (model {model['id']}, session {session}): {steps} steps", head,
+             "-" * len(head)]
+    for r in rows:
+        o = r["orbit"] or {}
+        lines.append(f"{r['step']:>4}  {r['label']:<11} {r['messages']:>4} {r['prompt_tokens']:>6} "
+                     f"{o.get('forward_tokens', 0):>7.0f} {o.get('radix_cache_tokens', 0):>6.0f} "
+                     f"{1e3 * r['seconds']:>7.1f}  {o.get('plan', '')} | {kit.clip(r['answer'], 40)}")
+    savings = info["savings"]
+    lines += ["-" * len(head),
+              f"forward tokens (usage.orbit, summed): orbit {forward:.0f} vs the radix cache {radix:.0f} "
+              f"({forward / radix if radix else float('nan'):.2f}x); {idle:.0f} more in idle time",
+              f"GET /v1/sessions/{session}: {info['requests']} requests, orbit {savings['forward_tokens']:.0f} vs "
+              f"radix {savings['radix_cache_tokens']:.0f} (ratio {savings['ratio']:.2f}, saved "
+              f"{savings['saved_tokens']:.0f})"]
+    print("\n".join(lines))
+    report = {"url": url, "model": model, "session": session, "steps": rows, "session_info": info,
+              "totals": {"forward_tokens": forward, "radix_cache_tokens": radix, "idle_forward_tokens": idle}}
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "web-agent-served.report.json"
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"report: {path}")
+    return report
+
+
 def main(argv=None) -> int:
-    return kit.main(run, __doc__.split("\n\n")[0], "web-agent", default_steps=32, short_steps=8, argv=argv)
+    ap = kit.arg_parser(__doc__.split("\n\n")[0], "web-agent", default_steps=32, short_steps=8)
+    ap.add_argument("--server", metavar="URL",
+                    help="drive an OpenAI-compatible orbit server at URL (e.g. http://127.0.0.1:8000) instead of "
+                         "a window in this process")
+    ap.add_argument("--serve", action="store_true",
+                    help="start `orbit serve --model MODEL --port 0` on 127.0.0.1 (with --policy), drive it, stop it")
+    ap.add_argument("--orbit", default=str(kit.REPO / "build" / "cli" / "orbit"),
+                    help="the orbit executable --serve runs (default: build/cli/orbit)")
+    ap.add_argument("--session", default="", help="the X-Orbit-Session of the served mode (default: a new one)")
+    args = ap.parse_args(argv)
+    steps = 8 if args.short else args.steps
+    if args.server or args.serve:
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+        import chat_client
+
+        if args.server:
+            run_served(args.server, steps=steps, seed=args.seed, out=args.out, session=args.session, quiet=args.quiet)
+            return 0
+        try:
+            with chat_client.OrbitServer(args.orbit, args.model, policy=args.policy) as server:
+                run_served(server.url, steps=steps, seed=args.seed, out=args.out, session=args.session,
+                           quiet=args.quiet)
+        except chat_client.ServeUnavailable as e:
+            sys.exit(f"error: {e}")
+        return 0
+    result = run(args.model, steps=steps, policy=args.policy, out=args.out, seed=args.seed, threads=args.threads,
+                 dump_logits=args.dump_logits, quiet=args.quiet)
+    kit.print_outputs(result["paths"], args.model)
+    return 0
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -237,3 +238,61 @@ def test_the_replay_hint_names_the_model_the_sample_ran(repo_root, tmp_path, cap
     assert seen["model"] == str(other)
     assert len(hint) == 1
     assert f"--model '{other}'" in hint[0] and "stories260K" not in hint[0], hint[0]
+
+
+@pytest.fixture
+def served(orbit_cli, stories260k_path):
+    """`orbit serve` on 127.0.0.1 (any free port) for one test: its URL. Skipped when the orbit binary was
+    built without its HTTP server (cpp-httplib missing)."""
+    process = subprocess.Popen([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "127.0.0.1",
+                                "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in process.stdout:  # the server prints 'listening on http://HOST:PORT' once it is ready
+            lines.append(line)
+            if "listening on http://" in line:
+                break
+        text = "".join(lines)
+        if "without cpp-httplib" in text:
+            process.wait(timeout=10)
+            pytest.skip("this orbit was built without `serve` (cpp-httplib missing)")
+        url = text.split("listening on ")[-1].split()[0] if "listening on http://" in text else ""
+        assert url, f"orbit serve did not start:\n{text}"
+        threading.Thread(target=process.stdout.read, daemon=True).start()  # drains what it prints after
+        yield url
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=60)
+
+
+def test_web_agent_drives_the_server_as_an_openai_client(served, repo_root, tmp_path):
+    """`web_agent.py --short --server URL`: every step is a chat completion of the whole message list under one
+    session; every request gets an answer carrying usage.orbit, the session report agrees with the answers' sum,
+    and orbit forwards fewer tokens than the radix cache on the same requests."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    result = subprocess.run([sys.executable, str(repo_root / "samples/web-agent/web_agent.py"), "--short", "--quiet",
+                             "--server", served, "--session", "test-web-agent", "--out", str(tmp_path)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, f"served web agent failed:\n{result.stdout}\n{result.stderr}"
+    report = json.loads((tmp_path / "web-agent-served.report.json").read_text())
+    steps = report["steps"]
+    assert len(steps) == 8
+    for s in steps:
+        assert s["finish_reason"] in ("stop", "length") and isinstance(s["answer"], str), s
+        assert 1 <= s["completion_tokens"] <= 6, s
+        o = s["orbit"]
+        assert o is not None, s
+        assert isinstance(o["forward_tokens"], (int, float)) and isinstance(o["radix_cache_tokens"], (int, float))
+        assert 0 < o["forward_tokens"] <= s["prompt_tokens"] and o["radix_cache_tokens"] <= s["prompt_tokens"], s
+        assert o["session"] == "test-web-agent"
+    assert steps[-1]["label"].startswith("back to")  # the look-back is in the short run
+    info = report["session_info"]
+    forward = sum(s["orbit"]["forward_tokens"] for s in steps)
+    radix = sum(s["orbit"]["radix_cache_tokens"] for s in steps)
+    assert info["requests"] == 8
+    assert info["savings"]["forward_tokens"] == pytest.approx(forward)
+    assert info["savings"]["radix_cache_tokens"] == pytest.approx(radix)
+    assert forward < radix
+    assert f"orbit {forward:.0f} vs the radix cache {radix:.0f}" in result.stdout
