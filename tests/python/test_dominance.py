@@ -1,4 +1,5 @@
-"""Never worse than a radix cache: the default policy and the `prefix` preset against the radix yardstick.
+"""Never worse than a radix cache: the default policy, the `prefix` and `throughput` presets against the radix
+yardstick.
 
 `orbit replay` runs the radix cache (SGLang semantics: token granular, every read's window, query and
 generated tokens held, bounded by the replay engine's KV pool) beside each policy over the same reads
@@ -8,7 +9,11 @@ shipped trace (tests/data/traces and the agent and unseen traces in bench/replay
 - per read, the critical-path tokens orbit forwarded since the previous read (the read's own operation
   and the repairs earlier edits deferred to it) are at most what the radix cache forwards for that read;
 - over the whole trace, at every read, orbit's running total is at most the radix cache's (disposable
-  steps left out, below).
+  steps left out, below);
+- `throughput` (no background work of its own): cumulatively, and its total forward tokens, critical and
+  background, are at most the radix cache's. Per read it is not checked: it never heals, so more of the
+  windows it returns to were served approximately before (the case described below); measured, 5 of the
+  19 traces have such a read (2 to 57 tokens over).
 
 Per read, two kinds of read are left out, and only there:
 - `disposable`, an analysis only orbit runs (a decode with one instance's conditioning switched off): the
@@ -31,7 +36,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TRACES = sorted((REPO / "tests" / "data" / "traces").glob("*.json")) + \
     sorted((REPO / "bench" / "replay" / "agent-json").glob("*.trace.json"))
-POLICIES = ("default", "prefix")
+POLICIES = ("default", "prefix", "throughput")
 
 # (trace, step) reads where the default policy forwards more than the radix cache, measured on the bundled
 # stories260K. Step 28 admits doc6, whose first 8 tokens are those doc3 started with, at doc3's earlier
@@ -63,7 +68,7 @@ def test_never_more_tokens_than_a_radix_cache(trace, orbit_cli, stories260k_path
     report = replay(orbit_cli, stories260k_path, trace, tmp_path)
     by_name = {p["policy"]: p for p in report["policies"]}
     for name in POLICIES:
-        policy = by_name["prefix" if name == "prefix" else next(k for k in by_name if k.startswith("patch:16:kl="))]
+        policy = by_name[name] if name != "default" else next(p for k, p in by_name.items() if k.startswith("patch:16:kl="))
         since_read = orbit_total = radix_total = 0.0
         reads = worse = 0
         for s in policy["steps"]:
@@ -76,9 +81,12 @@ def test_never_more_tokens_than_a_radix_cache(trace, orbit_cli, stories260k_path
             radix_total += s["radix_tokens"]
             where = f"{trace.name} {name} step {s['index']} ({s['op']})"
             assert orbit_total <= radix_total, f"{where}: {orbit_total} tokens so far vs {radix_total}"
-            if compared_per_read(s) and since_read > s["radix_tokens"]:
+            if name != "throughput" and compared_per_read(s) and since_read > s["radix_tokens"]:
                 worse += 1
                 assert name == "default" and (trace.name, s["index"]) in KNOWN, \
                     f"{where}: {since_read} tokens vs {s['radix_tokens']} for the radix cache"
             since_read = 0.0
         assert reads > 0, trace.name
+        if name == "throughput":  # background work is not free there: all of its forwards count
+            totals = policy["totals"]
+            assert totals["forward_tokens"] <= totals["radix_tokens"], f"{trace.name} throughput: {totals}"

@@ -9,14 +9,14 @@ namespace orbit_py {
 
 namespace py = pybind11;
 
-void init_errors(py::module_& m);  // module.cpp: OrbitError, CapacityError, RefusedError, translators
-void init_types(py::module_& m);   // types.cpp: enums, ChunkRef, plans, reports, stats, infos
-void init_policy(py::module_& m);  // policy.cpp: WindowPolicy (Policy)
-void init_engine(py::module_& m);  // engine.cpp: Engine
-void init_window(py::module_& m);  // window.cpp: Window, InstanceKV
-void init_sync(py::module_& m);    // sync.cpp: Window.sync, Engine.render_chat, SyncPlan, SyncReport
-void init_store(py::module_& m);   // store.cpp: offline store inspection, content keys
-void init_trace(py::module_& m);   // trace.cpp: orbit-trace/1 load, make, validate, save, replay
+void init_errors(py::module_& m);     // module.cpp: OrbitError, CapacityError, RefusedError, translators
+void init_types(py::module_& m);      // types.cpp: enums, ChunkRef, plans, reports, stats, infos
+void init_policy(py::module_& m);     // policy.cpp: WindowPolicy (Policy)
+void init_engine(py::module_& m);     // engine.cpp: Engine
+void init_window(py::module_& m);     // window.cpp: Window, InstanceKV
+void init_sync(py::module_& m);       // sync.cpp: Window.sync, Engine.render_chat, SyncPlan, SyncReport
+void init_store(py::module_& m);      // store.cpp: offline store inspection, content keys
+void init_trace(py::module_& m);      // trace.cpp: orbit-trace/1 load, make, validate, save, replay
 void init_yardstick(py::module_& m);  // yardstick.cpp: RadixCache, BlockPrefixCache (planner/prefix_cache.h)
 
 // Raises CapacityError / RefusedError / OrbitError for a non-ok Status (module.cpp).

@@ -74,8 +74,8 @@ struct PlanStep {
   // radix cache matches part of a sequence); the rest are forwarded (forward_tokens counts only those).
   std::string reuse_from;
   int64_t reused_tokens = 0;
-  double divergence = 0;                // kStale: the accepted patch's context divergence
-  int64_t rank_k = 0;                   // patch ranks formed/read by this step (0: no patch involved)
+  double divergence = 0;  // kStale: the accepted patch's context divergence
+  int64_t rank_k = 0;     // patch ranks formed/read by this step (0: no patch involved)
   int64_t rank_v = 0;
   std::string variant;     // patch variant ("full", "deep@0.9"); empty when no patch
   bool deep_only = false;  // patch only the layers holding deep_energy of the deficit

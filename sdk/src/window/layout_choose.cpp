@@ -72,9 +72,12 @@ PlanStep legacy_serve(const PlanInput& in, const std::string& reason) {
 
 }  // namespace
 
-bool considered(const ServeAction& a) {
+bool considered(const ServeAction& a, const WindowPolicy& policy) {
   const std::string_view id = a.id();
-  return id != "prefill" && id != "load-conditioned" && id != "reuse";
+  if (id == "load-conditioned" || id == "reuse") return false;
+  // A policy whose miss action is a plain prefill (throughput) forms no patch: prefill stands for form.
+  const bool prefills = policy.on_miss == MissAction::kReprefill;
+  return prefills ? id != "form" : id != "prefill";
 }
 
 std::string LayoutPlanner::join(const std::string* why, const char* suffix) {
@@ -97,7 +100,7 @@ void LayoutPlanner::enumerate(std::size_t i, const PlanInput& in, const std::str
     const std::string id = a->id();
     if (id == "keep" && (si.old == nullptr || sl.force)) continue;
     if (id != "keep" && si.old != nullptr && same && si.old->predicted_kl == 0) continue;  // exact already
-    if (!considered(*a)) continue;
+    if (!considered(*a, policy_)) continue;
     std::optional<PlanStep> s = a->plan(in);
     if (!s) continue;
     s->estimated_seconds = estimate_seconds(in, *s);

@@ -64,10 +64,11 @@ struct PlanContext {
   ContextWeights weights;
 };
 
-// The actions a plan chooses among per instance: prefill is form's forward without storing the patch,
-// load-conditioned the store_conditioned policy's own path (the fixed chain of a policy without a budget),
-// and reuse is offered by finalize, once the KV states before the instance are known.
-bool considered(const ServeAction& a);
+// The actions a plan chooses among per instance: prefill is form's forward without storing the patch (the
+// one a policy that prefills on a miss, throughput, takes instead of form), load-conditioned the
+// store_conditioned policy's own path (the fixed chain of a policy without a budget), and reuse is offered
+// by finalize, once the KV states before the instance are known.
+bool considered(const ServeAction& a, const WindowPolicy& policy);
 
 class LayoutPlanner {
  public:

@@ -70,6 +70,8 @@ std::string policy_spec_help() {
          "                                      prepares the recalls of the N chunks evicted last (Window::idle);\n"
          "                                      :move=N prepares, in a window that has reordered, moving N of its\n"
          "                                      chunks behind the others (Window::idle)\n"
+         "  throughput[:kl=X]                   the default's budget without background work (servers): a miss\n"
+         "                                      is prefilled (no patch formed), no idle-time work\n"
          "  reprefill                           prefill every instance whose context changed; reuse nothing\n"
          "  prefix                              radix cache: reuse KV (chunks, turns, answers) only behind the\n"
          "                                      identical sequence\n"
@@ -190,6 +192,23 @@ bool baseline_preset(const std::string& spec, const std::vector<std::string>& pa
   return true;
 }
 
+// throughput[:kl=X]: the default's budget with no background work of its own (servers, where background
+// compute is not free): a miss is a plain prefill (no canonical encode, no patch formed; stored patches
+// and canonicals are still used), exact reuse on, no idle-time heal or preparation.
+WindowPolicy throughput_preset(const std::string& spec, const std::vector<std::string>& parts) {
+  WindowPolicy p;
+  p.on_miss = MissAction::kReprefill;
+  p.heal_when_idle = false;
+  p.prepare_recalls = 0;
+  p.prepare_moves = 0;
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    if (parts[i].rfind("kl=", 0) != 0 || i > 1) bad_spec(spec, "'throughput' takes only :kl=X");
+    p.kl_budget = parse_number(spec, parts[i].substr(3), "kl budget");
+    if (!(p.kl_budget > 0 && std::isfinite(p.kl_budget))) bad_spec(spec, "kl budget must be a positive number");
+  }
+  return p;
+}
+
 }  // namespace
 
 WindowPolicy parse_policy(const std::string& spec) {
@@ -211,6 +230,7 @@ WindowPolicy parse_policy(const std::string& spec) {
     if (parts.size() != 1) bad_spec(spec, "'default' takes no arguments (it is " + WindowPolicy{}.name() + ")");
     return WindowPolicy{};
   }
+  if (head == "throughput") return throughput_preset(spec, parts);
   WindowPolicy p;
   p.kl_budget = 0;           // presets carry no budget unless they say :kl=X
   p.heal_when_idle = false;  // nor heal unless they say :heal
@@ -252,7 +272,13 @@ std::string WindowPolicy::name() const {
       if (prepare_recalls > 0) s << ":prep=" << prepare_recalls;
       if (prepare_moves > 0) s << ":move=" << prepare_moves;
       return s.str();
-    case MissAction::kReprefill: return reuse_computed || store_conditioned ? "prefix" : "reprefill";
+    case MissAction::kReprefill:
+      if (kl_budget > 0) {
+        s << "throughput";
+        if (kl_budget != WindowPolicy{}.kl_budget) s << ":kl=" << kl_budget;
+        return s.str();
+      }
+      return reuse_computed || store_conditioned ? "prefix" : "reprefill";
     case MissAction::kBlind: return "blind";
     case MissAction::kTokenRecompute: s << "cacheblend:" << recompute_ratio; return s.str();
     case MissAction::kFirstK: return "firstk:" + std::to_string(first_k);
