@@ -47,6 +47,13 @@ class Llama2cTokenizer final : public Tokenizer {
       auto it = ids_.find(name);
       byte_ids_[b] = it == ids_.end() ? -1 : it->second;
     }
+    // Words merge apart when no piece holds a space after anything but a space: a merge across a
+    // space that follows a non-space would make such a piece (SentencePiece vocabularies split by
+    // whitespace; runs of spaces, as in "  ", may still merge).
+    for (const std::string& p : pieces_) {
+      for (std::size_t k = 1; k < p.size(); ++k)
+        words_merge_apart_ = words_merge_apart_ && !(p[k] == ' ' && p[k - 1] != ' ');
+    }
   }
 
   std::vector<int64_t> encode(std::string_view text, bool bos) const override {
@@ -77,8 +84,26 @@ class Llama2cTokenizer final : public Tokenizer {
       }
       i = end;
     }
-    merge(symbols);
-    return symbols;
+    if (!words_merge_apart_) {
+      merge(symbols);
+      return symbols;
+    }
+    // Word by word (a word starts at a space after a non-space): the same merges, in memory bounded by the
+    // longest word rather than the text (a heap over every pair of a 20 MB text holds gigabytes).
+    const int64_t space = ids_.find(" ")->second;
+    std::vector<int64_t> out, word;
+    out.reserve(symbols.size() / 2 + 1);
+    for (std::size_t i = 0; i < symbols.size(); ++i) {
+      if (i > 0 && symbols[i] == space && symbols[i - 1] != space && !word.empty()) {
+        merge(word);
+        out.insert(out.end(), word.begin(), word.end());
+        word.clear();
+      }
+      word.push_back(symbols[i]);
+    }
+    merge(word);
+    out.insert(out.end(), word.begin(), word.end());
+    return out;
   }
 
   std::string decode(const std::vector<int64_t>& ids, int64_t previous) const override {
@@ -175,6 +200,7 @@ class Llama2cTokenizer final : public Tokenizer {
   std::vector<float> scores_;
   std::unordered_map<std::string, int64_t> ids_;
   int64_t byte_ids_[256];
+  bool words_merge_apart_ = true;
 };
 
 }  // namespace

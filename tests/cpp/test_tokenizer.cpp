@@ -196,6 +196,13 @@ TEST_CASE("tokenizer files: found beside the model, and bad files named", "[toke
   CHECK(small->encode("aaa", false) == std::vector<int64_t>{261, 262});
   CHECK(small->encode("ab", true) == std::vector<int64_t>{1, 261, 3 + 'b'});
   CHECK(small->decode({1, 261, 3 + 'b'}) == "ab");
+  // Words merge apart (a space after a non-space starts one) unless a piece holds such a space: with " a a"
+  // in the vocabulary, the two words of "a a" merge into one piece.
+  CHECK(small->encode("a a", false) == std::vector<int64_t>{261, 261});
+  write_bytes(dir / "across.bin", good + piece_record(-1, " a a"));
+  const auto across = orbit::runtime::load_llama2c_tokenizer((dir / "across.bin").string());
+  CHECK(across->encode("a a", false) == std::vector<int64_t>{263});
+  CHECK(across->encode("a aa", false) == std::vector<int64_t>{263, 260});
 
   CHECK_THROWS_WITH(orbit::runtime::load_llama2c_tokenizer((dir / "small.bin").string(), 512),
                     Contains("small.bin") && Contains("263 pieces but the model's vocabulary is 512"));

@@ -34,9 +34,13 @@ std::unique_ptr<Regex::Impl> compile(const std::string& pattern, uint32_t flags,
   return impl;
 }
 
-// Runs one match at `start`; returns false when there is none. Invalid UTF-8 in the subject throws.
-bool match_at(const pcre2_code* code, pcre2_match_data* data, std::string_view text, size_t start) {
-  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start, 0, data, nullptr);
+// Runs one match at `start`; returns false when there is none. Invalid UTF-8 in the subject throws. PCRE2
+// checks the whole subject's UTF-8 on every call unless told it was checked (`checked`): a loop over one
+// subject checks it on its first call only, or matching a text would cost its length per match.
+bool match_at(const pcre2_code* code, pcre2_match_data* data, std::string_view text, size_t start,
+              bool checked = false) {
+  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start,
+                             checked ? PCRE2_NO_UTF_CHECK : 0, data, nullptr);
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   ORBIT_CHECK(rc >= 0, "tokenizer: regex match failed (PCRE2 error " << rc << "; is the text valid UTF-8?)");
   return true;
@@ -58,8 +62,10 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
   std::vector<std::pair<size_t, size_t>> out;
   pcre2_match_data* data = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
   size_t start = 0;
+  bool checked = false;  // the first match checks the subject's UTF-8; later ones start at character boundaries
   try {
-    while (start <= text.size() && match_at(impl_->code, data, text, start)) {
+    while (start <= text.size() && match_at(impl_->code, data, text, start, checked)) {
+      checked = true;
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data);
       if (ov[1] > ov[0]) {
         out.emplace_back(ov[0], ov[1]);
