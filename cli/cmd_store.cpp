@@ -29,7 +29,9 @@ const char* kStoreUsage =
     "          --remote redis://host:port[/db] | redis-cluster://h1:p1,h2:p2,...: also the remote tier\n"
     "          (reachable, nodes, orbit entries, memory, maxmemory-policy)\n"
     "  verify  re-read every blob and check its checksum; reports corrupt or missing entries (deletes\n"
-    "          nothing); exit status 1 when any entry is bad\n"
+    "          nothing) and, apart, blobs it could not read for a reason that proves nothing about them\n"
+    "          (out of file descriptors, permission, I/O error); exit status 1 when any entry is bad, 2\n"
+    "          when none is bad but some could not be read (verify again)\n"
     "  gc      remove blobs no index row names and temp files of writes that never completed\n"
     "          (--dry-run: only list them); the store must not be open in another process\n"
     "  repair  rebuild the index from the verified blobs (after index.sqlite was deleted or lost its\n"
@@ -172,9 +174,12 @@ int run_verify(const Args& args, const std::string& dir) {
   if (args.flag("--json")) {
     json problems = json::array();
     for (const auto& p : r.problems) problems.push_back({{"key", p.key}, {"path", p.path}, {"reason", p.reason}});
+    json unreadable = json::array();
+    for (const auto& p : r.unreadable) unreadable.push_back({{"key", p.key}, {"path", p.path}, {"reason", p.reason}});
     std::cout << json{{"checked", r.checked},
                       {"clean", r.clean()},
                       {"problems", problems},
+                      {"unreadable", unreadable},
                       {"unreferenced_blobs", r.unreferenced_blobs},
                       {"temp_files", r.temp_files}}
                      .dump(2)
@@ -183,11 +188,16 @@ int run_verify(const Args& args, const std::string& dir) {
     for (const auto& p : r.problems) {
       std::printf("BAD %s %s: %s\n", p.key.c_str(), p.path.c_str(), p.reason.c_str());
     }
-    std::printf("%lld entries checked, %zu bad; %lld unreferenced blobs, %lld temp files (gc removes them)\n",
-                static_cast<long long>(r.checked), r.problems.size(), static_cast<long long>(r.unreferenced_blobs),
-                static_cast<long long>(r.temp_files));
+    for (const auto& p : r.unreadable) {
+      std::printf("UNREADABLE %s %s: %s\n", p.key.c_str(), p.path.c_str(), p.reason.c_str());
+    }
+    std::printf(
+        "%lld entries checked, %zu bad, %zu unreadable (not checked: verify again); %lld unreferenced "
+        "blobs, %lld temp files (gc removes them)\n",
+        static_cast<long long>(r.checked), r.problems.size(), r.unreadable.size(),
+        static_cast<long long>(r.unreferenced_blobs), static_cast<long long>(r.temp_files));
   }
-  return r.clean() ? 0 : 1;
+  return !r.problems.empty() ? 1 : (r.unreadable.empty() ? 0 : 2);
 }
 
 int run_gc(const Args& args, const std::string& dir) {

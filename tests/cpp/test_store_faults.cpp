@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -551,4 +552,35 @@ TEST_CASE("many threads storing and loading overlapping keys see whole values on
     if (with_disk) CHECK(store.stats().tiers[1].evictions > 0);
   }
   CHECK(verify_store(dir.path().string()).clean());
+}
+
+TEST_CASE("verify tells a blob it could not read from a bad one", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  {
+    ChunkStore store(disk_options(d));
+    REQUIRE(store.put(key(1), test::store_test_value(1), PutOptions{StoreTier::kDisk}).is_ok());
+    REQUIRE(store.put(key(2), test::store_test_value(2), PutOptions{StoreTier::kDisk}).is_ok());
+  }
+  std::map<std::string, std::string> blobs;
+  for (const StoreEntryInfo& e : list_store(d)) blobs[e.key] = e.blob_path;
+  REQUIRE(blobs.size() == 2);
+  // Key 1's blob cannot be read (a directory where it was: read() fails with EISDIR, not ENOENT); key 2's
+  // is gone.
+  fs::remove(blobs.at(key(1)));
+  fs::create_directory(blobs.at(key(1)));
+  fs::remove(blobs.at(key(2)));
+  const VerifyReport r = verify_store(d);
+  CHECK(r.checked == 2);
+  REQUIRE(r.unreadable.size() == 1);
+  CHECK(r.unreadable[0].key == key(1));
+  CHECK_THAT(r.unreadable[0].reason, Contains("cannot read"));
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].key == key(2));
+  CHECK_THAT(r.problems[0].reason, Contains("missing"));
+  CHECK_FALSE(r.clean());
+  // The CLI: BAD for the missing one, UNREADABLE for the other, exit status 1 (something is bad).
+  const test::CliRun run = test::cli("store verify --store " + d);
+  CHECK(run.status == 1);
+  CHECK_THAT(run.out, Contains("BAD " + key(2)) && Contains("UNREADABLE " + key(1)) && Contains("1 unreadable"));
 }

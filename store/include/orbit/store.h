@@ -213,9 +213,12 @@ struct VerifyProblem {
 struct VerifyReport {
   int64_t checked = 0;
   std::vector<VerifyProblem> problems;  // corrupt or missing blobs (reported, never deleted)
+  // Blobs that could not be read for a reason that proves nothing about them (out of file descriptors or
+  // memory, permission, an I/O error): not checked, not called bad; verify again.
+  std::vector<VerifyProblem> unreadable;
   int64_t unreferenced_blobs = 0;
   int64_t temp_files = 0;
-  bool clean() const { return problems.empty(); }
+  bool clean() const { return problems.empty() && unreadable.empty(); }  // every entry checked and sound
 };
 
 struct GcOptions {
