@@ -1,0 +1,54 @@
+// The rendering half of Window::sync (orbit/sync.h, steps 1-3): a message list rendered with the chat
+// template and cut into units, shared by window_sync_render.cpp (which makes it, and Engine::render_chat /
+// tokenize_chat) and window_sync.cpp (which diffs the units against the window).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "orbit/chunk.h"
+#include "orbit/sync.h"
+
+namespace orbit::detail {
+
+class EngineCore;
+
+// How an error names a chunk part: "messages[i].content[j]".
+inline std::string part_field(std::size_t message, std::size_t part) {
+  return "messages[" + std::to_string(message) + "].content[" + std::to_string(part) + "]";
+}
+
+// A chunk part of the list: messages[message].parts[index].
+struct PartRef {
+  int64_t message = 0;
+  int64_t index = 0;
+  ChunkRef chunk;
+};
+
+struct Span {
+  int64_t first_message = 0;
+  int64_t end_message = 0;
+  std::size_t begin = 0;  // tokens [begin, end) of the rendering
+  std::size_t end = 0;
+  int64_t part = -1;  // a chunk part: its index in Rendering::parts
+};
+
+struct Rendering {
+  std::string which;
+  std::vector<int64_t> tokens;  // chunk parts in place (kEmbeddingRow for embedding rows)
+  std::vector<Span> spans;
+  std::vector<PartRef> parts;
+  std::vector<int64_t> generation_prompt;
+  bool generation_prompt_exact = true;
+  int64_t merged = 0;
+};
+
+// The rendering of `messages` cut into units (sync.h, steps 1-3; chunk parts split it into text segments).
+Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& messages, const ChatOptions& options);
+
+// A chunk's label: the role(s) and the start of the first message's text.
+std::string unit_label(const std::vector<ChatMessage>& messages, const SyncUnit& u);
+
+}  // namespace orbit::detail

@@ -1,0 +1,447 @@
+// Engine::render_chat / tokenize_chat and the rendering half of Window::sync (sync_render.h; orbit/sync.h
+// steps 1-3): the chat template, chunk parts, and the cuts of the rendering into one unit per message.
+#include <algorithm>
+#include <memory>
+#include <sstream>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "orbit/common/error.h"
+#include "orbit/engine.h"
+#include "orbit/runtime/chat_template.h"
+#include "orbit/sync.h"
+#include "text/text_bound.h"
+#include "window/engine_core.h"
+#include "window/sync_render.h"
+#include "window/window_state.h"
+
+namespace orbit {
+
+using detail::part_field;
+using detail::PartRef;
+using detail::Rendering;
+using detail::Span;
+
+namespace {
+
+// ---- templates ----
+
+// The text of a special token when the tokenizer reads that text back as exactly that token (Hugging
+// Face tokenizers do for their added tokens; llama2.c's reads "<s>" as characters): "" otherwise.
+std::string special_text(const runtime::Tokenizer& t, int64_t id) {
+  if (id < 0) return "";
+  try {
+    std::string text = t.piece(id);
+    if (!text.empty() && t.encode(text, false) == std::vector<int64_t>{id}) return text;
+  } catch (const Error&) {
+  }
+  return "";
+}
+
+struct Chat {
+  std::unique_ptr<runtime::ChatTemplate> owned;
+  const runtime::ChatTemplate* tmpl = nullptr;
+  std::string which;  // "options", "model", "plain"
+};
+
+Chat resolve_chat(const detail::EngineCore& core, const ChatOptions& options) {
+  Chat c;
+  const runtime::ChatTemplate* model = options.chat_template.empty() ? core.chat_template() : nullptr;
+  if (model != nullptr) {
+    c.tmpl = model;
+    c.which = "model";
+    return c;
+  }
+  std::string bos;
+  std::string eos;
+  if (core.has_tokenizer()) {
+    bos = special_text(core.tokenizer(), core.tokenizer().bos_id());
+    eos = special_text(core.tokenizer(), core.tokenizer().eos_id());
+  }
+  const bool given = !options.chat_template.empty();
+  c.owned =
+      std::make_unique<runtime::ChatTemplate>(given ? options.chat_template : std::string(kPlainChatTemplate),
+                                              given ? "ChatOptions::chat_template" : "kPlainChatTemplate", bos, eos);
+  c.tmpl = c.owned.get();
+  c.which = given ? "options" : "plain";
+  return c;
+}
+
+// ---- chunk parts ----
+
+// Where a chunk part stands in the rendered text: U+E000, its index among the list's chunk parts, U+E001.
+constexpr std::string_view kMarkOpen = "\xEE\x80\x80";
+constexpr std::string_view kMarkClose = "\xEE\x80\x81";
+
+// A chunk part's marker in the rendered text: bytes [begin, end), parts[part].
+struct Marker {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t part = 0;
+};
+
+// A message's content as the template sees it: the text parts, and a marker for each chunk part (collected
+// into `parts`; null: chunk parts are refused, naming `caller`).
+std::string content_text(const detail::EngineCore& core, const ChatMessage& m, std::size_t i,
+                         std::vector<PartRef>* parts, const char* caller) {
+  if (m.parts.empty()) return m.content;
+  ORBIT_CHECK(m.content.empty(), "messages[" << i << "]: content and parts are both set (give the text as a part)");
+  std::string text;
+  for (std::size_t j = 0; j < m.parts.size(); ++j) {
+    const ContentPart& p = m.parts[j];
+    if (!p.chunk) {
+      text += p.text;
+      continue;
+    }
+    ORBIT_CHECK(parts != nullptr,
+                caller << ": " << part_field(i, j)
+                       << " is a chunk part, which has no text (Window::sync and plan_sync place it)");
+    ORBIT_CHECK(p.chunk->valid(),
+                "sync: " << part_field(i, j) << ".chunk is an invalid ChunkRef (default-constructed)");
+    ORBIT_CHECK(core.knows(p.chunk->key),
+                "sync: " << part_field(i, j) << ".chunk " << p.chunk->key.substr(0, 16)
+                         << (p.chunk->label.empty() ? "" : " ('" + p.chunk->label + "')")
+                         << " is not registered with this engine (a chunk of another engine? register it here "
+                            "with add_tokens or add_embeddings)");
+    text += std::string(kMarkOpen) + std::to_string(parts->size()) + std::string(kMarkClose);
+    parts->push_back({static_cast<int64_t>(i), static_cast<int64_t>(j), *p.chunk});
+  }
+  return text;
+}
+
+std::vector<runtime::ChatMessage> to_runtime(const detail::EngineCore& core, const std::vector<ChatMessage>& messages,
+                                             std::vector<PartRef>* parts, const char* caller) {
+  std::vector<runtime::ChatMessage> out;
+  out.reserve(messages.size());
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    ORBIT_CHECK(!m.role.empty(), "messages[" << i << "] has no role");
+    runtime::ChatMessage r;
+    r.role = m.role;
+    r.content = content_text(core, m, i, parts, caller);
+    r.name = m.name;
+    r.tool_call_id = m.tool_call_id;
+    for (const ChatToolCall& call : m.tool_calls) r.tool_calls.push_back({call.id, call.name, call.arguments});
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// The chunk parts' markers in `text`, in text order; each part exactly once.
+std::vector<Marker> find_markers(const std::string& text, const std::vector<PartRef>& parts) {
+  std::vector<Marker> marks;
+  std::vector<int64_t> seen(parts.size(), 0);
+  for (std::size_t at = text.find(kMarkOpen); at != std::string::npos; at = text.find(kMarkOpen, at + 1)) {
+    const std::size_t digits = at + kMarkOpen.size();
+    const std::size_t close = text.find(kMarkClose, digits);
+    std::size_t part = parts.size();
+    const bool number = close != std::string::npos && close > digits && close - digits < 10 &&
+                        text.find_first_not_of("0123456789", digits) == close;
+    if (number) part = std::stoul(text.substr(digits, close - digits));
+    ORBIT_CHECK(part < parts.size(),
+                "sync: the rendered messages hold U+E000, the character that marks chunk parts, "
+                "outside a chunk part (message text must not contain it)");
+    ++seen[part];
+    marks.push_back({at, close + kMarkClose.size(), part});
+  }
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    ORBIT_CHECK(seen[p] == 1, "sync: the chat template rendered "
+                                  << part_field(parts[p].message, parts[p].index) << " (a chunk part) " << seen[p]
+                                  << " times; a chunk part must appear exactly once in the rendering");
+  }
+  return marks;
+}
+
+struct Renderer {
+  const Chat& chat;
+  const std::vector<runtime::ChatMessage>& messages;
+  runtime::ChatRenderOptions options;
+
+  // The first `n` messages rendered.
+  std::string operator()(std::size_t n, bool add_generation_prompt) const {
+    runtime::ChatRenderOptions o = options;
+    o.add_generation_prompt = add_generation_prompt;
+    if (n == messages.size()) return chat.tmpl->render(messages, o);
+    const std::vector<runtime::ChatMessage> prefix(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(n));
+    return chat.tmpl->render(prefix, o);
+  }
+};
+
+// ---- tokens ----
+
+std::vector<int64_t> encode(const detail::EngineCore& core, std::string_view text) {
+  const runtime::Tokenizer& t = core.tokenizer();
+  detail::check_text_fits(
+      text, core.config().max_position_embeddings, t.vocab_size(), [&](int64_t id) { return t.piece(id); },
+      "sync: the rendered messages");
+  return t.encode(text, false);
+}
+
+bool starts_with(const std::vector<int64_t>& all, const std::vector<int64_t>& prefix) {
+  return prefix.size() <= all.size() && std::equal(prefix.begin(), prefix.end(), all.begin());
+}
+
+bool starts_with(const std::string& all, const std::string& prefix) {
+  return prefix.size() <= all.size() && all.compare(0, prefix.size(), prefix) == 0;
+}
+
+// Where a message starts in the rendered text, and which message it is.
+struct Cut {
+  std::size_t text = 0;
+  int64_t message = 0;
+};
+// A token index where a unit ends, and the first message of the next unit.
+using TokenCut = std::pair<std::size_t, int64_t>;
+
+// Step 2: where each message starts in `text` (the end of the rendering of the messages before it); a
+// message whose prefix the template refuses or renders differently joins the unit before it.
+std::vector<Cut> text_cuts(const Renderer& render, std::size_t n, const std::string& text, int64_t* merged) {
+  std::vector<Cut> cuts;
+  for (std::size_t i = 1; i < n; ++i) {
+    std::string prefix;
+    try {
+      prefix = render(i, false);
+    } catch (const Error&) {  // the template refuses the shorter list (it wants a user turn last, say)
+      ++*merged;
+      continue;
+    }
+    const std::size_t last = cuts.empty() ? 0 : cuts.back().text;
+    if (prefix.size() > last && prefix.size() < text.size() && starts_with(text, prefix)) {
+      cuts.push_back({prefix.size(), static_cast<int64_t>(i)});
+    } else {
+      ++*merged;
+    }
+  }
+  return cuts;
+}
+
+// Step 3, first test: each unit's text tokenized alone joins back into `tokens`. Empty when it does not.
+std::vector<TokenCut> cuts_by_parts(const runtime::Tokenizer& tok, const std::string& text,
+                                    const std::vector<Cut>& cuts, const std::vector<int64_t>& tokens, int64_t* merged,
+                                    bool* joined_ok) {
+  std::vector<std::vector<int64_t>> parts;
+  std::vector<int64_t> joined;
+  std::size_t from = 0;
+  for (std::size_t c = 0; c <= cuts.size(); ++c) {
+    const std::size_t to = c < cuts.size() ? cuts[c].text : text.size();
+    parts.push_back(tok.encode(std::string_view(text).substr(from, to - from), false));
+    joined.insert(joined.end(), parts.back().begin(), parts.back().end());
+    from = to;
+  }
+  std::vector<TokenCut> out;
+  *joined_ok = joined == tokens;
+  if (!*joined_ok) return out;
+  std::size_t at = 0;
+  for (std::size_t c = 0; c < cuts.size(); ++c) {
+    at += parts[c].size();
+    const std::size_t last = out.empty() ? 0 : out.back().first;
+    if (at > last && at < tokens.size()) {
+      out.emplace_back(at, cuts[c].message);
+    } else {
+      ++*merged;  // a message that renders to no tokens joins its neighbour
+    }
+  }
+  return out;
+}
+
+// Step 3, second test: the tokens of the text before a cut are a prefix of the rendering's tokens.
+std::vector<TokenCut> cuts_by_prefix(const runtime::Tokenizer& tok, const std::string& text,
+                                     const std::vector<Cut>& cuts, const std::vector<int64_t>& tokens,
+                                     int64_t* merged) {
+  std::vector<TokenCut> out;
+  for (const Cut& c : cuts) {
+    const std::vector<int64_t> before = tok.encode(std::string_view(text).substr(0, c.text), false);
+    const std::size_t last = out.empty() ? 0 : out.back().first;
+    if (before.size() > last && before.size() < tokens.size() && starts_with(tokens, before)) {
+      out.emplace_back(before.size(), c.message);
+    } else {
+      ++*merged;
+    }
+  }
+  return out;
+}
+
+// The units of one text segment: token spans between the cuts (token indices relative to the segment), each
+// with the message it starts in (`first`: the segment's first one), appended to `spans` at token `offset`.
+void add_spans(const std::vector<TokenCut>& token_cuts, std::size_t tokens, std::size_t offset, int64_t first,
+               std::vector<Span>& spans) {
+  std::size_t begin = 0;
+  for (std::size_t c = 0; c <= token_cuts.size(); ++c) {
+    const std::size_t end = c < token_cuts.size() ? token_cuts[c].first : tokens;
+    if (end > begin) spans.push_back({first, 0, offset + begin, offset + end});
+    begin = end;
+    if (c < token_cuts.size()) first = token_cuts[c].second;
+  }
+}
+
+// The message the text at byte `at` belongs to: the latest message boundary or chunk part before it (a
+// boundary at a part's end: the next message starts there).
+int64_t message_at(std::size_t at, const std::vector<Cut>& cuts, const std::vector<Marker>& marks,
+                   const std::vector<PartRef>& parts) {
+  int64_t message = 0;
+  std::size_t from = 0;
+  for (const Marker& m : marks) {
+    if (m.end <= at && m.end >= from) {
+      from = m.end;
+      message = parts[m.part].message;
+    }
+  }
+  for (const Cut& c : cuts) {
+    if (c.text <= at && c.text >= from) {
+      from = c.text;
+      message = c.message;
+    }
+  }
+  return message;
+}
+
+// Step 3 on the text segment [begin, end) of the rendering (the text between chunk parts): its tokens, cut
+// at the message boundaries inside it where the tokens allow.
+void add_segment(const runtime::Tokenizer& tok, const std::string& text, std::size_t begin, std::size_t end,
+                 const std::vector<Cut>& cuts, int64_t first, Rendering& out) {
+  const std::string segment = text.substr(begin, end - begin);
+  const std::vector<int64_t> tokens = tok.encode(segment, false);
+  std::vector<Cut> inside;
+  for (const Cut& c : cuts) {
+    if (c.text > begin && c.text < end) inside.push_back({c.text - begin, c.message});
+  }
+  bool joined_ok = false;
+  std::vector<TokenCut> token_cuts = cuts_by_parts(tok, segment, inside, tokens, &out.merged, &joined_ok);
+  if (!joined_ok) token_cuts = cuts_by_prefix(tok, segment, inside, tokens, &out.merged);
+  add_spans(token_cuts, tokens.size(), out.tokens.size(), first, out.spans);
+  out.tokens.insert(out.tokens.end(), tokens.begin(), tokens.end());
+}
+
+// A chunk part's unit: its tokens, or kEmbeddingRow per row.
+void add_part(const detail::EngineCore& core, std::size_t part, Rendering& out) {
+  const PartRef& p = out.parts[part];
+  const std::size_t begin = out.tokens.size();
+  const detail::ChunkRecord& rec = core.record(p.chunk);
+  if (p.chunk.kind == ChunkKind::kTokens) {
+    out.tokens.insert(out.tokens.end(), rec.tokens.begin(), rec.tokens.end());
+  } else {
+    out.tokens.insert(out.tokens.end(), static_cast<std::size_t>(p.chunk.length), kEmbeddingRow);
+  }
+  out.spans.push_back({p.message, p.message + 1, begin, out.tokens.size(), static_cast<int64_t>(part)});
+}
+
+// Each unit holds the messages from its first to the next unit's first (at least its own); the last, to
+// the end of the list.
+void set_end_messages(std::size_t n, std::vector<Span>& spans) {
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].part >= 0) continue;
+    const int64_t next = i + 1 < spans.size() ? spans[i + 1].first_message : static_cast<int64_t>(n);
+    spans[i].end_message = std::max(next, spans[i].first_message + 1);
+  }
+}
+
+// The generation prompt: what add_generation_prompt adds, as tokens after the window's. `tail` is where the
+// last text segment starts (after the last chunk part), `tail_tokens` its tokens.
+void add_generation_prompt(const detail::EngineCore& core, const Renderer& render, std::size_t n,
+                           const std::string& text, std::size_t tail, std::size_t tail_tokens, Rendering& out) {
+  std::string with_prompt;
+  try {
+    with_prompt = render(n, true);
+  } catch (const Error&) {
+    out.generation_prompt_exact = false;
+    return;
+  }
+  if (!starts_with(with_prompt, text)) {
+    out.generation_prompt_exact = false;  // the template renders the list differently with the prompt
+    return;
+  }
+  if (with_prompt.size() == text.size()) return;
+  const std::vector<int64_t> all = encode(core, std::string_view(with_prompt).substr(tail));
+  const std::vector<int64_t> last(out.tokens.end() - static_cast<std::ptrdiff_t>(tail_tokens), out.tokens.end());
+  if (starts_with(all, last)) {
+    out.generation_prompt.assign(all.begin() + static_cast<std::ptrdiff_t>(last.size()), all.end());
+  } else {
+    out.generation_prompt = core.tokenizer().encode(std::string_view(with_prompt).substr(text.size()), false);
+    out.generation_prompt_exact = false;
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& messages, const ChatOptions& options) {
+  Rendering out;
+  (void)core.tokenizer();  // throws, saying so, when the engine has none
+  const Chat chat = resolve_chat(core, options);
+  out.which = chat.which;
+  const std::vector<runtime::ChatMessage> msgs = to_runtime(core, messages, &out.parts, "sync");
+  runtime::ChatRenderOptions ro;
+  ro.tools_json = options.tools_json;
+  ro.extra_json = options.extra_json;
+  const Renderer render{chat, msgs, ro};
+  const std::size_t n = msgs.size();
+  if (n == 0) return out;  // an empty list is an empty window (nothing is rendered)
+
+  const std::string text = render(n, false);
+  const std::vector<Cut> cuts = text_cuts(render, n, text, &out.merged);
+  const std::vector<Marker> marks = find_markers(text, out.parts);
+  const runtime::Tokenizer& tok = core.tokenizer();
+  detail::check_text_fits(
+      text, core.config().max_position_embeddings, tok.vocab_size(), [&](int64_t id) { return tok.piece(id); },
+      "sync: the rendered messages");
+  std::size_t from = 0;
+  for (const Marker& m : marks) {
+    add_segment(tok, text, from, m.begin, cuts, message_at(from, cuts, marks, out.parts), out);
+    add_part(core, m.part, out);
+    from = m.end;
+  }
+  const std::size_t tail_tokens = out.tokens.size();
+  add_segment(tok, text, from, text.size(), cuts, message_at(from, cuts, marks, out.parts), out);
+  set_end_messages(n, out.spans);
+  const int64_t positions = core.config().max_position_embeddings;
+  ORBIT_CHECK(positions <= 0 || static_cast<int64_t>(out.tokens.size()) <= positions,
+              "sync: the rendered messages are " << out.tokens.size() << " tokens, more than the model's "
+                                                 << core.config().max_position_embeddings << " positions");
+  add_generation_prompt(core, render, n, text, from, out.tokens.size() - tail_tokens, out);
+  return out;
+}
+
+std::string unit_label(const std::vector<ChatMessage>& messages, const SyncUnit& u) {
+  if (u.first_message >= u.end_message) return "chat";
+  const ChatMessage& m = messages[static_cast<std::size_t>(u.first_message)];
+  std::string label = m.role;
+  if (u.end_message - u.first_message > 1) label += "+" + std::to_string(u.end_message - u.first_message - 1);
+  std::string text = m.content;
+  for (const ContentPart& p : m.parts) text += p.chunk ? "" : p.text;
+  std::string head = text.substr(0, 40);
+  for (char& ch : head) {
+    if (ch == '\n' || ch == '\r' || ch == '\t') ch = ' ';
+  }
+  if (!head.empty()) label += ": " + head;
+  return label;
+}
+
+}  // namespace detail
+
+// ---- Engine ----
+
+bool Engine::has_chat_template() const {
+  const detail::OpHold hold(*core_);
+  return core_->chat_template() != nullptr;
+}
+
+std::string Engine::render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                const ChatOptions& options) const {
+  const detail::OpHold hold(*core_);
+  const Chat chat = resolve_chat(*core_, options);
+  runtime::ChatRenderOptions ro;
+  ro.add_generation_prompt = add_generation_prompt;
+  ro.tools_json = options.tools_json;
+  ro.extra_json = options.extra_json;
+  return chat.tmpl->render(to_runtime(*core_, messages, nullptr, "render_chat"), ro);
+}
+
+std::vector<int64_t> Engine::tokenize_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                           const ChatOptions& options) const {
+  const detail::OpHold hold(*core_);
+  return encode(*core_, render_chat(messages, add_generation_prompt, options));
+}
+
+}  // namespace orbit
