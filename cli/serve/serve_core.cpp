@@ -308,6 +308,7 @@ RunResult ServeCore::decode(Window& window, const std::vector<int64_t>& query, c
   r.text = stream.released();
   r.tokens = stream.tokens();
   r.usage.completion_tokens = static_cast<int64_t>(r.tokens.size());
+  r.prompt_forward_tokens = g.prompt_forward_tokens;
   if (gone) {
     r.finish_reason = "cancelled";
   } else if (stream.stopped() || g.stop_reason == "stop_token") {
@@ -353,8 +354,7 @@ RunOutcome ServeCore::run_chat(Slot& slot, const ChatRequest& request, const Run
   read.insert(read.end(), report.generation_prompt.begin(), report.generation_prompt.end());
   const std::size_t prompt = read.size();
   r.usage.prompt_tokens = static_cast<int64_t>(prompt);
-  r.usage.forward_tokens =
-      after.critical_forward_tokens - before + static_cast<double>(report.generation_prompt.size());
+  r.usage.forward_tokens = after.critical_forward_tokens - before + static_cast<double>(r.prompt_forward_tokens);
   r.usage.predicted_kl = predicted_kl;
   {
     std::lock_guard<std::mutex> lock(sessions_mutex_);
@@ -457,7 +457,7 @@ RunOutcome ServeCore::complete(const CompletionRequest& request, const std::vect
     }
     RunResult r = decode(window, {tokens.back()}, request.sampling, lane, sink);
     r.usage.prompt_tokens = static_cast<int64_t>(tokens.size());
-    r.usage.forward_tokens = window.stats().critical_forward_tokens + 1;  // + the query token
+    r.usage.forward_tokens = window.stats().critical_forward_tokens + static_cast<double>(r.prompt_forward_tokens);
     r.usage.plan = prefix.empty() ? "query only" : "prompt as one chunk";
     std::vector<int64_t> read = tokens;
     read.insert(read.end(), r.tokens.begin(), r.tokens.end());

@@ -95,8 +95,9 @@ struct RunUsage {
 
 struct RunResult {
   std::string text;
-  std::string finish_reason;    // "stop", "length", or "cancelled" (the client left)
-  std::vector<int64_t> tokens;  // generated ids (a stop token that ended the run excluded)
+  std::string finish_reason;          // "stop", "length", or "cancelled" (the client left)
+  std::vector<int64_t> tokens;        // generated ids (a stop token that ended the run excluded)
+  int64_t prompt_forward_tokens = 0;  // of the query (generation prompt): forwarded, not served by exact reuse
   RunUsage usage;
 };
 

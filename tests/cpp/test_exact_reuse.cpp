@@ -301,3 +301,28 @@ TEST_CASE("over random edits and returns, no policy forwards more than a radix c
     }
   }
 }
+
+TEST_CASE("a read made before forwards only its query's last token", "[window][reuse]") {
+  auto engine = open_stories_small_pages();
+  std::mt19937_64 rng(37);
+  const ChunkRef doc = engine->add_tokens(random_tokens(rng, 18));
+  const std::vector<int64_t> query = random_tokens(rng, 5);
+  GenerateOptions g;
+  g.max_tokens = 4;
+  for (const std::string spec : {"default", "patch:16:noreuse"}) {
+    INFO(spec);
+    Window w = engine->new_window(with(spec));
+    w.admit(doc);
+    const Generation first = w.generate(query, g);
+    const Generation again = w.generate(query, g);
+    CHECK(again.tokens == first.tokens);  // the same answer, from the same KV
+    if (w.policy().reuse_computed) {
+      CHECK(again.prompt_forward_tokens == 1);
+    } else {
+      CHECK(again.prompt_forward_tokens == static_cast<int64_t>(query.size()));
+    }
+    g.max_tokens = 0;
+    CHECK(w.generate(query, g).prompt_forward_tokens == 0);  // nothing forwarded
+    g.max_tokens = 4;
+  }
+}

@@ -521,6 +521,9 @@ class Generation:
     @property
     def text(self) -> str: ...
     @property
+    def prompt_forward_tokens(self) -> int:
+        """Query tokens forwarded: all, or only the last when exact reuse held the others."""
+    @property
     def stop_reason(self) -> str: ...
     @property
     def seconds(self) -> float: ...

@@ -484,6 +484,8 @@ void init_types(py::module_& m) {
   py::class_<Generation>(m, "Generation", "The result of Window.generate().")
       .def_readonly("tokens", &Generation::tokens, "Generated tokens (a stop token included when it ended the run).")
       .def_readonly("stop_reason", &Generation::stop_reason, "'stop_token', 'max_tokens' or 'position_limit'.")
+      .def_readonly("prompt_forward_tokens", &Generation::prompt_forward_tokens,
+                    "Query tokens forwarded: all, or only the last when exact reuse held the others.")
       .def_readonly("text", &Generation::text, "The tokens as text when the engine has a tokenizer, else ''.")
       .def_readonly("seconds", &Generation::seconds, "Wall time.")
       .def("__len__", [](const Generation& g) { return g.tokens.size(); })

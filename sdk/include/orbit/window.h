@@ -113,7 +113,11 @@ struct Generation {
   std::vector<int64_t> tokens;  // generated tokens (a stop token included when it ended the run)
   std::string text;             // the tokens as text when the engine has a tokenizer (else ""), read
                                 // after the query's last token (BOS and EOS produce no text)
-  std::string stop_reason;      // "stop_token", "max_tokens", "position_limit", "cancelled" (on_token)
+  // Query tokens forwarded: all of them, or only the last when KV computed before behind the same window
+  // held the others (exact reuse, WindowPolicy::reuse_computed; a repeated call costs one token); 0 when
+  // nothing was forwarded (max_tokens 0).
+  int64_t prompt_forward_tokens = 0;
+  std::string stop_reason;  // "stop_token", "max_tokens", "position_limit", "cancelled" (on_token)
   double seconds = 0;
 };
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "orbit/common/error.h"
@@ -112,16 +113,20 @@ runtime::Content concat_contents(const std::vector<runtime::Content>& parts) {
 
 // Exact reuse of a read (WindowPolicy::reuse_computed): the KV of the query, and of the query followed by
 // the answer, behind the window's KV states, kept where a live turn with those tokens will look for it.
-// `parts` holds the KV of every forward generate ran (the query first, then each answer token but the
-// last), `past` the window and those, ending at position `end`; the last answer token's KV is computed
-// here (one more decode step) so that an appended answer forwards nothing.
+// `parts` holds the KV of every forward generate ran (the query first, in `query_parts` pieces: the rows
+// reused for its head, if any, then its forward; then each answer token but the last), `past` the window
+// and those, ending at position `end`; the last answer token's KV is computed here (one more decode step)
+// so that an appended answer forwards nothing.
 void keep_read_for_reuse(const WindowState& state, const std::vector<int64_t>& query,
                          const std::vector<int64_t>& answer, std::vector<runtime::Content> parts,
-                         const runtime::PastKV& past, int64_t end) {
+                         std::size_t query_parts, const runtime::PastKV& past, int64_t end) {
   detail::EngineCore& core = *state.core;
   if (!state.options.policy.reuse_computed || parts.empty()) return;
   const detail::KvState chain = state.state_chain(), content = state.content_chain();
-  core.put_reusable(detail::reuse_key(core.turn_key(query), chain), parts.front(), chain, content, query);
+  if (parts.size() < query_parts) return;  // the query's forward did not run (max_tokens 0, no room)
+  const runtime::Content query_kv =
+      query_parts == 1 ? parts.front() : concat_contents({parts.begin(), parts.begin() + 2});
+  core.put_reusable(detail::reuse_key(core.turn_key(query), chain), query_kv, chain, content, query);
   const int64_t limit = core.config().max_position_embeddings;
   if (answer.empty() || (limit > 0 && end + 1 > limit)) return;
   runtime::ForwardInput in = core.input_for_tokens({answer.back()}, end);
@@ -131,6 +136,31 @@ void keep_read_for_reuse(const WindowState& state, const std::vector<int64_t>& q
   std::vector<int64_t> turn = query;
   turn.insert(turn.end(), answer.begin(), answer.end());
   core.put_reusable(detail::reuse_key(core.turn_key(turn), chain), concat_contents(parts), chain, content, turn);
+}
+
+// Exact reuse of a read's query: its leading tokens (all but the last, whose logits the first answer token
+// needs) when KV computed behind the window's very KV states holds them (ReuseIndex): loaded onto `past`,
+// `input` and `pos` then start after them. Returns how many parts of `parts` the query's KV spans (1, or 2
+// with the loaded head first).
+std::size_t reuse_query_head(const WindowState& state, const std::vector<int64_t>& query, runtime::PastKV& past,
+                             std::vector<int64_t>& input, int64_t& pos, std::vector<runtime::Content>& parts) {
+  detail::EngineCore& core = *state.core;
+  if (!state.options.policy.reuse_computed || query.size() < 2) return 1;
+  const detail::KvState chain = state.state_chain();
+  const int64_t limit = static_cast<int64_t>(query.size()) - 1;
+  const detail::ReuseIndex::Match m = core.reuse_index().longest(chain, chain, query, limit);
+  if (m.tokens <= 0 || !core.contains(m.store_key)) return 1;
+  std::optional<runtime::Content> stored = core.get_conditioned(m.store_key);
+  if (!stored.has_value() || stored->empty() || stored->front().k.size(0) < m.tokens) return 1;
+  runtime::Content head(stored->size());
+  for (std::size_t l = 0; l < head.size(); ++l) {
+    head[l] = {(*stored)[l].k.narrow(0, 0, m.tokens), (*stored)[l].v.narrow(0, 0, m.tokens)};
+  }
+  extend_past(past, head, core.positions_for(nullptr, m.tokens, pos));
+  parts.push_back(std::move(head));
+  input.assign(query.begin() + m.tokens, query.end());
+  pos += m.tokens;
+  return 2;
 }
 
 }  // namespace
@@ -293,6 +323,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
   int64_t pos = start;
   c10::InferenceMode guard;
   std::vector<runtime::Content> parts;  // the KV of every forward (exact reuse)
+  const std::size_t query_parts = reuse_query_head(*state_, query, past, input, pos, parts);
   for (int64_t i = 0; i < options.max_tokens; ++i) {
     if (limit > 0 && pos + static_cast<int64_t>(input.size()) > limit) {
       g.stop_reason = "position_limit";
@@ -302,6 +333,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
     runtime::ForwardOptions fo;
     fo.logits = runtime::LogitsMode::kLast;
     runtime::ForwardResult r = core.model().forward(in, past.length() > 0 ? &past : nullptr, fo);
+    if (i == 0) g.prompt_forward_tokens = static_cast<int64_t>(input.size());
     at::Tensor logits = r.logits.squeeze(0).to(at::kCPU, at::kDouble);
     int64_t next = 0;
     if (options.temperature == 0) {
@@ -344,7 +376,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
       break;
     }
   }
-  keep_read_for_reuse(*state_, query, g.tokens, std::move(parts), past, pos);
+  keep_read_for_reuse(*state_, query, g.tokens, std::move(parts), query_parts, past, pos);
   detail::charge_radix_cache(*state_, query, g.tokens);
   if (core.has_tokenizer()) g.text = core.tokenizer().decode(g.tokens, query.back());
   g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
