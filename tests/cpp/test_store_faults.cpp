@@ -579,7 +579,12 @@ TEST_CASE("verify tells a blob it could not read from a bad one", "[store][cpu]"
   CHECK(r.problems[0].key == key(2));
   CHECK_THAT(r.problems[0].reason, Contains("missing"));
   CHECK_FALSE(r.clean());
-  // The CLI: BAD for the missing one, UNREADABLE for the other, exit status 1 (something is bad).
+  // The CLI: BAD for the missing one, UNREADABLE for the other, exit status 1 (something is bad). Builds
+  // that compile only some tests (the sanitizer builds) have no CLI: that part is left out there.
+  if (!fs::exists(ORBIT_CLI_PATH)) {
+    WARN("no orbit CLI at " << ORBIT_CLI_PATH << " in this build: its verify output is not checked");
+    return;
+  }
   const test::CliRun run = test::cli("store verify --store " + d);
   CHECK(run.status == 1);
   CHECK_THAT(run.out, Contains("BAD " + key(2)) && Contains("UNREADABLE " + key(1)) && Contains("1 unreadable"));
