@@ -1,7 +1,8 @@
-# `cmake --install` of the C++ SDK as a CMake package: find_package(orbit) then link orbit::sdk.
+# `cmake --install` of the C++ SDK as a CMake package: find_package(orbit) then link orbit::sdk (and
+# orbit::eval for the trace harness, orbit/trace.h).
 #
 #   <prefix>/include/orbit/...                     the public headers of every library below
-#   <prefix>/lib/liborbit_{common,runtime,...}.a   orbit::sdk and the static libraries it links privately
+#   <prefix>/lib/liborbit_{common,runtime,...}.a   orbit::sdk, orbit::eval and the static libraries they link
 #   <prefix>/lib/cmake/orbit/                      orbitConfig.cmake, orbitConfigVersion.cmake, orbitTargets.cmake
 #
 # orbit::sdk is a static library: its private dependencies (orbit::runtime, orbit::planner, orbit::store and
@@ -14,7 +15,7 @@ include(CMakePackageConfigHelpers)
 set(ORBIT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/orbit" CACHE STRING
     "Where orbitConfig.cmake goes, relative to the install prefix")
 
-set(_orbit_exported orbit_common orbit_runtime orbit_planner orbit_store orbit_sdk)
+set(_orbit_exported orbit_common orbit_runtime orbit_planner orbit_store orbit_sdk orbit_eval)
 if(TARGET orbit_kernels_cuda)
   list(APPEND _orbit_exported orbit_kernels_cuda)
 endif()
@@ -27,7 +28,7 @@ install(TARGETS ${_orbit_exported} EXPORT orbitTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-foreach(dir common runtime planner store sdk)
+foreach(dir common runtime planner store sdk eval)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
           FILES_MATCHING PATTERN "*.h")
 endforeach()

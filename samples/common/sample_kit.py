@@ -1,6 +1,6 @@
 """What the web-agent and video-agent samples share: finding the `orbit` module, a progress bar, the
 per-step bookkeeping (operations, forward tokens, time, fidelity against a re-prefill), the summary table,
-the trace (orbit-trace/1, sdk/include/orbit/trace.h), the JSON report and the PNG chart.
+the trace (orbit-trace/1, eval/include/orbit/trace.h), the JSON report and the PNG chart.
 
 Cost is compared with two engines without orbit: a **radix cache** (the prefix cache every serving engine
 ships) and **no cache** (a full re-prefill of the window at every step). The radix cache is SGLang's at token
@@ -478,7 +478,7 @@ class Episode:
         }
 
     def trace(self) -> dict:
-        """The episode as an orbit-trace/1 document (sdk/include/orbit/trace.h): `orbit replay` replays it."""
+        """The episode as an orbit-trace/1 document (eval/include/orbit/trace.h): `orbit replay` replays it."""
         return {"format": "orbit-trace/1", "name": self.name, "description": self.description,
                 "probe": list(self.probe), "chunks": self.trace_chunks, "steps": self.trace_steps}
 

@@ -197,6 +197,13 @@ class Engine {
   // is dropped). BOS and EOS produce no text. Throws for ids outside the vocabulary.
   std::string detokenize(const std::vector<int64_t>& tokens, int64_t previous = -1) const;
   std::string piece(int64_t token) const;  // the vocabulary entry as stored (e.g. " the", "<0x0A>")
+  // Refuses text too long for the model's positions before it is tokenized (tokenizing costs memory in
+  // proportion to the text): throws orbit::Error "<what>: the text is N bytes, more than the model's P
+  // positions can hold (at most B bytes per token)" when `text` has more bytes than max_positions times
+  // the longest piece's bytes. Text within that bound passes unread (it may still give more tokens than
+  // fit). add_text and Window's text overloads run this check themselves; call it before tokenize() on
+  // text bound for a window (the trace replay does).
+  void check_text_fits(std::string_view text, const std::string& what) const;
 
   // ---- chat (orbit/sync.h) ----
   // Whether the model has a chat template (tokenizer_config.json's chat_template of its Hugging Face

@@ -214,6 +214,11 @@ class Window {
   std::vector<InstanceInfo> instances() const;  // in window order
   std::optional<InstanceInfo> instance(InstanceId id) const;
   int64_t tokens() const;
+  // The token ids the window holds, in window order: a turn's, a token chunk's, and for an embedding chunk
+  // one stand-in id per row, −1 − (int(key[0:8], 16) · 2^20 + row mod 2^20): negative (never a vocabulary
+  // id) and naming the content, not a token. What a prefix cache reading the window sees (the engine's
+  // WindowStats::radix_cache_tokens yardstick, the trace replay's); tokens() of them.
+  std::vector<int64_t> token_ids() const;
   std::vector<ChunkRef> evicted() const;  // chunks recall() accepts
   WindowStats stats() const;
   uint64_t version() const;  // bumps on every applied operation and on set_policy

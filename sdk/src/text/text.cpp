@@ -1,5 +1,6 @@
 // Text in and out of the Engine and its windows (engine.h, window.h): each text call tokenizes with the
-// engine's tokenizer, then does what the token-id call does.
+// engine's tokenizer, then does what the token-id call does. Also the window's token ids as a prefix cache
+// reads them (Window::token_ids).
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
 #include "text/text_bound.h"
@@ -32,6 +33,10 @@ void check_fits(const detail::EngineCore& core, std::string_view text, const cha
 
 }  // namespace
 
+void Engine::check_text_fits(std::string_view text, const std::string& what) const {
+  check_fits(*core_, text, what.c_str());
+}
+
 ChunkRef Engine::add_text(std::string_view text, const ChunkOptions& options, bool bos) {
   check_fits(*core_, text, "add_text");
   const std::vector<int64_t> tokens = core_->tokenizer().encode(text, bos);
@@ -49,6 +54,11 @@ std::vector<int64_t> continuation(const detail::WindowState& state, std::string_
 }
 
 }  // namespace
+
+std::vector<int64_t> Window::token_ids() const {
+  const detail::OpHold hold(*state_->core);
+  return state_->token_ids();
+}
 
 Plan Window::plan_add_turn(std::string_view text) const {
   return plan_add_turn(continuation(*state_, text, "add_turn"));

@@ -11,23 +11,19 @@
 //   - disposable: the window before the step, the query, and the greedy answer with the window as it is.
 // Edits (evict, slide, reorder, place) and branch operations are not reads: a prefix cache computes when the
 // model is called (place is a reorder the planner chooses; its repairs, like a reorder's, wait for the next
-// read under a deferring policy). The window's tokens are its instances' in window order: a turn's ids, a text chunk's
-// ids, and for an embedding chunk a stand-in id per row (stand_in_tokens) that names the content, not a token.
+// read under a deferring policy). The window's tokens are Window::token_ids(): its instances' in window order, a
+// turn's ids, a token chunk's ids, and for an embedding chunk a stand-in id per row that names the content, not a
+// token (the same ids the engine's live yardstick reads).
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <string>
 #include <vector>
 
 #include "orbit/planner/prefix_cache.h"
 #include "orbit/trace.h"
 #include "orbit/window.h"
-#include "window/window_state.h"
 
 namespace orbit::trace_detail {
-
-using detail::stand_in_tokens;  // window_state.h: an embedding chunk's stand-in ids
 
 class ReplayYardstick {
  public:
@@ -35,11 +31,6 @@ class ReplayYardstick {
   // caches get the same. 0 = unbounded.
   explicit ReplayYardstick(int64_t capacity_tokens = 0);
   int64_t capacity_tokens() const { return capacity_; }
-
-  // A chunk the replay registered: its token ids, or none for an embedding chunk (stand-ins then).
-  void add_chunk(const ChunkRef& ref, const std::vector<int64_t>& tokens);
-  // The window's tokens in window order (see above). Throws orbit::Error for a chunk not added.
-  std::vector<int64_t> window_tokens(const Window& window) const;
 
   // Before the step runs: remembers the window a model call (generate, disposable) reads.
   void before(const TraceStep& step, const Window& window);
@@ -52,7 +43,6 @@ class ReplayYardstick {
   planner::RadixCache radix_;
   planner::RadixCache radix_unbounded_;
   planner::BlockPrefixCache blocks_;
-  std::map<std::string, std::vector<int64_t>> chunks_;  // content key -> tokens (or stand-ins)
   std::vector<int64_t> before_;
 };
 

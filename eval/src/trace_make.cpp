@@ -6,8 +6,8 @@
 
 #include "orbit/common/error.h"
 #include "orbit/trace.h"
-#include "trace/trace_internal.h"
-#include "trace/trace_text.h"
+#include "trace_internal.h"
+#include "trace_text.h"
 
 namespace orbit {
 

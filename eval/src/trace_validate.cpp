@@ -5,7 +5,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/trace.h"
-#include "trace/trace_internal.h"
+#include "trace_internal.h"
 
 namespace orbit::trace_detail {
 

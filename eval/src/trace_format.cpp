@@ -13,7 +13,7 @@
 #include "orbit/common/file_kind.h"
 #include "orbit/common/json_input.h"
 #include "orbit/trace.h"
-#include "trace/trace_internal.h"
+#include "trace_internal.h"
 
 namespace orbit {
 

@@ -10,9 +10,8 @@
 #include "orbit/planner/offline.h"
 #include "orbit/store.h"
 #include "orbit/trace.h"
-#include "text/text_bound.h"
-#include "trace/trace_internal.h"
-#include "trace/trace_yardstick.h"
+#include "trace_internal.h"
+#include "trace_yardstick.h"
 
 namespace orbit {
 
@@ -84,9 +83,7 @@ std::vector<int64_t> resolve_source(Engine& engine, const TokenSource& s, const 
       ORBIT_CHECK(engine.has_tokenizer(), where << ": field '" << text_field << "': the trace gives text but the model "
                                                 << info.origin << " has no tokenizer (give token ids, or a llama2.c "
                                                 << "model with its tokenizer file beside it)");
-      detail::check_text_fits(
-          s.text, info.max_positions, info.vocab_size, [&](int64_t id) { return engine.piece(id); },
-          where + ": field '" + text_field + "'");
+      engine.check_text_fits(s.text, where + ": field '" + text_field + "'");
       std::vector<int64_t> out = engine.tokenize(s.text, s.bos);
       ORBIT_CHECK(!out.empty(), where << ": field '" << text_field << "': the text gives no tokens");
       return out;
@@ -272,7 +269,6 @@ class PolicyRun {
       } else {
         refs_[c.name] = engine_->add_tokens(rc.tokens, co);
       }
-      yardstick_.add_chunk(refs_[c.name], c.embeddings ? std::vector<int64_t>{} : rc.tokens);
     }
     WindowOptions wo;
     wo.policy = policy;

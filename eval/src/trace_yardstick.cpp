@@ -1,6 +1,4 @@
-#include "trace/trace_yardstick.h"
-
-#include "orbit/common/error.h"
+#include "trace_yardstick.h"
 
 namespace orbit::trace_detail {
 
@@ -24,28 +22,9 @@ ReplayYardstick::ReplayYardstick(int64_t capacity_tokens)
       radix_unbounded_(),
       blocks_(budget(capacity_tokens)) {}
 
-void ReplayYardstick::add_chunk(const ChunkRef& ref, const std::vector<int64_t>& tokens) {
-  chunks_[ref.key] = tokens.empty() ? stand_in_tokens(ref.key, ref.length) : tokens;
-}
-
-std::vector<int64_t> ReplayYardstick::window_tokens(const Window& window) const {
-  std::vector<int64_t> out;
-  out.reserve(static_cast<std::size_t>(window.tokens()));
-  for (const InstanceInfo& x : window.instances()) {
-    if (x.is_turn) {
-      out.insert(out.end(), x.turn_tokens.begin(), x.turn_tokens.end());
-      continue;
-    }
-    const auto it = chunks_.find(x.chunk.key);
-    ORBIT_CHECK(it != chunks_.end(), "replay yardstick: chunk '" << x.chunk.label << "' was not registered");
-    out.insert(out.end(), it->second.begin(), it->second.end());
-  }
-  return out;
-}
-
 void ReplayYardstick::before(const TraceStep& step, const Window& window) {
   before_.clear();
-  if (reads_window_before(step.op)) before_ = window_tokens(window);
+  if (reads_window_before(step.op)) before_ = window.token_ids();
 }
 
 void ReplayYardstick::after(const TraceStep& step, const Window& window, const std::vector<int64_t>& query,
@@ -56,7 +35,7 @@ void ReplayYardstick::after(const TraceStep& step, const Window& window, const s
     read.query = query;
     read.generated = answer;
   } else if (reads_window_after(step.op) && r->status == "ok") {
-    read.window = window_tokens(window);
+    read.window = window.token_ids();
   } else {
     return;
   }

@@ -305,7 +305,7 @@ struct StepFidelity {
 // near-tie counts above. Throws orbit::Error when the shapes differ.
 StepFidelity step_fidelity(const Logits& reference, const Logits& window);
 
-// The tokens one read showed the prefix-cache yardsticks (sdk/src/trace/trace_yardstick.h says which steps
+// The tokens one read showed the prefix-cache yardsticks (eval/src/trace_yardstick.h says which steps
 // are reads): the prompt is window then query; generated tokens are held afterwards, not forwarded. An
 // embedding chunk's rows appear as negative stand-in ids.
 struct YardstickRead {

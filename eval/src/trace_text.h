@@ -11,7 +11,7 @@
 #include <functional>
 #include <string>
 
-#include "trace/trace_internal.h"
+#include "trace_internal.h"
 
 namespace orbit::trace_detail {
 

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "orbit/trace.h"
-#include "trace/trace_internal.h"
+#include "trace_internal.h"
 
 namespace orbit {
 

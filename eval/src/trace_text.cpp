@@ -1,5 +1,5 @@
 // StoryText (trace_text.h): word lists, sentence templates per role, and the assembly loop.
-#include "trace/trace_text.h"
+#include "trace_text.h"
 
 #include <utility>
 
