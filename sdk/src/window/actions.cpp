@@ -16,10 +16,7 @@ namespace orbit::detail {
 
 // ---- the window being built ------------------------------------------------------------------------
 
-WindowBuild::~WindowBuild() {
-  std::lock_guard<std::mutex> lock(core.pool_mutex());
-  entries.clear();
-}
+WindowBuild::~WindowBuild() { core.pool().clear(entries); }
 
 runtime::PastKV WindowBuild::past() {
   positions.resize(entries.size());

@@ -91,12 +91,10 @@ EngineStats Engine::stats() const {
   EngineStats s;
   s.chunks = static_cast<int64_t>(core_->chunks().size());
   s.windows = core_->windows();
-  {
-    std::lock_guard<std::mutex> lock(core_->pool_mutex());
-    s.pool_pages = core_->pool().num_pages();
-    s.pool_free_pages = core_->pool().num_free();
-    s.pool_bytes_used = core_->pool().num_live() * core_->pool().page_bytes();
-  }
+  const detail::SharedPool::Usage pool = core_->pool().usage();
+  s.pool_pages = pool.pages;
+  s.pool_free_pages = pool.free;
+  s.pool_bytes_used = pool.live * core_->pool().page_bytes();
   const detail::Counters c = core_->counters();
   s.canonicals_encoded = c.canonicals_encoded;
   s.patches_formed = c.patches_formed;

@@ -112,7 +112,7 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
               "EngineOptions::pool_bytes = "
                   << options.pool_bytes << " holds " << po.num_pages << " pages, more than the pool's "
                   << std::numeric_limits<runtime::PageId>::max() << " page ids (raise page_size or lower pool_bytes)");
-  pool_ = std::make_unique<runtime::KVPool>(po);
+  pool_ = std::make_unique<SharedPool>(po);
   planner::PrefixCacheOptions radix;
   radix.capacity_tokens = po.num_pages * options.page_size;  // the KV memory the windows have
   radix_ = std::make_unique<planner::RadixCache>(radix);

@@ -5,12 +5,13 @@
 //   store      canonicals and patches (store/chunk_store.h), thread-safe on its own
 //   catalog    per chunk, the patches formed for it and the context each was formed under (for stale
 //              lookups with a divergence score); in memory, rebuilt as patches are formed
-//   pool       the KV pool windows keep their pages in; KVPool is not thread-safe, so every page
-//              operation (append, fork, destroy, gather) runs under pool_mutex()
+//   pool       the KV pool windows keep their pages in, with its own lock (SharedPool, shared_pool.h):
+//              every page operation (create, append, fork, destroy, gather) is one of its methods
 //   background the queue of canonical + patch formations left by first sights (background.h); close()
 //              stops it (cancels what is queued, joins the worker) before it closes the store
 //
-// Locking: mu_ guards registry, catalog and counters; pool_mu_ guards the pool. Never hold both.
+// Locking: mu_ guards registry, catalog and counters; the pool locks inside its own methods (never while
+// mu_ is held, and it never calls back into the core).
 //
 // Lifetime: every public Engine and Window operation holds an OpHold for its whole duration. close()
 // marks the engine closed (new holds throw "engine is closed"), waits until the holds in flight are
@@ -43,6 +44,7 @@
 #include "orbit/store/chunk_store.h"
 #include "window/background.h"
 #include "window/kv_state.h"
+#include "window/shared_pool.h"
 
 namespace orbit::runtime {
 class ChatTemplate;
@@ -225,8 +227,9 @@ class EngineCore {
   CalibrationReport calibrate();
 
   // ---- pool ----
-  std::mutex& pool_mutex() { return pool_mu_; }
-  runtime::KVPool& pool() { return *pool_; }
+  // The KV pool with its lock (shared_pool.h): every page operation goes through it.
+  SharedPool& pool() { return *pool_; }
+  const SharedPool& pool() const { return *pool_; }
 
   // ---- ids and counters ----
   uint64_t next_instance_id() { return next_instance_.fetch_add(1) + 1; }
@@ -288,8 +291,7 @@ class EngineCore {
   mutable std::unique_ptr<runtime::ChatTemplate> chat_template_;  // chat_template(): null when none
   mutable std::string chat_template_error_;                       // ... or why it could not be read
   std::unique_ptr<store::ChunkStore> store_;
-  std::unique_ptr<runtime::KVPool> pool_;
-  std::mutex pool_mu_;
+  std::unique_ptr<SharedPool> pool_;  // its own lock
 
   mutable std::mutex mu_;
   ReuseIndex reuse_index_;  // its own lock

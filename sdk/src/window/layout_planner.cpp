@@ -252,7 +252,6 @@ int64_t LayoutPlanner::spare_pages() const {
   for (std::size_t i = 0; i < info_.size(); ++i) {
     if (info_[i].candidates[info_[i].chosen].action != StepAction::kKeep) needed += state_.pages_for(info_[i].length);
   }
-  std::lock_guard<std::mutex> lock(core_.pool_mutex());
   return core_.pool().num_free() - needed;
 }
 
@@ -382,12 +381,8 @@ void LayoutPlanner::check_pool() {
   for (const PlanStep& s : plan_.steps) {
     if (s.action != StepAction::kKeep && s.action != StepAction::kEvict) new_pages += state_.pages_for(s.chunk.length);
   }
-  int64_t free_pages = 0, total_pages = 0;
-  {
-    std::lock_guard<std::mutex> lock(core_.pool_mutex());
-    free_pages = core_.pool().num_free();
-    total_pages = core_.pool().num_pages();
-  }
+  const int64_t free_pages = core_.pool().num_free();
+  const int64_t total_pages = core_.pool().num_pages();
   if (new_pages <= free_pages) return;
   std::ostringstream why;
   why << operation_name(layout_.op) << " refused: the KV pool is full (" << free_pages << " of " << total_pages

@@ -135,13 +135,9 @@ WindowStats Window::stats() const {
   const detail::OpHold hold(*state_->core);
   WindowStats s;
   s.instances = static_cast<int64_t>(state_->entries.size());
-  int64_t shared = 0;
-  {
-    std::lock_guard<std::mutex> lock(state_->core->pool_mutex());
-    for (const Entry& e : state_->entries) {
-      for (auto p : e.kv->pages()) shared += state_->core->pool().ref_count(p) > 1 ? 1 : 0;
-    }
-  }
+  std::vector<const runtime::PagedSequence*> seqs;
+  for (const Entry& e : state_->entries) seqs.push_back(e.kv.get());
+  const int64_t shared = state_->core->pool().shared_pages(seqs);
   for (const Entry& e : state_->entries) {
     s.turns += e.is_turn ? 1 : 0;
     s.chunk_instances += e.is_turn ? 0 : 1;
@@ -589,14 +585,11 @@ std::unique_ptr<WindowState> fork_state(const WindowState& s) {
   child->graph = s.graph;
   child->evicted = s.evicted;
   child->reorders = s.reorders;
-  {
-    std::lock_guard<std::mutex> lock(s.core->pool_mutex());
-    for (const Entry& e : s.entries) {
-      Entry c;
-      static_cast<EntryMeta&>(c) = e;
-      c.kv = std::make_unique<runtime::PagedSequence>(e.kv->fork());
-      child->entries.push_back(std::move(c));
-    }
+  for (const Entry& e : s.entries) {
+    Entry c;
+    static_cast<EntryMeta&>(c) = e;
+    c.kv = s.core->pool().fork(*e.kv);
+    child->entries.push_back(std::move(c));
   }
   return child;
 }

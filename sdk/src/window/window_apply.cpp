@@ -139,10 +139,7 @@ void keep_for_reuse(EngineCore& core, const PlanStep& s, const Entry& e, const A
 
 // A kept entry: the old entry's pages (forked) and what it was formed on; the step's drift and prediction.
 void keep_pages(EngineCore& core, const PlanStep& s, const Entry& old, Entry& e) {
-  {
-    std::lock_guard<std::mutex> lock(core.pool_mutex());
-    e.kv = std::make_unique<runtime::PagedSequence>(old.kv->fork());
-  }
+  e.kv = core.pool().fork(*old.kv);
   const InstanceId id = e.id;
   const bool is_turn = e.is_turn;
   static_cast<EntryMeta&>(e) = old;  // its identity and content are the old entry's (start_entry)
@@ -174,16 +171,14 @@ Status form_pages(const WindowState& state, Operation op, const PlanStep& s, con
   e.predicted_kl = s.predicted_kl;
   e.kl_per_weight = s.kl_per_weight;
   built.formed.push_back({e.id, out.conditioned, built.window.context_ids()});
-  std::lock_guard<std::mutex> lock(core.pool_mutex());
-  e.kv = std::make_unique<runtime::PagedSequence>(core.pool(), config);
   const int64_t rows = config.position_rows();
   at::Tensor placeholder = rows == 1 ? at::zeros({e.length}, at::kLong) : at::zeros({rows, e.length}, at::kLong);
-  Status st = e.kv->append(out.content, placeholder);
-  if (!st.is_ok()) {
-    e.kv.reset();
+  SharedPool::Usage full;
+  e.kv = core.pool().create(config, out.content, placeholder, &full);
+  if (e.kv == nullptr) {
     std::ostringstream why;
-    why << operation_name(op) << " refused: the KV pool is full (" << core.pool().num_free() << " of "
-        << core.pool().num_pages() << " pages free; instance " << e.id << " needs " << state.pages_for(e.length)
+    why << operation_name(op) << " refused: the KV pool is full (" << full.free << " of " << full.pages
+        << " pages free; instance " << e.id << " needs " << state.pages_for(e.length)
         << "); evict, slide or close windows";
     return Status::out_of_capacity(why.str());
   }
@@ -294,11 +289,8 @@ void commit(WindowState& state, const Plan& plan, const EntryIndex& index, Built
   commit_evictions(state, index, built, report);
   commit_additions(state, index, built, report);
   commit_conditioning(state, built);
-  {
-    std::lock_guard<std::mutex> lock(state.core->pool_mutex());
-    state.entries.swap(built.window.entries);
-    built.window.entries.clear();  // the old entries: their pages are released here, under the lock
-  }
+  state.entries.swap(built.window.entries);
+  state.core->pool().clear(built.window.entries);  // the old entries: their pages are released under the pool lock
   ++state.version;
   ++state.operations;
   if (plan.op == Operation::kReorder) ++state.reorders;

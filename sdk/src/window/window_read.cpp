@@ -399,8 +399,8 @@ InstanceKV Window::kv(InstanceId instance) const {
     out.k.emplace_back(k.data_ptr<float>(), k.data_ptr<float>() + k.numel());
     out.v.emplace_back(v.data_ptr<float>(), v.data_ptr<float>() + v.numel());
   }
-  std::lock_guard<std::mutex> lock(state_->core->pool_mutex());
-  out.pages.assign(e.kv->pages().begin(), e.kv->pages().end());
+  const std::vector<runtime::PageId> pages = state_->core->pool().pages(*e.kv);
+  out.pages.assign(pages.begin(), pages.end());
   return out;
 }
 

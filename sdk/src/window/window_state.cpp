@@ -22,8 +22,7 @@ ChunkRef EntryMeta::ref() const {
 
 WindowState::~WindowState() {
   if (!core) return;
-  std::lock_guard<std::mutex> lock(core->pool_mutex());
-  entries.clear();
+  core->pool().clear(entries);
 }
 
 int64_t WindowState::index_of(InstanceId id) const {
@@ -119,14 +118,7 @@ uint64_t context_hash(uint64_t h, const std::string& key, uint64_t version) {
   return (h * 0x100000001b3ULL) ^ x ^ (h >> 29);
 }
 
-runtime::Content entry_content(EngineCore& core, const Entry& entry) {
-  runtime::PastKV p;
-  {
-    std::lock_guard<std::mutex> lock(core.pool_mutex());
-    p = entry.kv->gather();
-  }
-  return std::move(p.layers);
-}
+runtime::Content entry_content(EngineCore& core, const Entry& entry) { return core.pool().gather(*entry.kv).layers; }
 
 runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position) {
   const int64_t layers = core.config().num_layers;
@@ -145,13 +137,12 @@ runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& e
 runtime::PastKV read_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position) {
   if (!core.model().device().is_cuda() || entries.empty()) return gather_past(core, entries, next_position);
   auto paged = std::make_shared<runtime::PagedPast>();
-  paged->pool = &core.pool();
-  std::vector<at::Tensor> slots, positions;
+  paged->pool = &core.pool().storage();
+  std::vector<const runtime::PagedSequence*> seqs;
+  for (const Entry* e : entries) seqs.push_back(e->kv.get());
+  const std::vector<at::Tensor> slots = core.pool().slots(seqs);
+  std::vector<at::Tensor> positions;
   int64_t position = 0;
-  {
-    std::lock_guard<std::mutex> lock(core.pool_mutex());
-    for (const Entry* e : entries) slots.push_back(e->kv->slots());
-  }
   for (const Entry* e : entries) {
     positions.push_back(core.positions_for(e->chunk, e->length, position));
     position += e->extent;
