@@ -16,9 +16,11 @@ set(ORBIT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/orbit" CACHE STRING
     "Where orbitConfig.cmake goes, relative to the install prefix")
 
 set(_orbit_exported orbit_common orbit_runtime orbit_planner orbit_store orbit_sdk orbit_eval)
-if(TARGET orbit_kernels_cuda)
-  list(APPEND _orbit_exported orbit_kernels_cuda)
-endif()
+foreach(t orbit_keys orbit_plan orbit_kernels_cuda)  # orbit_plan: the sdk's torch-free planner (internal)
+  if(TARGET ${t})
+    list(APPEND _orbit_exported ${t})
+  endif()
+endforeach()
 foreach(t IN LISTS _orbit_exported)
   string(REGEX REPLACE "^orbit_" "" _name "${t}")
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${_name})  # orbit_sdk -> orbit::sdk, as in this build

@@ -45,7 +45,7 @@ TEST_CASE("a window read before is served again from what its forwards computed"
     const Plan p = b.plan_add_turn(user);
     INFO(p.describe());
     CHECK(p.forward_tokens == 0);
-    CHECK(p.steps.back().how == "reuse");
+    CHECK(p.steps.back().how == ServeActionId::kReuse);
     CHECK(p.exact);
     CHECK(b.apply(p).value().forward_tokens == 0);
     CHECK(window_error(b, q) < 1e-4);
@@ -72,7 +72,7 @@ TEST_CASE("an answer appended as a turn is not forwarded again", "[window][reuse
     INFO(p.describe());
     if (w.policy().reuse_computed) {
       CHECK(p.forward_tokens == 0);
-      CHECK(p.steps.back().how == "reuse");
+      CHECK(p.steps.back().how == ServeActionId::kReuse);
     } else {
       CHECK(p.forward_tokens == Approx(static_cast<double>(turn.size())));
     }

@@ -366,7 +366,7 @@ TEST_CASE("under the default budget a window reuses the rank-16 patch another fo
     third.admit(a);
     const Plan r = third.plan_admit(b);
     INFO(r.describe());
-    CHECK(r.steps.back().how == "reuse");
+    CHECK(r.steps.back().how == ServeActionId::kReuse);
     CHECK(r.forward_tokens == 0);
     CHECK(r.predicted_kl == 0);
     CHECK(r.exact);

@@ -159,7 +159,9 @@ void init_types(py::module_& m) {
       .def_readonly("bytes_moved", &PlanStep::bytes_moved, "Bytes read from the store for this step.")
       .def_readonly("exact", &PlanStep::exact, "This instance's KV equals a re-prefill after the plan.")
       .def_readonly("deferred", &PlanStep::deferred, "Kept, its repair left to the next read (policy.defer_repairs).")
-      .def_readonly("how", &PlanStep::how, "The serving action's id ('keep', 'stored-patch', 'form', 'blind', ...).")
+      .def_property_readonly(
+          "how", [](const PlanStep& s) { return std::string(serve_action_name(s.how)); },
+          "The serving action's name ('keep', 'stored-patch', 'form', 'blind', ...).")
       .def_readonly("predicted_kl", &PlanStep::predicted_kl,
                     "The fidelity model's next-token KL vs a re-prefill this instance carries after the step.")
       .def_readonly("sensitivity", &PlanStep::sensitivity,

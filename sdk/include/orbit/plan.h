@@ -46,14 +46,32 @@ enum class StepAction {
 };
 const char* step_action_name(StepAction action) noexcept;
 
+// The serving action that makes one instance's KV (docs/ARCHITECTURE.md §4): the planner chooses one per
+// instance and apply() dispatches on it. StepAction above is its category (what kind of work it is); this is
+// the action itself. Names: serve_action_name ("keep", "stored-patch", "form", ...).
+enum class ServeActionId {
+  kKeep,             // the KV as it is, relocated if it moved
+  kCanonical,        // the canonical alone (nothing precedes the chunk)
+  kStoredPatch,      // canonical + a stored patch (exact, orbit or stale key)
+  kLoadConditioned,  // a stored conditioned KV behind exactly this context (the store_conditioned policy)
+  kReuse,            // the KV a forward computed before behind the same KV states (exact reuse)
+  kBlind,            // the canonical relocated, no repair
+  kFirstK,           // the first k tokens recomputed in context (EPIC)
+  kCacheBlend,       // the most deviating tokens recomputed in context (CacheBlend)
+  kForm,             // one forward in context now; canonical + patch formed in the background
+  kPrefill,          // one forward in context, no patch
+  kPrefillTurn,      // a live turn forwarded in context
+  kEvict,            // the instance leaves the window
+};
+const char* serve_action_name(ServeActionId id) noexcept;
+
 // How the patch of a kApplyPatch step was found.
 enum class PatchMatch { kNone, kExact, kOrbit, kStale };
 const char* patch_match_name(PatchMatch match) noexcept;
 
 struct PlanStep {
-  StepAction action = StepAction::kKeep;  // the category of `how`
-  std::string how;                        // the serving action that makes this instance's KV (its id: "keep",
-                                          // "stored-patch", "form", "prefill", "first-k", "cacheblend", ...)
+  StepAction action = StepAction::kKeep;     // the category of `how`
+  ServeActionId how = ServeActionId::kKeep;  // the serving action that makes this instance's KV
   InstanceId instance = 0;
   ChunkRef chunk;  // the chunk (for a turn: kind tokens, label "turn")
   bool is_turn = false;

@@ -270,8 +270,7 @@ void EngineCore::fill_embeddings(ChunkRecord& rec, const at::Tensor& emb, const 
   rec.ref.extent = grid.defined() ? grid.max().item<int64_t>() + 1 : rec.ref.length;
   check_extent(rec.ref.extent, what, grid.defined() ? "positions (grid extent)" : "embedding rows");
   rec.ref.label = options.label;
-  rec.embeddings = emb;
-  rec.grid = grid;
+  rec.tensors = std::make_shared<ChunkTensors>(ChunkTensors{emb, grid});
   rec.pinned = options.pin;
 }
 
@@ -455,11 +454,6 @@ void EngineCore::put_reusable(const std::string& reuse_key, const runtime::Conte
   reuse_index_.add(chain, content_chain, reuse_key, tokens);
 }
 
-void ContextWeights::push(const std::string& key, double length) {
-  tokens[std::hash<std::string>{}(key)] += length;
-  total += length;
-}
-
 void EngineCore::catalog_add(const std::string& chunk_key, PatchRecord record) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& list = catalog_[chunk_key];
@@ -620,8 +614,8 @@ void EngineCore::run_patch_job(const PatchJob& job, bool critical) {
 
 at::Tensor EngineCore::positions_for(const ChunkRecord* chunk, int64_t length, int64_t start) const {
   const int64_t rows = config().position_rows();
-  if (chunk != nullptr && chunk->grid.defined()) {
-    const at::Tensor g = chunk->grid + start;  // [rows, n]
+  if (chunk != nullptr && chunk->tensors != nullptr && chunk->tensors->grid.defined()) {
+    const at::Tensor g = chunk->tensors->grid + start;  // [rows, n]
     return rows == 1 ? g[0] : g;               // 1-D RoPE models take positions [n]
   }
   at::Tensor p = at::arange(start, start + length, at::kLong);
@@ -633,7 +627,7 @@ runtime::ForwardInput EngineCore::input_for(const ChunkRecord& chunk, int64_t st
   if (chunk.ref.kind == ChunkKind::kTokens) {
     in.tokens = chunk.tokens;
   } else {
-    in.embeddings = chunk.embeddings;
+    in.embeddings = chunk.tensors->embeddings;
   }
   in.positions = positions_for(&chunk, chunk.ref.length, start);
   return in;

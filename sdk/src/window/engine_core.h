@@ -44,6 +44,7 @@
 #include "orbit/store/chunk_store.h"
 #include "window/background.h"
 #include "window/kv_state.h"
+#include "window/window_meta.h"
 #include "window/shared_pool.h"
 
 namespace orbit::runtime {
@@ -52,21 +53,10 @@ class ChatTemplate;
 
 namespace orbit::detail {
 
-struct ChunkRecord {
-  ChunkRef ref;
-  std::vector<int64_t> tokens;  // kTokens
-  at::Tensor embeddings;        // kEmbeddings: float32 [n, hidden]
-  at::Tensor grid;              // kEmbeddings: int64 [rows, n] relative to its per-row minimum, or undefined
-  bool pinned = false;
-};
-
-// A context as a multiset of keys weighted by their tokens (a key's hash → its tokens, summed over
-// repeats): what a stale patch's divergence compares. The planner grows one with its context, so each
-// comparison costs the stored patch's context, not both.
-struct ContextWeights {
-  std::unordered_map<uint64_t, double> tokens;
-  double total = 0;
-  void push(const std::string& key, double length);
+// An embedding chunk's tensors (ChunkRecord::tensors, window_meta.h).
+struct ChunkTensors {
+  at::Tensor embeddings;  // float32 [n, hidden]
+  at::Tensor grid;        // int64 [rows, n] relative to its per-row minimum, or undefined
 };
 
 // A patch (or stored conditioned KV) as the catalog remembers it.

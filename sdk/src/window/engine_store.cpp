@@ -106,8 +106,9 @@ void EngineCore::cache_embeddings(const ChunkRecord& chunk) {
   // The chunk's own recompute cost on far fewer bytes than its KV: cost-aware eviction keeps the
   // embeddings after the canonical, and a re-prefill from them still beats running the encoder again.
   po.recompute_cost = static_cast<double>(chunk.ref.length);
-  const at::Tensor grid = chunk.grid.defined() ? chunk.grid.t().contiguous() : at::Tensor();  // [n, dims]
-  (void)cache.put(chunk.ref.key, chunk.embeddings, grid, po);  // a refusal only means it is not cached
+  const ChunkTensors& t = *chunk.tensors;
+  const at::Tensor grid = t.grid.defined() ? t.grid.t().contiguous() : at::Tensor();  // [n, dims]
+  (void)cache.put(chunk.ref.key, t.embeddings, grid, po);  // a refusal only means it is not cached
 }
 
 std::optional<ChunkRef> EngineCore::find_media(const MediaLookup& lookup, const ChunkOptions& options) {

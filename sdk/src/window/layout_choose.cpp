@@ -2,7 +2,6 @@
 // fixed chain decides (legacy_serve); with one every applicable action is enumerated and priced, and the
 // budget's search (layout_budget.cpp) moves from the cheapest.
 #include <algorithm>
-#include <string_view>
 
 #include "orbit/common/error.h"
 #include "window/layout_planner.h"
@@ -18,15 +17,15 @@ const std::string kEarlierEdit = "context changed by an earlier edit";
 const std::string kReformed = "an antecedent's KV was re-formed";
 
 // The serving action a policy names for a patch miss.
-const char* miss_action(MissAction on_miss) {
+ServeActionId miss_action(MissAction on_miss) {
   switch (on_miss) {
-    case MissAction::kForm: return "form";
-    case MissAction::kReprefill: return "prefill";
-    case MissAction::kBlind: return "blind";
-    case MissAction::kTokenRecompute: return "cacheblend";
-    case MissAction::kFirstK: return "first-k";
+    case MissAction::kForm: return ServeActionId::kForm;
+    case MissAction::kReprefill: return ServeActionId::kPrefill;
+    case MissAction::kBlind: return ServeActionId::kBlind;
+    case MissAction::kTokenRecompute: return ServeActionId::kCacheBlend;
+    case MissAction::kFirstK: return ServeActionId::kFirstK;
   }
-  return "form";
+  return ServeActionId::kForm;
 }
 
 // A cost-aware policy recomputes where the cost model says that is cheaper than applying a patch or
@@ -36,7 +35,7 @@ void apply_cost_model(const PlanInput& in, std::optional<PlanStep>& s) {
   opt.tokens = in.length;
   opt.context_tokens = in.position;
   opt.canonical_bytes = in.length * in.kv_per_token;
-  const auto tier = in.core.canonical_residence(in.chunk->ref.key);
+  const auto tier = in.env.canonical_residence(in.chunk->ref.key);
   opt.canonical_tier = tier.has_value() && *tier == StoreTier::kDevice   ? planner::Tier::kDevice
                        : tier.has_value() && *tier == StoreTier::kHost   ? planner::Tier::kHost
                        : tier.has_value() && *tier == StoreTier::kRemote ? planner::Tier::kRemote
@@ -45,21 +44,21 @@ void apply_cost_model(const PlanInput& in, std::optional<PlanStep>& s) {
   opt.expected_reuse = in.policy.expected_reuse;
   const planner::Decision d = in.cost.choose(opt);
   if (d.action == planner::Decision::Action::kRecompute) {
-    s = action("prefill").plan(in);
+    s = action(ServeActionId::kPrefill).plan(in);
     s->reason = "cost model: " + d.describe();
   }
 }
 
 // The fixed chain for a slot that must be (re)served: stored first, then the policy's miss action.
 PlanStep legacy_serve(const PlanInput& in, const std::string& reason) {
-  if (in.is_turn) return *action("prefill-turn").plan(in);
-  if (in.context->empty()) return *action("canonical").plan(in);
-  std::optional<PlanStep> s = action("load-conditioned").plan(in);
-  if (!s) s = action("stored-patch").plan(in);
+  if (in.is_turn) return *action(ServeActionId::kPrefillTurn).plan(in);
+  if (in.context->empty()) return *action(ServeActionId::kCanonical).plan(in);
+  std::optional<PlanStep> s = action(ServeActionId::kLoadConditioned).plan(in);
+  if (!s) s = action(ServeActionId::kStoredPatch).plan(in);
   if (!s) {
-    const char* miss = miss_action(in.policy.on_miss);
+    const ServeActionId miss = miss_action(in.policy.on_miss);
     s = action(miss).plan(in);
-    ORBIT_CHECK(s.has_value(), "plan: serving action '" << miss << "' cannot serve this instance");
+    ORBIT_CHECK(s.has_value(), "plan: serving action '" << serve_action_name(miss) << "' cannot serve this instance");
     s->reason = (reason.empty() ? std::string("patch miss") : reason + "; patch miss") + ": " + s->reason;
   } else if (!reason.empty()) {
     s->reason = reason + "; " + s->reason;
@@ -73,11 +72,11 @@ PlanStep legacy_serve(const PlanInput& in, const std::string& reason) {
 }  // namespace
 
 bool considered(const ServeAction& a, const WindowPolicy& policy) {
-  const std::string_view id = a.id();
-  if (id == "load-conditioned" || id == "reuse") return false;
+  const ServeActionId id = a.id();
+  if (id == ServeActionId::kLoadConditioned || id == ServeActionId::kReuse) return false;
   // A policy whose miss action is a plain prefill (throughput) forms no patch: prefill stands for form.
   const bool prefills = policy.on_miss == MissAction::kReprefill;
-  return prefills ? id != "form" : id != "prefill";
+  return prefills ? id != ServeActionId::kForm : id != ServeActionId::kPrefill;
 }
 
 std::string LayoutPlanner::join(const std::string* why, const char* suffix) {
@@ -97,9 +96,10 @@ void LayoutPlanner::enumerate(std::size_t i, const PlanInput& in, const std::str
   si.candidates.reserve(all_actions().size());
   si.chosen = 0;
   for (const ServeAction* a : all_actions()) {
-    const std::string id = a->id();
-    if (id == "keep" && (si.old == nullptr || sl.force)) continue;
-    if (id != "keep" && si.old != nullptr && same && si.old->predicted_kl == 0) continue;  // exact already
+    const ServeActionId id = a->id();
+    const bool keep = id == ServeActionId::kKeep;
+    if (keep && (si.old == nullptr || sl.force)) continue;
+    if (!keep && si.old != nullptr && same && si.old->predicted_kl == 0) continue;  // exact already
     if (!considered(*a, policy_)) continue;
     std::optional<PlanStep> s = a->plan(in);
     if (!s) continue;
@@ -109,11 +109,11 @@ void LayoutPlanner::enumerate(std::size_t i, const PlanInput& in, const std::str
     const ActionFloor f = a->floor(in);
     ORBIT_CHECK(
         f.applicable && s->predicted_kl >= f.kl * (1 - 1e-12) && s->estimated_seconds >= f.seconds * (1 - 1e-12),
-        "internal error: action " << id << " planned KL " << s->predicted_kl << " in " << s->estimated_seconds
+        "internal error: action " << a->name() << " planned KL " << s->predicted_kl << " in " << s->estimated_seconds
                                   << " s, below its floor (KL " << f.kl << ", " << f.seconds << " s, applicable "
                                   << f.applicable << ")");
     // The slot's why is prefixed in finalize, to the chosen candidate only (most are never shown).
-    if (id == "keep") s->reason = same ? (si.moved ? "relocated (rotation only)" : "unchanged") : "kept as-is";
+    if (keep) s->reason = same ? (si.moved ? "relocated (rotation only)" : "unchanged") : "kept as-is";
     si.candidates.push_back(std::move(*s));
   }
   si.prefix_why = !why.empty();

@@ -11,30 +11,30 @@
 
 namespace orbit::detail {
 
-LayoutPlanner::LayoutPlanner(const WindowState& state, const Layout& layout)
-    : state_(state),
+LayoutPlanner::LayoutPlanner(const WindowSnapshot& window, const Layout& layout, const PlanEnv& env)
+    : window_(window),
       layout_(layout),
-      core_(*state.core),
-      policy_(layout.policy != nullptr ? *layout.policy : state.options.policy),
-      cost_(core_.cost_model()),
-      fidelity_(core_.fidelity_model()),
-      kv_per_token_(core_.model_info().kv_bytes_per_token),
+      env_(env),
+      policy_(layout.policy != nullptr ? *layout.policy : window.options->policy),
+      cost_(env.cost_model()),
+      fidelity_(env.fidelity_model()),
+      kv_per_token_(env.limits().kv_bytes_per_token),
       budgeted_(policy_.kl_budget > 0),
       // An edit under a deferring policy forwards nothing (its repairs wait for the next read); any other
       // operation, and any under a policy set since that does not defer, re-plans what an earlier edit
       // deferred.
       defer_(policy_.defer_repairs &&
              (layout.op == Operation::kEvict || layout.op == Operation::kSlide || layout.op == Operation::kReorder)),
-      keep_(action("keep")),
-      reuse_(action("reuse")),
+      keep_(action(ServeActionId::kKeep)),
+      reuse_(action(ServeActionId::kReuse)),
       context_(0) {}
 
 Plan LayoutPlanner::run() {
-  core_.check_open();
-  plan_.attention = core_.model().attention_path(1, true);
+  env_.check_open();
+  plan_.attention = env_.attention_path();
   plan_.op = layout_.op;
-  plan_.window_id = state_.id;
-  plan_.window_version = state_.version;
+  plan_.window_id = window_.id;
+  plan_.window_version = window_.version;
   plan_.policy = policy_;
   plan_.cascade = layout_.cascade;
   plan_.steps.reserve(layout_.evict.size() + layout_.slots.size());
@@ -44,8 +44,9 @@ Plan LayoutPlanner::run() {
   place_slots();
   measure_context_changes();
   plan_.window_tokens_after = total_tokens_;
-  plan_.device_bytes_after = pages_ * state_.page_bytes();
-  plan_.refusal = limit_refusal(state_, layout_.op, extent_, plan_.device_bytes_after, &plan_.refused_capacity);
+  plan_.device_bytes_after = pages_ * window_.page_bytes;
+  plan_.refusal = limit_refusal(layout_.op, extent_, plan_.device_bytes_after, env_.limits().max_positions,
+                                window_.options->max_bytes, &plan_.refused_capacity);
 
   choose_actions();
   if (budgeted_) optimize_budget();
@@ -61,21 +62,21 @@ Plan LayoutPlanner::run() {
 
 void LayoutPlanner::plan_evictions() {
   // Old positions and the tokens each old entry loses before it (evictions), as prefix sums: O(n).
-  n_old_ = state_.entries.size();
+  n_old_ = window_.entries.size();
   old_position_.assign(n_old_ + 1, 0);
-  for (std::size_t j = 0; j < n_old_; ++j) old_position_[j + 1] = old_position_[j] + state_.entries[j].extent;
+  for (std::size_t j = 0; j < n_old_; ++j) old_position_[j + 1] = old_position_[j] + window_.entries[j]->extent;
   removed_before_.assign(n_old_ + 1, 0);
   std::vector<int64_t> removed(n_old_, 0);
   for (int64_t idx : layout_.evict) {
-    removed[static_cast<std::size_t>(idx)] = state_.entries[static_cast<std::size_t>(idx)].length;
+    removed[static_cast<std::size_t>(idx)] = window_.entries[static_cast<std::size_t>(idx)]->length;
   }
   for (std::size_t j = 0; j < n_old_; ++j) removed_before_[j + 1] = removed_before_[j] + removed[j];
 
   for (int64_t idx : layout_.evict) {
-    const Entry& e = state_.entries[static_cast<std::size_t>(idx)];
+    const EntryMeta& e = *window_.entries[static_cast<std::size_t>(idx)];
     PlanStep s;
     s.action = StepAction::kEvict;
-    s.how = "evict";
+    s.how = ServeActionId::kEvict;
     s.instance = e.id;
     s.chunk = e.ref();
     s.is_turn = e.is_turn;
@@ -91,7 +92,7 @@ void LayoutPlanner::place_slots() {
   const std::vector<Slot>& slots = layout_.slots;
   while (prefix_ < slots.size()) {
     const Slot& sl = slots[prefix_];
-    const bool turn = sl.existing >= 0 ? state_.entries[static_cast<std::size_t>(sl.existing)].is_turn : sl.is_turn;
+    const bool turn = sl.existing >= 0 ? window_.entries[static_cast<std::size_t>(sl.existing)]->is_turn : sl.is_turn;
     if (!turn) break;
     ++prefix_;
   }
@@ -101,14 +102,14 @@ void LayoutPlanner::place_slots() {
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const Slot& sl = slots[i];
     SlotInfo& si = info_[i];
-    si.old = sl.existing >= 0 ? &state_.entries[static_cast<std::size_t>(sl.existing)] : nullptr;
+    si.old = sl.existing >= 0 ? window_.entries[static_cast<std::size_t>(sl.existing)] : nullptr;
     si.chunk = si.old != nullptr ? si.old->chunk : sl.chunk;
     si.is_turn = si.old != nullptr ? si.old->is_turn : sl.is_turn;
     si.turn_tokens = si.old != nullptr ? &si.old->turn_tokens : &sl.turn_tokens;
     if (si.old != nullptr) {
       si.key = &si.old->key;
     } else if (si.is_turn) {
-      si.own_key = core_.turn_key(sl.turn_tokens);
+      si.own_key = env_.turn_key(sl.turn_tokens);
       si.key = &si.own_key;
     } else {
       si.key = &si.chunk->ref.key;
@@ -120,7 +121,7 @@ void LayoutPlanner::place_slots() {
     si.moved = si.old != nullptr && old_position_[static_cast<std::size_t>(sl.existing)] != extent_;
     extent_ += si.extent;
     total_tokens_ += si.length;
-    pages_ += state_.pages_for(si.length);
+    pages_ += window_.pages_for(si.length);
   }
 }
 
@@ -152,7 +153,7 @@ void LayoutPlanner::measure_context_changes() {
   // operation changes from one an earlier edit changed (and left kept or deferred).
   std::vector<uint64_t> old_keys_before(n_old_ + 1, 0);
   for (std::size_t j = 0; j < n_old_; ++j) {
-    old_keys_before[j + 1] = context_hash(old_keys_before[j], state_.entries[j].key, 0);
+    old_keys_before[j + 1] = context_hash(old_keys_before[j], window_.entries[j]->key, 0);
   }
   uint64_t keys_hash = 0;
   int64_t inserted = 0, seen_removed = 0;
@@ -183,7 +184,7 @@ void LayoutPlanner::measure_context_changes() {
     // Read only where a prediction may use it: new instances and those whose context changed (an
     // unchanged one carries what its serving action left).
     if (si.chunk != nullptr && !si.is_turn && (si.old == nullptr || !si.keys_same)) {
-      si.sensitivity = core_.chunk_sensitivity(si.chunk->ref.key);
+      si.sensitivity = env_.chunk_sensitivity(si.chunk->ref.key);
     }
     keys_hash = context_hash(keys_hash, *si.key, 0);
   }
@@ -203,7 +204,7 @@ PlanContext* LayoutPlanner::context_upto(PlanContext& ctx, std::size_t i) {
 
 PlanInput LayoutPlanner::input_for(std::size_t i, const PlanContext* ctx) const {
   const SlotInfo& si = info_[i];
-  PlanInput in{core_, cost_, fidelity_, policy_};
+  PlanInput in{env_, cost_, fidelity_, policy_};
   in.chunk = si.chunk;
   in.old = si.old;
   in.is_turn = si.is_turn;
@@ -240,7 +241,7 @@ void LayoutPlanner::defer_repairs() {
     PlanStep s = *keep_.plan(in);
     s.estimated_seconds = estimate_seconds(in, s);
     s.reason = (whys_[i]->empty() ? std::string("context changed") : *whys_[i]) +
-               "; relocated, repair deferred to the next read (would be: " + chosen.how + ")";
+               "; relocated, repair deferred to the next read (would be: " + serve_action_name(chosen.how) + ")";
     chosen = std::move(s);
     si.prefix_why = false;  // the reason above is complete
     deferred_[i] = 1;
@@ -250,9 +251,9 @@ void LayoutPlanner::defer_repairs() {
 int64_t LayoutPlanner::spare_pages() const {
   int64_t needed = 0;
   for (std::size_t i = 0; i < info_.size(); ++i) {
-    if (info_[i].candidates[info_[i].chosen].action != StepAction::kKeep) needed += state_.pages_for(info_[i].length);
+    if (info_[i].candidates[info_[i].chosen].action != StepAction::kKeep) needed += window_.pages_for(info_[i].length);
   }
-  return core_.pool().num_free() - needed;
+  return env_.pool_pages().free - needed;
 }
 
 namespace {
@@ -275,7 +276,7 @@ void LayoutPlanner::offer_reuse(std::size_t i, const KvState& chain, const KvSta
   if (s.deferred || !reusable(s.action)) return;
   const bool keep = s.action == StepAction::kKeep;
   // A kept instance holding that very KV stays kept; one that would load needs fresh pages the pool has.
-  if (keep && (si.old->state == kv_forward(*si.key, chain) || *spare < state_.pages_for(si.length))) return;
+  if (keep && (si.old->state == kv_forward(*si.key, chain) || *spare < window_.pages_for(si.length))) return;
   const std::string key = reuse_key(*si.key, chain);
   PlanInput in = input_for(i, &context_);
   in.reuse_key = &key;
@@ -285,8 +286,8 @@ void LayoutPlanner::offer_reuse(std::size_t i, const KvState& chain, const KvSta
     return;
   }
   r->estimated_seconds = estimate_seconds(in, *r);
-  r->reason += " (instead of " + s.how + ")";
-  if (keep) *spare -= state_.pages_for(si.length);
+  r->reason += " (instead of " + std::string(serve_action_name(s.how)) + ")";
+  if (keep) *spare -= window_.pages_for(si.length);
   s = std::move(*r);
   info_[i].prefix_why = false;
 }
@@ -299,8 +300,8 @@ void LayoutPlanner::offer_partial_reuse(std::size_t i, const KvState& chain, con
   if (tokens == nullptr) return;
   // A form over an exact context makes the chunk's exact patch: only rows a forward here computes go in it.
   const KvState by_content = s.action == StepAction::kForm && exact_before ? chain : content;
-  const ReuseIndex::Match m = core_.reuse_index().longest(chain, by_content, *tokens, si.length);
-  if (m.tokens <= 0 || !core_.contains(m.store_key)) return;
+  const ReuseIndex::Match m = env_.reuse_index().longest(chain, by_content, *tokens, si.length);
+  if (m.tokens <= 0 || !env_.contains(m.store_key)) return;
   if (!m.exact) {
     s.match = PatchMatch::kStale;
     s.exact = false;
@@ -379,10 +380,10 @@ void LayoutPlanner::check_pool() {
   if (!plan_.refusal.empty()) return;
   int64_t new_pages = 0;
   for (const PlanStep& s : plan_.steps) {
-    if (s.action != StepAction::kKeep && s.action != StepAction::kEvict) new_pages += state_.pages_for(s.chunk.length);
+    if (s.action != StepAction::kKeep && s.action != StepAction::kEvict) new_pages += window_.pages_for(s.chunk.length);
   }
-  const int64_t free_pages = core_.pool().num_free();
-  const int64_t total_pages = core_.pool().num_pages();
+  const PoolPages pool = env_.pool_pages();
+  const int64_t free_pages = pool.free, total_pages = pool.total;
   if (new_pages <= free_pages) return;
   std::ostringstream why;
   why << operation_name(layout_.op) << " refused: the KV pool is full (" << free_pages << " of " << total_pages

@@ -15,8 +15,9 @@
 //                           states, kv_state.h), exactness along the window, each step's identity, totals
 //   check_pool              refuses a plan that needs more fresh pages than the shared pool has free
 //
-// The planner reads the window and the engine (stored patches, sensitivity, the cost and fidelity models);
-// it changes neither. Not thread-safe: one planner per plan_layout() call.
+// The planner reads a WindowSnapshot and a PlanEnv (plan_env.h: stored patches, sensitivity, the reuse
+// index, free pages, the cost and fidelity models); it changes neither. Torch-free. Not thread-safe: one
+// planner per plan_layout() call.
 #pragma once
 
 #include <cstdint>
@@ -27,14 +28,15 @@
 #include "orbit/planner/antecedents.h"
 #include "orbit/planner/cost_model.h"
 #include "orbit/planner/fidelity_model.h"
-#include "window/actions.h"
-#include "window/window_ops.h"
+#include "window/plan_env.h"
+#include "window/serve_actions.h"
+#include "window/window_meta.h"
 
 namespace orbit::detail {
 
 // One instance of the window after the operation, as the stages see it.
 struct SlotInfo {
-  const Entry* old = nullptr;  // the entry it was (kept instances), or null (new)
+  const EntryMeta* old = nullptr;  // the entry it was (kept instances), or null (new)
   const ChunkRecord* chunk = nullptr;
   bool is_turn = false;
   const std::vector<int64_t>* turn_tokens = nullptr;
@@ -48,7 +50,7 @@ struct SlotInfo {
   bool changed_now = false;          // old: this operation changes its antecedent keys
   double change = 0;                 // old: divergence of its antecedent keys from those it was formed on
   double drift = 0;                  // old: tokens removed/inserted before it, accumulated
-  double sensitivity = -1;           // chunks: EngineCore::chunk_sensitivity (-1: none formed yet, turns)
+  double sensitivity = -1;           // chunks: PlanEnv::chunk_sensitivity (-1: none formed yet, turns)
   std::vector<PlanStep> candidates;  // budget: every applicable action, cheapest first
   std::size_t chosen = 0;
   bool prefix_why = false;  // candidates from enumerate: the chosen one's reason gets the slot's why in finalize
@@ -72,7 +74,7 @@ bool considered(const ServeAction& a, const WindowPolicy& policy);
 
 class LayoutPlanner {
  public:
-  LayoutPlanner(const WindowState& state, const Layout& layout);
+  LayoutPlanner(const WindowSnapshot& window, const Layout& layout, const PlanEnv& env);
   LayoutPlanner(const LayoutPlanner&) = delete;
   LayoutPlanner& operator=(const LayoutPlanner&) = delete;
 
@@ -111,9 +113,9 @@ class LayoutPlanner {
   // `why` + `suffix`, built once per plan for the texts many slots share.
   std::string join(const std::string* why, const char* suffix);
 
-  const WindowState& state_;
+  const WindowSnapshot& window_;
   const Layout& layout_;
-  EngineCore& core_;
+  const PlanEnv& env_;
   const WindowPolicy& policy_;
   const planner::CostModel cost_;
   const planner::FidelityModel fidelity_;

@@ -36,6 +36,24 @@ const char* step_action_name(StepAction action) noexcept {
   return "?";
 }
 
+const char* serve_action_name(ServeActionId id) noexcept {
+  switch (id) {
+    case ServeActionId::kKeep: return "keep";
+    case ServeActionId::kCanonical: return "canonical";
+    case ServeActionId::kStoredPatch: return "stored-patch";
+    case ServeActionId::kLoadConditioned: return "load-conditioned";
+    case ServeActionId::kReuse: return "reuse";
+    case ServeActionId::kBlind: return "blind";
+    case ServeActionId::kFirstK: return "first-k";
+    case ServeActionId::kCacheBlend: return "cacheblend";
+    case ServeActionId::kForm: return "form";
+    case ServeActionId::kPrefill: return "prefill";
+    case ServeActionId::kPrefillTurn: return "prefill-turn";
+    case ServeActionId::kEvict: return "evict";
+  }
+  return "?";
+}
+
 const char* patch_match_name(PatchMatch match) noexcept {
   switch (match) {
     case PatchMatch::kNone: return "none";
@@ -66,7 +84,7 @@ std::string Plan::describe() const {
   for (const PlanStep& s : steps) {
     out << "  #" << s.instance << " "
         << (s.is_turn ? "turn" : (s.chunk.label.empty() ? s.chunk.key.substr(0, 8) : s.chunk.label)) << " @"
-        << s.position << ": " << (s.how.empty() ? step_action_name(s.action) : s.how.c_str());
+        << s.position << ": " << serve_action_name(s.how);
     if (s.match != PatchMatch::kNone) out << " (" << patch_match_name(s.match) << " match)";
     if (s.rank_k > 0 || s.rank_v > 0) out << " rank " << s.rank_k << "/" << s.rank_v;
     if (s.encode_canonical) out << " +encode";

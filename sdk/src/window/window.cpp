@@ -10,6 +10,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/planner/placement.h"
+#include "window/engine_plan_env.h"
 #include "window/window_ops.h"
 
 namespace orbit {
@@ -361,7 +362,7 @@ Plan Window::plan_place() const {
       if (mask & (uint64_t{1} << j)) ctx.push_back(s.entries[chunk_slots[static_cast<std::size_t>(j)]].key);
     }
     if (ctx.empty()) return 0.0;
-    const detail::PatchKeys keys = detail::patch_keys(core, policy, *e.chunk, ctx, prefix);
+    const detail::PatchKeys keys = detail::patch_keys(detail::model_limits(core), policy, *e.chunk, ctx, prefix);
     if (policy.use_orbit_patches && core.contains(keys.orbit)) return 0.0;
     return static_cast<double>(e.length);
   };

@@ -78,7 +78,9 @@ Status check_limits(const WindowState& state, const Plan& plan) {
     if (s.action != StepAction::kEvict) extent += s.chunk.extent;
   }
   bool capacity = false;
-  const std::string refusal = limit_refusal(state, plan.op, extent, plan.device_bytes_after, &capacity);
+  const std::string refusal =
+      limit_refusal(plan.op, extent, plan.device_bytes_after, state.core->config().max_position_embeddings,
+                    state.options.max_bytes, &capacity);
   if (!refusal.empty()) return capacity ? Status::out_of_capacity(refusal) : Status::refused(refusal);
   return Status::ok();
 }
@@ -120,7 +122,7 @@ ApplyOutput run_action(Built& built, const PlanStep& s, const Entry& e, const En
   in.position = built.window.next_position;
   in.prefix = prefix;
   ApplyOutput out;
-  action(s.how).apply(in, s, out);
+  apply_action(in, s, out);
   return out;
 }
 
@@ -130,7 +132,9 @@ void keep_for_reuse(EngineCore& core, const PlanStep& s, const Entry& e, const A
                     const KvState& content) {
   const bool forwarded = out.done_as == StepAction::kForm || out.done_as == StepAction::kReprefill ||
                          out.done_as == StepAction::kPrefillTurn;
-  if (!forwarded || out.approximate_reuse || out.content.empty() || (s.reuse_key.empty() && s.how != "reuse")) return;
+  if (!forwarded || out.approximate_reuse || out.content.empty() ||
+      (s.reuse_key.empty() && s.how != ServeActionId::kReuse))
+    return;
   static const std::vector<int64_t> none;
   const std::vector<int64_t>& tokens =
       e.is_turn ? e.turn_tokens : (e.chunk->ref.kind == ChunkKind::kTokens ? e.chunk->tokens : none);

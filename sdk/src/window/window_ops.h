@@ -21,34 +21,13 @@
 
 #include "orbit/planner/prefix_ledger.h"
 #include "orbit/store.h"
+#include "window/plan_env.h"
 #include "window/window_state.h"
 
 namespace orbit::detail {
 
-struct Slot {
-  int64_t existing = -1;  // index into WindowState::entries, or -1 for a new instance
-  InstanceId id = 0;
-  const ChunkRecord* chunk = nullptr;  // new chunk instances
-  std::vector<int64_t> turn_tokens;    // new turns
-  bool is_turn = false;
-  bool force = false;  // re-condition even when survivors are kept (cascade, reorder)
-  std::string reason;
-};
-
-struct Layout {
-  Operation op = Operation::kAdmit;
-  std::vector<Slot> slots;
-  std::vector<int64_t> evict;  // indices into WindowState::entries
-  std::vector<InstanceId> cascade;
-  std::string change_reason;             // why survivors' context changed ("chunk 'a' evicted")
-  bool reorder_relookup = false;         // reorder: every instance whose key context changed re-looks up
-  const WindowPolicy* policy = nullptr;  // plan under this policy instead of the window's (heal)
-};
-
+// plan_layout(snapshot(state), layout, EnginePlanEnv(*state.core)) (plan_env.h).
 Plan plan_layout(const WindowState& state, const Layout& layout);
-// The refusal apply() gives a result spanning `extent` positions and holding `device_bytes` (empty: it
-// fits); *capacity = true for a byte-budget refusal.
-std::string limit_refusal(const WindowState& state, Operation op, int64_t extent, int64_t device_bytes, bool* capacity);
 // background: idle-time work (a heal, a prepared recall): its forwards and time count as background, not
 // critical (a kHeal plan always does).
 Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool background = false);
@@ -66,22 +45,5 @@ Plan plan_flush(const WindowState& state);
 // Runs them when there are any (a read does, first); throws orbit::Error naming `what` when they cannot
 // run (the pool is full), leaving the window as it was.
 void run_deferred(WindowState& state, const char* what);
-
-// Patch keys of a chunk behind `context` (ordered content keys; the first `prefix` of them are the
-// window's leading turns, fixed under reorder) under `policy`.
-struct PatchKeys {
-  std::string exact;
-  std::string orbit;
-  std::string conditioned;
-  std::string variant;
-  int64_t rank_k = 0;
-  int64_t rank_v = 0;
-  bool full_rank = false;
-};
-PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
-                     const std::vector<std::string>& context, std::size_t prefix);
-// The same from a signer holding that context (and constructed with that prefix): O(1) in its length.
-PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
-                     const ContextSigner& signer);
 
 }  // namespace orbit::detail

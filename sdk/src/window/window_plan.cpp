@@ -1,10 +1,10 @@
+// Patch keys, the limit refusal and plan_layout (plan_env.h): torch-free.
 #include <algorithm>
 #include <sstream>
 
 #include "orbit/common/error.h"
-#include "window/actions.h"
 #include "window/layout_planner.h"
-#include "window/window_ops.h"
+#include "window/plan_env.h"
 
 namespace orbit::detail {
 
@@ -12,12 +12,11 @@ namespace {
 
 int64_t full_rank(int64_t n, int64_t width) { return std::min(n, width); }
 
-PatchKeys keys_from(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
+PatchKeys keys_from(const ModelLimits& model, const WindowPolicy& policy, const ChunkRecord& chunk,
                     const std::string& exact_sig, const std::string& orbit_sig) {
-  const runtime::ModelConfig& c = core.config();
   const int64_t n = chunk.ref.length;
-  const int64_t dk = c.content_k_shape().width();
-  const int64_t dv = c.content_v_shape().width();
+  const int64_t dk = model.k_width;
+  const int64_t dv = model.v_width;
   PatchKeys k;
   k.rank_k = policy.rank_k < 0 ? full_rank(n, dk) : std::min(policy.rank_k, full_rank(n, dk));
   k.rank_v = policy.rank_v < 0 ? full_rank(n, dv) : std::min(policy.rank_v, full_rank(n, dv));
@@ -34,37 +33,38 @@ PatchKeys keys_from(const EngineCore& core, const WindowPolicy& policy, const Ch
 
 }  // namespace
 
-PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
+PatchKeys patch_keys(const ModelLimits& model, const WindowPolicy& policy, const ChunkRecord& chunk,
                      const std::vector<std::string>& context, std::size_t prefix) {
   ContextSigner signer(std::min(prefix, context.size()));
   for (const std::string& key : context) signer.push(key);
-  return keys_from(core, policy, chunk, signer.exact(), signer.orbit());
+  return keys_from(model, policy, chunk, signer.exact(), signer.orbit());
 }
 
-PatchKeys patch_keys(const EngineCore& core, const WindowPolicy& policy, const ChunkRecord& chunk,
+PatchKeys patch_keys(const ModelLimits& model, const WindowPolicy& policy, const ChunkRecord& chunk,
                      const ContextSigner& signer) {
-  return keys_from(core, policy, chunk, signer.exact(), signer.orbit());
+  return keys_from(model, policy, chunk, signer.exact(), signer.orbit());
 }
 
-std::string limit_refusal(const WindowState& state, Operation op, int64_t extent, int64_t device_bytes,
+std::string limit_refusal(Operation op, int64_t extent, int64_t device_bytes, int64_t max_positions, int64_t max_bytes,
                           bool* capacity) {
-  const runtime::ModelConfig& config = state.core->config();
   *capacity = false;
   std::ostringstream why;
-  if (config.max_position_embeddings > 0 && extent > config.max_position_embeddings) {
+  if (max_positions > 0 && extent > max_positions) {
     why << operation_name(op) << " refused: the window would span " << extent
-        << " positions, past the model's limit of " << config.max_position_embeddings << " (evict or slide first)";
+        << " positions, past the model's limit of " << max_positions << " (evict or slide first)";
     return why.str();
   }
-  if (state.options.max_bytes > 0 && device_bytes > state.options.max_bytes) {
+  if (max_bytes > 0 && device_bytes > max_bytes) {
     *capacity = true;
     why << operation_name(op) << " refused: the window would hold " << device_bytes
-        << " KV bytes, over its max_bytes budget of " << state.options.max_bytes << " (evict or slide first)";
+        << " KV bytes, over its max_bytes budget of " << max_bytes << " (evict or slide first)";
     return why.str();
   }
   return {};
 }
 
-Plan plan_layout(const WindowState& state, const Layout& layout) { return LayoutPlanner(state, layout).run(); }
+Plan plan_layout(const WindowSnapshot& window, const Layout& layout, const PlanEnv& env) {
+  return LayoutPlanner(window, layout, env).run();
+}
 
 }  // namespace orbit::detail

@@ -199,7 +199,7 @@ runtime::ForwardResult reference_forward(const WindowState& state, const std::ve
     } else if (e.chunk->ref.kind == ChunkKind::kTokens) {
       embeds.push_back(core.model().embed(e.chunk->tokens));
     } else {
-      embeds.push_back(e.chunk->embeddings);
+      embeds.push_back(e.chunk->tensors->embeddings);
     }
     positions.push_back(core.positions_for(e.chunk, e.length, pos));
     pos += e.extent;

@@ -9,20 +9,21 @@
 
 namespace orbit::detail {
 
-ChunkRef EntryMeta::ref() const {
-  if (chunk != nullptr) return chunk->ref;
-  ChunkRef r;
-  r.key = key;
-  r.kind = ChunkKind::kTokens;
-  r.length = length;
-  r.extent = extent;
-  r.label = "turn";
-  return r;
-}
-
 WindowState::~WindowState() {
   if (!core) return;
   core->pool().clear(entries);
+}
+
+WindowSnapshot snapshot(const WindowState& s) {
+  WindowSnapshot w;
+  w.id = s.id;
+  w.version = s.version;
+  w.options = &s.options;
+  w.entries.reserve(s.entries.size());
+  for (const Entry& e : s.entries) w.entries.push_back(&e);
+  w.page_size = s.core->pool().page_size();
+  w.page_bytes = s.page_bytes();
+  return w;
 }
 
 int64_t WindowState::index_of(InstanceId id) const {
@@ -108,14 +109,6 @@ KvState WindowState::state_chain() const {
   KvState chain;
   for (const Entry& e : entries) chain = kv_chain(chain, e.state);
   return chain;
-}
-
-uint64_t context_hash(uint64_t h, const std::string& key, uint64_t version) {
-  uint64_t x = std::hash<std::string>{}(key) ^ (version * 0x9e3779b97f4a7c15ULL);
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  return (h * 0x100000001b3ULL) ^ x ^ (h >> 29);
 }
 
 runtime::Content entry_content(EngineCore& core, const Entry& entry) { return core.pool().gather(*entry.kv).layers; }

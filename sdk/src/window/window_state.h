@@ -23,47 +23,9 @@
 #include "orbit/window.h"
 #include "window/engine_core.h"
 #include "window/kv_state.h"
+#include "window/window_meta.h"
 
 namespace orbit::detail {
-
-struct ContextItem {
-  std::string key;
-  uint64_t version = 0;
-  friend bool operator==(const ContextItem& a, const ContextItem& b) {
-    return a.key == b.key && a.version == b.version;
-  }
-};
-
-// Order-sensitive running hash of a context: h' = context_hash(h, key, version), starting from 0.
-uint64_t context_hash(uint64_t h, const std::string& key, uint64_t version);
-
-// What a window knows about one instance, apart from its KV: plain, copyable data (a fork or a kept
-// instance copies it whole).
-struct EntryMeta {
-  InstanceId id = 0;
-  bool is_turn = false;
-  std::string key;                     // content key (chunks and turns alike)
-  const ChunkRecord* chunk = nullptr;  // chunks only (owned by the engine)
-  std::vector<int64_t> turn_tokens;    // turns only
-  int64_t length = 0;
-  int64_t extent = 0;
-  uint64_t version = 0;            // content version (changes whenever the KV is re-formed)
-  uint64_t formed_on = 0;          // context_hash of the antecedents (key, version) it was formed on
-  uint64_t formed_on_keys = 0;     // context_hash of their keys alone (version 0)
-  int64_t formed_on_tokens = 0;    // their tokens
-  double drift_tokens = 0;         // tokens removed or inserted before it since it was formed
-  bool exact_when_formed = false;  // formed exactly over an exact context
-  double predicted_kl = 0;         // the fidelity model's KL this instance carries (0 when exact)
-  double keep_change = 0;          // the keep feature accumulated since formed (fidelity_model.h)
-  double kl_per_weight = 0;        // of which its serving action's own loss, per unit recency weight
-  StepAction formed_by = StepAction::kKeep;
-  PatchMatch match = PatchMatch::kNone;
-  std::string patch_key;
-  bool deferred = false;  // an edit left its repair to the next read (WindowPolicy::defer_repairs)
-  KvState state;          // what its KV is (kv_state.h): equal states, equal KV
-
-  ChunkRef ref() const;
-};
 
 // One instance of a window: its metadata and its KV pages (owned; a fork shares the pages copy-on-write).
 struct Entry : EntryMeta {
@@ -108,6 +70,10 @@ struct WindowState {
   // what a radix cache reading the window sees.
   std::vector<int64_t> token_ids() const;
 };
+
+// The window as planning reads it (window_meta.h): pointers to its entries' metadata, valid while `s` does
+// not change.
+WindowSnapshot snapshot(const WindowState& s);
 
 // Row r of the embedding chunk with content key `key` (64 hex): −1 − (int(key[0:8], 16) · 2^20 + r mod 2^20).
 // Negative, so never a vocabulary id, and below 2^53 in magnitude, so exact in any JSON reader; two chunks
