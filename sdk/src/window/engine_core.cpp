@@ -455,105 +455,33 @@ void EngineCore::put_reusable(const std::string& reuse_key, const runtime::Conte
 }
 
 void EngineCore::catalog_add(const std::string& chunk_key, PatchRecord record) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& list = catalog_[chunk_key];
-  for (const auto& r : list) {
-    if (r.key == record.key) return;
-  }
-  // The context's token weights, as key_length() gives them (mu_ is held here).
-  std::unordered_map<uint64_t, double> weights;
-  for (const std::string& key : record.context) {
-    double length = 1;
-    if (auto c = chunks_.find(key); c != chunks_.end()) {
-      length = static_cast<double>(c->second->ref.length);
-    } else if (auto t = turn_lengths_.find(key); t != turn_lengths_.end()) {
-      length = static_cast<double>(t->second);
-    }
-    weights[std::hash<std::string>{}(key)] += length;
-    record.context_total += length;
-  }
-  record.context_tokens.assign(weights.begin(), weights.end());
-  list.push_back(std::move(record));
+  std::vector<double> lengths;
+  lengths.reserve(record.context.size());
+  for (const std::string& key : record.context) lengths.push_back(static_cast<double>(key_length(key)));
+  catalog_.add(chunk_key, std::move(record), lengths);
 }
 
 std::optional<EngineCore::StaleMatch> EngineCore::closest_patch(const std::string& chunk_key,
                                                                 const std::string& variant,
                                                                 const ContextWeights& context,
                                                                 std::size_t max_records) const {
-  std::vector<StaleMatch> candidates;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = catalog_.find(chunk_key);
-    if (it == catalog_.end()) return std::nullopt;
-    for (auto r = it->second.rbegin(); r != it->second.rend() && candidates.size() < max_records; ++r) {
-      if (r->conditioned || r->variant != variant) continue;
-      double common = 0;  // Σ min over the keys both hold; Σ max = both totals − Σ min
-      for (const auto& [hash, tokens] : r->context_tokens) {
-        if (auto c = context.tokens.find(hash); c != context.tokens.end()) common += std::min(tokens, c->second);
-      }
-      const double all = r->context_total + context.total - common;
-      candidates.push_back({r->key, all > 0 ? 1.0 - common / all : 0.0});
-    }
-  }
-  // Closest first; the newest on a tie. Availability reads the store, outside mu_.
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const StaleMatch& a, const StaleMatch& b) { return a.divergence < b.divergence; });
-  for (StaleMatch& m : candidates) {
+  // Availability reads the store, outside the catalog's lock.
+  for (StaleMatch& m : catalog_.closest(chunk_key, variant, context.tokens, context.total, max_records)) {
     if (available(m.key)) return std::move(m);
   }
   return std::nullopt;
 }
 
-void EngineCore::catalog_set_formed(const std::string& chunk_key, const std::vector<std::string>& keys,
-                                    const runtime::Patch& patch) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = catalog_.find(chunk_key);
-  if (it == catalog_.end()) return;
-  for (PatchRecord& r : it->second) {
-    if (std::find(keys.begin(), keys.end(), r.key) != keys.end()) {
-      r.residual = patch.residual;
-      r.sensitivity = patch.sensitivity;
-    }
-  }
-  // One formation, however many keys it is stored under.
-  if (patch.sensitivity >= 0 && !keys.empty()) record_sensitivity(chunk_key, keys.front(), patch.sensitivity);
-}
-
-void EngineCore::record_sensitivity(const std::string& chunk_key, const std::string& patch_key, double s) {
-  Sensitivity& rec = sensitivity_[chunk_key];
-  rec.by_patch[patch_key] = s;
-  double sum = 0;
-  for (const auto& [key, x] : rec.by_patch) sum += x;
-  rec.mean = sum / static_cast<double>(rec.by_patch.size());
-}
-
-double EngineCore::chunk_sensitivity(const std::string& chunk_key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = sensitivity_.find(chunk_key);
-  return it == sensitivity_.end() ? -1 : it->second.mean;
-}
+double EngineCore::chunk_sensitivity(const std::string& chunk_key) const { return catalog_.sensitivity(chunk_key); }
 
 void EngineCore::note_read_patch(const std::string& chunk_key, const std::string& patch_key,
                                  const runtime::Patch& patch) {
-  if (patch.sensitivity < 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = catalog_.find(chunk_key); it != catalog_.end()) {
-    for (const PatchRecord& r : it->second) {
-      if (r.key == patch_key && r.sensitivity >= 0) return;  // formed here: counted once, when formed
-    }
-  }
-  record_sensitivity(chunk_key, patch_key, patch.sensitivity);
+  catalog_.note_read(chunk_key, patch_key, patch.sensitivity);
 }
 
 std::optional<EngineCore::PatchFacts> EngineCore::patch_facts(const std::string& chunk_key,
                                                               const std::string& patch_key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = catalog_.find(chunk_key);
-  if (it == catalog_.end()) return std::nullopt;
-  for (const PatchRecord& r : it->second) {
-    if (r.key == patch_key) return PatchFacts{r.exact, r.residual};
-  }
-  return std::nullopt;
+  return catalog_.facts(chunk_key, patch_key);
 }
 
 void EngineCore::queue_patch(PatchJob job) {
@@ -599,7 +527,7 @@ void EngineCore::run_patch_job(const PatchJob& job, bool critical) {
     opt.recompute_cost = static_cast<double>(patch.length);
     (void)store().put(k, store::patch_value(patch_to(patch, c10::Device(c10::kCPU))), opt);
   }
-  catalog_set_formed(job.chunk->ref.key, job.store_keys, patch);
+  catalog_.set_formed(job.chunk->ref.key, job.store_keys, patch.residual, patch.sensitivity);
   Counters d;
   d.patches_formed = 1;
   if (!critical) {
@@ -616,7 +544,7 @@ at::Tensor EngineCore::positions_for(const ChunkRecord* chunk, int64_t length, i
   const int64_t rows = config().position_rows();
   if (chunk != nullptr && chunk->tensors != nullptr && chunk->tensors->grid.defined()) {
     const at::Tensor g = chunk->tensors->grid + start;  // [rows, n]
-    return rows == 1 ? g[0] : g;               // 1-D RoPE models take positions [n]
+    return rows == 1 ? g[0] : g;                        // 1-D RoPE models take positions [n]
   }
   at::Tensor p = at::arange(start, start + length, at::kLong);
   return rows == 1 ? p : p.unsqueeze(0).expand({rows, length}).contiguous();

@@ -3,15 +3,17 @@
 //   model      immutable, forward() is thread-safe
 //   registry   chunks by content key: tokens or embeddings (+ relative position grid)
 //   store      canonicals and patches (store/chunk_store.h), thread-safe on its own
-//   catalog    per chunk, the patches formed for it and the context each was formed under (for stale
-//              lookups with a divergence score); in memory, rebuilt as patches are formed
+//   catalog    PatchCatalog (patch_catalog.h): per chunk, the patches formed for it, the context each was
+//              formed under (for stale lookups with a divergence score), residuals and sensitivities; in
+//              memory, rebuilt as patches are formed; its own lock
 //   pool       the KV pool windows keep their pages in, with its own lock (SharedPool, shared_pool.h):
 //              every page operation (create, append, fork, destroy, gather) is one of its methods
 //   background the queue of canonical + patch formations left by first sights (background.h); close()
 //              stops it (cancels what is queued, joins the worker) before it closes the store
 //
-// Locking: mu_ guards registry, catalog and counters; the pool locks inside its own methods (never while
-// mu_ is held, and it never calls back into the core).
+// Locking: mu_ guards the registry, the counters and the cost and fidelity models. The pool (SharedPool)
+// and the catalog (PatchCatalog) each have a lock of their own, taken only inside their methods, which never
+// call out: neither is ever held together with mu_ or with the other.
 //
 // Lifetime: every public Engine and Window operation holds an OpHold for its whole duration. close()
 // marks the engine closed (new holds throw "engine is closed"), waits until the holds in flight are
@@ -44,8 +46,9 @@
 #include "orbit/store/chunk_store.h"
 #include "window/background.h"
 #include "window/kv_state.h"
-#include "window/window_meta.h"
+#include "window/patch_catalog.h"
 #include "window/shared_pool.h"
+#include "window/window_meta.h"
 
 namespace orbit::runtime {
 class ChatTemplate;
@@ -57,20 +60,6 @@ namespace orbit::detail {
 struct ChunkTensors {
   at::Tensor embeddings;  // float32 [n, hidden]
   at::Tensor grid;        // int64 [rows, n] relative to its per-row minimum, or undefined
-};
-
-// A patch (or stored conditioned KV) as the catalog remembers it.
-struct PatchRecord {
-  std::string key;
-  std::vector<std::string> context;  // ordered content keys of the antecedents it was formed under
-  // That context as (key hash, tokens), repeats merged (catalog_add fills it from the keys' lengths).
-  std::vector<std::pair<uint64_t, double>> context_tokens;
-  double context_total = 0;
-  std::string variant;
-  bool conditioned = false;  // whole conditioned KV (prefix-cache policy), not factors
-  bool exact = false;        // full rank and formed over an exact context
-  double residual = -1;      // runtime::Patch::residual once formed (-1: not yet formed, or unknown)
-  double sensitivity = -1;   // runtime::Patch::sensitivity once formed (-1: not yet formed, or unknown)
 };
 
 struct Counters {
@@ -175,18 +164,12 @@ class EngineCore {
   const ReuseIndex& reuse_index() const { return reuse_index_; }
   // What the catalog knows of one of the chunk's patches (nullopt: none under that key): whether it was
   // formed full-rank over an exact context, and its residual (-1 until formed, or unknown).
-  struct PatchFacts {
-    bool exact = false;
-    double residual = -1;
-  };
+  using PatchFacts = PatchCatalog::Facts;
   std::optional<PatchFacts> patch_facts(const std::string& chunk_key, const std::string& patch_key) const;
   // The stored patch of `chunk_key` (factors of `variant`, not a conditioned KV) formed under the context
   // closest to `context`: 1 − Σ min / Σ max over the two multisets of keys weighted by tokens (0 = the same
   // set, 1 = disjoint), among its newest `max_records` such patches; nullopt when none is available.
-  struct StaleMatch {
-    std::string key;
-    double divergence = 1;
-  };
+  using StaleMatch = PatchCatalog::Candidate;
   std::optional<StaleMatch> closest_patch(const std::string& chunk_key, const std::string& variant,
                                           const ContextWeights& context, std::size_t max_records) const;
   // The mean runtime::Patch::sensitivity over the chunk's patches this engine has formed or read from
@@ -267,12 +250,8 @@ class EngineCore {
   // Fills an embeddings chunk's record (kind, length, extent checked against the model, label, tensors).
   void fill_embeddings(ChunkRecord& rec, const at::Tensor& emb, const at::Tensor& grid, const ChunkOptions& options,
                        const char* what) const;
+  // Adds `record` to the catalog with its context's token lengths (key_length).
   void catalog_add(const std::string& chunk_key, PatchRecord record);
-  // Records the residual and sensitivity of the patch now stored under `keys` (formed by a background job).
-  void catalog_set_formed(const std::string& chunk_key, const std::vector<std::string>& keys,
-                          const runtime::Patch& patch);
-  // Adds a patch's sensitivity to its chunk's mean (mu_ held).
-  void record_sensitivity(const std::string& chunk_key, const std::string& patch_key, double sensitivity);
 
   EngineOptions options_;
   std::unique_ptr<runtime::Model> model_;
@@ -287,14 +266,7 @@ class EngineCore {
   ReuseIndex reuse_index_;  // its own lock
   std::unordered_map<std::string, std::unique_ptr<ChunkRecord>> chunks_;
   std::vector<std::string> chunk_order_;
-  std::unordered_map<std::string, std::vector<PatchRecord>> catalog_;
-  // Per chunk key: the sensitivity of each patch formed here or read from the store (by patch key), and
-  // their mean, kept current so that planning reads it with one lookup.
-  struct Sensitivity {
-    std::unordered_map<std::string, double> by_patch;
-    double mean = -1;
-  };
-  std::unordered_map<std::string, Sensitivity> sensitivity_;
+  PatchCatalog catalog_;  // its own lock
   std::unordered_map<std::string, int64_t> turn_lengths_;
   Counters counters_;
   planner::PrefixLedger prefix_ledger_;         // under mu_
