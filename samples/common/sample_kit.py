@@ -326,17 +326,82 @@ class Episode:
                 chunk = u.chunk or self.engine.chunk(u.key)
                 self.register(chunk, u.tokens, notes.get(u.first_message, f"message{u.first_message}"))
         for plan, report in zip(r.plans, r.reports):
-            what, step = self._sync_step(plan, report, before, order, units, notes)
-            self.current.operations.append(what)
+            for iid in report.added:
+                before[iid] = self.window.instance(iid)
+            if plan.op.label == "sync":  # one plan for the whole list: the trace says it as its edits
+                steps = self._sync_composite(r.plan, before, order, notes)
+            else:
+                steps = [self._sync_step(plan, report, before, order, units, notes)]
+            for what, step in steps:
+                self.current.operations.append(what)
+                self.trace_steps.append(step)
             self.current.forward_tokens += report.forward_tokens
             self.current.patches_formed += report.patches_formed
             self.current.patch_hits += report.patch_hits
             self.current.canonicals_encoded += report.canonicals_encoded
-            self.trace_steps.append(step)
             order[:] = list(plan.order)
-            for iid in report.added:
-                before[iid] = self.window.instance(iid)
         return r
+
+    def _sync_composite(self, sync_plan, before: dict, order: list, notes: dict) -> list[tuple[str, dict]]:
+        """A sync applied as one plan (units added), as the orbit-trace/1 steps that make the same window:
+        its evictions, a reorder of the kept instances, each new unit in list order (a turn at the tail, a chunk
+        before the next kept instance), and a last reorder where a duplicate went in as a turn."""
+        out, cur = [], list(order)
+
+        def reorder_to(target):
+            if [before[i].is_turn for i in target] != [before[i].is_turn for i in cur]:
+                raise ValueError("sync moved a live turn, which orbit-trace/1's reorder (chunks only) cannot say")
+            names = [self.chunk_name(before[i].chunk) for i in target if not before[i].is_turn]
+            out.append(("reorder " + ",".join(names), {"op": "reorder", "order": names}))
+
+        evict = list(sync_plan.evict)
+        oldest = [i for i in cur if not before[i].is_turn][:len(evict)]
+        slid = 0  # evictions that are the window's oldest chunk instances: one slide, as sync's edits say it
+        while slid < len(evict) and evict[slid] == oldest[slid]:
+            slid += 1
+        if slid:
+            names = "+".join(self.chunk_name(before[i].chunk) for i in evict[:slid])
+            out.append((f"slide {names}", {"op": "slide", "count": slid}))
+            cur = [i for i in cur if i not in set(evict[:slid])]
+        for gone in evict[slid:]:
+            info = before[gone]
+            if info.is_turn:
+                out.append(("evict turn", {"op": "evict", "turn": [i for i in cur if before[i].is_turn].index(gone)}))
+            else:
+                out.append((f"evict {self.chunk_name(info.chunk)}",
+                            {"op": "evict", "chunk": self.chunk_name(info.chunk)}))
+            cur.remove(gone)
+        kept = [u.instance for u in sync_plan.units if u.action.label == "keep"]
+        if kept != cur:
+            reorder_to(kept)
+            cur = kept
+        units = list(sync_plan.units)
+        for k, u in enumerate(units):
+            op = u.action.label
+            if op == "keep":
+                continue
+            if op == "turn":
+                note = notes.get(u.first_message, "turn")
+                tokens = list(map(int, u.tokens))
+                self.turn_tokens[int(u.instance)] = tokens
+                out.append((f"{note} {len(tokens)}", {"op": "turn", "tokens": tokens, "note": note}))
+                cur.append(u.instance)
+                continue
+            chunk = u.chunk or self.engine.chunk(u.key)
+            step = {"op": op, "chunk": self.chunk_name(chunk)}
+            following = next((v.instance for v in units[k + 1:] if v.action.label == "keep"), None)
+            if following is None:
+                cur.append(u.instance)
+            else:
+                if before[following].is_turn:
+                    raise ValueError(f"sync {op}ed {chunk.label} before a live turn, which orbit-trace/1 cannot say")
+                step["before"] = self.chunk_name(before[following].chunk)
+                cur.insert(cur.index(following), u.instance)
+            out.append((f"{op} {self.chunk_name(chunk)}", step))
+        final = [u.instance for u in units]
+        if final != cur:
+            reorder_to(final)
+        return out
 
     def _sync_step(self, plan, report, before: dict, order: list, units: dict, notes: dict) -> tuple[str, dict]:
         """One operation sync applied, as (what the operations column says, its orbit-trace/1 step); `order`

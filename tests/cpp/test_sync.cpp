@@ -373,9 +373,10 @@ TEST_CASE("sync renders messages into one unit per message and appends only what
   CHECK(r.plan.units[3].action == SyncAction::kAdmit);
   CHECK(r.plan.evict.empty());
   CHECK_FALSE(r.plan.reorder);
-  REQUIRE(r.plans.size() == 2);
-  CHECK(r.plans[0].op == Operation::kAddTurn);
-  CHECK(r.plans[1].op == Operation::kAdmit);
+  // Units added: one plan for the window after the sync (each instance served once).
+  REQUIRE(r.plans.size() == 1);
+  CHECK(r.plans[0].op == Operation::kSync);
+  CHECK(r.plans[0].count(StepAction::kPrefillTurn) == 1);
   const InstanceId tool = r.plan.units[3].instance;
   CHECK_FALSE(w.instance(tool)->is_turn);
 
@@ -401,9 +402,10 @@ TEST_CASE("sync renders messages into one unit per message and appends only what
   CHECK(r.plan.units[2].action == SyncAction::kKeep);
   CHECK(r.plan.units[2].instance == tool);
   CHECK(r.plan.units[3].action == SyncAction::kTurn);
-  REQUIRE(r.plans.size() == 2);
-  CHECK(r.plans[0].op == Operation::kEvict);
-  CHECK(r.plans[1].op == Operation::kAddTurn);
+  REQUIRE(r.plans.size() == 1);
+  CHECK(r.plans[0].op == Operation::kSync);
+  CHECK(r.plans[0].count(StepAction::kEvict) == 1);
+  CHECK(r.plans[0].count(StepAction::kPrefillTurn) == 1);
 
   // A short message inserted in the middle is a chunk (turns only go at the tail).
   messages.insert(messages.begin() + 1, msg("user", "Hi."));

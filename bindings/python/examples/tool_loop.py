@@ -198,7 +198,14 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
             report.operations["sync"] += 1
             for plan in r.plans:
                 op = plan.op.label
-                report.operations["add_turn" if op == "turn" else op] += 1
+                if op == "sync":  # units added: one plan for the list; count the edits it made
+                    for u in r.plan.units:
+                        if u.action.label != "keep":
+                            report.operations["add_turn" if u.action.label == "turn" else u.action.label] += 1
+                    report.operations["evict"] += len(r.plan.evict)
+                    report.operations["reorder"] += int(r.plan.reorder)
+                else:
+                    report.operations["add_turn" if op == "turn" else op] += 1
             report.forward_tokens += r.forward_tokens
             report.prefix_tokens += shadow[id(w)].sync(messages).forward_tokens
             return list(r.generation_prompt) + decision_query

@@ -75,7 +75,8 @@ void init_types(py::module_& m) {
       .value("reorder", Operation::kReorder)
       .value("recondition", Operation::kRecondition)
       .value("flush", Operation::kFlush)
-      .value("heal", Operation::kHeal);
+      .value("heal", Operation::kHeal)
+      .value("sync", Operation::kSync);
   bind_enum<StepAction>(m, "StepAction", "What a plan step does to one instance (see orbit/plan.h).", step_action_name)
       .value("keep", StepAction::kKeep, "content unchanged, relocated if it moved (rotation only)")
       .value("canonical", StepAction::kCanonical, "the canonical alone is exact (nothing precedes the chunk)")

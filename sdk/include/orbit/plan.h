@@ -28,7 +28,9 @@ using InstanceId = uint64_t;  // one placement of a chunk (or one live turn) in 
 
 // kFlush: the deferred repairs alone (WindowPolicy::defer_repairs), as a read runs them first.
 // kHeal: the window made exact again in idle time (Window::heal); its forwards count as background work.
-enum class Operation { kAdmit, kAddTurn, kEvict, kSlide, kRecall, kReorder, kRecondition, kFlush, kHeal };
+// kSync: a message list synced in one plan (Window::sync, orbit/sync.h): its evictions, moves, recalls, admits
+// and turns together, so each instance is served once for the window they leave.
+enum class Operation { kAdmit, kAddTurn, kEvict, kSlide, kRecall, kReorder, kRecondition, kFlush, kHeal, kSync };
 const char* operation_name(Operation op) noexcept;  // "admit", "turn", "evict", "slide", ...
 
 // What happens to one instance.

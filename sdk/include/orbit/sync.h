@@ -3,9 +3,11 @@
 // An agent framework keeps a message list and sends the whole of it to a chat API on every call. sync takes
 // that list as it is, renders it with the model's chat template, and turns the difference between the
 // rendering and the window into window operations: evict what was removed, reorder what moved, recall
-// what came back, admit what is new, keep the rest. The operations are ordinary plans applied under the
-// window's policy (the default one defers repairs to the next read, so a sync with several edits costs
-// what their combined effect costs).
+// what came back, admit what is new, keep the rest. A sync that adds units (an admit, a recall or a turn) is
+// one plan (Operation::kSync) of the window after all of them, so each instance is served once, for the
+// window the whole edit leaves (never more forwards than re-prefilling from the first change). A sync that
+// only removes or moves is its evictions and a reorder: edits, whose repairs the default policy defers to
+// the next read. Either way, under the window's policy.
 //
 //   std::vector<orbit::ChatMessage> messages = {{"system", "You are terse."}, {"user", "Read this file."}};
 //   orbit::SyncReport r = window.sync(messages);             // the window now holds the rendering
@@ -197,7 +199,8 @@ struct SyncPlan {
 // What Window::sync did.
 struct SyncReport {
   SyncPlan plan;                           // what it planned (units carry their instance ids)
-  std::vector<Plan> plans;                 // every window operation applied, in order
+  std::vector<Plan> plans;                 // every window operation applied, in order (one kSync plan when
+                                           // units were added; else the evictions and a reorder)
   std::vector<ApplyReport> reports;        // their reports, one per plan
   double forward_tokens = 0;               // Σ reports: critical-path token-forwards (repairs deferred to the
                                            // next read are counted there, not here)

@@ -16,6 +16,7 @@ const char* operation_name(Operation op) noexcept {
     case Operation::kRecondition: return "recondition";
     case Operation::kFlush: return "flush";
     case Operation::kHeal: return "heal";
+    case Operation::kSync: return "sync";
   }
   return "?";
 }

@@ -1,9 +1,10 @@
 // Window::sync / plan_sync and Engine::render_chat / tokenize_chat (orbit/sync.h): a message list rendered
 // with a chat template, cut into one unit per message where the tokens allow, and diffed against the
-// window into ordinary window operations (evict, reorder, recall, admit, add_turn), each planned and
-// applied through Window's public API under the window's policy.
+// window. A sync that adds units is one plan (Operation::kSync: the window after the sync as one Layout);
+// one that only removes or moves is its evictions and a reorder, edits under the window's policy.
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <unordered_map>
@@ -16,6 +17,7 @@
 #include "text/text_bound.h"
 #include "window/engine_core.h"
 #include "window/sync_render.h"
+#include "window/window_ops.h"
 #include "window/window_state.h"
 
 namespace orbit {
@@ -283,6 +285,78 @@ std::size_t oldest_chunks(const std::vector<InstanceInfo>& current, const std::v
   return k;
 }
 
+// The record a new chunk unit is served from: its chunk part's, or its text registered as a token chunk.
+const detail::ChunkRecord& unit_record(detail::EngineCore& core, const std::vector<ChatMessage>& messages,
+                                       const SyncUnit& unit) {
+  if (unit.chunk.valid()) return core.record(unit.chunk);
+  ChunkOptions co;
+  co.label = unit_label(messages, unit);
+  return core.record(core.add_tokens(unit.tokens, co));
+}
+
+// A recalled chunk's dependents placed after it are re-formed with it in their context (cascade_on_recall),
+// as Window::plan_recall does.
+void cascade_recalls(const detail::WindowState& s, const std::vector<InstanceId>& recalled, detail::Layout& l) {
+  if (!s.options.policy.cascade_on_recall) return;
+  std::set<InstanceId> listed;
+  for (InstanceId r : recalled) {
+    if (!s.graph.contains(r)) continue;
+    std::size_t at = 0;
+    while (l.slots[at].id != r) ++at;
+    std::set<InstanceId> after;
+    for (std::size_t i = at + 1; i < l.slots.size(); ++i) after.insert(l.slots[i].id);
+    for (InstanceId id : s.graph.dependents(r)) {
+      if (after.count(id) == 0 || !listed.insert(id).second) continue;
+      l.cascade.push_back(id);
+      for (detail::Slot& sl : l.slots) {
+        if (sl.id != id) continue;
+        sl.force = true;
+        sl.reason = "recall cascade: formed with a recalled chunk in its context";
+      }
+    }
+  }
+}
+
+// The window after a sync that adds units, as one Layout: the units in list order (kept instances at their
+// index, recalled chunks as their evicted instance, admitted chunks and turns as new instances), and the
+// evictions. Fills each unit's instance id.
+detail::Layout sync_layout(detail::WindowState& s, const std::vector<ChatMessage>& messages, SyncPlan& plan) {
+  detail::Layout l;
+  l.op = Operation::kSync;
+  l.reorder_relookup = plan.reorder;
+  l.change_reason = "messages synced";
+  std::vector<InstanceId> recalled;
+  for (SyncUnit& unit : plan.units) {
+    detail::Slot& sl = l.slots.emplace_back();
+    if (unit.action == SyncAction::kKeep) {
+      sl.existing = s.index_of(unit.instance);
+      sl.id = unit.instance;
+      continue;
+    }
+    if (unit.action == SyncAction::kTurn) {
+      sl.is_turn = true;
+      sl.turn_tokens = unit.tokens;
+      sl.id = unit.instance = s.core->next_instance_id();
+      continue;
+    }
+    sl.chunk = &unit_record(*s.core, messages, unit);
+    // A chunk evicted by an earlier operation comes back as its instance; one this sync evicts (its instance
+    // matched no unit: the rendering holds it elsewhere as another unit) is admitted anew.
+    const auto ev = unit.action == SyncAction::kRecall ? s.evicted.find(sl.chunk->ref.key) : s.evicted.end();
+    if (ev != s.evicted.end()) {
+      sl.id = unit.instance = ev->second.id;
+      sl.reason = "recall: fresh patch on its current earlier context";
+      recalled.push_back(sl.id);
+    } else {
+      sl.id = unit.instance = s.core->next_instance_id();
+    }
+  }
+  for (InstanceId id : plan.evict) l.evict.push_back(s.index_of(id));
+  std::sort(l.evict.begin(), l.evict.end());
+  cascade_recalls(s, recalled, l);
+  return l;
+}
+
 }  // namespace
 
 SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) const {
@@ -307,7 +381,6 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOpti
   report.plan = plan_sync(messages, options);
   SyncPlan& plan = report.plan;
   report.generation_prompt = plan.generation_prompt;
-  detail::EngineCore& core = *state_->core;
 
   const auto run = [&](const Plan& p, const char* what) -> const ApplyReport& {
     Result<ApplyReport> r = apply(p);
@@ -319,51 +392,24 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOpti
     return report.reports.back();
   };
 
+  if (plan.count(SyncAction::kKeep) != static_cast<int64_t>(plan.units.size())) {
+    // Units are added: one plan of the window after the sync, so each instance is served once, for the
+    // window the whole edit leaves.
+    const detail::Layout l = sync_layout(*state_, messages, plan);
+    run(detail::plan_layout(*state_, l), "sync");
+    if (plan.reorder) ++state_->reorders;  // a window whose agent moves content (Window::idle prepares moves)
+    return report;
+  }
+  // Only removals and moves: edits (their repairs wait for the next read under a deferring policy).
   // Evictions that are the window's oldest chunk instances leave in one slide; the others one by one.
   const std::size_t slid = oldest_chunks(instances(), plan.evict);
   if (slid > 0) run(plan_slide(static_cast<int64_t>(slid)), "slide");
   for (std::size_t k = slid; k < plan.evict.size(); ++k) run(plan_evict(plan.evict[k]), "evict");
-  // The kept instances into the list's order (one reorder; a duplicate added as a turn is put in place
-  // by the second one below).
   std::vector<InstanceId> kept;
-  for (const SyncUnit& u : plan.units) {
-    if (u.action == SyncAction::kKeep) kept.push_back(u.instance);
-  }
+  for (const SyncUnit& u : plan.units) kept.push_back(u.instance);
   std::vector<InstanceId> now;
   for (const InstanceInfo& i : instances()) now.push_back(i.id);
   if (kept != now) run(plan_reorder(kept), "reorder");
-
-  // New units, left to right, each before the next kept instance (or at the tail).
-  std::vector<InstanceId> next_kept(plan.units.size(), 0);
-  for (std::size_t u = plan.units.size(), next = 0; u-- > 0;) {
-    next_kept[u] = static_cast<InstanceId>(next);
-    if (plan.units[u].action == SyncAction::kKeep) next = plan.units[u].instance;
-  }
-  for (std::size_t u = 0; u < plan.units.size(); ++u) {
-    SyncUnit& unit = plan.units[u];
-    if (unit.action == SyncAction::kKeep) continue;
-    const ApplyReport* r = nullptr;
-    if (unit.action == SyncAction::kTurn) {
-      r = &run(plan_add_turn(unit.tokens), "add_turn");
-    } else {
-      ChunkRef ref = unit.chunk;  // a chunk part is its own chunk
-      if (!ref.valid()) {
-        ChunkOptions co;
-        co.label = unit_label(messages, unit);
-        ref = core.add_tokens(unit.tokens, co);
-      }
-      r = unit.action == SyncAction::kRecall ? &run(plan_recall(ref, next_kept[u]), "recall")
-                                             : &run(plan_admit(ref, next_kept[u]), "admit");
-    }
-    ORBIT_CHECK(!r->added.empty(), "sync: an operation added no instance");
-    unit.instance = r->added.front();
-  }
-
-  std::vector<InstanceId> order;
-  for (const SyncUnit& u : plan.units) order.push_back(u.instance);
-  now.clear();
-  for (const InstanceInfo& i : instances()) now.push_back(i.id);
-  if (order != now) run(plan_reorder(order), "reorder");
   return report;
 }
 
