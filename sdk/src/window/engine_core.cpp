@@ -113,9 +113,7 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
                   << options.pool_bytes << " holds " << po.num_pages << " pages, more than the pool's "
                   << std::numeric_limits<runtime::PageId>::max() << " page ids (raise page_size or lower pool_bytes)");
   pool_ = std::make_unique<SharedPool>(po);
-  planner::PrefixCacheOptions radix;
-  radix.capacity_tokens = po.num_pages * options.page_size;  // the KV memory the windows have
-  radix_ = std::make_unique<planner::RadixCache>(radix);
+  usage_ = std::make_unique<UsageMeter>(po.num_pages * options.page_size);  // the KV memory the windows have
   background_ = std::make_unique<BackgroundQueue>(options.background);
 }
 
@@ -570,35 +568,16 @@ runtime::ForwardInput EngineCore::input_for_tokens(const std::vector<int64_t>& t
 
 // ---- counters ------------------------------------------------------------------------------------
 
-void EngineCore::count(const Counters& d) {
-  std::lock_guard<std::mutex> lock(mu_);
-  counters_.canonicals_encoded += d.canonicals_encoded;
-  counters_.patches_formed += d.patches_formed;
-  counters_.patch_hits += d.patch_hits;
-  counters_.forward_tokens += d.forward_tokens;
-  counters_.background_forward_tokens += d.background_forward_tokens;
-  counters_.critical_seconds += d.critical_seconds;
-  counters_.background_seconds += d.background_seconds;
-  counters_.background_jobs += d.background_jobs;
-  counters_.media_found += d.media_found;
-  counters_.media_missed += d.media_missed;
-  counters_.prefix_cache_tokens += d.prefix_cache_tokens;
-  counters_.radix_cache_tokens += d.radix_cache_tokens;
-}
+void EngineCore::count(const Counters& d) { usage_->count(d); }
 
 int64_t EngineCore::radix_read(const std::vector<int64_t>& tokens, std::size_t prompt_tokens) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return radix_->read(tokens, prompt_tokens).forwarded;
+  return usage_->radix_read(tokens, prompt_tokens);
 }
 
 int64_t EngineCore::prefix_cache_read(const std::vector<planner::PrefixSpan>& window) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return prefix_ledger_.read(window);
+  return usage_->prefix_cache_read(window);
 }
 
-Counters EngineCore::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return counters_;
-}
+Counters EngineCore::counters() const { return usage_->counters(); }
 
 }  // namespace orbit::detail

@@ -8,12 +8,15 @@
 //              memory, rebuilt as patches are formed; its own lock
 //   pool       the KV pool windows keep their pages in, with its own lock (SharedPool, shared_pool.h):
 //              every page operation (create, append, fork, destroy, gather) is one of its methods
+//   usage      UsageMeter (usage_meter.h): the counters and the two yardsticks (prefix ledger, radix
+//              cache) windows are measured against; its own lock
 //   background the queue of canonical + patch formations left by first sights (background.h); close()
 //              stops it (cancels what is queued, joins the worker) before it closes the store
 //
-// Locking: mu_ guards the registry, the counters and the cost and fidelity models. The pool (SharedPool)
-// and the catalog (PatchCatalog) each have a lock of their own, taken only inside their methods, which never
-// call out: neither is ever held together with mu_ or with the other.
+// Locking: mu_ guards the registry (chunks, turn lengths) and the cost and fidelity models. The pool
+// (SharedPool), the catalog (PatchCatalog) and the usage meter (UsageMeter) each have a lock of their own,
+// taken only inside their methods, which never call out: none is ever held together with mu_ or with
+// another. The store, the reuse index and the background queue lock on their own too.
 //
 // Lifetime: every public Engine and Window operation holds an OpHold for its whole duration. close()
 // marks the engine closed (new holds throw "engine is closed"), waits until the holds in flight are
@@ -48,6 +51,7 @@
 #include "window/kv_state.h"
 #include "window/patch_catalog.h"
 #include "window/shared_pool.h"
+#include "window/usage_meter.h"
 #include "window/window_meta.h"
 
 namespace orbit::runtime {
@@ -60,22 +64,6 @@ namespace orbit::detail {
 struct ChunkTensors {
   at::Tensor embeddings;  // float32 [n, hidden]
   at::Tensor grid;        // int64 [rows, n] relative to its per-row minimum, or undefined
-};
-
-struct Counters {
-  int64_t canonicals_encoded = 0;
-  int64_t patches_formed = 0;
-  int64_t patch_hits = 0;
-  double forward_tokens = 0;             // every token-forward (critical and background)
-  double critical_forward_tokens = 0;    // reported by apply (informational; not summed into the above)
-  double background_forward_tokens = 0;  // of forward_tokens: run by background jobs
-  double critical_seconds = 0;           // wall time of apply() calls
-  double background_seconds = 0;
-  int64_t background_jobs = 0;
-  int64_t media_found = 0;  // find_media answered from a registration or the embedding cache
-  int64_t media_missed = 0;
-  double prefix_cache_tokens = 0;  // what a prefix cache would have forwarded for the same reads (PrefixLedger)
-  double radix_cache_tokens = 0;   // what a radix cache would have forwarded for the same model calls
 };
 
 // What a chunk's first sight leaves for the background: its conditioned KV (the exact in-context
@@ -268,9 +256,7 @@ class EngineCore {
   std::vector<std::string> chunk_order_;
   PatchCatalog catalog_;  // its own lock
   std::unordered_map<std::string, int64_t> turn_lengths_;
-  Counters counters_;
-  planner::PrefixLedger prefix_ledger_;         // under mu_
-  std::unique_ptr<planner::RadixCache> radix_;  // under mu_
+  std::unique_ptr<UsageMeter> usage_;  // counters and yardsticks, its own lock
   planner::CostModel cost_model_;
   planner::FidelityModel fidelity_model_;
   std::unique_ptr<BackgroundQueue> background_;
