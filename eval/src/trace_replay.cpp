@@ -290,7 +290,7 @@ class PolicyRun {
       }
       out.steps.push_back(std::move(r));
     }
-    out.fidelity_model = fidelity_model_;
+    out.fidelity_model = engine_->fidelity_model_description();
     out.yardstick_capacity_tokens = yardstick_.capacity_tokens();
     total(out);
     if (forms_patches(policy_)) {
@@ -315,6 +315,9 @@ class PolicyRun {
       t.background_forward_tokens += s.background_forward_tokens;
       t.heal_forward_tokens += s.heal_forward_tokens;
       t.prepare_forward_tokens += s.prepare_forward_tokens;
+      t.check_forward_tokens += s.check_forward_tokens;
+      t.fidelity_checks += s.check_kl >= 0 ? 1 : 0;
+      t.fidelity_correction = s.fidelity_correction;
       t.critical_seconds += s.critical_seconds;
       t.background_seconds += s.background_seconds;
       if (s.fidelity && s.predicted_kl >= 0) {
@@ -442,6 +445,8 @@ class PolicyRun {
     const EngineStats after = engine_->stats();
     r->heal_forward_tokens = idle.heal_forward_tokens;
     r->prepare_forward_tokens = idle.prepare_forward_tokens;
+    r->check_forward_tokens = idle.check_forward_tokens;
+    r->check_kl = idle.measured_kl;
     r->background_forward_tokens += after.background_forward_tokens - before.background_forward_tokens;
     r->forward_tokens += after.forward_tokens - before.forward_tokens;
     r->background_seconds += since(t0);
@@ -591,6 +596,7 @@ class PolicyRun {
         (policy_.heal_when_idle || policy_.prepare_recalls > 0 || policy_.prepare_moves > 0)) {
       use_idle_time(&r);
     }
+    r.fidelity_correction = engine_->stats().fidelity_correction;
     return r;
   }
 

@@ -78,8 +78,35 @@ double FidelityModel::sensitivity_factor(double sensitivity) const {
 double FidelityModel::predict(Loss kind, double feature, double share, double sensitivity) const {
   const double f = std::clamp(feature, 0.0, 1.0);
   const double s = std::clamp(share, 0.0, 1.0);
-  return coefficient(kind) * f * s * sensitivity_factor(sensitivity);
+  return scale_ * coefficient(kind) * f * s * sensitivity_factor(sensitivity);
 }
+
+FidelityModel FidelityModel::scaled(double scale) const {
+  ORBIT_CHECK(std::isfinite(scale) && scale > 0, "FidelityModel::scaled: scale must be finite and > 0, got " << scale);
+  FidelityModel m = *this;
+  m.scale_ = scale;
+  return m;
+}
+
+bool FidelityCorrection::observe(double measured_kl, double predicted_kl_unscaled) {
+  if (!std::isfinite(measured_kl) || !std::isfinite(predicted_kl_unscaled) || measured_kl < 0 ||
+      predicted_kl_unscaled < 0) {
+    return false;
+  }
+  if (measured_kl < kNegligibleKl && predicted_kl_unscaled < kNegligibleKl) return false;
+  // A prediction of (almost) nothing against a measured loss is a large miss, bounded like any other.
+  const double floor = kNegligibleKl / 10;
+  const double ratio = std::max(measured_kl, floor) / std::max(predicted_kl_unscaled, floor);
+  const double max_log = std::log(kMaxFactor);
+  const double log_ratio = std::clamp(std::log(ratio), -max_log, max_log);
+  const double weight = log_ratio > log_factor_ ? kWeightUp : kWeightDown;
+  log_factor_ = std::clamp((1 - weight) * log_factor_ + weight * log_ratio, 0.0, max_log);
+  last_ratio_ = ratio;
+  ++checks_;
+  return true;
+}
+
+double FidelityCorrection::factor() const { return std::exp(log_factor_); }
 
 std::string FidelityModel::describe() const {
   std::ostringstream out;
@@ -92,6 +119,10 @@ std::string FidelityModel::describe() const {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2e", reference_sensitivity_);
   out << ", s_ref " << buf;
+  if (scale_ != 1.0) {
+    std::snprintf(buf, sizeof buf, "%.2f", scale_);
+    out << ", correction x" << buf;
+  }
   return out.str();
 }
 

@@ -251,13 +251,21 @@ void init_types(py::module_& m) {
                     "The window's predicted KL before (policy.heal_min_kl decides on it).")
       .def_readonly("healed_instances", &IdleReport::healed_instances, "Instances the heal served again.")
       .def_readonly("heal_forward_tokens", &IdleReport::heal_forward_tokens, "Token-forwards of the heal.")
+      .def_readonly("checked", &IdleReport::checked,
+                    "True when the heal checked the fidelity model (a probe before and after it).")
+      .def_readonly("measured_kl", &IdleReport::measured_kl,
+                    "The check's KL: the probe on the approximate window against the healed one (-1: no check).")
+      .def_readonly("check_forward_tokens", &IdleReport::check_forward_tokens,
+                    "Token-forwards of the check's two probes (background).")
+      .def_readonly("fidelity_correction", &IdleReport::fidelity_correction,
+                    "The engine's fidelity correction after this call (EngineStats.fidelity_correction).")
       .def_readonly("recalls_prepared", &IdleReport::recalls_prepared,
                     "Evicted chunks whose patch for a recall to the tail was formed.")
       .def_readonly("moves_prepared", &IdleReport::moves_prepared,
                     "Chunks whose patch for a move behind the window's last chunk was formed.")
       .def_readonly("prepare_forward_tokens", &IdleReport::prepare_forward_tokens,
                     "Token-forwards of the prepared recalls and moves.")
-      .def_readonly("forward_tokens", &IdleReport::forward_tokens, "heal + prepare.")
+      .def_readonly("forward_tokens", &IdleReport::forward_tokens, "heal + check + prepare.")
       .def_readonly("seconds", &IdleReport::seconds, "Wall time.")
       .def("__repr__", [](const IdleReport& r) {
         std::ostringstream o;
@@ -406,6 +414,12 @@ void init_types(py::module_& m) {
                     "Of forward_tokens: those on the critical path (inside apply()).")
       .def_readonly("background_forward_tokens", &EngineStats::background_forward_tokens,
                     "Of forward_tokens: those run by background jobs (canonical encodes).")
+      .def_readonly("check_forward_tokens", &EngineStats::check_forward_tokens,
+                    "Of background_forward_tokens: the fidelity self-checks' probe forwards (Window.idle).")
+      .def_readonly("fidelity_correction", &EngineStats::fidelity_correction,
+                    "What every fidelity prediction is multiplied by, learned from the self-checks' measured / "
+                    "predicted KL (in [1, 64]; 1 until a check finds the model predicting too little).")
+      .def_readonly("fidelity_checks", &EngineStats::fidelity_checks, "Self-checks counted in fidelity_correction.")
       .def_readonly("prefix_cache_tokens", &EngineStats::prefix_cache_tokens,
                     "What a prefix cache would have forwarded on the critical path for the same window operations "
                     "(summed over windows): compare with critical_forward_tokens.")

@@ -335,8 +335,13 @@ struct StepResult {
   double background_forward_tokens = 0;         // of which in the background work the step queued
   double heal_forward_tokens = 0;               // of which healing the window after the step (Window::idle)
   double prepare_forward_tokens = 0;            // of which preparing recalls after the step (Window::idle)
-  double decode_tokens = 0;                     // generate / disposable: tokens decoded (not in forward_tokens)
-  double full_prefill_tokens = 0;               // a mutating step: the window's tokens (a full re-prefill); else 0
+  // Of which the fidelity self-check's probes (Window::idle; IdleReport::check_forward_tokens), with the KL
+  // it measured (-1: no check) and the engine's fidelity correction after the step.
+  double check_forward_tokens = 0;
+  double check_kl = -1;
+  double fidelity_correction = 1;
+  double decode_tokens = 0;        // generate / disposable: tokens decoded (not in forward_tokens)
+  double full_prefill_tokens = 0;  // a mutating step: the window's tokens (a full re-prefill); else 0
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;
   int64_t canonicals_encoded = 0;
@@ -411,6 +416,9 @@ struct PolicyTotals {
   double background_forward_tokens = 0;
   double heal_forward_tokens = 0;     // of the background: Window::idle's heals after generate steps
   double prepare_forward_tokens = 0;  // and its prepared recalls
+  double check_forward_tokens = 0;    // and its fidelity self-checks' probes
+  int64_t fidelity_checks = 0;        // steps whose idle time checked the fidelity model
+  double fidelity_correction = 1;     // the engine's correction after the last step (EngineStats)
   double critical_seconds = 0;
   double background_seconds = 0;
   double mean_predicted_kl = 0;  // over steps with fidelity and a plan
@@ -447,8 +455,10 @@ struct PolicyReplay {
   bool baseline = false;  // added as a baseline (not asked for)
   std::vector<StepResult> steps;
   PolicyTotals totals;
-  std::optional<OfflineReport> offline;   // patch-forming policies
-  std::string fidelity_model;             // the engine's fidelity model (FidelityModel::describe) it planned with
+  std::optional<OfflineReport> offline;  // patch-forming policies
+  // The engine's fidelity model (FidelityModel::describe) after the replay: what it planned with, and the
+  // self-checks' correction it ended with (", correction xF" when not 1).
+  std::string fidelity_model;
   int64_t yardstick_capacity_tokens = 0;  // the bounded yardsticks' KV budget: the engine's pool in tokens
   int64_t yardstick_block_tokens = 16;    // the block yardstick's block size
 };

@@ -133,6 +133,13 @@ struct EngineStats {
   double forward_tokens = 0;             // Σ over all windows' operations and background work
   double critical_forward_tokens = 0;    // of which on the critical path (inside apply())
   double background_forward_tokens = 0;  // of which in the background (canonical encodes, Window::heal)
+  // Of the background: the fidelity self-checks' probe forwards (Window::idle, IdleReport::measured_kl).
+  double check_forward_tokens = 0;
+  // The self-checks' correction of the fidelity model: every prediction plans make is multiplied by it
+  // (planner::FidelityCorrection: exp of an EMA of log(measured / predicted) over the checks, in [1, 64]).
+  // 1 until a check finds the model predicting too little.
+  double fidelity_correction = 1;
+  int64_t fidelity_checks = 0;  // checks counted in it
   // What a prefix cache would have forwarded on the critical path for the same window operations, summed
   // over windows (WindowStats::prefix_cache_tokens): compare with critical_forward_tokens.
   double prefix_cache_tokens = 0;

@@ -189,10 +189,18 @@ struct IdleReport {
   double predicted_kl = 0;       // the window's predicted KL before (WindowPolicy::heal_min_kl decides on it)
   int64_t healed_instances = 0;  // instances heal() served again
   double heal_forward_tokens = 0;
+  // The fidelity self-check that rides on the heal (Window::idle): the KL of a probe (the window's last
+  // tokens read again) on the approximate window against the same probe on the healed, exact one. -1 when
+  // no check ran. Its two probe forwards are check_forward_tokens.
+  bool checked = false;
+  double measured_kl = -1;
+  double check_forward_tokens = 0;
+  // The engine's correction of its fidelity model after this call (EngineStats::fidelity_correction).
+  double fidelity_correction = 1;
   int64_t recalls_prepared = 0;       // evicted chunks whose patch for a recall at the tail was formed
   int64_t moves_prepared = 0;         // chunks whose patch for a move behind the window's last chunk was formed
   double prepare_forward_tokens = 0;  // recalls and moves
-  double forward_tokens = 0;          // heal + prepare
+  double forward_tokens = 0;          // heal + check + prepare
   double seconds = 0;
 };
 
@@ -295,6 +303,12 @@ class Window {
   // KL is at least heal_min_kl, then prepare_recalls(policy().prepare_recalls), then, in a window that has
   // reordered at least once, prepare_moves(policy().prepare_moves). Call it whenever the agent waits (a tool
   // runs, the user types); orbit::replay calls it after every generate step.
+  // The heal checks the fidelity model on the way: the logits of a probe (the window's last 8 vocabulary
+  // ids read again after it) before and after the heal; their KL is the loss the window carried, measured,
+  // and the engine's correction (EngineStats::fidelity_correction) learns measured / predicted from it, so
+  // later plans predict more where the model predicted too little. A window below heal_min_kl that is not
+  // exact is checked (and so healed) every fourth such idle call, so under-prediction below the threshold is
+  // caught too. The probe's two forwards are background work (IdleReport::check_forward_tokens).
   IdleReport idle();
 
   // ---- messages (orbit/sync.h) ----

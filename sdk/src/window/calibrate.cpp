@@ -157,9 +157,25 @@ planner::CostModel EngineCore::cost_model() const {
   return cost_model_;
 }
 
+// The model as fitted (or the defaults), scaled by what the self-checks measured: every plan sees it so.
+// The model as fitted (or the defaults), scaled by what the self-checks measured: every plan sees it so.
 planner::FidelityModel EngineCore::fidelity_model() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return fidelity_model_;
+  return fidelity_model_.scaled(fidelity_checks_.correction.factor());
+}
+
+EngineCore::FidelityChecks EngineCore::fidelity_checks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fidelity_checks_;
+}
+
+void EngineCore::note_fidelity_check(double measured_kl, double predicted_kl, double forward_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // The window's prediction was made with the current factor (up to the checks since its plans): unscaled,
+  // it is what the model itself predicted.
+  planner::FidelityCorrection& c = fidelity_checks_.correction;
+  c.observe(measured_kl, predicted_kl / c.factor());
+  fidelity_checks_.forward_tokens += forward_tokens;
 }
 
 CalibrationReport EngineCore::calibrate() {

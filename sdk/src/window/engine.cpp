@@ -102,6 +102,10 @@ EngineStats Engine::stats() const {
   s.forward_tokens = c.forward_tokens;
   s.critical_forward_tokens = c.forward_tokens - c.background_forward_tokens;
   s.background_forward_tokens = c.background_forward_tokens;
+  const detail::EngineCore::FidelityChecks checks = core_->fidelity_checks();
+  s.check_forward_tokens = checks.forward_tokens;
+  s.fidelity_correction = checks.correction.factor();
+  s.fidelity_checks = checks.correction.checks();
   s.prefix_cache_tokens = c.prefix_cache_tokens;
   s.radix_cache_tokens = c.radix_cache_tokens;
   s.critical_seconds = c.critical_seconds;

@@ -184,7 +184,17 @@ class EngineCore {
 
   // ---- cost model ----
   planner::CostModel cost_model() const;
+  // The fitted (or default) model scaled by the self-checks' correction: what every plan predicts with.
   planner::FidelityModel fidelity_model() const;
+  // The self-checks (Window::idle): the correction they feed and the probe forwards they cost.
+  struct FidelityChecks {
+    planner::FidelityCorrection correction;
+    double forward_tokens = 0;
+  };
+  FidelityChecks fidelity_checks() const;
+  // One check: the KL a window's probe measured against an exact recompute, the window's predicted KL (its
+  // entries' sum, predicted with the correction of their plans) and the check's forwards.
+  void note_fidelity_check(double measured_kl, double predicted_kl, double forward_tokens);
   CalibrationReport calibrate();
 
   // ---- pool ----
@@ -259,6 +269,7 @@ class EngineCore {
   std::unique_ptr<UsageMeter> usage_;  // counters and yardsticks, its own lock
   planner::CostModel cost_model_;
   planner::FidelityModel fidelity_model_;
+  FidelityChecks fidelity_checks_;  // under mu_
   std::unique_ptr<BackgroundQueue> background_;
 
   std::atomic<uint64_t> next_instance_{0};

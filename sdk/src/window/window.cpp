@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -545,18 +546,73 @@ IdleReport Window::prepare_moves(int64_t max_chunks) {
   return out;
 }
 
+namespace {
+
+// The self-check's probe: the window's last kProbeTokens vocabulary ids (from its trailing turns and token
+// chunks; an embedding chunk ends the walk back), read again as a query. Cheap (a few forwards, no new
+// content), and representative of the read that comes next: its rows sit where the next query's will,
+// right after the window, and attend over all of the window's KV as that query's do (a repeat of the tail
+// also makes the model look back for the earlier occurrence, across the window). Empty when the window
+// ends in an embedding chunk or the probe would pass the model's positions.
+constexpr std::size_t kProbeTokens = 8;
+// A window below heal_min_kl that is not exact is checked (and healed) on every kSampleEvery-th idle call.
+constexpr int64_t kSampleEvery = 4;
+
+std::vector<int64_t> self_check_probe(const WindowState& s) {
+  std::vector<int64_t> reversed;
+  for (auto it = s.entries.rbegin(); it != s.entries.rend() && reversed.size() < kProbeTokens; ++it) {
+    if (!it->is_turn && it->chunk->ref.kind != ChunkKind::kTokens) break;
+    const std::vector<int64_t>& tokens = it->is_turn ? it->turn_tokens : it->chunk->tokens;
+    for (auto t = tokens.rbegin(); t != tokens.rend() && reversed.size() < kProbeTokens; ++t) {
+      reversed.push_back(*t);
+    }
+  }
+  int64_t extent = 0;
+  for (const Entry& e : s.entries) extent += e.extent;
+  if (extent + static_cast<int64_t>(reversed.size()) > s.core->config().max_position_embeddings) return {};
+  return {reversed.rbegin(), reversed.rend()};
+}
+
+// Heals the window (plan_heal + apply) and checks the fidelity model on the way (Window::idle says how):
+// the probe's logits before and after, their KL measured against the window's predicted KL.
+void heal_and_check(Window& w, WindowState& s, IdleReport& out) {
+  s.unchecked_idles = 0;
+  const Plan plan = w.plan_heal();
+  out.healed_instances = served_again(plan);
+  if (out.healed_instances == 0) return;
+  // A deferred repair would change the KV before the heal's plan reads it: no check then.
+  const std::vector<int64_t> probe = s.has_deferred() ? std::vector<int64_t>{} : self_check_probe(s);
+  std::optional<Logits> approx;
+  if (!probe.empty()) approx = detail::probe_logits(s, probe);
+  out.heal_forward_tokens = must(w.apply(plan)).forward_tokens;
+  if (!approx) return;
+  const Logits exact = detail::probe_logits(s, probe);
+  out.checked = true;
+  out.measured_kl = detail::probe_kl(exact, *approx);
+  out.check_forward_tokens = 2.0 * static_cast<double>(probe.size());
+  detail::Counters counted;  // the two probes: background forwards
+  counted.forward_tokens = out.check_forward_tokens;
+  counted.background_forward_tokens = out.check_forward_tokens;
+  s.core->count(counted);
+  s.forward_tokens += out.check_forward_tokens;
+  s.core->note_fidelity_check(out.measured_kl, out.predicted_kl, out.check_forward_tokens);
+}
+
+}  // namespace
+
 IdleReport Window::idle() {
   const detail::OpHold hold(*state_->core);
   const auto start = std::chrono::steady_clock::now();
   IdleReport out;
   const WindowPolicy& policy = state_->options.policy;
   for (const Entry& e : state_->entries) out.predicted_kl += e.predicted_kl;
-  // A window that carries (by prediction) less than heal_min_kl is left as it is; with a threshold of 0,
-  // anything not exact is healed (plan_heal keeps an exact window as it is).
-  if (policy.heal_when_idle && out.predicted_kl >= policy.heal_min_kl) {
-    const Plan plan = plan_heal();
-    out.healed_instances = served_again(plan);
-    if (out.healed_instances > 0) out.heal_forward_tokens = must(apply(plan)).forward_tokens;
+  // A window that carries (by prediction) less than heal_min_kl is left as it is, but for a sampled check
+  // on every kSampleEvery-th idle call that finds it so (and not exact: some loss predicted); with a
+  // threshold of 0, anything not exact is healed (plan_heal keeps an exact window as it is).
+  if (policy.heal_when_idle) {
+    const bool over = out.predicted_kl >= policy.heal_min_kl;
+    const bool sample = !over && out.predicted_kl > 0 && ++state_->unchecked_idles >= kSampleEvery;
+    if (over || sample) heal_and_check(*this, *state_, out);
   }
   if (policy.prepare_recalls > 0) {
     const IdleReport prepared = prepare_recalls(policy.prepare_recalls);
@@ -570,7 +626,8 @@ IdleReport Window::idle() {
     out.moves_prepared = prepared.moves_prepared;
     out.prepare_forward_tokens += prepared.prepare_forward_tokens;
   }
-  out.forward_tokens = out.heal_forward_tokens + out.prepare_forward_tokens;
+  out.forward_tokens = out.heal_forward_tokens + out.check_forward_tokens + out.prepare_forward_tokens;
+  out.fidelity_correction = state_->core->fidelity_checks().correction.factor();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }

@@ -46,4 +46,11 @@ Plan plan_flush(const WindowState& state);
 // run (the pool is full), leaving the window as it was.
 void run_deferred(WindowState& state, const char* what);
 
+// The fidelity self-check (Window::idle). The logits of every row of `probe` (vocabulary ids) read after
+// the window's KV as it holds it, at the positions right after the window; nothing is stored or counted
+// (the caller counts its probe.size() forwards as background). No deferred repair is run first.
+Logits probe_logits(const WindowState& state, const std::vector<int64_t>& probe);
+// Mean over rows of KL(softmax(exact) ‖ softmax(approx)), nats, float64 (runtime::mean_kl).
+double probe_kl(const Logits& exact, const Logits& approx);
+
 }  // namespace orbit::detail

@@ -175,6 +175,28 @@ int64_t Logits::argmax(int64_t i) const {
   return best;
 }
 
+namespace detail {
+
+Logits probe_logits(const WindowState& state, const std::vector<int64_t>& probe) {
+  check_query(state, probe, "self-check probe");
+  int64_t start = 0;
+  const runtime::PastKV past = read_past(*state.core, all_entries(state), &start);
+  return to_logits(run(*state.core, past, start, probe, true));
+}
+
+double probe_kl(const Logits& exact, const Logits& approx) {
+  ORBIT_CHECK(
+      exact.rows == approx.rows && exact.vocab == approx.vocab && exact.rows > 0,
+      "probe_kl: logits of " << exact.rows << "x" << exact.vocab << " against " << approx.rows << "x" << approx.vocab);
+  c10::InferenceMode guard;
+  const auto as_tensor = [](const Logits& l) {
+    return at::from_blob(const_cast<float*>(l.values.data()), {l.rows, l.vocab}, at::kFloat);
+  };
+  return runtime::mean_kl(as_tensor(exact), as_tensor(approx));
+}
+
+}  // namespace detail
+
 Logits Window::logits(const std::vector<int64_t>& query, bool all_rows) const {
   const detail::OpHold hold(*state_->core);
   check_query(*state_, query, "logits");

@@ -51,7 +51,8 @@ struct WindowState {
   double prefix_cache_tokens = 0;      // what a prefix cache would have forwarded for the same reads
   double radix_cache_tokens = 0;       // what a radix cache would have forwarded for the same model calls
   int64_t operations = 0;
-  int64_t reorders = 0;  // reorders applied (Window::idle prepares moves only for a window that reorders)
+  int64_t reorders = 0;         // reorders applied (Window::idle prepares moves only for a window that reorders)
+  int64_t unchecked_idles = 0;  // idle calls since the last self-check that found the window below heal_min_kl
 
   ~WindowState();                           // releases pages under the engine's pool lock
   bool has_deferred() const;                // an instance's repair waits (WindowPolicy::defer_repairs)

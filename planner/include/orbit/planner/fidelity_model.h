@@ -52,7 +52,12 @@
 // than this predicts. On the shipped agent traces the predictions err high (replay's pred/meas: 1.6x to
 // 9x), on the random-token traces low.
 //
-// Thread-safety: an immutable value; const methods may be called concurrently.
+// A measured correction (FidelityCorrection below) scales every prediction: where the engine's self-checks
+// (Window::idle) measured more loss than the model predicted, scale() > 1 makes every later plan see its
+// approximate actions as that much more lossy, so a budget buys exact actions sooner.
+//
+// Thread-safety: an immutable value; const methods may be called concurrently (FidelityCorrection: a plain
+// value its owner guards).
 #pragma once
 
 #include <array>
@@ -105,15 +110,58 @@ class FidelityModel {
   double reference_sensitivity() const { return reference_sensitivity_; }
   // (sensitivity / reference)^kSensitivityExponent clamped to [1/8, 8]; 1 when sensitivity < 0 (unknown).
   double sensitivity_factor(double sensitivity) const;
-  // coefficient(kind) · feature · share · sensitivity_factor(sensitivity), with feature and share clamped
-  // to [0, 1].
+  // scale() · coefficient(kind) · feature · share · sensitivity_factor(sensitivity), with feature and share
+  // clamped to [0, 1].
   double predict(Loss kind, double feature, double share, double sensitivity = -1) const;
-  std::string describe() const;  // "keep 3.1e-02 (fitted), blind 8.0e-02 (default), ..., s_ref 1.2e-02"
+  // The measured correction every prediction is multiplied by (1 = the model as fitted).
+  double scale() const { return scale_; }
+  // This model with scale() = `scale` (finite, > 0; throws orbit::Error otherwise).
+  FidelityModel scaled(double scale) const;
+  // "keep 3.1e-02 (fitted), blind 8.0e-02 (default), ..., s_ref 1.2e-02" (", correction x2.40" when scaled)
+  std::string describe() const;
 
  private:
   std::array<double, kLossKinds> coef_{};
   std::array<bool, kLossKinds> fitted_{};
   double reference_sensitivity_ = 0;
+  double scale_ = 1.0;
+};
+
+// The engine's correction of its fidelity model from self-checks: each check (Window::idle) measures the
+// KL a window's approximate KV carried on a probe against an exact recompute and compares it with what the
+// model predicted for that window. factor() = exp(an exponential moving average of log(measured /
+// predicted)), the state clamped to [0, log kMaxFactor]:
+//   - log space, because the model's misses are multiplicative (replay's pred/meas spans 1/9x to 9x) and
+//     one large miss should not swamp the average as it would a mean of ratios;
+//   - at least 1, so checks that found the model pessimistic never make the planner less careful than
+//     the fitted model (a lucky probe, where the approximated rows happen not to matter, would otherwise
+//     loosen every later plan; over-prediction only costs forwards, under-prediction costs fidelity);
+//   - at most kMaxFactor, so one probe on a window whose prediction was next to nothing cannot make every
+//     approximation look prohibitive (64x the default model's keep loss still leaves tail-end keeps of
+//     short turns affordable under the default budget).
+// A check where both the measured and the predicted KL are below kNegligibleKl says nothing (both agree
+// the loss is negligible) and is not counted. The prediction is compared unscaled: the window's predicted
+// KL divided by the factor the plans were made with, so the average tracks the model, not itself.
+class FidelityCorrection {
+ public:
+  static constexpr double kMaxFactor = 64.0;
+  // The EMA's weight of the newest check: a check that finds the model predicting more loss than the
+  // factor allows for moves it half way there, one that finds less a twentieth of the way, so the factor
+  // follows the high end of the ratios (the budget is kept per step, not on average).
+  static constexpr double kWeightUp = 0.5;
+  static constexpr double kWeightDown = 0.05;
+  static constexpr double kNegligibleKl = 1e-5;  // nats
+  // Records one check; false (nothing changed) when it says nothing (see above) or a value is not finite
+  // or negative.
+  bool observe(double measured_kl, double predicted_kl_unscaled);
+  double factor() const;                             // in [1, kMaxFactor]
+  int64_t checks() const { return checks_; }         // checks counted
+  double last_ratio() const { return last_ratio_; }  // measured / predicted of the last one counted (0: none)
+
+ private:
+  double log_factor_ = 0;
+  int64_t checks_ = 0;
+  double last_ratio_ = 0;
 };
 
 }  // namespace orbit::planner
