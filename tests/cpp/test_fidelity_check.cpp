@@ -86,9 +86,9 @@ TEST_CASE("self-check: a window measured worse than predicted raises the correct
   const Scenario sc = make_scenario(*engine, 4);
   // heal=0: any approximate window is healed (and checked) in idle time. noreuse: the twin would otherwise
   // load the KV the heal computed (exact reuse) and predict nothing.
-  Window w = window_with(*engine, "patch:16:heal=0:noreuse:eager");
+  Window w = window_with(*engine, "patch:16:heal=0:noreuse:check:eager");
   fill(*engine, w, sc);
-  Window twin = window_with(*engine, "patch:16:heal=0:noreuse:eager");
+  Window twin = window_with(*engine, "patch:16:heal=0:noreuse:check:eager");
   fill(*engine, twin, sc);
   const InstanceId middle = twin.instances()[1].id;
   const double planned_before = twin.plan_evict(middle).predicted_kl;
@@ -129,7 +129,7 @@ TEST_CASE("self-check: below heal_min_kl, a window that is not exact is checked 
   auto engine = test::open_stories_small_pages(BackgroundMode::kDeferred);
   const Scenario sc = make_scenario(*engine, 12);
   // A threshold no prediction reaches: only the sampled check heals.
-  Window w = window_with(*engine, "patch:16:heal=10:eager");
+  Window w = window_with(*engine, "patch:16:heal=10:check:eager");
   fill(*engine, w, sc);
   w.evict(w.instances()[0].id);
   const double critical = engine->stats().critical_forward_tokens;
@@ -151,3 +151,21 @@ TEST_CASE("self-check: below heal_min_kl, a window that is not exact is checked 
   CHECK_FALSE(again.checked);
 }
 
+TEST_CASE("self-check is opt-in: without :check an idle heal measures nothing and the correction stays 1",
+          "[window][idle][fidelity]") {
+  auto engine = test::open_stories_small_pages(BackgroundMode::kDeferred);
+  const Scenario sc = make_scenario(*engine, 4);
+  Window w = window_with(*engine, "patch:16:heal=0:noreuse:eager");
+  CHECK_FALSE(w.policy().self_check);
+  CHECK(parse_policy("patch:16:check").self_check);
+  CHECK(parse_policy(parse_policy("patch:16:kl=0.003:heal:check").name()).self_check);
+  CHECK_FALSE(parse_policy("default").self_check);
+  fill(*engine, w, sc);
+  w.evict(w.instances()[1].id);
+  const IdleReport r = w.idle();
+  CHECK(r.healed_instances > 0);
+  CHECK_FALSE(r.checked);
+  CHECK(r.check_forward_tokens == 0);
+  CHECK(engine->stats().fidelity_checks == 0);
+  CHECK(engine->stats().fidelity_correction == 1.0);
+}

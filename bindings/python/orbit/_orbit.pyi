@@ -57,6 +57,7 @@ class Operation(_Enum):
     recondition: "Operation"
     flush: "Operation"
     heal: "Operation"
+    sync: "Operation"
 
 class StepAction(_Enum):
     """What a plan step does to one instance."""
@@ -236,6 +237,15 @@ class IdleReport:
     def moves_prepared(self) -> int: ...
     @property
     def prepare_forward_tokens(self) -> float: ...
+    @property
+    def checked(self) -> bool:
+        """The heal measured the loss the window carried (WindowPolicy.self_check)."""
+    @property
+    def measured_kl(self) -> float: ...
+    @property
+    def check_forward_tokens(self) -> float: ...
+    @property
+    def fidelity_correction(self) -> float: ...
     @property
     def forward_tokens(self) -> float: ...
     @property
@@ -433,6 +443,14 @@ class EngineStats:
     def background_seconds(self) -> float:
         """Wall time of background jobs."""
     @property
+    def check_forward_tokens(self) -> float:
+        """Background token-forwards of the self-check's probes (WindowPolicy.self_check)."""
+    @property
+    def fidelity_correction(self) -> float:
+        """The factor the engine scales its fidelity model's predictions by (1 until a self-check raises it)."""
+    @property
+    def fidelity_checks(self) -> int: ...
+    @property
     def background_jobs(self) -> int: ...
     @property
     def background_pending(self) -> int:
@@ -608,6 +626,7 @@ class WindowPolicy:
         defer_repairs: bool = ...,
         heal_when_idle: bool = ...,
         heal_min_kl: float = ...,
+        self_check: bool = ...,
         prepare_recalls: int = ...,
         prepare_moves: int = ...,
     ) -> None: ...
@@ -630,6 +649,7 @@ class WindowPolicy:
     defer_repairs: bool
     heal_when_idle: bool
     heal_min_kl: float
+    self_check: bool
     prepare_recalls: int
     prepare_moves: int
     @property

@@ -123,6 +123,7 @@ const std::map<std::string, Setter>& setters() {
       {"kl_budget", [](WindowPolicy& p, py::handle v) { p.kl_budget = number(v, "kl_budget", 0, 1e9, false); }},
       {"defer_repairs", [](WindowPolicy& p, py::handle v) { p.defer_repairs = boolean(v, "defer_repairs"); }},
       {"heal_when_idle", [](WindowPolicy& p, py::handle v) { p.heal_when_idle = boolean(v, "heal_when_idle"); }},
+      {"self_check", [](WindowPolicy& p, py::handle v) { p.self_check = boolean(v, "self_check"); }},
       {"heal_min_kl", [](WindowPolicy& p, py::handle v) { p.heal_min_kl = number(v, "heal_min_kl", 0, 1e9, false); }},
       {"prepare_recalls", [](WindowPolicy& p, py::handle v) { p.prepare_recalls = count(v, "prepare_recalls"); }},
       {"prepare_moves", [](WindowPolicy& p, py::handle v) { p.prepare_moves = count(v, "prepare_moves"); }},
@@ -219,6 +220,10 @@ void init_policy(py::module_& m) {
         "The window wants Window.heal() whenever the agent waits (a tool runs, the user types): what operations\n"
         "approximated is prefilled again off the critical path. On in the default policy (spec modifier ':heal');\n"
         "orbit.replay heals after every generate step.");
+  field(c, "self_check", &WindowPolicy::self_check,
+        "Idle-time heals measure the loss the window carried (a probe read before and after) and the engine\n"
+        "scales its fidelity model's predictions by measured / predicted (never below 1). Off by default; spec\n"
+        "modifier ':check'. The probe's forwards are background work.");
   field(c, "heal_min_kl", &WindowPolicy::heal_min_kl,
         "Heal in idle time only when the window's predicted KL (what its approximate instances carry) is at least\n"
         "this; 0 = whenever an instance is not exact. Spec modifier ':heal=X'; the default policy: budget / 10.");
@@ -254,7 +259,7 @@ void init_policy(py::module_& m) {
                a.recompute_ratio == b.recompute_ratio && a.first_k == b.first_k && a.kl_budget == b.kl_budget &&
                a.defer_repairs == b.defer_repairs && a.heal_when_idle == b.heal_when_idle &&
                a.heal_min_kl == b.heal_min_kl && a.prepare_recalls == b.prepare_recalls &&
-               a.prepare_moves == b.prepare_moves;
+               a.prepare_moves == b.prepare_moves && a.self_check == b.self_check;
       },
       py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {

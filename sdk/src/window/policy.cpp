@@ -105,6 +105,8 @@ bool parse_idle_modifier(const std::string& spec, const std::string& part, Windo
   } else if (part.rfind("prep=", 0) == 0) {
     p.prepare_recalls = parse_count(spec, part.substr(5), "prep",
                                     "prep (recalls prepared in idle time) must be a non-negative integer");
+  } else if (part == "check") {
+    p.self_check = true;
   } else if (part.rfind("move=", 0) == 0) {
     p.prepare_moves =
         parse_count(spec, part.substr(5), "move",
@@ -271,6 +273,7 @@ std::string WindowPolicy::name() const {
       }
       if (prepare_recalls > 0) s << ":prep=" << prepare_recalls;
       if (prepare_moves > 0) s << ":move=" << prepare_moves;
+      if (self_check) s << ":check";
       return s.str();
     case MissAction::kReprefill:
       if (kl_budget > 0) {

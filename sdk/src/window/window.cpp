@@ -573,15 +573,16 @@ std::vector<int64_t> self_check_probe(const WindowState& s) {
   return {reversed.rbegin(), reversed.rend()};
 }
 
-// Heals the window (plan_heal + apply) and checks the fidelity model on the way (Window::idle says how):
+// Heals the window (plan_heal + apply) and, when `check` (WindowPolicy::self_check), checks the fidelity model
+// on the way (Window::idle says how):
 // the probe's logits before and after, their KL measured against the window's predicted KL.
-void heal_and_check(Window& w, WindowState& s, IdleReport& out) {
+void heal_and_check(Window& w, WindowState& s, IdleReport& out, bool check) {
   s.unchecked_idles = 0;
   const Plan plan = w.plan_heal();
   out.healed_instances = served_again(plan);
   if (out.healed_instances == 0) return;
   // A deferred repair would change the KV before the heal's plan reads it: no check then.
-  const std::vector<int64_t> probe = s.has_deferred() ? std::vector<int64_t>{} : self_check_probe(s);
+  const std::vector<int64_t> probe = !check || s.has_deferred() ? std::vector<int64_t>{} : self_check_probe(s);
   std::optional<Logits> approx;
   if (!probe.empty()) approx = detail::probe_logits(s, probe);
   out.heal_forward_tokens = must(w.apply(plan)).forward_tokens;
@@ -611,8 +612,8 @@ IdleReport Window::idle() {
   // threshold of 0, anything not exact is healed (plan_heal keeps an exact window as it is).
   if (policy.heal_when_idle) {
     const bool over = out.predicted_kl >= policy.heal_min_kl;
-    const bool sample = !over && out.predicted_kl > 0 && ++state_->unchecked_idles >= kSampleEvery;
-    if (over || sample) heal_and_check(*this, *state_, out);
+    const bool sample = policy.self_check && !over && out.predicted_kl > 0 && ++state_->unchecked_idles >= kSampleEvery;
+    if (over || sample) heal_and_check(*this, *state_, out, policy.self_check);
   }
   if (policy.prepare_recalls > 0) {
     const IdleReport prepared = prepare_recalls(policy.prepare_recalls);
