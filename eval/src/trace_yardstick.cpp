@@ -4,12 +4,6 @@ namespace orbit::trace_detail {
 
 namespace {
 
-planner::PrefixCacheOptions budget(int64_t capacity_tokens) {
-  planner::PrefixCacheOptions o;
-  o.capacity_tokens = capacity_tokens;
-  return o;
-}
-
 bool reads_window_before(TraceOp op) { return op == TraceOp::kGenerate || op == TraceOp::kDisposable; }
 
 bool reads_window_after(TraceOp op) { return op == TraceOp::kAdmit || op == TraceOp::kRecall || op == TraceOp::kTurn; }
@@ -18,9 +12,9 @@ bool reads_window_after(TraceOp op) { return op == TraceOp::kAdmit || op == Trac
 
 ReplayYardstick::ReplayYardstick(int64_t capacity_tokens)
     : capacity_(capacity_tokens),
-      radix_(budget(capacity_tokens)),
+      radix_(planner::PrefixCacheOptions{capacity_tokens}),
       radix_unbounded_(),
-      blocks_(budget(capacity_tokens)) {}
+      blocks_(planner::PrefixCacheOptions{capacity_tokens}) {}
 
 void ReplayYardstick::before(const TraceStep& step, const Window& window) {
   before_.clear();

@@ -2,17 +2,7 @@
 
 namespace orbit::detail {
 
-namespace {
-
-planner::PrefixCacheOptions radix_options(int64_t capacity_tokens) {
-  planner::PrefixCacheOptions o;
-  o.capacity_tokens = capacity_tokens;
-  return o;
-}
-
-}  // namespace
-
-UsageMeter::UsageMeter(int64_t radix_capacity_tokens) : radix_(radix_options(radix_capacity_tokens)) {}
+UsageMeter::UsageMeter(int64_t radix_capacity_tokens) : radix_(planner::PrefixCacheOptions{radix_capacity_tokens}) {}
 
 void UsageMeter::count(const Counters& d) {
   std::lock_guard<std::mutex> lock(mu_);
