@@ -1,0 +1,90 @@
+"""bench/replay/convert_real.py on the real agent trajectories kept beside the repository (../shared/traces):
+every trace it writes loads with the bindings' trace loader, carries the window edits its framework made
+(stubs and pages replaced mid-context, reflections on a side branch, append-only history), and one replays.
+Skips where the trajectories are not on this machine."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CONVERTER = REPO / "bench" / "replay" / "convert_real.py"
+CANDIDATES = [REPO.parent / "shared" / "traces", pathlib.Path("/work/shared/traces")]
+
+
+def sources_dir():
+    return next((p for p in CANDIDATES if (p / "sources").is_dir()), None)
+
+
+@pytest.fixture(scope="module")
+def converted(orbit, stories260k_path, tmp_path_factory):
+    """Runs the converter once into a temporary folder; returns {trace name: (trace dict, printed line)}."""
+    sources = sources_dir()
+    if sources is None:
+        pytest.skip("the real trajectories are not here: none of " + ", ".join(map(str, CANDIDATES)))
+    out = tmp_path_factory.mktemp("real-traces")
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(orbit.__file__).resolve().parents[1]), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(CONVERTER), "--sources", str(sources), "--out", str(out),
+                           "--model", str(stories260k_path)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = {line.split(":")[0]: line for line in done.stdout.splitlines()}
+    traces = {p.stem: (orbit.load_trace(str(p)), lines.get(p.stem)) for p in sorted(out.glob("*.json"))}
+    return traces, out
+
+
+def ops(trace):
+    return [s["op"] for s in trace["steps"]]
+
+
+def test_every_written_trace_loads_and_was_reported(converted):
+    traces, _ = converted
+    names = sorted(traces)
+    assert any(n.startswith("real-swe-agent") for n in names)
+    assert "real-openhands-browsing" in names
+    assert any(n.startswith("real-webshop") for n in names)
+    assert len([n for n in names if n.startswith("real-reflexion-q")]) == 4
+    for name, (trace, line) in traces.items():
+        assert trace["format"] == "orbit-trace/1" and trace["name"] == name
+        assert line is not None, f"no line printed for {name}"
+        calls = int(line.split(": ")[1].split(" calls")[0])
+        assert ops(trace).count("generate") == calls, name
+        assert "cut to" in trace["description"], name
+
+
+def test_the_frameworks_edits_are_in_the_traces(converted):
+    traces, _ = converted
+    swe = next(t for n, (t, _) in traces.items() if n.startswith("real-swe-agent"))
+    # a tool output replaced by its stub where it stood: an eviction, then an admission before a later piece
+    assert "evict" in ops(swe) and any(s["op"] == "admit" and "before" in s for s in swe["steps"])
+    page = traces["real-openhands-browsing"][0]
+    assert any(s["op"] == "admit" and s["chunk"].endswith("-page") and "before" in s for s in page["steps"])
+    webshop = next(t for n, (t, _) in traces.items() if n.startswith("real-webshop"))
+    assert set(ops(webshop)) == {"admit", "generate"}, "WebShop's history is append-only"
+    for name, (trace, _) in traces.items():
+        if name.startswith("real-reflexion-q"):
+            assert {"fork", "drop", "evict"} <= set(ops(trace)), name
+            assert any(s["op"] == "admit" and s["chunk"].endswith("-reflection") and "before" in s
+                       for s in trace["steps"]), name
+
+
+def test_the_converter_is_deterministic(converted, orbit, stories260k_path, tmp_path):
+    traces, out = converted
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(orbit.__file__).resolve().parents[1]))
+    subprocess.run([sys.executable, str(CONVERTER), "--sources", str(sources_dir()), "--out", str(tmp_path),
+                    "--model", str(stories260k_path)], check=True, capture_output=True, env=env, timeout=300)
+    for path in sorted(out.glob("*.json")):
+        assert (tmp_path / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_a_converted_trace_replays(converted, orbit_cli, stories260k_path):
+    _, out = converted
+    trace = next(out.glob("real-webshop-*.json"))
+    done = subprocess.run([str(orbit_cli), "replay", str(trace), "--model", str(stories260k_path), "--policy",
+                           "default", "--no-fidelity", "--json", "-", "--quiet"], capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert all(s["status"] == "ok" for p in report["policies"] for s in p["steps"])
