@@ -30,7 +30,7 @@ double recency_weight(int64_t length, int64_t tokens_to_end) noexcept {
 
 double keep_change(double delta_tokens, double gap_tokens) noexcept {
   if (delta_tokens <= 0) return 0.0;
-  return std::pow(std::min(1.0, delta_tokens / (delta_tokens + std::max(gap_tokens, 0.0))), kRecencyExponent);
+  return std::pow(std::min(1.0, delta_tokens / (delta_tokens + std::max(gap_tokens, 0.0))), kKeepChangeExponent);
 }
 
 double truncation_stand_in(double rank, double full_rank) noexcept {
@@ -40,8 +40,8 @@ double truncation_stand_in(double rank, double full_rank) noexcept {
 
 FidelityModel::FidelityModel() {
   // KL per unit of f·w at the reference sensitivity: what Engine::calibrate() fits on the bundled
-  // stories260K (3 seeds).
-  coef_ = {0.0266, 0.0284, 0.0080, 0.061, 0.115, 0.038, 0.0305};
+  // stories260K (`orbit replay tests/data/traces/lookback.json --calibrate` prints it).
+  coef_ = {0.00841, 0.0274, 0.0075, 0.0396, 0.104, 0.0373, 0.0300};
   reference_sensitivity_ = 7.9e-3;
   fitted_.fill(false);
 }
@@ -72,7 +72,9 @@ FidelityModel FidelityModel::fit(const std::vector<FidelitySample>& samples, dou
 
 double FidelityModel::sensitivity_factor(double sensitivity) const {
   if (!(sensitivity >= 0) || !(reference_sensitivity_ > 0)) return 1.0;
-  return std::clamp(std::pow(sensitivity / reference_sensitivity_, kSensitivityExponent), 0.125, 8.0);
+  const double r = sensitivity / reference_sensitivity_;
+  if (r <= 1) return std::max(std::pow(r, kSensitivityExponent), kMinSensitivityFactor);
+  return std::min(r, kMaxSensitivityFactor);
 }
 
 double FidelityModel::predict(Loss kind, double feature, double share, double sensitivity) const {

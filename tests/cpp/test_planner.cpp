@@ -400,7 +400,8 @@ TEST_CASE("fidelity model: least squares per kind, the truncation stand-in, bad 
   CHECK(truncation_stand_in(4, 0) == 0.0);
   CHECK_THROWS_WITH(FidelityModel::fit({{Loss::kBlind, 1, 0.1}, {Loss::kStale, -1, 0.1}}),
                     Contains("sample 1 (stale)"));
-  // The sensitivity factor: 1 when unknown or at the reference, (s / s_ref)^0.4 between, within [1/8, 8].
+  // The sensitivity factor: 1 when unknown or at the reference, (s / s_ref)^0.4 below it, s / s_ref above,
+  // within [1/8, 64].
   CHECK(m.reference_sensitivity() == defaults.reference_sensitivity());  // no reference given: the default
   CHECK(defaults.reference_sensitivity() > 0);
   const FidelityModel r = FidelityModel::fit({{Loss::kBlind, 0.5, 0.01}}, 0.01);
@@ -409,7 +410,8 @@ TEST_CASE("fidelity model: least squares per kind, the truncation stand-in, bad 
   CHECK(r.sensitivity_factor(0.01) == Approx(1.0));
   CHECK(r.sensitivity_factor(0.001) == Approx(std::pow(0.1, kSensitivityExponent)));
   CHECK(r.sensitivity_factor(1e-12) == 0.125);
-  CHECK(r.sensitivity_factor(1e6) == 8.0);
+  CHECK(r.sensitivity_factor(0.05) == Approx(5.0));
+  CHECK(r.sensitivity_factor(1e6) == kMaxSensitivityFactor);
   CHECK(r.predict(Loss::kBlind, 1.0, 1.0, 0.001) == Approx(0.02 * std::pow(0.1, kSensitivityExponent)));
   CHECK(r.predict(Loss::kBlind, 1.0, 1.0) == Approx(0.02));
   CHECK_THAT(r.describe(), Contains("s_ref 1.00e-02"));

@@ -116,6 +116,14 @@ class Keep final : public ServeAction {
     } else if (in.context_change > 0) {
       s.predicted_kl += in.fidelity.predict(planner::Loss::kKeep, in.context_change, in.weight, in.sensitivity);
     }
+    // Formed with nothing before it, its KV is the canonical: wherever it sits now behind content, it is
+    // served blind, and loses at least what blind reuse is predicted to (the keep loss is calibrated on
+    // instances that keep part of what they were formed behind).
+    if (in.old->formed_on_tokens == 0 && in.position > 0) {
+      s.predicted_kl =
+          std::max(s.predicted_kl, in.old->kl_per_weight * in.weight +
+                                       in.fidelity.predict(planner::Loss::kBlind, 1.0, in.weight, in.sensitivity));
+    }
     return s;
   }
 };
