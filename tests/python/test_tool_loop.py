@@ -61,6 +61,7 @@ def test_the_loop_runs_every_operation(tool_loop, stories260k_path):
     report = tool_loop.run(stories260k_path, steps=16, keep=2, speculate=3, seed=0, on_step=check)
     assert checked == list(range(16))
     assert max(report.max_logit_error) <= 5e-4  # the default policy re-conditions survivors
+    assert len(report.kl) == report.steps and max(report.kl) <= 1e-6  # and its KL says so too
     ops = report.operations
     assert report.steps == 16 and len(report.max_logit_error) == 16
     assert ops["sync"] >= 16

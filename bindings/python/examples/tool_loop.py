@@ -63,6 +63,7 @@ except ImportError:  # running from a checkout: use a build tree's package when 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 DEFAULT_MODEL = REPO / "models" / "stories260K" / "stories260K.bin"
 TOOLS = ("open_page", "go_back", "search")
+KL_BUDGET = 0.003  # the default policy's per-step budget (kDefaultKlBudget, sdk/include/orbit/policy.h)
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Report:
     prefix_tokens: float = 0.0            # the same lists synced on a prefix cache (the shadow `prefix` window)
     reprefill_tokens: float = 0.0         # no cache: a full re-prefill of the window at every step
     max_logit_error: list = field(default_factory=list)  # per step: vs. a re-prefill of the same window
+    kl: list = field(default_factory=list)               # per step: mean KL(re-prefill || window) over the rows
     window_tokens: list = field(default_factory=list)    # per step
     seconds_per_step: list = field(default_factory=list)
     final_instances: list = field(default_factory=list)  # labels, in window order
@@ -160,6 +162,15 @@ def observe(messages: list[dict], observation: orbit.ChunkRef, keep: int) -> lis
 
 def is_screenshot(chunk: orbit.ChunkRef | None) -> bool:
     return chunk is not None and chunk.kind == orbit.ChunkKind.embeddings
+
+
+def mean_kl(reference: np.ndarray, logits: np.ndarray) -> float:
+    """KL(reference || window) of the next-token distributions, in nats, averaged over the query's rows."""
+    def log_softmax(x):
+        z = x - x.max(axis=-1, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    lp, lq = log_softmax(reference.astype(np.float64)), log_softmax(logits.astype(np.float64))
+    return float((np.exp(lp) * (lp - lq)).sum(axis=-1).mean())
 
 
 def confidence(logits: np.ndarray) -> float:
@@ -273,9 +284,11 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
                     report.operations["drop"] += 1
             # 5. measure: cost vs. a re-prefill, fidelity vs. a re-prefill
             report.reprefill_tokens += window.tokens
-            error = np.abs(ready(window).logits(query, all_rows=True) -
-                           window.reference_logits(query, all_rows=True)).max()
+            held = ready(window).logits(query, all_rows=True)
+            reference = window.reference_logits(query, all_rows=True)
+            error = np.abs(held - reference).max()
             report.max_logit_error.append(float(error))
+            report.kl.append(mean_kl(reference, held))
             report.window_tokens.append(window.tokens)
             report.seconds_per_step.append(time.perf_counter() - t0)
             report.steps += 1
@@ -304,7 +317,9 @@ def print_summary(report: Report) -> None:
     if report.turns:
         print(f"{report.messages} messages in the final list; the last assistant message: {report.turns[-1]}")
     print(f"fidelity: max |logits - re-prefill| per step: max {max(report.max_logit_error):.3e}, "
-          f"mean {np.mean(report.max_logit_error):.3e}")
+          f"mean {np.mean(report.max_logit_error):.3e}; KL(re-prefill || window) per step: mean "
+          f"{np.mean(report.kl):.2e}, max {max(report.kl):.2e}, within the default budget "
+          f"({KL_BUDGET:g}) on {sum(k <= KL_BUDGET for k in report.kl)} of {len(report.kl)} steps")
     print(f"time per step: {1e3 * np.mean(report.seconds_per_step):.1f} ms; final window: {report.final_instances}")
 
 
