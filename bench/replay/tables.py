@@ -6,15 +6,17 @@ baselines (reprefill, prefix, blind), one `orbit replay` run per trace, written 
                                             [--out bench/replay/TABLES.md] [--json-dir DIR] [--reuse]
                                             [--sweep 0.001,0.003,0.01,0.03]
 
-Per trace and policy the table gives forward tokens (all, and on the critical path), the critical-path
-forward tokens as a ratio to the prefix cache's and to re-prefill's (the `reprefill` policy: every instance
-whose context changed is prefilled again), the critical-path wall time, mean KL(re-prefill || window) over
-the probe rows after each step, and mean top-1 agreement. Above the per-trace tables: the agent-pattern
-traces under a sweep of per-step KL budgets (the default policy against its targets: bench/REPORT-agents.md,
-from bench/replay/agent_report.py). The policies of one trace run side by side in one
-process, each on its own engine, so time ratios compare like with like; absolute times depend on the
-machine. Every number is read from the replay JSON written next to the table (--json-dir); the command
-that produced the table and each replay command are at its top.
+Per trace and policy the table gives forward tokens (all, and on the critical path), the radix cache's
+tokens for the same reads (the yardstick `orbit replay` runs beside every policy: SGLang's semantics, token
+granular, each read's window, query and generated tokens held; `totals.radix_tokens`), the critical-path and
+all forward tokens as ratios to it, the critical-path tokens as ratios to re-prefill's (the `reprefill`
+policy: every instance whose context changed is prefilled again) and to no cache, the critical-path wall
+time, mean KL(re-prefill || window) over the probe rows after each step, and mean top-1 agreement. Above the
+per-trace tables: the agent-pattern traces under a sweep of per-step KL budgets (the default policy against
+its targets: bench/REPORT-agents.md, from bench/replay/agent_report.py). The policies of one trace run side
+by side in one process, each on its own engine, so time ratios compare like with like; absolute times
+depend on the machine. Every number is read from the replay JSON written next to the table (--json-dir); the
+command that produced the table and each replay command are at its top.
 """
 import argparse
 import json
@@ -71,19 +73,23 @@ def rows(report, default_first=True):
     """One row per policy: the numbers the table shows, keyed. default_first: the first policy asked for was
     'default' (the report names it by its spec, e.g. patch:16:kl=0.003), so its row says so."""
     by_name = {p["policy"]: p for p in report["policies"]}
-    for base in ("prefix", "reprefill"):
-        if base not in by_name:
-            raise ValueError("replay report of '%s' has no '%s' policy" % (report["trace"], base))
-    prefix = by_name["prefix"]["totals"]
+    if "reprefill" not in by_name:
+        raise ValueError("replay report of '%s' has no 'reprefill' policy" % report["trace"])
     reprefill = by_name["reprefill"]["totals"]
     out = []
     for i, p in enumerate(report["policies"]):
         t = p["totals"]
+        if "radix_tokens" not in t:
+            raise ValueError("replay report of '%s' has no radix yardstick (an older orbit?)" % report["trace"])
         out.append({
             "policy": p["policy"] + (" (default)" if i == 0 and default_first else ""),
             "forward_tokens": t["forward_tokens"],
             "critical_forward_tokens": t["critical_forward_tokens"],
-            "x_prefix": ratio(t["critical_forward_tokens"], prefix["critical_forward_tokens"]),
+            # The yardstick over this policy's own reads: the same for every policy of a run except where
+            # the trace lets the policy choose (a `place` step's order, a generate not appended).
+            "radix_tokens": t["radix_tokens"],
+            "x_radix": ratio(t["critical_forward_tokens"], t["radix_tokens"]),
+            "all_x_radix": ratio(t["forward_tokens"], t["radix_tokens"]),
             "x_reprefill": ratio(t["critical_forward_tokens"], reprefill["critical_forward_tokens"]),
             "x_no_cache": ratio(t["critical_forward_tokens"], t["full_prefill_tokens"]),
             "critical_seconds": t["critical_seconds"],
@@ -98,13 +104,14 @@ def fmt(x, spec):
 
 
 def table(report, default_first=True):
-    head = ("| policy | fwd tokens | critical fwd tokens | × prefix | × re-prefill | × no cache | critical wall ms "
-            "| mean KL (nats) | top-1 |")
-    md = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    head = ("| policy | fwd tokens | critical fwd tokens | radix tokens | critical × radix | all × radix "
+            "| critical × re-prefill | critical × no cache | critical wall ms | mean KL (nats) | top-1 |")
+    md = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows(report, default_first):
-        md.append("| %s | %.0f | %.0f | %s | %s | %s | %.1f | %s | %s |" % (
-            r["policy"], r["forward_tokens"], r["critical_forward_tokens"], fmt(r["x_prefix"], "%.3f"),
-            fmt(r["x_reprefill"], "%.3f"), fmt(r["x_no_cache"], "%.3f"), 1e3 * r["critical_seconds"],
+        md.append("| %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %.1f | %s | %s |" % (
+            r["policy"], r["forward_tokens"], r["critical_forward_tokens"], r["radix_tokens"],
+            fmt(r["x_radix"], "%.3f"), fmt(r["all_x_radix"], "%.2f"), fmt(r["x_reprefill"], "%.3f"),
+            fmt(r["x_no_cache"], "%.3f"), 1e3 * r["critical_seconds"],
             fmt(r["mean_kl"], "%.2e"), fmt(r["mean_top1"], "%.3f")))
     return md
 
@@ -129,11 +136,10 @@ def sweep_table(reports, budgets):
     head = "| trace | " + " | ".join("`kl=%s`" % b for b in budgets) + " | `blind` |"
     md = [head, "|---|" + "---|" * (len(budgets) + 1)]
     for name, report in reports:
-        pre = totals(report, "prefix")["critical_forward_tokens"]
         cells = []
         for policy in ["patch:16:kl=%s%s" % (b, SWEEP_IDLE) for b in budgets] + ["blind"]:
             t = totals(report, policy)
-            cells.append("%s · %s · %s" % (fmt(ratio(t["critical_forward_tokens"], pre), "%.2f×"),
+            cells.append("%s · %s · %s" % (fmt(ratio(t["critical_forward_tokens"], t["radix_tokens"]), "%.2f×"),
                                            fmt(t["mean_kl"], "%.1e"), fmt(t["mean_top1"], "%.3f")))
         md.append("| %s | %s |" % (name, " | ".join(cells)))
     return md
@@ -209,8 +215,8 @@ def main(argv=None):
         front += ["## The KL budget: cost against fidelity", "",
                   "`patch:16` under each per-step KL budget (`:kl=X`; the default is `kl=%s`), with the default's "
                   "use of idle time (`%s`: heal, prepare a recall after every generate step), and blind reuse: "
-                  "critical-path forward tokens × the prefix cache's · mean KL · top-1. A larger budget lets the "
-                  "planner keep more survivors and reuse more patches over changed contexts. The default policy "
+                  "critical-path forward tokens × the radix cache's for the same reads · mean KL · top-1. A larger "
+                  "budget lets the planner keep more survivors and reuse more patches over changed contexts. The default policy "
                   "against its targets: `bench/REPORT-agents.md`." % (
                       parse_default_budget(agent_reports), SWEEP_IDLE), ""]
         front += sweep_table(sweep_reports, budgets) + [""]
@@ -224,11 +230,16 @@ def main(argv=None):
                                      if a.reuse else ""), "",
           "Each trace is one `orbit replay` run on %s: every policy on its own engine, side by side. "
           "Columns: forward tokens the window operations computed (all, and on the critical path: what a step "
-          "waits for; canonicals and patches formed in the background are off it); critical-path forward tokens "
-          "as a ratio to the prefix cache (`prefix`: reuse a chunk's KV only behind the identical context, what "
-          "every engine ships) and to re-prefill (`reprefill`: prefill every instance whose context changed, "
-          "reuse nothing else) and to no cache at all (a full re-prefill of the window after every mutating step); "
-          "critical-path wall time of the window operations (fidelity forwards not timed; "
+          "waits for; canonicals and patches formed in the background are off it); the radix cache's tokens for "
+          "the same reads (`radix tokens`: the yardstick `orbit replay` runs beside every policy, SGLang's "
+          "semantics: token granular, each read's window, query and generated tokens held, bounded by the "
+          "replay engine's KV pool; a policy's own reads, which differ from another's only where the trace lets "
+          "it choose: a `place` step's order, a generate whose answer is not appended); critical-path and all "
+          "forward tokens as ratios to it; critical-path forward tokens as ratios to re-prefill (`reprefill`: "
+          "prefill every instance whose context changed, reuse nothing else) and to no cache at all (a full "
+          "re-prefill of the window after every mutating step); `prefix` is a policy row, not a yardstick: orbit "
+          "executing a radix cache on the same engine (re-prefill plus exact reuse of what was computed behind "
+          "the same window); critical-path wall time of the window operations (fidelity forwards not timed; "
           "on a model this small per-call overhead dominates it, and on a shared machine it is noisy; the "
           "forward tokens are deterministic); mean over steps of KL(re-prefill || window) "
           "on the trace's probe, and mean top-1 agreement with the re-prefill. Every preset, `prefix` and "
