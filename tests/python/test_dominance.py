@@ -44,15 +44,9 @@ POLICIES = ("default", "prefix", "throughput")
 # there from a stored patch (no forward), so it holds no rows for them to load and forwards doc6 whole.
 # Step 55 of unseen_coding_seed11 admits file2v2, whose first 6 tokens the radix cache computed behind the
 # same window earlier; orbit had served that place from a patch, so it forms file2v2 whole (117 vs 111).
-# Step 18 of video reads a window whose frame2 was kept over earlier edits: the fidelity model charges
-# such a keep its share of the context that changed (fidelity_model.h), over the budget here, so the read
-# forms frame2 again (32 tokens) besides the tail the radix cache recomputes (40 vs 22); the trace cycles,
-# and step 40 reads the same window again.
 KNOWN = {
     ("unseen_rag_seed23.trace.json", 28),  # 62 tokens vs 54
     ("unseen_coding_seed11.trace.json", 55),  # 117 tokens vs 111
-    ("video.json", 18),  # 40 tokens vs 22
-    ("video.json", 40),  # 40 tokens vs 22
 }
 
 

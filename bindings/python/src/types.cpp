@@ -154,7 +154,11 @@ void init_types(py::module_& m) {
       .def_readonly("canonical_tier", &PlanStep::canonical_tier, "StoreTier the canonical is read from.")
       .def_readonly("forward_tokens", &PlanStep::forward_tokens, "Token-forwards this step costs.")
       .def_readonly("background_tokens", &PlanStep::background_tokens,
-                    "Token-forwards it queues for the background (the canonical, when not stored).")
+                    "Token-forwards it queues for the background (the canonical, when not stored; a live turn's\n"
+                    "tokens alone, when measure_sensitivity).")
+      .def_readonly("measure_sensitivity", &PlanStep::measure_sensitivity,
+                    "A live turn whose sensitivity is measured in the background after it is prefilled (budgeted\n"
+                    "policies that work in the background), so later plans price keeping it by it.")
       .def_readonly("estimated_seconds", &PlanStep::estimated_seconds,
                     "Critical-path seconds by the engine's cost model (Engine.calibrate fits it).")
       .def_readonly("bytes_moved", &PlanStep::bytes_moved, "Bytes read from the store for this step.")
@@ -166,8 +170,8 @@ void init_types(py::module_& m) {
       .def_readonly("predicted_kl", &PlanStep::predicted_kl,
                     "The fidelity model's next-token KL vs a re-prefill this instance carries after the step.")
       .def_readonly("sensitivity", &PlanStep::sensitivity,
-                    "The chunk's measured sensitivity the prediction was scaled by; -1 when unknown (turns,\n"
-                    "chunks no patch has measured yet).")
+                    "The measured sensitivity the prediction was scaled by (a chunk's patches', a turn's own);\n"
+                    "-1 when unknown (nothing measured yet).")
       .def_readonly("reason", &PlanStep::reason, "Why this action.")
       .def("__repr__", [](const PlanStep& s) {
         std::ostringstream o;

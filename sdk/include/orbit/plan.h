@@ -107,12 +107,17 @@ struct PlanStep {
   double forward_tokens = 0;                    // token-forwards on the critical path (apply() runs them)
   double background_tokens = 0;                 // token-forwards queued for the background (canonical encode)
   bool background_patch = false;                // the patch (canonical + SVD) is formed in the background
-  double predicted_kl = 0;                      // the fidelity model's next-token KL vs a re-prefill this instance
-                                                // carries after the step (0 for exact actions)
-  double sensitivity = -1;       // chunks: the measured sensitivity predicted_kl was scaled by (runtime::
-                                 // Patch::sensitivity of its formed patches; planner/fidelity_model.h); -1
-                                 // for turns, chunks no patch has measured yet (the model's reference) and
-                                 // instances whose context did not change (they carry kl_per_weight)
+  // kPrefillTurn under a budgeted policy that works in the background: the turn's sensitivity is measured
+  // afterwards (its tokens forwarded alone, background_tokens), so later plans scale the loss of keeping
+  // it over a changed context by it as they do a chunk's (planner/fidelity_model.h)
+  bool measure_sensitivity = false;
+  double predicted_kl = 0;       // the fidelity model's next-token KL vs a re-prefill this instance
+                                 // carries after the step (0 for exact actions)
+  double sensitivity = -1;       // the measured sensitivity predicted_kl was scaled by (a chunk's: runtime::
+                                 // Patch::sensitivity of its formed patches; a turn's: measure_sensitivity
+                                 // above; planner/fidelity_model.h); -1 for instances nothing has measured
+                                 // yet (the model's reference) and those whose context did not change (they
+                                 // carry kl_per_weight)
   double kl_per_weight = 0;      // of predicted_kl, the serving action's own loss per unit recency weight
                                  // (the instance carries it; later plans rescale it by its weight then)
   double drift_tokens = 0;       // kKeep: tokens removed or inserted before it since its KV was formed

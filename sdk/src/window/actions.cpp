@@ -264,6 +264,10 @@ void apply_prefill_turn(ApplyInput& in, const PlanStep& step, ApplyOutput& out) 
   out.content = forward_reusing(in, step, out);
   out.conditioned = true;
   out.done_as = StepAction::kPrefillTurn;
+  if (step.measure_sensitivity && in.key != nullptr) {
+    in.core.queue_turn_sensitivity(*in.key, *in.turn_tokens, out.content);
+    ++out.background_jobs;
+  }
 }
 
 }  // namespace

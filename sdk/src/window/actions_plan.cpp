@@ -409,6 +409,12 @@ class PrefillTurn final : public ServeAction {
     s.forward_tokens = static_cast<double>(in.length);
     s.exact = true;
     s.reason = "live turn";
+    // Measured once per content, where a prediction may later use it: a budget prices keeps by it, and a
+    // policy that forms patches in the background spends background forwards. At position 0 the turn's
+    // context is empty, so there is nothing to measure.
+    s.measure_sensitivity =
+        in.policy.kl_budget > 0 && in.policy.on_miss == MissAction::kForm && in.position > 0 && in.sensitivity < 0;
+    if (s.measure_sensitivity) s.background_tokens = static_cast<double>(in.length);
     return s;
   }
   ActionFloor floor(const PlanInput& in) const override { return forward_floor(in, in.is_turn); }

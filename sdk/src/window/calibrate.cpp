@@ -158,7 +158,6 @@ planner::CostModel EngineCore::cost_model() const {
 }
 
 // The model as fitted (or the defaults), scaled by what the self-checks measured: every plan sees it so.
-// The model as fitted (or the defaults), scaled by what the self-checks measured: every plan sees it so.
 planner::FidelityModel EngineCore::fidelity_model() const {
   std::lock_guard<std::mutex> lock(mu_);
   return fidelity_model_.scaled(fidelity_checks_.correction.factor());

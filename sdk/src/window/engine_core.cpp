@@ -498,6 +498,34 @@ void EngineCore::queue_patch(PatchJob job) {
   background_->queue(std::move(j));
 }
 
+void EngineCore::queue_turn_sensitivity(const std::string& key, const std::vector<int64_t>& tokens,
+                                        runtime::Content conditioned) {
+  auto shared = std::make_shared<TurnSensitivityJob>(TurnSensitivityJob{key, tokens, std::move(conditioned)});
+  BackgroundQueue::Job j;  // writes no store key: nothing awaits it
+  j.run = [this, shared](bool critical) { run_turn_sensitivity(*shared, critical); };
+  background_->queue(std::move(j));
+}
+
+void EngineCore::run_turn_sensitivity(const TurnSensitivityJob& job, bool critical) {
+  const OpHold hold(*this);
+  if (catalog_.sensitivity(job.key) >= 0) return;  // measured meanwhile (the same turn in another window)
+  const auto t0 = std::chrono::steady_clock::now();
+  c10::InferenceMode guard;
+  runtime::ForwardOptions fo;
+  fo.logits = runtime::LogitsMode::kNone;
+  const runtime::Content alone = model().forward(input_for_tokens(job.tokens, 0), nullptr, fo).content;
+  const double s = runtime::deficit_share(runtime::deficit(job.conditioned, alone), job.conditioned);
+  catalog_.record_measured_sensitivity(job.key, s);
+  Counters d;
+  d.forward_tokens = static_cast<double>(job.tokens.size());
+  if (!critical) {
+    d.background_jobs = 1;
+    d.background_forward_tokens = d.forward_tokens;
+    d.background_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  count(d);
+}
+
 void EngineCore::after_apply() {
   if (background_->mode() == BackgroundMode::kInline) (void)background_->run(1e30);
 }

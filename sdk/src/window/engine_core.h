@@ -168,6 +168,11 @@ class EngineCore {
   void note_read_patch(const std::string& chunk_key, const std::string& patch_key, const runtime::Patch& patch);
   // Queues `job` (BackgroundMode decides when it runs); its catalog records are added now.
   void queue_patch(PatchJob job);
+  // Queues the measurement of a live turn's sensitivity (PlanStep::measure_sensitivity): its tokens
+  // forwarded alone, ‖KV in context − KV alone‖² / ‖KV in context‖² (runtime::deficit_share, as a patch's),
+  // recorded under its content key for chunk_sensitivity(). A background job: its forward is counted as
+  // background work; one that finds the turn measured meanwhile does nothing.
+  void queue_turn_sensitivity(const std::string& key, const std::vector<int64_t>& tokens, runtime::Content conditioned);
   BackgroundQueue& background() { return *background_; }
   // Called at the end of every apply(): runs the queued jobs under BackgroundMode::kInline.
   void after_apply();
@@ -243,6 +248,12 @@ class EngineCore {
   // Stores a media chunk's embeddings (+ grid) in the embedding cache unless they are there already.
   void cache_embeddings(const ChunkRecord& chunk);
   void run_patch_job(const PatchJob& job, bool critical);
+  struct TurnSensitivityJob {
+    std::string key;
+    std::vector<int64_t> tokens;
+    runtime::Content conditioned;
+  };
+  void run_turn_sensitivity(const TurnSensitivityJob& job, bool critical);
   // Throws unless a chunk spanning `extent` positions can be encoded by this model.
   void check_extent(int64_t extent, const char* what, const char* unit) const;
   // Fills an embeddings chunk's record (kind, length, extent checked against the model, label, tensors).

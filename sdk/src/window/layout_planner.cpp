@@ -183,8 +183,8 @@ void LayoutPlanner::measure_context_changes() {
     }
     // Read only where a prediction may use it: new instances and those whose context changed (an
     // unchanged one carries what its serving action left).
-    if (si.chunk != nullptr && !si.is_turn && (si.old == nullptr || !si.keys_same)) {
-      si.sensitivity = env_.chunk_sensitivity(si.chunk->ref.key);
+    if ((si.is_turn || si.chunk != nullptr) && (si.old == nullptr || !si.keys_same)) {
+      si.sensitivity = env_.chunk_sensitivity(si.is_turn ? *si.key : si.chunk->ref.key);
     }
     keys_hash = context_hash(keys_hash, *si.key, 0);
   }

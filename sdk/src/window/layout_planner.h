@@ -50,7 +50,7 @@ struct SlotInfo {
   bool changed_now = false;          // old: this operation changes its antecedent keys
   double change = 0;                 // old: divergence of its antecedent keys from those it was formed on
   double drift = 0;                  // old: tokens removed/inserted before it, accumulated
-  double sensitivity = -1;           // chunks: PlanEnv::chunk_sensitivity (-1: none formed yet, turns)
+  double sensitivity = -1;           // PlanEnv::chunk_sensitivity (-1: none measured yet)
   std::vector<PlanStep> candidates;  // budget: every applicable action, cheapest first
   std::size_t chosen = 0;
   bool prefix_why = false;  // candidates from enumerate: the chosen one's reason gets the slot's why in finalize

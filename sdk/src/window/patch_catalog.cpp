@@ -88,6 +88,12 @@ double PatchCatalog::sensitivity(const std::string& chunk_key) const {
   return it == sensitivity_.end() ? -1 : it->second.mean;
 }
 
+void PatchCatalog::record_measured_sensitivity(const std::string& key, double sensitivity) {
+  if (!(sensitivity >= 0)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  record_sensitivity(key, "measured", sensitivity);
+}
+
 void PatchCatalog::record_sensitivity(const std::string& chunk_key, const std::string& patch_key, double s) {
   Sensitivity& rec = sensitivity_[chunk_key];
   rec.by_patch[patch_key] = s;

@@ -66,8 +66,10 @@ class PatchCatalog {
                                  const std::unordered_map<uint64_t, double>& context, double context_total,
                                  std::size_t max_records) const;
 
-  // The mean sensitivity of the chunk's known patches; -1 when it knows none.
+  // The mean sensitivity of the chunk's known patches (or a turn's measured one); -1 when it knows none.
   double sensitivity(const std::string& chunk_key) const;
+  // A sensitivity measured without a patch (a live turn's, EngineCore::queue_turn_sensitivity).
+  void record_measured_sensitivity(const std::string& key, double sensitivity);
 
  private:
   // Adds a patch's sensitivity to its chunk's mean (mu_ held).

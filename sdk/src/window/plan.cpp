@@ -91,8 +91,11 @@ std::string Plan::describe() const {
     if (s.encode_canonical) out << " +encode";
     out << std::fixed << std::setprecision(1);
     if (s.forward_tokens > 0) out << ", " << s.forward_tokens << " fwd";
-    if (s.background_tokens > 0 || s.background_patch)
+    if (s.measure_sensitivity) {
+      out << ", +" << s.background_tokens << " fwd in background (its sensitivity)";
+    } else if (s.background_tokens > 0 || s.background_patch) {
       out << ", +" << s.background_tokens << " fwd & SVD in background";
+    }
     if (s.action != StepAction::kEvict) {
       out << std::scientific << std::setprecision(1) << ", est " << s.estimated_seconds << " s, KL~" << s.predicted_kl;
       if (s.sensitivity >= 0 && s.predicted_kl > 0) out << " (sensitivity " << s.sensitivity << ")";

@@ -73,7 +73,8 @@ class PlanEnv {
   // `max_records`; nullopt when none.
   virtual std::optional<StaleMatch> closest_patch(const std::string& chunk_key, const std::string& variant,
                                                   const ContextWeights& context, std::size_t max_records) const = 0;
-  // The mean measured sensitivity of the chunk's patches; -1 when none is known.
+  // The mean measured sensitivity of the chunk's patches, or of a live turn by its content key (measured
+  // after its first prefill, EngineCore::queue_turn_sensitivity); -1 when none is known.
   virtual double chunk_sensitivity(const std::string& chunk_key) const = 0;
   // Exact reuse: what forwards stored, by the KV states before them (kv_state.h).
   virtual const ReuseIndex& reuse_index() const = 0;
