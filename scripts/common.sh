@@ -7,13 +7,17 @@ ORBIT_BUILD="${ORBIT_BUILD:-$ORBIT_ROOT/build}"
 # test.sh sets it for the tests it runs side by side).
 orbit_cores() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
 ORBIT_JOBS="${ORBIT_JOBS:-$(orbit_cores)}"
+# Unity builds (CMAKE_UNITY_BUILD: each library's sources compiled in batches of 8, so the torch and JSON
+# headers are parsed once per batch): the scripts build from scratch far more often than they rebuild one
+# file, and a full build takes about 40% less CPU time. ORBIT_UNITY=OFF when you edit and rebuild often.
+ORBIT_UNITY="${ORBIT_UNITY:-ON}"
 
 # Debian 12 packages orbit builds and tests with (README "Dependencies" says what each is for).
 ORBIT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libtorch-dev libopenblas0-openmp libssl-dev nlohmann-json3-dev libboost-graph-dev libsqlite3-dev
   libhiredis-dev redis-server redis-tools libpcre2-dev libicu-dev libcpp-httplib-dev
-  catch2 pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-matplotlib
+  catch2 pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-pytest-xdist python3-matplotlib
   clang-format nodejs clang libclang-rt-14-dev
 )
 
@@ -43,7 +47,7 @@ orbit_build() {
   local generator=()
   [ -f "$ORBIT_BUILD/CMakeCache.txt" ] || generator=(-G Ninja)
   cmake -S "$ORBIT_ROOT" -B "$ORBIT_BUILD" "${generator[@]}" \
-    -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 "$@"
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD="$ORBIT_UNITY" -DPython3_EXECUTABLE=/usr/bin/python3 "$@"
   step "Building with $ORBIT_JOBS jobs"
   cmake --build "$ORBIT_BUILD" -j "$ORBIT_JOBS"
 }

@@ -45,7 +45,7 @@ generator=()
 # -O1 -g1: optimized enough for the tests to run at a usable speed, quick to compile, line tables for the
 # reports' stacks, and assertions on (no NDEBUG).
 cmake -S "$ORBIT_ROOT" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" \
-  -DORBIT_SANITIZE="$sanitize" -DORBIT_WERROR=OFF -DORBIT_TESTS=ON \
+  -DCMAKE_UNITY_BUILD="$ORBIT_UNITY" -DORBIT_SANITIZE="$sanitize" -DORBIT_WERROR=OFF -DORBIT_TESTS=ON \
   -DORBIT_CUDA=OFF -DORBIT_PYTHON=OFF -DORBIT_BENCH=OFF -DORBIT_SAMPLES=OFF -DORBIT_TOOLS=OFF -DORBIT_INSTALL=OFF \
   >"$build/orbit-configure.log" 2>&1 || { cat "$build/orbit-configure.log" >&2; exit 1; }
 

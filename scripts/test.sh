@@ -42,9 +42,13 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$((cores / ORBIT_JOBS > 0 ? cores / O
 step "C++ tests (ctest; labels: cpu, model, gpu, slow; OMP_NUM_THREADS=$OMP_NUM_THREADS per test)"
 ctest --test-dir "$ORBIT_BUILD" --output-on-failure -j "$ORBIT_JOBS"
 
-step "Python tests (pytest, Debian's /usr/bin/python3)"
+# pytest-xdist runs ORBIT_JOBS tests at once; the files with expensive module fixtures stay on one worker
+# each (pytest.mark.xdist_group), so those fixtures run once.
+pytest_jobs=()
+/usr/bin/python3 -c "import xdist" 2>/dev/null && pytest_jobs=(-n "$ORBIT_JOBS" --dist loadgroup)
+step "Python tests (pytest, Debian's /usr/bin/python3${pytest_jobs[*]:+, ${ORBIT_JOBS} workers})"
 ORBIT_CLI="$ORBIT_BUILD/cli/orbit" ORBIT_MODELS_DIR="$ORBIT_ROOT/models" ORBIT_PYTHON_PATH="$ORBIT_BUILD/bindings/python" \
-  /usr/bin/python3 -m pytest -q "$ORBIT_ROOT/tests/python"
+  /usr/bin/python3 -m pytest -q "${pytest_jobs[@]}" "$ORBIT_ROOT/tests/python"
 timings=("build and tests: $((SECONDS - stage_start)) s")
 
 stage_start=$SECONDS

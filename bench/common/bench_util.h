@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "args.h"
+#include "orbit/common/clock.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/generator.h"
 
@@ -25,10 +26,6 @@ inline std::vector<int64_t> parse_positive_list(const std::string& text, const c
     out.push_back(value);
   }
   return out;
-}
-
-inline double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // `model` when given; otherwise <cache>/<preset>, generated once (random weights, bf16 on disk).

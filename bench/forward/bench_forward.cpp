@@ -68,7 +68,7 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-using orbit::bench::seconds_since;
+using orbit::seconds_since;
 
 }  // namespace
 

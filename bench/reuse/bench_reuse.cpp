@@ -105,7 +105,7 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-using orbit::bench::seconds_since;
+using orbit::seconds_since;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "orbit/common/clock.h"
 #include "orbit/common/error.h"
 #include "orbit/policy.h"
 #include "serve/text_stream.h"
@@ -39,8 +40,6 @@ struct ServeCore::Slot {
 };
 
 namespace {
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string plan_brief(const SyncPlan& plan) {
   std::string out;

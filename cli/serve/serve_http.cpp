@@ -6,6 +6,7 @@
 #include <ctime>
 #include <thread>
 
+#include "orbit/common/clock.h"
 #include "orbit/common/error.h"
 #include "serve/peer_watch.h"
 #include "serve/serve_wire.h"
@@ -16,8 +17,6 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 void reply_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;

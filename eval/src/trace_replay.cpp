@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "orbit/common/clock.h"
 #include "orbit/common/error.h"
 #include "orbit/planner/offline.h"
 #include "orbit/store.h"
@@ -18,7 +19,6 @@ namespace orbit {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // ---- content, resolved once for every policy ----------------------------------------------------------
 
@@ -449,7 +449,7 @@ class PolicyRun {
     r->check_kl = idle.measured_kl;
     r->background_forward_tokens += after.background_forward_tokens - before.background_forward_tokens;
     r->forward_tokens += after.forward_tokens - before.forward_tokens;
-    r->background_seconds += since(t0);
+    r->background_seconds += seconds_since(t0);
     r->seconds = r->critical_seconds + r->background_seconds;
     r->patches_formed += after.patches_formed - before.patches_formed;
   }
@@ -550,11 +550,11 @@ class PolicyRun {
 
   // The step's counters (critical: before the background runs) and the window after it.
   void account(const EngineStats& before, Clock::time_point t0, StepResult* r) {
-    r->critical_seconds = since(t0);
+    r->critical_seconds = seconds_since(t0);
     const EngineStats mid = engine_->stats();
     const auto t1 = Clock::now();
     engine_->run_background();
-    r->background_seconds = since(t1);
+    r->background_seconds = seconds_since(t1);
     const EngineStats after = engine_->stats();
     r->seconds = r->critical_seconds + r->background_seconds;
     r->critical_forward_tokens = mid.critical_forward_tokens - before.critical_forward_tokens;

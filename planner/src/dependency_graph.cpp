@@ -27,7 +27,9 @@
 #include "orbit/common/error.h"
 
 namespace orbit::planner {
-namespace {
+// Named, not anonymous: DependencyGraph::Impl (external linkage) holds a Graph, and a member whose type has
+// internal linkage is an error when this file is compiled inside a unity batch (-Wsubobject-linkage).
+namespace dependency_graph_detail {
 
 struct Node {
   bool is_patch = false;
@@ -43,6 +45,12 @@ using Vertex = boost::graph_traits<Graph>::vertex_descriptor;
 
 // The induced subgraph dependents() sorts: vertex i is the i-th reached instance in ascending id order.
 using SmallGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+
+}  // namespace dependency_graph_detail
+
+using namespace dependency_graph_detail;
+
+namespace {
 
 struct CycleFound {
   size_t vertex;

@@ -8,15 +8,12 @@
 #include <chrono>
 #include <string>
 
+#include "orbit/common/clock.h"
 #include "orbit/common/error.h"
 
 namespace orbit::runtime {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 void check_tokens(const ModelConfig& c, const std::vector<int64_t>& tokens, const std::string& what) {
   ORBIT_CHECK(!tokens.empty(), what << " is empty");

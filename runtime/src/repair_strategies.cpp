@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "orbit/common/clock.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/repair.h"
 
@@ -23,8 +24,6 @@ namespace orbit::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 ForwardInput chunk_forward_input(const ChunkInput& chunk) {
   ForwardInput in;

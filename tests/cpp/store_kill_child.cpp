@@ -15,7 +15,16 @@
 //                                            (the start line of several such children), opens the store
 //                                            DIR/r and puts value I ("failed r: <status>" and exit 1 if
 //                                            that fails); prints "done" after the last round
+//   store_kill_child fork-server             reads commands ("write DIR FIRST COUNT") from stdin; each runs
+//                                            in a forked process that prints "pid P" and then what `write`
+//                                            prints; when that process ends, prints "exit STATUS" (the raw
+//                                            wait status). Forking skips the ~1 s of loading libtorch that
+//                                            starting this program costs, for tests that kill hundreds of
+//                                            writers
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <csignal>
 
 #include <chrono>
@@ -127,6 +136,39 @@ int fsize(const std::string& dir, int64_t first, int64_t limit) {
   }
 }
 
+// Nothing here has started a thread (no store is open in this process), so fork() is safe.
+int fork_server() {
+  char line[4096];
+  while (std::fgets(line, sizeof line, stdin)) {
+    char dir[4096];
+    long long first = 0, count = 0;
+    if (std::sscanf(line, "write %4095s %lld %lld", dir, &first, &count) != 3) {
+      std::fprintf(stderr, "store_kill_child fork-server: bad command: %s", line);
+      return 2;
+    }
+    std::fflush(stdout);
+    const pid_t pid = ::fork();
+    if (pid < 0) return 5;
+    if (pid == 0) {
+      std::printf("pid %d\n", static_cast<int>(::getpid()));
+      std::fflush(stdout);
+      int rc = 3;
+      try {
+        rc = write(dir, first, count);
+      } catch (const orbit::Error& e) {
+        std::fprintf(stderr, "store_kill_child: %s\n", e.what());
+      }
+      std::fflush(stdout);
+      ::_exit(rc);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    std::printf("exit %d\n", status);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,6 +179,7 @@ int main(int argc, char** argv) {
     if (mode == "hold" && argc == 5) return hold(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "rwrite" && argc == 6) return rwrite(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]));
     if (mode == "race" && argc == 5) return race(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
+    if (mode == "fork-server" && argc == 2) return fork_server();
     if (mode == "key" && argc == 4) {
       std::vector<int64_t> tokens;
       for (char* p = std::strtok(argv[3], ","); p; p = std::strtok(nullptr, ",")) tokens.push_back(std::atoll(p));
@@ -145,7 +188,7 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr,
                  "usage: store_kill_child write|fsize DIR FIRST N  |  key FINGERPRINT T,T,...  |  hold DIR I LEASE_MS"
-                 "  |  rwrite DIR URL FIRST N  |  race DIR ROUNDS I\n");
+                 "  |  rwrite DIR URL FIRST N  |  race DIR ROUNDS I  |  fork-server\n");
     return 2;
   } catch (const orbit::Error& e) {
     std::fprintf(stderr, "store_kill_child: %s\n", e.what());

@@ -5,7 +5,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,10 +23,9 @@
 
 #include "orbit/common/error.h"
 #include "orbit/store/chunk_store.h"
+#include "test_child.h"
 #include "test_helpers.h"
 #include "test_store_values.h"
-
-extern char** environ;
 
 using Catch::Matchers::Contains;
 using namespace orbit;
@@ -55,56 +53,6 @@ std::string blob_path(const std::string& dir, int64_t i) {
 }
 
 int64_t temp_files(const std::string& dir) { return summarize_store(dir).temp_files; }
-
-// A child process running store_kill_child with stdout on a pipe. Lines are read with next_line().
-class Child {
- public:
-  explicit Child(const std::vector<std::string>& args) {
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-    posix_spawn_file_actions_addclose(&actions, fds[0]);
-    posix_spawn_file_actions_addclose(&actions, fds[1]);
-    std::vector<std::string> all{ORBIT_STORE_CHILD_PATH};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const int rc = posix_spawn(&pid_, ORBIT_STORE_CHILD_PATH, &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    REQUIRE(rc == 0);
-    in_ = ::fdopen(fds[0], "r");
-  }
-  ~Child() {
-    if (in_) std::fclose(in_);
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  // false at end of output.
-  bool next_line(std::string* line) {
-    char buffer[512];
-    if (!std::fgets(buffer, sizeof buffer, in_)) return false;
-    *line = buffer;
-    if (!line->empty() && line->back() == '\n') line->pop_back();
-    return true;
-  }
-  void kill() { ::kill(pid_, SIGKILL); }
-  int wait() {
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* in_ = nullptr;
-};
 
 }  // namespace
 
@@ -357,7 +305,9 @@ TEST_CASE("a real file-size limit (RLIMIT_FSIZE) in a child fails one put and co
   const std::string d = dir.path().string();
   std::vector<std::string> lines;
   {
-    Child child({"fsize", d, "1", std::to_string(3 << 19)});  // 1.5 MiB: value 5 (2 MiB) cannot be written
+    // 1.5 MiB: value 5 (2 MiB) cannot be written.
+    test::ChildProcess child(ORBIT_STORE_CHILD_PATH, {"fsize", d, "1", std::to_string(3 << 19)});
+    REQUIRE(child.started());
     std::string line;
     while (child.next_line(&line)) lines.push_back(line);
     const int status = child.wait();
@@ -389,33 +339,46 @@ struct KillCounts {
   int mid_write() const { return in_blob_write + before_commit + before_report; }
 };
 
-// `kills` rounds of: start store_kill_child writing a stream of 100,000 values into `d`; wait until it has
-// reported 1 to 10 committed puts (the store is open and the stream under way: no kill lands before the
-// first write or after the last); kill -9 it 0 to 4 ms later (this picks the moment, it does not wait
-// for work). Then check that the child died of the kill, that every put it reported is intact after
-// reopening (its own and 10 earlier ones each round, all of them at the end), that the index verifies,
-// and classify the kill by what it left (KillCounts); gc then removes the leftovers for the next round.
+// `kills` rounds of: start a writer of a stream of 100,000 values into `d` (a process forked by one
+// store_kill_child fork-server, which skips loading libtorch per round); wait until it has reported 1 to
+// 10 committed puts (the store is open and the stream under way: no kill lands before the first write or
+// after the last); kill -9 it 0 to 4 ms later (this picks the moment, it does not wait for work). Then
+// check that the writer died of the kill, that every put it reported is intact after reopening (its own
+// and 10 earlier ones each round, all of them at the end), that the index verifies, and classify the kill
+// by what it left (KillCounts); gc then removes the leftovers for the next round.
 KillCounts kill_rounds(const std::string& d, int kills, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<int64_t> committed;
   KillCounts counts;
+  test::ChildProcess server(ORBIT_STORE_CHILD_PATH, {"fork-server"});
+  REQUIRE(server.started());
   for (int iter = 0; iter < kills; ++iter) {
     const int64_t first = int64_t{iter} * 100000;
     const size_t before = committed.size();
     {
-      Child child({"write", d, std::to_string(first), "100000"});
-      const int wait_lines = std::uniform_int_distribution<int>(1, 10)(rng);
+      REQUIRE(server.write_line("write " + d + " " + std::to_string(first) + " 100000"));
       std::string line;
+      REQUIRE(server.next_line(&line));
+      REQUIRE(line.rfind("pid ", 0) == 0);
+      const pid_t writer = static_cast<pid_t>(std::stol(line.substr(4)));
+      const int wait_lines = std::uniform_int_distribution<int>(1, 10)(rng);
       int seen = 0;
-      while (seen < wait_lines && child.next_line(&line)) {
+      while (seen < wait_lines && server.next_line(&line)) {
         committed.push_back(std::stoll(line));
         ++seen;
       }
-      REQUIRE(seen == wait_lines);  // the child wrote, and is still writing
+      REQUIRE(seen == wait_lines);  // the writer wrote, and is still writing
       std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 4000)(rng)));
-      child.kill();
-      while (child.next_line(&line)) committed.push_back(std::stoll(line));  // puts that returned before death
-      const int status = child.wait();
+      ::kill(writer, SIGKILL);
+      int status = -1;
+      while (server.next_line(&line)) {
+        if (line.rfind("exit ", 0) == 0) {
+          status = std::stoi(line.substr(5));
+          break;
+        }
+        committed.push_back(std::stoll(line));  // puts that returned before death
+      }
+      REQUIRE(status != -1);  // the server reported the writer's end
       REQUIRE(WIFSIGNALED(status));
       REQUIRE(WTERMSIG(status) == SIGKILL);
       REQUIRE(committed.size() - before < 100000);  // it died inside its stream, not after it

@@ -16,6 +16,11 @@ import pytest
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def pytest_configure(config):
+    # pytest-xdist's marker, declared here too so that runs without xdist do not warn about it.
+    config.addinivalue_line("markers", "xdist_group(name): run these tests on one xdist worker (--dist loadgroup)")
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> pathlib.Path:
     return REPO_ROOT

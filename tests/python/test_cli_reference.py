@@ -15,6 +15,9 @@ import subprocess
 import numpy as np
 import pytest
 
+# Its module-scoped fixture is expensive: under pytest-xdist (--dist loadgroup) this file runs on one worker.
+pytestmark = pytest.mark.xdist_group("test_cli_reference")
+
 # Max |cli − numpy| allowed. The reference is float64 and the runtime float32, whose own rounding noise
 # on this model reaches 1.1e-4 at 64 tokens and 1.3e-4 at 512 (plain float32 numpy and torch forwards
 # against float64); real mistakes are far above it (rms eps 1e-6 instead of 1e-5 moves logits by 2e-2).

@@ -10,6 +10,9 @@ import sys
 
 import pytest
 
+# Its module-scoped fixture is expensive: under pytest-xdist (--dist loadgroup) this file runs on one worker.
+pytestmark = pytest.mark.xdist_group("test_convert_real")
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONVERTER = REPO / "bench" / "replay" / "convert_real.py"
 CANDIDATES = [REPO.parent / "shared" / "traces", pathlib.Path("/work/shared/traces")]

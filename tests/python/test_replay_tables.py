@@ -9,6 +9,9 @@ import sys
 
 import pytest
 
+# Its module-scoped fixture is expensive: under pytest-xdist (--dist loadgroup) this file runs on one worker.
+pytestmark = pytest.mark.xdist_group("test_replay_tables")
+
 POLICIES = ["default", "patch:16", "patch:16:exact", "reprefill", "prefix", "blind", "default:eager", "prefix:eager"]
 
 

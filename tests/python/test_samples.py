@@ -21,6 +21,9 @@ import pytest
 from test_cli_reference import Llama2cReference
 from tokenizer_reference import Reference as TokenizerReference
 
+# Its module-scoped fixture is expensive: under pytest-xdist (--dist loadgroup) this file runs on one worker.
+pytestmark = pytest.mark.xdist_group("test_samples")
+
 # script, steps in --short mode, operations it must show, bound on the mean KL (the web agent's policy keeps a
 # slide's survivors as-is: on stories260K they stay within bench/REPORT.md's near-lossless KL, 0.05 nats)
 SAMPLES = {

@@ -11,6 +11,9 @@ import sys
 import numpy as np
 import pytest
 
+# Its module-scoped fixture is expensive: under pytest-xdist (--dist loadgroup) this file runs on one worker.
+pytestmark = pytest.mark.xdist_group("test_tool_loop")
+
 
 @pytest.fixture(scope="module")
 def tool_loop(orbit, repo_root):

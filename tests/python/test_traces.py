@@ -9,6 +9,9 @@ import json
 
 import pytest
 
+# Its module-scoped fixture is expensive: under pytest-xdist (--dist loadgroup) this file runs on one worker.
+pytestmark = pytest.mark.xdist_group("test_traces")
+
 
 @pytest.fixture(scope="module")
 def web_trace(orbit):

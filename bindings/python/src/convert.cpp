@@ -4,9 +4,9 @@
 
 namespace orbit_py {
 
-namespace {
-
 std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__qualname__")); }
+
+namespace {
 
 py::module_ numpy() { return py::module_::import("numpy"); }
 

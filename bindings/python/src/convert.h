@@ -32,6 +32,8 @@ struct Borrowed {
 };
 
 bool is_torch_tensor(py::handle obj);
+// The Python type name of `obj` for messages ("float", "ndarray").
+std::string type_name(py::handle obj);
 
 // `what` names the argument in error messages ("add_embeddings: embeddings").
 std::vector<int64_t> to_tokens(py::handle obj, const char* what);

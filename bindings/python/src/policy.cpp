@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "bindings.h"
+#include "convert.h"
 #include "orbit/engine.h"
 
 namespace orbit_py {
@@ -16,8 +17,6 @@ namespace {
 
 using orbit::WindowPolicy;
 using Setter = std::function<void(WindowPolicy&, py::handle)>;
-
-std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__qualname__")); }
 
 // An enum field given as the enum, its member name ("token_recompute") or its C++ name ("token-recompute").
 template <typename E>

@@ -34,8 +34,6 @@ std::string where(std::size_t i, const char* field) {
   return "messages[" + std::to_string(i) + "]" + (field[0] != '\0' ? std::string(".") + field : "");
 }
 
-std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__qualname__")); }
-
 std::string to_json(const py::handle& obj) {
   return py::module_::import("json").attr("dumps")(obj, py::arg("ensure_ascii") = false).cast<std::string>();
 }
