@@ -4,8 +4,23 @@
 #
 #   ORBIT_WERROR=ON                      -Werror on C++ sources
 #   ORBIT_SANITIZE=address,undefined     ASan + UBSan (compile and link); or =thread for TSan
+#   ORBIT_LINKER=gold                    -fuse-ld=gold on every executable and module (the default where the
+#                                        compiler accepts it; empty: the toolchain's default, GNU ld)
+#
+# gold, which binutils installs beside GNU ld, links a test executable in 0.29 s against 2.19 s (test_window,
+# 2 cores): the build links some 80 executables, each against libtorch and orbit's static libraries.
 #
 # Imported targets (torch, Catch2, ...) are untouched; their headers are SYSTEM includes.
+
+include(CheckLinkerFlag)
+if(NOT DEFINED ORBIT_LINKER)
+  check_linker_flag(CXX "-fuse-ld=gold" ORBIT_HAVE_GOLD)
+  set(_orbit_linker_default "")
+  if(ORBIT_HAVE_GOLD)
+    set(_orbit_linker_default gold)
+  endif()
+  set(ORBIT_LINKER "${_orbit_linker_default}" CACHE STRING "Linker for executables and modules (-fuse-ld=...; empty: the default)")
+endif()
 
 function(_orbit_collect_targets dir out)
   get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
@@ -30,7 +45,7 @@ function(orbit_apply_build_flags)
     if(NOT ORBIT_SANITIZE MATCHES "^(address|undefined|address,undefined|undefined,address|thread)$")
       message(FATAL_ERROR "ORBIT_SANITIZE='${ORBIT_SANITIZE}': use address,undefined or thread")
     endif()
-    # Debug info comes from the build type or CMAKE_CXX_FLAGS (scripts/sanitize.sh: -O1 -g1, line tables
+    # Debug info comes from the build type or CMAKE_CXX_FLAGS (scripts/sanitize.sh: -O0 -g1, line tables
     # for the reports' stacks); frame pointers keep those stacks whole.
     set(san_compile -fsanitize=${ORBIT_SANITIZE} -fno-omit-frame-pointer)
     if(ORBIT_SANITIZE MATCHES "undefined")
@@ -45,6 +60,9 @@ function(orbit_apply_build_flags)
       continue()
     endif()
     target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${warn}>)
+    if(ORBIT_LINKER AND NOT type MATCHES "^(STATIC_LIBRARY|OBJECT_LIBRARY)$")
+      target_link_options(${t} PRIVATE -fuse-ld=${ORBIT_LINKER})
+    endif()
     get_target_property(no_sanitize ${t} ORBIT_NO_SANITIZE)  # third-party code compiled here (Catch2's runner)
     if(san_compile AND NOT no_sanitize)
       target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${san_compile}>)

@@ -6,9 +6,12 @@ Environment:
   ORBIT_PYTHON_PATH directory holding the built `orbit` package, e.g. build/bindings/python (tests that need
                     it skip when unset and `import orbit` fails)
 """
+import fcntl
 import importlib
+import json
 import os
 import pathlib
+import subprocess
 import sys
 
 import pytest
@@ -73,3 +76,36 @@ def small_engine(orbit, stories260k_path):
     """An engine on the bundled model with a small pool (8 MiB) and 4-token pages, closed after the test."""
     with orbit.Engine(stories260k_path, pool_bytes=8 << 20, page_size=4) as e:
         yield e
+
+
+# The policies of the shared replays: the default, the executing radix baseline and the throughput preset.
+SHARED_REPLAY_POLICIES = ("default", "prefix", "throughput")
+
+
+@pytest.fixture(scope="session")
+def shared_replay(orbit_cli, stories260k_path, tmp_path_factory):
+    """replay(trace) -> the report of `orbit replay TRACE --policy default,prefix,throughput --no-fidelity --json`
+    on the bundled model, computed once per test run: test_dominance and test_yardstick read the same replays.
+    Under pytest-xdist the workers share the cache directory (a lock file per trace: one computes, the other
+    waits for it)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # <base>/popen-gwN: the parent is the run's, shared by its workers
+    cache = root / "shared-replays"
+    cache.mkdir(exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+
+    def replay(trace: pathlib.Path) -> dict:
+        out = cache / (trace.stem + ".replay.json")
+        with open(cache / (trace.stem + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not out.exists():
+                partial = out.with_suffix(".partial")
+                subprocess.run([str(orbit_cli), "replay", str(trace), "--model", str(stories260k_path), "--policy",
+                                ",".join(SHARED_REPLAY_POLICIES), "--no-fidelity", "--json", str(partial), "--quiet"],
+                               check=True, env=env, stdout=subprocess.DEVNULL)
+                partial.rename(out)
+        with open(out) as f:
+            return json.load(f)
+
+    return replay

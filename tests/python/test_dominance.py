@@ -26,17 +26,15 @@ The default policy is approximate: a read over instances it served approximately
 for them, while a radix cache that computed them exactly does. That is where a read can still cost it more
 (see `KNOWN` below: the measured cases, each a few tokens, listed so that any new one fails).
 """
-import json
-import os
 import pathlib
-import subprocess
 
 import pytest
+
+from conftest import SHARED_REPLAY_POLICIES as POLICIES
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TRACES = sorted((REPO / "tests" / "data" / "traces").glob("*.json")) + \
     sorted((REPO / "bench" / "replay" / "agent-json").glob("*.trace.json"))
-POLICIES = ("default", "prefix", "throughput")
 
 # (trace, step) reads where the default policy forwards more than the radix cache, measured on the bundled
 # stories260K. Step 28 admits doc6, whose first 8 tokens are those doc3 started with, at doc3's earlier
@@ -50,15 +48,6 @@ KNOWN = {
 }
 
 
-def replay(orbit_cli, model, trace, tmp_path):
-    out = tmp_path / (trace.stem + ".replay.json")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    subprocess.run([str(orbit_cli), "replay", str(trace), "--model", str(model), "--policy", ",".join(POLICIES),
-                    "--no-fidelity", "--json", str(out), "--quiet"], check=True, env=env, stdout=subprocess.DEVNULL)
-    with open(out) as f:
-        return json.load(f)
-
-
 def compared_per_read(step):
     if step["op"] == "disposable":
         return False
@@ -67,8 +56,8 @@ def compared_per_read(step):
 
 
 @pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.name)
-def test_never_more_tokens_than_a_radix_cache(trace, orbit_cli, stories260k_path, tmp_path):
-    report = replay(orbit_cli, stories260k_path, trace, tmp_path)
+def test_never_more_tokens_than_a_radix_cache(trace, shared_replay):
+    report = shared_replay(trace)
     by_name = {p["policy"]: p for p in report["policies"]}
     for name in POLICIES:
         policy = by_name[name] if name != "default" else next(p for k, p in by_name.items() if k.startswith("patch:16:kl="))

@@ -165,8 +165,8 @@ def check_policy(policy, where):
 
 
 @pytest.mark.parametrize("trace", TRACES + AGENT_TRACES, ids=lambda p: p.name)
-def test_yardsticks_agree_with_an_independent_model(trace, orbit_cli, stories260k_path, tmp_path):
-    report = replay_json(orbit_cli, stories260k_path, trace, tmp_path)
+def test_yardsticks_agree_with_an_independent_model(trace, shared_replay):
+    report = shared_replay(trace)  # the default, prefix and throughput policies (test_dominance reads it too)
     assert report["policies"]
     for p in report["policies"]:
         check_policy(p, f"{trace.name} {p['policy']}")
