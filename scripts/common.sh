@@ -9,7 +9,7 @@ orbit_cores() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
 ORBIT_JOBS="${ORBIT_JOBS:-$(orbit_cores)}"
 # Unity builds (CMAKE_UNITY_BUILD: each library's sources compiled in batches of 8, so the torch and JSON
 # headers are parsed once per batch): the scripts build from scratch far more often than they rebuild one
-# file, and a full build takes about 40% less CPU time. ORBIT_UNITY=OFF when you edit and rebuild often.
+# file. ORBIT_UNITY=OFF when you edit and rebuild often.
 ORBIT_UNITY="${ORBIT_UNITY:-ON}"
 
 # Debian 12 packages orbit builds and tests with (README "Dependencies" says what each is for).
