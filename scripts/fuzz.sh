@@ -42,7 +42,8 @@ cmake --build "$build" -j "$ORBIT_JOBS" --target "${targets[@]}"
 
 mkdir -p "$build/artifacts" "$build/logs"
 for t in "${targets[@]}"; do
-  [ -d "$ORBIT_ROOT/tests/fuzz/corpus/$t" ] || { echo "error: no seed corpus $ORBIT_ROOT/tests/fuzz/corpus/$t" >&2; exit 1; }
+  seeds="$ORBIT_ROOT/tests/fuzz/corpus/$t"
+  [ -d "$seeds" ] || { echo "error: no seed corpus $seeds" >&2; exit 1; }
 done
 
 # One target's run: its summary line on success; on failure its log's tail and status 1.

@@ -45,8 +45,9 @@ generator=()
 [ -f "$build/CMakeCache.txt" ] || generator=(-G Ninja)
 # -O0 -g1 for the libraries (the tests' own code is -O1, tests/CMakeLists.txt): line tables for the reports'
 # stacks, assertions on (no NDEBUG), and the quickest to compile: on 2 cores the ASan stage took 388 s at -O0
-# against 480 s at -O1 (its tests ran 49 s against 37 s; the time is in libtorch, which is not rebuilt), the
-# TSan stage 165 s against 193 s. ORBIT_SANITIZE_FLAGS replaces them.
+# (run alone) against 480 s at -O1 (in a fresh test.sh run; its tests ran 49 s against 37 s: most of their
+# time is in libtorch, which is not rebuilt), the TSan stage 165 s against 193 s. ORBIT_SANITIZE_FLAGS
+# replaces them.
 cmake -S "$ORBIT_ROOT" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_FLAGS_RELEASE="${ORBIT_SANITIZE_FLAGS:--O0 -g1}" -DCMAKE_UNITY_BUILD="$ORBIT_UNITY" \
   -DORBIT_SANITIZE="$sanitize" -DORBIT_WERROR=OFF -DORBIT_TESTS=ON \
