@@ -2,25 +2,30 @@
 // measured side by side in one run (not a test; numbers go to JSON and bench/REPORT-gpu.md).
 //
 //   bench_gpu [--preset qwen2.5-7b] [--layers N] [--windows 8192,32768] [--chunks 512,2048,8192]
-//             [--query 16] [--reps 3] [--device cuda] [--dtype bfloat16] [--device-name NAME]
-//             [--sections ttft,slide,prefill,bytes,reloc,recall] [--json PATH]
+//             [--query 16] [--reps 10] [--device cuda] [--dtype bfloat16] [--device-name NAME]
+//             [--sections ttft,slide,prefill,bytes,reloc,recall] [--json PATH] [--commit SHA]
 //
 // Random weights of the preset's shape are made directly on the device in the dtype (no file): the
 // arms time compute and memory traffic, which do not depend on the values. KV content and patch factors
-// are random too. Sections:
+// are random too. Every arm runs --reps times after a warm-up; the JSON holds each arm's median and its
+// spread (fastest and slowest run). The baselines run on the PyTorch peer below where the libtorch has
+// SDPA (2.5 and later): flash attention, causal from the end of the keys for a prefix cache's recompute
+// (no boolean mask); elsewhere on orbit's own forward. Sections:
 //   ttft     (a) time to the first query token after a B-token chunk is placed in the middle of a
 //            W-token window: re-prefill of the window + query; a prefix cache broken at the chunk
 //            (recompute chunk, suffix and query over the cached prefix); orbit with every chunk's
-//            canonical already in pool pages and the chunk's patch stored (the query's forward over
-//            the paged past: kernel reads pages in place, relocates and adds patch rows); and orbit
-//            over a per-window patched copy (contiguous past, rotated on the fly, PyTorch SDPA).
+//            canonical already in pool pages and every chunk's patch stored (2,048-token pieces around
+//            the placed chunk: the query's forward over the paged past, kernel reads pages in place,
+//            relocates and adds patch rows); the same past gathered and patched into a copy first (the
+//            path longer queries take); and orbit over a per-window patched copy made ahead.
 //   prefill  (c) prefill tokens/s at each W, and decode ms/token over a W-token past: orbit vs a
 //            plain PyTorch implementation of the same model (cos/sin-cached RoPE, pre-rotated
 //            contiguous KV cache, scaled_dot_product_attention with GQA) in the same process.
 //   bytes    (d) device bytes of N = 1, 4, 8 windows (and forks) holding the same K chunks: shared
 //            canonical pages + per-window patch factors vs per-window patched copies.
 //   slide    (b) a W-token window slides: its first B tokens are evicted and a query follows. The prefix
-//            cache recomputes the W - B survivors and the query; orbit keeps the survivors' pages, each
+//            cache recomputes the W - B survivors and the query (a prefill from position 0: flash
+//            attention, causal); orbit keeps the survivors' pages, each
 //            2,048-token chunk with its stored patch, relocated to their new positions on the fly.
 //   reloc    (e) relocation + patch apply into pool pages (ops::patch_apply_to_pages) and the paged
 //            decode attention's K/V reads, as a fraction of device-to-device copy bandwidth.
@@ -149,6 +154,32 @@ struct Peer {
     const at::Tensor xf = x.to(at::kFloat);
     return g * (xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps)).to(x.scalar_type());
   }
+  // Causal attention of T queries (the last T of S keys) in one fused kernel: flash with is_causal from
+  // position 0; no mask for one query; for several after a cached prefix, flash attention's own causal
+  // mask, which is aligned to the end of the keys (torch.nn.attention.bias.causal_lower_right takes the
+  // same path). GQA is passed to the kernel as it is, or, where it refuses it, K and V heads repeated.
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t start) const {
+    if (start == 0) return at::scaled_dot_product_attention(q, k, v, c10::nullopt, 0.0, true, c10::nullopt, true);
+    if (q.size(2) == 1) return at::scaled_dot_product_attention(q, k, v, c10::nullopt, 0.0, false, c10::nullopt, true);
+    if (gqa_in_kernel || k.size(1) == q.size(1)) {
+      try {
+        return std::get<0>(at::_scaled_dot_product_flash_attention(q, k, v, 0.0, true, false));
+      } catch (const c10::Error&) {
+        if (k.size(1) == q.size(1)) throw;
+        gqa_in_kernel = false;
+      }
+    }
+    const int64_t g = q.size(1) / k.size(1);
+    return std::get<0>(at::_scaled_dot_product_flash_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1),
+                                                               0.0, true, false));
+  }
+  // How attend() ran a prefix cache's recompute (for the report).
+  std::string prefix_kernel() const {
+    return gqa_in_kernel ? "flash attention, causal aligned to the end of the keys, GQA in the kernel"
+                         : "flash attention, causal aligned to the end of the keys, K/V heads repeated for GQA";
+  }
+  mutable bool gqa_in_kernel = true;
+
   // Forward of T tokens at positions start.. over `cache` (per layer pre-rotated K and V [1, H_kv, S, d]
   // holding `start` tokens, with room for T more); writes the new K/V into the cache. Last-token logits.
   at::Tensor forward(const std::vector<int64_t>& toks, int64_t start,
@@ -172,13 +203,7 @@ struct Peer {
       K.narrow(2, start, T).copy_(k);
       V.narrow(2, start, T).copy_(v);
       const at::Tensor Ks = K.narrow(2, 0, start + T), Vs = V.narrow(2, 0, start + T);
-      at::Tensor o;
-      if (start == 0) {
-        o = at::scaled_dot_product_attention(q, Ks, Vs, c10::nullopt, 0.0, true, c10::nullopt, true);
-      } else {
-        TORCH_CHECK(T == 1, "peer: decode steps take one token");
-        o = at::scaled_dot_product_attention(q, Ks, Vs, c10::nullopt, 0.0, false, c10::nullopt, true);
-      }
+      const at::Tensor o = attend(q, Ks, Vs, start);
       x = x + at::linear(o.squeeze(0).transpose(0, 1).reshape({T, c.num_heads * c.head_dim}), lw.wo);
       const at::Tensor g = norm(x, lw.ffn_norm, c.rms_norm_eps);
       x = x + at::linear(at::silu(at::linear(g, lw.w_gate)) * at::linear(g, lw.w_up), lw.w_down);
@@ -196,7 +221,444 @@ struct Peer {
     return out;
   }
 };
+#else
+struct Peer;  // no SDPA in this libtorch: the baselines run on orbit's own forward
 #endif
+
+// What every section reads: the model, the token counts, the repetitions and the peer (or null).
+struct Setup {
+  const rt::Model& m;
+  c10::Device dev;
+  std::string preset;
+  std::vector<int64_t> windows, chunks, query;
+  int64_t max_w = 0, rank = 16;
+  int reps = 10;
+  const Peer* peer = nullptr;
+};
+
+// An arm's timing in a JSON row: KEY_s (the median), KEY_min_s and KEY_max_s.
+void put(json& row, const std::string& key, const Timing& t) {
+  row[key + "_s"] = t.median;
+  row[key + "_min_s"] = t.min;
+  row[key + "_max_s"] = t.max;
+}
+
+std::string ms(const Timing& t) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.2f ms [%.2f-%.2f]", t.median * 1e3, t.min * 1e3, t.max * 1e3);
+  return buf;
+}
+
+constexpr int64_t kPiece = 2048;  // tokens per patched chunk around the placed one
+
+// Patches on every chunk of a W-token window: 2,048-token pieces before and after the B-token chunk at
+// `offset`, and the chunk itself (a window whose every instance was placed in a changed context).
+std::vector<rt::PlacedPatch> window_patches(const rt::Model& m, int64_t W, int64_t offset, int64_t B, int64_t rank) {
+  std::vector<rt::PlacedPatch> out;
+  auto pieces = [&](int64_t from, int64_t to) {
+    for (int64_t first = from; first < to; first += kPiece)
+      out.push_back({first, random_patch(m, std::min(kPiece, to - first), rank)});
+  };
+  pieces(0, offset);
+  out.push_back({offset, random_patch(m, B, rank)});
+  pieces(offset + B, W);
+  return out;
+}
+
+// n past tokens read from the pool's slots [first, first + n), at positions 0..n-1, with `patches`.
+rt::PastKV paged_past(const FilledPool& pool, int64_t first, int64_t n, std::vector<rt::PlacedPatch> patches) {
+  auto paged = std::make_shared<rt::PagedPast>();
+  paged->pool = pool.pool.get();
+  paged->slots = pool.slots.narrow(0, first, n);
+  paged->patches = std::move(patches);
+  return rt::make_paged_past(std::move(paged), at::arange(n, at::kLong));
+}
+
+rt::ForwardOptions last_logits() {
+  rt::ForwardOptions o;
+  o.logits = rt::LogitsMode::kLast;
+  return o;
+}
+
+// Re-prefill of `all` (from position 0) on the peer where there is one, else on orbit's forward.
+Timing reprefill_arm(const Setup& s, const std::vector<int64_t>& all) {
+#if BENCH_HAVE_SDPA
+  if (s.peer != nullptr) {
+    auto cache = s.peer->cache(static_cast<int64_t>(all.size()));
+    return timed_spread(s.dev, s.reps, [&] { (void)s.peer->forward(all, 0, cache); });
+  }
+#endif
+  return timed_spread(s.dev, s.reps, [&] { (void)s.m.forward(input_at(all, 0), nullptr, last_logits()); });
+}
+
+// A prefix cache broken at `offset`: the prefix's KV cached, all[offset..] recomputed over it. On the peer
+// where there is one; if the peer's kernel fails there, on orbit's forward, and `impl` says why.
+Timing prefix_arm(const Setup& s, const std::vector<int64_t>& all, int64_t offset, std::string& impl) {
+  const std::vector<int64_t> rest(all.begin() + offset, all.end());
+#if BENCH_HAVE_SDPA
+  if (s.peer != nullptr) {
+    try {
+      auto cache = s.peer->cache(static_cast<int64_t>(all.size()));
+      const Timing t = timed_spread(s.dev, s.reps, [&] { (void)s.peer->forward(rest, offset, cache); });
+      impl = "pytorch_sdpa_peer: " + s.peer->prefix_kernel();
+      return t;
+    } catch (const std::exception& e) {
+      impl = std::string("orbit_forward (the peer failed: ") + e.what() + ")";
+      impl = impl.substr(0, 300);
+      std::printf("warning: %s\n", impl.c_str());
+    }
+  }
+#endif
+  if (impl.empty()) impl = "orbit_forward";
+  rt::PastKV prefix{random_content(s.m, offset), at::arange(offset, at::kLong)};
+  return timed_spread(s.dev, s.reps, [&] { (void)s.m.forward(input_at(rest, offset), &prefix, last_logits()); });
+}
+
+std::string baseline_impl([[maybe_unused]] const Setup& s) {
+#if BENCH_HAVE_SDPA
+  if (s.peer != nullptr) return "pytorch_sdpa_peer: " + s.peer->prefix_kernel();
+#endif
+  return "orbit_forward";
+}
+
+// One (W, B) row of the TTFT section; `base` holds the window's re-prefill and query-alone timings.
+json ttft_row(const Setup& s, const FilledPool& pool, const std::vector<int64_t>& all, int64_t W, int64_t B,
+              const json& base) {
+  const int64_t offset = (W - B) / 2;  // the chunk sits in the middle of the window
+  const int64_t q = static_cast<int64_t>(s.query.size());
+  std::string prefix_impl;
+  const Timing prefix = prefix_arm(s, all, offset, prefix_impl);
+  const std::vector<rt::PlacedPatch> patches = window_patches(s.m, W, offset, B, s.rank);
+  const rt::ForwardOptions last = last_logits();
+  BENCH_RANGE_PUSH("orbit_paged");
+  const Timing orbit = timed_spread(s.dev, s.reps, [&] {
+    const rt::PastKV past = paged_past(pool, 0, W, patches);
+    (void)s.m.forward(input_at(s.query, W), &past, last);
+  });
+  BENCH_RANGE_POP();
+  // The path a query longer than the kernel takes: gather and patch the whole past, then attend.
+  BENCH_RANGE_PUSH("orbit_gather");
+  const Timing gather = timed_spread(s.dev, s.reps, [&] {
+    const rt::PastKV copy = rt::materialize_past(s.m.config(), paged_past(pool, 0, W, patches), s.dev, s.m.dtype());
+    (void)s.m.forward(input_at(s.query, W), &copy, last);
+  });
+  BENCH_RANGE_POP();
+  const rt::PastKV copy = rt::materialize_past(s.m.config(), paged_past(pool, 0, W, patches), s.dev, s.m.dtype());
+  BENCH_RANGE_PUSH("orbit_copy");
+  const Timing copied = timed_spread(s.dev, s.reps, [&] { (void)s.m.forward(input_at(s.query, W), &copy, last); });
+  BENCH_RANGE_POP();
+  const double reprefill = base["reprefill_s"].get<double>();
+  std::printf(
+      "ttft W=%6lld B=%5lld  reprefill %8.2f ms  prefix %s  orbit %s (paged)  %s (gathered)  %s (copy)  "
+      "reprefill/orbit %6.1fx  prefix/orbit %6.1fx\n",
+      (long long)W, (long long)B, reprefill * 1e3, ms(prefix).c_str(), ms(orbit).c_str(), ms(gather).c_str(),
+      ms(copied).c_str(), reprefill / orbit.median, prefix.median / orbit.median);
+  json row = base;
+  row.update({{"model", s.preset},
+              {"chunk_tokens", B},
+              {"chunk_offset", offset},
+              {"patched_chunks", patches.size()},
+              {"prefix_baseline", prefix_impl},
+              {"attention_path", s.m.attention_path(q, true)},
+              {"gather_attention_path", s.m.attention_path(q, false)}});
+  put(row, "prefix", prefix);
+  put(row, "orbit", orbit);
+  put(row, "orbit_gather", gather);
+  put(row, "orbit_patched_copy", copied);
+  return row;
+}
+
+// (a) TTFT after placing a chunk: see the header.
+json ttft_section(const Setup& s) {
+  json rows = json::array();
+  const int64_t vocab = s.m.config().vocab_size;
+  for (int64_t W : s.windows) {
+    std::vector<int64_t> all = tokens(W, vocab);
+    all.insert(all.end(), s.query.begin(), s.query.end());
+    json base = {{"window_tokens", W}, {"baseline", baseline_impl(s)}};
+    put(base, "reprefill", reprefill_arm(s, all));
+    // The query alone, no past: the floor any reuse arm pays (weights read once, per-op launches).
+    BENCH_RANGE_PUSH("query_alone");
+    put(base, "query_only",
+        timed_spread(s.dev, s.reps, [&] { (void)s.m.forward(input_at(s.query, W), nullptr, last_logits()); }));
+    BENCH_RANGE_POP();
+    FilledPool pool = fill_pool(s.m, W, 16);
+    for (int64_t B : s.chunks) {
+      if (B < W) rows.push_back(ttft_row(s, pool, all, W, B, base));
+    }
+  }
+  return rows;
+}
+
+// (b) A window slides: see the header.
+json slide_section(const Setup& s) {
+  json rows = json::array();
+  const int64_t W = s.max_w;
+  const int64_t q = static_cast<int64_t>(s.query.size());
+  FilledPool pool = fill_pool(s.m, W, 16);
+  for (int64_t B : s.chunks) {
+    if (B >= W) continue;
+    const int64_t S = W - B;
+    std::vector<int64_t> survivors = tokens(W, s.m.config().vocab_size);
+    survivors.erase(survivors.begin(), survivors.begin() + B);
+    survivors.insert(survivors.end(), s.query.begin(), s.query.end());
+    BENCH_RANGE_PUSH("slide_prefix");
+    const Timing prefix = reprefill_arm(s, survivors);
+    BENCH_RANGE_POP();
+    std::vector<rt::PlacedPatch> patches;
+    for (int64_t first = 0; first + kPiece <= S; first += kPiece)
+      patches.push_back({first, random_patch(s.m, kPiece, s.rank)});
+    const size_t patched = patches.size();
+    const rt::PastKV past = paged_past(pool, B, S, std::move(patches));
+    BENCH_RANGE_PUSH("slide_orbit");
+    const Timing orbit =
+        timed_spread(s.dev, s.reps, [&] { (void)s.m.forward(input_at(s.query, S), &past, last_logits()); });
+    BENCH_RANGE_POP();
+    std::printf("slide W=%6lld evict %5lld  prefix cache (recompute %lld + query) %s  orbit %s  %6.1fx\n", (long long)W,
+                (long long)B, (long long)S, ms(prefix).c_str(), ms(orbit).c_str(), prefix.median / orbit.median);
+    json row = {{"window_tokens", W},           {"evicted_tokens", B},
+                {"survivor_tokens", S},         {"patched_chunks", patched},
+                {"baseline", baseline_impl(s)}, {"attention_path", s.m.attention_path(q, true)}};
+    put(row, "prefix", prefix);
+    put(row, "orbit", orbit);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// (c) Prefill and decode against the peer: see the header.
+json prefill_section(const Setup& s) {
+  json rows = json::array();
+  for (int64_t W : s.windows) {
+    const std::vector<int64_t> window = tokens(W, s.m.config().vocab_size);
+    const rt::ForwardOptions none = last_logits();
+    const Timing prefill = timed_spread(s.dev, s.reps, [&] { (void)s.m.forward(input_at(window, 0), nullptr, none); });
+    FilledPool pool = fill_pool(s.m, W, 16);
+    const rt::PastKV past = paged_past(pool, 0, W, {});
+    const std::vector<int64_t> one = {s.query[0]};
+    const Timing decode = timed_spread(s.dev, s.reps * 3, [&] { (void)s.m.forward(input_at(one, W), &past, none); });
+    const rt::PastKV contiguous = rt::materialize_past(s.m.config(), past, s.dev, s.m.dtype());
+    const Timing decode_copy =
+        timed_spread(s.dev, s.reps * 3, [&] { (void)s.m.forward(input_at(one, W), &contiguous, none); });
+    json row = {{"window_tokens", W}, {"orbit_prefill_tok_s", W / prefill.median}};
+    put(row, "orbit_prefill", prefill);
+    put(row, "orbit_decode", decode);
+    put(row, "orbit_decode_contiguous", decode_copy);
+    std::printf("W=%6lld prefill orbit %s  decode orbit %s (paged) %s (contiguous)\n", (long long)W,
+                ms(prefill).c_str(), ms(decode).c_str(), ms(decode_copy).c_str());
+#if BENCH_HAVE_SDPA
+    if (s.peer != nullptr) {
+      auto cache = s.peer->cache(W + 1);
+      const Timing peer_prefill = timed_spread(s.dev, s.reps, [&] { (void)s.peer->forward(window, 0, cache); });
+      const Timing peer_decode = timed_spread(s.dev, s.reps * 3, [&] { (void)s.peer->forward(one, W, cache); });
+      put(row, "sdpa_prefill", peer_prefill);
+      put(row, "sdpa_decode", peer_decode);
+      row["sdpa_prefill_tok_s"] = W / peer_prefill.median;
+      std::printf("W=%6lld sdpa peer prefill %s (orbit/peer time %.2fx)  decode %s (orbit/peer %.2fx)\n", (long long)W,
+                  ms(peer_prefill).c_str(), prefill.median / peer_prefill.median, ms(peer_decode).c_str(),
+                  decode.median / peer_decode.median);
+    }
+#endif
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// (d) Device bytes of N windows holding the same chunks (computed from the pool layout, not measured).
+json bytes_section(const Setup& s) {
+  const rt::Model* m = &s.m;
+  const int64_t rank = s.rank;
+  // K chunks of B tokens plus a private turn per window; patches float32 rank `rank` per layer and tensor.
+  const rt::ModelConfig& c = m->config();
+  const int64_t K = 4, B = 2048, turn = 256, page = 16;
+  const int64_t page_bytes = (c.content_k_shape().width() + c.content_v_shape().width()) * page * c.num_layers *
+                             static_cast<int64_t>(c10::elementSize(m->dtype()));
+  const int64_t chunk_pages = (B + page - 1) / page, turn_pages = (turn + page - 1) / page;
+  const int64_t patch_bytes =
+      rank * (B + c.content_k_shape().width() + B + c.content_v_shape().width()) * 4 * c.num_layers;
+  json rows = json::array();
+  for (int64_t N : {1, 4, 8}) {
+    const int64_t copies = N * (K * chunk_pages + turn_pages) * page_bytes;
+    const int64_t shared = K * chunk_pages * page_bytes + N * (K * patch_bytes + turn_pages * page_bytes);
+    const int64_t forks = (K * chunk_pages + turn_pages) * page_bytes + (N - 1) * turn_pages * page_bytes;
+    std::printf(
+        "bytes N=%lld  per-window copies %.3f GB  shared canonical + patches %.3f GB (%.2fx fewer)  forks "
+        "sharing pages %.3f GB (%.2fx fewer)\n",
+        (long long)N, copies / 1e9, shared / 1e9, double(copies) / shared, forks / 1e9, double(copies) / forks);
+    rows.push_back({{"windows", N},
+                    {"chunks", K},
+                    {"chunk_tokens", B},
+                    {"turn_tokens", turn},
+                    {"copies_bytes", copies},
+                    {"shared_bytes", shared},
+                    {"forks_bytes", forks}});
+  }
+  return rows;
+}
+
+// (e) Relocation + patch apply into pool pages against a device-to-device copy of the same bytes.
+json reloc_kernels(const Setup& s) {
+  const rt::Model* m = &s.m;
+  const c10::Device dev = s.dev;
+  const int reps = s.reps;
+  const int64_t rank = s.rank;
+  const rt::ModelConfig& c = m->config();
+  const int64_t n = 65536, D = c.content_k_shape().width();
+  FilledPool pool = fill_pool(*m, n, 16);
+  const auto opts = at::TensorOptions().device(dev).dtype(m->dtype());
+  const at::Tensor canonical = at::randn({n, D}, opts);
+  const at::Tensor u = at::randn({n, rank}, opts.dtype(at::kFloat)), vt = at::randn({rank, D}, opts.dtype(at::kFloat));
+  std::vector<rt::PageId> got;
+  (void)pool.pool->allocate(n / 16, got);
+  rt::ops::PageTarget target;
+  target.kind = 0;
+  target.layer = 0;
+  target.block_table = got;
+  rt::ops::PatchApplyInputs in;
+  in.canonical = canonical;
+  in.u = u;
+  in.vt = vt;
+  in.rotate = true;
+  in.rope = c.rope;
+  in.positions = at::arange(1000, 1000 + n, at::kLong);
+  in.tables = rt::ops::patch_rope_tables(c.rope, in.positions, m->dtype(), dev);
+  const double apply_s = timed_loop(dev, reps, 20, [&] { rt::ops::patch_apply_to_pages(*pool.pool, target, in); });
+  rt::ops::PatchApplyInputs plain = in;
+  plain.u = at::Tensor();
+  plain.vt = at::Tensor();
+  const double relocate_s =
+      timed_loop(dev, reps, 20, [&] { rt::ops::patch_apply_to_pages(*pool.pool, target, plain); });
+  at::Tensor dst = at::empty_like(canonical);
+  const double copy_s = timed_loop(dev, reps, 20, [&] { dst.copy_(canonical); });
+  // The kernel alone (the op above also validates the block table and uploads it on every call).
+  double kernel_s = 0, kernel_plain_s = 0;
+#if ORBIT_OPS_HAVE_CUDA
+  if (dev.is_cuda() && m->dtype() == at::kBFloat16) {
+    namespace kc = orbit::kernels::cuda;
+    const at::Tensor table = at::tensor(at::ArrayRef<int32_t>(got), at::kInt).to(dev);
+    const at::Tensor layer0 = pool.pool->storage(0).select(0, 0);
+    kc::PatchDims dims;
+    dims.tokens = n;
+    dims.width = D;
+    dims.rank = rank;
+    dims.rotate = true;
+    dims.head_dim = c.head_dim;
+    dims.rotary_dim = c.rope.rotary_dim;
+    dims.interleaved = c.rope.layout == rt::RopeLayout::kInterleaved;
+    kc::PatchSource<__nv_bfloat16> src;
+    src.canonical = reinterpret_cast<const __nv_bfloat16*>(canonical.data_ptr<at::BFloat16>());
+    src.u = u.data_ptr<float>();
+    src.vt = vt.data_ptr<float>();
+    src.cos = in.tables.cos.data_ptr<float>();
+    src.sin = in.tables.sin.data_ptr<float>();
+    kc::PatchTarget<__nv_bfloat16> tgt;
+    tgt.base = reinterpret_cast<__nv_bfloat16*>(layer0.data_ptr<at::BFloat16>());
+    tgt.block_table = table.data_ptr<int32_t>();
+    tgt.page_size = 16;
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
+    kernel_s =
+        timed_loop(dev, reps, 50, [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
+    dims.rank = 0;
+    kernel_plain_s =
+        timed_loop(dev, reps, 50, [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
+  }
+#endif
+  std::printf("relocation+patch kernel alone %.3f ms (%.0f%% of copy), relocation alone %.3f ms (%.0f%%)\n",
+              kernel_s * 1e3, kernel_s > 0 ? 100 * copy_s / kernel_s : 0.0, kernel_plain_s * 1e3,
+              kernel_plain_s > 0 ? 100 * copy_s / kernel_plain_s : 0.0);
+  const double bytes = 2.0 * static_cast<double>(canonical.numel() * canonical.element_size());
+  std::printf(
+      "reloc+patch %lld tokens x %lld: %.3f ms, %.0f GB/s; relocation alone %.3f ms; d2d copy %.3f ms, "
+      "%.0f GB/s; ratio %.2f (relocation alone %.2f)\n",
+      (long long)n, (long long)D, apply_s * 1e3, bytes / apply_s / 1e9, relocate_s * 1e3, copy_s * 1e3,
+      bytes / copy_s / 1e9, copy_s / apply_s, copy_s / relocate_s);
+  return {{"tokens", n},
+          {"width", D},
+          {"rank", rank},
+          {"patch_apply_s", apply_s},
+          {"copy_s", copy_s},
+          {"bytes_read_written", bytes},
+          {"fraction_of_copy_bandwidth", copy_s / apply_s},
+          {"relocate_only_s", relocate_s},
+          {"kernel_patch_apply_s", kernel_s},
+          {"kernel_relocate_only_s", kernel_plain_s},
+          {"relocate_only_fraction_of_copy_bandwidth", copy_s / relocate_s},
+          {"copy_bandwidth_bytes_s", bytes / copy_s}};
+}
+
+// Paged attention inputs over the first W tokens of `pool` (one layer), R queries, no patch.
+rt::ops::PagedAttentionInputs attention_inputs(const Setup& s, const FilledPool& pool, int64_t W, int64_t R) {
+  const rt::ModelConfig& c = s.m.config();
+  const int64_t D = c.content_k_shape().width();
+  const auto opts = at::TensorOptions().device(s.dev).dtype(s.m.dtype());
+  rt::ops::PagedAttentionInputs pa;
+  pa.q = at::randn({R, c.num_heads, c.head_dim}, opts);
+  pa.k_pages = pool.pool->storage(0).select(0, 0).view({-1, D});
+  pa.v_pages = pool.pool->storage(1).select(0, 0).view({-1, D});
+  pa.slots = pool.slots.narrow(0, 0, W).to(s.dev, at::kInt);
+  pa.k_tail = at::randn({R, c.num_kv_heads, c.head_dim}, opts);
+  pa.v_tail = at::randn({R, c.num_kv_heads, c.head_dim}, opts);
+  pa.positions = at::arange(W + R, at::TensorOptions().device(s.dev).dtype(at::kLong)).unsqueeze(1).contiguous();
+  pa.inv_freq = rt::rope_inv_freq(c.rope, 0).to(s.dev);
+  pa.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  return pa;
+}
+
+// (e) The paged attention kernels alone over the longest window, one layer: R = 1, 16 and 64 queries on
+// each kernel (tiled, row-wise for decode, tensor cores for 16-bit dtypes), without and with patch rows
+// on every token; K/V bytes read once against the copy bandwidth of the relocation measurement.
+json paged_attention_kernel(const Setup& s) {
+  const rt::ModelConfig& c = s.m.config();
+  const int64_t D = c.content_k_shape().width(), W = s.max_w;
+  if (!rt::ops::paged_attention_available(s.dev, c.num_heads, c.num_kv_heads, c.head_dim)) return json::object();
+  FilledPool big = fill_pool(s.m, W, 16);
+  const auto fopts = at::TensorOptions().device(s.dev).dtype(at::kFloat);
+  const at::Tensor uk = at::randn({W, s.rank}, fopts), vtk = at::randn({s.rank, D}, fopts);
+  orbit::kernels::cpu::PatchSegment seg;
+  seg.length = W;
+  seg.rank_k = seg.rank_v = s.rank;
+  seg.u_k = seg.u_v = uk.data_ptr<float>();
+  seg.vt_k = seg.vt_v = vtk.data_ptr<float>();
+  const at::Tensor patch_of = at::zeros({W}, fopts.dtype(at::kInt));
+  const at::Tensor segments = rt::ops::make_segment_table({seg}, s.dev);
+  const double kv_bytes = 2.0 * static_cast<double>(W * D * c10::elementSize(s.m.dtype()));
+  using K = rt::ops::PagedKernelChoice;
+  const bool sixteen = s.m.dtype() != at::kFloat;
+  json rows = json::array();
+  for (const int64_t R : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+    rt::ops::PagedAttentionInputs pa = attention_inputs(s, big, W, R);
+    for (const auto& [kernel, name] : std::vector<std::pair<K, const char*>>{
+             {K::kTiled, "tiled"}, {K::kRowwise, "rowwise"}, {K::kTensorCore, "tensor_core"}}) {
+      if ((kernel == K::kRowwise && R > 1) || (kernel == K::kTensorCore && !sixteen)) continue;
+      pa.kernel = kernel;
+      pa.patch_of = at::Tensor();
+      pa.segments = at::Tensor();
+      const Timing plain = timed_loop_spread(s.dev, s.reps, 20, [&] { (void)rt::ops::paged_attention(pa); });
+      pa.patch_of = patch_of;
+      pa.segments = segments;
+      const Timing patched = timed_loop_spread(s.dev, s.reps, 20, [&] { (void)rt::ops::paged_attention(pa); });
+      std::printf("paged attention W=%lld R=%2lld %-11s %s (%.0f GB/s of K/V), patch rows on every token %s\n",
+                  (long long)W, (long long)R, name, ms(plain).c_str(), kv_bytes / plain.median / 1e9,
+                  ms(patched).c_str());
+      json row = {{"queries", R}, {"kernel", name}, {"kv_bytes_s", kv_bytes / plain.median}};
+      put(row, "time", plain);
+      put(row, "patched", patched);
+      rows.push_back(row);
+    }
+  }
+  json out = {
+      {"paged_attention_window_tokens", W}, {"paged_attention_kv_bytes", kv_bytes}, {"paged_attention_kernels", rows}};
+  // The decode figures (R = 1) under the names earlier reports used.
+  for (const json& r : rows) {
+    if (r["queries"] != 1) continue;
+    if (r["kernel"] == "tiled") {
+      out["paged_attention_s"] = r["time_s"];
+      out["paged_attention_patched_s"] = r["patched_s"];
+    }
+    if (r["kernel"] == "rowwise") out["paged_attention_rowwise_s"] = r["time_s"];
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -205,18 +667,19 @@ int main(int argc, char** argv) {
     const orbit::cli::Args a(
         "bench_gpu",
         {{"--preset", "--layers", "--windows", "--chunks", "--query", "--reps", "--device", "--dtype", "--device-name",
-          "--sections", "--json", "--rank", "--scratch"},
+          "--sections", "--json", "--rank", "--scratch", "--commit"},
          {},
          "usage: bench_gpu [--preset qwen2.5-7b] [--layers N] [--windows 8192,32768] [--chunks 512,2048,8192]\n"
-         "                 [--query 16] [--reps 3] [--rank 16] [--device cuda] [--dtype bfloat16]\n"
+         "                 [--query 16] [--reps 10] [--rank 16] [--device cuda] [--dtype bfloat16]\n"
          "                 [--sections ttft,slide,prefill,bytes,reloc,recall] [--device-name NAME] [--json PATH]\n"
-         "                 [--scratch DIR]\n"
+         "                 [--scratch DIR] [--commit SHA]\n"
          "  The GPU runtime side by side with its baselines, random weights of --preset's shape: TTFT after\n"
          "  placing a chunk (orbit vs re-prefill vs a prefix cache), prefill/decode vs PyTorch SDPA, device\n"
          "  bytes of windows and forks sharing chunks, relocation + patch apply vs copy bandwidth, a window's\n"
          "  slide vs a prefix cache, recall of a stored chunk from host or disk vs re-prefill.\n"
          "  --layers N        cut the preset's depth;  --windows / --chunks  token counts W and B\n"
-         "  --query N         query tokens after the chunk;  --reps N  repetitions;  --rank M  patch rank\n"
+         "  --query N         query tokens after the chunk;  --reps N  timed runs per arm (median and spread)\n"
+         "  --rank M          patch rank;  --commit SHA  the commit recorded in the JSON\n"
          "  --device-name S   the device name recorded in the JSON;  --json PATH  (default bench_gpu.json)\n"
          "  --scratch DIR     where the recall section writes its chunk file (default /tmp)\n"},
         argc, argv, 1);
@@ -228,12 +691,10 @@ int main(int argc, char** argv) {
     const std::vector<int64_t> windows = orbit::cli::parse_int_list(a.get_or("--windows", "8192,32768"), "--windows");
     const std::vector<int64_t> chunks = orbit::cli::parse_int_list(a.get_or("--chunks", "512,2048,8192"), "--chunks");
     const int64_t q = a.get_int("--query", 16, 1);
-    const int reps = static_cast<int>(a.get_int("--reps", 3, 1));
-    const int64_t rank = a.get_int("--rank", 16, 1);
+    const int reps = static_cast<int>(a.get_int("--reps", 10, 1));
     const std::string sections = a.get_or("--sections", "ttft,slide,prefill,bytes,reloc,recall");
     const rt::ComputeTarget target =
         rt::parse_compute_target(a.get_or("--device", "cuda"), a.get_or("--dtype", "bfloat16"));
-    const c10::Device dev = target.device;
     int64_t max_w = 0;
     for (int64_t w : windows) max_w = std::max(max_w, w);
     config.max_position_embeddings = std::max<int64_t>(config.max_position_embeddings, max_w + 2 * q + 8);
@@ -243,344 +704,62 @@ int main(int argc, char** argv) {
     const std::unique_ptr<rt::Model> m = random_model(config, target);
     std::printf("model %s (%lld of %lld layers) %s on %s, %lld parameters, made in %.1f s\n", preset.c_str(),
                 (long long)config.num_layers, (long long)full_layers, rt::dtype_name(target.dtype).c_str(),
-                rt::device_name(dev).c_str(), (long long)m->parameter_count(),
+                rt::device_name(target.device).c_str(), (long long)m->parameter_count(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    Setup s{
+        *m,  target.device, preset, windows, chunks, tokens(q, config.vocab_size), max_w, a.get_int("--rank", 16, 1),
+        reps};
+#if BENCH_HAVE_SDPA
+    const Peer peer(*m, max_w + 2 * q + 8);
+    s.peer = &peer;
+#endif
     json report = {{"benchmark", "bench_gpu"},
-                   {"device", a.get_or("--device-name", rt::device_name(dev))},
+                   {"device", a.get_or("--device-name", rt::device_name(target.device))},
+                   {"commit", a.get_or("--commit", "")},
                    {"dtype", rt::dtype_name(target.dtype)},
                    {"model", preset},
                    {"layers", config.num_layers},
                    {"full_layers", full_layers},
                    {"query_tokens", q},
-                   {"patch_rank", rank},
+                   {"patch_rank", s.rank},
                    {"reps", reps},
+                   {"baseline", baseline_impl(s)},
                    {"weights", "random (N(0, 0.02^2), norms 1), made on the device"},
                    {"torch", TORCH_VERSION}};
-    std::vector<std::string> argv_list(argv, argv + argc);
-    report["command"] = argv_list;
-    const int64_t vocab = config.vocab_size;
-    const std::vector<int64_t> query = tokens(q, vocab);
-
-    if (sections.find("ttft") != std::string::npos) {
-      json rows = json::array();
-      for (int64_t W : windows) {
-        const std::vector<int64_t> window = tokens(W, vocab);
-        std::vector<int64_t> all = window;
-        all.insert(all.end(), query.begin(), query.end());
-        rt::ForwardOptions last;
-        last.logits = rt::LogitsMode::kLast;
-        const double reprefill = timed(dev, reps, [&] { (void)m->forward(input_at(all, 0), nullptr, last); });
-        // The query alone, no past: the floor any reuse arm pays (weights read once, per-op launches).
-        BENCH_RANGE_PUSH("query_alone");
-        const double query_only = timed(dev, reps, [&] { (void)m->forward(input_at(query, W), nullptr, last); });
-        BENCH_RANGE_POP();
-        FilledPool pool = fill_pool(*m, W, 16);
-        for (int64_t B : chunks) {
-          if (B >= W) continue;
-          const int64_t offset = (W - B) / 2;  // the chunk sits in the middle of the window
-          // Prefix cache broken at the chunk: the prefix's KV is cached, chunk + suffix + query recomputed.
-          rt::PastKV prefix{random_content(*m, offset), at::arange(offset, at::kLong)};
-          const std::vector<int64_t> rest(all.begin() + offset, all.end());
-          const double prefix_s = timed(dev, reps, [&] { (void)m->forward(input_at(rest, offset), &prefix, last); });
-          prefix = {};
-          // orbit: pages in place + the chunk's stored patch, relocated on the fly by the kernel.
-          const std::shared_ptr<rt::Patch> patch = random_patch(*m, B, rank);
-          BENCH_RANGE_PUSH("orbit_paged");
-          const double orbit_s = timed(dev, reps, [&] {
-            auto paged = std::make_shared<rt::PagedPast>();
-            paged->pool = pool.pool.get();
-            paged->slots = pool.slots;
-            paged->patches.push_back({offset, patch});
-            const rt::PastKV past = rt::make_paged_past(std::move(paged), at::arange(W, at::kLong));
-            (void)m->forward(input_at(query, W), &past, last);
-          });
-          BENCH_RANGE_POP();
-          // orbit over a per-window patched copy (contiguous past in content form, SDPA).
-          double copy_s = 0;
-          {
-            auto paged = std::make_shared<rt::PagedPast>();
-            paged->pool = pool.pool.get();
-            paged->slots = pool.slots;
-            paged->patches.push_back({offset, patch});
-            const rt::PastKV copy = rt::materialize_past(
-                m->config(), rt::make_paged_past(paged, at::arange(W, at::kLong)), dev, m->dtype());
-            BENCH_RANGE_PUSH("orbit_copy");
-            copy_s = timed(dev, reps, [&] { (void)m->forward(input_at(query, W), &copy, last); });
-            BENCH_RANGE_POP();
-          }
-          std::printf(
-              "ttft W=%6lld B=%5lld  reprefill %8.2f ms  prefix %8.2f ms  orbit %7.2f ms (paged past)  "
-              "%7.2f ms (patched copy)  query alone %6.2f ms  reprefill/orbit %6.1fx  prefix/orbit %6.1fx\n",
-              (long long)W, (long long)B, reprefill * 1e3, prefix_s * 1e3, orbit_s * 1e3, copy_s * 1e3,
-              query_only * 1e3, reprefill / orbit_s, prefix_s / orbit_s);
-          rows.push_back({{"model", preset},
-                          {"window_tokens", W},
-                          {"chunk_tokens", B},
-                          {"chunk_offset", offset},
-                          {"reprefill_s", reprefill},
-                          {"prefix_s", prefix_s},
-                          {"orbit_s", orbit_s},
-                          {"orbit_patched_copy_s", copy_s},
-                          {"query_only_s", query_only},
-                          {"attention_path", m->attention_path(q, true)}});
-        }
-      }
-      report["ttft"] = rows;
-    }
-
-    if (sections.find("slide") != std::string::npos) {
-      // (b) The window's first B tokens leave; W - B survivors stay, then the query. Survivor chunks of
-      // 2,048 tokens carry stored patches (what a kept instance over a changed context is served with).
-      json rows = json::array();
-      const int64_t W = max_w, piece = 2048;
-      FilledPool pool = fill_pool(*m, W, 16);
-      for (int64_t B : chunks) {
-        if (B >= W) continue;
-        const int64_t S = W - B;
-        std::vector<int64_t> survivors = tokens(W, vocab);
-        survivors.erase(survivors.begin(), survivors.begin() + B);
-        survivors.insert(survivors.end(), query.begin(), query.end());
-        rt::ForwardOptions last;
-        last.logits = rt::LogitsMode::kLast;
-        BENCH_RANGE_PUSH("slide_prefix");
-        const double prefix_s = timed(dev, reps, [&] { (void)m->forward(input_at(survivors, 0), nullptr, last); });
-        BENCH_RANGE_POP();
-        auto paged = std::make_shared<rt::PagedPast>();
-        paged->pool = pool.pool.get();
-        paged->slots = pool.slots.narrow(0, B, S);
-        for (int64_t first = 0; first + piece <= S; first += piece)
-          paged->patches.push_back({first, random_patch(*m, piece, rank)});
-        const rt::PastKV past = rt::make_paged_past(paged, at::arange(S, at::kLong));
-        BENCH_RANGE_PUSH("slide_orbit");
-        const double orbit_s = timed(dev, reps, [&] { (void)m->forward(input_at(query, S), &past, last); });
-        BENCH_RANGE_POP();
-        std::printf(
-            "slide W=%6lld evict %5lld  prefix cache (recompute %lld + query) %8.2f ms  orbit %7.2f ms  %6.1fx\n",
-            (long long)W, (long long)B, (long long)S, prefix_s * 1e3, orbit_s * 1e3, prefix_s / orbit_s);
-        rows.push_back({{"window_tokens", W},
-                        {"evicted_tokens", B},
-                        {"survivor_tokens", S},
-                        {"patched_chunks", paged->patches.size()},
-                        {"prefix_s", prefix_s},
-                        {"orbit_s", orbit_s},
-                        {"attention_path", m->attention_path(q, true)}});
-      }
-      report["slide"] = rows;
-    }
-
-    if (sections.find("prefill") != std::string::npos) {
-      json rows = json::array();
-#if BENCH_HAVE_SDPA
-      const Peer peer(*m, max_w + 2 * q + 8);
-#endif
-      for (int64_t W : windows) {
-        const std::vector<int64_t> window = tokens(W, vocab);
-        rt::ForwardOptions none;
-        none.logits = rt::LogitsMode::kLast;
-        const double orbit_prefill = timed(dev, reps, [&] { (void)m->forward(input_at(window, 0), nullptr, none); });
-        FilledPool pool = fill_pool(*m, W, 16);
-        auto paged = std::make_shared<rt::PagedPast>();
-        paged->pool = pool.pool.get();
-        paged->slots = pool.slots;
-        const rt::PastKV past = rt::make_paged_past(paged, at::arange(W, at::kLong));
-        const std::vector<int64_t> one = {query[0]};
-        const double orbit_decode = timed(dev, reps * 3, [&] { (void)m->forward(input_at(one, W), &past, none); });
-        const rt::PastKV contiguous = rt::materialize_past(m->config(), past, dev, m->dtype());
-        const double orbit_decode_copy =
-            timed(dev, reps * 3, [&] { (void)m->forward(input_at(one, W), &contiguous, none); });
-        json row = {{"window_tokens", W},
-                    {"orbit_prefill_s", orbit_prefill},
-                    {"orbit_prefill_tok_s", W / orbit_prefill},
-                    {"orbit_decode_s", orbit_decode},
-                    {"orbit_decode_contiguous_s", orbit_decode_copy}};
-#if BENCH_HAVE_SDPA
-        {
-          auto cache = peer.cache(W + 1);
-          const double peer_prefill = timed(dev, reps, [&] { (void)peer.forward(window, 0, cache); });
-          const double peer_decode = timed(dev, reps * 3, [&] { (void)peer.forward(one, W, cache); });
-          row["sdpa_prefill_s"] = peer_prefill;
-          row["sdpa_prefill_tok_s"] = W / peer_prefill;
-          row["sdpa_decode_s"] = peer_decode;
-          std::printf(
-              "W=%6lld prefill orbit %8.0f tok/s  sdpa peer %8.0f tok/s (orbit/peer time %.2fx)  decode orbit "
-              "%.2f ms (paged) %.2f ms (contiguous)  sdpa peer %.2f ms (%.2fx)\n",
-              (long long)W, W / orbit_prefill, W / peer_prefill, orbit_prefill / peer_prefill, orbit_decode * 1e3,
-              orbit_decode_copy * 1e3, peer_decode * 1e3, orbit_decode / peer_decode);
-        }
-#endif
-        rows.push_back(row);
-      }
-      report["prefill_decode"] = rows;
-    }
-
-    if (sections.find("bytes") != std::string::npos) {
-      // K chunks of B tokens plus a private turn per window; patches float32 rank `rank` per layer and tensor.
-      const rt::ModelConfig& c = m->config();
-      const int64_t K = 4, B = 2048, turn = 256, page = 16;
-      const int64_t page_bytes = (c.content_k_shape().width() + c.content_v_shape().width()) * page * c.num_layers *
-                                 static_cast<int64_t>(c10::elementSize(m->dtype()));
-      const int64_t chunk_pages = (B + page - 1) / page, turn_pages = (turn + page - 1) / page;
-      const int64_t patch_bytes =
-          rank * (B + c.content_k_shape().width() + B + c.content_v_shape().width()) * 4 * c.num_layers;
-      json rows = json::array();
-      for (int64_t N : {1, 4, 8}) {
-        const int64_t copies = N * (K * chunk_pages + turn_pages) * page_bytes;
-        const int64_t shared = K * chunk_pages * page_bytes + N * (K * patch_bytes + turn_pages * page_bytes);
-        const int64_t forks = (K * chunk_pages + turn_pages) * page_bytes + (N - 1) * turn_pages * page_bytes;
-        std::printf(
-            "bytes N=%lld  per-window copies %.3f GB  shared canonical + patches %.3f GB (%.2fx fewer)  forks "
-            "sharing pages %.3f GB (%.2fx fewer)\n",
-            (long long)N, copies / 1e9, shared / 1e9, double(copies) / shared, forks / 1e9, double(copies) / forks);
-        rows.push_back({{"windows", N},
-                        {"chunks", K},
-                        {"chunk_tokens", B},
-                        {"turn_tokens", turn},
-                        {"copies_bytes", copies},
-                        {"shared_bytes", shared},
-                        {"forks_bytes", forks}});
-      }
-      report["device_bytes"] = rows;
-      report["device_bytes_note"] =
-          "page counts of the pool layout (whole pages of 16 tokens, all layers, K and V) and float32 patch factors";
-    }
-
-    if (sections.find("reloc") != std::string::npos) {
-      const rt::ModelConfig& c = m->config();
-      const int64_t n = 65536, D = c.content_k_shape().width();
-      FilledPool pool = fill_pool(*m, n, 16);
-      const auto opts = at::TensorOptions().device(dev).dtype(m->dtype());
-      const at::Tensor canonical = at::randn({n, D}, opts);
-      const at::Tensor u = at::randn({n, rank}, opts.dtype(at::kFloat)),
-                       vt = at::randn({rank, D}, opts.dtype(at::kFloat));
-      std::vector<rt::PageId> got;
-      (void)pool.pool->allocate(n / 16, got);
-      rt::ops::PageTarget target;
-      target.kind = 0;
-      target.layer = 0;
-      target.block_table = got;
-      rt::ops::PatchApplyInputs in;
-      in.canonical = canonical;
-      in.u = u;
-      in.vt = vt;
-      in.rotate = true;
-      in.rope = c.rope;
-      in.positions = at::arange(1000, 1000 + n, at::kLong);
-      in.tables = rt::ops::patch_rope_tables(c.rope, in.positions, m->dtype(), dev);
-      const double apply_s = timed_loop(dev, reps, 20, [&] { rt::ops::patch_apply_to_pages(*pool.pool, target, in); });
-      rt::ops::PatchApplyInputs plain = in;
-      plain.u = at::Tensor();
-      plain.vt = at::Tensor();
-      const double relocate_s =
-          timed_loop(dev, reps, 20, [&] { rt::ops::patch_apply_to_pages(*pool.pool, target, plain); });
-      at::Tensor dst = at::empty_like(canonical);
-      const double copy_s = timed_loop(dev, reps, 20, [&] { dst.copy_(canonical); });
-      // The kernel alone (the op above also validates the block table and uploads it on every call).
-      double kernel_s = 0, kernel_plain_s = 0;
-#if ORBIT_OPS_HAVE_CUDA
-      if (dev.is_cuda() && m->dtype() == at::kBFloat16) {
-        namespace kc = orbit::kernels::cuda;
-        const at::Tensor table = at::tensor(at::ArrayRef<int32_t>(got), at::kInt).to(dev);
-        const at::Tensor layer0 = pool.pool->storage(0).select(0, 0);
-        kc::PatchDims dims;
-        dims.tokens = n;
-        dims.width = D;
-        dims.rank = rank;
-        dims.rotate = true;
-        dims.head_dim = c.head_dim;
-        dims.rotary_dim = c.rope.rotary_dim;
-        dims.interleaved = c.rope.layout == rt::RopeLayout::kInterleaved;
-        kc::PatchSource<__nv_bfloat16> src;
-        src.canonical = reinterpret_cast<const __nv_bfloat16*>(canonical.data_ptr<at::BFloat16>());
-        src.u = u.data_ptr<float>();
-        src.vt = vt.data_ptr<float>();
-        src.cos = in.tables.cos.data_ptr<float>();
-        src.sin = in.tables.sin.data_ptr<float>();
-        kc::PatchTarget<__nv_bfloat16> tgt;
-        tgt.base = reinterpret_cast<__nv_bfloat16*>(layer0.data_ptr<at::BFloat16>());
-        tgt.block_table = table.data_ptr<int32_t>();
-        tgt.page_size = 16;
-        const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
-        kernel_s = timed_loop(dev, reps, 50,
-                              [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
-        dims.rank = 0;
-        kernel_plain_s = timed_loop(
-            dev, reps, 50, [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
-      }
-#endif
-      std::printf("relocation+patch kernel alone %.3f ms (%.0f%% of copy), relocation alone %.3f ms (%.0f%%)\n",
-                  kernel_s * 1e3, kernel_s > 0 ? 100 * copy_s / kernel_s : 0.0, kernel_plain_s * 1e3,
-                  kernel_plain_s > 0 ? 100 * copy_s / kernel_plain_s : 0.0);
-      const double bytes = 2.0 * static_cast<double>(canonical.numel() * canonical.element_size());
-      // The paged decode attention kernel's K/V reads over a W-token past, one layer, one query token.
-      const int64_t W = max_w;
-      FilledPool big = fill_pool(*m, W, 16);
-      rt::ops::PagedAttentionInputs pa;
-      pa.q = at::randn({1, c.num_heads, c.head_dim}, opts);
-      pa.k_pages = big.pool->storage(0).select(0, 0).view({-1, D});
-      pa.v_pages = big.pool->storage(1).select(0, 0).view({-1, D});
-      pa.slots = big.slots.to(dev, at::kInt);
-      pa.k_tail = at::randn({1, c.num_kv_heads, c.head_dim}, opts);
-      pa.v_tail = at::randn({1, c.num_kv_heads, c.head_dim}, opts);
-      pa.positions = at::arange(W + 1, at::TensorOptions().device(dev).dtype(at::kLong)).unsqueeze(1).contiguous();
-      pa.inv_freq = rt::rope_inv_freq(c.rope, 0).to(dev);
-      pa.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-      double attn_s = 0, attn_patched_s = 0, attn_rowwise_s = 0;
-      if (rt::ops::paged_attention_available(dev, c.num_heads, c.num_kv_heads, c.head_dim)) {
-        attn_s = timed_loop(dev, reps, 20, [&] { (void)rt::ops::paged_attention(pa); });
-        pa.rowwise = true;
-        attn_rowwise_s = timed_loop(dev, reps, 20, [&] { (void)rt::ops::paged_attention(pa); });
-        pa.rowwise = false;
-        // The same with every token's rows patched (rank `rank`): the patch's extra cost.
-        const at::Tensor uk = at::randn({W, rank}, opts.dtype(at::kFloat)),
-                         vtk = at::randn({rank, D}, opts.dtype(at::kFloat));
-        orbit::kernels::cpu::PatchSegment seg;
-        seg.first = 0;
-        seg.length = W;
-        seg.rank_k = seg.rank_v = rank;
-        seg.u_k = seg.u_v = uk.data_ptr<float>();
-        seg.vt_k = seg.vt_v = vtk.data_ptr<float>();
-        pa.patch_of = at::zeros({W}, at::TensorOptions().device(dev).dtype(at::kInt));
-        pa.segments = rt::ops::make_segment_table({seg}, dev);
-        attn_patched_s = timed_loop(dev, reps, 20, [&] { (void)rt::ops::paged_attention(pa); });
-      }
-      const double attn_bytes = 2.0 * static_cast<double>(W * D * c10::elementSize(m->dtype()));
-      std::printf(
-          "paged decode attention W=%lld: %.3f ms (%.0f GB/s of K/V read), with patch rows on every token "
-          "%.3f ms; row-wise kernel %.3f ms\n",
-          (long long)W, attn_s * 1e3, attn_s > 0 ? attn_bytes / attn_s / 1e9 : 0.0, attn_patched_s * 1e3,
-          attn_rowwise_s * 1e3);
-      std::printf(
-          "reloc+patch %lld tokens x %lld: %.3f ms, %.0f GB/s; relocation alone %.3f ms; d2d copy %.3f ms, "
-          "%.0f GB/s; ratio %.2f (relocation alone %.2f)\n",
-          (long long)n, (long long)D, apply_s * 1e3, bytes / apply_s / 1e9, relocate_s * 1e3, copy_s * 1e3,
-          bytes / copy_s / 1e9, copy_s / apply_s, copy_s / relocate_s);
-      report["relocation"] = {{"tokens", n},
-                              {"width", D},
-                              {"rank", rank},
-                              {"patch_apply_s", apply_s},
-                              {"copy_s", copy_s},
-                              {"bytes_read_written", bytes},
-                              {"fraction_of_copy_bandwidth", copy_s / apply_s},
-                              {"relocate_only_s", relocate_s},
-                              {"kernel_patch_apply_s", kernel_s},
-                              {"kernel_relocate_only_s", kernel_plain_s},
-                              {"relocate_only_fraction_of_copy_bandwidth", copy_s / relocate_s},
-                              {"paged_attention_window_tokens", W},
-                              {"paged_attention_s", attn_s},
-                              {"paged_attention_patched_s", attn_patched_s},
-                              {"paged_attention_rowwise_s", attn_rowwise_s},
-                              {"paged_attention_kv_bytes", attn_bytes},
-                              {"copy_bandwidth_bytes_s", bytes / copy_s}};
-    }
-
-#if ORBIT_OPS_HAVE_CUDA
-    if (sections.find("recall") != std::string::npos && dev.is_cuda()) {
-      report["recall"] = recall_section(*m, query, reps, a.get_or("--scratch", "/tmp"));
-    }
-#endif
-
+    report["command"] = std::vector<std::string>(argv, argv + argc);
+    auto wants = [&](const char* name) { return sections.find(name) != std::string::npos; };
+    // The JSON is rewritten after every section: a run stopped part-way keeps what it measured.
     const std::string path = a.get_or("--json", "bench_gpu.json");
-    std::ofstream(path) << report.dump(2) << "\n";
+    auto save = [&] { std::ofstream(path) << report.dump(2) << "\n"; };
+    if (wants("ttft")) {
+      report["ttft"] = ttft_section(s);
+      save();
+    }
+    if (wants("reloc")) {
+      json reloc = reloc_kernels(s);
+      reloc.update(paged_attention_kernel(s));
+      report["relocation"] = reloc;
+      save();
+    }
+    if (wants("slide")) {
+      report["slide"] = slide_section(s);
+      save();
+    }
+    if (wants("prefill")) {
+      report["prefill_decode"] = prefill_section(s);
+      save();
+    }
+    if (wants("bytes")) {
+      report["device_bytes"] = bytes_section(s);
+      report["device_bytes_note"] =
+          "computed, not measured: page counts of the pool layout (whole pages of 16 tokens, all layers, K and V) "
+          "and float32 patch factors";
+    }
+#if ORBIT_OPS_HAVE_CUDA
+    if (wants("recall") && s.dev.is_cuda())
+      report["recall"] = recall_section(*m, s.query, reps, a.get_or("--scratch", "/tmp"));
+#endif
+    save();
     std::printf("wrote %s\n", path.c_str());
     return 0;
   } catch (const std::exception& e) {

@@ -32,8 +32,15 @@ inline void sync(const c10::Device& device) {
   if (device.is_cuda()) (void)at::zeros({1}, at::TensorOptions().device(device)).sum().item<float>();
 }
 
-// Median seconds of `reps` runs after one warm-up.
-inline double timed(const c10::Device& device, int reps, const std::function<void()>& fn) {
+// Seconds of one arm over its timed runs: the median and the spread (fastest and slowest run).
+struct Timing {
+  double median = 0, min = 0, max = 0;
+  int runs = 0;
+  Timing scaled(double f) const { return {median * f, min * f, max * f, runs}; }
+};
+
+// `reps` runs after one warm-up, each waited for.
+inline Timing timed_spread(const c10::Device& device, int reps, const std::function<void()>& fn) {
   fn();
   sync(device);
   std::vector<double> t;
@@ -44,17 +51,26 @@ inline double timed(const c10::Device& device, int reps, const std::function<voi
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return {t[t.size() / 2], t.front(), t.back(), reps};
 }
 
-// Seconds per call of a short kernel: `iters` back-to-back calls between two waits, median of `reps`
-// (the wait's own cost is spread over the calls).
+// Median seconds of `reps` runs after one warm-up.
+inline double timed(const c10::Device& device, int reps, const std::function<void()>& fn) {
+  return timed_spread(device, reps, fn).median;
+}
+
+// Seconds per call of a short kernel: `iters` back-to-back calls between two waits, `reps` times (the
+// wait's own cost is spread over the calls).
+inline Timing timed_loop_spread(const c10::Device& device, int reps, int iters, const std::function<void()>& fn) {
+  return timed_spread(device, reps,
+                      [&] {
+                        for (int i = 0; i < iters; ++i) fn();
+                      })
+      .scaled(1.0 / iters);
+}
+
 inline double timed_loop(const c10::Device& device, int reps, int iters, const std::function<void()>& fn) {
-  return timed(device, reps,
-               [&] {
-                 for (int i = 0; i < iters; ++i) fn();
-               }) /
-         iters;
+  return timed_loop_spread(device, reps, iters, fn).median;
 }
 
 // Random content (k, v) per layer for `n` tokens on the model's device and dtype.

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Generates bench/REPORT-gpu.md (and bench/gpu/results/ttft.png) from bench/gpu/results/gpu.json.
+"""Generates bench/REPORT-gpu.md (and bench/gpu/results/ttft.png) and bench/gpu/report.json from
+bench/gpu/results/gpu.json.
 
     python3 bench/gpu/make_report.py [--json bench/gpu/results/gpu.json] [--out bench/REPORT-gpu.md]
+                                     [--summary bench/gpu/report.json]
 
 Every number in the report is read from the JSON that bench_gpu wrote on the GPU; nothing is typed in.
+report.json holds the same figures for machines: the device, the commit, and per arm and length the median
+and spread of the timed runs with the ratios against the peers.
 """
 import argparse
 import json
@@ -19,11 +23,68 @@ def ms(s):
     return f"{s * 1e3:.2f}"
 
 
+def spread(row, key):
+    """The arm's median in ms and, where bench_gpu recorded them, its fastest and slowest runs."""
+    if f"{key}_min_s" not in row:
+        return ms(row[f"{key}_s"])
+    return f"{ms(row[key + '_s'])} [{ms(row[key + '_min_s'])}-{ms(row[key + '_max_s'])}]"
+
+
+def arm(row, key):
+    """One arm's timing as report.json holds it."""
+    out = {"median_s": row[f"{key}_s"]}
+    if f"{key}_min_s" in row:
+        out.update(min_s=row[f"{key}_min_s"], max_s=row[f"{key}_max_s"])
+    return out
+
+
+def summary(r):
+    """report.json: device, commit, and per section, arm and length the median, spread and peer ratios."""
+    out = {k: r.get(k) for k in ("device", "commit", "torch", "dtype", "model", "layers", "query_tokens",
+                                 "patch_rank", "reps", "baseline")}
+    out["ttft"] = [{"window_tokens": t["window_tokens"], "chunk_tokens": t["chunk_tokens"],
+                    "patched_chunks": t.get("patched_chunks"), "prefix_baseline": t.get("prefix_baseline"),
+                    "attention_path": t["attention_path"],
+                    "arms": {k: arm(t, k) for k in ("reprefill", "prefix", "orbit", "orbit_gather",
+                                                    "orbit_patched_copy", "query_only") if f"{k}_s" in t},
+                    "ratios": {"reprefill_over_orbit": t["reprefill_s"] / t["orbit_s"],
+                               "prefix_over_orbit": t["prefix_s"] / t["orbit_s"]}}
+                   for t in r.get("ttft", [])]
+    out["slide"] = [{"window_tokens": t["window_tokens"], "evicted_tokens": t["evicted_tokens"],
+                     "arms": {k: arm(t, k) for k in ("prefix", "orbit")},
+                     "ratios": {"prefix_over_orbit": t["prefix_s"] / t["orbit_s"]}} for t in r.get("slide", [])]
+    out["prefill_decode"] = []
+    for t in r.get("prefill_decode", []):
+        row = {"window_tokens": t["window_tokens"],
+               "arms": {k: arm(t, k) for k in ("orbit_prefill", "orbit_decode", "orbit_decode_contiguous",
+                                               "sdpa_prefill", "sdpa_decode") if f"{k}_s" in t}}
+        if "sdpa_prefill_s" in t:
+            row["ratios"] = {"orbit_over_peer_prefill_time": t["orbit_prefill_s"] / t["sdpa_prefill_s"],
+                             "orbit_over_peer_decode_time": t["orbit_decode_s"] / t["sdpa_decode_s"]}
+        out["prefill_decode"].append(row)
+    e = r.get("relocation", {})
+    if e:
+        out["paged_attention_kernels"] = [
+            {"window_tokens": e["paged_attention_window_tokens"], "queries": k["queries"], "kernel": k["kernel"],
+             "arms": {"plain": arm(k, "time"), "patched": arm(k, "patched")},
+             "kv_read_fraction_of_copy_bandwidth": k["kv_bytes_s"] / e["copy_bandwidth_bytes_s"]}
+            for k in e.get("paged_attention_kernels", [])]
+        out["relocation"] = {"kernel_patch_apply_fraction_of_copy": e["copy_s"] / e["kernel_patch_apply_s"]
+                             if e.get("kernel_patch_apply_s") else None,
+                             "kernel_relocate_only_fraction_of_copy": e["copy_s"] / e["kernel_relocate_only_s"]
+                             if e.get("kernel_relocate_only_s") else None}
+    if "recall" in r:
+        out["recall"] = r["recall"]
+    out["device_bytes"] = {"computed_not_measured": True, "rows": r.get("device_bytes", [])}
+    return out
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=os.path.join(here, "results", "gpu.json"))
     ap.add_argument("--out", default=os.path.join(here, "..", "REPORT-gpu.md"))
+    ap.add_argument("--summary", default=os.path.join(here, "report.json"))
     args = ap.parse_args()
     with open(args.json) as f:
         r = json.load(f)
@@ -36,7 +97,12 @@ def main():
     add("")
     add(f"- device: **{r['device']}**, dtype {r['dtype']}, torch {r.get('torch', '?')}")
     add(f"- model: {r['model']} shape with random weights ({r['weights']}), {r['layers']} of its {r['full_layers']} layers")
-    add(f"- query: {r['query_tokens']} tokens; patch rank {r['patch_rank']}; median of {r['reps']} timed runs after a warm-up")
+    add(f"- query: {r['query_tokens']} tokens; patch rank {r['patch_rank']}; median of {r['reps']} timed runs after a "
+        "warm-up, [fastest-slowest] beside it")
+    if r.get("commit"):
+        add(f"- commit: `{r['commit']}`")
+    if r.get("baseline"):
+        add(f"- baselines (re-prefill, prefix cache): {r['baseline']}")
     add(f"- command: `{' '.join(r['command'])}` (through `bench/gpu/run_gpu.sh`)")
     add("- provenance (commit, what changed since): `bench/gpu/results/README.md`")
     add("")
@@ -78,19 +144,29 @@ def main():
         add("## (a) Time to the first query token after placing a B-token chunk in a W-token window")
         add("")
         add("The chunk sits in the middle of the window. Re-prefill recomputes window + query; the prefix cache keeps "
-            "the KV before the chunk and recomputes chunk, suffix and query; orbit has every chunk's canonical in pool "
-            "pages and the chunk's patch stored, and runs the query over the paged past. A decode-sized query (up to "
-            "4 tokens) is read by the paged kernel in place (keys rotated to their positions, patch rows added); a "
-            "longer one gathers the patched past and attends as the attention path below says. The last column is "
-            "orbit over a per-window patched copy (a contiguous past, the same attention).")
+            "the KV before the chunk and recomputes chunk, suffix and query over it (both on the baseline named "
+            "above: flash attention, causal aligned to the end of the keys, no mask). orbit has every chunk's "
+            "canonical in pool pages and **every chunk's patch** stored (2,048-token pieces around the placed "
+            "chunk; 'patched' column), and runs the query over the paged past: the paged kernel reads pages in "
+            "place, rotates keys to their positions and adds patch rows. 'gathered' is the same past gathered and "
+            "patched into a copy first, then attended (the path a query longer than the kernel's limit takes); "
+            "'copy' attends over a patched copy made ahead of time.")
         add("")
-        add("| W | B | re-prefill ms | prefix ms | orbit ms | re-prefill / orbit | prefix / orbit | orbit (patched copy) ms | query alone ms |")
-        add("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        add("| W | B | patched | re-prefill ms | prefix ms | orbit ms | re-prefill / orbit | prefix / orbit | "
+            "gathered ms | copy ms | query alone ms |")
+        add("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for t in r["ttft"]:
-            add(f"| {t['window_tokens']} | {t['chunk_tokens']} | {ms(t['reprefill_s'])} | {ms(t['prefix_s'])} | "
-                f"{ms(t['orbit_s'])} | {t['reprefill_s'] / t['orbit_s']:.1f}x | {t['prefix_s'] / t['orbit_s']:.1f}x | "
-                f"{ms(t['orbit_patched_copy_s'])} | {ms(t.get('query_only_s', 0))} |")
+            add(f"| {t['window_tokens']} | {t['chunk_tokens']} | {t.get('patched_chunks', 1)} | "
+                f"{spread(t, 'reprefill')} | {spread(t, 'prefix')} | {spread(t, 'orbit')} | "
+                f"{t['reprefill_s'] / t['orbit_s']:.1f}x | {t['prefix_s'] / t['orbit_s']:.1f}x | "
+                f"{spread(t, 'orbit_gather') if 'orbit_gather_s' in t else 'n/a'} | "
+                f"{spread(t, 'orbit_patched_copy')} | {spread(t, 'query_only')} |")
         add("")
+        odd = sorted({t.get("prefix_baseline") for t in r["ttft"]} - {None, r.get("baseline")})
+        for o in odd:
+            add(f"- some prefix rows ran on: {o}")
+        if odd:
+            add("")
         add("'query alone' is a forward of the query with no past at all: the floor every reuse arm pays "
             "(the weights read once, and one eager launch per operation).")
         add("")
@@ -125,8 +201,8 @@ def main():
         add("| W | evicted | survivors | prefix cache ms | orbit ms | prefix / orbit |")
         add("|---:|---:|---:|---:|---:|---:|")
         for t in r["slide"]:
-            add(f"| {t['window_tokens']} | {t['evicted_tokens']} | {t['survivor_tokens']} | {ms(t['prefix_s'])} | "
-                f"{ms(t['orbit_s'])} | {t['prefix_s'] / t['orbit_s']:.1f}x |")
+            add(f"| {t['window_tokens']} | {t['evicted_tokens']} | {t['survivor_tokens']} | {spread(t, 'prefix')} | "
+                f"{spread(t, 'orbit')} | {t['prefix_s'] / t['orbit_s']:.1f}x |")
         add("")
         add(f"Attention path of the orbit arm: {r['slide'][0]['attention_path']}.")
         add("")
@@ -143,8 +219,9 @@ def main():
             if "sdpa_prefill_s" not in t:
                 continue
             add(f"| {t['window_tokens']} | {t['orbit_prefill_tok_s']:.0f} | {t['sdpa_prefill_tok_s']:.0f} | "
-                f"{t['orbit_prefill_s'] / t['sdpa_prefill_s']:.2f}x | {ms(t['orbit_decode_s'])} | "
-                f"{ms(t['orbit_decode_contiguous_s'])} | {ms(t['sdpa_decode_s'])} | {t['orbit_decode_s'] / t['sdpa_decode_s']:.2f}x |")
+                f"{t['orbit_prefill_s'] / t['sdpa_prefill_s']:.2f}x | {spread(t, 'orbit_decode')} | "
+                f"{spread(t, 'orbit_decode_contiguous')} | {spread(t, 'sdpa_decode')} | "
+                f"{t['orbit_decode_s'] / t['sdpa_decode_s']:.2f}x |")
         add("")
     if "device_bytes" in r:
         add("## (d) Device bytes of N windows holding the same chunks")
@@ -181,6 +258,17 @@ def main():
                 f"({100 * bw / e['copy_bandwidth_bytes_s']:.0f}% of copy bandwidth); with patch rows added on every "
                 f"token {ms(e['paged_attention_patched_s'])} ms; the row-wise variant of the kernel "
                 f"{ms(e.get('paged_attention_rowwise_s', 0))} ms")
+        kernels = e.get("paged_attention_kernels", [])
+        if kernels:
+            add("")
+            add(f"The paged attention kernels alone, one layer over {e['paged_attention_window_tokens']} paged "
+                "tokens, R query tokens (K/V bandwidth counts each key and value read once):")
+            add("")
+            add("| R | kernel | ms | K/V GB/s | of copy bandwidth | patch rows on every token ms |")
+            add("|---:|---|---:|---:|---:|---:|")
+            for k in kernels:
+                add(f"| {k['queries']} | {k['kernel']} | {spread(k, 'time')} | {k['kv_bytes_s'] / 1e9:.0f} | "
+                    f"{100 * k['kv_bytes_s'] / e['copy_bandwidth_bytes_s']:.0f}% | {spread(k, 'patched')} |")
         add("")
     if "recall" in r:
         c = r["recall"]
@@ -271,6 +359,10 @@ def main():
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
+    with open(args.summary, "w") as f:
+        json.dump(summary(r), f, indent=2)
+        f.write("\n")
+    print(f"wrote {args.summary}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
 #     prefix   bench/gpu/peer_prefix_cache.py (transformers' own KV cache as the prefix-cache arm)
 #     all      tests,bench,peer,prefix
 #
-# The build is incremental: a warm machine's build-gpu is reused. Logs and results go to $OUT (env.txt,
+# The build is incremental: a warm machine's build-gpu is reused. ORBIT_COMMIT names the commit bench_gpu
+# records (the device's copy of the tree has no .git). Logs and results go to $OUT (env.txt,
 # build.log, ctest.log, test_device_cuda.log, bench.log, gpu.json, peer.json, peer_prefix.json, ncu.txt,
 # ncu-ttft.txt).
 set -uo pipefail
@@ -32,8 +33,9 @@ if [ ! -f build-gpu/build.ninja ]; then
     -DORBIT_TESTS=ON -DORBIT_PYTHON=OFF -DORBIT_SAMPLES=OFF "${orbit_deps_cmake_args[@]}" > "$out/configure.log" 2>&1 \
     || { tail -30 "$out/configure.log"; exit 1; }
 fi
-targets=(orbit_cli bench_gpu test_paged_attention_cuda test_device_cuda test_rope_cuda test_patch_apply_cuda test_svd_cuda
+targets=(bench_gpu test_paged_attention_cuda test_device_cuda test_rope_cuda test_patch_apply_cuda test_svd_cuda
          test_store_cuda test_paged_attention test_device)
+[[ ",$steps," == *,peer,* ]] && targets+=(orbit_cli)  # the peer check drives the CLI
 ninja -C build-gpu -j"$(nproc)" -k 0 "${targets[@]}" > "$out/build.log" 2>&1
 build_rc=$?
 grep -E "error|FAILED" "$out/build.log" | head -30
@@ -57,7 +59,10 @@ for step in ${steps//,/ }; do
       [ "$drc" -ne 0 ] && rc=$drc ;;
     bench)
       name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-      ./build-gpu/bench/bench_gpu --device-name "$name" --json "$out/gpu.json" "$@" 2>&1 | tee "$out/bench.log"
+      # The device has no .git: the caller passes the commit in ORBIT_COMMIT.
+      commit="${ORBIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
+      ./build-gpu/bench/bench_gpu --device-name "$name" --commit "$commit" --json "$out/gpu.json" "$@" 2>&1 |
+        tee "$out/bench.log"
       echo "bench in $(( $(date +%s) - start )) s" ;;
     peer)
       PYTHONUNBUFFERED=1 python3 bench/gpu/peer_transformers.py build-gpu/cli/orbit "$out/peer.json" 2>&1 | tail -20

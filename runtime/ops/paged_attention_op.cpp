@@ -113,15 +113,42 @@ int sm_count(const at::Device& device) {
   return count;
 }
 
+int compute_major(const at::Device& device) {
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index()) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return major;
+}
+
+orbit::kernels::cuda::PagedKernel pick_kernel(const PagedAttentionInputs& in, const kcpu::PagedAttentionDims& d) {
+  namespace kc = orbit::kernels::cuda;
+  const bool sixteen_bit = in.q.scalar_type() == at::kBFloat16 || in.q.scalar_type() == at::kHalf;
+  switch (in.kernel) {
+    case PagedKernelChoice::kTiled: return kc::PagedKernel::kTiled;
+    case PagedKernelChoice::kRowwise: return kc::PagedKernel::kRowwise;
+    case PagedKernelChoice::kTensorCore:
+      ORBIT_CHECK(sixteen_bit && compute_major(in.q.device()) >= 8,
+                  "paged_attention: the tensor-core kernel needs bfloat16 or float16 on sm_80 or later, got "
+                      << in.q.scalar_type() << " on compute capability " << compute_major(in.q.device()) << ".x");
+      return kc::PagedKernel::kTensorCore;
+    case PagedKernelChoice::kAuto: break;
+  }
+  const bool mma = sixteen_bit && d.queries >= kPagedTensorCoreMinQueries && compute_major(in.q.device()) >= 8;
+  return mma ? kc::PagedKernel::kTensorCore : kc::PagedKernel::kTiled;
+}
+
 template <typename T, typename A>
 void run_cuda(const PagedAttentionInputs& in, const kcpu::PagedAttentionDims& d, const at::Tensor& out) {
   namespace kc = orbit::kernels::cuda;
   const c10::cuda::CUDAGuard guard(in.q.device());
-  const int64_t splits = kc::paged_attention_splits(d, sm_count(in.q.device()));
+  const kc::PagedKernel kernel = pick_kernel(in, d);
+  const int64_t splits = kc::paged_attention_splits(d, sm_count(in.q.device()), kernel);
   at::Tensor ws = at::empty({kc::paged_attention_workspace_floats(d, splits)}, in.q.options().dtype(at::kFloat));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(in.q.device().index()).stream();
-  const cudaError_t status = kc::paged_attention<A>(args_of<T, A>(in, out), d, ws.data_ptr<float>(), splits, stream,
-                                                    in.rowwise ? kc::PagedKernel::kRowwise : kc::PagedKernel::kTiled);
+  const cudaError_t status =
+      kc::paged_attention<A>(args_of<T, A>(in, out), d, ws.data_ptr<float>(), splits, stream, kernel);
   ORBIT_CHECK(status == cudaSuccess, "paged_attention: CUDA launch failed: " << cudaGetErrorString(status));
 }
 #endif

@@ -12,6 +12,12 @@
 
 namespace orbit::runtime::ops {
 
+// Which CUDA kernel runs (kernels/cuda/paged_attention.cuh). kAuto: the tensor-core kernel for bfloat16 and
+// float16 on sm_80+ when R >= kPagedTensorCoreMinQueries, else the tiled kernel. The others force one
+// (kTensorCore on float32 or an older device is an error); tests and bench_gpu compare them.
+enum class PagedKernelChoice { kAuto, kTiled, kRowwise, kTensorCore };
+constexpr int64_t kPagedTensorCoreMinQueries = 2;
+
 struct PagedAttentionInputs {
   at::Tensor q;        // [R, H, d], rotated and scaled as the model needs (dtype T)
   at::Tensor k_pages;  // one layer's pool rows [rows, H_kv·d] (dtype T), contiguous
@@ -26,7 +32,7 @@ struct PagedAttentionInputs {
   at::Tensor segments;     // uint8 blob of PatchSegment[] on the same device (make_segment_table)
   bool interleaved = false;
   double scale = 1.0;
-  bool rowwise = false;  // CUDA: the row-wise kernel instead of the tiled one (for comparison)
+  PagedKernelChoice kernel = PagedKernelChoice::kAuto;  // CUDA only
 };
 
 // Whether the fused kernel can run these inputs on `device` in this build (CUDA kernels built and a

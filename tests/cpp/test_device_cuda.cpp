@@ -92,25 +92,33 @@ TEST_CASE("a paged past on CUDA: kernel reads pages in place, relocates and patc
       const auto m = rt::load_model(dir, cuda(dtype));
       orbit::test::PagedScenario s = orbit::test::make_paged_scenario(*m, 150, 70, 9, 16, 21);
       const rt::PastKV paged = rt::make_paged_past(s.paged, s.positions);
-      rt::ForwardInput in;
-      in.tokens = s.query;
-      in.positions = at::arange(s.query_start, s.query_start + 3, at::kLong);
-      rt::ForwardOptions fo;
-      fo.logits = rt::LogitsMode::kAll;
-      const at::Tensor got = m->forward(in, &paged, fo).logits;
-      const at::Tensor want = m->forward(in, &s.contiguous, fo).logits;
-      const std::string path = m->attention_path(3, true);
-      const double err = rel_error(got, want);
-      INFO(name << " " << c10::toString(dtype) << ": " << path << ", rel error " << err);
-      WARN(name << " " << c10::toString(dtype) << " paged vs gathered rel error " << err << " via " << path);
-      // bf16: the kernel adds patch rows in float32 before rounding, the gathered path rounds the patched
-      // content to bf16 first: differences of order u.
-      CHECK(err < (dtype == at::kFloat ? 2e-5 : 2e-2));
-      if (name == "mla") {
-        CHECK(path.find("fallback: MLA has no paged kernel") != std::string::npos);
-      } else {
-        CHECK(path.rfind("paged CUDA kernel", 0) == 0);
+      // A decode-sized query, a question-sized one and the longest the kernel takes.
+      for (const int64_t R : {int64_t{3}, int64_t{24}, rt::kPagedMaxQueries}) {
+        rt::ForwardInput in;
+        const int64_t vocab = m->config().vocab_size;
+        for (int64_t i = 0; i < R; ++i)
+          in.tokens.push_back(3 + (s.query[static_cast<size_t>(i % 3)] + i) % (vocab - 3));
+        in.positions = at::arange(s.query_start, s.query_start + R, at::kLong);
+        rt::ForwardOptions fo;
+        fo.logits = rt::LogitsMode::kAll;
+        const at::Tensor got = m->forward(in, &paged, fo).logits;
+        const at::Tensor want = m->forward(in, &s.contiguous, fo).logits;
+        const std::string path = m->attention_path(R, true);
+        const double err = rel_error(got, want);
+        INFO(name << " " << c10::toString(dtype) << " R=" << R << ": " << path << ", rel error " << err);
+        WARN(name << " " << c10::toString(dtype) << " R=" << R << " paged vs gathered rel error " << err << " via "
+                  << path);
+        // bf16: the kernel adds patch rows in float32 before rounding, the gathered path rounds the patched
+        // content to bf16 first: differences of order u.
+        CHECK(err < (dtype == at::kFloat ? 2e-5 : 2e-2));
+        if (name == "mla") {
+          CHECK(path.find("fallback: MLA has no paged kernel") != std::string::npos);
+        } else {
+          CHECK(path.rfind("paged CUDA kernel", 0) == 0);
+        }
       }
+      CHECK(m->attention_path(rt::kPagedMaxQueries + 1, true).find("fallback: prefill-sized input") !=
+            std::string::npos);
     }
   }
 }

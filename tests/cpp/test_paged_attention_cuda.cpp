@@ -99,19 +99,30 @@ void run_case(const Case& k, at::ScalarType dtype, uint64_t seed) {
     gpu.patch_of = cpu.patch_of.to(dev);
     gpu.segments = segments_on(dev, keep_gpu);
   }
-  for (const bool rowwise : {false, true}) {
-    gpu.rowwise = rowwise;
+  using Kernel = rt::ops::PagedKernelChoice;
+  for (const Kernel kernel : {Kernel::kTiled, Kernel::kRowwise, Kernel::kTensorCore, Kernel::kAuto}) {
+    const bool mma = kernel == Kernel::kTensorCore;
+    if (mma && dtype == at::kFloat) {
+      gpu.kernel = kernel;
+      CHECK_THROWS_WITH(rt::ops::paged_attention(gpu), Catch::Matchers::Contains("needs bfloat16 or float16"));
+      continue;
+    }
+    gpu.kernel = kernel;
     const at::Tensor got = rt::ops::paged_attention(gpu);
     REQUIRE(got.scalar_type() == dtype);
     // float32: the kernel and the reference differ only in summation order and the fast exp/sincos
     // intrinsics (a few float32 ulps). bf16/f16: the output is rounded once to the dtype (unit roundoff
-    // 2^-9 / 2^-12), everything before it is float32 on identical inputs.
-    const double tol = dtype == at::kFloat ? 2e-5 : dtype == at::kBFloat16 ? 8e-3 : 1.5e-3;
+    // 2^-9 / 2^-12), everything before it is float32 on identical inputs. The tensor-core kernel also
+    // rounds the rotated (and patched) keys, the patched values and the probabilities once each.
+    const double tol = dtype == at::kFloat      ? 2e-5
+                       : dtype == at::kBFloat16 ? (mma || kernel == Kernel::kAuto ? 1.5e-2 : 8e-3)
+                                                : (mma || kernel == Kernel::kAuto ? 4e-3 : 1.5e-3);
     const double err = rel_error(got, want);
+    const char* names[] = {" auto", " tiled", " rowwise", " tensor cores"};
     INFO(c10::toString(dtype) << " H " << k.heads << "/" << k.kv_heads << " d " << d << " R " << k.queries << " S_p "
                               << k.paged << " S_t " << k.tail << " rank " << k.rank
                               << (k.interleaved ? " interleaved" : "") << (k.mrope ? " mrope" : "")
-                              << (rowwise ? " rowwise" : " tiled") << ": rel error " << err);
+                              << names[static_cast<int>(kernel)] << ": rel error " << err);
     CHECK(err < tol);
   }
 }
@@ -126,6 +137,11 @@ TEST_CASE("paged attention CUDA kernel == CPU reference", "[paged][cuda]") {
       {4, 2, 128, 3, 64, 5, 2, false, true},      // M-RoPE, a tail longer than the queries
       {14, 2, 64, 2, 0, 2, 0, false, false},      // no paged part at all
       {4, 4, 128, 16, 5000, 16, 16, false, false},
+      // Query-sized inputs (the tensor-core kernel's rows span several blocks): Qwen2.5-7B's 28/4 heads
+      // with R = 64; G = 8 interleaved with R = 33 (264 rows, 5 row blocks); M-RoPE with R = 40.
+      {28, 4, 128, 64, 3000, 64, 8, false, false},
+      {8, 1, 64, 33, 700, 40, 4, true, false},
+      {4, 2, 128, 40, 64, 45, 2, false, true},
   };
   uint64_t seed = 1;
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {

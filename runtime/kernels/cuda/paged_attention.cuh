@@ -5,8 +5,8 @@
 // low-rank patch rows U·Vᵀ are added as they are read, and every key is rotated to its placement
 // position on the fly (fused relocation: a page is never rewritten when its chunk moves).
 //
-// Covered: head_dim 64 or 128 (rotary_dim = head_dim), H / H_kv ≤ kPagedMaxGroup, any R (the op sends
-// decode-sized R here and prefill to the fused PyTorch kernels). `segments` is a device array.
+// Covered: head_dim 64 or 128 (rotary_dim = head_dim), H / H_kv ≤ kPagedMaxGroup, any R (the forward sends
+// R <= kPagedMaxQueries here and prefill to the fused PyTorch kernels). `segments` is a device array.
 //
 // Design (flash-decoding): grid = (splits, H_kv, R), 128 threads = 4 warps. A block owns one kv head,
 // one query and a contiguous range of keys; its warps take keys round-robin, two at a time (both
@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/paged_attention.h"
 
@@ -41,10 +42,31 @@ inline bool paged_attention_supports(const PagedAttentionDims& d) {
          (d.position_rows == 1 || d.position_rows == 3);
 }
 
+// Two implementations of the same operation:
+//   kTiled    (default) each warp stages a tile of 16 keys, patched and rotated, in shared memory; lanes
+//             then score one key each against the G query heads (2 lanes per key, halves of the head
+//             dims), the online softmax runs once per tile, and values are read row by row and weighted
+//             by the tile's probabilities broadcast from the scoring lanes. Shuffles per key drop from
+//             ~5·G to ~G and the loads of a tile are independent, so more of them are in flight.
+//   kRowwise  one key at a time per warp, a warp-wide shuffle reduction per query head (kept to measure
+//             against; see bench/gpu).
+//   kTensorCore  bfloat16/float16 on sm_80+: every query row of a kv head (R·G of them) in one block,
+//             keys staged once per block and both products on tensor cores (paged_attention_mma.cuh).
+//             One read of each key serves all R queries instead of one read per query.
+enum class PagedKernel { kTiled, kRowwise, kTensorCore };
+
+// Query rows per tensor-core block, and the blocks a kv head's rows take.
+constexpr int64_t kPagedMmaRows = 64;
+inline int64_t paged_attention_row_blocks(const PagedAttentionDims& d) {
+  return (d.queries * (d.heads / d.kv_heads) + kPagedMmaRows - 1) / kPagedMmaRows;
+}
+
 // Key splits for `sm_count` multiprocessors: enough blocks to fill the device, at least 64 keys each.
-inline int64_t paged_attention_splits(const PagedAttentionDims& d, int sm_count) {
+inline int64_t paged_attention_splits(const PagedAttentionDims& d, int sm_count,
+                                      PagedKernel kernel = PagedKernel::kTiled) {
   const int64_t keys = d.paged_tokens + d.tail_tokens;
-  const int64_t blocks = d.kv_heads * d.queries;
+  const int64_t blocks =
+      kernel == PagedKernel::kTensorCore ? d.kv_heads * paged_attention_row_blocks(d) : d.kv_heads * d.queries;
   int64_t splits = (4 * static_cast<int64_t>(sm_count) + blocks - 1) / blocks;
   const int64_t most = (keys + 63) / 64;
   if (splits > most) splits = most;
@@ -56,18 +78,9 @@ inline int64_t paged_attention_workspace_floats(const PagedAttentionDims& d, int
   return d.queries * d.heads * splits * (d.head_dim + 2);
 }
 
-// Two implementations of the same operation:
-//   kTiled    (default) each warp stages a tile of 16 keys, patched and rotated, in shared memory; lanes
-//             then score one key each against the G query heads (2 lanes per key, halves of the head
-//             dims), the online softmax runs once per tile, and values are read row by row and weighted
-//             by the tile's probabilities broadcast from the scoring lanes. Shuffles per key drop from
-//             ~5·G to ~G and the loads of a tile are independent, so more of them are in flight.
-//   kRowwise  one key at a time per warp, a warp-wide shuffle reduction per query head (kept to measure
-//             against; see bench/gpu).
-enum class PagedKernel { kTiled, kRowwise };
-
-// Enqueues the attention on `stream`: cudaErrorInvalidValue for dims the kernel does not cover or
-// missing pointers, else the launch status. Asynchronous: pointers stay valid until the stream passes.
+// Enqueues the attention on `stream`: cudaErrorInvalidValue for dims the kernel does not cover, missing
+// pointers or kTensorCore on float32, else the launch status. `splits` must come from
+// paged_attention_splits for the same kernel. Asynchronous: pointers stay valid until the stream passes.
 template <typename T>
 cudaError_t paged_attention(const PagedAttentionArgs<T>& args, const PagedAttentionDims& dims, float* workspace,
                             int64_t splits, cudaStream_t stream, PagedKernel kernel = PagedKernel::kTiled);
@@ -484,7 +497,32 @@ __global__ void paged_attention_combine(const float* ws, int64_t splits, int64_t
   }
 }
 
+// The decode kernels (kTiled, kRowwise): one block per (split, kv head, query).
+template <typename T>
+void launch_simt(const PagedAttentionArgs<T>& a, const PagedAttentionDims& d, float* workspace, int64_t splits,
+                 cudaStream_t stream, PagedKernel kernel) {
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(d.kv_heads), static_cast<unsigned>(d.queries));
+  const bool tiled = kernel == PagedKernel::kTiled;
+  if (d.head_dim == 128) {
+    if (tiled)
+      paged_attention_tiled<T, 4><<<grid, kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+    else
+      paged_attention_kernel<T, 4><<<grid, kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+  } else {
+    if (tiled)
+      paged_attention_tiled<T, 2><<<grid, kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+    else
+      paged_attention_kernel<T, 2><<<grid, kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+  }
+}
+
 }  // namespace detail
+
+}  // namespace orbit::kernels::cuda
+
+#include "kernels/cuda/paged_attention_mma.cuh"
+
+namespace orbit::kernels::cuda {
 
 template <typename T>
 cudaError_t paged_attention(const PagedAttentionArgs<T>& a, const PagedAttentionDims& d, float* workspace,
@@ -496,18 +534,19 @@ cudaError_t paged_attention(const PagedAttentionArgs<T>& a, const PagedAttention
       d.queries > 65535 || d.kv_heads > 65535 || splits > 2147483647LL) {
     return cudaErrorInvalidValue;
   }
-  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(d.kv_heads), static_cast<unsigned>(d.queries));
-  const bool tiled = kernel == PagedKernel::kTiled;
-  if (d.head_dim == 128) {
-    if (tiled)
-      detail::paged_attention_tiled<T, 4><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
-    else
-      detail::paged_attention_kernel<T, 4><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+  if (kernel == PagedKernel::kTensorCore) {
+    if constexpr (std::is_same_v<T, float>) {
+      return cudaErrorInvalidValue;
+    } else {
+      const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(d.kv_heads),
+                      static_cast<unsigned>(paged_attention_row_blocks(d)));
+      if (d.head_dim == 128)
+        detail::paged_attention_mma<T, 128><<<grid, detail::kMmaThreads, 0, stream>>>(a, d, splits, workspace);
+      else
+        detail::paged_attention_mma<T, 64><<<grid, detail::kMmaThreads, 0, stream>>>(a, d, splits, workspace);
+    }
   } else {
-    if (tiled)
-      detail::paged_attention_tiled<T, 2><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
-    else
-      detail::paged_attention_kernel<T, 2><<<grid, detail::kPagedThreads, 0, stream>>>(a, d, splits, workspace);
+    detail::launch_simt(a, d, workspace, splits, stream, kernel);
   }
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return status;

@@ -8,8 +8,8 @@
 // So one canonical page set per chunk serves every window and fork that places it, each adding only its
 // own patch factors (Σ (n + D)·m floats per layer) instead of a patched copy of the chunk.
 //
-// On CUDA with a GQA/MHA model (head_dim 64 or 128, H/H_kv <= 8, full rotary) and decode-sized inputs
-// (R <= kPagedMaxQueries query tokens), the forward runs orbit's paged-attention kernel
+// On CUDA with a GQA/MHA model (head_dim 64 or 128, H/H_kv <= 8, full rotary) and decode- or query-sized
+// inputs (R <= kPagedMaxQueries tokens), the forward runs orbit's paged-attention kernel
 // (kernels/cuda/paged_attention.cuh). Everything else (CPU, MLA, partial rotary, longer inputs) gathers
 // and patches the rows first (materialize()) and runs the ordinary path; Model::attention_path() says
 // which one a forward takes.
@@ -29,8 +29,10 @@
 namespace orbit::runtime {
 
 // Inputs longer than this take the gather path (prefill-sized attention belongs to the fused PyTorch
-// kernels, which read contiguous keys).
-constexpr int64_t kPagedMaxQueries = 4;
+// kernels, which read contiguous keys). Up to this many, the kernel reads every paged key once per query
+// token (grid z = R; the blocks of neighbouring queries read the same keys, mostly from L2) instead of
+// gathering and patching a copy of the whole past; bench_gpu's TTFT section times both side by side.
+constexpr int64_t kPagedMaxQueries = 64;
 
 struct PlacedPatch {
   int64_t first = 0;                   // first past token the patch's rows apply to
