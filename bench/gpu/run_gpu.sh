@@ -46,12 +46,12 @@ for step in ${steps//,/ }; do
   case "$step" in
     build) ;;  # the build above is all
     tests)
-      OMP_NUM_THREADS=4 ctest --test-dir build-gpu -R 'cuda|test_paged_attention|test_device' -E test_device_cuda -j4 \
+      env "${ORBIT_DEPS_RUN[@]}" OMP_NUM_THREADS=4 ctest --test-dir build-gpu --timeout 300 -R 'cuda|test_paged_attention|test_device' -E test_device_cuda -j4 \
         --output-on-failure > "$out/ctest.log" 2>&1
       trc=$?
       grep -E "Test +#|tests passed|tests failed" "$out/ctest.log" | head -40
       # Run directly: its WARN lines carry the measured errors against the CPU oracle.
-      OMP_NUM_THREADS=8 ./build-gpu/tests/test_device_cuda > "$out/test_device_cuda.log" 2>&1
+      env "${ORBIT_DEPS_RUN[@]}" OMP_NUM_THREADS=8 timeout 300 ./build-gpu/tests/test_device_cuda > "$out/test_device_cuda.log" 2>&1
       drc=$?
       grep -E "rel error|passed|failed|FAILED" "$out/test_device_cuda.log" | head -60
       echo "tests: ctest rc=$trc, test_device_cuda rc=$drc in $(( $(date +%s) - start )) s"
@@ -61,11 +61,11 @@ for step in ${steps//,/ }; do
       name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
       # The device has no .git: the caller passes the commit in ORBIT_COMMIT.
       commit="${ORBIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
-      ./build-gpu/bench/bench_gpu --device-name "$name" --commit "$commit" --json "$out/gpu.json" "$@" 2>&1 |
+      env "${ORBIT_DEPS_RUN[@]}" ./build-gpu/bench/bench_gpu --device-name "$name" --commit "$commit" --json "$out/gpu.json" "$@" 2>&1 |
         tee "$out/bench.log"
       echo "bench in $(( $(date +%s) - start )) s" ;;
     peer)
-      PYTHONUNBUFFERED=1 python3 bench/gpu/peer_transformers.py build-gpu/cli/orbit "$out/peer.json" 2>&1 | tail -20
+      env "${ORBIT_DEPS_RUN[@]}" PYTHONUNBUFFERED=1 python3 bench/gpu/peer_transformers.py build-gpu/cli/orbit "$out/peer.json" 2>&1 | tail -20
       echo "peer check in $(( $(date +%s) - start )) s" ;;
     prefix)
       PYTHONUNBUFFERED=1 python3 bench/gpu/peer_prefix_cache.py "$out/peer_prefix.json" 2>&1 | tail -20

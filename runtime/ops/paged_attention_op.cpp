@@ -122,6 +122,14 @@ int compute_major(const at::Device& device) {
   return major;
 }
 
+// The tensor-core kernel reads K/V rows as 16-byte vectors (rows are multiples of 8 elements).
+bool rows_aligned(const PagedAttentionInputs& in) {
+  for (const at::Tensor* x : {&in.k_pages, &in.v_pages, &in.k_tail, &in.v_tail}) {
+    if (x->defined() && x->numel() > 0 && reinterpret_cast<uintptr_t>(x->data_ptr()) % 16 != 0) return false;
+  }
+  return true;
+}
+
 orbit::kernels::cuda::PagedKernel pick_kernel(const PagedAttentionInputs& in, const kcpu::PagedAttentionDims& d) {
   namespace kc = orbit::kernels::cuda;
   const bool sixteen_bit = in.q.scalar_type() == at::kBFloat16 || in.q.scalar_type() == at::kHalf;
@@ -132,10 +140,14 @@ orbit::kernels::cuda::PagedKernel pick_kernel(const PagedAttentionInputs& in, co
       ORBIT_CHECK(sixteen_bit && compute_major(in.q.device()) >= 8,
                   "paged_attention: the tensor-core kernel needs bfloat16 or float16 on sm_80 or later, got "
                       << in.q.scalar_type() << " on compute capability " << compute_major(in.q.device()) << ".x");
+      ORBIT_CHECK(rows_aligned(in),
+                  "paged_attention: the tensor-core kernel reads K/V rows as 16-byte vectors: "
+                  "k_pages, v_pages, k_tail and v_tail must start 16-byte aligned");
       return kc::PagedKernel::kTensorCore;
     case PagedKernelChoice::kAuto: break;
   }
-  const bool mma = sixteen_bit && d.queries >= kPagedTensorCoreMinQueries && compute_major(in.q.device()) >= 8;
+  const bool mma =
+      sixteen_bit && d.queries >= kPagedTensorCoreMinQueries && compute_major(in.q.device()) >= 8 && rows_aligned(in);
   return mma ? kc::PagedKernel::kTensorCore : kc::PagedKernel::kTiled;
 }
 

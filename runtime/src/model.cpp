@@ -221,10 +221,15 @@ PagedPlan plan_paged(const ModelConfig& c, const PastKV& past, const at::Tensor&
         auto bind = [&](const LowRank& f, int64_t* rank, const float** u, const float** vt) {
           *rank = f.rank();
           if (*rank == 0) return;
-          plan.keep_alive.push_back(f.u.to(device, at::kFloat).contiguous());
-          *u = plan.keep_alive.back().data_ptr<float>();
-          plan.keep_alive.push_back(f.vt.to(device, at::kFloat).contiguous());
-          *vt = plan.keep_alive.back().data_ptr<float>();
+          // Factors already in place (float32, contiguous, on the device) are read where they are: the
+          // PagedPast's patches outlive the forward. Others are moved once and kept alive by the plan.
+          auto place = [&](const at::Tensor& x) -> const float* {
+            if (x.device() == device && x.scalar_type() == at::kFloat && x.is_contiguous()) return x.data_ptr<float>();
+            plan.keep_alive.push_back(x.to(device, at::kFloat).contiguous());
+            return plan.keep_alive.back().data_ptr<float>();
+          };
+          *u = place(f.u);
+          *vt = place(f.vt);
         };
         bind(p.k[static_cast<size_t>(l)], &seg.rank_k, &seg.u_k, &seg.vt_k);
         bind(p.v[static_cast<size_t>(l)], &seg.rank_v, &seg.u_v, &seg.vt_v);
@@ -232,7 +237,13 @@ PagedPlan plan_paged(const ModelConfig& c, const PastKV& past, const at::Tensor&
       }
     }
     b.patch_of = patch_of.to(device);
-    for (const auto& segs : per_layer) plan.segment_tables.push_back(ops::make_segment_table(segs, device));
+    // One upload for every layer's table; layer l's is a slice of it.
+    std::vector<kernels::cpu::PatchSegment> all;
+    for (const auto& segs : per_layer) all.insert(all.end(), segs.begin(), segs.end());
+    const at::Tensor table = ops::make_segment_table(all, device);
+    const int64_t layer_bytes = static_cast<int64_t>(paged.patches.size() * sizeof(kernels::cpu::PatchSegment));
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      plan.segment_tables.push_back(table.narrow(0, l * layer_bytes, layer_bytes));
   }
   return plan;
 }

@@ -31,7 +31,7 @@ case "${1:-gpu}" in
   *) echo "error: unknown argument '$1' (gpu, all or none)" >&2; exit 2 ;;
 esac
 start=$(date +%s)
-OMP_NUM_THREADS="${ORBIT_TEST_THREADS:-4}" ctest --test-dir build-gpu "${label[@]}" -j"${ORBIT_TEST_JOBS:-4}" \
+env "${ORBIT_DEPS_RUN[@]}" OMP_NUM_THREADS="${ORBIT_TEST_THREADS:-4}" ctest --test-dir build-gpu "${label[@]}" -j"${ORBIT_TEST_JOBS:-4}" \
   --output-on-failure "${@:2}" > "$out/ctest.log" 2>&1
 rc=$?
 grep -E "Test +#|tests passed|tests failed" "$out/ctest.log" | tail -40

@@ -13,5 +13,9 @@ if ! command -v pkg-config >/dev/null 2>&1; then
   chmod +x /tmp/deps/pkg-config
   export PKG_CONFIG=/tmp/deps/pkg-config
 fi
+# orbit's executables find the carried libraries through their RUNPATH, but a library they need needs
+# others in turn (libicuuc -> libicudata), which the loader looks up without it: programs built here run
+# with ORBIT_DEPS_RUN (env "${ORBIT_DEPS_RUN[@]}" prog ...).
+ORBIT_DEPS_RUN=(LD_LIBRARY_PATH="/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 orbit_deps_cmake_args=(-DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)');/tmp/deps/usr"
                        -DOPENSSL_ROOT_DIR=/tmp/deps/usr)

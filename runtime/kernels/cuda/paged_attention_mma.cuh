@@ -11,13 +11,15 @@
 //           decode kernel's combine merges them.
 //   stage   a tile of 64 keys is read in place (page slot or tail), its patch rows U·Vᵀ added and its key
 //           rotated to its placement position (float32, angles reduced in float64 as the reference does),
-//           then rounded once to the dtype into shared memory: K as [key][dim], V transposed [dim][key],
-//           so both products read 32-bit fragments straight from shared memory (rows padded by 8 elements:
-//           the 8 rows a fragment load touches fall in different banks).
+//           then rounded once to the dtype into shared memory, K and V both [key][dim]. A thread stages 8
+//           rotation frequencies of a key (two 16-byte loads of K and two of V, 8 sine/cosine pairs); the
+//           slots of all its keys are read before any row, so a tile costs about two memory round trips.
+//           Rows are padded by 8 elements: the 8 rows a fragment load touches fall in different banks.
 //   S = QKᵀ  per warp 8 n-tiles × d/16 k-steps of mma; the queries' fragments stay in registers.
 //   softmax online per row in float32 (scale applied to the float32 scores; causal and split limits
 //           masked to -inf), P rounded to the dtype as the A operand of
-//   O += PV  d/8 n-tiles × 4 k-steps of mma into float32 accumulators.
+//   O += PV  d/8 n-tiles × 4 k-steps of mma into float32 accumulators; V's fragments come transposed
+//           from its [key][dim] rows through ldmatrix.trans.
 // Rounding differs from the float32 tiled kernel in two places, the rotated key and P, each rounded once
 // to the dtype (as the gathered path and flash attention round them).
 #pragma once
@@ -84,69 +86,142 @@ __device__ __forceinline__ void mma_rotate(float& x0, float& x1, int64_t p, doub
   x1 = b * cs + a * sn;
 }
 
-// Stages key s (< 0: padding, zeros) of kv head hk into row `kl` of the tile: this thread's two
-// frequencies fp·2 and fp·2 + 1, i.e. four head dims (half-split: 2fp, 2fp+1, 2fp+d/2, 2fp+1+d/2;
-// interleaved: 4fp .. 4fp+3). K goes to ks[kl][dim], V to vt[dim][kl].
-template <typename T, int D, int KS, int VS>
-__device__ __forceinline__ void mma_stage_key(const cpu::PagedAttentionArgs<T>& a, const cpu::PagedAttentionDims& d,
-                                              int64_t s, int hk, int fp, int kl, T* ks, T* vt) {
-  int dim[4];
-  if (d.interleaved) {
+// Four 32-bit registers of B fragments for two n-tiles of P·V: the 8×8 blocks of V (rows = keys) at
+// (keys +0, dims +0), (+8, +0), (+0, +8), (+8, +8) from `v0` (key 0, dim 0 of the 16×16 block), transposed.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row_address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+#endif
+}
+
+constexpr int kMmaFreqs = 8;  // rotation frequencies a staging thread owns
+
+// A staging thread's frequencies 8c .. 8c+7 of the head: their inverse frequencies, position rows, and
+// the two 8-dim groups they rotate (half-split: pair i = (g0[i], g1[i]); interleaved: g0 holds the pairs
+// of frequencies 8c .. 8c+3, g1 those of 8c+4 .. 8c+7, each pair two adjacent dims).
+struct MmaFreqs {
+  double inv[kMmaFreqs];
+  uint32_t rows = 0;  // position row of frequency i in bits [2i, 2i + 2)
+  int base0 = 0, base1 = 0;
+  __device__ int row(int i) const { return static_cast<int>((rows >> (2 * i)) & 3u); }
+};
+
+template <int D>
+__device__ __forceinline__ MmaFreqs mma_freqs(const double* inv_freq, const int8_t* row_of_freq, bool interleaved,
+                                              int c) {
+  MmaFreqs f;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dim[e] = 4 * fp + e;
-  } else {
-    dim[0] = 2 * fp, dim[1] = 2 * fp + 1, dim[2] = 2 * fp + D / 2, dim[3] = 2 * fp + 1 + D / 2;
+  for (int i = 0; i < kMmaFreqs; ++i) {
+    f.inv[i] = inv_freq[kMmaFreqs * c + i];
+    if (row_of_freq != nullptr) f.rows |= static_cast<uint32_t>(row_of_freq[kMmaFreqs * c + i] & 3) << (2 * i);
   }
-  float k[4] = {0.f, 0.f, 0.f, 0.f}, v[4] = {0.f, 0.f, 0.f, 0.f};
-  if (s >= 0) {
+  f.base0 = interleaved ? 16 * c : 8 * c;
+  f.base1 = interleaved ? 16 * c + 8 : D / 2 + 8 * c;
+  return f;
+}
+
+// 8 consecutive 16-bit elements (16-byte aligned) as floats, and back.
+template <typename T>
+__device__ __forceinline__ void mma_load8(const T* p, float (&x)[8]) {
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+  const T* h = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) x[e] = pa_load(h + e);
+}
+template <typename T>
+__device__ __forceinline__ void mma_store8(T* p, const float (&x)[8]) {
+  const T* tag = nullptr;
+  uint4 raw;
+  raw.x = mma_pack(x[0], x[1], tag);
+  raw.y = mma_pack(x[2], x[3], tag);
+  raw.z = mma_pack(x[4], x[5], tag);
+  raw.w = mma_pack(x[6], x[7], tag);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// Adds patch rows u·vt (rank n, float32) at dims [base0, base0 + 8) and [base1, base1 + 8) of column
+// offset `col` to x0 and x1. Rows of vt are read as float4 where vt is 16-byte aligned (W, col and the
+// bases are multiples of 8 floats), else one by one.
+__device__ __forceinline__ void mma_patch16(const float* u, const float* vt, int64_t n, int64_t W, int64_t col,
+                                            int base0, int base1, float (&x0)[8], float (&x1)[8]) {
+  if ((reinterpret_cast<uintptr_t>(vt) & 15) != 0) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float uj = __ldg(u + j);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        x0[e] += uj * __ldg(vt + j * W + col + base0 + e);
+        x1[e] += uj * __ldg(vt + j * W + col + base1 + e);
+      }
+    }
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const float uj = __ldg(u + j);
+    const float4* r0 = reinterpret_cast<const float4*>(vt + j * W + col + base0);
+    const float4* r1 = reinterpret_cast<const float4*>(vt + j * W + col + base1);
+    const float4 a = __ldg(r0), b = __ldg(r0 + 1), c = __ldg(r1), e = __ldg(r1 + 1);
+    x0[0] += uj * a.x, x0[1] += uj * a.y, x0[2] += uj * a.z, x0[3] += uj * a.w;
+    x0[4] += uj * b.x, x0[5] += uj * b.y, x0[6] += uj * b.z, x0[7] += uj * b.w;
+    x1[0] += uj * c.x, x1[1] += uj * c.y, x1[2] += uj * c.z, x1[3] += uj * c.w;
+    x1[4] += uj * e.x, x1[5] += uj * e.y, x1[6] += uj * e.z, x1[7] += uj * e.w;
+  }
+}
+
+// The pool row (page slot) of key s, -1 for a tail key, -2 for padding (s < 0).
+template <typename T>
+__device__ __forceinline__ int64_t mma_row_of(const cpu::PagedAttentionArgs<T>& a, const cpu::PagedAttentionDims& d,
+                                              int64_t s) {
+  if (s < 0) return -2;
+  return s < d.paged_tokens ? static_cast<int64_t>(__ldg(a.slots + s)) : -1;
+}
+
+// Stages this thread's 8 frequencies of key s (row from mma_row_of) into the K and V rows of the tile.
+template <typename T, int D>
+__device__ __forceinline__ void mma_stage_key(const cpu::PagedAttentionArgs<T>& a, const cpu::PagedAttentionDims& d,
+                                              int64_t s, int64_t row, int hk, const MmaFreqs& f, T* krow, T* vrow) {
+  float k0[8], k1[8], v0[8], v1[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) k0[e] = k1[e] = v0[e] = v1[e] = 0.f;
+  if (row != -2) {
     const int64_t W = d.kv_heads * D;
     const int64_t col = static_cast<int64_t>(hk) * D;
-    const T *kr, *vr;
-    if (s < d.paged_tokens) {
-      const int64_t row = static_cast<int64_t>(__ldg(a.slots + s));
-      kr = a.k_pages + row * W + col;
-      vr = a.v_pages + row * W + col;
-    } else {
-      kr = a.k_tail + (s - d.paged_tokens) * W + col;
-      vr = a.v_tail + (s - d.paged_tokens) * W + col;
-    }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      k[e] = pa_load(kr + dim[e]);
-      v[e] = pa_load(vr + dim[e]);
-    }
-    const int32_t seg = a.patch_of != nullptr && s < d.paged_tokens ? __ldg(a.patch_of + s) : -1;
+    const T* kr = row >= 0 ? a.k_pages + row * W + col : a.k_tail + (s - d.paged_tokens) * W + col;
+    const T* vr = row >= 0 ? a.v_pages + row * W + col : a.v_tail + (s - d.paged_tokens) * W + col;
+    mma_load8(kr + f.base0, k0);
+    mma_load8(kr + f.base1, k1);
+    mma_load8(vr + f.base0, v0);
+    mma_load8(vr + f.base1, v1);
+    const int32_t seg = a.patch_of != nullptr && row >= 0 ? __ldg(a.patch_of + s) : -1;
     if (seg >= 0) {
       const cpu::PatchSegment& g = a.segments[seg];
       const int64_t i = s - g.first;
-      for (int64_t j = 0; j < g.rank_k; ++j) {
-        const float u = __ldg(g.u_k + i * g.rank_k + j);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) k[e] += u * __ldg(g.vt_k + j * W + col + dim[e]);
-      }
-      for (int64_t j = 0; j < g.rank_v; ++j) {
-        const float u = __ldg(g.u_v + i * g.rank_v + j);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) v[e] += u * __ldg(g.vt_v + j * W + col + dim[e]);
-      }
+      mma_patch16(g.u_k + i * g.rank_k, g.vt_k, g.rank_k, W, col, f.base0, f.base1, k0, k1);
+      mma_patch16(g.u_v + i * g.rank_v, g.vt_v, g.rank_v, W, col, f.base0, f.base1, v0, v1);
     }
     const int64_t* pos = a.positions + s * d.position_rows;
-    const int f0 = 2 * fp, f1 = 2 * fp + 1;
-    const int64_t p0 = pos[a.row_of_freq != nullptr ? a.row_of_freq[f0] : 0];
-    const int64_t p1 = pos[a.row_of_freq != nullptr ? a.row_of_freq[f1] : 0];
-    if (d.interleaved) {
-      mma_rotate(k[0], k[1], p0, a.inv_freq[f0]);
-      mma_rotate(k[2], k[3], p1, a.inv_freq[f1]);
-    } else {
-      mma_rotate(k[0], k[2], p0, a.inv_freq[f0]);
-      mma_rotate(k[1], k[3], p1, a.inv_freq[f1]);
+    const int64_t p0 = pos[0];
+    const int64_t p1 = d.position_rows == 3 ? pos[1] : p0, p2 = d.position_rows == 3 ? pos[2] : p0;
+#pragma unroll
+    for (int i = 0; i < kMmaFreqs; ++i) {
+      const int r = f.row(i);
+      const int64_t pi = r == 0 ? p0 : r == 1 ? p1 : p2;
+      if (!d.interleaved) {
+        mma_rotate(k0[i], k1[i], pi, f.inv[i]);
+      } else if (i < 4) {
+        mma_rotate(k0[2 * i], k0[2 * i + 1], pi, f.inv[i]);
+      } else {
+        mma_rotate(k1[2 * i - 8], k1[2 * i - 7], pi, f.inv[i]);
+      }
     }
   }
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    pa_store(ks + kl * KS + dim[e], k[e]);
-    pa_store(vt + dim[e] * VS + kl, v[e]);
-  }
+  mma_store8(krow + f.base0, k0);
+  mma_store8(krow + f.base1, k1);
+  mma_store8(vrow + f.base0, v0);
+  mma_store8(vrow + f.base1, v1);
 }
 
 // The query fragment pair at dims [c, c + 2) of a query row (null: a padding row, zeros).
@@ -159,11 +234,12 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kMmaThreads)
     paged_attention_mma(const cpu::PagedAttentionArgs<T> a, const cpu::PagedAttentionDims d, int64_t splits,
                         float* ws) {
-  constexpr int KS = D + 8;         // ks row stride (elements)
-  constexpr int VS = kMmaKeys + 8;  // vt row stride
-  constexpr int TPK = D / 4;        // staging threads per key
+  constexpr int KS = D + 8;                 // K and V row stride (elements)
+  constexpr int TPK = D / (2 * kMmaFreqs);  // staging threads per key
+  constexpr int KPP = kMmaThreads / TPK;    // keys staged per pass
+  constexpr int PASSES = kMmaKeys / KPP;
   __shared__ __align__(16) T ks[kMmaKeys * KS];
-  __shared__ __align__(16) T vt[D * VS];
+  __shared__ __align__(16) T vs[kMmaKeys * KS];
   const T* tag = nullptr;
 
   const int split = blockIdx.x, hk = blockIdx.y;
@@ -199,15 +275,24 @@ __global__ void __launch_bounds__(kMmaThreads)
     qf[kk][2] = mma_q_pair(qa_row, kk * 16 + 8 + 2 * tq);
     qf[kk][3] = mma_q_pair(qb_row, kk * 16 + 8 + 2 * tq);
   }
+  const MmaFreqs freqs = mma_freqs<D>(a.inv_freq, a.row_of_freq, d.interleaved, tid % TPK);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float o[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
   for (int64_t t0 = begin; t0 < end; t0 += kMmaKeys) {
-    for (int kl = tid / TPK; kl < kMmaKeys; kl += kMmaThreads / TPK) {
-      const int64_t s = t0 + kl;
-      mma_stage_key<T, D, KS, VS>(a, d, s < end ? s : -1, hk, tid % TPK, kl, ks, vt);
+    // Every key's slot first (PASSES loads in flight), then the rows.
+    int64_t rows[PASSES];
+#pragma unroll
+    for (int p = 0; p < PASSES; ++p) {
+      const int64_t s = t0 + p * KPP + tid / TPK;
+      rows[p] = mma_row_of(a, d, s < end ? s : -1);
+    }
+#pragma unroll 2
+    for (int p = 0; p < PASSES; ++p) {
+      const int kl = p * KPP + tid / TPK;
+      mma_stage_key<T, D>(a, d, t0 + kl, rows[p], hk, freqs, ks + kl * KS, vs + kl * KS);
     }
     __syncthreads();
 
@@ -271,9 +356,11 @@ __global__ void __launch_bounds__(kMmaThreads)
                               mma_pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1], tag),
                               mma_pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3], tag)};
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        const T* vp = vt + (n * 8 + gq) * VS + kk * 16 + 2 * tq;
-        mma_16816(o[n], pf, mma_ld32(vp), mma_ld32(vp + 8), tag);
+      for (int n = 0; n < D / 16; ++n) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * KS + n * 16 + (lane >> 4) * 8);
+        mma_16816(o[2 * n], pf, b[0], b[1], tag);
+        mma_16816(o[2 * n + 1], pf, b[2], b[3], tag);
       }
     }
     __syncthreads();
