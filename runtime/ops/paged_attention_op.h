@@ -16,7 +16,7 @@ namespace orbit::runtime::ops {
 // float16 on sm_80+ when R >= kPagedTensorCoreMinQueries, else the tiled kernel. The others force one
 // (kTensorCore on float32 or an older device is an error); tests and bench_gpu compare them.
 enum class PagedKernelChoice { kAuto, kTiled, kRowwise, kTensorCore };
-constexpr int64_t kPagedTensorCoreMinQueries = 2;
+constexpr int64_t kPagedTensorCoreMinQueries = 1;
 
 struct PagedAttentionInputs {
   at::Tensor q;        // [R, H, d], rotated and scaled as the model needs (dtype T)
