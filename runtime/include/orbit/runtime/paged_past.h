@@ -29,9 +29,10 @@
 namespace orbit::runtime {
 
 // Inputs longer than this take the gather path (prefill-sized attention belongs to the fused PyTorch
-// kernels, which read contiguous keys). Up to this many, the kernel reads every paged key once per query
-// token (grid z = R; the blocks of neighbouring queries read the same keys, mostly from L2) instead of
-// gathering and patching a copy of the whole past; bench_gpu's TTFT section times both side by side.
+// kernels, which read contiguous keys). Up to this many, the tensor-core kernel stages each key once for
+// all query rows of its kv head, which beats gathering and patching a copy of the whole past: a 16-token
+// query over 32,768 tokens with every chunk patched, Qwen2.5-7B on an H200, 22 ms against 31 ms
+// (bench_gpu's TTFT section, bench/REPORT-gpu.md).
 constexpr int64_t kPagedMaxQueries = 64;
 
 struct PlacedPatch {
