@@ -27,6 +27,7 @@ const char* kStoreUsage =
     "          C marked corrupt), blob path\n"
     "  stat    totals (entries and bytes per kind), fingerprint, unreferenced blobs and temp files;\n"
     "          --remote redis://host:port[/db] | redis-cluster://h1:p1,h2:p2,...: also the remote tier\n"
+    "          (rediss:// and rediss-cluster:// over TLS; ORBIT_REDIS_TLS_CA_FILE etc., see README)\n"
     "          (reachable, nodes, orbit entries, memory, maxmemory-policy)\n"
     "  verify  re-read every blob and check its checksum; reports corrupt or missing entries (deletes\n"
     "          nothing) and, apart, blobs it could not read for a reason that proves nothing about them\n"
@@ -235,16 +236,16 @@ int run_store(int argc, char** argv, int first) {
   if (sub == "gc") flags.insert("--dry-run");
   std::set<std::string> values{"--store"};
   if (sub == "stat") values.insert("--remote");
-  const ArgSpec spec{
-      values, flags,
-      "usage: orbit store " + sub + " --store DIR [--json]" + (sub == "gc" ? " [--dry-run]" : "") +
-          (sub == "stat" ? " [--remote URL]" : "") +
-          "\n  ls: every entry; stat: totals; verify: every checksum; gc: remove unreferenced blobs;\n"
-          "  repair: rebuild a lost index from the verified blobs.\n"
-          "  --store DIR    the store directory\n  --json         print JSON\n" +
-          (sub == "gc" ? "  --dry-run      report what gc would remove, remove nothing\n" : "") +
-          (sub == "stat" ? "  --remote URL   also the remote tier (redis://host:port[/db], redis-cluster://h:p,...)\n"
-                         : "")};
+  const ArgSpec spec{values, flags,
+                     "usage: orbit store " + sub + " --store DIR [--json]" + (sub == "gc" ? " [--dry-run]" : "") +
+                         (sub == "stat" ? " [--remote URL]" : "") +
+                         "\n  ls: every entry; stat: totals; verify: every checksum; gc: remove unreferenced blobs;\n"
+                         "  repair: rebuild a lost index from the verified blobs.\n"
+                         "  --store DIR    the store directory\n  --json         print JSON\n" +
+                         (sub == "gc" ? "  --dry-run      report what gc would remove, remove nothing\n" : "") +
+                         (sub == "stat" ? "  --remote URL   also the remote tier (redis://host:port[/db], "
+                                          "redis-cluster://h:p,..., rediss:// for TLS)\n"
+                                        : "")};
   const Args args("store " + sub, spec, argc, argv, first + 1);
   if (sub == "stat" && args.get("--remote") && !args.get("--store")) return run_stat(args, "");
   const std::string dir = args.required("--store");

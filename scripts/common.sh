@@ -16,7 +16,7 @@ ORBIT_UNITY="${ORBIT_UNITY:-ON}"
 ORBIT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libtorch-dev libopenblas0-openmp libssl-dev nlohmann-json3-dev libboost-graph-dev libsqlite3-dev
-  libhiredis-dev redis-server redis-tools libpcre2-dev libicu-dev libcpp-httplib-dev
+  libhiredis-dev redis-server redis-tools openssl libpcre2-dev libicu-dev libcpp-httplib-dev
   catch2 pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-pytest-xdist python3-matplotlib
   clang-format nodejs clang libclang-rt-14-dev
 )

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "orbit/common/error.h"
+#include "redis_tls.h"
 
 namespace orbit::store {
 
@@ -180,17 +181,15 @@ RedisUrl parse_redis_url(const std::string& given) {
   RedisUrl out;
   out.text = redact_redis_url(given);
   const std::string& url = out.text;  // every message below names the URL without its password
-  std::string rest;
-  if (given.rfind("redis://", 0) == 0) {
-    rest = given.substr(8);
-  } else if (given.rfind("redis-cluster://", 0) == 0) {
-    out.cluster = true;
-    rest = given.substr(16);
-  } else {
-    ORBIT_FAIL("remote '" << url
-                          << "': unknown scheme (expected redis://host:port[/db] or "
-                             "redis-cluster://host:port[,host:port...])");
-  }
+  const auto scheme_end = given.find("://");
+  const std::string scheme = scheme_end == std::string::npos ? "" : given.substr(0, scheme_end);
+  ORBIT_CHECK(scheme == "redis" || scheme == "rediss" || scheme == "redis-cluster" || scheme == "rediss-cluster",
+              "remote '" << url
+                         << "': unknown scheme (expected redis://host:port[/db] or "
+                            "redis-cluster://host:port[,host:port...], or rediss:// and rediss-cluster:// for TLS)");
+  out.cluster = scheme.find("cluster") != std::string::npos;
+  out.tls = scheme.rfind("rediss", 0) == 0;
+  std::string rest = given.substr(scheme_end + 3);
   const auto at = rest.rfind('@', rest.find('/'));
   if (at != std::string::npos) {  // [user:]password@
     const std::string userinfo = rest.substr(0, at);
@@ -225,13 +224,32 @@ RedisUrl parse_redis_url(const std::string& given) {
     start = comma + 1;
   }
   ORBIT_CHECK(out.cluster || out.nodes.size() == 1,
-              "remote '" << url << "': redis:// takes one host:port (use redis-cluster:// for several)");
+              "remote '" << url << "': " << (out.tls ? "rediss" : "redis") << ":// takes one host:port (use "
+                         << (out.tls ? "rediss" : "redis") << "-cluster:// for several)");
   return out;
 }
 
+RedisTlsOptions redis_tls_from_environment() {
+  RedisTlsOptions o;
+  auto env = [](const char* name, std::string* to) {
+    const char* v = std::getenv(name);
+    if (v != nullptr) *to = v;
+  };
+  env("ORBIT_REDIS_TLS_CA_FILE", &o.ca_file);
+  env("ORBIT_REDIS_TLS_CA_DIR", &o.ca_dir);
+  env("ORBIT_REDIS_TLS_CERT_FILE", &o.cert_file);
+  env("ORBIT_REDIS_TLS_KEY_FILE", &o.key_file);
+  const char* verify = std::getenv("ORBIT_REDIS_TLS_VERIFY");
+  if (verify != nullptr && std::string(verify) == "0") o.verify_peer = false;
+  return o;
+}
+
+// One node's connection: a hiredis context (redis://), or a TLS connection (rediss://).
 struct RedisClient::Node {
   RedisEndpoint endpoint;
   redisContext* context = nullptr;
+  std::unique_ptr<detail::TlsConnection> tls;
+  bool connected() const { return context != nullptr || tls != nullptr; }
 };
 
 RedisClient::RedisClient(RedisUrl url, RedisClientOptions options) : url_(std::move(url)), options_(options) {}
@@ -243,6 +261,7 @@ RedisClient::~RedisClient() {
 void RedisClient::drop(Node& node) {
   if (node.context) redisFree(node.context);
   node.context = nullptr;
+  node.tls.reset();
 }
 
 RedisClient::Node* RedisClient::node_at(const RedisEndpoint& endpoint) {
@@ -254,8 +273,14 @@ RedisClient::Node* RedisClient::node_at(const RedisEndpoint& endpoint) {
   return slot.get();
 }
 
-Status RedisClient::connect(Node& node) {
-  if (node.context) return Status::ok();
+Status RedisClient::open_connection(Node& node) {
+  if (url_.tls) {
+    Result<std::unique_ptr<detail::TlsConnection>> c = detail::TlsConnection::open(
+        node.endpoint, options_.tls, options_.connect_timeout_ms, options_.command_timeout_ms);
+    if (!c) return c.status();
+    node.tls = std::move(c.value());
+    return Status::ok();
+  }
   redisContext* c =
       redisConnectWithTimeout(node.endpoint.host.c_str(), node.endpoint.port, to_timeval(options_.connect_timeout_ms));
   if (c == nullptr || c->err) {
@@ -268,6 +293,13 @@ Status RedisClient::connect(Node& node) {
     return Status::refused("redis " + node.endpoint.str() + ": cannot set the reply timeout");
   }
   node.context = c;
+  return Status::ok();
+}
+
+Status RedisClient::connect(Node& node) {
+  if (node.connected()) return Status::ok();
+  Status opened = open_connection(node);
+  if (!opened) return opened;
   if (!url_.password.empty()) {
     std::vector<std::string> auth{"AUTH"};
     if (!url_.user.empty()) auth.push_back(url_.user);
@@ -307,32 +339,66 @@ Result<RedisReply> RedisClient::run(Node& node, const std::vector<std::vector<st
     all.push_back(argv);
     is_asking.push_back(false);
   }
-  for (const auto& argv : all) {
+  Status sent = send(node, all);
+  if (!sent) return sent;
+  RedisReply last;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    Result<redisReply*> raw = next_reply(node);
+    if (!raw) return raw.status();
+    last = convert(raw.value());
+    freeReplyObject(raw.value());
+    if (replies != nullptr && !is_asking[i]) replies->push_back(last);
+  }
+  return last;
+}
+
+Status RedisClient::send(Node& node, const std::vector<std::vector<std::string>>& commands) {
+  std::string bytes;  // TLS: every command formatted, then one write
+  for (const auto& argv : commands) {
     std::vector<const char*> ptrs;
     std::vector<std::size_t> lens;
     for (const std::string& a : argv) {
       ptrs.push_back(a.data());
       lens.push_back(a.size());
     }
-    if (redisAppendCommandArgv(node.context, static_cast<int>(argv.size()), ptrs.data(), lens.data()) != REDIS_OK) {
+    const int argc = static_cast<int>(argv.size());
+    if (node.tls) {
+      char* cmd = nullptr;
+      const int n = redisFormatCommandArgv(&cmd, argc, ptrs.data(), lens.data());
+      if (n < 0 || cmd == nullptr) return Status::refused("redis " + node.endpoint.str() + ": out of memory");
+      bytes.append(cmd, static_cast<std::size_t>(n));
+      redisFreeCommand(cmd);
+    } else if (redisAppendCommandArgv(node.context, argc, ptrs.data(), lens.data()) != REDIS_OK) {
       const std::string why = node.context->errstr;
       drop(node);
       return Status::refused("redis " + node.endpoint.str() + ": " + why);
     }
   }
-  RedisReply last;
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    void* raw = nullptr;
-    if (redisGetReply(node.context, &raw) != REDIS_OK || raw == nullptr) {
-      const std::string why = node.context->err ? node.context->errstr : "no reply";
-      drop(node);  // the stream is out of step now: reconnect next time
-      return Status::refused("redis " + node.endpoint.str() + ": " + why);
-    }
-    last = convert(static_cast<redisReply*>(raw));
-    freeReplyObject(raw);
-    if (replies != nullptr && !is_asking[i]) replies->push_back(last);
+  if (!node.tls) return Status::ok();
+  Status sent = node.tls->send(bytes);
+  if (!sent) {
+    drop(node);
+    return Status::refused("redis " + node.endpoint.str() + " (TLS): " + sent.reason());
   }
-  return last;
+  return sent;
+}
+
+Result<redisReply*> RedisClient::next_reply(Node& node) {
+  if (node.tls) {
+    Result<redisReply*> r = node.tls->read_reply();
+    if (!r) {
+      drop(node);  // the stream is out of step now: reconnect next time
+      return Status::refused("redis " + node.endpoint.str() + " (TLS): " + r.status().reason());
+    }
+    return r;
+  }
+  void* raw = nullptr;
+  if (redisGetReply(node.context, &raw) != REDIS_OK || raw == nullptr) {
+    const std::string why = node.context->err ? node.context->errstr : "no reply";
+    drop(node);  // the stream is out of step now: reconnect next time
+    return Status::refused("redis " + node.endpoint.str() + ": " + why);
+  }
+  return static_cast<redisReply*>(raw);
 }
 
 Status RedisClient::refresh_slots() {

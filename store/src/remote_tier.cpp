@@ -30,6 +30,22 @@ std::string serialize(const EncodedBlob& blob) {
   return out;
 }
 
+// The TLS files a rediss:// remote names exist and are readable: a typo is an error at open, naming the
+// option, not a refused handshake on every operation.
+void check_tls_files(const std::string& shown, const RedisTlsOptions& tls) {
+  const std::pair<const char*, const std::string*> files[] = {
+      {"tls.ca_file (ORBIT_REDIS_TLS_CA_FILE)", &tls.ca_file},
+      {"tls.ca_dir (ORBIT_REDIS_TLS_CA_DIR)", &tls.ca_dir},
+      {"tls.cert_file (ORBIT_REDIS_TLS_CERT_FILE)", &tls.cert_file},
+      {"tls.key_file (ORBIT_REDIS_TLS_KEY_FILE)", &tls.key_file}};
+  for (const auto& [name, path] : files) {
+    ORBIT_CHECK(path->empty() || ::access(path->c_str(), R_OK) == 0,
+                "remote " << shown << ": " << name << " '" << *path << "' cannot be read: " << std::strerror(errno));
+  }
+  ORBIT_CHECK(tls.cert_file.empty() == tls.key_file.empty(),
+              "remote " << shown << ": a client certificate needs both tls.cert_file and tls.key_file");
+}
+
 }  // namespace
 
 RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std::shared_ptr<BlobBackend> backend)
@@ -49,6 +65,8 @@ RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std
     ro.part_bytes = options_.part_bytes;
     ro.client.connect_timeout_ms = options_.connect_timeout_ms;
     ro.client.command_timeout_ms = options_.command_timeout_ms;
+    ro.client.tls = options_.tls;
+    check_tls_files(shown, options_.tls);
     backend_ = std::make_shared<RedisBackend>(ro);
   }
   stats_.enabled = true;

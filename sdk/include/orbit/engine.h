@@ -58,7 +58,8 @@ struct EngineOptions {
   int64_t host_budget_bytes = int64_t{1} << 30;  // the store's host-memory tier
   int64_t disk_budget_bytes = 0;                 // 0 = unlimited
   // A remote tier shared by processes and machines: "redis://host:port[/db]" or
-  // "redis-cluster://h1:p1,h2:p2,..." (Redis or Valkey). Empty = none. Lookups go device → host → disk
+  // "redis-cluster://h1:p1,h2:p2,..." (Redis or Valkey); rediss:// and rediss-cluster:// over TLS (CA and
+  // client certificate from the ORBIT_REDIS_TLS_* environment variables). Empty = none. Lookups go device → host → disk
   // → remote → compute; a remote hit is promoted to host and disk. The remote down or slow never stops
   // the engine (bounded timeouts, one warning, stats().store.remote counts it). See README "Remote tier".
   std::string remote;

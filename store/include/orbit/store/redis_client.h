@@ -6,6 +6,8 @@
 //   redis://host:port[/db]                      one server (db: SELECT on connect; default 0);
 //                                               host may be [IPv6 address], e.g. redis://[::1]:6379
 //   redis-cluster://host:port[,host:port...]    seed nodes of a cluster (db 0 only)
+//   rediss://..., rediss-cluster://...          the same over TLS (RedisTlsOptions below): the server's
+//                                               certificate verified against the host named, TLS 1.2+
 //
 // Every network wait is bounded: connecting by RedisClientOptions::connect_timeout_ms, each reply by
 // command_timeout_ms. A failed connection is dropped and reopened by the next command (no background
@@ -25,6 +27,7 @@
 #include "orbit/common/status.h"
 
 struct redisContext;
+struct redisReply;
 
 namespace orbit::store {
 
@@ -39,6 +42,7 @@ struct RedisEndpoint {
 
 struct RedisUrl {
   bool cluster = false;
+  bool tls = false;                  // rediss:// or rediss-cluster://
   std::vector<RedisEndpoint> nodes;  // one for redis://, the seeds for redis-cluster://
   int db = 0;
   std::string user;      // ACL user of redis://[user:]password@host:port ("" = the default user)
@@ -46,11 +50,10 @@ struct RedisUrl {
   std::string text;      // as given, with the password shown as *** (what messages print)
 };
 
-// Parses a redis:// or redis-cluster:// URL, optionally with credentials before the host list
-// (redis://[user:]password@host:port, percent-encoded as RFC 3986 has it: "p%40ss" is "p@ss"; sent as AUTH
-// on every new connection). Throws orbit::Error naming
-// the URL (its password redacted) and the part at fault (scheme, host, port out of 1..65535, db not a
-// number, a db with a cluster).
+// Parses a redis://, redis-cluster://, rediss:// or rediss-cluster:// URL, optionally with credentials before the host
+// list (redis://[user:]password@host:port, percent-encoded as RFC 3986 has it: "p%40ss" is "p@ss"; sent as AUTH on
+// every new connection). Throws orbit::Error naming the URL (its password redacted) and the part at fault (scheme,
+// host, port out of 1..65535, db not a number, a db with a cluster).
 RedisUrl parse_redis_url(const std::string& url);
 
 // `url` with the password of its credentials (if any) replaced by ***: the only form of a remote URL
@@ -70,9 +73,25 @@ struct RedisReply {
   bool is_error() const { return type == Type::kError; }
 };
 
+// TLS for rediss:// (ignored otherwise). Hiredis 0.14 (Debian 12) has no TLS: the client speaks it through
+// OpenSSL itself (store/src/redis_tls.h), with hiredis formatting commands and reading replies.
+struct RedisTlsOptions {
+  std::string ca_file;      // PEM CA certificates to verify the server with; both empty: the system's CAs
+  std::string ca_dir;       // a hashed CA directory (c_rehash)
+  std::string cert_file;    // PEM client certificate chain, for servers that verify clients (tls-auth-clients)
+  std::string key_file;     // its PEM private key (both or neither)
+  bool verify_peer = true;  // false: accept any certificate (testing only: no protection from a man in the middle)
+};
+
+// RedisTlsOptions from the environment, for programs that take only a URL (the CLI, the Python module):
+// ORBIT_REDIS_TLS_CA_FILE, ORBIT_REDIS_TLS_CA_DIR, ORBIT_REDIS_TLS_CERT_FILE, ORBIT_REDIS_TLS_KEY_FILE, and
+// ORBIT_REDIS_TLS_VERIFY=0 to skip verification. Unset variables leave the defaults.
+RedisTlsOptions redis_tls_from_environment();
+
 struct RedisClientOptions {
   int connect_timeout_ms = 500;
   int command_timeout_ms = 2000;
+  RedisTlsOptions tls = redis_tls_from_environment();
 };
 
 class RedisClient {
@@ -108,8 +127,11 @@ class RedisClient {
   struct Node;
   Node* node_for(const std::string& routing_key, Status* error);
   Node* node_at(const RedisEndpoint& endpoint);
-  Status connect(Node& node);
+  Status connect(Node& node);          // opens the connection if needed, then AUTH and SELECT
+  Status open_connection(Node& node);  // plain (hiredis) or TLS, as the URL says
   void drop(Node& node);
+  Status send(Node& node, const std::vector<std::vector<std::string>>& commands);
+  Result<redisReply*> next_reply(Node& node);  // the caller frees it (freeReplyObject)
   Status refresh_slots();
   // Sends `pipeline` (each command after ASKING when `asking`) and returns the last reply; `replies`
   // (optional) receives every command's reply in order, ASKING's excluded.

@@ -34,6 +34,7 @@
 #include "orbit/common/status.h"
 #include "orbit/store.h"
 #include "orbit/store/backend.h"
+#include "orbit/store/redis_client.h"
 #include "orbit/store/value.h"
 
 namespace orbit::store {
@@ -49,8 +50,12 @@ constexpr int64_t kMaxRemoteTtlSeconds = int64_t{3155760000};
 
 struct RemoteOptions {
   // redis://[[user:]password@]host:port[/db] | redis-cluster://[[user:]password@]h:p,...; "" = none.
-  // Messages, warnings and stats show it with the password as ***.
+  // rediss:// and rediss-cluster:// are the same over TLS (`tls` below). Messages, warnings and stats show
+  // it with the password as ***.
   std::string url;
+  // TLS for rediss:// (CA to verify the server with, client certificate): by default from the
+  // ORBIT_REDIS_TLS_* environment variables (redis_client.h). A file named here must be readable.
+  RedisTlsOptions tls = redis_tls_from_environment();
   int64_t ttl_seconds = 0;                // 0..kMaxRemoteTtlSeconds; 0 = entries never expire
   int64_t part_bytes = int64_t{4} << 20;  // largest single value sent to the server
   int connect_timeout_ms = 300;
