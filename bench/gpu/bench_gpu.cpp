@@ -496,6 +496,54 @@ json bytes_section(const Setup& s) {
   return rows;
 }
 
+// The relocation (+ patch) kernel alone into layer 0 of `pool`'s pages `got`, without the op's per-call
+// block-table validation and upload: seconds per call {with the patch, relocation only}; 0 where this build
+// or device has no CUDA bfloat16 path.
+std::pair<double, double> patch_kernel_alone([[maybe_unused]] const Setup& s, [[maybe_unused]] const FilledPool& pool,
+                                             [[maybe_unused]] const std::vector<rt::PageId>& got,
+                                             [[maybe_unused]] const rt::ops::PatchApplyInputs& in) {
+  double kernel_s = 0, kernel_plain_s = 0;
+#if ORBIT_OPS_HAVE_CUDA
+  const rt::ModelConfig& c = s.m.config();
+  const c10::Device dev = s.dev;
+  const int reps = s.reps;
+  const int64_t n = in.canonical.size(0), D = in.canonical.size(1), rank = s.rank;
+  const at::Tensor& canonical = in.canonical;
+  const at::Tensor& u = in.u;
+  const at::Tensor& vt = in.vt;
+  if (dev.is_cuda() && s.m.dtype() == at::kBFloat16) {
+    namespace kc = orbit::kernels::cuda;
+    const at::Tensor table = at::tensor(at::ArrayRef<int32_t>(got), at::kInt).to(dev);
+    const at::Tensor layer0 = pool.pool->storage(0).select(0, 0);
+    kc::PatchDims dims;
+    dims.tokens = n;
+    dims.width = D;
+    dims.rank = rank;
+    dims.rotate = true;
+    dims.head_dim = c.head_dim;
+    dims.rotary_dim = c.rope.rotary_dim;
+    dims.interleaved = c.rope.layout == rt::RopeLayout::kInterleaved;
+    kc::PatchSource<__nv_bfloat16> src;
+    src.canonical = reinterpret_cast<const __nv_bfloat16*>(canonical.data_ptr<at::BFloat16>());
+    src.u = u.data_ptr<float>();
+    src.vt = vt.data_ptr<float>();
+    src.cos = in.tables.cos.data_ptr<float>();
+    src.sin = in.tables.sin.data_ptr<float>();
+    kc::PatchTarget<__nv_bfloat16> tgt;
+    tgt.base = reinterpret_cast<__nv_bfloat16*>(layer0.data_ptr<at::BFloat16>());
+    tgt.block_table = table.data_ptr<int32_t>();
+    tgt.page_size = 16;
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
+    kernel_s =
+        timed_loop(dev, reps, 50, [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
+    dims.rank = 0;
+    kernel_plain_s =
+        timed_loop(dev, reps, 50, [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
+  }
+#endif
+  return {kernel_s, kernel_plain_s};
+}
+
 // (e) Relocation + patch apply into pool pages against a device-to-device copy of the same bytes.
 json reloc_kernels(const Setup& s) {
   const rt::Model* m = &s.m;
@@ -530,39 +578,7 @@ json reloc_kernels(const Setup& s) {
       timed_loop(dev, reps, 20, [&] { rt::ops::patch_apply_to_pages(*pool.pool, target, plain); });
   at::Tensor dst = at::empty_like(canonical);
   const double copy_s = timed_loop(dev, reps, 20, [&] { dst.copy_(canonical); });
-  // The kernel alone (the op above also validates the block table and uploads it on every call).
-  double kernel_s = 0, kernel_plain_s = 0;
-#if ORBIT_OPS_HAVE_CUDA
-  if (dev.is_cuda() && m->dtype() == at::kBFloat16) {
-    namespace kc = orbit::kernels::cuda;
-    const at::Tensor table = at::tensor(at::ArrayRef<int32_t>(got), at::kInt).to(dev);
-    const at::Tensor layer0 = pool.pool->storage(0).select(0, 0);
-    kc::PatchDims dims;
-    dims.tokens = n;
-    dims.width = D;
-    dims.rank = rank;
-    dims.rotate = true;
-    dims.head_dim = c.head_dim;
-    dims.rotary_dim = c.rope.rotary_dim;
-    dims.interleaved = c.rope.layout == rt::RopeLayout::kInterleaved;
-    kc::PatchSource<__nv_bfloat16> src;
-    src.canonical = reinterpret_cast<const __nv_bfloat16*>(canonical.data_ptr<at::BFloat16>());
-    src.u = u.data_ptr<float>();
-    src.vt = vt.data_ptr<float>();
-    src.cos = in.tables.cos.data_ptr<float>();
-    src.sin = in.tables.sin.data_ptr<float>();
-    kc::PatchTarget<__nv_bfloat16> tgt;
-    tgt.base = reinterpret_cast<__nv_bfloat16*>(layer0.data_ptr<at::BFloat16>());
-    tgt.block_table = table.data_ptr<int32_t>();
-    tgt.page_size = 16;
-    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
-    kernel_s =
-        timed_loop(dev, reps, 50, [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
-    dims.rank = 0;
-    kernel_plain_s =
-        timed_loop(dev, reps, 50, [&] { (void)kc::patch_apply<__nv_bfloat16, __nv_bfloat16>(src, tgt, dims, stream); });
-  }
-#endif
+  const auto [kernel_s, kernel_plain_s] = patch_kernel_alone(s, pool, got, in);
   std::printf("relocation+patch kernel alone %.3f ms (%.0f%% of copy), relocation alone %.3f ms (%.0f%%)\n",
               kernel_s * 1e3, kernel_s > 0 ? 100 * copy_s / kernel_s : 0.0, kernel_plain_s * 1e3,
               kernel_plain_s > 0 ? 100 * copy_s / kernel_plain_s : 0.0);
