@@ -33,20 +33,6 @@ namespace {
 
 std::string key(int64_t i) { return test::store_test_key(i); }
 
-// A store with a remote tier (and a disk tier when `dir` is not empty).
-ChunkStoreOptions remote_options(const std::string& url, const std::string& dir = "") {
-  ChunkStoreOptions o;
-  o.dir = dir;
-  o.model_fingerprint = test::kStoreTestFingerprint;
-  o.remote.url = url;
-  o.remote.part_bytes = 64 << 10;  // values of a few hundred KiB span several parts
-  o.remote.connect_timeout_ms = 200;
-  o.remote.command_timeout_ms = 500;
-  o.remote.retry_after_ms = 100;
-  o.remote.warn = false;
-  return o;
-}
-
 void wait_until(const std::function<bool()>& done, int max_ms = 10000) {
   for (int waited = 0; waited < max_ms && !done(); waited += 20) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -87,8 +73,8 @@ TEST_CASE("redis URLs and cluster hash slots", "[store][remote]") {
 TEST_CASE("two stores share entries through one redis server; values are split into parts", "[store][remote]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
-  ChunkStore a(remote_options(server.url(), dir / "a"));
-  ChunkStore b(remote_options(server.url(), dir / "b"));
+  ChunkStore a(test::remote_store_options(server.url(), dir / "a"));
+  ChunkStore b(test::remote_store_options(server.url(), dir / "b"));
   for (int64_t i = 1; i <= 12; ++i) REQUIRE(a.put(key(i), test::store_test_value(i)).is_ok());
   REQUIRE(a.drain_remote(std::chrono::milliseconds(10000)));
   CHECK(a.stats().remote.writes == 12);
@@ -120,7 +106,7 @@ TEST_CASE("two stores share entries through one redis server; values are split i
 TEST_CASE("a corrupted or truncated remote value is detected, never used, and replaced", "[store][remote]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
-  ChunkStore writer(remote_options(server.url()));
+  ChunkStore writer(test::remote_store_options(server.url()));
   for (int64_t i = 1; i <= 3; ++i) REQUIRE(writer.put(key(i), test::store_test_value(i)).is_ok());
   REQUIRE(writer.drain_remote(std::chrono::milliseconds(10000)));
   // 1: a flipped byte inside a part (sizes intact); 2: the last part truncated; 3: a part missing.
@@ -130,7 +116,7 @@ TEST_CASE("a corrupted or truncated remote value is detected, never used, and re
   test::redis_cli(server.port(), "SET '" + p2 + "' short");
   const std::string p3 = RedisBackend::part_key(key(3), 0);
   test::redis_cli(server.port(), "DEL '" + p3 + "'");
-  ChunkStore reader(remote_options(server.url()));
+  ChunkStore reader(test::remote_store_options(server.url()));
   for (int64_t i = 1; i <= 3; ++i) CHECK_FALSE(reader.get(key(i)).is_ok());
   const RemoteStats rs = reader.stats().remote;
   CHECK(rs.corrupt == 3);
@@ -141,7 +127,7 @@ TEST_CASE("a corrupted or truncated remote value is detected, never used, and re
   // The next put replaces it, and the value is whole again.
   for (int64_t i = 1; i <= 3; ++i) REQUIRE(reader.put(key(i), test::store_test_value(i)).is_ok());
   REQUIRE(reader.drain_remote(std::chrono::milliseconds(10000)));
-  ChunkStore third(remote_options(server.url()));
+  ChunkStore third(test::remote_store_options(server.url()));
   for (int64_t i = 1; i <= 3; ++i) CHECK(values_equal(*third.get(key(i)).value(), *test::store_test_value(i)));
 }
 
@@ -149,7 +135,7 @@ TEST_CASE("a forged manifest (a size of 9e18 bytes, a false size) is corrupt: dr
           "[store][remote]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
-  ChunkStore writer(remote_options(server.url()));
+  ChunkStore writer(test::remote_store_options(server.url()));
   for (int64_t i = 1; i <= 2; ++i) REQUIRE(writer.put(key(i), test::store_test_value(i)).is_ok());
   REQUIRE(writer.drain_remote(std::chrono::milliseconds(10000)));
   const std::string hex(64, 'a');
@@ -157,7 +143,7 @@ TEST_CASE("a forged manifest (a size of 9e18 bytes, a false size) is corrupt: dr
                                      "' 'orbit-remote 1 1 9000000000000000000 " + hex + "'");
   test::redis_cli(server.port(),
                   "SET '" + RedisBackend::manifest_key(key(2)) + "' 'orbit-remote 1 1 500000000 " + hex + "'");
-  ChunkStore reader(remote_options(server.url()));
+  ChunkStore reader(test::remote_store_options(server.url()));
   for (int64_t i = 1; i <= 2; ++i) {
     Result<ValuePtr> r = Status::not_found("unset");
     REQUIRE_NOTHROW(r = reader.get(key(i)));
@@ -173,162 +159,27 @@ TEST_CASE("redis AUTH from the URL's credentials, which no message, warning or s
   test::redis_cli(server.port(), "ACL SETUSER alice on '>s3cret-pw' '~*' '+@all'");
   const std::string endpoint = "127.0.0.1:" + std::to_string(server.port());
   {
-    ChunkStore writer(remote_options("redis://alice:s3cret-pw@" + endpoint));
+    ChunkStore writer(test::remote_store_options("redis://alice:s3cret-pw@" + endpoint));
     REQUIRE(writer.put(key(1), test::store_test_value(1)).is_ok());
     REQUIRE(writer.drain_remote(std::chrono::milliseconds(10000)));
     CHECK(writer.stats().remote.writes == 1);
     CHECK(writer.stats().remote.url == "redis://alice:***@" + endpoint);
-    ChunkStore reader(remote_options("redis://alice:s3cret-pw@" + endpoint));
+    ChunkStore reader(test::remote_store_options("redis://alice:s3cret-pw@" + endpoint));
     CHECK(reader.get(key(1)).is_ok());
   }
-  ChunkStore wrong(remote_options("redis://alice:wr0ng-pw@" + endpoint));
+  ChunkStore wrong(test::remote_store_options("redis://alice:wr0ng-pw@" + endpoint));
   CHECK_FALSE(wrong.get(key(1)).is_ok());
   const RemoteStats rs = wrong.stats().remote;
   CHECK(rs.errors >= 1);
   CHECK_THAT(rs.last_error, Contains("AUTH as alice refused") && !Contains("wr0ng-pw"));
   CHECK_THAT(rs.url, !Contains("wr0ng-pw"));
   CHECK_THROWS_WITH(parse_redis_url("redis://bob:hunter2@host:99999"), Contains("port") && !Contains("hunter2"));
-  CHECK_THROWS_WITH(ChunkStore(remote_options("redis://bob:hunter2@host:1/x")), !Contains("hunter2"));
+  CHECK_THROWS_WITH(ChunkStore(test::remote_store_options("redis://bob:hunter2@host:1/x")), !Contains("hunter2"));
   CHECK(redact_redis_url("redis-cluster://pw@a:1,b:2") == "redis-cluster://:***@a:1,b:2");
 }
 
-namespace {
-
-// Certificates for the TLS tests, made with the openssl command (Debian's openssl package): a CA, a server
-// certificate for 127.0.0.1 and one for another name (both signed by it), a client certificate, and a
-// second CA nothing is signed by.
-class TestPki {
- public:
-  explicit TestPki(const std::string& dir) : dir_(dir) {
-    fs::create_directories(dir_);
-    const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    sh("openssl req -x509 " + key + " -keyout ca.key -out ca.crt -days 2 -subj /CN=orbit-test-ca");
-    sh("openssl req -x509 " + key + " -keyout other-ca.key -out other-ca.crt -days 2 -subj /CN=other-ca");
-    issue(key, "server", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1");
-    issue(key, "wrong-name", "/CN=orbit.invalid", "subjectAltName=DNS:orbit.invalid");
-    issue(key, "client", "/CN=orbit-client", "extendedKeyUsage=clientAuth");
-  }
-  std::string path(const std::string& file) const { return dir_ + "/" + file; }
-  // redis-server arguments serving TLS on `port` with `name`.crt (tls-auth-clients `clients`).
-  std::vector<std::string> server_args(const std::string& name, int port, const std::string& clients) const {
-    return {"--tls-port",        std::to_string(port), "--tls-cert-file", path(name + ".crt"),  "--tls-key-file",
-            path(name + ".key"), "--tls-ca-cert-file", path("ca.crt"),    "--tls-auth-clients", clients};
-  }
-
- private:
-  void sh(const std::string& command) {
-    const test::CliRun r = test::run_command("cd '" + dir_ + "' && " + command + " 2>&1");
-    INFO(command << "\n" << r.out);
-    REQUIRE(r.status == 0);
-  }
-  void issue(const std::string& key, const std::string& name, const std::string& subject, const std::string& ext) {
-    sh("printf '%s\\n' '" + ext + "' > " + name + ".ext");
-    sh("openssl req " + key + " -keyout " + name + ".key -out " + name + ".csr -subj " + subject);
-    sh("openssl x509 -req -in " + name + ".csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out " + name +
-       ".crt -extfile " + name + ".ext");
-  }
-  std::string dir_;
-};
-
-ChunkStoreOptions tls_options(const std::string& url, const TestPki& pki) {
-  ChunkStoreOptions o = remote_options(url);
-  o.remote.tls = RedisTlsOptions{};
-  o.remote.tls.ca_file = pki.path("ca.crt");
-  return o;
-}
-
-std::string last_remote_error(ChunkStore& s, const std::string& k) {
-  CHECK_FALSE(s.get(k).is_ok());
-  return s.stats().remote.last_error;
-}
-
-}  // namespace
-
-TEST_CASE("rediss://: the remote tier over TLS, the server's certificate verified, AUTH inside it",
-          "[store][remote][tls]") {
-  test::TempDir dir;
-  const TestPki pki(dir / "pki");
-  const int port = test::free_port();
-  test::RedisServer server(dir / "redis", pki.server_args("server", port, "no"));
-  const std::string url = "rediss://127.0.0.1:" + std::to_string(port);
-  {
-    ChunkStore a(tls_options(url, pki));
-    ChunkStore b(tls_options(url, pki));
-    for (int64_t i = 1; i <= 6; ++i) REQUIRE(a.put(key(i), test::store_test_value(i)).is_ok());
-    REQUIRE(a.drain_remote(std::chrono::milliseconds(10000)));
-    CHECK(a.stats().remote.writes == 6);
-    CHECK(a.stats().remote.url == url);
-    for (int64_t i = 1; i <= 6; ++i) {
-      Result<ValuePtr> v = b.get(key(i));
-      REQUIRE(v.is_ok());
-      CHECK(values_equal(*v.value(), *test::store_test_value(i)));  // value 5 is 2 MiB: many TLS records
-    }
-    CHECK(b.stats().remote.hits == 6);
-  }
-  // The CLI takes the CA from the environment (what a URL alone cannot carry).
-  const test::CliRun stat = test::run_command("ORBIT_REDIS_TLS_CA_FILE='" + pki.path("ca.crt") + "' " +
-                                              std::string(ORBIT_CLI_PATH) + " store stat --remote " + url + " 2>&1");
-  INFO(stat.out);
-  CHECK(stat.status == 0);
-  CHECK_THAT(stat.out, Contains("remote tier") && Contains("6 orbit entries"));
-  const test::CliRun system_cas = test::run_command("env -u ORBIT_REDIS_TLS_CA_FILE " + std::string(ORBIT_CLI_PATH) +
-                                                    " store stat --remote " + url + " 2>&1");
-  INFO(system_cas.out);  // the system's CAs do not know the test CA
-  CHECK_THAT(system_cas.out, Contains("UNREACHABLE") && Contains("certificate was not accepted"));
-  // The same server's plain port sees what went in over TLS.
-  CHECK_THAT(test::redis_cli(server.port(), "EXISTS '" + RedisBackend::manifest_key(key(3)) + "'"), Contains("1"));
-  test::redis_cli(server.port(), "ACL SETUSER alice on '>s3cret-pw' '~*' '+@all'");
-  ChunkStore authed(tls_options("rediss://alice:s3cret-pw@127.0.0.1:" + std::to_string(port), pki));
-  CHECK(authed.get(key(1)).is_ok());
-  CHECK(authed.stats().remote.url == "rediss://alice:***@127.0.0.1:" + std::to_string(port));
-  ChunkStore wrong_pw(tls_options("rediss://alice:wr0ng@127.0.0.1:" + std::to_string(port), pki));
-  CHECK_THAT(last_remote_error(wrong_pw, key(1)), Contains("AUTH as alice refused") && !Contains("wr0ng"));
-
-  ChunkStoreOptions other = tls_options(url, pki);
-  other.remote.tls.ca_file = pki.path("other-ca.crt");
-  ChunkStore untrusted(other);
-  CHECK_THAT(last_remote_error(untrusted, key(1)), Contains("TLS") && Contains("certificate was not accepted"));
-  other.remote.tls.verify_peer = false;  // testing only: any certificate
-  ChunkStore unverified(other);
-  CHECK(unverified.get(key(1)).is_ok());
-  // rediss:// to the plain port: the handshake fails, within the timeouts.
-  ChunkStore plain(tls_options("rediss://127.0.0.1:" + std::to_string(server.port()), pki));
-  CHECK_THAT(last_remote_error(plain, key(1)), Contains("(TLS)"));
-  ChunkStoreOptions missing = tls_options(url, pki);
-  missing.remote.tls.ca_file = dir / "missing-ca.crt";
-  CHECK_THROWS_WITH(ChunkStore(missing), Contains("tls.ca_file") && Contains("missing-ca.crt"));
-  missing.remote.tls.ca_file = pki.path("ca.crt");
-  missing.remote.tls.cert_file = pki.path("client.crt");
-  CHECK_THROWS_WITH(ChunkStore(missing), Contains("needs both"));
-}
-
-TEST_CASE("rediss:// checks the server's name and presents a client certificate where the server asks",
-          "[store][remote][tls]") {
-  test::TempDir dir;
-  const TestPki pki(dir / "pki");
-  const int named_port = test::free_port();
-  test::RedisServer named(dir / "named", pki.server_args("wrong-name", named_port, "no"));
-  ChunkStore mismatch(tls_options("rediss://127.0.0.1:" + std::to_string(named_port), pki));
-  CHECK_THAT(last_remote_error(mismatch, key(1)), Contains("certificate was not accepted") && Contains("mismatch"));
-
-  const int port = test::free_port();
-  test::RedisServer strict(dir / "strict", pki.server_args("server", port, "yes"));
-  const std::string url = "rediss://127.0.0.1:" + std::to_string(port);
-  ChunkStore anonymous(tls_options(url, pki));
-  CHECK_THAT(last_remote_error(anonymous, key(1)), Contains("(TLS)"));
-  ChunkStoreOptions o = tls_options(url, pki);
-  o.remote.tls.cert_file = pki.path("client.crt");
-  o.remote.tls.key_file = pki.path("client.key");
-  ChunkStore client(o);
-  REQUIRE(client.put(key(1), test::store_test_value(1)).is_ok());
-  REQUIRE(client.drain_remote(std::chrono::milliseconds(10000)));
-  CHECK(client.stats().remote.writes == 1);
-  ChunkStore reader(o);
-  CHECK(reader.get(key(1)).is_ok());
-}
-
 TEST_CASE("remote_ttl_seconds is bounded: 2^62 is refused at open, not by every write", "[store][remote]") {
-  ChunkStoreOptions o = remote_options("redis://127.0.0.1:1");
+  ChunkStoreOptions o = test::remote_store_options("redis://127.0.0.1:1");
   o.remote.ttl_seconds = int64_t{1} << 62;
   CHECK_THROWS_WITH(ChunkStore(o), Contains("remote_ttl_seconds") && Contains("100 years"));
   o.remote.ttl_seconds = kMaxRemoteTtlSeconds;
@@ -338,7 +189,7 @@ TEST_CASE("remote_ttl_seconds is bounded: 2^62 is refused at open, not by every 
 TEST_CASE("the remote down, hung or restarted never stops the store and loses nothing local", "[store][remote]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
-  ChunkStore store(remote_options(server.url(), dir / "s"));
+  ChunkStore store(test::remote_store_options(server.url(), dir / "s"));
   for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
   REQUIRE(store.drain_remote(std::chrono::milliseconds(10000)));
 
@@ -360,12 +211,12 @@ TEST_CASE("the remote down, hung or restarted never stops the store and loses no
   rs = store.stats().remote;
   CHECK(rs.available);
   CHECK(rs.writes == 6);
-  ChunkStore other(remote_options(server.url()));
+  ChunkStore other(test::remote_store_options(server.url()));
   for (int64_t i = 1; i <= 6; ++i) CHECK(values_equal(*other.get(key(i)).value(), *test::store_test_value(i)));
 
   // A hung server (accepts, never answers): reads time out (bounded) and count; it comes back.
   server.pause();
-  ChunkStore fresh(remote_options(server.url()));
+  ChunkStore fresh(test::remote_store_options(server.url()));
   CHECK_FALSE(fresh.get(key(1)).is_ok());
   CHECK(fresh.stats().remote.errors == 1);
   CHECK_FALSE(fresh.get(key(2)).is_ok());
@@ -379,8 +230,8 @@ TEST_CASE("the server stopped and restarted under load: every operation returns,
           "[store][remote]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
-  ChunkStore store(remote_options(server.url(), dir / "s"));
-  ChunkStoreOptions ro = remote_options(server.url());
+  ChunkStore store(test::remote_store_options(server.url(), dir / "s"));
+  ChunkStoreOptions ro = test::remote_store_options(server.url());
   ro.host_budget_bytes = 0;  // nothing stays local: every get asks the server
   ChunkStore other(ro);
   std::atomic<bool> stop{false};
@@ -426,7 +277,7 @@ TEST_CASE("the server stopped and restarted under load: every operation returns,
   CHECK(other.stats().remote.outages >= 1);
   CHECK(remote_ok > 0);
   // Every entry on the server verifies (nothing half-written is visible).
-  ChunkStore reader(remote_options(server.url()));
+  ChunkStore reader(test::remote_store_options(server.url()));
   int64_t present = 0;
   for (int64_t i = 1; i <= 60; ++i) {
     Result<ValuePtr> v = reader.get(key(i));
@@ -478,7 +329,7 @@ TEST_CASE("kill -9 of the server and of a writer at random points loses nothing 
       writer.reset();
     }
   }
-  ChunkStore reader(remote_options(server.url()));
+  ChunkStore reader(test::remote_store_options(server.url()));
   for (int64_t i : committed) {
     Result<ValuePtr> v = reader.get(key(i));
     INFO("entry " << i);
@@ -555,7 +406,7 @@ TEST_CASE("a 3-node redis cluster: slots across nodes, MOVED after a reshard", "
   test::TempDir dir;
   const auto nodes = start_cluster(dir);
   const std::string url = "redis-cluster://" + nodes[0]->endpoint();  // one seed is enough
-  ChunkStore a(remote_options(url));
+  ChunkStore a(test::remote_store_options(url));
   for (int64_t i = 1; i <= 30; ++i) REQUIRE(a.put(key(i), test::store_test_value(i)).is_ok());
   REQUIRE(a.drain_remote(std::chrono::milliseconds(20000)));
   CHECK(a.stats().remote.writes == 30);
@@ -565,7 +416,7 @@ TEST_CASE("a 3-node redis cluster: slots across nodes, MOVED after a reshard", "
   CHECK(summary.entries == 30);
   for (auto& n : nodes) CHECK(std::stoll(test::redis_cli(n->port(), "DBSIZE")) > 0);  // spread over all three
 
-  ChunkStore b(remote_options(url));
+  ChunkStore b(test::remote_store_options(url));
   for (int64_t i = 1; i <= 10; ++i) CHECK(values_equal(*b.get(key(i)).value(), *test::store_test_value(i)));
   // Move every slot of node 0 to node 1 while b's client holds the old slot map: it must follow MOVED.
   const std::string id0 = node_id(*nodes[0]);
@@ -608,7 +459,7 @@ TEST_CASE("a redis cluster slot in migration: puts and gets follow ASK with ASKI
   while (redis_key_slot(RedisBackend::manifest_key(key(other))) != slot) ++other;
   const std::string new_key = key(other);
   const std::size_t src = owner_of(old_key), dst = (src + 1) % nodes.size();
-  ChunkStore writer(remote_options(url));
+  ChunkStore writer(test::remote_store_options(url));
   REQUIRE(writer.put(old_key, test::store_test_value(1)).is_ok());
   REQUIRE(writer.drain_remote(std::chrono::milliseconds(10000)));
 
@@ -636,7 +487,7 @@ TEST_CASE("a redis cluster slot in migration: puts and gets follow ASK with ASKI
 
   // A fresh client (its slot map says: the source owns the slot) reads both: the old entry from the
   // source directly, the new one through ASK + ASKING (manifest and parts).
-  ChunkStore reader(remote_options(url));
+  ChunkStore reader(test::remote_store_options(url));
   Result<ValuePtr> got_old = reader.get(old_key);
   REQUIRE(got_old.is_ok());
   CHECK(values_equal(*got_old.value(), *test::store_test_value(1)));
@@ -651,7 +502,7 @@ TEST_CASE("a redis cluster slot in migration: puts and gets follow ASK with ASKI
 TEST_CASE("erase removes an entry from the remote tier too, after any write of it still queued", "[store][remote]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
-  ChunkStore a(remote_options(server.url(), dir / "a"));
+  ChunkStore a(test::remote_store_options(server.url(), dir / "a"));
   for (int64_t i = 1; i <= 3; ++i) REQUIRE(a.put(key(i), test::store_test_value(i)).is_ok());
   REQUIRE(a.drain_remote(std::chrono::milliseconds(10000)));
   auto on_server = [&](int64_t i) {
@@ -668,7 +519,7 @@ TEST_CASE("erase removes an entry from the remote tier too, after any write of i
   CHECK_FALSE(a.contains(key(1)));
 
   // Another process's store sees the removal: a miss, not a stale hit.
-  ChunkStore b(remote_options(server.url(), dir / "b"));
+  ChunkStore b(test::remote_store_options(server.url(), dir / "b"));
   CHECK(b.get(key(1)).status().code() == StatusCode::kNotFound);
   // An entry only on the remote (b never held key 2 locally) is erased from there by b.
   REQUIRE(b.erase(key(2)).is_ok());
@@ -713,7 +564,7 @@ class SlowBackend final : public BlobBackend {
 TEST_CASE("the remote read rate is measured with a probe, and the planner prices remote recalls with it",
           "[store][remote]") {
   auto slow = std::make_shared<SlowBackend>(std::chrono::milliseconds(50));
-  ChunkStoreOptions o = remote_options("");
+  ChunkStoreOptions o = test::remote_store_options("");
   o.remote_backend = slow;
   ChunkStore s(o);
   const int64_t bytes = 64 << 10;
@@ -741,7 +592,7 @@ TEST_CASE("the remote read rate is measured with a probe, and the planner prices
   CHECK(measured.seconds_transfer(sample.value().bytes, planner::Tier::kRemote) ==
         Approx(sample.value().seconds).epsilon(1e-9));
   // Without a remote tier there is nothing to measure.
-  ChunkStore local(remote_options(""));
+  ChunkStore local(test::remote_store_options(""));
   CHECK(local.measure_remote_read(bytes).status().code() == StatusCode::kRefused);
 }
 

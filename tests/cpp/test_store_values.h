@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "orbit/store.h"
+#include "orbit/store/chunk_store.h"
 #include "orbit/store/value.h"
 
 namespace orbit::test {
@@ -24,6 +25,21 @@ inline store::ValuePtr store_test_value(int64_t i) {
   const at::Tensor k = at::arange(rows * 64, at::kFloat).mul(0.001).add(static_cast<double>(i)).reshape({rows, 4, 16});
   const at::Tensor v = at::full({rows, 4, 16}, static_cast<double>(-i), at::kFloat);
   return store::make_value(EntryKind::kCanonical, {{"layer.0.k", k}, {"layer.0.v", v}}, {{"index", std::to_string(i)}});
+}
+
+// A store with a remote tier at `url` (and a disk tier when `dir` is not empty), with short timeouts and
+// parts of 64 KiB, so values of a few hundred KiB span several parts.
+inline store::ChunkStoreOptions remote_store_options(const std::string& url, const std::string& dir = "") {
+  store::ChunkStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = kStoreTestFingerprint;
+  o.remote.url = url;
+  o.remote.part_bytes = 64 << 10;
+  o.remote.connect_timeout_ms = 200;
+  o.remote.command_timeout_ms = 500;
+  o.remote.retry_after_ms = 100;
+  o.remote.warn = false;
+  return o;
 }
 
 }  // namespace orbit::test
