@@ -1,16 +1,22 @@
-// Helpers shared by bench_gpu's sections (bench_gpu.cpp, bench_gpu_recall.cpp): timing that waits for the
-// device, random content of a model's shape, token ids and inputs, and NVTX ranges around each timed arm.
+// Helpers shared by bench_gpu's sections (bench_gpu.cpp, bench_gpu_kernels.cpp, bench_gpu_recall.cpp): timing
+// that waits for the device and its JSON and text forms, pools filled with random content, random content of a
+// model's shape, token ids and inputs, and NVTX ranges around each timed arm.
 #pragma once
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "orbit/runtime/device.h"
+#include "orbit/runtime/kv_pool.h"
 #include "orbit/runtime/model.h"
 #include "orbit/runtime/reuse.h"
 
@@ -71,6 +77,45 @@ inline Timing timed_loop_spread(const c10::Device& device, int reps, int iters, 
 
 inline double timed_loop(const c10::Device& device, int reps, int iters, const std::function<void()>& fn) {
   return timed_loop_spread(device, reps, iters, fn).median;
+}
+
+// An arm's timing in a JSON row: KEY_s (the median), KEY_min_s and KEY_max_s.
+inline void put(nlohmann::json& row, const std::string& key, const Timing& t) {
+  row[key + "_s"] = t.median;
+  row[key + "_min_s"] = t.min;
+  row[key + "_max_s"] = t.max;
+}
+
+// "12.41 ms [12.30-12.90]": the median and the spread.
+inline std::string ms(const Timing& t) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.2f ms [%.2f-%.2f]", t.median * 1e3, t.min * 1e3, t.max * 1e3);
+  return buf;
+}
+
+// A KV pool holding `tokens` tokens of content, one sequence written in order; slots [tokens].
+struct FilledPool {
+  std::unique_ptr<rt::KVPool> pool;
+  at::Tensor slots;
+};
+
+inline FilledPool fill_pool(const rt::Model& m, int64_t tokens, int64_t page_size) {
+  const rt::ModelConfig& c = m.config();
+  rt::KVPoolOptions o;
+  o.num_layers = c.num_layers;
+  o.page_size = page_size;
+  o.widths = c.content_widths();
+  o.dtype = m.dtype();
+  o.device = rt::device_name(m.device());
+  o.num_pages = (tokens + page_size - 1) / page_size + 1;
+  FilledPool f;
+  f.pool = std::make_unique<rt::KVPool>(o);
+  for (int64_t kind = 0; kind < 2; ++kind) f.pool->storage(kind).normal_();
+  // Pages in a shuffled order, as a long-lived pool hands them out.
+  const at::Tensor pages = at::randperm(o.num_pages - 1, at::kLong);
+  const at::Tensor t = at::arange(tokens, at::kLong);
+  f.slots = pages.index_select(0, t.div(page_size, "floor")) * page_size + t.remainder(page_size);
+  return f;
 }
 
 // Random content (k, v) per layer for `n` tokens on the model's device and dtype.
