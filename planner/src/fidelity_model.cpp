@@ -100,15 +100,16 @@ bool FidelityCorrection::observe(double measured_kl, double predicted_kl_unscale
   const double floor = kNegligibleKl / 10;
   const double ratio = std::max(measured_kl, floor) / std::max(predicted_kl_unscaled, floor);
   const double max_log = std::log(kMaxFactor);
-  const double log_ratio = std::clamp(std::log(ratio), -max_log, max_log);
-  const double weight = log_ratio > log_factor_ ? kWeightUp : kWeightDown;
-  log_factor_ = std::clamp((1 - weight) * log_factor_ + weight * log_ratio, 0.0, max_log);
+  recent_log_ratio_[static_cast<std::size_t>(checks_) % kRecentChecks] = std::clamp(std::log(ratio), 0.0, max_log);
   last_ratio_ = ratio;
   ++checks_;
   return true;
 }
 
-double FidelityCorrection::factor() const { return std::exp(log_factor_); }
+double FidelityCorrection::factor() const {
+  // Unrecorded slots hold 0 (a factor of 1), which the clamp would give them anyway.
+  return std::exp(*std::max_element(recent_log_ratio_.begin(), recent_log_ratio_.end()));
+}
 
 std::string FidelityModel::describe() const {
   std::ostringstream out;

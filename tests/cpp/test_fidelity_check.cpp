@@ -52,8 +52,10 @@ void fill(Engine& engine, Window& w, const Scenario& s) {
 
 }  // namespace
 
-TEST_CASE("FidelityCorrection: an EMA of log(measured / predicted), in [1, 64]", "[planner][fidelity]") {
-  planner::FidelityCorrection c;
+TEST_CASE("FidelityCorrection: the largest of the last 8 measured / predicted ratios, in [1, 64]",
+          "[planner][fidelity]") {
+  using planner::FidelityCorrection;
+  FidelityCorrection c;
   CHECK(c.factor() == 1.0);
   // The model pessimistic: nothing changes (never less careful than the model).
   CHECK(c.observe(1e-4, 1e-3));
@@ -61,15 +63,23 @@ TEST_CASE("FidelityCorrection: an EMA of log(measured / predicted), in [1, 64]",
   // Both negligible: says nothing, not counted.
   CHECK_FALSE(c.observe(1e-7, 1e-6));
   CHECK(c.checks() == 1);
-  // Measured 8x the prediction: the factor moves a weight's share of the way (in log space).
+  // Measured 8x the prediction: the factor covers it at once.
   CHECK(c.observe(8e-3, 1e-3));
-  CHECK(c.factor() == Approx(std::exp(planner::FidelityCorrection::kWeightUp * std::log(8.0))));
+  CHECK(c.factor() == Approx(8.0));
   CHECK(c.last_ratio() == Approx(8.0));
+  // A smaller miss after it does not lower it ...
+  CHECK(c.observe(2e-3, 1e-3));
+  CHECK(c.factor() == Approx(8.0));
+  // ... until the 8x miss is older than the last kRecentChecks checks: then the largest since is the factor.
+  for (std::size_t i = 0; i + 2 < FidelityCorrection::kRecentChecks; ++i) c.observe(1e-4, 1e-3);
+  CHECK(c.factor() == Approx(8.0));
+  c.observe(1e-4, 1e-3);
+  CHECK(c.factor() == Approx(2.0));
   // A prediction of nothing against a real loss: bounded.
-  for (int i = 0; i < 100; ++i) c.observe(1e-2, 0);
-  CHECK(c.factor() == Approx(planner::FidelityCorrection::kMaxFactor));
-  // Lucky checks bring it back down, never below 1.
-  for (int i = 0; i < 100; ++i) c.observe(1e-6, 1e-2);
+  c.observe(1e-2, 0);
+  CHECK(c.factor() == Approx(FidelityCorrection::kMaxFactor));
+  // Lucky checks bring it back down once it ages out, never below 1.
+  for (std::size_t i = 0; i < FidelityCorrection::kRecentChecks; ++i) c.observe(1e-6, 1e-2);
   CHECK(c.factor() == Approx(1.0));
   CHECK_FALSE(c.observe(-1, 1e-3));
   CHECK_FALSE(c.observe(std::nan(""), 1e-3));

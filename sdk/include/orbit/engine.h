@@ -137,7 +137,7 @@ struct EngineStats {
   // Of the background: the fidelity self-checks' probe forwards (Window::idle, IdleReport::measured_kl).
   double check_forward_tokens = 0;
   // The self-checks' correction of the fidelity model: every prediction plans make is multiplied by it
-  // (planner::FidelityCorrection: exp of an EMA of log(measured / predicted) over the checks, in [1, 64]).
+  // (planner::FidelityCorrection: the largest measured / predicted of the last 8 checks, in [1, 64]).
   // 1 until a check finds the model predicting too little.
   double fidelity_correction = 1;
   int64_t fidelity_checks = 0;  // checks counted in it
