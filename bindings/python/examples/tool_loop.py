@@ -15,9 +15,18 @@ observation, and the loop edits its list:
     search(q)       a text result (a text chunk)         a tool message holding the result chunk
     every step      the action and observation, as text  an assistant message; past 3/4 of the model's
                                                           positions the oldest of them are dropped
-    every --speculate steps: fork a speculative branch, sync it to the list with the page the model would
-                    visit next, and commit the branch (it becomes the window, its list the list) when the
+    every --speculate steps: fork a speculative branch (of the window before the step's sync), sync it to
+                    the list with the page the model would visit next too, and commit the branch (it becomes the window, its list the list) when the
                     model is more confident there, else drop it (close(): its private pages return to the pool)
+
+While a tool runs, the loop knows most of what its rules will do when it returns: the action it chose names
+what the tool will show (its assistant message says so), a page it goes back to or a search it repeats shows
+what it showed before, the oldest screenshot leaves for a new one, and the oldest assistant messages leave past
+the position budget. It passes that list to `window.prepare_sync`, which computes it exactly in idle time (a
+throwaway fork; the KV stored for exact reuse), so the sync after the tool serves everything the trim moved
+from exact KV and forwards only what is new. A trim from the front costs a prefix cache everything behind it
+and a keep here a loss the fidelity model under-predicts at the window's tail; prepared, it costs neither.
+(--no-anticipate turns it off.)
 
 sync does the rest: a new message is a turn (text at the tail) or an admitted chunk (a chunk part; text
 anywhere else); a dropped message is evicted (its chunks stay in the store); a screenshot that comes back
@@ -83,6 +92,8 @@ class Report:
     seconds_per_step: list = field(default_factory=list)
     final_instances: list = field(default_factory=list)  # labels, in window order
     turns: list = field(default_factory=list)            # per step: the text of its assistant message
+    prepared_tokens: float = 0.0          # of idle_tokens: the lists prepared (Window.prepare_sync)
+    prepared_steps: int = 0               # steps whose sync found its list prepared up to the new messages
     messages: int = 0                     # messages in the final list
     policy: str = ""
 
@@ -104,6 +115,7 @@ class Tools:
         self.rows = rows
         self.seed = seed
         self.history: list[int] = []  # pages visited, in order
+        self.results: dict[int, orbit.ChunkRef] = {}  # searches made: query -> result
         self.scale = 0.5  # spread of the synthetic embeddings
 
     def screenshot(self, page: int) -> orbit.ChunkRef:
@@ -130,12 +142,31 @@ class Tools:
     def search(self, query: int) -> orbit.ChunkRef:
         place = PLACES[(query + self.seed) % len(PLACES)]
         finding = FINDINGS[(query * 3 + self.seed) % len(FINDINGS)]
-        return self._register(lambda e: e.add_text(f"{finding} at the {place}.", label=f"result {query}"))
+        self.results[query] = self._register(lambda e: e.add_text(f"{finding} at the {place}.", label=f"result {query}"))
+        return self.results[query]
 
-    def turn(self, tool: str, observation: orbit.ChunkRef) -> str:
-        """The step's action and what it showed, as a short text message."""
+    def foreseen(self, tool: str, choice: int) -> orbit.ChunkRef | None:
+        """What the call will return, where the agent knows it before the tool runs: a page it visited (going
+        back shows the screenshot it saw) or a search it made (the same query, the same result). None for a
+        new page. (Only a guess an agent makes: prepare_sync costs idle time when it is wrong, nothing else.)"""
+        if tool == "go_back" and len(self.history) >= 2:
+            return self.screenshot(self.history[-1 - min(1 + choice % 3, len(self.history) - 1)])
+        if tool == "search":
+            return self.results.get(choice % 5)
+        return None
+
+    def target(self, tool: str, choice: int) -> str:
+        """The label of what the call will show (the page or result the action names), known before it runs."""
+        if tool == "search":
+            return f"result {choice % 5}"
+        if tool == "go_back" and len(self.history) >= 2:
+            return f"page {self.history[-1 - min(1 + choice % 3, len(self.history) - 1)]}"
+        return f"page {len(self.history)}"
+
+    def turn(self, tool: str, target: str) -> str:
+        """The step's action and what it showed (target: its label), as a short text message."""
         action = {"open_page": "opened", "go_back": "went back to", "search": "searched and found"}[tool]
-        return f"Lily {action} {observation.label}."
+        return f"Lily {action} {target}."
 
 
 def tool_message(observation: orbit.ChunkRef) -> dict:
@@ -181,10 +212,13 @@ def confidence(logits: np.ndarray) -> float:
 
 
 def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 3, speculate: int = 4,
-        policy: str = "patch:16:exact", seed: int = 0, rows: int = 6, store_dir: str | None = None,
-        pool_bytes: int = 64 << 20, max_bytes: int = 0, verbose: bool = False, on_step=None) -> Report:
+        policy: str = "default", seed: int = 0, rows: int = 6, store_dir: str | None = None,
+        pool_bytes: int = 64 << 20, max_bytes: int = 0, verbose: bool = False, anticipate: bool = True,
+        on_step=None) -> Report:
     """Runs the agent loop; returns the Report. Every number in it is measured on real model computation.
 
+    anticipate: while the tool runs, the window prepares the list the loop's rules will make when it returns
+    (Window.prepare_sync), so the sync after it serves what the trim moved from exact KV.
     on_step(step, window, query, report, messages), when given, is called after each step's measurement (tests
     use it to check the window against the list and against a re-prefill they build themselves)."""
     report = Report(policy=policy)
@@ -228,15 +262,46 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
             report.prefix_tokens += shadow[id(w)].flush().forward_tokens
             return w
 
-        def fits(messages: list[dict]) -> list[dict]:
-            """The list within the position budget: the oldest assistant messages leave (the system stays)."""
+        def fits(messages: list[dict], reserve: int = 0) -> list[dict]:
+            """The list within the position budget (less `reserve` tokens): the oldest assistant messages leave
+            (the system stays)."""
             messages = list(messages)
-            while len(window.plan_sync(messages).tokens) + len(decision_query) > budget:
+            while len(window.plan_sync(messages).tokens) + reserve + len(decision_query) > budget:
                 oldest = next((k for k, m in enumerate(messages) if m["role"] == "assistant"), None)
                 if oldest is None:
                     break
                 del messages[oldest]
             return messages
+
+        added = {"page": 0, "result": 0}  # tokens the last new page's and new result's tool message took
+
+        def foreseen_list(messages: list[dict], tool: str, choice: int, page_ahead: bool = False) -> list[dict]:
+            """The list the loop's rules will make when the tool returns, as far as they are known before it
+            runs: the action's assistant message (it names what the tool will show) and, where the agent has
+            seen it, the observation (observe drops what it replaces); where it has not, the drops it makes
+            room by, and the trim (fits) with room for the new tool message, as long as the last such one.
+            page_ahead: the list of the speculative branch, which then also opens the next page."""
+            seen = tools.foreseen(tool, choice)
+            turn = {"role": "assistant", "content": tools.turn(tool, tools.target(tool, choice))}
+            out = observe(messages, seen, keep) + [turn] if seen is not None else list(messages)
+            new_pages = int(seen is None and tool != "search") + int(page_ahead)  # screenshots not known yet
+            while new_pages and sum(1 for m in out if is_screenshot(chunk_of(m))) + new_pages > keep:
+                del out[next(k for k, m in enumerate(out) if is_screenshot(chunk_of(m)))]
+            reserve = page_ahead * added["page"]
+            if seen is None:  # the new tool message and the assistant message after it are still to come
+                reserve += added["page" if tool != "search" else "result"]
+                reserve += len(window.plan_sync(out + [turn]).tokens) - len(window.plan_sync(out).tokens)
+            return fits(out, reserve=reserve)
+
+        def measure_added(base: list[dict]) -> None:
+            """Notes what a new tool message took (base: the list with it last)."""
+            grew = len(window.plan_sync(base).tokens) - len(window.plan_sync(base[:-1]).tokens)
+            added["page" if is_screenshot(chunk_of(base[-1])) else "result"] = grew
+
+        def prepare(lst: list[dict]) -> None:
+            prepared = window.prepare_sync(lst).forward_tokens
+            report.prepared_tokens += prepared
+            report.idle_tokens += prepared
 
         messages = [{"role": "system", "content": SYSTEM}]
         query = sync(window, messages)
@@ -250,8 +315,16 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
             tool = TOOLS[choice % len(TOOLS)] if step > 0 else "open_page"
             report.tools[tool] += 1
             # 2. the tool runs; meanwhile the window uses the wait (heals what the policy approximated,
-            #    prepares the recall of the chunk evicted last): background work, off the critical path
+            #    prepares the recall of the chunk evicted last) and prepares the list the loop's rules will make
+            #    when the tool returns (what observe and fits will drop, what the action names): background
+            #    work, off the critical path
             report.idle_tokens += window.idle().forward_tokens
+            forking = speculate and step % speculate == speculate - 1
+            foreseen = foreseen_list(messages, tool, choice) if anticipate else None
+            if foreseen is not None:  # after idle(): a heal changes the KV the prepared list starts from
+                prepare(foreseen)
+                if forking:
+                    prepare(foreseen_list(messages, tool, choice, page_ahead=True))
             if tool == "open_page":
                 observation = tools.open_page(len(tools.history))
             elif tool == "go_back":
@@ -259,15 +332,19 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
             else:
                 observation = tools.search(choice % 5)
             # 3. the list grows by the observation and the step's assistant message; sync applies the change
-            text = tools.turn(tool, observation)
-            messages = fits(observe(messages, observation, keep) + [{"role": "assistant", "content": text}])
-            query = sync(window, messages)
-            report.turns.append(text)
-            # 4. now and then: a speculative branch (fork), synced one page ahead, committed or dropped
-            if speculate and step % speculate == speculate - 1:
+            text = tools.turn(tool, observation.label)
+            base = observe(messages, observation, keep)
+            measure_added(base)
+            messages = fits(base + [{"role": "assistant", "content": text}])
+            report.prepared_steps += int(foreseen is not None and messages[:len(foreseen)] == foreseen)
+            if forking:  # the branch starts from the window before this sync and syncs its own list
                 branch = window.fork()
                 shadow[id(branch)] = shadow[id(window)].fork()
                 report.operations["fork"] += 1
+            query = sync(window, messages)
+            report.turns.append(text)
+            # 4. now and then: a speculative branch (fork), synced one page ahead, committed or dropped
+            if forking:
                 ahead = fits(observe(messages, tools.screenshot(len(tools.history)), keep))
                 branch_query = sync(branch, ahead)  # prefetch the next page in the branch
                 gain = (confidence(ready(branch).logits(branch_query)) -
@@ -313,7 +390,9 @@ def print_summary(report: Report) -> None:
     vs_prefix = report.forward_tokens / report.prefix_tokens if report.prefix_tokens else float("nan")
     print(f"forward tokens: {report.forward_tokens:.0f} computed vs {report.prefix_tokens:.0f} for a prefix cache "
           f"window synced to the same lists ({vs_prefix:.2f}x) and {report.reprefill_tokens:.0f} with no cache, a full "
-          f"re-prefill at every step ({ratio:.1%}); {report.idle_tokens:.0f} more in idle time while the tools ran")
+          f"re-prefill at every step ({ratio:.1%}); {report.idle_tokens:.0f} more in idle time while the tools ran "
+          f"({report.prepared_tokens:.0f} of them preparing the next list, which {report.prepared_steps} of "
+          f"{report.steps} syncs found)")
     if report.turns:
         print(f"{report.messages} messages in the final list; the last assistant message: {report.turns[-1]}")
     print(f"fidelity: max |logits - re-prefill| per step: max {max(report.max_logit_error):.3e}, "
@@ -330,18 +409,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--short", action="store_true", help="a quick run (8 steps)")
     ap.add_argument("--keep", type=int, default=3, help="screenshots kept in the window (default 3)")
     ap.add_argument("--speculate", type=int, default=4, help="fork a speculative branch every N steps (0: never)")
-    ap.add_argument("--policy", default="patch:16:exact",
-                    help="window policy spec (see orbit.policy_help()); default patch:16:exact re-conditions the "
-                         "survivors of an eviction (patch:16 keeps them as they are: cheaper, approximate). The "
-                         "library's default keeps 44 of 96 steps of seeds 4-7 within its KL budget here; adding "
-                         "the self-check (patch:16:kl=0.003:heal:prep=1:move=8:check) 80")
+    ap.add_argument("--policy", default="default",
+                    help="window policy spec (see orbit.policy_help()); default: the library's default "
+                         "(patch:16:kl=0.003:heal:prep=1:move=8); patch:16:exact re-conditions every survivor")
+    ap.add_argument("--no-anticipate", action="store_true",
+                    help="do not prepare the next list while the tool runs (Window.prepare_sync): the sync after a "
+                         "trim then keeps or recomputes what it moved, as the policy decides")
     ap.add_argument("--store-dir", default=None, help="chunk store directory (default: memory only)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print the report as JSON instead of the summary")
     ap.add_argument("--verbose", "-v", action="store_true", help="one line per step")
     args = ap.parse_args(argv)
     report = run(args.model, steps=8 if args.short else args.steps, keep=args.keep, speculate=args.speculate,
-                 policy=args.policy, seed=args.seed, store_dir=args.store_dir, verbose=args.verbose)
+                 policy=args.policy, seed=args.seed, store_dir=args.store_dir, verbose=args.verbose,
+                 anticipate=not args.no_anticipate)
     if args.json:
         print(json.dumps(asdict(report), indent=2))
     else:

@@ -238,6 +238,8 @@ class IdleReport:
     @property
     def moves_prepared(self) -> int: ...
     @property
+    def instances_prepared(self) -> int: ...
+    @property
     def prepare_forward_tokens(self) -> float: ...
     @property
     def checked(self) -> bool:
@@ -848,6 +850,17 @@ class Window:
         extra: Union[dict, str, None] = None,
     ) -> "SyncPlan":
         """What sync() would do; nothing changes."""
+    def prepare_sync(
+        self,
+        messages: Messages,
+        *,
+        chunk_min_tokens: int = 64,
+        chat_template: Optional[str] = None,
+        tools: Union[Sequence[dict], str, None] = None,
+        extra: Union[dict, str, None] = None,
+    ) -> IdleReport:
+        """In idle time, computes the list the agent expects to sync next exactly (a throwaway fork, the KV
+        stored for exact reuse), so a later sync whose list starts the same way serves it with no forward."""
     # reading (nothing stored)
     def logits(self, query: Tokens, *, all_rows: bool = False) -> numpy.typing.NDArray[numpy.float32]: ...
     def reference_logits(self, query: Tokens, *, all_rows: bool = False) -> numpy.typing.NDArray[numpy.float32]: ...

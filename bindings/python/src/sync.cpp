@@ -336,6 +336,22 @@ void init_sync(py::module_& m) {
       py::arg("messages"), py::kw_only(), py::arg("chunk_min_tokens") = SyncOptions{}.chunk_min_tokens,
       py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(),
       "What sync(messages, ...) would do, as a SyncPlan; nothing changes.");
+  window.def(
+      "prepare_sync",
+      [](PyWindow& w, const py::object& messages, int64_t chunk_min_tokens, const py::object& chat_template,
+         const py::object& tools, const py::object& extra) {
+        const std::vector<ChatMessage> msgs = to_messages(messages);
+        const SyncOptions o = sync_options(chunk_min_tokens, chat_template, tools, extra);
+        return w.run([&](Window& x) { return x.prepare_sync(msgs, o); });
+      },
+      py::arg("messages"), py::kw_only(), py::arg("chunk_min_tokens") = SyncOptions{}.chunk_min_tokens,
+      py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(),
+      "In idle time (a tool runs), prepares the list the agent expects to sync next (the current one with the\n"
+      "drops its rules will make when the tool returns): synced in a throwaway fork under `prefix`, each\n"
+      "forward's KV stored for exact reuse, so a later sync whose list starts the same way serves those\n"
+      "instances with no forward and no error. The window is not changed. Returns an IdleReport\n"
+      "(prepare_forward_tokens, instances_prepared: background work). Raises OrbitError as sync() does\n"
+      "for a list it cannot render or place; does nothing while repairs are deferred or without exact reuse.");
 }
 
 }  // namespace orbit_py

@@ -248,9 +248,9 @@ void init_types(py::module_& m) {
         return o.str();
       });
 
-  py::class_<IdleReport>(
-      m, "IdleReport",
-      "What Window.idle() (or heal / prepare_recalls / prepare_moves) did with idle time; all background work.")
+  py::class_<IdleReport>(m, "IdleReport",
+                         "What Window.idle() (or heal / prepare_recalls / prepare_moves / prepare_sync) did with idle "
+                         "time; all background work.")
       .def_readonly("predicted_kl", &IdleReport::predicted_kl,
                     "The window's predicted KL before (policy.heal_min_kl decides on it).")
       .def_readonly("healed_instances", &IdleReport::healed_instances, "Instances the heal served again.")
@@ -267,16 +267,19 @@ void init_types(py::module_& m) {
                     "Evicted chunks whose patch for a recall to the tail was formed.")
       .def_readonly("moves_prepared", &IdleReport::moves_prepared,
                     "Chunks whose patch for a move behind the window's last chunk was formed.")
+      .def_readonly("instances_prepared", &IdleReport::instances_prepared,
+                    "Instances Window.prepare_sync forwarded (their KV stored for exact reuse).")
       .def_readonly("prepare_forward_tokens", &IdleReport::prepare_forward_tokens,
-                    "Token-forwards of the prepared recalls and moves.")
+                    "Token-forwards of the prepared recalls, moves and prepare_sync.")
       .def_readonly("forward_tokens", &IdleReport::forward_tokens, "heal + check + prepare.")
       .def_readonly("seconds", &IdleReport::seconds, "Wall time.")
       .def("__repr__", [](const IdleReport& r) {
         std::ostringstream o;
         o << "IdleReport(predicted_kl=" << r.predicted_kl << ", healed_instances=" << r.healed_instances
           << ", heal_forward_tokens=" << r.heal_forward_tokens << ", recalls_prepared=" << r.recalls_prepared
-          << ", moves_prepared=" << r.moves_prepared << ", prepare_forward_tokens=" << r.prepare_forward_tokens
-          << ", seconds=" << std::setprecision(3) << r.seconds << ")";
+          << ", moves_prepared=" << r.moves_prepared << ", instances_prepared=" << r.instances_prepared
+          << ", prepare_forward_tokens=" << r.prepare_forward_tokens << ", seconds=" << std::setprecision(3)
+          << r.seconds << ")";
         return o.str();
       });
 

@@ -23,6 +23,8 @@
 //                       child's instances keep their parent's ids (the same placements, shared).
 //   sync(messages)      the window brought to the chat-template rendering of a message list (orbit/sync.h):
 //                       the edits since the last sync become evictions, a reorder, recalls, admits, turns
+//   prepare_sync(list)  in idle time, the list the agent expects to sync next computed exactly in a
+//                       throwaway fork, its KV stored for exact reuse (the window is not changed)
 //   flush()             under a deferring policy (WindowPolicy::defer_repairs), run the repairs earlier
 //                       edits left for the next read now; reads and forwarding operations do it first
 //
@@ -199,7 +201,8 @@ struct IdleReport {
   double fidelity_correction = 1;
   int64_t recalls_prepared = 0;       // evicted chunks whose patch for a recall at the tail was formed
   int64_t moves_prepared = 0;         // chunks whose patch for a move behind the window's last chunk was formed
-  double prepare_forward_tokens = 0;  // recalls and moves
+  int64_t instances_prepared = 0;     // instances prepare_sync forwarded (their KV stored for exact reuse)
+  double prepare_forward_tokens = 0;  // recalls, moves and prepare_sync
   double forward_tokens = 0;          // heal + check + prepare
   double seconds = 0;
 };
@@ -323,6 +326,23 @@ class Window {
   // old and new that a later sync of any list brings to that list.
   SyncPlan plan_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options = {}) const;
   SyncReport sync(const std::vector<ChatMessage>& messages, const SyncOptions& options = {});
+  // Prepares, in idle time, a list the agent expects to sync next: its rules say what they will drop when
+  // the tool returns (the oldest turns past a token budget, a screenshot beyond the last few, a result
+  // shown again), so it passes the list with those drops made (and whatever it knows it will add). In a
+  // throwaway fork (the window itself is not changed) the list is synced under the executing radix
+  // baseline's policy (`prefix`, repairing at once): every instance whose context the drops change is
+  // prefilled exactly, and each forward's KV is stored for exact reuse (WindowPolicy::reuse_computed). A
+  // later sync whose list starts the same way then serves those instances from that KV: no forward on the
+  // critical path and no new error, where the policy would otherwise approximate them or prefill them
+  // again; past the first difference the plan is the policy's as before, so a wrong guess costs only the
+  // idle time. What a trim from the front of the list costs every prefix cache (everything behind it
+  // prefilled again) then costs nothing when the agent reads next. Background work
+  // (IdleReport::prepare_forward_tokens, instances_prepared); does nothing under a policy without exact reuse
+  // (nothing would read its result). Throws orbit::Error as sync() does for a list it cannot render or place (nothing
+  // computed); does nothing while repairs are deferred (they change the KV the fork would start from: a
+  // read or heal() runs them); when the pool fills up on the way, what was computed stays reusable and the
+  // rest is skipped.
+  IdleReport prepare_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options = {});
 
   // A copy-on-write child (O(pages) reference counts). The child has its own id and version. Repairs an
   // edit deferred stay deferred in both under exact reuse (WindowPolicy::reuse_computed): whichever reads

@@ -298,8 +298,12 @@ void LayoutPlanner::offer_partial_reuse(std::size_t i, const KvState& chain, con
   const std::vector<int64_t>* tokens =
       si.is_turn ? si.turn_tokens : (si.chunk->ref.kind == ChunkKind::kTokens ? &si.chunk->tokens : nullptr);
   if (tokens == nullptr) return;
-  // A form over an exact context makes the chunk's exact patch: only rows a forward here computes go in it.
-  const KvState by_content = s.action == StepAction::kForm && exact_before ? chain : content;
+  // Behind an exact context only rows a forward here computes (the chain's) are loaded: rows stored under the
+  // same content but approximated another way (by another window, a branch, an earlier plan) would make the
+  // exact window inexact at no predicted cost (to the fidelity model the step is a prefill), and a form's KV
+  // becomes the chunk's exact patch. Behind approximate KV the content's rows are what a forward here
+  // computes up to those approximations.
+  const KvState by_content = exact_before ? chain : content;
   const ReuseIndex::Match m = env_.reuse_index().longest(chain, by_content, *tokens, si.length);
   if (m.tokens <= 0 || !env_.contains(m.store_key)) return;
   if (!m.exact) {

@@ -99,7 +99,8 @@ class LayoutPlanner {
                    PlanStep& s);
   int64_t spare_pages() const;  // the pool's free pages less those the chosen steps need
   // A forwarding step whose leading tokens were stored behind `chain`, or behind the same `content`
-  // (ReuseIndex; not for a form over an exact context, `exact_before`), loads them instead.
+  // (ReuseIndex; the content's only behind approximate KV, not over an exact context, `exact_before`), loads them
+  // instead.
   void offer_partial_reuse(std::size_t i, const KvState& chain, const KvState& content, bool exact_before,
                            const PlanInput& in, PlanStep& s);
   void check_pool();

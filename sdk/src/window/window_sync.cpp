@@ -3,6 +3,8 @@
 // window. A sync that adds units is one plan (Operation::kSync: the window after the sync as one Layout);
 // one that only removes or moves is its evictions and a reorder, edits under the window's policy.
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -375,10 +377,14 @@ SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncO
   return plan;
 }
 
-SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {
-  const detail::OpHold hold(*state_->core);
+namespace {
+
+// Window::sync's operations on `w` (whose state is `s`), each plan executed by `apply` (the window's own
+// apply, or a background one for prepare_sync's throwaway fork). A refusal throws (see Window::sync).
+SyncReport sync_with(Window& w, detail::WindowState& s, const std::vector<ChatMessage>& messages,
+                     const SyncOptions& options, const std::function<Result<ApplyReport>(const Plan&)>& apply) {
   SyncReport report;
-  report.plan = plan_sync(messages, options);
+  report.plan = w.plan_sync(messages, options);
   SyncPlan& plan = report.plan;
   report.generation_prompt = plan.generation_prompt;
 
@@ -395,22 +401,67 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOpti
   if (plan.count(SyncAction::kKeep) != static_cast<int64_t>(plan.units.size())) {
     // Units are added: one plan of the window after the sync, so each instance is served once, for the
     // window the whole edit leaves.
-    const detail::Layout l = sync_layout(*state_, messages, plan);
-    run(detail::plan_layout(*state_, l), "sync");
-    if (plan.reorder) ++state_->reorders;  // a window whose agent moves content (Window::idle prepares moves)
+    const detail::Layout l = sync_layout(s, messages, plan);
+    run(detail::plan_layout(s, l), "sync");
+    if (plan.reorder) ++s.reorders;  // a window whose agent moves content (Window::idle prepares moves)
     return report;
   }
   // Only removals and moves: edits (their repairs wait for the next read under a deferring policy).
   // Evictions that are the window's oldest chunk instances leave in one slide; the others one by one.
-  const std::size_t slid = oldest_chunks(instances(), plan.evict);
-  if (slid > 0) run(plan_slide(static_cast<int64_t>(slid)), "slide");
-  for (std::size_t k = slid; k < plan.evict.size(); ++k) run(plan_evict(plan.evict[k]), "evict");
+  const std::size_t slid = oldest_chunks(w.instances(), plan.evict);
+  if (slid > 0) run(w.plan_slide(static_cast<int64_t>(slid)), "slide");
+  for (std::size_t k = slid; k < plan.evict.size(); ++k) run(w.plan_evict(plan.evict[k]), "evict");
   std::vector<InstanceId> kept;
   for (const SyncUnit& u : plan.units) kept.push_back(u.instance);
   std::vector<InstanceId> now;
-  for (const InstanceInfo& i : instances()) now.push_back(i.id);
-  if (kept != now) run(plan_reorder(kept), "reorder");
+  for (const InstanceInfo& i : w.instances()) now.push_back(i.id);
+  if (kept != now) run(w.plan_reorder(kept), "reorder");
   return report;
 }
 
+// The policy of prepare_sync's throwaway fork: the executing radix baseline's (`prefix`: every instance
+// whose context changed is prefilled again, the KV of each forward stored for exact reuse), repairing at
+// once, so that what it computes is the exact KV of the list, stored under the list's own chains.
+WindowPolicy anticipation_policy() {
+  WindowPolicy p = parse_policy("prefix");
+  p.defer_repairs = false;
+  p.heal_when_idle = false;
+  p.prepare_recalls = p.prepare_moves = 0;
+  return p;
+}
+
+}  // namespace
+
+SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {
+  const detail::OpHold hold(*state_->core);
+  return sync_with(*this, *state_, messages, options, [this](const Plan& p) { return detail::apply_plan(*state_, p); });
+}
+
+IdleReport Window::prepare_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {
+  const detail::OpHold hold(*state_->core);
+  IdleReport out;
+  const auto start = std::chrono::steady_clock::now();
+  // Checks the list (template, chunks, positions) against this window first: a bad list throws here, with
+  // sync's message, before any work.
+  (void)plan_sync(messages, options);
+  // Deferred repairs change the KV a fork would start from; without exact reuse nothing would read the result.
+  if (state_->has_deferred() || !state_->options.policy.reuse_computed) return out;
+  Window child(detail::fork_state(*state_));
+  detail::WindowState& cs = *child.state_;
+  cs.options.policy = anticipation_policy();
+  try {
+    const SyncReport r = sync_with(child, cs, messages, options,
+                                   [&cs](const Plan& p) { return detail::apply_plan(cs, p, /*background=*/true); });
+    for (const Plan& p : r.plans) {
+      for (const PlanStep& step : p.steps) out.instances_prepared += step.forward_tokens > 0 ? 1 : 0;
+    }
+    out.prepare_forward_tokens = r.forward_tokens;
+  } catch (const Error&) {
+    // The pool filled up on the way (other windows hold it): what was computed before stays stored and
+    // reusable, the rest is skipped, as for prepare_recalls.
+  }
+  out.forward_tokens = out.prepare_forward_tokens;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
 }  // namespace orbit
