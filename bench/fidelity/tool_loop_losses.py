@@ -2,7 +2,8 @@
 """Where the fidelity model misses on the Python tool loop: each instance's measured loss against its prediction.
 
 Runs bindings/python/examples/tool_loop.py (embedding screenshots, text sampled from the model, the oldest
-assistant message leaving from the front at every step) under a policy for some seeds. After every step it
+assistant message leaving from the front at every step) under a policy for some seeds, without the idle-time
+preparation of its next list (anticipate=False: prepared, the trims it studies are served exactly). After every step it
 reads `Window.loss_by_instance(query)`: each instance's own measured KL (the read with that instance's KV
 replaced by the exact one) beside the planner's prediction for it. It prints:
 
@@ -45,7 +46,9 @@ def collect(policy, seeds):
                                  turn_or_text=not loss.label.startswith("page "), changed=bool(loss.context_changed),
                                  kv_change=loss.kv_change, measured=loss.measured_kl, predicted=loss.predicted_kl,
                                  exact=loss.kv_change <= 1e-3))
-        r = tool_loop.run(policy=policy, seed=seed, on_step=on_step)
+        # the loop as it ran before it prepared its next list (Window.prepare_sync): every trim is kept or
+        # recomputed as the policy decides, which is what this measures
+        r = tool_loop.run(policy=policy, seed=seed, on_step=on_step, anticipate=False)
         per_seed.append((seed, sum(k <= BUDGET for k in r.kl), len(r.kl), float(np.mean(r.kl)),
                          r.forward_tokens / max(r.prefix_tokens, 1)))
     return rows, per_seed
