@@ -109,6 +109,38 @@ def test_a_message_identical_to_one_trimmed_from_the_front_moves_no_turn(orbit, 
     assert [i.is_turn for i in window.instances] == [True, False, True, True, True]
 
 
+def test_prepare_sync_serves_a_trim_from_exact_kv(orbit, engine):
+    """While a tool runs, the agent prepares the list its trim will leave (Window.prepare_sync): the window is not
+    changed, the work is background, and the sync after the tool forwards only the new message, exactly."""
+    rng = random.Random(5)
+    words = ["the", "dog", "cat", "ran", "saw", "a", "big", "red", "ball", "park", "home", "happy", "girl", "boy"]
+    messages = [{"role": "system", "content": "You tell short stories."}] + [
+        {"role": "user" if k % 2 == 0 else "assistant", "content": " ".join(rng.choice(words) for _ in range(12))}
+        for k in range(6)]
+    window = engine.new_window()
+    first = window.sync(messages, chat_template=TEMPLATE, chunk_min_tokens=24)
+    window.logits(first.generation_prompt)
+    trimmed = messages[:1] + messages[2:]
+    ids, version = [i.id for i in window.instances], window.version
+    background = engine.stats.background_forward_tokens
+    report = window.prepare_sync(trimmed, chat_template=TEMPLATE, chunk_min_tokens=24)
+    assert isinstance(report, orbit.IdleReport)
+    assert report.instances_prepared == len(trimmed) - 1 and report.prepare_forward_tokens > 0
+    assert engine.stats.background_forward_tokens - background == report.prepare_forward_tokens
+    assert [i.id for i in window.instances] == ids and window.version == version
+    nxt = trimmed + [{"role": "tool", "content": "the dog found the ball."}]
+    after = window.sync(nxt, chat_template=TEMPLATE, chunk_min_tokens=24)
+    flushed = window.flush()
+    assert after.forward_tokens + flushed.forward_tokens == window.instances[-1].length
+    assert all(i.exact for i in window.instances)
+    held = window.logits(after.generation_prompt, all_rows=True)
+    assert np.abs(held - window.reference_logits(after.generation_prompt, all_rows=True)).max() <= 1e-4
+    with pytest.raises(TypeError, match="list of message dicts"):
+        window.prepare_sync("hello")
+    with pytest.raises(ValueError, match=r"messages\[0\].role is missing"):
+        window.prepare_sync([{"content": "hi"}])
+
+
 def test_messages_are_checked(orbit, engine):
     window = engine.new_window()
     with pytest.raises(TypeError, match="list of message dicts"):
