@@ -197,6 +197,22 @@ const std::string kSyncDoc =
         "report.generation_prompt to generate() for the next assistant turn. ") +
     kMessagesDoc;
 
+// Window.<name>(messages, *, chunk_min_tokens, chat_template, tools, extra): the list and options converted,
+// then call(window, messages, options) under the window's lock (sync, plan_sync, prepare_sync).
+template <class Call>
+void def_with_messages(py::class_<PyWindow>& window, const char* name, Call call, const char* doc) {
+  window.def(
+      name,
+      [call](PyWindow& w, const py::object& messages, int64_t chunk_min_tokens, const py::object& chat_template,
+             const py::object& tools, const py::object& extra) {
+        const std::vector<ChatMessage> msgs = to_messages(messages);
+        const SyncOptions o = sync_options(chunk_min_tokens, chat_template, tools, extra);
+        return w.run([&](Window& x) { return call(x, msgs, o); });
+      },
+      py::arg("messages"), py::kw_only(), py::arg("chunk_min_tokens") = SyncOptions{}.chunk_min_tokens,
+      py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(), doc);
+}
+
 }  // namespace
 
 void init_sync(py::module_& m) {
@@ -314,38 +330,16 @@ void init_sync(py::module_& m) {
       "puts in a window (with add_generation_prompt=False).");
 
   auto window = py::reinterpret_borrow<py::class_<PyWindow>>(m.attr("Window"));
-  window.def(
-      "sync",
-      [](PyWindow& w, const py::object& messages, int64_t chunk_min_tokens, const py::object& chat_template,
-         const py::object& tools, const py::object& extra) {
-        const std::vector<ChatMessage> msgs = to_messages(messages);
-        const SyncOptions o = sync_options(chunk_min_tokens, chat_template, tools, extra);
-        return w.run([&](Window& x) { return x.sync(msgs, o); });
-      },
-      py::arg("messages"), py::kw_only(), py::arg("chunk_min_tokens") = SyncOptions{}.chunk_min_tokens,
-      py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(),
+  def_with_messages(
+      window, "sync", [](Window& x, const std::vector<ChatMessage>& m, const SyncOptions& o) { return x.sync(m, o); },
       kSyncDoc.c_str());
-  window.def(
-      "plan_sync",
-      [](PyWindow& w, const py::object& messages, int64_t chunk_min_tokens, const py::object& chat_template,
-         const py::object& tools, const py::object& extra) {
-        const std::vector<ChatMessage> msgs = to_messages(messages);
-        const SyncOptions o = sync_options(chunk_min_tokens, chat_template, tools, extra);
-        return w.run([&](Window& x) { return x.plan_sync(msgs, o); });
-      },
-      py::arg("messages"), py::kw_only(), py::arg("chunk_min_tokens") = SyncOptions{}.chunk_min_tokens,
-      py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(),
+  def_with_messages(
+      window, "plan_sync",
+      [](Window& x, const std::vector<ChatMessage>& m, const SyncOptions& o) { return x.plan_sync(m, o); },
       "What sync(messages, ...) would do, as a SyncPlan; nothing changes.");
-  window.def(
-      "prepare_sync",
-      [](PyWindow& w, const py::object& messages, int64_t chunk_min_tokens, const py::object& chat_template,
-         const py::object& tools, const py::object& extra) {
-        const std::vector<ChatMessage> msgs = to_messages(messages);
-        const SyncOptions o = sync_options(chunk_min_tokens, chat_template, tools, extra);
-        return w.run([&](Window& x) { return x.prepare_sync(msgs, o); });
-      },
-      py::arg("messages"), py::kw_only(), py::arg("chunk_min_tokens") = SyncOptions{}.chunk_min_tokens,
-      py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(),
+  def_with_messages(
+      window, "prepare_sync",
+      [](Window& x, const std::vector<ChatMessage>& m, const SyncOptions& o) { return x.prepare_sync(m, o); },
       "In idle time (a tool runs), prepares the list the agent expects to sync next (the current one with the\n"
       "drops its rules will make when the tool returns): synced in a throwaway fork under `prefix`, each\n"
       "forward's KV stored for exact reuse, so a later sync whose list starts the same way serves those\n"
