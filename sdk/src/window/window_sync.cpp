@@ -379,12 +379,13 @@ SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncO
 
 namespace {
 
-// Window::sync's operations on `w` (whose state is `s`), each plan executed by `apply` (the window's own
-// apply, or a background one for prepare_sync's throwaway fork). A refusal throws (see Window::sync).
-SyncReport sync_with(Window& w, detail::WindowState& s, const std::vector<ChatMessage>& messages,
-                     const SyncOptions& options, const std::function<Result<ApplyReport>(const Plan&)>& apply) {
+// Window::sync's operations on `w` (whose state is `s`) for `planned` (w.plan_sync(messages)), each plan
+// executed by `apply` (the window's own apply, or a background one for prepare_sync's throwaway fork). A
+// refusal throws (see Window::sync).
+SyncReport sync_with(Window& w, detail::WindowState& s, const std::vector<ChatMessage>& messages, SyncPlan planned,
+                     const std::function<Result<ApplyReport>(const Plan&)>& apply) {
   SyncReport report;
-  report.plan = w.plan_sync(messages, options);
+  report.plan = std::move(planned);
   SyncPlan& plan = report.plan;
   report.generation_prompt = plan.generation_prompt;
 
@@ -434,23 +435,23 @@ WindowPolicy anticipation_policy() {
 
 SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {
   const detail::OpHold hold(*state_->core);
-  return sync_with(*this, *state_, messages, options, [this](const Plan& p) { return detail::apply_plan(*state_, p); });
+  return sync_with(*this, *state_, messages, plan_sync(messages, options),
+                   [this](const Plan& p) { return detail::apply_plan(*state_, p); });
 }
 
 IdleReport Window::prepare_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {
   const detail::OpHold hold(*state_->core);
   IdleReport out;
   const auto start = std::chrono::steady_clock::now();
-  // Checks the list (template, chunks, positions) against this window first: a bad list throws here, with
-  // sync's message, before any work.
-  (void)plan_sync(messages, options);
-  // Deferred repairs change the KV a fork would start from; without exact reuse nothing would read the result.
-  if (state_->has_deferred() || !state_->options.policy.reuse_computed) return out;
-  Window child(detail::fork_state(*state_));
+  Window child(detail::fork_state(*state_));  // O(pages) reference counts; the same instance ids
   detail::WindowState& cs = *child.state_;
   cs.options.policy = anticipation_policy();
+  // A list sync cannot render or place throws here, with sync's message, before any work.
+  SyncPlan plan = child.plan_sync(messages, options);
+  // Deferred repairs change the KV a fork would start from; without exact reuse nothing would read the result.
+  if (state_->has_deferred() || !state_->options.policy.reuse_computed) return out;
   try {
-    const SyncReport r = sync_with(child, cs, messages, options,
+    const SyncReport r = sync_with(child, cs, messages, std::move(plan),
                                    [&cs](const Plan& p) { return detail::apply_plan(cs, p, /*background=*/true); });
     for (const Plan& p : r.plans) {
       for (const PlanStep& step : p.steps) out.instances_prepared += step.forward_tokens > 0 ? 1 : 0;
@@ -464,4 +465,5 @@ IdleReport Window::prepare_sync(const std::vector<ChatMessage>& messages, const 
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
+
 }  // namespace orbit
