@@ -141,12 +141,12 @@ struct WindowPolicy {
   // the largest of the last 8 checks, never below 1) and every later plan of the engine predicts that much
   // more. A window that is not exact but predicted below heal_min_kl is checked (so healed) on every 4th idle
   // call. The probe's forwards are background work. Off by default. Where the model predicts too little it
-  // helps: on the Python tool loop (bindings/python/examples/tool_loop.py, seeds 4-7, not looked at while
-  // choosing the correction) 80 of 96 steps kept within the budget against 44 without it, at 0.64x the
-  // prefix cache's forward tokens against 0.36x. Where the model predicts too much it costs tokens for
-  // nothing: on generated agent traces of seeds 301-302 (bench/replay/heldout.py) it kept 395 of 409 probed
-  // steps within the budget against 397 of 411 without, at 0.346x the radix cache's critical tokens against
-  // 0.330x (the fan-out traces 0.31 -> 0.40 and 0.34 -> 0.44). A plan made more careful by it can also
+  // helps: on the Python tool loop (bindings/python/examples/tool_loop.py as it was before it prepared its
+  // next list, Window::prepare_sync; seeds 4-7, not looked at while choosing the correction) 80 of 96 steps kept within
+  // the budget against 44 without it, at 0.64x the prefix cache's forward tokens against 0.36x. Where the model
+  // predicts too much it costs tokens for nothing: on generated agent traces of seeds 301-302 (bench/replay/heldout.py)
+  // it kept 395 of 409 probed steps within the budget against 397 of 411 without, at 0.346x the radix cache's critical
+  // tokens against 0.330x (the fan-out traces 0.31 -> 0.40 and 0.34 -> 0.44). A plan made more careful by it can also
   // forward more than a radix cache on a read.
   bool self_check = false;
   // In idle time (Window::idle), prepare the recalls of this many most recently evicted chunks

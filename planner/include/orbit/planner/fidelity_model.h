@@ -147,8 +147,8 @@ class FidelityModel {
 // kRecentChecks checks counted), clamped to [1, kMaxFactor]:
 //   - the largest, not an average: the budget bounds every step, not the mean, so the correction has to
 //     cover the model's worst recent miss. The misses are heavy-tailed: on the Python tool loop
-//     (bindings/python/examples/tool_loop.py, seeds 0-3) an exponential moving average of the log ratio
-//     (half way up, a twentieth down) kept 75 of 96 steps within the budget, the largest of the last 8
+//     (bindings/python/examples/tool_loop.py before it prepared its next list; seeds 0-3) an exponential moving average
+//     of the log ratio (half way up, a twentieth down) kept 75 of 96 steps within the budget, the largest of the last 8
 //     checks 86; on seeds 4-7, not used to choose it, 74 and 80;
 //   - over the last kRecentChecks only, so a miss ages out as the content the agent works on changes and
 //     the planner does not stay more careful than the checks since then justify;
