@@ -8,7 +8,7 @@
 #include <random>
 
 #include "orbit/engine.h"
-#include "window/kv_state.h"
+#include "plan/kv_state.h"
 #include "window_test_support.h"
 
 using namespace orbit;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "orbit/store.h"
-#include "window/plan_env.h"
+#include "plan/plan_env.h"
 
 using namespace orbit;
 using namespace orbit::detail;

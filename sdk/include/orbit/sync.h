@@ -191,6 +191,8 @@ struct SyncPlan {
   bool generation_prompt_exact = true;     // tokens + generation_prompt == tokenize(rendering with it)
   int64_t merged_boundaries = 0;           // message boundaries no unit boundary could follow
   std::string chat_template;               // which template rendered it ("model", "options", "plain")
+  uint64_t window_id = 0;                  // the window it was planned on, at this version:
+  uint64_t window_version = 0;             // Window::sync(messages, planned) refuses it once either differs
   int64_t count(SyncAction action) const;
   bool changes() const;          // false: the window holds the rendering already (sync applies nothing)
   std::string describe() const;  // one line per unit and eviction

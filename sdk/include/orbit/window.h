@@ -326,6 +326,11 @@ class Window {
   // old and new that a later sync of any list brings to that list.
   SyncPlan plan_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options = {}) const;
   SyncReport sync(const std::vector<ChatMessage>& messages, const SyncOptions& options = {});
+  // sync with the plan_sync(messages, options) of this window at its current version, so a caller that reads
+  // the plan first (its tokens against a context limit, its generation prompt) renders and diffs the list
+  // once. Throws orbit::Error for a plan of another window or an older version ("stale sync plan"), and as
+  // sync() does when an operation is refused.
+  SyncReport sync(const std::vector<ChatMessage>& messages, const SyncPlan& planned);
   // Prepares, in idle time, a list the agent expects to sync next: its rules say what they will drop when
   // the tool returns (the oldest turns past a token budget, a screenshot beyond the last few, a result
   // shown again), so it passes the list with those drops made (and whatever it knows it will add). In a

@@ -4,7 +4,7 @@
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
 #include "text/text_bound.h"
-#include "window/engine_core.h"
+#include "engine/engine_core.h"
 #include "window/window_state.h"
 
 namespace orbit {

@@ -19,9 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "orbit/common/error.h"
 #include "orbit/planner/prefix_ledger.h"
 #include "orbit/store.h"
-#include "window/plan_env.h"
+#include "plan/plan_env.h"
 #include "window/window_state.h"
 
 namespace orbit::detail {
@@ -40,6 +41,17 @@ double charge_prefix_cache(WindowState& state, const std::vector<planner::Prefix
 // (EngineCore::radix_read): the window's token ids, the query, then what was generated. Adds the prompt
 // tokens it forwards to WindowState::radix_cache_tokens and the engine's counters.
 void charge_radix_cache(WindowState& state, const std::vector<int64_t>& query, const std::vector<int64_t>& generated);
+// The instances `plan` serves again (any action but a keep).
+inline int64_t served_again(const Plan& plan) {
+  int64_t n = 0;
+  for (const PlanStep& s : plan.steps) n += s.action != StepAction::kKeep ? 1 : 0;
+  return n;
+}
+// The report of an apply the caller expects to succeed; throws orbit::Error with the refusal's reason.
+inline ApplyReport must(Result<ApplyReport> r) {
+  ORBIT_CHECK(r.is_ok(), r.status().reason());
+  return std::move(r).value();
+}
 // The window as it is, re-planned: the repairs earlier edits deferred (WindowPolicy::defer_repairs).
 Plan plan_flush(const WindowState& state);
 // Runs them when there are any (a read does, first); throws orbit::Error naming `what` when they cannot

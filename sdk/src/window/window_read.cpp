@@ -47,7 +47,7 @@ Logits to_logits(const at::Tensor& t) {
 at::Tensor run(const detail::EngineCore& core, const runtime::PastKV& past, int64_t start,
                const std::vector<int64_t>& tokens, bool all_rows) {
   c10::InferenceMode guard;
-  runtime::ForwardInput in = core.input_for_tokens(tokens, start);
+  runtime::ForwardInput in = core.registry().input_for_tokens(tokens, start);
   runtime::ForwardOptions fo;
   fo.logits = all_rows ? runtime::LogitsMode::kAll : runtime::LogitsMode::kLast;
   fo.return_content = false;
@@ -82,7 +82,7 @@ std::vector<int64_t> greedy(const detail::EngineCore& core, runtime::PastKV past
   std::vector<int64_t> input = query;
   int64_t pos = start;
   for (int64_t i = 0; i < steps; ++i) {
-    runtime::ForwardInput in = core.input_for_tokens(input, pos);
+    runtime::ForwardInput in = core.registry().input_for_tokens(input, pos);
     runtime::ForwardOptions fo;
     fo.logits = runtime::LogitsMode::kLast;
     runtime::ForwardResult r = core.model().forward(in, past.length() > 0 ? &past : nullptr, fo);
@@ -126,16 +126,16 @@ void keep_read_for_reuse(const WindowState& state, const std::vector<int64_t>& q
   if (parts.size() < query_parts) return;  // the query's forward did not run (max_tokens 0, no room)
   const runtime::Content query_kv =
       query_parts == 1 ? parts.front() : concat_contents({parts.begin(), parts.begin() + 2});
-  core.put_reusable(detail::reuse_key(core.turn_key(query), chain), query_kv, chain, content, query);
+  core.kv().put_reusable(detail::reuse_key(core.registry().turn_key(query), chain), query_kv, chain, content, query);
   const int64_t limit = core.config().max_position_embeddings;
   if (answer.empty() || (limit > 0 && end + 1 > limit)) return;
-  runtime::ForwardInput in = core.input_for_tokens({answer.back()}, end);
+  runtime::ForwardInput in = core.registry().input_for_tokens({answer.back()}, end);
   runtime::ForwardOptions fo;
   fo.logits = runtime::LogitsMode::kNone;
   parts.push_back(core.model().forward(in, &past, fo).content);
   std::vector<int64_t> turn = query;
   turn.insert(turn.end(), answer.begin(), answer.end());
-  core.put_reusable(detail::reuse_key(core.turn_key(turn), chain), concat_contents(parts), chain, content, turn);
+  core.kv().put_reusable(detail::reuse_key(core.registry().turn_key(turn), chain), concat_contents(parts), chain, content, turn);
 }
 
 // Exact reuse of a read's query: its leading tokens (all but the last, whose logits the first answer token
@@ -148,15 +148,15 @@ std::size_t reuse_query_head(const WindowState& state, const std::vector<int64_t
   if (!state.options.policy.reuse_computed || query.size() < 2) return 1;
   const detail::KvState chain = state.state_chain();
   const int64_t limit = static_cast<int64_t>(query.size()) - 1;
-  const detail::ReuseIndex::Match m = core.reuse_index().longest(chain, chain, query, limit);
-  if (m.tokens <= 0 || !core.contains(m.store_key)) return 1;
-  std::optional<runtime::Content> stored = core.get_conditioned(m.store_key);
+  const detail::ReuseIndex::Match m = core.kv().reuse_index().longest(chain, chain, query, limit);
+  if (m.tokens <= 0 || !core.kv().contains(m.store_key)) return 1;
+  std::optional<runtime::Content> stored = core.kv().get_conditioned(m.store_key);
   if (!stored.has_value() || stored->empty() || stored->front().k.size(0) < m.tokens) return 1;
   runtime::Content head(stored->size());
   for (std::size_t l = 0; l < head.size(); ++l) {
     head[l] = {(*stored)[l].k.narrow(0, 0, m.tokens), (*stored)[l].v.narrow(0, 0, m.tokens)};
   }
-  extend_past(past, head, core.positions_for(nullptr, m.tokens, pos));
+  extend_past(past, head, core.registry().positions_for(nullptr, m.tokens, pos));
   parts.push_back(std::move(head));
   input.assign(query.begin() + m.tokens, query.end());
   pos += m.tokens;
@@ -223,11 +223,11 @@ runtime::ForwardResult reference_forward(const WindowState& state, const std::ve
     } else {
       embeds.push_back(e.chunk->tensors->embeddings);
     }
-    positions.push_back(core.positions_for(e.chunk, e.length, pos));
+    positions.push_back(core.registry().positions_for(e.chunk, e.length, pos));
     pos += e.extent;
   }
   embeds.push_back(core.model().embed(query));
-  positions.push_back(core.positions_for(nullptr, static_cast<int64_t>(query.size()), pos));
+  positions.push_back(core.registry().positions_for(nullptr, static_cast<int64_t>(query.size()), pos));
   runtime::ForwardInput in;
   in.embeddings = at::cat(embeds, 0);
   in.positions = at::cat(positions, -1);
@@ -331,7 +331,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
     // A model call: what a prefix cache would compute for it (an edit since the last forward, say).
     detail::Counters charged;
     charged.prefix_cache_tokens = detail::charge_prefix_cache(*state_);
-    state_->core->count(charged);
+    state_->core->usage().count(charged);
   }
   const auto t0 = std::chrono::steady_clock::now();
   const detail::EngineCore& core = *state_->core;
@@ -351,7 +351,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
       g.stop_reason = "position_limit";
       break;
     }
-    runtime::ForwardInput in = core.input_for_tokens(input, pos);
+    runtime::ForwardInput in = core.registry().input_for_tokens(input, pos);
     runtime::ForwardOptions fo;
     fo.logits = runtime::LogitsMode::kLast;
     runtime::ForwardResult r = core.model().forward(in, past.length() > 0 ? &past : nullptr, fo);
@@ -440,7 +440,7 @@ DisposabilityReport Window::disposable(InstanceId instance, const std::vector<in
   const runtime::PastKV with = detail::gather_past(core, all_entries(*state_), &start);
   // The same past with the target's rows replaced by its canonical (the conditioning switched off).
   runtime::PastKV without = with;
-  const runtime::Content canonical = core.canonical(*target.chunk);
+  const runtime::Content canonical = core.kv().canonical(*target.chunk);
   int64_t offset = 0;
   for (const Entry& e : state_->entries) {
     if (e.id == instance) break;

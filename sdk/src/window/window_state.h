@@ -21,9 +21,9 @@
 #include "orbit/runtime/paged_sequence.h"
 #include "orbit/runtime/reuse.h"
 #include "orbit/window.h"
-#include "window/engine_core.h"
-#include "window/kv_state.h"
-#include "window/window_meta.h"
+#include "engine/engine_core.h"
+#include "plan/kv_state.h"
+#include "plan/window_meta.h"
 
 namespace orbit::detail {
 

@@ -17,7 +17,7 @@
 #include "orbit/runtime/chat_template.h"
 #include "orbit/sync.h"
 #include "text/text_bound.h"
-#include "window/engine_core.h"
+#include "engine/engine_core.h"
 #include "window/sync_render.h"
 #include "window/window_ops.h"
 #include "window/window_state.h"
@@ -92,11 +92,11 @@ SyncPlan units_of(const detail::EngineCore& core, Rendering r) {
                     plan.tokens.begin() + static_cast<std::ptrdiff_t>(s.end));
     if (s.part >= 0) {
       const PartRef& p = r.parts[static_cast<std::size_t>(s.part)];
-      u.chunk = core.record(p.chunk).ref;  // the engine's record: its label and extent, whatever the caller's copy
+      u.chunk = core.registry().record(p.chunk).ref;  // the engine's record: its label and extent, whatever the caller's copy
       u.part = p.index;
       u.key = u.chunk.key;
     } else {
-      u.key = core.turn_key(u.tokens);  // = the content key of a token chunk of them
+      u.key = core.registry().turn_key(u.tokens);  // = the content key of a token chunk of them
     }
     plan.units.push_back(std::move(u));
   }
@@ -263,7 +263,7 @@ void choose_actions(const detail::EngineCore& core, const std::vector<InstanceIn
       if (!at_tail[u]) plan.reorder = true;
     } else if (keys.evicted.count(unit.key) > 0) {
       unit.action = SyncAction::kRecall;
-    } else if (short_unit && at_tail[u] && !core.knows(unit.key)) {
+    } else if (short_unit && at_tail[u] && !core.registry().knows(unit.key)) {
       unit.action = SyncAction::kTurn;
       unit.is_turn = true;
     } else {
@@ -290,10 +290,10 @@ std::size_t oldest_chunks(const std::vector<InstanceInfo>& current, const std::v
 // The record a new chunk unit is served from: its chunk part's, or its text registered as a token chunk.
 const detail::ChunkRecord& unit_record(detail::EngineCore& core, const std::vector<ChatMessage>& messages,
                                        const SyncUnit& unit) {
-  if (unit.chunk.valid()) return core.record(unit.chunk);
+  if (unit.chunk.valid()) return core.registry().record(unit.chunk);
   ChunkOptions co;
   co.label = unit_label(messages, unit);
-  return core.record(core.add_tokens(unit.tokens, co));
+  return core.registry().record(core.registry().add_tokens(unit.tokens, co));
 }
 
 // A recalled chunk's dependents placed after it are re-formed with it in their context (cascade_on_recall),
@@ -374,6 +374,8 @@ SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncO
   plan_evictions(current, used, plan);
   mark_moved(match, plan);
   choose_actions(core, current, match, known_keys(current, used, evicted()), options, plan);
+  plan.window_id = state_->id;
+  plan.window_version = state_->version;
   return plan;
 }
 
@@ -436,6 +438,16 @@ WindowPolicy anticipation_policy() {
 SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {
   const detail::OpHold hold(*state_->core);
   return sync_with(*this, *state_, messages, plan_sync(messages, options),
+                   [this](const Plan& p) { return detail::apply_plan(*state_, p); });
+}
+
+SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncPlan& planned) {
+  const detail::OpHold hold(*state_->core);
+  ORBIT_CHECK(planned.window_id == state_->id && planned.window_version == state_->version,
+              "sync: stale sync plan (made for window " << planned.window_id << " at version " << planned.window_version
+                                                        << "; this is window " << state_->id << " at version "
+                                                        << state_->version << "): plan_sync again");
+  return sync_with(*this, *state_, messages, planned,
                    [this](const Plan& p) { return detail::apply_plan(*state_, p); });
 }
 

@@ -12,7 +12,7 @@
 #include "orbit/runtime/chat_template.h"
 #include "orbit/sync.h"
 #include "text/text_bound.h"
-#include "window/engine_core.h"
+#include "engine/engine_core.h"
 #include "window/sync_render.h"
 #include "window/window_state.h"
 
@@ -99,7 +99,7 @@ std::string content_text(const detail::EngineCore& core, const ChatMessage& m, s
                        << " is a chunk part, which has no text (Window::sync and plan_sync place it)");
     ORBIT_CHECK(p.chunk->valid(),
                 "sync: " << part_field(i, j) << ".chunk is an invalid ChunkRef (default-constructed)");
-    ORBIT_CHECK(core.knows(p.chunk->key),
+    ORBIT_CHECK(core.registry().knows(p.chunk->key),
                 "sync: " << part_field(i, j) << ".chunk " << p.chunk->key.substr(0, 16)
                          << (p.chunk->label.empty() ? "" : " ('" + p.chunk->label + "')")
                          << " is not registered with this engine (a chunk of another engine? register it here "
@@ -317,7 +317,7 @@ void add_segment(const runtime::Tokenizer& tok, const std::string& text, std::si
 void add_part(const detail::EngineCore& core, std::size_t part, Rendering& out) {
   const PartRef& p = out.parts[part];
   const std::size_t begin = out.tokens.size();
-  const detail::ChunkRecord& rec = core.record(p.chunk);
+  const detail::ChunkRecord& rec = core.registry().record(p.chunk);
   if (p.chunk.kind == ChunkKind::kTokens) {
     out.tokens.insert(out.tokens.end(), rec.tokens.begin(), rec.tokens.end());
   } else {

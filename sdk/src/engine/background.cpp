@@ -1,0 +1,144 @@
+#include "engine/background.h"
+
+#include <chrono>
+#include <exception>
+
+namespace orbit::detail {
+
+BackgroundQueue::BackgroundQueue(BackgroundMode mode) : mode_(mode) {}
+
+BackgroundQueue::~BackgroundQueue() { stop(); }
+
+void BackgroundQueue::run_one(Job& job, bool critical) {
+  // A job that cannot complete (a store refusal, the engine closing) forms nothing; nothing committed
+  // depends on it. It is counted, and the last reason kept, for stats().
+  try {
+    job.run(critical);
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++failed_;
+    last_error_ = e.what();
+  }
+}
+
+int64_t BackgroundQueue::failed(std::string* last_error) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (last_error != nullptr) *last_error = last_error_;
+  return failed_;
+}
+
+void BackgroundQueue::queue(Job job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    for (const auto& k : job.keys) queued_keys_.insert(k);
+    jobs_.push_back(std::make_shared<Job>(std::move(job)));
+    if (mode_ == BackgroundMode::kThread && !thread_.joinable()) thread_ = std::thread([this] { worker(); });
+  }
+  cv_.notify_one();
+}
+
+bool BackgroundQueue::pending(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_keys_.count(key) > 0 || queued_keys_.count(key) > 0;
+}
+
+int64_t BackgroundQueue::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(jobs_.size());
+}
+
+void BackgroundQueue::await(const std::string& key) {
+  std::shared_ptr<Job> mine;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (auto it = queued_keys_.count(key) > 0 ? jobs_.begin() : jobs_.end(); it != jobs_.end() && !mine; ++it) {
+      for (const auto& k : (*it)->keys) {
+        if (k == key) {
+          mine = *it;
+          jobs_.erase(it);
+          break;
+        }
+      }
+    }
+    if (!mine) {
+      done_cv_.wait(lock, [&] { return running_keys_.count(key) == 0; });
+      return;
+    }
+    for (const auto& k : mine->keys) {
+      queued_keys_.erase(queued_keys_.find(k));
+      running_keys_.insert(k);
+    }
+  }
+  run_one(*mine, true);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& k : mine->keys) running_keys_.erase(running_keys_.find(k));
+  }
+  done_cv_.notify_all();
+}
+
+int64_t BackgroundQueue::run(double max_seconds, int64_t max_jobs) {
+  const auto start = std::chrono::steady_clock::now();
+  int64_t ran = 0;
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (jobs_.empty() || stopping_ || ran >= max_jobs) break;
+      job = take_front_locked();
+    }
+    run_taken(*job);
+    ++ran;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= max_seconds) break;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [&] { return running_keys_.empty() || stopping_; });
+  return ran;
+}
+
+void BackgroundQueue::worker() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (stopping_) return;
+      job = take_front_locked();
+    }
+    run_taken(*job);
+  }
+}
+
+std::shared_ptr<BackgroundQueue::Job> BackgroundQueue::take_front_locked() {
+  std::shared_ptr<Job> job = jobs_.front();
+  jobs_.pop_front();
+  for (const auto& k : job->keys) {
+    queued_keys_.erase(queued_keys_.find(k));
+    running_keys_.insert(k);
+  }
+  return job;
+}
+
+void BackgroundQueue::run_taken(Job& job) {
+  run_one(job, false);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& k : job.keys) running_keys_.erase(running_keys_.find(k));
+  }
+  done_cv_.notify_all();
+}
+
+void BackgroundQueue::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    jobs_.clear();
+    queued_keys_.clear();
+  }
+  cv_.notify_all();
+  done_cv_.notify_all();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+}  // namespace orbit::detail

@@ -1,0 +1,235 @@
+// ChunkRegistry (chunk_registry.h): registering chunks, their records, their model inputs, and the
+// embedding cache behind find_media.
+#include "engine/chunk_registry.h"
+
+#include <ATen/ATen.h>
+
+#include "engine/engine_core.h"
+#include "engine/tensor_convert.h"
+#include "orbit/common/error.h"
+#include "orbit/store/embedding_cache.h"
+
+namespace orbit::detail {
+
+// A chunk is placed at positions [0, extent) when encoded alone; past the model's limit that forward is
+// refused (dynamic NTK scaling runs past it, so only a sanity bound applies there).
+void ChunkRegistry::fill_embeddings(ChunkRecord& rec, const at::Tensor& emb, const at::Tensor& grid,
+                                 const ChunkOptions& options, const char* what) const {
+  rec.ref.kind = ChunkKind::kEmbeddings;
+  rec.ref.length = emb.size(0);
+  rec.ref.extent = grid.defined() ? grid.max().item<int64_t>() + 1 : rec.ref.length;
+  check_extent(rec.ref.extent, what, grid.defined() ? "positions (grid extent)" : "embedding rows");
+  rec.ref.label = options.label;
+  rec.tensors = std::make_shared<ChunkTensors>(ChunkTensors{emb, grid});
+  rec.pinned = options.pin;
+}
+
+void ChunkRegistry::check_extent(int64_t extent, const char* what, const char* unit) const {
+  const runtime::ModelConfig& c = core_.config();
+  if (c.rope.scaling == runtime::RopeScaling::kDynamicNtk) {
+    ORBIT_CHECK(extent <= (int64_t{1} << 31), what << ": " << extent << " " << unit << " is too large (at most 2^31)");
+    return;
+  }
+  ORBIT_CHECK(extent <= c.max_position_embeddings, what << ": " << extent << " " << unit << " exceed the model's "
+                                                        << c.max_position_embeddings
+                                                        << " positions (max_position_embeddings)");
+}
+
+ChunkRef ChunkRegistry::add_tokens(const std::vector<int64_t>& tokens, const ChunkOptions& options) {
+  const runtime::ModelConfig& c = core_.config();
+  ORBIT_CHECK(!tokens.empty(), "add_tokens: empty chunk (a chunk needs at least one token)");
+  check_extent(static_cast<int64_t>(tokens.size()), "add_tokens", "tokens");
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    ORBIT_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "add_tokens: token " << i << " = " << tokens[i]
+                                                                                 << " is outside the vocabulary [0, "
+                                                                                 << c.vocab_size << ")");
+  }
+  auto rec = std::make_unique<ChunkRecord>();
+  rec->ref.key = chunk_key_tokens(core_.fingerprint(), tokens);
+  rec->ref.kind = ChunkKind::kTokens;
+  rec->ref.length = static_cast<int64_t>(tokens.size());
+  rec->ref.extent = rec->ref.length;
+  rec->ref.label = options.label;
+  rec->tokens = tokens;
+  rec->pinned = options.pin;
+  return register_chunk(std::move(rec));
+}
+
+ChunkRef ChunkRegistry::add_embeddings(const EmbeddingChunk& chunk, const ChunkOptions& options) {
+  const runtime::ModelConfig& c = core_.config();
+  at::Tensor emb = embeddings_from_view(chunk.embeddings, c.hidden_size, "add_embeddings: embeddings");
+  const int64_t n = emb.size(0);
+  at::Tensor grid = grid_from_view(chunk.grid, n, c.position_rows(), "add_embeddings: grid");
+  auto rec = std::make_unique<ChunkRecord>();
+  const std::vector<int64_t> grid_flat = grid.defined() ? grid_token_major(grid) : std::vector<int64_t>{};
+  const int64_t grid_dims = grid.defined() ? grid.size(0) : 3;
+  if (!chunk.media_digest.empty()) {
+    rec->ref.key = media_key(chunk.media_digest, grid, n);
+  } else {
+    EmbeddingBytes bytes;
+    bytes.data = emb.data_ptr();
+    bytes.size = static_cast<std::size_t>(emb.numel()) * sizeof(float);
+    bytes.dtype = "float32";
+    bytes.rows = n;
+    bytes.cols = emb.size(1);
+    rec->ref.key = chunk_key_embeddings(core_.fingerprint(), bytes, grid_flat, grid_dims);
+  }
+  fill_embeddings(*rec, emb, grid, options, "add_embeddings");
+  const ChunkRef ref = register_chunk(std::move(rec));
+  if (!chunk.media_digest.empty()) cache_embeddings(record(ref));  // only a digest lets find_media ask for them
+  return ref;
+}
+
+ChunkRef ChunkRegistry::register_chunk(std::unique_ptr<ChunkRecord> rec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = chunks_.find(rec->ref.key);
+  if (it != chunks_.end()) return it->second->ref;  // the same content registered again
+  ChunkRef ref = rec->ref;
+  order_.push_back(ref.key);
+  chunks_.emplace(ref.key, std::move(rec));
+  return ref;
+}
+
+const ChunkRecord& ChunkRegistry::record(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = chunks_.find(key);
+  ORBIT_CHECK(it != chunks_.end(),
+              "chunk " << (key.empty() ? std::string("(empty key)") : key.substr(0, 16))
+                       << " is not registered with this engine (add it with add_tokens or add_embeddings)");
+  return *it->second;
+}
+
+const ChunkRecord& ChunkRegistry::record(const ChunkRef& ref) const {
+  ORBIT_CHECK(ref.valid(), "invalid ChunkRef (default-constructed)");
+  return record(ref.key);
+}
+
+bool ChunkRegistry::knows(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return chunks_.count(key) > 0;
+}
+
+std::vector<ChunkRef> ChunkRegistry::chunks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ChunkRef> out;
+  for (const auto& k : order_) out.push_back(chunks_.at(k)->ref);
+  return out;
+}
+
+std::string ChunkRegistry::turn_key(const std::vector<int64_t>& tokens) const {
+  return chunk_key_tokens(core_.fingerprint(), tokens);
+}
+
+int64_t ChunkRegistry::key_length(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = chunks_.find(key);
+  if (it != chunks_.end()) return it->second->ref.length;
+  auto t = turn_lengths_.find(key);
+  return t != turn_lengths_.end() ? t->second : 1;
+}
+
+void ChunkRegistry::note_turn(const std::string& key, int64_t length) {
+  std::lock_guard<std::mutex> lock(mu_);
+  turn_lengths_[key] = length;
+}
+
+at::Tensor ChunkRegistry::positions_for(const ChunkRecord* chunk, int64_t length, int64_t start) const {
+  const int64_t rows = core_.config().position_rows();
+  if (chunk != nullptr && chunk->tensors != nullptr && chunk->tensors->grid.defined()) {
+    const at::Tensor g = chunk->tensors->grid + start;  // [rows, n]
+    return rows == 1 ? g[0] : g;                        // 1-D RoPE models take positions [n]
+  }
+  at::Tensor p = at::arange(start, start + length, at::kLong);
+  return rows == 1 ? p : p.unsqueeze(0).expand({rows, length}).contiguous();
+}
+
+runtime::ForwardInput ChunkRegistry::input_for(const ChunkRecord& chunk, int64_t start) const {
+  runtime::ForwardInput in;
+  if (chunk.ref.kind == ChunkKind::kTokens) {
+    in.tokens = chunk.tokens;
+  } else {
+    in.embeddings = chunk.tensors->embeddings;
+  }
+  in.positions = positions_for(&chunk, chunk.ref.length, start);
+  return in;
+}
+
+runtime::ForwardInput ChunkRegistry::input_for_tokens(const std::vector<int64_t>& tokens, int64_t start) const {
+  runtime::ForwardInput in;
+  in.tokens = tokens;
+  in.positions = positions_for(nullptr, static_cast<int64_t>(tokens.size()), start);
+  return in;
+}
+
+std::string ChunkRegistry::media_key(const std::string& digest, const at::Tensor& grid, int64_t n) const {
+  if (grid.defined()) return chunk_key_media(core_.fingerprint(), digest, grid_token_major(grid), grid.size(0));
+  std::vector<int64_t> positions(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) positions[static_cast<std::size_t>(i)] = i;
+  return chunk_key_media(core_.fingerprint(), digest, positions, 1);
+}
+
+void ChunkRegistry::cache_embeddings(const ChunkRecord& chunk) {
+  if (!core_.options().embedding_cache) return;
+  store::EmbeddingCache cache(core_.kv().store());
+  if (cache.contains(chunk.ref.key)) return;  // this or another process stored them already
+  store::PutOptions po;
+  po.pin = chunk.pinned;
+  // The chunk's own recompute cost on far fewer bytes than its KV: cost-aware eviction keeps the
+  // embeddings after the canonical, and a re-prefill from them still beats running the encoder again.
+  po.recompute_cost = static_cast<double>(chunk.ref.length);
+  const ChunkTensors& t = *chunk.tensors;
+  const at::Tensor grid = t.grid.defined() ? t.grid.t().contiguous() : at::Tensor();  // [n, dims]
+  (void)cache.put(chunk.ref.key, t.embeddings, grid, po);  // a refusal only means it is not cached
+}
+
+std::optional<ChunkRef> ChunkRegistry::find_media(const MediaLookup& lookup, const ChunkOptions& options) {
+  const runtime::ModelConfig& c = core_.config();
+  ORBIT_CHECK(!lookup.media_digest.empty(), "find_media: MediaLookup::media_digest is empty");
+  ORBIT_CHECK(lookup.rows >= 0, "find_media: MediaLookup::rows = " << lookup.rows << " must be >= 0");
+  int64_t n = lookup.rows;
+  if (!lookup.grid.empty()) {
+    const std::vector<int64_t>& shape = lookup.grid.shape;
+    ORBIT_CHECK(shape.size() == 1 || shape.size() == 2,
+                "find_media: grid must be [" << c.position_rows() << ", n] or [n]");
+    const int64_t grid_n = shape.back();
+    ORBIT_CHECK(n == 0 || n == grid_n, "find_media: rows = " << n << " but the grid has " << grid_n << " tokens");
+    n = grid_n;
+  }
+  ORBIT_CHECK(n >= 1, "find_media: give the grid, or rows (the number of embedding rows) when the media had no grid");
+  const at::Tensor grid = grid_from_view(lookup.grid, n, c.position_rows(), "find_media: grid");
+  const std::string key = media_key(lookup.media_digest, grid, n);
+  auto missed = [&] {
+    count_media(false);
+    return std::nullopt;
+  };
+  if (knows(key)) {  // registered here already: the record holds the embeddings
+    count_media(true);
+    return record(key).ref;
+  }
+  Result<store::CachedEmbeddings> cached = store::EmbeddingCache(core_.kv().store()).get(key);
+  if (!cached) return missed();
+  const at::Tensor emb = cached.value().embeddings.to(at::kCPU, at::kFloat).contiguous();
+  ORBIT_CHECK(emb.dim() == 2 && emb.size(0) == n && emb.size(1) == c.hidden_size,
+              "find_media: the cached embeddings of " << key.substr(0, 16) << " are " << emb.sizes() << ", not [" << n
+                                                      << ", " << c.hidden_size << "]");
+  auto rec = std::make_unique<ChunkRecord>();
+  rec->ref.key = key;
+  fill_embeddings(*rec, emb, grid, options, "find_media");
+  count_media(true);
+  return register_chunk(std::move(rec));
+}
+
+std::optional<int64_t> ChunkRegistry::chunk_length(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = chunks_.find(key);
+  if (it == chunks_.end()) return std::nullopt;
+  return it->second->ref.length;
+}
+
+void ChunkRegistry::count_media(bool found) {
+  Counters d;
+  (found ? d.media_found : d.media_missed) = 1;
+  core_.usage().count(d);
+}
+
+}  // namespace orbit::detail

@@ -1,0 +1,82 @@
+// ChunkRegistry: the chunks an engine knows (EngineCore, engine_core.h), by content key: token chunks,
+// embedding chunks (+ relative position grid, and their embedding cache behind find_media), the lengths
+// of the live turns it has seen, and each placement's model input.
+//
+// Records are never removed, so references to them stay valid for the engine's life. Its lock guards only
+// the tables: it is never held while calling out (the store, the model).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "orbit/engine.h"
+#include "orbit/runtime/model.h"
+#include "plan/window_meta.h"
+
+namespace orbit::detail {
+
+class EngineCore;
+
+// An embedding chunk's tensors (ChunkRecord::tensors, window_meta.h).
+struct ChunkTensors {
+  at::Tensor embeddings;  // float32 [n, hidden]
+  at::Tensor grid;        // int64 [rows, n] relative to its per-row minimum, or undefined
+};
+
+class ChunkRegistry {
+ public:
+  explicit ChunkRegistry(EngineCore& core) : core_(core) {}
+  ChunkRegistry(const ChunkRegistry&) = delete;
+  ChunkRegistry& operator=(const ChunkRegistry&) = delete;
+
+  ChunkRef add_tokens(const std::vector<int64_t>& tokens, const ChunkOptions& options);
+  ChunkRef add_embeddings(const EmbeddingChunk& chunk, const ChunkOptions& options);
+  // Engine::find_media: a chunk registered here, else one rebuilt from the store's embedding cache.
+  std::optional<ChunkRef> find_media(const MediaLookup& lookup, const ChunkOptions& options);
+  // The record for `ref` (checks it belongs to this engine).
+  const ChunkRecord& record(const ChunkRef& ref) const;
+  const ChunkRecord& record(const std::string& key) const;
+  bool knows(const std::string& key) const;
+  // The token length of a registered chunk; nullopt when it is not registered.
+  std::optional<int64_t> chunk_length(const std::string& key) const;
+  std::vector<ChunkRef> chunks() const;  // in registration order
+  // Key of a live turn's tokens (the same hash as a token chunk).
+  std::string turn_key(const std::vector<int64_t>& tokens) const;
+  // Token length of a content key (chunk or a turn seen by this engine); 1 when unknown.
+  int64_t key_length(const std::string& key) const;
+  void note_turn(const std::string& key, int64_t length);
+
+  // The forward input of a chunk (or turn tokens) placed with its first position at `start`.
+  runtime::ForwardInput input_for(const ChunkRecord& chunk, int64_t start) const;
+  runtime::ForwardInput input_for_tokens(const std::vector<int64_t>& tokens, int64_t start) const;
+  // Positions of a placement: int64 [n] (or [3, n] on M-RoPE models).
+  at::Tensor positions_for(const ChunkRecord* chunk, int64_t length, int64_t start) const;
+
+ private:
+  ChunkRef register_chunk(std::unique_ptr<ChunkRecord> record);  // idempotent by key
+  // Throws unless a chunk spanning `extent` positions can be encoded by this model.
+  void check_extent(int64_t extent, const char* what, const char* unit) const;
+  // Fills an embeddings chunk's record (kind, length, extent checked against the model, label, tensors).
+  void fill_embeddings(ChunkRecord& rec, const at::Tensor& emb, const at::Tensor& grid, const ChunkOptions& options,
+                       const char* what) const;
+  // The content key of a media chunk: its digest and relative grid [rows, n], or 0..n-1 without a grid.
+  std::string media_key(const std::string& digest, const at::Tensor& grid, int64_t n) const;
+  // Stores a media chunk's embeddings (+ grid) in the embedding cache unless they are there already.
+  void cache_embeddings(const ChunkRecord& chunk);
+  void count_media(bool found);
+
+  EngineCore& core_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::unique_ptr<ChunkRecord>> chunks_;
+  std::vector<std::string> order_;
+  std::unordered_map<std::string, int64_t> turn_lengths_;
+};
+
+}  // namespace orbit::detail

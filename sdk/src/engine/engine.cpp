@@ -1,0 +1,125 @@
+#include "orbit/engine.h"
+
+#include <optional>
+
+#include "orbit/common/error.h"
+#include "engine/engine_core.h"
+#include "window/window_state.h"
+
+namespace orbit {
+
+const char* background_mode_name(BackgroundMode mode) noexcept {
+  switch (mode) {
+    case BackgroundMode::kThread: return "thread";
+    case BackgroundMode::kDeferred: return "deferred";
+    case BackgroundMode::kInline: return "inline";
+  }
+  return "?";
+}
+
+Engine::Engine(std::shared_ptr<detail::EngineCore> core) : core_(std::move(core)) {}
+Engine::~Engine() = default;
+
+std::shared_ptr<Engine> Engine::open(const EngineOptions& options) {
+  auto core = std::make_shared<detail::EngineCore>(options);
+  return std::shared_ptr<Engine>(new Engine(std::move(core)));
+}
+
+const EngineOptions& Engine::options() const { return core_->options(); }
+ModelInfo Engine::model_info() const { return core_->model_info(); }
+
+// Every operation holds the engine (detail::OpHold) for its duration: close() waits for it, and an
+// operation begun after close() throws "engine is closed".
+ChunkRef Engine::add_tokens(const std::vector<int64_t>& tokens, const ChunkOptions& options) {
+  const detail::OpHold hold(*core_);
+  return core_->registry().add_tokens(tokens, options);
+}
+ChunkRef Engine::add_embeddings(const EmbeddingChunk& chunk, const ChunkOptions& options) {
+  const detail::OpHold hold(*core_);
+  return core_->registry().add_embeddings(chunk, options);
+}
+std::optional<ChunkRef> Engine::find_media(const MediaLookup& lookup, const ChunkOptions& options) {
+  const detail::OpHold hold(*core_);
+  return core_->registry().find_media(lookup, options);
+}
+ChunkRef Engine::chunk(const std::string& key) const {
+  const detail::OpHold hold(*core_);
+  return core_->registry().record(key).ref;
+}
+std::vector<ChunkRef> Engine::chunks() const {
+  const detail::OpHold hold(*core_);
+  return core_->registry().chunks();
+}
+
+void Engine::precompute(const ChunkRef& chunk) {
+  const detail::OpHold hold(*core_);
+  (void)core_->kv().canonical(core_->registry().record(chunk));
+}
+
+Window Engine::new_window(const WindowOptions& options) {
+  const detail::OpHold hold(*core_);
+  ORBIT_CHECK(options.max_bytes >= 0,
+              "WindowOptions::max_bytes = " << options.max_bytes << " must be >= 0 (0 = no limit)");
+  auto state = std::make_unique<detail::WindowState>();
+  state->core = core_;
+  state->id = core_->next_window_id();
+  state->options = options;
+  return Window(std::move(state));
+}
+
+std::string Engine::fidelity_model_description() const { return core_->fidelity_model().describe(); }
+
+CalibrationReport Engine::calibrate() {
+  const detail::OpHold hold(*core_);
+  return core_->calibrate();
+}
+
+int64_t Engine::run_background(double max_seconds) {
+  ORBIT_CHECK(max_seconds >= 0, "run_background: max_seconds = " << max_seconds << " must be >= 0");
+  const detail::OpHold hold(*core_);
+  return core_->jobs().queue().run(max_seconds);
+}
+
+// Answers after close() too (counters only; the store's part stays zero then).
+EngineStats Engine::stats() const {
+  std::optional<detail::OpHold> hold;
+  try {
+    hold.emplace(*core_);
+  } catch (const Error&) {
+    hold.reset();  // closed
+  }
+  EngineStats s;
+  s.chunks = static_cast<int64_t>(core_->registry().chunks().size());
+  s.windows = core_->life().windows();
+  const detail::SharedPool::Usage pool = core_->pool().usage();
+  s.pool_pages = pool.pages;
+  s.pool_free_pages = pool.free;
+  s.pool_bytes_used = pool.live * core_->pool().page_bytes();
+  const detail::Counters c = core_->usage().counters();
+  s.canonicals_encoded = c.canonicals_encoded;
+  s.patches_formed = c.patches_formed;
+  s.patch_hits = c.patch_hits;
+  s.forward_tokens = c.forward_tokens;
+  s.critical_forward_tokens = c.forward_tokens - c.background_forward_tokens;
+  s.background_forward_tokens = c.background_forward_tokens;
+  const detail::EngineCore::FidelityChecks checks = core_->fidelity_checks();
+  s.check_forward_tokens = checks.forward_tokens;
+  s.fidelity_correction = checks.correction.factor();
+  s.fidelity_checks = checks.correction.checks();
+  s.prefix_cache_tokens = c.prefix_cache_tokens;
+  s.radix_cache_tokens = c.radix_cache_tokens;
+  s.critical_seconds = c.critical_seconds;
+  s.background_seconds = c.background_seconds;
+  s.background_jobs = c.background_jobs;
+  s.background_pending = core_->jobs().queue().queued();
+  s.background_failed = core_->jobs().queue().failed(&s.background_error);
+  s.media_found = c.media_found;
+  s.media_missed = c.media_missed;
+  if (hold) s.store = core_->kv().store().stats();
+  return s;
+}
+
+void Engine::close() { core_->close(); }
+bool Engine::closed() const { return core_->life().closed(); }
+
+}  // namespace orbit

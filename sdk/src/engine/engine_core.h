@@ -1,0 +1,132 @@
+// EngineCore: the state one Engine and all its windows share (engine.h is its public face), in parts with one
+// job each:
+//
+//   model      immutable, forward() is thread-safe; the tokenizer and the chat template beside it
+//   registry   ChunkRegistry (chunk_registry.h): chunks by content key, turn lengths, model inputs
+//   kv         KvStore (kv_store.h): the chunk store's facade for canonicals, patches, conditioned and
+//              reusable KV, the reuse index and the patch catalog
+//   jobs       PatchJobs (patch_jobs.h): the background jobs first sights leave (canonical + patch) and
+//              turn sensitivities, on the BackgroundQueue (background.h)
+//   pool       SharedPool (shared_pool.h): the KV pool windows keep their pages in, with its own lock;
+//              every page operation (create, append, fork, destroy, gather) is one of its methods
+//   usage      UsageMeter (usage_meter.h): the counters and the two yardsticks (prefix ledger, radix
+//              cache) windows are measured against
+//   life       EngineLife (engine_life.h): the operations in flight (OpHold), close(), open windows
+//   models     the cost and fidelity models (fitted by calibrate()) and the self-checks' correction
+//
+// Locking: each part locks on its own, inside its methods, and none holds its lock while calling out; mu_
+// guards only the cost and fidelity models. No two locks are ever held together.
+//
+// close() finishes the queued background work (what the store exists to keep), refuses new operations,
+// waits for those in flight, then stops the background worker and flushes and destroys the store.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/background.h"
+#include "engine/chunk_registry.h"
+#include "engine/engine_life.h"
+#include "engine/kv_store.h"
+#include "engine/patch_jobs.h"
+#include "engine/shared_pool.h"
+#include "engine/usage_meter.h"
+#include "orbit/engine.h"
+#include "orbit/planner/cost_model.h"
+#include "orbit/planner/fidelity_model.h"
+#include "orbit/runtime/model.h"
+#include "orbit/runtime/tokenizer.h"
+
+namespace orbit::runtime {
+class ChatTemplate;
+}  // namespace orbit::runtime
+
+namespace orbit::detail {
+
+class EngineCore {
+ public:
+  explicit EngineCore(const EngineOptions& options);
+  ~EngineCore();
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+
+  const EngineOptions& options() const { return options_; }
+  const runtime::Model& model() const;  // throws "engine is closed"
+  const runtime::ModelConfig& config() const { return model().config(); }
+  const std::string& fingerprint() const { return model().fingerprint(); }
+  ModelInfo model_info() const;
+  // The tokenizer (EngineOptions::tokenizer or the one beside the model); throws orbit::Error saying the
+  // model has none. Immutable after open: safe from any thread.
+  const runtime::Tokenizer& tokenizer() const;
+  bool has_tokenizer() const { return tokenizer_ != nullptr; }
+  // The model's chat template: the chat_template of tokenizer_config.json in the model's Hugging Face
+  // directory (or beside the tokenizer.json EngineOptions::tokenizer names); null when there is none.
+  // Read on first use, so a template the interpreter refuses never stops the engine from opening: its
+  // error is thrown by every call that needs it. Immutable once read: safe from any thread.
+  const runtime::ChatTemplate* chat_template() const;
+
+  // ---- the parts (see above) ----
+  ChunkRegistry& registry() { return *registry_; }
+  const ChunkRegistry& registry() const { return *registry_; }
+  KvStore& kv() { return *kv_; }
+  const KvStore& kv() const { return *kv_; }
+  PatchJobs& jobs() { return *jobs_; }
+  SharedPool& pool() { return *pool_; }
+  const SharedPool& pool() const { return *pool_; }
+  UsageMeter& usage() { return *usage_; }
+  const UsageMeter& usage() const { return *usage_; }
+  const EngineLife& life() const { return life_; }
+  EngineLife& life() { return life_; }
+
+  // ---- cost and fidelity models (calibrate.cpp) ----
+  planner::CostModel cost_model() const;
+  // The fitted (or default) model scaled by the self-checks' correction: what every plan predicts with.
+  planner::FidelityModel fidelity_model() const;
+  // The self-checks (Window::idle): the correction they feed and the probe forwards they cost.
+  struct FidelityChecks {
+    planner::FidelityCorrection correction;
+    double forward_tokens = 0;
+  };
+  FidelityChecks fidelity_checks() const;
+  // One check: the KL a window's probe measured against an exact recompute, the window's predicted KL (its
+  // entries' sum, predicted with the correction of their plans) and the check's forwards.
+  void note_fidelity_check(double measured_kl, double predicted_kl, double forward_tokens);
+  CalibrationReport calibrate();
+
+  // ---- ids ----
+  uint64_t next_instance_id() { return next_instance_.fetch_add(1) + 1; }
+  uint64_t next_window_id() { return next_window_.fetch_add(1) + 1; }
+  uint64_t next_content_version() { return next_version_.fetch_add(1) + 1; }
+
+  // Closes the engine (EngineLife::close): the queued background work finished, then, once the operations
+  // in flight have finished, the worker stopped and the store flushed and destroyed.
+  void close();
+
+ private:
+  EngineOptions options_;
+  std::unique_ptr<runtime::Model> model_;
+  std::unique_ptr<runtime::Tokenizer> tokenizer_;  // null when the model has none
+  mutable std::once_flag chat_template_once_;
+  mutable std::unique_ptr<runtime::ChatTemplate> chat_template_;  // chat_template(): null when none
+  mutable std::string chat_template_error_;                       // ... or why it could not be read
+  EngineLife life_;
+  std::unique_ptr<ChunkRegistry> registry_;
+  std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<SharedPool> pool_;
+  std::unique_ptr<UsageMeter> usage_;
+  std::unique_ptr<PatchJobs> jobs_;
+
+  mutable std::mutex mu_;  // the models below
+  planner::CostModel cost_model_;
+  planner::FidelityModel fidelity_model_;
+  FidelityChecks fidelity_checks_;
+
+  std::atomic<uint64_t> next_instance_{0};
+  std::atomic<uint64_t> next_window_{0};
+  std::atomic<uint64_t> next_version_{0};
+};
+
+}  // namespace orbit::detail

@@ -1,0 +1,73 @@
+#include "engine/engine_life.h"
+
+#include <algorithm>
+#include <iterator>
+#include <vector>
+
+#include "engine/engine_core.h"
+#include "orbit/common/error.h"
+
+namespace orbit::detail {
+
+namespace {
+// The engines the calling thread holds an OpHold on, innermost last (holds nest: a Window operation
+// calls Engine internals that hold again).
+thread_local std::vector<const EngineLife*> t_holds;
+}  // namespace
+
+void EngineLife::check_open() const { ORBIT_CHECK(!closed_.load(), "engine is closed"); }
+
+bool EngineLife::held_by_this_thread() const {
+  return std::find(t_holds.begin(), t_holds.end(), this) != t_holds.end();
+}
+
+void EngineLife::enter() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ORBIT_CHECK(!closed_.load(), "engine is closed");
+  ++holds_;
+  t_holds.push_back(this);
+}
+
+void EngineLife::leave() const {
+  for (auto it = t_holds.rbegin(); it != t_holds.rend(); ++it) {
+    if (*it == this) {
+      t_holds.erase(std::next(it).base());
+      break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--holds_ == 0) cv_.notify_all();
+}
+
+void EngineLife::close(const std::function<void()>& finish, const std::function<void()>& shut_down) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool inside = held_by_this_thread();
+  if (closed_.load()) {
+    // Another close() is draining; wait for it (unless this thread's own hold is what it waits for).
+    if (!inside) cv_.wait(lock, [&] { return shut_down_; });
+    return;
+  }
+  ORBIT_CHECK(!inside,
+              "close(): called from inside an operation of this engine on the same thread; close the "
+              "engine after that operation returns");
+  lock.unlock();
+  finish();
+  lock.lock();
+  if (closed_.load()) {
+    cv_.wait(lock, [&] { return shut_down_; });
+    return;
+  }
+  closed_.store(true);
+  cv_.wait(lock, [&] { return holds_ == 0; });
+  lock.unlock();
+  shut_down();
+  lock.lock();
+  shut_down_ = true;
+  cv_.notify_all();
+}
+
+OpHold::OpHold(const EngineCore& core) : life_(core.life()) { life_.enter(); }
+
+OpHold::~OpHold() { life_.leave(); }
+
+}  // namespace orbit::detail

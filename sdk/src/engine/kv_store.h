@@ -1,0 +1,98 @@
+// KvStore: the engine's facade over its chunk store (EngineCore, engine_core.h) for the KV it keeps:
+// canonicals (read, or encoded and stored), patches, conditioned KV, the KV forwards computed for exact
+// reuse (with the reuse index that finds their leading runs), and the patch catalog (what each chunk's
+// patches were formed under, their residuals and sensitivities).
+//
+// The store holds float32 host tensors whatever the model's device and dtype; this facade converts at its
+// boundary. The store may only be used inside an engine operation (an OpHold): close() destroys it once
+// none is in flight. The store, the catalog and the reuse index each lock on their own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "orbit/runtime/reuse.h"
+#include "orbit/store/chunk_store.h"
+#include "plan/kv_state.h"
+#include "plan/patch_catalog.h"
+#include "plan/window_meta.h"
+
+namespace orbit::detail {
+
+class EngineCore;
+
+class KvStore {
+ public:
+  KvStore(EngineCore& core, const store::ChunkStoreOptions& options);
+  KvStore(const KvStore&) = delete;
+  KvStore& operator=(const KvStore&) = delete;
+
+  // The store itself; only inside an engine operation (throws an internal error otherwise).
+  store::ChunkStore& store();
+  // Where the canonical is stored (nullopt: it must be encoded).
+  std::optional<StoreTier> canonical_residence(const std::string& key) const;
+  // The canonical (from the store, else encoded and stored). *encoded = true when it ran the forward.
+  runtime::Content canonical(const ChunkRecord& chunk, bool* encoded = nullptr, int64_t* bytes_read = nullptr);
+  bool contains(const std::string& store_key) const;
+  // Stored, or queued/being formed in the background (get_patch then waits for that one job).
+  bool available(const std::string& store_key) const;
+  std::optional<runtime::Patch> get_patch(const std::string& key);
+  std::optional<runtime::Content> get_conditioned(const std::string& key);
+  void put_conditioned(const runtime::Content& content, const std::string& chunk_key, PatchRecord record);
+  // A patch formed in the background, stored under each of `keys` (the catalog learns its residual and
+  // sensitivity).
+  void put_patch(const std::string& chunk_key, const std::vector<std::string>& keys, const runtime::Patch& patch);
+  // Exact reuse (kv_state.h): the KV a forward computed, stored under its reuse key (no catalog entry; read
+  // back with get_conditioned). A store that refuses it (budgets full of pinned entries) only loses the reuse.
+  // `tokens` (the instance's token ids; empty for embeddings) go to reuse_index() under `chain` and
+  // `content_chain`, the states and the content before it, so a later forward behind either can load a
+  // matching leading run.
+  void put_reusable(const std::string& reuse_key, const runtime::Content& content, const KvState& chain,
+                    const KvState& content_chain, const std::vector<int64_t>& tokens);
+  const ReuseIndex& reuse_index() const { return reuse_index_; }
+
+  // ---- the patch catalog ----
+  // What the catalog knows of one of the chunk's patches (nullopt: none under that key): whether it was
+  // formed full-rank over an exact context, and its residual (-1 until formed, or unknown).
+  using PatchFacts = PatchCatalog::Facts;
+  std::optional<PatchFacts> patch_facts(const std::string& chunk_key, const std::string& patch_key) const;
+  // The stored patch of `chunk_key` (factors of `variant`, not a conditioned KV) formed under the context
+  // closest to `context`: 1 − Σ min / Σ max over the two multisets of keys weighted by tokens (0 = the same
+  // set, 1 = disjoint), among its newest `max_records` such patches; nullopt when none is available.
+  using StaleMatch = PatchCatalog::Candidate;
+  std::optional<StaleMatch> closest_patch(const std::string& chunk_key, const std::string& variant,
+                                          const ContextWeights& context, std::size_t max_records) const;
+  // The mean runtime::Patch::sensitivity over the chunk's patches this engine has formed or read from
+  // the store (a live turn's measured one, by its content key); -1 when it knows none.
+  double chunk_sensitivity(const std::string& chunk_key) const;
+  // Remembers the sensitivity of a patch read from the store (formed by another process, or before this
+  // engine opened the store); no-op when the patch did not record one.
+  void note_read_patch(const std::string& chunk_key, const std::string& patch_key, const runtime::Patch& patch);
+  // A live turn's measured sensitivity, recorded under its content key.
+  void note_turn_sensitivity(const std::string& key, double sensitivity);
+  // Adds `record` to the catalog with its context's token lengths (ChunkRegistry::key_length).
+  void catalog_add(const std::string& chunk_key, PatchRecord record);
+
+  // Flushes and destroys the store (EngineCore::close, once no operation is in flight).
+  void close();
+
+ private:
+  // Where canonical-shaped KV (canonicals, conditioned KV) is put: the device tier when there is one.
+  store::PutOptions kv_put_options(double recompute_tokens, bool pin) const;
+  void check_held() const;
+
+  EngineCore& core_;
+  std::unique_ptr<store::ChunkStore> store_;
+  ReuseIndex reuse_index_;  // its own lock
+  PatchCatalog catalog_;    // its own lock
+};
+
+// The store's options from EngineOptions (tiers, budgets, eviction, cold tier, remote); throws orbit::Error
+// naming the option at fault (store_options.cpp). `core` must have its model and chunk registry.
+store::ChunkStoreOptions engine_store_options(const EngineCore& core);
+
+}  // namespace orbit::detail

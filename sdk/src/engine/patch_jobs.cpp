@@ -1,0 +1,96 @@
+// PatchJobs (patch_jobs.h): the background jobs' bodies: forming a patch from a first sight's conditioned
+// KV, and measuring a live turn's sensitivity.
+#include "engine/patch_jobs.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <chrono>
+
+#include "engine/engine_core.h"
+
+namespace orbit::detail {
+
+PatchJobs::PatchJobs(EngineCore& core, BackgroundMode mode)
+    : core_(core), queue_(std::make_unique<BackgroundQueue>(mode)) {}
+
+void PatchJobs::finish() { (void)queue_->run(1e30, queue_->queued()); }
+
+void PatchJobs::stop() { queue_->stop(); }
+
+void PatchJobs::queue_patch(PatchJob job) {
+  for (std::size_t i = 0; i < job.store_keys.size(); ++i) {
+    PatchRecord rec;
+    rec.key = job.store_keys[i];
+    rec.context = job.context;
+    rec.variant = job.variant;
+    rec.exact = job.exact && job.full_rank && i == 0;
+    core_.kv().catalog_add(job.chunk->ref.key, std::move(rec));
+  }
+  BackgroundQueue::Job j;
+  j.keys = job.store_keys;
+  auto shared = std::make_shared<PatchJob>(std::move(job));
+  j.run = [this, shared](bool critical) { run_patch_job(*shared, critical); };
+  queue_->queue(std::move(j));
+}
+
+void PatchJobs::queue_turn_sensitivity(const std::string& key, const std::vector<int64_t>& tokens,
+                                        runtime::Content conditioned) {
+  auto shared = std::make_shared<TurnSensitivityJob>(TurnSensitivityJob{key, tokens, std::move(conditioned)});
+  BackgroundQueue::Job j;  // writes no store key: nothing awaits it
+  j.run = [this, shared](bool critical) { run_turn_sensitivity(*shared, critical); };
+  queue_->queue(std::move(j));
+}
+
+void PatchJobs::run_turn_sensitivity(const TurnSensitivityJob& job, bool critical) {
+  const OpHold hold(core_);
+  if (core_.kv().chunk_sensitivity(job.key) >= 0) return;  // measured meanwhile (the same turn in another window)
+  const auto t0 = std::chrono::steady_clock::now();
+  c10::InferenceMode guard;
+  runtime::ForwardOptions fo;
+  fo.logits = runtime::LogitsMode::kNone;
+  const runtime::Content alone = core_.model().forward(core_.registry().input_for_tokens(job.tokens, 0), nullptr, fo).content;
+  const double s = runtime::deficit_share(runtime::deficit(job.conditioned, alone), job.conditioned);
+  core_.kv().note_turn_sensitivity(job.key, s);
+  Counters d;
+  d.forward_tokens = static_cast<double>(job.tokens.size());
+  if (!critical) {
+    d.background_jobs = 1;
+    d.background_forward_tokens = d.forward_tokens;
+    d.background_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  core_.usage().count(d);
+}
+
+void PatchJobs::after_apply() {
+  if (queue_->mode() == BackgroundMode::kInline) (void)queue_->run(1e30);
+}
+
+void PatchJobs::run_patch_job(const PatchJob& job, bool critical) {
+  const OpHold hold(core_);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool all_stored = true;
+  for (const std::string& k : job.store_keys) all_stored = all_stored && core_.kv().contains(k);
+  if (all_stored) return;  // formed meanwhile (another window, another job)
+  bool encoded = false;
+  const runtime::Content canonical = core_.kv().canonical(*job.chunk, &encoded);
+  c10::InferenceMode guard;
+  const runtime::Content delta = runtime::deficit(job.conditioned, canonical);
+  runtime::PatchOptions po;
+  po.rank_k = job.rank_k;
+  po.rank_v = job.rank_v;
+  if (job.deep_only) po.first_layer = runtime::choose_first_layer(delta, job.deep_energy);
+  runtime::Patch patch = runtime::form_patch(core_.model(), delta, po);
+  patch.sensitivity = runtime::deficit_share(delta, job.conditioned);
+  core_.kv().put_patch(job.chunk->ref.key, job.store_keys, patch);
+  Counters d;
+  d.patches_formed = 1;
+  if (!critical) {
+    d.background_jobs = 1;
+    d.background_forward_tokens = encoded ? static_cast<double>(job.chunk->ref.length) : 0.0;
+    d.background_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  core_.usage().count(d);
+}
+
+}  // namespace orbit::detail

@@ -1,0 +1,32 @@
+// The planning view's plain helpers (window_meta.h).
+#include "plan/window_meta.h"
+
+#include <functional>
+
+namespace orbit::detail {
+
+void ContextWeights::push(const std::string& key, double length) {
+  tokens[std::hash<std::string>{}(key)] += length;
+  total += length;
+}
+
+uint64_t context_hash(uint64_t h, const std::string& key, uint64_t version) {
+  uint64_t x = std::hash<std::string>{}(key) ^ (version * 0x9e3779b97f4a7c15ULL);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return (h * 0x100000001b3ULL) ^ x ^ (h >> 29);
+}
+
+ChunkRef EntryMeta::ref() const {
+  if (chunk != nullptr) return chunk->ref;
+  ChunkRef r;
+  r.key = key;
+  r.kind = ChunkKind::kTokens;
+  r.length = length;
+  r.extent = extent;
+  r.label = "turn";
+  return r;
+}
+
+}  // namespace orbit::detail

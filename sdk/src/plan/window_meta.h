@@ -1,0 +1,119 @@
+// What planning sees of a window and its chunks (docs/ARCHITECTURE.md §3, §5): plain metadata, no tensors
+// and no KV. This header, plan_env.h and the planner's sources (layout_*.cpp, actions_plan.cpp) form the
+// torch-free planning library `orbit_plan`: the planner's decision tests link it with a fake PlanEnv and
+// no model.
+//
+//   ChunkRecord     a registered chunk: its reference and tokens (an embedding chunk's tensors are opaque
+//                   here: ChunkTensors, defined in engine_core.h)
+//   EntryMeta       one instance of a window apart from its KV: how its KV was formed and what it carries
+//   WindowSnapshot  the window as planning reads it: its entries' metadata in window order, its id and
+//                   version, its options and its page geometry
+//   Slot, Layout    an operation's result before planning: the instances after it, in order, and what leaves
+//
+// Invariants of a WindowSnapshot: entries are in window order and non-null; an instance's positions are the
+// sum of the extents before it (positions are never stored); every EntryMeta::id is unique in the window.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "orbit/plan.h"
+#include "orbit/window.h"
+#include "plan/kv_state.h"
+
+namespace orbit::detail {
+
+struct ChunkTensors;  // an embedding chunk's tensors (engine_core.h)
+
+struct ChunkRecord {
+  ChunkRef ref;
+  std::vector<int64_t> tokens;            // kTokens
+  std::shared_ptr<ChunkTensors> tensors;  // kEmbeddings: embeddings and grid; null for token chunks
+  bool pinned = false;
+};
+
+// A context as a multiset of keys weighted by their tokens (a key's hash → its tokens, summed over
+// repeats): what a stale patch's divergence compares. The planner grows one with its context, so each
+// comparison costs the stored patch's context, not both.
+struct ContextWeights {
+  std::unordered_map<uint64_t, double> tokens;
+  double total = 0;
+  void push(const std::string& key, double length);
+};
+
+struct ContextItem {
+  std::string key;
+  uint64_t version = 0;
+  friend bool operator==(const ContextItem& a, const ContextItem& b) {
+    return a.key == b.key && a.version == b.version;
+  }
+};
+
+// Order-sensitive running hash of a context: h' = context_hash(h, key, version), starting from 0.
+uint64_t context_hash(uint64_t h, const std::string& key, uint64_t version);
+
+// What a window knows about one instance, apart from its KV: plain, copyable data (a fork or a kept
+// instance copies it whole).
+struct EntryMeta {
+  InstanceId id = 0;
+  bool is_turn = false;
+  std::string key;                     // content key (chunks and turns alike)
+  const ChunkRecord* chunk = nullptr;  // chunks only (owned by the engine)
+  std::vector<int64_t> turn_tokens;    // turns only
+  int64_t length = 0;
+  int64_t extent = 0;
+  uint64_t version = 0;            // content version (changes whenever the KV is re-formed)
+  uint64_t formed_on = 0;          // context_hash of the antecedents (key, version) it was formed on
+  uint64_t formed_on_keys = 0;     // context_hash of their keys alone (version 0)
+  int64_t formed_on_tokens = 0;    // their tokens
+  double drift_tokens = 0;         // tokens removed or inserted before it since it was formed
+  bool exact_when_formed = false;  // formed exactly over an exact context
+  double predicted_kl = 0;         // the fidelity model's KL this instance carries (0 when exact)
+  double keep_change = 0;          // the keep feature accumulated since formed (fidelity_model.h)
+  double kl_per_weight = 0;        // of which its serving action's own loss, per unit recency weight
+  StepAction formed_by = StepAction::kKeep;
+  PatchMatch match = PatchMatch::kNone;
+  std::string patch_key;
+  bool deferred = false;  // an edit left its repair to the next read (WindowPolicy::defer_repairs)
+  KvState state;          // what its KV is (kv_state.h): equal states, equal KV
+
+  ChunkRef ref() const;
+};
+
+// The window as planning reads it (see the invariants above). The window's state makes one per plan
+// (snapshot() in window_state.h): the entries are pointers into it, valid while it does not change.
+struct WindowSnapshot {
+  uint64_t id = 0;
+  uint64_t version = 0;                    // the state a plan made from it is tied to
+  const WindowOptions* options = nullptr;  // its policy and max_bytes
+  std::vector<const EntryMeta*> entries;   // window order
+  int64_t page_size = 1;                   // tokens per KV page
+  int64_t page_bytes = 0;                  // bytes per KV page
+
+  int64_t pages_for(int64_t tokens) const { return (tokens + page_size - 1) / page_size; }
+};
+
+struct Slot {
+  int64_t existing = -1;  // index into the window's entries, or -1 for a new instance
+  InstanceId id = 0;
+  const ChunkRecord* chunk = nullptr;  // new chunk instances
+  std::vector<int64_t> turn_tokens;    // new turns
+  bool is_turn = false;
+  bool force = false;  // re-condition even when survivors are kept (cascade, reorder)
+  std::string reason;
+};
+
+struct Layout {
+  Operation op = Operation::kAdmit;
+  std::vector<Slot> slots;
+  std::vector<int64_t> evict;  // indices into the window's entries
+  std::vector<InstanceId> cascade;
+  std::string change_reason;             // why survivors' context changed ("chunk 'a' evicted")
+  bool reorder_relookup = false;         // reorder: every instance whose key context changed re-looks up
+  const WindowPolicy* policy = nullptr;  // plan under this policy instead of the window's (heal)
+};
+
+}  // namespace orbit::detail

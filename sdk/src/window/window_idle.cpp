@@ -1,0 +1,218 @@
+// Window's idle-time work: prepared recalls and moves (forms in throwaway forks, stored for later), and
+// idle() (heal, the fidelity self-check, then the preparations the policy asks for).
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "orbit/common/error.h"
+#include "orbit/window.h"
+#include "window/window_ops.h"
+
+namespace orbit {
+
+using detail::Entry;
+using detail::Layout;
+using detail::Slot;
+using detail::WindowState;
+using detail::must;
+using detail::served_again;
+namespace {
+
+// The policy of the throwaway forks idle-time preparation runs in: the chunk is formed in context, the
+// survivors are kept (nothing else is formed), and nothing is stored but the chunk's patch.
+WindowPolicy preparation_policy(WindowPolicy prep) {
+  prep.on_miss = MissAction::kForm;
+  prep.survivors = SurvivorAction::kKeep;
+  prep.stale = StalePatch::kRebuild;
+  prep.reuse_stored = false;
+  prep.use_orbit_patches = true;  // stores the orbit key too, when none is stored
+  prep.store_conditioned = false;
+  prep.reuse_computed = false;
+  prep.cascade_on_recall = false;
+  prep.kl_budget = 0;
+  prep.cost_aware = false;
+  prep.defer_repairs = false;
+  return prep;
+}
+
+// The step of `plan` that forms `id`'s patch, when the plan forms one that is not stored yet; else null.
+const PlanStep* new_form_step(const detail::EngineCore& core, const Plan& plan, InstanceId id) {
+  if (!plan.refusal.empty()) return nullptr;
+  const PlanStep* step = nullptr;
+  for (const PlanStep& x : plan.steps) {
+    if (x.instance == id) step = &x;
+  }
+  if (step == nullptr || step->action != StepAction::kForm || step->store_keys.empty() ||
+      core.kv().available(step->store_keys.front())) {
+    return nullptr;  // nothing to form there, or prepared already
+  }
+  return step;
+}
+
+}  // namespace
+
+IdleReport Window::prepare_recalls(int64_t max_chunks) {
+  const detail::OpHold hold(*state_->core);
+  ORBIT_CHECK(max_chunks >= 0, "prepare_recalls: max_chunks = " << max_chunks << " must be >= 0");
+  IdleReport out;
+  const WindowState& s = *state_;
+  if (max_chunks == 0 || s.evicted.empty() || s.has_deferred()) return out;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::pair<uint64_t, std::string>> recent;  // (when evicted, chunk key), most recent first
+  recent.reserve(s.evicted.size());
+  for (const auto& [key, ev] : s.evicted) recent.emplace_back(ev.when, key);
+  std::sort(recent.begin(), recent.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (recent.size() > static_cast<std::size_t>(max_chunks)) recent.resize(static_cast<std::size_t>(max_chunks));
+  // A recall in a throwaway fork, formed in context: the fork's past is this window's KV, so the patch is
+  // the one a recall to the tail here needs.
+  const WindowPolicy prep = preparation_policy(s.options.policy);
+  for (const auto& [when, key] : recent) {
+    Window child(detail::fork_state(s));
+    child.state_->options.policy = prep;
+    const Plan plan = child.plan_recall(s.core->registry().record(key).ref);
+    if (new_form_step(*s.core, plan, s.evicted.at(key).id) == nullptr) continue;
+    const Result<ApplyReport> r = detail::apply_plan(*child.state_, plan, /*background=*/true);
+    if (!r.is_ok()) continue;  // the pool filled up meanwhile: skipped, as documented
+    ++out.recalls_prepared;
+    out.prepare_forward_tokens += r.value().forward_tokens;
+  }
+  out.forward_tokens = out.prepare_forward_tokens;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+IdleReport Window::prepare_moves(int64_t max_chunks) {
+  const detail::OpHold hold(*state_->core);
+  ORBIT_CHECK(max_chunks >= 0, "prepare_moves: max_chunks = " << max_chunks << " must be >= 0");
+  IdleReport out;
+  const WindowState& s = *state_;
+  if (max_chunks == 0 || s.has_deferred()) return out;
+  std::vector<std::size_t> chunks;  // chunk entries, in window order
+  for (std::size_t i = 0; i < s.entries.size(); ++i) {
+    if (!s.entries[i].is_turn) chunks.push_back(i);
+  }
+  if (chunks.size() < 2) return out;
+  const auto start = std::chrono::steady_clock::now();
+  // A move behind the last chunk puts the chunk where that one is followed by: the instance after it
+  // (a turn), or the window's end.
+  const std::size_t last = chunks.back();
+  const InstanceId before = last + 1 < s.entries.size() ? s.entries[last + 1].id : 0;
+  // Under the exact key only: a patch formed for one ordering, stored as the set's orbit patch, would be read
+  // under every other ordering at the orbit price (on a video QA trace a step that read one measured KL
+  // 5.4e-3 against 1e-3 predicted).
+  WindowPolicy prep = preparation_policy(s.options.policy);
+  prep.use_orbit_patches = false;
+  int64_t tried = 0;
+  for (std::size_t k = chunks.size() - 1; k-- > 0 && tried < max_chunks;) {
+    const Entry& e = s.entries[chunks[k]];
+    ++tried;
+    // In a throwaway fork: evicted (the survivors kept as they are, which is what a deferred reorder
+    // leaves them) and recalled behind the last chunk, formed in that context.
+    Window child(detail::fork_state(s));
+    child.state_->options.policy = prep;
+    const Plan evict = child.plan_evict(e.id);
+    if (!evict.refusal.empty()) continue;
+    const Result<ApplyReport> evicted = detail::apply_plan(*child.state_, evict, /*background=*/true);
+    if (!evicted.is_ok()) continue;
+    const Plan plan = child.plan_recall(e.ref(), before);
+    if (new_form_step(*s.core, plan, e.id) == nullptr) continue;
+    const Result<ApplyReport> r = detail::apply_plan(*child.state_, plan, /*background=*/true);
+    if (!r.is_ok()) continue;  // the pool filled up meanwhile: skipped, as documented
+    ++out.moves_prepared;
+    out.prepare_forward_tokens += evicted.value().forward_tokens + r.value().forward_tokens;
+  }
+  out.forward_tokens = out.prepare_forward_tokens;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+namespace {
+
+// The self-check's probe: the window's last kProbeTokens vocabulary ids (from its trailing turns and token
+// chunks; an embedding chunk ends the walk back), read again as a query. Cheap (a few forwards, no new
+// content), and representative of the read that comes next: its rows sit where the next query's will,
+// right after the window, and attend over all of the window's KV as that query's do (a repeat of the tail
+// also makes the model look back for the earlier occurrence, across the window). Empty when the window
+// ends in an embedding chunk or the probe would pass the model's positions.
+constexpr std::size_t kProbeTokens = 8;
+// A window below heal_min_kl that is not exact is checked (and healed) on every kSampleEvery-th idle call.
+constexpr int64_t kSampleEvery = 4;
+
+std::vector<int64_t> self_check_probe(const WindowState& s) {
+  std::vector<int64_t> reversed;
+  for (auto it = s.entries.rbegin(); it != s.entries.rend() && reversed.size() < kProbeTokens; ++it) {
+    if (!it->is_turn && it->chunk->ref.kind != ChunkKind::kTokens) break;
+    const std::vector<int64_t>& tokens = it->is_turn ? it->turn_tokens : it->chunk->tokens;
+    for (auto t = tokens.rbegin(); t != tokens.rend() && reversed.size() < kProbeTokens; ++t) {
+      reversed.push_back(*t);
+    }
+  }
+  int64_t extent = 0;
+  for (const Entry& e : s.entries) extent += e.extent;
+  if (extent + static_cast<int64_t>(reversed.size()) > s.core->config().max_position_embeddings) return {};
+  return {reversed.rbegin(), reversed.rend()};
+}
+
+// Heals the window (plan_heal + apply) and, when `check` (WindowPolicy::self_check), checks the fidelity model
+// on the way (Window::idle says how):
+// the probe's logits before and after, their KL measured against the window's predicted KL.
+void heal_and_check(Window& w, WindowState& s, IdleReport& out, bool check) {
+  s.unchecked_idles = 0;
+  const Plan plan = w.plan_heal();
+  out.healed_instances = served_again(plan);
+  if (out.healed_instances == 0) return;
+  // A deferred repair would change the KV before the heal's plan reads it: no check then.
+  const std::vector<int64_t> probe = !check || s.has_deferred() ? std::vector<int64_t>{} : self_check_probe(s);
+  std::optional<Logits> approx;
+  if (!probe.empty()) approx = detail::probe_logits(s, probe);
+  out.heal_forward_tokens = must(w.apply(plan)).forward_tokens;
+  if (!approx) return;
+  const Logits exact = detail::probe_logits(s, probe);
+  out.checked = true;
+  out.measured_kl = detail::probe_kl(exact, *approx);
+  out.check_forward_tokens = 2.0 * static_cast<double>(probe.size());
+  detail::Counters counted;  // the two probes: background forwards
+  counted.forward_tokens = out.check_forward_tokens;
+  counted.background_forward_tokens = out.check_forward_tokens;
+  s.core->usage().count(counted);
+  s.forward_tokens += out.check_forward_tokens;
+  s.core->note_fidelity_check(out.measured_kl, out.predicted_kl, out.check_forward_tokens);
+}
+
+}  // namespace
+
+IdleReport Window::idle() {
+  const detail::OpHold hold(*state_->core);
+  const auto start = std::chrono::steady_clock::now();
+  IdleReport out;
+  const WindowPolicy& policy = state_->options.policy;
+  for (const Entry& e : state_->entries) out.predicted_kl += e.predicted_kl;
+  // A window that carries (by prediction) less than heal_min_kl is left as it is, but for a sampled check
+  // on every kSampleEvery-th idle call that finds it so (and not exact: some loss predicted); with a
+  // threshold of 0, anything not exact is healed (plan_heal keeps an exact window as it is).
+  if (policy.heal_when_idle) {
+    const bool over = out.predicted_kl >= policy.heal_min_kl;
+    const bool sample = policy.self_check && !over && out.predicted_kl > 0 && ++state_->unchecked_idles >= kSampleEvery;
+    if (over || sample) heal_and_check(*this, *state_, out, policy.self_check);
+  }
+  if (policy.prepare_recalls > 0) {
+    const IdleReport prepared = prepare_recalls(policy.prepare_recalls);
+    out.recalls_prepared = prepared.recalls_prepared;
+    out.prepare_forward_tokens = prepared.prepare_forward_tokens;
+  }
+  // An agent that has reordered this window is one that attends by moving chunks: only then is a move
+  // worth preparing (a window never reordered would spend its idle time on patches nothing reads).
+  if (policy.prepare_moves > 0 && state_->reorders > 0) {
+    const IdleReport prepared = prepare_moves(policy.prepare_moves);
+    out.moves_prepared = prepared.moves_prepared;
+    out.prepare_forward_tokens += prepared.prepare_forward_tokens;
+  }
+  out.forward_tokens = out.heal_forward_tokens + out.check_forward_tokens + out.prepare_forward_tokens;
+  out.fidelity_correction = state_->core->fidelity_checks().correction.factor();
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+}  // namespace orbit
