@@ -16,7 +16,7 @@ set(ORBIT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/orbit" CACHE STRING
     "Where orbitConfig.cmake goes, relative to the install prefix")
 
 set(_orbit_exported orbit_common orbit_runtime orbit_planner orbit_store orbit_sdk orbit_eval)
-foreach(t orbit_keys orbit_plan orbit_kernels_cuda)  # orbit_plan: the sdk's torch-free planner (internal)
+foreach(t orbit_keys orbit_plan orbit_apply orbit_kernels_cuda)  # orbit_plan, orbit_apply: the sdk's torch-free planner and apply decisions (internal)
   if(TARGET ${t})
     list(APPEND _orbit_exported ${t})
   endif()

@@ -8,6 +8,7 @@
 
 #include "orbit/common/error.h"
 #include "apply/actions.h"
+#include "apply/engine_apply_env.h"
 #include "window/window_ops.h"
 
 // apply_plan() in named parts, in the order it runs them:
@@ -45,7 +46,6 @@ struct Built {
 struct BuildContext {
   uint64_t ctx_hash = 0, keys_hash = 0;
   int64_t ctx_tokens = 0;
-  std::size_t leading_turns = 0;
   std::vector<planner::PrefixSpan> prefixes;  // the window's key prefixes after the plan (the yardstick)
 };
 
@@ -112,15 +112,15 @@ Entry start_entry(EngineCore& core, const PlanStep& s, const Entry* old) {
 }
 
 // Runs the step's action: the entry's KV at the build's next position, behind the entries built so far.
-ApplyOutput run_action(Built& built, const PlanStep& s, const Entry& e, const Entry* old, std::size_t prefix) {
-  ApplyInput in{built.window.core, built.window};
-  in.key = &e.key;
-  in.old = old;
-  in.chunk = e.chunk;
-  in.turn_tokens = &e.turn_tokens;
-  in.length = e.length;
-  in.position = built.window.next_position;
-  in.prefix = prefix;
+ApplyOutput run_action(Built& built, const PlanStep& s, const Entry& e, const Entry* old) {
+  EngineApplyEnv env(built.window);
+  ApplyInput in{env, ApplyTarget{}};
+  in.target.key = e.key;
+  in.target.chunk = e.chunk;
+  in.target.turn_tokens = &e.turn_tokens;
+  in.target.length = e.length;
+  in.target.position = built.window.next_position;
+  in.target.has_old = old != nullptr;
   ApplyOutput out;
   apply_action(in, s, out);
   return out;
@@ -132,13 +132,13 @@ void keep_for_reuse(EngineCore& core, const PlanStep& s, const Entry& e, const A
                     const KvState& content) {
   const bool forwarded = out.done_as == StepAction::kForm || out.done_as == StepAction::kReprefill ||
                          out.done_as == StepAction::kPrefillTurn;
-  if (!forwarded || out.approximate_reuse || out.content.empty() ||
+  if (!forwarded || out.approximate_reuse || content_of(out.content).empty() ||
       (s.reuse_key.empty() && s.how != ServeActionId::kReuse))
     return;
   static const std::vector<int64_t> none;
   const std::vector<int64_t>& tokens =
       e.is_turn ? e.turn_tokens : (e.chunk->ref.kind == ChunkKind::kTokens ? e.chunk->tokens : none);
-  core.kv().put_reusable(reuse_key(e.key, chain), out.content, chain, content, tokens);
+  core.kv().put_reusable(reuse_key(e.key, chain), content_of(out.content), chain, content, tokens);
 }
 
 // A kept entry: the old entry's pages (forked) and what it was formed on; the step's drift and prediction.
@@ -178,7 +178,7 @@ Status form_pages(const WindowState& state, Operation op, const PlanStep& s, con
   const int64_t rows = config.position_rows();
   at::Tensor placeholder = rows == 1 ? at::zeros({e.length}, at::kLong) : at::zeros({rows, e.length}, at::kLong);
   SharedPool::Usage full;
-  e.kv = core.pool().create(config, out.content, placeholder, &full);
+  e.kv = core.pool().create(config, content_of(out.content), placeholder, &full);
   if (e.kv == nullptr) {
     std::ostringstream why;
     why << operation_name(op) << " refused: the KV pool is full (" << full.free << " of " << full.pages
@@ -198,11 +198,10 @@ void append_entry(Built& built, BuildContext& ctx, Entry e, ApplyOutput& out) {
   ctx.keys_hash = context_hash(ctx.keys_hash, e.key, 0);
   ctx.prefixes.push_back({ctx.keys_hash, e.length});
   ctx.ctx_tokens += e.length;
-  if (ctx.leading_turns == b.entries.size() && e.is_turn) ++ctx.leading_turns;
   const int64_t position = b.next_position;
   b.entries.push_back(std::move(e));
   b.contents.resize(b.entries.size());
-  if (!out.keep_pages) b.contents.back() = std::move(out.content);
+  if (!out.keep_pages) b.contents.back() = content_of(out.content);
   b.starts.push_back(position);
   b.next_position += b.entries.back().extent;
 }
@@ -219,7 +218,7 @@ Status apply_steps(const WindowState& state, const Plan& plan, const EntryIndex&
     const auto it = index.find(s.instance);
     const Entry* old = it != index.end() ? &state.entries[static_cast<std::size_t>(it->second)] : nullptr;
     Entry e = start_entry(core, s, old);
-    ApplyOutput out = run_action(built, s, e, old, ctx.leading_turns);
+    ApplyOutput out = run_action(built, s, e, old);
     tally.add(out);
     keep_for_reuse(core, s, e, out, built.window.chain, built.window.content);
     if (out.keep_pages) {

@@ -1,0 +1,185 @@
+// EngineApplyEnv (engine_apply_env.h): the serving actions' reads, forwards and background jobs over the
+// engine, behind the window being built.
+#include "apply/engine_apply_env.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include "engine/engine_core.h"
+#include "engine/engine_plan_env.h"
+#include "orbit/runtime/repair.h"
+#include "window/window_ops.h"
+
+namespace orbit::detail {
+
+// ---- KV behind the seam ----------------------------------------------------------------------------
+
+int64_t TensorKv::rows() const { return content_.empty() ? 0 : content_.front().k.size(0); }
+
+int64_t TensorKv::bytes() const { return runtime::content_bytes(content_); }
+
+Kv make_kv(runtime::Content content) { return std::make_shared<const TensorKv>(std::move(content)); }
+
+const runtime::Content& content_of(const Kv& kv) {
+  static const runtime::Content none;
+  if (kv == nullptr) return none;
+  return static_cast<const TensorKv&>(*kv).content();
+}
+
+// ---- the window being built ------------------------------------------------------------------------
+
+WindowBuild::~WindowBuild() { core.pool().clear(entries); }
+
+runtime::PastKV WindowBuild::past() {
+  positions.resize(entries.size());
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (contents[i].empty()) contents[i] = entry_content(core, entries[i]);
+    if (!positions[i].defined())
+      positions[i] = core.registry().positions_for(entries[i].chunk, entries[i].length, starts[i]);
+  }
+  return concat_past(core.config().num_layers, contents, positions);
+}
+
+std::vector<ContextItem> WindowBuild::context() const {
+  std::vector<ContextItem> out;
+  out.reserve(entries.size());
+  for (const Entry& e : entries) out.push_back({e.key, e.version});
+  return out;
+}
+
+std::vector<InstanceId> WindowBuild::context_ids() const {
+  std::vector<InstanceId> out;
+  out.reserve(entries.size());
+  for (const Entry& e : entries) out.push_back(e.id);
+  return out;
+}
+
+std::vector<std::string> WindowBuild::context_keys() const {
+  std::vector<std::string> out;
+  out.reserve(entries.size());
+  for (const Entry& e : entries) out.push_back(e.key);
+  return out;
+}
+
+// ---- the engine's env ------------------------------------------------------------------------------
+
+namespace {
+
+runtime::ForwardOptions no_logits() {
+  runtime::ForwardOptions fo;
+  fo.logits = runtime::LogitsMode::kNone;
+  return fo;
+}
+
+// Appends rows of KV (content at `positions`) to a past.
+void append_rows(runtime::PastKV& past, const runtime::Content& rows, const at::Tensor& positions) {
+  if (past.length() == 0) {
+    past.layers = rows;
+    past.positions = positions;
+    return;
+  }
+  for (std::size_t l = 0; l < past.layers.size(); ++l) {
+    past.layers[l].k = at::cat({past.layers[l].k, rows[l].k}, 0);
+    past.layers[l].v = at::cat({past.layers[l].v, rows[l].v}, 0);
+  }
+  past.positions = at::cat({past.positions, positions}, -1);
+}
+
+}  // namespace
+
+ModelLimits EngineApplyEnv::model() const { return model_limits(core_); }
+
+runtime::ForwardInput EngineApplyEnv::input_of(const ApplyTarget& t) const {
+  return t.chunk != nullptr ? core_.registry().input_for(*t.chunk, t.position)
+                            : core_.registry().input_for_tokens(*t.turn_tokens, t.position);
+}
+
+Kv EngineApplyEnv::canonical(const ChunkRecord& chunk, bool* encoded, int64_t* bytes_read) {
+  return make_kv(core_.kv().canonical(chunk, encoded, bytes_read));
+}
+
+std::optional<Kv> EngineApplyEnv::patched(const ChunkRecord& chunk, const Kv& canonical, const std::string& patch_key,
+                                          int64_t* patch_bytes) {
+  std::optional<runtime::Patch> patch = core_.kv().get_patch(patch_key);
+  if (!patch.has_value()) return std::nullopt;
+  core_.kv().note_read_patch(chunk.ref.key, patch_key, *patch);
+  *patch_bytes = patch->bytes();
+  return make_kv(runtime::apply_patch(core_.model(), content_of(canonical), *patch));
+}
+
+std::optional<Kv> EngineApplyEnv::conditioned(const std::string& store_key) {
+  std::optional<runtime::Content> stored = core_.kv().get_conditioned(store_key);
+  if (!stored.has_value()) return std::nullopt;
+  return make_kv(std::move(*stored));
+}
+
+void EngineApplyEnv::put_conditioned(const Kv& kv, const std::string& chunk_key, PatchRecord record) {
+  core_.kv().put_conditioned(content_of(kv), chunk_key, std::move(record));
+}
+
+Kv EngineApplyEnv::forward(const ApplyTarget& target) {
+  c10::InferenceMode guard;
+  const runtime::ForwardInput input = input_of(target);
+  if (build_.entries.empty()) return make_kv(core_.model().forward(input, nullptr, no_logits()).content);
+  const runtime::PastKV past = build_.past();
+  return make_kv(core_.model().forward(input, &past, no_logits()).content);
+}
+
+Kv EngineApplyEnv::leading_rows(const Kv& kv, int64_t rows) {
+  c10::InferenceMode guard;
+  const runtime::Content& all = content_of(kv);
+  runtime::Content head(all.size());
+  for (std::size_t l = 0; l < head.size(); ++l) head[l] = {all[l].k.narrow(0, 0, rows), all[l].v.narrow(0, 0, rows)};
+  return make_kv(std::move(head));
+}
+
+Kv EngineApplyEnv::forward_rest(const ApplyTarget& target, const Kv& head_kv) {
+  c10::InferenceMode guard;
+  const runtime::Content& head = content_of(head_kv);
+  const int64_t k = head_kv->rows();
+  runtime::PastKV past = build_.entries.empty() ? runtime::PastKV{} : build_.past();
+  append_rows(past, head, core_.registry().positions_for(nullptr, k, target.position));
+  const std::vector<int64_t>& tokens = *target.tokens();
+  const std::vector<int64_t> rest(tokens.begin() + k, tokens.end());
+  const runtime::Content tail =
+      core_.model().forward(core_.registry().input_for_tokens(rest, target.position + k), &past, no_logits()).content;
+  runtime::Content all(head.size());
+  for (std::size_t l = 0; l < all.size(); ++l) {
+    all[l] = {at::cat({head[l].k, tail[l].k}, 0), at::cat({head[l].v, tail[l].v}, 0)};
+  }
+  return make_kv(std::move(all));
+}
+
+Kv EngineApplyEnv::recompute(const ApplyTarget& target, const Kv& canonical, int64_t count, bool selective,
+                             double* probe_tokens) {
+  c10::InferenceMode guard;
+  const runtime::ForwardInput input = input_of(target);
+  const runtime::PastKV past = build_.past();
+  const runtime::Content& c = content_of(canonical);
+  const at::Tensor idx = selective ? runtime::cacheblend_select(core_.model(), input, past, c, count, probe_tokens)
+                                   : at::arange(count, at::kLong);
+  return make_kv(runtime::recompute_tokens(core_.model(), input, past, c, idx));
+}
+
+void EngineApplyEnv::queue_form(FormJob f) {
+  PatchJob job;
+  job.chunk = f.chunk;
+  job.conditioned = content_of(f.conditioned);
+  job.context = std::move(f.context);
+  job.store_keys = std::move(f.store_keys);
+  job.variant = std::move(f.variant);
+  job.rank_k = f.rank_k;
+  job.rank_v = f.rank_v;
+  job.deep_only = f.deep_only;
+  job.deep_energy = f.deep_energy;
+  job.full_rank = f.full_rank;
+  job.exact = f.exact;
+  core_.jobs().queue_patch(std::move(job));
+}
+
+void EngineApplyEnv::queue_turn_sensitivity(const std::string& key, const std::vector<int64_t>& tokens,
+                                            const Kv& conditioned) {
+  core_.jobs().queue_turn_sensitivity(key, tokens, content_of(conditioned));
+}
+
+}  // namespace orbit::detail

@@ -1,0 +1,89 @@
+// The engine's ApplyEnv (apply_env.h): the window being built by apply() (WindowBuild) and the reads,
+// forwards and background jobs the serving actions ask for, over the engine's model, store and queue. KV
+// crosses the seam as TensorKv, a runtime::Content behind the opaque Kv handle.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "apply/apply_env.h"
+#include "orbit/runtime/model.h"
+#include "window/window_state.h"
+
+namespace orbit::detail {
+
+class EngineCore;
+
+// The KV of one instance (content channel) behind a Kv.
+class TensorKv final : public KvRows {
+ public:
+  explicit TensorKv(runtime::Content content) : content_(std::move(content)) {}
+  int64_t rows() const override;
+  int64_t bytes() const override;
+  const runtime::Content& content() const { return content_; }
+
+ private:
+  runtime::Content content_;
+};
+
+Kv make_kv(runtime::Content content);
+// The content behind a Kv made by make_kv (empty for null).
+const runtime::Content& content_of(const Kv& kv);
+
+// The window being built by apply(): entries made so far, in window order, and their KV as a past.
+struct WindowBuild {
+  EngineCore& core;
+  std::vector<Entry> entries;
+  std::vector<runtime::Content> contents;  // filled lazily for kept entries
+  std::vector<int64_t> starts;             // each entry's first position
+  std::vector<at::Tensor> positions;       // filled lazily from starts by past(): most applies run no forward
+  int64_t next_position = 0;
+  KvState chain;    // the KV-state chain over the entries built so far
+  KvState content;  // their content chain
+
+  explicit WindowBuild(EngineCore& c) : core(c) {}
+  ~WindowBuild();  // destroys the entries under the pool lock
+  WindowBuild(const WindowBuild&) = delete;
+  WindowBuild& operator=(const WindowBuild&) = delete;
+
+  runtime::PastKV past();  // the KV of every entry built so far, with positions
+  std::vector<ContextItem> context() const;
+  std::vector<InstanceId> context_ids() const;
+  std::vector<std::string> context_keys() const;
+};
+
+class EngineApplyEnv final : public ApplyEnv {
+ public:
+  explicit EngineApplyEnv(WindowBuild& build) : core_(build.core), build_(build) {}
+
+  bool context_empty() const override { return build_.entries.empty(); }
+  std::vector<std::string> context_keys() const override { return build_.context_keys(); }
+  KvState chain() const override { return build_.chain; }
+  ModelLimits model() const override;
+
+  Kv canonical(const ChunkRecord& chunk, bool* encoded, int64_t* bytes_read) override;
+  std::optional<Kv> patched(const ChunkRecord& chunk, const Kv& canonical, const std::string& patch_key,
+                            int64_t* patch_bytes) override;
+  std::optional<Kv> conditioned(const std::string& store_key) override;
+  void put_conditioned(const Kv& kv, const std::string& chunk_key, PatchRecord record) override;
+
+  Kv forward(const ApplyTarget& target) override;
+  Kv leading_rows(const Kv& kv, int64_t rows) override;
+  Kv forward_rest(const ApplyTarget& target, const Kv& head) override;
+  Kv recompute(const ApplyTarget& target, const Kv& canonical, int64_t count, bool selective,
+               double* probe_tokens) override;
+
+  void queue_form(FormJob job) override;
+  void queue_turn_sensitivity(const std::string& key, const std::vector<int64_t>& tokens, const Kv& conditioned) override;
+
+ private:
+  runtime::ForwardInput input_of(const ApplyTarget& target) const;
+
+  EngineCore& core_;
+  WindowBuild& build_;
+};
+
+}  // namespace orbit::detail
