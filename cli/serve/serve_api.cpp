@@ -20,10 +20,7 @@ struct Invalid {
 };
 
 [[noreturn]] void fail(const std::string& param, const std::string& message) {
-  ApiError e;
-  e.param = param;
-  e.message = param.empty() ? message : param + ": " + message;
-  throw Invalid{e};
+  throw Invalid{api_error(400, param.empty() ? message : param + ": " + message, "invalid_request_error", "", param)};
 }
 
 const char* type_name(const json& v) {
@@ -196,11 +193,8 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
 // The body as a JSON object, or an error (size, syntax, not an object).
 json parse_body(std::string_view body, const ServeLimits& limits) {
   if (body.size() > limits.max_body_bytes) {
-    ApiError e;
-    e.status = 413;
-    e.message = "request body of " + std::to_string(body.size()) + " bytes is over the limit of " +
-                std::to_string(limits.max_body_bytes) + " bytes";
-    throw Invalid{e};
+    throw Invalid{api_error(413, "request body of " + std::to_string(body.size()) + " bytes is over the limit of " +
+                                     std::to_string(limits.max_body_bytes) + " bytes")};
   }
   // Bounded nesting: tools are dumped and copied, which recurses once per level.
   json j;
@@ -278,12 +272,22 @@ Parsed<T> guarded(F&& parse) {
   } catch (const Invalid& e) {
     out.error = e.error;
   } catch (const std::exception& e) {  // nlohmann type errors the checks above did not foresee
-    out.error.message = std::string("malformed request: ") + e.what();
+    out.error = api_error(400, std::string("malformed request: ") + e.what());
   }
   return out;
 }
 
 }  // namespace
+
+ApiError api_error(int status, std::string message, std::string type, std::string code, std::string param) {
+  ApiError e;
+  e.status = status;
+  e.message = std::move(message);
+  e.type = std::move(type);
+  e.code = std::move(code);
+  e.param = std::move(param);
+  return e;
+}
 
 std::string error_body(const ApiError& error) {
   json e = {{"message", error.message},

@@ -37,6 +37,12 @@ struct ApiError {
   std::string code;                            // e.g. "context_length_exceeded"; "" = null
 };
 
+// The one builder of the errors `orbit serve` answers with: the parser's, the server's checks, the routes'
+// and the engine's failures all come from here, and error_body writes them. `type` is OpenAI's
+// ("invalid_request_error", "not_found_error", "server_error"); `code` and `param` "" mean null.
+ApiError api_error(int status, std::string message, std::string type = "invalid_request_error", std::string code = "",
+                   std::string param = "");
+
 // The JSON body of an error: {"error": {"message": ..., "type": ..., "param": ... | null, "code": ... | null}}.
 std::string error_body(const ApiError& error);
 

@@ -24,12 +24,7 @@ void reply_error(httplib::Response& res, const ApiError& e) {
 }
 
 ApiError not_found(const std::string& message, const std::string& code) {
-  ApiError e;
-  e.status = 404;
-  e.type = "not_found_error";
-  e.message = message;
-  e.code = code;
-  return e;
+  return api_error(404, message, "not_found_error", code);
 }
 
 // The session a request names: the header X-Orbit-Session, else `user`. Sets *bad on a malformed header.
@@ -38,10 +33,7 @@ std::string session_of(const httplib::Request& req, const std::string& user, std
   const std::string id = req.get_header_value("X-Orbit-Session");
   const std::string problem = session_id_problem(id);
   if (!problem.empty()) {
-    ApiError e;
-    e.param = "X-Orbit-Session";
-    e.message = "header X-Orbit-Session: " + problem;
-    *bad = e;
+    *bad = api_error(400, "header X-Orbit-Session: " + problem, "invalid_request_error", "", "X-Orbit-Session");
   }
   return id;
 }
@@ -63,8 +55,8 @@ struct Job {
   ResponseIds ids;
   std::optional<ChatRequest> chat;
   std::optional<CompletionRequest> completion;
-  std::vector<int64_t> prompt;
   std::string session;
+  RunTicket ticket;  // checked and planned; holds a chat request's window until it runs
   std::shared_ptr<PeerWatch> watch;
   bool first_token = true;
 
@@ -80,8 +72,7 @@ RunOutcome run_job(ServeCore& core, Job& job, const std::function<bool(const std
     job.first_token = false;
     return ok && !job.watch->gone();
   };
-  return job.chat ? core.chat(*job.chat, job.prompt, job.session, sink)
-                  : core.complete(*job.completion, job.prompt, sink);
+  return core.run(job.ticket, sink);
 }
 
 json final_body(const Job& job, const RunOutcome& out) {
@@ -106,7 +97,8 @@ std::string stream_tail(const Job& job, const RunOutcome& out) {
   return tail + "data: [DONE]\n\n";
 }
 
-// Parses the body, names the session and runs the checks that need the model; the error to answer with.
+// Parses the body, names the session and prepares the run (every check, the ones that need the model
+// included: ServeCore::prepare_chat); the error to answer with, before any byte of the answer.
 std::optional<ApiError> prepare(ServeCore& core, const httplib::Request& req, Job& job) {
   const ServeLimits& limits = core.options().limits;
   std::string user;
@@ -124,7 +116,9 @@ std::optional<ApiError> prepare(ServeCore& core, const httplib::Request& req, Jo
   std::optional<ApiError> bad;
   job.session = session_of(req, user, &bad);
   if (bad) return bad;
-  return job.chat ? core.check_chat(*job.chat, &job.prompt) : core.check_completion(*job.completion, &job.prompt);
+  job.ticket = job.chat ? core.prepare_chat(*job.chat, job.session) : core.prepare_completion(*job.completion);
+  if (!job.ticket.ok()) return job.ticket.error();
+  return std::nullopt;
 }
 
 }  // namespace
@@ -138,14 +132,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
     account(core_.metrics(), endpoint, e.status, job->t0, nullptr);
     --in_flight_;
   };
-  if (draining_) {
-    ApiError e;
-    e.status = 503;
-    e.type = "server_error";
-    e.code = "shutting_down";
-    e.message = "the server is shutting down";
-    return fail(e);
-  }
+  if (draining_) return fail(api_error(503, "the server is shutting down", "server_error", "shutting_down"));
   if (auto bad = prepare(core_, req, *job)) return fail(*bad);
   job->ids = {(job->chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id_),
               static_cast<int64_t>(std::time(nullptr)), core_.model_name()};
@@ -256,25 +243,22 @@ void HttpServer::routes() {
   }
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
-    ApiError e;
-    e.status = res.status;
-    e.type = res.status == 404 ? "not_found_error" : res.status >= 500 ? "server_error" : "invalid_request_error";
-    e.message = res.status == 404 ? "no such endpoint" : "HTTP status " + std::to_string(res.status);
-    if (res.status == 413) e.message = "the request body is over the server's limit";
-    res.set_content(error_body(e), "application/json");
+    const char* type = res.status == 404   ? "not_found_error"
+                       : res.status >= 500 ? "server_error"
+                                           : "invalid_request_error";
+    std::string message = res.status == 404 ? "no such endpoint" : "HTTP status " + std::to_string(res.status);
+    if (res.status == 413) message = "the request body is over the server's limit";
+    res.set_content(error_body(api_error(res.status, message, type)), "application/json");
   });
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    ApiError e;
-    e.status = 500;
-    e.type = "server_error";
+    std::string message = "internal error";
     try {
       std::rethrow_exception(ep);
     } catch (const std::exception& x) {
-      e.message = std::string("internal error: ") + x.what();
-    } catch (...) {
-      e.message = "internal error";
+      message += std::string(": ") + x.what();
+    } catch (...) {  // not a std::exception: nothing more to say
     }
-    reply_error(res, e);
+    reply_error(res, api_error(500, message, "server_error"));
   });
 }
 

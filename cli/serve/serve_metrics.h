@@ -5,7 +5,9 @@
 //   orbit_completion_tokens_total               tokens generated
 //   orbit_forward_tokens_total                  tokens orbit forwarded on the critical path for prompts
 //   orbit_radix_cache_tokens_total              what a radix prefix cache (SGLang's, token granular, with the
-//                                               same KV memory) would have forwarded for the same prompts
+//                                               same KV memory) would have forwarded for the same prompts: Σ
+//                                               usage.orbit.radix_cache_tokens, the engine's yardstick
+//                                               (serve_core.h)
 //   orbit_idle_forward_tokens_total             tokens forwarded in idle time for prompts yet to come (answers
 //                                               prefilled as sessions send them back)
 //   orbit_cancelled_total                       requests ended by a client that went away

@@ -18,6 +18,19 @@ json head(const ResponseIds& ids, const char* object) {
 
 }  // namespace
 
+json RunUsage::to_json() const {
+  json orbit = {{"forward_tokens", forward_tokens},
+                {"radix_cache_tokens", radix_cache_tokens},
+                {"predicted_kl", predicted_kl},
+                {"plan", plan},
+                {"idle_forward_tokens", idle_forward_tokens}};
+  if (!session.empty()) orbit["session"] = session;
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"orbit", orbit}};
+}
+
 json chat_completion(const ResponseIds& ids, const RunResult& result) {
   json body = head(ids, "chat.completion");
   body["choices"] = json::array({{{"index", 0},

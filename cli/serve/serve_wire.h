@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "serve/serve_core.h"
+#include "serve/serve_types.h"
 
 namespace orbit::serve {
 

@@ -2,7 +2,8 @@
 // split characters, the fair gate's round-robin order, and ServeCore on TinyStories-656K: interleaved
 // sessions give the answers they give alone, anonymous requests reuse a kept window, idle sessions leave
 // memory past max_sessions and come back from the store, a client that leaves cancels its run, an answer
-// prefilled in idle time leaves the next request less to forward.
+// prefilled in idle time leaves the next request less to forward, refusals come from prepare (before any
+// byte of an answer), and usage reports the engine's radix yardstick.
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -170,10 +171,9 @@ TEST_CASE("serve: sessions on the model: interleaving, anonymous reuse, LRU, can
     return r;
   };
   auto run = [&](const sv::ChatRequest& r, const std::string& session, const sv::RunSink& sink = {}) {
-    std::vector<int64_t> prompt;
-    const auto bad = core.check_chat(r, &prompt);
-    REQUIRE_FALSE(bad.has_value());
-    sv::RunOutcome out = core.chat(r, prompt, session, sink);
+    sv::RunTicket ticket = core.prepare_chat(r, session);
+    REQUIRE(ticket.ok());
+    sv::RunOutcome out = core.run(ticket, sink);
     REQUIRE(out.result.has_value());
     return *out.result;
   };
@@ -246,9 +246,7 @@ TEST_CASE("serve: an answer prefilled in idle time is kept by the next request",
     r.sampling.temperature = 0;
     std::vector<sv::RunResult> out;
     for (int turn = 0; turn < 2; ++turn) {
-      std::vector<int64_t> prompt;
-      REQUIRE_FALSE(core.check_chat(r, &prompt).has_value());
-      const sv::RunOutcome o = core.chat(r, prompt, "agent", {});
+      const sv::RunOutcome o = core.chat(r, "agent", {});
       REQUIRE(o.result.has_value());
       out.push_back(*o.result);
       core.run_idle_work();
@@ -273,4 +271,65 @@ TEST_CASE("serve: an answer prefilled in idle time is kept by the next request",
   // The answer's tokens moved from the critical path to idle time.
   CHECK(ahead[1].usage.forward_tokens < plain[1].usage.forward_tokens);
   CHECK(ahead[1].usage.forward_tokens + ahead[1].usage.idle_forward_tokens == Approx(plain[1].usage.forward_tokens));
+}
+
+TEST_CASE("serve: refusals come before the run; usage reports the engine's radix yardstick", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.policy = "patch:16:exact";
+  sv::ServeCore core(options);
+  sv::ChatRequest r;
+  r.model = core.model_name();
+  r.messages = {{"system", "You tell short stories."}, {"user", "What did the dog find?"}};
+  r.sampling.max_tokens = 6;
+  r.sampling.temperature = 0;
+
+  // prepare_chat answers every check before anything runs, and a refused request leaves no session behind.
+  sv::ChatRequest too_long = r;
+  too_long.messages.back().content.clear();
+  for (int i = 0; i < 400; ++i) too_long.messages.back().content += "the dog ran ";
+  const sv::RunTicket past_context = core.prepare_chat(too_long, "refused");
+  REQUIRE_FALSE(past_context.ok());
+  CHECK(past_context.error().status == 400);
+  CHECK(past_context.error().code == "context_length_exceeded");
+  CHECK(past_context.error().param == "messages");
+  CHECK(past_context.error().message.find("the prompt is ") == 0);
+  sv::ChatRequest greedy = r;
+  greedy.sampling.max_tokens = 100000;
+  const sv::RunTicket past_room = core.prepare_chat(greedy, "refused");
+  REQUIRE_FALSE(past_room.ok());
+  CHECK(past_room.error().param == "max_tokens");
+  CHECK_FALSE(core.session_info("refused").has_value());
+  sv::ChatRequest unknown = r;
+  unknown.model = "gpt-4";
+  CHECK(core.prepare_chat(unknown, "").error().status == 404);
+  CHECK(core.chat(unknown, "", {}).error.code == "model_not_found");
+
+  // The first read of a prompt forwards all of it on the yardstick; the same prompt again, in another
+  // session's window, nothing (the engine's radix cache is shared by every window).
+  const sv::RunOutcome first = core.chat(r, "a", {});
+  REQUIRE(first.result.has_value());
+  CHECK(first.result->usage.radix_cache_tokens == first.result->usage.prompt_tokens);
+  const sv::RunOutcome again = core.chat(r, "b", {});
+  REQUIRE(again.result.has_value());
+  CHECK(again.result->usage.radix_cache_tokens == 0);
+  CHECK(again.result->text == first.result->text);
+  CHECK(core.session_info("a").value()["savings"]["radix_cache_tokens"].get<int64_t>() ==
+        first.result->usage.radix_cache_tokens);
+
+  // /v1/completions: the same yardstick (its prompt may share a BOS with the chats' renderings).
+  sv::CompletionRequest c;
+  c.model = core.model_name();
+  c.prompt = "Once upon a time there was a cat called Tom.";
+  c.sampling.max_tokens = 4;
+  c.sampling.temperature = 0;
+  const sv::RunOutcome once = core.complete(c, {});
+  REQUIRE(once.result.has_value());
+  CHECK(once.result->usage.radix_cache_tokens > 0);
+  CHECK(once.result->usage.radix_cache_tokens <= once.result->usage.prompt_tokens);
+  const sv::RunOutcome twice = core.complete(c, {});
+  REQUIRE(twice.result.has_value());
+  CHECK(twice.result->usage.radix_cache_tokens == 0);
+  CHECK(twice.result->text == once.result->text);
+  core.close();
 }

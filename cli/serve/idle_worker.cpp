@@ -1,0 +1,81 @@
+#include "serve/idle_worker.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "orbit/common/error.h"
+
+namespace orbit::serve {
+
+void IdleWorker::start() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+}
+
+void IdleWorker::notify() { wake_.notify_all(); }
+
+int64_t IdleWorker::run_now() {
+  std::lock_guard<std::mutex> lock(slice_mutex_);
+  int64_t slices = 0;
+  while (slice()) ++slices;
+  return slices;
+}
+
+void IdleWorker::stop() {
+  stopping_ = true;
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void IdleWorker::loop() {
+  while (!stopping_ && !context_.closing) {
+    bool worked = false;
+    try {
+      std::lock_guard<std::mutex> lock(slice_mutex_);
+      worked = slice();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "orbit serve: idle work failed: %s\n", e.what());
+    }
+    if (worked) continue;
+    std::unique_lock<std::mutex> lock(wake_mutex_);
+    wake_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+}
+
+bool IdleWorker::slice() {
+  if (!context_.gate.try_enter_idle()) return false;
+  GateHold hold(context_.gate);
+  if (context_.engine->stats().background_pending > 0) {
+    context_.engine->run_background(0.02);
+    return true;
+  }
+  const std::shared_ptr<Session> target = sessions_.take_idle_target();
+  if (!target) return false;
+  {
+    std::unique_lock<std::mutex> run(target->run, std::try_to_lock);
+    if (!run.owns_lock() || !target->window) return false;
+    prefill_anticipated(*target);
+    target->window->idle();
+  }
+  sessions_.enforce_budget(false);  // a release meanwhile may have skipped this session's window
+  return true;
+}
+
+void IdleWorker::prefill_anticipated(Session& s) {
+  const auto next = sessions_.take_anticipated(s);
+  if (!next) return;
+  // The answer as the next request will render it: prefilled now, in idle time, so that request keeps it
+  // (a radix cache keeps the KV its decode computed). A client that sends something else evicts it.
+  Window& window = *s.window;
+  const double before = window.stats().critical_forward_tokens;
+  try {
+    window.sync(next->first, next->second);
+    window.flush();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "orbit serve: prefilling session %s's answer failed: %s\n", s.id.c_str(), e.what());
+  }
+  const double spent = window.stats().critical_forward_tokens - before;
+  context_.metrics.count_idle_forward(spent);
+  sessions_.add_idle_forward(s, spent);
+}
+
+}  // namespace orbit::serve

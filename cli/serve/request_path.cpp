@@ -1,0 +1,265 @@
+#include "serve/request_path.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "orbit/common/error.h"
+#include "serve/decode.h"
+
+namespace orbit::serve {
+
+// What run() needs of a prepared request: a chat request's window, options and plan, or a completion
+// request's tokens.
+struct RunTicket::Prepared {
+  const ChatRequest* chat = nullptr;  // set for a chat request
+  WindowSlot slot;
+  SyncOptions options;
+  SyncPlan plan;  // Window::plan_sync(chat->messages, options) of slot's window at its current version
+  const CompletionRequest* completion = nullptr;  // set for a completion request
+  std::vector<int64_t> tokens;                    // its prompt, tokenized with BOS (non-empty)
+};
+
+RunTicket::RunTicket() = default;
+RunTicket::RunTicket(ApiError refusal) : error_(std::move(refusal)) {}
+RunTicket::RunTicket(RunTicket&&) noexcept = default;
+RunTicket& RunTicket::operator=(RunTicket&&) noexcept = default;
+RunTicket::~RunTicket() = default;
+
+namespace {
+
+std::string plan_brief(const SyncPlan& plan) {
+  std::string out;
+  auto add = [&](const char* what, int64_t n) {
+    if (n == 0) return;
+    if (!out.empty()) out += ", ";
+    out += std::string(what) + " " + std::to_string(n);
+  };
+  add("keep", plan.count(SyncAction::kKeep));
+  add("admit", plan.count(SyncAction::kAdmit));
+  add("recall", plan.count(SyncAction::kRecall));
+  add("turn", plan.count(SyncAction::kTurn));
+  add("evict", static_cast<int64_t>(plan.evict.size()));
+  if (plan.reorder) out += out.empty() ? "reorder" : ", reorder";
+  return out.empty() ? "nothing" : out;
+}
+
+// The prompt a chat request reads: the rendering's tokens and the generation prompt after them.
+int64_t prompt_tokens(const SyncPlan& plan) {
+  return static_cast<int64_t>(plan.tokens.size() + plan.generation_prompt.size());
+}
+
+ApiError template_refused(const std::string& why) {
+  return api_error(400, "the chat template refused the messages: " + why, "invalid_request_error", "", "messages");
+}
+
+// The repairs the sync deferred, run now in this quantum (the read would run them first), planned once.
+// Returns that plan's predicted KL, which the window then carries (a keep plan's when none wait).
+double run_deferred_repairs(Window& window) {
+  const Plan plan = window.plan_flush();
+  const std::vector<InstanceInfo> instances = window.instances();
+  const bool waiting =
+      std::any_of(instances.begin(), instances.end(), [](const InstanceInfo& i) { return i.deferred; });
+  if (waiting) {  // else applying the keep plan would be an operation of its own
+    const Result<ApplyReport> applied = window.apply(plan);
+    ORBIT_CHECK(applied.is_ok(), "serve: the repairs the sync deferred could not run: " << applied.status().reason());
+  }
+  return plan.predicted_kl;
+}
+
+// The engine's radix yardstick for what a window read between two of its stats (serve_core.h).
+int64_t radix_delta(const WindowStats& before, const WindowStats& after) {
+  return std::llround(after.radix_cache_tokens - before.radix_cache_tokens);
+}
+
+RunOutcome cancelled_before_decode() {
+  RunOutcome out;
+  out.result = RunResult{};
+  out.result->finish_reason = "cancelled";
+  return out;
+}
+
+}  // namespace
+
+std::optional<ApiError> RequestPath::check_model(const std::string& model) const {
+  if (model != context_.model_name) {
+    return api_error(404, "the model '" + model + "' does not exist; this server serves '" + context_.model_name + "'",
+                     "invalid_request_error", "model_not_found", "model");
+  }
+  if (context_.closing) return api_error(503, "the server is shutting down", "server_error", "shutting_down");
+  return std::nullopt;
+}
+
+std::optional<ApiError> RequestPath::check_lengths(int64_t prompt_tokens, const SamplingRequest& sampling,
+                                                   const std::string& prompt_param) const {
+  const int64_t context = context_.info.max_positions;
+  if (prompt_tokens >= context) {
+    return api_error(400,
+                     "the prompt is " + std::to_string(prompt_tokens) + " tokens; the model's context is " +
+                         std::to_string(context) + " tokens, and at least one must be left to generate",
+                     "invalid_request_error", "context_length_exceeded", prompt_param);
+  }
+  if (sampling.max_tokens && *sampling.max_tokens > context - prompt_tokens) {
+    return api_error(400,
+                     "max_tokens = " + std::to_string(*sampling.max_tokens) + " is out of range: the prompt is " +
+                         std::to_string(prompt_tokens) + " tokens of a " + std::to_string(context) +
+                         "-token context, so at most " + std::to_string(context - prompt_tokens) + " can be generated",
+                     "invalid_request_error", "context_length_exceeded", "max_tokens");
+  }
+  return std::nullopt;
+}
+
+// plan_sync threw: the template refused the list, or its rendering is past the model's positions. The
+// latter answers as the length check does, so here, on the way to an error only, the list is rendered
+// again to count its tokens.
+ApiError RequestPath::plan_refusal(const ChatRequest& request, const std::string& why) const {
+  ChatOptions chat;
+  chat.tools_json = request.tools_json;
+  std::vector<int64_t> prompt;
+  try {
+    prompt = context_.engine->tokenize_chat(request.messages, true, chat);
+  } catch (const Error& e) {
+    return template_refused(e.what());
+  }
+  if (auto bad = check_lengths(static_cast<int64_t>(prompt.size()), request.sampling, "messages")) return *bad;
+  return template_refused(why);
+}
+
+RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::string& session) {
+  if (auto bad = check_model(request.model)) return RunTicket(*bad);
+  auto p = std::make_unique<RunTicket::Prepared>();
+  p->chat = &request;
+  p->options.chat.tools_json = request.tools_json;
+  p->options.chunk_min_tokens = context_.options.chunk_min_tokens;
+  try {
+    p->slot = session.empty() ? sessions_.acquire_anonymous(request.messages, request.tools_json)
+                              : sessions_.acquire(session);
+  } catch (const Error& e) {
+    return RunTicket(api_error(500, std::string("the engine failed: ") + e.what(), "server_error", "engine_error"));
+  }
+  std::optional<ApiError> bad;
+  try {
+    p->plan = p->slot.window().plan_sync(request.messages, p->options);  // the one rendering of the list
+    bad = check_lengths(prompt_tokens(p->plan), request.sampling, "messages");
+    if (!bad && p->plan.generation_prompt.empty()) {
+      bad = api_error(400, "the chat template adds no generation prompt: there is nothing to generate after");
+    }
+  } catch (const Error& e) {
+    bad = plan_refusal(request, e.what());
+  }
+  if (bad) {
+    p->slot.refuse();
+    return RunTicket(*bad);  // p's slot is released here
+  }
+  RunTicket ticket;
+  ticket.prepared_ = std::move(p);
+  return ticket;
+}
+
+RunTicket RequestPath::prepare_completion(const CompletionRequest& request) {
+  if (auto bad = check_model(request.model)) return RunTicket(*bad);
+  auto p = std::make_unique<RunTicket::Prepared>();
+  p->completion = &request;
+  p->tokens = context_.engine->tokenize(request.prompt, true);
+  if (p->tokens.empty()) {
+    return RunTicket(api_error(400, "prompt: the prompt has no tokens (the model adds no BOS)", "invalid_request_error",
+                               "", "prompt"));
+  }
+  if (auto bad = check_lengths(static_cast<int64_t>(p->tokens.size()), request.sampling, "prompt")) {
+    return RunTicket(*bad);
+  }
+  RunTicket ticket;
+  ticket.prepared_ = std::move(p);
+  return ticket;
+}
+
+RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
+  RunOutcome out;
+  if (!ticket.ok()) {
+    out.error = ticket.error();
+    return out;
+  }
+  try {
+    out = ticket.prepared_->chat ? run_chat(*ticket.prepared_, sink) : run_completion(*ticket.prepared_, sink);
+  } catch (const Error& e) {
+    out = RunOutcome{};
+    out.error = api_error(500, std::string("the engine failed: ") + e.what(), "server_error", "engine_error");
+  }
+  ticket.prepared_.reset();  // the window back to its session
+  ticket.error_ = api_error(500, "serve: this request has run already", "server_error");
+  if (out.result && out.result->finish_reason == "cancelled") context_.metrics.count_cancelled();
+  return out;
+}
+
+RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
+  const ChatRequest& request = *p.chat;
+  Session& s = p.slot.session();
+  Window& window = p.slot.window();
+  const WindowStats before = window.stats();
+  SyncReport report;
+  double predicted_kl = 0;
+  {
+    GateTurn turn(context_, s.lane, sink.cancelled);
+    if (!turn.enter()) return cancelled_before_decode();
+    report = window.sync(request.messages, p.plan);  // the plan prepare made: no second rendering
+    predicted_kl = run_deferred_repairs(window);
+  }
+  RunResult r = decode(context_, window, DecodeRequest{&report.generation_prompt, &request.sampling, s.lane}, sink);
+  const WindowStats after = window.stats();
+  RunUsage& u = r.usage;
+  u.prompt_tokens = prompt_tokens(report.plan);
+  u.forward_tokens =
+      after.critical_forward_tokens - before.critical_forward_tokens + static_cast<double>(r.prompt_forward_tokens);
+  u.radix_cache_tokens = radix_delta(before, after);
+  u.predicted_kl = predicted_kl;
+  u.idle_forward_tokens = sessions_.take_idle_forward_tokens(s);
+  u.plan = plan_brief(report.plan);
+  u.session = s.id;
+
+  RunRecord record;
+  record.usage = u;
+  record.answered = r.finish_reason != "cancelled" && !r.text.empty();
+  record.options = p.options;
+  // The list the next request most likely sends: kept to match anonymous requests, or to anticipate.
+  if (s.id.empty() || (context_.options.anticipate && record.answered)) {
+    record.next = request.messages;
+    if (record.answered) {
+      ChatMessage answer;
+      answer.role = "assistant";
+      answer.content = r.text;
+      record.next.push_back(std::move(answer));
+    }
+  }
+  sessions_.record(s, std::move(record));
+  RunOutcome out;
+  out.result = std::move(r);
+  return out;
+}
+
+RunOutcome RequestPath::run_completion(RunTicket::Prepared& p, const RunSink& sink) {
+  const std::vector<int64_t>& tokens = p.tokens;
+  const std::string lane = "~completion:" + std::to_string(++lanes_);
+  Window window = context_.new_window();
+  const WindowStats before = window.stats();
+  const std::vector<int64_t> prefix(tokens.begin(), tokens.end() - 1);
+  if (!prefix.empty()) {
+    // The prompt but its last token as one chunk: an identical prompt is served from the store.
+    const ChunkRef chunk = context_.engine->add_tokens(prefix, ChunkOptions{});
+    GateTurn turn(context_, lane, sink.cancelled);
+    if (!turn.enter()) return cancelled_before_decode();
+    window.admit(chunk);
+  }
+  const std::vector<int64_t> query{tokens.back()};
+  RunResult r = decode(context_, window, DecodeRequest{&query, &p.completion->sampling, lane}, sink);
+  const WindowStats after = window.stats();
+  r.usage.prompt_tokens = static_cast<int64_t>(tokens.size());
+  r.usage.forward_tokens =
+      after.critical_forward_tokens - before.critical_forward_tokens + static_cast<double>(r.prompt_forward_tokens);
+  r.usage.radix_cache_tokens = radix_delta(before, after);
+  r.usage.plan = prefix.empty() ? "query only" : "prompt as one chunk";
+  RunOutcome out;
+  out.result = std::move(r);
+  return out;
+}
+
+}  // namespace orbit::serve

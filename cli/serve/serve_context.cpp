@@ -1,0 +1,48 @@
+#include "serve/serve_context.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "orbit/common/clock.h"
+#include "orbit/common/error.h"
+#include "orbit/policy.h"
+
+namespace orbit::serve {
+
+namespace {
+
+std::string default_model_name(const std::string& model) {
+  const std::filesystem::path p(model);
+  return (p.has_filename() ? p.filename() : p.parent_path().filename()).string();
+}
+
+}  // namespace
+
+ServeContext::ServeContext(const ServeOptions& o) : options(o) {
+  EngineOptions eo;
+  eo.model = o.model;
+  eo.store_dir = o.store_dir;
+  eo.remote = o.remote;
+  eo.pool_bytes = o.pool_bytes;
+  eo.background = BackgroundMode::kDeferred;  // run by the idle worker, only while no request waits
+  policy = o.policy.empty() ? WindowPolicy{} : parse_policy(o.policy);
+  engine = Engine::open(eo);
+  info = engine->model_info();
+  ORBIT_CHECK(engine->has_tokenizer(), "serve: " << o.model << " has no tokenizer (the server takes text)");
+  model_name = o.model_name.empty() ? default_model_name(o.model) : o.model_name;
+}
+
+Window ServeContext::new_window() const {
+  WindowOptions wo;
+  wo.policy = policy;
+  return engine->new_window(wo);
+}
+
+bool ServeContext::enter_gate(const std::string& lane, const std::function<bool()>& cancelled) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool ok = gate.enter(lane, cancelled);
+  if (ok) metrics.count_wait(seconds_since(t0));
+  return ok;
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,64 @@
+// What the parts of ServeCore share (serve_core.h): the engine and its model, the options, the policy every
+// window runs, the fair gate and the metrics. ServeCore owns one; the session table, the request path and
+// the idle worker hold a reference to it.
+//
+// Thread-safety: every member may be used from any thread (Engine, FairGate and ServeMetrics are
+// thread-safe; the rest is set before the parts start and never changes, except `closing`).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "orbit/engine.h"
+#include "serve/fair_gate.h"
+#include "serve/serve_metrics.h"
+#include "serve/serve_types.h"
+
+namespace orbit::serve {
+
+struct ServeContext {
+  // Opens the engine (throws orbit::Error naming the model or option at fault): background work deferred,
+  // run by the idle worker only while no request waits.
+  explicit ServeContext(const ServeOptions& options);
+
+  ServeOptions options;
+  std::string model_name;  // options.model_name, else the model path's last component
+  std::shared_ptr<Engine> engine;
+  ModelInfo info;
+  WindowPolicy policy;  // every window's
+  FairGate gate;
+  ServeMetrics metrics;
+  std::atomic<bool> closing{false};  // close() has begun: checks answer 503
+
+  Window new_window() const;
+  // Waits for the gate on `lane` and counts the wait in the metrics; false: cancelled or closed.
+  bool enter_gate(const std::string& lane, const std::function<bool()>& cancelled);
+};
+
+// The gate for a scope, on one lane: enter() waits for it (counting the wait), leave() gives it back, and
+// the destructor gives it back when it is still held. One thread only.
+class GateTurn {
+ public:
+  GateTurn(ServeContext& context, std::string lane, std::function<bool()> cancelled)
+      : context_(context), lane_(std::move(lane)), cancelled_(std::move(cancelled)) {}
+  ~GateTurn() { leave(); }
+  GateTurn(const GateTurn&) = delete;
+  GateTurn& operator=(const GateTurn&) = delete;
+
+  bool enter() { return held_ = context_.enter_gate(lane_, cancelled_); }  // false: cancelled or closed
+  void leave() {
+    if (held_) context_.gate.leave();
+    held_ = false;
+  }
+  bool held() const { return held_; }
+
+ private:
+  ServeContext& context_;
+  std::string lane_;
+  std::function<bool()> cancelled_;
+  bool held_ = false;
+};
+
+}  // namespace orbit::serve

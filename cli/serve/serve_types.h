@@ -1,0 +1,75 @@
+// The values the parts of `orbit serve` pass each other: the server's options, where a run's text goes
+// (RunSink), and what a run answers (RunResult with its RunUsage, or an ApiError in RunOutcome).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "serve/serve_api.h"
+
+namespace orbit::serve {
+
+struct ServeOptions {
+  std::string model;       // a llama2.c .bin or a Hugging Face directory
+  std::string model_name;  // the id /v1/models lists and requests must name; "" = the path's last component
+  std::string store_dir;   // "" = memory only
+  std::string remote;      // a remote tier URL, or ""
+  std::string policy;      // a WindowPolicy spec for every window; "" = the default policy
+  int64_t pool_bytes = int64_t{256} << 20;
+  int64_t session_budget_bytes = int64_t{128} << 20;  // KV of idle sessions' windows kept resident
+  int64_t max_sessions = 64;                          // resident session windows at most
+  int64_t max_known_sessions = 4096;  // session records kept; past it the oldest not resident are forgotten
+  int64_t anonymous_windows = 4;      // windows kept for requests without a session
+  int64_t default_max_tokens = 256;   // when a request gives none (capped by the context)
+  int64_t chunk_min_tokens = 32;      // SyncOptions::chunk_min_tokens
+  // After a session's request, prefill in idle time the list its next request most likely sends (this
+  // one's messages and the answer as an assistant message), so the next sync keeps the answer instead of
+  // prefilling it on the critical path. Costs idle forwards (RunUsage::idle_forward_tokens); wasted, and
+  // evicted by the next sync, when the client sends something else back.
+  bool anticipate = true;
+  ServeLimits limits;
+};
+
+// Where a run's text goes, and whether its client is still there.
+struct RunSink {
+  std::function<bool(const std::string& delta)> on_text;  // text as it is generated; false: the client left
+  std::function<bool()> cancelled;                        // polled between forwards and while waiting
+};
+
+// usage.orbit, and the prompt and completion counts.
+struct RunUsage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  double forward_tokens = 0;  // orbit's critical-path forward tokens for the prompt
+  // The engine's radix yardstick for this request (serve_core.h): what SGLang's radix cache, shared by every
+  // request and holding the KV memory orbit's pool has, would have forwarded for this prompt. The delta of
+  // the window's WindowStats::radix_cache_tokens over the request; 0 for a run cancelled before it decoded.
+  int64_t radix_cache_tokens = 0;
+  double predicted_kl = 0;  // the window's predicted next-token KL vs a re-prefill when it is read
+  // Forwarded for this prompt in idle time before it arrived: the previous answer prefilled as the session
+  // would send it back (ServeOptions::anticipate). Not on the critical path, not in forward_tokens.
+  double idle_forward_tokens = 0;
+  std::string plan;                // e.g. "keep 4, admit 1, turn 1, evict 2"
+  std::string session;             // "" for anonymous requests
+  nlohmann::json to_json() const;  // {prompt_tokens, completion_tokens, total_tokens, orbit: {...}}
+};
+
+struct RunResult {
+  std::string text;
+  std::string finish_reason;          // "stop", "length", or "cancelled" (the client left)
+  std::vector<int64_t> tokens;        // generated ids (a stop token that ended the run excluded)
+  int64_t prompt_forward_tokens = 0;  // of the query (generation prompt): forwarded, not served by exact reuse
+  RunUsage usage;
+};
+
+// A run's result, or the error to answer with.
+struct RunOutcome {
+  std::optional<RunResult> result;
+  ApiError error;
+};
+
+}  // namespace orbit::serve

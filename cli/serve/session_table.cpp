@@ -1,0 +1,337 @@
+#include "serve/session_table.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+namespace orbit::serve {
+
+using nlohmann::json;
+
+namespace {
+
+bool same_tool_calls(const std::vector<ChatToolCall>& a, const std::vector<ChatToolCall>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const ChatToolCall& x, const ChatToolCall& y) {
+    return x.id == y.id && x.name == y.name && x.arguments == y.arguments;
+  });
+}
+
+bool same_parts(const std::vector<ContentPart>& a, const std::vector<ContentPart>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const ContentPart& x, const ContentPart& y) { return x.text == y.text && x.chunk == y.chunk; });
+}
+
+// Whether two messages render the same (every field a template sees).
+bool same_message(const ChatMessage& a, const ChatMessage& b) {
+  return a.role == b.role && a.content == b.content && a.name == b.name && a.tool_call_id == b.tool_call_id &&
+         same_tool_calls(a.tool_calls, b.tool_calls) && same_parts(a.parts, b.parts);
+}
+
+// The leading messages an anonymous window's last list shares with a request's; 0 when their tools differ
+// (a template renders the tools before the first message).
+int64_t shared_messages(const Session& s, const std::vector<ChatMessage>& messages, const std::string& tools) {
+  if (s.last_tools != tools) return 0;
+  const std::size_t n = std::min(s.last_list.size(), messages.size());
+  std::size_t k = 0;
+  while (k < n && same_message(s.last_list[k], messages[k])) ++k;
+  return static_cast<int64_t>(k);
+}
+
+}  // namespace
+
+// ---- WindowSlot ----
+
+WindowSlot::WindowSlot(SessionTable* table, std::shared_ptr<Session> session, bool created)
+    : table_(table), session_(std::move(session)), lock_(session_->run), created_(created) {}
+
+WindowSlot::WindowSlot(WindowSlot&& other) noexcept
+    : table_(std::exchange(other.table_, nullptr)),
+      session_(std::move(other.session_)),
+      lock_(std::move(other.lock_)),
+      created_(other.created_),
+      refused_(other.refused_) {}
+
+WindowSlot& WindowSlot::operator=(WindowSlot&& other) noexcept {
+  if (this != &other) {
+    release();
+    table_ = std::exchange(other.table_, nullptr);
+    session_ = std::move(other.session_);
+    lock_ = std::move(other.lock_);
+    created_ = other.created_;
+    refused_ = other.refused_;
+  }
+  return *this;
+}
+
+void WindowSlot::release() {
+  if (table_ == nullptr) return;
+  std::exchange(table_, nullptr)->release(*this);
+}
+
+// ---- SessionTable ----
+
+SessionTable::SessionTable(ServeContext& context, std::function<void()> on_release)
+    : context_(context), on_release_(std::move(on_release)) {}
+
+WindowSlot SessionTable::acquire(const std::string& id) {
+  std::shared_ptr<Session> s;
+  bool created = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& entry = sessions_[id];
+    if (!entry) {
+      entry = std::make_shared<Session>();
+      entry->id = id;
+      entry->lane = id;
+      created = true;
+    }
+    s = entry;
+    ++s->holders;
+    s->last_used = ++clock_;
+  }
+  WindowSlot slot(this, s, created);  // waits for the session's earlier requests
+  make_resident(*s);
+  return slot;
+}
+
+void SessionTable::make_resident(Session& s) {
+  if (s.window) return;
+  Window window = context_.new_window();
+  std::lock_guard<std::mutex> lock(mutex_);
+  s.window.emplace(std::move(window));
+}
+
+WindowSlot SessionTable::acquire_anonymous(const std::vector<ChatMessage>& messages, const std::string& tools_json) {
+  std::shared_ptr<Session> s;
+  bool created = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int64_t best = -1;
+    for (const auto& a : anonymous_) {
+      if (a->holders > 0) continue;
+      const int64_t shared = shared_messages(*a, messages, tools_json);
+      if (shared > best) best = shared, s = a;
+    }
+    const bool room = static_cast<int64_t>(anonymous_.size()) < context_.options.anonymous_windows;
+    if (!s || (best == 0 && room)) {
+      s = std::make_shared<Session>();
+      s->lane = "~anonymous:" + std::to_string(++clock_);
+      created = true;
+      if (room) anonymous_.push_back(s);
+    }
+    ++s->holders;
+    s->last_used = ++clock_;
+  }
+  WindowSlot slot(this, s, created);
+  make_resident(*s);
+  return slot;
+}
+
+void SessionTable::release(WindowSlot& slot) {
+  Session& s = *slot.session_;
+  const WindowStats stats = s.window ? s.window->stats() : WindowStats{};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --s.holders;
+    s.last_used = ++clock_;
+    if (slot.refused_ && slot.created_ && s.holders == 0) {
+      drop_refused(s);
+      s.window.reset();  // holding `run`: nobody else can see it
+    } else {
+      s.stats = stats;
+      s.needs_idle = s.window.has_value();
+    }
+  }
+  slot.lock_.unlock();
+  enforce_budget(false);
+  on_release_();
+}
+
+void SessionTable::drop_refused(const Session& s) {
+  if (s.id.empty()) {
+    anonymous_.erase(std::remove_if(anonymous_.begin(), anonymous_.end(),
+                                    [&](const std::shared_ptr<Session>& a) { return a.get() == &s; }),
+                     anonymous_.end());
+    return;
+  }
+  const auto it = sessions_.find(s.id);
+  if (it != sessions_.end() && it->second.get() == &s) sessions_.erase(it);
+}
+
+double SessionTable::take_idle_forward_tokens(Session& s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(s.idle_forward_tokens, 0.0);
+}
+
+void SessionTable::record(Session& s, RunRecord run) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  s.anticipated.reset();
+  if (s.id.empty()) {  // only anonymous windows are matched by their last list
+    s.last_list = std::move(run.next);
+    s.last_tools = run.options.chat.tools_json;
+  } else if (context_.options.anticipate && run.answered) {
+    s.anticipated = std::move(run.next);
+    s.anticipated_options = run.options;
+  }
+  SessionTotals& t = s.totals;
+  t.predicted_kl = run.usage.predicted_kl;
+  ++t.requests;
+  t.prompt_tokens += run.usage.prompt_tokens;
+  t.completion_tokens += run.usage.completion_tokens;
+  t.forward_tokens += run.usage.forward_tokens;
+  t.radix_cache_tokens += run.usage.radix_cache_tokens;
+}
+
+std::shared_ptr<Session> SessionTable::take_idle_target() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [id, s] : sessions_) {
+    if (s->needs_idle && s->holders == 0 && s->window) {
+      s->needs_idle = false;
+      return s;
+    }
+  }
+  return nullptr;
+}
+
+std::optional<std::pair<std::vector<ChatMessage>, SyncOptions>> SessionTable::take_anticipated(Session& s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!s.anticipated) return std::nullopt;
+  std::pair<std::vector<ChatMessage>, SyncOptions> next{std::move(*s.anticipated), s.anticipated_options};
+  s.anticipated.reset();
+  return next;
+}
+
+void SessionTable::add_idle_forward(Session& s, double tokens) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  s.idle_forward_tokens += tokens;
+  s.totals.idle_forward_tokens += tokens;
+}
+
+void SessionTable::forget_sessions() {
+  while (static_cast<int64_t>(sessions_.size()) > context_.options.max_known_sessions) {
+    auto oldest = sessions_.end();
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+      const bool idle = !it->second->window && it->second->holders == 0;
+      if (idle && (oldest == sessions_.end() || it->second->last_used < oldest->second->last_used)) oldest = it;
+    }
+    if (oldest == sessions_.end()) return;
+    sessions_.erase(oldest);
+  }
+}
+
+void SessionTable::enforce_budget(bool wait) {
+  const ServeOptions& o = context_.options;
+  std::set<const Session*> busy;  // candidates whose window the idle worker holds: skipped this time
+  for (;;) {
+    std::shared_ptr<Session> victim;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      int64_t resident = 0, bytes = 0;
+      for (const auto& [id, s] : sessions_) {
+        if (!s->window) continue;
+        ++resident;
+        if (s->holders == 0) bytes += s->stats.device_bytes;
+      }
+      forget_sessions();
+      if (resident <= o.max_sessions && bytes <= o.session_budget_bytes) return;
+      for (const auto& [id, s] : sessions_) {
+        const bool candidate = s->window && s->holders == 0 && !busy.count(s.get());
+        if (candidate && (!victim || s->last_used < victim->last_used)) victim = s;
+      }
+      if (!victim) return;
+    }
+    std::unique_lock<std::mutex> run(victim->run, std::defer_lock);
+    if (wait) {
+      run.lock();  // the idle worker's slice ends
+    } else if (!run.try_lock()) {
+      busy.insert(victim.get());  // the idle worker enforces the budget again when it lets go
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (victim->holders > 0) {  // a request came for it meanwhile: keep it
+      busy.insert(victim.get());
+      continue;
+    }
+    victim->window.reset();  // its KV leaves the pool; its chunks stay in the store
+    ++victim->totals.evictions;
+    victim->stats = WindowStats{};
+  }
+}
+
+std::optional<json> SessionTable::info(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = sessions_.find(id);
+  if (it == sessions_.end()) return std::nullopt;
+  const Session& s = *it->second;
+  const SessionTotals& t = s.totals;
+  json window = nullptr;
+  if (s.window) {
+    window = {{"instances", s.stats.instances},
+              {"chunk_instances", s.stats.chunk_instances},
+              {"turns", s.stats.turns},
+              {"tokens", s.stats.tokens},
+              {"device_bytes", s.stats.device_bytes},
+              {"evicted_chunks", s.stats.evicted}};
+  }
+  const auto radix = static_cast<double>(t.radix_cache_tokens);
+  json savings = {{"forward_tokens", t.forward_tokens},
+                  {"radix_cache_tokens", t.radix_cache_tokens},
+                  {"window_prefix_cache_tokens", s.stats.prefix_cache_tokens},
+                  {"idle_forward_tokens", t.idle_forward_tokens},
+                  {"saved_tokens", radix - t.forward_tokens},
+                  {"ratio", radix > 0 ? t.forward_tokens / radix : 0.0}};
+  return json{{"id", s.id},
+              {"object", "orbit.session"},
+              {"resident", s.window.has_value()},
+              {"running", s.holders > 0},
+              {"requests", t.requests},
+              {"prompt_tokens", t.prompt_tokens},
+              {"completion_tokens", t.completion_tokens},
+              {"predicted_kl", t.predicted_kl},
+              {"left_memory", t.evictions},
+              {"window", window},
+              {"savings", savings}};
+}
+
+bool SessionTable::end(const std::string& id) {
+  std::shared_ptr<Session> s;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = sessions_.find(id);
+    if (it == sessions_.end()) return false;
+    s = it->second;
+    sessions_.erase(it);
+  }
+  // A request still running keeps the session alive until it ends; the window closes with the last holder.
+  std::unique_lock<std::mutex> run(s->run, std::try_to_lock);
+  if (run.owns_lock()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    s->window.reset();
+  }
+  return true;
+}
+
+MetricGauges SessionTable::counts() const {
+  MetricGauges g;
+  std::lock_guard<std::mutex> lock(mutex_);
+  g.sessions = static_cast<int64_t>(sessions_.size());
+  for (const auto& [id, s] : sessions_) g.resident_sessions += s->window.has_value() ? 1 : 0;
+  return g;
+}
+
+void SessionTable::close_all() {
+  std::vector<std::shared_ptr<Session>> all;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    all.swap(anonymous_);
+    for (auto& [id, s] : sessions_) all.push_back(std::move(s));
+    sessions_.clear();
+  }
+  for (auto& s : all) {
+    std::lock_guard<std::mutex> run(s->run);
+    std::lock_guard<std::mutex> lock(mutex_);
+    s->window.reset();
+  }
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,161 @@
+// The windows of `orbit serve`: which window a request runs on, which windows stay resident, which session
+// records are kept. No forwards and no HTTP here: the request path (request_path.h) runs on the window a
+// WindowSlot holds, the idle worker (idle_worker.h) takes idle ones.
+//
+// Sessions are created by the first request that names them and ended by end(). A request without a
+// session gets one of a few anonymous windows (ServeOptions::anonymous_windows): the free one whose last
+// request shares the most leading messages with this one (its messages and answer as the next request
+// would send them back, the same tools), so repeated prefixes are served as a radix cache would serve them;
+// a new one when none shares a message and there is room.
+//
+// Budget: when the windows of idle sessions hold more than ServeOptions::session_budget_bytes, or more than
+// max_sessions windows are resident, the least recently used idle ones leave memory (their Window is
+// closed; their chunks stay in the store, and the next request syncs a new window from it). Past
+// max_known_sessions records, the oldest that are neither resident nor running are forgotten.
+//
+// Thread-safety: every SessionTable member may be called from any thread. A Session's `window` belongs to
+// whoever holds its `run` mutex (a WindowSlot, or the idle worker); the table makes it resident or takes it
+// out holding both `run` and its own mutex, so the table reads whether it is resident under its mutex
+// alone. A Session's other fields are guarded by the table's mutex and read or changed only through the
+// table.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "orbit/engine.h"
+#include "serve/serve_context.h"
+
+namespace orbit::serve {
+
+// A session's (or an anonymous window's) running totals, as GET /v1/sessions/{id} reports them.
+struct SessionTotals {
+  int64_t requests = 0;
+  int64_t evictions = 0;  // times its window left memory
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t radix_cache_tokens = 0;  // Σ RunUsage::radix_cache_tokens
+  double forward_tokens = 0;
+  double predicted_kl = 0;  // the last request's
+  double idle_forward_tokens = 0;
+};
+
+struct Session {
+  std::string id;                // "" for an anonymous window
+  std::string lane;              // the gate lane its forwards queue in
+  std::mutex run;                // held by the request using the window (one at a time) and by idle work
+  std::optional<Window> window;  // nullopt: not resident
+  // Guarded by the table's mutex:
+  int64_t holders = 0;  // requests running or waiting for `run`
+  uint64_t last_used = 0;
+  bool needs_idle = false;
+  // The list the next request will most likely send: the last one's and its answer (ServeOptions::anticipate).
+  std::optional<std::vector<ChatMessage>> anticipated;
+  SyncOptions anticipated_options;
+  double idle_forward_tokens = 0;      // forwarded in idle time for the next request's prompt, not yet reported
+  std::vector<ChatMessage> last_list;  // anonymous windows: the last request's messages and answer
+  std::string last_tools;              // ... and its tools
+  WindowStats stats;                   // the window's, at the end of its last request
+  SessionTotals totals;
+};
+
+// What a finished chat run leaves in its session's record (SessionTable::record).
+struct RunRecord {
+  RunUsage usage;
+  // This request's messages, and its answer as an assistant message when it gave one (not cancelled, not
+  // empty): the list the next request most likely sends.
+  std::vector<ChatMessage> next;
+  bool answered = false;
+  SyncOptions options;  // the request's
+};
+
+class SessionTable;
+
+// A request's hold on its window, from acquire to release: the session's `run` mutex is held, so nothing
+// else touches the window. Move-only; released by release() or the destructor, on the thread that acquired
+// it (it holds a std::mutex).
+class WindowSlot {
+ public:
+  WindowSlot() = default;
+  WindowSlot(WindowSlot&& other) noexcept;
+  WindowSlot& operator=(WindowSlot&& other) noexcept;
+  ~WindowSlot() { release(); }
+
+  Session& session() const { return *session_; }
+  Window& window() const { return *session_->window; }
+  // The request was refused before it used the window: a session record or anonymous window this acquire
+  // created leaves the table again at release, as if the request never came.
+  void refuse() { refused_ = true; }
+  void release();  // the window back to the table (its stats kept, idle work allowed); idempotent
+
+ private:
+  friend class SessionTable;
+  WindowSlot(SessionTable* table, std::shared_ptr<Session> session, bool created);
+
+  SessionTable* table_ = nullptr;
+  std::shared_ptr<Session> session_;
+  std::unique_lock<std::mutex> lock_;  // session_->run (declared after session_: released before it)
+  bool created_ = false;               // this acquire created the record (or the anonymous window)
+  bool refused_ = false;
+};
+
+class SessionTable {
+ public:
+  // `on_release` runs after every release (the idle worker's wake-up).
+  SessionTable(ServeContext& context, std::function<void()> on_release);
+  SessionTable(const SessionTable&) = delete;
+  SessionTable& operator=(const SessionTable&) = delete;
+
+  // The session `id`'s window, created (or brought back) when needed; waits for the session's earlier
+  // requests. Throws orbit::Error when the engine cannot make a window (it is closed).
+  WindowSlot acquire(const std::string& id);
+  // An anonymous window for a request with `messages` and `tools_json` (see above).
+  WindowSlot acquire_anonymous(const std::vector<ChatMessage>& messages, const std::string& tools_json);
+
+  // Takes the session's idle-time forwards not yet reported (RunUsage::idle_forward_tokens).
+  double take_idle_forward_tokens(Session& s);
+  // A finished chat run: its totals, what to anticipate (named sessions, ServeOptions::anticipate) or to
+  // match the next anonymous request against (anonymous windows).
+  void record(Session& s, RunRecord run);
+
+  // For the idle worker: a resident session no request holds that asked for idle work (the flag cleared),
+  // or nullptr.
+  std::shared_ptr<Session> take_idle_target();
+  // The list to prefill for the session's next request, and its options; nullopt when there is none.
+  std::optional<std::pair<std::vector<ChatMessage>, SyncOptions>> take_anticipated(Session& s);
+  void add_idle_forward(Session& s, double tokens);  // forwarded in idle time for its next request
+
+  // Sends the least recently used idle windows out of memory until the budget holds. wait = false skips a
+  // window the idle worker holds (it calls this again when it lets go); true waits for it.
+  void enforce_budget(bool wait);
+
+  // GET /v1/sessions/{id}'s body (serve_core.h); nullopt for an unknown session.
+  std::optional<nlohmann::json> info(const std::string& id) const;
+  bool end(const std::string& id);  // false: unknown. A running request keeps the window until it ends.
+  MetricGauges counts() const;      // sessions and resident_sessions (queue_depth left 0)
+  // Takes every window out of the table and closes it, waiting for each one's holder.
+  void close_all();
+
+ private:
+  friend class WindowSlot;
+  void release(WindowSlot& slot);
+  void make_resident(Session& s);       // holding s.run: a new window when it has none
+  void forget_sessions();               // under mutex_: records past max_known_sessions, oldest first
+  void drop_refused(const Session& s);  // under mutex_: the record or anonymous window of a refused request
+
+  ServeContext& context_;
+  std::function<void()> on_release_;
+  mutable std::mutex mutex_;  // guards the tables below and the Sessions' guarded fields
+  std::map<std::string, std::shared_ptr<Session>> sessions_;
+  std::vector<std::shared_ptr<Session>> anonymous_;
+  uint64_t clock_ = 0;
+};
+
+}  // namespace orbit::serve
