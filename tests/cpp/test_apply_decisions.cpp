@@ -31,12 +31,12 @@ std::string how_of(const Kv& k) { return k == nullptr ? "null" : static_cast<con
 
 class FakeEnv final : public ApplyEnv {
  public:
-  std::vector<std::string> context;            // the window built so far (content keys)
-  KvState built_chain{7, 9};                   // its KV-state chain
-  std::map<std::string, int64_t> canonicals;   // chunk key -> rows stored (absent: encoded on read)
-  std::map<std::string, int64_t> patches;      // patch key -> bytes (absent: dropped from the store)
-  std::map<std::string, Kv> stored;            // store key -> conditioned KV
-  std::vector<std::string> log;                // every call, in order
+  std::vector<std::string> context;           // the window built so far (content keys)
+  KvState built_chain{7, 9};                  // its KV-state chain
+  std::map<std::string, int64_t> canonicals;  // chunk key -> rows stored (absent: encoded on read)
+  std::map<std::string, int64_t> patches;     // patch key -> bytes (absent: dropped from the store)
+  std::map<std::string, Kv> stored;           // store key -> conditioned KV
+  std::vector<std::string> log;               // every call, in order
   std::vector<FormJob> forms;
   std::vector<std::pair<std::string, PatchRecord>> puts;
 
@@ -74,7 +74,9 @@ class FakeEnv final : public ApplyEnv {
     log.push_back("forward " + t.key + " @" + std::to_string(t.position));
     return kv("forward", t.length);
   }
-  Kv leading_rows(const Kv& k, int64_t rows) override { return kv(how_of(k) + "[:" + std::to_string(rows) + "]", rows); }
+  Kv leading_rows(const Kv& k, int64_t rows) override {
+    return kv(how_of(k) + "[:" + std::to_string(rows) + "]", rows);
+  }
   Kv forward_rest(const ApplyTarget& t, const Kv& head) override {
     log.push_back("forward rest " + t.key + " after " + std::to_string(head->rows()));
     return kv(how_of(head) + "+forward", t.length);
@@ -124,8 +126,7 @@ ApplyOutput run(FakeEnv& env, const ChunkRecord* chunk, const PlanStep& s, bool 
 
 }  // namespace
 
-TEST_CASE("keep keeps the old pages and touches nothing; a keep of an instance the window lacks throws",
-          "[apply]") {
+TEST_CASE("keep keeps the old pages and touches nothing; a keep of an instance the window lacks throws", "[apply]") {
   FakeEnv env;
   const ChunkRecord c = token_chunk("A", 8);
   const ApplyOutput out = run(env, &c, step(ServeActionId::kKeep), /*has_old=*/true);
@@ -246,8 +247,7 @@ TEST_CASE("form forwards in context and queues the patch with the context, keys 
   CHECK_FALSE(env.forms.back().full_rank);
 }
 
-TEST_CASE("a forwarding step loads the leading rows stored for the same tokens and forwards only the rest",
-          "[apply]") {
+TEST_CASE("a forwarding step loads the leading rows stored for the same tokens and forwards only the rest", "[apply]") {
   FakeEnv env;
   env.context = {"S"};
   const ChunkRecord c = token_chunk("A", 8);

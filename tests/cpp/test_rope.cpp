@@ -9,7 +9,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <complex>
 #include <cstdio>
@@ -505,35 +504,4 @@ TEST_CASE("invalid configs and arguments throw, naming the field", "[rope][cpu]"
                   orbit::runtime::rope_rotate(ok, view.contiguous(), angles)));
   // Zero tokens is a no-op, not an error.
   CHECK(orbit::runtime::rope_apply(ok, at::randn({0, 2, 64}), at::zeros({0}, at::kLong)).size(0) == 0);
-}
-
-// Timing for the report, not a check: ./test_rope "[.rope-bench]"
-TEST_CASE("rope CPU throughput at 2048 tokens x 14 heads x 64 dims", "[.rope-bench]") {
-  RopeConfig c;
-  c.head_dim = c.rotary_dim = 64;
-  c.theta = 1e4;
-  const at::Tensor positions = at::arange(2048, at::kLong);
-  const at::Tensor x = at::randn({2048, 14, 64});
-  auto time_ms = [](auto&& fn) {
-    fn();  // warm up
-    const int reps = 50;
-    const auto start = std::chrono::steady_clock::now();
-    for (int r = 0; r < reps; ++r) fn();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / reps;
-  };
-  const at::Tensor angles = orbit::runtime::rope_angles(c, positions);
-  for (RopeLayout layout : {RopeLayout::kHalfSplit, RopeLayout::kInterleaved}) {
-    c.layout = layout;
-    const double angles_ms = time_ms([&] { (void)orbit::runtime::rope_angles(c, positions); });
-    const double rotate_ms = time_ms([&] { (void)orbit::runtime::rope_rotate(c, x, angles); });
-    const double bf16_ms = time_ms([&, xb = x.to(at::kBFloat16)] { (void)orbit::runtime::rope_rotate(c, xb, angles); });
-    const double tables_ms =
-        time_ms([&] { (void)at::cos(angles).to(at::kFloat), (void)at::sin(angles).to(at::kFloat); });
-    const double copy_ms = time_ms([&] { (void)x.clone(); });
-    std::printf(
-        "%s: rope_angles %.3f ms, rope_rotate f32 %.3f ms (of which cos/sin tables ~%.3f ms), bf16 %.3f ms; "
-        "x.clone() %.3f ms; threads %d\n",
-        orbit::runtime::rope_layout_name(layout), angles_ms, rotate_ms, tables_ms, bf16_ms, copy_ms,
-        at::get_num_threads());
-  }
 }

@@ -28,11 +28,16 @@
 //   flush()             under a deferring policy (WindowPolicy::defer_repairs), run the repairs earlier
 //                       edits left for the next read now; reads and forwarding operations do it first
 //
-// Reading the window (const, nothing stored): logits(query), generate(query, options),
-// disposable(instance, query) (decode with that instance's patch switched off). Under a deferring policy a
-// read first runs the repairs earlier edits deferred (as flush() would): the window's contents, order and
-// version stay, its KV becomes what the policy makes of them, and the work counts in stats() and the
-// engine's critical-path counters like an operation's.
+// Reading the window: logits(query), generate(query, options), disposable(instance, query) (decode with that
+// instance's patch switched off). A read is const in that the window's contents, order and version stay; its
+// KV and the engine's store may still change:
+//   - under a deferring policy a read first runs the repairs earlier edits deferred (as flush() would): the
+//     window's KV becomes what the policy makes of it, and the work counts in stats() and the engine's
+//     critical-path counters like an operation's;
+//   - under exact reuse (WindowPolicy::reuse_computed) generate stores the KV its forwards computed behind the
+//     window (the query, and the query + answer with one more decode step for the answer's last token), so a
+//     later sync that appends the same turn, or the same question and answer, forwards nothing for them.
+// logits, disposable, loss_by_instance and reference_logits store nothing.
 //
 // Thread-safety: a Window is single-threaded (one thread at a time, const reads included: a read may run
 // deferred repairs; it is not locked). Different windows of one Engine may be used from different threads.
@@ -355,7 +360,7 @@ class Window {
   // as a read would), so the two share the repaired pages.
   Window fork() const;
 
-  // ---- reading (const) ----
+  // ---- reading (const: contents, order and version stay; see "Reading the window" above) ----
   // Next-token logits after each token of `query` (live tokens after the window; nothing is stored).
   // all_rows = false: only the last row. Throws on an empty query or ids outside the vocabulary.
   Logits logits(const std::vector<int64_t>& query, bool all_rows = false) const;

@@ -124,8 +124,8 @@ void apply_form(ApplyInput& in, const PlanStep& step, ApplyOutput& out) {
   job.rank_v = step.rank_v;
   job.deep_only = step.deep_only;
   job.deep_energy = step.deep_energy;
-  job.full_rank = !step.deep_only && step.rank_k == std::min(n, model.k_width) &&
-                  step.rank_v == std::min(n, model.v_width);
+  job.full_rank =
+      !step.deep_only && step.rank_k == std::min(n, model.k_width) && step.rank_v == std::min(n, model.v_width);
   job.exact = step.exact;
   in.env.queue_form(std::move(job));
   ++out.background_jobs;

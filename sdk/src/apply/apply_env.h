@@ -32,12 +32,12 @@ using Kv = std::shared_ptr<const KvRows>;
 
 // The instance a step serves, at the next position of the window being built.
 struct ApplyTarget {
-  std::string key;                                // its content key
-  const ChunkRecord* chunk = nullptr;             // a chunk (owned by the engine), or null for a live turn
+  std::string key;                                    // its content key
+  const ChunkRecord* chunk = nullptr;                 // a chunk (owned by the engine), or null for a live turn
   const std::vector<int64_t>* turn_tokens = nullptr;  // a live turn's tokens
-  int64_t length = 0;                             // tokens (or embedding rows)
-  int64_t position = 0;                           // its first position
-  bool has_old = false;                           // the window holds it already (its pages can be kept)
+  int64_t length = 0;                                 // tokens (or embedding rows)
+  int64_t position = 0;                               // its first position
+  bool has_old = false;                               // the window holds it already (its pages can be kept)
   // Its token ids (a turn's or a token chunk's); null for an embedding chunk.
   const std::vector<int64_t>* tokens() const {
     if (chunk == nullptr) return turn_tokens;
@@ -67,7 +67,7 @@ class ApplyEnv {
   // ---- the window being built (the entries served so far, in window order) ----
   virtual bool context_empty() const = 0;
   virtual std::vector<std::string> context_keys() const = 0;
-  virtual KvState chain() const = 0;     // the KV-state chain over them
+  virtual KvState chain() const = 0;      // the KV-state chain over them
   virtual ModelLimits model() const = 0;  // widths (a patch's full rank)
 
   // ---- stored values ----
@@ -98,7 +98,8 @@ class ApplyEnv {
   // ---- background work ----
   virtual void queue_form(FormJob job) = 0;
   // A live turn's sensitivity, measured from its KV in context (a background forward of it alone).
-  virtual void queue_turn_sensitivity(const std::string& key, const std::vector<int64_t>& tokens, const Kv& conditioned) = 0;
+  virtual void queue_turn_sensitivity(const std::string& key, const std::vector<int64_t>& tokens,
+                                      const Kv& conditioned) = 0;
 };
 
 }  // namespace orbit::detail

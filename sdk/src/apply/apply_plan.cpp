@@ -6,9 +6,9 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "orbit/common/error.h"
 #include "apply/actions.h"
 #include "apply/engine_apply_env.h"
+#include "orbit/common/error.h"
 #include "window/window_ops.h"
 
 // apply_plan() in named parts, in the order it runs them:

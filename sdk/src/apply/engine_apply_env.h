@@ -77,7 +77,8 @@ class EngineApplyEnv final : public ApplyEnv {
                double* probe_tokens) override;
 
   void queue_form(FormJob job) override;
-  void queue_turn_sensitivity(const std::string& key, const std::vector<int64_t>& tokens, const Kv& conditioned) override;
+  void queue_turn_sensitivity(const std::string& key, const std::vector<int64_t>& tokens,
+                              const Kv& conditioned) override;
 
  private:
   runtime::ForwardInput input_of(const ApplyTarget& target) const;

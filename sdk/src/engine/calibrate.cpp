@@ -9,9 +9,9 @@
 #include <fstream>
 #include <random>
 
-#include "orbit/common/error.h"
 #include "engine/calibrate_fidelity.h"
 #include "engine/engine_core.h"
+#include "orbit/common/error.h"
 
 namespace orbit::detail {
 
@@ -66,7 +66,8 @@ runtime::PastKV time_forwards(CostTiming& t) {
   ctx.positions = ctx_in.positions;
   for (int64_t n : {std::max<int64_t>(1, big / 16), std::max<int64_t>(2, big / 4), big}) {
     for (bool with_ctx : {false, true}) {
-      const runtime::ForwardInput in = t.core.registry().input_for_tokens(tokens(t.rng, n, c.vocab_size), with_ctx ? big : 0);
+      const runtime::ForwardInput in =
+          t.core.registry().input_for_tokens(tokens(t.rng, n, c.vocab_size), with_ctx ? big : 0);
       const double s = best_of(3, [&] { (void)t.m.forward(in, with_ctx ? &ctx : nullptr, t.fo); });
       t.samples.push_back({planner::sample_kind::kForward, n, with_ctx ? big : 0, 0, s});
     }

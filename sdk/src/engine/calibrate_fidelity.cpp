@@ -8,11 +8,11 @@
 #include <random>
 #include <utility>
 
+#include "engine/calibrate_fidelity.h"
+#include "engine/engine_core.h"
 #include "orbit/planner/fidelity_model.h"
 #include "orbit/runtime/fidelity.h"
 #include "orbit/runtime/repair.h"
-#include "engine/calibrate_fidelity.h"
-#include "engine/engine_core.h"
 #include "window/window_state.h"
 
 namespace orbit::detail {

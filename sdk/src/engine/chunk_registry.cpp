@@ -14,7 +14,7 @@ namespace orbit::detail {
 // A chunk is placed at positions [0, extent) when encoded alone; past the model's limit that forward is
 // refused (dynamic NTK scaling runs past it, so only a sanity bound applies there).
 void ChunkRegistry::fill_embeddings(ChunkRecord& rec, const at::Tensor& emb, const at::Tensor& grid,
-                                 const ChunkOptions& options, const char* what) const {
+                                    const ChunkOptions& options, const char* what) const {
   rec.ref.kind = ChunkKind::kEmbeddings;
   rec.ref.length = emb.size(0);
   rec.ref.extent = grid.defined() ? grid.max().item<int64_t>() + 1 : rec.ref.length;

@@ -2,8 +2,8 @@
 
 #include <optional>
 
-#include "orbit/common/error.h"
 #include "engine/engine_core.h"
+#include "orbit/common/error.h"
 #include "window/window_state.h"
 
 namespace orbit {

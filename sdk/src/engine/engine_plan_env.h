@@ -26,7 +26,9 @@ class EnginePlanEnv final : public PlanEnv {
   std::optional<PatchFacts> patch_facts(const std::string& chunk_key, const std::string& patch_key) const override;
   std::optional<StaleMatch> closest_patch(const std::string& chunk_key, const std::string& variant,
                                           const ContextWeights& context, std::size_t max_records) const override;
-  double chunk_sensitivity(const std::string& chunk_key) const override { return core_.kv().chunk_sensitivity(chunk_key); }
+  double chunk_sensitivity(const std::string& chunk_key) const override {
+    return core_.kv().chunk_sensitivity(chunk_key);
+  }
   const ReuseIndex& reuse_index() const override { return core_.kv().reuse_index(); }
   PoolPages pool_pages() const override;
 

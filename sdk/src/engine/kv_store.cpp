@@ -117,7 +117,7 @@ void KvStore::put_conditioned(const runtime::Content& content, const std::string
 }
 
 void KvStore::put_reusable(const std::string& reuse_key, const runtime::Content& content, const KvState& chain,
-                              const KvState& content_chain, const std::vector<int64_t>& tokens) {
+                           const KvState& content_chain, const std::vector<int64_t>& tokens) {
   if (content.empty()) return;
   if (!store().contains(reuse_key)) {
     const store::PutOptions po = kv_put_options(static_cast<double>(content.front().k.size(0)), false);
@@ -129,14 +129,14 @@ void KvStore::put_reusable(const std::string& reuse_key, const runtime::Content&
 void KvStore::catalog_add(const std::string& chunk_key, PatchRecord record) {
   std::vector<double> lengths;
   lengths.reserve(record.context.size());
-  for (const std::string& key : record.context) lengths.push_back(static_cast<double>(core_.registry().key_length(key)));
+  for (const std::string& key : record.context)
+    lengths.push_back(static_cast<double>(core_.registry().key_length(key)));
   catalog_.add(chunk_key, std::move(record), lengths);
 }
 
-std::optional<KvStore::StaleMatch> KvStore::closest_patch(const std::string& chunk_key,
-                                                                const std::string& variant,
-                                                                const ContextWeights& context,
-                                                                std::size_t max_records) const {
+std::optional<KvStore::StaleMatch> KvStore::closest_patch(const std::string& chunk_key, const std::string& variant,
+                                                          const ContextWeights& context,
+                                                          std::size_t max_records) const {
   // Availability reads the store, outside the catalog's lock.
   for (StaleMatch& m : catalog_.closest(chunk_key, variant, context.tokens, context.total, max_records)) {
     if (available(m.key)) return std::move(m);
@@ -146,13 +146,12 @@ std::optional<KvStore::StaleMatch> KvStore::closest_patch(const std::string& chu
 
 double KvStore::chunk_sensitivity(const std::string& chunk_key) const { return catalog_.sensitivity(chunk_key); }
 
-void KvStore::note_read_patch(const std::string& chunk_key, const std::string& patch_key,
-                                 const runtime::Patch& patch) {
+void KvStore::note_read_patch(const std::string& chunk_key, const std::string& patch_key, const runtime::Patch& patch) {
   catalog_.note_read(chunk_key, patch_key, patch.sensitivity);
 }
 
 std::optional<KvStore::PatchFacts> KvStore::patch_facts(const std::string& chunk_key,
-                                                              const std::string& patch_key) const {
+                                                        const std::string& patch_key) const {
   return catalog_.facts(chunk_key, patch_key);
 }
 

@@ -35,7 +35,7 @@ void PatchJobs::queue_patch(PatchJob job) {
 }
 
 void PatchJobs::queue_turn_sensitivity(const std::string& key, const std::vector<int64_t>& tokens,
-                                        runtime::Content conditioned) {
+                                       runtime::Content conditioned) {
   auto shared = std::make_shared<TurnSensitivityJob>(TurnSensitivityJob{key, tokens, std::move(conditioned)});
   BackgroundQueue::Job j;  // writes no store key: nothing awaits it
   j.run = [this, shared](bool critical) { run_turn_sensitivity(*shared, critical); };
@@ -49,7 +49,8 @@ void PatchJobs::run_turn_sensitivity(const TurnSensitivityJob& job, bool critica
   c10::InferenceMode guard;
   runtime::ForwardOptions fo;
   fo.logits = runtime::LogitsMode::kNone;
-  const runtime::Content alone = core_.model().forward(core_.registry().input_for_tokens(job.tokens, 0), nullptr, fo).content;
+  const runtime::Content alone =
+      core_.model().forward(core_.registry().input_for_tokens(job.tokens, 0), nullptr, fo).content;
   const double s = runtime::deficit_share(runtime::deficit(job.conditioned, alone), job.conditioned);
   core_.kv().note_turn_sensitivity(job.key, s);
   Counters d;

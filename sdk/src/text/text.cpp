@@ -1,10 +1,10 @@
 // Text in and out of the Engine and its windows (engine.h, window.h): each text call tokenizes with the
 // engine's tokenizer, then does what the token-id call does. Also the window's token ids as a prefix cache
 // reads them (Window::token_ids).
+#include "engine/engine_core.h"
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
 #include "text/text_bound.h"
-#include "engine/engine_core.h"
 #include "window/window_state.h"
 
 namespace orbit {

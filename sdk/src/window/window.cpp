@@ -8,19 +8,19 @@
 #include <set>
 #include <sstream>
 
+#include "engine/engine_plan_env.h"
 #include "orbit/common/error.h"
 #include "orbit/planner/placement.h"
-#include "engine/engine_plan_env.h"
 #include "window/window_ops.h"
 
 namespace orbit {
 
 using detail::Entry;
 using detail::Layout;
-using detail::Slot;
-using detail::WindowState;
 using detail::must;
 using detail::served_again;
+using detail::Slot;
+using detail::WindowState;
 
 namespace {
 

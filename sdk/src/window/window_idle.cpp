@@ -14,10 +14,10 @@ namespace orbit {
 
 using detail::Entry;
 using detail::Layout;
-using detail::Slot;
-using detail::WindowState;
 using detail::must;
 using detail::served_again;
+using detail::Slot;
+using detail::WindowState;
 namespace {
 
 // The policy of the throwaway forks idle-time preparation runs in: the chunk is formed in context, the

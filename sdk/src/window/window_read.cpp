@@ -135,7 +135,8 @@ void keep_read_for_reuse(const WindowState& state, const std::vector<int64_t>& q
   parts.push_back(core.model().forward(in, &past, fo).content);
   std::vector<int64_t> turn = query;
   turn.insert(turn.end(), answer.begin(), answer.end());
-  core.kv().put_reusable(detail::reuse_key(core.registry().turn_key(turn), chain), concat_contents(parts), chain, content, turn);
+  core.kv().put_reusable(detail::reuse_key(core.registry().turn_key(turn), chain), concat_contents(parts), chain,
+                         content, turn);
 }
 
 // Exact reuse of a read's query: its leading tokens (all but the last, whose logits the first answer token

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine_core.h"
 #include "orbit/planner/dependency_graph.h"
 #include "orbit/runtime/paged_sequence.h"
 #include "orbit/runtime/reuse.h"
 #include "orbit/window.h"
-#include "engine/engine_core.h"
 #include "plan/kv_state.h"
 #include "plan/window_meta.h"
 

@@ -12,12 +12,12 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/engine_core.h"
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
 #include "orbit/runtime/chat_template.h"
 #include "orbit/sync.h"
 #include "text/text_bound.h"
-#include "engine/engine_core.h"
 #include "window/sync_render.h"
 #include "window/window_ops.h"
 #include "window/window_state.h"
@@ -92,7 +92,8 @@ SyncPlan units_of(const detail::EngineCore& core, Rendering r) {
                     plan.tokens.begin() + static_cast<std::ptrdiff_t>(s.end));
     if (s.part >= 0) {
       const PartRef& p = r.parts[static_cast<std::size_t>(s.part)];
-      u.chunk = core.registry().record(p.chunk).ref;  // the engine's record: its label and extent, whatever the caller's copy
+      u.chunk =
+          core.registry().record(p.chunk).ref;  // the engine's record: its label and extent, whatever the caller's copy
       u.part = p.index;
       u.key = u.chunk.key;
     } else {
@@ -447,8 +448,7 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncPlan
               "sync: stale sync plan (made for window " << planned.window_id << " at version " << planned.window_version
                                                         << "; this is window " << state_->id << " at version "
                                                         << state_->version << "): plan_sync again");
-  return sync_with(*this, *state_, messages, planned,
-                   [this](const Plan& p) { return detail::apply_plan(*state_, p); });
+  return sync_with(*this, *state_, messages, planned, [this](const Plan& p) { return detail::apply_plan(*state_, p); });
 }
 
 IdleReport Window::prepare_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {

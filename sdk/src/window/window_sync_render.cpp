@@ -7,12 +7,12 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/engine_core.h"
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
 #include "orbit/runtime/chat_template.h"
 #include "orbit/sync.h"
 #include "text/text_bound.h"
-#include "engine/engine_core.h"
 #include "window/sync_render.h"
 #include "window/window_state.h"
 
