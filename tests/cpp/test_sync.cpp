@@ -324,6 +324,30 @@ TEST_CASE("sync renders messages into one unit per message and appends only what
 // An agent that trims its oldest turns from the front of the list while it appends a message identical to
 // one of them (the same action decoded again): the new message is a new turn at the tail, the old turn is
 // evicted, and no live turn is moved.
+TEST_CASE("sync applies a plan_sync plan as it is: rendered and diffed once; a stale one throws", "[sync]") {
+  std::shared_ptr<Engine> engine = open_engine();
+  Window w = engine->new_window();
+  Window other = engine->new_window();
+  const SyncOptions o = options();
+  std::vector<ChatMessage> messages = {msg("system", "You tell short stories."), msg("user", "Tell me about a dog.")};
+  const SyncPlan planned = w.plan_sync(messages, o);
+  CHECK(planned.window_id == w.id());
+  CHECK(planned.window_version == w.version());
+  // Another window's plan, and this window's plan once an operation was applied, are refused.
+  CHECK_THROWS_WITH(other.sync(messages, planned), Contains("stale sync plan"));
+  const SyncReport r = w.sync(messages, planned);
+  CHECK(r.plan.tokens == planned.tokens);
+  CHECK(r.generation_prompt == planned.generation_prompt);
+  require_window_is_rendering(*engine, w, messages, o);
+  CHECK_THROWS_WITH(w.sync(messages, planned), Contains("plan_sync again"));
+  // The same list planned again holds nothing new, as sync(messages) would find.
+  const SyncPlan again = w.plan_sync(messages, o);
+  CHECK_FALSE(again.changes());
+  const uint64_t version = w.version();
+  CHECK(w.sync(messages, again).plans.empty());
+  CHECK(w.version() == version);
+}
+
 TEST_CASE("sync never moves a live turn: a message identical to one trimmed from the front is a new turn", "[sync]") {
   std::shared_ptr<Engine> engine = open_engine();
   Window w = engine->new_window();
