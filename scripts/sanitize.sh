@@ -25,7 +25,7 @@ case "$mode" in
     # the pool, RoPE, the planner and the loaders. Each is a CTest name (an executable of that name, unless
     # mapped in `targets` below).
     tests=(test_common test_rope test_kv_pool test_safetensors test_planner test_dependency_graph
-           test_model test_window test_window_defer test_plan_actions test_engine_tiers test_engine_threads
+           test_model test_window test_window_defer test_plan_actions test_apply_decisions test_engine_tiers test_engine_threads
            test_store_tiers test_store_faults test_store_threads)
     ;;
   thread)

@@ -236,15 +236,15 @@ TEST_CASE("form forwards in context and queues the patch with the context, keys 
   CHECK(out.background_jobs == 1);
   REQUIRE(env.forms.size() == 1);
   const FormJob& job = env.forms.front();
-  CHECK(job.context == std::vector<std::string>{"S", "T"});
-  CHECK(job.store_keys == std::vector<std::string>{"exact", "orbit"});
-  CHECK(job.full_rank);
-  CHECK(job.exact);
+  CHECK(job.form.context == std::vector<std::string>{"S", "T"});
+  CHECK(job.form.store_keys == std::vector<std::string>{"exact", "orbit"});
+  CHECK(job.form.full_rank);
+  CHECK(job.form.exact);
   CHECK(how_of(job.conditioned) == "forward");
 
   s.rank_k = 4;  // truncated: not full rank
   run(env, &c, s);
-  CHECK_FALSE(env.forms.back().full_rank);
+  CHECK_FALSE(env.forms.back().form.full_rank);
 }
 
 TEST_CASE("a forwarding step loads the leading rows stored for the same tokens and forwards only the rest", "[apply]") {

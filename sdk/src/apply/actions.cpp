@@ -117,16 +117,17 @@ void apply_form(ApplyInput& in, const PlanStep& step, ApplyOutput& out) {
   FormJob job;
   job.chunk = in.target.chunk;
   job.conditioned = out.content;
-  job.context = in.env.context_keys();
-  job.store_keys = step.store_keys;
-  job.variant = step.variant;
-  job.rank_k = step.rank_k;
-  job.rank_v = step.rank_v;
-  job.deep_only = step.deep_only;
-  job.deep_energy = step.deep_energy;
-  job.full_rank =
+  PatchForm& form = job.form;
+  form.context = in.env.context_keys();
+  form.store_keys = step.store_keys;
+  form.variant = step.variant;
+  form.rank_k = step.rank_k;
+  form.rank_v = step.rank_v;
+  form.deep_only = step.deep_only;
+  form.deep_energy = step.deep_energy;
+  form.full_rank =
       !step.deep_only && step.rank_k == std::min(n, model.k_width) && step.rank_v == std::min(n, model.v_width);
-  job.exact = step.exact;
+  form.exact = step.exact;
   in.env.queue_form(std::move(job));
   ++out.background_jobs;
   out.conditioned = true;

@@ -48,16 +48,8 @@ struct ApplyTarget {
 // A patch to form in the background from a first sight's conditioned KV, and where to store it.
 struct FormJob {
   const ChunkRecord* chunk = nullptr;
-  Kv conditioned;                       // KV(B|C)
-  std::vector<std::string> context;     // ordered content keys of C
-  std::vector<std::string> store_keys;  // exact key first, then the orbit key when new
-  std::string variant;
-  int64_t rank_k = 0;
-  int64_t rank_v = 0;
-  bool deep_only = false;
-  double deep_energy = 0.9;
-  bool full_rank = false;
-  bool exact = false;  // formed over an exact context
+  Kv conditioned;  // KV(B|C)
+  PatchForm form;
 };
 
 class ApplyEnv {

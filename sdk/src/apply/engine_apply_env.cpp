@@ -165,15 +165,7 @@ void EngineApplyEnv::queue_form(FormJob f) {
   PatchJob job;
   job.chunk = f.chunk;
   job.conditioned = content_of(f.conditioned);
-  job.context = std::move(f.context);
-  job.store_keys = std::move(f.store_keys);
-  job.variant = std::move(f.variant);
-  job.rank_k = f.rank_k;
-  job.rank_v = f.rank_v;
-  job.deep_only = f.deep_only;
-  job.deep_energy = f.deep_energy;
-  job.full_rank = f.full_rank;
-  job.exact = f.exact;
+  job.form = std::move(f.form);
   core_.jobs().queue_patch(std::move(job));
 }
 

@@ -19,16 +19,16 @@ void PatchJobs::finish() { (void)queue_->run(1e30, queue_->queued()); }
 void PatchJobs::stop() { queue_->stop(); }
 
 void PatchJobs::queue_patch(PatchJob job) {
-  for (std::size_t i = 0; i < job.store_keys.size(); ++i) {
+  for (std::size_t i = 0; i < job.form.store_keys.size(); ++i) {
     PatchRecord rec;
-    rec.key = job.store_keys[i];
-    rec.context = job.context;
-    rec.variant = job.variant;
-    rec.exact = job.exact && job.full_rank && i == 0;
+    rec.key = job.form.store_keys[i];
+    rec.context = job.form.context;
+    rec.variant = job.form.variant;
+    rec.exact = job.form.exact && job.form.full_rank && i == 0;
     core_.kv().catalog_add(job.chunk->ref.key, std::move(rec));
   }
   BackgroundQueue::Job j;
-  j.keys = job.store_keys;
+  j.keys = job.form.store_keys;
   auto shared = std::make_shared<PatchJob>(std::move(job));
   j.run = [this, shared](bool critical) { run_patch_job(*shared, critical); };
   queue_->queue(std::move(j));
@@ -71,19 +71,19 @@ void PatchJobs::run_patch_job(const PatchJob& job, bool critical) {
   const OpHold hold(core_);
   const auto t0 = std::chrono::steady_clock::now();
   bool all_stored = true;
-  for (const std::string& k : job.store_keys) all_stored = all_stored && core_.kv().contains(k);
+  for (const std::string& k : job.form.store_keys) all_stored = all_stored && core_.kv().contains(k);
   if (all_stored) return;  // formed meanwhile (another window, another job)
   bool encoded = false;
   const runtime::Content canonical = core_.kv().canonical(*job.chunk, &encoded);
   c10::InferenceMode guard;
   const runtime::Content delta = runtime::deficit(job.conditioned, canonical);
   runtime::PatchOptions po;
-  po.rank_k = job.rank_k;
-  po.rank_v = job.rank_v;
-  if (job.deep_only) po.first_layer = runtime::choose_first_layer(delta, job.deep_energy);
+  po.rank_k = job.form.rank_k;
+  po.rank_v = job.form.rank_v;
+  if (job.form.deep_only) po.first_layer = runtime::choose_first_layer(delta, job.form.deep_energy);
   runtime::Patch patch = runtime::form_patch(core_.model(), delta, po);
   patch.sensitivity = runtime::deficit_share(delta, job.conditioned);
-  core_.kv().put_patch(job.chunk->ref.key, job.store_keys, patch);
+  core_.kv().put_patch(job.chunk->ref.key, job.form.store_keys, patch);
   Counters d;
   d.patches_formed = 1;
   if (!critical) {

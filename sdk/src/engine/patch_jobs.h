@@ -15,6 +15,7 @@
 #include "engine/background.h"
 #include "orbit/engine.h"
 #include "orbit/runtime/reuse.h"
+#include "plan/patch_catalog.h"
 #include "plan/window_meta.h"
 
 namespace orbit::detail {
@@ -24,17 +25,9 @@ class EngineCore;
 // What a chunk's first sight leaves for the background: its conditioned KV (the exact in-context
 // prefill), the context it saw, and the patch to form from it and where to store it.
 struct PatchJob {
-  const ChunkRecord* chunk = nullptr;   // owned by the engine (records are never removed)
-  runtime::Content conditioned;         // KV(B|C), content channel
-  std::vector<std::string> context;     // ordered content keys of C
-  std::vector<std::string> store_keys;  // exact key first, then the orbit key when new
-  std::string variant;
-  int64_t rank_k = 0;
-  int64_t rank_v = 0;
-  bool deep_only = false;
-  double deep_energy = 0.9;
-  bool full_rank = false;
-  bool exact = false;  // formed over an exact context
+  const ChunkRecord* chunk = nullptr;  // owned by the engine (records are never removed)
+  runtime::Content conditioned;        // KV(B|C), content channel
+  PatchForm form;
 };
 
 class PatchJobs {

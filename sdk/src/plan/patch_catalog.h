@@ -20,6 +20,19 @@
 namespace orbit::detail {
 
 // A patch (or stored conditioned KV) as the catalog remembers it.
+// A patch to form from a chunk's conditioned KV: the context it saw, where it is stored, its variant and ranks.
+struct PatchForm {
+  std::vector<std::string> context;     // ordered content keys of the context C
+  std::vector<std::string> store_keys;  // exact key first, then the orbit key when new
+  std::string variant;
+  int64_t rank_k = 0;
+  int64_t rank_v = 0;
+  bool deep_only = false;
+  double deep_energy = 0.9;
+  bool full_rank = false;
+  bool exact = false;  // formed over an exact context
+};
+
 struct PatchRecord {
   std::string key;
   std::vector<std::string> context;  // ordered content keys of the antecedents it was formed under
