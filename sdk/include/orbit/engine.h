@@ -34,6 +34,7 @@
 #include "orbit/chunk.h"
 #include "orbit/errors.h"
 #include "orbit/store.h"
+#include "orbit/tool_calls.h"
 #include "orbit/window.h"
 
 namespace orbit {
@@ -222,6 +223,11 @@ class Engine {
   // orbit::Error naming the template on what it refuses (raise_exception, malformed tool JSON).
   std::string render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
                           const ChatOptions& options = {}) const;
+  // The format the chat template in use (as render_chat picks it) writes tool calls in (orbit/tool_calls.h):
+  // an assistant message holding one call is rendered, and the way the template wrote it names the format
+  // (Mistral's [TOOL_CALLS], Llama 3's JSON with "parameters" or <|python_tag|>, else Hermes' <tool_call>,
+  // which kPlainChatTemplate uses). kHermes when the template refuses such a message.
+  ToolCallFormat tool_call_format(const ChatOptions& options = {}) const;
   // tokenize(render_chat(...)) with no special tokens added (templates write their own): what
   // Window::sync puts in a window (with add_generation_prompt = false).
   std::vector<int64_t> tokenize_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,

@@ -55,7 +55,8 @@
 //
 // Models without a chat template (llama2.c models such as stories260K, TinyStories-656K) use
 // SyncOptions::chat.chat_template when given, else kPlainChatTemplate: "role: content" and a newline per
-// message, and "assistant:" as the generation prompt, with the tokenizer's BOS text first when the tokenizer
+// message, and "assistant:" as the generation prompt (tools and tool calls rendered as Hermes templates
+// render them; see kPlainChatTemplate), with the tokenizer's BOS text first when the tokenizer
 // reads that text back as BOS (Hugging Face tokenizers; llama2.c's does not, so its plain rendering has no
 // BOS).
 //
@@ -133,9 +134,21 @@ struct ChatMessage {
 // SyncPlan::tokens at a row of an embedding chunk part (it has no token id).
 inline constexpr int64_t kEmbeddingRow = -1;
 
-// The built-in template for models without one (Jinja, as a chat_template string).
+// The built-in template for models without one (Jinja, as a chat_template string): "role: content" and a
+// newline per message, "assistant:" as the generation prompt. It carries tools the way Hermes and Qwen
+// templates do, so a tool loop's history is in the prompt and the model's calls can be read back
+// (orbit/tool_calls.h, ToolCallFormat::kHermes): with `tools`, a first line "system: ..." that says how to
+// call one and lists each tool's schema as JSON between <tools> and </tools>; an assistant message's
+// tool_calls after its content, each as <tool_call>{"name": ..., "arguments": {...}}</tool_call>; a tool
+// result as "tool: content". A list without tools or tool calls renders as it always has.
 inline constexpr const char* kPlainChatTemplate =
-    "{{ bos_token }}{% for message in messages %}{{ message.role }}: {{ message.content }}\n{% endfor %}"
+    "{{ bos_token }}{% if tools %}system: You may call these tools. To call one, answer with "
+    "<tool_call>{\"name\": <the tool's name>, \"arguments\": <its arguments as a JSON object>}</tool_call>.\n"
+    "<tools>{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n{% endif %}"
+    "{% for message in messages %}{{ message.role }}: {{ message.content }}"
+    "{% if message.tool_calls %}{% for call in message.tool_calls %}<tool_call>{\"name\": "
+    "{{ call.function.name | tojson }}, \"arguments\": {{ call.function.arguments | tojson }}}</tool_call>"
+    "{% endfor %}{% endif %}{{ '\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}";
 
 struct ChatOptions {

@@ -12,6 +12,7 @@
 #include "orbit/engine.h"
 #include "orbit/runtime/chat_template.h"
 #include "orbit/sync.h"
+#include "orbit/tool_calls.h"
 #include "text/text_bound.h"
 #include "window/sync_render.h"
 #include "window/window_state.h"
@@ -436,6 +437,32 @@ std::string Engine::render_chat(const std::vector<ChatMessage>& messages, bool a
   ro.tools_json = options.tools_json;
   ro.extra_json = options.extra_json;
   return chat.tmpl->render(to_runtime(*core_, messages, nullptr, "render_chat"), ro);
+}
+
+ToolCallFormat Engine::tool_call_format(const ChatOptions& options) const {
+  // An assistant message with one call, rendered as the template writes history: the way it writes the call
+  // is the way it taught the model to write one.
+  ChatMessage user;
+  user.role = "user";
+  user.content = "Call the tool.";
+  ChatMessage assistant;
+  assistant.role = "assistant";
+  assistant.tool_calls.push_back({"call_orbitprobe", "orbit_probe", "{\"probe\": 1}"});
+  ChatOptions probe = options;
+  probe.tools_json =
+      R"([{"type": "function", "function": {"name": "orbit_probe", "description": "A probe.", "parameters": )"
+      R"({"type": "object", "properties": {"probe": {"type": "integer"}}}}}])";
+  std::string text;
+  try {
+    text = render_chat({user, assistant}, false, probe);
+  } catch (const Error&) {
+    return ToolCallFormat::kHermes;  // a template that refuses tool calls in history writes none
+  }
+  if (text.find("[TOOL_CALLS]") != std::string::npos) return ToolCallFormat::kMistral;
+  if (text.find("<tool_call>") != std::string::npos) return ToolCallFormat::kHermes;
+  if (text.find("<|python_tag|>") != std::string::npos || text.find("\"parameters\"") != std::string::npos)
+    return ToolCallFormat::kLlama3;
+  return ToolCallFormat::kHermes;
 }
 
 std::vector<int64_t> Engine::tokenize_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt,

@@ -1,0 +1,56 @@
+// Tool calls in a model's text: the formats chat templates teach models to call tools in, and a parser that
+// reads them back as OpenAI-style calls (orbit/sync.h's ChatToolCall: an id, a function name, the
+// arguments as JSON text).
+//
+//   hermes    <tool_call>{"name": "f", "arguments": {...}}</tool_call>, one block per call, text around
+//             them is content (Hermes, Qwen2.5, ChatML-with-tools templates, and kPlainChatTemplate)
+//   llama3    the whole answer a JSON object {"name": "f", "parameters": {...}} (or "arguments"), optionally
+//             after <|python_tag|>; several separated by ";" (Llama 3.1 / 3.2 JSON tool calling)
+//   mistral   [TOOL_CALLS] followed by a JSON array of {"name", "arguments", "id"?}; text before it is
+//             content (Mistral's v3 tokenizer templates)
+//
+// Engine::tool_call_format(options) says which one a template uses: it renders an assistant message holding a
+// tool call with the template and looks at how the call was written.
+//
+//   orbit::ToolCallParse r = orbit::parse_tool_calls(generation.text, orbit::ToolCallFormat::kHermes);
+//   if (!r.calls.empty()) { ... run r.calls[i].name with r.calls[i].arguments, send the results back ... }
+//
+// A call is read only when it is complete and well formed: a block cut by max_tokens, JSON that does not
+// parse, a name that is not a non-empty string, or arguments that are not a JSON object leave the text as
+// content (ToolCallParse::malformed says so). Torch-free; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "orbit/sync.h"
+
+namespace orbit {
+
+enum class ToolCallFormat { kHermes, kLlama3, kMistral };
+
+const char* tool_call_format_name(ToolCallFormat format) noexcept;  // "hermes", "llama3", "mistral"
+// The format named `name` (as tool_call_format_name writes it); throws orbit::Error naming `what` and the
+// known names otherwise.
+ToolCallFormat parse_tool_call_format(std::string_view name, std::string_view what = "tool call format");
+
+struct ToolCallParse {
+  std::string content;              // the text that is not a call (trimmed); "" when it is all calls
+  std::vector<ChatToolCall> calls;  // in order; ids "call_" + 24 random letters and digits unless given
+  bool malformed = false;           // something started like a call but was not one (left in content)
+};
+
+// The calls in `text` written in `format`.
+ToolCallParse parse_tool_calls(std::string_view text, ToolCallFormat format);
+
+// How much of `text` can be streamed as content before the answer is over: the bytes before anything that
+// is, or may still become, the start of a call in `format` (the whole text when nothing is). A server that
+// streams deltas holds back the rest until the run ends, then parses it.
+std::size_t tool_call_free_prefix(std::string_view text, ToolCallFormat format);
+
+// A fresh OpenAI-style call id: "call_" and 24 random letters and digits.
+std::string new_tool_call_id();
+
+}  // namespace orbit

@@ -1,0 +1,165 @@
+// Tool calls in a model's text (orbit/tool_calls.h): each format parsed into OpenAI-style calls, malformed and
+// cut calls left as content, the streaming hold-back, and the format a template writes, read off its rendering;
+// the built-in template (kPlainChatTemplate) rendering tools and tool calls, and unchanged without them.
+#include "orbit_catch.h"
+
+#include <nlohmann/json.hpp>
+
+#include "orbit/engine.h"
+#include "orbit/tool_calls.h"
+
+using namespace orbit;
+using Catch::Contains;
+
+namespace {
+
+std::shared_ptr<Engine> open_story_engine() {
+  EngineOptions o;
+  o.model = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
+  o.pool_bytes = int64_t{16} << 20;
+  return Engine::open(o);
+}
+
+nlohmann::json args_of(const ChatToolCall& c) { return nlohmann::json::parse(c.arguments); }
+
+}  // namespace
+
+TEST_CASE("hermes: every <tool_call> block is a call, the text around them content", "[tool_calls]") {
+  const ToolCallParse r = parse_tool_calls(
+      "Let me look.\n<tool_call>\n{\"name\": \"open_page\", \"arguments\": {\"url\": \"a.html\"}}\n</tool_call>"
+      "<tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"cats\", \"n\": 3}}</tool_call>",
+      ToolCallFormat::kHermes);
+  REQUIRE(r.calls.size() == 2);
+  CHECK(r.calls[0].name == "open_page");
+  CHECK(args_of(r.calls[0]) == nlohmann::json{{"url", "a.html"}});
+  CHECK(r.calls[1].name == "search");
+  CHECK(args_of(r.calls[1])["n"] == 3);
+  CHECK(r.content == "Let me look.");
+  CHECK_FALSE(r.malformed);
+  // Ids are OpenAI's shape and differ between calls.
+  CHECK(r.calls[0].id.rfind("call_", 0) == 0);
+  CHECK(r.calls[0].id.size() == 29);
+  CHECK(r.calls[0].id != r.calls[1].id);
+  // Arguments given as JSON text are read as the object they spell.
+  const ToolCallParse s = parse_tool_calls(
+      "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}</tool_call>", ToolCallFormat::kHermes);
+  REQUIRE(s.calls.size() == 1);
+  CHECK(args_of(s.calls[0]) == nlohmann::json{{"x", 1}});
+}
+
+TEST_CASE("hermes: a cut or malformed call stays content and is flagged", "[tool_calls]") {
+  for (const char* text : {"<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1",         // cut by max_tokens
+                           "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>",  // not an object
+                           "<tool_call>{\"name\": \"\", \"arguments\": {}}</tool_call>",    // no name
+                           "<tool_call>not json</tool_call>"}) {
+    const ToolCallParse r = parse_tool_calls(text, ToolCallFormat::kHermes);
+    CHECK(r.calls.empty());
+    CHECK(r.malformed);
+    CHECK(r.content == text);
+  }
+  const ToolCallParse plain = parse_tool_calls("Once upon a time there was a cat.", ToolCallFormat::kHermes);
+  CHECK(plain.calls.empty());
+  CHECK_FALSE(plain.malformed);
+  CHECK(plain.content == "Once upon a time there was a cat.");
+  // Arguments nested past the depth bound are malformed, never a crash.
+  std::string deep = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": ";
+  for (int i = 0; i < 100000; ++i) deep += "[";
+  CHECK(parse_tool_calls(deep + "</tool_call>", ToolCallFormat::kHermes).malformed);
+}
+
+TEST_CASE("llama3: the answer as one JSON call, or several separated by semicolons", "[tool_calls]") {
+  ToolCallParse r = parse_tool_calls("<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
+                                     ToolCallFormat::kLlama3);
+  REQUIRE(r.calls.size() == 1);
+  CHECK(r.calls[0].name == "get_weather");
+  CHECK(args_of(r.calls[0]) == nlohmann::json{{"city", "Oslo"}});
+  CHECK(r.content.empty());
+  r = parse_tool_calls("{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"arguments\": {\"k\": true}}",
+                       ToolCallFormat::kLlama3);
+  REQUIRE(r.calls.size() == 2);
+  CHECK(r.calls[1].name == "b");
+  r = parse_tool_calls("The weather is fine.", ToolCallFormat::kLlama3);
+  CHECK(r.calls.empty());
+  CHECK(r.content == "The weather is fine.");
+  r = parse_tool_calls("{\"nam", ToolCallFormat::kLlama3);
+  CHECK(r.calls.empty());
+  CHECK(r.malformed);
+}
+
+TEST_CASE("mistral: [TOOL_CALLS] and a JSON array, ids kept when given", "[tool_calls]") {
+  const ToolCallParse r = parse_tool_calls(
+      "Sure. [TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"x\": 1}, \"id\": \"abc123XYZ\"}, {\"name\": \"g\", "
+      "\"arguments\": {}}]",
+      ToolCallFormat::kMistral);
+  REQUIRE(r.calls.size() == 2);
+  CHECK(r.calls[0].id == "abc123XYZ");
+  CHECK(r.calls[1].id.rfind("call_", 0) == 0);
+  CHECK(r.content == "Sure.");
+  CHECK(parse_tool_calls("[TOOL_CALLS] [{\"name\": \"f\"", ToolCallFormat::kMistral).malformed);
+}
+
+TEST_CASE("streaming holds back exactly what may still become a call", "[tool_calls]") {
+  CHECK(tool_call_free_prefix("Hello there", ToolCallFormat::kHermes) == 11);
+  CHECK(tool_call_free_prefix("Hello <tool", ToolCallFormat::kHermes) == 6);
+  CHECK(tool_call_free_prefix("Hello <tool_call>{\"na", ToolCallFormat::kHermes) == 6);
+  CHECK(tool_call_free_prefix("a < b", ToolCallFormat::kHermes) == 5);
+  CHECK(tool_call_free_prefix("Sure [TOOL", ToolCallFormat::kMistral) == 5);
+  CHECK(tool_call_free_prefix("  {\"name\"", ToolCallFormat::kLlama3) == 0);
+  CHECK(tool_call_free_prefix("It is sunny.", ToolCallFormat::kLlama3) == 12);
+}
+
+TEST_CASE("format names round-trip; an unknown one is refused naming the argument", "[tool_calls]") {
+  for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3, ToolCallFormat::kMistral})
+    CHECK(parse_tool_call_format(tool_call_format_name(f)) == f);
+  CHECK_THROWS_WITH(parse_tool_call_format("qwen", "--tool-call-format"),
+                    Contains("--tool-call-format: 'qwen' is not a tool call format"));
+}
+
+TEST_CASE("the built-in template renders tools and tool calls, and lists without them as before", "[tool_calls]") {
+  std::shared_ptr<Engine> engine = open_story_engine();
+  ChatMessage user{"user", "What is the weather in Oslo?"};
+  ChatMessage call;
+  call.role = "assistant";
+  call.tool_calls.push_back({"call_1", "get_weather", "{\"city\": \"Oslo\"}"});
+  ChatMessage result;
+  result.role = "tool";
+  result.content = "Sunny, 21 C";
+  result.tool_call_id = "call_1";
+  ChatOptions o;
+  o.tools_json = R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", )"
+                 R"("properties": {"city": {"type": "string"}}}}}])";
+  const std::string text = engine->render_chat({user, call, result}, true, o);
+  CHECK_THAT(text, Contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""));
+  CHECK_THAT(text, Contains("user: What is the weather in Oslo?\n"));
+  CHECK_THAT(text, Contains("assistant: <tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}"
+                            "</tool_call>\n"));
+  CHECK_THAT(text, Contains("tool: Sunny, 21 C\nassistant:"));
+  // What the template writes, the parser reads back.
+  const std::size_t at = text.rfind("<tool_call>");  // the call, after the instruction that shows one
+  const ToolCallParse back = parse_tool_calls(text.substr(at, text.find('\n', at) - at), ToolCallFormat::kHermes);
+  REQUIRE(back.calls.size() == 1);
+  CHECK(back.calls[0].name == "get_weather");
+  CHECK(engine->tool_call_format() == ToolCallFormat::kHermes);
+  // Without tools and calls: "role: content" lines after the BOS text, as the plain template always rendered.
+  CHECK(engine->render_chat({user}, true) == "<|start_story|>user: What is the weather in Oslo?\nassistant:");
+}
+
+TEST_CASE("the tool call format is read off how a template writes a call", "[tool_calls]") {
+  std::shared_ptr<Engine> engine = open_story_engine();
+  ChatOptions mistral;
+  mistral.chat_template =
+      "{% for m in messages %}{% if m.tool_calls %}[TOOL_CALLS] {{ m.tool_calls | tojson }}{% else %}"
+      "{{ m.content }}{% endif %}{% endfor %}";
+  CHECK(engine->tool_call_format(mistral) == ToolCallFormat::kMistral);
+  ChatOptions llama;
+  llama.chat_template =
+      "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}{\"name\": \"{{ c.function.name }}\", "
+      "\"parameters\": {{ c.function.arguments | tojson }}}{% endfor %}{% else %}{{ m.content }}{% endif %}"
+      "{% endfor %}";
+  CHECK(engine->tool_call_format(llama) == ToolCallFormat::kLlama3);
+  ChatOptions refuses;
+  refuses.chat_template =
+      "{% for m in messages %}{% if m.tool_calls %}{{ raise_exception('no tools') }}{% endif %}"
+      "{% endfor %}";
+  CHECK(engine->tool_call_format(refuses) == ToolCallFormat::kHermes);
+}
