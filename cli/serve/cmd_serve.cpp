@@ -6,11 +6,14 @@
 
 #include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "args.h"
 #include "commands.h"
 #include "orbit/common/error.h"
+#include "orbit/tool_calls.h"
 #include "serve/serve_core.h"
 #include "serve/serve_http.h"
 
@@ -41,6 +44,11 @@ const char* kServeUsage =
     "  --max-body-kb N       request bodies over this get 413 (default 4096)\n"
     "  --threads N           connections served at once (default 64)\n"
     "  --drain-seconds N     how long SIGTERM waits for requests in flight (default 60)\n"
+    "  --chat-template FILE  a Jinja chat template for every request instead of the model's (default: the\n"
+    "                        model's, else a built-in one that renders tools and tool calls in the Hermes style)\n"
+    "  --tool-call-format F  how tool calls are read from answers: hermes (<tool_call>{json}</tool_call>),\n"
+    "                        llama3 (a JSON call as the answer) or mistral ([TOOL_CALLS] [...]); default: the\n"
+    "                        format the chat template writes calls in\n"
     "  --no-anticipate       do not prefill a session's answer in idle time as its next request will send it\n"
     "                        back (usage.orbit.idle_forward_tokens reports what that costs)\n";
 
@@ -51,6 +59,17 @@ void wait_for_signal(serve::HttpServer& http, const sigset_t& signals) {
   std::fprintf(stderr, "orbit serve: signal %d: draining %lld request(s) in flight\n", received,
                static_cast<long long>(http.in_flight()));
   http.drain_and_stop();
+}
+
+// The text of a --chat-template file; throws orbit::Error naming the file when it cannot be read or is empty.
+std::string read_template(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ORBIT_CHECK(in.good(), "serve: --chat-template " << path << ": cannot open the file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  ORBIT_CHECK(!in.bad(), "serve: --chat-template " << path << ": cannot read the file");
+  ORBIT_CHECK(!text.str().empty(), "serve: --chat-template " << path << ": the file is empty");
+  return text.str();
 }
 
 serve::ServeOptions serve_options(const Args& args) {
@@ -66,6 +85,12 @@ serve::ServeOptions serve_options(const Args& args) {
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
   o.limits.max_body_bytes = static_cast<std::size_t>(args.get_int("--max-body-kb", 4096, 1)) << 10;
   o.anticipate = !args.flag("--no-anticipate");
+  if (const auto file = args.get("--chat-template")) {
+    o.chat_template = read_template(*file);
+    o.chat_template_origin = "--chat-template " + *file;
+  }
+  o.tool_call_format = args.get_or("--tool-call-format", "");
+  if (!o.tool_call_format.empty()) (void)parse_tool_call_format(o.tool_call_format, "serve: --tool-call-format");
   return o;
 }
 
@@ -75,7 +100,7 @@ int run_serve(int argc, char** argv, int first) {
   const Args args("serve",
                   ArgSpec{{"--model", "--host", "--port", "--policy", "--store", "--remote", "--name", "--pool-mb",
                            "--session-budget-mb", "--max-sessions", "--max-tokens", "--max-body-kb", "--threads",
-                           "--drain-seconds"},
+                           "--drain-seconds", "--chat-template", "--tool-call-format"},
                           {"--no-anticipate"},
                           kServeUsage},
                   argc, argv, first);

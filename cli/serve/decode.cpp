@@ -1,6 +1,7 @@
 #include "serve/decode.h"
 
 #include <algorithm>
+#include <random>
 
 #include "serve/text_stream.h"
 
@@ -13,7 +14,10 @@ GenerateOptions generate_options(const ServeContext& context, int64_t max_tokens
   go.max_tokens = max_tokens;
   go.temperature = sampling.temperature;
   go.top_p = sampling.top_p;
-  go.seed = sampling.seed.value_or(0);
+  // Without a seed, a fresh one: identical requests at a temperature above 0 answer differently, as
+  // OpenAI's do.
+  std::random_device fresh;
+  go.seed = sampling.seed ? *sampling.seed : (uint64_t{fresh()} << 32 | fresh());
   for (int64_t stop : {context.info.bos_token, context.info.eos_token}) {
     if (stop >= 0) go.stop_tokens.push_back(stop);
   }

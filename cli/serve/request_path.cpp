@@ -6,6 +6,7 @@
 
 #include "orbit/common/error.h"
 #include "serve/decode.h"
+#include "serve/tool_stream.h"
 
 namespace orbit::serve {
 
@@ -90,6 +91,22 @@ std::optional<ApiError> RequestPath::check_model(const std::string& model) const
   return std::nullopt;
 }
 
+std::optional<ApiError> RequestPath::check_capabilities(const ChatRequest& request) const {
+  // Forcing a call or a JSON answer takes constrained decoding, which this server does not run yet: refused
+  // by name rather than answered with free text.
+  const auto unsupported = [](const std::string& param, const std::string& what) {
+    return api_error(400, param + ": " + what + " needs constrained decoding, which this server does not have yet",
+                     "invalid_request_error", "unsupported_value", param);
+  };
+  if (request.tool_choice.mode == "required" || request.tool_choice.mode == "function") {
+    return unsupported("tool_choice", "'" + request.tool_choice.mode + "'");
+  }
+  if (request.response_format.type != "text") {
+    return unsupported("response_format.type", "'" + request.response_format.type + "'");
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> RequestPath::check_lengths(int64_t prompt_tokens, const SamplingRequest& sampling,
                                                    const std::string& prompt_param) const {
   const int64_t context = context_.info.max_positions;
@@ -113,7 +130,7 @@ std::optional<ApiError> RequestPath::check_lengths(int64_t prompt_tokens, const 
 // latter answers as the length check does, so here, on the way to an error only, the list is rendered
 // again to count its tokens.
 ApiError RequestPath::plan_refusal(const ChatRequest& request, const std::string& why) const {
-  ChatOptions chat;
+  ChatOptions chat = context_.chat;
   chat.tools_json = request.tools_json;
   std::vector<int64_t> prompt;
   try {
@@ -127,8 +144,10 @@ ApiError RequestPath::plan_refusal(const ChatRequest& request, const std::string
 
 RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::string& session) {
   if (auto bad = check_model(request.model)) return RunTicket(*bad);
+  if (auto bad = check_capabilities(request)) return RunTicket(*bad);
   auto p = std::make_unique<RunTicket::Prepared>();
   p->chat = &request;
+  p->options.chat = context_.chat;
   p->options.chat.tools_json = request.tools_json;
   p->options.chunk_min_tokens = context_.options.chunk_min_tokens;
   try {
@@ -204,7 +223,18 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
     report = window.sync(request.messages, p.plan);  // the plan prepare made: no second rendering
     predicted_kl = run_deferred_repairs(window);
   }
-  RunResult r = decode(context_, window, DecodeRequest{&report.generation_prompt, &request.sampling, s.lane}, sink);
+  // With tools, the answer is read for calls: content streams up to where a call may start.
+  std::optional<ToolCallStream> calls;
+  RunSink out_sink = sink;
+  if (request.reads_tool_calls()) {
+    calls.emplace(context_.tool_format);
+    out_sink.on_text = [&](const std::string& delta) {
+      const std::string now = calls->push(delta);
+      return now.empty() || !sink.on_text || sink.on_text(now);
+    };
+  }
+  RunResult r = decode(context_, window, DecodeRequest{&report.generation_prompt, &request.sampling, s.lane}, out_sink);
+  if (calls) calls->finish(r);
   const WindowStats after = window.stats();
   RunUsage& u = r.usage;
   u.prompt_tokens = prompt_tokens(report.plan);
@@ -218,7 +248,7 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
 
   RunRecord record;
   record.usage = u;
-  record.answered = r.finish_reason != "cancelled" && !r.text.empty();
+  record.answered = r.finish_reason != "cancelled" && (!r.text.empty() || !r.tool_calls.empty());
   record.options = p.options;
   // The list the next request most likely sends: kept to match anonymous requests, or to anticipate.
   if (s.id.empty() || (context_.options.anticipate && record.answered)) {
@@ -227,6 +257,7 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
       ChatMessage answer;
       answer.role = "assistant";
       answer.content = r.text;
+      answer.tool_calls = r.tool_calls;  // as the client will send them back
       record.next.push_back(std::move(answer));
     }
   }

@@ -1,5 +1,6 @@
 #include "serve/serve_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -190,6 +191,109 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
   return s;
 }
 
+// Sampling parameters this server does not honour: refused when set to anything but their neutral value,
+// never ignored.
+void refuse_unhonoured(const json& body) {
+  const auto field = [&](const char* name) -> const json* {
+    const auto it = body.find(name);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  };
+  const auto refuse = [](const std::string& param, const std::string& what) {
+    throw Invalid{api_error(400, param + ": " + what + " is not supported by this server", "invalid_request_error",
+                            "unsupported_parameter", param)};
+  };
+  if (const json* v = field("logprobs")) {
+    if ((v->is_boolean() && v->get<bool>()) || (v->is_number() && v->get<double>() != 0))
+      refuse("logprobs", "logprobs");
+  }
+  if (field("top_logprobs") != nullptr) refuse("top_logprobs", "top_logprobs");
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    if (const json* v = field(name)) {
+      if (need_number(*v, name, -2, 2, false) != 0) refuse(name, std::string("a ") + name + " other than 0");
+    }
+  }
+  if (const json* v = field("logit_bias")) {
+    if (!v->is_object()) fail("logit_bias", std::string("expected an object, got ") + type_name(*v));
+    if (!v->empty()) refuse("logit_bias", "logit_bias");
+  }
+}
+
+// tools: each {"type": "function", "function": {"name": ..., ...}}; their names, in order.
+std::vector<std::string> parse_tools(const json& tools) {
+  if (!tools.is_array()) fail("tools", std::string("expected an array, got ") + type_name(tools));
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const std::string p = "tools[" + std::to_string(i) + "]";
+    const json& t = tools[i];
+    if (!t.is_object()) fail(p, std::string("expected an object, got ") + type_name(t));
+    if (t.contains("type") && need_string(t["type"], p + ".type") != "function") {
+      fail(p + ".type", "only 'function' tools are accepted");
+    }
+    const auto fn = t.find("function");
+    if (fn == t.end() || !fn->is_object()) fail(p + ".function", "missing or not an object");
+    const auto name = fn->find("name");
+    if (name == fn->end()) fail(p + ".function.name", "missing");
+    names.push_back(need_string(*name, p + ".function.name"));
+    if (names.back().empty()) fail(p + ".function.name", "empty");
+    if (fn->contains("parameters") && !(*fn)["parameters"].is_object()) {
+      fail(p + ".function.parameters", std::string("expected an object, got ") + type_name((*fn)["parameters"]));
+    }
+  }
+  return names;
+}
+
+ToolChoice parse_tool_choice(const json& v, const std::vector<std::string>& tools) {
+  ToolChoice c;
+  if (v.is_string()) {
+    c.mode = v.get<std::string>();
+    if (c.mode != "none" && c.mode != "auto" && c.mode != "required") {
+      fail("tool_choice", "'" + c.mode + "' is not one of none, auto, required (or a named function)");
+    }
+  } else if (v.is_object()) {
+    if (v.contains("type") && need_string(v["type"], "tool_choice.type") != "function") {
+      fail("tool_choice.type", "only 'function' is accepted");
+    }
+    const auto fn = v.find("function");
+    if (fn == v.end() || !fn->is_object()) fail("tool_choice.function", "missing or not an object");
+    const auto name = fn->find("name");
+    if (name == fn->end()) fail("tool_choice.function.name", "missing");
+    c.mode = "function";
+    c.function = need_string(*name, "tool_choice.function.name");
+    if (std::find(tools.begin(), tools.end(), c.function) == tools.end()) {
+      fail("tool_choice.function.name", "'" + c.function + "' is not one of the request's tools");
+    }
+  } else {
+    fail("tool_choice", std::string("expected a string or an object, got ") + type_name(v));
+  }
+  if ((c.mode == "required" || c.mode == "function") && tools.empty()) {
+    fail("tool_choice", "'" + c.mode + "' needs tools, and the request has none");
+  }
+  return c;
+}
+
+ResponseFormat parse_response_format(const json& v) {
+  if (!v.is_object()) fail("response_format", std::string("expected an object, got ") + type_name(v));
+  ResponseFormat f;
+  const auto type = v.find("type");
+  if (type == v.end()) fail("response_format.type", "missing");
+  f.type = need_string(*type, "response_format.type");
+  if (f.type == "json_schema") {
+    const auto js = v.find("json_schema");
+    if (js == v.end() || !js->is_object()) fail("response_format.json_schema", "missing or not an object");
+    if (js->contains("name")) f.name = need_string((*js)["name"], "response_format.json_schema.name");
+    if (js->contains("strict") && !(*js)["strict"].is_null()) {
+      f.strict = need_bool((*js)["strict"], "response_format.json_schema.strict");
+    }
+    const auto schema = js->find("schema");
+    if (schema == js->end() || !schema->is_object())
+      fail("response_format.json_schema.schema", "missing or not an object");
+    f.schema_json = schema->dump();
+  } else if (f.type != "text" && f.type != "json_object") {
+    fail("response_format.type", "'" + f.type + "' is not one of text, json_object, json_schema");
+  }
+  return f;
+}
+
 // The body as a JSON object, or an error (size, syntax, not an object).
 json parse_body(std::string_view body, const ServeLimits& limits) {
   if (body.size() > limits.max_body_bytes) {
@@ -217,11 +321,19 @@ std::string parse_user(const json& body) {
   const auto it = body.find("user");
   if (it == body.end() || it->is_null()) return "";
   std::string user = need_string(*it, "user");
-  if (!user.empty()) {
-    const std::string problem = session_id_problem(user);
-    if (!problem.empty()) fail("user", problem);
-  }
+  if (user.size() > 4096) fail("user", "at most 4096 bytes are accepted");
   return user;
+}
+
+// A field of the body as JSON text with its objects' keys in the order the client wrote them (a tool's
+// schema is rendered into the prompt, and a response schema's properties are generated, in that order;
+// `json` sorts keys). The body has passed parse_body's depth guard already.
+std::string ordered_field(std::string_view text, const char* name, const char* path = nullptr) {
+  const nlohmann::ordered_json body = nlohmann::ordered_json::parse(text.begin(), text.end(), nullptr, false);
+  if (body.is_discarded() || !body.contains(name)) return "";
+  if (path == nullptr) return body[name].dump();
+  const nlohmann::ordered_json::json_pointer at(path);
+  return body[name].contains(at) ? body[name][at].dump() : "";
 }
 
 ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
@@ -239,10 +351,23 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
     r.messages.push_back(parse_message((*messages)[i], "messages[" + std::to_string(i) + "]"));
   }
   r.sampling = parse_sampling(body, limits);
+  refuse_unhonoured(body);
   r.user = parse_user(body);
   if (body.contains("tools") && !body["tools"].is_null()) {
-    if (!body["tools"].is_array()) fail("tools", std::string("expected an array, got ") + type_name(body["tools"]));
-    if (!body["tools"].empty()) r.tools_json = body["tools"].dump();
+    r.tool_names = parse_tools(body["tools"]);
+    if (!body["tools"].empty()) r.tools_json = ordered_field(text, "tools");
+  }
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+    r.tool_choice = parse_tool_choice(body["tool_choice"], r.tool_names);
+  }
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
+    r.parallel_tool_calls = need_bool(body["parallel_tool_calls"], "parallel_tool_calls");
+  }
+  if (body.contains("response_format") && !body["response_format"].is_null()) {
+    r.response_format = parse_response_format(body["response_format"]);
+    if (r.response_format.type == "json_schema") {
+      r.response_format.schema_json = ordered_field(text, "response_format", "/json_schema/schema");
+    }
   }
   return r;
 }
@@ -260,6 +385,7 @@ CompletionRequest completion_request(std::string_view text, const ServeLimits& l
     r.prompt = need_string(*prompt, "prompt");
   }
   r.sampling = parse_sampling(body, limits);
+  refuse_unhonoured(body);
   r.user = parse_user(body);
   return r;
 }
@@ -303,6 +429,16 @@ Parsed<ChatRequest> parse_chat_request(std::string_view body, const ServeLimits&
 
 Parsed<CompletionRequest> parse_completion_request(std::string_view body, const ServeLimits& limits) {
   return guarded<CompletionRequest>([&] { return completion_request(body, limits); });
+}
+
+std::string session_for_user(std::string_view user) {
+  if (user.empty() || session_id_problem(user).empty()) return std::string(user);
+  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
+  for (unsigned char c : user) h = (h ^ c) * 1099511628211ull;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = "user-";
+  for (int shift = 60; shift >= 0; shift -= 4) id += kHex[(h >> shift) & 15];
+  return id;
 }
 
 std::string session_id_problem(std::string_view id) {

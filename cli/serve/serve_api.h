@@ -6,7 +6,13 @@
 //   chat:        model (string, required), messages (non-empty array, required), max_tokens or
 //                max_completion_tokens (integer >= 1), temperature [0, 2], top_p (0, 1], seed (integer),
 //                stop (string or array of at most 4 strings), n (1 only), stream (bool),
-//                stream_options.include_usage (bool), user (string), tools (array, handed to the template)
+//                stream_options.include_usage (bool), user (any string), tools (array of {"type": "function",
+//                "function": {"name", "description"?, "parameters"?}}, handed to the template), tool_choice
+//                ("none", "auto", "required" or {"type": "function", "function": {"name"}} naming one of the
+//                tools), parallel_tool_calls (bool), response_format ({"type": "text" | "json_object" |
+//                "json_schema", "json_schema": {"name", "schema", "strict"?}})
+//   refused rather than ignored (400 naming the field): logprobs true, top_logprobs, presence_penalty or
+//                frequency_penalty other than 0, a non-empty logit_bias: this server does not honour them
 //   completions: model, prompt (string, or an array of one string), and the same sampling fields
 //   a message:   role in {system, developer, user, assistant, tool}; content a string, null (an assistant
 //                message with tool_calls), or an array of {"type": "text", "text": ...} parts;
@@ -63,12 +69,32 @@ struct SamplingRequest {
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage before [DONE]
 };
 
+// How the model may use the request's tools (tool_choice).
+struct ToolChoice {
+  std::string mode = "auto";  // "none", "auto", "required", or "function" (the one named below)
+  std::string function;       // mode "function": the tool's name, one of the request's tools
+};
+
+// The form the answer must take (response_format).
+struct ResponseFormat {
+  std::string type = "text";  // "text", "json_object" or "json_schema"
+  std::string name;           // json_schema.name
+  std::string schema_json;    // json_schema.schema, as JSON text
+  bool strict = false;        // json_schema.strict
+};
+
 struct ChatRequest {
   std::string model;
   std::vector<ChatMessage> messages;  // roles as given, "developer" read as "system"
   SamplingRequest sampling;
-  std::string user;        // names a session when the header X-Orbit-Session does not
-  std::string tools_json;  // the request's `tools` as JSON text; "" when absent
+  std::string user;                     // names a session (session_for_user) when the header X-Orbit-Session does not
+  std::string tools_json;               // the request's `tools` as JSON text; "" when absent
+  std::vector<std::string> tool_names;  // their function names, in order
+  ToolChoice tool_choice;
+  bool parallel_tool_calls = true;
+  ResponseFormat response_format;
+  // Whether the answer is read for tool calls: tools given and tool_choice not "none".
+  bool reads_tool_calls() const { return !tool_names.empty() && tool_choice.mode != "none"; }
 };
 
 struct CompletionRequest {
@@ -91,7 +117,12 @@ Parsed<ChatRequest> parse_chat_request(std::string_view body, const ServeLimits&
 // Parse and check a /v1/completions body; never throws on any input.
 Parsed<CompletionRequest> parse_completion_request(std::string_view body, const ServeLimits& limits = {});
 
-// A session id from a header or `user`: 1 to 128 characters of [A-Za-z0-9._:@-]. Returns the error
+// The session a request's `user` names when no X-Orbit-Session header does: `user` itself when it is a
+// valid session id, else "user-" and the 16 hex digits of the 64-bit FNV-1a hash of its bytes (so "john doe"
+// and "a.b+c@example.com" are sessions too); "" for no user.
+std::string session_for_user(std::string_view user);
+
+// A session id from the X-Orbit-Session header: 1 to 128 characters of [A-Za-z0-9._:@-]. Returns the error
 // message for any other text ("" when valid).
 std::string session_id_problem(std::string_view id);
 

@@ -30,6 +30,21 @@ ServeContext::ServeContext(const ServeOptions& o) : options(o) {
   info = engine->model_info();
   ORBIT_CHECK(engine->has_tokenizer(), "serve: " << o.model << " has no tokenizer (the server takes text)");
   model_name = o.model_name.empty() ? default_model_name(o.model) : o.model_name;
+  chat.chat_template = o.chat_template;
+  const std::string origin = o.chat_template_origin.empty() ? "ServeOptions::chat_template" : o.chat_template_origin;
+  if (!o.chat_template.empty()) {
+    // A template that cannot render a conversation with a tool call is refused now, not on every request.
+    ChatMessage user;
+    user.role = "user";
+    user.content = "hello";
+    try {
+      (void)engine->render_chat({user}, true, chat);
+    } catch (const Error& e) {
+      ORBIT_FAIL(origin << ": the chat template cannot render a conversation: " << e.what());
+    }
+  }
+  tool_format = o.tool_call_format.empty() ? engine->tool_call_format(chat)
+                                           : parse_tool_call_format(o.tool_call_format, "--tool-call-format");
 }
 
 Window ServeContext::new_window() const {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "orbit/engine.h"
+#include "orbit/tool_calls.h"
 #include "serve/fair_gate.h"
 #include "serve/serve_metrics.h"
 #include "serve/serve_types.h"
@@ -28,6 +29,8 @@ struct ServeContext {
   std::shared_ptr<Engine> engine;
   ModelInfo info;
   WindowPolicy policy;  // every window's
+  ChatOptions chat;     // every request's template (options.chat_template) before its tools
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;  // how answers' tool calls are read
   FairGate gate;
   ServeMetrics metrics;
   std::atomic<bool> closing{false};  // close() has begun: checks answer 503

@@ -29,7 +29,7 @@ ApiError not_found(const std::string& message, const std::string& code) {
 
 // The session a request names: the header X-Orbit-Session, else `user`. Sets *bad on a malformed header.
 std::string session_of(const httplib::Request& req, const std::string& user, std::optional<ApiError>* bad) {
-  if (!req.has_header("X-Orbit-Session")) return user;
+  if (!req.has_header("X-Orbit-Session")) return session_for_user(user);
   const std::string id = req.get_header_value("X-Orbit-Session");
   const std::string problem = session_id_problem(id);
   if (!problem.empty()) {
@@ -86,9 +86,19 @@ std::string stream_tail(const Job& job, const RunOutcome& out) {
   if (!out.result) {
     tail += sse(json::parse(error_body(out.error)));
   } else {
-    const json usage = out.result->usage.to_json();
-    const std::string& reason = out.result->finish_reason;
-    tail += job.chat ? sse(chat_chunk(job.ids, "", job.first_token, reason, usage))
+    const RunResult& r = *out.result;
+    const json usage = r.usage.to_json();
+    const std::string& reason = r.finish_reason;
+    bool first = job.first_token;
+    if (job.chat && !r.unstreamed.empty()) {  // content held back while it might have been a call
+      tail += sse(chat_chunk(job.ids, r.unstreamed, first, ""));
+      first = false;
+    }
+    if (job.chat && !r.tool_calls.empty()) {
+      tail += sse(tool_calls_chunk(job.ids, r.tool_calls, first));
+      first = false;
+    }
+    tail += job.chat ? sse(chat_chunk(job.ids, "", first, reason, usage))
                      : sse(text_completion(job.ids, "", reason, usage));
     if (job.sampling().include_usage) {
       tail += sse(usage_chunk(job.ids, job.chat ? "chat.completion.chunk" : "text_completion", usage));

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "orbit/sync.h"
 #include "serve/serve_api.h"
 
 namespace orbit::serve {
@@ -31,6 +32,13 @@ struct ServeOptions {
   // prefilling it on the critical path. Costs idle forwards (RunUsage::idle_forward_tokens); wasted, and
   // evicted by the next sync, when the client sends something else back.
   bool anticipate = true;
+  // A chat template (Jinja source, from --chat-template FILE) for every request instead of the model's; "" =
+  // the model's, else the built-in one (kPlainChatTemplate, which renders tools and tool calls).
+  std::string chat_template;
+  std::string chat_template_origin;  // where it came from, for errors ("--chat-template FILE")
+  // How tool calls are read from answers (orbit/tool_calls.h): "" = the format the template writes calls in
+  // (Engine::tool_call_format), else "hermes", "llama3" or "mistral".
+  std::string tool_call_format;
   ServeLimits limits;
 };
 
@@ -59,8 +67,11 @@ struct RunUsage {
 };
 
 struct RunResult {
-  std::string text;
-  std::string finish_reason;          // "stop", "length", or "cancelled" (the client left)
+  std::string text;                      // the answer's content (without its tool calls)
+  std::vector<ChatToolCall> tool_calls;  // the calls read from the answer (ChatRequest::reads_tool_calls)
+  // Streamed runs: the content held back while it might have been the start of a call, sent after the run.
+  std::string unstreamed;
+  std::string finish_reason;          // "stop", "length", "tool_calls", or "cancelled" (the client left)
   std::vector<int64_t> tokens;        // generated ids (a stop token that ended the run excluded)
   int64_t prompt_forward_tokens = 0;  // of the query (generation prompt): forwarded, not served by exact reuse
   RunUsage usage;

@@ -31,12 +31,29 @@ json RunUsage::to_json() const {
           {"orbit", orbit}};
 }
 
+// OpenAI's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}], with "index" in
+// stream deltas.
+json tool_calls_json(const std::vector<ChatToolCall>& calls, bool indexed) {
+  json out = json::array();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    json call = {{"id", calls[i].id},
+                 {"type", "function"},
+                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (indexed) call["index"] = i;
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 json chat_completion(const ResponseIds& ids, const RunResult& result) {
   json body = head(ids, "chat.completion");
-  body["choices"] = json::array({{{"index", 0},
-                                  {"message", {{"role", "assistant"}, {"content", result.text}}},
-                                  {"logprobs", nullptr},
-                                  {"finish_reason", finish(result.finish_reason)}}});
+  json message = {{"role", "assistant"}, {"content", result.text}};
+  if (!result.tool_calls.empty()) {
+    if (result.text.empty()) message["content"] = nullptr;  // as OpenAI answers a call without text
+    message["tool_calls"] = tool_calls_json(result.tool_calls, false);
+  }
+  body["choices"] = json::array(
+      {{{"index", 0}, {"message", message}, {"logprobs", nullptr}, {"finish_reason", finish(result.finish_reason)}}});
   body["usage"] = result.usage.to_json();
   return body;
 }
@@ -50,6 +67,17 @@ json chat_chunk(const ResponseIds& ids, const std::string& content, bool first, 
   body["choices"] =
       json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish(finish_reason)}}});
   if (!usage.is_null()) body["usage"] = usage;
+  return body;
+}
+
+json tool_calls_chunk(const ResponseIds& ids, const std::vector<ChatToolCall>& calls, bool first) {
+  json delta = {{"tool_calls", tool_calls_json(calls, true)}};
+  if (first) {
+    delta["role"] = "assistant";
+    delta["content"] = nullptr;
+  }
+  json body = head(ids, "chat.completion.chunk");
+  body["choices"] = json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   return body;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "serve/serve_types.h"
 
@@ -17,13 +18,17 @@ struct ResponseIds {
   std::string model;
 };
 
-// {"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content"}, "finish_reason"}],
-// "usage"}
+// {"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content", "tool_calls"?},
+// "finish_reason"}], "usage"}: content null when the answer is only tool calls
 nlohmann::json chat_completion(const ResponseIds& ids, const RunResult& result);
 // One chunk of a streamed chat completion: "object": "chat.completion.chunk". `first` adds the role;
 // a non-empty finish_reason ends the choice (and carries usage when given).
 nlohmann::json chat_chunk(const ResponseIds& ids, const std::string& content, bool first,
                           const std::string& finish_reason, const nlohmann::json& usage = nullptr);
+// A chunk that carries every call of the answer, whole: delta.tool_calls [{"index", "id", "type": "function",
+// "function": {"name", "arguments"}}] (streamed once the run has ended and the calls are complete); `first`
+// adds the role.
+nlohmann::json tool_calls_chunk(const ResponseIds& ids, const std::vector<ChatToolCall>& calls, bool first);
 // The stream_options.include_usage chunk: empty choices and usage.
 nlohmann::json usage_chunk(const ResponseIds& ids, const std::string& object, const nlohmann::json& usage);
 // {"object": "text_completion", "choices": [{"text", "index", "finish_reason"}], "usage" when given}: the

@@ -14,6 +14,7 @@
 #include "serve/serve_api.h"
 #include "serve/serve_core.h"
 #include "serve/text_stream.h"
+#include "serve/tool_stream.h"
 
 namespace sv = orbit::serve;
 
@@ -55,7 +56,14 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})").second == "stream");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})").second ==
         "stop");
-  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"user":"a b"})").second == "user");
+  // `user` is any string; one that is not a session id names the session of its hash.
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"user":"john doe"})").first == 200);
+  CHECK(sv::session_for_user("s-1") == "s-1");
+  CHECK(sv::session_for_user("john doe") == sv::session_for_user("john doe"));
+  CHECK(sv::session_for_user("john doe").rfind("user-", 0) == 0);
+  CHECK(sv::session_for_user("john doe").size() == 21);
+  CHECK(sv::session_for_user("a.b+c@example.com") != sv::session_for_user("john doe"));
+  CHECK(sv::session_id_problem(sv::session_for_user("a.b+c@example.com")).empty());
   const std::string arguments =
       R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"[1]"}}]}]})";
   CHECK(chat_error(arguments).second == "messages[0].tool_calls[0].function.arguments");
@@ -331,5 +339,117 @@ TEST_CASE("serve: refusals come before the run; usage reports the engine's radix
   REQUIRE(twice.result.has_value());
   CHECK(twice.result->usage.radix_cache_tokens == 0);
   CHECK(twice.result->text == once.result->text);
+  core.close();
+}
+
+TEST_CASE("serve: tools, tool_choice and response_format are parsed; unhonoured parameters are refused by name",
+          "[serve]") {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}])";
+  const std::string tools =
+      R"(,"tools":[{"type":"function","function":{"name":"search","parameters":{"type":"object"}}},)"
+      R"({"type":"function","function":{"name":"open"}}])";
+  const sv::Parsed<sv::ChatRequest> p = sv::parse_chat_request(head + tools + R"(,"tool_choice":"auto"})");
+  REQUIRE(p.ok());
+  CHECK(p.value->tool_names == std::vector<std::string>{"search", "open"});
+  // Keys stay in the client's order (the template renders the schema as written, as Hugging Face does).
+  CHECK(p.value->tools_json.rfind(R"([{"type":"function","function":{"name":"search","parameters")", 0) == 0);
+  CHECK(p.value->reads_tool_calls());
+  CHECK_FALSE(sv::parse_chat_request(head + tools + R"(,"tool_choice":"none"})").value->reads_tool_calls());
+  const sv::Parsed<sv::ChatRequest> named =
+      sv::parse_chat_request(head + tools + R"(,"tool_choice":{"type":"function","function":{"name":"open"}}})");
+  REQUIRE(named.ok());
+  CHECK(named.value->tool_choice.mode == "function");
+  CHECK(named.value->tool_choice.function == "open");
+  CHECK(chat_error(head + tools + R"(,"tool_choice":{"type":"function","function":{"name":"fly"}}})").second ==
+        "tool_choice.function.name");
+  CHECK(chat_error(head + tools + R"(,"tool_choice":"always"})").second == "tool_choice");
+  CHECK(chat_error(head + R"(,"tool_choice":"required"})").second == "tool_choice");
+  CHECK(chat_error(head + R"(,"tools":[{"type":"function","function":{}}]})").second == "tools[0].function.name");
+  CHECK(chat_error(head + R"(,"tools":[{"type":"retrieval"}]})").second == "tools[0].type");
+  CHECK(chat_error(head + R"(,"response_format":{"type":"nonsense"}})").second == "response_format.type");
+  CHECK(chat_error(head + R"(,"response_format":"json"})").second == "response_format");
+  CHECK(chat_error(head + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x"}}})").second ==
+        "response_format.json_schema.schema");
+  const sv::Parsed<sv::ChatRequest> schema = sv::parse_chat_request(
+      head + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}})");
+  REQUIRE(schema.ok());
+  CHECK(schema.value->response_format.type == "json_schema");
+  CHECK(schema.value->response_format.schema_json == R"({"type":"object"})");
+  // Neutral values pass (clients send them by default); anything else is refused, never ignored.
+  CHECK(chat_error(head + R"(,"logprobs":false,"presence_penalty":0,"frequency_penalty":0,"logit_bias":{}})").first ==
+        200);
+  for (const char* field : {"logprobs", "top_logprobs", "presence_penalty", "frequency_penalty", "logit_bias"}) {
+    const std::string value = std::string(field) == "logprobs"     ? "true"
+                              : std::string(field) == "logit_bias" ? R"({"50256":-100})"
+                                                                   : "2";
+    const std::pair<int, std::string> e = chat_error(head + ",\"" + field + "\":" + value + "}");
+    CHECK(e == std::pair<int, std::string>{400, field});
+  }
+  CHECK(sv::parse_completion_request(R"({"model":"m","prompt":"x","presence_penalty":1})").error.param ==
+        "presence_penalty");
+}
+
+TEST_CASE("serve: tool calls are held back from the stream and read when the answer ends", "[serve]") {
+  sv::ToolCallStream stream(orbit::ToolCallFormat::kHermes);
+  std::string sent;
+  for (const char* delta : {"Let me ", "look. <to", "ol_call>{\"name\": \"search\", ",
+                            "\"arguments\": {\"q\": \"cat\"}}", "</tool_call>"}) {
+    sent += stream.push(delta);
+  }
+  CHECK(sent == "Let me look. ");
+  sv::RunResult r;
+  r.text = "Let me look. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"cat\"}}</tool_call>";
+  r.finish_reason = "stop";
+  stream.finish(r);
+  REQUIRE(r.tool_calls.size() == 1);
+  CHECK(r.tool_calls[0].name == "search");
+  CHECK(r.tool_calls[0].arguments == R"({"q":"cat"})");
+  CHECK(r.text == "Let me look.");
+  CHECK(r.unstreamed.empty());
+  CHECK(r.finish_reason == "tool_calls");
+
+  // Text that only looked like the start of a call is sent when the answer ends.
+  sv::ToolCallStream plain(orbit::ToolCallFormat::kHermes);
+  CHECK(plain.push("a <tool") == "a ");
+  sv::RunResult t;
+  t.text = "a <tool";
+  t.finish_reason = "length";
+  plain.finish(t);
+  CHECK(t.tool_calls.empty());
+  CHECK(t.unstreamed == "<tool");
+  CHECK(t.finish_reason == "length");
+}
+
+TEST_CASE("serve: tools reach the prompt; what the server cannot force is refused by name", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  sv::ServeCore core(options);
+  sv::ChatRequest r;
+  r.model = core.model_name();
+  r.messages = {{"user", "Find a story about a cat."}};
+  r.sampling.max_tokens = 4;
+  r.sampling.temperature = 0;
+  const sv::RunOutcome plain = core.chat(r, "", {});
+  REQUIRE(plain.result.has_value());
+  sv::ChatRequest with_tools = r;
+  with_tools.tools_json =
+      R"([{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":)"
+      R"({"q":{"type":"string"}}}}}])";
+  with_tools.tool_names = {"search"};
+  const sv::RunOutcome tooled = core.chat(with_tools, "", {});
+  REQUIRE(tooled.result.has_value());
+  // The built-in template lists the tools: the prompt is longer by their schema and the instruction.
+  CHECK(tooled.result->usage.prompt_tokens > plain.result->usage.prompt_tokens + 20);
+  // A story model writes no call: the answer is content, finished as text answers finish.
+  CHECK(tooled.result->tool_calls.empty());
+  CHECK(tooled.result->finish_reason != "tool_calls");
+  sv::ChatRequest forced = with_tools;
+  forced.tool_choice.mode = "required";
+  const sv::RunTicket refused = core.prepare_chat(forced, "");
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().param == "tool_choice");
+  sv::ChatRequest json_answer = r;
+  json_answer.response_format.type = "json_object";
+  CHECK(core.prepare_chat(json_answer, "").error().param == "response_format.type");
   core.close();
 }

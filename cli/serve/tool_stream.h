@@ -1,0 +1,31 @@
+// Tool calls read out of an answer while it streams (orbit/tool_calls.h): content goes out as it comes, up
+// to anything that is or may still become the start of a call in the server's format; the rest is held
+// back and, when the run ends, split into the calls and what content is left to send.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "orbit/tool_calls.h"
+#include "serve/serve_types.h"
+
+namespace orbit::serve {
+
+class ToolCallStream {
+ public:
+  explicit ToolCallStream(ToolCallFormat format) : format_(format) {}
+
+  // Appends `delta` to the answer; returns the part of the answer that can be sent now (possibly "").
+  std::string push(const std::string& delta);
+  // Reads the finished answer `r.text`: its calls into r.tool_calls (finish_reason "tool_calls" unless the
+  // client left), the content without them into r.text, and what push() held back, calls taken out, into
+  // r.unstreamed.
+  void finish(RunResult& r) const;
+
+ private:
+  ToolCallFormat format_;
+  std::string text_;
+  std::size_t sent_ = 0;
+};
+
+}  // namespace orbit::serve
