@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "orbit/chunk.h"
+#include "orbit/constraint.h"
 #include "orbit/errors.h"
 #include "orbit/plan.h"
 #include "orbit/policy.h"
@@ -114,6 +115,15 @@ struct GenerateOptions {
   // there (stop_reason "cancelled"; the token is kept). A server streams and cancels with it, and may wait
   // in it for its turn; it must not use this window.
   std::function<bool(int64_t token, int64_t index)> on_token;
+  // Constrained decoding (orbit/constraint.h); null = unconstrained. Each step, tokens whose bytes would not
+  // keep the text a valid prefix get logit -inf before greedy/temperature/top_p sampling, and so do tokens
+  // after which the shortest completion no longer fits in max_tokens (one token per byte); the end tokens
+  // (stop_tokens and the tokenizer's EOS, which then ends the run like a stop token) only when the text is
+  // complete. The run ends with stop_reason "constraint_complete" once the text is complete and nothing can
+  // follow (no token is forwarded for that), or when max_tokens is reached with the text complete;
+  // "constraint_no_token" when no token of the vocabulary continues it (e.g. a vocabulary without '{' under
+  // an object schema). Needs the engine's tokenizer; its token bytes are read once per tokenizer.
+  std::shared_ptr<const Constraint> constraint;
 };
 
 struct Generation {
@@ -124,7 +134,9 @@ struct Generation {
   // held the others (exact reuse, WindowPolicy::reuse_computed; a repeated call costs one token); 0 when
   // nothing was forwarded (max_tokens 0).
   int64_t prompt_forward_tokens = 0;
-  std::string stop_reason;  // "stop_token", "max_tokens", "position_limit", "cancelled" (on_token)
+  // "stop_token", "max_tokens", "position_limit", "cancelled" (on_token); with a constraint also
+  // "constraint_complete" and "constraint_no_token" (GenerateOptions::constraint)
+  std::string stop_reason;
   double seconds = 0;
 };
 

@@ -1,0 +1,282 @@
+// Constrained decoding: the model may only write text that a grammar allows (a JSON value of a schema, any
+// JSON object, tool calls), so even a model that writes stories emits valid JSON.
+//
+//   auto c = orbit::Constraint::json_schema(R"({"type": "object", "properties": {"name": {"type": "string"}},
+//                                               "required": ["name"]})");
+//   orbit::GenerateOptions o;
+//   o.constraint = c;                                  // window.h: null = unconstrained
+//   orbit::Generation g = window.generate(query, o);   // g.text parses and validates, unless cut (below)
+//
+// Three layers, each usable alone:
+//   Constraint         an immutable grammar over bytes, built from JSON Schema text, json_object mode,
+//                      literals, sequences and choices (tool calls are a choice of sequences)
+//   ConstraintMatcher  the bytes written so far against a constraint: is it a valid prefix, is it complete
+//   TokenConstraint    a matcher over a tokenizer's vocabulary: which tokens may come next (a mask over the
+//                      logits), advanced by the chosen token. Window::generate runs one per constrained call.
+//
+// Composition. A tool call the Hermes way (`tool_choice: "required"`) is
+//   choice( sequence(literal("<tool_call>{\"name\": \"get_weather\", \"arguments\": "), json_schema(params₁),
+//                    literal("}</tool_call>")),
+//           sequence(... one per tool ...) )
+// which tool_calls() builds from an OpenAI `tools` array.
+//
+// What the grammar allows beyond the schema (fixed choices, so that every output is finite and generation
+// cannot loop):
+//   - Whitespace: at most one ' ' after each '{', '[', ':' and ',' (ConstraintLimits::whitespace), nowhere
+//     else: no newlines or tabs, none before ':' ',' '}' ']' or around the whole value. `{"a": [1, 2]}` and
+//     `{"a":[1,2]}` match; `{ "a" : 1 }` does not.
+//   - Object properties are written in the schema's declared order, each at most once; a required one
+//     cannot be skipped. Keys are written as nlohmann::json writes them (escapes included).
+//   - Strings: valid UTF-8, no control characters; the escapes \" \\ \/ \b \f \n \r \t and \uXXXX other than
+//     surrogates (D800-DFFF). A string has at most maxLength characters (ConstraintLimits::max_string_chars
+//     when the schema gives none); a character is a code point or an escape.
+//   - Numbers: JSON's grammar, at most max_number_chars characters, exponents of at most 2 digits (every
+//     number fits a double); "integer" has no fraction or exponent and at most 18 characters (it fits int64).
+//   - Arrays: at most maxItems items (max_array_items when the schema gives none); free-form objects at most
+//     max_object_members members; free-form values nest at most max_depth containers deep (the schema's own
+//     levels above them count).
+//   - enum and const values are matched as their compact JSON text (nlohmann::json::dump()).
+//
+// Finishing within max_tokens. A constrained generate reserves room to finish: a token is allowed only when
+// the fewest bytes that still complete the text after it fit in the tokens left (max_tokens and the model's
+// positions), counting one token per byte. So a run ends complete whenever the vocabulary has a token for each
+// byte of the shortest completion (true of byte-fallback vocabularies and of most BPE vocabularies for JSON's
+// punctuation). When even the first step cannot fit, the budget is not applied and the run may be cut.
+//
+// Thread-safety: Constraint and TokenVocabulary are immutable and safe to share between threads (their mask
+// caches lock inside). ConstraintMatcher and TokenConstraint are values for one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace orbit {
+
+class Engine;
+namespace constrain {
+class MaskCache;
+class VocabTrie;
+struct ConstraintParts;
+struct Access;
+}  // namespace constrain
+
+enum class Whitespace {
+  kSingleSpace,  // one optional ' ' after '{', '[', ':' and ','
+  kNone,         // compact JSON only
+};
+
+// Bounds that keep every constrained output finite. The schema's own maxLength / maxItems take precedence.
+struct ConstraintLimits {
+  int64_t max_string_chars = 1024;   // characters in a string without maxLength (keys of free-form objects too)
+  int64_t max_number_chars = 32;     // characters in a number, sign and exponent included
+  int64_t max_array_items = 256;     // items in an array without maxItems
+  int64_t max_object_members = 256;  // members in a free-form object
+  int32_t max_depth = 16;            // nesting of free-form values (json_object, {} and bare "object" schemas)
+  Whitespace whitespace = Whitespace::kSingleSpace;
+};
+
+// How tool_calls() writes one call: begin + {"<name_key>": "<name>", "<arguments_key>": <arguments>} + end.
+// The defaults are the Hermes format orbit's built-in chat template teaches (orbit/sync.h,
+// kPlainChatTemplate) and orbit/tool_calls.h reads back (ToolCallFormat::kHermes). Qwen-style templates put
+// newlines inside: begin "<tool_call>\n", end "\n</tool_call>".
+struct ToolCallOptions {
+  std::string begin = "<tool_call>";
+  std::string end = "</tool_call>";
+  std::string name_key = "name";
+  std::string arguments_key = "arguments";  // Llama 3's JSON tool calls write "parameters"
+  // Only the tool of this name (tool_choice naming a function); "": any of them (tool_choice "required").
+  std::string only;
+  int32_t max_calls = 1;         // 1..max_calls calls (parallel tool calls when > 1) ...
+  std::string separator = "\n";  // ... with this between two of them
+  ConstraintLimits limits;       // for the arguments
+};
+
+// An immutable grammar over bytes. Build one once and reuse it: the token masks it computes are cached in
+// it, per vocabulary (a server that sees the same schema again should keep its Constraint).
+class Constraint {
+ public:
+  // A JSON value valid under `schema_json`, a JSON Schema in the supported subset:
+  //   type            "object", "array", "string", "number", "integer", "boolean", "null", or a list of them
+  //   properties      with additionalProperties false or absent (no other properties; "object" with neither
+  //                   properties nor additionalProperties is any object); required
+  //   items           one schema (absent: any value); minItems, maxItems
+  //   minLength, maxLength (strings)
+  //   enum, const     (with "type" beside them, values of other types are dropped)
+  //   anyOf           alone (or with annotations)
+  //   $defs / definitions with "$ref": "#/$defs/<name>" (or "#/definitions/<name>"), not recursive
+  //   annotations, ignored: title, description, default, examples, $schema, $id, $comment, deprecated,
+  //                   readOnly, writeOnly
+  // A schema may be `true` (any value). Anything else throws orbit::Error naming the keyword and where it
+  // is, under `path`: "<path>.properties.x: 'pattern' is not supported". Bad JSON, a `required` name
+  // that is not a property, an empty enum, min above max and a recursive $ref throw likewise.
+  static std::shared_ptr<const Constraint> json_schema(std::string_view schema_json,
+                                                       const ConstraintLimits& limits = {},
+                                                       std::string_view path = "schema");
+  // Any JSON object (OpenAI's response_format {"type": "json_object"}).
+  static std::shared_ptr<const Constraint> json_object(const ConstraintLimits& limits = {});
+  // Any JSON value.
+  static std::shared_ptr<const Constraint> json_value(const ConstraintLimits& limits = {});
+  // Exactly `text` (may be empty).
+  static std::shared_ptr<const Constraint> literal(std::string_view text);
+  // Each part in turn. Throws orbit::Error for an empty list or a null part.
+  static std::shared_ptr<const Constraint> sequence(const std::vector<std::shared_ptr<const Constraint>>& parts);
+  // Any one of the alternatives (they may share prefixes: the match follows all of them until they differ).
+  // Throws orbit::Error for an empty list or a null alternative.
+  static std::shared_ptr<const Constraint> choice(const std::vector<std::shared_ptr<const Constraint>>& alternatives);
+  // Calls to the tools of an OpenAI `tools` array ([{"type": "function", "function": {"name", "parameters"}}],
+  // or bare {"name", "parameters"} items), written as `options` says; each call's arguments valid under
+  // its tool's parameters schema (absent: any object). Errors name "tools[i].function.parameters...", an
+  // unknown `only` name, a missing or repeated name.
+  static std::shared_ptr<const Constraint> tool_calls(std::string_view tools_json, const ToolCallOptions& options = {});
+
+  // Whether `text` is a whole match / can be continued into one.
+  bool matches(std::string_view text) const;
+  bool is_prefix(std::string_view text) const;
+  // The fewest bytes of a whole match.
+  int64_t min_bytes() const;
+  // A line for logs: what it was built from and its size ("json_schema (14 nodes)").
+  std::string describe() const;
+
+  ~Constraint();
+  Constraint(const Constraint&) = delete;
+  Constraint& operator=(const Constraint&) = delete;
+
+ private:
+  explicit Constraint(std::unique_ptr<constrain::ConstraintParts> parts);
+  std::unique_ptr<constrain::ConstraintParts> parts_;  // the grammar and the mask caches
+  friend struct constrain::Access;
+};
+
+// A tokenizer's vocabulary as the bytes each token writes, with a trie over them for masking. Build once per
+// tokenizer (token_vocabulary(engine) caches the engine's).
+struct TokenBytes {
+  // Per id: the bytes the token adds in the middle of a text; nullopt (or ""): it adds none (BOS, EOS,
+  // special tokens) and is never allowed by a mask (end tokens are allowed apart, see TokenConstraint).
+  std::vector<std::optional<std::string>> text;
+  // Ids whose bytes differ at the very start of a text (a decoder that drops the first token's leading space,
+  // as llama2.c's after BOS and Hugging Face's Strip do), with their bytes there.
+  std::vector<std::pair<int64_t, std::optional<std::string>>> at_start;
+};
+
+class TokenVocabulary : public std::enable_shared_from_this<TokenVocabulary> {
+ public:
+  static std::shared_ptr<const TokenVocabulary> from_bytes(TokenBytes bytes);
+  int64_t size() const;
+  const std::optional<std::string>& bytes(int64_t id) const;  // throws orbit::Error for an id outside [0, size)
+  const std::vector<std::pair<int64_t, std::optional<std::string>>>& at_start() const;
+  int64_t max_token_bytes() const;
+  ~TokenVocabulary();
+
+ private:
+  explicit TokenVocabulary(TokenBytes bytes);
+  TokenBytes bytes_;
+  std::unique_ptr<constrain::VocabTrie> trie_;
+  friend struct constrain::Access;
+};
+
+// The vocabulary of the engine's tokenizer (its model's vocabulary size; ids past the tokenizer's add no
+// text): each token's text read through the tokenizer's decoding after an ordinary token, byte pieces
+// ("<0xNN>", byte-level BPE characters) as their byte. Cached per tokenizer content: the first call for a
+// tokenizer decodes every id once. Throws orbit::Error when the engine has no tokenizer.
+std::shared_ptr<const TokenVocabulary> token_vocabulary(const Engine& engine);
+
+// The tokens allowed at one step: bit (id % 64) of bits[id / 64].
+struct TokenMask {
+  std::vector<uint64_t> bits;
+  bool complete = false;  // the text is a whole match: end tokens are allowed (they are not in `bits`)
+  bool allows(int64_t id) const {
+    return id >= 0 && static_cast<std::size_t>(id / 64) < bits.size() && ((bits[id / 64] >> (id % 64)) & 1) != 0;
+  }
+  int64_t count() const;  // set bits
+};
+
+// The bytes written so far against a constraint. A value: copy it to explore.
+class ConstraintMatcher {
+ public:
+  explicit ConstraintMatcher(std::shared_ptr<const Constraint> constraint);
+  ConstraintMatcher(const ConstraintMatcher& other);
+  ConstraintMatcher& operator=(const ConstraintMatcher& other);
+  ConstraintMatcher(ConstraintMatcher&&) noexcept;
+  ConstraintMatcher& operator=(ConstraintMatcher&&) noexcept;
+  ~ConstraintMatcher();
+
+  // Appends `bytes` when the text stays a valid prefix and returns true; otherwise returns false and the
+  // matcher is unchanged.
+  bool advance(std::string_view bytes);
+  bool can_advance(std::string_view bytes) const;
+  bool complete() const;      // the text is a whole match
+  bool can_continue() const;  // some byte extends the text
+  bool finished() const { return complete() && !can_continue(); }
+  // The fewest bytes that make the text a whole match (0 when complete).
+  int64_t min_bytes_to_complete() const;
+  const std::string& text() const;  // the bytes accepted so far
+  // The state as compact bytes: equal for states that accept the same continuations from here (the text
+  // that led to them may differ). Hashable, comparable.
+  std::string state_key() const;
+  // The tokens of `vocabulary` whose bytes keep the text a valid prefix, and whether it is complete.
+  // Cached in the constraint per vocabulary and state.
+  TokenMask mask(const TokenVocabulary& vocabulary) const;
+
+ private:
+  struct State;
+  std::shared_ptr<const Constraint> constraint_;
+  std::unique_ptr<State> state_;
+  friend class TokenConstraint;
+};
+
+struct TokenConstraintOptions {
+  // Tokens that end a run (EOS, stop tokens): allowed exactly when the text is complete; they add no text.
+  std::vector<int64_t> end_tokens;
+  // The first token starts the text (the token before it is BOS or special): TokenBytes::at_start applies.
+  bool at_text_start = false;
+};
+
+// A constraint bound to a vocabulary: masks logits, then advances by the chosen token. What
+// Window::generate runs per step; usable with any sampler:
+//
+//   TokenConstraint tc(constraint, vocabulary, {.end_tokens = {eos}});
+//   while (!tc.finished()) {
+//     float* logits = ...;                                     // the model's next-token logits
+//     if (tc.mask_logits(logits, vocab, tokens_left - 1) == 0) break;   // nothing fits: stop
+//     tc.accept(sample(logits));
+//   }
+class TokenConstraint {
+ public:
+  TokenConstraint(std::shared_ptr<const Constraint> constraint, std::shared_ptr<const TokenVocabulary> vocabulary,
+                  TokenConstraintOptions options = {});
+  ~TokenConstraint();
+  TokenConstraint(TokenConstraint&&) noexcept;
+
+  // The tokens allowed now. `remaining`: how many tokens the run may emit after this one (-1: no limit);
+  // a token is then allowed only if the shortest completion after it has at most `remaining` bytes
+  // (unless no token would be, when the limit is dropped).
+  TokenMask allowed(int64_t remaining = -1) const;
+  // Sets logits[id] to -infinity for every id in [0, n) not allowed; returns how many remain (0: none,
+  // the logits are then left as they were).
+  int64_t mask_logits(float* logits, int64_t n, int64_t remaining = -1) const;
+  int64_t mask_logits(double* logits, int64_t n, int64_t remaining = -1) const;
+  // Advances by `token`. Throws orbit::Error when the mask would not allow it (remaining ignored).
+  void accept(int64_t token);
+  bool complete() const { return matcher_.complete(); }
+  bool finished() const { return matcher_.finished(); }  // complete and nothing can follow
+  bool is_end_token(int64_t token) const;
+  const ConstraintMatcher& matcher() const { return matcher_; }
+  int64_t tokens_accepted() const { return accepted_; }
+
+ private:
+  // The bytes `token` writes at this step (the start-of-text bytes for the first token when they apply).
+  const std::optional<std::string>& bytes_now(int64_t token) const;
+
+  std::shared_ptr<const TokenVocabulary> vocabulary_;
+  TokenConstraintOptions options_;
+  ConstraintMatcher matcher_;
+  std::shared_ptr<constrain::MaskCache> cache_;
+  int64_t accepted_ = 0;
+};
+
+}  // namespace orbit

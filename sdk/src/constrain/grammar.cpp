@@ -1,0 +1,213 @@
+// The grammar's arena, its tries, and the builders of the nodes every constraint uses.
+#include "constrain/grammar.h"
+
+#include <algorithm>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "orbit/common/error.h"
+
+namespace orbit::constrain {
+
+ByteTrie ByteTrie::of(const std::vector<std::string>& strings) {
+  ByteTrie t;
+  t.nodes.emplace_back();
+  for (std::size_t i = 0; i < strings.size(); ++i) {
+    int32_t at = 0;
+    t.nodes[0].values_below.push_back(static_cast<int32_t>(i));
+    for (const char c : strings[i]) {
+      const uint8_t b = static_cast<uint8_t>(c);
+      int32_t next = t.child(at, b);
+      if (next < 0) {
+        next = static_cast<int32_t>(t.nodes.size());
+        Node n;
+        n.depth = t.nodes[static_cast<std::size_t>(at)].depth + 1;
+        t.nodes.push_back(std::move(n));
+        auto& kids = t.nodes[static_cast<std::size_t>(at)].children;
+        kids.insert(std::lower_bound(kids.begin(), kids.end(), std::make_pair(b, int32_t{-1})), {b, next});
+      }
+      at = next;
+      t.nodes[static_cast<std::size_t>(at)].values_below.push_back(static_cast<int32_t>(i));
+    }
+    ORBIT_CHECK(t.nodes[static_cast<std::size_t>(at)].value < 0, "constraint: the string set repeats a string");
+    t.nodes[static_cast<std::size_t>(at)].value = static_cast<int32_t>(i);
+  }
+  // Children are made after their parents: one backward pass finds the shortest way to an end.
+  for (std::size_t i = t.nodes.size(); i-- > 0;) {
+    Node& n = t.nodes[i];
+    int32_t best = n.value >= 0 ? 0 : std::numeric_limits<int32_t>::max();
+    for (const auto& [b, c] : n.children) best = std::min(best, t.nodes[static_cast<std::size_t>(c)].min_remaining + 1);
+    n.min_remaining = best;
+  }
+  return t;
+}
+
+int32_t ByteTrie::child(int32_t node, uint8_t byte) const {
+  for (const auto& [b, c] : nodes[static_cast<std::size_t>(node)].children) {
+    if (b == byte) return c;
+    if (b > byte) break;
+  }
+  return -1;
+}
+
+bool ByteTrie::has_value_in(int32_t node, int32_t lo, int32_t hi) const {
+  const std::vector<int32_t>& v = nodes[static_cast<std::size_t>(node)].values_below;
+  const auto it = std::lower_bound(v.begin(), v.end(), lo);
+  return it != v.end() && *it <= hi;
+}
+
+int32_t Grammar::add(Node node) {
+  nodes.push_back(std::move(node));
+  return static_cast<int32_t>(nodes.size()) - 1;
+}
+
+int32_t Grammar::import(const Grammar& other) {
+  const int32_t offset = static_cast<int32_t>(nodes.size());
+  for (Node n : other.nodes) {
+    for (int32_t& c : n.children) c += offset;
+    nodes.push_back(std::move(n));
+  }
+  return other.root + offset;
+}
+
+namespace {
+
+constexpr int64_t kUnreachable = std::numeric_limits<int64_t>::max() / 4;
+
+// Fills the tables of an object whose values' min_bytes are known.
+void finish_object(Grammar& g, Node& n) {
+  const int32_t count = static_cast<int32_t>(n.children.size());
+  n.next_required.assign(static_cast<std::size_t>(count) + 1, count);
+  n.rest.assign(static_cast<std::size_t>(count) + 1, 1);
+  n.after_comma.assign(static_cast<std::size_t>(count) + 1, kUnreachable);
+  for (int32_t x = count - 1; x >= 0; --x) {
+    n.next_required[static_cast<std::size_t>(x)] =
+        n.required[static_cast<std::size_t>(x)] ? x : n.next_required[static_cast<std::size_t>(x) + 1];
+  }
+  // rest[x] = 1 ('}') when nothing required remains at or after x, else ',' + after_comma[x];
+  // after_comma[x] = min over allowed p in [x, next_required[x]] of key ':' value + rest[p + 1].
+  for (int32_t x = count; x >= 0; --x) {
+    const auto ux = static_cast<std::size_t>(x);
+    int64_t best = kUnreachable;
+    const int32_t last = std::min(n.next_required[ux], count - 1);
+    for (int32_t p = x; p <= last; ++p) {
+      const auto up = static_cast<std::size_t>(p);
+      best = std::min(best, n.key_bytes[up] + 1 + g.at(n.children[up]).min_bytes + n.rest[up + 1]);
+    }
+    n.after_comma[ux] = best;
+    n.rest[ux] = n.next_required[ux] == count ? 1 : 1 + best;
+  }
+}
+
+}  // namespace
+
+void Grammar::finish() {
+  // A node's children come before it except where the builders made a cycle (any value inside any object
+  // or array), and those nodes' sizes do not depend on their children: one pass per level of nesting
+  // settles everything, so iterate until nothing changes.
+  for (Node& n : nodes) n.min_bytes = kUnreachable;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (Node& n : nodes) {
+      int64_t m = kUnreachable;
+      switch (n.kind) {
+        case NodeKind::kLiteral: m = static_cast<int64_t>(n.literal.size()); break;
+        case NodeKind::kLiteralSet: m = n.trie.nodes[0].min_remaining; break;
+        case NodeKind::kString: m = 2 + n.min_count; break;
+        case NodeKind::kNumber: m = 1; break;
+        case NodeKind::kAnyObject: m = 2; break;
+        case NodeKind::kAnyValue: m = 1; break;
+        case NodeKind::kArray:
+          m = n.min_count == 0 ? 2 : 2 + n.min_count * at(n.children[0]).min_bytes + (n.min_count - 1);
+          break;
+        case NodeKind::kObject:
+          finish_object(*this, n);
+          m = 1 + (n.next_required[0] == static_cast<int32_t>(n.children.size()) ? 1 : n.after_comma[0]);
+          break;
+        case NodeKind::kChoice:
+          for (int32_t c : n.children) m = std::min(m, at(c).min_bytes);
+          break;
+        case NodeKind::kSequence:
+          m = 0;
+          for (int32_t c : n.children) m = std::min(kUnreachable, m + at(c).min_bytes);
+          break;
+      }
+      if (m != n.min_bytes) {
+        n.min_bytes = m;
+        changed = true;
+      }
+    }
+  }
+}
+
+int32_t add_literal(Grammar& g, std::string text) {
+  Node n;
+  n.kind = NodeKind::kLiteral;
+  n.literal = std::move(text);
+  return g.add(std::move(n));
+}
+
+int32_t add_literal_set(Grammar& g, const std::vector<std::string>& strings) {
+  ORBIT_CHECK(!strings.empty(), "constraint: an empty set of literals");
+  Node n;
+  n.kind = NodeKind::kLiteralSet;
+  n.trie = ByteTrie::of(strings);
+  return g.add(std::move(n));
+}
+
+int32_t add_string(Grammar& g, int64_t min_chars, int64_t max_chars) {
+  Node n;
+  n.kind = NodeKind::kString;
+  n.min_count = min_chars;
+  n.max_count = max_chars;
+  return g.add(std::move(n));
+}
+
+int32_t add_number(Grammar& g, bool integer, int64_t max_chars) {
+  Node n;
+  n.kind = NodeKind::kNumber;
+  n.integer = integer;
+  // An integer of at most 18 characters fits a signed 64-bit integer, so parsers read it as one.
+  n.max_count = integer ? std::min<int64_t>(max_chars, kMaxIntegerChars) : max_chars;
+  return g.add(std::move(n));
+}
+
+int32_t add_any_value(Grammar& g, const ConstraintLimits& limits) {
+  const bool space = limits.whitespace == Whitespace::kSingleSpace;
+  Node value;
+  value.kind = NodeKind::kAnyValue;
+  value.max_depth = limits.max_depth;
+  const int32_t v = g.add(std::move(value));
+  const int32_t str = add_string(g, 0, limits.max_string_chars);
+  const int32_t num = add_number(g, false, limits.max_number_chars);
+  const int32_t lit = add_literal_set(g, {"true", "false", "null"});
+  Node object;
+  object.kind = NodeKind::kAnyObject;
+  object.space = space;
+  object.max_count = limits.max_object_members;
+  object.children = {add_string(g, 0, limits.max_string_chars), v};
+  const int32_t obj = g.add(std::move(object));
+  Node array;
+  array.kind = NodeKind::kArray;
+  array.space = space;
+  array.min_count = 0;
+  array.max_count = limits.max_array_items;
+  array.children = {v};
+  const int32_t arr = g.add(std::move(array));
+  g.nodes[static_cast<std::size_t>(v)].children = {str, num, lit, obj, arr};
+  return v;
+}
+
+int32_t add_any_object(Grammar& g, const ConstraintLimits& limits) {
+  const int32_t v = add_any_value(g, limits);
+  return g.at(v).children[3];
+}
+
+int32_t add_any_array(Grammar& g, const ConstraintLimits& limits) {
+  const int32_t v = add_any_value(g, limits);
+  return g.at(v).children[4];
+}
+
+std::string json_quote(const std::string& text) { return nlohmann::json(text).dump(); }
+
+}  // namespace orbit::constrain

@@ -1,0 +1,120 @@
+// The grammar a constraint compiles to: a graph of nodes, each a small machine over bytes, held in one
+// arena and named by index. Torch-free; immutable once built (finish()).
+//
+//   node kind     what it matches                                      children
+//   kLiteral      fixed bytes                                          -
+//   kLiteralSet   one of several byte strings (enum, const, true)     - (a trie of the strings)
+//   kString       a JSON string, [min_count, max_count] characters     -
+//   kNumber       a JSON number (integer: no fraction or exponent)     -
+//   kObject       an object of declared properties, in their order     one value per property
+//   kAnyObject    any object (string keys, any values)                 [key string, any value]
+//   kArray        an array of [min_count, max_count] items             [item]
+//   kAnyValue     any JSON value, told apart by its first byte        [string, number, literals, object, array]
+//   kChoice       one of its children                                  the alternatives
+//   kSequence     its children one after another                       the parts
+//
+// Whitespace: a container may carry `space`, which allows one ' ' after each of its '{', '[', ':' and ','
+// and nowhere else; without it the container is written compactly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "orbit/constraint.h"
+
+namespace orbit::constrain {
+
+enum class NodeKind : uint8_t {
+  kLiteral,
+  kLiteralSet,
+  kString,
+  kNumber,
+  kObject,
+  kAnyObject,
+  kArray,
+  kAnyValue,
+  kChoice,
+  kSequence,
+};
+
+// A trie of byte strings. Node 0 is the root; a node's `value` is the index of the string ending there
+// (-1: none). `values_below` lists, sorted, the values of every string through the node.
+struct ByteTrie {
+  struct Node {
+    std::vector<std::pair<uint8_t, int32_t>> children;  // by byte, sorted
+    int32_t value = -1;
+    int32_t depth = 0;
+    int32_t min_remaining = 0;  // fewest bytes from here to the end of a string
+    std::vector<int32_t> values_below;
+  };
+  std::vector<Node> nodes;
+
+  // Builds the trie of `strings` (distinct, non-empty); value i is strings[i].
+  static ByteTrie of(const std::vector<std::string>& strings);
+  // The child of `node` by `byte`, or -1.
+  int32_t child(int32_t node, uint8_t byte) const;
+  // Whether a string with a value in [lo, hi] passes through `node`.
+  bool has_value_in(int32_t node, int32_t lo, int32_t hi) const;
+};
+
+struct Node {
+  NodeKind kind = NodeKind::kLiteral;
+  std::string literal;            // kLiteral
+  ByteTrie trie;                  // kLiteralSet (the strings), kObject (the keys, quoted as JSON)
+  int64_t min_count = 0;          // kString characters, kArray items
+  int64_t max_count = 0;          // kString characters, kNumber characters, kArray items, kAnyObject members
+  bool integer = false;           // kNumber
+  bool space = false;             // containers: one optional ' ' after '{', '[', ':', ','
+  int32_t max_depth = 0;          // kAnyValue: containers open only below this depth
+  std::vector<int32_t> children;  // see the table above
+  // kObject, per property index p (declared order): required, the quoted key's length, and (filled by
+  // finish()) the fewest bytes of its value.
+  std::vector<bool> required;
+  std::vector<int64_t> key_bytes;
+  // kObject, per next-allowed index x in [0, n]: the first required property at or after x (n: none), the
+  // fewest bytes that close the object after a value when properties before x are spent (rest[x]), and the
+  // fewest bytes of one more member and the close after a ',' (after_comma[x]).
+  std::vector<int32_t> next_required;
+  std::vector<int64_t> rest;
+  std::vector<int64_t> after_comma;
+  int64_t min_bytes = 0;  // the shortest complete text of this node (filled by finish())
+};
+
+// A compiled constraint. Node indices are stable; `root` is what the whole text must match.
+struct Grammar {
+  std::vector<Node> nodes;
+  int32_t root = -1;
+  std::string description;
+
+  int32_t add(Node node);
+  // Copies `other`'s nodes into this grammar; returns the index its root has here.
+  int32_t import(const Grammar& other);
+  // Fills the derived fields (min_bytes, the object tables). Call once after the last add/import.
+  void finish();
+  const Node& at(int32_t index) const { return nodes[static_cast<std::size_t>(index)]; }
+};
+
+// Builders. Each adds nodes to `g` and returns the new node's index.
+int32_t add_literal(Grammar& g, std::string text);
+int32_t add_literal_set(Grammar& g, const std::vector<std::string>& strings);
+int32_t add_string(Grammar& g, int64_t min_chars, int64_t max_chars);
+// An integer has at most kMaxIntegerChars characters (sign included): every one fits int64_t.
+inline constexpr int64_t kMaxIntegerChars = 18;
+int32_t add_number(Grammar& g, bool integer, int64_t max_chars);
+// Any JSON value (kAnyValue and the nodes it dispatches to); objects and arrays under `limits`.
+int32_t add_any_value(Grammar& g, const ConstraintLimits& limits);
+// Any JSON object: a kAnyObject whose values are any values.
+int32_t add_any_object(Grammar& g, const ConstraintLimits& limits);
+int32_t add_any_array(Grammar& g, const ConstraintLimits& limits);
+
+// A JSON Schema (the subset constraint.h lists) compiled into `g`; `path` names the schema in errors.
+// Throws orbit::Error "<path>.<where>: ..." for anything outside the subset.
+int32_t add_json_schema(Grammar& g, std::string_view schema_json, const ConstraintLimits& limits,
+                        const std::string& path);
+
+// `text` as a JSON string literal (quotes included, escapes as nlohmann writes them).
+std::string json_quote(const std::string& text);
+
+}  // namespace orbit::constrain

@@ -1,0 +1,92 @@
+// Matching bytes against a Grammar (grammar.h): a pushdown machine whose state is a set of stacks.
+//
+//   stack   [ Sequence a=1 | Object phase=kNext a=2 | String phase=kBody a=17 ]     top last
+//
+// Each frame is one node being matched: its node index, a phase within it, its nesting depth and two
+// counters (what a and b mean depends on the node kind: matcher.cpp says). A container sets its own
+// phase to what follows a child before pushing the child, so a frame below the top always stands for
+// "what remains after the child above me completes". A finished frame is popped at once.
+//
+// The state is a *set* of stacks because a choice (anyOf, one sequence per tool) is followed along every
+// alternative until the bytes tell them apart, and because a complete-but-extendable value (a number, an
+// enum string that prefixes another) may either go on or end. Stacks are kept sorted and unique, so equal
+// states have equal representations (StateSet::key).
+//
+// Thread-safety: a Matcher is immutable; StateSets are values.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "constrain/grammar.h"
+
+namespace orbit::constrain {
+
+struct Frame {
+  uint32_t node = 0;
+  uint16_t phase = 0;
+  uint16_t depth = 0;
+  uint32_t a = 0;
+  uint32_t b = 0;
+};
+bool operator==(const Frame& x, const Frame& y);
+bool operator<(const Frame& x, const Frame& y);
+
+// Several stacks, stored flat: stack i is frames [begin(i), end(i)).
+class StateSet {
+ public:
+  std::size_t size() const { return ends_.size(); }
+  bool empty() const { return ends_.empty(); }
+  const Frame* begin(std::size_t i) const { return frames_.data() + (i == 0 ? 0 : ends_[i - 1]); }
+  std::size_t length(std::size_t i) const { return ends_[i] - (i == 0 ? 0 : ends_[i - 1]); }
+  void clear() {
+    frames_.clear();
+    ends_.clear();
+  }
+  void push(const Frame* frames, std::size_t n) {
+    frames_.insert(frames_.end(), frames, frames + n);
+    ends_.push_back(static_cast<uint32_t>(frames_.size()));
+  }
+  // The last stack's top frame (after push()).
+  Frame& last_top() { return frames_.back(); }
+  // Sorts the stacks and drops repeats.
+  void canonicalize();
+  bool operator==(const StateSet& other) const { return frames_ == other.frames_ && ends_ == other.ends_; }
+
+ private:
+  std::vector<Frame> frames_;
+  std::vector<uint32_t> ends_;
+};
+
+// Counters further than this from every bound they are compared with are equal for masking (see key()).
+inline constexpr int64_t kNoHorizon = -1;
+
+class Matcher {
+ public:
+  explicit Matcher(const Grammar& grammar) : g_(grammar) {}
+
+  void start(StateSet& out) const;
+  // `in` after `byte`, into `out` (cleared first). Returns whether any stack survived.
+  bool step(const StateSet& in, uint8_t byte, StateSet& out) const;
+  bool can_end(const StateSet& s) const;       // the text so far is a whole match
+  bool can_continue(const StateSet& s) const;  // some byte extends it
+  int64_t min_bytes(const StateSet& s) const;  // fewest bytes to a whole match (0 when can_end)
+  // The state as words. With horizon H >= 0, a counter whose every comparison comes out the same for the
+  // next H bytes (a string's length far from its bounds, say) is written as one sentinel: two states with
+  // equal keys then allow exactly the same tokens of at most H bytes, with the same fewest bytes after each.
+  void key(const StateSet& s, int64_t horizon, std::vector<uint32_t>& out) const;
+
+ private:
+  using Stack = std::vector<Frame>;
+  void advance(const Frame* f, std::size_t n, uint8_t byte, StateSet& out) const;
+  void consume(const Frame* f, std::size_t n, uint8_t byte, StateSet& out) const;
+  void push(Stack stack, int32_t node, uint16_t depth, std::vector<Stack>& out) const;
+  void settle(Stack stack, std::vector<Stack>& out) const;
+  bool ends_here(const Frame& top) const;  // complete but extendable: it may end before the next byte
+  bool can_end_stack(const Frame* f, std::size_t n) const;
+  int64_t remaining(const Frame& f) const;
+
+  const Grammar& g_;
+};
+
+}  // namespace orbit::constrain

@@ -1,0 +1,307 @@
+// Matching bytes and tokens (orbit/constraint.h): TokenVocabulary, ConstraintMatcher, TokenConstraint, and
+// each constraint's mask caches.
+#include <algorithm>
+#include <bitset>
+#include <limits>
+
+#include "constrain/parts.h"
+#include "orbit/common/error.h"
+
+namespace orbit {
+
+using constrain::Access;
+using constrain::ConstraintParts;
+using constrain::MaskCache;
+using constrain::StateSet;
+
+namespace constrain {
+
+std::shared_ptr<MaskCache> ConstraintParts::cache_for(const TokenVocabulary& vocabulary, const VocabTrie& trie) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [v, cache] : caches_) {
+    if (v.get() == &vocabulary) return cache;
+  }
+  if (caches_.size() >= kMaxVocabularies) caches_.erase(caches_.begin());
+  caches_.emplace_back(vocabulary.shared_from_this(), std::make_shared<MaskCache>(grammar, trie));
+  return caches_.back().second;
+}
+
+}  // namespace constrain
+
+// ---- TokenVocabulary, TokenMask
+
+TokenVocabulary::TokenVocabulary(TokenBytes bytes) : bytes_(std::move(bytes)) {
+  const auto size = static_cast<int64_t>(bytes_.text.size());
+  std::sort(bytes_.at_start.begin(), bytes_.at_start.end(),
+            [](const auto& x, const auto& y) { return x.first < y.first; });
+  for (std::size_t i = 0; i < bytes_.at_start.size(); ++i) {
+    const int64_t id = bytes_.at_start[i].first;
+    ORBIT_CHECK(id >= 0 && id < size,
+                "TokenBytes::at_start: id " << id << " is outside the vocabulary [0, " << size << ")");
+    ORBIT_CHECK(i == 0 || bytes_.at_start[i - 1].first != id, "TokenBytes::at_start: id " << id << " appears twice");
+  }
+  trie_ = std::make_unique<constrain::VocabTrie>(bytes_.text);
+}
+
+TokenVocabulary::~TokenVocabulary() = default;
+
+std::shared_ptr<const TokenVocabulary> TokenVocabulary::from_bytes(TokenBytes bytes) {
+  return std::shared_ptr<const TokenVocabulary>(new TokenVocabulary(std::move(bytes)));
+}
+
+int64_t TokenVocabulary::size() const { return static_cast<int64_t>(bytes_.text.size()); }
+
+const std::optional<std::string>& TokenVocabulary::bytes(int64_t id) const {
+  ORBIT_CHECK(id >= 0 && id < size(),
+              "TokenVocabulary: id " << id << " is outside the vocabulary [0, " << size() << ")");
+  return bytes_.text[static_cast<std::size_t>(id)];
+}
+
+const std::vector<std::pair<int64_t, std::optional<std::string>>>& TokenVocabulary::at_start() const {
+  return bytes_.at_start;
+}
+
+int64_t TokenVocabulary::max_token_bytes() const { return trie_->max_token_bytes(); }
+
+int64_t TokenMask::count() const {
+  int64_t n = 0;
+  for (uint64_t w : bits) n += static_cast<int64_t>(std::bitset<64>(w).count());
+  return n;
+}
+
+// ---- ConstraintMatcher
+
+struct ConstraintMatcher::State {
+  StateSet set;
+  std::string text;
+  // Computed on first use after each change.
+  mutable int complete = -1;
+  mutable int can_continue = -1;
+};
+
+namespace {
+
+const ConstraintParts& parts_of(const std::shared_ptr<const Constraint>& c) {
+  ORBIT_CHECK(c != nullptr, "constrained decoding: the constraint is null");
+  return Access::parts(*c);
+}
+
+// `from` after `bytes` into `out`; false when a byte is refused.
+bool walk(const constrain::Matcher& m, const StateSet& from, std::string_view bytes, StateSet& out) {
+  StateSet next;
+  out = from;
+  for (const char c : bytes) {
+    if (!m.step(out, static_cast<uint8_t>(c), next)) return false;
+    std::swap(out, next);
+  }
+  return true;
+}
+
+}  // namespace
+
+ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const Constraint> constraint)
+    : constraint_(std::move(constraint)), state_(std::make_unique<State>()) {
+  parts_of(constraint_).matcher.start(state_->set);
+}
+
+ConstraintMatcher::ConstraintMatcher(const ConstraintMatcher& other)
+    : constraint_(other.constraint_), state_(std::make_unique<State>(*other.state_)) {}
+
+ConstraintMatcher& ConstraintMatcher::operator=(const ConstraintMatcher& other) {
+  if (this != &other) {
+    constraint_ = other.constraint_;
+    state_ = std::make_unique<State>(*other.state_);
+  }
+  return *this;
+}
+
+ConstraintMatcher::ConstraintMatcher(ConstraintMatcher&&) noexcept = default;
+ConstraintMatcher& ConstraintMatcher::operator=(ConstraintMatcher&&) noexcept = default;
+ConstraintMatcher::~ConstraintMatcher() = default;
+
+bool ConstraintMatcher::advance(std::string_view bytes) {
+  StateSet after;
+  if (!walk(parts_of(constraint_).matcher, state_->set, bytes, after)) return false;
+  state_->set = std::move(after);
+  state_->text.append(bytes);
+  state_->complete = state_->can_continue = -1;
+  return true;
+}
+
+bool ConstraintMatcher::can_advance(std::string_view bytes) const {
+  StateSet after;
+  return walk(parts_of(constraint_).matcher, state_->set, bytes, after);
+}
+
+bool ConstraintMatcher::complete() const {
+  if (state_->complete < 0) state_->complete = parts_of(constraint_).matcher.can_end(state_->set) ? 1 : 0;
+  return state_->complete == 1;
+}
+
+bool ConstraintMatcher::can_continue() const {
+  if (state_->can_continue < 0) {
+    state_->can_continue = parts_of(constraint_).matcher.can_continue(state_->set) ? 1 : 0;
+  }
+  return state_->can_continue == 1;
+}
+
+int64_t ConstraintMatcher::min_bytes_to_complete() const {
+  return parts_of(constraint_).matcher.min_bytes(state_->set);
+}
+
+const std::string& ConstraintMatcher::text() const { return state_->text; }
+
+std::string ConstraintMatcher::state_key() const {
+  std::vector<uint32_t> words;
+  parts_of(constraint_).matcher.key(state_->set, constrain::kNoHorizon, words);
+  return std::string(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(uint32_t));
+}
+
+TokenMask ConstraintMatcher::mask(const TokenVocabulary& vocabulary) const {
+  const auto cache = parts_of(constraint_).cache_for(vocabulary, Access::trie(vocabulary));
+  const auto entry = cache->get(state_->set);
+  TokenMask m;
+  m.bits = entry->bits;
+  m.complete = entry->complete;
+  return m;
+}
+
+// ---- TokenConstraint
+
+TokenConstraint::TokenConstraint(std::shared_ptr<const Constraint> constraint,
+                                 std::shared_ptr<const TokenVocabulary> vocabulary, TokenConstraintOptions options)
+    : vocabulary_(std::move(vocabulary)), options_(std::move(options)), matcher_(std::move(constraint)) {
+  ORBIT_CHECK(vocabulary_ != nullptr, "TokenConstraint: the vocabulary is null");
+  for (int64_t e : options_.end_tokens) {
+    ORBIT_CHECK(e >= 0 && e < vocabulary_->size(),
+                "TokenConstraint: end token " << e << " is outside the vocabulary [0, " << vocabulary_->size() << ")");
+  }
+  cache_ = parts_of(matcher_.constraint_).cache_for(*vocabulary_, Access::trie(*vocabulary_));
+}
+
+TokenConstraint::~TokenConstraint() = default;
+TokenConstraint::TokenConstraint(TokenConstraint&&) noexcept = default;
+
+bool TokenConstraint::is_end_token(int64_t token) const {
+  return std::find(options_.end_tokens.begin(), options_.end_tokens.end(), token) != options_.end_tokens.end();
+}
+
+const std::optional<std::string>& TokenConstraint::bytes_now(int64_t token) const {
+  if (options_.at_text_start && accepted_ == 0) {
+    const auto& start = vocabulary_->at_start();
+    const auto it = std::lower_bound(start.begin(), start.end(), token,
+                                     [](const auto& entry, int64_t id) { return entry.first < id; });
+    if (it != start.end() && it->first == token) return it->second;
+  }
+  return vocabulary_->bytes(token);
+}
+
+namespace {
+
+void set_bit(std::vector<uint64_t>& bits, int64_t id, bool on) {
+  const uint64_t bit = uint64_t{1} << (id % 64);
+  if (on) {
+    bits[static_cast<std::size_t>(id / 64)] |= bit;
+  } else {
+    bits[static_cast<std::size_t>(id / 64)] &= ~bit;
+  }
+}
+
+}  // namespace
+
+TokenMask TokenConstraint::allowed(int64_t remaining) const {
+  const constrain::MaskEntry& entry = *cache_->get(matcher_.state_->set);
+  const constrain::Matcher& m = parts_of(matcher_.constraint_).matcher;
+  // Tokens whose bytes differ at the text's start are judged apart: (need after, token) when allowed.
+  std::vector<std::pair<int64_t, int32_t>> apart;
+  std::vector<int64_t> apart_ids;
+  if (options_.at_text_start && accepted_ == 0) {
+    StateSet after;
+    for (const auto& [id, bytes] : vocabulary_->at_start()) {
+      apart_ids.push_back(id);
+      if (bytes.has_value() && !bytes->empty() && walk(m, matcher_.state_->set, *bytes, after)) {
+        apart.emplace_back(m.min_bytes(after), static_cast<int32_t>(id));
+      }
+    }
+  }
+  const auto is_apart = [&](int64_t id) { return std::binary_search(apart_ids.begin(), apart_ids.end(), id); };
+  TokenMask mask;
+  mask.complete = entry.complete;
+  mask.bits = entry.bits;
+  for (int64_t id : apart_ids) set_bit(mask.bits, id, false);
+  TokenMask budgeted = mask;
+  for (const auto& [need, id] : apart) set_bit(mask.bits, id, true);
+  if (remaining >= 0) {
+    // Only tokens after which the shortest completion fits in `remaining` bytes (one token per byte).
+    if (entry.need > remaining) std::fill(budgeted.bits.begin(), budgeted.bits.end(), 0);
+    for (const auto& [need, id] : entry.differs) {
+      if (!is_apart(id)) set_bit(budgeted.bits, id, need <= remaining);
+    }
+    for (const auto& [need, id] : apart) set_bit(budgeted.bits, id, need <= remaining);
+  }
+  for (int64_t e : options_.end_tokens) {
+    set_bit(mask.bits, e, false);
+    set_bit(budgeted.bits, e, false);
+  }
+  if (remaining < 0) return mask;
+  const bool ends = budgeted.complete && !options_.end_tokens.empty();
+  return ends || budgeted.count() > 0 ? budgeted : mask;
+}
+
+namespace {
+
+template <typename T>
+int64_t apply_mask(const TokenMask& mask, const std::vector<int64_t>& end_tokens, T* logits, int64_t n) {
+  int64_t allowed = 0;
+  const auto limit = std::min<int64_t>(n, static_cast<int64_t>(mask.bits.size()) * 64);
+  for (int64_t id = 0; id < limit; ++id) allowed += mask.allows(id) ? 1 : 0;
+  std::vector<std::pair<int64_t, T>> ends;
+  if (mask.complete) {
+    for (int64_t e : end_tokens) {
+      if (e < n) {
+        ends.emplace_back(e, logits[e]);
+        ++allowed;
+      }
+    }
+  }
+  if (allowed == 0) return 0;
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  for (int64_t w = 0; w * 64 < n; ++w) {
+    const uint64_t bits = static_cast<std::size_t>(w) < mask.bits.size() ? mask.bits[static_cast<std::size_t>(w)] : 0;
+    if (bits == ~uint64_t{0}) continue;
+    const int64_t end = std::min<int64_t>(n, (w + 1) * 64);
+    for (int64_t id = w * 64; id < end; ++id) {
+      if (((bits >> (id % 64)) & 1) == 0) logits[id] = minus_inf;
+    }
+  }
+  for (const auto& [e, value] : ends) logits[e] = value;
+  return allowed;
+}
+
+}  // namespace
+
+int64_t TokenConstraint::mask_logits(float* logits, int64_t n, int64_t remaining) const {
+  return apply_mask(allowed(remaining), options_.end_tokens, logits, n);
+}
+
+int64_t TokenConstraint::mask_logits(double* logits, int64_t n, int64_t remaining) const {
+  return apply_mask(allowed(remaining), options_.end_tokens, logits, n);
+}
+
+void TokenConstraint::accept(int64_t token) {
+  ORBIT_CHECK(token >= 0 && token < vocabulary_->size(), "TokenConstraint::accept: token "
+                                                             << token << " is outside the vocabulary [0, "
+                                                             << vocabulary_->size() << ")");
+  if (is_end_token(token)) {
+    ORBIT_CHECK(matcher_.complete(), "TokenConstraint::accept: end token " << token << " before the text is complete");
+    ++accepted_;
+    return;
+  }
+  const std::optional<std::string>& bytes = bytes_now(token);
+  ORBIT_CHECK(bytes.has_value() && !bytes->empty() && matcher_.advance(*bytes),
+              "TokenConstraint::accept: token " << token << " does not continue the constrained text (after "
+                                                << matcher_.text().size() << " bytes)");
+  ++accepted_;
+}
+
+}  // namespace orbit

@@ -1,0 +1,392 @@
+// Constrained decoding's matcher (orbit/constraint.h) without a model: valid and invalid prefixes, completion,
+// each schema feature, the whitespace and length rules, unsupported keywords refused with their path, tool
+// calls, and token masks over a small vocabulary (including the start-of-text bytes and the end tokens).
+// Links orbit_constrain and Catch only (no torch).
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "orbit/constraint.h"
+#include "orbit/errors.h"
+
+using namespace orbit;
+using Catch::Contains;
+
+namespace {
+
+std::shared_ptr<const Constraint> schema(const std::string& text, const ConstraintLimits& limits = {}) {
+  return Constraint::json_schema(text, limits);
+}
+
+// Every prefix of `text` is a valid prefix; the whole is a match.
+void check_matches(const Constraint& c, const std::string& text) {
+  INFO(c.describe() << " on " << text);
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    INFO("prefix of " << i << " bytes");
+    REQUIRE(c.is_prefix(text.substr(0, i)));
+  }
+  CHECK(c.matches(text));
+}
+
+void check_refused(const Constraint& c, const std::string& text) {
+  INFO(c.describe() << " on " << text);
+  CHECK_FALSE(c.matches(text));
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("json_object: any object, prefixes and completion", "[constraint]") {
+  const auto c = Constraint::json_object();
+  check_matches(*c, "{}");
+  check_matches(*c, R"({"a": 1, "b": [true, null, "x"], "c": {"d": -1.5e+10}})");
+  check_matches(*c, R"({"a":{"b":{}}})");
+  CHECK(c->is_prefix(R"({"a": [1, 2)"));
+  CHECK_FALSE(c->matches(R"({"a": [1, 2)"));
+  check_refused(*c, "[]");             // an object, not any value
+  check_refused(*c, R"({"a" : 1})");   // no space before ':'
+  check_refused(*c, R"({ "a": 1 })");  // none before '}'
+  check_refused(*c, "{\n}");           // no newlines
+  check_refused(*c, R"({"a":  1})");   // one space at most
+  check_refused(*c, R"({"a": 01})");   // JSON numbers
+  check_refused(*c, R"({"a": 1,})");
+  CHECK_FALSE(c->is_prefix(" {"));  // nothing before the value
+  CHECK(c->min_bytes() == 2);
+}
+
+TEST_CASE("json_value and limits: depth, items, members, string and number lengths", "[constraint]") {
+  ConstraintLimits l;
+  l.max_depth = 2;
+  l.max_array_items = 3;
+  l.max_object_members = 2;
+  l.max_string_chars = 4;
+  l.max_number_chars = 4;
+  const auto c = Constraint::json_value(l);
+  check_matches(*c, "[[1]]");
+  check_refused(*c, "[[[1]]]");
+  check_matches(*c, "[1, 2, 3]");
+  check_refused(*c, "[1, 2, 3, 4]");
+  check_matches(*c, R"({"a": 1, "b": 2})");
+  check_refused(*c, R"({"a": 1, "b": 2, "c": 3})");
+  check_matches(*c, R"("abcd")");
+  check_refused(*c, R"("abcde")");
+  check_matches(*c, "-123");
+  check_refused(*c, "-1234");
+  check_matches(*c, "1.5");
+  CHECK_FALSE(c->is_prefix("123."));  // "123.4" would be 5 characters: the dot is refused
+  check_matches(*c, "true");
+  check_refused(*c, "tru");
+  const auto compact = Constraint::json_object({.whitespace = Whitespace::kNone});
+  check_matches(*compact, R"({"a":[1,2]})");
+  check_refused(*compact, R"({"a": 1})");
+}
+
+TEST_CASE("numbers: JSON's grammar, integers, exponents of two digits", "[constraint]") {
+  const auto n = schema(R"({"type": "number"})");
+  for (const char* ok : {"0", "-0", "12", "-3.25", "1e5", "1E+05", "2.5e-10", "0.0"}) check_matches(*n, ok);
+  for (const char* bad : {"01", "+1", ".5", "1.", "1e", "1e+", "--1", "1e100", "-", "0x1"}) check_refused(*n, bad);
+  const auto i = schema(R"({"type": "integer"})");
+  check_matches(*i, "-42");
+  check_refused(*i, "4.2");
+  check_refused(*i, "4e2");
+  // A number ends where the text does: complete, and extendable.
+  ConstraintMatcher m(i);
+  REQUIRE(m.advance("12"));
+  CHECK(m.complete());
+  CHECK(m.can_continue());
+  CHECK_FALSE(m.finished());
+}
+
+TEST_CASE("strings: escapes, UTF-8, control characters, lengths in characters", "[constraint]") {
+  const auto s = schema(R"({"type": "string"})");
+  check_matches(*s, R"("a\"b\\c\/\b\f\n\r\t")");
+  check_matches(*s, R"("\u00e9\u4E2D")");
+  check_matches(*s, "\"caf\xC3\xA9 \xE4\xB8\xAD \xF0\x9F\x98\x80\"");
+  check_refused(*s, R"("\x")");
+  check_refused(*s, R"("\ud800")");           // no surrogate escapes
+  check_refused(*s, "\"a\nb\"");              // a raw control character
+  check_refused(*s, "\"\xC3\"");              // a cut character
+  check_refused(*s, "\"\xC0\xAF\"");          // overlong
+  check_refused(*s, "\"\xED\xA0\x80\"");      // a surrogate in UTF-8
+  check_refused(*s, "\"\xF4\x90\x80\x80\"");  // past U+10FFFF
+  const auto bounded = schema(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  check_refused(*bounded, R"("a")");
+  check_matches(*bounded, R"("ab")");
+  check_matches(*bounded, "\"\xC3\xA9\xC3\xA9\xC3\xA9\"");  // 3 characters, 6 bytes
+  check_matches(*bounded, R"("\n\u0041b")");
+  check_refused(*bounded, R"("abcd")");
+  ConstraintMatcher m(bounded);
+  REQUIRE(m.advance("\"a"));
+  CHECK(m.min_bytes_to_complete() == 2);  // one more character and the quote
+}
+
+TEST_CASE("objects: declared order, required, additionalProperties false, key escapes", "[constraint]") {
+  const auto c = schema(R"({"type": "object",
+      "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array",
+                     "items": {"type": "string"}, "maxItems": 2}},
+      "required": ["name", "tags"]})");
+  check_matches(*c, R"({"name": "Ann", "age": 3, "tags": []})");
+  check_matches(*c, R"({"name": "Ann", "tags": ["x", "y"]})");    // age is optional
+  check_refused(*c, R"({"age": 3, "name": "Ann", "tags": []})");  // declared order
+  check_refused(*c, R"({"name": "Ann"})");                        // tags required
+  check_refused(*c, R"({"name": "Ann", "tags": [], "x": 1})");    // no other property
+  check_refused(*c, R"({"name": "Ann", "name": "Bo", "tags": []})");
+  check_refused(*c, R"({"name": "Ann", "tags": ["a", "b", "c"]})");
+  CHECK_FALSE(c->is_prefix(R"({"tags")"));  // name is required first
+  CHECK(c->min_bytes() == static_cast<int64_t>(std::string(R"({"name":"","tags":[]})").size()));
+  ConstraintMatcher m(c);
+  REQUIRE(m.advance(R"({"name": "A)"));
+  CHECK(m.min_bytes_to_complete() == static_cast<int64_t>(std::string(R"(","tags":[]})").size()));
+  const auto escaped = schema(R"({"properties": {"a\"b": {"const": 1}, "é": {"type": "null"}}})");
+  check_matches(*escaped, R"({"a\"b": 1, "é": null})");
+  check_matches(*escaped, "{}");
+  const auto empty = schema(R"({"type": "object", "properties": {}})");
+  check_matches(*empty, "{}");
+  check_refused(*empty, R"({"a": 1})");
+  const auto free_form = schema(R"({"type": "object"})");
+  check_matches(*free_form, R"({"anything": [1]})");
+}
+
+TEST_CASE("enum, const, type lists, anyOf, $ref, boolean and empty schemas", "[constraint]") {
+  const auto e = schema(R"({"enum": ["red", "green", 1, 10, null, {"a": [1]}]})");
+  for (const char* ok : {R"("red")", R"("green")", "1", "10", "null", R"({"a":[1]})"}) check_matches(*e, ok);
+  check_refused(*e, R"("blue")");
+  check_refused(*e, "11");
+  ConstraintMatcher m(e);
+  REQUIRE(m.advance("1"));
+  CHECK(m.complete());
+  CHECK(m.can_continue());  // "10"
+  const auto typed = schema(R"({"type": "string", "enum": ["a", 1, "b"]})");
+  check_matches(*typed, R"("b")");
+  check_refused(*typed, "1");
+  check_matches(*schema(R"({"const": "x"})"), R"("x")");
+  const auto nullable = schema(R"({"type": ["string", "null"]})");
+  check_matches(*nullable, "null");
+  check_matches(*nullable, R"("n")");
+  const auto any_of = schema(R"({"anyOf": [{"type": "object", "properties": {"a": {"type": "integer"}},
+      "required": ["a"]}, {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "boolean"}},
+      "required": ["b"]}], "description": "either"})");
+  check_matches(*any_of, R"({"a": 1})");
+  check_matches(*any_of, R"({"a": "s", "b": true})");
+  check_refused(*any_of, R"({"a": 1, "b": true})");
+  const auto ref = schema(R"({"$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}},
+      "required": ["x"]}}, "type": "array", "items": {"$ref": "#/$defs/point"}})");
+  check_matches(*ref, R"([{"x": 1}, {"x": 2.5}])");
+  check_matches(*schema("true"), R"({"any": "value"})");
+  check_matches(*schema("{}"), "[1]");
+  check_matches(*schema(R"({"type": "boolean"})"), "false");
+  check_matches(*schema(R"({"type": "null", "title": "nothing"})"), "null");
+}
+
+TEST_CASE("unsupported keywords and bad schemas are refused with the path", "[constraint]") {
+  const auto at = [](const std::string& s) {
+    return error_of([&] { Constraint::json_schema(s, {}, "response_format.json_schema.schema"); });
+  };
+  CHECK(at(R"({"type": "object", "properties": {"x": {"type": "string", "pattern": "^a"}}})") ==
+        "response_format.json_schema.schema.properties.x: 'pattern' is not supported");
+  CHECK_THAT(at(R"({"type": "integer", "minimum": 0})"), Contains("schema: 'minimum' is not supported"));
+  CHECK_THAT(at(R"({"type": "array", "items": {"oneOf": [{}]}})"), Contains("schema.items: 'oneOf' is not supported"));
+  CHECK_THAT(at(R"({"anyOf": [{"type": "string", "format": "date"}]})"),
+             Contains("schema.anyOf[0]: 'format' is not supported"));
+  CHECK_THAT(at(R"({"properties": {"a": {}}, "additionalProperties": true})"),
+             Contains("schema.additionalProperties: only false is supported"));
+  CHECK_THAT(at(R"({"properties": {"a": {}}, "required": ["b"]})"),
+             Contains("schema.required: 'b' is not in properties"));
+  CHECK_THAT(at(R"({"enum": []})"), Contains("schema.enum: expected a non-empty list"));
+  CHECK_THAT(at(R"({"type": "string", "minLength": 3, "maxLength": 2})"), Contains("minLength 3 is above maxLength 2"));
+  CHECK_THAT(at(R"({"type": "strin"})"), Contains("schema.type: \"strin\" is not a type"));
+  CHECK_THAT(at(R"({"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}, "$ref": "#/$defs/n"})"),
+             Contains("is recursive"));
+  CHECK_THAT(at(R"({"$ref": "#/$defs/missing"})"), Contains("names nothing"));
+  CHECK_THAT(at(R"({"type": "string", "anyOf": [{}]})"), Contains("'type' beside 'anyOf' is not supported"));
+  CHECK_THAT(at(R"({"enum": [1], "minLength": 1})"), Contains("'minLength' beside 'enum' is not supported"));
+  CHECK_THAT(at("false"), Contains("admits no value"));
+  CHECK_THAT(at("{"), Contains("response_format.json_schema.schema: not valid JSON"));
+  CHECK_THAT(at(R"({"type": "array", "items": [{}]})"), Contains("tuple items"));
+  CHECK_THAT(error_of([] { Constraint::json_object({.max_depth = -1}); }), Contains("max_depth"));
+}
+
+TEST_CASE("literals, sequences and choices compose", "[constraint]") {
+  const auto c = Constraint::sequence(
+      {Constraint::literal("<a>"), Constraint::json_schema(R"({"type": "integer"})"), Constraint::literal("</a>")});
+  check_matches(*c, "<a>12</a>");
+  check_refused(*c, "<a>12");
+  check_refused(*c, "<a></a>");
+  // A number ends where the literal after it begins.
+  CHECK(c->is_prefix("<a>1<"));
+  const auto either =
+      Constraint::choice({Constraint::literal("yes"), Constraint::literal("yesterday"), Constraint::json_object()});
+  check_matches(*either, "yes");
+  check_matches(*either, "yesterday");
+  check_matches(*either, "{}");
+  ConstraintMatcher m(either);
+  REQUIRE(m.advance("yes"));
+  CHECK(m.complete());
+  CHECK(m.can_continue());
+  const auto empty = Constraint::literal("");
+  CHECK(ConstraintMatcher(empty).finished());
+  CHECK_THAT(error_of([] { Constraint::sequence({}); }), Contains("empty list"));
+  CHECK_THAT(error_of([] { Constraint::choice({nullptr}); }), Contains("item 0 is null"));
+}
+
+TEST_CASE("tool calls: one per tool, arguments by the tool's schema, only, several calls", "[constraint]") {
+  const std::string tools = R"([
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                     "unit": {"enum": ["c", "f"]}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}},
+    {"name": "free"}])";
+  const auto c = Constraint::tool_calls(tools);
+  check_matches(*c, R"(<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}</tool_call>)");
+  check_matches(*c, R"(<tool_call>{"name": "get_time", "arguments": {}}</tool_call>)");
+  check_matches(*c, R"(<tool_call>{"name": "free", "arguments": {"x": [1]}}</tool_call>)");
+  check_refused(*c, R"(<tool_call>{"name": "get_time", "arguments": {"city": "Paris"}}</tool_call>)");
+  check_refused(*c, R"(<tool_call>{"name": "other", "arguments": {}}</tool_call>)");
+  ToolCallOptions only;
+  only.only = "get_time";
+  check_refused(*Constraint::tool_calls(tools, only), R"(<tool_call>{"name": "free", "arguments": {}}</tool_call>)");
+  ToolCallOptions two;
+  two.max_calls = 2;
+  two.begin = "<tool_call>\n";
+  two.end = "\n</tool_call>";
+  const auto c2 = Constraint::tool_calls(tools, two);
+  const std::string call = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+  check_matches(*c2, call);
+  check_matches(*c2, call + "\n" + call);
+  check_refused(*c2, call + "\n" + call + "\n" + call);
+  CHECK_THAT(error_of([&] {
+               ToolCallOptions o;
+               o.only = "nope";
+               Constraint::tool_calls(tools, o);
+             }),
+             Contains("'nope' is not among the tools (get_weather, get_time, free)"));
+  CHECK_THAT(error_of([] {
+               Constraint::tool_calls(R"([{"type": "function", "function": {"name": "f", "parameters":
+                                        {"type": "object", "properties": {"q": {"type": "string", "format": "uri"}}}}}])");
+             }),
+             Contains("tools[0].function.parameters.properties.q: 'format' is not supported"));
+  CHECK_THAT(error_of([] { Constraint::tool_calls(R"([{"name": "f"}, {"name": "f"}])"); }),
+             Contains("names two tools"));
+}
+
+TEST_CASE("matcher state keys: equal for states with equal futures", "[constraint]") {
+  const auto c = schema(R"({"type": "array", "items": {"type": "integer"}})");
+  ConstraintMatcher a(c), b(c);
+  REQUIRE(a.advance("[1, 22"));
+  REQUIRE(b.advance("[1, 33"));
+  CHECK(a.state_key() == b.state_key());
+  REQUIRE(b.advance("3"));
+  CHECK(a.state_key() != b.state_key());  // one more digit
+  ConstraintMatcher copy = a;
+  REQUIRE(copy.advance("]"));
+  CHECK(copy.finished());
+  CHECK_FALSE(a.complete());
+  CHECK(a.text() == "[1, 22");
+  CHECK_FALSE(a.advance("x"));
+  CHECK(a.text() == "[1, 22");  // unchanged
+}
+
+namespace {
+
+// A small vocabulary: every byte, some JSON pieces, a special token (no text) and an EOS.
+TokenBytes small_vocabulary() {
+  TokenBytes v;
+  for (int b = 0; b < 256; ++b) v.text.emplace_back(std::string(1, static_cast<char>(b)));
+  for (const char* piece : {"{\"", "\":", "\": ", "\", \"", "true", "false", "null", "12", " the", " {", "}}", "\"}",
+                            "name", "\\n", "\xC3\xA9", " x"}) {
+    v.text.emplace_back(piece);
+  }
+  v.text.emplace_back(std::nullopt);  // special
+  v.text.emplace_back(std::nullopt);  // EOS
+  return v;
+}
+
+int64_t id_of(const TokenVocabulary& v, const std::string& bytes) {
+  for (int64_t i = 0; i < v.size(); ++i) {
+    if (v.bytes(i) == bytes) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("token masks: a token is allowed exactly when its bytes keep a valid prefix", "[constraint][mask]") {
+  const auto vocab = TokenVocabulary::from_bytes(small_vocabulary());
+  const int64_t eos = vocab->size() - 1, special = vocab->size() - 2;
+  const auto c = schema(R"({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]})");
+  TokenConstraint tc(c, vocab, {.end_tokens = {eos}});
+  for (const std::string& piece : {std::string("{\""), std::string("name"), std::string("\": "), std::string("\"")}) {
+    const TokenMask m = tc.allowed();
+    ConstraintMatcher brute = tc.matcher();
+    for (int64_t id = 0; id < vocab->size(); ++id) {
+      const auto& bytes = vocab->bytes(id);
+      const bool ok = id != eos && bytes.has_value() && brute.can_advance(*bytes);
+      INFO("token " << id << " after " << tc.matcher().text());
+      CHECK(m.allows(id) == ok);
+    }
+    CHECK_FALSE(m.complete);
+    tc.accept(id_of(*vocab, piece));
+  }
+  CHECK_FALSE(tc.allowed().allows(special));
+  CHECK_THROWS_WITH(tc.accept(eos), Contains("before the text is complete"));
+  CHECK_THROWS_WITH(tc.accept(id_of(*vocab, "\n")), Contains("does not continue the constrained text"));
+  tc.accept(id_of(*vocab, "\"}"));
+  CHECK(tc.finished());
+  const TokenMask done = tc.allowed();
+  CHECK(done.complete);
+  CHECK(done.count() == 0);
+  std::vector<float> logits(static_cast<std::size_t>(vocab->size()), 1.0f);
+  CHECK(tc.mask_logits(logits.data(), vocab->size()) == 1);  // EOS alone
+  CHECK(logits[static_cast<std::size_t>(eos)] == 1.0f);
+  CHECK(logits[0] == -std::numeric_limits<float>::infinity());
+  // The mask through ConstraintMatcher is the same and cached.
+  ConstraintMatcher fresh(c);
+  CHECK(fresh.mask(*vocab).bits == TokenConstraint(c, vocab).allowed().bits);
+}
+
+TEST_CASE("token masks: the budget keeps room for the shortest completion", "[constraint][mask]") {
+  const auto vocab = TokenVocabulary::from_bytes(small_vocabulary());
+  const auto c = schema(R"({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]})");
+  TokenConstraint tc(c, vocab);
+  for (const char* piece : {"{\"", "name", "\": ", "\""}) tc.accept(id_of(*vocab, piece));
+  // `"}` is left: 2 bytes. With 1 token after this one only '"' or `"}` fit; with 0 only `"}`.
+  TokenMask one = tc.allowed(1);
+  CHECK(one.allows(id_of(*vocab, "\"")));
+  CHECK(one.allows(id_of(*vocab, "\"}")));
+  CHECK_FALSE(one.allows(id_of(*vocab, "a")));
+  TokenMask zero = tc.allowed(0);
+  CHECK(zero.count() == 1);
+  CHECK(zero.allows(id_of(*vocab, "\"}")));
+  CHECK(tc.allowed(100).allows(id_of(*vocab, "a")));
+  // Not even one byte of room: the budget is dropped rather than allow nothing.
+  tc.accept(id_of(*vocab, "a"));
+  TokenConstraint shy(c, vocab);
+  CHECK(shy.allowed(0).count() == shy.allowed().count());
+}
+
+TEST_CASE("token masks: start-of-text bytes apply to the first token only", "[constraint][mask]") {
+  TokenBytes b = small_vocabulary();
+  const int64_t space_brace =
+      static_cast<int64_t>(std::find(b.text.begin(), b.text.end(), std::string(" {")) - b.text.begin());
+  const int64_t space_x =
+      static_cast<int64_t>(std::find(b.text.begin(), b.text.end(), std::string(" x")) - b.text.begin());
+  b.at_start = {{space_brace, std::string("{")}, {space_x, std::string("x")}};
+  const auto vocab = TokenVocabulary::from_bytes(b);
+  const auto c = Constraint::json_object();
+  TokenConstraint at_start(c, vocab, {.at_text_start = true});
+  CHECK(at_start.allowed().allows(space_brace));  // it writes "{" here
+  TokenConstraint mid(c, vocab);
+  CHECK_FALSE(mid.allowed().allows(space_brace));  // " {": no space before the value
+  at_start.accept(space_brace);
+  CHECK(at_start.matcher().text() == "{");
+  CHECK(at_start.allowed().allows(id_of(*vocab, " ")));
+  CHECK_FALSE(at_start.allowed().allows(space_brace));
+}

@@ -1,0 +1,288 @@
+// Constrained decoding's property test, without a model: random schemas from the supported subset, random
+// logits masked by TokenConstraint over a made-up byte-level vocabulary, sampling until the text completes.
+// Every completed text must parse as JSON and validate against its schema (a small validator below), every
+// mask must equal the brute-force answer (each token's bytes tried on the matcher), and every run must
+// complete within its token budget. Links orbit_constrain and Catch only (no torch).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "orbit/constraint.h"
+
+using namespace orbit;
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+// ---- random schemas
+
+class SchemaGen {
+ public:
+  explicit SchemaGen(uint64_t seed) : rng_(seed) {}
+
+  Json schema(int depth) {
+    const int kinds = depth >= 3 ? 7 : 11;
+    switch (pick(kinds)) {
+      case 0: return string_schema();
+      case 1: return Json{{"type", "number"}};
+      case 2: return Json{{"type", "integer"}, {"description", "a count"}};
+      case 3: return Json{{"type", "boolean"}};
+      case 4: return Json{{"type", "null"}};
+      case 5: return enum_schema();
+      case 6: return Json{{"const", value()}};
+      case 7: return object_schema(depth);
+      case 8: return array_schema(depth);
+      case 9: return Json{{"anyOf", Json::array({schema(depth + 1), schema(depth + 1)})}};
+      default: return pick(2) ? Json{{"type", Json::array({"string", "null"})}} : Json::object();
+    }
+  }
+
+ private:
+  int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
+
+  Json string_schema() {
+    Json s{{"type", "string"}};
+    if (pick(3) == 0) s["minLength"] = pick(3);
+    if (pick(3) == 0) s["maxLength"] = 3 + pick(5);
+    return s;
+  }
+
+  Json value() {
+    switch (pick(5)) {
+      case 0: return names_[static_cast<std::size_t>(pick(static_cast<int>(names_.size())))];
+      case 1: return pick(100) - 50;
+      case 2: return pick(2) == 1;
+      case 3: return nullptr;
+      default: return Json{{"k", pick(3)}};
+    }
+  }
+
+  Json enum_schema() {
+    Json values = Json::array();
+    const int n = 1 + pick(4);
+    for (int i = 0; i < n; ++i) {
+      Json v = value();
+      if (std::find(values.begin(), values.end(), v) == values.end()) values.push_back(v);
+    }
+    return Json{{"enum", values}};
+  }
+
+  Json object_schema(int depth) {
+    Json props = Json::object();
+    Json required = Json::array();
+    const int n = pick(4);
+    for (int i = 0; i < n; ++i) {
+      const std::string& name = names_[static_cast<std::size_t>(pick(static_cast<int>(names_.size())))];
+      if (props.contains(name)) continue;
+      props[name] = schema(depth + 1);
+      if (pick(2)) required.push_back(name);
+    }
+    Json s{{"type", "object"}, {"properties", props}};
+    if (!required.empty()) s["required"] = required;
+    if (pick(2)) s["additionalProperties"] = false;
+    return s;
+  }
+
+  Json array_schema(int depth) {
+    Json s{{"type", "array"}, {"items", schema(depth + 1)}};
+    if (pick(3) == 0) s["minItems"] = 1;
+    s["maxItems"] = 1 + pick(3);
+    return s;
+  }
+
+  std::mt19937_64 rng_;
+  const std::vector<std::string> names_{"a", "ab", "name", "n\"q", "\xC3\xA9t\xC3\xA9", "b\\c", "x y"};
+};
+
+// ---- a validator of the subset
+
+std::size_t code_points(const std::string& s) {
+  std::size_t n = 0;
+  for (const char c : s) n += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+bool valid(const Json& schema, const Json& v, std::string& why);
+
+bool valid_type(const Json& s, const std::string& type, const Json& v, std::string& why) {
+  if (type == "string") {
+    if (!v.is_string()) return false;
+    const std::size_t n = code_points(v.get<std::string>());
+    if (s.contains("minLength") && n < s["minLength"].get<std::size_t>()) return false;
+    if (s.contains("maxLength") && n > s["maxLength"].get<std::size_t>()) return false;
+    return true;
+  }
+  if (type == "number") return v.is_number();
+  if (type == "integer") return v.is_number_integer();
+  if (type == "boolean") return v.is_boolean();
+  if (type == "null") return v.is_null();
+  if (type == "array") {
+    if (!v.is_array()) return false;
+    if (s.contains("minItems") && v.size() < s["minItems"].get<std::size_t>()) return false;
+    if (s.contains("maxItems") && v.size() > s["maxItems"].get<std::size_t>()) return false;
+    for (const Json& item : v) {
+      if (s.contains("items") && !valid(s["items"], item, why)) return false;
+    }
+    return true;
+  }
+  if (type == "object") {
+    if (!v.is_object()) return false;
+    if (!s.contains("properties")) return true;
+    const Json& props = s["properties"];
+    std::size_t last = 0;  // properties come in declared order
+    for (const auto& [key, value] : v.items()) {
+      std::size_t index = 0;
+      for (auto it = props.begin(); it != props.end(); ++it, ++index) {
+        if (it.key() == key) break;
+      }
+      if (index == props.size() || index < last) {
+        why = "property " + key + " unknown or out of order";
+        return false;
+      }
+      last = index;
+      if (!valid(props[key], value, why)) return false;
+    }
+    for (const Json& r : s.value("required", Json::array())) {
+      if (!v.contains(r.get<std::string>())) {
+        why = "required " + r.get<std::string>() + " missing";
+        return false;
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
+bool valid(const Json& schema, const Json& v, std::string& why) {
+  if (schema.contains("anyOf")) {
+    for (const Json& alt : schema["anyOf"]) {
+      if (valid(alt, v, why)) return true;
+    }
+    return false;
+  }
+  if (schema.contains("const")) return v == schema["const"];
+  if (schema.contains("enum"))
+    return std::find(schema["enum"].begin(), schema["enum"].end(), v) != schema["enum"].end();
+  if (!schema.contains("type")) return true;
+  const Json& t = schema["type"];
+  if (t.is_string()) return valid_type(schema, t.get<std::string>(), v, why);
+  for (const Json& one : t) {
+    if (valid_type(schema, one.get<std::string>(), v, why)) return true;
+  }
+  return false;
+}
+
+// ---- a byte-level vocabulary: every byte, then JSON-shaped pieces and random strings of realistic lengths
+
+std::shared_ptr<const TokenVocabulary> made_up_vocabulary(uint64_t seed) {
+  TokenBytes b;
+  for (int c = 0; c < 256; ++c) b.text.emplace_back(std::string(1, static_cast<char>(c)));
+  for (const char* p : {"{\"",  "\":",      "\": ",  "\", \"",     ", \"", "\"}", "}}", "]}",       "},",  "[\"",
+                        "[{",   "true",     "false", "null",       "12",   "0.",  "e+", "-1",       "\\n", "\\u00",
+                        "\\\"", "\xC3\xA9", "name",  "\"name\": ", " the", " a",  "ab", "n\\\"q\"", "x y", "b\\\\c"}) {
+    b.text.emplace_back(p);
+  }
+  std::mt19937_64 rng(seed);
+  const std::string alphabet = "{}[]\",: abcnqexy0123456789-.\\";
+  for (int i = 0; i < 300; ++i) {
+    const int len = 2 + static_cast<int>(rng() % 5);
+    std::string s;
+    for (int k = 0; k < len; ++k) s.push_back(alphabet[rng() % alphabet.size()]);
+    b.text.emplace_back(s);
+  }
+  b.text.emplace_back(std::nullopt);  // EOS
+  return TokenVocabulary::from_bytes(b);
+}
+
+// The mask by brute force: every token's bytes tried on the matcher.
+void check_mask_brute_force(const TokenConstraint& tc, const TokenVocabulary& vocab, int64_t eos) {
+  const TokenMask m = tc.allowed();
+  REQUIRE(m.complete == tc.matcher().complete());
+  for (int64_t id = 0; id < vocab.size(); ++id) {
+    const auto& bytes = vocab.bytes(id);
+    const bool ok = id != eos && bytes.has_value() && tc.matcher().can_advance(*bytes);
+    if (m.allows(id) != ok) {
+      FAIL("token " << id << " (" << bytes.value_or("<none>") << ") after '" << tc.matcher().text() << "': mask "
+                    << m.allows(id) << ", brute force " << ok);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("random schemas: every sampled completion parses and validates; masks equal brute force",
+          "[constraint][property]") {
+  const auto vocab = made_up_vocabulary(7);
+  const int64_t eos = vocab->size() - 1;
+  int completed = 0, stopped_by_eos = 0;
+  for (uint64_t seed = 1; seed <= 400; ++seed) {
+    SchemaGen gen(seed);
+    const Json schema = gen.schema(0);
+    INFO("seed " << seed << " schema " << schema.dump());
+    ConstraintLimits limits;
+    limits.max_string_chars = 12;
+    limits.max_array_items = 4;
+    limits.max_object_members = 3;
+    limits.max_depth = 3;
+    limits.whitespace = seed % 3 == 0 ? Whitespace::kNone : Whitespace::kSingleSpace;
+    const auto c = Constraint::json_schema(schema.dump(), limits);
+    std::mt19937_64 rng(seed * 7919);
+    for (int run = 0; run < 4; ++run) {
+      // A budget of the shortest text plus some slack: the run must complete within it.
+      const int64_t budget = c->min_bytes() + static_cast<int64_t>(rng() % 40);
+      TokenConstraint tc(c, vocab, {.end_tokens = {eos}});
+      std::normal_distribution<float> noise(0.0f, 2.0f);
+      bool ended = false;
+      for (int64_t step = 0; step < budget && !tc.finished(); ++step) {
+        if (step % 3 == 0) check_mask_brute_force(tc, *vocab, eos);
+        std::vector<float> logits(static_cast<std::size_t>(vocab->size()));
+        for (float& l : logits) l = noise(rng);
+        REQUIRE(tc.mask_logits(logits.data(), vocab->size(), budget - step - 1) > 0);
+        const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+        tc.accept(best);
+        if (best == eos) {
+          ended = true;
+          ++stopped_by_eos;
+          break;
+        }
+      }
+      INFO("text " << tc.matcher().text() << " budget " << budget);
+      REQUIRE((ended || tc.complete()));
+      Json parsed;
+      REQUIRE_NOTHROW(parsed = Json::parse(tc.matcher().text()));
+      std::string why;
+      INFO("parsed " << parsed.dump());
+      REQUIRE(valid(schema, parsed, why));
+      ++completed;
+    }
+  }
+  CHECK(completed == 1600);
+  CHECK(stopped_by_eos > 0);
+}
+
+TEST_CASE("json_object under random logits: every completion is an object", "[constraint][property]") {
+  const auto vocab = made_up_vocabulary(11);
+  const int64_t eos = vocab->size() - 1;
+  ConstraintLimits limits;
+  limits.max_depth = 4;
+  limits.max_string_chars = 8;
+  const auto c = Constraint::json_object(limits);
+  std::mt19937_64 rng(5);
+  for (int run = 0; run < 100; ++run) {
+    TokenConstraint tc(c, vocab, {.end_tokens = {eos}});
+    const int64_t budget = 60;
+    std::normal_distribution<float> noise(0.0f, 3.0f);
+    for (int64_t step = 0; step < budget && !tc.finished(); ++step) {
+      std::vector<float> logits(static_cast<std::size_t>(vocab->size()));
+      for (float& l : logits) l = noise(rng);
+      REQUIRE(tc.mask_logits(logits.data(), vocab->size(), budget - step - 1) > 0);
+      tc.accept(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    INFO(tc.matcher().text());
+    REQUIRE(tc.complete());
+    CHECK(Json::parse(tc.matcher().text()).is_object());
+  }
+}
