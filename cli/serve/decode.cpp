@@ -52,6 +52,7 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
     if (!turn.enter()) gone = true;
     return turn.held();
   };
+  go.constraint = request.constraint;
   RunResult r;
   if (!turn.enter()) {
     r.finish_reason = "cancelled";
@@ -67,7 +68,7 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
   r.prompt_forward_tokens = g.prompt_forward_tokens;
   if (gone) {
     r.finish_reason = "cancelled";
-  } else if (stream.stopped() || g.stop_reason == "stop_token") {
+  } else if (stream.stopped() || g.stop_reason == "stop_token" || g.stop_reason == "constraint_complete") {
     r.finish_reason = "stop";
   } else {
     r.finish_reason = "length";

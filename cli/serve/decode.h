@@ -18,7 +18,8 @@ namespace orbit::serve {
 struct DecodeRequest {
   const std::vector<int64_t>* query = nullptr;  // the tokens read after the window (non-empty)
   const SamplingRequest* sampling = nullptr;
-  std::string lane;  // the gate lane each forward queues in
+  std::string lane;                              // the gate lane each forward queues in
+  std::shared_ptr<const Constraint> constraint;  // what the answer must match (answer_constraint.h); null: free
 };
 
 // The tokens to generate at most: max_tokens (the server's default when the request gives none) within the
@@ -26,8 +27,9 @@ struct DecodeRequest {
 int64_t max_tokens_for(const ServeContext& context, int64_t prompt_tokens, const SamplingRequest& sampling);
 
 // Decodes after `window` (the caller holds it, not the gate). Fills text, finish_reason ("stop", "length",
-// "cancelled"), tokens, completion_tokens and prompt_forward_tokens; the rest of the usage is the caller's.
-// Throws orbit::Error when the engine fails.
+// "cancelled"; a constrained answer finished is "stop", one no token could continue "length"), tokens,
+// completion_tokens and prompt_forward_tokens; the rest of the usage is the caller's. Throws orbit::Error when the
+// engine fails.
 RunResult decode(ServeContext& context, Window& window, const DecodeRequest& request, const RunSink& sink);
 
 }  // namespace orbit::serve

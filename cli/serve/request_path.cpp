@@ -17,6 +17,7 @@ struct RunTicket::Prepared {
   WindowSlot slot;
   SyncOptions options;
   SyncPlan plan;  // Window::plan_sync(chat->messages, options) of slot's window at its current version
+  std::shared_ptr<const Constraint> constraint;   // what the answer must match; null: free text
   const CompletionRequest* completion = nullptr;  // set for a completion request
   std::vector<int64_t> tokens;                    // its prompt, tokenized with BOS (non-empty)
 };
@@ -91,22 +92,6 @@ std::optional<ApiError> RequestPath::check_model(const std::string& model) const
   return std::nullopt;
 }
 
-std::optional<ApiError> RequestPath::check_capabilities(const ChatRequest& request) const {
-  // Forcing a call or a JSON answer takes constrained decoding, which this server does not run yet: refused
-  // by name rather than answered with free text.
-  const auto unsupported = [](const std::string& param, const std::string& what) {
-    return api_error(400, param + ": " + what + " needs constrained decoding, which this server does not have yet",
-                     "invalid_request_error", "unsupported_value", param);
-  };
-  if (request.tool_choice.mode == "required" || request.tool_choice.mode == "function") {
-    return unsupported("tool_choice", "'" + request.tool_choice.mode + "'");
-  }
-  if (request.response_format.type != "text") {
-    return unsupported("response_format.type", "'" + request.response_format.type + "'");
-  }
-  return std::nullopt;
-}
-
 std::optional<ApiError> RequestPath::check_lengths(int64_t prompt_tokens, const SamplingRequest& sampling,
                                                    const std::string& prompt_param) const {
   const int64_t context = context_.info.max_positions;
@@ -144,9 +129,11 @@ ApiError RequestPath::plan_refusal(const ChatRequest& request, const std::string
 
 RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::string& session) {
   if (auto bad = check_model(request.model)) return RunTicket(*bad);
-  if (auto bad = check_capabilities(request)) return RunTicket(*bad);
+  AnswerConstraint forced = context_.constraints->for_request(request);
+  if (forced.error) return RunTicket(*forced.error);
   auto p = std::make_unique<RunTicket::Prepared>();
   p->chat = &request;
+  p->constraint = std::move(forced.constraint);
   p->options.chat = context_.chat;
   p->options.chat.tools_json = request.tools_json;
   p->options.chunk_min_tokens = context_.options.chunk_min_tokens;
@@ -233,7 +220,8 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
       return now.empty() || !sink.on_text || sink.on_text(now);
     };
   }
-  RunResult r = decode(context_, window, DecodeRequest{&report.generation_prompt, &request.sampling, s.lane}, out_sink);
+  RunResult r = decode(context_, window,
+                       DecodeRequest{&report.generation_prompt, &request.sampling, s.lane, p.constraint}, out_sink);
   if (calls) calls->finish(r);
   const WindowStats after = window.stats();
   RunUsage& u = r.usage;

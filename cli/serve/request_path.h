@@ -70,8 +70,6 @@ class RequestPath {
 
  private:
   std::optional<ApiError> check_model(const std::string& model) const;
-  // What the request asks of the answer that this server cannot do (400 naming the field).
-  std::optional<ApiError> check_capabilities(const ChatRequest& request) const;
   std::optional<ApiError> check_lengths(int64_t prompt_tokens, const SamplingRequest& sampling,
                                         const std::string& prompt_param) const;
   ApiError plan_refusal(const ChatRequest& request, const std::string& why) const;

@@ -13,6 +13,7 @@
 //                "json_schema", "json_schema": {"name", "schema", "strict"?}})
 //   refused rather than ignored (400 naming the field): logprobs true, top_logprobs, presence_penalty or
 //                frequency_penalty other than 0, a non-empty logit_bias: this server does not honour them
+// (tool_choice and response_format are honoured by the server: answer_constraint.h.)
 //   completions: model, prompt (string, or an array of one string), and the same sampling fields
 //   a message:   role in {system, developer, user, assistant, tool}; content a string, null (an assistant
 //                message with tool_calls), or an array of {"type": "text", "text": ...} parts;

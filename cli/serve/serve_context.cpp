@@ -45,6 +45,7 @@ ServeContext::ServeContext(const ServeOptions& o) : options(o) {
   }
   tool_format = o.tool_call_format.empty() ? engine->tool_call_format(chat)
                                            : parse_tool_call_format(o.tool_call_format, "--tool-call-format");
+  constraints = std::make_unique<ConstraintCache>(tool_format, token_vocabulary(*engine));
 }
 
 Window ServeContext::new_window() const {

@@ -13,6 +13,7 @@
 
 #include "orbit/engine.h"
 #include "orbit/tool_calls.h"
+#include "serve/answer_constraint.h"
 #include "serve/fair_gate.h"
 #include "serve/serve_metrics.h"
 #include "serve/serve_types.h"
@@ -30,7 +31,8 @@ struct ServeContext {
   ModelInfo info;
   WindowPolicy policy;  // every window's
   ChatOptions chat;     // every request's template (options.chat_template) before its tools
-  ToolCallFormat tool_format = ToolCallFormat::kHermes;  // how answers' tool calls are read
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;  // how answers' tool calls are read (and forced)
+  std::unique_ptr<ConstraintCache> constraints;          // forced calls and JSON answers, in tool_format
   FairGate gate;
   ServeMetrics metrics;
   std::atomic<bool> closing{false};  // close() has begun: checks answer 503

@@ -420,7 +420,7 @@ TEST_CASE("serve: tool calls are held back from the stream and read when the ans
   CHECK(t.finish_reason == "length");
 }
 
-TEST_CASE("serve: tools reach the prompt; what the server cannot force is refused by name", "[serve][model]") {
+TEST_CASE("serve: tools reach the prompt; what the vocabulary cannot write is refused by name", "[serve][model]") {
   sv::ServeOptions options;
   options.model = kModel;
   sv::ServeCore core(options);
@@ -443,13 +443,80 @@ TEST_CASE("serve: tools reach the prompt; what the server cannot force is refuse
   // A story model writes no call: the answer is content, finished as text answers finish.
   CHECK(tooled.result->tool_calls.empty());
   CHECK(tooled.result->finish_reason != "tool_calls");
+  // Forcing a call or a JSON answer decodes under a constraint; this model's vocabulary has no token for '{',
+  // so it cannot write one: refused before the run, naming the field and the byte.
   sv::ChatRequest forced = with_tools;
   forced.tool_choice.mode = "required";
   const sv::RunTicket refused = core.prepare_chat(forced, "");
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().param == "tool_choice");
+  CHECK(refused.error().message.find("no token that writes '{'") != std::string::npos);
   sv::ChatRequest json_answer = r;
   json_answer.response_format.type = "json_object";
   CHECK(core.prepare_chat(json_answer, "").error().param == "response_format.type");
+  // A schema outside the supported subset is refused naming where.
+  json_answer.response_format.type = "json_schema";
+  json_answer.response_format.schema_json = R"({"type":"string","pattern":"a+"})";
+  const sv::RunTicket unsupported = core.prepare_chat(json_answer, "");
+  REQUIRE_FALSE(unsupported.ok());
+  CHECK(unsupported.error().param == "response_format.json_schema.schema");
+  CHECK(unsupported.error().message.find("pattern") != std::string::npos);
+  core.close();
+}
+
+TEST_CASE("serve: forced calls and JSON answers are decoded under a constraint, even by a story model",
+          "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = std::string(ORBIT_MODELS_DIR) + "/stories260K/stories260K.bin";  // byte tokens: any JSON
+  sv::ServeCore core(options);
+  sv::ChatRequest r;
+  r.model = core.model_name();
+  r.messages = {{"user", "Find a story about a cat."}};
+  r.sampling.max_tokens = 160;
+  r.sampling.temperature = 0;
+  r.tools_json =
+      R"([{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":)"
+      R"({"q":{"type":"string","maxLength":8}},"required":["q"]}}},{"type":"function","function":{"name":"open"}}])";
+  r.tool_names = {"search", "open"};
+  // tool_choice "required": a call to one of the tools, with arguments its schema allows.
+  sv::ChatRequest forced = r;
+  forced.tool_choice.mode = "required";
+  forced.parallel_tool_calls = false;
+  const sv::RunOutcome called = core.chat(forced, "", {});
+  REQUIRE(called.result.has_value());
+  INFO("answer: " << called.result->text);
+  REQUIRE(called.result->tool_calls.size() == 1);
+  const orbit::ChatToolCall& call = called.result->tool_calls[0];
+  CHECK((call.name == "search" || call.name == "open"));
+  const nlohmann::json args = nlohmann::json::parse(call.arguments);
+  CHECK(args.is_object());
+  if (call.name == "search") CHECK(args["q"].is_string());
+  CHECK(called.result->finish_reason == "tool_calls");
+  // A named function: that one.
+  forced.tool_choice = {"function", "open"};
+  const sv::RunOutcome named = core.chat(forced, "", {});
+  REQUIRE(named.result.has_value());
+  REQUIRE(named.result->tool_calls.size() == 1);
+  CHECK(named.result->tool_calls[0].name == "open");
+  // response_format: a JSON object; a schema's required properties are written with their types.
+  sv::ChatRequest json_answer = r;
+  json_answer.tools_json.clear();
+  json_answer.tool_names.clear();
+  json_answer.response_format.type = "json_object";
+  const sv::RunOutcome object = core.chat(json_answer, "", {});
+  REQUIRE(object.result.has_value());
+  INFO("object: " << object.result->text);
+  CHECK(nlohmann::json::parse(object.result->text).is_object());
+  json_answer.response_format.type = "json_schema";
+  json_answer.response_format.schema_json =
+      R"({"type":"object","properties":{"title":{"type":"string","maxLength":12},"pages":{"type":"integer"}},)"
+      R"("required":["title","pages"]})";
+  const sv::RunOutcome schema = core.chat(json_answer, "", {});
+  REQUIRE(schema.result.has_value());
+  INFO("schema: " << schema.result->text);
+  const nlohmann::json parsed = nlohmann::json::parse(schema.result->text);
+  CHECK(parsed["title"].is_string());
+  CHECK(parsed["pages"].is_number_integer());
+  CHECK(schema.result->finish_reason == "stop");
   core.close();
 }

@@ -1,0 +1,146 @@
+#include "serve/answer_constraint.h"
+
+#include "orbit/common/error.h"
+
+namespace orbit::serve {
+
+namespace {
+
+bool forces_call(const ChatRequest& r) { return r.tool_choice.mode == "required" || r.tool_choice.mode == "function"; }
+
+// What a request's constraint is built from; "" when it has none.
+std::string key_of(const ChatRequest& r) {
+  if (forces_call(r)) {
+    return "tools\n" + r.tool_choice.function + "\n" + (r.parallel_tool_calls ? "n" : "1") + "\n" + r.tools_json;
+  }
+  if (r.response_format.type == "json_object") return "json_object";
+  if (r.response_format.type == "json_schema") return "json_schema\n" + r.response_format.schema_json;
+  return "";
+}
+
+// The shortest whole match of `constraint`, byte by byte: at each step the byte after which the fewest bytes
+// remain (ties: the lowest). Bounded by 64 KiB.
+std::string shortest_match(const std::shared_ptr<const Constraint>& constraint) {
+  ConstraintMatcher m(constraint);
+  std::string text;
+  while (!m.complete() && text.size() < (std::size_t{1} << 16)) {
+    int best = -1;
+    int64_t best_left = 0;
+    for (int b = 0; b < 256; ++b) {
+      const char c = static_cast<char>(b);
+      ConstraintMatcher next = m;
+      if (!next.advance(std::string_view(&c, 1))) continue;
+      const int64_t left = next.min_bytes_to_complete();
+      if (best < 0 || left < best_left) {
+        best = b;
+        best_left = left;
+      }
+    }
+    if (best < 0) break;
+    const char c = static_cast<char>(best);
+    m.advance(std::string_view(&c, 1));
+    text += c;
+  }
+  return text;
+}
+
+std::string byte_name(unsigned char b) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string hex = std::string("0x") + kHex[b >> 4] + kHex[b & 15];
+  return b >= 0x20 && b < 0x7F ? "'" + std::string(1, static_cast<char>(b)) + "' (" + hex + ")" : hex;
+}
+
+}  // namespace
+
+std::string unwritable(const std::shared_ptr<const Constraint>& constraint, const TokenVocabulary& vocabulary) {
+  const std::string text = shortest_match(constraint);
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t longest = 0;
+    for (int64_t id = 0; id < vocabulary.size(); ++id) {
+      const std::optional<std::string>& bytes = vocabulary.bytes(id);
+      if (bytes && !bytes->empty() && bytes->size() > longest && text.compare(at, bytes->size(), *bytes) == 0)
+        longest = bytes->size();
+    }
+    if (longest == 0) {
+      return "the model's vocabulary has no token that writes " + byte_name(static_cast<unsigned char>(text[at])) +
+             ", which the answer needs at byte " + std::to_string(at) + " of its shortest form '" + text.substr(0, 80) +
+             "': this model cannot write it";
+    }
+    at += longest;
+  }
+  return "";
+}
+
+ToolCallOptions tool_call_options(ToolCallFormat format, const ChatRequest& request) {
+  ToolCallOptions o;
+  o.only = request.tool_choice.mode == "function" ? request.tool_choice.function : "";
+  o.max_calls = request.parallel_tool_calls ? 4 : 1;
+  switch (format) {
+    case ToolCallFormat::kHermes: break;  // <tool_call>{"name": ..., "arguments": ...}</tool_call>, the defaults
+    case ToolCallFormat::kLlama3:
+      o.begin = o.end = "";
+      o.arguments_key = "parameters";
+      o.separator = "; ";
+      break;
+    case ToolCallFormat::kMistral:
+      o.begin = "[TOOL_CALLS] [";
+      o.end = "]";
+      o.max_calls = 1;  // one array per answer
+      break;
+  }
+  return o;
+}
+
+AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
+  AnswerConstraint out;
+  const bool call = forces_call(r);
+  const std::string param = call                                      ? "tool_choice"
+                            : r.response_format.type == "json_object" ? "response_format.type"
+                                                                      : "response_format.json_schema.schema";
+  try {
+    if (call) {
+      out.constraint = Constraint::tool_calls(r.tools_json, tool_call_options(format_, r));
+    } else if (r.response_format.type == "json_object") {
+      out.constraint = Constraint::json_object();
+    } else {
+      out.constraint = Constraint::json_schema(r.response_format.schema_json, {}, "response_format.json_schema.schema");
+    }
+  } catch (const Error& e) {
+    out.error = api_error(400, e.what(), "invalid_request_error", "", call ? "tools" : param);
+    out.constraint = nullptr;
+    return out;
+  }
+  const std::string why = unwritable(out.constraint, *vocabulary_);
+  if (!why.empty()) {
+    out.error = api_error(400, param + ": " + why, "invalid_request_error", "unsupported_value", param);
+    out.constraint = nullptr;
+  }
+  return out;
+}
+
+AnswerConstraint ConstraintCache::for_request(const ChatRequest& request) {
+  const std::string key = key_of(request);
+  if (key.empty()) return {};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = kept_.find(key);
+    if (it != kept_.end()) {
+      order_.splice(order_.begin(), order_, it->second.at);
+      return it->second.answer;
+    }
+  }
+  AnswerConstraint out = build(request);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (kept_.count(key) == 0) {
+    order_.push_front(key);
+    kept_.emplace(key, Kept{out, order_.begin()});
+    if (kept_.size() > capacity_) {
+      kept_.erase(order_.back());
+      order_.pop_back();
+    }
+  }
+  return out;
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,68 @@
+// The constraint a chat answer is decoded under (orbit/constraint.h), from what the request asks:
+//   tool_choice "required"       a call to one of the request's tools, written in the server's tool call
+//                                format (up to 4 calls when parallel_tool_calls is true, one otherwise)
+//   tool_choice {function: F}    a call to F
+//   response_format json_object  any JSON object
+//   response_format json_schema  a JSON value of the schema (the supported subset: constraint.h)
+//   otherwise                    none (tool_choice "auto" leaves the model free to answer or call)
+// A forced call is not a message, so response_format does not apply to it (as OpenAI's API reads them).
+// A constraint the model's vocabulary cannot write is refused before the run (400 naming the field and the
+// first byte no token writes): its shortest whole match is spelled with the vocabulary's tokens, longest
+// first (a tokenizer without a token for '{', as TinyStories-656K's, can write no JSON object).
+// Built constraints are kept (by what they were built from) in a small LRU: their token masks are cached
+// inside them, so an agent that sends the same tools every turn pays for the masks and the check once.
+//
+// Thread-safety: every member may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "orbit/constraint.h"
+#include "orbit/tool_calls.h"
+#include "serve/serve_api.h"
+
+namespace orbit::serve {
+
+// A request's constraint, or the error its tools or schema earn (400 naming the field).
+struct AnswerConstraint {
+  std::shared_ptr<const Constraint> constraint;  // null: the answer is free text
+  std::optional<ApiError> error;
+};
+
+class ConstraintCache {
+ public:
+  // `vocabulary`: the engine's tokenizer as token bytes (token_vocabulary).
+  ConstraintCache(ToolCallFormat format, std::shared_ptr<const TokenVocabulary> vocabulary, std::size_t capacity = 64)
+      : format_(format), vocabulary_(std::move(vocabulary)), capacity_(capacity) {}
+
+  AnswerConstraint for_request(const ChatRequest& request);
+
+ private:
+  AnswerConstraint build(const ChatRequest& request) const;
+
+  ToolCallFormat format_;
+  std::shared_ptr<const TokenVocabulary> vocabulary_;
+  std::size_t capacity_;
+  std::mutex mu_;
+  std::list<std::string> order_;  // keys, most recently used first
+  struct Kept {
+    AnswerConstraint answer;  // a refusal is kept too: the same tools fail the same way
+    std::list<std::string>::iterator at;
+  };
+  std::unordered_map<std::string, Kept> kept_;
+};
+
+// Why `vocabulary` cannot write a whole match of `constraint` ("" when it can): the first byte of its
+// shortest match that no token spells there.
+std::string unwritable(const std::shared_ptr<const Constraint>& constraint, const TokenVocabulary& vocabulary);
+
+// How a call is written in `format`, for Constraint::tool_calls.
+ToolCallOptions tool_call_options(ToolCallFormat format, const ChatRequest& request);
+
+}  // namespace orbit::serve
