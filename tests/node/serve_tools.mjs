@@ -1,0 +1,212 @@
+// Tool loops against `orbit serve` with the clients agent builders use, one client per run:
+//
+//   node serve_tools.mjs ORBIT_BINARY MODEL CLIENT        CLIENT: openai | langchain | aisdk
+//
+//   openai     the official `openai` client: chat.completions.create with tools, the calls read from
+//              message.tool_calls (whole) and from delta.tool_calls (streamed, on every other step)
+//   langchain  @langchain/openai's ChatOpenAI with bindTools: the calls read from AIMessage.tool_calls
+//   aisdk      the AI SDK's generateText with @ai-sdk/openai-compatible: the SDK runs the loop (the tool's
+//              schema given with jsonSchema(), as compact as the others': the model has 512 positions)
+//
+// Starts `orbit serve` on 127.0.0.1 (a free port) with MODEL (the bundled stories260K: a story model whose
+// byte tokens can spell any JSON), then runs a 5-step tool loop: each step the model must call the tool
+// (tool_choice "required": the server decodes the call under the tool's grammar), the client parses the
+// call, the tool runs, and its result goes back. The agent keeps its first message and the last exchange
+// (a sliding window, as agents trim their history; the model has 512 positions), so orbit keeps what it
+// can and forwards the rest. Then one answer in text (tool_choice "none"). The server is always stopped.
+//
+// Exit status: 0 all passed, 1 a check failed, 77 skipped (node package or `orbit serve` missing).
+import { spawn } from "node:child_process";
+import { createInterface } from "node:readline";
+
+const SKIP = 77;
+const [orbit, model, client] = process.argv.slice(2);
+if (!orbit || !model || !["openai", "langchain", "aisdk"].includes(client)) {
+  console.error("usage: node serve_tools.mjs ORBIT_BINARY MODEL openai|langchain|aisdk");
+  process.exit(2);
+}
+const packages = { openai: ["openai"], langchain: ["@langchain/openai", "@langchain/core/messages"], aisdk: ["ai", "@ai-sdk/openai-compatible"] };
+const modules = {};
+for (const name of packages[client]) {
+  try {
+    modules[name] = await import(name);
+  } catch (e) {
+    console.log(`SKIPPED: ${name} is not installed (npm install in tests/node): ${e.message}`);
+    process.exit(SKIP);
+  }
+}
+
+let passed = 0;
+let failed = 0;
+function check(ok, what, detail = "") {
+  if (ok) {
+    passed++;
+  } else {
+    failed++;
+    console.log(`FAILED: ${what}${detail ? `\n  ${detail}` : ""}`);
+  }
+}
+
+// ---- the server (always stopped, whatever happens below) ----
+const server = spawn(orbit, ["serve", "--model", model, "--port", "0"], {
+  env: { ...process.env, OMP_NUM_THREADS: "1" },
+  stdio: ["ignore", "pipe", "pipe"],
+});
+let stderr = "";
+server.stderr.on("data", (d) => (stderr += d));
+const exited = new Promise((resolve) => server.on("exit", (code, signal) => resolve({ code, signal })));
+let base;
+try {
+  base = await new Promise((resolve, reject) => {
+    createInterface({ input: server.stdout }).on("line", (line) => {
+      const m = line.match(/listening on (http:\/\/[^\s]+)/);
+      if (m) resolve(m[1]);
+    });
+    server.on("exit", (code) => reject(new Error(`orbit serve exited with ${code}: ${stderr}`)));
+  });
+} catch (e) {
+  if (/built without cpp-httplib/.test(e.message)) {
+    console.log("SKIPPED: this orbit was built without cpp-httplib (no `orbit serve`)");
+    process.exit(SKIP);
+  }
+  console.log(`FAILED: the server did not start: ${e.message}`);
+  process.exit(1);
+}
+async function stop() {
+  server.kill("SIGTERM");
+  const end = await Promise.race([exited, new Promise((res) => setTimeout(() => res({ code: "timeout" }), 20000))]);
+  if (end.code === "timeout") server.kill("SIGKILL");
+  return end;
+}
+const modelId = model.replace(/\/+$/, "").split("/").pop();
+
+// ---- the tool ----
+const STEPS = 5;
+const PAGES = ["Tom saw a dog.", "The dog ran.", "Tom ran too.", "They found a ball.", "Then they went home."];
+const pagesRead = [];
+function readPage(page) {
+  pagesRead.push(page);
+  return `Page ${page}: ${PAGES[Math.abs(Math.trunc(page)) % PAGES.length]}`;
+}
+const description = "Read a page of the book.";
+const parameters = { type: "object", properties: { page: { type: "integer" } }, required: ["page"] };
+const TASK = "Read the book.";
+
+// ---- one loop per client ----
+async function openaiLoop() {
+  const OpenAI = modules.openai.default;
+  const api = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120000 });
+  const tools = [{ type: "function", function: { name: "read_page", description, parameters } }];
+  const first = { role: "user", content: TASK };
+  let last = [];
+  for (let step = 1; step <= STEPS; step++) {
+    const request = { model: modelId, messages: [first, ...last], tools, tool_choice: "required",
+                      parallel_tool_calls: false, max_tokens: 80, temperature: 0 };
+    let calls = [];
+    let finish;
+    let usage;
+    if (step % 2 === 0) {  // streamed: the calls come as delta.tool_calls, assembled by index
+      const chunks = await api.chat.completions.create({ ...request, stream: true, stream_options: { include_usage: true } });
+      for await (const chunk of chunks) {
+        if (chunk.usage) usage = chunk.usage;
+        const choice = chunk.choices[0];
+        if (!choice) continue;
+        finish = choice.finish_reason ?? finish;
+        for (const d of choice.delta.tool_calls ?? []) {
+          calls[d.index] ??= { id: "", type: "function", function: { name: "", arguments: "" } };
+          if (d.id) calls[d.index].id = d.id;
+          calls[d.index].function.name += d.function?.name ?? "";
+          calls[d.index].function.arguments += d.function?.arguments ?? "";
+        }
+      }
+    } else {
+      const r = await api.chat.completions.create(request);
+      calls = r.choices[0].message.tool_calls ?? [];
+      finish = r.choices[0].finish_reason;
+      usage = r.usage;
+    }
+    check(finish === "tool_calls", `openai step ${step}: finish_reason tool_calls`, finish);
+    check(calls.length === 1 && calls[0].function.name === "read_page", `openai step ${step}: one call to read_page`,
+          JSON.stringify(calls));
+    if (calls.length !== 1) return;
+    const args = JSON.parse(calls[0].function.arguments);
+    check(Number.isInteger(args.page), `openai step ${step}: arguments hold an integer page`, calls[0].function.arguments);
+    check(usage?.orbit !== undefined, `openai step ${step}: usage.orbit`);
+    const result = readPage(args.page);
+    console.log(`openai step ${step}${step % 2 === 0 ? " (streamed)" : ""}: read_page(${calls[0].function.arguments}) ` +
+                `-> "${result}"; prompt ${usage?.prompt_tokens}, orbit forwarded ${usage?.orbit?.forward_tokens}, ` +
+                `radix ${usage?.orbit?.radix_cache_tokens}, plan ${usage?.orbit?.plan}`);
+    last = [{ role: "assistant", content: null, tool_calls: calls },
+            { role: "tool", tool_call_id: calls[0].id, content: result }];
+  }
+  const r = await api.chat.completions.create({ model: modelId, messages: [first, ...last], tools, tool_choice: "none",
+                                                max_tokens: 16, temperature: 0 });
+  check(typeof r.choices[0].message.content === "string" && r.choices[0].message.content.length > 0 &&
+        !r.choices[0].message.tool_calls, "openai: the answer after the loop is text");
+}
+
+async function langchainLoop() {
+  const { ChatOpenAI } = modules["@langchain/openai"];
+  const { HumanMessage, ToolMessage } = modules["@langchain/core/messages"];
+  const llm = new ChatOpenAI({ model: modelId, apiKey: "unused", configuration: { baseURL: `${base}/v1` },
+                               temperature: 0, maxTokens: 80, maxRetries: 0 });
+  const tool = { type: "function", function: { name: "read_page", description, parameters } };
+  const bound = llm.bindTools([tool], { tool_choice: "required", parallel_tool_calls: false });
+  const first = new HumanMessage(TASK);
+  let last = [];
+  for (let step = 1; step <= STEPS; step++) {
+    const ai = await bound.invoke([first, ...last]);
+    const calls = ai.tool_calls ?? [];
+    check(calls.length === 1 && calls[0].name === "read_page", `langchain step ${step}: one call to read_page`,
+          JSON.stringify(calls));
+    if (calls.length !== 1) return;
+    check(Number.isInteger(calls[0].args.page), `langchain step ${step}: args hold an integer page`,
+          JSON.stringify(calls[0].args));
+    const result = readPage(calls[0].args.page);
+    console.log(`langchain step ${step}: read_page(${JSON.stringify(calls[0].args)}) -> "${result}"`);
+    last = [ai, new ToolMessage({ content: result, tool_call_id: calls[0].id })];
+  }
+  const answer = await llm.bindTools([tool], { tool_choice: "none" }).invoke([first, ...last]);
+  check(typeof answer.content === "string" && answer.content.length > 0 && (answer.tool_calls ?? []).length === 0,
+        "langchain: the answer after the loop is text");
+}
+
+async function aisdkLoop() {
+  const { generateText, tool, stepCountIs, jsonSchema } = modules.ai;
+  const { createOpenAICompatible } = modules["@ai-sdk/openai-compatible"];
+  const provider = createOpenAICompatible({ name: "orbit", baseURL: `${base}/v1`, apiKey: "unused" });
+  const result = await generateText({
+    model: provider(modelId),
+    tools: {
+      read_page: tool({ description, inputSchema: jsonSchema(parameters), execute: async ({ page }) => readPage(page) }),
+    },
+    toolChoice: "required",
+    stopWhen: stepCountIs(STEPS),
+    prompt: TASK,
+    maxOutputTokens: 80,
+    temperature: 0,
+    maxRetries: 0,
+    // A sliding window: the task and the last exchange.
+    prepareStep: ({ messages }) => ({ messages: messages.length > 3 ? [messages[0], ...messages.slice(-2)] : messages }),
+  });
+  check(result.steps.length === STEPS, "aisdk: the loop ran every step", String(result.steps.length));
+  result.steps.forEach((s, i) => {
+    check(s.toolCalls.length === 1 && s.toolCalls[0].toolName === "read_page", `aisdk step ${i + 1}: one call to read_page`,
+          JSON.stringify(s.toolCalls));
+    check(s.toolResults.length === 1, `aisdk step ${i + 1}: the tool ran and its result went back`);
+    console.log(`aisdk step ${i + 1}: read_page(${JSON.stringify(s.toolCalls[0]?.input)}) -> ` +
+                `${JSON.stringify(s.toolResults[0]?.output)}; finish ${s.finishReason}`);
+  });
+}
+
+try {
+  await { openai: openaiLoop, langchain: langchainLoop, aisdk: aisdkLoop }[client]();
+  check(pagesRead.length === STEPS, `${client}: the tool ran on every step`, JSON.stringify(pagesRead));
+} catch (e) {
+  check(false, `${client}: the loop threw`, `${e.stack ?? e}\n  server stderr: ${stderr.slice(-2000)}`);
+} finally {
+  const end = await stop();
+  check(end.code === 0, "SIGTERM: the server drains and exits 0", JSON.stringify(end));
+}
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
