@@ -238,7 +238,7 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
   record.usage = u;
   record.answered = r.finish_reason != "cancelled" && (!r.text.empty() || !r.tool_calls.empty());
   record.options = p.options;
-  // The list the next request most likely sends: kept to match anonymous requests, or to anticipate.
+  // The list the next request most likely sends: kept to match anonymous requests, and to anticipate.
   if (s.id.empty() || (context_.options.anticipate && record.answered)) {
     record.next = request.messages;
     if (record.answered) {

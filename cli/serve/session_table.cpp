@@ -166,12 +166,15 @@ double SessionTable::take_idle_forward_tokens(Session& s) {
 void SessionTable::record(Session& s, RunRecord run) {
   std::lock_guard<std::mutex> lock(mutex_);
   s.anticipated.reset();
-  if (s.id.empty()) {  // only anonymous windows are matched by their last list
+  // Anonymous windows get the idle work named sessions get: their answer prefilled as the next request
+  // will most likely send it back (and they are matched to requests by that list).
+  if (context_.options.anticipate && run.answered) {
+    s.anticipated = run.next;
+    s.anticipated_options = run.options;
+  }
+  if (s.id.empty()) {
     s.last_list = std::move(run.next);
     s.last_tools = run.options.chat.tools_json;
-  } else if (context_.options.anticipate && run.answered) {
-    s.anticipated = std::move(run.next);
-    s.anticipated_options = run.options;
   }
   SessionTotals& t = s.totals;
   t.predicted_kl = run.usage.predicted_kl;
@@ -184,8 +187,15 @@ void SessionTable::record(Session& s, RunRecord run) {
 
 std::shared_ptr<Session> SessionTable::take_idle_target() {
   std::lock_guard<std::mutex> lock(mutex_);
+  const auto ready = [](const std::shared_ptr<Session>& s) { return s->needs_idle && s->holders == 0 && s->window; };
   for (const auto& [id, s] : sessions_) {
-    if (s->needs_idle && s->holders == 0 && s->window) {
+    if (ready(s)) {
+      s->needs_idle = false;
+      return s;
+    }
+  }
+  for (const std::shared_ptr<Session>& s : anonymous_) {
+    if (ready(s)) {
       s->needs_idle = false;
       return s;
     }

@@ -6,7 +6,8 @@
 // session gets one of a few anonymous windows (ServeOptions::anonymous_windows): the free one whose last
 // request shares the most leading messages with this one (its messages and answer as the next request
 // would send them back, the same tools), so repeated prefixes are served as a radix cache would serve them;
-// a new one when none shares a message and there is room.
+// a new one when none shares a message and there is room. Anonymous windows get the idle work sessions get
+// (the answer prefilled as the next request will send it back, Window::idle).
 //
 // Budget: when the windows of idle sessions hold more than ServeOptions::session_budget_bytes, or more than
 // max_sessions windows are resident, the least recently used idle ones leave memory (their Window is

@@ -240,8 +240,9 @@ TEST_CASE("serve: sessions on the model: interleaving, anonymous reuse, LRU, can
 }
 
 TEST_CASE("serve: an answer prefilled in idle time is kept by the next request", "[serve][model]") {
-  // The same two requests of one session, with and without anticipation.
-  auto two_turns = [](bool anticipate) {
+  // The same two requests of one session (or, session "", of an anonymous window: framework defaults send
+  // none), with and without anticipation.
+  auto two_turns = [](bool anticipate, const std::string& session) {
     sv::ServeOptions options;
     options.model = kModel;
     options.policy = "patch:16:exact";
@@ -254,7 +255,7 @@ TEST_CASE("serve: an answer prefilled in idle time is kept by the next request",
     r.sampling.temperature = 0;
     std::vector<sv::RunResult> out;
     for (int turn = 0; turn < 2; ++turn) {
-      const sv::RunOutcome o = core.chat(r, "agent", {});
+      const sv::RunOutcome o = core.chat(r, session, {});
       REQUIRE(o.result.has_value());
       out.push_back(*o.result);
       core.run_idle_work();
@@ -269,16 +270,19 @@ TEST_CASE("serve: an answer prefilled in idle time is kept by the next request",
     core.close();
     return out;
   };
-  const std::vector<sv::RunResult> ahead = two_turns(true);
-  const std::vector<sv::RunResult> plain = two_turns(false);
-  CHECK(ahead[0].text == plain[0].text);
-  CHECK(ahead[1].text == plain[1].text);
-  CHECK(ahead[1].usage.idle_forward_tokens > 0);
-  CHECK(plain[1].usage.idle_forward_tokens == 0);
-  CHECK(ahead[1].usage.plan.find("evict") == std::string::npos);  // the prefilled answer was what came back
-  // The answer's tokens moved from the critical path to idle time.
-  CHECK(ahead[1].usage.forward_tokens < plain[1].usage.forward_tokens);
-  CHECK(ahead[1].usage.forward_tokens + ahead[1].usage.idle_forward_tokens == Approx(plain[1].usage.forward_tokens));
+  for (const std::string session : {"agent", ""}) {
+    INFO("session '" << session << "'");
+    const std::vector<sv::RunResult> ahead = two_turns(true, session);
+    const std::vector<sv::RunResult> plain = two_turns(false, session);
+    CHECK(ahead[0].text == plain[0].text);
+    CHECK(ahead[1].text == plain[1].text);
+    CHECK(ahead[1].usage.idle_forward_tokens > 0);
+    CHECK(plain[1].usage.idle_forward_tokens == 0);
+    CHECK(ahead[1].usage.plan.find("evict") == std::string::npos);  // the prefilled answer was what came back
+    // The answer's tokens moved from the critical path to idle time.
+    CHECK(ahead[1].usage.forward_tokens < plain[1].usage.forward_tokens);
+    CHECK(ahead[1].usage.forward_tokens + ahead[1].usage.idle_forward_tokens == Approx(plain[1].usage.forward_tokens));
+  }
 }
 
 TEST_CASE("serve: refusals come before the run; usage reports the engine's radix yardstick", "[serve][model]") {
