@@ -72,26 +72,6 @@ std::string unwritable(const std::shared_ptr<const Constraint>& constraint, cons
   return "";
 }
 
-ToolCallOptions tool_call_options(ToolCallFormat format, const ChatRequest& request) {
-  ToolCallOptions o;
-  o.only = request.tool_choice.mode == "function" ? request.tool_choice.function : "";
-  o.max_calls = request.parallel_tool_calls ? 4 : 1;
-  switch (format) {
-    case ToolCallFormat::kHermes: break;  // <tool_call>{"name": ..., "arguments": ...}</tool_call>, the defaults
-    case ToolCallFormat::kLlama3:
-      o.begin = o.end = "";
-      o.arguments_key = "parameters";
-      o.separator = "; ";
-      break;
-    case ToolCallFormat::kMistral:
-      o.begin = "[TOOL_CALLS] [";
-      o.end = "]";
-      o.max_calls = 1;  // one array per answer
-      break;
-  }
-  return o;
-}
-
 AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
   AnswerConstraint out;
   const bool call = forces_call(r);
@@ -100,7 +80,9 @@ AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
                                                                       : "response_format.json_schema.schema";
   try {
     if (call) {
-      out.constraint = Constraint::tool_calls(r.tools_json, tool_call_options(format_, r));
+      const std::string only = r.tool_choice.mode == "function" ? r.tool_choice.function : "";
+      out.constraint =
+          Constraint::tool_calls(r.tools_json, tool_call_options(format_, only, r.parallel_tool_calls ? 4 : 1));
     } else if (r.response_format.type == "json_object") {
       out.constraint = Constraint::json_object();
     } else {

@@ -62,7 +62,4 @@ class ConstraintCache {
 // shortest match that no token spells there.
 std::string unwritable(const std::shared_ptr<const Constraint>& constraint, const TokenVocabulary& vocabulary);
 
-// How a call is written in `format`, for Constraint::tool_calls.
-ToolCallOptions tool_call_options(ToolCallFormat format, const ChatRequest& request);
-
 }  // namespace orbit::serve

@@ -163,3 +163,30 @@ TEST_CASE("the tool call format is read off how a template writes a call", "[too
       "{% endfor %}";
   CHECK(engine->tool_call_format(refuses) == ToolCallFormat::kHermes);
 }
+
+TEST_CASE("calls decoded under tool_call_options' constraint parse back, in every format", "[tool_calls]") {
+  EngineOptions eo;
+  eo.model = std::string(ORBIT_MODELS_DIR) + "/stories260K/stories260K.bin";  // byte tokens: any JSON
+  eo.pool_bytes = int64_t{16} << 20;
+  std::shared_ptr<Engine> engine = Engine::open(eo);
+  const std::string tools =
+      R"([{"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": )"
+      R"({"q": {"type": "string", "maxLength": 6}}, "required": ["q"]}}}, )"
+      R"({"type": "function", "function": {"name": "open"}}])";
+  for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3, ToolCallFormat::kMistral}) {
+    INFO(tool_call_format_name(f));
+    Window w = engine->new_window();
+    w.add_turn(engine->tokenize("Tom wanted to find his ball.", true));
+    GenerateOptions o;
+    o.max_tokens = 96;
+    o.constraint = Constraint::tool_calls(tools, tool_call_options(f, "search"));
+    const Generation g = w.generate(engine->tokenize(" He", false), o);
+    INFO(g.text);
+    const ToolCallParse r = parse_tool_calls(g.text, f);
+    REQUIRE(r.calls.size() == 1);
+    CHECK(r.calls[0].name == "search");
+    CHECK(nlohmann::json::parse(r.calls[0].arguments)["q"].is_string());
+    CHECK(r.content.empty());
+  }
+  CHECK_THROWS_WITH(tool_call_options(ToolCallFormat::kHermes, "", 0), Contains("max_calls = 0 must be >= 1"));
+}

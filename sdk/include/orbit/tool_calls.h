@@ -21,10 +21,12 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "orbit/constraint.h"
 #include "orbit/sync.h"
 
 namespace orbit {
@@ -52,5 +54,15 @@ std::size_t tool_call_free_prefix(std::string_view text, ToolCallFormat format);
 
 // A fresh OpenAI-style call id: "call_" and 24 random letters and digits.
 std::string new_tool_call_id();
+
+// How Constraint::tool_calls writes calls in `format` (orbit/constraint.h), so that parse_tool_calls reads
+// them back: Hermes' <tool_call>{"name", "arguments"}</tool_call>; Llama 3's bare {"name", "parameters"}
+// objects separated by "; "; Mistral's [TOOL_CALLS] [{"name", "arguments"}] (one call). `only` names the one
+// tool to call ("" = any of them); `max_calls` > 1 allows parallel calls (not in the Mistral format).
+//
+//   GenerateOptions o;
+//   o.constraint = Constraint::tool_calls(tools_json, tool_call_options(ToolCallFormat::kHermes));
+//   ToolCallParse calls = parse_tool_calls(window.generate(query, o).text, ToolCallFormat::kHermes);
+ToolCallOptions tool_call_options(ToolCallFormat format, std::string only = "", int32_t max_calls = 1);
 
 }  // namespace orbit

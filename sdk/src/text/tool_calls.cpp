@@ -217,6 +217,27 @@ std::size_t tool_call_free_prefix(std::string_view text, ToolCallFormat format) 
   return text.size();
 }
 
+ToolCallOptions tool_call_options(ToolCallFormat format, std::string only, int32_t max_calls) {
+  ORBIT_CHECK(max_calls >= 1, "tool_call_options: max_calls = " << max_calls << " must be >= 1");
+  ToolCallOptions o;
+  o.only = std::move(only);
+  o.max_calls = max_calls;
+  switch (format) {
+    case ToolCallFormat::kHermes: break;  // <tool_call>{"name": ..., "arguments": ...}</tool_call>, the defaults
+    case ToolCallFormat::kLlama3:
+      o.begin = o.end = "";
+      o.arguments_key = "parameters";
+      o.separator = "; ";
+      break;
+    case ToolCallFormat::kMistral:
+      o.begin = std::string(kMistralMark) + " [";
+      o.end = "]";
+      o.max_calls = 1;  // one array per answer
+      break;
+  }
+  return o;
+}
+
 std::string new_tool_call_id() {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 rng{std::random_device{}()};
