@@ -22,6 +22,7 @@ from ._orbit import (
     ModelInfo as ModelInfo,
     Operation as Operation,
     OrbitError as OrbitError,
+    parse_tool_calls as parse_tool_calls,
     PatchMatch as PatchMatch,
     Plan as Plan,
     PlanStep as PlanStep,

@@ -549,6 +549,13 @@ class Generation:
     def stop_reason(self) -> str: ...
     @property
     def seconds(self) -> float: ...
+    # Set by Window.generate (tools, tool_choice, response_format):
+    tool_calls: list[dict]
+    """The calls read from the answer: [{'id', 'type': 'function', 'function': {'name', 'arguments'}}]."""
+    content: str
+    """The text that is not a call."""
+    json: object
+    """The answer parsed as JSON under a response_format, else None."""
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[int]: ...
 
@@ -665,6 +672,8 @@ class WindowPolicy:
 
 Policy = WindowPolicy
 
+def parse_tool_calls(text: str, format: str = "hermes") -> dict:
+    """{'content', 'tool_calls': [{'id', 'type': 'function', 'function': {'name', 'arguments'}}], 'malformed'}."""
 def policy_help() -> str:
     """The valid policy spec forms, one per line."""
 
@@ -722,6 +731,8 @@ class Engine:
     # the built-in plain one.
     @property
     def has_chat_template(self) -> bool: ...
+    def tool_call_format(self, *, chat_template: Optional[str] = None) -> str:
+        """'hermes', 'llama3' or 'mistral': how the chat template in use writes tool calls."""
     def render_chat(
         self,
         messages: Messages,
@@ -873,7 +884,13 @@ class Window:
         top_p: float = 1.0,
         seed: int = 0,
         stop_tokens: Optional[Tokens] = None,
-    ) -> Generation: ...
+        tools: Union[Sequence[dict], str, None] = None,
+        tool_choice: str = "auto",
+        response_format: Union[str, dict, None] = None,
+        tool_call_format: Optional[str] = None,
+    ) -> Generation:
+        """Decodes after the query; with tools / tool_choice / response_format the answer is decoded under a
+        constraint and read back into tool_calls, content and json."""
     def disposable(self, instance: InstanceArg, query: Tokens, *, answer_tokens: int = 4) -> DisposabilityReport: ...
     def loss_by_instance(self, query: Tokens) -> list[InstanceLoss]: ...
     def kv(self, instance: InstanceArg) -> InstanceKV: ...

@@ -18,6 +18,7 @@ void init_sync(py::module_& m);       // sync.cpp: Window.sync, Engine.render_ch
 void init_store(py::module_& m);      // store.cpp: offline store inspection, content keys
 void init_trace(py::module_& m);      // trace.cpp: orbit-trace/1 load, make, validate, save, replay
 void init_yardstick(py::module_& m);  // yardstick.cpp: RadixCache, BlockPrefixCache (planner/prefix_cache.h)
+void init_answer(py::module_& m);     // answer.cpp: parse_tool_calls, Engine.tool_call_format
 
 // Raises CapacityError / RefusedError / OrbitError for a non-ok Status (module.cpp).
 [[noreturn]] void raise_status(int code, const std::string& reason);

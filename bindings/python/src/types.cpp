@@ -505,9 +505,11 @@ void init_types(py::module_& m) {
       });
 
   // ---- reading results ------------------------------------------------------------------------------
-  py::class_<Generation>(m, "Generation", "The result of Window.generate().")
+  py::class_<Generation>(m, "Generation", py::dynamic_attr(), "The result of Window.generate().")
       .def_readonly("tokens", &Generation::tokens, "Generated tokens (a stop token included when it ended the run).")
-      .def_readonly("stop_reason", &Generation::stop_reason, "'stop_token', 'max_tokens' or 'position_limit'.")
+      .def_readonly("stop_reason", &Generation::stop_reason,
+                    "'stop_token', 'max_tokens', 'position_limit'; with a constraint also 'constraint_complete' or "
+                    "'constraint_no_token'.")
       .def_readonly("prompt_forward_tokens", &Generation::prompt_forward_tokens,
                     "Query tokens forwarded: all, or only the last when exact reuse held the others.")
       .def_readonly("text", &Generation::text, "The tokens as text when the engine has a tokenizer, else ''.")

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "answer.h"
 #include "bindings.h"
 #include "convert.h"
 #include "py_window.h"
@@ -399,22 +400,37 @@ void init_window(py::module_& m) {
   c.def(
       "generate",
       [](PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p, uint64_t seed,
-         const py::object& stop_tokens) {
+         const py::object& stop_tokens, const py::object& tools, const py::object& tool_choice,
+         const py::object& response_format, const py::object& tool_call_format) {
         orbit::GenerateOptions o;
         o.max_tokens = max_tokens;
         o.temperature = temperature;
         o.top_p = top_p;
         o.seed = seed;
         if (!stop_tokens.is_none()) o.stop_tokens = to_tokens(stop_tokens, "generate: stop_tokens");
+        const AnswerSpec answer = answer_spec(w, tools, tool_choice, response_format, tool_call_format);
+        o.constraint = answer.constraint;
         const auto q = tokens_or_text(w, query, "generate: query");
-        return w.run([&](Window& x) { return x.generate(q, o); });
+        py::object g = py::cast(w.run([&](Window& x) { return x.generate(q, o); }));
+        read_answer(answer, g);
+        return g;
       },
       py::arg("query"), py::kw_only(), py::arg("max_tokens") = 32, py::arg("temperature") = 0.0, py::arg("top_p") = 1.0,
-      py::arg("seed") = 0, py::arg("stop_tokens") = py::none(),
+      py::arg("seed") = 0, py::arg("stop_tokens") = py::none(), py::arg("tools") = py::none(),
+      py::arg("tool_choice") = "auto", py::arg("response_format") = py::none(),
+      py::arg("tool_call_format") = py::none(),
       "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
       "temperature > 0 = nucleus sampling, reproducible by seed; the run ends after emitting any of\n"
-      "stop_tokens. Returns a Generation (tokens, stop_reason, seconds). Repairs earlier edits deferred run\n"
-      "first (see flush()).");
+      "stop_tokens. Returns a Generation (tokens, text, stop_reason, seconds). Repairs earlier edits deferred\n"
+      "run first (see flush()).\n"
+      "Tool calls and JSON (the tools reach the prompt through sync(messages, tools=...)): with `tools` (OpenAI\n"
+      "tools), tool_choice 'required' or a tool's name makes the model call one (its answer decoded under the\n"
+      "tools' grammar, orbit/constraint.h), 'auto' lets it choose, 'none' reads no call; the calls are read back\n"
+      "in tool_call_format (None: Engine.tool_call_format()). response_format 'json_object', a\n"
+      "{'type': 'json_schema', 'json_schema': {'schema': ...}} dict or a schema dict makes the answer JSON of it.\n"
+      "The Generation then also has tool_calls ([{'id', 'type': 'function', 'function': {'name', 'arguments'}}],\n"
+      "ready to append as an assistant message's), content (the text that is not a call) and json (the parsed\n"
+      "answer, or None). A schema outside the supported subset raises OrbitError naming the keyword.");
   c.def(
       "disposable",
       [](PyWindow& w, const py::object& instance, const py::object& query, int64_t answer_tokens) {

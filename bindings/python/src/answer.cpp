@@ -1,0 +1,146 @@
+// Tool calls and JSON answers from Python: orbit.parse_tool_calls, Engine.tool_call_format, and the answer
+// part of Window.generate (tools, tool_choice, response_format): the constraint the answer is decoded under
+// (orbit/constraint.h) and the calls or JSON read back from it (orbit/tool_calls.h).
+#include <pybind11/stl.h>
+
+#include "answer.h"
+#include "bindings.h"
+#include "orbit/common/error.h"
+#include "orbit/engine.h"
+#include "orbit/tool_calls.h"
+
+namespace orbit_py {
+
+namespace {
+
+using orbit::Constraint;
+using orbit::ToolCallFormat;
+
+py::object json_module() { return py::module_::import("json"); }
+std::string dumps(const py::handle& obj) {
+  return json_module().attr("dumps")(obj, py::arg("ensure_ascii") = false).cast<std::string>();
+}
+
+// OpenAI's shape, ready to go back into a message list: {"id", "type": "function", "function": {"name",
+// "arguments" (JSON text)}}.
+py::list calls_list(const std::vector<orbit::ChatToolCall>& calls) {
+  py::list out;
+  for (const orbit::ChatToolCall& c : calls) {
+    py::dict fn;
+    fn["name"] = c.name;
+    fn["arguments"] = c.arguments;
+    py::dict call;
+    call["id"] = c.id;
+    call["type"] = "function";
+    call["function"] = fn;
+    out.append(call);
+  }
+  return out;
+}
+
+// The JSON Schema a response_format names, or "" for any object: "json_object", {"type": "json_object"},
+// {"type": "json_schema", "json_schema": {"schema": {...}}}, or a schema dict itself.
+std::optional<std::string> response_schema(const py::object& format) {
+  if (py::isinstance<py::str>(format)) {
+    const std::string f = format.cast<std::string>();
+    if (f == "text") return std::nullopt;
+    ORBIT_CHECK(f == "json_object", "generate: response_format = '"
+                                        << f
+                                        << "' is not 'text' or 'json_object' (or a "
+                                           "{'type': 'json_schema', ...} dict, or a schema)");
+    return std::string();
+  }
+  ORBIT_CHECK(py::isinstance<py::dict>(format), "generate: response_format must be a str or a dict");
+  const py::dict d = format.cast<py::dict>();
+  if (!d.contains("type") || !py::isinstance<py::str>(d["type"])) return dumps(d);  // a schema
+  const std::string type = d["type"].cast<std::string>();
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") return std::string();
+  if (type == "json_schema" && d.contains("json_schema")) {
+    const py::dict js = d["json_schema"].cast<py::dict>();
+    ORBIT_CHECK(js.contains("schema"), "generate: response_format.json_schema.schema is missing");
+    return dumps(js["schema"]);
+  }
+  return dumps(d);  // a schema whose own "type" is a JSON type
+}
+
+}  // namespace
+
+AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
+                       const py::object& response_format, const py::object& tool_call_format) {
+  AnswerSpec a;
+  if (!tools.is_none()) a.tools_json = py::isinstance<py::str>(tools) ? tools.cast<std::string>() : dumps(tools);
+  a.format = tool_call_format.is_none()
+                 ? w.engine->tool_call_format()
+                 : orbit::parse_tool_call_format(tool_call_format.cast<std::string>(), "generate: tool_call_format");
+  std::string choice = tool_choice.cast<std::string>();
+  ORBIT_CHECK(a.tools_json.empty() ? choice == "auto" || choice == "none" : true,
+              "generate: tool_choice = '" << choice << "' needs tools");
+  a.read_calls = !a.tools_json.empty() && choice != "none";
+  if (!a.tools_json.empty() && choice != "auto" && choice != "none") {
+    const std::string only = choice == "required" ? "" : choice;
+    a.constraint = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format, only));
+    return a;
+  }
+  if (!response_format.is_none()) {
+    const std::optional<std::string> schema = response_schema(response_format);
+    if (schema) {
+      a.constraint = schema->empty() ? Constraint::json_object()
+                                     : Constraint::json_schema(*schema, {}, "generate: response_format");
+      a.read_json = true;
+    }
+  }
+  return a;
+}
+
+void read_answer(const AnswerSpec& a, py::object& generation) {
+  std::string text = generation.attr("text").cast<std::string>();
+  generation.attr("tool_calls") = py::list();
+  generation.attr("content") = text;
+  generation.attr("json") = py::none();
+  if (a.read_calls) {
+    orbit::ToolCallParse r = orbit::parse_tool_calls(text, a.format);
+    generation.attr("tool_calls") = calls_list(r.calls);
+    generation.attr("content") = r.content;
+  }
+  if (a.read_json) {
+    try {
+      generation.attr("json") = json_module().attr("loads")(text);
+    } catch (const py::error_already_set&) {
+      generation.attr("json") = py::none();  // cut by max_tokens: the text says where
+    }
+  }
+}
+
+void init_answer(py::module_& m) {
+  auto engine = py::reinterpret_borrow<py::class_<orbit::Engine, std::shared_ptr<orbit::Engine>>>(m.attr("Engine"));
+  engine.def(
+      "tool_call_format",
+      [](const orbit::Engine& e, const py::object& chat_template) {
+        orbit::ChatOptions o;
+        if (!chat_template.is_none()) o.chat_template = chat_template.cast<std::string>();
+        py::gil_scoped_release release;
+        return std::string(orbit::tool_call_format_name(e.tool_call_format(o)));
+      },
+      py::kw_only(), py::arg("chat_template") = py::none(),
+      "The format the chat template in use (the model's, chat_template, else the built-in one) writes tool calls\n"
+      "in: 'hermes', 'llama3' or 'mistral' (read off how it renders an assistant message holding a call).");
+  m.def(
+      "parse_tool_calls",
+      [](const std::string& text, const std::string& format) {
+        const orbit::ToolCallParse r =
+            orbit::parse_tool_calls(text, orbit::parse_tool_call_format(format, "parse_tool_calls: format"));
+        py::dict out;
+        out["content"] = r.content;
+        out["tool_calls"] = calls_list(r.calls);
+        out["malformed"] = r.malformed;
+        return out;
+      },
+      py::arg("text"), py::arg("format") = "hermes",
+      "The tool calls in a model's text written in `format` ('hermes': <tool_call>{json}</tool_call>; 'llama3':\n"
+      "the answer a JSON call; 'mistral': [TOOL_CALLS] [...]): {'content': the text that is not a call,\n"
+      "'tool_calls': [{'id', 'type': 'function', 'function': {'name', 'arguments'}}], 'malformed': something\n"
+      "started like a call but was not one (left in content)}.");
+}
+
+}  // namespace orbit_py

@@ -1,0 +1,31 @@
+// The answer part of Window.generate (answer.cpp): what the answer is decoded under, and what is read back.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "bindings.h"
+#include "orbit/constraint.h"
+#include "orbit/tool_calls.h"
+#include "py_window.h"
+
+namespace orbit_py {
+
+struct AnswerSpec {
+  std::string tools_json;
+  orbit::ToolCallFormat format = orbit::ToolCallFormat::kHermes;
+  std::shared_ptr<const orbit::Constraint> constraint;  // null: free text
+  bool read_calls = false;  // tools given and tool_choice not "none": calls are read from the text
+  bool read_json = false;   // response_format asks for JSON: the text is parsed
+};
+
+// From generate()'s tools (list of OpenAI tools, or JSON text), tool_choice ("auto", "none", "required" or a
+// tool's name), response_format ("text", "json_object", a {'type': 'json_schema', 'json_schema': {'schema'}}
+// dict, or a schema dict) and tool_call_format (None: the engine's template's, Engine.tool_call_format()).
+// Throws orbit::Error naming the argument.
+AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
+                       const py::object& response_format, const py::object& tool_call_format);
+// Sets generation.tool_calls (list), .content (str) and .json (the parsed value or None).
+void read_answer(const AnswerSpec& spec, py::object& generation);
+
+}  // namespace orbit_py

@@ -1,0 +1,83 @@
+"""Tool calls and JSON answers from Python on the bundled stories260K (a story model whose byte tokens spell
+any JSON): a tool loop through Window.sync(messages, tools=...) and Window.generate(..., tools=...,
+tool_choice=...), whose calls come back ready to append; JSON answers under a schema; parse_tool_calls and
+Engine.tool_call_format; refusals naming the argument."""
+import json
+
+import pytest
+
+TOOLS = [{"type": "function", "function": {"name": "read_page", "description": "Read a page of the book.",
+                                           "parameters": {"type": "object", "properties": {"page": {"type": "integer"}},
+                                                          "required": ["page"]}}}]
+PAGES = ["Tom saw a dog.", "The dog ran.", "Tom ran too.", "They found a ball.", "Then they went home."]
+
+
+@pytest.fixture
+def engine(orbit, stories260k_path):
+    return orbit.Engine(str(stories260k_path), pool_bytes=32 << 20)
+
+
+def test_a_tool_loop_in_python(engine):
+    window = engine.new_window()
+    first = {"role": "user", "content": "Read the book."}
+    last = []
+    pages = []
+    for step in range(5):
+        report = window.sync([first, *last], tools=TOOLS)
+        g = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="required", max_tokens=80)
+        assert len(g.tool_calls) == 1, g.text
+        call = g.tool_calls[0]
+        assert call["type"] == "function" and call["function"]["name"] == "read_page"
+        assert call["id"].startswith("call_")
+        page = json.loads(call["function"]["arguments"])["page"]
+        assert isinstance(page, int)
+        assert g.content == ""
+        pages.append(page)
+        result = f"Page {page}: {PAGES[abs(page) % len(PAGES)]}"
+        # The call goes back as the assistant message that made it (the sliding window keeps the task and it).
+        last = [{"role": "assistant", "content": "", "tool_calls": g.tool_calls},
+                {"role": "tool", "tool_call_id": call["id"], "content": result}]
+        if step > 0:
+            assert report.plan.count(engine_module_sync_action(engine, "keep")) >= 1
+    assert len(pages) == 5
+    # tool_choice "none": text, no call read.
+    report = window.sync([first, *last], tools=TOOLS)
+    g = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="none", max_tokens=8)
+    assert g.tool_calls == [] and g.content == g.text
+
+
+def engine_module_sync_action(engine, name):
+    import orbit
+    return getattr(orbit.SyncAction, name)
+
+
+def test_json_answers_under_a_schema(engine):
+    window = engine.new_window()
+    window.sync([{"role": "user", "content": "Name a book."}])
+    prompt = engine.tokenize("assistant:", False)
+    schema = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 12}, "pages": {"type": "integer"}},
+              "required": ["title", "pages"]}
+    for fmt in (schema, {"type": "json_schema", "json_schema": {"name": "book", "schema": schema}}):
+        g = window.generate(prompt, response_format=fmt, max_tokens=64)
+        assert isinstance(g.json, dict), g.text
+        assert isinstance(g.json["title"], str) and isinstance(g.json["pages"], int)
+    g = window.generate(prompt, response_format="json_object", max_tokens=48)
+    assert isinstance(g.json, dict), g.text
+    plain = window.generate(prompt, max_tokens=4)
+    assert plain.json is None and plain.tool_calls == []
+
+
+def test_parse_and_refusals(orbit, engine):
+    r = orbit.parse_tool_calls('Sure. <tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>')
+    assert r["content"] == "Sure." and r["tool_calls"][0]["function"]["name"] == "f" and not r["malformed"]
+    assert json.loads(r["tool_calls"][0]["function"]["arguments"]) == {"x": 1}
+    assert orbit.parse_tool_calls("[TOOL_CALLS] [{\"name\": \"g\", \"arguments\": {}}]", "mistral")["tool_calls"]
+    assert engine.tool_call_format() == "hermes"
+    window = engine.new_window()
+    window.add_turn(engine.tokenize("Tom", True))
+    with pytest.raises(orbit.OrbitError, match="'pattern' is not supported"):
+        window.generate([1], response_format={"type": "string", "pattern": "a+"})
+    with pytest.raises(orbit.OrbitError, match="tool_choice = 'required' needs tools"):
+        window.generate([1], tool_choice="required")
+    with pytest.raises(orbit.OrbitError, match="not a tool call format"):
+        orbit.parse_tool_calls("x", "qwen")
