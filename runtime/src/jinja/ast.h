@@ -33,6 +33,7 @@ struct Expr {
   };
   Kind kind = Kind::kLiteral;
   int line = 0;
+  int height = 1;  // 1 + the tallest operand's (a, b, c, d, args, kwargs); at most kMaxNesting
   Value value;
   std::string name;
   bool negated = false;
@@ -64,7 +65,9 @@ struct Stmt {
 };
 
 // Parses `source` (after the whitespace rules of HF's renderer: trim_blocks, lstrip_blocks, one trailing
-// newline dropped). Throws orbit::Error naming `origin`, the line and what is unsupported or malformed.
+// newline dropped). Throws orbit::Error naming `origin`, the line and what is unsupported or malformed, or
+// where blocks and sub-expressions nest, or an expression is, deeper than kMaxNesting (limits.h). The
+// tree's blocks nest, and its expressions are, at most kMaxNesting deep.
 Block parse(const std::string& source, const std::string& origin);
 
 }  // namespace orbit::runtime::jinja

@@ -1,6 +1,13 @@
 // Filters, tests, methods and global functions of the chat-template interpreter. Every name outside
-// these tables is refused with an error that names it and lists what is supported.
+// these tables is refused with an error that names it and lists what is supported. Each charges the
+// rendering's budget (limits.h) for the lists it builds or scans, and checks a string's size before
+// building it; the interpreter charges every string a call returns.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <ctime>
+#include <utility>
+#include <vector>
 
 #include "orbit/common/error.h"
 #include "src/jinja/interpreter.h"
@@ -33,15 +40,30 @@ std::string upper(std::string s) {
   return s;
 }
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+// `s` with every `from` replaced by `to`, left to right; refused when the result would pass
+// kMaxStringBytes (its size is known before it is built).
+std::string replace_all(const std::string& s, const std::string& from, const std::string& to, const Site& at) {
   if (from.empty()) return s;
-  for (std::size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size()))
-    s.replace(p, from.size(), to);
-  return s;
+  std::size_t count = 0;
+  for (std::size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + from.size())) ++count;
+  if (to.size() > from.size()) {
+    std::size_t growth = 0;
+    if (__builtin_mul_overflow(count, to.size() - from.size(), &growth)) growth = SIZE_MAX - s.size();
+    check_string_size(s.size() + growth, "replace", at);
+  }
+  std::string out;
+  std::size_t b = 0;
+  for (std::size_t p = s.find(from); p != std::string::npos; p = s.find(from, b)) {
+    out.append(s, b, p - b);
+    out += to;
+    b = p + from.size();
+  }
+  out.append(s, b, std::string::npos);
+  return out;
 }
 
-const std::string& want_string(const Value& v, const std::string& what, const std::string& where) {
-  if (!v.is(K::kString)) ORBIT_FAIL(where << ": " << what << " needs a string, got " << kind_name(v.kind));
+const std::string& want_string(const Value& v, const std::string& what, const Site& at) {
+  if (!v.is(K::kString)) ORBIT_FAIL(at << ": " << what << " needs a string, got " << kind_name(v.kind));
   return v.s;
 }
 
@@ -52,13 +74,18 @@ const Value* kwarg(const Dict& kw, const char* name) {
   return nullptr;
 }
 
-List items_of(const Value& d) {
+List items_of(const Value& d, const Site& at) {
   List out;
-  for (const auto& [k, v] : *d.dict) out.push_back(Value::of_list({Value::string(k), v}));
+  std::size_t bytes = 0;
+  for (const auto& [k, v] : *d.dict) {
+    bytes += 2 * sizeof(Value) + k.size() + footprint(v);
+    out.push_back(Value::of_list({Value::string(k), v}));
+  }
+  at.budget().work(bytes, at);
   return out;
 }
 
-int64_t length_of(const Value& v, const std::string& where) {
+int64_t length_of(const Value& v, const Site& at) {
   switch (v.kind) {
     case K::kString: {
       int64_t n = 0;  // code points, as JavaScript counts them (UTF-16 units for astral ones aside)
@@ -68,7 +95,7 @@ int64_t length_of(const Value& v, const std::string& where) {
     case K::kList: return static_cast<int64_t>(v.list->size());
     case K::kDict:
     case K::kNamespace: return static_cast<int64_t>(v.dict->size());
-    default: ORBIT_FAIL(where << ": length of a " << kind_name(v.kind) << " is not defined");
+    default: ORBIT_FAIL(at << ": length of a " << kind_name(v.kind) << " is not defined");
   }
 }
 
@@ -87,115 +114,140 @@ Value attribute(const Value& v, const std::string& name) {
 }
 
 // select / reject / selectattr / rejectattr.
-Value select(const Value& input, const List& args, bool by_attr, bool keep, const std::string& where) {
-  if (!input.is(K::kList)) ORBIT_FAIL(where << ": select filters need a list, got " << kind_name(input.kind));
+Value select(const Value& input, const List& args, bool by_attr, bool keep, const Site& at) {
+  if (!input.is(K::kList)) ORBIT_FAIL(at << ": select filters need a list, got " << kind_name(input.kind));
+  at.budget().work(footprint(*input.list), at);  // scanned, and at most copied
   std::size_t next = 0;
   std::string attr;
   if (by_attr) {
-    if (args.empty()) ORBIT_FAIL(where << ": selectattr/rejectattr need an attribute name");
-    attr = want_string(args[next++], "selectattr's attribute", where);
+    if (args.empty()) ORBIT_FAIL(at << ": selectattr/rejectattr need an attribute name");
+    attr = want_string(args[next++], "selectattr's attribute", at);
   }
-  const std::string test = next < args.size() ? want_string(args[next++], "a test name", where) : "";
+  const std::string test = next < args.size() ? want_string(args[next++], "a test name", at) : "";
   const List test_args(args.begin() + static_cast<std::ptrdiff_t>(next), args.end());
   List out;
   for (const Value& item : *input.list) {
     const Value subject = by_attr ? attribute(item, attr) : item;
-    const bool pass = test.empty() ? truthy(subject) : apply_test(test, subject, test_args, where);
+    const bool pass = test.empty() ? truthy(subject) : apply_test(test, subject, test_args, at);
     if (pass == keep) out.push_back(item);
   }
   return Value::of_list(std::move(out));
 }
 
-Value map_filter(const Value& input, const List& args, const Dict& kw, const std::string& where) {
-  if (!input.is(K::kList)) ORBIT_FAIL(where << ": map needs a list, got " << kind_name(input.kind));
+Value map_filter(const Value& input, const List& args, const Dict& kw, const Site& at) {
+  if (!input.is(K::kList)) ORBIT_FAIL(at << ": map needs a list, got " << kind_name(input.kind));
+  at.budget().work(input.list->size() * sizeof(Value), at);  // scanned
   List out;
   if (const Value* attr = kwarg(kw, "attribute")) {
-    const std::string& name = want_string(*attr, "map's attribute", where);
+    const std::string& name = want_string(*attr, "map's attribute", at);
     const Value* fallback = kwarg(kw, "default");
     for (const Value& item : *input.list) {
       Value v = attribute(item, name);
       out.push_back(v.is(K::kUndefined) && fallback != nullptr ? *fallback : v);
     }
+    at.budget().work(footprint(out), at);
     return Value::of_list(std::move(out));
   }
-  if (args.empty()) ORBIT_FAIL(where << ": map needs attribute= or a filter name");
-  const std::string& filter = want_string(args[0], "map's filter", where);
+  if (args.empty()) ORBIT_FAIL(at << ": map needs attribute= or a filter name");
+  const std::string& filter = want_string(args[0], "map's filter", at);
   const List rest(args.begin() + 1, args.end());
-  for (const Value& item : *input.list) out.push_back(apply_filter(filter, item, rest, {}, where));
+  for (const Value& item : *input.list) out.push_back(apply_filter(filter, item, rest, {}, at));
+  at.budget().work(footprint(out), at);
   return Value::of_list(std::move(out));
 }
 
-Value string_filter(const std::string& name, const std::string& s, const List& args, const std::string& where) {
+Value string_filter(const std::string& name, const std::string& s, const List& args, const Site& at) {
   if (name == "trim") return Value::string(strip(s, kSpace, true, true));
   if (name == "upper") return Value::string(upper(s));
   if (name == "lower") return Value::string(lower(s));
   if (name == "capitalize") return Value::string(s.empty() ? s : upper(s.substr(0, 1)) + lower(s.substr(1)));
   if (name == "replace") {
-    if (args.size() < 2) ORBIT_FAIL(where << ": replace needs two arguments");
-    return Value::string(
-        replace_all(s, want_string(args[0], "replace", where), want_string(args[1], "replace", where)));
+    if (args.size() < 2) ORBIT_FAIL(at << ": replace needs two arguments");
+    return Value::string(replace_all(s, want_string(args[0], "replace", at), want_string(args[1], "replace", at), at));
   }
   return Value();
 }
 
 }  // namespace
 
-Value apply_filter(const std::string& name, const Value& input, const List& args, const Dict& kwargs,
-                   const std::string& where) {
+Value apply_filter(const std::string& name, const Value& input, const List& args, const Dict& kwargs, const Site& at) {
   if (input.is(K::kString)) {
-    Value v = string_filter(name, input.s, args, where);
+    Value v = string_filter(name, input.s, args, at);
     if (!v.is(K::kUndefined)) return v;
   }
-  if (name == "length" || name == "count") return Value::integer(length_of(input, where));
-  if (name == "string") return Value::string(to_output(input));
+  if (name == "length" || name == "count") return Value::integer(length_of(input, at));
+  if (name == "string") return Value::string(to_output(input, at));
   if (name == "tojson") {
     JsonStyle style;
     const Value* indent = kwarg(kwargs, "indent");
     if (indent == nullptr && !args.empty()) indent = &args[0];
-    if (indent != nullptr && indent->is(K::kInt)) style.indent = static_cast<int>(indent->i);
-    return Value::string(to_json(input, style));
+    if (indent != nullptr && indent->is(K::kInt)) {
+      if (indent->i < 0) ORBIT_FAIL(at << ": tojson: indent must not be negative, got " << indent->i);
+      style.indent = static_cast<uint64_t>(indent->i) > kMaxStringBytes ? kMaxStringBytes + 1
+                                                                        : static_cast<std::size_t>(indent->i);
+    }
+    return Value::string(to_json(input, style, at));
   }
   if (name == "items") {
-    if (!input.is_mapping()) ORBIT_FAIL(where << ": items needs a dict, got " << kind_name(input.kind));
-    return Value::of_list(items_of(input));
+    if (!input.is_mapping()) ORBIT_FAIL(at << ": items needs a dict, got " << kind_name(input.kind));
+    return Value::of_list(items_of(input, at));
   }
   if (name == "list") {
-    if (input.is(K::kList)) return Value::of_list(*input.list);
+    if (input.is(K::kList)) {
+      at.budget().work(footprint(*input.list), at);
+      return Value::of_list(*input.list);
+    }
     if (input.is_mapping()) {
       List keys;
       for (const auto& kv : *input.dict) keys.push_back(Value::string(kv.first));
+      at.budget().work(footprint(keys), at);
       return Value::of_list(std::move(keys));
     }
-    ORBIT_FAIL(where << ": list of a " << kind_name(input.kind) << " is not supported");
+    ORBIT_FAIL(at << ": list of a " << kind_name(input.kind) << " is not supported");
   }
   if (name == "first" || name == "last") {
-    if (!input.is(K::kList)) ORBIT_FAIL(where << ": " << name << " needs a list");
+    if (!input.is(K::kList)) ORBIT_FAIL(at << ": " << name << " needs a list");
     if (input.list->empty()) return Value();
     return name == "first" ? input.list->front() : input.list->back();
   }
   if (name == "join") {
-    if (!input.is(K::kList)) ORBIT_FAIL(where << ": join needs a list");
-    const std::string sep = args.empty() ? "" : want_string(args[0], "join's separator", where);
+    if (!input.is(K::kList)) ORBIT_FAIL(at << ": join needs a list");
+    const std::string sep = args.empty() ? "" : want_string(args[0], "join's separator", at);
+    at.budget().work(input.list->size() * sizeof(Value), at);  // scanned
     std::string out;
-    for (std::size_t k = 0; k < input.list->size(); ++k) out += (k ? sep : "") + to_output((*input.list)[k]);
-    return Value::string(out);
+    for (std::size_t k = 0; k < input.list->size(); ++k) {
+      const std::string item = to_output((*input.list)[k], at);
+      check_string_size(out.size() + (k ? sep.size() : 0) + item.size(), "join", at);
+      if (k > 0) out += sep;
+      out += item;
+    }
+    return Value::string(std::move(out));
   }
   if (name == "default" || name == "d") {
     const bool boolean = args.size() > 1 && truthy(args[1]);
     const bool use = input.is(K::kUndefined) || (boolean && !truthy(input));
     return use ? (args.empty() ? Value::string("") : args[0]) : input;
   }
-  if (name == "select" || name == "reject") return select(input, args, false, name == "select", where);
-  if (name == "selectattr" || name == "rejectattr") return select(input, args, true, name == "selectattr", where);
-  if (name == "map") return map_filter(input, args, kwargs, where);
-  if (name == "int" && input.is_number()) return Value::integer(static_cast<int64_t>(input.number()));
+  if (name == "select" || name == "reject") return select(input, args, false, name == "select", at);
+  if (name == "selectattr" || name == "rejectattr") return select(input, args, true, name == "selectattr", at);
+  if (name == "map") return map_filter(input, args, kwargs, at);
+  if (name == "int" && input.is(K::kInt)) return input;
+  if (name == "int" && input.is(K::kFloat)) {
+    // Rounded down, as @huggingface/jinja does (Math.floor); converting a double outside int64's range (or
+    // NaN) is undefined, so it is refused.
+    const double f = std::floor(input.f);
+    if (!(f >= -0x1p63 && f < 0x1p63)) {
+      ORBIT_FAIL(at << ": int: " << to_output(input, at) << " is out of the 64-bit integer range");
+    }
+    return Value::integer(static_cast<int64_t>(f));
+  }
   if (name == "float" && input.is_number()) return Value::floating(input.number());
-  ORBIT_FAIL(where << ": unsupported filter '" << name << "' on a " << kind_name(input.kind)
-                   << " (supported: trim, upper, lower, capitalize, replace, length, count, string, tojson, items, "
-                      "list, first, last, join, default, select, reject, selectattr, rejectattr, map, int, float)");
+  ORBIT_FAIL(at << ": unsupported filter '" << name << "' on a " << kind_name(input.kind)
+                << " (supported: trim, upper, lower, capitalize, replace, length, count, string, tojson, items, "
+                   "list, first, last, join, default, select, reject, selectattr, rejectattr, map, int, float)");
 }
 
-bool apply_test(const std::string& name, const Value& v, const List& args, const std::string& where) {
+bool apply_test(const std::string& name, const Value& v, const List& args, const Site& at) {
   if (name == "defined") return !v.is(K::kUndefined);
   if (name == "undefined") return v.is(K::kUndefined);
   if (name == "none") return v.is(K::kNone);
@@ -210,127 +262,173 @@ bool apply_test(const std::string& name, const Value& v, const List& args, const
   if (name == "sequence" || name == "iterable") return v.is(K::kList) || v.is(K::kString) || v.is(K::kDict);
   if (name == "callable") return v.is(K::kFunction);
   if (name == "odd" || name == "even") {
-    if (!v.is(K::kInt)) ORBIT_FAIL(where << ": test '" << name << "' needs an integer");
+    if (!v.is(K::kInt)) ORBIT_FAIL(at << ": test '" << name << "' needs an integer");
     return (v.i % 2 != 0) == (name == "odd");
   }
   if (name == "equalto" || name == "eq" || name == "==" || name == "ne" || name == "!=") {
-    if (args.empty()) ORBIT_FAIL(where << ": test '" << name << "' needs a value to compare with");
+    if (args.empty()) ORBIT_FAIL(at << ": test '" << name << "' needs a value to compare with");
     const bool same = equal(v, args[0]);
     return (name == "ne" || name == "!=") ? !same : same;
   }
-  ORBIT_FAIL(where << ": unsupported test '" << name
-                   << "' (supported: defined, undefined, none, string, number, integer, float, boolean, true, false, "
-                      "mapping, sequence, iterable, callable, odd, even, equalto, eq, ne)");
+  ORBIT_FAIL(at << ": unsupported test '" << name
+                << "' (supported: defined, undefined, none, string, number, integer, float, boolean, true, false, "
+                   "mapping, sequence, iterable, callable, odd, even, equalto, eq, ne)");
 }
 
 namespace {
 
-Value string_method(const std::string& s, const std::string& name, const std::string& where) {
+// The parts of `s` split at each `sep`, or at runs of whitespace when `sep` is null. Counted, and charged,
+// before any is built: a short string can hold many separators. `visit(b, e)` sees each part's [b, e).
+template <typename Visit>
+void split_spans(const std::string& s, const std::string* sep, Visit visit) {
+  if (sep == nullptr) {
+    for (std::size_t b = s.find_first_not_of(kSpace); b != std::string::npos; b = s.find_first_not_of(kSpace, b)) {
+      const std::size_t e = std::min(s.find_first_of(kSpace, b), s.size());
+      visit(b, e);
+      b = e;
+    }
+    return;
+  }
+  std::size_t b = 0;
+  for (std::size_t p = s.find(*sep); p != std::string::npos; p = s.find(*sep, b)) {
+    visit(b, p);
+    b = p + sep->size();
+  }
+  visit(b, s.size());
+}
+
+List split(const std::string& s, const std::string* sep, const Site& at) {
+  std::size_t n = 0;
+  split_spans(s, sep, [&](std::size_t, std::size_t) { ++n; });
+  at.budget().work(n * sizeof(Value) + s.size(), at);
+  List parts;
+  parts.reserve(n);
+  split_spans(s, sep, [&](std::size_t b, std::size_t e) { parts.push_back(Value::string(s.substr(b, e - b))); });
+  return parts;
+}
+
+Value string_method(const std::string& s, const std::string& name) {
   auto chars = [](const List& a) { return a.empty() || !a[0].is(K::kString) ? std::string(kSpace) : a[0].s; };
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    return Value::function([s, name, chars](const List& a, const Dict&) {
+    return Value::function([s, name, chars](const List& a, const Dict&, const Site&) {
       return Value::string(strip(s, chars(a), name != "rstrip", name != "lstrip"));
     });
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
-    return Value::function([s, name, where](const List& a, const Dict& kw) {
-      return apply_filter(name == "title" ? "capitalize" : name, Value::string(s), a, kw, where);
+    return Value::function([s, name](const List& a, const Dict& kw, const Site& at) {
+      return apply_filter(name == "title" ? "capitalize" : name, Value::string(s), a, kw, at);
     });
   }
   if (name == "startswith" || name == "endswith") {
-    return Value::function([s, name, where](const List& a, const Dict&) {
-      if (a.empty()) ORBIT_FAIL(where << ": " << name << " needs an argument");
-      const std::string& p = want_string(a[0], name, where);
+    return Value::function([s, name](const List& a, const Dict&, const Site& at) {
+      if (a.empty()) ORBIT_FAIL(at << ": " << name << " needs an argument");
+      const std::string& p = want_string(a[0], name, at);
       const bool starts = s.compare(0, p.size(), p) == 0;
       const bool ends = s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
       return Value::boolean(name == "startswith" ? starts : ends);
     });
   }
   if (name == "split") {
-    return Value::function([s, where](const List& a, const Dict&) {
-      List parts;
-      if (a.empty() || a[0].is(K::kNone)) {  // on runs of whitespace
-        std::size_t b = 0;
-        while (true) {
-          b = s.find_first_not_of(kSpace, b);
-          if (b == std::string::npos) break;
-          const std::size_t e = std::min(s.find_first_of(kSpace, b), s.size());
-          parts.push_back(Value::string(s.substr(b, e - b)));
-          b = e;
-        }
-        return Value::of_list(std::move(parts));
-      }
-      const std::string& sep = want_string(a[0], "split's separator", where);
-      if (sep.empty()) ORBIT_FAIL(where << ": split with an empty separator");
-      std::size_t b = 0;
-      for (std::size_t p = s.find(sep); p != std::string::npos; p = s.find(sep, b)) {
-        parts.push_back(Value::string(s.substr(b, p - b)));
-        b = p + sep.size();
-      }
-      parts.push_back(Value::string(s.substr(b)));
-      return Value::of_list(std::move(parts));
+    return Value::function([s](const List& a, const Dict&, const Site& at) {
+      if (a.empty() || a[0].is(K::kNone)) return Value::of_list(split(s, nullptr, at));  // on runs of whitespace
+      const std::string& sep = want_string(a[0], "split's separator", at);
+      if (sep.empty()) ORBIT_FAIL(at << ": split with an empty separator");
+      return Value::of_list(split(s, &sep, at));
     });
   }
   if (name == "replace") {
-    return Value::function(
-        [s, where](const List& a, const Dict& kw) { return apply_filter("replace", Value::string(s), a, kw, where); });
+    return Value::function([s](const List& a, const Dict& kw, const Site& at) {
+      return apply_filter("replace", Value::string(s), a, kw, at);
+    });
   }
   return Value();
+}
+
+Value dict_method(const Value& receiver, const std::string& name) {
+  if (name == "items") {
+    return Value::function(
+        [receiver](const List&, const Dict&, const Site& at) { return Value::of_list(items_of(receiver, at)); });
+  }
+  if (name == "keys" || name == "values") {
+    return Value::function([receiver, name](const List&, const Dict&, const Site& at) {
+      List out;
+      for (const auto& [k, v] : *receiver.dict) out.push_back(name == "keys" ? Value::string(k) : v);
+      at.budget().work(footprint(out), at);
+      return Value::of_list(std::move(out));
+    });
+  }
+  if (name == "get") {
+    return Value::function([receiver](const List& a, const Dict&, const Site&) {
+      const Value* v = !a.empty() && a[0].is(K::kString) ? receiver.find(a[0].s) : nullptr;
+      return v != nullptr ? *v : (a.size() > 1 ? a[1] : Value::none());
+    });
+  }
+  return Value();  // a missing key is undefined
+}
+
+// The number of items range(b, e, step) makes (step != 0), in unsigned arithmetic: b and e may be anything.
+uint64_t range_length(int64_t b, int64_t e, int64_t step) {
+  if (step > 0)
+    return b < e ? (static_cast<uint64_t>(e) - static_cast<uint64_t>(b) - 1) / static_cast<uint64_t>(step) + 1 : 0;
+  return b > e ? (static_cast<uint64_t>(b) - static_cast<uint64_t>(e) - 1) / (0 - static_cast<uint64_t>(step)) + 1 : 0;
+}
+
+Value range(const List& a, const Site& at) {
+  int64_t b = 0, e = 0, step = 1;
+  for (const Value& v : a) {
+    if (!v.is(K::kInt)) ORBIT_FAIL(at << ": range needs integers");
+  }
+  if (a.size() == 1)
+    e = a[0].i;
+  else if (a.size() >= 2)
+    b = a[0].i, e = a[1].i, step = a.size() > 2 ? a[2].i : 1;
+  if (step == 0) ORBIT_FAIL(at << ": range step cannot be zero");
+  const uint64_t n = range_length(b, e, step);
+  if (n > static_cast<uint64_t>(kMaxIterations)) {
+    ORBIT_FAIL(at << ": range() of " << n << " items exceeds the limit of " << kMaxIterations);
+  }
+  at.budget().work(n * sizeof(Value), at);
+  List out;
+  out.reserve(n);
+  for (uint64_t k = 0, x = static_cast<uint64_t>(b); k < n; ++k, x += static_cast<uint64_t>(step)) {
+    out.push_back(Value::integer(static_cast<int64_t>(x)));  // in range: b + k * step lies between b and e
+  }
+  return Value::of_list(std::move(out));
 }
 
 }  // namespace
 
-Value method(const Value& receiver, const std::string& name, const std::string& where) {
+Value method(const Value& receiver, const std::string& name, const Site& at) {
+  Value m;
   if (receiver.is(K::kString)) {
-    Value m = string_method(receiver.s, name, where);
-    if (!m.is(K::kUndefined)) return m;
-    if (name == "length") return Value::integer(length_of(receiver, where));
+    m = string_method(receiver.s, name);
+    if (m.is(K::kUndefined) && name == "length") return Value::integer(length_of(receiver, at));
+  } else if (receiver.is_mapping()) {
+    m = dict_method(receiver, name);
+  } else if (receiver.is(K::kList) && name == "length") {
+    return Value::integer(static_cast<int64_t>(receiver.list->size()));
   }
-  if (receiver.is_mapping()) {
-    if (name == "items")
-      return Value::function([receiver](const List&, const Dict&) { return Value::of_list(items_of(receiver)); });
-    if (name == "keys" || name == "values") {
-      return Value::function([receiver, name](const List&, const Dict&) {
-        List out;
-        for (const auto& [k, v] : *receiver.dict) out.push_back(name == "keys" ? Value::string(k) : v);
-        return Value::of_list(std::move(out));
-      });
-    }
-    if (name == "get") {
-      return Value::function([receiver](const List& a, const Dict&) {
-        const Value* v = !a.empty() && a[0].is(K::kString) ? receiver.find(a[0].s) : nullptr;
-        return v != nullptr ? *v : (a.size() > 1 ? a[1] : Value::none());
-      });
-    }
-    return Value();  // a missing key is undefined
-  }
-  if (receiver.is(K::kList) && name == "length") return Value::integer(static_cast<int64_t>(receiver.list->size()));
-  return Value();
+  if (m.is(K::kFunction)) m.depth = receiver.depth + 1;  // it holds its receiver
+  return m;
 }
 
-void add_builtin_globals(Dict& globals, const std::string& where) {
+void add_builtin_globals(Dict& globals) {
   globals.emplace_back(
-      "raise_exception", Value::function([where](const List& a, const Dict&) -> Value {
-        ORBIT_FAIL(where << ": the template raised an exception: " << (a.empty() ? std::string() : to_output(a[0])));
+      "raise_exception", Value::function([](const List& a, const Dict&, const Site& at) -> Value {
+        ORBIT_FAIL(at << ": the template raised an exception: " << (a.empty() ? std::string() : to_output(a[0], at)));
       }));
-  globals.emplace_back("namespace",
-                       Value::function([](const List&, const Dict& kw) { return Value::of_dict(kw, K::kNamespace); }));
-  globals.emplace_back("range", Value::function([where](const List& a, const Dict&) {
-                         int64_t b = 0, e = 0, step = 1;
-                         for (const Value& v : a) {
-                           if (!v.is(K::kInt)) ORBIT_FAIL(where << ": range needs integers");
-                         }
-                         if (a.size() == 1)
-                           e = a[0].i;
-                         else if (a.size() >= 2)
-                           b = a[0].i, e = a[1].i, step = a.size() > 2 ? a[2].i : 1;
-                         if (step == 0) ORBIT_FAIL(where << ": range step cannot be zero");
-                         List out;
-                         for (int64_t k = b; step > 0 ? k < e : k > e; k += step) out.push_back(Value::integer(k));
-                         return Value::of_list(std::move(out));
+  globals.emplace_back("namespace", Value::function([](const List&, const Dict& kw, const Site& at) {
+                         std::size_t bytes = 2 * sizeof(Value);
+                         for (const auto& [k, v] : kw) bytes += k.size() + footprint(v);
+                         at.budget().work(bytes, at);
+                         Value ns = Value::of_dict(kw, K::kNamespace);
+                         at.state->namespaces.push_back(ns);  // see RenderState
+                         return ns;
                        }));
-  globals.emplace_back("strftime_now", Value::function([where](const List& a, const Dict&) {
-                         const std::string fmt = want_string(a.empty() ? Value() : a[0], "strftime_now", where);
+  globals.emplace_back("range",
+                       Value::function([](const List& a, const Dict&, const Site& at) { return range(a, at); }));
+  globals.emplace_back("strftime_now", Value::function([](const List& a, const Dict&, const Site& at) {
+                         const std::string fmt = want_string(a.empty() ? Value() : a[0], "strftime_now", at);
                          const std::time_t now = std::time(nullptr);
                          std::tm local{};
                          localtime_r(&now, &local);

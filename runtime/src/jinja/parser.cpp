@@ -1,11 +1,17 @@
 // Recursive-descent parser for the chat-template subset, with @huggingface/jinja's precedence:
 //   ternary < or < and < not < comparison (== != < > <= >= in, not in) < + - ~ < * / // % < ** < is
 //   < | (filters) < unary sign < call, attribute, index < primary.
+// Nesting is bounded (limits.h): the parser counts the blocks and sub-expressions it has open, and every
+// expression node its height, so that neither parsing, nor evaluating, nor destroying the tree can
+// overflow the stack.
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 
 #include "orbit/common/error.h"
 #include "src/jinja/ast.h"
 #include "src/jinja/lexer.h"
+#include "src/jinja/limits.h"
 
 namespace orbit::runtime::jinja {
 
@@ -27,8 +33,49 @@ class Parser {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const {
-    ORBIT_FAIL(origin_ << ": line " << cur().line << ": " << what);
+  [[noreturn]] void fail(const std::string& what) const { fail_at(cur().line, what); }
+  [[noreturn]] void fail_at(int line, const std::string& what) const {
+    ORBIT_FAIL(origin_ << ": line " << line << ": " << what);
+  }
+
+  // One open block or sub-expression, for as long as it lives; refused past kMaxNesting.
+  class Nested {
+   public:
+    explicit Nested(Parser& p) : p_(p) {
+      if (++p_.depth_ > kMaxNesting) {
+        p_.fail("nesting deeper than " + std::to_string(kMaxNesting) +
+                " levels (if/for/set blocks, parentheses, brackets, braces, arguments, not, unary signs)");
+      }
+    }
+    ~Nested() { --p_.depth_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    Parser& p_;
+  };
+
+  // Sets a node's height (1 + its tallest operand's) and refuses one past kMaxNesting.
+  ExprPtr sealed(ExprPtr e) const {
+    int h = 0;
+    for (const ExprPtr* operand : {&e->a, &e->b, &e->c, &e->d}) {
+      if (*operand) h = std::max(h, (*operand)->height);
+    }
+    for (const ExprPtr& x : e->args) h = std::max(h, x->height);
+    for (const auto& kv : e->kwargs) h = std::max(h, kv.second->height);
+    e->height = h + 1;
+    if (e->height > kMaxNesting) {
+      fail_at(e->line, "an expression nests deeper than " + std::to_string(kMaxNesting) +
+                           " levels (operators, filters, tests, attributes, indexes and calls applied in turn)");
+    }
+    return e;
+  }
+  // A whole number literal as an integer; refused past int64's range.
+  Value integer_literal(const std::string& text) const {
+    errno = 0;
+    const long long v = std::strtoll(text.c_str(), nullptr, 10);
+    if (errno == ERANGE) fail("the integer " + text + " is out of the 64-bit range");
+    return Value::integer(v);
   }
   const Token& cur() const { return t_[pos_]; }
   bool at(TK k) const { return cur().kind == k; }
@@ -81,11 +128,12 @@ class Parser {
     e->name = op;
     e->a = std::move(a);
     e->b = std::move(b);
-    return e;
+    return sealed(std::move(e));
   }
 
   std::vector<Token> t_;
   std::size_t pos_ = 0;
+  int depth_ = 0;  // blocks and sub-expressions open (Nested)
   const std::string& origin_;
 };
 
@@ -139,6 +187,7 @@ StmtPtr Parser::parse_statement() {
 }
 
 StmtPtr Parser::parse_if() {
+  const Nested level(*this);
   auto s = std::make_unique<Stmt>();
   s->kind = Stmt::Kind::kIf;
   s->line = cur().line;
@@ -161,6 +210,7 @@ StmtPtr Parser::parse_if() {
 }
 
 StmtPtr Parser::parse_for() {
+  const Nested level(*this);
   auto s = std::make_unique<Stmt>();
   s->kind = Stmt::Kind::kFor;
   s->line = cur().line;
@@ -190,6 +240,7 @@ StmtPtr Parser::parse_for() {
 }
 
 StmtPtr Parser::parse_set() {
+  const Nested level(*this);
   auto s = std::make_unique<Stmt>();
   s->kind = Stmt::Kind::kSet;
   s->line = cur().line;
@@ -216,6 +267,7 @@ StmtPtr Parser::parse_set() {
 ExprPtr Parser::expression() { return ternary(); }
 
 ExprPtr Parser::ternary() {
+  const Nested level(*this);
   ExprPtr value = logical_or();
   if (!at_name("if")) return value;
   ++pos_;
@@ -226,7 +278,7 @@ ExprPtr Parser::ternary() {
     ++pos_;
     e->c = ternary();
   }
-  return e;
+  return sealed(std::move(e));
 }
 
 ExprPtr Parser::logical_or() {
@@ -249,10 +301,11 @@ ExprPtr Parser::logical_and() {
 
 ExprPtr Parser::logical_not() {
   if (!at_name("not")) return comparison();
+  const Nested level(*this);
   auto e = node(Expr::Kind::kNot);
   ++pos_;
   e->a = logical_not();
-  return e;
+  return sealed(std::move(e));
 }
 
 ExprPtr Parser::comparison() {
@@ -313,7 +366,7 @@ ExprPtr Parser::test() {
     }
     e->name = expect_name("a test name after 'is'");
     e->a = std::move(operand);
-    operand = std::move(e);
+    operand = sealed(std::move(e));
   }
   return operand;
 }
@@ -326,19 +379,20 @@ ExprPtr Parser::filter() {
     e->name = expect_name("a filter name after '|'");
     e->a = std::move(operand);
     if (at(TK::kPunct, "(")) call_args(*e);
-    operand = std::move(e);
+    operand = sealed(std::move(e));
   }
   return operand;
 }
 
 ExprPtr Parser::unary() {
   if (at(TK::kOperator, "neg") || at(TK::kOperator, "pos") || at(TK::kOperator, "-") || at(TK::kOperator, "+")) {
+    const Nested level(*this);
     const bool neg = cur().text == "neg" || cur().text == "-";
     auto e = node(Expr::Kind::kNegate);
     ++pos_;
     e->a = unary();
     if (!neg) return std::move(e->a);
-    return e;
+    return sealed(std::move(e));
   }
   return postfix(primary());
 }
@@ -369,12 +423,12 @@ ExprPtr Parser::postfix(ExprPtr e) {
       if (at(TK::kNumber)) {
         a->kind = Expr::Kind::kIndex;
         a->b = node(Expr::Kind::kLiteral);
-        a->b->value = Value::integer(std::strtoll(t_[pos_++].text.c_str(), nullptr, 10));
+        a->b->value = integer_literal(t_[pos_++].text);
       } else {
         a->name = expect_name("an attribute name after '.'");
       }
       a->a = std::move(e);
-      e = std::move(a);
+      e = sealed(std::move(a));
     } else if (at(TK::kPunct, "[")) {
       ++pos_;
       auto ix = node(Expr::Kind::kIndex);
@@ -401,12 +455,12 @@ ExprPtr Parser::postfix(ExprPtr e) {
         ix->b = std::move(parts[0]);
       }
       ix->a = std::move(e);
-      e = std::move(ix);
+      e = sealed(std::move(ix));
     } else if (at(TK::kPunct, "(")) {
       auto c = node(Expr::Kind::kCall);
       call_args(*c);
       c->a = std::move(e);
-      e = std::move(c);
+      e = sealed(std::move(c));
     } else {
       return e;
     }
@@ -419,7 +473,7 @@ ExprPtr Parser::primary() {
     ++pos_;
     auto e = node(Expr::Kind::kLiteral);
     e->value = tok.text.find('.') != std::string::npos ? Value::floating(std::strtod(tok.text.c_str(), nullptr))
-                                                       : Value::integer(std::strtoll(tok.text.c_str(), nullptr, 10));
+                                                       : integer_literal(tok.text);
     return e;
   }
   if (tok.kind == TK::kString) {
@@ -455,7 +509,7 @@ ExprPtr Parser::primary() {
         if (at(TK::kPunct, ")")) break;
         list->args.push_back(expression());
       }
-      inner = std::move(list);
+      inner = sealed(std::move(list));
     }
     expect(TK::kPunct, ")", "')'");
     return inner;
@@ -469,7 +523,7 @@ ExprPtr Parser::primary() {
       ++pos_;
     }
     expect(TK::kPunct, "]", "']'");
-    return e;
+    return sealed(std::move(e));
   }
   if (tok.kind == TK::kPunct && tok.text == "{") {
     ++pos_;
@@ -482,7 +536,7 @@ ExprPtr Parser::primary() {
       ++pos_;
     }
     expect(TK::kPunct, "}", "'}'");
-    return e;
+    return sealed(std::move(e));
   }
   fail("unexpected '" + tok.text + "' in an expression");
 }

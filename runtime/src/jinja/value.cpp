@@ -1,6 +1,7 @@
 // Value helpers: truthiness, equality, printing and JSON as @huggingface/jinja does them.
 #include "src/jinja/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@ const Value* Value::find(const std::string& key) const {
 }
 
 void Value::put(const std::string& key, Value v) {
+  if (kind == Kind::kDict) depth = std::max(depth, v.depth + 1);
   for (auto& [k, old] : *dict) {
     if (k == key) {
       old = std::move(v);
@@ -25,6 +27,27 @@ void Value::put(const std::string& key, Value v) {
     }
   }
   dict->emplace_back(key, std::move(v));
+}
+
+RenderState::~RenderState() {
+  // Each namespace's contents are destroyed apart from the namespace: any namespace they hold is still
+  // referenced from `namespaces`, so no destructor runs into another, however they nest or loop.
+  for (Value& ns : namespaces) {
+    Dict contents;
+    contents.swap(*ns.dict);
+  }
+}
+
+std::ostream& operator<<(std::ostream& os, const Site& at) {
+  os << *at.origin;
+  if (at.line > 0) os << ": line " << at.line;
+  return os;
+}
+
+std::size_t footprint(const List& items) {
+  std::size_t n = 0;
+  for (const Value& v : items) n += footprint(v);
+  return n;
 }
 
 const char* kind_name(Value::Kind kind) {
@@ -109,45 +132,93 @@ std::string json_quote(const std::string& s) {
   return out + "\"";
 }
 
-std::string to_json(const Value& v, const JsonStyle& style, int depth) {
-  using K = Value::Kind;
-  switch (v.kind) {
-    case K::kUndefined:
-    case K::kNone: return "null";
-    case K::kBool: return v.b ? "true" : "false";
-    case K::kInt: return std::to_string(v.i);
-    case K::kFloat: return js_number(v.f);
-    case K::kString: return json_quote(v.s);
-    case K::kFunction: ORBIT_FAIL("tojson: cannot convert a function to JSON");
-    default: break;
-  }
-  const std::string item_sep = style.indent > 0 ? "," : ", ";
-  const std::string pad = "\n" + std::string(static_cast<std::size_t>(style.indent * depth), ' ');
-  const std::string child_pad = pad + std::string(static_cast<std::size_t>(style.indent), ' ');
-  std::string out;
-  if (v.kind == K::kList) {
-    if (v.list->empty()) return "[]";
-    out = "[";
-    for (std::size_t k = 0; k < v.list->size(); ++k) {
-      if (k > 0) out += item_sep;
-      if (style.indent > 0) out += child_pad;
-      out += to_json((*v.list)[k], style, depth + 1);
+namespace {
+
+// Writes JSON text, refusing to nest past kMaxNesting or to grow past kMaxStringBytes.
+class JsonWriter {
+ public:
+  JsonWriter(const JsonStyle& style, const Site& at) : style_(style), at_(at) {
+    if (style_.indent > kMaxStringBytes) {
+      ORBIT_FAIL(at_ << ": tojson: an indent of " << style_.indent << " spaces is over the limit of " << kMaxStringBytes
+                     << " bytes of text");
     }
-    return out + (style.indent > 0 ? pad : "") + "]";
   }
-  if (v.dict->empty()) return "{}";
-  out = "{";
-  bool first = true;
-  for (const auto& [key, value] : *v.dict) {
-    if (!first) out += item_sep;
-    first = false;
-    if (style.indent > 0) out += child_pad;
-    out += json_quote(key) + ": " + to_json(value, style, depth + 1);
+
+  void value(const Value& v, int depth) {
+    using K = Value::Kind;
+    switch (v.kind) {
+      case K::kUndefined:
+      case K::kNone: return append("null");
+      case K::kBool: return append(v.b ? "true" : "false");
+      case K::kInt: return append(std::to_string(v.i));
+      case K::kFloat: return append(js_number(v.f));
+      case K::kString: return append_quoted(v.s);
+      case K::kFunction: ORBIT_FAIL(at_ << ": tojson: cannot convert a function to JSON");
+      default: break;
+    }
+    if (depth >= kMaxNesting) {
+      ORBIT_FAIL(at_ << ": a value nests deeper than " << kMaxNesting
+                     << " levels where it is printed (a namespace that holds itself?)");
+    }
+    const bool is_list = v.kind == K::kList;
+    if (is_list ? v.list->empty() : v.dict->empty()) return append(is_list ? "[]" : "{}");
+    append(is_list ? "[" : "{");
+    const std::size_t n = is_list ? v.list->size() : v.dict->size();
+    for (std::size_t k = 0; k < n; ++k) {
+      if (k > 0) append(style_.indent > 0 ? "," : ", ");
+      if (style_.indent > 0) newline(depth + 1);
+      if (is_list) {
+        value((*v.list)[k], depth + 1);
+      } else {
+        append_quoted((*v.dict)[k].first);
+        append(": ");
+        value((*v.dict)[k].second, depth + 1);
+      }
+    }
+    if (style_.indent > 0) newline(depth);
+    append(is_list ? "]" : "}");
   }
-  return out + (style.indent > 0 ? pad : "") + "}";
+
+  std::string take() {
+    at_.budget().work(out_.size(), at_);
+    return std::move(out_);
+  }
+
+ private:
+  void append(const std::string& s) {
+    check_string_size(out_.size() + s.size(), "printing a value as JSON", at_);
+    out_ += s;
+  }
+  void append_quoted(const std::string& s) {
+    std::size_t n = 2;  // the quotes; then as json_quote writes each byte
+    for (unsigned char c : s)
+      n += c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t' ? 2
+           : c < 0x20                                                                             ? 6
+                                                                                                  : 1;
+    check_string_size(out_.size() + n, "printing a value as JSON", at_);
+    out_ += json_quote(s);
+  }
+  void newline(int depth) {
+    const std::size_t pad = style_.indent * static_cast<std::size_t>(depth);  // < 2^26 * 2^8: no overflow
+    check_string_size(out_.size() + 1 + pad, "printing a value as JSON", at_);
+    out_ += '\n';
+    out_.append(pad, ' ');
+  }
+
+  const JsonStyle& style_;
+  const Site& at_;
+  std::string out_;
+};
+
+}  // namespace
+
+std::string to_json(const Value& v, const JsonStyle& style, const Site& at) {
+  JsonWriter w(style, at);
+  w.value(v, 0);
+  return w.take();
 }
 
-std::string to_output(const Value& v) {
+std::string to_output(const Value& v, const Site& at) {
   using K = Value::Kind;
   switch (v.kind) {
     case K::kUndefined:
@@ -160,7 +231,7 @@ std::string to_output(const Value& v) {
                  : js_number(v.f);
     case K::kString: return v.s;
     case K::kFunction: return "[function]";
-    default: return to_json(v);
+    default: return to_json(v, {}, at);
   }
 }
 

@@ -6,24 +6,35 @@
 //   - printing: booleans as "true"/"false", floats with a ".0" when integral, lists and dicts as JSON.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "src/jinja/limits.h"
+
 namespace orbit::runtime::jinja {
 
 struct Value;
+struct Site;
 using List = std::vector<Value>;
 using Dict = std::vector<std::pair<std::string, Value>>;  // insertion order; keys unique
-// A callable: positional arguments, then keyword arguments.
-using Function = std::function<Value(const List&, const Dict&)>;
+// A callable: positional arguments, then keyword arguments, then where it is called from.
+using Function = std::function<Value(const List&, const Dict&, const Site&)>;
 
 struct Value {
   enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kFunction };
   Kind kind = Kind::kUndefined;
+  // Levels of lists, dicts and bound methods this value is made of: 0 for a scalar, 1 for a list of scalars,
+  // 1 + the deepest item for a list or dict, 1 for a namespace whatever it holds (its contents can change;
+  // a rendering keeps every namespace alive until it ends, see RenderState), 1 + the receiver's for a bound
+  // method. Destroying a value recurses this deep, so templates may not build one past kMaxNesting.
+  int depth = 0;
   bool b = false;
   int64_t i = 0;
   double f = 0;
@@ -55,11 +66,18 @@ struct Value {
   }
   static Value of_list(List v) {
     Value x = make(Kind::kList);
+    x.depth = 1;
+    for (const Value& item : v) x.depth = std::max(x.depth, item.depth + 1);
     x.list = std::make_shared<List>(std::move(v));
     return x;
   }
+  // `v`'s keys must be unique.
   static Value of_dict(Dict v, Kind kind = Kind::kDict) {
     Value x = make(kind);
+    x.depth = 1;
+    if (kind == Kind::kDict) {
+      for (const auto& kv : v) x.depth = std::max(x.depth, kv.second.depth + 1);
+    }
     x.dict = std::make_shared<Dict>(std::move(v));
     return x;
   }
@@ -80,17 +98,52 @@ struct Value {
   double number() const { return kind == Kind::kInt ? static_cast<double>(i) : f; }
   // nullptr when absent (or not a mapping).
   const Value* find(const std::string& key) const;
-  void put(const std::string& key, Value v);  // mapping only: replaces or appends
+  // Mapping only: replaces or appends. On a dict, only while building it (dicts are immutable once shared).
+  void put(const std::string& key, Value v);
 };
+
+// One rendering's state shared by the interpreter and the built-ins: its budget, and every namespace it
+// made. Namespaces are the only values a template can change after making them, so the only way to a value
+// that holds itself (`set ns.me = ns`) or to an unbounded chain of values; they stay alive here until the
+// rendering ends, and are then emptied one by one, which frees such cycles and never recurses deeper than
+// one value's depth.
+struct RenderState {
+  Budget budget;
+  std::vector<Value> namespaces;
+  RenderState() = default;
+  RenderState(const RenderState&) = delete;
+  RenderState& operator=(const RenderState&) = delete;
+  ~RenderState();
+};
+
+// Where an operation runs: the template and line its errors name, and the rendering's state. Both pointers
+// outlive the call; neither is kept.
+struct Site {
+  const std::string* origin = nullptr;
+  int line = 0;
+  RenderState* state = nullptr;
+  Budget& budget() const { return state->budget; }
+};
+// "<origin>: line <line>" (the origin alone when line is 0).
+std::ostream& operator<<(std::ostream& os, const Site& at);
+
+// What a value costs to copy or scan as an item, in bytes of work (Budget::work): its slot and its string.
+inline std::size_t footprint(const Value& v) { return sizeof(Value) + v.s.size(); }
+std::size_t footprint(const List& items);
 
 const char* kind_name(Value::Kind kind);
 bool truthy(const Value& v);
 bool equal(const Value& a, const Value& b);  // the `==` operator
-std::string to_output(const Value& v);       // what `{{ v }}` prints
+// What `{{ v }}` prints. Throws orbit::Error naming `at` where a list or dict prints past kMaxStringBytes or
+// nests past kMaxNesting (a namespace that holds itself).
+std::string to_output(const Value& v, const Site& at);
 struct JsonStyle {
-  int indent = 0;  // 0: one line with ", " and ": "; n: newline and n spaces per level, "," and ": "
+  // 0: one line with ", " and ": "; n: newline and n spaces per level, "," and ": ". At most
+  // kMaxStringBytes (the text could not hold one line more).
+  std::size_t indent = 0;
 };
-std::string to_json(const Value& v, const JsonStyle& style = {}, int depth = 0);
+// JSON text as JavaScript's JSON.stringify writes it; throws as to_output does, and on a function.
+std::string to_json(const Value& v, const JsonStyle& style, const Site& at);
 std::string json_quote(const std::string& s);  // as JavaScript's JSON.stringify quotes a string
 
 }  // namespace orbit::runtime::jinja

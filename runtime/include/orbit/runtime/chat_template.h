@@ -8,6 +8,14 @@
 // (checked by test_chat_template_oracle). Unsupported syntax (macros, call blocks, unknown filters or
 // tests) is refused with an error naming the template, the line and the construct.
 //
+// Templates and their variables come from outside the process, so both are bounded (limits far above what
+// real templates use; runtime/src/jinja/limits.h): blocks and expressions nest at most 256 levels; the
+// messages, tools and extra variables at most 128 (orbit/common/json_input.h); one rendering runs at most
+// 1,000,000 loop iterations (range() makes at most as many items) and 10,000,000 steps (statements and
+// expressions evaluated), builds strings and output of at most 64 MiB each, and builds, copies or scans at
+// most 512 MiB of strings and lists in all. Past a limit is an orbit::Error naming what was exceeded and
+// the limit, never a crash or an unbounded allocation.
+//
 // Thread-safety: a ChatTemplate is immutable after construction; render() may run concurrently.
 #pragma once
 
@@ -49,8 +57,9 @@ class ChatTemplate {
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
 
-  // Renders `messages`. Throws orbit::Error on a message without a role, malformed tools/arguments JSON,
-  // or what the template itself refuses (raise_exception), naming the template.
+  // Renders `messages`. Throws orbit::Error on a message without a role, malformed or too deeply nested
+  // tools/arguments/extra JSON, what the template itself refuses (raise_exception), or a rendering past
+  // the limits above, naming the template.
   std::string render(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options = {}) const;
   // The same with the messages as a JSON array of objects (any fields: they reach the template as-is).
   std::string render_json(const std::string& messages_json, const ChatRenderOptions& options = {}) const;
