@@ -45,6 +45,7 @@
 
 #include "serve/idle_worker.h"
 #include "serve/request_path.h"
+#include "serve/responses_store.h"
 #include "serve/serve_api.h"
 #include "serve/serve_context.h"
 #include "serve/serve_metrics.h"
@@ -93,6 +94,9 @@ class ServeCore {
   // worker does the same on its own; this is the deterministic flush for tests and benchmarks.
   int64_t run_idle_work() { return idle_.run_now(); }
 
+  // The responses kept for the Responses API's previous_response_id (responses_run.h).
+  ResponseStore& responses() { return responses_; }
+
   ServeMetrics& metrics() { return context_.metrics; }
   MetricGauges gauges();
 
@@ -106,6 +110,7 @@ class ServeCore {
   SessionTable sessions_;
   RequestPath requests_;
   IdleWorker idle_;
+  ResponseStore responses_;
   std::mutex close_mutex_;
   bool closed_ = false;
 };

@@ -9,6 +9,7 @@
 #include "orbit/common/clock.h"
 #include "orbit/common/error.h"
 #include "serve/peer_watch.h"
+#include "serve/responses_http.h"
 #include "serve/serve_wire.h"
 
 namespace orbit::serve {
@@ -251,6 +252,10 @@ void HttpServer::routes() {
     s.Post(path,
            [this, endpoint](const httplib::Request& req, httplib::Response& res) { generate(endpoint, req, res); });
   }
+  // OpenAI's Responses API (responses_http.h).
+  s.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
+    post_responses(ResponsesRoute{core_, in_flight_, draining_}, req, res);
+  });
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
     const char* type = res.status == 404   ? "not_found_error"

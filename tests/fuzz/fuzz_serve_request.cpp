@@ -1,14 +1,15 @@
-// libFuzzer target for `orbit serve`'s request parser (cli/serve/serve_api.cpp): the bytes as a
-// /v1/chat/completions body and as a /v1/completions body. Neither parse may throw or crash; an accepted
-// request must satisfy what the server relies on (a non-empty message list of known roles, sampling fields
-// in range, at most four non-empty stop strings), and a refusal must be a 400 or 413 whose error body is
-// JSON carrying the message.
+// libFuzzer target for `orbit serve`'s request parsers (cli/serve/serve_api.cpp, responses_api.cpp): the
+// bytes as a /v1/chat/completions, a /v1/completions and a /v1/responses body. No parse may throw or
+// crash; an accepted request must satisfy what the server relies on (a non-empty message list of known
+// roles, sampling fields in range, at most four non-empty stop strings), and a refusal must be a 400 or 413
+// whose error body is JSON carrying the message.
 #include <cstdint>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
 
+#include "serve/responses_api.h"
 #include "serve/serve_api.h"
 
 namespace sv = orbit::serve;
@@ -36,6 +37,16 @@ void check_user(const std::string& user) {
   if (!user.empty() && !sv::session_id_problem(user).empty()) std::abort();
 }
 
+void check_chat(const sv::ChatRequest& chat) {
+  static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool"};
+  if (chat.messages.empty()) std::abort();
+  for (const orbit::ChatMessage& m : chat.messages) {
+    if (!kRoles.count(m.role)) std::abort();
+  }
+  check_sampling(chat.sampling);
+  check_user(chat.user);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -45,16 +56,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const sv::Parsed<sv::ChatRequest> chat = sv::parse_chat_request(body, limits);
   if (chat.ok()) {
-    static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool"};
-    if (chat.value->messages.empty()) std::abort();
-    for (const orbit::ChatMessage& m : chat.value->messages) {
-      if (!kRoles.count(m.role)) std::abort();
-    }
-    check_sampling(chat.value->sampling);
-    check_user(chat.value->user);
+    check_chat(*chat.value);
     if (size > limits.max_body_bytes) std::abort();
   } else {
     check_error(chat.error);
+  }
+
+  // A Responses request is a chat request too (instructions first when given), with its echo an object.
+  const sv::Parsed<sv::ResponsesRequest> responses = sv::parse_responses_request(body, limits);
+  if (responses.ok()) {
+    check_chat(responses.value->chat);
+    if (responses.value->has_instructions && responses.value->chat.messages[0].role != "system") std::abort();
+    if (!responses.value->echo.is_object()) std::abort();
+    if (size > limits.max_body_bytes) std::abort();
+  } else {
+    check_error(responses.error);
   }
 
   const sv::Parsed<sv::CompletionRequest> completion = sv::parse_completion_request(body, limits);

@@ -1,0 +1,29 @@
+// POST /v1/responses over HTTP (cpp-httplib): the route serve_http.cpp registers. The request is prepared
+// in the handler (a refusal is a plain JSON error with its status) and run whole, or inside the stream
+// (text/event-stream, the events of responses_wire.h). A session is named by the header X-Orbit-Session,
+// else the body's `user`, else the response chain (responses_run.h). Counted in the metrics under the
+// endpoint "responses".
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "serve/serve_core.h"
+
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace orbit::serve {
+
+// What the route shares with the server (references to the HttpServer's members, which outlive it).
+struct ResponsesRoute {
+  ServeCore& core;
+  std::atomic<int64_t>& in_flight;    // requests being answered (the drain waits for them)
+  const std::atomic<bool>& draining;  // new requests get 503
+};
+
+void post_responses(const ResponsesRoute& route, const httplib::Request& req, httplib::Response& res);
+
+}  // namespace orbit::serve

@@ -1,0 +1,110 @@
+#include "serve/responses_run.h"
+
+#include <ctime>
+#include <utility>
+
+namespace orbit::serve {
+
+using nlohmann::json;
+
+// Helpers in a named namespace: unity builds put several files in one translation unit.
+namespace response_flow {
+
+// The window a prepared conversation runs in (responses_run.h, steps 1 to 4).
+std::string session_of(ServeCore& core, const ResponseCall& call, const std::string* header_session) {
+  if (header_session != nullptr) return *header_session;
+  if (!call.request.chat.user.empty()) return session_for_user(call.request.chat.user);
+  if (call.previous) return call.previous->session;
+  if (auto continued = core.responses().continued_by(call.request.chat.messages)) return continued->session;
+  return call.request.store ? call.head.id : "";
+}
+
+// The previous response's conversation between the instructions and the input.
+std::optional<ApiError> join_previous(ServeCore& core, ResponseCall& call) {
+  std::vector<ChatMessage>& messages = call.request.chat.messages;
+  call.input_begin = call.request.has_instructions ? 1 : 0;
+  const std::string& id = call.request.previous_response_id;
+  if (id.empty()) return std::nullopt;
+  call.previous = core.responses().get(id);
+  if (!call.previous) {
+    return api_error(404,
+                     "previous_response_id: no stored response '" + id +
+                         "' (never stored, stored with "
+                         "store false, or dropped from the store)",
+                     "invalid_request_error", "previous_response_not_found", "previous_response_id");
+  }
+  std::vector<ChatMessage> earlier = call.previous->conversation();
+  messages.insert(messages.begin() + static_cast<std::ptrdiff_t>(call.input_begin), earlier.begin(), earlier.end());
+  call.input_begin += earlier.size();
+  return std::nullopt;
+}
+
+// The answer as the assistant message a client sends back.
+ChatMessage answer_message(const RunResult& r) {
+  ChatMessage answer;
+  answer.role = "assistant";
+  answer.content = r.text;
+  answer.tool_calls = r.tool_calls;
+  return answer;
+}
+
+void store(ServeCore& core, const ResponseCall& call, const RunResult& r) {
+  const std::vector<ChatMessage>& messages = call.request.chat.messages;
+  auto stored = std::make_shared<StoredResponse>();
+  stored->id = call.head.id;
+  stored->session = call.session;
+  stored->previous = call.previous;
+  stored->added.assign(messages.begin() + static_cast<std::ptrdiff_t>(call.input_begin), messages.end());
+  stored->added.push_back(answer_message(r));
+  std::vector<ChatMessage> read = messages;
+  read.push_back(stored->added.back());
+  core.responses().put(std::move(stored), read);
+}
+
+}  // namespace response_flow
+
+std::optional<ApiError> prepare_response(ServeCore& core, std::string_view body, const std::string* header_session,
+                                         ResponseCall& call) {
+  Parsed<ResponsesRequest> parsed = parse_responses_request(body, core.options().limits);
+  if (!parsed.ok()) return parsed.error;
+  call.request = std::move(*parsed.value);
+  call.head.id = core.responses().new_id();
+  call.head.created_at = static_cast<int64_t>(std::time(nullptr));
+  call.head.model = core.model_name();
+  call.head.previous_response_id = call.request.previous_response_id;
+  call.head.echo = call.request.echo;
+  if (auto missing = response_flow::join_previous(core, call)) return missing;
+  call.session = response_flow::session_of(core, call, header_session);
+  call.ticket = core.prepare_chat(call.request.chat, call.session);
+  if (!call.ticket.ok()) return responses_error(call.ticket.error());
+  return std::nullopt;
+}
+
+ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink& sink,
+                             const std::function<bool(const std::string&)>& events) {
+  ResponseOutcome out;
+  std::optional<ResponseEvents> stream;
+  RunSink run_sink = sink;
+  if (events) {
+    stream.emplace(call.head);
+    if (!events(stream->start())) run_sink.cancelled = [] { return true; };
+    run_sink.on_text = [&](const std::string& delta) {
+      const bool here = !sink.on_text || sink.on_text(delta);
+      return events(stream->text(delta)) && here;
+    };
+  }
+  out.run = core.run(call.ticket, run_sink);
+  if (!out.run.result) {
+    out.run.error = responses_error(out.run.error);
+    if (stream) events(stream->failed(out.run.error));
+    return out;
+  }
+  const RunResult& r = *out.run.result;
+  out.body = response_body(call.head, &r);
+  if (r.finish_reason == "cancelled") return out;  // no one to answer; not stored
+  if (call.request.store) response_flow::store(core, call, r);
+  if (stream) events(stream->finish(r));
+  return out;
+}
+
+}  // namespace orbit::serve

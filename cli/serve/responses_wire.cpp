@@ -1,0 +1,175 @@
+#include "serve/responses_wire.h"
+
+#include <ctime>
+
+#include "serve/serve_wire.h"
+
+namespace orbit::serve {
+
+using nlohmann::json;
+
+// Helpers in a named namespace: unity builds put several files in one translation unit.
+namespace responses_bodies {
+
+// A cut answer: max_output_tokens (or the server's default) ended it, or the client left.
+bool incomplete(const RunResult& r) { return r.finish_reason == "length" || r.finish_reason == "cancelled"; }
+
+// The answer has a message item: text, or nothing else to show.
+bool has_message(const RunResult& r) { return !r.text.empty() || r.tool_calls.empty(); }
+
+json output_text(const std::string& text) {
+  return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}};
+}
+
+json message_item(const ResponseHead& head, const std::string& text, const std::string& status, bool with_content) {
+  return {{"type", "message"},
+          {"id", head.message_id()},
+          {"status", status},
+          {"role", "assistant"},
+          {"content", with_content ? json::array({output_text(text)}) : json::array()}};
+}
+
+json call_item(const ResponseHead& head, std::size_t i, const ChatToolCall& call, bool done) {
+  return {{"type", "function_call"},
+          {"id", head.call_item_id(i)},
+          {"call_id", call.id},
+          {"name", call.name},
+          {"arguments", done ? call.arguments : ""},
+          {"status", done ? "completed" : "in_progress"}};
+}
+
+}  // namespace responses_bodies
+
+std::string ResponseHead::message_id() const { return "msg_" + id.substr(id.find('_') + 1); }
+
+std::string ResponseHead::call_item_id(std::size_t i) const {
+  return "fc_" + id.substr(id.find('_') + 1) + "_" + std::to_string(i);
+}
+
+json responses_usage(const RunUsage& usage) {
+  return {{"input_tokens", usage.prompt_tokens},
+          {"input_tokens_details", {{"cached_tokens", 0}}},
+          {"output_tokens", usage.completion_tokens},
+          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+          {"orbit", usage.to_json()["orbit"]}};
+}
+
+json response_body(const ResponseHead& head, const RunResult* result) {
+  json body = {
+      {"id", head.id},
+      {"object", "response"},
+      {"created_at", head.created_at},
+      {"completed_at", nullptr},
+      {"status", "in_progress"},
+      {"error", nullptr},
+      {"incomplete_details", nullptr},
+      {"model", head.model},
+      {"output", json::array()},
+      {"usage", nullptr},
+      {"previous_response_id", head.previous_response_id.empty() ? json(nullptr) : json(head.previous_response_id)}};
+  for (const auto& [key, value] : head.echo.items()) body[key] = value;
+  if (result == nullptr) return body;
+  const bool cut = responses_bodies::incomplete(*result);
+  body["status"] = cut ? "incomplete" : "completed";
+  if (cut) body["incomplete_details"] = {{"reason", "max_output_tokens"}};
+  body["completed_at"] = static_cast<int64_t>(std::time(nullptr));
+  if (responses_bodies::has_message(*result))
+    body["output"].push_back(
+        responses_bodies::message_item(head, result->text, body["status"].get<std::string>(), true));
+  for (std::size_t i = 0; i < result->tool_calls.size(); ++i) {
+    body["output"].push_back(responses_bodies::call_item(head, i, result->tool_calls[i], true));
+  }
+  body["usage"] = responses_usage(result->usage);
+  return body;
+}
+
+std::string ResponseEvents::event(json body) {
+  body["sequence_number"] = sequence_++;
+  return "event: " + body["type"].get<std::string>() + "\ndata: " + dump(body) + "\n\n";
+}
+
+std::string ResponseEvents::start() {
+  const json body = response_body(head_, nullptr);
+  std::string out = event({{"type", "response.created"}, {"response", body}});
+  return out + event({{"type", "response.in_progress"}, {"response", body}});
+}
+
+std::string ResponseEvents::open_message() {
+  message_open_ = true;
+  std::string out = event({{"type", "response.output_item.added"},
+                           {"output_index", 0},
+                           {"item", responses_bodies::message_item(head_, "", "in_progress", false)}});
+  return out + event({{"type", "response.content_part.added"},
+                      {"item_id", head_.message_id()},
+                      {"output_index", 0},
+                      {"content_index", 0},
+                      {"part", responses_bodies::output_text("")}});
+}
+
+std::string ResponseEvents::text(const std::string& delta) {
+  if (delta.empty()) return "";
+  std::string out = message_open_ ? "" : open_message();
+  return out + event({{"type", "response.output_text.delta"},
+                      {"item_id", head_.message_id()},
+                      {"output_index", 0},
+                      {"content_index", 0},
+                      {"delta", delta},
+                      {"logprobs", json::array()}});
+}
+
+std::string ResponseEvents::finish(const RunResult& result) {
+  std::string out = text(result.unstreamed);  // content held back while it might have been a call
+  if (!message_open_ && responses_bodies::has_message(result)) out += open_message();
+  const json body = response_body(head_, &result);
+  const std::string id = head_.message_id();
+  if (message_open_) {
+    out += event({{"type", "response.output_text.done"},
+                  {"item_id", id},
+                  {"output_index", 0},
+                  {"content_index", 0},
+                  {"text", result.text},
+                  {"logprobs", json::array()}});
+    out += event({{"type", "response.content_part.done"},
+                  {"item_id", id},
+                  {"output_index", 0},
+                  {"content_index", 0},
+                  {"part", responses_bodies::output_text(result.text)}});
+    out +=
+        event({{"type", "response.output_item.done"},
+               {"output_index", 0},
+               {"item", responses_bodies::message_item(head_, result.text, body["status"].get<std::string>(), true)}});
+  }
+  const std::size_t first = message_open_ ? 1 : 0;
+  for (std::size_t i = 0; i < result.tool_calls.size(); ++i) {
+    const ChatToolCall& call = result.tool_calls[i];
+    const std::size_t index = first + i;
+    const std::string item_id = head_.call_item_id(i);
+    out += event({{"type", "response.output_item.added"},
+                  {"output_index", index},
+                  {"item", responses_bodies::call_item(head_, i, call, false)}});
+    out += event({{"type", "response.function_call_arguments.delta"},
+                  {"item_id", item_id},
+                  {"output_index", index},
+                  {"delta", call.arguments}});
+    out += event({{"type", "response.function_call_arguments.done"},
+                  {"item_id", item_id},
+                  {"output_index", index},
+                  {"name", call.name},
+                  {"arguments", call.arguments}});
+    out += event({{"type", "response.output_item.done"},
+                  {"output_index", index},
+                  {"item", responses_bodies::call_item(head_, i, call, true)}});
+  }
+  const char* type = body["status"] == "incomplete" ? "response.incomplete" : "response.completed";
+  return out + event({{"type", type}, {"response", body}});
+}
+
+std::string ResponseEvents::failed(const ApiError& error) {
+  json body = response_body(head_, nullptr);
+  body["status"] = "failed";
+  body["error"] = {{"code", error.code.empty() ? "server_error" : error.code}, {"message", error.message}};
+  return event({{"type", "response.failed"}, {"response", body}});
+}
+
+}  // namespace orbit::serve

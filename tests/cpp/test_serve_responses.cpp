@@ -1,0 +1,330 @@
+// `orbit serve`'s Responses API below HTTP (cli/serve/responses_api.h, responses_run.h): the parser's
+// refusals naming the field, input items as chat messages, and on TinyStories-656K: a response chained by
+// previous_response_id runs in the first one's window and forwards only what is new, a streamed response's
+// events come in order, an agent resending its whole history lands in that window too, store false is not
+// chainable, a header's session is the chain's, and refusals use the Responses API's names.
+// (Bodies, events with tool calls and the store: test_serve_responses_wire.cpp.)
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "orbit_catch.h"
+#include "serve/responses_api.h"
+#include "serve/responses_run.h"
+#include "serve/serve_core.h"
+
+namespace sv = orbit::serve;
+using nlohmann::json;
+
+namespace {
+
+const std::string kModel = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
+
+// A body with `fields` added to a valid request.
+std::string body_with(const std::string& fields) {
+  return R"({"model":"m","input":"hi")" + std::string(fields.empty() ? "" : ",") + fields + "}";
+}
+
+// The param a body is refused with ("" when it parses).
+std::string refused(const std::string& body) {
+  const sv::Parsed<sv::ResponsesRequest> p = sv::parse_responses_request(body);
+  return p.ok() ? "" : p.error.param;
+}
+
+// The events of a stream as (type, data), checking the framing and the numbering.
+std::vector<std::pair<std::string, json>> parse_events(const std::string& text) {
+  std::vector<std::pair<std::string, json>> events;
+  std::istringstream in(text);
+  std::string line;
+  std::string type;
+  while (std::getline(in, line)) {
+    if (line.rfind("event: ", 0) == 0) type = line.substr(7);
+    if (line.rfind("data: ", 0) != 0) continue;
+    const json data = json::parse(line.substr(6));
+    CHECK(data["type"] == type);
+    CHECK(data["sequence_number"] == static_cast<int64_t>(events.size()));
+    events.emplace_back(type, data);
+  }
+  return events;
+}
+
+}  // namespace
+
+TEST_CASE("responses: the parser refuses what it cannot honour, naming the field", "[serve][responses]") {
+  CHECK(refused(body_with("")).empty());
+  CHECK(sv::parse_responses_request("{not json").error.status == 400);
+  CHECK(refused(R"({"input":"hi"})") == "model");
+  CHECK(refused(R"({"model":"m"})") == "input");
+  CHECK(refused(R"({"model":"m","input":[]})") == "input");
+  CHECK(refused(R"({"model":"m","input":7})") == "input");
+  CHECK(refused(R"({"model":"m","input":[{"role":"robot","content":"x"}]})") == "input[0].role");
+  CHECK(refused(R"({"model":"m","input":[{"role":"user","content":[{"type":"input_image"}]}]})") ==
+        "input[0].content[0].type");
+  CHECK(refused(R"({"model":"m","input":[{"type":"function_call","name":"f","arguments":"{}"}]})") ==
+        "input[0].call_id");
+  CHECK(refused(R"({"model":"m","input":[{"role":"user","content":"x"},{"type":"function_call","call_id":"c",)"
+                R"("name":"f","arguments":"[1]"}]})") == "input[1].arguments");
+  CHECK(refused(R"({"model":"m","input":[{"type":"function_call_output","call_id":"c"}]})") == "input[0].output");
+  CHECK(refused(R"({"model":"m","input":[{"type":"reasoning","summary":[]}]})") == "input[0].type");
+  CHECK(refused(body_with(R"("tools":[{"type":"web_search"}])")) == "tools[0].type");
+  CHECK(refused(body_with(R"("tools":[{"type":"function"}])")) == "tools[0].name");
+  CHECK(
+      refused(body_with(R"("tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"g"})")) ==
+      "tool_choice.name");
+  CHECK(refused(body_with(R"("tool_choice":"required")")) == "tool_choice");
+  CHECK(refused(body_with(R"("max_output_tokens":0)")) == "max_output_tokens");
+  CHECK(refused(body_with(R"("temperature":3)")) == "temperature");
+  CHECK(refused(body_with(R"("store":"yes")")) == "store");
+  CHECK(refused(body_with(R"("text":{"format":{"type":"json_schema"}})")) == "text.format.schema");
+  CHECK(refused(body_with(R"("text":{"format":{"type":"xml"}})")) == "text.format.type");
+  CHECK(refused(body_with(R"("metadata":{"k":1})")) == "metadata.k");
+  // Unsupported values are refused, never ignored; neutral ones pass.
+  CHECK(refused(body_with(R"("reasoning":{"effort":"high"})")) == "reasoning.effort");
+  CHECK(refused(body_with(R"("truncation":"auto")")) == "truncation");
+  CHECK(refused(body_with(R"("include":["message.output_text.logprobs"])")) == "include[0]");
+  CHECK(refused(body_with(R"("background":true)")) == "background");
+  CHECK(refused(body_with(R"("conversation":"conv_1")")) == "conversation");
+  CHECK(refused(body_with(R"("service_tier":"flex")")) == "service_tier");
+  CHECK(refused(body_with(R"("text":{"verbosity":"high"})")) == "text.verbosity");
+  CHECK(refused(body_with(R"("reasoning":{"effort":"none"},"truncation":"disabled","include":[],)"
+                          R"("background":false,"service_tier":"auto","text":{"format":{"type":"text"}},)"
+                          R"("prompt_cache_key":"k","stream_options":{"include_obfuscation":false})"))
+            .empty());
+  const sv::Parsed<sv::ResponsesRequest> big = sv::parse_responses_request(body_with(""), sv::ServeLimits{8});
+  CHECK(big.error.status == 413);
+  std::string deep = body_with(R"("metadata":)" + std::string(5000, '[') + std::string(5000, ']'));
+  CHECK(sv::parse_responses_request(deep).error.status == 400);
+}
+
+TEST_CASE("responses: items become chat messages; tools, formats and settings carry over", "[serve][responses]") {
+  const sv::Parsed<sv::ResponsesRequest> p = sv::parse_responses_request(R"({"model":"m","instructions":"Be brief.",
+    "input":[{"role":"developer","content":"Use tools."},
+             {"type":"message","role":"user","content":[{"type":"input_text","text":"Read "},{"type":"input_text","text":"a"}]},
+             {"type":"message","id":"msg_1","status":"completed","role":"assistant",
+              "content":[{"type":"output_text","text":"Reading.","annotations":[]}]},
+             {"type":"function_call","id":"fc_1","call_id":"c1","name":"read_file","arguments":"{\"path\":\"a\"}"},
+             {"type":"function_call","call_id":"c2","name":"read_file","arguments":"{}"},
+             {"type":"function_call_output","call_id":"c1","output":"A"},
+             {"type":"function_call_output","call_id":"c2","output":[{"type":"input_text","text":"B"}]},
+             {"type":"function_call","call_id":"c3","name":"read_file","arguments":"{}"}],
+    "tools":[{"type":"function","name":"read_file","description":"Reads.","parameters":{"type":"object",
+              "properties":{"path":{"type":"string"}}},"strict":true}],
+    "tool_choice":{"type":"function","name":"read_file"},"parallel_tool_calls":false,
+    "max_output_tokens":20,"temperature":0.5,"top_p":0.9,"store":false,"stream":true,"user":"u-1",
+    "previous_response_id":"resp_x","metadata":{"k":"v"},
+    "text":{"format":{"type":"json_schema","name":"s","schema":{"type":"object"},"strict":true}}})");
+  REQUIRE(p.ok());
+  const sv::ChatRequest& chat = p.value->chat;
+  REQUIRE(chat.messages.size() == 7);
+  CHECK(p.value->has_instructions);
+  CHECK(chat.messages[0].role == "system");
+  CHECK(chat.messages[0].content == "Be brief.");
+  CHECK(chat.messages[1].role == "system");  // developer
+  CHECK(chat.messages[2].content == "Read a");
+  // The assistant's text and the calls after it are one message.
+  CHECK(chat.messages[3].role == "assistant");
+  CHECK(chat.messages[3].content == "Reading.");
+  REQUIRE(chat.messages[3].tool_calls.size() == 2);
+  CHECK(chat.messages[3].tool_calls[0].id == "c1");
+  CHECK(chat.messages[3].tool_calls[0].arguments == R"({"path":"a"})");
+  CHECK(chat.messages[4].role == "tool");
+  CHECK(chat.messages[4].tool_call_id == "c1");
+  CHECK(chat.messages[5].content == "B");
+  // A call after a tool message starts an assistant message of its own.
+  CHECK(chat.messages[6].role == "assistant");
+  CHECK(chat.messages[6].content.empty());
+  CHECK(chat.messages[6].tool_calls.at(0).id == "c3");
+  // Tools in the chat form, keys in the client's order.
+  CHECK(chat.tool_names == std::vector<std::string>{"read_file"});
+  CHECK(chat.tools_json ==
+        R"([{"type":"function","function":{"name":"read_file","description":"Reads.","parameters":{"type":"object",)"
+        R"("properties":{"path":{"type":"string"}}}}}])");
+  CHECK(chat.tool_choice.mode == "function");
+  CHECK(chat.tool_choice.function == "read_file");
+  CHECK_FALSE(chat.parallel_tool_calls);
+  CHECK(chat.response_format.type == "json_schema");
+  CHECK(chat.response_format.name == "s");
+  CHECK(chat.response_format.strict);
+  CHECK(*chat.sampling.max_tokens == 20);
+  CHECK(chat.sampling.temperature == 0.5);
+  CHECK(chat.sampling.stream);
+  CHECK(chat.user == "u-1");
+  CHECK_FALSE(p.value->store);
+  CHECK(p.value->previous_response_id == "resp_x");
+  const json& echo = p.value->echo;
+  CHECK(echo["instructions"] == "Be brief.");
+  CHECK(echo["tools"][0]["name"] == "read_file");
+  CHECK(echo["tool_choice"]["name"] == "read_file");
+  CHECK(echo["max_output_tokens"] == 20);
+  CHECK(echo["metadata"]["k"] == "v");
+  CHECK(echo["store"] == false);
+  CHECK(echo["text"]["format"]["type"] == "json_schema");
+  // A string input is one user message; the defaults are echoed.
+  const sv::Parsed<sv::ResponsesRequest> plain = sv::parse_responses_request(body_with(""));
+  REQUIRE(plain.ok());
+  REQUIRE(plain.value->chat.messages.size() == 1);
+  CHECK(plain.value->chat.messages[0].role == "user");
+  CHECK(plain.value->store);
+  CHECK(plain.value->echo["tool_choice"] == "auto");
+  CHECK(plain.value->echo["max_output_tokens"].is_null());
+  CHECK(plain.value->echo["text"]["format"]["type"] == "text");
+  // Chat's errors in the Responses API's names.
+  sv::ApiError e = sv::responses_error(sv::api_error(400, "max_tokens = 9 is out of range", "x", "", "max_tokens"));
+  CHECK(e.param == "max_output_tokens");
+  CHECK(e.message == "max_output_tokens = 9 is out of range");
+}
+
+namespace {
+
+// One request through prepare_response and run_response, as the route runs it.
+struct Answer {
+  std::optional<sv::ApiError> error;
+  json body;
+  std::string events;  // streamed requests
+  std::string session;
+};
+
+Answer respond(sv::ServeCore& core, const json& request, const std::string* header = nullptr) {
+  Answer out;
+  sv::ResponseCall call;
+  out.error = sv::prepare_response(core, request.dump(), header, call);
+  if (out.error) return out;
+  out.session = call.session;
+  std::function<bool(const std::string&)> events;
+  if (request.value("stream", false)) {
+    events = [&out](const std::string& e) {
+      out.events += e;
+      return true;
+    };
+  }
+  const sv::ResponseOutcome o = sv::run_response(core, call, {}, events);
+  if (!o.run.result) out.error = o.run.error;
+  out.body = o.body;
+  return out;
+}
+
+std::string text_of(const json& body) {
+  std::string text;
+  for (const json& item : body["output"]) {
+    if (item["type"] == "message") text += item["content"][0]["text"].get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("responses: a chain runs in one window and forwards only what is new", "[serve][responses][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.policy = "patch:16:exact";
+  sv::ServeCore core(options);
+  const json base = {{"model", core.model_name()},
+                     {"instructions", "You tell short stories."},
+                     {"max_output_tokens", 8},
+                     {"temperature", 0}};
+  auto request = [&](json input, json more = json::object()) {
+    json r = base;
+    r["input"] = std::move(input);
+    r.update(more);
+    return r;
+  };
+
+  // The first response names its own window.
+  const Answer first = respond(core, request("What did the dog find?"));
+  REQUIRE_FALSE(first.error);
+  const std::string id = first.body["id"];
+  const json& u1 = first.body["usage"];
+  CHECK(first.session == id);
+  CHECK(u1["orbit"]["session"] == id);
+  CHECK(u1["orbit"]["forward_tokens"] == u1["input_tokens"]);
+  CHECK(core.session_info(id).has_value());
+  core.run_idle_work();  // the answer, prefilled as the chained request sends it back
+
+  // Chained: the same window, which keeps the conversation and forwards the new message only.
+  const Answer second = respond(core, request("And then?", {{"previous_response_id", id}}));
+  REQUIRE_FALSE(second.error);
+  const json& u2 = second.body["usage"];
+  CHECK(second.session == id);
+  CHECK(second.body["previous_response_id"] == id);
+  CHECK(u2["input_tokens"].get<int64_t>() > u1["input_tokens"].get<int64_t>() + 4);
+  const std::string plan = u2["orbit"]["plan"];
+  CHECK(plan.find("keep") != std::string::npos);
+  CHECK(plan.find("evict") == std::string::npos);
+  // What was added since: the answer (prefilled in idle time), the new message and the generation prompt.
+  const double added = u2["input_tokens"].get<double>() - u1["input_tokens"].get<double>();
+  CHECK(u2["orbit"]["idle_forward_tokens"].get<double>() > 0);
+  CHECK(u2["orbit"]["forward_tokens"].get<double>() < added);
+  CHECK(u2["orbit"]["forward_tokens"].get<double>() < u2["input_tokens"].get<double>() / 3);
+  core.run_idle_work();
+
+  // Streamed and chained again: the events in order, their text the response's.
+  const Answer third = respond(core, request(json::array({{{"role", "user"}, {"content", "Who was there?"}}}),
+                                             {{"previous_response_id", second.body["id"]}, {"stream", true}}));
+  REQUIRE_FALSE(third.error);
+  CHECK(third.session == id);
+  const auto events = parse_events(third.events);
+  REQUIRE(events.size() >= 4);
+  CHECK(events[0].first == "response.created");
+  CHECK(events[1].first == "response.in_progress");
+  const std::string last = events.back().first;
+  CHECK((last == "response.completed" || last == "response.incomplete"));
+  std::string deltas;
+  for (const auto& [type, data] : events) {
+    if (type == "response.output_text.delta") deltas += data["delta"].get<std::string>();
+  }
+  CHECK(deltas == text_of(events.back().second["response"]));
+  CHECK(events.back().second["response"] == third.body);
+  const json& u3 = third.body["usage"];
+  CHECK(u3["orbit"]["forward_tokens"].get<double>() <
+        u3["input_tokens"].get<double>() - u2["input_tokens"].get<double>());
+
+  // An agent that resends its whole history instead of chaining lands in the window that holds it.
+  const json history = json::array({{{"role", "user"}, {"content", "What did the dog find?"}},
+                                    {{"type", "message"},
+                                     {"role", "assistant"},
+                                     {"content", {{{"type", "output_text"}, {"text", text_of(first.body)}}}}},
+                                    {{"role", "user"}, {"content", "Was it big?"}}});
+  const Answer resent = respond(core, request(history));
+  REQUIRE_FALSE(resent.error);
+  CHECK(resent.session == id);
+  CHECK(resent.body["usage"]["orbit"]["plan"].get<std::string>().find("keep") != std::string::npos);
+  core.close();
+}
+
+TEST_CASE("responses: store false, a header's session, refusals by the Responses API's names",
+          "[serve][responses][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.policy = "patch:16:exact";
+  sv::ServeCore core(options);
+  auto request = [&](const std::string& input, json more = json::object()) {
+    json r = {{"model", core.model_name()}, {"input", input}, {"max_output_tokens", 4}, {"temperature", 0}};
+    r.update(more);
+    return r;
+  };
+
+  // store false: an anonymous window, and nothing to chain to.
+  const Answer unstored = respond(core, request("A cat sat.", {{"store", false}}));
+  REQUIRE_FALSE(unstored.error);
+  CHECK(unstored.session.empty());
+  CHECK(unstored.body["store"] == false);
+  const Answer orphan = respond(core, request("More.", {{"previous_response_id", unstored.body["id"]}}));
+  REQUIRE(orphan.error);
+  CHECK(orphan.error->status == 404);
+  CHECK(orphan.error->code == "previous_response_not_found");
+  CHECK(orphan.error->param == "previous_response_id");
+
+  // A session named by the header is the chain's window.
+  const std::string mine = "mine";
+  const Answer named = respond(core, request("A bird sang."), &mine);
+  REQUIRE_FALSE(named.error);
+  CHECK(named.session == "mine");
+  const Answer follow = respond(core, request("Then?", {{"previous_response_id", named.body["id"]}}));
+  CHECK(follow.session == "mine");
+
+  // Refusals in the Responses API's names, before anything runs.
+  const Answer greedy = respond(core, request("Hi", {{"max_output_tokens", 100000}}));
+  REQUIRE(greedy.error);
+  CHECK(greedy.error->param == "max_output_tokens");
+  CHECK(respond(core, request("Hi", {{"model", "gpt-4"}})).error->status == 404);
+  core.close();
+}

@@ -1,0 +1,179 @@
+// `orbit serve`'s Responses API bodies and store (cli/serve/responses_wire.h, responses_store.h), without a
+// model: the response object and the stream's events written from a RunResult with tool calls (the story
+// model writes none), in OpenAI's order and numbering; the store's LRU, its index of conversations that a
+// resent history continues, and a long chain released without recursion.
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "orbit_catch.h"
+#include "serve/responses_store.h"
+#include "serve/responses_wire.h"
+
+namespace sv = orbit::serve;
+using nlohmann::json;
+
+namespace {
+
+// The events of a stream as (type, data), checking the framing and the numbering.
+std::vector<std::pair<std::string, json>> parse_events(const std::string& text) {
+  std::vector<std::pair<std::string, json>> events;
+  std::istringstream in(text);
+  std::string line;
+  std::string type;
+  while (std::getline(in, line)) {
+    if (line.rfind("event: ", 0) == 0) type = line.substr(7);
+    if (line.rfind("data: ", 0) != 0) continue;
+    const json data = json::parse(line.substr(6));
+    CHECK(data["type"] == type);
+    CHECK(data["sequence_number"] == static_cast<int64_t>(events.size()));
+    events.emplace_back(type, data);
+  }
+  return events;
+}
+
+std::vector<std::string> types_of(const std::vector<std::pair<std::string, json>>& events) {
+  std::vector<std::string> out;
+  for (const auto& e : events) out.push_back(e.first);
+  return out;
+}
+
+sv::RunResult answer_with_calls(const std::string& text) {
+  sv::RunResult r;
+  r.text = text;
+  r.finish_reason = "tool_calls";
+  r.tool_calls = {{"call_1", "read_file", R"({"path":"a.txt"})"}, {"call_2", "read_file", R"({"path":"b.txt"})"}};
+  r.usage.prompt_tokens = 40;
+  r.usage.completion_tokens = 12;
+  r.usage.forward_tokens = 6;
+  r.usage.plan = "keep 3, admit 1";
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("responses: bodies and stream events carry text and tool calls", "[serve][responses]") {
+  sv::ResponseHead head;
+  head.id = "resp_abc";
+  head.created_at = 7;
+  head.model = "m";
+  head.echo = {{"store", true}, {"metadata", {{"k", "v"}}}};
+  const sv::RunResult r = answer_with_calls("Let me look.");
+  const json body = sv::response_body(head, &r);
+  CHECK(body["object"] == "response");
+  CHECK(body["status"] == "completed");
+  CHECK(body["previous_response_id"].is_null());
+  CHECK(body["metadata"]["k"] == "v");
+  REQUIRE(body["output"].size() == 3);
+  CHECK(body["output"][0]["type"] == "message");
+  CHECK(body["output"][0]["id"] == "msg_abc");
+  CHECK(body["output"][0]["content"][0] ==
+        json({{"type", "output_text"}, {"text", "Let me look."}, {"annotations", json::array()}}));
+  CHECK(body["output"][1] == json({{"type", "function_call"},
+                                   {"id", "fc_abc_0"},
+                                   {"call_id", "call_1"},
+                                   {"name", "read_file"},
+                                   {"arguments", R"({"path":"a.txt"})"},
+                                   {"status", "completed"}}));
+  CHECK(body["output"][2]["call_id"] == "call_2");
+  CHECK(body["usage"]["input_tokens"] == 40);
+  CHECK(body["usage"]["output_tokens"] == 12);
+  CHECK(body["usage"]["total_tokens"] == 52);
+  CHECK(body["usage"]["input_tokens_details"]["cached_tokens"] == 0);
+  CHECK(body["usage"]["output_tokens_details"]["reasoning_tokens"] == 0);
+  CHECK(body["usage"]["orbit"]["plan"] == "keep 3, admit 1");
+  // Only calls: no message item. A cut answer: incomplete.
+  const sv::RunResult calls_only = answer_with_calls("");
+  CHECK(sv::response_body(head, &calls_only)["output"][0]["type"] == "function_call");
+  sv::RunResult cut;
+  cut.text = "Once";
+  cut.finish_reason = "length";
+  const json incomplete = sv::response_body(head, &cut);
+  CHECK(incomplete["status"] == "incomplete");
+  CHECK(incomplete["incomplete_details"]["reason"] == "max_output_tokens");
+  CHECK(incomplete["output"][0]["status"] == "incomplete");
+
+  // A stream: text as it comes, the held-back rest, then the calls, in OpenAI's order.
+  sv::ResponseEvents events(head);
+  sv::RunResult streamed = answer_with_calls("Let me look.");
+  streamed.unstreamed = "look.";
+  std::string text = events.start();
+  text += events.text("Let me ");
+  text += events.finish(streamed);
+  const auto parsed = parse_events(text);
+  const std::vector<std::string> want = {"response.created",
+                                         "response.in_progress",
+                                         "response.output_item.added",
+                                         "response.content_part.added",
+                                         "response.output_text.delta",
+                                         "response.output_text.delta",
+                                         "response.output_text.done",
+                                         "response.content_part.done",
+                                         "response.output_item.done",
+                                         "response.output_item.added",
+                                         "response.function_call_arguments.delta",
+                                         "response.function_call_arguments.done",
+                                         "response.output_item.done",
+                                         "response.output_item.added",
+                                         "response.function_call_arguments.delta",
+                                         "response.function_call_arguments.done",
+                                         "response.output_item.done",
+                                         "response.completed"};
+  CHECK(types_of(parsed) == want);
+  CHECK(parsed[0].second["response"]["status"] == "in_progress");
+  CHECK(parsed[5].second["delta"] == "look.");
+  CHECK(parsed[6].second["text"] == "Let me look.");
+  CHECK(parsed[9].second["output_index"] == 1);
+  CHECK(parsed[9].second["item"]["status"] == "in_progress");
+  CHECK(parsed[11].second["arguments"] == R"({"path":"a.txt"})");
+  CHECK(parsed[12].second["item"] == body["output"][1]);
+  CHECK(parsed.back().second["response"]["output"] == body["output"]);
+  sv::ResponseEvents failing(head);
+  std::string stopped = failing.start();
+  stopped += failing.failed(sv::api_error(500, "boom", "server_error"));
+  const auto failed = parse_events(stopped);
+  CHECK(failed.back().first == "response.failed");
+  CHECK(failed.back().second["response"]["error"]["message"] == "boom");
+}
+
+TEST_CASE("responses: the store keeps a bounded LRU and finds the response a history continues", "[serve][responses]") {
+  sv::ResponseStore store(2);
+  const std::string id = store.new_id();
+  CHECK(id.size() == 37);
+  CHECK(id.rfind("resp_", 0) == 0);
+  CHECK(store.new_id() != id);
+  auto put = [&](const std::string& rid, std::shared_ptr<sv::StoredResponse> previous,
+                 std::vector<orbit::ChatMessage> added, const std::vector<orbit::ChatMessage>& read) {
+    auto r = std::make_shared<sv::StoredResponse>();
+    r->id = rid;
+    r->session = "s-" + rid;
+    r->previous = std::move(previous);
+    r->added = std::move(added);
+    store.put(r, read);
+    return r;
+  };
+  const orbit::ChatMessage sys{"system", "Be brief."}, q1{"user", "Hi"}, a1{"assistant", "Hello"}, q2{"user", "More"},
+      a2{"assistant", "Sure"};
+  auto first = put("resp_1", nullptr, {q1, a1}, {sys, q1, a1});
+  auto second = put("resp_2", first, {q2, a2}, {sys, q1, a1, q2, a2});
+  CHECK(second->conversation().size() == 4);
+  CHECK(second->conversation()[2].content == "More");
+  // A history that resends what resp_1 read and answered, and more: resp_1's window.
+  CHECK(store.continued_by({sys, q1, a1, q2}) == first);
+  CHECK(store.continued_by({sys, q1, a1, q2, a2, q1}) == second);
+  CHECK(store.continued_by({sys, q1}) == nullptr);
+  CHECK(store.continued_by({sys, q1, {"assistant", "Other"}}) == nullptr);
+  // Capacity 2: the least recently used leaves (resp_1 was just used, so resp_2 goes).
+  CHECK(store.get("resp_1") == first);
+  put("resp_3", nullptr, {q2}, {q2});
+  CHECK(store.size() == 2);
+  CHECK(store.get("resp_2") == nullptr);
+  CHECK(store.continued_by({sys, q1, a1, q2, a2, q1}) == first);
+  // A long chain is released without recursion.
+  std::shared_ptr<sv::StoredResponse> chain;
+  for (int i = 0; i < 200000; ++i) {
+    auto next = std::make_shared<sv::StoredResponse>();
+    next->previous = std::move(chain);
+    chain = std::move(next);
+  }
+  chain.reset();
+}

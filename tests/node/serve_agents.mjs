@@ -1,0 +1,214 @@
+// `orbit serve`'s Responses API (POST /v1/responses) driven by the official `openai` npm client and by the
+// OpenAI Agents SDK (@openai/agents), whose default model API it is.
+//
+//   node serve_agents.mjs ORBIT_BINARY MODEL_DIR
+//
+// Starts `orbit serve` on 127.0.0.1 (a free port) under the exact policy, then:
+//   (a) client.responses.create whole, then streamed and chained by previous_response_id, then whole and
+//       chained again: the response and event shapes the client parses, usage.orbit, and that a chained
+//       response runs in the window its first response named (usage.orbit.session is that id; the plan
+//       keeps the conversation) and forwards only a part of its prompt; store false cannot be chained
+//       (404), an unsupported parameter is refused by name (400);
+//   (b) the Agents SDK: an Agent with instructions and a function tool on an OpenAIProvider pointed at the
+//       server, run() whole and streamed, and chained by previousResponseId; each returns the story as
+//       finalOutput. (The story model never calls the tool: a tool loop needs a model that writes calls.)
+// The server is stopped (SIGTERM, then SIGKILL) whatever happens.
+//
+// Exit status: 0 all passed, 1 a check failed, 77 skipped (a package or the server is missing).
+import { spawn } from "node:child_process";
+import { createInterface } from "node:readline";
+
+const SKIP = 77;
+const [orbit, model] = process.argv.slice(2);
+if (!orbit || !model) {
+  console.error("usage: node serve_agents.mjs ORBIT_BINARY MODEL_DIR");
+  process.exit(2);
+}
+let OpenAI;
+let agents;
+try {
+  ({ default: OpenAI } = await import("openai"));
+  agents = await import("@openai/agents");
+} catch (e) {
+  console.log(`SKIPPED: the openai or @openai/agents package is not installed (npm install in tests/node): ${e.message}`);
+  process.exit(SKIP);
+}
+
+let passed = 0;
+let failed = 0;
+function check(ok, what, detail = "") {
+  if (ok) {
+    passed++;
+  } else {
+    failed++;
+    console.log(`FAILED: ${what}${detail ? `\n  ${detail}` : ""}`);
+  }
+}
+
+// ---- the server, always stopped ----
+const server = spawn(orbit, ["serve", "--model", model, "--port", "0", "--policy", "patch:16:exact"], {
+  env: { ...process.env, OMP_NUM_THREADS: "1" },
+  stdio: ["ignore", "pipe", "pipe"],
+});
+let stderr = "";
+server.stderr.on("data", (d) => (stderr += d));
+const exited = new Promise((resolve) => server.on("exit", (code, signal) => resolve({ code, signal })));
+process.on("exit", () => server.exitCode === null && server.kill("SIGKILL"));
+const ready = new Promise((resolve, reject) => {
+  createInterface({ input: server.stdout }).on("line", (line) => {
+    const m = line.match(/listening on (http:\/\/[^\s]+)/);
+    if (m) resolve(m[1]);
+  });
+  server.on("exit", (code) => reject(new Error(`orbit serve exited with ${code}: ${stderr}`)));
+});
+async function stopServer() {
+  if (server.exitCode !== null) return;
+  server.kill("SIGTERM");
+  const end = await Promise.race([exited, new Promise((res) => setTimeout(() => res({ code: "timeout" }), 20000))]);
+  if (end.code === "timeout") server.kill("SIGKILL");
+  check(end.code === 0, "SIGTERM: the server drains and exits 0", `${JSON.stringify(end)} ${stderr}`);
+}
+
+// ---- (a) the openai client ----
+const near = (x) => Number.isFinite(x) && x >= 0;
+function checkResponse(r, label) {
+  check(r.object === "response" && /^resp_[0-9a-f]{32}$/.test(r.id), `${label}: a response with an id`, r.id);
+  check(r.status === "completed" || r.status === "incomplete", `${label}: status`, r.status);
+  const message = r.output.find((item) => item.type === "message");
+  check(message?.role === "assistant" && message.content[0].type === "output_text", `${label}: a message item`);
+  check(r.output_text === message?.content[0].text, `${label}: output_text is the message's text`);
+  const u = r.usage;
+  check(u.total_tokens === u.input_tokens + u.output_tokens && u.output_tokens >= 1, `${label}: usage`);
+  check(u.input_tokens_details.cached_tokens === 0 && u.output_tokens_details.reasoning_tokens === 0,
+        `${label}: usage details`);
+  const o = u.orbit ?? {};
+  check(near(o.forward_tokens) && o.forward_tokens <= u.input_tokens && Number.isInteger(o.radix_cache_tokens) &&
+        typeof o.plan === "string" && near(o.predicted_kl) && o.predicted_kl < 1e-3, `${label}: usage.orbit`,
+        JSON.stringify(o));
+  console.log(`${label}: ${r.status}, prompt ${u.input_tokens}, orbit ${o.forward_tokens} ` +
+              `(+${o.idle_forward_tokens} idle), plan ${o.plan}, session ${o.session}, ` +
+              `answer ${JSON.stringify(r.output_text)}`);
+}
+
+async function streamed(client, request) {
+  const stream = await client.responses.create({ ...request, stream: true });
+  const events = [];
+  for await (const event of stream) events.push(event);
+  const types = events.map((e) => e.type);
+  check(types[0] === "response.created" && types[1] === "response.in_progress", "stream: created, in_progress",
+        types.slice(0, 2).join());
+  check(events.every((e, i) => e.sequence_number === i), "stream: sequence numbers in order");
+  const last = events[events.length - 1];
+  check(last.type === "response.completed" || last.type === "response.incomplete", "stream: ends with the response",
+        last.type);
+  const text = events.filter((e) => e.type === "response.output_text.delta").map((e) => e.delta).join("");
+  const done = events.find((e) => e.type === "response.output_text.done");
+  check(done?.text === text, "stream: the deltas make the text");
+  const response = last.response;
+  response.output_text = response.output.find((i) => i.type === "message")?.content[0].text;
+  return response;
+}
+
+async function openaiClient(base, modelId) {
+  const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 60000 });
+  const request = { model: modelId, instructions: "You tell short stories.", max_output_tokens: 12, temperature: 0 };
+  const first = await client.responses.create({ ...request, input: "What did the dog find?", metadata: { k: "v" } });
+  checkResponse(first, "first");
+  check(first.usage.orbit.session === first.id, "first: runs in the window its id names");
+  check(first.usage.orbit.forward_tokens === first.usage.input_tokens, "first: a fresh window forwards the prompt");
+  check(first.metadata.k === "v" && first.store === true && first.instructions === request.instructions,
+        "first: settings echoed");
+
+  const second = await streamed(client, { ...request, input: "And then?", previous_response_id: first.id });
+  checkResponse(second, "second (streamed, chained)");
+  const o2 = second.usage.orbit;
+  check(o2.session === first.id && second.previous_response_id === first.id, "second: the first's window");
+  check(/keep/.test(o2.plan) && !/evict/.test(o2.plan), "second: keeps the conversation", o2.plan);
+  check(second.usage.input_tokens > first.usage.input_tokens, "second: the prompt holds the first exchange");
+  check(o2.forward_tokens < second.usage.input_tokens / 2, "second: forwards less than half its prompt",
+        `${o2.forward_tokens} of ${second.usage.input_tokens}`);
+
+  const third = await client.responses.create({
+    ...request,
+    input: [{ role: "user", content: [{ type: "input_text", text: "Who was there?" }] }],
+    previous_response_id: second.id,
+  });
+  checkResponse(third, "third (chained)");
+  check(third.usage.orbit.session === first.id, "third: the first's window");
+  check(third.usage.orbit.forward_tokens < third.usage.input_tokens / 2, "third: forwards less than half its prompt");
+  const info = await (await fetch(`${base}/v1/sessions/${first.id}`)).json();
+  check(info.requests === 3, "the chain's session served three requests", JSON.stringify(info.requests));
+
+  const status = async (promise) => promise.then(() => 200, (e) => e.status ?? -1);
+  const unstored = await client.responses.create({ ...request, input: "A cat sat.", store: false });
+  check(await status(client.responses.create({ ...request, input: "x", previous_response_id: unstored.id })) === 404,
+        "store false: not chainable (404)");
+  check(await status(client.responses.create({ ...request, input: "x", reasoning: { effort: "high" } })) === 400,
+        "reasoning effort: refused (400)");
+}
+
+// ---- (b) the Agents SDK ----
+async function agentsSdk(base, modelId) {
+  const { Agent, Runner, OpenAIProvider, setTracingDisabled, tool } = agents;
+  setTracingDisabled(true);  // no exporter calling out
+  const provider = new OpenAIProvider({ baseURL: `${base}/v1`, apiKey: "unused", useResponses: true });
+  const runner = new Runner({ modelProvider: provider, tracingDisabled: true });
+  const weather = tool({
+    name: "get_weather",
+    description: "Gets the weather in a city.",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"],
+                  additionalProperties: false },
+    strict: true,
+    execute: async ({ city }) => `sunny in ${city}`,
+  });
+  const agent = new Agent({ name: "Storyteller", instructions: "You tell short stories.", model: modelId,
+                            tools: [weather], modelSettings: { temperature: 0 } });
+  const input = "Tell me a story about a dog.";
+
+  const whole = await runner.run(agent, input);
+  check(typeof whole.finalOutput === "string" && whole.finalOutput.length > 0, "agent: finalOutput is text",
+        JSON.stringify(whole.finalOutput));
+  const raw = whole.rawResponses[0];
+  check(whole.rawResponses.length === 1 && /^resp_/.test(raw.responseId), "agent: one response");
+  check(raw.providerData?.tools?.[0]?.name === "get_weather", "agent: the tool reached the server");
+  check(raw.providerData?.usage?.orbit?.session === raw.responseId, "agent: usage.orbit in the response");
+  console.log(`agent: ${JSON.stringify(whole.finalOutput)} (prompt ${raw.usage.inputTokens} tokens)`);
+
+  const stream = await runner.run(agent, input, { stream: true });
+  let text = "";
+  for await (const event of stream) {
+    if (event.type === "raw_model_stream_event" && event.data.type === "output_text_delta") text += event.data.delta;
+  }
+  await stream.completed;
+  check(stream.finalOutput === whole.finalOutput && text === whole.finalOutput,
+        "agent (streamed): the same story, streamed", JSON.stringify(text));
+
+  const chained = await runner.run(agent, "Was it fun?", { previousResponseId: whole.lastResponseId });
+  const o = chained.rawResponses[0]?.providerData?.usage?.orbit ?? {};
+  check(typeof chained.finalOutput === "string", "agent (chained): finalOutput is text");
+  check(o.session === raw.responseId && /keep/.test(o.plan), "agent (chained): the first run's window", JSON.stringify(o));
+  console.log(`agent (chained): ${JSON.stringify(chained.finalOutput)}, orbit ${o.forward_tokens} of ` +
+              `${chained.rawResponses[0]?.usage.inputTokens}, plan ${o.plan}`);
+}
+
+try {
+  let base;
+  try {
+    base = await ready;
+  } catch (e) {
+    if (/built without cpp-httplib/.test(e.message)) {
+      console.log("SKIPPED: this orbit was built without cpp-httplib (no `orbit serve`)");
+      process.exit(SKIP);
+    }
+    throw e;
+  }
+  const modelId = (await (await fetch(`${base}/v1/models`)).json()).data[0].id;
+  await openaiClient(base, modelId);
+  await agentsSdk(base, modelId);
+} catch (e) {
+  check(false, "the test ran to its end", e.stack ?? String(e));
+} finally {
+  await stopServer();
+}
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
