@@ -98,7 +98,8 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
 TEST_CASE("responses: items become chat messages; tools, formats and settings carry over", "[serve][responses]") {
   const sv::Parsed<sv::ResponsesRequest> p = sv::parse_responses_request(R"({"model":"m","instructions":"Be brief.",
     "input":[{"role":"developer","content":"Use tools."},
-             {"type":"message","role":"user","content":[{"type":"input_text","text":"Read "},{"type":"input_text","text":"a"}]},
+             {"type":"message","role":"user",
+              "content":[{"type":"input_text","text":"Read "},{"type":"input_text","text":"a"}]},
              {"type":"message","id":"msg_1","status":"completed","role":"assistant",
               "content":[{"type":"output_text","text":"Reading.","annotations":[]}]},
              {"type":"function_call","id":"fc_1","call_id":"c1","name":"read_file","arguments":"{\"path\":\"a\"}"},

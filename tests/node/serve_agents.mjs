@@ -30,7 +30,8 @@ try {
   ({ default: OpenAI } = await import("openai"));
   agents = await import("@openai/agents");
 } catch (e) {
-  console.log(`SKIPPED: the openai or @openai/agents package is not installed (npm install in tests/node): ${e.message}`);
+  console.log(`SKIPPED: the openai or @openai/agents package is not installed (npm install in tests/node): ` +
+              e.message);
   process.exit(SKIP);
 }
 
@@ -186,7 +187,8 @@ async function agentsSdk(base, modelId) {
   const chained = await runner.run(agent, "Was it fun?", { previousResponseId: whole.lastResponseId });
   const o = chained.rawResponses[0]?.providerData?.usage?.orbit ?? {};
   check(typeof chained.finalOutput === "string", "agent (chained): finalOutput is text");
-  check(o.session === raw.responseId && /keep/.test(o.plan), "agent (chained): the first run's window", JSON.stringify(o));
+  check(o.session === raw.responseId && /keep/.test(o.plan), "agent (chained): the first run's window",
+        JSON.stringify(o));
   console.log(`agent (chained): ${JSON.stringify(chained.finalOutput)}, orbit ${o.forward_tokens} of ` +
               `${chained.rawResponses[0]?.usage.inputTokens}, plan ${o.plan}`);
 }
