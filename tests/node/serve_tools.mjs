@@ -1,12 +1,15 @@
 // Tool loops against `orbit serve` with the clients agent builders use, one client per run:
 //
-//   node serve_tools.mjs ORBIT_BINARY MODEL CLIENT        CLIENT: openai | langchain | aisdk
+//   node serve_tools.mjs ORBIT_BINARY MODEL CLIENT        CLIENT: openai | langchain | aisdk | agents
 //
 //   openai     the official `openai` client: chat.completions.create with tools, the calls read from
 //              message.tool_calls (whole) and from delta.tool_calls (streamed, on every other step)
 //   langchain  @langchain/openai's ChatOpenAI with bindTools: the calls read from AIMessage.tool_calls
 //   aisdk      the AI SDK's generateText with @ai-sdk/openai-compatible: the SDK runs the loop (the tool's
-//              schema given with jsonSchema(), as compact as the others': the model has 512 positions)
+//              schema given with jsonSchema(), as compact as the others': the model has 512 positions); then
+//              generateObject with a schema returns a valid object (response_format json_schema)
+//   agents     the OpenAI Agents SDK on its default Responses API (/v1/responses): the Runner runs the loop
+//              (toolChoice "required" kept, the history windowed by callModelInputFilter)
 //
 // Starts `orbit serve` on 127.0.0.1 (a free port) with MODEL (the bundled stories260K: a story model whose
 // byte tokens can spell any JSON), then runs a 5-step tool loop: each step the model must call the tool
@@ -21,11 +24,11 @@ import { createInterface } from "node:readline";
 
 const SKIP = 77;
 const [orbit, model, client] = process.argv.slice(2);
-if (!orbit || !model || !["openai", "langchain", "aisdk"].includes(client)) {
-  console.error("usage: node serve_tools.mjs ORBIT_BINARY MODEL openai|langchain|aisdk");
+if (!orbit || !model || !["openai", "langchain", "aisdk", "agents"].includes(client)) {
+  console.error("usage: node serve_tools.mjs ORBIT_BINARY MODEL openai|langchain|aisdk|agents");
   process.exit(2);
 }
-const packages = { openai: ["openai"], langchain: ["@langchain/openai", "@langchain/core/messages"], aisdk: ["ai", "@ai-sdk/openai-compatible"] };
+const packages = { openai: ["openai"], langchain: ["@langchain/openai", "@langchain/core/messages"], aisdk: ["ai", "@ai-sdk/openai-compatible"], agents: ["@openai/agents"] };
 const modules = {};
 for (const name of packages[client]) {
   try {
@@ -199,9 +202,59 @@ async function aisdkLoop() {
   });
 }
 
+async function agentsLoop() {
+  const { Agent, Runner, OpenAIProvider, setTracingDisabled, tool } = modules["@openai/agents"];
+  setTracingDisabled(true);  // no exporter calling out
+  const provider = new OpenAIProvider({ baseURL: `${base}/v1`, apiKey: "unused", useResponses: true });
+  const runner = new Runner({ modelProvider: provider, tracingDisabled: true });
+  // Not strict: the SDK then sends the schema as given, as compact as the other clients' (512 positions).
+  const reader = tool({ name: "read_page", description, parameters, strict: false,
+                        execute: async ({ page }) => readPage(page) });
+  const agent = new Agent({
+    name: "Reader",
+    model: modelId,
+    tools: [reader],
+    modelSettings: { temperature: 0, toolChoice: "required", parallelToolCalls: false, maxTokens: 80 },
+    resetToolChoice: false,  // every turn calls the tool ...
+    // ... until the fifth call's result is the final output.
+    toolUseBehavior: (context, results) =>
+      pagesRead.length >= STEPS ? { isFinalOutput: true, isInterrupted: undefined, finalOutput: results[0].output }
+                                : { isFinalOutput: false, isInterrupted: undefined },
+  });
+  // A sliding window: the task and the last call with its result.
+  const callModelInputFilter = ({ modelData }) =>
+    ({ ...modelData, input: modelData.input.length > 3 ? [modelData.input[0], ...modelData.input.slice(-2)] : modelData.input });
+  const result = await runner.run(agent, TASK, { maxTurns: STEPS + 1, callModelInputFilter });
+  const calls = result.newItems.filter((i) => i.type === "tool_call_item");
+  check(calls.length === STEPS, "agents: a call on every turn", String(calls.length));
+  check(result.rawResponses.every((r) => r.providerData?.usage?.orbit !== undefined), "agents: usage.orbit on every response");
+  check(typeof result.finalOutput === "string" && result.finalOutput.startsWith("Page "), "agents: the last result is the output",
+        JSON.stringify(result.finalOutput));
+  result.rawResponses.forEach((r, i) => {
+    const o = r.providerData?.usage?.orbit ?? {};
+    console.log(`agents turn ${i + 1}: read_page(${calls[i]?.rawItem?.arguments}); prompt ${r.usage.inputTokens}, ` +
+                `orbit forwarded ${o.forward_tokens}, plan ${o.plan}`);
+  });
+}
+
+async function aisdkObject() {
+  const { generateObject, jsonSchema } = modules.ai;
+  const { createOpenAICompatible } = modules["@ai-sdk/openai-compatible"];
+  const provider = createOpenAICompatible({ name: "orbit", baseURL: `${base}/v1`, apiKey: "unused",
+                                            supportsStructuredOutputs: true });
+  const schema = { type: "object", properties: { title: { type: "string", maxLength: 12 }, pages: { type: "integer" } },
+                   required: ["title", "pages"], additionalProperties: false };
+  const { object } = await generateObject({ model: provider(modelId), schema: jsonSchema(schema), prompt: "Name a book.",
+                                            maxOutputTokens: 64, temperature: 0, maxRetries: 0 });
+  check(typeof object?.title === "string" && Number.isInteger(object?.pages), "aisdk: generateObject returns a valid object",
+        JSON.stringify(object));
+  console.log(`aisdk generateObject: ${JSON.stringify(object)}`);
+}
+
 try {
-  await { openai: openaiLoop, langchain: langchainLoop, aisdk: aisdkLoop }[client]();
+  await { openai: openaiLoop, langchain: langchainLoop, aisdk: aisdkLoop, agents: agentsLoop }[client]();
   check(pagesRead.length === STEPS, `${client}: the tool ran on every step`, JSON.stringify(pagesRead));
+  if (client === "aisdk") await aisdkObject();
 } catch (e) {
   check(false, `${client}: the loop threw`, `${e.stack ?? e}\n  server stderr: ${stderr.slice(-2000)}`);
 } finally {
