@@ -3,6 +3,10 @@
 // calls, and token masks over a small vocabulary (including the start-of-text bytes and the end tokens).
 // Links orbit_constrain and Catch only (no torch).
 #include <catch2/catch.hpp>
+#include <functional>
+#include <limits>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -389,4 +393,34 @@ TEST_CASE("token masks: start-of-text bytes apply to the first token only", "[co
   CHECK(at_start.matcher().text() == "{");
   CHECK(at_start.allowed().allows(id_of(*vocab, " ")));
   CHECK_FALSE(at_start.allowed().allows(space_brace));
+}
+
+TEST_CASE("token masks: the budget under minLength, where every token shortens what is left", "[constraint][mask]") {
+  // More tokens than a mask lists one by one (each plain token of k characters leaves k fewer to write).
+  TokenBytes b = small_vocabulary();
+  std::mt19937_64 rng(3);
+  std::set<std::string> seen;
+  while (seen.size() < 6000) {
+    std::string s;
+    for (int k = 1 + static_cast<int>(rng() % 6); k > 0; --k) s.push_back(static_cast<char>('a' + rng() % 26));
+    if (seen.insert(s).second) b.text.emplace_back(s);
+  }
+  const auto vocab = TokenVocabulary::from_bytes(b);
+  const auto c = schema(R"({"type": "string", "minLength": 40})");
+  TokenConstraint tc(c, vocab);
+  tc.accept(id_of(*vocab, "\""));
+  for (int i = 0; i < 8; ++i) tc.accept(id_of(*vocab, "a"));
+  // 32 more characters and the quote: 33 bytes. With 30 tokens after this one, a token must write 3+.
+  const TokenMask m = tc.allowed(30);
+  int64_t checked = 0;
+  for (int64_t id = 0; id < vocab->size(); ++id) {
+    ConstraintMatcher after = tc.matcher();
+    const auto& bytes = vocab->bytes(id);
+    const bool ok = bytes.has_value() && after.advance(*bytes) && after.min_bytes_to_complete() <= 30;
+    INFO("token " << id << " '" << bytes.value_or("") << "'");
+    CHECK(m.allows(id) == ok);
+    checked += ok ? 1 : 0;
+  }
+  CHECK(checked > 1000);
+  CHECK(tc.allowed().count() > m.count());
 }

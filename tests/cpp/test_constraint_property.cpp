@@ -45,8 +45,9 @@ class SchemaGen {
 
   Json string_schema() {
     Json s{{"type", "string"}};
-    if (pick(3) == 0) s["minLength"] = pick(3);
-    if (pick(3) == 0) s["maxLength"] = 3 + pick(5);
+    const int min = pick(3) == 0 ? std::vector<int>{1, 2, 20, 30}[static_cast<std::size_t>(pick(4))] : 0;
+    if (min > 0) s["minLength"] = min;
+    if (pick(3) == 0) s["maxLength"] = min + 3 + pick(5);
     return s;
   }
 
@@ -197,16 +198,30 @@ std::shared_ptr<const TokenVocabulary> made_up_vocabulary(uint64_t seed) {
   return TokenVocabulary::from_bytes(b);
 }
 
-// The mask by brute force: every token's bytes tried on the matcher.
-void check_mask_brute_force(const TokenConstraint& tc, const TokenVocabulary& vocab, int64_t eos) {
+// The mask by brute force: every token's bytes tried on the matcher; with a budget of `remaining` tokens,
+// only those after which the shortest completion fits (unless none does).
+void check_mask_brute_force(const TokenConstraint& tc, const TokenVocabulary& vocab, int64_t eos, int64_t remaining) {
   const TokenMask m = tc.allowed();
+  const TokenMask budgeted = tc.allowed(remaining);
   REQUIRE(m.complete == tc.matcher().complete());
+  std::vector<bool> fits(static_cast<std::size_t>(vocab.size()), false);
+  bool any_fits = m.complete;
   for (int64_t id = 0; id < vocab.size(); ++id) {
     const auto& bytes = vocab.bytes(id);
-    const bool ok = id != eos && bytes.has_value() && tc.matcher().can_advance(*bytes);
+    ConstraintMatcher after = tc.matcher();
+    const bool ok = id != eos && bytes.has_value() && after.advance(*bytes);
     if (m.allows(id) != ok) {
       FAIL("token " << id << " (" << bytes.value_or("<none>") << ") after '" << tc.matcher().text() << "': mask "
                     << m.allows(id) << ", brute force " << ok);
+    }
+    fits[static_cast<std::size_t>(id)] = ok && after.min_bytes_to_complete() <= remaining;
+    any_fits = any_fits || fits[static_cast<std::size_t>(id)];
+  }
+  for (int64_t id = 0; id < vocab.size(); ++id) {
+    const bool want = any_fits ? fits[static_cast<std::size_t>(id)] : m.allows(id);
+    if (budgeted.allows(id) != want) {
+      FAIL("token " << id << " after '" << tc.matcher().text() << "' with " << remaining << " left: budgeted mask "
+                    << budgeted.allows(id) << ", brute force " << want);
     }
   }
 }
@@ -237,7 +252,7 @@ TEST_CASE("random schemas: every sampled completion parses and validates; masks 
       std::normal_distribution<float> noise(0.0f, 2.0f);
       bool ended = false;
       for (int64_t step = 0; step < budget && !tc.finished(); ++step) {
-        if (step % 3 == 0) check_mask_brute_force(tc, *vocab, eos);
+        if (step % 3 == 0) check_mask_brute_force(tc, *vocab, eos, budget - step - 1);
         std::vector<float> logits(static_cast<std::size_t>(vocab->size()));
         for (float& l : logits) l = noise(rng);
         REQUIRE(tc.mask_logits(logits.data(), vocab->size(), budget - step - 1) > 0);

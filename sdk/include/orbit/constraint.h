@@ -251,6 +251,7 @@ class TokenConstraint {
                   TokenConstraintOptions options = {});
   ~TokenConstraint();
   TokenConstraint(TokenConstraint&&) noexcept;
+  TokenConstraint& operator=(TokenConstraint&&) noexcept;
 
   // The tokens allowed now. `remaining`: how many tokens the run may emit after this one (-1: no limit);
   // a token is then allowed only if the shortest completion after it has at most `remaining` bytes

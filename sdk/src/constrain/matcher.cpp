@@ -46,7 +46,9 @@ enum NumPhase : uint16_t { kNumStart, kNumMinus, kNumZero, kNumInt, kNumDot, kNu
 enum BoxPhase : uint16_t { kOpen, kFirst, kFirstSp, kKey, kColon, kValue, kValueSp, kNext, kComma, kCommaSp };
 
 constexpr int kMaxExponentDigits = 2;
+// Counters written as one value in keys: between the bounds' reach, and below the minimum's reach.
 constexpr uint32_t kMid = std::numeric_limits<uint32_t>::max();
+constexpr uint32_t kBelow = std::numeric_limits<uint32_t>::max() - 1;
 
 bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 bool is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
@@ -637,6 +639,15 @@ int64_t Matcher::min_bytes(const StateSet& s) const {
   return best;
 }
 
+int64_t Matcher::string_room(const StateSet& s) const {
+  if (s.size() != 1 || s.length(0) == 0) return -1;
+  const Frame& top = s.begin(0)[s.length(0) - 1];
+  const Node& n = g_.at(static_cast<int32_t>(top.node));
+  const auto count = static_cast<int64_t>(top.a);
+  if (n.kind != NodeKind::kString || top.phase != kStrBody || count < n.min_count) return -1;
+  return n.max_count - count;
+}
+
 void Matcher::key(const StateSet& s, int64_t horizon, std::vector<uint32_t>& out) const {
   out.clear();
   for (std::size_t i = 0; i < s.size(); ++i) {
@@ -650,10 +661,12 @@ void Matcher::key(const StateSet& s, int64_t horizon, std::vector<uint32_t>& out
         // Every comparison of the counter over the next `horizon` increments comes out the same.
         const bool far_from_max = c + horizon + 2 <= n.max_count;
         const bool past_min = n.min_count == 0 || c >= n.min_count + horizon;
+        const bool below_min = c + horizon + 1 < n.min_count;  // min_bytes then falls by what is written
         switch (n.kind) {
           case NodeKind::kString:
           case NodeKind::kArray:
             if (far_from_max && past_min) a = kMid;
+            if (far_from_max && below_min) a = kBelow;
             break;
           case NodeKind::kNumber:
           case NodeKind::kAnyObject:

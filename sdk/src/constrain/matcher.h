@@ -71,6 +71,10 @@ class Matcher {
   bool can_end(const StateSet& s) const;       // the text so far is a whole match
   bool can_continue(const StateSet& s) const;  // some byte extends it
   int64_t min_bytes(const StateSet& s) const;  // fewest bytes to a whole match (0 when can_end)
+  // When `s` is one stack inside a string's body with at least its minimum length written: how many more
+  // characters the string takes (plain content of at most that many characters keeps it in its body and
+  // leaves min_bytes as it is: token_masks.h). Otherwise -1.
+  int64_t string_room(const StateSet& s) const;
   // The state as words. With horizon H >= 0, a counter whose every comparison comes out the same for the
   // next H bytes (a string's length far from its bounds, say) is written as one sentinel: two states with
   // equal keys then allow exactly the same tokens of at most H bytes, with the same fewest bytes after each.

@@ -181,6 +181,7 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Constraint> constraint,
 
 TokenConstraint::~TokenConstraint() = default;
 TokenConstraint::TokenConstraint(TokenConstraint&&) noexcept = default;
+TokenConstraint& TokenConstraint::operator=(TokenConstraint&&) noexcept = default;
 
 bool TokenConstraint::is_end_token(int64_t token) const {
   return std::find(options_.end_tokens.begin(), options_.end_tokens.end(), token) != options_.end_tokens.end();
@@ -212,6 +213,7 @@ void set_bit(std::vector<uint64_t>& bits, int64_t id, bool on) {
 TokenMask TokenConstraint::allowed(int64_t remaining) const {
   const constrain::MaskEntry& entry = *cache_->get(matcher_.state_->set);
   const constrain::Matcher& m = parts_of(matcher_.constraint_).matcher;
+  const StateSet& now = matcher_.state_->set;
   // Tokens whose bytes differ at the text's start are judged apart: (need after, token) when allowed.
   std::vector<std::pair<int64_t, int32_t>> apart;
   std::vector<int64_t> apart_ids;
@@ -219,7 +221,7 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
     StateSet after;
     for (const auto& [id, bytes] : vocabulary_->at_start()) {
       apart_ids.push_back(id);
-      if (bytes.has_value() && !bytes->empty() && walk(m, matcher_.state_->set, *bytes, after)) {
+      if (bytes.has_value() && !bytes->empty() && walk(m, now, *bytes, after)) {
         apart.emplace_back(m.min_bytes(after), static_cast<int32_t>(id));
       }
     }
@@ -229,21 +231,39 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
   mask.complete = entry.complete;
   mask.bits = entry.bits;
   for (int64_t id : apart_ids) set_bit(mask.bits, id, false);
-  TokenMask budgeted = mask;
   for (const auto& [need, id] : apart) set_bit(mask.bits, id, true);
-  if (remaining >= 0) {
-    // Only tokens after which the shortest completion fits in `remaining` bytes (one token per byte).
-    if (entry.need > remaining) std::fill(budgeted.bits.begin(), budgeted.bits.end(), 0);
-    for (const auto& [need, id] : entry.differs) {
-      if (!is_apart(id)) set_bit(budgeted.bits, id, need <= remaining);
+  for (int64_t e : options_.end_tokens) set_bit(mask.bits, e, false);
+  // Needs after each token: the state's own plus the entry's changes (entries are shared by states whose
+  // needs differ by a constant: token_masks.h).
+  const int64_t need_now = m.min_bytes(now);
+  int64_t most = entry.allowed > 0 ? need_now + entry.max_delta : 0;
+  int64_t least = entry.allowed > 0 ? need_now + entry.min_delta : std::numeric_limits<int64_t>::max();
+  for (const auto& [need, id] : apart) {
+    most = std::max(most, need);
+    least = std::min(least, need);
+  }
+  // The budget: only tokens after which the shortest completion fits in `remaining` bytes (one token per
+  // byte); nothing to drop when every token fits, and dropped when none does.
+  if (remaining < 0 || most <= remaining || (least > remaining && !(mask.complete && !options_.end_tokens.empty()))) {
+    return mask;
+  }
+  TokenMask budgeted = mask;
+  if (entry.differs_complete) {
+    if (need_now > remaining) std::fill(budgeted.bits.begin(), budgeted.bits.end(), 0);
+    for (const auto& [delta, id] : entry.differs) {
+      if (!is_apart(id)) set_bit(budgeted.bits, id, need_now + delta <= remaining);
     }
-    for (const auto& [need, id] : apart) set_bit(budgeted.bits, id, need <= remaining);
+  } else {
+    // Too many tokens differ to have been listed: ask the matcher for each allowed one.
+    StateSet after;
+    for (int64_t id = 0; id < vocabulary_->size(); ++id) {
+      if (!mask.allows(id) || is_apart(id)) continue;
+      const bool fits = walk(m, now, *vocabulary_->bytes(id), after) && m.min_bytes(after) <= remaining;
+      set_bit(budgeted.bits, id, fits);
+    }
   }
-  for (int64_t e : options_.end_tokens) {
-    set_bit(mask.bits, e, false);
-    set_bit(budgeted.bits, e, false);
-  }
-  if (remaining < 0) return mask;
+  for (const auto& [need, id] : apart) set_bit(budgeted.bits, id, need <= remaining);
+  for (int64_t e : options_.end_tokens) set_bit(budgeted.bits, e, false);
   const bool ends = budgeted.complete && !options_.end_tokens.empty();
   return ends || budgeted.count() > 0 ? budgeted : mask;
 }
@@ -253,8 +273,11 @@ namespace {
 template <typename T>
 int64_t apply_mask(const TokenMask& mask, const std::vector<int64_t>& end_tokens, T* logits, int64_t n) {
   int64_t allowed = 0;
-  const auto limit = std::min<int64_t>(n, static_cast<int64_t>(mask.bits.size()) * 64);
-  for (int64_t id = 0; id < limit; ++id) allowed += mask.allows(id) ? 1 : 0;
+  for (int64_t w = 0; w * 64 < n && static_cast<std::size_t>(w) < mask.bits.size(); ++w) {
+    uint64_t bits = mask.bits[static_cast<std::size_t>(w)];
+    if ((w + 1) * 64 > n) bits &= (uint64_t{1} << (n % 64)) - 1;  // ids past n do not count
+    allowed += static_cast<int64_t>(std::bitset<64>(bits).count());
+  }
   std::vector<std::pair<int64_t, T>> ends;
   if (mask.complete) {
     for (int64_t e : end_tokens) {
@@ -270,8 +293,13 @@ int64_t apply_mask(const TokenMask& mask, const std::vector<int64_t>& end_tokens
     const uint64_t bits = static_cast<std::size_t>(w) < mask.bits.size() ? mask.bits[static_cast<std::size_t>(w)] : 0;
     if (bits == ~uint64_t{0}) continue;
     const int64_t end = std::min<int64_t>(n, (w + 1) * 64);
-    for (int64_t id = w * 64; id < end; ++id) {
-      if (((bits >> (id % 64)) & 1) == 0) logits[id] = minus_inf;
+    if (bits == 0) {
+      std::fill(logits + w * 64, logits + end, minus_inf);
+      continue;
+    }
+    for (uint64_t off = ~bits; off != 0; off &= off - 1) {  // each disallowed id of the word
+      const int64_t id = w * 64 + __builtin_ctzll(off);
+      if (id < end) logits[id] = minus_inf;
     }
   }
   for (const auto& [e, value] : ends) logits[e] = value;

@@ -9,21 +9,17 @@
 
 namespace orbit::constrain {
 
-VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
-    : vocab_size_(static_cast<int64_t>(bytes.size())) {
-  std::vector<int32_t> ids;
-  for (std::size_t i = 0; i < bytes.size(); ++i) {
-    if (bytes[i].has_value() && !bytes[i]->empty()) ids.push_back(static_cast<int32_t>(i));
-  }
+PreorderTrie PreorderTrie::of(const std::vector<std::optional<std::string>>& bytes, std::vector<int32_t> ids) {
+  PreorderTrie t;
   std::sort(ids.begin(), ids.end(), [&](int32_t x, int32_t y) {
     return *bytes[static_cast<std::size_t>(x)] < *bytes[static_cast<std::size_t>(y)];
   });
   // Strings in sorted order: a prefix comes before what extends it, so each string's last node is the node
   // made last, and its tokens can be appended in node order.
-  byte_.push_back(0);
-  depth_.push_back(0);
-  end_.push_back(0);
-  token_begin_.push_back(0);
+  t.byte.push_back(0);
+  t.depth.push_back(0);
+  t.end.push_back(0);
+  t.token_begin.push_back(0);
   std::vector<int32_t> path{0};
   const std::string* prev = nullptr;
   for (int32_t id : ids) {
@@ -35,25 +31,90 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
       while (lcp < prev->size() && lcp < s.size() && (*prev)[lcp] == s[lcp]) ++lcp;
     }
     while (path.size() > lcp + 1) {
-      end_[static_cast<std::size_t>(path.back())] = static_cast<int32_t>(byte_.size());
+      t.end[static_cast<std::size_t>(path.back())] = static_cast<int32_t>(t.byte.size());
       path.pop_back();
     }
     for (std::size_t k = lcp; k < s.size(); ++k) {
-      path.push_back(static_cast<int32_t>(byte_.size()));
-      byte_.push_back(static_cast<uint8_t>(s[k]));
-      depth_.push_back(static_cast<uint16_t>(k + 1));
-      end_.push_back(0);
-      token_begin_.push_back(static_cast<int32_t>(tokens_.size()));
+      path.push_back(static_cast<int32_t>(t.byte.size()));
+      t.byte.push_back(static_cast<uint8_t>(s[k]));
+      t.depth.push_back(static_cast<uint16_t>(k + 1));
+      t.end.push_back(0);
+      t.token_begin.push_back(static_cast<int32_t>(t.tokens.size()));
     }
-    tokens_.push_back(id);
-    max_len_ = std::max(max_len_, static_cast<int64_t>(s.size()));
+    t.tokens.push_back(id);
+    t.max_len = std::max(t.max_len, static_cast<int64_t>(s.size()));
     prev = &s;
   }
   while (!path.empty()) {
-    end_[static_cast<std::size_t>(path.back())] = static_cast<int32_t>(byte_.size());
+    t.end[static_cast<std::size_t>(path.back())] = static_cast<int32_t>(t.byte.size());
     path.pop_back();
   }
-  token_begin_.push_back(static_cast<int32_t>(tokens_.size()));
+  t.token_begin.push_back(static_cast<int32_t>(t.tokens.size()));
+  return t;
+}
+
+namespace {
+
+// Whether a JSON string's body takes all of `s` and is back in its body after it (see VocabTrie).
+// The characters of `s` when a JSON string's body takes all of it and is back in its body after it (see
+// VocabTrie), else 0.
+int64_t plain_string_chars(const std::string& s) {
+  int64_t chars = 0;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<uint8_t>(s[i]);
+    ++chars;
+    if (c < 0x80) {
+      if (c < 0x20 || c == '"' || c == '\\') return 0;
+      ++i;
+      continue;
+    }
+    // A whole UTF-8 character: its lead byte, then the continuation bytes the matcher accepts.
+    std::size_t n = 0;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return 0;
+    }
+    for (std::size_t k = 1; k <= n; ++k) {
+      if (i + k >= s.size()) return 0;
+      const auto b = static_cast<uint8_t>(s[i + k]);
+      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return 0;
+    }
+    i += n + 1;
+  }
+  return chars;
+}
+
+}  // namespace
+
+VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
+    : vocab_size_(static_cast<int64_t>(bytes.size())) {
+  std::vector<int32_t> ids, not_plain;
+  plain_bits_.assign(static_cast<std::size_t>((vocab_size_ + 63) / 64), 0);
+  plain_chars_.assign(bytes.size(), 0);
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (!bytes[i].has_value() || bytes[i]->empty()) continue;
+    ids.push_back(static_cast<int32_t>(i));
+    const int64_t chars = plain_string_chars(*bytes[i]);
+    if (chars > 0 && chars < 256) {
+      plain_bits_[i / 64] |= uint64_t{1} << (i % 64);
+      plain_chars_[i] = static_cast<uint8_t>(chars);
+      ++plain_count_;
+    } else {
+      not_plain.push_back(static_cast<int32_t>(i));
+    }
+  }
+  all_ = PreorderTrie::of(bytes, std::move(ids));
+  not_plain_ = PreorderTrie::of(bytes, std::move(not_plain));
 }
 
 std::size_t MaskCache::KeyHash::operator()(const std::vector<uint32_t>& k) const noexcept {
@@ -72,33 +133,68 @@ MaskCache::MaskCache(const Grammar& grammar, const VocabTrie& trie, std::size_t 
   max_entries_ = std::max<std::size_t>(16, max_bytes / per_mask);
 }
 
-MaskEntry MaskCache::compute(const StateSet& state) const {
-  MaskEntry e;
-  e.bits.assign(static_cast<std::size_t>((trie_.vocab_size() + 63) / 64), 0);
-  e.complete = matcher_.can_end(state);
-  e.need = matcher_.min_bytes(state);
-  std::vector<StateSet> at(static_cast<std::size_t>(trie_.max_token_bytes()) + 1);
+namespace {
+
+// Counts one more allowed token `t` with `need` bytes left after it.
+void allow(MaskEntry& e, int32_t t, int64_t need) {
+  e.bits[static_cast<std::size_t>(t) / 64] |= uint64_t{1} << (t % 64);
+  ++e.allowed;
+  const int64_t delta = need - e.need;
+  e.min_delta = std::min(e.min_delta, delta);
+  e.max_delta = std::max(e.max_delta, delta);
+  if (delta == 0 || !e.differs_complete) return;
+  if (e.differs.size() < MaskEntry::kMaxDiffers) {
+    e.differs.emplace_back(delta, t);
+  } else {
+    e.differs.clear();
+    e.differs_complete = false;
+  }
+}
+
+}  // namespace
+
+void MaskCache::walk(const PreorderTrie& trie, const StateSet& state, MaskEntry& e) const {
+  std::vector<StateSet> at(static_cast<std::size_t>(trie.max_len) + 1);
   at[0] = state;
-  const std::size_t n = trie_.byte_.size();
+  const std::size_t n = trie.byte.size();
   for (std::size_t i = 1; i < n;) {
-    const std::size_t d = trie_.depth_[i];
-    if (!matcher_.step(at[d - 1], trie_.byte_[i], at[d])) {
-      i = static_cast<std::size_t>(trie_.end_[i]);  // no token through this node can be allowed
+    const std::size_t d = trie.depth[i];
+    if (!matcher_.step(at[d - 1], trie.byte[i], at[d])) {
+      i = static_cast<std::size_t>(trie.end[i]);  // no token through this node can be allowed
       continue;
     }
-    const int32_t first = trie_.token_begin_[i], last = trie_.token_begin_[i + 1];
+    const int32_t first = trie.token_begin[i], last = trie.token_begin[i + 1];
     if (first < last) {
       const int64_t need = matcher_.min_bytes(at[d]);
-      for (int32_t k = first; k < last; ++k) {
-        const int32_t t = trie_.tokens_[static_cast<std::size_t>(k)];
-        e.bits[static_cast<std::size_t>(t) / 64] |= uint64_t{1} << (t % 64);
-        ++e.allowed;
-        if (need != e.need) e.differs.emplace_back(need, t);
-      }
+      for (int32_t k = first; k < last; ++k) allow(e, trie.tokens[static_cast<std::size_t>(k)], need);
     }
     ++i;
   }
-  std::sort(e.differs.begin(), e.differs.end());
+}
+
+MaskEntry MaskCache::compute(const StateSet& state) const {
+  MaskEntry e;
+  e.complete = matcher_.can_end(state);
+  e.need = matcher_.min_bytes(state);
+  e.bits.assign(static_cast<std::size_t>((trie_.vocab_size() + 63) / 64), 0);
+  const int64_t room = matcher_.string_room(state);
+  if (room >= 0) {
+    // Inside a string: the plain tokens whose characters fit, then a walk of the others.
+    if (room >= trie_.max_token_bytes() && trie_.plain_count_ > 0) {
+      e.bits = trie_.plain_bits_;
+      e.allowed = trie_.plain_count_;
+      e.min_delta = std::min<int64_t>(e.min_delta, 0);
+      e.max_delta = std::max<int64_t>(e.max_delta, 0);
+    } else {
+      for (std::size_t t = 0; t < trie_.plain_chars_.size(); ++t) {
+        const int64_t chars = trie_.plain_chars_[t];
+        if (chars > 0 && chars <= room) allow(e, static_cast<int32_t>(t), e.need);
+      }
+    }
+    walk(trie_.not_plain_, state, e);
+  } else {
+    walk(trie_.all_, state, e);
+  }
   return e;
 }
 

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,35 +29,60 @@
 
 namespace orbit::constrain {
 
+// The tokens of a vocabulary as a preorder trie (see above).
+struct PreorderTrie {
+  std::vector<uint8_t> byte;
+  std::vector<uint16_t> depth;
+  std::vector<int32_t> end;
+  std::vector<int32_t> token_begin;  // node i's tokens: tokens[token_begin[i], token_begin[i + 1])
+  std::vector<int32_t> tokens;
+  int64_t max_len = 0;
+
+  // The trie of `ids` (their bytes in `bytes`, non-empty).
+  static PreorderTrie of(const std::vector<std::optional<std::string>>& bytes, std::vector<int32_t> ids);
+};
+
+// A vocabulary's tries. Besides the trie of every token, the trie of the tokens that are not plain string
+// content: a plain token is one a JSON string's body takes whole and stays in its body after (printable
+// ASCII but '"' and '\\', and whole UTF-8 characters). Inside a string at least its minLength long, a plain
+// token is allowed exactly when its characters fit under maxLength, and it leaves the fewest bytes to write
+// as they were; so a mask there walks only the other trie.
 class VocabTrie {
  public:
   // bytes[id]: the token's bytes; nullopt or empty: not in the trie (never allowed).
   explicit VocabTrie(const std::vector<std::optional<std::string>>& bytes);
 
   int64_t vocab_size() const { return vocab_size_; }
-  int64_t max_token_bytes() const { return max_len_; }
-  std::size_t nodes() const { return byte_.size(); }
+  int64_t max_token_bytes() const { return all_.max_len; }
+  std::size_t nodes() const { return all_.byte.size(); }
 
  private:
   friend class MaskCache;
   int64_t vocab_size_ = 0;
-  int64_t max_len_ = 0;
-  std::vector<uint8_t> byte_;
-  std::vector<uint16_t> depth_;
-  std::vector<int32_t> end_;
-  std::vector<int32_t> token_begin_;  // node i's tokens: tokens_[token_begin_[i], token_begin_[i + 1])
-  std::vector<int32_t> tokens_;
+  PreorderTrie all_;
+  PreorderTrie not_plain_;
+  std::vector<uint64_t> plain_bits_;
+  int64_t plain_count_ = 0;
+  std::vector<uint8_t> plain_chars_;  // per id: the characters of a plain token (0: not plain)
 };
 
-// One state's mask. `need` is the fewest bytes that complete the text from the state (0: complete);
-// `differs` lists the allowed tokens after which that number is not `need`, as (need after, token),
-// sorted by need. Every other allowed token leaves exactly `need` bytes to write.
+// One state's mask. `need` is the fewest bytes that complete the text from the state the mask was computed
+// for (0: complete). The budget works in differences from it, which hold for every state of the same key
+// (matcher.h: key) even where `need` itself differs (a string far below its minLength): `differs` lists the
+// allowed tokens after which the fewest bytes left change by other than 0, as (change, token); every other
+// allowed token leaves them as they were. When more than kMaxDiffers tokens change it (a string below its
+// minLength: each token shortens what is left by its own length) the list is dropped (differs_complete
+// false) and a budget check asks the matcher per token. min_delta and max_delta bound the change.
 struct MaskEntry {
+  static constexpr std::size_t kMaxDiffers = 4096;
   std::vector<uint64_t> bits;
   int64_t allowed = 0;
   bool complete = false;
   int64_t need = 0;
   std::vector<std::pair<int64_t, int32_t>> differs;
+  bool differs_complete = true;
+  int64_t min_delta = std::numeric_limits<int64_t>::max();
+  int64_t max_delta = std::numeric_limits<int64_t>::min();
 };
 
 // The masks of one grammar over one vocabulary. Thread-safe: lookups lock; a miss computes outside the lock
@@ -68,6 +94,12 @@ class MaskCache {
   std::shared_ptr<const MaskEntry> get(const StateSet& state) const;
   // The walk itself (uncached).
   MaskEntry compute(const StateSet& state) const;
+
+ private:
+  // Walks `trie` from `state`, adding what it allows to `e`.
+  void walk(const PreorderTrie& trie, const StateSet& state, MaskEntry& e) const;
+
+ public:
   std::size_t hits() const;
   std::size_t misses() const;
 
