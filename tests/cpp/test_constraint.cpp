@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "orbit/constraint.h"
@@ -423,4 +424,45 @@ TEST_CASE("token masks: the budget under minLength, where every token shortens w
   }
   CHECK(checked > 1000);
   CHECK(tc.allowed().count() > m.count());
+}
+
+namespace {
+
+// A decode under `c` with logits drawn from `seed`: the text it writes.
+std::string decode(const std::shared_ptr<const Constraint>& c, const std::shared_ptr<const TokenVocabulary>& vocab,
+                   uint64_t seed) {
+  TokenConstraint tc(c, vocab);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> logits(static_cast<std::size_t>(vocab->size()));
+  for (int step = 0; step < 64 && !tc.finished(); ++step) {
+    for (float& l : logits) l = u(rng);
+    if (tc.mask_logits(logits.data(), vocab->size(), 63 - step) == 0) break;
+    tc.accept(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  return tc.matcher().text();
+}
+
+}  // namespace
+
+TEST_CASE("one constraint and vocabulary shared by threads: the same texts as one thread", "[constraint][thread]") {
+  const auto vocab = TokenVocabulary::from_bytes(small_vocabulary());
+  const auto c = schema(R"({"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"},
+      "n": {"type": "number"}}, "required": ["k"]}, "maxItems": 3})");
+  // One thread, with a constraint of its own (its own mask cache)...
+  const auto reference = schema(R"({"type": "array", "items": {"type": "object", "properties": {"k": {"type":
+      "string"}, "n": {"type": "number"}}, "required": ["k"]}, "maxItems": 3})");
+  std::vector<std::string> alone;
+  for (uint64_t seed = 0; seed < 32; ++seed) alone.push_back(decode(reference, vocab, seed));
+  // ... and four threads sharing `c` and its cache, from cold.
+  std::vector<std::string> shared(32);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t seed = static_cast<uint64_t>(t); seed < 32; seed += 4) shared[seed] = decode(c, vocab, seed);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  CHECK(shared == alone);
+  for (const std::string& text : shared) CHECK(c->matches(text));
 }

@@ -1,9 +1,10 @@
-// Matching bytes against a Grammar (grammar.h): a pushdown machine whose state is a set of stacks.
+// Matching bytes against a Grammar (grammar.h): a pushdown machine whose state is a set of stacks (the
+// byte transitions of each node kind are matcher_nodes.h).
 //
 //   stack   [ Sequence a=1 | Object phase=kNext a=2 | String phase=kBody a=17 ]     top last
 //
 // Each frame is one node being matched: its node index, a phase within it, its nesting depth and two
-// counters (what a and b mean depends on the node kind: matcher.cpp says). A container sets its own
+// counters (what a and b mean depends on the node kind: matcher_nodes.h says). A container sets its own
 // phase to what follows a child before pushing the child, so a frame below the top always stands for
 // "what remains after the child above me completes". A finished frame is popped at once.
 //

@@ -166,14 +166,59 @@ std::shared_ptr<const TokenVocabulary> tokenizer_vocabulary(const TokenizerCalls
   return vocabulary;
 }
 
+namespace {
+
+// The last vocabularies read from runtime tokenizers, by the tokenizer's address: a generate call finds its
+// engine's without reading every piece again. An address can be reused by a later tokenizer, so a hit also
+// needs the same file, size and a sample of pieces.
+struct ByAddress {
+  const runtime::Tokenizer* tokenizer = nullptr;
+  int64_t model_vocab = 0;
+  std::string source;
+  uint64_t sample = 0;
+  std::shared_ptr<const TokenVocabulary> vocabulary;
+};
+
+uint64_t sample_of(const runtime::Tokenizer& tokenizer) {
+  uint64_t h = mix(1469598103934665603ull, tokenizer.kind());
+  const int64_t n = tokenizer.vocab_size();
+  for (int64_t k = 0; k < 16 && n > 0; ++k) {
+    const int64_t id = n * k / 16;
+    try {
+      h = mix(h, tokenizer.piece(id));
+    } catch (const Error&) {
+    }
+  }
+  return h;
+}
+
+}  // namespace
+
 std::shared_ptr<const TokenVocabulary> tokenizer_vocabulary(const runtime::Tokenizer& tokenizer, int64_t model_vocab) {
+  static std::mutex mutex;
+  static std::list<ByAddress> recent;  // most recent first
+  const uint64_t sample = sample_of(tokenizer);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto it = recent.begin(); it != recent.end(); ++it) {
+      if (it->tokenizer == &tokenizer && it->model_vocab == model_vocab && it->source == tokenizer.source() &&
+          it->sample == sample) {
+        recent.splice(recent.begin(), recent, it);
+        return recent.front().vocabulary;
+      }
+    }
+  }
   TokenizerCalls calls;
   calls.model_vocab = model_vocab;
   calls.bos = tokenizer.bos_id();
   calls.piece = [&](int64_t id) { return tokenizer.piece(id); };
   calls.decode = [&](const std::vector<int64_t>& ids, int64_t previous) { return tokenizer.decode(ids, previous); };
   calls.encode = [&](std::string_view text) { return tokenizer.encode(text, false); };
-  return tokenizer_vocabulary(calls);
+  auto vocabulary = tokenizer_vocabulary(calls);
+  std::lock_guard<std::mutex> lock(mutex);
+  recent.push_front({&tokenizer, model_vocab, tokenizer.source(), sample, vocabulary});
+  if (recent.size() > Registry::kKeep) recent.pop_back();
+  return vocabulary;
 }
 
 bool starts_text(const TokenVocabulary& vocabulary, const runtime::Tokenizer& tokenizer, int64_t previous) {
