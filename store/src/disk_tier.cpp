@@ -37,7 +37,7 @@ bool is_index_damage(const std::exception& error) {
   for (int code : {SQLITE_CORRUPT, SQLITE_NOTADB}) {
     if (text.find(sqlite3_errstr(code)) != std::string::npos) return true;
   }
-  return text.find("malformed") != std::string::npos;
+  return text.find("malformed") != std::string::npos || text.find(kSchemaDamaged) != std::string::npos;
 }
 
 namespace {

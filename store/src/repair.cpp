@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "blobs_root.h"
@@ -15,6 +16,7 @@
 #include "orbit/store.h"
 #include "orbit/store/blob_format.h"
 #include "orbit/store/blob_io.h"
+#include "orbit/store/disk_tier.h"
 #include "orbit/store/sqlite_index.h"
 
 namespace orbit {
@@ -139,7 +141,16 @@ RepairReport repair_store(const std::string& dir) {
 
   const std::string damage = index_damage(root + "/index.sqlite");
   if (!damage.empty()) set_damaged_index_aside(root, damage, &report);
-  SqliteIndex index(root + "/index.sqlite", SqliteIndex::Mode::kRepair);
+  std::unique_ptr<SqliteIndex> opened;
+  try {
+    opened = std::make_unique<SqliteIndex>(root + "/index.sqlite", SqliteIndex::Mode::kRepair);
+  } catch (const Error& e) {
+    // A schema SQLite reads but this build cannot (a table lost a column): rebuilt like a malformed one.
+    if (!store::is_index_damage(e)) throw;
+    set_damaged_index_aside(root, e.what(), &report);
+    opened = std::make_unique<SqliteIndex>(root + "/index.sqlite", SqliteIndex::Mode::kRepair);
+  }
+  SqliteIndex& index = *opened;
   std::string fingerprint = index.meta("model_fingerprint").value_or("");
   if (fingerprint.empty()) {
     ORBIT_CHECK(fingerprints.size() <= 1, "store " << root << ": its blobs belong to " << fingerprints.size()

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "orbit/common/error.h"
@@ -25,6 +26,20 @@ const char* kSchema =
     "  expected_reuse REAL NOT NULL DEFAULT 1);"
     "CREATE TABLE IF NOT EXISTS leases(key TEXT NOT NULL, owner TEXT NOT NULL, kind INTEGER NOT NULL,"
     "  expires INTEGER NOT NULL, PRIMARY KEY(key, owner, kind));";
+
+// The tables and columns this build reads (kSchema makes them). leases may be absent: stores written
+// before leases existed get the table when opened for writing.
+struct TableSpec {
+  const char* name;
+  std::vector<const char*> columns;
+};
+const TableSpec kTables[] = {
+    {"meta", {"name", "value"}},
+    {"entries",
+     {"key", "kind", "encoding", "blob", "blob_bytes", "value_bytes", "checksum", "pinned", "corrupt", "hits",
+      "last_access", "recompute_cost", "expected_reuse"}},
+    {"leases", {"key", "owner", "kind", "expires"}},
+};
 
 // A file name as an SQLite URI path (RFC 3986 percent-encoding of everything but unreserved and '/').
 std::string uri_path(const std::string& path) {
@@ -146,6 +161,13 @@ int retry_while_busy(Attempt&& attempt) {
 
 }  // namespace
 
+// What an index's schema holds of kTables.
+struct SqliteIndex::SchemaState {
+  bool empty = true;              // no table at all: a new index (or one being created)
+  std::set<std::string> missing;  // tables of kTables it lacks
+  std::string damage;             // a table of kTables without one of its columns, or ""
+};
+
 void SqliteIndex::open(const std::string& uri, int flags) {
   const int rc = sqlite3_open_v2(uri.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, nullptr);
   if (rc != SQLITE_OK) {
@@ -177,11 +199,13 @@ SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
   }
   try {
     if (mode != Mode::kReadOnly) {
-      // Both are idempotent, so a busy attempt is simply made again (several processes may create the
-      // same store at once).
+      // Idempotent, so a busy attempt is simply made again (several processes may create the same store
+      // at once).
       exec_retrying_or_throw("PRAGMA journal_mode=WAL");
       exec_or_throw("PRAGMA synchronous=FULL");
-      exec_retrying_or_throw(kSchema);
+      ensure_schema(mode);
+    } else {
+      check_schema(read_schema(), mode);
     }
     auto version = meta("format_version");
     if (!version && mode != Mode::kReadOnly) {
@@ -206,6 +230,75 @@ SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
 }
 
 SqliteIndex::~SqliteIndex() { sqlite3_close(db_); }
+
+SqliteIndex::SchemaState SqliteIndex::read_schema() const {
+  SchemaState state;
+  const int rc = retry_while_busy([&] {
+    state = SchemaState{};
+    sqlite3_stmt* raw = nullptr;
+    int code = sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type = 'table'", -1, &raw, nullptr);
+    std::set<std::string> tables;
+    if (code == SQLITE_OK) {
+      while ((code = sqlite3_step(raw)) == SQLITE_ROW) {
+        tables.insert(reinterpret_cast<const char*>(sqlite3_column_text(raw, 0)));
+      }
+    }
+    sqlite3_finalize(raw);
+    if (code != SQLITE_DONE) return code;
+    state.empty = tables.empty();
+    for (const TableSpec& table : kTables) {
+      if (!tables.count(table.name)) {
+        state.missing.insert(table.name);
+        continue;
+      }
+      std::set<std::string> columns;
+      code = sqlite3_prepare_v2(db_, "SELECT name FROM pragma_table_info(?1)", -1, &raw, nullptr);
+      if (code == SQLITE_OK) {
+        sqlite3_bind_text(raw, 1, table.name, -1, SQLITE_STATIC);
+        while ((code = sqlite3_step(raw)) == SQLITE_ROW) {
+          columns.insert(reinterpret_cast<const char*>(sqlite3_column_text(raw, 0)));
+        }
+      }
+      sqlite3_finalize(raw);
+      if (code != SQLITE_DONE) return code;
+      for (const char* column : table.columns) {
+        if (state.damage.empty() && !columns.count(column)) {
+          state.damage = std::string("the ") + table.name + " table has no column " + column;
+        }
+      }
+    }
+    return SQLITE_OK;
+  });
+  ORBIT_CHECK(rc == SQLITE_OK, "store index " << path_ << ": reading its schema: " << sqlite3_errmsg(db_));
+  return state;
+}
+
+void SqliteIndex::check_schema(const SchemaState& state, Mode mode) const {
+  if (state.empty) return;  // a new index: made by a writer, refused by a reader (no format version)
+  // A table that lost a column cannot be read. An index that has tables but no entries table lost it
+  // (every store has one from its first open): opened as is, it would read as an empty store, whose
+  // blobs gc would then delete as garbage. Repair makes the table again and restores its rows.
+  std::string damage = state.damage;
+  if (damage.empty() && state.missing.count("entries") && mode != Mode::kRepair) {
+    damage = "the entries table is missing";
+  }
+  ORBIT_CHECK(damage.empty(), "store index " << path_ << ": " << kSchemaDamaged << " (" << damage << ")");
+}
+
+void SqliteIndex::ensure_schema(Mode mode) {
+  SchemaState state = read_schema();
+  check_schema(state, mode);
+  if (state.missing.empty()) return;
+  // The missing tables are made in one transaction, after looking again inside it, so that a process
+  // opening the index while another creates it never sees a part of the schema (and calls it damaged).
+  exec_retrying_or_throw("BEGIN IMMEDIATE");
+  Transaction tx(db_);
+  state = read_schema();
+  check_schema(state, mode);
+  exec_or_throw(kSchema);
+  exec_or_throw("COMMIT");
+  tx.committed();
+}
 
 void SqliteIndex::exec_or_throw(const char* sql) const {
   char* error = nullptr;
@@ -500,6 +593,6 @@ std::set<std::string> SqliteIndex::live_pins(int64_t now) const {
   return out;
 }
 
-void SqliteIndex::relax_durability() { exec_or_throw("PRAGMA synchronous=OFF"); }
+void SqliteIndex::relax_durability() { exec_or_throw("PRAGMA synchronous=NORMAL"); }
 
 }  // namespace orbit::store

@@ -1,8 +1,8 @@
 // The chunk store shared by several processes through one directory, and the store's defences:
 // entries committed by one process are found by another (also by engines: 0 repeated canonical
 // forwards), leases keep pinned and in-use entries from another process's eviction and lapse when their
-// owner dies, blob paths never leave DIR/blobs, a lost index or lost meta rows are refused and repaired,
-// read-only stores can be inspected.
+// owner dies, blob paths never leave DIR/blobs, a lost index, lost meta rows or a damaged schema are
+// refused and repaired, read-only stores can be inspected.
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
 #include <sqlite3.h>
@@ -51,11 +51,24 @@ void point_row_at(const std::string& dir, const std::string& k, const std::strin
   REQUIRE(index.upsert(*row, &replaced).is_ok());
 }
 
-void delete_meta_rows(const std::string& path) {
+// Runs `sql` on the index at `path` (what a broken tool, or a user at the sqlite3 prompt, might do).
+void alter_index(const std::string& path, const char* sql) {
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  REQUIRE(sqlite3_exec(db, "DELETE FROM meta", nullptr, nullptr, nullptr) == SQLITE_OK);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &error);
+  INFO(sql << ": " << (error ? error : ""));
+  sqlite3_free(error);
   sqlite3_close(db);
+  REQUIRE(rc == SQLITE_OK);
+}
+
+void delete_meta_rows(const std::string& path) { alter_index(path, "DELETE FROM meta"); }
+
+int64_t count_blobs(const std::string& dir) {
+  int64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir + "/blobs")) n += e.path().extension() == ".blob";
+  return n;
 }
 
 }  // namespace
@@ -301,6 +314,61 @@ TEST_CASE("a deleted index or lost meta rows are refused, and orbit store repair
   ChunkStore store(disk_options(d));
   for (int64_t i = 1; i <= 4; ++i) CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
   CHECK(verify_store(d).clean());
+}
+
+TEST_CASE("an index that lost its entries table or a column is refused, never collected; repair restores it",
+          "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string(), index = d + "/index.sqlite";
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 6; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+  }
+  REQUIRE(count_blobs(d) == 6);
+  SECTION("entries dropped") { alter_index(index, "DROP TABLE entries"); }
+  SECTION("entries and leases dropped") { alter_index(index, "DROP TABLE entries; DROP TABLE leases"); }
+  SECTION("a column of entries dropped") { alter_index(index, "ALTER TABLE entries DROP COLUMN checksum"); }
+  // Read as an empty store, every blob would be garbage: gc refuses, naming the index, and deletes nothing.
+  const test::CliRun gc = test::cli("store gc --store " + d);
+  INFO(gc.out);
+  CHECK(gc.status == 1);
+  CHECK_THAT(gc.out, Contains(index) && Contains("schema is damaged") && Contains("orbit store repair --store " + d));
+  CHECK_THROWS_WITH(gc_store(d), Contains(index) && Contains("schema is damaged"));
+  CHECK(count_blobs(d) == 6);
+  // The engine's store refuses it too (it does not open as an empty store), and so do ls, stat and verify.
+  CHECK_THROWS_WITH(ChunkStore(disk_options(d)),
+                    Contains(index) && Contains("schema is damaged") && Contains("orbit store repair --store " + d));
+  CHECK_THROWS_WITH(verify_store(d), Contains(index) && Contains("schema is damaged"));
+  CHECK_THROWS_WITH(summarize_store(d), Contains(index) && Contains("schema is damaged"));
+  CHECK(count_blobs(d) == 6);
+
+  const test::CliRun repair = test::cli("store repair --store " + d);
+  INFO(repair.out);
+  REQUIRE(repair.status == 0);
+  CHECK_THAT(repair.out, Contains("6 rows restored"));
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 6; ++i) CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
+  }
+  CHECK(verify_store(d).clean());
+  CHECK(gc_store(d).removed_blobs == 0);
+  CHECK(count_blobs(d) == 6);
+}
+
+TEST_CASE("an index without the leases table (a store from before leases) opens and gets one", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+  }
+  alter_index(d + "/index.sqlite", "DROP TABLE leases");
+  CHECK(list_store(d).size() == 3);
+  CHECK(gc_store(d).removed_blobs == 0);
+  ChunkStore store(disk_options(d));
+  for (int64_t i = 1; i <= 3; ++i) CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
+  REQUIRE(store.pin(key(1)).is_ok());
+  CHECK(count_blobs(d) == 3);
 }
 
 TEST_CASE("orbit store with an empty --store, and on a read-only store", "[store][cpu]") {

@@ -13,8 +13,9 @@
 // background thread while the tier lives): evict() never deletes a row another live owner holds.
 // The index records the model fingerprint on first open; opening with another fingerprint throws
 // orbit::Error naming both. A directory whose blobs survive but whose index.sqlite is gone, empty or
-// damaged (SQLite reports it malformed or not a database), or whose index lost its meta rows, is refused
-// with a pointer to `orbit store repair` (never opened as an empty store that would orphan the blobs).
+// damaged (SQLite reports it malformed or not a database, or its entries table is gone), or whose index
+// lost its meta rows, is refused with a pointer to `orbit store repair` (never opened as an empty store
+// that would orphan the blobs).
 //
 // Every blob path read from the index is confined to DIR/blobs (resolve()): an absolute path, a '..'
 // component, or a symlink leading out is refused (the row is treated as corrupt) and never read or unlinked.
@@ -40,7 +41,8 @@
 namespace orbit::store {
 
 // Whether `error` (thrown by SqliteIndex) says the index file is damaged: SQLite found it malformed or
-// not a database (a truncated file, a garbage header), as opposed to busy, read-only or of another version.
+// not a database (a truncated file, a garbage header), or its schema lost a table or a column
+// (kSchemaDamaged), as opposed to busy, read-only or of another version.
 bool is_index_damage(const std::exception& error);
 
 struct DiskTierOptions {
@@ -151,7 +153,7 @@ class DiskTier final : public Tier {
   int lock_fd_ = -1;
   std::unique_ptr<SqliteIndex> index_;
   std::mutex lease_mu_;                  // guards leases_ (the lease connection)
-  std::unique_ptr<SqliteIndex> leases_;  // synchronous=OFF: leases need no durability
+  std::unique_ptr<SqliteIndex> leases_;  // synchronous=NORMAL: leases need no durability, checkpoints do
   std::mutex beat_mu_;
   std::condition_variable beat_cv_;
   bool stop_ = false;

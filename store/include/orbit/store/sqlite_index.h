@@ -30,6 +30,9 @@ struct sqlite3;
 
 namespace orbit::store {
 
+// What the error of an index whose schema is damaged says (is_index_damage, disk_tier.h, looks for it).
+inline constexpr const char kSchemaDamaged[] = "its schema is damaged";
+
 struct DiskRow {
   std::string key;
   EntryKind kind = EntryKind::kOther;
@@ -58,9 +61,11 @@ class SqliteIndex {
   enum class Mode { kReadWrite, kReadOnly, kRepair };
 
   // Opens `path` (kReadWrite creates it and the schema). Throws orbit::Error naming the path when the file
-  // cannot be opened, is not an orbit index (also: entries without their meta rows), or was written by a
-  // newer format. kReadOnly also works on a read-only directory or file system (where SQLite cannot
-  // create the WAL's shared-memory file, the index is opened as immutable: nobody can write it there).
+  // cannot be opened, is not an orbit index (also: entries without their meta rows), was written by a
+  // newer format, or its schema is damaged (kSchemaDamaged): a table lost one of its columns, or the
+  // index has tables but no entries table (kRepair makes a missing table, and refuses a lost column).
+  // kReadOnly also works on a read-only directory or file system (where SQLite cannot create the WAL's
+  // shared-memory file, the index is opened as immutable: nobody can write it there).
   SqliteIndex(const std::string& path, Mode mode);
   ~SqliteIndex();
   SqliteIndex(const SqliteIndex&) = delete;
@@ -103,10 +108,20 @@ class SqliteIndex {
   Result<bool> erase_unleased(const std::string& key, int64_t now, std::string* blob);
   // Keys with a live pin lease (empty when the index has no lease table: an older store, read-only).
   std::set<std::string> live_pins(int64_t now) const;
-  // synchronous=OFF for this connection: for lease bookkeeping only (a lease lost in a crash lapses anyway).
+  // synchronous=NORMAL for this connection: for lease bookkeeping only. Its commits are not synced (a
+  // lease lost in a crash lapses anyway), but its checkpoints are: SQLite syncs the WAL before copying it
+  // into the index file and the index file before the WAL may restart, as every connection to a WAL index
+  // must (with OFF, a checkpoint left the only durable copy of committed rows in a WAL the next commit
+  // overwrote, and a power cut then lost them, or left the index malformed).
   void relax_durability();
 
  private:
+  struct SchemaState;
+  SchemaState read_schema() const;
+  // Throws naming the index (kSchemaDamaged) when its schema is damaged for `mode`.
+  void check_schema(const SchemaState& state, Mode mode) const;
+  // Checks the schema, then makes its missing tables (kReadWrite, kRepair).
+  void ensure_schema(Mode mode);
   void open(const std::string& uri, int flags);
   void exec_or_throw(const char* sql) const;
   void exec_retrying_or_throw(const char* sql) const;
