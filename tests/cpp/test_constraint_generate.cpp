@@ -4,6 +4,7 @@
 // constraint needs (TinyStories-656K has no '{').
 #include "orbit_catch.h"
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "orbit/constraint.h"
@@ -179,4 +180,16 @@ TEST_CASE("constrained generate: a Hugging Face vocabulary, and one that cannot 
   CHECK(streamed == static_cast<int64_t>(again.tokens.size()));
   CHECK(token_vocabulary(*e)->size() == e->model_info().vocab_size);
   CHECK(token_vocabulary(*e) == token_vocabulary(*e));
+}
+
+TEST_CASE("constrained generate: refused without a tokenizer, before anything runs", "[constraint][model][cpu]") {
+  test::TempDir dir;
+  std::filesystem::copy_file(test::stories_path(), dir / "alone.bin");
+  auto e = open(dir / "alone.bin");
+  REQUIRE_FALSE(e->has_tokenizer());
+  Window w = e->new_window();
+  GenerateOptions o;
+  o.constraint = Constraint::json_object();
+  CHECK_THROWS_WITH(w.generate(std::vector<int64_t>{1}, o), Contains("a constraint needs the engine's tokenizer"));
+  CHECK(w.stats().radix_cache_tokens == 0);  // refused before the model call is counted
 }
