@@ -18,6 +18,7 @@
 //    h [1, --hidden] and W [--hidden, vocab] float32 (one GEMV, what any model of that vocabulary pays at
 //    least per step: a 1B model of a 128k vocabulary has this very head). Workloads: object (json_object),
 //    people (as above), string ({"type": "string"}: with random logits a token holding '"' soon ends it).
+//    Then the same over a real byte-level BPE vocabulary, GPT-2's 50,257 tokens (tests/data/tokenizers).
 // A loop times both steps over the same forward: unmasked = forward + argmax; masked = forward + mask +
 // argmax + advance, the constrained choice fed back; runs restart with the same Constraint when the text
 // completes. "mask", "mask p99", "mask max": the mask and the advance alone per step, warm; "cold": the
@@ -41,10 +42,12 @@
 #include <vector>
 
 #include "args.h"
+#include "constrain/tokenizer_vocabulary.h"
 #include "orbit/constraint.h"
 #include "orbit/engine.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/model.h"
+#include "orbit/runtime/tokenizer.h"
 #include "orbit/window.h"
 
 namespace {
@@ -361,6 +364,23 @@ int main(int argc, char** argv) {
       row.setting = "synthetic LM head " + std::to_string(hidden);
       row.workload = workload;
       rows.push_back(loop_bench(row, constraint, vocab, head, syn_steps));
+    }
+    // A real byte-level BPE vocabulary: GPT-2's 50,257 tokens (tests/data/tokenizers/gpt2), bytes read
+    // through its tokenizer as generate reads an engine's.
+    const auto gpt2 = rt::load_tokenizer(std::string(ORBIT_TOKENIZERS_DIR) + "/gpt2/tokenizer.json");
+    const auto t_gpt2 = Clock::now();
+    const auto gpt2_vocab = constrain::tokenizer_vocabulary(*gpt2, gpt2->vocab_size());
+    std::printf("gpt2 vocabulary: %lld tokens, longest %lld bytes, read in %.1f ms\n",
+                static_cast<long long>(gpt2_vocab->size()), static_cast<long long>(gpt2_vocab->max_token_bytes()),
+                ms_since(t_gpt2));
+    const StepSource gpt2_head = lm_head_source(hidden, gpt2_vocab->size());
+    for (const auto& [workload, constraint] :
+         {std::pair<std::string, std::shared_ptr<const Constraint>>{"object", Constraint::json_object()},
+          {"people", Constraint::json_schema(kPeople)}}) {
+      Row row;
+      row.setting = "gpt2 LM head " + std::to_string(hidden);
+      row.workload = workload;
+      rows.push_back(loop_bench(row, constraint, gpt2_vocab, gpt2_head, syn_steps));
     }
     if (args.has("--json")) write_json(args.required("--json"), rows);
   } catch (const orbit::Error& e) {

@@ -5,10 +5,13 @@
 #include "orbit_catch.h"
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "constrain/tokenizer_vocabulary.h"
 #include "orbit/constraint.h"
 #include "orbit/engine.h"
+#include "orbit/runtime/tokenizer.h"
 #include "orbit/tool_calls.h"
 #include "test_helpers.h"
 
@@ -192,4 +195,52 @@ TEST_CASE("constrained generate: refused without a tokenizer, before anything ru
   o.constraint = Constraint::json_object();
   CHECK_THROWS_WITH(w.generate(std::vector<int64_t>{1}, o), Contains("a constraint needs the engine's tokenizer"));
   CHECK(w.stats().radix_cache_tokens == 0);  // refused before the model call is counted
+}
+
+namespace {
+
+std::vector<std::string> corpus() {
+  std::ifstream in(std::string(ORBIT_TEST_DATA_DIR) + "/tokenizers/corpus.json");
+  return Json::parse(in)["texts"].get<std::vector<std::string>>();
+}
+
+}  // namespace
+
+TEST_CASE("token bytes: a text's tokens write exactly the text, for each kind of tokenizer", "[constraint][cpu]") {
+  // GPT-2 and MiniMind: byte-level BPE (pieces in GPT-2's alphabet, characters split across tokens);
+  // TinyStories-656K: SentencePiece-style with a Strip decoder (the first token's space dropped after BOS).
+  for (const char* name : {"gpt2", "minimind", "tinystories-656k"}) {
+    const auto tokenizer =
+        runtime::load_tokenizer(std::string(ORBIT_TEST_DATA_DIR) + "/tokenizers/" + name + "/tokenizer.json");
+    const auto vocab = constrain::tokenizer_vocabulary(*tokenizer, tokenizer->vocab_size());
+    CHECK(constrain::tokenizer_vocabulary(*tokenizer, tokenizer->vocab_size()) == vocab);  // read once
+    const int64_t anchor = tokenizer->encode("a", false).back();                           // an ordinary token
+    int64_t texts = 0;
+    for (const std::string& text : corpus()) {
+      std::vector<int64_t> ids;
+      try {
+        ids = tokenizer->encode(text, false);
+      } catch (const Error&) {
+        continue;  // a character the vocabulary cannot write (no byte fallback)
+      }
+      if (tokenizer->decode(ids) != text) continue;  // <unk> or a normalizer changed it
+      std::string mid, start;
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const auto& bytes = vocab->bytes(ids[i]);
+        REQUIRE(bytes.has_value());
+        mid += *bytes;
+        std::optional<std::string> first = bytes;
+        for (const auto& [id, b] : vocab->at_start()) {
+          if (i == 0 && id == ids[0]) first = b;
+        }
+        start += first.value_or("");
+      }
+      INFO(name << ": " << text);
+      // After an ordinary token the text is the tokens' bytes; at the start of a text, with at_start's.
+      CHECK(mid == tokenizer->decode(ids, anchor));
+      CHECK(start == tokenizer->decode(ids, tokenizer->bos_id()));
+      ++texts;
+    }
+    CHECK(texts > 5);
+  }
 }
