@@ -15,10 +15,8 @@
 // The server is stopped (SIGTERM, then SIGKILL) whatever happens.
 //
 // Exit status: 0 all passed, 1 a check failed, 77 skipped (a package or the server is missing).
-import { spawn } from "node:child_process";
-import { createInterface } from "node:readline";
+import { SKIP, checks, startServer } from "./serve_harness.mjs";
 
-const SKIP = 77;
 const [orbit, model] = process.argv.slice(2);
 if (!orbit || !model) {
   console.error("usage: node serve_agents.mjs ORBIT_BINARY MODEL_DIR");
@@ -35,40 +33,10 @@ try {
   process.exit(SKIP);
 }
 
-let passed = 0;
-let failed = 0;
-function check(ok, what, detail = "") {
-  if (ok) {
-    passed++;
-  } else {
-    failed++;
-    console.log(`FAILED: ${what}${detail ? `\n  ${detail}` : ""}`);
-  }
-}
+const { check, finish } = checks();
 
 // ---- the server, always stopped ----
-const server = spawn(orbit, ["serve", "--model", model, "--port", "0", "--policy", "patch:16:exact"], {
-  env: { ...process.env, OMP_NUM_THREADS: "1" },
-  stdio: ["ignore", "pipe", "pipe"],
-});
-let stderr = "";
-server.stderr.on("data", (d) => (stderr += d));
-const exited = new Promise((resolve) => server.on("exit", (code, signal) => resolve({ code, signal })));
-process.on("exit", () => server.exitCode === null && server.kill("SIGKILL"));
-const ready = new Promise((resolve, reject) => {
-  createInterface({ input: server.stdout }).on("line", (line) => {
-    const m = line.match(/listening on (http:\/\/[^\s]+)/);
-    if (m) resolve(m[1]);
-  });
-  server.on("exit", (code) => reject(new Error(`orbit serve exited with ${code}: ${stderr}`)));
-});
-async function stopServer() {
-  if (server.exitCode !== null) return;
-  server.kill("SIGTERM");
-  const end = await Promise.race([exited, new Promise((res) => setTimeout(() => res({ code: "timeout" }), 20000))]);
-  if (end.code === "timeout") server.kill("SIGKILL");
-  check(end.code === 0, "SIGTERM: the server drains and exits 0", `${JSON.stringify(end)} ${stderr}`);
-}
+const server = startServer(orbit, ["--model", model, "--policy", "patch:16:exact"]);
 
 // ---- (a) the openai client ----
 const near = (x) => Number.isFinite(x) && x >= 0;
@@ -194,23 +162,13 @@ async function agentsSdk(base, modelId) {
 }
 
 try {
-  let base;
-  try {
-    base = await ready;
-  } catch (e) {
-    if (/built without cpp-httplib/.test(e.message)) {
-      console.log("SKIPPED: this orbit was built without cpp-httplib (no `orbit serve`)");
-      process.exit(SKIP);
-    }
-    throw e;
-  }
+  const base = await server.ready();
   const modelId = (await (await fetch(`${base}/v1/models`)).json()).data[0].id;
   await openaiClient(base, modelId);
   await agentsSdk(base, modelId);
 } catch (e) {
   check(false, "the test ran to its end", e.stack ?? String(e));
 } finally {
-  await stopServer();
+  await server.stop(check);
 }
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+finish();

@@ -19,10 +19,8 @@
 // can and forwards the rest. Then one answer in text (tool_choice "none"). The server is always stopped.
 //
 // Exit status: 0 all passed, 1 a check failed, 77 skipped (node package or `orbit serve` missing).
-import { spawn } from "node:child_process";
-import { createInterface } from "node:readline";
+import { SKIP, checks, startServer } from "./serve_harness.mjs";
 
-const SKIP = 77;
 const [orbit, model, client] = process.argv.slice(2);
 if (!orbit || !model || !["openai", "langchain", "aisdk", "agents"].includes(client)) {
   console.error("usage: node serve_tools.mjs ORBIT_BINARY MODEL openai|langchain|aisdk|agents");
@@ -39,48 +37,11 @@ for (const name of packages[client]) {
   }
 }
 
-let passed = 0;
-let failed = 0;
-function check(ok, what, detail = "") {
-  if (ok) {
-    passed++;
-  } else {
-    failed++;
-    console.log(`FAILED: ${what}${detail ? `\n  ${detail}` : ""}`);
-  }
-}
+const { check, finish } = checks();
 
 // ---- the server (always stopped, whatever happens below) ----
-const server = spawn(orbit, ["serve", "--model", model, "--port", "0"], {
-  env: { ...process.env, OMP_NUM_THREADS: "1" },
-  stdio: ["ignore", "pipe", "pipe"],
-});
-let stderr = "";
-server.stderr.on("data", (d) => (stderr += d));
-const exited = new Promise((resolve) => server.on("exit", (code, signal) => resolve({ code, signal })));
-let base;
-try {
-  base = await new Promise((resolve, reject) => {
-    createInterface({ input: server.stdout }).on("line", (line) => {
-      const m = line.match(/listening on (http:\/\/[^\s]+)/);
-      if (m) resolve(m[1]);
-    });
-    server.on("exit", (code) => reject(new Error(`orbit serve exited with ${code}: ${stderr}`)));
-  });
-} catch (e) {
-  if (/built without cpp-httplib/.test(e.message)) {
-    console.log("SKIPPED: this orbit was built without cpp-httplib (no `orbit serve`)");
-    process.exit(SKIP);
-  }
-  console.log(`FAILED: the server did not start: ${e.message}`);
-  process.exit(1);
-}
-async function stop() {
-  server.kill("SIGTERM");
-  const end = await Promise.race([exited, new Promise((res) => setTimeout(() => res({ code: "timeout" }), 20000))]);
-  if (end.code === "timeout") server.kill("SIGKILL");
-  return end;
-}
+const server = startServer(orbit, ["--model", model]);
+const base = await server.ready();
 const modelId = model.replace(/\/+$/, "").split("/").pop();
 
 // ---- the tool ----
@@ -256,10 +217,8 @@ try {
   check(pagesRead.length === STEPS, `${client}: the tool ran on every step`, JSON.stringify(pagesRead));
   if (client === "aisdk") await aisdkObject();
 } catch (e) {
-  check(false, `${client}: the loop threw`, `${e.stack ?? e}\n  server stderr: ${stderr.slice(-2000)}`);
+  check(false, `${client}: the loop threw`, `${e.stack ?? e}\n  server stderr: ${server.stderr().slice(-2000)}`);
 } finally {
-  const end = await stop();
-  check(end.code === 0, "SIGTERM: the server drains and exits 0", JSON.stringify(end));
+  await server.stop(check);
 }
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+finish();
