@@ -1,6 +1,6 @@
 """The planner decides as it did: three shipped traces replayed under five policies must reproduce the
 golden records in tests/data/golden (every step's tokens, patches, bytes and generated tokens exactly; the
-predicted KL to 1e-9; the measured KL to float32 rounding). A change meant to alter the planner's
+predicted and measured KL to float32 rounding). A change meant to alter the planner's
 decisions regenerates them (tests/data/golden/README.md)."""
 import json
 import sys
