@@ -50,6 +50,10 @@ const char* kServeUsage =
     "  --tool-call-format F  how tool calls are read from answers: hermes (<tool_call>{json}</tool_call>),\n"
     "                        llama3 (a JSON call as the answer) or mistral ([TOOL_CALLS] [...]); default: the\n"
     "                        format the chat template writes calls in\n"
+    "  --audit RATE          the fraction of chat requests whose first answer token is measured, in idle time,\n"
+    "                        against a re-prefill (default 0.1; 0 = none): /metrics and GET /v1/sessions/ID\n"
+    "                        report the measured KL, and a session whose measured loss passes its budget is\n"
+    "                        served exactly until it is back within it (usage.orbit.exact)\n"
     "  --no-anticipate       do not prefill a session's answer in idle time as its next request will send it\n"
     "                        back (usage.orbit.idle_forward_tokens reports what that costs)\n";
 
@@ -86,6 +90,8 @@ serve::ServeOptions serve_options(const Args& args) {
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
   o.limits.max_body_bytes = static_cast<std::size_t>(args.get_int("--max-body-kb", 4096, 1)) << 10;
   o.anticipate = !args.flag("--no-anticipate");
+  o.audit_rate = args.get_double("--audit", 0.1);
+  ORBIT_CHECK(o.audit_rate >= 0 && o.audit_rate <= 1, "serve: argument '--audit' must be a fraction in [0, 1]");
   if (const auto file = args.get("--chat-template")) {
     o.chat_template = read_template(*file);
     o.chat_template_origin = "--chat-template " + *file;
@@ -101,7 +107,7 @@ int run_serve(int argc, char** argv, int first) {
   const Args args("serve",
                   ArgSpec{{"--model", "--host", "--port", "--policy", "--store", "--remote", "--name", "--pool-mb",
                            "--session-budget-mb", "--max-sessions", "--max-tokens", "--max-body-kb", "--threads",
-                           "--drain-seconds", "--chat-template", "--tool-call-format"},
+                           "--drain-seconds", "--chat-template", "--tool-call-format", "--audit"},
                           {"--no-anticipate"},
                           kServeUsage},
                   argc, argv, first);

@@ -49,7 +49,7 @@ bool IdleWorker::slice() {
     return true;
   }
   const std::shared_ptr<Session> target = sessions_.take_idle_target();
-  if (!target) return false;
+  if (!target) return run_audit();
   {
     std::unique_lock<std::mutex> run(target->run, std::try_to_lock);
     if (!run.owns_lock() || !target->window) return false;
@@ -57,6 +57,13 @@ bool IdleWorker::slice() {
     target->window->idle();
   }
   sessions_.enforce_budget(false);  // a release meanwhile may have skipped this session's window
+  return true;
+}
+
+bool IdleWorker::run_audit() {
+  const auto done = context_.auditor.run_one();
+  if (!done) return false;
+  sessions_.record_audit(*done->first.session, done->second);
   return true;
 }
 

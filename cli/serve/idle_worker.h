@@ -5,7 +5,9 @@
 //     (ServeOptions::anticipate: the messages and answer SessionTable::record kept, synced now and its
 //     deferred repairs run, counted as idle forwards, not critical ones), then Window::idle() (heals,
 //     prepared recalls and moves); then the session budget again, since a release meanwhile may have
-//     skipped this window.
+//     skipped this window;
+//   - when no session waits for idle work, one fidelity audit (audit.h): two reads of a sampled request's
+//     forked window, as served and re-prefilled.
 // A release wakes the worker (notify); otherwise it looks again every 50 ms.
 //
 // Thread-safety: every member may be called from any thread; slices never overlap (the worker's and
@@ -41,6 +43,7 @@ class IdleWorker {
   void loop();
   bool slice();                          // one slice; false when there was nothing to do or a request waits
   void prefill_anticipated(Session& s);  // holding the gate and s.run
+  bool run_audit();                      // holding the gate; false when none waits
 
   ServeContext& context_;
   SessionTable& sessions_;

@@ -204,11 +204,18 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
   const WindowStats before = window.stats();
   SyncReport report;
   double predicted_kl = 0;
+  ServingMode mode;
   {
     GateTurn turn(context_, s.lane, sink.cancelled);
     if (!turn.enter()) return cancelled_before_decode();
     report = window.sync(request.messages, p.plan);  // the plan prepare made: no second rendering
     predicted_kl = run_deferred_repairs(window);
+    mode = sessions_.serving(s);
+    if (mode.exact) {
+      window.heal();  // an audit found this session's loss past its budget: read as a re-prefill would be
+      predicted_kl = 0;
+    }
+    if (mode.audit) queue_audit(p.slot.shared_session(), mode.request, report.generation_prompt, predicted_kl);
   }
   // With tools, the answer is read for calls: content streams up to where a call may start.
   std::optional<ToolCallStream> calls;
@@ -233,6 +240,8 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
   u.idle_forward_tokens = sessions_.take_idle_forward_tokens(s);
   u.plan = plan_brief(report.plan);
   u.session = s.id;
+  u.audit = sessions_.take_audit(s);
+  if (mode.exact) u.exact = "audit";
 
   RunRecord record;
   record.usage = u;
@@ -253,6 +262,19 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
   RunOutcome out;
   out.result = std::move(r);
   return out;
+}
+
+// The window as the answer reads it, forked for an audit in idle time (audit.h). Holding the gate.
+void RequestPath::queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query,
+                              double predicted_kl) {
+  AuditCase c;
+  c.fork.emplace(s->window->fork());
+  c.session = std::move(s);
+  c.request = request;
+  c.query = query;
+  c.predicted_kl = predicted_kl;
+  c.budget = context_.policy.kl_budget > 0 ? context_.policy.kl_budget : kDefaultKlBudget;
+  context_.auditor.submit(std::move(c));
 }
 
 RunOutcome RequestPath::run_completion(RunTicket::Prepared& p, const RunSink& sink) {

@@ -18,7 +18,7 @@ std::string default_model_name(const std::string& model) {
 
 }  // namespace
 
-ServeContext::ServeContext(const ServeOptions& o) : options(o) {
+ServeContext::ServeContext(const ServeOptions& o) : options(o), auditor(AuditOptions{o.audit_rate}) {
   EngineOptions eo;
   eo.model = o.model;
   eo.store_dir = o.store_dir;

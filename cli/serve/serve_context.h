@@ -14,6 +14,7 @@
 #include "orbit/engine.h"
 #include "orbit/tool_calls.h"
 #include "serve/answer_constraint.h"
+#include "serve/audit.h"
 #include "serve/fair_gate.h"
 #include "serve/serve_metrics.h"
 #include "serve/serve_types.h"
@@ -35,6 +36,7 @@ struct ServeContext {
   std::unique_ptr<ConstraintCache> constraints;          // forced calls and JSON answers, in tool_format
   FairGate gate;
   ServeMetrics metrics;
+  Auditor auditor;  // options.audit_rate's fidelity audits (audit.h)
   std::atomic<bool> closing{false};  // close() has begun: checks answer 503
 
   Window new_window() const;

@@ -49,6 +49,7 @@ json ServeCore::models() const {
 MetricGauges ServeCore::gauges() {
   MetricGauges g = sessions_.counts();
   g.queue_depth = context_.gate.waiting();
+  g.more = context_.auditor.render_metrics();
   return g;
 }
 

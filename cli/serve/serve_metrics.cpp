@@ -112,7 +112,7 @@ std::string ServeMetrics::render(const MetricGauges& gauges) const {
   }
   out << "# HELP orbit_forward_wait_seconds Time a forward waited for the engine.\n"
       << "# TYPE orbit_forward_wait_seconds histogram\n"
-      << wait_.render("orbit_forward_wait_seconds", "");
+      << wait_.render("orbit_forward_wait_seconds", "") << gauges.more;
   return out.str();
 }
 

@@ -16,6 +16,7 @@
 //   orbit_request_seconds{endpoint}             histogram: time from arrival to the last byte
 //   orbit_first_token_seconds{endpoint}         histogram: time from arrival to the first generated token
 //   orbit_forward_wait_seconds                  histogram: time a forward waited for the gate
+//   orbit_audit*, orbit_exact_requests_total    the fidelity audit's (audit.h: Auditor::render_metrics)
 //
 // Thread-safety: every member may be called from any thread.
 #pragma once
@@ -49,6 +50,7 @@ struct MetricGauges {
   int64_t queue_depth = 0;
   int64_t sessions = 0;
   int64_t resident_sessions = 0;
+  std::string more;  // lines other parts render (the fidelity audit's, audit.h), appended as they are
 };
 
 class ServeMetrics {

@@ -39,6 +39,10 @@ struct ServeOptions {
   // How tool calls are read from answers (orbit/tool_calls.h): "" = the format the template writes calls in
   // (Engine::tool_call_format), else "hermes", "llama3" or "mistral".
   std::string tool_call_format;
+  // The fraction of chat requests whose answer's first token is measured against a re-prefill in idle time
+  // (audit.h): measured_kl in the metrics and the session's record, and sessions whose measured loss passes
+  // their budget served exactly until it is back within it. 0 = none.
+  double audit_rate = 0.1;
   ServeLimits limits;
 };
 
@@ -46,6 +50,17 @@ struct ServeOptions {
 struct RunSink {
   std::function<bool(const std::string& delta)> on_text;  // text as it is generated; false: the client left
   std::function<bool()> cancelled;                        // polled between forwards and while waiting
+};
+
+// One measured read.
+struct AuditResult {
+  int64_t request = 0;       // the session's request number (1 = its first)
+  double predicted_kl = 0;   // what the server predicted for it (usage.orbit.predicted_kl)
+  double measured_kl = 0;    // KL(re-prefill ‖ served) of the first answer token's distribution, nats
+  bool top1_match = true;    // the two distributions' argmax agree
+  double budget = 0;         // the session's KL budget
+  bool within_budget() const { return measured_kl <= budget; }
+  nlohmann::json to_json() const;  // {request, measured_kl, predicted_kl, top1_match, budget, within_budget}
 };
 
 // usage.orbit, and the prompt and completion counts.
@@ -63,6 +78,12 @@ struct RunUsage {
   double idle_forward_tokens = 0;
   std::string plan;                // e.g. "keep 4, admit 1, turn 1, evict 2"
   std::string session;             // "" for anonymous requests
+  // The session's latest audit (audit.h) not yet reported: an audit runs in idle time after its request
+  // answered, so it reaches the client in the usage of the session's next response (and in its record).
+  std::optional<AuditResult> audit;
+  // Why this request was served exactly (healed before it was read), or "": "audit" when the session's
+  // audited loss passed its budget.
+  std::string exact;
   nlohmann::json to_json() const;  // {prompt_tokens, completion_tokens, total_tokens, orbit: {...}}
 };
 

@@ -25,6 +25,8 @@ json RunUsage::to_json() const {
                 {"plan", plan},
                 {"idle_forward_tokens", idle_forward_tokens}};
   if (!session.empty()) orbit["session"] = session;
+  if (audit) orbit["audit"] = audit->to_json();
+  if (!exact.empty()) orbit["exact"] = exact;
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
           {"total_tokens", prompt_tokens + completion_tokens},

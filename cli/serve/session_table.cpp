@@ -300,7 +300,8 @@ std::optional<json> SessionTable::info(const std::string& id) const {
               {"predicted_kl", t.predicted_kl},
               {"left_memory", t.evictions},
               {"window", window},
-              {"savings", savings}};
+              {"savings", savings},
+              {"audit", s.audit.to_json()}};
 }
 
 bool SessionTable::end(const std::string& id) {

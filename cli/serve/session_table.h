@@ -48,6 +48,29 @@ struct SessionTotals {
   double idle_forward_tokens = 0;
 };
 
+// A session's fidelity audits (audit.h) and whether it is served exactly because of them.
+struct SessionAudit {
+  int64_t audits = 0;
+  int64_t violations = 0;        // audits past the budget
+  int64_t top1_flips = 0;
+  double last_measured_kl = -1;  // -1: never audited
+  double max_measured_kl = 0;
+  double predicted_sum = 0, measured_sum = 0;
+  std::optional<AuditResult> unreported;  // the latest, for the next response's usage
+  int64_t exact_left = 0;       // requests still to serve exactly
+  int64_t exact_span = 0;       // the last exact-mode span (0: never in exact mode)
+  bool recheck = false;         // audit the next request (exact mode just ended)
+  int64_t exact_requests = 0;   // served exactly because of an audit, in all
+  nlohmann::json to_json() const;
+};
+
+// How a chat request of a session is served (SessionTable::serving).
+struct ServingMode {
+  bool exact = false;  // heal before reading: the session's audited loss passed its budget
+  bool audit = false;  // fork the window for an audit before decoding
+  int64_t request = 0;  // this request's number in its session (1 = its first)
+};
+
 struct Session {
   std::string id;                // "" for an anonymous window
   std::string lane;              // the gate lane its forwards queue in
@@ -65,6 +88,7 @@ struct Session {
   std::string last_tools;              // ... and its tools
   WindowStats stats;                   // the window's, at the end of its last request
   SessionTotals totals;
+  SessionAudit audit;
 };
 
 // What a finished chat run leaves in its session's record (SessionTable::record).
@@ -90,6 +114,7 @@ class WindowSlot {
   ~WindowSlot() { release(); }
 
   Session& session() const { return *session_; }
+  std::shared_ptr<Session> shared_session() const { return session_; }
   Window& window() const { return *session_->window; }
   // The request was refused before it used the window: a session record or anonymous window this acquire
   // created leaves the table again at release, as if the request never came.
@@ -132,6 +157,15 @@ class SessionTable {
   // The list to prefill for the session's next request, and its options; nullopt when there is none.
   std::optional<std::pair<std::vector<ChatMessage>, SyncOptions>> take_anticipated(Session& s);
   void add_idle_forward(Session& s, double tokens);  // forwarded in idle time for its next request
+
+  // Audits (audit.h; session_audit.cpp). How the session's next request is served: exactly while an audit's
+  // violation lasts (counted down here), else audited when it is the recheck after exact mode or the
+  // auditor's sample is due.
+  ServingMode serving(Session& s);
+  // An audit's result: the session's record and the next response's usage; a violation starts (or
+  // doubles) exact mode, a recheck within the budget ends it.
+  void record_audit(Session& s, const AuditResult& result);
+  std::optional<AuditResult> take_audit(Session& s);  // the result not yet reported, once
 
   // Sends the least recently used idle windows out of memory until the budget holds. wait = false skips a
   // window the idle worker holds (it calls this again when it lets go); true waits for it.

@@ -1,0 +1,130 @@
+// The fidelity audit of `orbit serve` (cli/serve/audit.h) below HTTP: which requests are sampled, the KL
+// of two logit rows, audits of a session that trims its history on TinyStories-656K (each audited read's
+// KL equals an independent re-measure of the same window; results reach the next usage, the session's
+// record and the metrics), and exact mode after a loss past budget.
+#include <cmath>
+#include <vector>
+
+#include "orbit_catch.h"
+#include "serve/audit.h"
+#include "serve/serve_core.h"
+
+namespace sv = orbit::serve;
+
+namespace {
+
+const std::string kModel = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
+
+std::string words(int seed, int n) {
+  static const char* kWords[] = {"the", "little", "cat", "saw", "a",    "big",  "dog",   "and",  "they",
+                                 "played", "in", "park", "all", "day", "long", "until", "sun", "went"};
+  std::string out;
+  for (int i = 0; i < n; ++i) out += std::string(i ? " " : "") + kWords[(seed * 7 + i * 3) % 18];
+  return out;
+}
+
+// A conversation that keeps its system message and its last `keep` messages: what agents do past a length.
+std::vector<orbit::ChatMessage> trimmed(const std::vector<orbit::ChatMessage>& all, std::size_t keep) {
+  std::vector<orbit::ChatMessage> out = {all.front()};
+  const std::size_t first = all.size() - 1 > keep ? all.size() - keep : 1;
+  out.insert(out.end(), all.begin() + static_cast<std::ptrdiff_t>(first), all.end());
+  return out;
+}
+
+struct Conversation {
+  sv::ServeCore& core;
+  std::string session;
+  std::vector<orbit::ChatMessage> all = {{"system", "You tell short stories about " + words(1, 12) + "."}};
+  std::vector<sv::RunUsage> usages;
+
+  void step(int i, std::size_t keep) {
+    all.push_back({"user", words(i + 2, 10 + i % 5)});
+    sv::ChatRequest r;
+    r.model = core.model_name();
+    r.messages = trimmed(all, keep);
+    r.sampling.max_tokens = 6;
+    r.sampling.temperature = 0;
+    const sv::RunOutcome o = core.chat(r, session, {});
+    REQUIRE(o.result.has_value());
+    usages.push_back(o.result->usage);
+    all.push_back({"assistant", o.result->text});
+    core.run_idle_work();  // the audit runs here, in idle time
+  }
+};
+
+}  // namespace
+
+TEST_CASE("serve audit: sampling, KL of logits, refusals", "[serve]") {
+  sv::Auditor quarter(sv::AuditOptions{0.25});
+  std::vector<bool> due;
+  for (int i = 0; i < 8; ++i) due.push_back(quarter.due());
+  CHECK(due == std::vector<bool>{false, false, false, true, false, false, false, true});
+  sv::Auditor all(sv::AuditOptions{1});
+  CHECK((all.due() && all.due()));
+  sv::Auditor none(sv::AuditOptions{0});
+  CHECK_FALSE(none.due());
+  CHECK_THROWS_WITH(sv::Auditor(sv::AuditOptions{1.5}), Catch::Contains("--audit"));
+  CHECK_FALSE(none.run_one().has_value());
+
+  const std::vector<float> p = {0, 1, 2}, q = {0, 1, 2}, r = {2, 1, 0};
+  CHECK(sv::kl_of_logits(p.data(), q.data(), 3) == Approx(0).margin(1e-15));
+  // KL by hand: softmax(p) against softmax(r).
+  double z = std::exp(0.0) + std::exp(1.0) + std::exp(2.0), kl = 0;
+  for (int i = 0; i < 3; ++i) kl += std::exp(static_cast<double>(p[i])) / z * (p[i] - r[i]);
+  CHECK(sv::kl_of_logits(p.data(), r.data(), 3) == Approx(kl).epsilon(1e-12));
+}
+
+TEST_CASE("serve audit: every read of a trimming session measured, reported and counted", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.audit_rate = 1;
+  sv::ServeCore core(options);
+  Conversation c{core, "trim"};
+  for (int i = 0; i < 10; ++i) c.step(i, 6);
+  // Each request's usage carries the audit of the one before (audits run after the answer).
+  for (std::size_t i = 1; i < c.usages.size(); ++i) {
+    INFO("request " << i + 1);
+    REQUIRE(c.usages[i].audit.has_value());
+    const sv::AuditResult& a = *c.usages[i].audit;
+    CHECK(a.request == static_cast<int64_t>(i));
+    CHECK(a.predicted_kl == c.usages[i - 1].predicted_kl);
+    CHECK(a.measured_kl >= 0);
+    CHECK(a.budget == Approx(orbit::kDefaultKlBudget));
+  }
+  const nlohmann::json info = *core.session_info("trim");
+  CHECK(info["audit"]["audits"] == 10);
+  const std::string metrics = core.metrics().render(core.gauges());
+  CHECK(metrics.find("orbit_audits_total 10\n") != std::string::npos);
+  CHECK(metrics.find("orbit_audit_measured_kl_count 10\n") != std::string::npos);
+  core.close();
+}
+
+TEST_CASE("serve audit: a loss past budget serves the session exactly, then checks again", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.policy = "blind";  // reuses every turn as it is, relocated only: losses far past the budget
+  options.audit_rate = 1;
+  sv::ServeCore core(options);
+  Conversation c{core, "blind"};
+  int64_t first_violation = -1;
+  for (int i = 0; i < 14; ++i) {
+    c.step(i, 4);
+    const sv::RunUsage& u = c.usages.back();
+    if (first_violation < 0 && u.audit && !u.audit->within_budget()) first_violation = u.audit->request;
+  }
+  REQUIRE(first_violation > 0);
+  // The request after the violating one's audit ran is served exactly, for 4 requests, with nothing predicted.
+  const std::size_t exact_from = static_cast<std::size_t>(first_violation) + 1;  // 1-based request number
+  REQUIRE(exact_from + 4 <= c.usages.size());
+  for (std::size_t n = exact_from; n < exact_from + 4; ++n) {
+    INFO("request " << n);
+    CHECK(c.usages[n - 1].exact == "audit");
+    CHECK(c.usages[n - 1].predicted_kl == 0);
+  }
+  CHECK(c.usages[exact_from + 3].exact.empty());  // the recheck is served (and audited) approximately again
+  const nlohmann::json info = *core.session_info("blind");
+  CHECK(info["audit"]["violations"].get<int64_t>() >= 1);
+  CHECK(info["audit"]["exact_requests"].get<int64_t>() >= 4);
+  CHECK(core.metrics().render(core.gauges()).find("orbit_exact_requests_total") != std::string::npos);
+  core.close();
+}
