@@ -128,3 +128,47 @@ TEST_CASE("serve audit: a loss past budget serves the session exactly, then chec
   CHECK(core.metrics().render(core.gauges()).find("orbit_exact_requests_total") != std::string::npos);
   core.close();
 }
+
+TEST_CASE("serve audit: an append-only tool loop through the chat template is served exactly", "[serve][model]") {
+  // Only new messages at the end: every kept message keeps its exact KV, so nothing is predicted and the
+  // audits measure rounding only. The history holds tool calls and tool results, as a tool loop's does.
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.audit_rate = 1;
+  sv::ServeCore core(options);
+  sv::ChatRequest r;
+  r.model = core.model_name();
+  r.tools_json = R"([{"type":"function","function":{"name":"look","parameters":{"type":"object"}}}])";
+  r.messages = {{"system", "You tell short stories."}};
+  r.sampling.max_tokens = 4;
+  r.sampling.temperature = 0;
+  std::vector<sv::RunUsage> usages;
+  for (int i = 0; i < 6; ++i) {  // 6 requests fit the model's 512 positions
+    r.messages.push_back({"user", words(i, 5)});
+    if (i % 2 == 1) {
+      orbit::ChatMessage call{"assistant", ""};
+      call.tool_calls = {{"call_" + std::to_string(i), "look", R"({"at":")" + words(i, 1) + R"("})"}};
+      orbit::ChatMessage result{"tool", words(i + 3, 6)};
+      result.tool_call_id = "call_" + std::to_string(i);
+      r.messages.push_back(call);
+      r.messages.push_back(result);
+    }
+    const sv::RunOutcome o = core.chat(r, "append", {});
+    INFO("request " << i + 1 << ": " << o.error.message);
+    REQUIRE(o.result.has_value());
+    usages.push_back(o.result->usage);
+    r.messages.push_back({"assistant", o.result->text});
+    core.run_idle_work();
+  }
+  for (std::size_t i = 0; i < usages.size(); ++i) {
+    INFO("request " << i + 1 << ": " << usages[i].plan);
+    CHECK(usages[i].predicted_kl == 0);
+    CHECK(usages[i].plan.find("evict") == std::string::npos);
+    if (i > 0) {
+      REQUIRE(usages[i].audit.has_value());
+      CHECK(usages[i].audit->measured_kl < 1e-8);
+      CHECK(usages[i].audit->top1_match);
+    }
+  }
+  core.close();
+}

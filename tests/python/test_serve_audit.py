@@ -1,0 +1,105 @@
+"""`orbit serve --audit 1` over HTTP: a session that trims its history (the system message and the last 8
+messages, as agents do past a length) on TinyStories-656K. Every request approximately served is audited in
+idle time against a re-prefill; the measured KL stays within the budget on at least 95% of the requests (a
+session past it is served exactly until it is back within), and /metrics and GET /v1/sessions/ID report
+the audits."""
+import json
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+
+WORDS = ("the little cat saw a big dog and they played in the park all day long until the sun went down "
+         "then a bird sang to them from a tall tree").split()
+
+
+def words(seed, n):
+    return " ".join(WORDS[(seed * 7 + i * 3) % len(WORDS)] for i in range(n))
+
+
+@pytest.fixture
+def audited_server(orbit_cli, models_dir):
+    """`orbit serve --audit 1` on 127.0.0.1 (any free port): its URL; always stopped."""
+    process = subprocess.Popen([str(orbit_cli), "serve", "--model", str(models_dir / "tinystories-656k"),
+                                "--host", "127.0.0.1", "--port", "0", "--audit", "1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if "listening on http://" in line:
+                break
+        text = "".join(lines)
+        if "without cpp-httplib" in text:
+            process.wait(timeout=10)
+            pytest.skip("this orbit was built without `serve` (cpp-httplib missing)")
+        url = text.split("listening on ")[-1].split()[0] if "listening on http://" in text else ""
+        assert url, f"orbit serve did not start:\n{text}"
+        threading.Thread(target=process.stdout.read, daemon=True).start()
+        yield url
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=60)
+
+
+def call(url, path, body=None, session=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url + path, data=data, method="GET" if body is None else "POST")
+    request.add_header("Content-Type", "application/json")
+    if session:
+        request.add_header("X-Orbit-Session", session)
+    with urllib.request.urlopen(request, timeout=120) as response:
+        raw = response.read().decode()
+    return raw if path == "/metrics" else json.loads(raw)
+
+
+def wait_for_audits(url, session, count):
+    """The session's record once `count` audits ran (idle time follows each answer)."""
+    deadline = time.monotonic() + 300
+    while True:
+        info = call(url, f"/v1/sessions/{session}")
+        if info["audit"]["audits"] >= count or time.monotonic() > deadline:
+            return info
+        time.sleep(0.05)
+
+
+def test_audits_of_a_trimming_session_hold_the_budget(audited_server):
+    url, session = audited_server, "trimmer"
+    history = [{"role": "system", "content": "You tell short stories about " + words(1, 12) + "."}]
+    usages, audited = [], 0
+    for step in range(24):
+        history.append({"role": "user", "content": words(step + 2, 10 + step % 5)})
+        messages = history[:1] + history[1:][-8:]
+        body = call(url, "/v1/chat/completions", {"model": "tinystories-656k", "messages": messages,
+                                                  "max_tokens": 6, "temperature": 0}, session)
+        usage = body["usage"]["orbit"]
+        usages.append(usage)
+        history.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
+        audited += 0 if usage.get("exact") else 1
+        info = wait_for_audits(url, session, audited)
+        assert info["audit"]["audits"] == audited, info["audit"]
+    audit = info["audit"]
+    assert audit["audits"] >= 12  # most of the 24 were served approximately (the trim makes them so)
+    within = len(usages) - audit["violations"]
+    assert within >= 0.95 * len(usages), (audit, [u.get("audit") for u in usages])
+    # Each response after the first carries the audit of an earlier one; exact ones say why.
+    reported = [u["audit"] for u in usages if "audit" in u]
+    assert len(reported) >= audit["audits"] - 1
+    for a in reported:
+        assert a["measured_kl"] >= 0 and a["budget"] > 0 and a["within_budget"] == (a["measured_kl"] <= a["budget"])
+    metrics = call(url, "/metrics")
+    assert re.search(rf"^orbit_audits_total {audit['audits']}$", metrics, re.M), metrics
+    assert re.search(rf"^orbit_audit_measured_kl_count {audit['audits']}$", metrics, re.M)
+    assert re.search(rf"^orbit_audit_budget_violations_total {audit['violations']}$", metrics, re.M)
+    assert "orbit_audit_predicted_kl_total" in metrics
+
+
+def test_audit_rate_out_of_range_is_refused(orbit_cli, models_dir):
+    result = subprocess.run([str(orbit_cli), "serve", "--model", str(models_dir / "tinystories-656k"),
+                             "--port", "0", "--audit", "1.5"], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "--audit" in result.stderr + result.stdout
