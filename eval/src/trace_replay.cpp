@@ -310,6 +310,7 @@ class PolicyRun {
     for (const StepResult& s : out.steps) {
       t.forward_tokens += s.forward_tokens;
       t.critical_forward_tokens += s.critical_forward_tokens;
+      t.query_forward_tokens += s.query_forward_tokens;
       t.prefix_cache_tokens += s.prefix_cache_tokens;
       trace_detail::add_yardstick_totals(s, &t);
       t.background_forward_tokens += s.background_forward_tokens;
@@ -500,7 +501,8 @@ class PolicyRun {
     g.max_tokens = s.max_tokens;
     const Generation gen = current().generate(query, g);
     r->generated = gen.tokens;
-    r->decode_tokens = static_cast<double>(query.size() + gen.tokens.size());
+    r->query_forward_tokens = static_cast<double>(gen.prompt_forward_tokens);
+    r->decode_tokens = static_cast<double>(gen.tokens.size());
     if (!s.append) return false;
     if (writes_transcript_) (*transcript_)[i] = gen.tokens;
     const std::vector<int64_t>& answer = transcript_->count(i) ? transcript_->at(i) : gen.tokens;
@@ -519,7 +521,9 @@ class PolicyRun {
     r->disposable = d.disposable;
     r->generated = d.answer;
     r->kl_first = d.kl_first;
-    r->decode_tokens = static_cast<double>(2 * (query.size() + d.answer.size()));
+    // Both greedy decodes (with and without the conditioning) forward the whole query first.
+    r->query_forward_tokens = static_cast<double>(2 * query.size());
+    r->decode_tokens = static_cast<double>(d.answer.size() + d.answer_without.size());
   }
 
   // The step's operation on the current window; returns whether it changed the window.
@@ -557,10 +561,11 @@ class PolicyRun {
     r->background_seconds = seconds_since(t1);
     const EngineStats after = engine_->stats();
     r->seconds = r->critical_seconds + r->background_seconds;
-    r->critical_forward_tokens = mid.critical_forward_tokens - before.critical_forward_tokens;
+    // The engine counts what plans forward; a read's query forwards are the window's, counted here.
+    r->critical_forward_tokens = mid.critical_forward_tokens - before.critical_forward_tokens + r->query_forward_tokens;
     r->prefix_cache_tokens = mid.prefix_cache_tokens - before.prefix_cache_tokens;
     r->background_forward_tokens = after.background_forward_tokens - mid.background_forward_tokens;
-    r->forward_tokens = after.forward_tokens - before.forward_tokens;
+    r->forward_tokens = after.forward_tokens - before.forward_tokens + r->query_forward_tokens;
     r->patches_formed = after.patches_formed - before.patches_formed;
     Window& w = current();
     r->branch = current_;

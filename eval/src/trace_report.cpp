@@ -19,6 +19,7 @@ json step_json(const StepResult& s) {
             {"status", s.status},
             {"forward_tokens", num(s.forward_tokens)},
             {"critical_forward_tokens", num(s.critical_forward_tokens)},
+            {"query_forward_tokens", num(s.query_forward_tokens)},
             {"prefix_cache_tokens", num(s.prefix_cache_tokens)},
             {"background_forward_tokens", num(s.background_forward_tokens)},
             {"heal_forward_tokens", num(s.heal_forward_tokens)},
@@ -91,6 +92,7 @@ json step_json(const StepResult& s) {
 json totals_json(const PolicyTotals& t) {
   json o = {{"forward_tokens", num(t.forward_tokens)},
             {"critical_forward_tokens", num(t.critical_forward_tokens)},
+            {"query_forward_tokens", num(t.query_forward_tokens)},
             {"prefix_cache_tokens", num(t.prefix_cache_tokens)},
             {"yardstick_reads", t.yardstick_reads},
             {"radix_tokens", num(t.radix_tokens)},

@@ -37,9 +37,13 @@ void ReplayYardstick::after(const TraceStep& step, const Window& window, const s
   tokens.insert(tokens.end(), read.query.begin(), read.query.end());
   const std::size_t prompt = tokens.size();
   tokens.insert(tokens.end(), read.generated.begin(), read.generated.end());
-  r->radix_tokens = static_cast<double>(radix_.read(tokens, prompt).forwarded);
-  r->radix_unbounded_tokens = static_cast<double>(radix_unbounded_.read(tokens, prompt).forwarded);
-  r->block_cache_tokens = static_cast<double>(blocks_.read(tokens, prompt).forwarded);
+  // A model call forwards at least the query's last token for its logits, as orbit's generate does; the window
+  // of an admit or turn is only computed.
+  const planner::PrefixRead kind =
+      reads_window_before(step.op) ? planner::PrefixRead::kLogits : planner::PrefixRead::kPrefill;
+  r->radix_tokens = static_cast<double>(radix_.read(tokens, prompt, kind).forwarded);
+  r->radix_unbounded_tokens = static_cast<double>(radix_unbounded_.read(tokens, prompt, kind).forwarded);
+  r->block_cache_tokens = static_cast<double>(blocks_.read(tokens, prompt, kind).forwarded);
   r->yardstick_read = std::move(read);
 }
 

@@ -5,10 +5,14 @@
 //
 // Which steps are reads: the steps the engine's live yardstick (planner::PrefixLedger) charges, one read
 // per step:
-//   - admit, recall, turn, when the window applied them: the window after the step, no query;
+//   - admit, recall, turn, when the window applied them: the window after the step, no query, computed
+//     only (planner::PrefixRead::kPrefill: every held token reused);
 //   - generate: the window before the step, the query, and the answer (the transcript's when the step
 //     appends it, so the cache holds what the exact model produced; otherwise this policy's tokens);
 //   - disposable: the window before the step, the query, and the greedy answer with the window as it is.
+// Generate and disposable are model calls (PrefixRead::kLogits): the prompt's last token is forwarded even
+// when the cache holds it, as orbit forwards at least the query's last token (StepResult::
+// query_forward_tokens), so the two count the same tokens.
 // Edits (evict, slide, reorder, place) and branch operations are not reads: a prefix cache computes when the
 // model is called (place is a reorder the planner chooses; its repairs, like a reorder's, wait for the next
 // read under a deferring policy). The window's tokens are Window::token_ids(): its instances' in window order, a

@@ -58,13 +58,17 @@ void BlockPrefixCache::touch(int32_t block, uint64_t clock) {
   lru_.insert({clock, -b.depth, block});
 }
 
-PrefixCacheRead BlockPrefixCache::read(const std::vector<int64_t>& tokens, std::size_t prompt_tokens) {
+PrefixCacheRead BlockPrefixCache::read(const std::vector<int64_t>& tokens, std::size_t prompt_tokens, PrefixRead kind) {
   ORBIT_CHECK(prompt_tokens <= tokens.size(), "BlockPrefixCache::read: prompt_tokens = " << prompt_tokens
                                                                                          << " past the read's "
                                                                                          << tokens.size() << " tokens");
   const uint64_t now = ++clock_;
   const int64_t bt = block_tokens_;
-  const int64_t prompt_blocks = static_cast<int64_t>(prompt_tokens) / bt;
+  // Blocks a hit may cover: within the prompt, and for a model call within its first prompt − 1 tokens (the
+  // last one is recomputed for its logits, as vLLM caps a full hit).
+  const int64_t reusable =
+      static_cast<int64_t>(prompt_tokens) - (kind == PrefixRead::kLogits && prompt_tokens > 0 ? 1 : 0);
+  const int64_t prompt_blocks = reusable / bt;
   const int64_t all_blocks = static_cast<int64_t>(tokens.size()) / bt;
   int64_t hits = 0;  // leading prompt blocks held
   bool chain = true;

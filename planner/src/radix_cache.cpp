@@ -55,7 +55,7 @@ void RadixCache::touch(int32_t node, uint64_t clock) {
   n.clock = clock;
 }
 
-PrefixCacheRead RadixCache::read(const std::vector<int64_t>& tokens, std::size_t prompt_tokens) {
+PrefixCacheRead RadixCache::read(const std::vector<int64_t>& tokens, std::size_t prompt_tokens, PrefixRead kind) {
   ORBIT_CHECK(prompt_tokens <= tokens.size(), "RadixCache::read: prompt_tokens = " << prompt_tokens
                                                                                    << " past the read's "
                                                                                    << tokens.size() << " tokens");
@@ -75,7 +75,9 @@ PrefixCacheRead RadixCache::read(const std::vector<int64_t>& tokens, std::size_t
     pos += k;
   }
   PrefixCacheRead out;
-  out.reused = static_cast<int64_t>(std::min(pos, prompt_tokens));
+  // A model call recomputes the prompt's last token for its logits, held or not.
+  const std::size_t reusable = kind == PrefixRead::kLogits && prompt_tokens > 0 ? prompt_tokens - 1 : prompt_tokens;
+  out.reused = static_cast<int64_t>(std::min(pos, reusable));
   out.forwarded = static_cast<int64_t>(prompt_tokens) - out.reused;
   if (pos < tokens.size()) {
     if (node != 0 && nodes_[node].children.empty()) leaves_.erase({nodes_[node].clock, node});

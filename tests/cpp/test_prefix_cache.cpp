@@ -15,6 +15,7 @@
 
 using orbit::planner::BlockPrefixCache;
 using orbit::planner::PrefixCacheOptions;
+using orbit::planner::PrefixRead;
 using orbit::planner::RadixCache;
 using Tokens = std::vector<int64_t>;
 
@@ -48,7 +49,10 @@ TEST_CASE("radix cache: reuses the longest held token prefix, generated tokens i
   CHECK(r.reused == 10);
   CHECK(r.forwarded == 2);
   CHECK(cache.read({1, 2, 3, 9, 9}, 5).forwarded == 2);  // diverges after 3 tokens
-  CHECK(cache.read({1, 2, 3}, 3).forwarded == 0);        // a held prefix: nothing
+  // A held prompt: a model call still forwards its last token for the logits; a prefill, nothing.
+  CHECK(cache.read({1, 2, 3}, 3).forwarded == 1);
+  CHECK(cache.read({1, 2, 3}, 3, PrefixRead::kPrefill).forwarded == 0);
+  CHECK(cache.read(range(1, 11), 10).reused == 9);  // prompt and answer held: all but the prompt's last
   CHECK(cache.read({}, 0).forwarded == 0);
   CHECK(cache.match({1, 2, 3, 4, 5, 99}) == 5);
   CHECK(cache.match({1, 2, 3, 9, 9, 9}) == 5);
@@ -86,6 +90,10 @@ TEST_CASE("block cache: only full 16-token blocks are reused, generated blocks t
   edited[20] = 999;  // diverges mid second block: only the first is reused
   CHECK(cache.read(edited, 48).reused == 16);
   CHECK(cache.read(range(0, 10), 10).forwarded == 10);  // shorter than a block
+  // A held 48-token prompt: a model call recomputes its last token, so its last block (vLLM caps a hit at
+  // prompt − 1 tokens); a prefill reuses all three.
+  CHECK(cache.read(range(0, 48), 48).forwarded == 16);
+  CHECK(cache.read(range(0, 48), 48, PrefixRead::kPrefill).forwarded == 0);
   // 20 prompt tokens + 12 generated fill two blocks, the second half generated; the next read reuses both.
   BlockPrefixCache fresh;
   const Tokens answer = cat(range(200, 220), range(500, 512));
@@ -146,7 +154,7 @@ struct NaiveRadix {
   uint64_t clock = 0;
   std::map<Tokens, uint64_t> held;
 
-  int64_t read(const Tokens& t, std::size_t prompt) {
+  int64_t read(const Tokens& t, std::size_t prompt, bool logits) {
     ++clock;
     std::size_t m = 0;
     while (m < t.size() && held.count(Tokens(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(m + 1)))) ++m;
@@ -161,7 +169,8 @@ struct NaiveRadix {
       }
       held.erase(victim);
     }
-    return static_cast<int64_t>(prompt - std::min(m, prompt));
+    const std::size_t reusable = logits && prompt > 0 ? prompt - 1 : prompt;
+    return static_cast<int64_t>(prompt - std::min(m, reusable));
   }
 };
 
@@ -173,10 +182,11 @@ struct NaiveBlocks {
   uint64_t clock = 0;
   std::map<Tokens, std::pair<uint64_t, std::size_t>> held;  // prefix -> (clock, depth)
 
-  int64_t read(const Tokens& t, std::size_t prompt) {
+  int64_t read(const Tokens& t, std::size_t prompt, bool logits) {
     ++clock;
+    const std::size_t reusable = logits && prompt > 0 ? prompt - 1 : prompt;
     std::size_t hits = 0;
-    while ((hits + 1) * block <= prompt &&
+    while ((hits + 1) * block <= reusable &&
            held.count(Tokens(t.begin(), t.begin() + static_cast<std::ptrdiff_t>((hits + 1) * block))))
       ++hits;
     for (std::size_t j = 0; (j + 1) * block <= t.size(); ++j)
@@ -232,8 +242,10 @@ TEST_CASE("radix and block caches agree with naive references on random reads", 
       std::size_t prompt = 0;
       const Tokens t = next_read(history, rng, &prompt);
       INFO("trial " << trial << " read " << i << " capacity " << capacity << " block " << block);
-      CHECK(radix.read(t, prompt).forwarded == naive_radix.read(t, prompt));
-      CHECK(blocks.read(t, prompt).forwarded == naive_blocks.read(t, prompt));
+      const bool logits = rng() % 3 != 0;  // model calls, and now and then a prefill
+      const PrefixRead kind = logits ? PrefixRead::kLogits : PrefixRead::kPrefill;
+      CHECK(radix.read(t, prompt, kind).forwarded == naive_radix.read(t, prompt, logits));
+      CHECK(blocks.read(t, prompt, kind).forwarded == naive_blocks.read(t, prompt, logits));
       CHECK(radix.size() == static_cast<int64_t>(naive_radix.held.size()));
       CHECK(blocks.blocks() == static_cast<int64_t>(naive_blocks.held.size()));
       radix.verify_integrity();

@@ -1,7 +1,7 @@
 """Golden replays: what `orbit replay --json` decides per step, reduced to the fields a planner change must
 keep, and a comparison of two such records.
 
-Kept exactly: every step's token counts (critical, background, heal, prepare, decode), patches formed and
+Kept exactly: every step's token counts (critical, the query's among them, background, heal, prepare, decode), patches formed and
 hit, canonicals encoded, bytes moved, window tokens and bytes, status and the generated tokens: together
 they pin down the action each plan chose. predicted_kl must agree to float32 rounding (PREDICTED_REL
 relative): the patched policies predict it from a float32 SVD residual, and LAPACK's blocking (so the order of
@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 POLICIES = "default,patch:16,prefix,blind,cacheblend:0.3"
-EXACT = ("op", "status", "critical_forward_tokens", "background_forward_tokens", "forward_tokens",
+EXACT = ("op", "status", "critical_forward_tokens", "query_forward_tokens", "background_forward_tokens", "forward_tokens",
          "heal_forward_tokens", "prepare_forward_tokens", "decode_tokens", "patches_formed", "patch_hits",
          "canonicals_encoded", "bytes_moved", "window_tokens", "window_bytes", "generated")
 # The logit drift two float32 runs of the bundled model may show (float_tolerance.h with its sizes: 5

@@ -3,28 +3,36 @@ yardstick.
 
 `orbit replay` runs the radix cache (SGLang semantics: token granular, every read's window, query and
 generated tokens held, bounded by the replay engine's KV pool) beside each policy over the same reads
-(`radix_tokens` per read; tests/python/test_yardstick.py recomputes it independently). Here, on every
-shipped trace (tests/data/traces and the agent and unseen traces in bench/replay/agent-json):
+(`radix_tokens` per read; tests/python/test_yardstick.py recomputes it independently). Both sides count the
+same tokens: the radix cache forwards a read's prompt (window and query) after the longest prefix it holds,
+at least the last token of a model call; orbit's critical-path tokens include the query tokens its model
+call forwards (`query_forward_tokens`: at least the last, as exact reuse holds the rest of a query asked
+before). Here, on every shipped trace (tests/data/traces and the agent and unseen traces in
+bench/replay/agent-json):
 
-- per read, the critical-path tokens orbit forwarded since the previous read (the read's own operation
-  and the repairs earlier edits deferred to it) are at most what the radix cache forwards for that read;
+- per read, the critical-path tokens orbit forwarded since the previous read (the read's own operation,
+  its query, and the repairs earlier edits deferred to it) are at most what the radix cache forwards for
+  that read;
 - over the whole trace, at every read, orbit's running total is at most the radix cache's (disposable
-  steps left out, below);
+  steps left out on both sides, below);
 - `throughput` (no background work of its own): cumulatively, and its total forward tokens, critical and
   background, are at most the radix cache's. Per read it is not checked: it never heals, so more of the
   windows it returns to were served approximately before (the case described below); measured, 5 of the
   19 traces have such a read (2 to 57 tokens over).
 
 Per read, two kinds of read are left out, and only there:
-- `disposable`, an analysis only orbit runs (a decode with one instance's conditioning switched off): the
-  canonical it encodes for it is counted as a forward; a radix cache has no such call to compare with;
+- `disposable`, an analysis only orbit runs (a second decode with one instance's conditioning switched off):
+  the canonical it encodes for it and the second decode's query are counted as forwards; a radix cache has
+  no such call to compare with, so the running totals leave the step out on both sides;
 - a `generate` whose appended answer is another policy's (the replay appends the first policy's transcript
   so every policy reads the same windows): the radix cache is credited with having generated those tokens,
   orbit generated others (`agreement` < 1) and forwards the transcript's.
 
 The default policy is approximate: a read over instances it served approximately before holds no exact KV
 for them, while a radix cache that computed them exactly does. That is where a read can still cost it more
-(see `KNOWN` below: the measured cases, each a few tokens, listed so that any new one fails).
+(see `KNOWN` below: the measured cases, each a few tokens, listed so that any new one fails). A radix cache
+would not share that reason: it is the price of the earlier read orbit served without a forward (each time
+the running total stays below the radix cache's), not a saving the comparison gives the radix cache.
 """
 import pathlib
 
@@ -75,7 +83,8 @@ def test_never_more_tokens_than_a_radix_cache(trace, shared_replay):
             if s["yardstick_read"] is None:
                 continue
             reads += 1
-            radix_total += s["radix_tokens"]
+            if s["op"] != "disposable":
+                radix_total += s["radix_tokens"]
             where = f"{trace.name} {name} step {s['index']} ({s['op']})"
             assert orbit_total <= radix_total, f"{where}: {orbit_total} tokens so far vs {radix_total}"
             if name != "throughput" and compared_per_read(s) and since_read > s["radix_tokens"]:

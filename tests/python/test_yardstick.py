@@ -12,6 +12,9 @@ reads, then requires the replay's per-read counts to agree exactly:
   before it. A read reuses block size x (leading full prompt blocks held); every full block of the read is
   then held and stamped; over the budget (capacity // block size blocks) the block with the oldest stamp
   goes first, the deepest among equals.
+- a model call (generate, disposable) forwards at least its prompt's last token, held or not: the next token
+  needs its logits (SGLang and vLLM both cap a hit at prompt - 1 tokens), as orbit forwards at least the
+  query's last token; an admit, recall or turn read only computes the window and reuses all it holds.
 
 Steps that are not reads carry no yardstick_read and count 0; totals are the sums.
 """
@@ -81,8 +84,13 @@ class TokenTrie:
         return n
 
 
-def radix_forwarded(trie, prompt, generated):
-    reused = trie.held_prefix(prompt)
+def reusable(prompt, logits):
+    """Prompt tokens a hit may cover: all, or for a model call all but the last."""
+    return len(prompt) - 1 if logits and prompt else len(prompt)
+
+
+def radix_forwarded(trie, prompt, generated, logits=True):
+    reused = min(trie.held_prefix(prompt), reusable(prompt, logits))
     trie.insert(prompt + generated)
     return len(prompt) - reused
 
@@ -104,11 +112,11 @@ class HashedBlocks:
             out.append(digest)
         return out
 
-    def read(self, prompt, generated):
+    def read(self, prompt, generated, logits=True):
         self.clock += 1
         digests = self.chain(prompt + generated)
         hits = 0
-        for d in digests[:len(prompt) // self.block]:
+        for d in digests[:reusable(prompt, logits) // self.block]:
             if d not in self.held:
                 break
             hits += 1
@@ -147,9 +155,10 @@ def check_policy(policy, where):
 
         reads += 1
         prompt = read["window"] + read["query"]
-        got = {"radix_tokens": radix_forwarded(radix, prompt, read["generated"]),
-               "radix_unbounded_tokens": radix_forwarded(unbounded, prompt, read["generated"]),
-               "block_cache_tokens": blocks.read(prompt, read["generated"])}
+        logits = s["op"] in ("generate", "disposable")
+        got = {"radix_tokens": radix_forwarded(radix, prompt, read["generated"], logits),
+               "radix_unbounded_tokens": radix_forwarded(unbounded, prompt, read["generated"], logits),
+               "block_cache_tokens": blocks.read(prompt, read["generated"], logits)}
         for k, v in got.items():
             assert s[k] == v, f"{here}: {k} {s[k]} in the replay, {v} recomputed"
             sums[k] += v
@@ -190,6 +199,8 @@ def test_the_independent_models_on_known_reads():
     assert radix_forwarded(trie, [1, 2, 3, 4], [5, 6]) == 4
     assert radix_forwarded(trie, [1, 2, 3, 4, 5, 6, 7], []) == 1  # the answer came back in the window
     assert radix_forwarded(trie, [1, 2, 9], []) == 1
+    assert radix_forwarded(trie, [1, 2, 3, 4], []) == 1  # held whole: a model call recomputes the last
+    assert radix_forwarded(trie, [1, 2, 3, 4], [], logits=False) == 0  # a prefill does not
     small = TokenTrie(6)
     radix_forwarded(small, [1, 2, 3, 4], [])
     radix_forwarded(small, [7, 8], [])
@@ -200,8 +211,89 @@ def test_the_independent_models_on_known_reads():
     blocks = HashedBlocks(0, 4)
     assert blocks.read(list(range(10)), []) == 10
     assert blocks.read(list(range(12)), []) == 4  # two full blocks reused
+    assert blocks.read(list(range(12)), []) == 4  # held whole: the last block holds the last token
+    assert blocks.read(list(range(12)), [], logits=False) == 0
     assert blocks.read([0, 1, 2, 3, 4, 99, 6, 7], []) == 4
     bounded = HashedBlocks(8, 4)
     bounded.read(list(range(8)), [])
     bounded.read([50, 51, 52, 53], [])  # evicts 4..7, the older read's deeper block
     assert bounded.read(list(range(8)), []) == 4
+
+
+def prefix_policy_mismatches(policy):
+    """Reads where the `prefix` preset (orbit executing a radix cache) forwarded on the critical path, since
+    the previous read, other than the radix yardstick forwards for the read: (index, op, orbit, radix)."""
+    out, since = [], 0.0
+    for s in policy["steps"]:
+        since += s["critical_forward_tokens"]
+        if s["yardstick_read"] is None:
+            continue
+        if s["op"] != "disposable" and since != s["radix_tokens"]:  # disposable: an analysis only orbit runs
+            out.append((s["index"], s["op"], since, s["radix_tokens"]))
+        since = 0.0
+    return out
+
+
+def check_query_accounting(policy, where):
+    """A read's query tokens are on orbit's critical path as on the yardstick's: at least the last one."""
+    for s in policy["steps"]:
+        here = f"{where} step {s['index']} ({s['op']})"
+        if s["op"] == "generate" and s["status"] == "ok":
+            assert 1 <= s["query_forward_tokens"] <= len(s["yardstick_read"]["query"]), here
+            assert s["query_forward_tokens"] <= s["critical_forward_tokens"], here
+            assert s["decode_tokens"] == len(s["generated"]), here
+        elif s["op"] == "disposable":
+            assert s["query_forward_tokens"] == 2 * len(s["yardstick_read"]["query"]), here
+        else:
+            assert s["query_forward_tokens"] == 0, here
+    t = policy["totals"]
+    assert t["query_forward_tokens"] == sum(s["query_forward_tokens"] for s in policy["steps"]), where
+
+
+@pytest.mark.parametrize("trace", TRACES + AGENT_TRACES, ids=lambda p: p.name)
+def test_an_executing_radix_cache_forwards_what_the_yardstick_counts(trace, shared_replay):
+    """`prefix` re-prefills from the first token that differs and reuses what it computed behind the same
+    window, queries included: read for read, what the radix yardstick counts."""
+    report = shared_replay(trace)
+    by_name = {p["policy"]: p for p in report["policies"]}
+    for p in report["policies"]:
+        check_query_accounting(p, f"{trace.name} {p['policy']}")
+    assert prefix_policy_mismatches(by_name["prefix"]) == [], trace.name
+
+
+def test_append_only_reads_cost_the_radix_cache_exactly(orbit_cli, stories260k_path, tmp_path):
+    """An append-only agent (new chunks and turns at the end, answers appended, a question asked twice), where a
+    radix cache is optimal: the `prefix` preset and the default policy forward per read exactly what the radix
+    yardstick counts, the query's tokens included; a repeated question costs both its last token."""
+    trace = {
+        "format": "orbit-trace/1", "name": "append-only", "probe": {"random_tokens": 3, "seed": 4},
+        "chunks": [{"name": "sys", "random_tokens": 12, "seed": 1}, {"name": "doc1", "random_tokens": 20, "seed": 2},
+                   {"name": "doc2", "random_tokens": 24, "seed": 3}],
+        "steps": [
+            {"op": "admit", "chunk": "sys"},
+            {"op": "turn", "random_tokens": 6, "seed": 10},
+            {"op": "generate", "max_tokens": 4, "append": True, "query": {"random_tokens": 3, "seed": 11}},
+            {"op": "admit", "chunk": "doc1"},
+            {"op": "turn", "random_tokens": 5, "seed": 12},
+            {"op": "generate", "max_tokens": 3, "query": {"random_tokens": 4, "seed": 13}},
+            {"op": "generate", "max_tokens": 3, "query": {"random_tokens": 4, "seed": 13}},
+            {"op": "generate", "max_tokens": 4, "append": True, "query": {"random_tokens": 2, "seed": 14}},
+            {"op": "admit", "chunk": "doc2"},
+            {"op": "generate", "max_tokens": 4, "append": True, "query": {"random_tokens": 3, "seed": 15}},
+        ]}
+    path = tmp_path / "append-only.json"
+    path.write_text(json.dumps(trace))
+    out = tmp_path / "append-only.replay.json"
+    subprocess.run([str(orbit_cli), "replay", str(path), "--model", str(stories260k_path), "--policy",
+                    "default,prefix", "--no-fidelity", "--json", str(out), "--quiet"], check=True,
+                   env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL)
+    report = json.loads(out.read_text())
+    by_name = {p["policy"]: p for p in report["policies"]}
+    default = next(p for k, p in by_name.items() if k.startswith("patch:16:kl="))
+    for p in (by_name["prefix"], default):
+        check_query_accounting(p, p["policy"])
+        assert prefix_policy_mismatches(p) == [], p["policy"]
+        assert p["totals"]["critical_forward_tokens"] == p["totals"]["radix_tokens"], p["policy"]
+        again = p["steps"][6]  # the repeated question: window, query and answer held
+        assert (again["query_forward_tokens"], again["critical_forward_tokens"], again["radix_tokens"]) == (1, 1, 1)
+        assert p["steps"][5]["query_forward_tokens"] == 4  # its first time: all of it

@@ -41,7 +41,8 @@ first); 0 = unbounded.)")
           },
           py::arg("prompt"), py::arg("generated") = std::vector<int64_t>{},
           "One model call: the prompt's tokens (window, then query) and the tokens it generated. Returns the "
-          "prompt tokens a radix cache forwards for it.")
+          "prompt tokens a radix cache forwards for it: those after the longest prefix it holds, and at least the "
+          "prompt's last one, whose logits the call needs (as orbit's Generation.prompt_forward_tokens).")
       .def_property_readonly("size", &orbit::planner::RadixCache::size, "tokens held");
   py::class_<orbit::planner::BlockPrefixCache>(m, "BlockPrefixCache", R"(vLLM's automatic prefix caching.
 

@@ -231,7 +231,8 @@ Trace make_trace(const MakeTraceOptions& options);
 // reported with its agreement against that transcript).
 //
 // Per step: measured cost (Window::apply's report plus wall time around plan + apply), split into the
-// critical path (plan + apply: what the next token waits for) and the background (the canonical encodes
+// critical path (plan + apply, and at a generate or disposable the query tokens its model call forwards:
+// what the next token waits for; StepResult::query_forward_tokens) and the background (the canonical encodes
 // and patch forming the step queued, run right after it with Engine::run_background, as an agent's idle
 // time would; replay engines use BackgroundMode::kDeferred; and Window::idle after every generate step
 // (a model call, after which the agent runs the tool it asked for), which heals the window and prepares
@@ -320,12 +321,23 @@ struct StepResult {
   std::string branch;                  // the current branch after the step
   std::string status = "ok";           // "ok", or why the window refused the operation (unchanged then)
   double forward_tokens = 0;           // token-forwards the step computed: critical + background
-  double critical_forward_tokens = 0;  // of which on the critical path (plan + apply)
+  double critical_forward_tokens = 0;  // of which on the critical path (plan + apply, and the read's query)
+  // Of critical_forward_tokens, the query tokens the step's model call forwarded (0 for other steps).
+  // generate: Generation::prompt_forward_tokens: the whole query, or under exact reuse only its last token
+  // when KV computed behind the same window holds the rest; never 0, since the first answer token needs the
+  // last query token's logits. disposable: the query twice (its two greedy decodes, with and without the
+  // instance's conditioning, each forward it whole). The radix yardstick counts the same tokens: a read's
+  // query is part of the prompt it forwards, and a model call forwards at least the prompt's last token
+  // even when the cache holds it all (planner::PrefixRead::kLogits). So critical_forward_tokens and
+  // radix_tokens compare like with like, per read and in total; an executing radix cache (the `prefix`
+  // preset) matches radix_tokens read for read on an append-only trace.
+  double query_forward_tokens = 0;
   // What the engine's live chunk-granular ledger (planner::PrefixLedger: whole instances, no query or
   // generated tokens) charged for the step (EngineStats::prefix_cache_tokens). Not the radix yardstick.
   double prefix_cache_tokens = 0;
   // The prefix-cache yardsticks at a read (planner/prefix_cache.h; 0 when the step is not a read): prompt
-  // tokens an SGLang-style token radix cache forwards, bounded by the engine's KV pool
+  // tokens (window and query; at a generate or disposable at least the last, as query_forward_tokens
+  // above) an SGLang-style token radix cache forwards, bounded by the engine's KV pool
   // (PolicyReplay::yardstick_capacity_tokens) and unbounded, and a vLLM-style 16-token block cache with the
   // same bound.
   double radix_tokens = 0;
@@ -340,7 +352,9 @@ struct StepResult {
   double check_forward_tokens = 0;
   double check_kl = -1;
   double fidelity_correction = 1;
-  double decode_tokens = 0;        // generate / disposable: tokens decoded (not in forward_tokens)
+  // generate / disposable: tokens generated (disposable: both decodes'); not in forward_tokens, and not
+  // counted by the yardsticks either (any engine decodes them)
+  double decode_tokens = 0;
   double full_prefill_tokens = 0;  // a mutating step: the window's tokens (a full re-prefill); else 0
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;
@@ -408,9 +422,10 @@ struct OfflineReport {
 struct PolicyTotals {
   double forward_tokens = 0;  // critical + background
   double critical_forward_tokens = 0;
-  double prefix_cache_tokens = 0;  // the chunk-granular ledger (StepResult::prefix_cache_tokens)
-  int64_t yardstick_reads = 0;     // steps that were reads
-  double radix_tokens = 0;         // sums of the StepResult fields of the same names
+  double query_forward_tokens = 0;  // of which reads' queries (StepResult::query_forward_tokens)
+  double prefix_cache_tokens = 0;   // the chunk-granular ledger (StepResult::prefix_cache_tokens)
+  int64_t yardstick_reads = 0;      // steps that were reads
+  double radix_tokens = 0;          // sums of the StepResult fields of the same names
   double radix_unbounded_tokens = 0;
   double block_cache_tokens = 0;
   double background_forward_tokens = 0;

@@ -5,8 +5,14 @@
 // A *read* is one model call: a prompt (the window's tokens in order, then the query) followed by the
 // tokens the model generated. Both caches
 //   - reuse the longest prefix of the prompt they hold and forward the rest of the prompt
-//     (ReadResult::forwarded = prompt length − reused; generated tokens are decoded by any engine and are
-//     not counted);
+//     (PrefixCacheRead::forwarded = prompt length − reused; generated tokens are decoded by any engine and
+//     are not counted);
+//   - forward at least the prompt's last token on a model call (PrefixRead::kLogits, the default): the next
+//     token needs its logits, so an engine recomputes it even when the whole prompt is held (SGLang matches
+//     at most prompt − 1 tokens; vLLM caps a hit at prompt − 1 tokens, so in whole blocks). orbit's side
+//     counts the same token: Generation::prompt_forward_tokens is at least 1, the query's last token, even
+//     when exact reuse holds the rest. A read that only computes a window ahead of a call and asks for no
+//     logits (PrefixRead::kPrefill: `orbit replay` charges admits and turns so) reuses all it holds;
 //   - then hold every token of the read, generated ones included, so a later read whose window contains
 //     this answer reuses it;
 //   - stay within a KV memory budget in tokens (PrefixCacheOptions::capacity_tokens, 0 = unbounded) by
@@ -25,9 +31,10 @@
 // within one read, the deepest first (vLLM frees a finished request's blocks tail first); a block's parent
 // is therefore never evicted before it. Capacity in blocks: capacity_tokens / block_tokens (rounded down).
 //
-// Simplifications, stated: a read whose whole prompt is held forwards 0 tokens (an engine recomputes the last
-// one to get logits); eviction runs after the read's insertion (the read's own tokens are the most recent,
-// so only a read longer than the budget loses its own tail).
+// Simplifications, stated: eviction runs after the read's insertion (the read's own tokens are the most
+// recent, so only a read longer than the budget loses its own tail); a read's generated tokens are held
+// whole, the last one included (an engine has its KV only after one more decode step; orbit's generate
+// takes that step when it keeps the answer for reuse).
 //
 // Cost: O(read length) per read, plus O(log n) per evicted node or block. Not thread-safe: one owner.
 #pragma once
@@ -46,8 +53,13 @@ struct PrefixCacheOptions {
   int64_t block_tokens = 16;    // BlockPrefixCache only; must be >= 1
 };
 
+// What a read asks of the model (above): kLogits, a model call, forwards at least the prompt's last token;
+// kPrefill computes the prompt's KV only and reuses every held token.
+enum class PrefixRead { kLogits, kPrefill };
+
 struct PrefixCacheRead {
-  int64_t reused = 0;     // prompt tokens served from the cache: [0, prompt length]
+  int64_t reused = 0;     // prompt tokens served from the cache: [0, prompt length], and < prompt length
+                          // for a kLogits read of a non-empty prompt
   int64_t forwarded = 0;  // prompt length − reused
   int64_t evicted = 0;    // tokens the budget evicted after the read
 };
@@ -58,7 +70,8 @@ class RadixCache {
 
   // One read of `tokens`, whose first `prompt_tokens` are the prompt (window + query) and the rest were
   // generated. Throws orbit::Error when prompt_tokens > tokens.size().
-  PrefixCacheRead read(const std::vector<int64_t>& tokens, std::size_t prompt_tokens);
+  PrefixCacheRead read(const std::vector<int64_t>& tokens, std::size_t prompt_tokens,
+                       PrefixRead kind = PrefixRead::kLogits);
   // The longest held prefix of `tokens`, in tokens; changes nothing.
   int64_t match(const std::vector<int64_t>& tokens) const;
 
@@ -95,8 +108,10 @@ class BlockPrefixCache {
  public:
   explicit BlockPrefixCache(const PrefixCacheOptions& options = {});
 
-  // As RadixCache::read; reused is a multiple of block_tokens.
-  PrefixCacheRead read(const std::vector<int64_t>& tokens, std::size_t prompt_tokens);
+  // As RadixCache::read; reused is a multiple of block_tokens (a kLogits read reuses the full blocks within
+  // its first prompt − 1 tokens).
+  PrefixCacheRead read(const std::vector<int64_t>& tokens, std::size_t prompt_tokens,
+                       PrefixRead kind = PrefixRead::kLogits);
 
   int64_t blocks() const { return static_cast<int64_t>(index_.size()); }
   int64_t size() const { return blocks() * block_tokens_; }     // tokens held
