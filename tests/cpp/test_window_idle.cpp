@@ -396,7 +396,7 @@ TEST_CASE("idle prepares moves only in a window that has reordered, and only und
   CHECK(parse_policy("patch:16").prepare_moves == 0);
   CHECK(parse_policy("patch:16:move=3").prepare_moves == 3);
   CHECK(parse_policy("patch:16:kl=0.003:move=3").name() == "patch:16:kl=0.003:move=3");
-  CHECK(WindowPolicy{}.name() == "patch:16:kl=0.003:heal:prep=1:move=8");
+  CHECK(WindowPolicy{}.name() == "patch:16:kl=0.003:heal:prep=1:move=8:lists=3");
   CHECK_THROWS_WITH(parse_policy("patch:16:move=-1"), Catch::Contains("move"));
   CHECK_THROWS_WITH(parse_policy("patch:16:move=x"), Catch::Contains("move"));
 

@@ -522,7 +522,8 @@ def test_policy_spec_and_keyword_arguments(orbit):
     assert orbit.Policy() != p and orbit.WindowPolicy is orbit.Policy
     d = orbit.Policy()  # the default policy: patch:16 with a per-step KL budget; 'default' names it
     assert d == orbit.Policy("default") and d.kl_budget > 0 and p.kl_budget == 0 and d.rank_k == 16
-    assert d.replace(kl_budget=0, heal_when_idle=False, prepare_recalls=0, prepare_moves=0) == p  # idle time: test_idle.py
+    # idle time: test_idle.py
+    assert d.replace(kl_budget=0, heal_when_idle=False, prepare_recalls=0, prepare_moves=0, prepare_lists=0) == p
     full = orbit.Policy("patch:full:exact")
     assert full.rank_k == -1 and full.survivors == orbit.SurvivorAction.recondition
     q = orbit.Policy("patch:8", survivors="recondition", stale=orbit.StalePatch.accept, max_divergence=0.5)

@@ -112,7 +112,7 @@ def test_prepared_move(orbit, small_engine):
 def test_default_policy_uses_idle_time(orbit):
     d, p = orbit.Policy(), orbit.Policy("patch:16")
     assert d.heal_when_idle and d.prepare_recalls == 1 and not p.heal_when_idle and p.prepare_recalls == 0
-    assert d.name == "patch:16:kl=%g:heal:prep=1:move=8" % d.kl_budget == orbit.Policy(d.name).name
+    assert d.name == "patch:16:kl=%g:heal:prep=1:move=8:lists=3" % d.kl_budget == orbit.Policy(d.name).name
     assert orbit.Policy("patch:16:prep=3").prepare_recalls == 3
     assert d.prepare_moves == 8 and p.prepare_moves == 0 and orbit.Policy("patch:16:move=2").prepare_moves == 2
     with pytest.raises(orbit.OrbitError, match="move"):

@@ -238,6 +238,8 @@ class IdleReport:
     @property
     def moves_prepared(self) -> int: ...
     @property
+    def lists_prepared(self) -> int: ...
+    @property
     def instances_prepared(self) -> int: ...
     @property
     def prepare_forward_tokens(self) -> float: ...
@@ -640,6 +642,7 @@ class WindowPolicy:
         self_check: bool = ...,
         prepare_recalls: int = ...,
         prepare_moves: int = ...,
+        prepare_lists: int = ...,
     ) -> None: ...
     on_miss: MissAction
     survivors: SurvivorAction
@@ -663,6 +666,7 @@ class WindowPolicy:
     self_check: bool
     prepare_recalls: int
     prepare_moves: int
+    prepare_lists: int
     @property
     def name(self) -> str: ...
     def replace(self, **options: object) -> "WindowPolicy": ...

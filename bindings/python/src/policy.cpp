@@ -126,6 +126,7 @@ const std::map<std::string, Setter>& setters() {
       {"heal_min_kl", [](WindowPolicy& p, py::handle v) { p.heal_min_kl = number(v, "heal_min_kl", 0, 1e9, false); }},
       {"prepare_recalls", [](WindowPolicy& p, py::handle v) { p.prepare_recalls = count(v, "prepare_recalls"); }},
       {"prepare_moves", [](WindowPolicy& p, py::handle v) { p.prepare_moves = count(v, "prepare_moves"); }},
+      {"prepare_lists", [](WindowPolicy& p, py::handle v) { p.prepare_lists = count(v, "prepare_lists"); }},
       {"first_k",
        [](WindowPolicy& p, py::handle v) {
          if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 1) {
@@ -234,6 +235,10 @@ void init_policy(py::module_& m) {
         "In a window that has reordered, Window.idle() also prepares moving this many of its chunks behind the\n"
         "others (Window.prepare_moves), so the move an agent makes to attend to a chunk costs no forward on the\n"
         "critical path; 0 = off. 8 in the default policy (spec modifier ':move=N').");
+  field(c, "prepare_lists", &WindowPolicy::prepare_lists,
+        "In a window synced to message lists, Window.idle() also prepares (as prepare_sync does with a hint) up\n"
+        "to this many lists the next sync most likely starts with, learned from the messages earlier syncs\n"
+        "dropped; 0 = off. 3 in the default policy (spec modifier ':lists=N').");
   c.def_property_readonly("name", &WindowPolicy::name,
                           "The preset in canonical spec form ('patch:16', 'reprefill', ...).");
   c.def(
@@ -258,7 +263,8 @@ void init_policy(py::module_& m) {
                a.recompute_ratio == b.recompute_ratio && a.first_k == b.first_k && a.kl_budget == b.kl_budget &&
                a.defer_repairs == b.defer_repairs && a.heal_when_idle == b.heal_when_idle &&
                a.heal_min_kl == b.heal_min_kl && a.prepare_recalls == b.prepare_recalls &&
-               a.prepare_moves == b.prepare_moves && a.self_check == b.self_check;
+               a.prepare_moves == b.prepare_moves && a.prepare_lists == b.prepare_lists &&
+               a.self_check == b.self_check;
       },
       py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {

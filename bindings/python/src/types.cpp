@@ -269,6 +269,8 @@ void init_types(py::module_& m) {
                     "Chunks whose patch for a move behind the window's last chunk was formed.")
       .def_readonly("instances_prepared", &IdleReport::instances_prepared,
                     "Instances Window.prepare_sync forwarded (their KV stored for exact reuse).")
+      .def_readonly("lists_prepared", &IdleReport::lists_prepared,
+                    "Learned next lists Window.idle() prepared (WindowPolicy.prepare_lists).")
       .def_readonly("prepare_forward_tokens", &IdleReport::prepare_forward_tokens,
                     "Token-forwards of the prepared recalls, moves and prepare_sync.")
       .def_readonly("forward_tokens", &IdleReport::forward_tokens, "heal + check + prepare.")
@@ -278,7 +280,7 @@ void init_types(py::module_& m) {
         o << "IdleReport(predicted_kl=" << r.predicted_kl << ", healed_instances=" << r.healed_instances
           << ", heal_forward_tokens=" << r.heal_forward_tokens << ", recalls_prepared=" << r.recalls_prepared
           << ", moves_prepared=" << r.moves_prepared << ", instances_prepared=" << r.instances_prepared
-          << ", prepare_forward_tokens=" << r.prepare_forward_tokens << ", seconds=" << std::setprecision(3)
+          << ", lists_prepared=" << r.lists_prepared << ", prepare_forward_tokens=" << r.prepare_forward_tokens << ", seconds=" << std::setprecision(3)
           << r.seconds << ")";
         return o.str();
       });

@@ -8,7 +8,8 @@
 //                   First sight is one exact prefill in context (canonical and patch formed in the
 //                   background); survivors, recalls and reorders are served by the cheapest action whose
 //                   predicted KL keeps the window within the budget (bench/REPORT-agents.md measures it);
-//                   idle time heals, and prepares recalls and moves (`:heal:prep=1:move=8`)
+//                   idle time heals, and prepares recalls, moves and learned next lists
+//                   (`:heal:prep=1:move=8:lists=3`)
 //   patch[:M]       form a rank-M patch on a miss (M = 16; "full" = every singular direction), reuse exact-
 //                   and orbit-keyed patches, survivors kept as-is (relocation only); no budget
 //   patch:M:exact   as patch:M, but every chunk whose context changed is re-conditioned (lookup, then form)
@@ -159,6 +160,13 @@ struct WindowPolicy {
   // pays no forward on the critical path for the moved chunk, and a window that never reorders spends no
   // idle time on it.
   int64_t prepare_moves = 8;
+  // In idle time, prepare up to this many lists the next sync may start with, learned from the lists the
+  // window was synced to (Window::idle; the `:lists=N` modifier, on in the default policy): the last list
+  // with the messages the agent dropped before dropped again (the oldest turn past a length, the oldest
+  // screenshot for a new one), each synced exactly in a throwaway fork as Window::prepare_sync does with a
+  // hint. A trim from the front then costs the next sync neither the prefix cache's re-prefill nor a kept
+  // instance's loss. Needs exact reuse (reuse_computed); a window never synced to a list does nothing.
+  int64_t prepare_lists = 3;
   double recompute_ratio = 0.15;  // kTokenRecompute
   int64_t first_k = 16;           // kFirstK
 

@@ -206,6 +206,7 @@ struct SyncPlan {
   std::string chat_template;               // which template rendered it ("model", "options", "plain")
   uint64_t window_id = 0;                  // the window it was planned on, at this version:
   uint64_t window_version = 0;             // Window::sync(messages, planned) refuses it once either differs
+  SyncOptions options;                     // what it was planned with
   int64_t count(SyncAction action) const;
   bool changes() const;          // false: the window holds the rendering already (sync applies nothing)
   std::string describe() const;  // one line per unit and eviction

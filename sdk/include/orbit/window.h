@@ -219,6 +219,7 @@ struct IdleReport {
   int64_t recalls_prepared = 0;       // evicted chunks whose patch for a recall at the tail was formed
   int64_t moves_prepared = 0;         // chunks whose patch for a move behind the window's last chunk was formed
   int64_t instances_prepared = 0;     // instances prepare_sync forwarded (their KV stored for exact reuse)
+  int64_t lists_prepared = 0;         // learned next lists prepared (WindowPolicy::prepare_lists)
   double prepare_forward_tokens = 0;  // recalls, moves and prepare_sync
   double forward_tokens = 0;          // heal + check + prepare
   double seconds = 0;
@@ -321,8 +322,12 @@ class Window {
   IdleReport prepare_moves(int64_t max_chunks);
   // What the policy asks of idle time, in one call: heal() under heal_when_idle when the window's predicted
   // KL is at least heal_min_kl, then prepare_recalls(policy().prepare_recalls), then, in a window that has
-  // reordered at least once, prepare_moves(policy().prepare_moves). Call it whenever the agent waits (a tool
-  // runs, the user types); orbit::replay calls it after every generate step.
+  // reordered at least once, prepare_moves(policy().prepare_moves), then, in a window synced to message
+  // lists, prepare_sync of up to policy().prepare_lists lists the next sync most likely starts with: the
+  // last list with the messages earlier syncs dropped (by role, content kind and age: the oldest turn, the
+  // oldest screenshot) dropped again, the most frequent pattern of the last 8 syncs first (no hint needed;
+  // a wrong guess costs only idle time). Call it whenever the agent waits (a tool runs, the user types);
+  // orbit::replay calls it after every generate step.
   // The heal checks the fidelity model on the way: the logits of a probe (the window's last 8 vocabulary
   // ids read again after it) before and after the heal; their KL is the loss the window carried, measured,
   // and the engine's correction (EngineStats::fidelity_correction) learns measured / predicted from it, so

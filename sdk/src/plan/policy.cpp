@@ -69,7 +69,9 @@ std::string policy_spec_help() {
          "                                      is >= X (Window::heal; default X = budget/10); :prep=N\n"
          "                                      prepares the recalls of the N chunks evicted last (Window::idle);\n"
          "                                      :move=N prepares, in a window that has reordered, moving N of its\n"
-         "                                      chunks behind the others (Window::idle); :check makes idle-time\n"
+         "                                      chunks behind the others (Window::idle); :lists=N prepares the N\n"
+         "                                      lists the next sync most likely starts with, learned from the\n"
+         "                                      messages earlier syncs dropped (Window::idle); :check makes idle-time\n"
          "                                      heals measure the loss the window carried and scale the fidelity\n"
          "                                      model by the largest recent miss (off in default)\n"
          "  throughput[:kl=X]                   the default's budget without background work (servers): a miss\n"
@@ -95,7 +97,7 @@ int64_t parse_count(const std::string& spec, const std::string& text, const char
   return static_cast<int64_t>(n);
 }
 
-// heal, heal=X, prep=N, move=N: what idle time does. False when `part` is none of them.
+// heal, heal=X, prep=N, move=N, lists=N: what idle time does. False when `part` is none of them.
 bool parse_idle_modifier(const std::string& spec, const std::string& part, WindowPolicy& p) {
   if (part == "heal") {
     p.heal_when_idle = true;
@@ -109,6 +111,9 @@ bool parse_idle_modifier(const std::string& spec, const std::string& part, Windo
                                     "prep (recalls prepared in idle time) must be a non-negative integer");
   } else if (part == "check") {
     p.self_check = true;
+  } else if (part.rfind("lists=", 0) == 0) {
+    p.prepare_lists = parse_count(spec, part.substr(6), "lists",
+                                  "lists (next lists prepared in idle time) must be a non-negative integer");
   } else if (part.rfind("move=", 0) == 0) {
     p.prepare_moves =
         parse_count(spec, part.substr(5), "move",
@@ -205,6 +210,7 @@ WindowPolicy throughput_preset(const std::string& spec, const std::vector<std::s
   p.heal_when_idle = false;
   p.prepare_recalls = 0;
   p.prepare_moves = 0;
+  p.prepare_lists = 0;
   for (std::size_t i = 1; i < parts.size(); ++i) {
     if (parts[i].rfind("kl=", 0) != 0 || i > 1) bad_spec(spec, "'throughput' takes only :kl=X");
     p.kl_budget = parse_number(spec, parts[i].substr(3), "kl budget");
@@ -240,6 +246,7 @@ WindowPolicy parse_policy(const std::string& spec) {
   p.heal_when_idle = false;  // nor heal unless they say :heal
   p.prepare_recalls = 0;     // nor prepare recalls unless they say :prep=N
   p.prepare_moves = 0;       // nor moves unless they say :move=N
+  p.prepare_lists = 0;       // nor lists unless they say :lists=N
   if (head == "patch") {
     std::set<std::string> seen;  // modifier names ("heal" and "heal=X" are one): each may be given once
     for (std::size_t i = 1; i < parts.size(); ++i) {
@@ -275,6 +282,7 @@ std::string WindowPolicy::name() const {
       }
       if (prepare_recalls > 0) s << ":prep=" << prepare_recalls;
       if (prepare_moves > 0) s << ":move=" << prepare_moves;
+      if (prepare_lists > 0) s << ":lists=" << prepare_lists;
       if (self_check) s << ":check";
       return s.str();
     case MissAction::kReprefill:

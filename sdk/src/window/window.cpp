@@ -423,7 +423,9 @@ Window Window::fork() const {
   // first never pays for its parent's state). Without it they would run twice: they run first, and both
   // share the repaired pages.
   if (!state_->options.policy.reuse_computed) detail::run_deferred(*state_, "fork");
-  return Window(detail::fork_state(*state_));
+  Window child(detail::fork_state(*state_));
+  child.state_->lists = state_->lists;  // a branch of the same agent: the same list habits
+  return child;
 }
 
 namespace detail {

@@ -1,5 +1,6 @@
 // Window's idle-time work: prepared recalls and moves (forms in throwaway forks, stored for later), and
-// idle() (heal, the fidelity self-check, then the preparations the policy asks for).
+// idle() (heal, the fidelity self-check, then the preparations the policy asks for: recalls, moves and the
+// lists learned from earlier syncs).
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -181,6 +182,22 @@ void heal_and_check(Window& w, WindowState& s, IdleReport& out, bool check) {
   s.core->note_fidelity_check(out.measured_kl, out.predicted_kl, out.check_forward_tokens);
 }
 
+// The lists the window learned its next sync may start with (ListMemory::predict), each prepared as
+// prepare_sync prepares a hinted one. A list that cannot be rendered or placed is skipped.
+void prepare_learned_lists(Window& w, const WindowState& s, int64_t max_lists, IdleReport& out) {
+  if (!s.options.policy.reuse_computed || s.lists.empty()) return;
+  for (const std::vector<ChatMessage>& list : s.lists.predict(max_lists)) {
+    try {
+      const IdleReport r = w.prepare_sync(list, s.lists.options());
+      out.lists_prepared += 1;
+      out.instances_prepared += r.instances_prepared;
+      out.prepare_forward_tokens += r.prepare_forward_tokens;
+    } catch (const Error&) {
+      // a guess the template refuses (or past the positions): nothing was computed for it
+    }
+  }
+}
+
 }  // namespace
 
 IdleReport Window::idle() {
@@ -209,6 +226,7 @@ IdleReport Window::idle() {
     out.moves_prepared = prepared.moves_prepared;
     out.prepare_forward_tokens += prepared.prepare_forward_tokens;
   }
+  if (policy.prepare_lists > 0) prepare_learned_lists(*this, *state_, policy.prepare_lists, out);
   out.forward_tokens = out.heal_forward_tokens + out.check_forward_tokens + out.prepare_forward_tokens;
   out.fidelity_correction = state_->core->fidelity_checks().correction.factor();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -377,6 +377,7 @@ SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncO
   choose_actions(core, current, match, known_keys(current, used, evicted()), options, plan);
   plan.window_id = state_->id;
   plan.window_version = state_->version;
+  plan.options = options;
   return plan;
 }
 
@@ -438,8 +439,10 @@ WindowPolicy anticipation_policy() {
 
 SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {
   const detail::OpHold hold(*state_->core);
-  return sync_with(*this, *state_, messages, plan_sync(messages, options),
-                   [this](const Plan& p) { return detail::apply_plan(*state_, p); });
+  SyncReport r = sync_with(*this, *state_, messages, plan_sync(messages, options),
+                           [this](const Plan& p) { return detail::apply_plan(*state_, p); });
+  state_->lists.observe(messages, options);  // the agent's edits, learned (Window::idle prepares the next list)
+  return r;
 }
 
 SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncPlan& planned) {
@@ -448,7 +451,10 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncPlan
               "sync: stale sync plan (made for window " << planned.window_id << " at version " << planned.window_version
                                                         << "; this is window " << state_->id << " at version "
                                                         << state_->version << "): plan_sync again");
-  return sync_with(*this, *state_, messages, planned, [this](const Plan& p) { return detail::apply_plan(*state_, p); });
+  SyncReport r =
+      sync_with(*this, *state_, messages, planned, [this](const Plan& p) { return detail::apply_plan(*state_, p); });
+  state_->lists.observe(messages, planned.options);
+  return r;
 }
 
 IdleReport Window::prepare_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {

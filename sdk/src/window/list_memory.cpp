@@ -1,0 +1,176 @@
+#include "window/list_memory.h"
+
+#include <algorithm>
+#include <map>
+
+namespace orbit::detail {
+
+namespace {
+
+const char* part_kind(const ContentPart& p) {
+  if (!p.chunk) return "text";
+  return p.chunk->kind == ChunkKind::kTokens ? "tokens" : "embeddings";
+}
+
+bool same_part(const ContentPart& a, const ContentPart& b) {
+  if (a.chunk.has_value() != b.chunk.has_value()) return false;
+  return a.chunk ? a.chunk->key == b.chunk->key : a.text == b.text;
+}
+
+bool same_call(const ChatToolCall& a, const ChatToolCall& b) {
+  return a.id == b.id && a.name == b.name && a.arguments == b.arguments;
+}
+
+// The rank of each message of `list` among those of its class (0 = the oldest).
+std::vector<int64_t> ranks(const std::vector<ChatMessage>& list, std::vector<std::string>* classes) {
+  std::map<std::string, int64_t> seen;
+  std::vector<int64_t> out;
+  for (const ChatMessage& m : list) {
+    classes->push_back(message_class(m));
+    out.push_back(seen[classes->back()]++);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string message_class(const ChatMessage& m) {
+  std::string out = m.role + "|";
+  if (m.parts.empty()) return out + "text";
+  for (std::size_t i = 0; i < m.parts.size(); ++i) out += std::string(i ? "," : "") + part_kind(m.parts[i]);
+  return out;
+}
+
+bool same_message(const ChatMessage& a, const ChatMessage& b) {
+  return a.role == b.role && a.content == b.content && a.name == b.name && a.tool_call_id == b.tool_call_id &&
+         std::equal(a.tool_calls.begin(), a.tool_calls.end(), b.tool_calls.begin(), b.tool_calls.end(), same_call) &&
+         std::equal(a.parts.begin(), a.parts.end(), b.parts.begin(), b.parts.end(), same_part);
+}
+
+std::optional<DropPattern> drops_between(const std::vector<ChatMessage>& before,
+                                         const std::vector<ChatMessage>& after) {
+  // Greedy in order: each message of `before` is kept when it is the next one `after` has; the rest of
+  // `after` is what came at the end. A message that moved to the end counts as dropped (and appended); a
+  // message inserted among kept ones makes the kept ones after it count as dropped and appended too.
+  std::vector<std::string> classes;
+  const std::vector<int64_t> rank = ranks(before, &classes);
+  DropPattern drops;
+  std::size_t j = 0;
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    if (j < after.size() && same_message(before[i], after[j])) {
+      ++j;
+    } else {
+      drops.push_back(ListDrop{classes[i], rank[i]});
+    }
+  }
+  std::sort(drops.begin(), drops.end(),
+            [](const ListDrop& a, const ListDrop& b) { return a.cls != b.cls ? a.cls < b.cls : a.rank < b.rank; });
+  return drops;
+}
+
+std::optional<std::vector<ChatMessage>> apply_drops(const std::vector<ChatMessage>& list,
+                                                    const DropPattern& pattern) {
+  if (pattern.empty()) return std::nullopt;
+  std::vector<std::string> classes;
+  const std::vector<int64_t> rank = ranks(list, &classes);
+  std::vector<ChatMessage> out;
+  std::size_t made = 0;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const bool drop = std::any_of(pattern.begin(), pattern.end(),
+                                  [&](const ListDrop& d) { return d.cls == classes[i] && d.rank == rank[i]; });
+    if (drop) {
+      ++made;
+    } else {
+      out.push_back(list[i]);
+    }
+  }
+  if (made != pattern.size()) return std::nullopt;
+  return out;
+}
+
+void ListMemory::observe(const std::vector<ChatMessage>& list, const SyncOptions& options) {
+  if (last_) {
+    patterns_.push_back(drops_between(*last_, list));
+    if (patterns_.size() > kHistory) patterns_.pop_front();
+  }
+  last_ = list;
+  options_ = options;
+}
+
+namespace {
+
+// Each drop's count over the remembered transitions, most frequent first (the latest on ties).
+std::vector<std::pair<ListDrop, int64_t>> drop_counts(const std::deque<std::optional<DropPattern>>& patterns) {
+  std::vector<std::pair<ListDrop, std::pair<int64_t, std::size_t>>> seen;
+  for (std::size_t i = 0; i < patterns.size(); ++i) {
+    if (!patterns[i]) continue;
+    for (const ListDrop& d : *patterns[i]) {
+      auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& s) { return s.first == d; });
+      if (it == seen.end()) {
+        seen.push_back({d, {1, i}});
+      } else {
+        ++it->second.first;
+        it->second.second = i;
+      }
+    }
+  }
+  std::sort(seen.begin(), seen.end(), [](const auto& a, const auto& b) {
+    return a.second.first != b.second.first ? a.second.first > b.second.first : a.second.second > b.second.second;
+  });
+  std::vector<std::pair<ListDrop, int64_t>> out;
+  for (const auto& [d, stats] : seen) out.emplace_back(d, stats.first);
+  return out;
+}
+
+DropPattern sorted(DropPattern p) {
+  std::sort(p.begin(), p.end(),
+            [](const ListDrop& a, const ListDrop& b) { return a.cls != b.cls ? a.cls < b.cls : a.rank < b.rank; });
+  return p;
+}
+
+}  // namespace
+
+std::vector<DropPattern> ListMemory::patterns(int64_t max) const {
+  // The drops nearly every transition made (in at least 60% of them: the oldest turn past a length) are
+  // in every candidate; each other drop seen (the oldest screenshot for a new one, a result moved to the
+  // end) adds one candidate with them. In order: the usual drops with the most frequent other one, the
+  // last transition's drops, the usual ones with each other one, the usual ones alone.
+  std::vector<DropPattern> out;
+  const auto add = [&](DropPattern p) {
+    p = sorted(std::move(p));
+    if (!p.empty() && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(std::move(p));
+  };
+  const std::vector<std::pair<ListDrop, int64_t>> counts = drop_counts(patterns_);
+  const auto n = static_cast<double>(patterns_.size());
+  DropPattern usual;
+  std::vector<ListDrop> others;
+  for (const auto& [d, count] : counts) (static_cast<double>(count) >= 0.6 * n ? usual : others).push_back(d);
+  const auto with_usual = [&](const ListDrop& d) {
+    DropPattern p = usual;
+    p.push_back(d);
+    add(std::move(p));
+  };
+  if (!others.empty()) with_usual(others.front());
+  if (!patterns_.empty() && patterns_.back()) add(*patterns_.back());
+  for (std::size_t i = 1; i < others.size(); ++i) with_usual(others[i]);
+  add(usual);
+  if (out.size() > static_cast<std::size_t>(std::max<int64_t>(max, 0))) out.resize(static_cast<std::size_t>(max));
+  return out;
+}
+
+std::vector<std::vector<ChatMessage>> ListMemory::predict(int64_t max) const {
+  std::vector<std::vector<ChatMessage>> out;
+  if (!last_ || max <= 0) return out;
+  for (const DropPattern& pattern : patterns(static_cast<int64_t>(kHistory) * 2)) {
+    if (static_cast<int64_t>(out.size()) >= max) break;
+    std::optional<std::vector<ChatMessage>> next = apply_drops(*last_, pattern);
+    if (!next) continue;
+    const bool repeated = std::any_of(out.begin(), out.end(), [&](const std::vector<ChatMessage>& o) {
+      return std::equal(o.begin(), o.end(), next->begin(), next->end(), same_message);
+    });
+    if (!repeated) out.push_back(std::move(*next));
+  }
+  return out;
+}
+
+}  // namespace orbit::detail

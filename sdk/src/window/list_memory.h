@@ -1,0 +1,69 @@
+// What a window learns of its agent's list edits from the lists it is synced to (Window::sync), so that idle
+// time can prepare the next list without a hint (Window::idle, WindowPolicy::prepare_lists).
+//
+// Agents edit their message lists by rules: the oldest turns leave past a length, the oldest screenshot
+// leaves when a new one comes, a result shown again moves to the end. Between two lists the memory finds
+// the messages that left (the new list holds the old one's messages in order, minus those, plus what came
+// at the end) and describes each by its class (role and content kind: text, a token chunk, an embedding
+// chunk) and its rank among the old list's messages of that class (0 = the oldest). Such a set of
+// (class, rank) drops is a pattern; the memory keeps the patterns of its last kHistory transitions. Agents
+// combine rules (the oldest turn leaves at every step past a length, and the oldest screenshot too when
+// the tool showed a new page), so the candidates are made of drops, not whole patterns (patterns()). A
+// prediction is the current list with a candidate's drops made: the start of the next list, when the agent
+// drops those (what it adds at the end is unknown, and not needed: a sync whose list starts the same way
+// reuses what a preparation computed for that start, up to the first message that differs).
+//
+// No model, no torch: message lists only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "orbit/sync.h"
+
+namespace orbit::detail {
+
+struct ListDrop {
+  std::string cls;   // message_class()
+  int64_t rank = 0;  // among the list's messages of that class, from the oldest
+  bool operator==(const ListDrop& o) const { return cls == o.cls && rank == o.rank; }
+};
+using DropPattern = std::vector<ListDrop>;  // ordered by (class, rank)
+
+// "role|kinds": the role, then each part's kind ("text", "tokens", "embeddings") or "text" for plain content.
+std::string message_class(const ChatMessage& m);
+// Same role, content, name, tool call id, tool calls and parts (chunk parts by key).
+bool same_message(const ChatMessage& a, const ChatMessage& b);
+// The drops that turn `before` into the start of `after` (the rest of `after` came at the end): the messages
+// of `before` left out when `after` is matched against it in order, greedily.
+std::optional<DropPattern> drops_between(const std::vector<ChatMessage>& before, const std::vector<ChatMessage>& after);
+// `list` with the pattern's drops made; nullopt when a drop names a rank the list does not have, or the
+// pattern is empty.
+std::optional<std::vector<ChatMessage>> apply_drops(const std::vector<ChatMessage>& list, const DropPattern& pattern);
+
+class ListMemory {
+ public:
+  static constexpr std::size_t kHistory = 8;  // transitions remembered
+
+  // A list the window was synced to (with its options: the prediction is synced with them).
+  void observe(const std::vector<ChatMessage>& list, const SyncOptions& options);
+  // Up to `max` candidate drop patterns, the most likely first: the drops made in at least 60% of the
+  // remembered transitions ("usual") with the most frequent other drop, the last transition's drops, the
+  // usual ones with each other drop seen, then the usual ones alone. Distinct and non-empty.
+  std::vector<DropPattern> patterns(int64_t max) const;
+  // Up to `max` distinct lists the next one may start with: the last list with patterns()' drops made
+  // (skipping those naming a message the list does not have).
+  std::vector<std::vector<ChatMessage>> predict(int64_t max) const;
+  const SyncOptions& options() const { return options_; }
+  bool empty() const { return !last_.has_value(); }
+
+ private:
+  std::optional<std::vector<ChatMessage>> last_;
+  SyncOptions options_;
+  std::deque<std::optional<DropPattern>> patterns_;  // oldest first; nullopt: a transition with no pattern
+};
+
+}  // namespace orbit::detail

@@ -1,0 +1,105 @@
+// What a window learns of its agent's list edits (sdk/src/window/list_memory.h), without a model: the drops
+// between two lists by class and rank, patterns applied to a list, and the candidates a memory predicts
+// for an agent that drops its oldest turn at every step and its oldest screenshot when a new one comes.
+#include <algorithm>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "orbit_catch.h"
+#include "window/list_memory.h"
+
+namespace orbit::detail {
+// How Catch prints a drop in a failed check.
+std::ostream& operator<<(std::ostream& os, const ListDrop& d) { return os << d.cls << "#" << d.rank; }
+}  // namespace orbit::detail
+
+namespace od = orbit::detail;
+using orbit::ChatMessage;
+
+namespace {
+
+ChatMessage text(const std::string& role, const std::string& content) { return ChatMessage{role, content}; }
+
+ChatMessage shot(const std::string& key) {
+  ChatMessage m{"tool", ""};
+  orbit::ChunkRef ref;
+  ref.key = key;
+  ref.kind = orbit::ChunkKind::kEmbeddings;
+  m.parts = {orbit::ContentPart::of_text("page: "), orbit::ContentPart::of_chunk(ref)};
+  return m;
+}
+
+std::vector<std::string> contents(const std::vector<ChatMessage>& list) {
+  std::vector<std::string> out;
+  for (const ChatMessage& m : list) out.push_back(m.parts.empty() ? m.content : m.parts.back().chunk->key);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("list memory: drops by class and rank", "[sync]") {
+  CHECK(od::message_class(text("user", "hi")) == "user|text");
+  CHECK(od::message_class(shot("p1")) == "tool|text,embeddings");
+  const std::vector<ChatMessage> before = {text("system", "s"), text("user", "u1"), text("assistant", "a1"),
+                                           shot("p1"), text("user", "u2"), shot("p2")};
+  // The oldest user message and the oldest screenshot left; a message came at the end.
+  const std::vector<ChatMessage> after = {text("system", "s"), text("assistant", "a1"), text("user", "u2"),
+                                          shot("p2"), text("user", "u3")};
+  const auto drops = od::drops_between(before, after);
+  REQUIRE(drops.has_value());
+  CHECK(*drops == od::DropPattern{{"tool|text,embeddings", 0}, {"user|text", 0}});
+  // A message shown again at the end counts as dropped where it was.
+  const auto moved = od::drops_between(before, {text("system", "s"), text("user", "u1"), text("assistant", "a1"),
+                                                text("user", "u2"), shot("p2"), shot("p1")});
+  CHECK(*moved == od::DropPattern{{"tool|text,embeddings", 0}});
+  CHECK(od::drops_between(before, before)->empty());
+
+  const auto made = od::apply_drops(after, *drops);
+  REQUIRE(made.has_value());
+  CHECK(contents(*made) == std::vector<std::string>{"s", "a1", "u3"});
+  CHECK_FALSE(od::apply_drops(after, {{"tool|text,embeddings", 3}}).has_value());  // no 4th screenshot
+  CHECK_FALSE(od::apply_drops(after, {}).has_value());
+}
+
+TEST_CASE("list memory: an agent's trims become the lists idle time prepares", "[sync]") {
+  od::ListMemory memory;
+  CHECK(memory.empty());
+  CHECK(memory.predict(3).empty());
+  // Every step a user and an assistant message come and the oldest ones leave; on odd steps a new screenshot
+  // comes too and the oldest one leaves.
+  std::vector<ChatMessage> list = {text("system", "s"), shot("p0"), text("user", "u0"), text("assistant", "a0")};
+  memory.observe(list, orbit::SyncOptions{});
+  const auto erase_first = [&](const std::function<bool(const ChatMessage&)>& which) {
+    list.erase(std::find_if(list.begin(), list.end(), which));
+  };
+  for (int step = 1; step <= 8; ++step) {
+    list.push_back(text("user", "u" + std::to_string(step)));
+    list.push_back(text("assistant", "a" + std::to_string(step)));
+    erase_first([](const ChatMessage& m) { return m.role == "user"; });
+    erase_first([](const ChatMessage& m) { return m.role == "assistant"; });
+    if (step % 2 == 1) {
+      list.push_back(shot("p" + std::to_string(step)));
+      erase_first([](const ChatMessage& m) { return !m.parts.empty(); });
+    }
+    memory.observe(list, orbit::SyncOptions{});
+  }
+  const std::vector<od::DropPattern> patterns = memory.patterns(4);
+  REQUIRE(!patterns.empty());
+  // The usual drops (the oldest user and assistant) are in every candidate; the first one adds the oldest
+  // screenshot, seen on every other step.
+  const od::ListDrop user{"user|text", 0}, assistant{"assistant|text", 0}, screenshot{"tool|text,embeddings", 0};
+  for (const od::DropPattern& p : patterns) {
+    CHECK(std::find(p.begin(), p.end(), user) != p.end());
+    CHECK(std::find(p.begin(), p.end(), assistant) != p.end());
+  }
+  CHECK(std::find(patterns.front().begin(), patterns.front().end(), screenshot) != patterns.front().end());
+  const auto lists = memory.predict(2);
+  REQUIRE(lists.size() == 2);
+  for (const auto& l : lists) {
+    CHECK(l.front().role == "system");
+    CHECK(l.size() < list.size());
+  }
+  CHECK(memory.predict(0).empty());
+}
