@@ -87,14 +87,17 @@ TEST_CASE("list memory: an agent's trims become the lists idle time prepares", "
   }
   const std::vector<od::DropPattern> patterns = memory.patterns(4);
   REQUIRE(!patterns.empty());
-  // The usual drops (the oldest user and assistant) are in every candidate; the first one adds the oldest
-  // screenshot, seen on every other step.
+  // The usual drops (the oldest user and assistant) are in every candidate; the first two are the agent's
+  // two patterns: with the oldest screenshot (every other step) and without.
   const od::ListDrop user{"user|text", 0}, assistant{"assistant|text", 0}, screenshot{"tool|text,embeddings", 0};
   for (const od::DropPattern& p : patterns) {
     CHECK(std::find(p.begin(), p.end(), user) != p.end());
     CHECK(std::find(p.begin(), p.end(), assistant) != p.end());
   }
-  CHECK(std::find(patterns.front().begin(), patterns.front().end(), screenshot) != patterns.front().end());
+  REQUIRE(patterns.size() >= 2);
+  const auto has_shot = [&](const od::DropPattern& p) { return std::find(p.begin(), p.end(), screenshot) != p.end(); };
+  CHECK(has_shot(patterns[0]) != has_shot(patterns[1]));
+  CHECK(patterns[0].size() + patterns[1].size() == 5);
   const auto lists = memory.predict(2);
   REQUIRE(lists.size() == 2);
   for (const auto& l : lists) {

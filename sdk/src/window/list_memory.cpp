@@ -122,6 +122,20 @@ std::vector<std::pair<ListDrop, int64_t>> drop_counts(const std::deque<std::opti
   return out;
 }
 
+// The whole pattern seen most often (the latest on ties).
+DropPattern most_frequent(const std::deque<std::optional<DropPattern>>& patterns) {
+  DropPattern best;
+  int64_t best_count = 0;
+  for (std::size_t i = patterns.size(); i-- > 0;) {
+    const int64_t count = std::count(patterns.begin(), patterns.end(), patterns[i]);
+    if (count > best_count) {
+      best = *patterns[i];
+      best_count = count;
+    }
+  }
+  return best;
+}
+
 DropPattern sorted(DropPattern p) {
   std::sort(p.begin(), p.end(),
             [](const ListDrop& a, const ListDrop& b) { return a.cls != b.cls ? a.cls < b.cls : a.rank < b.rank; });
@@ -131,17 +145,25 @@ DropPattern sorted(DropPattern p) {
 }  // namespace
 
 std::vector<DropPattern> ListMemory::patterns(int64_t max) const {
-  // The drops nearly every transition made (in at least 60% of them: the oldest turn past a length) are
-  // in every candidate; each other drop seen (the oldest screenshot for a new one, a result moved to the
-  // end) adds one candidate with them. In order: the usual drops with the most frequent other one, the
-  // last transition's drops, the usual ones with each other one, the usual ones alone.
+  // Over the transitions that dropped something (an agent's syncs between its trims, such as a server's
+  // answer prefilled before the next request, drop nothing): the most frequent whole pattern; the drops
+  // made in at least 60% of them ("usual": the oldest turn past a length) with the most frequent other
+  // drop (the oldest screenshot, when a new one came); the last pattern; the usual drops with each other
+  // drop seen; the usual ones alone. Agents combine rules, so a whole pattern may not repeat where its
+  // parts do.
+  std::deque<std::optional<DropPattern>> dropping;
+  for (const auto& p : patterns_) {
+    if (p && !p->empty()) dropping.push_back(p);
+  }
   std::vector<DropPattern> out;
   const auto add = [&](DropPattern p) {
     p = sorted(std::move(p));
     if (!p.empty() && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(std::move(p));
   };
-  const std::vector<std::pair<ListDrop, int64_t>> counts = drop_counts(patterns_);
-  const auto n = static_cast<double>(patterns_.size());
+  if (dropping.empty()) return out;
+  add(most_frequent(dropping));
+  const std::vector<std::pair<ListDrop, int64_t>> counts = drop_counts(dropping);
+  const auto n = static_cast<double>(dropping.size());
   DropPattern usual;
   std::vector<ListDrop> others;
   for (const auto& [d, count] : counts) (static_cast<double>(count) >= 0.6 * n ? usual : others).push_back(d);
@@ -151,7 +173,7 @@ std::vector<DropPattern> ListMemory::patterns(int64_t max) const {
     add(std::move(p));
   };
   if (!others.empty()) with_usual(others.front());
-  if (!patterns_.empty() && patterns_.back()) add(*patterns_.back());
+  add(*dropping.back());
   for (std::size_t i = 1; i < others.size(); ++i) with_usual(others[i]);
   add(usual);
   if (out.size() > static_cast<std::size_t>(std::max<int64_t>(max, 0))) out.resize(static_cast<std::size_t>(max));

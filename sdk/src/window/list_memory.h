@@ -50,9 +50,10 @@ class ListMemory {
 
   // A list the window was synced to (with its options: the prediction is synced with them).
   void observe(const std::vector<ChatMessage>& list, const SyncOptions& options);
-  // Up to `max` candidate drop patterns, the most likely first: the drops made in at least 60% of the
-  // remembered transitions ("usual") with the most frequent other drop, the last transition's drops, the
-  // usual ones with each other drop seen, then the usual ones alone. Distinct and non-empty.
+  // Up to `max` candidate drop patterns, the most likely first, over the remembered transitions that
+  // dropped something: the most frequent whole pattern; the drops made in at least 60% of them ("usual")
+  // with the most frequent other drop; the last pattern; the usual ones with each other drop seen; the
+  // usual ones alone. Distinct and non-empty.
   std::vector<DropPattern> patterns(int64_t max) const;
   // Up to `max` distinct lists the next one may start with: the last list with patterns()' drops made
   // (skipping those naming a message the list does not have).
