@@ -6,12 +6,15 @@ sample_outputs.py.
 Cost is compared with two engines without orbit: a **radix cache** (the prefix cache every serving engine
 ships) and **no cache** (a full re-prefill of the window at every step). The radix cache is SGLang's at token
 granularity with unbounded memory (orbit.RadixCache, planner/prefix_cache.h, the yardstick `orbit replay`
-reports): it computes only when the agent reads (generates), and then only the window's tokens after the
-longest prefix it holds from an earlier read, where an earlier read's sequence includes its query and the
-tokens it generated (so an action decoded and then added as a turn is already cached). The query's own
-tokens are not counted, as orbit's aren't (both count them as decode). For reference the episode's trace is
-also replayed under orbit's `prefix` preset (`orbit.replay`: re-prefill plus exact reuse of what was computed
-behind the same window, an executing radix cache): `prefix_replay_tokens` in the report.
+reports): it computes only when the agent reads (generates), and then only the prompt's tokens (the window,
+then the query) after the longest prefix it holds from an earlier read, where an earlier read's sequence
+includes its query and the tokens it generated (so an action decoded and then added as a turn is already
+cached), and at least the prompt's last token, whose logits the read needs. orbit's forward tokens count the
+same: its operations' forwards and the query tokens each generate forwards (`Generation.prompt_forward_tokens`:
+all of the query, or only its last token when exact reuse holds the rest). No cache re-prefills the window
+after each step and each read's query. For reference the episode's trace is also replayed under orbit's
+`prefix` preset (`orbit.replay`: re-prefill plus exact reuse of what was computed behind the same window, an
+executing radix cache): `prefix_replay_tokens` in the report.
 
 An `Episode` wraps one window. Each agent step is
 
@@ -141,17 +144,19 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-def prefix_cache_tokens(reads: list[tuple[list[int], list[int]]]) -> list[int]:
+def prefix_cache_tokens(reads: list[tuple[list[int], list[int], list[int]]]) -> list[int]:
     """Forward tokens an unbounded token-granular prefix (radix) cache computes for a sequence of reads
-    (window tokens, then the query and generated tokens): per read, the window's tokens after the longest
-    prefix of any earlier read's full sequence (window + query + generated). The query is not counted.
-    The samples count with orbit.RadixCache (planner/prefix_cache.h, what `orbit replay` runs); this
-    independent model is the oracle tests/python/test_samples.py checks it against."""
+    (window tokens, query tokens, generated tokens): per read, the prompt's (window + query) tokens after the
+    longest prefix of any earlier read's full sequence (window + query + generated), and at least its last
+    token (a read needs its logits). The samples count with orbit.RadixCache (planner/prefix_cache.h, what
+    `orbit replay` runs); this independent model is the oracle tests/python/test_samples.py checks it against."""
     seen: list[list[int]] = []
     out = []
-    for window, rest in reads:
-        out.append(len(window) - max((common_prefix(window, s) for s in seen), default=0))
-        seen.append(list(window) + list(rest))
+    for window, query, generated in reads:
+        prompt = list(window) + list(query)
+        held = max((common_prefix(prompt, s) for s in seen), default=0)
+        out.append(len(prompt) - min(held, len(prompt) - 1))
+        seen.append(prompt + list(generated))
     return out
 
 
@@ -162,10 +167,11 @@ class StepRecord:
     index: int
     label: str
     operations: list = field(default_factory=list)   # e.g. ["admit shot 3", "slide 1", "turn 4"]
-    forward_tokens: float = 0.0      # token-forwards computed by this step's operations (ApplyReports)
+    forward_tokens: float = 0.0      # token-forwards of this step's operations (ApplyReports) and its queries
+    query_tokens: float = 0.0        # of which the queries its generates forwarded (prompt_forward_tokens)
     prefix_tokens: float = 0.0       # a prefix cache serving the step's reads (see the module docstring)
     prefix_replay_tokens: float = 0.0  # the trace's steps replayed under orbit's `prefix` baseline
-    reprefill_tokens: int = 0        # no cache: a full re-prefill of the window after the step (its tokens)
+    reprefill_tokens: int = 0        # no cache: a full re-prefill of the window after the step, and its queries
     window_tokens: int = 0
     patches_formed: int = 0
     patch_hits: int = 0
@@ -182,7 +188,7 @@ class StepRecord:
     instances: list = field(default_factory=list)     # labels in window order ("turn" for live turns)
     texts: list = field(default_factory=list)         # [role, text]: what the step added, readable
     trace_steps: list = field(default_factory=list)   # [first, end): this step's steps in the trace
-    reads: list = field(default_factory=list)         # [window tokens, query + generated] per generate
+    reads: list = field(default_factory=list)         # [window tokens, query, generated] per generate
 
 
 class Episode:
@@ -201,7 +207,7 @@ class Episode:
         self.keep_logits = keep_logits
         self.logits: list[tuple[np.ndarray, np.ndarray]] = []  # per step: (window, reference), all rows
         self.current: StepRecord | None = None
-        self.reads: list[tuple[int, list[int], list[int]]] = []  # (step, window tokens, query + generated)
+        self.reads: list[tuple[int, list[int], list[int], list[int]]] = []  # (step, window, query, generated)
 
     # -- chunks --
     def register(self, chunk, tokens: list[int], name: str) -> None:
@@ -445,13 +451,16 @@ class Episode:
         raise ValueError(f"sync applied a {op}, which this episode does not record")
 
     def generate(self, query: list[int], max_tokens: int) -> list[int]:
-        """The agent decodes (greedy) after the window + query; counted as decode, not as forward tokens."""
+        """The agent decodes (greedy) after the window + query: the query tokens the call forwards count as
+        forward tokens (as the radix cache counts them), the generated ones as decode."""
         self.flush()
         window = self.window_tokens()
         g = self.window.generate(list(query), max_tokens=max_tokens)
-        rest = list(map(int, query)) + [int(t) for t in g.tokens]
-        self.reads.append((self.current.index, window, rest))
-        self.current.reads.append([window, rest])
+        read = (window, list(map(int, query)), [int(t) for t in g.tokens])
+        self.reads.append((self.current.index, *read))
+        self.current.reads.append(list(read))
+        self.current.forward_tokens += g.prompt_forward_tokens
+        self.current.query_tokens += g.prompt_forward_tokens
         self.current.decode_tokens += len(g.tokens)
         self.current.decode_seconds += g.seconds
         self.current.operations.append(f"decode {len(g.tokens)}")
@@ -491,7 +500,7 @@ class Episode:
             self.logits.append((np.array(mine, dtype=np.float32), np.array(ref, dtype=np.float32)))
         s.trace_steps[1] = len(self.trace_steps)
         s.window_tokens = int(w.tokens)
-        s.reprefill_tokens = s.window_tokens
+        s.reprefill_tokens = s.window_tokens + sum(len(query) for _, query, _ in s.reads)
         s.exact = all(i.exact for i in w.instances)
         s.window = self.window_tokens()
         s.instances = [("turn" if i.is_turn else i.chunk.label) for i in w.instances]
@@ -504,14 +513,14 @@ class Episode:
 
     # -- outputs --
     def measure_prefix_cache(self, model: str) -> None:
-        """Fills StepRecord.prefix_tokens (orbit.RadixCache over the episode's reads: the window as the prompt,
-        the query and the answer as what it went on to hold, so the query is not counted) and
+        """Fills StepRecord.prefix_tokens (orbit.RadixCache over the episode's reads: window and query as the
+        prompt, the answer as what it went on to hold) and
         StepRecord.prefix_replay_tokens (the trace replayed under `prefix` on a fresh engine)."""
         for s in self.steps:
             s.prefix_tokens = 0.0
         radix = self.orbit.RadixCache()  # unbounded: the strongest of the yardsticks
-        for step, window, rest in self.reads:
-            self.steps[step].prefix_tokens += radix.read(window, rest)
+        for step, window, query, generated in self.reads:
+            self.steps[step].prefix_tokens += radix.read(window + query, generated)
         report = self.orbit.replay(self.trace(), str(model), policies=["prefix"], baselines=False, fidelity=False)
         (prefix,) = [p for p in report["policies"] if p["policy"] == "prefix"]
         per_trace_step = [st["critical_forward_tokens"] for st in prefix["steps"]]
@@ -528,6 +537,7 @@ class Episode:
         return {
             "steps": len(self.steps),
             "forward_tokens": fwd,
+            "query_tokens": sum(s.query_tokens for s in self.steps),
             "prefix_tokens": prefix,
             "prefix_ratio": fwd / prefix if prefix else float("nan"),
             "prefix_replay_tokens": sum(s.prefix_replay_tokens for s in self.steps),

@@ -38,8 +38,9 @@ def clip(text: str, width: int) -> str:
 def summary_table(episode: Episode, title: str) -> str:
     head = (f"{'step':>4}  {'what':<14} {'window':>6} {'fwd tok':>8} {'radix':>7} {'no cache':>8} {'ms':>7} "
             f"{'re-pf ms':>8} {'KL (nats)':>10} {'top-1':>5}  operations")
-    lines = [title, "fwd tok: forward tokens orbit computed; radix: a radix cache serving the agent's reads "
-                    "(SGLang's, token granularity, unbounded); no cache: a full re-prefill of the window", head,
+    lines = [title, "fwd tok: forward tokens orbit computed (queries included); radix: a radix cache serving the "
+                    "agent's reads (SGLang's, token granularity, unbounded; window and query); no cache: a full "
+                    "re-prefill of the window and the queries", head,
              "-" * len(head)]
     for s in episode.steps:
         lines.append(f"{s.index:>4}  {s.label[:14]:<14} {s.window_tokens:>6} {s.forward_tokens:>8.0f} "

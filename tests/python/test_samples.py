@@ -126,10 +126,14 @@ def test_fewer_forward_tokens_than_a_reprefill_at_every_step(run):
     name, report, _, _, _ = run
     steps = report["steps"]
     for s in steps:
-        assert s["reprefill_tokens"] == len(s["window"])   # a full re-prefill forwards the whole window
+        # a full re-prefill forwards the whole window, and each read's query
+        assert s["reprefill_tokens"] == len(s["window"]) + sum(len(query) for _, query, _ in s["reads"])
         assert s["forward_tokens"] >= 0 and s["seconds"] > 0 and s["reprefill_seconds"] > 0
+        # orbit's side counts its queries too: at least the last token of each (its logits)
+        assert len(s["reads"]) <= s["query_tokens"] <= sum(len(query) for _, query, _ in s["reads"])
+        assert s["query_tokens"] <= s["forward_tokens"]
     forward = sum(s["forward_tokens"] for s in steps)
-    reprefill = sum(len(s["window"]) for s in steps)
+    reprefill = sum(len(s["window"]) + sum(len(query) for _, query, _ in s["reads"]) for s in steps)
     assert report["totals"]["forward_tokens"] == pytest.approx(forward)
     assert report["totals"]["reprefill_tokens"] == reprefill
     assert forward < reprefill, f"{name}: {forward} forward tokens vs {reprefill} for re-prefills"
@@ -150,21 +154,23 @@ def test_the_trace_replays(run, orbit_cli, stories260k_path):
 
 
 def test_prefix_cache_figures(run, orbit_cli, stories260k_path):
-    """The prefix-cache column: recomputed here from the windows the agent read (report: each step's reads),
-    as an unbounded token-level radix cache; and the replay figure equals `orbit replay --policy prefix` over
-    the trace steps each step recorded."""
+    """The prefix-cache column: recomputed here from the prompts the agent sent (report: each step's reads,
+    window then query), as an unbounded token-level radix cache that forwards at least a prompt's last token
+    (its logits); and the replay figure equals `orbit replay --policy prefix` over the trace steps each step
+    recorded."""
     name, report, _, out, _ = run
     cached, expected = [], [0] * len(report["steps"])
     for s in report["steps"]:
-        for window, rest in s["reads"]:
+        for window, query, generated in s["reads"]:
+            prompt = window + query
             best = 0
             for seq in cached:
                 n = 0
-                while n < min(len(window), len(seq)) and window[n] == seq[n]:
+                while n < min(len(prompt), len(seq)) and prompt[n] == seq[n]:
                     n += 1
                 best = max(best, n)
-            expected[s["index"]] += len(window) - best
-            cached.append(window + rest)
+            expected[s["index"]] += len(prompt) - min(best, len(prompt) - 1)
+            cached.append(prompt + generated)
     assert [s["prefix_tokens"] for s in report["steps"]] == expected
     assert expected[0] > 0 and all(s["reads"] for s in report["steps"])
     result = subprocess.run([str(orbit_cli), "replay", str(out / f"{name}.trace.json"), "--model",
