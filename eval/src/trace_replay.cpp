@@ -589,6 +589,11 @@ class PolicyRun {
     account(before, t0, &r);
     Window& w = current();
     if (mutated && r.status == "ok") r.full_prefill_tokens = static_cast<double>(r.window_tokens);
+    // A model call's query: forwarded whole without a cache (the window was re-prefilled at the step that
+    // changed it).
+    if (r.status == "ok" && (s.op == TraceOp::kGenerate || s.op == TraceOp::kDisposable)) {
+      r.full_prefill_tokens += static_cast<double>(query.size());
+    }
     for (const InstanceInfo& x : w.instances()) r.deferred += x.deferred ? 1 : 0;
     const auto kept = s.append ? transcript_->find(i) : transcript_->end();
     yardstick_.after(s, w, query, kept != transcript_->end() ? kept->second : r.generated, &r);

@@ -215,7 +215,10 @@ TEST_CASE("look-backs reuse stored patches: the second recall of the same contex
   // generate / disposable report their results.
   CHECK(p.steps[6].generated.size() == 4);
   REQUIRE(p.steps[28].disposable.has_value());
-  CHECK(p.steps[27].full_prefill_tokens == static_cast<double>(p.steps[27].window_tokens));
+  // No cache: step 27 (generate, append) re-prefills the window after it, and forwards its query.
+  CHECK(p.steps[27].full_prefill_tokens ==
+        static_cast<double>(p.steps[27].window_tokens + p.steps[27].yardstick_read->query.size()));
+  CHECK(p.steps[28].full_prefill_tokens == static_cast<double>(p.steps[28].yardstick_read->query.size()));
 }
 
 TEST_CASE("idle time: after a generate step the window heals and prepares a recall, off the critical path",

@@ -355,7 +355,9 @@ struct StepResult {
   // generate / disposable: tokens generated (disposable: both decodes'); not in forward_tokens, and not
   // counted by the yardsticks either (any engine decodes them)
   double decode_tokens = 0;
-  double full_prefill_tokens = 0;  // a mutating step: the window's tokens (a full re-prefill); else 0
+  // No cache at all: a mutating step re-prefills the window's tokens after it, a generate or disposable
+  // forwards its query (and a generate that appends, the window after it too); else 0
+  double full_prefill_tokens = 0;
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;
   int64_t canonicals_encoded = 0;
