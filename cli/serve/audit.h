@@ -5,7 +5,9 @@
 // exactly the KV the answer was generated from. In idle time (never on a request's path) the idle worker
 // reads the generation prompt's logits twice on the fork: as served (Window::logits) and after a re-prefill
 // of the same messages (Window::reference_logits). Their KL (reference ‖ served, nats) and whether the
-// first answer token's argmax agrees are the audit. The fork is closed after; while it waits it keeps the
+// first answer token's argmax agrees are the audit; it also feeds the engine's fidelity correction
+// (Engine::observe_fidelity), so later plans predict more where the model predicted too little. The fork is
+// closed after; while it waits it keeps the
 // pages it shares with its window, so at most AuditOptions::max_pending audits wait (the oldest is dropped
 // past it, and counted).
 //

@@ -64,6 +64,8 @@ bool IdleWorker::run_audit() {
   const auto done = context_.auditor.run_one();
   if (!done) return false;
   sessions_.record_audit(*done->first.session, done->second);
+  // What the model missed, every later plan of the engine corrects for (as Window::idle's self-checks do).
+  context_.engine->observe_fidelity(done->second.measured_kl, done->second.predicted_kl);
   return true;
 }
 

@@ -99,6 +99,7 @@ class ServeCore {
 
   ServeMetrics& metrics() { return context_.metrics; }
   MetricGauges gauges();
+  Engine& engine() { return *context_.engine; }  // for tests and benchmarks: its stats
 
   // Stops taking forwards (waiting and later requests end), waits for the forward in flight, stops the
   // idle worker, closes every window and then the engine: background work queued so far is finished, so

@@ -172,3 +172,27 @@ TEST_CASE("serve audit: an append-only tool loop through the chat template is se
   }
   core.close();
 }
+
+TEST_CASE("serve audit: a loss the model under-predicted raises the engine's fidelity correction", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.policy = "patch:16:kl=0.003";  // a budget, and no idle-time self-checks of its own
+  options.audit_rate = 1;
+  sv::ServeCore core(options);
+  REQUIRE(core.engine().stats().fidelity_correction == 1);
+  Conversation c{core, "corrected"};
+  double worst = 0;
+  for (int i = 0; i < 10; ++i) {
+    c.step(i, 4);
+    const sv::RunUsage& u = c.usages.back();
+    if (u.audit && u.audit->predicted_kl > 0) worst = std::max(worst, u.audit->measured_kl / u.audit->predicted_kl);
+  }
+  const orbit::EngineStats stats = core.engine().stats();
+  CHECK(stats.fidelity_checks >= 5);  // the audits of reads not exact (exact ones are negligible on both sides)
+  if (worst > 1) {
+    CHECK(stats.fidelity_correction > 1);  // an under-prediction among the last 8 raised it
+  } else {
+    CHECK(stats.fidelity_correction == 1);  // the model erred high: never made less careful
+  }
+  core.close();
+}

@@ -274,6 +274,12 @@ class Engine {
   int64_t run_background(double max_seconds = 1e30);
 
   EngineStats stats() const;
+  // A measured loss from outside the engine's own self-checks (a server's audit: a read's next-token KL
+  // against a re-prefill of the same window, and what the engine predicted for that window): counted in
+  // the fidelity correction every later plan sees (EngineStats::fidelity_correction), as Window::idle's
+  // checks are. Returns false when it is not counted (a non-finite or negative value, or both KLs
+  // negligible).
+  bool observe_fidelity(double measured_kl, double predicted_kl);
   // Finishes the background work queued so far (canonicals and patches of first sights, so the store keeps
   // them), cancels what is queued after that and joins the background worker, then flushes and closes the store once
   // the operations in flight on other threads have returned (it blocks until then). Idempotent; a concurrent second

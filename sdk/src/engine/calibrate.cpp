@@ -169,13 +169,14 @@ EngineCore::FidelityChecks EngineCore::fidelity_checks() const {
   return fidelity_checks_;
 }
 
-void EngineCore::note_fidelity_check(double measured_kl, double predicted_kl, double forward_tokens) {
+bool EngineCore::note_fidelity_check(double measured_kl, double predicted_kl, double forward_tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   // The window's prediction was made with the current factor (up to the checks since its plans): unscaled,
   // it is what the model itself predicted.
   planner::FidelityCorrection& c = fidelity_checks_.correction;
-  c.observe(measured_kl, predicted_kl / c.factor());
+  const bool counted = c.observe(measured_kl, predicted_kl / c.factor());
   fidelity_checks_.forward_tokens += forward_tokens;
+  return counted;
 }
 
 CalibrationReport EngineCore::calibrate() {

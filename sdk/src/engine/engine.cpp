@@ -80,6 +80,10 @@ int64_t Engine::run_background(double max_seconds) {
   return core_->jobs().queue().run(max_seconds);
 }
 
+bool Engine::observe_fidelity(double measured_kl, double predicted_kl) {
+  return core_->note_fidelity_check(measured_kl, predicted_kl, 0);  // a counter: fine after close() too
+}
+
 // Answers after close() too (counters only; the store's part stays zero then).
 EngineStats Engine::stats() const {
   std::optional<detail::OpHold> hold;

@@ -93,7 +93,8 @@ class EngineCore {
   FidelityChecks fidelity_checks() const;
   // One check: the KL a window's probe measured against an exact recompute, the window's predicted KL (its
   // entries' sum, predicted with the correction of their plans) and the check's forwards.
-  void note_fidelity_check(double measured_kl, double predicted_kl, double forward_tokens);
+  // Returns whether the correction counted it (FidelityCorrection::observe).
+  bool note_fidelity_check(double measured_kl, double predicted_kl, double forward_tokens);
   CalibrationReport calibrate();
 
   // ---- ids ----
