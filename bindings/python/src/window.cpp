@@ -353,6 +353,18 @@ void init_window(py::module_& m) {
       "not changed). A recall to the end of the window before anything else changes is then a patch hit, with\n"
       "no forward on the critical path. Background work; nothing while repairs are deferred. Returns an IdleReport.");
   c.def(
+      "prepare_evictions",
+      [](PyWindow& w, const py::object& instances) {
+        const auto ids = to_instances(instances, "prepare_evictions: instances");
+        return w.run([&](Window& x) { return x.prepare_evictions(ids); });
+      },
+      py::arg("instances"),
+      "Prepares, in idle time, evicting these instances (prepare_sync for a window edited instance by\n"
+      "instance): in a throwaway fork they are evicted under `prefix`, every instance behind them prefilled\n"
+      "exactly and stored for exact reuse, so when the window evicts them its survivors are served from that KV\n"
+      "(no forward on the critical path, no error). The window is not changed. Window.idle() does it on its own\n"
+      "for the evictions it learned (WindowPolicy.prepare_lists). Returns an IdleReport.");
+  c.def(
       "prepare_moves",
       [](PyWindow& w, int64_t max_chunks) {
         if (max_chunks < 0)

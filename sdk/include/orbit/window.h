@@ -219,7 +219,7 @@ struct IdleReport {
   int64_t recalls_prepared = 0;       // evicted chunks whose patch for a recall at the tail was formed
   int64_t moves_prepared = 0;         // chunks whose patch for a move behind the window's last chunk was formed
   int64_t instances_prepared = 0;     // instances prepare_sync forwarded (their KV stored for exact reuse)
-  int64_t lists_prepared = 0;         // learned next lists prepared (WindowPolicy::prepare_lists)
+  int64_t lists_prepared = 0;         // learned next lists (or eviction sets) prepared (prepare_lists)
   double prepare_forward_tokens = 0;  // recalls, moves and prepare_sync
   double forward_tokens = 0;          // heal + check + prepare
   double seconds = 0;
@@ -320,14 +320,23 @@ class Window {
   // a context it never saw or form it again. A move whose patch is stored already costs nothing; does
   // nothing while repairs are deferred; chunks the pool has no room for are skipped. Background work.
   IdleReport prepare_moves(int64_t max_chunks);
+  // Prepares, in idle time, evicting `instances` (what prepare_sync does for a message list, for a window
+  // edited instance by instance): in a throwaway fork they are evicted under the executing radix baseline's
+  // policy (`prefix`, repairing at once), every instance behind them prefilled exactly and its KV stored
+  // for exact reuse (WindowPolicy::reuse_computed), so when this window evicts them (with nothing else
+  // changed before the survivors) the survivors are served from that KV: no forward on the critical path and
+  // no error. The window itself is not changed. Does nothing under a policy without exact reuse or while
+  // repairs are deferred; throws orbit::Error naming an unknown instance. Background work.
+  IdleReport prepare_evictions(const std::vector<InstanceId>& instances);
   // What the policy asks of idle time, in one call: heal() under heal_when_idle when the window's predicted
   // KL is at least heal_min_kl, then prepare_recalls(policy().prepare_recalls), then, in a window that has
   // reordered at least once, prepare_moves(policy().prepare_moves), then, in a window synced to message
   // lists, prepare_sync of up to policy().prepare_lists lists the next sync most likely starts with: the
   // last list with the messages earlier syncs dropped (by role, content kind and age: the oldest turn, the
   // oldest screenshot) dropped again, the most frequent pattern of the last 8 syncs first (no hint needed;
-  // a wrong guess costs only idle time). Call it whenever the agent waits (a tool runs, the user types);
-  // orbit::replay calls it after every generate step.
+  // a wrong guess costs only idle time); in a window never synced, prepare_evictions of up to as many sets
+  // of instances, learned the same way from the instances that left between idle calls. Call it whenever
+  // the agent waits (a tool runs, the user types); orbit::replay calls it after every generate step.
   // The heal checks the fidelity model on the way: the logits of a probe (the window's last 8 vocabulary
   // ids read again after it) before and after the heal; their KL is the loss the window carried, measured,
   // and the engine's correction (EngineStats::fidelity_correction) learns measured / predicted from it, so

@@ -88,11 +88,13 @@ std::optional<std::vector<ChatMessage>> apply_drops(const std::vector<ChatMessag
   return out;
 }
 
+void DropHistory::add(std::optional<DropPattern> pattern) {
+  patterns_.push_back(std::move(pattern));
+  if (patterns_.size() > kHistory) patterns_.pop_front();
+}
+
 void ListMemory::observe(const std::vector<ChatMessage>& list, const SyncOptions& options) {
-  if (last_) {
-    patterns_.push_back(drops_between(*last_, list));
-    if (patterns_.size() > kHistory) patterns_.pop_front();
-  }
+  if (last_) history_.add(drops_between(*last_, list));
   last_ = list;
   options_ = options;
 }
@@ -144,7 +146,7 @@ DropPattern sorted(DropPattern p) {
 
 }  // namespace
 
-std::vector<DropPattern> ListMemory::patterns(int64_t max) const {
+std::vector<DropPattern> DropHistory::patterns(int64_t max) const {
   // Over the transitions that dropped something (an agent's syncs between its trims, such as a server's
   // answer prefilled before the next request, drop nothing): the most frequent whole pattern; the drops
   // made in at least 60% of them ("usual": the oldest turn past a length) with the most frequent other
@@ -183,7 +185,7 @@ std::vector<DropPattern> ListMemory::patterns(int64_t max) const {
 std::vector<std::vector<ChatMessage>> ListMemory::predict(int64_t max) const {
   std::vector<std::vector<ChatMessage>> out;
   if (!last_ || max <= 0) return out;
-  for (const DropPattern& pattern : patterns(static_cast<int64_t>(kHistory) * 2)) {
+  for (const DropPattern& pattern : history_.patterns(static_cast<int64_t>(DropHistory::kHistory) * 2)) {
     if (static_cast<int64_t>(out.size()) >= max) break;
     std::optional<std::vector<ChatMessage>> next = apply_drops(*last_, pattern);
     if (!next) continue;
@@ -191,6 +193,47 @@ std::vector<std::vector<ChatMessage>> ListMemory::predict(int64_t max) const {
       return std::equal(o.begin(), o.end(), next->begin(), next->end(), same_message);
     });
     if (!repeated) out.push_back(std::move(*next));
+  }
+  return out;
+}
+
+namespace {
+
+// The (class, rank) of each mark, rank among the marks of its class in order.
+std::vector<ListDrop> ranked(const std::vector<InstanceMark>& marks) {
+  std::map<std::string, int64_t> seen;
+  std::vector<ListDrop> out;
+  for (const InstanceMark& m : marks) out.push_back(ListDrop{m.cls, seen[m.cls]++});
+  return out;
+}
+
+}  // namespace
+
+void InstanceMemory::observe(const std::vector<InstanceMark>& now) {
+  if (last_) {
+    DropPattern drops;
+    const std::vector<ListDrop> rank = ranked(*last_);
+    for (std::size_t i = 0; i < last_->size(); ++i) {
+      const std::string& key = (*last_)[i].key;
+      const bool kept = std::any_of(now.begin(), now.end(), [&](const InstanceMark& m) { return m.key == key; });
+      if (!kept) drops.push_back(rank[i]);
+    }
+    history_.add(sorted(std::move(drops)));
+  }
+  last_ = now;
+}
+
+std::vector<std::vector<uint64_t>> InstanceMemory::predict(const std::vector<InstanceMark>& now, int64_t max) const {
+  std::vector<std::vector<uint64_t>> out;
+  if (max <= 0) return out;
+  const std::vector<ListDrop> rank = ranked(now);
+  for (const DropPattern& pattern : history_.patterns(static_cast<int64_t>(DropHistory::kHistory) * 2)) {
+    if (static_cast<int64_t>(out.size()) >= max) break;
+    std::vector<uint64_t> ids;
+    for (std::size_t i = 0; i < now.size(); ++i) {
+      if (std::find(pattern.begin(), pattern.end(), rank[i]) != pattern.end()) ids.push_back(now[i].id);
+    }
+    if (ids.size() == pattern.size() && std::find(out.begin(), out.end(), ids) == out.end()) out.push_back(ids);
   }
   return out;
 }

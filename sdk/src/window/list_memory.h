@@ -44,17 +44,27 @@ std::optional<DropPattern> drops_between(const std::vector<ChatMessage>& before,
 // pattern is empty.
 std::optional<std::vector<ChatMessage>> apply_drops(const std::vector<ChatMessage>& list, const DropPattern& pattern);
 
-class ListMemory {
+// The drop patterns of the last kHistory transitions, and the candidates they suggest.
+class DropHistory {
  public:
   static constexpr std::size_t kHistory = 8;  // transitions remembered
 
-  // A list the window was synced to (with its options: the prediction is synced with them).
-  void observe(const std::vector<ChatMessage>& list, const SyncOptions& options);
+  void add(std::optional<DropPattern> pattern);  // nullopt: a transition with no pattern
   // Up to `max` candidate drop patterns, the most likely first, over the remembered transitions that
   // dropped something: the most frequent whole pattern; the drops made in at least 60% of them ("usual")
   // with the most frequent other drop; the last pattern; the usual ones with each other drop seen; the
   // usual ones alone. Distinct and non-empty.
   std::vector<DropPattern> patterns(int64_t max) const;
+
+ private:
+  std::deque<std::optional<DropPattern>> patterns_;  // oldest first
+};
+
+class ListMemory {
+ public:
+  // A list the window was synced to (with its options: the prediction is synced with them).
+  void observe(const std::vector<ChatMessage>& list, const SyncOptions& options);
+  std::vector<DropPattern> patterns(int64_t max) const { return history_.patterns(max); }
   // Up to `max` distinct lists the next one may start with: the last list with patterns()' drops made
   // (skipping those naming a message the list does not have).
   std::vector<std::vector<ChatMessage>> predict(int64_t max) const;
@@ -64,7 +74,27 @@ class ListMemory {
  private:
   std::optional<std::vector<ChatMessage>> last_;
   SyncOptions options_;
-  std::deque<std::optional<DropPattern>> patterns_;  // oldest first; nullopt: a transition with no pattern
+  DropHistory history_;
+};
+
+// The same for a window edited instance by instance (admit, evict, turn: what `orbit replay` and agents
+// without message lists do): the instances it held at each Window::idle call, by content key and class
+// ("turn", "chunk:tokens", "chunk:embeddings"), and which left between two calls.
+struct InstanceMark {
+  uint64_t id = 0;
+  std::string key;  // content key (a recalled chunk is the same chunk under a new instance id)
+  std::string cls;
+};
+
+class InstanceMemory {
+ public:
+  void observe(const std::vector<InstanceMark>& now);
+  // Up to `max` distinct sets of instances of `now` (ids) to evict: patterns()' drops made on it.
+  std::vector<std::vector<uint64_t>> predict(const std::vector<InstanceMark>& now, int64_t max) const;
+
+ private:
+  std::optional<std::vector<InstanceMark>> last_;
+  DropHistory history_;
 };
 
 }  // namespace orbit::detail

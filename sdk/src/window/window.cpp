@@ -424,7 +424,8 @@ Window Window::fork() const {
   // share the repaired pages.
   if (!state_->options.policy.reuse_computed) detail::run_deferred(*state_, "fork");
   Window child(detail::fork_state(*state_));
-  child.state_->lists = state_->lists;  // a branch of the same agent: the same list habits
+  child.state_->lists = state_->lists;  // a branch of the same agent: the same habits
+  child.state_->seen = state_->seen;
   return child;
 }
 

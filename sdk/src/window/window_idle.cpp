@@ -84,6 +84,31 @@ IdleReport Window::prepare_recalls(int64_t max_chunks) {
   return out;
 }
 
+IdleReport Window::prepare_evictions(const std::vector<InstanceId>& instances) {
+  const detail::OpHold hold(*state_->core);
+  for (InstanceId id : instances) (void)state_->entry(id);  // throws naming an unknown id
+  IdleReport out;
+  const WindowState& s = *state_;
+  if (instances.empty() || !s.options.policy.reuse_computed || s.has_deferred()) return out;
+  const auto start = std::chrono::steady_clock::now();
+  Window child(detail::fork_state(s));
+  child.state_->options.policy = detail::anticipation_policy();
+  std::vector<InstanceId> last_first = instances;  // each eviction's repair then covers less
+  std::sort(last_first.begin(), last_first.end(),
+            [&](InstanceId a, InstanceId b) { return s.index_of(a) > s.index_of(b); });
+  for (InstanceId id : last_first) {
+    const Plan plan = child.plan_evict(id);
+    if (!plan.refusal.empty()) break;
+    const Result<ApplyReport> r = detail::apply_plan(*child.state_, plan, /*background=*/true);
+    if (!r.is_ok()) break;  // the pool filled up meanwhile: what was computed stays reusable
+    for (const PlanStep& step : plan.steps) out.instances_prepared += step.forward_tokens > 0 ? 1 : 0;
+    out.prepare_forward_tokens += r.value().forward_tokens;
+  }
+  out.forward_tokens = out.prepare_forward_tokens;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
 IdleReport Window::prepare_moves(int64_t max_chunks) {
   const detail::OpHold hold(*state_->core);
   ORBIT_CHECK(max_chunks >= 0, "prepare_moves: max_chunks = " << max_chunks << " must be >= 0");
@@ -198,6 +223,22 @@ void prepare_learned_lists(Window& w, const WindowState& s, int64_t max_lists, I
   }
 }
 
+// A window edited instance by instance (never synced to a list): the instances that left between idle
+// calls, learned (InstanceMemory), and each predicted set's evictions prepared (Window::prepare_evictions).
+void prepare_learned_drops(Window& w, WindowState& s, int64_t max_sets, IdleReport& out) {
+  std::vector<detail::InstanceMark> marks;
+  for (const Entry& e : s.entries) {
+    marks.push_back({e.id, e.key, e.is_turn ? "turn" : std::string("chunk:") + chunk_kind_name(e.chunk->ref.kind)});
+  }
+  s.seen.observe(marks);
+  for (const std::vector<uint64_t>& ids : s.seen.predict(marks, max_sets)) {
+    const IdleReport r = w.prepare_evictions(std::vector<InstanceId>(ids.begin(), ids.end()));
+    out.lists_prepared += r.instances_prepared > 0 ? 1 : 0;
+    out.instances_prepared += r.instances_prepared;
+    out.prepare_forward_tokens += r.prepare_forward_tokens;
+  }
+}
+
 }  // namespace
 
 IdleReport Window::idle() {
@@ -226,7 +267,11 @@ IdleReport Window::idle() {
     out.moves_prepared = prepared.moves_prepared;
     out.prepare_forward_tokens += prepared.prepare_forward_tokens;
   }
-  if (policy.prepare_lists > 0) prepare_learned_lists(*this, *state_, policy.prepare_lists, out);
+  if (policy.prepare_lists > 0 && !state_->lists.empty()) {
+    prepare_learned_lists(*this, *state_, policy.prepare_lists, out);
+  } else if (policy.prepare_lists > 0) {
+    prepare_learned_drops(*this, *state_, policy.prepare_lists, out);
+  }
   out.forward_tokens = out.heal_forward_tokens + out.check_forward_tokens + out.prepare_forward_tokens;
   out.fidelity_correction = state_->core->fidelity_checks().correction.factor();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

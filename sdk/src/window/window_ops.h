@@ -57,6 +57,11 @@ Plan plan_flush(const WindowState& state);
 // Runs them when there are any (a read does, first); throws orbit::Error naming `what` when they cannot
 // run (the pool is full), leaving the window as it was.
 void run_deferred(WindowState& state, const char* what);
+// The policy of idle-time preparation forks (Window::prepare_sync, learned drops): the executing radix
+// baseline's (`prefix`: every instance whose context changed is prefilled again, the KV of each forward
+// stored for exact reuse), repairing at once, so that what it computes is the exact KV of the prepared
+// window, stored under its own chains.
+WindowPolicy anticipation_policy();
 
 // The fidelity self-check (Window::idle). The logits of every row of `probe` (vocabulary ids) read after
 // the window's KV as it holds it, at the positions right after the window; nothing is stored or counted

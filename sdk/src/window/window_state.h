@@ -55,6 +55,7 @@ struct WindowState {
   int64_t reorders = 0;         // reorders applied (Window::idle prepares moves only for a window that reorders)
   int64_t unchecked_idles = 0;  // idle calls since the last self-check that found the window below heal_min_kl
   ListMemory lists;             // the lists it was synced to, and how they lost messages (Window::idle)
+  InstanceMemory seen;          // its instances at each Window::idle call, and which left between them
 
   ~WindowState();                           // releases pages under the engine's pool lock
   bool has_deferred() const;                // an instance's repair waits (WindowPolicy::defer_repairs)

@@ -424,18 +424,19 @@ SyncReport sync_with(Window& w, detail::WindowState& s, const std::vector<ChatMe
   return report;
 }
 
-// The policy of prepare_sync's throwaway fork: the executing radix baseline's (`prefix`: every instance
-// whose context changed is prefilled again, the KV of each forward stored for exact reuse), repairing at
-// once, so that what it computes is the exact KV of the list, stored under the list's own chains.
+}  // namespace
+
+namespace detail {
+
 WindowPolicy anticipation_policy() {
   WindowPolicy p = parse_policy("prefix");
   p.defer_repairs = false;
   p.heal_when_idle = false;
-  p.prepare_recalls = p.prepare_moves = 0;
+  p.prepare_recalls = p.prepare_moves = p.prepare_lists = 0;
   return p;
 }
 
-}  // namespace
+}  // namespace detail
 
 SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {
   const detail::OpHold hold(*state_->core);
@@ -463,7 +464,7 @@ IdleReport Window::prepare_sync(const std::vector<ChatMessage>& messages, const 
   const auto start = std::chrono::steady_clock::now();
   Window child(detail::fork_state(*state_));  // O(pages) reference counts; the same instance ids
   detail::WindowState& cs = *child.state_;
-  cs.options.policy = anticipation_policy();
+  cs.options.policy = detail::anticipation_policy();
   // A list sync cannot render or place throws here, with sync's message, before any work.
   SyncPlan plan = child.plan_sync(messages, options);
   // Deferred repairs change the KV a fork would start from; without exact reuse nothing would read the result.
