@@ -46,6 +46,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -124,6 +125,44 @@ struct GenerateOptions {
   // "constraint_no_token" when no token of the vocabulary continues it (e.g. a vocabulary without '{' under
   // an object schema). Needs the engine's tokenizer; its token bytes are read once per tokenizer.
   std::shared_ptr<const Constraint> constraint;
+
+  // Logit processors, OpenAI's semantics, applied to each step's logits in this order before the constraint's
+  // mask and before sampling (sdk/src/window/sampler.h):
+  //   logits[t] -= presence_penalty · [count(t) > 0] + frequency_penalty · count(t)
+  // where count(t) is how often t occurs among the tokens generated so far in this call (the query does
+  // not count), then logits[t] += logit_bias[t]. Penalties in [-2, 2] (positive discourages repetition),
+  // biases in [-100, 100] (-100 in practice bans a token, +100 forces it where the constraint allows it);
+  // bias keys are token ids in [0, vocab). Out of range: generate throws orbit::Error naming the field.
+  double presence_penalty = 0;
+  double frequency_penalty = 0;
+  std::map<int64_t, double> logit_bias;
+
+  // Log probabilities (Generation::logprobs): with `logprobs`, each generated token's log probability and
+  // the `top_logprobs` (0..20; needs logprobs) most likely tokens of that step. They are of the distribution
+  // the token was chosen from after the processors above and the constraint's mask, at temperature 1 and
+  // before top_p: log_softmax(processed logits). Temperature and top_p shape only the draw, so greedy and
+  // sampled runs report the same numbers for the same step; a token the constraint masked has -inf and is
+  // never listed. Off, nothing is computed (the vocabulary's token bytes are read only when on).
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+};
+
+// One token's log probability at a step (GenerateOptions::logprobs).
+struct TokenLogprob {
+  int64_t token = 0;
+  double logprob = 0;  // natural log; -inf when masked
+  // The bytes the token writes at its place in the text (the first token's at the start of a text where the
+  // decoder drops a leading space there); "" for tokens that write none (EOS, BOS, special tokens) and when
+  // the engine has no tokenizer. May be part of a UTF-8 character (byte tokens).
+  std::string bytes;
+};
+
+// A generated token's log probability and the most likely tokens of its step: `top` holds the
+// top_logprobs tokens of highest log probability, most likely first (ties: lower id first), masked tokens
+// left out, so it may hold fewer; it includes the chosen token whenever that one ranks among them.
+struct StepLogprobs {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;
 };
 
 struct Generation {
@@ -137,6 +176,8 @@ struct Generation {
   // "stop_token", "max_tokens", "position_limit", "cancelled" (on_token); with a constraint also
   // "constraint_complete" and "constraint_no_token" (GenerateOptions::constraint)
   std::string stop_reason;
+  // With GenerateOptions::logprobs: one entry per token of `tokens`, in order; else empty.
+  std::vector<StepLogprobs> logprobs;
   double seconds = 0;
 };
 

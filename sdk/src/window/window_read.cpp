@@ -6,11 +6,10 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
-#include <random>
 
-#include "constrain/tokenizer_vocabulary.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/fidelity.h"
+#include "window/sampler.h"
 #include "window/window_ops.h"
 
 namespace orbit {
@@ -163,54 +162,6 @@ std::size_t reuse_query_head(const WindowState& state, const std::vector<int64_t
   input.assign(query.begin() + m.tokens, query.end());
   pos += m.tokens;
   return 2;
-}
-
-// The next token from one row of logits ([vocab], double, on the CPU): the argmax when temperature is 0,
-// else a draw from the softmax at that temperature, cut to the top_p nucleus. Tokens at -inf (masked by a
-// constraint) are never drawn.
-int64_t sample_token(const at::Tensor& logits, const GenerateOptions& options, std::mt19937_64& rng) {
-  if (options.temperature == 0) return logits.argmax().item<int64_t>();
-  at::Tensor probs = at::softmax(logits / options.temperature, 0);
-  if (options.top_p < 1) {
-    auto sorted = probs.sort(0, /*descending=*/true);
-    const at::Tensor values = std::get<0>(sorted);
-    const at::Tensor cum = values.cumsum(0);
-    // Keep the smallest prefix whose mass reaches top_p (always at least one token).
-    const int64_t keep = std::max<int64_t>(1, (cum < options.top_p).sum().item<int64_t>() + 1);
-    at::Tensor mask = at::zeros_like(probs);
-    mask.index_put_({std::get<1>(sorted).narrow(0, 0, std::min(keep, probs.size(0)))}, 1.0);
-    probs = probs * mask;
-  }
-  probs = (probs / probs.sum()).contiguous();
-  const at::Tensor cdf = probs.cumsum(0).contiguous();
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-  const double* c = cdf.data_ptr<double>();
-  const double* p = probs.data_ptr<double>();
-  int64_t last = 0;  // the last token with mass: where rounding leaves u above the cdf's end
-  for (int64_t j = 0; j < cdf.size(0); ++j) {
-    if (p[j] > 0) last = j;
-    if (u < c[j] && p[j] > 0) return j;
-  }
-  return last;
-}
-
-// A generate call's constraint bound to the engine's vocabulary (nullopt: unconstrained). The end tokens are
-// the call's stop tokens and the tokenizer's EOS; the first token starts the text when the query's last
-// token is BOS or special (a decoder's start-of-text rule then applies to it).
-std::optional<TokenConstraint> bind_constraint(const detail::EngineCore& core, const GenerateOptions& options,
-                                               const std::vector<int64_t>& query) {
-  if (options.constraint == nullptr) return std::nullopt;
-  ORBIT_CHECK(core.has_tokenizer(), "generate: a constraint needs the engine's tokenizer (this model has none)");
-  const int64_t vocab = core.config().vocab_size;
-  std::shared_ptr<const TokenVocabulary> vocabulary = constrain::tokenizer_vocabulary(core.tokenizer(), vocab);
-  TokenConstraintOptions o;
-  o.end_tokens = options.stop_tokens;
-  const int64_t eos = core.tokenizer().eos_id();
-  if (eos >= 0 && eos < vocab && std::find(o.end_tokens.begin(), o.end_tokens.end(), eos) == o.end_tokens.end()) {
-    o.end_tokens.push_back(eos);
-  }
-  o.at_text_start = constrain::starts_text(*vocabulary, core.tokenizer(), query.back());
-  return TokenConstraint(options.constraint, std::move(vocabulary), std::move(o));
 }
 
 }  // namespace
@@ -368,15 +319,7 @@ std::vector<InstanceLoss> Window::loss_by_instance(const std::vector<int64_t>& q
 Generation Window::generate(const std::vector<int64_t>& query, const GenerateOptions& options) const {
   const detail::OpHold hold(*state_->core);
   check_query(*state_, query, "generate");
-  ORBIT_CHECK(options.max_tokens >= 0, "generate: max_tokens = " << options.max_tokens << " must be >= 0");
-  ORBIT_CHECK(options.temperature >= 0, "generate: temperature = " << options.temperature << " must be >= 0");
-  ORBIT_CHECK(options.top_p > 0 && options.top_p <= 1, "generate: top_p = " << options.top_p << " must be in (0, 1]");
-  for (int64_t stop : options.stop_tokens) {
-    ORBIT_CHECK(stop >= 0 && stop < state_->core->config().vocab_size, "generate: stop_tokens holds "
-                                                                           << stop << ", outside the vocabulary [0, "
-                                                                           << state_->core->config().vocab_size << ")");
-  }
-  std::optional<TokenConstraint> constrained = bind_constraint(*state_->core, options, query);
+  detail::Sampler sampler = detail::make_sampler(*state_->core, options, query);  // checks the options
   detail::run_deferred(*state_, "generate");  // after the checks: a refused call changes nothing
   {
     // A model call: what a prefix cache would compute for it (an edit since the last forward, say).
@@ -389,7 +332,6 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
   const int64_t limit = core.config().max_position_embeddings;
   int64_t start = 0;
   runtime::PastKV past = detail::read_past(*state_->core, all_entries(*state_), &start);
-  std::mt19937_64 rng(options.seed);
   Generation g;
   g.stop_reason = "max_tokens";
   std::vector<int64_t> input = query;
@@ -397,7 +339,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
   c10::InferenceMode guard;
   std::vector<runtime::Content> parts;  // the KV of every forward (exact reuse)
   const std::size_t query_parts = reuse_query_head(*state_, query, past, input, pos, parts);
-  const bool done_before = constrained.has_value() && constrained->finished();  // e.g. an empty literal
+  const bool done_before = sampler.finished();  // e.g. a constraint to an empty literal
   for (int64_t i = 0; i < options.max_tokens && !done_before; ++i) {
     if (limit > 0 && pos + static_cast<int64_t>(input.size()) > limit) {
       g.stop_reason = "position_limit";
@@ -408,25 +350,22 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
     fo.logits = runtime::LogitsMode::kLast;
     runtime::ForwardResult r = core.model().forward(in, past.length() > 0 ? &past : nullptr, fo);
     if (i == 0) g.prompt_forward_tokens = static_cast<int64_t>(input.size());
-    at::Tensor logits = r.logits.squeeze(0).to(at::kCPU, at::kDouble).contiguous();
-    if (constrained.has_value()) {
-      // Tokens the run may still emit after this one: max_tokens, and the positions left for their forwards.
-      int64_t left = options.max_tokens - i - 1;
-      if (limit > 0) left = std::min(left, limit - pos - static_cast<int64_t>(input.size()));
-      if (constrained->mask_logits(logits.data_ptr<double>(), logits.size(0), left) == 0) {
-        g.stop_reason = constrained->complete() ? "constraint_complete" : "constraint_no_token";
-        break;
-      }
+    // Tokens the run may still emit after this one: max_tokens, and the positions left for their forwards.
+    int64_t left = options.max_tokens - i - 1;
+    if (limit > 0) left = std::min(left, limit - pos - static_cast<int64_t>(input.size()));
+    detail::SamplerStep step = sampler.next(r.logits, left);
+    if (!step.has_token()) {
+      g.stop_reason = step.stop_reason;
+      break;
     }
-    const int64_t next = sample_token(logits, options, rng);
-    if (constrained.has_value()) constrained->accept(next);
+    const int64_t next = step.token;
     g.tokens.push_back(next);
+    if (step.logprobs.has_value()) g.logprobs.push_back(std::move(*step.logprobs));
     parts.push_back(r.content);
     extend_past(past, r.content, in.positions);
     pos += static_cast<int64_t>(input.size());
     input = {next};
-    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next) != options.stop_tokens.end() ||
-        (constrained.has_value() && constrained->is_end_token(next))) {
+    if (sampler.is_stop_token(next)) {
       g.stop_reason = "stop_token";
       break;
     }
@@ -434,12 +373,12 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
       g.stop_reason = "cancelled";
       break;
     }
-    if (constrained.has_value() && constrained->finished()) {
+    if (sampler.finished()) {
       g.stop_reason = "constraint_complete";
       break;
     }
   }
-  if (constrained.has_value() && (done_before || (g.stop_reason == "max_tokens" && constrained->complete()))) {
+  if (sampler.constrained() && (done_before || (g.stop_reason == "max_tokens" && sampler.complete()))) {
     g.stop_reason = "constraint_complete";
   }
   keep_read_for_reuse(*state_, query, g.tokens, std::move(parts), query_parts, past, pos);

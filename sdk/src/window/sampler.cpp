@@ -1,0 +1,174 @@
+// The token choice of one decoding sequence (sampler.h).
+#include "window/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "constrain/tokenizer_vocabulary.h"
+#include "engine/engine_core.h"
+#include "orbit/common/error.h"
+
+namespace orbit::detail {
+
+namespace {
+
+constexpr double kMaxPenalty = 2;     // OpenAI's range for presence_penalty and frequency_penalty
+constexpr double kMaxBias = 100;      // ... and for a logit_bias value
+constexpr int32_t kMaxTopLogprobs = 20;
+
+}  // namespace
+
+void Sampler::check_options(const GenerateOptions& o, int64_t vocab, const char* what) {
+  ORBIT_CHECK(o.max_tokens >= 0, what << ": max_tokens = " << o.max_tokens << " must be >= 0");
+  ORBIT_CHECK(o.temperature >= 0, what << ": temperature = " << o.temperature << " must be >= 0");
+  ORBIT_CHECK(o.top_p > 0 && o.top_p <= 1, what << ": top_p = " << o.top_p << " must be in (0, 1]");
+  for (int64_t stop : o.stop_tokens) {
+    ORBIT_CHECK(stop >= 0 && stop < vocab,
+                what << ": stop_tokens holds " << stop << ", outside the vocabulary [0, " << vocab << ")");
+  }
+  ORBIT_CHECK(std::abs(o.presence_penalty) <= kMaxPenalty, what << ": presence_penalty = " << o.presence_penalty
+                                                                << " must be in [-2, 2]");
+  ORBIT_CHECK(std::abs(o.frequency_penalty) <= kMaxPenalty, what << ": frequency_penalty = " << o.frequency_penalty
+                                                                  << " must be in [-2, 2]");
+  for (const auto& [token, bias] : o.logit_bias) {
+    ORBIT_CHECK(token >= 0 && token < vocab, what << ": logit_bias names token " << token
+                                                  << ", outside the vocabulary [0, " << vocab << ")");
+    ORBIT_CHECK(std::abs(bias) <= kMaxBias,
+                what << ": logit_bias[" << token << "] = " << bias << " must be in [-100, 100]");
+  }
+  ORBIT_CHECK(o.top_logprobs >= 0 && o.top_logprobs <= kMaxTopLogprobs,
+              what << ": top_logprobs = " << o.top_logprobs << " must be in [0, 20]");
+  ORBIT_CHECK(o.top_logprobs == 0 || o.logprobs,
+              what << ": top_logprobs = " << o.top_logprobs << " needs logprobs = true");
+}
+
+Sampler::Sampler(const GenerateOptions& options, SamplerSetup setup)
+    : options_(options),
+      vocab_(setup.vocab),
+      constraint_(std::move(setup.constraint)),
+      vocabulary_(std::move(setup.vocabulary)),
+      at_text_start_(setup.at_text_start),
+      rng_(options.seed) {
+  check_options(options, vocab_);
+  options_.on_token = nullptr;
+}
+
+bool Sampler::is_stop_token(int64_t token) const {
+  const std::vector<int64_t>& stops = options_.stop_tokens;
+  return std::find(stops.begin(), stops.end(), token) != stops.end() ||
+         (constraint_.has_value() && constraint_->is_end_token(token));
+}
+
+void Sampler::apply_processors(double* logits) const {
+  if (options_.presence_penalty != 0 || options_.frequency_penalty != 0) {
+    for (const auto& [token, count] : counts_) {
+      logits[token] -= options_.presence_penalty + options_.frequency_penalty * static_cast<double>(count);
+    }
+  }
+  for (const auto& [token, bias] : options_.logit_bias) logits[token] += bias;
+}
+
+// The argmax when temperature is 0, else a draw from the softmax at that temperature, cut to the top_p
+// nucleus. Tokens at -inf (masked by a constraint) are never drawn.
+int64_t Sampler::choose(const at::Tensor& logits) {
+  if (options_.temperature == 0) return logits.argmax().item<int64_t>();
+  at::Tensor probs = at::softmax(logits / options_.temperature, 0);
+  if (options_.top_p < 1) {
+    auto sorted = probs.sort(0, /*descending=*/true);
+    const at::Tensor values = std::get<0>(sorted);
+    const at::Tensor cum = values.cumsum(0);
+    // Keep the smallest prefix whose mass reaches top_p (always at least one token).
+    const int64_t keep = std::max<int64_t>(1, (cum < options_.top_p).sum().item<int64_t>() + 1);
+    at::Tensor mask = at::zeros_like(probs);
+    mask.index_put_({std::get<1>(sorted).narrow(0, 0, std::min(keep, probs.size(0)))}, 1.0);
+    probs = probs * mask;
+  }
+  probs = (probs / probs.sum()).contiguous();
+  const at::Tensor cdf = probs.cumsum(0).contiguous();
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  const double* c = cdf.data_ptr<double>();
+  const double* p = probs.data_ptr<double>();
+  int64_t last = 0;  // the last token with mass: where rounding leaves u above the cdf's end
+  for (int64_t j = 0; j < cdf.size(0); ++j) {
+    if (p[j] > 0) last = j;
+    if (u < c[j] && p[j] > 0) return j;
+  }
+  return last;
+}
+
+std::string Sampler::bytes_of(int64_t token) const {
+  if (vocabulary_ == nullptr || token >= vocabulary_->size()) return "";
+  if (chosen_ == 0 && at_text_start_) {
+    for (const auto& [id, bytes] : vocabulary_->at_start()) {
+      if (id == token) return bytes.value_or("");
+    }
+  }
+  return vocabulary_->bytes(token).value_or("");
+}
+
+StepLogprobs Sampler::logprobs_of(const at::Tensor& logits, int64_t token) const {
+  const at::Tensor lp = at::log_softmax(logits, 0).contiguous();
+  const double* v = lp.data_ptr<double>();
+  StepLogprobs out;
+  out.chosen = {token, v[token], bytes_of(token)};
+  if (options_.top_logprobs == 0) return out;
+  std::vector<int64_t> ids;
+  ids.reserve(static_cast<std::size_t>(vocab_));
+  for (int64_t j = 0; j < vocab_; ++j) {
+    if (std::isfinite(v[j])) ids.push_back(j);
+  }
+  const std::size_t k = std::min<std::size_t>(ids.size(), static_cast<std::size_t>(options_.top_logprobs));
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                    [v](int64_t a, int64_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+  for (std::size_t i = 0; i < k; ++i) out.top.push_back({ids[i], v[ids[i]], bytes_of(ids[i])});
+  return out;
+}
+
+SamplerStep Sampler::next(const at::Tensor& logits, int64_t tokens_left) {
+  ORBIT_CHECK(logits.numel() == vocab_,
+              "Sampler::next: " << logits.numel() << " logits for a vocabulary of " << vocab_);
+  // A private CPU double copy: the processors and the mask write into it.
+  at::Tensor row = logits.reshape({vocab_}).to(at::kCPU, at::kDouble, /*non_blocking=*/false, /*copy=*/true);
+  row = row.contiguous();
+  double* data = row.data_ptr<double>();
+  apply_processors(data);
+  SamplerStep step;
+  if (constraint_.has_value() && constraint_->mask_logits(data, vocab_, tokens_left) == 0) {
+    step.stop_reason = constraint_->complete() ? "constraint_complete" : "constraint_no_token";
+    return step;
+  }
+  step.token = choose(row);
+  if (options_.logprobs) step.logprobs = logprobs_of(row, step.token);
+  if (constraint_.has_value()) constraint_->accept(step.token);
+  ++counts_[step.token];
+  ++chosen_;
+  return step;
+}
+
+Sampler make_sampler(const EngineCore& core, const GenerateOptions& options, const std::vector<int64_t>& query) {
+  const int64_t vocab = core.config().vocab_size;
+  Sampler::check_options(options, vocab);
+  SamplerSetup setup;
+  setup.vocab = vocab;
+  ORBIT_CHECK(options.constraint == nullptr || core.has_tokenizer(),
+              "generate: a constraint needs the engine's tokenizer (this model has none)");
+  const bool need_vocabulary = options.constraint != nullptr || options.logprobs;
+  if (need_vocabulary && core.has_tokenizer()) {
+    setup.vocabulary = constrain::tokenizer_vocabulary(core.tokenizer(), vocab);
+    setup.at_text_start = !query.empty() && constrain::starts_text(*setup.vocabulary, core.tokenizer(), query.back());
+  }
+  if (options.constraint != nullptr) {
+    TokenConstraintOptions o;
+    o.end_tokens = options.stop_tokens;
+    const int64_t eos = core.tokenizer().eos_id();
+    if (eos >= 0 && eos < vocab && std::find(o.end_tokens.begin(), o.end_tokens.end(), eos) == o.end_tokens.end()) {
+      o.end_tokens.push_back(eos);
+    }
+    o.at_text_start = setup.at_text_start;
+    setup.constraint.emplace(options.constraint, setup.vocabulary, std::move(o));
+  }
+  return Sampler(options, std::move(setup));
+}
+
+}  // namespace orbit::detail
