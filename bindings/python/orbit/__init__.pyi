@@ -16,6 +16,8 @@ from ._orbit import (
     EntryKind as EntryKind,
     GcReport as GcReport,
     Generation as Generation,
+    StepLogprobs as StepLogprobs,
+    TokenLogprob as TokenLogprob,
     InstanceInfo as InstanceInfo,
     InstanceKV as InstanceKV,
     MissAction as MissAction,

@@ -538,6 +538,28 @@ class EngineOptions:
     @property
     def background(self) -> BackgroundMode: ...
 
+class TokenLogprob:
+    """One token's log probability at a step (Window.generate(logprobs=True))."""
+    @property
+    def token(self) -> int: ...
+    @property
+    def logprob(self) -> float: ...
+    @property
+    def bytes(self) -> bytes:
+        """The bytes the token writes at its place (b'' for EOS/BOS/special tokens)."""
+
+class StepLogprobs:
+    """A generated token's log probability and its step's most likely tokens."""
+    @property
+    def chosen(self) -> TokenLogprob: ...
+    @property
+    def top(self) -> list[TokenLogprob]:
+        """The top_logprobs most likely tokens, most likely first (masked tokens left out)."""
+    @property
+    def token(self) -> int: ...
+    @property
+    def logprob(self) -> float: ...
+
 class Generation:
     """The result of Window.generate()."""
     @property
@@ -551,6 +573,9 @@ class Generation:
     def stop_reason(self) -> str: ...
     @property
     def seconds(self) -> float: ...
+    @property
+    def logprobs(self) -> list[StepLogprobs]:
+        """With generate(logprobs=True): one StepLogprobs per generated token, else []."""
     # Set by Window.generate (tools, tool_choice, response_format):
     tool_calls: list[dict]
     """The calls read from the answer: [{'id', 'type': 'function', 'function': {'name', 'arguments'}}]."""
@@ -893,9 +918,16 @@ class Window:
         tool_choice: str = "auto",
         response_format: Union[str, dict, None] = None,
         tool_call_format: Optional[str] = None,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        logit_bias: Optional[dict[Union[int, str], float]] = None,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
     ) -> Generation:
         """Decodes after the query; with tools / tool_choice / response_format the answer is decoded under a
-        constraint and read back into tool_calls, content and json."""
+        constraint and read back into tool_calls, content and json. presence_penalty / frequency_penalty
+        ([-2, 2]) and logit_bias ({token: [-100, 100]}) act as OpenAI's; logprobs / top_logprobs (0..20) fill
+        Generation.logprobs (after those and the constraint, at temperature 1)."""
     def disposable(self, instance: InstanceArg, query: Tokens, *, answer_tokens: int = 4) -> DisposabilityReport: ...
     def loss_by_instance(self, query: Tokens) -> list[InstanceLoss]: ...
     def kv(self, instance: InstanceArg) -> InstanceKV: ...

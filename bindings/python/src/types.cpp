@@ -507,6 +507,29 @@ void init_types(py::module_& m) {
       });
 
   // ---- reading results ------------------------------------------------------------------------------
+  py::class_<TokenLogprob>(m, "TokenLogprob", "One token's log probability at a step (Window.generate(logprobs=True)).")
+      .def_readonly("token", &TokenLogprob::token, "The token id.")
+      .def_readonly("logprob", &TokenLogprob::logprob, "Natural log probability (after penalties, logit_bias and "
+                                                       "the constraint's mask, at temperature 1).")
+      .def_property_readonly(
+          "bytes", [](const TokenLogprob& t) { return py::bytes(t.bytes); },
+          "The bytes the token writes at its place (b'' for EOS/BOS/special tokens; may be part of a character).")
+      .def("__repr__", [](const TokenLogprob& t) {
+        std::ostringstream s;
+        s << "TokenLogprob(token=" << t.token << ", logprob=" << t.logprob << ", bytes=" << py::repr(py::bytes(t.bytes)).cast<std::string>() << ")";
+        return s.str();
+      });
+  py::class_<StepLogprobs>(m, "StepLogprobs", "A generated token's log probability and its step's most likely tokens.")
+      .def_readonly("chosen", &StepLogprobs::chosen, "The generated token's TokenLogprob.")
+      .def_readonly("top", &StepLogprobs::top,
+                    "The top_logprobs most likely tokens, most likely first (masked tokens left out).")
+      .def_property_readonly("token", [](const StepLogprobs& s) { return s.chosen.token; }, "chosen.token")
+      .def_property_readonly("logprob", [](const StepLogprobs& s) { return s.chosen.logprob; }, "chosen.logprob")
+      .def("__repr__", [](const StepLogprobs& s) {
+        std::ostringstream o;
+        o << "StepLogprobs(token=" << s.chosen.token << ", logprob=" << s.chosen.logprob << ", top=" << s.top.size() << ")";
+        return o.str();
+      });
   py::class_<Generation>(m, "Generation", py::dynamic_attr(), "The result of Window.generate().")
       .def_readonly("tokens", &Generation::tokens, "Generated tokens (a stop token included when it ended the run).")
       .def_readonly("stop_reason", &Generation::stop_reason,
@@ -516,6 +539,8 @@ void init_types(py::module_& m) {
                     "Query tokens forwarded: all, or only the last when exact reuse held the others.")
       .def_readonly("text", &Generation::text, "The tokens as text when the engine has a tokenizer, else ''.")
       .def_readonly("seconds", &Generation::seconds, "Wall time.")
+      .def_readonly("logprobs", &Generation::logprobs,
+                    "With generate(logprobs=True): one StepLogprobs per generated token, else [].")
       .def("__len__", [](const Generation& g) { return g.tokens.size(); })
       .def("__iter__", [](const Generation& g) { return py::iter(py::cast(g.tokens)); })
       .def("__repr__", [](const Generation& g) {

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <map>
 #include <sstream>
 
 #include "answer.h"
@@ -20,6 +21,41 @@ namespace {
 std::vector<int64_t> tokens_or_text(PyWindow& w, const py::object& obj, const char* what) {
   if (py::isinstance<py::str>(obj)) return w.engine->tokenize(obj.cast<std::string>(), false);
   return to_tokens(obj, what);
+}
+
+// generate's logit_bias: a dict of token id (int, or a str of one as OpenAI's JSON has) to a number. The
+// ranges are the SDK's to check (GenerateOptions::logit_bias).
+std::map<int64_t, double> to_logit_bias(const py::object& obj) {
+  if (!py::isinstance<py::dict>(obj)) {
+    throw py::type_error("generate: logit_bias must be a dict {token id: bias}, got " +
+                         py::str(py::type::of(obj).attr("__name__")).cast<std::string>());
+  }
+  std::map<int64_t, double> out;
+  for (const auto& [key, value] : obj.cast<py::dict>()) {
+    int64_t token = 0;
+    if (py::isinstance<py::int_>(key) && !py::isinstance<py::bool_>(key)) {
+      token = key.cast<int64_t>();
+    } else if (py::isinstance<py::str>(key)) {
+      const std::string text = key.cast<std::string>();
+      std::size_t used = 0;
+      try {
+        token = std::stoll(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != text.size()) {
+        throw py::value_error("generate: logit_bias key '" + text + "' is not a token id");
+      }
+    } else {
+      throw py::type_error("generate: logit_bias keys must be token ids (int), got " + py::repr(key).cast<std::string>());
+    }
+    if (!py::isinstance<py::int_>(value) && !py::isinstance<py::float_>(value)) {
+      throw py::type_error("generate: logit_bias[" + std::to_string(token) + "] must be a number, got " +
+                           py::repr(value).cast<std::string>());
+    }
+    out[token] = value.cast<double>();
+  }
+  return out;
 }
 
 }  // namespace
@@ -413,12 +449,18 @@ void init_window(py::module_& m) {
       "generate",
       [](PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p, uint64_t seed,
          const py::object& stop_tokens, const py::object& tools, const py::object& tool_choice,
-         const py::object& response_format, const py::object& tool_call_format) {
+         const py::object& response_format, const py::object& tool_call_format, double presence_penalty,
+         double frequency_penalty, const py::object& logit_bias, bool logprobs, int32_t top_logprobs) {
         orbit::GenerateOptions o;
         o.max_tokens = max_tokens;
         o.temperature = temperature;
         o.top_p = top_p;
         o.seed = seed;
+        o.presence_penalty = presence_penalty;
+        o.frequency_penalty = frequency_penalty;
+        if (!logit_bias.is_none()) o.logit_bias = to_logit_bias(logit_bias);
+        o.logprobs = logprobs;
+        o.top_logprobs = top_logprobs;
         if (!stop_tokens.is_none()) o.stop_tokens = to_tokens(stop_tokens, "generate: stop_tokens");
         const AnswerSpec answer = answer_spec(w, tools, tool_choice, response_format, tool_call_format);
         o.constraint = answer.constraint;
@@ -430,11 +472,18 @@ void init_window(py::module_& m) {
       py::arg("query"), py::kw_only(), py::arg("max_tokens") = 32, py::arg("temperature") = 0.0, py::arg("top_p") = 1.0,
       py::arg("seed") = 0, py::arg("stop_tokens") = py::none(), py::arg("tools") = py::none(),
       py::arg("tool_choice") = "auto", py::arg("response_format") = py::none(),
-      py::arg("tool_call_format") = py::none(),
+      py::arg("tool_call_format") = py::none(), py::arg("presence_penalty") = 0.0, py::arg("frequency_penalty") = 0.0,
+      py::arg("logit_bias") = py::none(), py::arg("logprobs") = false, py::arg("top_logprobs") = 0,
       "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
       "temperature > 0 = nucleus sampling, reproducible by seed; the run ends after emitting any of\n"
       "stop_tokens. Returns a Generation (tokens, text, stop_reason, seconds). Repairs earlier edits deferred\n"
       "run first (see flush()).\n"
+      "OpenAI's logit processors: presence_penalty and frequency_penalty in [-2, 2] subtract\n"
+      "presence + frequency * count from the logit of each token generated count > 0 times so far;\n"
+      "logit_bias {token id: bias in [-100, 100]} (int or numeric str keys) is added to the logits. With\n"
+      "logprobs=True, Generation.logprobs holds per token its log probability and the top_logprobs (0..20) most\n"
+      "likely tokens of its step, of the distribution after those processors and the constraint, at\n"
+      "temperature 1. Out-of-range values raise OrbitError naming the argument.\n"
       "Tool calls and JSON (the tools reach the prompt through sync(messages, tools=...)): with `tools` (OpenAI\n"
       "tools), tool_choice 'required' or a tool's name makes the model call one (its answer decoded under the\n"
       "tools' grammar, orbit/constraint.h), 'auto' lets it choose, 'none' reads no call; the calls are read back\n"
