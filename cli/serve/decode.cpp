@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "serve/serve_wire.h"
 #include "serve/text_stream.h"
 
 namespace orbit::serve {
@@ -18,6 +19,11 @@ GenerateOptions generate_options(const ServeContext& context, int64_t max_tokens
   // OpenAI's do.
   std::random_device fresh;
   go.seed = sampling.seed ? *sampling.seed : (uint64_t{fresh()} << 32 | fresh());
+  go.presence_penalty = sampling.presence_penalty;
+  go.frequency_penalty = sampling.frequency_penalty;
+  go.logit_bias = sampling.logit_bias;
+  go.logprobs = sampling.logprobs;
+  go.top_logprobs = sampling.top_logprobs;
   for (int64_t stop : {context.info.bos_token, context.info.eos_token}) {
     if (stop >= 0) go.stop_tokens.push_back(stop);
   }
@@ -53,6 +59,8 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
     return turn.held();
   };
   go.constraint = request.constraint;
+  clear_stream_logprobs();
+  if (request.sampling->stream && go.logprobs) go.on_logprobs = queue_stream_logprobs;  // sent with the chunks
   RunResult r;
   if (!turn.enter()) {
     r.finish_reason = "cancelled";
@@ -65,6 +73,9 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
   r.text = stream.released();
   r.tokens = stream.tokens();
   r.usage.completion_tokens = static_cast<int64_t>(r.tokens.size());
+  // The streamed tokens' (a stop token that ended the run has none here, as it has no place in `tokens`).
+  r.logprobs.assign(g.logprobs.begin(), g.logprobs.begin() + static_cast<std::ptrdiff_t>(
+                                                              std::min(g.logprobs.size(), r.tokens.size())));
   r.prompt_forward_tokens = g.prompt_forward_tokens;
   if (gone) {
     r.finish_reason = "cancelled";

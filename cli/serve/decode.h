@@ -28,7 +28,9 @@ int64_t max_tokens_for(const ServeContext& context, int64_t prompt_tokens, const
 
 // Decodes after `window` (the caller holds it, not the gate). Fills text, finish_reason ("stop", "length",
 // "cancelled"; a constrained answer finished is "stop", one no token could continue "length"), tokens,
-// completion_tokens and prompt_forward_tokens; the rest of the usage is the caller's. Throws orbit::Error when the
+// completion_tokens, prompt_forward_tokens and, when the request asks, logprobs (streamed ones also queued
+// for the stream's chunks: serve_wire.h); the rest of the usage is the caller's. The request's penalties and
+// logit_bias reach GenerateOptions as given. Throws orbit::Error when the
 // engine fails.
 RunResult decode(ServeContext& context, Window& window, const DecodeRequest& request, const RunSink& sink);
 

@@ -282,7 +282,8 @@ void copy_sampling(const ojson& body, ojson& chat) {
     if (v->is_number_integer() && v->get<int64_t>() < 1) fail("max_output_tokens", "must be >= 1, got " + v->dump());
     chat["max_tokens"] = *v;
   }
-  for (const char* name : {"temperature", "top_p", "stream", "parallel_tool_calls", "user"}) {
+  for (const char* name : {"temperature", "top_p", "stream", "parallel_tool_calls", "user", "presence_penalty",
+                           "frequency_penalty", "logit_bias"}) {
     if (const ojson* v = field(body, name)) chat[name] = *v;
   }
 }

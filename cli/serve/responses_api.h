@@ -15,6 +15,7 @@
 //   store (bool, default true); tools ([{type: "function", name, description?, parameters?, strict?}]);
 //   tool_choice ("none" | "auto" | "required" | {type: "function", name} naming one of the tools);
 //   parallel_tool_calls (bool); max_output_tokens (integer >= 1); temperature [0, 2]; top_p (0, 1];
+//   presence_penalty, frequency_penalty and logit_bias (as chat takes and honours them);
 //   stream (bool); stream_options ({include_obfuscation?}: nothing is obfuscated); text ({format: {type:
 //   "text"} | {type: "json_object"} | {type: "json_schema", name?, schema, strict?, description?},
 //   verbosity?: "medium"}); user (any string: names a session as in chat); metadata (at most 16 string

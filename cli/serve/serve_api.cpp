@@ -5,6 +5,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "orbit/common/error.h"
 #include "orbit/common/json_input.h"
@@ -43,8 +44,9 @@ double need_number(const json& v, const std::string& param, double lo, double hi
   if (!v.is_number()) fail(param, std::string("expected a number, got ") + type_name(v));
   const double x = v.get<double>();
   if (!std::isfinite(x) || x > hi || x < lo || (lo_open && x == lo)) {
-    fail(param, "must be in " + std::string(lo_open ? "(" : "[") + std::to_string(lo).substr(0, 3) + ", " +
-                    std::to_string(hi).substr(0, 3) + "], got " + v.dump());
+    std::ostringstream range;
+    range << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
+    fail(param, "must be in " + range.str() + ", got " + v.dump());
   }
   return x;
 }
@@ -191,30 +193,62 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
   return s;
 }
 
-// Sampling parameters this server does not honour: refused when set to anything but their neutral value,
-// never ignored.
-void refuse_unhonoured(const json& body) {
+// logit_bias: {"<token id>": bias}, ids as decimal strings (OpenAI's JSON), biases in [-100, 100].
+std::map<int64_t, double> parse_logit_bias(const json& v, const ServeLimits& limits) {
+  if (!v.is_object()) fail("logit_bias", std::string("expected an object, got ") + type_name(v));
+  std::map<int64_t, double> out;
+  for (const auto& [key, value] : v.items()) {
+    const bool digits = !key.empty() && key.size() <= 18 &&
+                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits) fail("logit_bias", "key '" + key + "' is not a token id (a decimal integer)");
+    const int64_t token = std::stoll(key);
+    if (limits.vocab_size > 0 && token >= limits.vocab_size) {
+      fail("logit_bias", "token " + key + " is outside the model's vocabulary [0, " +
+                             std::to_string(limits.vocab_size) + ")");
+    }
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || std::abs(value.get<double>()) > 100) {
+      fail("logit_bias", "the bias of token " + key + " must be a number in [-100, 100], got " + value.dump());
+    }
+    out[token] = value.get<double>();
+  }
+  return out;
+}
+
+// OpenAI's logit processors, shared by both endpoints.
+void parse_processors(const json& body, const ServeLimits& limits, SamplingRequest& s) {
+  const auto field = [&](const char* name) -> const json* {
+    const auto it = body.find(name);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  };
+  if (const json* v = field("presence_penalty")) s.presence_penalty = need_number(*v, "presence_penalty", -2, 2, false);
+  if (const json* v = field("frequency_penalty"))
+    s.frequency_penalty = need_number(*v, "frequency_penalty", -2, 2, false);
+  if (const json* v = field("logit_bias")) s.logit_bias = parse_logit_bias(*v, limits);
+}
+
+// Chat's logprobs (bool) and top_logprobs (0..20, needs logprobs true); with `legacy` (/v1/completions, whose
+// logprobs is an integer of top tokens) any logprobs is refused, and so is top_logprobs, which it lacks.
+void parse_logprobs(const json& body, SamplingRequest& s, bool legacy) {
   const auto field = [&](const char* name) -> const json* {
     const auto it = body.find(name);
     return it == body.end() || it->is_null() ? nullptr : &*it;
   };
   const auto refuse = [](const std::string& param, const std::string& what) {
-    throw Invalid{api_error(400, param + ": " + what + " is not supported by this server", "invalid_request_error",
-                            "unsupported_parameter", param)};
+    throw Invalid{api_error(400, param + ": " + what, "invalid_request_error", "unsupported_parameter", param)};
   };
-  if (const json* v = field("logprobs")) {
-    if ((v->is_boolean() && v->get<bool>()) || (v->is_number() && v->get<double>() != 0))
-      refuse("logprobs", "logprobs");
-  }
-  if (field("top_logprobs") != nullptr) refuse("top_logprobs", "top_logprobs");
-  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-    if (const json* v = field(name)) {
-      if (need_number(*v, name, -2, 2, false) != 0) refuse(name, std::string("a ") + name + " other than 0");
+  if (legacy) {
+    if (const json* v = field("logprobs"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+      refuse("logprobs", "log probabilities are served on /v1/chat/completions (logprobs: true), not here");
     }
+    if (field("top_logprobs") != nullptr) refuse("top_logprobs", "/v1/completions has no top_logprobs");
+    return;
   }
-  if (const json* v = field("logit_bias")) {
-    if (!v->is_object()) fail("logit_bias", std::string("expected an object, got ") + type_name(*v));
-    if (!v->empty()) refuse("logit_bias", "logit_bias");
+  if (const json* v = field("logprobs")) s.logprobs = need_bool(*v, "logprobs");
+  if (const json* v = field("top_logprobs")) {
+    const int64_t k = need_int(*v, "top_logprobs");
+    if (k < 0 || k > 20) fail("top_logprobs", "must be in [0, 20], got " + v->dump());
+    if (k > 0 && !s.logprobs) fail("top_logprobs", "needs logprobs: true");
+    s.top_logprobs = static_cast<int32_t>(k);
   }
 }
 
@@ -351,7 +385,8 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
     r.messages.push_back(parse_message((*messages)[i], "messages[" + std::to_string(i) + "]"));
   }
   r.sampling = parse_sampling(body, limits);
-  refuse_unhonoured(body);
+  parse_processors(body, limits, r.sampling);
+  parse_logprobs(body, r.sampling, false);
   r.user = parse_user(body);
   if (body.contains("tools") && !body["tools"].is_null()) {
     r.tool_names = parse_tools(body["tools"]);
@@ -385,7 +420,8 @@ CompletionRequest completion_request(std::string_view text, const ServeLimits& l
     r.prompt = need_string(*prompt, "prompt");
   }
   r.sampling = parse_sampling(body, limits);
-  refuse_unhonoured(body);
+  parse_processors(body, limits, r.sampling);
+  parse_logprobs(body, r.sampling, true);
   r.user = parse_user(body);
   return r;
 }

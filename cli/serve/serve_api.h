@@ -11,10 +11,13 @@
 //                ("none", "auto", "required" or {"type": "function", "function": {"name"}} naming one of the
 //                tools), parallel_tool_calls (bool), response_format ({"type": "text" | "json_object" |
 //                "json_schema", "json_schema": {"name", "schema", "strict"?}})
-//   refused rather than ignored (400 naming the field): logprobs true, top_logprobs, presence_penalty or
-//                frequency_penalty other than 0, a non-empty logit_bias: this server does not honour them
+//                presence_penalty, frequency_penalty [-2, 2]; logit_bias ({"<token id>": bias in [-100, 100]},
+//                ids below ServeLimits::vocab_size); logprobs (bool), top_logprobs (integer 0..20, with
+//                logprobs true): honoured as OpenAI defines them (GenerateOptions in orbit/window.h)
 // (tool_choice and response_format are honoured by the server: answer_constraint.h.)
-//   completions: model, prompt (string, or an array of one string), and the same sampling fields
+//   completions: model, prompt (string, or an array of one string), and the same sampling fields but
+//                logprobs: its legacy form (an integer of top tokens) is refused with a 400 naming
+//                `logprobs`, and top_logprobs, which that endpoint does not have, likewise
 //   a message:   role in {system, developer, user, assistant, tool}; content a string, null (an assistant
 //                message with tool_calls), or an array of {"type": "text", "text": ...} parts;
 //                name, tool_call_id (strings); tool_calls (array of {id, type "function",
@@ -26,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,6 +61,7 @@ struct ServeLimits {
   std::size_t max_body_bytes = std::size_t{4} << 20;  // request bodies over this get 413
   std::size_t max_messages = 4096;
   std::size_t max_stop_strings = 4;
+  int64_t vocab_size = 0;  // logit_bias keys must be below it; 0: not checked (the server sets its model's)
 };
 
 // The sampling fields shared by both endpoints.
@@ -68,6 +73,11 @@ struct SamplingRequest {
   std::vector<std::string> stop;  // generation ends before the first of these in the text
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage before [DONE]
+  double presence_penalty = 0;
+  double frequency_penalty = 0;
+  std::map<int64_t, double> logit_bias;  // token id -> bias
+  bool logprobs = false;                 // chat: choices[].logprobs.content, one entry per generated token
+  int32_t top_logprobs = 0;
 };
 
 // How the model may use the request's tools (tool_choice).

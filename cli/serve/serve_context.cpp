@@ -28,6 +28,7 @@ ServeContext::ServeContext(const ServeOptions& o) : options(o), auditor(AuditOpt
   policy = o.policy.empty() ? WindowPolicy{} : parse_policy(o.policy);
   engine = Engine::open(eo);
   info = engine->model_info();
+  options.limits.vocab_size = info.vocab_size;  // requests' logit_bias keys are checked against it
   ORBIT_CHECK(engine->has_tokenizer(), "serve: " << o.model << " has no tokenizer (the server takes text)");
   model_name = o.model_name.empty() ? default_model_name(o.model) : o.model_name;
   chat.chat_template = o.chat_template;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "orbit/sync.h"
+#include "orbit/window.h"
 #include "serve/serve_api.h"
 
 namespace orbit::serve {
@@ -95,6 +96,8 @@ struct RunResult {
   std::string finish_reason;          // "stop", "length", "tool_calls", or "cancelled" (the client left)
   std::vector<int64_t> tokens;        // generated ids (a stop token that ended the run excluded)
   int64_t prompt_forward_tokens = 0;  // of the query (generation prompt): forwarded, not served by exact reuse
+  // With SamplingRequest::logprobs: one entry per token of `tokens` (tool-call text included), else empty.
+  std::vector<StepLogprobs> logprobs;
   RunUsage usage;
 };
 

@@ -16,6 +16,24 @@ json head(const ResponseIds& ids, const char* object) {
   return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}};
 }
 
+// The streamed log probabilities not yet sent on this thread (serve_wire.h).
+thread_local std::vector<StepLogprobs> stream_logprobs;
+
+json token_logprob(const TokenLogprob& t) {
+  json bytes = json::array();
+  for (unsigned char c : t.bytes) bytes.push_back(static_cast<int>(c));
+  // A token that is part of a character has no text of its own: dump() writes U+FFFD for its bytes.
+  return {{"token", t.bytes}, {"logprob", t.logprob}, {"bytes", bytes}};
+}
+
+// choices[].logprobs of a chunk: what the stream has queued, or null.
+json take_stream_logprobs() {
+  if (stream_logprobs.empty()) return nullptr;
+  json out = {{"content", logprobs_content(stream_logprobs)}, {"refusal", nullptr}};
+  stream_logprobs.clear();
+  return out;
+}
+
 }  // namespace
 
 json RunUsage::to_json() const {
@@ -47,6 +65,22 @@ json tool_calls_json(const std::vector<ChatToolCall>& calls, bool indexed) {
   return out;
 }
 
+json logprobs_content(const std::vector<StepLogprobs>& steps) {
+  json out = json::array();
+  for (const StepLogprobs& step : steps) {
+    json entry = token_logprob(step.chosen);
+    json top = json::array();
+    for (const TokenLogprob& t : step.top) top.push_back(token_logprob(t));
+    entry["top_logprobs"] = std::move(top);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+void queue_stream_logprobs(const StepLogprobs& step) { stream_logprobs.push_back(step); }
+
+void clear_stream_logprobs() { stream_logprobs.clear(); }
+
 json chat_completion(const ResponseIds& ids, const RunResult& result) {
   json body = head(ids, "chat.completion");
   json message = {{"role", "assistant"}, {"content", result.text}};
@@ -54,8 +88,10 @@ json chat_completion(const ResponseIds& ids, const RunResult& result) {
     if (result.text.empty()) message["content"] = nullptr;  // as OpenAI answers a call without text
     message["tool_calls"] = tool_calls_json(result.tool_calls, false);
   }
+  json logprobs = nullptr;
+  if (!result.logprobs.empty()) logprobs = {{"content", logprobs_content(result.logprobs)}, {"refusal", nullptr}};
   body["choices"] = json::array(
-      {{{"index", 0}, {"message", message}, {"logprobs", nullptr}, {"finish_reason", finish(result.finish_reason)}}});
+      {{{"index", 0}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish(result.finish_reason)}}});
   body["usage"] = result.usage.to_json();
   return body;
 }
@@ -66,8 +102,8 @@ json chat_chunk(const ResponseIds& ids, const std::string& content, bool first, 
   if (first) delta["role"] = "assistant";
   if (!content.empty() || first) delta["content"] = content;
   json body = head(ids, "chat.completion.chunk");
-  body["choices"] =
-      json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish(finish_reason)}}});
+  body["choices"] = json::array(
+      {{{"index", 0}, {"delta", delta}, {"logprobs", take_stream_logprobs()}, {"finish_reason", finish(finish_reason)}}});
   if (!usage.is_null()) body["usage"] = usage;
   return body;
 }
@@ -79,7 +115,8 @@ json tool_calls_chunk(const ResponseIds& ids, const std::vector<ChatToolCall>& c
     delta["content"] = nullptr;
   }
   json body = head(ids, "chat.completion.chunk");
-  body["choices"] = json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+  body["choices"] =
+      json::array({{{"index", 0}, {"delta", delta}, {"logprobs", take_stream_logprobs()}, {"finish_reason", nullptr}}});
   return body;
 }
 

@@ -36,6 +36,20 @@ nlohmann::json usage_chunk(const ResponseIds& ids, const std::string& object, co
 nlohmann::json text_completion(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
                                const nlohmann::json& usage);
 
+// Log probabilities in OpenAI's chat form, one entry per step: {"token" (the token's bytes as text),
+// "logprob", "bytes" (the UTF-8 bytes as integers), "top_logprobs": [{"token", "logprob", "bytes"}]}.
+nlohmann::json logprobs_content(const std::vector<StepLogprobs>& steps);
+
+// A streamed answer's log probabilities travel beside its text: decode() queues each token's here as it is
+// generated (GenerateOptions::on_logprobs), and the next chunk chat_chunk() or tool_calls_chunk() builds on
+// the same thread takes every entry queued so far as its choices[].logprobs {"content": [...]} (null when
+// none). A stream's chunks are written from the thread that runs its decode (its sink is called there), so
+// each token's entry goes out exactly once, with its text or, where the text was held back (a possible tool
+// call, a split character), with a later chunk (at the latest the finishing one). decode() clears the queue
+// when it starts.
+void queue_stream_logprobs(const StepLogprobs& step);
+void clear_stream_logprobs();
+
 // "data: <json>\n\n"
 std::string sse(const nlohmann::json& body);
 // JSON text with invalid UTF-8 replaced (generated text may split a character at max_tokens).

@@ -13,6 +13,7 @@
 #include "serve/fair_gate.h"
 #include "serve/serve_api.h"
 #include "serve/serve_core.h"
+#include "serve/serve_wire.h"
 #include "serve/text_stream.h"
 #include "serve/tool_stream.h"
 
@@ -380,18 +381,52 @@ TEST_CASE("serve: tools, tool_choice and response_format are parsed; unhonoured 
   REQUIRE(schema.ok());
   CHECK(schema.value->response_format.type == "json_schema");
   CHECK(schema.value->response_format.schema_json == R"({"type":"object"})");
-  // Neutral values pass (clients send them by default); anything else is refused, never ignored.
+  // OpenAI's logit processors and logprobs are read into the request (decode hands them to generate).
+  const sv::Parsed<sv::ChatRequest> processed = sv::parse_chat_request(
+      head + R"(,"presence_penalty":0.5,"frequency_penalty":-1,"logit_bias":{"7":-100,"300":2.5},"logprobs":true,)"
+             R"("top_logprobs":4})");
+  REQUIRE(processed.ok());
+  const sv::SamplingRequest& sp = processed.value->sampling;
+  CHECK(sp.presence_penalty == 0.5);
+  CHECK(sp.frequency_penalty == -1);
+  CHECK(sp.logit_bias == std::map<int64_t, double>{{7, -100}, {300, 2.5}});
+  CHECK(sp.logprobs);
+  CHECK(sp.top_logprobs == 4);
   CHECK(chat_error(head + R"(,"logprobs":false,"presence_penalty":0,"frequency_penalty":0,"logit_bias":{}})").first ==
         200);
-  for (const char* field : {"logprobs", "top_logprobs", "presence_penalty", "frequency_penalty", "logit_bias"}) {
-    const std::string value = std::string(field) == "logprobs"     ? "true"
-                              : std::string(field) == "logit_bias" ? R"({"50256":-100})"
-                                                                   : "2";
-    const std::pair<int, std::string> e = chat_error(head + ",\"" + field + "\":" + value + "}");
-    CHECK(e == std::pair<int, std::string>{400, field});
+  // Out of range: a 400 naming the field.
+  sv::ServeLimits vocab512;
+  vocab512.vocab_size = 512;
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"("presence_penalty":2.5)", "presence_penalty"},
+           {R"("frequency_penalty":"a")", "frequency_penalty"},
+           {R"("logit_bias":[1])", "logit_bias"},
+           {R"("logit_bias":{"x":1})", "logit_bias"},
+           {R"("logit_bias":{"-3":1})", "logit_bias"},
+           {R"("logit_bias":{"512":1})", "logit_bias"},
+           {R"("logit_bias":{"5":-100.5})", "logit_bias"},
+           {R"("logit_bias":{"5":"high"})", "logit_bias"},
+           {R"("logprobs":1)", "logprobs"},
+           {R"("top_logprobs":2)", "top_logprobs"},
+           {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"}}) {
+    const sv::Parsed<sv::ChatRequest> p = sv::parse_chat_request(head + "," + extra + "}", vocab512);
+    INFO(extra << ": " << p.error.message);
+    CHECK(!p.ok());
+    CHECK(p.error.status == 400);
+    CHECK(p.error.param == field);
   }
-  CHECK(sv::parse_completion_request(R"({"model":"m","prompt":"x","presence_penalty":1})").error.param ==
-        "presence_penalty");
+  CHECK(sv::parse_chat_request(head + R"(,"logit_bias":{"511":1}})", vocab512).ok());
+  // Legacy completions: penalties and biases as chat; its integer logprobs refused by name.
+  const sv::Parsed<sv::CompletionRequest> legacy =
+      sv::parse_completion_request(R"({"model":"m","prompt":"x","presence_penalty":1,"logit_bias":{"3":1}})");
+  REQUIRE(legacy.ok());
+  CHECK(legacy.value->sampling.presence_penalty == 1);
+  for (const char* extra : {R"("logprobs":2)", R"("logprobs":true)", R"("top_logprobs":1)"}) {
+    const sv::Parsed<sv::CompletionRequest> p =
+        sv::parse_completion_request(std::string(R"({"model":"m","prompt":"x",)") + extra + "}");
+    CHECK(p.error.code == "unsupported_parameter");
+    CHECK(std::string(extra).find(p.error.param) != std::string::npos);
+  }
 }
 
 TEST_CASE("serve: tool calls are held back from the stream and read when the answer ends", "[serve]") {
@@ -524,4 +559,40 @@ TEST_CASE("serve: forced calls and JSON answers are decoded under a constraint, 
   CHECK(parsed["pages"].is_number_integer());
   CHECK(schema.result->finish_reason == "stop");
   core.close();
+}
+
+TEST_CASE("serve: logprobs in OpenAI's chat shape, whole and with the stream's chunks", "[serve]") {
+  const sv::ResponseIds ids{"chatcmpl-1", 1, "m"};
+  orbit::StepLogprobs step;
+  step.chosen = {7, -0.25, " a"};
+  step.top = {{7, -0.25, " a"}, {9, -1.5, "\xe2\x80"}};  // a byte token, part of a character
+  sv::RunResult r;
+  r.text = " a";
+  r.finish_reason = "stop";
+  r.tokens = {7};
+  r.logprobs = {step};
+  const nlohmann::json whole = sv::chat_completion(ids, r)["choices"][0]["logprobs"];
+  CHECK(whole["refusal"].is_null());
+  REQUIRE(whole["content"].size() == 1);
+  const nlohmann::json& e = whole["content"][0];
+  CHECK(e["token"] == " a");
+  CHECK(e["logprob"] == -0.25);
+  CHECK(e["bytes"] == nlohmann::json::array({32, 97}));
+  REQUIRE(e["top_logprobs"].size() == 2);
+  CHECK(e["top_logprobs"][1]["bytes"] == nlohmann::json::array({0xe2, 0x80}));
+  CHECK(sv::dump(whole).find("\xef\xbf\xbd") != std::string::npos);  // its text written as U+FFFD
+  r.logprobs.clear();
+  CHECK(sv::chat_completion(ids, r)["choices"][0]["logprobs"].is_null());
+
+  // Streamed: what decode queued goes out with the next chunk, once.
+  sv::clear_stream_logprobs();
+  sv::queue_stream_logprobs(step);
+  sv::queue_stream_logprobs(step);
+  CHECK(sv::chat_chunk(ids, " a a", false, "")["choices"][0]["logprobs"]["content"].size() == 2);
+  CHECK(sv::chat_chunk(ids, "", false, "stop")["choices"][0]["logprobs"].is_null());
+  sv::queue_stream_logprobs(step);
+  CHECK(sv::tool_calls_chunk(ids, {}, false)["choices"][0]["logprobs"]["content"].size() == 1);
+  sv::queue_stream_logprobs(step);
+  sv::clear_stream_logprobs();
+  CHECK(sv::chat_chunk(ids, "x", false, "")["choices"][0]["logprobs"].is_null());
 }

@@ -105,6 +105,24 @@ struct InstanceKV {
   std::vector<int32_t> pages;  // the pool pages holding it (shared pages are shared by forks)
 };
 
+// One token's log probability at a step (GenerateOptions::logprobs).
+struct TokenLogprob {
+  int64_t token = 0;
+  double logprob = 0;  // natural log; -inf when masked
+  // The bytes the token writes at its place in the text (the first token's at the start of a text where the
+  // decoder drops a leading space there); "" for tokens that write none (EOS, BOS, special tokens) and when
+  // the engine has no tokenizer. May be part of a UTF-8 character (byte tokens).
+  std::string bytes;
+};
+
+// A generated token's log probability and the most likely tokens of its step: `top` holds the
+// top_logprobs tokens of highest log probability, most likely first (ties: lower id first), masked tokens
+// left out, so it may hold fewer; it includes the chosen token whenever that one ranks among them.
+struct StepLogprobs {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;
+};
+
 struct GenerateOptions {
   int64_t max_tokens = 32;
   double temperature = 0.0;  // 0 = greedy
@@ -116,6 +134,9 @@ struct GenerateOptions {
   // there (stop_reason "cancelled"; the token is kept). A server streams and cancels with it, and may wait
   // in it for its turn; it must not use this window.
   std::function<bool(int64_t token, int64_t index)> on_token;
+  // With `logprobs`: called right before on_token, for the same tokens, with the token's log probabilities
+  // (Generation::logprobs' entry), so that a stream can send them along with the token.
+  std::function<void(const StepLogprobs& step)> on_logprobs;
   // Constrained decoding (orbit/constraint.h); null = unconstrained. Each step, tokens whose bytes would not
   // keep the text a valid prefix get logit -inf before greedy/temperature/top_p sampling, and so do tokens
   // after which the shortest completion no longer fits in max_tokens (one token per byte); the end tokens
@@ -145,24 +166,6 @@ struct GenerateOptions {
   // never listed. Off, nothing is computed (the vocabulary's token bytes are read only when on).
   bool logprobs = false;
   int32_t top_logprobs = 0;
-};
-
-// One token's log probability at a step (GenerateOptions::logprobs).
-struct TokenLogprob {
-  int64_t token = 0;
-  double logprob = 0;  // natural log; -inf when masked
-  // The bytes the token writes at its place in the text (the first token's at the start of a text where the
-  // decoder drops a leading space there); "" for tokens that write none (EOS, BOS, special tokens) and when
-  // the engine has no tokenizer. May be part of a UTF-8 character (byte tokens).
-  std::string bytes;
-};
-
-// A generated token's log probability and the most likely tokens of its step: `top` holds the
-// top_logprobs tokens of highest log probability, most likely first (ties: lower id first), masked tokens
-// left out, so it may hold fewer; it includes the chosen token whenever that one ranks among them.
-struct StepLogprobs {
-  TokenLogprob chosen;
-  std::vector<TokenLogprob> top;
 };
 
 struct Generation {

@@ -52,6 +52,7 @@ Sampler::Sampler(const GenerateOptions& options, SamplerSetup setup)
       rng_(options.seed) {
   check_options(options, vocab_);
   options_.on_token = nullptr;
+  options_.on_logprobs = nullptr;
 }
 
 bool Sampler::is_stop_token(int64_t token) const {

@@ -369,6 +369,7 @@ Generation Window::generate(const std::vector<int64_t>& query, const GenerateOpt
       g.stop_reason = "stop_token";
       break;
     }
+    if (options.on_logprobs && !g.logprobs.empty()) options.on_logprobs(g.logprobs.back());
     if (options.on_token && !options.on_token(next, static_cast<int64_t>(g.tokens.size()) - 1)) {
       g.stop_reason = "cancelled";
       break;

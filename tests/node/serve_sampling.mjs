@@ -1,0 +1,147 @@
+// OpenAI's sampling parameters against `orbit serve`, through the official `openai` client:
+//
+//   node serve_sampling.mjs ORBIT_BINARY MODEL
+//
+// logprobs / top_logprobs (whole and streamed: choices[].logprobs.content, one entry per generated token,
+// its bytes writing the content, the top list sorted with the greedy token first), logit_bias (+100 forces a
+// token; -100 on the token greedy picks, its id found by bisection with bans, gives the second best),
+// presence_penalty / frequency_penalty (a repetitive greedy answer repeats less), and the 400s naming the
+// field for values out of range. Starts the server on 127.0.0.1 (a free port) and always stops it.
+//
+// Exit status: 0 all passed, 1 a check failed, 77 skipped (the openai package or `orbit serve` missing).
+import { SKIP, checks, startServer } from "./serve_harness.mjs";
+
+const [orbit, model] = process.argv.slice(2);
+if (!orbit || !model) {
+  console.error("usage: node serve_sampling.mjs ORBIT_BINARY MODEL");
+  process.exit(2);
+}
+let OpenAI;
+try {
+  ({ default: OpenAI } = await import("openai"));
+} catch (e) {
+  console.log(`SKIPPED: the openai package is not installed (npm install in tests/node): ${e.message}`);
+  process.exit(SKIP);
+}
+
+const { check, finish } = checks();
+// The exact policy: every request's window holds a re-prefill's KV, so whole and streamed answers agree to
+// float32 rounding (the second may be served from KV the first computed).
+const server = startServer(orbit, ["--model", model, "--policy", "patch:16:exact"]);
+const base = await server.ready();
+const modelId = model.replace(/\/+$/, "").split("/").pop();
+const api = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120000 });
+const messages = [{ role: "user", content: "Tell me a story about a little dog." }];
+const ask = (extra) => api.chat.completions.create({ model: modelId, messages, temperature: 0, max_tokens: 24, ...extra });
+const text = (entries) => Buffer.concat(entries.map((e) => Buffer.from(e.bytes))).toString("utf8");
+const repeats = (entries) => entries.length - new Set(entries.map((e) => e.token)).size;
+
+async function logprobs() {
+  const whole = await ask({ logprobs: true, top_logprobs: 3 });
+  const choice = whole.choices[0];
+  const content = choice.logprobs?.content ?? [];
+  check(content.length === whole.usage.completion_tokens && content.length > 0,
+        "logprobs.content has one entry per generated token", JSON.stringify(choice.logprobs));
+  check(text(content) === choice.message.content, "the entries' bytes write the content",
+        `${JSON.stringify(text(content))} vs ${JSON.stringify(choice.message.content)}`);
+  for (const [i, e] of content.entries()) {
+    const tops = e.top_logprobs;
+    const ok = typeof e.token === "string" && e.logprob <= 0 && Array.isArray(e.bytes) && tops.length === 3 &&
+               tops.every((t, k) => k === 0 || t.logprob <= tops[k - 1].logprob) &&
+               tops[0].token === e.token && Math.abs(tops[0].logprob - e.logprob) < 1e-9;
+    check(ok, `entry ${i}: a greedy token's logprob leads its sorted top_logprobs`, JSON.stringify(e));
+  }
+  // Streamed: the same entries, spread over the chunks that carry their text.
+  const stream = await ask({ logprobs: true, top_logprobs: 3, stream: true });
+  const streamed = [];
+  let streamedText = "";
+  for await (const chunk of stream) {
+    const c = chunk.choices[0];
+    if (!c) continue;
+    streamedText += c.delta.content ?? "";
+    streamed.push(...(c.logprobs?.content ?? []));
+  }
+  check(streamedText === choice.message.content, "the streamed answer is the whole one");
+  check(streamed.length === content.length &&
+        streamed.every((e, i) => e.token === content[i].token && Math.abs(e.logprob - content[i].logprob) < 1e-4),
+        "streamed chunks carry the same logprobs, each once",
+        JSON.stringify(streamed.map((e, i) => [e.token, e.logprob, content[i]?.token, content[i]?.logprob])));
+  const plain = await ask({});
+  check(plain.choices[0].logprobs === null, "without logprobs: logprobs is null");
+  return content;
+}
+
+// The id of the token greedy picks first (its bytes `want`): bisection over bans (a ban holding it changes the
+// first token; one without it cannot, as it only lowers other tokens).
+async function greedyTokenId(want, vocab) {
+  let lo = 0;
+  let hi = vocab;
+  while (hi - lo > 1) {
+    const mid = (lo + hi) >> 1;
+    const bias = Object.fromEntries(Array.from({ length: mid - lo }, (_, k) => [String(lo + k), -100]));
+    const r = await ask({ max_tokens: 1, logprobs: true, logit_bias: bias });
+    const first = r.choices[0].logprobs.content[0].token;
+    if (first !== want) hi = mid;
+    else lo = mid;
+  }
+  return lo;
+}
+
+async function logitBias(content) {
+  const forced = await ask({ max_tokens: 5, logprobs: true, logit_bias: { 300: 100 } });
+  const entries = forced.choices[0].logprobs.content;
+  check(entries.length === 5 && entries.every((e) => e.token === entries[0].token && e.logprob > -1e-3),
+        "logit_bias +100 forces a token at every step", JSON.stringify(entries.map((e) => [e.token, e.logprob])));
+  const vocab = 512;  // stories260K's
+  const first = content[0];
+  const id = await greedyTokenId(first.token, vocab);
+  const banned = await ask({ max_tokens: 1, logprobs: true, logit_bias: { [id]: -100 } });
+  const got = banned.choices[0].logprobs.content[0];
+  check(got.token !== first.token && got.token === first.top_logprobs[1].token,
+        "logit_bias -100 on greedy's token gives the second best", `${JSON.stringify(got)} after banning ${id}`);
+}
+
+async function penalties() {
+  const plain = (await ask({ max_tokens: 48, logprobs: true })).choices[0].logprobs.content;
+  const less = (await ask({ max_tokens: 48, logprobs: true, frequency_penalty: 2 })).choices[0].logprobs.content;
+  const more = (await ask({ max_tokens: 48, logprobs: true, presence_penalty: -2 })).choices[0].logprobs.content;
+  check(repeats(less) < repeats(plain) && repeats(plain) < repeats(more),
+        "frequency_penalty 2 repeats fewer tokens than none, presence_penalty -2 more",
+        `${repeats(less)} / ${repeats(plain)} / ${repeats(more)}: ${text(less)} | ${text(plain)} | ${text(more)}`);
+}
+
+async function refusals() {
+  const cases = [
+    [{ logit_bias: { abc: 1 } }, "logit_bias"], [{ logit_bias: { 5: 101 } }, "logit_bias"],
+    [{ logit_bias: { 99999: 1 } }, "logit_bias"], [{ presence_penalty: 2.5 }, "presence_penalty"],
+    [{ frequency_penalty: -3 }, "frequency_penalty"], [{ top_logprobs: 2 }, "top_logprobs"],
+    [{ logprobs: true, top_logprobs: 21 }, "top_logprobs"],
+  ];
+  for (const [extra, param] of cases) {
+    try {
+      await ask(extra);
+      check(false, `${JSON.stringify(extra)} is refused`);
+    } catch (e) {
+      check(e.status === 400 && e.param === param, `${JSON.stringify(extra)}: 400 naming ${param}`,
+            `${e.status} ${e.param} ${e.message}`);
+    }
+  }
+  try {
+    await api.completions.create({ model: modelId, prompt: "Once", logprobs: 2, max_tokens: 2 });
+    check(false, "legacy completions' logprobs is refused");
+  } catch (e) {
+    check(e.status === 400 && e.param === "logprobs", "legacy completions' logprobs: 400 naming logprobs", e.message);
+  }
+}
+
+try {
+  const content = await logprobs();
+  if (content.length > 0) await logitBias(content);
+  await penalties();
+  await refusals();
+} catch (e) {
+  check(false, "the checks ran", e.stack);
+} finally {
+  await server.stop(check);
+}
+finish();
