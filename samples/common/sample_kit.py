@@ -453,9 +453,14 @@ class Episode:
     def generate(self, query: list[int], max_tokens: int) -> list[int]:
         """The agent decodes (greedy) after the window + query: the query tokens the call forwards count as
         forward tokens (as the radix cache counts them), the generated ones as decode."""
+        return [int(t) for t in self.read(query, max_tokens).tokens]
+
+    def read(self, query: list[int], max_tokens: int, **options):
+        """generate() returning the whole Generation; options go to Window.generate (tools, tool_choice,
+        tool_call_format, ...: the Generation then has tool_calls)."""
         self.flush()
         window = self.window_tokens()
-        g = self.window.generate(list(query), max_tokens=max_tokens)
+        g = self.window.generate(list(query), max_tokens=max_tokens, **options)
         read = (window, list(map(int, query)), [int(t) for t in g.tokens])
         self.reads.append((self.current.index, *read))
         self.current.reads.append(list(read))
@@ -470,7 +475,7 @@ class Episode:
         if idle.forward_tokens:
             self.current.idle_tokens += idle.forward_tokens
             self.current.operations.append(f"idle {idle.forward_tokens:.0f}")
-        return [int(t) for t in g.tokens]
+        return g
 
     def window_tokens(self) -> list[int]:
         out: list[int] = []

@@ -4,9 +4,9 @@ helper that runs `orbit serve` on 127.0.0.1 for the length of a `with` block.
 Why not the `openai` package: the samples run where PyPI may not be reachable (this project's build machines
 have no `openai` wheel) and depend on nothing beyond numpy; the protocol is plain JSON over HTTP/1.1, so a
 page of urllib speaks it exactly. What the client sends is what `openai` sends for
-`client.chat.completions.create(model=..., messages=..., max_tokens=..., temperature=0,
-extra_headers={"X-Orbit-Session": session})` with `base_url=URL + "/v1"`: a POST of
-{"model", "messages", "max_tokens", "temperature"} to URL/v1/chat/completions. The answer is OpenAI's
+`client.chat.completions.create(model=..., messages=..., max_tokens=..., temperature=0, tools=...,
+tool_choice=..., extra_headers={"X-Orbit-Session": session})` with `base_url=URL + "/v1"`: a POST of
+{"model", "messages", "max_tokens", "temperature", "tools"?, "tool_choice"?} to URL/v1/chat/completions. The answer is OpenAI's
 chat.completion object; `orbit serve` adds `usage.orbit` (forward_tokens, radix_cache_tokens, predicted_kl,
 plan, idle_forward_tokens, session), which the `openai` package keeps as an extra field of its usage object.
 The official `openai` npm client is what tests/node/serve_openai.mjs runs against the server.
@@ -65,10 +65,17 @@ class ChatClient:
         """GET /v1/models: [{"id", "context_length", ...}]."""
         return self._request("GET", "/v1/models")["data"]
 
-    def chat(self, model: str, messages: list[dict], max_tokens: int, temperature: float = 0.0) -> dict:
-        """POST /v1/chat/completions (not streamed): the chat.completion object."""
-        return self._request("POST", "/v1/chat/completions", {"model": model, "messages": messages,
-                                                              "max_tokens": max_tokens, "temperature": temperature})
+    def chat(self, model: str, messages: list[dict], max_tokens: int, temperature: float = 0.0,
+             tools: list[dict] | None = None, tool_choice: str | dict | None = None) -> dict:
+        """POST /v1/chat/completions (not streamed): the chat.completion object. With `tools` (OpenAI function
+        tools) and `tool_choice` ("required", or {"type": "function", "function": {"name": ...}}) the answer's
+        message holds tool_calls and finish_reason is "tool_calls"."""
+        body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+        if tools is not None:
+            body["tools"] = tools
+        if tool_choice is not None:
+            body["tool_choice"] = tool_choice
+        return self._request("POST", "/v1/chat/completions", body)
 
     def session_info(self) -> dict:
         """GET /v1/sessions/{session}: the session's window and its savings (forward vs radix tokens)."""
@@ -83,10 +90,13 @@ class OrbitServer:
     """`orbit serve --model M --host 127.0.0.1 --port 0` for a `with` block: waits for its 'listening on'
     line, gives its URL, and stops it with SIGTERM (it drains, then exits) at the end."""
 
-    def __init__(self, orbit_binary: str, model: str, policy: str | None = None, start_timeout: float = 120.0):
+    def __init__(self, orbit_binary: str, model: str, policy: str | None = None, start_timeout: float = 120.0,
+                 chat_template: str | None = None):
         self.command = [str(orbit_binary), "serve", "--model", str(model), "--host", "127.0.0.1", "--port", "0"]
         if policy:
             self.command += ["--policy", policy]
+        if chat_template:
+            self.command += ["--chat-template", str(chat_template)]
         self.start_timeout = start_timeout
         self.output: list[str] = []
         self.url = ""

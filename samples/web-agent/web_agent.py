@@ -1,36 +1,38 @@
 #!/usr/bin/env python3
-"""Web agent: a browsing episode over many steps on an orbit window, driven by a message list.
+"""Web agent: a tool-calling browsing loop on an orbit window, driven by a message list.
 
-The agent keeps its conversation as chat messages, as it would for a chat API, and hands the whole list to
-`Window.sync` at every step (sdk/include/orbit/sync.h): the system prompt, then per step the page it read
-(a tool message), its action (an assistant message) and the observation (a user message). The list keeps
-the last three pages: the oldest page message leaves it, and sync slides that page out of the window. Now
-and then the agent looks back at an earlier page: its message returns, and sync recalls it (the page's
-canonical comes from the store and gets a fresh patch on its current context). When the transcript outgrows
-the model's positions, the oldest action and observation messages leave the list and sync evicts them (the
-system message stays). Pages are chunks (encoded once, stored position-free): sync makes a chunk of every
-message at least as long as the shortest page, and keeps the shorter messages as live turns.
+The agent browses a small town's news site with three function tools, as an OpenAI tool loop does: every step
+the model calls a tool (open_page, go_back or search; browse_tools.py), the tool runs, and its result (the
+page it leads to) goes back as a tool message. The agent keeps its conversation as chat messages and hands the
+whole list to `Window.sync` at every step (sdk/include/orbit/sync.h): the system prompt and the task, then per
+step the assistant's call and the tool's page. The list keeps the last three pages: the oldest page message
+leaves it, and sync slides that page out of the window. A search finds a page read before, often one that has
+left: its message returns, and sync recalls it (the page's canonical comes from the store and gets a fresh
+patch on its current context). When the list outgrows the model's positions the oldest calls leave it and sync
+evicts them (the system message and the task stay). Pages are chunks (encoded once, stored position-free);
+the calls, shorter, are live turns.
 
-    window  [ system | ...transcript turns... | page p-2 | act | obs | page p-1 | act | obs | page p | act | obs ]
+    window  [ system | task | ...calls... | page p-2 | call | page p-1 | call | page p ]
 
-Everything is text, tokenized by the model's tokenizer and rendered one message per line (the chat template
-below: a story model reads plain lines): the pages of a small town's website, written from word lists in
-the simple register of the children's stories the bundled stories260K was trained on (each page shares the
-site's header and tells its own short scene), the agent's action (decoded greedily by the model after "Then
-Lily went to the") and the observation. The table and the report show that text. Every number is measured
-on real model computation (the bundled stories260K, or --model with a tokenizer).
+The call is decoded by `Window.generate(tools=TOOLS, tool_choice=<the step's tool>)`: under the tool's grammar
+(orbit/constraint.h), so even a story model writes a valid call, read back into `Generation.tool_calls`. The
+loop names the tool each step (a story model cannot plan a browse) and the model writes the arguments.
+Everything is text through the model's tokenizer and a compact chat template (chat_template.jinja: the model
+has 512 positions). Every number is measured on real model computation (the bundled stories260K).
 
     /usr/bin/python3 samples/web-agent/web_agent.py            # 32 steps on the bundled model
     /usr/bin/python3 samples/web-agent/web_agent.py --short    # 8 steps (what the tests run)
 
-Served mode: the same agent drives `orbit serve` through the OpenAI chat-completions protocol (chat_client.py,
-standard library only): every step sends the whole message list to /v1/chat/completions under one session
-(X-Orbit-Session), the answer is the action, and at the end it prints orbit's forward tokens against the radix
-cache's, from each answer's usage.orbit and from GET /v1/sessions/{id}. The server renders the messages with
-the model's chat template (the plain one for stories260K) and makes chunks of its own size.
+Served mode: the same agent drives `orbit serve` as an OpenAI client (chat_client.py, standard library only):
+every step POSTs the whole message list with `tools` and `tool_choice` to /v1/chat/completions under one
+session (X-Orbit-Session); the server decodes the call under the tool's grammar and answers with
+message.tool_calls (finish_reason "tool_calls"); the tool runs and its page goes back as a tool message. At
+the end it prints orbit's forward tokens against the radix cache's, from each answer's usage.orbit and from
+GET /v1/sessions/{id}. The server must render with the sample's template (--serve starts it so):
 
     /usr/bin/python3 samples/web-agent/web_agent.py --serve                         # starts build/cli/orbit serve
-    /usr/bin/python3 samples/web-agent/web_agent.py --server http://127.0.0.1:8000  # a server already running
+    /usr/bin/python3 samples/web-agent/web_agent.py --server http://127.0.0.1:8000  # a server started with
+        # build/cli/orbit serve --model models/stories260K/stories260K.bin --chat-template samples/web-agent/chat_template.jinja
 """
 from __future__ import annotations
 
@@ -38,50 +40,37 @@ import pathlib
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "common"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import sample_kit as kit  # noqa: E402
+from browse_tools import (CHAT_TEMPLATE, CHAT_TEMPLATE_FILE, SYSTEM, TASK, TOOL_CALL_FORMAT, TOOLS,  # noqa: E402
+                          Browser, Site, call_message, describe_call, tool_for_step, tool_message)
 
-KEEP = 3              # pages kept in the window
-LOOK_BACK_EVERY = 4   # every 4th step revisits an earlier page
-ACTION_TOKENS = 6     # tokens the agent decodes for its action
-SYSTEM = "Lily was a little girl who liked to read. One day she read the pages of her town, one by one."
-ACTION_QUERY = "Then Lily went to the"    # the agent decodes its next action after it
+KEEP = 3              # pages kept in the list (and the window)
+CALL_TOKENS = 64      # tokens a call may take (the longest, a search, takes about 55)
 PROBE = "Lily looked at the page and"      # the fidelity probe, read after the window
-CHAT_TEMPLATE = "{% for message in messages %}{{ message.content }}\n{% endfor %}"  # one message per line
-
-HEADER = "Town news."
-PLACES = ["park", "shop", "school", "farm", "beach", "garden", "pond", "zoo", "lake", "bakery", "forest", "hill"]
-PEOPLE = ["Tom", "Sue", "Ben", "Amy", "Max", "Mia", "Sam", "Lucy"]
-THINGS = ["a red ball", "a big cake", "a small cat", "a blue boat", "a funny hat", "a shiny toy", "a yellow bird",
-          "a little dog", "a green kite", "a soft bear"]
-FEELINGS = ["happy", "sad", "surprised", "scared", "proud", "excited"]
-SAYINGS = ["Look at this!", "Can I play too?", "It is so pretty!", "Let us share it.", "I want to go home.",
-           "Thank you, mom!"]
 
 
-class Site:
-    """Deterministic pages of a small town's website: a shared header, then a short scene per page."""
+def trim(entries: list, fits) -> None:
+    """The oldest calls leave the list while it does not fit (then the oldest pages); system and task stay.
+    `entries` holds (message, note) pairs."""
+    while not fits():
+        for role in ("assistant", "tool"):
+            oldest = next((k for k, (m, _) in enumerate(entries) if m["role"] == role), None)
+            if oldest is not None:
+                del entries[oldest]
+                break
+        else:
+            return
 
-    def __init__(self, seed: int):
-        self.seed = seed
 
-    def page(self, page: int) -> str:
-        rng = np.random.default_rng([self.seed, 100 + page])
-        place = PLACES[page % len(PLACES)]
-        a, b = rng.choice(len(PEOPLE), size=2, replace=False)
-        thing = THINGS[rng.integers(len(THINGS))]
-        feeling = FEELINGS[rng.integers(len(FEELINGS))]
-        saying = SAYINGS[rng.integers(len(SAYINGS))]
-        return (f"{HEADER} The {place}. {PEOPLE[a]} found {thing} at the {place}. {PEOPLE[a]} was {feeling}. "
-                f"{PEOPLE[b]} said, \"{saying}\"")
-
-    def title(self, page: int) -> str:
-        return PLACES[page % len(PLACES)]
-
-    def observation(self, page: int) -> str:
-        return f"She read the page about the {self.title(page)}."
+def add_result(entries: list, calls: list[dict], page: int, text: str) -> None:
+    """The call and its page join the list; the oldest page leaves it when KEEP are there."""
+    entries.append((call_message(calls), "call"))
+    pages = [k for k, (m, _) in enumerate(entries) if m["role"] == "tool"]
+    if len(pages) >= KEEP:
+        del entries[pages[0]]
+    entries.append((tool_message(calls[0], text), f"page{page}"))
 
 
 def run(model=kit.DEFAULT_MODEL, *, steps: int = 32, policy: str = "default", out=None, seed: int = 0,
@@ -92,107 +81,63 @@ def run(model=kit.DEFAULT_MODEL, *, steps: int = 32, policy: str = "default", ou
     with orbit.Engine(str(model), page_size=16, threads=threads) as engine:
         info = engine.model_info
         kit.check_has_tokenizer(engine, "the web agent")
-        budget = int(0.75 * info.max_positions) if info.max_positions else 4096
-        site = Site(seed)
-        system = engine.tokenize(SYSTEM, bos=True)
-        action_query = engine.tokenize(ACTION_QUERY, bos=False)
+        site, browser = Site(seed), Browser(Site(seed))
         probe = engine.tokenize(PROBE, bos=False)
-        longest_page = max(len(engine.tokenize(site.page(p), bos=False)) for p in range(len(PLACES)))
-        kit.check_model_fits(info, len(system) + KEEP * (longest_page + 24) + len(probe) + ACTION_TOKENS,
-                             "the web agent")
+        positions = info.max_positions or 4096
         window = engine.new_window(policy=policy, label="web-agent")
         progress = None if quiet else kit.Progress(steps, "web-agent")
         ep = kit.Episode(orbit, engine, window, name="web-agent",
-                         description=f"Web agent: {steps} steps, the last {KEEP} pages over a growing "
-                                     f"transcript, a look-back every {LOOK_BACK_EVERY} steps, synced from a "
-                                     f"message list (samples/web-agent, seed {seed}).",
+                         description=f"Web agent: {steps} tool calls (open_page, go_back, search), the last {KEEP} "
+                                     f"pages over the calls, synced from a message list (samples/web-agent, "
+                                     f"seed {seed}).",
                          probe=probe, progress=progress, keep_logits=dump_logits)
-        # pages become chunks, the shorter system, action and observation messages live turns
-        chunk_min = min(len(engine.tokenize(site.page(p), bos=False)) for p in range(steps))
-        # the list: (message, note): the note names the message in the operations (a turn) or the trace (a chunk)
-        entries = [({"role": "system", "content": SYSTEM}, "system")]
+        # pages become chunks, the shorter system, task and call messages live turns
+        chunk_min = min(len(engine.tokenize(site.page(p), bos=False)) for p in range(2 * steps + 2))
+        sync_options = {"chat_template": CHAT_TEMPLATE, "tools": TOOLS, "chunk_min_tokens": chunk_min}
+        entries = [({"role": "system", "content": SYSTEM}, "system"), ({"role": "user", "content": TASK}, "task")]
 
         def messages() -> list[dict]:
             return [m for m, _ in entries]
 
-        def sync() -> None:
-            ep.sync(messages(), {k: note for k, (_, note) in enumerate(entries)}, chat_template=CHAT_TEMPLATE,
-                    chunk_min_tokens=chunk_min)
-
         def fits() -> bool:
-            plan = window.plan_sync(messages(), chat_template=CHAT_TEMPLATE, chunk_min_tokens=chunk_min)
-            return len(plan.tokens) + len(ep.probe) <= budget
+            # the next call and the probe each have to fit after the window (and the generation prompt)
+            prompt = engine.tokenize_chat(messages(), True, chat_template=CHAT_TEMPLATE, tools=TOOLS)
+            return len(prompt) + max(CALL_TOKENS, len(probe)) <= positions
 
-        new_pages: list[int] = []
+        report = None
         for step in range(steps):
-            look_back = step >= LOOK_BACK_EVERY and step % LOOK_BACK_EVERY == LOOK_BACK_EVERY - 1
-            # a look-back revisits the page first seen KEEP+1 new pages ago (it has left the list)
-            page = new_pages[-(KEEP + 1)] if look_back else len(new_pages)
-            ep.begin_step(f"{'back to' if look_back else 'page'} {page}")
+            tool = tool_for_step(step)
+            browser.step = step
+            ep.begin_step(tool)
             if step == 0:
                 ep.note_text("system", SYSTEM)
-            text = site.page(page)
-            # the oldest page leaves the list (sync slides it out), the page read joins it
-            pages = [k for k, (m, _) in enumerate(entries) if m["role"] == "tool"]
-            if len(pages) >= KEEP:
-                del entries[pages[0]]
-            entries.append(({"role": "tool", "content": text}, f"page{page}"))
-            sync()
-            ep.note_text("look back" if look_back else "page", text)
-            action = engine.detokenize(action_query + ep.generate(action_query, max_tokens=ACTION_TOKENS)).strip()
-            entries.append(({"role": "assistant", "content": action}, "action"))
-            ep.note_text("action", action)
-            observation = site.observation(page)
-            entries.append(({"role": "user", "content": observation}, "observation"))
-            ep.note_text("observation", observation)
-            # the transcript grows; stay within the model's positions: the oldest turns leave the list
-            while not fits():
-                oldest = next((k for k, (m, _) in enumerate(entries) if m["role"] in ("assistant", "user")), None)
-                if oldest is None:
-                    break
-                del entries[oldest]
-            sync()
-            if not look_back:
-                new_pages.append(page)
+                ep.note_text("task", TASK)
+                report = ep.sync(messages(), {k: note for k, (_, note) in enumerate(entries)}, **sync_options)
+            g = ep.read(report.generation_prompt, CALL_TOKENS, tools=TOOLS, tool_choice=tool,
+                        tool_call_format=TOOL_CALL_FORMAT)
+            if len(g.tool_calls) != 1:
+                raise RuntimeError(f"step {step}: expected one call to {tool}, got {g.text!r} ({g.stop_reason})")
+            ep.note_text("call", describe_call(g.tool_calls[0]))
+            page, label, text = browser.call(g.tool_calls[0])
+            ep.current.label = label
+            ep.note_text("page", text)
+            add_result(entries, g.tool_calls, page, text)
+            trim(entries, fits)
+            report = ep.sync(messages(), {k: note for k, (_, note) in enumerate(entries)}, **sync_options)
             ep.end_step()
-        title = (f"web agent on {pathlib.Path(str(model)).name}: {steps} steps, policy {window.policy.name}")
+        title = f"web agent on {pathlib.Path(str(model)).name}: {steps} tool calls, policy {window.policy.name}"
         meta = {"model": str(model), "fingerprint": info.fingerprint, "policy": window.policy.name,
-                "steps_requested": steps, "seed": seed, "keep": KEEP, "system": SYSTEM,
-                "action_query": ACTION_QUERY, "probe_text": PROBE}
+                "steps_requested": steps, "seed": seed, "keep": KEEP, "system": SYSTEM, "task": TASK,
+                "tools": TOOLS, "probe_text": PROBE}
         return kit.finish(ep, window, out, meta, title)
 
 
 # ---- served mode: the agent as an OpenAI client of `orbit serve` ------------------------------------------
 
-def agent_messages(entries: list[dict], step: int, new_pages: list[int], site: Site) -> tuple[str, int, bool]:
-    """The served agent's step: the oldest page leaves the list and the page read joins it (as run() does);
-    returns (label, page, look_back)."""
-    look_back = step >= LOOK_BACK_EVERY and step % LOOK_BACK_EVERY == LOOK_BACK_EVERY - 1
-    page = new_pages[-(KEEP + 1)] if look_back else len(new_pages)
-    pages = [k for k, m in enumerate(entries) if m["role"] == "tool"]
-    if len(pages) >= KEEP:
-        del entries[pages[0]]
-    entries.append({"role": "tool", "content": site.page(page)})
-    return f"{'back to' if look_back else 'page'} {page}", page, look_back
-
-
-def trim_transcript(entries: list[dict], budget: int, tokens_per_char: float, margin: int) -> None:
-    """Drops the oldest action and observation messages while the list's estimated prompt (its characters
-    times the tokens per character the server last reported) plus `margin` passes `budget` positions."""
-    def estimate() -> float:
-        return tokens_per_char * sum(len(m["content"]) + len(m["role"]) + 3 for m in entries)
-
-    while estimate() + margin > budget:
-        oldest = next((k for k, m in enumerate(entries) if m["role"] in ("assistant", "user")), None)
-        if oldest is None:
-            return
-        del entries[oldest]
-
-
 def run_served(url: str, *, steps: int = 32, seed: int = 0, out=None, session: str = "", quiet: bool = False) -> dict:
-    """The web agent against an OpenAI-compatible orbit server at `url`: one chat completion per step, the
-    whole message list each time. Prints a table per step and orbit vs the radix cache; writes
-    web-agent-served.report.json. Returns the report."""
+    """The web agent against an OpenAI-compatible orbit server at `url` (rendering with chat_template.jinja):
+    one chat completion with tools per step, the whole message list each time. Prints a table per step and
+    orbit vs the radix cache; writes web-agent-served.report.json. Returns the report."""
     import json
 
     import chat_client
@@ -201,31 +146,43 @@ def run_served(url: str, *, steps: int = 32, seed: int = 0, out=None, session: s
     session = session or f"web-agent-{seed}-{int(time.time())}"
     client = chat_client.ChatClient(url, session=session)
     (model,) = client.models()[:1]
-    budget = int(0.75 * model["context_length"]) if model.get("context_length") else 4096
-    site = Site(seed)
-    entries = [{"role": "system", "content": SYSTEM}]
-    new_pages: list[int] = []
-    rows, tokens_per_char = [], 0.5
+    positions = model.get("context_length") or 4096
+    site, browser = Site(seed), Browser(Site(seed))
+    entries = [({"role": "system", "content": SYSTEM}, "system"), ({"role": "user", "content": TASK}, "task")]
+    rows, tokens_per_char = [], 1.0
     progress = None if quiet else kit.Progress(steps, "web-agent (served)")
+
+    def fits() -> bool:  # the list's prompt as estimated from the tokens per character the server last reported
+        chars = sum(len(json.dumps(m)) for m, _ in entries) + len(json.dumps(TOOLS))
+        return tokens_per_char * chars + CALL_TOKENS <= positions
+
     for step in range(steps):
-        label, page, look_back = agent_messages(entries, step, new_pages, site)
-        # room for this request's answer and the next step's page, action and observation
-        trim_transcript(entries, budget - ACTION_TOKENS, tokens_per_char, margin=0)
+        tool = tool_for_step(step)
+        browser.step = step
+        messages = [m for m, _ in entries]
         t0 = time.perf_counter()
-        answer = client.chat(model["id"], entries, max_tokens=ACTION_TOKENS)
+        try:
+            answer = client.chat(model["id"], messages, max_tokens=CALL_TOKENS, tools=TOOLS,
+                                 tool_choice={"type": "function", "function": {"name": tool}})
+        except chat_client.ServerError as e:
+            if e.code == "context_length_exceeded":
+                sys.exit(f"error: {e}\n(is the server rendering with {CHAT_TEMPLATE_FILE}? start it with "
+                         f"--chat-template {CHAT_TEMPLATE_FILE})")
+            raise
         seconds = time.perf_counter() - t0
-        usage = answer["usage"]
-        tokens_per_char = usage["prompt_tokens"] / max(1, sum(len(m["content"]) + len(m["role"]) + 3
-                                                               for m in entries))
-        action = answer["choices"][0]["message"]["content"] or ""
-        rows.append({"step": step, "label": label, "messages": len(entries), "seconds": seconds,
+        usage, choice = answer["usage"], answer["choices"][0]
+        calls = choice["message"].get("tool_calls") or []
+        if len(calls) != 1:
+            raise RuntimeError(f"step {step}: expected one call to {tool}, got {choice['message']!r}")
+        page, label, text = browser.call(calls[0])
+        tokens_per_char = usage["prompt_tokens"] / max(1, sum(len(json.dumps(m)) for m in messages)
+                                                       + len(json.dumps(TOOLS)))
+        rows.append({"step": step, "label": label, "tool": tool, "messages": len(messages), "seconds": seconds,
                      "prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
-                     "finish_reason": answer["choices"][0]["finish_reason"], "answer": action,
+                     "finish_reason": choice["finish_reason"], "call": calls[0], "page": page,
                      "orbit": usage.get("orbit")})
-        entries.append({"role": "assistant", "content": action})
-        entries.append({"role": "user", "content": site.observation(page)})
-        if not look_back:
-            new_pages.append(page)
+        add_result(entries, calls, page, text)
+        trim(entries, fits)
         if progress:
             o = usage.get("orbit") or {}
             progress.update(1, f"{label}: fwd {o.get('forward_tokens', 0):.0f} radix {o.get('radix_cache_tokens', 0):.0f}")
@@ -233,14 +190,14 @@ def run_served(url: str, *, steps: int = 32, seed: int = 0, out=None, session: s
     forward = sum((r["orbit"] or {}).get("forward_tokens", 0) for r in rows)
     radix = sum((r["orbit"] or {}).get("radix_cache_tokens", 0) for r in rows)
     idle = sum((r["orbit"] or {}).get("idle_forward_tokens", 0) for r in rows)
-    head = f"{'step':>4}  {'what':<11} {'msgs':>4} {'prompt':>6} {'fwd tok':>7} {'radix':>6} {'ms':>7}  plan / answer"
-    lines = [f"web agent served by {url} (model {model['id']}, session {session}): {steps} steps", head,
+    head = f"{'step':>4}  {'what':<11} {'msgs':>4} {'prompt':>6} {'fwd tok':>7} {'radix':>6} {'ms':>7}  plan | call"
+    lines = [f"web agent served by {url} (model {model['id']}, session {session}): {steps} tool calls", head,
              "-" * len(head)]
     for r in rows:
         o = r["orbit"] or {}
         lines.append(f"{r['step']:>4}  {r['label']:<11} {r['messages']:>4} {r['prompt_tokens']:>6} "
                      f"{o.get('forward_tokens', 0):>7.0f} {o.get('radix_cache_tokens', 0):>6.0f} "
-                     f"{1e3 * r['seconds']:>7.1f}  {o.get('plan', '')} | {kit.clip(r['answer'], 40)}")
+                     f"{1e3 * r['seconds']:>7.1f}  {o.get('plan', '')} | {kit.clip(describe_call(r['call']), 40)}")
     savings = info["savings"]
     lines += ["-" * len(head),
               f"forward tokens (usage.orbit, summed): orbit {forward:.0f} vs the radix cache {radix:.0f} "
@@ -264,21 +221,22 @@ def main(argv=None) -> int:
                     help="drive an OpenAI-compatible orbit server at URL (e.g. http://127.0.0.1:8000) instead of "
                          "a window in this process")
     ap.add_argument("--serve", action="store_true",
-                    help="start `orbit serve --model MODEL --port 0` on 127.0.0.1 (with --policy), drive it, stop it")
+                    help="start `orbit serve --model MODEL --port 0 --chat-template chat_template.jinja` on 127.0.0.1 "
+                         "(with --policy), drive it, stop it")
     ap.add_argument("--orbit", default=str(kit.REPO / "build" / "cli" / "orbit"),
                     help="the orbit executable --serve runs (default: build/cli/orbit)")
     ap.add_argument("--session", default="", help="the X-Orbit-Session of the served mode (default: a new one)")
     args = ap.parse_args(argv)
     steps = 8 if args.short else args.steps
     if args.server or args.serve:
-        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
         import chat_client
 
         if args.server:
             run_served(args.server, steps=steps, seed=args.seed, out=args.out, session=args.session, quiet=args.quiet)
             return 0
         try:
-            with chat_client.OrbitServer(args.orbit, args.model, policy=args.policy) as server:
+            with chat_client.OrbitServer(args.orbit, args.model, policy=args.policy,
+                                         chat_template=str(CHAT_TEMPLATE_FILE)) as server:
                 run_served(server.url, steps=steps, seed=args.seed, out=args.out, session=args.session,
                            quiet=args.quiet)
         except chat_client.ServeUnavailable as e:

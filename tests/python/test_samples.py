@@ -11,6 +11,7 @@ and actions the samples show are the text their chunks and turns hold (decoded b
 """
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import threading
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.xdist_group("test_samples")
 # script, steps in --short mode, operations it must show, bound on the mean KL (the web agent's policy keeps a
 # slide's survivors as-is: on stories260K they stay within bench/REPORT.md's near-lossless KL, 0.05 nats)
 SAMPLES = {
-    "web-agent": ("samples/web-agent/web_agent.py", 8, {"admit", "slide", "recall", "action", "observation"}, 0.05),
+    "web-agent": ("samples/web-agent/web_agent.py", 8, {"admit", "evict", "recall", "call", "decode"}, 0.05),
     "video-agent": ("samples/video-agent/video_agent.py", 6, {"admit", "reorder", "evict", "recall", "question"},
                     0.1),
 }
@@ -207,16 +208,25 @@ def test_text_the_reader_sees_is_what_the_window_holds(run, stories260k_path):
     roles = {role for role, _ in texts}
     turns = [decode(st["tokens"]) for st in trace["steps"] if st["op"] == "turn"]
     if name == "web-agent":
-        assert {"system", "page", "action", "observation"} <= roles
-        pages = [decode(c["tokens"]) for c in trace["chunks"]]
-        shown = [t for role, t in texts if role in ("page", "look back")]
-        assert shown and set(shown) <= set(pages)
+        assert {"system", "task", "call", "page"} <= roles
+        chunks = {c["name"]: decode(c["tokens"]) for c in trace["chunks"]}
+        # the first message's unit: the tools line the template writes, then the system prompt
+        assert chunks["system"].startswith("tools: open_page") and chunks["system"].endswith(report["system"])
+        assert "user: " + report["task"] in turns
+        # every page shown is the tool message a chunk or (read twice in the list) a turn holds
+        shown = [t for role, t in texts if role == "page"]
+        held = {t for t in list(chunks.values()) + turns if t.startswith("tool: ")}
+        assert len(shown) == len(report["steps"]) and {"tool: " + t for t in shown} <= held
         assert all(t.startswith("Town news.") and " found " in t for t in shown)
-        actions = [t for role, t in texts if role == "action"]
-        assert actions and all(a.startswith(report["action_query"]) and len(a) > len(report["action_query"])
-                               for a in actions)
-        assert [t for t in turns if t.startswith(report["action_query"])] == actions
-        assert turns[0] == report["system"]
+        # every call shown is the model's call, as the assistant turn the template wrote for it
+        calls = [t for role, t in texts if role == "call"]
+        written = [json.loads(t[len("assistant: "):]) for t in turns if t.startswith("assistant: ")]
+        assert len(calls) == len(written) == len(report["steps"])
+        names = {t["function"]["name"] for t in report["tools"]}
+        for shown_call, turn in zip(calls, written):
+            name, arguments = shown_call.split("(", 1)
+            assert name == turn["name"] and name in names
+            assert json.loads(arguments[:-1]) == turn["parameters"]
     else:
         assert {"frames", "question", "answer"} <= roles
         assert any("not text" in t for role, t in texts if role == "frames")
@@ -251,10 +261,12 @@ def test_the_replay_hint_names_the_model_the_sample_ran(repo_root, tmp_path, cap
 
 @pytest.fixture
 def served(orbit_cli, stories260k_path):
-    """`orbit serve` on 127.0.0.1 (any free port) for one test: its URL. Skipped when the orbit binary was
-    built without its HTTP server (cpp-httplib missing)."""
+    """`orbit serve` on 127.0.0.1 (any free port) for one test, rendering with the web agent's chat template: its
+    URL. Skipped when the orbit binary was built without its HTTP server (cpp-httplib missing)."""
+    template = pathlib.Path(__file__).resolve().parents[2] / "samples" / "web-agent" / "chat_template.jinja"
     process = subprocess.Popen([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "127.0.0.1",
-                                "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                "--port", "0", "--chat-template", str(template)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     try:
         for line in process.stdout:  # the server prints 'listening on http://HOST:PORT' once it is ready
@@ -276,9 +288,11 @@ def served(orbit_cli, stories260k_path):
 
 
 def test_web_agent_drives_the_server_as_an_openai_client(served, repo_root, tmp_path):
-    """`web_agent.py --short --server URL`: every step is a chat completion of the whole message list under one
-    session; every request gets an answer carrying usage.orbit, the session report agrees with the answers' sum,
-    and orbit forwards fewer tokens than the radix cache on the same requests."""
+    """`web_agent.py --short --server URL`: every step is a chat completion with the three function tools and
+    tool_choice naming the step's tool, of the whole message list under one session; every answer is a parsed
+    call to that tool (finish_reason "tool_calls") whose page went back as a tool message, every answer carries
+    usage.orbit, the session report agrees with the answers' sum, and orbit forwards fewer tokens than the radix
+    cache on the same requests."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     result = subprocess.run([sys.executable, str(repo_root / "samples/web-agent/web_agent.py"), "--short", "--quiet",
@@ -289,14 +303,19 @@ def test_web_agent_drives_the_server_as_an_openai_client(served, repo_root, tmp_
     steps = report["steps"]
     assert len(steps) == 8
     for s in steps:
-        assert s["finish_reason"] in ("stop", "length") and isinstance(s["answer"], str), s
-        assert 1 <= s["completion_tokens"] <= 6, s
+        assert s["finish_reason"] == "tool_calls", s
+        call = s["call"]
+        assert call["type"] == "function" and call["id"] and call["function"]["name"] == s["tool"], s
+        assert isinstance(json.loads(call["function"]["arguments"]), dict), s
+        assert 1 <= s["completion_tokens"] <= 64, s
         o = s["orbit"]
         assert o is not None, s
         assert isinstance(o["forward_tokens"], (int, float)) and isinstance(o["radix_cache_tokens"], (int, float))
         assert 0 < o["forward_tokens"] <= s["prompt_tokens"] and o["radix_cache_tokens"] <= s["prompt_tokens"], s
         assert o["session"] == "test-web-agent"
-    assert steps[-1]["label"].startswith("back to")  # the look-back is in the short run
+    # each request after the first sends back the previous call and its page (a tool message)
+    assert all(b["messages"] >= 4 for b in steps[1:])
+    assert {s["tool"] for s in steps} == {"open_page", "go_back", "search"}
     info = report["session_info"]
     forward = sum(s["orbit"]["forward_tokens"] for s in steps)
     radix = sum(s["orbit"]["radix_cache_tokens"] for s in steps)
