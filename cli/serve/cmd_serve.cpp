@@ -43,7 +43,12 @@ const char* kServeUsage =
     "  --max-sessions N      resident sessions at most (default 64)\n"
     "  --max-tokens N        default max_tokens when a request gives none (default 256; capped by the context)\n"
     "  --max-body-kb N       request bodies over this get 413 (default 4096)\n"
-    "  --threads N           connections served at once (default 64)\n"
+    "  --threads N           requests answered at once (default 64); connections being read or idle hold\n"
+    "                        no thread, and GET /health is answered apart from them\n"
+    "  --header-seconds N    a request's head must arrive within N s of its first byte, else 408 (default 10)\n"
+    "  --body-seconds N      its body within N s of its head, else 408 (default 60)\n"
+    "  --keep-alive-seconds N  an idle connection is closed after N s (default 120, longer than clients'\n"
+    "                        pools keep theirs; announced in every answer's Keep-Alive: timeout=N)\n"
     "  --drain-seconds N     how long SIGTERM waits for requests in flight (default 60)\n"
     "  --chat-template FILE  a Jinja chat template for every request instead of the model's (default: the\n"
     "                        model's, else a built-in one that renders tools and tool calls in the Hermes style)\n"
@@ -104,19 +109,25 @@ serve::ServeOptions serve_options(const Args& args) {
 }  // namespace
 
 int run_serve(int argc, char** argv, int first) {
-  const Args args("serve",
-                  ArgSpec{{"--model", "--host", "--port", "--policy", "--store", "--remote", "--name", "--pool-mb",
-                           "--session-budget-mb", "--max-sessions", "--max-tokens", "--max-body-kb", "--threads",
-                           "--drain-seconds", "--chat-template", "--tool-call-format", "--audit"},
-                          {"--no-anticipate"},
-                          kServeUsage},
-                  argc, argv, first);
+  ArgSpec spec{{"--model", "--host", "--port", "--policy", "--store", "--remote", "--name", "--pool-mb",
+                "--session-budget-mb", "--max-sessions", "--max-tokens", "--max-body-kb", "--threads",
+                "--drain-seconds", "--chat-template", "--tool-call-format", "--audit"},
+               {"--no-anticipate"},
+               kServeUsage};
+  spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds"});
+  const Args args("serve", spec, argc, argv, first);
   serve::HttpOptions http_options;
   http_options.host = args.get_or("--host", "127.0.0.1");
   http_options.port = static_cast<int>(args.get_int("--port", 8000, 0));
   ORBIT_CHECK(http_options.port <= 65535, "serve: argument '--port' must be <= 65535");
   http_options.threads = static_cast<int>(args.get_int("--threads", 64, 2));
   http_options.drain_seconds = static_cast<int>(args.get_int("--drain-seconds", 60, 0));
+  http_options.header_seconds = static_cast<int>(args.get_int("--header-seconds", 10, 1));
+  http_options.body_seconds = static_cast<int>(args.get_int("--body-seconds", 60, 1));
+  http_options.keep_alive_seconds = static_cast<int>(args.get_int("--keep-alive-seconds", 120, 1));
+  for (const char* name : {"--header-seconds", "--body-seconds", "--keep-alive-seconds"}) {
+    ORBIT_CHECK(args.get_int(name, 1, 1) <= 86400, "serve: argument '" << name << "' must be <= 86400 (a day)");
+  }
   // Every thread started from here on blocks SIGTERM and SIGINT; the signal thread takes them.
   sigset_t signals;
   sigemptyset(&signals);

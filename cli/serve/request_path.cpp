@@ -121,6 +121,12 @@ ApiError RequestPath::plan_refusal(const ChatRequest& request, const std::string
   try {
     prompt = context_.engine->tokenize_chat(request.messages, true, chat);
   } catch (const Error& e) {
+    // Engine::check_text_fits refuses a rendering too long for the positions before tokenizing it, with
+    // the message engine.h states ("... positions can hold (at most B bytes per token)").
+    if (std::string(e.what()).find("positions can hold") != std::string::npos) {
+      return api_error(400, std::string("the prompt is longer than the model's context: ") + e.what(),
+                       "invalid_request_error", "context_length_exceeded", "messages");
+    }
     return template_refused(e.what());
   }
   if (auto bad = check_lengths(static_cast<int64_t>(prompt.size()), request.sampling, "messages")) return *bad;

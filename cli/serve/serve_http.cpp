@@ -4,10 +4,14 @@
 
 #include <chrono>
 #include <ctime>
+#include <regex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "orbit/common/clock.h"
 #include "orbit/common/error.h"
+#include "serve/http_front.h"
 #include "serve/peer_watch.h"
 #include "serve/responses_http.h"
 #include "serve/serve_wire.h"
@@ -26,6 +30,37 @@ void reply_error(httplib::Response& res, const ApiError& e) {
 
 ApiError not_found(const std::string& message, const std::string& code) {
   return api_error(404, message, "not_found_error", code);
+}
+
+// The methods a known path allows ("GET, HEAD"), null for a path no route serves.
+const char* allowed_methods(const std::string& path) {
+  static const std::vector<std::pair<std::regex, const char*>> routes = {
+      {std::regex("/health|/metrics|/v1/models(/.+)?"), "GET, HEAD"},
+      {std::regex("/v1/sessions/[^/]+"), "GET, HEAD, DELETE"},
+      {std::regex("/v1/chat/completions|/v1/completions|/v1/responses"), "POST"},
+  };
+  for (const auto& [pattern, allow] : routes) {
+    if (std::regex_match(path, pattern)) return allow;
+  }
+  return nullptr;
+}
+
+bool method_allowed(const std::string& allow, const std::string& method) {
+  std::size_t at = 0;
+  while (at < allow.size()) {
+    const std::size_t end = std::min(allow.find(", ", at), allow.size());
+    if (allow.compare(at, end - at, method) == 0) return true;
+    at = end + 2;
+  }
+  return false;
+}
+
+// The metrics' endpoint label of a path.
+std::string endpoint_of(const std::string& path) {
+  if (path == "/v1/chat/completions") return "chat";
+  if (path == "/v1/completions") return "completions";
+  if (path == "/v1/responses") return "responses";
+  return "other";
 }
 
 // The session a request names: the header X-Orbit-Session, else `user`. Sets *bad on a malformed header.
@@ -180,19 +215,33 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
       [this](bool) { --in_flight_; });
 }
 
-HttpServer::HttpServer(ServeCore& core, const HttpOptions& options)
-    : server_(std::make_unique<httplib::Server>()), core_(core), options_(options) {
-  const int threads = options.threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+HttpServer::HttpServer(ServeCore& core, const HttpOptions& options) : core_(core), options_(options) {
+  FrontOptions front;
+  front.workers = options.threads;
+  front.header_seconds = options.header_seconds;
+  front.body_seconds = options.body_seconds;
+  front.keep_alive_seconds = options.keep_alive_seconds;
+  front.limits.max_body_bytes = core.options().limits.max_body_bytes;
+  FrontHooks hooks;
+  hooks.health = [this] {
+    return std::make_pair(draining_ ? 503 : 200, json{{"status", draining_ ? "draining" : "ok"}}.dump());
+  };
+  hooks.refused = [this](const std::string& path, int status, double seconds) {
+    core_.metrics().count_request(endpoint_of(path), status, seconds);
+  };
+  hooks.error_body = [](int status, const std::string& message) {
+    return error_body(api_error(status, message, status >= 500 ? "server_error" : "invalid_request_error"));
+  };
+  server_ = std::make_unique<HttpFront>(front, hooks);
   server_->set_payload_max_length(core.options().limits.max_body_bytes);
   server_->set_keep_alive_max_count(100000);
-  server_->set_read_timeout(60);
-  server_->set_write_timeout(60);
   server_->set_tcp_nodelay(true);
   routes();
 }
 
-HttpServer::~HttpServer() = default;
+HttpServer::~HttpServer() {
+  server_->stop_connections();  // its threads call back into this object
+}
 
 int HttpServer::bind() {
   int port = options_.port;
@@ -214,13 +263,21 @@ void HttpServer::drain_and_stop() {
   while (in_flight_ > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   core_.close();
   server_->stop();
+  server_->stop_connections();
 }
 
 void HttpServer::routes() {
   httplib::Server& s = *server_;
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    res.status = draining_ ? 503 : 200;
-    res.set_content(json{{"status", draining_ ? "draining" : "ok"}}.dump(), "application/json");
+  // GET /health is answered by the front (http_front.h); a known path with another method is 405.
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const char* allow = allowed_methods(req.path);
+    if (allow == nullptr || method_allowed(allow, req.method)) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("Allow", allow);
+    reply_error(res,
+                api_error(405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")",
+                          "invalid_request_error", "method_not_allowed"));
+    core_.metrics().count_request(endpoint_of(req.path), 405, 0);
+    return httplib::Server::HandlerResponse::Handled;
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(core_.models().dump(), "application/json");

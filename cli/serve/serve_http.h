@@ -10,8 +10,11 @@
 //                                   previous_response_id into the window the first response named
 //   GET  /v1/sessions/ID            a session's window and savings; DELETE ends it (404 for an unknown one)
 //   GET  /metrics                   Prometheus text (serve_metrics.h)
-// Every error is an OpenAI error body (serve_api.h) with a 4xx or 5xx status; unknown paths are 404.
+// Every error is an OpenAI error body (serve_api.h) with a 4xx or 5xx status; unknown paths are 404, a
+// known path with another method 405 with an Allow header.
 // A session is named by the header X-Orbit-Session, else the body's `user`.
+// Connections are read by HttpFront (http_front.h) under header and body deadlines, without holding a
+// worker; GET /health is answered apart from the workers, so it answers while every worker is busy.
 #pragma once
 
 #include <atomic>
@@ -22,18 +25,22 @@
 #include "serve/serve_core.h"
 
 namespace httplib {
-class Server;
 struct Request;
 struct Response;
 }  // namespace httplib
 
 namespace orbit::serve {
 
+class HttpFront;
+
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;         // 0: any free port (printed when listening)
-  int threads = 64;        // connections served at once (each keeps a thread while it is open)
-  int drain_seconds = 60;  // SIGTERM waits this long for requests in flight
+  int port = 8000;               // 0: any free port (printed when listening)
+  int threads = 64;              // requests answered at once (workers); connections being read or idle hold none
+  int drain_seconds = 60;        // SIGTERM waits this long for requests in flight
+  int header_seconds = 10;       // a request's head must arrive within this of its first byte (else 408)
+  int body_seconds = 60;         // its body within this of its head (else 408)
+  int keep_alive_seconds = 120;  // an idle connection is closed after this; announced in Keep-Alive: timeout=N
 };
 
 class HttpServer {
@@ -53,7 +60,7 @@ class HttpServer {
   void routes();
   // A POST to /v1/chat/completions (endpoint "chat") or /v1/completions ("completions").
   void generate(const std::string& endpoint, const httplib::Request& req, httplib::Response& res);
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<HttpFront> server_;
   ServeCore& core_;
   HttpOptions options_;
   std::atomic<int64_t> in_flight_{0};

@@ -1,0 +1,97 @@
+// One HTTP/1.1 request read from the bytes a connection delivers, incrementally and before any worker sees
+// it (http_front.h reads every connection this way on one thread, so a slow client costs a buffer, not a
+// worker). No sockets: tests and the fuzz target feed it bytes.
+//
+//   idle ──first byte──► head ──"\r\n\r\n"──► body (Content-Length bytes, or chunks decoded) ──► complete
+//                         │                    │
+//                         └──────── refused (a status and a message; the connection is then closed) ◄┘
+//
+// What it refuses, before reading more than the limits:
+//   431  a head (request line and headers) over RequestLimits::max_head_bytes without its blank line
+//   413  a Content-Length over max_body_bytes (at once, nothing of the body read), or a chunked body whose
+//        decoded bytes pass max_body_bytes (at the chunk that passes it: at most the limit is held)
+//   501  a Transfer-Encoding other than chunked
+//   400  a malformed request line, header line, Content-Length, chunk size or chunk ending; both
+//        Content-Length and Transfer-Encoding (a request smuggling vector); differing Content-Lengths
+// A complete request's head is rewritten for the HTTP library behind it: Transfer-Encoding, Content-Length
+// and "Expect: 100-continue" are dropped and, where the request had a body's framing, one Content-Length of
+// the decoded body added, so the library reads a plain body of known length and never waits on the socket.
+// Bytes past a complete request (a pipelined next one) are kept: next() starts reading them.
+// Thread-safety: none; one connection's reader is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace orbit::serve {
+
+struct RequestLimits {
+  std::size_t max_head_bytes = std::size_t{64} << 10;  // request line and headers, with their blank line
+  std::size_t max_body_bytes = std::size_t{4} << 20;   // the body (decoded from chunks)
+};
+
+// A complete request.
+struct ReadRequest {
+  std::string method;      // as sent ("GET", "POST", ...)
+  std::string target;      // as sent: the path and any query ("/health", "/v1/models?x=1")
+  std::string path;        // the target up to '?'
+  bool keep_alive = true;  // HTTP/1.1 without "Connection: close", or HTTP/1.0 with "Connection: keep-alive"
+  std::string head;        // the rewritten head (see above), ending in "\r\n\r\n"
+  std::string body;        // decoded
+};
+
+struct ReadRefusal {
+  int status = 400;
+  std::string message;
+};
+
+class RequestReader {
+ public:
+  enum class State { kIdle, kHead, kBody, kComplete, kRefused };
+
+  explicit RequestReader(RequestLimits limits = {});
+
+  // Takes `n` received bytes and reads as far as they allow. In kComplete and kRefused bytes are only kept.
+  void feed(const char* data, std::size_t n);
+  State state() const { return state_; }
+  // The head asked for "Expect: 100-continue" and none of its body arrived yet: true once, when the
+  // caller should answer "100 Continue".
+  bool take_continue();
+  const ReadRequest& request() const { return request_; }  // kComplete
+  const ReadRefusal& refusal() const { return refusal_; }  // kRefused
+  // The path of the request being read or refused ("" before its request line was read).
+  const std::string& path() const { return request_.path; }
+  // After kComplete: forgets the request and reads the bytes received past it (the next request).
+  void next();
+
+ private:
+  void advance();
+  bool read_head();
+  bool parse_head(std::size_t end);
+  bool parse_headers(std::size_t begin, std::size_t end);
+  bool read_length_body();
+  bool read_chunked_body();
+  bool read_chunk_size(std::size_t line_end);
+  bool read_trailers();
+  void complete();
+  bool refuse(int status, std::string message);
+  void compact();
+
+  enum class Chunk { kSize, kData, kDataEnd, kTrailers };
+
+  RequestLimits limits_;
+  State state_ = State::kIdle;
+  std::string in_;  // received bytes; in_[pos_, end) not yet read
+  std::size_t pos_ = 0;
+  std::size_t scanned_ = 0;  // in the head: where the search for its end resumes
+  ReadRequest request_;
+  ReadRefusal refusal_;
+  bool chunked_ = false;
+  bool framed_ = false;  // the request had Content-Length or Transfer-Encoding
+  Chunk chunk_ = Chunk::kSize;
+  uint64_t remaining_ = 0;  // body bytes (Content-Length) or bytes of the current chunk still to come
+  bool continue_pending_ = false;
+};
+
+}  // namespace orbit::serve

@@ -1,0 +1,141 @@
+// How `orbit serve` reads a request off a connection before a worker sees it (cli/serve/http_request_reader.h):
+// heads and bodies fed whole or a byte at a time read the same, chunked bodies are decoded and the head
+// rewritten to a Content-Length, the limits refuse as bytes arrive (a chunked body past the limit at the
+// chunk that passes it, holding at most the limit), malformed framing is refused with its status, and
+// pipelined requests are read one after another.
+#include <string>
+
+#include "orbit_catch.h"
+#include "serve/http_request_reader.h"
+
+namespace sv = orbit::serve;
+using State = sv::RequestReader::State;
+
+namespace {
+
+sv::RequestReader fed(const std::string& bytes, bool byte_at_a_time, sv::RequestLimits limits = {}) {
+  sv::RequestReader reader(limits);
+  if (byte_at_a_time) {
+    for (char c : bytes) reader.feed(&c, 1);
+  } else {
+    reader.feed(bytes.data(), bytes.size());
+  }
+  return reader;
+}
+
+int refusal_of(const std::string& bytes, sv::RequestLimits limits = {}) {
+  sv::RequestReader reader = fed(bytes, false, limits);
+  return reader.state() == State::kRefused ? reader.refusal().status : 0;
+}
+
+}  // namespace
+
+TEST_CASE("a request reads the same whole or a byte at a time", "[serve][cpu]") {
+  const std::string chunked =
+      "POST /v1/completions?x=1 HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n";
+  for (bool byte_at_a_time : {false, true}) {
+    sv::RequestReader r = fed(chunked, byte_at_a_time);
+    REQUIRE(r.state() == State::kComplete);
+    CHECK(r.request().method == "POST");
+    CHECK(r.request().target == "/v1/completions?x=1");
+    CHECK(r.request().path == "/v1/completions");
+    CHECK(r.request().body == "hello world");
+    CHECK(r.request().head == "POST /v1/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\n");
+    CHECK(r.request().keep_alive);
+  }
+  sv::RequestReader get = fed("\r\nGET /health HTTP/1.1\r\nHost: a\r\n\r\n", true);
+  REQUIRE(get.state() == State::kComplete);
+  CHECK(get.request().head == "GET /health HTTP/1.1\r\nHost: a\r\n\r\n");  // no body: no framing added
+  CHECK(get.request().body.empty());
+}
+
+TEST_CASE("pipelined requests are read one after another", "[serve][cpu]") {
+  sv::RequestReader r =
+      fed("POST /a HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /b HTTP/1.0\r\n\r\nGET /c HTTP/1.1\r\nConnection: "
+          "close\r\n\r\nGE",
+          false);
+  REQUIRE(r.state() == State::kComplete);
+  CHECK(r.request().body == "abc");
+  r.next();
+  REQUIRE(r.state() == State::kComplete);
+  CHECK(r.request().path == "/b");
+  CHECK_FALSE(r.request().keep_alive);  // HTTP/1.0 without keep-alive
+  r.next();
+  REQUIRE(r.state() == State::kComplete);
+  CHECK(r.request().path == "/c");
+  CHECK_FALSE(r.request().keep_alive);
+  r.next();
+  CHECK(r.state() == State::kHead);
+  const std::string rest = "T /d HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n";
+  r.feed(rest.data(), rest.size());
+  REQUIRE(r.state() == State::kComplete);
+  CHECK(r.request().keep_alive);
+}
+
+TEST_CASE("bodies past the limit are refused as they arrive", "[serve][cpu]") {
+  const sv::RequestLimits limits{1024, 100};
+  // A Content-Length past the limit: at once, before any body byte.
+  CHECK(refusal_of("POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", limits) == 413);
+  CHECK(refusal_of("POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\n", limits) == 0);
+  // A chunk that would pass it: at its size line, before its data.
+  CHECK(refusal_of("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffff\r\n", limits) == 413);
+  // Many small chunks: at the one that passes the limit, holding no more than the limit.
+  sv::RequestReader r(limits);
+  const std::string head = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  r.feed(head.data(), head.size());
+  int chunks = 0;
+  while (r.state() == State::kBody) {
+    const std::string chunk = "a\r\n0123456789\r\n";
+    r.feed(chunk.data(), chunk.size());
+    ++chunks;
+  }
+  CHECK(r.state() == State::kRefused);
+  CHECK(r.refusal().status == 413);
+  CHECK(chunks == 11);  // 10 chunks make 100 bytes; the 11th passes
+  // Exactly the limit is accepted.
+  sv::RequestReader exact = fed(head + "64\r\n" + std::string(100, 'x') + "\r\n0\r\n\r\n", false, limits);
+  CHECK(exact.state() == State::kComplete);
+}
+
+TEST_CASE("heads past the limit and malformed framing are refused with their status", "[serve][cpu]") {
+  const sv::RequestLimits limits{64, 1000};
+  CHECK(refusal_of("GET / HTTP/1.1\r\nX: " + std::string(100, 'a'), limits) == 431);  // no end in sight
+  CHECK(refusal_of("GET / HTTP/1.1\r\nX: " + std::string(100, 'a') + "\r\n\r\n", limits) == 431);
+  CHECK(refusal_of("GET /\r\n\r\n") == 400);
+  CHECK(refusal_of("GET  / HTTP/1.1\r\n\r\n") == 400);
+  CHECK(refusal_of("G(T / HTTP/1.1\r\n\r\n") == 400);
+  CHECK(refusal_of("GET / HTTP/2.0\r\n\r\n") == 505);
+  CHECK(refusal_of("GET / HTTP/1.1\r\nNo colon\r\n\r\n") == 400);
+  CHECK(refusal_of("GET / HTTP/1.1\r\n folded: x\r\n\r\n") == 400);
+  CHECK(refusal_of("GET / HTTP/1.1\r\nX: a\nb\r\n\r\n") == 400);
+  CHECK(refusal_of("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n") == 400);
+  CHECK(refusal_of("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n") == 400);
+  CHECK(refusal_of("POST / HTTP/1.1\r\nContent-Length: 2, 2\r\n\r\nab") == 0);
+  CHECK(refusal_of("POST / HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n") == 400);
+  CHECK(refusal_of("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n") == 501);
+  CHECK(refusal_of("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n") == 400);
+  CHECK(refusal_of("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX\r\n") == 400);
+  CHECK(refusal_of("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + std::string(2000, '1')) == 400);
+}
+
+TEST_CASE("Expect: 100-continue is answered once, before the body, and dropped from the head", "[serve][cpu]") {
+  const std::string head = "POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
+  sv::RequestReader r = fed(head, false);
+  CHECK(r.state() == State::kBody);
+  CHECK(r.take_continue());
+  CHECK_FALSE(r.take_continue());
+  r.feed("ok", 2);
+  REQUIRE(r.state() == State::kComplete);
+  CHECK(r.request().head == "POST /x HTTP/1.1\r\nContent-Length: 2\r\n\r\n");
+  sv::RequestReader sent_along = fed(head + "o", false);  // the client did not wait: nothing to answer
+  CHECK_FALSE(sent_along.take_continue());
+  CHECK(refusal_of("POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 9999999\r\n\r\n") == 413);
+}
+
+TEST_CASE("an unfinished head names its path once its request line arrived", "[serve][cpu]") {
+  sv::RequestReader r = fed("POST /v1/chat/completions?a=b HTTP/1.1\r\nHost:", false);
+  CHECK(r.state() == State::kHead);
+  CHECK(r.path() == "/v1/chat/completions");
+  CHECK(fed("POST /v1/chat/compl", false).path().empty());
+}
