@@ -84,6 +84,11 @@ def run(model=kit.DEFAULT_MODEL, *, steps: int = 32, policy: str = "default", ou
         site, browser = Site(seed), Browser(Site(seed))
         probe = engine.tokenize(PROBE, bos=False)
         positions = info.max_positions or 4096
+        # at least the system prompt, the task, one call and its page, and the next call
+        one_step = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK},
+                    {"role": "tool", "content": max((site.page(p) for p in range(12)), key=len)}]
+        kit.check_model_fits(info, len(engine.tokenize_chat(one_step, True, chat_template=CHAT_TEMPLATE, tools=TOOLS))
+                             + 2 * CALL_TOKENS, "the web agent")
         window = engine.new_window(policy=policy, label="web-agent")
         progress = None if quiet else kit.Progress(steps, "web-agent")
         ep = kit.Episode(orbit, engine, window, name="web-agent",
