@@ -222,6 +222,9 @@ ojson chat_response_format(const ojson& text) {
 }
 
 // What this server cannot honour, refused unless neutral.
+// The include item that asks for the answer's log probabilities.
+constexpr const char* kIncludeLogprobs = "message.output_text.logprobs";
+
 void refuse_unsupported(const ojson& body) {
   if (const ojson* v = field(body, "background"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
     unsupported("background", "background mode");
@@ -241,13 +244,12 @@ void refuse_unsupported(const ojson& body) {
   }
   if (const ojson* v = field(body, "include")) {
     if (!v->is_array()) fail("include", std::string("expected an array, got ") + type_name(*v));
-    if (!v->empty()) unsupported("include[0]", "including " + v->front().dump());
+    for (std::size_t i = 0; i < v->size(); ++i) {  // logprobs are served (copy_sampling); nothing else is
+      if ((*v)[i] != kIncludeLogprobs) unsupported("include[" + std::to_string(i) + "]", "including " + (*v)[i].dump());
+    }
   }
   for (const char* name : {"conversation", "prompt", "max_tool_calls"}) {
     if (field(body, name) != nullptr) unsupported(name, name);
-  }
-  if (const ojson* v = field(body, "top_logprobs"); v != nullptr && !(v->is_number() && v->get<double>() == 0)) {
-    unsupported("top_logprobs", "top_logprobs");
   }
   if (const ojson* v = field(body, "service_tier"); v != nullptr && *v != "auto" && *v != "default") {
     unsupported("service_tier", "a service tier other than auto or default");
@@ -283,9 +285,14 @@ void copy_sampling(const ojson& body, ojson& chat) {
     chat["max_tokens"] = *v;
   }
   for (const char* name : {"temperature", "top_p", "stream", "parallel_tool_calls", "user", "presence_penalty",
-                           "frequency_penalty", "logit_bias"}) {
+                           "frequency_penalty", "logit_bias", "top_logprobs"}) {
     if (const ojson* v = field(body, name)) chat[name] = *v;
   }
+  // Log probabilities: asked for by include "message.output_text.logprobs", or by top_logprobs above 0.
+  const ojson* include = field(body, "include");
+  const bool included = include != nullptr && std::find(include->begin(), include->end(), kIncludeLogprobs) != include->end();
+  const ojson* top = field(body, "top_logprobs");
+  if (included || (top != nullptr && top->is_number() && top->get<double>() > 0)) chat["logprobs"] = true;
 }
 
 // The settings the response repeats, defaults filled in.
@@ -304,6 +311,7 @@ json echo_of(const ojson& body, const ojson& chat, const ResponsesRequest& r) {
                {"store", r.store},
                {"metadata", metadata(body)},
                {"truncation", "disabled"},
+               {"top_logprobs", r.chat.sampling.top_logprobs},
                {"text", {{"format", json::object()}}}};
   const ojson* text = field(body, "text");
   const ojson* format = text == nullptr ? nullptr : field(*text, "format");

@@ -15,7 +15,9 @@
 //   store (bool, default true); tools ([{type: "function", name, description?, parameters?, strict?}]);
 //   tool_choice ("none" | "auto" | "required" | {type: "function", name} naming one of the tools);
 //   parallel_tool_calls (bool); max_output_tokens (integer >= 1); temperature [0, 2]; top_p (0, 1];
-//   presence_penalty, frequency_penalty and logit_bias (as chat takes and honours them);
+//   presence_penalty, frequency_penalty and logit_bias (as chat takes and honours them); top_logprobs (0..20)
+//   and include ["message.output_text.logprobs"]: either (top_logprobs above 0) asks for the answer's log
+//   probabilities, written in output_text.logprobs and in each output_text.delta event;
 //   stream (bool); stream_options ({include_obfuscation?}: nothing is obfuscated); text ({format: {type:
 //   "text"} | {type: "json_object"} | {type: "json_schema", name?, schema, strict?, description?},
 //   verbosity?: "medium"}); user (any string: names a session as in chat); metadata (at most 16 string
@@ -23,8 +25,8 @@
 //   prompt_cache_retention and safety_identifier (hints, accepted as strings).
 // Refused rather than ignored (400 naming the field, code "unsupported_parameter"): background true,
 // reasoning with an effort other than "none" (or a summary), truncation other than "disabled", any include
-// item (none can be produced: no logprobs, no reasoning, no hosted tools), conversation, prompt,
-// top_logprobs other than 0, max_tool_calls, service_tier other than "auto" or "default",
+// item but message.output_text.logprobs (no reasoning, no hosted tools), conversation, prompt,
+// max_tool_calls, service_tier other than "auto" or "default",
 // context_management, text.verbosity other than "medium". Unknown fields are ignored, as chat ignores them.
 //
 // Items become chat messages in order: a message item one message (developer read as system); a

@@ -17,16 +17,21 @@ bool incomplete(const RunResult& r) { return r.finish_reason == "length" || r.fi
 // The answer has a message item: text, or nothing else to show.
 bool has_message(const RunResult& r) { return !r.text.empty() || r.tool_calls.empty(); }
 
-json output_text(const std::string& text) {
-  return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}};
+// The text part; with the answer's log probabilities when it has them (include message.output_text.logprobs).
+json output_text(const std::string& text, const std::vector<StepLogprobs>* logprobs = nullptr) {
+  json part = {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}};
+  if (logprobs != nullptr && !logprobs->empty()) part["logprobs"] = logprobs_content(*logprobs);
+  return part;
 }
 
-json message_item(const ResponseHead& head, const std::string& text, const std::string& status, bool with_content) {
+json message_item(const ResponseHead& head, const RunResult* result, const std::string& status, bool with_content) {
+  const std::string text = result == nullptr ? "" : result->text;
   return {{"type", "message"},
           {"id", head.message_id()},
           {"status", status},
           {"role", "assistant"},
-          {"content", with_content ? json::array({output_text(text)}) : json::array()}};
+          {"content", with_content ? json::array({output_text(text, result == nullptr ? nullptr : &result->logprobs)})
+                                   : json::array()}};
 }
 
 json call_item(const ResponseHead& head, std::size_t i, const ChatToolCall& call, bool done) {
@@ -76,7 +81,7 @@ json response_body(const ResponseHead& head, const RunResult* result) {
   body["completed_at"] = static_cast<int64_t>(std::time(nullptr));
   if (responses_bodies::has_message(*result))
     body["output"].push_back(
-        responses_bodies::message_item(head, result->text, body["status"].get<std::string>(), true));
+        responses_bodies::message_item(head, result, body["status"].get<std::string>(), true));
   for (std::size_t i = 0; i < result->tool_calls.size(); ++i) {
     body["output"].push_back(responses_bodies::call_item(head, i, result->tool_calls[i], true));
   }
@@ -99,7 +104,7 @@ std::string ResponseEvents::open_message() {
   message_open_ = true;
   std::string out = event({{"type", "response.output_item.added"},
                            {"output_index", 0},
-                           {"item", responses_bodies::message_item(head_, "", "in_progress", false)}});
+                           {"item", responses_bodies::message_item(head_, nullptr, "in_progress", false)}});
   return out + event({{"type", "response.content_part.added"},
                       {"item_id", head_.message_id()},
                       {"output_index", 0},
@@ -115,7 +120,7 @@ std::string ResponseEvents::text(const std::string& delta) {
                       {"output_index", 0},
                       {"content_index", 0},
                       {"delta", delta},
-                      {"logprobs", json::array()}});
+                      {"logprobs", take_stream_logprobs_content()}});  // the tokens since the last delta
 }
 
 std::string ResponseEvents::finish(const RunResult& result) {
@@ -129,16 +134,15 @@ std::string ResponseEvents::finish(const RunResult& result) {
                   {"output_index", 0},
                   {"content_index", 0},
                   {"text", result.text},
-                  {"logprobs", json::array()}});
+                  {"logprobs", logprobs_content(result.logprobs)}});
     out += event({{"type", "response.content_part.done"},
                   {"item_id", id},
                   {"output_index", 0},
                   {"content_index", 0},
-                  {"part", responses_bodies::output_text(result.text)}});
-    out +=
-        event({{"type", "response.output_item.done"},
-               {"output_index", 0},
-               {"item", responses_bodies::message_item(head_, result.text, body["status"].get<std::string>(), true)}});
+                  {"part", responses_bodies::output_text(result.text, &result.logprobs)}});
+    out += event({{"type", "response.output_item.done"},
+                  {"output_index", 0},
+                  {"item", responses_bodies::message_item(head_, &result, body["status"].get<std::string>(), true)}});
   }
   const std::size_t first = message_open_ ? 1 : 0;
   for (std::size_t i = 0; i < result.tool_calls.size(); ++i) {

@@ -29,9 +29,7 @@ json token_logprob(const TokenLogprob& t) {
 // choices[].logprobs of a chunk: what the stream has queued, or null.
 json take_stream_logprobs() {
   if (stream_logprobs.empty()) return nullptr;
-  json out = {{"content", logprobs_content(stream_logprobs)}, {"refusal", nullptr}};
-  stream_logprobs.clear();
-  return out;
+  return {{"content", take_stream_logprobs_content()}, {"refusal", nullptr}};
 }
 
 }  // namespace
@@ -80,6 +78,12 @@ json logprobs_content(const std::vector<StepLogprobs>& steps) {
 void queue_stream_logprobs(const StepLogprobs& step) { stream_logprobs.push_back(step); }
 
 void clear_stream_logprobs() { stream_logprobs.clear(); }
+
+json take_stream_logprobs_content() {
+  json out = logprobs_content(stream_logprobs);
+  stream_logprobs.clear();
+  return out;
+}
 
 json chat_completion(const ResponseIds& ids, const RunResult& result) {
   json body = head(ids, "chat.completion");

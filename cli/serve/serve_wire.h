@@ -49,6 +49,9 @@ nlohmann::json logprobs_content(const std::vector<StepLogprobs>& steps);
 // when it starts.
 void queue_stream_logprobs(const StepLogprobs& step);
 void clear_stream_logprobs();
+// What is queued, as logprobs_content() writes it (an empty array when nothing is), and the queue emptied: the
+// Responses API's stream events take it so.
+nlohmann::json take_stream_logprobs_content();
 
 // "data: <json>\n\n"
 std::string sse(const nlohmann::json& body);

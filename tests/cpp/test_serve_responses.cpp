@@ -80,7 +80,22 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
   // Unsupported values are refused, never ignored; neutral ones pass.
   CHECK(refused(body_with(R"("reasoning":{"effort":"high"})")) == "reasoning.effort");
   CHECK(refused(body_with(R"("truncation":"auto")")) == "truncation");
-  CHECK(refused(body_with(R"("include":["message.output_text.logprobs"])")) == "include[0]");
+  CHECK(refused(body_with(R"("include":["reasoning.encrypted_content"])")) == "include[0]");
+  CHECK(refused(body_with(R"("include":["message.output_text.logprobs","file_search_call.results"])")) ==
+        "include[1]");
+  CHECK(refused(body_with(R"("top_logprobs":21)")) == "top_logprobs");
+  CHECK(refused(body_with(R"("logit_bias":{"x":1})")) == "logit_bias");
+  // Log probabilities are served: include asks for them, top_logprobs above 0 too (and sets their count).
+  const sv::Parsed<sv::ResponsesRequest> lp =
+      sv::parse_responses_request(body_with(R"("include":["message.output_text.logprobs"],"top_logprobs":3)"));
+  REQUIRE(lp.ok());
+  CHECK(lp.value->chat.sampling.logprobs);
+  CHECK(lp.value->chat.sampling.top_logprobs == 3);
+  CHECK(lp.value->echo["top_logprobs"] == 3);
+  CHECK(sv::parse_responses_request(body_with(R"("top_logprobs":2)")).value->chat.sampling.logprobs);
+  CHECK(!sv::parse_responses_request(body_with(R"("top_logprobs":0)")).value->chat.sampling.logprobs);
+  CHECK(sv::parse_responses_request(body_with(R"("frequency_penalty":1.5)")).value->chat.sampling.frequency_penalty ==
+        1.5);
   CHECK(refused(body_with(R"("background":true)")) == "background");
   CHECK(refused(body_with(R"("conversation":"conv_1")")) == "conversation");
   CHECK(refused(body_with(R"("service_tier":"flex")")) == "service_tier");

@@ -8,6 +8,7 @@
 #include "orbit_catch.h"
 #include "serve/responses_store.h"
 #include "serve/responses_wire.h"
+#include "serve/serve_wire.h"
 
 namespace sv = orbit::serve;
 using nlohmann::json;
@@ -176,4 +177,45 @@ TEST_CASE("responses: the store keeps a bounded LRU and finds the response a his
     chain = std::move(next);
   }
   chain.reset();
+}
+
+TEST_CASE("responses: log probabilities in output_text and in the stream's deltas", "[serve][responses]") {
+  sv::ResponseHead head;
+  head.id = "resp_lp";
+  head.model = "m";
+  orbit::StepLogprobs step;
+  step.chosen = {5, -0.5, "Hi"};
+  step.top = {{5, -0.5, "Hi"}, {6, -1.25, "Ho"}};
+  sv::RunResult r;
+  r.text = "HiHi";
+  r.finish_reason = "stop";
+  r.tokens = {5, 5};
+  r.logprobs = {step, step};
+  const json part = sv::response_body(head, &r)["output"][0]["content"][0];
+  REQUIRE(part["logprobs"].size() == 2);
+  CHECK(part["logprobs"][0]["token"] == "Hi");
+  CHECK(part["logprobs"][0]["top_logprobs"][1]["logprob"] == -1.25);
+  r.logprobs.clear();
+  CHECK(!sv::response_body(head, &r)["output"][0]["content"][0].contains("logprobs"));  // not asked for
+
+  // Streamed: each delta carries what decode queued since the last one; output_text.done carries all.
+  r.logprobs = {step, step};
+  sv::ResponseEvents events(head);
+  sv::clear_stream_logprobs();
+  std::string text = events.start();
+  sv::queue_stream_logprobs(step);
+  text += events.text("Hi");
+  sv::queue_stream_logprobs(step);
+  text += events.text("Hi");
+  text += events.finish(r);
+  std::vector<json> deltas;
+  json done;
+  for (const auto& [type, data] : parse_events(text)) {
+    if (type == "response.output_text.delta") deltas.push_back(data["logprobs"]);
+    if (type == "response.output_text.done") done = data["logprobs"];
+  }
+  REQUIRE(deltas.size() == 2);
+  CHECK(deltas[0].size() == 1);
+  CHECK(deltas[1].size() == 1);
+  CHECK(done.size() == 2);
 }

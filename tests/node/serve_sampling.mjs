@@ -3,7 +3,8 @@
 //   node serve_sampling.mjs ORBIT_BINARY MODEL
 //
 // logprobs / top_logprobs (whole and streamed: choices[].logprobs.content, one entry per generated token,
-// its bytes writing the content, the top list sorted with the greedy token first), logit_bias (+100 forces a
+// its bytes writing the content, the top list sorted with the greedy token first; the Responses API's
+// output_text.logprobs and its delta events likewise), logit_bias (+100 forces a
 // token; -100 on the token greedy picks, its id found by bisection with bans, gives the second best),
 // presence_penalty / frequency_penalty (a repetitive greedy answer repeats less), and the 400s naming the
 // field for values out of range. Starts the server on 127.0.0.1 (a free port) and always stops it.
@@ -134,8 +135,32 @@ async function refusals() {
   }
 }
 
+// The Responses API: include "message.output_text.logprobs" with top_logprobs, whole and streamed.
+async function responses() {
+  const request = { model: modelId, input: messages[0].content, max_output_tokens: 12, temperature: 0,
+                    top_logprobs: 2, include: ["message.output_text.logprobs"] };
+  const whole = await api.responses.create(request);
+  const part = whole.output[0].content[0];
+  const entries = part.logprobs ?? [];
+  check(entries.length === whole.usage.output_tokens && text(entries) === part.text &&
+        entries.every((e) => e.top_logprobs.length === 2 && e.top_logprobs[0].token === e.token),
+        "responses: output_text.logprobs, one entry per token, greedy's first in its top_logprobs",
+        JSON.stringify(part));
+  const stream = await api.responses.create({ ...request, stream: true });
+  const streamed = [];
+  let done = null;
+  for await (const event of stream) {
+    if (event.type === "response.output_text.delta") streamed.push(...(event.logprobs ?? []));
+    if (event.type === "response.output_text.done") done = event.logprobs;
+  }
+  check(streamed.length === entries.length && streamed.every((e, i) => e.token === entries[i].token) &&
+        done?.length === entries.length, "responses: the deltas carry the same logprobs, and output_text.done all",
+        `${streamed.length} / ${done?.length} vs ${entries.length}`);
+}
+
 try {
   const content = await logprobs();
+  await responses();
   if (content.length > 0) await logitBias(content);
   await penalties();
   await refusals();
