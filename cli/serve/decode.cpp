@@ -74,8 +74,8 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
   r.tokens = stream.tokens();
   r.usage.completion_tokens = static_cast<int64_t>(r.tokens.size());
   // The streamed tokens' (a stop token that ended the run has none here, as it has no place in `tokens`).
-  r.logprobs.assign(g.logprobs.begin(), g.logprobs.begin() + static_cast<std::ptrdiff_t>(
-                                                              std::min(g.logprobs.size(), r.tokens.size())));
+  r.logprobs.assign(g.logprobs.begin(),
+                    g.logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(g.logprobs.size(), r.tokens.size())));
   r.prompt_forward_tokens = g.prompt_forward_tokens;
   if (gone) {
     r.finish_reason = "cancelled";

@@ -290,7 +290,8 @@ void copy_sampling(const ojson& body, ojson& chat) {
   }
   // Log probabilities: asked for by include "message.output_text.logprobs", or by top_logprobs above 0.
   const ojson* include = field(body, "include");
-  const bool included = include != nullptr && std::find(include->begin(), include->end(), kIncludeLogprobs) != include->end();
+  const bool included =
+      include != nullptr && std::find(include->begin(), include->end(), kIncludeLogprobs) != include->end();
   const ojson* top = field(body, "top_logprobs");
   if (included || (top != nullptr && top->is_number() && top->get<double>() > 0)) chat["logprobs"] = true;
 }

@@ -80,8 +80,7 @@ json response_body(const ResponseHead& head, const RunResult* result) {
   if (cut) body["incomplete_details"] = {{"reason", "max_output_tokens"}};
   body["completed_at"] = static_cast<int64_t>(std::time(nullptr));
   if (responses_bodies::has_message(*result))
-    body["output"].push_back(
-        responses_bodies::message_item(head, result, body["status"].get<std::string>(), true));
+    body["output"].push_back(responses_bodies::message_item(head, result, body["status"].get<std::string>(), true));
   for (std::size_t i = 0; i < result->tool_calls.size(); ++i) {
     body["output"].push_back(responses_bodies::call_item(head, i, result->tool_calls[i], true));
   }

@@ -203,8 +203,8 @@ std::map<int64_t, double> parse_logit_bias(const json& v, const ServeLimits& lim
     if (!digits) fail("logit_bias", "key '" + key + "' is not a token id (a decimal integer)");
     const int64_t token = std::stoll(key);
     if (limits.vocab_size > 0 && token >= limits.vocab_size) {
-      fail("logit_bias", "token " + key + " is outside the model's vocabulary [0, " +
-                             std::to_string(limits.vocab_size) + ")");
+      fail("logit_bias",
+           "token " + key + " is outside the model's vocabulary [0, " + std::to_string(limits.vocab_size) + ")");
     }
     if (!value.is_number() || !std::isfinite(value.get<double>()) || std::abs(value.get<double>()) > 100) {
       fail("logit_bias", "the bias of token " + key + " must be a number in [-100, 100], got " + value.dump());

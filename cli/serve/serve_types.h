@@ -55,11 +55,11 @@ struct RunSink {
 
 // One measured read.
 struct AuditResult {
-  int64_t request = 0;       // the session's request number (1 = its first)
-  double predicted_kl = 0;   // what the server predicted for it (usage.orbit.predicted_kl)
-  double measured_kl = 0;    // KL(re-prefill ‖ served) of the first answer token's distribution, nats
-  bool top1_match = true;    // the two distributions' argmax agree
-  double budget = 0;         // the session's KL budget
+  int64_t request = 0;      // the session's request number (1 = its first)
+  double predicted_kl = 0;  // what the server predicted for it (usage.orbit.predicted_kl)
+  double measured_kl = 0;   // KL(re-prefill ‖ served) of the first answer token's distribution, nats
+  bool top1_match = true;   // the two distributions' argmax agree
+  double budget = 0;        // the session's KL budget
   bool within_budget() const { return measured_kl <= budget; }
   nlohmann::json to_json() const;  // {request, measured_kl, predicted_kl, top1_match, budget, within_budget}
 };
@@ -77,8 +77,8 @@ struct RunUsage {
   // Forwarded for this prompt in idle time before it arrived: the previous answer prefilled as the session
   // would send it back (ServeOptions::anticipate). Not on the critical path, not in forward_tokens.
   double idle_forward_tokens = 0;
-  std::string plan;                // e.g. "keep 4, admit 1, turn 1, evict 2"
-  std::string session;             // "" for anonymous requests
+  std::string plan;     // e.g. "keep 4, admit 1, turn 1, evict 2"
+  std::string session;  // "" for anonymous requests
   // The session's latest audit (audit.h) not yet reported: an audit runs in idle time after its request
   // answered, so it reaches the client in the usage of the session's next response (and in its record).
   std::optional<AuditResult> audit;

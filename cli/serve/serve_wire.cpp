@@ -106,8 +106,10 @@ json chat_chunk(const ResponseIds& ids, const std::string& content, bool first, 
   if (first) delta["role"] = "assistant";
   if (!content.empty() || first) delta["content"] = content;
   json body = head(ids, "chat.completion.chunk");
-  body["choices"] = json::array(
-      {{{"index", 0}, {"delta", delta}, {"logprobs", take_stream_logprobs()}, {"finish_reason", finish(finish_reason)}}});
+  body["choices"] = json::array({{{"index", 0},
+                                  {"delta", delta},
+                                  {"logprobs", take_stream_logprobs()},
+                                  {"finish_reason", finish(finish_reason)}}});
   if (!usage.is_null()) body["usage"] = usage;
   return body;
 }

@@ -124,8 +124,7 @@ TEST_CASE("penalties act on the tokens generated so far, as OpenAI defines them"
   CHECK(g.tokens != plain.tokens);
 }
 
-TEST_CASE("logprobs are log_softmax of the step's logits; top_logprobs sorted, the chosen among them",
-          "[sampling]") {
+TEST_CASE("logprobs are log_softmax of the step's logits; top_logprobs sorted, the chosen among them", "[sampling]") {
   Fixture f = story();
   GenerateOptions o;
   o.max_tokens = 24;
@@ -155,7 +154,8 @@ TEST_CASE("logprobs are log_softmax of the step's logits; top_logprobs sorted, t
       CHECK(s.top[k].logprob == Approx(ref[s.top[k].token]).margin(kTol));
       if (k > 0) CHECK(s.top[k].logprob <= s.top[k - 1].logprob);
     }
-    const bool in_top = std::any_of(s.top.begin(), s.top.end(), [&](const TokenLogprob& t) { return t.token == s.chosen.token; });
+    const bool in_top =
+        std::any_of(s.top.begin(), s.top.end(), [&](const TokenLogprob& t) { return t.token == s.chosen.token; });
     if (ref[g.tokens[i]] > sorted[4] + kTol) CHECK(in_top);
     if (ref[g.tokens[i]] < sorted[4] - kTol) CHECK(!in_top);
     chosen_in_top += in_top ? 1 : 0;

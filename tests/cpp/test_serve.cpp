@@ -397,18 +397,18 @@ TEST_CASE("serve: tools, tool_choice and response_format are parsed; unhonoured 
   // Out of range: a 400 naming the field.
   sv::ServeLimits vocab512;
   vocab512.vocab_size = 512;
-  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
-           {R"("presence_penalty":2.5)", "presence_penalty"},
-           {R"("frequency_penalty":"a")", "frequency_penalty"},
-           {R"("logit_bias":[1])", "logit_bias"},
-           {R"("logit_bias":{"x":1})", "logit_bias"},
-           {R"("logit_bias":{"-3":1})", "logit_bias"},
-           {R"("logit_bias":{"512":1})", "logit_bias"},
-           {R"("logit_bias":{"5":-100.5})", "logit_bias"},
-           {R"("logit_bias":{"5":"high"})", "logit_bias"},
-           {R"("logprobs":1)", "logprobs"},
-           {R"("top_logprobs":2)", "top_logprobs"},
-           {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"}}) {
+  for (const auto& [extra, field] :
+       std::vector<std::pair<std::string, std::string>>{{R"("presence_penalty":2.5)", "presence_penalty"},
+                                                        {R"("frequency_penalty":"a")", "frequency_penalty"},
+                                                        {R"("logit_bias":[1])", "logit_bias"},
+                                                        {R"("logit_bias":{"x":1})", "logit_bias"},
+                                                        {R"("logit_bias":{"-3":1})", "logit_bias"},
+                                                        {R"("logit_bias":{"512":1})", "logit_bias"},
+                                                        {R"("logit_bias":{"5":-100.5})", "logit_bias"},
+                                                        {R"("logit_bias":{"5":"high"})", "logit_bias"},
+                                                        {R"("logprobs":1)", "logprobs"},
+                                                        {R"("top_logprobs":2)", "top_logprobs"},
+                                                        {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"}}) {
     const sv::Parsed<sv::ChatRequest> p = sv::parse_chat_request(head + "," + extra + "}", vocab512);
     INFO(extra << ": " << p.error.message);
     CHECK(!p.ok());

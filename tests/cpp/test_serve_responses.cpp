@@ -81,8 +81,7 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
   CHECK(refused(body_with(R"("reasoning":{"effort":"high"})")) == "reasoning.effort");
   CHECK(refused(body_with(R"("truncation":"auto")")) == "truncation");
   CHECK(refused(body_with(R"("include":["reasoning.encrypted_content"])")) == "include[0]");
-  CHECK(refused(body_with(R"("include":["message.output_text.logprobs","file_search_call.results"])")) ==
-        "include[1]");
+  CHECK(refused(body_with(R"("include":["message.output_text.logprobs","file_search_call.results"])")) == "include[1]");
   CHECK(refused(body_with(R"("top_logprobs":21)")) == "top_logprobs");
   CHECK(refused(body_with(R"("logit_bias":{"x":1})")) == "logit_bias");
   // Log probabilities are served: include asks for them, top_logprobs above 0 too (and sets their count).

@@ -280,8 +280,8 @@ void init_types(py::module_& m) {
         o << "IdleReport(predicted_kl=" << r.predicted_kl << ", healed_instances=" << r.healed_instances
           << ", heal_forward_tokens=" << r.heal_forward_tokens << ", recalls_prepared=" << r.recalls_prepared
           << ", moves_prepared=" << r.moves_prepared << ", instances_prepared=" << r.instances_prepared
-          << ", lists_prepared=" << r.lists_prepared << ", prepare_forward_tokens=" << r.prepare_forward_tokens << ", seconds=" << std::setprecision(3)
-          << r.seconds << ")";
+          << ", lists_prepared=" << r.lists_prepared << ", prepare_forward_tokens=" << r.prepare_forward_tokens
+          << ", seconds=" << std::setprecision(3) << r.seconds << ")";
         return o.str();
       });
 
@@ -509,25 +509,30 @@ void init_types(py::module_& m) {
   // ---- reading results ------------------------------------------------------------------------------
   py::class_<TokenLogprob>(m, "TokenLogprob", "One token's log probability at a step (Window.generate(logprobs=True)).")
       .def_readonly("token", &TokenLogprob::token, "The token id.")
-      .def_readonly("logprob", &TokenLogprob::logprob, "Natural log probability (after penalties, logit_bias and "
-                                                       "the constraint's mask, at temperature 1).")
+      .def_readonly("logprob", &TokenLogprob::logprob,
+                    "Natural log probability (after penalties, logit_bias and "
+                    "the constraint's mask, at temperature 1).")
       .def_property_readonly(
           "bytes", [](const TokenLogprob& t) { return py::bytes(t.bytes); },
           "The bytes the token writes at its place (b'' for EOS/BOS/special tokens; may be part of a character).")
       .def("__repr__", [](const TokenLogprob& t) {
         std::ostringstream s;
-        s << "TokenLogprob(token=" << t.token << ", logprob=" << t.logprob << ", bytes=" << py::repr(py::bytes(t.bytes)).cast<std::string>() << ")";
+        s << "TokenLogprob(token=" << t.token << ", logprob=" << t.logprob
+          << ", bytes=" << py::repr(py::bytes(t.bytes)).cast<std::string>() << ")";
         return s.str();
       });
   py::class_<StepLogprobs>(m, "StepLogprobs", "A generated token's log probability and its step's most likely tokens.")
       .def_readonly("chosen", &StepLogprobs::chosen, "The generated token's TokenLogprob.")
       .def_readonly("top", &StepLogprobs::top,
                     "The top_logprobs most likely tokens, most likely first (masked tokens left out).")
-      .def_property_readonly("token", [](const StepLogprobs& s) { return s.chosen.token; }, "chosen.token")
-      .def_property_readonly("logprob", [](const StepLogprobs& s) { return s.chosen.logprob; }, "chosen.logprob")
+      .def_property_readonly(
+          "token", [](const StepLogprobs& s) { return s.chosen.token; }, "chosen.token")
+      .def_property_readonly(
+          "logprob", [](const StepLogprobs& s) { return s.chosen.logprob; }, "chosen.logprob")
       .def("__repr__", [](const StepLogprobs& s) {
         std::ostringstream o;
-        o << "StepLogprobs(token=" << s.chosen.token << ", logprob=" << s.chosen.logprob << ", top=" << s.top.size() << ")";
+        o << "StepLogprobs(token=" << s.chosen.token << ", logprob=" << s.chosen.logprob << ", top=" << s.top.size()
+          << ")";
         return o.str();
       });
   py::class_<Generation>(m, "Generation", py::dynamic_attr(), "The result of Window.generate().")

@@ -47,7 +47,8 @@ std::map<int64_t, double> to_logit_bias(const py::object& obj) {
         throw py::value_error("generate: logit_bias key '" + text + "' is not a token id");
       }
     } else {
-      throw py::type_error("generate: logit_bias keys must be token ids (int), got " + py::repr(key).cast<std::string>());
+      throw py::type_error("generate: logit_bias keys must be token ids (int), got " +
+                           py::repr(key).cast<std::string>());
     }
     if (!py::isinstance<py::int_>(value) && !py::isinstance<py::float_>(value)) {
       throw py::type_error("generate: logit_bias[" + std::to_string(token) + "] must be a number, got " +

@@ -13,8 +13,8 @@ namespace orbit::detail {
 
 namespace {
 
-constexpr double kMaxPenalty = 2;     // OpenAI's range for presence_penalty and frequency_penalty
-constexpr double kMaxBias = 100;      // ... and for a logit_bias value
+constexpr double kMaxPenalty = 2;  // OpenAI's range for presence_penalty and frequency_penalty
+constexpr double kMaxBias = 100;   // ... and for a logit_bias value
 constexpr int32_t kMaxTopLogprobs = 20;
 
 }  // namespace
@@ -27,13 +27,13 @@ void Sampler::check_options(const GenerateOptions& o, int64_t vocab, const char*
     ORBIT_CHECK(stop >= 0 && stop < vocab,
                 what << ": stop_tokens holds " << stop << ", outside the vocabulary [0, " << vocab << ")");
   }
-  ORBIT_CHECK(std::abs(o.presence_penalty) <= kMaxPenalty, what << ": presence_penalty = " << o.presence_penalty
-                                                                << " must be in [-2, 2]");
-  ORBIT_CHECK(std::abs(o.frequency_penalty) <= kMaxPenalty, what << ": frequency_penalty = " << o.frequency_penalty
-                                                                  << " must be in [-2, 2]");
+  ORBIT_CHECK(std::abs(o.presence_penalty) <= kMaxPenalty,
+              what << ": presence_penalty = " << o.presence_penalty << " must be in [-2, 2]");
+  ORBIT_CHECK(std::abs(o.frequency_penalty) <= kMaxPenalty,
+              what << ": frequency_penalty = " << o.frequency_penalty << " must be in [-2, 2]");
   for (const auto& [token, bias] : o.logit_bias) {
-    ORBIT_CHECK(token >= 0 && token < vocab, what << ": logit_bias names token " << token
-                                                  << ", outside the vocabulary [0, " << vocab << ")");
+    ORBIT_CHECK(token >= 0 && token < vocab,
+                what << ": logit_bias names token " << token << ", outside the vocabulary [0, " << vocab << ")");
     ORBIT_CHECK(std::abs(bias) <= kMaxBias,
                 what << ": logit_bias[" << token << "] = " << bias << " must be in [-100, 100]");
   }

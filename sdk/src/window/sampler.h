@@ -79,8 +79,8 @@ class Sampler {
   int64_t tokens_chosen() const { return chosen_; }
 
  private:
-  void apply_processors(double* logits) const;   // penalties, then logit_bias
-  int64_t choose(const at::Tensor& logits);      // argmax or a draw (the processed, masked row)
+  void apply_processors(double* logits) const;  // penalties, then logit_bias
+  int64_t choose(const at::Tensor& logits);     // argmax or a draw (the processed, masked row)
   StepLogprobs logprobs_of(const at::Tensor& logits, int64_t token) const;
   std::string bytes_of(int64_t token) const;
 
