@@ -1,9 +1,11 @@
 #include "orbit/store/redis_backend.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"
+#include "orbit/store/remote_auth.h"
 
 namespace orbit::store {
 
@@ -11,22 +13,53 @@ namespace {
 
 constexpr const char* kManifestTag = "orbit-remote";
 constexpr int kManifestVersion = 1;
-constexpr int64_t kMaxParts = 1 << 20;
+constexpr int64_t kMaxParts = 4096;  // a read's MGET names at most this many keys
+constexpr int64_t kMinPartBytes = 1024;
 constexpr int64_t kMaxPartBytes = int64_t{512} << 20;  // Redis's largest string
+constexpr std::size_t kTagHex = 64;
 
 struct Manifest {
   int64_t parts = 0;
   int64_t bytes = 0;
   std::string checksum;
+  int64_t part_bytes = 0;  // 0: not stated (a writer before part sizes were)
 };
 
-bool parse_manifest(const std::string& text, Manifest* m) {
+int64_t parts_for(int64_t bytes, int64_t part_bytes) {
+  return std::max<int64_t>(1, (bytes + part_bytes - 1) / part_bytes);
+}
+
+// Reads "orbit-remote 1 <parts> <bytes> <sha256> [<part bytes>] [<tag>]" (the tag already checked, or not
+// checked without a secret). A manifest is a claim of whoever wrote it: its part count must be one its
+// size allows (at most kMaxParts, no part under kMinPartBytes but the only one, and exactly the count its
+// part size gives where it states one), so a reader never asks the server for more keys than a real
+// entry of that size has. Returns "" when it reads, else what is wrong.
+std::string parse_manifest(const std::string& text, Manifest* m) {
   std::istringstream in(text);
   std::string tag;
   int version = 0;
-  if (!(in >> tag >> version >> m->parts >> m->bytes >> m->checksum)) return false;
-  return tag == kManifestTag && version == kManifestVersion && m->parts >= 1 && m->parts <= kMaxParts &&
-         m->bytes >= 0 && m->bytes <= m->parts * kMaxPartBytes && m->checksum.size() == 64;
+  if (!(in >> tag >> version >> m->parts >> m->bytes >> m->checksum) || tag != kManifestTag ||
+      version != kManifestVersion || m->checksum.size() != 64) {
+    return "malformed manifest '" + text.substr(0, 120) + "'";
+  }
+  std::string field;
+  while (in >> field) {
+    if (field.size() == kTagHex) continue;  // a writer's tag, read without the secret to check it
+    if (m->part_bytes != 0 || field.size() > 12 || field.find_first_not_of("0123456789") != std::string::npos) {
+      return "malformed manifest '" + text.substr(0, 120) + "'";
+    }
+    m->part_bytes = std::stoll(field);
+  }
+  const std::string claim =
+      "the manifest claims " + std::to_string(m->parts) + " parts for " + std::to_string(m->bytes) + " bytes";
+  if (m->parts < 1 || m->parts > kMaxParts) return claim + " (1 to " + std::to_string(kMaxParts) + " are read)";
+  if (m->bytes < 0 || m->bytes > m->parts * kMaxPartBytes) return claim + ": more than its parts can hold";
+  if (m->parts > parts_for(m->bytes, kMinPartBytes)) return claim + ": more parts than parts of 1 KiB or more";
+  if (m->part_bytes != 0 && (m->part_bytes < kMinPartBytes || m->part_bytes > kMaxPartBytes ||
+                             m->parts != parts_for(m->bytes, m->part_bytes))) {
+    return claim + " in parts of " + std::to_string(m->part_bytes) + " bytes";
+  }
+  return "";
 }
 
 }  // namespace
@@ -92,9 +125,11 @@ BackendRead RedisBackend::get(const std::string& key) {
   if (!head) return unavailable(head.status().reason());
   if (head.value().is_error()) return unavailable("remote " + options_.url + ": GET " + mkey + ": " + head.value().str);
   if (head.value().type == RedisReply::Type::kNil) return out;  // a miss
+  Result<std::string_view> opened = open_remote_manifest(options_.secret, key, head.value().str);
+  if (!opened) return corrupt(opened.status().reason());
   Manifest m;
-  if (!parse_manifest(head.value().str, &m))
-    return corrupt("malformed manifest '" + head.value().str.substr(0, 120) + "'");
+  const std::string wrong = parse_manifest(std::string(opened.value()), &m);
+  if (!wrong.empty()) return corrupt(wrong);
   std::vector<std::string> argv{"MGET"};
   for (int64_t i = 0; i < m.parts; ++i) argv.push_back(part_key(key, i));
   Result<RedisReply> parts = reader_->command(argv, mkey);
@@ -128,9 +163,11 @@ BackendRead RedisBackend::get(const std::string& key) {
 Status RedisBackend::put(const std::string& key, const std::string& bytes) {
   const std::string mkey = manifest_key(key);
   const int64_t size = static_cast<int64_t>(bytes.size());
-  const int64_t parts = std::max<int64_t>(1, (size + options_.part_bytes - 1) / options_.part_bytes);
-  if (parts > kMaxParts)
-    return Status::refused("remote " + options_.url + ": " + std::to_string(size) + " bytes is too large");
+  const int64_t parts = parts_for(size, options_.part_bytes);
+  if (parts > kMaxParts) {
+    return Status::refused("remote " + options_.url + ": " + std::to_string(size) + " bytes is too large (more than " +
+                           std::to_string(kMaxParts) + " parts of " + std::to_string(options_.part_bytes) + " bytes)");
+  }
   std::vector<std::vector<std::string>> commands;
   auto set = [&](const std::string& k, std::string v) {
     std::vector<std::string> c{"SET", k, std::move(v)};
@@ -146,8 +183,9 @@ Status RedisBackend::put(const std::string& key, const std::string& bytes) {
                                        static_cast<std::size_t>(std::min(options_.part_bytes, size - begin))));
   }
   std::ostringstream manifest;
-  manifest << kManifestTag << ' ' << kManifestVersion << ' ' << parts << ' ' << size << ' ' << sha256_hex(bytes);
-  set(mkey, manifest.str());  // last: queued after its parts, applied with them
+  manifest << kManifestTag << ' ' << kManifestVersion << ' ' << parts << ' ' << size << ' ' << sha256_hex(bytes) << ' '
+           << options_.part_bytes;
+  set(mkey, seal_remote_manifest(options_.secret, key, manifest.str()));  // last: after its parts, applied with them
   std::lock_guard<std::mutex> lock(write_mu_);
   Result<RedisReply> r = writer_->transaction(commands, mkey);
   if (!r) return r.status();
@@ -164,7 +202,7 @@ Status RedisBackend::remove(const std::string& key) {
   if (!head) return head.status();
   std::vector<std::string> argv{"DEL", mkey};
   Manifest m;
-  if (head.value().type == RedisReply::Type::kString && parse_manifest(head.value().str, &m)) {
+  if (head.value().type == RedisReply::Type::kString && parse_manifest(head.value().str, &m).empty()) {
     for (int64_t i = 0; i < m.parts; ++i) argv.push_back(part_key(key, i));
   }
   Result<RedisReply> r = writer_->command(argv, mkey);

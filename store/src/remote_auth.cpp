@@ -24,9 +24,10 @@ void append_u64(std::string& out, uint64_t value) {
 }
 
 // HMAC-SHA256(secret, domain ‖ |key| ‖ key ‖ |blob| ‖ blob): lengths framed so no two (key, blob) pairs
-// hash the same bytes.
-std::array<unsigned char, kTagBytes> tag_of(const std::string& secret, const std::string& key, std::string_view blob) {
-  std::string head = "orbit.remote-hmac.v1";
+// hash the same bytes; the domain tells values and manifests apart.
+std::array<unsigned char, kTagBytes> tag_of(const std::string& secret, const std::string& key, std::string_view blob,
+                                            const char* domain = "orbit.remote-hmac.v1") {
+  std::string head = domain;
   append_u64(head, key.size());
   head += key;
   append_u64(head, blob.size());
@@ -49,7 +50,41 @@ std::array<unsigned char, kTagBytes> tag_of(const std::string& secret, const std
   return tag;
 }
 
+constexpr const char* kManifestDomain = "orbit.remote-manifest-hmac.v1";
+constexpr std::size_t kManifestTagHex = 2 * kTagBytes;
+
+std::string hex(const std::array<unsigned char, kTagBytes>& tag) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : tag) {
+    out.push_back(digits[b >> 4]);
+    out.push_back(digits[b & 15]);
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string seal_remote_manifest(const std::string& secret, const std::string& key, const std::string& manifest) {
+  if (secret.empty()) return manifest;
+  return manifest + " " + hex(tag_of(secret, key, manifest, kManifestDomain));
+}
+
+Result<std::string_view> open_remote_manifest(const std::string& secret, const std::string& key,
+                                              std::string_view text) {
+  if (secret.empty()) return text;
+  if (text.size() <= kManifestTagHex || text[text.size() - kManifestTagHex - 1] != ' ') {
+    return Status::refused("remote manifest of key " + key +
+                           " carries no authentication tag (written without the remote secret)");
+  }
+  const std::string_view manifest = text.substr(0, text.size() - kManifestTagHex - 1);
+  const std::string expected = hex(tag_of(secret, key, manifest, kManifestDomain));
+  if (CRYPTO_memcmp(expected.data(), text.data() + manifest.size() + 1, kManifestTagHex) != 0) {
+    return Status::refused("remote manifest of key " + key +
+                           ": its authentication tag does not verify (another secret, or altered)");
+  }
+  return manifest;
+}
 
 std::string seal_remote_value(const std::string& secret, const std::string& key, std::string blob) {
   if (secret.empty()) return blob;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"
@@ -46,6 +47,18 @@ void check_tls_files(const std::string& shown, const RedisTlsOptions& tls) {
               "remote " << shown << ": a client certificate needs both tls.cert_file and tls.key_file");
 }
 
+// Once per process: without a secret, what a value read from the remote is checked for, and what not.
+void warn_unauthenticated(const std::string& shown) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    std::fprintf(stderr,
+                 "orbit: warning: remote tier %s has no secret: values read from it are checked (format, checksum, "
+                 "key, shapes, finite values) but not authenticated, so whoever can write to the server can supply "
+                 "a wrong value; give the engines that share it a secret (remote_secret, or ORBIT_REMOTE_SECRET)\n",
+                 shown.c_str());
+  });
+}
+
 }  // namespace
 
 RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std::shared_ptr<BlobBackend> backend)
@@ -63,12 +76,14 @@ RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std
     ro.url = options_.url;
     ro.ttl_seconds = options_.ttl_seconds;
     ro.part_bytes = options_.part_bytes;
+    ro.secret = options_.secret;
     ro.client.connect_timeout_ms = options_.connect_timeout_ms;
     ro.client.command_timeout_ms = options_.command_timeout_ms;
     ro.client.tls = options_.tls;
     check_tls_files(shown, options_.tls);
     backend_ = std::make_shared<RedisBackend>(ro);
   }
+  if (options_.secret.empty() && options_.warn) warn_unauthenticated(shown);
   stats_.enabled = true;
   stats_.url = backend_->describe();
   stats_.available = true;

@@ -153,6 +153,95 @@ TEST_CASE("a forged manifest (a size of 9e18 bytes, a false size) is corrupt: dr
   CHECK(reader.stats().remote.corrupt == 2);
 }
 
+namespace {
+
+// How many MGETs the server has answered (INFO commandstats).
+int64_t mget_calls(int port) {
+  const std::string info = test::redis_cli(port, "INFO commandstats");
+  const std::size_t at = info.find("cmdstat_mget:calls=");
+  return at == std::string::npos ? 0 : std::stoll(info.substr(at + 19));
+}
+
+}  // namespace
+
+TEST_CASE("a manifest claiming more parts than its size allows is refused by name before any part is fetched",
+          "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  RedisBackendOptions o;
+  o.url = server.url();
+  o.part_bytes = 64 << 10;
+  RedisBackend backend(o);
+  const std::string hex(64, 'a');
+  const std::string mkey = RedisBackend::manifest_key(key(1));
+  // A 90-byte manifest claiming 2^20 parts (each read was an MGET of 2^20 keys), one claiming more parts
+  // than parts of 1 KiB make up its size, and one whose count disagrees with the part size it states.
+  for (const std::string& forged : {"orbit-remote 1 1048576 1073741824 " + hex, "orbit-remote 1 3 2048 " + hex,
+                                    "orbit-remote 1 2 5000 " + hex + " 1024"}) {
+    test::redis_cli(server.port(), "SET '" + mkey + "' '" + forged + "'");
+    const int64_t mgets = mget_calls(server.port());
+    const BackendRead r = backend.get(key(1));
+    CHECK(r.outcome == BackendRead::Outcome::kCorrupt);
+    CHECK_THAT(r.reason, Contains(mkey) && Contains("the manifest claims"));
+    CHECK(mget_calls(server.port()) == mgets);
+  }
+  // What a writer puts reads back, and so does a manifest without the part size older writers wrote.
+  const std::string bytes(150 << 10, 'x');
+  REQUIRE(backend.put(key(2), bytes).is_ok());
+  CHECK_THAT(test::redis_cli(server.port(), "GET '" + RedisBackend::manifest_key(key(2)) + "'"),
+             Contains(" 65536"));
+  CHECK(backend.get(key(2)).bytes == bytes);
+  const std::string manifest = test::redis_cli(server.port(), "GET '" + RedisBackend::manifest_key(key(2)) + "'");
+  test::redis_cli(server.port(), "SET '" + RedisBackend::manifest_key(key(2)) + "' '" +
+                                     manifest.substr(0, manifest.rfind(' ')) + "'");
+  CHECK(backend.get(key(2)).bytes == bytes);
+  // A value too large for 4096 parts is refused at put, naming the limit.
+  RedisBackendOptions small = o;
+  small.part_bytes = 1024;
+  RedisBackend tiny(small);
+  const Status big = tiny.put(key(3), std::string((4 << 20) + 1, 'y'));
+  CHECK_FALSE(big.is_ok());
+  CHECK_THAT(big.reason(), Contains("4096 parts"));
+}
+
+TEST_CASE("with a secret, a manifest written without it or with another is refused before its parts are fetched",
+          "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  auto backend = [&](const std::string& secret) {
+    RedisBackendOptions o;
+    o.url = server.url();
+    o.part_bytes = 64 << 10;
+    o.secret = secret;
+    return std::make_unique<RedisBackend>(o);
+  };
+  const std::string bytes(100 << 10, 'z');
+  REQUIRE(backend("")->put(key(1), bytes).is_ok());
+  REQUIRE(backend("s3cret-B")->put(key(2), bytes).is_ok());
+  REQUIRE(backend("s3cret-A")->put(key(3), bytes).is_ok());
+  auto reader = backend("s3cret-A");
+  const int64_t mgets = mget_calls(server.port());
+  const BackendRead unsealed = reader->get(key(1));
+  CHECK(unsealed.outcome == BackendRead::Outcome::kCorrupt);
+  CHECK_THAT(unsealed.reason, Contains(RedisBackend::manifest_key(key(1))) && Contains("no authentication tag"));
+  const BackendRead other = reader->get(key(2));
+  CHECK(other.outcome == BackendRead::Outcome::kCorrupt);
+  CHECK_THAT(other.reason, Contains("does not verify"));
+  CHECK_THAT(other.reason, !Contains("s3cret"));  // the secret is never part of a message
+  CHECK(mget_calls(server.port()) == mgets);
+  CHECK(reader->get(key(3)).bytes == bytes);
+  // Altered: the count changed in a sealed manifest.
+  const std::string mkey = RedisBackend::manifest_key(key(3));
+  std::string manifest = test::redis_cli(server.port(), "GET '" + mkey + "'");
+  manifest.erase(manifest.find_last_not_of("\n") + 1);
+  manifest.replace(manifest.find(" 2 "), 3, " 3 ");
+  test::redis_cli(server.port(), "SET '" + mkey + "' '" + manifest + "'");
+  CHECK_THAT(reader->get(key(3)).reason, Contains("does not verify"));
+  // Without a secret, a sealed manifest still reads (its tag skipped).
+  REQUIRE(backend("s3cret-A")->put(key(4), bytes).is_ok());
+  CHECK(backend("")->get(key(4)).bytes == bytes);
+}
+
 TEST_CASE("redis AUTH from the URL's credentials, which no message, warning or stat repeats", "[store][remote]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");

@@ -65,3 +65,69 @@ def test_an_unreachable_remote_never_stops_the_engine(orbit, stories260k_path):
     assert not summary.reachable and "Connection refused" in summary.error
     with pytest.raises(orbit.OrbitError, match="unknown scheme"):
         orbit.Engine(stories260k_path, remote="http://127.0.0.1:1")
+
+
+def _start_redis(tmp_path):
+    """A redis-server on a free 127.0.0.1 port (its URL and process), reachable when this returns."""
+    import shutil
+    import subprocess
+    import time
+
+    server = shutil.which("redis-server")
+    if server is None:  # never skipped silently: scripts/common.sh installs it
+        pytest.fail("redis-server is not installed (apt install redis-server redis-tools)")
+    port = _free_port()
+    proc = subprocess.Popen([server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}"
+    import orbit
+
+    for _ in range(500):
+        if orbit.store_remote_summary(url).reachable:
+            break
+        time.sleep(0.01)
+    return url, proc
+
+
+def test_engines_share_only_values_sealed_with_their_remote_secret(orbit, stories260k_path, tmp_path):
+    url, proc = _start_redis(tmp_path)
+    tokens = [5, 17, 42, 99, 100, 7, 8]
+
+    def engine(name, secret):
+        return orbit.Engine(stories260k_path, store_dir=tmp_path / name, remote=url, remote_secret=secret,
+                            pool_bytes=POOL, page_size=PAGE)
+
+    try:
+        with engine("writer", "team-s3cret") as e:
+            e.precompute(e.add_tokens(tokens))
+        with engine("teammate", "team-s3cret") as e:  # the same secret: recalled
+            e.new_window().admit(e.add_tokens(tokens))
+            assert e.stats.canonicals_encoded == 0 and e.stats.store.remote.hits == 1
+        with engine("outsider", "another-s3cret") as e:  # another secret: refused and recomputed
+            e.new_window().admit(e.add_tokens(tokens))
+            remote = e.stats.store.remote
+            assert e.stats.canonicals_encoded == 1 and remote.hits == 0 and remote.corrupt == 1
+            assert "s3cret" not in remote.last_error
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_remote_without_a_secret_warns_once_at_open(orbit, stories260k_path):
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    url = f"redis://127.0.0.1:{_free_port()}"
+    script = (f"import orbit\n"
+              f"for secret in ['', '', 'x']:\n"
+              f"    orbit.Engine({str(stories260k_path)!r}, remote={url!r}, remote_secret=secret).close()\n")
+    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(orbit.__file__).parents[1])}
+    env.pop("ORBIT_REMOTE_SECRET", None)
+    stderr = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                            check=True).stderr
+    assert stderr.count("has no secret: values read from it are checked") == 1, stderr
+    with_secret = subprocess.run([sys.executable, "-c", script.replace("['', '', 'x']", "['x']")], env=env,
+                                 capture_output=True, text=True, check=True).stderr
+    assert "has no secret" not in with_secret, with_secret

@@ -720,6 +720,7 @@ class Engine:
         threads: int = 0,
         remote: str = "",
         remote_ttl_seconds: int = 0,
+        remote_secret: str = "",
         device: str = "cpu",
         dtype: str = "float32",
         eviction: str = "lru",
@@ -728,7 +729,9 @@ class Engine:
         embedding_cache: bool = True,
         background: Union[str, BackgroundMode] = "thread",
     ) -> None:
-        """device: 'cpu', 'cuda' or 'cuda:N' (OrbitError where there is no CUDA device); dtype: 'float32',
+        """remote_secret: the remote tier's shared secret ('' = ORBIT_REMOTE_SECRET, else none: values are
+        checked but not authenticated, and opening warns once).
+        device: 'cpu', 'cuda' or 'cuda:N' (OrbitError where there is no CUDA device); dtype: 'float32',
         'bfloat16' or 'float16' (CUDA only): weights load straight into it, KV and windows live there.
         eviction: the store's policy, 'lru' or 'cost-aware'; cold_tier: 'exact' or 'int8' canonicals on disk;
         device_tier_bytes: a device tier of canonicals in GPU memory (0 = none; CUDA engines only);

@@ -45,9 +45,9 @@ orbit::BackgroundMode background_arg(const py::object& obj) {
 std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& store_dir, int64_t pool_bytes,
                                     int64_t page_size, int64_t host_budget_bytes, int64_t disk_budget_bytes,
                                     int threads, const std::string& remote, int64_t remote_ttl_seconds,
-                                    const std::string& device, const std::string& dtype, const std::string& eviction,
-                                    const std::string& cold_tier, int64_t device_tier_bytes, bool embedding_cache,
-                                    const py::object& background) {
+                                    const std::string& remote_secret, const std::string& device,
+                                    const std::string& dtype, const std::string& eviction, const std::string& cold_tier,
+                                    int64_t device_tier_bytes, bool embedding_cache, const py::object& background) {
   orbit::EngineOptions o;
   o.model = path_arg(model, "Engine: model");
   o.store_dir = path_arg(store_dir, "Engine: store_dir");
@@ -58,6 +58,7 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
   o.threads = threads;
   o.remote = remote;
   o.remote_ttl_seconds = remote_ttl_seconds;
+  o.remote_secret = remote_secret;
   o.device = device;
   o.dtype = dtype;
   o.eviction = eviction;
@@ -108,9 +109,10 @@ void init_engine(py::module_& m) {
   c.def(py::init(&open_engine), py::arg("model"), py::kw_only(), py::arg("store_dir") = py::none(),
         py::arg("pool_bytes") = int64_t{256} << 20, py::arg("page_size") = 16,
         py::arg("host_budget_bytes") = int64_t{1} << 30, py::arg("disk_budget_bytes") = 0, py::arg("threads") = 0,
-        py::arg("remote") = "", py::arg("remote_ttl_seconds") = 0, py::arg("device") = "cpu",
-        py::arg("dtype") = "float32", py::arg("eviction") = "lru", py::arg("cold_tier") = "exact",
-        py::arg("device_tier_bytes") = 0, py::arg("embedding_cache") = true, py::arg("background") = "thread",
+        py::arg("remote") = "", py::arg("remote_ttl_seconds") = 0, py::arg("remote_secret") = "",
+        py::arg("device") = "cpu", py::arg("dtype") = "float32", py::arg("eviction") = "lru",
+        py::arg("cold_tier") = "exact", py::arg("device_tier_bytes") = 0, py::arg("embedding_cache") = true,
+        py::arg("background") = "thread",
         "Loads the model (a llama2.c .bin file or a Hugging Face directory) and opens the store (store_dir: a\n"
         "directory, created if missing, which several processes may share; None = memory only). pool_bytes: the\n"
         "windows' KV pool (whole pages of page_size tokens); host_budget_bytes / disk_budget_bytes (0 =\n"
@@ -118,7 +120,10 @@ void init_engine(py::module_& m) {
         "shared remote tier, 'redis://host:port[/db]' or 'redis-cluster://h1:p1,h2:p2' ('' = none; rediss:// for\n"
         "TLS, its CA and client certificate from the ORBIT_REDIS_TLS_* environment variables), whose\n"
         "entries expire after remote_ttl_seconds (0 = never); the remote down never stops the engine (see\n"
-        "stats().store.remote). device: 'cpu', 'cuda' or 'cuda:N' (model, KV pool and windows live there);\n"
+        "stats().store.remote). remote_secret: the secret the engines sharing the remote authenticate its values\n"
+        "and manifests with (HMAC-SHA256; '' = the ORBIT_REMOTE_SECRET environment variable, else none: values\n"
+        "are then checked but not authenticated, and opening warns once). device: 'cpu', 'cuda' or 'cuda:N'\n"
+        "(model, KV pool and windows live there);\n"
         "dtype: 'float32', 'bfloat16' or 'float16' (CUDA only), the compute dtype weights load straight into.\n"
         "The store's tiers: eviction: 'lru' or 'cost-aware' (evicts what saves the fewest recompute tokens per\n"
         "byte first: (expected reuse + hits) x tokens / bytes); cold_tier: 'exact' or 'int8' (canonicals on disk\n"

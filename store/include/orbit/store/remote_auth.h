@@ -7,6 +7,11 @@
 // The blob format ends in 64 hex characters (its SHA-256 trailer), so an unsealed blob never carries the
 // 16-byte marker at that offset: sealed and unsealed values are told apart without ambiguity.
 //
+// An entry's manifest (redis_backend.h) is sealed under the same secret, so that a reader refuses a
+// manifest another party wrote before it fetches the parts that manifest names:
+//
+//   sealed manifest = text ‖ " " ‖ hex(HMAC-SHA256(secret, framing ‖ key ‖ text))   (64 hex characters)
+//
 // The secret is never part of a message, a warning or a stat; reasons name the key only.
 // All functions are pure and thread-safe.
 #pragma once
@@ -30,5 +35,13 @@ std::string seal_remote_value(const std::string& secret, const std::string& key,
 // (written without the secret, with another secret, or altered). Without a secret: the blob of a sealed
 // or an unsealed value alike (the tag is not checked: there is nothing to check it with).
 Result<std::string_view> open_remote_value(const std::string& secret, const std::string& key, std::string_view value);
+
+// `manifest` followed by its tag for `key` when `secret` is not empty; unchanged otherwise.
+std::string seal_remote_manifest(const std::string& secret, const std::string& key, const std::string& manifest);
+
+// The manifest text inside a sealed one (its tag removed). With a secret: refused when it carries no tag
+// or one that does not verify for `key`. Without a secret: `text` itself (a trailing tag, if any, is for
+// the manifest's parser to skip).
+Result<std::string_view> open_remote_manifest(const std::string& secret, const std::string& key, std::string_view text);
 
 }  // namespace orbit::store

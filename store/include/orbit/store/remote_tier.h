@@ -62,10 +62,14 @@ struct RemoteOptions {
   int command_timeout_ms = 1000;
   int retry_after_ms = 1000;                      // after a failure, skip the remote this long
   int64_t max_queued_bytes = int64_t{256} << 20;  // queued writes (blob bytes) before the oldest is dropped
-  bool warn = true;                               // print the one warning on the first outage
-  // The operator's secret ("" = none): every value written carries an HMAC-SHA256 over its key and bytes
-  // under it (remote_auth.h), and with a secret set a value read without a valid tag is refused. Never
-  // shown in a message, a warning or stats.
+  // Print the one warning on the first outage, and (once per process) that a tier opened without a
+  // secret does not authenticate what it reads.
+  bool warn = true;
+  // The operator's secret ("" = none): every value and manifest written carries an HMAC-SHA256 over its
+  // key and bytes under it (remote_auth.h), and with a secret set a value or manifest read without a valid
+  // tag is refused (a forged manifest before its parts are fetched). Without one, values are checked but
+  // not authenticated: a finite wrong value, or another key's value with its key rewritten, passes the
+  // checks (a warning says so at open). Never shown in a message, a warning or stats.
   std::string secret;
   RemoteValidator validate;  // empty = values are checked only by the blob format
 };
