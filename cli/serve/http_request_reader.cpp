@@ -78,6 +78,7 @@ void RequestReader::next() {
   request_ = ReadRequest{};
   chunked_ = false;
   framed_ = false;
+  trailer_bytes_ = 0;
   chunk_ = Chunk::kSize;
   remaining_ = 0;
   continue_pending_ = false;
@@ -291,16 +292,18 @@ bool RequestReader::read_chunk_size(std::size_t eol) {
   return true;
 }
 
-// Trailer lines after the last chunk (dropped), up to the blank line that ends the request.
+// Trailer lines after the last chunk (dropped, at most max_head_bytes of them), up to the blank line that
+// ends the request.
 bool RequestReader::read_trailers() {
   const std::size_t eol = in_.find("\r\n", pos_);
-  if (eol == std::string::npos) {
-    if (in_.size() - pos_ > limits_.max_head_bytes) return refuse(431, "a trailer line is over the head's limit");
-    return false;
+  const std::size_t line = (eol == std::string::npos ? in_.size() : eol) - pos_;
+  if (trailer_bytes_ + line > limits_.max_head_bytes) {
+    return refuse(431, "the request's trailers are over " + std::to_string(limits_.max_head_bytes) + " bytes");
   }
-  const bool last = eol == pos_;
+  if (eol == std::string::npos) return false;
+  trailer_bytes_ += line + 2;
   pos_ = eol + 2;
-  if (last) complete();
+  if (line == 0) complete();
   return true;
 }
 

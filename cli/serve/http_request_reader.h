@@ -90,7 +90,8 @@ class RequestReader {
   bool chunked_ = false;
   bool framed_ = false;  // the request had Content-Length or Transfer-Encoding
   Chunk chunk_ = Chunk::kSize;
-  uint64_t remaining_ = 0;  // body bytes (Content-Length) or bytes of the current chunk still to come
+  std::size_t trailer_bytes_ = 0;  // the trailers read so far
+  uint64_t remaining_ = 0;         // body bytes (Content-Length) or bytes of the current chunk still to come
   bool continue_pending_ = false;
 };
 

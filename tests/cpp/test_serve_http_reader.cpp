@@ -102,6 +102,9 @@ TEST_CASE("heads past the limit and malformed framing are refused with their sta
   const sv::RequestLimits limits{64, 1000};
   CHECK(refusal_of("GET / HTTP/1.1\r\nX: " + std::string(100, 'a'), limits) == 431);  // no end in sight
   CHECK(refusal_of("GET / HTTP/1.1\r\nX: " + std::string(100, 'a') + "\r\n\r\n", limits) == 431);
+  const std::string chunked = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n";
+  CHECK(refusal_of(chunked + "T: " + std::string(100, 'a') + "\r\n\r\n", limits) == 431);  // trailers, whole
+  CHECK(refusal_of(chunked + "T: a\r\n\r\n", limits) == 0);
   CHECK(refusal_of("GET /\r\n\r\n") == 400);
   CHECK(refusal_of("GET  / HTTP/1.1\r\n\r\n") == 400);
   CHECK(refusal_of("G(T / HTTP/1.1\r\n\r\n") == 400);
