@@ -28,8 +28,8 @@ int64_t argmax(const float* x, int64_t n) { return std::max_element(x, x + n) - 
 }  // namespace
 
 nlohmann::json AuditResult::to_json() const {
-  return {{"request", request},         {"measured_kl", measured_kl}, {"predicted_kl", predicted_kl},
-          {"top1_match", top1_match},   {"budget", budget},           {"within_budget", within_budget()}};
+  return {{"request", request},       {"measured_kl", measured_kl}, {"predicted_kl", predicted_kl},
+          {"top1_match", top1_match}, {"budget", budget},           {"within_budget", within_budget()}};
 }
 
 double kl_of_logits(const float* p_logits, const float* q_logits, int64_t vocab) {

@@ -37,8 +37,8 @@ namespace orbit::serve {
 struct Session;
 
 struct AuditOptions {
-  double rate = 0;          // the fraction of chat requests audited, in [0, 1]; 0 = none
-  int64_t max_pending = 4;  // audits waiting for idle time at most
+  double rate = 0;             // the fraction of chat requests audited, in [0, 1]; 0 = none
+  int64_t max_pending = 4;     // audits waiting for idle time at most
   int64_t exact_requests = 4;  // a session's first exact-mode span after a violation (doubling, ≤ 64)
 };
 
@@ -69,7 +69,8 @@ class Auditor {
   //   orbit_audits_total, orbit_audits_dropped_total, orbit_audit_budget_violations_total,
   //   orbit_audit_top1_flips_total, orbit_audit_measured_kl (histogram, nats),
   //   orbit_audit_predicted_kl_total (Σ predicted; against orbit_audit_measured_kl_sum, how far the
-  //   prediction is off), orbit_exact_requests_total (requests served exactly because an audit found a loss past budget).
+  //   prediction is off), orbit_exact_requests_total (requests served exactly because an audit found a loss past
+  //   budget).
   std::string render_metrics() const;
   void count_exact_request();
 

@@ -75,8 +75,7 @@ class RequestPath {
   ApiError plan_refusal(const ChatRequest& request, const std::string& why) const;
   RunOutcome run_chat(RunTicket::Prepared& p, const RunSink& sink);
   RunOutcome run_completion(RunTicket::Prepared& p, const RunSink& sink);
-  void queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query,
-                   double predicted_kl);
+  void queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query, double predicted_kl);
 
   ServeContext& context_;
   SessionTable& sessions_;

@@ -36,7 +36,7 @@ struct ServeContext {
   std::unique_ptr<ConstraintCache> constraints;          // forced calls and JSON answers, in tool_format
   FairGate gate;
   ServeMetrics metrics;
-  Auditor auditor;  // options.audit_rate's fidelity audits (audit.h)
+  Auditor auditor;                   // options.audit_rate's fidelity audits (audit.h)
   std::atomic<bool> closing{false};  // close() has begun: checks answer 503
 
   Window new_window() const;

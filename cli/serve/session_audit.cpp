@@ -57,8 +57,8 @@ void SessionTable::record_audit(Session& s, const AuditResult& r) {
     return;
   }
   // Past the budget: exact from the next request on, longer each time a recheck fails again.
-  a.exact_span = a.exact_span == 0 ? context_.auditor.options().exact_requests
-                                   : std::min(a.exact_span * 2, kMaxExactSpan);
+  a.exact_span =
+      a.exact_span == 0 ? context_.auditor.options().exact_requests : std::min(a.exact_span * 2, kMaxExactSpan);
   a.exact_left = a.exact_span;
   a.recheck = false;
 }

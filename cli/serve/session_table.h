@@ -51,23 +51,23 @@ struct SessionTotals {
 // A session's fidelity audits (audit.h) and whether it is served exactly because of them.
 struct SessionAudit {
   int64_t audits = 0;
-  int64_t violations = 0;        // audits past the budget
+  int64_t violations = 0;  // audits past the budget
   int64_t top1_flips = 0;
   double last_measured_kl = -1;  // -1: never audited
   double max_measured_kl = 0;
   double predicted_sum = 0, measured_sum = 0;
   std::optional<AuditResult> unreported;  // the latest, for the next response's usage
-  int64_t exact_left = 0;       // requests still to serve exactly
-  int64_t exact_span = 0;       // the last exact-mode span (0: never in exact mode)
-  bool recheck = false;         // audit the next request (exact mode just ended)
-  int64_t exact_requests = 0;   // served exactly because of an audit, in all
+  int64_t exact_left = 0;                 // requests still to serve exactly
+  int64_t exact_span = 0;                 // the last exact-mode span (0: never in exact mode)
+  bool recheck = false;                   // audit the next request (exact mode just ended)
+  int64_t exact_requests = 0;             // served exactly because of an audit, in all
   nlohmann::json to_json() const;
 };
 
 // How a chat request of a session is served (SessionTable::serving).
 struct ServingMode {
-  bool exact = false;  // heal before reading: the session's audited loss passed its budget
-  bool audit = false;  // fork the window for an audit before decoding
+  bool exact = false;   // heal before reading: the session's audited loss passed its budget
+  bool audit = false;   // fork the window for an audit before decoding
   int64_t request = 0;  // this request's number in its session (1 = its first)
 };
 

@@ -43,10 +43,10 @@ TEST_CASE("list memory: drops by class and rank", "[sync]") {
   CHECK(od::message_class(text("user", "hi")) == "user|text");
   CHECK(od::message_class(shot("p1")) == "tool|text,embeddings");
   const std::vector<ChatMessage> before = {text("system", "s"), text("user", "u1"), text("assistant", "a1"),
-                                           shot("p1"), text("user", "u2"), shot("p2")};
+                                           shot("p1"),          text("user", "u2"), shot("p2")};
   // The oldest user message and the oldest screenshot left; a message came at the end.
-  const std::vector<ChatMessage> after = {text("system", "s"), text("assistant", "a1"), text("user", "u2"),
-                                          shot("p2"), text("user", "u3")};
+  const std::vector<ChatMessage> after = {text("system", "s"), text("assistant", "a1"), text("user", "u2"), shot("p2"),
+                                          text("user", "u3")};
   const auto drops = od::drops_between(before, after);
   REQUIRE(drops.has_value());
   CHECK(*drops == od::DropPattern{{"tool|text,embeddings", 0}, {"user|text", 0}});

@@ -16,8 +16,8 @@ namespace {
 const std::string kModel = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
 
 std::string words(int seed, int n) {
-  static const char* kWords[] = {"the", "little", "cat", "saw", "a",    "big",  "dog",   "and",  "they",
-                                 "played", "in", "park", "all", "day", "long", "until", "sun", "went"};
+  static const char* kWords[] = {"the",    "little", "cat",  "saw", "a",   "big",  "dog",   "and", "they",
+                                 "played", "in",     "park", "all", "day", "long", "until", "sun", "went"};
   std::string out;
   for (int i = 0; i < n; ++i) out += std::string(i ? " " : "") + kWords[(seed * 7 + i * 3) % 18];
   return out;

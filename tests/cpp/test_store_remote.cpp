@@ -188,12 +188,11 @@ TEST_CASE("a manifest claiming more parts than its size allows is refused by nam
   // What a writer puts reads back, and so does a manifest without the part size older writers wrote.
   const std::string bytes(150 << 10, 'x');
   REQUIRE(backend.put(key(2), bytes).is_ok());
-  CHECK_THAT(test::redis_cli(server.port(), "GET '" + RedisBackend::manifest_key(key(2)) + "'"),
-             Contains(" 65536"));
+  CHECK_THAT(test::redis_cli(server.port(), "GET '" + RedisBackend::manifest_key(key(2)) + "'"), Contains(" 65536"));
   CHECK(backend.get(key(2)).bytes == bytes);
   const std::string manifest = test::redis_cli(server.port(), "GET '" + RedisBackend::manifest_key(key(2)) + "'");
-  test::redis_cli(server.port(), "SET '" + RedisBackend::manifest_key(key(2)) + "' '" +
-                                     manifest.substr(0, manifest.rfind(' ')) + "'");
+  test::redis_cli(server.port(),
+                  "SET '" + RedisBackend::manifest_key(key(2)) + "' '" + manifest.substr(0, manifest.rfind(' ')) + "'");
   CHECK(backend.get(key(2)).bytes == bytes);
   // A value too large for 4096 parts is refused at put, naming the limit.
   RedisBackendOptions small = o;

@@ -263,8 +263,7 @@ void init_policy(py::module_& m) {
                a.recompute_ratio == b.recompute_ratio && a.first_k == b.first_k && a.kl_budget == b.kl_budget &&
                a.defer_repairs == b.defer_repairs && a.heal_when_idle == b.heal_when_idle &&
                a.heal_min_kl == b.heal_min_kl && a.prepare_recalls == b.prepare_recalls &&
-               a.prepare_moves == b.prepare_moves && a.prepare_lists == b.prepare_lists &&
-               a.self_check == b.self_check;
+               a.prepare_moves == b.prepare_moves && a.prepare_lists == b.prepare_lists && a.self_check == b.self_check;
       },
       py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {

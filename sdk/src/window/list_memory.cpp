@@ -68,8 +68,7 @@ std::optional<DropPattern> drops_between(const std::vector<ChatMessage>& before,
   return drops;
 }
 
-std::optional<std::vector<ChatMessage>> apply_drops(const std::vector<ChatMessage>& list,
-                                                    const DropPattern& pattern) {
+std::optional<std::vector<ChatMessage>> apply_drops(const std::vector<ChatMessage>& list, const DropPattern& pattern) {
   if (pattern.empty()) return std::nullopt;
   std::vector<std::string> classes;
   const std::vector<int64_t> rank = ranks(list, &classes);
