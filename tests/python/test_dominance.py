@@ -17,8 +17,8 @@ bench/replay/agent-json):
   steps left out on both sides, below);
 - `throughput` (no background work of its own): cumulatively, and its total forward tokens, critical and
   background, are at most the radix cache's. Per read it is not checked: it never heals, so more of the
-  windows it returns to were served approximately before (the case described below); measured, 5 of the
-  19 traces have such a read (2 to 57 tokens over).
+  windows it returns to were served approximately before (the case described below); measured, 3 of the
+  19 traces have such a read (6 to 44 tokens over).
 
 Per read, two kinds of read are left out, and only there:
 - `disposable`, an analysis only orbit runs (a second decode with one instance's conditioning switched off):
