@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 
-from radix_report import worse_reads  # the reads where a policy forwarded more than the radix cache
+from radix_report import REASONS, worse_reads  # the reads where a policy forwarded more than the radix cache, why
 
 # Every preset defers repairs to the next read, the `prefix` baseline too (a request-driven prefix cache
 # computes once per model call); the `:eager` pair shows what repairing at every edit costs. The default
@@ -138,7 +138,7 @@ def plot(report, default_name, path):
     plt.close(fig)
 
 
-def why_missed(report, default_name, worse):
+def why_missed(report, name, default_name, worse):
     """Measured reasons a target is missed, from the replay itself. worse: the default's reads above the radix
     cache (worse_reads)."""
     pol = by_name(report)
@@ -177,7 +177,8 @@ def why_missed(report, default_name, worse):
     if worse:
         out.append("reads where it forwards more than the radix cache (tokens since the previous read, as "
                    "tests/python/test_dominance.py counts them): " +
-                   ", ".join("step %d (%.0f vs %.0f)" % x for x in worse))
+                   "; ".join("step %d (%.0f vs %.0f): %s" % (x + (REASONS.get((name, x[0]), "unexplained"),))
+                             for x in worse))
     if td["mean_kl"] is not None and (not meets_kl(td) or not meets_top1(td)):
         worst = sorted((s for s in dp["steps"] if s.get("fidelity")), key=lambda s: -s["fidelity"]["kl"])[:3]
         out.append("fidelity: mean KL %.2e, top-1 %.3f; worst steps " % (td["mean_kl"], td["mean_top1"]) + ", ".join(
@@ -291,7 +292,7 @@ def main():
         ]))
         yardsticks = sorted(set(radix(p["totals"]) for p in rep["policies"]))
         notes.append({"group": group, "name": name, "default": default_name, "d": d, "floor": floor, "met": met,
-                      "worse": worse, "why": why_missed(rep, default_name, worse), "png": png,
+                      "worse": worse, "why": why_missed(rep, name, default_name, worse), "png": png,
                       "yardsticks": yardsticks, "wall": d["critical_seconds"] / prefix["critical_seconds"]})
         if group != "old" and not meets_top1(d):
             tout = os.path.join(jdir, name + ".tight.json")
@@ -330,7 +331,10 @@ def main():
           "(`orbit replay --repeat %d`)." % (REPEAT, REPEAT), "",
           "The yardstick is the radix cache `orbit replay` runs beside every policy over the same reads, as in "
           "`bench/REPORT-radix.md` (planner/prefix_cache.h: SGLang's semantics, token granular; each read's "
-          "window, query and generated tokens held; bounded by the replay engine's KV pool). Every token ratio "
+          "window, query and generated tokens held; bounded by the replay engine's KV pool). Both sides count a "
+          "read's query: the radix cache forwards the prompt (window, then query) after what it holds and at least "
+          "its last token, and orbit's critical tokens include the query tokens its model call forwards "
+          "(`query_forward_tokens`). Every token ratio "
           "below is against the radix cache's tokens over the reads of the same policy's run "
           "(`totals.radix_tokens`). Those reads are the same for every policy of a run except where a trace "
           "lets the policy choose: a `place` step puts the window in the policy's cheapest order, and a "
