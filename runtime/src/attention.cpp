@@ -95,23 +95,34 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 #else
   (void)tail_causal;
 #endif
-  const int64_t T = q.size(0), H = q.size(1), dk = q.size(2), S = k.size(0), Hkv = k.size(1), dv = v.size(2);
+  return attend_batch(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), query_index.unsqueeze(0), scale).squeeze(0);
+}
+
+at::Tensor attend_batch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
+                        double scale) {
+  const int64_t B = q.size(0), R = q.size(1), H = q.size(2), dk = q.size(3);
+  const int64_t S = k.size(1), Hkv = k.size(2), dv = v.size(3);
   const int64_t group = H / Hkv;
-  // Head h uses kv head h / group: view q heads as [H_kv, group].
-  at::Tensor kh = k.permute({1, 2, 0});  // [H_kv, d_k, S]
-  at::Tensor vh = v.permute({1, 0, 2});  // [H_kv, S, d_v]
-  at::Tensor out = at::empty({T, H * dv}, q.options());
-  const at::Tensor key_index = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(0);  // [1, S]
-  for (int64_t start = 0; start < T; start += kQueryBlock) {
-    const int64_t len = std::min(kQueryBlock, T - start);
-    at::Tensor qb =
-        q.narrow(0, start, len).reshape({len, Hkv, group, dk}).permute({1, 2, 0, 3}).reshape({Hkv, group * len, dk});
-    at::Tensor scores = at::bmm(qb, kh).mul_(scale).view({Hkv, group, len, S});
-    at::Tensor hidden = key_index > query_index.narrow(0, start, len).unsqueeze(1);  // [len, S]
-    scores.masked_fill_(hidden, -std::numeric_limits<float>::infinity());
-    at::Tensor probs = at::softmax(scores, -1).view({Hkv, group * len, S});
-    at::Tensor ob = at::bmm(probs, vh).view({Hkv, group, len, dv}).permute({2, 0, 1, 3}).reshape({len, H * dv});
-    out.narrow(0, start, len).copy_(ob);
+  // Head h uses kv head h / group: view q heads as [H_kv, group]; each (sequence, kv head) is one matrix
+  // of the batched products.
+  const at::Tensor kh = k.permute({0, 2, 3, 1}).reshape({B * Hkv, dk, S});
+  const at::Tensor vh = v.permute({0, 2, 1, 3}).reshape({B * Hkv, S, dv});
+  at::Tensor out = at::empty({B, R, H * dv}, q.options());
+  const at::Tensor key_index = at::arange(S, q.options().dtype(at::kLong)).view({1, 1, S});
+  for (int64_t start = 0; start < R; start += kQueryBlock) {
+    const int64_t len = std::min(kQueryBlock, R - start);
+    const at::Tensor qb = q.narrow(1, start, len)
+                              .reshape({B, len, Hkv, group, dk})
+                              .permute({0, 2, 3, 1, 4})
+                              .reshape({B * Hkv, group * len, dk});
+    at::Tensor scores = at::bmm(qb, kh).mul_(scale).view({B, Hkv, group, len, S});
+    // Keys past query_index are hidden: later input tokens, and a shorter sequence's padding.
+    const at::Tensor hidden = key_index > query_index.narrow(1, start, len).unsqueeze(2);  // [B, len, S]
+    scores.masked_fill_(hidden.view({B, 1, 1, len, S}), -std::numeric_limits<float>::infinity());
+    const at::Tensor probs = at::softmax(scores, -1).view({B * Hkv, group * len, S});
+    const at::Tensor ob =
+        at::bmm(probs, vh).view({B, Hkv, group, len, dv}).permute({0, 3, 1, 2, 4}).reshape({B, len, H * dv});
+    out.narrow(1, start, len).copy_(ob);
   }
   return out;
 }
@@ -122,26 +133,42 @@ LayerKV gqa_content(const ModelConfig& c, const LayerWeights& w, const at::Tenso
           dense(h, w.wv, w.bv).view({R, c.num_kv_heads, c.head_dim})};
 }
 
-at::Tensor gqa_attention(const AttentionStep& s) {
-  const ModelConfig& c = s.config;
-  const at::Tensor q = dense(s.h, s.weights.wq, s.weights.bq).view({s.h.size(0), c.num_heads, c.head_dim});
+at::Tensor gqa_queries(const ModelConfig& c, const LayerWeights& w, const at::Tensor& h,
+                       const ops::RopeTables& tables) {
+  const at::Tensor q = dense(h, w.wq, w.bq).view({h.size(0), c.num_heads, c.head_dim});
   // YaRN's attention factor multiplies HF's cos and sin, so the rotated dims' share of q·k grows by its
   // square while pass-through dims (partial rotary) keep theirs (rope.h). Scaling q's rotated dims by m²
   // gives exactly that.
   const double mscale = rope_attention_scaling(c.rope);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-  at::Tensor q_rot = rotate(c.rope, q, s.query_tables);
+  at::Tensor q_rot = rotate(c.rope, q, tables);
   if (mscale != 1.0) q_rot.narrow(2, 0, c.rope.rotary_dim).mul_(mscale * mscale);
+  return q_rot;
+}
+
+namespace {
+double gqa_scale(const ModelConfig& c) { return 1.0 / std::sqrt(static_cast<double>(c.head_dim)); }
+}  // namespace
+
+at::Tensor gqa_attention(const AttentionStep& s) {
+  const ModelConfig& c = s.config;
   if (s.paged != nullptr) {
     ops::PagedAttentionInputs in = *s.paged;
-    in.q = q_rot;
+    in.q = s.q;
     in.k_tail = s.keys.k.contiguous();
     in.v_tail = s.keys.v.contiguous();
-    in.scale = scale;
+    in.scale = gqa_scale(c);
     return ops::paged_attention(in);
   }
   // Relocation on the fly: every key (past ones included) is rotated to its position here.
-  return attend(q_rot, rotate(c.rope, s.keys.k, s.key_tables), s.keys.v, s.query_index, scale, s.tail_causal);
+  return attend(s.q, rotate(c.rope, s.keys.k, s.key_tables), s.keys.v, s.query_index, gqa_scale(c), s.tail_causal);
+}
+
+at::Tensor gqa_attention_batch(const ModelConfig& c, const at::Tensor& q, const KeyBatch& keys) {
+  const int64_t B = keys.batch, S = keys.keys;
+  const at::Tensor k = rotate(c.rope, keys.content.k, *keys.tables);
+  return attend_batch(q, k.view({B, S, k.size(1), k.size(2)}),
+                      keys.content.v.view({B, S, keys.content.v.size(1), keys.content.v.size(2)}),
+                      *keys.query_index, gqa_scale(c));
 }
 
 }  // namespace orbit::runtime::detail

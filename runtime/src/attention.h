@@ -1,9 +1,12 @@
 // Internal to the runtime: the attention families behind Model::forward (model.cpp drives the layer
 // loop; each family turns a layer's normed hidden states into content and attends over content).
 //
-// A family provides two functions:
-//   content(config, weights, h)  -> LayerKV of the computed tokens (content form, see model.h)
-//   attention(step)              -> [R, num_heads · v_head_dim()] attention output before o_proj
+// A family provides:
+//   content(config, weights, h)          -> LayerKV of the computed tokens (content form, see model.h)
+//   queries(config, weights, h, tables)  -> the computed tokens' queries, rotated (row-wise: a batched
+//                                           forward runs it once over every sequence's tokens)
+//   attention(step)                      -> one sequence's [R, num_heads · v_head_dim()] before o_proj
+//   attention_batch(.., q, keys)         -> the same for B sequences of R queries over padded keys
 // Keys of every token (past ‖ input) arrive in content form with their angles; a family rotates (and
 // for MLA expands) them itself, so relocation is the same function as the forward's RoPE.
 #pragma once
@@ -43,13 +46,12 @@ bool fused_attention_available();
 // Whether attend() takes ops::past_attention for this q over `keys` keys (see attend()).
 bool uses_past_attention(const at::Tensor& q, int64_t keys, bool tail_causal);
 
-// One layer's attention inputs, R computed tokens over S = past + input key tokens.
+// One layer's attention inputs for one sequence, R computed tokens over S = past + input key tokens.
 struct AttentionStep {
   const ModelConfig& config;
   const LayerWeights& weights;
-  const at::Tensor& h;                  // RMSNorm'd hidden states of the computed tokens [R, hidden]
-  const ops::RopeTables& query_tables;  // cos/sin of the computed tokens' angles [R, rotary_dim/2]
-  const LayerKV& keys;                  // content of all key tokens, float32, S rows
+  const at::Tensor& q;                  // the computed tokens' queries, rotated and scaled ([family]_queries)
+  const LayerKV& keys;                  // content of all key tokens, S rows
   const ops::RopeTables& key_tables;    // cos/sin of all key tokens' angles [S, rotary_dim/2] (undefined when paged)
   const at::Tensor& query_index;        // int64 [R]: the last key index each computed token sees
   bool tail_causal = false;             // query_index[r] = S − R + r (no partial recompute)
@@ -58,12 +60,40 @@ struct AttentionStep {
   const ops::PagedAttentionInputs* paged = nullptr;
 };
 
+// The keys of B sequences that attend together (the blocked path of a batched forward), each padded to the
+// longest one's S keys: row b·S + s is sequence b's key s; rows past a sequence's own keys are zero, and no
+// query sees them (a key index above query_index is masked).
+struct KeyBatch {
+  int64_t batch = 0;               // B
+  int64_t keys = 0;                // S (the longest sequence's keys)
+  LayerKV content;                 // k [B·S, H_k, d_k], v [B·S, H_v, d_v]: content form (before rotation)
+  const ops::RopeTables* tables;   // cos/sin of each row's angles [B·S, rotary_dim/2] (zero on padding)
+  const at::Tensor* query_index;   // int64 [B, R]: the last key index each query sees
+};
+
+// attend() for B sequences of R queries each on the blocked path: q [B, R, H, d_k], k [B, S, H_kv, d_k],
+// v [B, S, H_kv, d_v], query_index [B, R]; returns [B, R, H·d_v]. For B = 1 it computes exactly what
+// attend() computes there.
+at::Tensor attend_batch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
+                        double scale);
+
 // GQA/MHA (Llama, Qwen2, Qwen2-VL): content = pre-RoPE keys and values [R, H_kv, head_dim].
 LayerKV gqa_content(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& h);
+// Queries of the normed hidden states h [R, hidden], rotated by `tables` ([R, rotary_dim/2]) and scaled
+// as the RoPE type asks: [R, H, head_dim].
+at::Tensor gqa_queries(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& h,
+                       const ops::RopeTables& tables);
 at::Tensor gqa_attention(const AttentionStep& step);
+// B sequences' queries q [B, R, H, head_dim] over their padded keys: [B, R, H·head_dim].
+at::Tensor gqa_attention_batch(const ModelConfig& config, const at::Tensor& q, const KeyBatch& keys);
 
 // MLA (DeepSeek-V2): content = pre-rotation k_pe [R, 1, d_rope] and latent c_KV [R, 1, r_kv].
 LayerKV mla_content(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& h);
+// Queries [R, H, d_nope + d_rope], q_pe rotated by `tables` and scaled.
+at::Tensor mla_queries(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& h,
+                       const ops::RopeTables& tables);
 at::Tensor mla_attention(const AttentionStep& step);
+at::Tensor mla_attention_batch(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& q,
+                               const KeyBatch& keys);
 
 }  // namespace orbit::runtime::detail

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <utility>
 
 #include "attention.h"
 #include "orbit/runtime/rope.h"
@@ -31,32 +32,54 @@ LayerKV mla_content(const ModelConfig& c, const LayerWeights& w, const at::Tenso
   return {k_pe.contiguous().view({R, 1, m.qk_rope_head_dim}), latent.contiguous().view({R, 1, m.kv_lora_rank})};
 }
 
-at::Tensor mla_attention(const AttentionStep& s) {
-  const ModelConfig& c = s.config;
+at::Tensor mla_queries(const ModelConfig& c, const LayerWeights& w, const at::Tensor& h,
+                       const ops::RopeTables& tables) {
   const MlaConfig& m = c.mla;
-  const LayerWeights& w = s.weights;
-  const int64_t R = s.h.size(0), S = s.keys.k.size(0), H = c.num_heads;
-
+  const int64_t R = h.size(0), H = c.num_heads;
   // Queries: [R, H, d_nope + d_rope].
   const at::Tensor q_flat =
-      m.q_lora_rank == 0 ? dense(s.h, w.wq) : dense(rms_norm(dense(s.h, w.wq_a), w.q_a_norm, kLatentNormEps), w.wq_b);
+      m.q_lora_rank == 0 ? dense(h, w.wq) : dense(rms_norm(dense(h, w.wq_a), w.q_a_norm, kLatentNormEps), w.wq_b);
   const at::Tensor q = q_flat.view({R, H, c.head_dim});
   const at::Tensor q_nope = q.narrow(2, 0, m.qk_nope_head_dim);
   // YaRN's attention factor scales cos and sin of both q_pe and k_pe: the RoPE part of q·k by its square.
   const double a = rope_attention_scaling(c.rope);
-  const at::Tensor q_pe =
-      rotate(c.rope, q.narrow(2, m.qk_nope_head_dim, m.qk_rope_head_dim), s.query_tables).mul_(a * a);
+  const at::Tensor q_pe = rotate(c.rope, q.narrow(2, m.qk_nope_head_dim, m.qk_rope_head_dim), tables).mul_(a * a);
+  return at::cat({q_nope, q_pe}, 2);
+}
 
-  // Keys and values of every key token, expanded from the latent: [S, H, d_nope + d_v].
+namespace {
+
+double mla_scale(const ModelConfig& c) {
+  return rope_mla_softmax_scaling(c.rope) / std::sqrt(static_cast<double>(c.head_dim));
+}
+
+// Keys [S, H, d_nope + d_rope] and values [S, H, d_v] of S key tokens in content form, expanded from the
+// latent and rotated.
+std::pair<at::Tensor, at::Tensor> mla_keys(const ModelConfig& c, const LayerWeights& w, const LayerKV& content,
+                                           const ops::RopeTables& tables) {
+  const MlaConfig& m = c.mla;
+  const int64_t S = content.k.size(0), H = c.num_heads;
   const at::Tensor kv =
-      dense(s.keys.v.reshape({S, m.kv_lora_rank}), w.wkv_b).view({S, H, m.qk_nope_head_dim + m.v_head_dim});
+      dense(content.v.reshape({S, m.kv_lora_rank}), w.wkv_b).view({S, H, m.qk_nope_head_dim + m.v_head_dim});
   const at::Tensor k_nope = kv.narrow(2, 0, m.qk_nope_head_dim);
   const at::Tensor v = kv.narrow(2, m.qk_nope_head_dim, m.v_head_dim);
-  const at::Tensor k_pe = rotate(c.rope, s.keys.k, s.key_tables).expand({S, H, m.qk_rope_head_dim});
+  const at::Tensor k_pe = rotate(c.rope, content.k, tables).expand({S, H, m.qk_rope_head_dim});
+  return {at::cat({k_nope, k_pe}, 2), v.contiguous()};
+}
 
-  const double scale = rope_mla_softmax_scaling(c.rope) / std::sqrt(static_cast<double>(c.head_dim));
-  return attend(at::cat({q_nope, q_pe}, 2), at::cat({k_nope, k_pe}, 2), v.contiguous(), s.query_index, scale,
-                s.tail_causal);
+}  // namespace
+
+at::Tensor mla_attention(const AttentionStep& s) {
+  const auto [k, v] = mla_keys(s.config, s.weights, s.keys, s.key_tables);
+  return attend(s.q, k, v, s.query_index, mla_scale(s.config), s.tail_causal);
+}
+
+at::Tensor mla_attention_batch(const ModelConfig& c, const LayerWeights& w, const at::Tensor& q,
+                               const KeyBatch& keys) {
+  const auto [k, v] = mla_keys(c, w, keys.content, *keys.tables);
+  const int64_t B = keys.batch, S = keys.keys;
+  return attend_batch(q, k.view({B, S, k.size(1), k.size(2)}), v.view({B, S, v.size(1), v.size(2)}),
+                      *keys.query_index, mla_scale(c));
 }
 
 }  // namespace orbit::runtime::detail

@@ -96,6 +96,14 @@ struct ForwardResult {
   std::vector<LayerKV> content;  // per layer run, when return_content; model's device and dtype
 };
 
+// One sequence of a batched forward (Model::forward_batch): its input, its own past (nullptr = none) and
+// its options (nullptr = defaults). Pointers are borrowed for the call.
+struct SequenceForward {
+  const ForwardInput* input = nullptr;
+  const PastKV* past = nullptr;
+  const ForwardOptions* options = nullptr;
+};
+
 // After loading, every tensor is on the model's device in its compute dtype (Model::device(), dtype();
 // float32 CPU unless a ComputeTarget says otherwise). H = num_heads; shapes per family (undefined where not used).
 struct LayerWeights {
@@ -157,8 +165,22 @@ class Model {
   // out of range, embeddings of the wrong width, positions negative or past the model's limit (any
   // coordinate of a grid), a position grid whose column count is not the token count, or past KV
   // whose shapes disagree with the config's content shapes.
+  // forward_batch of this one sequence: a single forward is the batch of one, the same code path.
   ForwardResult forward(const ForwardInput& input, const PastKV* past = nullptr,
                         const ForwardOptions& options = {}) const;
+
+  // One forward over several sequences, each with its own tokens (ragged: decode steps and prefills of any
+  // lengths together), its own past (contiguous or paged, its own positions and patches) and its own
+  // options. What is row-wise runs once over every sequence's computed tokens concatenated ([Σ R_i, hidden]:
+  // the norms, the Q/K/V and output projections, the MLP, the LM head); attention is each sequence's
+  // queries over its own past and its own earlier tokens. On CPU the sequences with the same number of
+  // computed tokens attend together, their keys padded to the longest and masked (one rotation and one
+  // batched score and value product per group); on CUDA each attends on its own (the paged kernel, SDPA or
+  // the GEMM path, as a single forward would). Results are in batch order and equal the sequences' single
+  // forwards up to the order of float reductions (tests/cpp/float_tolerance.h). Every sequence must run
+  // the same number of layers (ForwardOptions::max_layers). Throws as forward() does, the message naming
+  // the sequence ("forward: sequence 2: ...") when the batch holds more than one; an empty batch throws.
+  std::vector<ForwardResult> forward_batch(const std::vector<SequenceForward>& batch) const;
 
  private:
   ModelConfig config_;

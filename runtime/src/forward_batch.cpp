@@ -1,0 +1,284 @@
+// Model::forward_batch (model.h) and Model::forward, its batch of one.
+//
+//   prepare_sequence     per sequence (forward_sequence.h): its input, past, positions, rope tables, checks
+//   x                    every sequence's computed tokens' hidden states, concatenated [N = Σ R_i, hidden]
+//   per layer            norm, content (K/V) and queries over all N rows at once; attention per sequence
+//                        (CUDA) or per group of sequences with the same R over padded keys (CPU); output
+//                        projection and MLP over all N rows
+//   logits               the rows asked for (each sequence's last, or all of its rows), one LM-head product
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "attention.h"
+#include "forward_sequence.h"
+#include "orbit/common/error.h"
+#include "orbit/runtime/model.h"
+
+namespace orbit::runtime {
+
+namespace detail {
+namespace {
+
+// Sequences that attend together on the blocked path: the same number R > 0 of computed tokens.
+struct AttentionGroup {
+  std::vector<std::size_t> members;  // batch indices, ascending
+  at::Tensor rows;                   // int64 [B·R]: their rows in the batch (undefined: every row, in order)
+  int64_t queries = 0;               // R
+  int64_t keys = 0;                  // S: the most keys (past + input tokens) of a member
+  ops::RopeTables tables;            // the members' key angles, padded to S each: [B·S, rotary_dim/2]
+  at::Tensor query_index;            // int64 [B, R]
+};
+
+// A forward over the prepared sequences, fixed before the first layer.
+struct BatchPass {
+  const Model& model;
+  std::vector<SequencePass> seqs;
+  std::vector<int64_t> first_row;  // each sequence's first row in the batch
+  int64_t total_rows = 0;          // N
+  ops::RopeTables query_tables;    // [N, rotary_dim/2]: every computed token's, in batch order
+  bool grouped = false;            // attention by groups over padded keys (CPU), else per sequence
+  std::vector<AttentionGroup> groups;
+};
+
+// The members of a group with their key angles padded (one copy per member, once per forward).
+AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members) {
+  AttentionGroup g;
+  g.members = std::move(members);
+  const SequencePass& first = b.seqs[g.members.front()];
+  g.queries = first.rows;
+  const int64_t B = static_cast<int64_t>(g.members.size());
+  std::vector<at::Tensor> qi;
+  for (std::size_t i : g.members) {
+    g.keys = std::max(g.keys, b.seqs[i].past->length + b.seqs[i].tokens);
+    qi.push_back(b.seqs[i].query_index);
+  }
+  g.query_index = B == 1 ? first.query_index.unsqueeze(0) : at::stack(qi);
+  if (B == 1) {
+    g.tables = first.rope.key;
+  } else {
+    const at::Tensor& cos = first.rope.key.cos;
+    g.tables.cos = at::zeros({B * g.keys, cos.size(1)}, cos.options());
+    g.tables.sin = at::zeros({B * g.keys, cos.size(1)}, cos.options());
+    for (int64_t j = 0; j < B; ++j) {
+      const ops::RopeTables& t = b.seqs[g.members[static_cast<std::size_t>(j)]].rope.key;
+      g.tables.cos.narrow(0, j * g.keys, t.cos.size(0)).copy_(t.cos);
+      g.tables.sin.narrow(0, j * g.keys, t.sin.size(0)).copy_(t.sin);
+    }
+  }
+  if (B * g.queries != b.total_rows) {
+    std::vector<int64_t> rows;
+    for (std::size_t i : g.members) {
+      for (int64_t r = 0; r < g.queries; ++r) rows.push_back(b.first_row[i] + r);
+    }
+    g.rows = at::tensor(at::ArrayRef<int64_t>(rows), at::kLong).to(b.model.device());
+  }
+  return g;
+}
+
+// Groups the sequences with computed tokens by R, in batch order of their first member.
+std::vector<AttentionGroup> make_groups(const BatchPass& b) {
+  std::map<int64_t, std::vector<std::size_t>> by_rows;
+  std::vector<int64_t> order;
+  for (std::size_t i = 0; i < b.seqs.size(); ++i) {
+    const int64_t R = b.seqs[i].rows;
+    if (R == 0) continue;
+    if (by_rows.find(R) == by_rows.end()) order.push_back(R);
+    by_rows[R].push_back(i);
+  }
+  std::vector<AttentionGroup> groups;
+  for (int64_t R : order) groups.push_back(make_group(b, std::move(by_rows[R])));
+  return groups;
+}
+
+// Layer l's keys of a group, content form, each member padded to the group's S keys (zero rows after its
+// own): its contiguous past's, then its input's content.
+LayerKV group_keys(const BatchPass& b, const AttentionGroup& g, const std::vector<LayerKV>& contents, int64_t l) {
+  const Model& m = b.model;
+  if (g.members.size() == 1) return sequence_keys(m, b.seqs[g.members.front()], contents[g.members.front()], l);
+  const int64_t B = static_cast<int64_t>(g.members.size());
+  const LayerKV& any = contents[g.members.front()];
+  LayerKV out{at::zeros({B * g.keys, any.k.size(1), any.k.size(2)}, any.k.options()),
+              at::zeros({B * g.keys, any.v.size(1), any.v.size(2)}, any.v.options())};
+  for (int64_t j = 0; j < B; ++j) {
+    const std::size_t i = g.members[static_cast<std::size_t>(j)];
+    const ForwardPast& fp = *b.seqs[i].past;
+    const LayerKV& c = contents[i];
+    const int64_t n = fp.length + c.k.size(0);
+    at::Tensor k = out.k.narrow(0, j * g.keys, n), v = out.v.narrow(0, j * g.keys, n);
+    if (fp.length > 0) {
+      const LayerKV& p = fp.past->layers[static_cast<std::size_t>(l)];
+      at::cat_out(k, {p.k.to(m.device(), m.dtype()), c.k}, 0);
+      at::cat_out(v, {p.v.to(m.device(), m.dtype()), c.v}, 0);
+    } else {
+      k.copy_(c.k);
+      v.copy_(c.v);
+    }
+  }
+  return out;
+}
+
+// Layer l's attention output [N, H·d_v] over the groups (blocked path, padded keys).
+at::Tensor grouped_attention(const BatchPass& b, const LayerWeights& w, int64_t l, const std::vector<LayerKV>& contents,
+                             const at::Tensor& q, at::Tensor out) {
+  const ModelConfig& c = b.model.config();
+  const bool mla = c.attention() == AttentionKind::kMla;
+  for (const AttentionGroup& g : b.groups) {
+    const int64_t B = static_cast<int64_t>(g.members.size());
+    const KeyBatch keys{B, g.keys, group_keys(b, g, contents, l), &g.tables, &g.query_index};
+    const at::Tensor qg = (g.rows.defined() ? q.index_select(0, g.rows) : q).view({B, g.queries, q.size(1), q.size(2)});
+    const at::Tensor o = mla ? mla_attention_batch(c, w, qg, keys) : gqa_attention_batch(c, qg, keys);
+    if (!g.rows.defined()) return o.view({b.total_rows, o.size(2)});
+    out.index_copy_(0, g.rows, o.view({B * g.queries, o.size(2)}));
+  }
+  return out;
+}
+
+// Layer l's attention output [N, H·d_v], each sequence on its own (the paths a single forward takes on CUDA).
+at::Tensor sequence_attention(const BatchPass& b, const LayerWeights& w, int64_t l,
+                              const std::vector<LayerKV>& contents, const at::Tensor& q, at::Tensor out) {
+  const ModelConfig& c = b.model.config();
+  std::vector<at::Tensor> parts;
+  for (std::size_t i = 0; i < b.seqs.size(); ++i) {
+    const SequencePass& s = b.seqs[i];
+    if (s.rows == 0) continue;
+    const LayerKV keys = sequence_keys(b.model, s, contents[i], l);
+    const at::Tensor qi = q.narrow(0, b.first_row[i], s.rows);
+    AttentionStep step{c, w, qi, keys, s.rope.key, s.query_index, !s.recompute.partial};
+    ops::PagedAttentionInputs paged;
+    if (s.paged != nullptr) {
+      paged = paged_layer(*s.paged, l);
+      step.paged = &paged;
+    }
+    parts.push_back(c.attention() == AttentionKind::kMla ? mla_attention(step) : gqa_attention(step));
+  }
+  if (parts.empty()) return out;
+  return parts.size() == 1 ? parts.front() : at::cat(parts, 0);
+}
+
+// Layer l over the hidden states x [N, hidden]: attention, then the MLP, each added to the residual.
+// Appends each sequence's content to its result when its options ask for it.
+at::Tensor run_layer(const BatchPass& b, int64_t l, const at::Tensor& x, std::vector<ForwardResult>& results) {
+  const Model& m = b.model;
+  const ModelConfig& c = m.config();
+  const LayerWeights& w = m.weights().layers[static_cast<std::size_t>(l)];
+  for (const SequencePass& s : b.seqs) {
+    if (s.options->before_layer && !s.past->announced) s.options->before_layer(l);
+  }
+  const at::Tensor h = rms_norm(x, w.attn_norm, c.rms_norm_eps);
+  const bool mla = c.attention() == AttentionKind::kMla;
+  const LayerKV all = mla ? mla_content(c, w, h) : gqa_content(c, w, h);
+  std::vector<LayerKV> contents(b.seqs.size());
+  for (std::size_t i = 0; i < b.seqs.size(); ++i) {
+    const SequencePass& s = b.seqs[i];
+    LayerKV& content = contents[i];
+    content = {all.k.narrow(0, b.first_row[i], s.rows), all.v.narrow(0, b.first_row[i], s.rows)};
+    if (s.recompute.partial) {
+      // Written over the cached content of every input token.
+      const LayerKV& cached = s.options->cached[static_cast<std::size_t>(l)];
+      content.k = cached.k.to(m.device(), m.dtype()).clone().index_copy_(0, s.recompute.selected, content.k);
+      content.v = cached.v.to(m.device(), m.dtype()).clone().index_copy_(0, s.recompute.selected, content.v);
+    }
+    if (s.options->return_content) results[i].content.push_back(content);
+  }
+  const at::Tensor q = mla ? mla_queries(c, w, h, b.query_tables) : gqa_queries(c, w, h, b.query_tables);
+  at::Tensor attention = at::empty({b.total_rows, c.num_heads * c.v_head_dim()}, x.options());
+  attention = b.grouped ? grouped_attention(b, w, l, contents, q, attention)
+                        : sequence_attention(b, w, l, contents, q, attention);
+  const at::Tensor y = x + dense(attention, w.wo);
+  const at::Tensor g = rms_norm(y, w.ffn_norm, c.rms_norm_eps);
+  return y + dense(at::silu(dense(g, w.w_gate)) * dense(g, w.w_up), w.w_down);
+}
+
+// float32 logits of the rows each sequence asks for (its last computed token, or every one), through one
+// product with the LM head.
+void batch_logits(const BatchPass& b, const at::Tensor& x, std::vector<ForwardResult>& results) {
+  const Model& m = b.model;
+  std::vector<int64_t> rows, counts;
+  for (std::size_t i = 0; i < b.seqs.size(); ++i) {
+    const SequencePass& s = b.seqs[i];
+    const LogitsMode mode = s.options->logits;
+    const int64_t n = mode == LogitsMode::kNone ? 0 : mode == LogitsMode::kLast ? 1 : s.rows;
+    for (int64_t r = s.rows - n; r < s.rows; ++r) rows.push_back(b.first_row[i] + r);
+    counts.push_back(n);
+  }
+  if (rows.empty()) return;
+  at::Tensor picked;
+  if (b.seqs.size() == 1) {
+    picked = x.narrow(0, rows.front(), static_cast<int64_t>(rows.size()));
+  } else {
+    picked = x.index_select(0, at::tensor(at::ArrayRef<int64_t>(rows), at::kLong).to(m.device()));
+  }
+  const at::Tensor logits =
+      dense(rms_norm(picked, m.weights().final_norm, m.config().rms_norm_eps), m.weights().lm_head).to(at::kFloat);
+  int64_t at_row = 0;
+  for (std::size_t i = 0; i < b.seqs.size(); ++i) {
+    if (counts[i] == 0) continue;
+    results[i].logits = b.seqs.size() == 1 ? logits : logits.narrow(0, at_row, counts[i]);
+    at_row += counts[i];
+  }
+}
+
+// prepare_sequence for every sequence; in a batch of several, an error names the sequence.
+std::vector<SequencePass> prepare_all(const Model& m, const std::vector<SequenceForward>& batch) {
+  std::vector<SequencePass> seqs;
+  seqs.reserve(batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (batch.size() == 1) {
+      seqs.push_back(prepare_sequence(m, batch[i]));
+      continue;
+    }
+    try {
+      seqs.push_back(prepare_sequence(m, batch[i]));
+    } catch (const Error& e) {
+      std::string what = e.what();
+      const std::string head = "forward: ";
+      if (what.rfind(head, 0) == 0) what = what.substr(head.size());
+      throw Error(head + "sequence " + std::to_string(i) + ": " + what, __FILE__, __LINE__);
+    }
+    ORBIT_CHECK(seqs.back().num_layers == seqs.front().num_layers,
+                "forward: every sequence of a batch runs the same layers (options.max_layers): sequence 0 runs "
+                    << seqs.front().num_layers << ", sequence " << i << " " << seqs.back().num_layers);
+  }
+  return seqs;
+}
+
+}  // namespace
+}  // namespace detail
+
+std::vector<ForwardResult> Model::forward_batch(const std::vector<SequenceForward>& batch) const {
+  c10::InferenceMode guard;
+  ORBIT_CHECK(!batch.empty(), "forward: an empty batch (give at least one sequence)");
+  detail::BatchPass b{*this, detail::prepare_all(*this, batch), {}, 0, {}, false, {}};
+  std::vector<at::Tensor> xs, cos, sin;
+  for (detail::SequencePass& s : b.seqs) {
+    b.first_row.push_back(b.total_rows);
+    b.total_rows += s.rows;
+    xs.push_back(std::move(s.x));
+    cos.push_back(s.rope.query.cos);
+    sin.push_back(s.rope.query.sin);
+  }
+  at::Tensor x = xs.size() == 1 ? xs.front() : at::cat(xs, 0);
+  b.query_tables = cos.size() == 1 ? b.seqs.front().rope.query : ops::RopeTables{at::cat(cos, 0), at::cat(sin, 0)};
+  b.grouped = !device_.is_cuda();
+  if (b.grouped) b.groups = detail::make_groups(b);
+
+  std::vector<ForwardResult> results(b.seqs.size());
+  const int64_t num_layers = b.seqs.front().num_layers;
+  for (std::size_t i = 0; i < b.seqs.size(); ++i) {
+    if (b.seqs[i].options->return_content) results[i].content.reserve(static_cast<std::size_t>(num_layers));
+  }
+  for (int64_t l = 0; l < num_layers; ++l) x = detail::run_layer(b, l, x, results);
+  detail::batch_logits(b, x, results);
+  return results;
+}
+
+ForwardResult Model::forward(const ForwardInput& input, const PastKV* past, const ForwardOptions& options) const {
+  return std::move(forward_batch({SequenceForward{&input, past, &options}}).front());
+}
+
+}  // namespace orbit::runtime

@@ -1,0 +1,113 @@
+// Internal to the runtime: one sequence of a forward (Model::forward_batch, forward_batch.cpp), prepared
+// before the first layer. Everything here is per sequence; the batch runs the row-wise work of all its
+// sequences at once and comes back here only for attention.
+//
+//   input_hidden        the input as hidden states [T, hidden] (tokens embedded, or embeddings checked)
+//   ForwardPast         the past attended over: paged (read in place) or contiguous (given or gathered)
+//   check_past          its layers and positions against the config
+//   select_recomputed   which input tokens are computed (all, or options.recompute) and their checks
+//   forward_rope        cos/sin of the queries' and the keys' angles, once per forward
+//   plan_paged          the paged kernel's per-forward inputs (slots, positions, frequencies, patch tables)
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/paged_attention_op.h"
+#include "ops/rope_op.h"
+#include "orbit/runtime/kv_pool.h"
+#include "orbit/runtime/model.h"
+
+namespace orbit::runtime::detail {
+
+// Why the paged kernel cannot run this model or input ("" when it can).
+std::string paged_kernel_gap(const ModelConfig& c, const c10::Device& device, int64_t queries, bool partial);
+
+// Checks one layer's content tensors against the config's content shapes with `rows` tokens.
+void check_content(const ModelConfig& c, const LayerKV& kv, int64_t rows, const std::string& what);
+
+// The forward's input as hidden states [T, hidden] on the model's device and dtype.
+at::Tensor input_hidden(const Model& m, const ForwardInput& input);
+
+// Input positions as given or defaulted (past_len + 0..T-1), shape-checked against T tokens.
+at::Tensor input_positions(const ModelConfig& c, const at::Tensor& given, int64_t past_len, int64_t T);
+
+// The past one forward of T input tokens attends over. A paged past is read in place by the paged kernel
+// where it applies; otherwise it is gathered here. Not copyable: `past` may point at `gathered`.
+struct ForwardPast {
+  ForwardPast(const Model& m, const PastKV* given, int64_t T, const ForwardOptions& options);
+  ForwardPast(const ForwardPast&) = delete;
+  ForwardPast& operator=(const ForwardPast&) = delete;
+
+  const PastKV* past = nullptr;   // the past attended over (given, or gathered), or null
+  const PastKV* paged = nullptr;  // the paged past the kernel reads in place, or null
+  PastKV gathered;
+  bool announced = false;    // before_layer already called for every layer
+  int64_t length = 0;        // past tokens
+  int64_t paged_length = 0;  // of them, read in place from the pool
+};
+
+// Checks the past's layers (the tokens after the paged ones) and positions against the config.
+void check_past(const ModelConfig& c, const ForwardPast& fp);
+
+// Which input tokens a forward computes: every one, or (partial recompute) options.recompute.
+struct Recompute {
+  bool partial = false;
+  at::Tensor selected;  // int64 [R] on the model's device: the computed input indices, ascending
+};
+
+// The selection for T input tokens, options.recompute and options.cached (for `num_layers` layers) checked.
+Recompute select_recomputed(const Model& m, const ForwardOptions& options, int64_t T, int64_t num_layers);
+
+// cos/sin of the computed tokens' angles and of every key token's (undefined with a paged past, whose
+// kernel rotates in place): every layer rotates by the same angles.
+struct ForwardRope {
+  ops::RopeTables query;
+  ops::RopeTables key;
+};
+
+// One angle function for the input and the (relocated) past; M-RoPE grids and 1-D positions alike.
+// Angles are computed where the model runs (float64 there), never shipped per token from the host.
+ForwardRope forward_rope(const Model& m, const ForwardPast& fp, const at::Tensor& positions, const Recompute& rc,
+                         int64_t window_len);
+
+// The per-forward part of the paged kernel's inputs (slots, positions, frequencies, patch tables).
+struct PagedPlan {
+  ops::PagedAttentionInputs base;
+  std::vector<at::Tensor> segment_tables;  // per layer
+  std::vector<at::Tensor> keep_alive;      // factors moved to the device
+  const KVPool* pool = nullptr;
+  int64_t rows = 0;
+};
+
+PagedPlan plan_paged(const ModelConfig& c, const PastKV& past, const at::Tensor& input_positions, int64_t window_len,
+                     const c10::Device& device, c10::ScalarType dtype);
+
+// The paged kernel's inputs for layer l: the forward's, with the pool's layer-l pages and patch segments.
+ops::PagedAttentionInputs paged_layer(const PagedPlan& plan, int64_t l);
+
+// One sequence of a batched forward, prepared (and checked) before the first layer.
+struct SequencePass {
+  const ForwardOptions* options = nullptr;
+  std::unique_ptr<ForwardPast> past;
+  Recompute recompute;
+  at::Tensor x;            // the computed tokens' input hidden states [R, hidden] (moved into the batch)
+  at::Tensor query_index;  // int64 [R]: the last key index each computed token sees
+  ForwardRope rope;
+  std::unique_ptr<PagedPlan> paged;  // a paged past the kernel reads in place, else null
+  int64_t tokens = 0;                // T: input tokens (keys after the past)
+  int64_t rows = 0;                  // R: computed tokens (T, or the recomputed ones)
+  int64_t num_layers = 0;            // layers this forward runs
+};
+
+// Everything Model::forward did before its first layer, for one sequence. Throws orbit::Error as forward().
+SequencePass prepare_sequence(const Model& m, const SequenceForward& s);
+
+// Layer l's keys of one sequence besides the paged ones: the contiguous past's, then the input's content.
+LayerKV sequence_keys(const Model& m, const SequencePass& s, const LayerKV& content, int64_t l);
+
+}  // namespace orbit::runtime::detail
