@@ -34,12 +34,6 @@ POLICIES = "default,throughput,prefix"
 # KNOWN, measured on the bundled stories260K). None is a saving the comparison hands the radix cache: each is
 # the price of an earlier read orbit served without a forward.
 REASONS = {
-    ("unseen_rag_seed23", 28): "admits doc6, whose first 8 tokens doc3 began with at the same place: the radix "
-                               "cache computed doc3 there exactly at step 23 and reuses those 8; orbit served doc3 "
-                               "there from a stored patch (no forward), so it holds no rows computed there",
-    ("unseen_coding_seed11", 55): "admits file2v2, whose first 6 tokens the radix cache computed behind the same "
-                                  "window earlier; orbit had served that place from a patch, so it forms file2v2 "
-                                  "whole",
     ("unseen_fanout_seed23", 24): "a 20-token turn whose first token the radix cache computed exactly at an "
                                   "earlier read; orbit holds that row only as computed behind the same content "
                                   "served approximately, which a window exact behind it does not load (it would "
