@@ -438,6 +438,13 @@ class Window {
   // Text overloads (the query tokenized without BOS, as add_turn(text)); Generation::text is the answer.
   Logits logits(std::string_view query, bool all_rows = false) const;
   Generation generate(std::string_view query, const GenerateOptions& options = {}) const;
+  // n answers to one query, decoded together (orbit/decode_batch.h): the window's deferred repairs run, then
+  // it is forked n − 1 times (copy-on-write: the branches share its pages, read once) and the n branches
+  // decode in one forward per step, the query forwarded once for all of them, each with its own tokens and
+  // seed (answer i draws with options.seed + i; at temperature 0 every answer is the greedy one). The forks
+  // are dropped at the end. n = 1 is generate(). Throws orbit::Error for n < 1, and as generate() does.
+  std::vector<Generation> generate_n(const std::vector<int64_t>& query, int64_t n,
+                                     const GenerateOptions& options = {}) const;
   DisposabilityReport disposable(InstanceId instance, const std::vector<int64_t>& query,
                                  int64_t answer_tokens = 4) const;
   // Each instance's own share of the window's fidelity loss after `query` (as logits(query, true) and
@@ -459,6 +466,7 @@ class Window {
 
  private:
   friend class Engine;
+  friend class DecodeBatch;
   friend class detail::EngineCore;
   explicit Window(std::unique_ptr<detail::WindowState> state);
   std::unique_ptr<detail::WindowState> state_;

@@ -1,32 +1,22 @@
-// Reading a window: logits, generation, the disposability test and the re-prefill reference. Nothing
-// here changes the window or the store.
+// Reading a window: logits, the disposability test and the re-prefill reference (generation is a
+// DecodeBatch of one: decode_batch.cpp). Nothing here changes the window or the store.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
-#include <chrono>
 #include <cmath>
-#include <optional>
 
 #include "orbit/common/error.h"
 #include "orbit/runtime/fidelity.h"
-#include "window/sampler.h"
+#include "window/decode_parts.h"
 #include "window/window_ops.h"
 
 namespace orbit {
 
+using detail::check_query;
 using detail::Entry;
 using detail::WindowState;
 
 namespace {
-
-void check_query(const WindowState& s, const std::vector<int64_t>& query, const char* what) {
-  ORBIT_CHECK(!query.empty(), what << ": empty query (give at least one token)");
-  const int64_t vocab = s.core->config().vocab_size;
-  for (std::size_t i = 0; i < query.size(); ++i) {
-    ORBIT_CHECK(query[i] >= 0 && query[i] < vocab, what << ": query token " << i << " = " << query[i]
-                                                        << " is outside the vocabulary [0, " << vocab << ")");
-  }
-}
 
 std::vector<const Entry*> all_entries(const WindowState& s) {
   std::vector<const Entry*> out;
@@ -54,25 +44,6 @@ at::Tensor run(const detail::EngineCore& core, const runtime::PastKV& past, int6
   return core.model().forward(in, past.length() > 0 ? &past : nullptr, fo).logits;
 }
 
-// Appends the KV of tokens just run (content at `positions`) to `past`.
-void extend_past(runtime::PastKV& past, const runtime::Content& content, const at::Tensor& positions) {
-  if (past.length() == 0) {
-    past.layers = content;
-    past.positions = positions;
-    return;
-  }
-  if (past.layers.empty()) {  // a paged past with nothing after its pages yet
-    past.layers = content;
-    past.positions = at::cat({past.positions, positions}, -1);
-    return;
-  }
-  for (std::size_t l = 0; l < past.layers.size(); ++l) {
-    past.layers[l].k = at::cat({past.layers[l].k, content[l].k}, 0);
-    past.layers[l].v = at::cat({past.layers[l].v, content[l].v}, 0);
-  }
-  past.positions = at::cat({past.positions, positions}, -1);
-}
-
 // Greedy decode of `steps` tokens after `query`, over `past` ending at `start`. first_logits receives
 // the distribution of the first answer token.
 std::vector<int64_t> greedy(const detail::EngineCore& core, runtime::PastKV past, int64_t start,
@@ -89,79 +60,11 @@ std::vector<int64_t> greedy(const detail::EngineCore& core, runtime::PastKV past
     if (i == 0 && first_logits != nullptr) *first_logits = r.logits;
     const int64_t next = r.logits.argmax(-1).item<int64_t>();
     out.push_back(next);
-    extend_past(past, r.content, in.positions);
+    detail::extend_past(past, r.content, in.positions);
     pos += static_cast<int64_t>(input.size());
     input = {next};
   }
   return out;
-}
-
-// The rows of several forwards' KV, in order, as one content.
-runtime::Content concat_contents(const std::vector<runtime::Content>& parts) {
-  runtime::Content out(parts.front().size());
-  for (std::size_t l = 0; l < out.size(); ++l) {
-    std::vector<at::Tensor> k, v;
-    for (const runtime::Content& p : parts) {
-      k.push_back(p[l].k);
-      v.push_back(p[l].v);
-    }
-    out[l].k = at::cat(k, 0);
-    out[l].v = at::cat(v, 0);
-  }
-  return out;
-}
-
-// Exact reuse of a read (WindowPolicy::reuse_computed): the KV of the query, and of the query followed by
-// the answer, behind the window's KV states, kept where a live turn with those tokens will look for it.
-// `parts` holds the KV of every forward generate ran (the query first, in `query_parts` pieces: the rows
-// reused for its head, if any, then its forward; then each answer token but the last), `past` the window
-// and those, ending at position `end`; the last answer token's KV is computed here (one more decode step)
-// so that an appended answer forwards nothing.
-void keep_read_for_reuse(const WindowState& state, const std::vector<int64_t>& query,
-                         const std::vector<int64_t>& answer, std::vector<runtime::Content> parts,
-                         std::size_t query_parts, const runtime::PastKV& past, int64_t end) {
-  detail::EngineCore& core = *state.core;
-  if (!state.options.policy.reuse_computed || parts.empty()) return;
-  const detail::KvState chain = state.state_chain(), content = state.content_chain();
-  if (parts.size() < query_parts) return;  // the query's forward did not run (max_tokens 0, no room)
-  const runtime::Content query_kv =
-      query_parts == 1 ? parts.front() : concat_contents({parts.begin(), parts.begin() + 2});
-  core.kv().put_reusable(detail::reuse_key(core.registry().turn_key(query), chain), query_kv, chain, content, query);
-  const int64_t limit = core.config().max_position_embeddings;
-  if (answer.empty() || (limit > 0 && end + 1 > limit)) return;
-  runtime::ForwardInput in = core.registry().input_for_tokens({answer.back()}, end);
-  runtime::ForwardOptions fo;
-  fo.logits = runtime::LogitsMode::kNone;
-  parts.push_back(core.model().forward(in, &past, fo).content);
-  std::vector<int64_t> turn = query;
-  turn.insert(turn.end(), answer.begin(), answer.end());
-  core.kv().put_reusable(detail::reuse_key(core.registry().turn_key(turn), chain), concat_contents(parts), chain,
-                         content, turn);
-}
-
-// Exact reuse of a read's query: its leading tokens (all but the last, whose logits the first answer token
-// needs) when KV computed behind the window's very KV states holds them (ReuseIndex): loaded onto `past`,
-// `input` and `pos` then start after them. Returns how many parts of `parts` the query's KV spans (1, or 2
-// with the loaded head first).
-std::size_t reuse_query_head(const WindowState& state, const std::vector<int64_t>& query, runtime::PastKV& past,
-                             std::vector<int64_t>& input, int64_t& pos, std::vector<runtime::Content>& parts) {
-  detail::EngineCore& core = *state.core;
-  if (!state.options.policy.reuse_computed || query.size() < 2) return 1;
-  const detail::KvState chain = state.state_chain();
-  const int64_t limit = static_cast<int64_t>(query.size()) - 1;
-  const detail::ReuseIndex::Match m = core.kv().reuse_index().longest(chain, chain, query, limit);
-  if (m.tokens <= 0 || !core.kv().contains(m.store_key)) return 1;
-  std::optional<runtime::Content> stored = core.kv().get_conditioned(m.store_key);
-  if (!stored.has_value() || stored->empty() || stored->front().k.size(0) < m.tokens) return 1;
-  runtime::Content head(stored->size());
-  for (std::size_t l = 0; l < head.size(); ++l) {
-    head[l] = {(*stored)[l].k.narrow(0, 0, m.tokens), (*stored)[l].v.narrow(0, 0, m.tokens)};
-  }
-  extend_past(past, head, core.registry().positions_for(nullptr, m.tokens, pos));
-  parts.push_back(std::move(head));
-  input.assign(query.begin() + m.tokens, query.end());
-  pos += m.tokens;
-  return 2;
 }
 
 }  // namespace
@@ -314,79 +217,6 @@ std::vector<InstanceLoss> Window::loss_by_instance(const std::vector<int64_t>& q
     position += e.extent;
   }
   return out;
-}
-
-Generation Window::generate(const std::vector<int64_t>& query, const GenerateOptions& options) const {
-  const detail::OpHold hold(*state_->core);
-  check_query(*state_, query, "generate");
-  detail::Sampler sampler = detail::make_sampler(*state_->core, options, query);  // checks the options
-  detail::run_deferred(*state_, "generate");  // after the checks: a refused call changes nothing
-  {
-    // A model call: what a prefix cache would compute for it (an edit since the last forward, say).
-    detail::Counters charged;
-    charged.prefix_cache_tokens = detail::charge_prefix_cache(*state_);
-    state_->core->usage().count(charged);
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  const detail::EngineCore& core = *state_->core;
-  const int64_t limit = core.config().max_position_embeddings;
-  int64_t start = 0;
-  runtime::PastKV past = detail::read_past(*state_->core, all_entries(*state_), &start);
-  Generation g;
-  g.stop_reason = "max_tokens";
-  std::vector<int64_t> input = query;
-  int64_t pos = start;
-  c10::InferenceMode guard;
-  std::vector<runtime::Content> parts;  // the KV of every forward (exact reuse)
-  const std::size_t query_parts = reuse_query_head(*state_, query, past, input, pos, parts);
-  const bool done_before = sampler.finished();  // e.g. a constraint to an empty literal
-  for (int64_t i = 0; i < options.max_tokens && !done_before; ++i) {
-    if (limit > 0 && pos + static_cast<int64_t>(input.size()) > limit) {
-      g.stop_reason = "position_limit";
-      break;
-    }
-    runtime::ForwardInput in = core.registry().input_for_tokens(input, pos);
-    runtime::ForwardOptions fo;
-    fo.logits = runtime::LogitsMode::kLast;
-    runtime::ForwardResult r = core.model().forward(in, past.length() > 0 ? &past : nullptr, fo);
-    if (i == 0) g.prompt_forward_tokens = static_cast<int64_t>(input.size());
-    // Tokens the run may still emit after this one: max_tokens, and the positions left for their forwards.
-    int64_t left = options.max_tokens - i - 1;
-    if (limit > 0) left = std::min(left, limit - pos - static_cast<int64_t>(input.size()));
-    detail::SamplerStep step = sampler.next(r.logits, left);
-    if (!step.has_token()) {
-      g.stop_reason = step.stop_reason;
-      break;
-    }
-    const int64_t next = step.token;
-    g.tokens.push_back(next);
-    if (step.logprobs.has_value()) g.logprobs.push_back(std::move(*step.logprobs));
-    parts.push_back(r.content);
-    extend_past(past, r.content, in.positions);
-    pos += static_cast<int64_t>(input.size());
-    input = {next};
-    if (sampler.is_stop_token(next)) {
-      g.stop_reason = "stop_token";
-      break;
-    }
-    if (options.on_logprobs && !g.logprobs.empty()) options.on_logprobs(g.logprobs.back());
-    if (options.on_token && !options.on_token(next, static_cast<int64_t>(g.tokens.size()) - 1)) {
-      g.stop_reason = "cancelled";
-      break;
-    }
-    if (sampler.finished()) {
-      g.stop_reason = "constraint_complete";
-      break;
-    }
-  }
-  if (sampler.constrained() && (done_before || (g.stop_reason == "max_tokens" && sampler.complete()))) {
-    g.stop_reason = "constraint_complete";
-  }
-  keep_read_for_reuse(*state_, query, g.tokens, std::move(parts), query_parts, past, pos);
-  detail::charge_radix_cache(*state_, query, g.tokens);
-  if (core.has_tokenizer()) g.text = core.tokenizer().decode(g.tokens, query.back());
-  g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return g;
 }
 
 InstanceKV Window::kv(InstanceId instance) const {

@@ -1,0 +1,264 @@
+// bench_batch: decoding several sequences in one forward per step against one after another, side by side
+// in one run (ratios; not a test: absolute numbers depend on the machine and its load).
+//
+//   1. forward   the runtime alone: K sequences, each after its own past of --prompt tokens, decode --tokens
+//                tokens; together = one Model::forward_batch per step, apart = K Model::forward per step.
+//   2. windows   the SDK: K windows (each a chunk of --prompt tokens and a query of 4) decode --tokens tokens
+//                greedily; together = orbit::generate_many, apart = Window::generate on each in turn.
+//   3. forks     n = --forks answers to one query of one window: Window::generate_n (the window forked,
+//                the branches decoded together, sampled with seeds seed + i) against Window::generate on
+//                n forks one after another.
+// Each figure is generated tokens per second of wall time, the fastest of --reps runs (the two sides
+// interleaved, each going first in turn), for every K in --batch (default 1,4,8,16), on the bundled
+// stories260K and TinyStories-656K. Prints a table and writes JSON.
+//
+//   bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--forks 8] [--reps 3] [--threads 1]
+//               [--models DIR] [--json PATH]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../common/bench_util.h"
+#include "args.h"
+#include "orbit/decode_batch.h"
+#include "orbit/engine.h"
+#include "orbit/runtime/loader.h"
+#include "orbit/runtime/model.h"
+
+namespace {
+
+using namespace orbit;
+namespace rt = orbit::runtime;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::vector<int64_t> batch{1, 4, 8, 16};
+  int64_t tokens = 64;
+  int64_t prompt = 128;
+  int64_t forks = 8;
+  int reps = 3;
+  int threads = 1;
+  std::string models = ORBIT_MODELS_DIR;
+  std::string json = "bench_batch.json";
+};
+
+Options parse(int argc, char** argv) {
+  const orbit::cli::Args a(
+      "bench_batch",
+      {{"--batch", "--tokens", "--prompt", "--forks", "--reps", "--threads", "--models", "--json"},
+       {},
+       "usage: bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--forks 8] [--reps 3] [--threads 1]\n"
+       "                   [--models DIR] [--json PATH]\n"
+       "  K sequences decoded in one forward per step against one after another (runtime, windows, forks).\n"
+       "  --batch K,..    sequence counts compared\n"
+       "  --tokens N      tokens each sequence decodes\n"
+       "  --prompt N      tokens of each sequence's past (its window's chunk)\n"
+       "  --forks N       answers of the forks comparison (Window::generate_n)\n"
+       "  --reps N        runs per figure (the fastest is reported)\n"
+       "  --threads N     intra-op threads (default 1)\n"
+       "  --models DIR    where stories260K/ and tinystories-656k/ are\n"
+       "  --json PATH     where the JSON goes (default bench_batch.json)\n"},
+      argc, argv, 1);
+  Options o;
+  if (auto v = a.get("--batch")) o.batch = orbit::bench::parse_positive_list(*v, "--batch");
+  o.tokens = a.get_int("--tokens", o.tokens, 1);
+  o.prompt = a.get_int("--prompt", o.prompt, 1);
+  o.forks = a.get_int("--forks", o.forks, 1);
+  o.reps = static_cast<int>(a.get_int("--reps", o.reps, 1));
+  o.threads = static_cast<int>(a.get_int("--threads", o.threads, 1));
+  o.models = a.get_or("--models", o.models);
+  o.json = a.get_or("--json", o.json);
+  return o;
+}
+
+double seconds_of(const std::function<void()>& f) {
+  const auto t0 = Clock::now();
+  f();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The fastest of `reps` runs of each side, interleaved, each side going first in turn.
+std::pair<double, double> fastest(int reps, const std::function<void()>& together, const std::function<void()>& apart) {
+  double t = 1e30, a = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    if (r % 2 == 0) {
+      t = std::min(t, seconds_of(together));
+      a = std::min(a, seconds_of(apart));
+    } else {
+      a = std::min(a, seconds_of(apart));
+      t = std::min(t, seconds_of(together));
+    }
+  }
+  return {t, a};
+}
+
+std::vector<int64_t> random_tokens(std::mt19937_64& rng, int64_t n, int64_t vocab) {
+  std::uniform_int_distribution<int64_t> d(3, vocab - 1);
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < n; ++i) out.push_back(d(rng));
+  return out;
+}
+
+struct Row {
+  std::string model, section;
+  int64_t k = 0;
+  double together = 0, apart = 0;  // tokens per second
+};
+
+void print(const Row& r) {
+  std::printf("  %-17s %-8s K=%-3lld  together %8.0f tok/s   one after another %8.0f tok/s   ratio %5.2fx\n",
+              r.model.c_str(), r.section.c_str(), static_cast<long long>(r.k), r.together, r.apart,
+              r.together / r.apart);
+  std::fflush(stdout);
+}
+
+// The runtime: K decodes, each after its own past, greedy, the past grown by each step's rows.
+Row bench_forward(const rt::Model& m, const std::string& name, int64_t K, const Options& o) {
+  std::mt19937_64 rng(7);
+  std::vector<rt::PastKV> pasts(static_cast<std::size_t>(K));
+  std::vector<int64_t> firsts;
+  for (rt::PastKV& p : pasts) {
+    rt::ForwardInput in;
+    in.tokens = random_tokens(rng, o.prompt, m.config().vocab_size);
+    rt::ForwardOptions fo;
+    fo.logits = rt::LogitsMode::kNone;
+    p.layers = m.forward(in, nullptr, fo).content;
+    p.positions = at::arange(o.prompt, at::kLong);
+    firsts.push_back(random_tokens(rng, 1, m.config().vocab_size)[0]);
+  }
+  auto grow = [](rt::PastKV& p, const rt::ForwardResult& r, int64_t pos) {
+    for (std::size_t l = 0; l < p.layers.size(); ++l) {
+      p.layers[l].k = at::cat({p.layers[l].k, r.content[l].k});
+      p.layers[l].v = at::cat({p.layers[l].v, r.content[l].v});
+    }
+    p.positions = at::cat({p.positions, at::full({1}, pos, at::kLong)});
+  };
+  auto together = [&] {
+    std::vector<rt::PastKV> ps = pasts;
+    std::vector<rt::ForwardInput> ins(static_cast<std::size_t>(K));
+    for (std::size_t i = 0; i < ins.size(); ++i) ins[i].tokens = {firsts[i]};
+    rt::ForwardOptions fo;
+    for (int64_t t = 0; t < o.tokens; ++t) {
+      std::vector<rt::SequenceForward> batch;
+      for (std::size_t i = 0; i < ins.size(); ++i) {
+        ins[i].positions = at::full({1}, o.prompt + t, at::kLong);
+        batch.push_back({&ins[i], &ps[i], &fo});
+      }
+      const std::vector<rt::ForwardResult> rs = m.forward_batch(batch);
+      for (std::size_t i = 0; i < ins.size(); ++i) {
+        grow(ps[i], rs[i], o.prompt + t);
+        ins[i].tokens = {rs[i].logits.argmax(-1).item<int64_t>()};
+      }
+    }
+  };
+  auto apart = [&] {
+    for (std::size_t i = 0; i < pasts.size(); ++i) {
+      rt::PastKV p = pasts[i];
+      rt::ForwardInput in;
+      in.tokens = {firsts[i]};
+      rt::ForwardOptions fo;
+      for (int64_t t = 0; t < o.tokens; ++t) {
+        in.positions = at::full({1}, o.prompt + t, at::kLong);
+        const rt::ForwardResult r = m.forward(in, &p, fo);
+        grow(p, r, o.prompt + t);
+        in.tokens = {r.logits.argmax(-1).item<int64_t>()};
+      }
+    }
+  };
+  const auto [t, a] = fastest(o.reps, together, apart);
+  const double n = static_cast<double>(K * o.tokens);
+  return {name, "forward", K, n / t, n / a};
+}
+
+// K windows, each a chunk of its own, decoded greedily (the exact-reuse head of a repeated query is the
+// same on both sides: each rep reads every window again).
+Row bench_windows(Engine& engine, const std::string& name, int64_t K, const Options& o) {
+  std::mt19937_64 rng(11);
+  const int64_t vocab = engine.model_info().vocab_size;
+  std::vector<Window> windows;
+  std::vector<std::vector<int64_t>> queries;
+  for (int64_t i = 0; i < K; ++i) {
+    windows.push_back(engine.new_window());
+    windows.back().admit(engine.add_tokens(random_tokens(rng, o.prompt, vocab)));
+    queries.push_back(random_tokens(rng, 4, vocab));
+  }
+  GenerateOptions g;
+  g.max_tokens = o.tokens;
+  std::vector<GenerateRequest> requests;
+  for (int64_t i = 0; i < K; ++i) requests.push_back({&windows[static_cast<std::size_t>(i)], queries[i], g});
+  for (const GenerateRequest& r : requests) r.window->generate(r.query, r.options);  // warm: the same reads
+  auto together = [&] { generate_many(requests); };
+  auto apart = [&] {
+    for (const GenerateRequest& r : requests) r.window->generate(r.query, r.options);
+  };
+  const auto [t, a] = fastest(o.reps, together, apart);
+  const double n = static_cast<double>(K * o.tokens);
+  return {name, "windows", K, n / t, n / a};
+}
+
+// n answers to one query: generate_n against generate on n forks in turn, sampled (temperature 0.8).
+Row bench_forks(Engine& engine, const std::string& name, const Options& o) {
+  std::mt19937_64 rng(13);
+  const int64_t vocab = engine.model_info().vocab_size;
+  Window w = engine.new_window();
+  w.admit(engine.add_tokens(random_tokens(rng, o.prompt, vocab)));
+  const std::vector<int64_t> query = random_tokens(rng, 4, vocab);
+  GenerateOptions g;
+  g.max_tokens = o.tokens;
+  g.temperature = 0.8;
+  g.seed = 1;
+  w.generate(query, g);  // warm: both sides then find the query's head stored
+  auto together = [&] { w.generate_n(query, o.forks, g); };
+  auto apart = [&] {
+    for (int64_t i = 0; i < o.forks; ++i) {
+      Window f = w.fork();
+      GenerateOptions branch = g;
+      branch.seed = g.seed + static_cast<uint64_t>(i);
+      f.generate(query, branch);
+    }
+  };
+  const auto [t, a] = fastest(o.reps, together, apart);
+  const double n = static_cast<double>(o.forks * o.tokens);
+  return {name, "forks", o.forks, n / t, n / a};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  at::set_num_threads(o.threads);
+  std::printf("bench_batch: %lld tokens per sequence after %lld, %d thread(s), fastest of %d\n",
+              static_cast<long long>(o.tokens), static_cast<long long>(o.prompt), o.threads, o.reps);
+  nlohmann::json out = nlohmann::json::array();
+  auto record = [&](const Row& r) {
+    print(r);
+    out.push_back({{"model", r.model}, {"section", r.section}, {"k", r.k}, {"together_tokens_per_s", r.together},
+                   {"apart_tokens_per_s", r.apart}, {"ratio", r.together / r.apart}});
+  };
+  const std::vector<std::pair<std::string, std::string>> models{
+      {"stories260K", o.models + "/stories260K/stories260K.bin"}, {"tinystories-656k", o.models + "/tinystories-656k"}};
+  for (const auto& [name, path] : models) {
+    const auto m = rt::load_model(path);
+    for (int64_t K : o.batch) record(bench_forward(*m, name, K, o));
+    EngineOptions eo;
+    eo.model = path;
+    auto engine = Engine::open(eo);
+    for (int64_t K : o.batch) record(bench_windows(*engine, name, K, o));
+    record(bench_forks(*engine, name, o));
+  }
+  std::ofstream(o.json) << out.dump(2) << "\n";
+  std::printf("wrote %s\n", o.json.c_str());
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_batch: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,354 @@
+// Several sequences decoded together (orbit/decode_batch.h): DecodeBatch, generate_many, and the reads
+// built on them (Window::generate, the batch of one; Window::generate_n, a window and its forks).
+//
+// A sequence is Window::generate's loop turned inside out: what one iteration did (a forward, the
+// Sampler's choice, the past grown by the forward's rows, the stop checks and callbacks) is one step, and
+// a step runs the forwards of every sequence as one Model::forward_batch.
+#include "orbit/decode_batch.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "orbit/common/error.h"
+#include "window/decode_parts.h"
+#include "window/sampler.h"
+#include "window/window_ops.h"
+
+namespace orbit {
+
+namespace detail {
+
+using Clock = std::chrono::steady_clock;
+
+// Which KV a window holds: equal KV-state chains hold equal KV (kv_state.h); its tokens and where it ends
+// (the position its reads start at) besides, so a key names one read.
+struct DecodeReadKey {
+  uint64_t hi = 0, lo = 0;
+  int64_t tokens = 0, end = 0;
+  bool operator<(const DecodeReadKey& o) const { return std::tie(hi, lo, tokens, end) < std::tie(o.hi, o.lo, o.tokens, o.end); }
+};
+
+namespace {
+
+DecodeReadKey read_key(const WindowState& w) {
+  const KvState chain = w.state_chain();
+  DecodeReadKey k{chain.hi, chain.lo, w.tokens(), 0};
+  for (const Entry& e : w.entries) k.end += e.extent;
+  return k;
+}
+
+}  // namespace
+
+// A window's KV read once, for the sequences added in one round.
+struct DecodeWindowRead {
+  runtime::PastKV past;
+  int64_t start = 0;  // the position after the window
+};
+
+// One decoding sequence: Window::generate's loop state.
+struct DecodeSequence {
+  explicit DecodeSequence(Sampler s) : sampler(std::move(s)) {}
+
+  uint64_t id = 0;
+  WindowState* window = nullptr;
+  std::vector<int64_t> query;
+  GenerateOptions options;  // its callbacks
+  Sampler sampler;
+  runtime::PastKV past;      // the window's, then the rows this sequence computed
+  std::vector<int64_t> input;  // what the next forward reads: the query (or its rest), then the last token
+  int64_t pos = 0;             // the position of input's first token
+  std::vector<runtime::Content> parts;  // the KV of every forward (exact reuse)
+  std::size_t query_parts = 1;
+  bool done_before = false;  // finished before any token (e.g. a constraint to an empty literal)
+  int64_t steps = 0;         // tokens chosen so far
+  DecodeReadKey read;
+  Generation g;
+  Clock::time_point t0;
+  bool ending = false;
+};
+
+struct DecodeBatchState {
+  std::shared_ptr<EngineCore> core;
+  uint64_t next_id = 0;
+  std::vector<std::unique_ptr<DecodeSequence>> running;  // in order of addition
+  std::map<DecodeReadKey, DecodeWindowRead> reads;             // this round's window reads (until the next step)
+
+  uint64_t add(WindowState& w, const std::vector<int64_t>& query, const GenerateOptions& options);
+  DecodeStep step();
+
+ private:
+  void mark_endings_before_forward();
+  void advance(DecodeSequence& s, const runtime::ForwardResult& r, const at::Tensor& logits, const at::Tensor& positions,
+               bool shared);
+  void finish(DecodeStep& out);
+};
+
+uint64_t DecodeBatchState::add(WindowState& w, const std::vector<int64_t>& query, const GenerateOptions& options) {
+  check_query(w, query, "generate");
+  Sampler sampler = make_sampler(*w.core, options, query);  // checks the options
+  run_deferred(w, "generate");                               // after the checks: a refused call changes nothing
+  {
+    // A model call: what a prefix cache would compute for it (an edit since the last forward, say).
+    Counters charged;
+    charged.prefix_cache_tokens = charge_prefix_cache(w);
+    w.core->usage().count(charged);
+  }
+  c10::InferenceMode guard;
+  auto s = std::make_unique<DecodeSequence>(std::move(sampler));
+  s->t0 = Clock::now();
+  s->id = ++next_id;
+  s->window = &w;
+  s->query = query;
+  s->options = options;
+  s->read = read_key(w);
+  auto it = reads.find(s->read);
+  if (it == reads.end()) {
+    std::vector<const Entry*> entries;
+    for (const Entry& e : w.entries) entries.push_back(&e);
+    DecodeWindowRead r;
+    r.past = read_past(*w.core, entries, &r.start);
+    it = reads.emplace(s->read, std::move(r)).first;
+  }
+  s->past = it->second.past;  // shares the tensors; growing it makes new ones
+  s->pos = it->second.start;
+  s->input = query;
+  s->query_parts = reuse_query_head(w, query, s->past, s->input, s->pos, s->parts);
+  s->done_before = s->sampler.finished();
+  s->g.stop_reason = "max_tokens";
+  running.push_back(std::move(s));
+  return running.back()->id;
+}
+
+// Sequences that end without a forward: max_tokens reached (or 0), finished before any token, no room.
+void DecodeBatchState::mark_endings_before_forward() {
+  const int64_t limit = core->config().max_position_embeddings;
+  for (auto& s : running) {
+    if (s->steps >= s->options.max_tokens || s->done_before) {
+      s->ending = true;
+    } else if (limit > 0 && s->pos + static_cast<int64_t>(s->input.size()) > limit) {
+      s->g.stop_reason = "position_limit";
+      s->ending = true;
+    }
+  }
+}
+
+// One iteration of Window::generate's loop after its forward: the token, the past, the stop checks.
+void DecodeBatchState::advance(DecodeSequence& s, const runtime::ForwardResult& r, const at::Tensor& logits,
+                               const at::Tensor& positions, bool shared) {
+  const int64_t limit = core->config().max_position_embeddings;
+  const int64_t width = static_cast<int64_t>(s.input.size());
+  if (s.steps == 0) s.g.prompt_forward_tokens = shared ? 0 : width;
+  // Tokens the run may still emit after this one: max_tokens, and the positions left for their forwards.
+  int64_t left = s.options.max_tokens - s.steps - 1;
+  if (limit > 0) left = std::min(left, limit - s.pos - width);
+  SamplerStep step = s.sampler.next(logits, left);
+  if (!step.has_token()) {
+    s.g.stop_reason = step.stop_reason;
+    s.ending = true;
+    return;
+  }
+  const int64_t next = step.token;
+  s.g.tokens.push_back(next);
+  if (step.logprobs.has_value()) s.g.logprobs.push_back(std::move(*step.logprobs));
+  s.parts.push_back(r.content);
+  extend_past(s.past, r.content, positions);
+  s.pos += width;
+  s.input = {next};
+  if (s.sampler.is_stop_token(next)) {
+    s.g.stop_reason = "stop_token";
+    s.ending = true;
+    return;
+  }
+  if (s.options.on_logprobs && !s.g.logprobs.empty()) s.options.on_logprobs(s.g.logprobs.back());
+  if (s.options.on_token && !s.options.on_token(next, static_cast<int64_t>(s.g.tokens.size()) - 1)) {
+    s.g.stop_reason = "cancelled";
+    s.ending = true;
+    return;
+  }
+  if (s.sampler.finished()) {
+    s.g.stop_reason = "constraint_complete";
+    s.ending = true;
+    return;
+  }
+  ++s.steps;
+}
+
+// The sequences that ended: their answers kept for exact reuse (the last tokens' KV in one forward), the
+// radix yardstick charged, their text; removed from the batch.
+void DecodeBatchState::finish(DecodeStep& out) {
+  std::vector<DecodeSequence*> ending;
+  std::vector<runtime::ForwardInput> inputs;
+  std::vector<std::size_t> last_of;  // per ending sequence: its index in `inputs`, or npos
+  for (auto& s : running) {
+    if (!s->ending) continue;
+    ending.push_back(s.get());
+    Generation& g = s->g;
+    if (s->sampler.constrained() && (s->done_before || (g.stop_reason == "max_tokens" && s->sampler.complete()))) {
+      g.stop_reason = "constraint_complete";
+    }
+    last_of.push_back(std::string::npos);
+    if (keep_needs_last(*s->window, g.tokens, s->parts, s->query_parts, s->pos)) {
+      last_of.back() = inputs.size();
+      inputs.push_back(core->registry().input_for_tokens({g.tokens.back()}, s->pos));
+    }
+  }
+  if (ending.empty()) return;
+  std::vector<runtime::ForwardResult> lasts;
+  if (!inputs.empty()) {
+    runtime::ForwardOptions fo;
+    fo.logits = runtime::LogitsMode::kNone;
+    std::vector<runtime::SequenceForward> batch;
+    for (std::size_t j = 0; j < ending.size(); ++j) {
+      if (last_of[j] != std::string::npos) batch.push_back({&inputs[last_of[j]], &ending[j]->past, &fo});
+    }
+    lasts = core->model().forward_batch(batch);
+  }
+  for (std::size_t j = 0; j < ending.size(); ++j) {
+    DecodeSequence& s = *ending[j];
+    const runtime::Content* last = last_of[j] == std::string::npos ? nullptr : &lasts[last_of[j]].content;
+    keep_read_for_reuse(*s.window, s.query, s.g.tokens, std::move(s.parts), s.query_parts, last);
+    charge_radix_cache(*s.window, s.query, s.g.tokens);
+    if (core->has_tokenizer()) s.g.text = core->tokenizer().decode(s.g.tokens, s.query.back());
+    s.g.seconds = std::chrono::duration<double>(Clock::now() - s.t0).count();
+    out.finished.emplace_back(s.id, std::move(s.g));
+  }
+  running.erase(std::remove_if(running.begin(), running.end(), [](const auto& s) { return s->ending; }),
+                running.end());
+}
+
+DecodeStep DecodeBatchState::step() {
+  DecodeStep out;
+  reads.clear();
+  if (running.empty()) return out;
+  const OpHold hold(*core);
+  c10::InferenceMode guard;
+  try {
+    mark_endings_before_forward();
+    // One forward: each running sequence's input, except that sequences in their first step with the same
+    // read and query (a window and its forks asked the same) share the first one's.
+    std::vector<DecodeSequence*> live;
+    std::vector<std::size_t> result_of;  // per live sequence: the forward whose result it takes
+    std::vector<bool> shared;            // ... another sequence's
+    std::vector<runtime::ForwardInput> inputs;
+    std::vector<DecodeSequence*> owners;  // per forward: the sequence whose input it is
+    std::map<std::tuple<DecodeReadKey, std::vector<int64_t>, int64_t>, std::size_t> first_steps;
+    for (auto& s : running) {
+      if (s->ending) continue;
+      live.push_back(s.get());
+      if (s->steps == 0) {
+        const auto key = std::make_tuple(s->read, s->query, s->pos);
+        const auto found = first_steps.find(key);
+        if (found != first_steps.end()) {
+          result_of.push_back(found->second);
+          shared.push_back(true);
+          continue;
+        }
+        first_steps.emplace(key, inputs.size());
+      }
+      result_of.push_back(inputs.size());
+      shared.push_back(false);
+      inputs.push_back(core->registry().input_for_tokens(s->input, s->pos));
+      owners.push_back(s.get());
+      out.tokens += static_cast<int64_t>(s->input.size());
+    }
+    if (!inputs.empty()) {
+      runtime::ForwardOptions fo;
+      fo.logits = runtime::LogitsMode::kLast;
+      std::vector<runtime::SequenceForward> batch;
+      for (std::size_t k = 0; k < inputs.size(); ++k) {
+        batch.push_back({&inputs[k], owners[k]->past.length() > 0 ? &owners[k]->past : nullptr, &fo});
+      }
+      const std::vector<runtime::ForwardResult> results = core->model().forward_batch(batch);
+      out.sequences = static_cast<int64_t>(results.size());
+      // Every row's logits on the host at once (the Sampler reads them there).
+      std::vector<at::Tensor> rows;
+      for (const runtime::ForwardResult& r : results) rows.push_back(r.logits);
+      const at::Tensor logits = (rows.size() == 1 ? rows.front() : at::cat(rows, 0)).to(at::kCPU);
+      for (std::size_t j = 0; j < live.size(); ++j) {
+        const std::size_t i = result_of[j];
+        advance(*live[j], results[i], logits.narrow(0, static_cast<int64_t>(i), 1), inputs[i].positions, shared[j]);
+      }
+    }
+    finish(out);
+  } catch (...) {
+    running.clear();
+    throw;
+  }
+  return out;
+}
+
+}  // namespace detail
+
+DecodeBatch::DecodeBatch() : state_(std::make_unique<detail::DecodeBatchState>()) {}
+DecodeBatch::~DecodeBatch() = default;
+DecodeBatch::DecodeBatch(DecodeBatch&&) noexcept = default;
+DecodeBatch& DecodeBatch::operator=(DecodeBatch&&) noexcept = default;
+
+uint64_t DecodeBatch::add(const GenerateRequest& request) {
+  ORBIT_CHECK(request.window != nullptr, "generate: no window given");
+  detail::WindowState& w = *request.window->state_;
+  const detail::OpHold hold(*w.core);
+  if (state_->core == nullptr) state_->core = w.core;
+  ORBIT_CHECK(state_->core == w.core, "generate: window " << w.id << " belongs to another engine than the batch's");
+  return state_->add(w, request.query, request.options);
+}
+
+DecodeStep DecodeBatch::step() { return state_->step(); }
+
+int64_t DecodeBatch::size() const { return static_cast<int64_t>(state_->running.size()); }
+
+std::vector<Generation> generate_many(const std::vector<GenerateRequest>& requests) {
+  DecodeBatch batch;
+  std::map<uint64_t, std::size_t> index;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    try {
+      index[batch.add(requests[i])] = i;
+    } catch (const Error& e) {
+      throw Error("generate_many: request " + std::to_string(i) + ": " + e.what(), __FILE__, __LINE__);
+    }
+  }
+  std::vector<Generation> out(requests.size());
+  while (!batch.empty()) {
+    for (auto& [id, g] : batch.step().finished) out[index.at(id)] = std::move(g);
+  }
+  return out;
+}
+
+Generation Window::generate(const std::vector<int64_t>& query, const GenerateOptions& options) const {
+  const detail::OpHold hold(*state_->core);
+  DecodeBatch batch;
+  batch.add({this, query, options});
+  Generation g;
+  while (!batch.empty()) {
+    DecodeStep s = batch.step();
+    if (!s.finished.empty()) g = std::move(s.finished.front().second);
+  }
+  return g;
+}
+
+std::vector<Generation> Window::generate_n(const std::vector<int64_t>& query, int64_t n,
+                                           const GenerateOptions& options) const {
+  const detail::OpHold hold(*state_->core);
+  ORBIT_CHECK(n >= 1, "generate_n: n = " << n << " must be >= 1");
+  detail::check_query(*state_, query, "generate");
+  detail::make_sampler(*state_->core, options, query);  // checks the options before anything changes
+  detail::run_deferred(*state_, "generate");            // once, so the forks share the repaired KV
+  std::vector<Window> forks;
+  forks.reserve(static_cast<std::size_t>(n - 1));
+  for (int64_t i = 1; i < n; ++i) forks.push_back(fork());
+  std::vector<GenerateRequest> requests{{this, query, options}};
+  for (int64_t i = 1; i < n; ++i) {
+    GenerateOptions branch = options;
+    branch.seed = options.seed + static_cast<uint64_t>(i);
+    requests.push_back({&forks[static_cast<std::size_t>(i - 1)], query, std::move(branch)});
+  }
+  return generate_many(requests);
+}
+
+}  // namespace orbit

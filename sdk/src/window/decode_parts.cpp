@@ -1,0 +1,102 @@
+// Parts of a decode (decode_parts.h).
+#include "window/decode_parts.h"
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+#include "orbit/common/error.h"
+#include "window/window_ops.h"
+
+namespace orbit::detail {
+
+void check_query(const WindowState& s, const std::vector<int64_t>& query, const char* what) {
+  ORBIT_CHECK(!query.empty(), what << ": empty query (give at least one token)");
+  const int64_t vocab = s.core->config().vocab_size;
+  for (std::size_t i = 0; i < query.size(); ++i) {
+    ORBIT_CHECK(query[i] >= 0 && query[i] < vocab, what << ": query token " << i << " = " << query[i]
+                                                        << " is outside the vocabulary [0, " << vocab << ")");
+  }
+}
+
+void extend_past(runtime::PastKV& past, const runtime::Content& content, const at::Tensor& positions) {
+  if (past.length() == 0) {
+    past.layers = content;
+    past.positions = positions;
+    return;
+  }
+  if (past.layers.empty()) {  // a paged past with nothing after its pages yet
+    past.layers = content;
+    past.positions = at::cat({past.positions, positions}, -1);
+    return;
+  }
+  for (std::size_t l = 0; l < past.layers.size(); ++l) {
+    past.layers[l].k = at::cat({past.layers[l].k, content[l].k}, 0);
+    past.layers[l].v = at::cat({past.layers[l].v, content[l].v}, 0);
+  }
+  past.positions = at::cat({past.positions, positions}, -1);
+}
+
+runtime::Content concat_contents(const std::vector<runtime::Content>& parts) {
+  runtime::Content out(parts.front().size());
+  for (std::size_t l = 0; l < out.size(); ++l) {
+    std::vector<at::Tensor> k, v;
+    for (const runtime::Content& p : parts) {
+      k.push_back(p[l].k);
+      v.push_back(p[l].v);
+    }
+    out[l].k = at::cat(k, 0);
+    out[l].v = at::cat(v, 0);
+  }
+  return out;
+}
+
+std::size_t reuse_query_head(const WindowState& state, const std::vector<int64_t>& query, runtime::PastKV& past,
+                             std::vector<int64_t>& input, int64_t& pos, std::vector<runtime::Content>& parts) {
+  EngineCore& core = *state.core;
+  if (!state.options.policy.reuse_computed || query.size() < 2) return 1;
+  const KvState chain = state.state_chain();
+  const int64_t limit = static_cast<int64_t>(query.size()) - 1;
+  const ReuseIndex::Match m = core.kv().reuse_index().longest(chain, chain, query, limit);
+  if (m.tokens <= 0 || !core.kv().contains(m.store_key)) return 1;
+  std::optional<runtime::Content> stored = core.kv().get_conditioned(m.store_key);
+  if (!stored.has_value() || stored->empty() || stored->front().k.size(0) < m.tokens) return 1;
+  runtime::Content head(stored->size());
+  for (std::size_t l = 0; l < head.size(); ++l) {
+    head[l] = {(*stored)[l].k.narrow(0, 0, m.tokens), (*stored)[l].v.narrow(0, 0, m.tokens)};
+  }
+  extend_past(past, head, core.registry().positions_for(nullptr, m.tokens, pos));
+  parts.push_back(std::move(head));
+  input.assign(query.begin() + m.tokens, query.end());
+  pos += m.tokens;
+  return 2;
+}
+
+bool keep_needs_last(const WindowState& state, const std::vector<int64_t>& answer,
+                     const std::vector<runtime::Content>& parts, std::size_t query_parts, int64_t end) {
+  if (!state.options.policy.reuse_computed || parts.empty() || parts.size() < query_parts || answer.empty()) {
+    return false;
+  }
+  const int64_t limit = state.core->config().max_position_embeddings;
+  return !(limit > 0 && end + 1 > limit);
+}
+
+void keep_read_for_reuse(const WindowState& state, const std::vector<int64_t>& query,
+                         const std::vector<int64_t>& answer, std::vector<runtime::Content> parts,
+                         std::size_t query_parts, const runtime::Content* last) {
+  EngineCore& core = *state.core;
+  if (!state.options.policy.reuse_computed || parts.empty()) return;
+  const KvState chain = state.state_chain(), content = state.content_chain();
+  if (parts.size() < query_parts) return;  // the query's forward did not run (max_tokens 0, no room)
+  const runtime::Content query_kv =
+      query_parts == 1 ? parts.front() : concat_contents({parts.begin(), parts.begin() + 2});
+  core.kv().put_reusable(reuse_key(core.registry().turn_key(query), chain), query_kv, chain, content, query);
+  if (answer.empty() || last == nullptr) return;
+  parts.push_back(*last);
+  std::vector<int64_t> turn = query;
+  turn.insert(turn.end(), answer.begin(), answer.end());
+  core.kv().put_reusable(reuse_key(core.registry().turn_key(turn), chain), concat_contents(parts), chain, content,
+                         turn);
+}
+
+}  // namespace orbit::detail

@@ -1,0 +1,47 @@
+// Parts of a decode shared by Window::generate's sequences (decode_batch.cpp) and the window's other reads
+// (window_read.cpp): growing a past by the rows a forward computed, and exact reuse of a read's query and
+// answer (WindowPolicy::reuse_computed).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "orbit/runtime/model.h"
+#include "orbit/runtime/reuse.h"
+#include "window/window_state.h"
+
+namespace orbit::detail {
+
+// Throws orbit::Error (`what` first) for an empty query or a token outside the vocabulary.
+void check_query(const WindowState& s, const std::vector<int64_t>& query, const char* what);
+
+// Appends the KV of tokens just run (content at `positions`) to `past` (new tensors: a past shared with
+// another sequence is not changed).
+void extend_past(runtime::PastKV& past, const runtime::Content& content, const at::Tensor& positions);
+
+// The rows of several forwards' KV, in order, as one content.
+runtime::Content concat_contents(const std::vector<runtime::Content>& parts);
+
+// Exact reuse of a read's query: its leading tokens (all but the last, whose logits the first answer token
+// needs) when KV computed behind the window's very KV states holds them (ReuseIndex): loaded onto `past`,
+// `input` and `pos` then start after them. Returns how many parts of `parts` the query's KV spans (1, or 2
+// with the loaded head first).
+std::size_t reuse_query_head(const WindowState& state, const std::vector<int64_t>& query, runtime::PastKV& past,
+                             std::vector<int64_t>& input, int64_t& pos, std::vector<runtime::Content>& parts);
+
+// Whether keeping a read for reuse needs the KV of the answer's last token (one more decode step at `end`,
+// the position after the read's last forward): under exact reuse, with an answer, within the positions.
+bool keep_needs_last(const WindowState& state, const std::vector<int64_t>& answer,
+                     const std::vector<runtime::Content>& parts, std::size_t query_parts, int64_t end);
+
+// Exact reuse of a read (WindowPolicy::reuse_computed): the KV of the query, and of the query followed by
+// the answer, behind the window's KV states, kept where a live turn with those tokens will look for it.
+// `parts` holds the KV of every forward the read ran (the query first, in `query_parts` pieces: the rows
+// reused for its head, if any, then its forward; then each answer token but the last); `last` the KV of
+// the answer's last token (keep_needs_last's forward; null when it was not run: then only the query is
+// kept), so that an appended answer forwards nothing.
+void keep_read_for_reuse(const WindowState& state, const std::vector<int64_t>& query,
+                         const std::vector<int64_t>& answer, std::vector<runtime::Content> parts,
+                         std::size_t query_parts, const runtime::Content* last);
+
+}  // namespace orbit::detail
