@@ -467,6 +467,10 @@ class Episode:
         self.current.forward_tokens += g.prompt_forward_tokens
         self.current.query_tokens += g.prompt_forward_tokens
         self.current.decode_tokens += len(g.tokens)
+        # The read goes into the trace too, so a replay's yardstick and `prefix` see its query and answer (an
+        # answer the agent then adds as a turn is one both already computed).
+        self.trace_steps.append({"op": "generate", "max_tokens": int(max_tokens), "query": list(map(int, query)),
+                                 "note": "decode"})
         self.current.decode_seconds += g.seconds
         self.current.operations.append(f"decode {len(g.tokens)}")
         # The agent now waits on its tool: the window spends the wait as its policy asks (the default policy
