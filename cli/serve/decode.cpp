@@ -1,8 +1,11 @@
 #include "serve/decode.h"
 
 #include <algorithm>
+#include <memory>
 #include <random>
 
+#include "orbit/common/error.h"
+#include "serve/decode_scheduler.h"
 #include "serve/serve_wire.h"
 #include "serve/text_stream.h"
 
@@ -30,6 +33,76 @@ GenerateOptions generate_options(const ServeContext& context, int64_t max_tokens
   return go;
 }
 
+// One choice of a run: its text stream and its sequence in the decode batch. The stream is pushed on the
+// scheduler's thread while the job runs, and read on the request's thread once it is done.
+struct Choice {
+  std::unique_ptr<TextStream> stream;
+  std::shared_ptr<DecodeJob> job;
+  std::optional<StepLogprobs> logprobs;  // the scheduler's: the step's, until its token is posted
+};
+
+// The job of choice `c` on `window`: its callbacks post each token's text (and log probabilities) and end the
+// sequence at a stop string or once the request's thread asked (a client that left).
+std::shared_ptr<DecodeJob> choice_job(Choice& c, const Window& window, const std::vector<int64_t>& query,
+                                      GenerateOptions go) {
+  go.on_logprobs = [&c](const StepLogprobs& step) { c.logprobs = step; };
+  go.on_token = [&c](int64_t token, int64_t) {
+    DecodeEvent event{c.stream->push(token), std::move(c.logprobs)};
+    c.logprobs.reset();
+    c.job->post(std::move(event));
+    return !c.stream->stopped() && !c.job->cancelled();
+  };
+  return std::make_shared<DecodeJob>(GenerateRequest{&window, query, std::move(go)});
+}
+
+// Waits for every choice's end, streaming choice 0's text; a client that left cancels them all. Returns
+// whether it left.
+bool wait_for_choices(std::vector<Choice>& choices, const SamplingRequest& sampling, const RunSink& sink) {
+  bool gone = false;
+  auto cancel_all = [&] {
+    gone = true;
+    for (Choice& c : choices) c.job->cancel();
+  };
+  std::vector<DecodeEvent> events;
+  for (std::size_t i = 0; i < choices.size();) {
+    events.clear();
+    const bool done = choices[i].job->take(events, 50);
+    for (DecodeEvent& e : events) {
+      if (i != 0 || gone) continue;  // only choice 0 streams (n > 1 is not streamed)
+      if (e.logprobs && sampling.stream) queue_stream_logprobs(*e.logprobs);  // sent with the chunks
+      if (!e.delta.empty() && sink.on_text && !sink.on_text(e.delta)) cancel_all();
+    }
+    if (!gone && sink.cancelled && sink.cancelled()) cancel_all();
+    if (done) ++i;
+  }
+  return gone;
+}
+
+// Choice c's result after its end.
+RunResult choice_result(Choice& c, bool gone, bool first, const RunSink& sink) {
+  const std::optional<Generation>& g = c.job->result();
+  RunResult r;
+  const std::string rest = c.stream->finish();
+  if (first && !gone && g && !rest.empty() && sink.on_text && !sink.on_text(rest)) gone = true;
+  r.text = c.stream->released();
+  r.tokens = c.stream->tokens();
+  r.usage.completion_tokens = static_cast<int64_t>(r.tokens.size());
+  if (g) {
+    // The streamed tokens' (a stop token that ended the run has none here, as it has no place in `tokens`).
+    r.logprobs.assign(g->logprobs.begin(),
+                      g->logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(g->logprobs.size(), r.tokens.size())));
+    r.prompt_forward_tokens = g->prompt_forward_tokens;
+  }
+  if (gone || !g) {
+    r.finish_reason = "cancelled";  // the client left, or the server closed before the run could end
+  } else if (c.stream->stopped() || g->stop_reason == "stop_token" || g->stop_reason == "constraint_complete") {
+    r.finish_reason = "stop";
+  } else {
+    r.finish_reason = "length";
+  }
+  return r;
+}
+
 }  // namespace
 
 int64_t max_tokens_for(const ServeContext& context, int64_t prompt_tokens, const SamplingRequest& sampling) {
@@ -39,50 +112,39 @@ int64_t max_tokens_for(const ServeContext& context, int64_t prompt_tokens, const
 
 RunResult decode(ServeContext& context, Window& window, const DecodeRequest& request, const RunSink& sink) {
   const std::vector<int64_t>& query = *request.query;
+  const SamplingRequest& sampling = *request.sampling;
+  const int64_t n = std::max<int64_t>(1, sampling.n);
   const int64_t previous = query.back();
-  TextStream stream([&](const std::vector<int64_t>& t) { return context.engine->detokenize(t, previous); },
-                    request.sampling->stop);
   const int64_t prompt = window.tokens() + static_cast<int64_t>(query.size());
-  GenerateOptions go = generate_options(context, max_tokens_for(context, prompt, *request.sampling), *request.sampling);
-  bool gone = false;
-  GateTurn turn(context, request.lane, sink.cancelled);
-  // After each token: the gate goes back (another session's forward may come first), the text out, then
-  // the gate again for the next forward unless the run ends here.
-  go.on_token = [&](int64_t token, int64_t index) {
-    turn.leave();
-    const std::string delta = stream.push(token);
-    if (!delta.empty() && sink.on_text && !sink.on_text(delta)) return !(gone = true);
-    if (stream.stopped()) return false;
-    if (index + 1 >= go.max_tokens) return true;  // generate ends without another forward
-    if (sink.cancelled && sink.cancelled()) return !(gone = true);
-    if (!turn.enter()) gone = true;
-    return turn.held();
-  };
+  GenerateOptions go = generate_options(context, max_tokens_for(context, prompt, sampling), sampling);
   go.constraint = request.constraint;
   clear_stream_logprobs();
-  if (request.sampling->stream && go.logprobs) go.on_logprobs = queue_stream_logprobs;  // sent with the chunks
-  RunResult r;
-  if (!turn.enter()) {
-    r.finish_reason = "cancelled";
-    return r;
+  // Choices 1..n-1 read copy-on-write forks of the window (its pages shared): the batch reads the KV once and
+  // forwards the query once for all of them. They live until every job is done.
+  std::vector<Window> forks;
+  for (int64_t i = 1; i < n; ++i) forks.push_back(window.fork());
+  std::vector<Choice> choices(static_cast<std::size_t>(n));
+  std::vector<std::shared_ptr<DecodeJob>> jobs;
+  for (int64_t i = 0; i < n; ++i) {
+    Choice& c = choices[static_cast<std::size_t>(i)];
+    c.stream = std::make_unique<TextStream>(
+        [&context, previous](const std::vector<int64_t>& t) { return context.engine->detokenize(t, previous); },
+        sampling.stop);
+    GenerateOptions branch = go;
+    branch.seed = go.seed + static_cast<uint64_t>(i);
+    c.job = choice_job(c, i == 0 ? window : forks[static_cast<std::size_t>(i - 1)], query, std::move(branch));
+    jobs.push_back(c.job);
   }
-  const Generation g = window.generate(query, go);
-  turn.leave();  // held still when a stop token ended the run
-  const std::string rest = stream.finish();
-  if (!gone && !rest.empty() && sink.on_text && !sink.on_text(rest)) gone = true;
-  r.text = stream.released();
-  r.tokens = stream.tokens();
-  r.usage.completion_tokens = static_cast<int64_t>(r.tokens.size());
-  // The streamed tokens' (a stop token that ended the run has none here, as it has no place in `tokens`).
-  r.logprobs.assign(g.logprobs.begin(),
-                    g.logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(g.logprobs.size(), r.tokens.size())));
-  r.prompt_forward_tokens = g.prompt_forward_tokens;
-  if (gone) {
-    r.finish_reason = "cancelled";
-  } else if (stream.stopped() || g.stop_reason == "stop_token" || g.stop_reason == "constraint_complete") {
-    r.finish_reason = "stop";
-  } else {
-    r.finish_reason = "length";
+  context.decoder.submit(jobs);
+  const bool gone = wait_for_choices(choices, sampling, sink);
+  for (const Choice& c : choices) {
+    ORBIT_CHECK(c.job->error().empty(), "decode: " << c.job->error());
+  }
+  RunResult r = choice_result(choices[0], gone, true, sink);
+  for (int64_t i = 1; i < n; ++i) {
+    r.extra_choices.push_back(choice_result(choices[static_cast<std::size_t>(i)], gone, false, sink));
+    r.usage.completion_tokens += r.extra_choices.back().usage.completion_tokens;
+    r.prompt_forward_tokens += r.extra_choices.back().prompt_forward_tokens;
   }
   return r;
 }

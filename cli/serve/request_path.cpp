@@ -234,8 +234,11 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
     };
   }
   RunResult r = decode(context_, window,
-                       DecodeRequest{&report.generation_prompt, &request.sampling, s.lane, p.constraint}, out_sink);
-  if (calls) calls->finish(r);
+                       DecodeRequest{&report.generation_prompt, &request.sampling, p.constraint}, out_sink);
+  if (calls) {
+    calls->finish(r);
+    for (RunResult& choice : r.extra_choices) ToolCallStream(context_.tool_format).finish(choice);  // not streamed
+  }
   const WindowStats after = window.stats();
   RunUsage& u = r.usage;
   u.prompt_tokens = prompt_tokens(report.plan);
@@ -297,7 +300,7 @@ RunOutcome RequestPath::run_completion(RunTicket::Prepared& p, const RunSink& si
     window.admit(chunk);
   }
   const std::vector<int64_t> query{tokens.back()};
-  RunResult r = decode(context_, window, DecodeRequest{&query, &p.completion->sampling, lane}, sink);
+  RunResult r = decode(context_, window, DecodeRequest{&query, &p.completion->sampling}, sink);
   const WindowStats after = window.stats();
   r.usage.prompt_tokens = static_cast<int64_t>(tokens.size());
   r.usage.forward_tokens =

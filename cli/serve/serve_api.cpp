@@ -182,7 +182,10 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
   if (const json* v = field("seed")) s.seed = static_cast<uint64_t>(need_int(*v, "seed"));
   if (const json* v = field("stop")) s.stop = parse_stop(*v, limits);
   if (const json* v = field("n")) {
-    if (need_int(*v, "n") != 1) fail("n", "only n = 1 is supported, got " + v->dump());
+    s.n = need_int(*v, "n");
+    if (s.n < 1 || s.n > limits.max_choices) {
+      fail("n", "must be in [1, " + std::to_string(limits.max_choices) + "], got " + v->dump());
+    }
   }
   if (const json* v = field("stream")) s.stream = need_bool(*v, "stream");
   if (const json* v = field("stream_options")) {
@@ -385,6 +388,9 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
     r.messages.push_back(parse_message((*messages)[i], "messages[" + std::to_string(i) + "]"));
   }
   r.sampling = parse_sampling(body, limits);
+  if (r.sampling.n > 1 && r.sampling.stream) {
+    fail("n", "n > 1 is answered whole: streaming several choices is not served (give stream false or n 1)");
+  }
   parse_processors(body, limits, r.sampling);
   parse_logprobs(body, r.sampling, false);
   r.user = parse_user(body);
@@ -420,6 +426,7 @@ CompletionRequest completion_request(std::string_view text, const ServeLimits& l
     r.prompt = need_string(*prompt, "prompt");
   }
   r.sampling = parse_sampling(body, limits);
+  if (r.sampling.n > 1) fail("n", "n > 1 is served on /v1/chat/completions only, got " + std::to_string(r.sampling.n));
   parse_processors(body, limits, r.sampling);
   parse_logprobs(body, r.sampling, true);
   r.user = parse_user(body);

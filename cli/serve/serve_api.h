@@ -5,7 +5,8 @@
 // What a request may hold (anything else is ignored, as OpenAI ignores unknown fields):
 //   chat:        model (string, required), messages (non-empty array, required), max_tokens or
 //                max_completion_tokens (integer >= 1), temperature [0, 2], top_p (0, 1], seed (integer),
-//                stop (string or array of at most 4 strings), n (1 only), stream (bool),
+//                stop (string or array of at most 4 strings), n (1..ServeLimits::max_choices; above 1 not with
+//                stream true), stream (bool),
 //                stream_options.include_usage (bool), user (any string), tools (array of {"type": "function",
 //                "function": {"name", "description"?, "parameters"?}}, handed to the template), tool_choice
 //                ("none", "auto", "required" or {"type": "function", "function": {"name"}} naming one of the
@@ -15,8 +16,8 @@
 //                ids below ServeLimits::vocab_size); logprobs (bool), top_logprobs (integer 0..20, with
 //                logprobs true): honoured as OpenAI defines them (GenerateOptions in orbit/window.h)
 // (tool_choice and response_format are honoured by the server: answer_constraint.h.)
-//   completions: model, prompt (string, or an array of one string), and the same sampling fields but
-//                logprobs: its legacy form (an integer of top tokens) is refused with a 400 naming
+//   completions: model, prompt (string, or an array of one string), and the same sampling fields but n
+//                (1 only, else a 400 naming `n`) and logprobs: its legacy form (an integer of top tokens) is refused with a 400 naming
 //                `logprobs`, and top_logprobs, which that endpoint does not have, likewise
 //   a message:   role in {system, developer, user, assistant, tool}; content a string, null (an assistant
 //                message with tool_calls), or an array of {"type": "text", "text": ...} parts;
@@ -61,6 +62,7 @@ struct ServeLimits {
   std::size_t max_body_bytes = std::size_t{4} << 20;  // request bodies over this get 413
   std::size_t max_messages = 4096;
   std::size_t max_stop_strings = 4;
+  int64_t max_choices = 64;  // a chat request's n at most (each choice is a fork of the window, decoded together)
   int64_t vocab_size = 0;  // logit_bias keys must be below it; 0: not checked (the server sets its model's)
 };
 
@@ -70,6 +72,8 @@ struct SamplingRequest {
   double temperature = 1.0;           // OpenAI's default
   double top_p = 1.0;
   std::optional<uint64_t> seed;
+  // Choices to answer (chat only): choice i is drawn with seed + i (decode.h); at temperature 0 all are equal.
+  int64_t n = 1;
   std::vector<std::string> stop;  // generation ends before the first of these in the text
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage before [DONE]

@@ -1,9 +1,9 @@
 // What the parts of ServeCore share (serve_core.h): the engine and its model, the options, the policy every
-// window runs, the fair gate and the metrics. ServeCore owns one; the session table, the request path and
+// window runs, the fair gate, the metrics and the decode batch. ServeCore owns one; the session table, the request path and
 // the idle worker hold a reference to it.
 //
-// Thread-safety: every member may be used from any thread (Engine, FairGate and ServeMetrics are
-// thread-safe; the rest is set before the parts start and never changes, except `closing`).
+// Thread-safety: every member may be used from any thread (Engine, FairGate, ServeMetrics and DecodeScheduler
+// are thread-safe; the rest is set before the parts start and never changes, except `closing`).
 #pragma once
 
 #include <atomic>
@@ -15,6 +15,7 @@
 #include "orbit/tool_calls.h"
 #include "serve/answer_constraint.h"
 #include "serve/audit.h"
+#include "serve/decode_scheduler.h"
 #include "serve/fair_gate.h"
 #include "serve/serve_metrics.h"
 #include "serve/serve_types.h"
@@ -38,6 +39,9 @@ struct ServeContext {
   ServeMetrics metrics;
   Auditor auditor;                   // options.audit_rate's fidelity audits (audit.h)
   std::atomic<bool> closing{false};  // close() has begun: checks answer 503
+  // Continuous batching: every run's decode steps in one batch, one forward per step (decode_scheduler.h).
+  // Last, so it stops (its thread joined) before the parts it uses go.
+  DecodeScheduler decoder{*this};
 
   Window new_window() const;
   // Waits for the gate on `lane` and counts the wait in the metrics; false: cancelled or closed.

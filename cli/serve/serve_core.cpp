@@ -49,7 +49,7 @@ json ServeCore::models() const {
 MetricGauges ServeCore::gauges() {
   MetricGauges g = sessions_.counts();
   g.queue_depth = context_.gate.waiting();
-  g.more = context_.auditor.render_metrics();
+  g.more = context_.auditor.render_metrics() + context_.decoder.render_metrics();
   return g;
 }
 
@@ -61,6 +61,7 @@ void ServeCore::close() {
   context_.gate.close();
   // Wait for the forward in flight: the gate is free once its holder leaves.
   while (context_.gate.busy()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  context_.decoder.stop();  // what it still holds ends as cancelled; it can no longer touch a window
   sessions_.close_all();
   context_.engine->close();
   closed_ = true;

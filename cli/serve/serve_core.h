@@ -30,8 +30,9 @@
 // Sessions: created by the first request that names them (X-Orbit-Session or `user`); GET
 // /v1/sessions/{id} reports one, DELETE ends it; requests of one session run one at a time, in arrival
 // order. Idle sessions past ServeOptions::session_budget_bytes or max_sessions leave memory (their chunks
-// stay in the store). Decode is not batched: sessions take turns, one forward each (the runtime's forward
-// takes one sequence).
+// stay in the store). Decode is batched (decode_scheduler.h): every session's pending token is one row of
+// one forward per step, sequences joining and leaving between steps; a chat request's n > 1 choices are
+// forks of its window decoded in that batch.
 //
 // Thread-safety: every member may be called from any thread; a RunTicket is used by the thread that
 // prepared it.

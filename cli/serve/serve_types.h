@@ -99,6 +99,9 @@ struct RunResult {
   // With SamplingRequest::logprobs: one entry per token of `tokens` (tool-call text included), else empty.
   std::vector<StepLogprobs> logprobs;
   RunUsage usage;
+  // n > 1 (SamplingRequest::n): choices 1..n−1, each as above but for `usage`, which is this one's for the
+  // request (completion_tokens counting every choice). Empty for n = 1.
+  std::vector<RunResult> extra_choices;
 };
 
 // A run's result, or the error to answer with.

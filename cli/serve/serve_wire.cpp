@@ -85,8 +85,10 @@ json take_stream_logprobs_content() {
   return out;
 }
 
-json chat_completion(const ResponseIds& ids, const RunResult& result) {
-  json body = head(ids, "chat.completion");
+namespace {
+
+// One choice of a chat completion: {index, message, logprobs, finish_reason}.
+json chat_choice(int64_t index, const RunResult& result) {
   json message = {{"role", "assistant"}, {"content", result.text}};
   if (!result.tool_calls.empty()) {
     if (result.text.empty()) message["content"] = nullptr;  // as OpenAI answers a call without text
@@ -94,8 +96,17 @@ json chat_completion(const ResponseIds& ids, const RunResult& result) {
   }
   json logprobs = nullptr;
   if (!result.logprobs.empty()) logprobs = {{"content", logprobs_content(result.logprobs)}, {"refusal", nullptr}};
-  body["choices"] = json::array(
-      {{{"index", 0}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish(result.finish_reason)}}});
+  return {{"index", index}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish(result.finish_reason)}};
+}
+
+}  // namespace
+
+json chat_completion(const ResponseIds& ids, const RunResult& result) {
+  json body = head(ids, "chat.completion");
+  body["choices"] = json::array({chat_choice(0, result)});
+  for (std::size_t i = 0; i < result.extra_choices.size(); ++i) {
+    body["choices"].push_back(chat_choice(static_cast<int64_t>(i + 1), result.extra_choices[i]));
+  }
   body["usage"] = result.usage.to_json();
   return body;
 }

@@ -18,8 +18,9 @@ struct ResponseIds {
   std::string model;
 };
 
-// {"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content", "tool_calls"?},
-// "finish_reason"}], "usage"}: content null when the answer is only tool calls
+// {"object": "chat.completion", "choices": [{"index", "message": {"role": "assistant", "content", "tool_calls"?},
+// "logprobs", "finish_reason"}], "usage"}: content null when the answer is only tool calls; with n > 1 one
+// choice per RunResult (the result itself, then its extra_choices), indexed 0..n-1
 nlohmann::json chat_completion(const ResponseIds& ids, const RunResult& result);
 // One chunk of a streamed chat completion: "object": "chat.completion.chunk". `first` adds the role;
 // a non-empty finish_reason ends the choice (and carries usage when given).

@@ -53,7 +53,11 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":3})").second ==
         "temperature");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_p":0})").second == "top_p");
-  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})").second == "n");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})").first == 200);
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":0})").second == "n");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":65})").second == "n");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2,"stream":true})").second ==
+        "n");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})").second == "stream");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})").second ==
         "stop");
@@ -91,6 +95,9 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
   REQUIRE(completion.ok());
   CHECK(completion.value->prompt == "x");
   CHECK_FALSE(sv::parse_completion_request(R"({"model":"m","prompt":["x","y"]})").ok());
+  const sv::Parsed<sv::CompletionRequest> choices = sv::parse_completion_request(R"({"model":"m","prompt":"x","n":2})");
+  REQUIRE_FALSE(choices.ok());
+  CHECK(choices.error.param == "n");
 }
 
 TEST_CASE("serve: streamed text holds back split characters and stop strings", "[serve]") {

@@ -1,0 +1,125 @@
+// DecodeScheduler: continuous batching for `orbit serve`. Every run's decode (decode.h) is one sequence of
+// one orbit::DecodeBatch (orbit/decode_batch.h), stepped by a thread of its own: each step holds the fair
+// gate once, on its own lane ("~decode"), and runs one model forward over every sequence with a pending token
+// (runtime::Model::forward_batch). Sequences join between steps as runs arrive and leave as they end.
+//
+//   request threads           scheduler thread (one)                   the gate (FairGate)
+//   decode(): submit(jobs) ─► joining ─► batch.add ─┐                  ~decode: one step = one quantum
+//   wait: events, done   ◄─── on_token posts ◄── batch.step() ◄────────┘ sessions' syncs take turns with it
+//
+// Fairness: within the batch every sequence gets one token per step; between the batch and the sessions'
+// syncs (their own lanes) the gate rotates, so a sync waits at most one batch step. Cancellation: a job's
+// `cancel` ends its sequence at its next token (its GenerateOptions::on_token returns false), or before it
+// joins. Close: once the gate is closed the scheduler cannot enter it again; every sequence and every job
+// still queued ends as "cancelled" without touching its window again (the windows stay their owners').
+//
+// Thread-safety: every member may be called from any thread. A job's window must stay alive and untouched by
+// others until the job is done (the request thread that submitted it waits for that).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "orbit/decode_batch.h"
+
+namespace orbit::serve {
+
+struct ServeContext;
+
+// What a running sequence hands its request's thread after a token: the text it released (possibly "") and,
+// when asked for, the token's log probabilities.
+struct DecodeEvent {
+  std::string delta;
+  std::optional<StepLogprobs> logprobs;
+};
+
+// One sequence to decode and what comes back from it.
+class DecodeJob {
+ public:
+  // `request.options`' callbacks run on the scheduler's thread.
+  explicit DecodeJob(GenerateRequest request) : request_(std::move(request)) {}
+
+  const GenerateRequest& request() const { return request_; }
+  // The request's thread: end the sequence at its next token (or before it joins).
+  void cancel() { cancel_ = true; }
+  bool cancelled() const { return cancel_; }
+
+  // The scheduler's thread (from the options' callbacks): an event for the request's thread.
+  void post(DecodeEvent event);
+  // The scheduler's thread: the sequence ended with `g`; or the engine failed (`error`); or it was dropped
+  // before it could end (the server closing): neither.
+  void finish(std::optional<Generation> g, std::string error = "");
+
+  // The request's thread: waits up to `wait_ms` for events or the end; moves the events into `out` and
+  // returns whether the job is done (then result() and error() hold).
+  bool take(std::vector<DecodeEvent>& out, int wait_ms);
+  const std::optional<Generation>& result() const { return result_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  GenerateRequest request_;
+  std::atomic<bool> cancel_{false};
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<DecodeEvent> events_;
+  bool done_ = false;
+  std::optional<Generation> result_;
+  std::string error_;
+};
+
+class DecodeScheduler {
+ public:
+  explicit DecodeScheduler(ServeContext& context) : context_(context) {}
+  ~DecodeScheduler() { stop(); }
+  DecodeScheduler(const DecodeScheduler&) = delete;
+  DecodeScheduler& operator=(const DecodeScheduler&) = delete;
+
+  // Queues jobs; they join the batch together at its next step (a window and its forks submitted together
+  // share one read of the window and one forward of the query). Starts the thread on first use.
+  void submit(const std::vector<std::shared_ptr<DecodeJob>>& jobs);
+  // Ends the thread: what runs or waits ends as dropped (DecodeJob::finish with neither). Idempotent.
+  void stop();
+
+  // orbit_decode_steps_total, orbit_decode_tokens_total, orbit_decode_batch_sequences (histogram of the
+  // sequences per step's forward), orbit_decode_running and orbit_decode_waiting (gauges): Prometheus lines.
+  std::string render_metrics() const;
+
+ private:
+  void loop();
+  bool wait_for_work(std::vector<std::shared_ptr<DecodeJob>>& joining);  // false: stop
+  // How a job ended, delivered once the gate is released (so a request that returns finds it free).
+  struct Outcome {
+    std::shared_ptr<DecodeJob> job;
+    std::optional<Generation> generation;
+    std::string error;
+  };
+  void drop_all(std::vector<std::shared_ptr<DecodeJob>>& joining);
+  std::vector<Outcome> run_step(std::vector<std::shared_ptr<DecodeJob>>& joining);  // holding the gate
+  void count_step(const DecodeStep& step);
+
+  ServeContext& context_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<DecodeJob>> pending_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+  // The scheduler thread's own.
+  DecodeBatch batch_;
+  std::vector<std::pair<uint64_t, std::shared_ptr<DecodeJob>>> running_;
+  // Metrics, under mutex_.
+  int64_t steps_ = 0;
+  int64_t tokens_ = 0;
+  int64_t running_now_ = 0;
+  std::vector<int64_t> batch_sizes_;  // counts per histogram bucket (kBatchBounds), not cumulative
+  double batch_size_sum_ = 0;
+};
+
+}  // namespace orbit::serve

@@ -1,0 +1,172 @@
+// `orbit serve`'s continuous batching below HTTP (cli/serve/decode_scheduler.h) on TinyStories-656K: sessions
+// running at once decode in shared forwards (the metrics count steps of several sequences) and answer what
+// they answer one at a time; a client that leaves ends its own sequence and no other; a chat request's n > 1
+// choices are forks of its window decoded together (one query forward, choice i seeded seed + i); closing the
+// server while sequences run ends them as cancelled.
+#include <atomic>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "orbit_catch.h"
+#include "serve/decode_scheduler.h"
+#include "serve/serve_api.h"
+#include "serve/serve_core.h"
+#include "serve/serve_wire.h"
+
+namespace sv = orbit::serve;
+
+namespace {
+
+const std::string kModel = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
+
+sv::ServeOptions options() {
+  sv::ServeOptions o;
+  o.model = kModel;
+  o.anticipate = false;
+  o.audit_rate = 0;
+  return o;
+}
+
+sv::ChatRequest chat(const sv::ServeCore& core, const std::string& question, int64_t max_tokens) {
+  sv::ChatRequest r;
+  r.model = core.model_name();
+  r.messages = {{"system", "You tell short stories."}, {"user", question}};
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+sv::RunResult run(sv::ServeCore& core, const sv::ChatRequest& r, const std::string& session,
+                  const sv::RunSink& sink = {}) {
+  sv::RunTicket ticket = core.prepare_chat(r, session);
+  REQUIRE(ticket.ok());
+  sv::RunOutcome out = core.run(ticket, sink);
+  REQUIRE(out.result.has_value());
+  return *out.result;
+}
+
+// A metric's value in the /metrics text (the first line that starts with `name` and a space).
+double metric(const std::string& text, const std::string& name) {
+  const std::regex line("(^|\n)" + std::regex_replace(name, std::regex(R"([{}"+.])"), R"(\$&)") + " ([0-9.e+-]+)");
+  std::smatch m;
+  REQUIRE(std::regex_search(text, m, line));
+  return std::stod(m[2]);
+}
+
+std::string metrics_text(sv::ServeCore& core) { return core.metrics().render(core.gauges()); }
+
+const std::vector<std::string> kQuestions = {"What did the dog find?", "Who was happy?",  "Where were they?",
+                                             "What happened next?",    "Tell me more.",   "Why did she smile?",
+                                             "What did they see?",     "Who came home?"};
+
+}  // namespace
+
+TEST_CASE("serve batch: sessions decode in shared forwards and answer what they answer alone", "[serve][batch]") {
+  sv::ServeCore core(options());
+  std::vector<std::string> alone;
+  for (const std::string& q : kQuestions) alone.push_back(run(core, chat(core, q, 24), "").text);
+  const double steps_alone = metric(metrics_text(core), "orbit_decode_steps_total");
+  const double single_steps = metric(metrics_text(core), "orbit_decode_batch_sequences_bucket{le=\"1\"}");
+  CHECK(single_steps == steps_alone);  // one at a time: every step held one sequence
+
+  std::vector<std::string> together(kQuestions.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < kQuestions.size(); ++i) {
+    threads.emplace_back([&, i] { together[i] = run(core, chat(core, kQuestions[i], 24), "s" + std::to_string(i)).text; });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(together == alone);
+  const std::string text = metrics_text(core);
+  // Steps that held several sequences happened: fewer steps than tokens decoded.
+  const double steps = metric(text, "orbit_decode_steps_total") - steps_alone;
+  const double shared = metric(text, "orbit_decode_batch_sequences_count") -
+                        metric(text, "orbit_decode_batch_sequences_bucket{le=\"1\"}");
+  CHECK(shared > 0);
+  CHECK(steps < 8 * 24);
+  CHECK(metric(text, "orbit_decode_running") == 0);
+  CHECK(metric(text, "orbit_decode_waiting") == 0);
+  core.close();
+}
+
+TEST_CASE("serve batch: a client that leaves ends its sequence only", "[serve][batch]") {
+  sv::ServeCore core(options());
+  std::vector<std::string> alone;
+  for (int i = 0; i < 3; ++i) alone.push_back(run(core, chat(core, kQuestions[i], 40), "").text);
+  std::vector<sv::RunResult> got(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      sv::RunSink sink;
+      if (i == 1) sink.on_text = [](const std::string&) { return false; };  // leaves at the first piece of text
+      got[static_cast<std::size_t>(i)] = run(core, chat(core, kQuestions[static_cast<std::size_t>(i)], 40),
+                                             "c" + std::to_string(i), sink);
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(got[1].finish_reason == "cancelled");
+  CHECK(got[1].usage.completion_tokens < 40);
+  CHECK(got[0].text == alone[0]);
+  CHECK(got[2].text == alone[2]);
+  CHECK(got[0].finish_reason != "cancelled");
+  core.close();
+}
+
+TEST_CASE("serve batch: n choices are forks decoded together", "[serve][batch][fork]") {
+  sv::ServeCore core(options());
+  sv::ChatRequest r = chat(core, kQuestions[0], 16);
+  const sv::RunResult one = run(core, r, "");
+  r.sampling.n = 4;
+  const sv::RunResult greedy = run(core, r, "");
+  REQUIRE(greedy.extra_choices.size() == 3);
+  CHECK(greedy.text == one.text);
+  for (const sv::RunResult& c : greedy.extra_choices) CHECK(c.text == one.text);  // temperature 0
+  CHECK(greedy.usage.completion_tokens == 4 * static_cast<int64_t>(one.tokens.size()));
+  // The wire body: four choices, indexed.
+  const nlohmann::json body = sv::chat_completion({"chatcmpl-x", 0, "m"}, greedy);
+  REQUIRE(body["choices"].size() == 4);
+  for (int i = 0; i < 4; ++i) CHECK(body["choices"][i]["index"] == i);
+
+  // Sampled: choice i is the answer a request with seed + i gets alone.
+  r.sampling.temperature = 1.0;
+  r.sampling.seed = 77;
+  const sv::RunResult sampled = run(core, r, "");
+  r.sampling.n = 1;
+  std::set<std::string> distinct{sampled.text};
+  for (int i = 0; i < 4; ++i) {
+    r.sampling.seed = 77 + static_cast<uint64_t>(i);
+    const sv::RunResult alone = run(core, r, "");
+    const sv::RunResult& choice = i == 0 ? sampled : sampled.extra_choices[static_cast<std::size_t>(i - 1)];
+    CHECK(choice.text == alone.text);
+    distinct.insert(choice.text);
+  }
+  CHECK(distinct.size() > 1);
+  core.close();
+}
+
+TEST_CASE("serve batch: closing the server ends the sequences in flight as cancelled", "[serve][batch]") {
+  sv::ServeCore core(options());
+  std::vector<sv::RunResult> got(4);
+  std::atomic<int> started{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      sv::RunSink sink;
+      sink.on_text = [&](const std::string&) {
+        ++started;
+        return true;
+      };
+      sv::ChatRequest r = chat(core, kQuestions[static_cast<std::size_t>(i)], 400);
+      sv::RunTicket ticket = core.prepare_chat(r, "x" + std::to_string(i));
+      if (!ticket.ok()) return;  // the server closed before it was prepared
+      sv::RunOutcome out = core.run(ticket, sink);
+      if (out.result) got[static_cast<std::size_t>(i)] = *out.result;
+    });
+  }
+  for (int i = 0; i < 5000 && started < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  core.close();
+  for (auto& t : threads) t.join();
+  int cancelled = 0;
+  for (const sv::RunResult& r : got) cancelled += r.finish_reason == "cancelled" ? 1 : 0;
+  CHECK(cancelled >= 1);
+}
