@@ -25,6 +25,7 @@ from ._orbit import (
     Operation as Operation,
     OrbitError as OrbitError,
     parse_tool_calls as parse_tool_calls,
+    generate_many as generate_many,
     PatchMatch as PatchMatch,
     Plan as Plan,
     PlanStep as PlanStep,

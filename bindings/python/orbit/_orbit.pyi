@@ -703,6 +703,9 @@ Policy = WindowPolicy
 
 def parse_tool_calls(text: str, format: str = "hermes") -> dict:
     """{'content', 'tool_calls': [{'id', 'type': 'function', 'function': {'name', 'arguments'}}], 'malformed'}."""
+def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, Tokens, dict]]]) -> list[Generation]:
+    """Decodes several windows together (one forward per step), each as Window.generate would alone; a request
+    is (window, query) or (window, query, {generate() keyword arguments})."""
 def policy_help() -> str:
     """The valid policy spec forms, one per line."""
 
@@ -931,6 +934,9 @@ class Window:
         constraint and read back into tool_calls, content and json. presence_penalty / frequency_penalty
         ([-2, 2]) and logit_bias ({token: [-100, 100]}) act as OpenAI's; logprobs / top_logprobs (0..20) fill
         Generation.logprobs (after those and the constraint, at temperature 1)."""
+    def generate_n(self, query: Tokens, n: int, **kwargs) -> list[Generation]:
+        """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i
+        sampled with seed + i); takes generate()'s keyword arguments."""
     def disposable(self, instance: InstanceArg, query: Tokens, *, answer_tokens: int = 4) -> DisposabilityReport: ...
     def loss_by_instance(self, query: Tokens) -> list[InstanceLoss]: ...
     def kv(self, instance: InstanceArg) -> InstanceKV: ...

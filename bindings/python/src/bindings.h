@@ -19,6 +19,7 @@ void init_store(py::module_& m);      // store.cpp: offline store inspection, co
 void init_trace(py::module_& m);      // trace.cpp: orbit-trace/1 load, make, validate, save, replay
 void init_yardstick(py::module_& m);  // yardstick.cpp: RadixCache, BlockPrefixCache (planner/prefix_cache.h)
 void init_answer(py::module_& m);     // answer.cpp: parse_tool_calls, Engine.tool_call_format
+void init_generate(py::module_& m);   // generate.cpp: generate_many (generate()'s arguments: generate_args.h)
 
 // Raises CapacityError / RefusedError / OrbitError for a non-ok Status (module.cpp).
 [[noreturn]] void raise_status(int code, const std::string& reason);

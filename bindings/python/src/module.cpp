@@ -101,4 +101,5 @@ PYBIND11_MODULE(_orbit, m) {
   orbit_py::init_trace(m);
   orbit_py::init_yardstick(m);
   orbit_py::init_answer(m);
+  orbit_py::init_generate(m);
 }

@@ -5,12 +5,12 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
-#include <map>
 #include <sstream>
 
 #include "answer.h"
 #include "bindings.h"
 #include "convert.h"
+#include "generate_args.h"
 #include "py_window.h"
 
 namespace orbit_py {
@@ -21,42 +21,6 @@ namespace {
 std::vector<int64_t> tokens_or_text(PyWindow& w, const py::object& obj, const char* what) {
   if (py::isinstance<py::str>(obj)) return w.engine->tokenize(obj.cast<std::string>(), false);
   return to_tokens(obj, what);
-}
-
-// generate's logit_bias: a dict of token id (int, or a str of one as OpenAI's JSON has) to a number. The
-// ranges are the SDK's to check (GenerateOptions::logit_bias).
-std::map<int64_t, double> to_logit_bias(const py::object& obj) {
-  if (!py::isinstance<py::dict>(obj)) {
-    throw py::type_error("generate: logit_bias must be a dict {token id: bias}, got " +
-                         py::str(py::type::of(obj).attr("__name__")).cast<std::string>());
-  }
-  std::map<int64_t, double> out;
-  for (const auto& [key, value] : obj.cast<py::dict>()) {
-    int64_t token = 0;
-    if (py::isinstance<py::int_>(key) && !py::isinstance<py::bool_>(key)) {
-      token = key.cast<int64_t>();
-    } else if (py::isinstance<py::str>(key)) {
-      const std::string text = key.cast<std::string>();
-      std::size_t used = 0;
-      try {
-        token = std::stoll(text, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != text.size()) {
-        throw py::value_error("generate: logit_bias key '" + text + "' is not a token id");
-      }
-    } else {
-      throw py::type_error("generate: logit_bias keys must be token ids (int), got " +
-                           py::repr(key).cast<std::string>());
-    }
-    if (!py::isinstance<py::int_>(value) && !py::isinstance<py::float_>(value)) {
-      throw py::type_error("generate: logit_bias[" + std::to_string(token) + "] must be a number, got " +
-                           py::repr(value).cast<std::string>());
-    }
-    out[token] = value.cast<double>();
-  }
-  return out;
 }
 
 }  // namespace
@@ -452,22 +416,12 @@ void init_window(py::module_& m) {
          const py::object& stop_tokens, const py::object& tools, const py::object& tool_choice,
          const py::object& response_format, const py::object& tool_call_format, double presence_penalty,
          double frequency_penalty, const py::object& logit_bias, bool logprobs, int32_t top_logprobs) {
-        orbit::GenerateOptions o;
-        o.max_tokens = max_tokens;
-        o.temperature = temperature;
-        o.top_p = top_p;
-        o.seed = seed;
-        o.presence_penalty = presence_penalty;
-        o.frequency_penalty = frequency_penalty;
-        if (!logit_bias.is_none()) o.logit_bias = to_logit_bias(logit_bias);
-        o.logprobs = logprobs;
-        o.top_logprobs = top_logprobs;
-        if (!stop_tokens.is_none()) o.stop_tokens = to_tokens(stop_tokens, "generate: stop_tokens");
-        const AnswerSpec answer = answer_spec(w, tools, tool_choice, response_format, tool_call_format);
-        o.constraint = answer.constraint;
-        const auto q = tokens_or_text(w, query, "generate: query");
-        py::object g = py::cast(w.run([&](Window& x) { return x.generate(q, o); }));
-        read_answer(answer, g);
+        const GenerateArgs a =
+            generate_args(w, query, max_tokens, temperature, top_p, seed, stop_tokens, tools, tool_choice,
+                          response_format, tool_call_format, presence_penalty, frequency_penalty, logit_bias,
+                          logprobs, top_logprobs);
+        py::object g = py::cast(w.run([&](Window& x) { return x.generate(a.query, a.options); }));
+        read_answer(a.answer, g);
         return g;
       },
       py::arg("query"), py::kw_only(), py::arg("max_tokens") = 32, py::arg("temperature") = 0.0, py::arg("top_p") = 1.0,
@@ -493,6 +447,24 @@ void init_window(py::module_& m) {
       "The Generation then also has tool_calls ([{'id', 'type': 'function', 'function': {'name', 'arguments'}}],\n"
       "ready to append as an assistant message's), content (the text that is not a call) and json (the parsed\n"
       "answer, or None). A schema outside the supported subset raises OrbitError naming the keyword.");
+  c.def(
+      "generate_n",
+      [](PyWindow& w, const py::object& query, int64_t n, const py::kwargs& kwargs) {
+        const GenerateArgs a = generate_args(w, query, kwargs, "generate_n");
+        std::vector<orbit::Generation> gs = w.run([&](Window& x) { return x.generate_n(a.query, n, a.options); });
+        py::list out;
+        for (orbit::Generation& g : gs) {
+          py::object o = py::cast(std::move(g));
+          read_answer(a.answer, o);
+          out.append(o);
+        }
+        return out;
+      },
+      py::arg("query"), py::arg("n"),
+      "n answers to one query, decoded together: the window is forked n - 1 times (copy-on-write, its pages\n"
+      "shared and read once), the query forwarded once, and the n branches decoded in one forward per step, answer\n"
+      "i sampled with seed + i (at temperature 0 every answer is the greedy one). Takes generate()'s keyword\n"
+      "arguments. Returns a list of n Generations; the window is unchanged.");
   c.def(
       "disposable",
       [](PyWindow& w, const py::object& instance, const py::object& query, int64_t answer_tokens) {

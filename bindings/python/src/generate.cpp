@@ -1,0 +1,171 @@
+// generate()'s keyword arguments (generate_args.h) and orbit.generate_many: several windows decoded together,
+// one forward per step (orbit/decode_batch.h).
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "bindings.h"
+#include "convert.h"
+#include "generate_args.h"
+#include "orbit/decode_batch.h"
+
+namespace orbit_py {
+
+namespace {
+
+// generate's logit_bias: a dict of token id (int, or a str of one as OpenAI's JSON has) to a number. The
+// ranges are the SDK's to check (GenerateOptions::logit_bias).
+std::map<int64_t, double> to_logit_bias(const py::object& obj) {
+  if (!py::isinstance<py::dict>(obj)) {
+    throw py::type_error("generate: logit_bias must be a dict {token id: bias}, got " +
+                         py::str(py::type::of(obj).attr("__name__")).cast<std::string>());
+  }
+  std::map<int64_t, double> out;
+  for (const auto& [key, value] : obj.cast<py::dict>()) {
+    int64_t token = 0;
+    if (py::isinstance<py::int_>(key) && !py::isinstance<py::bool_>(key)) {
+      token = key.cast<int64_t>();
+    } else if (py::isinstance<py::str>(key)) {
+      const std::string text = key.cast<std::string>();
+      std::size_t used = 0;
+      try {
+        token = std::stoll(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != text.size()) {
+        throw py::value_error("generate: logit_bias key '" + text + "' is not a token id");
+      }
+    } else {
+      throw py::type_error("generate: logit_bias keys must be token ids (int), got " +
+                           py::repr(key).cast<std::string>());
+    }
+    if (!py::isinstance<py::int_>(value) && !py::isinstance<py::float_>(value)) {
+      throw py::type_error("generate: logit_bias[" + std::to_string(token) + "] must be a number, got " +
+                           py::repr(value).cast<std::string>());
+    }
+    out[token] = value.cast<double>();
+  }
+  return out;
+}
+
+// A token list, or text (str) tokenized by the window's engine without BOS (a continuation).
+std::vector<int64_t> query_tokens(PyWindow& w, const py::object& obj) {
+  if (py::isinstance<py::str>(obj)) return w.engine->tokenize(obj.cast<std::string>(), false);
+  return to_tokens(obj, "generate: query");
+}
+
+}  // namespace
+
+GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p,
+                           uint64_t seed, const py::object& stop_tokens, const py::object& tools,
+                           const py::object& tool_choice, const py::object& response_format,
+                           const py::object& tool_call_format, double presence_penalty, double frequency_penalty,
+                           const py::object& logit_bias, bool logprobs, int32_t top_logprobs) {
+  GenerateArgs a;
+  orbit::GenerateOptions& o = a.options;
+  o.max_tokens = max_tokens;
+  o.temperature = temperature;
+  o.top_p = top_p;
+  o.seed = seed;
+  o.presence_penalty = presence_penalty;
+  o.frequency_penalty = frequency_penalty;
+  if (!logit_bias.is_none()) o.logit_bias = to_logit_bias(logit_bias);
+  o.logprobs = logprobs;
+  o.top_logprobs = top_logprobs;
+  if (!stop_tokens.is_none()) o.stop_tokens = to_tokens(stop_tokens, "generate: stop_tokens");
+  a.answer = answer_spec(w, tools, tool_choice, response_format, tool_call_format);
+  o.constraint = a.answer.constraint;
+  a.query = query_tokens(w, query);
+  return a;
+}
+
+GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict& kwargs, const std::string& what) {
+  static const std::set<std::string> known = {
+      "max_tokens",       "temperature",       "top_p",      "seed",     "stop_tokens",  "tools",
+      "tool_choice",      "response_format",   "tool_call_format", "presence_penalty", "frequency_penalty",
+      "logit_bias",       "logprobs",          "top_logprobs"};
+  for (const auto& [key, value] : kwargs) {
+    const std::string name = py::str(key).cast<std::string>();
+    if (known.count(name) == 0) throw py::type_error(what + ": generate() has no argument '" + name + "'");
+  }
+  auto get = [&](const char* name, py::object fallback) -> py::object {
+    return kwargs.contains(name) ? py::reinterpret_borrow<py::object>(kwargs[name]) : fallback;
+  };
+  return generate_args(w, query, get("max_tokens", py::int_(32)).cast<int64_t>(),
+                       get("temperature", py::float_(0.0)).cast<double>(), get("top_p", py::float_(1.0)).cast<double>(),
+                       get("seed", py::int_(0)).cast<uint64_t>(), get("stop_tokens", py::none()),
+                       get("tools", py::none()), get("tool_choice", py::str("auto")),
+                       get("response_format", py::none()), get("tool_call_format", py::none()),
+                       get("presence_penalty", py::float_(0.0)).cast<double>(),
+                       get("frequency_penalty", py::float_(0.0)).cast<double>(), get("logit_bias", py::none()),
+                       get("logprobs", py::bool_(false)).cast<bool>(), get("top_logprobs", py::int_(0)).cast<int32_t>());
+}
+
+void init_generate(py::module_& m) {
+  m.def(
+      "generate_many",
+      [](const py::list& requests) {
+        // Each request: (window, query) or (window, query, {generate() keyword arguments}).
+        std::vector<PyWindow*> windows;
+        std::vector<GenerateArgs> args;
+        for (std::size_t i = 0; i < requests.size(); ++i) {
+          const std::string what = "generate_many: requests[" + std::to_string(i) + "]";
+          const py::object item = requests[i];
+          if (!py::isinstance<py::tuple>(item) && !py::isinstance<py::list>(item)) {
+            throw py::type_error(what + " must be (window, query) or (window, query, options), got " +
+                                 py::repr(item).cast<std::string>());
+          }
+          const py::sequence parts = item.cast<py::sequence>();
+          if (parts.size() != 2 && parts.size() != 3) {
+            throw py::type_error(what + " must be (window, query) or (window, query, options)");
+          }
+          PyWindow* w = parts[0].cast<PyWindow*>();
+          py::dict options;
+          if (parts.size() == 3 && !parts[2].is_none()) {
+            if (!py::isinstance<py::dict>(parts[2])) throw py::type_error(what + ": options must be a dict");
+            options = parts[2].cast<py::dict>();
+          }
+          windows.push_back(w);
+          args.push_back(generate_args(*w, parts[1], options, what));
+        }
+        std::vector<orbit::Generation> out;
+        {
+          py::gil_scoped_release release;
+          // Every distinct window locked, in one order (no deadlock with another call), for the whole batch.
+          std::vector<PyWindow*> order = windows;
+          std::sort(order.begin(), order.end());
+          order.erase(std::unique(order.begin(), order.end()), order.end());
+          std::vector<std::unique_lock<std::mutex>> locks;
+          for (PyWindow* w : order) {
+            locks.emplace_back(*w->mutex);
+            ORBIT_CHECK(w->window.has_value(), "window " << w->id << " is closed");
+          }
+          std::vector<orbit::GenerateRequest> batch;
+          for (std::size_t i = 0; i < windows.size(); ++i) {
+            batch.push_back({&*windows[i]->window, args[i].query, args[i].options});
+          }
+          out = orbit::generate_many(batch);
+        }
+        py::list result;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+          py::object g = py::cast(std::move(out[i]));
+          read_answer(args[i].answer, g);
+          result.append(g);
+        }
+        return result;
+      },
+      py::arg("requests"),
+      "Decodes several windows together, one model forward per step over every sequence still running, each\n"
+      "exactly as Window.generate would decode it alone. requests: a list of (window, query) or (window, query,\n"
+      "options) where options is a dict of generate()'s keyword arguments (max_tokens, temperature, seed, tools,\n"
+      "logprobs, ...). Windows holding the same KV (a window given twice, or its forks) are read once, and the\n"
+      "same query after them forwarded once. Returns the Generations in request order. The windows of one call\n"
+      "belong to one engine; each is locked for the call.");
+}
+
+}  // namespace orbit_py

@@ -1,0 +1,34 @@
+// generate()'s keyword arguments, shared by Window.generate, Window.generate_n (window.cpp) and
+// orbit.generate_many (generate.cpp): checked and turned into the query's tokens, GenerateOptions and what
+// the answer is read for.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "answer.h"
+#include "orbit/window.h"
+#include "py_window.h"
+
+namespace orbit_py {
+
+struct GenerateArgs {
+  std::vector<int64_t> query;
+  orbit::GenerateOptions options;
+  AnswerSpec answer;
+};
+
+// Holding the GIL. Throws orbit::Error / TypeError / ValueError naming the argument.
+GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p,
+                           uint64_t seed, const py::object& stop_tokens, const py::object& tools,
+                           const py::object& tool_choice, const py::object& response_format,
+                           const py::object& tool_call_format, double presence_penalty, double frequency_penalty,
+                           const py::object& logit_bias, bool logprobs, int32_t top_logprobs);
+
+// The same from a dict of those keyword arguments (every key optional, with generate()'s defaults); a key
+// generate() does not take raises TypeError naming it, prefixed with `what`.
+GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict& kwargs, const std::string& what);
+
+}  // namespace orbit_py

@@ -1,0 +1,70 @@
+"""Several windows decoded together from Python (orbit.generate_many, Window.generate_n: orbit/decode_batch.h):
+each answer is the one Window.generate gives alone, options per request, forks for n answers, refusals."""
+import threading
+
+import pytest
+
+
+@pytest.fixture
+def windows(orbit, stories260k_path):
+    engine = orbit.Engine(str(stories260k_path), pool_bytes=16 << 20)
+    out = []
+    for text in ["Once upon a time, there was a little girl.", "The dog ran to the park.", "Tom had a red boat."]:
+        w = engine.new_window()
+        w.add_turn(engine.tokenize(text, True))
+        out.append(w)
+    return engine, out
+
+
+def test_generate_many_equals_generate_alone(orbit, windows):
+    engine, ws = windows
+    requests = [
+        (ws[0], " She", {"max_tokens": 12}),
+        (ws[1], engine.tokenize(" It", False), {"max_tokens": 20, "temperature": 0.8, "seed": 3, "logprobs": True}),
+        (ws[2], " He"),
+    ]
+    alone = [w.generate(q, **(o[0] if o else {})) for w, q, *o in requests]
+    together = orbit.generate_many(requests)
+    assert [g.tokens for g in together] == [g.tokens for g in alone]
+    assert [g.text for g in together] == [g.text for g in alone]
+    assert len(together[2].tokens) == 32  # generate()'s default max_tokens
+    for a, b in zip(together[1].logprobs, alone[1].logprobs):
+        assert a.chosen.token == b.chosen.token
+        assert a.chosen.logprob == pytest.approx(b.chosen.logprob, abs=1e-4)
+
+
+def test_generate_n_forks_decode_together(windows):
+    engine, ws = windows
+    answers = ws[0].generate_n(" She", 4, max_tokens=10, temperature=1.0, seed=50)
+    assert len(answers) == 4
+    assert answers[0].prompt_forward_tokens > 0
+    assert all(a.prompt_forward_tokens == 0 for a in answers[1:])  # the query forwarded once
+    for i, a in enumerate(answers):
+        assert a.tokens == ws[0].fork().generate(" She", max_tokens=10, temperature=1.0, seed=50 + i).tokens
+    assert len({tuple(a.tokens) for a in answers}) > 1
+    greedy = ws[0].generate_n(" She", 3, max_tokens=6)
+    assert len({tuple(a.tokens) for a in greedy}) == 1
+
+
+def test_generate_many_from_threads_and_refusals(orbit, windows):
+    engine, ws = windows
+    results = {}
+
+    def run(i):
+        results[i] = orbit.generate_many([(ws[i], " The", {"max_tokens": 8}), (ws[(i + 1) % 3], " A")])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [0, 1, 2]
+    with pytest.raises(TypeError, match="generate_many: requests\\[1\\]: generate\\(\\) has no argument 'max_token'"):
+        orbit.generate_many([(ws[0], " A"), (ws[1], " B", {"max_token": 3})])
+    with pytest.raises(orbit.OrbitError, match="top_p"):
+        orbit.generate_many([(ws[0], " A", {"top_p": 0.0})])
+    with pytest.raises(TypeError, match="must be \\(window, query\\)"):
+        orbit.generate_many([ws[0]])
+    with pytest.raises(orbit.OrbitError, match="n = 0 must be >= 1"):
+        ws[0].generate_n(" A", 0)
+    assert orbit.generate_many([]) == []
