@@ -241,8 +241,12 @@ int main(int argc, char** argv) try {
   nlohmann::json out = nlohmann::json::array();
   auto record = [&](const Row& r) {
     print(r);
-    out.push_back({{"model", r.model}, {"section", r.section}, {"k", r.k}, {"together_tokens_per_s", r.together},
-                   {"apart_tokens_per_s", r.apart}, {"ratio", r.together / r.apart}});
+    out.push_back({{"model", r.model},
+                   {"section", r.section},
+                   {"k", r.k},
+                   {"together_tokens_per_s", r.together},
+                   {"apart_tokens_per_s", r.apart},
+                   {"ratio", r.together / r.apart}});
   };
   const std::vector<std::pair<std::string, std::string>> models{
       {"stories260K", o.models + "/stories260K/stories260K.bin"}, {"tinystories-656k", o.models + "/tinystories-656k"}};

@@ -233,8 +233,8 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
       return now.empty() || !sink.on_text || sink.on_text(now);
     };
   }
-  RunResult r = decode(context_, window,
-                       DecodeRequest{&report.generation_prompt, &request.sampling, p.constraint}, out_sink);
+  RunResult r =
+      decode(context_, window, DecodeRequest{&report.generation_prompt, &request.sampling, p.constraint}, out_sink);
   if (calls) {
     calls->finish(r);
     for (RunResult& choice : r.extra_choices) ToolCallStream(context_.tool_format).finish(choice);  // not streamed

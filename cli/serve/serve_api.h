@@ -17,8 +17,8 @@
 //                logprobs true): honoured as OpenAI defines them (GenerateOptions in orbit/window.h)
 // (tool_choice and response_format are honoured by the server: answer_constraint.h.)
 //   completions: model, prompt (string, or an array of one string), and the same sampling fields but n
-//                (1 only, else a 400 naming `n`) and logprobs: its legacy form (an integer of top tokens) is refused with a 400 naming
-//                `logprobs`, and top_logprobs, which that endpoint does not have, likewise
+//                (1 only, else a 400 naming `n`) and logprobs: its legacy form (an integer of top tokens) is refused
+//                with a 400 naming `logprobs`, and top_logprobs, which that endpoint does not have, likewise
 //   a message:   role in {system, developer, user, assistant, tool}; content a string, null (an assistant
 //                message with tool_calls), or an array of {"type": "text", "text": ...} parts;
 //                name, tool_call_id (strings); tool_calls (array of {id, type "function",
@@ -63,7 +63,7 @@ struct ServeLimits {
   std::size_t max_messages = 4096;
   std::size_t max_stop_strings = 4;
   int64_t max_choices = 64;  // a chat request's n at most (each choice is a fork of the window, decoded together)
-  int64_t vocab_size = 0;  // logit_bias keys must be below it; 0: not checked (the server sets its model's)
+  int64_t vocab_size = 0;    // logit_bias keys must be below it; 0: not checked (the server sets its model's)
 };
 
 // The sampling fields shared by both endpoints.

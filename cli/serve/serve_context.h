@@ -1,6 +1,6 @@
 // What the parts of ServeCore share (serve_core.h): the engine and its model, the options, the policy every
-// window runs, the fair gate, the metrics and the decode batch. ServeCore owns one; the session table, the request path and
-// the idle worker hold a reference to it.
+// window runs, the fair gate, the metrics and the decode batch. ServeCore owns one; the session table, the request path
+// and the idle worker hold a reference to it.
 //
 // Thread-safety: every member may be used from any thread (Engine, FairGate, ServeMetrics and DecodeScheduler
 // are thread-safe; the rest is set before the parts start and never changes, except `closing`).

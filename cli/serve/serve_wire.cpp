@@ -96,7 +96,8 @@ json chat_choice(int64_t index, const RunResult& result) {
   }
   json logprobs = nullptr;
   if (!result.logprobs.empty()) logprobs = {{"content", logprobs_content(result.logprobs)}, {"refusal", nullptr}};
-  return {{"index", index}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish(result.finish_reason)}};
+  return {
+      {"index", index}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish(result.finish_reason)}};
 }
 
 }  // namespace

@@ -50,11 +50,11 @@ bool uses_past_attention(const at::Tensor& q, int64_t keys, bool tail_causal);
 struct AttentionStep {
   const ModelConfig& config;
   const LayerWeights& weights;
-  const at::Tensor& q;                  // the computed tokens' queries, rotated and scaled ([family]_queries)
-  const LayerKV& keys;                  // content of all key tokens, S rows
-  const ops::RopeTables& key_tables;    // cos/sin of all key tokens' angles [S, rotary_dim/2] (undefined when paged)
-  const at::Tensor& query_index;        // int64 [R]: the last key index each computed token sees
-  bool tail_causal = false;             // query_index[r] = S − R + r (no partial recompute)
+  const at::Tensor& q;                // the computed tokens' queries, rotated and scaled ([family]_queries)
+  const LayerKV& keys;                // content of all key tokens, S rows
+  const ops::RopeTables& key_tables;  // cos/sin of all key tokens' angles [S, rotary_dim/2] (undefined when paged)
+  const at::Tensor& query_index;      // int64 [R]: the last key index each computed token sees
+  bool tail_causal = false;           // query_index[r] = S − R + r (no partial recompute)
   // Set: the past is read in place by the paged kernel (everything but q, the tail and the scale is
   // filled in); `keys` then holds only the tokens after the paged ones (the tail), and key_tables is unused.
   const ops::PagedAttentionInputs* paged = nullptr;
@@ -64,11 +64,11 @@ struct AttentionStep {
 // longest one's S keys: row b·S + s is sequence b's key s; rows past a sequence's own keys are zero, and no
 // query sees them (a key index above query_index is masked).
 struct KeyBatch {
-  int64_t batch = 0;               // B
-  int64_t keys = 0;                // S (the longest sequence's keys)
-  LayerKV content;                 // k [B·S, H_k, d_k], v [B·S, H_v, d_v]: content form (before rotation)
-  const ops::RopeTables* tables;   // cos/sin of each row's angles [B·S, rotary_dim/2] (zero on padding)
-  const at::Tensor* query_index;   // int64 [B, R]: the last key index each query sees
+  int64_t batch = 0;              // B
+  int64_t keys = 0;               // S (the longest sequence's keys)
+  LayerKV content;                // k [B·S, H_k, d_k], v [B·S, H_v, d_v]: content form (before rotation)
+  const ops::RopeTables* tables;  // cos/sin of each row's angles [B·S, rotary_dim/2] (zero on padding)
+  const at::Tensor* query_index;  // int64 [B, R]: the last key index each query sees
 };
 
 // attend() for B sequences of R queries each on the blocked path: q [B, R, H, d_k], k [B, S, H_kv, d_k],

@@ -74,12 +74,11 @@ at::Tensor mla_attention(const AttentionStep& s) {
   return attend(s.q, k, v, s.query_index, mla_scale(s.config), s.tail_causal);
 }
 
-at::Tensor mla_attention_batch(const ModelConfig& c, const LayerWeights& w, const at::Tensor& q,
-                               const KeyBatch& keys) {
+at::Tensor mla_attention_batch(const ModelConfig& c, const LayerWeights& w, const at::Tensor& q, const KeyBatch& keys) {
   const auto [k, v] = mla_keys(c, w, keys.content, *keys.tables);
   const int64_t B = keys.batch, S = keys.keys;
-  return attend_batch(q, k.view({B, S, k.size(1), k.size(2)}), v.view({B, S, v.size(1), v.size(2)}),
-                      *keys.query_index, mla_scale(c));
+  return attend_batch(q, k.view({B, S, k.size(1), k.size(2)}), v.view({B, S, v.size(1), v.size(2)}), *keys.query_index,
+                      mla_scale(c));
 }
 
 }  // namespace orbit::runtime::detail

@@ -249,7 +249,6 @@ ops::PagedAttentionInputs paged_layer(const PagedPlan& plan, int64_t l) {
   return layer;
 }
 
-
 SequencePass prepare_sequence(const Model& m, const SequenceForward& s) {
   static const ForwardOptions kDefaults;
   ORBIT_CHECK(s.input != nullptr, "forward: no input given");

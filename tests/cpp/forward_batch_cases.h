@@ -83,8 +83,7 @@ inline BatchCase make_batch_case(const rt::Model& m) {
     const rt::Content extra = m.forward(in, paged.get(), o).content;
     auto mixed = std::make_shared<rt::PastKV>(rt::make_paged_past(
         b.paged.paged, at::cat({b.paged.positions, in.positions}), std::vector<rt::LayerKV>(extra)));
-    add("decode after paged + 3 rows", case_tokens(m, 1, 9), mixed, b.paged.query_start + 3,
-        rt::LogitsMode::kAll);
+    add("decode after paged + 3 rows", case_tokens(m, 1, 9), mixed, b.paged.query_start + 3, rt::LogitsMode::kAll);
   }
   // Partial recompute: tokens 1, 4 and 5 of six computed over their canonical (cached) KV, after a past.
   {

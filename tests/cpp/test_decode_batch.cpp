@@ -173,7 +173,7 @@ TEST_CASE("generate_n decodes forks together: one query forward, each branch its
     CHECK(together[i].tokens == alone.tokens);
     distinct.insert(together[i].tokens);
   }
-  CHECK(distinct.size() > 1);  // the seeds differ
+  CHECK(distinct.size() > 1);        // the seeds differ
   CHECK(w.instances().size() == 3);  // the window itself is unchanged
   o.temperature = 0;
   const std::vector<Generation> greedy = w.generate_n(query, 3, o);

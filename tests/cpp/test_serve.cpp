@@ -56,8 +56,7 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})").first == 200);
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":0})").second == "n");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":65})").second == "n");
-  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2,"stream":true})").second ==
-        "n");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2,"stream":true})").second == "n");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})").second == "stream");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})").second ==
         "stop");

@@ -56,8 +56,8 @@ double metric(const std::string& text, const std::string& name) {
 
 std::string metrics_text(sv::ServeCore& core) { return core.metrics().render(core.gauges()); }
 
-const std::vector<std::string> kQuestions = {"What did the dog find?", "Who was happy?",  "Where were they?",
-                                             "What happened next?",    "Tell me more.",   "Why did she smile?",
+const std::vector<std::string> kQuestions = {"What did the dog find?", "Who was happy?", "Where were they?",
+                                             "What happened next?",    "Tell me more.",  "Why did she smile?",
                                              "What did they see?",     "Who came home?"};
 
 }  // namespace
@@ -73,7 +73,8 @@ TEST_CASE("serve batch: sessions decode in shared forwards and answer what they 
   std::vector<std::string> together(kQuestions.size());
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < kQuestions.size(); ++i) {
-    threads.emplace_back([&, i] { together[i] = run(core, chat(core, kQuestions[i], 24), "s" + std::to_string(i)).text; });
+    threads.emplace_back(
+        [&, i] { together[i] = run(core, chat(core, kQuestions[i], 24), "s" + std::to_string(i)).text; });
   }
   for (auto& t : threads) t.join();
   CHECK(together == alone);
@@ -99,8 +100,8 @@ TEST_CASE("serve batch: a client that leaves ends its sequence only", "[serve][b
     threads.emplace_back([&, i] {
       sv::RunSink sink;
       if (i == 1) sink.on_text = [](const std::string&) { return false; };  // leaves at the first piece of text
-      got[static_cast<std::size_t>(i)] = run(core, chat(core, kQuestions[static_cast<std::size_t>(i)], 40),
-                                             "c" + std::to_string(i), sink);
+      got[static_cast<std::size_t>(i)] =
+          run(core, chat(core, kQuestions[static_cast<std::size_t>(i)], 40), "c" + std::to_string(i), sink);
     });
   }
   for (auto& t : threads) t.join();

@@ -85,10 +85,20 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
 }
 
 GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict& kwargs, const std::string& what) {
-  static const std::set<std::string> known = {
-      "max_tokens",       "temperature",       "top_p",      "seed",     "stop_tokens",  "tools",
-      "tool_choice",      "response_format",   "tool_call_format", "presence_penalty", "frequency_penalty",
-      "logit_bias",       "logprobs",          "top_logprobs"};
+  static const std::set<std::string> known = {"max_tokens",
+                                              "temperature",
+                                              "top_p",
+                                              "seed",
+                                              "stop_tokens",
+                                              "tools",
+                                              "tool_choice",
+                                              "response_format",
+                                              "tool_call_format",
+                                              "presence_penalty",
+                                              "frequency_penalty",
+                                              "logit_bias",
+                                              "logprobs",
+                                              "top_logprobs"};
   for (const auto& [key, value] : kwargs) {
     const std::string name = py::str(key).cast<std::string>();
     if (known.count(name) == 0) throw py::type_error(what + ": generate() has no argument '" + name + "'");
@@ -96,14 +106,14 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
   auto get = [&](const char* name, py::object fallback) -> py::object {
     return kwargs.contains(name) ? py::reinterpret_borrow<py::object>(kwargs[name]) : fallback;
   };
-  return generate_args(w, query, get("max_tokens", py::int_(32)).cast<int64_t>(),
-                       get("temperature", py::float_(0.0)).cast<double>(), get("top_p", py::float_(1.0)).cast<double>(),
-                       get("seed", py::int_(0)).cast<uint64_t>(), get("stop_tokens", py::none()),
-                       get("tools", py::none()), get("tool_choice", py::str("auto")),
-                       get("response_format", py::none()), get("tool_call_format", py::none()),
-                       get("presence_penalty", py::float_(0.0)).cast<double>(),
-                       get("frequency_penalty", py::float_(0.0)).cast<double>(), get("logit_bias", py::none()),
-                       get("logprobs", py::bool_(false)).cast<bool>(), get("top_logprobs", py::int_(0)).cast<int32_t>());
+  return generate_args(
+      w, query, get("max_tokens", py::int_(32)).cast<int64_t>(), get("temperature", py::float_(0.0)).cast<double>(),
+      get("top_p", py::float_(1.0)).cast<double>(), get("seed", py::int_(0)).cast<uint64_t>(),
+      get("stop_tokens", py::none()), get("tools", py::none()), get("tool_choice", py::str("auto")),
+      get("response_format", py::none()), get("tool_call_format", py::none()),
+      get("presence_penalty", py::float_(0.0)).cast<double>(), get("frequency_penalty", py::float_(0.0)).cast<double>(),
+      get("logit_bias", py::none()), get("logprobs", py::bool_(false)).cast<bool>(),
+      get("top_logprobs", py::int_(0)).cast<int32_t>());
 }
 
 void init_generate(py::module_& m) {

@@ -416,10 +416,9 @@ void init_window(py::module_& m) {
          const py::object& stop_tokens, const py::object& tools, const py::object& tool_choice,
          const py::object& response_format, const py::object& tool_call_format, double presence_penalty,
          double frequency_penalty, const py::object& logit_bias, bool logprobs, int32_t top_logprobs) {
-        const GenerateArgs a =
-            generate_args(w, query, max_tokens, temperature, top_p, seed, stop_tokens, tools, tool_choice,
-                          response_format, tool_call_format, presence_penalty, frequency_penalty, logit_bias,
-                          logprobs, top_logprobs);
+        const GenerateArgs a = generate_args(w, query, max_tokens, temperature, top_p, seed, stop_tokens, tools,
+                                             tool_choice, response_format, tool_call_format, presence_penalty,
+                                             frequency_penalty, logit_bias, logprobs, top_logprobs);
         py::object g = py::cast(w.run([&](Window& x) { return x.generate(a.query, a.options); }));
         read_answer(a.answer, g);
         return g;

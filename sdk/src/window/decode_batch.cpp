@@ -31,7 +31,9 @@ using Clock = std::chrono::steady_clock;
 struct DecodeReadKey {
   uint64_t hi = 0, lo = 0;
   int64_t tokens = 0, end = 0;
-  bool operator<(const DecodeReadKey& o) const { return std::tie(hi, lo, tokens, end) < std::tie(o.hi, o.lo, o.tokens, o.end); }
+  bool operator<(const DecodeReadKey& o) const {
+    return std::tie(hi, lo, tokens, end) < std::tie(o.hi, o.lo, o.tokens, o.end);
+  }
 };
 
 namespace {
@@ -60,9 +62,9 @@ struct DecodeSequence {
   std::vector<int64_t> query;
   GenerateOptions options;  // its callbacks
   Sampler sampler;
-  runtime::PastKV past;      // the window's, then the rows this sequence computed
-  std::vector<int64_t> input;  // what the next forward reads: the query (or its rest), then the last token
-  int64_t pos = 0;             // the position of input's first token
+  runtime::PastKV past;                 // the window's, then the rows this sequence computed
+  std::vector<int64_t> input;           // what the next forward reads: the query (or its rest), then the last token
+  int64_t pos = 0;                      // the position of input's first token
   std::vector<runtime::Content> parts;  // the KV of every forward (exact reuse)
   std::size_t query_parts = 1;
   bool done_before = false;  // finished before any token (e.g. a constraint to an empty literal)
@@ -77,22 +79,22 @@ struct DecodeBatchState {
   std::shared_ptr<EngineCore> core;
   uint64_t next_id = 0;
   std::vector<std::unique_ptr<DecodeSequence>> running;  // in order of addition
-  std::map<DecodeReadKey, DecodeWindowRead> reads;             // this round's window reads (until the next step)
+  std::map<DecodeReadKey, DecodeWindowRead> reads;       // this round's window reads (until the next step)
 
   uint64_t add(WindowState& w, const std::vector<int64_t>& query, const GenerateOptions& options);
   DecodeStep step();
 
  private:
   void mark_endings_before_forward();
-  void advance(DecodeSequence& s, const runtime::ForwardResult& r, const at::Tensor& logits, const at::Tensor& positions,
-               bool shared);
+  void advance(DecodeSequence& s, const runtime::ForwardResult& r, const at::Tensor& logits,
+               const at::Tensor& positions, bool shared);
   void finish(DecodeStep& out);
 };
 
 uint64_t DecodeBatchState::add(WindowState& w, const std::vector<int64_t>& query, const GenerateOptions& options) {
   check_query(w, query, "generate");
   Sampler sampler = make_sampler(*w.core, options, query);  // checks the options
-  run_deferred(w, "generate");                               // after the checks: a refused call changes nothing
+  run_deferred(w, "generate");                              // after the checks: a refused call changes nothing
   {
     // A model call: what a prefix cache would compute for it (an edit since the last forward, say).
     Counters charged;
@@ -218,8 +220,7 @@ void DecodeBatchState::finish(DecodeStep& out) {
     s.g.seconds = std::chrono::duration<double>(Clock::now() - s.t0).count();
     out.finished.emplace_back(s.id, std::move(s.g));
   }
-  running.erase(std::remove_if(running.begin(), running.end(), [](const auto& s) { return s->ending; }),
-                running.end());
+  running.erase(std::remove_if(running.begin(), running.end(), [](const auto& s) { return s->ending; }), running.end());
 }
 
 DecodeStep DecodeBatchState::step() {
