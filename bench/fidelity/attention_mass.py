@@ -225,6 +225,17 @@ def budget_proxy(rows):
     over = sum(sum(r["measured"] for r in rs) > tool_loop.KL_BUDGET for rs in steps.values())
     print(f"budget proxy: {len(steps)} steps with approximate instances, {over} over the budget by the sum of "
           "their measured losses")
+    where = {"moved toward the tail": [0.0, 0.0], "stayed or receded": [0.0, 0.0], "new since": [0.0, 0.0]}
+    for rs in steps.values():
+        if sum(r["measured"] for r in rs) <= tool_loop.KL_BUDGET:
+            continue
+        for r in rs:
+            kind = ("new since" if r["to_end_prev"] <= 0 else
+                    "moved toward the tail" if r["to_end"] < r["to_end_prev"] else "stayed or receded")
+            where[kind][0] += r["measured"]
+            where[kind][1] += r["predicted"]
+    print("  their instances' losses by where each went since the last read: " +
+          "; ".join(f"{k} {m:.3f} nats (predicted {p:.4f})" for k, (m, p) in where.items()))
 
     def ratio(r, key):  # the mass relative to the window's mean per token; 1 where the read did not see it
         return min(max(r[key] / r["mean_mass"], 0.125), 64.0) if r[key] >= 0 else 1.0
