@@ -11,14 +11,13 @@ The second policy is the default without learned lists (WindowPolicy::prepare_li
 does not know that the next request drops the two oldest messages again. Not a test: a measurement.
 """
 import argparse
-import json
 import pathlib
-import subprocess
-import threading
+import sys
 import time
-import urllib.request
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))
+from serve_process import ServeProcess  # noqa: E402  (starts and always stops `orbit serve`)
 WORDS = ("the little cat saw a big dog and they played in the park all day long until the sun went down "
          "then a bird sang to them from a tall tree").split()
 
@@ -27,46 +26,23 @@ def words(seed, n):
     return " ".join(WORDS[(seed * 7 + i * 3) % len(WORDS)] for i in range(n))
 
 
-def call(url, path, body=None, session=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url + path, data=data, method="GET" if body is None else "POST")
-    request.add_header("Content-Type", "application/json")
-    if session:
-        request.add_header("X-Orbit-Session", session)
-    with urllib.request.urlopen(request, timeout=300) as response:
-        return json.loads(response.read().decode())
-
-
 def run(orbit, model, policy, steps):
-    process = subprocess.Popen([orbit, "serve", "--model", model, "--port", "0", "--audit", "1", "--policy", policy],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        url = ""
-        for line in process.stdout:
-            if "listening on http://" in line:
-                url = line.split("listening on ")[-1].split()[0]
-                break
-        if not url:
-            raise SystemExit(f"orbit serve did not start under {policy}")
-        threading.Thread(target=process.stdout.read, daemon=True).start()
+    with ServeProcess(orbit, model, ["--audit", "1", "--policy", policy]) as server:
         history = [{"role": "system", "content": "You tell short stories about " + words(1, 12) + "."}]
         audited, forward, radix = 0, 0.0, 0.0
         for step in range(steps):
             history.append({"role": "user", "content": words(step + 2, 10 + step % 5)})
-            body = call(url, "/v1/chat/completions", {"model": pathlib.Path(model).name,
-                                                      "messages": history[:1] + history[1:][-8:],
-                                                      "max_tokens": 6, "temperature": 0}, "trim")
+            body = server.call("/v1/chat/completions", {"model": pathlib.Path(model).name,
+                                                        "messages": history[:1] + history[1:][-8:],
+                                                        "max_tokens": 6, "temperature": 0}, "trim")
             usage = body["usage"]["orbit"]
             forward += usage["forward_tokens"]
             radix += usage["radix_cache_tokens"]
             history.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
             audited += 0 if usage.get("exact") else 1
-            while call(url, "/v1/sessions/trim")["audit"]["audits"] < audited:
+            while server.call("/v1/sessions/trim")["audit"]["audits"] < audited:
                 time.sleep(0.05)  # the audit runs in idle time, after the answer
-        return call(url, "/v1/sessions/trim")["audit"], forward, radix
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
+        return server.call("/v1/sessions/trim")["audit"], forward, radix
 
 
 def main():

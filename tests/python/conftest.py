@@ -17,6 +17,9 @@ import sys
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT / "tools"))  # serve_process.py, shared with the serve benchmarks
+
+from serve_process import NoServe, ServeProcess  # noqa: E402
 
 
 def pytest_configure(config):
@@ -69,6 +72,26 @@ def orbit():
             pytest.fail(f"import orbit from ORBIT_PYTHON_PATH={value} failed: {e}")
         pytest.skip(f"orbit is not importable ({e}): set ORBIT_PYTHON_PATH to <build>/bindings/python")
     return module
+
+
+@pytest.fixture
+def start_serve(orbit_cli):
+    """start(model, *args, env=None) -> ServeProcess: `orbit serve` on 127.0.0.1 (a free port) with the
+    given model and arguments; every server a test started is stopped after it. Skips when this orbit was
+    built without its HTTP server."""
+    started = []
+
+    def start(model, *args, env=None):
+        try:
+            server = ServeProcess(orbit_cli, model, args, env=env)
+        except NoServe as e:
+            pytest.skip(str(e))
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
 
 
 @pytest.fixture

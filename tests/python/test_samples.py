@@ -14,7 +14,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -260,31 +259,11 @@ def test_the_replay_hint_names_the_model_the_sample_ran(repo_root, tmp_path, cap
 
 
 @pytest.fixture
-def served(orbit_cli, stories260k_path):
+def served(start_serve, stories260k_path):
     """`orbit serve` on 127.0.0.1 (any free port) for one test, rendering with the web agent's chat template: its
     URL. Skipped when the orbit binary was built without its HTTP server (cpp-httplib missing)."""
     template = pathlib.Path(__file__).resolve().parents[2] / "samples" / "web-agent" / "chat_template.jinja"
-    process = subprocess.Popen([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "127.0.0.1",
-                                "--port", "0", "--chat-template", str(template)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    try:
-        for line in process.stdout:  # the server prints 'listening on http://HOST:PORT' once it is ready
-            lines.append(line)
-            if "listening on http://" in line:
-                break
-        text = "".join(lines)
-        if "without cpp-httplib" in text:
-            process.wait(timeout=10)
-            pytest.skip("this orbit was built without `serve` (cpp-httplib missing)")
-        url = text.split("listening on ")[-1].split()[0] if "listening on http://" in text else ""
-        assert url, f"orbit serve did not start:\n{text}"
-        threading.Thread(target=process.stdout.read, daemon=True).start()  # drains what it prints after
-        yield url
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(timeout=60)
+    return start_serve(stories260k_path, "--chat-template", template).url
 
 
 def test_web_agent_drives_the_server_as_an_openai_client(served, repo_root, tmp_path):

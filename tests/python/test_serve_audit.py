@@ -3,12 +3,9 @@ messages, as agents do past a length) on TinyStories-656K. Every request approxi
 idle time against a re-prefill; the measured KL stays within the budget on at least 95% of the requests (a
 session past it is served exactly until it is back within), and /metrics and GET /v1/sessions/ID report
 the audits."""
-import json
 import re
 import subprocess
-import threading
 import time
-import urllib.request
 
 import pytest
 
@@ -21,66 +18,35 @@ def words(seed, n):
 
 
 @pytest.fixture
-def audited_server(orbit_cli, models_dir):
-    """`orbit serve --audit 1` on 127.0.0.1 (any free port): its URL; always stopped."""
-    process = subprocess.Popen([str(orbit_cli), "serve", "--model", str(models_dir / "tinystories-656k"),
-                                "--host", "127.0.0.1", "--port", "0", "--audit", "1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if "listening on http://" in line:
-                break
-        text = "".join(lines)
-        if "without cpp-httplib" in text:
-            process.wait(timeout=10)
-            pytest.skip("this orbit was built without `serve` (cpp-httplib missing)")
-        url = text.split("listening on ")[-1].split()[0] if "listening on http://" in text else ""
-        assert url, f"orbit serve did not start:\n{text}"
-        threading.Thread(target=process.stdout.read, daemon=True).start()
-        yield url
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(timeout=60)
+def audited_server(start_serve, models_dir):
+    """`orbit serve --audit 1` on TinyStories-656K (127.0.0.1, a free port; always stopped)."""
+    return start_serve(models_dir / "tinystories-656k", "--audit", "1")
 
 
-def call(url, path, body=None, session=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url + path, data=data, method="GET" if body is None else "POST")
-    request.add_header("Content-Type", "application/json")
-    if session:
-        request.add_header("X-Orbit-Session", session)
-    with urllib.request.urlopen(request, timeout=120) as response:
-        raw = response.read().decode()
-    return raw if path == "/metrics" else json.loads(raw)
-
-
-def wait_for_audits(url, session, count):
+def wait_for_audits(server, session, count):
     """The session's record once `count` audits ran (idle time follows each answer)."""
     deadline = time.monotonic() + 300
     while True:
-        info = call(url, f"/v1/sessions/{session}")
+        info = server.call(f"/v1/sessions/{session}")
         if info["audit"]["audits"] >= count or time.monotonic() > deadline:
             return info
         time.sleep(0.05)
 
 
 def test_audits_of_a_trimming_session_hold_the_budget(audited_server):
-    url, session = audited_server, "trimmer"
+    server, session = audited_server, "trimmer"
     history = [{"role": "system", "content": "You tell short stories about " + words(1, 12) + "."}]
     usages, audited = [], 0
     for step in range(24):
         history.append({"role": "user", "content": words(step + 2, 10 + step % 5)})
         messages = history[:1] + history[1:][-8:]
-        body = call(url, "/v1/chat/completions", {"model": "tinystories-656k", "messages": messages,
-                                                  "max_tokens": 6, "temperature": 0}, session)
+        body = server.call("/v1/chat/completions", {"model": "tinystories-656k", "messages": messages,
+                                                    "max_tokens": 6, "temperature": 0}, session)
         usage = body["usage"]["orbit"]
         usages.append(usage)
         history.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
         audited += 0 if usage.get("exact") else 1
-        info = wait_for_audits(url, session, audited)
+        info = wait_for_audits(server, session, audited)
         assert info["audit"]["audits"] == audited, info["audit"]
     audit = info["audit"]
     assert audit["audits"] >= 12  # most of the 24 were served approximately (the trim makes them so)
@@ -91,7 +57,7 @@ def test_audits_of_a_trimming_session_hold_the_budget(audited_server):
     assert len(reported) >= audit["audits"] - 1
     for a in reported:
         assert a["measured_kl"] >= 0 and a["budget"] > 0 and a["within_budget"] == (a["measured_kl"] <= a["budget"])
-    metrics = call(url, "/metrics")
+    metrics = server.call("/metrics")
     assert re.search(rf"^orbit_audits_total {audit['audits']}$", metrics, re.M), metrics
     assert re.search(rf"^orbit_audit_measured_kl_count {audit['audits']}$", metrics, re.M)
     assert re.search(rf"^orbit_audit_budget_violations_total {audit['violations']}$", metrics, re.M)

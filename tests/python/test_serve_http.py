@@ -10,7 +10,6 @@ import http.client
 import json
 import re
 import socket
-import subprocess
 import threading
 import time
 
@@ -20,37 +19,13 @@ MODEL_NAME = "stories260K.bin"
 
 
 @pytest.fixture
-def serve(orbit_cli, stories260k_path):
+def serve(start_serve, stories260k_path):
     """start(*args) -> (host, port, pid) of an `orbit serve` on stories260K; every one is stopped."""
-    started = []
-
     def start(*args):
-        process = subprocess.Popen([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "127.0.0.1",
-                                    "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True)
-        started.append(process)
-        lines = []
-        for line in process.stdout:
-            lines.append(line)
-            if "listening on http://" in line:
-                break
-        text = "".join(lines)
-        if "without cpp-httplib" in text:
-            pytest.skip("this orbit was built without `serve` (cpp-httplib missing)")
-        match = re.search(r"listening on http://([\d.]+):(\d+)", text)
-        assert match, f"orbit serve did not start:\n{text}"
-        threading.Thread(target=process.stdout.read, daemon=True).start()
-        return match.group(1), int(match.group(2)), process.pid
+        server = start_serve(stories260k_path, *args)
+        return server.host, server.port, server.pid
 
-    yield start
-    for process in started:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    return start
 
 
 def request(host, port, method, path, body=None, timeout=60):

@@ -5,13 +5,10 @@ a third of what re-prefilling its prompt would. Redis and both servers are start
 ports) and always stopped."""
 import http.client
 import json
-import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
@@ -79,26 +76,12 @@ def wait_for_quiet_tier(remote):
     return last
 
 
-def start_replica(processes, orbit_cli, models_dir, remote):
+def start_replica(start_serve, models_dir, remote):
+    """A replica on 127.0.0.1 (stopped after the test): the ServeProcess and its port."""
     remote_args = ["--remote", remote] if remote else []
-    process = subprocess.Popen([str(orbit_cli), "serve", "--model", str(models_dir / MODEL), "--host", "127.0.0.1",
-                                "--port", "0", "--audit", "0", *remote_args],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "OMP_NUM_THREADS": "1",
-                                    "ORBIT_REMOTE_SECRET": "replica-test-secret"})
-    processes.append(process)
-    lines = []
-    for line in process.stdout:
-        lines.append(line)
-        if "listening on http://" in line:
-            break
-    text = "".join(lines)
-    if "without cpp-httplib" in text:
-        pytest.skip("this orbit was built without `serve` (cpp-httplib missing)")
-    match = re.search(r"listening on http://[\d.]+:(\d+)", text)
-    assert match, f"orbit serve did not start:\n{text}"
-    threading.Thread(target=process.stdout.read, daemon=True).start()
-    return process, int(match.group(1))
+    server = start_serve(models_dir / MODEL, "--audit", "0", *remote_args,
+                         env={"OMP_NUM_THREADS": "1", "ORBIT_REMOTE_SECRET": "replica-test-secret"})
+    return server.process, server.port
 
 
 def chat(port, messages, session):
@@ -116,10 +99,10 @@ def chat(port, messages, session):
         connection.close()
 
 
-def test_a_session_moves_to_the_other_replica_when_one_is_killed(processes, orbit_cli, models_dir, tmp_path):
+def test_a_session_moves_to_the_other_replica_when_one_is_killed(processes, start_serve, models_dir, tmp_path):
     remote = start_redis(processes, tmp_path)
-    first, port_a = start_replica(processes, orbit_cli, models_dir, remote)
-    _, port_b = start_replica(processes, orbit_cli, models_dir, remote)
+    first, port_a = start_replica(start_serve, models_dir, remote)
+    _, port_b = start_replica(start_serve, models_dir, remote)
     replicas = [port_a, port_b]
     history = [{"role": "system", "content": "You tell short stories about " + words(1, 12) + "."}]
     failed, retried, served_by = 0, 0, []
@@ -154,7 +137,7 @@ def test_a_session_moves_to_the_other_replica_when_one_is_killed(processes, orbi
     # third of a re-prefill of its prompt.
     forward, prompt = moved["orbit"]["forward_tokens"], moved["prompt_tokens"]
     # The same request on a replica without the shared tier re-prefills it.
-    _, port_c = start_replica(processes, orbit_cli, models_dir, None)
+    _, port_c = start_replica(start_serve, models_dir, None)
     alone = chat(port_c, moved_request, "agent")["usage"]
     print(f"after the move: forward {forward} of a {prompt}-token prompt ({forward / prompt:.2f}x a re-prefill); "
           f"a replica without the tier: {alone['orbit']['forward_tokens']}")
