@@ -1,8 +1,11 @@
 // bench_batch: decoding several sequences in one forward per step against one after another, side by side
 // in one run (ratios; not a test: absolute numbers depend on the machine and its load).
 //
-//   1. forward   the runtime alone: K sequences, each after its own past of --prompt tokens, decode --tokens
-//                tokens; together = one Model::forward_batch per step, apart = K Model::forward per step.
+//   1. runtime   K sequences, each after its own past of --prompt tokens, decode --tokens tokens greedily;
+//                together = one Model::forward_batch per step, apart = K Model::forward per step. "plain":
+//                each past a PastKV grown by its rows (gathered, rotated and copied again every step);
+//                "cached": each past a slot of one DecodeCache (rotated once, a row appended per step: the
+//                path the SDK's decode takes).
 //   2. windows   the SDK: K windows (each a chunk of --prompt tokens and a query of 4) decode --tokens tokens
 //                greedily; together = orbit::generate_many, apart = Window::generate on each in turn.
 //   3. forks     n = --forks answers to one query of one window: Window::generate_n (the window forked,
@@ -31,6 +34,7 @@
 #include "args.h"
 #include "orbit/decode_batch.h"
 #include "orbit/engine.h"
+#include "orbit/runtime/decode_cache.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/model.h"
 
@@ -176,7 +180,50 @@ Row bench_forward(const rt::Model& m, const std::string& name, int64_t K, const 
   };
   const auto [t, a] = fastest(o.reps, together, apart);
   const double n = static_cast<double>(K * o.tokens);
-  return {name, "forward", K, n / t, n / a};
+  return {name, "plain", K, n / t, n / a};
+}
+
+// The same decodes over slots of a DecodeCache: each side opens its slots from the same pasts per run.
+Row bench_cached(const rt::Model& m, const std::string& name, int64_t K, const Options& o) {
+  std::mt19937_64 rng(7);
+  std::vector<rt::PastKV> pasts(static_cast<std::size_t>(K));
+  std::vector<int64_t> firsts;
+  for (rt::PastKV& p : pasts) {
+    rt::ForwardInput in;
+    in.tokens = random_tokens(rng, o.prompt, m.config().vocab_size);
+    rt::ForwardOptions fo;
+    fo.logits = rt::LogitsMode::kNone;
+    p.layers = m.forward(in, nullptr, fo).content;
+    p.positions = at::arange(o.prompt, at::kLong);
+    firsts.push_back(random_tokens(rng, 1, m.config().vocab_size)[0]);
+  }
+  auto run = [&](bool together) {
+    rt::DecodeCache cache(m);
+    std::vector<rt::PastKV> slots;
+    for (const rt::PastKV& p : pasts) slots.push_back(cache.past(cache.open(&p)));
+    std::vector<rt::ForwardInput> ins(static_cast<std::size_t>(K));
+    for (std::size_t i = 0; i < ins.size(); ++i) ins[i].tokens = {firsts[i]};
+    rt::ForwardOptions fo;
+    fo.return_content = false;
+    for (int64_t t = 0; t < o.tokens; ++t) {
+      std::vector<rt::SequenceForward> batch;
+      for (std::size_t i = 0; i < ins.size(); ++i) {
+        ins[i].positions = at::full({1}, o.prompt + t, at::kLong);
+        batch.push_back({&ins[i], &slots[i], &fo});
+      }
+      std::vector<rt::ForwardResult> rs;
+      if (together) {
+        rs = m.forward_batch(batch);
+      } else {
+        for (const rt::SequenceForward& s : batch) rs.push_back(m.forward(*s.input, s.past, fo));
+      }
+      for (std::size_t i = 0; i < ins.size(); ++i) ins[i].tokens = {rs[i].logits.argmax(-1).item<int64_t>()};
+    }
+  };
+  const auto [t, a] = fastest(
+      o.reps, [&] { run(true); }, [&] { run(false); });
+  const double n = static_cast<double>(K * o.tokens);
+  return {name, "cached", K, n / t, n / a};
 }
 
 // K windows, each a chunk of its own, decoded greedily (the exact-reuse head of a repeated query is the
@@ -253,6 +300,7 @@ int main(int argc, char** argv) try {
   for (const auto& [name, path] : models) {
     const auto m = rt::load_model(path);
     for (int64_t K : o.batch) record(bench_forward(*m, name, K, o));
+    for (int64_t K : o.batch) record(bench_cached(*m, name, K, o));
     EngineOptions eo;
     eo.model = path;
     auto engine = Engine::open(eo);

@@ -75,8 +75,14 @@ bool DecodeScheduler::wait_for_work(std::vector<std::shared_ptr<DecodeJob>>& joi
   return !stopping_;
 }
 
+bool DecodeScheduler::has_pending() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !pending_.empty();
+}
+
 // Ends every sequence and job here without touching their windows (the gate is closed, or the thread stops).
 void DecodeScheduler::drop_all(std::vector<std::shared_ptr<DecodeJob>>& joining) {
+  if (holding_idle_) context_.gate.hold_idle(holding_idle_ = false);
   for (auto& [id, job] : running_) job->finish(std::nullopt);
   for (auto& job : joining) job->finish(std::nullopt);
   running_.clear();
@@ -100,11 +106,14 @@ void DecodeScheduler::loop() {
       drop_all(joining);  // closed or stopping: nothing may touch the windows any more
       continue;
     }
+    if (!holding_idle_) context_.gate.hold_idle(holding_idle_ = true);  // no idle work between steps
     std::vector<Outcome> ended;
     {
       GateHold hold(context_.gate);
       ended = run_step(joining);
     }
+    if (running_.empty() && !has_pending()) context_.gate.hold_idle(holding_idle_ = false);
+    // After the gate and idle work are free: a run that returns finds the server idle.
     for (Outcome& o : ended) o.job->finish(std::move(o.generation), std::move(o.error));
   }
   drop_all(joining);

@@ -8,7 +8,8 @@
 //   wait: events, done   ◄─── on_token posts ◄── batch.step() ◄────────┘ sessions' syncs take turns with it
 //
 // Fairness: within the batch every sequence gets one token per step; between the batch and the sessions'
-// syncs (their own lanes) the gate rotates, so a sync waits at most one batch step. Cancellation: a job's
+// syncs (their own lanes) the gate rotates, so a sync waits at most one batch step. Idle work waits while
+// sequences run (FairGate::hold_idle), between steps too. Cancellation: a job's
 // `cancel` ends its sequence at its next token (its GenerateOptions::on_token returns false), or before it
 // joins. Close: once the gate is closed the scheduler cannot enter it again; every sequence and every job
 // still queued ends as "cancelled" without touching its window again (the windows stay their owners').
@@ -104,6 +105,7 @@ class DecodeScheduler {
   void drop_all(std::vector<std::shared_ptr<DecodeJob>>& joining);
   std::vector<Outcome> run_step(std::vector<std::shared_ptr<DecodeJob>>& joining);  // holding the gate
   void count_step(const DecodeStep& step);
+  bool has_pending() const;
 
   ServeContext& context_;
   mutable std::mutex mutex_;
@@ -114,6 +116,7 @@ class DecodeScheduler {
   // The scheduler thread's own.
   DecodeBatch batch_;
   std::vector<std::pair<uint64_t, std::shared_ptr<DecodeJob>>> running_;
+  bool holding_idle_ = false;  // the gate's idle work held off while sequences run (FairGate::hold_idle)
   // Metrics, under mutex_.
   int64_t steps_ = 0;
   int64_t tokens_ = 0;

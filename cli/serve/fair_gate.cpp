@@ -51,10 +51,15 @@ bool FairGate::enter(const std::string& lane, const std::function<bool()>& cance
 
 bool FairGate::try_enter_idle() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (held_ || closed_ || !rotation_.empty()) return false;
+  if (held_ || closed_ || !rotation_.empty() || idle_holds_ > 0) return false;
   held_ = true;
   ++grants_;
   return true;
+}
+
+void FairGate::hold_idle(bool hold) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  idle_holds_ += hold ? 1 : -1;
 }
 
 void FairGate::leave() {

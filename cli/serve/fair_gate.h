@@ -9,7 +9,8 @@
 //   lanes with waiters:  [B, C, A]   A just ran and queued again: it is served after B and C
 //
 // Idle work (the engine's background jobs, windows' heals and prepared recalls) takes the gate only
-// through try_enter_idle(), which succeeds only when nobody waits, so it never delays a request by more
+// through try_enter_idle(), which succeeds only when nobody waits and nobody holds idle work off (the decode
+// batch does while it has sequences running, between its steps too), so it never delays a request by more
 // than the slice it is running.
 //
 // Thread-safety: every member may be called from any thread. A thread must not enter twice.
@@ -30,8 +31,10 @@ class FairGate {
   // Waits for the gate on `lane`. Returns true holding it, or false without it when `cancelled()` became
   // true (polled every `poll_ms`) or the gate was closed.
   bool enter(const std::string& lane, const std::function<bool()>& cancelled = {}, int poll_ms = 50);
-  // Takes the gate only if it is free and nobody waits; returns whether it did.
+  // Takes the gate only if it is free, nobody waits and nobody holds idle work off; returns whether it did.
   bool try_enter_idle();
+  // Holds idle work off (true) or lets it go again (false); holds nest (a count).
+  void hold_idle(bool hold);
   void leave();
   // After close(), enter() returns false at once (waiters too); a holder keeps the gate until it leaves.
   void close();
@@ -50,6 +53,7 @@ class FairGate {
   uint64_t next_ticket_ = 1;
   uint64_t granted_ = 0;  // the ticket the gate was just handed to (0: none)
   int64_t grants_ = 0;
+  int64_t idle_holds_ = 0;
   std::map<std::string, std::deque<uint64_t>> lanes_;  // lane -> its waiters' tickets, oldest first
   std::deque<std::string> rotation_;                   // lanes with waiters, next served first
 };

@@ -13,6 +13,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <utility>
+
 #include "ops/paged_attention_op.h"
 #include "ops/rope_op.h"
 #include "orbit/runtime/config.h"
@@ -93,6 +95,13 @@ LayerKV mla_content(const ModelConfig& config, const LayerWeights& weights, cons
 at::Tensor mla_queries(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& h,
                        const ops::RopeTables& tables);
 at::Tensor mla_attention(const AttentionStep& step);
+// Keys [S, H, d_nope + d_rope] and values [S, H, d_v] of S key tokens in content form, expanded from the
+// latent; k_pe rotated by `tables` ([S, rotary_dim/2]), or left unrotated when null.
+std::pair<at::Tensor, at::Tensor> mla_keys(const ModelConfig& config, const LayerWeights& weights,
+                                           const LayerKV& content, const ops::RopeTables* tables);
+
+// The factor q·k is multiplied by before the softmax: 1/sqrt(head_dim), MLA's with its YaRN softmax scaling.
+double attention_scale(const ModelConfig& config);
 at::Tensor mla_attention_batch(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& q,
                                const KeyBatch& keys);
 

@@ -3,8 +3,9 @@
 //   prepare_sequence     per sequence (forward_sequence.h): its input, past, positions, rope tables, checks
 //   x                    every sequence's computed tokens' hidden states, concatenated [N = Σ R_i, hidden]
 //   per layer            norm, content (K/V) and queries over all N rows at once; attention per sequence
-//                        (CUDA) or per group of sequences with the same R over padded keys (CPU); output
-//                        projection and MLP over all N rows
+//                        (CUDA) or per group of sequences with the same R over padded keys (CPU), and for
+//                        sequences whose past is a decode cache's slot per group over its buffers
+//                        (cached_attention.cpp, every device); output projection and MLP over all N rows
 //   logits               the rows asked for (each sequence's last, or all of its rows), one LM-head product
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -15,7 +16,7 @@
 #include <vector>
 
 #include "attention.h"
-#include "forward_sequence.h"
+#include "forward_batch.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/model.h"
 
@@ -23,27 +24,6 @@ namespace orbit::runtime {
 
 namespace detail {
 namespace {
-
-// Sequences that attend together on the blocked path: the same number R > 0 of computed tokens.
-struct AttentionGroup {
-  std::vector<std::size_t> members;  // batch indices, ascending
-  at::Tensor rows;                   // int64 [B·R]: their rows in the batch (undefined: every row, in order)
-  int64_t queries = 0;               // R
-  int64_t keys = 0;                  // S: the most keys (past + input tokens) of a member
-  ops::RopeTables tables;            // the members' key angles, padded to S each: [B·S, rotary_dim/2]
-  at::Tensor query_index;            // int64 [B, R]
-};
-
-// A forward over the prepared sequences, fixed before the first layer.
-struct BatchPass {
-  const Model& model;
-  std::vector<SequencePass> seqs;
-  std::vector<int64_t> first_row;  // each sequence's first row in the batch
-  int64_t total_rows = 0;          // N
-  ops::RopeTables query_tables;    // [N, rotary_dim/2]: every computed token's, in batch order
-  bool grouped = false;            // attention by groups over padded keys (CPU), else per sequence
-  std::vector<AttentionGroup> groups;
-};
 
 // The members of a group with their key angles padded (one copy per member, once per forward).
 AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members) {
@@ -86,7 +66,7 @@ std::vector<AttentionGroup> make_groups(const BatchPass& b) {
   std::vector<int64_t> order;
   for (std::size_t i = 0; i < b.seqs.size(); ++i) {
     const int64_t R = b.seqs[i].rows;
-    if (R == 0) continue;
+    if (R == 0 || b.seqs[i].past->cache != nullptr) continue;
     if (by_rows.find(R) == by_rows.end()) order.push_back(R);
     by_rows[R].push_back(i);
   }
@@ -122,9 +102,18 @@ LayerKV group_keys(const BatchPass& b, const AttentionGroup& g, const std::vecto
   return out;
 }
 
-// Layer l's attention output [N, H·d_v] over the groups (blocked path, padded keys).
-at::Tensor grouped_attention(const BatchPass& b, const LayerWeights& w, int64_t l, const std::vector<LayerKV>& contents,
-                             const at::Tensor& q, at::Tensor out) {
+// Puts a group's output rows into the layer's attention output: it is the output when it covers every row.
+void place_rows(at::Tensor& out, const at::Tensor& rows, const at::Tensor& o) {
+  if (!rows.defined()) {
+    out = o;
+  } else {
+    out.index_copy_(0, rows, o);
+  }
+}
+
+// Layer l's attention over the groups (blocked path, padded keys), into `out`.
+void grouped_attention(const BatchPass& b, const LayerWeights& w, int64_t l, const std::vector<LayerKV>& contents,
+                       const at::Tensor& q, at::Tensor& out) {
   const ModelConfig& c = b.model.config();
   const bool mla = c.attention() == AttentionKind::kMla;
   for (const AttentionGroup& g : b.groups) {
@@ -132,20 +121,17 @@ at::Tensor grouped_attention(const BatchPass& b, const LayerWeights& w, int64_t 
     const KeyBatch keys{B, g.keys, group_keys(b, g, contents, l), &g.tables, &g.query_index};
     const at::Tensor qg = (g.rows.defined() ? q.index_select(0, g.rows) : q).view({B, g.queries, q.size(1), q.size(2)});
     const at::Tensor o = mla ? mla_attention_batch(c, w, qg, keys) : gqa_attention_batch(c, qg, keys);
-    if (!g.rows.defined()) return o.view({b.total_rows, o.size(2)});
-    out.index_copy_(0, g.rows, o.view({B * g.queries, o.size(2)}));
+    place_rows(out, g.rows, o.view({B * g.queries, o.size(2)}));
   }
-  return out;
 }
 
-// Layer l's attention output [N, H·d_v], each sequence on its own (the paths a single forward takes on CUDA).
-at::Tensor sequence_attention(const BatchPass& b, const LayerWeights& w, int64_t l,
-                              const std::vector<LayerKV>& contents, const at::Tensor& q, at::Tensor out) {
+// Layer l's attention of the uncached sequences each on its own (the paths a single forward takes on CUDA).
+void sequence_attention(const BatchPass& b, const LayerWeights& w, int64_t l, const std::vector<LayerKV>& contents,
+                        const at::Tensor& q, at::Tensor& out) {
   const ModelConfig& c = b.model.config();
-  std::vector<at::Tensor> parts;
   for (std::size_t i = 0; i < b.seqs.size(); ++i) {
     const SequencePass& s = b.seqs[i];
-    if (s.rows == 0) continue;
+    if (s.rows == 0 || s.past->cache != nullptr) continue;
     const LayerKV keys = sequence_keys(b.model, s, contents[i], l);
     const at::Tensor qi = q.narrow(0, b.first_row[i], s.rows);
     AttentionStep step{c, w, qi, keys, s.rope.key, s.query_index, !s.recompute.partial};
@@ -154,10 +140,13 @@ at::Tensor sequence_attention(const BatchPass& b, const LayerWeights& w, int64_t
       paged = paged_layer(*s.paged, l);
       step.paged = &paged;
     }
-    parts.push_back(c.attention() == AttentionKind::kMla ? mla_attention(step) : gqa_attention(step));
+    const at::Tensor o = c.attention() == AttentionKind::kMla ? mla_attention(step) : gqa_attention(step);
+    if (s.rows == b.total_rows) {
+      out = o;
+    } else {
+      out.narrow(0, b.first_row[i], s.rows).copy_(o);
+    }
   }
-  if (parts.empty()) return out;
-  return parts.size() == 1 ? parts.front() : at::cat(parts, 0);
 }
 
 // Layer l over the hidden states x [N, hidden]: attention, then the MLP, each added to the residual.
@@ -187,8 +176,12 @@ at::Tensor run_layer(const BatchPass& b, int64_t l, const at::Tensor& x, std::ve
   }
   const at::Tensor q = mla ? mla_queries(c, w, h, b.query_tables) : gqa_queries(c, w, h, b.query_tables);
   at::Tensor attention = at::empty({b.total_rows, c.num_heads * c.v_head_dim()}, x.options());
-  attention = b.grouped ? grouped_attention(b, w, l, contents, q, attention)
-                        : sequence_attention(b, w, l, contents, q, attention);
+  if (b.grouped) {
+    grouped_attention(b, w, l, contents, q, attention);
+  } else {
+    sequence_attention(b, w, l, contents, q, attention);
+  }
+  for (const CachedGroup& g : b.cached) place_rows(attention, g.rows, cached_attention(b, l, g, contents, q));
   const at::Tensor y = x + dense(attention, w.wo);
   const at::Tensor g = rms_norm(y, w.ffn_norm, c.rms_norm_eps);
   return y + dense(at::silu(dense(g, w.w_gate)) * dense(g, w.w_up), w.w_down);
@@ -253,7 +246,7 @@ std::vector<SequencePass> prepare_all(const Model& m, const std::vector<Sequence
 std::vector<ForwardResult> Model::forward_batch(const std::vector<SequenceForward>& batch) const {
   c10::InferenceMode guard;
   ORBIT_CHECK(!batch.empty(), "forward: an empty batch (give at least one sequence)");
-  detail::BatchPass b{*this, detail::prepare_all(*this, batch), {}, 0, {}, false, {}};
+  detail::BatchPass b{*this, detail::prepare_all(*this, batch), {}, 0, {}, false, {}, {}};
   std::vector<at::Tensor> xs, cos, sin;
   for (detail::SequencePass& s : b.seqs) {
     b.first_row.push_back(b.total_rows);
@@ -266,6 +259,7 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<SequenceForwar
   b.query_tables = cos.size() == 1 ? b.seqs.front().rope.query : ops::RopeTables{at::cat(cos, 0), at::cat(sin, 0)};
   b.grouped = !device_.is_cuda();
   if (b.grouped) b.groups = detail::make_groups(b);
+  b.cached = detail::make_cached_groups(b);
 
   std::vector<ForwardResult> results(b.seqs.size());
   const int64_t num_layers = b.seqs.front().num_layers;
@@ -273,6 +267,7 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<SequenceForwar
     if (b.seqs[i].options->return_content) results[i].content.reserve(static_cast<std::size_t>(num_layers));
   }
   for (int64_t l = 0; l < num_layers; ++l) x = detail::run_layer(b, l, x, results);
+  detail::finish_cached(b);
   detail::batch_logits(b, x, results);
   return results;
 }

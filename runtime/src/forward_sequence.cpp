@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "decode_cache_state.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/paged_past.h"
 #include "orbit/runtime/rope.h"
@@ -55,16 +56,11 @@ std::string paged_kernel_gap(const ModelConfig& c, const c10::Device& device, in
   return "";
 }
 
-namespace {
-
-// Positions as token-major int64 [S, rows] on `device` ([S] means every row equals it).
 at::Tensor token_major(const at::Tensor& positions, int64_t rows, const c10::Device& device) {
   at::Tensor p = positions.to(device, at::kLong);
   p = p.dim() == 1 ? p.unsqueeze(1).expand({p.size(0), rows}) : p.t();
   return p.contiguous();
 }
-
-}  // namespace
 
 PagedPlan plan_paged(const ModelConfig& c, const PastKV& past, const at::Tensor& input_positions, int64_t window_len,
                      const c10::Device& device, c10::ScalarType dtype) {
@@ -159,6 +155,15 @@ at::Tensor input_hidden(const Model& m, const ForwardInput& input) {
 
 ForwardPast::ForwardPast(const Model& m, const PastKV* given, int64_t T, const ForwardOptions& options) : past(given) {
   const ModelConfig& c = m.config();
+  if (given != nullptr && given->cache != nullptr) {
+    cache = &DecodeCacheState::of(*given->cache);
+    slot = given->cache_slot;
+    cache->check_open(slot, "forward: past");
+    ORBIT_CHECK(cache->model == &m, "forward: the past is a slot of another model's decode cache");
+    past = nullptr;
+    length = cache->lengths[static_cast<std::size_t>(slot)];
+    return;
+  }
   if (given != nullptr && given->paged) {
     if (paged_kernel_gap(c, m.device(), T, options.recompute.defined()).empty()) {
       paged = given;
@@ -228,13 +233,15 @@ ForwardRope forward_rope(const Model& m, const ForwardPast& fp, const at::Tensor
   const at::Tensor angles = rope_angles(c.rope, positions.to(m.device()), window_len);
   const at::Tensor query_angles = rc.partial ? angles.index_select(0, rc.selected) : angles;
   const at::Tensor key_angles =
-      fp.length > 0 && fp.paged == nullptr
+      fp.length > 0 && fp.paged == nullptr && fp.cache == nullptr
           ? at::cat({rope_angles(c.rope, fp.past->positions.to(m.device()), window_len), angles}, 0)
           : angles;
   const at::ScalarType table_dtype = ops::rope_table_dtype(m.dtype());
   ForwardRope rope;
   rope.query = ops::rope_tables(query_angles, table_dtype, m.device());
-  rope.key = fp.paged == nullptr ? ops::rope_tables(key_angles, table_dtype, m.device()) : ops::RopeTables{};
+  // A paged past's kernel rotates its keys in place; a decode cache holds them rotated (or rotates at read).
+  const bool own_keys = fp.paged == nullptr && fp.cache == nullptr;
+  rope.key = own_keys ? ops::rope_tables(key_angles, table_dtype, m.device()) : ops::RopeTables{};
   return rope;
 }
 
@@ -271,6 +278,11 @@ SequencePass prepare_sequence(const Model& m, const SequenceForward& s) {
               "forward: logits need every layer; use LogitsMode::kNone with options.max_layers");
 
   // Partial recompute: x holds only the recomputed tokens; the others come from options.cached.
+  ORBIT_CHECK(fp.cache == nullptr || p.num_layers == c.num_layers,
+              "forward: options.max_layers over a decode cache's past is not supported (its slot needs every layer)");
+  ORBIT_CHECK(fp.cache == nullptr || !options.recompute.defined(),
+              "forward: partial recompute over a decode cache's past is not supported (give a contiguous or paged "
+              "past)");
   p.recompute = select_recomputed(m, options, T, p.num_layers);
   if (p.recompute.partial) x = x.index_select(0, p.recompute.selected);
   p.tokens = T;
@@ -281,6 +293,8 @@ SequencePass prepare_sequence(const Model& m, const SequenceForward& s) {
 
   const int64_t window_len = options.rope_window_len > 0 ? options.rope_window_len : fp.length + T;
   p.rope = forward_rope(m, fp, positions, p.recompute, window_len);
+  p.positions = positions;
+  p.window_len = window_len;
   if (fp.paged != nullptr) {
     p.paged = std::make_unique<PagedPlan>(plan_paged(c, *fp.paged, positions, window_len, m.device(), m.dtype()));
   }

@@ -24,8 +24,13 @@
 
 namespace orbit::runtime::detail {
 
+struct DecodeCacheState;  // decode_cache_state.h
+
 // Why the paged kernel cannot run this model or input ("" when it can).
 std::string paged_kernel_gap(const ModelConfig& c, const c10::Device& device, int64_t queries, bool partial);
+
+// Positions as token-major int64 [S, rows] on `device` ([S] means every row equals it).
+at::Tensor token_major(const at::Tensor& positions, int64_t rows, const c10::Device& device);
 
 // Checks one layer's content tensors against the config's content shapes with `rows` tokens.
 void check_content(const ModelConfig& c, const LayerKV& kv, int64_t rows, const std::string& what);
@@ -43,8 +48,10 @@ struct ForwardPast {
   ForwardPast(const ForwardPast&) = delete;
   ForwardPast& operator=(const ForwardPast&) = delete;
 
-  const PastKV* past = nullptr;   // the past attended over (given, or gathered), or null
-  const PastKV* paged = nullptr;  // the paged past the kernel reads in place, or null
+  const PastKV* past = nullptr;       // the past attended over (given, or gathered), or null
+  const PastKV* paged = nullptr;      // the paged past the kernel reads in place, or null
+  DecodeCacheState* cache = nullptr;  // a decode cache whose slot is the past (then `past` is null)
+  int64_t slot = -1;
   PastKV gathered;
   bool announced = false;    // before_layer already called for every layer
   int64_t length = 0;        // past tokens
@@ -99,6 +106,8 @@ struct SequencePass {
   at::Tensor query_index;  // int64 [R]: the last key index each computed token sees
   ForwardRope rope;
   std::unique_ptr<PagedPlan> paged;  // a paged past the kernel reads in place, else null
+  at::Tensor positions;              // the input's positions ([T], or [3, T])
+  int64_t window_len = 0;            // the RoPE window length (dynamic NTK)
   int64_t tokens = 0;                // T: input tokens (keys after the past)
   int64_t rows = 0;                  // R: computed tokens (T, or the recomputed ones)
   int64_t num_layers = 0;            // layers this forward runs

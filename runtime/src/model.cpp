@@ -13,6 +13,7 @@
 #include "ops/past_attention_op.h"
 #include "ops/rope_op.h"
 #include "orbit/common/error.h"
+#include "orbit/runtime/decode_cache.h"
 #include "orbit/runtime/fingerprint.h"
 #include "orbit/runtime/paged_past.h"
 #include "orbit/runtime/rope.h"
@@ -39,7 +40,10 @@ void check_shape(const at::Tensor& t, at::IntArrayRef expected, const std::strin
 
 }  // namespace
 
-int64_t PastKV::length() const { return positions.defined() && positions.dim() > 0 ? positions.size(-1) : 0; }
+int64_t PastKV::length() const {
+  if (cache != nullptr) return cache->length(cache_slot);
+  return positions.defined() && positions.dim() > 0 ? positions.size(-1) : 0;
+}
 
 void check_positions(const ModelConfig& config, const at::Tensor& positions, const char* what) {
   const bool grid = config.rope.is_mrope() && positions.dim() == 2;

@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "orbit/common/error.h"
+#include "orbit/runtime/decode_cache.h"
 #include "window/decode_parts.h"
 #include "window/sampler.h"
 #include "window/window_ops.h"
@@ -62,7 +63,8 @@ struct DecodeSequence {
   std::vector<int64_t> query;
   GenerateOptions options;  // its callbacks
   Sampler sampler;
-  runtime::PastKV past;                 // the window's, then the rows this sequence computed
+  runtime::PastKV past;                 // the window's (and a reused query head), until the sequence's slot holds it
+  int64_t slot = -1;                    // its slot of the batch's DecodeCache from its first forward on
   std::vector<int64_t> input;           // what the next forward reads: the query (or its rest), then the last token
   int64_t pos = 0;                      // the position of input's first token
   std::vector<runtime::Content> parts;  // the KV of every forward (exact reuse)
@@ -80,14 +82,16 @@ struct DecodeBatchState {
   uint64_t next_id = 0;
   std::vector<std::unique_ptr<DecodeSequence>> running;  // in order of addition
   std::map<DecodeReadKey, DecodeWindowRead> reads;       // this round's window reads (until the next step)
+  // Every running sequence's past from its first forward on, rotated once and grown by a row per step.
+  std::unique_ptr<runtime::DecodeCache> cache;
 
   uint64_t add(WindowState& w, const std::vector<int64_t>& query, const GenerateOptions& options);
   DecodeStep step();
 
  private:
   void mark_endings_before_forward();
-  void advance(DecodeSequence& s, const runtime::ForwardResult& r, const at::Tensor& logits,
-               const at::Tensor& positions, bool shared);
+  void advance(DecodeSequence& s, const runtime::ForwardResult& r, const at::Tensor& logits, bool shared);
+  void forward(DecodeStep& out);
   void finish(DecodeStep& out);
 };
 
@@ -142,7 +146,7 @@ void DecodeBatchState::mark_endings_before_forward() {
 
 // One iteration of Window::generate's loop after its forward: the token, the past, the stop checks.
 void DecodeBatchState::advance(DecodeSequence& s, const runtime::ForwardResult& r, const at::Tensor& logits,
-                               const at::Tensor& positions, bool shared) {
+                               bool shared) {
   const int64_t limit = core->config().max_position_embeddings;
   const int64_t width = static_cast<int64_t>(s.input.size());
   if (s.steps == 0) s.g.prompt_forward_tokens = shared ? 0 : width;
@@ -158,8 +162,7 @@ void DecodeBatchState::advance(DecodeSequence& s, const runtime::ForwardResult& 
   const int64_t next = step.token;
   s.g.tokens.push_back(next);
   if (step.logprobs.has_value()) s.g.logprobs.push_back(std::move(*step.logprobs));
-  s.parts.push_back(r.content);
-  extend_past(s.past, r.content, positions);
+  s.parts.push_back(r.content);  // the slot holds these rows now
   s.pos += width;
   s.input = {next};
   if (s.sampler.is_stop_token(next)) {
@@ -205,9 +208,13 @@ void DecodeBatchState::finish(DecodeStep& out) {
   if (!inputs.empty()) {
     runtime::ForwardOptions fo;
     fo.logits = runtime::LogitsMode::kNone;
+    std::vector<runtime::PastKV> pasts;
+    pasts.reserve(ending.size());
     std::vector<runtime::SequenceForward> batch;
     for (std::size_t j = 0; j < ending.size(); ++j) {
-      if (last_of[j] != std::string::npos) batch.push_back({&inputs[last_of[j]], &ending[j]->past, &fo});
+      if (last_of[j] == std::string::npos) continue;
+      pasts.push_back(cache->past(ending[j]->slot));
+      batch.push_back({&inputs[last_of[j]], &pasts.back(), &fo});
     }
     lasts = core->model().forward_batch(batch);
   }
@@ -215,12 +222,74 @@ void DecodeBatchState::finish(DecodeStep& out) {
     DecodeSequence& s = *ending[j];
     const runtime::Content* last = last_of[j] == std::string::npos ? nullptr : &lasts[last_of[j]].content;
     keep_read_for_reuse(*s.window, s.query, s.g.tokens, std::move(s.parts), s.query_parts, last);
+    keep_tail(*s.window, s.query, s.g.tokens);  // the window's tentative tail (window_ops.h)
     charge_radix_cache(*s.window, s.query, s.g.tokens);
     if (core->has_tokenizer()) s.g.text = core->tokenizer().decode(s.g.tokens, s.query.back());
     s.g.seconds = std::chrono::duration<double>(Clock::now() - s.t0).count();
     out.finished.emplace_back(s.id, std::move(s.g));
+    if (s.slot >= 0) cache->close(s.slot);
   }
   running.erase(std::remove_if(running.begin(), running.end(), [](const auto& s) { return s->ending; }), running.end());
+}
+
+// One forward: each running sequence's input after its slot (opened at its first forward), except that
+// sequences in their first step with the same read and query (a window and its forks asked the same) take
+// the first one's result and a copy of its slot.
+void DecodeBatchState::forward(DecodeStep& out) {
+  if (cache == nullptr) cache = std::make_unique<runtime::DecodeCache>(core->model());
+  std::vector<DecodeSequence*> live;
+  std::vector<std::size_t> result_of;  // per live sequence: the forward whose result it takes
+  std::vector<bool> shared;            // ... another sequence's
+  std::vector<runtime::ForwardInput> inputs;
+  std::vector<DecodeSequence*> owners;  // per forward: the sequence whose input it is
+  std::map<std::tuple<DecodeReadKey, std::vector<int64_t>, int64_t>, std::size_t> first_steps;
+  for (auto& s : running) {
+    if (s->ending) continue;
+    live.push_back(s.get());
+    if (s->steps == 0) {
+      const auto key = std::make_tuple(s->read, s->query, s->pos);
+      const auto found = first_steps.find(key);
+      if (found != first_steps.end()) {
+        result_of.push_back(found->second);
+        shared.push_back(true);
+        continue;
+      }
+      first_steps.emplace(key, inputs.size());
+    }
+    if (s->slot < 0) {
+      s->slot = cache->open(s->past.length() > 0 ? &s->past : nullptr);
+      s->past = runtime::PastKV();
+    }
+    result_of.push_back(inputs.size());
+    shared.push_back(false);
+    inputs.push_back(core->registry().input_for_tokens(s->input, s->pos));
+    owners.push_back(s.get());
+    out.tokens += static_cast<int64_t>(s->input.size());
+  }
+  if (inputs.empty()) return;
+  runtime::ForwardOptions fo;
+  fo.logits = runtime::LogitsMode::kLast;
+  std::vector<runtime::PastKV> pasts;
+  pasts.reserve(inputs.size());
+  std::vector<runtime::SequenceForward> batch;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    pasts.push_back(cache->past(owners[k]->slot));
+    batch.push_back({&inputs[k], &pasts.back(), &fo});
+  }
+  const std::vector<runtime::ForwardResult> results = core->model().forward_batch(batch);
+  out.sequences = static_cast<int64_t>(results.size());
+  // Every row's logits on the host at once (the Sampler reads them there).
+  std::vector<at::Tensor> rows;
+  for (const runtime::ForwardResult& r : results) rows.push_back(r.logits);
+  const at::Tensor logits = (rows.size() == 1 ? rows.front() : at::cat(rows, 0)).to(at::kCPU);
+  for (std::size_t j = 0; j < live.size(); ++j) {
+    const std::size_t i = result_of[j];
+    if (shared[j]) {
+      live[j]->slot = cache->fork(owners[i]->slot);  // the window and the query's rows, its own from here
+      live[j]->past = runtime::PastKV();
+    }
+    advance(*live[j], results[i], logits.narrow(0, static_cast<int64_t>(i), 1), shared[j]);
+  }
 }
 
 DecodeStep DecodeBatchState::step() {
@@ -231,54 +300,11 @@ DecodeStep DecodeBatchState::step() {
   c10::InferenceMode guard;
   try {
     mark_endings_before_forward();
-    // One forward: each running sequence's input, except that sequences in their first step with the same
-    // read and query (a window and its forks asked the same) share the first one's.
-    std::vector<DecodeSequence*> live;
-    std::vector<std::size_t> result_of;  // per live sequence: the forward whose result it takes
-    std::vector<bool> shared;            // ... another sequence's
-    std::vector<runtime::ForwardInput> inputs;
-    std::vector<DecodeSequence*> owners;  // per forward: the sequence whose input it is
-    std::map<std::tuple<DecodeReadKey, std::vector<int64_t>, int64_t>, std::size_t> first_steps;
-    for (auto& s : running) {
-      if (s->ending) continue;
-      live.push_back(s.get());
-      if (s->steps == 0) {
-        const auto key = std::make_tuple(s->read, s->query, s->pos);
-        const auto found = first_steps.find(key);
-        if (found != first_steps.end()) {
-          result_of.push_back(found->second);
-          shared.push_back(true);
-          continue;
-        }
-        first_steps.emplace(key, inputs.size());
-      }
-      result_of.push_back(inputs.size());
-      shared.push_back(false);
-      inputs.push_back(core->registry().input_for_tokens(s->input, s->pos));
-      owners.push_back(s.get());
-      out.tokens += static_cast<int64_t>(s->input.size());
-    }
-    if (!inputs.empty()) {
-      runtime::ForwardOptions fo;
-      fo.logits = runtime::LogitsMode::kLast;
-      std::vector<runtime::SequenceForward> batch;
-      for (std::size_t k = 0; k < inputs.size(); ++k) {
-        batch.push_back({&inputs[k], owners[k]->past.length() > 0 ? &owners[k]->past : nullptr, &fo});
-      }
-      const std::vector<runtime::ForwardResult> results = core->model().forward_batch(batch);
-      out.sequences = static_cast<int64_t>(results.size());
-      // Every row's logits on the host at once (the Sampler reads them there).
-      std::vector<at::Tensor> rows;
-      for (const runtime::ForwardResult& r : results) rows.push_back(r.logits);
-      const at::Tensor logits = (rows.size() == 1 ? rows.front() : at::cat(rows, 0)).to(at::kCPU);
-      for (std::size_t j = 0; j < live.size(); ++j) {
-        const std::size_t i = result_of[j];
-        advance(*live[j], results[i], logits.narrow(0, static_cast<int64_t>(i), 1), inputs[i].positions, shared[j]);
-      }
-    }
+    forward(out);
     finish(out);
   } catch (...) {
     running.clear();
+    cache.reset();
     throw;
   }
   return out;

@@ -41,17 +41,22 @@ struct LayerKV {
   at::Tensor v;
 };
 
-struct PagedPast;  // paged_past.h
+struct PagedPast;   // paged_past.h
+class DecodeCache;  // decode_cache.h
 
 // KV of tokens that precede the input, in content form. positions: int64 [T_past], or [3, T_past]
 // for M-RoPE models (a 1-D tensor there means t = h = w). With `paged` set, the first
 // paged->length() past tokens are read in place from a KVPool (paged_past.h) and `layers` holds only
-// the tokens after them (or is empty when there are none).
+// the tokens after them (or is empty when there are none). With `cache` set (DecodeCache::past), the past
+// is that cache's slot, read in place, and a forward appends its input's rows to the slot (layers, positions
+// and paged are unused; partial recompute is refused).
 struct PastKV {
   std::vector<LayerKV> layers;  // one per model layer (all empty tensors for "no past")
   at::Tensor positions;
   std::shared_ptr<const PagedPast> paged;
-  int64_t length() const;  // T_past (the last dimension of positions; 0 when undefined)
+  DecodeCache* cache = nullptr;
+  int64_t cache_slot = -1;
+  int64_t length() const;  // T_past (the cache slot's rows, else the last dimension of positions; 0 when undefined)
 };
 
 // Exactly one of `tokens` / `embeddings` is set.

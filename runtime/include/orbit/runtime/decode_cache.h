@@ -1,0 +1,59 @@
+// DecodeCache: the pasts of sequences being decoded, kept across forwards in the form attention reads them,
+// in buffers every sequence (slot) of the cache shares, one pair per layer:
+//
+//   keys[l]    [slots, H_a, capacity, d_k]   rotated to their positions (GQA/MHA: H_a = num_kv_heads;
+//   values[l]  [slots, H_a, capacity, d_v]   MLA: H_a = num_heads, k = [k_nope ‖ k_pe], both expanded from
+//                                            the latent once, when the row is written)
+//
+// A forward over a slot (PastKV::cache, model.h) reads it in place and appends its input's rows to it, so a
+// decode step costs its new rows, not a gather, rotation and copy of the whole past; and the sequences of one
+// forward_batch that share a cache and a query count attend in one batched product over the buffers (rows
+// past a slot's length are masked). Stored content is still what the model computed (Model::forward returns
+// it in content form as always); the cache is a read-side copy, rotated once because a decode's positions do
+// not move. Dynamic-NTK RoPE, whose angles change with the window's length, keeps keys before rotation and
+// rotates the rows in use at every forward. Buffers grow by doubling (slots and capacity) as needed.
+//
+// Thread-safety: none. One thread uses a cache, and runs the forwards that read it, at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "orbit/runtime/model.h"
+
+namespace orbit::runtime {
+
+namespace detail {
+struct DecodeCacheState;
+}  // namespace detail
+
+class DecodeCache {
+ public:
+  // A cache for `model`'s forwards (which must outlive it), on the model's device and in its dtype.
+  explicit DecodeCache(const Model& model);
+  ~DecodeCache();
+  DecodeCache(const DecodeCache&) = delete;
+  DecodeCache& operator=(const DecodeCache&) = delete;
+
+  const Model& model() const;
+
+  // A new slot holding `past` (contiguous, or paged: gathered and patched; null: no rows), written once.
+  // Throws orbit::Error for a past of the wrong shape (as Model::forward would).
+  int64_t open(const PastKV* past);
+  // A new slot holding a copy of `slot`'s rows: a branch of the same past.
+  int64_t fork(int64_t slot);
+  // Frees `slot` (its rows are reused by a later one). Throws for a slot not open.
+  void close(int64_t slot);
+
+  // The PastKV that names `slot` for Model::forward / forward_batch: read in place, the input appended.
+  PastKV past(int64_t slot);
+  int64_t length(int64_t slot) const;  // rows the slot holds
+  int64_t open_slots() const;
+  int64_t bytes() const;  // the buffers' size
+
+ private:
+  friend struct detail::DecodeCacheState;
+  std::unique_ptr<detail::DecodeCacheState> state_;
+};
+
+}  // namespace orbit::runtime

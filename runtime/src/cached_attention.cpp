@@ -1,0 +1,194 @@
+// Attention over a decode cache's buffers (forward_batch.h, decode_cache.h): the members of a cached group
+// write their new rows into their slots, then their queries meet every row of their own slot in one batched
+// product over the slots [lo, lo + count):
+//
+//   Q        [count, H_a, G·R, d_k]   members' queries scattered to their slots (zero elsewhere)
+//   scores = Q · K_slotsᵀ             [count·H_a, G·R, S], S the longest member's rows; rows past a member's
+//                                     own (later tokens, padding) hidden
+//   out    = softmax(scores) · V      back to [B·R, H·d_v] in the members' order
+//
+// G = H / H_a query heads share a kv head (GQA); MLA's rows are per head (H_a = H, G = 1). Scores and the
+// softmax are float32.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "attention.h"
+#include "forward_batch.h"
+#include "orbit/common/error.h"
+#include "orbit/runtime/rope.h"
+
+namespace orbit::runtime::detail {
+
+namespace {
+
+// Largest product (elements of the [slots, heads, queries, keys, width] temporary) attended by broadcast.
+constexpr int64_t kBroadcastElements = int64_t{1} << 20;
+
+at::Tensor long_tensor(const std::vector<int64_t>& v, const c10::Device& device) {
+  return at::tensor(at::ArrayRef<int64_t>(v), at::kLong).to(device);
+}
+
+// Dynamic NTK: every attended row's angles, per slot with its member's window length (zero for other slots).
+ops::RopeTables read_tables(const BatchPass& b, const CachedGroup& g) {
+  const Model& m = b.model;
+  const ModelConfig& c = m.config();
+  const DecodeCacheState& s = *g.cache;
+  std::vector<at::Tensor> angles;
+  for (int64_t slot = g.lo; slot < g.lo + g.count; ++slot) {
+    const auto it = std::find(g.slots.begin(), g.slots.end(), slot);
+    if (it == g.slots.end()) {
+      angles.push_back(
+          at::zeros({g.keys, c.rope.rotary_dim / 2}, at::TensorOptions().dtype(at::kDouble).device(m.device())));
+      continue;
+    }
+    const SequencePass& seq = b.seqs[g.members[static_cast<std::size_t>(it - g.slots.begin())]];
+    const at::Tensor p = s.positions.select(0, slot).narrow(0, 0, g.keys);  // [S, rows]
+    angles.push_back(rope_angles(c.rope, c.position_rows() == 1 ? p.select(1, 0) : p.t(), seq.window_len));
+  }
+  return ops::rope_tables(at::cat(angles, 0), ops::rope_table_dtype(m.dtype()), m.device());
+}
+
+// The members' slots grown for their new rows, those rows' positions written, and the group's indices.
+CachedGroup make_cached_group(const BatchPass& b, DecodeCacheState* cache, std::vector<std::size_t> members) {
+  const Model& m = b.model;
+  CachedGroup g;
+  g.cache = cache;
+  g.members = std::move(members);
+  g.queries = b.seqs[g.members.front()].rows;
+  const int64_t R = g.queries, B = static_cast<int64_t>(g.members.size());
+  int64_t hi = 0;
+  g.lo = cache->slots;
+  for (std::size_t i : g.members) {
+    const SequencePass& seq = b.seqs[i];
+    ORBIT_CHECK(std::find(g.slots.begin(), g.slots.end(), seq.past->slot) == g.slots.end(),
+                "forward: slot " << seq.past->slot << " of a decode cache is the past of two sequences of one batch");
+    g.slots.push_back(seq.past->slot);
+    g.lengths.push_back(seq.past->length);
+    g.keys = std::max(g.keys, seq.past->length + R);
+    g.lo = std::min(g.lo, seq.past->slot);
+    hi = std::max(hi, seq.past->slot);
+  }
+  g.count = hi - g.lo + 1;
+  cache->reserve(cache->slots, g.keys);  // before any index: the capacity may grow
+  std::vector<int64_t> write, member, qidx(static_cast<std::size_t>(g.count * R), g.keys - 1), rows;
+  const int64_t H = cache->heads, cap = cache->capacity;
+  for (int64_t j = 0; j < B; ++j) {
+    const SequencePass& seq = b.seqs[g.members[static_cast<std::size_t>(j)]];
+    const int64_t slot = g.slots[static_cast<std::size_t>(j)], len = g.lengths[static_cast<std::size_t>(j)];
+    cache->positions.select(0, slot).narrow(0, len, R).copy_(
+        token_major(seq.positions, m.config().position_rows(), m.device()));
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t h = 0; h < H; ++h) write.push_back((slot * H + h) * cap + len + r);
+      qidx[static_cast<std::size_t>((slot - g.lo) * R + r)] = len + r;
+      rows.push_back(b.first_row[g.members[static_cast<std::size_t>(j)]] + r);
+    }
+    member.push_back(slot - g.lo);
+  }
+  g.in_slot_order = B == g.count;
+  for (int64_t j = 0; j < B && g.in_slot_order; ++j) g.in_slot_order = member[static_cast<std::size_t>(j)] == j;
+  g.write_index = long_tensor(write, m.device());
+  g.member_index = long_tensor(member, m.device());
+  if (B * R != b.total_rows) g.rows = long_tensor(rows, m.device());
+  const at::Tensor key_index = at::arange(g.keys, at::TensorOptions().dtype(at::kLong).device(m.device()));
+  g.hidden = (key_index.view({1, 1, g.keys}) > long_tensor(qidx, m.device()).view({g.count, R, 1}))
+                 .view({g.count, 1, 1, R, g.keys});
+  if (cache->rotate_at_read) {
+    g.read_tables = read_tables(b, g);
+  } else if (B == 1) {
+    g.new_tables = b.seqs[g.members.front()].rope.query;
+  } else {
+    std::vector<at::Tensor> cos, sin;
+    for (std::size_t i : g.members) {
+      cos.push_back(b.seqs[i].rope.query.cos);
+      sin.push_back(b.seqs[i].rope.query.sin);
+    }
+    g.new_tables = {at::cat(cos, 0), at::cat(sin, 0)};
+  }
+  return g;
+}
+
+// Dynamic NTK: the attended keys [count, H_a, S, d_k] rotated now (MLA: their k_pe part).
+at::Tensor rotate_read(const ModelConfig& c, const CachedGroup& g, const at::Tensor& keys) {
+  const int64_t C = keys.size(0), H = keys.size(1), S = keys.size(2), d = keys.size(3);
+  const int64_t from = c.attention() == AttentionKind::kMla ? c.mla.qk_nope_head_dim : 0;
+  const at::Tensor part = keys.narrow(3, from, d - from).permute({0, 2, 1, 3}).reshape({C * S, H, d - from});
+  const at::Tensor rotated = rotate(c.rope, part, g.read_tables).view({C, S, H, d - from}).permute({0, 2, 1, 3});
+  return from == 0 ? rotated : at::cat({keys.narrow(3, 0, from), rotated}, 3);
+}
+
+}  // namespace
+
+std::vector<CachedGroup> make_cached_groups(const BatchPass& b) {
+  std::map<std::pair<DecodeCacheState*, int64_t>, std::vector<std::size_t>> by;
+  std::vector<std::pair<DecodeCacheState*, int64_t>> order;
+  for (std::size_t i = 0; i < b.seqs.size(); ++i) {
+    DecodeCacheState* cache = b.seqs[i].past->cache;
+    if (cache == nullptr) continue;
+    const auto key = std::make_pair(cache, b.seqs[i].rows);
+    if (by.find(key) == by.end()) order.push_back(key);
+    by[key].push_back(i);
+  }
+  std::vector<CachedGroup> groups;
+  for (const auto& key : order) groups.push_back(make_cached_group(b, key.first, std::move(by[key])));
+  return groups;
+}
+
+at::Tensor cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const std::vector<LayerKV>& contents,
+                            const at::Tensor& q) {
+  const ModelConfig& c = b.model.config();
+  DecodeCacheState& s = *g.cache;
+  const auto L = static_cast<std::size_t>(l);
+  // The members' new rows, in attention form, into their slots.
+  LayerKV fresh = contents[g.members.front()];
+  if (g.members.size() > 1) {
+    std::vector<at::Tensor> ks, vs;
+    for (std::size_t i : g.members) {
+      ks.push_back(contents[i].k);
+      vs.push_back(contents[i].v);
+    }
+    fresh = {at::cat(ks, 0), at::cat(vs, 0)};
+  }
+  const auto [k, v] = s.attention_rows(l, fresh, s.rotate_at_read ? nullptr : &g.new_tables);
+  s.keys[L].view({-1, s.dk}).index_copy_(0, g.write_index, k.reshape({-1, s.dk}));
+  s.values[L].view({-1, s.dv}).index_copy_(0, g.write_index, v.reshape({-1, s.dv}));
+
+  const int64_t H = s.heads, G = c.num_heads / H, R = g.queries, C = g.count, S = g.keys;
+  const int64_t B = static_cast<int64_t>(g.members.size());
+  at::Tensor keys = s.keys[L].narrow(0, g.lo, C).narrow(2, 0, S);
+  if (s.rotate_at_read) keys = rotate_read(c, g, keys);
+  const at::Tensor values = s.values[L].narrow(0, g.lo, C).narrow(2, 0, S);
+  const at::Tensor qm = (g.rows.defined() ? q.index_select(0, g.rows) : q)
+                            .view({B, R, H, G, s.dk})
+                            .permute({0, 2, 3, 1, 4})
+                            .reshape({B, H, G * R, s.dk});
+  at::Tensor queries = qm;
+  if (!g.in_slot_order) queries = at::zeros({C, H, G * R, s.dk}, q.options()).index_copy_(0, g.member_index, qm);
+  // Small products (decode steps of small models) as one broadcast multiply and sum each: a batched GEMM
+  // pays a BLAS call per (slot, head) matrix there, which costs more than the arithmetic.
+  const bool small = C * H * G * R * S * std::max(s.dk, s.dv) <= kBroadcastElements;
+  at::Tensor scores =
+      small ? (queries.unsqueeze(3) * keys.unsqueeze(2)).sum(-1)
+            : at::bmm(queries.reshape({C * H, G * R, s.dk}), keys.reshape({C * H, S, s.dk}).transpose(1, 2));
+  scores = scores.to(at::kFloat).mul_(attention_scale(c)).view({C, H, G, R, S});
+  scores.masked_fill_(g.hidden, -std::numeric_limits<float>::infinity());
+  const at::Tensor probs = at::softmax(scores, -1).to(values.scalar_type()).view({C, H, G * R, S});
+  at::Tensor o = small ? (probs.unsqueeze(-1) * values.unsqueeze(2)).sum(3)
+                       : at::bmm(probs.view({C * H, G * R, S}), values.reshape({C * H, S, s.dv}));
+  o = o.view({C, H, G, R, s.dv});
+  if (!g.in_slot_order) o = o.index_select(0, g.member_index);
+  return o.permute({0, 3, 1, 2, 4}).reshape({B * R, c.num_heads * s.dv});
+}
+
+void finish_cached(const BatchPass& b) {
+  for (const CachedGroup& g : b.cached) {
+    for (std::size_t j = 0; j < g.slots.size(); ++j) {
+      g.cache->lengths[static_cast<std::size_t>(g.slots[j])] = g.lengths[j] + g.queries;
+    }
+  }
+}
+
+}  // namespace orbit::runtime::detail

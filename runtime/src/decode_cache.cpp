@@ -1,0 +1,175 @@
+// DecodeCache (decode_cache.h): slots, growth, and writing a past into a slot.
+#include "orbit/runtime/decode_cache.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+
+#include "attention.h"
+#include "decode_cache_state.h"
+#include "forward_sequence.h"
+#include "orbit/common/error.h"
+#include "orbit/runtime/paged_past.h"
+#include "orbit/runtime/rope.h"
+
+namespace orbit::runtime {
+
+namespace detail {
+
+int64_t DecodeCacheState::new_slot() {
+  for (std::size_t s = 0; s < lengths.size(); ++s) {
+    if (lengths[s] < 0) {
+      lengths[s] = 0;
+      return static_cast<int64_t>(s);
+    }
+  }
+  lengths.push_back(0);
+  reserve(static_cast<int64_t>(lengths.size()), capacity);
+  return static_cast<int64_t>(lengths.size()) - 1;
+}
+
+void DecodeCacheState::reserve(int64_t slots_needed, int64_t capacity_needed) {
+  if (slots_needed <= slots && capacity_needed <= capacity) return;
+  const int64_t new_slots = slots_needed <= slots ? slots : std::max(slots_needed, 2 * slots);
+  const int64_t new_capacity = capacity_needed <= capacity ? capacity : std::max(capacity_needed, 2 * capacity);
+  const at::TensorOptions where = at::TensorOptions().dtype(model->dtype()).device(model->device());
+  auto grown = [&](const at::Tensor& old, int64_t width) {
+    at::Tensor t = at::zeros({new_slots, heads, new_capacity, width}, where);
+    if (old.defined() && slots > 0 && capacity > 0) t.narrow(0, 0, slots).narrow(2, 0, capacity).copy_(old);
+    return t;
+  };
+  for (std::size_t l = 0; l < keys.size(); ++l) {
+    keys[l] = grown(keys[l], dk);
+    values[l] = grown(values[l], dv);
+  }
+  at::Tensor p = at::zeros({new_slots, new_capacity, model->config().position_rows()}, where.dtype(at::kLong));
+  if (positions.defined() && slots > 0 && capacity > 0) p.narrow(0, 0, slots).narrow(1, 0, capacity).copy_(positions);
+  positions = p;
+  slots = new_slots;
+  capacity = new_capacity;
+}
+
+void DecodeCacheState::check_open(int64_t slot, const char* what) const {
+  ORBIT_CHECK(slot >= 0 && slot < static_cast<int64_t>(lengths.size()) && lengths[static_cast<std::size_t>(slot)] >= 0,
+              what << ": slot " << slot << " of the decode cache is not open");
+}
+
+std::pair<at::Tensor, at::Tensor> DecodeCacheState::attention_rows(int64_t l, const LayerKV& content,
+                                                                   const ops::RopeTables* tables) const {
+  const ModelConfig& c = model->config();
+  if (c.attention() == AttentionKind::kMla) {
+    return mla_keys(c, model->weights().layers[static_cast<std::size_t>(l)], content, tables);
+  }
+  return {tables != nullptr ? rotate(c.rope, content.k, *tables) : content.k, content.v};
+}
+
+}  // namespace detail
+
+DecodeCache::DecodeCache(const Model& model) : state_(std::make_unique<detail::DecodeCacheState>()) {
+  detail::DecodeCacheState& s = *state_;
+  const ModelConfig& c = model.config();
+  s.model = &model;
+  s.rotate_at_read = c.rope.scaling == RopeScaling::kDynamicNtk;
+  if (c.attention() == AttentionKind::kMla) {
+    s.heads = c.num_heads;
+    s.dk = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;
+    s.dv = c.mla.v_head_dim;
+  } else {
+    s.heads = c.num_kv_heads;
+    s.dk = s.dv = c.head_dim;
+  }
+  s.keys.resize(static_cast<std::size_t>(c.num_layers));
+  s.values.resize(static_cast<std::size_t>(c.num_layers));
+}
+
+DecodeCache::~DecodeCache() = default;
+
+const Model& DecodeCache::model() const { return *state_->model; }
+
+int64_t DecodeCache::open(const PastKV* past) {
+  c10::InferenceMode guard;
+  detail::DecodeCacheState& s = *state_;
+  const Model& m = *s.model;
+  const ModelConfig& c = m.config();
+  if (past != nullptr && past->cache != nullptr) {
+    ORBIT_CHECK(past->cache == this, "DecodeCache::open: the past is a slot of another decode cache");
+    return fork(past->cache_slot);
+  }
+  const int64_t n = past != nullptr ? past->length() : 0;
+  PastKV gathered;
+  if (n > 0) {
+    gathered = materialize_past(c, *past, m.device(), m.dtype());
+    check_positions(c, gathered.positions, "DecodeCache::open: past.positions");
+    ORBIT_CHECK(static_cast<int64_t>(gathered.layers.size()) == c.num_layers,
+                "DecodeCache::open: past has " << gathered.layers.size() << " layers, the model has " << c.num_layers);
+    for (std::size_t l = 0; l < gathered.layers.size(); ++l) {
+      detail::check_content(c, gathered.layers[l], n, "DecodeCache::open: past.layers[" + std::to_string(l) + "]");
+    }
+  }
+  const int64_t slot = s.new_slot();
+  s.reserve(s.slots, n);
+  if (n == 0) return slot;
+  const at::Tensor positions = detail::token_major(gathered.positions, c.position_rows(), m.device());
+  s.positions.select(0, slot).narrow(0, 0, n).copy_(positions);
+  ops::RopeTables tables;
+  if (!s.rotate_at_read) {
+    tables = ops::rope_tables(rope_angles(c.rope, gathered.positions.to(m.device()), n),
+                              ops::rope_table_dtype(m.dtype()), m.device());
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const auto [k, v] =
+        s.attention_rows(l, gathered.layers[static_cast<std::size_t>(l)], s.rotate_at_read ? nullptr : &tables);
+    s.keys[static_cast<std::size_t>(l)].select(0, slot).narrow(1, 0, n).copy_(k.permute({1, 0, 2}));
+    s.values[static_cast<std::size_t>(l)].select(0, slot).narrow(1, 0, n).copy_(v.permute({1, 0, 2}));
+  }
+  s.lengths[static_cast<std::size_t>(slot)] = n;
+  return slot;
+}
+
+int64_t DecodeCache::fork(int64_t slot) {
+  c10::InferenceMode guard;
+  detail::DecodeCacheState& s = *state_;
+  s.check_open(slot, "DecodeCache::fork");
+  const int64_t n = s.lengths[static_cast<std::size_t>(slot)];
+  const int64_t child = s.new_slot();  // may grow the buffers: read them after
+  for (std::size_t l = 0; l < s.keys.size(); ++l) {
+    s.keys[l].select(0, child).narrow(1, 0, n).copy_(s.keys[l].select(0, slot).narrow(1, 0, n));
+    s.values[l].select(0, child).narrow(1, 0, n).copy_(s.values[l].select(0, slot).narrow(1, 0, n));
+  }
+  s.positions.select(0, child).narrow(0, 0, n).copy_(s.positions.select(0, slot).narrow(0, 0, n));
+  s.lengths[static_cast<std::size_t>(child)] = n;
+  return child;
+}
+
+void DecodeCache::close(int64_t slot) {
+  state_->check_open(slot, "DecodeCache::close");
+  state_->lengths[static_cast<std::size_t>(slot)] = -1;
+}
+
+PastKV DecodeCache::past(int64_t slot) {
+  state_->check_open(slot, "DecodeCache::past");
+  PastKV p;
+  p.cache = this;
+  p.cache_slot = slot;
+  return p;
+}
+
+int64_t DecodeCache::length(int64_t slot) const {
+  state_->check_open(slot, "DecodeCache::length");
+  return state_->lengths[static_cast<std::size_t>(slot)];
+}
+
+int64_t DecodeCache::open_slots() const {
+  return std::count_if(state_->lengths.begin(), state_->lengths.end(), [](int64_t n) { return n >= 0; });
+}
+
+int64_t DecodeCache::bytes() const {
+  int64_t total = state_->positions.defined() ? state_->positions.nbytes() : 0;
+  for (std::size_t l = 0; l < state_->keys.size(); ++l) {
+    if (state_->keys[l].defined()) total += state_->keys[l].nbytes() + state_->values[l].nbytes();
+  }
+  return total;
+}
+
+}  // namespace orbit::runtime

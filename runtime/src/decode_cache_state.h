@@ -1,0 +1,39 @@
+// Internal to the runtime: a DecodeCache's buffers (decode_cache.h) and the attention of a forward's sequences
+// over them (cached_attention.cpp, driven by forward_batch.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "ops/rope_op.h"
+#include "orbit/runtime/decode_cache.h"
+#include "orbit/runtime/model.h"
+
+namespace orbit::runtime::detail {
+
+struct DecodeCacheState {
+  const Model* model = nullptr;
+  bool rotate_at_read = false;           // dynamic-NTK RoPE: keys stored before rotation, rotated when read
+  int64_t heads = 0;                     // H_a: heads of the attention-form rows
+  int64_t dk = 0, dv = 0;                // their widths
+  int64_t slots = 0, capacity = 0;       // the buffers' sizes
+  std::vector<at::Tensor> keys, values;  // per layer [slots, heads, capacity, d]
+  at::Tensor positions;                  // int64 [slots, capacity, position rows] on the model's device
+  std::vector<int64_t> lengths;          // per slot: rows held; -1: free
+
+  static DecodeCacheState& of(DecodeCache& cache) { return *cache.state_; }
+
+  int64_t new_slot();
+  // Grows the buffers (doubling) to hold at least `slots_needed` slots of `capacity_needed` rows.
+  void reserve(int64_t slots_needed, int64_t capacity_needed);
+  void check_open(int64_t slot, const char* what) const;
+  // Layer l's rows in attention form, [M, heads, dk] and [M, heads, dv], of M tokens whose content (model.h)
+  // is `content`: keys rotated by `tables` (null: not rotated, rotate_at_read), MLA's expanded from the latent.
+  std::pair<at::Tensor, at::Tensor> attention_rows(int64_t l, const LayerKV& content,
+                                                   const ops::RopeTables* tables) const;
+};
+
+}  // namespace orbit::runtime::detail

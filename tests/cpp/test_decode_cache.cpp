@@ -1,0 +1,176 @@
+// DecodeCache (orbit/runtime/decode_cache.h): sequences whose pasts are slots of one cache, decoded by
+// Model::forward_batch step by step (prefills of several lengths, then single tokens; a slot forked midway,
+// a slot closed and its rows reused out of slot order, a batch mixing cached and plain pasts), give at every
+// step the logits and content a plain forward over the same past gives, within the float32 bound
+// (float_tolerance.h), for every attention family, M-RoPE and dynamic-NTK RoPE (keys rotated when read);
+// and misuse is refused by name.
+#include "orbit_catch.h"
+
+#include <ATen/ATen.h>
+
+#include "forward_batch_cases.h"
+#include "orbit/common/error.h"
+#include "orbit/runtime/decode_cache.h"
+#include "orbit/runtime/loader.h"
+#include "test_helpers.h"
+
+using namespace orbit::runtime;
+using Catch::Matchers::Contains;
+using orbit::test::case_tokens;
+using orbit::test::contiguous_past;
+
+namespace {
+
+// One sequence decoded two ways: a plain past grown by its rows, and a cache slot.
+struct Twin {
+  PastKV plain;
+  int64_t slot = -1;
+  int64_t next = 0;  // the next input position
+  std::vector<int64_t> input;
+};
+
+void grow(PastKV& past, const ForwardResult& r, const at::Tensor& positions) {
+  if (past.length() == 0) {
+    past.layers = r.content;
+    past.positions = positions;
+    return;
+  }
+  if (past.layers.empty()) {  // paged, nothing after the pages yet
+    past.layers = r.content;
+  } else {
+    for (std::size_t l = 0; l < past.layers.size(); ++l) {
+      past.layers[l].k = at::cat({past.layers[l].k, r.content[l].k});
+      past.layers[l].v = at::cat({past.layers[l].v, r.content[l].v});
+    }
+  }
+  past.positions = at::cat({past.positions, positions}, -1);
+}
+
+// One step: every twin's input through the cache in one forward_batch and alone over its plain past.
+double step(const Model& m, DecodeCache& cache, std::vector<Twin>& twins, int64_t keys_bound) {
+  std::vector<ForwardInput> inputs(twins.size());
+  std::vector<PastKV> cached(twins.size());
+  ForwardOptions o;
+  o.logits = LogitsMode::kAll;
+  std::vector<SequenceForward> batch;
+  for (std::size_t i = 0; i < twins.size(); ++i) {
+    inputs[i].tokens = twins[i].input;
+    inputs[i].positions =
+        at::arange(twins[i].next, twins[i].next + static_cast<int64_t>(twins[i].input.size()), at::kLong);
+    cached[i] = cache.past(twins[i].slot);
+    batch.push_back({&inputs[i], &cached[i], &o});
+  }
+  const std::vector<ForwardResult> got = m.forward_batch(batch);
+  const auto bound = orbit::test::float32_bound(m, keys_bound);
+  double worst = 0;
+  for (std::size_t i = 0; i < twins.size(); ++i) {
+    Twin& t = twins[i];
+    const ForwardResult want = m.forward(inputs[i], t.plain.length() > 0 ? &t.plain : nullptr, o);
+    const double diff = orbit::test::max_abs_diff(got[i].logits.to(at::kCPU), want.logits.to(at::kCPU));
+    CHECK(diff <= bound(orbit::test::largest(want.logits), "logits"));
+    worst = std::max(worst, diff);
+    for (std::size_t l = 0; l < want.content.size(); ++l) {
+      CHECK(orbit::test::max_abs_diff(got[i].content[l].k, want.content[l].k) <=
+            bound(orbit::test::largest(want.content[l].k), "content"));
+    }
+    grow(t.plain, want, inputs[i].positions);
+    CHECK(cache.length(t.slot) == t.plain.length());
+    t.next += static_cast<int64_t>(t.input.size());
+    t.input = {want.logits[-1].argmax().item<int64_t>()};
+  }
+  return worst;
+}
+
+void check_model(const Model& m, const std::string& name) {
+  INFO("model " << name);
+  DecodeCache cache(m);
+  orbit::test::PagedScenario paged = orbit::test::make_paged_scenario(m, 21, 13, 5, 8, 11);
+  std::vector<Twin> twins(4);
+  twins[0].plain = *contiguous_past(m, case_tokens(m, 9, 1));
+  twins[1].plain = *contiguous_past(m, case_tokens(m, 30, 2));
+  twins[2].plain = make_paged_past(paged.paged, paged.positions);
+  for (std::size_t i = 0; i < twins.size(); ++i) {
+    Twin& t = twins[i];
+    t.slot = cache.open(t.plain.length() > 0 ? &t.plain : nullptr);
+    t.next = i == 2 ? paged.query_start : t.plain.length();
+    t.input = case_tokens(m, i % 2 == 0 ? 3 : 1, static_cast<int64_t>(10 + i));  // R = 3 and R = 1 groups
+  }
+  double worst = 0;
+  for (int s = 0; s < 6; ++s) worst = std::max(worst, step(m, cache, twins, 64));
+  // A branch: twin 1's slot forked, decoding other tokens from here.
+  Twin branch = twins[1];
+  branch.slot = cache.fork(twins[1].slot);
+  branch.input = {(twins[1].input[0] + 1) % m.config().vocab_size};
+  twins.push_back(branch);
+  // Twin 0 leaves; a new sequence takes its slot (below the others: out of slot order).
+  cache.close(twins[0].slot);
+  twins.erase(twins.begin());
+  Twin fresh;
+  fresh.plain = *contiguous_past(m, case_tokens(m, 5, 3));
+  fresh.slot = cache.open(&fresh.plain);
+  fresh.next = 5;
+  fresh.input = case_tokens(m, 1, 20);
+  twins.push_back(fresh);
+  for (int s = 0; s < 6; ++s) worst = std::max(worst, step(m, cache, twins, 64));
+  CHECK(cache.open_slots() == 5);
+  WARN(name << ": largest logit difference over 12 steps " << worst << ", cache " << cache.bytes() << " bytes");
+}
+
+std::unique_ptr<Model> generated(ModelConfig config) {
+  static orbit::test::TempDir dir;
+  static int n = 0;
+  GeneratorOptions o;
+  o.config = std::move(config);
+  o.seed = 5;
+  o.init_std = 0.05;
+  const std::string path = (dir.path() / ("m" + std::to_string(n++))).string();
+  generate_model(o, path);
+  return load_model(path);
+}
+
+}  // namespace
+
+TEST_CASE("decode cache: slots decode as plain pasts do, every family", "[decode_cache]") {
+  for (const std::string& name : orbit::test::device_test_models()) {
+    check_model(*load_model(orbit::test::device_test_model_dir(name)), name);
+  }
+  check_model(*load_model(orbit::test::stories_path()), "stories260K");
+}
+
+TEST_CASE("decode cache: dynamic-NTK RoPE rotates keys when read", "[decode_cache]") {
+  ModelConfig c = generator_preset("tiny-llama");
+  c.rope.scaling = RopeScaling::kDynamicNtk;
+  c.rope.factor = 2.0;
+  c.max_position_embeddings = c.rope.max_position_embeddings = 40;  // decoding passes it: theta grows
+  check_model(*generated(c), "tiny-llama dynamic NTK");
+}
+
+TEST_CASE("decode cache: misuse is refused by name", "[decode_cache]") {
+  const auto m = load_model(orbit::test::stories_path());
+  const auto other = load_model(orbit::test::device_test_model_dir("llama-d64-g4"));
+  DecodeCache cache(*m);
+  const int64_t a = cache.open(nullptr);
+  ForwardInput in;
+  in.tokens = {5, 6};
+  PastKV p = cache.past(a);
+  CHECK_THROWS_WITH(m->forward_batch({{&in, &p}, {&in, &p}}), Contains("is the past of two sequences of one batch"));
+  ForwardOptions partial;
+  partial.recompute = at::tensor(std::vector<int64_t>{1}, at::kLong);
+  CHECK_THROWS_WITH(m->forward(in, &p, partial), Contains("partial recompute over a decode cache's past"));
+  ForwardOptions few;
+  few.logits = LogitsMode::kNone;
+  few.max_layers = 1;
+  CHECK_THROWS_WITH(m->forward(in, &p, few), Contains("max_layers over a decode cache's past"));
+  ForwardInput other_in;
+  other_in.tokens = {5};
+  CHECK_THROWS_WITH(other->forward(other_in, &p), Contains("another model's decode cache"));
+  cache.close(a);
+  CHECK_THROWS_WITH(cache.past(a), Contains("slot 0 of the decode cache is not open"));
+  CHECK_THROWS_WITH(cache.close(a), Contains("DecodeCache::close: slot 0"));
+  // A forward that failed its checks left the slot as it was.
+  const int64_t b = cache.open(nullptr);
+  CHECK(cache.length(b) == 0);
+  PastKV pb = cache.past(b);
+  m->forward(in, &pb);
+  CHECK(cache.length(b) == 2);
+}
