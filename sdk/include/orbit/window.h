@@ -249,9 +249,9 @@ struct WindowStats {
 
 // What Window::idle() (or heal / prepare_recalls) did with the caller's idle time; all of it background work.
 struct IdleReport {
-  double predicted_kl = 0;       // the window's predicted KL before (WindowPolicy::heal_min_kl decides on it)
-  int64_t healed_instances = 0;  // instances heal() served again
-  double heal_forward_tokens = 0;
+  double predicted_kl = 0;         // the window's predicted KL before (WindowPolicy::heal_min_kl decides on it)
+  int64_t healed_instances = 0;    // instances heal() served again
+  double heal_forward_tokens = 0;  // the heal's forwards, the tentative tail carried behind it included
   // The fidelity self-check that rides on the heal (Window::idle): the KL of a probe (the window's last
   // tokens read again) on the approximate window against the same probe on the healed, exact one. -1 when
   // no check ran. Its two probe forwards are check_forward_tokens.

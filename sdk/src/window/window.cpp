@@ -375,7 +375,17 @@ Plan Window::plan_place() const {
 
 Result<ApplyReport> Window::apply(const Plan& plan) {
   const detail::OpHold hold(*state_->core);
-  return detail::apply_plan(*state_, plan);
+  // A heal re-forms the KV before the tentative tail: the tail is carried along, forwarded behind the
+  // healed window in the heal's background time (window_ops.h, carry_tail).
+  const bool heal = plan.op == Operation::kHeal && state_->tail.has_value();
+  const detail::KvState before = heal ? state_->state_chain() : detail::KvState{};
+  Result<ApplyReport> r = detail::apply_plan(*state_, plan);
+  if (heal && r.is_ok()) {
+    ApplyReport report = std::move(r).value();
+    report.forward_tokens += detail::carry_tail(*state_, before);
+    return report;
+  }
+  return r;
 }
 
 ApplyReport Window::admit(const ChunkRef& chunk, InstanceId before) { return must(apply(plan_admit(chunk, before))); }
@@ -426,6 +436,7 @@ Window Window::fork() const {
   Window child(detail::fork_state(*state_));
   child.state_->lists = state_->lists;  // a branch of the same agent: the same habits
   child.state_->seen = state_->seen;
+  child.state_->tail = state_->tail;  // the same KV states: its tail is the child's too
   return child;
 }
 

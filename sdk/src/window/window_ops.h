@@ -63,6 +63,17 @@ void run_deferred(WindowState& state, const char* what);
 // window, stored under its own chains.
 WindowPolicy anticipation_policy();
 
+// The tentative tail (WindowState::tail). keep_tail: after a generate on `state`, records the read's query
+// followed by its answer (or the query alone) as the tail, when keep_read_for_reuse stored that sequence
+// behind the window's states; else clears it. carry_tail: after an operation moved the window's KV states
+// from `before` to new ones without changing its content (a heal), forwards the tail's tokens behind the
+// window as it is now and stores them for exact reuse under its new chain, so the next sync or append
+// reuses them as it would have before. Background work (idle time): counted in the window's and engine's
+// forward tokens, never the critical path. Returns the tokens forwarded (0: no tail behind `before`, no
+// exact reuse, or past the model's positions, in which case the tail is dropped).
+void keep_tail(WindowState& state, const std::vector<int64_t>& query, const std::vector<int64_t>& answer);
+double carry_tail(WindowState& state, const KvState& before);
+
 // The fidelity self-check (Window::idle). The logits of every row of `probe` (vocabulary ids) read after
 // the window's KV as it holds it, at the positions right after the window; nothing is stored or counted
 // (the caller counts its probe.size() forwards as background). No deferred repair is run first.

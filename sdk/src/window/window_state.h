@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,17 @@ struct EvictedInstance {
   uint64_t when = 0;  // the window's operation count when it was evicted (later = more recent)
 };
 
+// The window's tentative tail: what its last generate forwarded after it and kept for exact reuse (the query,
+// typically the chat template's generation prompt, then the answer), behind the KV states it was computed
+// behind. Not an instance: its KV is the store's (keep_read_for_reuse, decode_parts.h), and the next sync or
+// append reuses it token by token through the ReuseIndex as far as the new content starts with it. The window
+// tracks it so that a heal, which changes the states before it, carries it along (carry_tail, window_ops.h)
+// instead of leaving it to be prefilled again on the next read's critical path. A sync drops it.
+struct TentativeTail {
+  std::vector<int64_t> tokens;  // the query, then the answer tokens whose KV was kept (non-empty)
+  KvState behind;               // the window's state chain they were computed behind
+};
+
 struct WindowState {
   std::shared_ptr<EngineCore> core;
   uint64_t id = 0;
@@ -52,10 +64,11 @@ struct WindowState {
   double prefix_cache_tokens = 0;      // what a prefix cache would have forwarded for the same reads
   double radix_cache_tokens = 0;       // what a radix cache would have forwarded for the same model calls
   int64_t operations = 0;
-  int64_t reorders = 0;         // reorders applied (Window::idle prepares moves only for a window that reorders)
-  int64_t unchecked_idles = 0;  // idle calls since the last self-check that found the window below heal_min_kl
-  ListMemory lists;             // the lists it was synced to, and how they lost messages (Window::idle)
-  InstanceMemory seen;          // its instances at each Window::idle call, and which left between them
+  int64_t reorders = 0;               // reorders applied (Window::idle prepares moves only for a window that reorders)
+  int64_t unchecked_idles = 0;        // idle calls since the last self-check that found the window below heal_min_kl
+  ListMemory lists;                   // the lists it was synced to, and how they lost messages (Window::idle)
+  InstanceMemory seen;                // its instances at each Window::idle call, and which left between them
+  std::optional<TentativeTail> tail;  // set by generate, carried by a heal, dropped by a sync
 
   ~WindowState();                           // releases pages under the engine's pool lock
   bool has_deferred() const;                // an instance's repair waits (WindowPolicy::defer_repairs)
