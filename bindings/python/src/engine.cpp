@@ -47,7 +47,8 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
                                     int threads, const std::string& remote, int64_t remote_ttl_seconds,
                                     const std::string& remote_secret, const std::string& device,
                                     const std::string& dtype, const std::string& eviction, const std::string& cold_tier,
-                                    int64_t device_tier_bytes, bool embedding_cache, const py::object& background) {
+                                    int64_t device_tier_bytes, bool embedding_cache, const py::object& background,
+                                    bool shared_canonicals) {
   orbit::EngineOptions o;
   o.model = path_arg(model, "Engine: model");
   o.store_dir = path_arg(store_dir, "Engine: store_dir");
@@ -66,6 +67,7 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
   o.device_tier_bytes = device_tier_bytes;
   o.embedding_cache = embedding_cache;
   o.background = background_arg(background);
+  o.shared_canonicals = shared_canonicals;
   py::gil_scoped_release release;
   return Engine::open(o);
 }
@@ -112,7 +114,7 @@ void init_engine(py::module_& m) {
         py::arg("remote") = "", py::arg("remote_ttl_seconds") = 0, py::arg("remote_secret") = "",
         py::arg("device") = "cpu", py::arg("dtype") = "float32", py::arg("eviction") = "lru",
         py::arg("cold_tier") = "exact", py::arg("device_tier_bytes") = 0, py::arg("embedding_cache") = true,
-        py::arg("background") = "thread",
+        py::arg("background") = "thread", py::arg("shared_canonicals") = true,
         "Loads the model (a llama2.c .bin file or a Hugging Face directory) and opens the store (store_dir: a\n"
         "directory, created if missing, which several processes may share; None = memory only). pool_bytes: the\n"
         "windows' KV pool (whole pages of page_size tokens); host_budget_bytes / disk_budget_bytes (0 =\n"
@@ -135,6 +137,9 @@ void init_engine(py::module_& m) {
         "prefill on the critical path): 'thread' (a worker thread, as they are queued), 'deferred' (only when\n"
         "run_background() is called: idle time you pick, e.g. while a tool runs) or 'inline' (at the end of the\n"
         "apply() that queued them); a BackgroundMode is accepted too. ValueError for any other name.\n"
+        "shared_canonicals: windows placing the same chunk read one set of its canonical pages in the pool, each\n"
+        "adding its own patch factors (stats().pool_canonical_pages, pool_patch_bytes); False: every placement\n"
+        "writes a patched copy of its own.\n"
         "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).");
   c.def(
       "__enter__", [](std::shared_ptr<Engine> e) { return e; }, "Returns the engine.");

@@ -414,6 +414,16 @@ void init_types(py::module_& m) {
       .def_readonly("pool_pages", &EngineStats::pool_pages, "KV pool pages.")
       .def_readonly("pool_free_pages", &EngineStats::pool_free_pages, "Free KV pool pages.")
       .def_readonly("pool_bytes_used", &EngineStats::pool_bytes_used, "Bytes of live pages.")
+      .def_readonly("pool_canonical_sets", &EngineStats::pool_canonical_sets,
+                    "Chunks whose canonical pages windows read in place (shared canonicals).")
+      .def_readonly("pool_canonical_pages", &EngineStats::pool_canonical_pages,
+                    "Pages of those canonicals (in pool_bytes_used once, however many windows read them).")
+      .def_readonly("pool_placements", &EngineStats::pool_placements,
+                    "Placements reading a shared canonical (window instances, forks' included).")
+      .def_readonly("pool_patches", &EngineStats::pool_patches,
+                    "Distinct patch factors those placements carry (added as they are read).")
+      .def_readonly("pool_patch_bytes", &EngineStats::pool_patch_bytes,
+                    "Bytes of those patch factors (host memory, not pool pages).")
       .def_readonly("canonicals_encoded", &EngineStats::canonicals_encoded, "Forwards of chunks alone.")
       .def_readonly("patches_formed", &EngineStats::patches_formed, "Patches formed.")
       .def_readonly("patch_hits", &EngineStats::patch_hits, "Stored patches reused.")

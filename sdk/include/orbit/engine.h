@@ -54,8 +54,15 @@ struct EngineOptions {
   std::string model;
   // Store directory (SQLite index + blobs; created if missing). Empty = memory only (nothing persists).
   std::string store_dir;
-  int64_t pool_bytes = int64_t{256} << 20;       // KV pool for windows (whole pages; the device budget)
-  int64_t page_size = 16;                        // tokens per page
+  int64_t pool_bytes = int64_t{256} << 20;  // KV pool for windows (whole pages; the device budget)
+  int64_t page_size = 16;                   // tokens per page
+  // Windows that serve a chunk from its canonical (the canonical, blind, stored-patch actions) read one
+  // set of the chunk's canonical pages in the pool, shared by reference count, each adding its own patch
+  // factors as it reads them, instead of writing a patched copy per placement (EngineStats::pool_canonical_*
+  // count them). Equal to the copy within float tolerance (docs/ARCHITECTURE.md §5). On a CUDA engine only
+  // placements without a patch share pages (the window's paged read passes no patch factors yet); patched
+  // ones are copies there. false: every placement writes its own pages.
+  bool shared_canonicals = true;
   int64_t host_budget_bytes = int64_t{1} << 30;  // the store's host-memory tier
   int64_t disk_budget_bytes = 0;                 // 0 = unlimited
   // A remote tier shared by processes and machines: "redis://host:port[/db]" or
@@ -128,7 +135,16 @@ struct EngineStats {
   int64_t windows = 0;  // alive
   int64_t pool_pages = 0;
   int64_t pool_free_pages = 0;
-  int64_t pool_bytes_used = 0;
+  int64_t pool_bytes_used = 0;  // live pages × page bytes
+  // Shared canonicals (EngineOptions::shared_canonicals), from the pool's reference counts: the chunks whose
+  // canonical pages windows read in place, those pages (counted in pool_bytes_used once, however many
+  // windows read them), the placements reading them (forks' included), and the distinct patch factors
+  // those placements carry (host memory, not pool pages) with their bytes.
+  int64_t pool_canonical_sets = 0;
+  int64_t pool_canonical_pages = 0;
+  int64_t pool_placements = 0;
+  int64_t pool_patches = 0;
+  int64_t pool_patch_bytes = 0;
   int64_t canonicals_encoded = 0;  // forwards of chunks alone
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;

@@ -155,12 +155,33 @@ void keep_pages(EngineCore& core, const PlanStep& s, const Entry& old, Entry& e)
   e.deferred = s.deferred;
 }
 
-// A formed entry: a new content version formed on the context built so far, its KV in fresh pages.
+// Whether a served KV goes into the window by reference: a placement (a chunk's canonical, with patch
+// factors or without) the pool shares (SharedPool::shares). Everything else is written as a private copy.
+bool placed_by_reference(EngineCore& core, const Kv& kv) {
+  const TensorKv::Placement* placed = placement_of(kv);
+  return placed != nullptr && core.pool().shares(placed->patch != nullptr);
+}
+
+// The pages of a served KV: its chunk's shared canonical pages with its own patch factors (place), or a
+// private copy of its rows (create; a placement's patched rows are computed here). Null when the pool is full.
+std::unique_ptr<runtime::PagedSequence> make_pages(EngineCore& core, const Kv& kv, int64_t length,
+                                                   SharedPool::Usage* full) {
+  const runtime::ModelConfig& config = core.config();
+  if (placed_by_reference(core, kv)) {
+    const TensorKv::Placement& placed = *placement_of(kv);
+    return core.pool().place(config, placed.key, placed.canonical, placed.patch, full);
+  }
+  const int64_t rows = config.position_rows();
+  const at::Tensor placeholder = rows == 1 ? at::zeros({length}, at::kLong) : at::zeros({rows, length}, at::kLong);
+  return core.pool().create(config, content_of(kv), placeholder, full);
+}
+
+// A formed entry: a new content version formed on the context built so far, its KV in fresh pages or
+// placed on its chunk's shared canonical pages (make_pages).
 // Out of capacity when the shared pool cannot hold it (the window is untouched).
 Status form_pages(const WindowState& state, Operation op, const PlanStep& s, const ApplyOutput& out,
                   const BuildContext& ctx, Built& built, Entry& e) {
   EngineCore& core = built.window.core;
-  const runtime::ModelConfig& config = core.config();
   e.version = core.next_content_version();
   e.state = out.approximate_reuse
                 ? kv_patched(e.key, s.reuse_from)
@@ -175,10 +196,8 @@ Status form_pages(const WindowState& state, Operation op, const PlanStep& s, con
   e.predicted_kl = s.predicted_kl;
   e.kl_per_weight = s.kl_per_weight;
   built.formed.push_back({e.id, out.conditioned, built.window.context_ids()});
-  const int64_t rows = config.position_rows();
-  at::Tensor placeholder = rows == 1 ? at::zeros({e.length}, at::kLong) : at::zeros({rows, e.length}, at::kLong);
   SharedPool::Usage full;
-  e.kv = core.pool().create(config, content_of(out.content), placeholder, &full);
+  e.kv = make_pages(core, out.content, e.length, &full);
   if (e.kv == nullptr) {
     std::ostringstream why;
     why << operation_name(op) << " refused: the KV pool is full (" << full.free << " of " << full.pages
@@ -201,7 +220,8 @@ void append_entry(Built& built, BuildContext& ctx, Entry e, ApplyOutput& out) {
   const int64_t position = b.next_position;
   b.entries.push_back(std::move(e));
   b.contents.resize(b.entries.size());
-  if (!out.keep_pages) b.contents.back() = content_of(out.content);
+  // A placement's rows are gathered (and patched) from its pages only if a later step forwards behind it.
+  if (!out.keep_pages && !placed_by_reference(b.core, out.content)) b.contents.back() = content_of(out.content);
   b.starts.push_back(position);
   b.next_position += b.entries.back().extent;
 }

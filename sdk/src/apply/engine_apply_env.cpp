@@ -7,6 +7,7 @@
 
 #include "engine/engine_core.h"
 #include "engine/engine_plan_env.h"
+#include "orbit/common/error.h"
 #include "orbit/runtime/repair.h"
 #include "window/window_ops.h"
 
@@ -14,9 +15,23 @@ namespace orbit::detail {
 
 // ---- KV behind the seam ----------------------------------------------------------------------------
 
-int64_t TensorKv::rows() const { return content_.empty() ? 0 : content_.front().k.size(0); }
+int64_t TensorKv::rows() const {
+  const runtime::Content& c = model_ != nullptr ? placement_.canonical : content_;
+  return c.empty() ? 0 : c.front().k.size(0);
+}
 
-int64_t TensorKv::bytes() const { return runtime::content_bytes(content_); }
+int64_t TensorKv::bytes() const { return runtime::content_bytes(model_ != nullptr ? placement_.canonical : content_); }
+
+const runtime::Content& TensorKv::content() const {
+  if (model_ == nullptr) return content_;
+  if (placement_.patch == nullptr) return placement_.canonical;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!made_) {
+    content_ = runtime::apply_patch(*model_, placement_.canonical, *placement_.patch);
+    made_ = true;
+  }
+  return content_;
+}
 
 Kv make_kv(runtime::Content content) { return std::make_shared<const TensorKv>(std::move(content)); }
 
@@ -24,6 +39,10 @@ const runtime::Content& content_of(const Kv& kv) {
   static const runtime::Content none;
   if (kv == nullptr) return none;
   return static_cast<const TensorKv&>(*kv).content();
+}
+
+const TensorKv::Placement* placement_of(const Kv& kv) {
+  return kv == nullptr ? nullptr : static_cast<const TensorKv&>(*kv).placement();
 }
 
 // ---- the window being built ------------------------------------------------------------------------
@@ -95,7 +114,10 @@ runtime::ForwardInput EngineApplyEnv::input_of(const ApplyTarget& t) const {
 }
 
 Kv EngineApplyEnv::canonical(const ChunkRecord& chunk, bool* encoded, int64_t* bytes_read) {
-  return make_kv(core_.kv().canonical(chunk, encoded, bytes_read));
+  TensorKv::Placement placed;
+  placed.key = chunk.ref.key;
+  placed.canonical = core_.kv().canonical(chunk, encoded, bytes_read);
+  return std::make_shared<const TensorKv>(core_.model(), std::move(placed));
 }
 
 std::optional<Kv> EngineApplyEnv::patched(const ChunkRecord& chunk, const Kv& canonical, const std::string& patch_key,
@@ -104,7 +126,16 @@ std::optional<Kv> EngineApplyEnv::patched(const ChunkRecord& chunk, const Kv& ca
   if (!patch.has_value()) return std::nullopt;
   core_.kv().note_read_patch(chunk.ref.key, patch_key, *patch);
   *patch_bytes = patch->bytes();
-  return make_kv(runtime::apply_patch(core_.model(), content_of(canonical), *patch));
+  const TensorKv::Placement* base = placement_of(canonical);
+  ORBIT_CHECK(base != nullptr && base->key == chunk.ref.key, "apply: a stored patch of chunk "
+                                                                 << chunk.ref.key.substr(0, 12)
+                                                                 << " applied to KV that is not its canonical");
+  ORBIT_CHECK(patch->model_fingerprint == core_.model().fingerprint() && patch->length == canonical->rows(),
+              "apply: the patch stored under " << patch_key.substr(0, 12)
+                                               << " was formed for another model or a chunk of " << patch->length
+                                               << " tokens (the canonical has " << canonical->rows() << ")");
+  TensorKv::Placement placed{base->key, base->canonical, std::make_shared<const runtime::Patch>(std::move(*patch))};
+  return std::make_shared<const TensorKv>(core_.model(), std::move(placed));
 }
 
 std::optional<Kv> EngineApplyEnv::conditioned(const std::string& store_key) {

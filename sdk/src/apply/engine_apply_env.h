@@ -6,32 +6,54 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "apply/apply_env.h"
 #include "orbit/runtime/model.h"
+#include "orbit/runtime/reuse.h"
 #include "window/window_state.h"
 
 namespace orbit::detail {
 
 class EngineCore;
 
-// The KV of one instance (content channel) behind a Kv.
+// The KV of one instance (content channel) behind a Kv: rows made for it (a forward, a stored value), or
+// a *placement*: a chunk's canonical with the patch factors of its context (none for canonical and blind),
+// whose patched rows are computed only when content() is read. apply_plan puts a placement in the window
+// by reference (SharedPool::place: the canonical's shared pages plus the factors) where the pool shares
+// it, and writes content() into pages of its own (SharedPool::create) where it does not.
 class TensorKv final : public KvRows {
  public:
-  explicit TensorKv(runtime::Content content) : content_(std::move(content)) {}
+  struct Placement {
+    std::string key;                              // the chunk's content key
+    runtime::Content canonical;                   // KV(B|∅)
+    std::shared_ptr<const runtime::Patch> patch;  // null: the canonical as it is
+  };
+  explicit TensorKv(runtime::Content content) : content_(std::move(content)), made_(true) {}
+  TensorKv(const runtime::Model& model, Placement placement)
+      : model_(&model), placement_(std::move(placement)), made_(placement_.patch == nullptr) {}
   int64_t rows() const override;
-  int64_t bytes() const override;
-  const runtime::Content& content() const { return content_; }
+  int64_t bytes() const override;  // the rows read from the store (a placement: its canonical's)
+  // The rows; a placement's canonical + U·Vᵀ (runtime::apply_patch) on first call.
+  const runtime::Content& content() const;
+  const Placement* placement() const { return model_ != nullptr ? &placement_ : nullptr; }
 
  private:
-  runtime::Content content_;
+  const runtime::Model* model_ = nullptr;  // set for placements
+  Placement placement_;
+  mutable std::mutex mu_;  // guards the patched rows' first computation
+  mutable runtime::Content content_;
+  mutable bool made_ = false;
 };
 
 Kv make_kv(runtime::Content content);
-// The content behind a Kv made by make_kv (empty for null).
+// The content behind a Kv made by make_kv or placed (empty for null).
 const runtime::Content& content_of(const Kv& kv);
+// The placement behind a Kv (null: rows of its own, or null Kv).
+const TensorKv::Placement* placement_of(const Kv& kv);
 
 // The window being built by apply(): entries made so far, in window order, and their KV as a past.
 struct WindowBuild {

@@ -99,6 +99,12 @@ EngineStats Engine::stats() const {
   s.pool_pages = pool.pages;
   s.pool_free_pages = pool.free;
   s.pool_bytes_used = pool.live * core_->pool().page_bytes();
+  const detail::SharedPool::Sharing sharing = core_->pool().sharing();
+  s.pool_canonical_sets = sharing.canonical_sets;
+  s.pool_canonical_pages = sharing.canonical_pages;
+  s.pool_placements = sharing.placements;
+  s.pool_patches = sharing.patches;
+  s.pool_patch_bytes = sharing.patch_bytes;
   const detail::Counters c = core_->usage().counters();
   s.canonicals_encoded = c.canonicals_encoded;
   s.patches_formed = c.patches_formed;

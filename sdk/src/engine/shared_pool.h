@@ -5,25 +5,44 @@
 // goes through a method here, each taking the lock for its whole duration. Callers never lock by hand.
 //
 // The sequences themselves are owned by their windows (Entry::kv); they must be created, forked and
-// destroyed through this class (create, fork, destroy, clear), never directly.
+// destroyed through this class (create, place, fork, destroy, clear), never directly.
+//
+// Shared canonicals (docs/ARCHITECTURE.md §13). A chunk served from its canonical (canonical, blind,
+// stored-patch) is *placed*: the pool holds one canonical page set per chunk key, and each placement is a
+// sequence sharing those pages by reference count with its own patch factors, which this class keeps
+// beside the sequence (factors_) and adds whenever the sequence is read (gather):
+//
+//   canonical set of chunk B   pages p0 p1 p2 (ref = 1 + placements)   held here while a placement holds it
+//   window 1's B               p0 p1 p2 + patch(B | A C)
+//   window 2's B               p0 p1 p2 + patch(B | D)
+//   window 3's B (first)       p0 p1 p2   (empty context: the canonical itself)
+//
+// A set no placement holds any more is destroyed at the next release (destroy, clear) or placement, so
+// the pool's live pages are what windows hold. Everything else (forwards in context, conditioned or
+// reused KV, recomputed tokens) is written in pages of its own (create).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "orbit/runtime/kv_pool.h"
 #include "orbit/runtime/model.h"
 #include "orbit/runtime/paged_sequence.h"
+#include "orbit/runtime/reuse.h"
 
 namespace orbit::detail {
 
 class SharedPool {
  public:
-  explicit SharedPool(const runtime::KVPoolOptions& options);
+  // share_canonicals: placements read shared canonical pages (place); false: every placement is written
+  // as a private copy (the caller uses create), as before shared canonicals existed.
+  explicit SharedPool(const runtime::KVPoolOptions& options, bool share_canonicals = true);
   SharedPool(const SharedPool&) = delete;
   SharedPool& operator=(const SharedPool&) = delete;
 
@@ -47,24 +66,56 @@ class SharedPool {
   std::unique_ptr<runtime::PagedSequence> create(const runtime::ModelConfig& config,
                                                  const std::vector<runtime::LayerKV>& content,
                                                  const at::Tensor& positions, Usage* refused = nullptr);
-  // A child sharing every page of `seq` (reference counts).
+
+  // Whether a placement (with patch factors when `patched`) reads shared canonical pages here. False when
+  // the engine turned sharing off, and for patched placements on a CUDA pool: the window's paged read
+  // there (read_past, window_state.cpp) passes slots without patch factors, so a patched placement is
+  // written as a private copy (create) on CUDA.
+  bool shares(bool patched) const;
+  // One placement of chunk `key`: a sequence sharing the chunk's canonical page set (written from
+  // `canonical` when no set for `key` is held) with `patch` attached (null: the canonical as it is). Null
+  // when the pool cannot hold a new set; then *refused as for create. Throws when `canonical`'s length
+  // differs from the held set's, or when `patch` does not fit it (rows, layers, widths).
+  std::unique_ptr<runtime::PagedSequence> place(const runtime::ModelConfig& config, const std::string& key,
+                                                const runtime::Content& canonical,
+                                                std::shared_ptr<const runtime::Patch> patch, Usage* refused = nullptr);
+  // What sharing holds now, from the pool's reference counts: canonical sets and their pages, the
+  // placements reading them (every holder but the set itself, forks' included), and the distinct patch
+  // factors those placements carry (host memory, outside the pool).
+  struct Sharing {
+    int64_t canonical_sets = 0;
+    int64_t canonical_pages = 0;
+    int64_t placements = 0;
+    int64_t patches = 0;
+    int64_t patch_bytes = 0;
+  };
+  Sharing sharing() const;
+
+  // A child sharing every page of `seq` (reference counts) and its patch factors.
   std::unique_ptr<runtime::PagedSequence> fork(const runtime::PagedSequence& seq);
   // Destroys `seq` (its pages return to the pool when no other holder has them); null is a no-op.
   void destroy(std::unique_ptr<runtime::PagedSequence>& seq);
-  // Clears `holders` under the lock: whatever sequences they own (e.g. window entries) are destroyed.
+  // Clears `holders` (window entries: T has a `kv` sequence) under the lock: their sequences are destroyed.
   template <class T>
   void clear(std::vector<T>& holders) {
     std::lock_guard<std::mutex> lock(mu_);
+    for (const T& h : holders) factors_.erase(h.kv.get());
     holders.clear();
+    release_unheld_sets();
   }
 
-  // A contiguous copy of the sequence's content and positions (PagedSequence::gather).
+  // A contiguous copy of the sequence's content (patch factors added) and positions (PagedSequence::gather).
   runtime::PastKV gather(const runtime::PagedSequence& seq) const;
-  // The pool rows of each sequence's tokens (PagedSequence::slots), in order.
+  // The patch factors a placement carries (null: none, or not a placement), for a paged read that adds them
+  // (runtime::PlacedPatch at the sequence's first row).
+  std::shared_ptr<const runtime::Patch> patch(const runtime::PagedSequence& seq) const;
+  // The pool rows of each sequence's tokens (PagedSequence::slots), in order. Throws for a sequence with
+  // patch factors: its rows alone are not its KV (read it with gather, or pass patch(seq) beside them).
   std::vector<at::Tensor> slots(const std::vector<const runtime::PagedSequence*>& seqs) const;
   // The sequence's page ids.
   std::vector<runtime::PageId> pages(const runtime::PagedSequence& seq) const;
-  // How many of the sequences' pages have another holder too (a fork's, or a sibling window's).
+  // How many of the sequences' pages have another holder too (a fork's, a sibling window's), the canonical
+  // set a placement reads not counted as one.
   int64_t shared_pages(const std::vector<const runtime::PagedSequence*>& seqs) const;
 
   // The pool itself, for a runtime::PagedPast that reads the pages of sequences the caller holds in place
@@ -72,7 +123,20 @@ class SharedPool {
   const runtime::KVPool& storage() const { return pool_; }
 
  private:
+  // Destroys every canonical set no placement holds any more. mu_ held.
+  void release_unheld_sets();
+  // The set of `key`, written from `canonical` when none is held; null when the pool cannot hold it. mu_ held.
+  runtime::PagedSequence* canonical_set(const runtime::ModelConfig& config, const std::string& key,
+                                        const runtime::Content& canonical);
+
   runtime::KVPool pool_;
+  bool share_canonicals_;
+  // Declared after the pool: destroyed before it, so their pages are released into a live pool.
+  std::map<std::string, std::unique_ptr<runtime::PagedSequence>> sets_;  // chunk key -> its canonical set
+  // The placements' patch factors, by sequence. Every sequence made here (create, place, fork) sets or
+  // erases its entry at birth, and destroy/clear erase it at death, so an entry never outlives its sequence
+  // onto another at the same address.
+  std::map<const runtime::PagedSequence*, std::shared_ptr<const runtime::Patch>> factors_;
   mutable std::mutex mu_;
 };
 

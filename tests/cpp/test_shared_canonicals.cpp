@@ -1,0 +1,178 @@
+// Shared canonicals (EngineOptions::shared_canonicals, docs/ARCHITECTURE.md §5): windows placing the same
+// chunks read one canonical page set per chunk, each with its own patch factors, and give the logits the
+// private patched copies give. The sharing is asserted from the pool's own counters (EngineStats::pool_*),
+// structurally: one canonical set per chunk, one placement per window instance, one patch per placement.
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "orbit/engine.h"
+#include "orbit/policy.h"
+#include "orbit/window.h"
+#include "orbit_catch.h"
+#include "test_helpers.h"
+
+using namespace orbit;
+using orbit::test::max_abs_diff;
+using orbit::test::random_tokens;
+
+namespace {
+
+constexpr int64_t kWindows = 8;
+constexpr int64_t kPageSize = 16;
+
+std::shared_ptr<Engine> open_engine(bool shared) {
+  EngineOptions o;
+  o.model = test::stories_path();
+  o.pool_bytes = int64_t{32} << 20;
+  o.page_size = kPageSize;
+  o.background = BackgroundMode::kDeferred;
+  o.shared_canonicals = shared;
+  return Engine::open(o);
+}
+
+int64_t pages_for(int64_t tokens) { return (tokens + kPageSize - 1) / kPageSize; }
+
+// Everything both engines are given: 4 chunks, and per window a distinct leading turn and an order of the
+// chunks (so every placement's context, and so its patch, differs from every other window's).
+struct Setup {
+  std::vector<std::vector<int64_t>> chunks;
+  std::vector<std::vector<int64_t>> turns;
+  std::vector<std::vector<int>> orders;
+  std::vector<int64_t> query;
+};
+
+Setup make_setup() {
+  std::mt19937_64 rng(7);
+  Setup s;
+  for (int64_t n : {40, 23, 33, 17}) s.chunks.push_back(random_tokens(rng, n));
+  std::vector<int> order{0, 1, 2, 3};
+  for (int64_t w = 0; w < kWindows; ++w) {
+    s.turns.push_back(random_tokens(rng, 5));
+    s.orders.push_back(order);
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  s.query = random_tokens(rng, 4);
+  return s;
+}
+
+std::unique_ptr<Window> build(Engine& engine, const Setup& s, const std::vector<ChunkRef>& refs, int64_t w) {
+  WindowOptions o;
+  o.policy = parse_policy("patch:full:noreuse");  // full-rank stored patches: each instance exact
+  auto window = std::make_unique<Window>(engine.new_window(o));
+  window->add_turn(s.turns[static_cast<std::size_t>(w)]);
+  for (int c : s.orders[static_cast<std::size_t>(w)]) window->admit(refs[static_cast<std::size_t>(c)]);
+  return window;
+}
+
+// The 8 windows, built once to form each placement's patch (first sight: a prefill in context, the patch
+// formed in the background), closed, and built again from the stored patches.
+std::vector<std::unique_ptr<Window>> build_windows(Engine& engine, const Setup& s) {
+  std::vector<ChunkRef> refs;
+  for (const auto& c : s.chunks) refs.push_back(engine.add_tokens(c));
+  for (int64_t w = 0; w < kWindows; ++w) build(engine, s, refs, w);
+  engine.run_background();
+  std::vector<std::unique_ptr<Window>> out;
+  for (int64_t w = 0; w < kWindows; ++w) out.push_back(build(engine, s, refs, w));
+  return out;
+}
+
+int64_t chunk_pages(const Setup& s) {
+  int64_t n = 0;
+  for (const auto& c : s.chunks) n += pages_for(static_cast<int64_t>(c.size()));
+  return n;
+}
+
+int64_t turn_pages(const Setup& s) {
+  int64_t n = 0;
+  for (const auto& t : s.turns) n += pages_for(static_cast<int64_t>(t.size()));
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("8 windows of the same 4 chunks share one canonical page set and give the private copies' logits",
+          "[window][shared]") {
+  const Setup s = make_setup();
+  auto shared_engine = open_engine(true);
+  auto private_engine = open_engine(false);
+  const auto shared = build_windows(*shared_engine, s);
+  const auto copies = build_windows(*private_engine, s);
+
+  // Every chunk instance of the second build was served from a stored patch (the contexts differ, so do
+  // the patches), and both engines did the same work.
+  const EngineStats a = shared_engine->stats();
+  const EngineStats b = private_engine->stats();
+  CHECK(a.patch_hits == kWindows * 4);
+  CHECK(b.patch_hits == kWindows * 4);
+
+  // Structure, from the pool's counters: one canonical set per chunk, read by every window's instance,
+  // each carrying its own patch; the pool holds that set once plus the windows' private turns.
+  const int64_t page_bytes = a.pool_bytes_used / (a.pool_pages - a.pool_free_pages);
+  CHECK(a.pool_canonical_sets == 4);
+  CHECK(a.pool_canonical_pages == chunk_pages(s));
+  CHECK(a.pool_placements == kWindows * 4);
+  CHECK(a.pool_patches == kWindows * 4);
+  CHECK(a.pool_patch_bytes > 0);
+  CHECK(a.pool_pages - a.pool_free_pages == chunk_pages(s) + turn_pages(s));
+  // The private engine writes each placement: 8 copies of the chunks' pages, and no canonical set.
+  CHECK(b.pool_canonical_sets == 0);
+  CHECK(b.pool_placements == 0);
+  CHECK(b.pool_patch_bytes == 0);
+  CHECK(b.pool_pages - b.pool_free_pages == kWindows * chunk_pages(s) + turn_pages(s));
+  CHECK(b.pool_bytes_used == kWindows * (a.pool_bytes_used - turn_pages(s) * page_bytes) + turn_pages(s) * page_bytes);
+
+  // Same logits, same KV, same answer; and each window equals its re-prefill (full-rank patches).
+  for (int64_t w = 0; w < kWindows; ++w) {
+    const Window& x = *shared[static_cast<std::size_t>(w)];
+    const Window& y = *copies[static_cast<std::size_t>(w)];
+    CHECK(max_abs_diff(x.logits(s.query, true).values, y.logits(s.query, true).values) <= 1e-5);
+    CHECK(max_abs_diff(x.logits(s.query, true).values, x.reference_logits(s.query, true).values) <= 5e-4);
+    const auto xi = x.instances();
+    const auto yi = y.instances();
+    REQUIRE(xi.size() == yi.size());
+    for (std::size_t i = 0; i < xi.size(); ++i) {
+      const InstanceKV kx = x.kv(xi[i].id);
+      const InstanceKV ky = y.kv(yi[i].id);
+      for (std::size_t l = 0; l < kx.k.size(); ++l) {
+        CHECK(max_abs_diff(kx.k[l], ky.k[l]) <= 1e-6);
+        CHECK(max_abs_diff(kx.v[l], ky.v[l]) <= 1e-6);
+      }
+    }
+    GenerateOptions g;
+    g.max_tokens = 6;
+    CHECK(x.generate(s.query, g).tokens == y.generate(s.query, g).tokens);
+    // Each window's chunk pages are read by the other windows too.
+    CHECK(x.stats().shared_pages == chunk_pages(s));
+    CHECK(y.stats().shared_pages == 0);
+  }
+}
+
+TEST_CASE("a fork reads the same canonical pages, and the sets go when no window holds them", "[window][shared]") {
+  const Setup s = make_setup();
+  auto engine = open_engine(true);
+  auto windows = build_windows(*engine, s);
+  const EngineStats before = engine->stats();
+  Window child = windows.front()->fork();
+  const EngineStats forked = engine->stats();
+  CHECK(forked.pool_canonical_sets == 4);
+  CHECK(forked.pool_placements == before.pool_placements + 4);
+  CHECK(forked.pool_patches == before.pool_patches);  // the fork carries its parent's factors
+  CHECK(forked.pool_free_pages == before.pool_free_pages);
+  CHECK(max_abs_diff(child.logits(s.query).values, windows.front()->logits(s.query).values) == 0);
+
+  windows.clear();
+  CHECK(engine->stats().pool_canonical_sets == 4);  // the fork still reads them
+  child.evict(child.instances().back().id);
+  const EngineStats one_left = engine->stats();
+  CHECK(one_left.pool_canonical_sets == 3);  // the chunk it evicted was read by no one else
+  CHECK(one_left.pool_placements == 3);
+  { Window gone = std::move(child); }
+  const EngineStats none = engine->stats();
+  CHECK(none.pool_canonical_sets == 0);
+  CHECK(none.pool_placements == 0);
+  CHECK(none.pool_patches == 0);
+  CHECK(none.pool_free_pages == none.pool_pages);
+}
