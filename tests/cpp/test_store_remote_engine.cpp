@@ -1,0 +1,129 @@
+// The remote tier as engines use it (test_store_remote.cpp's executable): two engine processes sharing
+// canonicals through Redis, the remote read rate measured with a probe and priced by the planner, and
+// Engine::calibrate measuring it before any remote hit.
+#include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "orbit/common/error.h"
+#include "orbit/engine.h"
+#include "orbit/planner/cost_model.h"
+#include "orbit/store.h"
+#include "orbit/store/chunk_store.h"
+#include "orbit/store/redis_backend.h"
+#include "redis_test_server.h"
+#include "test_child.h"
+#include "test_helpers.h"
+#include "test_store_remote.h"
+#include "test_store_values.h"
+
+using Catch::Matchers::Contains;
+using namespace orbit;
+using namespace orbit::store;
+using test::remote_key;
+using test::wait_until;
+
+TEST_CASE("two engine processes share canonicals through redis: the second encodes none", "[store][remote][model]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  {
+    test::ChildProcess first(ORBIT_ENGINE_CHILD_PATH, {test::stories_path(), dir / "a", server.url(), "6"});
+    std::string line;
+    REQUIRE(first.next_line(&line));
+    CHECK(nlohmann::json::parse(line)["canonicals_encoded"] == 6);
+    first.close_stdin();  // closing the engine sends its queued remote writes
+    REQUIRE(WEXITSTATUS(first.wait()) == 0);
+  }
+  // Another machine: its own (empty) store directory, the same server.
+  test::ChildProcess second(ORBIT_ENGINE_CHILD_PATH, {test::stories_path(), dir / "b", server.url(), "6"});
+  std::string line;
+  REQUIRE(second.next_line(&line));
+  const auto b = nlohmann::json::parse(line);
+  CHECK(b["canonicals_encoded"] == 0);
+  CHECK(b["remote_hits"] >= 6);  // the canonicals, and the patches the first engine formed
+  second.close_stdin();
+  CHECK(WEXITSTATUS(second.wait()) == 0);
+}
+
+namespace {
+
+// A backend whose every read takes at least `delay` longer (a slow link), over a MemoryBackend.
+class SlowBackend final : public BlobBackend {
+ public:
+  explicit SlowBackend(std::chrono::milliseconds delay) : delay_(delay) {}
+  std::string describe() const override { return "slow-memory"; }
+  BackendRead get(const std::string& key) override {
+    std::this_thread::sleep_for(delay_);
+    ++reads;
+    return inner_.get(key);
+  }
+  Status put(const std::string& key, const std::string& bytes) override { return inner_.put(key, bytes); }
+  Status remove(const std::string& key) override { return inner_.remove(key); }
+  Result<bool> exists(const std::string& key) override { return inner_.exists(key); }
+  std::atomic<int> reads{0};
+
+ private:
+  std::chrono::milliseconds delay_;
+  MemoryBackend inner_;
+};
+
+}  // namespace
+
+TEST_CASE("the remote read rate is measured with a probe, and the planner prices remote recalls with it",
+          "[store][remote]") {
+  auto slow = std::make_shared<SlowBackend>(std::chrono::milliseconds(50));
+  ChunkStoreOptions o = test::remote_store_options("");
+  o.remote_backend = slow;
+  ChunkStore s(o);
+  const int64_t bytes = 64 << 10;
+  Result<RemoteReadSample> sample = s.measure_remote_read(bytes);
+  REQUIRE(sample.is_ok());
+  CHECK(slow->reads == 3);                // best of three reads of the probe
+  CHECK(sample.value().bytes >= bytes);   // the probe blob: payload plus header and checksum
+  CHECK(sample.value().seconds >= 0.05);  // every read waited for the link
+  CHECK(s.stats().remote.hits == 0);      // a probe is not a hit
+  // A cost model fitted with the probe prices a recall of B bytes at B / (probe bytes / probe seconds):
+  // at least 50 ms for the probe's size, where the default 100 MB/s would say 0.7 ms.
+  std::vector<planner::CostSample> samples{{planner::sample_kind::kForward, 8, 0, 0, 1e-3},
+                                           {planner::sample_kind::kForward, 32, 0, 0, 4e-3},
+                                           {planner::sample_kind::kRelocate, 0, 0, 1 << 20, 1e-4},
+                                           {planner::sample_kind::kPatchApply, 0, 0, 1 << 20, 1e-4},
+                                           {planner::sample_kind::kPatchForm, 0, 0, 1 << 20, 1e-3},
+                                           {planner::sample_kind::kTransferDevice, 0, 0, 1 << 20, 1e-5},
+                                           {planner::sample_kind::kTransferHost, 0, 0, 1 << 20, 1e-4},
+                                           {planner::sample_kind::kTransferDisk, 0, 0, 1 << 20, 1e-3}};
+  const planner::CostModel unmeasured = planner::CostModel::fit(samples);
+  samples.push_back({planner::sample_kind::kTransferRemote, 0, 0, sample.value().bytes, sample.value().seconds});
+  const planner::CostModel measured = planner::CostModel::fit(samples);
+  CHECK(unmeasured.seconds_transfer(sample.value().bytes, planner::Tier::kRemote) < 0.01);
+  CHECK(measured.seconds_transfer(sample.value().bytes, planner::Tier::kRemote) >= 0.05);
+  CHECK(measured.seconds_transfer(sample.value().bytes, planner::Tier::kRemote) ==
+        Approx(sample.value().seconds).epsilon(1e-9));
+  // Without a remote tier there is nothing to measure.
+  ChunkStore local(test::remote_store_options(""));
+  CHECK(local.measure_remote_read(bytes).status().code() == StatusCode::kRefused);
+}
+
+TEST_CASE("Engine::calibrate measures the remote tier's read rate before any remote hit", "[store][remote][model]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  EngineOptions o;
+  o.model = test::stories_path();
+  o.pool_bytes = int64_t{8} << 20;
+  o.remote = server.url();
+  auto engine = Engine::open(o);
+  CHECK(engine->stats().store.remote.hits == 0);
+  const CalibrationReport report = engine->calibrate();
+  CHECK(report.remote_bytes_per_s > 0);
+  CHECK(report.remote_bytes_per_s != 100e6);  // not the default any more
+  CHECK_THAT(report.cost_model, Contains("remote"));
+  CHECK(engine->stats().store.remote.hits == 0);
+  CHECK(std::stoll(test::redis_cli(server.port(), "DBSIZE")) == 0);  // the probe removed itself
+  WARN("loopback redis read rate measured by calibrate: " << report.remote_bytes_per_s / 1e6 << " MB/s");
+  // Without a remote tier, nothing is measured.
+  o.remote.clear();
+  CHECK(Engine::open(o)->calibrate().remote_bytes_per_s == 0);
+}

@@ -1,0 +1,186 @@
+// The remote tier's faults on real redis-server processes (test_store_remote.cpp's executable): the server
+// down, hung or restarted, stopped and restarted under load, and kill -9 of the server and of a writer at
+// random points. Nothing local is ever lost and every operation returns.
+#include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
+
+#include <atomic>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "orbit/common/error.h"
+#include "orbit/store.h"
+#include "orbit/store/chunk_store.h"
+#include "orbit/store/redis_backend.h"
+#include "redis_test_server.h"
+#include "test_child.h"
+#include "test_helpers.h"
+#include "test_store_remote.h"
+#include "test_store_values.h"
+
+using Catch::Matchers::Contains;
+using namespace orbit;
+using namespace orbit::store;
+using test::remote_key;
+using test::wait_until;
+
+TEST_CASE("the remote down, hung or restarted never stops the store and loses nothing local", "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  ChunkStore store(test::remote_store_options(server.url(), dir / "s"));
+  for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(remote_key(i), test::store_test_value(i)).is_ok());
+  REQUIRE(store.drain_remote(std::chrono::milliseconds(10000)));
+
+  server.kill();
+  // Writes while down: the local copy is committed; the remote write waits and fails without loss.
+  for (int64_t i = 4; i <= 6; ++i) REQUIRE(store.put(remote_key(i), test::store_test_value(i)).is_ok());
+  for (int64_t i = 1; i <= 6; ++i) CHECK(values_equal(*store.get(remote_key(i)).value(), *test::store_test_value(i)));
+  CHECK_FALSE(store.get(remote_key(50)).is_ok());  // a miss everywhere: the remote is asked or skipped, no throw
+  wait_until([&] { return store.stats().remote.write_failures > 0; });
+  RemoteStats rs = store.stats().remote;
+  CHECK_FALSE(rs.available);
+  CHECK(rs.outages == 1);
+  CHECK(rs.errors >= 1);
+  CHECK_THAT(rs.last_error, Contains(server.endpoint()));
+  CHECK(list_store(dir / "s").size() == 6);
+
+  server.start();  // the same port: the store reconnects by itself and sends what waited
+  REQUIRE(store.drain_remote(std::chrono::milliseconds(15000)));
+  rs = store.stats().remote;
+  CHECK(rs.available);
+  CHECK(rs.writes == 6);
+  ChunkStore other(test::remote_store_options(server.url()));
+  for (int64_t i = 1; i <= 6; ++i) CHECK(values_equal(*other.get(remote_key(i)).value(), *test::store_test_value(i)));
+
+  // A hung server (accepts, never answers): reads time out (bounded) and count; it comes back.
+  server.pause();
+  ChunkStore fresh(test::remote_store_options(server.url()));
+  CHECK_FALSE(fresh.get(remote_key(1)).is_ok());
+  CHECK(fresh.stats().remote.errors == 1);
+  CHECK_FALSE(fresh.get(remote_key(2)).is_ok());
+  CHECK(fresh.stats().remote.skipped >= 1);  // down: answered at once, no second timeout
+  server.resume();
+  wait_until([&] { return fresh.get(remote_key(2)).is_ok(); });
+  CHECK(fresh.stats().remote.hits == 1);
+}
+
+TEST_CASE("the server stopped and restarted under load: every operation returns, nothing local is lost",
+          "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  ChunkStore store(test::remote_store_options(server.url(), dir / "s"));
+  ChunkStoreOptions ro = test::remote_store_options(server.url());
+  ro.host_budget_bytes = 0;  // nothing stays local: every get asks the server
+  ChunkStore other(ro);
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> ops{0}, wrong{0}, remote_ok{0};
+  std::vector<std::thread> workers;
+  workers.emplace_back([&] {
+    for (int64_t n = 0; !stop; ++n) {
+      const int64_t i = 1 + n % 60;
+      Result<ValuePtr> v = other.get(remote_key(i));
+      if (v) {
+        ++remote_ok;
+        if (!values_equal(*v.value(), *test::store_test_value(i))) ++wrong;
+      }
+      ++ops;
+    }
+  });
+  for (int t = 0; t < 3; ++t) {
+    workers.emplace_back([&, t] {
+      for (int64_t n = 0; !stop; ++n) {
+        const int64_t i = 1 + (n * 3 + t) % 60;
+        if (n % 2 == 0) {
+          if (!store.put(remote_key(i), test::store_test_value(i))) ++wrong;
+        } else {
+          Result<ValuePtr> v = store.get(remote_key(i));
+          if (v && !values_equal(*v.value(), *test::store_test_value(i))) ++wrong;
+        }
+        ++ops;
+      }
+    });
+  }
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    server.kill();
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    server.start();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  stop = true;
+  for (auto& w : workers) w.join();
+  CHECK(wrong == 0);
+  CHECK(ops > 100);
+  REQUIRE(store.drain_remote(std::chrono::milliseconds(15000)));
+  CHECK(other.stats().remote.outages >= 1);
+  CHECK(remote_ok > 0);
+  // Every entry on the server verifies (nothing half-written is visible).
+  ChunkStore reader(test::remote_store_options(server.url()));
+  int64_t present = 0;
+  for (int64_t i = 1; i <= 60; ++i) {
+    Result<ValuePtr> v = reader.get(remote_key(i));
+    if (v) {
+      ++present;
+      CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+    }
+  }
+  CHECK(reader.stats().remote.corrupt == 0);
+  CHECK(present > 0);
+}
+
+TEST_CASE("kill -9 of the server and of a writer at random points loses nothing committed", "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  std::mt19937 rng(20261123);
+  std::set<int64_t> committed;  // reached the server (acknowledged EXEC, appendfsync always)
+  std::set<int64_t> attempted;
+  int server_kills = 0, writer_kills = 0;
+  const int rounds = 50;  // 40 server kills and 10 writer kills, at random points of the write stream
+  std::unique_ptr<test::ChildProcess> writer;
+  int64_t last = 0;
+  std::string line;
+  auto note = [&](const std::string& l) {
+    last = std::stoll(l);
+    attempted.insert(last);
+    if (l.back() == 'r') committed.insert(last);
+  };
+  for (int round = 0; round < rounds; ++round) {
+    if (!writer) {
+      const int64_t first = int64_t{round} * 1000 + 1;
+      last = first - 1;
+      writer = std::make_unique<test::ChildProcess>(
+          ORBIT_STORE_CHILD_PATH, std::vector<std::string>{"rwrite", "-", server.url(), std::to_string(first), "1000"});
+    }
+    const int lines = std::uniform_int_distribution<int>(1, 3)(rng);
+    for (int n = 0; n < lines && writer->next_line(&line); ++n) note(line);
+    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 3000)(rng)));
+    if (round % 5 != 4) {
+      server.kill();  // often mid-transaction: the writer sends ~64 KiB parts
+      ++server_kills;
+      server.start();  // replays its append-only file; the writer reconnects by itself
+    } else {
+      writer->kill();
+      ++writer_kills;
+      while (writer->next_line(&line)) note(line);
+      (void)writer->wait();
+      attempted.insert(last + 1);  // the write in flight at the kill
+      writer.reset();
+    }
+  }
+  ChunkStore reader(test::remote_store_options(server.url()));
+  for (int64_t i : committed) {
+    Result<ValuePtr> v = reader.get(remote_key(i));
+    INFO("entry " << i);
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+  // Whatever else is visible is whole: no manifest without its parts, no mixed value.
+  for (int64_t i : attempted) {
+    Result<ValuePtr> v = reader.get(remote_key(i));
+    if (v) CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+  CHECK(reader.stats().remote.corrupt == 0);
+  WARN("remote kill test: " << rounds << " rounds, " << server_kills << " server kills, " << writer_kills
+                            << " writer kills, " << committed.size() << " committed entries intact");
+  CHECK(committed.size() >= 40);
+}
