@@ -45,12 +45,15 @@ TRACES = sorted((REPO / "tests" / "data" / "traces").glob("*.json")) + \
     sorted((REPO / "bench" / "replay" / "agent-json").glob("*.trace.json"))
 
 # (trace, step) reads where the default policy forwards more than the radix cache, measured on the bundled
-# stories260K. Step 24 of unseen_fanout_seed23 adds a 20-token turn whose first token the radix cache computed
-# exactly at an earlier read; orbit holds that row only as computed behind the same content served
-# approximately (the content chain), and a window that is exact behind it does not load such rows (they would
-# make it inexact with no predicted loss), so it forwards the turn whole (20 vs 19). (unseen_rag_seed23 step 28
-# and unseen_coding_seed11 step 55, listed before, no longer cost more since windows learn their evictions
-# and prepare them in idle time.)
+# stories260K. Step 24 of unseen_fanout_seed23 adds a 20-token turn whose first token is the first token of step
+# 19's query (a generate on branch r0a2 behind the same 288 tokens): the radix cache holds it exactly from that
+# read. Orbit forwarded that query behind the window served approximately and kept its rows for exact reuse; the
+# idle-time heal after step 19 (122 tokens) re-formed the window exactly but left those rows stored behind the
+# states it replaced (a content-chain match only), and a window exact behind them does not load such rows (they
+# would make it inexact with no predicted loss), so it forwards the turn whole (20 vs 19). A heal that carries the generate's tail along (the
+# query and answer forwarded again behind the healed window: 140 heal tokens instead of 122) loads the row: 19 vs
+# 19. (unseen_rag_seed23 step 28 and unseen_coding_seed11 step 55, listed before, no longer cost more since
+# windows learn their evictions and prepare them in idle time.)
 KNOWN = {
     ("unseen_fanout_seed23.trace.json", 24),  # 20 tokens vs 19
 }
