@@ -376,7 +376,7 @@ Plan Window::plan_place() const {
 Result<ApplyReport> Window::apply(const Plan& plan) {
   const detail::OpHold hold(*state_->core);
   // A heal re-forms the KV before the tentative tail: the tail is carried along, forwarded behind the
-  // healed window in the heal's background time (window_ops.h, carry_tail).
+  // healed window in the heal's background time, when the window's answers come back (window_ops.h).
   const bool heal = plan.op == Operation::kHeal && state_->tail.has_value();
   const detail::KvState before = heal ? state_->state_chain() : detail::KvState{};
   Result<ApplyReport> r = detail::apply_plan(*state_, plan);
@@ -385,6 +385,9 @@ Result<ApplyReport> Window::apply(const Plan& plan) {
     report.forward_tokens += detail::carry_tail(*state_, before);
     return report;
   }
+  const bool adds = plan.op == Operation::kAdmit || plan.op == Operation::kAddTurn || plan.op == Operation::kRecall ||
+                    plan.op == Operation::kSync;
+  if (adds && r.is_ok()) detail::settle_tail(*state_);  // what was added shows whether answers come back
   return r;
 }
 

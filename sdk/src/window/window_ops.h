@@ -70,9 +70,12 @@ WindowPolicy anticipation_policy();
 // window as it is now and stores them for exact reuse under its new chain, so the next sync or append
 // reuses them as it would have before. Background work (idle time): counted in the window's and engine's
 // forward tokens, never the critical path. Returns the tokens forwarded (0: no tail behind `before`, no
-// exact reuse, or past the model's positions, in which case the tail is dropped).
+// exact reuse, the window's answers do not come back, or past the model's positions, in which case the
+// tail is dropped). settle_tail: after an operation that added content, records whether the tail came back
+// (an entry's tokens start with it: WindowState::answers_return) and drops it.
 void keep_tail(WindowState& state, const std::vector<int64_t>& query, const std::vector<int64_t>& answer);
 double carry_tail(WindowState& state, const KvState& before);
+void settle_tail(WindowState& state);
 
 // The fidelity self-check (Window::idle). The logits of every row of `probe` (vocabulary ids) read after
 // the window's KV as it holds it, at the positions right after the window; nothing is stored or counted

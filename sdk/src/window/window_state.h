@@ -45,7 +45,9 @@ struct EvictedInstance {
 // behind. Not an instance: its KV is the store's (keep_read_for_reuse, decode_parts.h), and the next sync or
 // append reuses it token by token through the ReuseIndex as far as the new content starts with it. The window
 // tracks it so that a heal, which changes the states before it, carries it along (carry_tail, window_ops.h)
-// instead of leaving it to be prefilled again on the next read's critical path. A sync drops it.
+// instead of leaving it to be prefilled again on the next read's critical path, when the window's answers
+// come back (WindowState::answers_return). The next operation that adds content (a sync, an admit, a turn, a
+// recall) settles it: the tail is dropped, and whether it came back is remembered.
 struct TentativeTail {
   std::vector<int64_t> tokens;  // the query, then the answer tokens whose KV was kept (non-empty)
   KvState behind;               // the window's state chain they were computed behind
@@ -68,7 +70,10 @@ struct WindowState {
   int64_t unchecked_idles = 0;        // idle calls since the last self-check that found the window below heal_min_kl
   ListMemory lists;                   // the lists it was synced to, and how they lost messages (Window::idle)
   InstanceMemory seen;                // its instances at each Window::idle call, and which left between them
-  std::optional<TentativeTail> tail;  // set by generate, carried by a heal, dropped by a sync
+  std::optional<TentativeTail> tail;  // set by generate, carried by a heal, settled by what is added next
+  // Whether the last tail settled came back (its tokens started an instance the next addition made: the agent
+  // sends its answers back, as chat clients do); a heal carries the tail only then. True until one did not.
+  bool answers_return = true;
 
   ~WindowState();                           // releases pages under the engine's pool lock
   bool has_deferred() const;                // an instance's repair waits (WindowPolicy::defer_repairs)

@@ -442,7 +442,7 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOpti
   const detail::OpHold hold(*state_->core);
   SyncReport r = sync_with(*this, *state_, messages, plan_sync(messages, options),
                            [this](const Plan& p) { return detail::apply_plan(*state_, p); });
-  state_->tail.reset();                      // reused as far as the list starts with it; the rest is dropped
+  detail::settle_tail(*state_);              // reused as far as the list starts with it; the rest is dropped
   state_->lists.observe(messages, options);  // the agent's edits, learned (Window::idle prepares the next list)
   return r;
 }
@@ -455,7 +455,7 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncPlan
                                                         << state_->version << "): plan_sync again");
   SyncReport r =
       sync_with(*this, *state_, messages, planned, [this](const Plan& p) { return detail::apply_plan(*state_, p); });
-  state_->tail.reset();  // reused as far as the list starts with it; the rest is dropped
+  detail::settle_tail(*state_);  // reused as far as the list starts with it; the rest is dropped
   state_->lists.observe(messages, planned.options);
   return r;
 }

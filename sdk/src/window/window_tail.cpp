@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
+
 #include "plan/kv_state.h"
 #include "window/window_ops.h"
 
@@ -31,7 +33,7 @@ void keep_tail(WindowState& state, const std::vector<int64_t>& query, const std:
 }
 
 double carry_tail(WindowState& state, const KvState& before) {
-  if (!state.tail.has_value() || state.tail->behind != before) return 0;
+  if (!state.tail.has_value() || state.tail->behind != before || !state.answers_return) return 0;
   const KvState chain = state.state_chain();
   if (chain == before) return 0;
   EngineCore& core = *state.core;
@@ -60,6 +62,24 @@ double carry_tail(WindowState& state, const KvState& before) {
   core.usage().count(counted);
   state.forward_tokens += static_cast<double>(n);
   return static_cast<double>(n);
+}
+
+void settle_tail(WindowState& state) {
+  if (!state.tail.has_value()) return;
+  const std::vector<int64_t>& tail = state.tail->tokens;
+  const auto starts_with_tail = [&](const std::vector<int64_t>& tokens) {
+    return tokens.size() >= tail.size() && std::equal(tail.begin(), tail.end(), tokens.begin());
+  };
+  bool back = false;
+  for (const Entry& e : state.entries) {
+    if (e.is_turn ? starts_with_tail(e.turn_tokens)
+                  : e.chunk->ref.kind == ChunkKind::kTokens && starts_with_tail(e.chunk->tokens)) {
+      back = true;
+      break;
+    }
+  }
+  state.answers_return = back;
+  state.tail.reset();
 }
 
 }  // namespace orbit::detail
