@@ -16,7 +16,7 @@
 // stories260K and TinyStories-656K. Prints a table and writes JSON.
 //
 //   bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--forks 8] [--reps 3] [--threads 1]
-//               [--models DIR] [--json PATH]
+//               [--sections plain,cached,windows,forks] [--only MODEL] [--models DIR] [--json PATH]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
@@ -27,6 +27,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -51,17 +52,40 @@ struct Options {
   int64_t forks = 8;
   int reps = 3;
   int threads = 1;
+  std::vector<std::string> sections{"plain", "cached", "windows", "forks"};
+  std::string only;  // one model's name, or "" for both
   std::string models = ORBIT_MODELS_DIR;
   std::string json = "bench_batch.json";
+
+  bool runs(const std::string& section) const {
+    return std::find(sections.begin(), sections.end(), section) != sections.end();
+  }
 };
+
+std::vector<std::string> split_sections(const std::string& list) {
+  const std::vector<std::string> known{"plain", "cached", "windows", "forks"};
+  std::vector<std::string> out;
+  std::size_t from = 0;
+  while (from <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', from), list.size());
+    const std::string name = list.substr(from, comma - from);
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      throw std::invalid_argument("--sections: unknown section '" + name + "' (plain, cached, windows, forks)");
+    }
+    out.push_back(name);
+    from = comma + 1;
+  }
+  return out;
+}
 
 Options parse(int argc, char** argv) {
   const orbit::cli::Args a(
       "bench_batch",
-      {{"--batch", "--tokens", "--prompt", "--forks", "--reps", "--threads", "--models", "--json"},
+      {{"--batch", "--tokens", "--prompt", "--forks", "--reps", "--threads", "--sections", "--only", "--models",
+        "--json"},
        {},
        "usage: bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--forks 8] [--reps 3] [--threads 1]\n"
-       "                   [--models DIR] [--json PATH]\n"
+       "                   [--sections plain,cached,windows,forks] [--only MODEL] [--models DIR] [--json PATH]\n"
        "  K sequences decoded in one forward per step against one after another (runtime, windows, forks).\n"
        "  --batch K,..    sequence counts compared\n"
        "  --tokens N      tokens each sequence decodes\n"
@@ -69,6 +93,8 @@ Options parse(int argc, char** argv) {
        "  --forks N       answers of the forks comparison (Window::generate_n)\n"
        "  --reps N        runs per figure (the fastest is reported)\n"
        "  --threads N     intra-op threads (default 1)\n"
+       "  --sections S,.. which comparisons run (default all four)\n"
+       "  --only MODEL    stories260K or tinystories-656k alone\n"
        "  --models DIR    where stories260K/ and tinystories-656k/ are\n"
        "  --json PATH     where the JSON goes (default bench_batch.json)\n"},
       argc, argv, 1);
@@ -79,6 +105,11 @@ Options parse(int argc, char** argv) {
   o.forks = a.get_int("--forks", o.forks, 1);
   o.reps = static_cast<int>(a.get_int("--reps", o.reps, 1));
   o.threads = static_cast<int>(a.get_int("--threads", o.threads, 1));
+  if (auto v = a.get("--sections")) o.sections = split_sections(*v);
+  o.only = a.get_or("--only", o.only);
+  if (!o.only.empty() && o.only != "stories260K" && o.only != "tinystories-656k") {
+    throw std::invalid_argument("--only: unknown model '" + o.only + "' (stories260K or tinystories-656k)");
+  }
   o.models = a.get_or("--models", o.models);
   o.json = a.get_or("--json", o.json);
   return o;
@@ -298,14 +329,21 @@ int main(int argc, char** argv) try {
   const std::vector<std::pair<std::string, std::string>> models{
       {"stories260K", o.models + "/stories260K/stories260K.bin"}, {"tinystories-656k", o.models + "/tinystories-656k"}};
   for (const auto& [name, path] : models) {
+    if (!o.only.empty() && name != o.only) continue;
     const auto m = rt::load_model(path);
-    for (int64_t K : o.batch) record(bench_forward(*m, name, K, o));
-    for (int64_t K : o.batch) record(bench_cached(*m, name, K, o));
+    for (int64_t K : o.batch) {
+      if (o.runs("plain")) record(bench_forward(*m, name, K, o));
+    }
+    for (int64_t K : o.batch) {
+      if (o.runs("cached")) record(bench_cached(*m, name, K, o));
+    }
     EngineOptions eo;
     eo.model = path;
     auto engine = Engine::open(eo);
-    for (int64_t K : o.batch) record(bench_windows(*engine, name, K, o));
-    record(bench_forks(*engine, name, o));
+    for (int64_t K : o.batch) {
+      if (o.runs("windows")) record(bench_windows(*engine, name, K, o));
+    }
+    if (o.runs("forks")) record(bench_forks(*engine, name, o));
   }
   std::ofstream(o.json) << out.dump(2) << "\n";
   std::printf("wrote %s\n", o.json.c_str());

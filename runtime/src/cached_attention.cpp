@@ -1,6 +1,7 @@
 // Attention over a decode cache's buffers (forward_batch.h, decode_cache.h): the members of a cached group
-// write their new rows into their slots, then their queries meet every row of their own slot in one batched
-// product over the slots [lo, lo + count):
+// write their new rows into their slots, then their queries meet every row of their own slot. On the CPU a
+// kernel reads each member's own rows in place (ops/cached_attention_op.h); elsewhere (and for dynamic-NTK
+// RoPE, whose keys are rotated when read) one batched product of ATen ops over the slots [lo, lo + count):
 //
 //   Q        [count, H_a, G·R, d_k]   members' queries scattered to their slots (zero elsewhere)
 //   scores = Q · K_slotsᵀ             [count·H_a, G·R, S], S the longest member's rows; rows past a member's
@@ -18,6 +19,7 @@
 
 #include "attention.h"
 #include "forward_batch.h"
+#include "ops/cached_attention_op.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/rope.h"
 
@@ -52,6 +54,51 @@ ops::RopeTables read_tables(const BatchPass& b, const CachedGroup& g) {
   return ops::rope_tables(at::cat(angles, 0), ops::rope_table_dtype(m.dtype()), m.device());
 }
 
+// The new rows' positions into the members' slots: one copy when every member's slots and inputs line up.
+void write_positions(const Model& m, const CachedGroup& g, const std::vector<at::Tensor>& positions) {
+  DecodeCacheState& s = *g.cache;
+  const int64_t rows = m.config().position_rows();
+  for (std::size_t j = 0; j < g.slots.size(); ++j) {
+    s.positions.select(0, g.slots[j])
+        .narrow(0, g.lengths[j], g.queries)
+        .copy_(token_major(positions[j], rows, m.device()));
+  }
+}
+
+// The rows of keys[l] viewed [slots·H_a·capacity, d] that the members' new rows go to, in member order.
+std::vector<int64_t> write_rows(const CachedGroup& g, int64_t heads, int64_t capacity) {
+  std::vector<int64_t> write;
+  write.reserve(g.slots.size() * static_cast<std::size_t>(g.queries * heads));
+  for (std::size_t j = 0; j < g.slots.size(); ++j) {
+    for (int64_t r = 0; r < g.queries; ++r) {
+      for (int64_t h = 0; h < heads; ++h) write.push_back((g.slots[j] * heads + h) * capacity + g.lengths[j] + r);
+    }
+  }
+  return write;
+}
+
+// The ATen path's indices: the members' batch rows, their places among the slots [lo, lo + count), the mask.
+void index_for_aten(const BatchPass& b, CachedGroup& g) {
+  const c10::Device device = b.model.device();
+  const int64_t R = g.queries, B = static_cast<int64_t>(g.members.size());
+  std::vector<int64_t> member, qidx(static_cast<std::size_t>(g.count * R), g.keys - 1), rows;
+  for (int64_t j = 0; j < B; ++j) {
+    const auto J = static_cast<std::size_t>(j);
+    for (int64_t r = 0; r < R; ++r) {
+      qidx[static_cast<std::size_t>((g.slots[J] - g.lo) * R + r)] = g.lengths[J] + r;
+      rows.push_back(g.first_rows[J] + r);
+    }
+    member.push_back(g.slots[J] - g.lo);
+  }
+  g.in_slot_order = B == g.count;
+  for (int64_t j = 0; j < B && g.in_slot_order; ++j) g.in_slot_order = member[static_cast<std::size_t>(j)] == j;
+  g.member_index = long_tensor(member, device);
+  if (B * R != b.total_rows) g.rows = long_tensor(rows, device);
+  const at::Tensor key_index = at::arange(g.keys, at::TensorOptions().dtype(at::kLong).device(device));
+  g.hidden = (key_index.view({1, 1, g.keys}) > long_tensor(qidx, device).view({g.count, R, 1}))
+                 .view({g.count, 1, 1, R, g.keys});
+}
+
 // The members' slots grown for their new rows, those rows' positions written, and the group's indices.
 CachedGroup make_cached_group(const BatchPass& b, DecodeCacheState* cache, std::vector<std::size_t> members) {
   const Model& m = b.model;
@@ -59,46 +106,31 @@ CachedGroup make_cached_group(const BatchPass& b, DecodeCacheState* cache, std::
   g.cache = cache;
   g.members = std::move(members);
   g.queries = b.seqs[g.members.front()].rows;
-  const int64_t R = g.queries, B = static_cast<int64_t>(g.members.size());
+  g.kernel = !cache->rotate_at_read && ops::cached_attention_available(m.device(), m.dtype());
+  const int64_t R = g.queries;
   int64_t hi = 0;
   g.lo = cache->slots;
+  std::vector<at::Tensor> positions;
   for (std::size_t i : g.members) {
     const SequencePass& seq = b.seqs[i];
     ORBIT_CHECK(std::find(g.slots.begin(), g.slots.end(), seq.past->slot) == g.slots.end(),
                 "forward: slot " << seq.past->slot << " of a decode cache is the past of two sequences of one batch");
     g.slots.push_back(seq.past->slot);
     g.lengths.push_back(seq.past->length);
+    g.first_rows.push_back(b.first_row[i]);
     g.keys = std::max(g.keys, seq.past->length + R);
     g.lo = std::min(g.lo, seq.past->slot);
     hi = std::max(hi, seq.past->slot);
+    positions.push_back(seq.positions);
   }
   g.count = hi - g.lo + 1;
   cache->reserve(cache->slots, g.keys);  // before any index: the capacity may grow
-  std::vector<int64_t> write, member, qidx(static_cast<std::size_t>(g.count * R), g.keys - 1), rows;
-  const int64_t H = cache->heads, cap = cache->capacity;
-  for (int64_t j = 0; j < B; ++j) {
-    const SequencePass& seq = b.seqs[g.members[static_cast<std::size_t>(j)]];
-    const int64_t slot = g.slots[static_cast<std::size_t>(j)], len = g.lengths[static_cast<std::size_t>(j)];
-    cache->positions.select(0, slot).narrow(0, len, R).copy_(
-        token_major(seq.positions, m.config().position_rows(), m.device()));
-    for (int64_t r = 0; r < R; ++r) {
-      for (int64_t h = 0; h < H; ++h) write.push_back((slot * H + h) * cap + len + r);
-      qidx[static_cast<std::size_t>((slot - g.lo) * R + r)] = len + r;
-      rows.push_back(b.first_row[g.members[static_cast<std::size_t>(j)]] + r);
-    }
-    member.push_back(slot - g.lo);
-  }
-  g.in_slot_order = B == g.count;
-  for (int64_t j = 0; j < B && g.in_slot_order; ++j) g.in_slot_order = member[static_cast<std::size_t>(j)] == j;
-  g.write_index = long_tensor(write, m.device());
-  g.member_index = long_tensor(member, m.device());
-  if (B * R != b.total_rows) g.rows = long_tensor(rows, m.device());
-  const at::Tensor key_index = at::arange(g.keys, at::TensorOptions().dtype(at::kLong).device(m.device()));
-  g.hidden = (key_index.view({1, 1, g.keys}) > long_tensor(qidx, m.device()).view({g.count, R, 1}))
-                 .view({g.count, 1, 1, R, g.keys});
+  write_positions(m, g, positions);
+  g.write_index = long_tensor(write_rows(g, cache->heads, cache->capacity), m.device());
+  if (!g.kernel) index_for_aten(b, g);
   if (cache->rotate_at_read) {
     g.read_tables = read_tables(b, g);
-  } else if (B == 1) {
+  } else if (g.members.size() == 1) {
     g.new_tables = b.seqs[g.members.front()].rope.query;
   } else {
     std::vector<at::Tensor> cos, sin;
@@ -137,8 +169,8 @@ std::vector<CachedGroup> make_cached_groups(const BatchPass& b) {
   return groups;
 }
 
-at::Tensor cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const std::vector<LayerKV>& contents,
-                            const at::Tensor& q) {
+void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const std::vector<LayerKV>& contents,
+                      const at::Tensor& q, at::Tensor& out) {
   const ModelConfig& c = b.model.config();
   DecodeCacheState& s = *g.cache;
   const auto L = static_cast<std::size_t>(l);
@@ -155,6 +187,12 @@ at::Tensor cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g,
   const auto [k, v] = s.attention_rows(l, fresh, s.rotate_at_read ? nullptr : &g.new_tables);
   s.keys[L].view({-1, s.dk}).index_copy_(0, g.write_index, k.reshape({-1, s.dk}));
   s.values[L].view({-1, s.dv}).index_copy_(0, g.write_index, v.reshape({-1, s.dv}));
+  if (g.kernel) {
+    ops::CachedAttentionInputs in{q,         s.keys[L],    s.values[L], g.slots,
+                                  g.lengths, g.first_rows, g.queries,   attention_scale(c)};
+    ops::cached_attention(in, out);
+    return;
+  }
 
   const int64_t H = s.heads, G = c.num_heads / H, R = g.queries, C = g.count, S = g.keys;
   const int64_t B = static_cast<int64_t>(g.members.size());
@@ -180,7 +218,12 @@ at::Tensor cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g,
                        : at::bmm(probs.view({C * H, G * R, S}), values.reshape({C * H, S, s.dv}));
   o = o.view({C, H, G, R, s.dv});
   if (!g.in_slot_order) o = o.index_select(0, g.member_index);
-  return o.permute({0, 3, 1, 2, 4}).reshape({B * R, c.num_heads * s.dv});
+  o = o.permute({0, 3, 1, 2, 4}).reshape({B * R, c.num_heads * s.dv});
+  if (g.rows.defined()) {
+    out.index_copy_(0, g.rows, o);
+  } else {
+    out = o;
+  }
 }
 
 void finish_cached(const BatchPass& b) {

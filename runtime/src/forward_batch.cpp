@@ -181,7 +181,7 @@ at::Tensor run_layer(const BatchPass& b, int64_t l, const at::Tensor& x, std::ve
   } else {
     sequence_attention(b, w, l, contents, q, attention);
   }
-  for (const CachedGroup& g : b.cached) place_rows(attention, g.rows, cached_attention(b, l, g, contents, q));
+  for (const CachedGroup& g : b.cached) cached_attention(b, l, g, contents, q, attention);
   const at::Tensor y = x + dense(attention, w.wo);
   const at::Tensor g = rms_norm(y, w.ffn_norm, c.rms_norm_eps);
   return y + dense(at::silu(dense(g, w.w_gate)) * dense(g, w.w_up), w.w_down);

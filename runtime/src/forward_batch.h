@@ -32,16 +32,19 @@ struct CachedGroup {
   std::vector<std::size_t> members;  // batch indices, ascending
   std::vector<int64_t> slots;        // per member
   std::vector<int64_t> lengths;      // per member: the slot's rows before this forward
-  at::Tensor rows;                   // int64 [B·R]: their rows in the batch (undefined: every row, in order)
-  int64_t queries = 0;               // R
-  int64_t lo = 0, count = 0;         // the slots attended
-  int64_t keys = 0;                  // S: the most rows of a member's slot after this forward
-  at::Tensor write_index;            // int64 [B·R·H_a]: rows of keys[l] viewed [slots·H_a·capacity, d]
-  at::Tensor member_index;           // int64 [B]: the members' slots − lo
-  bool in_slot_order = false;        // member j's slot is lo + j for every j (B == count): no scatter
-  at::Tensor hidden;                 // bool [count, 1, 1, R, S]: the keys each query does not see
-  ops::RopeTables new_tables;        // the new rows' angles [B·R, rotary_dim/2] (undefined: rotate_at_read)
-  ops::RopeTables read_tables;       // rotate_at_read: every attended row's [count·S, rotary_dim/2]
+  std::vector<int64_t> first_rows;   // per member: its first row in the batch
+  bool kernel = false;               // attended by the CPU kernel (ops/cached_attention_op.h), else by ATen ops
+  // ATen path only (below): the slots [lo, lo + count) attended together, padded to S keys.
+  at::Tensor rows;              // int64 [B·R]: their rows in the batch (undefined: every row, in order)
+  int64_t queries = 0;          // R
+  int64_t lo = 0, count = 0;    // the slots attended
+  int64_t keys = 0;             // S: the most rows of a member's slot after this forward
+  at::Tensor write_index;       // int64 [B·R·H_a]: rows of keys[l] viewed [slots·H_a·capacity, d]
+  at::Tensor member_index;      // int64 [B]: the members' slots − lo
+  bool in_slot_order = false;   // member j's slot is lo + j for every j (B == count): no scatter
+  at::Tensor hidden;            // bool [count, 1, 1, R, S]: the keys each query does not see
+  ops::RopeTables new_tables;   // the new rows' angles [B·R, rotary_dim/2] (undefined: rotate_at_read)
+  ops::RopeTables read_tables;  // rotate_at_read: every attended row's [count·S, rotary_dim/2]
 };
 
 // A forward over the prepared sequences, fixed before the first layer.
@@ -59,9 +62,10 @@ struct BatchPass {
 // The cached groups of a batch (every sequence whose past is a decode cache's slot), their slots grown to
 // hold this forward's rows and those rows' positions written. Throws when one slot is read twice.
 std::vector<CachedGroup> make_cached_groups(const BatchPass& b);
-// Layer l's attention output of a cached group's members [B·R, H·d_v]; writes their new rows into the cache.
-at::Tensor cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const std::vector<LayerKV>& contents,
-                            const at::Tensor& q);
+// Layer l's attention of a cached group's members into their rows of `out` [N, H·d_v] (which it may replace
+// when they are every row); writes their new rows into the cache first.
+void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const std::vector<LayerKV>& contents,
+                      const at::Tensor& q, at::Tensor& out);
 // After every layer ran: the members' slots hold their new rows.
 void finish_cached(const BatchPass& b);
 

@@ -1,0 +1,33 @@
+// Decode attention over a DecodeCache's buffers on the CPU: tensor checks and dispatch to the raw-pointer
+// kernel (kernels/cpu/cached_attention.h). Internal to the runtime (forward_batch's cached groups reach it
+// through cached_attention.cpp; on other devices they attend with ATen ops instead).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace orbit::runtime::ops {
+
+struct CachedAttentionInputs {
+  at::Tensor q;                    // [N, H, d_k] rotated, unscaled, on the CPU
+  at::Tensor keys;                 // one layer's [slots, H_a, capacity, d_k], contiguous, q's dtype
+  at::Tensor values;               // [slots, H_a, capacity, d_v]
+  std::vector<int64_t> slots;      // per member
+  std::vector<int64_t> lengths;    // per member: its slot's rows before this forward
+  std::vector<int64_t> first_row;  // per member: its first of `queries` consecutive rows of q and out
+  int64_t queries = 0;             // R ≥ 1
+  double scale = 1.0;              // multiplies q·k
+};
+
+// Whether the kernel takes q's device and dtype (CPU; float32, float64, bfloat16 or float16).
+bool cached_attention_available(const c10::Device& device, at::ScalarType dtype);
+
+// Writes every member's rows of `out` ([N, H·d_v], contiguous, q's dtype); other rows are left as they are.
+// Throws orbit::Error on bad shapes, dtypes or devices.
+void cached_attention(const CachedAttentionInputs& in, at::Tensor& out);
+
+}  // namespace orbit::runtime::ops
