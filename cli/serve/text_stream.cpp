@@ -22,8 +22,36 @@ std::size_t complete_utf8_prefix(const std::string& text) {
 TextStream::TextStream(std::function<std::string(const std::vector<int64_t>&)> decode, std::vector<std::string> stops)
     : decode_(std::move(decode)), stops_(std::move(stops)) {}
 
+namespace {
+
+constexpr std::size_t kContext = 4;  // tokens before the anchor decoded with the window, then taken off
+constexpr std::size_t kWindow = 32;  // tokens after the anchor before it moves on
+constexpr std::size_t kBehind = 8;   // ... to this many tokens before the last (their text may still change)
+
+}  // namespace
+
+std::string TextStream::decoded_prefix(std::size_t n) {
+  const std::vector<int64_t> whole(tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(n));
+  if (anchor_ == 0) return decode_(whole);
+  const auto from = tokens_.begin() + static_cast<std::ptrdiff_t>(anchor_ - std::min(kContext, anchor_));
+  const std::string head = decode_(std::vector<int64_t>(from, tokens_.begin() + static_cast<std::ptrdiff_t>(anchor_)));
+  const std::string window = decode_(std::vector<int64_t>(from, tokens_.begin() + static_cast<std::ptrdiff_t>(n)));
+  if (window.compare(0, head.size(), head) != 0) return decode_(whole);
+  return anchor_text_ + window.substr(head.size());
+}
+
+void TextStream::move_anchor(const std::string& text) {
+  if (tokens_.size() < anchor_ + kWindow) return;
+  const std::size_t n = tokens_.size() - kBehind;
+  std::string prefix = decoded_prefix(n);
+  if (complete_utf8_prefix(prefix) != prefix.size() || text.compare(0, prefix.size(), prefix) != 0) return;
+  anchor_ = n;
+  anchor_text_ = std::move(prefix);
+}
+
 std::string TextStream::text_now() {
-  std::string text = decode_(tokens_);
+  std::string text = decoded_prefix(tokens_.size());
+  move_anchor(text);
   std::size_t cut = std::string::npos;
   for (const std::string& stop : stops_) cut = std::min(cut, text.find(stop));
   if (cut != std::string::npos) {

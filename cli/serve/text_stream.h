@@ -1,6 +1,11 @@
 // Generated tokens to streamed text: the text so far is decoded again after each token and what is new
 // is released, except a tail that may still change: an incomplete UTF-8 sequence (a character split over
 // byte tokens) or the start of a stop string. A stop string found ends the text before it.
+//
+// "Decoded again" costs a bounded window, not the whole answer: the text of the tokens before an anchor is
+// kept, and the tokens after it are decoded with a few tokens before the anchor as context (their own text
+// taken off again), so a token costs the same at the end of a long answer as at its start. Where the window's
+// text does not extend its context's (a decoder that rewrites across the anchor), the whole is decoded.
 #pragma once
 
 #include <cstdint>
@@ -25,13 +30,17 @@ class TextStream {
   const std::string& released() const { return released_; }
 
  private:
-  std::string text_now();  // the decoded text, cut at the first stop string
+  std::string text_now();                     // the decoded text, cut at the first stop string
+  std::string decoded_prefix(std::size_t n);  // the text of tokens [0, n), n ≥ anchor_
+  void move_anchor(const std::string& text);  // text: decoded_prefix(every token)
 
   std::function<std::string(const std::vector<int64_t>&)> decode_;
   std::vector<std::string> stops_;
   std::vector<int64_t> tokens_;
   std::string released_;
   bool stopped_ = false;
+  std::size_t anchor_ = 0;   // tokens before it have their text in anchor_text_
+  std::string anchor_text_;  // the text of tokens [0, anchor_): complete UTF-8, a prefix of every later text
 };
 
 // The length of the longest prefix of `text` that does not end inside a UTF-8 sequence.

@@ -8,11 +8,13 @@
 #include <set>
 #include <thread>
 
+#include "orbit/engine.h"
 #include "orbit_catch.h"
 #include "serve/decode_scheduler.h"
 #include "serve/serve_api.h"
 #include "serve/serve_core.h"
 #include "serve/serve_wire.h"
+#include "serve/text_stream.h"
 
 namespace sv = orbit::serve;
 
@@ -170,4 +172,35 @@ TEST_CASE("serve batch: closing the server ends the sequences in flight as cance
   int cancelled = 0;
   for (const sv::RunResult& r : got) cancelled += r.finish_reason == "cancelled" ? 1 : 0;
   CHECK(cancelled >= 1);
+}
+
+TEST_CASE("serve batch: streamed text decodes a window per token and equals the whole decode", "[serve][text]") {
+  orbit::EngineOptions eo;
+  eo.model = kModel;
+  const auto engine = orbit::Engine::open(eo);
+  // A long text with multi-byte characters (byte-fallback tokens) and spaces to strip at the start.
+  std::string text;
+  for (int i = 0; i < 12; ++i) text += " Lily saw a big dog — «¡ça va!» 😀 and they played in the park. ";
+  const std::vector<int64_t> tokens = engine->tokenize(text, false);
+  REQUIRE(tokens.size() > 200);
+  for (const std::vector<std::string>& stops : {std::vector<std::string>{}, std::vector<std::string>{"pa", "ZZZ"}}) {
+    int64_t longest = 0;  // the most tokens one decode call was given
+    const int64_t previous = 5;
+    sv::TextStream stream(
+        [&](const std::vector<int64_t>& t) {
+          longest = std::max(longest, static_cast<int64_t>(t.size()));
+          return engine->detokenize(t, previous);
+        },
+        stops);
+    std::string streamed;
+    for (int64_t t : tokens) {
+      streamed += stream.push(t);
+      if (stream.stopped()) break;
+    }
+    streamed += stream.finish();
+    std::string whole = engine->detokenize(stream.tokens(), previous);
+    if (!stops.empty()) whole = whole.substr(0, whole.find("pa"));
+    CHECK(streamed == whole);
+    if (stops.empty()) CHECK(longest < 64);  // a window, not the whole answer
+  }
 }
