@@ -45,12 +45,15 @@ class FakeEnv final : public ApplyEnv {
   KvState chain() const override { return built_chain; }
   ModelLimits model() const override { return ModelLimits{2, 16, 16, 256, 512}; }
 
-  Kv canonical(const ChunkRecord& chunk, bool* encoded, int64_t* bytes_read) override {
+  CanonicalRead canonical(const ChunkRecord& chunk) override {
     auto it = canonicals.find(chunk.ref.key);
-    *encoded = it == canonicals.end();
-    *bytes_read = *encoded ? 0 : it->second * 100;
-    log.push_back(*encoded ? "encode " + chunk.ref.key : "read canonical " + chunk.ref.key);
-    return kv("canonical", chunk.ref.length);
+    CanonicalRead read;
+    read.encoded = it == canonicals.end();
+    read.forwarded_tokens = read.encoded ? chunk.ref.length : 0;
+    read.bytes_read = read.encoded ? 0 : it->second * 100;
+    log.push_back(read.encoded ? "encode " + chunk.ref.key : "read canonical " + chunk.ref.key);
+    read.kv = kv("canonical", chunk.ref.length);
+    return read;
   }
   std::optional<Kv> patched(const ChunkRecord& chunk, const Kv& canonical, const std::string& patch_key,
                             int64_t* patch_bytes) override {

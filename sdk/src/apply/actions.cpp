@@ -34,17 +34,17 @@ Kv forward_reusing(ApplyInput& in, const PlanStep& step, ApplyOutput& out) {
   return in.env.forward_rest(t, head);
 }
 
+// The chunk's canonical, read or encoded; an encode counts only the tokens it forwarded (its leading rows
+// may come from KV stored behind nothing, KvStore::canonical).
 Kv canonical_for(ApplyInput& in, ApplyOutput& out) {
-  bool encoded = false;
-  int64_t bytes = 0;
-  Kv c = in.env.canonical(*in.target.chunk, &encoded, &bytes);
-  if (encoded) {
+  CanonicalRead c = in.env.canonical(*in.target.chunk);
+  if (c.encoded) {
     ++out.canonicals_encoded;
-    out.forward_tokens += static_cast<double>(in.target.length);
-    out.encode_tokens += static_cast<double>(in.target.length);
+    out.forward_tokens += static_cast<double>(c.forwarded_tokens);
+    out.encode_tokens += static_cast<double>(c.forwarded_tokens);
   }
-  out.bytes_moved += bytes;
-  return c;
+  out.bytes_moved += c.bytes_read;
+  return std::move(c.kv);
 }
 
 void apply_keep(ApplyInput& in, const PlanStep&, ApplyOutput& out) {

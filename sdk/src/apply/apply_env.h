@@ -52,6 +52,14 @@ struct FormJob {
   PatchForm form;
 };
 
+// What reading a chunk's canonical did (ApplyEnv::canonical).
+struct CanonicalRead {
+  Kv kv;                         // its rows (a placement of the canonical, for the engine's env)
+  bool encoded = false;          // not in the store: made now (and stored)
+  int64_t forwarded_tokens = 0;  // tokens the encode forwarded: 0 for a read, at most the chunk's length
+  int64_t bytes_read = 0;        // what the read moved (the canonical, or an encode's loaded leading rows)
+};
+
 class ApplyEnv {
  public:
   virtual ~ApplyEnv() = default;
@@ -63,9 +71,9 @@ class ApplyEnv {
   virtual ModelLimits model() const = 0;  // widths (a patch's full rank)
 
   // ---- stored values ----
-  // The chunk's canonical: from the store, else encoded (one forward) and stored; *encoded says which,
-  // *bytes_read what the read moved.
-  virtual Kv canonical(const ChunkRecord& chunk, bool* encoded, int64_t* bytes_read) = 0;
+  // The chunk's canonical: from the store, else encoded and stored (CanonicalRead says which, and what
+  // the encode forwarded: its tokens after the leading run loaded from KV stored behind nothing).
+  virtual CanonicalRead canonical(const ChunkRecord& chunk) = 0;
   // `canonical` with the patch stored under `patch_key` applied; nullopt when the store no longer holds it.
   // *patch_bytes: the patch's size.
   virtual std::optional<Kv> patched(const ChunkRecord& chunk, const Kv& canonical, const std::string& patch_key,

@@ -113,11 +113,13 @@ runtime::ForwardInput EngineApplyEnv::input_of(const ApplyTarget& t) const {
                             : core_.registry().input_for_tokens(*t.turn_tokens, t.position);
 }
 
-Kv EngineApplyEnv::canonical(const ChunkRecord& chunk, bool* encoded, int64_t* bytes_read) {
+CanonicalRead EngineApplyEnv::canonical(const ChunkRecord& chunk) {
+  CanonicalRead read;
   TensorKv::Placement placed;
   placed.key = chunk.ref.key;
-  placed.canonical = core_.kv().canonical(chunk, encoded, bytes_read);
-  return std::make_shared<const TensorKv>(core_.model(), std::move(placed));
+  placed.canonical = core_.kv().canonical(chunk, &read.encoded, &read.bytes_read, &read.forwarded_tokens);
+  read.kv = std::make_shared<const TensorKv>(core_.model(), std::move(placed));
+  return read;
 }
 
 std::optional<Kv> EngineApplyEnv::patched(const ChunkRecord& chunk, const Kv& canonical, const std::string& patch_key,

@@ -86,7 +86,7 @@ class EngineApplyEnv final : public ApplyEnv {
   KvState chain() const override { return build_.chain; }
   ModelLimits model() const override;
 
-  Kv canonical(const ChunkRecord& chunk, bool* encoded, int64_t* bytes_read) override;
+  CanonicalRead canonical(const ChunkRecord& chunk) override;
   std::optional<Kv> patched(const ChunkRecord& chunk, const Kv& canonical, const std::string& patch_key,
                             int64_t* patch_bytes) override;
   std::optional<Kv> conditioned(const std::string& store_key) override;

@@ -62,29 +62,80 @@ std::optional<StoreTier> KvStore::canonical_residence(const std::string& key) co
   return store_->residence(key);
 }
 
-runtime::Content KvStore::canonical(const ChunkRecord& chunk, bool* encoded, int64_t* bytes_read) {
+runtime::Content KvStore::canonical(const ChunkRecord& chunk, bool* encoded, int64_t* bytes_read, int64_t* forwarded) {
   if (encoded != nullptr) *encoded = false;
   if (bytes_read != nullptr) *bytes_read = 0;
+  if (forwarded != nullptr) *forwarded = 0;
   Result<store::ValuePtr> hit = store().get(chunk.ref.key);
   if (hit.is_ok()) {
     if (bytes_read != nullptr) *bytes_read = hit.value()->bytes();
+    index_canonical(chunk);  // read from the store (another process, an earlier engine): findable here too
     return content_to_model(core_.model(), store::content_from_value(*hit.value()));
   }
-  c10::InferenceMode guard;
-  runtime::ForwardInput in = core_.registry().input_for(chunk, 0);
-  runtime::ForwardOptions fo;
-  fo.logits = runtime::LogitsMode::kNone;
-  runtime::Content content = core_.model().forward(in, nullptr, fo).content;
+  int64_t head_bytes = 0, tokens = 0;
+  runtime::Content content = encode_canonical(chunk, &head_bytes, &tokens);
   const store::PutOptions po = kv_put_options(static_cast<double>(chunk.ref.length), chunk.pinned);
   // A refusal (budgets full of pinned entries) or a disk error only means the canonical is not kept:
   // the window still holds its KV, and the next use encodes again.
-  (void)store().put(chunk.ref.key, store::canonical_value(content_to_host(content)), po);
+  if (store().put(chunk.ref.key, store::canonical_value(content_to_host(content)), po).is_ok()) index_canonical(chunk);
   if (encoded != nullptr) *encoded = true;
+  if (bytes_read != nullptr) *bytes_read = head_bytes;
+  if (forwarded != nullptr) *forwarded = tokens;
   Counters d;
   d.canonicals_encoded = 1;
-  d.forward_tokens = static_cast<double>(chunk.ref.length);
+  d.forward_tokens = static_cast<double>(tokens);
   core_.usage().count(d);
   return content;
+}
+
+// A canonical is the forward of the chunk behind nothing, at positions 0.., so its rows are those any
+// forward behind the empty chain computes for the same leading tokens: the reuse index's empty chain holds
+// both (canonicals, and forwards of instances at the front of a window), exactly.
+bool KvStore::matchable_by_tokens(const ChunkRecord& chunk) {
+  // An embeddings chunk has no token ids to match (its rows depend on embeddings and, for M-RoPE models, a
+  // position grid, neither of which the index keys on). A token chunk's positions are 0.. on every row,
+  // M-RoPE's (t, h, w) included (t = h = w for text), the same as any token sequence's at the front.
+  return chunk.ref.kind == ChunkKind::kTokens && chunk.tensors == nullptr && !chunk.tokens.empty();
+}
+
+void KvStore::index_canonical(const ChunkRecord& chunk) {
+  if (matchable_by_tokens(chunk)) reuse_index_.add(KvState{}, KvState{}, chunk.ref.key, chunk.tokens);
+}
+
+runtime::Content KvStore::leading_rows_at_front(const ChunkRecord& chunk, int64_t* bytes_read) {
+  if (!matchable_by_tokens(chunk)) return {};
+  const ReuseIndex::Match m = reuse_index_.longest(KvState{}, KvState{}, chunk.tokens, chunk.ref.length);
+  // Entries whose store key was evicted since are found and fail to load: the chunk is then encoded whole.
+  if (m.tokens <= 0 || m.store_key == chunk.ref.key) return {};
+  std::optional<runtime::Content> stored = get_conditioned(m.store_key);
+  if (!stored.has_value() || stored->empty() || stored->front().k.size(0) < m.tokens) return {};
+  runtime::Content head(stored->size());
+  for (std::size_t l = 0; l < head.size(); ++l) {
+    head[l] = {(*stored)[l].k.narrow(0, 0, m.tokens), (*stored)[l].v.narrow(0, 0, m.tokens)};
+  }
+  *bytes_read = runtime::content_bytes(head);
+  return head;
+}
+
+runtime::Content KvStore::encode_canonical(const ChunkRecord& chunk, int64_t* head_bytes, int64_t* forwarded) {
+  c10::InferenceMode guard;
+  runtime::ForwardOptions fo;
+  fo.logits = runtime::LogitsMode::kNone;
+  runtime::Content head = leading_rows_at_front(chunk, head_bytes);
+  const int64_t k = head.empty() ? 0 : head.front().k.size(0), n = chunk.ref.length;
+  *forwarded = n - k;
+  if (k == 0) return core_.model().forward(core_.registry().input_for(chunk, 0), nullptr, fo).content;
+  if (k == n) return head;
+  runtime::PastKV past;
+  past.layers = head;
+  past.positions = core_.registry().positions_for(nullptr, k, 0);
+  const std::vector<int64_t> rest(chunk.tokens.begin() + k, chunk.tokens.end());
+  const runtime::Content tail = core_.model().forward(core_.registry().input_for_tokens(rest, k), &past, fo).content;
+  runtime::Content all(head.size());
+  for (std::size_t l = 0; l < all.size(); ++l) {
+    all[l] = {at::cat({head[l].k, tail[l].k}, 0), at::cat({head[l].v, tail[l].v}, 0)};
+  }
+  return all;
 }
 
 bool KvStore::contains(const std::string& store_key) const {

@@ -35,8 +35,14 @@ class KvStore {
   store::ChunkStore& store();
   // Where the canonical is stored (nullopt: it must be encoded).
   std::optional<StoreTier> canonical_residence(const std::string& key) const;
-  // The canonical (from the store, else encoded and stored). *encoded = true when it ran the forward.
-  runtime::Content canonical(const ChunkRecord& chunk, bool* encoded = nullptr, int64_t* bytes_read = nullptr);
+  // The canonical (from the store, else encoded and stored). *encoded = true when it was not in the store
+  // and was made here. Making it loads the longest leading run of its tokens that the reuse index holds
+  // under the empty chain (another canonical, or a forward at the front of a window: the same rows a
+  // forward behind nothing computes) and forwards only the rest; *forwarded = the tokens forwarded (0 for a
+  // store hit), *bytes_read = what the read moved (the stored canonical, or the loaded leading rows).
+  // Every canonical it stores or reads is indexed there in turn (token chunks only).
+  runtime::Content canonical(const ChunkRecord& chunk, bool* encoded = nullptr, int64_t* bytes_read = nullptr,
+                             int64_t* forwarded = nullptr);
   bool contains(const std::string& store_key) const;
   // Stored, or queued/being formed in the background (get_patch then waits for that one job).
   bool available(const std::string& store_key) const;
@@ -84,6 +90,12 @@ class KvStore {
   // Where canonical-shaped KV (canonicals, conditioned KV) is put: the device tier when there is one.
   store::PutOptions kv_put_options(double recompute_tokens, bool pin) const;
   void check_held() const;
+  // The canonical's rows made here: its leading rows from the index's empty chain, the rest forwarded.
+  runtime::Content encode_canonical(const ChunkRecord& chunk, int64_t* head_bytes, int64_t* forwarded);
+  // The longest leading run of the chunk's tokens stored under the empty chain (empty: none usable).
+  runtime::Content leading_rows_at_front(const ChunkRecord& chunk, int64_t* bytes_read);
+  void index_canonical(const ChunkRecord& chunk);
+  static bool matchable_by_tokens(const ChunkRecord& chunk);
 
   EngineCore& core_;
   std::unique_ptr<store::ChunkStore> store_;

@@ -73,8 +73,8 @@ void PatchJobs::run_patch_job(const PatchJob& job, bool critical) {
   bool all_stored = true;
   for (const std::string& k : job.form.store_keys) all_stored = all_stored && core_.kv().contains(k);
   if (all_stored) return;  // formed meanwhile (another window, another job)
-  bool encoded = false;
-  const runtime::Content canonical = core_.kv().canonical(*job.chunk, &encoded);
+  int64_t forwarded = 0;   // an encode's tokens after the leading run it loaded (0: read from the store)
+  const runtime::Content canonical = core_.kv().canonical(*job.chunk, nullptr, nullptr, &forwarded);
   c10::InferenceMode guard;
   const runtime::Content delta = runtime::deficit(job.conditioned, canonical);
   runtime::PatchOptions po;
@@ -88,7 +88,7 @@ void PatchJobs::run_patch_job(const PatchJob& job, bool critical) {
   d.patches_formed = 1;
   if (!critical) {
     d.background_jobs = 1;
-    d.background_forward_tokens = encoded ? static_cast<double>(job.chunk->ref.length) : 0.0;
+    d.background_forward_tokens = static_cast<double>(forwarded);
     d.background_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   core_.usage().count(d);
