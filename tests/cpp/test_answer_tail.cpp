@@ -164,3 +164,55 @@ TEST_CASE("a window whose answers do not come back carries no tail", "[window][r
   REQUIRE(again.forward_tokens > 0);
   CHECK(w.heal().forward_tokens == Approx(again.forward_tokens));
 }
+
+TEST_CASE("a turn served from the carried tail is priced by its measured sensitivity, as a prefilled one is",
+          "[window][reuse][fidelity]") {
+  // An agent that appends its answer as a note (a turn of its own) after the idle heal: the carry serves the
+  // note by exact reuse, so no prefill-turn measures its sensitivity. The carry measures it instead, so the
+  // keep an edit before the note leaves is priced as it is where the note was prefilled (`:noreuse`, the same
+  // in-context KV behind the healed window) and not at the reference sensitivity: an unmeasured note priced
+  // too low once left the video agent's window below the heal threshold, approximate through its idle time.
+  const auto run = [](const std::string& spec, double* heal_extra) {
+    auto engine = orbit::test::open_stories_small_pages(BackgroundMode::kInline);
+    std::mt19937_64 rng(43);
+    const ChunkRef first = engine->add_tokens(orbit::test::random_tokens(rng, 20));
+    const ChunkRef second = engine->add_tokens(orbit::test::random_tokens(rng, 20));
+    const std::vector<int64_t> lead = orbit::test::random_tokens(rng, 5), query = orbit::test::random_tokens(rng, 4);
+    Window w = engine->new_window(with(spec));
+    w.add_turn(lead);
+    w.admit(first);
+    w.admit(second);
+    GenerateOptions g;
+    g.max_tokens = 6;
+    std::vector<int64_t> note = query;
+    for (int round = 0; round < 2; ++round) {        // the first note, appended exactly, shows answers come back
+      if (round == 1) w.evict(w.instances()[1].id);  // `second` survives, kept approximate: a heal re-forms it
+      const Generation answer = w.generate(query, g);
+      note = query;
+      note.insert(note.end(), answer.tokens.begin(), answer.tokens.end());
+      if (round == 1) {
+        const Plan heal = w.plan_heal();
+        REQUIRE(heal.forward_tokens > 0);
+        *heal_extra = w.heal().forward_tokens - heal.forward_tokens;
+      }
+      w.add_turn(note);
+    }
+    const InstanceId id = w.instances().back().id;
+    const Plan p = w.plan_evict(w.instances().front().id);  // the lead turn leaves: the note's context changes
+    const auto at = std::find_if(p.steps.begin(), p.steps.end(), [&](const PlanStep& s) { return s.instance == id; });
+    REQUIRE(at != p.steps.end());
+    INFO(p.describe());
+    REQUIRE(at->action == StepAction::kKeep);
+    return std::pair<double, double>{at->sensitivity, at->predicted_kl};
+  };
+  double carried_extra = 0, prefilled_extra = 0;
+  const auto [carried, carried_kl] = run("patch:16:kl=1:heal", &carried_extra);
+  const auto [prefilled, prefilled_kl] = run("patch:16:kl=1:heal:noreuse", &prefilled_extra);
+  REQUIRE(prefilled >= 0);
+  CHECK(carried == Approx(prefilled).epsilon(1e-3));
+  CHECK(carried_kl == Approx(prefilled_kl).epsilon(1e-3));
+  CHECK(carried_kl > 0);
+  // The heal's background time: the carry (the note's 10 tokens) and the measurement (10 more, alone).
+  CHECK(carried_extra == Approx(20.0));
+  CHECK(prefilled_extra == Approx(0.0));
+}

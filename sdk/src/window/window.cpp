@@ -440,6 +440,7 @@ Window Window::fork() const {
   child.state_->lists = state_->lists;  // a branch of the same agent: the same habits
   child.state_->seen = state_->seen;
   child.state_->tail = state_->tail;  // the same KV states: its tail is the child's too
+  child.state_->answers_return_as_turns = state_->answers_return_as_turns;
   return child;
 }
 

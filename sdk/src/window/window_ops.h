@@ -68,11 +68,15 @@ WindowPolicy anticipation_policy();
 // behind the window's states; else clears it. carry_tail: after an operation moved the window's KV states
 // from `before` to new ones without changing its content (a heal), forwards the tail's tokens behind the
 // window as it is now and stores them for exact reuse under its new chain, so the next sync or append
-// reuses them as it would have before. Background work (idle time): counted in the window's and engine's
-// forward tokens, never the critical path. Returns the tokens forwarded (0: no tail behind `before`, no
-// exact reuse, the window's answers do not come back, or past the model's positions, in which case the
+// reuses them as it would have before. When the window's answers come back as turns of their own
+// (WindowState::answers_return_as_turns), such a turn is then served by exact reuse and never prefilled, so the
+// carry also measures the tail's sensitivity as that turn, as a prefill-turn would (once per content, under a
+// KL budget that forms patches: one more forward of its tokens alone). Background work (idle time): counted in
+// the window's and engine's forward tokens, never the critical path. Returns the tokens forwarded (0: no tail behind
+// `before`, no exact reuse, the window's answers do not come back, or past the model's positions, in which case the
 // tail is dropped). settle_tail: after an operation that added content, records whether the tail came back
-// (an entry's tokens start with it: WindowState::answers_return) and drops it.
+// (an entry's tokens start with it: WindowState::answers_return; a turn's are exactly its tokens:
+// answers_return_as_turns) and drops it.
 void keep_tail(WindowState& state, const std::vector<int64_t>& query, const std::vector<int64_t>& answer);
 double carry_tail(WindowState& state, const KvState& before);
 void settle_tail(WindowState& state);

@@ -74,6 +74,11 @@ struct WindowState {
   // Whether the last tail settled came back (its tokens started an instance the next addition made: the agent
   // sends its answers back, as chat clients do); a heal carries the tail only then. True until one did not.
   bool answers_return = true;
+  // Whether it came back as a turn of its own (a turn whose tokens are exactly the tail's, as an agent that
+  // appends its answer as a note sends it, rather than inside a longer rendered message): the instance is then
+  // served by exact reuse and never forwarded, so a heal's carry also measures the tail's sensitivity as that
+  // turn (carry_tail). False until one did.
+  bool answers_return_as_turns = false;
 
   ~WindowState();                           // releases pages under the engine's pool lock
   bool has_deferred() const;                // an instance's repair waits (WindowPolicy::defer_repairs)

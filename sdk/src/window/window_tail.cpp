@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "orbit/runtime/reuse.h"
 #include "plan/kv_state.h"
 #include "window/window_ops.h"
 
@@ -15,6 +16,30 @@ namespace {
 // Whether the store holds KV for `tokens` computed behind `chain` (what keep_read_for_reuse puts there).
 bool stored_behind(const WindowState& state, const std::vector<int64_t>& tokens, const KvState& chain) {
   return state.core->kv().contains(reuse_key(state.core->registry().turn_key(tokens), chain));
+}
+
+// Measures the sensitivity of the tail's tokens as a turn (‖KV in context − KV alone‖² / ‖KV in context‖², what
+// a prefill-turn measures, PatchJobs::queue_turn_sensitivity) from `in_context`, their KV behind the window
+// starting at position `start`, when the window's answers come back as turns of their own, a plan would price
+// a keep by it (a KL budget, patches formed on a miss, a context before it) and none is recorded for that
+// content. The carry replaces the prefill-turn that measured it: an answer appended as a turn after the carry
+// is served by exact reuse, never forwarded, and a turn never measured is priced at the reference sensitivity,
+// which can leave the window below the heal threshold where the measured one would not (the idle time after
+// the next edit before the turn then leaves it approximate). Returns the tokens forwarded (0 or the tail's).
+double measure_tail_sensitivity(const WindowState& state, const std::vector<int64_t>& tokens,
+                                const runtime::Content& in_context, int64_t start) {
+  const WindowPolicy& policy = state.options.policy;
+  if (!state.answers_return_as_turns || !(policy.kl_budget > 0) || policy.on_miss != MissAction::kForm || start == 0) {
+    return 0;
+  }
+  EngineCore& core = *state.core;
+  const std::string key = core.registry().turn_key(tokens);
+  if (core.kv().chunk_sensitivity(key) >= 0) return 0;  // measured already (this content, any window)
+  runtime::ForwardOptions fo;
+  fo.logits = runtime::LogitsMode::kNone;
+  const runtime::Content alone = core.model().forward(core.registry().input_for_tokens(tokens, 0), nullptr, fo).content;
+  core.kv().note_turn_sensitivity(key, runtime::deficit_share(runtime::deficit(in_context, alone), in_context));
+  return static_cast<double>(tokens.size());
 }
 
 }  // namespace
@@ -56,12 +81,13 @@ double carry_tail(WindowState& state, const KvState& before) {
   core.kv().put_reusable(reuse_key(core.registry().turn_key(tokens), chain), r.content, chain, state.content_chain(),
                          tokens);
   state.tail->behind = chain;
+  const double forwarded = static_cast<double>(n) + measure_tail_sensitivity(state, tokens, r.content, start);
   Counters counted;  // idle time: background forwards
-  counted.forward_tokens = static_cast<double>(n);
-  counted.background_forward_tokens = static_cast<double>(n);
+  counted.forward_tokens = forwarded;
+  counted.background_forward_tokens = forwarded;
   core.usage().count(counted);
-  state.forward_tokens += static_cast<double>(n);
-  return static_cast<double>(n);
+  state.forward_tokens += forwarded;
+  return forwarded;
 }
 
 void settle_tail(WindowState& state) {
@@ -70,15 +96,16 @@ void settle_tail(WindowState& state) {
   const auto starts_with_tail = [&](const std::vector<int64_t>& tokens) {
     return tokens.size() >= tail.size() && std::equal(tail.begin(), tail.end(), tokens.begin());
   };
-  bool back = false;
+  bool back = false, as_turn = false;
   for (const Entry& e : state.entries) {
     if (e.is_turn ? starts_with_tail(e.turn_tokens)
                   : e.chunk->ref.kind == ChunkKind::kTokens && starts_with_tail(e.chunk->tokens)) {
       back = true;
-      break;
+      as_turn = as_turn || (e.is_turn && e.turn_tokens.size() == tail.size());
     }
   }
   state.answers_return = back;
+  state.answers_return_as_turns = as_turn;
   state.tail.reset();
 }
 
