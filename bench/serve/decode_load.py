@@ -10,7 +10,8 @@ Starts the server itself (127.0.0.1, a free port; tools/serve_process.py) and al
   alone      one session streams --tokens tokens (temperature 0, end of text biased away so every answer
              runs to its limit)
   together   --sessions sessions stream at once, each its own session and prompt: the decode scheduler puts
-             them in one batch, one forward per step
+             them in one batch, one forward per step (each session is opened by a one-token request first,
+             so that the timed answers start together; the alone run does the same)
   forks      one request with n = --forks (temperature 0.8, seed 1; choice i draws with seed 1 + i, all
              decoded together) against --forks requests one after another (seeds 1 .. n, one session each)
 
@@ -49,8 +50,14 @@ def chat_body(model, index, tokens, **extra):
             "max_tokens": tokens, "temperature": 0, "logit_bias": {str(END_OF_TEXT): -100}, **extra}
 
 
-def stream_one(server, model, index, tokens, session, out):
-    """Streams one answer; appends {tokens, seconds, gaps} (gaps: seconds between content chunks)."""
+def stream_one(server, model, index, tokens, session, out, start=None):
+    """Streams one answer; appends {tokens, seconds, gaps} (gaps: seconds between content chunks). With
+    `start` (a barrier), the session is first opened by a one-token request (its prompt prefilled), then
+    every thread sends its timed request at once, so the answers decode side by side from their first step."""
+    if start is not None:
+        with post(server, chat_body(model, index, 1), session) as r:
+            r.read()
+        start.wait()
     body = chat_body(model, index, tokens, stream=True, stream_options={"include_usage": True})
     t0 = time.perf_counter()
     arrivals, usage = [], None
@@ -71,15 +78,16 @@ def stream_one(server, model, index, tokens, session, out):
 
 def streams(server, model, count, tokens, tag):
     """`count` sessions streaming at once; the run's tokens, wall seconds and inter-token gaps."""
-    out = []
-    threads = [threading.Thread(target=stream_one, args=(server, model, i, tokens, f"{tag}-{i}", out))
+    out, starts = [], []
+    start = threading.Barrier(count + 1, action=lambda: starts.append(time.perf_counter()))
+    threads = [threading.Thread(target=stream_one, args=(server, model, i, tokens, f"{tag}-{i}", out, start))
                for i in range(count)]
-    t0 = time.perf_counter()
     for t in threads:
         t.start()
+    start.wait()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    wall = time.perf_counter() - starts[0]
     if len(out) != count:
         raise RuntimeError(f"{tag}: {count - len(out)} of {count} streams failed (see the errors above)")
     return {"sequences": count, "tokens": sum(r["tokens"] for r in out), "seconds": wall,

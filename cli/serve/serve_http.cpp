@@ -1,6 +1,8 @@
 #include "serve/serve_http.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <ctime>
@@ -243,6 +245,29 @@ HttpServer::~HttpServer() {
   server_->stop_connections();  // its threads call back into this object
 }
 
+namespace {
+
+// cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's library), so
+// when more clients connect at once than that, the kernel drops the rest's SYNs and they connect only after
+// TCP's one-second retransmit: 16 sessions opened together ran as two waves of 8. The listening socket is
+// found by its port among this process's descriptors and listened on again with the system's backlog (Linux
+// updates the backlog of a socket that already listens).
+void widen_backlog(int port) {
+  for (int fd = 0; fd < 1024; ++fd) {
+    int listening = 0;
+    socklen_t length = sizeof listening;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) != 0 || listening == 0) continue;
+    sockaddr_storage address{};
+    socklen_t size = sizeof address;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) continue;
+    const int bound = address.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port)
+                                                    : ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+    if (bound == port) ::listen(fd, SOMAXCONN);
+  }
+}
+
+}  // namespace
+
 int HttpServer::bind() {
   int port = options_.port;
   if (port == 0) {
@@ -252,6 +277,7 @@ int HttpServer::bind() {
     ORBIT_CHECK(server_->bind_to_port(options_.host, port),
                 "serve: cannot bind " << options_.host << ":" << port << " (in use, or not an address of this host)");
   }
+  widen_backlog(port);
   return port;
 }
 
