@@ -33,17 +33,7 @@ POLICIES = "default,throughput,prefix"
 # Why a read costs the default more than the radix cache (the reads tests/python/test_dominance.py lists as
 # KNOWN, measured on the bundled stories260K). None is a saving the comparison hands the radix cache: each is
 # the price of an earlier read orbit served without a forward.
-REASONS = {
-    ("unseen_fanout_seed23", 24): "the 20-token turn starts with the token that began step 19's query (a generate "
-                                  "on branch r0a2 behind the same 288 tokens), which the radix cache holds exactly "
-                                  "from that read; orbit forwarded that query behind the window served approximately, "
-                                  "and the idle-time heal after it (122 tokens) re-formed the window exactly but left "
-                                  "the query's rows stored behind the states it replaced (a content-chain match "
-                                  "only), which a window exact behind them does not load (they would make it inexact "
-                                  "at no predicted loss). A heal that "
-                                  "carries the generate's tail (query and answer re-forwarded behind the healed "
-                                  "window, 18 more background tokens) removes it: 19 vs 19",
-}
+REASONS = {}  # none measured now (the last went when idle heals began to carry the tentative tail)
 
 
 def replay(orbit, model, trace, out, reuse):
