@@ -5,6 +5,7 @@ Each scenario runs in a child interpreter with a timeout, so a hang or a crash f
 hanging or killing pytest. Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python.
 """
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -15,20 +16,31 @@ TIMEOUT = 30
 
 
 def run_child(orbit, model, body):
-    """Runs `body` in a fresh interpreter that imports orbit from the same place; returns the result."""
+    """Runs `body` in a fresh interpreter that imports orbit from the same place; returns the result. A child
+    still running after TIMEOUT seconds gets SIGABRT, which faulthandler answers with every thread's Python
+    stack: the failure shows where it hung (or crawled, on a loaded machine)."""
     package_dir = os.path.dirname(os.path.dirname(os.path.abspath(orbit.__file__)))
     script = textwrap.dedent(
         """
-        import random, sys, threading, time
+        import faulthandler, random, sys, threading, time
+        faulthandler.enable()
         sys.path.insert(0, {pkg!r})
         import orbit
         M = {model!r}
         """
     ).format(pkg=package_dir, model=str(model)) + textwrap.dedent(body)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"child hung for {TIMEOUT} s (deadlock); output so far: {e.stdout!r} {e.stderr!r}")
+        stdout, stderr = child.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGABRT)
+        try:
+            stdout, stderr = child.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            stdout, stderr = child.communicate()
+        pytest.fail(f"child still running after {TIMEOUT} s (deadlock?); its output and stacks:\n{stdout}\n{stderr}")
+    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
 
 
 def check_ok(result):
