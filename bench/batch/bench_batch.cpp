@@ -156,8 +156,9 @@ void print(const Row& r) {
   std::fflush(stdout);
 }
 
-// The runtime: K decodes, each after its own past, greedy, the past grown by each step's rows.
-Row bench_forward(const rt::Model& m, const std::string& name, int64_t K, const Options& o) {
+// K pasts of --prompt random tokens each (the same for every run of a section: seed 7) and each one's first
+// decode token.
+std::pair<std::vector<rt::PastKV>, std::vector<int64_t>> prompts(const rt::Model& m, int64_t K, const Options& o) {
   std::mt19937_64 rng(7);
   std::vector<rt::PastKV> pasts(static_cast<std::size_t>(K));
   std::vector<int64_t> firsts;
@@ -170,6 +171,14 @@ Row bench_forward(const rt::Model& m, const std::string& name, int64_t K, const 
     p.positions = at::arange(o.prompt, at::kLong);
     firsts.push_back(random_tokens(rng, 1, m.config().vocab_size)[0]);
   }
+  return {pasts, firsts};
+}
+
+// The runtime: K decodes, each after its own past, greedy, the past grown by each step's rows.
+Row bench_forward(const rt::Model& m, const std::string& name, int64_t K, const Options& o) {
+  const auto start = prompts(m, K, o);
+  const std::vector<rt::PastKV>& pasts = start.first;
+  const std::vector<int64_t>& firsts = start.second;
   auto grow = [](rt::PastKV& p, const rt::ForwardResult& r, int64_t pos) {
     for (std::size_t l = 0; l < p.layers.size(); ++l) {
       p.layers[l].k = at::cat({p.layers[l].k, r.content[l].k});
@@ -216,18 +225,9 @@ Row bench_forward(const rt::Model& m, const std::string& name, int64_t K, const 
 
 // The same decodes over slots of a DecodeCache: each side opens its slots from the same pasts per run.
 Row bench_cached(const rt::Model& m, const std::string& name, int64_t K, const Options& o) {
-  std::mt19937_64 rng(7);
-  std::vector<rt::PastKV> pasts(static_cast<std::size_t>(K));
-  std::vector<int64_t> firsts;
-  for (rt::PastKV& p : pasts) {
-    rt::ForwardInput in;
-    in.tokens = random_tokens(rng, o.prompt, m.config().vocab_size);
-    rt::ForwardOptions fo;
-    fo.logits = rt::LogitsMode::kNone;
-    p.layers = m.forward(in, nullptr, fo).content;
-    p.positions = at::arange(o.prompt, at::kLong);
-    firsts.push_back(random_tokens(rng, 1, m.config().vocab_size)[0]);
-  }
+  const auto start = prompts(m, K, o);
+  const std::vector<rt::PastKV>& pasts = start.first;
+  const std::vector<int64_t>& firsts = start.second;
   auto run = [&](bool together) {
     rt::DecodeCache cache(m);
     std::vector<rt::PastKV> slots;
