@@ -80,7 +80,7 @@ bool wait_for_choices(std::vector<Choice>& choices, const SamplingRequest& sampl
 
 // Choice c's result after its end.
 RunResult choice_result(Choice& c, bool gone, bool first, const RunSink& sink) {
-  const std::optional<Generation>& g = c.job->result();
+  const std::optional<Generation> g = c.job->result();
   RunResult r;
   const std::string rest = c.stream->finish();
   if (first && !gone && g && !rest.empty() && sink.on_text && !sink.on_text(rest)) gone = true;
@@ -138,7 +138,8 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
   context.decoder.submit(jobs);
   const bool gone = wait_for_choices(choices, sampling, sink);
   for (const Choice& c : choices) {
-    ORBIT_CHECK(c.job->error().empty(), "decode: " << c.job->error());
+    const std::string error = c.job->error();
+    ORBIT_CHECK(error.empty(), "decode: " << error);
   }
   RunResult r = choice_result(choices[0], gone, true, sink);
   for (int64_t i = 1; i < n; ++i) {

@@ -19,22 +19,35 @@ constexpr std::array<int64_t, 8> kBatchBounds = {1, 2, 4, 8, 16, 32, 64, 128};
 
 }  // namespace
 
+// Both notify under the lock: once the request's thread sees the job done it may drop it (and, being the last
+// owner, destroy it), so nothing of the job is touched by the scheduler after the lock is released.
 void DecodeJob::post(DecodeEvent event) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    events_.push_back(std::move(event));
-  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.push_back(std::move(event));
   changed_.notify_all();
 }
 
 void DecodeJob::finish(std::optional<Generation> g, std::string error) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    result_ = std::move(g);
-    error_ = std::move(error);
-    done_ = true;
-  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  result_ = std::move(g);
+  error_ = std::move(error);
+  done_ = true;
   changed_.notify_all();
+}
+
+std::optional<Generation> DecodeJob::result() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return result_;
+}
+
+std::string DecodeJob::error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+DecodeJob::~DecodeJob() {
+  // Taken once more before the members go: the last reads of another thread (under this lock) happen before.
+  std::lock_guard<std::mutex> lock(mutex_);
 }
 
 bool DecodeJob::take(std::vector<DecodeEvent>& out, int wait_ms) {

@@ -62,13 +62,16 @@ class DecodeJob {
   // The request's thread: waits up to `wait_ms` for events or the end; moves the events into `out` and
   // returns whether the job is done (then result() and error() hold).
   bool take(std::vector<DecodeEvent>& out, int wait_ms);
-  const std::optional<Generation>& result() const { return result_; }
-  const std::string& error() const { return error_; }
+  // Copies, read under the job's lock: whichever thread drops the job last (often the scheduler's) destroys
+  // them after that lock, so the request thread's reads and the destruction are ordered.
+  std::optional<Generation> result() const;
+  std::string error() const;
+  ~DecodeJob();
 
  private:
   GenerateRequest request_;
   std::atomic<bool> cancel_{false};
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<DecodeEvent> events_;
   bool done_ = false;

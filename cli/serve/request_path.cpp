@@ -249,7 +249,7 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
   u.idle_forward_tokens = sessions_.take_idle_forward_tokens(s);
   u.plan = plan_brief(report.plan);
   u.session = s.id;
-  u.audit = sessions_.take_audit(s);
+  u.audit = sessions_.take_audit(s, mode.request);
   if (mode.exact) u.exact = "audit";
 
   RunRecord record;

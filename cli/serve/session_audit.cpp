@@ -1,8 +1,8 @@
 // SessionTable's part in the fidelity audit (audit.h): which requests are served exactly or audited, and
 // what an audit's result does to its session.
-#include <algorithm>
-
 #include "serve/session_table.h"
+
+#include <algorithm>
 
 namespace orbit::serve {
 
@@ -51,7 +51,8 @@ void SessionTable::record_audit(Session& s, const AuditResult& r) {
   a.max_measured_kl = std::max(a.max_measured_kl, r.measured_kl);
   a.predicted_sum += r.predicted_kl;
   a.measured_sum += r.measured_kl;
-  a.unreported = r;
+  a.unreported.push_back(r);
+  if (a.unreported.size() > 8) a.unreported.erase(a.unreported.begin());
   if (r.within_budget()) {
     if (a.exact_left == 0) a.exact_span = 0;  // a recheck passed: back to approximate serving
     return;
@@ -63,9 +64,17 @@ void SessionTable::record_audit(Session& s, const AuditResult& r) {
   a.recheck = false;
 }
 
-std::optional<AuditResult> SessionTable::take_audit(Session& s) {
+std::optional<AuditResult> SessionTable::take_audit(Session& s, int64_t request) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return std::exchange(s.audit.unreported, std::nullopt);
+  // The newest audit of a request before this one. Idle work may finish this request's own audit before its
+  // response is put together (the decode has ended, the gate is free): that one stays for the next response.
+  std::vector<AuditResult>& waiting = s.audit.unreported;
+  const auto later =
+      std::find_if(waiting.begin(), waiting.end(), [&](const AuditResult& r) { return r.request >= request; });
+  if (later == waiting.begin()) return std::nullopt;
+  AuditResult r = *std::prev(later);
+  waiting.erase(waiting.begin(), later);
+  return r;
 }
 
 }  // namespace orbit::serve

@@ -56,11 +56,11 @@ struct SessionAudit {
   double last_measured_kl = -1;  // -1: never audited
   double max_measured_kl = 0;
   double predicted_sum = 0, measured_sum = 0;
-  std::optional<AuditResult> unreported;  // the latest, for the next response's usage
-  int64_t exact_left = 0;                 // requests still to serve exactly
-  int64_t exact_span = 0;                 // the last exact-mode span (0: never in exact mode)
-  bool recheck = false;                   // audit the next request (exact mode just ended)
-  int64_t exact_requests = 0;             // served exactly because of an audit, in all
+  std::vector<AuditResult> unreported;  // not yet in a response's usage, oldest first (a few at most)
+  int64_t exact_left = 0;               // requests still to serve exactly
+  int64_t exact_span = 0;               // the last exact-mode span (0: never in exact mode)
+  bool recheck = false;                 // audit the next request (exact mode just ended)
+  int64_t exact_requests = 0;           // served exactly because of an audit, in all
   nlohmann::json to_json() const;
 };
 
@@ -165,7 +165,8 @@ class SessionTable {
   // An audit's result: the session's record and the next response's usage; a violation starts (or
   // doubles) exact mode, a recheck within the budget ends it.
   void record_audit(Session& s, const AuditResult& result);
-  std::optional<AuditResult> take_audit(Session& s);  // the result not yet reported, once
+  // The audit result not yet reported, once, if it is of a request before `request` (the one answering now).
+  std::optional<AuditResult> take_audit(Session& s, int64_t request);
 
   // Sends the least recently used idle windows out of memory until the budget holds. wait = false skips a
   // window the idle worker holds (it calls this again when it lets go); true waits for it.
