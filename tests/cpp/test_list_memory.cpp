@@ -3,6 +3,7 @@
 // for an agent that drops its oldest turn at every step and its oldest screenshot when a new one comes.
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -47,14 +48,18 @@ TEST_CASE("list memory: drops by class and rank", "[sync]") {
   // The oldest user message and the oldest screenshot left; a message came at the end.
   const std::vector<ChatMessage> after = {text("system", "s"), text("assistant", "a1"), text("user", "u2"), shot("p2"),
                                           text("user", "u3")};
-  const auto drops = od::drops_between(before, after);
-  REQUIRE(drops.has_value());
+  const od::ListTransition t = od::transition_between(before, after);
+  const std::optional<od::DropPattern> drops = t.drops;
   CHECK(*drops == od::DropPattern{{"tool|text,embeddings", 0}, {"user|text", 0}});
-  // A message shown again at the end counts as dropped where it was.
-  const auto moved = od::drops_between(before, {text("system", "s"), text("user", "u1"), text("assistant", "a1"),
-                                                text("user", "u2"), shot("p2"), shot("p1")});
-  CHECK(*moved == od::DropPattern{{"tool|text,embeddings", 0}});
-  CHECK(od::drops_between(before, before)->empty());
+  CHECK(t.moves.empty());
+  // A message shown again at the end moved: it is not a drop.
+  const od::ListTransition moved = od::transition_between(
+      before,
+      {text("system", "s"), text("user", "u1"), text("assistant", "a1"), text("user", "u2"), shot("p2"), shot("p1")});
+  CHECK(moved.drops.empty());
+  CHECK(moved.moves == od::DropPattern{{"tool|text,embeddings", 0}});
+  CHECK(od::transition_between(before, before).drops.empty());
+  CHECK(od::transition_between(before, before).moves.empty());
 
   const auto made = od::apply_drops(after, *drops);
   REQUIRE(made.has_value());
@@ -105,4 +110,25 @@ TEST_CASE("list memory: an agent's trims become the lists idle time prepares", "
     CHECK(l.size() < list.size());
   }
   CHECK(memory.predict(0).empty());
+}
+
+TEST_CASE("list memory: a result shown again is a move, and idle time prepares the candidates", "[sync]") {
+  od::ListMemory memory;
+  std::vector<ChatMessage> list = {text("system", "s"), shot("p0"), text("assistant", "a0"), shot("p1"),
+                                   text("assistant", "a1")};
+  memory.observe(list, orbit::SyncOptions{});
+  CHECK(memory.predict_moves(4, 1).empty());  // no move seen: nothing to prepare
+  // p0 shown again at the end, with the step's assistant message; the oldest assistant message left.
+  list = {text("system", "s"), shot("p1"), text("assistant", "a1"), shot("p0"), text("assistant", "a2")};
+  memory.observe(list, orbit::SyncOptions{});
+  CHECK(memory.patterns(3) == std::vector<od::DropPattern>{{{"assistant|text", 0}}});  // the move is no drop
+  // Candidates: the screenshots (the class seen moving), newest first, in the list as it is and trimmed.
+  const auto lists = memory.predict_moves(4, 1);
+  REQUIRE(lists.size() == 4);
+  CHECK(contents(lists[0]) == std::vector<std::string>{"s", "p1", "a1", "a2", "p0"});
+  CHECK(contents(lists[1]) == std::vector<std::string>{"s", "p1", "a2", "p0"});
+  CHECK(contents(lists[2]) == std::vector<std::string>{"s", "a1", "p0", "a2", "p1"});
+  CHECK(contents(lists[3]) == std::vector<std::string>{"s", "p0", "a2", "p1"});
+  CHECK(memory.predict_moves(1, 0).size() == 1);  // one candidate, no trimmed base
+  CHECK(memory.predict_moves(0, 1).empty());
 }

@@ -86,9 +86,8 @@ def test_the_loop_runs_every_operation(tool_loop, stories260k_path):
 def test_the_default_policy_with_the_next_list_prepared_stays_within_budget(tool_loop, stories260k_path):
     """Under the library's default policy, with the list the loop's rules will make prepared while each tool runs
     (Window.prepare_sync), the measured KL of a step stays within the default budget on all but a few steps and
-    the critical path computes a fraction of the prefix cache's forwards; without the preparation the budget
-    breaks on most steps (the fidelity model under-predicts what a keep at the window's tail loses here). The
-    counts are of 24-step runs of seeds 2 and 3; bench numbers over more seeds are in the README."""
+    the critical path computes a fraction of the prefix cache's forwards. The counts are of 24-step runs of
+    seeds 2 and 3; bench numbers over more seeds are in the README."""
     within, steps, prepared, forward, prefix = 0, 0, 0, 0.0, 0.0
     for seed in (2, 3):
         r = tool_loop.run(stories260k_path, steps=24, seed=seed)
@@ -102,9 +101,26 @@ def test_the_default_policy_with_the_next_list_prepared_stays_within_budget(tool
     assert within >= 0.9 * steps, f"{within} of {steps} steps within the budget"
     assert prepared >= 0.8 * steps, f"{prepared} of {steps} syncs found their list prepared"
     assert forward < 0.3 * prefix, f"{forward} forward tokens against {prefix} for the prefix cache"
-    unprepared = tool_loop.run(stories260k_path, steps=24, seed=2, anticipate=False)
-    assert unprepared.prepared_tokens == 0 and unprepared.prepared_steps == 0
-    assert sum(k <= tool_loop.KL_BUDGET for k in unprepared.kl) < 0.9 * unprepared.steps
+
+
+def test_the_default_policy_learns_the_loops_edits_without_hints(tool_loop, stories260k_path):
+    """Without the loop's hint (no prepare_sync), the window learns the loop's edits from the lists it is synced
+    to (the oldest assistant message and screenshot leaving, a result or a page shown again moving to the end)
+    and prepares them in idle time, and a message moved to the tail is priced as what the next query reads:
+    the budget holds on at least 90% of the steps of seeds 2 and 3 (87.5% before moves were learned and so
+    priced) at a fraction of the prefix cache's forwards; bench numbers over more seeds are in
+    bench/fidelity/README.md."""
+    within, steps, forward, prefix = 0, 0, 0.0, 0.0
+    for seed in (2, 3):
+        r = tool_loop.run(stories260k_path, steps=24, seed=seed, anticipate=False)
+        assert r.prepared_tokens == 0 and r.prepared_steps == 0  # no hint given
+        assert r.idle_tokens > 0  # what the window learned, prepared
+        within += sum(k <= tool_loop.KL_BUDGET for k in r.kl)
+        steps += r.steps
+        forward += r.forward_tokens
+        prefix += r.prefix_tokens
+    assert within >= 0.9 * steps, f"{within} of {steps} steps within the budget"
+    assert forward < 0.35 * prefix, f"{forward} forward tokens against {prefix} for the prefix cache"
 
 
 def test_reprefill_policy_has_reference_fidelity(tool_loop, stories260k_path):

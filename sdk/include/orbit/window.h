@@ -260,8 +260,10 @@ struct IdleReport {
   double check_forward_tokens = 0;
   // The engine's correction of its fidelity model after this call (EngineStats::fidelity_correction).
   double fidelity_correction = 1;
-  int64_t recalls_prepared = 0;       // evicted chunks whose patch for a recall at the tail was formed
-  int64_t moves_prepared = 0;         // chunks whose patch for a move behind the window's last chunk was formed
+  int64_t recalls_prepared = 0;  // evicted chunks whose patch for a recall at the tail was formed
+  // Chunks whose patch for a move behind the window's last chunk was formed; in a window synced to message
+  // lists, learned lists with a message moved to the end prepared (ListMemory's move candidates).
+  int64_t moves_prepared = 0;
   int64_t instances_prepared = 0;     // instances prepare_sync forwarded (their KV stored for exact reuse)
   int64_t lists_prepared = 0;         // learned next lists (or eviction sets) prepared (prepare_lists)
   double prepare_forward_tokens = 0;  // recalls, moves and prepare_sync

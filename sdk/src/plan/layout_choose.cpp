@@ -137,7 +137,13 @@ void LayoutPlanner::choose_actions() {
     // bindings/python/examples/tool_loop.py, a 6-row screenshot 170 tokens back carried 7.7e-2 of the
     // window's 8.3e-2 KL, with a recency weight of 4e-5. They are weighted as if last.
     const bool embeddings = info_[i].chunk != nullptr && info_[i].chunk->ref.kind == ChunkKind::kEmbeddings;
-    weights_[i] = embeddings ? 1.0 : planner::recency_weight(info_[i].length, total_tokens_ - tokens_before);
+    // A kept instance a reorder moved toward the tail (behind more content it never saw than now follows
+    // it: a result shown again, a page gone back to) is what the next query reads: measured on the same tool
+    // loop, such a message lost 4 to 20 times its recency-weighted prediction. It is weighted as if last too.
+    const int64_t to_end = total_tokens_ - tokens_before - info_[i].length;
+    const bool toward_tail = !info_[i].keys_same && info_[i].jumped > static_cast<double>(to_end);
+    weights_[i] =
+        embeddings || toward_tail ? 1.0 : planner::recency_weight(info_[i].length, total_tokens_ - tokens_before);
     tokens_before += info_[i].length;
   }
   // Versions: a re-served slot's KV changes, so the exact "same context" test for later slots runs on

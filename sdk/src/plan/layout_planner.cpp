@@ -170,6 +170,7 @@ void LayoutPlanner::measure_context_changes() {
       si.changed_now = old_keys_before[existing] != keys_hash;
       const planner::AntecedentChange& moved = moved_context[kept_index++];
       const double delta = static_cast<double>(removed + inserted);
+      si.jumped = static_cast<double>(moved.inserted);
       si.drift = si.keys_same ? 0.0 : si.old->drift_tokens + delta + static_cast<double>(moved.inserted);
       const double local =
           planner::keep_change(delta, static_cast<double>(si.position - change_at)) +

@@ -50,6 +50,7 @@ struct SlotInfo {
   bool changed_now = false;          // old: this operation changes its antecedent keys
   double change = 0;                 // old: divergence of its antecedent keys from those it was formed on
   double drift = 0;                  // old: tokens removed/inserted before it, accumulated
+  double jumped = 0;                 // old: tokens a reorder moved in front of it (content it never saw)
   double sensitivity = -1;           // PlanEnv::chunk_sensitivity (-1: none measured yet)
   std::vector<PlanStep> candidates;  // budget: every applicable action, cheapest first
   std::size_t chosen = 0;

@@ -32,6 +32,12 @@ std::vector<int64_t> ranks(const std::vector<ChatMessage>& list, std::vector<std
   return out;
 }
 
+DropPattern sorted(DropPattern p) {
+  std::sort(p.begin(), p.end(),
+            [](const ListDrop& a, const ListDrop& b) { return a.cls != b.cls ? a.cls < b.cls : a.rank < b.rank; });
+  return p;
+}
+
 }  // namespace
 
 std::string message_class(const ChatMessage& m) {
@@ -47,25 +53,30 @@ bool same_message(const ChatMessage& a, const ChatMessage& b) {
          std::equal(a.parts.begin(), a.parts.end(), b.parts.begin(), b.parts.end(), same_part);
 }
 
-std::optional<DropPattern> drops_between(const std::vector<ChatMessage>& before,
-                                         const std::vector<ChatMessage>& after) {
+ListTransition transition_between(const std::vector<ChatMessage>& before, const std::vector<ChatMessage>& after) {
   // Greedy in order: each message of `before` is kept when it is the next one `after` has; the rest of
-  // `after` is what came at the end. A message that moved to the end counts as dropped (and appended); a
-  // message inserted among kept ones makes the kept ones after it count as dropped and appended too.
+  // `after` is what came at the end. A message inserted among kept ones makes the kept ones after it count
+  // as dropped and appended (moved) too.
   std::vector<std::string> classes;
   const std::vector<int64_t> rank = ranks(before, &classes);
-  DropPattern drops;
+  std::vector<std::size_t> left;
   std::size_t j = 0;
   for (std::size_t i = 0; i < before.size(); ++i) {
     if (j < after.size() && same_message(before[i], after[j])) {
       ++j;
     } else {
-      drops.push_back(ListDrop{classes[i], rank[i]});
+      left.push_back(i);
     }
   }
-  std::sort(drops.begin(), drops.end(),
-            [](const ListDrop& a, const ListDrop& b) { return a.cls != b.cls ? a.cls < b.cls : a.rank < b.rank; });
-  return drops;
+  ListTransition out;
+  for (const std::size_t i : left) {
+    const bool again = std::any_of(after.begin() + static_cast<std::ptrdiff_t>(j), after.end(),
+                                   [&](const ChatMessage& m) { return same_message(before[i], m); });
+    (again ? out.moves : out.drops).push_back(ListDrop{classes[i], rank[i]});
+  }
+  out.drops = sorted(std::move(out.drops));
+  out.moves = sorted(std::move(out.moves));
+  return out;
 }
 
 std::optional<std::vector<ChatMessage>> apply_drops(const std::vector<ChatMessage>& list, const DropPattern& pattern) {
@@ -92,8 +103,20 @@ void DropHistory::add(std::optional<DropPattern> pattern) {
   if (patterns_.size() > kHistory) patterns_.pop_front();
 }
 
+std::vector<ChatMessage> move_to_end(const std::vector<ChatMessage>& list, std::size_t index) {
+  std::vector<ChatMessage> out = list;
+  std::rotate(out.begin() + static_cast<std::ptrdiff_t>(index), out.begin() + static_cast<std::ptrdiff_t>(index) + 1,
+              out.end());
+  return out;
+}
+
 void ListMemory::observe(const std::vector<ChatMessage>& list, const SyncOptions& options) {
-  if (last_) history_.add(drops_between(*last_, list));
+  if (last_) {
+    ListTransition t = transition_between(*last_, list);
+    history_.add(std::move(t.drops));
+    moves_.push_back(std::move(t.moves));
+    if (moves_.size() > DropHistory::kHistory) moves_.pop_front();
+  }
   last_ = list;
   options_ = options;
 }
@@ -135,12 +158,6 @@ DropPattern most_frequent(const std::deque<std::optional<DropPattern>>& patterns
     }
   }
   return best;
-}
-
-DropPattern sorted(DropPattern p) {
-  std::sort(p.begin(), p.end(),
-            [](const ListDrop& a, const ListDrop& b) { return a.cls != b.cls ? a.cls < b.cls : a.rank < b.rank; });
-  return p;
 }
 
 }  // namespace
@@ -192,6 +209,38 @@ std::vector<std::vector<ChatMessage>> ListMemory::predict(int64_t max) const {
       return std::equal(o.begin(), o.end(), next->begin(), next->end(), same_message);
     });
     if (!repeated) out.push_back(std::move(*next));
+  }
+  return out;
+}
+
+std::vector<std::vector<ChatMessage>> ListMemory::predict_moves(int64_t max, int64_t max_trims) const {
+  std::vector<std::vector<ChatMessage>> out;
+  if (!last_ || max <= 0) return out;
+  std::vector<std::string> moving;  // the classes of the messages moved in the remembered transitions
+  for (const DropPattern& p : moves_) {
+    for (const ListDrop& d : p) {
+      if (std::find(moving.begin(), moving.end(), d.cls) == moving.end()) moving.push_back(d.cls);
+    }
+  }
+  if (moving.empty()) return out;
+  std::vector<std::vector<ChatMessage>> bases = {*last_};
+  for (std::vector<ChatMessage>& trimmed : predict(max_trims)) bases.push_back(std::move(trimmed));
+  // Newest first, each candidate moved in every base before the next older one.
+  std::vector<std::size_t> next(bases.size());
+  for (std::size_t b = 0; b < bases.size(); ++b) next[b] = bases[b].empty() ? 0 : bases[b].size() - 1;
+  for (int64_t made = 0; made < max; ++made) {
+    bool any = false;
+    for (std::size_t b = 0; b < bases.size(); ++b) {
+      const std::vector<ChatMessage>& base = bases[b];
+      // The candidate before next[b] (the last message moving to the end is no change).
+      while (next[b] > 0 && std::find(moving.begin(), moving.end(), message_class(base[next[b] - 1])) == moving.end()) {
+        --next[b];
+      }
+      if (next[b] == 0) continue;
+      any = true;
+      out.push_back(move_to_end(base, --next[b]));
+    }
+    if (!any) break;
   }
   return out;
 }

@@ -4,14 +4,14 @@
 // Agents edit their message lists by rules: the oldest turns leave past a length, the oldest screenshot
 // leaves when a new one comes, a result shown again moves to the end. Between two lists the memory finds
 // the messages that left (the new list holds the old one's messages in order, minus those, plus what came
-// at the end) and describes each by its class (role and content kind: text, a token chunk, an embedding
-// chunk) and its rank among the old list's messages of that class (0 = the oldest). Such a set of
-// (class, rank) drops is a pattern; the memory keeps the patterns of its last kHistory transitions. Agents
-// combine rules (the oldest turn leaves at every step past a length, and the oldest screenshot too when
-// the tool showed a new page), so the candidates are made of drops, not whole patterns (patterns()). A
-// prediction is the current list with a candidate's drops made: the start of the next list, when the agent
-// drops those (what it adds at the end is unknown, and not needed: a sync whose list starts the same way
-// reuses what a preparation computed for that start, up to the first message that differs).
+// at the end; a message that left and came again at the end moved) and describes each by its class (role and content
+// kind: text, a token chunk, an embedding chunk) and its rank among the old list's messages of that class (0 = the
+// oldest). Such a set of (class, rank) drops is a pattern; the memory keeps the patterns of its last kHistory
+// transitions. Agents combine rules (the oldest turn leaves at every step past a length, and the oldest screenshot too
+// when the tool showed a new page), so the candidates are made of drops, not whole patterns (patterns()). A prediction
+// is the current list with a candidate's drops made: the start of the next list, when the agent drops those (what it
+// adds at the end is unknown, and not needed: a sync whose list starts the same way reuses what a preparation computed
+// for that start, up to the first message that differs).
 //
 // No model, no torch: message lists only.
 #pragma once
@@ -37,12 +37,20 @@ using DropPattern = std::vector<ListDrop>;  // ordered by (class, rank)
 std::string message_class(const ChatMessage& m);
 // Same role, content, name, tool call id, tool calls and parts (chunk parts by key).
 bool same_message(const ChatMessage& a, const ChatMessage& b);
-// The drops that turn `before` into the start of `after` (the rest of `after` came at the end): the messages
-// of `before` left out when `after` is matched against it in order, greedily.
-std::optional<DropPattern> drops_between(const std::vector<ChatMessage>& before, const std::vector<ChatMessage>& after);
+
+// How `before` became `after`: the messages of `before` left out when `after` is matched against it in
+// order, greedily (the rest of `after` came at the end), split into those that left (`drops`) and those
+// that came again among what came at the end (`moves`: a result shown again, a page gone back to).
+struct ListTransition {
+  DropPattern drops;
+  DropPattern moves;
+};
+ListTransition transition_between(const std::vector<ChatMessage>& before, const std::vector<ChatMessage>& after);
 // `list` with the pattern's drops made; nullopt when a drop names a rank the list does not have, or the
 // pattern is empty.
 std::optional<std::vector<ChatMessage>> apply_drops(const std::vector<ChatMessage>& list, const DropPattern& pattern);
+// `list` with its message at `index` moved to the end.
+std::vector<ChatMessage> move_to_end(const std::vector<ChatMessage>& list, std::size_t index);
 
 // The drop patterns of the last kHistory transitions, and the candidates they suggest.
 class DropHistory {
@@ -68,6 +76,13 @@ class ListMemory {
   // Up to `max` distinct lists the next one may start with: the last list with patterns()' drops made
   // (skipping those naming a message the list does not have).
   std::vector<std::vector<ChatMessage>> predict(int64_t max) const;
+  // The lists the next one may start with when the agent moves a message to the end, as it did in one of
+  // the remembered transitions (none when it never did): which message it will show again is up to its
+  // tool, so each of the `max` newest messages of a class seen moving is a candidate (the newest first: the
+  // cheapest to prepare, only what follows it changes), moved to the end of the last list as it is and of
+  // the first of predict()'s lists (the agent also trims): up to 2 * max lists. The last message moving
+  // is no change.
+  std::vector<std::vector<ChatMessage>> predict_moves(int64_t max, int64_t max_trims) const;
   const SyncOptions& options() const { return options_; }
   bool empty() const { return !last_.has_value(); }
 
@@ -75,6 +90,7 @@ class ListMemory {
   std::optional<std::vector<ChatMessage>> last_;
   SyncOptions options_;
   DropHistory history_;
+  std::deque<DropPattern> moves_;  // the moves of the last DropHistory::kHistory transitions, oldest first
 };
 
 // The same for a window edited instance by instance (admit, evict, turn: what `orbit replay` and agents

@@ -209,9 +209,10 @@ void heal_and_check(Window& w, WindowState& s, IdleReport& out, bool check) {
 
 // The lists the window learned its next sync may start with (ListMemory::predict), each prepared as
 // prepare_sync prepares a hinted one. A list that cannot be rendered or placed is skipped.
-void prepare_learned_lists(Window& w, const WindowState& s, int64_t max_lists, IdleReport& out) {
+void prepare_learned_lists(Window& w, const WindowState& s, const std::vector<std::vector<ChatMessage>>& lists,
+                           IdleReport& out) {
   if (!s.options.policy.reuse_computed || s.lists.empty()) return;
-  for (const std::vector<ChatMessage>& list : s.lists.predict(max_lists)) {
+  for (const std::vector<ChatMessage>& list : lists) {
     try {
       const IdleReport r = w.prepare_sync(list, s.lists.options());
       out.lists_prepared += 1;
@@ -260,17 +261,26 @@ IdleReport Window::idle() {
     out.recalls_prepared = prepared.recalls_prepared;
     out.prepare_forward_tokens = prepared.prepare_forward_tokens;
   }
+  const bool synced = !state_->lists.empty();
   // An agent that has reordered this window is one that attends by moving chunks: only then is a move
-  // worth preparing (a window never reordered would spend its idle time on patches nothing reads).
-  if (policy.prepare_moves > 0 && state_->reorders > 0) {
+  // worth preparing (a window never reordered would spend its idle time on patches nothing reads). A
+  // window synced to lists prepares its moves as lists, below: a message moved to the end of the list
+  // lands behind the turns too, where a patch formed behind the last chunk is not read.
+  if (policy.prepare_moves > 0 && state_->reorders > 0 && !synced) {
     const IdleReport prepared = prepare_moves(policy.prepare_moves);
     out.moves_prepared = prepared.moves_prepared;
     out.prepare_forward_tokens += prepared.prepare_forward_tokens;
   }
-  if (policy.prepare_lists > 0 && !state_->lists.empty()) {
-    prepare_learned_lists(*this, *state_, policy.prepare_lists, out);
+  if (policy.prepare_lists > 0 && synced) {
+    prepare_learned_lists(*this, *state_, state_->lists.predict(policy.prepare_lists), out);
   } else if (policy.prepare_lists > 0) {
     prepare_learned_drops(*this, *state_, policy.prepare_lists, out);
+  }
+  if (policy.prepare_moves > 0 && synced) {
+    const int64_t before = out.lists_prepared;
+    prepare_learned_lists(*this, *state_, state_->lists.predict_moves(policy.prepare_moves, policy.prepare_lists), out);
+    out.moves_prepared += out.lists_prepared - before;
+    out.lists_prepared = before;
   }
   out.forward_tokens = out.heal_forward_tokens + out.check_forward_tokens + out.prepare_forward_tokens;
   out.fidelity_correction = state_->core->fidelity_checks().correction.factor();
