@@ -54,7 +54,8 @@ bool IdleWorker::slice() {
     std::unique_lock<std::mutex> run(target->run, std::try_to_lock);
     if (!run.owns_lock() || !target->window) return false;
     prefill_anticipated(*target);
-    target->window->idle();
+    // A request that queued meanwhile gets the model after the preparation under way, not after them all.
+    target->window->idle([this] { return context_.gate.waiting() > 0; });
   }
   sessions_.enforce_budget(false);  // a release meanwhile may have skipped this session's window
   return true;

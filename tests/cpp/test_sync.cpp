@@ -489,3 +489,28 @@ TEST_CASE("sync property: random edits keep the window equal to the rendering, n
 // not accept near the tail, is formed again). (b) is then checked against a cache of the last read only;
 // the steps above the full prefix cache are printed.
 TEST_CASE("sync property with returns to earlier states", "[sync][property]") { property_test(true, "last read"); }
+
+TEST_CASE("idle stops between its preparations when asked to, keeping what it made", "[sync]") {
+  std::shared_ptr<Engine> engine = open_engine();
+  const SyncOptions o = options();
+  // An agent that trims its oldest user and assistant messages at every step: the window learns the trim.
+  std::vector<ChatMessage> history = {msg("system", "You tell short stories.")};
+  const auto step = [&](Window& w, int k) {
+    history.push_back(msg("user", "Tell me about dog number " + std::to_string(k) + "."));
+    history.push_back(msg("assistant", "The dog " + std::to_string(k) + " ran to the park."));
+    if (history.size() > 5) history.erase(history.begin() + 1, history.begin() + 3);
+    (void)w.sync(history, o);
+  };
+  Window w = engine->new_window();
+  for (int k = 0; k < 5; ++k) step(w, k);
+  int64_t asked = 0;
+  const IdleReport stopped = w.idle([&] { return ++asked >= 1; });
+  CHECK(stopped.stopped);
+  CHECK(asked >= 1);
+  CHECK(stopped.lists_prepared == 0);
+  CHECK(stopped.prepare_forward_tokens == 0);
+  const IdleReport all = w.idle([] { return false; });  // never stops: everything the policy asks
+  CHECK_FALSE(all.stopped);
+  CHECK(all.lists_prepared > 0);
+  CHECK(all.prepare_forward_tokens > 0);
+}

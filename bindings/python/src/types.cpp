@@ -266,7 +266,8 @@ void init_types(py::module_& m) {
       .def_readonly("recalls_prepared", &IdleReport::recalls_prepared,
                     "Evicted chunks whose patch for a recall to the tail was formed.")
       .def_readonly("moves_prepared", &IdleReport::moves_prepared,
-                    "Chunks whose patch for a move behind the window's last chunk was formed.")
+                    "Chunks whose patch for a move behind the window's last chunk was formed; in a window synced\n"
+                    "to message lists, learned lists with a message moved to the end prepared.")
       .def_readonly("instances_prepared", &IdleReport::instances_prepared,
                     "Instances Window.prepare_sync forwarded (their KV stored for exact reuse).")
       .def_readonly("lists_prepared", &IdleReport::lists_prepared,
@@ -275,6 +276,8 @@ void init_types(py::module_& m) {
                     "Token-forwards of the prepared recalls, moves and prepare_sync.")
       .def_readonly("forward_tokens", &IdleReport::forward_tokens, "heal + check + prepare.")
       .def_readonly("seconds", &IdleReport::seconds, "Wall time.")
+      .def_readonly("stopped", &IdleReport::stopped,
+                    "The call stopped before every preparation was made (C++ Window::idle(stop)).")
       .def("__repr__", [](const IdleReport& r) {
         std::ostringstream o;
         o << "IdleReport(predicted_kl=" << r.predicted_kl << ", healed_instances=" << r.healed_instances

@@ -158,7 +158,9 @@ struct WindowPolicy {
   // the `:move=N` modifier, on in the default policy), but only in a window that has reordered before: an
   // agent that attends by moving a chunk last (the frame a question is about, a page looked at again) then
   // pays no forward on the critical path for the moved chunk, and a window that never reorders spends no
-  // idle time on it.
+  // idle time on it. A window synced to message lists prepares its moves as lists instead, once the agent
+  // has moved a message to the end: each of the N newest messages of a class seen moving, moved to the end
+  // of the last list and of each learned trimmed list (up to N * (1 + prepare_lists) lists).
   int64_t prepare_moves = 8;
   // In idle time, prepare up to this many lists the next sync may start with, learned from the lists the
   // window was synced to (Window::idle; the `:lists=N` modifier, on in the default policy): the last list

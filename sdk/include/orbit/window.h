@@ -269,6 +269,7 @@ struct IdleReport {
   double prepare_forward_tokens = 0;  // recalls, moves and prepare_sync
   double forward_tokens = 0;          // heal + check + prepare
   double seconds = 0;
+  bool stopped = false;  // Window::idle(stop) stopped before every preparation was made
 };
 
 class Window {
@@ -376,8 +377,10 @@ class Window {
   IdleReport prepare_evictions(const std::vector<InstanceId>& instances);
   // What the policy asks of idle time, in one call: heal() under heal_when_idle when the window's predicted
   // KL is at least heal_min_kl, then prepare_recalls(policy().prepare_recalls), then, in a window that has
-  // reordered at least once, prepare_moves(policy().prepare_moves), then, in a window synced to message
-  // lists, prepare_sync of up to policy().prepare_lists lists the next sync most likely starts with: the
+  // reordered at least once and never synced to a list, prepare_moves(policy().prepare_moves), then, in a
+  // window synced to message lists, prepare_sync of up to policy().prepare_lists lists the next sync most
+  // likely starts with (and, once the agent moved a message to the end, of the moves of the newest
+  // policy().prepare_moves messages of the classes it moved, in the last list and in each of those): the
   // last list with the messages earlier syncs dropped (by role, content kind and age: the oldest turn, the
   // oldest screenshot) dropped again, the most frequent pattern of the last 8 syncs first (no hint needed;
   // a wrong guess costs only idle time); in a window never synced, prepare_evictions of up to as many sets
@@ -390,6 +393,11 @@ class Window {
   // exact is checked (and so healed) every fourth such idle call, so under-prediction below the threshold is
   // caught too. The probe's two forwards are background work (IdleReport::check_forward_tokens).
   IdleReport idle();
+  // The same, stopping early when `stop()` returns true: asked after the heal, before the recalls and the
+  // moves, and before each learned list or set of evictions, so a server hands the model back to a request
+  // that arrived meanwhile after the step under way (what was prepared stays; IdleReport::stopped says it
+  // stopped). An empty `stop` never stops.
+  IdleReport idle(const std::function<bool()>& stop);
 
   // ---- messages (orbit/sync.h) ----
   // Brings the window to the rendering of `messages` (the full list a chat API would be sent): renders it

@@ -3,6 +3,7 @@
 // lists learned from earlier syncs).
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -210,9 +211,13 @@ void heal_and_check(Window& w, WindowState& s, IdleReport& out, bool check) {
 // The lists the window learned its next sync may start with (ListMemory::predict), each prepared as
 // prepare_sync prepares a hinted one. A list that cannot be rendered or placed is skipped.
 void prepare_learned_lists(Window& w, const WindowState& s, const std::vector<std::vector<ChatMessage>>& lists,
-                           IdleReport& out) {
+                           const std::function<bool()>& stop, IdleReport& out) {
   if (!s.options.policy.reuse_computed || s.lists.empty()) return;
   for (const std::vector<ChatMessage>& list : lists) {
+    if (stop && stop()) {
+      out.stopped = true;
+      return;
+    }
     try {
       const IdleReport r = w.prepare_sync(list, s.lists.options());
       out.lists_prepared += 1;
@@ -226,13 +231,18 @@ void prepare_learned_lists(Window& w, const WindowState& s, const std::vector<st
 
 // A window edited instance by instance (never synced to a list): the instances that left between idle
 // calls, learned (InstanceMemory), and each predicted set's evictions prepared (Window::prepare_evictions).
-void prepare_learned_drops(Window& w, WindowState& s, int64_t max_sets, IdleReport& out) {
+void prepare_learned_drops(Window& w, WindowState& s, int64_t max_sets, const std::function<bool()>& stop,
+                           IdleReport& out) {
   std::vector<detail::InstanceMark> marks;
   for (const Entry& e : s.entries) {
     marks.push_back({e.id, e.key, e.is_turn ? "turn" : std::string("chunk:") + chunk_kind_name(e.chunk->ref.kind)});
   }
   s.seen.observe(marks);
   for (const std::vector<uint64_t>& ids : s.seen.predict(marks, max_sets)) {
+    if (stop && stop()) {
+      out.stopped = true;
+      return;
+    }
     const IdleReport r = w.prepare_evictions(std::vector<InstanceId>(ids.begin(), ids.end()));
     out.lists_prepared += r.instances_prepared > 0 ? 1 : 0;
     out.instances_prepared += r.instances_prepared;
@@ -242,7 +252,9 @@ void prepare_learned_drops(Window& w, WindowState& s, int64_t max_sets, IdleRepo
 
 }  // namespace
 
-IdleReport Window::idle() {
+IdleReport Window::idle() { return idle({}); }
+
+IdleReport Window::idle(const std::function<bool()>& stop) {
   const detail::OpHold hold(*state_->core);
   const auto start = std::chrono::steady_clock::now();
   IdleReport out;
@@ -256,7 +268,11 @@ IdleReport Window::idle() {
     const bool sample = policy.self_check && !over && out.predicted_kl > 0 && ++state_->unchecked_idles >= kSampleEvery;
     if (over || sample) heal_and_check(*this, *state_, out, policy.self_check);
   }
-  if (policy.prepare_recalls > 0) {
+  const auto stopping = [&] {
+    if (stop && stop()) out.stopped = true;
+    return out.stopped;
+  };
+  if (policy.prepare_recalls > 0 && !stopping()) {
     const IdleReport prepared = prepare_recalls(policy.prepare_recalls);
     out.recalls_prepared = prepared.recalls_prepared;
     out.prepare_forward_tokens = prepared.prepare_forward_tokens;
@@ -266,19 +282,20 @@ IdleReport Window::idle() {
   // worth preparing (a window never reordered would spend its idle time on patches nothing reads). A
   // window synced to lists prepares its moves as lists, below: a message moved to the end of the list
   // lands behind the turns too, where a patch formed behind the last chunk is not read.
-  if (policy.prepare_moves > 0 && state_->reorders > 0 && !synced) {
+  if (policy.prepare_moves > 0 && state_->reorders > 0 && !synced && !stopping()) {
     const IdleReport prepared = prepare_moves(policy.prepare_moves);
     out.moves_prepared = prepared.moves_prepared;
     out.prepare_forward_tokens += prepared.prepare_forward_tokens;
   }
   if (policy.prepare_lists > 0 && synced) {
-    prepare_learned_lists(*this, *state_, state_->lists.predict(policy.prepare_lists), out);
+    prepare_learned_lists(*this, *state_, state_->lists.predict(policy.prepare_lists), stop, out);
   } else if (policy.prepare_lists > 0) {
-    prepare_learned_drops(*this, *state_, policy.prepare_lists, out);
+    prepare_learned_drops(*this, *state_, policy.prepare_lists, stop, out);
   }
-  if (policy.prepare_moves > 0 && synced) {
+  if (policy.prepare_moves > 0 && synced && !out.stopped) {
     const int64_t before = out.lists_prepared;
-    prepare_learned_lists(*this, *state_, state_->lists.predict_moves(policy.prepare_moves, policy.prepare_lists), out);
+    prepare_learned_lists(*this, *state_, state_->lists.predict_moves(policy.prepare_moves, policy.prepare_lists), stop,
+                          out);
     out.moves_prepared += out.lists_prepared - before;
     out.lists_prepared = before;
   }
