@@ -161,10 +161,11 @@ TEST_CASE("eviction never removes another process's pinned entry; the pin lapses
           "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  // A lease of 1.5 s, renewed every 0.5 s: long enough that the holder's renewals, which wait for the
-  // writer's SQLite transactions below, do not lapse on a loaded machine, and short enough to wait out
-  // once the holder is dead.
-  test::ChildProcess holder(ORBIT_STORE_CHILD_PATH, {"hold", d, "1", "1500"});
+  // A lease of 6 s, renewed every 2 s: its renewals wait for the writer's SQLite transactions below, and on
+  // a loaded machine (the suite beside two busy loops) a 1.5 s lease lapsed while its holder lived. Once the
+  // holder is dead, the test waits for the lapse (at most twice the lease) instead of sleeping a fixed time.
+  constexpr int64_t kLeaseMs = 6000;
+  test::ChildProcess holder(ORBIT_STORE_CHILD_PATH, {"hold", d, "1", std::to_string(kLeaseMs)});
   std::string line;
   REQUIRE(holder.next_line(&line));
   REQUIRE(line == "pinned");
@@ -180,12 +181,18 @@ TEST_CASE("eviction never removes another process's pinned entry; the pin lapses
   }
   holder.kill();
   (void)holder.wait();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1700));  // past the dead holder's lease
-  {
+  const auto killed = std::chrono::steady_clock::now();
+  bool lapsed = false;
+  for (int64_t i = 31; !lapsed && std::chrono::steady_clock::now() - killed < std::chrono::milliseconds(2 * kLeaseMs);
+       i += 10) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
     ChunkStore store(o);
-    for (int64_t i = 31; i <= 40; ++i) (void)store.put(key(i), test::store_test_value(i));
-    CHECK_FALSE(store.contains(key(1)));  // the crashed process's pin lapsed
+    for (int64_t j = i; j < i + 10; ++j) (void)store.put(key(j), test::store_test_value(j));
+    lapsed = !store.contains(key(1));
   }
+  CHECK(lapsed);  // the crashed process's pin lapsed, and eviction took its entry
+  // ... and not before its lease ran out.
+  CHECK(std::chrono::steady_clock::now() - killed >= std::chrono::milliseconds(kLeaseMs / 2));
 }
 
 TEST_CASE("a read lease of one owner keeps another owner's eviction away", "[store][cpu]") {
