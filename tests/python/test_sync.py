@@ -141,6 +141,16 @@ def test_prepare_sync_serves_a_trim_from_exact_kv(orbit, engine):
         window.prepare_sync([{"content": "hi"}])
 
 
+def sync_and_measure(window, history):
+    """Syncs `history` (deferred repairs run), then idles: the tokens forwarded on the critical path, the largest
+    logit error of the generation prompt against a re-prefill, and the IdleReport."""
+    report = window.sync(history, chat_template=TEMPLATE, chunk_min_tokens=8)
+    forwarded = report.forward_tokens + window.flush().forward_tokens
+    query = report.generation_prompt
+    error = float(np.abs(window.logits(query) - window.reference_logits(query)).max())
+    return forwarded, error, window.idle()
+
+
 def test_idle_prepares_the_trim_it_learned(orbit, models_dir):
     """Without a hint: an agent that drops its oldest user and assistant messages at every step (a trim past a
     length) teaches the window that pattern; Window.idle() prepares the list with the next trim made, and the
@@ -167,12 +177,8 @@ def test_idle_prepares_the_trim_it_learned(orbit, models_dir):
             history = history + steps[k]
             if len(history) > 7:
                 history = history[:1] + history[3:]  # the oldest user and assistant messages leave
-            report = window.sync(history, chat_template=TEMPLATE, chunk_min_tokens=8)
-            forwarded = report.forward_tokens + window.flush().forward_tokens
-            query = report.generation_prompt
-            kl = float(np.abs(window.logits(query) - window.reference_logits(query)).max())
-            idle = window.idle()
-            seen.append((forwarded, kl, idle.lists_prepared))
+            forwarded, error, idle = sync_and_measure(window, history)
+            seen.append((forwarded, error, idle.lists_prepared))
         window.close()
         return seen
 
@@ -398,11 +404,7 @@ def test_idle_prepares_the_moves_it_learned(orbit, models_dir):
                 tool = {"role": "tool", "content": [{"type": "text", "text": f"result {r}: "}, results[r]]}
                 history = [m for m in history if m != tool] + [tool]
                 history.append({"role": "assistant", "content": " ".join(rng.choice(words) for _ in range(6))})
-                report = window.sync(history, chat_template=TEMPLATE, chunk_min_tokens=8)
-                forwarded = report.forward_tokens + window.flush().forward_tokens
-                query = report.generation_prompt
-                error = float(np.abs(window.logits(query) - window.reference_logits(query)).max())
-                idle = window.idle()
+                forwarded, error, idle = sync_and_measure(window, history)
                 seen.append((forwarded, error, idle.moves_prepared))
             window.close()
             return seen
