@@ -192,7 +192,6 @@ def test_idle_prepares_the_trim_it_learned(orbit, models_dir):
         assert forwarded <= plain[k][0] + 1e-9, (k, learned, plain)  # never more on the critical path
     assert all(lists > 0 for _, _, lists in learned[2:]), learned
     assert all(lists == 0 for _, _, lists in plain), plain
-    # what it saved: the plain window kept survivors approximately or forwarded them again
     # what it saved: the plain window kept survivors approximately (here a logit off by 0.1 to 0.24) and
     # forwarded more (47 to 49 tokens where the learned one forwarded the 31 or 32 new ones)
     assert all(plain[k][1] > 1e-3 and plain[k][0] > learned[k][0] for k in trims), (learned, plain)
