@@ -33,8 +33,11 @@ void check_error(const sv::ApiError& e) {
   if (body.is_discarded() || !body["error"]["message"].is_string()) std::abort();
 }
 
+// Any `user` string is accepted; the session it names must be a valid session id (or none for "").
 void check_user(const std::string& user) {
-  if (!user.empty() && !sv::session_id_problem(user).empty()) std::abort();
+  const std::string session = sv::session_for_user(user);
+  if (user.empty() != session.empty()) std::abort();
+  if (!session.empty() && !sv::session_id_problem(session).empty()) std::abort();
 }
 
 void check_chat(const sv::ChatRequest& chat) {
