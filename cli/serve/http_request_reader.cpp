@@ -240,13 +240,21 @@ bool RequestReader::read_length_body() {
   return true;
 }
 
+// The line starting at pos_ as far as it is known: up to `eol` (its CRLF) when found, else what has come, less
+// a last CR that may begin the CRLF (so a line split between two reads is judged as the whole line would be).
+std::size_t RequestReader::line_so_far(std::size_t eol) const {
+  if (eol != std::string::npos) return eol - pos_;
+  const std::size_t n = in_.size() - pos_;
+  return n > 0 && in_.back() == '\r' ? n - 1 : n;
+}
+
 bool RequestReader::read_chunked_body() {
   const std::size_t available = in_.size() - pos_;
   switch (chunk_) {
     case Chunk::kSize: {
       const std::size_t eol = in_.find("\r\n", pos_);
       if (eol == std::string::npos || eol - pos_ > kMaxChunkLine) {
-        if (available > kMaxChunkLine) return refuse(400, "a chunk size line is over 1024 bytes");
+        if (line_so_far(eol) > kMaxChunkLine) return refuse(400, "a chunk size line is over 1024 bytes");
         return false;
       }
       return read_chunk_size(eol);
@@ -296,7 +304,7 @@ bool RequestReader::read_chunk_size(std::size_t eol) {
 // ends the request.
 bool RequestReader::read_trailers() {
   const std::size_t eol = in_.find("\r\n", pos_);
-  const std::size_t line = (eol == std::string::npos ? in_.size() : eol) - pos_;
+  const std::size_t line = line_so_far(eol);
   if (trailer_bytes_ + line > limits_.max_head_bytes) {
     return refuse(431, "the request's trailers are over " + std::to_string(limits_.max_head_bytes) + " bytes");
   }

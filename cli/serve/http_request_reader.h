@@ -74,6 +74,7 @@ class RequestReader {
   bool read_chunked_body();
   bool read_chunk_size(std::size_t line_end);
   bool read_trailers();
+  std::size_t line_so_far(std::size_t eol) const;
   void complete();
   bool refuse(int status, std::string message);
   void compact();

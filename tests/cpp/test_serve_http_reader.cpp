@@ -50,6 +50,26 @@ TEST_CASE("a request reads the same whole or a byte at a time", "[serve][cpu]") 
   CHECK(get.request().body.empty());
 }
 
+TEST_CASE("a line exactly at its limit reads the same when a read ends between its CR and LF", "[serve][cpu]") {
+  // Trailers of exactly max_head_bytes (a 510-byte line and its CRLF), and a chunk size line of exactly 1024
+  // bytes: a byte at a time, the read that ends on the CR must not count it as part of the line.
+  const sv::RequestLimits limits{512, 1024};
+  const std::string head = "POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string trailers = head + "1\r\nx\r\n0\r\nT: " + std::string(507, 't') + "\r\n\r\n";
+  const std::string size_line = head + "1;" + std::string(1022, 'e') + "\r\nx\r\n0\r\n\r\n";
+  for (const std::string& bytes : {trailers, size_line}) {
+    for (bool byte_at_a_time : {false, true}) {
+      sv::RequestReader r = fed(bytes, byte_at_a_time, limits);
+      INFO("byte at a time: " << byte_at_a_time << (r.state() == State::kRefused ? ", " + r.refusal().message : ""));
+      REQUIRE(r.state() == State::kComplete);
+      CHECK(r.request().body == "x");
+    }
+  }
+  // One byte more is refused either way.
+  const std::string over = head + "1\r\nx\r\n0\r\nT: " + std::string(508, 't') + "\r\n\r\n";
+  for (bool byte_at_a_time : {false, true}) CHECK(fed(over, byte_at_a_time, limits).refusal().status == 431);
+}
+
 TEST_CASE("pipelined requests are read one after another", "[serve][cpu]") {
   sv::RequestReader r =
       fed("POST /a HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /b HTTP/1.0\r\n\r\nGET /c HTTP/1.1\r\nConnection: "
