@@ -28,6 +28,34 @@ double recency_weight(int64_t length, int64_t tokens_to_end) noexcept {
   return std::pow(w, kRecencyExponent);
 }
 
+std::vector<double> add_read_through(const std::vector<double>& weights, const std::vector<int64_t>& lengths,
+                                     const std::vector<bool>& fresh, double factor) {
+  ORBIT_CHECK(lengths.size() == weights.size() && fresh.size() == weights.size(),
+              "add_read_through: weights, lengths and fresh differ in size ("
+                  << weights.size() << ", " << lengths.size() << ", " << fresh.size() << ")");
+  std::vector<double> out = weights;
+  std::vector<double> start(weights.size());
+  double at = 0;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    start[i] = at;
+    at += static_cast<double>(std::max<int64_t>(lengths[i], 0));
+  }
+  std::vector<double> share(weights.size());
+  for (std::size_t j = 1; j < weights.size(); ++j) {
+    // Instances far from the end carry next to no weight to pass on (recency_weight): skip them, so a
+    // window's first sync (every instance fresh) stays linear in practice.
+    if (!fresh[j] || !(factor * weights[j] > 1e-9)) continue;
+    double total = 0;
+    for (std::size_t i = 0; i < j; ++i) {
+      share[i] = lengths[i] > 0 ? static_cast<double>(lengths[i]) / (start[j] - start[i]) : 0.0;
+      total += share[i];
+    }
+    if (total <= 0) continue;
+    for (std::size_t i = 0; i < j; ++i) out[i] = std::min(1.0, out[i] + factor * weights[j] * share[i] / total);
+  }
+  return out;
+}
+
 double keep_change(double delta_tokens, double gap_tokens) noexcept {
   if (delta_tokens <= 0) return 0.0;
   return std::pow(std::min(1.0, delta_tokens / (delta_tokens + std::max(gap_tokens, 0.0))), kKeepChangeExponent);

@@ -467,6 +467,31 @@ std::vector<KeptInstance> laid_out(const std::vector<int64_t>& perm, std::mt1993
 
 }  // namespace
 
+TEST_CASE("read-through: a fresh instance passes its weight to what precedes it, the nearest most", "[planner][cpu]") {
+  // A system prompt (10), two kept turns (20 each) and a fresh tail turn (10, weight 1): the tail's starts
+  // are 50 tokens after the prompt's, 40 and 20 after the turns', so their shares are 10/50, 20/40, 20/20
+  // over their sum (1.7).
+  const std::vector<double> w = {0.0, 0.001, 0.01, 1.0};
+  const std::vector<int64_t> len = {10, 20, 20, 10};
+  const std::vector<double> out = add_read_through(w, len, {false, false, false, true}, 0.5);
+  CHECK(out[0] == Approx(0.5 * 0.2 / 1.7));
+  CHECK(out[1] == Approx(0.001 + 0.5 * 0.5 / 1.7));
+  CHECK(out[2] == Approx(0.01 + 0.5 * 1.0 / 1.7));
+  CHECK(out[3] == 1.0);
+  CHECK(out[2] > out[1]);
+  // Nothing fresh, or a factor of 0: the weights as they were; shares never lift a weight past 1.
+  CHECK(add_read_through(w, len, {false, false, false, false}, 0.5) == w);
+  CHECK(add_read_through(w, len, {true, true, true, true}, 0) == w);
+  const std::vector<double> capped = add_read_through({0.9, 1.0}, {5, 5}, {false, true}, 1.0);
+  CHECK(capped[0] == 1.0);
+  // Two fresh turns add up; a fresh instance with no weight passes nothing on.
+  const std::vector<double> two = add_read_through({0.0, 0.2, 0.3}, {10, 10, 10}, {false, true, true}, 1.0);
+  CHECK(two[0] == Approx(0.2 * 1.0 + 0.3 * (10.0 / 20) / (10.0 / 20 + 1.0)));
+  CHECK(two[1] == Approx(0.2 + 0.3 * 1.0 / 1.5));
+  CHECK(add_read_through({0.0, 0.0}, {10, 10}, {false, true}, 1.0)[0] == 0.0);
+  CHECK_THROWS_WITH(add_read_through(w, {1, 2}, {false, false, false, true}), Contains("differ in size"));
+}
+
 TEST_CASE("antecedent_changes: moving one instance to the end inserts everything it passed, removes it from them",
           "[planner][antecedents]") {
   // Old order A(10) B(20) C(30) D(40); A moves last: B C D A.

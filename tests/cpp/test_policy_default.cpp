@@ -57,6 +57,13 @@ TEST_CASE("the default policy is a budgeted patch policy; presets carry no budge
   }
   CHECK(parse_policy("patch:16:kl=0.01").kl_budget == 0.01);
   CHECK_THROWS_WITH(parse_policy("default:8"), Catch::Contains("'default' takes no arguments"));
+  // :through=F, the share of a fresh instance's weight read through what precedes it.
+  CHECK(d.read_through == 0.3);  // planner::kReadThrough
+  CHECK(parse_policy("patch:16:kl=0.003:through=0").read_through == 0);
+  CHECK(parse_policy("patch:16:kl=0.003:through=0.5").name() == "patch:16:kl=0.003:through=0.5");
+  CHECK(parse_policy(parse_policy("patch:16:kl=0.003:through=0.5").name()).read_through == 0.5);
+  CHECK_THROWS_WITH(parse_policy("patch:16:kl=0.003:through=2"), Catch::Contains("through (the share"));
+  CHECK_THROWS_WITH(parse_policy("patch:16:through=x"), Catch::Contains("through 'x' is not a number"));
 }
 
 TEST_CASE("every preset defers repairs; ':eager' turns it off and round-trips", "[policy][defer]") {

@@ -524,6 +524,12 @@ def test_policy_spec_and_keyword_arguments(orbit):
     assert d == orbit.Policy("default") and d.kl_budget > 0 and p.kl_budget == 0 and d.rank_k == 16
     # idle time: test_idle.py
     assert d.replace(kl_budget=0, heal_when_idle=False, prepare_recalls=0, prepare_moves=0, prepare_lists=0) == p
+    # read-through (the share of a fresh instance's weight a kept one is priced by): a field and a spec modifier
+    assert d.read_through == 0.3 and d.replace(read_through=0) != d
+    assert orbit.Policy("patch:16:kl=0.003:through=0.5").read_through == 0.5
+    assert d.replace(read_through=0.5).name.endswith(":through=0.5")
+    with pytest.raises(ValueError, match="read_through"):
+        d.replace(read_through=1.5)
     full = orbit.Policy("patch:full:exact")
     assert full.rank_k == -1 and full.survivors == orbit.SurvivorAction.recondition
     q = orbit.Policy("patch:8", survivors="recondition", stale=orbit.StalePatch.accept, max_divergence=0.5)

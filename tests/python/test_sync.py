@@ -192,9 +192,10 @@ def test_idle_prepares_the_trim_it_learned(orbit, models_dir):
         assert forwarded <= plain[k][0] + 1e-9, (k, learned, plain)  # never more on the critical path
     assert all(lists > 0 for _, _, lists in learned[2:]), learned
     assert all(lists == 0 for _, _, lists in plain), plain
-    # what it saved: the plain window kept survivors approximately (here a logit off by 0.1 to 0.24) and
-    # forwarded more (47 to 49 tokens where the learned one forwarded the 31 or 32 new ones)
-    assert all(plain[k][1] > 1e-3 and plain[k][0] > learned[k][0] for k in trims), (learned, plain)
+    # what it saved: the plain window prefilled the survivors again on the critical path (89 to 92 tokens where
+    # the learned one forwarded the 31 or 32 new ones; with read_through=0 it kept them approximately instead,
+    # 47 to 49 tokens and a logit off by 0.1 to 0.24)
+    assert all(plain[k][0] >= 2 * learned[k][0] for k in trims), (learned, plain)
     assert orbit.WindowPolicy("default").prepare_lists == 3
     assert ":lists=3" in orbit.WindowPolicy("default").name
     with pytest.raises(orbit.OrbitError, match="lists"):
@@ -417,9 +418,11 @@ def test_idle_prepares_the_moves_it_learned(orbit, models_dir):
         assert forwarded <= plain[k][0] + 1e-9, (k, learned, plain)  # never more on the critical path
     assert all(prepared > 0 for _, _, prepared in learned[3:]), learned
     assert all(prepared == 0 for _, _, prepared in plain), plain
-    # what it saved: the plain window kept the moved result approximately (a logit off by 0.05 to 0.11 here)
-    # and forwarded more (48 to 63 tokens where the learned one forwarded the 12 to 16 of the new message)
-    assert all(plain[k][1] > 1e-3 and plain[k][0] > learned[k][0] for k in moves), (learned, plain)
+    # what it saved: the plain window forwarded 87 to 114 tokens where the learned one forwarded the 12 to 16 of
+    # the new message, and still kept part of the moved result approximately on some steps (a logit off by 0.01
+    # to 0.02 here; with read_through=0 it forwarded 48 to 63 and was off by 0.05 to 0.11 on every one)
+    assert all(plain[k][0] >= 4 * learned[k][0] for k in moves), (learned, plain)
+    assert any(plain[k][1] > 1e-3 for k in moves), (learned, plain)
 
 
 def test_chunk_parts_stand_where_they_sit(orbit, engine):

@@ -680,6 +680,7 @@ class WindowPolicy:
         prepare_recalls: int = ...,
         prepare_moves: int = ...,
         prepare_lists: int = ...,
+        read_through: float = ...,
     ) -> None: ...
     on_miss: MissAction
     survivors: SurvivorAction
@@ -704,6 +705,7 @@ class WindowPolicy:
     prepare_recalls: int
     prepare_moves: int
     prepare_lists: int
+    read_through: float
     @property
     def name(self) -> str: ...
     def replace(self, **options: object) -> "WindowPolicy": ...

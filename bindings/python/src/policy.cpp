@@ -127,6 +127,7 @@ const std::map<std::string, Setter>& setters() {
       {"prepare_recalls", [](WindowPolicy& p, py::handle v) { p.prepare_recalls = count(v, "prepare_recalls"); }},
       {"prepare_moves", [](WindowPolicy& p, py::handle v) { p.prepare_moves = count(v, "prepare_moves"); }},
       {"prepare_lists", [](WindowPolicy& p, py::handle v) { p.prepare_lists = count(v, "prepare_lists"); }},
+      {"read_through", [](WindowPolicy& p, py::handle v) { p.read_through = number(v, "read_through", 0, 1, false); }},
       {"first_k",
        [](WindowPolicy& p, py::handle v) {
          if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 1) {
@@ -239,6 +240,11 @@ void init_policy(py::module_& m) {
         "In a window synced to message lists, Window.idle() also prepares (as prepare_sync does with a hint) up\n"
         "to this many lists the next sync most likely starts with, learned from the messages earlier syncs\n"
         "dropped; 0 = off. 3 in the default policy (spec modifier ':lists=N').");
+  field(c, "read_through", &WindowPolicy::read_through,
+        "Under a kl_budget, an instance forwarded now (a new turn at the tail) behind kept, approximate instances\n"
+        "is computed over their error: it passes this share of its recency weight on to what precedes it (the\n"
+        "nearest most), and their predicted loss counts it. In [0, 1]; 0 = the query's own reading only. 0.3 in\n"
+        "the default policy (spec modifier ':through=F').");
   c.def_property_readonly("name", &WindowPolicy::name,
                           "The preset in canonical spec form ('patch:16', 'reprefill', ...).");
   c.def(
@@ -263,7 +269,8 @@ void init_policy(py::module_& m) {
                a.recompute_ratio == b.recompute_ratio && a.first_k == b.first_k && a.kl_budget == b.kl_budget &&
                a.defer_repairs == b.defer_repairs && a.heal_when_idle == b.heal_when_idle &&
                a.heal_min_kl == b.heal_min_kl && a.prepare_recalls == b.prepare_recalls &&
-               a.prepare_moves == b.prepare_moves && a.prepare_lists == b.prepare_lists && a.self_check == b.self_check;
+               a.prepare_moves == b.prepare_moves && a.prepare_lists == b.prepare_lists &&
+               a.self_check == b.self_check && a.read_through == b.read_through;
       },
       py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {

@@ -146,6 +146,17 @@ void LayoutPlanner::choose_actions() {
         embeddings || toward_tail ? 1.0 : planner::recency_weight(info_[i].length, total_tokens_ - tokens_before);
     tokens_before += info_[i].length;
   }
+  // Fresh KV (a new turn at the tail) is computed over the kept instances' approximate KV: they are read
+  // through it too (planner::add_read_through, WindowPolicy::read_through).
+  if (policy_.read_through > 0) {
+    std::vector<int64_t> lengths(n);
+    std::vector<bool> fresh(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      lengths[i] = info_[i].length;
+      fresh[i] = info_[i].old == nullptr;
+    }
+    weights_ = planner::add_read_through(weights_, lengths, fresh, policy_.read_through);
+  }
   // Versions: a re-served slot's KV changes, so the exact "same context" test for later slots runs on
   // (key, version) with a fresh marker per re-served slot.
   uint64_t ctx_hash = 0, marker = 0;

@@ -74,6 +74,9 @@ std::string policy_spec_help() {
          "                                      the list and of each learned trim) (Window::idle); :lists=N\n"
          "                                      prepares the N lists the next sync most likely starts with,\n"
          "                                      learned from the messages earlier syncs dropped (Window::idle);\n"
+         "                                      :through=F (0..1, default 0.3): under a budget, a fresh\n"
+         "                                      instance computed behind kept, approximate ones passes F of its\n"
+         "                                      weight on to them (their predicted loss counts it);\n"
          "                                      :check makes idle-time heals measure the loss the window carried\n"
          "                                      and scale the fidelity model by the largest recent miss (off in\n"
          "                                      default)\n"
@@ -137,6 +140,12 @@ void parse_patch_modifier(const std::string& spec, const std::string& part, std:
     p.deep_only = true;
   } else if (part == "noreuse") {
     p.reuse_computed = false;
+  } else if (part.rfind("through=", 0) == 0) {
+    p.read_through = parse_number(spec, part.substr(8), "through");
+    if (!(p.read_through >= 0 && p.read_through <= 1)) {
+      bad_spec(spec,
+               "through (the share of a fresh instance's weight read through what precedes it) must be in [0, 1]");
+    }
   } else if (part.rfind("kl=", 0) == 0) {
     p.kl_budget = parse_number(spec, part.substr(3), "kl budget");
     if (!(p.kl_budget > 0 && std::isfinite(p.kl_budget))) bad_spec(spec, "kl budget must be a positive number");
@@ -286,6 +295,7 @@ std::string WindowPolicy::name() const {
       if (prepare_recalls > 0) s << ":prep=" << prepare_recalls;
       if (prepare_moves > 0) s << ":move=" << prepare_moves;
       if (prepare_lists > 0) s << ":lists=" << prepare_lists;
+      if (read_through != WindowPolicy{}.read_through) s << ":through=" << read_through;
       if (self_check) s << ":check";
       return s.str();
     case MissAction::kReprefill:

@@ -94,6 +94,25 @@ double keep_change(double delta_tokens, double gap_tokens) noexcept;
 // against up to 5e-4), where the loss is negligible either way.
 double truncation_stand_in(double rank, double full_rank) noexcept;
 
+// What fresh KV reads of approximate KV: an instance forwarded now (a new turn at the tail) behind kept,
+// approximate instances is exact in itself and predicted to lose nothing, yet its KV is computed over their
+// error and the next query reads it as much as its own weight says. Each fresh instance j passes a share
+// of its weight on to every instance i before it, in proportion to len_i / (start_j - start_i): j's
+// attention spread over what precedes it with recency (its neighbours most), normalised over i < j.
+//   weight_i += kReadThrough · Σ_j weight_j · share_ij      (capped at 1)
+// Measured on bindings/python/examples/tool_loop.py without hints (default policy, seeds 16-23): the
+// tail turn forwarded behind a trim measured up to 6e-3 nats alone where the window predicted 2.4e-5 in
+// all; 170 of 192 steps held the 3e-3 budget at 0.27x the prefix cache's forward tokens. Uniform shares
+// (len_i / start_j) bought 180 of 192 at 0.33x with a factor 0.3, 188 at 0.38x with 1; these recency
+// shares 187 at 0.31x with 0.3 (the factor chosen), 189 at 0.38x with 1. On seeds never used while
+// choosing it (100-111): 275 of 288 at 0.30x (265 at 0.27x without).
+inline constexpr double kReadThrough = 0.3;
+// `weights` (one per instance, in window order) with the read-through shares of the instances with
+// fresh[i] set added (the formula above); lengths in tokens. Throws orbit::Error naming the argument when the
+// three sizes differ.
+std::vector<double> add_read_through(const std::vector<double>& weights, const std::vector<int64_t>& lengths,
+                                     const std::vector<bool>& fresh, double factor = kReadThrough);
+
 inline constexpr double kSensitivityExponent = 0.4;  // g(r) below the reference sensitivity
 inline constexpr double kMinSensitivityFactor = 0.125;
 inline constexpr double kMaxSensitivityFactor = 64.0;
