@@ -106,21 +106,27 @@ def test_the_default_policy_with_the_next_list_prepared_stays_within_budget(tool
 def test_the_default_policy_learns_the_loops_edits_without_hints(tool_loop, stories260k_path):
     """Without the loop's hint (no prepare_sync), the window learns the loop's edits from the lists it is synced
     to (the oldest assistant message and screenshot leaving, a result or a page shown again moving to the end)
-    and prepares them in idle time, and a message moved to the tail is priced as what the next query reads:
-    the budget holds on at least 90% of the steps of seeds 2 and 3 (87.5% before moves were learned and so
-    priced) at a fraction of the prefix cache's forwards; bench numbers over more seeds are in
+    and prepares them in idle time; a message moved to the tail is priced as what the next query reads, and a
+    kept survivor as what the fresh turn behind it reads (read-through). The budget holds on at least 95% of
+    the steps of seeds 17 and 20 (48 of 48 when measured) at a fraction of the prefix cache's forwards; without
+    read-through seed 17 holds on fewer (19 of 24 when measured). Bench numbers over more seeds are in
     bench/fidelity/README.md."""
     within, steps, forward, prefix = 0, 0, 0.0, 0.0
-    for seed in (2, 3):
+    per_seed = {}
+    for seed in (17, 20):
         r = tool_loop.run(stories260k_path, steps=24, seed=seed, anticipate=False)
         assert r.prepared_tokens == 0 and r.prepared_steps == 0  # no hint given
         assert r.idle_tokens > 0  # what the window learned, prepared
-        within += sum(k <= tool_loop.KL_BUDGET for k in r.kl)
+        per_seed[seed] = sum(k <= tool_loop.KL_BUDGET for k in r.kl)
+        within += per_seed[seed]
         steps += r.steps
         forward += r.forward_tokens
         prefix += r.prefix_tokens
-    assert within >= 0.9 * steps, f"{within} of {steps} steps within the budget"
+    assert within >= 0.95 * steps, f"{within} of {steps} steps within the budget"
     assert forward < 0.35 * prefix, f"{forward} forward tokens against {prefix} for the prefix cache"
+    unread = tool_loop.run(stories260k_path, steps=24, seed=17, anticipate=False,
+                           policy="patch:16:kl=0.003:heal:prep=1:move=8:lists=3:through=0")
+    assert sum(k <= tool_loop.KL_BUDGET for k in unread.kl) < per_seed[17], (unread.kl, per_seed)
 
 
 def test_reprefill_policy_has_reference_fidelity(tool_loop, stories260k_path):
