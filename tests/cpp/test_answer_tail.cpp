@@ -160,9 +160,15 @@ TEST_CASE("a window whose answers do not come back carries no tail", "[window][r
   list.erase(list.begin() + 1);
   w.sync(list, o);
   w.generate(w.plan_sync(list, o).generation_prompt, g);
+  // A fork is a branch of the same agent: what the window learned of its answers holds there too (its heal,
+  // like the window's, forwards what it plans and carries no tail).
+  Window branch = w.fork();
+  const Plan forked = branch.plan_heal();
   const Plan again = w.plan_heal();
   REQUIRE(again.forward_tokens > 0);
   CHECK(w.heal().forward_tokens == Approx(again.forward_tokens));
+  CHECK(forked.forward_tokens == Approx(again.forward_tokens));
+  CHECK(branch.heal().forward_tokens <= forked.forward_tokens);  // reuses what the window's heal computed
 }
 
 TEST_CASE("a turn served from the carried tail is priced by its measured sensitivity, as a prefilled one is",
