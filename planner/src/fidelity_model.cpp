@@ -42,8 +42,9 @@ std::vector<double> add_read_through(const std::vector<double>& weights, const s
   }
   std::vector<double> share(weights.size());
   for (std::size_t j = 1; j < weights.size(); ++j) {
-    // Instances far from the end carry next to no weight to pass on (recency_weight): skip them, so a
-    // window's first sync (every instance fresh) stays linear in practice.
+    // Instances far from the end carry next to no weight to pass on (recency_weight): skip them. Each one
+    // passed on costs a pass over what precedes it, so a first sync of a long list (every instance fresh,
+    // most of them above this cut-off) is quadratic in its length.
     if (!fresh[j] || !(factor * weights[j] > 1e-9)) continue;
     double total = 0;
     for (std::size_t i = 0; i < j; ++i) {
