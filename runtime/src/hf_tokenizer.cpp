@@ -169,7 +169,7 @@ void HfTokenizerImpl::read_added_tokens(const json& j) {
     if (a.special) special_ids_.insert(a.id);
     added_.push_back(a);
   }
-  vocab_size_ = std::max<int64_t>(model_->size(), next_id);
+  vocab_size_ = std::max({model_->id_bound(), model_->size(), next_id});
   for (const hf::AddedToken& a : added_) vocab_size_ = std::max(vocab_size_, a.id + 1);
   std::vector<hf::AddedToken> raw, normalized;
   std::vector<std::string> raw_patterns, normalized_patterns;

@@ -184,3 +184,16 @@ TEST_CASE("malformed post-processors are refused naming the file", "[hf_tokenize
   const json cls = {{"type", "RobertaProcessing"}, {"cls", "<s>"}, {"sep", {"</s>", 2}}};
   CHECK_THAT(refused("post_processor", cls), Contains("'cls' is not a [token, id] pair"));
 }
+
+TEST_CASE("a vocabulary with sparse ids loads without sizing anything by its largest id", "[hf_tokenizer]") {
+  // One id at 2^31 - 1: a table indexed by id took 16 GiB here (found by fuzz_hf_tokenizer).
+  const json tok = {
+      {"model",
+       {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 2147483647}, {"ab", 5}}}, {"merges", json::array({"a b"})}}}};
+  const auto tokenizer = orbit::runtime::parse_hf_tokenizer(tok.dump(), "", "sparse.json");
+  CHECK(tokenizer->encode("ab", false) == std::vector<int64_t>{5});
+  CHECK(tokenizer->encode("ba", false) == std::vector<int64_t>{2147483647, 0});
+  CHECK(tokenizer->decode_ids({2147483647, 5}, false) == "b ab");  // no decoder: tokens joined by spaces
+  CHECK(tokenizer->vocab_size() == 2147483648);  // one past the largest id, as the model's vocab must cover it
+  CHECK_THROWS_WITH(tokenizer->piece(3), Contains("sparse.json: token id 3 is not in the vocabulary"));
+}

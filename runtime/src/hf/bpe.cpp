@@ -35,14 +35,13 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model, const
               where << ": dropout is not supported (it samples merges)");
   auto bpe = std::unique_ptr<BpeModel>(new BpeModel());
   ORBIT_CHECK(model.contains("vocab") && model["vocab"].is_object(), where << ": 'vocab' is not an object");
-  int64_t max_id = -1;
   for (const auto& [token, id] : model["vocab"].items()) {
     ORBIT_CHECK(id.is_number_unsigned() && id.get<uint64_t>() < (1ull << 31),
                 where << ": vocab entry '" << token << "' has no valid id");
     bpe->vocab_[token] = id.get<uint32_t>();
-    max_id = std::max<int64_t>(max_id, id.get<uint32_t>());
+    bpe->id_bound_ = std::max<int64_t>(bpe->id_bound_, int64_t{id.get<uint32_t>()} + 1);
   }
-  bpe->by_id_.assign(static_cast<size_t>(max_id + 1), nullptr);
+  bpe->by_id_.reserve(bpe->vocab_.size());
   for (const auto& [token, id] : bpe->vocab_) bpe->by_id_[id] = &token;
   bpe->continuing_subword_prefix_ = string_field(model, "continuing_subword_prefix", "");
   bpe->end_of_word_suffix_ = string_field(model, "end_of_word_suffix", "");
@@ -77,7 +76,9 @@ std::optional<int64_t> BpeModel::token_to_id(const std::string& token) const {
 }
 
 const std::string* BpeModel::id_to_token(int64_t id) const {
-  return id >= 0 && id < static_cast<int64_t>(by_id_.size()) ? by_id_[static_cast<size_t>(id)] : nullptr;
+  if (id < 0 || id >= (int64_t{1} << 31)) return nullptr;
+  const auto it = by_id_.find(static_cast<uint32_t>(id));
+  return it == by_id_.end() ? nullptr : it->second;
 }
 
 std::vector<BpeModel::Symbol> BpeModel::initial_symbols(std::string_view word) const {

@@ -34,6 +34,8 @@ class BpeModel {
   const std::string* id_to_token(int64_t id) const;
   // The number of entries in the vocabulary (the Rust library's get_vocab_size).
   int64_t size() const { return static_cast<int64_t>(vocab_.size()); }
+  // One past the largest id in the vocabulary (above size() where ids are sparse).
+  int64_t id_bound() const { return id_bound_; }
 
  private:
   struct Symbol {
@@ -49,9 +51,12 @@ class BpeModel {
   void merge_all(std::vector<Symbol>& symbols) const;
 
   std::unordered_map<std::string, uint32_t> vocab_;
-  std::vector<const std::string*> by_id_;  // nullptr where no token has that id
+  // Keyed, not indexed: ids need not be dense (Hugging Face accepts any), and a vector sized by the
+  // largest id would let one entry with id 2^31 - 1 allocate 16 GiB.
+  std::unordered_map<uint32_t, const std::string*> by_id_;
   std::unordered_map<uint64_t, Merge> merges_;
   std::optional<uint32_t> unk_id_;
+  int64_t id_bound_ = 0;
   std::string continuing_subword_prefix_, end_of_word_suffix_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
 };
