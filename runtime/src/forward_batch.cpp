@@ -17,6 +17,7 @@
 
 #include "attention.h"
 #include "forward_batch.h"
+#include "key_attention.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/model.h"
 
@@ -182,6 +183,7 @@ at::Tensor run_layer(const BatchPass& b, int64_t l, const at::Tensor& x, std::ve
     sequence_attention(b, w, l, contents, q, attention);
   }
   for (const CachedGroup& g : b.cached) cached_attention(b, l, g, contents, q, attention);
+  add_key_attention(b, l, w, contents, q, results);
   const at::Tensor y = x + dense(attention, w.wo);
   const at::Tensor g = rms_norm(y, w.ffn_norm, c.rms_norm_eps);
   return y + dense(at::silu(dense(g, w.w_gate)) * dense(g, w.w_up), w.w_down);
@@ -268,6 +270,7 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<SequenceForwar
   }
   for (int64_t l = 0; l < num_layers; ++l) x = detail::run_layer(b, l, x, results);
   detail::finish_cached(b);
+  detail::finish_key_attention(b, results);
   detail::batch_logits(b, x, results);
   return results;
 }

@@ -64,6 +64,13 @@ TEST_CASE("the default policy is a budgeted patch policy; presets carry no budge
   CHECK(parse_policy(parse_policy("patch:16:kl=0.003:through=0.5").name()).read_through == 0.5);
   CHECK_THROWS_WITH(parse_policy("patch:16:kl=0.003:through=2"), Catch::Contains("through (the share"));
   CHECK_THROWS_WITH(parse_policy("patch:16:through=x"), Catch::Contains("through 'x' is not a number"));
+  // :attend=F, the weight of the last query's attention on a kept instance.
+  CHECK(d.attention_weight == 1.0);
+  CHECK(parse_policy("patch:16:kl=0.003:attend=0").attention_weight == 0);
+  CHECK(parse_policy("patch:16:kl=0.003:attend=4").name() == "patch:16:kl=0.003:attend=4");
+  CHECK(parse_policy(parse_policy("patch:16:kl=0.003:attend=4").name()).attention_weight == 4);
+  CHECK_THROWS_WITH(parse_policy("patch:16:kl=0.003:attend=-1"), Catch::Contains("attend (the weight"));
+  CHECK_THROWS_WITH(parse_policy("patch:16:attend=x"), Catch::Contains("attend 'x' is not a number"));
 }
 
 TEST_CASE("every preset defers repairs; ':eager' turns it off and round-trips", "[policy][defer]") {

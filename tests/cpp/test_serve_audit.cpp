@@ -176,9 +176,10 @@ TEST_CASE("serve audit: an append-only tool loop through the chat template is se
 TEST_CASE("serve audit: a loss the model under-predicted raises the engine's fidelity correction", "[serve][model]") {
   sv::ServeOptions options;
   options.model = kModel;
-  // A budget, and no idle-time self-checks of its own; no read-through, so the trims leave approximate
-  // reads to audit (with it this conversation's reads are served exactly and the audits say nothing).
-  options.policy = "patch:16:kl=0.003:through=0";
+  // A budget, and no idle-time self-checks of its own; neither read-through nor the last query's attention,
+  // so the trims leave approximate reads to audit (with either, this conversation's reads are served exactly
+  // and the audits say nothing).
+  options.policy = "patch:16:kl=0.003:through=0:attend=0";
   options.audit_rate = 1;
   sv::ServeCore core(options);
   REQUIRE(core.engine().stats().fidelity_correction == 1);

@@ -530,6 +530,12 @@ def test_policy_spec_and_keyword_arguments(orbit):
     assert d.replace(read_through=0.5).name.endswith(":through=0.5")
     with pytest.raises(ValueError, match="read_through"):
         d.replace(read_through=1.5)
+    # the last query's attention as a floor under a kept instance's weight: a field and a spec modifier
+    assert d.attention_weight == 1.0 and d.replace(attention_weight=0) != d
+    assert orbit.Policy("patch:16:kl=0.003:attend=3").attention_weight == 3
+    assert d.replace(attention_weight=3).name.endswith(":attend=3")
+    with pytest.raises(ValueError, match="attention_weight"):
+        d.replace(attention_weight=-1)
     full = orbit.Policy("patch:full:exact")
     assert full.rank_k == -1 and full.survivors == orbit.SurvivorAction.recondition
     q = orbit.Policy("patch:8", survivors="recondition", stale=orbit.StalePatch.accept, max_divergence=0.5)

@@ -58,3 +58,34 @@ def test_a_turn_kept_over_a_changed_context_is_priced_by_its_measured_sensitivit
         w2.admit(e.add_text("Lily had a small dog."))
         (step,) = [s for s in w2.plan_add_turn(e.tokenize("The dog liked to run.")) if s.is_turn]
         assert step.background_tokens == 0
+
+
+def test_a_kept_instance_the_last_query_looked_at_is_priced_by_that_look(orbit, stories260k_path):
+    # The recency weight prices a short text far from the end at next to nothing; the share of the last
+    # generate's attention it received (InstanceInfo.attention) is a floor under it with attention_weight > 0.
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, background="deferred") as e:
+        w = e.new_window(policy=orbit.Policy("default").replace(attention_weight=0))
+        w.admit(e.add_text("You are a helper who reads stories and answers questions about them."))
+        x = w.admit(e.add_text("Tom saw a big red ball in the park.")).added[0]
+        ball = e.add_text("The ball was red.")
+        w.admit(ball)
+        for i in range(6):
+            w.admit(e.add_text(f"Story {i}: once upon a time there was a little dog who liked to run and play."))
+        assert all(i.attention == -1 for i in w.instances)  # no generate read it yet
+        w.generate(e.tokenize("What colour was the ball?"), max_tokens=1)
+        shares = [i.attention for i in w.instances]
+        assert all(0 <= s <= 1 for s in shares) and 0.05 < sum(shares) < 1  # the query's own tokens take the rest
+        (looked,) = [i.attention for i in w.instances if i.chunk == ball]
+        assert looked > 0
+
+        def kept_ball():
+            (s,) = [s for s in w.plan_evict(x) if s.chunk == ball and s.action == orbit.StepAction.keep]
+            return s.predicted_kl
+
+        by_recency = kept_ball()
+        w.policy = orbit.Policy("default")  # attention_weight 1
+        by_attention = kept_ball()
+        assert by_attention > by_recency * 2
+        fork = w.fork()  # a fork keeps what the window learned
+        assert [i.attention for i in fork.instances] == shares
+        fork.close()

@@ -305,6 +305,8 @@ class InstanceInfo:
     @property
     def context_changed(self) -> bool: ...
     @property
+    def attention(self) -> float: ...
+    @property
     def deferred(self) -> bool: ...
     @property
     def patch_key(self) -> str: ...
@@ -681,6 +683,7 @@ class WindowPolicy:
         prepare_moves: int = ...,
         prepare_lists: int = ...,
         read_through: float = ...,
+        attention_weight: float = ...,
     ) -> None: ...
     on_miss: MissAction
     survivors: SurvivorAction
@@ -706,6 +709,7 @@ class WindowPolicy:
     prepare_moves: int
     prepare_lists: int
     read_through: float
+    attention_weight: float
     @property
     def name(self) -> str: ...
     def replace(self, **options: object) -> "WindowPolicy": ...

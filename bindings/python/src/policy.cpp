@@ -128,6 +128,8 @@ const std::map<std::string, Setter>& setters() {
       {"prepare_moves", [](WindowPolicy& p, py::handle v) { p.prepare_moves = count(v, "prepare_moves"); }},
       {"prepare_lists", [](WindowPolicy& p, py::handle v) { p.prepare_lists = count(v, "prepare_lists"); }},
       {"read_through", [](WindowPolicy& p, py::handle v) { p.read_through = number(v, "read_through", 0, 1, false); }},
+      {"attention_weight",
+       [](WindowPolicy& p, py::handle v) { p.attention_weight = number(v, "attention_weight", 0, 1e6, false); }},
       {"first_k",
        [](WindowPolicy& p, py::handle v) {
          if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 1) {
@@ -245,6 +247,10 @@ void init_policy(py::module_& m) {
         "is computed over their error: it passes this share of its recency weight on to what precedes it (the\n"
         "nearest most), and their predicted loss counts it. In [0, 1]; 0 = the query's own reading only. 0.3 in\n"
         "the default policy (spec modifier ':through=F').");
+  field(c, "attention_weight", &WindowPolicy::attention_weight,
+        "Under a kl_budget, a kept instance weighs at least this many times the share of the last generate's\n"
+        "attention it received (InstanceInfo.attention), wherever it sits in the window; 0 = recency alone.\n"
+        "In [0, 1e6]; 1 in the default policy (spec modifier ':attend=F').");
   c.def_property_readonly("name", &WindowPolicy::name,
                           "The preset in canonical spec form ('patch:16', 'reprefill', ...).");
   c.def(
@@ -270,7 +276,8 @@ void init_policy(py::module_& m) {
                a.defer_repairs == b.defer_repairs && a.heal_when_idle == b.heal_when_idle &&
                a.heal_min_kl == b.heal_min_kl && a.prepare_recalls == b.prepare_recalls &&
                a.prepare_moves == b.prepare_moves && a.prepare_lists == b.prepare_lists &&
-               a.self_check == b.self_check && a.read_through == b.read_through;
+               a.self_check == b.self_check && a.read_through == b.read_through &&
+               a.attention_weight == b.attention_weight;
       },
       py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {

@@ -302,6 +302,9 @@ void init_types(py::module_& m) {
       .def_readonly("match", &InstanceInfo::match, "PatchMatch when formed_by is apply_patch.")
       .def_readonly("exact", &InstanceInfo::exact, "Its KV equals a re-prefill of the current window (as tracked).")
       .def_readonly("context_changed", &InstanceInfo::context_changed, "Kept as-is although its context changed.")
+      .def_readonly("attention", &InstanceInfo::attention,
+                    "The share of the last generate's attention on it (its query's last token, averaged over "
+                    "heads and layers); -1 before a generate read it.")
       .def_readonly("deferred", &InstanceInfo::deferred,
                     "An edit left its repair to the next read or forwarding operation (Window.flush runs it).")
       .def_readonly("patch_key", &InstanceInfo::patch_key, "The patch applied, if any.")

@@ -39,6 +39,8 @@
 // moving N of its chunks behind the others (WindowPolicy::prepare_moves).
 // `:through=F` (patch presets; 0.3 in `default`): under a budget, fresh KV computed behind kept, approximate
 // instances counts toward their predicted loss (WindowPolicy::read_through).
+// `:attend=F` (patch presets; 1 in `default`): under a budget, a kept instance weighs at least F
+// times the share of the last query's attention it received (WindowPolicy::attention_weight).
 // `:check` (patch presets; off in `default`): idle-time heals measure the loss the window carried and the
 // engine scales its fidelity model by what they find (WindowPolicy::self_check).
 // Modifiers appended to patch presets: `:deep` (patch only layers ≥ ℓ₀ chosen from the deficit's energy),
@@ -180,6 +182,12 @@ struct WindowPolicy {
   // 0.30x the prefix cache's forward tokens, 0 kept 265 at 0.27x; on the shipped replay traces it costs 0.415x
   // the radix cache's critical tokens against 0.384x.
   double read_through = 0.3;
+  // What the last query looked at (the `:attend=F` modifier): under a budget, a kept instance's weight in
+  // the fidelity model is at least F times the share of the last generate's attention it received
+  // (InstanceInfo::attention), wherever it sits. The recency weight alone assumes the next query reads what
+  // is near it; an agent's question that refers back to a tool result far up the window reads that result,
+  // and its loss there was under-predicted 1000-fold. 0 = recency alone.
+  double attention_weight = 1.0;
   double recompute_ratio = 0.15;  // kTokenRecompute
   int64_t first_k = 16;           // kFirstK
 

@@ -91,6 +91,11 @@ struct InstanceInfo {
   bool deferred = false;         // its repair waits for the next read or forwarding operation
                                  // (WindowPolicy::defer_repairs); flush() runs it now
   std::string patch_key;
+  // The share of the last generate's attention on it: its first forward's last token (the query's end),
+  // averaged over heads and layers, summed over the instance's tokens; -1 before a generate read it (and
+  // where the forward cannot collect it: runtime::ForwardResult::key_attention). The window's shares and
+  // the query's own sum to 1.
+  double attention = -1;
 };
 
 // An instance's KV as stored (content channel, keys before RoPE), copied out: per layer, row-major

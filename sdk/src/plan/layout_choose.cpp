@@ -144,6 +144,12 @@ void LayoutPlanner::choose_actions() {
     const bool toward_tail = !info_[i].keys_same && info_[i].jumped > static_cast<double>(to_end);
     weights_[i] =
         embeddings || toward_tail ? 1.0 : planner::recency_weight(info_[i].length, total_tokens_ - tokens_before);
+    // What the last query looked at, it is likely to look at again, however far back (a tool result an
+    // agent's question refers to): WindowPolicy::attention_weight.
+    const EntryMeta* old = info_[i].old;
+    if (old != nullptr && old->attention > 0 && policy_.attention_weight > 0) {
+      weights_[i] = std::max(weights_[i], std::min(1.0, policy_.attention_weight * old->attention));
+    }
     tokens_before += info_[i].length;
   }
   // Fresh KV (a new turn at the tail) is computed over the kept instances' approximate KV: they are read

@@ -77,6 +77,9 @@ std::string policy_spec_help() {
          "                                      :through=F (0..1, default 0.3): under a budget, a fresh\n"
          "                                      instance computed behind kept, approximate ones passes F of its\n"
          "                                      weight on to them (their predicted loss counts it);\n"
+         "                                      :attend=F (>= 0, default 1): under a budget, a kept\n"
+         "                                      instance weighs at least F times the share of the last query's\n"
+         "                                      attention it received;\n"
          "                                      :check makes idle-time heals measure the loss the window carried\n"
          "                                      and scale the fidelity model by the largest recent miss (off in\n"
          "                                      default)\n"
@@ -145,6 +148,11 @@ void parse_patch_modifier(const std::string& spec, const std::string& part, std:
     if (!(p.read_through >= 0 && p.read_through <= 1)) {
       bad_spec(spec,
                "through (the share of a fresh instance's weight read through what precedes it) must be in [0, 1]");
+    }
+  } else if (part.rfind("attend=", 0) == 0) {
+    p.attention_weight = parse_number(spec, part.substr(7), "attend");
+    if (!(p.attention_weight >= 0 && p.attention_weight <= 1e6)) {
+      bad_spec(spec, "attend (the weight of the last query's attention on a kept instance) must be in [0, 1e6]");
     }
   } else if (part.rfind("kl=", 0) == 0) {
     p.kl_budget = parse_number(spec, part.substr(3), "kl budget");
@@ -296,6 +304,7 @@ std::string WindowPolicy::name() const {
       if (prepare_moves > 0) s << ":move=" << prepare_moves;
       if (prepare_lists > 0) s << ":lists=" << prepare_lists;
       if (read_through != WindowPolicy{}.read_through) s << ":through=" << read_through;
+      if (attention_weight != WindowPolicy{}.attention_weight) s << ":attend=" << attention_weight;
       if (self_check) s << ":check";
       return s.str();
     case MissAction::kReprefill:

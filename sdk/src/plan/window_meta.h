@@ -78,7 +78,11 @@ struct EntryMeta {
   PatchMatch match = PatchMatch::kNone;
   std::string patch_key;
   bool deferred = false;  // an edit left its repair to the next read (WindowPolicy::defer_repairs)
-  KvState state;          // what its KV is (kv_state.h): equal states, equal KV
+  // The share of the attention the last generate's query put on it (its first forward's last token, averaged
+  // over heads and layers; runtime::ForwardOptions::key_attention), or -1 before a generate saw it. What the
+  // next query reads, whatever the instance's distance: the planner weighs its losses by it (layout_choose).
+  double attention = -1;
+  KvState state;  // what its KV is (kv_state.h): equal states, equal KV
 
   ChunkRef ref() const;
 };

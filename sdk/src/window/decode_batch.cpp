@@ -39,6 +39,21 @@ struct DecodeReadKey {
 
 namespace {
 
+// What the query's first forward looked at (ForwardResult::key_attention, the window's tokens first), summed
+// per instance into the window's entries: the planner's evidence of what the next query reads.
+void record_attention(WindowState& w, const at::Tensor& mass) {
+  if (!mass.defined()) return;
+  int64_t total = 0;
+  for (const Entry& e : w.entries) total += e.length;
+  if (mass.size(0) < total) return;
+  const at::Tensor sums = mass.narrow(0, 0, total).to(at::kDouble);
+  int64_t at = 0;
+  for (Entry& e : w.entries) {
+    e.attention = e.length > 0 ? sums.narrow(0, at, e.length).sum().item<double>() : 0.0;
+    at += e.length;
+  }
+}
+
 DecodeReadKey read_key(const WindowState& w) {
   const KvState chain = w.state_chain();
   DecodeReadKey k{chain.hi, chain.lo, w.tokens(), 0};
@@ -267,14 +282,16 @@ void DecodeBatchState::forward(DecodeStep& out) {
     out.tokens += static_cast<int64_t>(s->input.size());
   }
   if (inputs.empty()) return;
-  runtime::ForwardOptions fo;
+  runtime::ForwardOptions fo, first;
   fo.logits = runtime::LogitsMode::kLast;
+  first.logits = runtime::LogitsMode::kLast;
+  first.key_attention = true;  // the query's forward: where it looks (record_attention)
   std::vector<runtime::PastKV> pasts;
   pasts.reserve(inputs.size());
   std::vector<runtime::SequenceForward> batch;
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     pasts.push_back(cache->past(owners[k]->slot));
-    batch.push_back({&inputs[k], &pasts.back(), &fo});
+    batch.push_back({&inputs[k], &pasts.back(), owners[k]->steps == 0 ? &first : &fo});
   }
   const std::vector<runtime::ForwardResult> results = core->model().forward_batch(batch);
   out.sequences = static_cast<int64_t>(results.size());
@@ -288,6 +305,7 @@ void DecodeBatchState::forward(DecodeStep& out) {
       live[j]->slot = cache->fork(owners[i]->slot);  // the window and the query's rows, its own from here
       live[j]->past = runtime::PastKV();
     }
+    if (live[j]->steps == 0) record_attention(*live[j]->window, results[i].key_attention);
     advance(*live[j], results[i], logits.narrow(0, static_cast<int64_t>(i), 1), shared[j]);
   }
 }

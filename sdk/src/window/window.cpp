@@ -103,6 +103,7 @@ std::vector<InstanceInfo> Window::instances() const {
     info.exact = e.exact_when_formed && !info.context_changed;
     info.patch_key = e.patch_key;
     info.deferred = e.deferred;
+    info.attention = e.attention;
     out.push_back(info);
     position += e.extent;
   }

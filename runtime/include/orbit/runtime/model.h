@@ -93,12 +93,22 @@ struct ForwardOptions {
   // from host or disk on a copy stream) makes the compute stream wait there for layer l's copy only, so
   // the copies of later layers overlap the compute of earlier ones. Empty: not called.
   std::function<void(int64_t layer)> before_layer;
+
+  // Fill ForwardResult::key_attention: where the last computed token looks. A planner reads it to learn
+  // which earlier content the next query depends on (a kept turn far back that a question refers to).
+  // Costs one query row against the keys per layer.
+  bool key_attention = false;
 };
 
 struct ForwardResult {
   // float32 [1, vocab] (kLast), [T or R, vocab] (kAll), undefined (kNone); on the model's device.
   at::Tensor logits;
   std::vector<LayerKV> content;  // per layer run, when return_content; model's device and dtype
+  // With options.key_attention: float32 [K] on the host, the softmax weight the last computed token puts on
+  // each key it sees (past tokens, then input tokens up to itself), averaged over heads and layers; sums
+  // to 1. Undefined where the keys are never materialised in attention form: a paged past read in place by
+  // the CUDA kernel, and a decode cache of a dynamic-NTK model (keys rotated when read).
+  at::Tensor key_attention;
 };
 
 // One sequence of a batched forward (Model::forward_batch): its input, its own past (nullptr = none) and

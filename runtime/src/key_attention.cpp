@@ -1,0 +1,62 @@
+// ForwardOptions::key_attention (key_attention.h).
+#include "key_attention.h"
+
+#include <ATen/ATen.h>
+
+#include "attention.h"
+
+namespace orbit::runtime::detail {
+
+namespace {
+
+// Sequence s's keys at layer l in attention form [H_a, S, d_k] (rotated; MLA's expanded), S = its past and
+// input tokens; undefined where they are not at hand (key_attention.h).
+at::Tensor attention_keys(const BatchPass& b, const SequencePass& s, const LayerWeights& w, const LayerKV& content,
+                          int64_t l) {
+  const ModelConfig& c = b.model.config();
+  const ForwardPast& fp = *s.past;
+  if (fp.cache != nullptr) {
+    if (fp.cache->rotate_at_read) return {};
+    return fp.cache->keys[static_cast<std::size_t>(l)].select(0, fp.slot).narrow(1, 0, fp.length + s.tokens);
+  }
+  if (s.paged != nullptr) return {};
+  const LayerKV keys = sequence_keys(b.model, s, content, l);
+  if (c.attention() == AttentionKind::kMla) return mla_keys(c, w, keys, &s.rope.key).first.permute({1, 0, 2});
+  return rotate(c.rope, keys.k, s.rope.key).permute({1, 0, 2});
+}
+
+}  // namespace
+
+void add_key_attention(const BatchPass& b, int64_t l, const LayerWeights& w, const std::vector<LayerKV>& contents,
+                       const at::Tensor& q, std::vector<ForwardResult>& results) {
+  const ModelConfig& c = b.model.config();
+  for (std::size_t i = 0; i < b.seqs.size(); ++i) {
+    const SequencePass& s = b.seqs[i];
+    if (!s.options->key_attention || s.rows == 0) continue;
+    if (l > 0 && !results[i].key_attention.defined()) continue;  // not at hand at layer 0: never
+    const at::Tensor keys = attention_keys(b, s, w, contents[i], l);
+    if (!keys.defined()) continue;
+    // The last computed token sees keys [0, its query index]: every key but after a partial recompute (read
+    // from the device only then).
+    const int64_t seen =
+        s.recompute.partial ? s.query_index[s.rows - 1].item<int64_t>() + 1 : s.past->length + s.tokens;
+    const int64_t Ha = keys.size(0), G = c.num_heads / Ha, dk = keys.size(2);
+    const at::Tensor last = q.select(0, b.first_row[i] + s.rows - 1).to(at::kFloat).view({Ha, G, dk});
+    const at::Tensor scores = at::bmm(last, keys.narrow(1, 0, seen).to(at::kFloat).transpose(1, 2));
+    const at::Tensor mass = at::softmax(scores.mul_(attention_scale(c)), -1).view({Ha * G, seen}).mean(0);
+    if (results[i].key_attention.defined()) {
+      results[i].key_attention.add_(mass);
+    } else {
+      results[i].key_attention = mass;
+    }
+  }
+}
+
+void finish_key_attention(const BatchPass& b, std::vector<ForwardResult>& results) {
+  for (std::size_t i = 0; i < b.seqs.size(); ++i) {
+    at::Tensor& mass = results[i].key_attention;
+    if (mass.defined()) mass = mass.div(static_cast<double>(b.seqs[i].num_layers)).to(at::kCPU);
+  }
+}
+
+}  // namespace orbit::runtime::detail
