@@ -179,7 +179,7 @@ struct WindowPolicy {
   // it, the nearest most, and a kept instance's predicted loss counts it. 0 prices kept instances by the
   // query's own reading only. On the Python tool loop without hints (bindings/python/examples/tool_loop.py,
   // anticipate=False; seeds 100-111, not used to choose it) 0.3 kept 275 of 288 steps within the budget at
-  // 0.30x the prefix cache's forward tokens, 0 kept 265 at 0.27x; on the shipped replay traces it costs 0.415x
+  // 0.30x the prefix cache's forward tokens, 0 kept 265 at 0.27x; on the shipped replay traces it cost 0.415x
   // the radix cache's critical tokens against 0.384x.
   double read_through = 0.3;
   // What the last query looked at (the `:attend=F` modifier): under a budget, a kept instance's weight in
