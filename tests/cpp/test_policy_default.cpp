@@ -71,6 +71,11 @@ TEST_CASE("the default policy is a budgeted patch policy; presets carry no budge
   CHECK(parse_policy(parse_policy("patch:16:kl=0.003:attend=4").name()).attention_weight == 4);
   CHECK_THROWS_WITH(parse_policy("patch:16:kl=0.003:attend=-1"), Catch::Contains("attend (the weight"));
   CHECK_THROWS_WITH(parse_policy("patch:16:attend=x"), Catch::Contains("attend 'x' is not a number"));
+  // throughput weighs kept instances as the default does, and says so in its name when it differs.
+  CHECK(parse_policy("throughput:attend=0:kl=0.01").name() == "throughput:kl=0.01:attend=0");
+  CHECK(parse_policy("throughput:through=0.5").read_through == 0.5);
+  CHECK(parse_policy(parse_policy("throughput:through=0.5").name()).read_through == 0.5);
+  CHECK_THROWS_WITH(parse_policy("throughput:heal"), Catch::Contains("'throughput' takes only :kl=X"));
 }
 
 TEST_CASE("every preset defers repairs; ':eager' turns it off and round-trips", "[policy][defer]") {

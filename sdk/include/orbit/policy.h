@@ -18,7 +18,8 @@
 //   throughput[:kl=X]  for servers, where background compute is not free: the default's KL budget and exact
 //                   reuse, but a miss is one prefill in context (no canonical encoded, no patch formed in the
 //                   background; stored ones are still used) and idle time does nothing; its total forward
-//                   tokens are its critical ones (bench/REPORT-radix.md's frontier)
+//                   tokens are its critical ones (bench/REPORT-radix.md's frontier); :through=F and :attend=F
+//                   weigh kept instances as for patch (below)
 //   reprefill       the ceiling: every instance whose context changed is prefilled again in context;
 //                   nothing is reused except a chunk's canonical at position 0 of an empty context
 //   prefix          the executing radix-cache baseline: every instance whose context changed is prefilled

@@ -84,7 +84,8 @@ std::string policy_spec_help() {
          "                                      and scale the fidelity model by the largest recent miss (off in\n"
          "                                      default)\n"
          "  throughput[:kl=X]                   the default's budget without background work (servers): a miss\n"
-         "                                      is prefilled (no patch formed), no idle-time work\n"
+         "                                      is prefilled (no patch formed), no idle-time work; takes\n"
+         "                                      :through=F and :attend=F as patch does\n"
          "  reprefill                           prefill every instance whose context changed; reuse nothing\n"
          "  prefix                              radix cache: reuse KV (chunks, turns, answers) only behind the\n"
          "                                      identical sequence\n"
@@ -133,6 +134,35 @@ bool parse_idle_modifier(const std::string& spec, const std::string& part, Windo
   return true;
 }
 
+// How the fidelity model weighs kept instances (`patch` and `throughput`): :through=F and :attend=F. False when
+// `part` is neither.
+bool parse_weight_modifier(const std::string& spec, const std::string& part, WindowPolicy& p) {
+  if (part.rfind("through=", 0) == 0) {
+    p.read_through = parse_number(spec, part.substr(8), "through");
+    if (!(p.read_through >= 0 && p.read_through <= 1)) {
+      bad_spec(spec,
+               "through (the share of a fresh instance's weight read through what precedes it) must be in [0, 1]");
+    }
+    return true;
+  }
+  if (part.rfind("attend=", 0) == 0) {
+    p.attention_weight = parse_number(spec, part.substr(7), "attend");
+    if (!(p.attention_weight >= 0 && p.attention_weight <= 1e6)) {
+      bad_spec(spec, "attend (the weight of the last query's attention on a kept instance) must be in [0, 1e6]");
+    }
+    return true;
+  }
+  return false;
+}
+
+// The weight modifiers that differ from the defaults, as parse_weight_modifier reads them.
+std::string weight_modifiers(const WindowPolicy& p) {
+  std::ostringstream s;
+  if (p.read_through != WindowPolicy{}.read_through) s << ":through=" << p.read_through;
+  if (p.attention_weight != WindowPolicy{}.attention_weight) s << ":attend=" << p.attention_weight;
+  return s.str();
+}
+
 // One modifier of `patch`, the i-th part of the spec (i >= 1; only the first may be the rank).
 void parse_patch_modifier(const std::string& spec, const std::string& part, std::size_t i, WindowPolicy& p) {
   if (parse_idle_modifier(spec, part, p)) return;
@@ -143,17 +173,7 @@ void parse_patch_modifier(const std::string& spec, const std::string& part, std:
     p.deep_only = true;
   } else if (part == "noreuse") {
     p.reuse_computed = false;
-  } else if (part.rfind("through=", 0) == 0) {
-    p.read_through = parse_number(spec, part.substr(8), "through");
-    if (!(p.read_through >= 0 && p.read_through <= 1)) {
-      bad_spec(spec,
-               "through (the share of a fresh instance's weight read through what precedes it) must be in [0, 1]");
-    }
-  } else if (part.rfind("attend=", 0) == 0) {
-    p.attention_weight = parse_number(spec, part.substr(7), "attend");
-    if (!(p.attention_weight >= 0 && p.attention_weight <= 1e6)) {
-      bad_spec(spec, "attend (the weight of the last query's attention on a kept instance) must be in [0, 1e6]");
-    }
+  } else if (parse_weight_modifier(spec, part, p)) {
   } else if (part.rfind("kl=", 0) == 0) {
     p.kl_budget = parse_number(spec, part.substr(3), "kl budget");
     if (!(p.kl_budget > 0 && std::isfinite(p.kl_budget))) bad_spec(spec, "kl budget must be a positive number");
@@ -232,7 +252,8 @@ WindowPolicy throughput_preset(const std::string& spec, const std::vector<std::s
   p.prepare_moves = 0;
   p.prepare_lists = 0;
   for (std::size_t i = 1; i < parts.size(); ++i) {
-    if (parts[i].rfind("kl=", 0) != 0 || i > 1) bad_spec(spec, "'throughput' takes only :kl=X");
+    if (parse_weight_modifier(spec, parts[i], p)) continue;
+    if (parts[i].rfind("kl=", 0) != 0) bad_spec(spec, "'throughput' takes only :kl=X, :through=F and :attend=F");
     p.kl_budget = parse_number(spec, parts[i].substr(3), "kl budget");
     if (!(p.kl_budget > 0 && std::isfinite(p.kl_budget))) bad_spec(spec, "kl budget must be a positive number");
   }
@@ -303,14 +324,14 @@ std::string WindowPolicy::name() const {
       if (prepare_recalls > 0) s << ":prep=" << prepare_recalls;
       if (prepare_moves > 0) s << ":move=" << prepare_moves;
       if (prepare_lists > 0) s << ":lists=" << prepare_lists;
-      if (read_through != WindowPolicy{}.read_through) s << ":through=" << read_through;
-      if (attention_weight != WindowPolicy{}.attention_weight) s << ":attend=" << attention_weight;
+      s << weight_modifiers(*this);
       if (self_check) s << ":check";
       return s.str();
     case MissAction::kReprefill:
       if (kl_budget > 0) {
         s << "throughput";
         if (kl_budget != WindowPolicy{}.kl_budget) s << ":kl=" << kl_budget;
+        s << weight_modifiers(*this);
         return s.str();
       }
       return reuse_computed || store_conditioned ? "prefix" : "reprefill";
