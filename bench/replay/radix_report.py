@@ -35,9 +35,6 @@ POLICIES = "default,throughput,prefix"
 # the price of an earlier read orbit served without a forward.
 # Reads above the radix cache, with why (tests/python/test_dominance.py KNOWN lists the same ones).
 REASONS = {
-    ("video", 40): "the turn is computed over 32 tokens kept approximately since the step 33 eviction (where the "
-                   "radix cache forwarded 56 tokens against 8); read-through prices them and they are re-served "
-                   "now: the price of the earlier read, which a radix cache paid then",
     ("web", 25): "the admitted chunk is computed over 32 tokens kept approximately since the step 19 slide (where "
                  "the radix cache forwarded 154 tokens against 70); re-served now, the price of the earlier read",
 }
