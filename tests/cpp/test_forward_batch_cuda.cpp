@@ -2,7 +2,8 @@
 // and read by the paged kernel where it applies, contiguous pasts, prefills, a partial recompute) gives
 // every sequence its own forward's logits and content: float32 within the float32 bound, bfloat16 within
 // 2 % of the largest value (both sides round the same activations to bfloat16; a batch only changes the
-// GEMMs' blocking); and sequences over a DecodeCache's slots decode as over plain pasts. Exits 77 (skipped) without a
+// GEMMs' blocking); sequences over a DecodeCache's slots decode as over plain pasts; and key_attention
+// equals the CPU's from a contiguous past and from a slot. Exits 77 (skipped) without a
 // CUDA device (catch_main_gpu.cpp).
 #include "orbit_catch.h"
 
@@ -88,5 +89,32 @@ TEST_CASE("decode cache on CUDA: slots decode as plain pasts do") {
         token[i] = want.logits[-1].argmax().item<int64_t>();
       }
     }
+  }
+}
+
+TEST_CASE("key_attention on CUDA: the CPU's weights from a past and from a decode cache's slot") {
+  for (const std::string& name : orbit::test::device_test_models()) {
+    INFO(name);
+    const auto cpu = load_model(orbit::test::device_test_model_dir(name));
+    const auto gpu = load_model(orbit::test::device_test_model_dir(name), cuda(at::kFloat));
+    const std::vector<int64_t> tokens = orbit::test::case_tokens(*cpu, 40, 3);
+    const std::vector<int64_t> head(tokens.begin(), tokens.end() - 3);
+    ForwardInput tail;
+    tail.tokens.assign(tokens.end() - 3, tokens.end());
+    ForwardOptions o;
+    o.key_attention = true;
+    const at::Tensor want = cpu->forward(tail, orbit::test::contiguous_past(*cpu, head).get(), o).key_attention;
+    const auto past = orbit::test::contiguous_past(*gpu, head);
+    const at::Tensor contiguous = gpu->forward(tail, past.get(), o).key_attention;
+    REQUIRE(contiguous.defined());
+    CHECK(contiguous.device().is_cpu());
+    CHECK(orbit::test::max_abs_diff(contiguous, want) < 1e-4);
+    DecodeCache cache(*gpu);
+    const int64_t slot = cache.open(past.get());
+    const PastKV cached = cache.past(slot);
+    const at::Tensor from_cache = gpu->forward(tail, &cached, o).key_attention;
+    REQUIRE(from_cache.defined());
+    CHECK(orbit::test::max_abs_diff(from_cache, want) < 1e-4);
+    cache.close(slot);
   }
 }

@@ -1,7 +1,7 @@
 // ForwardOptions::key_attention: the last computed token's softmax weights over its keys, averaged over heads
 // and layers. Layer 0 against the formula computed here from the weights and the forward's own content; all
-// layers alike whether the keys come from no past, a contiguous past or a decode cache's slot; a
-// paged past on CPU (gathered) too; and the weights of a batch's sequences are each their own.
+// layers alike whether the keys come from no past, a contiguous past, a partial recompute or a decode cache's
+// slot, for every attention family (GQA, M-RoPE, MLA); and the weights of a batch's sequences are each their own.
 #include "orbit_catch.h"
 
 #include <ATen/ATen.h>
@@ -69,7 +69,11 @@ TEST_CASE("key_attention: layer 0 is the softmax of the last query against the r
 }
 
 TEST_CASE("key_attention: the same weights whether the keys come from no past, a past or a decode cache") {
-  for (const std::string& path : {orbit::test::stories_path(), std::string(ORBIT_MODELS_DIR) + "/tinystories-656k"}) {
+  std::vector<std::string> paths{orbit::test::stories_path(), std::string(ORBIT_MODELS_DIR) + "/tinystories-656k"};
+  for (const std::string& name : orbit::test::device_test_models()) {  // GQA widths, M-RoPE, MLA
+    paths.push_back(orbit::test::device_test_model_dir(name));
+  }
+  for (const std::string& path : paths) {
     INFO(path);
     const auto m = load_model(path);
     const std::vector<int64_t> tokens = orbit::test::case_tokens(*m, 40, 3);
