@@ -5,7 +5,6 @@ of engines or windows across many create/close cycles.
 Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.py).
 """
 import ast
-import copy
 import gc
 import inspect
 import os
@@ -514,68 +513,6 @@ def test_misuse_raises_orbit_errors_with_the_cpp_message(orbit, engine, stories2
             call()
     repr(w)
     assert engine.stats.chunks >= 2
-
-
-def test_policy_spec_and_keyword_arguments(orbit):
-    p = orbit.Policy("patch:16")
-    assert p.name == "patch:16" and p.rank_k == 16 and p.on_miss == orbit.MissAction.form
-    assert orbit.Policy() != p and orbit.WindowPolicy is orbit.Policy
-    d = orbit.Policy()  # the default policy: patch:16 with a per-step KL budget; 'default' names it
-    assert d == orbit.Policy("default") and d.kl_budget > 0 and p.kl_budget == 0 and d.rank_k == 16
-    # idle time: test_idle.py
-    assert d.replace(kl_budget=0, heal_when_idle=False, prepare_recalls=0, prepare_moves=0, prepare_lists=0) == p
-    # read-through (the share of a fresh instance's weight a kept one is priced by): a field and a spec modifier
-    assert d.read_through == 0.3 and d.replace(read_through=0) != d
-    assert orbit.Policy("patch:16:kl=0.003:through=0.5").read_through == 0.5
-    assert d.replace(read_through=0.5).name.endswith(":through=0.5")
-    with pytest.raises(ValueError, match="read_through"):
-        d.replace(read_through=1.5)
-    # the last query's attention as a floor under a kept instance's weight: a field and a spec modifier
-    assert d.attention_weight == 1.0 and d.replace(attention_weight=0) != d
-    assert orbit.Policy("patch:16:kl=0.003:attend=3").attention_weight == 3
-    assert d.replace(attention_weight=3).name.endswith(":attend=3")
-    with pytest.raises(ValueError, match="attention_weight"):
-        d.replace(attention_weight=-1)
-    full = orbit.Policy("patch:full:exact")
-    assert full.rank_k == -1 and full.survivors == orbit.SurvivorAction.recondition
-    q = orbit.Policy("patch:8", survivors="recondition", stale=orbit.StalePatch.accept, max_divergence=0.5)
-    assert q.rank_k == 8 and q.survivors == orbit.SurvivorAction.recondition and q.max_divergence == 0.5
-    k = orbit.Policy(on_miss="token-recompute", recompute_ratio=0.3, rank="full")
-    assert k.on_miss == orbit.MissAction.token_recompute and k.rank_v == -1 and str(k.on_miss) == "token-recompute"
-    r = p.replace(on_miss="blind", reuse_stored=False)
-    assert r.on_miss == orbit.MissAction.blind and p.on_miss == orbit.MissAction.form
-    c = copy.deepcopy(q)
-    c.first_k = 4
-    assert c.first_k == 4 and q.first_k != 4
-    assert orbit.Policy(q) == q and repr(q).startswith("Policy('patch:8")
-    assert "patch" in orbit.policy_help()
-    with pytest.raises(orbit.OrbitError, match="unknown policy 'bogus'"):
-        orbit.Policy("bogus")
-    with pytest.raises(orbit.OrbitError, match="rank must be a positive integer"):
-        orbit.Policy("patch:0")
-    with pytest.raises(TypeError, match="unknown option 'bogus'"):
-        orbit.Policy(bogus=1)
-    with pytest.raises(ValueError, match="unknown value 'nope'.*form, blind"):
-        orbit.Policy(on_miss="nope")
-    with pytest.raises(ValueError, match="max_divergence = 2 must be in"):
-        orbit.Policy(max_divergence=2)
-    with pytest.raises(ValueError, match="positive int or 'full'"):
-        orbit.Policy(rank=0)
-    with pytest.raises(TypeError, match="expected a bool"):
-        orbit.Policy(deep_only="yes")
-    with pytest.raises(TypeError, match="spec must be a string"):
-        orbit.Policy(16)
-    with pytest.raises(ValueError):
-        p.recompute_ratio = 0.0
-
-
-def test_window_policy_property(orbit, engine):
-    w = engine.new_window()
-    assert w.policy == orbit.Policy()
-    w.policy = "reprefill"
-    assert w.policy.name == "reprefill"
-    w.policy = orbit.Policy("blind")
-    assert w.policy.on_miss == orbit.MissAction.blind
 
 
 # ---- threads and lifetimes ----------------------------------------------------------------------------
