@@ -46,11 +46,13 @@ void record_attention(WindowState& w, const at::Tensor& mass) {
   int64_t total = 0;
   for (const Entry& e : w.entries) total += e.length;
   if (mass.size(0) < total) return;
-  const at::Tensor sums = mass.narrow(0, 0, total).to(at::kDouble);
-  int64_t at = 0;
+  // One pass over the host copy (a tensor op per entry costs more than the sums on a long window).
+  const at::Tensor weights = mass.narrow(0, 0, total).to(at::kDouble).contiguous();
+  const double* row = weights.data_ptr<double>();
   for (Entry& e : w.entries) {
-    e.attention = e.length > 0 ? sums.narrow(0, at, e.length).sum().item<double>() : 0.0;
-    at += e.length;
+    double sum = 0;
+    for (int64_t t = 0; t < e.length; ++t) sum += *row++;
+    e.attention = sum;
   }
 }
 

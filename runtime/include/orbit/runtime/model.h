@@ -96,7 +96,7 @@ struct ForwardOptions {
 
   // Fill ForwardResult::key_attention: where the last computed token looks. A planner reads it to learn
   // which earlier content the next query depends on (a kept turn far back that a question refers to).
-  // Costs one query row against the keys per layer.
+  // Costs one query row against the keys per layer (and, outside a decode cache, rotating the keys again).
   bool key_attention = false;
 };
 
