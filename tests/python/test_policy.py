@@ -7,16 +7,6 @@ import copy
 
 import pytest
 
-PAGE = 4
-POOL = 8 << 20
-
-
-@pytest.fixture
-def engine(orbit, stories260k_path):
-    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE) as e:
-        yield e
-
-
 def test_policy_spec_and_keyword_arguments(orbit):
     p = orbit.Policy("patch:16")
     assert p.name == "patch:16" and p.rank_k == 16 and p.on_miss == orbit.MissAction.form
@@ -70,10 +60,11 @@ def test_policy_spec_and_keyword_arguments(orbit):
         p.recompute_ratio = 0.0
 
 
-def test_window_policy_property(orbit, engine):
-    w = engine.new_window()
-    assert w.policy == orbit.Policy()
-    w.policy = "reprefill"
-    assert w.policy.name == "reprefill"
-    w.policy = orbit.Policy("blind")
-    assert w.policy.on_miss == orbit.MissAction.blind
+def test_window_policy_property(orbit, stories260k_path):
+    with orbit.Engine(stories260k_path, pool_bytes=8 << 20, page_size=4) as engine:
+        w = engine.new_window()
+        assert w.policy == orbit.Policy()
+        w.policy = "reprefill"
+        assert w.policy.name == "reprefill"
+        w.policy = orbit.Policy("blind")
+        assert w.policy.on_miss == orbit.MissAction.blind
