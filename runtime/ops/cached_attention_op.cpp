@@ -5,7 +5,14 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/cpu/cached_attention.h"
+#if defined(ORBIT_CACHED_ATTENTION_AVX2)
+#include "kernels/cpu/cached_attention_avx2.h"
+#endif
 #include "orbit/common/error.h"
 
 namespace orbit::runtime::ops {
@@ -14,6 +21,42 @@ namespace kcpu = orbit::kernels::cpu;
 
 bool cached_attention_available(const c10::Device& device, at::ScalarType t) {
   return device.is_cpu() && (t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf);
+}
+
+namespace {
+
+// Whether this CPU runs the AVX2/FMA kernel (and the environment does not ask for the portable one).
+bool avx2_runs() {
+#if defined(ORBIT_CACHED_ATTENTION_AVX2)
+  static const bool runs = [] {
+    const char* choice = std::getenv("ORBIT_CPU_KERNELS");
+    if (choice != nullptr && std::strcmp(choice, "portable") == 0) return false;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return runs;
+#else
+  return false;
+#endif
+}
+
+// The float32 members through the AVX2/FMA kernel, each thread with its own scratch.
+void run_avx2(const kcpu::CachedAttentionArgs<float>& a, const kcpu::CachedAttentionDims& d,
+              const std::vector<int64_t>& lengths) {
+#if defined(ORBIT_CACHED_ATTENTION_AVX2)
+  const int64_t most_seen = *std::max_element(lengths.begin(), lengths.end()) + d.queries;
+  at::parallel_for(0, d.items(), 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(static_cast<std::size_t>(kcpu::cached_attention_avx2_scratch(d, most_seen)));
+    kcpu::cached_attention_avx2(a, d, begin, end, scratch.data());
+  });
+#else
+  (void)a, (void)d, (void)lengths;
+#endif
+}
+
+}  // namespace
+
+bool cached_attention_vectorised(at::ScalarType dtype, int64_t dk, int64_t dv) {
+  return dtype == at::kFloat && dk > 0 && dk % 8 == 0 && dv > 0 && dv % 8 == 0 && avx2_runs();
 }
 
 void cached_attention(const CachedAttentionInputs& in, at::Tensor& out) {
@@ -51,6 +94,14 @@ void cached_attention(const CachedAttentionInputs& in, at::Tensor& out) {
                                             << " rows, first row " << in.first_row[b] << ") is outside the buffers");
   }
   const at::Tensor q = in.q.contiguous();
+  if (d.members == 0) return;
+  if (cached_attention_vectorised(q.scalar_type(), d.dk, d.dv)) {
+    kcpu::CachedAttentionArgs<float> a{q.data_ptr<float>(),  in.keys.data_ptr<float>(), in.values.data_ptr<float>(),
+                                       in.slots.data(),      in.lengths.data(),         in.first_row.data(),
+                                       out.data_ptr<float>()};
+    run_avx2(a, d, in.lengths);
+    return;
+  }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "cached_attention", [&] {
     kcpu::CachedAttentionArgs<scalar_t> a;
     a.q = q.data_ptr<scalar_t>();

@@ -26,6 +26,12 @@ struct CachedAttentionInputs {
 // Whether the kernel takes q's device and dtype (CPU; float32, float64, bfloat16 or float16).
 bool cached_attention_available(const c10::Device& device, at::ScalarType dtype);
 
+// Whether cached_attention runs the AVX2/FMA kernel (kernels/cpu/cached_attention_avx2.h) for these: float32,
+// d_k and d_v multiples of 8, a build with it (x86-64, GCC or Clang) and a CPU with both instruction sets;
+// otherwise the portable kernel (kernels/cpu/cached_attention.h). ORBIT_CPU_KERNELS=portable in the
+// environment keeps the portable one everywhere (read once per process).
+bool cached_attention_vectorised(at::ScalarType dtype, int64_t dk, int64_t dv);
+
 // Writes every member's rows of `out` ([N, H·d_v], contiguous, q's dtype); other rows are left as they are.
 // Throws orbit::Error on bad shapes, dtypes or devices.
 void cached_attention(const CachedAttentionInputs& in, at::Tensor& out);

@@ -20,6 +20,7 @@
 #include "key_attention.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/model.h"
+#include "orbit/runtime/rope.h"
 
 namespace orbit::runtime {
 
@@ -218,6 +219,64 @@ void batch_logits(const BatchPass& b, const at::Tensor& x, std::vector<ForwardRe
   }
 }
 
+// The computed tokens' hidden states of every sequence in batch order [N, hidden]: the sequences whose tokens
+// are all computed through one embedding lookup, the others (embeddings, partial recompute) as prepared.
+at::Tensor batch_hidden(const Model& m, std::vector<SequencePass>& seqs, const std::vector<SequenceForward>& batch) {
+  std::vector<int64_t> tokens;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i].x.defined()) tokens.insert(tokens.end(), batch[i].input->tokens.begin(), batch[i].input->tokens.end());
+  }
+  const at::Tensor embedded = tokens.empty() ? at::Tensor() : m.embed(tokens);
+  if (std::none_of(seqs.begin(), seqs.end(), [](const SequencePass& s) { return s.x.defined(); })) return embedded;
+  std::vector<at::Tensor> xs;
+  int64_t at_token = 0;
+  for (SequencePass& s : seqs) {
+    if (s.x.defined()) {
+      xs.push_back(std::move(s.x));
+    } else {
+      xs.push_back(embedded.narrow(0, at_token, s.rows));
+      at_token += s.rows;
+    }
+  }
+  return xs.size() == 1 ? xs.front() : at::cat(xs, 0);
+}
+
+// The computed tokens' query angles' cos/sin of every sequence in batch order [N, rotary_dim/2], and each
+// sequence's rows of them as its rope.query. One angle computation for the batch, except under dynamic NTK,
+// whose frequencies depend on each sequence's window length.
+ops::RopeTables batch_query_rope(const Model& m, std::vector<SequencePass>& seqs) {
+  const ModelConfig& c = m.config();
+  const at::ScalarType dtype = ops::rope_table_dtype(m.dtype());
+  if (c.rope.scaling == RopeScaling::kDynamicNtk) {
+    std::vector<at::Tensor> cos, sin;
+    for (SequencePass& s : seqs) {
+      const at::Tensor angles =
+          rope_angles(c.rope, computed_positions(s.positions, s.recompute).to(m.device()), s.window_len);
+      s.rope.query = ops::rope_tables(angles, dtype, m.device());
+      cos.push_back(s.rope.query.cos);
+      sin.push_back(s.rope.query.sin);
+    }
+    return cos.size() == 1 ? seqs.front().rope.query : ops::RopeTables{at::cat(cos, 0), at::cat(sin, 0)};
+  }
+  // An M-RoPE model may mix 1-D positions (p read as the grid column (p, p, p)) with grids.
+  const bool grids =
+      std::any_of(seqs.begin(), seqs.end(), [](const SequencePass& s) { return s.positions.dim() == 2; });
+  std::vector<at::Tensor> positions;
+  for (const SequencePass& s : seqs) {
+    const at::Tensor p = computed_positions(s.positions, s.recompute);
+    positions.push_back(grids && p.dim() == 1 ? p.unsqueeze(0).expand({3, p.size(0)}) : p);
+  }
+  const at::Tensor all = positions.size() == 1 ? positions.front() : at::cat(positions, -1);
+  const ops::RopeTables tables =
+      ops::rope_tables(rope_angles(c.rope, all.to(m.device()), seqs.front().window_len), dtype, m.device());
+  int64_t row = 0;
+  for (SequencePass& s : seqs) {
+    s.rope.query = {tables.cos.narrow(0, row, s.rows), tables.sin.narrow(0, row, s.rows)};
+    row += s.rows;
+  }
+  return tables;
+}
+
 // prepare_sequence for every sequence; in a batch of several, an error names the sequence.
 std::vector<SequencePass> prepare_all(const Model& m, const std::vector<SequenceForward>& batch) {
   std::vector<SequencePass> seqs;
@@ -249,16 +308,12 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<SequenceForwar
   c10::InferenceMode guard;
   ORBIT_CHECK(!batch.empty(), "forward: an empty batch (give at least one sequence)");
   detail::BatchPass b{*this, detail::prepare_all(*this, batch), {}, 0, {}, false, {}, {}};
-  std::vector<at::Tensor> xs, cos, sin;
   for (detail::SequencePass& s : b.seqs) {
     b.first_row.push_back(b.total_rows);
     b.total_rows += s.rows;
-    xs.push_back(std::move(s.x));
-    cos.push_back(s.rope.query.cos);
-    sin.push_back(s.rope.query.sin);
   }
-  at::Tensor x = xs.size() == 1 ? xs.front() : at::cat(xs, 0);
-  b.query_tables = cos.size() == 1 ? b.seqs.front().rope.query : ops::RopeTables{at::cat(cos, 0), at::cat(sin, 0)};
+  at::Tensor x = detail::batch_hidden(*this, b.seqs, batch);
+  b.query_tables = detail::batch_query_rope(*this, b.seqs);
   b.grouped = !device_.is_cuda();
   if (b.grouped) b.groups = detail::make_groups(b);
   b.cached = detail::make_cached_groups(b);

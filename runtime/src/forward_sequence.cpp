@@ -138,18 +138,31 @@ PagedPlan plan_paged(const ModelConfig& c, const PastKV& past, const at::Tensor&
   return plan;
 }
 
-// The forward's input as hidden states [T, hidden] on the model's device and dtype.
-at::Tensor input_hidden(const Model& m, const ForwardInput& input) {
+int64_t input_length(const Model& m, const ForwardInput& input) {
   const bool has_tokens = !input.tokens.empty();
   const bool has_embeddings = input.embeddings.defined();
   ORBIT_CHECK(has_tokens != has_embeddings, "forward: give exactly one of input.tokens and input.embeddings");
-  if (has_tokens) return m.embed(input.tokens);
+  if (has_tokens) {
+    const int64_t vocab = m.config().vocab_size;
+    for (std::size_t i = 0; i < input.tokens.size(); ++i) {
+      ORBIT_CHECK(input.tokens[i] >= 0 && input.tokens[i] < vocab,
+                  "tokens[" << i << "] = " << input.tokens[i] << " is outside the vocabulary [0, " << vocab << ")");
+    }
+    return static_cast<int64_t>(input.tokens.size());
+  }
   const int64_t hidden_size = m.config().hidden_size;
   ORBIT_CHECK(input.embeddings.dim() == 2 && input.embeddings.size(1) == hidden_size,
               "forward: input.embeddings must be [T, hidden_size=" << hidden_size << "], got "
                                                                    << shape_string(input.embeddings.sizes()));
   ORBIT_CHECK(at::isFloatingType(input.embeddings.scalar_type()),
               "forward: input.embeddings must be floating point, got " << input.embeddings.scalar_type());
+  return input.embeddings.size(0);
+}
+
+// The forward's input as hidden states [T, hidden] on the model's device and dtype.
+at::Tensor input_hidden(const Model& m, const ForwardInput& input) {
+  input_length(m, input);
+  if (!input.tokens.empty()) return m.embed(input.tokens);
   return input.embeddings.to(m.device(), m.dtype()).contiguous();
 }
 
@@ -225,24 +238,19 @@ Recompute select_recomputed(const Model& m, const ForwardOptions& options, int64
   return rc;
 }
 
-// One angle function for the input and the (relocated) past; M-RoPE grids and 1-D positions alike.
-// Angles are computed where the model runs (float64 there), never shipped per token from the host.
-ForwardRope forward_rope(const Model& m, const ForwardPast& fp, const at::Tensor& positions, const Recompute& rc,
-                         int64_t window_len) {
+// One angle function for the input and the (relocated) past's keys; M-RoPE grids and 1-D positions alike.
+ops::RopeTables key_rope(const Model& m, const ForwardPast& fp, const at::Tensor& positions, int64_t window_len) {
+  // A paged past's kernel rotates its keys in place; a decode cache holds them rotated (or rotates at read).
+  if (fp.paged != nullptr || fp.cache != nullptr) return {};
   const ModelConfig& c = m.config();
   const at::Tensor angles = rope_angles(c.rope, positions.to(m.device()), window_len);
-  const at::Tensor query_angles = rc.partial ? angles.index_select(0, rc.selected) : angles;
   const at::Tensor key_angles =
-      fp.length > 0 && fp.paged == nullptr && fp.cache == nullptr
-          ? at::cat({rope_angles(c.rope, fp.past->positions.to(m.device()), window_len), angles}, 0)
-          : angles;
-  const at::ScalarType table_dtype = ops::rope_table_dtype(m.dtype());
-  ForwardRope rope;
-  rope.query = ops::rope_tables(query_angles, table_dtype, m.device());
-  // A paged past's kernel rotates its keys in place; a decode cache holds them rotated (or rotates at read).
-  const bool own_keys = fp.paged == nullptr && fp.cache == nullptr;
-  rope.key = own_keys ? ops::rope_tables(key_angles, table_dtype, m.device()) : ops::RopeTables{};
-  return rope;
+      fp.length > 0 ? at::cat({rope_angles(c.rope, fp.past->positions.to(m.device()), window_len), angles}, 0) : angles;
+  return ops::rope_tables(key_angles, ops::rope_table_dtype(m.dtype()), m.device());
+}
+
+at::Tensor computed_positions(const at::Tensor& positions, const Recompute& rc) {
+  return rc.partial ? positions.index_select(-1, rc.selected.to(positions.device())) : positions;
 }
 
 // The paged kernel's inputs for layer l: the forward's, with the pool's layer-l pages and patch segments.
@@ -263,8 +271,10 @@ SequencePass prepare_sequence(const Model& m, const SequenceForward& s) {
   const ModelConfig& c = m.config();
   SequencePass p;
   p.options = &options;
-  at::Tensor x = input_hidden(m, *s.input);
-  const int64_t T = x.size(0);
+  // Tokens all computed are embedded by the batch, in one lookup for every sequence.
+  const bool embed_here = s.input->embeddings.defined() || options.recompute.defined();
+  const int64_t T = input_length(m, *s.input);
+  at::Tensor x = embed_here ? input_hidden(m, *s.input) : at::Tensor();
   ORBIT_CHECK(T > 0, "forward: empty input");
   p.past = std::make_unique<ForwardPast>(m, s.past, T, options);
   const ForwardPast& fp = *p.past;
@@ -286,13 +296,13 @@ SequencePass prepare_sequence(const Model& m, const SequenceForward& s) {
   p.recompute = select_recomputed(m, options, T, p.num_layers);
   if (p.recompute.partial) x = x.index_select(0, p.recompute.selected);
   p.tokens = T;
-  p.rows = x.size(0);
+  p.rows = x.defined() ? x.size(0) : T;
   ORBIT_CHECK(p.rows > 0 || options.logits == LogitsMode::kNone,
               "forward: logits asked for but no token is recomputed");
   p.query_index = p.recompute.selected + fp.length;
 
   const int64_t window_len = options.rope_window_len > 0 ? options.rope_window_len : fp.length + T;
-  p.rope = forward_rope(m, fp, positions, p.recompute, window_len);
+  p.rope.key = key_rope(m, fp, positions, window_len);
   p.positions = positions;
   p.window_len = window_len;
   if (fp.paged != nullptr) {

@@ -2,11 +2,11 @@
 // before the first layer. Everything here is per sequence; the batch runs the row-wise work of all its
 // sequences at once and comes back here only for attention.
 //
-//   input_hidden        the input as hidden states [T, hidden] (tokens embedded, or embeddings checked)
+//   input_length        the input checked (tokens, or embeddings); input_hidden: as hidden states [T, hidden]
 //   ForwardPast         the past attended over: paged (read in place) or contiguous (given or gathered)
 //   check_past          its layers and positions against the config
 //   select_recomputed   which input tokens are computed (all, or options.recompute) and their checks
-//   forward_rope        cos/sin of the queries' and the keys' angles, once per forward
+//   key_rope            cos/sin of the keys' angles (the batch computes every sequence's queries' at once)
 //   plan_paged          the paged kernel's per-forward inputs (slots, positions, frequencies, patch tables)
 #pragma once
 
@@ -37,6 +37,10 @@ void check_content(const ModelConfig& c, const LayerKV& kv, int64_t rows, const 
 
 // The forward's input as hidden states [T, hidden] on the model's device and dtype.
 at::Tensor input_hidden(const Model& m, const ForwardInput& input);
+
+// T, the input's tokens, checked as input_hidden checks them (exactly one of tokens and embeddings; tokens
+// inside the vocabulary; embeddings [T, hidden], floating point) without embedding anything.
+int64_t input_length(const Model& m, const ForwardInput& input);
 
 // Input positions as given or defaulted (past_len + 0..T-1), shape-checked against T tokens.
 at::Tensor input_positions(const ModelConfig& c, const at::Tensor& given, int64_t past_len, int64_t T);
@@ -79,8 +83,12 @@ struct ForwardRope {
 
 // One angle function for the input and the (relocated) past; M-RoPE grids and 1-D positions alike.
 // Angles are computed where the model runs (float64 there), never shipped per token from the host.
-ForwardRope forward_rope(const Model& m, const ForwardPast& fp, const at::Tensor& positions, const Recompute& rc,
-                         int64_t window_len);
+// The key tables only (undefined where the past is paged or a decode cache's slot): the batch computes every
+// sequence's query tables at once (forward_batch.cpp).
+ops::RopeTables key_rope(const Model& m, const ForwardPast& fp, const at::Tensor& positions, int64_t window_len);
+
+// The positions of the computed tokens: `positions` ([T] or [3, T]), or its recomputed columns.
+at::Tensor computed_positions(const at::Tensor& positions, const Recompute& rc);
 
 // The per-forward part of the paged kernel's inputs (slots, positions, frequencies, patch tables).
 struct PagedPlan {
@@ -102,9 +110,10 @@ struct SequencePass {
   const ForwardOptions* options = nullptr;
   std::unique_ptr<ForwardPast> past;
   Recompute recompute;
-  at::Tensor x;            // the computed tokens' input hidden states [R, hidden] (moved into the batch)
-  at::Tensor query_index;  // int64 [R]: the last key index each computed token sees
-  ForwardRope rope;
+  at::Tensor x;                      // the computed tokens' input hidden states [R, hidden] (moved into the batch);
+                                     // undefined for tokens all computed, which the batch embeds in one lookup
+  at::Tensor query_index;            // int64 [R]: the last key index each computed token sees
+  ForwardRope rope;                  // query: views of the batch's tables (set by the batch)
   std::unique_ptr<PagedPlan> paged;  // a paged past the kernel reads in place, else null
   at::Tensor positions;              // the input's positions ([T], or [3, T])
   int64_t window_len = 0;            // the RoPE window length (dynamic NTK)
