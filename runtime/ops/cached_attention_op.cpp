@@ -6,11 +6,10 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/cpu/cached_attention.h"
-#if defined(ORBIT_CACHED_ATTENTION_AVX2)
+#include "ops/cpu_features.h"
+#if defined(ORBIT_CPU_AVX2_KERNELS)
 #include "kernels/cpu/cached_attention_avx2.h"
 #endif
 #include "orbit/common/error.h"
@@ -25,24 +24,10 @@ bool cached_attention_available(const c10::Device& device, at::ScalarType t) {
 
 namespace {
 
-// Whether this CPU runs the AVX2/FMA kernel (and the environment does not ask for the portable one).
-bool avx2_runs() {
-#if defined(ORBIT_CACHED_ATTENTION_AVX2)
-  static const bool runs = [] {
-    const char* choice = std::getenv("ORBIT_CPU_KERNELS");
-    if (choice != nullptr && std::strcmp(choice, "portable") == 0) return false;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return runs;
-#else
-  return false;
-#endif
-}
-
 // The float32 members through the AVX2/FMA kernel, each thread with its own scratch.
 void run_avx2(const kcpu::CachedAttentionArgs<float>& a, const kcpu::CachedAttentionDims& d,
               const std::vector<int64_t>& lengths) {
-#if defined(ORBIT_CACHED_ATTENTION_AVX2)
+#if defined(ORBIT_CPU_AVX2_KERNELS)
   const int64_t most_seen = *std::max_element(lengths.begin(), lengths.end()) + d.queries;
   at::parallel_for(0, d.items(), 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(static_cast<std::size_t>(kcpu::cached_attention_avx2_scratch(d, most_seen)));
@@ -56,7 +41,7 @@ void run_avx2(const kcpu::CachedAttentionArgs<float>& a, const kcpu::CachedAtten
 }  // namespace
 
 bool cached_attention_vectorised(at::ScalarType dtype, int64_t dk, int64_t dv) {
-  return dtype == at::kFloat && dk > 0 && dk % 8 == 0 && dv > 0 && dv % 8 == 0 && avx2_runs();
+  return dtype == at::kFloat && dk > 0 && dk % 8 == 0 && dv > 0 && dv % 8 == 0 && avx2_kernels_run();
 }
 
 void cached_attention(const CachedAttentionInputs& in, at::Tensor& out) {

@@ -27,9 +27,8 @@ struct CachedAttentionInputs {
 bool cached_attention_available(const c10::Device& device, at::ScalarType dtype);
 
 // Whether cached_attention runs the AVX2/FMA kernel (kernels/cpu/cached_attention_avx2.h) for these: float32,
-// d_k and d_v multiples of 8, a build with it (x86-64, GCC or Clang) and a CPU with both instruction sets;
-// otherwise the portable kernel (kernels/cpu/cached_attention.h). ORBIT_CPU_KERNELS=portable in the
-// environment keeps the portable one everywhere (read once per process).
+// d_k and d_v multiples of 8, and AVX2 kernels running (ops/cpu_features.h); otherwise the portable kernel
+// (kernels/cpu/cached_attention.h).
 bool cached_attention_vectorised(at::ScalarType dtype, int64_t dk, int64_t dv);
 
 // Writes every member's rows of `out` ([N, H·d_v], contiguous, q's dtype); other rows are left as they are.

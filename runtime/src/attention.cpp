@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "ops/past_attention_op.h"
+#include "ops/small_gemm_op.h"
 #include "orbit/runtime/rope.h"
 
 // PyTorch's fused attention (flash / memory-efficient kernels) with GQA and an explicit scale needs
@@ -27,9 +28,38 @@ namespace {
 // Queries are processed in blocks of this many tokens so the score matrix stays bounded
 // ([num_heads, kQueryBlock, S] floats) on long prefills.
 constexpr int64_t kQueryBlock = 512;
+
+// RMSNorm of a few float32 rows on the CPU in one pass per row (five ATen ops cost more than the arithmetic
+// on a decode step's rows): mean of squares in eight float32 partial sums, then x · rsqrt(mean + eps) · gain,
+// each row on its own.
+at::Tensor rms_norm_rows(const at::Tensor& x, const at::Tensor& gain, double eps) {
+  const at::Tensor xc = x.contiguous();
+  at::Tensor out = at::empty_like(xc);
+  const int64_t H = xc.size(-1), rows = xc.numel() / H;
+  const float* in = xc.data_ptr<float>();
+  const float* g = gain.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r, in += H, o += H) {
+    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t e = 0;
+    for (; e + 8 <= H; e += 8) {
+      for (int j = 0; j < 8; ++j) part[j] += in[e + j] * in[e + j];
+    }
+    float sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    for (; e < H; ++e) sum += in[e] * in[e];
+    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(H) + static_cast<float>(eps));
+    for (int64_t i = 0; i < H; ++i) o[i] = in[i] * scale * g[i];
+  }
+  return out;
+}
 }  // namespace
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& gain, double eps) {
+  if (x.scalar_type() == at::kFloat && x.device().is_cpu() && x.dim() >= 1 && x.size(-1) > 0 &&
+      x.numel() / x.size(-1) <= ops::kSmallGemmRows && gain.scalar_type() == at::kFloat && gain.dim() == 1 &&
+      gain.size(0) == x.size(-1) && gain.device().is_cpu() && gain.is_contiguous()) {
+    return rms_norm_rows(x, gain, eps);
+  }
   if (x.scalar_type() == at::kFloat) return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * gain;
   // Reduced precision: normalise in float32 and round once, then scale by the gain in the compute dtype
   // (as transformers' Llama/Qwen2 RMSNorm does).
@@ -38,6 +68,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& gain, double eps) {
 }
 
 at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (ops::small_gemm_takes(x, weight, bias)) return ops::small_gemm(x, weight, bias);
   return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
 }
 

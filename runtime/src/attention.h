@@ -25,7 +25,8 @@ namespace orbit::runtime::detail {
 // RMSNorm over the last dimension: x · rsqrt(mean(x²) + eps) · gain.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& gain, double eps);
 
-// x·Wᵀ (+ b when defined).
+// x·Wᵀ (+ b when defined): on the CPU a product of a few float32 rows takes the AVX2 kernel where it runs
+// (ops/small_gemm_op.h), otherwise at::linear.
 at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 
 // Causal softmax attention. q: [R, H, d_k]; k: [S, H_kv, d_k]; v: [S, H_kv, d_v] (H_kv divides H; query

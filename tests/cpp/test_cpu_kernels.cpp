@@ -1,8 +1,11 @@
-// The AVX2/FMA decode attention kernel (kernels/cpu/cached_attention_avx2.h), reached through the op as the
-// forward reaches it, against the portable kernel (kernels/cpu/cached_attention.h) on the same buffers:
-// GQA widths, head sizes from 8 to 128 with d_k ≠ d_v, several rows per member, members that see from one key
-// to hundreds (lengths on and off multiples of 8), peaked and flat softmaxes. Skipped where the op does not
-// run that kernel (another CPU, another compiler, ORBIT_CPU_KERNELS=portable).
+// The AVX2/FMA CPU kernels, reached through their ops as the forward reaches them:
+// - decode attention (kernels/cpu/cached_attention_avx2.h) against the portable kernel
+//   (kernels/cpu/cached_attention.h) on the same buffers: GQA widths, head sizes from 8 to 128 with d_k ≠ d_v,
+//   several rows per member, members that see from one key to hundreds (lengths on and off multiples of 8),
+//   peaked and flat softmaxes;
+// - products of a few rows (kernels/cpu/small_gemm_avx2.h, dense()) against at::linear: the model shapes,
+//   widths off multiples of 4, bias, and a row's result the same bits whatever rows share its call.
+// Skipped where the ops do not run these kernels (another CPU, another compiler, ORBIT_CPU_KERNELS=portable).
 #include "orbit_catch.h"
 
 #include <algorithm>
@@ -11,11 +14,15 @@
 
 #include "kernels/cpu/cached_attention.h"
 #include "ops/cached_attention_op.h"
+#include "ops/cpu_features.h"
+#include "ops/small_gemm_op.h"
+#include "src/attention.h"
 
 const char* orbit_test_skip_reason() {
-  return orbit::runtime::ops::cached_attention_vectorised(at::kFloat, 16, 16)
+  return orbit::runtime::ops::avx2_kernels_run()
              ? nullptr
-             : "the CPU decode attention runs its portable kernel here (no AVX2/FMA kernel in this build or CPU)";
+             : "the CPU runs the portable kernels here (no AVX2/FMA kernels in this build or CPU, or "
+               "ORBIT_CPU_KERNELS=portable)";
 }
 
 namespace {
@@ -98,4 +105,40 @@ TEST_CASE("head sizes off multiples of 8 take the portable kernel through the op
   CHECK_FALSE(ops::cached_attention_vectorised(at::kDouble, 16, 16));
   CHECK_FALSE(ops::cached_attention_vectorised(at::kBFloat16, 16, 16));
   CHECK(compare({4, 2, 12, 20, 2, {0, 13, 50}, 1.0}, 99) == 0.0);  // the same kernel on both sides
+}
+
+TEST_CASE("dense() over a few rows: the AVX2 product equals at::linear, and a row does not depend on its batch",
+          "[small_gemm][avx2]") {
+  namespace rt = orbit::runtime;
+  struct Shape {
+    int64_t n, k;
+  };
+  for (const Shape& sh : std::vector<Shape>{{2048, 128}, {384, 128}, {128, 384}, {64, 128}, {30, 16}, {7, 8}}) {
+    for (int64_t M : {1, 2, 3, 5, 16}) {
+      INFO("N " << sh.n << " K " << sh.k << " M " << M);
+      at::manual_seed(sh.n * 31 + M);
+      const at::Tensor w = at::randn({sh.n, sh.k}), b = at::randn({sh.n}), x = at::randn({M, sh.k});
+      REQUIRE(ops::small_gemm_takes(x, w, b));
+      const at::Tensor y = rt::detail::dense(x, w), yb = rt::detail::dense(x, w, b);
+      const at::Tensor ref = at::linear(x, w), refb = at::linear(x, w, b);
+      // Float32 rounding, relative to the sum of the products' magnitudes (sums cancel).
+      const at::Tensor scale = at::linear(x.abs(), w.abs()) + 1;
+      CHECK(((y - ref).abs() / scale).max().item<double>() < 1e-6);
+      CHECK(((yb - refb).abs() / (scale + b.abs())).max().item<double>() < 1e-6);
+      for (int64_t m = 0; m < M; ++m) CHECK(at::equal(rt::detail::dense(x.narrow(0, m, 1), w, b), yb.narrow(0, m, 1)));
+    }
+  }
+  const at::Tensor x3 = at::randn({2, 3, 64}), w3 = at::randn({24, 64});  // leading dims kept
+  CHECK(at::allclose(rt::detail::dense(x3, w3), at::linear(x3, w3), 1e-5, 1e-5));
+  CHECK(rt::detail::dense(x3, w3).sizes() == at::IntArrayRef({2, 3, 24}));
+}
+
+TEST_CASE("dense() leaves to BLAS what the small product does not take", "[small_gemm]") {
+  const at::Tensor w = at::randn({32, 64});
+  CHECK_FALSE(ops::small_gemm_takes(at::randn({ops::kSmallGemmRows + 1, 64}), w, {}));  // many rows
+  CHECK_FALSE(ops::small_gemm_takes(at::randn({4, 12}), at::randn({32, 12}), {}));      // K off multiples of 8
+  CHECK_FALSE(ops::small_gemm_takes(at::randn({4, 64}).to(at::kDouble), w.to(at::kDouble), {}));
+  CHECK_FALSE(ops::small_gemm_takes(at::randn({4, 64}), w.t().contiguous().t(), {}));  // weight not contiguous
+  CHECK_FALSE(ops::small_gemm_takes(at::randn({4, 64}), w, at::randn({31})));          // bias of another width
+  CHECK(ops::small_gemm_takes(at::randn({4, 64}), w, at::randn({32})));
 }

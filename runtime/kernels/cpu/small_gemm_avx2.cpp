@@ -1,0 +1,69 @@
+// small_gemm_avx2 (small_gemm_avx2.h). Compiled with -mavx2 -mfma alone: as cached_attention_avx2.cpp, it
+// calls no inline function or template that other files instantiate (its helpers have internal linkage).
+#include "kernels/cpu/small_gemm_avx2.h"
+
+#include <immintrin.h>
+
+namespace orbit::kernels::cpu {
+namespace {
+
+// The eight sums of eight vectors' lanes, as one vector: out[j] = Σ v[j].
+__m256 sum_lanes8(const __m256* v) {
+  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]);
+  const __m256 t1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]);
+  const __m256 t3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Four outputs of `rows` (1 or 2) rows of x against four weight rows: y[m][n .. n+4).
+void block4(const float* x, const float* const* w, const float* bias, float* y, int64_t rows, int64_t N, int64_t K,
+            int64_t n) {
+  __m256 a[8];
+  for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
+  const float* x0 = x;
+  const float* x1 = rows == 2 ? x + K : x;
+  for (int64_t c = 0; c < K; c += 8) {
+    const __m256 p0 = _mm256_loadu_ps(x0 + c), p1 = _mm256_loadu_ps(x1 + c);
+    for (int j = 0; j < 4; ++j) {
+      const __m256 wj = _mm256_loadu_ps(w[j] + c);
+      a[j] = _mm256_fmadd_ps(p0, wj, a[j]);
+      a[4 + j] = _mm256_fmadd_ps(p1, wj, a[4 + j]);
+    }
+  }
+  __m256 s = sum_lanes8(a);
+  if (bias != nullptr) {
+    const __m128 b = _mm_loadu_ps(bias + n);
+    s = _mm256_add_ps(s, _mm256_insertf128_ps(_mm256_castps128_ps256(b), b, 1));
+  }
+  _mm_storeu_ps(y + n, _mm256_castps256_ps128(s));
+  if (rows == 2) _mm_storeu_ps(y + N + n, _mm256_extractf128_ps(s, 1));
+}
+
+// y[m][n] for one weight row (the last N % 4): the same lane-wise chain and reduction as block4.
+void single(const float* x, const float* w, const float* bias, float* y, int64_t K, int64_t n) {
+  __m256 a[8];
+  for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < K; c += 8) a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(w + c), a[0]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, sum_lanes8(a));
+  y[n] = lanes[0] + (bias != nullptr ? bias[n] : 0.0f);
+}
+
+}  // namespace
+
+void small_gemm_avx2(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
+                     int64_t n_begin, int64_t n_end) {
+  int64_t n = n_begin;
+  for (; n + 4 <= n_end; n += 4) {
+    const float* rows[4] = {w + n * K, w + (n + 1) * K, w + (n + 2) * K, w + (n + 3) * K};
+    for (int64_t m = 0; m < M; m += 2) block4(x + m * K, rows, bias, y + m * N, m + 2 <= M ? 2 : 1, N, K, n);
+  }
+  for (; n < n_end; ++n) {
+    for (int64_t m = 0; m < M; ++m) single(x + m * K, w + n * K, bias, y + m * N, K, n);
+  }
+}
+
+}  // namespace orbit::kernels::cpu

@@ -1,0 +1,50 @@
+// dense()'s CPU path for a few rows (ops/small_gemm_op.h).
+#include "ops/small_gemm_op.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
+#include "ops/cpu_features.h"
+#include "orbit/common/error.h"
+#if defined(ORBIT_CPU_AVX2_KERNELS)
+#include "kernels/cpu/small_gemm_avx2.h"
+#endif
+
+namespace orbit::runtime::ops {
+
+bool small_gemm_takes(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!avx2_kernels_run()) return false;
+  if (!x.device().is_cpu() || x.scalar_type() != at::kFloat || x.dim() < 1) return false;
+  if (!weight.device().is_cpu() || weight.scalar_type() != at::kFloat || weight.dim() != 2 || !weight.is_contiguous())
+    return false;
+  const int64_t K = weight.size(1);
+  if (K == 0 || K % 8 != 0 || x.size(-1) != K || x.numel() / K > kSmallGemmRows) return false;
+  return !bias.defined() || (bias.device().is_cpu() && bias.scalar_type() == at::kFloat && bias.dim() == 1 &&
+                             bias.size(0) == weight.size(0) && bias.is_contiguous());
+}
+
+at::Tensor small_gemm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  ORBIT_CHECK(small_gemm_takes(x, weight, bias), "small_gemm: inputs it does not take (see small_gemm_takes)");
+  const int64_t N = weight.size(0), K = weight.size(1), M = x.numel() / K;
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = N;
+  at::Tensor y = at::empty(shape, x.options());
+  if (M == 0 || N == 0) return y;
+#if defined(ORBIT_CPU_AVX2_KERNELS)
+  const at::Tensor xc = x.contiguous();
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = weight.data_ptr<float>();
+  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  // Blocks of four weight rows; a thread takes at least ~32K multiply-adds.
+  const int64_t blocks = (N + 3) / 4, grain = std::max<int64_t>(1, 32768 / (4 * K * M));
+  at::parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
+    kernels::cpu::small_gemm_avx2(xp, wp, bp, yp, M, N, K, 4 * begin, std::min(N, 4 * end));
+  });
+#endif
+  return y;
+}
+
+}  // namespace orbit::runtime::ops
