@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/cpu_features.h"
 #include "ops/past_attention_op.h"
 #include "ops/small_gemm_op.h"
 #include "orbit/runtime/rope.h"
@@ -55,9 +56,9 @@ at::Tensor rms_norm_rows(const at::Tensor& x, const at::Tensor& gain, double eps
 }  // namespace
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& gain, double eps) {
-  if (x.scalar_type() == at::kFloat && x.device().is_cpu() && x.dim() >= 1 && x.size(-1) > 0 &&
-      x.numel() / x.size(-1) <= ops::kSmallGemmRows && gain.scalar_type() == at::kFloat && gain.dim() == 1 &&
-      gain.size(0) == x.size(-1) && gain.device().is_cpu() && gain.is_contiguous()) {
+  if (ops::avx2_kernels_run() && x.scalar_type() == at::kFloat && x.device().is_cpu() && x.dim() >= 1 &&
+      x.size(-1) > 0 && x.numel() / x.size(-1) <= ops::kSmallGemmRows && gain.scalar_type() == at::kFloat &&
+      gain.dim() == 1 && gain.size(0) == x.size(-1) && gain.device().is_cpu() && gain.is_contiguous()) {
     return rms_norm_rows(x, gain, eps);
   }
   if (x.scalar_type() == at::kFloat) return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * gain;

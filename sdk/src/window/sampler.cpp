@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "constrain/tokenizer_vocabulary.h"
@@ -72,28 +73,50 @@ void Sampler::apply_processors(double* logits) const {
 
 // The argmax when temperature is 0, else a draw from the softmax at that temperature, cut to the top_p
 // nucleus. Tokens at -inf (masked by a constraint) are never drawn.
-int64_t Sampler::choose(const at::Tensor& logits) {
-  if (options_.temperature == 0) return logits.argmax().item<int64_t>();
-  at::Tensor probs = at::softmax(logits / options_.temperature, 0);
-  if (options_.top_p < 1) {
-    auto sorted = probs.sort(0, /*descending=*/true);
-    const at::Tensor values = std::get<0>(sorted);
-    const at::Tensor cum = values.cumsum(0);
-    // Keep the smallest prefix whose mass reaches top_p (always at least one token).
-    const int64_t keep = std::max<int64_t>(1, (cum < options_.top_p).sum().item<int64_t>() + 1);
-    at::Tensor mask = at::zeros_like(probs);
-    mask.index_put_({std::get<1>(sorted).narrow(0, 0, std::min(keep, probs.size(0)))}, 1.0);
-    probs = probs * mask;
+int64_t Sampler::choose(const double* logits) {
+  const int64_t V = vocab_;
+  if (options_.temperature == 0) {  // the first largest (a NaN counts as largest, as at::argmax has it)
+    int64_t best = 0;
+    for (int64_t j = 0; j < V; ++j) {
+      if (std::isnan(logits[j])) return j;
+      if (logits[j] > logits[best]) best = j;
+    }
+    return best;
   }
-  probs = (probs / probs.sum()).contiguous();
-  const at::Tensor cdf = probs.cumsum(0).contiguous();
+  // softmax(logits / T) in one pass over a private buffer (a step of a batched decode pays this per sequence).
+  std::vector<double>& p = probs_;
+  p.resize(static_cast<std::size_t>(V));
+  double top = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < V; ++j) top = std::max(top, logits[j] / options_.temperature);
+  double total = 0;
+  for (int64_t j = 0; j < V; ++j) total += p[j] = std::exp(logits[j] / options_.temperature - top);
+  for (double& v : p) v /= total;
+  if (options_.top_p < 1) {
+    // Keep the smallest prefix of the tokens by probability whose mass reaches top_p (at least one token).
+    std::vector<int64_t>& order = order_;
+    order.resize(static_cast<std::size_t>(V));
+    for (int64_t j = 0; j < V; ++j) order[j] = j;
+    std::sort(order.begin(), order.end(),
+              [&p](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    double mass = 0;
+    int64_t below = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      mass += p[order[i]];
+      if (mass < options_.top_p) ++below;
+    }
+    const int64_t keep = std::min(V, below + 1);
+    for (int64_t i = keep; i < V; ++i) p[order[i]] = 0;
+  }
+  double kept = 0;
+  for (double v : p) kept += v;
   const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
-  const double* c = cdf.data_ptr<double>();
-  const double* p = probs.data_ptr<double>();
+  double cdf = 0;
   int64_t last = 0;  // the last token with mass: where rounding leaves u above the cdf's end
-  for (int64_t j = 0; j < cdf.size(0); ++j) {
-    if (p[j] > 0) last = j;
-    if (u < c[j] && p[j] > 0) return j;
+  for (int64_t j = 0; j < V; ++j) {
+    const double pj = p[j] / kept;
+    cdf += pj;
+    if (pj > 0) last = j;
+    if (u < cdf && pj > 0) return j;
   }
   return last;
 }
@@ -129,18 +152,24 @@ StepLogprobs Sampler::logprobs_of(const at::Tensor& logits, int64_t token) const
 SamplerStep Sampler::next(const at::Tensor& logits, int64_t tokens_left) {
   ORBIT_CHECK(logits.numel() == vocab_,
               "Sampler::next: " << logits.numel() << " logits for a vocabulary of " << vocab_);
-  // A private CPU double copy: the processors and the mask write into it.
-  at::Tensor row = logits.reshape({vocab_}).to(at::kCPU, at::kDouble, /*non_blocking=*/false, /*copy=*/true);
-  row = row.contiguous();
-  double* data = row.data_ptr<double>();
+  // A private double copy: the processors and the mask write into it.
+  row_.resize(static_cast<std::size_t>(vocab_));
+  double* data = row_.data();
+  if (logits.device().is_cpu() && logits.scalar_type() == at::kFloat && logits.is_contiguous()) {
+    const float* f = logits.data_ptr<float>();
+    for (int64_t j = 0; j < vocab_; ++j) data[j] = f[j];
+  } else {
+    const at::Tensor d = logits.reshape({vocab_}).to(at::kCPU, at::kDouble).contiguous();
+    std::copy(d.data_ptr<double>(), d.data_ptr<double>() + vocab_, data);
+  }
   apply_processors(data);
   SamplerStep step;
   if (constraint_.has_value() && constraint_->mask_logits(data, vocab_, tokens_left) == 0) {
     step.stop_reason = constraint_->complete() ? "constraint_complete" : "constraint_no_token";
     return step;
   }
-  step.token = choose(row);
-  if (options_.logprobs) step.logprobs = logprobs_of(row, step.token);
+  step.token = choose(data);
+  if (options_.logprobs) step.logprobs = logprobs_of(at::from_blob(data, {vocab_}, at::kDouble), step.token);
   if (constraint_.has_value()) constraint_->accept(step.token);
   ++counts_[step.token];
   ++chosen_;

@@ -80,7 +80,7 @@ class Sampler {
 
  private:
   void apply_processors(double* logits) const;  // penalties, then logit_bias
-  int64_t choose(const at::Tensor& logits);     // argmax or a draw (the processed, masked row)
+  int64_t choose(const double* logits);         // argmax or a draw (the processed, masked row)
   StepLogprobs logprobs_of(const at::Tensor& logits, int64_t token) const;
   std::string bytes_of(int64_t token) const;
 
@@ -92,6 +92,8 @@ class Sampler {
   std::mt19937_64 rng_;
   std::unordered_map<int64_t, int64_t> counts_;  // generated token -> times chosen (the penalties)
   int64_t chosen_ = 0;
+  std::vector<double> row_, probs_;  // the step's logits and probabilities (kept to reuse their memory)
+  std::vector<int64_t> order_;       // top_p's ranking
 };
 
 // A generate call's Sampler on the engine's model: its constraint bound to the tokenizer's vocabulary (the end
