@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "device_args.h"
 #include "orbit/common/error.h"
 #include "orbit/tool_calls.h"
 #include "serve/serve_core.h"
@@ -37,7 +39,12 @@ const char* kServeUsage =
     "  --store DIR           a chunk store directory (default: memory only)\n"
     "  --remote URL          a remote tier, redis://host:port[/db]\n"
     "  --name ID             the model id clients name (default: the model path's last component)\n"
-    "  --pool-mb N           KV pool for all windows, MiB (default 256)\n"
+    "  --device D            where the model runs: cpu (default), cuda or cuda:N; every session's decode\n"
+    "                        steps run there together\n"
+    "  --dtype T             weights, activations and KV: float32 (default), bfloat16, float16 (CUDA only)\n"
+    "  --device-tier-mb N    chunks' canonical KV kept in GPU memory, MiB (default 0 = none; needs --device\n"
+    "                        cuda): a session reusing them copies nothing from the host\n"
+    "  --pool-mb N           KV pool for all windows, MiB (default 256; on the model's device)\n"
     "  --session-budget-mb N KV that idle sessions may keep resident, MiB (default 128); past it the least\n"
     "                        recently used leave memory (their chunks stay in the store)\n"
     "  --max-sessions N      resident sessions at most (default 64)\n"
@@ -82,6 +89,14 @@ std::string read_template(const std::string& path) {
   return text.str();
 }
 
+// A size argument given in KiB (shift 10) or MiB (shift 20), in bytes; one too large for 64-bit bytes is an
+// error naming it.
+int64_t size_argument(const Args& args, const char* name, int64_t fallback, int64_t min_value, int shift) {
+  const int64_t units = args.get_int(name, fallback, min_value);
+  ORBIT_CHECK(units <= (INT64_MAX >> shift), "serve: argument '" << name << "' is too large (" << units << ")");
+  return units << shift;
+}
+
 serve::ServeOptions serve_options(const Args& args) {
   serve::ServeOptions o;
   o.model = args.required("--model");
@@ -89,11 +104,17 @@ serve::ServeOptions serve_options(const Args& args) {
   o.store_dir = args.get_or("--store", "");
   o.remote = args.get_or("--remote", "");
   o.policy = args.get_or("--policy", "");
-  o.pool_bytes = args.get_int("--pool-mb", 256, 1) << 20;
-  o.session_budget_bytes = args.get_int("--session-budget-mb", 128, 0) << 20;
+  o.pool_bytes = size_argument(args, "--pool-mb", 256, 1, 20);
+  (void)compute_target(args);  // a bad or unavailable --device / --dtype fails here, naming the argument
+  o.device = args.get_or("--device", "cpu");
+  o.dtype = args.get_or("--dtype", "float32");
+  o.device_tier_bytes = size_argument(args, "--device-tier-mb", 0, 0, 20);
+  ORBIT_CHECK(o.device_tier_bytes == 0 || o.device.rfind("cuda", 0) == 0,
+              "serve: argument '--device-tier-mb' needs --device cuda[:N] (a device tier lives in GPU memory)");
+  o.session_budget_bytes = size_argument(args, "--session-budget-mb", 128, 0, 20);
   o.max_sessions = args.get_int("--max-sessions", 64, 1);
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
-  o.limits.max_body_bytes = static_cast<std::size_t>(args.get_int("--max-body-kb", 4096, 1)) << 10;
+  o.limits.max_body_bytes = static_cast<std::size_t>(size_argument(args, "--max-body-kb", 4096, 1, 10));
   o.anticipate = !args.flag("--no-anticipate");
   o.audit_rate = args.get_double("--audit", 0.1);
   ORBIT_CHECK(o.audit_rate >= 0 && o.audit_rate <= 1, "serve: argument '--audit' must be a fraction in [0, 1]");
@@ -109,9 +130,26 @@ serve::ServeOptions serve_options(const Args& args) {
 }  // namespace
 
 int run_serve(int argc, char** argv, int first) {
-  ArgSpec spec{{"--model", "--host", "--port", "--policy", "--store", "--remote", "--name", "--pool-mb",
-                "--session-budget-mb", "--max-sessions", "--max-tokens", "--max-body-kb", "--threads",
-                "--drain-seconds", "--chat-template", "--tool-call-format", "--audit"},
+  ArgSpec spec{{"--model",
+                "--host",
+                "--port",
+                "--policy",
+                "--store",
+                "--remote",
+                "--name",
+                "--pool-mb",
+                "--session-budget-mb",
+                "--max-sessions",
+                "--max-tokens",
+                "--max-body-kb",
+                "--threads",
+                "--drain-seconds",
+                "--chat-template",
+                "--tool-call-format",
+                "--audit",
+                "--device",
+                "--dtype",
+                "--device-tier-mb"},
                {"--no-anticipate"},
                kServeUsage};
   spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds"});
@@ -139,8 +177,9 @@ int run_serve(int argc, char** argv, int first) {
   serve::ServeCore core(serve_options(args));
   serve::HttpServer http(core, http_options);
   const int port = http.bind();
-  std::printf("orbit serve: model '%s' (%lld-token context), listening on http://%s:%d\n", core.model_name().c_str(),
-              static_cast<long long>(core.context_tokens()), http_options.host.c_str(), port);
+  std::printf("orbit serve: model '%s' (%lld-token context, %s, %s), listening on http://%s:%d\n",
+              core.model_name().c_str(), static_cast<long long>(core.context_tokens()), core.device().c_str(),
+              core.dtype().c_str(), http_options.host.c_str(), port);
   std::fflush(stdout);
   std::thread signal_thread([&] { wait_for_signal(http, signals); });
   const bool ok = http.listen();

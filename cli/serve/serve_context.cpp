@@ -24,6 +24,9 @@ ServeContext::ServeContext(const ServeOptions& o) : options(o), auditor(AuditOpt
   eo.store_dir = o.store_dir;
   eo.remote = o.remote;
   eo.pool_bytes = o.pool_bytes;
+  eo.device = o.device;
+  eo.dtype = o.dtype;
+  eo.device_tier_bytes = o.device_tier_bytes;
   eo.background = BackgroundMode::kDeferred;  // run by the idle worker, only while no request waits
   policy = o.policy.empty() ? WindowPolicy{} : parse_policy(o.policy);
   engine = Engine::open(eo);

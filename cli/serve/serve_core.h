@@ -66,6 +66,8 @@ class ServeCore {
   const std::string& model_name() const { return context_.model_name; }
   const ServeOptions& options() const { return context_.options; }
   int64_t context_tokens() const { return context_.info.max_positions; }
+  const std::string& device() const { return context_.info.device; }  // e.g. "cpu", "cuda:0"
+  const std::string& dtype() const { return context_.info.dtype; }    // e.g. "float32", "bfloat16"
 
   // The checks, before any answer is sent: the model's name (404), the server closing (503), the template
   // accepting the messages, the prompt within the context, max_tokens within what is left of it (400).

@@ -22,6 +22,11 @@ struct ServeOptions {
   std::string remote;      // a remote tier URL, or ""
   std::string policy;      // a WindowPolicy spec for every window; "" = the default policy
   int64_t pool_bytes = int64_t{256} << 20;
+  // Where the model runs and in what dtype (EngineOptions::device, ::dtype): "cpu", "cuda" or "cuda:N";
+  // "float32", "bfloat16" or "float16" (CUDA only). Sessions decode together on that device.
+  std::string device = "cpu";
+  std::string dtype = "float32";
+  int64_t device_tier_bytes = 0;                      // EngineOptions::device_tier_bytes (needs a CUDA device)
   int64_t session_budget_bytes = int64_t{128} << 20;  // KV of idle sessions' windows kept resident
   int64_t max_sessions = 64;                          // resident session windows at most
   int64_t max_known_sessions = 4096;  // session records kept; past it the oldest not resident are forgotten
