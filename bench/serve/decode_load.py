@@ -156,8 +156,8 @@ def measured(server, label, run):
 
 
 def report(args, model, runs):
-    print(f"orbit serve batched decode: model {model}, {args.tokens} tokens per answer, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')}")
+    print(f"orbit serve batched decode: model {model} on {args.device} in {args.dtype}, {args.tokens} tokens per "
+          f"answer, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')}")
     print(f"{'run':<22} {'seqs':>4} {'tokens':>7} {'wall s':>7} {'tok/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
           f"{'steps':>6} {'mean batch':>10} {'server cpu s':>12} {'busiest thread s':>16}")
     for r in runs.values():
@@ -184,13 +184,16 @@ def main(argv=None):
     ap.add_argument("--sessions", type=int, default=16)
     ap.add_argument("--tokens", type=int, default=300, help="tokens per answer (the bundled models' context is 512)")
     ap.add_argument("--forks", type=int, default=8)
+    ap.add_argument("--device", default="cpu", help="orbit serve --device (cpu, cuda, cuda:N)")
+    ap.add_argument("--dtype", default="float32", help="orbit serve --dtype (float32, bfloat16, float16)")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     for name in ("sessions", "tokens", "forks"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    with ServeProcess(args.orbit, args.model, ["--max-sessions", str(args.sessions + args.forks + 8)], env=env) as s:
+    serve_args = ["--max-sessions", str(args.sessions + args.forks + 8), "--device", args.device, "--dtype", args.dtype]
+    with ServeProcess(args.orbit, args.model, serve_args, env=env) as s:
         model = s.call("/v1/models")["data"][0]["id"]
         streams(s, model, 1, 8, "warm")  # first-request costs (allocation, tokenizer) out of the runs
         runs = {
