@@ -11,12 +11,14 @@
 #     profile  Nsight Compute on the relocation and paged-attention kernels -> ncu.txt, and the GPU time of
 #              the TTFT arms by kernel -> ncu-ttft.txt
 #     prefix   bench/gpu/peer_prefix_cache.py (transformers' own KV cache as the prefix-cache arm)
-#     all      tests,bench,peer,prefix
+#     serve    `orbit serve --device cuda --dtype bfloat16` under bench/serve/decode_load.py (16 sessions
+#              against one, n = 8 forks against 8 requests) -> serve.json
+#     all      tests,bench,peer,prefix,serve
 #
 # The build is incremental: a warm machine's build-gpu is reused. ORBIT_COMMIT names the commit bench_gpu
 # records (the device's copy of the tree has no .git). Logs and results go to $OUT (env.txt,
-# build.log, ctest.log, test_device_cuda.log, bench.log, gpu.json, peer.json, peer_prefix.json, ncu.txt,
-# ncu-ttft.txt).
+# build.log, ctest.log, test_device_cuda.log, bench.log, gpu.json, peer.json, peer_prefix.json, serve.log,
+# serve.json, ncu.txt, ncu-ttft.txt).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="${OUT:-/tmp/orbit-gpu}"
@@ -26,7 +28,7 @@ source scripts/device/deps-env.sh
   python3 -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'; } > "$out/env.txt" 2>&1
 steps="${1:-all}"
 shift || true
-[ "$steps" = all ] && steps=tests,bench,peer,prefix
+[ "$steps" = all ] && steps=tests,bench,peer,prefix,serve
 start=$(date +%s)
 if [ ! -f build-gpu/build.ninja ]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DORBIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -34,8 +36,8 @@ if [ ! -f build-gpu/build.ninja ]; then
     || { tail -30 "$out/configure.log"; exit 1; }
 fi
 targets=(bench_gpu test_paged_attention_cuda test_device_cuda test_rope_cuda test_patch_apply_cuda test_svd_cuda
-         test_store_cuda test_paged_attention test_device)
-[[ ",$steps," == *,peer,* ]] && targets+=(orbit_cli)  # the peer check drives the CLI
+         test_store_cuda test_forward_batch_cuda test_serve_cuda test_paged_attention test_device)
+[[ ",$steps," == *,peer,* || ",$steps," == *,serve,* ]] && targets+=(orbit_cli)  # these drive the CLI
 ninja -C build-gpu -j"$(nproc)" -k 0 "${targets[@]}" > "$out/build.log" 2>&1
 build_rc=$?
 grep -E "error|FAILED" "$out/build.log" | head -30
@@ -70,6 +72,11 @@ for step in ${steps//,/ }; do
     prefix)
       PYTHONUNBUFFERED=1 python3 bench/gpu/peer_prefix_cache.py "$out/peer_prefix.json" 2>&1 | tail -20
       echo "transformers prefix cache in $(( $(date +%s) - start )) s" ;;
+    serve)
+      env "${ORBIT_DEPS_RUN[@]}" PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4 python3 bench/serve/decode_load.py \
+        --orbit build-gpu/cli/orbit --device cuda --dtype bfloat16 --tokens 300 --json "$out/serve.json" 2>&1 |
+        tee "$out/serve.log" | tail -12
+      echo "serve in $(( $(date +%s) - start )) s" ;;
     profile)
       # The relocation and paged-attention kernels in detail, then where the GPU time of one TTFT forward
       # goes (W = 32768, B = 2048, 8 layers), arm by arm through bench_gpu's NVTX ranges.
@@ -86,7 +93,7 @@ for step in ${steps//,/ }; do
         python3 bench/gpu/ncu_summary.py "/tmp/ncu-$arm.csv" 2>&1 | tee -a "$out/ncu-ttft.txt"
       done
       echo "profile in $(( $(date +%s) - start )) s" ;;
-    *) echo "error: unknown step '$step' (build, tests, bench, peer, prefix, profile, all)" >&2; exit 2 ;;
+    *) echo "error: unknown step '$step' (build, tests, bench, peer, prefix, serve, profile, all)" >&2; exit 2 ;;
   esac
 done
 exit $rc
