@@ -52,3 +52,20 @@ def test_without_room_in_a_budget_a_recall_is_formed(orbit, engine, policy):
     _, _, step = recall_plan(engine, policy)
     assert step.action == orbit.StepAction.form
     assert step.match == orbit.PatchMatch.none
+
+
+@pytest.mark.parametrize("policy", ["default", "patch:16:stale=1:heal=0"])
+def test_heal_re_forms_what_a_stale_patch_served(orbit, engine, policy):
+    # A stale patch is formed on the window's very context (the context hash matches) yet approximate: heal
+    # must form it again there, after which the window reads what a re-prefill reads.
+    w, plan, step = recall_plan(engine, policy)
+    assert step.match == orbit.PatchMatch.stale
+    w.apply(plan)
+    probe = engine.tokenize("The cat", bos=False)
+    assert not all(i.exact for i in w.instances)
+    healed = w.heal()
+    assert healed.forward_tokens >= step.chunk.length
+    assert all(i.exact for i in w.instances)
+    got, ref = w.logits(probe, all_rows=True), w.reference_logits(probe, all_rows=True)
+    assert np.abs(got - ref).max() < 1e-3
+    assert w.heal().forward_tokens == 0  # exact now: nothing left to heal

@@ -177,7 +177,7 @@ void LayoutPlanner::choose_for_slot(std::size_t i, uint64_t* ctx_hash, uint64_t*
   // other path plans on context_upto(i).
   const bool held = si.old != nullptr && !sl.force;
   const PlanInput in = input_for(i, held ? &context_ : context_upto(context_, i));
-  const bool same = si.old != nullptr && si.old->formed_on == *ctx_hash;
+  const bool same = si.old != nullptr && si.old->formed_on == *ctx_hash && !sl.reform;
   is_same_[i] = same ? 1 : 0;
   const bool redo = !defer_ && si.old != nullptr && si.old->deferred;
   const bool forced = sl.force || (layout_.reorder_relookup && !si.keys_same) || redo;

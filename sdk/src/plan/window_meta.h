@@ -107,6 +107,9 @@ struct Slot {
   std::vector<int64_t> turn_tokens;    // new turns
   bool is_turn = false;
   bool force = false;  // re-condition even when survivors are kept (cascade, reorder)
+  // Serve again even when formed on this very context (heal: a formation there may have been approximate, a
+  // stale or orbit patch or a truncated one); with force.
+  bool reform = false;
   std::string reason;
 };
 

@@ -319,6 +319,7 @@ Plan Window::plan_heal() const {
     from_here = from_here || !e.exact_when_formed || e.formed_on != contexts[i];
     if (from_here) {
       l.slots[i].force = true;
+      l.slots[i].reform = true;  // an approximate formation on this very context is re-formed too
       l.slots[i].reason = "healed: re-formed over an exact context";
     }
   }
