@@ -280,6 +280,29 @@ def test_full_rank_patches_reconditioned_equal_reference(orbit, engine):
     assert window_error(w, [1, 2, 3]) <= 5e-4
 
 
+@pytest.mark.parametrize("policy", ["default", "patch:16"])
+def test_recondition_re_forms_what_an_edit_changed_and_keeps_the_rest(orbit, engine, policy):
+    # Under a budget (default) as without one: turns and instances formed on their context as it is are kept
+    # (a forced keep was refused under a budget: "no serving action can serve"), those an eviction left
+    # behind a changed context are formed again, and the window reads what a re-prefill reads.
+    rng = random.Random(11)
+    a, b, c = make_chunks(engine, rng, 3)
+    w = engine.new_window(policy=policy)
+    w.add_turn([1, 7, 9, 11])
+    for x in (a, b, c):
+        w.admit(x)
+    assert all(step.action == orbit.StepAction.keep for step in w.plan_recondition().steps)
+    w.evict(w.instances[1])
+    plan = w.plan_recondition()
+    actions = {step.instance: step.action for step in plan.steps}
+    turn, later = w.instances[0].id, [i.id for i in w.instances[1:]]
+    assert actions[turn] == orbit.StepAction.keep
+    assert all(actions[i] != orbit.StepAction.keep for i in later)
+    w.apply(plan)
+    assert all(i.exact for i in w.instances)
+    assert window_error(w, [3, 4, 5]) <= 5e-4
+
+
 def test_a_stale_plan_or_another_windows_plan_is_refused(orbit, engine):
     rng = random.Random(2)
     a, b = make_chunks(engine, rng, 2)

@@ -98,7 +98,9 @@ void LayoutPlanner::enumerate(std::size_t i, const PlanInput& in, const std::str
   for (const ServeAction* a : all_actions()) {
     const ServeActionId id = a->id();
     const bool keep = id == ServeActionId::kKeep;
-    if (keep && (si.old == nullptr || sl.force)) continue;
+    // A forced slot is served again unless it was formed on this very context (recondition forces every
+    // slot, and re-conditions only those whose context changed); heal's reform makes `same` false.
+    if (keep && (si.old == nullptr || (sl.force && !same))) continue;
     if (!keep && si.old != nullptr && same && si.old->predicted_kl == 0) continue;  // exact already
     if (!considered(*a, policy_)) continue;
     std::optional<PlanStep> s = a->plan(in);
