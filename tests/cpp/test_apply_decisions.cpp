@@ -221,6 +221,18 @@ TEST_CASE("reuse reads the key of the window as built, and forwards when it is m
   out = run(env, nullptr, step(ServeActionId::kReuse), false, &turn);
   CHECK(out.done_as == StepAction::kPrefillTurn);
   CHECK(out.forward_tokens == 3);
+  CHECK(out.background_jobs == 0);
+
+  // A turn served from stored rows (an answer a read computed, sent back) is measured when the step asks, as
+  // a prefilled turn is.
+  env.stored[reuse_key("turn", env.built_chain)] = kv("reused", 3);
+  PlanStep measured = step(ServeActionId::kReuse);
+  measured.measure_sensitivity = true;
+  out = run(env, nullptr, measured, false, &turn);
+  CHECK(out.done_as == StepAction::kLoadConditioned);
+  CHECK(out.forward_tokens == 0);
+  CHECK(out.background_jobs == 1);
+  CHECK(env.log.back() == "queue sensitivity turn");
 }
 
 TEST_CASE("form forwards in context and queues the patch with the context, keys and rank it was planned with",

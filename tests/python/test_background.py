@@ -131,3 +131,25 @@ def test_run_background_after_close_raises(orbit, stories260k_path):
     e.close()
     with pytest.raises(orbit.OrbitError, match="closed"):
         e.run_background()
+
+
+def test_an_answer_sent_back_as_a_turn_has_its_sensitivity_measured(orbit, stories260k_path):
+    # The answer's rows come from the read that generated it (exact reuse, no prefill): its sensitivity is
+    # measured in the background from them, as a prefilled turn's is, so a later plan that keeps or re-forms
+    # it over a changed context prices it by its own measure.
+    rng = random.Random(3)
+    with open_engine(orbit, stories260k_path, "deferred") as engine:
+        w = engine.new_window()  # a KL budget, patches formed in the background
+        w.add_turn(tokens(rng, 12))
+        query = tokens(rng, 3)
+        answer = w.generate(query, max_tokens=6)
+        plan = w.plan_add_turn(query + list(answer.tokens))
+        step = plan.steps[-1]
+        assert step.action == orbit.StepAction.load_conditioned and step.forward_tokens == 0
+        assert step.measure_sensitivity and step.background_tokens == len(query) + len(answer.tokens)
+        w.apply(plan)
+        engine.run_background()
+        turn = w.instances[-1].id
+        later = w.plan_admit(engine.add_tokens(tokens(rng, 10)), before=turn)
+        turn_step = next(s for s in later.steps if s.instance == turn)
+        assert turn_step.sensitivity > 0 and not turn_step.measure_sensitivity

@@ -157,8 +157,9 @@ void init_types(py::module_& m) {
                     "Token-forwards it queues for the background (the canonical, when not stored; a live turn's\n"
                     "tokens alone, when measure_sensitivity).")
       .def_readonly("measure_sensitivity", &PlanStep::measure_sensitivity,
-                    "A live turn whose sensitivity is measured in the background after it is prefilled (budgeted\n"
-                    "policies that work in the background), so later plans price keeping it by it.")
+                    "A live turn whose sensitivity is measured in the background after it is prefilled or loaded by\n"
+                    "exact reuse (budgeted policies that work in the background; once per content), so later\n"
+                    "plans price keeping it by it.")
       .def_readonly("estimated_seconds", &PlanStep::estimated_seconds,
                     "Critical-path seconds by the engine's cost model (Engine.calibrate fits it).")
       .def_readonly("bytes_moved", &PlanStep::bytes_moved, "Bytes read from the store for this step.")

@@ -107,9 +107,10 @@ struct PlanStep {
   double forward_tokens = 0;                    // token-forwards on the critical path (apply() runs them)
   double background_tokens = 0;                 // token-forwards queued for the background (canonical encode)
   bool background_patch = false;                // the patch (canonical + SVD) is formed in the background
-  // kPrefillTurn under a budgeted policy that works in the background: the turn's sensitivity is measured
-  // afterwards (its tokens forwarded alone, background_tokens), so later plans scale the loss of keeping
-  // it over a changed context by it as they do a chunk's (planner/fidelity_model.h)
+  // A live turn prefilled (kPrefillTurn) or loaded by exact reuse (an answer a read computed, sent back)
+  // under a budgeted policy that works in the background, whose content nothing measured yet: the turn's
+  // sensitivity is measured afterwards (its tokens forwarded alone, background_tokens), so later plans scale
+  // the loss of keeping it over a changed context by it as they do a chunk's (planner/fidelity_model.h)
   bool measure_sensitivity = false;
   double predicted_kl = 0;       // the fidelity model's next-token KL vs a re-prefill this instance
                                  // carries after the step (0 for exact actions)

@@ -94,7 +94,7 @@ void apply_load_conditioned(ApplyInput& in, const PlanStep& step, ApplyOutput& o
   out.conditioned = true;
 }
 
-void apply_reuse(ApplyInput& in, const PlanStep&, ApplyOutput& out) {
+void apply_reuse(ApplyInput& in, const PlanStep& step, ApplyOutput& out) {
   // The key of the window as built (the plan's, unless an earlier step fell back to another action).
   std::optional<Kv> stored = in.env.conditioned(reuse_key(in.target.key, in.env.chain()));
   out.conditioned = true;
@@ -103,11 +103,15 @@ void apply_reuse(ApplyInput& in, const PlanStep&, ApplyOutput& out) {
     out.bytes_moved += out.content->bytes();
     ++out.patch_hits;
     out.done_as = StepAction::kLoadConditioned;
-    return;
+  } else {
+    out.content = in.env.forward(in.target);
+    out.forward_tokens += static_cast<double>(in.target.length);
+    out.done_as = in.target.chunk != nullptr ? StepAction::kReprefill : StepAction::kPrefillTurn;
   }
-  out.content = in.env.forward(in.target);
-  out.forward_tokens += static_cast<double>(in.target.length);
-  out.done_as = in.target.chunk != nullptr ? StepAction::kReprefill : StepAction::kPrefillTurn;
+  if (step.measure_sensitivity && in.target.turn_tokens != nullptr) {
+    in.env.queue_turn_sensitivity(in.target.key, *in.target.turn_tokens, out.content);
+    ++out.background_jobs;
+  }
 }
 
 void apply_form(ApplyInput& in, const PlanStep& step, ApplyOutput& out) {

@@ -246,6 +246,13 @@ class LoadConditioned final : public ServeAction {
   }
 };
 
+// Whether a live turn's sensitivity is measured as it is served: once per content, where a prediction may
+// later use it (a budget prices keeps by it, and a policy that forms patches in the background spends
+// background forwards). At position 0 the turn's context is empty, so there is nothing to measure.
+bool measures_turn(const PlanInput& in) {
+  return in.policy.kl_budget > 0 && in.policy.on_miss == MissAction::kForm && in.position > 0 && in.sensitivity < 0;
+}
+
 // ---- exact reuse: the KV a forward computed before, behind the same KV states ---------------------------
 
 class Reuse final : public ServeAction {
@@ -261,6 +268,10 @@ class Reuse final : public ServeAction {
     s.bytes_moved = kv_bytes(in);
     s.exact = true;
     s.reason = "exact reuse: its KV computed before behind this same window";
+    // A turn served from rows a read computed (an answer sent back) was never prefilled as a turn: it is
+    // measured from the loaded KV where a prefill would have measured it.
+    s.measure_sensitivity = in.is_turn && measures_turn(in);
+    if (s.measure_sensitivity) s.background_tokens = static_cast<double>(in.length);
     return s;
   }
   ActionFloor floor(const PlanInput& in) const override {
@@ -409,11 +420,7 @@ class PrefillTurn final : public ServeAction {
     s.forward_tokens = static_cast<double>(in.length);
     s.exact = true;
     s.reason = "live turn";
-    // Measured once per content, where a prediction may later use it: a budget prices keeps by it, and a
-    // policy that forms patches in the background spends background forwards. At position 0 the turn's
-    // context is empty, so there is nothing to measure.
-    s.measure_sensitivity =
-        in.policy.kl_budget > 0 && in.policy.on_miss == MissAction::kForm && in.position > 0 && in.sensitivity < 0;
+    s.measure_sensitivity = measures_turn(in);
     if (s.measure_sensitivity) s.background_tokens = static_cast<double>(in.length);
     return s;
   }
