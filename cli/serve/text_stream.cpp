@@ -34,7 +34,11 @@ std::string TextStream::decoded_prefix(std::size_t n) {
   const std::vector<int64_t> whole(tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(n));
   if (anchor_ == 0) return decode_(whole);
   const auto from = tokens_.begin() + static_cast<std::ptrdiff_t>(anchor_ - std::min(kContext, anchor_));
-  const std::string head = decode_(std::vector<int64_t>(from, tokens_.begin() + static_cast<std::ptrdiff_t>(anchor_)));
+  if (head_anchor_ != anchor_) {  // the context's own text, decoded once per anchor
+    head_ = decode_(std::vector<int64_t>(from, tokens_.begin() + static_cast<std::ptrdiff_t>(anchor_)));
+    head_anchor_ = anchor_;
+  }
+  const std::string& head = head_;
   const std::string window = decode_(std::vector<int64_t>(from, tokens_.begin() + static_cast<std::ptrdiff_t>(n)));
   if (window.compare(0, head.size(), head) != 0) return decode_(whole);
   return anchor_text_ + window.substr(head.size());

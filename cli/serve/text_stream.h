@@ -39,8 +39,10 @@ class TextStream {
   std::vector<int64_t> tokens_;
   std::string released_;
   bool stopped_ = false;
-  std::size_t anchor_ = 0;   // tokens before it have their text in anchor_text_
-  std::string anchor_text_;  // the text of tokens [0, anchor_): complete UTF-8, a prefix of every later text
+  std::size_t anchor_ = 0;       // tokens before it have their text in anchor_text_
+  std::string anchor_text_;      // the text of tokens [0, anchor_): complete UTF-8, a prefix of every later text
+  std::size_t head_anchor_ = 0;  // the anchor head_ was decoded for (0: none yet)
+  std::string head_;             // the text of the kContext tokens before that anchor, decoded alone
 };
 
 // The length of the longest prefix of `text` that does not end inside a UTF-8 sequence.
