@@ -69,3 +69,24 @@ def test_heal_re_forms_what_a_stale_patch_served(orbit, engine, policy):
     got, ref = w.logits(probe, all_rows=True), w.reference_logits(probe, all_rows=True)
     assert np.abs(got - ref).max() < 1e-3
     assert w.heal().forward_tokens == 0  # exact now: nothing left to heal
+
+
+def test_heal_under_throughput_replaces_a_truncated_stored_patch(orbit, engine):
+    # throughput prefills its misses but reads stored patches: a rank-16 patch of a 20-token chunk, stored under
+    # the exact context's key, is approximate, and heal must not read it again.
+    a = engine.add_tokens(list(range(10, 30)))
+    b = engine.add_tokens(list(range(40, 60)))
+    former = engine.new_window(policy=orbit.Policy("patch:16", reuse_computed=False))  # no exact-reuse KV
+    former.admit(a)
+    former.admit(b)
+    engine.run_background()  # b's rank-16 patch behind [a] is stored
+    w = engine.new_window(policy="throughput:kl=1")  # room for the patch's loss
+    w.admit(a)
+    step = w.plan_admit(b).steps[-1]
+    assert step.action == orbit.StepAction.apply_patch and step.match == orbit.PatchMatch.exact and not step.exact
+    w.admit(b)
+    assert not w.instances[-1].exact
+    assert w.heal().forward_tokens == b.length
+    assert all(i.exact for i in w.instances)
+    probe = [3, 4, 5]
+    assert np.abs(w.logits(probe, all_rows=True) - w.reference_logits(probe, all_rows=True)).max() < 1e-3

@@ -297,12 +297,12 @@ Plan Window::plan_heal() const {
   // patch is not used: one of truncated rank is approximate, and a heal would leave it to the next.
   // No budget, no orbit or stale patches, nothing deferred.
   WindowPolicy exact = s.options.policy;
-  // The prefix-cache baselines serve their own way (and are exact anyway).
+  // A miss is formed (its patch stored for this context), except where the policy prefills misses (the
+  // prefix-cache baselines, throughput: no background work), which is exact too. No policy reads a stored
+  // patch here: throughput's would be the truncated one the heal is there to replace.
   const bool radix = exact.store_conditioned || (exact.on_miss == MissAction::kReprefill && exact.reuse_computed);
-  if (!radix) {
-    exact.on_miss = MissAction::kForm;
-    exact.reuse_stored = false;
-  }
+  if (!radix) exact.on_miss = MissAction::kForm;
+  exact.reuse_stored = false;
   exact.survivors = SurvivorAction::kRecondition;
   exact.stale = StalePatch::kRebuild;
   exact.use_orbit_patches = false;
