@@ -216,3 +216,30 @@ def test_prepare_evictions_refuses_an_unknown_instance(orbit, small_engine):
     assert report.instances_prepared == 0 and report.prepare_forward_tokens == 0
     with pytest.raises(orbit.OrbitError, match="12345"):
         w.prepare_evictions([12345])
+
+
+def test_idle_without_room_to_heal_leaves_the_window_and_says_why(orbit, stories260k_path):
+    # A heal writes the healed KV before it frees the approximate KV: in a full pool, idle time cannot heal.
+    # idle() is opportunistic: it reports the refusal instead of raising, and the window is left as it was.
+    rng = random.Random(5)
+    with orbit.Engine(stories260k_path, pool_bytes=64 << 10, page_size=4) as engine:
+        a, b, c = (engine.add_tokens(random_tokens(rng, 12)) for _ in range(3))
+        w = engine.new_window(policy="patch:16:heal:eager")
+        for chunk in (a, b, c):
+            w.admit(chunk)
+        engine.run_background()
+        w.evict(w.instances[0])
+        with pytest.raises(orbit.OrbitError, match="pool is full"):
+            while True:
+                w.add_turn(random_tokens(rng, 4))
+        before = [(i.id, i.exact) for i in w.instances]
+        assert not all(exact for _, exact in before)
+        report = w.idle()
+        assert "pool is full" in report.heal_refused and "heal_refused=" in repr(report)
+        assert report.healed_instances == 0 and report.heal_forward_tokens == 0
+        assert [(i.id, i.exact) for i in w.instances] == before
+        for turn in [i for i in w.instances if i.is_turn]:  # room again: the next idle call heals
+            w.evict(turn)
+        healed = w.idle()
+        assert healed.heal_refused == "" and healed.healed_instances > 0
+        assert all(i.exact for i in w.instances)

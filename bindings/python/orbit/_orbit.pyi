@@ -234,6 +234,9 @@ class IdleReport:
     @property
     def heal_forward_tokens(self) -> float: ...
     @property
+    def heal_refused(self) -> str:
+        """Why the heal the window needed did not run in Window.idle() (no room in the KV pool), or ''."""
+    @property
     def recalls_prepared(self) -> int: ...
     @property
     def moves_prepared(self) -> int: ...

@@ -256,6 +256,9 @@ void init_types(py::module_& m) {
                     "The window's predicted KL before (policy.heal_min_kl decides on it).")
       .def_readonly("healed_instances", &IdleReport::healed_instances, "Instances the heal served again.")
       .def_readonly("heal_forward_tokens", &IdleReport::heal_forward_tokens, "Token-forwards of the heal.")
+      .def_readonly("heal_refused", &IdleReport::heal_refused,
+                    "Why the heal the window needed did not run in Window.idle(), or '': the KV pool had no room\n"
+                    "for the healed KV beside the KV it replaces (the window is left as it was).")
       .def_readonly("checked", &IdleReport::checked,
                     "True when the heal checked the fidelity model (a probe before and after it).")
       .def_readonly("measured_kl", &IdleReport::measured_kl,
@@ -282,10 +285,12 @@ void init_types(py::module_& m) {
       .def("__repr__", [](const IdleReport& r) {
         std::ostringstream o;
         o << "IdleReport(predicted_kl=" << r.predicted_kl << ", healed_instances=" << r.healed_instances
-          << ", heal_forward_tokens=" << r.heal_forward_tokens << ", recalls_prepared=" << r.recalls_prepared
-          << ", moves_prepared=" << r.moves_prepared << ", instances_prepared=" << r.instances_prepared
-          << ", lists_prepared=" << r.lists_prepared << ", prepare_forward_tokens=" << r.prepare_forward_tokens
-          << ", seconds=" << std::setprecision(3) << r.seconds << ")";
+          << ", heal_forward_tokens=" << r.heal_forward_tokens
+          << (r.heal_refused.empty() ? "" : ", heal_refused='" + r.heal_refused + "'")
+          << ", recalls_prepared=" << r.recalls_prepared << ", moves_prepared=" << r.moves_prepared
+          << ", instances_prepared=" << r.instances_prepared << ", lists_prepared=" << r.lists_prepared
+          << ", prepare_forward_tokens=" << r.prepare_forward_tokens << ", seconds=" << std::setprecision(3)
+          << r.seconds << ")";
         return o.str();
       });
 

@@ -257,6 +257,9 @@ struct IdleReport {
   double predicted_kl = 0;         // the window's predicted KL before (WindowPolicy::heal_min_kl decides on it)
   int64_t healed_instances = 0;    // instances heal() served again
   double heal_forward_tokens = 0;  // the heal's forwards, the tentative tail carried behind it included
+  // Window::idle: why the heal the window needed did not run, or "": the KV pool had no room for the healed
+  // KV beside the approximate KV it replaces (the window is left as it was; evict, slide or close windows).
+  std::string heal_refused;
   // The fidelity self-check that rides on the heal (Window::idle): the KL of a probe (the window's last
   // tokens read again) on the approximate window against the same probe on the healed, exact one. -1 when
   // no check ran. Its two probe forwards are check_forward_tokens.
@@ -396,7 +399,8 @@ class Window {
   // and the engine's correction (EngineStats::fidelity_correction) learns measured / predicted from it, so
   // later plans predict more where the model predicted too little. A window below heal_min_kl that is not
   // exact is checked (and so healed) every fourth such idle call, so under-prediction below the threshold is
-  // caught too. The probe's two forwards are background work (IdleReport::check_forward_tokens).
+  // caught too. The probe's two forwards are background work (IdleReport::check_forward_tokens). A heal the
+  // KV pool has no room for is skipped, not thrown (IdleReport::heal_refused says why).
   IdleReport idle();
   // The same, stopping early when `stop()` returns true: asked after the heal, before the recalls and the
   // moves, and before each learned list or set of evictions, so a server hands the model back to a request

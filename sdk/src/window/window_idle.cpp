@@ -194,7 +194,15 @@ void heal_and_check(Window& w, WindowState& s, IdleReport& out, bool check) {
   const std::vector<int64_t> probe = !check || s.has_deferred() ? std::vector<int64_t>{} : self_check_probe(s);
   std::optional<Logits> approx;
   if (!probe.empty()) approx = detail::probe_logits(s, probe);
-  out.heal_forward_tokens = must(w.apply(plan)).forward_tokens;
+  Result<ApplyReport> healed = w.apply(plan);
+  if (!healed.is_ok() && healed.status().code() == StatusCode::kOutOfCapacity) {
+    // The healed KV is written before the approximate KV is freed: without room for both, idle time leaves the
+    // window as it is (a later idle call, once the agent freed room, heals it) rather than failing.
+    out.healed_instances = 0;
+    out.heal_refused = healed.status().reason();
+    return;
+  }
+  out.heal_forward_tokens = must(std::move(healed)).forward_tokens;
   if (!approx) return;
   const Logits exact = detail::probe_logits(s, probe);
   out.checked = true;
