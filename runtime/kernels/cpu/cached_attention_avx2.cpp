@@ -6,19 +6,12 @@
 
 #include <immintrin.h>
 
+#include "kernels/cpu/avx2_lanes.h"
+
 namespace orbit::kernels::cpu {
 namespace {
 
-// The eight sums of eight vectors' lanes, as one vector: out[j] = Σ v[j].
-__m256 sum_lanes8(const __m256* v) {
-  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]);  // per 128-bit half: v0 pairs, v1 pairs
-  const __m256 t1 = _mm256_hadd_ps(v[2], v[3]);
-  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]);
-  const __m256 t3 = _mm256_hadd_ps(v[6], v[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1);  // [v0..v3 low-half sums | v0..v3 high-half sums]
-  const __m256 u1 = _mm256_hadd_ps(t2, t3);  // the same for v4..v7
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
+using avx2::sum_lanes8;
 
 float sum_lanes(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -4,19 +4,12 @@
 
 #include <immintrin.h>
 
+#include "kernels/cpu/avx2_lanes.h"
+
 namespace orbit::kernels::cpu {
 namespace {
 
-// The eight sums of eight vectors' lanes, as one vector: out[j] = Σ v[j].
-__m256 sum_lanes8(const __m256* v) {
-  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]);
-  const __m256 t1 = _mm256_hadd_ps(v[2], v[3]);
-  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]);
-  const __m256 t3 = _mm256_hadd_ps(v[6], v[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1);
-  const __m256 u1 = _mm256_hadd_ps(t2, t3);
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
+using avx2::sum_lanes8;
 
 // Four outputs of `rows` (1 or 2) rows of x against four weight rows: y[m][n .. n+4).
 void block4(const float* x, const float* const* w, const float* bias, float* y, int64_t rows, int64_t N, int64_t K,
