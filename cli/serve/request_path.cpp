@@ -199,7 +199,19 @@ RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
   }
   ticket.prepared_.reset();  // the window back to its session
   ticket.error_ = api_error(500, "serve: this request has run already", "server_error");
-  if (out.result && out.result->finish_reason == "cancelled") context_.metrics.count_cancelled();
+  const bool cut = out.result && out.result->finish_reason == "cancelled";
+  if (cut && context_.closing && !(sink.cancelled && sink.cancelled())) {
+    // The server closed under a client that is still there: the answer is incomplete, and saying so is an
+    // error, never an answer that looks whole.
+    const int64_t made = out.result->usage.completion_tokens;
+    out = RunOutcome{};
+    out.error = api_error(503,
+                          "the server shut down before this answer was complete (" + std::to_string(made) +
+                              " token(s) generated); send the request again",
+                          "server_error", "server_shutdown");
+  } else if (cut) {
+    context_.metrics.count_cancelled();
+  }
   return out;
 }
 

@@ -373,8 +373,43 @@ std::string ordered_field(std::string_view text, const char* name, const char* p
   return body[name].contains(at) ? body[name][at].dump() : "";
 }
 
+[[noreturn]] void unsupported(const std::string& param, const std::string& what) {
+  throw Invalid{api_error(400, param + ": " + what + " is not supported by this server", "invalid_request_error",
+                          "unsupported_parameter", param)};
+}
+
+// Parameters other servers take that change what is sampled or returned, which this one does not serve: a
+// request that gives one a value other than its no-op is refused naming it, never answered as if it were
+// not there. (Fields that change nothing, e.g. metadata or store, are accepted.)
+void refuse_unserved(const json& body, bool chat) {
+  const auto given = [&](const char* name) { return body.contains(name) && !body[name].is_null(); };
+  for (const char* name : {"top_k", "min_p", "top_a", "typical_p", "repetition_penalty", "mirostat"}) {
+    if (given(name)) unsupported(name, std::string("sampling by ") + name + " (give temperature and top_p)");
+  }
+  if (chat) {
+    if (given("functions") || given("function_call")) {
+      unsupported(given("functions") ? "functions" : "function_call", "legacy function calling (give tools)");
+    }
+    for (const char* name : {"audio", "prediction", "web_search_options"}) {
+      if (given(name)) unsupported(name, name);
+    }
+    if (given("modalities") && body["modalities"] != json::array({"text"})) {
+      unsupported("modalities", "an output other than text");
+    }
+    if (given("reasoning_effort") && body["reasoning_effort"] != "none") unsupported("reasoning_effort", "reasoning");
+  } else {
+    if (given("echo") && body["echo"] != false) unsupported("echo", "echoing the prompt");
+    if (given("best_of") && body["best_of"] != 1) unsupported("best_of", "best_of other than 1");
+    if (given("suffix") && body["suffix"] != "") unsupported("suffix", "a suffix (insertion)");
+  }
+  if (given("service_tier") && body["service_tier"] != "auto" && body["service_tier"] != "default") {
+    unsupported("service_tier", "a service tier other than auto or default");
+  }
+}
+
 ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
   const json body = parse_body(text, limits);
+  refuse_unserved(body, true);
   ChatRequest r;
   r.model = parse_model(body);
   const auto messages = body.find("messages");
@@ -415,11 +450,15 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
 
 CompletionRequest completion_request(std::string_view text, const ServeLimits& limits) {
   const json body = parse_body(text, limits);
+  refuse_unserved(body, false);
   CompletionRequest r;
   r.model = parse_model(body);
   const auto prompt = body.find("prompt");
   if (prompt == body.end()) fail("prompt", "missing");
   if (prompt->is_array()) {
+    if (!prompt->empty() && (*prompt)[0].is_number_integer()) {
+      unsupported("prompt", "a prompt of token ids (give the prompt as text)");
+    }
     if (prompt->size() != 1) fail("prompt", "an array prompt must hold exactly one string (batches are not served)");
     r.prompt = need_string((*prompt)[0], "prompt[0]");
   } else {

@@ -16,6 +16,11 @@
 //                ids below ServeLimits::vocab_size); logprobs (bool), top_logprobs (integer 0..20, with
 //                logprobs true): honoured as OpenAI defines them (GenerateOptions in orbit/window.h)
 // (tool_choice and response_format are honoured by the server: answer_constraint.h.)
+//   refused, naming the field (code unsupported_parameter), when given a value other than their no-op: top_k,
+//                min_p, top_a, typical_p, repetition_penalty, mirostat; chat: functions / function_call (give
+//                tools), audio, prediction, web_search_options, modalities other than ["text"],
+//                reasoning_effort other than "none"; completions: echo true, best_of other than 1, suffix, a
+//                prompt of token ids; service_tier other than auto / default
 //   completions: model, prompt (string, or an array of one string), and the same sampling fields but n
 //                (1 only, else a 400 naming `n`) and logprobs: its legacy form (an integer of top tokens) is refused
 //                with a 400 naming `logprobs`, and top_logprobs, which that endpoint does not have, likewise

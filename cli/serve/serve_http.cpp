@@ -136,8 +136,9 @@ std::string stream_tail(const Job& job, const RunOutcome& out) {
       tail += sse(tool_calls_chunk(job.ids, r.tool_calls, first));
       first = false;
     }
-    tail += job.chat ? sse(chat_chunk(job.ids, "", first, reason, usage))
-                     : sse(text_completion(job.ids, "", reason, usage));
+    // Usage goes in one chunk only, the last one, when stream_options.include_usage asks for it (as OpenAI
+    // streams it): clients that add up every chunk's usage would count it twice otherwise.
+    tail += job.chat ? sse(chat_chunk(job.ids, "", first, reason)) : sse(text_completion(job.ids, "", reason, nullptr));
     if (job.sampling().include_usage) {
       tail += sse(usage_chunk(job.ids, job.chat ? "chat.completion.chunk" : "text_completion", usage));
     }

@@ -99,6 +99,42 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
   CHECK(choices.error.param == "n");
 }
 
+TEST_CASE("serve: parameters this server does not serve are refused by name, their no-ops accepted", "[serve]") {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
+  for (const std::string& field : std::vector<std::string>{
+           R"("top_k":1)", R"("min_p":0.1)", R"("repetition_penalty":1.1)", R"("typical_p":0.9)", R"("functions":[])",
+           R"("function_call":"auto")", R"("audio":{})", R"("prediction":{})", R"("web_search_options":{})",
+           R"("modalities":["text","audio"])", R"("reasoning_effort":"low")", R"("service_tier":"flex")"}) {
+    INFO(field);
+    const sv::Parsed<sv::ChatRequest> p = sv::parse_chat_request(head + field + "}");
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.error.status == 400);
+    CHECK(p.error.code == "unsupported_parameter");
+    CHECK(field.find("\"" + p.error.param + "\"") == 0);
+    CHECK(p.error.message.find("is not supported by this server") != std::string::npos);
+  }
+  for (const std::string& field :
+       std::vector<std::string>{R"("top_k":null)", R"("modalities":["text"])", R"("reasoning_effort":"none")",
+                                R"("service_tier":"auto")", R"("metadata":{"a":"b"})", R"("store":false)"}) {
+    INFO(field);
+    CHECK(sv::parse_chat_request(head + field + "}").ok());
+  }
+  const std::string text = R"({"model":"m","prompt":"x",)";
+  for (const std::string& field :
+       std::vector<std::string>{R"("echo":true)", R"("best_of":3)", R"("suffix":"end")", R"("top_k":5)"}) {
+    INFO(field);
+    const sv::Parsed<sv::CompletionRequest> p = sv::parse_completion_request(text + field + "}");
+    REQUIRE_FALSE(p.ok());
+    CHECK(field.find("\"" + p.error.param + "\"") == 0);
+  }
+  for (const std::string& field : std::vector<std::string>{R"("echo":false)", R"("best_of":1)", R"("suffix":"")"}) {
+    CHECK(sv::parse_completion_request(text + field + "}").ok());
+  }
+  const sv::Parsed<sv::CompletionRequest> ids = sv::parse_completion_request(R"({"model":"m","prompt":[1,2,3]})");
+  REQUIRE_FALSE(ids.ok());
+  CHECK(ids.error.message.find("token ids") != std::string::npos);
+}
+
 TEST_CASE("serve: streamed text holds back split characters and stop strings", "[serve]") {
   const std::map<int64_t, std::string> pieces = {{1, "Hello"}, {2, " wor"}, {3, "ld\nus"},
                                                  {4, "er:"},   {5, "\xC3"}, {6, "\xA9!"}};

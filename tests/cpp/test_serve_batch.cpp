@@ -147,9 +147,9 @@ TEST_CASE("serve batch: n choices are forks decoded together", "[serve][batch][f
   core.close();
 }
 
-TEST_CASE("serve batch: closing the server ends the sequences in flight as cancelled", "[serve][batch]") {
+TEST_CASE("serve batch: closing the server ends the sequences in flight with a shutdown error", "[serve][batch]") {
   sv::ServeCore core(options());
-  std::vector<sv::RunResult> got(4);
+  std::vector<sv::RunOutcome> got(4);
   std::atomic<int> started{0};
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) {
@@ -162,16 +162,24 @@ TEST_CASE("serve batch: closing the server ends the sequences in flight as cance
       sv::ChatRequest r = chat(core, kQuestions[static_cast<std::size_t>(i)], 400);
       sv::RunTicket ticket = core.prepare_chat(r, "x" + std::to_string(i));
       if (!ticket.ok()) return;  // the server closed before it was prepared
-      sv::RunOutcome out = core.run(ticket, sink);
-      if (out.result) got[static_cast<std::size_t>(i)] = *out.result;
+      got[static_cast<std::size_t>(i)] = core.run(ticket, sink);
     });
   }
   for (int i = 0; i < 5000 && started < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   core.close();
   for (auto& t : threads) t.join();
-  int cancelled = 0;
-  for (const sv::RunResult& r : got) cancelled += r.finish_reason == "cancelled" ? 1 : 0;
-  CHECK(cancelled >= 1);
+  // A client still there is told the answer is incomplete (503 server_shutdown), never given a cut answer as
+  // if it were whole.
+  int shut = 0;
+  for (const sv::RunOutcome& out : got) {
+    if (out.result) CHECK(out.result->finish_reason != "cancelled");
+    if (!out.result && out.error.code == "server_shutdown") {
+      ++shut;
+      CHECK(out.error.status == 503);
+      CHECK(out.error.message.find("send the request again") != std::string::npos);
+    }
+  }
+  CHECK(shut >= 1);
 }
 
 TEST_CASE("serve batch: streamed text decodes a window per token and equals the whole decode", "[serve][text]") {
