@@ -20,17 +20,16 @@ std::string key_of(const ChatRequest& r) {
 
 // The shortest whole match of `constraint`, byte by byte: at each step the byte after which the fewest bytes
 // remain (ties: the lowest). Bounded by 64 KiB.
-std::string shortest_match(const std::shared_ptr<const Constraint>& constraint) {
+std::string shortest_match(const std::shared_ptr<const Constraint>& constraint, std::size_t limit) {
   ConstraintMatcher m(constraint);
   std::string text;
-  while (!m.complete() && text.size() < (std::size_t{1} << 16)) {
+  while (!m.complete() && text.size() < limit) {
     int best = -1;
     int64_t best_left = 0;
     for (int b = 0; b < 256; ++b) {
       const char c = static_cast<char>(b);
-      ConstraintMatcher next = m;
-      if (!next.advance(std::string_view(&c, 1))) continue;
-      const int64_t left = next.min_bytes_to_complete();
+      const int64_t left = m.min_bytes_after(std::string_view(&c, 1));
+      if (left < 0) continue;
       if (best < 0 || left < best_left) {
         best = b;
         best_left = left;
@@ -52,8 +51,15 @@ std::string byte_name(unsigned char b) {
 
 }  // namespace
 
-std::string unwritable(const std::shared_ptr<const Constraint>& constraint, const TokenVocabulary& vocabulary) {
-  const std::string text = shortest_match(constraint);
+std::string unwritable(const std::shared_ptr<const Constraint>& constraint, const TokenVocabulary& vocabulary,
+                       int64_t max_answer_bytes) {
+  const int64_t shortest = ConstraintMatcher(constraint).min_bytes_to_complete();
+  if (shortest > max_answer_bytes) {
+    return "its shortest answer is " + std::to_string(shortest) + " bytes, more than this model can write in its " +
+           "context (at most " + std::to_string(max_answer_bytes) + ")";
+  }
+  const std::string text = shortest_match(
+      constraint, std::min<std::size_t>(std::size_t{1} << 16, 2 * static_cast<std::size_t>(shortest) + 64));
   std::size_t at = 0;
   while (at < text.size()) {
     std::size_t longest = 0;
@@ -93,7 +99,7 @@ AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
     out.constraint = nullptr;
     return out;
   }
-  const std::string why = unwritable(out.constraint, *vocabulary_);
+  const std::string why = unwritable(out.constraint, *vocabulary_, max_answer_bytes_);
   if (!why.empty()) {
     out.error = api_error(400, param + ": " + why, "invalid_request_error", "unsupported_value", param);
     out.constraint = nullptr;

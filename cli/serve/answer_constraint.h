@@ -15,7 +15,9 @@
 // Thread-safety: every member may be called from any thread.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -37,9 +39,14 @@ struct AnswerConstraint {
 
 class ConstraintCache {
  public:
-  // `vocabulary`: the engine's tokenizer as token bytes (token_vocabulary).
-  ConstraintCache(ToolCallFormat format, std::shared_ptr<const TokenVocabulary> vocabulary, std::size_t capacity = 64)
-      : format_(format), vocabulary_(std::move(vocabulary)), capacity_(capacity) {}
+  // `vocabulary`: the engine's tokenizer as token bytes (token_vocabulary); `context_tokens`: the model's
+  // positions, which bound the bytes an answer can have (context_tokens x the longest token's bytes).
+  ConstraintCache(ToolCallFormat format, std::shared_ptr<const TokenVocabulary> vocabulary, int64_t context_tokens,
+                  std::size_t capacity = 64)
+      : format_(format),
+        vocabulary_(std::move(vocabulary)),
+        max_answer_bytes_(context_tokens * std::max<int64_t>(1, vocabulary_->max_token_bytes())),
+        capacity_(capacity) {}
 
   AnswerConstraint for_request(const ChatRequest& request);
 
@@ -48,6 +55,7 @@ class ConstraintCache {
 
   ToolCallFormat format_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
+  int64_t max_answer_bytes_;
   std::size_t capacity_;
   std::mutex mu_;
   std::list<std::string> order_;  // keys, most recently used first
@@ -60,6 +68,10 @@ class ConstraintCache {
 
 // Why `vocabulary` cannot write a whole match of `constraint` ("" when it can): the first byte of its
 // shortest match that no token spells there.
-std::string unwritable(const std::shared_ptr<const Constraint>& constraint, const TokenVocabulary& vocabulary);
+// Why the model cannot write an answer the constraint accepts, or "": its shortest answer is longer than
+// `max_answer_bytes` (refused before that answer is built, so a schema with a huge minLength or minItems costs
+// nothing), or holds a byte no token writes.
+std::string unwritable(const std::shared_ptr<const Constraint>& constraint, const TokenVocabulary& vocabulary,
+                       int64_t max_answer_bytes);
 
 }  // namespace orbit::serve

@@ -45,6 +45,10 @@ const char* kServeUsage =
     "  --device-tier-mb N    chunks' canonical KV kept in GPU memory, MiB (default 0 = none; needs --device\n"
     "                        cuda): a session reusing them copies nothing from the host\n"
     "  --pool-mb N           KV pool for all windows, MiB (default 256; on the model's device)\n"
+    "  --host-budget-mb N    KV kept in host memory for reuse once it leaves the pool (chunks' canonicals and\n"
+    "                        patches, answers), MiB (default 1024); past it the least recently used goes\n"
+    "                        (to --store's disk, else it is recomputed when needed); /metrics reports\n"
+    "                        orbit_store_bytes\n"
     "  --session-budget-mb N KV that idle sessions may keep resident, MiB (default 128); past it the least\n"
     "                        recently used leave memory (their chunks stay in the store)\n"
     "  --max-sessions N      resident sessions at most (default 64)\n"
@@ -112,6 +116,7 @@ serve::ServeOptions serve_options(const Args& args) {
   ORBIT_CHECK(o.device_tier_bytes == 0 || o.device.rfind("cuda", 0) == 0,
               "serve: argument '--device-tier-mb' needs --device cuda[:N] (a device tier lives in GPU memory)");
   o.session_budget_bytes = size_argument(args, "--session-budget-mb", 128, 0, 20);
+  o.host_budget_bytes = size_argument(args, "--host-budget-mb", 1024, 0, 20);
   o.max_sessions = args.get_int("--max-sessions", 64, 1);
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
   o.limits.max_body_bytes = static_cast<std::size_t>(size_argument(args, "--max-body-kb", 4096, 1, 10));
@@ -139,6 +144,7 @@ int run_serve(int argc, char** argv, int first) {
                 "--name",
                 "--pool-mb",
                 "--session-budget-mb",
+                "--host-budget-mb",
                 "--max-sessions",
                 "--max-tokens",
                 "--max-body-kb",

@@ -27,6 +27,7 @@ ServeContext::ServeContext(const ServeOptions& o) : options(o), auditor(AuditOpt
   eo.device = o.device;
   eo.dtype = o.dtype;
   eo.device_tier_bytes = o.device_tier_bytes;
+  eo.host_budget_bytes = o.host_budget_bytes;
   eo.background = BackgroundMode::kDeferred;  // run by the idle worker, only while no request waits
   policy = o.policy.empty() ? WindowPolicy{} : parse_policy(o.policy);
   engine = Engine::open(eo);
@@ -49,7 +50,7 @@ ServeContext::ServeContext(const ServeOptions& o) : options(o), auditor(AuditOpt
   }
   tool_format = o.tool_call_format.empty() ? engine->tool_call_format(chat)
                                            : parse_tool_call_format(o.tool_call_format, "--tool-call-format");
-  constraints = std::make_unique<ConstraintCache>(tool_format, token_vocabulary(*engine));
+  constraints = std::make_unique<ConstraintCache>(tool_format, token_vocabulary(*engine), info.max_positions);
 }
 
 Window ServeContext::new_window() const {

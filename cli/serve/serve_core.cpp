@@ -49,7 +49,8 @@ json ServeCore::models() const {
 MetricGauges ServeCore::gauges() {
   MetricGauges g = sessions_.counts();
   g.queue_depth = context_.gate.waiting();
-  g.more = context_.auditor.render_metrics() + context_.decoder.render_metrics();
+  g.more = context_.auditor.render_metrics() + context_.decoder.render_metrics() +
+           render_memory_metrics(context_.engine->stats());
   return g;
 }
 

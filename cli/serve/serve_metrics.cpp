@@ -76,6 +76,29 @@ void ServeMetrics::count_cancelled() {
   ++cancelled_;
 }
 
+std::string render_memory_metrics(const EngineStats& stats) {
+  std::ostringstream out;
+  out << "# HELP orbit_pool_pages The KV pool's pages (windows' KV), and those free.\n# TYPE orbit_pool_pages gauge\n"
+      << "orbit_pool_pages{state=\"total\"} " << stats.pool_pages << "\n"
+      << "orbit_pool_pages{state=\"free\"} " << stats.pool_free_pages << "\n";
+  const std::pair<const char*, const char*> gauges[] = {
+      {"orbit_store_entries", "Entries a store tier holds (chunks' canonicals, patches, answers' KV)."},
+      {"orbit_store_bytes", "Bytes a store tier holds against its budget."},
+      {"orbit_store_budget_bytes", "A store tier's budget (0: unlimited)."}};
+  for (const auto& [name, help] : gauges) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n";
+    for (const TierStats& t : stats.store.tiers) {
+      if (!t.enabled) continue;
+      const std::string_view metric(name);
+      const int64_t value = metric == "orbit_store_entries" ? t.entries
+                            : metric == "orbit_store_bytes" ? t.bytes
+                                                            : t.budget_bytes;
+      out << name << "{tier=\"" << store_tier_name(t.tier) << "\"} " << value << "\n";
+    }
+  }
+  return out.str();
+}
+
 std::string ServeMetrics::render(const MetricGauges& gauges) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::ostringstream out;

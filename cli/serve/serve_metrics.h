@@ -28,6 +28,8 @@
 #include <string>
 #include <utility>
 
+#include "orbit/engine.h"
+
 namespace orbit::serve {
 
 // A Prometheus histogram with fixed buckets in seconds.
@@ -52,6 +54,11 @@ struct MetricGauges {
   int64_t resident_sessions = 0;
   std::string more;  // lines other parts render (the fidelity audit's, audit.h), appended as they are
 };
+
+// The engine's memory as /metrics gauges: the KV pool's pages (total, free) and each enabled store tier's
+// entries, bytes and budget (the host tier holds chunks' and answers' KV for reuse up to its budget,
+// --host-budget-mb).
+std::string render_memory_metrics(const EngineStats& stats);
 
 class ServeMetrics {
  public:

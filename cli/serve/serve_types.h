@@ -26,7 +26,10 @@ struct ServeOptions {
   // "float32", "bfloat16" or "float16" (CUDA only). Sessions decode together on that device.
   std::string device = "cpu";
   std::string dtype = "float32";
-  int64_t device_tier_bytes = 0;                      // EngineOptions::device_tier_bytes (needs a CUDA device)
+  int64_t device_tier_bytes = 0;  // EngineOptions::device_tier_bytes (needs a CUDA device)
+  // EngineOptions::host_budget_bytes: the store's host tier, where chunks' canonicals, patches and answers' KV
+  // stay for reuse after they leave the pool (least recently used out first past it).
+  int64_t host_budget_bytes = int64_t{1} << 30;
   int64_t session_budget_bytes = int64_t{128} << 20;  // KV of idle sessions' windows kept resident
   int64_t max_sessions = 64;                          // resident session windows at most
   int64_t max_known_sessions = 4096;  // session records kept; past it the oldest not resident are forgotten

@@ -222,6 +222,9 @@ class ConstraintMatcher {
   bool finished() const { return complete() && !can_continue(); }
   // The fewest bytes that make the text a whole match (0 when complete).
   int64_t min_bytes_to_complete() const;
+  // min_bytes_to_complete() after `bytes` were appended, or -1 where they cannot be; the matcher is unchanged
+  // (no copy of the text: a search over next bytes costs the same at any length).
+  int64_t min_bytes_after(std::string_view bytes) const;
   const std::string& text() const;  // the bytes accepted so far
   // The state as compact bytes: equal for states that accept the same continuations from here (the text
   // that led to them may differ). Hashable, comparable.

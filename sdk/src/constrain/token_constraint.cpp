@@ -149,6 +149,12 @@ int64_t ConstraintMatcher::min_bytes_to_complete() const {
   return parts_of(constraint_).matcher.min_bytes(state_->set);
 }
 
+int64_t ConstraintMatcher::min_bytes_after(std::string_view bytes) const {
+  StateSet after;
+  if (!walk(parts_of(constraint_).matcher, state_->set, bytes, after)) return -1;
+  return parts_of(constraint_).matcher.min_bytes(after);
+}
+
 const std::string& ConstraintMatcher::text() const { return state_->text; }
 
 std::string ConstraintMatcher::state_key() const {

@@ -130,7 +130,12 @@ int64_t ChunkRegistry::key_length(const std::string& key) const {
 
 void ChunkRegistry::note_turn(const std::string& key, int64_t length) {
   std::lock_guard<std::mutex> lock(mu_);
-  turn_lengths_[key] = length;
+  if (!turn_lengths_.insert_or_assign(key, length).second) return;
+  turn_order_.push_back(key);
+  if (turn_order_.size() > kMaxTurnLengths) {
+    turn_lengths_.erase(turn_order_.front());
+    turn_order_.pop_front();
+  }
 }
 
 at::Tensor ChunkRegistry::positions_for(const ChunkRecord* chunk, int64_t length, int64_t start) const {

@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -76,7 +77,11 @@ class ChunkRegistry {
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<ChunkRecord>> chunks_;
   std::vector<std::string> order_;
+  // Live turns' lengths by key (the stale-patch catalog weighs contexts by them): the kMaxTurnLengths noted
+  // last are kept, an older one reads as 1 token, so a long-running server's distinct turns do not grow it.
+  static constexpr std::size_t kMaxTurnLengths = std::size_t{1} << 16;
   std::unordered_map<std::string, int64_t> turn_lengths_;
+  std::deque<std::string> turn_order_;  // their keys, oldest first
 };
 
 }  // namespace orbit::detail

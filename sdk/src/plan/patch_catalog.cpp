@@ -91,6 +91,13 @@ double PatchCatalog::sensitivity(const std::string& chunk_key) const {
 void PatchCatalog::record_measured_sensitivity(const std::string& key, double sensitivity) {
   if (!(sensitivity >= 0)) return;
   std::lock_guard<std::mutex> lock(mu_);
+  if (sensitivity_.count(key) == 0) {
+    measured_order_.push_back(key);
+    if (measured_order_.size() > kMaxMeasured) {
+      sensitivity_.erase(measured_order_.front());
+      measured_order_.pop_front();
+    }
+  }
   record_sensitivity(key, "measured", sensitivity);
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -97,6 +98,10 @@ class PatchCatalog {
     double mean = -1;
   };
   std::unordered_map<std::string, Sensitivity> sensitivity_;
+  // Keys record_measured_sensitivity added (live turns), oldest first: the kMaxMeasured newest are kept (an
+  // older turn is measured again if it comes back), so distinct turns do not grow the catalog without bound.
+  static constexpr std::size_t kMaxMeasured = std::size_t{1} << 16;
+  std::deque<std::string> measured_order_;
 };
 
 }  // namespace orbit::detail
