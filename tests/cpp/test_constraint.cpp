@@ -150,6 +150,15 @@ TEST_CASE("objects: declared order, required, additionalProperties false, key es
   ConstraintMatcher m(c);
   REQUIRE(m.advance(R"({"name": "A)"));
   CHECK(m.min_bytes_to_complete() == static_cast<int64_t>(std::string(R"(","tags":[]})").size()));
+  // min_bytes_after(b) is advance(b) on a copy, then min_bytes_to_complete(); -1 where b cannot follow.
+  for (int b = 0; b < 256; ++b) {
+    const char c1 = static_cast<char>(b);
+    ConstraintMatcher copy = m;
+    const int64_t want = copy.advance(std::string_view(&c1, 1)) ? copy.min_bytes_to_complete() : -1;
+    CHECK(m.min_bytes_after(std::string_view(&c1, 1)) == want);
+  }
+  CHECK(m.min_bytes_after("\", \"tags\": []}") == 0);
+  CHECK(m.text() == R"({"name": "A)");  // unchanged
   const auto escaped = schema(R"({"properties": {"a\"b": {"const": 1}, "é": {"type": "null"}}})");
   check_matches(*escaped, R"({"a\"b": 1, "é": null})");
   check_matches(*escaped, "{}");

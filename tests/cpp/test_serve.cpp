@@ -546,6 +546,12 @@ TEST_CASE("serve: tools reach the prompt; what the vocabulary cannot write is re
   REQUIRE_FALSE(unsupported.ok());
   CHECK(unsupported.error().param == "response_format.json_schema.schema");
   CHECK(unsupported.error().message.find("pattern") != std::string::npos);
+  // One whose shortest answer is longer than the context can hold is refused before any answer is built.
+  json_answer.response_format.schema_json = R"({"type":"string","minLength":100000000})";
+  const sv::RunTicket endless = core.prepare_chat(json_answer, "");
+  REQUIRE_FALSE(endless.ok());
+  CHECK(endless.error().param == "response_format.json_schema.schema");
+  CHECK(endless.error().message.find("its shortest answer is 100000002 bytes") != std::string::npos);
   core.close();
 }
 
