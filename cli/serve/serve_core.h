@@ -86,7 +86,7 @@ class ServeCore {
   // count since it was last made resident: WindowStats::prefix_cache_tokens), saved_tokens, ratio}};
   // nullopt for an unknown session (never named, ended, or forgotten past max_known_sessions).
   std::optional<nlohmann::json> session_info(const std::string& id) { return sessions_.info(id); }
-  bool end_session(const std::string& id) { return sessions_.end(id); }  // false: unknown
+  SessionTable::End end_session(const std::string& id) { return sessions_.end(id); }  // SessionTable::end
   // Brings the resident sessions within the budget now, waiting for a window the idle worker holds. A
   // release does this without waiting (the idle worker finishes the job): call it for a deterministic state.
   void enforce_session_budget() { sessions_.enforce_budget(true); }

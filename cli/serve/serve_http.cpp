@@ -327,7 +327,17 @@ void HttpServer::routes() {
   });
   s.Delete(R"(/v1/sessions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches[1];
-    if (!core_.end_session(id)) return reply_error(res, not_found("no session '" + id + "'", "session_not_found"));
+    const SessionTable::End ended = core_.end_session(id);
+    if (ended == SessionTable::End::kUnknown) {
+      return reply_error(res, not_found("no session '" + id + "'", "session_not_found"));
+    }
+    if (ended == SessionTable::End::kBusy) {
+      return reply_error(res, api_error(409,
+                                        "session '" + id +
+                                            "' has requests running or waiting; delete it once "
+                                            "they are done",
+                                        "invalid_request_error", "session_busy"));
+    }
     res.set_content(json{{"id", id}, {"object", "orbit.session.deleted"}, {"deleted", true}}.dump(),
                     "application/json");
   });

@@ -304,22 +304,24 @@ std::optional<json> SessionTable::info(const std::string& id) const {
               {"audit", s.audit.to_json()}};
 }
 
-bool SessionTable::end(const std::string& id) {
+SessionTable::End SessionTable::end(const std::string& id) {
   std::shared_ptr<Session> s;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto it = sessions_.find(id);
-    if (it == sessions_.end()) return false;
+    if (it == sessions_.end()) return End::kUnknown;
+    if (it->second->holders > 0) return End::kBusy;
     s = it->second;
     sessions_.erase(it);
   }
-  // A request still running keeps the session alive until it ends; the window closes with the last holder.
+  // No holder was left when it left the table, and a new request cannot find it now; an idle-time job that
+  // holds `run` closes the window when it is done with it.
   std::unique_lock<std::mutex> run(s->run, std::try_to_lock);
   if (run.owns_lock()) {
     std::lock_guard<std::mutex> lock(mutex_);
     s->window.reset();
   }
-  return true;
+  return End::kEnded;
 }
 
 MetricGauges SessionTable::counts() const {

@@ -174,8 +174,11 @@ class SessionTable {
 
   // GET /v1/sessions/{id}'s body (serve_core.h); nullopt for an unknown session.
   std::optional<nlohmann::json> info(const std::string& id) const;
-  bool end(const std::string& id);  // false: unknown. A running request keeps the window until it ends.
-  MetricGauges counts() const;      // sessions and resident_sessions (queue_depth left 0)
+  // Ends session `id`: kUnknown when there is none, kBusy (nothing changes) while requests run on it or wait
+  // for it (they would otherwise run on a session that no longer exists).
+  enum class End { kEnded, kUnknown, kBusy };
+  End end(const std::string& id);
+  MetricGauges counts() const;  // sessions and resident_sessions (queue_depth left 0)
   // Takes every window out of the table and closes it, waiting for each one's holder.
   void close_all();
 

@@ -261,8 +261,18 @@ TEST_CASE("serve: sessions on the model: interleaving, anonymous reuse, LRU, can
   CHECK(back.text == alone[std::stoi(gone.substr(1))]);
   CHECK(core.session_info(gone).value()["left_memory"].get<int64_t>() == 1);
   CHECK_FALSE(core.session_info("nobody").has_value());
-  CHECK(core.end_session(gone));
+  CHECK(core.end_session(gone) == sv::SessionTable::End::kEnded);
   CHECK_FALSE(core.session_info(gone).has_value());
+  CHECK(core.end_session(gone) == sv::SessionTable::End::kUnknown);
+  // A session a prepared request holds cannot be ended under it (409 over HTTP); once it ran, it can.
+  {
+    const sv::ChatRequest held_request = request(questions[0]);
+    sv::RunTicket held = core.prepare_chat(held_request, "held");
+    REQUIRE(held.ok());
+    CHECK(core.end_session("held") == sv::SessionTable::End::kBusy);
+    REQUIRE(core.run(held, {}).result.has_value());
+  }
+  CHECK(core.end_session("held") == sv::SessionTable::End::kEnded);
 
   // A client that leaves after the first piece of text cancels the run. The batch decodes on a thread of
   // its own, so how many tokens it runs ahead before it sees the cancel depends on scheduling (a loaded
