@@ -160,6 +160,10 @@ bool RequestReader::parse_head(std::size_t end) {
   if (version != "HTTP/1.1" && version != "HTTP/1.0") {
     return refuse(505, "HTTP version '" + std::string(version.substr(0, 16)) + "' is not supported (HTTP/1.1 is)");
   }
+  if (line.size() + 2 > kMaxLineBytes) {
+    return refuse(414, "the request line is over " + std::to_string(kMaxLineBytes) +
+                           " bytes (this server's limit: shorten the target)");
+  }
   request_.method = std::string(method);
   request_.target = std::string(target);
   request_.path = request_.target.substr(0, request_.target.find('?'));
@@ -179,6 +183,10 @@ bool RequestReader::parse_headers(std::size_t begin, std::size_t end) {
     const std::size_t eol = in_.find("\r\n", at);
     const std::string_view line(in_.data() + at, eol - at);
     at = eol + 2;
+    if (line.size() + 2 > kMaxLineBytes) {
+      return refuse(431, "the header line '" + std::string(line.substr(0, line.find(':') < 80 ? line.find(':') : 80)) +
+                             "' is over " + std::to_string(kMaxLineBytes) + " bytes (this server's limit per line)");
+    }
     const std::size_t colon = line.find(':');
     const bool bad_byte =
         std::any_of(line.begin(), line.end(), [](char c) { return c == '\r' || c == '\n' || c == 0; });

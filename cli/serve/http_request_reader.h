@@ -7,7 +7,9 @@
 //                         └──────── refused (a status and a message; the connection is then closed) ◄┘
 //
 // What it refuses, before reading more than the limits:
-//   431  a head (request line and headers) over RequestLimits::max_head_bytes without its blank line
+//   431  a head (request line and headers) over RequestLimits::max_head_bytes without its blank line, or a
+//        header line over kMaxLineBytes (with its CRLF; the HTTP library behind reads no longer line)
+//   414  a request line over kMaxLineBytes
 //   413  a Content-Length over max_body_bytes (at once, nothing of the body read), or a chunked body whose
 //        decoded bytes pass max_body_bytes (at the chunk that passes it: at most the limit is held)
 //   501  a Transfer-Encoding other than chunked
@@ -25,6 +27,9 @@
 #include <string>
 
 namespace orbit::serve {
+
+// The longest request line or header line, CRLF included, that the HTTP library behind the reader takes.
+inline constexpr std::size_t kMaxLineBytes = 8192;
 
 struct RequestLimits {
   std::size_t max_head_bytes = std::size_t{64} << 10;  // request line and headers, with their blank line

@@ -125,6 +125,12 @@ TEST_CASE("heads past the limit and malformed framing are refused with their sta
   const std::string chunked = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n";
   CHECK(refusal_of(chunked + "T: " + std::string(100, 'a') + "\r\n\r\n", limits) == 431);  // trailers, whole
   CHECK(refusal_of(chunked + "T: a\r\n\r\n", limits) == 0);
+  // One line past what the HTTP library behind reads: 431 for a header line, 414 for the request line.
+  const std::string at_limit = "X: " + std::string(sv::kMaxLineBytes - 5, 'a');  // with its CRLF: the limit
+  CHECK(refusal_of("GET / HTTP/1.1\r\n" + at_limit + "\r\n\r\n") == 0);
+  CHECK(refusal_of("GET / HTTP/1.1\r\n" + at_limit + "a\r\n\r\n") == 431);
+  const std::string long_target = "GET /" + std::string(sv::kMaxLineBytes, 'p') + " HTTP/1.1\r\n\r\n";
+  CHECK(refusal_of(long_target) == 414);
   CHECK(refusal_of("GET /\r\n\r\n") == 400);
   CHECK(refusal_of("GET  / HTTP/1.1\r\n\r\n") == 400);
   CHECK(refusal_of("G(T / HTTP/1.1\r\n\r\n") == 400);
