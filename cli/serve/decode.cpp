@@ -91,6 +91,14 @@ RunResult choice_result(Choice& c, bool gone, bool first, const RunSink& sink) {
     // The streamed tokens' (a stop token that ended the run has none here, as it has no place in `tokens`).
     r.logprobs.assign(g->logprobs.begin(),
                       g->logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(g->logprobs.size(), r.tokens.size())));
+    if (c.stream->stopped()) {
+      // A stop string ends the content before it: the log probabilities end with the last token that writes
+      // any of the content (one that writes the stop string's start too is kept), not with the stop string's
+      // tokens, which still count as generated in usage.
+      std::size_t at = 0, keep = 0;
+      while (keep < r.logprobs.size() && at < r.text.size()) at += r.logprobs[keep++].chosen.bytes.size();
+      r.logprobs.resize(keep);
+    }
     r.prompt_forward_tokens = g->prompt_forward_tokens;
   }
   if (gone || !g) {

@@ -147,6 +147,33 @@ TEST_CASE("serve batch: n choices are forks decoded together", "[serve][batch][f
   core.close();
 }
 
+TEST_CASE("serve batch: with a stop string, log probabilities end with the content's last token", "[serve][batch]") {
+  sv::ServeCore core(options());
+  int stopped = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    sv::ChatRequest r = chat(core, kQuestions[seed % kQuestions.size()], 60);
+    r.sampling.temperature = 1.0;
+    r.sampling.seed = seed;
+    r.sampling.stop = {"the"};
+    r.sampling.logprobs = true;
+    const sv::RunResult got = run(core, r, "");
+    std::string spelled;
+    for (const orbit::StepLogprobs& step : got.logprobs) spelled += step.chosen.bytes;
+    INFO("seed " << seed << ": content '" << got.text << "', log probabilities spell '" << spelled << "'");
+    if (got.finish_reason != "stop" || got.text.empty()) continue;
+    ++stopped;
+    // Every token but the last writes content only; the last writes the content's end (and perhaps the stop
+    // string's start).
+    REQUIRE_FALSE(got.logprobs.empty());
+    const std::string& last = got.logprobs.back().chosen.bytes;
+    CHECK(spelled.size() - last.size() < got.text.size());
+    CHECK(spelled.compare(0, got.text.size(), got.text) == 0);
+    CHECK(got.usage.completion_tokens >= static_cast<int64_t>(got.logprobs.size()));
+  }
+  CHECK(stopped >= 3);
+  core.close();
+}
+
 TEST_CASE("serve batch: closing the server ends the sequences in flight with a shutdown error", "[serve][batch]") {
   sv::ServeCore core(options());
   std::vector<sv::RunOutcome> got(4);
