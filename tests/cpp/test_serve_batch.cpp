@@ -15,52 +15,27 @@
 #include "serve/serve_core.h"
 #include "serve/serve_wire.h"
 #include "serve/text_stream.h"
+#include "serve_test_util.h"
 
 namespace sv = orbit::serve;
 
 namespace {
 
-const std::string kModel = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
+using serve_test::kModel;
+using serve_test::kQuestions;
 
-sv::ServeOptions options() {
-  sv::ServeOptions o;
-  o.model = kModel;
-  o.anticipate = false;
-  o.audit_rate = 0;
-  return o;
-}
+sv::ServeOptions options() { return serve_test::quiet_options(); }
 
 sv::ChatRequest chat(const sv::ServeCore& core, const std::string& question, int64_t max_tokens) {
-  sv::ChatRequest r;
-  r.model = core.model_name();
-  r.messages = {{"system", "You tell short stories."}, {"user", question}};
-  r.sampling.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
-  return r;
+  return serve_test::story_chat(core, question, max_tokens);
 }
 
 sv::RunResult run(sv::ServeCore& core, const sv::ChatRequest& r, const std::string& session,
                   const sv::RunSink& sink = {}) {
-  sv::RunTicket ticket = core.prepare_chat(r, session);
-  REQUIRE(ticket.ok());
-  sv::RunOutcome out = core.run(ticket, sink);
-  REQUIRE(out.result.has_value());
-  return *out.result;
+  return serve_test::run_answered(core, r, session, sink);
 }
 
-// A metric's value in the /metrics text (the first line that starts with `name` and a space).
-double metric(const std::string& text, const std::string& name) {
-  const std::regex line("(^|\n)" + std::regex_replace(name, std::regex(R"([{}"+.])"), R"(\$&)") + " ([0-9.e+-]+)");
-  std::smatch m;
-  REQUIRE(std::regex_search(text, m, line));
-  return std::stod(m[2]);
-}
-
-std::string metrics_text(sv::ServeCore& core) { return core.metrics().render(core.gauges()); }
-
-const std::vector<std::string> kQuestions = {"What did the dog find?", "Who was happy?", "Where were they?",
-                                             "What happened next?",    "Tell me more.",  "Why did she smile?",
-                                             "What did they see?",     "Who came home?"};
+double metric(sv::ServeCore& core, const std::string& name) { return serve_test::metric(core, name); }
 
 }  // namespace
 
@@ -68,8 +43,8 @@ TEST_CASE("serve batch: sessions decode in shared forwards and answer what they 
   sv::ServeCore core(options());
   std::vector<std::string> alone;
   for (const std::string& q : kQuestions) alone.push_back(run(core, chat(core, q, 24), "").text);
-  const double steps_alone = metric(metrics_text(core), "orbit_decode_steps_total");
-  const double single_steps = metric(metrics_text(core), "orbit_decode_batch_sequences_bucket{le=\"1\"}");
+  const double steps_alone = metric(core, "orbit_decode_steps_total");
+  const double single_steps = metric(core, "orbit_decode_batch_sequences_bucket{le=\"1\"}");
   CHECK(single_steps == steps_alone);  // one at a time: every step held one sequence
 
   std::vector<std::string> together(kQuestions.size());
@@ -80,15 +55,14 @@ TEST_CASE("serve batch: sessions decode in shared forwards and answer what they 
   }
   for (auto& t : threads) t.join();
   CHECK(together == alone);
-  const std::string text = metrics_text(core);
   // Steps that held several sequences happened: fewer steps than tokens decoded.
-  const double steps = metric(text, "orbit_decode_steps_total") - steps_alone;
-  const double shared = metric(text, "orbit_decode_batch_sequences_count") -
-                        metric(text, "orbit_decode_batch_sequences_bucket{le=\"1\"}");
+  const double steps = metric(core, "orbit_decode_steps_total") - steps_alone;
+  const double shared = metric(core, "orbit_decode_batch_sequences_count") -
+                        metric(core, "orbit_decode_batch_sequences_bucket{le=\"1\"}");
   CHECK(shared > 0);
   CHECK(steps < 8 * 24);
-  CHECK(metric(text, "orbit_decode_running") == 0);
-  CHECK(metric(text, "orbit_decode_waiting") == 0);
+  CHECK(metric(core, "orbit_decode_running") == 0);
+  CHECK(metric(core, "orbit_decode_waiting") == 0);
   core.close();
 }
 

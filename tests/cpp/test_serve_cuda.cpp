@@ -5,49 +5,32 @@
 // sees no CUDA device.
 #include <algorithm>
 #include <cmath>
-#include <regex>
 #include <thread>
 
 #include "orbit_catch.h"
 #include "serve/serve_core.h"
+#include "serve_test_util.h"
 
 namespace sv = orbit::serve;
 
 namespace {
 
-const std::string kModel = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
-
-const std::vector<std::string> kQuestions = {"What did the dog find?", "Who was happy?", "Where were they?",
-                                             "What happened next?",    "Tell me more.",  "Why did she smile?",
-                                             "What did they see?",     "Who came home?"};
+using serve_test::kQuestions;
 
 sv::ServeOptions options(const std::string& device, const std::string& dtype) {
-  sv::ServeOptions o;
-  o.model = kModel;
-  o.device = device;
-  o.dtype = dtype;
-  o.anticipate = false;
-  o.audit_rate = 0;
-  return o;
+  return serve_test::quiet_options(device, dtype);
 }
 
+// A greedy story question whose answer carries each step's log probability and the two best tokens'.
 sv::ChatRequest chat(const sv::ServeCore& core, const std::string& question, int64_t max_tokens) {
-  sv::ChatRequest r;
-  r.model = core.model_name();
-  r.messages = {{"system", "You tell short stories."}, {"user", question}};
-  r.sampling.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
+  sv::ChatRequest r = serve_test::story_chat(core, question, max_tokens);
   r.sampling.logprobs = true;
   r.sampling.top_logprobs = 2;
   return r;
 }
 
 sv::RunResult run(sv::ServeCore& core, const sv::ChatRequest& r, const std::string& session) {
-  sv::RunTicket ticket = core.prepare_chat(r, session);
-  REQUIRE(ticket.ok());
-  sv::RunOutcome out = core.run(ticket, {});
-  REQUIRE(out.result.has_value());
-  return *out.result;
+  return serve_test::run_answered(core, r, session);
 }
 
 // Every question answered at once by `core`, each in its own session.
@@ -83,13 +66,7 @@ bool agrees_up_to_a_near_tie(const sv::RunResult& got, const sv::RunResult& want
   return false;
 }
 
-double metric(sv::ServeCore& core, const std::string& name) {
-  const std::string text = core.metrics().render(core.gauges());
-  const std::regex line("(^|\n)" + std::regex_replace(name, std::regex(R"([{}"+.])"), R"(\$&)") + " ([0-9.e+-]+)");
-  std::smatch m;
-  REQUIRE(std::regex_search(text, m, line));
-  return std::stod(m[2]);
-}
+double metric(sv::ServeCore& core, const std::string& name) { return serve_test::metric(core, name); }
 
 }  // namespace
 

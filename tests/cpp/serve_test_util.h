@@ -1,0 +1,64 @@
+// Helpers the tests of `orbit serve` below HTTP share (test_serve_batch, test_serve_cuda): a server on
+// TinyStories-656K without idle-time answers or audits, greedy story questions, a run that must answer, and a
+// metric read from /metrics' text.
+#pragma once
+
+#include <cstdint>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "orbit_catch.h"
+#include "serve/serve_core.h"
+
+namespace serve_test {
+
+namespace sv = orbit::serve;
+
+inline const std::string kModel = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
+
+inline const std::vector<std::string> kQuestions = {"What did the dog find?", "Who was happy?", "Where were they?",
+                                                    "What happened next?",    "Tell me more.",  "Why did she smile?",
+                                                    "What did they see?",     "Who came home?"};
+
+// Options of a server on `device` in `dtype` that does nothing in idle time (no anticipated answers, no audits).
+inline sv::ServeOptions quiet_options(const std::string& device = "cpu", const std::string& dtype = "float32") {
+  sv::ServeOptions o;
+  o.model = kModel;
+  o.device = device;
+  o.dtype = dtype;
+  o.anticipate = false;
+  o.audit_rate = 0;
+  return o;
+}
+
+// A greedy question to the story model, after a system message.
+inline sv::ChatRequest story_chat(const sv::ServeCore& core, const std::string& question, int64_t max_tokens) {
+  sv::ChatRequest r;
+  r.model = core.model_name();
+  r.messages = {{"system", "You tell short stories."}, {"user", question}};
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+// Prepares and runs `r` in `session`; both must succeed.
+inline sv::RunResult run_answered(sv::ServeCore& core, const sv::ChatRequest& r, const std::string& session,
+                                  const sv::RunSink& sink = {}) {
+  sv::RunTicket ticket = core.prepare_chat(r, session);
+  REQUIRE(ticket.ok());
+  sv::RunOutcome out = core.run(ticket, sink);
+  REQUIRE(out.result.has_value());
+  return *out.result;
+}
+
+// A metric's value in the server's /metrics text (the first line that starts with `name` and a space).
+inline double metric(sv::ServeCore& core, const std::string& name) {
+  const std::string text = core.metrics().render(core.gauges());
+  const std::regex line("(^|\n)" + std::regex_replace(name, std::regex(R"([{}"+.])"), R"(\$&)") + " ([0-9.e+-]+)");
+  std::smatch m;
+  REQUIRE(std::regex_search(text, m, line));
+  return std::stod(m[2]);
+}
+
+}  // namespace serve_test
