@@ -53,7 +53,7 @@ std::string ResponseHead::call_item_id(std::size_t i) const {
 
 json responses_usage(const RunUsage& usage) {
   return {{"input_tokens", usage.prompt_tokens},
-          {"input_tokens_details", {{"cached_tokens", 0}}},
+          {"input_tokens_details", {{"cached_tokens", usage.cached_tokens()}}},
           {"output_tokens", usage.completion_tokens},
           {"output_tokens_details", {{"reasoning_tokens", 0}}},
           {"total_tokens", usage.prompt_tokens + usage.completion_tokens},

@@ -93,7 +93,12 @@ struct RunUsage {
   // Why this request was served exactly (healed before it was read), or "": "audit" when the session's
   // audited loss passed its budget.
   std::string exact;
-  nlohmann::json to_json() const;  // {prompt_tokens, completion_tokens, total_tokens, orbit: {...}}
+  // The prompt tokens the server did not forward for this request (served from KV it kept, exactly or
+  // approximately): prompt_tokens - forward_tokens, rounded up, within [0, prompt_tokens]. OpenAI's
+  // prompt_tokens_details.cached_tokens (input_tokens_details on the Responses API).
+  int64_t cached_tokens() const;
+  // {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details: {cached_tokens}, orbit: {...}}
+  nlohmann::json to_json() const;
 };
 
 struct RunResult {

@@ -1,5 +1,8 @@
 #include "serve/serve_wire.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace orbit::serve {
 
 using nlohmann::json;
@@ -34,6 +37,11 @@ json take_stream_logprobs() {
 
 }  // namespace
 
+int64_t RunUsage::cached_tokens() const {
+  const auto forwarded = static_cast<int64_t>(std::ceil(std::max(0.0, forward_tokens)));
+  return std::clamp<int64_t>(prompt_tokens - forwarded, 0, prompt_tokens);
+}
+
 json RunUsage::to_json() const {
   json orbit = {{"forward_tokens", forward_tokens},
                 {"radix_cache_tokens", radix_cache_tokens},
@@ -46,6 +54,7 @@ json RunUsage::to_json() const {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
           {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens()}}},
           {"orbit", orbit}};
 }
 

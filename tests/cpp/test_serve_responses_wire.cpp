@@ -79,7 +79,7 @@ TEST_CASE("responses: bodies and stream events carry text and tool calls", "[ser
   CHECK(body["usage"]["input_tokens"] == 40);
   CHECK(body["usage"]["output_tokens"] == 12);
   CHECK(body["usage"]["total_tokens"] == 52);
-  CHECK(body["usage"]["input_tokens_details"]["cached_tokens"] == 0);
+  CHECK(body["usage"]["input_tokens_details"]["cached_tokens"] == 40 - 6);  // the prompt tokens not forwarded
   CHECK(body["usage"]["output_tokens_details"]["reasoning_tokens"] == 0);
   CHECK(body["usage"]["orbit"]["plan"] == "keep 3, admit 1");
   // Only calls: no message item. A cut answer: incomplete.

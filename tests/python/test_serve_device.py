@@ -1,6 +1,7 @@
 """`orbit serve --device D --dtype T`: the server in bfloat16 on the CPU over HTTP (sessions decoding at once, a
 session's next request reusing its KV, n > 1), its startup line naming device and dtype, and the arguments it
 refuses with their names. The same on a CUDA device is tests/cpp/test_serve_cuda.cpp (label gpu)."""
+import math
 import subprocess
 import threading
 
@@ -44,6 +45,9 @@ def test_serve_in_bfloat16_answers_sessions_at_once_and_reuses_their_kv(start_se
     second = server.call("/v1/chat/completions", body, "s0")["usage"]
     assert second["orbit"]["forward_tokens"] < second["prompt_tokens"]
     assert second["orbit"]["forward_tokens"] <= second["orbit"]["radix_cache_tokens"]
+    # What was not forwarded is what OpenAI clients read as cached prompt tokens.
+    cached = second["prompt_tokens_details"]["cached_tokens"]
+    assert cached == second["prompt_tokens"] - math.ceil(second["orbit"]["forward_tokens"]) and cached > 0
     # The session's KV is held in bfloat16: half the bytes float32 holds for the same conversation.
     f32 = start_serve(models_dir / MODEL, "--no-anticipate", "--audit", "0")
     ask(f32, questions[0], session="s0")
