@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdio>
 #include <ctime>
+#include <random>
 #include <regex>
 #include <thread>
 #include <utility>
@@ -183,7 +185,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
   };
   if (draining_) return fail(api_error(503, "the server is shutting down", "server_error", "shutting_down"));
   if (auto bad = prepare(core_, req, *job)) return fail(*bad);
-  job->ids = {(job->chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id_),
+  job->ids = {(job->chat ? "chatcmpl-" : "cmpl-") + id_tag_ + "-" + std::to_string(++next_id_),
               static_cast<int64_t>(std::time(nullptr)), core_.model_name()};
   job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
   if (!job->sampling().stream) {
@@ -219,6 +221,10 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
 }
 
 HttpServer::HttpServer(ServeCore& core, const HttpOptions& options) : core_(core), options_(options) {
+  std::random_device entropy;
+  char tag[16];
+  std::snprintf(tag, sizeof tag, "%06x%06x", entropy() & 0xffffffu, entropy() & 0xffffffu);
+  id_tag_ = tag;
   FrontOptions front;
   front.workers = options.threads;
   front.header_seconds = options.header_seconds;

@@ -66,6 +66,8 @@ class HttpServer {
   std::atomic<int64_t> in_flight_{0};
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> next_id_{0};
+  // 12 random hex digits drawn at startup: ids are "chatcmpl-<tag>-<n>", unique across restarts as well.
+  std::string id_tag_;
 };
 
 }  // namespace orbit::serve
