@@ -134,7 +134,8 @@ TEST_CASE("full-rank patches with re-conditioning equal a prefill from scratch",
     o.policy = parse_policy("patch:full:exact");
     random_walk(engine, engine->new_window(o), chunks, seed, 24, 5e-4);
   }
-  // Patches were formed and then reused (the walk revisits contexts).
+  // Patches were formed (by the background worker, which a loaded machine may not have run yet: wait for it).
+  engine->run_background();
   CHECK(engine->stats().patches_formed > 0);
 }
 
