@@ -59,6 +59,23 @@ bool parse_length(std::string_view value, uint64_t* out) {
   }
 }
 
+// Where the head in `in` that starts at `begin` ends, just past its blank line, searching for the end from
+// `from`; npos while it has not arrived. A line ends in LF, with or without a CR before it (RFC 9112 §2.2 lets
+// a recipient take a bare LF as a line's end; the rewritten head has CRLF throughout).
+std::size_t head_end(const std::string& in, std::size_t begin, std::size_t from) {
+  for (std::size_t lf = in.find('\n', std::max(begin, from)); lf != std::string::npos; lf = in.find('\n', lf + 1)) {
+    if (lf + 1 < in.size() && in[lf + 1] == '\n') return lf + 2;
+    if (lf + 2 < in.size() && in[lf + 1] == '\r' && in[lf + 2] == '\n') return lf + 3;
+  }
+  return std::string::npos;
+}
+
+// The line in `text` that starts at `at` and ends at `lf` (its LF), less a CR before that LF.
+std::string_view line_before(std::string_view text, std::size_t at, std::size_t lf) {
+  const std::size_t end = lf > at && text[lf - 1] == '\r' ? lf - 1 : lf;
+  return text.substr(at, end - at);
+}
+
 }  // namespace
 
 RequestReader::RequestReader(RequestLimits limits) : limits_(limits) {}
@@ -114,16 +131,24 @@ void RequestReader::compact() {
 
 bool RequestReader::read_head() {
   if (state_ == State::kIdle) {  // empty lines before a request are ignored (RFC 9112 §2.2)
-    while (in_.size() - pos_ >= 2 && in_.compare(pos_, 2, "\r\n") == 0) pos_ += 2;
+    while (true) {
+      if (in_.compare(pos_, 1, "\n") == 0) {
+        pos_ += 1;
+      } else if (in_.compare(pos_, 2, "\r\n") == 0) {
+        pos_ += 2;
+      } else {
+        break;
+      }
+    }
     if (pos_ == in_.size() || (in_.size() - pos_ == 1 && in_[pos_] == '\r')) return false;
     state_ = State::kHead;
     scanned_ = pos_;
   }
-  const std::size_t found = in_.find("\r\n\r\n", std::max(scanned_, pos_));
-  if (found == std::string::npos) {
-    scanned_ = std::max(pos_, in_.size() >= 3 ? in_.size() - 3 : 0);
+  const std::size_t end = head_end(in_, pos_, scanned_);
+  if (end == std::string::npos) {
+    scanned_ = std::max(pos_, in_.size() >= 2 ? in_.size() - 2 : 0);  // an LF there may begin the blank line
     if (request_.path.empty()) {  // the path, for a refusal of the unfinished head to name
-      const std::size_t eol = in_.find("\r\n", pos_);
+      const std::size_t eol = in_.find('\n', pos_);
       const std::size_t a = eol == std::string::npos ? eol : in_.find(' ', pos_);
       if (a < eol) request_.path = in_.substr(a + 1, std::min(in_.find_first_of(" ?", a + 1), eol) - a - 1);
     }
@@ -133,7 +158,6 @@ bool RequestReader::read_head() {
     }
     return false;
   }
-  const std::size_t end = found + 4;
   if (end - pos_ > limits_.max_head_bytes) {
     return refuse(431, "the request head (request line and headers) is over " + std::to_string(limits_.max_head_bytes) +
                            " bytes");
@@ -144,8 +168,8 @@ bool RequestReader::read_head() {
 // The request line and headers in in_[pos_, end) (end just past the blank line).
 bool RequestReader::parse_head(std::size_t end) {
   const std::string_view head(in_.data() + pos_, end - pos_);
-  const std::size_t line_end = head.find("\r\n");
-  const std::string_view line = head.substr(0, line_end);
+  const std::size_t line_end = head.find('\n');
+  const std::string_view line = line_before(head, 0, line_end);
   const std::size_t a = line.find(' ');
   const std::size_t b = a == std::string_view::npos ? a : line.find(' ', a + 1);
   if (b == std::string_view::npos) return refuse(400, "malformed request line (expected METHOD TARGET HTTP/1.1)");
@@ -169,20 +193,21 @@ bool RequestReader::parse_head(std::size_t end) {
   request_.path = request_.target.substr(0, request_.target.find('?'));
   request_.keep_alive = version == "HTTP/1.1";
   request_.head = std::string(line) + "\r\n";
-  const std::size_t headers_begin = pos_ + line_end + 2;
+  const std::size_t headers_begin = pos_ + line_end + 1;
   pos_ = end;
-  return parse_headers(headers_begin, end - 2);
+  return parse_headers(headers_begin, in_[end - 2] == '\r' ? end - 2 : end - 1);
 }
 
-// Header lines in in_[begin, end): the ones the rewritten head keeps are appended to it; the framing is read.
+// Header lines in in_[begin, end) (end: where the blank line starts), each ending in LF or CRLF: the ones the
+// rewritten head keeps are appended to it; the framing is read.
 bool RequestReader::parse_headers(std::size_t begin, std::size_t end) {
   bool has_length = false, expect_continue = false;
   uint64_t length = 0;
   std::string encoding;
   for (std::size_t at = begin; at < end;) {
-    const std::size_t eol = in_.find("\r\n", at);
-    const std::string_view line(in_.data() + at, eol - at);
-    at = eol + 2;
+    const std::size_t eol = in_.find('\n', at);
+    const std::string_view line = line_before(in_, at, eol);
+    at = eol + 1;
     if (line.size() + 2 > kMaxLineBytes) {
       return refuse(431, "the header line '" + std::string(line.substr(0, line.find(':') < 80 ? line.find(':') : 80)) +
                              "' is over " + std::to_string(kMaxLineBytes) + " bytes (this server's limit per line)");
@@ -256,16 +281,26 @@ std::size_t RequestReader::line_so_far(std::size_t eol) const {
   return n > 0 && in_.back() == '\r' ? n - 1 : n;
 }
 
+// The line starting at pos_ (a chunk size or trailer line): where its CRLF starts, npos while that has not
+// arrived or when the line ends in a bare LF; its length as far as known; whether it ends in a bare LF.
+RequestReader::LineAhead RequestReader::line_ahead() const {
+  const std::size_t lf = in_.find('\n', pos_);
+  if (lf != std::string::npos && (lf == pos_ || in_[lf - 1] != '\r')) return {std::string::npos, lf - pos_, true};
+  const std::size_t eol = lf == std::string::npos ? lf : lf - 1;
+  return {eol, line_so_far(eol), false};
+}
+
+// The head may end its lines in a bare LF; chunked framing may not (a lenient reading of it is a request
+// smuggling vector): such a line is refused at once rather than left to wait for the body deadline.
 bool RequestReader::read_chunked_body() {
   const std::size_t available = in_.size() - pos_;
   switch (chunk_) {
     case Chunk::kSize: {
-      const std::size_t eol = in_.find("\r\n", pos_);
-      if (eol == std::string::npos || eol - pos_ > kMaxChunkLine) {
-        if (line_so_far(eol) > kMaxChunkLine) return refuse(400, "a chunk size line is over 1024 bytes");
-        return false;
-      }
-      return read_chunk_size(eol);
+      const LineAhead line = line_ahead();
+      if (line.length > kMaxChunkLine) return refuse(400, "a chunk size line is over 1024 bytes");
+      if (line.bare_lf) return refuse(400, "a chunk size line ends in a bare LF (chunk lines end in CRLF)");
+      if (line.eol == std::string::npos) return false;
+      return read_chunk_size(line.eol);
     }
     case Chunk::kData: {
       const std::size_t take = static_cast<std::size_t>(std::min<uint64_t>(available, remaining_));
@@ -311,15 +346,15 @@ bool RequestReader::read_chunk_size(std::size_t eol) {
 // Trailer lines after the last chunk (dropped, at most max_head_bytes of them), up to the blank line that
 // ends the request.
 bool RequestReader::read_trailers() {
-  const std::size_t eol = in_.find("\r\n", pos_);
-  const std::size_t line = line_so_far(eol);
-  if (trailer_bytes_ + line > limits_.max_head_bytes) {
+  const LineAhead line = line_ahead();
+  if (trailer_bytes_ + line.length > limits_.max_head_bytes) {
     return refuse(431, "the request's trailers are over " + std::to_string(limits_.max_head_bytes) + " bytes");
   }
-  if (eol == std::string::npos) return false;
-  trailer_bytes_ += line + 2;
-  pos_ = eol + 2;
-  if (line == 0) complete();
+  if (line.bare_lf) return refuse(400, "a trailer line ends in a bare LF (chunk lines end in CRLF)");
+  if (line.eol == std::string::npos) return false;
+  trailer_bytes_ += line.length + 2;
+  pos_ = line.eol + 2;
+  if (line.length == 0) complete();
   return true;
 }
 

@@ -2,7 +2,7 @@
 // it (http_front.h reads every connection this way on one thread, so a slow client costs a buffer, not a
 // worker). No sockets: tests and the fuzz target feed it bytes.
 //
-//   idle ──first byte──► head ──"\r\n\r\n"──► body (Content-Length bytes, or chunks decoded) ──► complete
+//   idle ──first byte──► head ──blank line──► body (Content-Length bytes, or chunks decoded) ──► complete
 //                         │                    │
 //                         └──────── refused (a status and a message; the connection is then closed) ◄┘
 //
@@ -13,8 +13,10 @@
 //   413  a Content-Length over max_body_bytes (at once, nothing of the body read), or a chunked body whose
 //        decoded bytes pass max_body_bytes (at the chunk that passes it: at most the limit is held)
 //   501  a Transfer-Encoding other than chunked
-//   400  a malformed request line, header line, Content-Length, chunk size or chunk ending; both
-//        Content-Length and Transfer-Encoding (a request smuggling vector); differing Content-Lengths
+//   400  a malformed request line, header line, Content-Length, chunk size or chunk ending; a chunk size or
+//        trailer line ending in a bare LF; both Content-Length and Transfer-Encoding (a request smuggling
+//        vector); differing Content-Lengths
+// The head's lines may end in a bare LF as well as CRLF (RFC 9112 §2.2); chunked framing takes CRLF only.
 // A complete request's head is rewritten for the HTTP library behind it: Transfer-Encoding, Content-Length
 // and "Expect: 100-continue" are dropped and, where the request had a body's framing, one Content-Length of
 // the decoded body added, so the library reads a plain body of known length and never waits on the socket.
@@ -80,6 +82,12 @@ class RequestReader {
   bool read_chunk_size(std::size_t line_end);
   bool read_trailers();
   std::size_t line_so_far(std::size_t eol) const;
+  struct LineAhead {
+    std::size_t eol;
+    std::size_t length;
+    bool bare_lf;
+  };
+  LineAhead line_ahead() const;
   void complete();
   bool refuse(int status, std::string message);
   void compact();

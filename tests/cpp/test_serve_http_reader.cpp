@@ -2,7 +2,7 @@
 // heads and bodies fed whole or a byte at a time read the same, chunked bodies are decoded and the head
 // rewritten to a Content-Length, the limits refuse as bytes arrive (a chunked body past the limit at the
 // chunk that passes it, holding at most the limit), malformed framing is refused with its status, and
-// pipelined requests are read one after another.
+// pipelined requests are read one after another; a head's lines may end in a bare LF, chunk lines may not.
 #include <string>
 
 #include "orbit_catch.h"
@@ -167,4 +167,31 @@ TEST_CASE("an unfinished head names its path once its request line arrived", "[s
   CHECK(r.state() == State::kHead);
   CHECK(r.path() == "/v1/chat/completions");
   CHECK(fed("POST /v1/chat/compl", false).path().empty());
+}
+
+TEST_CASE("a head whose lines end in a bare LF is read; chunk lines that do are refused at once", "[serve][cpu]") {
+  // RFC 9112 §2.2: a recipient may take a bare LF as a line's end. The head behind has CRLF throughout.
+  const std::string mixed = "\nPOST /v1/completions HTTP/1.1\nHost: a\r\nContent-Length: 2\n\nok";
+  for (const std::string& bytes : {mixed, std::string("GET /health HTTP/1.1\nHost: a\n\r\n")}) {
+    for (bool byte_at_a_time : {false, true}) {
+      sv::RequestReader r = fed(bytes, byte_at_a_time);
+      INFO(bytes << (r.state() == State::kRefused ? ", " + r.refusal().message : ""));
+      REQUIRE(r.state() == State::kComplete);
+      CHECK(r.request().head.find('\n') == r.request().head.find("\r\n") + 1);
+      CHECK(r.request().head.find("Host: a\r\n") != std::string::npos);
+      CHECK(r.request().head.substr(r.request().head.size() - 4) == "\r\n\r\n");
+    }
+  }
+  sv::RequestReader r = fed(mixed, false);
+  CHECK(r.request().head == "POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n");
+  CHECK(r.request().body == "ok");
+  sv::RequestReader bare = fed("GET / HTTP/1.1\n\n", true);
+  REQUIRE(bare.state() == State::kComplete);
+  CHECK(bare.request().head == "GET / HTTP/1.1\r\n\r\n");
+  // A CR alone inside a line is still malformed, and chunked framing takes CRLF only: refused, not waited for.
+  CHECK(refusal_of("GET / HTTP/1.1\nX: a\rb\n\n") == 400);
+  const std::string chunked = "POST / HTTP/1.1\nTransfer-Encoding: chunked\n\n";
+  CHECK(refusal_of(chunked + "2\nok\r\n0\r\n\r\n") == 400);
+  CHECK(refusal_of(chunked + "2\r\nok\r\n0\r\nT: x\n") == 400);
+  CHECK(refusal_of(chunked + "2\r\nok\r\n0\r\n\r\n") == 0);
 }
