@@ -28,15 +28,18 @@ const char* kServeUsage =
     "                   [--remote redis://...] [--name ID] [options]\n"
     "  An OpenAI-compatible HTTP/1.1 server: /v1/chat/completions (streamed or not), /v1/completions,\n"
     "  /v1/responses (chained by previous_response_id), /v1/models, /health, /metrics (Prometheus),\n"
-    "  GET/DELETE /v1/sessions/ID. A request names its session with the header X-Orbit-Session or the field\n"
-    "  `user`; each session is a window its messages are synced into, so only what is new is prefilled.\n"
+    "  GET/DELETE /v1/sessions/ID and /v1/responses/ID. A request names its session with the header\n"
+    "  X-Orbit-Session or the field `user`; each session is a window its messages are synced into, so only\n"
+    "  what is new is prefilled.\n"
     "  Prints 'listening on http://HOST:PORT' when ready; SIGTERM or SIGINT drains the requests in flight and\n"
     "  closes the store.\n"
     "  --model PATH          a Hugging Face directory (with tokenizer.json) or a llama2.c .bin with its tokenizer\n"
     "  --host H              address to listen on (default 127.0.0.1)\n"
     "  --port N              port (default 8000; 0 = any free port)\n"
     "  --policy SPEC         the windows' policy (default: orbit's default; see `orbit replay --help`)\n"
-    "  --store DIR           a chunk store directory (default: memory only)\n"
+    "  --store DIR           a chunk store directory (default: memory only); the Responses API's stored\n"
+    "                        responses are kept there too (DIR/serve-responses.sqlite), so a\n"
+    "                        previous_response_id still names its conversation after a restart\n"
     "  --remote URL          a remote tier, redis://host:port[/db]\n"
     "  --name ID             the model id clients name (default: the model path's last component)\n"
     "  --device D            where the model runs: cpu (default), cuda or cuda:N; every session's decode\n"
@@ -52,6 +55,8 @@ const char* kServeUsage =
     "  --session-budget-mb N KV that idle sessions may keep resident, MiB (default 128); past it the least\n"
     "                        recently used leave memory (their chunks stay in the store)\n"
     "  --max-sessions N      resident sessions at most (default 64)\n"
+    "  --max-responses N     responses kept for previous_response_id and GET /v1/responses/ID (default 4096);\n"
+    "                        past it the least recently used are forgotten (404)\n"
     "  --max-tokens N        default max_tokens when a request gives none (default 256; capped by the context)\n"
     "  --max-body-kb N       request bodies over this get 413 (default 4096)\n"
     "  --threads N           requests answered at once (default 64); connections being read or idle hold\n"
@@ -118,6 +123,7 @@ serve::ServeOptions serve_options(const Args& args) {
   o.session_budget_bytes = size_argument(args, "--session-budget-mb", 128, 0, 20);
   o.host_budget_bytes = size_argument(args, "--host-budget-mb", 1024, 0, 20);
   o.max_sessions = args.get_int("--max-sessions", 64, 1);
+  o.max_responses = args.get_int("--max-responses", 4096, 1);
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
   o.limits.max_body_bytes = static_cast<std::size_t>(size_argument(args, "--max-body-kb", 4096, 1, 10));
   o.anticipate = !args.flag("--no-anticipate");
@@ -135,26 +141,13 @@ serve::ServeOptions serve_options(const Args& args) {
 }  // namespace
 
 int run_serve(int argc, char** argv, int first) {
-  ArgSpec spec{{"--model",
-                "--host",
-                "--port",
-                "--policy",
-                "--store",
-                "--remote",
-                "--name",
-                "--pool-mb",
-                "--session-budget-mb",
-                "--host-budget-mb",
-                "--max-sessions",
-                "--max-tokens",
-                "--max-body-kb",
-                "--threads",
-                "--drain-seconds",
-                "--chat-template",
-                "--tool-call-format",
-                "--audit",
-                "--device",
-                "--dtype",
+  ArgSpec spec{{"--model",          "--host",          "--port",
+                "--policy",         "--store",         "--remote",
+                "--name",           "--pool-mb",       "--session-budget-mb",
+                "--host-budget-mb", "--max-sessions",  "--max-responses",
+                "--max-tokens",     "--max-body-kb",   "--threads",
+                "--drain-seconds",  "--chat-template", "--tool-call-format",
+                "--audit",          "--device",        "--dtype",
                 "--device-tier-mb"},
                {"--no-anticipate"},
                kServeUsage};

@@ -101,4 +101,26 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
       [route](bool) { --route.in_flight; });
 }
 
+namespace responses_route {
+
+ApiError unknown_response(const std::string& id) {
+  return api_error(
+      404,
+      "no stored response '" + id + "' (never stored, stored with store false, deleted, or dropped from the store)",
+      "invalid_request_error", "response_not_found");
+}
+
+}  // namespace responses_route
+
+void get_response(ServeCore& core, const std::string& id, httplib::Response& res) {
+  const std::shared_ptr<StoredResponse> stored = core.responses().get(id);
+  if (!stored) return responses_route::reply_error(res, responses_route::unknown_response(id));
+  res.set_content(stored->body, "application/json");
+}
+
+void delete_response(ServeCore& core, const std::string& id, httplib::Response& res) {
+  if (!core.responses().erase(id)) return responses_route::reply_error(res, responses_route::unknown_response(id));
+  res.set_content(dump(nlohmann::json{{"id", id}, {"object", "response"}, {"deleted", true}}), "application/json");
+}
+
 }  // namespace orbit::serve

@@ -2,7 +2,7 @@
 // in the handler (a refusal is a plain JSON error with its status) and run whole, or inside the stream
 // (text/event-stream, the events of responses_wire.h). A session is named by the header X-Orbit-Session,
 // else the body's `user`, else the response chain (responses_run.h). Counted in the metrics under the
-// endpoint "responses".
+// endpoint "responses". GET and DELETE /v1/responses/{id} read and forget a stored one (responses_store.h).
 #pragma once
 
 #include <atomic>
@@ -25,5 +25,10 @@ struct ResponsesRoute {
 };
 
 void post_responses(const ResponsesRoute& route, const httplib::Request& req, httplib::Response& res);
+// GET /v1/responses/{id}: the response object as it was returned (404 response_not_found when it is not stored).
+void get_response(ServeCore& core, const std::string& id, httplib::Response& res);
+// DELETE /v1/responses/{id}: {"id", "object": "response", "deleted": true}; 404 when it is not stored. A stored
+// response that continued it keeps its conversation.
+void delete_response(ServeCore& core, const std::string& id, httplib::Response& res);
 
 }  // namespace orbit::serve

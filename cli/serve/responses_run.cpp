@@ -3,6 +3,8 @@
 #include <ctime>
 #include <utility>
 
+#include "serve/serve_wire.h"
+
 namespace orbit::serve {
 
 using nlohmann::json;
@@ -48,7 +50,7 @@ ChatMessage answer_message(const RunResult& r) {
   return answer;
 }
 
-void store(ServeCore& core, const ResponseCall& call, const RunResult& r) {
+void store(ServeCore& core, const ResponseCall& call, const RunResult& r, const json& body) {
   const std::vector<ChatMessage>& messages = call.request.chat.messages;
   auto stored = std::make_shared<StoredResponse>();
   stored->id = call.head.id;
@@ -56,6 +58,7 @@ void store(ServeCore& core, const ResponseCall& call, const RunResult& r) {
   stored->previous = call.previous;
   stored->added.assign(messages.begin() + static_cast<std::ptrdiff_t>(call.input_begin), messages.end());
   stored->added.push_back(answer_message(r));
+  stored->body = dump(body);
   std::vector<ChatMessage> read = messages;
   read.push_back(stored->added.back());
   core.responses().put(std::move(stored), read);
@@ -102,7 +105,7 @@ ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink&
   const RunResult& r = *out.run.result;
   out.body = response_body(call.head, &r);
   if (r.finish_reason == "cancelled") return out;  // no one to answer; not stored
-  if (call.request.store) response_flow::store(core, call, r);
+  if (call.request.store) response_flow::store(core, call, r, out.body);
   if (stream) events(stream->finish(r));
   return out;
 }

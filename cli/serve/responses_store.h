@@ -1,12 +1,17 @@
 // The responses `orbit serve` keeps for the Responses API: what a later request's previous_response_id
-// names (its conversation, and the window it ran in), in memory, bounded.
+// names (its conversation, and the window it ran in), and what GET /v1/responses/{id} returns, bounded.
 //
 // A stored response holds only what it added to its conversation (this request's input messages, its
 // instructions excluded, and its answer as an assistant message) and a reference to the response it
 // continued, so a chain of n responses costs its messages once, not n times. At most `capacity` responses
-// (4096 by default) are kept by id; past it the least recently used (named or stored) is dropped, and a
-// later previous_response_id naming it is unknown (404). A dropped response that a kept one continued
-// stays in memory as part of that one's conversation, without its id. Nothing survives a restart.
+// (4096 by default) are kept by id; past it the least recently used (named, stored or continued) is dropped,
+// and a later previous_response_id naming it is unknown (404). A dropped or deleted response that a kept one
+// continued stays as part of that one's conversation, without its id.
+//
+// With a path (`orbit serve --store DIR`) the responses are kept on disk (responses_disk.h) and survive a
+// restart; memory holds the most recently used of them (at most kMemoryCapacity), the rest are read back when
+// named. A failed write to disk is reported on stderr and the response is kept in memory only (the answer was
+// given). Without a path nothing survives a restart.
 //
 // Besides ids, the store finds the response a request continues without naming it, as agents that resend
 // the whole history do (the OpenAI Agents SDK by default): continued_by() returns the stored response whose
@@ -27,6 +32,7 @@
 #include <vector>
 
 #include "orbit/sync.h"
+#include "serve/responses_disk.h"
 
 namespace orbit::serve {
 
@@ -37,16 +43,24 @@ struct StoredResponse {
   // message (content and tool_calls, as a client sends it back).
   std::vector<ChatMessage> added;
   std::shared_ptr<StoredResponse> previous;  // the response it continued; null for the first of a chain
+  std::string body;                          // the response object as returned (JSON text)
 
   // The conversation up to and including this response: the previous one's, then `added`.
   std::vector<ChatMessage> conversation() const;
   ~StoredResponse();  // releases a long chain one link at a time (no recursion)
 };
 
+struct ResponseStoreOptions {
+  std::size_t capacity = 4096;  // responses kept by id (on disk with a path, else in memory); at least 1
+  std::string path;             // the database file (responses_disk.h); "" = memory only
+};
+
 class ResponseStore {
  public:
   static constexpr std::size_t kDefaultCapacity = 4096;
-  explicit ResponseStore(std::size_t capacity = kDefaultCapacity);
+  static constexpr std::size_t kMemoryCapacity = 4096;  // held in memory at most, with a path
+  // Throws orbit::Error naming the path when its database cannot be opened.
+  explicit ResponseStore(ResponseStoreOptions options = {});
 
   // A new response id: "resp_" and 32 random hex digits.
   std::string new_id();
@@ -57,7 +71,11 @@ class ResponseStore {
   std::shared_ptr<StoredResponse> get(const std::string& id);
   // The stored response whose `read` list is the longest prefix of `messages` (all of it included), or null.
   std::shared_ptr<StoredResponse> continued_by(const std::vector<ChatMessage>& messages);
-  std::size_t size() const;
+  // Forgets the id `id` (DELETE /v1/responses/{id}); false when no response is stored under it. A response
+  // that continues it keeps its conversation.
+  bool erase(const std::string& id);
+  std::size_t size() const;  // responses kept by id
+  bool persistent() const { return disk_ != nullptr; }
 
  private:
   struct Entry {
@@ -65,13 +83,21 @@ class ResponseStore {
     std::list<std::string>::iterator recency;  // its place in recency_
     std::string key;                           // the hash of its read list
   };
-  void touch(Entry& entry);  // under mutex_
+  // Under mutex_:
+  void touch(Entry& entry);
+  void remember(std::shared_ptr<StoredResponse> response, const std::string& key);  // in memory, newest
+  void forget(const std::string& id);                                               // from memory only
+  std::shared_ptr<StoredResponse> load(const std::string& id);  // from disk, sharing the links memory holds
+  std::shared_ptr<StoredResponse> find(const std::string& id);  // memory, else disk; touched
 
   std::size_t capacity_;
+  std::unique_ptr<ResponseDisk> disk_;
   mutable std::mutex mutex_;
   std::map<std::string, Entry> by_id_;
-  std::map<std::string, std::string> by_key_;  // read-list hash -> id
-  std::list<std::string> recency_;             // ids, most recently used first
+  std::map<std::string, std::string> by_key_;                   // read-list hash -> id
+  std::list<std::string> recency_;                              // ids, most recently used first
+  std::map<std::string, std::weak_ptr<StoredResponse>> links_;  // responses read from or put on disk, by id
+  std::size_t links_limit_ = 1024;                              // links_'s size that prunes it next
   std::mt19937_64 random_;
 };
 

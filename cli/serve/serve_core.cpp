@@ -3,15 +3,31 @@
 #include <chrono>
 #include <thread>
 
+#include "orbit/common/error.h"
+
 namespace orbit::serve {
 
 using nlohmann::json;
+
+namespace {
+
+// The engine has made the store directory by now (EngineOptions::store_dir is created when missing).
+ResponseStoreOptions response_store_options(const ServeOptions& o) {
+  ORBIT_CHECK(o.max_responses >= 1, "serve: max_responses must be at least 1 (got " << o.max_responses << ")");
+  ResponseStoreOptions r;
+  r.capacity = static_cast<std::size_t>(o.max_responses);
+  if (!o.store_dir.empty()) r.path = o.store_dir + "/serve-responses.sqlite";
+  return r;
+}
+
+}  // namespace
 
 ServeCore::ServeCore(const ServeOptions& options)
     : context_(options),
       sessions_(context_, [this] { idle_.notify(); }),
       requests_(context_, sessions_),
-      idle_(context_, sessions_) {
+      idle_(context_, sessions_),
+      responses_(response_store_options(options)) {
   idle_.start();
 }
 

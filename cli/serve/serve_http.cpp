@@ -40,7 +40,7 @@ ApiError not_found(const std::string& message, const std::string& code) {
 const char* allowed_methods(const std::string& path) {
   static const std::vector<std::pair<std::regex, const char*>> routes = {
       {std::regex("/health|/metrics|/v1/models(/.+)?"), "GET, HEAD"},
-      {std::regex("/v1/sessions/[^/]+"), "GET, HEAD, DELETE"},
+      {std::regex("/v1/sessions/[^/]+|/v1/responses/[^/]+"), "GET, HEAD, DELETE"},
       {std::regex("/v1/chat/completions|/v1/completions|/v1/responses"), "POST"},
   };
   for (const auto& [pattern, allow] : routes) {
@@ -355,6 +355,11 @@ void HttpServer::routes() {
   // OpenAI's Responses API (responses_http.h).
   s.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
     post_responses(ResponsesRoute{core_, in_flight_, draining_}, req, res);
+  });
+  s.Get(R"(/v1/responses/([^/]+))",
+        [this](const httplib::Request& req, httplib::Response& res) { get_response(core_, req.matches[1], res); });
+  s.Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    delete_response(core_, req.matches[1], res);
   });
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;

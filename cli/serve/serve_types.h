@@ -34,8 +34,11 @@ struct ServeOptions {
   int64_t max_sessions = 64;                          // resident session windows at most
   int64_t max_known_sessions = 4096;  // session records kept; past it the oldest not resident are forgotten
   int64_t anonymous_windows = 4;      // windows kept for requests without a session
-  int64_t default_max_tokens = 256;   // when a request gives none (capped by the context)
-  int64_t chunk_min_tokens = 32;      // SyncOptions::chunk_min_tokens
+  // Responses API: responses kept for previous_response_id and GET /v1/responses/{id} (responses_store.h),
+  // on disk in store_dir/serve-responses.sqlite when there is a store_dir (they survive a restart).
+  int64_t max_responses = 4096;
+  int64_t default_max_tokens = 256;  // when a request gives none (capped by the context)
+  int64_t chunk_min_tokens = 32;     // SyncOptions::chunk_min_tokens
   // After a session's request, prefill in idle time the list its next request most likely sends (this
   // one's messages and the answer as an assistant message), so the next sync keeps the answer instead of
   // prefilling it on the critical path. Costs idle forwards (RunUsage::idle_forward_tokens); wasted, and

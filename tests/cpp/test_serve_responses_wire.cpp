@@ -137,7 +137,7 @@ TEST_CASE("responses: bodies and stream events carry text and tool calls", "[ser
 }
 
 TEST_CASE("responses: the store keeps a bounded LRU and finds the response a history continues", "[serve][responses]") {
-  sv::ResponseStore store(2);
+  sv::ResponseStore store(sv::ResponseStoreOptions{2, ""});
   const std::string id = store.new_id();
   CHECK(id.size() == 37);
   CHECK(id.rfind("resp_", 0) == 0);
