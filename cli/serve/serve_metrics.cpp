@@ -96,6 +96,14 @@ std::string render_memory_metrics(const EngineStats& stats) {
       out << name << "{tier=\"" << store_tier_name(t.tier) << "\"} " << value << "\n";
     }
   }
+  const StoreStats& st = stats.store;
+  out << "# HELP orbit_store_faults_total Store faults: blobs found corrupt on read (recomputed when needed), "
+         "disk writes that failed, remote values that failed verification.\n# TYPE orbit_store_faults_total counter\n"
+      << "orbit_store_faults_total{kind=\"corrupt_read\"} " << st.corrupt_reads << "\n"
+      << "orbit_store_faults_total{kind=\"disk_write\"} " << st.io_errors << "\n"
+      << "orbit_store_faults_total{kind=\"remote_corrupt\"} " << st.remote.corrupt << "\n"
+      << "# HELP orbit_store_disk_degraded 1 while the disk tier's writes fail (entries kept in memory only).\n"
+      << "# TYPE orbit_store_disk_degraded gauge\norbit_store_disk_degraded " << (st.disk_degraded ? 1 : 0) << "\n";
   return out.str();
 }
 

@@ -352,6 +352,12 @@ Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& optio
       }
       faults_.push_back({key, disk_->absolute(row.blob), loaded.status().reason()});
       ++corrupt_reads_;
+      if (options_.warn_disk_errors) {
+        std::fprintf(stderr,
+                     "orbit: warning: store %s: %s; the entry is marked corrupt and recomputed when needed (`orbit "
+                     "store verify` checks every blob)\n",
+                     options_.dir.c_str(), loaded.status().reason().c_str());
+      }
       disk_->mark_corrupt(row);
       forget_if_gone(key);
       local_miss = loaded.status();

@@ -67,7 +67,9 @@ struct ChunkStoreOptions {
   int64_t lease_ms = 30000;  // pins and reads in flight are leases for this long past the last renewal
   RemoteOptions remote;      // remote.url empty = no remote tier
   std::shared_ptr<BlobBackend> remote_backend;  // instead of remote.url (tests): the remote tier's backend
-  bool warn_disk_errors = true;                 // print the one warning when a disk write fails
+  // Print a warning on stderr when a disk write fails (once, until one succeeds again) and for each blob a read
+  // finds corrupt (it is then marked corrupt and served as a miss, so each warns once).
+  bool warn_disk_errors = true;
   // Host-tier values in pinned (page-locked) host memory: for a store serving a CUDA engine, so recalls to
   // the device are DMA copies. Needs CUDA (the constructor throws otherwise). Off: pageable memory.
   bool pinned_host = false;
