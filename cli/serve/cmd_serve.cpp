@@ -32,7 +32,8 @@ const char* kServeUsage =
     "  X-Orbit-Session or the field `user`; each session is a window its messages are synced into, so only\n"
     "  what is new is prefilled.\n"
     "  Prints 'listening on http://HOST:PORT' when ready; SIGTERM or SIGINT drains the requests in flight and\n"
-    "  closes the store.\n"
+    "  closes the store; a second one during the drain ends it at once (what still runs gets 503) and the\n"
+    "  server exits with status 1.\n"
     "  --model PATH          a Hugging Face directory (with tokenizer.json) or a llama2.c .bin with its tokenizer\n"
     "  --host H              address to listen on (default 127.0.0.1)\n"
     "  --port N              port (default 8000; 0 = any free port)\n"
@@ -78,13 +79,22 @@ const char* kServeUsage =
     "  --no-anticipate       do not prefill a session's answer in idle time as its next request will send it\n"
     "                        back (usage.orbit.idle_forward_tokens reports what that costs)\n";
 
-// The server's signal thread: SIGTERM / SIGINT start the drain.
-void wait_for_signal(serve::HttpServer& http, const sigset_t& signals) {
+// The server's signal thread: SIGTERM / SIGINT start the drain, and a second one during the drain ends it at
+// once. Returns whether a second one did.
+bool wait_for_signal(serve::HttpServer& http, const sigset_t& signals) {
   int received = 0;
   sigwait(&signals, &received);
-  std::fprintf(stderr, "orbit serve: signal %d: draining %lld request(s) in flight\n", received,
-               static_cast<long long>(http.in_flight()));
-  http.drain_and_stop();
+  std::fprintf(stderr, "orbit serve: signal %d: draining %lld request(s) in flight (send it again to stop now)\n",
+               received, static_cast<long long>(http.in_flight()));
+  const auto second_signal = [&] {
+    const timespec no_wait{0, 0};
+    const int again = sigtimedwait(&signals, nullptr, &no_wait);
+    if (again <= 0) return false;
+    std::fprintf(stderr, "orbit serve: signal %d again: ending the drain now, %lld request(s) still in flight\n", again,
+                 static_cast<long long>(http.in_flight()));
+    return true;
+  };
+  return http.drain_and_stop(second_signal);
 }
 
 // The text of a --chat-template file; throws orbit::Error naming the file when it cannot be read or is empty.
@@ -180,15 +190,16 @@ int run_serve(int argc, char** argv, int first) {
               core.model_name().c_str(), static_cast<long long>(core.context_tokens()), core.device().c_str(),
               core.dtype().c_str(), http_options.host.c_str(), port);
   std::fflush(stdout);
-  std::thread signal_thread([&] { wait_for_signal(http, signals); });
+  bool drain_cut = false;
+  std::thread signal_thread([&] { drain_cut = wait_for_signal(http, signals); });
   const bool ok = http.listen();
   if (!ok) {
     // The listener failed on its own: end the signal thread's wait by sending it what it waits for.
     kill(getpid(), SIGTERM);
   }
   signal_thread.join();
-  std::fprintf(stderr, "orbit serve: stopped\n");
-  return ok ? 0 : 1;
+  std::fprintf(stderr, drain_cut ? "orbit serve: stopped before the drain ended\n" : "orbit serve: stopped\n");
+  return ok && !drain_cut ? 0 : 1;
 }
 
 }  // namespace orbit::cli

@@ -290,13 +290,18 @@ int HttpServer::bind() {
 
 bool HttpServer::listen() { return server_->listen_after_bind(); }
 
-void HttpServer::drain_and_stop() {
+bool HttpServer::drain_and_stop(const std::function<bool()>& cut_short) {
   draining_ = true;
   const auto deadline = Clock::now() + std::chrono::seconds(options_.drain_seconds);
-  while (in_flight_ > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  bool cut = false;
+  while (in_flight_ > 0 && Clock::now() < deadline && !cut) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    cut = cut_short && cut_short();
+  }
   core_.close();
   server_->stop();
   server_->stop_connections();
+  return cut;
 }
 
 void HttpServer::routes() {

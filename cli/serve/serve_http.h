@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -54,7 +55,9 @@ class HttpServer {
   bool listen();
   // Stops taking requests (new ones get 503), waits up to drain_seconds for those in flight, then closes the
   // core (its engine finishes the background work queued, so the store keeps it) and the listener.
-  void drain_and_stop();
+  // `cut_short`, when given, is asked every 10 ms while the drain waits: true ends the wait at once, as if its
+  // deadline had passed (an answer still running becomes a 503 server_shutdown). Returns whether it did.
+  bool drain_and_stop(const std::function<bool()>& cut_short = nullptr);
   int64_t in_flight() const { return in_flight_; }
 
  private:

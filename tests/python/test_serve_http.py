@@ -4,12 +4,14 @@ A client that sends a byte at a time or stops halfway through its head must not 
 has a deadline (408), and /health answers while more such clients are connected than there are workers.
 Bodies are refused as they arrive past the limit (a chunked upload is not read whole first); a known path
 with another method is 405 with Allow; the refusals are counted in /metrics; idle connections are kept
-longer than clients' pools keep theirs, and the answers announce it.
+longer than clients' pools keep theirs, and the answers announce it. A second SIGTERM ends the drain at once.
 Every server is started here on 127.0.0.1 (any free port) and always stopped."""
 import http.client
 import json
 import re
+import signal
 import socket
+import subprocess
 import threading
 import time
 
@@ -226,3 +228,50 @@ def test_a_prompt_past_the_context_in_bytes_is_context_length_exceeded(serve):
                               {"model": MODEL_NAME, "messages": [{"role": "user", "content": "hello " * 20000}]})
     error = json.loads(body)["error"]
     assert (status, error["code"], error["param"]) == (400, "context_length_exceeded", "messages"), body
+
+
+def streamed_completion(host, port, session, out):
+    """A streamed /v1/completions answer as long as the context allows (end of story banned), on `session`:
+    appends (status, body) to `out`, or the exception when the connection failed."""
+    try:
+        connection = http.client.HTTPConnection(host, port, timeout=120)
+        body = {"model": MODEL_NAME, "prompt": "Once upon a time", "max_tokens": 480, "stream": True,
+                "logit_bias": {"1": -100, "2": -100}}
+        connection.request("POST", "/v1/completions", body=json.dumps(body),
+                           headers={"Content-Type": "application/json", "X-Orbit-Session": session})
+        response = connection.getresponse()
+        out.append((response.status, response.read().decode()))
+        connection.close()
+    except OSError as e:
+        out.append(e)
+
+
+def test_a_second_sigterm_ends_the_drain_at_once(start_serve, stories260k_path):
+    # 150 long answers on one session run one after another: drained, they would take several seconds.
+    server = start_serve(stories260k_path, "--threads", "160", "--drain-seconds", "120", env={"OMP_NUM_THREADS": "1"})
+    answers = []
+    clients = [threading.Thread(target=streamed_completion, args=(server.host, server.port, "queue", answers))
+               for _ in range(150)]
+    for client in clients:
+        client.start()
+    deadline = time.monotonic() + 60
+    while "orbit_decode_running 1" not in server.call("/metrics") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    server.process.send_signal(signal.SIGTERM)
+    while "draining" not in server.output() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    second = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    try:
+        status = server.process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the server was still draining 5 s after the second SIGTERM:\n" + server.output())
+    assert time.monotonic() - second < 5
+    for client in clients:
+        client.join(timeout=60)
+    assert status != 0, server.output()
+    assert re.search(r"signal 15 again: ending the drain now, \d+ request\(s\) still in flight", server.output())
+    assert len(answers) == 150
+    # Each answer ended: whole, cut short by the shutdown's error event, or refused (503) during the drain.
+    assert all(isinstance(a, tuple) and (a[0] == 503 or a[1].endswith("data: [DONE]\n\n")) for a in answers), answers
+    assert any(isinstance(a, tuple) and a[0] == 200 and "server_shutdown" in a[1] for a in answers), answers
