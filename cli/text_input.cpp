@@ -9,6 +9,7 @@
 #include "orbit/common/error.h"
 #include "orbit/common/file_kind.h"
 #include "orbit/common/json_input.h"
+#include "orbit/runtime/loader.h"
 
 namespace orbit::cli {
 
@@ -29,6 +30,7 @@ int64_t model_vocab_size(const std::string& model_path) {
   std::error_code ec;
   if (fs::is_directory(model_path, ec)) {
     const fs::path config = fs::path(model_path) / "config.json";
+    ORBIT_CHECK(fs::exists(config, ec), runtime::no_hf_config_message(model_path));
     check_regular_input(config.string(), "config.json (a Hugging Face model directory needs one)");
     std::ifstream in(config);
     ORBIT_CHECK(in.good(), config.string() << ": cannot open (a Hugging Face model directory needs config.json)");

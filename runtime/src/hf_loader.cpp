@@ -4,11 +4,14 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
+#include <vector>
 
 #include "orbit/common/error.h"
 #include "orbit/common/file_kind.h"
@@ -110,10 +113,33 @@ TensorOwners::const_iterator resolve_tensor(const TensorOwners& owner, const Mod
 
 }  // namespace
 
+std::string no_hf_config_message(const std::string& dir) {
+  std::vector<std::string> models;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool tokenizer = name == "tokenizer.bin" || (name.rfind("tok", 0) == 0 && name.size() > 7 &&
+                                                       name.find_first_not_of("0123456789", 3) == name.size() - 4);
+    if (it->path().extension() == ".bin" && !tokenizer && it->is_regular_file(ec)) models.push_back(name);
+  }
+  std::sort(models.begin(), models.end());
+  std::ostringstream out;
+  out << dir << ": no config.json in this directory (a Hugging Face model directory needs one)";
+  if (models.empty()) return out.str();
+  out << (models.size() == 1 ? "; it holds a llama2.c model file: give its path, "
+                             : "; it holds llama2.c model files: give one's path, ");
+  const std::size_t named = std::min<std::size_t>(models.size(), 4);
+  for (std::size_t i = 0; i < named; ++i) {
+    out << (i == 0 ? "" : i + 1 == models.size() ? " or " : ", ") << (fs::path(dir) / models[i]).string();
+  }
+  if (models.size() > named) out << ", ...";
+  return out.str();
+}
+
 std::unique_ptr<Model> load_hf(const std::string& dir_string, const ComputeTarget& target) {
   const fs::path dir(dir_string);
   const fs::path config_path = dir / "config.json";
-  ORBIT_CHECK(fs::is_regular_file(config_path), dir_string << ": no config.json in this directory");
+  ORBIT_CHECK(fs::is_regular_file(config_path), no_hf_config_message(dir_string));
   ModelConfig config = parse_hf_config(read_json(config_path), config_path.string());
 
   // Which file holds which tensor.

@@ -7,6 +7,7 @@
 
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -218,4 +219,30 @@ TEST_CASE("replay --json writes its report atomically and never over a special f
   std::size_t files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) files += entry.is_regular_file();
   CHECK(files == 1);
+}
+
+TEST_CASE("a directory without config.json that holds a llama2.c model names its .bin", "[cli][errors][cpu]") {
+  // The model beside its tokenizer (tok512.bin, which is not offered): the error names the .bin to give.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("orbit-bin-dir-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path stories(orbit::test::stories_path());
+  fs::copy_file(stories, dir / "stories260K.bin");
+  fs::copy_file(stories.parent_path() / "tok512.bin", dir / "tok512.bin");
+  const std::string model = (dir / "stories260K.bin").string();
+  const std::string commands[] = {"info --model " + dir.string(),                // load_model
+                                  "tokenize --text hi --model " + dir.string(),  // the CLI's config.json check
+                                  "serve --port 0 --model " + dir.string()};
+  for (const std::string& command : commands) {
+    CliRun r = cli(command);
+    INFO(command);
+    CHECK(r.status == 1);
+    CHECK_THAT(r.out, Contains("no config.json") && Contains("give its path, " + model));
+    CHECK_THAT(r.out, !Contains("tok512.bin"));
+  }
+  fs::copy_file(stories, dir / "other.bin");
+  CliRun two = cli("info --model " + dir.string());
+  CHECK_THAT(two.out, Contains("give one's path, " + (dir / "other.bin").string() + " or " + model));
+  fs::remove_all(dir);
 }

@@ -22,6 +22,11 @@ std::unique_ptr<Model> load_model(const std::string& path, const ComputeTarget& 
 std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget& target = {});
 std::unique_ptr<Model> load_hf(const std::string& dir, const ComputeTarget& target = {});
 
+// The error for `dir`, a directory given as a model that has no config.json: it says so and, where the
+// directory holds llama2.c model files (`.bin` other than the tokenizers tok<N>.bin and tokenizer.bin),
+// names them as the path that was probably meant. Used by every loader and CLI check of a model directory.
+std::string no_hf_config_message(const std::string& dir);
+
 // Parses a Hugging Face config.json object (architectures / model_type, sizes, rope_theta,
 // rope_scaling, partial_rotary_factor, tie_word_embeddings, attention_bias ...). `origin` names the
 // file in errors. Unsupported architectures or RoPE types are errors, never silently approximated.
