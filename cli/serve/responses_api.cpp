@@ -6,6 +6,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/common/json_input.h"
+#include "serve/request_invalid.h"
 
 namespace orbit::serve {
 
@@ -15,18 +16,10 @@ using ojson = nlohmann::ordered_json;  // keys in the client's order: tool schem
 // Helpers in a named namespace: unity builds put several files in one translation unit.
 namespace responses_parser {
 
-// A field's check failed: thrown inside the parser only, caught at its entry point.
-struct Invalid {
-  ApiError error;
-};
+using Invalid = RequestInvalid;
 
 [[noreturn]] void fail(const std::string& param, const std::string& message) {
   throw Invalid{api_error(400, param.empty() ? message : param + ": " + message, "invalid_request_error", "", param)};
-}
-
-[[noreturn]] void unsupported(const std::string& param, const std::string& what) {
-  throw Invalid{api_error(400, param + ": " + what + " is not supported by this server", "invalid_request_error",
-                          "unsupported_parameter", param)};
 }
 
 const char* type_name(const ojson& v) {

@@ -9,6 +9,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/common/json_input.h"
+#include "serve/request_invalid.h"
 
 namespace orbit::serve {
 
@@ -16,10 +17,7 @@ using nlohmann::json;
 
 namespace {
 
-// A field's check failed: thrown inside the parser only, caught at its entry points.
-struct Invalid {
-  ApiError error;
-};
+using Invalid = RequestInvalid;
 
 [[noreturn]] void fail(const std::string& param, const std::string& message) {
   throw Invalid{api_error(400, param.empty() ? message : param + ": " + message, "invalid_request_error", "", param)};
@@ -371,11 +369,6 @@ std::string ordered_field(std::string_view text, const char* name, const char* p
   if (path == nullptr) return body[name].dump();
   const nlohmann::ordered_json::json_pointer at(path);
   return body[name].contains(at) ? body[name][at].dump() : "";
-}
-
-[[noreturn]] void unsupported(const std::string& param, const std::string& what) {
-  throw Invalid{api_error(400, param + ": " + what + " is not supported by this server", "invalid_request_error",
-                          "unsupported_parameter", param)};
 }
 
 // Parameters other servers take that change what is sampled or returned, which this one does not serve: a

@@ -11,6 +11,7 @@
 
 #include "orbit_catch.h"
 #include "serve/fair_gate.h"
+#include "serve/responses_api.h"
 #include "serve/serve_api.h"
 #include "serve/serve_core.h"
 #include "serve/serve_wire.h"
@@ -133,6 +134,18 @@ TEST_CASE("serve: parameters this server does not serve are refused by name, the
   const sv::Parsed<sv::CompletionRequest> ids = sv::parse_completion_request(R"({"model":"m","prompt":[1,2,3]})");
   REQUIRE_FALSE(ids.ok());
   CHECK(ids.error.message.find("token ids") != std::string::npos);
+}
+
+TEST_CASE("serve: chat and the Responses API refuse an unsupported parameter with the same error", "[serve]") {
+  // One thrower (request_invalid.h) for both parsers: the same field gets the same status, code and message.
+  const sv::ApiError chat =
+      sv::parse_chat_request(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"service_tier":"flex"})")
+          .error;
+  const sv::ApiError responses =
+      sv::parse_responses_request(R"({"model":"m","input":"hi","service_tier":"flex"})").error;
+  CHECK(chat.status == 400);
+  CHECK(chat.code == "unsupported_parameter");
+  CHECK(sv::error_body(chat) == sv::error_body(responses));
 }
 
 TEST_CASE("serve: streamed text holds back split characters and stop strings", "[serve]") {
