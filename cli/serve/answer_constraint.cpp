@@ -1,5 +1,7 @@
 #include "serve/answer_constraint.h"
 
+#include <nlohmann/json.hpp>
+
 #include "orbit/common/error.h"
 
 namespace orbit::serve {
@@ -41,6 +43,28 @@ std::string shortest_match(const std::shared_ptr<const Constraint>& constraint, 
     text += c;
   }
   return text;
+}
+
+// Each tool's parameters compiled as a constraint would compile them, whatever tool_choice says: a schema that
+// is not valid JSON Schema, or not in the subset orbit/constraint.h serves, is refused when the request arrives
+// (400 naming tools[i].function.parameters), not only once a later request forces a call. Names are unique
+// already (the parser checks them).
+AnswerConstraint check_tool_schemas(const std::string& tools_json) {
+  AnswerConstraint out;
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
+  if (!tools.is_array()) return out;  // the parser wrote it: not reached
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const auto fn = tools[i].find("function");
+    if (fn == tools[i].end() || !fn->is_object() || !fn->contains("parameters")) continue;
+    const std::string param = "tools[" + std::to_string(i) + "].function.parameters";
+    try {
+      (void)Constraint::json_schema((*fn)["parameters"].dump(), {}, param);
+    } catch (const Error& e) {
+      out.error = api_error(400, e.what(), "invalid_request_error", "invalid_function_parameters", param);
+      return out;
+    }
+  }
+  return out;
 }
 
 std::string byte_name(unsigned char b) {
@@ -108,8 +132,17 @@ AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
 }
 
 AnswerConstraint ConstraintCache::for_request(const ChatRequest& request) {
+  if (!request.tools_json.empty()) {
+    AnswerConstraint checked =
+        remembered("tool schemas\n" + request.tools_json, [&] { return check_tool_schemas(request.tools_json); });
+    if (checked.error) return checked;
+  }
   const std::string key = key_of(request);
   if (key.empty()) return {};
+  return remembered(key, [&] { return build(request); });
+}
+
+AnswerConstraint ConstraintCache::remembered(const std::string& key, const std::function<AnswerConstraint()>& make) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = kept_.find(key);
@@ -118,7 +151,7 @@ AnswerConstraint ConstraintCache::for_request(const ChatRequest& request) {
       return it->second.answer;
     }
   }
-  AnswerConstraint out = build(request);
+  AnswerConstraint out = make();
   std::lock_guard<std::mutex> lock(mu_);
   if (kept_.count(key) == 0) {
     order_.push_front(key);

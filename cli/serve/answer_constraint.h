@@ -6,11 +6,15 @@
 //   response_format json_schema  a JSON value of the schema (the supported subset: constraint.h)
 //   otherwise                    none (tool_choice "auto" leaves the model free to answer or call)
 // A forced call is not a message, so response_format does not apply to it (as OpenAI's API reads them).
+// Whatever tool_choice says, every tool's parameters must be a schema of that subset: one that is not is
+// refused when the request arrives (400, code invalid_function_parameters, naming tools[i].function.parameters
+// and the keyword), so a tool that a later turn forces fails no differently from the first turn.
 // A constraint the model's vocabulary cannot write is refused before the run (400 naming the field and the
 // first byte no token writes): its shortest whole match is spelled with the vocabulary's tokens, longest
 // first (a tokenizer without a token for '{', as TinyStories-656K's, can write no JSON object).
-// Built constraints are kept (by what they were built from) in a small LRU: their token masks are cached
-// inside them, so an agent that sends the same tools every turn pays for the masks and the check once.
+// Built constraints, and the tools' checks, are kept (by what they were built from) in a small LRU: their token
+// masks are cached inside them, so an agent that sends the same tools every turn pays for the masks and the
+// check once.
 //
 // Thread-safety: every member may be called from any thread.
 #pragma once
@@ -18,6 +22,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -52,6 +57,8 @@ class ConstraintCache {
 
  private:
   AnswerConstraint build(const ChatRequest& request) const;
+  // The answer kept under `key`, else make()'s, kept (the least recently used dropped past capacity_).
+  AnswerConstraint remembered(const std::string& key, const std::function<AnswerConstraint()>& make);
 
   ToolCallFormat format_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;

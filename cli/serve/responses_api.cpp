@@ -153,7 +153,7 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages) {
   }
 }
 
-// tools in the chat form; each must be a function with a name.
+// tools in the chat form; each must be a function with a name no other tool has.
 ojson chat_tools(const ojson& tools) {
   if (!tools.is_array()) fail("tools", std::string("expected an array, got ") + type_name(tools));
   ojson out = ojson::array();
@@ -165,6 +165,12 @@ ojson chat_tools(const ojson& tools) {
     const std::string kind = need_string(*type, p + ".type");
     if (kind != "function") fail(p + ".type", "only 'function' tools are accepted (got '" + kind + "')");
     ojson fn = {{"name", required_string(t, "name", p)}};
+    for (std::size_t j = 0; j < i; ++j) {
+      if (out[j]["function"]["name"] == fn["name"]) {
+        fail(p + ".name", "'" + fn["name"].get<std::string>() + "' is also the name of tools[" + std::to_string(j) +
+                              "] (tool names must be unique)");
+      }
+    }
     if (const ojson* d = field(t, "description")) fn["description"] = need_string(*d, p + ".description");
     if (const ojson* params = field(t, "parameters")) fn["parameters"] = need_object(*params, p + ".parameters");
     if (const ojson* strict = field(t, "strict"); strict != nullptr && !strict->is_boolean()) {
@@ -375,6 +381,13 @@ ApiError responses_error(ApiError error) {
     error.param = responses + error.param.substr(from.size());
     if (error.message.compare(0, from.size(), from) == 0) error.message = responses + error.message.substr(from.size());
     break;
+  }
+  // A chat tool's "tools[i].function.x" is the Responses tool's "tools[i].x" (chat_tools keeps the order).
+  const std::size_t fn = error.param.rfind("tools[", 0) == 0 ? error.param.find("].function.") : std::string::npos;
+  if (fn != std::string::npos && error.param.find_first_not_of("0123456789", 6) == fn) {
+    const std::string at = error.param.substr(0, fn + 1);
+    error.param.erase(fn + 1, 9);
+    if (error.message.compare(0, at.size() + 10, at + ".function.") == 0) error.message.erase(fn + 1, 9);
   }
   return error;
 }

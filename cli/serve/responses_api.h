@@ -60,7 +60,8 @@ struct ResponsesRequest {
 };
 
 // A chat error (parse_chat_request's, ServeCore::prepare_chat's) in the Responses API's names: param and
-// message "max_tokens" become "max_output_tokens", "response_format" "text.format", "messages" "input".
+// message "max_tokens" become "max_output_tokens", "response_format" "text.format", "messages" "input",
+// "tools[i].function.x" "tools[i].x".
 ApiError responses_error(ApiError error);
 
 // Parse and check a /v1/responses body; never throws on any input.

@@ -253,7 +253,8 @@ void parse_logprobs(const json& body, SamplingRequest& s, bool legacy) {
   }
 }
 
-// tools: each {"type": "function", "function": {"name": ..., ...}}; their names, in order.
+// tools: each {"type": "function", "function": {"name": ..., ...}}; their names, in order, each once. (Their
+// parameters are checked as schemas by the server: answer_constraint.h.)
 std::vector<std::string> parse_tools(const json& tools) {
   if (!tools.is_array()) fail("tools", std::string("expected an array, got ") + type_name(tools));
   std::vector<std::string> names;
@@ -270,6 +271,11 @@ std::vector<std::string> parse_tools(const json& tools) {
     if (name == fn->end()) fail(p + ".function.name", "missing");
     names.push_back(need_string(*name, p + ".function.name"));
     if (names.back().empty()) fail(p + ".function.name", "empty");
+    const auto first = std::find(names.begin(), names.end(), names.back());
+    if (first + 1 != names.end()) {
+      fail(p + ".function.name", "'" + names.back() + "' is also the name of tools[" +
+                                     std::to_string(first - names.begin()) + "] (tool names must be unique)");
+    }
     if (fn->contains("parameters") && !(*fn)["parameters"].is_object()) {
       fail(p + ".function.parameters", std::string("expected an object, got ") + type_name((*fn)["parameters"]));
     }

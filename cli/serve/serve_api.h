@@ -8,7 +8,8 @@
 //                stop (string or array of at most 4 strings), n (1..ServeLimits::max_choices; above 1 not with
 //                stream true), stream (bool),
 //                stream_options.include_usage (bool), user (any string), tools (array of {"type": "function",
-//                "function": {"name", "description"?, "parameters"?}}, handed to the template), tool_choice
+//                "function": {"name", "description"?, "parameters"?}}, names unique, handed to the template;
+//                the server refuses parameters outside the schema subset of answer_constraint.h), tool_choice
 //                ("none", "auto", "required" or {"type": "function", "function": {"name"}} naming one of the
 //                tools), parallel_tool_calls (bool), response_format ({"type": "text" | "json_object" |
 //                "json_schema", "json_schema": {"name", "schema", "strict"?}})

@@ -440,6 +440,11 @@ TEST_CASE("serve: tools, tool_choice and response_format are parsed; unhonoured 
   CHECK(chat_error(head + R"(,"tool_choice":"required"})").second == "tool_choice");
   CHECK(chat_error(head + R"(,"tools":[{"type":"function","function":{}}]})").second == "tools[0].function.name");
   CHECK(chat_error(head + R"(,"tools":[{"type":"retrieval"}]})").second == "tools[0].type");
+  // Two tools of one name: which would a call name? Refused at the second.
+  const std::string twice = head + tools.substr(0, tools.size() - 1) +
+                            R"(,{"type":"function","function":{"name":"search"}}],"tool_choice":"auto"})";
+  CHECK(chat_error(twice).second == "tools[2].function.name");
+  CHECK(sv::parse_chat_request(twice).error.message.find("'search' is also the name of tools[0]") != std::string::npos);
   CHECK(chat_error(head + R"(,"response_format":{"type":"nonsense"}})").second == "response_format.type");
   CHECK(chat_error(head + R"(,"response_format":"json"})").second == "response_format");
   CHECK(chat_error(head + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x"}}})").second ==
@@ -551,6 +556,22 @@ TEST_CASE("serve: tools reach the prompt; what the vocabulary cannot write is re
   // A story model writes no call: the answer is content, finished as text answers finish.
   CHECK(tooled.result->tool_calls.empty());
   CHECK(tooled.result->finish_reason != "tool_calls");
+  // Every tool's parameters must be a schema the constraints serve, whatever tool_choice says (here auto): a
+  // later turn that forces a call would fail on it. Refused before the run, naming the tool and the keyword.
+  for (const std::string& schema : {std::string(R"({"type":"string","pattern":"a+"})"), std::string(R"({"type":7})")}) {
+    sv::ChatRequest bad_schema = with_tools;
+    bad_schema.tools_json = R"([{"type":"function","function":{"name":"search"}},)"
+                            R"({"type":"function","function":{"name":"open","parameters":)" +
+                            schema + "}}]";
+    bad_schema.tool_names = {"search", "open"};
+    const sv::RunTicket bad = core.prepare_chat(bad_schema, "");
+    INFO(schema);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.error().status == 400);
+    CHECK(bad.error().param == "tools[1].function.parameters");
+    CHECK(bad.error().code == "invalid_function_parameters");
+    CHECK(bad.error().message.rfind("tools[1].function.parameters", 0) == 0);
+  }
   // Forcing a call or a JSON answer decodes under a constraint; this model's vocabulary has no token for '{',
   // so it cannot write one: refused before the run, naming the field and the byte.
   sv::ChatRequest forced = with_tools;

@@ -186,6 +186,12 @@ TEST_CASE("responses: items become chat messages; tools, formats and settings ca
   sv::ApiError e = sv::responses_error(sv::api_error(400, "max_tokens = 9 is out of range", "x", "", "max_tokens"));
   CHECK(e.param == "max_output_tokens");
   CHECK(e.message == "max_output_tokens = 9 is out of range");
+  // A chat tool's field is the Responses tool's, one level up (the server's check of the tools' schemas).
+  e = sv::responses_error(sv::api_error(400, "tools[12].function.parameters.properties.q: 'pattern' is not supported",
+                                        "invalid_request_error", "invalid_function_parameters",
+                                        "tools[12].function.parameters"));
+  CHECK(e.param == "tools[12].parameters");
+  CHECK(e.message == "tools[12].parameters.properties.q: 'pattern' is not supported");
 }
 
 namespace {
@@ -341,5 +347,19 @@ TEST_CASE("responses: store false, a header's session, refusals by the Responses
   REQUIRE(greedy.error);
   CHECK(greedy.error->param == "max_output_tokens");
   CHECK(respond(core, request("Hi", {{"model", "gpt-4"}})).error->status == 404);
+  // Tools: every schema is checked (tool_choice auto), and a name is given once.
+  const json search = {{"type", "function"}, {"name", "search"}, {"parameters", {{"type", "object"}}}};
+  json odd = search;
+  odd["name"] = "open";
+  odd["parameters"] = {{"type", "string"}, {"format", "uri"}};
+  const Answer bad_schema = respond(core, request("Hi", {{"tools", {search, odd}}}));
+  REQUIRE(bad_schema.error);
+  CHECK(bad_schema.error->param == "tools[1].parameters");
+  CHECK(bad_schema.error->code == "invalid_function_parameters");
+  CHECK(bad_schema.error->message.find("'format' is not supported") != std::string::npos);
+  const Answer twice = respond(core, request("Hi", {{"tools", {search, search}}}));
+  REQUIRE(twice.error);
+  CHECK(twice.error->param == "tools[1].name");
+  CHECK(twice.error->message.find("'search' is also the name of tools[0]") != std::string::npos);
   core.close();
 }
