@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -25,55 +26,110 @@ struct ChatTemplate::Impl {
   jinja::Block program;
   std::string bos, eos;
 
-  // `messages` (a JSON array, at most kMaxJsonDepth deep but for the few levels a ChatMessage adds around
-  // its tool calls' arguments) rendered with the options' variables.
-  std::string render(const std::string& origin, const ordered_json& messages, const ChatRenderOptions& options) const;
+  // `messages` (a list, at most kMaxJsonDepth deep but for the few levels a ChatMessage adds around its tool
+  // calls' arguments) rendered with the options' variables.
+  std::string render(const std::string& origin, const Value& messages, const ChatRenderOptions& options) const;
 };
 
 namespace {
 
-// A JSON number as JavaScript's JSON.parse gives it to @huggingface/jinja: a whole number is an integer
-// (1.0 too), anything else a float. Whole numbers outside int64's range stay floats: converting them would
-// be undefined.
-Value number(const ordered_json& j) {
-  if (j.is_number_integer() && !j.is_number_unsigned()) return Value::integer(j.get<int64_t>());
-  if (j.is_number_unsigned()) {
-    const uint64_t u = j.get<uint64_t>();
-    return u <= static_cast<uint64_t>(INT64_MAX) ? Value::integer(static_cast<int64_t>(u))
-                                                 : Value::floating(static_cast<double>(u));
+// JSON text read straight into the template's values (nlohmann's SAX events), with bounded nesting as
+// parse_json_input (orbit/common/json_input.h) reads every untrusted document, objects' keys in the order
+// written (the template sees it: tojson, items(); a repeated key keeps its first place and its last value).
+// A number is what JavaScript's JSON.parse gives @huggingface/jinja: a whole number is an integer (1.0 too),
+// anything else a float; but an integer too long for int64 stays exact as text: a float whose literal (Value::s)
+// is printed and written by tojson as is, as Python's Jinja keeps such integers, where JavaScript would round.
+class ValueReader : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  explicit ValueReader(const std::string& what) : what_(what) {}
+  Value take() { return std::move(result_); }
+
+  bool null() override { return add(Value::none()); }
+  bool boolean(bool b) override { return add(Value::boolean(b)); }
+  bool number_integer(number_integer_t i) override { return add(Value::integer(i)); }
+  bool number_unsigned(number_unsigned_t u) override {
+    if (u <= static_cast<uint64_t>(INT64_MAX)) return add(Value::integer(static_cast<int64_t>(u)));
+    return add(literal(static_cast<double>(u), std::to_string(u)));
   }
-  const double d = j.get<double>();
-  const bool whole = d >= -0x1p63 && d < 0x1p63 && std::trunc(d) == d;
-  return whole ? Value::integer(static_cast<int64_t>(d)) : Value::floating(d);
+  bool number_float(number_float_t d, const string_t& text) override {
+    // json reads an integer literal as a float only when no 64-bit integer holds it.
+    const bool integer = text.find_first_not_of("-0123456789") == std::string::npos;
+    if (integer) return add(literal(d, text));
+    const bool whole = d >= -0x1p63 && d < 0x1p63 && std::trunc(d) == d;
+    return add(whole ? Value::integer(static_cast<int64_t>(d)) : Value::floating(d));
+  }
+  bool string(string_t& text) override { return add(Value::string(std::move(text))); }
+  bool binary(binary_t&) override { return false; }  // not in JSON text
+  bool start_object(std::size_t) override { return open(true); }
+  bool key(string_t& k) override {
+    stack_.back().key = std::move(k);
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    ORBIT_FAIL(what_ << " is not valid JSON: " << e.what());
+  }
+
+ private:
+  struct Open {
+    bool object;
+    jinja::List items;
+    jinja::Dict fields;
+    std::string key;
+  };
+
+  static Value literal(double d, std::string text) {
+    Value v = Value::floating(d);
+    v.s = std::move(text);
+    return v;
+  }
+  bool open(bool object) {
+    if (stack_.size() >= static_cast<std::size_t>(kMaxJsonDepth)) {
+      ORBIT_FAIL(what_ << ": JSON nests deeper than " << kMaxJsonDepth << " levels (arrays and objects)");
+    }
+    stack_.push_back(Open{object, {}, {}, {}});
+    return true;
+  }
+  bool close() {
+    Open done = std::move(stack_.back());
+    stack_.pop_back();
+    return add(done.object ? Value::of_dict(std::move(done.fields)) : Value::of_list(std::move(done.items)));
+  }
+  bool add(Value v) {
+    if (stack_.empty()) {
+      result_ = std::move(v);
+      return true;
+    }
+    Open& o = stack_.back();
+    if (!o.object) {
+      o.items.push_back(std::move(v));
+      return true;
+    }
+    const auto same = std::find_if(o.fields.begin(), o.fields.end(), [&](const auto& kv) { return kv.first == o.key; });
+    if (same != o.fields.end()) {
+      same->second = std::move(v);
+    } else {
+      o.fields.emplace_back(std::move(o.key), std::move(v));
+    }
+    return true;
+  }
+
+  const std::string& what_;
+  std::vector<Open> stack_;
+  Value result_;
+};
+
+// `text` as the template's value; throws orbit::Error naming `what` when it is not JSON or nests too deeply.
+Value parse_value(const std::string& text, const std::string& what) {
+  ValueReader reader(what);
+  nlohmann::json::sax_parse(text, &reader);
+  return reader.take();
 }
 
-// Recurses once per level: `j` comes from parse() (at most kMaxJsonDepth deep).
-Value from_json(const ordered_json& j) {
-  switch (j.type()) {
-    case ordered_json::value_t::null: return Value::none();
-    case ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
-    case ordered_json::value_t::number_integer:
-    case ordered_json::value_t::number_unsigned:
-    case ordered_json::value_t::number_float: return number(j);
-    case ordered_json::value_t::string: return Value::string(j.get<std::string>());
-    case ordered_json::value_t::array: {
-      jinja::List items;
-      items.reserve(j.size());
-      for (const auto& x : j) items.push_back(from_json(x));
-      return Value::of_list(std::move(items));
-    }
-    case ordered_json::value_t::object: {
-      jinja::Dict fields;  // a parsed object's keys are unique
-      fields.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) fields.emplace_back(it.key(), from_json(it.value()));
-      return Value::of_dict(std::move(fields));
-    }
-    default: return Value();
-  }
-}
-
-// Outside JSON, with bounded nesting as parse_json_input (orbit/common/json_input.h) reads every untrusted
-// document, but keeping the objects' key order (the template sees it: tojson, items()).
+// A tokenizer_config.json, with bounded nesting as parse_json_input (orbit/common/json_input.h) reads every
+// untrusted document, keeping the objects' key order.
 ordered_json parse(const std::string& text, const std::string& what) {
   auto bounded = [&](int depth, ordered_json::parse_event_t event, ordered_json&) {
     using Event = ordered_json::parse_event_t;
@@ -89,22 +145,23 @@ ordered_json parse(const std::string& text, const std::string& what) {
   }
 }
 
-ordered_json message_json(const ChatMessage& m, std::size_t index, const std::string& origin) {
+Value message_value(const ChatMessage& m, std::size_t index, const std::string& origin) {
   ORBIT_CHECK(!m.role.empty(), origin << ": message " << index << " has no role");
-  ordered_json j = {{"role", m.role}, {"content", m.content}};
-  if (m.name) j["name"] = *m.name;
-  if (m.tool_call_id) j["tool_call_id"] = *m.tool_call_id;
+  jinja::Dict fields{{"role", Value::string(m.role)}, {"content", Value::string(m.content)}};
+  if (m.name) fields.emplace_back("name", Value::string(*m.name));
+  if (m.tool_call_id) fields.emplace_back("tool_call_id", Value::string(*m.tool_call_id));
   if (!m.tool_calls.empty()) {
-    ordered_json calls = ordered_json::array();
+    jinja::List calls;
     for (const ChatToolCall& c : m.tool_calls) {
       const std::string what = "message " + std::to_string(index) + ": arguments of tool call '" + c.name + "'";
-      calls.push_back({{"id", c.id},
-                       {"type", "function"},
-                       {"function", {{"name", c.name}, {"arguments", parse(c.arguments, what)}}}});
+      jinja::Dict function{{"name", Value::string(c.name)}, {"arguments", parse_value(c.arguments, what)}};
+      calls.push_back(Value::of_dict({{"id", Value::string(c.id)},
+                                      {"type", Value::string("function")},
+                                      {"function", Value::of_dict(std::move(function))}}));
     }
-    j["tool_calls"] = std::move(calls);
+    fields.emplace_back("tool_calls", Value::of_list(std::move(calls)));
   }
-  return j;
+  return Value::of_dict(std::move(fields));
 }
 
 }  // namespace
@@ -121,38 +178,38 @@ ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) const {
-  ordered_json list = ordered_json::array();
-  for (std::size_t k = 0; k < messages.size(); ++k) list.push_back(message_json(messages[k], k, origin_));
-  return impl_->render(origin_, list, options);
+  jinja::List list;
+  for (std::size_t k = 0; k < messages.size(); ++k) list.push_back(message_value(messages[k], k, origin_));
+  return impl_->render(origin_, Value::of_list(std::move(list)), options);
 }
 
 std::string ChatTemplate::render_json(const std::string& messages_json, const ChatRenderOptions& options) const {
-  const ordered_json messages = parse(messages_json, origin_ + ": the messages");
-  return impl_->render(origin_, messages, options);
+  return impl_->render(origin_, parse_value(messages_json, origin_ + ": the messages"), options);
 }
 
-std::string ChatTemplate::Impl::render(const std::string& origin, const ordered_json& messages,
+std::string ChatTemplate::Impl::render(const std::string& origin, const Value& messages,
                                        const ChatRenderOptions& options) const {
-  ORBIT_CHECK(messages.is_array(), origin << ": the messages must be a JSON array");
-  for (std::size_t k = 0; k < messages.size(); ++k) {
-    const auto& m = messages[k];
-    ORBIT_CHECK(m.is_object() && m.contains("role") && m["role"].is_string(),
+  ORBIT_CHECK(messages.is(Value::Kind::kList), origin << ": the messages must be a JSON array");
+  for (std::size_t k = 0; k < messages.list->size(); ++k) {
+    const Value& m = (*messages.list)[k];
+    const Value* role = m.is(Value::Kind::kDict) ? m.find("role") : nullptr;
+    ORBIT_CHECK(role != nullptr && role->is(Value::Kind::kString),
                 origin << ": message " << k << " has no role (a string)");
   }
   jinja::Dict vars;
-  vars.emplace_back("messages", from_json(messages));
+  vars.emplace_back("messages", messages);
   vars.emplace_back("add_generation_prompt", Value::boolean(options.add_generation_prompt));
   vars.emplace_back("bos_token", Value::string(bos));
   vars.emplace_back("eos_token", Value::string(eos));
   if (!options.tools_json.empty()) {
-    const ordered_json tools = parse(options.tools_json, origin + ": the tools");
-    ORBIT_CHECK(tools.is_array(), origin << ": the tools must be a JSON array");
-    vars.emplace_back("tools", from_json(tools));
+    Value tools = parse_value(options.tools_json, origin + ": the tools");
+    ORBIT_CHECK(tools.is(Value::Kind::kList), origin << ": the tools must be a JSON array");
+    vars.emplace_back("tools", std::move(tools));
   }
   if (!options.extra_json.empty()) {
-    const ordered_json extra = parse(options.extra_json, origin + ": the extra variables");
-    ORBIT_CHECK(extra.is_object(), origin << ": the extra variables must be a JSON object");
-    for (auto it = extra.begin(); it != extra.end(); ++it) vars.emplace_back(it.key(), from_json(it.value()));
+    const Value extra = parse_value(options.extra_json, origin + ": the extra variables");
+    ORBIT_CHECK(extra.is(Value::Kind::kDict), origin << ": the extra variables must be a JSON object");
+    for (const auto& [name, value] : *extra.dict) vars.emplace_back(name, value);
   }
   return jinja::render(program, vars, origin);
 }

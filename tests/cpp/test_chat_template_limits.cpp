@@ -141,8 +141,19 @@ TEST_CASE("numbers no int64 holds are refused or kept as floats, never converted
   ChatRenderOptions big;
   big.extra_json = R"({"big": 1e300, "huge": 18446744073709551615, "edge": 9223372036854775808.0, "whole": 4.0})";
   // Whole JSON numbers past int64 stay floats (as JavaScript holds every number); inside it they are integers.
+  // An integer literal past int64 prints and writes as written (Python's Jinja keeps it exact).
   CHECK(render("{{ big }}|{{ huge }}|{{ edge }}|{{ whole }}|{{ whole is integer }}", kOneTurn, big) ==
-        "1e+300|18446744073709551616.0|9223372036854775808.0|4|true");
+        "1e+300|18446744073709551615|9223372036854775808.0|4|true");
+  CHECK(render("{{ huge|tojson }}", kOneTurn, big) == "18446744073709551615");
+  // So are a tool call's arguments, byte for byte, as the client sent them (a JSON round trip through
+  // doubles would print 1.2345678901234568e+29 and -9223372036854775808).
+  ChatMessage call{"assistant", ""};
+  call.tool_calls.push_back({"c1", "f",
+                             R"({"a": 9007199254740993, "b": 123456789012345678901234567890, )"
+                             R"("c": -9223372036854775809, "d": 18446744073709551616})"});
+  CHECK(ChatTemplate("{{ messages[0].tool_calls[0].function.arguments|tojson }}", "t.jinja").render({call}) ==
+        R"({"a": 9007199254740993, "b": 123456789012345678901234567890, "c": -9223372036854775809, )"
+        R"("d": 18446744073709551616})");
   refused([&] { render("{{ big|int }}", kOneTurn, big); },
           {"t.jinja: line 1: int: ", "out of the 64-bit integer range"});
   refused([&] { render("{{ 9223372036854775807 + 1 }}"); },

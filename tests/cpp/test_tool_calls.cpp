@@ -98,6 +98,31 @@ TEST_CASE("mistral: [TOOL_CALLS] and a JSON array, ids kept when given", "[tool_
   CHECK(parse_tool_calls("[TOOL_CALLS] [{\"name\": \"f\"", ToolCallFormat::kMistral).malformed);
 }
 
+TEST_CASE("arguments come back as written: integers of any length, escapes, in every format", "[tool_calls]") {
+  // json holds 64-bit integers and doubles: a round trip through it printed 1.2345678901234568e+29 and
+  // -9.223372036854776e+18. The arguments keep the model's tokens, less the whitespace between them.
+  const std::string args =
+      "{\"a\": 9007199254740993, \"b\": 123456789012345678901234567890, \"c\": "
+      "-9223372036854775809, \"d\": [1.50e+2, 0.10], \"s\": \"x\\u0041 \\\" y\"}";
+  const std::string compact =
+      "{\"a\":9007199254740993,\"b\":123456789012345678901234567890,\"c\":"
+      "-9223372036854775809,\"d\":[1.50e+2,0.10],\"s\":\"x\\u0041 \\\" y\"}";
+  const std::string quoted = nlohmann::json(args).dump();  // the arguments given as a JSON string
+  const std::pair<std::string, ToolCallFormat> cases[] = {
+      {"<tool_call>{\"name\": \"f\", \"arguments\": " + args + "}</tool_call>", ToolCallFormat::kHermes},
+      {"<tool_call>{\"name\": \"f\", \"arguments\": " + quoted + "}</tool_call>", ToolCallFormat::kHermes},
+      {"{\"name\": \"f\", \"parameters\": " + args + "}", ToolCallFormat::kLlama3},
+      {"[TOOL_CALLS] [{\"name\": \"g\", \"arguments\": {}}, {\"arguments\":" + args + ", \"name\": \"f\"}]",
+       ToolCallFormat::kMistral}};
+  for (const auto& [text, format] : cases) {
+    INFO(text);
+    const ToolCallParse r = parse_tool_calls(text, format);
+    REQUIRE_FALSE(r.calls.empty());
+    CHECK(r.calls.back().name == "f");
+    CHECK(r.calls.back().arguments == compact);
+  }
+}
+
 TEST_CASE("streaming holds back exactly what may still become a call", "[tool_calls]") {
   CHECK(tool_call_free_prefix("Hello there", ToolCallFormat::kHermes) == 11);
   CHECK(tool_call_free_prefix("Hello <tool", ToolCallFormat::kHermes) == 6);

@@ -151,7 +151,7 @@ class JsonWriter {
       case K::kNone: return append("null");
       case K::kBool: return append(v.b ? "true" : "false");
       case K::kInt: return append(std::to_string(v.i));
-      case K::kFloat: return append(js_number(v.f));
+      case K::kFloat: return append(v.s.empty() ? js_number(v.f) : v.s);
       case K::kString: return append_quoted(v.s);
       case K::kFunction: ORBIT_FAIL(at_ << ": tojson: cannot convert a function to JSON");
       default: break;
@@ -226,6 +226,7 @@ std::string to_output(const Value& v, const Site& at) {
     case K::kBool: return v.b ? "true" : "false";
     case K::kInt: return std::to_string(v.i);
     case K::kFloat:
+      if (!v.s.empty()) return v.s;
       return std::floor(v.f) == v.f && std::isfinite(v.f)
                  ? js_number(v.f) + (js_number(v.f).find('e') == std::string::npos ? ".0" : "")
                  : js_number(v.f);

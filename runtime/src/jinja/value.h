@@ -38,6 +38,8 @@ struct Value {
   bool b = false;
   int64_t i = 0;
   double f = 0;
+  // kString: the text. kFloat: "", or, for a float read from JSON for an integer literal no int64 holds, that
+  // literal, which printing and tojson write as is (Python's Jinja keeps such integers exact).
   std::string s;
   std::shared_ptr<List> list;
   std::shared_ptr<Dict> dict;  // kDict and kNamespace

@@ -17,7 +17,8 @@
 //
 // A call is read only when it is complete and well formed: a block cut by max_tokens, JSON that does not
 // parse, a name that is not a non-empty string, or arguments that are not a JSON object leave the text as
-// content (ToolCallParse::malformed says so). Torch-free; thread-safe.
+// content (ToolCallParse::malformed says so). A call's arguments are the model's text less the whitespace
+// between tokens: numbers of any length and string escapes come back as written. Torch-free; thread-safe.
 #pragma once
 
 #include <cstddef>

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "orbit/common/error.h"
 
@@ -56,16 +59,108 @@ json parse_json(std::string_view text) {
   return json::parse(text.begin(), text.end(), nullptr, false);
 }
 
-// One call from {"name": ..., "arguments" | "parameters": {...}, "id"?}; false when it is not one.
-bool call_from(const json& v, ChatToolCall* call) {
+// JSON text that parse_json accepted, read as written: spans of its values, never converted, so that numbers
+// of any length (json holds at most 64-bit integers and doubles) and escapes stay as the model wrote them.
+bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+std::size_t skip_space(std::string_view t, std::size_t at) {
+  while (at < t.size() && is_space(t[at])) ++at;
+  return at;
+}
+
+// One past the end of the value (or object key) that starts at `at`.
+std::size_t value_end(std::string_view t, std::size_t at) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (; at < t.size(); ++at) {
+    const char c = t[at];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+        if (depth == 0) return at + 1;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth <= 0) return depth == 0 ? at + 1 : at;
+    } else if (depth == 0 && (c == ',' || is_space(c))) {
+      return at;
+    }
+  }
+  return at;
+}
+
+// The members of the object or the items of the array `t` as written: (the key with its quotes, "" for an
+// item; the value).
+std::vector<std::pair<std::string_view, std::string_view>> raw_children(std::string_view t) {
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  std::size_t at = skip_space(t, 0);
+  if (at >= t.size() || (t[at] != '{' && t[at] != '[')) return out;
+  const bool object = t[at] == '{';
+  at = skip_space(t, at + 1);
+  while (at < t.size() && t[at] != '}' && t[at] != ']') {
+    std::string_view key;
+    if (object) {
+      const std::size_t key_end = value_end(t, at);
+      key = t.substr(at, key_end - at);
+      at = skip_space(t, skip_space(t, key_end) + 1);  // past the ':'
+    }
+    const std::size_t end = value_end(t, at);
+    out.emplace_back(key, t.substr(at, end - at));
+    at = skip_space(t, end);
+    if (at < t.size() && t[at] == ',') at = skip_space(t, at + 1);
+  }
+  return out;
+}
+
+// `raw` without the whitespace between its tokens (as json::dump() writes), each token as written.
+std::string compact(std::string_view raw) {
+  std::string out;
+  bool in_string = false, escaped = false;
+  for (char c : raw) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (is_space(c)) {
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+// One call from {"name": ..., "arguments" | "parameters": {...}, "id"?} (`raw`: that object as written); false
+// when it is not one. The arguments are kept as written, less the whitespace between tokens.
+bool call_from(const json& v, std::string_view raw, ChatToolCall* call) {
   if (!v.is_object() || !v.contains("name") || !v["name"].is_string() || v["name"].get<std::string>().empty())
     return false;
   const char* field = v.contains("arguments") ? "arguments" : "parameters";
   json args = v.contains(field) ? v[field] : json::object();
-  if (args.is_string()) args = parse_json(args.get<std::string>());  // arguments given as JSON text
+  std::string written;     // "": as json holds them (no field, or a key written with escapes)
+  if (args.is_string()) {  // arguments given as JSON text
+    written = args.get<std::string>();
+    args = parse_json(written);
+  } else {
+    for (const auto& [key, value] : raw_children(raw)) {
+      if (key == "\"" + std::string(field) + "\"") written = std::string(value);  // the last one, as json keeps
+    }
+  }
   if (!args.is_object()) return false;
   call->name = v["name"].get<std::string>();
-  call->arguments = args.dump();
+  call->arguments = written.empty() ? args.dump() : compact(written);
   call->id = v.contains("id") && v["id"].is_string() && !v["id"].get<std::string>().empty() ? v["id"].get<std::string>()
                                                                                             : new_tool_call_id();
   return true;
@@ -81,7 +176,8 @@ ToolCallParse parse_hermes(std::string_view text) {
     const std::size_t body = open + kHermesOpen.size();
     const std::size_t close = text.find(kHermesClose, body);
     ChatToolCall call;
-    if (close == std::string_view::npos || !call_from(parse_json(trim(text.substr(body, close - body))), &call)) {
+    const std::string raw = close == std::string_view::npos ? "" : trim(text.substr(body, close - body));
+    if (close == std::string_view::npos || !call_from(parse_json(raw), raw, &call)) {
       r.malformed = true;  // cut, or not a call: the rest stays content
       break;
     }
@@ -121,7 +217,7 @@ ToolCallParse parse_llama3(std::string_view text) {
   std::vector<ChatToolCall> calls;
   for (const std::string& piece : pieces) {
     ChatToolCall call;
-    if (!call_from(parse_json(piece), &call)) {
+    if (!call_from(parse_json(piece), piece, &call)) {
       r.malformed = true;
       r.content = body;
       return r;
@@ -139,12 +235,14 @@ ToolCallParse parse_mistral(std::string_view text) {
     r.content = trim(text);
     return r;
   }
-  const json v = parse_json(trim(text.substr(mark + kMistralMark.size())));
+  const std::string raw = trim(text.substr(mark + kMistralMark.size()));
+  const json v = parse_json(raw);
+  const auto items = raw_children(raw);
   std::vector<ChatToolCall> calls;
-  bool ok = v.is_array() && !v.empty();
+  bool ok = v.is_array() && !v.empty() && items.size() == v.size();
   for (std::size_t i = 0; ok && i < v.size(); ++i) {
     ChatToolCall call;
-    ok = call_from(v[i], &call);
+    ok = call_from(v[i], items[i].second, &call);
     calls.push_back(std::move(call));
   }
   if (!ok) {

@@ -5,8 +5,10 @@
 // loop.*, set, namespace(), filters such as trim, tojson, length, selectattr, map, string methods such as
 // strip and split, slicing, dict and list literals, whitespace control, raise_exception, strftime_now).
 // Its output is byte-identical to @huggingface/jinja, the JavaScript engine HF uses for the same job
-// (checked by test_chat_template_oracle). Unsupported syntax (macros, call blocks, unknown filters or
-// tests) is refused with an error naming the template, the line and the construct.
+// (checked by test_chat_template_oracle), but for JSON integers too long for int64 (in the messages, a tool
+// call's arguments, the tools), which print and tojson as written, as Python's Jinja keeps them, where
+// JavaScript rounds them to doubles. Unsupported syntax (macros, call blocks, unknown filters or tests) is
+// refused with an error naming the template, the line and the construct.
 //
 // Templates and their variables come from outside the process, so both are bounded (limits far above what
 // real templates use; runtime/src/jinja/limits.h): blocks and expressions nest at most 256 levels; the
