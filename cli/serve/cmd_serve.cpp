@@ -58,6 +58,9 @@ const char* kServeUsage =
     "  --max-sessions N      resident sessions at most (default 64)\n"
     "  --max-responses N     responses kept for previous_response_id and GET /v1/responses/ID (default 4096);\n"
     "                        past it the least recently used are forgotten (404)\n"
+    "  --max-idle-chunks N   messages' chunks kept registered once no window holds them, the most recently\n"
+    "                        used (default 4096); older ones are forgotten and re-read from the store when\n"
+    "                        a request brings them back\n"
     "  --max-tokens N        default max_tokens when a request gives none (default 256; capped by the context)\n"
     "  --max-body-kb N       request bodies over this get 413 (default 4096)\n"
     "  --threads N           requests answered at once (default 64); connections being read or idle hold\n"
@@ -134,6 +137,7 @@ serve::ServeOptions serve_options(const Args& args) {
   o.host_budget_bytes = size_argument(args, "--host-budget-mb", 1024, 0, 20);
   o.max_sessions = args.get_int("--max-sessions", 64, 1);
   o.max_responses = args.get_int("--max-responses", 4096, 1);
+  o.max_idle_chunks = args.get_int("--max-idle-chunks", 4096, 1);
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
   o.limits.max_body_bytes = static_cast<std::size_t>(size_argument(args, "--max-body-kb", 4096, 1, 10));
   o.anticipate = !args.flag("--no-anticipate");
@@ -151,13 +155,28 @@ serve::ServeOptions serve_options(const Args& args) {
 }  // namespace
 
 int run_serve(int argc, char** argv, int first) {
-  ArgSpec spec{{"--model",          "--host",          "--port",
-                "--policy",         "--store",         "--remote",
-                "--name",           "--pool-mb",       "--session-budget-mb",
-                "--host-budget-mb", "--max-sessions",  "--max-responses",
-                "--max-tokens",     "--max-body-kb",   "--threads",
-                "--drain-seconds",  "--chat-template", "--tool-call-format",
-                "--audit",          "--device",        "--dtype",
+  ArgSpec spec{{"--model",
+                "--host",
+                "--port",
+                "--policy",
+                "--store",
+                "--remote",
+                "--name",
+                "--pool-mb",
+                "--session-budget-mb",
+                "--host-budget-mb",
+                "--max-sessions",
+                "--max-responses",
+                "--max-idle-chunks",
+                "--max-tokens",
+                "--max-body-kb",
+                "--threads",
+                "--drain-seconds",
+                "--chat-template",
+                "--tool-call-format",
+                "--audit",
+                "--device",
+                "--dtype",
                 "--device-tier-mb"},
                {"--no-anticipate"},
                kServeUsage};

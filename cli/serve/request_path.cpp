@@ -305,11 +305,12 @@ RunOutcome RequestPath::run_completion(RunTicket::Prepared& p, const RunSink& si
   const WindowStats before = window.stats();
   const std::vector<int64_t> prefix(tokens.begin(), tokens.end() - 1);
   if (!prefix.empty()) {
-    // The prompt but its last token as one chunk: an identical prompt is served from the store.
-    const ChunkRef chunk = context_.engine->add_tokens(prefix, ChunkOptions{});
+    // The prompt but its last token as one chunk: an identical prompt is served from the store. Registered
+    // once the turn is ours, right before the admit (a chunk no window holds may be forgotten meanwhile,
+    // ServeOptions::max_idle_chunks).
     GateTurn turn(context_, lane, sink.cancelled);
     if (!turn.enter()) return cancelled_before_decode();
-    window.admit(chunk);
+    window.admit(context_.engine->add_tokens(prefix, ChunkOptions{}));
   }
   const std::vector<int64_t> query{tokens.back()};
   RunResult r = decode(context_, window, DecodeRequest{&query, &p.completion->sampling}, sink);

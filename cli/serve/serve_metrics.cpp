@@ -78,6 +78,8 @@ void ServeMetrics::count_cancelled() {
 
 std::string render_memory_metrics(const EngineStats& stats) {
   std::ostringstream out;
+  out << "# HELP orbit_chunks Chunks registered (messages' chunks kept, --max-idle-chunks, and those in use).\n"
+      << "# TYPE orbit_chunks gauge\norbit_chunks " << stats.chunks << "\n";
   out << "# HELP orbit_pool_pages The KV pool's pages (windows' KV), and those free.\n# TYPE orbit_pool_pages gauge\n"
       << "orbit_pool_pages{state=\"total\"} " << stats.pool_pages << "\n"
       << "orbit_pool_pages{state=\"free\"} " << stats.pool_free_pages << "\n";

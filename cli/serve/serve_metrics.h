@@ -55,8 +55,8 @@ struct MetricGauges {
   std::string more;  // lines other parts render (the fidelity audit's, audit.h), appended as they are
 };
 
-// The engine's memory as /metrics gauges: the KV pool's pages (total, free) and each enabled store tier's
-// entries, bytes and budget (the host tier holds chunks' and answers' KV for reuse up to its budget,
+// The engine's memory as /metrics gauges: the chunks registered, the KV pool's pages (total, free) and each enabled
+// store tier's entries, bytes and budget (the host tier holds chunks' and answers' KV for reuse up to its budget,
 // --host-budget-mb); the store's faults (orbit_store_faults_total{kind}: corrupt_read, disk_write,
 // remote_corrupt) and whether its disk tier is degraded.
 std::string render_memory_metrics(const EngineStats& stats);

@@ -37,6 +37,9 @@ struct ServeOptions {
   // Responses API: responses kept for previous_response_id and GET /v1/responses/{id} (responses_store.h),
   // on disk in store_dir/serve-responses.sqlite when there is a store_dir (they survive a restart).
   int64_t max_responses = 4096;
+  // EngineOptions::max_idle_chunks: the messages' chunks kept registered once no window holds them (the
+  // most recently used), so a server that sees ever new content keeps a bounded registry.
+  int64_t max_idle_chunks = 4096;
   int64_t default_max_tokens = 256;  // when a request gives none (capped by the context)
   int64_t chunk_min_tokens = 32;     // SyncOptions::chunk_min_tokens
   // After a session's request, prefill in idle time the list its next request most likely sends (this

@@ -117,7 +117,7 @@ ApplyOutput run(FakeEnv& env, const ChunkRecord* chunk, const PlanStep& s, bool 
                 const std::vector<int64_t>* turn = nullptr) {
   ApplyInput in{env, ApplyTarget{}};
   in.target.key = chunk != nullptr ? chunk->ref.key : "turn";
-  in.target.chunk = chunk;
+  in.target.chunk = ChunkPtr(ChunkPtr(), chunk);  // not owned: the test's record outlives the call
   in.target.turn_tokens = turn;
   in.target.length = chunk != nullptr ? chunk->ref.length : static_cast<int64_t>(turn->size());
   in.target.position = 40;

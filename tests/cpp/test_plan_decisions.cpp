@@ -85,7 +85,7 @@ struct TestWindow {
     auto e = std::make_unique<EntryMeta>();
     e->id = entries.size() + 1;
     e->key = c.ref.key;
-    e->chunk = &c;
+    e->chunk = ChunkPtr(ChunkPtr(), &c);  // not owned: the test's records outlive the window
     e->length = c.ref.length;
     e->extent = c.ref.extent;
     e->version = entries.size() + 1;
@@ -138,7 +138,7 @@ Layout keep_all(const TestWindow& w, Operation op, const std::vector<const Chunk
   for (const ChunkRecord* c : added) {
     Slot s;
     s.id = 100 + l.slots.size();
-    s.chunk = c;
+    s.chunk = ChunkPtr(ChunkPtr(), c);  // not owned
     l.slots.push_back(s);
   }
   return l;

@@ -115,6 +115,18 @@ def test_engine_is_a_context_manager_with_model_info(orbit, stories260k_path):
     assert "closed" in repr(e)
 
 
+def test_max_idle_chunks_bounds_the_registered_chunks(orbit, stories260k_path):
+    with orbit.Engine(str(stories260k_path), pool_bytes=POOL, page_size=PAGE, max_idle_chunks=2) as e:
+        assert e.options.max_idle_chunks == 2
+        refs = [e.add_tokens([1 + i, 2 + i, 3 + i]) for i in range(4)]
+        assert e.stats.chunks == 2 and [c.key for c in e.chunks] == [r.key for r in refs[2:]]
+        with pytest.raises(orbit.OrbitError, match="max_idle_chunks"):
+            e.chunk(refs[0].key)
+        assert e.add_tokens([1, 2, 3]).key == refs[0].key  # added again: the same chunk
+    with pytest.raises(orbit.OrbitError, match="max_idle_chunks"):
+        orbit.Engine(str(stories260k_path), pool_bytes=POOL, page_size=PAGE, max_idle_chunks=-1)
+
+
 def test_engine_device_and_dtype(orbit, stories260k_path):
     # bf16 on CPU: the weights load as bf16, windows run, the options and model info say so.
     with orbit.Engine(str(stories260k_path), pool_bytes=POOL, page_size=PAGE, device="cpu", dtype="bfloat16") as e:

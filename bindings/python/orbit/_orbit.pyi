@@ -553,6 +553,9 @@ class EngineOptions:
     @property
     def embedding_cache(self) -> bool: ...
     @property
+    def max_idle_chunks(self) -> int:
+        """Chunks kept registered beyond those in use (0 = all, for the engine's life)."""
+    @property
     def background(self) -> BackgroundMode: ...
 
 class TokenLogprob:
@@ -753,6 +756,7 @@ class Engine:
         embedding_cache: bool = True,
         background: Union[str, BackgroundMode] = "thread",
         shared_canonicals: bool = True,
+        max_idle_chunks: int = 0,
     ) -> None:
         """remote_secret: the remote tier's shared secret ('' = ORBIT_REMOTE_SECRET, else none: values are
         checked but not authenticated, and opening warns once).
@@ -763,7 +767,10 @@ class Engine:
         embedding_cache: keep media embeddings (added with a media_digest) for find_media().
         background: 'thread', 'deferred' (formed only in run_background()) or 'inline'.
         shared_canonicals: windows placing the same chunk read its canonical pages in place, each adding its
-        own patch factors (stats().pool_canonical_pages, pool_patch_bytes); False: a patched copy each."""
+        own patch factors (stats().pool_canonical_pages, pool_patch_bytes); False: a patched copy each.
+        max_idle_chunks: 0 keeps every chunk registered for the engine's life; N keeps the N most recently added
+        or used and forgets one past them once no window holds it (its ChunkRef then raises OrbitError until
+        it is added again)."""
     def __enter__(self) -> "Engine": ...
     def __exit__(self, *args: object) -> bool: ...
     def close(self) -> None: ...

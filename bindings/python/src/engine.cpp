@@ -48,7 +48,7 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
                                     const std::string& remote_secret, const std::string& device,
                                     const std::string& dtype, const std::string& eviction, const std::string& cold_tier,
                                     int64_t device_tier_bytes, bool embedding_cache, const py::object& background,
-                                    bool shared_canonicals) {
+                                    bool shared_canonicals, int64_t max_idle_chunks) {
   orbit::EngineOptions o;
   o.model = path_arg(model, "Engine: model");
   o.store_dir = path_arg(store_dir, "Engine: store_dir");
@@ -68,6 +68,7 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
   o.embedding_cache = embedding_cache;
   o.background = background_arg(background);
   o.shared_canonicals = shared_canonicals;
+  o.max_idle_chunks = max_idle_chunks;
   py::gil_scoped_release release;
   return Engine::open(o);
 }
@@ -114,7 +115,7 @@ void init_engine(py::module_& m) {
         py::arg("remote") = "", py::arg("remote_ttl_seconds") = 0, py::arg("remote_secret") = "",
         py::arg("device") = "cpu", py::arg("dtype") = "float32", py::arg("eviction") = "lru",
         py::arg("cold_tier") = "exact", py::arg("device_tier_bytes") = 0, py::arg("embedding_cache") = true,
-        py::arg("background") = "thread", py::arg("shared_canonicals") = true,
+        py::arg("background") = "thread", py::arg("shared_canonicals") = true, py::arg("max_idle_chunks") = 0,
         "Loads the model (a llama2.c .bin file or a Hugging Face directory) and opens the store (store_dir: a\n"
         "directory, created if missing, which several processes may share; None = memory only). pool_bytes: the\n"
         "windows' KV pool (whole pages of page_size tokens); host_budget_bytes / disk_budget_bytes (0 =\n"
@@ -140,6 +141,9 @@ void init_engine(py::module_& m) {
         "shared_canonicals: windows placing the same chunk read one set of its canonical pages in the pool, each\n"
         "adding its own patch factors (stats().pool_canonical_pages, pool_patch_bytes); False: every placement\n"
         "writes a patched copy of its own.\n"
+        "max_idle_chunks: 0 keeps every chunk registered for the engine's life; N keeps the N most recently added\n"
+        "or used, and forgets a chunk past them once no window holds it (its ChunkRef then raises OrbitError\n"
+        "until it is added again): for long-running processes that see ever new content.\n"
         "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).");
   c.def(
       "__enter__", [](std::shared_ptr<Engine> e) { return e; }, "Returns the engine.");

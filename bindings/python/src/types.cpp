@@ -516,6 +516,8 @@ void init_types(py::module_& m) {
       .def_readonly("cold_tier", &EngineOptions::cold_tier, "How canonicals go to disk ('exact', 'int8').")
       .def_readonly("device_tier_bytes", &EngineOptions::device_tier_bytes, "Device tier bytes (0 = none).")
       .def_readonly("embedding_cache", &EngineOptions::embedding_cache, "Media embeddings kept for find_media().")
+      .def_readonly("max_idle_chunks", &EngineOptions::max_idle_chunks,
+                    "Chunks kept registered beyond those in use (0 = all, for the engine's life).")
       .def_readonly("background", &EngineOptions::background,
                     "BackgroundMode (where canonicals and patches are formed).")
       .def("__repr__", [](const EngineOptions& o) {

@@ -98,6 +98,13 @@ struct EngineOptions {
   // cache), so that Engine::find_media finds them later (here, in another process sharing store_dir, or
   // through the remote tier) and the caller skips its vision encoder. false: they are not stored.
   bool embedding_cache = true;
+  // Chunks kept registered for lookup by key beyond those in use: 0 (the default) keeps every chunk for the
+  // engine's life, so a ChunkRef stays valid as long as the engine; N keeps the N most recently added or
+  // used (and pinned ones), and a chunk no window (or evicted instance, or queued background job) holds is
+  // forgotten past them: its ChunkRef then reads as unregistered until it is added again, which finds its
+  // stored KV again by the same key. A long-running process that sees ever new content (a server syncing
+  // agents' messages) sets it so its chunk records stay bounded; EngineStats::chunks counts the live ones.
+  int64_t max_idle_chunks = 0;
   int threads = 0;  // intra-op threads; 0 = keep the process setting
   BackgroundMode background = BackgroundMode::kThread;
   // Where the model, its KV pool and every window's KV live: "cpu", "cuda" (= cuda:0) or "cuda:N".
@@ -131,7 +138,7 @@ struct ModelInfo {
 };
 
 struct EngineStats {
-  int64_t chunks = 0;   // registered
+  int64_t chunks = 0;   // registered (with max_idle_chunks: those kept and those in use)
   int64_t windows = 0;  // alive
   int64_t pool_pages = 0;
   int64_t pool_free_pages = 0;
@@ -257,9 +264,10 @@ class Engine {
   // shape, or neither a grid nor rows.
   std::optional<ChunkRef> find_media(const MediaLookup& lookup, const ChunkOptions& options = {});
 
-  // The registered chunk with this key; throws orbit::Error when this engine does not know it.
+  // The registered chunk with this key; throws orbit::Error when this engine does not know it (never
+  // added, or forgotten past EngineOptions::max_idle_chunks).
   ChunkRef chunk(const std::string& key) const;
-  std::vector<ChunkRef> chunks() const;
+  std::vector<ChunkRef> chunks() const;  // the registered ones, in registration order
   // Encodes the canonical now (one forward of the chunk alone) if the store does not hold it.
   void precompute(const ChunkRef& chunk);
 

@@ -33,7 +33,7 @@ using Kv = std::shared_ptr<const KvRows>;
 // The instance a step serves, at the next position of the window being built.
 struct ApplyTarget {
   std::string key;                                    // its content key
-  const ChunkRecord* chunk = nullptr;                 // a chunk (owned by the engine), or null for a live turn
+  ChunkPtr chunk;                                     // a chunk, or null for a live turn
   const std::vector<int64_t>* turn_tokens = nullptr;  // a live turn's tokens
   int64_t length = 0;                                 // tokens (or embedding rows)
   int64_t position = 0;                               // its first position
@@ -47,7 +47,7 @@ struct ApplyTarget {
 
 // A patch to form in the background from a first sight's conditioned KV, and where to store it.
 struct FormJob {
-  const ChunkRecord* chunk = nullptr;
+  ChunkPtr chunk;
   Kv conditioned;  // KV(B|C)
   PatchForm form;
 };

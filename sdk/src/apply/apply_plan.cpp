@@ -103,7 +103,7 @@ Entry start_entry(EngineCore& core, const PlanStep& s, const Entry* old) {
     e.length = e.extent = static_cast<int64_t>(s.turn_tokens.size());
     core.registry().note_turn(e.key, e.length);
   } else {
-    e.chunk = &core.registry().record(s.chunk.key);
+    e.chunk = core.registry().record(s.chunk.key);
     e.key = s.chunk.key;
     e.length = e.chunk->ref.length;
     e.extent = e.chunk->ref.extent;
@@ -257,7 +257,7 @@ void commit_evictions(WindowState& state, const EntryIndex& index, const Built& 
   for (InstanceId id : built.evicted) {
     const Entry& old = state.entries[static_cast<std::size_t>(index.at(id))];
     state.graph.remove_instance(id);
-    if (!old.is_turn) state.evicted[old.key] = EvictedInstance{id, static_cast<uint64_t>(state.operations)};
+    if (!old.is_turn) state.evicted[old.key] = EvictedInstance{id, static_cast<uint64_t>(state.operations), old.chunk};
     report.removed.push_back(id);
   }
 }

@@ -54,7 +54,7 @@ runtime::PastKV WindowBuild::past() {
   for (std::size_t i = 0; i < entries.size(); ++i) {
     if (contents[i].empty()) contents[i] = entry_content(core, entries[i]);
     if (!positions[i].defined())
-      positions[i] = core.registry().positions_for(entries[i].chunk, entries[i].length, starts[i]);
+      positions[i] = core.registry().positions_for(entries[i].chunk.get(), entries[i].length, starts[i]);
   }
   return concat_past(core.config().num_layers, contents, positions);
 }

@@ -44,7 +44,7 @@ ChunkRef ChunkRegistry::add_tokens(const std::vector<int64_t>& tokens, const Chu
                                                                                  << " is outside the vocabulary [0, "
                                                                                  << c.vocab_size << ")");
   }
-  auto rec = std::make_unique<ChunkRecord>();
+  auto rec = std::make_shared<ChunkRecord>();
   rec->ref.key = chunk_key_tokens(core_.fingerprint(), tokens);
   rec->ref.kind = ChunkKind::kTokens;
   rec->ref.length = static_cast<int64_t>(tokens.size());
@@ -60,7 +60,7 @@ ChunkRef ChunkRegistry::add_embeddings(const EmbeddingChunk& chunk, const ChunkO
   at::Tensor emb = embeddings_from_view(chunk.embeddings, c.hidden_size, "add_embeddings: embeddings");
   const int64_t n = emb.size(0);
   at::Tensor grid = grid_from_view(chunk.grid, n, c.position_rows(), "add_embeddings: grid");
-  auto rec = std::make_unique<ChunkRecord>();
+  auto rec = std::make_shared<ChunkRecord>();
   const std::vector<int64_t> grid_flat = grid.defined() ? grid_token_major(grid) : std::vector<int64_t>{};
   const int64_t grid_dims = grid.defined() ? grid.size(0) : 3;
   if (!chunk.media_digest.empty()) {
@@ -76,43 +76,110 @@ ChunkRef ChunkRegistry::add_embeddings(const EmbeddingChunk& chunk, const ChunkO
   }
   fill_embeddings(*rec, emb, grid, options, "add_embeddings");
   const ChunkRef ref = register_chunk(std::move(rec));
-  if (!chunk.media_digest.empty()) cache_embeddings(record(ref));  // only a digest lets find_media ask for them
+  if (!chunk.media_digest.empty()) cache_embeddings(*record(ref));  // only a digest lets find_media ask for them
   return ref;
 }
 
-ChunkRef ChunkRegistry::register_chunk(std::unique_ptr<ChunkRecord> rec) {
+ChunkRegistry::ChunkRegistry(EngineCore& core, int64_t max_idle_chunks)
+    : core_(core), max_idle_chunks_(max_idle_chunks) {
+  ORBIT_CHECK(max_idle_chunks >= 0,
+              "EngineOptions::max_idle_chunks must be >= 0 (0 = keep every chunk), got " << max_idle_chunks);
+}
+
+void ChunkRegistry::touch(const ChunkPtr& rec, std::vector<ChunkPtr>& released) const {
+  const auto at = recent_at_.find(rec->ref.key);
+  if (at != recent_at_.end()) {
+    recent_.splice(recent_.begin(), recent_, at->second);
+  } else {
+    recent_.push_front(rec);
+    recent_at_.emplace(rec->ref.key, recent_.begin());
+  }
+  if (max_idle_chunks_ == 0) return;
+  while (static_cast<int64_t>(recent_.size()) > max_idle_chunks_) {
+    const ChunkPtr& last = recent_.back();
+    // Its length stays known for weighing contexts (key_length), as a past turn's does.
+    note_length_locked(last->ref.key, last->ref.length);
+    recent_at_.erase(last->ref.key);
+    released.push_back(std::move(recent_.back()));
+    recent_.pop_back();
+  }
+}
+
+void ChunkRegistry::sweep() const {
+  if (chunks_.size() < sweep_at_) return;
+  for (auto it = chunks_.begin(); it != chunks_.end();) it = it->second.expired() ? chunks_.erase(it) : std::next(it);
+  std::vector<std::string> order;
+  for (std::string& key : order_) {
+    if (chunks_.count(key) != 0) order.push_back(std::move(key));
+  }
+  order_ = std::move(order);
+  sweep_at_ = std::max<std::size_t>(1024, 2 * chunks_.size());
+}
+
+ChunkPtr ChunkRegistry::find_locked(const std::string& key) const {
+  const auto it = chunks_.find(key);
+  return it == chunks_.end() ? nullptr : it->second.lock();
+}
+
+ChunkRef ChunkRegistry::register_chunk(std::shared_ptr<ChunkRecord> rec) {
+  std::vector<ChunkPtr> released;  // destroyed after the lock
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = chunks_.find(rec->ref.key);
-  if (it != chunks_.end()) return it->second->ref;  // the same content registered again
+  if (ChunkPtr known = find_locked(rec->ref.key)) {  // the same content registered again
+    touch(known, released);
+    return known->ref;
+  }
   ChunkRef ref = rec->ref;
-  order_.push_back(ref.key);
-  chunks_.emplace(ref.key, std::move(rec));
+  if (chunks_.count(ref.key) == 0) order_.push_back(ref.key);
+  chunks_[ref.key] = rec;
+  if (rec->pinned) pinned_.push_back(rec);
+  touch(rec, released);
+  sweep();
   return ref;
 }
 
-const ChunkRecord& ChunkRegistry::record(const std::string& key) const {
+ChunkPtr ChunkRegistry::find_known(const std::string& key) const {
+  std::vector<ChunkPtr> released;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = chunks_.find(key);
-  ORBIT_CHECK(it != chunks_.end(),
-              "chunk " << (key.empty() ? std::string("(empty key)") : key.substr(0, 16))
-                       << " is not registered with this engine (add it with add_tokens or add_embeddings)");
-  return *it->second;
+  ChunkPtr rec = find_locked(key);
+  if (rec) touch(rec, released);
+  return rec;
 }
 
-const ChunkRecord& ChunkRegistry::record(const ChunkRef& ref) const {
+ChunkPtr ChunkRegistry::record(const std::string& key) const {
+  ChunkPtr rec = find_known(key);
+  ORBIT_CHECK(rec != nullptr, "chunk " << (key.empty() ? std::string("(empty key)") : key.substr(0, 16))
+                                       << " is not registered with this engine (add it with add_tokens or "
+                                          "add_embeddings"
+                                       << (max_idle_chunks_ > 0 ? "; a chunk no window holds is forgotten past "
+                                                                  "EngineOptions::max_idle_chunks: add it again"
+                                                                : "")
+                                       << ")");
+  return rec;
+}
+
+ChunkPtr ChunkRegistry::record(const ChunkRef& ref) const {
   ORBIT_CHECK(ref.valid(), "invalid ChunkRef (default-constructed)");
   return record(ref.key);
 }
 
 bool ChunkRegistry::knows(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return chunks_.count(key) > 0;
+  return find_locked(key) != nullptr;
+}
+
+int64_t ChunkRegistry::live_chunks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const auto& [key, rec] : chunks_) n += rec.expired() ? 0 : 1;
+  return n;
 }
 
 std::vector<ChunkRef> ChunkRegistry::chunks() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<ChunkRef> out;
-  for (const auto& k : order_) out.push_back(chunks_.at(k)->ref);
+  for (const auto& k : order_) {
+    if (ChunkPtr rec = find_locked(k)) out.push_back(rec->ref);
+  }
   return out;
 }
 
@@ -122,14 +189,17 @@ std::string ChunkRegistry::turn_key(const std::vector<int64_t>& tokens) const {
 
 int64_t ChunkRegistry::key_length(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = chunks_.find(key);
-  if (it != chunks_.end()) return it->second->ref.length;
+  if (ChunkPtr rec = find_locked(key)) return rec->ref.length;
   auto t = turn_lengths_.find(key);
   return t != turn_lengths_.end() ? t->second : 1;
 }
 
 void ChunkRegistry::note_turn(const std::string& key, int64_t length) {
   std::lock_guard<std::mutex> lock(mu_);
+  note_length_locked(key, length);
+}
+
+void ChunkRegistry::note_length_locked(const std::string& key, int64_t length) const {
   if (!turn_lengths_.insert_or_assign(key, length).second) return;
   turn_order_.push_back(key);
   if (turn_order_.size() > kMaxTurnLengths) {
@@ -207,9 +277,9 @@ std::optional<ChunkRef> ChunkRegistry::find_media(const MediaLookup& lookup, con
     count_media(false);
     return std::nullopt;
   };
-  if (knows(key)) {  // registered here already: the record holds the embeddings
+  if (ChunkPtr known = find_known(key)) {  // registered here already: the record holds the embeddings
     count_media(true);
-    return record(key).ref;
+    return known->ref;
   }
   Result<store::CachedEmbeddings> cached = store::EmbeddingCache(core_.kv().store()).get(key);
   if (!cached) return missed();
@@ -217,7 +287,7 @@ std::optional<ChunkRef> ChunkRegistry::find_media(const MediaLookup& lookup, con
   ORBIT_CHECK(emb.dim() == 2 && emb.size(0) == n && emb.size(1) == c.hidden_size,
               "find_media: the cached embeddings of " << key.substr(0, 16) << " are " << emb.sizes() << ", not [" << n
                                                       << ", " << c.hidden_size << "]");
-  auto rec = std::make_unique<ChunkRecord>();
+  auto rec = std::make_shared<ChunkRecord>();
   rec->ref.key = key;
   fill_embeddings(*rec, emb, grid, options, "find_media");
   count_media(true);
@@ -226,9 +296,9 @@ std::optional<ChunkRef> ChunkRegistry::find_media(const MediaLookup& lookup, con
 
 std::optional<int64_t> ChunkRegistry::chunk_length(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = chunks_.find(key);
-  if (it == chunks_.end()) return std::nullopt;
-  return it->second->ref.length;
+  ChunkPtr rec = find_locked(key);
+  if (rec == nullptr) return std::nullopt;
+  return rec->ref.length;
 }
 
 void ChunkRegistry::count_media(bool found) {

@@ -2,14 +2,21 @@
 // embedding chunks (+ relative position grid, and their embedding cache behind find_media), the lengths
 // of the live turns it has seen, and each placement's model input.
 //
-// Records are never removed, so references to them stay valid for the engine's life. Its lock guards only
-// the tables: it is never held while calling out (the store, the model).
+// Records are shared (ChunkPtr): windows' instances, evicted instances and queued background jobs hold the
+// records they use, so a record lives while anything uses it. The registry itself holds every record
+// (max_idle_chunks = 0, the default: a ChunkRef stays valid for the engine's life) or only the
+// max_idle_chunks most recently registered or looked up, plus the pinned ones; past that it lets go of the
+// least recently used, which is forgotten once nothing else holds it (a long-running server's distinct
+// messages do not grow it). A forgotten chunk's key reads as unregistered until it is added again (its
+// stored KV is found again by the same key). Its lock guards only the tables: it is never held while
+// calling out (the store, the model).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,7 +40,8 @@ struct ChunkTensors {
 
 class ChunkRegistry {
  public:
-  explicit ChunkRegistry(EngineCore& core) : core_(core) {}
+  // max_idle_chunks: records kept for lookup by key beyond those in use (0 = all; EngineOptions).
+  ChunkRegistry(EngineCore& core, int64_t max_idle_chunks);
   ChunkRegistry(const ChunkRegistry&) = delete;
   ChunkRegistry& operator=(const ChunkRegistry&) = delete;
 
@@ -41,13 +49,15 @@ class ChunkRegistry {
   ChunkRef add_embeddings(const EmbeddingChunk& chunk, const ChunkOptions& options);
   // Engine::find_media: a chunk registered here, else one rebuilt from the store's embedding cache.
   std::optional<ChunkRef> find_media(const MediaLookup& lookup, const ChunkOptions& options);
-  // The record for `ref` (checks it belongs to this engine).
-  const ChunkRecord& record(const ChunkRef& ref) const;
-  const ChunkRecord& record(const std::string& key) const;
+  // The record for `ref` (checks it belongs to this engine; throws naming the key when it is not, or no
+  // longer, registered). Counts as a use (the least recently used are let go first).
+  ChunkPtr record(const ChunkRef& ref) const;
+  ChunkPtr record(const std::string& key) const;
   bool knows(const std::string& key) const;
+  int64_t live_chunks() const;  // records alive (held here or in use)
   // The token length of a registered chunk; nullopt when it is not registered.
   std::optional<int64_t> chunk_length(const std::string& key) const;
-  std::vector<ChunkRef> chunks() const;  // in registration order
+  std::vector<ChunkRef> chunks() const;  // the live ones, in registration order
   // Key of a live turn's tokens (the same hash as a token chunk).
   std::string turn_key(const std::vector<int64_t>& tokens) const;
   // Token length of a content key (chunk or a turn seen by this engine); 1 when unknown.
@@ -61,7 +71,14 @@ class ChunkRegistry {
   at::Tensor positions_for(const ChunkRecord* chunk, int64_t length, int64_t start) const;
 
  private:
-  ChunkRef register_chunk(std::unique_ptr<ChunkRecord> record);  // idempotent by key
+  ChunkRef register_chunk(std::shared_ptr<ChunkRecord> record);  // idempotent by key
+  // Under mu_: `rec` the most recently used; lets go of the least recently used past max_idle_chunks_
+  // (moved into `released`, destroyed by the caller after the lock).
+  void touch(const ChunkPtr& rec, std::vector<ChunkPtr>& released) const;
+  void sweep() const;  // under mu_: drops the keys of records forgotten since
+  ChunkPtr find_locked(const std::string& key) const;
+  ChunkPtr find_known(const std::string& key) const;  // record() without the throw: null when unknown
+  void note_length_locked(const std::string& key, int64_t length) const;  // under mu_
   // Throws unless a chunk spanning `extent` positions can be encoded by this model.
   void check_extent(int64_t extent, const char* what, const char* unit) const;
   // Fills an embeddings chunk's record (kind, length, extent checked against the model, label, tensors).
@@ -74,14 +91,21 @@ class ChunkRegistry {
   void count_media(bool found);
 
   EngineCore& core_;
+  int64_t max_idle_chunks_;
   mutable std::mutex mu_;
-  std::unordered_map<std::string, std::unique_ptr<ChunkRecord>> chunks_;
-  std::vector<std::string> order_;
-  // Live turns' lengths by key (the stale-patch catalog weighs contexts by them): the kMaxTurnLengths noted
-  // last are kept, an older one reads as 1 token, so a long-running server's distinct turns do not grow it.
+  mutable std::unordered_map<std::string, std::weak_ptr<const ChunkRecord>> chunks_;
+  mutable std::vector<std::string> order_;  // registration order (keys of forgotten records until a sweep)
+  mutable std::size_t sweep_at_ = 1024;     // chunks_'s size that sweeps it next
+  // The records held here: all of them (max_idle_chunks_ = 0), or the most recently used first.
+  mutable std::list<ChunkPtr> recent_;
+  mutable std::unordered_map<std::string, std::list<ChunkPtr>::iterator> recent_at_;
+  std::vector<ChunkPtr> pinned_;  // pinned chunks are never let go
+  // Live turns' lengths by key, and forgotten chunks' (the stale-patch catalog weighs contexts by them): the
+  // kMaxTurnLengths noted last are kept, an older one reads as 1 token, so a long-running server's distinct turns do
+  // not grow it.
   static constexpr std::size_t kMaxTurnLengths = std::size_t{1} << 16;
-  std::unordered_map<std::string, int64_t> turn_lengths_;
-  std::deque<std::string> turn_order_;  // their keys, oldest first
+  mutable std::unordered_map<std::string, int64_t> turn_lengths_;
+  mutable std::deque<std::string> turn_order_;  // their keys, oldest first
 };
 
 }  // namespace orbit::detail

@@ -44,7 +44,7 @@ std::optional<ChunkRef> Engine::find_media(const MediaLookup& lookup, const Chun
 }
 ChunkRef Engine::chunk(const std::string& key) const {
   const detail::OpHold hold(*core_);
-  return core_->registry().record(key).ref;
+  return core_->registry().record(key)->ref;
 }
 std::vector<ChunkRef> Engine::chunks() const {
   const detail::OpHold hold(*core_);
@@ -53,7 +53,7 @@ std::vector<ChunkRef> Engine::chunks() const {
 
 void Engine::precompute(const ChunkRef& chunk) {
   const detail::OpHold hold(*core_);
-  (void)core_->kv().canonical(core_->registry().record(chunk));
+  (void)core_->kv().canonical(*core_->registry().record(chunk));
 }
 
 Window Engine::new_window(const WindowOptions& options) {
@@ -93,7 +93,7 @@ EngineStats Engine::stats() const {
     hold.reset();  // closed
   }
   EngineStats s;
-  s.chunks = static_cast<int64_t>(core_->registry().chunks().size());
+  s.chunks = core_->registry().live_chunks();
   s.windows = core_->life().windows();
   const detail::SharedPool::Usage pool = core_->pool().usage();
   s.pool_pages = pool.pages;

@@ -66,7 +66,7 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
       options.tokenizer.empty() ? runtime::find_tokenizer(options.model, c.vocab_size) : options.tokenizer;
   if (!tokenizer_path.empty()) tokenizer_ = runtime::load_tokenizer(tokenizer_path, c.vocab_size);
 
-  registry_ = std::make_unique<ChunkRegistry>(*this);
+  registry_ = std::make_unique<ChunkRegistry>(*this, options.max_idle_chunks);
   kv_ = std::make_unique<KvStore>(*this, engine_store_options(*this));
 
   runtime::KVPoolOptions po;

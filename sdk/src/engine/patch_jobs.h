@@ -25,8 +25,8 @@ class EngineCore;
 // What a chunk's first sight leaves for the background: its conditioned KV (the exact in-context
 // prefill), the context it saw, and the patch to form from it and where to store it.
 struct PatchJob {
-  const ChunkRecord* chunk = nullptr;  // owned by the engine (records are never removed)
-  runtime::Content conditioned;        // KV(B|C), content channel
+  ChunkPtr chunk;                // held while the job is queued
+  runtime::Content conditioned;  // KV(B|C), content channel
   PatchForm form;
 };
 

@@ -37,7 +37,7 @@ namespace orbit::detail {
 // One instance of the window after the operation, as the stages see it.
 struct SlotInfo {
   const EntryMeta* old = nullptr;  // the entry it was (kept instances), or null (new)
-  const ChunkRecord* chunk = nullptr;
+  ChunkPtr chunk;
   bool is_turn = false;
   const std::vector<int64_t>* turn_tokens = nullptr;
   const std::string* key = nullptr;  // the entry's, the chunk's, or own_key (a new turn)

@@ -51,8 +51,8 @@ struct PlanInput {
   const planner::CostModel& cost;
   const planner::FidelityModel& fidelity;
   const WindowPolicy& policy;
-  const ChunkRecord* chunk = nullptr;  // chunks (nullptr for turns)
-  const EntryMeta* old = nullptr;      // its current entry, nullptr for a new instance
+  ChunkPtr chunk;                  // chunks (null for turns)
+  const EntryMeta* old = nullptr;  // its current entry, nullptr for a new instance
   bool is_turn = false;
   const std::vector<int64_t>* turn_tokens = nullptr;  // turns
   int64_t length = 0;

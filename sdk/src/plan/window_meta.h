@@ -34,6 +34,8 @@ struct ChunkRecord {
   std::shared_ptr<ChunkTensors> tensors;  // kEmbeddings: embeddings and grid; null for token chunks
   bool pinned = false;
 };
+// Records are shared by whatever uses them (chunk_registry.h).
+using ChunkPtr = std::shared_ptr<const ChunkRecord>;
 
 // A context as a multiset of keys weighted by their tokens (a key's hash → its tokens, summed over
 // repeats): what a stale patch's divergence compares. The planner grows one with its context, so each
@@ -60,9 +62,9 @@ uint64_t context_hash(uint64_t h, const std::string& key, uint64_t version);
 struct EntryMeta {
   InstanceId id = 0;
   bool is_turn = false;
-  std::string key;                     // content key (chunks and turns alike)
-  const ChunkRecord* chunk = nullptr;  // chunks only (owned by the engine)
-  std::vector<int64_t> turn_tokens;    // turns only
+  std::string key;                   // content key (chunks and turns alike)
+  ChunkPtr chunk;                    // chunks only (shared with the engine's registry)
+  std::vector<int64_t> turn_tokens;  // turns only
   int64_t length = 0;
   int64_t extent = 0;
   uint64_t version = 0;            // content version (changes whenever the KV is re-formed)
@@ -103,8 +105,8 @@ struct WindowSnapshot {
 struct Slot {
   int64_t existing = -1;  // index into the window's entries, or -1 for a new instance
   InstanceId id = 0;
-  const ChunkRecord* chunk = nullptr;  // new chunk instances
-  std::vector<int64_t> turn_tokens;    // new turns
+  ChunkPtr chunk;                    // new chunk instances
+  std::vector<int64_t> turn_tokens;  // new turns
   bool is_turn = false;
   bool force = false;  // re-condition even when survivors are kept (cascade, reorder)
   // Serve again even when formed on this very context (heal: a formation there may have been approximate, a

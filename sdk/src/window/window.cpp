@@ -120,7 +120,7 @@ std::optional<InstanceInfo> Window::instance(InstanceId id) const {
 std::vector<ChunkRef> Window::evicted() const {
   const detail::OpHold hold(*state_->core);
   std::vector<ChunkRef> out;
-  for (const auto& [key, id] : state_->evicted) out.push_back(state_->core->registry().record(key).ref);
+  for (const auto& [key, ev] : state_->evicted) out.push_back(ev.chunk->ref);
   return out;
 }
 
@@ -151,7 +151,8 @@ WindowStats Window::stats() const {
 
 Plan Window::plan_admit(const ChunkRef& chunk, InstanceId before) const {
   const detail::OpHold hold(*state_->core);
-  const detail::ChunkRecord& rec = state_->core->registry().record(chunk);
+  const detail::ChunkPtr held = state_->core->registry().record(chunk);
+  const detail::ChunkRecord& rec = *held;
   for (const Entry& e : state_->entries) {
     ORBIT_CHECK(e.is_turn || e.key != rec.ref.key,
                 "admit: " << name_of(rec.ref) << " is already in window " << state_->id << " as instance " << e.id);
@@ -159,7 +160,7 @@ Plan Window::plan_admit(const ChunkRef& chunk, InstanceId before) const {
   Layout l = current_layout(*state_, Operation::kAdmit);
   Slot sl;
   sl.id = state_->core->next_instance_id();
-  sl.chunk = &rec;
+  sl.chunk = held;
   const std::size_t at = insertion_index(*state_, before, "admit");
   l.slots.insert(l.slots.begin() + static_cast<std::ptrdiff_t>(at), sl);
   l.change_reason = name_of(rec.ref) + " inserted before it";
@@ -225,10 +226,15 @@ Plan Window::plan_slide(int64_t chunks) const {
 
 Plan Window::plan_recall(const ChunkRef& chunk, InstanceId before) const {
   const detail::OpHold hold(*state_->core);
-  const detail::ChunkRecord& rec = state_->core->registry().record(chunk);
-  const auto ev = state_->evicted.find(rec.ref.key);
-  ORBIT_CHECK(ev != state_->evicted.end(),
-              "recall: " << name_of(rec.ref) << " was not evicted from window " << state_->id << " (admit it instead)");
+  ORBIT_CHECK(chunk.valid(), "recall: invalid ChunkRef (default-constructed)");
+  // The evicted instance holds its record, so a recall works however long ago the chunk was used.
+  const auto ev = state_->evicted.find(chunk.key);
+  if (ev == state_->evicted.end()) {
+    const detail::ChunkPtr known = state_->core->registry().record(chunk);  // throws for an unknown chunk
+    ORBIT_FAIL("recall: " << name_of(known->ref) << " was not evicted from window " << state_->id
+                          << " (admit it instead)");
+  }
+  const detail::ChunkRecord& rec = *ev->second.chunk;
   Layout l = current_layout(*state_, Operation::kRecall);
   const std::size_t at = insertion_index(*state_, before, "recall");
   if (state_->options.policy.cascade_on_recall && state_->graph.contains(ev->second.id)) {
@@ -249,7 +255,7 @@ Plan Window::plan_recall(const ChunkRef& chunk, InstanceId before) const {
   }
   Slot sl;
   sl.id = ev->second.id;
-  sl.chunk = &rec;
+  sl.chunk = ev->second.chunk;
   sl.reason = "recall: fresh patch on its current earlier context";
   l.slots.insert(l.slots.begin() + static_cast<std::ptrdiff_t>(at), sl);
   l.change_reason = name_of(rec.ref) + " recalled before it";

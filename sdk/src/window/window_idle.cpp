@@ -73,7 +73,7 @@ IdleReport Window::prepare_recalls(int64_t max_chunks) {
   for (const auto& [when, key] : recent) {
     Window child(detail::fork_state(s));
     child.state_->options.policy = prep;
-    const Plan plan = child.plan_recall(s.core->registry().record(key).ref);
+    const Plan plan = child.plan_recall(s.evicted.at(key).chunk->ref);
     if (new_form_step(*s.core, plan, s.evicted.at(key).id) == nullptr) continue;
     const Result<ApplyReport> r = detail::apply_plan(*child.state_, plan, /*background=*/true);
     if (!r.is_ok()) continue;  // the pool filled up meanwhile: skipped, as documented

@@ -127,7 +127,7 @@ runtime::ForwardResult reference_forward(const WindowState& state, const std::ve
     } else {
       embeds.push_back(e.chunk->tensors->embeddings);
     }
-    positions.push_back(core.registry().positions_for(e.chunk, e.length, pos));
+    positions.push_back(core.registry().positions_for(e.chunk.get(), e.length, pos));
     pos += e.extent;
   }
   embeds.push_back(core.model().embed(query));

@@ -120,7 +120,7 @@ runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& e
   int64_t position = 0;
   for (const Entry* e : entries) {
     contents.push_back(entry_content(core, *e));
-    positions.push_back(core.registry().positions_for(e->chunk, e->length, position));
+    positions.push_back(core.registry().positions_for(e->chunk.get(), e->length, position));
     position += e->extent;
   }
   if (next_position != nullptr) *next_position = position;
@@ -137,7 +137,7 @@ runtime::PastKV read_past(EngineCore& core, const std::vector<const Entry*>& ent
   std::vector<at::Tensor> positions;
   int64_t position = 0;
   for (const Entry* e : entries) {
-    positions.push_back(core.registry().positions_for(e->chunk, e->length, position));
+    positions.push_back(core.registry().positions_for(e->chunk.get(), e->length, position));
     position += e->extent;
   }
   if (next_position != nullptr) *next_position = position;

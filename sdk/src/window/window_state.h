@@ -38,6 +38,7 @@ struct Entry : EntryMeta {
 struct EvictedInstance {
   InstanceId id = 0;
   uint64_t when = 0;  // the window's operation count when it was evicted (later = more recent)
+  ChunkPtr chunk;     // held, so a recall finds it registered
 };
 
 // The window's tentative tail: what its last generate forwarded after it and kept for exact reuse (the query,

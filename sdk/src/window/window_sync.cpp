@@ -92,8 +92,9 @@ SyncPlan units_of(const detail::EngineCore& core, Rendering r) {
                     plan.tokens.begin() + static_cast<std::ptrdiff_t>(s.end));
     if (s.part >= 0) {
       const PartRef& p = r.parts[static_cast<std::size_t>(s.part)];
-      u.chunk =
-          core.registry().record(p.chunk).ref;  // the engine's record: its label and extent, whatever the caller's copy
+      u.chunk = core.registry()
+                    .record(p.chunk)
+                    ->ref;  // the engine's record: its label and extent, whatever the caller's copy
       u.part = p.index;
       u.key = u.chunk.key;
     } else {
@@ -289,8 +290,7 @@ std::size_t oldest_chunks(const std::vector<InstanceInfo>& current, const std::v
 }
 
 // The record a new chunk unit is served from: its chunk part's, or its text registered as a token chunk.
-const detail::ChunkRecord& unit_record(detail::EngineCore& core, const std::vector<ChatMessage>& messages,
-                                       const SyncUnit& unit) {
+detail::ChunkPtr unit_record(detail::EngineCore& core, const std::vector<ChatMessage>& messages, const SyncUnit& unit) {
   if (unit.chunk.valid()) return core.registry().record(unit.chunk);
   ChunkOptions co;
   co.label = unit_label(messages, unit);
@@ -342,7 +342,7 @@ detail::Layout sync_layout(detail::WindowState& s, const std::vector<ChatMessage
       sl.id = unit.instance = s.core->next_instance_id();
       continue;
     }
-    sl.chunk = &unit_record(*s.core, messages, unit);
+    sl.chunk = unit_record(*s.core, messages, unit);
     // A chunk evicted by an earlier operation comes back as its instance; one this sync evicts (its instance
     // matched no unit: the rendering holds it elsewhere as another unit) is admitted anew.
     const auto ev = unit.action == SyncAction::kRecall ? s.evicted.find(sl.chunk->ref.key) : s.evicted.end();

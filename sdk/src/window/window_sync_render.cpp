@@ -318,7 +318,8 @@ void add_segment(const runtime::Tokenizer& tok, const std::string& text, std::si
 void add_part(const detail::EngineCore& core, std::size_t part, Rendering& out) {
   const PartRef& p = out.parts[part];
   const std::size_t begin = out.tokens.size();
-  const detail::ChunkRecord& rec = core.registry().record(p.chunk);
+  const detail::ChunkPtr held = core.registry().record(p.chunk);
+  const detail::ChunkRecord& rec = *held;
   if (p.chunk.kind == ChunkKind::kTokens) {
     out.tokens.insert(out.tokens.end(), rec.tokens.begin(), rec.tokens.end());
   } else {
