@@ -180,6 +180,34 @@ TEST_CASE("KV states name how the KV was made; the reuse index finds the longest
   CHECK(index.longest(other, content_chain(empty, b), {5, 6}, 10).tokens == 0);
 }
 
+TEST_CASE("the reuse index stays within its token and chain bounds, dropping the oldest chains", "[window][reuse]") {
+  using namespace orbit::detail;
+  ReuseIndex index;
+  const std::vector<int64_t> long_tokens(2000, 7);  // remembered up to kMaxTokens
+  const std::size_t per = ReuseIndex::kMaxTokens;
+  const std::size_t chains = ReuseIndex::kMaxTotalTokens / per + 3;
+  auto chain_of = [](std::size_t i) { return kv_forward(std::to_string(i), KvState{}); };
+  for (std::size_t i = 0; i < chains; ++i) index.add(chain_of(i), chain_of(i), "k" + std::to_string(i), long_tokens);
+  CHECK(index.tokens_held() <= ReuseIndex::kMaxTotalTokens);
+  CHECK(index.tokens_held() >= ReuseIndex::kMaxTotalTokens - per);
+  CHECK(index.longest(chain_of(0), chain_of(0), long_tokens, 5000).tokens == 0);  // the oldest went
+  const ReuseIndex::Match last = index.longest(chain_of(chains - 1), chain_of(chains - 1), long_tokens, 5000);
+  CHECK(last.tokens == static_cast<int64_t>(per));
+  // Sequences added again to a kept chain count once; past kPerChain the chain's oldest goes.
+  ReuseIndex small;
+  for (std::size_t i = 0; i < ReuseIndex::kPerChain + 2; ++i) {
+    small.add(chain_of(1), chain_of(1), "s" + std::to_string(i), {1, 2, static_cast<int64_t>(i)});
+    small.add(chain_of(1), chain_of(1), "s" + std::to_string(i), {1, 2, static_cast<int64_t>(i)});
+  }
+  CHECK(small.tokens_held() == 3 * ReuseIndex::kPerChain);
+  // Past kMaxChains chains the oldest goes.
+  ReuseIndex many;
+  for (std::size_t i = 0; i <= ReuseIndex::kMaxChains; ++i) many.add(chain_of(i), chain_of(i), "m", {int64_t(i) + 1});
+  CHECK(many.tokens_held() == ReuseIndex::kMaxChains);
+  CHECK(many.longest(chain_of(0), chain_of(0), {1}, 1).tokens == 0);
+  CHECK(many.longest(chain_of(1), chain_of(1), {2}, 1).tokens == 1);
+}
+
 TEST_CASE("windows and the engine count what a radix cache would forward for their model calls",
           "[window][yardstick]") {
   auto engine = open_stories_small_pages();

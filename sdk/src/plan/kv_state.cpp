@@ -104,22 +104,38 @@ void ReuseIndex::add(const KvState& chain, const KvState& content, const std::st
   if (content != chain) add_locked(content, store_key, tokens);
 }
 
+void ReuseIndex::erase_chain_locked(const KvState& chain) {
+  const auto it = by_chain_.find(chain);
+  if (it == by_chain_.end()) return;
+  for (const Sequence& s : it->second) total_tokens_ -= s.tokens.size();
+  by_chain_.erase(it);
+}
+
 void ReuseIndex::add_locked(const KvState& chain, const std::string& store_key, const std::vector<int64_t>& tokens) {
-  auto [it, added] = by_chain_.try_emplace(chain);
-  if (added) {
-    order_.push_back(chain);
-    if (order_.size() > kMaxChains) {
-      by_chain_.erase(order_.front());
-      order_.pop_front();
+  const auto known = by_chain_.find(chain);
+  if (known != by_chain_.end()) {
+    for (const Sequence& s : known->second) {
+      if (s.store_key == store_key) return;
     }
   }
-  std::vector<Sequence>& list = it->second;
-  for (const Sequence& s : list) {
-    if (s.store_key == store_key) return;
-  }
-  if (list.size() >= kPerChain) list.erase(list.begin());
   const std::size_t n = std::min(tokens.size(), kMaxTokens);
-  list.push_back({store_key, std::vector<int64_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n))});
+  // Room first (the oldest chains go, possibly this one), so no iterator into by_chain_ is held meanwhile.
+  bool is_new = known == by_chain_.end();
+  while (!order_.empty() && (total_tokens_ + n > kMaxTotalTokens || (is_new && order_.size() >= kMaxChains))) {
+    const KvState oldest = order_.front();
+    order_.pop_front();
+    erase_chain_locked(oldest);
+    is_new = is_new || oldest == chain;
+  }
+  auto [it, added] = by_chain_.try_emplace(chain);
+  if (added) order_.push_back(chain);
+  std::vector<Sequence>& list = it->second;
+  if (list.size() >= kPerChain) {
+    total_tokens_ -= list.front().tokens.size();
+    list.erase(list.begin());
+  }
+  list.push_back({store_key, std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n))});
+  total_tokens_ += n;
 }
 
 ReuseIndex::Match ReuseIndex::longest(const KvState& chain, const KvState& content, const std::vector<int64_t>& tokens,
@@ -134,6 +150,11 @@ ReuseIndex::Match ReuseIndex::longest(const KvState& chain, const KvState& conte
     }
   }
   return best;
+}
+
+std::size_t ReuseIndex::tokens_held() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return total_tokens_;
 }
 
 ReuseIndex::Match ReuseIndex::longest_locked(const KvState& chain, const std::vector<int64_t>& tokens,

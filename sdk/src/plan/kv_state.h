@@ -58,11 +58,13 @@ std::string reuse_key(const std::string& key, const KvState& chain);
 // and under its content chain (rows computed behind the same content whose KV was approximated another way:
 // what a forward here computes up to those approximations). Only the first kMaxTokens of a sequence are remembered (a
 // longer match loads that many rows); the kMaxChains chains added last are kept, up to kPerChain sequences each (the
-// newest). Entries whose store key was evicted since are found here and fail to load (the forward then runs).
+// newest), and the oldest chains go while the sequences hold more than kMaxTotalTokens tokens (4 bytes each: 16 MiB
+// at most). Entries whose store key was evicted since are found here and fail to load (the forward then runs).
 // Thread-safe.
 class ReuseIndex {
  public:
   static constexpr std::size_t kMaxChains = 8192, kPerChain = 8, kMaxTokens = 1024;
+  static constexpr std::size_t kMaxTotalTokens = std::size_t{1} << 22;
   struct Match {
     std::string store_key;
     int64_t tokens = 0;  // leading tokens shared with the query (0: none)
@@ -73,6 +75,7 @@ class ReuseIndex {
   // The sequence sharing the longest leading run with `tokens` (at most `limit`): under the state chain
   // `chain`, or, when one there is longer, under the content chain `content`.
   Match longest(const KvState& chain, const KvState& content, const std::vector<int64_t>& tokens, int64_t limit) const;
+  std::size_t tokens_held() const;  // Σ the remembered sequences' tokens (at most kMaxTotalTokens)
 
  private:
   struct Hash {
@@ -80,14 +83,16 @@ class ReuseIndex {
   };
   struct Sequence {
     std::string store_key;
-    std::vector<int64_t> tokens;
+    std::vector<int32_t> tokens;  // token ids (every vocabulary is far below 2^31)
   };
+  void erase_chain_locked(const KvState& chain);
   void add_locked(const KvState& chain, const std::string& store_key, const std::vector<int64_t>& tokens);
   Match longest_locked(const KvState& chain, const std::vector<int64_t>& tokens, int64_t limit) const;
 
   mutable std::mutex mu_;
   std::unordered_map<KvState, std::vector<Sequence>, Hash> by_chain_;  // state and content chains alike
   std::deque<KvState> order_;                                          // chains in the order first added
+  std::size_t total_tokens_ = 0;                                       // Σ the sequences' tokens
 };
 
 }  // namespace orbit::detail
