@@ -45,10 +45,37 @@ std::string shortest_match(const std::shared_ptr<const Constraint>& constraint, 
   return text;
 }
 
-// Each tool's parameters compiled as a constraint would compile them, whatever tool_choice says: a schema that
-// is not valid JSON Schema, or not in the subset orbit/constraint.h serves, is refused when the request arrives
-// (400 naming tools[i].function.parameters), not only once a later request forces a call. Names are unique
-// already (the parser checks them).
+// Why a tool's parameters are not an arguments schema, or "": a function's arguments are a JSON object, so
+// its schema is an object (or true) whose type, if given, is "object", whose properties is an object of
+// schemas and whose required lists property names. Other keywords are the tool's to describe its arguments
+// to the model; they are enforced, in the subset orbit/constraint.h serves, only when a call is forced.
+std::string arguments_schema_problem(const nlohmann::ordered_json& p) {
+  if (p.is_boolean() && p.get<bool>()) return "";
+  if (!p.is_object()) return std::string("must be a JSON Schema object, got ") + p.type_name();
+  const auto type = p.find("type");
+  if (type != p.end() && !(type->is_string() && *type == "object")) {
+    return "'type' must be \"object\" (a function's arguments are a JSON object), got " + type->dump();
+  }
+  const auto props = p.find("properties");
+  if (props != p.end()) {
+    if (!props->is_object()) return std::string("'properties' must be an object, got ") + props->type_name();
+    for (const auto& [name, schema] : props->items()) {
+      if (!schema.is_object() && !schema.is_boolean()) return "'properties." + name + "' must be a schema (an object)";
+    }
+  }
+  const auto required = p.find("required");
+  if (required != p.end()) {
+    if (!required->is_array()) return "'required' must be an array of property names";
+    for (const auto& name : *required) {
+      if (!name.is_string()) return "'required' must hold property names (strings), got " + name.dump();
+    }
+  }
+  return "";
+}
+
+// Every tool's parameters checked when the request arrives, whatever tool_choice says (400 naming
+// tools[i].function.parameters): an arguments schema that is malformed is refused at once, not only once a
+// later request forces a call. Names are unique already (the parser checks them).
 AnswerConstraint check_tool_schemas(const std::string& tools_json) {
   AnswerConstraint out;
   const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
@@ -57,10 +84,9 @@ AnswerConstraint check_tool_schemas(const std::string& tools_json) {
     const auto fn = tools[i].find("function");
     if (fn == tools[i].end() || !fn->is_object() || !fn->contains("parameters")) continue;
     const std::string param = "tools[" + std::to_string(i) + "].function.parameters";
-    try {
-      (void)Constraint::json_schema((*fn)["parameters"].dump(), {}, param);
-    } catch (const Error& e) {
-      out.error = api_error(400, e.what(), "invalid_request_error", "invalid_function_parameters", param);
+    const std::string problem = arguments_schema_problem((*fn)["parameters"]);
+    if (!problem.empty()) {
+      out.error = api_error(400, param + ": " + problem, "invalid_request_error", "invalid_function_parameters", param);
       return out;
     }
   }

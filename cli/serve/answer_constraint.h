@@ -6,9 +6,12 @@
 //   response_format json_schema  a JSON value of the schema (the supported subset: constraint.h)
 //   otherwise                    none (tool_choice "auto" leaves the model free to answer or call)
 // A forced call is not a message, so response_format does not apply to it (as OpenAI's API reads them).
-// Whatever tool_choice says, every tool's parameters must be a schema of that subset: one that is not is
-// refused when the request arrives (400, code invalid_function_parameters, naming tools[i].function.parameters
-// and the keyword), so a tool that a later turn forces fails no differently from the first turn.
+// Whatever tool_choice says, every tool's parameters must be an arguments schema (an object schema: type
+// "object" if given, properties an object, required a list of names): one that is not is refused when the
+// request arrives (400, code invalid_function_parameters, naming tools[i].function.parameters). Keywords
+// outside the subset (minimum, format, pattern, oneOf, ..., common in schemas Pydantic and zod write) are
+// accepted under tool_choice auto, which constrains nothing, and refused naming the keyword when a call to
+// that tool is forced (its arguments would be decoded under the schema).
 // A constraint the model's vocabulary cannot write is refused before the run (400 naming the field and the
 // first byte no token writes): its shortest whole match is spelled with the vocabulary's tokens, longest
 // first (a tokenizer without a token for '{', as TinyStories-656K's, can write no JSON object).

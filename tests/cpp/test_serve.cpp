@@ -556,9 +556,11 @@ TEST_CASE("serve: tools reach the prompt; what the vocabulary cannot write is re
   // A story model writes no call: the answer is content, finished as text answers finish.
   CHECK(tooled.result->tool_calls.empty());
   CHECK(tooled.result->finish_reason != "tool_calls");
-  // Every tool's parameters must be a schema the constraints serve, whatever tool_choice says (here auto): a
-  // later turn that forces a call would fail on it. Refused before the run, naming the tool and the keyword.
-  for (const std::string& schema : {std::string(R"({"type":"string","pattern":"a+"})"), std::string(R"({"type":7})")}) {
+  // Every tool's parameters must be an arguments schema, whatever tool_choice says (here auto): refused before
+  // the run, naming the tool.
+  for (const std::string& schema : {std::string(R"({"type":"string","pattern":"a+"})"), std::string(R"({"type":7})"),
+                                    std::string(R"({"type":"object","properties":[]})"), std::string("[1]"),
+                                    std::string(R"({"type":"object","required":[3]})")}) {
     sv::ChatRequest bad_schema = with_tools;
     bad_schema.tools_json = R"([{"type":"function","function":{"name":"search"}},)"
                             R"({"type":"function","function":{"name":"open","parameters":)" +
@@ -572,6 +574,17 @@ TEST_CASE("serve: tools reach the prompt; what the vocabulary cannot write is re
     CHECK(bad.error().code == "invalid_function_parameters");
     CHECK(bad.error().message.rfind("tools[1].function.parameters", 0) == 0);
   }
+  // Keywords outside the constraints' subset, as Pydantic and zod write them, describe the arguments to the
+  // model: accepted under auto (nothing is decoded under them), refused naming the keyword when a call is forced.
+  sv::ChatRequest described = with_tools;
+  described.tools_json =
+      R"([{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":)"
+      R"({"n":{"type":"integer","minimum":0},"when":{"type":"string","format":"date-time"}}}}}])";
+  CHECK(core.prepare_chat(described, "").ok());
+  described.tool_choice.mode = "required";
+  const sv::RunTicket enforced = core.prepare_chat(described, "");
+  REQUIRE_FALSE(enforced.ok());
+  CHECK(enforced.error().message.find("'minimum' is not supported") != std::string::npos);
   // Forcing a call or a JSON answer decodes under a constraint; this model's vocabulary has no token for '{',
   // so it cannot write one: refused before the run, naming the field and the byte.
   sv::ChatRequest forced = with_tools;
