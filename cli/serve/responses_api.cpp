@@ -18,20 +18,6 @@ namespace responses_parser {
 
 using Invalid = RequestInvalid;
 
-[[noreturn]] void fail(const std::string& param, const std::string& message) {
-  throw Invalid{api_error(400, param.empty() ? message : param + ": " + message, "invalid_request_error", "", param)};
-}
-
-const char* type_name(const ojson& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
 // The field `name` of `object`, or nullptr when it is absent or null.
 const ojson* field(const ojson& object, const char* name) {
   const auto it = object.find(name);
@@ -39,42 +25,43 @@ const ojson* field(const ojson& object, const char* name) {
 }
 
 std::string need_string(const ojson& v, const std::string& param) {
-  if (!v.is_string()) fail(param, std::string("expected a string, got ") + type_name(v));
+  if (!v.is_string()) invalid_field(param, std::string("expected a string, got ") + json_type_name(v));
   return v.get<std::string>();
 }
 
 // A required, non-empty string field.
 std::string required_string(const ojson& object, const char* name, const std::string& at) {
   const ojson* v = field(object, name);
-  if (v == nullptr) fail(at + "." + name, "missing");
+  if (v == nullptr) invalid_field(at + "." + name, "missing");
   std::string s = need_string(*v, at + "." + name);
-  if (s.empty()) fail(at + "." + name, "empty");
+  if (s.empty()) invalid_field(at + "." + name, "empty");
   return s;
 }
 
 const ojson& need_object(const ojson& v, const std::string& param) {
-  if (!v.is_object()) fail(param, std::string("expected an object, got ") + type_name(v));
+  if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
   return v;
 }
 
 // Text content: a string, or an array of parts of the given types, each {type, text}.
 std::string text_content(const ojson& v, const std::string& param, const std::vector<std::string>& types) {
   if (v.is_string()) return v.get<std::string>();
-  if (!v.is_array()) fail(param, std::string("expected a string or an array of parts, got ") + type_name(v));
+  if (!v.is_array())
+    invalid_field(param, std::string("expected a string or an array of parts, got ") + json_type_name(v));
   std::string text;
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::string p = param + "[" + std::to_string(i) + "]";
     const ojson& part = need_object(v[i], p);
     const ojson* type = field(part, "type");
-    if (type == nullptr) fail(p + ".type", "missing");
+    if (type == nullptr) invalid_field(p + ".type", "missing");
     const std::string t = need_string(*type, p + ".type");
     if (std::find(types.begin(), types.end(), t) == types.end()) {
       std::string accepted;
       for (const std::string& a : types) accepted += (accepted.empty() ? "" : " and ") + a;
-      fail(p + ".type", "only " + accepted + " parts are accepted (got '" + t + "')");
+      invalid_field(p + ".type", "only " + accepted + " parts are accepted (got '" + t + "')");
     }
     const ojson* part_text = field(part, "text");
-    if (part_text == nullptr) fail(p + ".text", "missing");
+    if (part_text == nullptr) invalid_field(p + ".text", "missing");
     text += need_string(*part_text, p + ".text");
   }
   return text;
@@ -82,13 +69,13 @@ std::string text_content(const ojson& v, const std::string& param, const std::ve
 
 ojson message_item(const ojson& item, const std::string& p) {
   const ojson* role = field(item, "role");
-  if (role == nullptr) fail(p + ".role", "missing");
+  if (role == nullptr) invalid_field(p + ".role", "missing");
   const std::string r = need_string(*role, p + ".role");
   if (r != "user" && r != "system" && r != "developer" && r != "assistant") {
-    fail(p + ".role", "unknown role '" + r + "' (expected user, system, developer or assistant)");
+    invalid_field(p + ".role", "unknown role '" + r + "' (expected user, system, developer or assistant)");
   }
   const ojson* content = field(item, "content");
-  if (content == nullptr) fail(p + ".content", "missing");
+  if (content == nullptr) invalid_field(p + ".content", "missing");
   return {{"role", r}, {"content", text_content(*content, p + ".content", {"input_text", "output_text"})}};
 }
 
@@ -97,22 +84,22 @@ ojson function_call_item(const ojson& item, const std::string& p) {
   const std::string call_id = required_string(item, "call_id", p);
   const std::string name = required_string(item, "name", p);
   const ojson* arguments = field(item, "arguments");
-  if (arguments == nullptr) fail(p + ".arguments", "missing");
+  if (arguments == nullptr) invalid_field(p + ".arguments", "missing");
   const std::string text = need_string(*arguments, p + ".arguments");
   json parsed;
   try {
     parsed = parse_json_input(text.data(), text.data() + text.size(), "arguments");
   } catch (const Error& e) {
-    fail(p + ".arguments", e.what());
+    invalid_field(p + ".arguments", e.what());
   }
-  if (!parsed.is_object()) fail(p + ".arguments", "not a JSON object");
+  if (!parsed.is_object()) invalid_field(p + ".arguments", "not a JSON object");
   return {{"id", call_id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", text}}}};
 }
 
 ojson function_call_output_item(const ojson& item, const std::string& p) {
   const std::string call_id = required_string(item, "call_id", p);
   const ojson* output = field(item, "output");
-  if (output == nullptr) fail(p + ".output", "missing");
+  if (output == nullptr) invalid_field(p + ".output", "missing");
   return {
       {"role", "tool"}, {"tool_call_id", call_id}, {"content", text_content(*output, p + ".output", {"input_text"})}};
 }
@@ -123,10 +110,11 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages) {
     messages.push_back({{"role", "user"}, {"content", input}});
     return;
   }
-  if (!input.is_array()) fail("input", std::string("expected a string or an array of items, got ") + type_name(input));
-  if (input.empty()) fail("input", "must hold at least one item");
+  if (!input.is_array())
+    invalid_field("input", std::string("expected a string or an array of items, got ") + json_type_name(input));
+  if (input.empty()) invalid_field("input", "must hold at least one item");
   if (input.size() > limits.max_messages) {
-    fail("input", "at most " + std::to_string(limits.max_messages) + " items are accepted");
+    invalid_field("input", "at most " + std::to_string(limits.max_messages) + " items are accepted");
   }
   for (std::size_t i = 0; i < input.size(); ++i) {
     const std::string p = "input[" + std::to_string(i) + "]";
@@ -135,7 +123,7 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages) {
     if (const ojson* t = field(item, "type")) {
       type = need_string(*t, p + ".type");
     } else if (field(item, "role") == nullptr) {
-      fail(p + ".type", "missing");
+      invalid_field(p + ".type", "missing");
     }
     if (type == "message") {
       messages.push_back(message_item(item, p));
@@ -148,33 +136,34 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages) {
     } else if (type == "function_call_output") {
       messages.push_back(function_call_output_item(item, p));
     } else {
-      fail(p + ".type", "'" + type + "' items are not supported (message, function_call and function_call_output are)");
+      invalid_field(p + ".type",
+                    "'" + type + "' items are not supported (message, function_call and function_call_output are)");
     }
   }
 }
 
 // tools in the chat form; each must be a function with a name no other tool has.
 ojson chat_tools(const ojson& tools) {
-  if (!tools.is_array()) fail("tools", std::string("expected an array, got ") + type_name(tools));
+  if (!tools.is_array()) invalid_field("tools", std::string("expected an array, got ") + json_type_name(tools));
   ojson out = ojson::array();
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const std::string p = "tools[" + std::to_string(i) + "]";
     const ojson& t = need_object(tools[i], p);
     const ojson* type = field(t, "type");
-    if (type == nullptr) fail(p + ".type", "missing");
+    if (type == nullptr) invalid_field(p + ".type", "missing");
     const std::string kind = need_string(*type, p + ".type");
-    if (kind != "function") fail(p + ".type", "only 'function' tools are accepted (got '" + kind + "')");
+    if (kind != "function") invalid_field(p + ".type", "only 'function' tools are accepted (got '" + kind + "')");
     ojson fn = {{"name", required_string(t, "name", p)}};
     for (std::size_t j = 0; j < i; ++j) {
       if (out[j]["function"]["name"] == fn["name"]) {
-        fail(p + ".name", "'" + fn["name"].get<std::string>() + "' is also the name of tools[" + std::to_string(j) +
-                              "] (tool names must be unique)");
+        invalid_field(p + ".name", "'" + fn["name"].get<std::string>() + "' is also the name of tools[" +
+                                       std::to_string(j) + "] (tool names must be unique)");
       }
     }
     if (const ojson* d = field(t, "description")) fn["description"] = need_string(*d, p + ".description");
     if (const ojson* params = field(t, "parameters")) fn["parameters"] = need_object(*params, p + ".parameters");
     if (const ojson* strict = field(t, "strict"); strict != nullptr && !strict->is_boolean()) {
-      fail(p + ".strict", std::string("expected a boolean, got ") + type_name(*strict));
+      invalid_field(p + ".strict", std::string("expected a boolean, got ") + json_type_name(*strict));
     }
     out.push_back({{"type", "function"}, {"function", std::move(fn)}});
   }
@@ -185,13 +174,13 @@ ojson chat_tool_choice(const ojson& v, const ojson& tools) {
   if (v.is_string()) return v;  // none, auto or required: chat checks which
   const ojson& choice = need_object(v, "tool_choice");
   const ojson* type = field(choice, "type");
-  if (type == nullptr) fail("tool_choice.type", "missing");
+  if (type == nullptr) invalid_field("tool_choice.type", "missing");
   const std::string kind = need_string(*type, "tool_choice.type");
-  if (kind != "function") fail("tool_choice.type", "only 'function' is accepted (got '" + kind + "')");
+  if (kind != "function") invalid_field("tool_choice.type", "only 'function' is accepted (got '" + kind + "')");
   const std::string name = required_string(choice, "name", "tool_choice");
   const bool known =
       std::any_of(tools.begin(), tools.end(), [&](const ojson& t) { return t["function"]["name"] == name; });
-  if (!known) fail("tool_choice.name", "'" + name + "' is not one of the request's tools");
+  if (!known) invalid_field("tool_choice.name", "'" + name + "' is not one of the request's tools");
   return {{"type", "function"}, {"function", {{"name", name}}}};
 }
 
@@ -205,16 +194,18 @@ ojson chat_response_format(const ojson& text) {
   if (format == nullptr) return {{"type", "text"}};
   need_object(*format, "text.format");
   const ojson* type = field(*format, "type");
-  if (type == nullptr) fail("text.format.type", "missing");
+  if (type == nullptr) invalid_field("text.format.type", "missing");
   const std::string kind = need_string(*type, "text.format.type");
   if (kind == "text" || kind == "json_object") return {{"type", kind}};
-  if (kind != "json_schema") fail("text.format.type", "'" + kind + "' is not one of text, json_object, json_schema");
+  if (kind != "json_schema")
+    invalid_field("text.format.type", "'" + kind + "' is not one of text, json_object, json_schema");
   const ojson* schema = field(*format, "schema");
-  if (schema == nullptr) fail("text.format.schema", "missing");
+  if (schema == nullptr) invalid_field("text.format.schema", "missing");
   ojson js = {{"schema", need_object(*schema, "text.format.schema")}};
   if (const ojson* name = field(*format, "name")) js["name"] = need_string(*name, "text.format.name");
   if (const ojson* strict = field(*format, "strict")) {
-    if (!strict->is_boolean()) fail("text.format.strict", std::string("expected a boolean, got ") + type_name(*strict));
+    if (!strict->is_boolean())
+      invalid_field("text.format.strict", std::string("expected a boolean, got ") + json_type_name(*strict));
     js["strict"] = *strict;
   }
   return {{"type", "json_schema"}, {"json_schema", std::move(js)}};
@@ -242,7 +233,7 @@ void refuse_unsupported(const ojson& body) {
     unsupported("truncation", "truncation other than 'disabled'");
   }
   if (const ojson* v = field(body, "include")) {
-    if (!v->is_array()) fail("include", std::string("expected an array, got ") + type_name(*v));
+    if (!v->is_array()) invalid_field("include", std::string("expected an array, got ") + json_type_name(*v));
     for (std::size_t i = 0; i < v->size(); ++i) {  // logprobs are served (copy_sampling); nothing else is
       if ((*v)[i] != kIncludeLogprobs) unsupported("include[" + std::to_string(i) + "]", "including " + (*v)[i].dump());
     }
@@ -266,10 +257,10 @@ json metadata(const ojson& body) {
   const ojson* v = field(body, "metadata");
   if (v == nullptr) return json::object();
   need_object(*v, "metadata");
-  if (v->size() > 16) fail("metadata", "at most 16 pairs are accepted");
+  if (v->size() > 16) invalid_field("metadata", "at most 16 pairs are accepted");
   for (const auto& [key, value] : v->items()) {
-    if (key.size() > 64) fail("metadata", "a key is over 64 bytes");
-    if (need_string(value, "metadata." + key).size() > 512) fail("metadata." + key, "over 512 bytes");
+    if (key.size() > 64) invalid_field("metadata", "a key is over 64 bytes");
+    if (need_string(value, "metadata." + key).size() > 512) invalid_field("metadata." + key, "over 512 bytes");
   }
   return json(*v);
 }
@@ -278,9 +269,10 @@ json metadata(const ojson& body) {
 void copy_sampling(const ojson& body, ojson& chat) {
   if (const ojson* v = field(body, "max_output_tokens")) {
     if (!v->is_number_integer() && !v->is_number_unsigned()) {
-      fail("max_output_tokens", std::string("expected an integer, got ") + type_name(*v));
+      invalid_field("max_output_tokens", std::string("expected an integer, got ") + json_type_name(*v));
     }
-    if (v->is_number_integer() && v->get<int64_t>() < 1) fail("max_output_tokens", "must be >= 1, got " + v->dump());
+    if (v->is_number_integer() && v->get<int64_t>() < 1)
+      invalid_field("max_output_tokens", "must be >= 1, got " + v->dump());
     chat["max_tokens"] = *v;
   }
   for (const char* name : {"temperature", "top_p", "stream", "parallel_tool_calls", "user", "presence_penalty",
@@ -330,20 +322,20 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
     parse_json_input(text.data(), text.data() + text.size(), "the body");  // refuses deep nesting first
     body = ojson::parse(text.begin(), text.end());
   } catch (const Error& e) {
-    fail("", e.what());
+    invalid_field("", e.what());
   }
-  if (!body.is_object()) fail("", std::string("the body must be a JSON object, got ") + type_name(body));
+  if (!body.is_object()) invalid_field("", std::string("the body must be a JSON object, got ") + json_type_name(body));
   refuse_unsupported(body);
 
   ResponsesRequest r;
-  if (field(body, "model") == nullptr) fail("model", "missing");
+  if (field(body, "model") == nullptr) invalid_field("model", "missing");
   ojson chat = {{"model", body["model"]}, {"messages", ojson::array()}};
   if (const ojson* v = field(body, "instructions")) {
     chat["messages"].push_back({{"role", "system"}, {"content", need_string(*v, "instructions")}});
     r.has_instructions = true;
   }
   const ojson* input = field(body, "input");
-  if (input == nullptr) fail("input", "missing");
+  if (input == nullptr) invalid_field("input", "missing");
   add_input(*input, limits, chat["messages"]);
   if (const ojson* v = field(body, "tools"); v != nullptr && !v->empty()) chat["tools"] = chat_tools(*v);
   if (const ojson* v = field(body, "tool_choice")) {
@@ -353,10 +345,10 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
   copy_sampling(body, chat);
   if (const ojson* v = field(body, "previous_response_id")) {
     r.previous_response_id = need_string(*v, "previous_response_id");
-    if (r.previous_response_id.empty()) fail("previous_response_id", "empty");
+    if (r.previous_response_id.empty()) invalid_field("previous_response_id", "empty");
   }
   if (const ojson* v = field(body, "store")) {
-    if (!v->is_boolean()) fail("store", std::string("expected a boolean, got ") + type_name(*v));
+    if (!v->is_boolean()) invalid_field("store", std::string("expected a boolean, got ") + json_type_name(*v));
     r.store = v->get<bool>();
   }
 

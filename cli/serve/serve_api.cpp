@@ -19,47 +19,34 @@ namespace {
 
 using Invalid = RequestInvalid;
 
-[[noreturn]] void fail(const std::string& param, const std::string& message) {
-  throw Invalid{api_error(400, param.empty() ? message : param + ": " + message, "invalid_request_error", "", param)};
-}
-
-const char* type_name(const json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
 std::string need_string(const json& v, const std::string& param) {
-  if (!v.is_string()) fail(param, std::string("expected a string, got ") + type_name(v));
+  if (!v.is_string()) invalid_field(param, std::string("expected a string, got ") + json_type_name(v));
   return v.get<std::string>();
 }
 
 double need_number(const json& v, const std::string& param, double lo, double hi, bool lo_open) {
-  if (!v.is_number()) fail(param, std::string("expected a number, got ") + type_name(v));
+  if (!v.is_number()) invalid_field(param, std::string("expected a number, got ") + json_type_name(v));
   const double x = v.get<double>();
   if (!std::isfinite(x) || x > hi || x < lo || (lo_open && x == lo)) {
     std::ostringstream range;
     range << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
-    fail(param, "must be in " + range.str() + ", got " + v.dump());
+    invalid_field(param, "must be in " + range.str() + ", got " + v.dump());
   }
   return x;
 }
 
 bool need_bool(const json& v, const std::string& param) {
-  if (!v.is_boolean()) fail(param, std::string("expected a boolean, got ") + type_name(v));
+  if (!v.is_boolean()) invalid_field(param, std::string("expected a boolean, got ") + json_type_name(v));
   return v.get<bool>();
 }
 
 int64_t need_int(const json& v, const std::string& param) {
   if (v.is_number_unsigned()) {
-    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) fail(param, "too large");
+    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      invalid_field(param, "too large");
     return static_cast<int64_t>(v.get<uint64_t>());
   }
-  if (!v.is_number_integer()) fail(param, std::string("expected an integer, got ") + type_name(v));
+  if (!v.is_number_integer()) invalid_field(param, std::string("expected an integer, got ") + json_type_name(v));
   return v.get<int64_t>();
 }
 
@@ -67,35 +54,36 @@ int64_t need_int(const json& v, const std::string& param) {
 std::string content_text(const json& v, const std::string& param) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_null()) return "";
-  if (!v.is_array()) fail(param, std::string("expected a string, null or an array of parts, got ") + type_name(v));
+  if (!v.is_array())
+    invalid_field(param, std::string("expected a string, null or an array of parts, got ") + json_type_name(v));
   std::string text;
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::string p = param + "[" + std::to_string(i) + "]";
     const json& part = v[i];
-    if (!part.is_object()) fail(p, std::string("expected an object, got ") + type_name(part));
+    if (!part.is_object()) invalid_field(p, std::string("expected an object, got ") + json_type_name(part));
     const auto type = part.find("type");
-    if (type == part.end()) fail(p + ".type", "missing");
+    if (type == part.end()) invalid_field(p + ".type", "missing");
     if (need_string(*type, p + ".type") != "text") {
-      fail(p + ".type", "only text parts are accepted (got '" + type->get<std::string>() + "')");
+      invalid_field(p + ".type", "only text parts are accepted (got '" + type->get<std::string>() + "')");
     }
     const auto t = part.find("text");
-    if (t == part.end()) fail(p + ".text", "missing");
+    if (t == part.end()) invalid_field(p + ".text", "missing");
     text += need_string(*t, p + ".text");
   }
   return text;
 }
 
 ChatToolCall parse_tool_call(const json& v, const std::string& param) {
-  if (!v.is_object()) fail(param, std::string("expected an object, got ") + type_name(v));
+  if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
   ChatToolCall call;
   if (v.contains("id")) call.id = need_string(v["id"], param + ".id");
   if (v.contains("type") && need_string(v["type"], param + ".type") != "function") {
-    fail(param + ".type", "only 'function' tool calls are accepted");
+    invalid_field(param + ".type", "only 'function' tool calls are accepted");
   }
   const auto fn = v.find("function");
-  if (fn == v.end() || !fn->is_object()) fail(param + ".function", "missing or not an object");
+  if (fn == v.end() || !fn->is_object()) invalid_field(param + ".function", "missing or not an object");
   const auto name = fn->find("name");
-  if (name == fn->end()) fail(param + ".function.name", "missing");
+  if (name == fn->end()) invalid_field(param + ".function.name", "missing");
   call.name = need_string(*name, param + ".function.name");
   if (fn->contains("arguments")) {
     call.arguments = need_string((*fn)["arguments"], param + ".function.arguments");
@@ -104,26 +92,27 @@ ChatToolCall parse_tool_call(const json& v, const std::string& param) {
     try {
       args = parse_json_input(call.arguments.data(), call.arguments.data() + call.arguments.size(), "arguments");
     } catch (const Error& e) {
-      fail(param + ".function.arguments", e.what());
+      invalid_field(param + ".function.arguments", e.what());
     }
-    if (!args.is_object()) fail(param + ".function.arguments", "not a JSON object");
+    if (!args.is_object()) invalid_field(param + ".function.arguments", "not a JSON object");
   }
   return call;
 }
 
 ChatMessage parse_message(const json& v, const std::string& param) {
   static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool"};
-  if (!v.is_object()) fail(param, std::string("expected an object, got ") + type_name(v));
+  if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
   ChatMessage m;
   const auto role = v.find("role");
-  if (role == v.end()) fail(param + ".role", "missing");
+  if (role == v.end()) invalid_field(param + ".role", "missing");
   m.role = need_string(*role, param + ".role");
   if (!kRoles.count(m.role)) {
-    fail(param + ".role", "unknown role '" + m.role + "' (expected system, developer, user, assistant or tool)");
+    invalid_field(param + ".role",
+                  "unknown role '" + m.role + "' (expected system, developer, user, assistant or tool)");
   }
   if (m.role == "developer") m.role = "system";  // OpenAI's newer name for the system prompt
   const auto content = v.find("content");
-  if (content == v.end() && m.role != "assistant") fail(param + ".content", "missing");
+  if (content == v.end() && m.role != "assistant") invalid_field(param + ".content", "missing");
   if (content != v.end()) m.content = content_text(*content, param + ".content");
   if (v.contains("name") && !v["name"].is_null()) m.name = need_string(v["name"], param + ".name");
   if (v.contains("tool_call_id") && !v["tool_call_id"].is_null()) {
@@ -131,7 +120,8 @@ ChatMessage parse_message(const json& v, const std::string& param) {
   }
   if (v.contains("tool_calls") && !v["tool_calls"].is_null()) {
     const json& calls = v["tool_calls"];
-    if (!calls.is_array()) fail(param + ".tool_calls", std::string("expected an array, got ") + type_name(calls));
+    if (!calls.is_array())
+      invalid_field(param + ".tool_calls", std::string("expected an array, got ") + json_type_name(calls));
     for (std::size_t i = 0; i < calls.size(); ++i) {
       m.tool_calls.push_back(parse_tool_call(calls[i], param + ".tool_calls[" + std::to_string(i) + "]"));
     }
@@ -142,17 +132,18 @@ ChatMessage parse_message(const json& v, const std::string& param) {
 std::vector<std::string> parse_stop(const json& v, const ServeLimits& limits) {
   if (v.is_null()) return {};
   if (v.is_string()) {
-    if (v.get<std::string>().empty()) fail("stop", "must not be empty");
+    if (v.get<std::string>().empty()) invalid_field("stop", "must not be empty");
     return {v.get<std::string>()};
   }
-  if (!v.is_array()) fail("stop", std::string("expected a string or an array of strings, got ") + type_name(v));
+  if (!v.is_array())
+    invalid_field("stop", std::string("expected a string or an array of strings, got ") + json_type_name(v));
   if (v.size() > limits.max_stop_strings) {
-    fail("stop", "at most " + std::to_string(limits.max_stop_strings) + " sequences are accepted");
+    invalid_field("stop", "at most " + std::to_string(limits.max_stop_strings) + " sequences are accepted");
   }
   std::vector<std::string> out;
   for (std::size_t i = 0; i < v.size(); ++i) {
     out.push_back(need_string(v[i], "stop[" + std::to_string(i) + "]"));
-    if (out.back().empty()) fail("stop[" + std::to_string(i) + "]", "must not be empty");
+    if (out.back().empty()) invalid_field("stop[" + std::to_string(i) + "]", "must not be empty");
   }
   return out;
 }
@@ -162,7 +153,7 @@ std::optional<int64_t> parse_max_tokens(const json& body) {
     const auto it = body.find(name);
     if (it == body.end() || it->is_null()) continue;
     const int64_t n = need_int(*it, name);
-    if (n < 1) fail(name, "must be >= 1, got " + std::to_string(n));
+    if (n < 1) invalid_field(name, "must be >= 1, got " + std::to_string(n));
     return n;
   }
   return std::nullopt;
@@ -182,12 +173,12 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
   if (const json* v = field("n")) {
     s.n = need_int(*v, "n");
     if (s.n < 1 || s.n > limits.max_choices) {
-      fail("n", "must be in [1, " + std::to_string(limits.max_choices) + "], got " + v->dump());
+      invalid_field("n", "must be in [1, " + std::to_string(limits.max_choices) + "], got " + v->dump());
     }
   }
   if (const json* v = field("stream")) s.stream = need_bool(*v, "stream");
   if (const json* v = field("stream_options")) {
-    if (!v->is_object()) fail("stream_options", std::string("expected an object, got ") + type_name(*v));
+    if (!v->is_object()) invalid_field("stream_options", std::string("expected an object, got ") + json_type_name(*v));
     if (v->contains("include_usage"))
       s.include_usage = need_bool((*v)["include_usage"], "stream_options.include_usage");
   }
@@ -196,19 +187,19 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
 
 // logit_bias: {"<token id>": bias}, ids as decimal strings (OpenAI's JSON), biases in [-100, 100].
 std::map<int64_t, double> parse_logit_bias(const json& v, const ServeLimits& limits) {
-  if (!v.is_object()) fail("logit_bias", std::string("expected an object, got ") + type_name(v));
+  if (!v.is_object()) invalid_field("logit_bias", std::string("expected an object, got ") + json_type_name(v));
   std::map<int64_t, double> out;
   for (const auto& [key, value] : v.items()) {
     const bool digits = !key.empty() && key.size() <= 18 &&
                         std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (!digits) fail("logit_bias", "key '" + key + "' is not a token id (a decimal integer)");
+    if (!digits) invalid_field("logit_bias", "key '" + key + "' is not a token id (a decimal integer)");
     const int64_t token = std::stoll(key);
     if (limits.vocab_size > 0 && token >= limits.vocab_size) {
-      fail("logit_bias",
-           "token " + key + " is outside the model's vocabulary [0, " + std::to_string(limits.vocab_size) + ")");
+      invalid_field("logit_bias", "token " + key + " is outside the model's vocabulary [0, " +
+                                      std::to_string(limits.vocab_size) + ")");
     }
     if (!value.is_number() || !std::isfinite(value.get<double>()) || std::abs(value.get<double>()) > 100) {
-      fail("logit_bias", "the bias of token " + key + " must be a number in [-100, 100], got " + value.dump());
+      invalid_field("logit_bias", "the bias of token " + key + " must be a number in [-100, 100], got " + value.dump());
     }
     out[token] = value.get<double>();
   }
@@ -247,8 +238,8 @@ void parse_logprobs(const json& body, SamplingRequest& s, bool legacy) {
   if (const json* v = field("logprobs")) s.logprobs = need_bool(*v, "logprobs");
   if (const json* v = field("top_logprobs")) {
     const int64_t k = need_int(*v, "top_logprobs");
-    if (k < 0 || k > 20) fail("top_logprobs", "must be in [0, 20], got " + v->dump());
-    if (k > 0 && !s.logprobs) fail("top_logprobs", "needs logprobs: true");
+    if (k < 0 || k > 20) invalid_field("top_logprobs", "must be in [0, 20], got " + v->dump());
+    if (k > 0 && !s.logprobs) invalid_field("top_logprobs", "needs logprobs: true");
     s.top_logprobs = static_cast<int32_t>(k);
   }
 }
@@ -256,28 +247,29 @@ void parse_logprobs(const json& body, SamplingRequest& s, bool legacy) {
 // tools: each {"type": "function", "function": {"name": ..., ...}}; their names, in order, each once. (Their
 // parameters are checked as schemas by the server: answer_constraint.h.)
 std::vector<std::string> parse_tools(const json& tools) {
-  if (!tools.is_array()) fail("tools", std::string("expected an array, got ") + type_name(tools));
+  if (!tools.is_array()) invalid_field("tools", std::string("expected an array, got ") + json_type_name(tools));
   std::vector<std::string> names;
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const std::string p = "tools[" + std::to_string(i) + "]";
     const json& t = tools[i];
-    if (!t.is_object()) fail(p, std::string("expected an object, got ") + type_name(t));
+    if (!t.is_object()) invalid_field(p, std::string("expected an object, got ") + json_type_name(t));
     if (t.contains("type") && need_string(t["type"], p + ".type") != "function") {
-      fail(p + ".type", "only 'function' tools are accepted");
+      invalid_field(p + ".type", "only 'function' tools are accepted");
     }
     const auto fn = t.find("function");
-    if (fn == t.end() || !fn->is_object()) fail(p + ".function", "missing or not an object");
+    if (fn == t.end() || !fn->is_object()) invalid_field(p + ".function", "missing or not an object");
     const auto name = fn->find("name");
-    if (name == fn->end()) fail(p + ".function.name", "missing");
+    if (name == fn->end()) invalid_field(p + ".function.name", "missing");
     names.push_back(need_string(*name, p + ".function.name"));
-    if (names.back().empty()) fail(p + ".function.name", "empty");
+    if (names.back().empty()) invalid_field(p + ".function.name", "empty");
     const auto first = std::find(names.begin(), names.end(), names.back());
     if (first + 1 != names.end()) {
-      fail(p + ".function.name", "'" + names.back() + "' is also the name of tools[" +
-                                     std::to_string(first - names.begin()) + "] (tool names must be unique)");
+      invalid_field(p + ".function.name", "'" + names.back() + "' is also the name of tools[" +
+                                              std::to_string(first - names.begin()) + "] (tool names must be unique)");
     }
     if (fn->contains("parameters") && !(*fn)["parameters"].is_object()) {
-      fail(p + ".function.parameters", std::string("expected an object, got ") + type_name((*fn)["parameters"]));
+      invalid_field(p + ".function.parameters",
+                    std::string("expected an object, got ") + json_type_name((*fn)["parameters"]));
     }
   }
   return names;
@@ -288,49 +280,49 @@ ToolChoice parse_tool_choice(const json& v, const std::vector<std::string>& tool
   if (v.is_string()) {
     c.mode = v.get<std::string>();
     if (c.mode != "none" && c.mode != "auto" && c.mode != "required") {
-      fail("tool_choice", "'" + c.mode + "' is not one of none, auto, required (or a named function)");
+      invalid_field("tool_choice", "'" + c.mode + "' is not one of none, auto, required (or a named function)");
     }
   } else if (v.is_object()) {
     if (v.contains("type") && need_string(v["type"], "tool_choice.type") != "function") {
-      fail("tool_choice.type", "only 'function' is accepted");
+      invalid_field("tool_choice.type", "only 'function' is accepted");
     }
     const auto fn = v.find("function");
-    if (fn == v.end() || !fn->is_object()) fail("tool_choice.function", "missing or not an object");
+    if (fn == v.end() || !fn->is_object()) invalid_field("tool_choice.function", "missing or not an object");
     const auto name = fn->find("name");
-    if (name == fn->end()) fail("tool_choice.function.name", "missing");
+    if (name == fn->end()) invalid_field("tool_choice.function.name", "missing");
     c.mode = "function";
     c.function = need_string(*name, "tool_choice.function.name");
     if (std::find(tools.begin(), tools.end(), c.function) == tools.end()) {
-      fail("tool_choice.function.name", "'" + c.function + "' is not one of the request's tools");
+      invalid_field("tool_choice.function.name", "'" + c.function + "' is not one of the request's tools");
     }
   } else {
-    fail("tool_choice", std::string("expected a string or an object, got ") + type_name(v));
+    invalid_field("tool_choice", std::string("expected a string or an object, got ") + json_type_name(v));
   }
   if ((c.mode == "required" || c.mode == "function") && tools.empty()) {
-    fail("tool_choice", "'" + c.mode + "' needs tools, and the request has none");
+    invalid_field("tool_choice", "'" + c.mode + "' needs tools, and the request has none");
   }
   return c;
 }
 
 ResponseFormat parse_response_format(const json& v) {
-  if (!v.is_object()) fail("response_format", std::string("expected an object, got ") + type_name(v));
+  if (!v.is_object()) invalid_field("response_format", std::string("expected an object, got ") + json_type_name(v));
   ResponseFormat f;
   const auto type = v.find("type");
-  if (type == v.end()) fail("response_format.type", "missing");
+  if (type == v.end()) invalid_field("response_format.type", "missing");
   f.type = need_string(*type, "response_format.type");
   if (f.type == "json_schema") {
     const auto js = v.find("json_schema");
-    if (js == v.end() || !js->is_object()) fail("response_format.json_schema", "missing or not an object");
+    if (js == v.end() || !js->is_object()) invalid_field("response_format.json_schema", "missing or not an object");
     if (js->contains("name")) f.name = need_string((*js)["name"], "response_format.json_schema.name");
     if (js->contains("strict") && !(*js)["strict"].is_null()) {
       f.strict = need_bool((*js)["strict"], "response_format.json_schema.strict");
     }
     const auto schema = js->find("schema");
     if (schema == js->end() || !schema->is_object())
-      fail("response_format.json_schema.schema", "missing or not an object");
+      invalid_field("response_format.json_schema.schema", "missing or not an object");
     f.schema_json = schema->dump();
   } else if (f.type != "text" && f.type != "json_object") {
-    fail("response_format.type", "'" + f.type + "' is not one of text, json_object, json_schema");
+    invalid_field("response_format.type", "'" + f.type + "' is not one of text, json_object, json_schema");
   }
   return f;
 }
@@ -346,15 +338,15 @@ json parse_body(std::string_view body, const ServeLimits& limits) {
   try {
     j = parse_json_input(body.data(), body.data() + body.size(), "the body");
   } catch (const Error& e) {
-    fail("", e.what());
+    invalid_field("", e.what());
   }
-  if (!j.is_object()) fail("", std::string("the body must be a JSON object, got ") + type_name(j));
+  if (!j.is_object()) invalid_field("", std::string("the body must be a JSON object, got ") + json_type_name(j));
   return j;
 }
 
 std::string parse_model(const json& body) {
   const auto it = body.find("model");
-  if (it == body.end()) fail("model", "missing");
+  if (it == body.end()) invalid_field("model", "missing");
   return need_string(*it, "model");
 }
 
@@ -362,7 +354,7 @@ std::string parse_user(const json& body) {
   const auto it = body.find("user");
   if (it == body.end() || it->is_null()) return "";
   std::string user = need_string(*it, "user");
-  if (user.size() > 4096) fail("user", "at most 4096 bytes are accepted");
+  if (user.size() > 4096) invalid_field("user", "at most 4096 bytes are accepted");
   return user;
 }
 
@@ -412,18 +404,19 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
   ChatRequest r;
   r.model = parse_model(body);
   const auto messages = body.find("messages");
-  if (messages == body.end()) fail("messages", "missing");
-  if (!messages->is_array()) fail("messages", std::string("expected an array, got ") + type_name(*messages));
-  if (messages->empty()) fail("messages", "must hold at least one message");
+  if (messages == body.end()) invalid_field("messages", "missing");
+  if (!messages->is_array())
+    invalid_field("messages", std::string("expected an array, got ") + json_type_name(*messages));
+  if (messages->empty()) invalid_field("messages", "must hold at least one message");
   if (messages->size() > limits.max_messages) {
-    fail("messages", "at most " + std::to_string(limits.max_messages) + " messages are accepted");
+    invalid_field("messages", "at most " + std::to_string(limits.max_messages) + " messages are accepted");
   }
   for (std::size_t i = 0; i < messages->size(); ++i) {
     r.messages.push_back(parse_message((*messages)[i], "messages[" + std::to_string(i) + "]"));
   }
   r.sampling = parse_sampling(body, limits);
   if (r.sampling.n > 1 && r.sampling.stream) {
-    fail("n", "n > 1 is answered whole: streaming several choices is not served (give stream false or n 1)");
+    invalid_field("n", "n > 1 is answered whole: streaming several choices is not served (give stream false or n 1)");
   }
   parse_processors(body, limits, r.sampling);
   parse_logprobs(body, r.sampling, false);
@@ -453,18 +446,20 @@ CompletionRequest completion_request(std::string_view text, const ServeLimits& l
   CompletionRequest r;
   r.model = parse_model(body);
   const auto prompt = body.find("prompt");
-  if (prompt == body.end()) fail("prompt", "missing");
+  if (prompt == body.end()) invalid_field("prompt", "missing");
   if (prompt->is_array()) {
     if (!prompt->empty() && (*prompt)[0].is_number_integer()) {
       unsupported("prompt", "a prompt of token ids (give the prompt as text)");
     }
-    if (prompt->size() != 1) fail("prompt", "an array prompt must hold exactly one string (batches are not served)");
+    if (prompt->size() != 1)
+      invalid_field("prompt", "an array prompt must hold exactly one string (batches are not served)");
     r.prompt = need_string((*prompt)[0], "prompt[0]");
   } else {
     r.prompt = need_string(*prompt, "prompt");
   }
   r.sampling = parse_sampling(body, limits);
-  if (r.sampling.n > 1) fail("n", "n > 1 is served on /v1/chat/completions only, got " + std::to_string(r.sampling.n));
+  if (r.sampling.n > 1)
+    invalid_field("n", "n > 1 is served on /v1/chat/completions only, got " + std::to_string(r.sampling.n));
   parse_processors(body, limits, r.sampling);
   parse_logprobs(body, r.sampling, true);
   r.user = parse_user(body);
