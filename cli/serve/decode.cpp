@@ -1,6 +1,7 @@
 #include "serve/decode.h"
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 #include <random>
 
@@ -39,7 +40,25 @@ struct Choice {
   std::unique_ptr<TextStream> stream;
   std::shared_ptr<DecodeJob> job;
   std::optional<StepLogprobs> logprobs;  // the scheduler's: the step's, until its token is posted
+  // A streamed choice's log probabilities not yet queued for the chunks: a token's entry waits until the
+  // content released reaches its text, so that a token the content leaves out (a stop string's) is never
+  // sent, and the stream's entries are the whole answer's (choice_result).
+  std::deque<StepLogprobs> held;
+  std::size_t queued = 0;          // entries queued so far
+  std::size_t queued_bytes = 0;    // the bytes their tokens spell
+  std::size_t released_bytes = 0;  // the content streamed so far
 };
+
+// Queues the held entries of tokens that start before `bytes` of content, then, with `count`, more until
+// `count` are queued in all.
+void queue_held(Choice& c, std::size_t bytes, std::size_t count = 0) {
+  while (!c.held.empty() && (c.queued_bytes < bytes || c.queued < count)) {
+    c.queued_bytes += c.held.front().chosen.bytes.size();
+    queue_stream_logprobs(c.held.front());
+    c.held.pop_front();
+    ++c.queued;
+  }
+}
 
 // The job of choice `c` on `window`: its callbacks post each token's text (and log probabilities) and end the
 // sequence at a stop string or once the request's thread asked (a client that left).
@@ -69,8 +88,12 @@ bool wait_for_choices(std::vector<Choice>& choices, const SamplingRequest& sampl
     const bool done = choices[i].job->take(events, 50);
     for (DecodeEvent& e : events) {
       if (i != 0 || gone) continue;  // only choice 0 streams (n > 1 is not streamed)
-      if (e.logprobs && sampling.stream) queue_stream_logprobs(*e.logprobs);  // sent with the chunks
-      if (!e.delta.empty() && sink.on_text && !sink.on_text(e.delta)) cancel_all();
+      Choice& c = choices[0];
+      if (e.logprobs && sampling.stream) c.held.push_back(std::move(*e.logprobs));
+      if (e.delta.empty()) continue;
+      c.released_bytes += e.delta.size();
+      if (sampling.stream) queue_held(c, c.released_bytes);  // sent with the chunk of this delta
+      if (sink.on_text && !sink.on_text(e.delta)) cancel_all();
     }
     if (!gone && sink.cancelled && sink.cancelled()) cancel_all();
     if (done) ++i;
@@ -83,7 +106,6 @@ RunResult choice_result(Choice& c, bool gone, bool first, const RunSink& sink) {
   const std::optional<Generation> g = c.job->result();
   RunResult r;
   const std::string rest = c.stream->finish();
-  if (first && !gone && g && !rest.empty() && sink.on_text && !sink.on_text(rest)) gone = true;
   r.text = c.stream->released();
   r.tokens = c.stream->tokens();
   r.usage.completion_tokens = static_cast<int64_t>(r.tokens.size());
@@ -101,6 +123,10 @@ RunResult choice_result(Choice& c, bool gone, bool first, const RunSink& sink) {
     }
     r.prompt_forward_tokens = g->prompt_forward_tokens;
   }
+  // A stream's last entries (the tokens of the held-back rest, and those that write no text of their own)
+  // go with the rest's chunk or the finishing one: the stream then sent exactly r.logprobs.
+  if (first) queue_held(c, 0, r.logprobs.size());
+  if (first && !gone && g && !rest.empty() && sink.on_text && !sink.on_text(rest)) gone = true;
   if (gone || !g) {
     r.finish_reason = "cancelled";  // the client left, or the server closed before the run could end
   } else if (c.stream->stopped() || g->stop_reason == "stop_token" || g->stop_reason == "constraint_complete") {
