@@ -124,7 +124,7 @@ CachedGroup make_cached_group(const BatchPass& b, DecodeCacheState* cache, std::
     positions.push_back(seq.positions);
   }
   g.count = hi - g.lo + 1;
-  cache->reserve(cache->slots, g.keys);  // before any index: the capacity may grow
+  cache->reserve(cache->slots, g.keys);  // make_cached_groups reserved it for every group: a no-op
   write_positions(m, g, positions);
   g.write_index = long_tensor(write_rows(g, cache->heads, cache->capacity), m.device());
   if (!g.kernel) index_for_aten(b, g);
@@ -163,6 +163,14 @@ std::vector<CachedGroup> make_cached_groups(const BatchPass& b) {
     const auto key = std::make_pair(cache, b.seqs[i].rows);
     if (by.find(key) == by.end()) order.push_back(key);
     by[key].push_back(i);
+  }
+  // Every group's rows reserved before any group computes its indices: a later group that grew the buffers
+  // would move the rows an earlier group's write index points into (a sequence joining with a longer past
+  // and another query count than the running ones').
+  for (const auto& key : order) {
+    int64_t keys = 0;
+    for (std::size_t i : by[key]) keys = std::max(keys, b.seqs[i].past->length + b.seqs[i].rows);
+    key.first->reserve(key.first->slots, keys);
   }
   std::vector<CachedGroup> groups;
   for (const auto& key : order) groups.push_back(make_cached_group(b, key.first, std::move(by[key])));

@@ -149,6 +149,39 @@ TEST_CASE("sequences join and leave a DecodeBatch between steps", "[decode][batc
   CHECK(*std::max_element(sizes.begin(), sizes.end()) >= 3);  // they overlapped
 }
 
+TEST_CASE("a sequence that joins with a longer past leaves the running ones' new rows in place", "[decode][batch]") {
+  // The joining sequence's first forward (a query of 3 tokens) needs more rows than its slot was opened with,
+  // so the cache grows during that step, after the running sequence's group (one token) placed its new row.
+  // Two engines with the same windows: one decodes them one by one, the other with the join.
+  std::vector<std::vector<Generation>> results;
+  for (bool together : {false, true}) {
+    auto engine = open_stories_small_pages();
+    std::mt19937_64 rng(48);
+    Window a = story_window(*engine, rng, 8), b = story_window(*engine, rng, 200);
+    const std::vector<int64_t> qa = random_tokens(rng, 2), qb = random_tokens(rng, 3);
+    GenerateOptions o;
+    o.max_tokens = 10;
+    o.logprobs = true;
+    if (!together) {
+      results.push_back({a.generate(qa, o), b.generate(qb, o)});
+      continue;
+    }
+    DecodeBatch batch;
+    const uint64_t ia = batch.add({&a, qa, o});
+    std::map<uint64_t, Generation> got;
+    for (int step = 0; !batch.empty(); ++step) {
+      if (step == 2) batch.add({&b, qb, o});
+      for (auto& [id, g] : batch.step().finished) got[id == ia ? 0 : 1] = g;
+    }
+    REQUIRE(got.size() == 2);
+    results.push_back({got[0], got[1]});
+  }
+  for (std::size_t i = 0; i < 2; ++i) {
+    INFO("sequence " << i);
+    check_same(results[1][i], results[0][i]);
+  }
+}
+
 TEST_CASE("generate_n decodes forks together: one query forward, each branch its seed", "[decode][batch][fork]") {
   auto engine = open_stories_small_pages();
   std::mt19937_64 rng(44);
