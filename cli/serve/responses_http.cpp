@@ -9,6 +9,7 @@
 
 #include "orbit/common/clock.h"
 #include "serve/peer_watch.h"
+#include "serve/responses_items.h"
 #include "serve/responses_run.h"
 #include "serve/serve_wire.h"
 
@@ -116,6 +117,14 @@ void get_response(ServeCore& core, const std::string& id, httplib::Response& res
   const std::shared_ptr<StoredResponse> stored = core.responses().get(id);
   if (!stored) return responses_route::reply_error(res, responses_route::unknown_response(id));
   res.set_content(stored->body, "application/json");
+}
+
+void get_input_items(ServeCore& core, const std::string& id, const httplib::Request& req, httplib::Response& res) {
+  const std::shared_ptr<StoredResponse> stored = core.responses().get(id);
+  if (!stored) return responses_route::reply_error(res, responses_route::unknown_response(id));
+  const ItemsPage page = input_items_page(*stored, req.params);  // httplib::Params is a multimap
+  if (page.error) return responses_route::reply_error(res, *page.error);
+  res.set_content(dump(page.body), "application/json");
 }
 
 void delete_response(ServeCore& core, const std::string& id, httplib::Response& res) {

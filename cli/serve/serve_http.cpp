@@ -41,6 +41,7 @@ const char* allowed_methods(const std::string& path) {
   static const std::vector<std::pair<std::regex, const char*>> routes = {
       {std::regex("/health|/metrics|/v1/models(/.+)?"), "GET, HEAD"},
       {std::regex("/v1/sessions/[^/]+|/v1/responses/[^/]+"), "GET, HEAD, DELETE"},
+      {std::regex("/v1/responses/[^/]+/input_items"), "GET, HEAD"},
       {std::regex("/v1/chat/completions|/v1/completions|/v1/responses"), "POST"},
   };
   for (const auto& [pattern, allow] : routes) {
@@ -363,6 +364,9 @@ void HttpServer::routes() {
   });
   s.Get(R"(/v1/responses/([^/]+))",
         [this](const httplib::Request& req, httplib::Response& res) { get_response(core_, req.matches[1], res); });
+  s.Get(R"(/v1/responses/([^/]+)/input_items)", [this](const httplib::Request& req, httplib::Response& res) {
+    get_input_items(core_, req.matches[1], req, res);
+  });
   s.Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
     delete_response(core_, req.matches[1], res);
   });

@@ -9,6 +9,7 @@
 //   POST /v1/responses              OpenAI's Responses API (responses_http.h): input items, chained by
 //                                   previous_response_id into the window the first response named
 //   GET  /v1/responses/ID           a stored response as it was returned; DELETE forgets it (404 when not stored)
+//   GET  /v1/responses/ID/input_items  its input items, a page at a time (order, limit, after)
 //   GET  /v1/sessions/ID            a session's window and savings; DELETE ends it (404 for an unknown one)
 //   GET  /metrics                   Prometheus text (serve_metrics.h)
 // Every error is an OpenAI error body (serve_api.h) with a 4xx or 5xx status; unknown paths are 404, a

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "orbit_catch.h"
+#include "serve/responses_items.h"
 #include "serve/responses_store.h"
 #include "serve/responses_wire.h"
 #include "serve/serve_wire.h"
@@ -218,4 +219,51 @@ TEST_CASE("responses: log probabilities in output_text and in the stream's delta
   CHECK(deltas[0].size() == 1);
   CHECK(deltas[1].size() == 1);
   CHECK(done.size() == 2);
+}
+
+TEST_CASE("responses: a stored response's input items, paged, and bad queries refused naming them",
+          "[serve][responses]") {
+  sv::StoredResponse r;
+  r.id = "resp_ab";
+  orbit::ChatMessage call{"assistant", ""};
+  call.tool_calls.push_back({"c1", "look", "{\"q\": 1}"});
+  orbit::ChatMessage result{"tool", "42"};
+  result.tool_call_id = "c1";
+  r.added = {{"user", "Hi"}, call, result, {"user", "More"}, {"assistant", "the answer: not an input"}};
+  const json items = sv::input_items(r);
+  REQUIRE(items.size() == 4);
+  CHECK(items[0] == json{{"type", "message"},
+                         {"id", "msg_ab_0"},
+                         {"role", "user"},
+                         {"status", "completed"},
+                         {"content", {{{"type", "input_text"}, {"text", "Hi"}}}}});
+  CHECK(items[1]["type"] == "function_call");  // an assistant message without text is its calls alone
+  CHECK(items[1]["id"] == "fc_ab_1_0");
+  CHECK(items[1]["arguments"] == "{\"q\": 1}");
+  CHECK(items[2] == json{{"type", "function_call_output"},
+                         {"id", "fco_ab_2"},
+                         {"call_id", "c1"},
+                         {"output", "42"},
+                         {"status", "completed"}});
+  // Newest first by default; a page, then the next after its last id.
+  const sv::ItemsPage first = sv::input_items_page(r, {{"limit", "3"}});
+  REQUIRE_FALSE(first.error);
+  CHECK(first.body["data"].size() == 3);
+  CHECK(first.body["first_id"] == "msg_ab_3");
+  CHECK(first.body["has_more"] == true);
+  const sv::ItemsPage next = sv::input_items_page(r, {{"limit", "3"}, {"after", first.body["last_id"]}});
+  REQUIRE_FALSE(next.error);
+  CHECK(next.body["data"].size() == 1);
+  CHECK(next.body["last_id"] == "msg_ab_0");
+  CHECK(next.body["has_more"] == false);
+  CHECK(sv::input_items_page(r, {{"order", "asc"}}).body["first_id"] == "msg_ab_0");
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"limit", "0"}, {"limit", "x"}, {"order", "up"}, {"after", "msg_zz"}, {"include", "a"}}) {
+    const sv::ItemsPage bad = sv::input_items_page(r, {{name, value}});
+    INFO(name << "=" << value);
+    REQUIRE(bad.error);
+    CHECK(bad.error->status == 400);
+    CHECK(bad.error->param == name);
+  }
+  CHECK(sv::input_items_page(r, {{"limit", "1"}, {"limit", "2"}}).error->param == "limit");
 }

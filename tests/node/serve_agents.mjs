@@ -7,7 +7,8 @@
 //   (a) client.responses.create whole, then streamed and chained by previous_response_id, then whole and
 //       chained again: the response and event shapes the client parses, usage.orbit, and that a chained
 //       response runs in the window its first response named (usage.orbit.session is that id; the plan
-//       keeps the conversation) and forwards only a part of its prompt; store false cannot be chained
+//       keeps the conversation) and forwards only a part of its prompt; retrieve, inputItems.list (paged) and
+//       delete of stored responses (the chain through a deleted one stays whole); store false cannot be chained
 //       (404), an unsupported parameter is refused by name (400);
 //   (b) the Agents SDK: an Agent with instructions and a function tool on an OpenAIProvider pointed at the
 //       server, run() whole and streamed, and chained by previousResponseId; each returns the story as
@@ -110,6 +111,17 @@ async function openaiClient(base, modelId) {
   check(info.requests === 3, "the chain's session served three requests", JSON.stringify(info.requests));
 
   const status = async (promise) => promise.then(() => 200, (e) => e.status ?? -1);
+  // Stored responses read back, their input listed, and deleted, through the client's own methods.
+  const fetched = await client.responses.retrieve(second.id);
+  check(fetched.id === second.id && fetched.output_text === second.output_text, "retrieve: the response as returned");
+  const items = [];
+  for await (const item of client.responses.inputItems.list(third.id, { order: "asc", limit: 1 })) items.push(item);
+  check(items.length === 1 && items[0].type === "message" && items[0].content[0].text === "Who was there?",
+        "input items: the third's input, paged one at a time", JSON.stringify(items));
+  await client.responses.delete(second.id);
+  check(await status(client.responses.retrieve(second.id)) === 404, "delete: the id is gone (404)");
+  const fourth = await client.responses.create({ ...request, input: "The end.", previous_response_id: third.id });
+  check(fourth.usage.input_tokens > third.usage.input_tokens, "delete: the chain through it stays whole");
   const unstored = await client.responses.create({ ...request, input: "A cat sat.", store: false });
   check(await status(client.responses.create({ ...request, input: "x", previous_response_id: unstored.id })) === 404,
         "store false: not chainable (404)");
