@@ -241,6 +241,13 @@ void refuse_unsupported(const ojson& body) {
   for (const char* name : {"conversation", "prompt", "max_tool_calls"}) {
     if (field(body, name) != nullptr) unsupported(name, name);
   }
+  // The samplers chat refuses (serve_api.cpp): the chat body written below would not carry them, so they
+  // would go unnoticed.
+  for (const char* name : {"top_k", "min_p", "top_a", "typical_p", "repetition_penalty", "mirostat"}) {
+    if (field(body, name) != nullptr) {
+      unsupported(name, std::string("sampling by ") + name + " (give temperature and top_p)");
+    }
+  }
   if (const ojson* v = field(body, "service_tier"); v != nullptr && *v != "auto" && *v != "default") {
     unsupported("service_tier", "a service tier other than auto or default");
   }
@@ -275,7 +282,7 @@ void copy_sampling(const ojson& body, ojson& chat) {
       invalid_field("max_output_tokens", "must be >= 1, got " + v->dump());
     chat["max_tokens"] = *v;
   }
-  for (const char* name : {"temperature", "top_p", "stream", "parallel_tool_calls", "user", "presence_penalty",
+  for (const char* name : {"temperature", "top_p", "seed", "stream", "parallel_tool_calls", "user", "presence_penalty",
                            "frequency_penalty", "logit_bias", "top_logprobs"}) {
     if (const ojson* v = field(body, name)) chat[name] = *v;
   }

@@ -14,7 +14,8 @@
 //   response, as in OpenAI's API); previous_response_id (string: resolved by the server, responses_run.h);
 //   store (bool, default true); tools ([{type: "function", name, description?, parameters?, strict?}]);
 //   tool_choice ("none" | "auto" | "required" | {type: "function", name} naming one of the tools);
-//   parallel_tool_calls (bool); max_output_tokens (integer >= 1); temperature [0, 2]; top_p (0, 1];
+//   parallel_tool_calls (bool); max_output_tokens (integer >= 1); temperature [0, 2]; top_p (0, 1]; seed
+//   (integer: as chat draws with it, the same request with the same seed answers the same);
 //   presence_penalty, frequency_penalty and logit_bias (as chat takes and honours them); top_logprobs (0..20)
 //   and include ["message.output_text.logprobs"]: either (top_logprobs above 0) asks for the answer's log
 //   probabilities, written in output_text.logprobs and in each output_text.delta event;
@@ -27,7 +28,8 @@
 // reasoning with an effort other than "none" (or a summary), truncation other than "disabled", any include
 // item but message.output_text.logprobs (no reasoning, no hosted tools), conversation, prompt,
 // max_tool_calls, service_tier other than "auto" or "default",
-// context_management, text.verbosity other than "medium". Unknown fields are ignored, as chat ignores them.
+// context_management, text.verbosity other than "medium", and the samplers chat refuses (top_k, min_p, top_a,
+// typical_p, repetition_penalty, mirostat). Unknown fields are ignored, as chat ignores them.
 //
 // Items become chat messages in order: a message item one message (developer read as system); a
 // function_call item joins the assistant message right before it (its text, or the calls before it), else

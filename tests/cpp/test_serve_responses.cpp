@@ -95,6 +95,12 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
   CHECK(!sv::parse_responses_request(body_with(R"("top_logprobs":0)")).value->chat.sampling.logprobs);
   CHECK(sv::parse_responses_request(body_with(R"("frequency_penalty":1.5)")).value->chat.sampling.frequency_penalty ==
         1.5);
+  // Samplers chat refuses are refused here too (the chat body would not carry them); a seed is honoured.
+  CHECK(refused(body_with(R"("top_k":5)")) == "top_k");
+  CHECK(refused(body_with(R"("repetition_penalty":1.1)")) == "repetition_penalty");
+  CHECK(refused(body_with(R"("min_p":0.1)")) == "min_p");
+  CHECK(sv::parse_responses_request(body_with(R"("seed":7)")).value->chat.sampling.seed == 7u);
+  CHECK(refused(body_with(R"("seed":"x")")) == "seed");
   CHECK(refused(body_with(R"("background":true)")) == "background");
   CHECK(refused(body_with(R"("conversation":"conv_1")")) == "conversation");
   CHECK(refused(body_with(R"("service_tier":"flex")")) == "service_tier");

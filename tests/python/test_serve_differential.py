@@ -66,3 +66,24 @@ def test_stream_with_a_stop_string_sends_the_whole_answers_logprobs(exact_server
             assert [t["token"] for t in got["top_logprobs"]] == [t["token"] for t in expected["top_logprobs"]]
         checked += finish == "stop"
     assert checked >= 4  # the stop strings did stop these answers
+
+
+def test_responses_honours_seed_and_refuses_what_chat_refuses(exact_server):
+    # The Responses body is rewritten as a chat body: a seed not copied left sampled answers random, and a
+    # sampler chat refuses (top_k) went unnoticed.
+    body = {"model": MODEL, "input": "Tell me a story.", "temperature": 1.0, "seed": 11, "max_output_tokens": 24}
+    texts = set()
+    for _ in range(3):
+        status, text = post(exact_server, "/v1/responses", body)
+        assert status == 200, text
+        texts.add(json.loads(text)["output"][0]["content"][0]["text"])
+    assert len(texts) == 1
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a story."}], "temperature": 1.0,
+            "seed": 11, "max_tokens": 24}
+    status, text = post(exact_server, "/v1/chat/completions", chat)
+    assert status == 200, text
+    assert json.loads(text)["choices"][0]["message"]["content"] in texts
+    status, text = post(exact_server, "/v1/responses", dict(body, top_k=5))
+    assert status == 400
+    assert json.loads(text)["error"]["code"] == "unsupported_parameter"
+    assert json.loads(text)["error"]["param"] == "top_k"
