@@ -248,6 +248,26 @@ void refuse_unsupported(const ojson& body) {
       unsupported(name, std::string("sampling by ") + name + " (give temperature and top_p)");
     }
   }
+  // Chat's fields are not the Responses API's: a client that sends them means something this API says
+  // another way (or not at all), so they are refused naming the field to use rather than dropped.
+  static const std::pair<const char*, const char*> kChatFields[] = {
+      {"max_tokens", "max_output_tokens"},
+      {"max_completion_tokens", "max_output_tokens"},
+      {"messages", "input"},
+      {"response_format", "text.format"},
+      {"logprobs", "top_logprobs, or include [\"message.output_text.logprobs\"]"},
+      {"stop", ""},
+      {"n", ""},
+      {"functions", "tools"},
+      {"function_call", "tool_choice"}};
+  for (const auto& [name, instead] : kChatFields) {
+    if (body.contains(name)) {
+      const std::string use = *instead ? std::string("; use ") + instead : std::string("; it has no equivalent here");
+      throw RequestInvalid{api_error(400,
+                                     std::string(name) + ": a chat completions field, not the Responses API's" + use,
+                                     "invalid_request_error", "unknown_parameter", name)};
+    }
+  }
   if (const ojson* v = field(body, "service_tier"); v != nullptr && *v != "auto" && *v != "default") {
     unsupported("service_tier", "a service tier other than auto or default");
   }

@@ -29,7 +29,10 @@
 // item but message.output_text.logprobs (no reasoning, no hosted tools), conversation, prompt,
 // max_tool_calls, service_tier other than "auto" or "default",
 // context_management, text.verbosity other than "medium", and the samplers chat refuses (top_k, min_p, top_a,
-// typical_p, repetition_penalty, mirostat). Unknown fields are ignored, as chat ignores them.
+// typical_p, repetition_penalty, mirostat). Chat's own fields are refused naming what to use instead (code
+// "unknown_parameter"): max_tokens and max_completion_tokens (max_output_tokens), messages (input),
+// response_format (text.format), logprobs (top_logprobs), functions and function_call (tools, tool_choice),
+// stop and n (no equivalent). Other unknown fields are ignored, as chat ignores them.
 //
 // Items become chat messages in order: a message item one message (developer read as system); a
 // function_call item joins the assistant message right before it (its text, or the calls before it), else

@@ -72,6 +72,16 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
       "tool_choice.name");
   CHECK(refused(body_with(R"("tool_choice":"required")")) == "tool_choice");
   CHECK(refused(body_with(R"("max_output_tokens":0)")) == "max_output_tokens");
+  // Chat's fields are refused naming what this API takes instead, not dropped.
+  for (const char* chat_field : {"max_tokens", "max_completion_tokens", "messages", "response_format", "logprobs",
+                                 "stop", "n", "functions", "function_call"}) {
+    const auto parsed = sv::parse_responses_request(body_with("\"" + std::string(chat_field) + "\":1"));
+    INFO(chat_field);
+    CHECK(parsed.error.param == chat_field);
+    CHECK(parsed.error.code == "unknown_parameter");
+  }
+  CHECK(sv::parse_responses_request(body_with(R"("max_tokens":5)")).error.message.find("use max_output_tokens") !=
+        std::string::npos);
   CHECK(refused(body_with(R"("temperature":3)")) == "temperature");
   CHECK(refused(body_with(R"("store":"yes")")) == "store");
   CHECK(refused(body_with(R"("text":{"format":{"type":"json_schema"}})")) == "text.format.schema");
