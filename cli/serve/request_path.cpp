@@ -226,14 +226,16 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
   {
     GateTurn turn(context_, s.lane, sink.cancelled);
     if (!turn.enter()) return cancelled_before_decode();
-    report = window.sync(request.messages, p.plan);  // the plan prepare made: no second rendering
-    predicted_kl = run_deferred_repairs(window);
-    mode = sessions_.serving(s);
-    if (mode.exact) {
-      window.heal();  // an audit found this session's loss past its budget: read as a re-prefill would be
-      predicted_kl = 0;
-    }
-    if (mode.audit) queue_audit(p.slot.shared_session(), mode.request, report.generation_prompt, predicted_kl);
+    context_.compute.run([&] {
+      report = window.sync(request.messages, p.plan);  // the plan prepare made: no second rendering
+      predicted_kl = run_deferred_repairs(window);
+      mode = sessions_.serving(s);
+      if (mode.exact) {
+        window.heal();  // an audit found this session's loss past its budget: read as a re-prefill would be
+        predicted_kl = 0;
+      }
+      if (mode.audit) queue_audit(p.slot.shared_session(), mode.request, report.generation_prompt, predicted_kl);
+    });
   }
   // With tools, the answer is read for calls: content streams up to where a call may start.
   std::optional<ToolCallStream> calls;
@@ -310,7 +312,7 @@ RunOutcome RequestPath::run_completion(RunTicket::Prepared& p, const RunSink& si
     // ServeOptions::max_idle_chunks).
     GateTurn turn(context_, lane, sink.cancelled);
     if (!turn.enter()) return cancelled_before_decode();
-    window.admit(context_.engine->add_tokens(prefix, ChunkOptions{}));
+    context_.compute.run([&] { window.admit(context_.engine->add_tokens(prefix, ChunkOptions{})); });
   }
   const std::vector<int64_t> query{tokens.back()};
   RunResult r = decode(context_, window, DecodeRequest{&query, &p.completion->sampling}, sink);

@@ -15,6 +15,7 @@
 #include "orbit/tool_calls.h"
 #include "serve/answer_constraint.h"
 #include "serve/audit.h"
+#include "serve/compute_thread.h"
 #include "serve/decode_scheduler.h"
 #include "serve/fair_gate.h"
 #include "serve/serve_metrics.h"
@@ -39,6 +40,7 @@ struct ServeContext {
   ServeMetrics metrics;
   Auditor auditor;                   // options.audit_rate's fidelity audits (audit.h)
   std::atomic<bool> closing{false};  // close() has begun: checks answer 503
+  ComputeThread compute;             // where requests' forwards run (compute_thread.h)
   // Continuous batching: every run's decode steps in one batch, one forward per step (decode_scheduler.h).
   // Last, so it stops (its thread joined) before the parts it uses go.
   DecodeScheduler decoder{*this};
