@@ -31,21 +31,36 @@ std::string trim(std::string_view s) {
   return std::string(s);
 }
 
+// Where each character of a JSON text falls, read one at a time: between tokens, or a string's opening quote,
+// inside, or closing quote.
+class JsonScan {
+ public:
+  enum class At { kOutside, kOpen, kInside, kClose };
+  At step(char c) {
+    if (!in_string_) {
+      in_string_ = c == '"';
+      return in_string_ ? At::kOpen : At::kOutside;
+    }
+    if (escaped_) {
+      escaped_ = false;
+    } else if (c == '\\') {
+      escaped_ = true;
+    } else if (c == '"') {
+      in_string_ = false;
+      return At::kClose;
+    }
+    return At::kInside;
+  }
+
+ private:
+  bool in_string_ = false, escaped_ = false;
+};
+
 bool too_deep(std::string_view text) {
   int depth = 0;
-  bool in_string = false, escaped = false;
+  JsonScan scan;
   for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') in_string = true;
+    if (scan.step(c) != JsonScan::At::kOutside) continue;
     if (c == '{' || c == '[') ++depth;
     if (c == '}' || c == ']') --depth;
     if (depth > kMaxDepth) return true;
@@ -71,21 +86,13 @@ std::size_t skip_space(std::string_view t, std::size_t at) {
 // One past the end of the value (or object key) that starts at `at`.
 std::size_t value_end(std::string_view t, std::size_t at) {
   int depth = 0;
-  bool in_string = false, escaped = false;
+  JsonScan scan;
   for (; at < t.size(); ++at) {
     const char c = t[at];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-        if (depth == 0) return at + 1;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
+    const JsonScan::At where = scan.step(c);
+    if (where == JsonScan::At::kClose && depth == 0) return at + 1;
+    if (where != JsonScan::At::kOutside) continue;
+    if (c == '{' || c == '[') {
       ++depth;
     } else if (c == '}' || c == ']') {
       if (--depth <= 0) return depth == 0 ? at + 1 : at;
@@ -122,21 +129,9 @@ std::vector<std::pair<std::string_view, std::string_view>> raw_children(std::str
 // `raw` without the whitespace between its tokens (as json::dump() writes), each token as written.
 std::string compact(std::string_view raw) {
   std::string out;
-  bool in_string = false, escaped = false;
+  JsonScan scan;
   for (char c : raw) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (is_space(c)) {
-      continue;
-    }
+    if (scan.step(c) == JsonScan::At::kOutside && is_space(c)) continue;
     out += c;
   }
   return out;
