@@ -204,12 +204,13 @@ TEST_CASE("unsupported keywords and bad schemas are refused with the path", "[co
   const auto at = [](const std::string& s) {
     return error_of([&] { Constraint::json_schema(s, {}, "response_format.json_schema.schema"); });
   };
-  CHECK(at(R"({"type": "object", "properties": {"x": {"type": "string", "pattern": "^a"}}})") ==
-        "response_format.json_schema.schema.properties.x: 'pattern' is not supported");
-  CHECK_THAT(at(R"({"type": "integer", "minimum": 0})"), Contains("schema: 'minimum' is not supported"));
+  CHECK(at(R"({"type": "object", "properties": {"x": {"type": "array", "uniqueItems": true}}})") ==
+        "response_format.json_schema.schema.properties.x: 'uniqueItems' is not supported");
+  CHECK_THAT(at(R"({"type": "integer", "not": {"const": 0}})"), Contains("schema: 'not' is not supported"));
   CHECK_THAT(at(R"({"type": "array", "items": {"oneOf": [{}]}})"), Contains("schema.items: 'oneOf' is not supported"));
-  CHECK_THAT(at(R"({"anyOf": [{"type": "string", "format": "date"}]})"),
-             Contains("schema.anyOf[0]: 'format' is not supported"));
+  CHECK_THAT(at(R"({"anyOf": [{"type": "string", "format": "ipv5"}]})"),
+             Contains("schema.anyOf[0].format: \"ipv5\" is not supported (supported: date, date-time, duration, "
+                      "email, hostname, ipv4, ipv6, time, uri, uuid)"));
   CHECK_THAT(at(R"({"properties": {"a": {}}, "additionalProperties": true})"),
              Contains("schema.additionalProperties: only false is supported"));
   CHECK_THAT(at(R"({"properties": {"a": {}}, "required": ["b"]})"),
@@ -284,9 +285,9 @@ TEST_CASE("tool calls: one per tool, arguments by the tool's schema, only, sever
              Contains("'nope' is not among the tools (get_weather, get_time, free)"));
   CHECK_THAT(error_of([] {
                Constraint::tool_calls(R"([{"type": "function", "function": {"name": "f", "parameters":
-                                        {"type": "object", "properties": {"q": {"type": "string", "format": "uri"}}}}}])");
+                                        {"type": "object", "properties": {"q": {"type": "string", "format": "url"}}}}}])");
              }),
-             Contains("tools[0].function.parameters.properties.q: 'format' is not supported"));
+             Contains("tools[0].function.parameters.properties.q.format: \"url\" is not supported"));
   CHECK_THAT(error_of([] { Constraint::tool_calls(R"([{"name": "f"}, {"name": "f"}])"); }),
              Contains("names two tools"));
 }

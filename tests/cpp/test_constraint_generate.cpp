@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "constrain/tokenizer_vocabulary.h"
 #include "orbit/constraint.h"
@@ -104,6 +105,37 @@ TEST_CASE("constrained generate: the budget makes the text complete within max_t
   const Generation cut = w.generate(" He", o);
   CHECK(cut.stop_reason == "max_tokens");
   CHECK(c->is_prefix(cut.text));
+}
+
+TEST_CASE("constrained generate: pattern, format and number bounds hold in what a story model writes",
+          "[constraint][model][cpu]") {
+  auto e = stories260k();
+  Window w = e->new_window();
+  w.add_turn("Once upon a time, there was a little girl named Lily.");
+  GenerateOptions o;
+  o.max_tokens = 120;
+  o.constraint = Constraint::json_schema(R"({"type": "object", "properties": {
+      "day": {"type": "string", "format": "date"},
+      "guests": {"type": "integer", "minimum": 2, "exclusiveMaximum": 10},
+      "price": {"type": "number", "minimum": 0.5, "maximum": 20, "multipleOf": 0.25},
+      "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"}},
+    "required": ["day", "guests", "price", "code"]})");
+  o.temperature = 1.0;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    o.seed = seed;
+    const Generation g = w.generate(" She", o);
+    INFO("seed " << seed << ": " << g.text << " (" << g.stop_reason << ")");
+    Json v;
+    REQUIRE_NOTHROW(v = Json::parse(g.text));
+    const std::string day = v.at("day").get<std::string>();
+    CHECK(std::regex_match(day, std::regex(R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))")));
+    CHECK(v.at("guests").is_number_integer());
+    CHECK((v.at("guests").get<int64_t>() >= 2 && v.at("guests").get<int64_t>() < 10));
+    const double price = v.at("price").get<double>();
+    CHECK((price >= 0.5 && price <= 20));
+    CHECK(price * 4 == static_cast<double>(static_cast<int64_t>(price * 4)));
+    CHECK(std::regex_match(v.at("code").get<std::string>(), std::regex(R"([A-Z]{2}-\d{3})")));
+  }
 }
 
 TEST_CASE("constrained generate: json_object, and the first token after BOS", "[constraint][model][cpu]") {

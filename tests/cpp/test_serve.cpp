@@ -579,12 +579,12 @@ TEST_CASE("serve: tools reach the prompt; what the vocabulary cannot write is re
   sv::ChatRequest described = with_tools;
   described.tools_json =
       R"([{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":)"
-      R"({"n":{"type":"integer","minimum":0},"when":{"type":"string","format":"date-time"}}}}}])";
+      R"({"tags":{"type":"array","uniqueItems":true},"when":{"type":"string","format":"date-time"}}}}}])";
   CHECK(core.prepare_chat(described, "").ok());
   described.tool_choice.mode = "required";
   const sv::RunTicket enforced = core.prepare_chat(described, "");
   REQUIRE_FALSE(enforced.ok());
-  CHECK(enforced.error().message.find("'minimum' is not supported") != std::string::npos);
+  CHECK(enforced.error().message.find("'uniqueItems' is not supported") != std::string::npos);
   // Forcing a call or a JSON answer decodes under a constraint; this model's vocabulary has no token for '{',
   // so it cannot write one: refused before the run, naming the field and the byte.
   sv::ChatRequest forced = with_tools;
@@ -598,11 +598,11 @@ TEST_CASE("serve: tools reach the prompt; what the vocabulary cannot write is re
   CHECK(core.prepare_chat(json_answer, "").error().param == "response_format.type");
   // A schema outside the supported subset is refused naming where.
   json_answer.response_format.type = "json_schema";
-  json_answer.response_format.schema_json = R"({"type":"string","pattern":"a+"})";
+  json_answer.response_format.schema_json = R"({"type":"array","uniqueItems":true})";
   const sv::RunTicket unsupported = core.prepare_chat(json_answer, "");
   REQUIRE_FALSE(unsupported.ok());
   CHECK(unsupported.error().param == "response_format.json_schema.schema");
-  CHECK(unsupported.error().message.find("pattern") != std::string::npos);
+  CHECK(unsupported.error().message.find("uniqueItems") != std::string::npos);
   // One whose shortest answer is longer than the context can hold is refused before any answer is built.
   json_answer.response_format.schema_json = R"({"type":"string","minLength":100000000})";
   const sv::RunTicket endless = core.prepare_chat(json_answer, "");

@@ -29,7 +29,9 @@
 //     cannot be skipped. Keys are written as nlohmann::json writes them (escapes included).
 //   - Strings: valid UTF-8, no control characters; the escapes \" \\ \/ \b \f \n \r \t and \uXXXX other than
 //     surrogates (D800-DFFF). A string has at most maxLength characters (ConstraintLimits::max_string_chars
-//     when the schema gives none); a character is a code point or an escape.
+//     when the schema gives none); a character is a code point or an escape. Under pattern or format, each
+//     character has one spelling: \" and \\, \b \f \n \r \t or \u00XX for the other control characters,
+//     every other character as its UTF-8 bytes.
 //   - Numbers: JSON's grammar, at most max_number_chars characters, exponents of at most 2 digits (every
 //     number fits a double); "integer" has no fraction or exponent and at most 18 characters (it fits int64).
 //   - Arrays: at most maxItems items (max_array_items when the schema gives none); free-form objects at most
@@ -114,13 +116,24 @@ class Constraint {
   //                   properties nor additionalProperties is any object); required
   //   items           one schema (absent: any value); minItems, maxItems
   //   minLength, maxLength (strings)
+  //   pattern         a regular expression (ECMA-262; matched anywhere in the string unless anchored with ^ $):
+  //                   classes, groups, alternation, quantifiers, \d \w \s; refused: backreferences,
+  //                   lookaround, \b, \p{..}, anchors other than at a (top-level alternative's) start or end
+  //   format          date, time, date-time (RFC 3339; February 29 is allowed in every year), duration (RFC
+  //                   3339's, whole numbers), email (dot-atom local part), hostname (RFC 1123 labels), ipv4,
+  //                   ipv6 (RFC 3986), uuid, uri (a scheme, ':', and URI characters with valid %-escapes)
+  //   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (numbers and integers): exact
+  //                   decimal comparisons; such numbers are written without exponent; multipleOf's significant
+  //                   digits times (its decimals + 3) at most 50000
+  //   (string keywords beside a "type" without "string", or number keywords beside one without "number" or
+  //   "integer", are refused: they would constrain nothing)
   //   enum, const     (with "type" beside them, values of other types are dropped)
   //   anyOf           alone (or with annotations)
   //   $defs / definitions with "$ref": "#/$defs/<name>" (or "#/definitions/<name>"), not recursive
   //   annotations, ignored: title, description, default, examples, $schema, $id, $comment, deprecated,
   //                   readOnly, writeOnly
   // A schema may be `true` (any value). Anything else throws orbit::Error naming the keyword and where it
-  // is, under `path`: "<path>.properties.x: 'pattern' is not supported". Bad JSON, a `required` name
+  // is, under `path`: "<path>.properties.x: 'uniqueItems' is not supported". Bad JSON, a `required` name
   // that is not a property, an empty enum, min above max and a recursive $ref throw likewise.
   static std::shared_ptr<const Constraint> json_schema(std::string_view schema_json,
                                                        const ConstraintLimits& limits = {},

@@ -127,6 +127,7 @@ void Grammar::finish() {
         case NodeKind::kChoice:
           for (int32_t c : n.children) m = std::min(m, at(c).min_bytes);
           break;
+        case NodeKind::kDfa: m = n.dfa->min_bytes[0]; break;
         case NodeKind::kSequence:
           m = 0;
           for (int32_t c : n.children) m = std::min(kUnreachable, m + at(c).min_bytes);
@@ -169,6 +170,16 @@ int32_t add_number(Grammar& g, bool integer, int64_t max_chars) {
   n.integer = integer;
   // An integer of at most 18 characters fits a signed 64-bit integer, so parsers read it as one.
   n.max_count = integer ? std::min<int64_t>(max_chars, kMaxIntegerChars) : max_chars;
+  return g.add(std::move(n));
+}
+
+int32_t add_dfa(Grammar& g, ByteDfa dfa, int64_t max_chars, const std::string& what) {
+  ORBIT_CHECK(dfa.min_chars[0] <= max_chars, what << ": the shortest value allowed has " << dfa.min_chars[0]
+                                                  << " characters, over the limit of " << max_chars);
+  Node n;
+  n.kind = NodeKind::kDfa;
+  n.max_count = max_chars;
+  n.dfa = std::make_shared<const ByteDfa>(std::move(dfa));
   return g.add(std::move(n));
 }
 

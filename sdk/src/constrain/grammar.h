@@ -12,16 +12,20 @@
 //   kAnyValue     any JSON value, told apart by its first byte        [string, number, literals, object, array]
 //   kChoice       one of its children                                  the alternatives
 //   kSequence     its children one after another                       the parts
+//   kDfa          a byte automaton's language (pattern, format, number  -
+//                 bounds: schema_regular.h), at most max_count characters
 //
 // Whitespace: a container may carry `space`, which allows one ' ' after each of its '{', '[', ':' and ','
 // and nowhere else; without it the container is written compactly.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "constrain/byte_dfa.h"
 #include "orbit/constraint.h"
 
 namespace orbit::constrain {
@@ -37,6 +41,7 @@ enum class NodeKind : uint8_t {
   kAnyValue,
   kChoice,
   kSequence,
+  kDfa,
 };
 
 // A trie of byte strings. Node 0 is the root; a node's `value` is the index of the string ending there
@@ -61,14 +66,15 @@ struct ByteTrie {
 
 struct Node {
   NodeKind kind = NodeKind::kLiteral;
-  std::string literal;            // kLiteral
-  ByteTrie trie;                  // kLiteralSet (the strings), kObject (the keys, quoted as JSON)
-  int64_t min_count = 0;          // kString characters, kArray items
-  int64_t max_count = 0;          // kString characters, kNumber characters, kArray items, kAnyObject members
-  bool integer = false;           // kNumber
-  bool space = false;             // containers: one optional ' ' after '{', '[', ':', ','
-  int32_t max_depth = 0;          // kAnyValue: containers open only below this depth
-  std::vector<int32_t> children;  // see the table above
+  std::string literal;                 // kLiteral
+  ByteTrie trie;                       // kLiteralSet (the strings), kObject (the keys, quoted as JSON)
+  int64_t min_count = 0;               // kString characters, kArray items
+  int64_t max_count = 0;               // kString, kNumber, kDfa characters, kArray items, kAnyObject members
+  bool integer = false;                // kNumber
+  bool space = false;                  // containers: one optional ' ' after '{', '[', ':', ','
+  int32_t max_depth = 0;               // kAnyValue: containers open only below this depth
+  std::vector<int32_t> children;       // see the table above
+  std::shared_ptr<const ByteDfa> dfa;  // kDfa (shared by the grammars a constraint is imported into)
   // kObject, per property index p (declared order): required, the quoted key's length, and (filled by
   // finish()) the fewest bytes of its value.
   std::vector<bool> required;
@@ -103,6 +109,9 @@ int32_t add_string(Grammar& g, int64_t min_chars, int64_t max_chars);
 // An integer has at most kMaxIntegerChars characters (sign included): every one fits int64_t.
 inline constexpr int64_t kMaxIntegerChars = 18;
 int32_t add_number(Grammar& g, bool integer, int64_t max_chars);
+// The language of `dfa` in at most `max_chars` characters (its char_end entries). Throws naming `what` when
+// its shortest text is longer.
+int32_t add_dfa(Grammar& g, ByteDfa dfa, int64_t max_chars, const std::string& what);
 // Any JSON value (kAnyValue and the nodes it dispatches to); objects and arrays under `limits`.
 int32_t add_any_value(Grammar& g, const ConstraintLimits& limits);
 // Any JSON object: a kAnyObject whose values are any values.

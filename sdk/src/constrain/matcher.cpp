@@ -89,6 +89,7 @@ bool Matcher::ends_here(const Frame& top) const {
   const Node& n = g_.at(static_cast<int32_t>(top.node));
   if (n.kind == NodeKind::kNumber) return num_accepting(top.phase);
   if (n.kind == NodeKind::kLiteralSet) return n.trie.nodes[top.a].value >= 0;
+  if (n.kind == NodeKind::kDfa) return n.dfa->accepting[top.a] != 0;
   return false;
 }
 
@@ -129,6 +130,7 @@ void Matcher::consume(const Frame* f, std::size_t n, uint8_t byte, StateSet& out
     case NodeKind::kAnyObject: s = any_object_byte(node, top, byte); break;
     case NodeKind::kArray: s = array_byte(node, top, byte); break;
     case NodeKind::kAnyValue: s = any_value_byte(node, top, byte); break;
+    case NodeKind::kDfa: s = dfa_byte(node, top, byte); break;
     case NodeKind::kChoice:
     case NodeKind::kSequence: break;  // never on top after settle()
   }
@@ -205,6 +207,8 @@ int64_t Matcher::remaining(const Frame& f) const {
       return string_pending(f.phase) + std::max<int64_t>(0, n.min_count - a) + 1;
     case NodeKind::kNumber: return num_accepting(f.phase) ? 0 : 1;
     case NodeKind::kAnyValue: return 1;
+    // The fewest bytes, which a path with fewer characters but more bytes may exceed near max_count.
+    case NodeKind::kDfa: return n.dfa->min_bytes[f.a];
     case NodeKind::kSequence: {
       int64_t sum = 0;
       for (std::size_t i = f.a; i < n.children.size(); ++i) sum += g_.at(n.children[i]).min_bytes;
@@ -288,6 +292,7 @@ void Matcher::key(const StateSet& s, int64_t horizon, std::vector<uint32_t>& out
     for (std::size_t j = 0; j < s.length(i); ++j) {
       const Node& n = g_.at(static_cast<int32_t>(f[j].node));
       uint32_t a = f[j].a;
+      uint32_t b = f[j].b;
       if (horizon >= 0) {
         const auto c = static_cast<int64_t>(a);
         // Every comparison of the counter over the next `horizon` increments comes out the same.
@@ -304,13 +309,16 @@ void Matcher::key(const StateSet& s, int64_t horizon, std::vector<uint32_t>& out
           case NodeKind::kAnyObject:
             if (far_from_max) a = kMid;
             break;
+          case NodeKind::kDfa:  // b counts characters: every check over the horizon passes
+            if (static_cast<int64_t>(b) + horizon + n.dfa->max_min_chars + 1 <= n.max_count) b = kMid;
+            break;
           default: break;
         }
       }
       out.push_back(f[j].node);
       out.push_back(static_cast<uint32_t>(f[j].phase) | (static_cast<uint32_t>(f[j].depth) << 16));
       out.push_back(a);
-      out.push_back(f[j].b);
+      out.push_back(b);
     }
   }
 }

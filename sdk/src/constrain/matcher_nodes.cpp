@@ -328,4 +328,19 @@ Step any_value_byte(const Node& n, Frame f, uint8_t c) {
   return {Op::kReplace, g, -1};
 }
 
+// A byte is allowed when the automaton takes it and the shortest way to an accepting state still fits in
+// the characters left; an accepting state with nowhere to go ends the node.
+Step dfa_byte(const Node& n, Frame f, uint8_t c) {
+  const ByteDfa& d = *n.dfa;
+  const int32_t next = d.next(static_cast<int32_t>(f.a), c);
+  if (next < 0) return {};
+  const auto q = static_cast<std::size_t>(next);
+  const int64_t chars = static_cast<int64_t>(f.b) + d.char_end[q];
+  if (chars + d.min_chars[q] > n.max_count) return {};
+  if (d.accepting[q] && d.edges[q].empty()) return finish();
+  f.a = static_cast<uint32_t>(next);
+  f.b = static_cast<uint32_t>(chars);
+  return stay(f);
+}
+
 }  // namespace orbit::constrain::nodes

@@ -12,6 +12,7 @@
 //   kArray       phase, a = items so far
 //   kAnyValue    - (replaced by the node its first byte selects)
 //   kSequence    a = the next part to push
+//   kDfa         a = the automaton's state, b = characters so far
 #pragma once
 
 #include <cstdint>
@@ -64,6 +65,7 @@ Step object_byte(const Node& n, Frame f, uint8_t c);
 Step any_object_byte(const Node& n, Frame f, uint8_t c);
 Step array_byte(const Node& n, Frame f, uint8_t c);
 Step any_value_byte(const Node& n, Frame f, uint8_t c);
+Step dfa_byte(const Node& n, Frame f, uint8_t c);
 
 bool num_accepting(uint16_t phase);
 // Bytes a string still needs to finish the character it is in (0 in the body).

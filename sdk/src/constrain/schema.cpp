@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "constrain/grammar.h"
+#include "constrain/schema_regular.h"
 #include "orbit/common/error.h"
 #include "orbit/common/json_input.h"
 
@@ -23,11 +25,40 @@ const std::set<std::string>& annotations() {
 }
 
 const std::set<std::string>& structural() {
-  static const std::set<std::string> k{"type",      "properties", "required", "additionalProperties",
-                                       "items",     "minItems",   "maxItems", "minLength",
-                                       "maxLength", "enum",       "const",    "anyOf",
-                                       "$ref"};
+  static const std::set<std::string> k{"type",
+                                       "properties",
+                                       "required",
+                                       "additionalProperties",
+                                       "items",
+                                       "minItems",
+                                       "maxItems",
+                                       "minLength",
+                                       "maxLength",
+                                       "enum",
+                                       "const",
+                                       "anyOf",
+                                       "$ref",
+                                       "pattern",
+                                       "format",
+                                       "minimum",
+                                       "maximum",
+                                       "exclusiveMinimum",
+                                       "exclusiveMaximum",
+                                       "multipleOf"};
   return k;
+}
+
+const std::vector<const char*>& number_keywords() {
+  static const std::vector<const char*> k{"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
+  return k;
+}
+
+bool has_number_keyword(const Json& s) {
+  return std::any_of(number_keywords().begin(), number_keywords().end(), [&](const char* k) { return s.contains(k); });
+}
+
+bool has_string_keyword(const Json& s) {
+  return s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || s.contains("format");
 }
 
 const std::set<std::string>& type_names() {
@@ -77,6 +108,7 @@ class SchemaCompiler {
     const std::vector<std::string> types = types_of(s, path);
     if (s.contains("enum") || s.contains("const")) return compile_enum(s, types, path);
     if (types.empty()) return add_any_value(g_, limits_);
+    check_applies(s, types, path);
     std::vector<int32_t> alternatives;
     for (const std::string& t : types) alternatives.push_back(compile_type(s, t, path));
     if (alternatives.size() == 1) return alternatives.front();
@@ -124,15 +156,30 @@ class SchemaCompiler {
       out.push_back("object");
     }
     if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) out.push_back("array");
-    if (s.contains("minLength") || s.contains("maxLength")) out.push_back("string");
+    if (has_string_keyword(s)) out.push_back("string");
+    if (has_number_keyword(s)) out.push_back("number");
     return out;
+  }
+
+  // Refuses string and number keywords beside a "type" that has no strings or no numbers (they would
+  // constrain nothing).
+  static void check_applies(const Json& s, const std::vector<std::string>& types, const std::string& path) {
+    const auto has = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
+    const bool strings = has("string");
+    const bool numbers = has("number") || has("integer");
+    for (const char* k : {"minLength", "maxLength", "pattern", "format"}) {
+      ORBIT_CHECK(strings || !s.contains(k), path << ": '" << k << "' applies to strings, and \"type\" has none");
+    }
+    for (const char* k : number_keywords()) {
+      ORBIT_CHECK(numbers || !s.contains(k), path << ": '" << k << "' applies to numbers, and \"type\" has none");
+    }
   }
 
   int32_t compile_type(const Json& s, const std::string& type, const std::string& path) {
     if (type == "object") return compile_object(s, path);
     if (type == "array") return compile_array(s, path);
     if (type == "string") return compile_string(s, path);
-    if (type == "number" || type == "integer") return add_number(g_, type == "integer", limits_.max_number_chars);
+    if (type == "number" || type == "integer") return compile_number(s, type == "integer", path);
     if (type == "boolean") return add_literal_set(g_, {"true", "false"});
     return add_literal(g_, "null");
   }
@@ -142,7 +189,34 @@ class SchemaCompiler {
     const int64_t max =
         s.contains("maxLength") ? count_of(s, "maxLength", path) : std::max(min, limits_.max_string_chars);
     ORBIT_CHECK(min <= max, path << ": minLength " << min << " is above maxLength " << max);
-    return add_string(g_, min, max);
+    if (!s.contains("pattern") && !s.contains("format")) return add_string(g_, min, max);
+    StringRules rules;
+    rules.min_chars = min;
+    rules.max_chars = max;
+    for (const char* k : {"pattern", "format"}) {
+      if (!s.contains(k)) continue;
+      ORBIT_CHECK(s.at(k).is_string(), path << "." << k << ": expected a string, not " << brief(s.at(k)));
+      (std::string(k) == "pattern" ? rules.pattern : rules.format) = s.at(k).get_ptr<const std::string*>();
+    }
+    return add_string_dfa(g_, rules, path);
+  }
+
+  int32_t compile_number(const Json& s, bool integer, const std::string& path) {
+    if (!has_number_keyword(s)) return add_number(g_, integer, limits_.max_number_chars);
+    NumberRules rules;
+    rules.integer = integer;
+    const auto text = [&](const char* key) -> std::optional<std::string> {
+      if (!s.contains(key)) return std::nullopt;
+      const Json& v = s.at(key);
+      ORBIT_CHECK(v.is_number(), path << "." << key << ": expected a number, not " << brief(v));
+      return v.dump();
+    };
+    rules.minimum = text("minimum");
+    rules.maximum = text("maximum");
+    rules.exclusive_minimum = text("exclusiveMinimum");
+    rules.exclusive_maximum = text("exclusiveMaximum");
+    rules.multiple_of = text("multipleOf");
+    return add_number_dfa(g_, rules, limits_.max_number_chars, path);
   }
 
   int32_t compile_array(const Json& s, const std::string& path) {

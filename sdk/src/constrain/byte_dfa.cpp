@@ -1,0 +1,283 @@
+// Byte automata (byte_dfa.h): subset construction, products, and the pruning and distance tables every
+// finished DFA gets.
+#include "constrain/byte_dfa.h"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "orbit/common/error.h"
+
+namespace orbit::constrain {
+
+namespace {
+
+constexpr int64_t kFar = std::numeric_limits<int64_t>::max() / 4;
+
+// A DFA being built: states in the order they were found, state 0 the start.
+struct Draft {
+  std::vector<std::vector<ByteDfa::Edge>> edges;
+  std::vector<uint8_t> accepting;
+  std::vector<uint8_t> char_end;
+
+  int32_t add(bool accepts, bool ends_char, const std::string& what) {
+    ORBIT_CHECK(accepting.size() < kMaxDfaStates,
+                what << ": too complex to constrain (over " << kMaxDfaStates << " automaton states)");
+    edges.emplace_back();
+    accepting.push_back(accepts ? 1 : 0);
+    char_end.push_back(ends_char ? 1 : 0);
+    return static_cast<int32_t>(accepting.size()) - 1;
+  }
+};
+
+// Appends an edge, merging it into the previous one when they are adjacent and go to the same state.
+void append(std::vector<ByteDfa::Edge>& out, uint8_t lo, uint8_t hi, int32_t to) {
+  if (!out.empty() && out.back().to == to && out.back().hi + 1 == lo) {
+    out.back().hi = hi;
+    return;
+  }
+  out.push_back({lo, hi, to});
+}
+
+// Reverse breadth-first distances to an accepting state; an edge into a state costs `cost(target)`
+// (0 or 1, so a deque keeps the order).
+template <typename Cost>
+std::vector<int64_t> distances(const Draft& d, const std::vector<std::vector<int32_t>>& into, Cost cost) {
+  std::vector<int64_t> dist(d.accepting.size(), kFar);
+  std::deque<int32_t> queue;
+  for (std::size_t s = 0; s < d.accepting.size(); ++s) {
+    if (d.accepting[s]) {
+      dist[s] = 0;
+      queue.push_back(static_cast<int32_t>(s));
+    }
+  }
+  while (!queue.empty()) {
+    const int32_t t = queue.front();
+    queue.pop_front();
+    const int64_t w = cost(t);
+    for (int32_t s : into[static_cast<std::size_t>(t)]) {
+      if (dist[static_cast<std::size_t>(s)] <= dist[static_cast<std::size_t>(t)] + w) continue;
+      dist[static_cast<std::size_t>(s)] = dist[static_cast<std::size_t>(t)] + w;
+      if (w == 0) {
+        queue.push_front(s);
+      } else {
+        queue.push_back(s);
+      }
+    }
+  }
+  return dist;
+}
+
+// Keeps the states reachable from the start that can reach an accepting state, renumbered in the order a
+// breadth-first walk from the start finds them, and fills the distance tables.
+ByteDfa finish(const Draft& d, const std::string& what) {
+  std::vector<std::vector<int32_t>> into(d.accepting.size());
+  for (std::size_t s = 0; s < d.edges.size(); ++s) {
+    for (const ByteDfa::Edge& e : d.edges[s]) into[static_cast<std::size_t>(e.to)].push_back(static_cast<int32_t>(s));
+  }
+  const std::vector<int64_t> bytes = distances(d, into, [](int32_t) { return 1; });
+  ORBIT_CHECK(!d.accepting.empty() && bytes[0] < kFar, what << ": admits no value");
+  std::vector<int32_t> id(d.accepting.size(), -1);
+  std::vector<int32_t> order{0};
+  id[0] = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    for (const ByteDfa::Edge& e : d.edges[static_cast<std::size_t>(order[i])]) {
+      const auto t = static_cast<std::size_t>(e.to);
+      if (id[t] >= 0 || bytes[t] >= kFar) continue;
+      id[t] = static_cast<int32_t>(order.size());
+      order.push_back(e.to);
+    }
+  }
+  const std::vector<int64_t> chars =
+      distances(d, into, [&](int32_t t) { return static_cast<int64_t>(d.char_end[static_cast<std::size_t>(t)]); });
+  ByteDfa out;
+  for (int32_t old : order) {
+    const auto o = static_cast<std::size_t>(old);
+    std::vector<ByteDfa::Edge> kept;
+    for (const ByteDfa::Edge& e : d.edges[o]) {
+      const int32_t to = id[static_cast<std::size_t>(e.to)];
+      if (to >= 0) append(kept, e.lo, e.hi, to);
+    }
+    out.edges.push_back(std::move(kept));
+    out.accepting.push_back(d.accepting[o]);
+    out.char_end.push_back(d.char_end[o]);
+    out.min_bytes.push_back(bytes[o]);
+    out.min_chars.push_back(chars[o]);
+    out.max_min_chars = std::max(out.max_min_chars, chars[o]);
+  }
+  return out;
+}
+
+// The NFA states reachable from `set` by empty moves (sorted, unique).
+std::vector<int32_t> closure(const ByteNfa& nfa, std::vector<int32_t> set) {
+  std::vector<uint8_t> seen(nfa.states.size(), 0);
+  for (int32_t s : set) seen[static_cast<std::size_t>(s)] = 1;
+  for (std::size_t i = 0; i < set.size(); ++i) {
+    for (int32_t t : nfa.states[static_cast<std::size_t>(set[i])].empty) {
+      if (!seen[static_cast<std::size_t>(t)]) {
+        seen[static_cast<std::size_t>(t)] = 1;
+        set.push_back(t);
+      }
+    }
+  }
+  std::sort(set.begin(), set.end());
+  return set;
+}
+
+}  // namespace
+
+int32_t ByteNfa::add(bool mid_char) {
+  State s;
+  s.mid_char = mid_char;
+  states.push_back(std::move(s));
+  return static_cast<int32_t>(states.size()) - 1;
+}
+
+void ByteNfa::edge(int32_t from, uint8_t lo, uint8_t hi, int32_t to) {
+  states[static_cast<std::size_t>(from)].edges.push_back({lo, hi, to});
+}
+
+void ByteNfa::empty(int32_t from, int32_t to) { states[static_cast<std::size_t>(from)].empty.push_back(to); }
+
+int32_t ByteDfa::next(int32_t state, uint8_t byte) const {
+  for (const Edge& e : edges[static_cast<std::size_t>(state)]) {
+    if (byte < e.lo) return -1;
+    if (byte <= e.hi) return e.to;
+  }
+  return -1;
+}
+
+ByteDfa determinize(const ByteNfa& nfa, const std::string& what) {
+  Draft d;
+  std::map<std::vector<int32_t>, int32_t> ids;
+  std::vector<std::vector<int32_t>> sets;
+  const auto intern = [&](std::vector<int32_t> set) {
+    const auto found = ids.find(set);
+    if (found != ids.end()) return found->second;
+    const bool accepts = std::binary_search(set.begin(), set.end(), nfa.accept);
+    const bool ends_char = std::any_of(set.begin(), set.end(),
+                                       [&](int32_t s) { return !nfa.states[static_cast<std::size_t>(s)].mid_char; });
+    const int32_t id = d.add(accepts, ends_char, what);
+    ids.emplace(set, id);
+    sets.push_back(std::move(set));
+    return id;
+  };
+  intern(closure(nfa, {nfa.start}));
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    // Cut the byte line where any member's edge starts or ends, then map each piece to its target set.
+    std::vector<int> cuts{0, 256};
+    for (int32_t s : sets[i]) {
+      for (const ByteNfa::Edge& e : nfa.states[static_cast<std::size_t>(s)].edges) {
+        cuts.push_back(e.lo);
+        cuts.push_back(e.hi + 1);
+      }
+    }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    std::vector<ByteDfa::Edge> out;
+    for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+      std::vector<int32_t> targets;
+      for (int32_t s : sets[i]) {
+        for (const ByteNfa::Edge& e : nfa.states[static_cast<std::size_t>(s)].edges) {
+          if (e.lo <= cuts[c] && cuts[c] <= e.hi) targets.push_back(e.to);
+        }
+      }
+      if (targets.empty()) continue;
+      std::sort(targets.begin(), targets.end());
+      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+      const int32_t to = intern(closure(nfa, std::move(targets)));
+      append(out, static_cast<uint8_t>(cuts[c]), static_cast<uint8_t>(cuts[c + 1] - 1), to);
+    }
+    d.edges[i] = std::move(out);
+  }
+  return finish(d, what);
+}
+
+ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, const std::string& what) {
+  Draft d;
+  std::map<std::pair<int32_t, int32_t>, int32_t> ids;
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  const auto intern = [&](int32_t x, int32_t y) {
+    const auto found = ids.find({x, y});
+    if (found != ids.end()) return found->second;
+    const auto ux = static_cast<std::size_t>(x);
+    const auto uy = static_cast<std::size_t>(y);
+    const int32_t id = d.add(a.accepting[ux] && b.accepting[uy], a.char_end[ux] != 0, what);
+    ids.emplace(std::make_pair(x, y), id);
+    pairs.emplace_back(x, y);
+    return id;
+  };
+  intern(0, 0);
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    std::vector<ByteDfa::Edge> out;
+    for (const ByteDfa::Edge& ea : a.edges[static_cast<std::size_t>(pairs[i].first)]) {
+      for (const ByteDfa::Edge& eb : b.edges[static_cast<std::size_t>(pairs[i].second)]) {
+        const uint8_t lo = std::max(ea.lo, eb.lo);
+        const uint8_t hi = std::min(ea.hi, eb.hi);
+        if (lo <= hi) append(out, lo, hi, intern(ea.to, eb.to));
+      }
+    }
+    d.edges[i] = std::move(out);
+  }
+  return finish(d, what);
+}
+
+ByteDfa with_min_chars(const ByteDfa& a, int64_t min_chars, const std::string& what) {
+  Draft d;
+  std::map<std::pair<int32_t, int64_t>, int32_t> ids;
+  std::vector<std::pair<int32_t, int64_t>> states;
+  const auto intern = [&](int32_t q, int64_t k) {
+    const auto found = ids.find({q, k});
+    if (found != ids.end()) return found->second;
+    const auto uq = static_cast<std::size_t>(q);
+    const int32_t id = d.add(a.accepting[uq] && k == min_chars, a.char_end[uq] != 0, what);
+    ids.emplace(std::make_pair(q, k), id);
+    states.emplace_back(q, k);
+    return id;
+  };
+  intern(0, 0);
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    const auto [q, k] = states[i];
+    std::vector<ByteDfa::Edge> out;
+    for (const ByteDfa::Edge& e : a.edges[static_cast<std::size_t>(q)]) {
+      const int64_t next = std::min(min_chars, k + a.char_end[static_cast<std::size_t>(e.to)]);
+      append(out, e.lo, e.hi, intern(e.to, next));
+    }
+    d.edges[i] = std::move(out);
+  }
+  return finish(d, what);
+}
+
+ByteDfa quoted(const ByteDfa& content, const std::string& what) {
+  // State 0 opens; state 1 is the content's start entered by the opening quote (a copy, so that entering
+  // it does not count a character); content state s is s + 2; the last state is after the closing quote.
+  Draft d;
+  const auto n = static_cast<int32_t>(content.size());
+  d.add(false, false, what);
+  d.add(content.accepting[0] != 0, false, what);
+  for (int32_t s = 0; s < n; ++s)
+    d.add(content.accepting[static_cast<std::size_t>(s)] != 0, content.char_end[static_cast<std::size_t>(s)] != 0,
+          what);
+  const int32_t closed = d.add(true, false, what);
+  d.edges[0].push_back({'"', '"', 1});
+  for (int32_t s = -1; s < n; ++s) {
+    const auto from = static_cast<std::size_t>(s < 0 ? 0 : s);
+    std::vector<ByteDfa::Edge>& out = d.edges[s < 0 ? 1 : static_cast<std::size_t>(s) + 2];
+    for (const ByteDfa::Edge& e : content.edges[from]) {
+      ORBIT_CHECK(e.lo > '"' || e.hi < '"' || !content.accepting[from], what << ": a raw quote inside the string");
+      out.push_back({e.lo, e.hi, e.to + 2});
+    }
+    if (content.accepting[from]) {
+      out.push_back({'"', '"', closed});
+      std::sort(out.begin(), out.end(), [](const ByteDfa::Edge& x, const ByteDfa::Edge& y) { return x.lo < y.lo; });
+    }
+  }
+  // The copy of the start and the closing state are not content: only accepting content states close.
+  d.accepting.assign(d.accepting.size(), 0);
+  d.accepting[static_cast<std::size_t>(closed)] = 1;
+  return finish(d, what);
+}
+
+}  // namespace orbit::constrain

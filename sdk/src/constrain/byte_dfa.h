@@ -1,0 +1,74 @@
+// Finite automata over bytes, for the parts of a schema that are regular languages: a string's `pattern` or
+// `format`, a number's bounds and `multipleOf`. They are built as an NFA (regex.h writes one), made
+// deterministic, intersected, wrapped in a JSON string's quotes, and pruned so that every state left can
+// still reach an accepting one: a constrained generation that follows the DFA never paints itself into a
+// corner. Torch-free.
+//
+//   ByteNfa   states joined by byte-range edges and empty moves; states inside a multi-byte character are
+//             marked, so that a DFA knows where characters end (for minLength / maxLength)
+//   ByteDfa   the deterministic, pruned automaton the grammar's kDfa node runs (grammar.h)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace orbit::constrain {
+
+struct ByteNfa {
+  struct Edge {
+    uint8_t lo = 0;
+    uint8_t hi = 0;
+    int32_t to = 0;
+  };
+  struct State {
+    std::vector<Edge> edges;
+    std::vector<int32_t> empty;  // moves that take no byte
+    bool mid_char = false;       // inside a character's bytes (a UTF-8 sequence or an escape)
+  };
+  std::vector<State> states;
+  int32_t start = 0;
+  int32_t accept = 0;
+
+  int32_t add(bool mid_char = false);
+  void edge(int32_t from, uint8_t lo, uint8_t hi, int32_t to);
+  void empty(int32_t from, int32_t to);
+};
+
+// The deterministic automaton. State 0 is the start. Every state reaches an accepting state (pruned).
+struct ByteDfa {
+  struct Edge {
+    uint8_t lo = 0;
+    uint8_t hi = 0;
+    int32_t to = 0;
+  };
+  std::vector<std::vector<Edge>> edges;  // per state: sorted by lo, disjoint
+  std::vector<uint8_t> accepting;
+  // Entering this state completes a character of a string's content: the quotes and bytes inside a
+  // character do not. Numbers count every byte.
+  std::vector<uint8_t> char_end;
+  std::vector<int64_t> min_bytes;  // fewest bytes from the state to an accepting state
+  std::vector<int64_t> min_chars;  // fewest characters (char_end entries) from the state to an accepting state
+  int64_t max_min_chars = 0;       // the largest of min_chars
+
+  std::size_t size() const { return accepting.size(); }
+  // The state after `byte`, or -1.
+  int32_t next(int32_t state, uint8_t byte) const;
+};
+
+// Over this many states a construction throws (the schema keyword is too complex to constrain).
+inline constexpr std::size_t kMaxDfaStates = 60000;
+
+// The NFA made deterministic (subset construction) and pruned. `what` names the source in errors:
+// "<what>: admits no value" when nothing is accepted, "<what>: too complex" past kMaxDfaStates.
+ByteDfa determinize(const ByteNfa& nfa, const std::string& what);
+// The texts both accept.
+ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, const std::string& what);
+// At least `min_chars` characters (counted at char_end states): the product with a counter that stops at
+// min_chars.
+ByteDfa with_min_chars(const ByteDfa& a, int64_t min_chars, const std::string& what);
+// `content` between a JSON string's quotes: '"' + content + '"'. The quote entries are not characters.
+ByteDfa quoted(const ByteDfa& content, const std::string& what);
+
+}  // namespace orbit::constrain

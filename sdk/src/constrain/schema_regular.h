@@ -1,0 +1,37 @@
+// The schema keywords whose values form regular languages, compiled to byte automata (byte_dfa.h) and added
+// to a grammar as kDfa nodes:
+//
+//   strings   pattern (regex.h), format (string_formats() lists them), with minLength / maxLength
+//   numbers   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf
+//
+// A number under any of these is written without an exponent. Every refusal names the keyword under `path`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "constrain/grammar.h"
+
+namespace orbit::constrain {
+
+// The formats `format` takes, in the order errors list them.
+const std::vector<std::string>& string_formats();
+
+struct StringRules {
+  const std::string* pattern = nullptr;  // JSON Schema's pattern (a search unless anchored)
+  const std::string* format = nullptr;   // one of string_formats()
+  int64_t min_chars = 0;
+  int64_t max_chars = 0;
+};
+int32_t add_string_dfa(Grammar& g, const StringRules& rules, const std::string& path);
+
+// Bounds as the schema writes them (a JSON number's text, such as "0.5" or "1e3").
+struct NumberRules {
+  bool integer = false;
+  std::optional<std::string> minimum, maximum, exclusive_minimum, exclusive_maximum, multiple_of;
+};
+int32_t add_number_dfa(Grammar& g, const NumberRules& rules, int64_t max_chars, const std::string& path);
+
+}  // namespace orbit::constrain

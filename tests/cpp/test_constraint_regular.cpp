@@ -1,0 +1,429 @@
+// The schema keywords compiled to byte automata (sdk/src/constrain/schema_regular.h): pattern against
+// std::regex (ECMAScript) on random strings, each format on valid and invalid values, number bounds and
+// multipleOf against exact decimal arithmetic on random numbers, and random walks that never reach a dead
+// end. Links orbit_constrain and Catch only.
+#include <catch2/catch.hpp>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "orbit/constraint.h"
+#include "orbit/errors.h"
+
+using namespace orbit;
+using Catch::Contains;
+
+namespace {
+
+std::shared_ptr<const Constraint> schema(const std::string& text, const ConstraintLimits& limits = {}) {
+  return Constraint::json_schema(text, limits);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string quote(const std::string& s) { return nlohmann::json(s).dump(); }
+
+std::string random_string(std::mt19937& rng, const std::string& alphabet, int max_len) {
+  std::string s;
+  const int n = static_cast<int>(rng() % static_cast<unsigned>(max_len + 1));
+  for (int i = 0; i < n; ++i) s += alphabet[rng() % alphabet.size()];
+  return s;
+}
+
+// Walks `c` from the start taking random allowed bytes (from `alphabet`), `walks` times: every state reached
+// either is complete or can continue, and each walk ends in a whole match within `max_bytes`. Returns the
+// texts.
+std::vector<std::string> random_walks(const std::shared_ptr<const Constraint>& c, const std::string& alphabet,
+                                      int walks, std::mt19937& rng, int max_bytes = 200) {
+  std::vector<std::string> out;
+  for (int w = 0; w < walks; ++w) {
+    ConstraintMatcher m(c);
+    while (static_cast<int>(m.text().size()) < 2 * max_bytes) {
+      if (m.complete() && (rng() % 4 == 0 || !m.can_continue())) break;
+      std::vector<char> ok;
+      for (char b : alphabet) {
+        if (m.can_advance(std::string(1, b))) ok.push_back(b);
+      }
+      INFO("after " << m.text());
+      if (ok.empty()) {
+        REQUIRE(m.complete());
+        break;
+      }
+      char next = ok[rng() % ok.size()];
+      // Past half the length, head for the end: the byte that leaves the fewest bytes to write, which must
+      // be one fewer than before (min_bytes_to_complete is exact along such a path).
+      if (static_cast<int>(m.text().size()) >= max_bytes / 2 && !m.complete()) {
+        const int64_t before = m.min_bytes_to_complete();
+        for (char b : ok) {
+          if (m.min_bytes_after(std::string(1, b)) < m.min_bytes_after(std::string(1, next))) next = b;
+        }
+        if (m.min_bytes_after(std::string(1, next)) == before - 1) {
+          REQUIRE(m.advance(std::string(1, next)));
+          continue;
+        }
+      }
+      REQUIRE(m.advance(std::string(1, next)));
+    }
+    INFO("walk " << w << ": " << m.text());
+    REQUIRE(m.complete());
+    out.push_back(m.text());
+  }
+  return out;
+}
+
+// Exact decimal comparison of two JSON number texts without exponent: -1, 0 or 1.
+int compare_decimal(const std::string& x, const std::string& y) {
+  const auto split = [](const std::string& t, bool& neg, std::string& whole, std::string& frac) {
+    neg = !t.empty() && t[0] == '-';
+    const std::string body = neg ? t.substr(1) : t;
+    const std::size_t dot = body.find('.');
+    whole = body.substr(0, dot);
+    frac = dot == std::string::npos ? "" : body.substr(dot + 1);
+    whole.erase(0, std::min(whole.find_first_not_of('0'), whole.size()));
+    frac.erase(frac.find_last_not_of('0') + 1);
+    if (whole.empty() && frac.empty()) neg = false;  // -0 is 0
+  };
+  bool nx = false, ny = false;
+  std::string wx, fx, wy, fy;
+  split(x, nx, wx, fx);
+  split(y, ny, wy, fy);
+  if (nx != ny) return nx ? -1 : 1;
+  int mag = 0;
+  if (wx.size() != wy.size()) {
+    mag = wx.size() < wy.size() ? -1 : 1;
+  } else if (wx != wy) {
+    mag = wx < wy ? -1 : 1;
+  } else {
+    const std::size_t n = std::max(fx.size(), fy.size());
+    fx.resize(n, '0');
+    fy.resize(n, '0');
+    mag = fx == fy ? 0 : (fx < fy ? -1 : 1);
+  }
+  return nx ? -mag : mag;
+}
+
+// Whether the number text x is a multiple of m (both without exponent; m > 0).
+bool is_multiple(const std::string& x, const std::string& m) {
+  const auto scaled = [](std::string t, std::size_t decimals) {  // |t| * 10^decimals as digits, or "" if not whole
+    if (!t.empty() && t[0] == '-') t = t.substr(1);
+    const std::size_t dot = t.find('.');
+    std::string whole = t.substr(0, dot);
+    std::string frac = dot == std::string::npos ? "" : t.substr(dot + 1);
+    frac.erase(frac.find_last_not_of('0') + 1);
+    if (frac.size() > decimals) return std::string();
+    frac.resize(decimals, '0');
+    return whole + frac;
+  };
+  const std::size_t dot = m.find('.');
+  const std::size_t decimals = dot == std::string::npos ? 0 : m.size() - dot - 1;
+  const std::string xs = scaled(x, decimals);
+  if (xs.empty()) return false;
+  const long mm = std::stol(scaled(m, decimals));
+  long r = 0;
+  for (char c : xs) r = (r * 10 + (c - '0')) % mm;
+  return r == 0;
+}
+
+std::string random_number(std::mt19937& rng, bool integer) {
+  std::string s = rng() % 3 == 0 ? "-" : "";
+  const int whole = static_cast<int>(rng() % 4);
+  s += whole == 0 ? "0" : std::to_string(1 + rng() % 9);
+  for (int i = 1; i < whole; ++i) s += static_cast<char>('0' + rng() % 10);
+  if (!integer && rng() % 2 == 0) {
+    s += '.';
+    const int frac = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < frac; ++i) s += static_cast<char>('0' + rng() % 10);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("pattern: the same strings as std::regex_search (ECMAScript), on random strings", "[constraint]") {
+  const std::vector<std::string> patterns{
+      "^[a-c]{2,3}$",  "ab",          "^a|b$",      "^(?:ab|c)+d?$",     "^\\d{3}-\\d{4}$",
+      "^[^ab]*$",      "^a.c$",       "^$",         "^\\w+@\\w+\\.com$", "^(a|bc){1,3}$",
+      "^[A-Z][a-z]*$", "c{2}",        "^x?y*z+$",   "^[\\d.]+$",         "^\\s*\\S+$",
+      "^(?<n>a)b\\1?", "^\\-\\.{2}$", "^[a\\-c]+$", "^(?:a{0,2}b){2}$",  "^[^]$",
+  };
+  const std::string alphabet = "abcdxyzABC019.-@ _";
+  std::string printable;
+  for (char b = 0x20; b < 0x7F; ++b) printable += b;
+  std::mt19937 rng(7);
+  for (const std::string& p : patterns) {
+    INFO("pattern " << p);
+    if (p.find("\\1") != std::string::npos) {
+      CHECK_THAT(error_of([&] {
+                   schema(nlohmann::json({{"type", "string"}, {"pattern", p}}).dump());
+                 }),
+                 Contains("a backreference is not supported"));
+      continue;
+    }
+    const auto c = schema(nlohmann::json({{"type", "string"}, {"pattern", p}}).dump());
+    const std::regex re(p == "^[^]$" ? "^[\\s\\S]$" : p, std::regex::ECMAScript);
+    int accepted = 0;
+    for (int i = 0; i < 400; ++i) {
+      const std::string s = random_string(rng, alphabet, 7);
+      INFO("string \"" << s << "\"");
+      const bool expected = std::regex_search(s, re);
+      CHECK(c->matches(quote(s)) == expected);
+      accepted += expected ? 1 : 0;
+    }
+    // And strings the pattern builds itself: random walks end in matches std::regex agrees with.
+    for (const std::string& text : random_walks(c, printable, 40, rng)) {
+      const std::string s = nlohmann::json::parse(text).get<std::string>();
+      INFO("walked \"" << s << "\"");
+      CHECK(std::regex_search(s, re));
+    }
+    (void)accepted;
+  }
+}
+
+TEST_CASE("pattern: characters a JSON string escapes, and non-ASCII classes", "[constraint]") {
+  const auto quoted = schema(R"({"type": "string", "pattern": "^\"[a\\\\]\"$"})");
+  CHECK(quoted->matches(R"("\"a\"")"));
+  CHECK(quoted->matches(R"("\"\\\"")"));
+  CHECK_FALSE(quoted->matches(R"("\"b\"")"));
+  const auto lines = schema(R"({"type": "string", "pattern": "^a\\nb\\t$"})");
+  CHECK(lines->matches(R"("a\nb\t")"));
+  CHECK_FALSE(lines->matches("\"a\nb\t\""));  // raw control characters are not JSON
+  const auto greek = schema(R"({"type": "string", "pattern": "^[α-ω]+é?$"})");
+  CHECK(greek->matches("\"αβγ\""));
+  CHECK(greek->matches("\"ωé\""));
+  CHECK_FALSE(greek->matches("\"αa\""));
+  const auto not_ascii = schema(R"({"type": "string", "pattern": "^[^a-z]$"})");
+  CHECK(not_ascii->matches("\"€\""));
+  CHECK(not_ascii->matches("\"\xF0\x9F\x98\x80\""));  // U+1F600, four bytes
+  CHECK_FALSE(not_ascii->matches("\"q\""));
+  CHECK_FALSE(not_ascii->matches("\"\xED\xA0\x80\""));  // a surrogate is not a character
+}
+
+TEST_CASE("pattern with minLength and maxLength: characters counted as a string counts them", "[constraint]") {
+  const auto c = schema(R"({"type": "string", "pattern": "^[a-z€]*$", "minLength": 2, "maxLength": 3})");
+  CHECK_FALSE(c->matches("\"a\""));
+  CHECK(c->matches("\"ab\""));
+  CHECK(c->matches("\"€€€\""));  // three characters, nine bytes
+  CHECK_FALSE(c->matches("\"abcd\""));
+  CHECK(c->min_bytes() == 4);
+  std::mt19937 rng(3);
+  for (const std::string& t : random_walks(c, "\"ab\xE2\x82\xAC", 60, rng)) {
+    const auto s = nlohmann::json::parse(t).get<std::string>();
+    std::size_t chars = 0;
+    for (unsigned char b : s) chars += (b & 0xC0) != 0x80 ? 1 : 0;
+    CHECK((chars >= 2 && chars <= 3));
+  }
+  // A pattern that needs more characters than maxLength allows admits nothing.
+  CHECK_THAT(error_of([] { schema(R"({"type": "string", "pattern": "^a{5}$", "maxLength": 3})"); }),
+             Contains("schema: the shortest value allowed has 5 characters, over the limit of 3"));
+  // Without maxLength a pattern's strings stop at ConstraintLimits::max_string_chars.
+  ConstraintLimits small;
+  small.max_string_chars = 4;
+  const auto bounded = schema(R"({"type": "string", "pattern": "^a+b$"})", small);
+  CHECK(bounded->matches("\"aaab\""));
+  CHECK_FALSE(bounded->matches("\"aaaab\""));
+  ConstraintMatcher m(bounded);
+  REQUIRE(m.advance("\"aaa"));
+  CHECK_FALSE(m.can_advance("a"));  // a fourth 'a' would leave no room for the 'b'
+}
+
+TEST_CASE("pattern: unsupported constructs are refused naming them and where", "[constraint]") {
+  const auto at = [](const std::string& p) {
+    return error_of([&] {
+      schema(nlohmann::json({{"properties", {{"x", {{"type", "string"}, {"pattern", p}}}}}}).dump());
+    });
+  };
+  CHECK(at("(?=a)") == "schema.properties.x.pattern: lookahead is not supported at character 1 of the pattern");
+  CHECK_THAT(at("(?<=a)b"), Contains("lookbehind is not supported"));
+  CHECK_THAT(at("\\bword"), Contains("a word boundary (\\b) is not supported"));
+  CHECK_THAT(at("\\p{L}"), Contains("a Unicode property class (\\p) is not supported"));
+  CHECK_THAT(at("a(^b)"), Contains("'^' and '$' are supported only at the start and end"));
+  CHECK_THAT(at("a{2000}"), Contains("a count over 1000"));
+  CHECK_THAT(at("(ab"), Contains("a missing ')'"));
+  CHECK_THAT(at("ab)"), Contains("an unmatched ')'"));
+  CHECK_THAT(at("*a"), Contains("nothing to repeat"));
+  CHECK_THAT(at("[b-a]"), Contains("a range out of order"));
+  CHECK_THAT(at("^a$b"), Contains("'^' and '$' are supported only"));
+  CHECK_THAT(at("[]"), Contains("schema.properties.x.pattern: admits no value"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "string", "pattern": 5})"); }),
+             Contains("schema.pattern: expected a string, not 5"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "integer", "pattern": "a"})"); }),
+             Contains("schema: 'pattern' applies to strings, and \"type\" has none"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "string", "minimum": 1})"); }),
+             Contains("schema: 'minimum' applies to numbers, and \"type\" has none"));
+}
+
+TEST_CASE("format: each format on valid and invalid values", "[constraint]") {
+  struct Case {
+    const char* format;
+    std::vector<const char*> valid;
+    std::vector<const char*> invalid;
+  };
+  const std::vector<Case> cases{
+      {"date", {"2024-02-29", "1999-12-31", "2023-04-30"}, {"2024-13-01", "2024-04-31", "2024-02-30", "24-01-01", ""}},
+      {"time", {"23:59:60Z", "00:00:00.123+05:30", "12:30:00z"}, {"24:00:00Z", "12:60:00Z", "12:00:00", "1:00:00Z"}},
+      {"date-time", {"2024-01-15T10:20:30Z", "2024-01-15t10:20:30.5-08:00"}, {"2024-01-15 10:20:30Z", "2024-01-15"}},
+      {"duration", {"P1Y", "P3Y6M4DT12H30M5S", "P2W", "PT1M"}, {"P", "PT", "P1H", "1Y", "P1.5Y", "PT0.5S"}},
+      {"email", {"a@b", "first.last+tag@example.co.uk", "x_y@d-1.org"}, {"@b.c", "a@", "a..b@c", "a@-b.c", "a b@c"}},
+      {"hostname", {"localhost", "a-1.example.com", "x"}, {"-a.com", "a-.com", "a..b", "a_b.com", ""}},
+      {"ipv4", {"0.0.0.0", "255.255.255.255", "192.168.1.10"}, {"256.1.1.1", "01.1.1.1", "1.1.1", "1.1.1.1.1"}},
+      {"ipv6",
+       {"::", "::1", "2001:db8::ff00:42:8329", "1:2:3:4:5:6:7:8", "::ffff:192.0.2.1", "fe80::"},
+       {"1:2:3:4:5:6:7:8:9", "1::2::3", "12345::", ":1", "g::1"}},
+      {"uuid",
+       {"123e4567-e89b-12d3-a456-426614174000", "ABCDEF01-2345-6789-abcd-ef0123456789"},
+       {"123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400"}},
+      {"uri",
+       {"https://example.com/a?b=c#d", "urn:isbn:0451450523", "mailto:a@b.c", "http://x/%20"},
+       {"example.com", "http://a b", "1http://x", "http://x/%2"}},
+  };
+  for (const Case& k : cases) {
+    const auto c = schema(std::string(R"({"type": "string", "format": ")") + k.format + "\"}");
+    for (const char* v : k.valid) {
+      INFO(k.format << ": " << v);
+      CHECK(c->matches(quote(v)));
+    }
+    for (const char* v : k.invalid) {
+      INFO(k.format << ": " << v);
+      CHECK_FALSE(c->matches(quote(v)));
+    }
+    std::mt19937 rng(11);
+    std::string printable;
+    for (char b = 0x20; b < 0x7F; ++b) printable += b;
+    random_walks(c, printable, 20, rng, 400);
+  }
+  // format and pattern together: both hold.
+  const auto both = schema(R"({"type": "string", "format": "date", "pattern": "^2024-"})");
+  CHECK(both->matches("\"2024-05-01\""));
+  CHECK_FALSE(both->matches("\"2023-05-01\""));
+}
+
+TEST_CASE("number bounds: exactly the values in range, on random numbers", "[constraint]") {
+  struct Bound {
+    const char* key;
+    const char* value;
+  };
+  const std::vector<std::vector<Bound>> sets{
+      {{"minimum", "0"}},
+      {{"minimum", "-2.5"}, {"maximum", "17.25"}},
+      {{"exclusiveMinimum", "0"}, {"exclusiveMaximum", "1"}},
+      {{"minimum", "0.05"}, {"exclusiveMaximum", "0.5"}},
+      {{"exclusiveMinimum", "-10"}, {"maximum", "-0.125"}},
+      {{"maximum", "0"}},
+      {{"exclusiveMaximum", "0"}},
+      {{"minimum", "99"}, {"maximum", "1000"}},
+      {{"multipleOf", "0.25"}},
+      {{"multipleOf", "3"}, {"minimum", "-20"}, {"maximum", "50"}},
+      {{"multipleOf", "0.01"}, {"exclusiveMinimum", "1.5"}},
+  };
+  std::mt19937 rng(5);
+  for (const bool integer : {false, true}) {
+    for (const auto& set : sets) {
+      nlohmann::json s{{"type", integer ? "integer" : "number"}};
+      for (const Bound& b : set) s[b.key] = nlohmann::json::parse(b.value);
+      INFO("schema " << s.dump());
+      const auto satisfies = [&](const std::string& x) {
+        for (const Bound& b : set) {
+          const int cmp = compare_decimal(x, b.value);
+          const std::string k = b.key;
+          if ((k == "minimum" && cmp < 0) || (k == "maximum" && cmp > 0) || (k == "exclusiveMinimum" && cmp <= 0) ||
+              (k == "exclusiveMaximum" && cmp >= 0) || (k == "multipleOf" && !is_multiple(x, b.value))) {
+            return false;
+          }
+        }
+        return true;
+      };
+      std::shared_ptr<const Constraint> c;
+      const std::string error = error_of([&] { c = schema(s.dump()); });
+      if (c == nullptr) {  // refused as empty: then no number is in range
+        CHECK_THAT(error, Contains("admits no value"));
+        for (int i = 0; i < 600; ++i) CHECK_FALSE(satisfies(random_number(rng, integer)));
+        continue;
+      }
+      for (int i = 0; i < 600; ++i) {
+        const std::string x = random_number(rng, integer);
+        INFO("number " << x);
+        const bool negative_zero = x[0] == '-' && compare_decimal(x, "0") == 0;
+        if (negative_zero) continue;  // "-0" forms are never written under bounds (0 is)
+        CHECK(c->matches(x) == satisfies(x));
+      }
+      for (const Bound& b : set) {  // the bound itself, exactly
+        if (std::string(b.value).find('.') != std::string::npos && integer) continue;
+        if (std::string(b.key) == "multipleOf") continue;
+        INFO("bound " << b.value);
+        CHECK(c->matches(b.value) == satisfies(b.value));
+      }
+      for (const std::string& x : random_walks(c, "-0123456789.", 40, rng)) {
+        INFO("walked " << x);
+        CHECK(satisfies(x));
+      }
+    }
+  }
+}
+
+TEST_CASE("number bounds: refusals name the keyword", "[constraint]") {
+  CHECK_THAT(error_of([] { schema(R"({"type": "number", "minimum": "1"})"); }),
+             Contains("schema.minimum: expected a number, not \"1\""));
+  CHECK_THAT(error_of([] { schema(R"({"type": "integer", "minimum": 2, "maximum": 1})"); }),
+             Contains("schema: admits no value"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "integer", "exclusiveMinimum": 0.5, "exclusiveMaximum": 1})"); }),
+             Contains("schema: admits no value"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "number", "multipleOf": 0})"); }),
+             Contains("schema.multipleOf: expected a number above 0"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "number", "multipleOf": 123456})"); }),
+             Contains("schema.multipleOf: 123456 is too fine or too large to constrain"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "integer", "minimum": 1e30})"); }),
+             Contains("schema: the shortest value allowed has 31 characters, over the limit of 18"));
+  // A bound far outside what a number of max_number_chars can write changes nothing.
+  const auto huge = schema(R"({"type": "number", "maximum": 1e300})");
+  CHECK(huge->matches("12345.5"));
+  CHECK_FALSE(huge->matches("1e5"));  // bounded numbers are written without exponent
+  // Keywords infer the type when "type" is absent.
+  CHECK(schema(R"({"minimum": 1})")->matches("1.5"));
+  CHECK_FALSE(schema(R"({"minimum": 1})")->matches("\"a\""));
+  CHECK(schema(R"({"pattern": "^a"})")->matches("\"ab\""));
+}
+
+TEST_CASE("regular keywords in a tool call and in a token mask", "[constraint]") {
+  const auto c = Constraint::tool_calls(R"([{"type": "function", "function": {"name": "book", "parameters":
+      {"type": "object", "properties": {"day": {"type": "string", "format": "date"},
+       "guests": {"type": "integer", "minimum": 1, "maximum": 12},
+       "code": {"type": "string", "pattern": "^[A-Z]{3}$"}}, "required": ["day", "guests", "code"]}}}])");
+  CHECK(c->matches(
+      R"(<tool_call>{"name": "book", "arguments": {"day": "2025-03-01", "guests": 12, "code": "ABC"}}</tool_call>)"));
+  CHECK_FALSE(c->matches(
+      R"(<tool_call>{"name": "book", "arguments": {"day": "2025-03-01", "guests": 13, "code": "ABC"}}</tool_call>)"));
+  CHECK_FALSE(c->matches(
+      R"(<tool_call>{"name": "book", "arguments": {"day": "2025-3-1", "guests": 2, "code": "ABC"}}</tool_call>)"));
+  CHECK_FALSE(c->matches(
+      R"(<tool_call>{"name": "book", "arguments": {"day": "2025-03-01", "guests": 2, "code": "AB"}}</tool_call>)"));
+  // Masks over a byte vocabulary agree with the matcher, token by token, along a valid text.
+  TokenBytes tb;
+  for (int b = 0; b < 256; ++b) tb.text.emplace_back(std::string(1, static_cast<char>(b)));
+  tb.text.emplace_back(std::string("2025"));
+  tb.text.emplace_back(std::string("-03-"));
+  const auto vocab = TokenVocabulary::from_bytes(tb);
+  TokenConstraint tc(c, vocab);
+  const std::string text =
+      R"(<tool_call>{"name": "book", "arguments": {"day": "2025-03-01", "guests": 7, "code": "XYZ"}}</tool_call>)";
+  ConstraintMatcher m(c);
+  for (char ch : text) {
+    const TokenMask mask = tc.allowed();
+    for (int64_t id = 0; id < vocab->size(); ++id) {
+      INFO("after " << m.text() << " token " << id);
+      CHECK(mask.allows(id) == m.can_advance(*vocab->bytes(id)));
+    }
+    tc.accept(static_cast<unsigned char>(ch));
+    REQUIRE(m.advance(std::string(1, ch)));
+  }
+  CHECK(tc.allowed().complete);
+}
