@@ -212,7 +212,7 @@ TEST_CASE("unsupported keywords and bad schemas are refused with the path", "[co
              Contains("schema.anyOf[0].format: \"ipv5\" is not supported (supported: date, date-time, duration, "
                       "email, hostname, ipv4, ipv6, time, uri, uuid)"));
   CHECK_THAT(at(R"({"properties": {"a": {}}, "additionalProperties": true})"),
-             Contains("schema.additionalProperties: only false is supported"));
+             Contains("schema.additionalProperties: beside properties only false is supported"));
   CHECK_THAT(at(R"({"properties": {"a": {}}, "required": ["b"]})"),
              Contains("schema.required: 'b' is not in properties"));
   CHECK_THAT(at(R"({"enum": []})"), Contains("schema.enum: expected a non-empty list"));
@@ -225,7 +225,8 @@ TEST_CASE("unsupported keywords and bad schemas are refused with the path", "[co
   CHECK_THAT(at(R"({"enum": [1], "minLength": 1})"), Contains("'minLength' beside 'enum' is not supported"));
   CHECK_THAT(at("false"), Contains("admits no value"));
   CHECK_THAT(at("{"), Contains("response_format.json_schema.schema: not valid JSON"));
-  CHECK_THAT(at(R"({"type": "array", "items": [{}]})"), Contains("tuple items"));
+  CHECK_THAT(at(R"({"type": "array", "items": [{}]})"),
+             Contains("schema.items: only a tuple of exactly its 1 items is supported"));
   CHECK_THAT(error_of([] { Constraint::json_object({.max_depth = -1}); }), Contains("max_depth"));
 }
 

@@ -427,3 +427,45 @@ TEST_CASE("regular keywords in a tool call and in a token mask", "[constraint]")
   }
   CHECK(tc.allowed().complete);
 }
+
+TEST_CASE("maps, tuples and allOf of one schema", "[constraint]") {
+  // A map (Pydantic's dict[str, int], zod's record): any keys, each value under the schema.
+  const auto map = schema(R"({"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}})");
+  CHECK(map->matches(R"({"a": 1, "b c": 20})"));
+  CHECK(map->matches("{}"));
+  CHECK_FALSE(map->matches(R"({"a": -1})"));
+  CHECK_FALSE(map->matches(R"({"a": "x"})"));
+  CHECK(schema(R"({"type": "object", "additionalProperties": true})")->matches(R"({"a": [1, {"b": null}]})"));
+  // Tuples, as 2020-12 (prefixItems) and draft-07 (a list of items) write them: exactly their items.
+  const auto pair = schema(R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
+                               "minItems": 2, "maxItems": 2})");
+  CHECK(pair->matches(R"([1, "a"])"));
+  CHECK(pair->matches(R"([1,"a"])"));
+  CHECK_FALSE(pair->matches(R"(["a", 1])"));
+  CHECK_FALSE(pair->matches(R"([1])"));
+  CHECK_FALSE(pair->matches(R"([1, "a", 2])"));
+  CHECK_FALSE(pair->matches(R"([  1, "a"])"));  // one space after '[' is allowed, not two
+  CHECK(pair->matches(R"([ 1, "a"])"));
+  CHECK(pair->matches(R"([ 1,"a"])"));
+  const auto draft7 = schema(R"({"type": "array", "items": [{"const": true}, {"type": "null"}], "minItems": 2,
+                                 "additionalItems": false})");
+  CHECK(draft7->matches("[true, null]"));
+  CHECK_FALSE(draft7->matches("[false, null]"));
+  CHECK(schema(R"({"prefixItems": [], "maxItems": 0})")->matches("[]"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "array", "prefixItems": [{}, {}], "maxItems": 2})"); }),
+             Contains("schema.prefixItems: only a tuple of exactly its 2 items is supported"));
+  CHECK_THAT(error_of([] { schema(R"({"prefixItems": [{}], "minItems": 1, "maxItems": 1, "uniqueItems": true})"); }),
+             Contains("schema: 'uniqueItems' is not supported"));
+  // allOf of one schema (a described reference): that schema; of several: refused.
+  const auto ref = schema(R"({"$defs": {"P": {"type": "string", "format": "uuid"}},
+                              "properties": {"id": {"allOf": [{"$ref": "#/$defs/P"}], "description": "the id"}},
+                              "required": ["id"]})");
+  CHECK(ref->matches(R"({"id": "123e4567-e89b-12d3-a456-426614174000"})"));
+  CHECK_FALSE(ref->matches(R"({"id": "x"})"));
+  CHECK_THAT(error_of([] { schema(R"({"allOf": [{}, {}]})"); }),
+             Contains("schema.allOf: a list of 2 schemas is not supported (only one)"));
+  CHECK_THAT(error_of([] { schema(R"({"allOf": [{}], "type": "string"})"); }),
+             Contains("schema: 'type' beside 'allOf' is not supported"));
+  CHECK_THAT(error_of([] { schema(R"({"properties": {"a": {}}, "additionalProperties": {"type": "string"}})"); }),
+             Contains("schema.additionalProperties: beside properties only false is supported"));
+}

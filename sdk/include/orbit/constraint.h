@@ -114,7 +114,10 @@ class Constraint {
   //   type            "object", "array", "string", "number", "integer", "boolean", "null", or a list of them
   //   properties      with additionalProperties false or absent (no other properties; "object" with neither
   //                   properties nor additionalProperties is any object); required
+  //   additionalProperties  a schema (or true) without properties: a map, any keys, each value under it
   //   items           one schema (absent: any value); minItems, maxItems
+  //   prefixItems     a tuple of exactly these items (minItems and maxItems its length, or items false); also
+  //                   draft-07's list of items with additionalItems false
   //   minLength, maxLength (strings)
   //   pattern         a regular expression (ECMA-262; matched anywhere in the string unless anchored with ^ $):
   //                   classes, groups, alternation, quantifiers, \d \w \s; refused: backreferences,
@@ -128,7 +131,7 @@ class Constraint {
   //   (string keywords beside a "type" without "string", or number keywords beside one without "number" or
   //   "integer", are refused: they would constrain nothing)
   //   enum, const     (with "type" beside them, values of other types are dropped)
-  //   anyOf           alone (or with annotations)
+  //   anyOf           alone (or with annotations); allOf of a single schema, alone
   //   $defs / definitions with "$ref": "#/$defs/<name>" (or "#/definitions/<name>"), not recursive
   //   annotations, ignored: title, description, default, examples, $schema, $id, $comment, deprecated,
   //                   readOnly, writeOnly

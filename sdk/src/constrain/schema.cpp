@@ -1,28 +1,46 @@
 // JSON Schema (the subset orbit/constraint.h lists) compiled into grammar nodes. Every refusal names the
 // keyword and where it sits, as a dotted path under the caller's name for the schema.
 #include <algorithm>
-#include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 
-#include "constrain/grammar.h"
+#include "constrain/schema_compiler.h"
 #include "constrain/schema_regular.h"
 #include "orbit/common/error.h"
 #include "orbit/common/json_input.h"
 
 namespace orbit::constrain {
 
-namespace {
+namespace schema {
 
-using Json = nlohmann::ordered_json;  // keeps properties in the order the schema declares them
-
-// Keywords that describe a schema without constraining its values: accepted and ignored.
 const std::set<std::string>& annotations() {
   static const std::set<std::string> k{"title",    "description", "default",  "examples",  "$schema", "$id",
                                        "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
   return k;
 }
+
+std::string brief(const Json& v) {
+  if (v.is_array()) return "an array of " + std::to_string(v.size()) + " items";
+  if (v.is_object()) return "an object of " + std::to_string(v.size()) + " fields";
+  const std::string s = v.dump();
+  return s.size() <= 40 ? s : s.substr(0, 40) + "...";
+}
+
+void only_beside(const Json& s, const std::string& what, const std::set<std::string>& allowed,
+                 const std::string& path) {
+  for (const auto& [key, value] : s.items()) {
+    if (key == what || annotations().count(key) || allowed.count(key)) continue;
+    ORBIT_FAIL(path << ": '" << key << "' beside '" << what << "' is not supported");
+  }
+}
+
+int64_t count_of(const Json& s, const char* key, const std::string& path) {
+  const Json& v = s.at(key);
+  ORBIT_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0,
+              path << "." << key << ": expected a non-negative integer, not " << brief(v));
+  return v.get<int64_t>();
+}
+
+namespace {
 
 const std::set<std::string>& structural() {
   static const std::set<std::string> k{"type",
@@ -44,7 +62,10 @@ const std::set<std::string>& structural() {
                                        "maximum",
                                        "exclusiveMinimum",
                                        "exclusiveMaximum",
-                                       "multipleOf"};
+                                       "multipleOf",
+                                       "allOf",
+                                       "prefixItems",
+                                       "additionalItems"};
   return k;
 }
 
@@ -66,13 +87,6 @@ const std::set<std::string>& type_names() {
   return k;
 }
 
-std::string brief(const Json& v) {
-  if (v.is_array()) return "an array of " + std::to_string(v.size()) + " items";
-  if (v.is_object()) return "an object of " + std::to_string(v.size()) + " fields";
-  const std::string s = v.dump();
-  return s.size() <= 40 ? s : s.substr(0, 40) + "...";
-}
-
 // Whether `v` is a value of JSON Schema type `type`.
 bool has_type(const Json& v, const std::string& type) {
   if (type == "object") return v.is_object();
@@ -88,295 +102,214 @@ bool has_type(const Json& v, const std::string& type) {
   return false;
 }
 
-class SchemaCompiler {
- public:
-  SchemaCompiler(Grammar& g, const ConstraintLimits& limits, const Json& root, std::string root_path)
-      : g_(g), limits_(limits), root_(root), root_path_(std::move(root_path)) {}
-
-  int32_t compile(const Json& s, const std::string& path) {
-    ORBIT_CHECK(g_.nodes.size() < kMaxNodes, path << ": the schema is too large (over " << kMaxNodes << " nodes)");
-    if (s.is_boolean()) {
-      ORBIT_CHECK(s.get<bool>(), path << ": the schema false admits no value");
-      return add_any_value(g_, limits_);
+// The types named by "type", or inferred from the keywords when it is absent (none: any value).
+std::vector<std::string> types_of(const Json& s, const std::string& path) {
+  std::vector<std::string> out;
+  if (s.contains("type")) {
+    const Json& t = s.at("type");
+    std::vector<Json> names = t.is_array() ? std::vector<Json>(t.begin(), t.end()) : std::vector<Json>{t};
+    ORBIT_CHECK(!names.empty(), path << ".type: an empty list of types");
+    for (const Json& n : names) {
+      ORBIT_CHECK(n.is_string() && type_names().count(n.get<std::string>()),
+                  path << ".type: " << brief(n) << " is not a type (object, array, string, number, integer, "
+                       << "boolean, null)");
+      if (std::find(out.begin(), out.end(), n.get<std::string>()) == out.end()) out.push_back(n.get<std::string>());
     }
-    ORBIT_CHECK(s.is_object(), path << ": a schema must be an object or a boolean, not " << brief(s));
-    for (const auto& [key, value] : s.items()) {
-      ORBIT_CHECK(structural().count(key) || annotations().count(key), path << ": '" << key << "' is not supported");
-    }
-    if (s.contains("$ref")) return compile_ref(s, path);
-    if (s.contains("anyOf")) return compile_any_of(s, path);
-    const std::vector<std::string> types = types_of(s, path);
-    if (s.contains("enum") || s.contains("const")) return compile_enum(s, types, path);
-    if (types.empty()) return add_any_value(g_, limits_);
-    check_applies(s, types, path);
-    std::vector<int32_t> alternatives;
-    for (const std::string& t : types) alternatives.push_back(compile_type(s, t, path));
-    if (alternatives.size() == 1) return alternatives.front();
-    Node choice;
-    choice.kind = NodeKind::kChoice;
-    choice.children = alternatives;
-    return g_.add(std::move(choice));
-  }
-
- private:
-  static constexpr std::size_t kMaxNodes = 100000;
-
-  // Refuses structural keywords other than `allowed` beside `what`.
-  static void only_beside(const Json& s, const std::string& what, const std::set<std::string>& allowed,
-                          const std::string& path) {
-    for (const auto& [key, value] : s.items()) {
-      if (key == what || annotations().count(key) || allowed.count(key)) continue;
-      ORBIT_FAIL(path << ": '" << key << "' beside '" << what << "' is not supported");
-    }
-  }
-
-  static int64_t count_of(const Json& s, const char* key, const std::string& path) {
-    const Json& v = s.at(key);
-    ORBIT_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0,
-                path << "." << key << ": expected a non-negative integer, not " << brief(v));
-    return v.get<int64_t>();
-  }
-
-  // The types named by "type", or inferred from the keywords when it is absent (none: any value).
-  static std::vector<std::string> types_of(const Json& s, const std::string& path) {
-    std::vector<std::string> out;
-    if (s.contains("type")) {
-      const Json& t = s.at("type");
-      std::vector<Json> names = t.is_array() ? std::vector<Json>(t.begin(), t.end()) : std::vector<Json>{t};
-      ORBIT_CHECK(!names.empty(), path << ".type: an empty list of types");
-      for (const Json& n : names) {
-        ORBIT_CHECK(n.is_string() && type_names().count(n.get<std::string>()),
-                    path << ".type: " << brief(n) << " is not a type (object, array, string, number, integer, "
-                         << "boolean, null)");
-        if (std::find(out.begin(), out.end(), n.get<std::string>()) == out.end()) out.push_back(n.get<std::string>());
-      }
-      return out;
-    }
-    if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) {
-      out.push_back("object");
-    }
-    if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) out.push_back("array");
-    if (has_string_keyword(s)) out.push_back("string");
-    if (has_number_keyword(s)) out.push_back("number");
     return out;
   }
-
-  // Refuses string and number keywords beside a "type" that has no strings or no numbers (they would
-  // constrain nothing).
-  static void check_applies(const Json& s, const std::vector<std::string>& types, const std::string& path) {
-    const auto has = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
-    const bool strings = has("string");
-    const bool numbers = has("number") || has("integer");
-    for (const char* k : {"minLength", "maxLength", "pattern", "format"}) {
-      ORBIT_CHECK(strings || !s.contains(k), path << ": '" << k << "' applies to strings, and \"type\" has none");
-    }
-    for (const char* k : number_keywords()) {
-      ORBIT_CHECK(numbers || !s.contains(k), path << ": '" << k << "' applies to numbers, and \"type\" has none");
-    }
+  if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) {
+    out.push_back("object");
   }
-
-  int32_t compile_type(const Json& s, const std::string& type, const std::string& path) {
-    if (type == "object") return compile_object(s, path);
-    if (type == "array") return compile_array(s, path);
-    if (type == "string") return compile_string(s, path);
-    if (type == "number" || type == "integer") return compile_number(s, type == "integer", path);
-    if (type == "boolean") return add_literal_set(g_, {"true", "false"});
-    return add_literal(g_, "null");
+  if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {
+    out.push_back("array");
   }
+  if (has_string_keyword(s)) out.push_back("string");
+  if (has_number_keyword(s)) out.push_back("number");
+  return out;
+}
 
-  int32_t compile_string(const Json& s, const std::string& path) {
-    const int64_t min = s.contains("minLength") ? count_of(s, "minLength", path) : 0;
-    const int64_t max =
-        s.contains("maxLength") ? count_of(s, "maxLength", path) : std::max(min, limits_.max_string_chars);
-    ORBIT_CHECK(min <= max, path << ": minLength " << min << " is above maxLength " << max);
-    if (!s.contains("pattern") && !s.contains("format")) return add_string(g_, min, max);
-    StringRules rules;
-    rules.min_chars = min;
-    rules.max_chars = max;
-    for (const char* k : {"pattern", "format"}) {
-      if (!s.contains(k)) continue;
-      ORBIT_CHECK(s.at(k).is_string(), path << "." << k << ": expected a string, not " << brief(s.at(k)));
-      (std::string(k) == "pattern" ? rules.pattern : rules.format) = s.at(k).get_ptr<const std::string*>();
-    }
-    return add_string_dfa(g_, rules, path);
+// Refuses string and number keywords beside a "type" that has no strings or no numbers (they would
+// constrain nothing).
+void check_applies(const Json& s, const std::vector<std::string>& types, const std::string& path) {
+  const auto has = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
+  const bool strings = has("string");
+  const bool numbers = has("number") || has("integer");
+  for (const char* k : {"minLength", "maxLength", "pattern", "format"}) {
+    ORBIT_CHECK(strings || !s.contains(k), path << ": '" << k << "' applies to strings, and \"type\" has none");
   }
-
-  int32_t compile_number(const Json& s, bool integer, const std::string& path) {
-    if (!has_number_keyword(s)) return add_number(g_, integer, limits_.max_number_chars);
-    NumberRules rules;
-    rules.integer = integer;
-    const auto text = [&](const char* key) -> std::optional<std::string> {
-      if (!s.contains(key)) return std::nullopt;
-      const Json& v = s.at(key);
-      ORBIT_CHECK(v.is_number(), path << "." << key << ": expected a number, not " << brief(v));
-      return v.dump();
-    };
-    rules.minimum = text("minimum");
-    rules.maximum = text("maximum");
-    rules.exclusive_minimum = text("exclusiveMinimum");
-    rules.exclusive_maximum = text("exclusiveMaximum");
-    rules.multiple_of = text("multipleOf");
-    return add_number_dfa(g_, rules, limits_.max_number_chars, path);
+  for (const char* k : number_keywords()) {
+    ORBIT_CHECK(numbers || !s.contains(k), path << ": '" << k << "' applies to numbers, and \"type\" has none");
   }
-
-  int32_t compile_array(const Json& s, const std::string& path) {
-    const int64_t min = s.contains("minItems") ? count_of(s, "minItems", path) : 0;
-    const int64_t max = s.contains("maxItems") ? count_of(s, "maxItems", path) : std::max(min, limits_.max_array_items);
-    ORBIT_CHECK(min <= max, path << ": minItems " << min << " is above maxItems " << max);
-    int32_t item = -1;
-    if (s.contains("items")) {
-      ORBIT_CHECK(!s.at("items").is_array(), path << ".items: a list of schemas (tuple items) is not supported");
-      item = compile(s.at("items"), path + ".items");
-    } else {
-      item = add_any_value(g_, limits_);
-    }
-    Node n;
-    n.kind = NodeKind::kArray;
-    n.space = limits_.whitespace == Whitespace::kSingleSpace;
-    n.min_count = min;
-    n.max_count = max;
-    n.children = {item};
-    return g_.add(std::move(n));
-  }
-
-  int32_t compile_object(const Json& s, const std::string& path) {
-    if (s.contains("additionalProperties")) {
-      const Json& ap = s.at("additionalProperties");
-      ORBIT_CHECK(ap.is_boolean() && !ap.get<bool>(), path << ".additionalProperties: only false is supported ("
-                                                           << brief(ap)
-                                                           << " given; the output has exactly the listed properties)");
-    }
-    if (!s.contains("properties") && !s.contains("additionalProperties") && !s.contains("required")) {
-      return add_any_object(g_, limits_);
-    }
-    std::vector<std::string> names;
-    std::vector<int32_t> values;
-    if (s.contains("properties")) {
-      const Json& props = s.at("properties");
-      ORBIT_CHECK(props.is_object(), path << ".properties: expected an object, not " << brief(props));
-      for (const auto& [name, sub] : props.items()) {
-        names.push_back(name);
-        values.push_back(compile(sub, path + ".properties." + name));
-      }
-    }
-    std::vector<bool> required(names.size(), false);
-    if (s.contains("required")) {
-      const Json& req = s.at("required");
-      ORBIT_CHECK(req.is_array(), path << ".required: expected a list of property names, not " << brief(req));
-      for (const Json& r : req) {
-        ORBIT_CHECK(r.is_string(), path << ".required: " << brief(r) << " is not a property name");
-        const auto it = std::find(names.begin(), names.end(), r.get<std::string>());
-        ORBIT_CHECK(it != names.end(), path << ".required: '" << r.get<std::string>()
-                                            << "' is not in properties (no other property may appear)");
-        required[static_cast<std::size_t>(it - names.begin())] = true;
-      }
-    }
-    std::vector<std::string> keys;
-    Node n;
-    n.kind = NodeKind::kObject;
-    n.space = limits_.whitespace == Whitespace::kSingleSpace;
-    for (const std::string& name : names) {
-      keys.push_back(json_quote(name));
-      n.key_bytes.push_back(static_cast<int64_t>(keys.back().size()));
-    }
-    n.trie = ByteTrie::of(keys);
-    n.required = required;
-    n.children = values;
-    return g_.add(std::move(n));
-  }
-
-  int32_t compile_enum(const Json& s, const std::vector<std::string>& types, const std::string& path) {
-    const bool is_const = s.contains("const");
-    ORBIT_CHECK(!(is_const && s.contains("enum")), path << ": 'enum' beside 'const' is not supported");
-    only_beside(s, is_const ? "const" : "enum", {"type"}, path);
-    std::vector<Json> values;
-    if (is_const) {
-      values.push_back(s.at("const"));
-    } else {
-      const Json& e = s.at("enum");
-      ORBIT_CHECK(e.is_array() && !e.empty(), path << ".enum: expected a non-empty list of values, not " << brief(e));
-      values.assign(e.begin(), e.end());
-    }
-    std::vector<std::string> texts;
-    for (const Json& v : values) {
-      const bool typed = types.empty() ||
-                         std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); });
-      const std::string text = v.dump();
-      if (typed && std::find(texts.begin(), texts.end(), text) == texts.end()) texts.push_back(text);
-    }
-    ORBIT_CHECK(!texts.empty(),
-                path << ": no value of '" << (is_const ? "const" : "enum") << "' has the schema's type");
-    return add_literal_set(g_, texts);
-  }
-
-  int32_t compile_any_of(const Json& s, const std::string& path) {
-    only_beside(s, "anyOf", {}, path);
-    const Json& list = s.at("anyOf");
-    ORBIT_CHECK(list.is_array() && !list.empty(),
-                path << ".anyOf: expected a non-empty list of schemas, not " << brief(list));
-    Node choice;
-    choice.kind = NodeKind::kChoice;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      choice.children.push_back(compile(list[i], path + ".anyOf[" + std::to_string(i) + "]"));
-    }
-    return g_.add(std::move(choice));
-  }
-
-  int32_t compile_ref(const Json& s, const std::string& path) {
-    only_beside(s, "$ref", {}, path);
-    const Json& ref = s.at("$ref");
-    ORBIT_CHECK(ref.is_string(), path << ".$ref: expected a string, not " << brief(ref));
-    const std::string r = ref.get<std::string>();
-    ORBIT_CHECK(r.rfind("#/", 0) == 0, path << ".$ref: \"" << r << "\" is not supported (only references into this "
-                                            << "schema, such as \"#/$defs/Name\")");
-    const auto done = compiled_refs_.find(r);
-    if (done != compiled_refs_.end()) return done->second;
-    ORBIT_CHECK(std::find(expanding_.begin(), expanding_.end(), r) == expanding_.end(),
-                path << ".$ref: \"" << r << "\" is recursive, which is not supported");
-    const Json* target = nullptr;
-    try {
-      target = &root_.at(Json::json_pointer(r.substr(1)));
-    } catch (const nlohmann::json::exception&) {
-      ORBIT_FAIL(path << ".$ref: \"" << r << "\" names nothing in the schema");
-    }
-    std::string target_path = root_path_;
-    for (std::size_t i = 2, j; i <= r.size(); i = j + 1) {
-      j = r.find('/', i);
-      if (j == std::string::npos) j = r.size();
-      target_path += "." + r.substr(i, j - i);
-    }
-    expanding_.push_back(r);
-    const int32_t node = compile(*target, target_path);
-    expanding_.pop_back();
-    compiled_refs_[r] = node;
-    return node;
-  }
-
-  Grammar& g_;
-  const ConstraintLimits& limits_;
-  const Json& root_;
-  std::string root_path_;
-  std::vector<std::string> expanding_;
-  std::map<std::string, int32_t> compiled_refs_;
-};
+}
 
 }  // namespace
 
+int32_t SchemaCompiler::compile(const Json& s, const std::string& path) {
+  ORBIT_CHECK(g_.nodes.size() < kMaxNodes, path << ": the schema is too large (over " << kMaxNodes << " nodes)");
+  if (s.is_boolean()) {
+    ORBIT_CHECK(s.get<bool>(), path << ": the schema false admits no value");
+    return add_any_value(g_, limits_);
+  }
+  ORBIT_CHECK(s.is_object(), path << ": a schema must be an object or a boolean, not " << brief(s));
+  for (const auto& [key, value] : s.items()) {
+    ORBIT_CHECK(structural().count(key) || annotations().count(key), path << ": '" << key << "' is not supported");
+  }
+  if (s.contains("$ref")) return compile_ref(s, path);
+  if (s.contains("anyOf")) return compile_any_of(s, path);
+  if (s.contains("allOf")) return compile_all_of(s, path);
+  const std::vector<std::string> types = types_of(s, path);
+  if (s.contains("enum") || s.contains("const")) return compile_enum(s, types, path);
+  if (types.empty()) return add_any_value(g_, limits_);
+  check_applies(s, types, path);
+  std::vector<int32_t> alternatives;
+  for (const std::string& t : types) alternatives.push_back(compile_type(s, t, path));
+  if (alternatives.size() == 1) return alternatives.front();
+  Node choice;
+  choice.kind = NodeKind::kChoice;
+  choice.children = alternatives;
+  return g_.add(std::move(choice));
+}
+
+int32_t SchemaCompiler::compile_type(const Json& s, const std::string& type, const std::string& path) {
+  if (type == "object") return compile_object(s, path);
+  if (type == "array") return compile_array(s, path);
+  if (type == "string") return compile_string(s, path);
+  if (type == "number" || type == "integer") return compile_number(s, type == "integer", path);
+  if (type == "boolean") return add_literal_set(g_, {"true", "false"});
+  return add_literal(g_, "null");
+}
+
+int32_t SchemaCompiler::compile_string(const Json& s, const std::string& path) {
+  const int64_t min = s.contains("minLength") ? count_of(s, "minLength", path) : 0;
+  const int64_t max =
+      s.contains("maxLength") ? count_of(s, "maxLength", path) : std::max(min, limits_.max_string_chars);
+  ORBIT_CHECK(min <= max, path << ": minLength " << min << " is above maxLength " << max);
+  if (!s.contains("pattern") && !s.contains("format")) return add_string(g_, min, max);
+  StringRules rules;
+  rules.min_chars = min;
+  rules.max_chars = max;
+  for (const char* k : {"pattern", "format"}) {
+    if (!s.contains(k)) continue;
+    ORBIT_CHECK(s.at(k).is_string(), path << "." << k << ": expected a string, not " << brief(s.at(k)));
+    (std::string(k) == "pattern" ? rules.pattern : rules.format) = s.at(k).get_ptr<const std::string*>();
+  }
+  return add_string_dfa(g_, rules, path);
+}
+
+int32_t SchemaCompiler::compile_number(const Json& s, bool integer, const std::string& path) {
+  if (!has_number_keyword(s)) return add_number(g_, integer, limits_.max_number_chars);
+  NumberRules rules;
+  rules.integer = integer;
+  const auto text = [&](const char* key) -> std::optional<std::string> {
+    if (!s.contains(key)) return std::nullopt;
+    const Json& v = s.at(key);
+    ORBIT_CHECK(v.is_number(), path << "." << key << ": expected a number, not " << brief(v));
+    return v.dump();
+  };
+  rules.minimum = text("minimum");
+  rules.maximum = text("maximum");
+  rules.exclusive_minimum = text("exclusiveMinimum");
+  rules.exclusive_maximum = text("exclusiveMaximum");
+  rules.multiple_of = text("multipleOf");
+  return add_number_dfa(g_, rules, limits_.max_number_chars, path);
+}
+
+int32_t SchemaCompiler::compile_enum(const Json& s, const std::vector<std::string>& types, const std::string& path) {
+  const bool is_const = s.contains("const");
+  ORBIT_CHECK(!(is_const && s.contains("enum")), path << ": 'enum' beside 'const' is not supported");
+  only_beside(s, is_const ? "const" : "enum", {"type"}, path);
+  std::vector<Json> values;
+  if (is_const) {
+    values.push_back(s.at("const"));
+  } else {
+    const Json& e = s.at("enum");
+    ORBIT_CHECK(e.is_array() && !e.empty(), path << ".enum: expected a non-empty list of values, not " << brief(e));
+    values.assign(e.begin(), e.end());
+  }
+  std::vector<std::string> texts;
+  for (const Json& v : values) {
+    const bool typed =
+        types.empty() || std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); });
+    const std::string text = v.dump();
+    if (typed && std::find(texts.begin(), texts.end(), text) == texts.end()) texts.push_back(text);
+  }
+  ORBIT_CHECK(!texts.empty(), path << ": no value of '" << (is_const ? "const" : "enum") << "' has the schema's type");
+  return add_literal_set(g_, texts);
+}
+
+int32_t SchemaCompiler::compile_any_of(const Json& s, const std::string& path) {
+  only_beside(s, "anyOf", {}, path);
+  const Json& list = s.at("anyOf");
+  ORBIT_CHECK(list.is_array() && !list.empty(),
+              path << ".anyOf: expected a non-empty list of schemas, not " << brief(list));
+  Node choice;
+  choice.kind = NodeKind::kChoice;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    choice.children.push_back(compile(list[i], path + ".anyOf[" + std::to_string(i) + "]"));
+  }
+  return g_.add(std::move(choice));
+}
+
+// allOf of one schema (as older Pydantic writes a described reference): that schema. The values valid under
+// several at once are not compiled.
+int32_t SchemaCompiler::compile_all_of(const Json& s, const std::string& path) {
+  only_beside(s, "allOf", {}, path);
+  const Json& list = s.at("allOf");
+  ORBIT_CHECK(list.is_array() && !list.empty(),
+              path << ".allOf: expected a non-empty list of schemas, not " << brief(list));
+  ORBIT_CHECK(list.size() == 1, path << ".allOf: a list of " << list.size() << " schemas is not supported (only one)");
+  return compile(list[0], path + ".allOf[0]");
+}
+
+int32_t SchemaCompiler::compile_ref(const Json& s, const std::string& path) {
+  only_beside(s, "$ref", {}, path);
+  const Json& ref = s.at("$ref");
+  ORBIT_CHECK(ref.is_string(), path << ".$ref: expected a string, not " << brief(ref));
+  const std::string r = ref.get<std::string>();
+  ORBIT_CHECK(r.rfind("#/", 0) == 0, path << ".$ref: \"" << r << "\" is not supported (only references into this "
+                                          << "schema, such as \"#/$defs/Name\")");
+  const auto done = compiled_refs_.find(r);
+  if (done != compiled_refs_.end()) return done->second;
+  ORBIT_CHECK(std::find(expanding_.begin(), expanding_.end(), r) == expanding_.end(),
+              path << ".$ref: \"" << r << "\" is recursive, which is not supported");
+  const Json* target = nullptr;
+  try {
+    target = &root_.at(Json::json_pointer(r.substr(1)));
+  } catch (const nlohmann::json::exception&) {
+    ORBIT_FAIL(path << ".$ref: \"" << r << "\" names nothing in the schema");
+  }
+  std::string target_path = root_path_;
+  for (std::size_t i = 2, j; i <= r.size(); i = j + 1) {
+    j = r.find('/', i);
+    if (j == std::string::npos) j = r.size();
+    target_path += "." + r.substr(i, j - i);
+  }
+  expanding_.push_back(r);
+  const int32_t node = compile(*target, target_path);
+  expanding_.pop_back();
+  compiled_refs_[r] = node;
+  return node;
+}
+
+}  // namespace schema
+
 int32_t add_json_schema(Grammar& g, std::string_view schema_json, const ConstraintLimits& limits,
                         const std::string& path) {
-  Json schema;
+  schema::Json schema;
   try {
-    schema = Json::parse(schema_json.begin(), schema_json.end(), [&](int depth, Json::parse_event_t event, Json&) {
-      if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
-          depth >= kMaxJsonDepth) {
-        ORBIT_FAIL(path << ": JSON nests deeper than " << kMaxJsonDepth << " levels");
-      }
-      return true;
-    });
+    schema = schema::Json::parse(schema_json.begin(), schema_json.end(),
+                                 [&](int depth, schema::Json::parse_event_t event, schema::Json&) {
+                                   if ((event == schema::Json::parse_event_t::object_start ||
+                                        event == schema::Json::parse_event_t::array_start) &&
+                                       depth >= kMaxJsonDepth) {
+                                     ORBIT_FAIL(path << ": JSON nests deeper than " << kMaxJsonDepth << " levels");
+                                   }
+                                   return true;
+                                 });
   } catch (const nlohmann::json::exception& e) {
     ORBIT_FAIL(path << ": not valid JSON: " << e.what());
   }
-  SchemaCompiler compiler(g, limits, schema, path);
+  schema::SchemaCompiler compiler(g, limits, schema, path);
   return compiler.compile(schema, path);
 }
 

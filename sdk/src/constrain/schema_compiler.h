@@ -1,0 +1,57 @@
+// The JSON Schema compiler's parts (schema.cpp: keywords and dispatch; schema_containers.cpp: objects,
+// maps, arrays and tuples). Private to orbit_constrain.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "constrain/grammar.h"
+
+namespace orbit::constrain::schema {
+
+using Json = nlohmann::ordered_json;  // keeps properties in the order the schema declares them
+
+// Keywords that describe a schema without constraining its values: accepted and ignored.
+const std::set<std::string>& annotations();
+// A value in a few words, for errors.
+std::string brief(const Json& v);
+// Refuses keywords other than annotations and `allowed` beside `what`.
+void only_beside(const Json& s, const std::string& what, const std::set<std::string>& allowed, const std::string& path);
+// s[key] as a count (a non-negative integer), or a refusal naming it.
+int64_t count_of(const Json& s, const char* key, const std::string& path);
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(Grammar& g, const ConstraintLimits& limits, const Json& root, std::string root_path)
+      : g_(g), limits_(limits), root_(root), root_path_(std::move(root_path)) {}
+
+  int32_t compile(const Json& s, const std::string& path);
+
+ private:
+  static constexpr std::size_t kMaxNodes = 100000;
+
+  int32_t compile_type(const Json& s, const std::string& type, const std::string& path);
+  int32_t compile_string(const Json& s, const std::string& path);
+  int32_t compile_number(const Json& s, bool integer, const std::string& path);
+  int32_t compile_enum(const Json& s, const std::vector<std::string>& types, const std::string& path);
+  int32_t compile_any_of(const Json& s, const std::string& path);
+  int32_t compile_all_of(const Json& s, const std::string& path);
+  int32_t compile_ref(const Json& s, const std::string& path);
+  // schema_containers.cpp
+  int32_t compile_array(const Json& s, const std::string& path);
+  int32_t compile_tuple(const Json& s, const Json& items, const std::string& key, const std::string& path);
+  int32_t compile_object(const Json& s, const std::string& path);
+  int32_t compile_map(const Json& value_schema, const std::string& path);
+
+  Grammar& g_;
+  const ConstraintLimits& limits_;
+  const Json& root_;
+  std::string root_path_;
+  std::vector<std::string> expanding_;
+  std::map<std::string, int32_t> compiled_refs_;
+};
+
+}  // namespace orbit::constrain::schema
