@@ -17,7 +17,9 @@
 //    real model is not at hand. The forward is stood in for by the LM head alone: logits = h · W with
 //    h [1, --hidden] and W [--hidden, vocab] float32 (one GEMV, what any model of that vocabulary pays at
 //    least per step: a 1B model of a 128k vocabulary has this very head). Workloads: object (json_object),
-//    people (as above), string ({"type": "string"}: with random logits a token holding '"' soon ends it).
+//    people (as above), records (an array of at least 100 objects whose fields are a date-time, an e-mail,
+//    a pattern and a number in [0, 1]: byte automata), string ({"type": "string"}: with random logits a
+//    token holding '"' soon ends it).
 //    Then the same over a real byte-level BPE vocabulary, GPT-2's 50,257 tokens (tests/data/tokenizers).
 // A loop times both steps over the same forward: unmasked = forward + argmax; masked = forward + mask +
 // argmax + advance, the constrained choice fed back; runs restart with the same Constraint when the text
@@ -65,6 +67,11 @@ const char* kPeople = R"({"type": "array", "minItems": 100, "items": {"type": "o
     "name": {"type": "string", "maxLength": 24}, "age": {"type": "integer"},
     "pets": {"type": "array", "items": {"enum": ["cat", "dog", "bird"]}, "maxItems": 3},
     "happy": {"type": "boolean"}}, "required": ["name", "age", "happy"]}})";
+// Records whose fields are byte automata (format, pattern, number bounds: sdk/src/constrain/schema_regular.h).
+const char* kRecords = R"({"type": "array", "minItems": 100, "items": {"type": "object", "properties": {
+    "when": {"type": "string", "format": "date-time"}, "email": {"type": "string", "format": "email"},
+    "code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{4}$"}, "score": {"type": "number", "minimum": 0,
+    "maximum": 1}}, "required": ["when", "email", "code", "score"]}})";
 const char* kLongString = R"({"type": "string", "minLength": 4096, "maxLength": 8192})";
 const char* kString = R"({"type": "string", "maxLength": 8192})";
 
@@ -359,6 +366,7 @@ int main(int argc, char** argv) {
     for (const auto& [workload, constraint] :
          {std::pair<std::string, std::shared_ptr<const Constraint>>{"object", Constraint::json_object()},
           {"people", Constraint::json_schema(kPeople)},
+          {"records", Constraint::json_schema(kRecords)},
           {"string", Constraint::json_schema(kString)}}) {
       Row row;
       row.setting = "synthetic LM head " + std::to_string(hidden);
@@ -376,7 +384,8 @@ int main(int argc, char** argv) {
     const StepSource gpt2_head = lm_head_source(hidden, gpt2_vocab->size());
     for (const auto& [workload, constraint] :
          {std::pair<std::string, std::shared_ptr<const Constraint>>{"object", Constraint::json_object()},
-          {"people", Constraint::json_schema(kPeople)}}) {
+          {"people", Constraint::json_schema(kPeople)},
+          {"records", Constraint::json_schema(kRecords)}}) {
       Row row;
       row.setting = "gpt2 LM head " + std::to_string(hidden);
       row.workload = workload;
