@@ -436,6 +436,21 @@ TEST_CASE("maps, tuples and allOf of one schema", "[constraint]") {
   CHECK_FALSE(map->matches(R"({"a": -1})"));
   CHECK_FALSE(map->matches(R"({"a": "x"})"));
   CHECK(schema(R"({"type": "object", "additionalProperties": true})")->matches(R"({"a": [1, {"b": null}]})"));
+  // Keys under propertyNames (zod's record writes {"type": "string"}).
+  const auto keyed = schema(R"({"type": "object", "propertyNames": {"type": "string", "pattern": "^[a-z]+$"},
+                                "additionalProperties": {"type": "string", "minLength": 2}})");
+  CHECK(keyed->matches(R"({"ab": "xy", "c": "zzz"})"));
+  CHECK_FALSE(keyed->matches(R"({"Ab": "xy"})"));
+  CHECK_FALSE(keyed->matches(R"({"ab": "x"})"));
+  ConstraintMatcher after_comma(keyed);
+  REQUIRE(after_comma.advance(R"({"ab": "xy",)"));
+  CHECK(after_comma.min_bytes_to_complete() == 9);  // "a":"xy"} : a key of one letter, a value of two
+  CHECK(schema(R"({"propertyNames": {"enum": ["x", "y"]}, "additionalProperties": {"type": "integer"}})")
+            ->matches(R"({"y": 1, "x": 2})"));
+  CHECK_THAT(error_of([] { schema(R"({"propertyNames": {"type": "integer"}, "additionalProperties": true})"); }),
+             Contains("schema.propertyNames.type: keys are strings, not \"integer\""));
+  CHECK_THAT(error_of([] { schema(R"({"properties": {"a": {}}, "propertyNames": {"maxLength": 3}})"); }),
+             Contains("schema.propertyNames: supported only for a map"));
   // Tuples, as 2020-12 (prefixItems) and draft-07 (a list of items) write them: exactly their items.
   const auto pair = schema(R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
                                "minItems": 2, "maxItems": 2})");

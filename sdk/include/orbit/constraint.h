@@ -114,7 +114,8 @@ class Constraint {
   //   type            "object", "array", "string", "number", "integer", "boolean", "null", or a list of them
   //   properties      with additionalProperties false or absent (no other properties; "object" with neither
   //                   properties nor additionalProperties is any object); required
-  //   additionalProperties  a schema (or true) without properties: a map, any keys, each value under it
+  //   additionalProperties  a schema (or true) without properties: a map, each value under it, its keys under
+  //                   propertyNames (a schema of strings: string keywords, or an enum or const of strings)
   //   items           one schema (absent: any value); minItems, maxItems
   //   prefixItems     a tuple of exactly these items (minItems and maxItems its length, or items false); also
   //                   draft-07's list of items with additionalItems false

@@ -238,17 +238,20 @@ int64_t Matcher::remaining(const Frame& f) const {
         default: return n.after_comma[f.a];  // kComma, kCommaSp
       }
     }
-    case NodeKind::kAnyObject:
+    case NodeKind::kAnyObject: {  // a map: its key and value nodes (any object: "" and 0)
+      const int64_t key = g_.at(n.children[0]).min_bytes;
+      const int64_t value = g_.at(n.children[1]).min_bytes;
       switch (f.phase) {
         case kOpen: return 2;
         case kFirst:
         case kFirstSp:
         case kNext: return 1;
-        case kColon: return 3;
+        case kColon: return 1 + value + 1;
         case kValue:
-        case kValueSp: return 2;
-        default: return 5;  // kComma, kCommaSp: "":0}
+        case kValueSp: return value + 1;
+        default: return key + 1 + value + 1;  // kComma, kCommaSp: "":0}
       }
+    }
     case NodeKind::kArray: {
       const int64_t item = g_.at(n.children[0]).min_bytes;
       switch (f.phase) {

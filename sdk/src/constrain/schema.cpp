@@ -65,7 +65,8 @@ const std::set<std::string>& structural() {
                                        "multipleOf",
                                        "allOf",
                                        "prefixItems",
-                                       "additionalItems"};
+                                       "additionalItems",
+                                       "propertyNames"};
   return k;
 }
 
@@ -117,7 +118,8 @@ std::vector<std::string> types_of(const Json& s, const std::string& path) {
     }
     return out;
   }
-  if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) {
+  if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties") ||
+      s.contains("propertyNames")) {
     out.push_back("object");
   }
   if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {

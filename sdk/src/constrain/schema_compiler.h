@@ -44,7 +44,8 @@ class SchemaCompiler {
   int32_t compile_array(const Json& s, const std::string& path);
   int32_t compile_tuple(const Json& s, const Json& items, const std::string& key, const std::string& path);
   int32_t compile_object(const Json& s, const std::string& path);
-  int32_t compile_map(const Json& value_schema, const std::string& path);
+  int32_t compile_map(const Json& s, const Json& value_schema, const std::string& path);
+  int32_t compile_key(const Json& names, const std::string& path);
 
   Grammar& g_;
   const ConstraintLimits& limits_;

@@ -63,14 +63,39 @@ int32_t SchemaCompiler::compile_tuple(const Json& s, const Json& items, const st
   return g_.add(std::move(seq));
 }
 
-// A map: any keys (strings), each value under `value_schema`.
-int32_t SchemaCompiler::compile_map(const Json& value_schema, const std::string& path) {
+// A map: keys under propertyNames (any strings without it), each value under `value_schema`.
+int32_t SchemaCompiler::compile_map(const Json& s, const Json& value_schema, const std::string& path) {
   Node n;
   n.kind = NodeKind::kAnyObject;
   n.space = limits_.whitespace == Whitespace::kSingleSpace;
   n.max_count = limits_.max_object_members;
-  n.children = {add_string(g_, 0, limits_.max_string_chars), compile(value_schema, path)};
+  const int32_t key = s.contains("propertyNames") ? compile_key(s.at("propertyNames"), path + ".propertyNames")
+                                                  : add_string(g_, 0, limits_.max_string_chars);
+  n.children = {key, compile(value_schema, path + ".additionalProperties")};
   return g_.add(std::move(n));
+}
+
+// A map's keys: a schema of strings (string keywords, or an enum or const of strings).
+int32_t SchemaCompiler::compile_key(const Json& names, const std::string& path) {
+  if (names == Json(true)) return add_string(g_, 0, limits_.max_string_chars);
+  ORBIT_CHECK(names.is_object(), path << ": expected a schema of strings, not " << brief(names));
+  for (const auto& [k, v] : names.items()) {
+    const bool string_keyword = k == "type" || k == "pattern" || k == "format" || k == "minLength" ||
+                                k == "maxLength" || k == "enum" || k == "const";
+    ORBIT_CHECK(string_keyword || annotations().count(k), path << ": '" << k << "' is not supported for keys");
+  }
+  ORBIT_CHECK(!names.contains("type") || names.at("type") == Json("string"),
+              path << ".type: keys are strings, not " << brief(names.at("type")));
+  for (const char* list : {"enum", "const"}) {
+    if (!names.contains(list)) continue;
+    const Json& v = names.at(list);
+    const bool strings =
+        v.is_array() ? std::all_of(v.begin(), v.end(), [](const Json& x) { return x.is_string(); }) : v.is_string();
+    ORBIT_CHECK(strings, path << "." << list << ": keys are strings");
+  }
+  Json typed = names;
+  typed["type"] = "string";
+  return compile(typed, path);
 }
 
 int32_t SchemaCompiler::compile_object(const Json& s, const std::string& path) {
@@ -82,8 +107,10 @@ int32_t SchemaCompiler::compile_object(const Json& s, const std::string& path) {
                 path << ".additionalProperties: expected a schema or a boolean, not " << brief(ap));
     ORBIT_CHECK(!(open && declared), path << ".additionalProperties: beside properties only false is supported ("
                                           << brief(ap) << " given; the output has exactly the listed properties)");
-    if (open) return compile_map(ap, path + ".additionalProperties");
+    if (open) return compile_map(s, ap, path);
   }
+  ORBIT_CHECK(!s.contains("propertyNames"),
+              path << ".propertyNames: supported only for a map (additionalProperties a schema, no properties)");
   if (!declared && !s.contains("additionalProperties")) return add_any_object(g_, limits_);
   std::vector<std::string> names;
   std::vector<int32_t> values;
