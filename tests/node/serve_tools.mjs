@@ -7,7 +7,9 @@
 //   langchain  @langchain/openai's ChatOpenAI with bindTools: the calls read from AIMessage.tool_calls
 //   aisdk      the AI SDK's generateText with @ai-sdk/openai-compatible: the SDK runs the loop (the tool's
 //              schema given with jsonSchema(), as compact as the others': the model has 512 positions); then
-//              generateObject with a schema returns a valid object (response_format json_schema)
+//              generateObject with a schema returns a valid object (response_format json_schema), and with
+//              a zod schema (an ISO date, an integer range, a regex, a positive multiple of 0.25) one that
+//              zod's own parse accepts
 //   agents     the OpenAI Agents SDK on its default Responses API (/v1/responses): the Runner runs the loop
 //              (toolChoice "required" kept, the history windowed by callModelInputFilter)
 //
@@ -26,7 +28,7 @@ if (!orbit || !model || !["openai", "langchain", "aisdk", "agents"].includes(cli
   console.error("usage: node serve_tools.mjs ORBIT_BINARY MODEL openai|langchain|aisdk|agents");
   process.exit(2);
 }
-const packages = { openai: ["openai"], langchain: ["@langchain/openai", "@langchain/core/messages"], aisdk: ["ai", "@ai-sdk/openai-compatible"], agents: ["@openai/agents"] };
+const packages = { openai: ["openai"], langchain: ["@langchain/openai", "@langchain/core/messages"], aisdk: ["ai", "@ai-sdk/openai-compatible", "zod"], agents: ["@openai/agents"] };
 const modules = {};
 for (const name of packages[client]) {
   try {
@@ -210,6 +212,16 @@ async function aisdkObject() {
   check(typeof object?.title === "string" && Number.isInteger(object?.pages), "aisdk: generateObject returns a valid object",
         JSON.stringify(object));
   console.log(`aisdk generateObject: ${JSON.stringify(object)}`);
+  // zod's keywords (format, pattern, minimum, maximum, exclusiveMinimum, multipleOf) are decoded under, and
+  // zod itself checks the answer.
+  const { z } = modules.zod;
+  const Booking = z.object({ day: z.iso.date(), guests: z.number().int().min(1).max(12),
+                             code: z.string().regex(/^[A-Z]{3}$/), price: z.number().positive().multipleOf(0.25) });
+  const booked = await generateObject({ model: provider(modelId), schema: Booking, prompt: "Book a table.",
+                                        maxOutputTokens: 96, temperature: 0, maxRetries: 0 });
+  check(Booking.safeParse(booked.object).success, "aisdk: generateObject under a zod schema returns what zod accepts",
+        JSON.stringify(booked.object));
+  console.log(`aisdk generateObject (zod): ${JSON.stringify(booked.object)}`);
 }
 
 try {
