@@ -484,3 +484,42 @@ TEST_CASE("maps, tuples and allOf of one schema", "[constraint]") {
   CHECK_THAT(error_of([] { schema(R"({"properties": {"a": {}}, "additionalProperties": {"type": "string"}})"); }),
              Contains("schema.additionalProperties: beside properties only false is supported"));
 }
+
+TEST_CASE("oneOf: compiled when no value can match two alternatives, refused naming the pair otherwise",
+          "[constraint]") {
+  // Pydantic's discriminated union: alternatives by $ref, told apart by a required const.
+  const auto pets = schema(R"({"$defs": {
+      "Cat": {"type": "object", "properties": {"kind": {"const": "cat"}, "lives": {"type": "integer"}},
+              "required": ["kind", "lives"]},
+      "Dog": {"type": "object", "properties": {"kind": {"const": "dog"}, "good": {"type": "boolean"}},
+              "required": ["kind"]}},
+    "type": "object", "properties": {"pet": {"oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
+      "discriminator": {"propertyName": "kind", "mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}}}},
+    "required": ["pet"]})");
+  CHECK(pets->matches(R"({"pet": {"kind": "cat", "lives": 9}})"));
+  CHECK(pets->matches(R"({"pet": {"kind": "dog"}})"));
+  CHECK_FALSE(pets->matches(R"({"pet": {"kind": "dog", "lives": 9}})"));
+  CHECK_FALSE(pets->matches(R"({"pet": {"kind": "cow"}})"));
+  // zod's discriminatedUnion, typed consts; different types; different enums.
+  CHECK(
+      schema(R"({"oneOf": [{"type": "object", "properties": {"k": {"type": "string", "const": "a"}}, "required": ["k"]},
+                            {"type": "object", "properties": {"k": {"type": "string", "const": "b"}}, "required": ["k"]}]})")
+          ->matches(R"({"k": "b"})"));
+  const auto typed =
+      schema(R"({"oneOf": [{"type": "string", "format": "date"}, {"type": "integer"}, {"type": "null"}]})");
+  CHECK(typed->matches("\"2024-01-02\""));
+  CHECK(typed->matches("12"));
+  CHECK(typed->matches("null"));
+  CHECK(schema(R"({"oneOf": [{"enum": ["a", "b"]}, {"enum": ["c"]}]})")->matches("\"c\""));
+  // Overlaps are refused, naming the pair.
+  const auto at = [](const std::string& s) { return error_of([&] { schema(s); }); };
+  CHECK_THAT(at(R"({"oneOf": [{"type": "number"}, {"type": "integer"}]})"),
+             Contains("schema.oneOf: [0] and [1] may match the same value"));
+  CHECK_THAT(at(R"({"oneOf": [{"type": "string"}, {"type": "null"}, {"type": "string", "maxLength": 2}]})"),
+             Contains("schema.oneOf: [0] and [2] may match the same value"));
+  CHECK_THAT(at(R"({"oneOf": [{"properties": {"k": {"const": 1}}}, {"properties": {"k": {"const": 2}}}]})"),
+             Contains("may match the same value"));  // k not required: {} matches both
+  CHECK_THAT(at(R"({"oneOf": [{}, {"type": "string"}]})"), Contains("[0] and [1] may match the same value"));
+  CHECK_THAT(at(R"({"type": "object", "discriminator": {"propertyName": "k"}})"),
+             Contains("schema: 'discriminator' is supported only beside oneOf or anyOf"));
+}

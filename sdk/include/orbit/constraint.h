@@ -133,6 +133,10 @@ class Constraint {
   //   "integer", are refused: they would constrain nothing)
   //   enum, const     (with "type" beside them, values of other types are dropped)
   //   anyOf           alone (or with annotations); allOf of a single schema, alone
+  //   oneOf           when no value can match two of its schemas, as the text shows: different types, different
+  //                   const/enum values, or a property all of them require with different const/enum values
+  //                   (tagged unions: Pydantic's discriminated unions, zod's discriminatedUnion); else refused
+  //                   naming the pair. discriminator beside oneOf or anyOf (it names the tag: nothing to decode)
   //   $defs / definitions with "$ref": "#/$defs/<name>" (or "#/definitions/<name>"), not recursive
   //   annotations, ignored: title, description, default, examples, $schema, $id, $comment, deprecated,
   //                   readOnly, writeOnly

@@ -66,7 +66,9 @@ const std::set<std::string>& structural() {
                                        "allOf",
                                        "prefixItems",
                                        "additionalItems",
-                                       "propertyNames"};
+                                       "propertyNames",
+                                       "oneOf",
+                                       "discriminator"};
   return k;
 }
 
@@ -156,9 +158,13 @@ int32_t SchemaCompiler::compile(const Json& s, const std::string& path) {
   for (const auto& [key, value] : s.items()) {
     ORBIT_CHECK(structural().count(key) || annotations().count(key), path << ": '" << key << "' is not supported");
   }
+  // OpenAPI's discriminator names the property that tells a union's alternatives apart: nothing to decode.
+  ORBIT_CHECK(!s.contains("discriminator") || s.contains("oneOf") || s.contains("anyOf"),
+              path << ": 'discriminator' is supported only beside oneOf or anyOf");
   if (s.contains("$ref")) return compile_ref(s, path);
   if (s.contains("anyOf")) return compile_any_of(s, path);
   if (s.contains("allOf")) return compile_all_of(s, path);
+  if (s.contains("oneOf")) return compile_one_of(s, path);
   const std::vector<std::string> types = types_of(s, path);
   if (s.contains("enum") || s.contains("const")) return compile_enum(s, types, path);
   if (types.empty()) return add_any_value(g_, limits_);
@@ -240,7 +246,7 @@ int32_t SchemaCompiler::compile_enum(const Json& s, const std::vector<std::strin
 }
 
 int32_t SchemaCompiler::compile_any_of(const Json& s, const std::string& path) {
-  only_beside(s, "anyOf", {}, path);
+  only_beside(s, "anyOf", {"discriminator"}, path);
   const Json& list = s.at("anyOf");
   ORBIT_CHECK(list.is_array() && !list.empty(),
               path << ".anyOf: expected a non-empty list of schemas, not " << brief(list));

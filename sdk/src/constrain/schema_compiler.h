@@ -4,6 +4,7 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -40,6 +41,10 @@ class SchemaCompiler {
   int32_t compile_any_of(const Json& s, const std::string& path);
   int32_t compile_all_of(const Json& s, const std::string& path);
   int32_t compile_ref(const Json& s, const std::string& path);
+  // schema_unions.cpp
+  int32_t compile_one_of(const Json& s, const std::string& path);
+  const Json& resolve(const Json& s, const std::string& path) const;            // through $ref
+  bool exclusive(const Json& a, const Json& b, const std::string& path) const;  // no value matches both
   // schema_containers.cpp
   int32_t compile_array(const Json& s, const std::string& path);
   int32_t compile_tuple(const Json& s, const Json& items, const std::string& key, const std::string& path);
