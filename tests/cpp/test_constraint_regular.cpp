@@ -520,6 +520,9 @@ TEST_CASE("oneOf: compiled when no value can match two alternatives, refused nam
   CHECK_THAT(at(R"({"oneOf": [{"properties": {"k": {"const": 1}}}, {"properties": {"k": {"const": 2}}}]})"),
              Contains("may match the same value"));  // k not required: {} matches both
   CHECK_THAT(at(R"({"oneOf": [{}, {"type": "string"}]})"), Contains("[0] and [1] may match the same value"));
+  CHECK_THAT(at(R"({"oneOf": [{"type": ["object", "string"], "properties": {"k": {"const": 1}}, "required": ["k"]},
+                              {"type": ["object", "string"], "properties": {"k": {"const": 2}}, "required": ["k"]}]})"),
+             Contains("[0] and [1] may match the same value"));  // any string matches both
   CHECK_THAT(at(R"({"type": "object", "discriminator": {"propertyName": "k"}})"),
              Contains("schema: 'discriminator' is supported only beside oneOf or anyOf"));
 }

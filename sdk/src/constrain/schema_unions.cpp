@@ -88,7 +88,10 @@ bool SchemaCompiler::exclusive(const Json& a, const Json& b, const std::string& 
   const auto vx = values_of(x);
   const auto vy = values_of(y);
   if (vx && vy) return disjoint(*vx, *vy);
-  if (!x.is_object() || !y.is_object() || !x.contains("properties") || !y.contains("properties")) return false;
+  // A tag tells objects apart only where both admit nothing but objects.
+  const std::set<std::string> objects{"object"};
+  if (!tx || !ty || *tx != objects || *ty != objects) return false;
+  if (!x.contains("properties") || !y.contains("properties")) return false;
   for (const auto& [name, px] : x.at("properties").items()) {
     if (!requires(x, name) || !requires(y, name) || !y.at("properties").contains(name)) continue;
     const auto kx = values_of(resolve(px, path));
