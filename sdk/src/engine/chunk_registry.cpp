@@ -129,10 +129,17 @@ ChunkRef ChunkRegistry::register_chunk(std::shared_ptr<ChunkRecord> rec) {
     return known->ref;
   }
   ChunkRef ref = rec->ref;
+  // The record counts itself alive until whatever holds it last lets go (live_chunks without a scan).
+  std::shared_ptr<std::atomic<int64_t>> live = live_;
+  live->fetch_add(1);
+  ChunkPtr counted(new ChunkRecord(std::move(*rec)), [live](const ChunkRecord* r) {
+    live->fetch_sub(1);
+    delete r;
+  });
   if (chunks_.count(ref.key) == 0) order_.push_back(ref.key);
-  chunks_[ref.key] = rec;
-  if (rec->pinned) pinned_.push_back(rec);
-  touch(rec, released);
+  chunks_[ref.key] = counted;
+  if (counted->pinned) pinned_.push_back(counted);
+  touch(counted, released);
   sweep();
   return ref;
 }
@@ -167,12 +174,7 @@ bool ChunkRegistry::knows(const std::string& key) const {
   return find_locked(key) != nullptr;
 }
 
-int64_t ChunkRegistry::live_chunks() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  int64_t n = 0;
-  for (const auto& [key, rec] : chunks_) n += rec.expired() ? 0 : 1;
-  return n;
-}
+int64_t ChunkRegistry::live_chunks() const { return live_->load(); }
 
 std::vector<ChunkRef> ChunkRegistry::chunks() const {
   std::lock_guard<std::mutex> lock(mu_);

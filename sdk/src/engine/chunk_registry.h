@@ -13,6 +13,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <atomic>
 
 #include <cstdint>
 #include <deque>
@@ -100,6 +101,8 @@ class ChunkRegistry {
   mutable std::list<ChunkPtr> recent_;
   mutable std::unordered_map<std::string, std::list<ChunkPtr>::iterator> recent_at_;
   std::vector<ChunkPtr> pinned_;  // pinned chunks are never let go
+  // Records alive, wherever held: each record's deleter counts down (shared: a record may outlive this).
+  std::shared_ptr<std::atomic<int64_t>> live_ = std::make_shared<std::atomic<int64_t>>(0);
   // Live turns' lengths by key, and forgotten chunks' (the stale-patch catalog weighs contexts by them): the
   // kMaxTurnLengths noted last are kept, an older one reads as 1 token, so a long-running server's distinct turns do
   // not grow it.
