@@ -10,11 +10,17 @@ namespace {
 
 bool forces_call(const ChatRequest& r) { return r.tool_choice.mode == "required" || r.tool_choice.mode == "function"; }
 
+// tool_choice "auto" with tools and a text answer: the model may call.
+bool may_call(const ChatRequest& r) {
+  return !r.tools_json.empty() && r.tool_choice.mode == "auto" && r.response_format.type == "text";
+}
+
 // What a request's constraint is built from; "" when it has none.
 std::string key_of(const ChatRequest& r) {
   if (forces_call(r)) {
     return "tools\n" + r.tool_choice.function + "\n" + (r.parallel_tool_calls ? "n" : "1") + "\n" + r.tools_json;
   }
+  if (may_call(r)) return "auto tools\n" + std::string(r.parallel_tool_calls ? "n" : "1") + "\n" + r.tools_json;
   if (r.response_format.type == "json_object") return "json_object";
   if (r.response_format.type == "json_schema") return "json_schema\n" + r.response_format.schema_json;
   return "";
@@ -128,7 +134,22 @@ std::string unwritable(const std::shared_ptr<const Constraint>& constraint, cons
   return "";
 }
 
+AnswerConstraint ConstraintCache::build_auto(const ChatRequest& r) const {
+  AnswerConstraint out;
+  out.trigger = tool_call_trigger(format_);
+  if (out.trigger.empty()) return {};
+  try {
+    out.constraint =
+        Constraint::tool_calls(r.tools_json, tool_call_options(format_, "", r.parallel_tool_calls ? 4 : 1));
+  } catch (const Error&) {
+    return {};  // schemas outside the subset: nothing was asked to be enforced, the answer stays free
+  }
+  if (!unwritable(out.constraint, *vocabulary_, max_answer_bytes_).empty()) return {};
+  return out;
+}
+
 AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
+  if (may_call(r)) return build_auto(r);
   AnswerConstraint out;
   const bool call = forces_call(r);
   const std::string param = call                                      ? "tool_choice"

@@ -4,7 +4,11 @@
 //   tool_choice {function: F}    a call to F
 //   response_format json_object  any JSON object
 //   response_format json_schema  a JSON value of the schema (the supported subset: constraint.h)
-//   otherwise                    none (tool_choice "auto" leaves the model free to answer or call)
+//   tool_choice "auto" (tools)   free text until the model writes the format's call mark (tool_call_trigger:
+//                                "<tool_call>"), then calls valid under the tools' grammar: a call the model
+//                                starts is written whole (none when the format has no mark, the tools' schemas
+//                                are outside the subset, or the vocabulary cannot write them: then free)
+//   otherwise                    none
 // A forced call is not a message, so response_format does not apply to it (as OpenAI's API reads them).
 // Whatever tool_choice says, every tool's parameters must be an arguments schema (an object schema: type
 // "object" if given, properties an object, required a list of names): one that is not is refused when the
@@ -42,6 +46,7 @@ namespace orbit::serve {
 // A request's constraint, or the error its tools or schema earn (400 naming the field).
 struct AnswerConstraint {
   std::shared_ptr<const Constraint> constraint;  // null: the answer is free text
+  std::string trigger;  // non-empty: the constraint applies from this text on (GenerateOptions::constraint_trigger)
   std::optional<ApiError> error;
 };
 
@@ -60,6 +65,7 @@ class ConstraintCache {
 
  private:
   AnswerConstraint build(const ChatRequest& request) const;
+  AnswerConstraint build_auto(const ChatRequest& request) const;
   // The answer kept under `key`, else make()'s, kept (the least recently used dropped past capacity_).
   AnswerConstraint remembered(const std::string& key, const std::function<AnswerConstraint()>& make);
 

@@ -152,6 +152,7 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
   const int64_t prompt = window.tokens() + static_cast<int64_t>(query.size());
   GenerateOptions go = generate_options(context, max_tokens_for(context, prompt, sampling), sampling);
   go.constraint = request.constraint;
+  go.constraint_trigger = request.trigger;
   clear_stream_logprobs();
   // Choices 1..n-1 read copy-on-write forks of the window (its pages shared): the batch reads the KV once and
   // forwards the query once for all of them. They live until every job is done.

@@ -20,6 +20,7 @@ struct DecodeRequest {
   const std::vector<int64_t>* query = nullptr;  // the tokens read after the window (non-empty)
   const SamplingRequest* sampling = nullptr;
   std::shared_ptr<const Constraint> constraint;  // what the answer must match (answer_constraint.h); null: free
+  std::string trigger;                           // non-empty: the constraint applies from this text on
 };
 
 // The tokens to generate at most: max_tokens (the server's default when the request gives none) within the

@@ -18,6 +18,7 @@ struct RunTicket::Prepared {
   SyncOptions options;
   SyncPlan plan;  // Window::plan_sync(chat->messages, options) of slot's window at its current version
   std::shared_ptr<const Constraint> constraint;   // what the answer must match; null: free text
+  std::string trigger;                            // non-empty: the constraint applies from this text on
   const CompletionRequest* completion = nullptr;  // set for a completion request
   std::vector<int64_t> tokens;                    // its prompt, tokenized with BOS (non-empty)
 };
@@ -140,6 +141,7 @@ RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::strin
   auto p = std::make_unique<RunTicket::Prepared>();
   p->chat = &request;
   p->constraint = std::move(forced.constraint);
+  p->trigger = std::move(forced.trigger);
   p->options.chat = context_.chat;
   p->options.chat.tools_json = request.tools_json;
   p->options.chunk_min_tokens = context_.options.chunk_min_tokens;
@@ -247,8 +249,8 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
       return now.empty() || !sink.on_text || sink.on_text(now);
     };
   }
-  RunResult r =
-      decode(context_, window, DecodeRequest{&report.generation_prompt, &request.sampling, p.constraint}, out_sink);
+  RunResult r = decode(context_, window,
+                       DecodeRequest{&report.generation_prompt, &request.sampling, p.constraint, p.trigger}, out_sink);
   if (calls) {
     calls->finish(r);
     for (RunResult& choice : r.extra_choices) ToolCallStream(context_.tool_format).finish(choice);  // not streamed

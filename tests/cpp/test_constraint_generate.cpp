@@ -138,6 +138,37 @@ TEST_CASE("constrained generate: pattern, format and number bounds hold in what 
   }
 }
 
+TEST_CASE("constrained generate: from a trigger on, a call after the story's own words", "[constraint][model][cpu]") {
+  // The story model writes "Lily" on its own after this turn; calls here begin with it, so the text is free
+  // up to "Lily" and a valid call from there (the trigger's mechanism, as tool_choice "auto" uses it).
+  auto e = stories260k();
+  Window w = e->new_window();
+  w.add_turn("Once upon a time, there was a little girl named Lily. She had a red ball.");
+  GenerateOptions o;
+  o.max_tokens = 120;
+  const Generation free = w.generate(" One day,", o);
+  INFO("free: " << free.text);
+  REQUIRE(free.text.find("Lily") != std::string::npos);
+  ToolCallOptions calls;
+  calls.begin = "Lily";
+  o.constraint = Constraint::tool_calls(
+      R"([{"type": "function", "function": {"name": "play", "parameters": {"type": "object",
+          "properties": {"toy": {"type": "string", "maxLength": 12}}, "required": ["toy"]}}}])",
+      calls);
+  o.constraint_trigger = "Lily";
+  for (uint64_t seed = 0; seed <= 3; ++seed) {
+    o.seed = seed;
+    o.temperature = seed == 0 ? 0.0 : 0.8;
+    const Generation g = w.generate(" One day,", o);
+    INFO("seed " << seed << ": " << g.text << " (" << g.stop_reason << ")");
+    const std::size_t at = g.text.find("Lily");
+    REQUIRE(at != std::string::npos);
+    CHECK(g.stop_reason == "constraint_complete");
+    CHECK(o.constraint->matches(g.text.substr(at)));
+    if (seed == 0) CHECK(g.text.substr(0, at) == free.text.substr(0, at));  // greedy: the same words before it
+  }
+}
+
 TEST_CASE("constrained generate: json_object, and the first token after BOS", "[constraint][model][cpu]") {
   auto e = stories260k();
   Window w = e->new_window();

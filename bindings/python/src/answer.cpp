@@ -82,6 +82,18 @@ AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::obj
     a.constraint = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format, only));
     return a;
   }
+  if (!a.tools_json.empty() && choice == "auto" && response_format.is_none() &&
+      !orbit::tool_call_trigger(a.format).empty()) {
+    // The model may answer in text or call; a call it starts is decoded under the tools' grammar. Schemas
+    // outside the constraints' subset leave the answer free (nothing was asked to be enforced).
+    try {
+      a.constraint = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format));
+      a.trigger = orbit::tool_call_trigger(a.format);
+    } catch (const orbit::Error&) {
+      a.constraint = nullptr;
+    }
+    return a;
+  }
   if (!response_format.is_none()) {
     const std::optional<std::string> schema = response_schema(response_format);
     if (schema) {

@@ -15,6 +15,7 @@ struct AnswerSpec {
   std::string tools_json;
   orbit::ToolCallFormat format = orbit::ToolCallFormat::kHermes;
   std::shared_ptr<const orbit::Constraint> constraint;  // null: free text
+  std::string trigger;      // non-empty: the constraint applies from this text on (tool_choice "auto")
   bool read_calls = false;  // tools given and tool_choice not "none": calls are read from the text
   bool read_json = false;   // response_format asks for JSON: the text is parsed
 };

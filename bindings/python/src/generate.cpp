@@ -80,6 +80,7 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
   if (!stop_tokens.is_none()) o.stop_tokens = to_tokens(stop_tokens, "generate: stop_tokens");
   a.answer = answer_spec(w, tools, tool_choice, response_format, tool_call_format);
   o.constraint = a.answer.constraint;
+  o.constraint_trigger = a.answer.trigger;
   a.query = query_tokens(w, query);
   return a;
 }

@@ -295,6 +295,10 @@ class TokenConstraint {
   int64_t mask_logits(double* logits, int64_t n, int64_t remaining = -1) const;
   // Advances by `token`. Throws orbit::Error when the mask would not allow it (remaining ignored).
   void accept(int64_t token);
+  // Advances by text that was written before the constraint applied (GenerateOptions::constraint_trigger:
+  // the trigger and what its token wrote after it). Throws orbit::Error when it does not continue the
+  // constrained text. The next token is then not the text's first.
+  void accept_text(std::string_view bytes);
   bool complete() const { return matcher_.complete(); }
   bool finished() const { return matcher_.finished(); }  // complete and nothing can follow
   bool is_end_token(int64_t token) const;
@@ -304,12 +308,14 @@ class TokenConstraint {
  private:
   // The bytes `token` writes at this step (the start-of-text bytes for the first token when they apply).
   const std::optional<std::string>& bytes_now(int64_t token) const;
+  bool at_start_now() const { return options_.at_text_start && accepted_ == 0 && !text_accepted_; }
 
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   TokenConstraintOptions options_;
   ConstraintMatcher matcher_;
   std::shared_ptr<constrain::MaskCache> cache_;
   int64_t accepted_ = 0;
+  bool text_accepted_ = false;  // accept_text() was called: the text has started
 };
 
 }  // namespace orbit

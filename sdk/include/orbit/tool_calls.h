@@ -66,4 +66,12 @@ std::string new_tool_call_id();
 //   ToolCallParse calls = parse_tool_calls(window.generate(query, o).text, ToolCallFormat::kHermes);
 ToolCallOptions tool_call_options(ToolCallFormat format, std::string only = "", int32_t max_calls = 1);
 
+// The text that starts a call in `format` ("<tool_call>", "[TOOL_CALLS]"), or "" where calls have no mark
+// (Llama 3's bare objects). Under tool_choice "auto" it is GenerateOptions::constraint_trigger: the answer
+// is free text until the model writes it, then calls valid under tool_calls()'s constraint.
+//
+//   o.constraint = Constraint::tool_calls(tools_json, tool_call_options(format));
+//   o.constraint_trigger = tool_call_trigger(format);
+std::string tool_call_trigger(ToolCallFormat format);
+
 }  // namespace orbit

@@ -151,6 +151,13 @@ struct GenerateOptions {
   // "constraint_no_token" when no token of the vocabulary continues it (e.g. a vocabulary without '{' under
   // an object schema). Needs the engine's tokenizer; its token bytes are read once per tokenizer.
   std::shared_ptr<const Constraint> constraint;
+  // With a constraint: the run is free (unconstrained, ended as an unconstrained run ends) until its text
+  // holds this string; from the string's first byte the constraint applies, to the end of the run (its
+  // text starts with the string). A token that would complete the string and go on in a way the constraint
+  // refuses is not chosen (the next best is, or a new draw). Empty: constrained from the first token.
+  // Tool calls under tool_choice "auto": tool_calls()'s constraint after tool_call_trigger(format), so the
+  // model may answer in text, and a call it starts is written whole and valid.
+  std::string constraint_trigger;
 
   // Logit processors, OpenAI's semantics, applied to each step's logits in this order before the constraint's
   // mask and before sampling (sdk/src/window/sampler.h):

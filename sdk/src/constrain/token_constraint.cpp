@@ -194,7 +194,7 @@ bool TokenConstraint::is_end_token(int64_t token) const {
 }
 
 const std::optional<std::string>& TokenConstraint::bytes_now(int64_t token) const {
-  if (options_.at_text_start && accepted_ == 0) {
+  if (at_start_now()) {
     const auto& start = vocabulary_->at_start();
     const auto it = std::lower_bound(start.begin(), start.end(), token,
                                      [](const auto& entry, int64_t id) { return entry.first < id; });
@@ -223,7 +223,7 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
   // Tokens whose bytes differ at the text's start are judged apart: (need after, token) when allowed.
   std::vector<std::pair<int64_t, int32_t>> apart;
   std::vector<int64_t> apart_ids;
-  if (options_.at_text_start && accepted_ == 0) {
+  if (at_start_now()) {
     StateSet after;
     for (const auto& [id, bytes] : vocabulary_->at_start()) {
       apart_ids.push_back(id);
@@ -336,6 +336,13 @@ void TokenConstraint::accept(int64_t token) {
               "TokenConstraint::accept: token " << token << " does not continue the constrained text (after "
                                                 << matcher_.text().size() << " bytes)");
   ++accepted_;
+}
+
+void TokenConstraint::accept_text(std::string_view bytes) {
+  ORBIT_CHECK(matcher_.advance(bytes),
+              "TokenConstraint::accept_text: " << bytes.size() << " bytes do not continue the constrained "
+                                               << "text (after " << matcher_.text().size() << " bytes)");
+  text_accepted_ = true;
 }
 
 }  // namespace orbit

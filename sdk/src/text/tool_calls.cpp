@@ -331,6 +331,15 @@ ToolCallOptions tool_call_options(ToolCallFormat format, std::string only, int32
   return o;
 }
 
+std::string tool_call_trigger(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes: return ToolCallOptions().begin;
+    case ToolCallFormat::kLlama3: return "";
+    case ToolCallFormat::kMistral: return std::string(kMistralMark);
+  }
+  return "";
+}
+
 std::string new_tool_call_id() {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 rng{std::random_device{}()};

@@ -42,6 +42,8 @@ void Sampler::check_options(const GenerateOptions& o, int64_t vocab, const char*
               what << ": top_logprobs = " << o.top_logprobs << " must be in [0, 20]");
   ORBIT_CHECK(o.top_logprobs == 0 || o.logprobs,
               what << ": top_logprobs = " << o.top_logprobs << " needs logprobs = true");
+  ORBIT_CHECK(o.constraint_trigger.empty() || o.constraint != nullptr,
+              what << ": constraint_trigger = \"" << o.constraint_trigger << "\" needs a constraint");
 }
 
 Sampler::Sampler(const GenerateOptions& options, SamplerSetup setup)
@@ -52,6 +54,7 @@ Sampler::Sampler(const GenerateOptions& options, SamplerSetup setup)
       at_text_start_(setup.at_text_start),
       rng_(options.seed) {
   check_options(options, vocab_);
+  triggered_ = options.constraint_trigger.empty();
   options_.on_token = nullptr;
   options_.on_logprobs = nullptr;
 }
@@ -59,7 +62,7 @@ Sampler::Sampler(const GenerateOptions& options, SamplerSetup setup)
 bool Sampler::is_stop_token(int64_t token) const {
   const std::vector<int64_t>& stops = options_.stop_tokens;
   return std::find(stops.begin(), stops.end(), token) != stops.end() ||
-         (constraint_.has_value() && constraint_->is_end_token(token));
+         (constraint_active() && constraint_->is_end_token(token));
 }
 
 void Sampler::apply_processors(double* logits) const {
@@ -163,16 +166,47 @@ SamplerStep Sampler::next(const at::Tensor& logits, int64_t tokens_left) {
     std::copy(d.data_ptr<double>(), d.data_ptr<double>() + vocab_, data);
   }
   apply_processors(data);
+  if (constraint_.has_value() && !triggered_) return free_step(data);
   SamplerStep step;
   if (constraint_.has_value() && constraint_->mask_logits(data, vocab_, tokens_left) == 0) {
     step.stop_reason = constraint_->complete() ? "constraint_complete" : "constraint_no_token";
     return step;
   }
   step.token = choose(data);
-  if (options_.logprobs) step.logprobs = logprobs_of(at::from_blob(data, {vocab_}, at::kDouble), step.token);
   if (constraint_.has_value()) constraint_->accept(step.token);
+  record(step, data);
+  return step;
+}
+
+void Sampler::record(SamplerStep& step, double* logits) {
+  if (options_.logprobs) step.logprobs = logprobs_of(at::from_blob(logits, {vocab_}, at::kDouble), step.token);
   ++counts_[step.token];
   ++chosen_;
+}
+
+SamplerStep Sampler::free_step(double* logits) {
+  const std::string& trigger = options_.constraint_trigger;
+  constexpr int kMaxRefused = 64;
+  SamplerStep step;
+  for (int refused = 0; refused < kMaxRefused; ++refused) {
+    const int64_t token = choose(logits);
+    if (std::isinf(logits[token]) && logits[token] < 0) break;  // every token excluded
+    const std::string text = tail_ + (is_stop_token(token) ? std::string() : bytes_of(token));
+    const std::size_t at = text.find(trigger);
+    if (at == std::string::npos) {
+      tail_ = text.substr(text.size() - std::min(text.size(), trigger.size() - 1));
+    } else if (constraint_->matcher().can_advance(std::string_view(text).substr(at))) {
+      constraint_->accept_text(std::string_view(text).substr(at));
+      triggered_ = true;
+    } else {
+      logits[token] = -std::numeric_limits<double>::infinity();  // starts the constrained text wrongly
+      continue;
+    }
+    step.token = token;
+    record(step, logits);
+    return step;
+  }
+  step.stop_reason = "constraint_no_token";
   return step;
 }
 

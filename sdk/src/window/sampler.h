@@ -6,7 +6,10 @@
 //   logits (the model's, [vocab])
 //     -> penalties   logits[t] -= presence · [count(t) > 0] + frequency · count(t)   (tokens chosen so far)
 //     -> logit_bias  logits[t] += bias[t]
-//     -> constraint  -inf where the token's bytes would leave the grammar (or not fit the tokens left)
+//     -> constraint  -inf where the token's bytes would leave the grammar (or not fit the tokens left);
+//                    with a trigger (GenerateOptions::constraint_trigger) only once the text holds it: before,
+//                    a chosen token that completes the trigger and goes on where the grammar refuses is
+//                    excluded and the choice made again
 //     -> logprobs    log_softmax(logits): the chosen token's and the top_logprobs best (when asked)
 //     -> choice      argmax at temperature 0, else a draw from softmax(logits / T) cut to the top_p nucleus
 //
@@ -71,22 +74,29 @@ class Sampler {
   SamplerStep next(const at::Tensor& logits, int64_t tokens_left = -1);
 
   bool constrained() const { return constraint_.has_value(); }
-  // The constraint's text is complete / complete and nothing can follow (false when unconstrained).
-  bool complete() const { return constraint_.has_value() && constraint_->complete(); }
-  bool finished() const { return constraint_.has_value() && constraint_->finished(); }
+  // The constraint applies now: there is one, and its trigger (if any) has appeared.
+  bool constraint_active() const { return constraint_.has_value() && triggered_; }
+  // The constraint's text is complete / complete and nothing can follow (false when it does not apply).
+  bool complete() const { return constraint_active() && constraint_->complete(); }
+  bool finished() const { return constraint_active() && constraint_->finished(); }
   // A stop token of the options, or an end token of the constraint (the tokenizer's EOS there).
   bool is_stop_token(int64_t token) const;
   int64_t tokens_chosen() const { return chosen_; }
 
  private:
   void apply_processors(double* logits) const;  // penalties, then logit_bias
-  int64_t choose(const double* logits);         // argmax or a draw (the processed, masked row)
+  // A step before the trigger: a free choice, unless it completes the trigger where the grammar refuses.
+  SamplerStep free_step(double* logits);
+  void record(SamplerStep& step, double* logits);  // logprobs, counts
+  int64_t choose(const double* logits);            // argmax or a draw (the processed, masked row)
   StepLogprobs logprobs_of(const at::Tensor& logits, int64_t token) const;
   std::string bytes_of(int64_t token) const;
 
   GenerateOptions options_;
   int64_t vocab_ = 0;
   std::optional<TokenConstraint> constraint_;
+  bool triggered_ = true;  // false while a trigger has not appeared
+  std::string tail_;       // the free text's last bytes, fewer than the trigger's (where it may begin)
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   bool at_text_start_ = false;
   std::mt19937_64 rng_;

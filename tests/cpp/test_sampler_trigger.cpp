@@ -1,0 +1,157 @@
+// A constraint that applies from a trigger on (GenerateOptions::constraint_trigger, sdk/src/window/sampler.h),
+// on a Sampler over a small vocabulary whose logits are scripted step by step: free text until the trigger,
+// the grammar after it, a token that completes the trigger and goes on wrongly never chosen (greedy: the
+// next best; sampled: a new draw), end tokens that end the run only once the constraint applies.
+#include "orbit_catch.h"
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "orbit/tool_calls.h"
+#include "window/sampler.h"
+
+using namespace orbit;
+using Catch::Contains;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Words first, then every byte (so the grammar can always go on), then EOS.
+const std::vector<std::string> kWords{
+    "Sure", ", ", "<tool_", "call>", "call>{\"name\": \"f\"", "call>oops", ", \"arguments\": {}}", "</tool_call>", "x"};
+constexpr int64_t kBytes = 9;      // id of byte 0
+constexpr int64_t kEos = 9 + 256;  // writes nothing
+constexpr int64_t kVocab = kEos + 1;
+
+std::shared_ptr<const TokenVocabulary> vocabulary() {
+  TokenBytes tb;
+  for (const std::string& w : kWords) tb.text.emplace_back(w);
+  for (int b = 0; b < 256; ++b) tb.text.emplace_back(std::string(1, static_cast<char>(b)));
+  tb.text.emplace_back(std::nullopt);
+  return TokenVocabulary::from_bytes(tb);
+}
+
+const char* kTools = R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])";
+
+orbit::detail::Sampler sampler(const GenerateOptions& o) {
+  orbit::detail::SamplerSetup setup;
+  setup.vocab = kVocab;
+  setup.vocabulary = vocabulary();
+  TokenConstraintOptions tco;
+  tco.end_tokens = {kEos};
+  setup.constraint.emplace(o.constraint, setup.vocabulary, tco);
+  return orbit::detail::Sampler(o, std::move(setup));
+}
+
+// Logits preferring `ranked` in order (10, 9, ...), everything else at 0.
+at::Tensor prefer(const std::vector<int64_t>& ranked) {
+  at::Tensor t = at::zeros({kVocab}, at::kFloat);
+  float v = 10;
+  for (int64_t id : ranked) t[id] = v--;
+  return t;
+}
+
+GenerateOptions triggered() {
+  GenerateOptions o;
+  o.constraint = Constraint::tool_calls(kTools, tool_call_options(ToolCallFormat::kHermes));
+  o.constraint_trigger = tool_call_trigger(ToolCallFormat::kHermes);
+  return o;
+}
+
+std::string text_of(const std::vector<int64_t>& tokens) {
+  std::string out;
+  for (int64_t t : tokens)
+    out += t < kBytes ? kWords[static_cast<std::size_t>(t)] : std::string(1, static_cast<char>(t - kBytes));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("trigger: free text, then the grammar from the trigger on; a wrong completion is passed over",
+          "[sampler][constraint]") {
+  orbit::detail::Sampler s = sampler(triggered());
+  std::vector<int64_t> out;
+  const auto step = [&](const std::vector<int64_t>& ranked) {
+    const orbit::detail::SamplerStep st = s.next(prefer(ranked));
+    REQUIRE(st.has_token());
+    out.push_back(st.token);
+    return st.token;
+  };
+  // Free: "x" is allowed though no grammar would take it, and EOS is not an end yet.
+  CHECK(step({0}) == 0);
+  CHECK(step({8}) == 8);
+  CHECK_FALSE(s.is_stop_token(kEos));
+  CHECK(step({1}) == 1);
+  CHECK(step({2}) == 2);
+  CHECK_FALSE(s.constraint_active());
+  // "call>oops" completes the trigger and goes on where the grammar refuses: the next best is taken.
+  CHECK(step({5, 4}) == 4);
+  CHECK(s.constraint_active());
+  CHECK(s.is_stop_token(kEos));
+  // Constrained: "x" and "oops" are masked, the arguments' token and the end mark go through.
+  CHECK(step({8, 6}) == 6);
+  CHECK(step({8, 7}) == 7);
+  CHECK(s.complete());
+  CHECK(text_of(out) == R"(Surex, <tool_call>{"name": "f", "arguments": {}}</tool_call>)");
+  const ToolCallParse calls = parse_tool_calls(text_of(out), ToolCallFormat::kHermes);
+  REQUIRE(calls.calls.size() == 1);
+  CHECK(calls.calls[0].name == "f");
+  CHECK(calls.content == "Surex,");
+}
+
+TEST_CASE("trigger: a trigger split across tokens and bytes; never written, the run stays free",
+          "[sampler][constraint]") {
+  orbit::detail::Sampler s = sampler(triggered());
+  // "<tool_" then "call>" then '{' as a byte: the grammar takes over at the trigger's first byte.
+  CHECK(s.next(prefer({2})).token == 2);
+  CHECK(s.next(prefer({3})).token == 3);
+  CHECK(s.constraint_active());
+  CHECK(s.next(prefer({8, kBytes + '{'})).token == kBytes + '{');
+  // Never written: every step free, whatever it writes.
+  orbit::detail::Sampler free = sampler(triggered());
+  for (int i = 0; i < 20; ++i) CHECK(free.next(prefer({static_cast<int64_t>(kBytes + 'a' + i % 26)})).has_token());
+  CHECK_FALSE(free.constraint_active());
+  CHECK_FALSE(free.complete());
+}
+
+TEST_CASE("trigger: sampled, a wrong completion is never drawn; the options are checked", "[sampler][constraint]") {
+  std::map<int64_t, int> drawn;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    GenerateOptions o = triggered();
+    o.temperature = 1.0;
+    o.seed = seed;
+    orbit::detail::Sampler s = sampler(o);
+    at::Tensor first = at::full({kVocab}, -30.0f);
+    first[2] = 0.0f;
+    REQUIRE(s.next(first).token == 2);
+    at::Tensor logits = at::full({kVocab}, -30.0f);
+    logits[5] = 3.0f;  // "call>oops": most likely, refused
+    logits[4] = 1.0f;
+    logits[3] = 0.5f;
+    const orbit::detail::SamplerStep st = s.next(logits);
+    REQUIRE(st.has_token());
+    ++drawn[st.token];
+    CHECK(s.constraint_active());
+  }
+  CHECK(drawn.count(5) == 0);
+  CHECK(drawn[4] + drawn[3] == 40);
+  CHECK(drawn[4] > drawn[3]);  // the rest keep their proportions (e^1 : e^0.5)
+  GenerateOptions bad;
+  bad.constraint_trigger = "<tool_call>";
+  CHECK_THAT(error_of([&] { orbit::detail::Sampler::check_options(bad, kVocab); }),
+             Contains("generate: constraint_trigger = \"<tool_call>\" needs a constraint"));
+  CHECK(tool_call_trigger(ToolCallFormat::kMistral) == "[TOOL_CALLS]");
+  CHECK(tool_call_trigger(ToolCallFormat::kLlama3).empty());
+}
