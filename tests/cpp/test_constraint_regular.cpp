@@ -526,3 +526,31 @@ TEST_CASE("oneOf: compiled when no value can match two alternatives, refused nam
   CHECK_THAT(at(R"({"type": "object", "discriminator": {"propertyName": "k"}})"),
              Contains("schema: 'discriminator' is supported only beside oneOf or anyOf"));
 }
+
+TEST_CASE("recursive $ref: trees through objects and arrays; left recursion and endless values refused",
+          "[constraint]") {
+  // A tree (Pydantic's self-referencing model): children are nodes.
+  const auto tree = schema(R"({"$defs": {"Node": {"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 8},
+      "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}, "maxItems": 3}},
+      "required": ["name"], "additionalProperties": false}}, "$ref": "#/$defs/Node"})");
+  CHECK(tree->matches(R"({"name": "a"})"));
+  CHECK(tree->matches(R"({"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}, {"name": "d"}]})"));
+  CHECK_FALSE(tree->matches(R"({"name": "a", "children": [{"children": []}]})"));
+  CHECK(tree->min_bytes() == std::string(R"({"name":""})").size());
+  std::mt19937 rng(9);
+  std::string printable;
+  for (char b = 0x20; b < 0x7F; ++b) printable += b;
+  for (const std::string& t : random_walks(tree, printable, 30, rng, 300)) CHECK(nlohmann::json::parse(t).is_object());
+  // The root itself ("#"), through anyOf: an expression of numbers and nested sums.
+  const auto expr = schema(R"({"anyOf": [{"type": "integer"}, {"type": "object", "properties": {
+      "sum": {"type": "array", "items": {"$ref": "#"}, "minItems": 2, "maxItems": 2}}, "required": ["sum"]}]})");
+  CHECK(expr->matches(R"({"sum": [1, {"sum": [2, 3]}]})"));
+  CHECK_FALSE(expr->matches(R"({"sum": [1]})"));
+  const auto at = [](const std::string& s) { return error_of([&] { schema(s); }); };
+  CHECK_THAT(at(R"({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}}, "$ref": "#/$defs/A"})"),
+             Contains("schema.$defs.A.anyOf[0].$ref: \"#/$defs/A\" refers back to itself outside any object or array"));
+  CHECK_THAT(at(R"({"$defs": {"A": {"type": "object", "properties": {"next": {"$ref": "#/$defs/A"}},
+                   "required": ["next"]}}, "$ref": "#/$defs/A"})"),
+             Contains("has a recursive $ref whose every value holds another"));
+}

@@ -137,7 +137,9 @@ class Constraint {
   //                   const/enum values, or a property all of them require with different const/enum values
   //                   (tagged unions: Pydantic's discriminated unions, zod's discriminatedUnion); else refused
   //                   naming the pair. discriminator beside oneOf or anyOf (it names the tag: nothing to decode)
-  //   $defs / definitions with "$ref": "#/$defs/<name>" (or "#/definitions/<name>"), not recursive
+  //   $defs / definitions with "$ref": "#/$defs/<name>" (or "#/definitions/<name>", or "#" for the root);
+  //                   recursive where the reference sits inside an object or array its target opens (trees)
+  //                   and some value of it finishes
   //   annotations, ignored: title, description, default, examples, $schema, $id, $comment, deprecated,
   //                   readOnly, writeOnly
   // A schema may be `true` (any value). Anything else throws orbit::Error naming the keyword and where it

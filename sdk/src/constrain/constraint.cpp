@@ -30,6 +30,11 @@ void check_limits(const ConstraintLimits& l) {
 std::shared_ptr<const Constraint> make(Grammar g, std::string description) {
   g.description = std::move(description);
   g.finish();
+  // Only a recursive $ref can leave a part with no finite text: a value that must always hold another.
+  for (const Node& n : g.nodes) {
+    ORBIT_CHECK(n.min_bytes < (int64_t{1} << 40), "constraint: " << g.description << " has a recursive $ref whose "
+                                                                 << "every value holds another (no value finishes)");
+  }
   ORBIT_CHECK(g.at(g.root).min_bytes < (int64_t{1} << 40), "constraint: " << g.description << " admits no text");
   return constrain::Access::make(std::make_unique<ConstraintParts>(std::move(g)));
 }

@@ -269,17 +269,25 @@ int32_t SchemaCompiler::compile_all_of(const Json& s, const std::string& path) {
   return compile(list[0], path + ".allOf[0]");
 }
 
+// A reference compiles its target once. A reference back into a target being compiled (a recursive schema:
+// trees, nested comments) points at a placeholder that forwards to the target; it must sit inside an object
+// or array the target opens (else no value could ever finish), and make() refuses a branch that only recurses.
 int32_t SchemaCompiler::compile_ref(const Json& s, const std::string& path) {
   only_beside(s, "$ref", {}, path);
   const Json& ref = s.at("$ref");
   ORBIT_CHECK(ref.is_string(), path << ".$ref: expected a string, not " << brief(ref));
   const std::string r = ref.get<std::string>();
-  ORBIT_CHECK(r.rfind("#/", 0) == 0, path << ".$ref: \"" << r << "\" is not supported (only references into this "
-                                          << "schema, such as \"#/$defs/Name\")");
+  ORBIT_CHECK(r == "#" || r.rfind("#/", 0) == 0, path << ".$ref: \"" << r << "\" is not supported (only references "
+                                                      << "into this schema, such as \"#/$defs/Name\")");
   const auto done = compiled_refs_.find(r);
   if (done != compiled_refs_.end()) return done->second;
-  ORBIT_CHECK(std::find(expanding_.begin(), expanding_.end(), r) == expanding_.end(),
-              path << ".$ref: \"" << r << "\" is recursive, which is not supported");
+  const auto open = expanding_.find(r);
+  if (open != expanding_.end()) {
+    ORBIT_CHECK(containers_ > open->second.second, path << ".$ref: \"" << r << "\" refers back to itself outside "
+                                                        << "any object or array (no value of it could finish)");
+    used_placeholders_.insert(open->second.first);
+    return open->second.first;
+  }
   const Json* target = nullptr;
   try {
     target = &root_.at(Json::json_pointer(r.substr(1)));
@@ -292,11 +300,16 @@ int32_t SchemaCompiler::compile_ref(const Json& s, const std::string& path) {
     if (j == std::string::npos) j = r.size();
     target_path += "." + r.substr(i, j - i);
   }
-  expanding_.push_back(r);
+  Node forward;
+  forward.kind = NodeKind::kChoice;
+  const int32_t placeholder = g_.add(std::move(forward));
+  expanding_[r] = {placeholder, containers_};
   const int32_t node = compile(*target, target_path);
-  expanding_.pop_back();
-  compiled_refs_[r] = node;
-  return node;
+  expanding_.erase(r);
+  g_.nodes[static_cast<std::size_t>(placeholder)].children = {node};
+  const int32_t out = used_placeholders_.count(placeholder) ? placeholder : node;
+  compiled_refs_[r] = out;
+  return out;
 }
 
 }  // namespace schema

@@ -46,6 +46,7 @@ class SchemaCompiler {
   const Json& resolve(const Json& s, const std::string& path) const;            // through $ref
   bool exclusive(const Json& a, const Json& b, const std::string& path) const;  // no value matches both
   // schema_containers.cpp
+  int32_t compile_member(const Json& s, const std::string& path);  // a member or item: inside a container
   int32_t compile_array(const Json& s, const std::string& path);
   int32_t compile_tuple(const Json& s, const Json& items, const std::string& key, const std::string& path);
   int32_t compile_object(const Json& s, const std::string& path);
@@ -56,7 +57,10 @@ class SchemaCompiler {
   const ConstraintLimits& limits_;
   const Json& root_;
   std::string root_path_;
-  std::vector<std::string> expanding_;
+  // References being compiled: their placeholder node and the containers open when they began.
+  std::map<std::string, std::pair<int32_t, int>> expanding_;
+  std::set<int32_t> used_placeholders_;  // placeholders a recursive reference points at
+  int containers_ = 0;                   // objects and arrays whose members are being compiled
   std::map<std::string, int32_t> compiled_refs_;
 };
 

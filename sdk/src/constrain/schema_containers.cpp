@@ -7,6 +7,18 @@
 
 namespace orbit::constrain::schema {
 
+int32_t SchemaCompiler::compile_member(const Json& s, const std::string& path) {
+  ++containers_;
+  try {
+    const int32_t node = compile(s, path);
+    --containers_;
+    return node;
+  } catch (...) {
+    --containers_;
+    throw;
+  }
+}
+
 int32_t SchemaCompiler::compile_array(const Json& s, const std::string& path) {
   if (s.contains("prefixItems")) return compile_tuple(s, s.at("prefixItems"), "prefixItems", path);
   if (s.contains("items") && s.at("items").is_array()) return compile_tuple(s, s.at("items"), "items", path);
@@ -14,7 +26,8 @@ int32_t SchemaCompiler::compile_array(const Json& s, const std::string& path) {
   const int64_t min = s.contains("minItems") ? count_of(s, "minItems", path) : 0;
   const int64_t max = s.contains("maxItems") ? count_of(s, "maxItems", path) : std::max(min, limits_.max_array_items);
   ORBIT_CHECK(min <= max, path << ": minItems " << min << " is above maxItems " << max);
-  const int32_t item = s.contains("items") ? compile(s.at("items"), path + ".items") : add_any_value(g_, limits_);
+  const int32_t item =
+      s.contains("items") ? compile_member(s.at("items"), path + ".items") : add_any_value(g_, limits_);
   Node n;
   n.kind = NodeKind::kArray;
   n.space = limits_.whitespace == Whitespace::kSingleSpace;
@@ -57,7 +70,7 @@ int32_t SchemaCompiler::compile_tuple(const Json& s, const Json& items, const st
   for (int64_t i = 0; i < n; ++i) {
     if (i > 0) separator(",");
     seq.children.push_back(
-        compile(items[static_cast<std::size_t>(i)], path + "." + key + "[" + std::to_string(i) + "]"));
+        compile_member(items[static_cast<std::size_t>(i)], path + "." + key + "[" + std::to_string(i) + "]"));
   }
   seq.children.push_back(add_literal(g_, "]"));
   return g_.add(std::move(seq));
@@ -71,7 +84,7 @@ int32_t SchemaCompiler::compile_map(const Json& s, const Json& value_schema, con
   n.max_count = limits_.max_object_members;
   const int32_t key = s.contains("propertyNames") ? compile_key(s.at("propertyNames"), path + ".propertyNames")
                                                   : add_string(g_, 0, limits_.max_string_chars);
-  n.children = {key, compile(value_schema, path + ".additionalProperties")};
+  n.children = {key, compile_member(value_schema, path + ".additionalProperties")};
   return g_.add(std::move(n));
 }
 
@@ -119,7 +132,7 @@ int32_t SchemaCompiler::compile_object(const Json& s, const std::string& path) {
     ORBIT_CHECK(props.is_object(), path << ".properties: expected an object, not " << brief(props));
     for (const auto& [name, sub] : props.items()) {
       names.push_back(name);
-      values.push_back(compile(sub, path + ".properties." + name));
+      values.push_back(compile_member(sub, path + ".properties." + name));
     }
   }
   std::vector<bool> required(names.size(), false);
