@@ -537,7 +537,7 @@ TEST_CASE("recursive $ref: trees through objects and arrays; left recursion and 
   CHECK(tree->matches(R"({"name": "a"})"));
   CHECK(tree->matches(R"({"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}, {"name": "d"}]})"));
   CHECK_FALSE(tree->matches(R"({"name": "a", "children": [{"children": []}]})"));
-  CHECK(tree->min_bytes() == std::string(R"({"name":""})").size());
+  CHECK(tree->min_bytes() == static_cast<int64_t>(std::string(R"({"name":""})").size()));
   std::mt19937 rng(9);
   std::string printable;
   for (char b = 0x20; b < 0x7F; ++b) printable += b;
