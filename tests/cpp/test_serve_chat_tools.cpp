@@ -1,0 +1,320 @@
+// `orbit serve` below HTTP (cli/serve/), its tools and answers: tools, tool_choice and response_format parsed
+// (unhonoured parameters refused by name), tool calls held back from the stream and read when the answer
+// ends, tools in the prompt and what the vocabulary cannot write refused, forced calls and JSON answers
+// decoded under a constraint (even by a story model), and logprobs in OpenAI's chat shape.
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "orbit_catch.h"
+#include "serve/responses_api.h"
+#include "serve/serve_api.h"
+#include "serve/serve_core.h"
+#include "serve/serve_wire.h"
+#include "serve/text_stream.h"
+#include "serve/tool_stream.h"
+
+namespace sv = orbit::serve;
+
+namespace {
+
+const std::string kModel = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
+
+// The error a chat body gets: status and param ("" when it parses).
+std::pair<int, std::string> chat_error(const std::string& body) {
+  const sv::Parsed<sv::ChatRequest> p = sv::parse_chat_request(body);
+  if (p.ok()) return {200, ""};
+  return {p.error.status, p.error.param};
+}
+
+}  // namespace
+
+TEST_CASE("serve: tools, tool_choice and response_format are parsed; unhonoured parameters are refused by name",
+          "[serve]") {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}])";
+  const std::string tools =
+      R"(,"tools":[{"type":"function","function":{"name":"search","parameters":{"type":"object"}}},)"
+      R"({"type":"function","function":{"name":"open"}}])";
+  const sv::Parsed<sv::ChatRequest> p = sv::parse_chat_request(head + tools + R"(,"tool_choice":"auto"})");
+  REQUIRE(p.ok());
+  CHECK(p.value->tool_names == std::vector<std::string>{"search", "open"});
+  // Keys stay in the client's order (the template renders the schema as written, as Hugging Face does).
+  CHECK(p.value->tools_json.rfind(R"([{"type":"function","function":{"name":"search","parameters")", 0) == 0);
+  CHECK(p.value->reads_tool_calls());
+  CHECK_FALSE(sv::parse_chat_request(head + tools + R"(,"tool_choice":"none"})").value->reads_tool_calls());
+  const sv::Parsed<sv::ChatRequest> named =
+      sv::parse_chat_request(head + tools + R"(,"tool_choice":{"type":"function","function":{"name":"open"}}})");
+  REQUIRE(named.ok());
+  CHECK(named.value->tool_choice.mode == "function");
+  CHECK(named.value->tool_choice.function == "open");
+  CHECK(chat_error(head + tools + R"(,"tool_choice":{"type":"function","function":{"name":"fly"}}})").second ==
+        "tool_choice.function.name");
+  CHECK(chat_error(head + tools + R"(,"tool_choice":"always"})").second == "tool_choice");
+  CHECK(chat_error(head + R"(,"tool_choice":"required"})").second == "tool_choice");
+  CHECK(chat_error(head + R"(,"tools":[{"type":"function","function":{}}]})").second == "tools[0].function.name");
+  CHECK(chat_error(head + R"(,"tools":[{"type":"retrieval"}]})").second == "tools[0].type");
+  // Two tools of one name: which would a call name? Refused at the second.
+  const std::string twice = head + tools.substr(0, tools.size() - 1) +
+                            R"(,{"type":"function","function":{"name":"search"}}],"tool_choice":"auto"})";
+  CHECK(chat_error(twice).second == "tools[2].function.name");
+  CHECK(sv::parse_chat_request(twice).error.message.find("'search' is also the name of tools[0]") != std::string::npos);
+  CHECK(chat_error(head + R"(,"response_format":{"type":"nonsense"}})").second == "response_format.type");
+  CHECK(chat_error(head + R"(,"response_format":"json"})").second == "response_format");
+  CHECK(chat_error(head + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x"}}})").second ==
+        "response_format.json_schema.schema");
+  const sv::Parsed<sv::ChatRequest> schema = sv::parse_chat_request(
+      head + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}})");
+  REQUIRE(schema.ok());
+  CHECK(schema.value->response_format.type == "json_schema");
+  CHECK(schema.value->response_format.schema_json == R"({"type":"object"})");
+  // OpenAI's logit processors and logprobs are read into the request (decode hands them to generate).
+  const sv::Parsed<sv::ChatRequest> processed = sv::parse_chat_request(
+      head + R"(,"presence_penalty":0.5,"frequency_penalty":-1,"logit_bias":{"7":-100,"300":2.5},"logprobs":true,)"
+             R"("top_logprobs":4})");
+  REQUIRE(processed.ok());
+  const sv::SamplingRequest& sp = processed.value->sampling;
+  CHECK(sp.presence_penalty == 0.5);
+  CHECK(sp.frequency_penalty == -1);
+  CHECK(sp.logit_bias == std::map<int64_t, double>{{7, -100}, {300, 2.5}});
+  CHECK(sp.logprobs);
+  CHECK(sp.top_logprobs == 4);
+  CHECK(chat_error(head + R"(,"logprobs":false,"presence_penalty":0,"frequency_penalty":0,"logit_bias":{}})").first ==
+        200);
+  // Out of range: a 400 naming the field.
+  sv::ServeLimits vocab512;
+  vocab512.vocab_size = 512;
+  for (const auto& [extra, field] :
+       std::vector<std::pair<std::string, std::string>>{{R"("presence_penalty":2.5)", "presence_penalty"},
+                                                        {R"("frequency_penalty":"a")", "frequency_penalty"},
+                                                        {R"("logit_bias":[1])", "logit_bias"},
+                                                        {R"("logit_bias":{"x":1})", "logit_bias"},
+                                                        {R"("logit_bias":{"-3":1})", "logit_bias"},
+                                                        {R"("logit_bias":{"512":1})", "logit_bias"},
+                                                        {R"("logit_bias":{"5":-100.5})", "logit_bias"},
+                                                        {R"("logit_bias":{"5":"high"})", "logit_bias"},
+                                                        {R"("logprobs":1)", "logprobs"},
+                                                        {R"("top_logprobs":2)", "top_logprobs"},
+                                                        {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"}}) {
+    const sv::Parsed<sv::ChatRequest> p = sv::parse_chat_request(head + "," + extra + "}", vocab512);
+    INFO(extra << ": " << p.error.message);
+    CHECK(!p.ok());
+    CHECK(p.error.status == 400);
+    CHECK(p.error.param == field);
+  }
+  CHECK(sv::parse_chat_request(head + R"(,"logit_bias":{"511":1}})", vocab512).ok());
+  // Legacy completions: penalties and biases as chat; its integer logprobs refused by name.
+  const sv::Parsed<sv::CompletionRequest> legacy =
+      sv::parse_completion_request(R"({"model":"m","prompt":"x","presence_penalty":1,"logit_bias":{"3":1}})");
+  REQUIRE(legacy.ok());
+  CHECK(legacy.value->sampling.presence_penalty == 1);
+  for (const char* extra : {R"("logprobs":2)", R"("logprobs":true)", R"("top_logprobs":1)"}) {
+    const sv::Parsed<sv::CompletionRequest> p =
+        sv::parse_completion_request(std::string(R"({"model":"m","prompt":"x",)") + extra + "}");
+    CHECK(p.error.code == "unsupported_parameter");
+    CHECK(std::string(extra).find(p.error.param) != std::string::npos);
+  }
+}
+
+TEST_CASE("serve: tool calls are held back from the stream and read when the answer ends", "[serve]") {
+  sv::ToolCallStream stream(orbit::ToolCallFormat::kHermes);
+  std::string sent;
+  for (const char* delta : {"Let me ", "look. <to", "ol_call>{\"name\": \"search\", ",
+                            "\"arguments\": {\"q\": \"cat\"}}", "</tool_call>"}) {
+    sent += stream.push(delta);
+  }
+  CHECK(sent == "Let me look. ");
+  sv::RunResult r;
+  r.text = "Let me look. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"cat\"}}</tool_call>";
+  r.finish_reason = "stop";
+  stream.finish(r);
+  REQUIRE(r.tool_calls.size() == 1);
+  CHECK(r.tool_calls[0].name == "search");
+  CHECK(r.tool_calls[0].arguments == R"({"q":"cat"})");
+  CHECK(r.text == "Let me look.");
+  CHECK(r.unstreamed.empty());
+  CHECK(r.finish_reason == "tool_calls");
+
+  // Text that only looked like the start of a call is sent when the answer ends.
+  sv::ToolCallStream plain(orbit::ToolCallFormat::kHermes);
+  CHECK(plain.push("a <tool") == "a ");
+  sv::RunResult t;
+  t.text = "a <tool";
+  t.finish_reason = "length";
+  plain.finish(t);
+  CHECK(t.tool_calls.empty());
+  CHECK(t.unstreamed == "<tool");
+  CHECK(t.finish_reason == "length");
+}
+
+TEST_CASE("serve: tools reach the prompt; what the vocabulary cannot write is refused by name", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  sv::ServeCore core(options);
+  sv::ChatRequest r;
+  r.model = core.model_name();
+  r.messages = {{"user", "Find a story about a cat."}};
+  r.sampling.max_tokens = 4;
+  r.sampling.temperature = 0;
+  const sv::RunOutcome plain = core.chat(r, "", {});
+  REQUIRE(plain.result.has_value());
+  sv::ChatRequest with_tools = r;
+  with_tools.tools_json =
+      R"([{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":)"
+      R"({"q":{"type":"string"}}}}}])";
+  with_tools.tool_names = {"search"};
+  const sv::RunOutcome tooled = core.chat(with_tools, "", {});
+  REQUIRE(tooled.result.has_value());
+  // The built-in template lists the tools: the prompt is longer by their schema and the instruction.
+  CHECK(tooled.result->usage.prompt_tokens > plain.result->usage.prompt_tokens + 20);
+  // A story model writes no call: the answer is content, finished as text answers finish.
+  CHECK(tooled.result->tool_calls.empty());
+  CHECK(tooled.result->finish_reason != "tool_calls");
+  // Every tool's parameters must be an arguments schema, whatever tool_choice says (here auto): refused before
+  // the run, naming the tool.
+  for (const std::string& schema : {std::string(R"({"type":"string","pattern":"a+"})"), std::string(R"({"type":7})"),
+                                    std::string(R"({"type":"object","properties":[]})"), std::string("[1]"),
+                                    std::string(R"({"type":"object","required":[3]})")}) {
+    sv::ChatRequest bad_schema = with_tools;
+    bad_schema.tools_json = R"([{"type":"function","function":{"name":"search"}},)"
+                            R"({"type":"function","function":{"name":"open","parameters":)" +
+                            schema + "}}]";
+    bad_schema.tool_names = {"search", "open"};
+    const sv::RunTicket bad = core.prepare_chat(bad_schema, "");
+    INFO(schema);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.error().status == 400);
+    CHECK(bad.error().param == "tools[1].function.parameters");
+    CHECK(bad.error().code == "invalid_function_parameters");
+    CHECK(bad.error().message.rfind("tools[1].function.parameters", 0) == 0);
+  }
+  // Keywords outside the constraints' subset, as Pydantic and zod write them, describe the arguments to the
+  // model: accepted under auto (nothing is decoded under them), refused naming the keyword when a call is forced.
+  sv::ChatRequest described = with_tools;
+  described.tools_json =
+      R"([{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":)"
+      R"({"tags":{"type":"array","uniqueItems":true},"when":{"type":"string","format":"date-time"}}}}}])";
+  CHECK(core.prepare_chat(described, "").ok());
+  described.tool_choice.mode = "required";
+  const sv::RunTicket enforced = core.prepare_chat(described, "");
+  REQUIRE_FALSE(enforced.ok());
+  CHECK(enforced.error().message.find("'uniqueItems' is not supported") != std::string::npos);
+  // Forcing a call or a JSON answer decodes under a constraint; this model's vocabulary has no token for '{',
+  // so it cannot write one: refused before the run, naming the field and the byte.
+  sv::ChatRequest forced = with_tools;
+  forced.tool_choice.mode = "required";
+  const sv::RunTicket refused = core.prepare_chat(forced, "");
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().param == "tool_choice");
+  CHECK(refused.error().message.find("no token that writes '{'") != std::string::npos);
+  sv::ChatRequest json_answer = r;
+  json_answer.response_format.type = "json_object";
+  CHECK(core.prepare_chat(json_answer, "").error().param == "response_format.type");
+  // A schema outside the supported subset is refused naming where.
+  json_answer.response_format.type = "json_schema";
+  json_answer.response_format.schema_json = R"({"type":"array","uniqueItems":true})";
+  const sv::RunTicket unsupported = core.prepare_chat(json_answer, "");
+  REQUIRE_FALSE(unsupported.ok());
+  CHECK(unsupported.error().param == "response_format.json_schema.schema");
+  CHECK(unsupported.error().message.find("uniqueItems") != std::string::npos);
+  // One whose shortest answer is longer than the context can hold is refused before any answer is built.
+  json_answer.response_format.schema_json = R"({"type":"string","minLength":100000000})";
+  const sv::RunTicket endless = core.prepare_chat(json_answer, "");
+  REQUIRE_FALSE(endless.ok());
+  CHECK(endless.error().param == "response_format.json_schema.schema");
+  CHECK(endless.error().message.find("its shortest answer is 100000002 bytes") != std::string::npos);
+  core.close();
+}
+
+TEST_CASE("serve: forced calls and JSON answers are decoded under a constraint, even by a story model",
+          "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = std::string(ORBIT_MODELS_DIR) + "/stories260K/stories260K.bin";  // byte tokens: any JSON
+  sv::ServeCore core(options);
+  sv::ChatRequest r;
+  r.model = core.model_name();
+  r.messages = {{"user", "Find a story about a cat."}};
+  r.sampling.max_tokens = 160;
+  r.sampling.temperature = 0;
+  r.tools_json =
+      R"([{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":)"
+      R"({"q":{"type":"string","maxLength":8}},"required":["q"]}}},{"type":"function","function":{"name":"open"}}])";
+  r.tool_names = {"search", "open"};
+  // tool_choice "required": a call to one of the tools, with arguments its schema allows.
+  sv::ChatRequest forced = r;
+  forced.tool_choice.mode = "required";
+  forced.parallel_tool_calls = false;
+  const sv::RunOutcome called = core.chat(forced, "", {});
+  REQUIRE(called.result.has_value());
+  INFO("answer: " << called.result->text);
+  REQUIRE(called.result->tool_calls.size() == 1);
+  const orbit::ChatToolCall& call = called.result->tool_calls[0];
+  CHECK((call.name == "search" || call.name == "open"));
+  const nlohmann::json args = nlohmann::json::parse(call.arguments);
+  CHECK(args.is_object());
+  if (call.name == "search") CHECK(args["q"].is_string());
+  CHECK(called.result->finish_reason == "tool_calls");
+  // A named function: that one.
+  forced.tool_choice = {"function", "open"};
+  const sv::RunOutcome named = core.chat(forced, "", {});
+  REQUIRE(named.result.has_value());
+  REQUIRE(named.result->tool_calls.size() == 1);
+  CHECK(named.result->tool_calls[0].name == "open");
+  // response_format: a JSON object; a schema's required properties are written with their types.
+  sv::ChatRequest json_answer = r;
+  json_answer.tools_json.clear();
+  json_answer.tool_names.clear();
+  json_answer.response_format.type = "json_object";
+  const sv::RunOutcome object = core.chat(json_answer, "", {});
+  REQUIRE(object.result.has_value());
+  INFO("object: " << object.result->text);
+  CHECK(nlohmann::json::parse(object.result->text).is_object());
+  json_answer.response_format.type = "json_schema";
+  json_answer.response_format.schema_json =
+      R"({"type":"object","properties":{"title":{"type":"string","maxLength":12},"pages":{"type":"integer"}},)"
+      R"("required":["title","pages"]})";
+  const sv::RunOutcome schema = core.chat(json_answer, "", {});
+  REQUIRE(schema.result.has_value());
+  INFO("schema: " << schema.result->text);
+  const nlohmann::json parsed = nlohmann::json::parse(schema.result->text);
+  CHECK(parsed["title"].is_string());
+  CHECK(parsed["pages"].is_number_integer());
+  CHECK(schema.result->finish_reason == "stop");
+  core.close();
+}
+
+TEST_CASE("serve: logprobs in OpenAI's chat shape, whole and with the stream's chunks", "[serve]") {
+  const sv::ResponseIds ids{"chatcmpl-1", 1, "m"};
+  orbit::StepLogprobs step;
+  step.chosen = {7, -0.25, " a"};
+  step.top = {{7, -0.25, " a"}, {9, -1.5, "\xe2\x80"}};  // a byte token, part of a character
+  sv::RunResult r;
+  r.text = " a";
+  r.finish_reason = "stop";
+  r.tokens = {7};
+  r.logprobs = {step};
+  const nlohmann::json whole = sv::chat_completion(ids, r)["choices"][0]["logprobs"];
+  CHECK(whole["refusal"].is_null());
+  REQUIRE(whole["content"].size() == 1);
+  const nlohmann::json& e = whole["content"][0];
+  CHECK(e["token"] == " a");
+  CHECK(e["logprob"] == -0.25);
+  CHECK(e["bytes"] == nlohmann::json::array({32, 97}));
+  REQUIRE(e["top_logprobs"].size() == 2);
+  CHECK(e["top_logprobs"][1]["bytes"] == nlohmann::json::array({0xe2, 0x80}));
+  CHECK(sv::dump(whole).find("\xef\xbf\xbd") != std::string::npos);  // its text written as U+FFFD
+  r.logprobs.clear();
+  CHECK(sv::chat_completion(ids, r)["choices"][0]["logprobs"].is_null());
+
+  // Streamed: what decode queued goes out with the next chunk, once.
+  sv::clear_stream_logprobs();
+  sv::queue_stream_logprobs(step);
+  sv::queue_stream_logprobs(step);
+  CHECK(sv::chat_chunk(ids, " a a", false, "")["choices"][0]["logprobs"]["content"].size() == 2);
+  CHECK(sv::chat_chunk(ids, "", false, "stop")["choices"][0]["logprobs"].is_null());
+  sv::queue_stream_logprobs(step);
+  CHECK(sv::tool_calls_chunk(ids, {}, false)["choices"][0]["logprobs"]["content"].size() == 1);
+  sv::queue_stream_logprobs(step);
+  sv::clear_stream_logprobs();
+  CHECK(sv::chat_chunk(ids, "x", false, "")["choices"][0]["logprobs"].is_null());
+}
