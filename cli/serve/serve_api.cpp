@@ -225,14 +225,11 @@ void parse_logprobs(const json& body, SamplingRequest& s, bool legacy) {
     const auto it = body.find(name);
     return it == body.end() || it->is_null() ? nullptr : &*it;
   };
-  const auto refuse = [](const std::string& param, const std::string& what) {
-    throw Invalid{api_error(400, param + ": " + what, "invalid_request_error", "unsupported_parameter", param)};
-  };
   if (legacy) {
     if (const json* v = field("logprobs"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
-      refuse("logprobs", "log probabilities are served on /v1/chat/completions (logprobs: true), not here");
+      unsupported("logprobs", "logprobs on /v1/completions (/v1/chat/completions serves them: logprobs: true)");
     }
-    if (field("top_logprobs") != nullptr) refuse("top_logprobs", "/v1/completions has no top_logprobs");
+    if (field("top_logprobs") != nullptr) unsupported("top_logprobs", "top_logprobs on /v1/completions");
     return;
   }
   if (const json* v = field("logprobs")) s.logprobs = need_bool(*v, "logprobs");
