@@ -18,6 +18,7 @@
 #include "orbit/tool_calls.h"
 #include "serve/serve_core.h"
 #include "serve/serve_http.h"
+#include "serve/store_share.h"
 
 namespace orbit::cli {
 
@@ -202,7 +203,10 @@ int run_serve(int argc, char** argv, int first) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that left must not end the server
 
-  serve::ServeCore core(serve_options(args));
+  const serve::ServeOptions options = serve_options(args);
+  serve::ServeCore core(options);
+  const serve::StoreShare share(options.store_dir);  // announces other servers on the same store
+  std::fputs(share.notice(options.store_dir).c_str(), stderr);
   serve::HttpServer http(core, http_options);
   const int port = http.bind();
   std::printf("orbit serve: model '%s' (%lld-token context, %s, %s), listening on http://%s:%d\n",
