@@ -554,3 +554,15 @@ TEST_CASE("recursive $ref: trees through objects and arrays; left recursion and 
                    "required": ["next"]}}, "$ref": "#/$defs/A"})"),
              Contains("has a recursive $ref whose every value holds another"));
 }
+
+TEST_CASE("pattern: what a request could send to hold a thread or the stack is refused quickly", "[constraint]") {
+  const auto at = [](const std::string& p) {
+    return error_of([&] { schema(nlohmann::json({{"type", "string"}, {"pattern", p}}).dump()); });
+  };
+  CHECK_THAT(at(std::string(5000, '(') + std::string(5000, ')')), Contains("groups nested deeper than 100"));
+  CHECK_THAT(at("^(a{1000}){1000}$"), Contains("too complex to constrain"));
+  // An automaton that grows exponentially (the n-th character from the end is an 'a'): stopped by the
+  // state or work bound, not computed.
+  CHECK_THAT(at("^[ab]*a[ab]{40}$"), Contains("too complex to constrain"));
+  CHECK_THAT(at(".{0,1000}x.{0,1000}"), Contains("too complex to constrain"));
+}

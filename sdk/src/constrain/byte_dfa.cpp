@@ -165,7 +165,13 @@ ByteDfa determinize(const ByteNfa& nfa, const std::string& what) {
     return id;
   };
   intern(closure(nfa, {nfa.start}));
+  // The work a pattern may cost (NFA states visited over all DFA states), so that no request's schema
+  // holds a thread for long: past it the pattern is refused as too complex.
+  constexpr std::size_t kMaxWork = 20'000'000;
+  std::size_t work = 0;
   for (std::size_t i = 0; i < sets.size(); ++i) {
+    work += sets[i].size();
+    ORBIT_CHECK(work <= kMaxWork, what << ": too complex to constrain (its automaton takes too long to build)");
     // Cut the byte line where any member's edge starts or ends, then map each piece to its target set.
     std::vector<int> cuts{0, 256};
     for (int32_t s : sets[i]) {
@@ -187,7 +193,10 @@ ByteDfa determinize(const ByteNfa& nfa, const std::string& what) {
       if (targets.empty()) continue;
       std::sort(targets.begin(), targets.end());
       targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-      const int32_t to = intern(closure(nfa, std::move(targets)));
+      std::vector<int32_t> closed = closure(nfa, std::move(targets));
+      work += closed.size();
+      ORBIT_CHECK(work <= kMaxWork, what << ": too complex to constrain (its automaton takes too long to build)");
+      const int32_t to = intern(std::move(closed));
       append(out, static_cast<uint8_t>(cuts[c]), static_cast<uint8_t>(cuts[c + 1] - 1), to);
     }
     d.edges[i] = std::move(out);

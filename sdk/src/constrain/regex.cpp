@@ -195,6 +195,7 @@ class Parser {
 
   Rx group() {
     const std::size_t open = i_ - 1;
+    if (++depth_ > kMaxDepth) fail_at(open, "groups nested deeper than " + std::to_string(kMaxDepth));
     if (peek() == '?') {
       ++i_;
       const uint32_t k = take();
@@ -210,6 +211,7 @@ class Parser {
     Rx inner = alternation();
     if (at_end()) fail_at(open, "a missing ')'");
     ++i_;
+    --depth_;
     return inner;
   }
 
@@ -348,9 +350,11 @@ class Parser {
     return true;
   }
 
+  static constexpr int kMaxDepth = 100;
   std::vector<uint32_t> cps_;
   std::string what_;
   std::size_t i_ = 0;
+  int depth_ = 0;  // groups open
 };
 
 struct Frag {
