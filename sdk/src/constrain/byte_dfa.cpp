@@ -3,6 +3,7 @@
 #include "constrain/byte_dfa.h"
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <limits>
 #include <map>
@@ -165,39 +166,51 @@ ByteDfa determinize(const ByteNfa& nfa, const std::string& what) {
     return id;
   };
   intern(closure(nfa, {nfa.start}));
-  // The work a pattern may cost (NFA states visited over all DFA states), so that no request's schema
-  // holds a thread for long: past it the pattern is refused as too complex.
-  constexpr std::size_t kMaxWork = 20'000'000;
+  // The work a pattern may cost (NFA states and edges visited over all DFA states), so that no request's
+  // schema holds a thread for long: past it the pattern is refused as too complex.
+  constexpr std::size_t kMaxWork = 4'000'000;
   std::size_t work = 0;
-  for (std::size_t i = 0; i < sets.size(); ++i) {
-    work += sets[i].size();
+  const auto spend = [&](std::size_t units) {
+    work += units;
     ORBIT_CHECK(work <= kMaxWork, what << ": too complex to constrain (its automaton takes too long to build)");
-    // Cut the byte line where any member's edge starts or ends, then map each piece to its target set.
-    std::vector<int> cuts{0, 256};
+  };
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    // Cut the byte line where any member's edge starts or ends; each piece maps to one target set.
+    std::array<int, 257> piece{};  // byte -> the piece it starts (after the cuts are counted)
+    std::array<uint8_t, 257> cut{};
+    cut[0] = cut[256] = 1;
+    std::size_t member_edges = 0;
     for (int32_t s : sets[i]) {
       for (const ByteNfa::Edge& e : nfa.states[static_cast<std::size_t>(s)].edges) {
-        cuts.push_back(e.lo);
-        cuts.push_back(e.hi + 1);
+        cut[e.lo] = cut[e.hi + 1] = 1;
+        ++member_edges;
       }
     }
-    std::sort(cuts.begin(), cuts.end());
-    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-    std::vector<ByteDfa::Edge> out;
-    for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
-      std::vector<int32_t> targets;
-      for (int32_t s : sets[i]) {
-        for (const ByteNfa::Edge& e : nfa.states[static_cast<std::size_t>(s)].edges) {
-          if (e.lo <= cuts[c] && cuts[c] <= e.hi) targets.push_back(e.to);
-        }
+    spend(sets[i].size() + member_edges);
+    std::vector<int> starts;
+    for (int b = 0; b <= 256; ++b) {
+      if (cut[static_cast<std::size_t>(b)]) starts.push_back(b);
+      piece[static_cast<std::size_t>(b)] = static_cast<int>(starts.size()) - 1;
+    }
+    std::vector<std::vector<int32_t>> targets(starts.size() - 1);
+    for (int32_t s : sets[i]) {
+      for (const ByteNfa::Edge& e : nfa.states[static_cast<std::size_t>(s)].edges) {
+        const int from = piece[e.lo];
+        const int to = piece[static_cast<std::size_t>(e.hi) + 1];
+        spend(static_cast<std::size_t>(to - from));
+        for (int k = from; k < to; ++k) targets[static_cast<std::size_t>(k)].push_back(e.to);
       }
-      if (targets.empty()) continue;
-      std::sort(targets.begin(), targets.end());
-      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-      std::vector<int32_t> closed = closure(nfa, std::move(targets));
-      work += closed.size();
-      ORBIT_CHECK(work <= kMaxWork, what << ": too complex to constrain (its automaton takes too long to build)");
+    }
+    std::vector<ByteDfa::Edge> out;
+    for (std::size_t k = 0; k < targets.size(); ++k) {
+      std::vector<int32_t>& t = targets[k];
+      if (t.empty()) continue;
+      std::sort(t.begin(), t.end());
+      t.erase(std::unique(t.begin(), t.end()), t.end());
+      std::vector<int32_t> closed = closure(nfa, std::move(t));
+      spend(closed.size());
       const int32_t to = intern(std::move(closed));
-      append(out, static_cast<uint8_t>(cuts[c]), static_cast<uint8_t>(cuts[c + 1] - 1), to);
+      append(out, static_cast<uint8_t>(starts[k]), static_cast<uint8_t>(starts[k + 1] - 1), to);
     }
     d.edges[i] = std::move(out);
   }

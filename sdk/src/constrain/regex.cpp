@@ -116,7 +116,9 @@ std::vector<uint32_t> decode_utf8(const std::string& text, const std::string& wh
 
 class Parser {
  public:
-  Parser(const std::string& pattern, const std::string& what) : cps_(decode_utf8(pattern, what)), what_(what) {}
+  // `max_depth`: groups that may be open at once (a request's pattern recurses the parser that deep).
+  Parser(const std::string& pattern, const std::string& what, int max_depth)
+      : cps_(decode_utf8(pattern, what)), what_(what), max_depth_(max_depth) {}
 
   Rx parse() {
     Rx r = alternation();
@@ -195,7 +197,7 @@ class Parser {
 
   Rx group() {
     const std::size_t open = i_ - 1;
-    if (++depth_ > kMaxDepth) fail_at(open, "groups nested deeper than " + std::to_string(kMaxDepth));
+    if (++depth_ > max_depth_) fail_at(open, "groups nested deeper than " + std::to_string(max_depth_));
     if (peek() == '?') {
       ++i_;
       const uint32_t k = take();
@@ -350,9 +352,9 @@ class Parser {
     return true;
   }
 
-  static constexpr int kMaxDepth = 100;
   std::vector<uint32_t> cps_;
   std::string what_;
+  int max_depth_ = 0;
   std::size_t i_ = 0;
   int depth_ = 0;  // groups open
 };
@@ -562,7 +564,8 @@ Frag top_branch(Builder& b, Rx branch, RegexSyntax syntax) {
 }  // namespace
 
 ByteNfa regex_nfa(const std::string& pattern, RegexSyntax syntax, RegexText text, const std::string& what) {
-  Rx root = Parser(pattern, what).parse();
+  // A schema's own pattern nests at most 100 groups; orbit's number languages nest one per digit of a bound.
+  Rx root = Parser(pattern, what, syntax == RegexSyntax::kSearch ? 100 : 2000).parse();
   std::vector<Rx> branches;
   if (root.kind == Rx::Kind::kAlt) {
     branches = std::move(root.kids);
