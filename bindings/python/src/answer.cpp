@@ -82,7 +82,7 @@ AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::obj
     a.constraint = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format, only));
     return a;
   }
-  if (!a.tools_json.empty() && choice == "auto" && response_format.is_none() &&
+  if (!a.tools_json.empty() && choice == "auto" && response_format.is_none() && w.engine->has_tokenizer() &&
       !orbit::tool_call_trigger(a.format).empty()) {
     // The model may answer in text or call; a call it starts is decoded under the tools' grammar. Schemas
     // outside the constraints' subset leave the answer free (nothing was asked to be enforced).
