@@ -83,3 +83,17 @@ def test_parse_and_refusals(orbit, engine):
         window.generate([1], tool_choice="required")
     with pytest.raises(orbit.OrbitError, match="not a tool call format"):
         orbit.parse_tool_calls("x", "qwen")
+
+
+def test_auto_leaves_text_that_starts_no_call_as_it_was(engine):
+    """Under tool_choice 'auto' the tools' grammar applies only from a '<tool_call>' the model writes: a story
+    model writes none, so its answer is the one it gives without tools, token for token, sampled or not."""
+    window = engine.new_window()
+    report = window.sync([{"role": "user", "content": "Tell me a story about a dog."}], tools=TOOLS)
+    for temperature, seed in ((0.0, 0), (0.9, 7)):
+        plain = window.generate(report.generation_prompt, max_tokens=48, temperature=temperature, seed=seed)
+        auto = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="auto", max_tokens=48,
+                               temperature=temperature, seed=seed)
+        assert "<tool_call>" not in plain.text
+        assert auto.tokens == plain.tokens and auto.text == plain.text
+        assert auto.tool_calls == [] and auto.content == plain.text.strip()
