@@ -30,6 +30,11 @@ bool index_is_empty(const std::string& path) {
   return std::filesystem::file_size(path, ec) == 0 && !ec;
 }
 
+bool index_exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
 }  // namespace
 
 bool is_index_damage(const std::exception& error) {
@@ -100,12 +105,15 @@ void DiskTier::open_index() {
   const std::string index_path = options_.dir + "/index.sqlite";
   const std::string repair = "run `orbit store repair --store " + options_.dir + "` to rebuild the index from them";
   const auto count_blobs = [&] { return count_blob_files(options_.dir + "/blobs"); };  // not on every open
-  std::error_code ec;
-  if (!std::filesystem::exists(index_path, ec)) {
+  if (!index_exists(index_path)) {
+    // A process creating the store makes its index before its first blob: blobs seen after the index was
+    // missing are another process's when the index exists now (it created the store meanwhile), and an
+    // index still missing after blobs were seen was lost.
     const int64_t blobs = count_blobs();
-    ORBIT_CHECK(blobs == 0, "store " << options_.dir << ": index.sqlite is missing but blobs/ holds " << blobs
-                                     << " blobs (was the index deleted?); " << repair << ", or remove " << options_.dir
-                                     << "/blobs to start empty");
+    ORBIT_CHECK(blobs == 0 || index_exists(index_path),
+                "store " << options_.dir << ": index.sqlite is missing but blobs/ holds " << blobs
+                         << " blobs (was the index deleted?); " << repair << ", or remove " << options_.dir
+                         << "/blobs to start empty");
   } else if (index_is_empty(index_path) && count_blobs() > 0 && index_is_empty(index_path)) {
     // SQLite writes the first page of a new index before the first blob can exist, so an index still empty
     // after blobs were seen is damaged, not one another process is creating now.
@@ -117,12 +125,16 @@ void DiskTier::open_index() {
     index_ = std::make_unique<SqliteIndex>(index_path, SqliteIndex::Mode::kReadWrite);
     const bool has_fingerprint = index_->meta("model_fingerprint").has_value();
     if (!has_fingerprint) {
+      // Each read is its own snapshot: rows counted after the fingerprint was missing may be another
+      // process's, which recorded the fingerprint before its first row. The meta rows were lost only when
+      // the fingerprint is missing still.
       const int64_t rows = index_->count_rows();
-      ORBIT_CHECK(rows == 0, "store " << options_.dir << ": its index holds " << rows
-                                      << " entries but no model fingerprint (its meta rows were deleted); refusing "
-                                         "to adopt it for model "
-                                      << options_.model_fingerprint << ": run `orbit store repair --store "
-                                      << options_.dir << "`");
+      ORBIT_CHECK(rows == 0 || index_->meta("model_fingerprint").has_value(),
+                  "store " << options_.dir << ": its index holds " << rows
+                           << " entries but no model fingerprint (its meta rows were deleted); refusing "
+                              "to adopt it for model "
+                           << options_.model_fingerprint << ": run `orbit store repair --store " << options_.dir
+                           << "`");
       // A blob is written only after its writer recorded the fingerprint: read it again once blobs were seen
       // (another process may be creating this store right now).
       const int64_t blobs = count_blobs();

@@ -44,8 +44,15 @@ std::string store_root(const std::string& dir) {
   if (root.size() > 1 && root.back() == '/') root.pop_back();
   const Result<std::string> blobs = store::resolve_blobs_root(root);  // a symlinked blobs/ is refused
   ORBIT_CHECK(blobs.is_ok() || blobs.status().code() == StatusCode::kNotFound, blobs.status().reason());
-  if (!fs::is_regular_file(root + "/index.sqlite", ec)) {
+  const auto has_index = [&] {
+    std::error_code error;
+    return fs::is_regular_file(root + "/index.sqlite", error);
+  };
+  if (!has_index()) {
+    // A store's index is made before its first blob: an index there now, after blobs were seen, is one
+    // another process was creating; one still missing was lost.
     const int64_t blobs = count_blob_files(root);
+    if (has_index()) return root;
     ORBIT_CHECK(blobs == 0, "store " << root << ": index.sqlite is missing but blobs/ holds " << blobs
                                      << " blobs (was the index deleted?); run `orbit store repair --store " << root
                                      << "` to rebuild it");

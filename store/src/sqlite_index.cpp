@@ -209,14 +209,20 @@ SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
     }
     auto version = meta("format_version");
     if (!version && mode != Mode::kReadOnly) {
-      // A new index gets its version; one that holds entries but lost its meta rows is not adopted.
+      // A new index gets its version; one that holds entries but lost its meta rows is not adopted. Entries
+      // counted after the version was missing may be another process's, which set the version before its
+      // first entry (each read is its own snapshot): the version is read again before calling it lost.
       const int64_t rows = mode == Mode::kRepair ? 0 : count_rows();
-      ORBIT_CHECK(rows == 0, "store index " << path << ": holds " << rows
-                                            << " entries but no format version (its meta rows were deleted); "
-                                               "refusing to adopt it: run `orbit store repair` on the store");
-      Result<std::string> set = set_meta_if_absent("format_version", std::to_string(kBlobFormatVersion));
-      ORBIT_CHECK(set.is_ok(), "store index " << path << ": " << set.status().reason());
-      version = set.value();
+      if (rows > 0) version = meta("format_version");
+      ORBIT_CHECK(rows == 0 || version.has_value(),
+                  "store index " << path << ": holds " << rows
+                                 << " entries but no format version (its meta rows were deleted); "
+                                    "refusing to adopt it: run `orbit store repair` on the store");
+      if (!version) {
+        Result<std::string> set = set_meta_if_absent("format_version", std::to_string(kBlobFormatVersion));
+        ORBIT_CHECK(set.is_ok(), "store index " << path << ": " << set.status().reason());
+        version = set.value();
+      }
     }
     ORBIT_CHECK(version.has_value(), "store index " << path << ": not an orbit store (no format_version)");
     ORBIT_CHECK(*version == std::to_string(kBlobFormatVersion),
