@@ -16,7 +16,7 @@ namespace {
 using rx::CodeSet;
 using rx::Rx;
 
-constexpr std::size_t kMaxNfaStates = 400000;
+constexpr std::size_t kMaxNfaStates = 100000;  // bounds memory too: a state holds vectors
 
 // A piece of the NFA under construction: enter at start, leave at end.
 struct Frag {
