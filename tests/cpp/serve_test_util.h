@@ -1,14 +1,19 @@
-// Helpers the tests of `orbit serve` below HTTP share (test_serve_batch, test_serve_cuda): a server on
-// TinyStories-656K without idle-time answers or audits, greedy story questions, a run that must answer, and a
-// metric read from /metrics' text.
+// Helpers the tests of `orbit serve` below HTTP share (test_serve, test_serve_chat_tools, test_serve_batch,
+// test_serve_cuda): a server on TinyStories-656K without idle-time answers or audits, greedy story questions, a
+// run that must answer, a metric read from /metrics' text, a chat body's error, and a wait for a condition.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <regex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "orbit_catch.h"
+#include "serve/serve_api.h"
 #include "serve/serve_core.h"
 
 namespace serve_test {
@@ -59,6 +64,19 @@ inline double metric(sv::ServeCore& core, const std::string& name) {
   std::smatch m;
   REQUIRE(std::regex_search(text, m, line));
   return std::stod(m[2]);
+}
+
+// The error a chat body gets: status and param ("" when it parses).
+inline std::pair<int, std::string> chat_error(const std::string& body) {
+  const sv::Parsed<sv::ChatRequest> p = sv::parse_chat_request(body);
+  if (p.ok()) return {200, ""};
+  return {p.error.status, p.error.param};
+}
+
+// Waits up to 5 s for `done`, then requires it.
+inline void wait_until(const std::function<bool()>& done) {
+  for (int i = 0; i < 5000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(done());
 }
 
 }  // namespace serve_test

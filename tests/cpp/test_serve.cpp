@@ -17,24 +17,16 @@
 #include "serve/serve_wire.h"
 #include "serve/text_stream.h"
 #include "serve/tool_stream.h"
+#include "serve_test_util.h"
 
 namespace sv = orbit::serve;
 
 namespace {
 
-const std::string kModel = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
+using serve_test::kModel;
 
-// The error a chat body gets: status and param ("" when it parses).
-std::pair<int, std::string> chat_error(const std::string& body) {
-  const sv::Parsed<sv::ChatRequest> p = sv::parse_chat_request(body);
-  if (p.ok()) return {200, ""};
-  return {p.error.status, p.error.param};
-}
-
-void wait_until(const std::function<bool()>& done) {
-  for (int i = 0; i < 5000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  REQUIRE(done());
-}
+using serve_test::chat_error;
+using serve_test::wait_until;
 
 }  // namespace
 
