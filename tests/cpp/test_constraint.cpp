@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "error_text.h"
 #include "orbit/constraint.h"
 #include "orbit/errors.h"
 
@@ -36,15 +37,6 @@ void check_matches(const Constraint& c, const std::string& text) {
 void check_refused(const Constraint& c, const std::string& text) {
   INFO(c.describe() << " on " << text);
   CHECK_FALSE(c.matches(text));
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

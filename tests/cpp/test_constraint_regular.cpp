@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "error_text.h"
 #include "orbit/constraint.h"
 #include "orbit/errors.h"
 
@@ -20,15 +21,6 @@ namespace {
 
 std::shared_ptr<const Constraint> schema(const std::string& text, const ConstraintLimits& limits = {}) {
   return Constraint::json_schema(text, limits);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 std::string quote(const std::string& s) { return nlohmann::json(s).dump(); }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "error_text.h"
 #include "orbit/tool_calls.h"
 #include "window/sampler.h"
 
@@ -18,15 +19,6 @@ using namespace orbit;
 using Catch::Contains;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // Words first, then every byte (so the grammar can always go on), then EOS.
 const std::vector<std::string> kWords{
