@@ -13,7 +13,10 @@
 #     prefix   bench/gpu/peer_prefix_cache.py (transformers' own KV cache as the prefix-cache arm)
 #     serve    `orbit serve --device cuda --dtype bfloat16` under bench/serve/decode_load.py (16 sessions
 #              against one, n = 8 forks against 8 requests) -> serve.json
-#     all      tests,bench,peer,prefix,serve
+#     shared   bench_shared on cuda, bfloat16: 8 windows of the same 4 chunks, shared canonical pages with
+#              per-window patch factors read by the paged kernel against patched private copies: pool
+#              bytes and decode speed side by side -> shared.json, shared.log
+#     all      tests,bench,peer,prefix,serve,shared
 #
 # The build is incremental: a warm machine's build-gpu is reused. ORBIT_COMMIT names the commit bench_gpu
 # records (the device's copy of the tree has no .git). Logs and results go to $OUT (env.txt,
@@ -28,7 +31,7 @@ source scripts/device/deps-env.sh
   python3 -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'; } > "$out/env.txt" 2>&1
 steps="${1:-all}"
 shift || true
-[ "$steps" = all ] && steps=tests,bench,peer,prefix,serve
+[ "$steps" = all ] && steps=tests,bench,peer,prefix,serve,shared
 start=$(date +%s)
 if [ ! -f build-gpu/build.ninja ]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DORBIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -38,6 +41,7 @@ fi
 targets=(bench_gpu test_paged_attention_cuda test_device_cuda test_rope_cuda test_patch_apply_cuda test_svd_cuda
          test_store_cuda test_forward_batch_cuda test_serve_cuda test_paged_attention test_device)
 [[ ",$steps," == *,peer,* || ",$steps," == *,serve,* ]] && targets+=(orbit_cli)  # these drive the CLI
+[[ ",$steps," == *,shared,* ]] && targets+=(bench_shared)
 ninja -C build-gpu -j"$(nproc)" -k 0 "${targets[@]}" > "$out/build.log" 2>&1
 build_rc=$?
 grep -E "error|FAILED" "$out/build.log" | head -30
@@ -77,6 +81,10 @@ for step in ${steps//,/ }; do
         --orbit build-gpu/cli/orbit --device cuda --dtype bfloat16 --tokens 300 --json "$out/serve.json" 2>&1 |
         tee "$out/serve.log" | tail -12
       echo "serve in $(( $(date +%s) - start )) s" ;;
+    shared)
+      env "${ORBIT_DEPS_RUN[@]}" OMP_NUM_THREADS=1 ./build-gpu/bench/bench_shared --device cuda --dtype bfloat16 \
+        --reps 5 --cache /tmp/orbit-bench-models --json "$out/shared.json" 2>&1 | tee "$out/shared.log"
+      echo "shared in $(( $(date +%s) - start )) s" ;;
     profile)
       # The relocation and paged-attention kernels in detail, then where the GPU time of one TTFT forward
       # goes (W = 32768, B = 2048, 8 layers), arm by arm through bench_gpu's NVTX ranges.
@@ -93,7 +101,7 @@ for step in ${steps//,/ }; do
         python3 bench/gpu/ncu_summary.py "/tmp/ncu-$arm.csv" 2>&1 | tee -a "$out/ncu-ttft.txt"
       done
       echo "profile in $(( $(date +%s) - start )) s" ;;
-    *) echo "error: unknown step '$step' (build, tests, bench, peer, prefix, serve, profile, all)" >&2; exit 2 ;;
+    *) echo "error: unknown step '$step' (build, tests, bench, peer, prefix, serve, shared, profile, all)" >&2; exit 2 ;;
   esac
 done
 exit $rc

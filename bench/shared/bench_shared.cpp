@@ -8,8 +8,8 @@
 // under `patch:<rank>:noreuse` (first sight: prefills, the patches formed in the background), closed, and
 // built again from the stored patches: the state measured.
 //
-//   bytes    pool bytes used (live pages x page bytes) + the patch factors the placements hold (host
-//            memory), shared against private; the ratio private / shared
+//   bytes    pool bytes used (live pages x page bytes) + the patch factors the placements hold (float32,
+//            on the engine's device), shared against private; the ratio private / shared
 //   decode   every window generates --decode tokens greedily after a --query-token query, one window after
 //            another (Window::generate): tokens per second, fastest of --reps, the two engines interleaved
 //   logits   the largest difference between the two engines' query logits over every window
@@ -18,8 +18,11 @@
 // 2 layers, hidden 512, random weights, cached in --cache) and the bundled stories260K (kv width 32, where
 // a rank-16 patch is as large as the chunk's KV: the ratio there shows where sharing stops paying).
 //
+// On --device cuda the shared arm's reads go through the paged kernel, which adds each placement's factors
+// to the rows as it reads them.
+//
 //   bench_shared [--windows 8] [--chunks 4] [--chunk-tokens 256] [--rank 16] [--decode 32] [--reps 3]
-//                [--threads 1] [--models DIR] [--cache DIR] [--json PATH]
+//                [--threads 1] [--device cpu] [--dtype float32] [--models DIR] [--cache DIR] [--json PATH]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
@@ -57,6 +60,8 @@ struct Options {
   int64_t query = 4;
   int reps = 3;
   int threads = 1;
+  std::string device = "cpu";
+  std::string dtype = "float32";
   std::string models = ORBIT_MODELS_DIR;
   std::string cache = "bench_models";
   std::string json = "bench_shared.json";
@@ -65,11 +70,12 @@ struct Options {
 Options parse(int argc, char** argv) {
   const orbit::cli::Args a(
       "bench_shared",
-      {{"--windows", "--chunks", "--chunk-tokens", "--rank", "--decode", "--reps", "--threads", "--models", "--cache",
-        "--json"},
+      {{"--windows", "--chunks", "--chunk-tokens", "--rank", "--decode", "--reps", "--threads", "--device", "--dtype",
+        "--models", "--cache", "--json"},
        {},
        "usage: bench_shared [--windows 8] [--chunks 4] [--chunk-tokens 256] [--rank 16] [--decode 32] [--reps 3]\n"
-       "                    [--threads 1] [--models DIR] [--cache DIR] [--json PATH]\n"
+       "                    [--threads 1] [--device cpu] [--dtype float32] [--models DIR] [--cache DIR]\n"
+       "                    [--json PATH]\n"
        "  N windows of the same chunks: shared canonical pages + patch factors against patched copies.\n"
        "  --windows N       windows, each with its own leading turn and chunk order\n"
        "  --chunks N        chunks every window holds\n"
@@ -78,6 +84,8 @@ Options parse(int argc, char** argv) {
        "  --decode N        tokens each window generates in the decode comparison\n"
        "  --reps N          decode runs per engine (the fastest is reported)\n"
        "  --threads N       intra-op threads (default 1)\n"
+       "  --device D        where both engines run: cpu, cuda, cuda:N (EngineOptions::device)\n"
+       "  --dtype T         float32, bfloat16 or float16 (EngineOptions::dtype)\n"
        "  --models DIR      where stories260K/ is\n"
        "  --cache DIR       where the generated model is kept (made once)\n"
        "  --json PATH       where the JSON goes (default bench_shared.json)\n"},
@@ -90,6 +98,8 @@ Options parse(int argc, char** argv) {
   o.decode = a.get_int("--decode", o.decode, 1);
   o.reps = static_cast<int>(a.get_int("--reps", o.reps, 1));
   o.threads = static_cast<int>(a.get_int("--threads", o.threads, 1));
+  o.device = a.get_or("--device", o.device);
+  o.dtype = a.get_or("--dtype", o.dtype);
   o.models = a.get_or("--models", o.models);
   o.cache = a.get_or("--cache", o.cache);
   o.json = a.get_or("--json", o.json);
@@ -159,6 +169,8 @@ struct Arm {
 Arm build(const std::string& model, bool shared, const Setup& s, const Options& o) {
   EngineOptions eo;
   eo.model = model;
+  eo.device = o.device;
+  eo.dtype = o.dtype;
   eo.pool_bytes = int64_t{1} << 30;
   eo.background = BackgroundMode::kDeferred;
   eo.shared_canonicals = shared;
@@ -244,6 +256,8 @@ nlohmann::json run_model(const std::string& name, const std::string& path, const
   std::printf("  largest query-logit difference shared vs private: %.3g\n", diff);
   std::fflush(stdout);
   return {{"model", name},
+          {"device", shared.engine->model_info().device},
+          {"dtype", o.dtype},
           {"windows", o.windows},
           {"chunks", o.chunks},
           {"chunk_tokens", chunk_tokens},
@@ -265,7 +279,8 @@ nlohmann::json run_model(const std::string& name, const std::string& path, const
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   at::set_num_threads(o.threads);
-  std::printf("bench_shared: %d thread(s), decode fastest of %d\n", o.threads, o.reps);
+  std::printf("bench_shared: %s %s, %d thread(s), decode fastest of %d\n", o.device.c_str(), o.dtype.c_str(), o.threads,
+              o.reps);
   nlohmann::json out = nlohmann::json::array();
   out.push_back(run_model("llama-kv512 (generated)", generated_model(o.cache), o));
   out.push_back(run_model("stories260K", o.models + "/stories260K/stories260K.bin", o));

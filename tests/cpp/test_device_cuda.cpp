@@ -337,3 +337,65 @@ TEST_CASE("a patch formed on CUDA leaves out the residual the CPU measures", "[c
   CHECK(rt::deficit_share(delta_gpu, conditioned_gpu) ==
         Approx(rt::deficit_share(delta_cpu, conditioned_cpu)).epsilon(1e-5));
 }
+
+TEST_CASE("CUDA windows read patched placements from one canonical page set, as their private copies",
+          "[cuda][window][shared]") {
+  // 4 windows of the same 3 chunks, each with its own leading turn and chunk order, so every placement's
+  // stored patch differs. On the shared engine the paged kernel adds each placement's factors as it reads
+  // the chunk's one set of pages; on the other every placement is a patched copy. Same logits within the
+  // dtype's tolerance, same greedy answer in float32, and the pool holds each chunk's pages once.
+  const std::string dir = orbit::test::device_test_model_dir("llama-d64-g4");
+  for (const std::string dtype : {"float32", "bfloat16"}) {
+    std::vector<std::shared_ptr<orbit::Engine>> engines;
+    for (bool shared : {true, false}) {
+      orbit::EngineOptions o;
+      o.model = dir;
+      o.device = "cuda";
+      o.dtype = dtype;
+      o.page_size = 4;
+      o.pool_bytes = int64_t{64} << 20;
+      o.background = orbit::BackgroundMode::kDeferred;
+      o.shared_canonicals = shared;
+      engines.push_back(orbit::Engine::open(o));
+    }
+    std::mt19937_64 rng(31);
+    std::vector<std::vector<int64_t>> chunks, turns;
+    for (int64_t n : {24, 13, 19}) chunks.push_back(random_tokens(rng, n));
+    for (int w = 0; w < 4; ++w) turns.push_back(random_tokens(rng, 3));
+    const std::vector<int64_t> q = random_tokens(rng, 3);
+    std::vector<std::vector<orbit::Window>> windows(2);
+    for (std::size_t e = 0; e < 2; ++e) {
+      orbit::Engine& engine = *engines[e];
+      std::vector<orbit::ChunkRef> refs;
+      for (const auto& c : chunks) refs.push_back(engine.add_tokens(c));
+      for (int pass = 0; pass < 2; ++pass) {  // the first forms the patches, the second serves them
+        windows[e].clear();
+        for (int w = 0; w < 4; ++w) {
+          orbit::WindowOptions wo;
+          wo.policy = orbit::parse_policy("patch:full:noreuse");
+          windows[e].push_back(engine.new_window(wo));
+          windows[e].back().add_turn(turns[static_cast<std::size_t>(w)]);
+          for (int k = 0; k < 3; ++k) windows[e].back().admit(refs[static_cast<std::size_t>((w + k) % 3)]);
+        }
+        engine.run_background();
+      }
+    }
+    const orbit::EngineStats s = engines[0]->stats(), p = engines[1]->stats();
+    CHECK(s.patch_hits == 12);
+    CHECK(s.pool_canonical_sets == 3);
+    CHECK(s.pool_placements == 12);
+    CHECK(s.pool_patches == 12);
+    CHECK(p.pool_placements == 0);
+    CHECK(p.pool_pages - p.pool_free_pages ==
+          4 * s.pool_canonical_pages + (s.pool_pages - s.pool_free_pages) - s.pool_canonical_pages);
+    for (std::size_t w = 0; w < 4; ++w) {
+      const double err = rel_error(windows[0][w].logits(q, true), windows[1][w].logits(q, true));
+      INFO(dtype << " window " << w << ": shared against copies, rel error " << err);
+      CHECK(err < tolerance(rt::parse_compute_dtype(dtype)));
+      if (dtype != "float32") continue;
+      orbit::GenerateOptions g;
+      g.max_tokens = 6;
+      CHECK(windows[0][w].generate(q, g).tokens == windows[1][w].generate(q, g).tokens);
+    }
+  }
+}

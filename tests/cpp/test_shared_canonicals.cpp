@@ -2,14 +2,19 @@
 // chunks read one canonical page set per chunk, each with its own patch factors, and give the logits the
 // private patched copies give. The sharing is asserted from the pool's own counters (EngineStats::pool_*),
 // structurally: one canonical set per chunk, one placement per window instance, one patch per placement.
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
 
+#include "engine/shared_pool.h"
 #include "orbit/engine.h"
 #include "orbit/policy.h"
+#include "orbit/runtime/loader.h"
+#include "orbit/runtime/paged_past.h"
 #include "orbit/window.h"
 #include "orbit_catch.h"
 #include "test_helpers.h"
@@ -175,4 +180,84 @@ TEST_CASE("a fork reads the same canonical pages, and the sets go when no window
   CHECK(none.pool_placements == 0);
   CHECK(none.pool_patches == 0);
   CHECK(none.pool_free_pages == none.pool_pages);
+}
+
+namespace {
+
+// Random float32 factors of rank `rank` for the first `rows` rows of every layer (K and V).
+std::shared_ptr<const runtime::Patch> random_patch(const runtime::ModelConfig& c, int64_t rows, int64_t rank,
+                                                   uint64_t seed) {
+  at::manual_seed(seed);
+  auto p = std::make_shared<runtime::Patch>();
+  p->length = rows;
+  const std::vector<int64_t> widths = c.content_widths();
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    p->k.push_back({at::randn({rows, rank}) * 0.1, at::randn({rank, widths[0]})});
+    p->v.push_back({at::randn({rows, rank}) * 0.1, at::randn({rank, widths[1]})});
+  }
+  return p;
+}
+
+runtime::Content random_content(const runtime::ModelConfig& c, int64_t rows, uint64_t seed) {
+  at::manual_seed(seed);
+  runtime::Content out;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    out.push_back({at::randn({rows, c.num_kv_heads, c.head_dim}), at::randn({rows, c.num_kv_heads, c.head_dim})});
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a paged read of placements carries each one's factors at its rows, as gather adds them",
+          "[window][shared]") {
+  const runtime::ModelConfig c = runtime::load_model(test::stories_path())->config();
+  runtime::KVPoolOptions po;
+  po.num_layers = c.num_layers;
+  po.num_pages = 64;
+  po.page_size = kPageSize;
+  po.widths = c.content_widths();
+  orbit::detail::SharedPool pool(po);
+  const int64_t rows = c.position_rows();
+  const auto positions = [&](int64_t n) {
+    return rows == 1 ? at::zeros({n}, at::kLong) : at::zeros({rows, n}, at::kLong);
+  };
+  const runtime::Content a = random_content(c, 37, 1), b = random_content(c, 20, 2), turn = random_content(c, 9, 3);
+
+  // A private turn, chunk a placed twice with different patches (one covering only its first rows), chunk
+  // b placed without a patch, and a fork of the first placement: every kind of sequence a window holds.
+  std::vector<std::unique_ptr<runtime::PagedSequence>> seqs;
+  seqs.push_back(pool.create(c, turn, positions(9)));
+  seqs.push_back(pool.place(c, "a", a, random_patch(c, 37, 4, 11)));
+  seqs.push_back(pool.place(c, "b", b, nullptr));
+  seqs.push_back(pool.place(c, "a", a, random_patch(c, 30, 2, 12)));
+  seqs.push_back(pool.fork(*seqs[1]));
+  for (const auto& s : seqs) REQUIRE(s != nullptr);
+  CHECK(pool.sharing().canonical_sets == 2);
+  CHECK(pool.sharing().patches == 2);  // float32 on the pool's device already: kept, not copied
+
+  std::vector<const runtime::PagedSequence*> order;
+  for (const auto& s : seqs) order.push_back(s.get());
+  const auto paged = pool.paged(order);
+  REQUIRE(paged->patches.size() == 3);
+  CHECK(paged->patches[0].first == 9);
+  CHECK(paged->patches[1].first == 9 + 37 + 20);
+  CHECK(paged->patches[2].first == 9 + 37 + 20 + 37);
+  const std::vector<runtime::LayerKV> read = runtime::materialize(c, *paged, c10::Device(c10::kCPU), at::kFloat);
+  int64_t first = 0;
+  for (const auto& s : seqs) {
+    const runtime::PastKV want = pool.gather(*s);
+    const int64_t n = s->length();
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const auto& got = read[static_cast<std::size_t>(l)];
+      const auto& w = want.layers[static_cast<std::size_t>(l)];
+      CHECK(max_abs_diff(got.k.narrow(0, first, n).reshape(w.k.sizes()), w.k) <= 1e-6);
+      CHECK(max_abs_diff(got.v.narrow(0, first, n).reshape(w.v.sizes()), w.v) <= 1e-6);
+    }
+    first += n;
+  }
+  // The patches change what is read: the placements of a differ from each other and from b's canonical.
+  CHECK(max_abs_diff(read[0].k.narrow(0, 9, 30), read[0].k.narrow(0, 9 + 37 + 20, 30)) > 1e-3);
+  for (auto& s : seqs) pool.destroy(s);
+  CHECK(pool.sharing().canonical_sets == 0);
 }

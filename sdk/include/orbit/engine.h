@@ -59,9 +59,9 @@ struct EngineOptions {
   // Windows that serve a chunk from its canonical (the canonical, blind, stored-patch actions) read one
   // set of the chunk's canonical pages in the pool, shared by reference count, each adding its own patch
   // factors as it reads them, instead of writing a patched copy per placement (EngineStats::pool_canonical_*
-  // count them). Equal to the copy within float tolerance (docs/ARCHITECTURE.md §5). On a CUDA engine only
-  // placements without a patch share pages (the window's paged read passes no patch factors yet); patched
-  // ones are copies there. false: every placement writes its own pages.
+  // count them). Equal to the copy within float tolerance (docs/ARCHITECTURE.md §13). On a CUDA engine the
+  // paged kernel adds the factors as it reads the pages; the factors live on the device (float32).
+  // false: every placement writes its own pages.
   bool shared_canonicals = true;
   int64_t host_budget_bytes = int64_t{1} << 30;  // the store's host-memory tier
   int64_t disk_budget_bytes = 0;                 // 0 = unlimited
@@ -146,7 +146,7 @@ struct EngineStats {
   // Shared canonicals (EngineOptions::shared_canonicals), from the pool's reference counts: the chunks whose
   // canonical pages windows read in place, those pages (counted in pool_bytes_used once, however many
   // windows read them), the placements reading them (forks' included), and the distinct patch factors
-  // those placements carry (host memory, not pool pages) with their bytes.
+  // those placements carry (float32 on the engine's device, not pool pages) with their bytes.
   int64_t pool_canonical_sets = 0;
   int64_t pool_canonical_pages = 0;
   int64_t pool_placements = 0;

@@ -159,7 +159,7 @@ void keep_pages(EngineCore& core, const PlanStep& s, const Entry& old, Entry& e)
 // factors or without) the pool shares (SharedPool::shares). Everything else is written as a private copy.
 bool placed_by_reference(EngineCore& core, const Kv& kv) {
   const TensorKv::Placement* placed = placement_of(kv);
-  return placed != nullptr && core.pool().shares(placed->patch != nullptr);
+  return placed != nullptr && core.pool().shares();
 }
 
 // The pages of a served KV: its chunk's shared canonical pages with its own patch factors (place), or a

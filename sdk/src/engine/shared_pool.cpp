@@ -50,6 +50,28 @@ void add_factors(const at::Tensor& rows, const runtime::LowRank& f) {
   head.copy_(at::addmm(head.to(at::kFloat), f.u.to(head.device(), at::kFloat), f.vt.to(head.device(), at::kFloat)));
 }
 
+// `patch` with every factor float32 and contiguous on `device`: the patch itself when it is so already,
+// else a copy (made once, at placement, rather than by every paged read).
+std::shared_ptr<const runtime::Patch> on_device(std::shared_ptr<const runtime::Patch> patch,
+                                                const c10::Device& device) {
+  const auto in_place = [&](const runtime::LowRank& f) {
+    return f.rank() == 0 || (f.u.device() == device && f.vt.device() == device && f.u.scalar_type() == at::kFloat &&
+                             f.vt.scalar_type() == at::kFloat && f.u.is_contiguous() && f.vt.is_contiguous());
+  };
+  const bool all = std::all_of(patch->k.begin(), patch->k.end(), in_place) &&
+                   std::all_of(patch->v.begin(), patch->v.end(), in_place);
+  if (all) return patch;
+  auto copy = std::make_shared<runtime::Patch>(*patch);
+  for (auto* factors : {&copy->k, &copy->v}) {
+    for (runtime::LowRank& f : *factors) {
+      if (f.rank() == 0) continue;
+      f.u = f.u.to(device, at::kFloat).contiguous();
+      f.vt = f.vt.to(device, at::kFloat).contiguous();
+    }
+  }
+  return copy;
+}
+
 }  // namespace
 
 SharedPool::SharedPool(const runtime::KVPoolOptions& options, bool share_canonicals)
@@ -82,11 +104,6 @@ std::unique_ptr<runtime::PagedSequence> SharedPool::create(const runtime::ModelC
   return nullptr;
 }
 
-bool SharedPool::shares(bool patched) const {
-  if (!share_canonicals_) return false;
-  return !patched || !pool_.device().is_cuda();
-}
-
 void SharedPool::release_unheld_sets() {
   for (auto it = sets_.begin(); it != sets_.end();) {
     const std::vector<runtime::PageId>& pages = it->second->pages();
@@ -117,8 +134,7 @@ runtime::PagedSequence* SharedPool::canonical_set(const runtime::ModelConfig& co
 std::unique_ptr<runtime::PagedSequence> SharedPool::place(const runtime::ModelConfig& config, const std::string& key,
                                                           const runtime::Content& canonical,
                                                           std::shared_ptr<const runtime::Patch> patch, Usage* refused) {
-  ORBIT_CHECK(shares(patch != nullptr), "SharedPool::place: this pool does not share "
-                                            << (patch != nullptr ? "patched " : "") << "canonicals (use create)");
+  ORBIT_CHECK(shares(), "SharedPool::place: this pool does not share canonicals (use create)");
   std::lock_guard<std::mutex> lock(mu_);
   release_unheld_sets();
   runtime::PagedSequence* set = canonical_set(config, key, canonical);
@@ -129,7 +145,7 @@ std::unique_ptr<runtime::PagedSequence> SharedPool::place(const runtime::ModelCo
   if (patch != nullptr) check_fits(pool_, *set, *patch);  // before anything is kept
   auto seq = std::make_unique<runtime::PagedSequence>(set->fork());
   if (patch != nullptr) {
-    factors_[seq.get()] = std::move(patch);
+    factors_[seq.get()] = on_device(std::move(patch), pool_.device());
   } else {
     factors_.erase(seq.get());
   }
@@ -193,16 +209,21 @@ std::shared_ptr<const runtime::Patch> SharedPool::patch(const runtime::PagedSequ
   return placed == factors_.end() ? nullptr : placed->second;
 }
 
-std::vector<at::Tensor> SharedPool::slots(const std::vector<const runtime::PagedSequence*>& seqs) const {
-  std::vector<at::Tensor> out;
-  out.reserve(seqs.size());
+std::shared_ptr<runtime::PagedPast> SharedPool::paged(const std::vector<const runtime::PagedSequence*>& seqs) const {
+  auto past = std::make_shared<runtime::PagedPast>();
+  past->pool = &pool_;
+  std::vector<at::Tensor> slots;
+  slots.reserve(seqs.size());
+  int64_t first = 0;
   std::lock_guard<std::mutex> lock(mu_);
   for (const runtime::PagedSequence* s : seqs) {
-    ORBIT_CHECK(factors_.count(s) == 0,
-                "SharedPool::slots: a sequence carries patch factors; its pool rows alone are not its KV");
-    out.push_back(s->slots());
+    slots.push_back(s->slots());
+    const auto placed = factors_.find(s);
+    if (placed != factors_.end() && placed->second->length > 0) past->patches.push_back({first, placed->second});
+    first += s->length();
   }
-  return out;
+  past->slots = slots.empty() ? at::zeros({0}, at::kLong) : at::cat(slots, 0);
+  return past;
 }
 
 std::vector<runtime::PageId> SharedPool::pages(const runtime::PagedSequence& seq) const {

@@ -33,6 +33,7 @@
 
 #include "orbit/runtime/kv_pool.h"
 #include "orbit/runtime/model.h"
+#include "orbit/runtime/paged_past.h"
 #include "orbit/runtime/paged_sequence.h"
 #include "orbit/runtime/reuse.h"
 
@@ -67,21 +68,21 @@ class SharedPool {
                                                  const std::vector<runtime::LayerKV>& content,
                                                  const at::Tensor& positions, Usage* refused = nullptr);
 
-  // Whether a placement (with patch factors when `patched`) reads shared canonical pages here. False when
-  // the engine turned sharing off, and for patched placements on a CUDA pool: the window's paged read
-  // there (read_past, window_state.cpp) passes slots without patch factors, so a patched placement is
-  // written as a private copy (create) on CUDA.
-  bool shares(bool patched) const;
+  // Whether placements read shared canonical pages here (place); false when the engine turned sharing off
+  // (every placement is then written as a private copy with create).
+  bool shares() const { return share_canonicals_; }
   // One placement of chunk `key`: a sequence sharing the chunk's canonical page set (written from
   // `canonical` when no set for `key` is held) with `patch` attached (null: the canonical as it is). Null
   // when the pool cannot hold a new set; then *refused as for create. Throws when `canonical`'s length
-  // differs from the held set's, or when `patch` does not fit it (rows, layers, widths).
+  // differs from the held set's, or when `patch` does not fit it (rows, layers, widths). Factors not
+  // already float32 and contiguous on the pool's device are copied there once, here, so every paged read
+  // on a CUDA pool finds them in place.
   std::unique_ptr<runtime::PagedSequence> place(const runtime::ModelConfig& config, const std::string& key,
                                                 const runtime::Content& canonical,
                                                 std::shared_ptr<const runtime::Patch> patch, Usage* refused = nullptr);
   // What sharing holds now, from the pool's reference counts: canonical sets and their pages, the
   // placements reading them (every holder but the set itself, forks' included), and the distinct patch
-  // factors those placements carry (host memory, outside the pool).
+  // factors those placements carry (float32 on the pool's device, outside the pool's pages).
   struct Sharing {
     int64_t canonical_sets = 0;
     int64_t canonical_pages = 0;
@@ -109,9 +110,11 @@ class SharedPool {
   // The patch factors a placement carries (null: none, or not a placement), for a paged read that adds them
   // (runtime::PlacedPatch at the sequence's first row).
   std::shared_ptr<const runtime::Patch> patch(const runtime::PagedSequence& seq) const;
-  // The pool rows of each sequence's tokens (PagedSequence::slots), in order. Throws for a sequence with
-  // patch factors: its rows alone are not its KV (read it with gather, or pass patch(seq) beside them).
-  std::vector<at::Tensor> slots(const std::vector<const runtime::PagedSequence*>& seqs) const;
+  // The sequences, in order, as one past read in place from this pool: each one's pool rows
+  // (PagedSequence::slots) and, for a placement, its patch factors at its first row (runtime::PlacedPatch),
+  // so a paged read (the CUDA kernel, or runtime::materialize) sees what gather gives for each sequence.
+  // The sequences must stay alive and unchanged while the past is read.
+  std::shared_ptr<runtime::PagedPast> paged(const std::vector<const runtime::PagedSequence*>& seqs) const;
   // The sequence's page ids.
   std::vector<runtime::PageId> pages(const runtime::PagedSequence& seq) const;
   // How many of the sequences' pages have another holder too (a fork's, a sibling window's), the canonical

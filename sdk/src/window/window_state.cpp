@@ -129,20 +129,16 @@ runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& e
 
 runtime::PastKV read_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position) {
   if (!core.model().device().is_cuda() || entries.empty()) return gather_past(core, entries, next_position);
-  auto paged = std::make_shared<runtime::PagedPast>();
-  paged->pool = &core.pool().storage();
   std::vector<const runtime::PagedSequence*> seqs;
-  for (const Entry* e : entries) seqs.push_back(e->kv.get());
-  const std::vector<at::Tensor> slots = core.pool().slots(seqs);
   std::vector<at::Tensor> positions;
   int64_t position = 0;
   for (const Entry* e : entries) {
+    seqs.push_back(e->kv.get());
     positions.push_back(core.registry().positions_for(e->chunk.get(), e->length, position));
     position += e->extent;
   }
   if (next_position != nullptr) *next_position = position;
-  paged->slots = at::cat(slots, 0);
-  return runtime::make_paged_past(std::move(paged), at::cat(positions, -1));
+  return runtime::make_paged_past(core.pool().paged(seqs), at::cat(positions, -1));
 }
 
 runtime::PastKV concat_past(int64_t num_layers, const std::vector<runtime::Content>& contents,

@@ -117,7 +117,8 @@ runtime::PastKV concat_past(int64_t num_layers, const std::vector<runtime::Conte
 // Content of entries [0, end) gathered with their window positions, ready as a forward's past.
 runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position);
 // The same past for reading (logits, generate): on a CUDA engine the entries' pages are read in place by
-// the paged kernel (runtime/paged_past.h), elsewhere gather_past's copy.
+// the paged kernel (runtime/paged_past.h), placements' patch factors added as the kernel reads their rows
+// (SharedPool::paged); elsewhere gather_past's copy.
 runtime::PastKV read_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position);
 // The KV of one entry as a Content (copied out of its pages).
 runtime::Content entry_content(EngineCore& core, const Entry& entry);
