@@ -32,6 +32,7 @@ class FakeEnv final : public PlanEnv {
   mutable std::vector<std::string> sensitivity_asks;  // chunk keys planning asked about
   ReuseIndex reuse;
   PoolPages pool{1000, 1000};
+  std::set<std::string> held_sets;  // chunk keys whose canonical page set a placement holds
 
   const ModelLimits& limits() const override { return model; }
   void check_open() const override {}
@@ -61,6 +62,7 @@ class FakeEnv final : public PlanEnv {
   }
   const ReuseIndex& reuse_index() const override { return reuse; }
   PoolPages pool_pages() const override { return pool; }
+  bool placement_shares(const std::string& chunk_key) const override { return held_sets.count(chunk_key) > 0; }
 };
 
 ChunkRecord chunk(const std::string& label, int64_t length, int64_t seed) {
@@ -427,6 +429,33 @@ TEST_CASE("plans that apply would refuse say so, with nothing to run", "[plan][d
     CHECK(p.refusal.find("the KV pool is full (1 of 100 pages free; this plan needs 2)") != std::string::npos);
     CHECK(p.refused_capacity);
   }
+}
+
+TEST_CASE("a placement of a chunk whose canonical set is held takes no fresh pages", "[plan][decisions][refusal]") {
+  // Served from its canonical (blind here), b reads the set another window's placement holds: a full pool
+  // does not refuse it. A step that forwards (a live turn) still needs pages of its own.
+  const ChunkRecord a = chunk("a", 12, 1), b = chunk("b", 8, 2);
+  FakeEnv env;
+  TestWindow w("blind");
+  w.add_exact(a);
+  env.pool = PoolPages{0, 100};
+  const Plan alone = plan_layout(w.snapshot(), keep_all(w, Operation::kAdmit, {&b}), env);
+  CHECK(alone.refusal.find("the KV pool is full (0 of 100 pages free; this plan needs 2)") != std::string::npos);
+  env.held_sets.insert(b.ref.key);
+  const Plan shared = plan_layout(w.snapshot(), keep_all(w, Operation::kAdmit, {&b}), env);
+  CHECK(shared.refusal.empty());
+  REQUIRE(shared.steps.size() == 2);
+  CHECK(shared.steps[1].how == ServeActionId::kBlind);
+  env.held_sets = {a.ref.key, b.ref.key};
+  env.pool = PoolPages{1, 100};
+  Layout with_turn = keep_all(w, Operation::kAddTurn);
+  Slot t;
+  t.id = 200;
+  t.turn_tokens = std::vector<int64_t>(8, 7);
+  t.is_turn = true;
+  with_turn.slots.push_back(t);
+  const Plan turn = plan_layout(w.snapshot(), with_turn, env);
+  CHECK(turn.refusal.find("this plan needs 2") != std::string::npos);
 }
 
 TEST_CASE("planning asks the environment only about what may change its decision", "[plan][decisions]") {

@@ -28,10 +28,10 @@ namespace {
 constexpr int64_t kWindows = 8;
 constexpr int64_t kPageSize = 16;
 
-std::shared_ptr<Engine> open_engine(bool shared) {
+std::shared_ptr<Engine> open_engine(bool shared, int64_t pool_bytes = int64_t{32} << 20) {
   EngineOptions o;
   o.model = test::stories_path();
-  o.pool_bytes = int64_t{32} << 20;
+  o.pool_bytes = pool_bytes;
   o.page_size = kPageSize;
   o.background = BackgroundMode::kDeferred;
   o.shared_canonicals = shared;
@@ -153,6 +153,24 @@ TEST_CASE("8 windows of the same 4 chunks share one canonical page set and give 
     CHECK(x.stats().shared_pages == chunk_pages(s));
     CHECK(y.stats().shared_pages == 0);
   }
+}
+
+TEST_CASE("a pool with room for one canonical set and the turns holds every window that shares it",
+          "[window][shared]") {
+  // Planning counts no fresh pages for a placement whose chunk's set is held already: the last windows'
+  // admits fit in the 2 pages left, where pricing each placement as a copy (3 pages for the longest chunk)
+  // refused them. Without sharing the same pool cannot hold the copies.
+  const Setup s = make_setup();
+  const int64_t need = chunk_pages(s) + turn_pages(s);
+  const int64_t page_bytes = open_engine(true)->model_info().kv_bytes_per_token * kPageSize;
+  auto engine = open_engine(true, (need + 2) * page_bytes);
+  const auto windows = build_windows(*engine, s);
+  const EngineStats st = engine->stats();
+  CHECK(st.pool_pages == need + 2);
+  CHECK(st.pool_pages - st.pool_free_pages == need);
+  CHECK(st.pool_placements == kWindows * 4);
+  auto copies = open_engine(false, (need + 2) * page_bytes);
+  CHECK_THROWS_WITH(build_windows(*copies, s), Catch::Matchers::Contains("the KV pool is full"));
 }
 
 TEST_CASE("a fork reads the same canonical pages, and the sets go when no window holds them", "[window][shared]") {

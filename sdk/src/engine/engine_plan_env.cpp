@@ -38,6 +38,10 @@ PoolPages EnginePlanEnv::pool_pages() const {
   return {u.free, u.pages};
 }
 
+bool EnginePlanEnv::placement_shares(const std::string& chunk_key) const {
+  return core_.pool().shares() && core_.pool().holds_set(chunk_key);
+}
+
 Plan plan_layout(const WindowState& state, const Layout& layout) {
   return plan_layout(snapshot(state), layout, EnginePlanEnv(*state.core));
 }

@@ -31,6 +31,7 @@ class EnginePlanEnv final : public PlanEnv {
   }
   const ReuseIndex& reuse_index() const override { return core_.kv().reuse_index(); }
   PoolPages pool_pages() const override;
+  bool placement_shares(const std::string& chunk_key) const override;
 
  private:
   const EngineCore& core_;

@@ -152,6 +152,13 @@ std::unique_ptr<runtime::PagedSequence> SharedPool::place(const runtime::ModelCo
   return seq;
 }
 
+bool SharedPool::holds_set(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto held = sets_.find(key);
+  if (held == sets_.end() || held->second->pages().empty()) return false;
+  return pool_.ref_count(held->second->pages().front()) > 1;
+}
+
 SharedPool::Sharing SharedPool::sharing() const {
   std::lock_guard<std::mutex> lock(mu_);
   Sharing s;

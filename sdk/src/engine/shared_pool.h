@@ -92,6 +92,10 @@ class SharedPool {
   };
   Sharing sharing() const;
 
+  // Whether a placement holds chunk `key`'s canonical page set now: a new placement of it reads those pages
+  // and takes none (a set no placement holds is written again).
+  bool holds_set(const std::string& key) const;
+
   // A child sharing every page of `seq` (reference counts) and its patch factors.
   std::unique_ptr<runtime::PagedSequence> fork(const runtime::PagedSequence& seq);
   // Destroys `seq` (its pages return to the pool when no other holder has them); null is a no-op.

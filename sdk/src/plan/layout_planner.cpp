@@ -249,10 +249,20 @@ void LayoutPlanner::defer_repairs() {
   }
 }
 
+int64_t LayoutPlanner::fresh_pages(const std::string& key, bool is_turn, int64_t length, StepAction action,
+                                   ServeActionId how) const {
+  if (action == StepAction::kKeep || action == StepAction::kEvict) return 0;
+  const bool placement =
+      how == ServeActionId::kCanonical || how == ServeActionId::kStoredPatch || how == ServeActionId::kBlind;
+  if (placement && !is_turn && env_.placement_shares(key)) return 0;
+  return window_.pages_for(length);
+}
+
 int64_t LayoutPlanner::spare_pages() const {
   int64_t needed = 0;
-  for (std::size_t i = 0; i < info_.size(); ++i) {
-    if (info_[i].candidates[info_[i].chosen].action != StepAction::kKeep) needed += window_.pages_for(info_[i].length);
+  for (const SlotInfo& si : info_) {
+    const PlanStep& s = si.candidates[si.chosen];
+    needed += fresh_pages(*si.key, si.is_turn, si.length, s.action, s.how);
   }
   return env_.pool_pages().free - needed;
 }
@@ -380,13 +390,13 @@ void LayoutPlanner::finalize() {
 
 void LayoutPlanner::check_pool() {
   // The KV pool, shared by the engine's windows: apply() allocates fresh pages for every step that does
-  // not keep its instance's pages, while the old entries hold theirs until it commits. A plan needing
-  // more than the pool has free now says it will be refused (a capacity refusal as of planning).
+  // not keep its instance's pages or place a chunk whose canonical set is held already, while the old
+  // entries hold theirs until it commits. A plan needing more than the pool has free now says it will be
+  // refused (a capacity refusal as of planning).
   if (!plan_.refusal.empty()) return;
   int64_t new_pages = 0;
-  for (const PlanStep& s : plan_.steps) {
-    if (s.action != StepAction::kKeep && s.action != StepAction::kEvict) new_pages += window_.pages_for(s.chunk.length);
-  }
+  for (const PlanStep& s : plan_.steps)
+    new_pages += fresh_pages(s.chunk.key, s.is_turn, s.chunk.length, s.action, s.how);
   const PoolPages pool = env_.pool_pages();
   const int64_t free_pages = pool.free, total_pages = pool.total;
   if (new_pages <= free_pages) return;

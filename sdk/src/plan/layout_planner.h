@@ -99,6 +99,8 @@ class LayoutPlanner {
   void offer_reuse(std::size_t i, const KvState& chain, const KvState& content, bool exact_before, int64_t* spare,
                    PlanStep& s);
   int64_t spare_pages() const;  // the pool's free pages less those the chosen steps need
+  // The fresh pool pages one step takes (none to keep, evict or place a chunk whose set is held).
+  int64_t fresh_pages(const std::string& key, bool is_turn, int64_t length, StepAction action, ServeActionId how) const;
   // A forwarding step whose leading tokens were stored behind `chain`, or behind the same `content`
   // (ReuseIndex; the content's only behind approximate KV, not over an exact context, `exact_before`), loads them
   // instead.

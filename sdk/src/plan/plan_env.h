@@ -81,6 +81,10 @@ class PlanEnv {
 
   // ---- the KV pool the engine's windows share ----
   virtual PoolPages pool_pages() const = 0;
+  // Whether a placement of the chunk (a step served from its canonical: canonical, stored-patch, blind)
+  // reads a canonical page set another placement holds already, so it takes no page of its own
+  // (SharedPool::place). False when the engine writes placements as copies, or no set is held.
+  virtual bool placement_shares(const std::string& chunk_key) const = 0;
 };
 
 // Patch keys of a chunk behind a context under a policy.
