@@ -15,15 +15,21 @@ bool may_call(const ChatRequest& r) {
   return !r.tools_json.empty() && r.tool_choice.mode == "auto" && r.response_format.type == "text";
 }
 
+// tool_choice "auto" with tools and a JSON answer asked for: the answer is a call or that JSON.
+bool may_call_or_answer(const ChatRequest& r) {
+  return !r.tools_json.empty() && r.tool_choice.mode == "auto" && r.response_format.type != "text";
+}
+
 // What a request's constraint is built from; "" when it has none.
 std::string key_of(const ChatRequest& r) {
-  if (forces_call(r)) {
-    return "tools\n" + r.tool_choice.function + "\n" + (r.parallel_tool_calls ? "n" : "1") + "\n" + r.tools_json;
-  }
-  if (may_call(r)) return "auto tools\n" + std::string(r.parallel_tool_calls ? "n" : "1") + "\n" + r.tools_json;
-  if (r.response_format.type == "json_object") return "json_object";
-  if (r.response_format.type == "json_schema") return "json_schema\n" + r.response_format.schema_json;
-  return "";
+  const std::string calls = std::string(r.parallel_tool_calls ? "n" : "1") + "\n" + r.tools_json;
+  if (forces_call(r)) return "tools\n" + r.tool_choice.function + "\n" + calls;
+  if (may_call(r)) return "auto tools\n" + calls;
+  std::string answer;
+  if (r.response_format.type == "json_object") answer = "json_object";
+  if (r.response_format.type == "json_schema") answer = "json_schema\n" + r.response_format.schema_json;
+  // The tools' JSON has no newline: the key's parts stay apart.
+  return may_call_or_answer(r) ? "calls or\n" + calls + "\n" + answer : answer;
 }
 
 // The shortest whole match of `constraint`, byte by byte: at each step the byte after which the fewest bytes
@@ -148,8 +154,26 @@ AnswerConstraint ConstraintCache::build_auto(const ChatRequest& r) const {
   return out;
 }
 
+AnswerConstraint ConstraintCache::build_calls_or_answer(const ChatRequest& r, AnswerConstraint answer) const {
+  if (!answer.constraint) return answer;  // refused
+  std::shared_ptr<const Constraint> calls;
+  try {
+    calls = Constraint::tool_calls(r.tools_json, tool_call_options(format_, "", r.parallel_tool_calls ? 4 : 1));
+  } catch (const Error&) {
+    return answer;  // schemas outside the subset (accepted under auto): the JSON answer alone
+  }
+  if (!unwritable(calls, *vocabulary_, max_answer_bytes_).empty()) return answer;
+  answer.constraint = Constraint::choice({calls, answer.constraint});
+  return answer;
+}
+
 AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
   if (may_call(r)) return build_auto(r);
+  if (may_call_or_answer(r)) {
+    ChatRequest json = r;  // the JSON answer alone, as a request without tools would have it
+    json.tools_json.clear();
+    return build_calls_or_answer(r, build(json));
+  }
   AnswerConstraint out;
   const bool call = forces_call(r);
   const std::string param = call                                      ? "tool_choice"

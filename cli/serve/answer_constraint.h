@@ -8,6 +8,9 @@
 //                                "<tool_call>"), then calls valid under the tools' grammar: a call the model
 //                                starts is written whole (none when the format has no mark, the tools' schemas
 //                                are outside the subset, or the vocabulary cannot write them: then free)
+//   tool_choice "auto" (tools)   calls (as under "required") or the JSON answer, from the first byte: an agent
+//   and a JSON response_format   with tools and a structured final answer (the Agents SDK's outputType) can
+//                                still call; the JSON answer alone where the tools' grammar cannot be had
 //   otherwise                    none
 // A forced call is not a message, so response_format does not apply to it (as OpenAI's API reads them).
 // Whatever tool_choice says, every tool's parameters must be an arguments schema (an object schema: type
@@ -66,6 +69,9 @@ class ConstraintCache {
  private:
   AnswerConstraint build(const ChatRequest& request) const;
   AnswerConstraint build_auto(const ChatRequest& request) const;
+  // Under tool_choice "auto" with a JSON answer asked for: a call or `answer` (the JSON's constraint, or its
+  // refusal, returned as it is), from the first byte.
+  AnswerConstraint build_calls_or_answer(const ChatRequest& request, AnswerConstraint answer) const;
   // The answer kept under `key`, else make()'s, kept (the least recently used dropped past capacity_).
   AnswerConstraint remembered(const std::string& key, const std::function<AnswerConstraint()>& make);
 

@@ -1,7 +1,8 @@
 // The constraint a chat answer is decoded under (cli/serve/answer_constraint.h), per tool_choice and
 // response_format, over byte vocabularies: tool_choice "auto" decodes a call the model starts under the
 // tools' grammar (from the format's mark on), and stays free where that grammar cannot be had; forced calls
-// and JSON answers are constrained from the start or refused naming the field.
+// and JSON answers are constrained from the start or refused naming the field; a JSON answer with tools under
+// auto is a call or that JSON.
 #include <string>
 
 #include "orbit_catch.h"
@@ -51,13 +52,48 @@ TEST_CASE("serve constraints: auto decodes a started call under the grammar, fro
   CHECK(forced.trigger.empty());
   // No call: nothing.
   CHECK(cache.for_request(request(kTools, "none")).constraint == nullptr);
-  // A JSON answer with tools under auto: the JSON, from the start.
+}
+
+TEST_CASE("serve constraints: a JSON answer asked for with tools under auto is a call or that JSON",
+          "[serve][constraint]") {
+  // An agent with tools and a structured final answer (the Agents SDK's outputType): each turn may call.
+  sv::ConstraintCache cache(ToolCallFormat::kHermes, bytes_vocabulary(), 512);
   sv::ChatRequest json = request(kTools, "auto");
-  json.response_format.type = "json_object";
+  json.response_format.type = "json_schema";
+  json.response_format.schema_json = R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})";
   const sv::AnswerConstraint j = cache.for_request(json);
   REQUIRE(j.constraint != nullptr);
-  CHECK(j.trigger.empty());
-  CHECK(j.constraint->matches("{}"));
+  CHECK_FALSE(j.error);
+  CHECK(j.trigger.empty());  // from the first byte: no free text before either
+  CHECK(j.constraint->matches(R"({"a": 1})"));
+  CHECK(j.constraint->matches(R"(<tool_call>{"name": "find", "arguments": {"q": "2024-05-01"}}</tool_call>)"));
+  CHECK_FALSE(j.constraint->matches(R"({"a": "x"})"));
+  CHECK_FALSE(j.constraint->is_prefix("Sure"));
+  // parallel_tool_calls false: one call at most.
+  const std::string call = R"(<tool_call>{"name": "find", "arguments": {"q": "2024-05-01"}}</tool_call>)";
+  CHECK(j.constraint->matches(call + "\n" + call));
+  json.parallel_tool_calls = false;
+  CHECK_FALSE(cache.for_request(json).constraint->matches(call + "\n" + call));
+  // json_object likewise; tool_choice none leaves the JSON alone.
+  json.response_format.type = "json_object";
+  CHECK(cache.for_request(json).constraint->matches(call));
+  json.tool_choice.mode = "none";
+  CHECK_FALSE(cache.for_request(json).constraint->matches(call));
+  CHECK(cache.for_request(json).constraint->matches("{}"));
+  // Tools whose grammar cannot be had (a keyword outside the subset): the JSON answer alone, as before.
+  sv::ChatRequest loose = request(kLooseTools, "auto");
+  loose.response_format.type = "json_object";
+  const sv::AnswerConstraint l = cache.for_request(loose);
+  REQUIRE(l.constraint != nullptr);
+  CHECK_FALSE(l.error);
+  CHECK(l.constraint->matches("{}"));
+  // A schema that is refused is refused as without tools, naming the response format.
+  json.tool_choice.mode = "auto";
+  json.response_format.type = "json_schema";
+  json.response_format.schema_json = R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":true}}})";
+  const sv::AnswerConstraint bad = cache.for_request(json);
+  REQUIRE(bad.error);
+  CHECK(bad.error->param == "response_format.json_schema.schema");
 }
 
 TEST_CASE("serve constraints: auto stays free where the grammar cannot be had; forced is refused",

@@ -3,7 +3,8 @@
 //   node serve_tools.mjs ORBIT_BINARY MODEL CLIENT        CLIENT: openai | langchain | aisdk | agents
 //
 //   openai     the official `openai` client: chat.completions.create with tools, the calls read from
-//              message.tool_calls (whole) and from delta.tool_calls (streamed, on every other step)
+//              message.tool_calls (whole) and from delta.tool_calls (streamed, on every other step); then
+//              tools under tool_choice "auto" with a json_schema response_format: a call or the JSON
 //   langchain  @langchain/openai's ChatOpenAI with bindTools: the calls read from AIMessage.tool_calls
 //   aisdk      the AI SDK's generateText with @ai-sdk/openai-compatible: the SDK runs the loop (the tool's
 //              schema given with jsonSchema(), as compact as the others': the model has 512 positions); then
@@ -109,6 +110,33 @@ async function openaiLoop() {
                                                 max_tokens: 16, temperature: 0 });
   check(typeof r.choices[0].message.content === "string" && r.choices[0].message.content.length > 0 &&
         !r.choices[0].message.tool_calls, "openai: the answer after the loop is text");
+}
+
+// tools under tool_choice "auto" with a JSON response_format (an agent with tools and a structured final
+// answer, as the Agents SDK's outputType sends): each answer is a call or the JSON, decoded from the first
+// byte. stories260K's tokens for '<' (its byte token, 3 + the byte, and 504) pick which: favoured, a call
+// comes back; banned, the JSON (streamed).
+async function openaiCallOrAnswer() {
+  const OpenAI = modules.openai.default;
+  const api = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120000 });
+  const lt = (bias) => ({ [3 + "<".charCodeAt(0)]: bias, 504: bias });
+  const answer = { type: "object", properties: { title: { type: "string", maxLength: 12 } }, required: ["title"],
+                   additionalProperties: false };
+  const request = { model: modelId, messages: [{ role: "user", content: TASK }], max_tokens: 80, temperature: 0,
+                    tools: [{ type: "function", function: { name: "read_page", description, parameters } }],
+                    tool_choice: "auto", response_format: { type: "json_schema", json_schema: { name: "book", schema: answer } } };
+  const called = await api.chat.completions.create({ ...request, logit_bias: lt(100) });
+  const calls = called.choices[0].message.tool_calls ?? [];
+  check(called.choices[0].finish_reason === "tool_calls" && calls[0]?.function.name === "read_page" &&
+        Number.isInteger(JSON.parse(calls[0].function.arguments).page),
+        "openai: with a JSON response_format, tools under auto can still be called", JSON.stringify(called.choices[0]));
+  const chunks = await api.chat.completions.create({ ...request, logit_bias: lt(-100), stream: true });
+  let text = "";
+  for await (const chunk of chunks) text += chunk.choices[0]?.delta?.content ?? "";
+  let parsed;
+  try { parsed = JSON.parse(text); } catch { parsed = undefined; }
+  check(typeof parsed?.title === "string", "openai: ... or answer the JSON (streamed)", text);
+  console.log(`openai call or answer: ${calls[0]?.function.arguments} / ${text}`);
 }
 
 async function langchainLoop() {
@@ -228,6 +256,7 @@ try {
   await { openai: openaiLoop, langchain: langchainLoop, aisdk: aisdkLoop, agents: agentsLoop }[client]();
   check(pagesRead.length === STEPS, `${client}: the tool ran on every step`, JSON.stringify(pagesRead));
   if (client === "aisdk") await aisdkObject();
+  if (client === "openai") await openaiCallOrAnswer();
 } catch (e) {
   check(false, `${client}: the loop threw`, `${e.stack ?? e}\n  server stderr: ${server.stderr().slice(-2000)}`);
 } finally {
