@@ -67,6 +67,24 @@ def test_json_answers_under_a_schema(engine):
     assert plain.json is None and plain.tool_calls == []
 
 
+def test_tools_under_auto_with_a_json_answer_call_or_answer(engine):
+    """Tools under tool_choice 'auto' with a response_format (an agent with a structured final answer): the
+    answer is a call or the JSON, both decoded from the first byte. stories260K's tokens for '<' (its byte
+    token, 3 + the byte, and 504) pick which: favoured, a call; banned, the JSON."""
+    window = engine.new_window()
+    report = window.sync([{"role": "user", "content": "Read the book."}], tools=TOOLS)
+    schema = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 12}}, "required": ["title"]}
+    lt = 3 + ord("<")
+    called = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="auto", response_format=schema,
+                             max_tokens=80, logit_bias={lt: 100, 504: 100})
+    assert len(called.tool_calls) == 1 and called.json is None, called.text
+    assert isinstance(json.loads(called.tool_calls[0]["function"]["arguments"])["page"], int)
+    answered = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="auto", response_format=schema,
+                               max_tokens=80, logit_bias={lt: -100, 504: -100})
+    assert answered.tool_calls == [] and isinstance(answered.json, dict), answered.text
+    assert isinstance(answered.json["title"], str)
+
+
 def test_parse_and_refusals(orbit, engine):
     r = orbit.parse_tool_calls('Sure. <tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>')
     assert r["content"] == "Sure." and r["tool_calls"][0]["function"]["name"] == "f" and not r["malformed"]

@@ -602,7 +602,7 @@ class Generation:
     content: str
     """The text that is not a call."""
     json: object
-    """The answer parsed as JSON under a response_format, else None."""
+    """The answer parsed as JSON under a response_format, else None (also when the answer is a call)."""
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[int]: ...
 

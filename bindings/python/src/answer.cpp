@@ -102,6 +102,15 @@ AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::obj
       a.read_json = true;
     }
   }
+  if (a.read_json && !a.tools_json.empty() && choice == "auto") {
+    // Tools and a structured final answer (an agent's turn): a call or the JSON, from the first byte. Schemas
+    // outside the constraints' subset leave the JSON alone (nothing was asked of the tools).
+    try {
+      a.constraint =
+          Constraint::choice({Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format)), a.constraint});
+    } catch (const orbit::Error&) {
+    }
+  }
   return a;
 }
 
@@ -115,7 +124,7 @@ void read_answer(const AnswerSpec& a, py::object& generation) {
     generation.attr("tool_calls") = calls_list(r.calls);
     generation.attr("content") = r.content;
   }
-  if (a.read_json) {
+  if (a.read_json && py::len(generation.attr("tool_calls")) == 0) {  // a call is no JSON answer
     try {
       generation.attr("json") = json_module().attr("loads")(text);
     } catch (const py::error_already_set&) {

@@ -443,7 +443,8 @@ void init_window(py::module_& m) {
       "tools' grammar, orbit/constraint.h), 'auto' lets it choose (a call it starts, once it writes the format's\n"
       "mark such as <tool_call>, is decoded under that grammar), 'none' reads no call; the calls are read back\n"
       "in tool_call_format (None: Engine.tool_call_format()). response_format 'json_object', a\n"
-      "{'type': 'json_schema', 'json_schema': {'schema': ...}} dict or a schema dict makes the answer JSON of it.\n"
+      "{'type': 'json_schema', 'json_schema': {'schema': ...}} dict or a schema dict makes the answer JSON of it\n"
+      "(with tools under 'auto': a call or that JSON, either decoded from the first byte).\n"
       "The Generation then also has tool_calls ([{'id', 'type': 'function', 'function': {'name', 'arguments'}}],\n"
       "ready to append as an assistant message's), content (the text that is not a call) and json (the parsed\n"
       "answer, or None). A schema outside the supported subset raises OrbitError naming the keyword.");
