@@ -85,7 +85,8 @@ struct ConstraintLimits {
   int64_t max_string_chars = 1024;   // characters in a string without maxLength (keys of free-form objects too)
   int64_t max_number_chars = 32;     // characters in a number, sign and exponent included
   int64_t max_array_items = 256;     // items in an array without maxItems
-  int64_t max_object_members = 256;  // members in a free-form object
+  int64_t max_object_members = 256;  // members in a free-form object, a map, or an object with additionalProperties
+                                     // (there at least its declared properties) without maxProperties
   int32_t max_depth = 16;            // nesting of free-form values (json_object, {} and bare "object" schemas)
   Whitespace whitespace = Whitespace::kSingleSpace;
 };
@@ -112,10 +113,21 @@ class Constraint {
  public:
   // A JSON value valid under `schema_json`, a JSON Schema in the supported subset:
   //   type            "object", "array", "string", "number", "integer", "boolean", "null", or a list of them
-  //   properties      with additionalProperties false or absent (no other properties; "object" with neither
-  //                   properties nor additionalProperties is any object); required
-  //   additionalProperties  a schema (or true) without properties: a map, each value under it, its keys under
-  //                   propertyNames (a schema of strings: string keywords, or an enum or const of strings)
+  //   properties      written in their declared order; with additionalProperties false or absent no other
+  //                   property ("object" with neither properties nor additionalProperties is any object);
+  //                   required (beside additionalProperties a schema or true, a required name that properties
+  //                   lacks is a property under that schema)
+  //   additionalProperties  a schema (or true): beside properties, extra members after the declared ones, each
+  //                   value under it, each key none of the declared names (extra keys are written in the one
+  //                   spelling a JSON serializer gives them, escaping only '"', '\' and control characters,
+  //                   \u00xx in lowercase, so that no key spells a declared name another way); without
+  //                   properties, a map. Keys are not compared with one another otherwise: a model may repeat
+  //                   an extra key (or a map's key)
+  //   propertyNames   the keys of extra members and maps: a schema of strings (string keywords, or an enum or
+  //                   const of strings); every declared name must hold under it (else refused)
+  //   minProperties, maxProperties  members written, declared and extra; refused where no object could have
+  //                   them (minProperties above the properties a closed object declares, or above what an enum
+  //                   of propertyNames leaves; maxProperties below the required count)
   //   items           one schema (absent: any value); minItems, maxItems
   //   prefixItems     a tuple of exactly these items (minItems and maxItems its length, or items false); also
   //                   draft-07's list of items with additionalItems false

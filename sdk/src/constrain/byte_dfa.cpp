@@ -72,14 +72,15 @@ std::vector<int64_t> distances(const Draft& d, const std::vector<std::vector<int
 }
 
 // Keeps the states reachable from the start that can reach an accepting state, renumbered in the order a
-// breadth-first walk from the start finds them, and fills the distance tables.
-ByteDfa finish(const Draft& d, const std::string& what) {
+// breadth-first walk from the start finds them, and fills the distance tables. nullopt when the start reaches
+// no accepting state.
+std::optional<ByteDfa> prune(const Draft& d) {
   std::vector<std::vector<int32_t>> into(d.accepting.size());
   for (std::size_t s = 0; s < d.edges.size(); ++s) {
     for (const ByteDfa::Edge& e : d.edges[s]) into[static_cast<std::size_t>(e.to)].push_back(static_cast<int32_t>(s));
   }
   const std::vector<int64_t> bytes = distances(d, into, [](int32_t) { return 1; });
-  ORBIT_CHECK(!d.accepting.empty() && bytes[0] < kFar, what << ": admits no value");
+  if (d.accepting.empty() || bytes[0] >= kFar) return std::nullopt;
   std::vector<int32_t> id(d.accepting.size(), -1);
   std::vector<int32_t> order{0};
   id[0] = 0;
@@ -109,6 +110,13 @@ ByteDfa finish(const Draft& d, const std::string& what) {
     out.max_min_chars = std::max(out.max_min_chars, chars[o]);
   }
   return out;
+}
+
+// prune(), throwing "<what>: admits no value" when nothing is accepted.
+ByteDfa finish(const Draft& d, const std::string& what) {
+  std::optional<ByteDfa> out = prune(d);
+  ORBIT_CHECK(out.has_value(), what << ": admits no value");
+  return std::move(*out);
 }
 
 // The NFA states reachable from `set` by empty moves (sorted, unique).
@@ -300,6 +308,72 @@ ByteDfa quoted(const ByteDfa& content, const std::string& what) {
   d.accepting.assign(d.accepting.size(), 0);
   d.accepting[static_cast<std::size_t>(closed)] = 1;
   return finish(d, what);
+}
+
+std::optional<ByteDfa> without(const ByteDfa& a, const std::vector<std::string>& texts, const std::string& what) {
+  // The texts' trie: per node its children by byte (sorted) and whether a text ends there.
+  std::vector<std::map<uint8_t, int32_t>> kids(1);
+  std::vector<uint8_t> ends(1, 0);
+  for (const std::string& t : texts) {
+    int32_t at = 0;
+    for (const char c : t) {
+      const auto b = static_cast<uint8_t>(c);
+      const auto found = kids[static_cast<std::size_t>(at)].find(b);
+      if (found != kids[static_cast<std::size_t>(at)].end()) {
+        at = found->second;
+        continue;
+      }
+      const auto next = static_cast<int32_t>(kids.size());
+      kids[static_cast<std::size_t>(at)][b] = next;
+      kids.emplace_back();
+      ends.push_back(0);
+      at = next;
+    }
+    ends[static_cast<std::size_t>(at)] = 1;
+  }
+  // States: (a's state, trie node), the node -1 once the text has left the trie.
+  Draft d;
+  std::map<std::pair<int32_t, int32_t>, int32_t> ids;
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  const auto intern = [&](int32_t q, int32_t t) {
+    const auto found = ids.find({q, t});
+    if (found != ids.end()) return found->second;
+    const auto uq = static_cast<std::size_t>(q);
+    const bool excluded = t >= 0 && ends[static_cast<std::size_t>(t)] != 0;
+    const int32_t id = d.add(a.accepting[uq] != 0 && !excluded, a.char_end[uq] != 0, what);
+    ids.emplace(std::make_pair(q, t), id);
+    pairs.emplace_back(q, t);
+    return id;
+  };
+  intern(0, 0);
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const auto [q, t] = pairs[i];
+    std::vector<ByteDfa::Edge> out;
+    for (const ByteDfa::Edge& e : a.edges[static_cast<std::size_t>(q)]) {
+      // The edge's range cut at the bytes that stay in the trie; the pieces between leave it.
+      int lo = e.lo;
+      if (t >= 0) {
+        for (const auto& [b, child] : kids[static_cast<std::size_t>(t)]) {
+          if (b < e.lo || b > e.hi) continue;
+          if (lo < b) append(out, static_cast<uint8_t>(lo), static_cast<uint8_t>(b - 1), intern(e.to, -1));
+          append(out, b, b, intern(e.to, child));
+          lo = b + 1;
+        }
+      }
+      if (lo <= e.hi) append(out, static_cast<uint8_t>(lo), e.hi, intern(e.to, -1));
+    }
+    d.edges[i] = std::move(out);
+  }
+  return prune(d);
+}
+
+bool accepts(const ByteDfa& a, std::string_view text) {
+  int32_t q = 0;
+  for (const char c : text) {
+    q = a.next(q, static_cast<uint8_t>(c));
+    if (q < 0) return false;
+  }
+  return a.accepting[static_cast<std::size_t>(q)] != 0;
 }
 
 }  // namespace orbit::constrain

@@ -11,7 +11,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace orbit::constrain {
@@ -70,5 +72,10 @@ ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, const std::string& what);
 ByteDfa with_min_chars(const ByteDfa& a, int64_t min_chars, const std::string& what);
 // `content` between a JSON string's quotes: '"' + content + '"'. The quote entries are not characters.
 ByteDfa quoted(const ByteDfa& content, const std::string& what);
+// The texts `a` accepts but those in `texts` (a finite set: the product with their trie); nullopt when none is
+// left.
+std::optional<ByteDfa> without(const ByteDfa& a, const std::vector<std::string>& texts, const std::string& what);
+// Whether `a` accepts `text`.
+bool accepts(const ByteDfa& a, std::string_view text);
 
 }  // namespace orbit::constrain

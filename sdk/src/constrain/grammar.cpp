@@ -74,29 +74,52 @@ namespace {
 
 constexpr int64_t kUnreachable = std::numeric_limits<int64_t>::max() / 4;
 
-// Fills the tables of an object whose values' min_bytes are known.
+int64_t sum(int64_t a, int64_t b) { return std::min(kUnreachable, a + b); }
+
+// Fills the tables of an object whose children's min_bytes are known (grammar.h). A member costs its key,
+// ':' and value, and the ',' before it; rest[x][d] is '}' when nothing is owed, else ',' and after_comma[x][d],
+// which is the cheapest of: property x and what follows it, skipping an optional x, or (nothing required left)
+// an extra member.
 void finish_object(Grammar& g, Node& n) {
-  const int32_t count = static_cast<int32_t>(n.children.size());
-  n.next_required.assign(static_cast<std::size_t>(count) + 1, count);
-  n.rest.assign(static_cast<std::size_t>(count) + 1, 1);
-  n.after_comma.assign(static_cast<std::size_t>(count) + 1, kUnreachable);
+  const int32_t count = declared_count(n);
+  const auto ucount = static_cast<std::size_t>(count);
+  n.next_required.assign(ucount + 1, count);
+  n.required_left.assign(ucount + 1, 0);
   for (int32_t x = count - 1; x >= 0; --x) {
-    n.next_required[static_cast<std::size_t>(x)] =
-        n.required[static_cast<std::size_t>(x)] ? x : n.next_required[static_cast<std::size_t>(x) + 1];
+    const auto ux = static_cast<std::size_t>(x);
+    n.next_required[ux] = n.required[ux] ? x : n.next_required[ux + 1];
+    n.required_left[ux] = n.required_left[ux + 1] + (n.required[ux] ? 1 : 0);
   }
-  // rest[x] = 1 ('}') when nothing required remains at or after x, else ',' + after_comma[x];
-  // after_comma[x] = min over allowed p in [x, next_required[x]] of key ':' value + rest[p + 1].
+  n.extra_bytes = kUnreachable;
+  if (n.open) n.extra_bytes = sum(g.at(n.children[ucount]).min_bytes + 1, g.at(n.children[ucount + 1]).min_bytes);
+  const int64_t width = n.need_cap + 1;
+  n.rest.assign((ucount + 1) * static_cast<std::size_t>(width), kUnreachable);
+  n.after_comma.assign(n.rest.size(), kUnreachable);
+  const auto at = [&](int32_t x, int64_t d) { return static_cast<std::size_t>(x * width + d); };
   for (int32_t x = count; x >= 0; --x) {
     const auto ux = static_cast<std::size_t>(x);
-    int64_t best = kUnreachable;
-    const int32_t last = std::min(n.next_required[ux], count - 1);
-    for (int32_t p = x; p <= last; ++p) {
-      const auto up = static_cast<std::size_t>(p);
-      best = std::min(best, n.key_bytes[up] + 1 + g.at(n.children[up]).min_bytes + n.rest[up + 1]);
+    for (int64_t d = 0; d <= n.need_cap; ++d) {
+      const int64_t owed = std::max<int64_t>(0, d - 1);  // after one more member
+      const bool closes = n.required_left[ux] == 0 && d == 0;
+      if (closes) n.rest[at(x, d)] = 1;  // before an extra member's entry reads it
+      int64_t best = kUnreachable;
+      if (x < count) {
+        best = sum(n.key_bytes[ux] + 1, sum(g.at(n.children[ux]).min_bytes, n.rest[at(x + 1, owed)]));
+        if (!n.required[ux]) best = std::min(best, n.after_comma[at(x + 1, d)]);
+      }
+      if (n.open && n.required_left[ux] == 0) best = std::min(best, sum(n.extra_bytes, n.rest[at(count, owed)]));
+      n.after_comma[at(x, d)] = best;
+      if (!closes) n.rest[at(x, d)] = sum(1, best);
     }
-    n.after_comma[ux] = best;
-    n.rest[ux] = n.next_required[ux] == count ? 1 : 1 + best;
   }
+}
+
+// The shortest map: min_count members of the shortest key and value, ',' between.
+int64_t map_min_bytes(const Grammar& g, const Node& n) {
+  if (n.min_count == 0) return 2;
+  const int64_t member = sum(g.at(n.children[0]).min_bytes + 1, g.at(n.children[1]).min_bytes);
+  if (member >= kUnreachable || member + 1 > kUnreachable / n.min_count) return kUnreachable;
+  return 1 + n.min_count * (member + 1);
 }
 
 }  // namespace
@@ -115,14 +138,14 @@ void Grammar::finish() {
         case NodeKind::kLiteralSet: m = n.trie.nodes[0].min_remaining; break;
         case NodeKind::kString: m = 2 + n.min_count; break;
         case NodeKind::kNumber: m = 1; break;
-        case NodeKind::kAnyObject: m = 2; break;
+        case NodeKind::kAnyObject: m = map_min_bytes(*this, n); break;
         case NodeKind::kAnyValue: m = 1; break;
         case NodeKind::kArray:
           m = n.min_count == 0 ? 2 : 2 + n.min_count * at(n.children[0]).min_bytes + (n.min_count - 1);
           break;
         case NodeKind::kObject:
           finish_object(*this, n);
-          m = 1 + (n.next_required[0] == static_cast<int32_t>(n.children.size()) ? 1 : n.after_comma[0]);
+          m = n.required_left[0] == 0 && n.min_count == 0 ? 2 : sum(1, object_table(n, n.after_comma, 0, n.min_count));
           break;
         case NodeKind::kChoice:
           for (int32_t c : n.children) m = std::min(m, at(c).min_bytes);
@@ -139,6 +162,15 @@ void Grammar::finish() {
       }
     }
   }
+}
+
+int64_t object_table(const Node& n, const std::vector<int64_t>& table, int32_t x, int64_t need) {
+  const int64_t d = std::min(need, n.need_cap);
+  const int64_t base = table[static_cast<std::size_t>(x * (n.need_cap + 1) + d)];
+  if (need == d) return base;
+  const int64_t each = sum(n.extra_bytes, 1);
+  if (base >= kUnreachable || each >= kUnreachable || need - d > kUnreachable / each) return kUnreachable;
+  return sum(base, (need - d) * each);
 }
 
 int32_t add_literal(Grammar& g, std::string text) {

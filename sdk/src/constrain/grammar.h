@@ -6,8 +6,11 @@
 //   kLiteralSet   one of several byte strings (enum, const, true)     - (a trie of the strings)
 //   kString       a JSON string, [min_count, max_count] characters     -
 //   kNumber       a JSON number (integer: no fraction or exponent)     -
-//   kObject       an object of declared properties, in their order     one value per property
-//   kAnyObject    any object (string keys, any values)                 [key string, any value]
+//   kObject       declared properties in their order, then (open)      one value per property, then
+//                 extra members whose keys are none of their names;    (open) [extra key, extra value]
+//                 [min_count, max_count] members where counted
+//   kAnyObject    any object (string keys, any values), or a map;      [key string, any value]
+//                 [min_count, max_count] members
 //   kArray        an array of [min_count, max_count] items             [item]
 //   kAnyValue     any JSON value, told apart by its first byte        [string, number, literals, object, array]
 //   kChoice       one of its children                                  the alternatives
@@ -68,23 +71,33 @@ struct Node {
   NodeKind kind = NodeKind::kLiteral;
   std::string literal;                 // kLiteral
   ByteTrie trie;                       // kLiteralSet (the strings), kObject (the keys, quoted as JSON)
-  int64_t min_count = 0;               // kString characters, kArray items
-  int64_t max_count = 0;               // kString, kNumber, kDfa characters, kArray items, kAnyObject members
+  int64_t min_count = 0;               // kString characters, kArray items, kObject and kAnyObject members
+  int64_t max_count = 0;               // kString, kNumber, kDfa characters; kArray items; object members
   bool integer = false;                // kNumber
   bool space = false;                  // containers: one optional ' ' after '{', '[', ':', ','
   int32_t max_depth = 0;               // kAnyValue: containers open only below this depth
   std::vector<int32_t> children;       // see the table above
   std::shared_ptr<const ByteDfa> dfa;  // kDfa (shared by the grammars a constraint is imported into)
+  // kObject: `open` lets extra members follow the declared properties (children[n] their key, children[n + 1]
+  // their value, n the declared count); `counted` keeps the number of members in the frame (an object that is
+  // open or under minProperties / maxProperties: matcher_nodes.h).
+  bool open = false;
+  bool counted = false;
   // kObject, per property index p (declared order): required, the quoted key's length, and (filled by
   // finish()) the fewest bytes of its value.
   std::vector<bool> required;
   std::vector<int64_t> key_bytes;
-  // kObject, per next-allowed index x in [0, n]: the first required property at or after x (n: none), the
-  // fewest bytes that close the object after a value when properties before x are spent (rest[x]), and the
-  // fewest bytes of one more member and the close after a ',' (after_comma[x]).
+  // kObject, filled by finish(), per next-allowed index x in [0, n]: the first required property at or after x
+  // (n: none) and how many are required at or after x; and per x and need d in [0, need_cap] (members still
+  // owed to min_count; object_table reads them), the fewest bytes that close the object after a value when
+  // properties before x are spent (rest[x * (need_cap + 1) + d]), and the fewest bytes of one more member and
+  // the close after a ',' (after_comma, alike). extra_bytes: the fewest bytes of one extra member.
   std::vector<int32_t> next_required;
+  std::vector<int32_t> required_left;
+  int64_t need_cap = 0;
   std::vector<int64_t> rest;
   std::vector<int64_t> after_comma;
+  int64_t extra_bytes = 0;
   int64_t min_bytes = 0;  // the shortest complete text of this node (filled by finish())
 };
 
@@ -101,6 +114,14 @@ struct Grammar {
   void finish();
   const Node& at(int32_t index) const { return nodes[static_cast<std::size_t>(index)]; }
 };
+
+// kObject: the declared properties' count.
+inline int32_t declared_count(const Node& n) { return static_cast<int32_t>(n.required.size()); }
+// kObject: the table entry (rest or after_comma) for properties before x spent and `need` members still owed.
+// Past need_cap every member owed costs one extra member and its ',' more (need_cap is the declared count, at
+// least 1, when min_count is above it: by then the cheapest completion takes every declared property it
+// would, and one member is owed, so after_comma is rest without the ',').
+int64_t object_table(const Node& n, const std::vector<int64_t>& table, int32_t x, int64_t need);
 
 // Builders. Each adds nodes to `g` and returns the new node's index.
 int32_t add_literal(Grammar& g, std::string text);

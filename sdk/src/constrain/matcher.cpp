@@ -16,6 +16,9 @@ namespace {
 // Counters written as one value in keys: between the bounds' reach, and below the minimum's reach.
 constexpr uint32_t kMid = std::numeric_limits<uint32_t>::max();
 constexpr uint32_t kBelow = std::numeric_limits<uint32_t>::max() - 1;
+// An object's counter whose member count is written as one value (its x kept): above every counter an object
+// has (schema_objects.cpp keeps (n + 1) * (max_count + 1) below it).
+constexpr uint32_t kObjectMid = uint32_t{1} << 31;
 
 }  // namespace
 
@@ -134,6 +137,12 @@ void Matcher::consume(const Frame* f, std::size_t n, uint8_t byte, StateSet& out
     case NodeKind::kChoice:
     case NodeKind::kSequence: break;  // never on top after settle()
   }
+  apply(f, n, byte, s, out);
+  if (s.fork >= 0) apply(f, n, byte, push_then(s.fork_top, s.fork), out);
+}
+
+void Matcher::apply(const Frame* f, std::size_t n, uint8_t byte, const Step& s, StateSet& out) const {
+  const Frame& top = f[n - 1];
   switch (s.op) {
     case Op::kDead: return;
     case Op::kStay:
@@ -215,41 +224,19 @@ int64_t Matcher::remaining(const Frame& f) const {
       return sum;
     }
     case NodeKind::kChoice: return n.min_bytes;
-    case NodeKind::kObject: {
-      const int32_t count = static_cast<int32_t>(n.children.size());
+    case NodeKind::kObject: return object_remaining(n, f);
+    case NodeKind::kAnyObject: {  // a map: its key and value nodes (any object: "" and 0)
+      const int64_t member = g_.at(n.children[0]).min_bytes + 1 + g_.at(n.children[1]).min_bytes;
+      const int64_t owed = std::max<int64_t>(0, n.min_count - a);  // a counts the member being written
       switch (f.phase) {
         case kOpen: return n.min_bytes;
         case kFirst:
-        case kFirstSp: return n.next_required[f.a] == count ? 1 : n.after_comma[f.a];
-        case kKey: {
-          int64_t best = std::numeric_limits<int64_t>::max() / 4;
-          const auto& t = n.trie.nodes[f.b];
-          for (int32_t p : t.values_below) {
-            if (p < static_cast<int32_t>(f.a) || p > last_allowed(n, f.a)) continue;
-            const auto up = static_cast<std::size_t>(p);
-            best = std::min(best, n.key_bytes[up] - t.depth + 1 + g_.at(n.children[up]).min_bytes + n.rest[up + 1]);
-          }
-          return best;
-        }
-        case kColon: return 1 + g_.at(n.children[f.b]).min_bytes + n.rest[f.a];
+        case kFirstSp: return n.min_count == 0 ? 1 : n.min_count * (member + 1);
+        case kNext: return owed * (1 + member) + 1;
+        case kColon: return 1 + g_.at(n.children[1]).min_bytes + owed * (1 + member) + 1;
         case kValue:
-        case kValueSp: return g_.at(n.children[f.b]).min_bytes + n.rest[f.a];
-        case kNext: return n.rest[f.a];
-        default: return n.after_comma[f.a];  // kComma, kCommaSp
-      }
-    }
-    case NodeKind::kAnyObject: {  // a map: its key and value nodes (any object: "" and 0)
-      const int64_t key = g_.at(n.children[0]).min_bytes;
-      const int64_t value = g_.at(n.children[1]).min_bytes;
-      switch (f.phase) {
-        case kOpen: return 2;
-        case kFirst:
-        case kFirstSp:
-        case kNext: return 1;
-        case kColon: return 1 + value + 1;
-        case kValue:
-        case kValueSp: return value + 1;
-        default: return key + 1 + value + 1;  // kComma, kCommaSp: "":0}
+        case kValueSp: return g_.at(n.children[1]).min_bytes + owed * (1 + member) + 1;
+        default: return member + std::max<int64_t>(0, owed - 1) * (1 + member) + 1;  // kComma, kCommaSp
       }
     }
     case NodeKind::kArray: {
@@ -264,6 +251,40 @@ int64_t Matcher::remaining(const Frame& f) const {
     }
   }
   return 0;
+}
+
+int64_t Matcher::object_remaining(const Node& n, const Frame& f) const {
+  const int32_t count = declared_count(n);
+  const uint32_t x = spent(n, f.a);
+  const int64_t had = members(n, f.a);
+  const auto rest = [&] { return object_table(n, n.rest, static_cast<int32_t>(x), owed(n, had)); };
+  const auto value = [&] {
+    return g_.at(n.children[static_cast<int32_t>(f.b) < count ? f.b : static_cast<uint32_t>(count) + 1]).min_bytes;
+  };
+  switch (f.phase) {
+    case kOpen: return n.min_bytes;
+    case kFirst:
+    case kFirstSp:
+      if (n.required_left[x] == 0 && had >= n.min_count) return 1;
+      return object_table(n, n.after_comma, static_cast<int32_t>(x), owed(n, had));
+    case kKey: {  // the declared keys still possible through the trie node
+      int64_t best = std::numeric_limits<int64_t>::max() / 4;
+      const auto& t = n.trie.nodes[f.b];
+      const auto [first, last] = key_range(n, x, had);
+      for (int32_t p : t.values_below) {
+        if (p < first || p > last) continue;
+        const auto up = static_cast<std::size_t>(p);
+        const int64_t after = object_table(n, n.rest, p + 1, owed(n, had + 1));
+        best = std::min(best, n.key_bytes[up] - t.depth + 1 + g_.at(n.children[up]).min_bytes + after);
+      }
+      return best;
+    }
+    case kColon: return 1 + value() + rest();
+    case kValue:
+    case kValueSp: return value() + rest();
+    case kNext: return rest();
+    default: return object_table(n, n.after_comma, static_cast<int32_t>(x), owed(n, had));  // kComma, kCommaSp
+  }
 }
 
 int64_t Matcher::min_bytes(const StateSet& s) const {
@@ -309,9 +330,19 @@ void Matcher::key(const StateSet& s, int64_t horizon, std::vector<uint32_t>& out
             if (far_from_max && below_min) a = kBelow;
             break;
           case NodeKind::kNumber:
-          case NodeKind::kAnyObject:
             if (far_from_max) a = kMid;
             break;
+          case NodeKind::kAnyObject:  // members only grow: once at min_count they stay there
+            if (far_from_max && c >= n.min_count) a = kMid;
+            break;
+          case NodeKind::kObject: {
+            // A count at min_count whose every max_count check passes over the horizon, whatever is required.
+            const int64_t had = members(n, a);
+            if (n.counted && had >= n.min_count && had + declared_count(n) + horizon + 2 <= n.max_count) {
+              a = kObjectMid | spent(n, a);
+            }
+            break;
+          }
           case NodeKind::kDfa:  // b counts characters: every check over the horizon passes
             if (static_cast<int64_t>(b) + horizon + n.dfa->max_min_chars + 1 <= n.max_count) b = kMid;
             break;

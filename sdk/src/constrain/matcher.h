@@ -23,6 +23,10 @@
 
 namespace orbit::constrain {
 
+namespace nodes {
+struct Step;
+}
+
 struct Frame {
   uint32_t node = 0;
   uint16_t phase = 0;
@@ -85,11 +89,14 @@ class Matcher {
   using Stack = std::vector<Frame>;
   void advance(const Frame* f, std::size_t n, uint8_t byte, StateSet& out) const;
   void consume(const Frame* f, std::size_t n, uint8_t byte, StateSet& out) const;
+  // What one node's step `s` (matcher_nodes.h) makes of the stack f[0, n) after `byte`, into `out`.
+  void apply(const Frame* f, std::size_t n, uint8_t byte, const nodes::Step& s, StateSet& out) const;
   void push(Stack stack, int32_t node, uint16_t depth, std::vector<Stack>& out) const;
   void settle(Stack stack, std::vector<Stack>& out) const;
   bool ends_here(const Frame& top) const;  // complete but extendable: it may end before the next byte
   bool can_end_stack(const Frame* f, std::size_t n) const;
   int64_t remaining(const Frame& f) const;
+  int64_t object_remaining(const Node& n, const Frame& f) const;  // kObject's part of remaining()
 
   const Grammar& g_;
 };

@@ -1,6 +1,8 @@
 // The byte transitions of each node kind (matcher_nodes.h).
 #include "constrain/matcher_nodes.h"
 
+#include <limits>
+
 namespace orbit::constrain::nodes {
 
 constexpr int kMaxExponentDigits = 2;
@@ -180,18 +182,34 @@ Step number_byte(const Node& n, Frame f, uint8_t c) {
   return stay(f);
 }
 
-// The object's allowed property range starting at `x`: [x, last].
-int32_t last_allowed(const Node& n, uint32_t x) {
-  return std::min(n.next_required[x], static_cast<int32_t>(n.children.size()) - 1);
+std::pair<int32_t, int32_t> key_range(const Node& n, uint32_t x, int64_t members) {
+  const int32_t count = declared_count(n);
+  int32_t first = static_cast<int32_t>(x);
+  int32_t last = std::min(n.next_required[x], count - 1);
+  // An optional property keeps every required one still to come: past max_count only the next required fits.
+  if (members + 1 + n.required_left[x] > n.max_count) first = n.next_required[x];
+  // Closed, a property leaves only those after it to reach min_count.
+  if (!n.open) last = static_cast<int32_t>(std::min<int64_t>(last, count - 1 - owed(n, members + 1)));
+  return {first, last};
 }
 
+namespace {
+
+uint32_t object_counter(const Node& n, int64_t x, int64_t members) {
+  return static_cast<uint32_t>(x + (declared_count(n) + 1) * (n.counted ? members : 0));
+}
+
+// A declared key's next byte from trie node `from`.
 Step key_byte(const Node& n, Frame f, int32_t from, uint8_t c) {
+  const uint32_t x = spent(n, f.a);
+  const int64_t had = members(n, f.a);
+  const auto [first, last] = key_range(n, x, had);
   const int32_t next = n.trie.child(from, c);
-  if (next < 0 || !n.trie.has_value_in(next, static_cast<int32_t>(f.a), last_allowed(n, f.a))) return {};
+  if (next < 0 || !n.trie.has_value_in(next, first, last)) return {};
   const int32_t p = n.trie.nodes[static_cast<std::size_t>(next)].value;
   if (p >= 0) {  // a quoted key ends only at its closing quote, so no longer key continues it
     f.phase = kColon;
-    f.a = static_cast<uint32_t>(p) + 1;
+    f.a = object_counter(n, p + 1, had + 1);
     f.b = static_cast<uint32_t>(p);
   } else {
     f.phase = kKey;
@@ -200,8 +218,38 @@ Step key_byte(const Node& n, Frame f, int32_t from, uint8_t c) {
   return stay(f);
 }
 
+// The '"' that begins a member: a declared key's, an extra key's (pushed: the key automaton takes it), or
+// either (a fork).
+Step member_start(const Node& n, Frame f, uint8_t c) {
+  const uint32_t x = spent(n, f.a);
+  const int64_t had = members(n, f.a);
+  const Step declared = key_byte(n, f, 0, c);
+  if (!n.open || n.required_left[x] != 0 || had >= n.max_count || c != '"') return declared;
+  const int32_t count = declared_count(n);
+  Frame extra = f;
+  extra.phase = kColon;
+  extra.a = object_counter(n, count, had + 1);
+  extra.b = static_cast<uint32_t>(count);
+  if (declared.op == Op::kDead) return push_then(extra, n.children[static_cast<std::size_t>(count)]);
+  Step both = declared;
+  both.fork = n.children[static_cast<std::size_t>(count)];
+  both.fork_top = extra;
+  return both;
+}
+
+// Whether the object may close here, after a member or at its start.
+bool can_close(const Node& n, uint32_t a) { return n.required_left[spent(n, a)] == 0 && members(n, a) >= n.min_count; }
+
+// Whether a ',' may follow: one more member fits and leaves a way to close.
+bool can_add(const Node& n, uint32_t a) {
+  const int64_t had = members(n, a);
+  const int64_t more = object_table(n, n.after_comma, static_cast<int32_t>(spent(n, a)), owed(n, had));
+  return had < n.max_count && more < std::numeric_limits<int64_t>::max() / 4;
+}
+
+}  // namespace
+
 Step object_byte(const Node& n, Frame f, uint8_t c) {
-  const bool can_close = n.next_required[f.a] == static_cast<int32_t>(n.children.size());
   switch (f.phase) {
     case kOpen:
       if (c != '{') return {};
@@ -215,24 +263,27 @@ Step object_byte(const Node& n, Frame f, uint8_t c) {
         f.phase = f.phase == kFirst ? kFirstSp : kCommaSp;
         return stay(f);
       }
-      if (c == '}' && (f.phase == kFirst || f.phase == kFirstSp)) return can_close ? finish() : Step{};
-      return key_byte(n, f, 0, c);
+      if (c == '}' && (f.phase == kFirst || f.phase == kFirstSp)) return can_close(n, f.a) ? finish() : Step{};
+      return member_start(n, f, c);
     case kKey: return key_byte(n, f, static_cast<int32_t>(f.b), c);
     case kColon:
       if (c != ':') return {};
       f.phase = kValue;
       return stay(f);
     case kValue:
-    case kValueSp:
+    case kValueSp: {
       if (c == ' ' && n.space && f.phase == kValue) {
         f.phase = kValueSp;
         return stay(f);
       }
       f.phase = kNext;
-      return push_then(f, n.children[f.b]);
+      const int32_t count = declared_count(n);
+      const int32_t value = static_cast<int32_t>(f.b) < count ? n.children[f.b] : n.children[count + 1];
+      return push_then(f, value);
+    }
     case kNext:
-      if (c == '}') return can_close ? finish() : Step{};
-      if (c != ',' || f.a >= n.children.size()) return {};
+      if (c == '}') return can_close(n, f.a) ? finish() : Step{};
+      if (c != ',' || !can_add(n, f.a)) return {};
       f.phase = kComma;
       return stay(f);
     default: return {};
@@ -253,8 +304,8 @@ Step any_object_byte(const Node& n, Frame f, uint8_t c) {
         f.phase = f.phase == kFirst ? kFirstSp : kCommaSp;
         return stay(f);
       }
-      if (c == '}' && (f.phase == kFirst || f.phase == kFirstSp)) return finish();
-      if (c != '"') return {};
+      if (c == '}' && (f.phase == kFirst || f.phase == kFirstSp)) return n.min_count == 0 ? finish() : Step{};
+      if (c != '"' || static_cast<int64_t>(f.a) >= n.max_count) return {};
       ++f.a;
       f.phase = kColon;
       return push_then(f, n.children[0]);
@@ -271,7 +322,7 @@ Step any_object_byte(const Node& n, Frame f, uint8_t c) {
       f.phase = kNext;
       return push_then(f, n.children[1]);
     case kNext:
-      if (c == '}') return finish();
+      if (c == '}') return static_cast<int64_t>(f.a) >= n.min_count ? finish() : Step{};
       if (c != ',' || static_cast<int64_t>(f.a) >= n.max_count) return {};
       f.phase = kComma;
       return stay(f);

@@ -68,7 +68,9 @@ const std::set<std::string>& structural() {
                                        "additionalItems",
                                        "propertyNames",
                                        "oneOf",
-                                       "discriminator"};
+                                       "discriminator",
+                                       "minProperties",
+                                       "maxProperties"};
   return k;
 }
 
@@ -121,7 +123,7 @@ std::vector<std::string> types_of(const Json& s, const std::string& path) {
     return out;
   }
   if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties") ||
-      s.contains("propertyNames")) {
+      s.contains("propertyNames") || s.contains("minProperties") || s.contains("maxProperties")) {
     out.push_back("object");
   }
   if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {

@@ -1,5 +1,5 @@
-// The JSON Schema compiler's parts (schema.cpp: keywords and dispatch; schema_containers.cpp: objects,
-// maps, arrays and tuples). Private to orbit_constrain.
+// The JSON Schema compiler's parts (schema.cpp: keywords and dispatch; schema_containers.cpp: arrays and
+// tuples; schema_objects.cpp: objects and maps; schema_unions.cpp: oneOf). Private to orbit_constrain.
 #pragma once
 
 #include <map>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "constrain/grammar.h"
+#include "constrain/schema_regular.h"
 
 namespace orbit::constrain::schema {
 
@@ -23,6 +24,25 @@ std::string brief(const Json& v);
 void only_beside(const Json& s, const std::string& what, const std::set<std::string>& allowed, const std::string& path);
 // s[key] as a count (a non-negative integer), or a refusal naming it.
 int64_t count_of(const Json& s, const char* key, const std::string& path);
+
+// minProperties and maxProperties as a schema gives them.
+struct MemberCounts {
+  int64_t min = 0;
+  std::optional<int64_t> max;
+};
+
+// propertyNames: a list of names (enum or const), or string keywords (pointers into the schema).
+struct KeyRules {
+  std::optional<std::vector<std::string>> names;
+  StringRules strings;
+};
+
+// An object's declared properties: names, value nodes and whether each is required.
+struct Fields {
+  std::vector<std::string> names;
+  std::vector<int32_t> values;
+  std::vector<bool> required;
+};
 
 class SchemaCompiler {
  public:
@@ -49,9 +69,16 @@ class SchemaCompiler {
   int32_t compile_member(const Json& s, const std::string& path);  // a member or item: inside a container
   int32_t compile_array(const Json& s, const std::string& path);
   int32_t compile_tuple(const Json& s, const Json& items, const std::string& key, const std::string& path);
+  // schema_objects.cpp
   int32_t compile_object(const Json& s, const std::string& path);
-  int32_t compile_map(const Json& s, const Json& value_schema, const std::string& path);
-  int32_t compile_key(const Json& names, const std::string& path);
+  // Declared properties (and, where `extra` is a schema or true, extra members under it).
+  int32_t compile_fields(const Json& s, const Json* extra, const MemberCounts& counts, const std::string& path);
+  Fields compile_declared(const Json& s, int32_t extra_value, const std::string& path);
+  int32_t compile_map(const Json& s, const Json& value_schema, const MemberCounts& counts, const std::string& path);
+  KeyRules key_rules(const Json& names, const std::string& path) const;
+  int32_t add_key(const KeyRules& keys, const std::string& path);  // a map's keys
+  // An open object's extra keys: those `keys` admit but `names`; -1 when none is left.
+  int32_t add_extra_key(const KeyRules& keys, const std::vector<std::string>& names, const std::string& path);
 
   Grammar& g_;
   const ConstraintLimits& limits_;
@@ -62,6 +89,7 @@ class SchemaCompiler {
   std::set<int32_t> used_placeholders_;  // placeholders a recursive reference points at
   int containers_ = 0;                   // objects and arrays whose members are being compiled
   std::map<std::string, int32_t> compiled_refs_;
+  int64_t object_tables_ = 0;  // entries the objects under minProperties add to their tables (grammar.h)
 };
 
 }  // namespace orbit::constrain::schema

@@ -82,7 +82,10 @@ const std::vector<std::string>& string_formats() {
   return k;
 }
 
-int32_t add_string_dfa(Grammar& g, const StringRules& rules, const std::string& path) {
+namespace {
+
+// The content of a string under `rules`' pattern, format and minLength.
+ByteDfa content_dfa(const StringRules& rules, const std::string& path) {
   std::optional<ByteDfa> content;
   if (rules.pattern != nullptr) {
     content = regex_dfa(*rules.pattern, RegexSyntax::kSearch, RegexText::kJsonString, path + ".pattern");
@@ -99,7 +102,39 @@ int32_t add_string_dfa(Grammar& g, const StringRules& rules, const std::string& 
   }
   if (!content) content = any_content(path);
   if (rules.min_chars > 0) content = with_min_chars(*content, rules.min_chars, path + ".minLength");
-  return add_dfa(g, quoted(*content, path), rules.max_chars, path);
+  return std::move(*content);
+}
+
+// String content with a \u escape's hex digits in lowercase only: the regular expressions write a control
+// character's \u00XX in either case (regex.h), json_quote() in lowercase.
+ByteDfa lowercase_escapes(const std::string& what) {
+  ByteNfa nfa;
+  const int32_t body = nfa.add();
+  const int32_t escape = nfa.add(true);
+  std::vector<int32_t> hex{nfa.add(true), nfa.add(true), nfa.add(true), nfa.add(true)};
+  nfa.start = nfa.accept = body;
+  nfa.edge(body, 0x00, '\\' - 1, body);
+  nfa.edge(body, '\\', '\\', escape);
+  nfa.edge(body, '\\' + 1, 0xFF, body);
+  nfa.edge(escape, 0x00, 'u' - 1, body);
+  nfa.edge(escape, 'u', 'u', hex[0]);
+  nfa.edge(escape, 'u' + 1, 0xFF, body);
+  for (std::size_t k = 0; k < hex.size(); ++k) {
+    const int32_t to = k + 1 < hex.size() ? hex[k + 1] : body;
+    nfa.edge(hex[k], 0x00, 'A' - 1, to);
+    nfa.edge(hex[k], 'F' + 1, 0xFF, to);
+  }
+  return determinize(nfa, what);
+}
+
+}  // namespace
+
+int32_t add_string_dfa(Grammar& g, const StringRules& rules, const std::string& path) {
+  return add_dfa(g, quoted(content_dfa(rules, path), path), rules.max_chars, path);
+}
+
+ByteDfa canonical_string_dfa(const StringRules& rules, const std::string& path) {
+  return quoted(intersect(content_dfa(rules, path), lowercase_escapes(path), path), path);
 }
 
 }  // namespace orbit::constrain

@@ -26,6 +26,10 @@ struct StringRules {
   int64_t max_chars = 0;
 };
 int32_t add_string_dfa(Grammar& g, const StringRules& rules, const std::string& path);
+// The JSON strings (quotes included) `rules` admit, each in one spelling only: the one json_quote() writes
+// (no escapes but \" \\ \b \f \n \r \t and lowercase \u00xx), so that two keys are the same text exactly when
+// they are the same bytes. Without the maxLength bound (the kDfa node holding it applies it).
+ByteDfa canonical_string_dfa(const StringRules& rules, const std::string& path);
 
 // Bounds as the schema writes them (a JSON number's text, such as "0.5" or "1e3").
 struct NumberRules {
