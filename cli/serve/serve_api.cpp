@@ -178,9 +178,19 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
   }
   if (const json* v = field("stream")) s.stream = need_bool(*v, "stream");
   if (const json* v = field("stream_options")) {
+    // As OpenAI: only beside stream true. include_obfuscation is accepted (false or true: this server
+    // pads no chunk, so there is nothing to leave out); other keys are refused by name.
     if (!v->is_object()) invalid_field("stream_options", std::string("expected an object, got ") + json_type_name(*v));
-    if (v->contains("include_usage"))
-      s.include_usage = need_bool((*v)["include_usage"], "stream_options.include_usage");
+    if (!s.stream) invalid_field("stream_options", "only allowed when stream is true");
+    for (const auto& [key, value] : v->items()) {
+      if (key == "include_usage") {
+        s.include_usage = need_bool(value, "stream_options.include_usage");
+      } else if (key == "include_obfuscation") {
+        need_bool(value, "stream_options.include_obfuscation");
+      } else {
+        invalid_field("stream_options." + key, "unknown option (include_usage and include_obfuscation are served)");
+      }
+    }
   }
   return s;
 }

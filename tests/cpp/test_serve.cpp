@@ -51,6 +51,12 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":65})").second == "n");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2,"stream":true})").second == "n");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})").second == "stream");
+  const std::string streamed = R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,)";
+  CHECK(chat_error(streamed + R"("stream_options":{"include_usage":true,"include_obfuscation":false}})").first == 200);
+  CHECK(chat_error(streamed + R"("stream_options":{"include_usage":1}})").second == "stream_options.include_usage");
+  CHECK(chat_error(streamed + R"("stream_options":{"usage":true}})").second == "stream_options.usage");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{}})").second ==
+        "stream_options");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})").second ==
         "stop");
   // `user` is any string; one that is not a session id names the session of its hash.
