@@ -88,12 +88,4 @@ class ConstraintCache {
   std::unordered_map<std::string, Kept> kept_;
 };
 
-// Why `vocabulary` cannot write a whole match of `constraint` ("" when it can): the first byte of its
-// shortest match that no token spells there.
-// Why the model cannot write an answer the constraint accepts, or "": its shortest answer is longer than
-// `max_answer_bytes` (refused before that answer is built, so a schema with a huge minLength or minItems costs
-// nothing), or holds a byte no token writes.
-std::string unwritable(const std::shared_ptr<const Constraint>& constraint, const TokenVocabulary& vocabulary,
-                       int64_t max_answer_bytes);
-
 }  // namespace orbit::serve

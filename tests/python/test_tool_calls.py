@@ -115,3 +115,29 @@ def test_auto_leaves_text_that_starts_no_call_as_it_was(engine):
         assert "<tool_call>" not in plain.text
         assert auto.tokens == plain.tokens and auto.text == plain.text
         assert auto.tool_calls == [] and auto.content == plain.text.strip()
+
+
+def test_an_answer_the_vocabulary_cannot_write_is_refused_or_left_free(orbit, models_dir):
+    # tinystories-656k's tokenizer has no token for '~', '{' or the first byte of '€': an answer that needs one
+    # is refused before the run, naming the byte, where it is asked for (response_format, a forced call); under
+    # tool_choice "auto" the tools' grammar is left out and the answer is free text, as without tools.
+    engine = orbit.Engine(str(models_dir / "tinystories-656k"), pool_bytes=32 << 20)
+    window = engine.new_window()
+    window.sync([{"role": "user", "content": "Once"}])
+    prompt = engine.tokenize(" upon", False)
+    with pytest.raises(orbit.OrbitError, match=r"response_format: the answer cannot be written: .*'~' \(0x7E\)"):
+        window.generate(prompt, response_format={"type": "string", "pattern": "^~+$"}, max_tokens=4)
+    with pytest.raises(orbit.OrbitError, match=r"response_format: .*0xE2"):
+        window.generate(prompt, response_format={"const": "€"}, max_tokens=4)
+    tilde = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"s": {"const": "~"}}, "required": ["s"]}}}]
+    with pytest.raises(orbit.OrbitError, match=r"response_format: .*'\{' \(0x7B\)"):
+        window.generate(prompt, response_format="json_object", max_tokens=4)
+    with pytest.raises(orbit.OrbitError, match=r"tool_choice = 'required': the call cannot be written"):
+        window.generate(prompt, tools=tilde, tool_choice="required", max_tokens=4)
+    free = window.generate(prompt, max_tokens=6)
+    auto = window.generate(prompt, tools=tilde, tool_choice="auto", max_tokens=6)
+    assert auto.tokens == free.tokens
+    # An answer it can write is not refused.
+    ok = window.generate(prompt, response_format={"type": "integer"}, max_tokens=6)
+    assert ok.json is not None and isinstance(ok.json, int), ok.text

@@ -964,7 +964,9 @@ class Window:
         """Decodes after the query; with tools / tool_choice / response_format the answer is decoded under a
         constraint and read back into tool_calls, content and json. presence_penalty / frequency_penalty
         ([-2, 2]) and logit_bias ({token: [-100, 100]}) act as OpenAI's; logprobs / top_logprobs (0..20) fill
-        Generation.logprobs (after those and the constraint, at temperature 1)."""
+        Generation.logprobs (after those and the constraint, at temperature 1). An answer asked for (a forced
+        call, a response_format) that the model's vocabulary cannot spell raises OrbitError naming the byte
+        before anything runs (orbit::unwritable); under tool_choice "auto" such tools leave the answer free."""
     def generate_n(self, query: Tokens, n: int, **kwargs) -> list[Generation]:
         """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i
         sampled with seed + i); takes generate()'s keyword arguments."""

@@ -64,6 +64,14 @@ std::optional<std::string> response_schema(const py::object& format) {
   return dumps(d);  // a schema whose own "type" is a JSON type
 }
 
+// Why the engine's model cannot write an answer `c` accepts, or "" (also without a tokenizer: generate then
+// refuses the constraint itself): orbit::unwritable over its vocabulary, within the bytes its context holds.
+std::string unwritable_here(const PyWindow& w, const std::shared_ptr<const Constraint>& c) {
+  if (!w.engine->has_tokenizer()) return "";
+  const std::shared_ptr<const orbit::TokenVocabulary> vocabulary = orbit::token_vocabulary(*w.engine);
+  return orbit::unwritable(c, *vocabulary, w.engine->model_info().max_positions * vocabulary->max_token_bytes());
+}
+
 }  // namespace
 
 AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
@@ -80,6 +88,8 @@ AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::obj
   if (!a.tools_json.empty() && choice != "auto" && choice != "none") {
     const std::string only = choice == "required" ? "" : choice;
     a.constraint = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format, only));
+    const std::string why = unwritable_here(w, a.constraint);
+    ORBIT_CHECK(why.empty(), "generate: tool_choice = '" << choice << "': the call cannot be written: " << why);
     return a;
   }
   if (!a.tools_json.empty() && choice == "auto" && response_format.is_none() && w.engine->has_tokenizer() &&
@@ -92,6 +102,10 @@ AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::obj
     } catch (const orbit::Error&) {
       a.constraint = nullptr;
     }
+    if (a.constraint && !unwritable_here(w, a.constraint).empty()) {  // a started call could not finish
+      a.constraint = nullptr;
+      a.trigger.clear();
+    }
     return a;
   }
   if (!response_format.is_none()) {
@@ -100,14 +114,16 @@ AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::obj
       a.constraint = schema->empty() ? Constraint::json_object()
                                      : Constraint::json_schema(*schema, {}, "generate: response_format");
       a.read_json = true;
+      const std::string why = unwritable_here(w, a.constraint);
+      ORBIT_CHECK(why.empty(), "generate: response_format: the answer cannot be written: " << why);
     }
   }
   if (a.read_json && !a.tools_json.empty() && choice == "auto") {
     // Tools and a structured final answer (an agent's turn): a call or the JSON, from the first byte. Schemas
     // outside the constraints' subset leave the JSON alone (nothing was asked of the tools).
     try {
-      a.constraint =
-          Constraint::choice({Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format)), a.constraint});
+      const auto calls = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format));
+      if (unwritable_here(w, calls).empty()) a.constraint = Constraint::choice({calls, a.constraint});
     } catch (const orbit::Error&) {
     }
   }

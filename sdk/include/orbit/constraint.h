@@ -275,6 +275,14 @@ class ConstraintMatcher {
   friend class TokenConstraint;
 };
 
+// Why a model whose tokens write `vocabulary` cannot write an answer `constraint` accepts, or "" when it can:
+// the shortest answer is longer than `max_answer_bytes` (said before that answer is built, so a schema with
+// a huge minLength or minItems costs nothing), or some byte of the shortest answer (the fewest-bytes walk,
+// ties to the lowest byte) starts no token there, taking the longest token that fits at each step. A check
+// of one answer, not of every one: a vocabulary that passes may still lack a byte a longer answer needs.
+std::string unwritable(const std::shared_ptr<const Constraint>& constraint, const TokenVocabulary& vocabulary,
+                       int64_t max_answer_bytes);
+
 struct TokenConstraintOptions {
   // Tokens that end a run (EOS, stop tokens): allowed exactly when the text is complete; they add no text.
   std::vector<int64_t> end_tokens;
