@@ -283,6 +283,15 @@ TEST_CASE("tool calls: one per tool, arguments by the tool's schema, only, sever
              Contains("tools[0].function.parameters.properties.q.format: \"url\" is not supported"));
   CHECK_THAT(error_of([] { Constraint::tool_calls(R"([{"name": "f"}, {"name": "f"}])"); }),
              Contains("names two tools"));
+  // Parameters that say nothing of the arguments ({}, true, a description alone) leave any object, never
+  // another value: a call's arguments are an object.
+  for (const std::string p : {"{}", "true", R"({"description": "anything"})"}) {
+    const auto loose = Constraint::tool_calls(R"([{"name": "f", "parameters": )" + p + "}]");
+    INFO(p);
+    check_matches(*loose, R"(<tool_call>{"name": "f", "arguments": {"x": "y"}}</tool_call>)");
+    check_refused(*loose, R"(<tool_call>{"name": "f", "arguments": "Yes, you can."}</tool_call>)");
+    check_refused(*loose, R"(<tool_call>{"name": "f", "arguments": 1}</tool_call>)");
+  }
 }
 
 TEST_CASE("matcher state keys: equal for states with equal futures", "[constraint]") {

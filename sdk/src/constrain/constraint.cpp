@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "constrain/parts.h"
+#include "constrain/schema_compiler.h"
 #include "orbit/common/error.h"
 
 namespace orbit {
@@ -79,6 +80,14 @@ bool run(const ConstraintParts& p, std::string_view text, bool whole) {
 
 using Json = nlohmann::ordered_json;
 
+// A schema that constrains nothing: true, or an object of annotations only.
+bool says_nothing(const Json& schema) {
+  if (schema == Json(true)) return true;
+  if (!schema.is_object()) return false;
+  return std::all_of(schema.items().begin(), schema.items().end(),
+                     [](const auto& kv) { return constrain::schema::annotations().count(kv.key()) > 0; });
+}
+
 // One tool of an OpenAI tools array: its name and its parameters schema's text ("" when absent).
 struct ToolSpec {
   std::string name;
@@ -110,7 +119,9 @@ std::vector<ToolSpec> read_tools(std::string_view tools_json) {
     for (const ToolSpec& other : out) {
       ORBIT_CHECK(other.name != spec.name, fn_path << ".name: '" << spec.name << "' names two tools");
     }
-    if (fn.contains("parameters")) spec.parameters = fn.at("parameters").dump();
+    // Arguments are a JSON object: parameters that say nothing of them (true, {}, a description alone) are
+    // any object, not any value.
+    if (fn.contains("parameters") && !says_nothing(fn.at("parameters"))) spec.parameters = fn.at("parameters").dump();
     spec.path = fn_path + ".parameters";
     out.push_back(std::move(spec));
   }
