@@ -60,6 +60,18 @@ void queue_held(Choice& c, std::size_t bytes, std::size_t count = 0) {
   }
 }
 
+// Where a stop string may end an answer decoded under a constraint: only where the text before it is a whole
+// match (from the trigger on under tool_choice auto; before the trigger the text is free), so that a stop
+// string never cuts a call or a JSON answer short. Null without a constraint: every stop string ends it.
+std::function<bool(const std::string&)> stop_rule(const DecodeRequest& request) {
+  if (!request.constraint) return nullptr;
+  return [constraint = request.constraint, trigger = request.trigger](const std::string& before) {
+    if (trigger.empty()) return constraint->matches(before);
+    const std::size_t at = before.find(trigger);
+    return at == std::string::npos || constraint->matches(std::string_view(before).substr(at));
+  };
+}
+
 // The job of choice `c` on `window`: its callbacks post each token's text (and log probabilities) and end the
 // sequence at a stop string or once the request's thread asked (a client that left).
 std::shared_ptr<DecodeJob> choice_job(Choice& c, const Window& window, const std::vector<int64_t>& query,
@@ -164,7 +176,7 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
     Choice& c = choices[static_cast<std::size_t>(i)];
     c.stream = std::make_unique<TextStream>(
         [&context, previous](const std::vector<int64_t>& t) { return context.engine->detokenize(t, previous); },
-        sampling.stop);
+        sampling.stop, stop_rule(request));
     GenerateOptions branch = go;
     branch.seed = go.seed + static_cast<uint64_t>(i);
     c.job = choice_job(c, i == 0 ? window : forks[static_cast<std::size_t>(i - 1)], query, std::move(branch));

@@ -19,8 +19,9 @@ std::size_t complete_utf8_prefix(const std::string& text) {
   return n;
 }
 
-TextStream::TextStream(std::function<std::string(const std::vector<int64_t>&)> decode, std::vector<std::string> stops)
-    : decode_(std::move(decode)), stops_(std::move(stops)) {}
+TextStream::TextStream(std::function<std::string(const std::vector<int64_t>&)> decode, std::vector<std::string> stops,
+                       std::function<bool(const std::string&)> may_stop_before)
+    : decode_(std::move(decode)), stops_(std::move(stops)), may_stop_before_(std::move(may_stop_before)) {}
 
 namespace {
 
@@ -57,7 +58,13 @@ std::string TextStream::text_now() {
   std::string text = decoded_prefix(tokens_.size());
   move_anchor(text);
   std::size_t cut = std::string::npos;
-  for (const std::string& stop : stops_) cut = std::min(cut, text.find(stop));
+  for (const std::string& stop : stops_) {
+    std::size_t at = text.find(stop);
+    while (at != std::string::npos && at < cut && may_stop_before_ && !may_stop_before_(text.substr(0, at))) {
+      at = text.find(stop, at + 1);
+    }
+    cut = std::min(cut, at);
+  }
   if (cut != std::string::npos) {
     text.resize(cut);
     stopped_ = true;

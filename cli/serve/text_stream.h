@@ -17,8 +17,11 @@ namespace orbit::serve {
 
 class TextStream {
  public:
-  // decode(tokens): the text of every token generated so far.
-  TextStream(std::function<std::string(const std::vector<int64_t>&)> decode, std::vector<std::string> stops);
+  // decode(tokens): the text of every token generated so far. may_stop_before(text) (null: always): whether
+  // a stop string found after `text` ends the answer; one that may not is part of the text, and the next
+  // occurrence is looked at (an answer under a constraint ends at a stop string only where it is whole).
+  TextStream(std::function<std::string(const std::vector<int64_t>&)> decode, std::vector<std::string> stops,
+             std::function<bool(const std::string&)> may_stop_before = nullptr);
 
   // Adds a token; returns the text now safe to release (possibly empty).
   std::string push(int64_t token);
@@ -36,6 +39,7 @@ class TextStream {
 
   std::function<std::string(const std::vector<int64_t>&)> decode_;
   std::vector<std::string> stops_;
+  std::function<bool(const std::string&)> may_stop_before_;
   std::vector<int64_t> tokens_;
   std::string released_;
   bool stopped_ = false;

@@ -146,6 +146,30 @@ TEST_CASE("serve: chat and the Responses API refuse an unsupported parameter wit
   CHECK(sv::error_body(chat) == sv::error_body(responses));
 }
 
+TEST_CASE("serve: a stop string ends the text only where may_stop_before allows it", "[serve]") {
+  const std::map<int64_t, std::string> pieces = {{1, "{\"a\""}, {2, ": 1"}, {3, "}"}, {4, "\nmore"}};
+  auto decode = [&](const std::vector<int64_t>& tokens) {
+    std::string text;
+    for (int64_t t : tokens) text += pieces.at(t);
+    return text;
+  };
+  // As a JSON answer's rule: a stop string ends it only after a whole object.
+  sv::TextStream json(decode, {"}", "\n"}, [](const std::string& before) { return before == "{\"a\": 1}"; });
+  CHECK(json.push(1) == "{\"a\"");
+  CHECK(json.push(2) == ": 1");
+  CHECK(json.push(3) == "}");  // the '}' closes the object: it ends nothing
+  CHECK_FALSE(json.stopped());
+  CHECK(json.push(4).empty());  // the '\n' after the whole object does
+  CHECK(json.stopped());
+  CHECK(json.released() == "{\"a\": 1}");
+  // Without a rule the first '}' ends the text.
+  sv::TextStream free(decode, {"}", "\n"});
+  CHECK(free.push(1) == "{\"a\"");
+  CHECK(free.push(2) == ": 1");
+  CHECK(free.push(3).empty());
+  CHECK(free.stopped());
+}
+
 TEST_CASE("serve: streamed text holds back split characters and stop strings", "[serve]") {
   const std::map<int64_t, std::string> pieces = {{1, "Hello"}, {2, " wor"}, {3, "ld\nus"},
                                                  {4, "er:"},   {5, "\xC3"}, {6, "\xA9!"}};

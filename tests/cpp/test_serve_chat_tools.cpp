@@ -276,6 +276,18 @@ TEST_CASE("serve: forced calls and JSON answers are decoded under a constraint, 
   CHECK(parsed["title"].is_string());
   CHECK(parsed["pages"].is_number_integer());
   CHECK(schema.result->finish_reason == "stop");
+  // Stop strings the answer must write ('"', '}') end it only where it is whole: the call and the JSON are
+  // the same as without them (greedy), not cut at their first quote.
+  forced.tool_choice.mode = "required";
+  forced.sampling.stop = {"\"", "}"};
+  const sv::RunOutcome quoted = core.chat(forced, "", {});
+  REQUIRE(quoted.result.has_value());
+  CHECK(quoted.result->text == called.result->text);
+  CHECK(quoted.result->finish_reason == "tool_calls");
+  json_answer.sampling.stop = {"\"", "}"};
+  const sv::RunOutcome braced = core.chat(json_answer, "", {});
+  REQUIRE(braced.result.has_value());
+  CHECK(braced.result->text == schema.result->text);
   core.close();
 }
 
