@@ -229,21 +229,26 @@ void SessionTable::forget_sessions() {
   }
 }
 
+bool SessionTable::over_budget() const {
+  int64_t resident = 0, bytes = 0;
+  for (const auto& [id, s] : sessions_) {
+    if (!s->window) continue;
+    ++resident;
+    if (s->holders == 0) bytes += s->stats.device_bytes;
+  }
+  return resident > context_.options.max_sessions || bytes > context_.options.session_budget_bytes;
+}
+
 void SessionTable::enforce_budget(bool wait) {
-  const ServeOptions& o = context_.options;
-  std::set<const Session*> busy;  // candidates whose window the idle worker holds: skipped this time
+  // Several threads may enforce at once (every release does): each evicts only while the budget is still
+  // exceeded when it holds the victim, so two that saw the same excess evict one window between them.
+  std::set<const Session*> busy;  // candidates whose window another thread holds: skipped this time
   for (;;) {
     std::shared_ptr<Session> victim;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      int64_t resident = 0, bytes = 0;
-      for (const auto& [id, s] : sessions_) {
-        if (!s->window) continue;
-        ++resident;
-        if (s->holders == 0) bytes += s->stats.device_bytes;
-      }
       forget_sessions();
-      if (resident <= o.max_sessions && bytes <= o.session_budget_bytes) return;
+      if (!over_budget()) return;
       for (const auto& [id, s] : sessions_) {
         const bool candidate = s->window && s->holders == 0 && !busy.count(s.get());
         if (candidate && (!victim || s->last_used < victim->last_used)) victim = s;
@@ -258,7 +263,9 @@ void SessionTable::enforce_budget(bool wait) {
       continue;
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    if (victim->holders > 0) {  // a request came for it meanwhile: keep it
+    if (!victim->window) continue;  // another thread evicted it
+    if (!over_budget()) return;     // ... or another window
+    if (victim->holders > 0) {      // a request came for it meanwhile: keep it
       busy.insert(victim.get());
       continue;
     }

@@ -187,6 +187,7 @@ class SessionTable {
   void release(WindowSlot& slot);
   void make_resident(Session& s);       // holding s.run: a new window when it has none
   void forget_sessions();               // under mutex_: records past max_known_sessions, oldest first
+  bool over_budget() const;             // under mutex_: more resident windows or idle bytes than allowed
   void drop_refused(const Session& s);  // under mutex_: the record or anonymous window of a refused request
 
   ServeContext& context_;
