@@ -7,6 +7,7 @@ import http.client
 import json
 import pathlib
 import re
+import time
 
 MODEL_NAME = "stories260K.bin"
 CHAT = {"model": MODEL_NAME, "max_tokens": 6, "temperature": 0,
@@ -42,11 +43,22 @@ def test_a_truncated_blob_is_recomputed_with_a_warning_and_a_metric(start_serve,
     server = start_serve(stories260k_path, "--store", str(store))
     second = json.loads(get(server, "POST", "/v1/chat/completions", CHAT))
     assert second["choices"][0]["message"] == first["choices"][0]["message"]
-    metrics = get(server, "GET", "/metrics")
-    corrupt = int(re.search(r'orbit_store_faults_total\{kind="corrupt_read"\} (\d+)', metrics).group(1))
+    # One warning per fault counted. Idle work may still read a truncated blob after the answer (a heal, an
+    # anticipated answer), so the two are compared once they agree or after a while, not at one instant.
+    def faults():
+        metrics = get(server, "GET", "/metrics")
+        assert "orbit_store_disk_degraded 0" in metrics
+        corrupt = int(re.search(r'orbit_store_faults_total\{kind="corrupt_read"\} (\d+)', metrics).group(1))
+        return corrupt, [line for line in server.output().splitlines() if "corrupt blob" in line]
+
+    corrupt, warnings = faults()
+    deadline = time.monotonic() + 30
+    while len(warnings) != corrupt and time.monotonic() < deadline:
+        time.sleep(0.2)
+        corrupt, warnings = faults()
     assert corrupt >= 1
-    assert "orbit_store_disk_degraded 0" in metrics
+    assert len(warnings) == corrupt
     server.stop()
     warnings = [line for line in server.output().splitlines() if "corrupt blob" in line]
-    assert len(warnings) == corrupt
+    assert len(warnings) >= corrupt
     assert all(str(store) in line and "recomputed" in line for line in warnings)
