@@ -148,15 +148,21 @@ std::vector<std::string> parse_stop(const json& v, const ServeLimits& limits) {
   return out;
 }
 
+// max_completion_tokens, or the older max_tokens; both given, they must agree (neither is ignored).
 std::optional<int64_t> parse_max_tokens(const json& body) {
+  std::optional<int64_t> out;
   for (const char* name : {"max_completion_tokens", "max_tokens"}) {
     const auto it = body.find(name);
     if (it == body.end() || it->is_null()) continue;
     const int64_t n = need_int(*it, name);
     if (n < 1) invalid_field(name, "must be >= 1, got " + std::to_string(n));
-    return n;
+    if (out && *out != n) {
+      invalid_field(name, std::to_string(n) + " differs from max_completion_tokens = " + std::to_string(*out) +
+                              ": give one of them (or the same value in both)");
+    }
+    out = n;
   }
-  return std::nullopt;
+  return out;
 }
 
 SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {

@@ -43,6 +43,12 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
         "messages[0].content[0].type");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0})").second ==
         "max_tokens");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":8,)"
+                   R"("max_completion_tokens":8})")
+            .first == 200);
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":8,)"
+                   R"("max_completion_tokens":9})")
+            .second == "max_tokens");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":3})").second ==
         "temperature");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_p":0})").second == "top_p");
@@ -80,7 +86,7 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
   const sv::Parsed<sv::ChatRequest> full = sv::parse_chat_request(
       R"({"model":"m","messages":[{"role":"developer","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
       {"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}],
-      "max_completion_tokens":5,"max_tokens":9,"temperature":0,"top_p":0.5,"seed":3,"stop":"\n","stream":true,
+      "max_completion_tokens":5,"temperature":0,"top_p":0.5,"seed":3,"stop":"\n","stream":true,
       "stream_options":{"include_usage":true},"user":"s-1"})");
   REQUIRE(full.ok());
   CHECK(full.value->messages[0].content == "ab");
