@@ -210,12 +210,6 @@ runtime::PastKV SharedPool::gather(const runtime::PagedSequence& seq) const {
   return past;
 }
 
-std::shared_ptr<const runtime::Patch> SharedPool::patch(const runtime::PagedSequence& seq) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto placed = factors_.find(&seq);
-  return placed == factors_.end() ? nullptr : placed->second;
-}
-
 std::shared_ptr<runtime::PagedPast> SharedPool::paged(const std::vector<const runtime::PagedSequence*>& seqs) const {
   auto past = std::make_shared<runtime::PagedPast>();
   past->pool = &pool_;

@@ -111,9 +111,6 @@ class SharedPool {
 
   // A contiguous copy of the sequence's content (patch factors added) and positions (PagedSequence::gather).
   runtime::PastKV gather(const runtime::PagedSequence& seq) const;
-  // The patch factors a placement carries (null: none, or not a placement), for a paged read that adds them
-  // (runtime::PlacedPatch at the sequence's first row).
-  std::shared_ptr<const runtime::Patch> patch(const runtime::PagedSequence& seq) const;
   // The sequences, in order, as one past read in place from this pool: each one's pool rows
   // (PagedSequence::slots) and, for a placement, its patch factors at its first row (runtime::PlacedPatch),
   // so a paged read (the CUDA kernel, or runtime::materialize) sees what gather gives for each sequence.
