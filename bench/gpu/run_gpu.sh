@@ -15,7 +15,8 @@
 #              against one, n = 8 forks against 8 requests) -> serve.json
 #     shared   bench_shared on cuda, bfloat16: 8 windows of the same 4 chunks, shared canonical pages with
 #              per-window patch factors read by the paged kernel against patched private copies: pool
-#              bytes and decode speed side by side -> shared.json, shared.log
+#              bytes and decode speed side by side -> shared.json, shared.log (copied to
+#              bench/gpu/results/shared.json, make_report.py reports its bytes as measured)
 #     all      tests,bench,peer,prefix,serve,shared
 #
 # The build is incremental: a warm machine's build-gpu is reused. ORBIT_COMMIT names the commit bench_gpu
