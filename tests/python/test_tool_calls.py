@@ -141,3 +141,26 @@ def test_an_answer_the_vocabulary_cannot_write_is_refused_or_left_free(orbit, mo
     # An answer it can write is not refused.
     ok = window.generate(prompt, response_format={"type": "integer"}, max_tokens=6)
     assert ok.json is not None and isinstance(ok.json, int), ok.text
+
+
+def test_answers_follow_each_calls_own_tools_and_format(engine):
+    # generate keeps what it compiled per engine and arguments: each call still gets its own tools, choice and
+    # response_format, whatever came before (and the same arguments give the same answer).
+    window = engine.new_window()
+    window.sync([{"role": "user", "content": "Read the book."}])
+    prompt = engine.tokenize("assistant:", False)
+
+    def tool(name):
+        return [{"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}]
+
+    names = []
+    for name in ("look", "jump", "look", "jump"):
+        g = window.generate(prompt, tools=tool(name), tool_choice="required", max_tokens=120)
+        assert len(g.tool_calls) == 1, g.text
+        names.append(g.tool_calls[0]["function"]["name"])
+    assert names == ["look", "jump", "look", "jump"]
+    first = window.generate(prompt, response_format={"type": "integer"}, max_tokens=8)
+    assert isinstance(first.json, int), first.text
+    assert window.generate(prompt, response_format={"type": "integer"}, max_tokens=8).tokens == first.tokens
+    assert window.generate(prompt, response_format={"type": "boolean"}, max_tokens=8).json in (True, False)
+    assert window.generate(prompt, max_tokens=4).json is None

@@ -966,7 +966,9 @@ class Window:
         ([-2, 2]) and logit_bias ({token: [-100, 100]}) act as OpenAI's; logprobs / top_logprobs (0..20) fill
         Generation.logprobs (after those and the constraint, at temperature 1). An answer asked for (a forced
         call, a response_format) that the model's vocabulary cannot spell raises OrbitError naming the byte
-        before anything runs (orbit::unwritable); under tool_choice "auto" such tools leave the answer free."""
+        before anything runs (orbit::unwritable); under tool_choice "auto" such tools leave the answer free.
+        What the answer is decoded under is compiled once per engine and arguments and kept (the last 32), so a
+        loop that sends the same tools every step pays for it, and for its token masks, once."""
     def generate_n(self, query: Tokens, n: int, **kwargs) -> list[Generation]:
         """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i
         sampled with seed + i); takes generate()'s keyword arguments."""

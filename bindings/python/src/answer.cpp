@@ -3,6 +3,9 @@
 // (orbit/constraint.h) and the calls or JSON read back from it (orbit/tool_calls.h).
 #include <pybind11/stl.h>
 
+#include <list>
+#include <mutex>
+
 #include "answer.h"
 #include "bindings.h"
 #include "orbit/common/error.h"
@@ -72,10 +75,56 @@ std::string unwritable_here(const PyWindow& w, const std::shared_ptr<const Const
   return orbit::unwritable(c, *vocabulary, w.engine->model_info().max_positions * vocabulary->max_token_bytes());
 }
 
-}  // namespace
+// answer_spec's results by engine and arguments, kept: compiling the tools' grammar, checking that the
+// vocabulary spells it and warming its token masks cost milliseconds a call (about 6 ms for a tool of three
+// fields on stories260K), and an agent loop sends the same tools every step. The server keeps its
+// constraints the same way (ConstraintCache). Refusals are not kept: they throw again.
+class SpecCache {
+ public:
+  std::optional<AnswerSpec> find(const PyWindow& w, const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->raw != w.engine.get() || it->engine.expired() || it->key != key) continue;
+      entries_.splice(entries_.begin(), entries_, it);
+      return entries_.front().spec;
+    }
+    return std::nullopt;
+  }
+  void put(const PyWindow& w, std::string key, const AnswerSpec& spec) {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.push_front({w.engine, w.engine.get(), std::move(key), spec});
+    if (entries_.size() > kMax) entries_.pop_back();
+  }
 
-AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
-                       const py::object& response_format, const py::object& tool_call_format) {
+ private:
+  static constexpr std::size_t kMax = 32;
+  struct Entry {
+    std::weak_ptr<orbit::Engine> engine;  // expired: another engine may live at `raw` now
+    const orbit::Engine* raw = nullptr;
+    std::string key;
+    AnswerSpec spec;
+  };
+  std::mutex mu_;
+  std::list<Entry> entries_;  // most recently used first
+};
+
+SpecCache& spec_cache() {
+  static SpecCache* cache = new SpecCache;  // never destroyed: no order problem at interpreter exit
+  return *cache;
+}
+
+// The arguments answer_spec reads, as one string.
+std::string spec_key(const py::object& tools, const py::object& tool_choice, const py::object& response_format,
+                     const py::object& tool_call_format) {
+  const auto text = [](const py::object& o) -> std::string {
+    if (o.is_none()) return "-";
+    return py::isinstance<py::str>(o) ? "s" + o.cast<std::string>() : "j" + dumps(o);
+  };
+  return text(tools) + "\n" + text(tool_choice) + "\n" + text(response_format) + "\n" + text(tool_call_format);
+}
+
+AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
+                      const py::object& response_format, const py::object& tool_call_format) {
   AnswerSpec a;
   if (!tools.is_none()) a.tools_json = py::isinstance<py::str>(tools) ? tools.cast<std::string>() : dumps(tools);
   a.format = tool_call_format.is_none()
@@ -127,6 +176,17 @@ AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::obj
     } catch (const orbit::Error&) {
     }
   }
+  return a;
+}
+
+}  // namespace
+
+AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
+                       const py::object& response_format, const py::object& tool_call_format) {
+  std::string key = spec_key(tools, tool_choice, response_format, tool_call_format);
+  if (std::optional<AnswerSpec> kept = spec_cache().find(w, key)) return *std::move(kept);
+  AnswerSpec a = build_spec(w, tools, tool_choice, response_format, tool_call_format);
+  spec_cache().put(w, std::move(key), a);
   return a;
 }
 
