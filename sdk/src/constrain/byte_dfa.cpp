@@ -225,59 +225,61 @@ ByteDfa determinize(const ByteNfa& nfa, const std::string& what) {
   return finish(d, what);
 }
 
-ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, const std::string& what) {
+namespace {
+
+// The reachable part of a product of `a` with a tracker of values X: states (a's state q, value x) from
+// (0, start), numbered in the order first reached. accepts(q, x) says whether a pair accepts (it ends a
+// character where q does); edges(q, x, out, next) appends a pair's edges to `out`, naming each target pair
+// through next(q', x').
+template <class X, class Accepts, class Edges>
+Draft product(const ByteDfa& a, X start, const Accepts& accepts, const Edges& edges, const std::string& what) {
   Draft d;
-  std::map<std::pair<int32_t, int32_t>, int32_t> ids;
-  std::vector<std::pair<int32_t, int32_t>> pairs;
-  const auto intern = [&](int32_t x, int32_t y) {
-    const auto found = ids.find({x, y});
+  std::map<std::pair<int32_t, X>, int32_t> ids;
+  std::vector<std::pair<int32_t, X>> pairs;
+  const auto next = [&](int32_t q, X x) {
+    const auto found = ids.find({q, x});
     if (found != ids.end()) return found->second;
-    const auto ux = static_cast<std::size_t>(x);
-    const auto uy = static_cast<std::size_t>(y);
-    const int32_t id = d.add(a.accepting[ux] && b.accepting[uy], a.char_end[ux] != 0, what);
-    ids.emplace(std::make_pair(x, y), id);
-    pairs.emplace_back(x, y);
+    const int32_t id = d.add(accepts(q, x), a.char_end[static_cast<std::size_t>(q)] != 0, what);
+    ids.emplace(std::make_pair(q, x), id);
+    pairs.emplace_back(q, x);
     return id;
   };
-  intern(0, 0);
+  next(0, start);
   for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const auto [q, x] = pairs[i];  // a copy: next() may grow `pairs`
     std::vector<ByteDfa::Edge> out;
-    for (const ByteDfa::Edge& ea : a.edges[static_cast<std::size_t>(pairs[i].first)]) {
-      for (const ByteDfa::Edge& eb : b.edges[static_cast<std::size_t>(pairs[i].second)]) {
-        const uint8_t lo = std::max(ea.lo, eb.lo);
-        const uint8_t hi = std::min(ea.hi, eb.hi);
-        if (lo <= hi) append(out, lo, hi, intern(ea.to, eb.to));
-      }
-    }
+    edges(q, x, out, next);
     d.edges[i] = std::move(out);
   }
-  return finish(d, what);
+  return d;
+}
+
+}  // namespace
+
+ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, const std::string& what) {
+  const auto accepts = [&](int32_t x, int32_t y) {
+    return a.accepting[static_cast<std::size_t>(x)] && b.accepting[static_cast<std::size_t>(y)];
+  };
+  const auto edges = [&](int32_t x, int32_t y, std::vector<ByteDfa::Edge>& out, auto& next) {
+    for (const ByteDfa::Edge& ea : a.edges[static_cast<std::size_t>(x)]) {
+      for (const ByteDfa::Edge& eb : b.edges[static_cast<std::size_t>(y)]) {
+        const uint8_t lo = std::max(ea.lo, eb.lo);
+        const uint8_t hi = std::min(ea.hi, eb.hi);
+        if (lo <= hi) append(out, lo, hi, next(ea.to, eb.to));
+      }
+    }
+  };
+  return finish(product(a, int32_t{0}, accepts, edges, what), what);
 }
 
 ByteDfa with_min_chars(const ByteDfa& a, int64_t min_chars, const std::string& what) {
-  Draft d;
-  std::map<std::pair<int32_t, int64_t>, int32_t> ids;
-  std::vector<std::pair<int32_t, int64_t>> states;
-  const auto intern = [&](int32_t q, int64_t k) {
-    const auto found = ids.find({q, k});
-    if (found != ids.end()) return found->second;
-    const auto uq = static_cast<std::size_t>(q);
-    const int32_t id = d.add(a.accepting[uq] && k == min_chars, a.char_end[uq] != 0, what);
-    ids.emplace(std::make_pair(q, k), id);
-    states.emplace_back(q, k);
-    return id;
-  };
-  intern(0, 0);
-  for (std::size_t i = 0; i < states.size(); ++i) {
-    const auto [q, k] = states[i];
-    std::vector<ByteDfa::Edge> out;
+  const auto accepts = [&](int32_t q, int64_t k) { return a.accepting[static_cast<std::size_t>(q)] && k == min_chars; };
+  const auto edges = [&](int32_t q, int64_t k, std::vector<ByteDfa::Edge>& out, auto& next) {
     for (const ByteDfa::Edge& e : a.edges[static_cast<std::size_t>(q)]) {
-      const int64_t next = std::min(min_chars, k + a.char_end[static_cast<std::size_t>(e.to)]);
-      append(out, e.lo, e.hi, intern(e.to, next));
+      append(out, e.lo, e.hi, next(e.to, std::min(min_chars, k + a.char_end[static_cast<std::size_t>(e.to)])));
     }
-    d.edges[i] = std::move(out);
-  }
-  return finish(d, what);
+  };
+  return finish(product(a, int64_t{0}, accepts, edges, what), what);
 }
 
 ByteDfa quoted(const ByteDfa& content, const std::string& what) {
@@ -332,39 +334,25 @@ std::optional<ByteDfa> without(const ByteDfa& a, const std::vector<std::string>&
     ends[static_cast<std::size_t>(at)] = 1;
   }
   // States: (a's state, trie node), the node -1 once the text has left the trie.
-  Draft d;
-  std::map<std::pair<int32_t, int32_t>, int32_t> ids;
-  std::vector<std::pair<int32_t, int32_t>> pairs;
-  const auto intern = [&](int32_t q, int32_t t) {
-    const auto found = ids.find({q, t});
-    if (found != ids.end()) return found->second;
-    const auto uq = static_cast<std::size_t>(q);
-    const bool excluded = t >= 0 && ends[static_cast<std::size_t>(t)] != 0;
-    const int32_t id = d.add(a.accepting[uq] != 0 && !excluded, a.char_end[uq] != 0, what);
-    ids.emplace(std::make_pair(q, t), id);
-    pairs.emplace_back(q, t);
-    return id;
+  const auto accepts = [&](int32_t q, int32_t t) {
+    return a.accepting[static_cast<std::size_t>(q)] != 0 && !(t >= 0 && ends[static_cast<std::size_t>(t)] != 0);
   };
-  intern(0, 0);
-  for (std::size_t i = 0; i < pairs.size(); ++i) {
-    const auto [q, t] = pairs[i];
-    std::vector<ByteDfa::Edge> out;
+  const auto edges = [&](int32_t q, int32_t t, std::vector<ByteDfa::Edge>& out, auto& next) {
     for (const ByteDfa::Edge& e : a.edges[static_cast<std::size_t>(q)]) {
       // The edge's range cut at the bytes that stay in the trie; the pieces between leave it.
       int lo = e.lo;
       if (t >= 0) {
         for (const auto& [b, child] : kids[static_cast<std::size_t>(t)]) {
           if (b < e.lo || b > e.hi) continue;
-          if (lo < b) append(out, static_cast<uint8_t>(lo), static_cast<uint8_t>(b - 1), intern(e.to, -1));
-          append(out, b, b, intern(e.to, child));
+          if (lo < b) append(out, static_cast<uint8_t>(lo), static_cast<uint8_t>(b - 1), next(e.to, -1));
+          append(out, b, b, next(e.to, child));
           lo = b + 1;
         }
       }
-      if (lo <= e.hi) append(out, static_cast<uint8_t>(lo), e.hi, intern(e.to, -1));
+      if (lo <= e.hi) append(out, static_cast<uint8_t>(lo), e.hi, next(e.to, -1));
     }
-    d.edges[i] = std::move(out);
-  }
-  return prune(d);
+  };
+  return prune(product(a, int32_t{0}, accepts, edges, what));
 }
 
 bool accepts(const ByteDfa& a, std::string_view text) {
