@@ -47,6 +47,7 @@ const char* kFidelityUsage =
     "  --chunk-text, --context-text, --query-text   the same as text, encoded by the model's tokenizer;\n"
     "                         context chunks are separated by '|'; the window's first chunk gets BOS\n"
     "  --tokenizer FILE       a tokenizer (llama2.c .bin or tokenizer.json) instead of the one beside the model\n"
+    "                         (with the -text arguments)\n"
     "  --strategies S,...     reprefill, blind, prefix, cacheblend:R, firstk:K, patch:M[/MV][:deep][:rand],\n"
     "                         orbit:M[/MV][:all][:rand] (default: reprefill, blind, prefix, cacheblend:0.15,\n"
     "                         firstk:16, patch:8, patch:32)\n"
@@ -117,6 +118,9 @@ int run_fidelity(int argc, char** argv, int first) {
                 "fidelity: give --" << name << " or --" << name << "-text, not both");
   }
   const bool text = args.has("--chunk-text") || args.has("--context-text") || args.has("--query-text");
+  ORBIT_CHECK(text || !args.has("--tokenizer"),
+              "fidelity: argument '--tokenizer' goes with --chunk-text, --context-text or --query-text (token ids "
+              "need no tokenizer)");
   const std::unique_ptr<rt::Model> model = rt::load_model(model_path, compute_target(args));
   const rt::ModelConfig& c = model->config();
   const std::unique_ptr<rt::Tokenizer> tokenizer = text ? model_tokenizer(args, model_path, c.vocab_size) : nullptr;

@@ -31,7 +31,7 @@ const char* kHelp =
     "  --vocab N --hidden N --intermediate N --layers N --heads N --kv-heads N --head-dim N\n"
     "  --max-pos N --theta F --eps F --partial-rotary F (fraction of head_dim that rotates)\n"
     "  --tie | --untie      share the embedding with the output head, or not\n"
-    "  --rope-scaling linear|dynamic|llama3|yarn  --rope-factor F  --rope-original-max N\n"
+    "  --rope-scaling linear|dynamic|llama3|yarn  --rope-factor F  --rope-original-max N (not with linear)\n"
     "  MLA (deepseek_v2; defaults from the preset, or tiny-mla's when switching --arch):\n"
     "    --kv-lora-rank N  --q-lora-rank N (0 = none: a full q_proj)  --qk-nope-dim N  --qk-rope-dim N\n"
     "    --v-head-dim N    (head_dim = qk-nope + qk-rope; kv heads = heads)\n"
@@ -210,6 +210,9 @@ int run_make_model(int argc, char** argv, int first) {
   if (auto scaling = args.get("--rope-scaling")) r.scaling = parse_scaling(*scaling);
   if (r.scaling != rt::RopeScaling::kNone) {  // from --rope-scaling or the preset
     r.factor = args.get_double("--rope-factor", r.factor > 1.0 ? r.factor : 2.0);
+    // Linear scaling divides every position by the factor: config.json has no field for this length.
+    ORBIT_CHECK(r.scaling != rt::RopeScaling::kLinear || !args.has("--rope-original-max"),
+                "--rope-original-max: linear RoPE scaling does not use it (dynamic, llama3 and yarn do)");
     r.original_max_position_embeddings =
         args.get_int("--rope-original-max", r.original_max_position_embeddings > 0 ? r.original_max_position_embeddings
                                                                                    : c.max_position_embeddings);
@@ -220,7 +223,7 @@ int run_make_model(int argc, char** argv, int first) {
     }
   }
   options.dtype = args.get("--dtype").value_or("float32");
-  options.seed = static_cast<uint64_t>(args.get_int("--seed", 0));
+  options.seed = static_cast<uint64_t>(args.get_int("--seed", 0, 0));
   options.init_std = args.get_double("--init-std", options.init_std);
   options.shard_bytes = args.get_int("--shard-mb", 0) * (int64_t{1} << 20);
   options.overwrite = args.flag("--force");

@@ -250,7 +250,7 @@ int run_replay(int argc, char** argv, int first) {
   if (trace_path.empty()) trace_path = args.required("--trace");
   ReplayOptions o;
   o.engine.model = args.required("--model");
-  o.engine.page_size = args.get_int("--page-size", 16);
+  o.engine.page_size = args.get_int("--page-size", 16, 1);
   o.yardstick_tokens = args.get_int("--yardstick-tokens", 0, 0);
   o.engine.device = args.get_or("--device", "cpu");
   o.engine.dtype = args.get_or("--dtype", "float32");

@@ -1,4 +1,5 @@
 // `orbit tokenize` and `orbit generate`: text in, ids or text out, with the model's tokenizer.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -35,8 +36,9 @@ const char* kGenerateUsage =
     "  --prompt TEXT      UTF-8 text (may be empty: generation from BOS alone)\n"
     "  --max-tokens N     most tokens to generate (default 256, run.c's default steps)\n"
     "  --temperature T    0 = greedy (default); > 0 samples softmax(logits / T)\n"
-    "  --top-p P          nucleus sampling: the smallest set of tokens with mass >= P (default 1)\n"
-    "  --seed S           sampling seed (default 0)\n"
+    "  --top-p P          nucleus sampling: the smallest set of tokens with mass >= P (default 1; with\n"
+    "                     --temperature > 0)\n"
+    "  --seed S           sampling seed (default 0; with --temperature > 0)\n"
     "  --json             print {\"tokens\": [generated ids], \"text\": \"...\"} instead\n"
     "  --tokenizer FILE   a tokenizer (llama2.c .bin or tokenizer.json) instead of the one beside the model\n"
     "  --no-bos           encode PROMPT without BOS: for text that writes its own, such as a chat template's\n"
@@ -80,8 +82,14 @@ int run_generate(int argc, char** argv, int first) {
   go.top_p = args.get_double("--top-p", 1.0);
   const int64_t seed = args.get_int("--seed", 0, 0);
   go.seed = static_cast<uint64_t>(seed);
-  ORBIT_CHECK(go.temperature >= 0, "generate: argument '--temperature' must be >= 0, got " << go.temperature);
+  ORBIT_CHECK(go.temperature >= 0 && std::isfinite(go.temperature),
+              "generate: argument '--temperature' must be a finite number >= 0, got " << go.temperature);
   ORBIT_CHECK(go.top_p > 0 && go.top_p <= 1, "generate: argument '--top-p' must be in (0, 1], got " << go.top_p);
+  // Greedy decoding takes the top token: nucleus sampling and the seed would change nothing.
+  for (const char* name : {"--top-p", "--seed"}) {
+    ORBIT_CHECK(!args.has(name) || go.temperature > 0,
+                "generate: argument '" << name << "' applies only with --temperature > 0 (greedy decoding otherwise)");
+  }
   eo.pool_bytes = int64_t{8} << 20;
   if (eo.tokenizer.empty()) {
     // Fail before loading the weights when there is no tokenizer to read the prompt with.

@@ -41,7 +41,8 @@ int run_make_trace(int argc, char** argv, int first) {
               "  --steps N          agent steps (each expands to several trace steps; default 12)\n"
               "  --seed S           generator seed (default 0)\n"
               "  --chunk-tokens N   screenshot / frame / document size (default: chosen from the model's positions)\n"
-              "  --sample-text      documents and observations sampled from the model instead of random ids\n"},
+              "  --sample-text      web's observations and agent's documents sampled from the model instead of\n"
+              "                     random ids (kinds web and agent only)\n"},
       argc, argv, first);
   MakeTraceOptions o;
   o.kind = args.get("--kind").value_or("web");
@@ -51,6 +52,8 @@ int run_make_trace(int argc, char** argv, int first) {
   o.seed = static_cast<uint64_t>(seed);
   o.chunk_tokens = args.get_int("--chunk-tokens", 0);
   o.sample_text = args.flag("--sample-text");
+  ORBIT_CHECK(!o.sample_text || o.kind == "web" || o.kind == "agent",
+              "make-trace: argument '--sample-text' applies to --kind web and agent only (got '" << o.kind << "')");
   const std::string out = args.required("--out");
   check_output_target(out, "the trace file (--out)");  // before the model loads and the trace is made
   EngineOptions eo;

@@ -31,7 +31,7 @@ def parse_args():
     ap.add_argument("--kinds", default="browse,coding,videoqa,fanout,rag")
     ap.add_argument("--seeds", default="101,102,103")
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--sample-text", action="store_true", help="make-trace --sample-text (web, video, agent)")
+    ap.add_argument("--sample-text", action="store_true", help="make-trace --sample-text (kinds web and agent only)")
     ap.add_argument("--traces", nargs="*", default=None, help="trace files to replay instead of generating")
     ap.add_argument("--policy", default="default")
     ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET, help="per-step KL budget to test against")

@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "device_args.h"
 #include "orbit/common/error.h"
+#include "orbit/policy.h"
 #include "orbit/tool_calls.h"
 #include "serve/serve_core.h"
 #include "serve/serve_http.h"
@@ -64,13 +65,13 @@ const char* kServeUsage =
     "                        a request brings them back\n"
     "  --max-tokens N        default max_tokens when a request gives none (default 256; capped by the context)\n"
     "  --max-body-kb N       request bodies over this get 413 (default 4096)\n"
-    "  --threads N           requests answered at once (default 64); connections being read or idle hold\n"
-    "                        no thread, and GET /health is answered apart from them\n"
+    "  --threads N           requests answered at once (default 64, at most 4096); connections being read or\n"
+    "                        idle hold no thread, and GET /health is answered apart from them\n"
     "  --header-seconds N    a request's head must arrive within N s of its first byte, else 408 (default 10)\n"
     "  --body-seconds N      its body within N s of its head, else 408 (default 60)\n"
     "  --keep-alive-seconds N  an idle connection is closed after N s (default 120, longer than clients'\n"
     "                        pools keep theirs; announced in every answer's Keep-Alive: timeout=N)\n"
-    "  --drain-seconds N     how long SIGTERM waits for requests in flight (default 60)\n"
+    "  --drain-seconds N     how long SIGTERM waits for requests in flight (default 60; 0 to 86400)\n"
     "  --chat-template FILE  a Jinja chat template for every request instead of the model's (default: the\n"
     "                        model's, else a built-in one that renders tools and tool calls in the Hermes style)\n"
     "  --tool-call-format F  how tool calls are read from answers: hermes (<tool_call>{json}</tool_call>),\n"
@@ -82,6 +83,10 @@ const char* kServeUsage =
     "                        served exactly until it is back within it (usage.orbit.exact)\n"
     "  --no-anticipate       do not prefill a session's answer in idle time as its next request will send it\n"
     "                        back (usage.orbit.idle_forward_tokens reports what that costs)\n";
+
+// The most --threads: each is a thread started at once (a value past what the system can start is a
+// clean error from HttpFront, but one past int would wrap).
+constexpr int64_t kMaxThreads = 4096;
 
 // The server's signal thread: SIGTERM / SIGINT start the drain, and a second one during the drain ends it at
 // once. Returns whether a second one did.
@@ -127,6 +132,15 @@ serve::ServeOptions serve_options(const Args& args) {
   o.store_dir = args.get_or("--store", "");
   o.remote = args.get_or("--remote", "");
   o.policy = args.get_or("--policy", "");
+  if (const auto spec = args.get("--policy")) {
+    try {
+      (void)parse_policy(*spec);
+    } catch (const Error& e) {
+      ORBIT_FAIL("serve: --policy: " << e.what());
+    }
+  }
+  ORBIT_CHECK(!args.has("--name") || !o.model_name.empty(),
+              "serve: argument '--name' is empty (leave it out for the model path's last component)");
   o.pool_bytes = size_argument(args, "--pool-mb", 256, 1, 20);
   (void)compute_target(args);  // a bad or unavailable --device / --dtype fails here, naming the argument
   o.device = args.get_or("--device", "cpu");
@@ -185,15 +199,18 @@ int run_serve(int argc, char** argv, int first) {
   const Args args("serve", spec, argc, argv, first);
   serve::HttpOptions http_options;
   http_options.host = args.get_or("--host", "127.0.0.1");
-  http_options.port = static_cast<int>(args.get_int("--port", 8000, 0));
-  ORBIT_CHECK(http_options.port <= 65535, "serve: argument '--port' must be <= 65535");
-  http_options.threads = static_cast<int>(args.get_int("--threads", 64, 2));
+  const int64_t port_arg = args.get_int("--port", 8000, 0);
+  ORBIT_CHECK(port_arg <= 65535, "serve: argument '--port' must be <= 65535, got " << port_arg);
+  http_options.port = static_cast<int>(port_arg);
+  const int64_t threads = args.get_int("--threads", 64, 2);
+  ORBIT_CHECK(threads <= kMaxThreads, "serve: argument '--threads' must be <= " << kMaxThreads << ", got " << threads);
+  http_options.threads = static_cast<int>(threads);
   http_options.drain_seconds = static_cast<int>(args.get_int("--drain-seconds", 60, 0));
   http_options.header_seconds = static_cast<int>(args.get_int("--header-seconds", 10, 1));
   http_options.body_seconds = static_cast<int>(args.get_int("--body-seconds", 60, 1));
   http_options.keep_alive_seconds = static_cast<int>(args.get_int("--keep-alive-seconds", 120, 1));
-  for (const char* name : {"--header-seconds", "--body-seconds", "--keep-alive-seconds"}) {
-    ORBIT_CHECK(args.get_int(name, 1, 1) <= 86400, "serve: argument '" << name << "' must be <= 86400 (a day)");
+  for (const char* name : {"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--drain-seconds"}) {
+    ORBIT_CHECK(args.get_int(name, 0) <= 86400, "serve: argument '" << name << "' must be <= 86400 (a day)");
   }
   // Every thread started from here on blocks SIGTERM and SIGINT; the signal thread takes them.
   sigset_t signals;

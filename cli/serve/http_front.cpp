@@ -12,6 +12,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <system_error>
+
+#include "orbit/common/error.h"
 
 #include "serve/http_front_connection.h"
 
@@ -43,8 +46,18 @@ HttpFront::HttpFront(FrontOptions options, FrontHooks hooks) : options_(std::mov
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("serve: cannot create a pipe");
   new_task_queue = [] { return new InlineQueue(); };
   set_keep_alive_timeout(options_.keep_alive_seconds);  // what each answer's Keep-Alive header announces
-  reception_ = std::thread([this] { reception_loop(); });
-  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  try {
+    reception_ = std::thread([this] { reception_loop(); });
+    for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    // The threads already started are joined here: the destructor does not run for a constructor that throws.
+    const std::size_t started = workers_.size();
+    stop_connections();
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+    ORBIT_FAIL("serve: --threads " << options_.workers << ": the system refused a thread after " << started
+                                   << " workers started (" << e.what() << ")");
+  }
 }
 
 HttpFront::~HttpFront() {

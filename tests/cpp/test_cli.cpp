@@ -246,3 +246,53 @@ TEST_CASE("a directory without config.json that holds a llama2.c model names its
   CHECK_THAT(two.out, Contains("give one's path, " + (dir / "other.bin").string() + " or " + model));
   fs::remove_all(dir);
 }
+
+TEST_CASE("an option that would be ignored, or wrap around, is refused naming it", "[cli][errors][cpu]") {
+  orbit::test::TempDir dir;
+  const std::string model = " --model " + orbit::test::stories_path();
+  struct Case {
+    std::string args;
+    std::string message;
+  };
+  const Case cases[] = {
+      // Greedy decoding: nucleus sampling and the seed would change nothing.
+      {"generate" + model + " --prompt Once --top-p 0.5", "'--top-p' applies only with --temperature > 0"},
+      {"generate" + model + " --prompt Once --seed 7", "'--seed' applies only with --temperature > 0"},
+      {"generate" + model + " --prompt Once --temperature inf", "'--temperature' must be a finite number >= 0"},
+      // Token ids read no tokenizer: the file was not even opened.
+      {"fidelity" + model + " --chunk 4,5,6 --tokenizer /nonexistent", "'--tokenizer' goes with --chunk-text"},
+      // Only web and agent draw text as random ids that sampled text replaces.
+      {"make-trace --kind video --sample-text --out " + (dir / "t.json") + model,
+       "'--sample-text' applies to --kind web and agent only (got 'video')"},
+      {"make-model --seed -1 --out " + (dir / "m1"), "'--seed' must be >= 0, got -1"},
+      {"make-model --rope-scaling linear --rope-original-max 100 --out " + (dir / "m2"),
+       "--rope-original-max: linear RoPE scaling does not use it"},
+      {"replay " + std::string(ORBIT_TEST_DATA_DIR) + "/traces/lookback.json" + model + " --page-size 0",
+       "'--page-size' must be >= 1, got 0"},
+      // Values past int were cast first and checked after: 2^32 + 1 read as port 1, and as many threads as
+      // the remainder asked for.
+      {"serve --port 4294967297" + model, "'--port' must be <= 65535, got 4294967297"},
+      {"serve --port 0 --threads 99999999999" + model, "'--threads' must be <= 4096, got 99999999999"},
+      {"serve --port 0 --drain-seconds 4294967296" + model, "'--drain-seconds' must be <= 86400"},
+      {"serve --port 0 --policy bogus" + model, "serve: --policy: policy 'bogus'"},
+      {"serve --port 0 --name ''" + model, "'--name' is empty"},
+  };
+  for (const Case& c : cases) {
+    CliRun r = orbit::test::run_command("timeout 120 " + std::string(ORBIT_CLI_PATH) + " " + c.args);
+    INFO(c.args << "\n" << r.out);
+    CHECK(r.status == 1);
+    CHECK_THAT(r.out, Contains(c.message));
+  }
+  CHECK(!std::filesystem::exists(dir / "t.json"));
+  CHECK(!std::filesystem::exists(dir / "m2"));
+}
+
+TEST_CASE("serve --threads the system cannot start is an error naming it, not an abort", "[cli][errors][cpu]") {
+  // 4 GB of address space holds a few hundred 8 MiB thread stacks, not 4096: the threads already started
+  // are joined before the error (an exception past them ended the process in std::terminate).
+  CliRun r = orbit::test::run_command("ulimit -v 4000000; exec timeout 120 " + std::string(ORBIT_CLI_PATH) +
+                                      " serve --port 0 --threads 4096 --model " + orbit::test::stories_path());
+  INFO(r.out);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("serve: --threads 4096: the system refused a thread after"));
+}

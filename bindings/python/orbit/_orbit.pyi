@@ -1205,7 +1205,8 @@ def make_trace(
     chunk_tokens: int = 0,
     sample_text: bool = False,
 ) -> dict:
-    """A synthetic agent trace: kind 'web', 'video' or 'agent'."""
+    """A synthetic agent trace: kind 'web', 'video' or 'agent' (or an agent pattern); sample_text: web's
+    observations and agent's documents sampled from the model at replay (kinds 'web' and 'agent' only)."""
 def replay(
     trace: TraceArg,
     model: str,

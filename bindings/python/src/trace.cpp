@@ -80,7 +80,8 @@ void init_trace(py::module_& m) {
       "growing transcript, look-backs), 'video' (frames re-examined, reorders) or 'agent' (tool results, forks,\n"
       "placement). steps: agent steps (each several trace steps); token ids in [3, vocab_size); the window\n"
       "stays under ~3/4 of max_positions; position_rows=3 makes media chunks embeddings with (t, h, w) grids;\n"
-      "chunk_tokens: media size (0 = from max_positions); sample_text: text sampled from the model at replay.");
+      "chunk_tokens: media size (0 = from max_positions); sample_text: web's observations and agent's documents\n"
+      "sampled from the model at replay (kinds 'web' and 'agent' only; OrbitError otherwise).");
   m.def(
       "replay",
       [](const py::object& trace, const std::string& model, std::vector<std::string> policies, bool baselines,

@@ -212,7 +212,7 @@ struct MakeTraceOptions {
   int64_t max_positions = 512;  // the window stays below ~3/4 of this (agent patterns: this − 24)
   int64_t position_rows = 1;    // 3: media chunks are embeddings with (t, h, w) grids
   int64_t chunk_tokens = 0;     // screenshot / frame / document size; 0 = chosen from max_positions
-  bool sample_text = false;     // web/video/agent: documents and observations sampled from the model
+  bool sample_text = false;     // web/agent only: observations and documents sampled from the model
   // Agent patterns: the tokens the model's tokenizer gives a text (no BOS), so chunk sizes and the window
   // budget are exact (`orbit make-trace` passes the model's). Unset: bytes + 1, an upper bound, so the
   // trace stays within the model's positions but fills fewer of them (texts are grown sentence by
