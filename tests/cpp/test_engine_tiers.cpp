@@ -39,6 +39,24 @@ std::vector<int64_t> tokens(uint64_t seed, int64_t n) {
 
 }  // namespace
 
+TEST_CASE("tier options whose tier is absent are refused, not ignored", "[engine][store][cpu][model]") {
+  // A disk budget without a store directory, and remote settings without a remote, used to be dropped.
+  EngineOptions o = stories();
+  o.disk_budget_bytes = int64_t{5} << 20;
+  CHECK_THROWS_WITH(Engine::open(o), Contains("EngineOptions::disk_budget_bytes = 5242880") && Contains("store_dir"));
+  o = stories();
+  o.remote_ttl_seconds = 60;
+  CHECK_THROWS_WITH(Engine::open(o), Contains("EngineOptions::remote_ttl_seconds = 60") && Contains("remote is empty"));
+  o = stories();
+  o.remote_secret = "s3cret";
+  CHECK_THROWS_WITH(Engine::open(o), Contains("EngineOptions::remote_secret is given, but remote is empty") &&
+                                         !Contains("s3cret"));  // a secret is never shown
+  test::TempDir dir;
+  o = stories(dir.path().string());
+  o.disk_budget_bytes = int64_t{5} << 20;  // with its tier, as before
+  CHECK(Engine::open(o)->stats().store.tiers.at(2).budget_bytes == int64_t{5} << 20);
+}
+
 TEST_CASE("store tier options: bad values name the option; stats report every tier", "[engine][store][cpu][model]") {
   EngineOptions o = stories();
   o.eviction = "mru";

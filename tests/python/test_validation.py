@@ -69,3 +69,38 @@ def test_instance_id_past_the_range_is_a_value_error(orbit, small_engine):
 def test_duplicate_policy_modifiers_are_refused(orbit, spec):
     with pytest.raises(orbit.OrbitError, match="is given twice"):
         orbit.Policy(spec)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"disk_budget_bytes": 5 << 20}, r"EngineOptions::disk_budget_bytes = 5242880 bounds the disk tier, which needs a store_dir"),
+    ({"remote_ttl_seconds": 60}, r"EngineOptions::remote_ttl_seconds = 60 applies to the remote tier, and remote is empty"),
+    ({"remote_secret": "s3cret"}, r"EngineOptions::remote_secret is given, but remote is empty"),
+])
+def test_tier_options_without_their_tier_are_refused_not_ignored(orbit, stories260k_path, options, message):
+    with pytest.raises(orbit.OrbitError, match=message):
+        orbit.Engine(stories260k_path, **options)
+
+
+def test_an_infinite_temperature_is_refused(orbit, small_engine):
+    # softmax(logits / inf) is uniform: every token equally likely whatever the model says.
+    w = small_engine.new_window()
+    w.add_turn([1, 2, 3])
+    with pytest.raises(orbit.OrbitError, match=r"generate: temperature = inf must be a finite number >= 0"):
+        w.generate([4], max_tokens=2, temperature=float("inf"))
+
+
+def test_detokenize_refuses_a_previous_token_outside_the_vocabulary(orbit, stories260k_path):
+    with orbit.Engine(stories260k_path) as engine:
+        assert isinstance(engine.detokenize([365], previous=1), str)  # BOS, and -1 below: as before
+        assert isinstance(engine.detokenize([365], previous=-1), str)
+        with pytest.raises(orbit.OrbitError, match=r"detokenize: previous = 99999 is neither -1"):
+            engine.detokenize([365], previous=99999)
+        with pytest.raises(orbit.OrbitError, match=r"detokenize: previous = -2"):
+            engine.detokenize([365], previous=-2)
+
+
+@pytest.mark.parametrize("kind", ["video", "browse", "rag"])
+def test_make_trace_refuses_sample_text_where_there_is_none_to_sample(orbit, kind):
+    with pytest.raises(orbit.OrbitError, match=f"sample_text applies to kinds web and agent only \\(kind '{kind}'"):
+        orbit.make_trace(kind, steps=2, sample_text=True)
+    assert orbit.make_trace("web", steps=2, sample_text=True)["steps"]

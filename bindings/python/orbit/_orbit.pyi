@@ -758,7 +758,8 @@ class Engine:
         shared_canonicals: bool = True,
         max_idle_chunks: int = 0,
     ) -> None:
-        """remote_secret: the remote tier's shared secret ('' = ORBIT_REMOTE_SECRET, else none: values are
+        """disk_budget_bytes > 0 needs store_dir; remote_ttl_seconds > 0 and remote_secret need remote (OrbitError
+        otherwise). remote_secret: the remote tier's shared secret ('' = ORBIT_REMOTE_SECRET, else none: values are
         checked but not authenticated, and opening warns once).
         device: 'cpu', 'cuda' or 'cuda:N' (OrbitError where there is no CUDA device); dtype: 'float32',
         'bfloat16' or 'float16' (CUDA only): weights load straight into it, KV and windows live there.

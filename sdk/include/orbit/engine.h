@@ -64,20 +64,21 @@ struct EngineOptions {
   // false: every placement writes its own pages.
   bool shared_canonicals = true;
   int64_t host_budget_bytes = int64_t{1} << 30;  // the store's host-memory tier
-  int64_t disk_budget_bytes = 0;                 // 0 = unlimited
+  int64_t disk_budget_bytes = 0;                 // 0 = unlimited; > 0 needs store_dir
   // A remote tier shared by processes and machines: "redis://host:port[/db]" or
   // "redis-cluster://h1:p1,h2:p2,..." (Redis or Valkey); rediss:// and rediss-cluster:// over TLS (CA and
   // client certificate from the ORBIT_REDIS_TLS_* environment variables). Empty = none. Lookups go device → host → disk
   // → remote → compute; a remote hit is promoted to host and disk. The remote down or slow never stops
   // the engine (bounded timeouts, one warning, stats().store.remote counts it). See README "Remote tier".
   std::string remote;
-  int64_t remote_ttl_seconds = 0;  // entries written to the remote expire after this; 0 = never
+  int64_t remote_ttl_seconds = 0;  // entries written to the remote expire after this; 0 = never; > 0 needs remote
   // The operator's secret for the remote tier ("" = the environment variable ORBIT_REMOTE_SECRET, if set).
   // With a secret every value written carries an HMAC-SHA256 over its key and bytes, and a value read
   // without a valid one (written without the secret, with another, or altered) is refused: counted in
   // stats().store.remote.corrupt, removed from the server and recomputed. Every remote value is also
   // checked against the chunk and the model (kind, dtype, shapes, layer count, finite values) before it
-  // is used or copied into the local tiers. Never shown in a message, a warning or stats.
+  // is used or copied into the local tiers. Never shown in a message, a warning or stats. Given without a
+  // remote it is an orbit::Error (ORBIT_REMOTE_SECRET set without one is not).
   std::string remote_secret;
   // ---- the store's tiers (docs/ARCHITECTURE.md §6) ----
   // Eviction policy of the device, host and disk tiers: "lru" (least recently used first) or "cost-aware"
@@ -226,7 +227,7 @@ class Engine {
   // tokenizers does with add_special_tokens).
   std::vector<int64_t> tokenize(std::string_view text, bool bos = true) const;
   // The text of `tokens` as if they followed `previous` (-1: nothing; BOS: the first piece's leading space
-  // is dropped). BOS and EOS produce no text. Throws for ids outside the vocabulary.
+  // is dropped). BOS and EOS produce no text. Throws for ids outside the vocabulary, `previous` included.
   std::string detokenize(const std::vector<int64_t>& tokens, int64_t previous = -1) const;
   std::string piece(int64_t token) const;  // the vocabulary entry as stored (e.g. " the", "<0x0A>")
   // Refuses text too long for the model's positions before it is tokenized (tokenizing costs memory in

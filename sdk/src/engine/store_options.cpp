@@ -19,7 +19,16 @@ store::ChunkStoreOptions engine_store_options(const EngineCore& core) {
   so.dir = o.store_dir;
   so.host_budget_bytes = o.host_budget_bytes;
   if (o.disk_budget_bytes > 0) so.disk_budget_bytes = o.disk_budget_bytes;
+  ORBIT_CHECK(o.disk_budget_bytes == 0 || !o.store_dir.empty(),
+              "EngineOptions::disk_budget_bytes = " << o.disk_budget_bytes
+                                                    << " bounds the disk tier, which needs a store_dir (none given: "
+                                                    << "memory only); give store_dir or disk_budget_bytes=0");
   ORBIT_CHECK(o.remote_ttl_seconds >= 0, "EngineOptions::remote_ttl_seconds must be >= 0 (0 = never expire)");
+  ORBIT_CHECK(o.remote_ttl_seconds == 0 || !o.remote.empty(),
+              "EngineOptions::remote_ttl_seconds = " << o.remote_ttl_seconds
+                                                     << " applies to the remote tier, and remote is empty (none)");
+  ORBIT_CHECK(o.remote_secret.empty() || !o.remote.empty(),
+              "EngineOptions::remote_secret is given, but remote is empty (no remote tier to authenticate)");
   so.remote.url = o.remote;
   so.remote.ttl_seconds = o.remote_ttl_seconds;
   so.remote.secret = o.remote_secret;

@@ -16,6 +16,10 @@ std::vector<int64_t> Engine::tokenize(std::string_view text, bool bos) const {
 }
 
 std::string Engine::detokenize(const std::vector<int64_t>& tokens, int64_t previous) const {
+  const int64_t vocab = core_->tokenizer().vocab_size();
+  ORBIT_CHECK(previous >= -1 && previous < vocab,
+              "detokenize: previous = " << previous << " is neither -1 (nothing) nor a token of the vocabulary [0, "
+                                        << vocab << ")");
   return core_->tokenizer().decode(tokens, previous);
 }
 

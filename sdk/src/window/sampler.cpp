@@ -22,7 +22,8 @@ constexpr int32_t kMaxTopLogprobs = 20;
 
 void Sampler::check_options(const GenerateOptions& o, int64_t vocab, const char* what) {
   ORBIT_CHECK(o.max_tokens >= 0, what << ": max_tokens = " << o.max_tokens << " must be >= 0");
-  ORBIT_CHECK(o.temperature >= 0, what << ": temperature = " << o.temperature << " must be >= 0");
+  ORBIT_CHECK(o.temperature >= 0 && std::isfinite(o.temperature),
+              what << ": temperature = " << o.temperature << " must be a finite number >= 0");
   ORBIT_CHECK(o.top_p > 0 && o.top_p <= 1, what << ": top_p = " << o.top_p << " must be in (0, 1]");
   for (int64_t stop : o.stop_tokens) {
     ORBIT_CHECK(stop >= 0 && stop < vocab,
