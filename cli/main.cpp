@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
         std::puts("usage: orbit version\n  Prints orbit's version.");
         return 0;
       }
+      ORBIT_CHECK(argc == 2, "version: unknown argument '" << argv[2] << "' (it takes none)");
       std::printf("orbit %s\n", orbit::version());
       return 0;
     }

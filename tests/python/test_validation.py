@@ -104,3 +104,12 @@ def test_make_trace_refuses_sample_text_where_there_is_none_to_sample(orbit, kin
     with pytest.raises(orbit.OrbitError, match=f"sample_text applies to kinds web and agent only \\(kind '{kind}'"):
         orbit.make_trace(kind, steps=2, sample_text=True)
     assert orbit.make_trace("web", steps=2, sample_text=True)["steps"]
+
+
+@pytest.mark.parametrize("name", ["chat_template", "tools", "extra"])
+def test_an_empty_str_for_a_chat_option_is_refused_not_read_as_none(orbit, small_engine, name):
+    messages = [{"role": "user", "content": "hi"}]
+    with pytest.raises(ValueError, match=f"{name} is an empty str"):
+        small_engine.new_window().sync(messages, **{name: ""})
+    with pytest.raises(ValueError, match=f"{name} is an empty str"):
+        small_engine.render_chat(messages, **{name: ""})

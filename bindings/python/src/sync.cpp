@@ -154,6 +154,15 @@ std::vector<ChatMessage> to_messages(const py::object& messages) {
 }
 
 ChatOptions chat_options(const py::object& chat_template, const py::object& tools, const py::object& extra) {
+  // An empty string would read as "none given" in ChatOptions: the model's template, no tools, no variables.
+  const std::pair<const char*, const py::object*> texts[] = {
+      {"chat_template", &chat_template}, {"tools", &tools}, {"extra", &extra}};
+  for (const auto& [name, value] : texts) {
+    if (py::isinstance<py::str>(*value) && value->cast<std::string>().empty()) {
+      throw py::value_error(std::string(name) + " is an empty str (None: " +
+                            (name == std::string("chat_template") ? "the model's template)" : "none)"));
+    }
+  }
   ChatOptions o;
   if (!chat_template.is_none()) o.chat_template = chat_template.cast<std::string>();
   if (!tools.is_none()) o.tools_json = py::isinstance<py::str>(tools) ? tools.cast<std::string>() : to_json(tools);
@@ -178,7 +187,7 @@ const char* kMessagesDoc =
     "[{'id', 'type': 'function', 'function': {'name', 'arguments': str or dict}}]). chat_template: a Jinja chat\n"
     "template to use instead of the model's (None: the model's tokenizer_config.json, else the built-in plain\n"
     "one: 'role: content' lines); tools: a list of tool schemas (the template's `tools`); extra: a dict of\n"
-    "further template variables.";
+    "further template variables (an empty str for any of the three is a ValueError: leave it None).";
 
 // Docstrings pybind11 keeps pointers to: built once, alive for the process.
 const std::string kRenderDoc =
