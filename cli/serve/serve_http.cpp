@@ -243,6 +243,13 @@ HttpServer::HttpServer(ServeCore& core, const HttpOptions& options) : core_(core
     return error_body(api_error(status, message, status >= 500 ? "server_error" : "invalid_request_error"));
   };
   server_ = std::make_unique<HttpFront>(front, hooks);
+  // cpp-httplib's default sets SO_REUSEPORT, with which a second server binds a port the first listens on and
+  // the kernel splits connections (and so sessions) between them; SO_REUSEADDR alone still allows a restart
+  // while old connections linger in TIME_WAIT.
+  server_->set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   server_->set_payload_max_length(core.options().limits.max_body_bytes);
   server_->set_keep_alive_max_count(100000);
   server_->set_tcp_nodelay(true);
@@ -280,10 +287,12 @@ int HttpServer::bind() {
   int port = options_.port;
   if (port == 0) {
     port = server_->bind_to_any_port(options_.host);
-    ORBIT_CHECK(port > 0, "serve: cannot bind " << options_.host << " to any port");
+    ORBIT_CHECK(port > 0, "serve: --host " << options_.host
+                                           << ": cannot bind any port (not an address of this host, or none free)");
   } else {
     ORBIT_CHECK(server_->bind_to_port(options_.host, port),
-                "serve: cannot bind " << options_.host << ":" << port << " (in use, or not an address of this host)");
+                "serve: --host " << options_.host << " --port " << port
+                                 << ": cannot bind (in use, or not an address of this host)");
   }
   widen_backlog(port);
   return port;

@@ -277,6 +277,7 @@ TEST_CASE("an option that would be ignored, or wrap around, is refused naming it
       {"serve --port 0 --policy bogus" + model, "serve: --policy: policy 'bogus'"},
       {"serve --port 0 --name ''" + model, "'--name' is empty"},
       {"version extra", "version: unknown argument 'extra'"},
+      {"serve --port 0 --host 999.1.1.1" + model, "serve: --host 999.1.1.1: cannot bind any port"},
   };
   for (const Case& c : cases) {
     CliRun r = orbit::test::run_command("timeout 120 " + std::string(ORBIT_CLI_PATH) + " " + c.args);

@@ -275,3 +275,13 @@ def test_a_second_sigterm_ends_the_drain_at_once(start_serve, stories260k_path):
     # Each answer ended: whole, cut short by the shutdown's error event, or refused (503) during the drain.
     assert all(isinstance(a, tuple) and (a[0] == 503 or a[1].endswith("data: [DONE]\n\n")) for a in answers), answers
     assert any(isinstance(a, tuple) and a[0] == 200 and "server_shutdown" in a[1] for a in answers), answers
+
+
+def test_a_second_server_on_a_port_in_use_is_refused(start_serve, orbit_cli, stories260k_path):
+    # cpp-httplib's SO_REUSEPORT let the second bind too, and the kernel split connections between the two.
+    first = start_serve(stories260k_path)
+    second = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", first.host,
+                             "--port", str(first.port)], capture_output=True, text=True, timeout=120)
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert f"serve: --host {first.host} --port {first.port}: cannot bind (in use" in second.stderr
+    assert first.call("/health") == {"status": "ok"}
