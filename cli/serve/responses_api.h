@@ -8,7 +8,8 @@
 //   model (string, required); input (required: a string, a user message, or a non-empty array of items):
 //     {type?: "message", role: user | system | developer | assistant, content: a string or an array of
 //       {type: "input_text" | "output_text", text}} (id and status, as the SDKs send them back, are ignored)
-//     {type: "function_call", call_id, name, arguments (a JSON object as text)}
+//     {type: "function_call", call_id, name, arguments (text: a JSON object, or what a call max_output_tokens
+//       cut had written, sent back as it was answered)}
 //     {type: "function_call_output", call_id, output (a string or an array of {type: "input_text", text})}
 //   instructions (string: a system message before everything else; not carried over from a previous
 //   response, as in OpenAI's API); previous_response_id (string: resolved by the server, responses_run.h);

@@ -34,13 +34,20 @@ json message_item(const ResponseHead& head, const RunResult* result, const std::
                                    : json::array()}};
 }
 
-json call_item(const ResponseHead& head, std::size_t i, const ChatToolCall& call, bool done) {
+// The status of call i once the answer is over: "incomplete" for a call max_output_tokens cut (its arguments
+// as far as they were written), else "completed".
+const char* call_status(const RunResult& r, std::size_t i) {
+  return r.tool_call_cut && i + 1 == r.tool_calls.size() ? "incomplete" : "completed";
+}
+
+// Function call item i; `status` "in_progress" (arguments not given yet) or call_status's.
+json call_item(const ResponseHead& head, std::size_t i, const ChatToolCall& call, const std::string& status) {
   return {{"type", "function_call"},
           {"id", head.call_item_id(i)},
           {"call_id", call.id},
           {"name", call.name},
-          {"arguments", done ? call.arguments : ""},
-          {"status", done ? "completed" : "in_progress"}};
+          {"arguments", status == "in_progress" ? "" : call.arguments},
+          {"status", status}};
 }
 
 }  // namespace responses_bodies
@@ -82,7 +89,8 @@ json response_body(const ResponseHead& head, const RunResult* result) {
   if (responses_bodies::has_message(*result))
     body["output"].push_back(responses_bodies::message_item(head, result, body["status"].get<std::string>(), true));
   for (std::size_t i = 0; i < result->tool_calls.size(); ++i) {
-    body["output"].push_back(responses_bodies::call_item(head, i, result->tool_calls[i], true));
+    body["output"].push_back(
+        responses_bodies::call_item(head, i, result->tool_calls[i], responses_bodies::call_status(*result, i)));
   }
   body["usage"] = responses_usage(result->usage);
   return body;
@@ -150,7 +158,7 @@ std::string ResponseEvents::finish(const RunResult& result) {
     const std::string item_id = head_.call_item_id(i);
     out += event({{"type", "response.output_item.added"},
                   {"output_index", index},
-                  {"item", responses_bodies::call_item(head_, i, call, false)}});
+                  {"item", responses_bodies::call_item(head_, i, call, "in_progress")}});
     out += event({{"type", "response.function_call_arguments.delta"},
                   {"item_id", item_id},
                   {"output_index", index},
@@ -162,7 +170,7 @@ std::string ResponseEvents::finish(const RunResult& result) {
                   {"arguments", call.arguments}});
     out += event({{"type", "response.output_item.done"},
                   {"output_index", index},
-                  {"item", responses_bodies::call_item(head_, i, call, true)}});
+                  {"item", responses_bodies::call_item(head_, i, call, responses_bodies::call_status(result, i))}});
   }
   const char* type = body["status"] == "incomplete" ? "response.incomplete" : "response.completed";
   return out + event({{"type", type}, {"response", body}});

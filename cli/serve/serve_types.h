@@ -110,6 +110,9 @@ struct RunUsage {
 struct RunResult {
   std::string text;                      // the answer's content (without its tool calls)
   std::vector<ChatToolCall> tool_calls;  // the calls read from the answer (ChatRequest::reads_tool_calls)
+  // finish_reason "length" ended the answer inside the last of tool_calls: its arguments are the JSON text
+  // written so far (not valid JSON), as OpenAI returns such a call (CutToolCall::kCall, orbit/tool_calls.h).
+  bool tool_call_cut = false;
   // Streamed runs: the content held back while it might have been the start of a call, sent after the run.
   std::string unstreamed;
   std::string finish_reason;          // "stop", "length", "tool_calls", or "cancelled" (the client left)

@@ -15,15 +15,17 @@ std::string ToolCallStream::push(const std::string& delta) {
 
 void ToolCallStream::finish(RunResult& r) const {
   const std::string rest = r.text.substr(std::min(sent_, r.text.size()));
-  ToolCallParse all = parse_tool_calls(r.text, format_);
+  const CutToolCall cut = r.finish_reason == "length" ? CutToolCall::kCall : CutToolCall::kContent;
+  ToolCallParse all = parse_tool_calls(r.text, format_, cut);
   if (all.calls.empty()) {
     r.unstreamed = rest;
     return;
   }
   r.tool_calls = std::move(all.calls);
+  r.tool_call_cut = all.cut;
   r.text = std::move(all.content);
-  r.unstreamed = parse_tool_calls(rest, format_).content;
-  if (r.finish_reason != "cancelled") r.finish_reason = "tool_calls";
+  r.unstreamed = parse_tool_calls(rest, format_, cut).content;
+  if (r.finish_reason != "cancelled" && !all.cut) r.finish_reason = "tool_calls";
 }
 
 }  // namespace orbit::serve

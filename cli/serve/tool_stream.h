@@ -19,7 +19,8 @@ class ToolCallStream {
   std::string push(const std::string& delta);
   // Reads the finished answer `r.text`: its calls into r.tool_calls (finish_reason "tool_calls" unless the
   // client left), the content without them into r.text, and what push() held back, calls taken out, into
-  // r.unstreamed.
+  // r.unstreamed. An answer that "length" ended inside a call gives the call as far as it was written,
+  // flagged r.tool_call_cut, rather than its markup as content, and keeps that finish_reason.
   void finish(RunResult& r) const;
 
  private:

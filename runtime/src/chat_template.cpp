@@ -145,6 +145,14 @@ ordered_json parse(const std::string& text, const std::string& what) {
   }
 }
 
+// A call's arguments as templates see them: the JSON value they spell, or, where they are not JSON (a call cut
+// by max_tokens, sent back as it was answered), their text as a string, as Hugging Face's templates take
+// arguments given as a string. JSON nested too deeply is refused, naming `what`.
+Value arguments_value(const std::string& text, const std::string& what) {
+  if (!nlohmann::json::accept(text)) return Value::string(text);
+  return parse_value(text, what);
+}
+
 Value message_value(const ChatMessage& m, std::size_t index, const std::string& origin) {
   ORBIT_CHECK(!m.role.empty(), origin << ": message " << index << " has no role");
   jinja::Dict fields{{"role", Value::string(m.role)}, {"content", Value::string(m.content)}};
@@ -154,7 +162,7 @@ Value message_value(const ChatMessage& m, std::size_t index, const std::string& 
     jinja::List calls;
     for (const ChatToolCall& c : m.tool_calls) {
       const std::string what = "message " + std::to_string(index) + ": arguments of tool call '" + c.name + "'";
-      jinja::Dict function{{"name", Value::string(c.name)}, {"arguments", parse_value(c.arguments, what)}};
+      jinja::Dict function{{"name", Value::string(c.name)}, {"arguments", arguments_value(c.arguments, what)}};
       calls.push_back(Value::of_dict({{"id", Value::string(c.id)},
                                       {"type", Value::string("function")},
                                       {"function", Value::of_dict(std::move(function))}}));

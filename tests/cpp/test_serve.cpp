@@ -73,8 +73,10 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
   CHECK(sv::session_for_user("john doe").size() == 21);
   CHECK(sv::session_for_user("a.b+c@example.com") != sv::session_for_user("john doe"));
   CHECK(sv::session_id_problem(sv::session_for_user("a.b+c@example.com")).empty());
-  const std::string arguments =
-      R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"[1]"}}]}]})";
+  // A call's arguments are text (a cut call's are not JSON), but JSON in them is bounded as the body is.
+  const std::string arguments = R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"function":)"
+                                R"({"name":"f","arguments":")" +
+                                std::string(5000, '[') + std::string(5000, ']') + R"("}}]}]})";
   CHECK(chat_error(arguments).second == "messages[0].tool_calls[0].function.arguments");
   std::string deep = R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":)";
   deep += std::string(5000, '[') + std::string(5000, ']') + "}";

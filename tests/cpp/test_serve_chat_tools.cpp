@@ -5,6 +5,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "orbit_catch.h"
@@ -55,6 +56,16 @@ TEST_CASE("serve: tools, tool_choice and response_format are parsed; unhonoured 
                             R"(,{"type":"function","function":{"name":"search"}}],"tool_choice":"auto"})";
   CHECK(chat_error(twice).second == "tools[2].function.name");
   CHECK(sv::parse_chat_request(twice).error.message.find("'search' is also the name of tools[0]") != std::string::npos);
+  // An assistant call's arguments are text: a call max_tokens cut comes back as it was answered (not JSON).
+  const sv::Parsed<sv::ChatRequest> cut = sv::parse_chat_request(
+      R"({"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":)"
+      R"([{"id":"c1","type":"function","function":{"name":"search","arguments":"{\"q\":\"ca"}}]},)"
+      R"({"role":"tool","tool_call_id":"c1","content":"bad arguments"}]})");
+  REQUIRE(cut.ok());
+  CHECK(cut.value->messages[1].tool_calls[0].arguments == R"({"q":"ca)");
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"assistant","content":"","tool_calls":)"
+                   R"([{"id":"c1","type":"function","function":{"name":"f","arguments":{}}}]}]})")
+            .second == "messages[0].tool_calls[0].function.arguments");  // an object, not text
   CHECK(chat_error(head + R"(,"response_format":{"type":"nonsense"}})").second == "response_format.type");
   CHECK(chat_error(head + R"(,"response_format":"json"})").second == "response_format");
   CHECK(chat_error(head + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x"}}})").second ==
@@ -141,6 +152,32 @@ TEST_CASE("serve: tool calls are held back from the stream and read when the ans
   CHECK(t.tool_calls.empty());
   CHECK(t.unstreamed == "<tool");
   CHECK(t.finish_reason == "length");
+
+  // max_tokens ended the answer inside a call: the call as far as it was written, finish_reason "length".
+  sv::ToolCallStream cut(orbit::ToolCallFormat::kHermes);
+  CHECK(cut.push("Sure. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"ca") == "Sure. ");
+  sv::RunResult c;
+  c.text = "Sure. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"ca";
+  c.finish_reason = "length";
+  cut.finish(c);
+  REQUIRE(c.tool_calls.size() == 1);
+  CHECK(c.tool_call_cut);
+  CHECK(c.tool_calls[0].name == "search");
+  CHECK(c.tool_calls[0].arguments == R"({"q":"ca)");
+  CHECK(c.text == "Sure.");
+  CHECK(c.unstreamed.empty());
+  CHECK(c.finish_reason == "length");
+  const nlohmann::json body = sv::chat_completion({"chatcmpl-1", 1, "m"}, c);
+  CHECK(body["choices"][0]["finish_reason"] == "length");
+  CHECK(body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == R"({"q":"ca)");
+  // The same text ended by a stop token is no call: it stays content, as before.
+  sv::ToolCallStream stopped(orbit::ToolCallFormat::kHermes);
+  sv::RunResult s;
+  s.text = c.text = "Sure. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"ca";
+  s.finish_reason = "stop";
+  stopped.finish(s);
+  CHECK(s.tool_calls.empty());
+  CHECK_FALSE(s.tool_call_cut);
 }
 
 TEST_CASE("serve: tools reach the prompt; what the vocabulary cannot write is refused by name", "[serve][model]") {
@@ -288,6 +325,75 @@ TEST_CASE("serve: forced calls and JSON answers are decoded under a constraint, 
   const sv::RunOutcome braced = core.chat(json_answer, "", {});
   REQUIRE(braced.result.has_value());
   CHECK(braced.result->text == schema.result->text);
+  core.close();
+}
+
+TEST_CASE("serve: a forced call max_tokens cuts comes back as the call so far, and can be sent back",
+          "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = std::string(ORBIT_MODELS_DIR) + "/stories260K/stories260K.bin";
+  sv::ServeCore core(options);
+  sv::ChatRequest r;
+  r.model = core.model_name();
+  r.messages = {{"user", "Find a story about a cat."}};
+  r.sampling.temperature = 0;
+  r.sampling.max_tokens = 160;
+  r.tools_json = R"([{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":)"
+                 R"({"q":{"type":"string","maxLength":8}},"required":["q"]}}}])";
+  r.tool_names = {"search"};
+  r.tool_choice.mode = "required";
+  r.parallel_tool_calls = false;
+  const sv::RunOutcome whole = core.chat(r, "", {});
+  REQUIRE(whole.result.has_value());
+  REQUIRE(whole.result->tool_calls.size() == 1);
+  const orbit::ChatToolCall full = whole.result->tool_calls[0];
+  const int64_t n = static_cast<int64_t>(whole.result->tokens.size());
+  // Shorter budgets. One that holds the shortest call gives a whole call (the constraint reserves room to
+  // finish: orbit/constraint.h); a shorter one is cut, "length": before the call's name began the markup stays
+  // content, after it the call so far, a prefix of the unhurried one.
+  const std::string mark = "<tool_call>{\"name\": \"";
+  int64_t cut_calls = 0;
+  std::optional<sv::RunResult> with_arguments;
+  for (int64_t k = 1; k < n; ++k) {
+    sv::ChatRequest shorter = r;
+    shorter.sampling.max_tokens = k;
+    const sv::RunOutcome out = core.chat(shorter, "", {});
+    REQUIRE(out.result.has_value());
+    const sv::RunResult& a = *out.result;
+    INFO("max_tokens " << k << ": " << a.text);
+    if (a.finish_reason == "tool_calls") {
+      REQUIRE(a.tool_calls.size() == 1);
+      CHECK(nlohmann::json::parse(a.tool_calls[0].arguments).is_object());
+      continue;
+    }
+    CHECK(a.finish_reason == "length");
+    if (a.tool_calls.empty()) {
+      CHECK(mark.rfind(a.text, 0) == 0);
+      continue;
+    }
+    REQUIRE(a.tool_calls.size() == 1);
+    CHECK(full.name.rfind(a.tool_calls[0].name, 0) == 0);
+    CHECK(full.arguments.rfind(a.tool_calls[0].arguments, 0) == 0);
+    CHECK(a.text.empty());
+    CHECK(a.tool_call_cut);
+    cut_calls += 1;
+    if (a.tool_calls[0].arguments.size() > 2) with_arguments = a;
+  }
+  CHECK(cut_calls > 0);
+  REQUIRE(with_arguments.has_value());
+  // The cut call goes back in the history as a client sends it (its arguments not JSON), with a tool's error.
+  sv::ChatRequest next = r;
+  orbit::ChatMessage assistant{"assistant", ""};
+  assistant.tool_calls = with_arguments->tool_calls;
+  orbit::ChatMessage tool{"tool", "error: the arguments are not valid JSON"};
+  tool.tool_call_id = with_arguments->tool_calls[0].id;
+  next.messages.push_back(assistant);
+  next.messages.push_back(tool);
+  next.sampling.max_tokens = 100;
+  const sv::RunOutcome again = core.chat(next, "", {});
+  INFO("error: " << again.error.message);
+  REQUIRE(again.result.has_value());
+  CHECK(again.result->tool_calls.size() == 1);
   core.close();
 }
 

@@ -62,7 +62,15 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
   CHECK(refused(R"({"model":"m","input":[{"type":"function_call","name":"f","arguments":"{}"}]})") ==
         "input[0].call_id");
   CHECK(refused(R"({"model":"m","input":[{"role":"user","content":"x"},{"type":"function_call","call_id":"c",)"
-                R"("name":"f","arguments":"[1]"}]})") == "input[1].arguments");
+                R"("name":"f","arguments":{}}]})") == "input[1].arguments");
+  // Arguments are text, also where they are not a JSON object: an incomplete call (max_output_tokens cut
+  // it) is sent back as it was answered.
+  const sv::Parsed<sv::ResponsesRequest> cut_call = sv::parse_responses_request(
+      R"({"model":"m","input":[{"role":"user","content":"x"},{"type":"function_call","call_id":"c",)"
+      R"("name":"f","arguments":"{\"q\":\"ca","status":"incomplete"},)"
+      R"({"type":"function_call_output","call_id":"c","output":"bad arguments"}]})");
+  REQUIRE(cut_call.ok());
+  CHECK(cut_call.value->chat.messages[1].tool_calls[0].arguments == R"({"q":"ca)");
   CHECK(refused(R"({"model":"m","input":[{"type":"function_call_output","call_id":"c"}]})") == "input[0].output");
   CHECK(refused(R"({"model":"m","input":[{"type":"reasoning","summary":[]}]})") == "input[0].type");
   CHECK(refused(body_with(R"("tools":[{"type":"web_search"}])")) == "tools[0].type");

@@ -93,6 +93,28 @@ TEST_CASE("responses: bodies and stream events carry text and tool calls", "[ser
   CHECK(incomplete["status"] == "incomplete");
   CHECK(incomplete["incomplete_details"]["reason"] == "max_output_tokens");
   CHECK(incomplete["output"][0]["status"] == "incomplete");
+  // A call max_output_tokens cut: its item is incomplete, with the arguments written so far; the calls before
+  // it are complete.
+  sv::RunResult cut_call = answer_with_calls("");
+  cut_call.finish_reason = "length";
+  cut_call.tool_calls[1].arguments = R"({"path":"b.t)";
+  cut_call.tool_call_cut = true;
+  const json cut_body = sv::response_body(head, &cut_call);
+  CHECK(cut_body["status"] == "incomplete");
+  REQUIRE(cut_body["output"].size() == 2);
+  CHECK(cut_body["output"][0]["status"] == "completed");
+  CHECK(cut_body["output"][1]["status"] == "incomplete");
+  CHECK(cut_body["output"][1]["arguments"] == R"({"path":"b.t)");
+  sv::ResponseEvents cut_stream(head);
+  const std::string started = cut_stream.start();
+  const auto cut_events = parse_events(started + cut_stream.finish(cut_call));
+  REQUIRE_FALSE(cut_events.empty());
+  CHECK(cut_events.back().first == "response.incomplete");
+  std::vector<std::string> statuses;
+  for (const auto& [type, data] : cut_events) {
+    if (type == "response.output_item.done") statuses.push_back(data["item"]["status"].get<std::string>());
+  }
+  CHECK(statuses == std::vector<std::string>{"completed", "incomplete"});
 
   // A stream: text as it comes, the held-back rest, then the calls, in OpenAI's order.
   sv::ResponseEvents events(head);

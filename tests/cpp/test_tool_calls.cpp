@@ -22,6 +22,11 @@ std::shared_ptr<Engine> open_story_engine() {
 
 nlohmann::json args_of(const ChatToolCall& c) { return nlohmann::json::parse(c.arguments); }
 
+std::string trimmed(std::string s) {
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s.substr(s.find_first_not_of(' '));
+}
+
 }  // namespace
 
 TEST_CASE("hermes: every <tool_call> block is a call, the text around them content", "[tool_calls]") {
@@ -214,4 +219,121 @@ TEST_CASE("calls decoded under tool_call_options' constraint parse back, in ever
     CHECK(r.content.empty());
   }
   CHECK_THROWS_WITH(tool_call_options(ToolCallFormat::kHermes, "", 0), Contains("max_calls = 0 must be >= 1"));
+}
+
+TEST_CASE("a call max_tokens cut is read as far as it was written with CutToolCall::kCall", "[tool_calls]") {
+  const auto cut = [](std::string_view text, ToolCallFormat format) {
+    return parse_tool_calls(text, format, CutToolCall::kCall);
+  };
+  const std::string text = "Let me check. <tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par";
+  // By default a cut call stays content, as before.
+  const ToolCallParse plain = parse_tool_calls(text, ToolCallFormat::kHermes);
+  CHECK(plain.calls.empty());
+  CHECK(plain.malformed);
+  CHECK_FALSE(plain.cut);
+  CHECK(plain.content == text);
+
+  const ToolCallParse r = cut(text, ToolCallFormat::kHermes);
+  REQUIRE(r.calls.size() == 1);
+  CHECK(r.cut);
+  CHECK_FALSE(r.malformed);
+  CHECK(r.content == "Let me check.");
+  CHECK(r.calls[0].name == "get_weather");
+  CHECK(r.calls[0].arguments == "{\"city\":\"Par");
+  CHECK(r.calls[0].id.rfind("call_", 0) == 0);
+
+  // Cut within the name: the name as far as it was written, no arguments yet.
+  const ToolCallParse name = cut("<tool_call>{\"name\": \"get_wea", ToolCallFormat::kHermes);
+  REQUIRE(name.calls.size() == 1);
+  CHECK(name.calls[0].name == "get_wea");
+  CHECK(name.calls[0].arguments.empty());
+  CHECK(name.cut);
+  // Before the name began there is nothing to act on: the text stays content.
+  for (const char* early : {"<tool_call>", "<tool_call>{\"na", "<tool_call>{\"name\": ", "<tool_call>{\"name\": \"",
+                            "a <tool_call>not json"}) {
+    const ToolCallParse e = cut(early, ToolCallFormat::kHermes);
+    CHECK(e.calls.empty());
+    CHECK(e.malformed);
+    CHECK_FALSE(e.cut);
+    CHECK(e.content == trimmed(early));
+  }
+  // A whole call first, then one cut; strings keep their escapes; arguments given as JSON text are decoded as
+  // far as they are whole.
+  const ToolCallParse two =
+      cut("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n<tool_call>{\"name\": \"b\", \"arguments\": "
+          "{\"q\": \"say \\\"hi\", \"n\": [1, 2",
+          ToolCallFormat::kHermes);
+  REQUIRE(two.calls.size() == 2);
+  CHECK(two.calls[0].arguments == "{}");
+  CHECK(two.calls[1].name == "b");
+  CHECK(two.calls[1].arguments == "{\"q\":\"say \\\"hi\",\"n\":[1,2");
+  CHECK(two.cut);
+  const ToolCallParse text_args =
+      cut("<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": \\\"a\\u00", ToolCallFormat::kHermes);
+  REQUIRE(text_args.calls.size() == 1);
+  CHECK(text_args.calls[0].arguments == "{\"x\": \"a");
+  // A character cut in the middle of its UTF-8 bytes is left out.
+  const ToolCallParse utf8 =
+      cut("<tool_call>{\"name\": \"f\", \"arguments\": {\"c\": \"Z\xc3", ToolCallFormat::kHermes);
+  REQUIRE(utf8.calls.size() == 1);
+  CHECK(utf8.calls[0].arguments == "{\"c\":\"Z");
+  // A whole call whose closing mark was cut is an ordinary call.
+  const ToolCallParse whole =
+      cut("<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_", ToolCallFormat::kHermes);
+  REQUIRE(whole.calls.size() == 1);
+  CHECK_FALSE(whole.cut);
+  CHECK(whole.calls[0].arguments == "{\"x\":1}");
+}
+
+TEST_CASE("cut calls in the Llama 3 and Mistral formats", "[tool_calls]") {
+  const auto cut = [](std::string_view text, ToolCallFormat format) {
+    return parse_tool_calls(text, format, CutToolCall::kCall);
+  };
+  const ToolCallParse one = cut("{\"name\": \"search\", \"parameters\": {\"q\": \"ca", ToolCallFormat::kLlama3);
+  REQUIRE(one.calls.size() == 1);
+  CHECK(one.calls[0].name == "search");
+  CHECK(one.calls[0].arguments == "{\"q\":\"ca");
+  CHECK(one.cut);
+  // Llama 3's calls have no mark: a cut JSON answer whose first member is not a name is not a call.
+  const ToolCallParse answer = cut("{\"answer\": \"the ca", ToolCallFormat::kLlama3);
+  CHECK(answer.calls.empty());
+  CHECK(answer.content == "{\"answer\": \"the ca");
+  const ToolCallParse two = cut("{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"x\": 1",
+                                ToolCallFormat::kLlama3);
+  REQUIRE(two.calls.size() == 2);
+  CHECK(two.calls[1].name == "b");
+  CHECK(two.calls[1].arguments == "{\"x\":1");
+  const ToolCallParse sep = cut("{\"name\": \"a\", \"parameters\": {}}; ", ToolCallFormat::kLlama3);
+  REQUIRE(sep.calls.size() == 1);
+  CHECK_FALSE(sep.cut);
+
+  const ToolCallParse m =
+      cut("[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"x\": 1}}, {\"name\": \"g\", "
+          "\"arguments\": {\"y\": tr",
+          ToolCallFormat::kMistral);
+  REQUIRE(m.calls.size() == 2);
+  CHECK(m.calls[0].arguments == "{\"x\":1}");
+  CHECK(m.calls[1].name == "g");
+  CHECK(m.calls[1].arguments == "{\"y\":tr");
+  CHECK(m.cut);
+  const ToolCallParse closed = cut("[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}}", ToolCallFormat::kMistral);
+  REQUIRE(closed.calls.size() == 1);
+  CHECK_FALSE(closed.cut);
+  const ToolCallParse bare = cut("Hi [TOOL_CALLS] [", ToolCallFormat::kMistral);
+  CHECK(bare.calls.empty());
+  CHECK(bare.malformed);
+  CHECK(bare.content == "Hi [TOOL_CALLS] [");
+}
+
+TEST_CASE("a call's arguments that are not a JSON object reach templates as a string", "[tool_calls]") {
+  const std::shared_ptr<Engine> engine = open_story_engine();
+  ChatMessage user{"user", "Weather?"};
+  ChatMessage assistant{"assistant", ""};
+  assistant.tool_calls.push_back({"call_1", "get_weather", "{\"city\": \"Par"});
+  const std::string text = engine->render_chat({user, assistant}, false);
+  CHECK_THAT(text, Contains("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par}</tool_call>"));
+  // An object is rendered as before.
+  assistant.tool_calls[0].arguments = "{\"city\": \"Paris\"}";
+  CHECK_THAT(engine->render_chat({user, assistant}, false),
+             Contains("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>"));
 }

@@ -4,7 +4,8 @@
 //
 //   openai     the official `openai` client: chat.completions.create with tools, the calls read from
 //              message.tool_calls (whole) and from delta.tool_calls (streamed, on every other step); then
-//              tools under tool_choice "auto" with a json_schema response_format: a call or the JSON
+//              tools under tool_choice "auto" with a json_schema response_format: a call or the JSON; then a
+//              call max_tokens cuts: finish_reason "length" and the call so far, which goes back in the history
 //   langchain  @langchain/openai's ChatOpenAI with bindTools: the calls read from AIMessage.tool_calls
 //   aisdk      the AI SDK's generateText with @ai-sdk/openai-compatible: the SDK runs the loop (the tool's
 //              schema given with jsonSchema(), as compact as the others': the model has 512 positions); then
@@ -252,11 +253,56 @@ async function aisdkObject() {
   console.log(`aisdk generateObject (zod): ${JSON.stringify(booked.object)}`);
 }
 
+// A call max_tokens cuts (a budget below the shortest call: the grammar cannot close it in time) comes back as
+// OpenAI returns one: finish_reason "length", the call so far in tool_calls (whole and streamed alike), which
+// the client's runTools reports as a cut answer; sent back with a tool's error, the server takes the cut call
+// and the next call is whole.
+async function openaiCutCall() {
+  const OpenAI = modules.openai.default;
+  const api = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120000 });
+  const tools = [{ type: "function", function: { name: "read_page", description, parameters } }];
+  const request = { model: modelId, messages: [{ role: "user", content: TASK }], tools, tool_choice: "required",
+                    parallel_tool_calls: false, max_tokens: 48, temperature: 0 };
+  const cut = await api.chat.completions.create(request);
+  const call = cut.choices[0].message.tool_calls?.[0];
+  check(cut.choices[0].finish_reason === "length" && call?.function.name === "read_page" &&
+        call.function.arguments.startsWith("{") && !cut.choices[0].message.content,
+        "openai: a call max_tokens cut comes back as the call so far", JSON.stringify(cut.choices[0]));
+  const chunks = await api.chat.completions.create({ ...request, stream: true });
+  let streamed = "";
+  let finishReason;
+  for await (const chunk of chunks) {
+    finishReason = chunk.choices[0]?.finish_reason ?? finishReason;
+    for (const d of chunk.choices[0]?.delta?.tool_calls ?? []) streamed += d.function?.arguments ?? "";
+  }
+  check(finishReason === "length" && streamed === call?.function.arguments, "openai: ... and the same streamed",
+        `${finishReason} ${streamed}`);
+  // runTools reads finish_reason "length" as OpenAI's own cut answers: it stops with LengthFinishReasonError.
+  const runner = api.chat.completions.runTools({
+    ...request,
+    tools: [{ type: "function", function: { name: "read_page", description, parameters, parse: JSON.parse,
+                                            function: (args) => readPage(args.page) } }],
+  });
+  const stopped = await runner.done().then(() => undefined, (e) => e);
+  check(stopped?.constructor?.name === "LengthFinishReasonError", "openai runTools: a cut call stops the loop as length",
+        String(stopped));
+  // An agent that answers the cut call with an error and asks again sends the call back as it came.
+  const history = [{ role: "user", content: TASK }, { role: "assistant", content: null, tool_calls: [call] },
+                   { role: "tool", tool_call_id: call?.id, content: "The arguments were cut short; call again." }];
+  const next = await api.chat.completions.create({ ...request, messages: history, max_tokens: 80 });
+  check(next.choices[0].finish_reason === "tool_calls" &&
+        Number.isInteger(JSON.parse(next.choices[0].message.tool_calls[0].function.arguments).page),
+        "openai: the history with the cut call is accepted and the next call is whole", JSON.stringify(next.choices[0]));
+  console.log(`openai cut call: read_page(${call?.function.arguments}) finish ${cut.choices[0].finish_reason}; ` +
+              `sent back, then read_page(${next.choices[0].message.tool_calls?.[0]?.function.arguments})`);
+}
+
 try {
   await { openai: openaiLoop, langchain: langchainLoop, aisdk: aisdkLoop, agents: agentsLoop }[client]();
   check(pagesRead.length === STEPS, `${client}: the tool ran on every step`, JSON.stringify(pagesRead));
   if (client === "aisdk") await aisdkObject();
   if (client === "openai") await openaiCallOrAnswer();
+  if (client === "openai") await openaiCutCall();
 } catch (e) {
   check(false, `${client}: the loop threw`, `${e.stack ?? e}\n  server stderr: ${server.stderr().slice(-2000)}`);
 } finally {

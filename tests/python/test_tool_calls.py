@@ -164,3 +164,35 @@ def test_answers_follow_each_calls_own_tools_and_format(engine):
     assert window.generate(prompt, response_format={"type": "integer"}, max_tokens=8).tokens == first.tokens
     assert window.generate(prompt, response_format={"type": "boolean"}, max_tokens=8).json in (True, False)
     assert window.generate(prompt, max_tokens=4).json is None
+
+
+def test_a_call_max_tokens_cuts_is_the_call_so_far(orbit, engine):
+    text = 'Sure. <tool_call>{"name": "read_page", "arguments": {"page": 1'
+    kept = orbit.parse_tool_calls(text)
+    assert kept["tool_calls"] == [] and kept["malformed"] and not kept["cut"] and kept["content"] == text
+    cut = orbit.parse_tool_calls(text, cut=True)
+    assert cut["cut"] and not cut["malformed"] and cut["content"] == "Sure."
+    assert cut["tool_calls"][0]["function"] == {"name": "read_page", "arguments": '{"page":1'}
+    # A forced call whose budget cannot hold the shortest call is cut: the call so far, flagged.
+    window = engine.new_window()
+    report = window.sync([{"role": "user", "content": "Read the book."}], tools=TOOLS)
+    whole = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="required", max_tokens=80)
+    assert not whole.tool_call_cut and len(whole.tool_calls) == 1
+    seen_cut = None
+    for budget in range(24, len(whole.tokens)):
+        g = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="required", max_tokens=budget)
+        if g.stop_reason != "max_tokens":
+            continue
+        assert g.tool_call_cut and len(g.tool_calls) == 1, g.text
+        assert g.tool_calls[0]["function"]["name"] == "read_page"[:len(g.tool_calls[0]["function"]["name"])]
+        assert whole.tool_calls[0]["function"]["arguments"].startswith(g.tool_calls[0]["function"]["arguments"])
+        seen_cut = g
+    assert seen_cut is not None
+    g = seen_cut
+    # Sent back in the history as a client would, it renders (as text) and the loop goes on.
+    report = window.sync([{"role": "user", "content": "Read the book."},
+                          {"role": "assistant", "content": "", "tool_calls": g.tool_calls},
+                          {"role": "tool", "tool_call_id": g.tool_calls[0]["id"], "content": "bad arguments"}],
+                         tools=TOOLS)
+    again = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="required", max_tokens=80)
+    assert len(again.tool_calls) == 1 and not again.tool_call_cut

@@ -598,7 +598,10 @@ class Generation:
         """With generate(logprobs=True): one StepLogprobs per generated token, else []."""
     # Set by Window.generate (tools, tool_choice, response_format):
     tool_calls: list[dict]
-    """The calls read from the answer: [{'id', 'type': 'function', 'function': {'name', 'arguments'}}]."""
+    """The calls read from the answer: [{'id', 'type': 'function', 'function': {'name', 'arguments'}}]. An answer
+    max_tokens ended inside a call gives that call last, as far as it was written (tool_call_cut)."""
+    tool_call_cut: bool
+    """The last of tool_calls was cut by max_tokens: its arguments are not valid JSON; do not run it."""
     content: str
     """The text that is not a call."""
     json: object
@@ -725,8 +728,10 @@ class WindowPolicy:
 
 Policy = WindowPolicy
 
-def parse_tool_calls(text: str, format: str = "hermes") -> dict:
-    """{'content', 'tool_calls': [{'id', 'type': 'function', 'function': {'name', 'arguments'}}], 'malformed'}."""
+def parse_tool_calls(text: str, format: str = "hermes", *, cut: bool = False) -> dict:
+    """{'content', 'tool_calls': [{'id', 'type': 'function', 'function': {'name', 'arguments'}}], 'malformed',
+    'cut'}. With cut=True (a text max_tokens ended), a call the text ends inside is the last of 'tool_calls' as
+    far as it was written (its arguments not valid JSON; 'cut' says so) rather than content."""
 def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, Tokens, dict]]]) -> list[Generation]:
     """Decodes several windows together (one forward per step), each as Window.generate would alone; a request
     is (window, query) or (window, query, {generate() keyword arguments})."""

@@ -195,10 +195,15 @@ void read_answer(const AnswerSpec& a, py::object& generation) {
   generation.attr("tool_calls") = py::list();
   generation.attr("content") = text;
   generation.attr("json") = py::none();
+  generation.attr("tool_call_cut") = false;
   if (a.read_calls) {
-    orbit::ToolCallParse r = orbit::parse_tool_calls(text, a.format);
+    const std::string stop = generation.attr("stop_reason").cast<std::string>();
+    const bool ran_out = stop == "max_tokens" || stop == "position_limit";
+    orbit::ToolCallParse r =
+        orbit::parse_tool_calls(text, a.format, ran_out ? orbit::CutToolCall::kCall : orbit::CutToolCall::kContent);
     generation.attr("tool_calls") = calls_list(r.calls);
     generation.attr("content") = r.content;
+    generation.attr("tool_call_cut") = r.cut;
   }
   if (a.read_json && py::len(generation.attr("tool_calls")) == 0) {  // a call is no JSON answer
     try {
@@ -224,20 +229,24 @@ void init_answer(py::module_& m) {
       "in: 'hermes', 'llama3' or 'mistral' (read off how it renders an assistant message holding a call).");
   m.def(
       "parse_tool_calls",
-      [](const std::string& text, const std::string& format) {
+      [](const std::string& text, const std::string& format, bool cut) {
         const orbit::ToolCallParse r =
-            orbit::parse_tool_calls(text, orbit::parse_tool_call_format(format, "parse_tool_calls: format"));
+            orbit::parse_tool_calls(text, orbit::parse_tool_call_format(format, "parse_tool_calls: format"),
+                                    cut ? orbit::CutToolCall::kCall : orbit::CutToolCall::kContent);
         py::dict out;
         out["content"] = r.content;
         out["tool_calls"] = calls_list(r.calls);
         out["malformed"] = r.malformed;
+        out["cut"] = r.cut;
         return out;
       },
-      py::arg("text"), py::arg("format") = "hermes",
+      py::arg("text"), py::arg("format") = "hermes", py::kw_only(), py::arg("cut") = false,
       "The tool calls in a model's text written in `format` ('hermes': <tool_call>{json}</tool_call>; 'llama3':\n"
       "the answer a JSON call; 'mistral': [TOOL_CALLS] [...]): {'content': the text that is not a call,\n"
       "'tool_calls': [{'id', 'type': 'function', 'function': {'name', 'arguments'}}], 'malformed': something\n"
-      "started like a call but was not one (left in content)}.");
+      "started like a call but was not one (left in content), 'cut': the last call is cut short}. With\n"
+      "cut=True (for a text max_tokens ended), a call the text ends inside is the last of 'tool_calls', as far\n"
+      "as it was written (its arguments not valid JSON), as OpenAI returns one; else it stays content.");
 }
 
 }  // namespace orbit_py

@@ -139,15 +139,17 @@ inline constexpr int64_t kEmbeddingRow = -1;
 // templates do, so a tool loop's history is in the prompt and the model's calls can be read back
 // (orbit/tool_calls.h, ToolCallFormat::kHermes): with `tools`, a first line "system: ..." that says how to
 // call one and lists each tool's schema as JSON between <tools> and </tools>; an assistant message's
-// tool_calls after its content, each as <tool_call>{"name": ..., "arguments": {...}}</tool_call>; a tool
-// result as "tool: content". A list without tools or tool calls renders as it always has.
+// tool_calls after its content, each as <tool_call>{"name": ..., "arguments": {...}}</tool_call> (arguments
+// that are not a JSON object, a call cut by max_tokens, as written); a tool result as "tool: content". A list without
+// tools or tool calls renders as it always has.
 inline constexpr const char* kPlainChatTemplate =
     "{{ bos_token }}{% if tools %}system: You may call these tools. To call one, answer with "
     "<tool_call>{\"name\": <the tool's name>, \"arguments\": <its arguments as a JSON object>}</tool_call>.\n"
     "<tools>{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n{% endif %}"
     "{% for message in messages %}{{ message.role }}: {{ message.content }}"
     "{% if message.tool_calls %}{% for call in message.tool_calls %}<tool_call>{\"name\": "
-    "{{ call.function.name | tojson }}, \"arguments\": {{ call.function.arguments | tojson }}}</tool_call>"
+    "{{ call.function.name | tojson }}, \"arguments\": {% if call.function.arguments is string %}"
+    "{{ call.function.arguments }}{% else %}{{ call.function.arguments | tojson }}{% endif %}}</tool_call>"
     "{% endfor %}{% endif %}{{ '\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}";
 

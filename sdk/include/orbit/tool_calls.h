@@ -17,8 +17,10 @@
 //
 // A call is read only when it is complete and well formed: a block cut by max_tokens, JSON that does not
 // parse, a name that is not a non-empty string, or arguments that are not a JSON object leave the text as
-// content (ToolCallParse::malformed says so). A call's arguments are the model's text less the whitespace
-// between tokens: numbers of any length and string escapes come back as written. Torch-free; thread-safe.
+// content (ToolCallParse::malformed says so). An answer that max_tokens ended inside a call can instead give
+// that call as far as it was written (CutToolCall::kCall), as OpenAI returns one. A call's arguments are the model's
+// text less the whitespace between tokens: numbers of any length and string escapes come back as written. Torch-free;
+// thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -43,10 +45,26 @@ struct ToolCallParse {
   std::string content;              // the text that is not a call (trimmed); "" when it is all calls
   std::vector<ChatToolCall> calls;  // in order; ids "call_" + 24 random letters and digits unless given
   bool malformed = false;           // something started like a call but was not one (left in content)
+  bool cut = false;                 // the last of `calls` is cut short (CutToolCall::kCall): not a whole call
+};
+
+// What parse_tool_calls makes of a text that ends inside a call, as an answer ended by max_tokens may.
+enum class CutToolCall {
+  kContent,  // the call stays content, flagged malformed: no call is read that was not finished
+  // The call is the last of ToolCallParse::calls, flagged `cut`: its name as far as it was written (a cut
+  // name is a prefix of the name meant), its arguments the JSON text written so far, less the whitespace
+  // between tokens (not valid JSON: "" before they begin, `{"city": "Par` within), an id; what OpenAI returns
+  // for a call cut by max_tokens. Only a call whose "name" had begun; before that the text stays content.
+  // A whole call whose closing mark was cut is an ordinary call.
+  kCall,
 };
 
 // The calls in `text` written in `format`.
-ToolCallParse parse_tool_calls(std::string_view text, ToolCallFormat format);
+//
+//   const bool ran_out = g.stop_reason == "max_tokens" || g.stop_reason == "position_limit";
+//   ToolCallParse r = parse_tool_calls(g.text, format, ran_out ? CutToolCall::kCall : CutToolCall::kContent);
+//   if (r.cut) { ... r.calls.back() was cut by max_tokens: ask again with more room, do not run it ... }
+ToolCallParse parse_tool_calls(std::string_view text, ToolCallFormat format, CutToolCall cut = CutToolCall::kContent);
 
 // How much of `text` can be streamed as content before the answer is over: the bytes before anything that
 // is, or may still become, the start of a call in `format` (the whole text when nothing is). A server that

@@ -4,16 +4,20 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "orbit/common/error.h"
+#include "text/json_spans.h"
+#include "text/tool_call_cut.h"
 
 namespace orbit {
 
 using nlohmann::json;
+using namespace json_spans;
 
 namespace {
 
@@ -21,121 +25,6 @@ constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralMark = "[TOOL_CALLS]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
-// JSON nesting accepted in a call's arguments (deeper is malformed, never a crash).
-constexpr int kMaxDepth = 64;
-
-std::string trim(std::string_view s) {
-  const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
-  return std::string(s);
-}
-
-// Where each character of a JSON text falls, read one at a time: between tokens, or a string's opening quote,
-// inside, or closing quote.
-class JsonScan {
- public:
-  enum class At { kOutside, kOpen, kInside, kClose };
-  At step(char c) {
-    if (!in_string_) {
-      in_string_ = c == '"';
-      return in_string_ ? At::kOpen : At::kOutside;
-    }
-    if (escaped_) {
-      escaped_ = false;
-    } else if (c == '\\') {
-      escaped_ = true;
-    } else if (c == '"') {
-      in_string_ = false;
-      return At::kClose;
-    }
-    return At::kInside;
-  }
-
- private:
-  bool in_string_ = false, escaped_ = false;
-};
-
-bool too_deep(std::string_view text) {
-  int depth = 0;
-  JsonScan scan;
-  for (char c : text) {
-    if (scan.step(c) != JsonScan::At::kOutside) continue;
-    if (c == '{' || c == '[') ++depth;
-    if (c == '}' || c == ']') --depth;
-    if (depth > kMaxDepth) return true;
-  }
-  return false;
-}
-
-// `text` as JSON, or null (discarded) when it is not JSON or nests too deeply.
-json parse_json(std::string_view text) {
-  if (too_deep(text)) return json(json::value_t::discarded);
-  return json::parse(text.begin(), text.end(), nullptr, false);
-}
-
-// JSON text that parse_json accepted, read as written: spans of its values, never converted, so that numbers
-// of any length (json holds at most 64-bit integers and doubles) and escapes stay as the model wrote them.
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-
-std::size_t skip_space(std::string_view t, std::size_t at) {
-  while (at < t.size() && is_space(t[at])) ++at;
-  return at;
-}
-
-// One past the end of the value (or object key) that starts at `at`.
-std::size_t value_end(std::string_view t, std::size_t at) {
-  int depth = 0;
-  JsonScan scan;
-  for (; at < t.size(); ++at) {
-    const char c = t[at];
-    const JsonScan::At where = scan.step(c);
-    if (where == JsonScan::At::kClose && depth == 0) return at + 1;
-    if (where != JsonScan::At::kOutside) continue;
-    if (c == '{' || c == '[') {
-      ++depth;
-    } else if (c == '}' || c == ']') {
-      if (--depth <= 0) return depth == 0 ? at + 1 : at;
-    } else if (depth == 0 && (c == ',' || is_space(c))) {
-      return at;
-    }
-  }
-  return at;
-}
-
-// The members of the object or the items of the array `t` as written: (the key with its quotes, "" for an
-// item; the value).
-std::vector<std::pair<std::string_view, std::string_view>> raw_children(std::string_view t) {
-  std::vector<std::pair<std::string_view, std::string_view>> out;
-  std::size_t at = skip_space(t, 0);
-  if (at >= t.size() || (t[at] != '{' && t[at] != '[')) return out;
-  const bool object = t[at] == '{';
-  at = skip_space(t, at + 1);
-  while (at < t.size() && t[at] != '}' && t[at] != ']') {
-    std::string_view key;
-    if (object) {
-      const std::size_t key_end = value_end(t, at);
-      key = t.substr(at, key_end - at);
-      at = skip_space(t, skip_space(t, key_end) + 1);  // past the ':'
-    }
-    const std::size_t end = value_end(t, at);
-    out.emplace_back(key, t.substr(at, end - at));
-    at = skip_space(t, end);
-    if (at < t.size() && t[at] == ',') at = skip_space(t, at + 1);
-  }
-  return out;
-}
-
-// `raw` without the whitespace between its tokens (as json::dump() writes), each token as written.
-std::string compact(std::string_view raw) {
-  std::string out;
-  JsonScan scan;
-  for (char c : raw) {
-    if (scan.step(c) == JsonScan::At::kOutside && is_space(c)) continue;
-    out += c;
-  }
-  return out;
-}
 
 // One call from {"name": ..., "arguments" | "parameters": {...}, "id"?} (`raw`: that object as written); false
 // when it is not one. The arguments are kept as written, less the whitespace between tokens.
@@ -161,7 +50,31 @@ bool call_from(const json& v, std::string_view raw, ChatToolCall* call) {
   return true;
 }
 
-ToolCallParse parse_hermes(std::string_view text) {
+// The length of the longest suffix of `text` that is a proper prefix of `marker`.
+std::size_t partial_marker(std::string_view text, std::string_view marker) {
+  for (std::size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
+    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+// The call `raw` (a call's JSON text that the answer ended in, maybe whole) as far as it was written; false
+// when it is not the start of one whose name had begun (nothing a client could act on: and in Llama 3's
+// format, which has no mark, a cut JSON answer must not pass for a call).
+bool cut_call_from(const std::string& raw, ChatToolCall* call, bool* cut) {
+  if (call_from(parse_json(raw), raw, call)) {
+    *cut = false;  // whole, only what came after it was cut
+    return true;
+  }
+  if (!raw.empty() && !cut_short(raw)) return false;
+  std::optional<tool_call_cut::CutCall> c = tool_call_cut::read(raw);
+  if (!c || !c->named) return false;
+  *call = std::move(c->call);
+  *cut = true;
+  return true;
+}
+
+ToolCallParse parse_hermes(std::string_view text, CutToolCall cut) {
   ToolCallParse r;
   std::string content;
   std::size_t at = 0;
@@ -171,6 +84,16 @@ ToolCallParse parse_hermes(std::string_view text) {
     const std::size_t body = open + kHermesOpen.size();
     const std::size_t close = text.find(kHermesClose, body);
     ChatToolCall call;
+    if (close == std::string_view::npos && cut == CutToolCall::kCall) {
+      std::string_view rest = text.substr(body);
+      rest.remove_suffix(partial_marker(rest, kHermesClose));
+      if (cut_call_from(trim(rest), &call, &r.cut)) {
+        content += text.substr(at, open - at);
+        r.calls.push_back(std::move(call));
+        at = text.size();
+        break;
+      }
+    }
     const std::string raw = close == std::string_view::npos ? "" : trim(text.substr(body, close - body));
     if (close == std::string_view::npos || !call_from(parse_json(raw), raw, &call)) {
       r.malformed = true;  // cut, or not a call: the rest stays content
@@ -185,7 +108,23 @@ ToolCallParse parse_hermes(std::string_view text) {
   return r;
 }
 
-ToolCallParse parse_llama3(std::string_view text) {
+// Llama 3's calls: one JSON object (whole, or cut short where `cut` reads cut calls), or several separated by
+// ";".
+std::vector<std::string> llama3_pieces(const std::string& json_text, CutToolCall cut) {
+  if (!parse_json(json_text).is_discarded()) return {json_text};
+  if (cut == CutToolCall::kCall && cut_short(json_text)) return {json_text};
+  std::vector<std::string> pieces;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= json_text.size(); ++i) {
+    if (i == json_text.size() || json_text[i] == ';') {
+      pieces.push_back(trim(std::string_view(json_text).substr(start, i - start)));
+      start = i + 1;
+    }
+  }
+  return pieces;
+}
+
+ToolCallParse parse_llama3(std::string_view text, CutToolCall cut) {
   ToolCallParse r;
   std::string body = trim(text);
   std::string_view rest(body);
@@ -195,25 +134,15 @@ ToolCallParse parse_llama3(std::string_view text) {
     r.content = body;
     return r;
   }
-  // One object, or several separated by ";".
-  std::vector<std::string> pieces;
-  json whole = parse_json(json_text);
-  if (!whole.is_discarded()) {
-    pieces.push_back(json_text);
-  } else {
-    std::size_t start = 0;
-    for (std::size_t i = 0; i <= json_text.size(); ++i) {
-      if (i == json_text.size() || json_text[i] == ';') {
-        pieces.push_back(trim(std::string_view(json_text).substr(start, i - start)));
-        start = i + 1;
-      }
-    }
-  }
+  std::vector<std::string> pieces = llama3_pieces(json_text, cut);
+  if (cut == CutToolCall::kCall && pieces.size() > 1 && pieces.back().empty()) pieces.pop_back();  // cut at "; "
   std::vector<ChatToolCall> calls;
-  for (const std::string& piece : pieces) {
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
     ChatToolCall call;
-    if (!call_from(parse_json(piece), piece, &call)) {
+    const bool last_cut = cut == CutToolCall::kCall && i + 1 == pieces.size();
+    if (last_cut ? !cut_call_from(pieces[i], &call, &r.cut) : !call_from(parse_json(pieces[i]), pieces[i], &call)) {
       r.malformed = true;
+      r.cut = false;
       r.content = body;
       return r;
     }
@@ -223,7 +152,24 @@ ToolCallParse parse_llama3(std::string_view text) {
   return r;
 }
 
-ToolCallParse parse_mistral(std::string_view text) {
+// Mistral's array of calls cut short after `[`: its whole items, then the one it ended in.
+bool mistral_cut(const std::string& raw, std::vector<ChatToolCall>* calls, bool* cut) {
+  if (raw.empty() || raw.front() != '[' || !cut_short(raw)) return false;
+  for (std::size_t at = skip_space(raw, 1); at < raw.size();) {
+    const std::size_t end = value_end(raw, at);
+    const std::string item = trim(std::string_view(raw).substr(at, end - at));
+    ChatToolCall call;
+    if (end < raw.size() ? !call_from(parse_json(item), item, &call) : !cut_call_from(item, &call, cut)) {
+      return false;
+    }
+    calls->push_back(std::move(call));
+    at = skip_space(raw, end);
+    if (at < raw.size() && raw[at] == ',') at = skip_space(raw, at + 1);
+  }
+  return !calls->empty();
+}
+
+ToolCallParse parse_mistral(std::string_view text, CutToolCall cut) {
   ToolCallParse r;
   const std::size_t mark = text.find(kMistralMark);
   if (mark == std::string_view::npos) {
@@ -240,22 +186,19 @@ ToolCallParse parse_mistral(std::string_view text) {
     ok = call_from(v[i], items[i].second, &call);
     calls.push_back(std::move(call));
   }
+  if (!ok && cut == CutToolCall::kCall) {
+    calls.clear();
+    ok = mistral_cut(raw, &calls, &r.cut);
+  }
   if (!ok) {
     r.malformed = true;
+    r.cut = false;
     r.content = trim(text);
     return r;
   }
   r.content = trim(text.substr(0, mark));
   r.calls = std::move(calls);
   return r;
-}
-
-// The length of the longest suffix of `text` that is a proper prefix of `marker`.
-std::size_t partial_marker(std::string_view text, std::string_view marker) {
-  for (std::size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
-  }
-  return 0;
 }
 
 std::size_t marker_free_prefix(std::string_view text, std::string_view marker) {
@@ -282,11 +225,11 @@ ToolCallFormat parse_tool_call_format(std::string_view name, std::string_view wh
   ORBIT_FAIL(what << ": '" << name << "' is not a tool call format (known: hermes, llama3, mistral)");
 }
 
-ToolCallParse parse_tool_calls(std::string_view text, ToolCallFormat format) {
+ToolCallParse parse_tool_calls(std::string_view text, ToolCallFormat format, CutToolCall cut) {
   switch (format) {
-    case ToolCallFormat::kHermes: return parse_hermes(text);
-    case ToolCallFormat::kLlama3: return parse_llama3(text);
-    case ToolCallFormat::kMistral: return parse_mistral(text);
+    case ToolCallFormat::kHermes: return parse_hermes(text, cut);
+    case ToolCallFormat::kLlama3: return parse_llama3(text, cut);
+    case ToolCallFormat::kMistral: return parse_mistral(text, cut);
   }
   return {};
 }

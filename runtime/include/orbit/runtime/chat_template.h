@@ -29,11 +29,13 @@
 namespace orbit::runtime {
 
 // One call in an assistant message: rendered to templates as
-// {"id": id, "type": "function", "function": {"name": name, "arguments": <arguments parsed as JSON>}}.
+// {"id": id, "type": "function", "function": {"name": name, "arguments": <arguments parsed as JSON>}}; where
+// `arguments` is not JSON (a call cut short by max_tokens, as OpenAI returns one), "arguments" is that text
+// as a string, which templates written for Hugging Face print as given or through tojson.
 struct ChatToolCall {
   std::string id;
   std::string name;
-  std::string arguments = "{}";  // a JSON object, as text
+  std::string arguments = "{}";  // a JSON object, as text (or any text: see above)
 };
 
 struct ChatMessage {

@@ -1,0 +1,82 @@
+// Reading a tool call cut short (tool_call_cut.h).
+#include "text/tool_call_cut.h"
+
+#include <string>
+
+#include "orbit/tool_calls.h"
+#include "text/json_spans.h"
+
+namespace orbit::tool_call_cut {
+
+using namespace json_spans;
+
+namespace {
+
+// The JSON string t[at, end) (its opening quote at `at`, its closing one there or cut off) as far as it is
+// whole: a half-written escape or UTF-8 sequence at the cut is left out.
+std::string string_so_far(std::string_view t, std::size_t at, std::size_t end) {
+  const std::string_view s = t.substr(at, end - at);
+  const nlohmann::json whole = parse_json(s);
+  if (whole.is_string()) return whole.get<std::string>();
+  for (std::size_t drop = 0; drop <= 6 && drop < s.size(); ++drop) {  // "\u00e" or 3 bytes of a 4-byte sequence
+    const nlohmann::json v = parse_json(std::string(s.substr(0, s.size() - drop)) + "\"");
+    if (v.is_string()) return v.get<std::string>();
+  }
+  return "";
+}
+
+// `s` less a UTF-8 sequence cut at its end (a token may end inside a character).
+std::string whole_characters(std::string s) {
+  std::size_t i = s.size(), continuation = 0;
+  while (i > 0 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80 && continuation < 3) --i, ++continuation;
+  if (i == 0) return s;
+  const unsigned char lead = static_cast<unsigned char>(s[i - 1]);
+  const std::size_t need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
+  if (lead >= 0xC0 && continuation < need) s.resize(i - 1);
+  return s;
+}
+
+// One member of the cut object: `key` and its value t[at, end).
+void take_member(const std::string& key, std::string_view t, std::size_t at, std::size_t end, CutCall* out,
+                 bool* from_arguments) {
+  const std::string_view value = t.substr(at, end - at);
+  const bool is_string = !value.empty() && value.front() == '"';
+  if (key == "name" && is_string) {
+    out->call.name = string_so_far(t, at, end);
+    out->named = !out->call.name.empty();
+  } else if (key == "id" && is_string && end < t.size()) {
+    out->call.id = string_so_far(t, at, end);
+  } else if (key == "arguments" || (key == "parameters" && !*from_arguments)) {
+    out->call.arguments = is_string ? string_so_far(t, at, end) : whole_characters(compact(value));
+    *from_arguments = key == "arguments";
+  }
+}
+
+}  // namespace
+
+std::optional<CutCall> read(std::string_view body) {
+  CutCall out;
+  out.call.arguments.clear();  // "" until they begin
+  std::size_t at = skip_space(body, 0);
+  if (at < body.size() && body[at] != '{') return std::nullopt;
+  bool from_arguments = false;
+  for (at = at + 1; at < body.size();) {
+    at = skip_space(body, at);
+    if (at < body.size() && body[at] == ',') at = skip_space(body, at + 1);
+    if (at >= body.size() || body[at] != '"') break;
+    const std::size_t key_end = value_end(body, at);
+    if (key_end >= body.size()) break;  // cut inside the key
+    const std::string key = string_so_far(body, at, key_end);
+    at = skip_space(body, key_end);
+    if (at >= body.size() || body[at] != ':') break;
+    at = skip_space(body, at + 1);
+    if (at >= body.size()) break;  // cut before the value
+    const std::size_t end = value_end(body, at);
+    take_member(key, body, at, end, &out, &from_arguments);
+    at = end;
+  }
+  if (out.call.id.empty()) out.call.id = new_tool_call_id();
+  return out;
+}
+
+}  // namespace orbit::tool_call_cut
