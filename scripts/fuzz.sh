@@ -19,7 +19,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 build="${ORBIT_FUZZ_BUILD:-$ORBIT_ROOT/build-fuzz}"
 seconds="${ORBIT_FUZZ_SECONDS:-20}"
 all_targets=(fuzz_safetensors fuzz_trace fuzz_hf_config fuzz_hf_tokenizer fuzz_redis_manifest fuzz_serve_request
-             fuzz_chat_template fuzz_http_request fuzz_json_schema)
+             fuzz_chat_template fuzz_http_request fuzz_json_schema fuzz_tool_calls)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 

@@ -55,14 +55,37 @@ json parse_json(std::string_view text) {
   return json::parse(text.begin(), text.end(), nullptr, false);
 }
 
+namespace {
+
+// Reads a JSON text for where the parser first failed, if it did (never throws: a number past double's range
+// is a failure here, not an exception).
+struct FailureAt : nlohmann::json_sax<json> {
+  std::size_t at = 0;  // 0: none; else the parser's position at the failure (1-based)
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+    at = e.id == 101 ? position : std::string::npos;  // 101: a syntax error; others (a number's range) never cut
+    return false;
+  }
+};
+
+}  // namespace
+
 bool cut_short(std::string_view text) {
   if (text.empty() || too_deep(text)) return false;
-  try {
-    const json whole = json::parse(text.begin(), text.end());
-    return whole.is_discarded();  // never: a whole document is not cut short
-  } catch (const json::parse_error& e) {
-    return e.byte == text.size() + 1;  // the parser wanted a byte past the end: everything before it was JSON
-  }
+  FailureAt failure;
+  json::sax_parse(text.begin(), text.end(), &failure);
+  return failure.at == text.size() + 1;  // the parser wanted a byte past the end: everything before it was JSON
 }
 
 std::size_t value_end(std::string_view t, std::size_t at) {
@@ -95,7 +118,9 @@ std::vector<std::pair<std::string_view, std::string_view>> raw_children(std::str
     if (object) {
       const std::size_t key_end = value_end(t, at);
       key = t.substr(at, key_end - at);
-      at = skip_space(t, skip_space(t, key_end) + 1);  // past the ':'
+      at = skip_space(t, key_end) + 1;  // past the ':'
+      if (at >= t.size()) break;        // not a complete object: no more members
+      at = skip_space(t, at);
     }
     const std::size_t end = value_end(t, at);
     out.emplace_back(key, t.substr(at, end - at));

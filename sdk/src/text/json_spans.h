@@ -44,7 +44,7 @@ bool cut_short(std::string_view text);
 std::size_t value_end(std::string_view t, std::size_t at);
 
 // The members of the complete object or the items of the complete array `t` as written: (the key with its
-// quotes, "" for an item; the value).
+// quotes, "" for an item; the value). Any other text gives some list, never a read past its end.
 std::vector<std::pair<std::string_view, std::string_view>> raw_children(std::string_view t);
 
 // `raw` without the whitespace between its tokens (as json::dump() writes), each token as written.

@@ -178,7 +178,7 @@ ToolCallParse parse_mistral(std::string_view text, CutToolCall cut) {
   }
   const std::string raw = trim(text.substr(mark + kMistralMark.size()));
   const json v = parse_json(raw);
-  const auto items = raw_children(raw);
+  const auto items = v.is_array() ? raw_children(raw) : decltype(raw_children(raw)){};
   std::vector<ChatToolCall> calls;
   bool ok = v.is_array() && !v.empty() && items.size() == v.size();
   for (std::size_t i = 0; ok && i < v.size(); ++i) {

@@ -1,0 +1,68 @@
+// libFuzzer target for reading tool calls out of a model's text (parse_tool_calls, orbit/tool_calls.h): what
+// `orbit serve` and Python's generate run on every answer that may hold calls. The first byte picks the
+// format; the rest is the answer. Parsing never throws. Read whole (CutToolCall::kContent), every call has a
+// name and arguments that are a JSON object; read as cut (kCall), so does every call but a cut last one,
+// whose name is not empty, and a text that is no cut call reads the same both ways. Names and arguments of
+// valid UTF-8 text are valid UTF-8 (the server writes them into JSON).
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "orbit/tool_calls.h"
+
+namespace {
+
+bool valid_utf8(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
+bool whole(const orbit::ChatToolCall& c) {
+  if (c.name.empty()) return false;
+  const nlohmann::json args = nlohmann::json::parse(c.arguments, nullptr, false);
+  return args.is_object();
+}
+
+void check(const orbit::ToolCallParse& r, bool utf8) {
+  for (std::size_t i = 0; i < r.calls.size(); ++i) {
+    const bool last_cut = r.cut && i + 1 == r.calls.size();
+    if (last_cut ? r.calls[i].name.empty() : !whole(r.calls[i])) std::abort();
+    if (utf8 && (!valid_utf8(r.calls[i].name) || !valid_utf8(r.calls[i].arguments))) std::abort();
+  }
+  if (r.cut && r.calls.empty()) std::abort();
+  if (r.cut && r.malformed) std::abort();
+}
+
+bool same(const orbit::ToolCallParse& a, const orbit::ToolCallParse& b) {
+  if (a.content != b.content || a.calls.size() != b.calls.size() || a.malformed != b.malformed) return false;
+  for (std::size_t i = 0; i < a.calls.size(); ++i) {
+    if (a.calls[i].name != b.calls[i].name || a.calls[i].arguments != b.calls[i].arguments) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const orbit::ToolCallFormat formats[] = {orbit::ToolCallFormat::kHermes, orbit::ToolCallFormat::kLlama3,
+                                           orbit::ToolCallFormat::kMistral};
+  const orbit::ToolCallFormat format = formats[data[0] % 3];
+  const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const bool utf8 = valid_utf8(text);
+  const orbit::ToolCallParse plain = orbit::parse_tool_calls(text, format);
+  const orbit::ToolCallParse cut = orbit::parse_tool_calls(text, format, orbit::CutToolCall::kCall);
+  check(plain, utf8);
+  check(cut, utf8);
+  if (plain.cut) std::abort();
+  // Where nothing was left as content for being unfinished, reading cut calls changes nothing.
+  if (!plain.malformed && !same(plain, cut)) std::abort();
+  (void)orbit::tool_call_free_prefix(text, format);
+  return 0;
+}
