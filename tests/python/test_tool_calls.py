@@ -101,6 +101,11 @@ def test_parse_and_refusals(orbit, engine):
         window.generate([1], tool_choice="required")
     with pytest.raises(orbit.OrbitError, match="not a tool call format"):
         orbit.parse_tool_calls("x", "qwen")
+    # Arguments that would say nothing without tools are refused, not ignored.
+    with pytest.raises(orbit.OrbitError, match="tool_call_format = llama3 needs tools"):
+        window.generate([1], tool_call_format="llama3")
+    with pytest.raises(orbit.OrbitError, match="tools = '' is not a JSON array"):
+        window.generate([1], tools="")
 
 
 def test_auto_leaves_text_that_starts_no_call_as_it_was(engine):

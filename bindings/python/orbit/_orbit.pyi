@@ -974,7 +974,9 @@ class Window:
         call, a response_format) that the model's vocabulary cannot spell raises OrbitError naming the byte
         before anything runs (orbit::unwritable); under tool_choice "auto" such tools leave the answer free.
         What the answer is decoded under is compiled once per engine and arguments and kept (the last 32), so a
-        loop that sends the same tools every step pays for it, and for its token masks, once."""
+        loop that sends the same tools every step pays for it, and for its token masks, once. tool_call_format
+        ('hermes', 'llama3', 'mistral'; default: the chat template's) needs tools. An answer max_tokens ends
+        inside a call gives that call last in tool_calls as far as it was written (Generation.tool_call_cut)."""
     def generate_n(self, query: Tokens, n: int, **kwargs) -> list[Generation]:
         """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i
         sampled with seed + i); takes generate()'s keyword arguments."""

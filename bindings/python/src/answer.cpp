@@ -127,6 +127,10 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
                       const py::object& response_format, const py::object& tool_call_format) {
   AnswerSpec a;
   if (!tools.is_none()) a.tools_json = py::isinstance<py::str>(tools) ? tools.cast<std::string>() : dumps(tools);
+  ORBIT_CHECK(tools.is_none() || !a.tools_json.empty(), "generate: tools = '' is not a JSON array (None: no tools)");
+  ORBIT_CHECK(tool_call_format.is_none() || !a.tools_json.empty(),
+              "generate: tool_call_format = " << py::str(tool_call_format).cast<std::string>()
+                                              << " needs tools (it says how the answer's calls are read)");
   a.format = tool_call_format.is_none()
                  ? w.engine->tool_call_format()
                  : orbit::parse_tool_call_format(tool_call_format.cast<std::string>(), "generate: tool_call_format");
