@@ -15,27 +15,28 @@ MemoryTier::MemoryTier(int64_t budget_bytes, bool pinned) : budget_(budget_bytes
 Status MemoryTier::insert(const std::string& key, const ValuePtr& value) {
   ORBIT_CHECK(value != nullptr, "host tier: null value for key " << key);
   remove(key);
-  used_ += value->bytes();
-  values_[key] = pinned_ ? pinned_copy(*host_copy(value)) : host_copy(value);
+  const int64_t bytes = value->bytes();
+  used_ += bytes;
+  values_[key] = Held{pinned_ ? pinned_copy(*host_copy(value)) : host_copy(value), bytes};
   return Status::ok();
 }
 
 Result<ValuePtr> MemoryTier::read(const std::string& key) {
   auto it = values_.find(key);
   if (it == values_.end()) return Status::not_found("host tier: no entry " + key);
-  return it->second;
+  return it->second.value;
 }
 
 void MemoryTier::remove(const std::string& key) {
   auto it = values_.find(key);
   if (it == values_.end()) return;
-  used_ -= it->second->bytes();
+  used_ -= it->second.bytes;
   values_.erase(it);
 }
 
 int64_t MemoryTier::charged(const std::string& key) const {
   auto it = values_.find(key);
-  return it == values_.end() ? 0 : it->second->bytes();
+  return it == values_.end() ? 0 : it->second.bytes;
 }
 
 }  // namespace orbit::store

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <list>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include "orbit/common/error.h"
@@ -493,4 +494,64 @@ TEST_CASE("embedding cache: embeddings and grid round-trip under their own key",
   // Another kind of value under the embedding key is a broken contract, not a miss.
   REQUIRE(store.put(embedding_key(k), test::store_test_value(1), PutOptions{StoreTier::kHost, false, true}).is_ok());
   CHECK_THROWS_WITH(cache.get(k), Contains("is a canonical"));
+}
+
+TEST_CASE("the eviction queue takes candidates in the order a full sort gives", "[store][cpu]") {
+  std::mt19937 rng(7);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 300; ++i) keys.push_back("k" + std::to_string(rng() % 1000));  // repeats: ties by key too
+  for (const char* name : {"lru", "cost-aware"}) {
+    const auto policy = orbit::store::make_eviction_policy(name);
+    std::vector<orbit::store::EvictionCandidate> c(keys.size());
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      c[i].key = keys[i];
+      c[i].bytes = 1 + static_cast<int64_t>(rng() % 4);
+      c[i].last_access = rng() % 20;  // few values: many ties in score and in last_access
+      c[i].hits = static_cast<int64_t>(rng() % 3);
+      c[i].recompute_cost = static_cast<double>(rng() % 3);
+    }
+    std::vector<std::size_t> sorted(c.size());
+    std::iota(sorted.begin(), sorted.end(), std::size_t{0});
+    std::stable_sort(sorted.begin(), sorted.end(), [&](std::size_t a, std::size_t b) {
+      const double sa = policy->keep_score(c[a]), sb = policy->keep_score(c[b]);
+      if (sa != sb) return sa < sb;
+      if (c[a].last_access != c[b].last_access) return c[a].last_access < c[b].last_access;
+      return c[a].key < c[b].key;
+    });
+    const std::vector<std::size_t> order = orbit::store::eviction_order(*policy, c);
+    REQUIRE(order.size() == c.size());
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const auto& x = c[order[i]];
+      const auto& y = c[sorted[i]];  // equal candidates (same key, score and access) may come in either order
+      CHECK(policy->keep_score(x) == policy->keep_score(y));
+      CHECK(x.last_access == y.last_access);
+      CHECK(x.key == y.key);
+    }
+    orbit::store::EvictionQueue queue(*policy, c);
+    CHECK(queue.take() == order[0]);
+  }
+}
+
+TEST_CASE("a full host tier of many entries frees a margin beyond a put's need, oldest first", "[store][cpu]") {
+  const int64_t n = 2048, floats = 100;  // 2048 entries of 400 bytes: past the 1024 where relief is exact
+  ChunkStoreOptions o;
+  o.model_fingerprint = test::kStoreTestFingerprint;
+  o.host_budget_bytes = n * floats * 4;
+  ChunkStore store(o);
+  for (int64_t i = 0; i < n; ++i) REQUIRE(store.put(key(i), blob_of(i, floats)).is_ok());
+  REQUIRE(store.stats().tiers[1].entries == n);
+  REQUIRE(store.get(key(0)).is_ok());  // the oldest becomes the most recent
+  REQUIRE(store.put(key(n), blob_of(n, floats)).is_ok());
+  // One entry's room and 1/64 of the budget (32 entries): the 33 least recently used, keys 1..33.
+  const StoreStats s = store.stats();
+  CHECK(s.tiers[1].entries == n - 33 + 1);
+  CHECK(s.tiers[1].bytes <= o.host_budget_bytes - o.host_budget_bytes / 64);
+  CHECK(store.contains(key(0)));
+  for (int64_t i = 1; i <= 33; ++i) CHECK_FALSE(store.contains(key(i)));
+  for (int64_t i = 34; i <= n; ++i) REQUIRE(store.contains(key(i)));
+  // The puts that follow find room without evicting, until the margin is used.
+  for (int64_t i = n + 1; i < n + 33; ++i) REQUIRE(store.put(key(i), blob_of(i, floats)).is_ok());
+  CHECK(store.stats().tiers[1].entries == n);
+  CHECK(store.stats().tiers[1].evictions == 33);
+  store.verify_integrity();
 }

@@ -9,6 +9,10 @@
 //
 //   budget pressure:  device ──demote──► host ──demote──► disk ──evict──► gone (recomputable)
 //
+// A full memory tier of 1024 entries or more relieved for a put frees 1/64 of its budget beyond the put's
+// need (as far as evictable entries allow), so that choosing what to evict, a pass over every entry, comes
+// once per many puts rather than at each; below that, and on disk, it frees exactly what the put needs.
+//
 // Keys are orbit/store.h keys (64 hex). A key names one immutable value: a put of a key that is
 // already stored is a no-op (unless PutOptions::replace), and readers see either nothing or the whole
 // committed value, never a mix (values are shared immutably; disk rows commit after their blob).
@@ -170,8 +174,10 @@ class ChunkStore {
   RowAttrs row_attrs(const Meta& meta) const;
   bool resident_anywhere(const std::string& key) const;
   void forget_if_gone(const std::string& key);
-  // Frees `need` bytes in `t` by demoting evictable entries other than `exclude`, in policy order.
+  // Frees `need` bytes in `t` by demoting evictable entries other than `exclude`, in policy order (and, in a
+  // memory tier of many entries, relief_margin's bytes more where entries allow).
   Status make_room(Tier& t, int64_t need, const std::string& exclude);
+  int64_t relief_margin(const Tier& t) const;
   void evict(Tier& t, const std::string& key);
   // Places a value leaving `from` (or new) in the highest memory tier strictly below `from` that admits
   // it, else on disk. false when it found no place (the value is lost to the store).

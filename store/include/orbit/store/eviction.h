@@ -7,12 +7,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace orbit::store {
 
 struct EvictionCandidate {
-  std::string key;
+  std::string_view key;       // the entry's key (a view: valid while the caller keeps the key alive)
   int64_t bytes = 0;          // charged in the tier being relieved
   uint64_t last_access = 0;   // the store's logical clock at the last put or get (larger = more recent)
   int64_t hits = 0;           // gets served since the entry was written
@@ -47,7 +48,25 @@ class CostAwarePolicy final : public EvictionPolicy {
 // "lru" or "cost-aware"; throws orbit::Error listing both on another name.
 std::shared_ptr<const EvictionPolicy> make_eviction_policy(const std::string& name);
 
-// Indices into `candidates`, first to evict first.
+// The candidates in eviction order (the lowest keep_score first; ties by last_access, older first, then by
+// key), taken one at a time: O(n) to score them, then O(log n) per take, so relieving a full tier of one
+// entry costs no sort of everything it holds. Holds a pointer to `candidates`, which must outlive it.
+class EvictionQueue {
+ public:
+  EvictionQueue(const EvictionPolicy& policy, const std::vector<EvictionCandidate>& candidates);
+  bool empty() const { return heap_.empty(); }
+  // The index into `candidates` of the next one to evict. Precondition: !empty().
+  std::size_t take();
+
+ private:
+  bool evicted_after(std::size_t a, std::size_t b) const;  // a comes after b in eviction order
+
+  const std::vector<EvictionCandidate>* candidates_;
+  std::vector<double> scores_;
+  std::vector<std::size_t> heap_;
+};
+
+// Indices into `candidates`, first to evict first (the whole EvictionQueue order).
 std::vector<std::size_t> eviction_order(const EvictionPolicy& policy, const std::vector<EvictionCandidate>& candidates);
 
 }  // namespace orbit::store

@@ -32,7 +32,12 @@ class MemoryTier final : public Tier {
   int64_t budget_;
   bool pinned_ = false;
   int64_t used_ = 0;
-  std::unordered_map<std::string, ValuePtr> values_;
+  // Each value with its charge, summed once: eviction reads the charge of every entry a full tier holds.
+  struct Held {
+    ValuePtr value;
+    int64_t bytes = 0;
+  };
+  std::unordered_map<std::string, Held> values_;
 };
 
 }  // namespace orbit::store
