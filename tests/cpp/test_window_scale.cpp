@@ -6,6 +6,7 @@
 // 100× as much. Allocation counts are deterministic for a given sequence of operations.
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <new>
@@ -206,4 +207,33 @@ TEST_CASE("over budget, a plan enumerates the alternatives of the survivors whos
   // Enumerating every survivor's actions allocates about 4× the plan without them (23,250 against 5,654
   // when measured); reaching the blind instance's context once costs about half as much again (8,501).
   CHECK(static_cast<double>(budgeted_allocations) < 2.5 * static_cast<double>(loose_allocations));
+}
+
+TEST_CASE("a window remembers its most recent evictions, not every chunk it ever evicted", "[window][model]") {
+  test::TempDir dir;
+  const std::shared_ptr<Engine> engine = open_engine(long_model(dir));
+  WindowOptions wo;
+  wo.policy = parse_policy("blind");
+  Window w = engine->new_window(wo);
+  // A long-lived window that sees ever new content: 1,500 chunks, each admitted, then evicted.
+  std::vector<ChunkRef> chunks;
+  for (int64_t i = 0; i < 1500; ++i) {
+    chunks.push_back(engine->add_tokens(chunk_tokens(i)));
+    w.admit(chunks.back());
+    w.evict(w.instances().back().id);
+  }
+  const int64_t remembered = w.stats().evicted;
+  CHECK(remembered <= 1024);
+  CHECK(remembered >= 1024 * 7 / 8);
+  const std::vector<ChunkRef> evicted = w.evicted();
+  const auto has = [&](const ChunkRef& c) {
+    return std::any_of(evicted.begin(), evicted.end(), [&](const ChunkRef& e) { return e.key == c.key; });
+  };
+  CHECK(has(chunks.back()));    // the latest is recallable
+  CHECK_FALSE(has(chunks[0]));  // the first was forgotten: coming back, it is admitted as new
+  w.admit(chunks[0]);
+  CHECK(w.instances().back().chunk.key == chunks[0].key);
+  // The most recent is recalled as the instance it was.
+  w.recall(chunks.back());
+  CHECK(w.instances().back().chunk.key == chunks.back().key);
 }

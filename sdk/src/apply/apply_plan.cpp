@@ -252,6 +252,27 @@ Status apply_steps(const WindowState& state, const Plan& plan, const EntryIndex&
   return Status::ok();
 }
 
+// The most recently evicted chunks a window remembers for recall. Each record holds its chunk registered, and
+// a long-lived window that sees ever new content (a server's window synced with one conversation after
+// another) would otherwise remember every chunk it ever evicted: records, registered chunks and the sync's
+// pass over them growing without bound. A chunk forgotten here is admitted again as new when it comes back
+// (its KV found in the store by its key), instead of recalled as the instance it was.
+constexpr std::size_t kEvictedRemembered = 1024;
+
+// Past kEvictedRemembered, forgets the oldest evictions down to 7/8 of it (so the trim comes once per many).
+void forget_oldest_evictions(WindowState& state) {
+  if (state.evicted.size() <= kEvictedRemembered) return;
+  std::vector<uint64_t> when;
+  when.reserve(state.evicted.size());
+  for (const auto& [key, ev] : state.evicted) when.push_back(ev.when);
+  const std::size_t keep = kEvictedRemembered * 7 / 8;
+  std::nth_element(when.begin(), when.end() - static_cast<std::ptrdiff_t>(keep), when.end());
+  const uint64_t oldest_kept = *(when.end() - static_cast<std::ptrdiff_t>(keep));
+  for (auto it = state.evicted.begin(); it != state.evicted.end();) {
+    it = it->second.when < oldest_kept ? state.evicted.erase(it) : std::next(it);
+  }
+}
+
 // Commit, graph: the evicted instances leave it (chunks are remembered in the evicted set).
 void commit_evictions(WindowState& state, const EntryIndex& index, const Built& built, ApplyReport& report) {
   for (InstanceId id : built.evicted) {
@@ -260,6 +281,7 @@ void commit_evictions(WindowState& state, const EntryIndex& index, const Built& 
     if (!old.is_turn) state.evicted[old.key] = EvictedInstance{id, static_cast<uint64_t>(state.operations), old.chunk};
     report.removed.push_back(id);
   }
+  forget_oldest_evictions(state);
 }
 
 // Commit, graph: the new instances join it; a recalled chunk takes back its evicted node.
