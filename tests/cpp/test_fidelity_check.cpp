@@ -167,7 +167,7 @@ TEST_CASE("self-check is opt-in: without :check an idle heal measures nothing an
   const Scenario sc = make_scenario(*engine, 4);
   Window w = window_with(*engine, "patch:16:heal=0:noreuse:eager");
   CHECK_FALSE(w.policy().self_check);
-  CHECK(parse_policy("patch:16:check").self_check);
+  CHECK(parse_policy("patch:16:heal:check").self_check);
   CHECK(parse_policy(parse_policy("patch:16:kl=0.003:heal:check").name()).self_check);
   CHECK_FALSE(parse_policy("default").self_check);
   fill(*engine, w, sc);

@@ -68,3 +68,49 @@ def test_window_policy_property(orbit, stories260k_path):
         assert w.policy.name == "reprefill"
         w.policy = orbit.Policy("blind")
         assert w.policy.on_miss == orbit.MissAction.blind
+
+
+@pytest.mark.parametrize("spec, options, field", [
+    ("blind", {"first_k": 5}, "first_k = 5"),
+    ("blind", {"recompute_ratio": 0.5}, "recompute_ratio = 0.5"),
+    ("patch:16", {"first_k": 5}, "first_k = 5"),
+    ("patch:16", {"deep_energy": 0.5}, "deep_energy = 0.5"),
+    ("reprefill", {"stale": "accept"}, "stale = accept"),
+    ("patch:16", {"max_divergence": 0.5}, "max_divergence = 0.5"),
+    ("patch:16", {"heal_min_kl": 0.1}, "heal_min_kl = 0.1"),
+    (None, {"heal_when_idle": False, "heal_min_kl": 0.1}, "heal_min_kl = 0.1"),
+    (None, {"heal_when_idle": False, "self_check": True}, "self_check = true"),
+    ("patch:16:noreuse", {"prepare_lists": 2}, "prepare_lists = 2"),
+])
+def test_policy_fields_the_strategy_never_reads_are_refused(orbit, spec, options, field):
+    p = orbit.Policy(spec)
+    with pytest.raises(ValueError, match=rf"WindowPolicy: {field} has no effect with strategy '.*' \(it applies to"):
+        orbit.Policy(spec, **options)
+    with pytest.raises(ValueError, match=field):
+        p.replace(**options)
+
+
+def test_policy_fields_are_checked_on_the_whole_policy(orbit, stories260k_path):
+    # Where the strategy reads a field, or the field keeps its default, it is accepted.
+    assert orbit.Policy(first_k=5).first_k == 5  # the default policy's budget weighs first-k recomputes
+    assert orbit.Policy("firstk:8", first_k=4).name == "firstk:4"
+    assert orbit.Policy("patch:16:deep", deep_energy=0.5).deep_energy == 0.5
+    assert orbit.Policy("blind", first_k=16, rank=4).on_miss == orbit.MissAction.blind
+    assert orbit.Policy(reuse_computed=False).prepare_lists == 3
+    # replace() checks the policy it builds, not each step: switching strategy and its field together works
+    firstk = orbit.Policy("blind").replace(first_k=4, on_miss="first_k")
+    assert firstk.name == "firstk:4"
+    with pytest.raises(ValueError, match="first_k = 4 has no effect with strategy 'blind'"):
+        firstk.replace(on_miss="blind")
+    with pytest.raises(orbit.OrbitError, match="':check' has no effect without ':heal'"):
+        orbit.Policy("patch:16:check")
+    # A field assigned on its own is checked when a window takes the policy.
+    p = orbit.Policy("blind")
+    p.first_k = 5
+    with orbit.Engine(stories260k_path, pool_bytes=8 << 20, page_size=4) as engine:
+        with pytest.raises(orbit.OrbitError, match="first_k = 5 has no effect with strategy 'blind'"):
+            engine.new_window(policy=p)
+        w = engine.new_window()
+        with pytest.raises(orbit.OrbitError, match="first_k = 5 has no effect"):
+            w.policy = p
+        assert w.policy == orbit.Policy()

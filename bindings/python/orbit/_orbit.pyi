@@ -662,7 +662,13 @@ class InstanceKV:
     def pages(self) -> numpy.typing.NDArray[numpy.int32]: ...
 
 class WindowPolicy:
-    """What a window does on a patch miss, with survivors and with stale patches."""
+    """What a window does on a patch miss, with survivors and with stale patches.
+
+    Policy() and replace() raise ValueError for a field set to a value other than its default that the
+    policy never reads (first_k without on_miss='first_k' or a kl_budget, recompute_ratio without
+    'token_recompute' or a kl_budget, deep_energy without deep_only, stale='accept' without reuse_stored,
+    max_divergence without stale='accept', heal_min_kl or self_check without heal_when_idle, prepare_lists
+    without reuse_computed); a window given the policy (new_window, Window.policy) checks it the same way."""
     def __init__(
         self,
         spec: Union[str, "WindowPolicy", None] = None,

@@ -154,6 +154,17 @@ void apply_kwargs(WindowPolicy& p, const py::kwargs& kwargs) {
   }
 }
 
+// The policy as built, refused (ValueError) when it sets a field its strategy never reads. Checked on the
+// whole: Policy() and replace() set their options one at a time, in any order.
+WindowPolicy validated(const WindowPolicy& p) {
+  try {
+    orbit::validate_policy(p);
+  } catch (const orbit::Error& e) {
+    throw py::value_error(e.what());
+  }
+  return p;
+}
+
 WindowPolicy make_policy(const py::object& spec, const py::kwargs& kwargs) {
   WindowPolicy p;
   if (!spec.is_none()) {
@@ -166,7 +177,7 @@ WindowPolicy make_policy(const py::object& spec, const py::kwargs& kwargs) {
     }
   }
   apply_kwargs(p, kwargs);
-  return p;
+  return validated(p);
 }
 
 std::string rank_str(int64_t r) { return r == -1 ? "'full'" : std::to_string(r); }
@@ -194,7 +205,11 @@ void init_policy(py::module_& m) {
         "'prefix', 'blind', 'cacheblend:R', 'firstk:K', 'default'; None: the default policy), then the keyword options "
         "(any field\n"
         "below, plus rank= for rank_k and rank_v together). Raises OrbitError for an invalid spec (listing the\n"
-        "valid forms), TypeError for an unknown option or wrong type, ValueError for an out-of-range value.");
+        "valid forms), TypeError for an unknown option or wrong type, ValueError for an out-of-range value or\n"
+        "for a field set to a value other than its default that the policy never reads (first_k without\n"
+        "on_miss='first_k' or a kl_budget, deep_energy without deep_only, heal_min_kl without heal_when_idle,\n"
+        "...: orbit/policy.h, validate_policy). Assigning a field checks only its range; a window given the\n"
+        "policy (new_window, Window.policy) checks the whole.");
   field(c, "on_miss", &WindowPolicy::on_miss, "MissAction (or its name as a string when set).");
   field(c, "survivors", &WindowPolicy::survivors, "SurvivorAction for instances whose context changed.");
   field(c, "stale", &WindowPolicy::stale,
@@ -258,9 +273,9 @@ void init_policy(py::module_& m) {
       [](const WindowPolicy& p, const py::kwargs& kwargs) {
         WindowPolicy q = p;
         apply_kwargs(q, kwargs);
-        return q;
+        return validated(q);
       },
-      "A copy with the given fields changed: policy.replace(survivors='recondition').");
+      "A copy with the given fields changed: policy.replace(survivors='recondition'). ValueError as Policy().");
   c.def("__copy__", [](const WindowPolicy& p) { return p; });
   c.def(
       "__deepcopy__", [](const WindowPolicy& p, py::dict) { return p; }, py::arg("memo"));

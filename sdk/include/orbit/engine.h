@@ -272,6 +272,8 @@ class Engine {
   // Encodes the canonical now (one forward of the chunk alone) if the store does not hold it.
   void precompute(const ChunkRef& chunk);
 
+  // Throws orbit::Error for a negative max_bytes, or a policy with a field its strategy never reads
+  // (validate_policy).
   Window new_window(const WindowOptions& options = {});
 
   // Times forwards (several lengths and contexts), key relocation, patch forming and applying and tier

@@ -42,8 +42,8 @@
 // instances counts toward their predicted loss (WindowPolicy::read_through).
 // `:attend=F` (patch presets; 1 in `default`): under a budget, a kept instance weighs at least F
 // times the share of the last query's attention it received (WindowPolicy::attention_weight).
-// `:check` (patch presets; off in `default`): idle-time heals measure the loss the window carried and the
-// engine scales its fidelity model by what they find (WindowPolicy::self_check).
+// `:check` (patch presets; off in `default`; needs `:heal`): idle-time heals measure the loss the window
+// carried and the engine scales its fidelity model by what they find (WindowPolicy::self_check).
 // Modifiers appended to patch presets: `:deep` (patch only layers ≥ ℓ₀ chosen from the deficit's energy),
 // `:noreuse` (patch presets): turn exact reuse off (WindowPolicy::reuse_computed; for ablations),
 // `:stale=D` (accept a patch formed under another context when its divergence is ≤ D instead of forming;
@@ -192,12 +192,35 @@ struct WindowPolicy {
   double recompute_ratio = 0.15;  // kTokenRecompute
   int64_t first_k = 16;           // kFirstK
 
-  // The preset in canonical spec form ("patch:16", "reprefill", ...), for reports.
+  // The preset in canonical spec form ("patch:16", "reprefill", ...), for reports. `:lists=N` is left out
+  // without reuse_computed, where it has no effect (and parse_policy refuses it).
   std::string name() const;
 };
 
+// Refuses a policy with a field that its strategy never reads: a field left at its default (a
+// default-constructed WindowPolicy's value) is always accepted; one set to another value must apply.
+// Throws orbit::Error naming the field, its value and the policy (name()), and what it applies to:
+//   first_k          on_miss kFirstK (firstk:K), or any policy with a kl_budget (the budget's first-k action)
+//   recompute_ratio  on_miss kTokenRecompute (cacheblend:R), or any policy with a kl_budget (CacheBlend)
+//   deep_energy      deep_only
+//   stale = kAccept  reuse_stored without store_conditioned (stored patches are looked up)
+//   max_divergence   stale = kAccept
+//   heal_min_kl      heal_when_idle
+//   self_check       heal_when_idle (the check rides on the idle-time heal)
+//   prepare_lists    reuse_computed (a prepared list is read back by exact reuse)
+//   cost_aware       no kl_budget, and a miss that forms (kForm) or stored patches looked up
+//   expected_reuse   cost_aware
+// Every other field is read under every strategy: rank_k, rank_v and deep_only shape the patches a
+// window forms, and every window forms some (Window::prepare_recalls and prepare_moves under any policy,
+// heal() under any but prefix and throughput, which prefill); read_through and attention_weight weigh the
+// predicted KL of every plan (InstanceInfo::predicted_kl, what heal_min_kl compares); use_orbit_patches
+// is read by place() under any policy. parse_policy, Python's Policy() and replace(),
+// Engine::new_window and Window::set_policy call it.
+void validate_policy(const WindowPolicy& policy);
+
 // Parses a preset spec (see the list at the top). Throws orbit::Error quoting the spec and listing the
-// valid forms.
+// valid forms; a modifier the preset does not read (`:check` without `:heal`, `:lists=N` with `:noreuse`) is
+// refused too (validate_policy).
 WindowPolicy parse_policy(const std::string& spec);
 std::string policy_spec_help();
 

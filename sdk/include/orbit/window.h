@@ -298,7 +298,8 @@ class Window {
   uint64_t id() const;
   const WindowOptions& options() const;
   const WindowPolicy& policy() const;
-  // Later operations follow `policy`. Bumps version(): plans made before are stale (apply throws).
+  // Later operations follow `policy`. Bumps version(): plans made before are stale (apply throws). Throws
+  // orbit::Error for a policy with a field its strategy never reads (validate_policy).
   void set_policy(const WindowPolicy& policy);
 
   // ---- state ----

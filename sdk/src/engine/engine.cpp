@@ -60,6 +60,7 @@ Window Engine::new_window(const WindowOptions& options) {
   const detail::OpHold hold(*core_);
   ORBIT_CHECK(options.max_bytes >= 0,
               "WindowOptions::max_bytes = " << options.max_bytes << " must be >= 0 (0 = no limit)");
+  validate_policy(options.policy);
   auto state = std::make_unique<detail::WindowState>();
   state->core = core_;
   state->id = core_->next_window_id();

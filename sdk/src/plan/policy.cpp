@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -73,7 +74,8 @@ std::string policy_spec_help() {
          "                                      again at the end, the N newest of its kind moved to the end of\n"
          "                                      the list and of each learned trim) (Window::idle); :lists=N\n"
          "                                      prepares the N lists the next sync most likely starts with,\n"
-         "                                      learned from the messages earlier syncs dropped (Window::idle);\n"
+         "                                      learned from the messages earlier syncs dropped (Window::idle;\n"
+         "                                      not with :noreuse: exact reuse reads what it prepares);\n"
          "                                      :through=F (0..1, default 0.3): under a budget, a fresh\n"
          "                                      instance computed behind kept, approximate ones passes F of its\n"
          "                                      weight on to them (their predicted loss counts it);\n"
@@ -82,7 +84,7 @@ std::string policy_spec_help() {
          "                                      attention it received;\n"
          "                                      :check makes idle-time heals measure the loss the window carried\n"
          "                                      and scale the fidelity model by the largest recent miss (off in\n"
-         "                                      default)\n"
+         "                                      default; needs :heal)\n"
          "  throughput[:kl=X]                   the default's budget without background work (servers): a miss\n"
          "                                      is prefilled (no patch formed), no idle-time work; takes\n"
          "                                      :through=F and :attend=F as patch does\n"
@@ -260,9 +262,75 @@ WindowPolicy throughput_preset(const std::string& spec, const std::vector<std::s
   return p;
 }
 
+// A field set to a value other than its default that `p`'s strategy never reads (validate_policy).
+struct Unread {
+  const char* field = nullptr;
+  std::string value;
+  const char* applies = "";  // what it applies to
+};
+
+template <typename T>
+std::string value_text(T v) {
+  std::ostringstream s;
+  s << std::boolalpha << v;
+  return s.str();
+}
+
+// The first of `p`'s fields that its strategy never reads (policy.h lists where each applies).
+std::optional<Unread> unread_field(const WindowPolicy& p) {
+  const WindowPolicy d;
+  const bool budget = p.kl_budget > 0;
+  const bool looks_up = p.reuse_stored && !p.store_conditioned;  // StoredPatch plans a lookup
+  if (p.first_k != d.first_k && p.on_miss != MissAction::kFirstK && !budget) {
+    return Unread{"first_k", value_text(p.first_k), "on_miss first_k (firstk:K), or any policy with a kl_budget"};
+  }
+  if (p.recompute_ratio != d.recompute_ratio && p.on_miss != MissAction::kTokenRecompute && !budget) {
+    return Unread{"recompute_ratio", value_text(p.recompute_ratio),
+                  "on_miss token_recompute (cacheblend:R), or any policy with a kl_budget"};
+  }
+  if (p.deep_energy != d.deep_energy && !p.deep_only) {
+    return Unread{"deep_energy", value_text(p.deep_energy), "deep_only (:deep)"};
+  }
+  if (p.stale == StalePatch::kAccept && !looks_up) {
+    return Unread{"stale", "accept", "reuse_stored without store_conditioned (stored patches looked up)"};
+  }
+  if (p.max_divergence != d.max_divergence && p.stale != StalePatch::kAccept) {
+    return Unread{"max_divergence", value_text(p.max_divergence), "stale = accept (:stale=D)"};
+  }
+  if (p.heal_min_kl != d.heal_min_kl && !p.heal_when_idle) {
+    return Unread{"heal_min_kl", value_text(p.heal_min_kl), "heal_when_idle (:heal=X)"};
+  }
+  if (p.self_check && !p.heal_when_idle) {
+    return Unread{"self_check", "true", "heal_when_idle (the check rides on the idle-time heal: :heal:check)"};
+  }
+  if (p.prepare_lists != d.prepare_lists && p.prepare_lists > 0 && !p.reuse_computed) {
+    return Unread{"prepare_lists", value_text(p.prepare_lists),
+                  "reuse_computed (a prepared list is read by exact reuse)"};
+  }
+  if (p.cost_aware && (budget || !(p.on_miss == MissAction::kForm || looks_up))) {
+    return Unread{
+        "cost_aware", "true",
+        "policies without a kl_budget whose miss forms a patch (on_miss form) or that look up stored patches"};
+  }
+  if (p.expected_reuse != d.expected_reuse && !p.cost_aware) {
+    return Unread{"expected_reuse", value_text(p.expected_reuse), "cost_aware"};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
-WindowPolicy parse_policy(const std::string& spec) {
+void validate_policy(const WindowPolicy& policy) {
+  const std::optional<Unread> u = unread_field(policy);
+  if (!u) return;
+  ORBIT_FAIL("WindowPolicy: " << u->field << " = " << u->value << " has no effect with strategy '" << policy.name()
+                              << "' (it applies to: " << u->applies << ")");
+}
+
+namespace {
+
+// parse_policy before validate_policy.
+WindowPolicy parse_spec(const std::string& spec) {
   // `:eager` may end any preset.
   const std::string eager = ":eager";
   if (spec.size() > eager.size() && spec.compare(spec.size() - eager.size(), eager.size(), eager) == 0) {
@@ -271,7 +339,7 @@ WindowPolicy parse_policy(const std::string& spec) {
         (rest.size() > eager.size() && rest.compare(rest.size() - eager.size(), eager.size(), eager) == 0)) {
       bad_spec(spec, "':eager' is given twice");
     }
-    WindowPolicy p = parse_policy(rest);
+    WindowPolicy p = parse_spec(rest);
     p.defer_repairs = false;
     return p;
   }
@@ -296,10 +364,27 @@ WindowPolicy parse_policy(const std::string& spec) {
       if (!seen.insert(name).second) bad_spec(spec, "modifier '" + name + "' is given twice");
       parse_patch_modifier(spec, part, i, p);
     }
+    // Modifiers given but never read, named as given (validate_policy would name the fields).
+    if (p.self_check && !p.heal_when_idle)
+      bad_spec(spec, "':check' has no effect without ':heal' (the check rides on the idle-time heal)");
+    if (p.prepare_lists > 0 && !p.reuse_computed)
+      bad_spec(spec, "':lists=N' has no effect with ':noreuse' (a prepared list is read by exact reuse)");
     return p;
   }
   if (baseline_preset(spec, parts, p)) return p;
   bad_spec(spec, "unknown policy '" + head + "'");
+}
+
+}  // namespace
+
+WindowPolicy parse_policy(const std::string& spec) {
+  const WindowPolicy p = parse_spec(spec);
+  try {
+    validate_policy(p);
+  } catch (const Error& e) {
+    bad_spec(spec, e.what());
+  }
+  return p;
 }
 
 std::string WindowPolicy::name() const {
@@ -323,7 +408,9 @@ std::string WindowPolicy::name() const {
       }
       if (prepare_recalls > 0) s << ":prep=" << prepare_recalls;
       if (prepare_moves > 0) s << ":move=" << prepare_moves;
-      if (prepare_lists > 0) s << ":lists=" << prepare_lists;
+      // Lists are prepared for exact reuse to read: without it (`:noreuse`) the count has no effect, and a
+      // spec that gave both would be refused.
+      if (prepare_lists > 0 && reuse_computed) s << ":lists=" << prepare_lists;
       s << weight_modifiers(*this);
       if (self_check) s << ":check";
       return s.str();

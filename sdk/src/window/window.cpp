@@ -74,6 +74,7 @@ const WindowOptions& Window::options() const { return state_->options; }
 const WindowPolicy& Window::policy() const { return state_->options.policy; }
 void Window::set_policy(const WindowPolicy& policy) {
   const detail::OpHold hold(*state_->core);
+  validate_policy(policy);
   state_->options.policy = policy;
   ++state_->version;  // plans made under the old policy are stale
 }
