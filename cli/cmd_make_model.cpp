@@ -134,6 +134,55 @@ void apply_attention_options(const Args& args, rt::ModelConfig& c, bool arch_swi
   }
 }
 
+// The options' values, checked as typed before the config.json round trip in run_make_model (whose errors
+// name config.json's fields: rope_theta, num_key_value_heads, ...). A value the preset gave is valid.
+void check_option_values(const Args& args, const rt::ModelConfig& c, const rt::GeneratorOptions& options) {
+  const auto at_least = [](const char* option, int64_t value, int64_t min) {
+    ORBIT_CHECK(value >= min, "make-model: argument '" << option << "' must be >= " << min << ", got " << value);
+  };
+  at_least("--vocab", c.vocab_size, 1);
+  at_least("--hidden", c.hidden_size, 1);
+  at_least("--intermediate", c.intermediate_size, 1);
+  at_least("--layers", c.num_layers, 1);
+  ORBIT_CHECK(c.num_layers <= 4096, "make-model: argument '--layers' must be <= 4096, got " << c.num_layers);
+  at_least("--max-pos", c.max_position_embeddings, 1);
+  const rt::RopeConfig& r = c.rope;
+  ORBIT_CHECK(std::isfinite(r.theta) && r.theta > 0,
+              "make-model: argument '--theta' must be positive, got " << r.theta);
+  ORBIT_CHECK(r.scaling != rt::RopeScaling::kYarn || r.theta != 1.0,
+              "make-model: argument '--theta' must not be 1 with --rope-scaling yarn (yarn divides by ln theta)");
+  if (r.scaling != rt::RopeScaling::kNone) at_least("--rope-original-max", r.original_max_position_embeddings, 1);
+  if (c.attention() == rt::AttentionKind::kMla) {
+    const rt::MlaConfig& m = c.mla;
+    at_least("--kv-lora-rank", m.kv_lora_rank, 1);
+    at_least("--q-lora-rank", m.q_lora_rank, 0);
+    at_least("--qk-nope-dim", m.qk_nope_head_dim, 1);
+    at_least("--qk-rope-dim", m.qk_rope_head_dim, 1);
+    ORBIT_CHECK(m.qk_rope_head_dim % 2 == 0,
+                "make-model: argument '--qk-rope-dim' must be even (rotated in pairs), got " << m.qk_rope_head_dim);
+    at_least("--v-head-dim", m.v_head_dim, 1);
+  } else {
+    at_least("--kv-heads", c.num_kv_heads, 1);
+    ORBIT_CHECK(c.num_heads % c.num_kv_heads == 0,
+                "make-model: --kv-heads (" << c.num_kv_heads << (args.has("--kv-heads") ? "" : ", the preset's")
+                                           << ") must divide --heads (" << c.num_heads << ")");
+    ORBIT_CHECK(
+        args.has("--head-dim") || c.head_dim >= 1,
+        "make-model: --hidden / --heads = " << c.hidden_size << " / " << c.num_heads
+                                            << " leaves a head_dim of 0: give --head-dim, or --hidden >= --heads");
+    at_least("--head-dim", c.head_dim, 1);
+    ORBIT_CHECK(r.rotary_dim > 0 && r.rotary_dim % 2 == 0,
+                "make-model: --head-dim × --partial-rotary = "
+                    << c.head_dim << " × " << args.get_double("--partial-rotary", 1.0) << " gives " << r.rotary_dim
+                    << " rotary dimensions, which must be even and positive");
+  }
+  ORBIT_CHECK(std::isfinite(options.init_std) && options.init_std > 0,
+              "make-model: argument '--init-std' must be positive, got " << options.init_std);
+  const std::string& dtype = options.dtype;
+  ORBIT_CHECK(dtype == "float32" || dtype == "bfloat16" || dtype == "float16",
+              "make-model: argument '--dtype' must be one of float32, bfloat16, float16, got '" << dtype << "'");
+}
+
 }  // namespace
 
 int run_make_model(int argc, char** argv, int first) {
@@ -225,13 +274,14 @@ int run_make_model(int argc, char** argv, int first) {
   options.dtype = args.get("--dtype").value_or("float32");
   options.seed = static_cast<uint64_t>(args.get_int("--seed", 0, 0));
   options.init_std = args.get_double("--init-std", options.init_std);
-  options.shard_bytes = args.get_int("--shard-mb", 0) * (int64_t{1} << 20);
+  options.shard_bytes = args.get_int("--shard-mb", 0, 0) * (int64_t{1} << 20);
   options.overwrite = args.flag("--force");
 
   ORBIT_CHECK(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0 && c.rms_norm_eps < 1,
               "--eps: must be in (0, 1), got " << c.rms_norm_eps);
   ORBIT_CHECK(r.scaling == rt::RopeScaling::kNone || (std::isfinite(r.factor) && r.factor >= 1.0),
               "--rope-factor: must be >= 1, got " << r.factor);
+  check_option_values(args, c, options);
   // The config.json about to be written must load: read it back as the loader will, before writing.
   (void)rt::parse_hf_config(rt::hf_config_json(c), "make-model: the config.json these options describe");
 

@@ -6,6 +6,7 @@
 // The model decides the vocabulary, the position budget (traces stay within ~3/4 of it) and whether media
 // chunks are embeddings with (t, h, w) grids (M-RoPE models) or token ids.
 #include <cstdio>
+#include <set>
 #include <string>
 
 #include "args.h"
@@ -45,12 +46,21 @@ int run_make_trace(int argc, char** argv, int first) {
               "                     random ids (kinds web and agent only)\n"},
       argc, argv, first);
   MakeTraceOptions o;
+  // make_trace checks these too, naming its fields (kind, steps, chunk_tokens): here they are checked first,
+  // naming the options.
   o.kind = args.get("--kind").value_or("web");
-  o.steps = args.get_int("--steps", 12);
+  static const std::set<std::string> kinds = {"web", "video", "agent", "browse", "coding", "videoqa", "fanout", "rag"};
+  ORBIT_CHECK(kinds.count(o.kind) > 0,
+              "make-trace: argument '--kind' must be one of web, video, agent, browse, coding, "
+              "videoqa, fanout, rag, got '"
+                  << o.kind << "'");
+  o.steps = args.get_int("--steps", 12, 1);
+  ORBIT_CHECK(o.steps <= kMaxTraceSteps,
+              "make-trace: argument '--steps' must be <= " << kMaxTraceSteps << ", got " << o.steps);
   const int64_t seed = args.get_int("--seed", 0);
   ORBIT_CHECK(seed >= 0, "make-trace: argument '--seed' must be >= 0, got " << seed);
   o.seed = static_cast<uint64_t>(seed);
-  o.chunk_tokens = args.get_int("--chunk-tokens", 0);
+  o.chunk_tokens = args.get_int("--chunk-tokens", 0, 0);
   o.sample_text = args.flag("--sample-text");
   ORBIT_CHECK(!o.sample_text || o.kind == "web" || o.kind == "agent",
               "make-trace: argument '--sample-text' applies to --kind web and agent only (got '" << o.kind << "')");
@@ -69,6 +79,11 @@ int run_make_trace(int argc, char** argv, int first) {
   o.vocab_size = info.vocab_size;
   o.max_positions = info.max_positions;
   o.position_rows = info.position_rows;
+  ORBIT_CHECK(o.max_positions >= 64,
+              "make-trace: the model (--model) has " << o.max_positions << " positions; a trace needs at least 64");
+  ORBIT_CHECK(o.chunk_tokens <= o.max_positions / 8, "make-trace: argument '--chunk-tokens' must be <= "
+                                                         << o.max_positions / 8 << " (an eighth of the model's "
+                                                         << o.max_positions << " positions), got " << o.chunk_tokens);
   Trace t = make_trace(o);
   t.source = out;
   save_trace(t, out);

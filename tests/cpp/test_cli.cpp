@@ -289,6 +289,42 @@ TEST_CASE("an option that would be ignored, or wrap around, is refused naming it
   CHECK(!std::filesystem::exists(dir / "m2"));
 }
 
+TEST_CASE("make-model and make-trace errors name the option typed, not the field it sets", "[cli][errors][cpu]") {
+  orbit::test::TempDir dir;
+  const std::string model = " --model " + orbit::test::stories_path();
+  const std::string m = " --out " + (dir / "m");
+  const std::string t = " --out " + (dir / "t.json") + model;
+  const std::pair<std::string, std::string> cases[] = {
+      {"make-model --theta 0" + m, "make-model: argument '--theta' must be positive, got 0"},
+      {"make-model --vocab 0" + m, "make-model: argument '--vocab' must be >= 1, got 0"},
+      {"make-model --layers 0" + m, "make-model: argument '--layers' must be >= 1, got 0"},
+      {"make-model --max-pos 0" + m, "make-model: argument '--max-pos' must be >= 1, got 0"},
+      {"make-model --kv-heads 3" + m, "make-model: --kv-heads (3) must divide --heads (8)"},
+      {"make-model --heads 6" + m, "make-model: --kv-heads (4, the preset's) must divide --heads (6)"},
+      {"make-model --hidden 7" + m, "make-model: --hidden / --heads = 7 / 8 leaves a head_dim of 0"},
+      {"make-model --init-std -1" + m, "make-model: argument '--init-std' must be positive, got -1"},
+      {"make-model --shard-mb -1" + m, "make-model: argument '--shard-mb' must be >= 0, got -1"},
+      {"make-model --dtype fp8" + m, "make-model: argument '--dtype' must be one of float32, bfloat16, float16"},
+      {"make-model --rope-scaling yarn --rope-original-max 0" + m, "argument '--rope-original-max' must be >= 1"},
+      {"make-model --arch deepseek_v2 --kv-lora-rank 0" + m, "argument '--kv-lora-rank' must be >= 1, got 0"},
+      {"make-trace --chunk-tokens -3" + t, "make-trace: argument '--chunk-tokens' must be >= 0, got -3"},
+      {"make-trace --chunk-tokens 65" + t, "make-trace: argument '--chunk-tokens' must be <= 64"},
+      {"make-trace --steps 0" + t, "make-trace: argument '--steps' must be >= 1, got 0"},
+      {"make-trace --kind nope" + t, "make-trace: argument '--kind' must be one of web"},
+  };
+  for (const auto& [args, message] : cases) {
+    CliRun r = orbit::test::run_command("timeout 120 " + std::string(ORBIT_CLI_PATH) + " " + args);
+    INFO(args << "\n" << r.out);
+    CHECK(r.status == 1);
+    CHECK_THAT(r.out, Contains(message));
+    for (const char* internal : {"rope_theta", "field '", "chunk_tokens", "make_trace:", "generator:"}) {
+      CHECK_THAT(r.out, !Contains(internal));
+    }
+  }
+  CHECK(!std::filesystem::exists(dir / "m"));
+  CHECK(!std::filesystem::exists(dir / "t.json"));
+}
+
 TEST_CASE("serve --threads the system cannot start is an error naming it, not an abort", "[cli][errors][cpu]") {
   // 4 GB of address space holds a few hundred 8 MiB thread stacks, not 4096: the threads already started
   // are joined before the error (an exception past them ended the process in std::terminate).
