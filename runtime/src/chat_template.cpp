@@ -210,13 +210,15 @@ std::string ChatTemplate::Impl::render(const std::string& origin, const Value& m
   vars.emplace_back("bos_token", Value::string(bos));
   vars.emplace_back("eos_token", Value::string(eos));
   if (!options.tools_json.empty()) {
-    Value tools = parse_value(options.tools_json, origin + ": the tools");
-    ORBIT_CHECK(tools.is(Value::Kind::kList), origin << ": the tools must be a JSON array");
+    const std::string what = options.tools_name.empty() ? origin + ": tools_json" : options.tools_name;
+    Value tools = parse_value(options.tools_json, what);
+    ORBIT_CHECK(tools.is(Value::Kind::kList), what << " must be a JSON array (of tool schemas)");
     vars.emplace_back("tools", std::move(tools));
   }
   if (!options.extra_json.empty()) {
-    const Value extra = parse_value(options.extra_json, origin + ": the extra variables");
-    ORBIT_CHECK(extra.is(Value::Kind::kDict), origin << ": the extra variables must be a JSON object");
+    const std::string what = options.extra_name.empty() ? origin + ": extra_json" : options.extra_name;
+    const Value extra = parse_value(options.extra_json, what);
+    ORBIT_CHECK(extra.is(Value::Kind::kDict), what << " must be a JSON object (of template variables)");
     for (const auto& [name, value] : *extra.dict) vars.emplace_back(name, value);
   }
   return jinja::render(program, vars, origin);

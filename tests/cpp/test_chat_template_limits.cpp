@@ -116,11 +116,10 @@ TEST_CASE("tools, extra variables, messages and tool arguments nested 50,000 dee
   const std::string source = "{{ tools }}{{ a }}{{ messages }}";
   ChatRenderOptions tools;
   tools.tools_json = deep_array;
-  refused([&] { render(source, kOneTurn, tools); }, {"t.jinja: the tools", "JSON nests deeper than 128 levels"});
+  refused([&] { render(source, kOneTurn, tools); }, {"t.jinja: tools_json: JSON nests deeper than 128 levels"});
   ChatRenderOptions extra;
   extra.extra_json = deep_object;
-  refused([&] { render(source, kOneTurn, extra); },
-          {"t.jinja: the extra variables", "JSON nests deeper than 128 levels"});
+  refused([&] { render(source, kOneTurn, extra); }, {"t.jinja: extra_json: JSON nests deeper than 128 levels"});
   refused([&] { render(source, "[{\"role\": \"user\", \"content\": " + deep_array + "}]"); },
           {"t.jinja: the messages", "JSON nests deeper than 128 levels"});
   ChatMessage call{"assistant", "", {}, {}, {ChatToolCall{"c1", "f", deep_object}}};

@@ -37,6 +37,7 @@
 
 using namespace orbit;
 using Catch::Contains;
+using Catch::StartsWith;
 using namespace orbit::test::sync_support;
 
 namespace {
@@ -436,6 +437,40 @@ TEST_CASE("sync without a chat template uses the plain one; refusals", "[sync]")
   const uint64_t version = w.version();
   CHECK_THROWS_WITH(w.sync(long_list), Contains("positions"));
   CHECK(w.version() == version);
+}
+
+TEST_CASE("sync's errors name the function called and the option at fault", "[sync]") {
+  std::shared_ptr<Engine> engine = open_engine();
+  const std::vector<ChatMessage> messages = {msg("user", "Hi."), msg("assistant", "Hello.")};
+  Window w = engine->new_window();
+  SyncOptions bad;
+  bad.chunk_min_tokens = -1;
+  CHECK_THROWS_WITH(w.sync(messages, bad), StartsWith("sync: SyncOptions::chunk_min_tokens = -1 must be >= 0"));
+  CHECK_THROWS_WITH(w.plan_sync(messages, bad), StartsWith("plan_sync: SyncOptions::chunk_min_tokens = -1"));
+  CHECK_THROWS_WITH(w.prepare_sync(messages, bad), StartsWith("prepare_sync: SyncOptions::chunk_min_tokens = -1"));
+  CHECK_THROWS_WITH(w.prepare_sync({msg("", "no role")}), StartsWith("prepare_sync: messages[0] has no role"));
+  SyncOptions extra;
+  extra.chat.extra_json = "{bad";
+  CHECK_THROWS_WITH(w.sync(messages, extra), StartsWith("sync: ChatOptions::extra_json is not valid JSON: "));
+  CHECK_THROWS_WITH(w.prepare_sync(messages, extra),
+                    StartsWith("prepare_sync: ChatOptions::extra_json is not valid JSON: "));
+  CHECK_THROWS_WITH(engine->render_chat(messages, true, extra.chat),
+                    StartsWith("render_chat: ChatOptions::extra_json is not valid JSON: "));
+  extra.chat.extra_json = "[1]";
+  CHECK_THROWS_WITH(w.plan_sync(messages, extra),
+                    StartsWith("plan_sync: ChatOptions::extra_json must be a JSON object"));
+  SyncOptions tools;
+  tools.chat.tools_json = "[bad";
+  CHECK_THROWS_WITH(engine->tokenize_chat(messages, true, tools.chat),
+                    StartsWith("tokenize_chat: ChatOptions::tools_json is not valid JSON: "));
+  tools.chat.tools_json = "{}";
+  CHECK_THROWS_WITH(w.sync(messages, tools), StartsWith("sync: ChatOptions::tools_json must be a JSON array"));
+  // The rendering's limits name the caller too: tokenize_chat is not sync. A text no 512 positions can hold
+  // (every token covers at most its longest piece's bytes) is refused before it is tokenized.
+  const std::vector<ChatMessage> huge = {msg("user", std::string(1 << 20, 'a'))};
+  CHECK_THROWS_WITH(engine->tokenize_chat(huge, true), StartsWith("tokenize_chat: the rendered messages: the text is"));
+  CHECK_THROWS_WITH(w.plan_sync(huge), StartsWith("plan_sync: the rendered messages: the text is"));
+  CHECK(w.instances().empty());
 }
 
 namespace {

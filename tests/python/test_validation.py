@@ -113,3 +113,24 @@ def test_an_empty_str_for_a_chat_option_is_refused_not_read_as_none(orbit, small
         small_engine.new_window().sync(messages, **{name: ""})
     with pytest.raises(ValueError, match=f"{name} is an empty str"):
         small_engine.render_chat(messages, **{name: ""})
+
+
+@pytest.mark.parametrize("call", ["sync", "plan_sync", "prepare_sync", "render_chat", "tokenize_chat"])
+def test_chat_option_errors_name_the_argument_and_the_function_called(orbit, small_engine, call):
+    messages = [{"role": "user", "content": "hi"}]
+    target = small_engine if call in ("render_chat", "tokenize_chat") else small_engine.new_window()
+    fn = getattr(target, call)
+    with pytest.raises(ValueError, match=rf"^{call}: extra is not valid JSON: Expecting property name"):
+        fn(messages, extra="{bad")
+    with pytest.raises(ValueError, match=rf"^{call}: tools is not valid JSON: "):
+        fn(messages, tools="[bad")
+    with pytest.raises(ValueError, match=rf"^{call}: extra must be a JSON object \(a dict of template variables\)"):
+        fn(messages, extra="[1]")
+    with pytest.raises(ValueError, match=rf"^{call}: tools must be a JSON array \(a list of tool schemas\)"):
+        fn(messages, tools="{}")
+    with pytest.raises(ValueError, match=rf"^{call}: chat_template is an empty str"):
+        fn(messages, chat_template="")
+    if call not in ("render_chat", "tokenize_chat"):
+        with pytest.raises(ValueError, match=rf"^{call}: chunk_min_tokens = -1 must be >= 0"):
+            fn(messages, chunk_min_tokens=-1)
+    fn(messages, tools="[]", extra='{"date_string": "today"}')  # valid JSON text is passed on

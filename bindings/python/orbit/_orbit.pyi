@@ -806,7 +806,8 @@ class Engine:
     def piece(self, token: int) -> str: ...
     def add_text(self, text: str, *, label: str = "", pin: bool = False, bos: bool = False) -> ChunkRef: ...
     # Messages (orbit/sync.h): the model's chat template (tokenizer_config.json), else chat_template=, else
-    # the built-in plain one.
+    # the built-in plain one. tools and extra given as str must be JSON text of a list and of an object: else
+    # ValueError naming the function and the argument ("sync: extra is not valid JSON: ...").
     @property
     def has_chat_template(self) -> bool: ...
     def tool_call_format(self, *, chat_template: Optional[str] = None) -> str:

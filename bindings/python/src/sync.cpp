@@ -153,28 +153,58 @@ std::vector<ChatMessage> to_messages(const py::object& messages) {
   return out;
 }
 
-ChatOptions chat_options(const py::object& chat_template, const py::object& tools, const py::object& extra) {
+// `tools` or `extra` (`name`) given as a str: JSON text of a list (`array`) or an object, checked here so that
+// an error names the argument and the function called (`caller`) rather than the C++ option it becomes.
+std::string json_argument(const py::object& value, const char* caller, const char* name, bool array) {
+  const std::string text = value.cast<std::string>();
+  py::object parsed;
+  try {
+    parsed = py::module_::import("json").attr("loads")(value);
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_RecursionError)) throw;
+    throw py::value_error(std::string(caller) + ": " + name +
+                          " is not valid JSON: " + py::str(e.value()).cast<std::string>());
+  }
+  const bool fits = array ? py::isinstance<py::list>(parsed) : py::isinstance<py::dict>(parsed);
+  if (!fits) {
+    throw py::value_error(std::string(caller) + ": " + name + " must be a JSON " +
+                          (array ? "array (a list of tool schemas)" : "object (a dict of template variables)") +
+                          ", got JSON of type " + type_name(parsed));
+  }
+  return text;
+}
+
+ChatOptions chat_options(const py::object& chat_template, const py::object& tools, const py::object& extra,
+                         const char* caller) {
   // An empty string would read as "none given" in ChatOptions: the model's template, no tools, no variables.
   const std::pair<const char*, const py::object*> texts[] = {
       {"chat_template", &chat_template}, {"tools", &tools}, {"extra", &extra}};
   for (const auto& [name, value] : texts) {
     if (py::isinstance<py::str>(*value) && value->cast<std::string>().empty()) {
-      throw py::value_error(std::string(name) + " is an empty str (None: " +
+      throw py::value_error(std::string(caller) + ": " + name + " is an empty str (None: " +
                             (name == std::string("chat_template") ? "the model's template)" : "none)"));
     }
   }
   ChatOptions o;
   if (!chat_template.is_none()) o.chat_template = chat_template.cast<std::string>();
-  if (!tools.is_none()) o.tools_json = py::isinstance<py::str>(tools) ? tools.cast<std::string>() : to_json(tools);
-  if (!extra.is_none()) o.extra_json = py::isinstance<py::str>(extra) ? extra.cast<std::string>() : to_json(extra);
+  if (!tools.is_none()) {
+    o.tools_json = py::isinstance<py::str>(tools) ? json_argument(tools, caller, "tools", true) : to_json(tools);
+  }
+  if (!extra.is_none()) {
+    o.extra_json = py::isinstance<py::str>(extra) ? json_argument(extra, caller, "extra", false) : to_json(extra);
+  }
   return o;
 }
 
 SyncOptions sync_options(int64_t chunk_min_tokens, const py::object& chat_template, const py::object& tools,
-                         const py::object& extra) {
+                         const py::object& extra, const char* caller) {
+  if (chunk_min_tokens < 0) {
+    throw py::value_error(std::string(caller) + ": chunk_min_tokens = " + std::to_string(chunk_min_tokens) +
+                          " must be >= 0");
+  }
   SyncOptions o;
   o.chunk_min_tokens = chunk_min_tokens;
-  o.chat = chat_options(chat_template, tools, extra);
+  o.chat = chat_options(chat_template, tools, extra, caller);
   return o;
 }
 
@@ -187,7 +217,8 @@ const char* kMessagesDoc =
     "[{'id', 'type': 'function', 'function': {'name', 'arguments': str or dict}}]). chat_template: a Jinja chat\n"
     "template to use instead of the model's (None: the model's tokenizer_config.json, else the built-in plain\n"
     "one: 'role: content' lines); tools: a list of tool schemas (the template's `tools`); extra: a dict of\n"
-    "further template variables (an empty str for any of the three is a ValueError: leave it None).";
+    "further template variables (an empty str for any of the three is a ValueError: leave it None; tools and\n"
+    "extra given as str must be JSON text of a list and of an object, else ValueError naming them).";
 
 // Docstrings pybind11 keeps pointers to: built once, alive for the process.
 const std::string kRenderDoc =
@@ -212,10 +243,10 @@ template <class Call>
 void def_with_messages(py::class_<PyWindow>& window, const char* name, Call call, const char* doc) {
   window.def(
       name,
-      [call](PyWindow& w, const py::object& messages, int64_t chunk_min_tokens, const py::object& chat_template,
-             const py::object& tools, const py::object& extra) {
+      [call, name](PyWindow& w, const py::object& messages, int64_t chunk_min_tokens, const py::object& chat_template,
+                   const py::object& tools, const py::object& extra) {
         const std::vector<ChatMessage> msgs = to_messages(messages);
-        const SyncOptions o = sync_options(chunk_min_tokens, chat_template, tools, extra);
+        const SyncOptions o = sync_options(chunk_min_tokens, chat_template, tools, extra, name);
         return w.run([&](Window& x) { return call(x, msgs, o); });
       },
       py::arg("messages"), py::kw_only(), py::arg("chunk_min_tokens") = SyncOptions{}.chunk_min_tokens,
@@ -317,7 +348,7 @@ void init_sync(py::module_& m) {
       [](const Engine& e, const py::object& messages, bool add_generation_prompt, const py::object& chat_template,
          const py::object& tools, const py::object& extra) {
         const std::vector<ChatMessage> msgs = to_messages(messages);
-        const ChatOptions o = chat_options(chat_template, tools, extra);
+        const ChatOptions o = chat_options(chat_template, tools, extra, "render_chat");
         py::gil_scoped_release release;
         return e.render_chat(msgs, add_generation_prompt, o);
       },
@@ -329,7 +360,7 @@ void init_sync(py::module_& m) {
       [](const Engine& e, const py::object& messages, bool add_generation_prompt, const py::object& chat_template,
          const py::object& tools, const py::object& extra) {
         const std::vector<ChatMessage> msgs = to_messages(messages);
-        const ChatOptions o = chat_options(chat_template, tools, extra);
+        const ChatOptions o = chat_options(chat_template, tools, extra, "tokenize_chat");
         py::gil_scoped_release release;
         return e.tokenize_chat(msgs, add_generation_prompt, o);
       },

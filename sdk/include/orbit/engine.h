@@ -244,7 +244,8 @@ class Engine {
   bool has_chat_template() const;
   // `messages` rendered as Hugging Face's apply_chat_template(messages, add_generation_prompt) renders them
   // with the model's chat template, options.chat_template when given, else kPlainChatTemplate. Throws
-  // orbit::Error naming the template on what it refuses (raise_exception, malformed tool JSON).
+  // orbit::Error naming the template on what it refuses (raise_exception), or naming the function and
+  // the option for malformed JSON ("render_chat: ChatOptions::tools_json is not valid JSON: ...").
   std::string render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
                           const ChatOptions& options = {}) const;
   // The format the chat template in use (as render_chat picks it) writes tool calls in (orbit/tool_calls.h):

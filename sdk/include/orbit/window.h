@@ -425,7 +425,9 @@ class Window {
   // already applies nothing. Throws orbit::Error when the engine has no tokenizer, the template refuses
   // the list, or the rendering does not fit the model's positions (nothing applied), or when an operation
   // is refused (the pool is full): the operations applied before it stay, and the window is then a mix of
-  // old and new that a later sync of any list brings to that list.
+  // old and new that a later sync of any list brings to that list. Errors start with the function called
+  // ("plan_sync: ...", "sync: ...", "prepare_sync: ..."); malformed tools or extra JSON is named as
+  // ChatOptions::tools_json / extra_json.
   SyncPlan plan_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options = {}) const;
   SyncReport sync(const std::vector<ChatMessage>& messages, const SyncOptions& options = {});
   // sync with the plan_sync(messages, options) of this window at its current version, so a caller that reads

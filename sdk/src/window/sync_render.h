@@ -46,7 +46,9 @@ struct Rendering {
 };
 
 // The rendering of `messages` cut into units (sync.h, steps 1-3; chunk parts split it into text segments).
-Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& messages, const ChatOptions& options);
+// Errors name `caller`, the function the user called (sync, plan_sync, prepare_sync).
+Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& messages, const ChatOptions& options,
+                       const char* caller);
 
 // A chunk's label: the role(s) and the start of the first message's text.
 std::string unit_label(const std::vector<ChatMessage>& messages, const SyncUnit& u);

@@ -236,7 +236,8 @@ KnownKeys known_keys(const std::vector<InstanceInfo>& current, const std::vector
 
 // New units: recall, admit or turn; matched ones are kept.
 void choose_actions(const detail::EngineCore& core, const std::vector<InstanceInfo>& current,
-                    const std::vector<int64_t>& match, KnownKeys keys, const SyncOptions& options, SyncPlan& plan) {
+                    const std::vector<int64_t>& match, KnownKeys keys, const SyncOptions& options, SyncPlan& plan,
+                    const char* caller) {
   bool tail = true;  // no kept unit after this one
   std::vector<bool> at_tail(plan.units.size(), true);
   for (std::size_t u = plan.units.size(); u-- > 0;) {
@@ -256,10 +257,11 @@ void choose_actions(const detail::EngineCore& core, const std::vector<InstanceIn
     if (keys.in_window.count(unit.key) > 0) {
       ORBIT_CHECK(
           !unit.chunk.valid() || unit.chunk.kind != ChunkKind::kEmbeddings,
-          "sync: " << part_field(static_cast<std::size_t>(unit.first_message), static_cast<std::size_t>(unit.part))
-                   << ".chunk " << unit.chunk.key.substr(0, 16) << " ('" << unit.chunk.label
-                   << "') is placed twice in the rendering; a window holds a chunk once, and an embedding "
-                      "chunk's rows cannot be a turn");
+          caller << ": "
+                 << part_field(static_cast<std::size_t>(unit.first_message), static_cast<std::size_t>(unit.part))
+                 << ".chunk " << unit.chunk.key.substr(0, 16) << " ('" << unit.chunk.label
+                 << "') is placed twice in the rendering; a window holds a chunk once, and an embedding "
+                    "chunk's rows cannot be a turn");
       unit.action = SyncAction::kTurn;  // the same chunk twice: a turn (at the tail, then reordered)
       unit.is_turn = true;
       if (!at_tail[u]) plan.reorder = true;
@@ -360,25 +362,32 @@ detail::Layout sync_layout(detail::WindowState& s, const std::vector<ChatMessage
   return l;
 }
 
-}  // namespace
-
-SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) const {
-  const detail::OpHold hold(*state_->core);
+// Window::plan_sync of `w` (whose state is `s`), for `caller`, the function the user called (sync,
+// plan_sync, prepare_sync), which its errors name.
+SyncPlan plan_sync_for(const Window& w, const detail::WindowState& s, const std::vector<ChatMessage>& messages,
+                       const SyncOptions& options, const char* caller) {
   ORBIT_CHECK(options.chunk_min_tokens >= 0,
-              "sync: SyncOptions::chunk_min_tokens = " << options.chunk_min_tokens << " must be >= 0");
-  detail::EngineCore& core = *state_->core;
-  SyncPlan plan = units_of(core, render_units(core, messages, options.chat));
-  const std::vector<InstanceInfo> current = instances();
+              caller << ": SyncOptions::chunk_min_tokens = " << options.chunk_min_tokens << " must be >= 0");
+  detail::EngineCore& core = *s.core;
+  SyncPlan plan = units_of(core, render_units(core, messages, options.chat, caller));
+  const std::vector<InstanceInfo> current = w.instances();
   std::vector<bool> used;
   std::vector<int64_t> match = match_units(current, plan, used);
   keep_turns_in_place(current, match, used);
   plan_evictions(current, used, plan);
   mark_moved(match, plan);
-  choose_actions(core, current, match, known_keys(current, used, evicted()), options, plan);
-  plan.window_id = state_->id;
-  plan.window_version = state_->version;
+  choose_actions(core, current, match, known_keys(current, used, w.evicted()), options, plan, caller);
+  plan.window_id = s.id;
+  plan.window_version = s.version;
   plan.options = options;
   return plan;
+}
+
+}  // namespace
+
+SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) const {
+  const detail::OpHold hold(*state_->core);
+  return plan_sync_for(*this, *state_, messages, options, "plan_sync");
 }
 
 namespace {
@@ -440,7 +449,7 @@ WindowPolicy anticipation_policy() {
 
 SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {
   const detail::OpHold hold(*state_->core);
-  SyncReport r = sync_with(*this, *state_, messages, plan_sync(messages, options),
+  SyncReport r = sync_with(*this, *state_, messages, plan_sync_for(*this, *state_, messages, options, "sync"),
                            [this](const Plan& p) { return detail::apply_plan(*state_, p); });
   detail::settle_tail(*state_);              // reused as far as the list starts with it; the rest is dropped
   state_->lists.observe(messages, options);  // the agent's edits, learned (Window::idle prepares the next list)
@@ -467,8 +476,8 @@ IdleReport Window::prepare_sync(const std::vector<ChatMessage>& messages, const 
   Window child(detail::fork_state(*state_));  // O(pages) reference counts; the same instance ids
   detail::WindowState& cs = *child.state_;
   cs.options.policy = detail::anticipation_policy();
-  // A list sync cannot render or place throws here, with sync's message, before any work.
-  SyncPlan plan = child.plan_sync(messages, options);
+  // A list sync cannot render or place throws here, naming prepare_sync, before any work.
+  SyncPlan plan = plan_sync_for(child, cs, messages, options, "prepare_sync");
   // Deferred repairs change the KV a fork would start from; without exact reuse nothing would read the result.
   if (state_->has_deferred() || !state_->options.policy.reuse_computed) return out;
   try {

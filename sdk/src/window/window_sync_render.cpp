@@ -99,12 +99,12 @@ std::string content_text(const detail::EngineCore& core, const ChatMessage& m, s
                 caller << ": " << part_field(i, j)
                        << " is a chunk part, which has no text (Window::sync and plan_sync place it)");
     ORBIT_CHECK(p.chunk->valid(),
-                "sync: " << part_field(i, j) << ".chunk is an invalid ChunkRef (default-constructed)");
+                caller << ": " << part_field(i, j) << ".chunk is an invalid ChunkRef (default-constructed)");
     ORBIT_CHECK(core.registry().knows(p.chunk->key),
-                "sync: " << part_field(i, j) << ".chunk " << p.chunk->key.substr(0, 16)
-                         << (p.chunk->label.empty() ? "" : " ('" + p.chunk->label + "')")
-                         << " is not registered with this engine (a chunk of another engine? register it here "
-                            "with add_tokens or add_embeddings)");
+                caller << ": " << part_field(i, j) << ".chunk " << p.chunk->key.substr(0, 16)
+                       << (p.chunk->label.empty() ? "" : " ('" + p.chunk->label + "')")
+                       << " is not registered with this engine (a chunk of another engine? register it here "
+                          "with add_tokens or add_embeddings)");
     text += std::string(kMarkOpen) + std::to_string(parts->size()) + std::string(kMarkClose);
     parts->push_back({static_cast<int64_t>(i), static_cast<int64_t>(j), *p.chunk});
   }
@@ -117,7 +117,7 @@ std::vector<runtime::ChatMessage> to_runtime(const detail::EngineCore& core, con
   out.reserve(messages.size());
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
-    ORBIT_CHECK(!m.role.empty(), "messages[" << i << "] has no role");
+    ORBIT_CHECK(!m.role.empty(), caller << ": messages[" << i << "] has no role");
     runtime::ChatMessage r;
     r.role = m.role;
     r.content = content_text(core, m, i, parts, caller);
@@ -129,8 +129,8 @@ std::vector<runtime::ChatMessage> to_runtime(const detail::EngineCore& core, con
   return out;
 }
 
-// The chunk parts' markers in `text`, in text order; each part exactly once.
-std::vector<Marker> find_markers(const std::string& text, const std::vector<PartRef>& parts) {
+// The chunk parts' markers in `text`, in text order; each part exactly once. Errors name `caller`.
+std::vector<Marker> find_markers(const std::string& text, const std::vector<PartRef>& parts, const char* caller) {
   std::vector<Marker> marks;
   std::vector<int64_t> seen(parts.size(), 0);
   for (std::size_t at = text.find(kMarkOpen); at != std::string::npos; at = text.find(kMarkOpen, at + 1)) {
@@ -141,15 +141,15 @@ std::vector<Marker> find_markers(const std::string& text, const std::vector<Part
                         text.find_first_not_of("0123456789", digits) == close;
     if (number) part = std::stoul(text.substr(digits, close - digits));
     ORBIT_CHECK(part < parts.size(),
-                "sync: the rendered messages hold U+E000, the character that marks chunk parts, "
-                "outside a chunk part (message text must not contain it)");
+                caller << ": the rendered messages hold U+E000, the character that marks chunk parts, "
+                          "outside a chunk part (message text must not contain it)");
     ++seen[part];
     marks.push_back({at, close + kMarkClose.size(), part});
   }
   for (std::size_t p = 0; p < parts.size(); ++p) {
-    ORBIT_CHECK(seen[p] == 1, "sync: the chat template rendered "
-                                  << part_field(parts[p].message, parts[p].index) << " (a chunk part) " << seen[p]
-                                  << " times; a chunk part must appear exactly once in the rendering");
+    ORBIT_CHECK(seen[p] == 1, caller << ": the chat template rendered " << part_field(parts[p].message, parts[p].index)
+                                     << " (a chunk part) " << seen[p]
+                                     << " times; a chunk part must appear exactly once in the rendering");
   }
   return marks;
 }
@@ -158,6 +158,7 @@ struct Renderer {
   const Chat& chat;
   const std::vector<runtime::ChatMessage>& messages;
   runtime::ChatRenderOptions options;
+  const char* caller;  // the function the user called, for errors
 
   // The first `n` messages rendered.
   std::string operator()(std::size_t n, bool add_generation_prompt) const {
@@ -169,13 +170,32 @@ struct Renderer {
   }
 };
 
+// The runtime's options for `options`, its tools and extra variables named in errors as `caller`'s.
+runtime::ChatRenderOptions render_options(const ChatOptions& options, const char* caller) {
+  runtime::ChatRenderOptions ro;
+  ro.tools_json = options.tools_json;
+  ro.extra_json = options.extra_json;
+  ro.tools_name = std::string(caller) + ": ChatOptions::tools_json";
+  ro.extra_name = std::string(caller) + ": ChatOptions::extra_json";
+  return ro;
+}
+
+// Engine::render_chat and tokenize_chat (`caller`): the whole list rendered, chunk parts refused.
+std::string render_text(const detail::EngineCore& core, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt, const ChatOptions& options, const char* caller) {
+  const Chat chat = resolve_chat(core, options);
+  runtime::ChatRenderOptions ro = render_options(options, caller);
+  ro.add_generation_prompt = add_generation_prompt;
+  return chat.tmpl->render(to_runtime(core, messages, nullptr, caller), ro);
+}
+
 // ---- tokens ----
 
-std::vector<int64_t> encode(const detail::EngineCore& core, std::string_view text) {
+std::vector<int64_t> encode(const detail::EngineCore& core, std::string_view text, const char* caller) {
   const runtime::Tokenizer& t = core.tokenizer();
   detail::check_text_fits(
       text, core.config().max_position_embeddings, t.vocab_size(), [&](int64_t id) { return t.piece(id); },
-      "sync: the rendered messages");
+      std::string(caller) + ": the rendered messages");
   return t.encode(text, false);
 }
 
@@ -354,7 +374,7 @@ void add_generation_prompt(const detail::EngineCore& core, const Renderer& rende
     return;
   }
   if (with_prompt.size() == text.size()) return;
-  const std::vector<int64_t> all = encode(core, std::string_view(with_prompt).substr(tail));
+  const std::vector<int64_t> all = encode(core, std::string_view(with_prompt).substr(tail), render.caller);
   const std::vector<int64_t> last(out.tokens.end() - static_cast<std::ptrdiff_t>(tail_tokens), out.tokens.end());
   if (starts_with(all, last)) {
     out.generation_prompt.assign(all.begin() + static_cast<std::ptrdiff_t>(last.size()), all.end());
@@ -368,26 +388,24 @@ void add_generation_prompt(const detail::EngineCore& core, const Renderer& rende
 
 namespace detail {
 
-Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& messages, const ChatOptions& options) {
+Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& messages, const ChatOptions& options,
+                       const char* caller) {
   Rendering out;
   (void)core.tokenizer();  // throws, saying so, when the engine has none
   const Chat chat = resolve_chat(core, options);
   out.which = chat.which;
-  const std::vector<runtime::ChatMessage> msgs = to_runtime(core, messages, &out.parts, "sync");
-  runtime::ChatRenderOptions ro;
-  ro.tools_json = options.tools_json;
-  ro.extra_json = options.extra_json;
-  const Renderer render{chat, msgs, ro};
+  const std::vector<runtime::ChatMessage> msgs = to_runtime(core, messages, &out.parts, caller);
+  const Renderer render{chat, msgs, render_options(options, caller), caller};
   const std::size_t n = msgs.size();
   if (n == 0) return out;  // an empty list is an empty window (nothing is rendered)
 
   const std::string text = render(n, false);
   const std::vector<Cut> cuts = text_cuts(render, n, text, &out.merged);
-  const std::vector<Marker> marks = find_markers(text, out.parts);
+  const std::vector<Marker> marks = find_markers(text, out.parts, caller);
   const runtime::Tokenizer& tok = core.tokenizer();
   detail::check_text_fits(
       text, core.config().max_position_embeddings, tok.vocab_size(), [&](int64_t id) { return tok.piece(id); },
-      "sync: the rendered messages");
+      std::string(caller) + ": the rendered messages");
   std::size_t from = 0;
   for (const Marker& m : marks) {
     add_segment(tok, text, from, m.begin, cuts, message_at(from, cuts, marks, out.parts), out);
@@ -399,8 +417,8 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   set_end_messages(n, out.spans);
   const int64_t positions = core.config().max_position_embeddings;
   ORBIT_CHECK(positions <= 0 || static_cast<int64_t>(out.tokens.size()) <= positions,
-              "sync: the rendered messages are " << out.tokens.size() << " tokens, more than the model's "
-                                                 << core.config().max_position_embeddings << " positions");
+              caller << ": the rendered messages are " << out.tokens.size() << " tokens, more than the model's "
+                     << core.config().max_position_embeddings << " positions");
   add_generation_prompt(core, render, n, text, from, out.tokens.size() - tail_tokens, out);
   return out;
 }
@@ -432,12 +450,7 @@ bool Engine::has_chat_template() const {
 std::string Engine::render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                 const ChatOptions& options) const {
   const detail::OpHold hold(*core_);
-  const Chat chat = resolve_chat(*core_, options);
-  runtime::ChatRenderOptions ro;
-  ro.add_generation_prompt = add_generation_prompt;
-  ro.tools_json = options.tools_json;
-  ro.extra_json = options.extra_json;
-  return chat.tmpl->render(to_runtime(*core_, messages, nullptr, "render_chat"), ro);
+  return render_text(*core_, messages, add_generation_prompt, options, "render_chat");
 }
 
 ToolCallFormat Engine::tool_call_format(const ChatOptions& options) const {
@@ -469,7 +482,8 @@ ToolCallFormat Engine::tool_call_format(const ChatOptions& options) const {
 std::vector<int64_t> Engine::tokenize_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                            const ChatOptions& options) const {
   const detail::OpHold hold(*core_);
-  return encode(*core_, render_chat(messages, add_generation_prompt, options));
+  return encode(*core_, render_text(*core_, messages, add_generation_prompt, options, "tokenize_chat"),
+                "tokenize_chat");
 }
 
 }  // namespace orbit

@@ -50,6 +50,10 @@ struct ChatRenderOptions {
   bool add_generation_prompt = true;  // end with the header of the assistant's next turn
   std::string tools_json;             // a JSON array of tool schemas; empty: no `tools` variable
   std::string extra_json;             // a JSON object of further variables (e.g. {"date_string": ...})
+  // How errors name tools_json and extra_json, e.g. "sync: ChatOptions::tools_json" for a caller that took
+  // them as arguments; empty: the template's origin and the field ("<origin>: tools_json").
+  std::string tools_name;
+  std::string extra_name;
 };
 
 class ChatTemplate {
