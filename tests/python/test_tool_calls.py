@@ -106,6 +106,9 @@ def test_parse_and_refusals(orbit, engine):
         window.generate([1], tool_call_format="llama3")
     with pytest.raises(orbit.OrbitError, match="tools = '' is not a JSON array"):
         window.generate([1], tools="")
+    for bad in ("[bad", '{"type": "function"}'):
+        with pytest.raises(orbit.OrbitError, match="generate: tools is not a JSON array"):
+            window.generate([1], tools=bad, tool_choice="auto")
 
 
 def test_auto_leaves_text_that_starts_no_call_as_it_was(engine):

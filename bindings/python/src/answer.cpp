@@ -128,6 +128,14 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
   AnswerSpec a;
   if (!tools.is_none()) a.tools_json = py::isinstance<py::str>(tools) ? tools.cast<std::string>() : dumps(tools);
   ORBIT_CHECK(tools.is_none() || !a.tools_json.empty(), "generate: tools = '' is not a JSON array (None: no tools)");
+  if (py::isinstance<py::str>(tools)) {  // a list is JSON by construction; text must be a JSON array
+    bool array = false;
+    try {
+      array = py::isinstance<py::list>(json_module().attr("loads")(tools));
+    } catch (const py::error_already_set&) {
+    }
+    ORBIT_CHECK(array, "generate: tools is not a JSON array of tools: " << a.tools_json.substr(0, 60));
+  }
   ORBIT_CHECK(tool_call_format.is_none() || !a.tools_json.empty(),
               "generate: tool_call_format = " << py::str(tool_call_format).cast<std::string>()
                                               << " needs tools (it says how the answer's calls are read)");

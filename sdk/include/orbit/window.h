@@ -239,7 +239,7 @@ struct WindowStats {
   int64_t tokens = 0;
   int64_t device_bytes = 0;   // KV pages held (shared pages counted in every window holding them)
   int64_t shared_pages = 0;   // pages shared with another window (forks)
-  int64_t evicted = 0;        // chunk instances evicted and recallable
+  int64_t evicted = 0;        // chunk instances evicted and recallable (the 1,024 most recent at most)
   double forward_tokens = 0;  // Σ over applied operations
   // Of which on the critical path: what the agent waited for (heals and idle-time preparation excluded).
   double critical_forward_tokens = 0;
@@ -311,7 +311,9 @@ class Window {
   // id) and naming the content, not a token. What a prefix cache reading the window sees (the engine's
   // WindowStats::radix_cache_tokens yardstick, the trace replay's); tokens() of them.
   std::vector<int64_t> token_ids() const;
-  std::vector<ChunkRef> evicted() const;  // chunks recall() accepts
+  // Chunks recall() accepts: the window's evicted chunks, the 1,024 most recent at most (past that the oldest
+  // are forgotten, down to 896; admit() takes such a chunk back as new, its KV found in the store).
+  std::vector<ChunkRef> evicted() const;
   WindowStats stats() const;
   uint64_t version() const;  // bumps on every applied operation and on set_policy
 
