@@ -176,15 +176,17 @@ struct WindowPolicy {
   int64_t prepare_lists = 3;
   // What fresh KV reads of approximate KV (the `:through=F` modifier; planner::add_read_through): an
   // instance forwarded now behind kept, approximate instances (a new turn at the tail) is computed over their
-  // error, so under a budget each fresh instance passes this share of its recency weight on to what precedes
-  // it, the nearest most, and a kept instance's predicted loss counts it. 0 prices kept instances by the
+  // error, so each fresh instance passes this share of its recency weight on to what precedes it, the nearest
+  // most, and a kept instance's predicted loss counts it: under a budget in the choice of repairs, and under
+  // every policy in the predicted KL that decides an idle-time heal (heal_min_kl). 0 prices kept instances by the
   // query's own reading only. On the Python tool loop without hints (bindings/python/examples/tool_loop.py,
   // anticipate=False; seeds 100-111, not used to choose it) 0.3 kept 275 of 288 steps within the budget at
   // 0.30x the prefix cache's forward tokens, 0 kept 265 at 0.27x; on the shipped replay traces it cost 0.415x
   // the radix cache's critical tokens against 0.384x.
   double read_through = 0.3;
-  // What the last query looked at (the `:attend=F` modifier): under a budget, a kept instance's weight in
-  // the fidelity model is at least F times the share of the last generate's attention it received
+  // What the last query looked at (the `:attend=F` modifier): a kept instance's weight in the fidelity model
+  // (under a budget in the choice of repairs; under every policy in the predicted KL that decides a heal) is
+  // at least F times the share of the last generate's attention it received
   // (InstanceInfo::attention), wherever it sits. The recency weight alone assumes the next query reads what
   // is near it; an agent's question that refers back to a tool result far up the window reads that result,
   // and its loss there was under-predicted 1000-fold. 0 = recency alone.
