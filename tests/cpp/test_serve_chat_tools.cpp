@@ -173,7 +173,7 @@ TEST_CASE("serve: tool calls are held back from the stream and read when the ans
   // The same text ended by a stop token is no call: it stays content, as before.
   sv::ToolCallStream stopped(orbit::ToolCallFormat::kHermes);
   sv::RunResult s;
-  s.text = c.text = "Sure. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"ca";
+  s.text = "Sure. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"ca";
   s.finish_reason = "stop";
   stopped.finish(s);
   CHECK(s.tool_calls.empty());
