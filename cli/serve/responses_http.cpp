@@ -113,7 +113,10 @@ ApiError unknown_response(const std::string& id) {
 
 }  // namespace responses_route
 
-void get_response(ServeCore& core, const std::string& id, httplib::Response& res) {
+void get_response(ServeCore& core, const std::string& id, const httplib::Request& req, httplib::Response& res) {
+  if (const std::optional<ApiError> bad = retrieve_query_problem(req.params)) {
+    return responses_route::reply_error(res, *bad);
+  }
   const std::shared_ptr<StoredResponse> stored = core.responses().get(id);
   if (!stored) return responses_route::reply_error(res, responses_route::unknown_response(id));
   res.set_content(stored->body, "application/json");

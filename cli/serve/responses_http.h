@@ -25,8 +25,9 @@ struct ResponsesRoute {
 };
 
 void post_responses(const ResponsesRoute& route, const httplib::Request& req, httplib::Response& res);
-// GET /v1/responses/{id}: the response object as it was returned (404 response_not_found when it is not stored).
-void get_response(ServeCore& core, const std::string& id, httplib::Response& res);
+// GET /v1/responses/{id}: the response object as it was returned (404 response_not_found when it is not stored);
+// a query asking for more (stream=true, include, ...) is a 400 naming it (responses_items.h).
+void get_response(ServeCore& core, const std::string& id, const httplib::Request& req, httplib::Response& res);
 // GET /v1/responses/{id}/input_items: its input as items, a page at a time (responses_items.h).
 void get_input_items(ServeCore& core, const std::string& id, const httplib::Request& req, httplib::Response& res);
 // DELETE /v1/responses/{id}: {"id", "object": "response", "deleted": true}; 404 when it is not stored. A stored

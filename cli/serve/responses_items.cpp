@@ -102,4 +102,28 @@ ItemsPage input_items_page(const StoredResponse& response, const std::multimap<s
   return out;
 }
 
+std::optional<ApiError> retrieve_query_problem(const std::multimap<std::string, std::string>& params) {
+  for (const auto& [name, value] : params) {
+    if (params.count(name) > 1 && name != "include[]") return response_items::bad_param(name, "given more than once");
+    if (name == "include_obfuscation") {
+      if (value != "true" && value != "false") return response_items::bad_param(name, "must be 'true' or 'false'");
+    } else if (name == "stream") {
+      if (value == "false") continue;
+      if (value != "true") return response_items::bad_param(name, "must be 'true' or 'false'");
+      return api_error(400,
+                       "stream: streaming a stored response is not served (it replays a background response's "
+                       "events, and this server runs none): GET it without stream for the whole response",
+                       "invalid_request_error", "unsupported_parameter", name);
+    } else {
+      const std::string why = name == "include" || name == "include[]"
+                                  ? "a stored response is returned as it was created: give include when creating it"
+                              : name == "starting_after" ? "it resumes a streamed retrieve, which is not served"
+                                                         : "unknown (stream=false and include_obfuscation are served)";
+      return api_error(400, name + ": this query parameter is not supported by this server: " + why,
+                       "invalid_request_error", "unsupported_parameter", name);
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace orbit::serve

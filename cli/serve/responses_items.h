@@ -37,4 +37,12 @@ struct ItemsPage {
 };
 ItemsPage input_items_page(const StoredResponse& response, const std::multimap<std::string, std::string>& params);
 
+// The query of GET /v1/responses/{id}, which returns a stored response whole, as it was returned: nullopt
+// when it asks for nothing else. OpenAI's retrieve also takes stream and starting_after (to replay a
+// background response's events: this server runs none) and include (outputs to add): a value that would
+// ask for them is a 400 naming the parameter, never a response that quietly left it out (the openai client
+// reads a JSON body it asked to be streamed as a stream without events). stream=false and
+// include_obfuscation (it only pads streamed events) are accepted.
+std::optional<ApiError> retrieve_query_problem(const std::multimap<std::string, std::string>& params);
+
 }  // namespace orbit::serve

@@ -372,7 +372,7 @@ void HttpServer::routes() {
     post_responses(ResponsesRoute{core_, in_flight_, draining_}, req, res);
   });
   s.Get(R"(/v1/responses/([^/]+))",
-        [this](const httplib::Request& req, httplib::Response& res) { get_response(core_, req.matches[1], res); });
+        [this](const httplib::Request& req, httplib::Response& res) { get_response(core_, req.matches[1], req, res); });
   s.Get(R"(/v1/responses/([^/]+)/input_items)", [this](const httplib::Request& req, httplib::Response& res) {
     get_input_items(core_, req.matches[1], req, res);
   });

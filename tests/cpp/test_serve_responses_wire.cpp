@@ -289,3 +289,27 @@ TEST_CASE("responses: a stored response's input items, paged, and bad queries re
   }
   CHECK(sv::input_items_page(r, {{"limit", "1"}, {"limit", "2"}}).error->param == "limit");
 }
+
+TEST_CASE("responses: a retrieve's query asking for more than the stored response is refused naming it",
+          "[serve][responses]") {
+  CHECK_FALSE(sv::retrieve_query_problem({}));
+  CHECK_FALSE(sv::retrieve_query_problem({{"stream", "false"}, {"include_obfuscation", "true"}}));
+  // stream=true would replay events (the openai client reads the JSON body as a stream without events),
+  // include would add outputs: neither may be answered with the response as it is.
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{{"stream", "true"},
+                                                                                    {"stream", "yes"},
+                                                                                    {"starting_after", "3"},
+                                                                                    {"include[]", "x"},
+                                                                                    {"include", "x"},
+                                                                                    {"include_obfuscation", "1"},
+                                                                                    {"limit", "2"}}) {
+    const std::optional<sv::ApiError> bad = sv::retrieve_query_problem({{name, value}});
+    INFO(name << "=" << value);
+    REQUIRE(bad);
+    CHECK(bad->status == 400);
+    CHECK(bad->param == name);
+    CHECK_THAT(bad->message, Catch::Contains(name));
+  }
+  CHECK(sv::retrieve_query_problem({{"stream", "true"}})->code == "unsupported_parameter");
+  CHECK(sv::retrieve_query_problem({{"stream", "false"}, {"stream", "true"}})->param == "stream");
+}

@@ -114,6 +114,13 @@ async function openaiClient(base, modelId) {
   // Stored responses read back, their input listed, and deleted, through the client's own methods.
   const fetched = await client.responses.retrieve(second.id);
   check(fetched.id === second.id && fetched.output_text === second.output_text, "retrieve: the response as returned");
+  // A retrieve asked to stream (OpenAI replays a background response's events) or to include more is
+  // refused naming the parameter: answered with the JSON body, the client read it as a stream of no events.
+  const refusal = (promise) => promise.then((s) => `served ${typeof s}`, (e) => `${e.status} ${e.error?.param}`);
+  check(await refusal(client.responses.retrieve(second.id, { stream: true })) === "400 stream",
+        "retrieve with stream true: refused naming stream");
+  check(await refusal(client.responses.retrieve(second.id, { include: ["message.output_text.logprobs"] })) ===
+        "400 include[]", "retrieve with include: refused naming it");
   const items = [];
   for await (const item of client.responses.inputItems.list(third.id, { order: "asc", limit: 1 })) items.push(item);
   check(items.length === 1 && items[0].type === "message" && items[0].content[0].text === "Who was there?",
