@@ -255,7 +255,8 @@ TEST_CASE("tool calls: one per tool, arguments by the tool's schema, only, sever
   const auto c = Constraint::tool_calls(tools);
   check_matches(*c, R"(<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}</tool_call>)");
   check_matches(*c, R"(<tool_call>{"name": "get_time", "arguments": {}}</tool_call>)");
-  check_matches(*c, R"(<tool_call>{"name": "free", "arguments": {"x": [1]}}</tool_call>)");
+  check_matches(*c, R"(<tool_call>{"name": "free", "arguments": {}}</tool_call>)");  // no parameters: none
+  check_refused(*c, R"(<tool_call>{"name": "free", "arguments": {"x": [1]}}</tool_call>)");
   check_refused(*c, R"(<tool_call>{"name": "get_time", "arguments": {"city": "Paris"}}</tool_call>)");
   check_refused(*c, R"(<tool_call>{"name": "other", "arguments": {}}</tool_call>)");
   ToolCallOptions only;
@@ -291,6 +292,13 @@ TEST_CASE("tool calls: one per tool, arguments by the tool's schema, only, sever
     check_matches(*loose, R"(<tool_call>{"name": "f", "arguments": {"x": "y"}}</tool_call>)");
     check_refused(*loose, R"(<tool_call>{"name": "f", "arguments": "Yes, you can."}</tool_call>)");
     check_refused(*loose, R"(<tool_call>{"name": "f", "arguments": 1}</tool_call>)");
+  }
+  // Parameters omitted (or null) are OpenAI's empty parameter list: the arguments are {} and nothing else.
+  for (const std::string tool : {R"({"name": "f"})", R"({"name": "f", "parameters": null})"}) {
+    const auto none = Constraint::tool_calls("[" + tool + "]");
+    INFO(tool);
+    check_matches(*none, R"(<tool_call>{"name": "f", "arguments": {}}</tool_call>)");
+    check_refused(*none, R"(<tool_call>{"name": "f", "arguments": {"x": "y"}}</tool_call>)");
   }
 }
 

@@ -297,12 +297,31 @@ async function openaiCutCall() {
               `sent back, then read_page(${next.choices[0].message.tool_calls?.[0]?.function.arguments})`);
 }
 
+// A function given without parameters is OpenAI's function with an empty parameter list: its calls' arguments
+// are {} (decoded as any object, the model wrote keys of its own the function does not take), whole and through
+// the Responses API, whose parameters may be null.
+async function openaiNoParameters() {
+  const OpenAI = modules.openai.default;
+  const api = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120000 });
+  const r = await api.chat.completions.create({
+    model: modelId, messages: [{ role: "user", content: TASK }], tool_choice: "required", max_tokens: 80, temperature: 0,
+    tools: [{ type: "function", function: { name: "close_book", description: "Close the book." } }] });
+  check(r.choices[0].finish_reason === "tool_calls" && r.choices[0].message.tool_calls?.[0]?.function.arguments === "{}",
+        "openai: a function without parameters is called with {}", JSON.stringify(r.choices[0]));
+  const responded = await api.responses.create({
+    model: modelId, input: TASK, tool_choice: "required", max_output_tokens: 80, temperature: 0,
+    tools: [{ type: "function", name: "close_book", parameters: null, strict: false }] });
+  check(responded.output[0]?.type === "function_call" && responded.output[0].arguments === "{}",
+        "openai responses: a function with null parameters is called with {}", JSON.stringify(responded.output));
+}
+
 try {
   await { openai: openaiLoop, langchain: langchainLoop, aisdk: aisdkLoop, agents: agentsLoop }[client]();
   check(pagesRead.length === STEPS, `${client}: the tool ran on every step`, JSON.stringify(pagesRead));
   if (client === "aisdk") await aisdkObject();
   if (client === "openai") await openaiCallOrAnswer();
   if (client === "openai") await openaiCutCall();
+  if (client === "openai") await openaiNoParameters();
 } catch (e) {
   check(false, `${client}: the loop threw`, `${e.stack ?? e}\n  server stderr: ${server.stderr().slice(-2000)}`);
 } finally {

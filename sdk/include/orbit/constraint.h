@@ -173,7 +173,8 @@ class Constraint {
   static std::shared_ptr<const Constraint> choice(const std::vector<std::shared_ptr<const Constraint>>& alternatives);
   // Calls to the tools of an OpenAI `tools` array ([{"type": "function", "function": {"name", "parameters"}}],
   // or bare {"name", "parameters"} items), written as `options` says; each call's arguments valid under
-  // its tool's parameters schema (absent: any object). Errors name "tools[i].function.parameters...", an
+  // its tool's parameters schema (absent or null: {}, as OpenAI reads an omitted schema, an empty parameter
+  // list; {}, true or annotations alone: any object). Errors name "tools[i].function.parameters...", an
   // unknown `only` name, a missing or repeated name.
   static std::shared_ptr<const Constraint> tool_calls(std::string_view tools_json, const ToolCallOptions& options = {});
 

@@ -119,9 +119,14 @@ std::vector<ToolSpec> read_tools(std::string_view tools_json) {
     for (const ToolSpec& other : out) {
       ORBIT_CHECK(other.name != spec.name, fn_path << ".name: '" << spec.name << "' names two tools");
     }
+    // Parameters omitted (or null) are OpenAI's function with an empty parameter list: the arguments are {}.
     // Arguments are a JSON object: parameters that say nothing of them (true, {}, a description alone) are
     // any object, not any value.
-    if (fn.contains("parameters") && !says_nothing(fn.at("parameters"))) spec.parameters = fn.at("parameters").dump();
+    if (!fn.contains("parameters") || fn.at("parameters").is_null()) {
+      spec.parameters = R"({"type": "object", "properties": {}})";
+    } else if (!says_nothing(fn.at("parameters"))) {
+      spec.parameters = fn.at("parameters").dump();
+    }
     spec.path = fn_path + ".parameters";
     out.push_back(std::move(spec));
   }
