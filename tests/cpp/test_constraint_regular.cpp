@@ -297,6 +297,14 @@ TEST_CASE("format: each format on valid and invalid values", "[constraint]") {
   const auto both = schema(R"({"type": "string", "format": "date", "pattern": "^2024-"})");
   CHECK(both->matches("\"2024-05-01\""));
   CHECK_FALSE(both->matches("\"2023-05-01\""));
+  // A format of zod's own beside the pattern that checks it (z.string().startsWith("ab"), z.e164()): the
+  // pattern serves it.
+  const auto starts = schema(R"({"type": "string", "format": "starts_with", "pattern": "^ab.*"})");
+  CHECK(starts->matches("\"abc\""));
+  CHECK_FALSE(starts->matches("\"cab\""));
+  const auto phone = schema(R"({"type": "string", "format": "e164", "pattern": "^\\+[1-9]\\d{6,14}$"})");
+  CHECK(phone->matches("\"+4930123456\""));
+  CHECK_FALSE(phone->matches("\"4930123456\""));
 }
 
 TEST_CASE("number bounds: exactly the values in range, on random numbers", "[constraint]") {

@@ -10,8 +10,8 @@
 //   aisdk      the AI SDK's generateText with @ai-sdk/openai-compatible: the SDK runs the loop (the tool's
 //              schema given with jsonSchema(), as compact as the others': the model has 512 positions); then
 //              generateObject with a schema returns a valid object (response_format json_schema), and with
-//              a zod schema (an ISO date, an integer range, a regex, a positive multiple of 0.25) one that
-//              zod's own parse accepts
+//              a zod schema (an ISO date, an integer range, a regex, a positive multiple of 0.25; startsWith
+//              and lowercase) one that zod's own parse accepts
 //   agents     the OpenAI Agents SDK on its default Responses API (/v1/responses): the Runner runs the loop
 //              (toolChoice "required" kept, the history windowed by callModelInputFilter)
 //
@@ -251,6 +251,13 @@ async function aisdkObject() {
   check(Booking.safeParse(booked.object).success, "aisdk: generateObject under a zod schema returns what zod accepts",
         JSON.stringify(booked.object));
   console.log(`aisdk generateObject (zod): ${JSON.stringify(booked.object)}`);
+  // zod writes its own string checks as a format of its own beside the pattern that checks them (startsWith:
+  // {"format": "starts_with", "pattern": "^T.*"}): the pattern serves them (the format alone was refused).
+  const Ticket = z.object({ ref: z.string().startsWith("T").max(6), owner: z.string().lowercase().max(6) });
+  const ticket = await generateObject({ model: provider(modelId), schema: Ticket, prompt: "Open a ticket.",
+                                        maxOutputTokens: 64, temperature: 0, maxRetries: 0 });
+  check(Ticket.safeParse(ticket.object).success, "aisdk: generateObject under zod's startsWith and lowercase",
+        JSON.stringify(ticket.object));
 }
 
 // A call max_tokens cuts (a budget below the shortest call: the grammar cannot close it in time) comes back as

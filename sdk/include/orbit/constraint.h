@@ -137,7 +137,9 @@ class Constraint {
   //                   lookaround, \b, \p{..}, anchors other than at a (top-level alternative's) start or end
   //   format          date, time, date-time (RFC 3339; February 29 is allowed in every year), duration (RFC
   //                   3339's, whole numbers), email (dot-atom local part), hostname (RFC 1123 labels), ipv4,
-  //                   ipv6 (RFC 3986), uuid, uri (a scheme, ':', and URI characters with valid %-escapes)
+  //                   ipv6 (RFC 3986), uuid, uri (a scheme, ':', and URI characters with valid %-escapes); any
+  //                   other format only beside a pattern, which serves it (zod writes startsWith, cuid, nanoid,
+  //                   e164, ... as a format of its own and the pattern that checks it)
   //   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (numbers and integers): exact
   //                   decimal comparisons; such numbers are written without exponent; multipleOf's significant
   //                   digits times (its decimals + 3) at most 50000

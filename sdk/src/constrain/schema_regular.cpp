@@ -90,13 +90,17 @@ ByteDfa content_dfa(const StringRules& rules, const std::string& path) {
   if (rules.pattern != nullptr) {
     content = regex_dfa(*rules.pattern, RegexSyntax::kSearch, RegexText::kJsonString, path + ".pattern");
   }
-  if (rules.format != nullptr) {
-    const auto found = format_regexes().find(*rules.format);
-    if (found == format_regexes().end()) {
-      std::string names;
-      for (const std::string& f : string_formats()) names += (names.empty() ? "" : ", ") + f;
-      ORBIT_FAIL(path << ".format: \"" << *rules.format << "\" is not supported (supported: " << names << ")");
-    }
+  // A format this list lacks beside a pattern names what the pattern says: zod writes each of its string
+  // checks so (startsWith as {"format": "starts_with", "pattern": "^ab.*"}, cuid, nanoid, e164, ...), and the
+  // pattern alone serves it. Alone, it would constrain nothing: refused.
+  const auto found = rules.format != nullptr ? format_regexes().find(*rules.format) : format_regexes().end();
+  if (rules.format != nullptr && found == format_regexes().end() && rules.pattern == nullptr) {
+    std::string names;
+    for (const std::string& f : string_formats()) names += (names.empty() ? "" : ", ") + f;
+    ORBIT_FAIL(path << ".format: \"" << *rules.format << "\" is not supported (supported: " << names
+                    << "; another format is served beside a pattern, by the pattern)");
+  }
+  if (found != format_regexes().end()) {
     ByteDfa f = regex_dfa(found->second, RegexSyntax::kAnchored, RegexText::kJsonString, path + ".format");
     content = content ? intersect(*content, f, path + ": pattern and format together") : std::move(f);
   }

@@ -21,7 +21,7 @@ const std::vector<std::string>& string_formats();
 
 struct StringRules {
   const std::string* pattern = nullptr;  // JSON Schema's pattern (a search unless anchored)
-  const std::string* format = nullptr;   // one of string_formats()
+  const std::string* format = nullptr;   // one of string_formats(), or any beside a pattern
   int64_t min_chars = 0;
   int64_t max_chars = 0;
 };
