@@ -49,6 +49,8 @@ def start_server(args):
     cmd = [args.orbit, "serve", "--model", args.model, "--port", "0", "--max-sessions", str(args.sessions + 4)]
     if args.policy:
         cmd += ["--policy", args.policy]
+    if args.anonymous_windows:
+        cmd += ["--anonymous-windows", str(args.anonymous_windows)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
     line = proc.stdout.readline()
@@ -103,9 +105,12 @@ class Agent(threading.Thread):
                 del messages[1]  # ... and keeps its history within the model's context
             body = {"model": self.model, "messages": messages, "max_tokens": self.args.max_tokens,
                     "temperature": 0, "stream": self.stream}
+            if self.stream:
+                body["stream_options"] = {"include_usage": True}  # usage comes in a stream only when asked
             t0 = time.perf_counter()
             try:
-                status, text = post(conn, "/v1/chat/completions", body, {"X-Orbit-Session": session})
+                headers = {} if self.args.anonymous else {"X-Orbit-Session": session}
+                status, text = post(conn, "/v1/chat/completions", body, headers)
             except (OSError, http.client.HTTPException) as e:
                 status, text = -1, str(e)
                 conn = http.client.HTTPConnection(self.host, self.port, timeout=600)
@@ -172,6 +177,10 @@ def main():
     ap.add_argument("--history-chars", type=int, default=900,
                     help="the agents drop their oldest messages past this many characters (the bundled model's "
                          "context is 512 tokens)")
+    ap.add_argument("--anonymous", action="store_true",
+                    help="send no X-Orbit-Session header, as OpenAI clients do: the server matches each request "
+                         "to one of its anonymous windows (--anonymous-windows) by the messages it shares")
+    ap.add_argument("--anonymous-windows", type=int, default=0, help="orbit serve --anonymous-windows (0: its default)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     proc, host, port = start_server(args)

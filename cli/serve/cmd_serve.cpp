@@ -58,6 +58,8 @@ const char* kServeUsage =
     "  --session-budget-mb N KV that idle sessions may keep resident, MiB (default 128); past it the least\n"
     "                        recently used leave memory (their chunks stay in the store)\n"
     "  --max-sessions N      resident sessions at most (default 64)\n"
+    "  --anonymous-windows N windows kept for requests without X-Orbit-Session (default 4, at most 256): each\n"
+    "                        request takes the free one whose last conversation shares the most messages\n"
     "  --max-responses N     responses kept for previous_response_id and GET /v1/responses/ID (default 4096);\n"
     "                        past it the least recently used are forgotten (404)\n"
     "  --max-idle-chunks N   messages' chunks kept registered once no window holds them, the most recently\n"
@@ -151,6 +153,8 @@ serve::ServeOptions serve_options(const Args& args) {
   o.session_budget_bytes = size_argument(args, "--session-budget-mb", 128, 0, 20);
   o.host_budget_bytes = size_argument(args, "--host-budget-mb", 1024, 0, 20);
   o.max_sessions = args.get_int("--max-sessions", 64, 1);
+  o.anonymous_windows = args.get_int("--anonymous-windows", 4, 1);
+  ORBIT_CHECK(o.anonymous_windows <= 256, "serve: argument '--anonymous-windows' must be at most 256");
   o.max_responses = args.get_int("--max-responses", 4096, 1);
   o.max_idle_chunks = args.get_int("--max-idle-chunks", 4096, 1);
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
@@ -181,6 +185,7 @@ int run_serve(int argc, char** argv, int first) {
                 "--session-budget-mb",
                 "--host-budget-mb",
                 "--max-sessions",
+                "--anonymous-windows",
                 "--max-responses",
                 "--max-idle-chunks",
                 "--max-tokens",

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 
 namespace orbit::serve {
@@ -10,31 +12,93 @@ using nlohmann::json;
 
 namespace {
 
-bool same_tool_calls(const std::vector<ChatToolCall>& a, const std::vector<ChatToolCall>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const ChatToolCall& x, const ChatToolCall& y) {
-    return x.id == y.id && x.name == y.name && x.arguments == y.arguments;
-  });
+// FNV-1a over length-prefixed fields, so no two field lists hash alike by shifting a boundary.
+class Fnv {
+ public:
+  void add(std::string_view text) {
+    add_int(static_cast<int64_t>(text.size()));
+    for (const char c : text) byte(static_cast<unsigned char>(c));
+  }
+  void add_optional(const std::optional<std::string>& text) {
+    add_int(text ? 1 : 0);
+    if (text) add(std::string_view(*text));
+  }
+  void add_int(int64_t v) {
+    for (int i = 0; i < 8; ++i) byte(static_cast<unsigned char>(static_cast<uint64_t>(v) >> (8 * i)));
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  void byte(unsigned char c) { h_ = (h_ ^ c) * 0x100000001b3ULL; }
+  uint64_t h_ = 0xcbf29ce484222325ULL;
+};
+
+}  // namespace
+
+MessageDigest digest(const ChatMessage& m) {
+  Fnv h;
+  int64_t size = static_cast<int64_t>(m.role.size() + m.content.size());
+  h.add(m.role);
+  h.add(m.content);
+  h.add_optional(m.name);
+  h.add_optional(m.tool_call_id);
+  h.add_int(static_cast<int64_t>(m.tool_calls.size()));
+  for (const ChatToolCall& c : m.tool_calls) {
+    h.add(c.id);
+    h.add(c.name);
+    h.add(c.arguments);
+    size += static_cast<int64_t>(c.name.size() + c.arguments.size());
+  }
+  h.add_int(static_cast<int64_t>(m.parts.size()));
+  for (const ContentPart& p : m.parts) {
+    h.add(p.chunk ? std::string_view(p.chunk->key) : std::string_view(p.text));
+    h.add_int(p.chunk ? 1 : 0);
+    size += p.chunk ? 4 * p.chunk->length : static_cast<int64_t>(p.text.size());
+  }
+  return MessageDigest{h.value(), size};
 }
 
-bool same_parts(const std::vector<ContentPart>& a, const std::vector<ContentPart>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
-                    [](const ContentPart& x, const ContentPart& y) { return x.text == y.text && x.chunk == y.chunk; });
+MessageDigest digest_tools(const std::string& tools_json) {
+  Fnv h;
+  h.add(tools_json);
+  return MessageDigest{h.value(), static_cast<int64_t>(tools_json.size())};
 }
 
-// Whether two messages render the same (every field a template sees).
-bool same_message(const ChatMessage& a, const ChatMessage& b) {
-  return a.role == b.role && a.content == b.content && a.name == b.name && a.tool_call_id == b.tool_call_id &&
-         same_tool_calls(a.tool_calls, b.tool_calls) && same_parts(a.parts, b.parts);
+WindowMatch match_window(const LastRequest& last, const std::vector<MessageDigest>& request,
+                         const MessageDigest& tools) {
+  const std::vector<MessageDigest>& list = last.messages;
+  WindowMatch m;
+  const bool same_tools = last.tools == tools;
+  // A template renders the tools before the first message: a prefix shared under other tools is not one.
+  while (same_tools && m.leading < static_cast<int64_t>(std::min(list.size(), request.size())) &&
+         list[m.leading] == request[m.leading]) {
+    ++m.leading;
+  }
+  // Each message of the window's list matches at most one of the request's (a window holds it once).
+  std::unordered_map<uint64_t, int64_t> held;
+  for (const MessageDigest& d : list) ++held[d.hash];
+  for (const MessageDigest& d : request) {
+    auto it = held.find(d.hash);
+    if (it == held.end() || it->second == 0) continue;
+    --it->second;
+    m.shared_size += d.size;
+  }
+  if (same_tools && m.shared_size > 0) m.shared_size += tools.size;  // the same tools alone are no match
+  const std::size_t prompt = list.size() - (last.answered ? 1 : 0);
+  const bool answer_back = last.answered && std::find(request.begin(), request.end(), list.back()) != request.end();
+  const bool retry =
+      same_tools && prompt > 0 && request.size() == prompt && static_cast<std::size_t>(m.leading) >= prompt;
+  m.continues = answer_back || retry;
+  return m;
 }
 
-// The leading messages an anonymous window's last list shares with a request's; 0 when their tools differ
-// (a template renders the tools before the first message).
-int64_t shared_messages(const Session& s, const std::vector<ChatMessage>& messages, const std::string& tools) {
-  if (s.last_tools != tools) return 0;
-  const std::size_t n = std::min(s.last_list.size(), messages.size());
-  std::size_t k = 0;
-  while (k < n && same_message(s.last_list[k], messages[k])) ++k;
-  return static_cast<int64_t>(k);
+namespace {
+
+std::vector<MessageDigest> digests(const std::vector<ChatMessage>& messages) {
+  std::vector<MessageDigest> out;
+  out.reserve(messages.size());
+  for (const ChatMessage& m : messages) out.push_back(digest(m));
+  return out;
 }
 
 }  // namespace
@@ -102,18 +166,26 @@ void SessionTable::make_resident(Session& s) {
 }
 
 WindowSlot SessionTable::acquire_anonymous(const std::vector<ChatMessage>& messages, const std::string& tools_json) {
+  const std::vector<MessageDigest> request = digests(messages);
+  const MessageDigest tools = digest_tools(tools_json);
   std::shared_ptr<Session> s;
   bool created = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    int64_t best = -1;
+    std::shared_ptr<Session> best;
+    WindowMatch best_match;
     for (const auto& a : anonymous_) {
       if (a->holders > 0) continue;
-      const int64_t shared = shared_messages(*a, messages, tools_json);
-      if (shared > best) best = shared, s = a;
+      const WindowMatch m = match_window(a->last, request, tools);
+      if (best && m < best_match) continue;
+      // Equal continuations: the most recently used; equal strangers: the least (its owner is likeliest gone).
+      const bool tie = best && !(best_match < m);
+      if (tie && (m.continues ? a->last_used < best->last_used : a->last_used > best->last_used)) continue;
+      best = a, best_match = m;
     }
     const bool room = static_cast<int64_t>(anonymous_.size()) < context_.options.anonymous_windows;
-    if (!s || (best == 0 && room)) {
+    if (best && (best_match.continues || !room)) s = best;
+    if (!s) {
       s = std::make_shared<Session>();
       s->lane = "~anonymous:" + std::to_string(++clock_);
       created = true;
@@ -173,8 +245,9 @@ void SessionTable::record(Session& s, RunRecord run) {
     s.anticipated_options = run.options;
   }
   if (s.id.empty()) {
-    s.last_list = std::move(run.next);
-    s.last_tools = run.options.chat.tools_json;
+    s.last.messages = digests(run.next);
+    s.last.answered = run.answered;
+    s.last.tools = digest_tools(run.options.chat.tools_json);
   }
   SessionTotals& t = s.totals;
   t.predicted_kl = run.usage.predicted_kl;

@@ -3,11 +3,14 @@
 // WindowSlot holds, the idle worker (idle_worker.h) takes idle ones.
 //
 // Sessions are created by the first request that names them and ended by end(). A request without a
-// session gets one of a few anonymous windows (ServeOptions::anonymous_windows): the free one whose last
-// request shares the most leading messages with this one (its messages and answer as the next request
-// would send them back, the same tools), so repeated prefixes are served as a radix cache would serve them;
-// a new one when none shares a message and there is room. Anonymous windows get the idle work sessions get
-// (the answer prefilled as the next request will send it back, Window::idle).
+// session gets one of a few anonymous windows (ServeOptions::anonymous_windows). A request that continues a
+// free window's conversation (it sends back that window's last answer) takes it: of several, the one sharing
+// the most text, counted over whole messages wherever they sit (so an agent that trimmed, summarized or
+// reordered its history still finds the window that holds the rest of it), then the longest run of leading
+// messages (a radix cache's reuse), then the most recently used. Otherwise a new window while there is room
+// (a shared system prompt or document alone does not make another conversation's window its own), else the
+// free one sharing the most, the least recently used among equals. Anonymous windows get the idle work
+// sessions get (the answer prefilled as the next request will send it back, Window::idle).
 //
 // Budget: when the windows of idle sessions hold more than ServeOptions::session_budget_bytes, or more than
 // max_sessions windows are resident, the least recently used idle ones leave memory (their Window is
@@ -71,6 +74,41 @@ struct ServingMode {
   int64_t request = 0;  // this request's number in its session (1 = its first)
 };
 
+// A message (or a tools list) as anonymous windows are matched by it: a hash of every field a template
+// sees, and its size in characters (a chunk part counts 4 per token).
+struct MessageDigest {
+  uint64_t hash = 0;
+  int64_t size = 0;
+  bool operator==(const MessageDigest& o) const { return hash == o.hash && size == o.size; }
+};
+MessageDigest digest(const ChatMessage& m);
+MessageDigest digest_tools(const std::string& tools_json);
+
+// What an anonymous window served last: the request's messages, then its answer when it gave one (the list
+// the next request most likely sends), and its tools.
+struct LastRequest {
+  std::vector<MessageDigest> messages;
+  bool answered = false;
+  MessageDigest tools;
+};
+
+// How a request matches an anonymous window's last request (SessionTable::acquire_anonymous). It continues
+// the window's conversation when it sends back the answer the window gave, or resends that request as it
+// was (a retry); then how much it shares: the size of its messages found anywhere in that list, plus the
+// tools' when they are the same and a message is shared; then the leading messages it shares (none under
+// other tools).
+struct WindowMatch {
+  bool continues = false;
+  int64_t shared_size = 0;
+  int64_t leading = 0;
+  bool operator<(const WindowMatch& o) const {
+    if (continues != o.continues) return o.continues;
+    return shared_size != o.shared_size ? shared_size < o.shared_size : leading < o.leading;
+  }
+};
+WindowMatch match_window(const LastRequest& last, const std::vector<MessageDigest>& request,
+                         const MessageDigest& tools);
+
 struct Session {
   std::string id;                // "" for an anonymous window
   std::string lane;              // the gate lane its forwards queue in
@@ -83,10 +121,9 @@ struct Session {
   // The list the next request will most likely send: the last one's and its answer (ServeOptions::anticipate).
   std::optional<std::vector<ChatMessage>> anticipated;
   SyncOptions anticipated_options;
-  double idle_forward_tokens = 0;      // forwarded in idle time for the next request's prompt, not yet reported
-  std::vector<ChatMessage> last_list;  // anonymous windows: the last request's messages and answer
-  std::string last_tools;              // ... and its tools
-  WindowStats stats;                   // the window's, at the end of its last request
+  double idle_forward_tokens = 0;  // forwarded in idle time for the next request's prompt, not yet reported
+  LastRequest last;                // anonymous windows: what the window served last
+  WindowStats stats;               // the window's, at the end of its last request
   SessionTotals totals;
   SessionAudit audit;
 };

@@ -338,6 +338,109 @@ TEST_CASE("serve: sessions on the model: interleaving, anonymous reuse, LRU, can
   core.close();
 }
 
+TEST_CASE("serve: anonymous windows are matched to requests by what they continue and share", "[serve]") {
+  auto msg = [](const std::string& role, const std::string& content) {
+    orbit::ChatMessage m;
+    m.role = role;
+    m.content = content;
+    return sv::digest(m);
+  };
+  const sv::MessageDigest sys = msg("system", "You tell short stories."), doc = msg("tool", "A long page.");
+  const sv::MessageDigest q1 = msg("user", "Who?"), a1 = msg("assistant", "Lily."), q2 = msg("user", "Why?");
+  const sv::MessageDigest tools = sv::digest_tools(R"([{"type":"function"}])"), none = sv::digest_tools("");
+  CHECK(sys.size == 29);  // role and content
+  CHECK_FALSE(msg("user", "Who?") == msg("assistant", "Who?"));
+  CHECK_FALSE(msg("user", "ab") == msg("user", "ba"));
+  const sv::LastRequest last{{sys, doc, q1, a1}, true, none};
+
+  // Sending the answer back continues the window, wherever it sits (the page trimmed away).
+  const sv::WindowMatch trimmed = sv::match_window(last, {sys, q1, a1, q2}, none);
+  CHECK(trimmed.continues);
+  CHECK(trimmed.shared_size == sys.size + q1.size + a1.size);
+  CHECK(trimmed.leading == 1);
+  // A retry (the same request again) continues it; an edited question does not.
+  CHECK(sv::match_window(last, {sys, doc, q1}, none).continues);
+  const sv::WindowMatch edited = sv::match_window(last, {sys, doc, q2}, none);
+  CHECK_FALSE(edited.continues);
+  CHECK(edited.shared_size == sys.size + doc.size);
+  CHECK(edited.leading == 2);
+  // Another conversation under the same system prompt shares it and no more; the same tools count only
+  // beside a shared message, and other tools break the leading run.
+  const sv::WindowMatch stranger = sv::match_window(last, {sys, q2}, none);
+  CHECK_FALSE(stranger.continues);
+  CHECK(stranger.shared_size == sys.size);
+  CHECK(stranger < trimmed);
+  CHECK(edited < trimmed);
+  CHECK(stranger < edited);
+  const sv::LastRequest with_tools{{sys, q1, a1}, true, tools};
+  CHECK(sv::match_window(with_tools, {q2}, tools).shared_size == 0);
+  CHECK(sv::match_window(with_tools, {sys, q2}, tools).shared_size == sys.size + tools.size);
+  const sv::WindowMatch other_tools = sv::match_window(with_tools, {sys, q1, a1, q2}, none);
+  CHECK(other_tools.continues);
+  CHECK(other_tools.leading == 0);
+  CHECK(other_tools.shared_size == sys.size + q1.size + a1.size);
+  // Each message the window holds matches once: a question asked twice shares one copy.
+  CHECK(sv::match_window(last, {q1, q1}, none).shared_size == q1.size);
+  // A window whose last run gave no answer: a retry continues it.
+  const sv::LastRequest unanswered{{sys, q1}, false, none};
+  CHECK(sv::match_window(unanswered, {sys, q1}, none).continues);
+  CHECK_FALSE(sv::match_window(unanswered, {sys, q1, q2}, none).continues);
+}
+
+TEST_CASE("serve: an anonymous conversation that trimmed its history finds its own window", "[serve][model]") {
+  // Two agents under one system prompt, their requests interleaved without sessions: the system prompt
+  // alone must not put the second in the first one's window, where every request would evict the other
+  // agent's history and recall its own from the store. Later both trim their first page, so only the
+  // system prompt leads their lists and only the answers they send back tell the windows apart. Every
+  // request must do to its window what it does in the agent's own named session.
+  auto conversation = [](bool named) {
+    sv::ServeOptions options;
+    options.model = kModel;
+    options.policy = "patch:16:exact";
+    options.anticipate = false;
+    options.anonymous_windows = 2;
+    options.chunk_min_tokens = 16;
+    sv::ServeCore core(options);
+    const std::vector<std::string> pages = {
+        "The dog found a big red ball in the park. Lily was happy. She threw the ball and the dog ran after it.",
+        "Tom had a small boat. He took it to the pond with his mom. The boat went fast on the water.",
+        "Sue liked to draw. One day she drew a big tree with red apples. Her friend Ben saw it and wanted to draw.",
+        "The cat sat in the sun by the door. A bird came down to the grass and the cat watched it all day long."};
+    std::vector<std::vector<orbit::ChatMessage>> lists(2);
+    std::vector<double> forwarded;
+    std::vector<std::string> plans;  // what each request did to its window, as usage.orbit.plan says
+    auto turn = [&](int agent, const std::string& question) {
+      std::vector<orbit::ChatMessage>& list = lists[agent];
+      if (list.empty())
+        list = {{"system", "You tell short stories."}, {"tool", pages[agent]}, {"tool", pages[2 + agent]}};
+      list.push_back({"user", question});
+      sv::ChatRequest r;
+      r.model = core.model_name();
+      r.messages = list;
+      r.sampling.max_tokens = 8;
+      r.sampling.temperature = 0;
+      const sv::RunOutcome o = core.chat(r, named ? "agent" + std::to_string(agent) : "", {});
+      REQUIRE(o.result.has_value());
+      list.push_back({"assistant", o.result->text});
+      forwarded.push_back(o.result->usage.forward_tokens);
+      plans.push_back(o.result->usage.plan);
+    };
+    turn(1, "Who was there?");
+    turn(0, "What did they find?");
+    turn(0, "Why?");
+    turn(1, "Where did they go?");
+    for (auto& list : lists) list.erase(list.begin() + 1);  // both trim their first page
+    turn(1, "What then?");
+    turn(0, "And then?");
+    core.close();
+    return std::make_pair(plans, forwarded);
+  };
+  const auto anonymous = conversation(false), named = conversation(true);
+  CHECK(anonymous.first == named.first);
+  CHECK(anonymous.second == named.second);
+  CHECK(named.first[4] == "keep 5, turn 2, evict 1");  // the page left; the rest of the window stayed
+}
+
 TEST_CASE("serve: an answer prefilled in idle time is kept by the next request", "[serve][model]") {
   // The same two requests of one session (or, session "", of an anonymous window: framework defaults send
   // none), with and without anticipation.
