@@ -3,7 +3,59 @@
 #include <algorithm>
 #include <functional>
 
+#include "orbit/common/error.h"
+
 namespace orbit::detail {
+
+namespace {
+
+// What a record takes in memory, about: itself, its strings and its context's keys and weights.
+std::size_t record_bytes(const PatchRecord& r) {
+  std::size_t n = sizeof(PatchRecord) + r.key.size() + r.variant.size();
+  for (const std::string& k : r.context) n += sizeof(std::string) + k.size();
+  return n + r.context_tokens.size() * sizeof(std::pair<uint64_t, double>);
+}
+
+// A chunk's entry apart from its records and sensitivities: its key twice (map and recency list) and the nodes.
+std::size_t chunk_overhead(const std::string& key) { return 2 * key.size() + 160; }
+
+}  // namespace
+
+PatchCatalog::PatchCatalog(std::size_t max_bytes, std::size_t max_per_chunk)
+    : max_bytes_(max_bytes), max_per_chunk_(max_per_chunk) {
+  ORBIT_CHECK(max_bytes >= 1, "PatchCatalog: max_bytes must be >= 1");
+  ORBIT_CHECK(max_per_chunk >= 1, "PatchCatalog: max_per_chunk must be >= 1");
+}
+
+PatchCatalog::Chunk* PatchCatalog::use(const std::string& chunk_key, bool create) const {
+  auto it = chunks_.find(chunk_key);
+  if (it == chunks_.end()) {
+    if (!create) return nullptr;
+    it = chunks_.emplace(chunk_key, Chunk{}).first;
+    recency_.push_front(chunk_key);
+    it->second.at = recency_.begin();
+    return &it->second;
+  }
+  recency_.splice(recency_.begin(), recency_, it->second.at);
+  return &it->second;
+}
+
+void PatchCatalog::settle(Chunk& keep) {
+  const std::string& key = *keep.at;
+  std::size_t now = chunk_overhead(key);
+  for (const PatchRecord& r : keep.records) now += record_bytes(r);
+  for (const auto& [patch, s] : keep.sensitivities) now += sizeof(std::pair<std::string, double>) + patch.size();
+  bytes_ = bytes_ - keep.bytes + now;
+  keep.bytes = now;
+  // `keep` is the most recently used: the back of recency_ is another chunk while there are two.
+  while (bytes_ > max_bytes_ && recency_.size() > 1) {
+    auto victim = chunks_.find(recency_.back());
+    bytes_ -= victim->second.bytes;
+    records_ -= victim->second.records.size();
+    chunks_.erase(victim);
+    recency_.pop_back();
+  }
+}
 
 void PatchCatalog::add(const std::string& chunk_key, PatchRecord record, const std::vector<double>& context_lengths) {
   std::unordered_map<uint64_t, double> weights;
@@ -14,45 +66,52 @@ void PatchCatalog::add(const std::string& chunk_key, PatchRecord record, const s
   }
   record.context_tokens.assign(weights.begin(), weights.end());
   std::lock_guard<std::mutex> lock(mu_);
-  auto& list = records_[chunk_key];
-  for (const auto& r : list) {
+  Chunk& chunk = *use(chunk_key, true);
+  for (const auto& r : chunk.records) {
     if (r.key == record.key) return;
   }
-  list.push_back(std::move(record));
+  chunk.records.push_back(std::move(record));
+  ++records_;
+  if (chunk.records.size() > max_per_chunk_) {  // the oldest goes
+    chunk.records.erase(chunk.records.begin());
+    --records_;
+  }
+  settle(chunk);
 }
 
 void PatchCatalog::set_formed(const std::string& chunk_key, const std::vector<std::string>& keys, double residual,
                               double sensitivity) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = records_.find(chunk_key);
-  if (it == records_.end()) return;
-  for (PatchRecord& r : it->second) {
+  Chunk* chunk = use(chunk_key, false);
+  if (chunk == nullptr) return;
+  for (PatchRecord& r : chunk->records) {
     if (std::find(keys.begin(), keys.end(), r.key) != keys.end()) {
       r.residual = residual;
       r.sensitivity = sensitivity;
     }
   }
   // One formation, however many keys it is stored under.
-  if (sensitivity >= 0 && !keys.empty()) record_sensitivity(chunk_key, keys.front(), sensitivity);
+  if (sensitivity >= 0 && !keys.empty()) record_sensitivity(*chunk, keys.front(), sensitivity);
+  settle(*chunk);
 }
 
 void PatchCatalog::note_read(const std::string& chunk_key, const std::string& patch_key, double sensitivity) {
   if (sensitivity < 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = records_.find(chunk_key); it != records_.end()) {
-    for (const PatchRecord& r : it->second) {
-      if (r.key == patch_key && r.sensitivity >= 0) return;  // formed here: counted once, when formed
-    }
+  Chunk& chunk = *use(chunk_key, true);
+  for (const PatchRecord& r : chunk.records) {
+    if (r.key == patch_key && r.sensitivity >= 0) return;  // formed here: counted once, when formed
   }
-  record_sensitivity(chunk_key, patch_key, sensitivity);
+  record_sensitivity(chunk, patch_key, sensitivity);
+  settle(chunk);
 }
 
 std::optional<PatchCatalog::Facts> PatchCatalog::facts(const std::string& chunk_key,
                                                        const std::string& patch_key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = records_.find(chunk_key);
-  if (it == records_.end()) return std::nullopt;
-  for (const PatchRecord& r : it->second) {
+  const Chunk* chunk = use(chunk_key, false);
+  if (chunk == nullptr) return std::nullopt;
+  for (const PatchRecord& r : chunk->records) {
     if (r.key == patch_key) return Facts{r.exact, r.residual};
   }
   return std::nullopt;
@@ -64,9 +123,9 @@ std::vector<PatchCatalog::Candidate> PatchCatalog::closest(const std::string& ch
   std::vector<Candidate> candidates;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = records_.find(chunk_key);
-    if (it == records_.end()) return candidates;
-    for (auto r = it->second.rbegin(); r != it->second.rend() && candidates.size() < max_records; ++r) {
+    const Chunk* chunk = use(chunk_key, false);
+    if (chunk == nullptr) return candidates;
+    for (auto r = chunk->records.rbegin(); r != chunk->records.rend() && candidates.size() < max_records; ++r) {
       if (r->conditioned || r->variant != variant) continue;
       double common = 0;  // Σ min over the keys both hold; Σ max = both totals − Σ min
       for (const auto& [hash, tokens] : r->context_tokens) {
@@ -84,29 +143,45 @@ std::vector<PatchCatalog::Candidate> PatchCatalog::closest(const std::string& ch
 
 double PatchCatalog::sensitivity(const std::string& chunk_key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = sensitivity_.find(chunk_key);
-  return it == sensitivity_.end() ? -1 : it->second.mean;
+  const Chunk* chunk = use(chunk_key, false);
+  return chunk == nullptr ? -1 : chunk->mean;
 }
 
 void PatchCatalog::record_measured_sensitivity(const std::string& key, double sensitivity) {
   if (!(sensitivity >= 0)) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (sensitivity_.count(key) == 0) {
-    measured_order_.push_back(key);
-    if (measured_order_.size() > kMaxMeasured) {
-      sensitivity_.erase(measured_order_.front());
-      measured_order_.pop_front();
-    }
-  }
-  record_sensitivity(key, "measured", sensitivity);
+  Chunk& chunk = *use(key, true);
+  record_sensitivity(chunk, "measured", sensitivity);
+  settle(chunk);
 }
 
-void PatchCatalog::record_sensitivity(const std::string& chunk_key, const std::string& patch_key, double s) {
-  Sensitivity& rec = sensitivity_[chunk_key];
-  rec.by_patch[patch_key] = s;
+void PatchCatalog::record_sensitivity(Chunk& chunk, const std::string& patch_key, double s) {
+  auto& kept = chunk.sensitivities;
+  auto it = std::find_if(kept.begin(), kept.end(), [&](const auto& e) { return e.first == patch_key; });
+  if (it != kept.end()) {
+    it->second = s;
+  } else {
+    kept.emplace_back(patch_key, s);
+    if (kept.size() > max_per_chunk_) kept.erase(kept.begin());  // the oldest goes
+  }
   double sum = 0;
-  for (const auto& [key, x] : rec.by_patch) sum += x;
-  rec.mean = sum / static_cast<double>(rec.by_patch.size());
+  for (const auto& [key, x] : kept) sum += x;
+  chunk.mean = sum / static_cast<double>(kept.size());
+}
+
+std::size_t PatchCatalog::chunks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return chunks_.size();
+}
+
+std::size_t PatchCatalog::records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_;
+}
+
+std::size_t PatchCatalog::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
 }
 
 }  // namespace orbit::detail

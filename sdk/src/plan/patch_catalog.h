@@ -4,13 +4,22 @@
 // sensitivity of its known patches (formed here or read from the store), kept current so that planning
 // reads it with one lookup. In memory only, rebuilt as patches are formed and read.
 //
+// Bounded, as the store it describes is: a chunk keeps its newest max_per_chunk patch records and the
+// sensitivities of its newest max_per_chunk patches (its mean is theirs), and the catalog as a whole about
+// max_bytes (16 MiB by default: some 17,000 chunks, each with a patch formed under three keys); past that,
+// the chunks used least recently (added, formed, read or looked up) are forgotten whole. A forgotten chunk
+// reads as one whose patches another process formed: an exact or orbit patch still in the store is found
+// there by its key (its residual unknown: the planner's stand-in), a stale lookup finds none of its patches,
+// and its sensitivity reads as unknown until a patch of it is formed or read again. So a long-running
+// server's distinct chunks do not grow it.
+//
 // Thread-safety: every method may be called from any thread; one mutex of its own guards all of it, and
 // no method calls out while holding it. Plain numbers in and out (no tensors, no runtime types).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -49,6 +58,12 @@ struct PatchRecord {
 
 class PatchCatalog {
  public:
+  static constexpr std::size_t kDefaultMaxBytes = std::size_t{16} << 20;
+  static constexpr std::size_t kDefaultMaxPerChunk = 64;
+  // max_bytes: what the catalog's records and sensitivities may take, about (>= 1); max_per_chunk: the
+  // records, and the sensitivities, one chunk keeps (>= 1; the planner compares a chunk's newest 16 patches).
+  explicit PatchCatalog(std::size_t max_bytes = kDefaultMaxBytes, std::size_t max_per_chunk = kDefaultMaxPerChunk);
+
   // Adds `record` to the chunk's patches unless one with its key is there already. `context_lengths[i]` is
   // the token length of record.context[i] (context_tokens and context_total are filled from them).
   void add(const std::string& chunk_key, PatchRecord record, const std::vector<double>& context_lengths);
@@ -85,23 +100,33 @@ class PatchCatalog {
   // A sensitivity measured without a patch (a live turn's, EngineCore::queue_turn_sensitivity).
   void record_measured_sensitivity(const std::string& key, double sensitivity);
 
- private:
-  // Adds a patch's sensitivity to its chunk's mean (mu_ held).
-  void record_sensitivity(const std::string& chunk_key, const std::string& patch_key, double sensitivity);
+  // What it holds: chunks (or turns) known, their records, and the bytes they take (about).
+  std::size_t chunks() const;
+  std::size_t records() const;
+  std::size_t bytes() const;
 
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, std::vector<PatchRecord>> records_;
-  // Per chunk key: the sensitivity of each patch formed here or read from the store (by patch key), and
-  // their mean.
-  struct Sensitivity {
-    std::unordered_map<std::string, double> by_patch;
-    double mean = -1;
+ private:
+  struct Chunk {
+    std::vector<PatchRecord> records;                           // oldest first
+    std::vector<std::pair<std::string, double>> sensitivities;  // by patch key, oldest first
+    double mean = -1;                                           // of `sensitivities`
+    std::size_t bytes = 0;                                      // charged for it in bytes_
+    std::list<std::string>::iterator at;                        // its place in recency_
   };
-  std::unordered_map<std::string, Sensitivity> sensitivity_;
-  // Keys record_measured_sensitivity added (live turns), oldest first: the kMaxMeasured newest are kept (an
-  // older turn is measured again if it comes back), so distinct turns do not grow the catalog without bound.
-  static constexpr std::size_t kMaxMeasured = std::size_t{1} << 16;
-  std::deque<std::string> measured_order_;
+  // The chunk's entry, made the most recently used (created when `create`; else null when unknown).
+  Chunk* use(const std::string& chunk_key, bool create) const;
+  // Adds a patch's sensitivity to its chunk's mean.
+  void record_sensitivity(Chunk& chunk, const std::string& patch_key, double sensitivity);
+  // Charges the chunk's new size and forgets the least recently used chunks (not `keep`) past max_bytes_.
+  void settle(Chunk& keep);
+
+  std::size_t max_bytes_;
+  std::size_t max_per_chunk_;
+  mutable std::mutex mu_;
+  mutable std::unordered_map<std::string, Chunk> chunks_;
+  mutable std::list<std::string> recency_;  // chunk keys, most recently used first
+  mutable std::size_t bytes_ = 0;           // Σ the chunks' charged bytes
+  std::size_t records_ = 0;                 // Σ the chunks' records
 };
 
 }  // namespace orbit::detail

@@ -1,0 +1,117 @@
+// The patch catalog's bounds (sdk/src/plan/patch_catalog.h): a long-running engine forms patches for chunk
+// after chunk, and the catalog must stay within its bytes, each chunk within its records and sensitivities,
+// while the chunks in use keep what they know. Links the planning library (orbit_plan) and Catch only.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "plan/patch_catalog.h"
+
+using namespace orbit::detail;
+
+namespace {
+
+std::string key(const std::string& prefix, int i) { return prefix + std::to_string(i) + std::string(48, 'x'); }
+
+// A patch record formed under a context of three keys (the i-th of each).
+PatchRecord record(const std::string& patch, int i) {
+  PatchRecord r;
+  r.key = patch;
+  r.context = {key("ctx-a", i), key("ctx-b", i), key("ctx-c", i)};
+  r.variant = "r8";
+  return r;
+}
+
+void add(PatchCatalog& catalog, const std::string& chunk, const std::string& patch, int i) {
+  catalog.add(chunk, record(patch, i), {10, 20, 30});
+}
+
+}  // namespace
+
+TEST_CASE("the catalog stays within its bytes, forgetting the least recently used chunks", "[patch_catalog]") {
+  const std::size_t max_bytes = 64 << 10;
+  PatchCatalog catalog(max_bytes);
+  const std::string hot = key("hot-chunk", 0);
+  add(catalog, hot, key("hot-patch", 0), 0);
+  catalog.set_formed(hot, {key("hot-patch", 0)}, 0.25, 0.5);
+  std::size_t most_chunks = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const std::string chunk = key("chunk", i);
+    add(catalog, chunk, key("patch", i), i);
+    catalog.set_formed(chunk, {key("patch", i)}, 0.1, 0.01 * (i % 7));
+    catalog.record_measured_sensitivity(key("turn", i), 0.2);
+    if (i % 16 == 0) REQUIRE(catalog.sensitivity(hot) == Approx(0.5));  // in use: kept
+    REQUIRE(catalog.bytes() <= max_bytes);
+    most_chunks = std::max(most_chunks, catalog.chunks());
+  }
+  CHECK(most_chunks < 1000);
+  CHECK(catalog.records() <= catalog.chunks());
+
+  // The chunk used throughout is known whole; the newest chunks are too; the oldest are forgotten.
+  const auto hot_facts = catalog.facts(hot, key("hot-patch", 0));
+  REQUIRE(hot_facts.has_value());
+  CHECK(hot_facts->residual == Approx(0.25));
+  const auto newest = catalog.facts(key("chunk", 19999), key("patch", 19999));
+  REQUIRE(newest.has_value());
+  CHECK(newest->residual == Approx(0.1));
+  CHECK(catalog.sensitivity(key("turn", 19999)) == Approx(0.2));
+  CHECK_FALSE(catalog.facts(key("chunk", 0), key("patch", 0)).has_value());
+  CHECK(catalog.sensitivity(key("chunk", 0)) == -1);
+  CHECK(catalog.sensitivity(key("turn", 0)) == -1);
+  CHECK(catalog.closest(key("chunk", 0), "r8", {}, 0, 16).empty());
+
+  // A forgotten chunk is learned again as its patches are formed or read.
+  add(catalog, key("chunk", 0), key("patch", 0), 0);
+  catalog.set_formed(key("chunk", 0), {key("patch", 0)}, 0.3, 0.4);
+  CHECK(catalog.sensitivity(key("chunk", 0)) == Approx(0.4));
+  catalog.note_read(key("chunk", 1), key("patch", 1), 0.6);
+  CHECK(catalog.sensitivity(key("chunk", 1)) == Approx(0.6));
+}
+
+TEST_CASE("a chunk keeps its newest records and sensitivities", "[patch_catalog]") {
+  PatchCatalog catalog(PatchCatalog::kDefaultMaxBytes, 8);
+  const std::string chunk = key("chunk", 0);
+  for (int i = 0; i < 1000; ++i) {
+    add(catalog, chunk, key("patch", i), i);
+    catalog.set_formed(chunk, {key("patch", i)}, 0.1, i < 992 ? 100.0 : 1.0);
+  }
+  CHECK(catalog.chunks() == 1);
+  CHECK(catalog.records() == 8);
+  CHECK(catalog.facts(chunk, key("patch", 999)).has_value());
+  CHECK(catalog.facts(chunk, key("patch", 992)).has_value());
+  CHECK_FALSE(catalog.facts(chunk, key("patch", 991)).has_value());
+  // The mean is over the newest 8 sensitivities, each 1.
+  CHECK(catalog.sensitivity(chunk) == Approx(1.0));
+
+  // Stale lookups compare the newest records; the one formed under the same context is closest.
+  // The context patch 995 was formed under, weighted as add() weighs it.
+  const PatchRecord formed = record(key("patch", 995), 995);
+  const std::vector<double> lengths = {10, 20, 30};
+  std::unordered_map<uint64_t, double> context;
+  double total = 0;
+  for (std::size_t i = 0; i < formed.context.size(); ++i) {
+    context[std::hash<std::string>{}(formed.context[i])] += lengths[i];
+    total += lengths[i];
+  }
+  const auto candidates = catalog.closest(chunk, "r8", context, total, 16);
+  REQUIRE(candidates.size() == 8);
+  CHECK(candidates.front().key == key("patch", 995));
+  CHECK(candidates.front().divergence == Approx(0.0));
+}
+
+TEST_CASE("the default catalog stays within its bytes over many distinct chunks", "[patch_catalog]") {
+  PatchCatalog catalog;
+  for (int i = 0; i < 200000; ++i) {
+    const std::string chunk = key("chunk", i);
+    add(catalog, chunk, key("patch", i), i);
+    catalog.set_formed(chunk, {key("patch", i)}, 0.1, 0.5);
+  }
+  CHECK(catalog.bytes() <= PatchCatalog::kDefaultMaxBytes);
+  CHECK(catalog.chunks() < 200000);
+  CHECK(catalog.chunks() > 10000);  // some 16 MiB of small records
+  CHECK(catalog.facts(key("chunk", 199999), key("patch", 199999)).has_value());
+}
