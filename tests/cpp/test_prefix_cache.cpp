@@ -81,6 +81,25 @@ TEST_CASE("radix cache: bounded, it trims the oldest leaf first, token by token"
   cache.verify_integrity();
 }
 
+TEST_CASE("radix cache: conversation after conversation stays within its budget, nodes included", "[planner][cpu]") {
+  // A server's yardstick: every request a shared system prompt, a fresh question and a short answer.
+  const int64_t capacity = 2000;
+  RadixCache cache(budget(capacity));
+  std::mt19937 rng(7);
+  const Tokens system = range(1, 21);
+  for (int i = 0; i < 20000; ++i) {
+    Tokens question(10 + rng() % 20);
+    for (auto& t : question) t = 100 + static_cast<int64_t>(rng() % 500);
+    const Tokens prompt = cat(system, question);
+    const auto r = cache.read(cat(prompt, range(1000, 1008)), prompt.size());
+    if (i > 0) REQUIRE(r.reused >= 20);  // the prompt everyone shares is read every time: never evicted
+    REQUIRE(cache.size() <= capacity);
+    REQUIRE(cache.node_slots() <= static_cast<std::size_t>(capacity) + 3);
+  }
+  CHECK(cache.size() > capacity - 60);  // full, less at most one read's tokens
+  cache.verify_integrity();
+}
+
 TEST_CASE("block cache: only full 16-token blocks are reused, generated blocks too", "[planner][cpu]") {
   BlockPrefixCache cache;
   CHECK(cache.read(range(0, 40), 40).forwarded == 40);

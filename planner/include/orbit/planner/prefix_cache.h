@@ -77,6 +77,9 @@ class RadixCache {
 
   int64_t size() const { return size_; }  // tokens held
   int64_t capacity() const { return capacity_; }
+  // Node slots allocated, live or free for reuse: every live node holds a token, and a read adds at most
+  // two nodes (a split and its new leaf) before it evicts, so a bounded cache has at most capacity + 3.
+  std::size_t node_slots() const { return nodes_.size(); }
   // Throws orbit::Error naming the first broken invariant: labels non-empty and keyed by their first token,
   // parents live, clocks non-increasing from parent to child, the leaf index exactly the live childless
   // nodes, size the sum of labels and within capacity.
