@@ -7,7 +7,7 @@
 Starts `orbit serve` on 127.0.0.1 (a free port, --no-anticipate so idle work does not blur the counts) for
 each run, and sends the agents' requests in turn, one at a time (agent 0, 1, ..., then 0 again): each agent
 keeps a conversation under the same system prompt (every fourth request a tool page, every seventh a trim of
-its oldest exchange, its history kept under 900 characters, the answer appended), as load.py's agents do.
+its oldest exchange, its history kept under 800 characters, the answer appended), as load.py's agents do.
 It runs the same requests twice on fresh servers: with an X-Orbit-Session header per agent (each agent's
 window is its own), and with none (the server picks one of its anonymous windows per request by the
 messages it shares, cli/serve/session_table.h). It prints, per run, the critical-path forward tokens
@@ -62,7 +62,7 @@ def run(args, named):
                 if i % 7 == 6 and len(msgs) > 4:
                     del msgs[1:3]
                 msgs.append({"role": "user", "content": QUESTIONS[(a + i) % len(QUESTIONS)]})
-                while sum(len(m["content"]) for m in msgs) > 900 and len(msgs) > 2:
+                while sum(len(m["content"]) for m in msgs) > 800 and len(msgs) > 2:
                     del msgs[1]
                 body = {"model": model, "messages": msgs, "max_tokens": 16, "temperature": 0}
                 status, text = post(conn, "/v1/chat/completions", body, {"X-Orbit-Session": f"agent-{a}"} if named else {})

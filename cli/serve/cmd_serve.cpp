@@ -55,11 +55,12 @@ const char* kServeUsage =
     "                        patches, answers), MiB (default 1024); past it the least recently used goes\n"
     "                        (to --store's disk, else it is recomputed when needed); /metrics reports\n"
     "                        orbit_store_bytes\n"
-    "  --session-budget-mb N KV that idle sessions may keep resident, MiB (default 128); past it the least\n"
-    "                        recently used leave memory (their chunks stay in the store)\n"
-    "  --max-sessions N      resident sessions at most (default 64)\n"
-    "  --anonymous-windows N windows kept for requests without X-Orbit-Session (default 4, at most 256): each\n"
-    "                        request takes the free one whose last conversation shares the most messages\n"
+    "  --session-budget-mb N KV that idle windows (sessions', anonymous) keep resident, MiB (default 128); past it\n"
+    "                        the least recently used leave memory (their chunks stay in the store)\n"
+    "  --max-sessions N      resident windows at most, sessions' and anonymous (default 64)\n"
+    "  --anonymous-windows N windows kept for requests without X-Orbit-Session (default 64, at most 4096):\n"
+    "                        each request takes the one whose conversation it continues; resident ones\n"
+    "                        count against --max-sessions and --session-budget-mb\n"
     "  --max-responses N     responses kept for previous_response_id and GET /v1/responses/ID (default 4096);\n"
     "                        past it the least recently used are forgotten (404)\n"
     "  --max-idle-chunks N   messages' chunks kept registered once no window holds them, the most recently\n"
@@ -153,8 +154,8 @@ serve::ServeOptions serve_options(const Args& args) {
   o.session_budget_bytes = size_argument(args, "--session-budget-mb", 128, 0, 20);
   o.host_budget_bytes = size_argument(args, "--host-budget-mb", 1024, 0, 20);
   o.max_sessions = args.get_int("--max-sessions", 64, 1);
-  o.anonymous_windows = args.get_int("--anonymous-windows", 4, 1);
-  ORBIT_CHECK(o.anonymous_windows <= 256, "serve: argument '--anonymous-windows' must be at most 256");
+  o.anonymous_windows = args.get_int("--anonymous-windows", 64, 1);
+  ORBIT_CHECK(o.anonymous_windows <= 4096, "serve: argument '--anonymous-windows' must be at most 4096");
   o.max_responses = args.get_int("--max-responses", 4096, 1);
   o.max_idle_chunks = args.get_int("--max-idle-chunks", 4096, 1);
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);

@@ -31,9 +31,11 @@ struct ServeOptions {
   // stay for reuse after they leave the pool (least recently used out first past it).
   int64_t host_budget_bytes = int64_t{1} << 30;
   int64_t session_budget_bytes = int64_t{128} << 20;  // KV of idle sessions' windows kept resident
-  int64_t max_sessions = 64;                          // resident session windows at most
+  int64_t max_sessions = 64;                          // resident windows at most (sessions' and anonymous)
   int64_t max_known_sessions = 4096;  // session records kept; past it the oldest not resident are forgotten
-  int64_t anonymous_windows = 4;      // windows kept for requests without a session
+  // Windows kept for requests without a session (session_table.h), resident or not: resident ones count
+  // against max_sessions and session_budget_bytes as sessions' do.
+  int64_t anonymous_windows = 64;
   // Responses API: responses kept for previous_response_id and GET /v1/responses/{id} (responses_store.h),
   // on disk in store_dir/serve-responses.sqlite when there is a store_dir (they survive a restart).
   int64_t max_responses = 4096;

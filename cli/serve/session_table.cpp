@@ -302,13 +302,19 @@ void SessionTable::forget_sessions() {
   }
 }
 
+template <typename F>
+void SessionTable::for_each_window(F&& f) const {
+  for (const auto& [id, s] : sessions_) f(s);
+  for (const std::shared_ptr<Session>& s : anonymous_) f(s);
+}
+
 bool SessionTable::over_budget() const {
   int64_t resident = 0, bytes = 0;
-  for (const auto& [id, s] : sessions_) {
-    if (!s->window) continue;
+  for_each_window([&](const std::shared_ptr<Session>& s) {
+    if (!s->window) return;
     ++resident;
     if (s->holders == 0) bytes += s->stats.device_bytes;
-  }
+  });
   return resident > context_.options.max_sessions || bytes > context_.options.session_budget_bytes;
 }
 
@@ -322,10 +328,10 @@ void SessionTable::enforce_budget(bool wait) {
       std::lock_guard<std::mutex> lock(mutex_);
       forget_sessions();
       if (!over_budget()) return;
-      for (const auto& [id, s] : sessions_) {
+      for_each_window([&](const std::shared_ptr<Session>& s) {
         const bool candidate = s->window && s->holders == 0 && !busy.count(s.get());
         if (candidate && (!victim || s->last_used < victim->last_used)) victim = s;
-      }
+      });
       if (!victim) return;
     }
     std::unique_lock<std::mutex> run(victim->run, std::defer_lock);

@@ -3,7 +3,7 @@
 // WindowSlot holds, the idle worker (idle_worker.h) takes idle ones.
 //
 // Sessions are created by the first request that names them and ended by end(). A request without a
-// session gets one of a few anonymous windows (ServeOptions::anonymous_windows). A request that continues a
+// session gets one of the anonymous windows (ServeOptions::anonymous_windows). A request that continues a
 // free window's conversation (it sends back that window's last answer) takes it: of several, the one sharing
 // the most text, counted over whole messages wherever they sit (so an agent that trimmed, summarized or
 // reordered its history still finds the window that holds the rest of it), then the longest run of leading
@@ -12,9 +12,11 @@
 // free one sharing the most, the least recently used among equals. Anonymous windows get the idle work
 // sessions get (the answer prefilled as the next request will send it back, Window::idle).
 //
-// Budget: when the windows of idle sessions hold more than ServeOptions::session_budget_bytes, or more than
-// max_sessions windows are resident, the least recently used idle ones leave memory (their Window is
-// closed; their chunks stay in the store, and the next request syncs a new window from it). Past
+// Budget: when the idle windows (of sessions and anonymous ones alike) hold more than
+// ServeOptions::session_budget_bytes, or more than max_sessions windows are resident, the least recently
+// used idle ones leave memory (their Window is closed; their chunks stay in the store, and the next request
+// syncs a new window from it; an anonymous window keeps its last request, so a request continuing it still
+// finds it). Past
 // max_known_sessions records, the oldest that are neither resident nor running are forgotten.
 //
 // Thread-safety: every SessionTable member may be called from any thread. A Session's `window` belongs to
@@ -222,9 +224,11 @@ class SessionTable {
  private:
   friend class WindowSlot;
   void release(WindowSlot& slot);
-  void make_resident(Session& s);       // holding s.run: a new window when it has none
-  void forget_sessions();               // under mutex_: records past max_known_sessions, oldest first
-  bool over_budget() const;             // under mutex_: more resident windows or idle bytes than allowed
+  void make_resident(Session& s);  // holding s.run: a new window when it has none
+  void forget_sessions();          // under mutex_: records past max_known_sessions, oldest first
+  bool over_budget() const;        // under mutex_: more resident windows or idle bytes than allowed
+  template <typename F>
+  void for_each_window(F&& f) const;    // under mutex_: f(shared_ptr<Session>) for sessions, then anonymous ones
   void drop_refused(const Session& s);  // under mutex_: the record or anonymous window of a refused request
 
   ServeContext& context_;
