@@ -170,6 +170,27 @@ RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::strin
   return ticket;
 }
 
+Parsed<int64_t> RequestPath::count_chat_tokens(const ChatRequest& request) const {
+  Parsed<int64_t> out;
+  if (auto bad = check_model(request.model)) {
+    out.error = *bad;
+    return out;
+  }
+  AnswerConstraint forced = context_.constraints->for_request(request);
+  if (forced.error) {
+    out.error = *forced.error;
+    return out;
+  }
+  ChatOptions chat = context_.chat;
+  chat.tools_json = request.tools_json;
+  try {
+    out.value = static_cast<int64_t>(context_.engine->tokenize_chat(request.messages, true, chat).size());
+  } catch (const Error& e) {
+    out.error = plan_refusal(request, e.what());
+  }
+  return out;
+}
+
 RunTicket RequestPath::prepare_completion(const CompletionRequest& request) {
   if (auto bad = check_model(request.model)) return RunTicket(*bad);
   auto p = std::make_unique<RunTicket::Prepared>();

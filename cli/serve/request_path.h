@@ -64,6 +64,9 @@ class RequestPath {
   // A chat request in `session` ("" = anonymous), checked and planned (see above).
   RunTicket prepare_chat(const ChatRequest& request, const std::string& session);
   RunTicket prepare_completion(const CompletionRequest& request);
+  // The prompt tokens a chat request's messages and tools render to, with the checks prepare_chat makes
+  // before it plans (the model's name, the tools and answer format, the template); no window is touched.
+  Parsed<int64_t> count_chat_tokens(const ChatRequest& request) const;
   // Runs a prepared request and releases what its ticket held. A refused ticket answers its error; an
   // engine failure is a 500 error; a client that left ends it with finish_reason "cancelled" (counted).
   RunOutcome run(RunTicket& ticket, const RunSink& sink);

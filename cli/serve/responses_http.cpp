@@ -130,6 +130,22 @@ void get_input_items(ServeCore& core, const std::string& id, const httplib::Requ
   res.set_content(dump(page.body), "application/json");
 }
 
+void post_input_tokens(ServeCore& core, const httplib::Request& req, httplib::Response& res) {
+  const Parsed<int64_t> count = count_input_tokens(core, req.body);
+  if (!count.ok()) return responses_route::reply_error(res, count.error);
+  res.set_content(dump(nlohmann::json{{"object", "response.input_tokens"}, {"input_tokens", *count.value}}),
+                  "application/json");
+}
+
+void cancel_response(ServeCore& core, const std::string& id, httplib::Response& res) {
+  if (!core.responses().get(id)) return responses_route::reply_error(res, responses_route::unknown_response(id));
+  responses_route::reply_error(res, api_error(400,
+                                              "only a response created with background true can be cancelled, "
+                                              "and this server runs none in the background (response '" +
+                                                  id + "' has finished)",
+                                              "invalid_request_error", "response_not_cancellable"));
+}
+
 void delete_response(ServeCore& core, const std::string& id, httplib::Response& res) {
   if (!core.responses().erase(id)) return responses_route::reply_error(res, responses_route::unknown_response(id));
   res.set_content(dump(nlohmann::json{{"id", id}, {"object", "response"}, {"deleted", true}}), "application/json");

@@ -30,6 +30,13 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
 void get_response(ServeCore& core, const std::string& id, const httplib::Request& req, httplib::Response& res);
 // GET /v1/responses/{id}/input_items: its input as items, a page at a time (responses_items.h).
 void get_input_items(ServeCore& core, const std::string& id, const httplib::Request& req, httplib::Response& res);
+// POST /v1/responses/input_tokens: {"object": "response.input_tokens", "input_tokens": N}
+// (count_input_tokens, responses_run.h).
+void post_input_tokens(ServeCore& core, const httplib::Request& req, httplib::Response& res);
+// POST /v1/responses/{id}/cancel: only a response created with background true can be cancelled, and this
+// server runs none in the background (a 400 for a stored response, 404 for an unknown one); a response
+// being streamed ends when its client closes the connection.
+void cancel_response(ServeCore& core, const std::string& id, httplib::Response& res);
 // DELETE /v1/responses/{id}: {"id", "object": "response", "deleted": true}; 404 when it is not stored. A stored
 // response that continued it keeps its conversation.
 void delete_response(ServeCore& core, const std::string& id, httplib::Response& res);

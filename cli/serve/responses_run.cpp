@@ -1,6 +1,8 @@
 #include "serve/responses_run.h"
 
 #include <ctime>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "serve/serve_wire.h"
@@ -81,6 +83,43 @@ std::optional<ApiError> prepare_response(ServeCore& core, std::string_view body,
   call.ticket = core.prepare_chat(call.request.chat, call.session);
   if (!call.ticket.ok()) return responses_error(call.ticket.error());
   return std::nullopt;
+}
+
+Parsed<int64_t> count_input_tokens(ServeCore& core, std::string_view body) {
+  static const std::set<std::string> shaping = {
+      "model", "input",     "instructions", "previous_response_id", "tools", "tool_choice", "parallel_tool_calls",
+      "text",  "reasoning", "truncation",   "conversation"};
+  Parsed<int64_t> out;
+  // Ordered: the tools' schemas render in the order the client wrote them.
+  nlohmann::ordered_json fields = nlohmann::ordered_json::parse(body, nullptr, false);
+  std::string completed(body);
+  if (fields.is_object()) {  // else the parser below names what is wrong with the body
+    for (const auto& [key, value] : fields.items()) {
+      if (shaping.count(key) == 0) {
+        out.error = api_error(400, key + ": does not apply to counting input tokens", "invalid_request_error",
+                              "unknown_parameter", key);
+        return out;
+      }
+    }
+    if (!fields.contains("model")) {
+      fields["model"] = core.model_name();
+      completed = fields.dump();
+    }
+  }
+  ResponseCall call;
+  Parsed<ResponsesRequest> parsed = parse_responses_request(completed, core.options().limits);
+  if (!parsed.ok()) {
+    out.error = parsed.error;
+    return out;
+  }
+  call.request = std::move(*parsed.value);
+  if (auto missing = response_flow::join_previous(core, call)) {
+    out.error = *missing;
+    return out;
+  }
+  out = core.count_chat_tokens(call.request.chat);
+  if (!out.ok()) out.error = responses_error(out.error);
+  return out;
 }
 
 ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink& sink,

@@ -56,6 +56,13 @@ struct ResponseCall {
 std::optional<ApiError> prepare_response(ServeCore& core, std::string_view body, const std::string* header_session,
                                          ResponseCall& call);
 
+// POST /v1/responses/input_tokens: the tokens the request's input reads as a response (the instructions,
+// the conversation of previous_response_id, the input, the tools, as `usage.input_tokens` counts them),
+// checked as POST /v1/responses checks it; nothing runs and no window is touched. The body takes only what
+// shapes the input (model, which defaults to the served one, input, instructions, previous_response_id,
+// tools, tool_choice, parallel_tool_calls, text, reasoning, truncation); any other field is a 400 naming it.
+Parsed<int64_t> count_input_tokens(ServeCore& core, std::string_view body);
+
 struct ResponseOutcome {
   RunOutcome run;       // the chat run: its result, or the error to answer with
   nlohmann::json body;  // the response object; null when the run failed

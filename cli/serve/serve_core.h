@@ -75,6 +75,8 @@ class ServeCore {
   // outlive the ticket.
   RunTicket prepare_chat(const ChatRequest& request, const std::string& session);
   RunTicket prepare_completion(const CompletionRequest& request);
+  // The prompt tokens of a chat request (RequestPath::count_chat_tokens): no window, nothing run.
+  Parsed<int64_t> count_chat_tokens(const ChatRequest& request) const { return requests_.count_chat_tokens(request); }
   // Runs a prepared request (a refused ticket answers its error). An engine failure is a 500 error.
   RunOutcome run(RunTicket& ticket, const RunSink& sink);
   // prepare + run.

@@ -40,6 +40,7 @@ ApiError not_found(const std::string& message, const std::string& code) {
 const char* allowed_methods(const std::string& path) {
   static const std::vector<std::pair<std::regex, const char*>> routes = {
       {std::regex("/health|/metrics|/v1/models(/.+)?"), "GET, HEAD"},
+      {std::regex("/v1/responses/input_tokens|/v1/responses/[^/]+/cancel"), "POST"},
       {std::regex("/v1/sessions/[^/]+|/v1/responses/[^/]+"), "GET, HEAD, DELETE"},
       {std::regex("/v1/responses/[^/]+/input_items"), "GET, HEAD"},
       {std::regex("/v1/chat/completions|/v1/completions|/v1/responses"), "POST"},
@@ -371,6 +372,10 @@ void HttpServer::routes() {
   s.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
     post_responses(ResponsesRoute{core_, in_flight_, draining_}, req, res);
   });
+  s.Post("/v1/responses/input_tokens",
+         [this](const httplib::Request& req, httplib::Response& res) { post_input_tokens(core_, req, res); });
+  s.Post(R"(/v1/responses/([^/]+)/cancel)",
+         [this](const httplib::Request& req, httplib::Response& res) { cancel_response(core_, req.matches[1], res); });
   s.Get(R"(/v1/responses/([^/]+))",
         [this](const httplib::Request& req, httplib::Response& res) { get_response(core_, req.matches[1], req, res); });
   s.Get(R"(/v1/responses/([^/]+)/input_items)", [this](const httplib::Request& req, httplib::Response& res) {

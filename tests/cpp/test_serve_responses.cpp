@@ -285,9 +285,21 @@ TEST_CASE("responses: a chain runs in one window and forwards only what is new",
   core.run_idle_work();  // the answer, prefilled as the chained request sends it back
 
   // Chained: the same window, which keeps the conversation and forwards the new message only.
+  const json count_body = {
+      {"instructions", base["instructions"]}, {"input", "And then?"}, {"previous_response_id", id}};
+  const sv::Parsed<int64_t> counted = sv::count_input_tokens(core, count_body.dump());
   const Answer second = respond(core, request("And then?", {{"previous_response_id", id}}));
   REQUIRE_FALSE(second.error);
   const json& u2 = second.body["usage"];
+  // POST /v1/responses/input_tokens counted, beforehand and without running anything, what it read.
+  REQUIRE(counted.ok());
+  CHECK(*counted.value == u2["input_tokens"].get<int64_t>());
+  json sampled = count_body;
+  sampled["temperature"] = 0;
+  CHECK(sv::count_input_tokens(core, sampled.dump()).error.param == "temperature");
+  json unknown = count_body;
+  unknown["previous_response_id"] = "resp_never";
+  CHECK(sv::count_input_tokens(core, unknown.dump()).error.status == 404);
   CHECK(second.session == id);
   CHECK(second.body["previous_response_id"] == id);
   CHECK(u2["input_tokens"].get<int64_t>() > u1["input_tokens"].get<int64_t>() + 4);

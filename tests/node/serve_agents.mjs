@@ -121,6 +121,17 @@ async function openaiClient(base, modelId) {
         "retrieve with stream true: refused naming stream");
   check(await refusal(client.responses.retrieve(second.id, { include: ["message.output_text.logprobs"] })) ===
         "400 include[]", "retrieve with include: refused naming it");
+  // The input a request would read, counted as its usage counts it, through the client's inputTokens.count;
+  // what does not shape the input is refused naming it. Only background responses can be cancelled.
+  const { instructions } = request;
+  const counted = await client.responses.inputTokens.count({ instructions, input: "And then?", previous_response_id: third.id });
+  const chained = await client.responses.create({ ...request, input: "And then?", previous_response_id: third.id });
+  check(counted.object === "response.input_tokens" && counted.input_tokens === chained.usage.input_tokens,
+        "inputTokens.count: the chained request's usage.input_tokens", `${counted.input_tokens} vs ${chained.usage.input_tokens}`);
+  check(await refusal(client.responses.inputTokens.count({ input: "x", max_output_tokens: 4 })) === "400 max_output_tokens",
+        "inputTokens.count: max_output_tokens refused naming it");
+  check(await refusal(client.responses.cancel(third.id)) === "400 null", "cancel: a finished response is a 400");
+  check(await status(client.responses.cancel("resp_never")) === 404, "cancel: an unknown id is a 404");
   const items = [];
   for await (const item of client.responses.inputItems.list(third.id, { order: "asc", limit: 1 })) items.push(item);
   check(items.length === 1 && items[0].type === "message" && items[0].content[0].text === "Who was there?",
