@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <cstdio>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "orbit/common/error.h"
 
@@ -11,7 +14,10 @@ void IdleWorker::start() {
   if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
 }
 
-void IdleWorker::notify() { wake_.notify_all(); }
+void IdleWorker::notify() {
+  used_ = true;
+  wake_.notify_all();
+}
 
 int64_t IdleWorker::run_now() {
   std::lock_guard<std::mutex> lock(slice_mutex_);
@@ -35,10 +41,22 @@ void IdleWorker::loop() {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "orbit serve: idle work failed: %s\n", e.what());
     }
+    if (worked) used_ = true;
+    trim_heap();
     if (worked) continue;
     std::unique_lock<std::mutex> lock(wake_mutex_);
     wake_.wait_for(lock, std::chrono::milliseconds(50));
   }
+}
+
+void IdleWorker::trim_heap() {
+  constexpr auto kEvery = std::chrono::seconds(1);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - trimmed_ < kEvery || !used_.exchange(false)) return;
+  trimmed_ = now;
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
 }
 
 bool IdleWorker::slice() {
