@@ -1,6 +1,7 @@
 // Text through the SDK: Engine::tokenize / detokenize / add_text, the Window's text overloads and
-// Generation::text, the error on a model without a tokenizer, and text in traces (parsing, round trip,
-// errors, replay of tests/data/traces/story.json).
+// Generation::text, stop strings and streamed text (GenerateOptions::stop, on_text; orbit/text_stream.h), the
+// error on a model without a tokenizer, and text in traces (parsing, round trip, errors, replay of
+// tests/data/traces/story.json).
 #include "orbit_catch.h"
 
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "orbit/engine.h"
+#include "orbit/text_stream.h"
 #include "orbit/trace.h"
 #include "test_helpers.h"
 
@@ -95,6 +97,84 @@ TEST_CASE("engine text: add_text, text turns, text queries and Generation::text"
             .text.rfind("Once upon a time, there was a little girl named Lily.", 0) == 0);
 }
 
+TEST_CASE("text stream: whole characters, stop strings held back and cut", "[text][cpu]") {
+  // Each token is one byte of the text: 'é' is two tokens.
+  const std::string text =
+      "ab\xc3\xa9"
+      "cd<|x|>ef";
+  const auto bytes = [](const std::vector<int64_t>& tokens) {
+    std::string out;
+    for (int64_t t : tokens) out += static_cast<char>(t);
+    return out;
+  };
+  TextStream s(bytes, {"<|x|>", "zz"});
+  std::vector<std::string> pieces;
+  for (unsigned char c : text) {
+    pieces.push_back(s.push(c));
+    if (s.stopped()) break;
+  }
+  // 'é' waits for its second byte; '<' and '<|x' wait as a stop string's start, then the stop string ends it.
+  CHECK(pieces == std::vector<std::string>{"a", "b", "", "\xc3\xa9", "c", "d", "", "", "", "", ""});
+  CHECK(s.stopped());
+  CHECK(s.finish().empty());
+  CHECK(s.released() ==
+        "ab\xc3\xa9"
+        "cd");
+  CHECK(complete_utf8_prefix("a\xe2\x82") == 1);
+  CHECK(complete_utf8_prefix("a\xe2\x82\xac") == 4);
+
+  // A stop string's start that the text then leaves is released; the end of a run releases what was held.
+  TextStream t(bytes, {"zz"});
+  CHECK(t.push('z') == "");
+  CHECK(t.push('a') == "za");
+  CHECK(t.push('z') == "");
+  CHECK(t.finish() == "z");
+  CHECK_FALSE(t.stopped());
+}
+
+TEST_CASE("engine text: stop strings and on_text", "[text][model][cpu]") {
+  auto e = stories_engine();
+  Window w = e->new_window();
+  w.add_turn("Once upon a time, there was a little girl.");
+  const std::vector<int64_t> query = e->tokenize(" She", false);
+  GenerateOptions o;
+  o.max_tokens = 40;
+  const Generation plain = w.generate(query, o);
+  REQUIRE(plain.text.rfind(" loved to play with her toys", 0) == 0);
+
+  std::string streamed;
+  o.on_text = [&](const std::string& piece) {
+    CHECK_FALSE(piece.empty());
+    streamed += piece;
+    return true;
+  };
+  const Generation same = w.generate(query, o);
+  CHECK(same.tokens == plain.tokens);
+  CHECK(streamed == plain.text);
+
+  // "ove" spans the tokens " lo" and "ved": the text ends before it, the tokens at the one completing it.
+  streamed.clear();
+  o.stop = {"zebra", "ove"};
+  const Generation cut = w.generate(query, o);
+  CHECK(cut.stop_reason == "stop_string");
+  CHECK(cut.text == " l");
+  CHECK(streamed == " l");
+  CHECK(cut.tokens == std::vector<int64_t>(plain.tokens.begin(), plain.tokens.begin() + 2));
+
+  // on_text returning false cancels; the text holds every token's.
+  int calls = 0;
+  o.stop.clear();
+  o.on_text = [&](const std::string&) { return ++calls < 3; };
+  const Generation cancelled = w.generate(query, o);
+  CHECK(cancelled.stop_reason == "cancelled");
+  CHECK(calls == 3);
+  CHECK(cancelled.text == e->detokenize(cancelled.tokens, query.back()));
+
+  o.on_text = nullptr;
+  o.stop = {""};
+  CHECK_THROWS_WITH(w.generate(query, o), Contains("generate: stop[0] is empty"));
+}
+
 TEST_CASE("engine text: a model without a tokenizer says so; an explicit tokenizer is checked", "[text][model][cpu]") {
   test::TempDir dir;
   std::filesystem::copy_file(test::stories_path(), dir / "alone.bin");
@@ -109,6 +189,9 @@ TEST_CASE("engine text: a model without a tokenizer says so; an explicit tokeniz
   const Generation g = w.generate(std::vector<int64_t>{407}, GenerateOptions{});
   CHECK(g.text.empty());  // ids still work; no text without a tokenizer
   CHECK_THROWS_WITH(w.add_turn("hi"), Contains("has none"));
+  GenerateOptions stop;
+  stop.stop = {"."};
+  CHECK_THROWS_WITH(w.generate(std::vector<int64_t>{407}, stop), Contains("stop strings need the engine's tokenizer"));
 
   auto named = stories_engine(dir / "alone.bin", kTok512);
   CHECK(named->tokenize("Once") == std::vector<int64_t>{1, 403});

@@ -73,7 +73,8 @@ def test_the_stub_lists_every_public_name_and_member(orbit):
     package_dir = pathlib.Path(orbit.__file__).parent
     assert (package_dir / "py.typed").is_file()
     tree = ast.parse((package_dir / "_orbit.pyi").read_text())
-    tree.body += ast.parse((package_dir / "_store.py").read_text()).body  # pure Python, typed in place
+    for typed_in_place in ("_store.py", "_stream.py"):  # pure Python, typed in place
+        tree.body += ast.parse((package_dir / typed_in_place).read_text()).body
     stub_classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     stub_names = set(stub_classes)
     for n in tree.body:

@@ -18,6 +18,8 @@ The Python face of orbit's C++ SDK (sdk/include/orbit/*.h are the specification)
         logits = branch.logits([5, 6])           # numpy float32 [vocab]
         branch.close()                           # drop the branch (or keep using it: commit)
         print(window.generate([5, 6], max_tokens=8).tokens)
+        for piece in window.stream("Once", max_tokens=32, stop="."):   # text as it is decoded
+            print(piece, end="", flush=True)
 
 Errors: misuse and bad input reported by the C++ core raise OrbitError (a RuntimeError) carrying the C++
 message; wrong Python types or array dtypes raise TypeError and wrong shapes ValueError before reaching C++.
@@ -106,10 +108,15 @@ from ._orbit import (  # noqa: F401  (re-exports)
     validate_trace,
 )
 from ._store import Store  # noqa: F401
+from ._stream import GenerationStream, stream as _window_stream
+
+Window.stream = _window_stream  # pure Python over Window.generate(on_text=...): _stream.py
+del _window_stream
 
 # Classes report themselves as orbit.X (not orbit._orbit.X or orbit._store.X) in reprs, tracebacks and help().
 for _name, _obj in list(globals().items()):
-    if isinstance(_obj, type) and getattr(_obj, "__module__", "") in ("orbit._orbit", "orbit._store"):
+    if isinstance(_obj, type) and getattr(_obj, "__module__", "") in ("orbit._orbit", "orbit._store",
+                                                                      "orbit._stream"):
         try:
             _obj.__module__ = __name__
         except (AttributeError, TypeError):
@@ -133,6 +140,7 @@ __all__ = [
     "EntryKind",
     "GcReport",
     "Generation",
+    "GenerationStream",
     "generate_many",
     "StepLogprobs",
     "TokenLogprob",

@@ -72,3 +72,4 @@ from ._orbit import (
 
 __all__: list[str]
 from ._store import Store as Store
+from ._stream import GenerationStream as GenerationStream

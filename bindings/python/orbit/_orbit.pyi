@@ -6,6 +6,7 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy
 import numpy.typing
+from ._stream import GenerationStream
 
 __version__: str
 
@@ -583,14 +584,20 @@ class StepLogprobs:
 class Generation:
     """The result of Window.generate()."""
     @property
-    def tokens(self) -> list[int]: ...
-    @property
-    def text(self) -> str: ...
+    def tokens(self) -> list[int]:
+        """Generated tokens (a stop token, and a stop string's tokens, included when they ended the run)."""
     @property
     def prompt_forward_tokens(self) -> int:
         """Query tokens forwarded: all, or only the last when exact reuse held the others."""
     @property
-    def stop_reason(self) -> str: ...
+    def text(self) -> str:
+        """The tokens as text ('' without a tokenizer); with stop_reason 'stop_string', up to the stop string.
+        Bytes that are not UTF-8 (a character max_tokens cut) read as U+FFFD."""
+    @property
+    def stop_reason(self) -> str:
+        """'stop_token', 'stop_string' (generate's stop), 'max_tokens', 'position_limit', 'cancelled' (on_text
+        returned False or raised, or a stream left early); with a constraint also 'constraint_complete' or
+        'constraint_no_token'."""
     @property
     def seconds(self) -> float: ...
     @property
@@ -740,7 +747,7 @@ def parse_tool_calls(text: str, format: str = "hermes", *, cut: bool = False) ->
     far as it was written (its arguments not valid JSON; 'cut' says so) rather than content."""
 def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, Tokens, dict]]]) -> list[Generation]:
     """Decodes several windows together (one forward per step), each as Window.generate would alone; a request
-    is (window, query) or (window, query, {generate() keyword arguments})."""
+    is (window, query) or (window, query, {generate() keyword arguments}: stop included, on_text not)."""
 def policy_help() -> str:
     """The valid policy spec forms, one per line."""
 
@@ -964,6 +971,8 @@ class Window:
         top_p: float = 1.0,
         seed: int = 0,
         stop_tokens: Optional[Tokens] = None,
+        stop: Union[str, Sequence[str], None] = None,
+        on_text: Optional[Callable[[str], Optional[bool]]] = None,
         tools: Union[Sequence[dict], str, None] = None,
         tool_choice: str = "auto",
         response_format: Union[str, dict, None] = None,
@@ -983,10 +992,37 @@ class Window:
         What the answer is decoded under is compiled once per engine and arguments and kept (the last 32), so a
         loop that sends the same tools every step pays for it, and for its token masks, once. tool_call_format
         ('hermes', 'llama3', 'mistral'; default: the chat template's) needs tools. An answer max_tokens ends
-        inside a call gives that call last in tool_calls as far as it was written (Generation.tool_call_cut)."""
+        inside a call gives that call last in tool_calls as far as it was written (Generation.tool_call_cut).
+
+        stop: OpenAI's -- a str or a list of up to 4 non-empty str (else ValueError, TypeError for a wrong
+        type, naming `stop`). The run ends at the token whose text completes one; Generation.text ends right
+        before the first occurrence (the stop string left out), stop_reason 'stop_string'; tokens and logprobs
+        keep every token chosen, the stop string's included. Under a constraint (a forced call, a
+        response_format, a call started under tool_choice 'auto') a stop string ends the answer only where the
+        text before it is complete, so it never cuts a call or a JSON answer short.
+
+        on_text(piece): called with each piece of the answer's text as it becomes final -- whole characters that
+        no stop string can take back any more, never '' -- so the pieces of a run that was not cancelled join to
+        Generation.text (the last may end in U+FFFD when max_tokens cut a character). It runs on this thread
+        with the GIL taken; the forward passes run without it. Returning False (any falsy value but None)
+        cancels: stop_reason 'cancelled', the Generation holds every token decoded so far (its text may hold a
+        held-back tail no piece carried). An exception it raises cancels the run too and is raised here once the
+        decode has stopped; the window is left as after any generate. It must not use this window (OrbitError).
+        With tools the pieces are the raw answer as the model writes it, call markup included (Hermes:
+        "<tool_call>{...}</tool_call>"), as `orbit serve` streams content before reading calls; tool_calls,
+        content and json are read from the whole text at the end. Window.stream wraps this as an iterator."""
+    def stream(self, query: Tokens, **kwargs) -> GenerationStream:
+        """The answer's text piece by piece: a GenerationStream (see it) over generate(on_text=...), decoded on a
+        worker thread, taking generate()'s keyword arguments but on_text (stop included)::
+
+            s = window.stream(prompt, max_tokens=200, stop=["\\n\\n"])
+            for piece in s:
+                print(piece, end="", flush=True)      # break: the decode is cancelled, the window free at once
+            print(s.generation.stop_reason)           # the Generation, once the loop ended
+        """
     def generate_n(self, query: Tokens, n: int, **kwargs) -> list[Generation]:
         """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i
-        sampled with seed + i); takes generate()'s keyword arguments."""
+        sampled with seed + i); takes generate()'s keyword arguments (stop included) but on_text."""
     def disposable(self, instance: InstanceArg, query: Tokens, *, answer_tokens: int = 4) -> DisposabilityReport: ...
     def loss_by_instance(self, query: Tokens) -> list[InstanceLoss]: ...
     def kv(self, instance: InstanceArg) -> InstanceKV: ...

@@ -206,4 +206,10 @@ std::vector<orbit::InstanceId> to_instances(py::handle obj, const char* what) {
   return out;
 }
 
+py::str utf8_text(const std::string& text) {
+  PyObject* decoded = PyUnicode_DecodeUTF8(text.data(), static_cast<py::ssize_t>(text.size()), "replace");
+  if (decoded == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(decoded);
+}
+
 }  // namespace orbit_py

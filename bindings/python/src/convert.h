@@ -50,6 +50,10 @@ py::array_t<T> to_numpy(std::vector<T>&& values, std::vector<py::ssize_t> shape)
   return py::array_t<T>(shape, owned->data(), free_when_done);
 }
 
+// Model text as a str: UTF-8, where bytes that are not (a character cut by max_tokens, a byte token out of
+// place) become U+FFFD instead of raising UnicodeDecodeError.
+py::str utf8_text(const std::string& text);
+
 // "[1, 2, 3]" for messages.
 using orbit::shape_string;
 

@@ -1,9 +1,12 @@
-// generate()'s keyword arguments (generate_args.h) and orbit.generate_many: several windows decoded together,
-// one forward per step (orbit/decode_batch.h).
+// generate()'s keyword arguments (generate_args.h: stop strings and the on_text callback among them) and
+// orbit.generate_many: several windows decoded together, one forward per step (orbit/decode_batch.h).
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <exception>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -53,6 +56,61 @@ std::map<int64_t, double> to_logit_bias(const py::object& obj) {
   return out;
 }
 
+// generate's stop: None, a str, or a list/tuple of str; as OpenAI's, at most 4, none empty.
+constexpr std::size_t kMaxStopStrings = 4;
+
+std::vector<std::string> to_stop(const py::object& obj) {
+  if (obj.is_none()) return {};
+  if (py::isinstance<py::str>(obj)) {
+    std::string stop = obj.cast<std::string>();
+    if (stop.empty()) throw py::value_error("generate: stop is an empty string (None: no stop strings)");
+    return {std::move(stop)};
+  }
+  if (!py::isinstance<py::list>(obj) && !py::isinstance<py::tuple>(obj)) {
+    throw py::type_error("generate: stop must be a str, a list of str or None, got " + type_name(obj));
+  }
+  const py::sequence items = obj.cast<py::sequence>();
+  if (items.size() > kMaxStopStrings) {
+    throw py::value_error("generate: stop holds " + std::to_string(items.size()) + " strings; at most " +
+                          std::to_string(kMaxStopStrings) + " are accepted");
+  }
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string at = "generate: stop[" + std::to_string(i) + "]";
+    if (!py::isinstance<py::str>(items[i])) throw py::type_error(at + " must be a str, got " + type_name(items[i]));
+    out.push_back(items[i].cast<std::string>());
+    if (out.back().empty()) throw py::value_error(at + " is an empty string");
+  }
+  return out;
+}
+
+// generate's on_text as GenerateOptions::on_text: the callable called with the GIL taken, each piece as a str
+// (a last piece cut inside a character has U+FFFD for its bytes). None or a truthy result goes on; a falsy one
+// cancels. An exception cancels too and is kept in `error` (the first; later pieces are not sent).
+std::function<bool(const std::string&)> text_callback(const py::object& on_text,
+                                                      std::shared_ptr<std::exception_ptr> error) {
+  if (!PyCallable_Check(on_text.ptr())) {
+    throw py::type_error("generate: on_text must be callable (str) -> bool | None, got " + type_name(on_text));
+  }
+  // Borrowed: the caller's argument outlives the decode, and copies of the options made without the GIL
+  // must not touch its reference count.
+  PyObject* fn = on_text.ptr();
+  return [fn, error = std::move(error)](const std::string& piece) {
+    py::gil_scoped_acquire gil;
+    if (*error) return false;
+    try {
+      const py::object result = py::reinterpret_borrow<py::object>(fn)(utf8_text(piece));
+      if (result.is_none()) return true;
+      const int truthy = PyObject_IsTrue(result.ptr());
+      if (truthy < 0) throw py::error_already_set();
+      return truthy == 1;
+    } catch (...) {
+      *error = std::current_exception();
+      return false;
+    }
+  };
+}
+
 // A token list, or text (str) tokenized by the window's engine without BOS (a continuation).
 std::vector<int64_t> query_tokens(PyWindow& w, const py::object& obj) {
   if (py::isinstance<py::str>(obj)) return w.engine->tokenize(obj.cast<std::string>(), false);
@@ -62,10 +120,11 @@ std::vector<int64_t> query_tokens(PyWindow& w, const py::object& obj) {
 }  // namespace
 
 GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p,
-                           uint64_t seed, const py::object& stop_tokens, const py::object& tools,
-                           const py::object& tool_choice, const py::object& response_format,
-                           const py::object& tool_call_format, double presence_penalty, double frequency_penalty,
-                           const py::object& logit_bias, bool logprobs, int32_t top_logprobs) {
+                           uint64_t seed, const py::object& stop_tokens, const py::object& stop,
+                           const py::object& on_text, const py::object& tools, const py::object& tool_choice,
+                           const py::object& response_format, const py::object& tool_call_format,
+                           double presence_penalty, double frequency_penalty, const py::object& logit_bias,
+                           bool logprobs, int32_t top_logprobs) {
   GenerateArgs a;
   orbit::GenerateOptions& o = a.options;
   o.max_tokens = max_tokens;
@@ -78,6 +137,8 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
   o.logprobs = logprobs;
   o.top_logprobs = top_logprobs;
   if (!stop_tokens.is_none()) o.stop_tokens = to_tokens(stop_tokens, "generate: stop_tokens");
+  o.stop = to_stop(stop);
+  if (!on_text.is_none()) o.on_text = text_callback(on_text, a.callback_error);
   a.answer = answer_spec(w, tools, tool_choice, response_format, tool_call_format);
   o.constraint = a.answer.constraint;
   o.constraint_trigger = a.answer.trigger;
@@ -91,6 +152,7 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
                                               "top_p",
                                               "seed",
                                               "stop_tokens",
+                                              "stop",
                                               "tools",
                                               "tool_choice",
                                               "response_format",
@@ -102,6 +164,9 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
                                               "top_logprobs"};
   for (const auto& [key, value] : kwargs) {
     const std::string name = py::str(key).cast<std::string>();
+    if (name == "on_text") {
+      throw py::type_error(what + ": on_text streams one answer: Window.generate and Window.stream take it");
+    }
     if (known.count(name) == 0) throw py::type_error(what + ": generate() has no argument '" + name + "'");
   }
   auto get = [&](const char* name, py::object fallback) -> py::object {
@@ -110,8 +175,8 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
   return generate_args(
       w, query, get("max_tokens", py::int_(32)).cast<int64_t>(), get("temperature", py::float_(0.0)).cast<double>(),
       get("top_p", py::float_(1.0)).cast<double>(), get("seed", py::int_(0)).cast<uint64_t>(),
-      get("stop_tokens", py::none()), get("tools", py::none()), get("tool_choice", py::str("auto")),
-      get("response_format", py::none()), get("tool_call_format", py::none()),
+      get("stop_tokens", py::none()), get("stop", py::none()), py::none(), get("tools", py::none()),
+      get("tool_choice", py::str("auto")), get("response_format", py::none()), get("tool_call_format", py::none()),
       get("presence_penalty", py::float_(0.0)).cast<double>(), get("frequency_penalty", py::float_(0.0)).cast<double>(),
       get("logit_bias", py::none()), get("logprobs", py::bool_(false)).cast<bool>(),
       get("top_logprobs", py::int_(0)).cast<int32_t>());

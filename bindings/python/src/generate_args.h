@@ -6,6 +6,10 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "answer.h"
@@ -18,17 +22,29 @@ struct GenerateArgs {
   std::vector<int64_t> query;
   orbit::GenerateOptions options;
   AnswerSpec answer;
+  // What generate's on_text raised (it then cancelled the run), to raise again once the decode stopped.
+  std::shared_ptr<std::exception_ptr> callback_error = std::make_shared<std::exception_ptr>();
+
+  // Holding the GIL: raises the callback's exception, if it raised one.
+  void rethrow_callback_error() const {
+    if (*callback_error) std::rethrow_exception(std::exchange(*callback_error, nullptr));
+  }
 };
 
-// Holding the GIL. Throws orbit::Error / TypeError / ValueError naming the argument.
+// Holding the GIL. Throws orbit::Error / TypeError / ValueError naming the argument. `stop`: None, a str or a
+// list of at most 4 non-empty str. `on_text`: None or a callable, called with the GIL taken (the decode runs
+// without it); an exception it raises cancels the run and is kept in callback_error. The callable must outlive
+// the decode (the caller's argument does).
 GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p,
-                           uint64_t seed, const py::object& stop_tokens, const py::object& tools,
-                           const py::object& tool_choice, const py::object& response_format,
-                           const py::object& tool_call_format, double presence_penalty, double frequency_penalty,
-                           const py::object& logit_bias, bool logprobs, int32_t top_logprobs);
+                           uint64_t seed, const py::object& stop_tokens, const py::object& stop,
+                           const py::object& on_text, const py::object& tools, const py::object& tool_choice,
+                           const py::object& response_format, const py::object& tool_call_format,
+                           double presence_penalty, double frequency_penalty, const py::object& logit_bias,
+                           bool logprobs, int32_t top_logprobs);
 
 // The same from a dict of those keyword arguments (every key optional, with generate()'s defaults); a key
-// generate() does not take raises TypeError naming it, prefixed with `what`.
+// generate() does not take raises TypeError naming it, prefixed with `what`, and so does on_text (one
+// callback cannot stream several answers).
 GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict& kwargs, const std::string& what);
 
 }  // namespace orbit_py

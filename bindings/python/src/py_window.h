@@ -3,14 +3,18 @@
 // orbit::Window is single-threaded and move-only. Python may call one window from several threads, and the
 // GIL is released around every call into it, so each holder serializes its calls with a mutex: run()
 // releases the GIL first, then takes the mutex (never the other way round: no GIL/mutex deadlock). close()
-// destroys the window early (its pages return to the pool); later calls raise OrbitError.
+// destroys the window early (its pages return to the pool); later calls raise OrbitError. A call made on the
+// thread that is inside a call of the same window (generate's on_text using its window) raises OrbitError
+// instead of waiting for itself.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "orbit/common/error.h"
@@ -29,20 +33,38 @@ struct PyWindow {
   std::optional<orbit::Window> window;    // empty after close()
   uint64_t id = 0;
   std::unique_ptr<std::mutex> mutex = std::make_unique<std::mutex>();
+  std::atomic<std::thread::id> holder{};  // the thread inside run() or close(), if any
 
-  // Runs f(orbit::Window&) with the GIL released and the window locked. f must not touch Python objects.
+  // Runs f(orbit::Window&) with the GIL released and the window locked. f must not touch Python objects
+  // (a callback it calls takes the GIL itself).
   template <typename F>
   auto run(F&& f) -> decltype(f(std::declval<orbit::Window&>())) {
+    check_not_held();
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(*mutex);
+    const Hold hold(holder);
     ORBIT_CHECK(window.has_value(), "window " << id << " is closed");
     return f(*window);
   }
 
   void close() {
+    check_not_held();
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(*mutex);
+    const Hold hold(holder);
     window.reset();  // returns its pages to the pool
+  }
+
+ private:
+  // Marks the calling thread as the holder for a scope.
+  struct Hold {
+    explicit Hold(std::atomic<std::thread::id>& h) : held(h) { held = std::this_thread::get_id(); }
+    ~Hold() { held = std::thread::id(); }
+    std::atomic<std::thread::id>& held;
+  };
+  void check_not_held() const {
+    ORBIT_CHECK(holder.load() != std::this_thread::get_id(),
+                "window " << id << " is in a call on this thread already (generate's on_text must not use its window)");
   }
 };
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "bindings.h"
+#include "convert.h"
 #include "orbit/engine.h"
 
 namespace orbit_py {
@@ -560,13 +561,18 @@ void init_types(py::module_& m) {
         return o.str();
       });
   py::class_<Generation>(m, "Generation", py::dynamic_attr(), "The result of Window.generate().")
-      .def_readonly("tokens", &Generation::tokens, "Generated tokens (a stop token included when it ended the run).")
+      .def_readonly("tokens", &Generation::tokens,
+                    "Generated tokens (a stop token, and a stop string's tokens, included when they ended the run).")
       .def_readonly("stop_reason", &Generation::stop_reason,
-                    "'stop_token', 'max_tokens', 'position_limit'; with a constraint also 'constraint_complete' or "
-                    "'constraint_no_token'.")
+                    "'stop_token', 'stop_string' (generate's stop), 'max_tokens', 'position_limit', 'cancelled' "
+                    "(on_text returned False, or a stream left early); with a constraint also "
+                    "'constraint_complete' or 'constraint_no_token'.")
       .def_readonly("prompt_forward_tokens", &Generation::prompt_forward_tokens,
                     "Query tokens forwarded: all, or only the last when exact reuse held the others.")
-      .def_readonly("text", &Generation::text, "The tokens as text when the engine has a tokenizer, else ''.")
+      .def_property_readonly(
+          "text", [](const Generation& g) { return utf8_text(g.text); },
+          "The tokens as text when the engine has a tokenizer, else ''; with stop_reason 'stop_string', up to the "
+          "stop string. Bytes that are not UTF-8 (a character max_tokens cut) read as U+FFFD.")
       .def_readonly("seconds", &Generation::seconds, "Wall time.")
       .def_readonly("logprobs", &Generation::logprobs,
                     "With generate(logprobs=True): one StepLogprobs per generated token, else [].")

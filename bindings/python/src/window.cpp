@@ -413,25 +413,42 @@ void init_window(py::module_& m) {
   c.def(
       "generate",
       [](PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p, uint64_t seed,
-         const py::object& stop_tokens, const py::object& tools, const py::object& tool_choice,
-         const py::object& response_format, const py::object& tool_call_format, double presence_penalty,
-         double frequency_penalty, const py::object& logit_bias, bool logprobs, int32_t top_logprobs) {
-        const GenerateArgs a = generate_args(w, query, max_tokens, temperature, top_p, seed, stop_tokens, tools,
-                                             tool_choice, response_format, tool_call_format, presence_penalty,
+         const py::object& stop_tokens, const py::object& stop, const py::object& on_text, const py::object& tools,
+         const py::object& tool_choice, const py::object& response_format, const py::object& tool_call_format,
+         double presence_penalty, double frequency_penalty, const py::object& logit_bias, bool logprobs,
+         int32_t top_logprobs) {
+        const GenerateArgs a = generate_args(w, query, max_tokens, temperature, top_p, seed, stop_tokens, stop, on_text,
+                                             tools, tool_choice, response_format, tool_call_format, presence_penalty,
                                              frequency_penalty, logit_bias, logprobs, top_logprobs);
-        py::object g = py::cast(w.run([&](Window& x) { return x.generate(a.query, a.options); }));
+        orbit::Generation generation;
+        try {
+          generation = w.run([&](Window& x) { return x.generate(a.query, a.options); });
+        } catch (...) {
+          a.rethrow_callback_error();  // the callback's exception first: the decode's may follow from it
+          throw;
+        }
+        a.rethrow_callback_error();  // on_text raised: the run stopped there ("cancelled")
+        py::object g = py::cast(std::move(generation));
         read_answer(a.answer, g);
         return g;
       },
       py::arg("query"), py::kw_only(), py::arg("max_tokens") = 32, py::arg("temperature") = 0.0, py::arg("top_p") = 1.0,
-      py::arg("seed") = 0, py::arg("stop_tokens") = py::none(), py::arg("tools") = py::none(),
-      py::arg("tool_choice") = "auto", py::arg("response_format") = py::none(),
-      py::arg("tool_call_format") = py::none(), py::arg("presence_penalty") = 0.0, py::arg("frequency_penalty") = 0.0,
-      py::arg("logit_bias") = py::none(), py::arg("logprobs") = false, py::arg("top_logprobs") = 0,
+      py::arg("seed") = 0, py::arg("stop_tokens") = py::none(), py::arg("stop") = py::none(),
+      py::arg("on_text") = py::none(), py::arg("tools") = py::none(), py::arg("tool_choice") = "auto",
+      py::arg("response_format") = py::none(), py::arg("tool_call_format") = py::none(),
+      py::arg("presence_penalty") = 0.0, py::arg("frequency_penalty") = 0.0, py::arg("logit_bias") = py::none(),
+      py::arg("logprobs") = false, py::arg("top_logprobs") = 0,
       "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
       "temperature > 0 = nucleus sampling, reproducible by seed; the run ends after emitting any of\n"
       "stop_tokens. Returns a Generation (tokens, text, stop_reason, seconds). Repairs earlier edits deferred\n"
       "run first (see flush()).\n"
+      "stop (a str or up to 4, OpenAI's `stop`) ends the run at the token that completes one: the text ends\n"
+      "right before it, stop_reason 'stop_string' (tokens keep the stop string's). on_text(piece) is called,\n"
+      "with the GIL taken (the decode runs without it), with each piece of text as it becomes final (whole\n"
+      "characters no stop string can take back); the pieces join to Generation.text. Returning False cancels\n"
+      "(stop_reason 'cancelled': the Generation holds every token so far); an exception it raises cancels the\n"
+      "run and is raised here once the decode stopped. It must not use this window. With tools the pieces are\n"
+      "the raw answer, call markup included; tool_calls, content and json are read from the whole text.\n"
       "OpenAI's logit processors: presence_penalty and frequency_penalty in [-2, 2] subtract\n"
       "presence + frequency * count from the logit of each token generated count > 0 times so far;\n"
       "logit_bias {token id: bias in [-100, 100]} (int or numeric str keys) is added to the logits. With\n"

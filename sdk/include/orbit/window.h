@@ -134,14 +134,31 @@ struct GenerateOptions {
   double top_p = 1.0;        // nucleus sampling when < 1 (with temperature > 0)
   uint64_t seed = 0;
   std::vector<int64_t> stop_tokens;  // generation ends after emitting one of these
-  // Called on generate()'s thread after each chosen token that did not end the run as a stop token, before
-  // the next forward, with the token and its index in Generation::tokens. Returning false ends the run
-  // there (stop_reason "cancelled"; the token is kept). A server streams and cancels with it, and may wait
-  // in it for its turn; it must not use this window.
+  // Stop strings (OpenAI's `stop`; each non-empty, any number): the run ends at the token whose text
+  // completes one, and Generation::text ends right before the first occurrence (the stop string left out),
+  // stop_reason "stop_string"; `tokens` and `logprobs` keep every token chosen, the stop string's included.
+  // Under a constraint a stop string ends the answer only where the text before it is complete (from the
+  // trigger on, with constraint_trigger), so it never cuts a call or a JSON answer short. Needs the engine's
+  // tokenizer. The text is released as orbit/text_stream.h does (a bounded window decoded per token).
+  std::vector<std::string> stop;
+  // Called on generate()'s thread after each chosen token that did not end the run as a stop token or a
+  // stop string's last token, before the next forward, with the token and its index in Generation::tokens. Returning
+  // false ends the run there (stop_reason "cancelled"; the token is kept). A server streams and cancels with it, and
+  // may wait in it for its turn; it must not use this window.
   std::function<bool(int64_t token, int64_t index)> on_token;
   // With `logprobs`: called right before on_token, for the same tokens, with the token's log probabilities
   // (Generation::logprobs' entry), so that a stream can send them along with the token.
   std::function<void(const StepLogprobs& step)> on_logprobs;
+  // Streamed text: called on generate()'s thread, right after on_token, with each piece of the answer's text
+  // as it becomes final (orbit/text_stream.h): whole UTF-8 characters that no stop string can take back any
+  // more, never empty. Pieces held back at a token (a character's first bytes, a stop string's possible start)
+  // come with a later one; the rest comes in one last call when the run ends, so the pieces of a run that
+  // was not cancelled join to Generation::text (the last piece may end inside a character when max_tokens
+  // cut one). Returning false ends the run there (stop_reason "cancelled"; no later piece is sent, and
+  // Generation::text holds every token's text, the part not yet sent included); the last call's return
+  // value is not read. Tool calls and JSON are text like any other here (a Hermes call streams as its
+  // "<tool_call>{...}</tool_call>" markup). Needs the engine's tokenizer; it must not use this window.
+  std::function<bool(const std::string& text)> on_text;
   // Constrained decoding (orbit/constraint.h); null = unconstrained. Each step, tokens whose bytes would not
   // keep the text a valid prefix get logit -inf before greedy/temperature/top_p sampling, and so do tokens
   // after which the shortest completion no longer fits in max_tokens (one token per byte); the end tokens
@@ -183,13 +200,15 @@ struct GenerateOptions {
 struct Generation {
   std::vector<int64_t> tokens;  // generated tokens (a stop token included when it ended the run)
   std::string text;             // the tokens as text when the engine has a tokenizer (else ""), read
-                                // after the query's last token (BOS and EOS produce no text)
+                                // after the query's last token (BOS and EOS produce no text); with
+                                // stop_reason "stop_string", up to the stop string
   // Query tokens forwarded: all of them, or only the last when KV computed before behind the same window
   // held the others (exact reuse, WindowPolicy::reuse_computed; a repeated call costs one token); 0 when
   // nothing was forwarded (max_tokens 0).
   int64_t prompt_forward_tokens = 0;
-  // "stop_token", "max_tokens", "position_limit", "cancelled" (on_token); with a constraint also
-  // "constraint_complete" and "constraint_no_token" (GenerateOptions::constraint)
+  // "stop_token", "stop_string" (GenerateOptions::stop), "max_tokens", "position_limit", "cancelled" (on_token
+  // or on_text returned false); with a constraint also "constraint_complete" and "constraint_no_token"
+  // (GenerateOptions::constraint)
   std::string stop_reason;
   // With GenerateOptions::logprobs: one entry per token of `tokens`, in order; else empty.
   std::vector<StepLogprobs> logprobs;

@@ -17,6 +17,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/runtime/decode_cache.h"
+#include "orbit/text_stream.h"
 #include "window/decode_parts.h"
 #include "window/sampler.h"
 #include "window/window_ops.h"
@@ -56,6 +57,25 @@ void record_attention(WindowState& w, const at::Tensor& mass) {
   }
 }
 
+// The text of a sequence with stop strings or on_text, released as it becomes final: its tokens decoded after
+// the query's last token, as Generation::text is. Under a constraint a stop string ends the answer only where
+// the text before it is complete (from the trigger on, before it the text is free). Null without either.
+std::unique_ptr<TextStream> text_stream(const EngineCore& core, const GenerateOptions& o, int64_t previous) {
+  if (o.stop.empty() && !o.on_text) return nullptr;
+  std::function<bool(const std::string&)> may_stop_before;
+  if (o.constraint) {
+    may_stop_before = [constraint = o.constraint, trigger = o.constraint_trigger](const std::string& before) {
+      if (trigger.empty()) return constraint->matches(before);
+      const std::size_t at = before.find(trigger);
+      return at == std::string::npos || constraint->matches(std::string_view(before).substr(at));
+    };
+  }
+  const runtime::Tokenizer* tokenizer = &core.tokenizer();
+  return std::make_unique<TextStream>(
+      [tokenizer, previous](const std::vector<int64_t>& tokens) { return tokenizer->decode(tokens, previous); }, o.stop,
+      std::move(may_stop_before));
+}
+
 DecodeReadKey read_key(const WindowState& w) {
   const KvState chain = w.state_chain();
   DecodeReadKey k{chain.hi, chain.lo, w.tokens(), 0};
@@ -89,6 +109,8 @@ struct DecodeSequence {
   bool done_before = false;  // finished before any token (e.g. a constraint to an empty literal)
   int64_t steps = 0;         // tokens chosen so far
   DecodeReadKey read;
+  std::unique_ptr<TextStream> text;  // with stop strings or on_text (text_stream)
+  std::string unsent;                // text `text` released that on_text has not been given yet
   Generation g;
   Clock::time_point t0;
   bool ending = false;
@@ -110,6 +132,7 @@ struct DecodeBatchState {
   void advance(DecodeSequence& s, const runtime::ForwardResult& r, const at::Tensor& logits, bool shared);
   void forward(DecodeStep& out);
   void finish(DecodeStep& out);
+  std::string finish_text(DecodeSequence& s) const;
 };
 
 uint64_t DecodeBatchState::add(WindowState& w, const std::vector<int64_t>& query, const GenerateOptions& options) {
@@ -129,6 +152,7 @@ uint64_t DecodeBatchState::add(WindowState& w, const std::vector<int64_t>& query
   s->window = &w;
   s->query = query;
   s->options = options;
+  s->text = text_stream(*core, options, query.back());
   s->read = read_key(w);
   auto it = reads.find(s->read);
   if (it == reads.end()) {
@@ -182,8 +206,14 @@ void DecodeBatchState::advance(DecodeSequence& s, const runtime::ForwardResult& 
   s.parts.push_back(r.content);  // the slot holds these rows now
   s.pos += width;
   s.input = {next};
+  if (s.text) s.unsent += s.text->push(next);
   if (s.sampler.is_stop_token(next)) {
     s.g.stop_reason = "stop_token";
+    s.ending = true;
+    return;
+  }
+  if (s.text && s.text->stopped()) {
+    s.g.stop_reason = "stop_string";
     s.ending = true;
     return;
   }
@@ -193,12 +223,45 @@ void DecodeBatchState::advance(DecodeSequence& s, const runtime::ForwardResult& 
     s.ending = true;
     return;
   }
+  if (s.options.on_text && !s.unsent.empty()) {
+    const std::string piece = std::move(s.unsent);
+    s.unsent.clear();
+    if (!s.options.on_text(piece)) {
+      s.g.stop_reason = "cancelled";
+      s.ending = true;
+      return;
+    }
+  }
   if (s.sampler.finished()) {
     s.g.stop_reason = "constraint_complete";
     s.ending = true;
     return;
   }
   ++s.steps;
+}
+
+// Sets an ended sequence's Generation::text (cut at a stop string) and returns what on_text has not been given
+// of it yet (nothing after a cancel).
+std::string DecodeBatchState::finish_text(DecodeSequence& s) const {
+  if (!core->has_tokenizer()) return "";
+  if (s.text == nullptr) {
+    s.g.text = core->tokenizer().decode(s.g.tokens, s.query.back());
+    return "";
+  }
+  const std::size_t given = s.text->released().size() - s.unsent.size();  // bytes on_text was given
+  std::string rest = std::move(s.unsent);
+  if (s.text->stopped()) {
+    s.text->finish();
+    s.g.text = s.text->released();
+  } else {
+    // The whole decode, as without a stream; what was released is its start unless the decoder rewrote it.
+    s.g.text = core->tokenizer().decode(s.g.tokens, s.query.back());
+  }
+  const std::string& released = s.text->released();
+  if (s.g.text.size() >= released.size() && s.g.text.compare(0, released.size(), released) == 0) {
+    rest = s.g.text.substr(given);
+  }
+  return s.g.stop_reason == "cancelled" ? std::string() : rest;
 }
 
 // The sequences that ended: their answers kept for exact reuse (the last tokens' KV in one forward), the
@@ -241,7 +304,8 @@ void DecodeBatchState::finish(DecodeStep& out) {
     keep_read_for_reuse(*s.window, s.query, s.g.tokens, std::move(s.parts), s.query_parts, last);
     keep_tail(*s.window, s.query, s.g.tokens);  // the window's tentative tail (window_ops.h)
     charge_radix_cache(*s.window, s.query, s.g.tokens);
-    if (core->has_tokenizer()) s.g.text = core->tokenizer().decode(s.g.tokens, s.query.back());
+    const std::string last_piece = finish_text(s);
+    if (s.options.on_text && !last_piece.empty()) s.options.on_text(last_piece);  // the run is over: not read
     s.g.seconds = std::chrono::duration<double>(Clock::now() - s.t0).count();
     out.finished.emplace_back(s.id, std::move(s.g));
     if (s.slot >= 0) cache->close(s.slot);

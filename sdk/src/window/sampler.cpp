@@ -43,6 +43,9 @@ void Sampler::check_options(const GenerateOptions& o, int64_t vocab, const char*
               what << ": top_logprobs = " << o.top_logprobs << " must be in [0, 20]");
   ORBIT_CHECK(o.top_logprobs == 0 || o.logprobs,
               what << ": top_logprobs = " << o.top_logprobs << " needs logprobs = true");
+  for (std::size_t i = 0; i < o.stop.size(); ++i) {
+    ORBIT_CHECK(!o.stop[i].empty(), what << ": stop[" << i << "] is empty (a stop string has at least one byte)");
+  }
   ORBIT_CHECK(o.constraint_trigger.empty() || o.constraint != nullptr,
               what << ": constraint_trigger = \"" << o.constraint_trigger << "\" needs a constraint");
 }
@@ -58,6 +61,7 @@ Sampler::Sampler(const GenerateOptions& options, SamplerSetup setup)
   triggered_ = options.constraint_trigger.empty();
   options_.on_token = nullptr;
   options_.on_logprobs = nullptr;
+  options_.on_text = nullptr;
 }
 
 bool Sampler::is_stop_token(int64_t token) const {
@@ -218,6 +222,10 @@ Sampler make_sampler(const EngineCore& core, const GenerateOptions& options, con
   setup.vocab = vocab;
   ORBIT_CHECK(options.constraint == nullptr || core.has_tokenizer(),
               "generate: a constraint needs the engine's tokenizer (this model has none)");
+  ORBIT_CHECK(options.stop.empty() || core.has_tokenizer(),
+              "generate: stop strings need the engine's tokenizer (this model has none)");
+  ORBIT_CHECK(!options.on_text || core.has_tokenizer(),
+              "generate: on_text needs the engine's tokenizer (this model has none)");
   const bool need_vocabulary = options.constraint != nullptr || options.logprobs;
   if (need_vocabulary && core.has_tokenizer()) {
     setup.vocabulary = constrain::tokenizer_vocabulary(core.tokenizer(), vocab);

@@ -61,11 +61,11 @@ struct SamplerStep {
 class Sampler {
  public:
   // Throws orbit::Error naming the field ("generate: logit_bias[7] = 300 must be in [-100, 100]") for
-  // options outside their ranges: max_tokens, temperature, top_p, stop_tokens, penalties, logit_bias,
-  // top_logprobs. `what` starts the message.
+  // options outside their ranges: max_tokens, temperature, top_p, stop_tokens, stop (empty strings),
+  // penalties, logit_bias, top_logprobs. `what` starts the message.
   static void check_options(const GenerateOptions& options, int64_t vocab, const char* what = "generate");
 
-  // Options are copied (on_token is not kept). Throws as check_options does.
+  // Options are copied (the callbacks are not kept). Throws as check_options does.
   Sampler(const GenerateOptions& options, SamplerSetup setup);
 
   // Chooses the next token from `logits` ([vocab] or [1, vocab], any dtype or device; copied to CPU doubles)

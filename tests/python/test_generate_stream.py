@@ -1,0 +1,252 @@
+"""Streaming and stop strings from Python on the bundled stories260K: Window.generate(stop=..., on_text=...) and
+Window.stream (GenerationStream). The pieces join to Generation.text; a stop string cuts the text right before
+it, also where it spans tokens and the bytes of one character (stories260K spells 'é' with two byte tokens);
+returning False, breaking out of a stream and an exception in the callback cancel the decode and leave the
+window answering as before; bad stop values raise naming `stop`; streaming decodes what generate decodes."""
+import pytest
+
+pytestmark = pytest.mark.xdist_group("test_generate_stream")
+
+C3, A9 = 3 + 0xC3, 3 + 0xA9  # stories260K's byte tokens <0xC3> <0xA9>: 'é' in UTF-8
+AT = 294  # 'at'
+# Biases (and a frequency penalty) that make the greedy answer 'at' x 8, 'é' x 2, 'at' x 2, 'é': the model's
+# own logits decide the order, found once by a search over biases (each value in the middle of a range of
+# biases that give the same answer).
+ACCENTS = dict(max_tokens=16, logit_bias={C3: 98.5, A9: 100.0, AT: 96.5}, frequency_penalty=2.0)
+ACCENT_TEXT = "at" * 8 + "éé" + "at" * 2 + "é"
+
+
+@pytest.fixture(scope="module")
+def story(orbit, stories260k_path):
+    engine = orbit.Engine(str(stories260k_path), pool_bytes=16 << 20)
+    window = engine.new_window()
+    window.add_turn(engine.tokenize("Once upon a time, there was a little girl.", True))
+    yield engine, window, engine.tokenize(" She", False)
+    engine.close()
+
+
+def streamed(window, query, **kwargs):
+    pieces = []
+    g = window.generate(query, on_text=pieces.append, **kwargs)
+    return g, pieces
+
+
+def test_the_pieces_join_to_the_text(story):
+    engine, window, query = story
+    plain = window.generate(query, max_tokens=60)
+    g, pieces = streamed(window, query, max_tokens=60)
+    assert list(g.tokens) == list(plain.tokens) and g.stop_reason == plain.stop_reason == "max_tokens"
+    assert "".join(pieces) == g.text == plain.text
+    assert len(pieces) > 20 and all(pieces)
+    # A stop token ends the run: its text (if any) comes in the last piece.
+    stop = plain.tokens[10]
+    g, pieces = streamed(window, query, max_tokens=60, stop_tokens=[stop])
+    assert g.stop_reason == "stop_token" and g.tokens[-1] == stop
+    assert "".join(pieces) == g.text == engine.detokenize(list(g.tokens), query[-1])
+    # Text queries stream too; on_text may return True or None to go on.
+    g = window.generate("She", max_tokens=12, on_text=lambda piece: True)
+    assert g.stop_reason == "max_tokens" and len(g.tokens) == 12
+
+
+def test_a_stop_string_cuts_the_text_right_before_it(story):
+    engine, window, query = story
+    plain = window.generate(query, max_tokens=60)
+    assert plain.text.startswith(" loved to play with her toys")
+    # "ove" spans the tokens " lo" and "ved"; "play" is a token of its own; "her toys" spans three tokens.
+    for stop, before in [("ove", " l"), ("play", " loved to "), ("her toys", " loved to play with ")]:
+        g, pieces = streamed(window, query, max_tokens=60, stop=stop)
+        assert g.stop_reason == "stop_string" and g.text == before, stop
+        assert "".join(pieces) == before
+        # The tokens run to the one that completed the stop string, and no further.
+        assert list(g.tokens) == list(plain.tokens[:len(g.tokens)])
+        assert stop in engine.detokenize(list(g.tokens), query[-1])
+        assert stop not in engine.detokenize(list(g.tokens[:-1]), query[-1])
+    # Several: the first occurrence of any of them; one that never occurs changes nothing.
+    g = window.generate(query, max_tokens=60, stop=["park", "toys", "zebra"])
+    assert g.text == " loved to play with her " and g.stop_reason == "stop_string"
+    g = window.generate(query, max_tokens=60, stop=("zebra",))
+    assert g.text == plain.text and g.stop_reason == "max_tokens"
+    # A Generation read for tools or JSON is read from the cut text.
+    assert window.generate(query, max_tokens=60, stop="toys", response_format="text").content == " loved to play with her "
+
+
+def test_a_stop_string_across_a_multibyte_character(story):
+    _, window, query = story
+    g, pieces = streamed(window, query, **ACCENTS)
+    assert g.text == ACCENT_TEXT and "".join(pieces) == ACCENT_TEXT
+    assert "é" in pieces and "\ufffd" not in "".join(pieces)  # the lead byte waits for its continuation
+    # 'éa' ends inside the token 'at' and starts with the two byte tokens of 'é'; 'té' starts inside 'at'.
+    for stop, before in [("éa", "at" * 8 + "é"), ("té", "at" * 7 + "a"), ("é", "at" * 8), ("éé", "at" * 8)]:
+        g, pieces = streamed(window, query, stop=stop, **ACCENTS)
+        assert g.stop_reason == "stop_string" and g.text == before, stop
+        assert "".join(pieces) == before and "\ufffd" not in before
+    # max_tokens in the middle of 'é': the text (and the last piece) end with U+FFFD for its first byte.
+    g, pieces = streamed(window, query, **dict(ACCENTS, max_tokens=17))
+    assert g.tokens[-1] == C3 and g.text == ACCENT_TEXT + "\ufffd" == "".join(pieces)
+
+
+def test_returning_false_cancels(story):
+    _, window, query = story
+    plain = window.generate(query, max_tokens=60)
+    got = []
+
+    def two_pieces(piece):
+        got.append(piece)
+        return len(got) < 2
+
+    g = window.generate(query, max_tokens=60, on_text=two_pieces)
+    assert g.stop_reason == "cancelled" and len(got) == 2
+    assert g.text.startswith("".join(got)) and list(g.tokens) == list(plain.tokens[:len(g.tokens)])
+    assert len(g.tokens) <= 4
+    assert window.generate(query, max_tokens=60).text == plain.text
+
+
+def test_an_exception_in_the_callback_propagates_and_the_window_answers_the_same(orbit, story):
+    _, window, query = story
+    plain = window.generate(query, max_tokens=40)
+    calls = []
+
+    def fails(piece):
+        calls.append(piece)
+        if len(calls) == 3:
+            raise ZeroDivisionError("in on_text")
+
+    with pytest.raises(ZeroDivisionError, match="in on_text"):
+        window.generate(query, max_tokens=40, on_text=fails)
+    assert len(calls) == 3  # no piece after the exception
+    again = window.generate(query, max_tokens=40)
+    assert list(again.tokens) == list(plain.tokens) and again.text == plain.text
+    # The window cannot be used from its own callback (it would wait for itself): OrbitError, raised here.
+    with pytest.raises(orbit.OrbitError, match="on_text must not use its window"):
+        window.generate(query, max_tokens=8, on_text=lambda piece: window.generate(query, max_tokens=1))
+    with pytest.raises(TypeError, match="on_text must be callable"):
+        window.generate(query, max_tokens=8, on_text="print")
+    assert window.generate(query, max_tokens=40).text == plain.text
+
+
+def test_stream_yields_the_pieces_and_ends_with_the_generation(orbit, story):
+    _, window, query = story
+    plain = window.generate(query, max_tokens=60, stop="park")
+    s = window.stream(query, max_tokens=60, stop="park")
+    assert isinstance(s, orbit.GenerationStream) and s.generation is None
+    pieces = list(s)
+    assert "".join(pieces) == plain.text == s.generation.text
+    assert s.generation.stop_reason == "stop_string" and list(s.generation.tokens) == list(plain.tokens)
+    with pytest.raises(RuntimeError, match="once"):
+        iter(s)
+
+
+def test_breaking_out_of_a_stream_cancels_it(story):
+    _, window, query = story
+    plain = window.generate(query, max_tokens=60)
+    s = window.stream(query, max_tokens=400)
+    for i, _ in enumerate(s):
+        if i == 2:
+            break
+    g = s.generation
+    assert g is not None and g.stop_reason == "cancelled" and len(g.tokens) < 20
+    assert list(g.tokens) == list(plain.tokens[:len(g.tokens)])
+    # The window is free at once: the same answer as before.
+    assert window.generate(query, max_tokens=60).text == plain.text
+    # A loop over a stream not kept, and a stream closed by its context manager, end the same way.
+    for _ in window.stream(query, max_tokens=400):
+        break
+    with window.stream(query, max_tokens=400) as s:
+        next(iter(s))
+    assert s.generation.stop_reason == "cancelled"
+    with window.stream(query, max_tokens=400) as s:
+        pass
+    assert s.generation is None  # never started
+    assert window.generate(query, max_tokens=60).text == plain.text
+
+
+def test_an_exception_in_the_loop_cancels_the_stream(story):
+    _, window, query = story
+    plain = window.generate(query, max_tokens=60)
+    s = window.stream(query, max_tokens=400)
+    with pytest.raises(KeyError):
+        for _ in s:
+            raise KeyError("reader")
+    assert s.generation.stop_reason == "cancelled"
+    assert window.generate(query, max_tokens=60).text == plain.text
+
+
+def test_stream_raises_generate_errors_when_it_starts(orbit, story):
+    _, window, query = story
+    s = window.stream(query, stop="")
+    with pytest.raises(ValueError, match="stop"):
+        next(iter(s))
+    assert s.generation is None
+    with pytest.raises(TypeError, match="on_text"):
+        window.stream(query, on_text=print)
+    with pytest.raises(orbit.OrbitError, match="temperature"):
+        list(window.stream(query, temperature=-1.0))
+
+
+def test_bad_stop_values_name_stop(orbit, story):
+    _, window, query = story
+    for stop, error, message in [
+        ("", ValueError, "stop is an empty string"),
+        (["a", ""], ValueError, r"stop\[1\] is an empty string"),
+        (["a", "b", "c", "d", "e"], ValueError, "stop holds 5 strings; at most 4"),
+        (5, TypeError, "stop must be a str, a list of str or None"),
+        ([".", 5], TypeError, r"stop\[1\] must be a str"),
+    ]:
+        with pytest.raises(error, match=message):
+            window.generate(query, max_tokens=4, stop=stop)
+        with pytest.raises(error, match=message):
+            window.generate_n(query, 2, max_tokens=4, stop=stop)
+        with pytest.raises(error, match=message):
+            orbit.generate_many([(window, query, {"max_tokens": 4, "stop": stop})])
+    assert window.generate(query, max_tokens=4, stop=[]).stop_reason == "max_tokens"
+    assert window.generate(query, max_tokens=60, stop=["a", "b", "c", "d"]).stop_reason == "stop_string"
+    with pytest.raises(TypeError, match="on_text streams one answer"):
+        window.generate_n(query, 2, on_text=print)
+    with pytest.raises(TypeError, match="on_text streams one answer"):
+        orbit.generate_many([(window, query, {"on_text": print})])
+
+
+def test_generate_n_and_generate_many_take_stop(orbit, story):
+    _, window, query = story
+    one = window.generate(query, max_tokens=60, temperature=0.9, seed=11, stop=["her", "."])
+    answers = window.generate_n(query, 3, max_tokens=60, temperature=0.9, seed=11, stop=["her", "."])
+    assert answers[0].text == one.text and list(answers[0].tokens) == list(one.tokens)
+    for g in answers:
+        assert g.stop_reason in ("stop_string", "max_tokens")
+        assert "her" not in g.text and "." not in g.text
+    many = orbit.generate_many([(window, query, {"max_tokens": 60, "stop": "toys"}), (window, query)])
+    assert many[0].text == " loved to play with her " and many[0].stop_reason == "stop_string"
+    assert many[1].stop_reason == "max_tokens"
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=0.0), dict(temperature=0.8, seed=7),
+                                      dict(temperature=1.0, top_p=0.9, seed=3, stop=["."])])
+def test_streaming_decodes_what_generate_decodes(story, sampling):
+    _, window, query = story
+    plain = window.generate(query, max_tokens=50, **sampling)
+    g, pieces = streamed(window, query, max_tokens=50, **sampling)
+    s = window.stream(query, max_tokens=50, **sampling)
+    streamed_pieces = list(s)
+    for other in (g, s.generation):
+        assert list(other.tokens) == list(plain.tokens) and other.text == plain.text
+        assert other.stop_reason == plain.stop_reason
+    assert "".join(pieces) == "".join(streamed_pieces) == plain.text
+
+
+def test_tool_calls_stream_as_raw_text(story):
+    engine, _, _ = story
+    tools = [{"type": "function", "function": {"name": "read_page", "description": "Read a page.",
+                                               "parameters": {"type": "object",
+                                                              "properties": {"page": {"type": "integer"}},
+                                                              "required": ["page"]}}}]
+    window = engine.new_window()
+    report = window.sync([{"role": "user", "content": "Read the book."}], tools=tools)
+    kwargs = dict(tools=tools, tool_choice="required", max_tokens=80)
+    plain = window.generate(report.generation_prompt, **kwargs)
+    s = window.stream(report.generation_prompt, **kwargs)
+    text = "".join(s)
+    assert text == plain.text and "<tool_call>" in text  # the call's markup, as the model wrote it
+    assert len(plain.tool_calls) == 1  # ids are fresh per answer: the calls are compared without them
+    assert [c["function"] for c in s.generation.tool_calls] == [c["function"] for c in plain.tool_calls]
+    assert s.generation.content == ""
+    window.close()
