@@ -10,6 +10,7 @@
 #include "orbit/common/error.h"
 #include "orbit/runtime/decode_stream.h"
 #include "orbit/runtime/hf_tokenizer.h"
+#include "src/hf/bpe.h"
 
 namespace {
 
@@ -196,4 +197,56 @@ TEST_CASE("a vocabulary with sparse ids loads without sizing anything by its lar
   CHECK(tokenizer->decode_ids({2147483647, 5}, false) == "b ab");  // no decoder: tokens joined by spaces
   CHECK(tokenizer->vocab_size() == 2147483648);  // one past the largest id, as the model's vocab must cover it
   CHECK_THROWS_WITH(tokenizer->piece(3), Contains("sparse.json: token id 3 is not in the vocabulary"));
+}
+
+TEST_CASE("the BPE word cache gives the ids the merges give, at any capacity", "[hf_tokenizer]") {
+  // Byte-level words (GPT-2's pre-tokenizer splits at spaces) and SentencePiece-style ones (the whole text
+  // is one word): every word split with the cache, a cache of 3 (emptied again and again), and none.
+  for (const char* name : {"gpt2", "tinystories-656k"}) {
+    INFO(name);
+    std::ifstream in(kData / name / "tokenizer.json");
+    const json model = json::parse(in)["model"];
+    const auto cached = orbit::runtime::hf::BpeModel::from_json(model, name);
+    const auto small = orbit::runtime::hf::BpeModel::from_json(model, name);
+    const auto plain = orbit::runtime::hf::BpeModel::from_json(model, name);
+    CHECK(cached->cache_words() == orbit::runtime::hf::BpeModel::kDefaultCacheWords);
+    small->set_cache_words(3);
+    plain->set_cache_words(0);
+    const std::string space = std::string(name) == "gpt2" ? "\u0120" : "\u2581";
+    std::vector<std::string> words;
+    for (const char* w : {"hello", "world", "story", "tokenizer", "Lily", "played", "outside", "a", "the"}) {
+      words.push_back(w);
+      words.push_back(space + w);
+    }
+    words.push_back(std::string(orbit::runtime::hf::BpeModel::kCachedWordBytes + 7, 'a'));  // never cached
+    for (int round = 0; round < 3; ++round) {  // the second and third rounds hit the caches
+      for (const std::string& w : words) {
+        std::vector<int64_t> a, b, c;
+        cached->tokenize(w, a);
+        small->tokenize(w, b);
+        plain->tokenize(w, c);
+        CHECK(a == c);
+        CHECK(b == c);
+        CHECK_FALSE(c.empty());
+      }
+    }
+    // Ids are appended after what `out` holds, from the cache as from the merges.
+    std::vector<int64_t> out = {-1};
+    cached->tokenize("hello", out);
+    std::vector<int64_t> expected = {-1};
+    plain->tokenize("hello", expected);
+    CHECK(out == expected);
+  }
+}
+
+TEST_CASE("ORBIT_BPE_CACHE_WORDS sets the cache and is refused naming itself when malformed", "[hf_tokenizer]") {
+  std::ifstream in(kData / "gpt2/tokenizer.json");
+  const json model = json::parse(in)["model"];
+  setenv("ORBIT_BPE_CACHE_WORDS", "12", 1);
+  CHECK(orbit::runtime::hf::BpeModel::from_json(model, "gpt2")->cache_words() == 12);
+  for (const char* bad : {"", "-1", "ten", "12x", "100000001"}) {
+    setenv("ORBIT_BPE_CACHE_WORDS", bad, 1);
+    CHECK_THROWS_WITH(orbit::runtime::hf::BpeModel::from_json(model, "gpt2"), Contains("ORBIT_BPE_CACHE_WORDS"));
+  }
+  unsetenv("ORBIT_BPE_CACHE_WORDS");
 }

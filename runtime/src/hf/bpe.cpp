@@ -2,6 +2,8 @@
 #include "src/hf/bpe.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <queue>
 
 #include "src/hf/json_fields.h"
@@ -34,6 +36,13 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model, const
                   (model["dropout"].is_number() && model["dropout"].get<double>() == 0.0),
               where << ": dropout is not supported (it samples merges)");
   auto bpe = std::unique_ptr<BpeModel>(new BpeModel());
+  if (const char* words = std::getenv("ORBIT_BPE_CACHE_WORDS")) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(words, &end, 10);
+    ORBIT_CHECK(*words != '\0' && *end == '\0' && words[0] != '-' && n <= 100000000ull,
+                "ORBIT_BPE_CACHE_WORDS: '" << words << "' is not a count of words (0 to 100000000)");
+    bpe->cache_words_ = static_cast<std::size_t>(n);
+  }
   ORBIT_CHECK(model.contains("vocab") && model["vocab"].is_object(), where << ": 'vocab' is not an object");
   for (const auto& [token, id] : model["vocab"].items()) {
     ORBIT_CHECK(id.is_number_unsigned() && id.get<uint64_t>() < (1ull << 31),
@@ -159,6 +168,13 @@ void BpeModel::merge_all(std::vector<Symbol>& symbols) const {
   }
 }
 
+void BpeModel::split(std::string_view word, std::vector<int64_t>& out) const {
+  std::vector<Symbol> symbols = initial_symbols(word);
+  merge_all(symbols);
+  for (const Symbol& s : symbols)
+    if (s.len != 0) out.push_back(s.id);
+}
+
 void BpeModel::tokenize(std::string_view word, std::vector<int64_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges_) {
@@ -168,10 +184,33 @@ void BpeModel::tokenize(std::string_view word, std::vector<int64_t>& out) const 
       return;
     }
   }
-  std::vector<Symbol> symbols = initial_symbols(word);
-  merge_all(symbols);
-  for (const Symbol& s : symbols)
-    if (s.len != 0) out.push_back(s.id);
+  if (cache_words_ == 0 || word.size() > kCachedWordBytes) return split(word, out);
+  std::string key(word);
+  {
+    std::shared_lock<std::shared_mutex> lock(cache_mutex_);
+    const auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  const std::size_t first = out.size();
+  split(word, out);
+  std::vector<int64_t> ids(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+  const std::size_t bytes = key.size() + ids.size() * sizeof(int64_t);
+  std::unique_lock<std::shared_mutex> lock(cache_mutex_);
+  if (cache_.size() >= cache_words_ || cache_bytes_ + bytes > kCacheBytes) {
+    cache_.clear();
+    cache_bytes_ = 0;
+  }
+  if (cache_.emplace(std::move(key), std::move(ids)).second) cache_bytes_ += bytes;
+}
+
+void BpeModel::set_cache_words(std::size_t words) {
+  std::unique_lock<std::shared_mutex> lock(cache_mutex_);
+  cache_words_ = words;
+  cache_.clear();
+  cache_bytes_ = 0;
 }
 
 }  // namespace orbit::runtime::hf

@@ -6,13 +6,21 @@
 //     byte_fallback is set and all of them exist, else unk_token (adjacent unknowns fused into one when
 //     fuse_unk), else nothing;
 //   - then merges apply lowest rank first, the leftmost among equal ranks, until none applies.
-// Immutable once built: safe to call from several threads at once.
+// Words already split are kept, as the Rust library keeps them: a chat server renders and tokenizes a
+// conversation's earlier messages again at every request, and most of a text's words come back. Without a
+// pre-tokenizer (SentencePiece-style models) a "word" is a whole message's text, which comes back too, so
+// words of up to kCachedWordBytes are kept: at most cache_words() of them and kCacheBytes of text in all;
+// the cache is emptied when full, so a long-running process keeps the words it sees now.
+// ORBIT_BPE_CACHE_WORDS, read when the model is built, sets the count (0: no cache).
+// Thread-safety: tokenize may be called from several threads at once (the cache takes a lock); the rest is
+// immutable once built.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -26,8 +34,14 @@ class BpeModel {
   // outside the vocabulary, or dropout (sampling is not supported).
   static std::unique_ptr<BpeModel> from_json(const nlohmann::json& model, const std::string& file);
 
+  static constexpr std::size_t kCachedWordBytes = 64 << 10;
+  static constexpr std::size_t kCacheBytes = 16 << 20;
+  static constexpr std::size_t kDefaultCacheWords = 10000;
+
   // Appends the ids of `word` to `out`.
   void tokenize(std::string_view word, std::vector<int64_t>& out) const;
+  std::size_t cache_words() const { return cache_words_; }
+  void set_cache_words(std::size_t words);  // empties the cache; not while another thread tokenizes
 
   std::optional<int64_t> token_to_id(const std::string& token) const;
   // The token of `id`, or nullptr for an id the vocabulary lacks.
@@ -49,6 +63,7 @@ class BpeModel {
   static uint64_t pair_key(uint32_t a, uint32_t b) { return (uint64_t{a} << 32) | b; }
   std::vector<Symbol> initial_symbols(std::string_view word) const;
   void merge_all(std::vector<Symbol>& symbols) const;
+  void split(std::string_view word, std::vector<int64_t>& out) const;  // tokenize without the cache
 
   std::unordered_map<std::string, uint32_t> vocab_;
   // Keyed, not indexed: ids need not be dense (Hugging Face accepts any), and a vector sized by the
@@ -59,6 +74,10 @@ class BpeModel {
   int64_t id_bound_ = 0;
   std::string continuing_subword_prefix_, end_of_word_suffix_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
+  std::size_t cache_words_ = kDefaultCacheWords;
+  mutable std::shared_mutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;  // word -> its ids
+  mutable std::size_t cache_bytes_ = 0;                                  // Σ words' bytes and ids' bytes
 };
 
 }  // namespace orbit::runtime::hf

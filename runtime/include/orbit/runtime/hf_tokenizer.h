@@ -21,7 +21,8 @@
 // in the Rust library. For streaming, runtime::DecodeStream (decode_stream.h) emits text only once its
 // characters are complete.
 //
-// Thread-safety: a loaded tokenizer is immutable; every member is safe to call from any thread.
+// Thread-safety: every member is safe to call from any thread (a loaded tokenizer changes only its BPE
+// model's cache of split words, behind a lock; ORBIT_BPE_CACHE_WORDS sets its size, runtime/src/hf/bpe.h).
 #pragma once
 
 #include <cstdint>
