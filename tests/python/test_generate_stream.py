@@ -250,3 +250,20 @@ def test_tool_calls_stream_as_raw_text(story):
     assert [c["function"] for c in s.generation.tool_calls] == [c["function"] for c in plain.tool_calls]
     assert s.generation.content == ""
     window.close()
+
+
+def test_the_stream_chat_example(orbit, stories260k_path, repo_root):
+    import importlib.util
+    import io
+
+    path = repo_root / "bindings" / "python" / "examples" / "stream_chat.py"
+    spec = importlib.util.spec_from_file_location("stream_chat", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    out = io.StringIO()
+    with orbit.Engine(str(stories260k_path)) as engine:
+        messages = example.chat(engine, max_words=3, out=out)
+    answers = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert len(answers) == 3 and all(answers)
+    assert all(len(a.split()) <= 4 for a in answers)  # the reader stopped at 3 words (a piece may hold two)
+    assert "cancelled" in out.getvalue() and out.getvalue().count("assistant:") == 3
