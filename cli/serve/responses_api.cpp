@@ -230,8 +230,10 @@ void refuse_unsupported(const ojson& body) {
       if (field(*v, name) != nullptr) unsupported(std::string("reasoning.") + name, "a reasoning summary");
     }
   }
-  if (const ojson* v = field(body, "truncation"); v != nullptr && !(v->is_string() && *v == "disabled")) {
-    unsupported("truncation", "truncation other than 'disabled'");
+  if (const ojson* v = field(body, "truncation"); v != nullptr && !v->is_null()) {
+    if (!(v->is_string() && (*v == "disabled" || *v == "auto"))) {
+      invalid_field("truncation", "expected 'auto' or 'disabled', got " + v->dump());
+    }
   }
   if (const ojson* v = field(body, "include")) {
     if (!v->is_array()) invalid_field("include", std::string("expected an array, got ") + json_type_name(*v));
@@ -330,7 +332,7 @@ json echo_of(const ojson& body, const ojson& chat, const ResponsesRequest& r) {
                {"max_output_tokens", chat.contains("max_tokens") ? json(chat["max_tokens"]) : json(nullptr)},
                {"store", r.store},
                {"metadata", metadata(body)},
-               {"truncation", "disabled"},
+               {"truncation", r.truncate ? "auto" : "disabled"},
                {"top_logprobs", r.chat.sampling.top_logprobs},
                {"text", {{"format", json::object()}}}};
   const ojson* text = field(body, "text");
@@ -379,6 +381,7 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
     if (!v->is_boolean()) invalid_field("store", std::string("expected a boolean, got ") + json_type_name(*v));
     r.store = v->get<bool>();
   }
+  if (const ojson* v = field(body, "truncation"); v != nullptr && v->is_string()) r.truncate = *v == "auto";
 
   ServeLimits inner = limits;  // the input was checked against the limits above; chat adds what it wrote
   inner.max_body_bytes = std::numeric_limits<std::size_t>::max();

@@ -59,6 +59,8 @@ struct ResponsesRequest {
   bool has_instructions = false;     // chat.messages[0] is the instructions
   std::string previous_response_id;  // "" when none
   bool store = true;                 // keep the response, so that a later request may name it
+  // truncation "auto": a conversation past the context loses its oldest items (responses_run.h).
+  bool truncate = false;
   // What the response repeats of the request, defaults filled in: instructions, tools (as given), tool_choice,
   // parallel_tool_calls, temperature, top_p, max_output_tokens, store, metadata, text, truncation, user
   // (when given).

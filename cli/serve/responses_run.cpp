@@ -43,6 +43,59 @@ std::optional<ApiError> join_previous(ServeCore& core, ResponseCall& call) {
   return std::nullopt;
 }
 
+// Messages [first, first + k) dropped, and the tool results left leading after them (their calls went).
+std::size_t dropped_through(const std::vector<ChatMessage>& messages, std::size_t first, std::size_t k) {
+  std::size_t end = first + k;
+  while (end + 1 < messages.size() && messages[end].role == "tool") ++end;
+  return end;
+}
+
+// truncation "auto" (responses_run.h): the fewest oldest messages dropped for the prompt to leave the
+// answer's room, found by bisection over how many (each probe renders and tokenizes the list).
+std::optional<ApiError> truncate_conversation(ServeCore& core, ResponseCall& call) {
+  std::vector<ChatMessage>& messages = call.request.chat.messages;
+  const int64_t context = core.context_tokens();
+  const std::optional<int64_t> asked = call.request.chat.sampling.max_tokens;
+  const int64_t room = asked ? *asked : std::min(core.options().default_max_tokens, context / 4);
+  std::size_t first = 0;
+  while (first + 1 < messages.size() && (messages[first].role == "system" || messages[first].role == "developer")) {
+    ++first;
+  }
+  const auto fits = [&](std::size_t k) -> Parsed<bool> {
+    ChatRequest probe = call.request.chat;
+    const std::size_t end = dropped_through(messages, first, k);
+    probe.messages.erase(probe.messages.begin() + static_cast<std::ptrdiff_t>(first),
+                         probe.messages.begin() + static_cast<std::ptrdiff_t>(end));
+    Parsed<int64_t> tokens = core.count_chat_tokens(probe);
+    Parsed<bool> out;
+    if (!tokens.ok())
+      out.error = tokens.error;
+    else
+      out.value = *tokens.value + room <= context;
+    return out;
+  };
+  const std::size_t most = messages.size() - 1 - first;  // the last message stays
+  Parsed<bool> none = fits(0);
+  if (!none.ok()) return responses_error(none.error);
+  if (*none.value || most == 0) return std::nullopt;
+  std::size_t lo = 0, hi = most;  // fits(lo) is false; fits(hi) may be: the least k that fits, else most
+  while (hi - lo > 1) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    Parsed<bool> f = fits(mid);
+    if (!f.ok()) return responses_error(f.error);
+    (*f.value ? hi : lo) = mid;
+  }
+  const std::size_t end = dropped_through(messages, first, hi);
+  if (end > call.input_begin) {
+    call.whole_input.emplace(messages.begin() + static_cast<std::ptrdiff_t>(call.input_begin), messages.end());
+  }
+  // What is left of the input starts where it did, less what was dropped before it.
+  call.input_begin -= std::min(call.input_begin, end) - std::min(call.input_begin, first);
+  messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first),
+                 messages.begin() + static_cast<std::ptrdiff_t>(end));
+  return std::nullopt;
+}
+
 // The answer as the assistant message a client sends back.
 ChatMessage answer_message(const RunResult& r) {
   ChatMessage answer;
@@ -58,7 +111,11 @@ void store(ServeCore& core, const ResponseCall& call, const RunResult& r, const 
   stored->id = call.head.id;
   stored->session = call.session;
   stored->previous = call.previous;
-  stored->added.assign(messages.begin() + static_cast<std::ptrdiff_t>(call.input_begin), messages.end());
+  if (call.whole_input) {
+    stored->added = *call.whole_input;
+  } else {
+    stored->added.assign(messages.begin() + static_cast<std::ptrdiff_t>(call.input_begin), messages.end());
+  }
   stored->added.push_back(answer_message(r));
   stored->body = dump(body);
   std::vector<ChatMessage> read = messages;
@@ -79,6 +136,9 @@ std::optional<ApiError> prepare_response(ServeCore& core, std::string_view body,
   call.head.previous_response_id = call.request.previous_response_id;
   call.head.echo = call.request.echo;
   if (auto missing = response_flow::join_previous(core, call)) return missing;
+  if (call.request.truncate) {
+    if (auto bad = response_flow::truncate_conversation(core, call)) return bad;
+  }
   call.session = response_flow::session_of(core, call, header_session);
   call.ticket = core.prepare_chat(call.request.chat, call.session);
   if (!call.ticket.ok()) return responses_error(call.ticket.error());
@@ -116,6 +176,12 @@ Parsed<int64_t> count_input_tokens(ServeCore& core, std::string_view body) {
   if (auto missing = response_flow::join_previous(core, call)) {
     out.error = *missing;
     return out;
+  }
+  if (call.request.truncate) {
+    if (auto bad = response_flow::truncate_conversation(core, call)) {
+      out.error = *bad;
+      return out;
+    }
   }
   out = core.count_chat_tokens(call.request.chat);
   if (!out.ok()) out.error = responses_error(out.error);

@@ -4,7 +4,12 @@
 //
 // The conversation: the instructions (a system message), then the stored conversation of
 // previous_response_id (404 previous_response_not_found for an id never stored, stored with store false,
-// or dropped from the store), then the request's input.
+// or dropped from the store), then the request's input. With truncation "auto", a conversation whose prompt
+// would leave less than the answer's room in the context loses its oldest items (after the leading system
+// and developer messages, never the last one, and a tool result whose call was dropped goes with it) until
+// it fits: the room is max_output_tokens when given, else the server's default max_tokens, at most a quarter
+// of the context. The window then evicts what was dropped and keeps the rest in place. What the input held
+// is stored whole all the same, so a later request chained to this one starts from all of it.
 //
 // The window (the session the chat request runs in), first that applies:
 //   1. the header X-Orbit-Session, else the request's `user` (session_for_user), as for chat;
@@ -46,7 +51,9 @@ struct ResponseCall {
   ResponseHead head;
   std::shared_ptr<StoredResponse> previous;  // what previous_response_id named; null when none
   std::size_t input_begin = 0;               // request.chat.messages[input_begin..]: this request's input
-  std::string session;                       // the window it runs in ("" = anonymous)
+  // When truncation dropped any of the input's items: the input as the request gave it (stored whole).
+  std::optional<std::vector<ChatMessage>> whole_input;
+  std::string session;    // the window it runs in ("" = anonymous)
   RunTicket ticket;
 };
 
@@ -57,7 +64,8 @@ std::optional<ApiError> prepare_response(ServeCore& core, std::string_view body,
                                          ResponseCall& call);
 
 // POST /v1/responses/input_tokens: the tokens the request's input reads as a response (the instructions,
-// the conversation of previous_response_id, the input, the tools, as `usage.input_tokens` counts them),
+// the conversation of previous_response_id, the input, the tools, as `usage.input_tokens` counts them;
+// with truncation "auto", what is left after it),
 // checked as POST /v1/responses checks it; nothing runs and no window is touched. The body takes only what
 // shapes the input (model, which defaults to the served one, input, instructions, previous_response_id,
 // tools, tool_choice, parallel_tool_calls, text, reasoning, truncation); any other field is a 400 naming it.

@@ -97,7 +97,9 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
   CHECK(refused(body_with(R"("metadata":{"k":1})")) == "metadata.k");
   // Unsupported values are refused, never ignored; neutral ones pass.
   CHECK(refused(body_with(R"("reasoning":{"effort":"high"})")) == "reasoning.effort");
-  CHECK(refused(body_with(R"("truncation":"auto")")) == "truncation");
+  CHECK(refused(body_with(R"("truncation":"auto")")).empty());
+  CHECK(refused(body_with(R"("truncation":"middle")")) == "truncation");
+  CHECK(refused(body_with(R"("truncation":true)")) == "truncation");
   CHECK(refused(body_with(R"("include":["reasoning.encrypted_content"])")) == "include[0]");
   CHECK(refused(body_with(R"("include":["message.output_text.logprobs","file_search_call.results"])")) == "include[1]");
   CHECK(refused(body_with(R"("top_logprobs":21)")) == "top_logprobs");
@@ -397,5 +399,67 @@ TEST_CASE("responses: store false, a header's session, refusals by the Responses
   REQUIRE(twice.error);
   CHECK(twice.error->param == "tools[1].name");
   CHECK(twice.error->message.find("'search' is also the name of tools[0]") != std::string::npos);
+  core.close();
+}
+
+TEST_CASE("responses: truncation auto drops a chain's oldest items to fit, and stores the input whole",
+          "[serve][responses][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.policy = "patch:16:exact";
+  sv::ServeCore core(options);
+  const std::string page =
+      "The dog found a big red ball in the park. Lily was happy. She threw the ball and the dog ran after it.";
+  // A chain of pages, each request about 60 tokens more, on a 512-token model: past the context by the
+  // seventh without truncation.
+  auto chain = [&](const std::string& truncation, int64_t requests) {
+    std::string previous;
+    std::vector<Answer> out;
+    for (int64_t i = 0; i < requests; ++i) {
+      json r = {{"model", core.model_name()},
+                {"instructions", "You tell short stories."},
+                {"input", "Page " + std::to_string(i) + ": " + page + " " + page + " What next?"},
+                {"max_output_tokens", 16},
+                {"temperature", 0},
+                {"truncation", truncation}};
+      if (!previous.empty()) r["previous_response_id"] = previous;
+      out.push_back(respond(core, r));
+      if (out.back().error) break;
+      previous = out.back().body["id"];
+    }
+    return out;
+  };
+  const std::vector<Answer> plain = chain("disabled", 10);
+  REQUIRE(plain.back().error);
+  CHECK(plain.back().error->code == "context_length_exceeded");
+  const int64_t fit = static_cast<int64_t>(plain.size()) - 1;  // requests that fit whole
+
+  const std::vector<Answer> cut = chain("auto", 10);
+  REQUIRE(cut.size() == 10);
+  for (const Answer& a : cut) REQUIRE_FALSE(a.error);
+  for (int64_t i = 0; i < 10; ++i) {
+    INFO("request " << i);
+    const json& u = cut[i].body["usage"];
+    CHECK(cut[i].body["truncation"] == "auto");
+    CHECK(u["input_tokens"].get<int64_t>() + 16 <= core.context_tokens());
+    const std::string plan = u["orbit"]["plan"];
+    // Whole while the chain fits; then the oldest pages leave the window and the rest stays in it.
+    CHECK((plan.find("evict") != std::string::npos) == (i >= fit));
+    if (i < fit) CHECK(u["input_tokens"] == plain[i].body["usage"]["input_tokens"]);
+    if (i >= fit) CHECK(plan.find("keep") != std::string::npos);
+  }
+  // The model read the instructions and the newest pages; the stored response keeps its input whole, and
+  // a chained request counts from all of it (truncated again).
+  const json& last = cut.back().body;
+  CHECK(last["usage"]["input_tokens"].get<int64_t>() > core.context_tokens() / 2);
+  const sv::Parsed<int64_t> counted = sv::count_input_tokens(
+      core, json{{"input", "And then?"}, {"previous_response_id", last["id"]}, {"truncation", "disabled"}}.dump());
+  REQUIRE(counted.ok());
+  CHECK(*counted.value > core.context_tokens());
+  const sv::Parsed<int64_t> truncated = sv::count_input_tokens(
+      core, json{{"input", "And then?"}, {"previous_response_id", last["id"]}, {"truncation", "auto"}}.dump());
+  REQUIRE(truncated.ok());
+  CHECK(*truncated.value + std::min<int64_t>(core.options().default_max_tokens, core.context_tokens() / 4) <=
+        core.context_tokens());
   core.close();
 }
