@@ -53,7 +53,7 @@ struct ResponseCall {
   std::size_t input_begin = 0;               // request.chat.messages[input_begin..]: this request's input
   // When truncation dropped any of the input's items: the input as the request gave it (stored whole).
   std::optional<std::vector<ChatMessage>> whole_input;
-  std::string session;    // the window it runs in ("" = anonymous)
+  std::string session;  // the window it runs in ("" = anonymous)
   RunTicket ticket;
 };
 
