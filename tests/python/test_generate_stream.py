@@ -160,6 +160,19 @@ def test_breaking_out_of_a_stream_cancels_it(story):
     assert window.generate(query, max_tokens=60).text == plain.text
 
 
+def test_a_stream_left_unread_does_not_hold_its_window(orbit, story, monkeypatch):
+    # The decode runs a few pieces ahead of the reader, then waits; a reader that stops reading (an iterator
+    # kept, the window called meanwhile) is waited for only READER_GONE_S, then the decode runs to its end.
+    monkeypatch.setattr(orbit._stream, "READER_GONE_S", 0.2)
+    _, window, query = story
+    plain = window.generate(query, max_tokens=60)
+    s = window.stream(query, max_tokens=60)
+    it = iter(s)
+    first = next(it)
+    assert window.generate(query, max_tokens=60).text == plain.text  # waits for the stream, not forever
+    assert first + "".join(it) == plain.text and s.generation.stop_reason == "max_tokens"
+
+
 def test_an_exception_in_the_loop_cancels_the_stream(story):
     _, window, query = story
     plain = window.generate(query, max_tokens=60)

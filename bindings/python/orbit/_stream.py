@@ -3,7 +3,9 @@
 The decode runs on a worker thread (Window.generate with an on_text that queues each piece); iterating the
 stream hands the pieces over as they come. Leaving the loop early (break, an exception, close()) cancels the
 decode at its next piece and waits for it to stop, so the window is free again right after the loop. The
-decode runs ahead of a slow reader (pieces wait in the queue); it never waits for one.
+decode runs at most AHEAD pieces ahead of the reader, so a loop that breaks wastes few tokens; a reader that
+takes no piece for READER_GONE_S seconds is taken to have left the stream unfinished (an iterator kept but no
+longer read), and the decode then runs to its end without waiting, so it never holds the window for long.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from typing import TYPE_CHECKING, Any, Generator, Iterator, Optional
 if TYPE_CHECKING:
     from ._orbit import Generation, Tokens, Window
 
+AHEAD = 8  # pieces the decode may run ahead of the reader
+READER_GONE_S = 1.0  # how long it waits for a reader that runs behind before it goes on alone
+
 
 class GenerationStream:
     """The text of one answer as it is decoded: Window.stream(query, **generate() keyword arguments).
@@ -26,7 +31,8 @@ class GenerationStream:
     Generation (stop_reason and the rest, tool_calls and json with tools or a response_format). Leaving the
     loop early -- break, an exception in its body, close() -- cancels the decode: it stops at its next piece
     (stop_reason 'cancelled', the Generation holding what was decoded) and the loop's exit waits for that, so
-    the window is usable right after. An iterator taken by hand (it = iter(s); next(it)) and left unfinished
+    the window is usable right after. The decode runs at most 8 pieces ahead of the loop; one that takes no
+    piece for a second lets it run on to its end. An iterator taken by hand (it = iter(s); next(it)) and left unfinished
     is cancelled when it is dropped, or by close() (`with window.stream(...) as s:` closes at the end). With
     tools the pieces are the raw answer, call markup included (e.g. "<tool_call>{...}</tool_call>"); the calls
     are read from the whole text into generation.tool_calls.
@@ -78,8 +84,13 @@ class GenerationStream:
         if self._cancel.is_set():
             return
         items: "queue.SimpleQueue[tuple[str, Any]]" = queue.SimpleQueue()
+        room = threading.Semaphore(AHEAD)  # pieces the decode may still queue before it waits for the reader
+        alone = False  # the reader stopped reading: the decode no longer waits
 
         def on_text(piece: str) -> bool:
+            nonlocal alone
+            if not alone and not self._cancel.is_set() and not room.acquire(timeout=READER_GONE_S):
+                alone = True
             items.put(("piece", piece))
             return not self._cancel.is_set()
 
@@ -95,6 +106,7 @@ class GenerationStream:
             while True:
                 kind, value = items.get()
                 if kind == "piece":
+                    room.release()
                     yield value
                 elif kind == "error":
                     raise value
@@ -103,6 +115,7 @@ class GenerationStream:
                     return
         finally:
             self._cancel.set()
+            room.release(AHEAD + 1)  # a decode waiting for room goes on, and stops at once
             worker.join()
             while self._generation is None and not items.empty():  # a cancelled run's Generation
                 kind, value = items.get()
