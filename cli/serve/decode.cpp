@@ -6,9 +6,9 @@
 #include <random>
 
 #include "orbit/common/error.h"
+#include "orbit/text_stream.h"
 #include "serve/decode_scheduler.h"
 #include "serve/serve_wire.h"
-#include "serve/text_stream.h"
 
 namespace orbit::serve {
 

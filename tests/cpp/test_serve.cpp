@@ -9,13 +9,13 @@
 #include <mutex>
 #include <thread>
 
+#include "orbit/text_stream.h"
 #include "orbit_catch.h"
 #include "serve/fair_gate.h"
 #include "serve/responses_api.h"
 #include "serve/serve_api.h"
 #include "serve/serve_core.h"
 #include "serve/serve_wire.h"
-#include "serve/text_stream.h"
 #include "serve/tool_stream.h"
 #include "serve_test_util.h"
 
@@ -162,7 +162,7 @@ TEST_CASE("serve: a stop string ends the text only where may_stop_before allows 
     return text;
   };
   // As a JSON answer's rule: a stop string ends it only after a whole object.
-  sv::TextStream json(decode, {"}", "\n"}, [](const std::string& before) { return before == "{\"a\": 1}"; });
+  orbit::TextStream json(decode, {"}", "\n"}, [](const std::string& before) { return before == "{\"a\": 1}"; });
   CHECK(json.push(1) == "{\"a\"");
   CHECK(json.push(2) == ": 1");
   CHECK(json.push(3) == "}");  // the '}' closes the object: it ends nothing
@@ -171,7 +171,7 @@ TEST_CASE("serve: a stop string ends the text only where may_stop_before allows 
   CHECK(json.stopped());
   CHECK(json.released() == "{\"a\": 1}");
   // Without a rule the first '}' ends the text.
-  sv::TextStream free(decode, {"}", "\n"});
+  orbit::TextStream free(decode, {"}", "\n"});
   CHECK(free.push(1) == "{\"a\"");
   CHECK(free.push(2) == ": 1");
   CHECK(free.push(3).empty());
@@ -186,13 +186,13 @@ TEST_CASE("serve: streamed text holds back split characters and stop strings", "
     for (int64_t t : tokens) text += pieces.at(t);
     return text;
   };
-  sv::TextStream plain(decode, {});
+  orbit::TextStream plain(decode, {});
   CHECK(plain.push(1) == "Hello");
   CHECK(plain.push(5).empty());  // half of "é"
   CHECK(plain.push(6) == "\xC3\xA9!");
   CHECK(plain.finish().empty());
 
-  sv::TextStream stopped(decode, {"\nuser:"});
+  orbit::TextStream stopped(decode, {"\nuser:"});
   CHECK(stopped.push(1) == "Hello");
   CHECK(stopped.push(2) == " wor");
   CHECK(stopped.push(3) == "ld");  // "\nus" may start the stop string

@@ -9,12 +9,12 @@
 #include <thread>
 
 #include "orbit/engine.h"
+#include "orbit/text_stream.h"
 #include "orbit_catch.h"
 #include "serve/decode_scheduler.h"
 #include "serve/serve_api.h"
 #include "serve/serve_core.h"
 #include "serve/serve_wire.h"
-#include "serve/text_stream.h"
 #include "serve_test_util.h"
 
 namespace sv = orbit::serve;
@@ -195,7 +195,7 @@ TEST_CASE("serve batch: streamed text decodes a window per token and equals the 
   for (const std::vector<std::string>& stops : {std::vector<std::string>{}, std::vector<std::string>{"pa", "ZZZ"}}) {
     int64_t longest = 0;  // the most tokens one decode call was given
     const int64_t previous = 5;
-    sv::TextStream stream(
+    orbit::TextStream stream(
         [&](const std::vector<int64_t>& t) {
           longest = std::max(longest, static_cast<int64_t>(t.size()));
           return engine->detokenize(t, previous);

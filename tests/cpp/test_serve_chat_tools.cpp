@@ -8,12 +8,12 @@
 #include <optional>
 #include <thread>
 
+#include "orbit/text_stream.h"
 #include "orbit_catch.h"
 #include "serve/responses_api.h"
 #include "serve/serve_api.h"
 #include "serve/serve_core.h"
 #include "serve/serve_wire.h"
-#include "serve/text_stream.h"
 #include "serve/tool_stream.h"
 #include "serve_test_util.h"
 
