@@ -30,7 +30,9 @@ const char* kServeUsage =
     "                   [--remote redis://...] [--name ID] [options]\n"
     "  An OpenAI-compatible HTTP/1.1 server: /v1/chat/completions (streamed or not), /v1/completions,\n"
     "  /v1/responses (chained by previous_response_id), /v1/models, /health, /metrics (Prometheus),\n"
-    "  GET/DELETE /v1/sessions/ID and /v1/responses/ID, GET /v1/responses/ID/input_items. A request names\n"
+    "  GET/DELETE /v1/sessions/ID and /v1/responses/ID, GET /v1/responses/ID/input_items, and the chat\n"
+    "  completions stored with store true: GET /v1/chat/completions (a list), GET/POST/DELETE\n"
+    "  /v1/chat/completions/ID, GET /v1/chat/completions/ID/messages. A request names\n"
     "  its session with the header X-Orbit-Session or the field `user`; each session is a window its messages\n"
     "  are synced into, so only what is new is prefilled.\n"
     "  Prints 'listening on http://HOST:PORT' when ready; SIGTERM or SIGINT drains the requests in flight and\n"
@@ -42,7 +44,8 @@ const char* kServeUsage =
     "  --policy SPEC         the windows' policy (default: orbit's default; see `orbit replay --help`)\n"
     "  --store DIR           a chunk store directory (default: memory only); the Responses API's stored\n"
     "                        responses are kept there too (DIR/serve-responses.sqlite), so a\n"
-    "                        previous_response_id still names its conversation after a restart\n"
+    "                        previous_response_id still names its conversation after a restart, and so are\n"
+    "                        stored chat completions (DIR/serve-chat-completions.sqlite)\n"
     "  --remote URL          a remote tier, redis://host:port[/db]\n"
     "  --name ID             the model id clients name (default: the model path's last component)\n"
     "  --device D            where the model runs: cpu (default), cuda or cuda:N; every session's decode\n"
@@ -63,6 +66,9 @@ const char* kServeUsage =
     "                        count against --max-sessions and --session-budget-mb\n"
     "  --max-responses N     responses kept for previous_response_id and GET /v1/responses/ID (default 4096);\n"
     "                        past it the least recently used are forgotten (404)\n"
+    "  --max-chat-completions N  chat completions created with store true kept for GET\n"
+    "                        /v1/chat/completions[/ID] (default 4096); past it the least recently used are\n"
+    "                        forgotten (404)\n"
     "  --max-idle-chunks N   messages' chunks kept registered once no window holds them, the most recently\n"
     "                        used (default 4096); older ones are forgotten and re-read from the store when\n"
     "                        a request brings them back\n"
@@ -157,6 +163,7 @@ serve::ServeOptions serve_options(const Args& args) {
   o.anonymous_windows = args.get_int("--anonymous-windows", 64, 1);
   ORBIT_CHECK(o.anonymous_windows <= 4096, "serve: argument '--anonymous-windows' must be at most 4096");
   o.max_responses = args.get_int("--max-responses", 4096, 1);
+  o.max_chat_completions = args.get_int("--max-chat-completions", 4096, 1);
   o.max_idle_chunks = args.get_int("--max-idle-chunks", 4096, 1);
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
   o.limits.max_body_bytes = static_cast<std::size_t>(size_argument(args, "--max-body-kb", 4096, 1, 10));
@@ -188,6 +195,7 @@ int run_serve(int argc, char** argv, int first) {
                 "--max-sessions",
                 "--anonymous-windows",
                 "--max-responses",
+                "--max-chat-completions",
                 "--max-idle-chunks",
                 "--max-tokens",
                 "--max-body-kb",

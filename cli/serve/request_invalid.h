@@ -31,6 +31,20 @@ const char* json_type_name(const Json& v) {
   return "an object";
 }
 
+// OpenAI's `metadata`, checked at `param`: an object of at most 16 pairs, keys of at most 64 bytes, string
+// values of at most 512 bytes. The chat request, the chat completion update and the Responses API check it so.
+template <class Json>
+void check_metadata(const Json& v, const std::string& param = "metadata") {
+  if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
+  if (v.size() > 16) invalid_field(param, "at most 16 pairs are accepted");
+  for (const auto& [key, value] : v.items()) {
+    if (key.size() > 64) invalid_field(param, "a key is over 64 bytes");
+    const std::string at = param + "." + key;
+    if (!value.is_string()) invalid_field(at, std::string("expected a string, got ") + json_type_name(value));
+    if (value.template get_ref<const std::string&>().size() > 512) invalid_field(at, "over 512 bytes");
+  }
+}
+
 // A parameter clients send that this server does not serve, refused rather than ignored: a 400 with code
 // "unsupported_parameter" naming `param`, "<param>: <what> is not supported by this server".
 [[noreturn]] inline void unsupported(const std::string& param, const std::string& what) {

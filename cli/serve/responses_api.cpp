@@ -286,12 +286,7 @@ void refuse_unsupported(const ojson& body) {
 json metadata(const ojson& body) {
   const ojson* v = field(body, "metadata");
   if (v == nullptr) return json::object();
-  need_object(*v, "metadata");
-  if (v->size() > 16) invalid_field("metadata", "at most 16 pairs are accepted");
-  for (const auto& [key, value] : v->items()) {
-    if (key.size() > 64) invalid_field("metadata", "a key is over 64 bytes");
-    if (need_string(value, "metadata." + key).size() > 512) invalid_field("metadata." + key, "over 512 bytes");
-  }
+  check_metadata(*v);
   return json(*v);
 }
 

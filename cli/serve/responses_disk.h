@@ -14,9 +14,9 @@
 //             used INTEGER)    a logical clock (one past the largest at each insert or use): the least
 //                              recently used named responses are dropped first
 //
-// Every write is one transaction (WAL journal, synchronous=FULL): a crash leaves the state before or after
-// it. A row is deleted only when it is unnamed and no row continues it. Several servers may share a store:
-// writers wait for each other up to a busy timeout (10 s).
+// Every write is one transaction (sqlite_file.h: WAL journal, synchronous=FULL): a crash leaves the state
+// before or after it. A row is deleted only when it is unnamed and no row continues it. Several servers may
+// share a store: writers wait for each other up to a busy timeout (10 s).
 // Thread-safety: none; ResponseStore serialises calls.
 #pragma once
 
@@ -26,8 +26,7 @@
 #include <vector>
 
 #include "orbit/sync.h"
-
-struct sqlite3;
+#include "serve/sqlite_file.h"
 
 namespace orbit::serve {
 
@@ -47,11 +46,8 @@ class ResponseDisk {
   // Opens (creating when missing) the database at `path`. Throws orbit::Error naming the path when it
   // cannot be opened or is not a responses database of this format.
   explicit ResponseDisk(const std::string& path);
-  ~ResponseDisk();
-  ResponseDisk(const ResponseDisk&) = delete;
-  ResponseDisk& operator=(const ResponseDisk&) = delete;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
   // Inserts a named row, the most recently used (a row with its id already there is left as it is).
   void insert(const ResponseRow& row);
@@ -67,11 +63,9 @@ class ResponseDisk {
   int64_t named_count() const;
 
  private:
-  void exec(const char* sql) const;
   void collect(std::string id);  // deletes `id` and its unnamed predecessors while nothing continues them
 
-  std::string path_;
-  sqlite3* db_ = nullptr;
+  SqliteFile file_;
 };
 
 // A message list as JSON text and back (role, content, name, tool_call_id, tool_calls).

@@ -1,7 +1,6 @@
 #include "serve/responses_items.h"
 
-#include <algorithm>
-#include <cstdlib>
+#include "serve/cursor_page.h"
 
 namespace orbit::serve {
 
@@ -19,10 +18,6 @@ json message_item(const std::string& id, const ChatMessage& m) {
           {"role", m.role},
           {"status", "completed"},
           {"content", json::array({std::move(part)})}};
-}
-
-ApiError bad_param(const std::string& param, const std::string& message) {
-  return api_error(400, param + ": " + message, "invalid_request_error", "", param);
 }
 
 }  // namespace response_items
@@ -59,57 +54,21 @@ json input_items(const StoredResponse& response) {
 }
 
 ItemsPage input_items_page(const StoredResponse& response, const std::multimap<std::string, std::string>& params) {
-  ItemsPage out;
-  std::string order = "desc", after;
-  int64_t limit = 20;
-  for (const auto& [name, value] : params) {
-    if (params.count(name) > 1) return {{}, response_items::bad_param(name, "given more than once")};
-    if (name == "order") {
-      if (value != "asc" && value != "desc") return {{}, response_items::bad_param(name, "must be 'asc' or 'desc'")};
-      order = value;
-    } else if (name == "limit") {
-      char* end = nullptr;
-      const long long n = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || n < 1 || n > 100) {
-        return {{}, response_items::bad_param(name, "must be an integer from 1 to 100, got '" + value + "'")};
-      }
-      limit = n;
-    } else if (name == "after") {
-      after = value;
-    } else {
-      return {
-          {},
-          api_error(400, name + ": this query parameter is not supported by this server (order, limit and after are)",
-                    "invalid_request_error", "unsupported_parameter", name)};
-    }
-  }
-  json items = input_items(response);
-  if (order == "desc") std::reverse(items.begin(), items.end());
-  std::size_t begin = 0;
-  if (!after.empty()) {
-    const auto at = std::find_if(items.begin(), items.end(), [&](const json& i) { return i["id"] == after; });
-    if (at == items.end()) return {{}, response_items::bad_param("after", "no item '" + after + "' in this list")};
-    begin = static_cast<std::size_t>(at - items.begin()) + 1;
-  }
-  const std::size_t end = std::min(items.size(), begin + static_cast<std::size_t>(limit));
-  json data = json::array();
-  for (std::size_t i = begin; i < end; ++i) data.push_back(items[i]);
-  out.body = {{"object", "list"},
-              {"data", data},
-              {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
-              {"last_id", data.empty() ? json(nullptr) : data.back()["id"]},
-              {"has_more", end < items.size()}};
-  return out;
+  const Parsed<PageQuery> query = read_page_query(params, "desc", "order, limit and after are");
+  if (!query.ok()) return {{}, query.error};
+  Parsed<json> page = json_page(input_items(response), *query.value);
+  if (!page.ok()) return {{}, page.error};
+  return {std::move(*page.value), std::nullopt};
 }
 
 std::optional<ApiError> retrieve_query_problem(const std::multimap<std::string, std::string>& params) {
   for (const auto& [name, value] : params) {
-    if (params.count(name) > 1 && name != "include[]") return response_items::bad_param(name, "given more than once");
+    if (params.count(name) > 1 && name != "include[]") return bad_query_param(name, "given more than once");
     if (name == "include_obfuscation") {
-      if (value != "true" && value != "false") return response_items::bad_param(name, "must be 'true' or 'false'");
+      if (value != "true" && value != "false") return bad_query_param(name, "must be 'true' or 'false'");
     } else if (name == "stream") {
       if (value == "false") continue;
-      if (value != "true") return response_items::bad_param(name, "must be 'true' or 'false'");
+      if (value != "true") return bad_query_param(name, "must be 'true' or 'false'");
       return api_error(400,
                        "stream: streaming a stored response is not served (it replays a background response's "
                        "events, and this server runs none): GET it without stream for the whole response",

@@ -385,7 +385,7 @@ std::string ordered_field(std::string_view text, const char* name, const char* p
 
 // Parameters other servers take that change what is sampled or returned, which this one does not serve: a
 // request that gives one a value other than its no-op is refused naming it, never answered as if it were
-// not there. (Fields that change nothing, e.g. metadata or store, are accepted.)
+// not there. (Fields that change nothing in the answer, e.g. service_tier auto, are accepted.)
 void refuse_unserved(const json& body, bool chat) {
   const auto given = [&](const char* name) { return body.contains(name) && !body[name].is_null(); };
   for (const char* name : {"top_k", "min_p", "top_a", "typical_p", "repetition_penalty", "mirostat"}) {
@@ -410,6 +410,16 @@ void refuse_unserved(const json& body, bool chat) {
   if (given("service_tier") && body["service_tier"] != "auto" && body["service_tier"] != "default") {
     unsupported("service_tier", "a service tier other than auto or default");
   }
+}
+
+// store and metadata (the metadata is checked whether or not the completion is stored, as OpenAI does).
+void parse_store(const json& body, ChatRequest& r) {
+  if (body.contains("store") && !body["store"].is_null()) r.store = need_bool(body["store"], "store");
+  if (body.contains("metadata") && !body["metadata"].is_null()) {
+    check_metadata(body["metadata"]);
+    for (const auto& [key, value] : body["metadata"].items()) r.metadata[key] = value.get<std::string>();
+  }
+  if (r.store) r.messages_json = body["messages"].dump();
 }
 
 ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
@@ -451,6 +461,7 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
       r.response_format.schema_json = ordered_field(text, "response_format", "/json_schema/schema");
     }
   }
+  parse_store(body, r);
   return r;
 }
 

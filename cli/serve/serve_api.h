@@ -15,7 +15,9 @@
 //                "json_schema", "json_schema": {"name", "schema", "strict"?}})
 //                presence_penalty, frequency_penalty [-2, 2]; logit_bias ({"<token id>": bias in [-100, 100]},
 //                ids below ServeLimits::vocab_size); logprobs (bool), top_logprobs (integer 0..20, with
-//                logprobs true): honoured as OpenAI defines them (GenerateOptions in orbit/window.h)
+//                logprobs true): honoured as OpenAI defines them (GenerateOptions in orbit/window.h);
+//                store (bool: keep the completion for GET /v1/chat/completions/{id}, chat_store.h), metadata
+//                (at most 16 string pairs, keys up to 64 bytes, values up to 512; kept with a stored completion)
 // (tool_choice and response_format are honoured by the server: answer_constraint.h.)
 //   refused, naming the field (code unsupported_parameter), when given a value other than their no-op: top_k,
 //                min_p, top_a, typical_p, repetition_penalty, mirostat; chat: functions / function_call (give
@@ -114,6 +116,10 @@ struct ChatRequest {
   ToolChoice tool_choice;
   bool parallel_tool_calls = true;
   ResponseFormat response_format;
+  bool store = false;                           // keep the completion (chat_store.h)
+  std::map<std::string, std::string> metadata;  // kept with it, and what lists filter by
+  // With store: the request's `messages` as sent (JSON text), what GET .../messages lists.
+  std::string messages_json;
   // Whether the answer is read for tool calls: tools given and tool_choice not "none".
   bool reads_tool_calls() const { return !tool_names.empty() && tool_choice.mode != "none"; }
 };

@@ -20,6 +20,15 @@ ResponseStoreOptions response_store_options(const ServeOptions& o) {
   return r;
 }
 
+ChatStoreOptions chat_store_options(const ServeOptions& o) {
+  ORBIT_CHECK(o.max_chat_completions >= 1,
+              "serve: max_chat_completions must be at least 1 (got " << o.max_chat_completions << ")");
+  ChatStoreOptions c;
+  c.capacity = static_cast<std::size_t>(o.max_chat_completions);
+  if (!o.store_dir.empty()) c.path = o.store_dir + "/serve-chat-completions.sqlite";
+  return c;
+}
+
 }  // namespace
 
 ServeCore::ServeCore(const ServeOptions& options)
@@ -27,7 +36,8 @@ ServeCore::ServeCore(const ServeOptions& options)
       sessions_(context_, [this] { idle_.notify(); }),
       requests_(context_, sessions_),
       idle_(context_, sessions_),
-      responses_(response_store_options(options)) {
+      responses_(response_store_options(options)),
+      chat_completions_(chat_store_options(options)) {
   idle_.start();
 }
 

@@ -44,6 +44,7 @@
 #include <optional>
 #include <string>
 
+#include "serve/chat_store.h"
 #include "serve/idle_worker.h"
 #include "serve/request_path.h"
 #include "serve/responses_store.h"
@@ -101,6 +102,8 @@ class ServeCore {
 
   // The responses kept for the Responses API's previous_response_id (responses_run.h).
   ResponseStore& responses() { return responses_; }
+  // The chat completions kept by store: true (chat_store.h; the HTTP routes put and read them).
+  ChatStore& chat_completions() { return chat_completions_; }
 
   ServeMetrics& metrics() { return context_.metrics; }
   MetricGauges gauges();
@@ -117,6 +120,7 @@ class ServeCore {
   RequestPath requests_;
   IdleWorker idle_;
   ResponseStore responses_;
+  ChatStore chat_completions_;
   std::mutex close_mutex_;
   bool closed_ = false;
 };

@@ -15,6 +15,8 @@
 
 #include "orbit/common/clock.h"
 #include "orbit/common/error.h"
+#include "serve/chat_store_http.h"
+#include "serve/chat_store_wire.h"
 #include "serve/http_front.h"
 #include "serve/peer_watch.h"
 #include "serve/responses_http.h"
@@ -43,7 +45,10 @@ const char* allowed_methods(const std::string& path) {
       {std::regex("/v1/responses/input_tokens|/v1/responses/[^/]+/cancel"), "POST"},
       {std::regex("/v1/sessions/[^/]+|/v1/responses/[^/]+"), "GET, HEAD, DELETE"},
       {std::regex("/v1/responses/[^/]+/input_items"), "GET, HEAD"},
-      {std::regex("/v1/chat/completions|/v1/completions|/v1/responses"), "POST"},
+      {std::regex("/v1/chat/completions/[^/]+"), "GET, HEAD, POST, DELETE"},
+      {std::regex("/v1/chat/completions/[^/]+/messages"), "GET, HEAD"},
+      {std::regex("/v1/chat/completions"), "GET, HEAD, POST"},
+      {std::regex("/v1/completions|/v1/responses"), "POST"},
   };
   for (const auto& [pattern, allow] : routes) {
     if (std::regex_match(path, pattern)) return allow;
@@ -115,6 +120,13 @@ RunOutcome run_job(ServeCore& core, Job& job, const std::function<bool(const std
     return ok && !job.watch->gone();
   };
   return core.run(job.ticket, sink);
+}
+
+// Keeps a chat answer the request asked to store (store: true), before the client reads its end: a retrieve
+// right after the answer finds it. A cancelled run, or an error, is not stored.
+void keep_if_stored(ServeCore& core, const Job& job, const RunOutcome& out) {
+  if (!job.chat || !job.chat->store || !out.result || !storable(*out.result)) return;
+  core.chat_completions().put(stored_completion(*job.chat, job.ids, *out.result));
 }
 
 json final_body(const Job& job, const RunOutcome& out) {
@@ -192,6 +204,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
   job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
   if (!job->sampling().stream) {
     const RunOutcome out = run_job(core_, *job, [](const std::string&) { return true; });
+    keep_if_stored(core_, *job, out);
     if (out.result) {
       res.set_content(dump(final_body(*job, out)), "application/json");
     } else {
@@ -211,6 +224,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
           const std::string event = sse(chunk);
           return sink.write(event.data(), event.size());
         });
+        keep_if_stored(core_, *job, out);
         if (!out.result || out.result->finish_reason != "cancelled") {
           const std::string tail = stream_tail(*job, out);
           sink.write(tail.data(), tail.size());
@@ -368,6 +382,21 @@ void HttpServer::routes() {
     s.Post(path,
            [this, endpoint](const httplib::Request& req, httplib::Response& res) { generate(endpoint, req, res); });
   }
+  // Stored chat completions (chat_store_http.h).
+  s.Get("/v1/chat/completions",
+        [this](const httplib::Request& req, httplib::Response& res) { list_chat_completions(core_, req, res); });
+  s.Get(R"(/v1/chat/completions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    get_chat_completion(core_, req.matches[1], req, res);
+  });
+  s.Get(R"(/v1/chat/completions/([^/]+)/messages)", [this](const httplib::Request& req, httplib::Response& res) {
+    list_chat_messages(core_, req.matches[1], req, res);
+  });
+  s.Post(R"(/v1/chat/completions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    update_chat_completion(core_, req.matches[1], req, res);
+  });
+  s.Delete(R"(/v1/chat/completions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    delete_chat_completion(core_, req.matches[1], res);
+  });
   // OpenAI's Responses API (responses_http.h).
   s.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
     post_responses(ResponsesRoute{core_, in_flight_, draining_}, req, res);

@@ -39,6 +39,10 @@ struct ServeOptions {
   // Responses API: responses kept for previous_response_id and GET /v1/responses/{id} (responses_store.h),
   // on disk in store_dir/serve-responses.sqlite when there is a store_dir (they survive a restart).
   int64_t max_responses = 4096;
+  // Chat completions created with store true (chat_store.h): kept for GET /v1/chat/completions/{id} and the
+  // list, the least recently used dropped past it; on disk in store_dir/serve-chat-completions.sqlite when
+  // there is a store_dir (they survive a restart).
+  int64_t max_chat_completions = 4096;
   // EngineOptions::max_idle_chunks: the messages' chunks kept registered once no window holds them (the
   // most recently used), so a server that sees ever new content keeps a bounded registry.
   int64_t max_idle_chunks = 4096;

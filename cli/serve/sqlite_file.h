@@ -1,0 +1,80 @@
+// One SQLite database that `orbit serve` keeps records in (the Responses API's stored responses,
+// responses_disk.h; stored chat completions, chat_store.h), with the statements and transactions run on it.
+//
+// The file is opened with a WAL journal and synchronous=FULL (a crash leaves the state before or after a
+// transaction), and a busy timeout of 10 s, so several servers sharing a store wait for each other's writes.
+// Its table meta(name TEXT PRIMARY KEY, value TEXT) holds "format": a file made for other records, or by
+// another version, is refused naming it. Every error throws orbit::Error naming the store by its label
+// ("responses store PATH: ...").
+// Thread-safety: none (the connection is opened without SQLite's mutex); the owner serialises calls.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace orbit::serve {
+
+class SqliteFile {
+ public:
+  // Opens (creating when missing) the database at `path` (":memory:" keeps it in memory), runs `schema`
+  // (CREATE ... IF NOT EXISTS statements) and checks that its format is `format` (writing it when new).
+  // `kind` names what it stores in errors ("responses store").
+  SqliteFile(const std::string& kind, const std::string& path, const char* schema, const char* format);
+  ~SqliteFile();
+  SqliteFile(const SqliteFile&) = delete;
+  SqliteFile& operator=(const SqliteFile&) = delete;
+
+  sqlite3* db() const { return db_; }
+  const std::string& path() const { return path_; }
+  const std::string& label() const { return label_; }  // "<kind> <path>", how errors name it
+  void exec(const char* sql) const;                    // statements without results
+  int64_t changes() const;                             // rows the last statement changed
+
+ private:
+  std::string path_;
+  std::string label_;
+  sqlite3* db_ = nullptr;
+};
+
+// One prepared statement, finalized on scope exit. Errors throw naming the database.
+class SqlStatement {
+ public:
+  SqlStatement(const SqliteFile& file, const char* sql);
+  ~SqlStatement();
+  SqlStatement(const SqlStatement&) = delete;
+  SqlStatement& operator=(const SqlStatement&) = delete;
+
+  // Parameters are numbered from 1.
+  SqlStatement& text(int at, const std::string& value);
+  SqlStatement& integer(int at, int64_t value);
+  SqlStatement& null(int at);
+  bool step();  // true while there is a row
+  // Columns are numbered from 0.
+  std::string column_text(int at) const;
+  int64_t column_int(int at) const;
+
+ private:
+  [[noreturn]] void fail(const char* what) const;
+  const SqliteFile& file_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+// A write transaction (BEGIN IMMEDIATE): committed by commit(), rolled back when left without it (an exception).
+class SqlTransaction {
+ public:
+  explicit SqlTransaction(const SqliteFile& file);
+  ~SqlTransaction();
+  SqlTransaction(const SqlTransaction&) = delete;
+  SqlTransaction& operator=(const SqlTransaction&) = delete;
+  void commit();
+
+ private:
+  void run(const char* sql);
+  const SqliteFile& file_;
+  bool done_ = false;
+};
+
+}  // namespace orbit::serve
