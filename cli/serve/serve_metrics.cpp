@@ -135,6 +135,10 @@ std::string ServeMetrics::render(const MetricGauges& gauges) const {
   out << "# HELP orbit_sessions Sessions known, and those whose window is in memory.\n# TYPE orbit_sessions gauge\n"
       << "orbit_sessions{state=\"known\"} " << gauges.sessions << "\n"
       << "orbit_sessions{state=\"resident\"} " << gauges.resident_sessions << "\n";
+  out << "# HELP orbit_anonymous_windows Windows kept for requests without a session, and those in memory.\n"
+      << "# TYPE orbit_anonymous_windows gauge\n"
+      << "orbit_anonymous_windows{state=\"known\"} " << gauges.anonymous_windows << "\n"
+      << "orbit_anonymous_windows{state=\"resident\"} " << gauges.resident_anonymous_windows << "\n";
   out << "# HELP orbit_request_seconds Time from a request's arrival to its last byte.\n"
       << "# TYPE orbit_request_seconds histogram\n";
   for (const auto& [endpoint, h] : latency_) out << h.render("orbit_request_seconds", "endpoint=\"" + endpoint + "\"");

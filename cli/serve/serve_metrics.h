@@ -52,6 +52,8 @@ struct MetricGauges {
   int64_t queue_depth = 0;
   int64_t sessions = 0;
   int64_t resident_sessions = 0;
+  int64_t anonymous_windows = 0;           // kept for requests without a session (session_table.h)
+  int64_t resident_anonymous_windows = 0;  // ... whose window is in memory
   std::string more;  // lines other parts render (the fidelity audit's, audit.h), appended as they are
 };
 

@@ -415,6 +415,8 @@ MetricGauges SessionTable::counts() const {
   std::lock_guard<std::mutex> lock(mutex_);
   g.sessions = static_cast<int64_t>(sessions_.size());
   for (const auto& [id, s] : sessions_) g.resident_sessions += s->window.has_value() ? 1 : 0;
+  g.anonymous_windows = static_cast<int64_t>(anonymous_.size());
+  for (const auto& s : anonymous_) g.resident_anonymous_windows += s->window.has_value() ? 1 : 0;
   return g;
 }
 

@@ -217,7 +217,7 @@ class SessionTable {
   // for it (they would otherwise run on a session that no longer exists).
   enum class End { kEnded, kUnknown, kBusy };
   End end(const std::string& id);
-  MetricGauges counts() const;  // sessions and resident_sessions (queue_depth left 0)
+  MetricGauges counts() const;  // sessions and anonymous windows, known and resident (queue_depth left 0)
   // Takes every window out of the table and closes it, waiting for each one's holder.
   void close_all();
 

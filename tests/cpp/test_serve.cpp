@@ -435,6 +435,10 @@ TEST_CASE("serve: an anonymous conversation that trimmed its history finds its o
     for (auto& list : lists) list.erase(list.begin() + 1);  // both trim their first page
     turn(1, "What then?");
     turn(0, "And then?");
+    const sv::MetricGauges g = core.gauges();
+    CHECK(g.anonymous_windows == (named ? 0 : 2));  // a window per agent
+    CHECK(g.resident_anonymous_windows == g.anonymous_windows);
+    CHECK(g.sessions == (named ? 2 : 0));
     core.close();
     return std::make_pair(plans, forwarded);
   };
