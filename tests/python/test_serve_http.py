@@ -180,7 +180,10 @@ def test_a_content_length_past_the_limit_is_refused_before_the_body(serve):
 
 def test_a_known_path_with_another_method_is_405_with_allow(serve):
     host, port, _ = serve()
-    for method, path, allow in [("GET", "/v1/chat/completions", "POST"), ("GET", "/v1/completions", "POST"),
+    for method, path, allow in [("PUT", "/v1/chat/completions", "GET, HEAD, POST"),
+                                ("PUT", "/v1/chat/completions/c1", "GET, HEAD, POST, DELETE"),
+                                ("POST", "/v1/chat/completions/c1/messages", "GET, HEAD"),
+                                ("GET", "/v1/completions", "POST"),
                                 ("DELETE", "/v1/responses", "POST"), ("POST", "/health", "GET, HEAD"),
                                 ("POST", "/v1/models", "GET, HEAD"), ("PUT", "/v1/sessions/s1", "GET, HEAD, DELETE")]:
         status, headers, body = request(host, port, method, path)
