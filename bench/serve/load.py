@@ -3,7 +3,7 @@
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/serve/load.py [--orbit build/cli/orbit]
         [--model models/tinystories-656k] [--sessions 16] [--requests 20] [--max-tokens 16] [--policy SPEC]
-        [--json OUT]
+        [--anonymous] [--anonymous-windows N] [--json OUT]
 
 Starts the server itself (127.0.0.1, a free port). Each session is an agent: a system prompt, then per
 request a user question, every fourth request a tool result (a story page, long enough to be a chunk)
