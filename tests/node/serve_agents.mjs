@@ -16,23 +16,11 @@
 // The server is stopped (SIGTERM, then SIGKILL) whatever happens.
 //
 // Exit status: 0 all passed, 1 a check failed, 77 skipped (a package or the server is missing).
-import { SKIP, checks, startServer } from "./serve_harness.mjs";
+import { checks, importOr, scriptArgs, startServer } from "./serve_harness.mjs";
 
-const [orbit, model] = process.argv.slice(2);
-if (!orbit || !model) {
-  console.error("usage: node serve_agents.mjs ORBIT_BINARY MODEL_DIR");
-  process.exit(2);
-}
-let OpenAI;
-let agents;
-try {
-  ({ default: OpenAI } = await import("openai"));
-  agents = await import("@openai/agents");
-} catch (e) {
-  console.log(`SKIPPED: the openai or @openai/agents package is not installed (npm install in tests/node): ` +
-              e.message);
-  process.exit(SKIP);
-}
+const [orbit, model] = scriptArgs("serve_agents.mjs", "ORBIT_BINARY MODEL_DIR");
+const { default: OpenAI } = await importOr("openai");
+const agents = await importOr("@openai/agents");
 
 const { check, finish } = checks();
 

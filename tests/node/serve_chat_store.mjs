@@ -18,20 +18,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { SKIP, checks, startServer } from "./serve_harness.mjs";
+import { checks, importOr, scriptArgs, startServer } from "./serve_harness.mjs";
 
-const [orbit, model] = process.argv.slice(2);
-if (!orbit || !model) {
-  console.error("usage: node serve_chat_store.mjs ORBIT_BINARY MODEL_DIR");
-  process.exit(2);
-}
-let OpenAI;
-try {
-  ({ default: OpenAI } = await import("openai"));
-} catch (e) {
-  console.log(`SKIPPED: the openai package is not installed (npm install in tests/node): ${e.message}`);
-  process.exit(SKIP);
-}
+const [orbit, model] = scriptArgs("serve_chat_store.mjs", "ORBIT_BINARY MODEL_DIR");
+const { default: OpenAI } = await importOr("openai");
 
 const { check, finish } = checks();
 const status = (promise) => promise.then(() => 200, (e) => e.status ?? -1);

@@ -1,6 +1,8 @@
 // What the Node tests of `orbit serve` share: pass/fail counting, and the server they start themselves on
 // 127.0.0.1 (a free port) and always stop.
 //
+//   const [orbit, model] = scriptArgs("serve_x.mjs", "ORBIT_BINARY MODEL");   // exits 2 with the usage
+//   const { default: OpenAI } = await importOr("openai");   // the module; exits 77 (skipped) when missing
 //   const t = checks();                       // t.check(ok, what, detail); t.finish() exits 0 or 1
 //   const server = startServer(orbit, ["--model", model]);
 //   const base = await server.ready();        // "http://127.0.0.1:PORT"; exits 77 (skipped) for an orbit
@@ -10,6 +12,27 @@ import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 
 export const SKIP = 77;
+
+// The script's arguments, as many as `usage` names; when one is missing, the usage on stderr and exit 2.
+export function scriptArgs(script, usage) {
+  const names = usage.split(" ");
+  const args = process.argv.slice(2, 2 + names.length);
+  if (args.length < names.length || args.some((a) => !a)) {
+    console.error(`usage: node ${script} ${usage}`);
+    process.exit(2);
+  }
+  return args;
+}
+
+// An npm package's module; when it is not installed, says so and exits 77, so the test reports skipped.
+export async function importOr(name, what = `the ${name} package`) {
+  try {
+    return await import(name);
+  } catch (e) {
+    console.log(`SKIPPED: ${what} is not installed (npm install in tests/node): ${e.message}`);
+    process.exit(SKIP);
+  }
+}
 
 export function checks() {
   let passed = 0;

@@ -20,21 +20,11 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 
-import { checks, SKIP, startServer } from "./serve_harness.mjs";
+import { checks, importOr, scriptArgs, startServer } from "./serve_harness.mjs";
 
 const run = promisify(execFile);
-const [orbit, model] = process.argv.slice(2);
-if (!orbit || !model) {
-  console.error("usage: node serve_openai.mjs ORBIT_BINARY MODEL_DIR");
-  process.exit(2);
-}
-let OpenAI;
-try {
-  ({ default: OpenAI } = await import("openai"));
-} catch (e) {
-  console.log(`SKIPPED: the openai package is not installed (npm install in tests/node): ${e.message}`);
-  process.exit(SKIP);
-}
+const [orbit, model] = scriptArgs("serve_openai.mjs", "ORBIT_BINARY MODEL_DIR");
+const { default: OpenAI } = await importOr("openai");
 
 const t = checks();
 const check = t.check;

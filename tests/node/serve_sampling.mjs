@@ -10,20 +10,10 @@
 // field for values out of range. Starts the server on 127.0.0.1 (a free port) and always stops it.
 //
 // Exit status: 0 all passed, 1 a check failed, 77 skipped (the openai package or `orbit serve` missing).
-import { SKIP, checks, startServer } from "./serve_harness.mjs";
+import { checks, importOr, scriptArgs, startServer } from "./serve_harness.mjs";
 
-const [orbit, model] = process.argv.slice(2);
-if (!orbit || !model) {
-  console.error("usage: node serve_sampling.mjs ORBIT_BINARY MODEL");
-  process.exit(2);
-}
-let OpenAI;
-try {
-  ({ default: OpenAI } = await import("openai"));
-} catch (e) {
-  console.log(`SKIPPED: the openai package is not installed (npm install in tests/node): ${e.message}`);
-  process.exit(SKIP);
-}
+const [orbit, model] = scriptArgs("serve_sampling.mjs", "ORBIT_BINARY MODEL");
+const { default: OpenAI } = await importOr("openai");
 
 const { check, finish } = checks();
 // The exact policy: every request's window holds a re-prefill's KV, so whole and streamed answers agree to
