@@ -111,6 +111,53 @@ def test_parse_and_refusals(orbit, engine):
             window.generate([1], tools=bad, tool_choice="auto")
 
 
+def test_tool_choice_takes_openais_forms(orbit, engine):
+    # OpenAI's tool_choice may be absent (None: "auto") or {"type": "function", "function": {"name": ...}}; both
+    # raised pybind11's bare "Unable to cast Python instance" before. The dict names a tool even when the tool
+    # is called like a mode.
+    tools = TOOLS + [{"type": "function", "function": {"name": "auto", "parameters": {"type": "object"}}}]
+    window = engine.new_window()
+    report = window.sync([{"role": "user", "content": "Read page 2."}], tools=tools)
+    prompt = report.generation_prompt
+    assert window.generate([1], tool_choice=None, max_tokens=4).text == window.generate([1], max_tokens=4).text
+    free = window.generate(prompt, tools=tools, tool_choice=None, max_tokens=12)
+    assert free.tokens == window.generate(prompt, tools=tools, tool_choice="auto", max_tokens=12).tokens
+    for name in ("read_page", "auto"):
+        named = window.generate(prompt, tools=tools, tool_choice={"type": "function", "function": {"name": name}},
+                                max_tokens=80)
+        assert [c["function"]["name"] for c in named.tool_calls] == [name], named.text
+    forced = window.generate(prompt, tools=tools, tool_choice={"function": {"name": "read_page"}}, max_tokens=80)
+    assert forced.tokens == window.generate(prompt, tools=tools, tool_choice="read_page", max_tokens=80).tokens
+    with pytest.raises(orbit.OrbitError, match="tool_choice = 'read_page' needs tools"):
+        window.generate([1], tool_choice={"type": "function", "function": {"name": "read_page"}})
+    with pytest.raises(orbit.OrbitError, match="'nope' is not among the tools"):
+        window.generate(prompt, tools=tools, tool_choice={"type": "function", "function": {"name": "nope"}})
+    with pytest.raises(ValueError, match="tool_choice.type = 'custom'"):
+        window.generate(prompt, tools=tools, tool_choice={"type": "custom", "function": {"name": "auto"}})
+    with pytest.raises(ValueError, match="tool_choice.function is missing"):
+        window.generate(prompt, tools=tools, tool_choice={"type": "function"})
+    with pytest.raises(ValueError, match="tool_choice.function.name is missing"):
+        window.generate(prompt, tools=tools, tool_choice={"type": "function", "function": {}})
+    with pytest.raises(TypeError, match="generate: tool_choice must be .* got int"):
+        window.generate(prompt, tools=tools, tool_choice=1)
+    # The same through generate_many's options.
+    [many] = orbit.generate_many([(window, prompt, {"tools": tools, "max_tokens": 80,
+                                                    "tool_choice": {"type": "function", "function": {"name": "auto"}}})])
+    assert [c["function"]["name"] for c in many.tool_calls] == ["auto"]
+
+
+def test_response_format_json_schema_needs_its_dict(orbit, engine):
+    # {"type": "json_schema"} without a json_schema dict was read as a schema of JSON type "json_schema", and a
+    # json_schema that is not a dict raised "dictionary update sequence element #0 ...".
+    window = engine.new_window()
+    window.add_turn(engine.tokenize("Tom", True))
+    for bad in ({"type": "json_schema"}, {"type": "json_schema", "json_schema": "x"}):
+        with pytest.raises(ValueError, match="response_format.json_schema is missing or not a dict"):
+            window.generate([1], response_format=bad)
+    with pytest.raises(orbit.OrbitError, match="response_format.json_schema.schema is missing"):
+        window.generate([1], response_format={"type": "json_schema", "json_schema": {"name": "x"}})
+
+
 def test_auto_leaves_text_that_starts_no_call_as_it_was(engine):
     """Under tool_choice 'auto' the tools' grammar applies only from a '<tool_call>' the model writes: a story
     model writes none, so its answer is the one it gives without tools, token for token, sampled or not."""

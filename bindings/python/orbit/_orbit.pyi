@@ -974,7 +974,7 @@ class Window:
         stop: Union[str, Sequence[str], None] = None,
         on_text: Optional[Callable[[str], Optional[bool]]] = None,
         tools: Union[Sequence[dict], str, None] = None,
-        tool_choice: str = "auto",
+        tool_choice: Union[str, dict, None] = "auto",
         response_format: Union[str, dict, None] = None,
         tool_call_format: Optional[str] = None,
         presence_penalty: float = 0.0,
@@ -989,6 +989,9 @@ class Window:
         Generation.logprobs (after those and the constraint, at temperature 1). An answer asked for (a forced
         call, a response_format) that the model's vocabulary cannot spell raises OrbitError naming the byte
         before anything runs (orbit::unwritable); under tool_choice "auto" such tools leave the answer free.
+        tool_choice: 'auto' (None too), 'none', 'required', a tool's name, or OpenAI's {'type': 'function',
+        'function': {'name': ...}}; response_format: 'text', 'json_object', OpenAI's {'type': 'json_schema',
+        'json_schema': {'name': ..., 'schema': {...}}} or a JSON Schema dict.
         What the answer is decoded under is compiled once per engine and arguments and kept (the last 32), so a
         loop that sends the same tools every step pays for it, and for its token masks, once. tool_call_format
         ('hermes', 'llama3', 'mistral'; default: the chat template's) needs tools. An answer max_tokens ends

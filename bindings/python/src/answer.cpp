@@ -8,6 +8,7 @@
 
 #include "answer.h"
 #include "bindings.h"
+#include "convert.h"
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
 #include "orbit/tool_calls.h"
@@ -59,7 +60,11 @@ std::optional<std::string> response_schema(const py::object& format) {
   const std::string type = d["type"].cast<std::string>();
   if (type == "text") return std::nullopt;
   if (type == "json_object") return std::string();
-  if (type == "json_schema" && d.contains("json_schema")) {
+  if (type == "json_schema") {
+    if (!d.contains("json_schema") || !py::isinstance<py::dict>(d["json_schema"])) {
+      throw py::value_error(
+          "generate: response_format.json_schema is missing or not a dict ({'name': ..., 'schema': {...}})");
+    }
     const py::dict js = d["json_schema"].cast<py::dict>();
     ORBIT_CHECK(js.contains("schema"), "generate: response_format.json_schema.schema is missing");
     return dumps(js["schema"]);
@@ -123,6 +128,42 @@ std::string spec_key(const py::object& tools, const py::object& tool_choice, con
   return text(tools) + "\n" + text(tool_choice) + "\n" + text(response_format) + "\n" + text(tool_call_format);
 }
 
+// generate's tool_choice: None (OpenAI's absent one: "auto"), "auto", "none", "required" or a tool's name, or
+// OpenAI's {"type": "function", "function": {"name": ...}}. The choice, and whether it names a tool (a dict
+// does even when the tool is called "auto").
+struct ToolChoice {
+  std::string choice;
+  bool named = false;
+};
+
+ToolChoice to_tool_choice(const py::object& tool_choice) {
+  if (tool_choice.is_none()) return {"auto", false};
+  if (py::isinstance<py::str>(tool_choice)) {
+    std::string choice = tool_choice.cast<std::string>();
+    const bool named = choice != "auto" && choice != "none" && choice != "required";
+    return {std::move(choice), named};
+  }
+  if (!py::isinstance<py::dict>(tool_choice)) {
+    throw py::type_error(
+        "generate: tool_choice must be 'auto', 'none', 'required', a tool's name, {'type': 'function', "
+        "'function': {'name': ...}} or None, got " +
+        type_name(tool_choice));
+  }
+  const py::dict d = tool_choice.cast<py::dict>();
+  if (d.contains("type") && !(py::isinstance<py::str>(d["type"]) && d["type"].cast<std::string>() == "function")) {
+    throw py::value_error("generate: tool_choice.type = " + py::repr(d["type"]).cast<std::string>() +
+                          ": only 'function' is accepted");
+  }
+  if (!d.contains("function") || !py::isinstance<py::dict>(d["function"])) {
+    throw py::value_error("generate: tool_choice.function is missing or not a dict ({'name': ...})");
+  }
+  const py::dict fn = d["function"].cast<py::dict>();
+  if (!fn.contains("name") || !py::isinstance<py::str>(fn["name"])) {
+    throw py::value_error("generate: tool_choice.function.name is missing or not a str");
+  }
+  return {fn["name"].cast<std::string>(), true};
+}
+
 AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
                       const py::object& response_format, const py::object& tool_call_format) {
   AnswerSpec a;
@@ -142,18 +183,18 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
   a.format = tool_call_format.is_none()
                  ? w.engine->tool_call_format()
                  : orbit::parse_tool_call_format(tool_call_format.cast<std::string>(), "generate: tool_call_format");
-  std::string choice = tool_choice.cast<std::string>();
-  ORBIT_CHECK(a.tools_json.empty() ? choice == "auto" || choice == "none" : true,
+  const auto [choice, named] = to_tool_choice(tool_choice);
+  ORBIT_CHECK(a.tools_json.empty() ? !named && (choice == "auto" || choice == "none") : true,
               "generate: tool_choice = '" << choice << "' needs tools");
-  a.read_calls = !a.tools_json.empty() && choice != "none";
-  if (!a.tools_json.empty() && choice != "auto" && choice != "none") {
-    const std::string only = choice == "required" ? "" : choice;
+  a.read_calls = !a.tools_json.empty() && (named || choice != "none");
+  if (!a.tools_json.empty() && (named || (choice != "auto" && choice != "none"))) {
+    const std::string only = named ? choice : "";
     a.constraint = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format, only));
     const std::string why = unwritable_here(w, a.constraint);
     ORBIT_CHECK(why.empty(), "generate: tool_choice = '" << choice << "': the call cannot be written: " << why);
     return a;
   }
-  if (!a.tools_json.empty() && choice == "auto" && response_format.is_none() && w.engine->has_tokenizer() &&
+  if (!a.tools_json.empty() && !named && choice == "auto" && response_format.is_none() && w.engine->has_tokenizer() &&
       !orbit::tool_call_trigger(a.format).empty()) {
     // The model may answer in text or call; a call it starts is decoded under the tools' grammar. Schemas
     // outside the constraints' subset leave the answer free (nothing was asked to be enforced).
@@ -179,7 +220,7 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
       ORBIT_CHECK(why.empty(), "generate: response_format: the answer cannot be written: " << why);
     }
   }
-  if (a.read_json && !a.tools_json.empty() && choice == "auto") {
+  if (a.read_json && !a.tools_json.empty() && !named && choice == "auto") {
     // Tools and a structured final answer (an agent's turn): a call or the JSON, from the first byte. Schemas
     // outside the constraints' subset leave the JSON alone (nothing was asked of the tools).
     try {
