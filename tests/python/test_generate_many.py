@@ -68,3 +68,24 @@ def test_generate_many_from_threads_and_refusals(orbit, windows):
     with pytest.raises(orbit.OrbitError, match="n = 0 must be >= 1"):
         ws[0].generate_n(" A", 0)
     assert orbit.generate_many([]) == []
+
+
+def test_options_of_the_wrong_type_are_named(orbit, windows):
+    # generate_n's and generate_many's options are converted as generate()'s signature converts them; a value
+    # of the wrong type raised pybind11's bare "Unable to cast Python instance to C++ type" before.
+    engine, ws = windows
+    for key, value, expected in (("max_tokens", "8", "an int, got str"), ("max_tokens", None, "an int, got NoneType"),
+                                 ("temperature", "hot", "a number, got str"), ("seed", -1, "an int >= 0, got int"),
+                                 ("logprobs", "yes", "a bool, got str"), ("top_logprobs", 1.5, "an int, got float")):
+        with pytest.raises(TypeError, match=f"generate_n: {key} must be {expected}"):
+            ws[0].generate_n(" A", 2, **{key: value})
+        with pytest.raises(TypeError, match=f"generate_many: requests\\[0\\]: {key} must be {expected}"):
+            orbit.generate_many([(ws[0], " A", {key: value})])
+    # requests is any sequence (a tuple too, as the stub's Sequence says), each naming a Window.
+    together = orbit.generate_many(((ws[0], " A", {"max_tokens": 4}), [ws[1], " B", {"max_tokens": 4}]))
+    assert [g.tokens for g in together] == [ws[0].generate(" A", max_tokens=4).tokens,
+                                            ws[1].generate(" B", max_tokens=4).tokens]
+    with pytest.raises(TypeError, match="generate_many: requests\\[0\\]\\[0\\] must be a Window, got str"):
+        orbit.generate_many([("window", " A")])
+    with pytest.raises(TypeError, match="generate_many: requests must be a list .* got str"):
+        orbit.generate_many("ab")

@@ -172,21 +172,37 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
   auto get = [&](const char* name, py::object fallback) -> py::object {
     return kwargs.contains(name) ? py::reinterpret_borrow<py::object>(kwargs[name]) : fallback;
   };
+  // A typed argument, converted as generate()'s signature converts it; a value it refuses raises TypeError
+  // naming the argument (not pybind11's bare cast error).
+  auto typed = [&](const char* name, py::object fallback, const char* expected, auto type) {
+    const py::object v = get(name, std::move(fallback));
+    try {
+      return v.cast<decltype(type)>();
+    } catch (const py::cast_error&) {
+      throw py::type_error(what + ": " + name + " must be " + expected + ", got " + type_name(v));
+    }
+  };
   return generate_args(
-      w, query, get("max_tokens", py::int_(32)).cast<int64_t>(), get("temperature", py::float_(0.0)).cast<double>(),
-      get("top_p", py::float_(1.0)).cast<double>(), get("seed", py::int_(0)).cast<uint64_t>(),
+      w, query, typed("max_tokens", py::int_(32), "an int", int64_t{}),
+      typed("temperature", py::float_(0.0), "a number", double{}),
+      typed("top_p", py::float_(1.0), "a number", double{}), typed("seed", py::int_(0), "an int >= 0", uint64_t{}),
       get("stop_tokens", py::none()), get("stop", py::none()), py::none(), get("tools", py::none()),
       get("tool_choice", py::str("auto")), get("response_format", py::none()), get("tool_call_format", py::none()),
-      get("presence_penalty", py::float_(0.0)).cast<double>(), get("frequency_penalty", py::float_(0.0)).cast<double>(),
-      get("logit_bias", py::none()), get("logprobs", py::bool_(false)).cast<bool>(),
-      get("top_logprobs", py::int_(0)).cast<int32_t>());
+      typed("presence_penalty", py::float_(0.0), "a number", double{}),
+      typed("frequency_penalty", py::float_(0.0), "a number", double{}), get("logit_bias", py::none()),
+      typed("logprobs", py::bool_(false), "a bool", bool{}), typed("top_logprobs", py::int_(0), "an int", int32_t{}));
 }
 
 void init_generate(py::module_& m) {
   m.def(
       "generate_many",
-      [](const py::list& requests) {
+      [](const py::object& request_list) {
         // Each request: (window, query) or (window, query, {generate() keyword arguments}).
+        if (!py::isinstance<py::sequence>(request_list) || py::isinstance<py::str>(request_list)) {
+          throw py::type_error("generate_many: requests must be a list of (window, query[, options]), got " +
+                               type_name(request_list));
+        }
+        const py::sequence requests = request_list.cast<py::sequence>();
         std::vector<PyWindow*> windows;
         std::vector<GenerateArgs> args;
         for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -199,6 +215,9 @@ void init_generate(py::module_& m) {
           const py::sequence parts = item.cast<py::sequence>();
           if (parts.size() != 2 && parts.size() != 3) {
             throw py::type_error(what + " must be (window, query) or (window, query, options)");
+          }
+          if (!py::isinstance<PyWindow>(parts[0])) {
+            throw py::type_error(what + "[0] must be a Window, got " + type_name(parts[0]));
           }
           PyWindow* w = parts[0].cast<PyWindow*>();
           py::dict options;
