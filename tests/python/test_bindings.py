@@ -677,3 +677,14 @@ def test_a_store_directory_persists_canonicals_across_engines(orbit, stories260k
     with pytest.raises(orbit.OrbitError, match="not-a-store"):
         orbit.Store(tmp_path / "not-a-store")
 
+
+def test_every_enum_has_its_label(orbit):
+    # The stub types every enum as _Enum: .label (the C++ name, str() of the member), int() and .name. The
+    # store's EntryKind and BlobEncoding had no label, so `entry.kind.label` raised AttributeError.
+    enums = [v for v in vars(orbit).values() if isinstance(v, type) and hasattr(v, "__members__")]
+    assert orbit.EntryKind in enums and orbit.BlobEncoding in enums and orbit.StepAction in enums
+    for enum in enums:
+        for member in enum.__members__.values():
+            assert member.label == str(member) and int(member) == member.value, (enum, member)
+    assert orbit.EntryKind.canonical.label == "canonical" and orbit.BlobEncoding.int8.label == "int8"
+

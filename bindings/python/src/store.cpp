@@ -38,10 +38,14 @@ void init_store(py::module_& m) {
       .value("other", EntryKind::kOther);
   kind.attr("__str__") = py::cpp_function([](EntryKind k) { return std::string(entry_kind_name(k)); },
                                           py::name("__str__"), py::is_method(kind), "The C++ name.");
+  kind.def_property_readonly(
+      "label", [](EntryKind k) { return std::string(entry_kind_name(k)); }, "The C++ name, e.g. 'canonical'.");
   py::enum_<BlobEncoding> enc(m, "BlobEncoding", "How a disk blob stores floating tensors.");
   enc.value("exact", BlobEncoding::kExact).value("int8", BlobEncoding::kInt8);
   enc.attr("__str__") = py::cpp_function([](BlobEncoding e) { return std::string(blob_encoding_name(e)); },
                                          py::name("__str__"), py::is_method(enc), "The C++ name.");
+  enc.def_property_readonly(
+      "label", [](BlobEncoding e) { return std::string(blob_encoding_name(e)); }, "The C++ name, e.g. 'int8'.");
 
   py::class_<StoreEntryInfo>(m, "StoreEntryInfo", "One committed store entry (store_list()).")
       .def_readonly("key", &StoreEntryInfo::key, "64-hex key.")
