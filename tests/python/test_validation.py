@@ -134,3 +134,12 @@ def test_chat_option_errors_name_the_argument_and_the_function_called(orbit, sma
         with pytest.raises(ValueError, match=rf"^{call}: chunk_min_tokens = -1 must be >= 0"):
             fn(messages, chunk_min_tokens=-1)
     fn(messages, tools="[]", extra='{"date_string": "today"}')  # valid JSON text is passed on
+    # Values of another type name the argument too (they raised a bare cast error, or the C++ option's
+    # "ChatOptions::extra_json must be a JSON object").
+    with pytest.raises(TypeError, match=rf"^{call}: extra must be a dict of template variables .* got list"):
+        fn(messages, extra=[1])
+    with pytest.raises(TypeError, match=rf"^{call}: tools must be a list of tool schemas .* got dict"):
+        fn(messages, tools={"type": "function", "function": {"name": "f"}})
+    with pytest.raises(TypeError, match=rf"^{call}: chat_template must be a str .* got int"):
+        fn(messages, chat_template=3)
+    fn(messages, tools=({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},))

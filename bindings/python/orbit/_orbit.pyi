@@ -814,7 +814,8 @@ class Engine:
     def add_text(self, text: str, *, label: str = "", pin: bool = False, bos: bool = False) -> ChunkRef: ...
     # Messages (orbit/sync.h): the model's chat template (tokenizer_config.json), else chat_template=, else
     # the built-in plain one. tools and extra given as str must be JSON text of a list and of an object: else
-    # ValueError naming the function and the argument ("sync: extra is not valid JSON: ...").
+    # ValueError naming the function and the argument ("sync: extra is not valid JSON: ..."); a value of another
+    # type (extra not a dict, tools not a list or tuple, chat_template not a str) raises TypeError the same way.
     @property
     def has_chat_template(self) -> bool: ...
     def tool_call_format(self, *, chat_template: Optional[str] = None) -> str:

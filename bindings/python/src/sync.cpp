@@ -185,6 +185,21 @@ ChatOptions chat_options(const py::object& chat_template, const py::object& tool
                             (name == std::string("chat_template") ? "the model's template)" : "none)"));
     }
   }
+  // Other types: a TypeError naming the argument, not a cast error or the C++ option's complaint.
+  const auto refuse = [&](const char* name, const py::object& value, const char* expected) {
+    throw py::type_error(std::string(caller) + ": " + name + " must be " + expected + " or None, got " +
+                         type_name(value));
+  };
+  if (!chat_template.is_none() && !py::isinstance<py::str>(chat_template)) {
+    refuse("chat_template", chat_template, "a str (a Jinja chat template)");
+  }
+  if (!tools.is_none() && !py::isinstance<py::str>(tools) && !py::isinstance<py::list>(tools) &&
+      !py::isinstance<py::tuple>(tools)) {
+    refuse("tools", tools, "a list of tool schemas (or its JSON text)");
+  }
+  if (!extra.is_none() && !py::isinstance<py::str>(extra) && !py::isinstance<py::dict>(extra)) {
+    refuse("extra", extra, "a dict of template variables (or its JSON text)");
+  }
   ChatOptions o;
   if (!chat_template.is_none()) o.chat_template = chat_template.cast<std::string>();
   if (!tools.is_none()) {
