@@ -427,6 +427,7 @@ TEST_CASE("serve: an anonymous conversation that trimmed its history finds its o
       list.push_back({"assistant", o.result->text});
       forwarded.push_back(o.result->usage.forward_tokens);
       plans.push_back(o.result->usage.plan);
+      core.run_idle_work();  // whatever idle work there is, done before the next request in both runs
     };
     turn(1, "Who was there?");
     turn(0, "What did they find?");
