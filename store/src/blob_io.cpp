@@ -79,8 +79,10 @@ ExclusiveStoreLock::ExclusiveStoreLock(const std::string& root, const std::strin
   ORBIT_CHECK(fd_ >= 0, "store " << root << ": cannot open " << lock_path << ": " << errno_text(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd_);
-    ORBIT_CHECK(false, "store " << root << " is open in another process; close it before " << operation << " ("
-                                << lock_path << ")" << (why.empty() ? "" : ": " + why));
+    // flock conflicts between open files, not processes: an engine of this process holds it as well.
+    ORBIT_CHECK(false, "store " << root
+                                << " is open (an engine or store in this or another process holds it); close it before "
+                                << operation << " (" << lock_path << ")" << (why.empty() ? "" : ": " + why));
   }
 }
 

@@ -285,7 +285,7 @@ TEST_CASE("orbit store ls, stat, verify and gc", "[store][cpu]") {
     // Busy while open: gc refuses.
     Run busy = run(std::string(ORBIT_CLI_PATH) + " store gc --store " + d);
     CHECK(busy.status == 1);
-    CHECK_THAT(busy.out, Contains("open in another process"));
+    CHECK_THAT(busy.out, Contains("is open (an engine or store in this or another process holds it)"));
   }
   const std::string cli = std::string(ORBIT_CLI_PATH) + " store ";
   Run ls = run(cli + "ls --json --store " + d);
