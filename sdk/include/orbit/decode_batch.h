@@ -71,9 +71,9 @@ class DecodeBatch {
   // batch's. Returns the sequence's id (unique in this batch).
   uint64_t add(const GenerateRequest& request);
 
-  // One forward over every running sequence, each getting one token (or ending: a stop token, max_tokens, the
-  // model's positions, its constraint, a callback that returned false). Sequences that end without needing a
-  // forward (max_tokens 0, no room left) end here too. Throws orbit::Error when the engine fails (closed, a
+  // One forward over every running sequence, each getting one token (or ending: a stop token, a stop string,
+  // max_tokens, the model's positions, its constraint, a callback that returned false). Sequences that end without
+  // needing a forward (max_tokens 0, no room left) end here too. Throws orbit::Error when the engine fails (closed, a
   // full pool while keeping answers): every sequence of the batch is then dropped, unfinished.
   DecodeStep step();
 

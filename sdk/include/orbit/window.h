@@ -157,7 +157,9 @@ struct GenerateOptions {
   // cut one). Returning false ends the run there (stop_reason "cancelled"; no later piece is sent, and
   // Generation::text holds every token's text, the part not yet sent included); the last call's return
   // value is not read. Tool calls and JSON are text like any other here (a Hermes call streams as its
-  // "<tool_call>{...}</tool_call>" markup). Needs the engine's tokenizer; it must not use this window.
+  // "<tool_call>{...}</tool_call>" markup). Needs the engine's tokenizer; it must not use this window. Under
+  // generate_n each branch calls its own copy of it, which shares what it captures: pieces of different
+  // branches then interleave in one sink, untagged (Python refuses on_text there).
   std::function<bool(const std::string& text)> on_text;
   // Constrained decoding (orbit/constraint.h); null = unconstrained. Each step, tokens whose bytes would not
   // keep the text a valid prefix get logit -inf before greedy/temperature/top_p sampling, and so do tokens
