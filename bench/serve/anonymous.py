@@ -10,7 +10,7 @@ keeps a conversation under the same system prompt (every fourth request a tool p
 its oldest exchange, its history kept under 800 characters, the answer appended), as load.py's agents do.
 It runs the same requests twice on fresh servers: with an X-Orbit-Session header per agent (each agent's
 window is its own), and with none (the server picks one of its anonymous windows per request by the
-messages it shares, cli/serve/session_table.h). It prints, per run, the critical-path forward tokens
+messages it shares, cli/serve/sessions/session_table.h). It prints, per run, the critical-path forward tokens
 against the radix yardstick's, the window operations the plans named (recalls and evictions: a request
 in another agent's window evicts that history and recalls its own), and the wall time. With as many
 anonymous windows as agents (the default is 4), the anonymous run should do what the named one does.

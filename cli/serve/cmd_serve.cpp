@@ -17,8 +17,8 @@
 #include "orbit/common/error.h"
 #include "orbit/policy.h"
 #include "orbit/tool_calls.h"
+#include "serve/http/serve_http.h"
 #include "serve/serve_core.h"
-#include "serve/serve_http.h"
 #include "serve/store_share.h"
 
 namespace orbit::cli {

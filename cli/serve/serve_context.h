@@ -13,13 +13,13 @@
 
 #include "orbit/engine.h"
 #include "orbit/tool_calls.h"
-#include "serve/answer_constraint.h"
-#include "serve/audit.h"
-#include "serve/compute_thread.h"
-#include "serve/decode_scheduler.h"
-#include "serve/fair_gate.h"
+#include "serve/compute/compute_thread.h"
+#include "serve/compute/decode_scheduler.h"
+#include "serve/compute/fair_gate.h"
+#include "serve/run/answer_constraint.h"
 #include "serve/serve_metrics.h"
 #include "serve/serve_types.h"
+#include "serve/sessions/audit.h"
 
 namespace orbit::serve {
 

@@ -44,15 +44,15 @@
 #include <optional>
 #include <string>
 
-#include "serve/chat_store.h"
-#include "serve/idle_worker.h"
-#include "serve/request_path.h"
-#include "serve/responses_store.h"
-#include "serve/serve_api.h"
+#include "serve/compute/idle_worker.h"
+#include "serve/responses/responses_store.h"
+#include "serve/run/request_path.h"
 #include "serve/serve_context.h"
 #include "serve/serve_metrics.h"
 #include "serve/serve_types.h"
-#include "serve/session_table.h"
+#include "serve/sessions/session_table.h"
+#include "serve/stored/chat_store.h"
+#include "serve/wire/serve_api.h"
 
 namespace orbit::serve {
 

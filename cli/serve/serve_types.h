@@ -11,7 +11,7 @@
 
 #include "orbit/sync.h"
 #include "orbit/window.h"
-#include "serve/serve_api.h"
+#include "serve/wire/serve_api.h"
 
 namespace orbit::serve {
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "orbit_catch.h"
-#include "serve/serve_api.h"
 #include "serve/serve_core.h"
+#include "serve/wire/serve_api.h"
 
 namespace serve_test {
 

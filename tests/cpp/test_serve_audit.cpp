@@ -1,4 +1,4 @@
-// The fidelity audit of `orbit serve` (cli/serve/audit.h) below HTTP: which requests are sampled, the KL
+// The fidelity audit of `orbit serve` (cli/serve/sessions/audit.h) below HTTP: which requests are sampled, the KL
 // of two logit rows, audits of a session that trims its history on TinyStories-656K (each audited read's
 // KL equals an independent re-measure of the same window; results reach the next usage, the session's
 // record and the metrics), and exact mode after a loss past budget.
@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "orbit_catch.h"
-#include "serve/audit.h"
 #include "serve/serve_core.h"
+#include "serve/sessions/audit.h"
 
 namespace sv = orbit::serve;
 

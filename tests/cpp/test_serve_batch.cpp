@@ -1,4 +1,4 @@
-// `orbit serve`'s continuous batching below HTTP (cli/serve/decode_scheduler.h) on TinyStories-656K: sessions
+// `orbit serve`'s continuous batching below HTTP (cli/serve/compute/decode_scheduler.h) on TinyStories-656K: sessions
 // running at once decode in shared forwards (the metrics count steps of several sequences) and answer what
 // they answer one at a time; a client that leaves ends its own sequence and no other; a chat request's n > 1
 // choices are forks of its window decoded together (one query forward, choice i seeded seed + i); closing the
@@ -11,10 +11,10 @@
 #include "orbit/engine.h"
 #include "orbit/text_stream.h"
 #include "orbit_catch.h"
-#include "serve/decode_scheduler.h"
-#include "serve/serve_api.h"
+#include "serve/compute/decode_scheduler.h"
 #include "serve/serve_core.h"
-#include "serve/serve_wire.h"
+#include "serve/wire/serve_api.h"
+#include "serve/wire/serve_wire.h"
 #include "serve_test_util.h"
 
 namespace sv = orbit::serve;

@@ -1,4 +1,4 @@
-// `orbit serve`'s stored chat completions below HTTP (cli/serve/chat_store.h, chat_store_wire.h): the store's
+// `orbit serve`'s stored chat completions below HTTP (cli/serve/stored/chat_store.h, chat_store_wire.h): the store's
 // LRU, its pages in either order with model and metadata filters, a metadata update, deletion; the wire's
 // queries refused naming the parameter, the request's messages as the messages list returns them, the
 // update body; and on TinyStories-656K, a ServeCore with a store directory whose completions (every choice of
@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "orbit_catch.h"
-#include "serve/chat_store.h"
-#include "serve/chat_store_wire.h"
 #include "serve/serve_core.h"
+#include "serve/stored/chat_store.h"
+#include "serve/stored/chat_store_wire.h"
 
 namespace sv = orbit::serve;
 using nlohmann::json;

@@ -10,11 +10,11 @@
 
 #include "orbit/text_stream.h"
 #include "orbit_catch.h"
-#include "serve/responses_api.h"
-#include "serve/serve_api.h"
+#include "serve/responses/responses_api.h"
+#include "serve/run/tool_stream.h"
 #include "serve/serve_core.h"
-#include "serve/serve_wire.h"
-#include "serve/tool_stream.h"
+#include "serve/wire/serve_api.h"
+#include "serve/wire/serve_wire.h"
 #include "serve_test_util.h"
 
 namespace sv = orbit::serve;

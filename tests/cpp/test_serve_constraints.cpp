@@ -1,4 +1,4 @@
-// The constraint a chat answer is decoded under (cli/serve/answer_constraint.h), per tool_choice and
+// The constraint a chat answer is decoded under (cli/serve/run/answer_constraint.h), per tool_choice and
 // response_format, over byte vocabularies: tool_choice "auto" decodes a call the model starts under the
 // tools' grammar (from the format's mark on), and stays free where that grammar cannot be had; forced calls
 // and JSON answers are constrained from the start or refused naming the field; a JSON answer with tools under
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "orbit_catch.h"
-#include "serve/answer_constraint.h"
+#include "serve/run/answer_constraint.h"
 
 namespace sv = orbit::serve;
 using namespace orbit;

@@ -1,4 +1,4 @@
-// How `orbit serve` reads a request off a connection before a worker sees it (cli/serve/http_request_reader.h):
+// How `orbit serve` reads a request off a connection before a worker sees it (cli/serve/http/http_request_reader.h):
 // heads and bodies fed whole or a byte at a time read the same, chunked bodies are decoded and the head
 // rewritten to a Content-Length, the limits refuse as bytes arrive (a chunked body past the limit at the
 // chunk that passes it, holding at most the limit), malformed framing is refused with its status, and
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "orbit_catch.h"
-#include "serve/http_request_reader.h"
+#include "serve/http/http_request_reader.h"
 
 namespace sv = orbit::serve;
 using State = sv::RequestReader::State;

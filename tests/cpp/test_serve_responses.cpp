@@ -1,4 +1,4 @@
-// `orbit serve`'s Responses API below HTTP (cli/serve/responses_api.h, responses_run.h): the parser's
+// `orbit serve`'s Responses API below HTTP (cli/serve/responses/responses_api.h, responses_run.h): the parser's
 // refusals naming the field, input items as chat messages, and on TinyStories-656K: a response chained by
 // previous_response_id runs in the first one's window and forwards only what is new, a streamed response's
 // events come in order, an agent resending its whole history lands in that window too, store false is not
@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "orbit_catch.h"
-#include "serve/responses_api.h"
-#include "serve/responses_run.h"
+#include "serve/responses/responses_api.h"
+#include "serve/responses/responses_run.h"
 #include "serve/serve_core.h"
 
 namespace sv = orbit::serve;

@@ -1,4 +1,4 @@
-// The Responses API's store with a path (cli/serve/responses_store.h over responses_disk.h): a store opened
+// The Responses API's store with a path (cli/serve/responses/responses_store.h over responses_disk.h): a store opened
 // again on the same file reads back every response by id, its conversation through the chain and its body,
 // and finds the response a resent history continues; past the capacity the least recently used are
 // forgotten while the chains of kept ones stay whole; a deleted response leaves the conversations that
@@ -12,8 +12,8 @@
 
 #include "orbit/common/error.h"
 #include "orbit_catch.h"
-#include "serve/responses_disk.h"
-#include "serve/responses_store.h"
+#include "serve/responses/responses_disk.h"
+#include "serve/responses/responses_store.h"
 
 namespace sv = orbit::serve;
 using orbit::ChatMessage;

@@ -1,4 +1,4 @@
-// `orbit serve`'s Responses API bodies and store (cli/serve/responses_wire.h, responses_store.h), without a
+// `orbit serve`'s Responses API bodies and store (cli/serve/responses/responses_wire.h, responses_store.h), without a
 // model: the response object and the stream's events written from a RunResult with tool calls (the story
 // model writes none), in OpenAI's order and numbering; the store's LRU, its index of conversations that a
 // resent history continues, and a long chain released without recursion.
@@ -6,10 +6,10 @@
 #include <sstream>
 
 #include "orbit_catch.h"
-#include "serve/responses_items.h"
-#include "serve/responses_store.h"
-#include "serve/responses_wire.h"
-#include "serve/serve_wire.h"
+#include "serve/responses/responses_items.h"
+#include "serve/responses/responses_store.h"
+#include "serve/responses/responses_wire.h"
+#include "serve/wire/serve_wire.h"
 
 namespace sv = orbit::serve;
 using nlohmann::json;

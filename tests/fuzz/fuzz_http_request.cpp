@@ -1,5 +1,5 @@
 // libFuzzer target for the bytes a client sends `orbit serve` before any worker sees them: RequestReader
-// (cli/serve/http_request_reader.h), fed the input in pieces whose sizes the input's first byte picks, and
+// (cli/serve/http/http_request_reader.h), fed the input in pieces whose sizes the input's first byte picks, and
 // every request it completes read after the one before (pipelining), as the server's reception does.
 //
 // Checked on every input: nothing crashes or throws; a complete request's body is within the limit and its
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "serve/http_request_reader.h"
+#include "serve/http/http_request_reader.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// libFuzzer target for `orbit serve`'s request parsers (cli/serve/serve_api.cpp, responses_api.cpp): the
+// libFuzzer target for `orbit serve`'s request parsers (cli/serve/wire/serve_api.cpp, responses_api.cpp): the
 // bytes as a /v1/chat/completions, a /v1/completions and a /v1/responses body. No parse may throw or
 // crash; an accepted request must satisfy what the server relies on (a non-empty message list of known
 // roles, sampling fields in range, at most four non-empty stop strings), and a refusal must be a 400 or 413
@@ -9,8 +9,8 @@
 #include <set>
 #include <string_view>
 
-#include "serve/responses_api.h"
-#include "serve/serve_api.h"
+#include "serve/responses/responses_api.h"
+#include "serve/wire/serve_api.h"
 
 namespace sv = orbit::serve;
 

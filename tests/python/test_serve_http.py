@@ -1,4 +1,4 @@
-"""`orbit serve`'s connections under slow and hostile clients (cli/serve/http_front.h), on stories260K.
+"""`orbit serve`'s connections under slow and hostile clients (cli/serve/http/http_front.h), on stories260K.
 
 A client that sends a byte at a time or stops halfway through its head must not hold a worker: its head
 has a deadline (408), and /health answers while more such clients are connected than there are workers.

@@ -1,4 +1,4 @@
-"""The Responses API's stored responses in `orbit serve` (cli/serve/responses_store.h), on stories260K.
+"""The Responses API's stored responses in `orbit serve` (cli/serve/responses/responses_store.h), on stories260K.
 
 With --store they are kept in the store directory and survive a restart: GET /v1/responses/{id} returns the
 response as it was returned, and previous_response_id still names its whole conversation. DELETE forgets an

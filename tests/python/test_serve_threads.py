@@ -1,4 +1,4 @@
-"""`orbit serve` runs every forward on one compute thread (cli/serve/compute_thread.h), on stories260K.
+"""`orbit serve` runs every forward on one compute thread (cli/serve/compute/compute_thread.h), on stories260K.
 
 libtorch's OpenMP keeps a team of threads per thread that runs a parallel region: with forwards on whichever
 HTTP worker took the request, the process grew a team per worker (64 workers x (threads - 1)). With two

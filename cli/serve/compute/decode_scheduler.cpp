@@ -1,0 +1,207 @@
+#include "serve/compute/decode_scheduler.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "orbit/common/error.h"
+#include "serve/serve_context.h"
+
+namespace orbit::serve {
+
+namespace {
+
+const char* const kLane = "~decode";  // the gate lane every batch step queues in
+// Upper bounds of the batch-size histogram's buckets (sequences per step's forward).
+constexpr std::array<int64_t, 8> kBatchBounds = {1, 2, 4, 8, 16, 32, 64, 128};
+
+}  // namespace
+
+// Both notify under the lock: once the request's thread sees the job done it may drop it (and, being the last
+// owner, destroy it), so nothing of the job is touched by the scheduler after the lock is released.
+void DecodeJob::post(DecodeEvent event) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.push_back(std::move(event));
+  changed_.notify_all();
+}
+
+void DecodeJob::finish(std::optional<Generation> g, std::string error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  result_ = std::move(g);
+  error_ = std::move(error);
+  done_ = true;
+  changed_.notify_all();
+}
+
+std::optional<Generation> DecodeJob::result() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return result_;
+}
+
+std::string DecodeJob::error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+DecodeJob::~DecodeJob() {
+  // Taken once more before the members go: the last reads of another thread (under this lock) happen before.
+  std::lock_guard<std::mutex> lock(mutex_);
+}
+
+bool DecodeJob::take(std::vector<DecodeEvent>& out, int wait_ms) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return done_ || !events_.empty(); });
+  for (DecodeEvent& e : events_) out.push_back(std::move(e));
+  events_.clear();
+  return done_;
+}
+
+void DecodeScheduler::submit(const std::vector<std::shared_ptr<DecodeJob>>& jobs) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) {
+      for (const auto& job : jobs) job->finish(std::nullopt);
+      return;
+    }
+    for (const auto& job : jobs) pending_.push_back(job);
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  }
+  wake_.notify_all();
+}
+
+void DecodeScheduler::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool DecodeScheduler::wait_for_work(std::vector<std::shared_ptr<DecodeJob>>& joining) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait(lock, [&] { return stopping_ || !pending_.empty() || !running_.empty(); });
+  joining.assign(pending_.begin(), pending_.end());
+  pending_.clear();
+  return !stopping_;
+}
+
+bool DecodeScheduler::has_pending() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !pending_.empty();
+}
+
+// Ends every sequence and job here without touching their windows (the gate is closed, or the thread stops).
+void DecodeScheduler::drop_all(std::vector<std::shared_ptr<DecodeJob>>& joining) {
+  if (holding_idle_) context_.gate.hold_idle(holding_idle_ = false);
+  for (auto& [id, job] : running_) job->finish(std::nullopt);
+  for (auto& job : joining) job->finish(std::nullopt);
+  running_.clear();
+  joining.clear();
+  batch_ = DecodeBatch();
+  std::lock_guard<std::mutex> lock(mutex_);
+  running_now_ = 0;
+}
+
+void DecodeScheduler::loop() {
+  std::vector<std::shared_ptr<DecodeJob>> joining;
+  while (wait_for_work(joining)) {
+    // Jobs whose client left before they joined end here.
+    for (auto& job : joining) {
+      if (job->cancelled()) job->finish(std::nullopt);
+    }
+    joining.erase(std::remove_if(joining.begin(), joining.end(), [](const auto& j) { return j->cancelled(); }),
+                  joining.end());
+    if (joining.empty() && running_.empty()) continue;
+    if (!context_.enter_gate(kLane, [this] { return context_.closing.load() || stopping_.load(); })) {
+      drop_all(joining);  // closed or stopping: nothing may touch the windows any more
+      continue;
+    }
+    if (!holding_idle_) context_.gate.hold_idle(holding_idle_ = true);  // no idle work between steps
+    std::vector<Outcome> ended;
+    {
+      GateHold hold(context_.gate);
+      ended = run_step(joining);
+    }
+    if (running_.empty() && !has_pending()) context_.gate.hold_idle(holding_idle_ = false);
+    // After the gate and idle work are free: a run that returns finds the server idle.
+    for (Outcome& o : ended) o.job->finish(std::move(o.generation), std::move(o.error));
+  }
+  drop_all(joining);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& job : pending_) job->finish(std::nullopt);
+  pending_.clear();
+}
+
+std::vector<DecodeScheduler::Outcome> DecodeScheduler::run_step(std::vector<std::shared_ptr<DecodeJob>>& joining) {
+  std::vector<Outcome> ended;
+  for (auto& job : joining) {
+    try {
+      running_.emplace_back(batch_.add(job->request()), job);
+    } catch (const std::exception& e) {
+      ended.push_back({job, std::nullopt, e.what()});  // refused (the options) or its repairs could not run
+    }
+  }
+  joining.clear();
+  if (running_.empty()) return ended;
+  DecodeStep step;
+  try {
+    step = batch_.step();
+  } catch (const std::exception& e) {
+    // The batch dropped every sequence: each request answers the engine's failure.
+    for (auto& [id, job] : running_) ended.push_back({job, std::nullopt, e.what()});
+    running_.clear();
+    batch_ = DecodeBatch();
+    std::fprintf(stderr, "orbit serve: a decode step failed: %s\n", e.what());
+    return ended;
+  }
+  for (auto& [id, g] : step.finished) {
+    const auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.first == id; });
+    ended.push_back({it->second, std::move(g), ""});
+    running_.erase(it);
+  }
+  count_step(step);
+  return ended;
+}
+
+void DecodeScheduler::count_step(const DecodeStep& step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  running_now_ = static_cast<int64_t>(running_.size());
+  if (step.sequences == 0) return;
+  ++steps_;
+  tokens_ += step.tokens;
+  if (batch_sizes_.empty()) batch_sizes_.assign(kBatchBounds.size() + 1, 0);
+  std::size_t b = 0;
+  while (b < kBatchBounds.size() && step.sequences > kBatchBounds[b]) ++b;
+  ++batch_sizes_[b];
+  batch_size_sum_ += static_cast<double>(step.sequences);
+}
+
+std::string DecodeScheduler::render_metrics() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::ostringstream out;
+  out << "# HELP orbit_decode_steps_total Batched decode steps run (one model forward each).\n"
+      << "# TYPE orbit_decode_steps_total counter\norbit_decode_steps_total " << steps_ << "\n"
+      << "# HELP orbit_decode_tokens_total Tokens the decode steps forwarded (queries and decode tokens).\n"
+      << "# TYPE orbit_decode_tokens_total counter\norbit_decode_tokens_total " << tokens_ << "\n"
+      << "# HELP orbit_decode_batch_sequences Sequences in one decode step's forward.\n"
+      << "# TYPE orbit_decode_batch_sequences histogram\n";
+  int64_t cumulative = 0;
+  for (std::size_t b = 0; b < kBatchBounds.size(); ++b) {
+    cumulative += batch_sizes_.empty() ? 0 : batch_sizes_[b];
+    out << "orbit_decode_batch_sequences_bucket{le=\"" << kBatchBounds[b] << "\"} " << cumulative << "\n";
+  }
+  cumulative += batch_sizes_.empty() ? 0 : batch_sizes_.back();
+  out << "orbit_decode_batch_sequences_bucket{le=\"+Inf\"} " << cumulative << "\n"
+      << "orbit_decode_batch_sequences_sum " << batch_size_sum_ << "\n"
+      << "orbit_decode_batch_sequences_count " << cumulative << "\n"
+      << "# HELP orbit_decode_running Sequences in the decode batch now.\n"
+      << "# TYPE orbit_decode_running gauge\norbit_decode_running " << running_now_ << "\n"
+      << "# HELP orbit_decode_waiting Runs queued to join the decode batch at its next step.\n"
+      << "# TYPE orbit_decode_waiting gauge\norbit_decode_waiting " << pending_.size() << "\n";
+  return out.str();
+}
+
+}  // namespace orbit::serve

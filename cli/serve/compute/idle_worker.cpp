@@ -1,0 +1,108 @@
+#include "serve/compute/idle_worker.h"
+
+#include <chrono>
+#include <cstdio>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include "orbit/common/error.h"
+
+namespace orbit::serve {
+
+void IdleWorker::start() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+}
+
+void IdleWorker::notify() {
+  used_ = true;
+  wake_.notify_all();
+}
+
+int64_t IdleWorker::run_now() {
+  std::lock_guard<std::mutex> lock(slice_mutex_);
+  int64_t slices = 0;
+  while (slice()) ++slices;
+  return slices;
+}
+
+void IdleWorker::stop() {
+  stopping_ = true;
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void IdleWorker::loop() {
+  while (!stopping_ && !context_.closing) {
+    bool worked = false;
+    try {
+      std::lock_guard<std::mutex> lock(slice_mutex_);
+      worked = slice();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "orbit serve: idle work failed: %s\n", e.what());
+    }
+    if (worked) used_ = true;
+    trim_heap();
+    if (worked) continue;
+    std::unique_lock<std::mutex> lock(wake_mutex_);
+    wake_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+}
+
+void IdleWorker::trim_heap() {
+  constexpr auto kEvery = std::chrono::seconds(1);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - trimmed_ < kEvery || !used_.exchange(false)) return;
+  trimmed_ = now;
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+bool IdleWorker::slice() {
+  if (!context_.gate.try_enter_idle()) return false;
+  GateHold hold(context_.gate);
+  // Queued background work first (a check costs nothing when there is none, unlike the engine's stats, which
+  // count every entry of the store).
+  if (context_.engine->run_background(0.02) > 0) return true;
+  const std::shared_ptr<Session> target = sessions_.take_idle_target();
+  if (!target) return run_audit();
+  {
+    std::unique_lock<std::mutex> run(target->run, std::try_to_lock);
+    if (!run.owns_lock() || !target->window) return false;
+    prefill_anticipated(*target);
+    // A request that queued meanwhile gets the model after the preparation under way, not after them all.
+    target->window->idle([this] { return context_.gate.waiting() > 0; });
+  }
+  sessions_.enforce_budget(false);  // a release meanwhile may have skipped this session's window
+  return true;
+}
+
+bool IdleWorker::run_audit() {
+  const auto done = context_.auditor.run_one();
+  if (!done) return false;
+  sessions_.record_audit(*done->first.session, done->second);
+  // What the model missed, every later plan of the engine corrects for (as Window::idle's self-checks do).
+  context_.engine->observe_fidelity(done->second.measured_kl, done->second.predicted_kl);
+  return true;
+}
+
+void IdleWorker::prefill_anticipated(Session& s) {
+  const auto next = sessions_.take_anticipated(s);
+  if (!next) return;
+  // The answer as the next request will render it: prefilled now, in idle time, so that request keeps it
+  // (a radix cache keeps the KV its decode computed). A client that sends something else evicts it.
+  Window& window = *s.window;
+  const double before = window.stats().critical_forward_tokens;
+  try {
+    window.sync(next->first, next->second);
+    window.flush();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "orbit serve: prefilling session %s's answer failed: %s\n", s.id.c_str(), e.what());
+  }
+  const double spent = window.stats().critical_forward_tokens - before;
+  context_.metrics.count_idle_forward(spent);
+  sessions_.add_idle_forward(s, spent);
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,66 @@
+// The idle work of `orbit serve`, on a thread of its own, only while no request waits for the gate
+// (FairGate::try_enter_idle). One slice at a time, each one of:
+//   - a slice of the engine's deferred background jobs (canonicals and patches of first sights; about 20 ms);
+//   - one session's window: its answer prefilled as its next request will send it back
+//     (ServeOptions::anticipate: the messages and answer SessionTable::record kept, synced now and its
+//     deferred repairs run, counted as idle forwards, not critical ones), then Window::idle() (heals,
+//     prepared recalls and moves); then the session budget again, since a release meanwhile may have
+//     skipped this window;
+//   - when no session waits for idle work, one fidelity audit (audit.h): two reads of a sampled request's
+//     forked window, as served and re-prefilled.
+// A release wakes the worker (notify); otherwise it looks again every 50 ms.
+// Between slices, at most once a second and only after requests or idle work since the last time, it hands
+// the heap's free pages back to the system (malloc_trim, glibc only; it holds no gate, and takes about 3 ms
+// over a full 1 GiB host tier). glibc keeps the pages of freed blocks inside its heaps, and the holes that the
+// store's evicted tensors leave among longer-lived blocks are not all reused: without it a server's resident
+// memory kept growing, by tens of MiB per thousand requests, after its host tier was full.
+//
+// Thread-safety: every member may be called from any thread; slices never overlap (the worker's and
+// run_now's take turns).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#include "serve/serve_context.h"
+#include "serve/sessions/session_table.h"
+
+namespace orbit::serve {
+
+class IdleWorker {
+ public:
+  IdleWorker(ServeContext& context, SessionTable& sessions) : context_(context), sessions_(sessions) {}
+  ~IdleWorker() { stop(); }
+  IdleWorker(const IdleWorker&) = delete;
+  IdleWorker& operator=(const IdleWorker&) = delete;
+
+  void start();   // the thread; once
+  void notify();  // work may be there (a request let its window go)
+  // Runs the idle work there is now on this thread, until none is left or a request waits; returns the
+  // slices run. The deterministic flush for tests and benchmarks.
+  int64_t run_now();
+  void stop();  // ends the thread after its slice; idempotent
+
+ private:
+  void loop();
+  bool slice();                          // one slice; false when there was nothing to do or a request waits
+  void prefill_anticipated(Session& s);  // holding the gate and s.run
+  bool run_audit();                      // holding the gate; false when none waits
+  void trim_heap();                      // malloc_trim when due (above)
+
+  ServeContext& context_;
+  SessionTable& sessions_;
+  std::mutex slice_mutex_;  // one slice at a time (the worker's or run_now's)
+  std::mutex wake_mutex_;
+  std::condition_variable wake_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> used_{false};                  // requests or idle work since the last trim
+  std::chrono::steady_clock::time_point trimmed_;  // the last trim (the worker's thread only)
+  std::thread thread_;
+};
+
+}  // namespace orbit::serve

@@ -1,0 +1,280 @@
+// The reception thread of HttpFront (http_front.h): connections read under deadlines, complete requests
+// handed to the workers (http_front_worker.cpp), /health and refusals answered here.
+#include "serve/http/http_front.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <system_error>
+
+#include "orbit/common/error.h"
+
+#include "serve/http/http_front_connection.h"
+
+namespace orbit::serve {
+
+namespace {
+
+constexpr std::size_t kLingerBytes = std::size_t{1} << 20;  // a refused request's bytes discarded at most
+constexpr auto kLinger = std::chrono::seconds(2);           // ... for at most this long
+
+// Runs each task at once on the caller's thread: cpp-httplib's listener hands over an accepted socket and
+// goes back to accepting.
+class InlineQueue final : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override {}
+};
+
+std::size_t default_max_connections() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 4096;
+  return std::max<std::size_t>(64, static_cast<std::size_t>(limit.rlim_cur) / 2);
+}
+
+}  // namespace
+
+HttpFront::HttpFront(FrontOptions options, FrontHooks hooks) : options_(std::move(options)), hooks_(std::move(hooks)) {
+  if (options_.max_connections == 0) options_.max_connections = default_max_connections();
+  if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("serve: cannot create a pipe");
+  new_task_queue = [] { return new InlineQueue(); };
+  set_keep_alive_timeout(options_.keep_alive_seconds);  // what each answer's Keep-Alive header announces
+  try {
+    reception_ = std::thread([this] { reception_loop(); });
+    for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    // The threads already started are joined here: the destructor does not run for a constructor that throws.
+    const std::size_t started = workers_.size();
+    stop_connections();
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+    ORBIT_FAIL("serve: --threads " << options_.workers << ": the system refused a thread after " << started
+                                   << " workers started (" << e.what() << ")");
+  }
+}
+
+HttpFront::~HttpFront() {
+  stop_connections();
+  ::close(wake_[0]);
+  ::close(wake_[1]);
+}
+
+void HttpFront::stop_connections() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  wake();
+  if (reception_.joinable()) reception_.join();
+  for (std::thread& w : workers_) {
+    if (w.joinable()) w.join();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int fd : accepted_) ::close(fd);
+  accepted_.clear();
+  returned_.clear();
+  work_.clear();
+}
+
+bool HttpFront::process_and_close_socket(socket_t sock) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      accepted_.push_back(sock);
+      sock = -1;
+    }
+  }
+  if (sock >= 0) ::close(sock);
+  wake();
+  return true;
+}
+
+void HttpFront::wake() {
+  const char byte = 1;
+  [[maybe_unused]] const ssize_t n = ::write(wake_[1], &byte, 1);  // a full pipe already wakes the poll
+}
+
+void HttpFront::reception_loop() {
+  std::vector<std::unique_ptr<FrontConnection>> held;
+  std::vector<pollfd> fds;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) break;
+    }
+    take_arrivals(held);
+    fds.assign(1, pollfd{wake_[0], POLLIN, 0});
+    for (const auto& c : held) fds.push_back(pollfd{c->fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), poll_timeout_ms(held)) < 0 && errno != EINTR) break;
+    if (fds[0].revents != 0) {
+      char drain[256];
+      while (::read(wake_[0], drain, sizeof drain) > 0) {
+      }
+    }
+    for (std::size_t i = 0; i < held.size(); ++i) {
+      if (fds[i + 1].revents != 0) on_readable(held[i]);
+    }
+    const Clock::time_point now = Clock::now();
+    for (auto& c : held) {
+      if (c && now >= c->deadline) expire(c, now);
+    }
+    held.erase(std::remove(held.begin(), held.end(), nullptr), held.end());
+  }
+}
+
+// New sockets from the listener, and connections the workers answered, join the ones held.
+void HttpFront::take_arrivals(std::vector<std::unique_ptr<FrontConnection>>& held) {
+  std::deque<int> accepted;
+  std::deque<std::unique_ptr<FrontConnection>> returned;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    accepted.swap(accepted_);
+    returned.swap(returned_);
+  }
+  for (auto& c : returned) {
+    --in_workers_;
+    advance(c);  // the bytes received past the last request may hold the next one
+    if (c) held.push_back(std::move(c));
+  }
+  for (int fd : accepted) {
+    auto c = std::make_unique<FrontConnection>(fd, options_.limits);
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    const int on = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+    c->deadline = Clock::now() + std::chrono::seconds(options_.keep_alive_seconds);
+    admit(held, std::move(c));
+  }
+}
+
+// Holds a new connection within max_connections: the longest idle one makes room, else it gets 503.
+void HttpFront::admit(std::vector<std::unique_ptr<FrontConnection>>& held, std::unique_ptr<FrontConnection> c) {
+  if (held.size() + in_workers_ >= options_.max_connections) {
+    auto idle = held.end();
+    for (auto it = held.begin(); it != held.end(); ++it) {
+      if ((*it)->phase == FrontConnection::Phase::kWaiting &&
+          (idle == held.end() || (*it)->deadline < (*idle)->deadline))
+        idle = it;
+    }
+    if (idle == held.end()) {
+      c->started = Clock::now();
+      refuse(*c, 503, "the server holds " + std::to_string(options_.max_connections) + " connections, its limit");
+      held.push_back(std::move(c));  // lingering
+      return;
+    }
+    held.erase(idle);
+  }
+  held.push_back(std::move(c));
+}
+
+int HttpFront::poll_timeout_ms(const std::vector<std::unique_ptr<FrontConnection>>& held) const {
+  const Clock::time_point now = Clock::now();
+  auto next = now + std::chrono::seconds(1);
+  for (const auto& c : held) next = std::min(next, c->deadline);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
+  return static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 1000));
+}
+
+void HttpFront::on_readable(std::unique_ptr<FrontConnection>& c) {
+  static thread_local std::vector<char> buffer(std::size_t{64} << 10);
+  for (int round = 0; round < 16 && c; ++round) {  // at most 1 MiB a turn: the others get theirs
+    const ssize_t n = ::recv(c->fd, buffer.data(), buffer.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {  // closed by the client (a partial request goes unanswered) or reset
+      c.reset();
+      return;
+    }
+    if (c->phase == FrontConnection::Phase::kLingering) {
+      c->discarded += static_cast<std::size_t>(n);
+      if (c->discarded > kLingerBytes) c.reset();
+      continue;
+    }
+    c->reader.feed(buffer.data(), static_cast<std::size_t>(n));
+    advance(c);
+    if (!c || c->phase == FrontConnection::Phase::kLingering) return;
+  }
+}
+
+// Acts on what the connection's reader has: deadlines as a request starts and its head ends, 100 Continue,
+// a refusal, /health answered here, a complete request handed to the workers.
+void HttpFront::advance(std::unique_ptr<FrontConnection>& c) {
+  using State = RequestReader::State;
+  while (c) {
+    const State state = c->reader.state();
+    const Clock::time_point now = Clock::now();
+    if (state == State::kIdle) return;
+    if (c->phase == FrontConnection::Phase::kWaiting) {  // a request's first byte
+      c->phase = FrontConnection::Phase::kReading;
+      c->started = now;
+      c->deadline = now + std::chrono::seconds(options_.header_seconds);
+    }
+    if (state == State::kHead) return;
+    if (state == State::kBody) {
+      if (!c->in_body) c->deadline = now + std::chrono::seconds(options_.body_seconds);
+      c->in_body = true;
+      if (c->reader.take_continue() && !send_now(c->fd, "HTTP/1.1 100 Continue\r\n\r\n")) c.reset();
+      return;
+    }
+    if (state == State::kRefused) return refuse(*c, c->reader.refusal().status, c->reader.refusal().message);
+    const ReadRequest& request = c->reader.request();
+    if (request.path == "/health" && (request.method == "GET" || request.method == "HEAD")) {
+      answer_health(*c);
+      if (!request.keep_alive || c->fd < 0) return c.reset();
+      c->await_next(now + std::chrono::seconds(options_.keep_alive_seconds));
+      continue;
+    }
+    ++in_workers_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      work_.push_back(std::move(c));
+    }
+    work_cv_.notify_one();
+    return;
+  }
+}
+
+void HttpFront::answer_health(FrontConnection& c) {
+  const auto [status, body] = hooks_.health();
+  const ReadRequest& request = c.reader.request();
+  std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
+                    "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  out += request.keep_alive ? "Keep-Alive: timeout=" + std::to_string(options_.keep_alive_seconds) + "\r\n"
+                            : std::string("Connection: close\r\n");
+  out += "\r\n";
+  if (request.method != "HEAD") out += body;
+  if (!send_now(c.fd, out)) c.close();
+}
+
+// Answers a refusal, counts it, and lingers: the client's further bytes are read and dropped for a while
+// (at most kLingerBytes, kLinger), so it reads the answer instead of a reset.
+void HttpFront::refuse(FrontConnection& c, int status, const std::string& message) {
+  const std::string body = hooks_.error_body(status, message);
+  send_now(c.fd, "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
+                     "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                     "\r\nConnection: close\r\n\r\n" + body);
+  const auto seconds = std::chrono::duration<double>(Clock::now() - c.started).count();
+  hooks_.refused(c.reader.path(), status, seconds);
+  ::shutdown(c.fd, SHUT_WR);
+  c.phase = FrontConnection::Phase::kLingering;
+  c.deadline = Clock::now() + kLinger;
+}
+
+void HttpFront::expire(std::unique_ptr<FrontConnection>& c, Clock::time_point) {
+  if (c->phase != FrontConnection::Phase::kReading) return c.reset();  // idle past keep-alive, or lingered
+  const std::string message =
+      c->in_body ? "the request's body did not arrive within " + std::to_string(options_.body_seconds) +
+                       " seconds of its head (--body-seconds)"
+                 : "the request's head did not arrive within " + std::to_string(options_.header_seconds) +
+                       " seconds of its first byte (--header-seconds)";
+  refuse(*c, 408, message);
+}
+
+}  // namespace orbit::serve

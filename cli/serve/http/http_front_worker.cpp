@@ -1,0 +1,163 @@
+// The workers of HttpFront (http_front.h): each takes a complete request the reception read and has
+// cpp-httplib route and answer it over a stream that reads the request from memory and writes to the
+// socket.
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include "serve/http/http_front.h"
+#include "serve/http/http_front_connection.h"
+
+namespace orbit::serve {
+
+namespace {
+
+// The request as bytes in memory (its rewritten head, then its body), and the connection's socket for the
+// answer. Reads never wait; a write waits up to write_seconds for room, then fails.
+class RequestStream final : public httplib::Stream {
+ public:
+  RequestStream(int fd, const ReadRequest& request, int write_seconds)
+      : fd_(fd), head_(request.head), body_(request.body), write_ms_(write_seconds * 1000) {}
+
+  bool is_readable() const override { return at_ < head_.size() + body_.size(); }
+  bool is_writable() const override { return wait_writable(); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    std::size_t n = 0;
+    while (n < size && at_ < head_.size() + body_.size()) {
+      const bool in_head = at_ < head_.size();
+      const std::string& part = in_head ? head_ : body_;
+      const std::size_t offset = in_head ? at_ : at_ - head_.size();
+      const std::size_t take = std::min(size - n, part.size() - offset);
+      part.copy(ptr + n, take, offset);
+      n += take;
+      at_ += take;
+    }
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    std::size_t sent = 0;
+    while (sent < size && !failed_) {
+      const ssize_t n = ::send(fd_, ptr + sent, size - sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<std::size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        failed_ = !wait_writable();
+      } else {
+        failed_ = true;
+      }
+    }
+    return failed_ ? -1 : static_cast<ssize_t>(size);
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address(::getpeername, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address(::getsockname, ip, port); }
+  socket_t socket() const override { return fd_; }
+  bool failed() const { return failed_; }
+
+ private:
+  bool wait_writable() const {
+    pollfd p{fd_, POLLOUT, 0};
+    int r = 0;
+    do {
+      r = ::poll(&p, 1, write_ms_);
+    } while (r < 0 && errno == EINTR);
+    return r > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL)) == 0;
+  }
+
+  template <typename NameFn>
+  void address(NameFn name_of, std::string& ip, int& port) const {
+    sockaddr_storage addr{};
+    socklen_t length = sizeof addr;
+    char host[NI_MAXHOST] = "";
+    char service[NI_MAXSERV] = "";
+    if (name_of(fd_, reinterpret_cast<sockaddr*>(&addr), &length) != 0 ||
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), length, host, sizeof host, service, sizeof service,
+                      NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+      return;
+    }
+    ip = host;
+    port = std::atoi(service);
+  }
+
+  int fd_;
+  const std::string& head_;
+  const std::string& body_;
+  int write_ms_;
+  std::size_t at_ = 0;
+  bool failed_ = false;
+};
+
+}  // namespace
+
+bool send_now(int fd, const std::string& bytes) {
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    sent += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+const char* reason_phrase(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Error";
+  }
+}
+
+void HttpFront::worker_loop() {
+  while (true) {
+    std::unique_ptr<FrontConnection> c;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [this] { return stopping_ || !work_.empty(); });
+      if (work_.empty()) return;
+      c = std::move(work_.front());
+      work_.pop_front();
+    }
+    bool keep = false;
+    try {
+      keep = answer(*c);
+    } catch (const std::exception&) {  // a failure outside the routes (their exceptions became 500s): close
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!keep || stopping_) {
+      c.reset();
+      --in_workers_;
+      continue;
+    }
+    c->await_next(FrontConnection::Clock::now() + std::chrono::seconds(options_.keep_alive_seconds));
+    returned_.push_back(std::move(c));
+    wake();
+  }
+}
+
+bool HttpFront::answer(FrontConnection& c) {
+  const ReadRequest& request = c.reader.request();
+  bool stopping = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping = stopping_;
+  }
+  RequestStream stream(c.fd, request, options_.write_seconds);
+  bool closed = false;
+  const bool ok = process_request(stream, !request.keep_alive || stopping, closed, nullptr);
+  return ok && !closed && !stream.failed() && request.keep_alive && !stopping;
+}
+
+}  // namespace orbit::serve

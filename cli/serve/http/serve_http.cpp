@@ -1,0 +1,437 @@
+#include "serve/http/serve_http.h"
+
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <random>
+#include <regex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "orbit/common/clock.h"
+#include "orbit/common/error.h"
+#include "serve/http/http_front.h"
+#include "serve/http/peer_watch.h"
+#include "serve/responses/responses_http.h"
+#include "serve/stored/chat_store_http.h"
+#include "serve/stored/chat_store_wire.h"
+#include "serve/wire/serve_wire.h"
+
+namespace orbit::serve {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+void reply_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(error_body(e), "application/json");
+}
+
+ApiError not_found(const std::string& message, const std::string& code) {
+  return api_error(404, message, "not_found_error", code);
+}
+
+// The methods a known path allows ("GET, HEAD"), null for a path no route serves.
+const char* allowed_methods(const std::string& path) {
+  static const std::vector<std::pair<std::regex, const char*>> routes = {
+      {std::regex("/health|/metrics|/v1/models(/.+)?"), "GET, HEAD"},
+      {std::regex("/v1/responses/input_tokens|/v1/responses/[^/]+/cancel"), "POST"},
+      {std::regex("/v1/sessions/[^/]+|/v1/responses/[^/]+"), "GET, HEAD, DELETE"},
+      {std::regex("/v1/responses/[^/]+/input_items"), "GET, HEAD"},
+      {std::regex("/v1/chat/completions/[^/]+"), "GET, HEAD, POST, DELETE"},
+      {std::regex("/v1/chat/completions/[^/]+/messages"), "GET, HEAD"},
+      {std::regex("/v1/chat/completions"), "GET, HEAD, POST"},
+      {std::regex("/v1/completions|/v1/responses"), "POST"},
+  };
+  for (const auto& [pattern, allow] : routes) {
+    if (std::regex_match(path, pattern)) return allow;
+  }
+  return nullptr;
+}
+
+bool method_allowed(const std::string& allow, const std::string& method) {
+  std::size_t at = 0;
+  while (at < allow.size()) {
+    const std::size_t end = std::min(allow.find(", ", at), allow.size());
+    if (allow.compare(at, end - at, method) == 0) return true;
+    at = end + 2;
+  }
+  return false;
+}
+
+// The metrics' endpoint label of a path.
+std::string endpoint_of(const std::string& path) {
+  if (path == "/v1/chat/completions") return "chat";
+  if (path == "/v1/completions") return "completions";
+  if (path == "/v1/responses") return "responses";
+  return "other";
+}
+
+// The session a request names: the header X-Orbit-Session, else `user`. Sets *bad on a malformed header.
+std::string session_of(const httplib::Request& req, const std::string& user, std::optional<ApiError>* bad) {
+  if (!req.has_header("X-Orbit-Session")) return session_for_user(user);
+  const std::string id = req.get_header_value("X-Orbit-Session");
+  const std::string problem = session_id_problem(id);
+  if (!problem.empty()) {
+    *bad = api_error(400, "header X-Orbit-Session: " + problem, "invalid_request_error", "", "X-Orbit-Session");
+  }
+  return id;
+}
+
+// Counts a finished request in the metrics and, with a result, its tokens.
+void account(ServeMetrics& metrics, const std::string& endpoint, int status, Clock::time_point t0,
+             const RunOutcome* out) {
+  metrics.count_request(endpoint, status, seconds_since(t0));
+  if (out && out->result) {
+    const RunUsage& u = out->result->usage;
+    metrics.count_tokens(u.prompt_tokens, u.completion_tokens, u.forward_tokens, u.radix_cache_tokens);
+  }
+}
+
+// What one generation request needs from parse to answer, shared by the handler and its stream provider.
+struct Job {
+  std::string endpoint;  // "chat" or "completions"
+  Clock::time_point t0 = Clock::now();
+  ResponseIds ids;
+  std::optional<ChatRequest> chat;
+  std::optional<CompletionRequest> completion;
+  std::string session;
+  RunTicket ticket;  // checked and planned; holds a chat request's window until it runs
+  std::shared_ptr<PeerWatch> watch;
+  bool first_token = true;
+
+  const SamplingRequest& sampling() const { return chat ? chat->sampling : completion->sampling; }
+};
+
+RunOutcome run_job(ServeCore& core, Job& job, const std::function<bool(const std::string&)>& on_text) {
+  RunSink sink;
+  sink.cancelled = [&job] { return job.watch->gone(); };
+  sink.on_text = [&](const std::string& delta) {
+    if (job.first_token) core.metrics().count_first_token(job.endpoint, seconds_since(job.t0));
+    const bool ok = on_text(delta);
+    job.first_token = false;
+    return ok && !job.watch->gone();
+  };
+  return core.run(job.ticket, sink);
+}
+
+// Keeps a chat answer the request asked to store (store: true), before the client reads its end: a retrieve
+// right after the answer finds it. A cancelled run, or an error, is not stored.
+void keep_if_stored(ServeCore& core, const Job& job, const RunOutcome& out) {
+  if (!job.chat || !job.chat->store || !out.result || !storable(*out.result)) return;
+  core.chat_completions().put(stored_completion(*job.chat, job.ids, *out.result));
+}
+
+json final_body(const Job& job, const RunOutcome& out) {
+  if (job.chat) return chat_completion(job.ids, *out.result);
+  return text_completion(job.ids, out.result->text, out.result->finish_reason, out.result->usage.to_json());
+}
+
+// The stream's closing events: the finish chunk (with usage), the include_usage chunk, [DONE].
+std::string stream_tail(const Job& job, const RunOutcome& out) {
+  std::string tail;
+  if (!out.result) {
+    tail += sse(json::parse(error_body(out.error)));
+  } else {
+    const RunResult& r = *out.result;
+    const json usage = r.usage.to_json();
+    const std::string& reason = r.finish_reason;
+    bool first = job.first_token;
+    if (job.chat && !r.unstreamed.empty()) {  // content held back while it might have been a call
+      tail += sse(chat_chunk(job.ids, r.unstreamed, first, ""));
+      first = false;
+    }
+    if (job.chat && !r.tool_calls.empty()) {
+      tail += sse(tool_calls_chunk(job.ids, r.tool_calls, first));
+      first = false;
+    }
+    // Usage goes in one chunk only, the last one, when stream_options.include_usage asks for it (as OpenAI
+    // streams it): clients that add up every chunk's usage would count it twice otherwise.
+    tail += job.chat ? sse(chat_chunk(job.ids, "", first, reason)) : sse(text_completion(job.ids, "", reason, nullptr));
+    if (job.sampling().include_usage) {
+      tail += sse(usage_chunk(job.ids, job.chat ? "chat.completion.chunk" : "text_completion", usage));
+    }
+  }
+  return tail + "data: [DONE]\n\n";
+}
+
+// Parses the body, names the session and prepares the run (every check, the ones that need the model
+// included: ServeCore::prepare_chat); the error to answer with, before any byte of the answer.
+std::optional<ApiError> prepare(ServeCore& core, const httplib::Request& req, Job& job) {
+  const ServeLimits& limits = core.options().limits;
+  std::string user;
+  if (job.endpoint == "chat") {
+    Parsed<ChatRequest> p = parse_chat_request(req.body, limits);
+    if (!p.ok()) return p.error;
+    job.chat = std::move(p.value);
+    user = job.chat->user;
+  } else {
+    Parsed<CompletionRequest> p = parse_completion_request(req.body, limits);
+    if (!p.ok()) return p.error;
+    job.completion = std::move(p.value);
+    user = job.completion->user;
+  }
+  std::optional<ApiError> bad;
+  job.session = session_of(req, user, &bad);
+  if (bad) return bad;
+  job.ticket = job.chat ? core.prepare_chat(*job.chat, job.session) : core.prepare_completion(*job.completion);
+  if (!job.ticket.ok()) return job.ticket.error();
+  return std::nullopt;
+}
+
+}  // namespace
+
+void HttpServer::generate(const std::string& endpoint, const httplib::Request& req, httplib::Response& res) {
+  auto job = std::make_shared<Job>();
+  job->endpoint = endpoint;
+  ++in_flight_;
+  auto fail = [&](const ApiError& e) {
+    reply_error(res, e);
+    account(core_.metrics(), endpoint, e.status, job->t0, nullptr);
+    --in_flight_;
+  };
+  if (draining_) return fail(api_error(503, "the server is shutting down", "server_error", "shutting_down"));
+  if (auto bad = prepare(core_, req, *job)) return fail(*bad);
+  job->ids = {(job->chat ? "chatcmpl-" : "cmpl-") + id_tag_ + "-" + std::to_string(++next_id_),
+              static_cast<int64_t>(std::time(nullptr)), core_.model_name()};
+  job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
+  if (!job->sampling().stream) {
+    const RunOutcome out = run_job(core_, *job, [](const std::string&) { return true; });
+    keep_if_stored(core_, *job, out);
+    if (out.result) {
+      res.set_content(dump(final_body(*job, out)), "application/json");
+    } else {
+      reply_error(res, out.error);
+    }
+    account(core_.metrics(), endpoint, out.result ? 200 : out.error.status, job->t0, &out);
+    --in_flight_;
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, job](std::size_t, httplib::DataSink& sink) {
+        const RunOutcome out = run_job(core_, *job, [&](const std::string& delta) {
+          const json chunk = job->chat ? chat_chunk(job->ids, delta, job->first_token, "")
+                                       : text_completion(job->ids, delta, "", nullptr);
+          const std::string event = sse(chunk);
+          return sink.write(event.data(), event.size());
+        });
+        keep_if_stored(core_, *job, out);
+        if (!out.result || out.result->finish_reason != "cancelled") {
+          const std::string tail = stream_tail(*job, out);
+          sink.write(tail.data(), tail.size());
+        }
+        sink.done();
+        account(core_.metrics(), job->endpoint, out.result ? 200 : out.error.status, job->t0, &out);
+        return true;
+      },
+      [this](bool) { --in_flight_; });
+}
+
+HttpServer::HttpServer(ServeCore& core, const HttpOptions& options) : core_(core), options_(options) {
+  std::random_device entropy;
+  char tag[16];
+  std::snprintf(tag, sizeof tag, "%06x%06x", entropy() & 0xffffffu, entropy() & 0xffffffu);
+  id_tag_ = tag;
+  FrontOptions front;
+  front.workers = options.threads;
+  front.header_seconds = options.header_seconds;
+  front.body_seconds = options.body_seconds;
+  front.keep_alive_seconds = options.keep_alive_seconds;
+  front.limits.max_body_bytes = core.options().limits.max_body_bytes;
+  FrontHooks hooks;
+  hooks.health = [this] {
+    return std::make_pair(draining_ ? 503 : 200, json{{"status", draining_ ? "draining" : "ok"}}.dump());
+  };
+  hooks.refused = [this](const std::string& path, int status, double seconds) {
+    core_.metrics().count_request(endpoint_of(path), status, seconds);
+  };
+  hooks.error_body = [](int status, const std::string& message) {
+    return error_body(api_error(status, message, status >= 500 ? "server_error" : "invalid_request_error"));
+  };
+  server_ = std::make_unique<HttpFront>(front, hooks);
+  // cpp-httplib's default sets SO_REUSEPORT, with which a second server binds a port the first listens on and
+  // the kernel splits connections (and so sessions) between them; SO_REUSEADDR alone still allows a restart
+  // while old connections linger in TIME_WAIT.
+  server_->set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  server_->set_payload_max_length(core.options().limits.max_body_bytes);
+  server_->set_keep_alive_max_count(100000);
+  server_->set_tcp_nodelay(true);
+  routes();
+}
+
+HttpServer::~HttpServer() {
+  server_->stop_connections();  // its threads call back into this object
+}
+
+namespace {
+
+// cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's library), so
+// when more clients connect at once than that, the kernel drops the rest's SYNs and they connect only after
+// TCP's one-second retransmit: 16 sessions opened together ran as two waves of 8. The listening socket is
+// found by its port among this process's descriptors and listened on again with the system's backlog (Linux
+// updates the backlog of a socket that already listens).
+void widen_backlog(int port) {
+  for (int fd = 0; fd < 1024; ++fd) {
+    int listening = 0;
+    socklen_t length = sizeof listening;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) != 0 || listening == 0) continue;
+    sockaddr_storage address{};
+    socklen_t size = sizeof address;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) continue;
+    const int bound = address.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port)
+                                                    : ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+    if (bound == port) ::listen(fd, SOMAXCONN);
+  }
+}
+
+}  // namespace
+
+int HttpServer::bind() {
+  int port = options_.port;
+  if (port == 0) {
+    port = server_->bind_to_any_port(options_.host);
+    ORBIT_CHECK(port > 0, "serve: --host " << options_.host
+                                           << ": cannot bind any port (not an address of this host, or none free)");
+  } else {
+    ORBIT_CHECK(server_->bind_to_port(options_.host, port),
+                "serve: --host " << options_.host << " --port " << port
+                                 << ": cannot bind (in use, or not an address of this host)");
+  }
+  widen_backlog(port);
+  return port;
+}
+
+bool HttpServer::listen() { return server_->listen_after_bind(); }
+
+bool HttpServer::drain_and_stop(const std::function<bool()>& cut_short) {
+  draining_ = true;
+  const auto deadline = Clock::now() + std::chrono::seconds(options_.drain_seconds);
+  bool cut = false;
+  while (in_flight_ > 0 && Clock::now() < deadline && !cut) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    cut = cut_short && cut_short();
+  }
+  core_.close();
+  server_->stop();
+  server_->stop_connections();
+  return cut;
+}
+
+void HttpServer::routes() {
+  httplib::Server& s = *server_;
+  // GET /health is answered by the front (http_front.h); a known path with another method is 405.
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const char* allow = allowed_methods(req.path);
+    if (allow == nullptr || method_allowed(allow, req.method)) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("Allow", allow);
+    reply_error(res,
+                api_error(405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")",
+                          "invalid_request_error", "method_not_allowed"));
+    core_.metrics().count_request(endpoint_of(req.path), 405, 0);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(core_.models().dump(), "application/json");
+  });
+  s.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] != core_.model_name()) {
+      return reply_error(
+          res, not_found("the model '" + std::string(req.matches[1]) + "' does not exist", "model_not_found"));
+    }
+    res.set_content(core_.models()["data"][0].dump(), "application/json");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(core_.metrics().render(core_.gauges()), "text/plain; version=0.0.4");
+  });
+  s.Get(R"(/v1/sessions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const auto info = core_.session_info(req.matches[1]);
+    if (!info)
+      return reply_error(res, not_found("no session '" + std::string(req.matches[1]) + "'", "session_not_found"));
+    res.set_content(dump(*info), "application/json");
+  });
+  s.Delete(R"(/v1/sessions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    const SessionTable::End ended = core_.end_session(id);
+    if (ended == SessionTable::End::kUnknown) {
+      return reply_error(res, not_found("no session '" + id + "'", "session_not_found"));
+    }
+    if (ended == SessionTable::End::kBusy) {
+      return reply_error(res, api_error(409,
+                                        "session '" + id +
+                                            "' has requests running or waiting; delete it once "
+                                            "they are done",
+                                        "invalid_request_error", "session_busy"));
+    }
+    res.set_content(json{{"id", id}, {"object", "orbit.session.deleted"}, {"deleted", true}}.dump(),
+                    "application/json");
+  });
+  for (const char* endpoint : {"chat", "completions"}) {
+    const std::string path = std::string(endpoint) == "chat" ? "/v1/chat/completions" : "/v1/completions";
+    s.Post(path,
+           [this, endpoint](const httplib::Request& req, httplib::Response& res) { generate(endpoint, req, res); });
+  }
+  // Stored chat completions (chat_store_http.h).
+  s.Get("/v1/chat/completions",
+        [this](const httplib::Request& req, httplib::Response& res) { list_chat_completions(core_, req, res); });
+  s.Get(R"(/v1/chat/completions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    get_chat_completion(core_, req.matches[1], req, res);
+  });
+  s.Get(R"(/v1/chat/completions/([^/]+)/messages)", [this](const httplib::Request& req, httplib::Response& res) {
+    list_chat_messages(core_, req.matches[1], req, res);
+  });
+  s.Post(R"(/v1/chat/completions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    update_chat_completion(core_, req.matches[1], req, res);
+  });
+  s.Delete(R"(/v1/chat/completions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    delete_chat_completion(core_, req.matches[1], res);
+  });
+  // OpenAI's Responses API (responses_http.h).
+  s.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
+    post_responses(ResponsesRoute{core_, in_flight_, draining_}, req, res);
+  });
+  s.Post("/v1/responses/input_tokens",
+         [this](const httplib::Request& req, httplib::Response& res) { post_input_tokens(core_, req, res); });
+  s.Post(R"(/v1/responses/([^/]+)/cancel)",
+         [this](const httplib::Request& req, httplib::Response& res) { cancel_response(core_, req.matches[1], res); });
+  s.Get(R"(/v1/responses/([^/]+))",
+        [this](const httplib::Request& req, httplib::Response& res) { get_response(core_, req.matches[1], req, res); });
+  s.Get(R"(/v1/responses/([^/]+)/input_items)", [this](const httplib::Request& req, httplib::Response& res) {
+    get_input_items(core_, req.matches[1], req, res);
+  });
+  s.Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    delete_response(core_, req.matches[1], res);
+  });
+  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const char* type = res.status == 404   ? "not_found_error"
+                       : res.status >= 500 ? "server_error"
+                                           : "invalid_request_error";
+    std::string message = res.status == 404 ? "no such endpoint" : "HTTP status " + std::to_string(res.status);
+    if (res.status == 413) message = "the request body is over the server's limit";
+    res.set_content(error_body(api_error(res.status, message, type)), "application/json");
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string message = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& x) {
+      message += std::string(": ") + x.what();
+    } catch (...) {  // not a std::exception: nothing more to say
+    }
+    reply_error(res, api_error(500, message, "server_error"));
+  });
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,425 @@
+#include "serve/responses/responses_api.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "orbit/common/error.h"
+#include "orbit/common/json_input.h"
+#include "serve/wire/request_invalid.h"
+
+namespace orbit::serve {
+
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;  // keys in the client's order: tool schemas are rendered in it
+
+// Helpers in a named namespace: unity builds put several files in one translation unit.
+namespace responses_parser {
+
+using Invalid = RequestInvalid;
+
+// The field `name` of `object`, or nullptr when it is absent or null.
+const ojson* field(const ojson& object, const char* name) {
+  const auto it = object.find(name);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string need_string(const ojson& v, const std::string& param) {
+  if (!v.is_string()) invalid_field(param, std::string("expected a string, got ") + json_type_name(v));
+  return v.get<std::string>();
+}
+
+// A required, non-empty string field.
+std::string required_string(const ojson& object, const char* name, const std::string& at) {
+  const ojson* v = field(object, name);
+  if (v == nullptr) invalid_field(at + "." + name, "missing");
+  std::string s = need_string(*v, at + "." + name);
+  if (s.empty()) invalid_field(at + "." + name, "empty");
+  return s;
+}
+
+const ojson& need_object(const ojson& v, const std::string& param) {
+  if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
+  return v;
+}
+
+// Text content: a string, or an array of parts of the given types, each {type, text}.
+std::string text_content(const ojson& v, const std::string& param, const std::vector<std::string>& types) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array())
+    invalid_field(param, std::string("expected a string or an array of parts, got ") + json_type_name(v));
+  std::string text;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string p = param + "[" + std::to_string(i) + "]";
+    const ojson& part = need_object(v[i], p);
+    const ojson* type = field(part, "type");
+    if (type == nullptr) invalid_field(p + ".type", "missing");
+    const std::string t = need_string(*type, p + ".type");
+    if (std::find(types.begin(), types.end(), t) == types.end()) {
+      std::string accepted;
+      for (const std::string& a : types) accepted += (accepted.empty() ? "" : " and ") + a;
+      invalid_field(p + ".type", "only " + accepted + " parts are accepted (got '" + t + "')");
+    }
+    const ojson* part_text = field(part, "text");
+    if (part_text == nullptr) invalid_field(p + ".text", "missing");
+    text += need_string(*part_text, p + ".text");
+  }
+  return text;
+}
+
+ojson message_item(const ojson& item, const std::string& p) {
+  const ojson* role = field(item, "role");
+  if (role == nullptr) invalid_field(p + ".role", "missing");
+  const std::string r = need_string(*role, p + ".role");
+  if (r != "user" && r != "system" && r != "developer" && r != "assistant") {
+    invalid_field(p + ".role", "unknown role '" + r + "' (expected user, system, developer or assistant)");
+  }
+  const ojson* content = field(item, "content");
+  if (content == nullptr) invalid_field(p + ".content", "missing");
+  return {{"role", r}, {"content", text_content(*content, p + ".content", {"input_text", "output_text"})}};
+}
+
+// A function_call item as a chat tool call. Its arguments are text: a JSON object, or what a call cut by
+// max_output_tokens had written (an "incomplete" item, sent back as it was answered).
+ojson function_call_item(const ojson& item, const std::string& p) {
+  const std::string call_id = required_string(item, "call_id", p);
+  const std::string name = required_string(item, "name", p);
+  const ojson* arguments = field(item, "arguments");
+  if (arguments == nullptr) invalid_field(p + ".arguments", "missing");
+  const std::string text = need_string(*arguments, p + ".arguments");
+  if (json::accept(text)) {  // templates see JSON arguments parsed: within the input bound
+    try {
+      (void)parse_json_input(text.data(), text.data() + text.size(), "arguments");
+    } catch (const Error& e) {
+      invalid_field(p + ".arguments", e.what());
+    }
+  }
+  return {{"id", call_id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", text}}}};
+}
+
+ojson function_call_output_item(const ojson& item, const std::string& p) {
+  const std::string call_id = required_string(item, "call_id", p);
+  const ojson* output = field(item, "output");
+  if (output == nullptr) invalid_field(p + ".output", "missing");
+  return {
+      {"role", "tool"}, {"tool_call_id", call_id}, {"content", text_content(*output, p + ".output", {"input_text"})}};
+}
+
+// `input` as chat messages, appended to `messages` (see the header for the mapping).
+void add_input(const ojson& input, const ServeLimits& limits, ojson& messages) {
+  if (input.is_string()) {
+    messages.push_back({{"role", "user"}, {"content", input}});
+    return;
+  }
+  if (!input.is_array())
+    invalid_field("input", std::string("expected a string or an array of items, got ") + json_type_name(input));
+  if (input.empty()) invalid_field("input", "must hold at least one item");
+  if (input.size() > limits.max_messages) {
+    invalid_field("input", "at most " + std::to_string(limits.max_messages) + " items are accepted");
+  }
+  for (std::size_t i = 0; i < input.size(); ++i) {
+    const std::string p = "input[" + std::to_string(i) + "]";
+    const ojson& item = need_object(input[i], p);
+    std::string type = "message";  // a bare {role, content} is a message
+    if (const ojson* t = field(item, "type")) {
+      type = need_string(*t, p + ".type");
+    } else if (field(item, "role") == nullptr) {
+      invalid_field(p + ".type", "missing");
+    }
+    if (type == "message") {
+      messages.push_back(message_item(item, p));
+    } else if (type == "function_call") {
+      ojson call = function_call_item(item, p);
+      if (messages.empty() || messages.back()["role"] != "assistant") {
+        messages.push_back({{"role", "assistant"}, {"content", ""}});
+      }
+      messages.back()["tool_calls"].push_back(std::move(call));
+    } else if (type == "function_call_output") {
+      messages.push_back(function_call_output_item(item, p));
+    } else {
+      invalid_field(p + ".type",
+                    "'" + type + "' items are not supported (message, function_call and function_call_output are)");
+    }
+  }
+}
+
+// tools in the chat form; each must be a function with a name no other tool has.
+ojson chat_tools(const ojson& tools) {
+  if (!tools.is_array()) invalid_field("tools", std::string("expected an array, got ") + json_type_name(tools));
+  ojson out = ojson::array();
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const std::string p = "tools[" + std::to_string(i) + "]";
+    const ojson& t = need_object(tools[i], p);
+    const ojson* type = field(t, "type");
+    if (type == nullptr) invalid_field(p + ".type", "missing");
+    const std::string kind = need_string(*type, p + ".type");
+    if (kind != "function") invalid_field(p + ".type", "only 'function' tools are accepted (got '" + kind + "')");
+    ojson fn = {{"name", required_string(t, "name", p)}};
+    for (std::size_t j = 0; j < i; ++j) {
+      if (out[j]["function"]["name"] == fn["name"]) {
+        invalid_field(p + ".name", "'" + fn["name"].get<std::string>() + "' is also the name of tools[" +
+                                       std::to_string(j) + "] (tool names must be unique)");
+      }
+    }
+    if (const ojson* d = field(t, "description")) fn["description"] = need_string(*d, p + ".description");
+    if (const ojson* params = field(t, "parameters")) fn["parameters"] = need_object(*params, p + ".parameters");
+    if (const ojson* strict = field(t, "strict"); strict != nullptr && !strict->is_boolean()) {
+      invalid_field(p + ".strict", std::string("expected a boolean, got ") + json_type_name(*strict));
+    }
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return out;
+}
+
+ojson chat_tool_choice(const ojson& v, const ojson& tools) {
+  if (v.is_string()) return v;  // none, auto or required: chat checks which
+  const ojson& choice = need_object(v, "tool_choice");
+  const ojson* type = field(choice, "type");
+  if (type == nullptr) invalid_field("tool_choice.type", "missing");
+  const std::string kind = need_string(*type, "tool_choice.type");
+  if (kind != "function") invalid_field("tool_choice.type", "only 'function' is accepted (got '" + kind + "')");
+  const std::string name = required_string(choice, "name", "tool_choice");
+  const bool known =
+      std::any_of(tools.begin(), tools.end(), [&](const ojson& t) { return t["function"]["name"] == name; });
+  if (!known) invalid_field("tool_choice.name", "'" + name + "' is not one of the request's tools");
+  return {{"type", "function"}, {"function", {{"name", name}}}};
+}
+
+// text.format as chat's response_format; text.verbosity other than "medium" is refused.
+ojson chat_response_format(const ojson& text) {
+  need_object(text, "text");
+  if (const ojson* verbosity = field(text, "verbosity")) {
+    if (need_string(*verbosity, "text.verbosity") != "medium") unsupported("text.verbosity", "a verbosity");
+  }
+  const ojson* format = field(text, "format");
+  if (format == nullptr) return {{"type", "text"}};
+  need_object(*format, "text.format");
+  const ojson* type = field(*format, "type");
+  if (type == nullptr) invalid_field("text.format.type", "missing");
+  const std::string kind = need_string(*type, "text.format.type");
+  if (kind == "text" || kind == "json_object") return {{"type", kind}};
+  if (kind != "json_schema")
+    invalid_field("text.format.type", "'" + kind + "' is not one of text, json_object, json_schema");
+  const ojson* schema = field(*format, "schema");
+  if (schema == nullptr) invalid_field("text.format.schema", "missing");
+  ojson js = {{"schema", need_object(*schema, "text.format.schema")}};
+  if (const ojson* name = field(*format, "name")) js["name"] = need_string(*name, "text.format.name");
+  if (const ojson* strict = field(*format, "strict")) {
+    if (!strict->is_boolean())
+      invalid_field("text.format.strict", std::string("expected a boolean, got ") + json_type_name(*strict));
+    js["strict"] = *strict;
+  }
+  return {{"type", "json_schema"}, {"json_schema", std::move(js)}};
+}
+
+// What this server cannot honour, refused unless neutral.
+// The include item that asks for the answer's log probabilities.
+constexpr const char* kIncludeLogprobs = "message.output_text.logprobs";
+
+void refuse_unsupported(const ojson& body) {
+  if (const ojson* v = field(body, "background"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    unsupported("background", "background mode");
+  }
+  if (const ojson* v = field(body, "reasoning")) {
+    need_object(*v, "reasoning");
+    const ojson* effort = field(*v, "effort");
+    if (effort != nullptr && !(effort->is_string() && effort->get<std::string>() == "none")) {
+      unsupported("reasoning.effort", "reasoning");
+    }
+    for (const char* name : {"summary", "generate_summary"}) {
+      if (field(*v, name) != nullptr) unsupported(std::string("reasoning.") + name, "a reasoning summary");
+    }
+  }
+  if (const ojson* v = field(body, "truncation"); v != nullptr && !v->is_null()) {
+    if (!(v->is_string() && (*v == "disabled" || *v == "auto"))) {
+      invalid_field("truncation", "expected 'auto' or 'disabled', got " + v->dump());
+    }
+  }
+  if (const ojson* v = field(body, "include")) {
+    if (!v->is_array()) invalid_field("include", std::string("expected an array, got ") + json_type_name(*v));
+    for (std::size_t i = 0; i < v->size(); ++i) {  // logprobs are served (copy_sampling); nothing else is
+      if ((*v)[i] != kIncludeLogprobs) unsupported("include[" + std::to_string(i) + "]", "including " + (*v)[i].dump());
+    }
+  }
+  for (const char* name : {"conversation", "prompt", "max_tool_calls"}) {
+    if (field(body, name) != nullptr) unsupported(name, name);
+  }
+  // The samplers chat refuses (serve_api.cpp): the chat body written below would not carry them, so they
+  // would go unnoticed.
+  for (const char* name : {"top_k", "min_p", "top_a", "typical_p", "repetition_penalty", "mirostat"}) {
+    if (field(body, name) != nullptr) {
+      unsupported(name, std::string("sampling by ") + name + " (give temperature and top_p)");
+    }
+  }
+  // Chat's fields are not the Responses API's: a client that sends them means something this API says
+  // another way (or not at all), so they are refused naming the field to use rather than dropped.
+  static const std::pair<const char*, const char*> kChatFields[] = {
+      {"max_tokens", "max_output_tokens"},
+      {"max_completion_tokens", "max_output_tokens"},
+      {"messages", "input"},
+      {"response_format", "text.format"},
+      {"logprobs", "top_logprobs, or include [\"message.output_text.logprobs\"]"},
+      {"stop", ""},
+      {"n", ""},
+      {"functions", "tools"},
+      {"function_call", "tool_choice"}};
+  for (const auto& [name, instead] : kChatFields) {
+    if (body.contains(name)) {
+      const std::string use = *instead ? std::string("; use ") + instead : std::string("; it has no equivalent here");
+      throw RequestInvalid{api_error(400,
+                                     std::string(name) + ": a chat completions field, not the Responses API's" + use,
+                                     "invalid_request_error", "unknown_parameter", name)};
+    }
+  }
+  if (const ojson* v = field(body, "service_tier"); v != nullptr && *v != "auto" && *v != "default") {
+    unsupported("service_tier", "a service tier other than auto or default");
+  }
+  if (const ojson* v = field(body, "context_management"); v != nullptr && !(v->is_array() && v->empty())) {
+    unsupported("context_management", "context management");
+  }
+  for (const char* name : {"prompt_cache_key", "prompt_cache_retention", "safety_identifier"}) {
+    if (const ojson* v = field(body, name)) need_string(*v, name);
+  }
+  if (const ojson* v = field(body, "stream_options")) need_object(*v, "stream_options");
+}
+
+json metadata(const ojson& body) {
+  const ojson* v = field(body, "metadata");
+  if (v == nullptr) return json::object();
+  check_metadata(*v);
+  return json(*v);
+}
+
+// The sampling fields, copied to the chat body under chat's names (chat checks their ranges).
+void copy_sampling(const ojson& body, ojson& chat) {
+  if (const ojson* v = field(body, "max_output_tokens")) {
+    if (!v->is_number_integer() && !v->is_number_unsigned()) {
+      invalid_field("max_output_tokens", std::string("expected an integer, got ") + json_type_name(*v));
+    }
+    if (v->is_number_integer() && v->get<int64_t>() < 1)
+      invalid_field("max_output_tokens", "must be >= 1, got " + v->dump());
+    chat["max_tokens"] = *v;
+  }
+  for (const char* name : {"temperature", "top_p", "seed", "stream", "parallel_tool_calls", "user", "presence_penalty",
+                           "frequency_penalty", "logit_bias", "top_logprobs"}) {
+    if (const ojson* v = field(body, name)) chat[name] = *v;
+  }
+  // Log probabilities: asked for by include "message.output_text.logprobs", or by top_logprobs above 0.
+  const ojson* include = field(body, "include");
+  const bool included =
+      include != nullptr && std::find(include->begin(), include->end(), kIncludeLogprobs) != include->end();
+  const ojson* top = field(body, "top_logprobs");
+  if (included || (top != nullptr && top->is_number() && top->get<double>() > 0)) chat["logprobs"] = true;
+}
+
+// The settings the response repeats, defaults filled in.
+json echo_of(const ojson& body, const ojson& chat, const ResponsesRequest& r) {
+  const auto or_default = [&](const char* name, json fallback) {
+    const ojson* v = field(body, name);
+    return v == nullptr ? fallback : json(*v);
+  };
+  json echo = {{"instructions", or_default("instructions", nullptr)},
+               {"tools", or_default("tools", json::array())},
+               {"tool_choice", or_default("tool_choice", "auto")},
+               {"parallel_tool_calls", r.chat.parallel_tool_calls},
+               {"temperature", r.chat.sampling.temperature},
+               {"top_p", r.chat.sampling.top_p},
+               {"max_output_tokens", chat.contains("max_tokens") ? json(chat["max_tokens"]) : json(nullptr)},
+               {"store", r.store},
+               {"metadata", metadata(body)},
+               {"truncation", r.truncate ? "auto" : "disabled"},
+               {"top_logprobs", r.chat.sampling.top_logprobs},
+               {"text", {{"format", json::object()}}}};
+  const ojson* text = field(body, "text");
+  const ojson* format = text == nullptr ? nullptr : field(*text, "format");
+  echo["text"]["format"] = format == nullptr ? json{{"type", "text"}} : json(*format);
+  if (!r.chat.user.empty()) echo["user"] = r.chat.user;
+  return echo;
+}
+
+ResponsesRequest responses_request(std::string_view text, const ServeLimits& limits) {
+  if (text.size() > limits.max_body_bytes) {
+    throw Invalid{api_error(413, "request body of " + std::to_string(text.size()) + " bytes is over the limit of " +
+                                     std::to_string(limits.max_body_bytes) + " bytes")};
+  }
+  ojson body;
+  try {
+    parse_json_input(text.data(), text.data() + text.size(), "the body");  // refuses deep nesting first
+    body = ojson::parse(text.begin(), text.end());
+  } catch (const Error& e) {
+    invalid_field("", e.what());
+  }
+  if (!body.is_object()) invalid_field("", std::string("the body must be a JSON object, got ") + json_type_name(body));
+  refuse_unsupported(body);
+
+  ResponsesRequest r;
+  if (field(body, "model") == nullptr) invalid_field("model", "missing");
+  ojson chat = {{"model", body["model"]}, {"messages", ojson::array()}};
+  if (const ojson* v = field(body, "instructions")) {
+    chat["messages"].push_back({{"role", "system"}, {"content", need_string(*v, "instructions")}});
+    r.has_instructions = true;
+  }
+  const ojson* input = field(body, "input");
+  if (input == nullptr) invalid_field("input", "missing");
+  add_input(*input, limits, chat["messages"]);
+  if (const ojson* v = field(body, "tools"); v != nullptr && !v->empty()) chat["tools"] = chat_tools(*v);
+  if (const ojson* v = field(body, "tool_choice")) {
+    chat["tool_choice"] = chat_tool_choice(*v, chat.contains("tools") ? chat["tools"] : ojson::array());
+  }
+  if (const ojson* v = field(body, "text")) chat["response_format"] = chat_response_format(*v);
+  copy_sampling(body, chat);
+  if (const ojson* v = field(body, "previous_response_id")) {
+    r.previous_response_id = need_string(*v, "previous_response_id");
+    if (r.previous_response_id.empty()) invalid_field("previous_response_id", "empty");
+  }
+  if (const ojson* v = field(body, "store")) {
+    if (!v->is_boolean()) invalid_field("store", std::string("expected a boolean, got ") + json_type_name(*v));
+    r.store = v->get<bool>();
+  }
+  if (const ojson* v = field(body, "truncation"); v != nullptr && v->is_string()) r.truncate = *v == "auto";
+
+  ServeLimits inner = limits;  // the input was checked against the limits above; chat adds what it wrote
+  inner.max_body_bytes = std::numeric_limits<std::size_t>::max();
+  inner.max_messages = std::numeric_limits<std::size_t>::max();
+  Parsed<ChatRequest> parsed = parse_chat_request(chat.dump(), inner);
+  if (!parsed.ok()) throw Invalid{responses_error(parsed.error)};
+  r.chat = std::move(*parsed.value);
+  r.echo = echo_of(body, chat, r);
+  return r;
+}
+
+}  // namespace responses_parser
+
+ApiError responses_error(ApiError error) {
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"messages", "input"}, {"max_tokens", "max_output_tokens"}, {"response_format", "text.format"}};
+  for (const auto& [chat, responses] : kNames) {
+    const std::string from = chat;
+    if (error.param.compare(0, from.size(), from) != 0) continue;
+    error.param = responses + error.param.substr(from.size());
+    if (error.message.compare(0, from.size(), from) == 0) error.message = responses + error.message.substr(from.size());
+    break;
+  }
+  // A chat tool's "tools[i].function.x" is the Responses tool's "tools[i].x" (chat_tools keeps the order).
+  const std::size_t fn = error.param.rfind("tools[", 0) == 0 ? error.param.find("].function.") : std::string::npos;
+  if (fn != std::string::npos && error.param.find_first_not_of("0123456789", 6) == fn) {
+    const std::string at = error.param.substr(0, fn + 1);
+    error.param.erase(fn + 1, 9);
+    if (error.message.compare(0, at.size() + 10, at + ".function.") == 0) error.message.erase(fn + 1, 9);
+  }
+  return error;
+}
+
+Parsed<ResponsesRequest> parse_responses_request(std::string_view body, const ServeLimits& limits) {
+  Parsed<ResponsesRequest> out;
+  try {
+    out.value = responses_parser::responses_request(body, limits);
+  } catch (const responses_parser::Invalid& e) {
+    out.error = e.error;
+  } catch (const std::exception& e) {  // nlohmann type errors the checks above did not foresee
+    out.error = api_error(400, std::string("malformed request: ") + e.what());
+  }
+  return out;
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,78 @@
+// OpenAI's Responses API (POST /v1/responses, the default of the OpenAI Agents SDK) read into the chat
+// request the server already runs: no model, no sockets, never throws (fuzzed with the chat parser by
+// fuzz_serve_request). The request is rewritten as a /v1/chat/completions body and checked by
+// parse_chat_request, so what chat refuses or honours (sampling ranges, tool_choice, JSON answers decoded
+// under a constraint) is refused or honoured here the same way.
+//
+// What a request may hold:
+//   model (string, required); input (required: a string, a user message, or a non-empty array of items):
+//     {type?: "message", role: user | system | developer | assistant, content: a string or an array of
+//       {type: "input_text" | "output_text", text}} (id and status, as the SDKs send them back, are ignored)
+//     {type: "function_call", call_id, name, arguments (text: a JSON object, or what a call max_output_tokens
+//       cut had written, sent back as it was answered)}
+//     {type: "function_call_output", call_id, output (a string or an array of {type: "input_text", text})}
+//   instructions (string: a system message before everything else; not carried over from a previous
+//   response, as in OpenAI's API); previous_response_id (string: resolved by the server, responses_run.h);
+//   store (bool, default true); tools ([{type: "function", name, description?, parameters?, strict?}]);
+//   tool_choice ("none" | "auto" | "required" | {type: "function", name} naming one of the tools);
+//   parallel_tool_calls (bool); max_output_tokens (integer >= 1); temperature [0, 2]; top_p (0, 1]; seed
+//   (integer: as chat draws with it, the same request with the same seed answers the same);
+//   presence_penalty, frequency_penalty and logit_bias (as chat takes and honours them); top_logprobs (0..20)
+//   and include ["message.output_text.logprobs"]: either (top_logprobs above 0) asks for the answer's log
+//   probabilities, written in output_text.logprobs and in each output_text.delta event;
+//   stream (bool); stream_options ({include_obfuscation?}: nothing is obfuscated); text ({format: {type:
+//   "text"} | {type: "json_object"} | {type: "json_schema", name?, schema, strict?, description?},
+//   verbosity?: "medium"}); user (any string: names a session as in chat); metadata (at most 16 string
+//   values, keys up to 64 bytes, values up to 512: stored and echoed); prompt_cache_key,
+//   prompt_cache_retention and safety_identifier (hints, accepted as strings).
+// Refused rather than ignored (400 naming the field, code "unsupported_parameter"): background true,
+// reasoning with an effort other than "none" (or a summary), truncation other than "disabled", any include
+// item but message.output_text.logprobs (no reasoning, no hosted tools), conversation, prompt,
+// max_tool_calls, service_tier other than "auto" or "default",
+// context_management, text.verbosity other than "medium", and the samplers chat refuses (top_k, min_p, top_a,
+// typical_p, repetition_penalty, mirostat). Chat's own fields are refused naming what to use instead (code
+// "unknown_parameter"): max_tokens and max_completion_tokens (max_output_tokens), messages (input),
+// response_format (text.format), logprobs (top_logprobs), functions and function_call (tools, tool_choice),
+// stop and n (no equivalent). Other unknown fields are ignored, as chat ignores them.
+//
+// Items become chat messages in order: a message item one message (developer read as system); a
+// function_call item joins the assistant message right before it (its text, or the calls before it), else
+// starts one with empty content, so consecutive calls are one assistant message with tool_calls; a
+// function_call_output item a tool message (tool_call_id = call_id). Every violation is an ApiError naming
+// the field, e.g. "input[2].call_id: missing".
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "serve/wire/serve_api.h"
+
+namespace orbit::serve {
+
+struct ResponsesRequest {
+  // The request as chat: the instructions as a system message (when given), then the input's messages;
+  // tools in the chat form ({type: "function", function: {name, description?, parameters?}}),
+  // tool_choice, max_output_tokens as max_tokens, text.format as response_format. The server puts a
+  // previous response's conversation between the instructions and the input (responses_run.h).
+  ChatRequest chat;
+  bool has_instructions = false;     // chat.messages[0] is the instructions
+  std::string previous_response_id;  // "" when none
+  bool store = true;                 // keep the response, so that a later request may name it
+  // truncation "auto": a conversation past the context loses its oldest items (responses_run.h).
+  bool truncate = false;
+  // What the response repeats of the request, defaults filled in: instructions, tools (as given), tool_choice,
+  // parallel_tool_calls, temperature, top_p, max_output_tokens, store, metadata, text, truncation, user
+  // (when given).
+  nlohmann::json echo;
+};
+
+// A chat error (parse_chat_request's, ServeCore::prepare_chat's) in the Responses API's names: param and
+// message "max_tokens" become "max_output_tokens", "response_format" "text.format", "messages" "input",
+// "tools[i].function.x" "tools[i].x".
+ApiError responses_error(ApiError error);
+
+// Parse and check a /v1/responses body; never throws on any input.
+Parsed<ResponsesRequest> parse_responses_request(std::string_view body, const ServeLimits& limits = {});
+
+}  // namespace orbit::serve

@@ -1,0 +1,75 @@
+// The Responses API's stored responses on disk (ResponseStore with a path, responses_store.h): one SQLite
+// database beside the chunk store's index (`orbit serve --store DIR` keeps it in DIR/serve-responses.sqlite),
+// so a previous_response_id names the same conversation after a restart.
+//
+//   meta(name TEXT PRIMARY KEY, value TEXT)   "format": "orbit-serve-responses 1"
+//   responses(id TEXT PRIMARY KEY,
+//             named INTEGER    1: found by id and by its read list; 0: kept only as a link of a named
+//                              response's chain (dropped past the capacity, or deleted, while one continues it)
+//             session TEXT     the window it ran in
+//             previous TEXT    the id of the response it continued, or NULL
+//             added TEXT       its input messages and its answer, a JSON array of messages
+//             body TEXT        the response object as it was returned (GET /v1/responses/{id})
+//             read_key TEXT    the hash of the message list the model read, with the answer
+//             used INTEGER)    a logical clock (one past the largest at each insert or use): the least
+//                              recently used named responses are dropped first
+//
+// Every write is one transaction (sqlite_file.h: WAL journal, synchronous=FULL): a crash leaves the state
+// before or after it. A row is deleted only when it is unnamed and no row continues it. Several servers may
+// share a store: writers wait for each other up to a busy timeout (10 s).
+// Thread-safety: none; ResponseStore serialises calls.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "orbit/sync.h"
+#include "serve/stored/sqlite_file.h"
+
+namespace orbit::serve {
+
+// One stored response as a row holds it.
+struct ResponseRow {
+  std::string id;
+  bool named = true;
+  std::string session;
+  std::string previous;  // "" for the first of a chain
+  std::vector<ChatMessage> added;
+  std::string body;
+  std::string read_key;
+};
+
+class ResponseDisk {
+ public:
+  // Opens (creating when missing) the database at `path`. Throws orbit::Error naming the path when it
+  // cannot be opened or is not a responses database of this format.
+  explicit ResponseDisk(const std::string& path);
+
+  const std::string& path() const { return file_.path(); }
+
+  // Inserts a named row, the most recently used (a row with its id already there is left as it is).
+  void insert(const ResponseRow& row);
+  // The row `id`, named or not; nullopt when there is none. A row that does not parse throws naming it.
+  std::optional<ResponseRow> load(const std::string& id) const;
+  // The most recently used named response whose read list hashes to `read_key`, or "".
+  std::string find_by_key(const std::string& read_key) const;
+  void touch(const std::string& id);  // the most recently used
+  // Makes `id` unnamed and deletes what no named response needs any more; false when it was not named.
+  bool unname(const std::string& id);
+  // Unnames the least recently used named responses until at most `capacity` are named; returns their ids.
+  std::vector<std::string> evict_to(int64_t capacity);
+  int64_t named_count() const;
+
+ private:
+  void collect(std::string id);  // deletes `id` and its unnamed predecessors while nothing continues them
+
+  SqliteFile file_;
+};
+
+// A message list as JSON text and back (role, content, name, tool_call_id, tool_calls).
+std::string messages_to_json(const std::vector<ChatMessage>& messages);
+std::vector<ChatMessage> messages_from_json(const std::string& text, const std::string& what);
+
+}  // namespace orbit::serve

@@ -1,0 +1,154 @@
+#include "serve/responses/responses_http.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "orbit/common/clock.h"
+#include "serve/http/peer_watch.h"
+#include "serve/responses/responses_items.h"
+#include "serve/responses/responses_run.h"
+#include "serve/wire/serve_wire.h"
+
+namespace orbit::serve {
+
+// Helpers in a named namespace: unity builds put several files in one translation unit.
+namespace responses_route {
+
+using Clock = std::chrono::steady_clock;
+const char* const kEndpoint = "responses";
+
+void reply_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(error_body(e), "application/json");
+}
+
+// Counts a finished request in the metrics and, with a result, its tokens.
+void account(ServeMetrics& metrics, int status, Clock::time_point t0, const RunOutcome* out) {
+  metrics.count_request(kEndpoint, status, seconds_since(t0));
+  if (out && out->result) {
+    const RunUsage& u = out->result->usage;
+    metrics.count_tokens(u.prompt_tokens, u.completion_tokens, u.forward_tokens, u.radix_cache_tokens);
+  }
+}
+
+// One request, shared by the handler and its stream provider.
+struct ResponseJob {
+  Clock::time_point t0 = Clock::now();
+  ResponseCall call;
+  std::shared_ptr<PeerWatch> watch;
+  bool first_token = true;
+};
+
+// Cancels the run when the client leaves; counts the first token.
+RunSink job_sink(ServeCore& core, ResponseJob& job) {
+  RunSink sink;
+  sink.cancelled = [&job] { return job.watch->gone(); };
+  sink.on_text = [&core, &job](const std::string&) {
+    if (job.first_token) core.metrics().count_first_token(kEndpoint, seconds_since(job.t0));
+    job.first_token = false;
+    return !job.watch->gone();
+  };
+  return sink;
+}
+
+}  // namespace responses_route
+
+void post_responses(const ResponsesRoute& route, const httplib::Request& req, httplib::Response& res) {
+  ServeCore& core = route.core;
+  auto job = std::make_shared<responses_route::ResponseJob>();
+  ++route.in_flight;
+  auto fail = [&](const ApiError& e) {
+    responses_route::reply_error(res, e);
+    responses_route::account(core.metrics(), e.status, job->t0, nullptr);
+    --route.in_flight;
+  };
+  if (route.draining) return fail(api_error(503, "the server is shutting down", "server_error", "shutting_down"));
+  std::optional<std::string> header;
+  if (req.has_header("X-Orbit-Session")) {
+    header = req.get_header_value("X-Orbit-Session");
+    const std::string problem = session_id_problem(*header);
+    if (!problem.empty()) {
+      return fail(api_error(400, "header X-Orbit-Session: " + problem, "invalid_request_error", "", "X-Orbit-Session"));
+    }
+  }
+  if (auto bad = prepare_response(core, req.body, header ? &*header : nullptr, job->call)) return fail(*bad);
+  job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
+  if (!job->call.request.chat.sampling.stream) {
+    const ResponseOutcome out = run_response(core, job->call, responses_route::job_sink(core, *job));
+    if (out.run.result) {
+      res.set_content(dump(out.body), "application/json");
+    } else {
+      responses_route::reply_error(res, out.run.error);
+    }
+    responses_route::account(core.metrics(), out.run.result ? 200 : out.run.error.status, job->t0, &out.run);
+    --route.in_flight;
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [route, job](std::size_t, httplib::DataSink& sink) {
+        const ResponseOutcome out =
+            run_response(route.core, job->call, responses_route::job_sink(route.core, *job),
+                         [&sink](const std::string& events) { return sink.write(events.data(), events.size()); });
+        sink.done();
+        responses_route::account(route.core.metrics(), out.run.result ? 200 : out.run.error.status, job->t0, &out.run);
+        return true;
+      },
+      [route](bool) { --route.in_flight; });
+}
+
+namespace responses_route {
+
+ApiError unknown_response(const std::string& id) {
+  return api_error(
+      404,
+      "no stored response '" + id + "' (never stored, stored with store false, deleted, or dropped from the store)",
+      "invalid_request_error", "response_not_found");
+}
+
+}  // namespace responses_route
+
+void get_response(ServeCore& core, const std::string& id, const httplib::Request& req, httplib::Response& res) {
+  if (const std::optional<ApiError> bad = retrieve_query_problem(req.params)) {
+    return responses_route::reply_error(res, *bad);
+  }
+  const std::shared_ptr<StoredResponse> stored = core.responses().get(id);
+  if (!stored) return responses_route::reply_error(res, responses_route::unknown_response(id));
+  res.set_content(stored->body, "application/json");
+}
+
+void get_input_items(ServeCore& core, const std::string& id, const httplib::Request& req, httplib::Response& res) {
+  const std::shared_ptr<StoredResponse> stored = core.responses().get(id);
+  if (!stored) return responses_route::reply_error(res, responses_route::unknown_response(id));
+  const ItemsPage page = input_items_page(*stored, req.params);  // httplib::Params is a multimap
+  if (page.error) return responses_route::reply_error(res, *page.error);
+  res.set_content(dump(page.body), "application/json");
+}
+
+void post_input_tokens(ServeCore& core, const httplib::Request& req, httplib::Response& res) {
+  const Parsed<int64_t> count = count_input_tokens(core, req.body);
+  if (!count.ok()) return responses_route::reply_error(res, count.error);
+  res.set_content(dump(nlohmann::json{{"object", "response.input_tokens"}, {"input_tokens", *count.value}}),
+                  "application/json");
+}
+
+void cancel_response(ServeCore& core, const std::string& id, httplib::Response& res) {
+  if (!core.responses().get(id)) return responses_route::reply_error(res, responses_route::unknown_response(id));
+  responses_route::reply_error(res, api_error(400,
+                                              "only a response created with background true can be cancelled, "
+                                              "and this server runs none in the background (response '" +
+                                                  id + "' has finished)",
+                                              "invalid_request_error", "response_not_cancellable"));
+}
+
+void delete_response(ServeCore& core, const std::string& id, httplib::Response& res) {
+  if (!core.responses().erase(id)) return responses_route::reply_error(res, responses_route::unknown_response(id));
+  res.set_content(dump(nlohmann::json{{"id", id}, {"object", "response"}, {"deleted", true}}), "application/json");
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,218 @@
+#include "serve/responses/responses_run.h"
+
+#include <ctime>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "serve/wire/serve_wire.h"
+
+namespace orbit::serve {
+
+using nlohmann::json;
+
+// Helpers in a named namespace: unity builds put several files in one translation unit.
+namespace response_flow {
+
+// The window a prepared conversation runs in (responses_run.h, steps 1 to 4).
+std::string session_of(ServeCore& core, const ResponseCall& call, const std::string* header_session) {
+  if (header_session != nullptr) return *header_session;
+  if (!call.request.chat.user.empty()) return session_for_user(call.request.chat.user);
+  if (call.previous) return call.previous->session;
+  if (auto continued = core.responses().continued_by(call.request.chat.messages)) return continued->session;
+  return call.request.store ? call.head.id : "";
+}
+
+// The previous response's conversation between the instructions and the input.
+std::optional<ApiError> join_previous(ServeCore& core, ResponseCall& call) {
+  std::vector<ChatMessage>& messages = call.request.chat.messages;
+  call.input_begin = call.request.has_instructions ? 1 : 0;
+  const std::string& id = call.request.previous_response_id;
+  if (id.empty()) return std::nullopt;
+  call.previous = core.responses().get(id);
+  if (!call.previous) {
+    return api_error(404,
+                     "previous_response_id: no stored response '" + id +
+                         "' (never stored, stored with "
+                         "store false, or dropped from the store)",
+                     "invalid_request_error", "previous_response_not_found", "previous_response_id");
+  }
+  std::vector<ChatMessage> earlier = call.previous->conversation();
+  messages.insert(messages.begin() + static_cast<std::ptrdiff_t>(call.input_begin), earlier.begin(), earlier.end());
+  call.input_begin += earlier.size();
+  return std::nullopt;
+}
+
+// Messages [first, first + k) dropped, and the tool results left leading after them (their calls went).
+std::size_t dropped_through(const std::vector<ChatMessage>& messages, std::size_t first, std::size_t k) {
+  std::size_t end = first + k;
+  while (end + 1 < messages.size() && messages[end].role == "tool") ++end;
+  return end;
+}
+
+// truncation "auto" (responses_run.h): the fewest oldest messages dropped for the prompt to leave the
+// answer's room, found by bisection over how many (each probe renders and tokenizes the list).
+std::optional<ApiError> truncate_conversation(ServeCore& core, ResponseCall& call) {
+  std::vector<ChatMessage>& messages = call.request.chat.messages;
+  const int64_t context = core.context_tokens();
+  const std::optional<int64_t> asked = call.request.chat.sampling.max_tokens;
+  const int64_t room = asked ? *asked : std::min(core.options().default_max_tokens, context / 4);
+  std::size_t first = 0;
+  while (first + 1 < messages.size() && (messages[first].role == "system" || messages[first].role == "developer")) {
+    ++first;
+  }
+  const auto fits = [&](std::size_t k) -> Parsed<bool> {
+    ChatRequest probe = call.request.chat;
+    const std::size_t end = dropped_through(messages, first, k);
+    probe.messages.erase(probe.messages.begin() + static_cast<std::ptrdiff_t>(first),
+                         probe.messages.begin() + static_cast<std::ptrdiff_t>(end));
+    Parsed<int64_t> tokens = core.count_chat_tokens(probe);
+    Parsed<bool> out;
+    if (!tokens.ok())
+      out.error = tokens.error;
+    else
+      out.value = *tokens.value + room <= context;
+    return out;
+  };
+  const std::size_t most = messages.size() - 1 - first;  // the last message stays
+  Parsed<bool> none = fits(0);
+  if (!none.ok()) return responses_error(none.error);
+  if (*none.value || most == 0) return std::nullopt;
+  std::size_t lo = 0, hi = most;  // fits(lo) is false; fits(hi) may be: the least k that fits, else most
+  while (hi - lo > 1) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    Parsed<bool> f = fits(mid);
+    if (!f.ok()) return responses_error(f.error);
+    (*f.value ? hi : lo) = mid;
+  }
+  const std::size_t end = dropped_through(messages, first, hi);
+  if (end > call.input_begin) {
+    call.whole_input.emplace(messages.begin() + static_cast<std::ptrdiff_t>(call.input_begin), messages.end());
+  }
+  // What is left of the input starts where it did, less what was dropped before it.
+  call.input_begin -= std::min(call.input_begin, end) - std::min(call.input_begin, first);
+  messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first),
+                 messages.begin() + static_cast<std::ptrdiff_t>(end));
+  return std::nullopt;
+}
+
+// The answer as the assistant message a client sends back.
+ChatMessage answer_message(const RunResult& r) {
+  ChatMessage answer;
+  answer.role = "assistant";
+  answer.content = r.text;
+  answer.tool_calls = r.tool_calls;
+  return answer;
+}
+
+void store(ServeCore& core, const ResponseCall& call, const RunResult& r, const json& body) {
+  const std::vector<ChatMessage>& messages = call.request.chat.messages;
+  auto stored = std::make_shared<StoredResponse>();
+  stored->id = call.head.id;
+  stored->session = call.session;
+  stored->previous = call.previous;
+  if (call.whole_input) {
+    stored->added = *call.whole_input;
+  } else {
+    stored->added.assign(messages.begin() + static_cast<std::ptrdiff_t>(call.input_begin), messages.end());
+  }
+  stored->added.push_back(answer_message(r));
+  stored->body = dump(body);
+  std::vector<ChatMessage> read = messages;
+  read.push_back(stored->added.back());
+  core.responses().put(std::move(stored), read);
+}
+
+}  // namespace response_flow
+
+std::optional<ApiError> prepare_response(ServeCore& core, std::string_view body, const std::string* header_session,
+                                         ResponseCall& call) {
+  Parsed<ResponsesRequest> parsed = parse_responses_request(body, core.options().limits);
+  if (!parsed.ok()) return parsed.error;
+  call.request = std::move(*parsed.value);
+  call.head.id = core.responses().new_id();
+  call.head.created_at = static_cast<int64_t>(std::time(nullptr));
+  call.head.model = core.model_name();
+  call.head.previous_response_id = call.request.previous_response_id;
+  call.head.echo = call.request.echo;
+  if (auto missing = response_flow::join_previous(core, call)) return missing;
+  if (call.request.truncate) {
+    if (auto bad = response_flow::truncate_conversation(core, call)) return bad;
+  }
+  call.session = response_flow::session_of(core, call, header_session);
+  call.ticket = core.prepare_chat(call.request.chat, call.session);
+  if (!call.ticket.ok()) return responses_error(call.ticket.error());
+  return std::nullopt;
+}
+
+Parsed<int64_t> count_input_tokens(ServeCore& core, std::string_view body) {
+  static const std::set<std::string> shaping = {
+      "model", "input",     "instructions", "previous_response_id", "tools", "tool_choice", "parallel_tool_calls",
+      "text",  "reasoning", "truncation",   "conversation"};
+  Parsed<int64_t> out;
+  // Ordered: the tools' schemas render in the order the client wrote them.
+  nlohmann::ordered_json fields = nlohmann::ordered_json::parse(body, nullptr, false);
+  std::string completed(body);
+  if (fields.is_object()) {  // else the parser below names what is wrong with the body
+    for (const auto& [key, value] : fields.items()) {
+      if (shaping.count(key) == 0) {
+        out.error = api_error(400, key + ": does not apply to counting input tokens", "invalid_request_error",
+                              "unknown_parameter", key);
+        return out;
+      }
+    }
+    if (!fields.contains("model")) {
+      fields["model"] = core.model_name();
+      completed = fields.dump();
+    }
+  }
+  ResponseCall call;
+  Parsed<ResponsesRequest> parsed = parse_responses_request(completed, core.options().limits);
+  if (!parsed.ok()) {
+    out.error = parsed.error;
+    return out;
+  }
+  call.request = std::move(*parsed.value);
+  if (auto missing = response_flow::join_previous(core, call)) {
+    out.error = *missing;
+    return out;
+  }
+  if (call.request.truncate) {
+    if (auto bad = response_flow::truncate_conversation(core, call)) {
+      out.error = *bad;
+      return out;
+    }
+  }
+  out = core.count_chat_tokens(call.request.chat);
+  if (!out.ok()) out.error = responses_error(out.error);
+  return out;
+}
+
+ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink& sink,
+                             const std::function<bool(const std::string&)>& events) {
+  ResponseOutcome out;
+  std::optional<ResponseEvents> stream;
+  RunSink run_sink = sink;
+  if (events) {
+    stream.emplace(call.head);
+    if (!events(stream->start())) run_sink.cancelled = [] { return true; };
+    run_sink.on_text = [&](const std::string& delta) {
+      const bool here = !sink.on_text || sink.on_text(delta);
+      return events(stream->text(delta)) && here;
+    };
+  }
+  out.run = core.run(call.ticket, run_sink);
+  if (!out.run.result) {
+    out.run.error = responses_error(out.run.error);
+    if (stream) events(stream->failed(out.run.error));
+    return out;
+  }
+  const RunResult& r = *out.run.result;
+  out.body = response_body(call.head, &r);
+  if (r.finish_reason == "cancelled") return out;  // no one to answer; not stored
+  if (call.request.store) response_flow::store(core, call, r, out.body);
+  if (stream) events(stream->finish(r));
+  return out;
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,86 @@
+// A POST /v1/responses below HTTP: parsed (responses_api.h), joined to the conversation it continues, put
+// in its window, prepared (ServeCore::prepare_chat: every refusal before any byte), then run, answered
+// (responses_wire.h) and stored (responses_store.h).
+//
+// The conversation: the instructions (a system message), then the stored conversation of
+// previous_response_id (404 previous_response_not_found for an id never stored, stored with store false,
+// or dropped from the store), then the request's input. With truncation "auto", a conversation whose prompt
+// would leave less than the answer's room in the context loses its oldest items (after the leading system
+// and developer messages, never the last one, and a tool result whose call was dropped goes with it) until
+// it fits: the room is max_output_tokens when given, else the server's default max_tokens, at most a quarter
+// of the context. The window then evicts what was dropped and keeps the rest in place. What the input held
+// is stored whole all the same, so a later request chained to this one starts from all of it.
+//
+// The window (the session the chat request runs in), first that applies:
+//   1. the header X-Orbit-Session, else the request's `user` (session_for_user), as for chat;
+//   2. previous_response_id: the session of the response it names, so a chain runs in one window and
+//      each request syncs only what is new, with no session configured;
+//   3. a stored response whose conversation (as the model read it, with its answer) the request's messages
+//      begin with (ResponseStore::continued_by): its session, so an agent that resends its whole history
+//      lands in the window that holds it;
+//   4. a new session named by this response's id (store true), so that requests chained to it find it;
+//      with store false, one of the anonymous windows.
+//
+// Thread-safety: one ResponseCall per request, used by one thread (it holds its window from prepare to
+// run); any number at once.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "serve/responses/responses_api.h"
+#include "serve/responses/responses_store.h"
+#include "serve/responses/responses_wire.h"
+#include "serve/serve_core.h"
+
+namespace orbit::serve {
+
+// One request from prepare to answer. It is prepared in place and never moves (its ticket points at
+// request.chat).
+struct ResponseCall {
+  ResponseCall() = default;
+  ResponseCall(const ResponseCall&) = delete;
+  ResponseCall& operator=(const ResponseCall&) = delete;
+
+  ResponsesRequest request;  // after prepare, request.chat.messages is the whole conversation
+  ResponseHead head;
+  std::shared_ptr<StoredResponse> previous;  // what previous_response_id named; null when none
+  std::size_t input_begin = 0;               // request.chat.messages[input_begin..]: this request's input
+  // When truncation dropped any of the input's items: the input as the request gave it (stored whole).
+  std::optional<std::vector<ChatMessage>> whole_input;
+  std::string session;  // the window it runs in ("" = anonymous)
+  RunTicket ticket;
+};
+
+// Parses `body`, joins the conversation, names the window and prepares the run. `header_session` is the
+// X-Orbit-Session header's value (already checked), or null. Returns the error to answer with, before any
+// byte of the answer (statuses as chat's, previous_response_id unknown 404).
+std::optional<ApiError> prepare_response(ServeCore& core, std::string_view body, const std::string* header_session,
+                                         ResponseCall& call);
+
+// POST /v1/responses/input_tokens: the tokens the request's input reads as a response (the instructions,
+// the conversation of previous_response_id, the input, the tools, as `usage.input_tokens` counts them;
+// with truncation "auto", what is left after it),
+// checked as POST /v1/responses checks it; nothing runs and no window is touched. The body takes only what
+// shapes the input (model, which defaults to the served one, input, instructions, previous_response_id,
+// tools, tool_choice, parallel_tool_calls, text, reasoning, truncation); any other field is a 400 naming it.
+Parsed<int64_t> count_input_tokens(ServeCore& core, std::string_view body);
+
+struct ResponseOutcome {
+  RunOutcome run;       // the chat run: its result, or the error to answer with
+  nlohmann::json body;  // the response object; null when the run failed
+};
+
+// Runs a prepared call. `events` set: the request streams, and the events (responses_wire.h) go to it as
+// they come, response.created first (false: the client left); a cancelled run writes no last event. `sink.on_text`
+// observes the generated text and `sink.cancelled` is polled, as for chat. A response that ran to its end (not
+// cancelled) is stored (store true) before its last event is written, so a request chained to it right away finds it.
+ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink& sink,
+                             const std::function<bool(const std::string&)>& events = nullptr);
+
+}  // namespace orbit::serve

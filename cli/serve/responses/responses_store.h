@@ -1,0 +1,104 @@
+// The responses `orbit serve` keeps for the Responses API: what a later request's previous_response_id
+// names (its conversation, and the window it ran in), and what GET /v1/responses/{id} returns, bounded.
+//
+// A stored response holds only what it added to its conversation (this request's input messages, its
+// instructions excluded, and its answer as an assistant message) and a reference to the response it
+// continued, so a chain of n responses costs its messages once, not n times. At most `capacity` responses
+// (4096 by default) are kept by id; past it the least recently used (named, stored or continued) is dropped,
+// and a later previous_response_id naming it is unknown (404). A dropped or deleted response that a kept one
+// continued stays as part of that one's conversation, without its id.
+//
+// With a path (`orbit serve --store DIR`) the responses are kept on disk (responses_disk.h) and survive a
+// restart; memory holds the most recently used of them (at most kMemoryCapacity), the rest are read back when
+// named. A failed write to disk is reported on stderr and the response is kept in memory only (the answer was
+// given). Without a path nothing survives a restart.
+//
+// Besides ids, the store finds the response a request continues without naming it, as agents that resend
+// the whole history do (the OpenAI Agents SDK by default): continued_by() returns the stored response whose
+// conversation, as the model read it and with its answer, is the longest prefix of the request's message
+// list. Those conversations are indexed by a chain of SHA-256 hashes over the messages (role, content,
+// name, tool_call_id, tool calls with their ids), one per prefix.
+//
+// Thread-safety: every member may be called from any thread. A StoredResponse is immutable once put.
+#pragma once
+
+#include <cstddef>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "orbit/sync.h"
+#include "serve/responses/responses_disk.h"
+
+namespace orbit::serve {
+
+struct StoredResponse {
+  std::string id;       // "resp_..."
+  std::string session;  // the window it ran in: a request continuing it runs there too
+  // Its input messages (instructions excluded: they are not carried over) and its answer as an assistant
+  // message (content and tool_calls, as a client sends it back).
+  std::vector<ChatMessage> added;
+  std::shared_ptr<StoredResponse> previous;  // the response it continued; null for the first of a chain
+  std::string body;                          // the response object as returned (JSON text)
+
+  // The conversation up to and including this response: the previous one's, then `added`.
+  std::vector<ChatMessage> conversation() const;
+  ~StoredResponse();  // releases a long chain one link at a time (no recursion)
+};
+
+struct ResponseStoreOptions {
+  std::size_t capacity = 4096;  // responses kept by id (on disk with a path, else in memory); at least 1
+  std::string path;             // the database file (responses_disk.h); "" = memory only
+};
+
+class ResponseStore {
+ public:
+  static constexpr std::size_t kDefaultCapacity = 4096;
+  static constexpr std::size_t kMemoryCapacity = 4096;  // held in memory at most, with a path
+  // Throws orbit::Error naming the path when its database cannot be opened.
+  explicit ResponseStore(ResponseStoreOptions options = {});
+
+  // A new response id: "resp_" and 32 random hex digits.
+  std::string new_id();
+  // Keeps `response` under its id, most recently used. `read` is the message list the model read for it
+  // (instructions included) followed by its answer: the key continued_by() finds it by.
+  void put(std::shared_ptr<StoredResponse> response, const std::vector<ChatMessage>& read);
+  // The response stored under `id` (now the most recently used), or null.
+  std::shared_ptr<StoredResponse> get(const std::string& id);
+  // The stored response whose `read` list is the longest prefix of `messages` (all of it included), or null.
+  std::shared_ptr<StoredResponse> continued_by(const std::vector<ChatMessage>& messages);
+  // Forgets the id `id` (DELETE /v1/responses/{id}); false when no response is stored under it. A response
+  // that continues it keeps its conversation.
+  bool erase(const std::string& id);
+  std::size_t size() const;  // responses kept by id
+  bool persistent() const { return disk_ != nullptr; }
+
+ private:
+  struct Entry {
+    std::shared_ptr<StoredResponse> response;
+    std::list<std::string>::iterator recency;  // its place in recency_
+    std::string key;                           // the hash of its read list
+  };
+  // Under mutex_:
+  void touch(Entry& entry);
+  void remember(std::shared_ptr<StoredResponse> response, const std::string& key);  // in memory, newest
+  void forget(const std::string& id);                                               // from memory only
+  std::shared_ptr<StoredResponse> load(const std::string& id);  // from disk, sharing the links memory holds
+  std::shared_ptr<StoredResponse> find(const std::string& id);  // memory, else disk; touched
+
+  std::size_t capacity_;
+  std::unique_ptr<ResponseDisk> disk_;
+  mutable std::mutex mutex_;
+  std::map<std::string, Entry> by_id_;
+  std::map<std::string, std::string> by_key_;                   // read-list hash -> id
+  std::list<std::string> recency_;                              // ids, most recently used first
+  std::map<std::string, std::weak_ptr<StoredResponse>> links_;  // responses read from or put on disk, by id
+  std::size_t links_limit_ = 1024;                              // links_'s size that prunes it next
+  std::mt19937_64 random_;
+};
+
+}  // namespace orbit::serve

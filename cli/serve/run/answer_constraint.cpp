@@ -1,0 +1,180 @@
+#include "serve/run/answer_constraint.h"
+
+#include <nlohmann/json.hpp>
+
+#include "orbit/common/error.h"
+
+namespace orbit::serve {
+
+namespace {
+
+bool forces_call(const ChatRequest& r) { return r.tool_choice.mode == "required" || r.tool_choice.mode == "function"; }
+
+// tool_choice "auto" with tools and a text answer: the model may call.
+bool may_call(const ChatRequest& r) {
+  return !r.tools_json.empty() && r.tool_choice.mode == "auto" && r.response_format.type == "text";
+}
+
+// tool_choice "auto" with tools and a JSON answer asked for: the answer is a call or that JSON.
+bool may_call_or_answer(const ChatRequest& r) {
+  return !r.tools_json.empty() && r.tool_choice.mode == "auto" && r.response_format.type != "text";
+}
+
+// What a request's constraint is built from; "" when it has none.
+std::string key_of(const ChatRequest& r) {
+  const std::string calls = std::string(r.parallel_tool_calls ? "n" : "1") + "\n" + r.tools_json;
+  if (forces_call(r)) return "tools\n" + r.tool_choice.function + "\n" + calls;
+  if (may_call(r)) return "auto tools\n" + calls;
+  std::string answer;
+  if (r.response_format.type == "json_object") answer = "json_object";
+  if (r.response_format.type == "json_schema") answer = "json_schema\n" + r.response_format.schema_json;
+  // The tools' JSON has no newline: the key's parts stay apart.
+  return may_call_or_answer(r) ? "calls or\n" + calls + "\n" + answer : answer;
+}
+
+// Why a tool's parameters are not an arguments schema, or "": a function's arguments are a JSON object, so
+// its schema is an object (or true) whose type, if given, is "object", whose properties is an object of
+// schemas and whose required lists property names. Other keywords are the tool's to describe its arguments
+// to the model; they are enforced, in the subset orbit/constraint.h serves, only when a call is forced.
+std::string arguments_schema_problem(const nlohmann::ordered_json& p) {
+  if (p.is_boolean() && p.get<bool>()) return "";
+  if (!p.is_object()) return std::string("must be a JSON Schema object, got ") + p.type_name();
+  const auto type = p.find("type");
+  if (type != p.end() && !(type->is_string() && *type == "object")) {
+    return "'type' must be \"object\" (a function's arguments are a JSON object), got " + type->dump();
+  }
+  const auto props = p.find("properties");
+  if (props != p.end()) {
+    if (!props->is_object()) return std::string("'properties' must be an object, got ") + props->type_name();
+    for (const auto& [name, schema] : props->items()) {
+      if (!schema.is_object() && !schema.is_boolean()) return "'properties." + name + "' must be a schema (an object)";
+    }
+  }
+  const auto required = p.find("required");
+  if (required != p.end()) {
+    if (!required->is_array()) return "'required' must be an array of property names";
+    for (const auto& name : *required) {
+      if (!name.is_string()) return "'required' must hold property names (strings), got " + name.dump();
+    }
+  }
+  return "";
+}
+
+// Every tool's parameters checked when the request arrives, whatever tool_choice says (400 naming
+// tools[i].function.parameters): an arguments schema that is malformed is refused at once, not only once a
+// later request forces a call. Names are unique already (the parser checks them).
+AnswerConstraint check_tool_schemas(const std::string& tools_json) {
+  AnswerConstraint out;
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
+  if (!tools.is_array()) return out;  // the parser wrote it: not reached
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const auto fn = tools[i].find("function");
+    if (fn == tools[i].end() || !fn->is_object() || !fn->contains("parameters")) continue;
+    const std::string param = "tools[" + std::to_string(i) + "].function.parameters";
+    const std::string problem = arguments_schema_problem((*fn)["parameters"]);
+    if (!problem.empty()) {
+      out.error = api_error(400, param + ": " + problem, "invalid_request_error", "invalid_function_parameters", param);
+      return out;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+AnswerConstraint ConstraintCache::build_auto(const ChatRequest& r) const {
+  AnswerConstraint out;
+  out.trigger = tool_call_trigger(format_);
+  if (out.trigger.empty()) return {};
+  try {
+    out.constraint =
+        Constraint::tool_calls(r.tools_json, tool_call_options(format_, "", r.parallel_tool_calls ? 4 : 1));
+  } catch (const Error&) {
+    return {};  // schemas outside the subset: nothing was asked to be enforced, the answer stays free
+  }
+  if (!unwritable(out.constraint, *vocabulary_, max_answer_bytes_).empty()) return {};
+  return out;
+}
+
+AnswerConstraint ConstraintCache::build_calls_or_answer(const ChatRequest& r, AnswerConstraint answer) const {
+  if (!answer.constraint) return answer;  // refused
+  std::shared_ptr<const Constraint> calls;
+  try {
+    calls = Constraint::tool_calls(r.tools_json, tool_call_options(format_, "", r.parallel_tool_calls ? 4 : 1));
+  } catch (const Error&) {
+    return answer;  // schemas outside the subset (accepted under auto): the JSON answer alone
+  }
+  if (!unwritable(calls, *vocabulary_, max_answer_bytes_).empty()) return answer;
+  answer.constraint = Constraint::choice({calls, answer.constraint});
+  return answer;
+}
+
+AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
+  if (may_call(r)) return build_auto(r);
+  if (may_call_or_answer(r)) {
+    ChatRequest json = r;  // the JSON answer alone, as a request without tools would have it
+    json.tools_json.clear();
+    return build_calls_or_answer(r, build(json));
+  }
+  AnswerConstraint out;
+  const bool call = forces_call(r);
+  const std::string param = call                                      ? "tool_choice"
+                            : r.response_format.type == "json_object" ? "response_format.type"
+                                                                      : "response_format.json_schema.schema";
+  try {
+    if (call) {
+      const std::string only = r.tool_choice.mode == "function" ? r.tool_choice.function : "";
+      out.constraint =
+          Constraint::tool_calls(r.tools_json, tool_call_options(format_, only, r.parallel_tool_calls ? 4 : 1));
+    } else if (r.response_format.type == "json_object") {
+      out.constraint = Constraint::json_object();
+    } else {
+      out.constraint = Constraint::json_schema(r.response_format.schema_json, {}, "response_format.json_schema.schema");
+    }
+  } catch (const Error& e) {
+    out.error = api_error(400, e.what(), "invalid_request_error", "", call ? "tools" : param);
+    out.constraint = nullptr;
+    return out;
+  }
+  const std::string why = unwritable(out.constraint, *vocabulary_, max_answer_bytes_);
+  if (!why.empty()) {
+    out.error = api_error(400, param + ": " + why, "invalid_request_error", "unsupported_value", param);
+    out.constraint = nullptr;
+  }
+  return out;
+}
+
+AnswerConstraint ConstraintCache::for_request(const ChatRequest& request) {
+  if (!request.tools_json.empty()) {
+    AnswerConstraint checked =
+        remembered("tool schemas\n" + request.tools_json, [&] { return check_tool_schemas(request.tools_json); });
+    if (checked.error) return checked;
+  }
+  const std::string key = key_of(request);
+  if (key.empty()) return {};
+  return remembered(key, [&] { return build(request); });
+}
+
+AnswerConstraint ConstraintCache::remembered(const std::string& key, const std::function<AnswerConstraint()>& make) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = kept_.find(key);
+    if (it != kept_.end()) {
+      order_.splice(order_.begin(), order_, it->second.at);
+      return it->second.answer;
+    }
+  }
+  AnswerConstraint out = make();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (kept_.count(key) == 0) {
+    order_.push_front(key);
+    kept_.emplace(key, Kept{out, order_.begin()});
+    if (kept_.size() > capacity_) {
+      kept_.erase(order_.back());
+      order_.pop_back();
+    }
+  }
+  return out;
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,91 @@
+// The constraint a chat answer is decoded under (orbit/constraint.h), from what the request asks:
+//   tool_choice "required"       a call to one of the request's tools, written in the server's tool call
+//                                format (up to 4 calls when parallel_tool_calls is true, one otherwise)
+//   tool_choice {function: F}    a call to F
+//   response_format json_object  any JSON object
+//   response_format json_schema  a JSON value of the schema (the supported subset: constraint.h)
+//   tool_choice "auto" (tools)   free text until the model writes the format's call mark (tool_call_trigger:
+//                                "<tool_call>"), then calls valid under the tools' grammar: a call the model
+//                                starts is written whole (none when the format has no mark, the tools' schemas
+//                                are outside the subset, or the vocabulary cannot write them: then free)
+//   tool_choice "auto" (tools)   calls (as under "required") or the JSON answer, from the first byte: an agent
+//   and a JSON response_format   with tools and a structured final answer (the Agents SDK's outputType) can
+//                                still call; the JSON answer alone where the tools' grammar cannot be had
+//   otherwise                    none
+// A forced call is not a message, so response_format does not apply to it (as OpenAI's API reads them).
+// Whatever tool_choice says, every tool's parameters must be an arguments schema (an object schema: type
+// "object" if given, properties an object, required a list of names): one that is not is refused when the
+// request arrives (400, code invalid_function_parameters, naming tools[i].function.parameters). Keywords
+// outside the subset (uniqueItems, oneOf, not, ...; pattern, format and number bounds are in it) are
+// accepted under tool_choice auto, which constrains nothing, and refused naming the keyword when a call to
+// that tool is forced (its arguments would be decoded under the schema).
+// A constraint the model's vocabulary cannot write is refused before the run (400 naming the field and the
+// first byte no token writes): its shortest whole match is spelled with the vocabulary's tokens, longest
+// first (a tokenizer without a token for '{', as TinyStories-656K's, can write no JSON object).
+// Built constraints, and the tools' checks, are kept (by what they were built from) in a small LRU: their token
+// masks are cached inside them, so an agent that sends the same tools every turn pays for the masks and the
+// check once.
+//
+// Thread-safety: every member may be called from any thread.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "orbit/constraint.h"
+#include "orbit/tool_calls.h"
+#include "serve/wire/serve_api.h"
+
+namespace orbit::serve {
+
+// A request's constraint, or the error its tools or schema earn (400 naming the field).
+struct AnswerConstraint {
+  std::shared_ptr<const Constraint> constraint;  // null: the answer is free text
+  std::string trigger;  // non-empty: the constraint applies from this text on (GenerateOptions::constraint_trigger)
+  std::optional<ApiError> error;
+};
+
+class ConstraintCache {
+ public:
+  // `vocabulary`: the engine's tokenizer as token bytes (token_vocabulary); `context_tokens`: the model's
+  // positions, which bound the bytes an answer can have (context_tokens x the longest token's bytes).
+  ConstraintCache(ToolCallFormat format, std::shared_ptr<const TokenVocabulary> vocabulary, int64_t context_tokens,
+                  std::size_t capacity = 64)
+      : format_(format),
+        vocabulary_(std::move(vocabulary)),
+        max_answer_bytes_(context_tokens * std::max<int64_t>(1, vocabulary_->max_token_bytes())),
+        capacity_(capacity) {}
+
+  AnswerConstraint for_request(const ChatRequest& request);
+
+ private:
+  AnswerConstraint build(const ChatRequest& request) const;
+  AnswerConstraint build_auto(const ChatRequest& request) const;
+  // Under tool_choice "auto" with a JSON answer asked for: a call or `answer` (the JSON's constraint, or its
+  // refusal, returned as it is), from the first byte.
+  AnswerConstraint build_calls_or_answer(const ChatRequest& request, AnswerConstraint answer) const;
+  // The answer kept under `key`, else make()'s, kept (the least recently used dropped past capacity_).
+  AnswerConstraint remembered(const std::string& key, const std::function<AnswerConstraint()>& make);
+
+  ToolCallFormat format_;
+  std::shared_ptr<const TokenVocabulary> vocabulary_;
+  int64_t max_answer_bytes_;
+  std::size_t capacity_;
+  std::mutex mu_;
+  std::list<std::string> order_;  // keys, most recently used first
+  struct Kept {
+    AnswerConstraint answer;  // a refusal is kept too: the same tools fail the same way
+    std::list<std::string>::iterator at;
+  };
+  std::unordered_map<std::string, Kept> kept_;
+};
+
+}  // namespace orbit::serve

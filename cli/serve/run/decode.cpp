@@ -1,0 +1,200 @@
+#include "serve/run/decode.h"
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+#include <random>
+
+#include "orbit/common/error.h"
+#include "orbit/text_stream.h"
+#include "serve/compute/decode_scheduler.h"
+#include "serve/wire/serve_wire.h"
+
+namespace orbit::serve {
+
+namespace {
+
+GenerateOptions generate_options(const ServeContext& context, int64_t max_tokens, const SamplingRequest& sampling) {
+  GenerateOptions go;
+  go.max_tokens = max_tokens;
+  go.temperature = sampling.temperature;
+  go.top_p = sampling.top_p;
+  // Without a seed, a fresh one: identical requests at a temperature above 0 answer differently, as
+  // OpenAI's do.
+  std::random_device fresh;
+  go.seed = sampling.seed ? *sampling.seed : (uint64_t{fresh()} << 32 | fresh());
+  go.presence_penalty = sampling.presence_penalty;
+  go.frequency_penalty = sampling.frequency_penalty;
+  go.logit_bias = sampling.logit_bias;
+  go.logprobs = sampling.logprobs;
+  go.top_logprobs = sampling.top_logprobs;
+  for (int64_t stop : {context.info.bos_token, context.info.eos_token}) {
+    if (stop >= 0) go.stop_tokens.push_back(stop);
+  }
+  return go;
+}
+
+// One choice of a run: its text stream and its sequence in the decode batch. The stream is pushed on the
+// scheduler's thread while the job runs, and read on the request's thread once it is done.
+struct Choice {
+  std::unique_ptr<TextStream> stream;
+  std::shared_ptr<DecodeJob> job;
+  std::optional<StepLogprobs> logprobs;  // the scheduler's: the step's, until its token is posted
+  // A streamed choice's log probabilities not yet queued for the chunks: a token's entry waits until the
+  // content released reaches its text, so that a token the content leaves out (a stop string's) is never
+  // sent, and the stream's entries are the whole answer's (choice_result).
+  std::deque<StepLogprobs> held;
+  std::size_t queued = 0;          // entries queued so far
+  std::size_t queued_bytes = 0;    // the bytes their tokens spell
+  std::size_t released_bytes = 0;  // the content streamed so far
+};
+
+// Queues the held entries of tokens that start before `bytes` of content, then, with `count`, more until
+// `count` are queued in all.
+void queue_held(Choice& c, std::size_t bytes, std::size_t count = 0) {
+  while (!c.held.empty() && (c.queued_bytes < bytes || c.queued < count)) {
+    c.queued_bytes += c.held.front().chosen.bytes.size();
+    queue_stream_logprobs(c.held.front());
+    c.held.pop_front();
+    ++c.queued;
+  }
+}
+
+// Where a stop string may end an answer decoded under a constraint: only where the text before it is a whole
+// match (from the trigger on under tool_choice auto; before the trigger the text is free), so that a stop
+// string never cuts a call or a JSON answer short. Null without a constraint: every stop string ends it.
+std::function<bool(const std::string&)> stop_rule(const DecodeRequest& request) {
+  if (!request.constraint) return nullptr;
+  return [constraint = request.constraint, trigger = request.trigger](const std::string& before) {
+    if (trigger.empty()) return constraint->matches(before);
+    const std::size_t at = before.find(trigger);
+    return at == std::string::npos || constraint->matches(std::string_view(before).substr(at));
+  };
+}
+
+// The job of choice `c` on `window`: its callbacks post each token's text (and log probabilities) and end the
+// sequence at a stop string or once the request's thread asked (a client that left).
+std::shared_ptr<DecodeJob> choice_job(Choice& c, const Window& window, const std::vector<int64_t>& query,
+                                      GenerateOptions go) {
+  go.on_logprobs = [&c](const StepLogprobs& step) { c.logprobs = step; };
+  go.on_token = [&c](int64_t token, int64_t) {
+    DecodeEvent event{c.stream->push(token), std::move(c.logprobs)};
+    c.logprobs.reset();
+    c.job->post(std::move(event));
+    return !c.stream->stopped() && !c.job->cancelled();
+  };
+  return std::make_shared<DecodeJob>(GenerateRequest{&window, query, std::move(go)});
+}
+
+// Waits for every choice's end, streaming choice 0's text; a client that left cancels them all. Returns
+// whether it left.
+bool wait_for_choices(std::vector<Choice>& choices, const SamplingRequest& sampling, const RunSink& sink) {
+  bool gone = false;
+  auto cancel_all = [&] {
+    gone = true;
+    for (Choice& c : choices) c.job->cancel();
+  };
+  std::vector<DecodeEvent> events;
+  for (std::size_t i = 0; i < choices.size();) {
+    events.clear();
+    const bool done = choices[i].job->take(events, 50);
+    for (DecodeEvent& e : events) {
+      if (i != 0 || gone) continue;  // only choice 0 streams (n > 1 is not streamed)
+      Choice& c = choices[0];
+      if (e.logprobs && sampling.stream) c.held.push_back(std::move(*e.logprobs));
+      if (e.delta.empty()) continue;
+      c.released_bytes += e.delta.size();
+      if (sampling.stream) queue_held(c, c.released_bytes);  // sent with the chunk of this delta
+      if (sink.on_text && !sink.on_text(e.delta)) cancel_all();
+    }
+    if (!gone && sink.cancelled && sink.cancelled()) cancel_all();
+    if (done) ++i;
+  }
+  return gone;
+}
+
+// Choice c's result after its end.
+RunResult choice_result(Choice& c, bool gone, bool first, const RunSink& sink) {
+  const std::optional<Generation> g = c.job->result();
+  RunResult r;
+  const std::string rest = c.stream->finish();
+  r.text = c.stream->released();
+  r.tokens = c.stream->tokens();
+  r.usage.completion_tokens = static_cast<int64_t>(r.tokens.size());
+  if (g) {
+    // The streamed tokens' (a stop token that ended the run has none here, as it has no place in `tokens`).
+    r.logprobs.assign(g->logprobs.begin(),
+                      g->logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(g->logprobs.size(), r.tokens.size())));
+    if (c.stream->stopped()) {
+      // A stop string ends the content before it: the log probabilities end with the last token that writes
+      // any of the content (one that writes the stop string's start too is kept), not with the stop string's
+      // tokens, which still count as generated in usage.
+      std::size_t at = 0, keep = 0;
+      while (keep < r.logprobs.size() && at < r.text.size()) at += r.logprobs[keep++].chosen.bytes.size();
+      r.logprobs.resize(keep);
+    }
+    r.prompt_forward_tokens = g->prompt_forward_tokens;
+  }
+  // A stream's last entries (the tokens of the held-back rest, and those that write no text of their own)
+  // go with the rest's chunk or the finishing one: the stream then sent exactly r.logprobs.
+  if (first) queue_held(c, 0, r.logprobs.size());
+  if (first && !gone && g && !rest.empty() && sink.on_text && !sink.on_text(rest)) gone = true;
+  if (gone || !g) {
+    r.finish_reason = "cancelled";  // the client left, or the server closed before the run could end
+  } else if (c.stream->stopped() || g->stop_reason == "stop_token" || g->stop_reason == "constraint_complete") {
+    r.finish_reason = "stop";
+  } else {
+    r.finish_reason = "length";
+  }
+  return r;
+}
+
+}  // namespace
+
+int64_t max_tokens_for(const ServeContext& context, int64_t prompt_tokens, const SamplingRequest& sampling) {
+  const int64_t room = context.info.max_positions - prompt_tokens;
+  return std::max<int64_t>(1, std::min(room, sampling.max_tokens.value_or(context.options.default_max_tokens)));
+}
+
+RunResult decode(ServeContext& context, Window& window, const DecodeRequest& request, const RunSink& sink) {
+  const std::vector<int64_t>& query = *request.query;
+  const SamplingRequest& sampling = *request.sampling;
+  const int64_t n = std::max<int64_t>(1, sampling.n);
+  const int64_t previous = query.back();
+  const int64_t prompt = window.tokens() + static_cast<int64_t>(query.size());
+  GenerateOptions go = generate_options(context, max_tokens_for(context, prompt, sampling), sampling);
+  go.constraint = request.constraint;
+  go.constraint_trigger = request.trigger;
+  clear_stream_logprobs();
+  // Choices 1..n-1 read copy-on-write forks of the window (its pages shared): the batch reads the KV once and
+  // forwards the query once for all of them. They live until every job is done.
+  std::vector<Window> forks;
+  for (int64_t i = 1; i < n; ++i) forks.push_back(window.fork());
+  std::vector<Choice> choices(static_cast<std::size_t>(n));
+  std::vector<std::shared_ptr<DecodeJob>> jobs;
+  for (int64_t i = 0; i < n; ++i) {
+    Choice& c = choices[static_cast<std::size_t>(i)];
+    c.stream = std::make_unique<TextStream>(
+        [&context, previous](const std::vector<int64_t>& t) { return context.engine->detokenize(t, previous); },
+        sampling.stop, stop_rule(request));
+    GenerateOptions branch = go;
+    branch.seed = go.seed + static_cast<uint64_t>(i);
+    c.job = choice_job(c, i == 0 ? window : forks[static_cast<std::size_t>(i - 1)], query, std::move(branch));
+    jobs.push_back(c.job);
+  }
+  context.decoder.submit(jobs);
+  const bool gone = wait_for_choices(choices, sampling, sink);
+  for (const Choice& c : choices) {
+    const std::string error = c.job->error();
+    ORBIT_CHECK(error.empty(), "decode: " << error);
+  }
+  RunResult r = choice_result(choices[0], gone, true, sink);
+  for (int64_t i = 1; i < n; ++i) {
+    r.extra_choices.push_back(choice_result(choices[static_cast<std::size_t>(i)], gone, false, sink));
+    r.usage.completion_tokens += r.extra_choices.back().usage.completion_tokens;
+    r.prompt_forward_tokens += r.extra_choices.back().prompt_forward_tokens;
+  }
+  return r;
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,353 @@
+#include "serve/run/request_path.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "orbit/common/error.h"
+#include "serve/run/decode.h"
+#include "serve/run/tool_stream.h"
+
+namespace orbit::serve {
+
+// What run() needs of a prepared request: a chat request's window, options and plan, or a completion
+// request's tokens.
+struct RunTicket::Prepared {
+  const ChatRequest* chat = nullptr;  // set for a chat request
+  WindowSlot slot;
+  SyncOptions options;
+  SyncPlan plan;  // Window::plan_sync(chat->messages, options) of slot's window at its current version
+  std::shared_ptr<const Constraint> constraint;   // what the answer must match; null: free text
+  std::string trigger;                            // non-empty: the constraint applies from this text on
+  const CompletionRequest* completion = nullptr;  // set for a completion request
+  std::vector<int64_t> tokens;                    // its prompt, tokenized with BOS (non-empty)
+};
+
+RunTicket::RunTicket() = default;
+RunTicket::RunTicket(ApiError refusal) : error_(std::move(refusal)) {}
+RunTicket::RunTicket(RunTicket&&) noexcept = default;
+RunTicket& RunTicket::operator=(RunTicket&&) noexcept = default;
+RunTicket::~RunTicket() = default;
+
+namespace {
+
+std::string plan_brief(const SyncPlan& plan) {
+  std::string out;
+  auto add = [&](const char* what, int64_t n) {
+    if (n == 0) return;
+    if (!out.empty()) out += ", ";
+    out += std::string(what) + " " + std::to_string(n);
+  };
+  add("keep", plan.count(SyncAction::kKeep));
+  add("admit", plan.count(SyncAction::kAdmit));
+  add("recall", plan.count(SyncAction::kRecall));
+  add("turn", plan.count(SyncAction::kTurn));
+  add("evict", static_cast<int64_t>(plan.evict.size()));
+  if (plan.reorder) out += out.empty() ? "reorder" : ", reorder";
+  return out.empty() ? "nothing" : out;
+}
+
+// The prompt a chat request reads: the rendering's tokens and the generation prompt after them.
+int64_t prompt_tokens(const SyncPlan& plan) {
+  return static_cast<int64_t>(plan.tokens.size() + plan.generation_prompt.size());
+}
+
+ApiError template_refused(const std::string& why) {
+  return api_error(400, "the chat template refused the messages: " + why, "invalid_request_error", "", "messages");
+}
+
+// The repairs the sync deferred, run now in this quantum (the read would run them first), planned once.
+// Returns that plan's predicted KL, which the window then carries (a keep plan's when none wait).
+double run_deferred_repairs(Window& window) {
+  const Plan plan = window.plan_flush();
+  const std::vector<InstanceInfo> instances = window.instances();
+  const bool waiting =
+      std::any_of(instances.begin(), instances.end(), [](const InstanceInfo& i) { return i.deferred; });
+  if (waiting) {  // else applying the keep plan would be an operation of its own
+    const Result<ApplyReport> applied = window.apply(plan);
+    ORBIT_CHECK(applied.is_ok(), "serve: the repairs the sync deferred could not run: " << applied.status().reason());
+  }
+  return plan.predicted_kl;
+}
+
+// The engine's radix yardstick for what a window read between two of its stats (serve_core.h).
+int64_t radix_delta(const WindowStats& before, const WindowStats& after) {
+  return std::llround(after.radix_cache_tokens - before.radix_cache_tokens);
+}
+
+RunOutcome cancelled_before_decode() {
+  RunOutcome out;
+  out.result = RunResult{};
+  out.result->finish_reason = "cancelled";
+  return out;
+}
+
+}  // namespace
+
+std::optional<ApiError> RequestPath::check_model(const std::string& model) const {
+  if (model != context_.model_name) {
+    return api_error(404, "the model '" + model + "' does not exist; this server serves '" + context_.model_name + "'",
+                     "invalid_request_error", "model_not_found", "model");
+  }
+  if (context_.closing) return api_error(503, "the server is shutting down", "server_error", "shutting_down");
+  return std::nullopt;
+}
+
+std::optional<ApiError> RequestPath::check_lengths(int64_t prompt_tokens, const SamplingRequest& sampling,
+                                                   const std::string& prompt_param) const {
+  const int64_t context = context_.info.max_positions;
+  if (prompt_tokens >= context) {
+    return api_error(400,
+                     "the prompt is " + std::to_string(prompt_tokens) + " tokens; the model's context is " +
+                         std::to_string(context) + " tokens, and at least one must be left to generate",
+                     "invalid_request_error", "context_length_exceeded", prompt_param);
+  }
+  if (sampling.max_tokens && *sampling.max_tokens > context - prompt_tokens) {
+    return api_error(400,
+                     "max_tokens = " + std::to_string(*sampling.max_tokens) + " is out of range: the prompt is " +
+                         std::to_string(prompt_tokens) + " tokens of a " + std::to_string(context) +
+                         "-token context, so at most " + std::to_string(context - prompt_tokens) + " can be generated",
+                     "invalid_request_error", "context_length_exceeded", "max_tokens");
+  }
+  return std::nullopt;
+}
+
+// plan_sync threw: the template refused the list, or its rendering is past the model's positions. The
+// latter answers as the length check does, so here, on the way to an error only, the list is rendered
+// again to count its tokens.
+ApiError RequestPath::plan_refusal(const ChatRequest& request, const std::string& why) const {
+  ChatOptions chat = context_.chat;
+  chat.tools_json = request.tools_json;
+  std::vector<int64_t> prompt;
+  try {
+    prompt = context_.engine->tokenize_chat(request.messages, true, chat);
+  } catch (const Error& e) {
+    // Engine::check_text_fits refuses a rendering too long for the positions before tokenizing it, with
+    // the message engine.h states ("... positions can hold (at most B bytes per token)").
+    if (std::string(e.what()).find("positions can hold") != std::string::npos) {
+      return api_error(400, std::string("the prompt is longer than the model's context: ") + e.what(),
+                       "invalid_request_error", "context_length_exceeded", "messages");
+    }
+    return template_refused(e.what());
+  }
+  if (auto bad = check_lengths(static_cast<int64_t>(prompt.size()), request.sampling, "messages")) return *bad;
+  return template_refused(why);
+}
+
+RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::string& session) {
+  if (auto bad = check_model(request.model)) return RunTicket(*bad);
+  AnswerConstraint forced = context_.constraints->for_request(request);
+  if (forced.error) return RunTicket(*forced.error);
+  auto p = std::make_unique<RunTicket::Prepared>();
+  p->chat = &request;
+  p->constraint = std::move(forced.constraint);
+  p->trigger = std::move(forced.trigger);
+  p->options.chat = context_.chat;
+  p->options.chat.tools_json = request.tools_json;
+  p->options.chunk_min_tokens = context_.options.chunk_min_tokens;
+  try {
+    p->slot = session.empty() ? sessions_.acquire_anonymous(request.messages, request.tools_json)
+                              : sessions_.acquire(session);
+  } catch (const Error& e) {
+    return RunTicket(api_error(500, std::string("the engine failed: ") + e.what(), "server_error", "engine_error"));
+  }
+  std::optional<ApiError> bad;
+  try {
+    p->plan = p->slot.window().plan_sync(request.messages, p->options);  // the one rendering of the list
+    bad = check_lengths(prompt_tokens(p->plan), request.sampling, "messages");
+    if (!bad && p->plan.generation_prompt.empty()) {
+      bad = api_error(400, "the chat template adds no generation prompt: there is nothing to generate after");
+    }
+  } catch (const Error& e) {
+    bad = plan_refusal(request, e.what());
+  }
+  if (bad) {
+    p->slot.refuse();
+    return RunTicket(*bad);  // p's slot is released here
+  }
+  RunTicket ticket;
+  ticket.prepared_ = std::move(p);
+  return ticket;
+}
+
+Parsed<int64_t> RequestPath::count_chat_tokens(const ChatRequest& request) const {
+  Parsed<int64_t> out;
+  if (auto bad = check_model(request.model)) {
+    out.error = *bad;
+    return out;
+  }
+  AnswerConstraint forced = context_.constraints->for_request(request);
+  if (forced.error) {
+    out.error = *forced.error;
+    return out;
+  }
+  ChatOptions chat = context_.chat;
+  chat.tools_json = request.tools_json;
+  try {
+    out.value = static_cast<int64_t>(context_.engine->tokenize_chat(request.messages, true, chat).size());
+  } catch (const Error& e) {
+    out.error = plan_refusal(request, e.what());
+  }
+  return out;
+}
+
+RunTicket RequestPath::prepare_completion(const CompletionRequest& request) {
+  if (auto bad = check_model(request.model)) return RunTicket(*bad);
+  auto p = std::make_unique<RunTicket::Prepared>();
+  p->completion = &request;
+  p->tokens = context_.engine->tokenize(request.prompt, true);
+  if (p->tokens.empty()) {
+    return RunTicket(api_error(400, "prompt: the prompt has no tokens (the model adds no BOS)", "invalid_request_error",
+                               "", "prompt"));
+  }
+  if (auto bad = check_lengths(static_cast<int64_t>(p->tokens.size()), request.sampling, "prompt")) {
+    return RunTicket(*bad);
+  }
+  RunTicket ticket;
+  ticket.prepared_ = std::move(p);
+  return ticket;
+}
+
+RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
+  RunOutcome out;
+  if (!ticket.ok()) {
+    out.error = ticket.error();
+    return out;
+  }
+  try {
+    out = ticket.prepared_->chat ? run_chat(*ticket.prepared_, sink) : run_completion(*ticket.prepared_, sink);
+  } catch (const Error& e) {
+    out = RunOutcome{};
+    out.error = api_error(500, std::string("the engine failed: ") + e.what(), "server_error", "engine_error");
+  }
+  ticket.prepared_.reset();  // the window back to its session
+  ticket.error_ = api_error(500, "serve: this request has run already", "server_error");
+  const bool cut = out.result && out.result->finish_reason == "cancelled";
+  if (cut && context_.closing && !(sink.cancelled && sink.cancelled())) {
+    // The server closed under a client that is still there: the answer is incomplete, and saying so is an
+    // error, never an answer that looks whole.
+    const int64_t made = out.result->usage.completion_tokens;
+    out = RunOutcome{};
+    out.error = api_error(503,
+                          "the server shut down before this answer was complete (" + std::to_string(made) +
+                              " token(s) generated); send the request again",
+                          "server_error", "server_shutdown");
+  } else if (cut) {
+    context_.metrics.count_cancelled();
+  }
+  return out;
+}
+
+RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
+  const ChatRequest& request = *p.chat;
+  Session& s = p.slot.session();
+  Window& window = p.slot.window();
+  const WindowStats before = window.stats();
+  SyncReport report;
+  double predicted_kl = 0;
+  ServingMode mode;
+  {
+    GateTurn turn(context_, s.lane, sink.cancelled);
+    if (!turn.enter()) return cancelled_before_decode();
+    context_.compute.run([&] {
+      report = window.sync(request.messages, p.plan);  // the plan prepare made: no second rendering
+      predicted_kl = run_deferred_repairs(window);
+      mode = sessions_.serving(s);
+      if (mode.exact) {
+        window.heal();  // an audit found this session's loss past its budget: read as a re-prefill would be
+        predicted_kl = 0;
+      }
+      if (mode.audit) queue_audit(p.slot.shared_session(), mode.request, report.generation_prompt, predicted_kl);
+    });
+  }
+  // With tools, the answer is read for calls: content streams up to where a call may start.
+  std::optional<ToolCallStream> calls;
+  RunSink out_sink = sink;
+  if (request.reads_tool_calls()) {
+    calls.emplace(context_.tool_format);
+    out_sink.on_text = [&](const std::string& delta) {
+      const std::string now = calls->push(delta);
+      return now.empty() || !sink.on_text || sink.on_text(now);
+    };
+  }
+  RunResult r = decode(context_, window,
+                       DecodeRequest{&report.generation_prompt, &request.sampling, p.constraint, p.trigger}, out_sink);
+  if (calls) {
+    calls->finish(r);
+    for (RunResult& choice : r.extra_choices) ToolCallStream(context_.tool_format).finish(choice);  // not streamed
+  }
+  const WindowStats after = window.stats();
+  RunUsage& u = r.usage;
+  u.prompt_tokens = prompt_tokens(report.plan);
+  u.forward_tokens =
+      after.critical_forward_tokens - before.critical_forward_tokens + static_cast<double>(r.prompt_forward_tokens);
+  u.radix_cache_tokens = radix_delta(before, after);
+  u.predicted_kl = predicted_kl;
+  u.idle_forward_tokens = sessions_.take_idle_forward_tokens(s);
+  u.plan = plan_brief(report.plan);
+  u.session = s.id;
+  u.audit = sessions_.take_audit(s, mode.request);
+  if (mode.exact) u.exact = "audit";
+
+  RunRecord record;
+  record.usage = u;
+  record.answered = r.finish_reason != "cancelled" && (!r.text.empty() || !r.tool_calls.empty());
+  record.options = p.options;
+  // The list the next request most likely sends: kept to match anonymous requests, and to anticipate.
+  if (s.id.empty() || (context_.options.anticipate && record.answered)) {
+    record.next = request.messages;
+    if (record.answered) {
+      ChatMessage answer;
+      answer.role = "assistant";
+      answer.content = r.text;
+      answer.tool_calls = r.tool_calls;  // as the client will send them back
+      record.next.push_back(std::move(answer));
+    }
+  }
+  sessions_.record(s, std::move(record));
+  RunOutcome out;
+  out.result = std::move(r);
+  return out;
+}
+
+// The window as the answer reads it, forked for an audit in idle time (audit.h). Holding the gate.
+void RequestPath::queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query,
+                              double predicted_kl) {
+  AuditCase c;
+  c.fork.emplace(s->window->fork());
+  c.session = std::move(s);
+  c.request = request;
+  c.query = query;
+  c.predicted_kl = predicted_kl;
+  c.budget = context_.policy.kl_budget > 0 ? context_.policy.kl_budget : kDefaultKlBudget;
+  context_.auditor.submit(std::move(c));
+}
+
+RunOutcome RequestPath::run_completion(RunTicket::Prepared& p, const RunSink& sink) {
+  const std::vector<int64_t>& tokens = p.tokens;
+  const std::string lane = "~completion:" + std::to_string(++lanes_);
+  Window window = context_.new_window();
+  const WindowStats before = window.stats();
+  const std::vector<int64_t> prefix(tokens.begin(), tokens.end() - 1);
+  if (!prefix.empty()) {
+    // The prompt but its last token as one chunk: an identical prompt is served from the store. Registered
+    // once the turn is ours, right before the admit (a chunk no window holds may be forgotten meanwhile,
+    // ServeOptions::max_idle_chunks).
+    GateTurn turn(context_, lane, sink.cancelled);
+    if (!turn.enter()) return cancelled_before_decode();
+    context_.compute.run([&] { window.admit(context_.engine->add_tokens(prefix, ChunkOptions{})); });
+  }
+  const std::vector<int64_t> query{tokens.back()};
+  RunResult r = decode(context_, window, DecodeRequest{&query, &p.completion->sampling}, sink);
+  const WindowStats after = window.stats();
+  r.usage.prompt_tokens = static_cast<int64_t>(tokens.size());
+  r.usage.forward_tokens =
+      after.critical_forward_tokens - before.critical_forward_tokens + static_cast<double>(r.prompt_forward_tokens);
+  r.usage.radix_cache_tokens = radix_delta(before, after);
+  r.usage.plan = prefix.empty() ? "query only" : "prompt as one chunk";
+  RunOutcome out;
+  out.result = std::move(r);
+  return out;
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,88 @@
+// The request path of `orbit serve`: a request checked and planned (prepare_*), then run (run). The two
+// halves are apart so that every check, the ones that need the model included, answers before the first
+// byte of a streamed response: serve_http.cpp prepares in its handler (a refusal is a plain JSON error)
+// and runs inside the stream.
+//
+// A chat request, rendered once:
+//   prepare  the model and the server (404, 503); its window (session_table.h); Window::plan_sync of the
+//            messages on that window, outside the gate: the rendering's tokens and generation prompt, the
+//            diff against the window. Against that one plan: the template accepted the list (else 400 on
+//            `messages`), prompt = tokens + generation prompt within the context and max_tokens within
+//            what is left (400 context_length_exceeded), a generation prompt to generate after (400).
+//            The ticket keeps the window (no other request, and no idle work, can change it, so the plan
+//            stays current) and the plan.
+//   run      under the gate: Window::sync(messages, plan) (applies the plan made in prepare; no second
+//            rendering), then the repairs the sync deferred, planned once (plan_flush) and applied
+//            (Window::apply): the KL the read then carries is that plan's. Then decode.h, and the usage.
+// A completion request (/v1/completions) is stateless: prepare tokenizes its prompt (with BOS) and checks
+// it; run admits the prompt but the last token as one chunk (an identical prompt is served from the
+// store) and decodes after the last token, in a window of its own.
+//
+// Thread-safety: prepare and run may be called from any thread, for any number of requests at once; one
+// ticket is used by one thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "serve/serve_context.h"
+#include "serve/serve_types.h"
+#include "serve/sessions/session_table.h"
+#include "serve/wire/serve_api.h"
+
+namespace orbit::serve {
+
+// A request checked and planned, holding what it runs on until RequestPath::run or its destruction (a chat
+// request's window, as a WindowSlot). Move-only. Destroy it, or run it, on the thread that prepared it: it
+// holds the window's mutex. The request it was prepared from must outlive it.
+class RunTicket {
+ public:
+  RunTicket();
+  explicit RunTicket(ApiError refusal);  // a refused request: run() answers `refusal`
+  RunTicket(RunTicket&&) noexcept;
+  RunTicket& operator=(RunTicket&&) noexcept;
+  ~RunTicket();
+
+  bool ok() const { return prepared_ != nullptr; }  // false: error() is the answer
+  const ApiError& error() const { return error_; }
+
+ private:
+  friend class RequestPath;
+  struct Prepared;
+  std::unique_ptr<Prepared> prepared_;
+  ApiError error_;
+};
+
+class RequestPath {
+ public:
+  RequestPath(ServeContext& context, SessionTable& sessions) : context_(context), sessions_(sessions) {}
+
+  // A chat request in `session` ("" = anonymous), checked and planned (see above).
+  RunTicket prepare_chat(const ChatRequest& request, const std::string& session);
+  RunTicket prepare_completion(const CompletionRequest& request);
+  // The prompt tokens a chat request's messages and tools render to, with the checks prepare_chat makes
+  // before it plans (the model's name, the tools and answer format, the template); no window is touched.
+  Parsed<int64_t> count_chat_tokens(const ChatRequest& request) const;
+  // Runs a prepared request and releases what its ticket held. A refused ticket answers its error; an
+  // engine failure is a 500 error; a client that left ends it with finish_reason "cancelled" (counted).
+  RunOutcome run(RunTicket& ticket, const RunSink& sink);
+
+ private:
+  std::optional<ApiError> check_model(const std::string& model) const;
+  std::optional<ApiError> check_lengths(int64_t prompt_tokens, const SamplingRequest& sampling,
+                                        const std::string& prompt_param) const;
+  ApiError plan_refusal(const ChatRequest& request, const std::string& why) const;
+  RunOutcome run_chat(RunTicket::Prepared& p, const RunSink& sink);
+  RunOutcome run_completion(RunTicket::Prepared& p, const RunSink& sink);
+  void queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query, double predicted_kl);
+
+  ServeContext& context_;
+  SessionTable& sessions_;
+  std::atomic<int64_t> lanes_{0};  // unique gate lanes for completions
+};
+
+}  // namespace orbit::serve

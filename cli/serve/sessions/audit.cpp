@@ -1,0 +1,140 @@
+#include "serve/sessions/audit.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <sstream>
+
+#include "orbit/common/error.h"
+
+namespace orbit::serve {
+
+namespace {
+
+// Histogram bounds of the measured KL, nats: the default budget (3e-3) and a decade either side of it.
+constexpr std::array<double, 8> kKlBounds = {1e-6, 1e-5, 1e-4, 1e-3, 3e-3, 1e-2, 1e-1, 1.0};
+
+// log Σ exp(x) over a row, in double.
+double log_sum_exp(const float* x, int64_t n) {
+  double m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(x[i]));
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(x[i]) - m);
+  return m + std::log(s);
+}
+
+int64_t argmax(const float* x, int64_t n) { return std::max_element(x, x + n) - x; }
+
+}  // namespace
+
+nlohmann::json AuditResult::to_json() const {
+  return {{"request", request},       {"measured_kl", measured_kl}, {"predicted_kl", predicted_kl},
+          {"top1_match", top1_match}, {"budget", budget},           {"within_budget", within_budget()}};
+}
+
+double kl_of_logits(const float* p_logits, const float* q_logits, int64_t vocab) {
+  const double lp = log_sum_exp(p_logits, vocab), lq = log_sum_exp(q_logits, vocab);
+  double kl = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double log_p = p_logits[i] - lp;
+    const double p = std::exp(log_p);
+    if (p > 0) kl += p * (log_p - (q_logits[i] - lq));
+  }
+  return std::max(kl, 0.0);  // rounding may leave a tiny negative for equal rows
+}
+
+Auditor::Auditor(AuditOptions options) : options_(options), buckets_(kKlBounds.size() + 1, 0) {
+  ORBIT_CHECK(options_.rate >= 0 && options_.rate <= 1,
+              "serve: --audit must be a fraction in [0, 1] (got " << options_.rate << ")");
+  ORBIT_CHECK(options_.max_pending >= 1, "serve: the audit queue needs room for one read");
+}
+
+bool Auditor::due() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (options_.rate <= 0) return false;
+  credit_ += options_.rate;
+  if (credit_ < 1 - 1e-9) return false;
+  credit_ -= 1;
+  return true;
+}
+
+void Auditor::submit(AuditCase c) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  waiting_.push_back(std::move(c));
+  while (static_cast<int64_t>(waiting_.size()) > options_.max_pending) {
+    waiting_.pop_front();  // its fork closes here
+    ++dropped_;
+  }
+}
+
+bool Auditor::pending() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !waiting_.empty();
+}
+
+std::optional<std::pair<AuditCase, AuditResult>> Auditor::run_one() {
+  AuditCase c;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (waiting_.empty()) return std::nullopt;
+    c = std::move(waiting_.front());
+    waiting_.pop_front();
+  }
+  const Logits served = c.fork->logits(c.query);
+  const Logits exact = c.fork->reference_logits(c.query);
+  c.fork.reset();  // its pages go back now
+  AuditResult r;
+  r.request = c.request;
+  r.predicted_kl = c.predicted_kl;
+  r.budget = c.budget;
+  r.measured_kl = kl_of_logits(exact.values.data(), served.values.data(), exact.vocab);
+  r.top1_match = argmax(exact.values.data(), exact.vocab) == argmax(served.values.data(), served.vocab);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++audits_;
+  violations_ += r.within_budget() ? 0 : 1;
+  flips_ += r.top1_match ? 0 : 1;
+  predicted_sum_ += r.predicted_kl;
+  measured_sum_ += r.measured_kl;
+  const auto bucket = std::lower_bound(kKlBounds.begin(), kKlBounds.end(), r.measured_kl) - kKlBounds.begin();
+  ++buckets_[static_cast<std::size_t>(bucket)];
+  return std::make_pair(std::move(c), r);
+}
+
+void Auditor::count_exact_request() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++exact_requests_;
+}
+
+std::string Auditor::render_metrics() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::ostringstream out;
+  out.precision(10);
+  const auto counter = [&](const char* name, const char* help, double value) {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " counter\n" << name << ' ' << value << '\n';
+  };
+  counter("orbit_audits_total", "requests whose served logits were measured against a re-prefill",
+          static_cast<double>(audits_));
+  counter("orbit_audits_dropped_total", "sampled requests not audited (no idle time before newer ones)",
+          static_cast<double>(dropped_));
+  counter("orbit_audit_budget_violations_total", "audits whose measured KL exceeded the session's budget",
+          static_cast<double>(violations_));
+  counter("orbit_audit_top1_flips_total", "audits where the first answer token's argmax differed",
+          static_cast<double>(flips_));
+  counter("orbit_audit_predicted_kl_total", "the predicted KL of the audited requests, summed", predicted_sum_);
+  counter("orbit_exact_requests_total", "requests served exactly because an audit found a loss past budget",
+          static_cast<double>(exact_requests_));
+  out << "# HELP orbit_audit_measured_kl measured KL of audited requests vs a re-prefill, nats\n"
+      << "# TYPE orbit_audit_measured_kl histogram\n";
+  int64_t cumulative = 0;
+  for (std::size_t i = 0; i < kKlBounds.size(); ++i) {
+    cumulative += buckets_[i];
+    out << "orbit_audit_measured_kl_bucket{le=\"" << kKlBounds[i] << "\"} " << cumulative << '\n';
+  }
+  cumulative += buckets_.back();
+  out << "orbit_audit_measured_kl_bucket{le=\"+Inf\"} " << cumulative << '\n'
+      << "orbit_audit_measured_kl_sum " << measured_sum_ << '\n'
+      << "orbit_audit_measured_kl_count " << audits_ << '\n';
+  return out.str();
+}
+
+}  // namespace orbit::serve

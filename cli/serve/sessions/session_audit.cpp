@@ -1,0 +1,80 @@
+// SessionTable's part in the fidelity audit (audit.h): which requests are served exactly or audited, and
+// what an audit's result does to its session.
+#include "serve/sessions/session_table.h"
+
+#include <algorithm>
+
+namespace orbit::serve {
+
+namespace {
+
+constexpr int64_t kMaxExactSpan = 64;
+
+}  // namespace
+
+nlohmann::json SessionAudit::to_json() const {
+  nlohmann::json out = {{"audits", audits},
+                        {"violations", violations},
+                        {"top1_flips", top1_flips},
+                        {"max_measured_kl", max_measured_kl},
+                        {"predicted_kl_sum", predicted_sum},
+                        {"measured_kl_sum", measured_sum},
+                        {"exact_mode", exact_left > 0},
+                        {"exact_requests", exact_requests}};
+  out["last_measured_kl"] = last_measured_kl < 0 ? nlohmann::json(nullptr) : nlohmann::json(last_measured_kl);
+  return out;
+}
+
+ServingMode SessionTable::serving(Session& s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SessionAudit& a = s.audit;
+  ServingMode mode;
+  mode.request = s.totals.requests + 1;  // record() counts it after the run
+  if (a.exact_left > 0) {
+    mode.exact = true;
+    ++a.exact_requests;
+    if (--a.exact_left == 0) a.recheck = true;
+    context_.auditor.count_exact_request();
+    return mode;
+  }
+  mode.audit = std::exchange(a.recheck, false) || context_.auditor.due();
+  return mode;
+}
+
+void SessionTable::record_audit(Session& s, const AuditResult& r) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SessionAudit& a = s.audit;
+  ++a.audits;
+  a.violations += r.within_budget() ? 0 : 1;
+  a.top1_flips += r.top1_match ? 0 : 1;
+  a.last_measured_kl = r.measured_kl;
+  a.max_measured_kl = std::max(a.max_measured_kl, r.measured_kl);
+  a.predicted_sum += r.predicted_kl;
+  a.measured_sum += r.measured_kl;
+  a.unreported.push_back(r);
+  if (a.unreported.size() > 8) a.unreported.erase(a.unreported.begin());
+  if (r.within_budget()) {
+    if (a.exact_left == 0) a.exact_span = 0;  // a recheck passed: back to approximate serving
+    return;
+  }
+  // Past the budget: exact from the next request on, longer each time a recheck fails again.
+  a.exact_span =
+      a.exact_span == 0 ? context_.auditor.options().exact_requests : std::min(a.exact_span * 2, kMaxExactSpan);
+  a.exact_left = a.exact_span;
+  a.recheck = false;
+}
+
+std::optional<AuditResult> SessionTable::take_audit(Session& s, int64_t request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // The newest audit of a request before this one. Idle work may finish this request's own audit before its
+  // response is put together (the decode has ended, the gate is free): that one stays for the next response.
+  std::vector<AuditResult>& waiting = s.audit.unreported;
+  const auto later =
+      std::find_if(waiting.begin(), waiting.end(), [&](const AuditResult& r) { return r.request >= request; });
+  if (later == waiting.begin()) return std::nullopt;
+  AuditResult r = *std::prev(later);
+  waiting.erase(waiting.begin(), later);
+  return r;
+}
+
+}  // namespace orbit::serve

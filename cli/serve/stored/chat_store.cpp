@@ -1,0 +1,152 @@
+#include "serve/stored/chat_store.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "orbit/common/error.h"
+
+namespace orbit::serve {
+
+// Helpers in a named namespace: unity builds put several files in one translation unit.
+namespace chat_rows {
+
+constexpr const char* kFormat = "orbit-serve-chat-completions 1";
+
+constexpr const char* kSchema =
+    "CREATE TABLE IF NOT EXISTS completions(seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,"
+    " created INTEGER NOT NULL, model TEXT NOT NULL, metadata TEXT NOT NULL, body TEXT NOT NULL,"
+    " messages TEXT NOT NULL, used INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS completions_created ON completions(created, seq);"
+    "CREATE INDEX IF NOT EXISTS completions_used ON completions(used);";
+
+constexpr const char* kNextUse = "(SELECT COALESCE(MAX(used), 0) + 1 FROM completions)";
+
+std::string metadata_text(const Metadata& metadata) { return nlohmann::json(metadata).dump(); }
+
+Metadata metadata_of(const std::string& text, const std::string& where) {
+  try {
+    return nlohmann::json::parse(text).get<Metadata>();
+  } catch (const std::exception& e) {
+    ORBIT_FAIL(where << ": its metadata do not parse (" << e.what() << ")");
+  }
+}
+
+bool holds(const Metadata& metadata, const Metadata& wanted) {
+  return std::all_of(wanted.begin(), wanted.end(), [&](const auto& pair) {
+    const auto it = metadata.find(pair.first);
+    return it != metadata.end() && it->second == pair.second;
+  });
+}
+
+}  // namespace chat_rows
+
+ChatStore::ChatStore(ChatStoreOptions options)
+    : capacity_(std::max<std::size_t>(options.capacity, 1)),
+      persistent_(!options.path.empty()),
+      file_(std::make_unique<SqliteFile>(
+          "chat completions store", persistent_ ? options.path : ":memory:", chat_rows::kSchema, chat_rows::kFormat)) {}
+
+bool ChatStore::put(const StoredCompletion& c) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  try {
+    SqlTransaction t(*file_);
+    SqlStatement insert(*file_, (std::string("INSERT OR IGNORE INTO completions(id, created, model, metadata, body, "
+                                             "messages, used) VALUES(?, ?, ?, ?, ?, ?, ") +
+                                 chat_rows::kNextUse + ")")
+                                    .c_str());
+    insert.text(1, c.id).integer(2, c.created).text(3, c.model).text(4, chat_rows::metadata_text(c.metadata));
+    insert.text(5, c.body).text(6, c.messages).step();
+    SqlStatement evict(*file_,
+                       "DELETE FROM completions WHERE seq IN (SELECT seq FROM completions ORDER BY used "
+                       "LIMIT MAX(0, (SELECT COUNT(*) FROM completions) - ?))");
+    evict.integer(1, static_cast<int64_t>(capacity_)).step();
+    t.commit();
+    return true;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "orbit serve: chat completion %s is not stored: %s\n", c.id.c_str(), e.what());
+    return false;
+  }
+}
+
+void ChatStore::touch(const std::string& id) {
+  SqlStatement s(*file_,
+                 (std::string("UPDATE completions SET used = ") + chat_rows::kNextUse + " WHERE id = ?").c_str());
+  s.text(1, id).step();
+}
+
+std::optional<StoredCompletion> ChatStore::get(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqlStatement s(*file_, "SELECT created, model, metadata, body, messages FROM completions WHERE id = ?");
+  s.text(1, id);
+  if (!s.step()) return std::nullopt;
+  StoredCompletion c;
+  c.id = id;
+  c.created = s.column_int(0);
+  c.model = s.column_text(1);
+  c.metadata = chat_rows::metadata_of(s.column_text(2), file_->label() + ": completion '" + id + "'");
+  c.body = s.column_text(3);
+  c.messages = s.column_text(4);
+  touch(id);
+  return c;
+}
+
+std::optional<CompletionPage> ChatStore::list(const CompletionQuery& query) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t created = 0, seq = 0;
+  if (!query.after.empty()) {
+    SqlStatement at(*file_, "SELECT created, seq FROM completions WHERE id = ?");
+    at.text(1, query.after);
+    if (!at.step()) return std::nullopt;
+    created = at.column_int(0);
+    seq = at.column_int(1);
+  }
+  const char* sql = query.descending
+                        ? "SELECT id, created, model, metadata, body FROM completions WHERE (?1 = 0 OR (created, seq) "
+                          "< (?2, ?3)) AND (?4 = '' OR model = ?4) ORDER BY created DESC, seq DESC"
+                        : "SELECT id, created, model, metadata, body FROM completions WHERE (?1 = 0 OR (created, seq) "
+                          "> (?2, ?3)) AND (?4 = '' OR model = ?4) ORDER BY created, seq";
+  SqlStatement s(*file_, sql);
+  s.integer(1, query.after.empty() ? 0 : 1).integer(2, created).integer(3, seq).text(4, query.model);
+  CompletionPage page;
+  while (s.step()) {
+    StoredCompletion c;
+    c.id = s.column_text(0);
+    c.metadata = chat_rows::metadata_of(s.column_text(3), file_->label() + ": completion '" + c.id + "'");
+    if (!chat_rows::holds(c.metadata, query.metadata)) continue;
+    if (static_cast<int64_t>(page.data.size()) == query.limit) {
+      page.has_more = true;
+      break;
+    }
+    c.created = s.column_int(1);
+    c.model = s.column_text(2);
+    c.body = s.column_text(4);
+    page.data.push_back(std::move(c));
+  }
+  return page;
+}
+
+std::optional<StoredCompletion> ChatStore::update_metadata(const std::string& id, const Metadata& metadata) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    SqlStatement s(*file_, "UPDATE completions SET metadata = ? WHERE id = ?");
+    s.text(1, chat_rows::metadata_text(metadata)).text(2, id).step();
+    if (file_->changes() == 0) return std::nullopt;
+  }
+  return get(id);
+}
+
+bool ChatStore::erase(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqlStatement s(*file_, "DELETE FROM completions WHERE id = ?");
+  s.text(1, id).step();
+  return file_->changes() > 0;
+}
+
+std::size_t ChatStore::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqlStatement s(*file_, "SELECT COUNT(*) FROM completions");
+  return s.step() ? static_cast<std::size_t>(s.column_int(0)) : 0;
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,99 @@
+// The chat completions `orbit serve` keeps when a request asks with `store: true` (OpenAI's stored chat
+// completions: GET, list, messages, metadata update, DELETE under /v1/chat/completions; the wire side is
+// chat_store_wire.h). No model, no HTTP here.
+//
+// A stored completion is its id, created time, model, metadata, the chat.completion object as it was
+// returned (for a streamed one, as the stream assembled it) and the request's messages as the messages
+// list returns them. At most `capacity` (4096 by default, `--max-chat-completions`) are kept; past it the
+// least recently used (stored, retrieved, its messages listed, or updated; listing does not count) are
+// dropped, and an id naming one is unknown (404).
+//
+// The records are rows of one SQLite database (sqlite_file.h), in memory without a path and, with one
+// (`orbit serve --store DIR` keeps DIR/serve-chat-completions.sqlite), on disk, where they survive a
+// restart and servers sharing the store see each other's:
+//   completions(seq INTEGER PRIMARY KEY AUTOINCREMENT   the order of storing: ties of `created` in lists
+//               id TEXT UNIQUE, created INTEGER, model TEXT,
+//               metadata TEXT      a JSON object of strings
+//               body TEXT          the completion object as returned, without metadata
+//               messages TEXT      the request's messages (a JSON array of ChatCompletionStoreMessage)
+//               used INTEGER)      a logical clock: one past the largest at each store or use
+// A failed write (a full disk) is reported on stderr and the completion is not stored (the answer was given).
+//
+// Thread-safety: every member may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "serve/stored/sqlite_file.h"
+
+namespace orbit::serve {
+
+using Metadata = std::map<std::string, std::string>;
+
+struct StoredCompletion {
+  std::string id;       // "chatcmpl-..."
+  int64_t created = 0;  // Unix seconds, as the body has it
+  std::string model;
+  Metadata metadata;
+  std::string body;      // the chat.completion object as returned (JSON text), without metadata
+  std::string messages;  // the request's messages as GET .../messages lists them (JSON array text)
+};
+
+// What GET /v1/chat/completions asks for: a page of completions ordered by created (then by when they were
+// stored), after the one `after` names, those of `model` ("" = any) whose metadata holds every pair of
+// `metadata`.
+struct CompletionQuery {
+  bool descending = false;
+  int64_t limit = 20;
+  std::string after;  // "" = from the first
+  std::string model;
+  Metadata metadata;
+};
+
+struct CompletionPage {
+  std::vector<StoredCompletion> data;  // without their messages
+  bool has_more = false;
+};
+
+struct ChatStoreOptions {
+  std::size_t capacity = 4096;  // completions kept; at least 1
+  std::string path;             // the database file; "" = in memory
+};
+
+class ChatStore {
+ public:
+  static constexpr std::size_t kDefaultCapacity = 4096;
+  // Throws orbit::Error naming the path when its database cannot be opened or is not of this format.
+  explicit ChatStore(ChatStoreOptions options = {});
+
+  // Keeps `completion` (the most recently used; an id already stored is left as it is) and drops the least
+  // recently used past the capacity. False when it could not be written (reported on stderr).
+  bool put(const StoredCompletion& completion);
+  // The completion stored under `id` (now the most recently used), or nullopt.
+  std::optional<StoredCompletion> get(const std::string& id);
+  // A page of completions (without their messages); nullopt when `after` names no stored completion.
+  std::optional<CompletionPage> list(const CompletionQuery& query) const;
+  // Replaces the metadata of `id` (now the most recently used); the completion as updated, or nullopt when
+  // none is stored under it.
+  std::optional<StoredCompletion> update_metadata(const std::string& id, const Metadata& metadata);
+  bool erase(const std::string& id);  // false when none is stored under `id`
+  std::size_t size() const;
+  bool persistent() const { return persistent_; }
+
+ private:
+  void touch(const std::string& id);  // under mutex_
+
+  std::size_t capacity_;
+  bool persistent_;
+  mutable std::mutex mutex_;
+  std::unique_ptr<SqliteFile> file_;
+};
+
+}  // namespace orbit::serve

@@ -1,0 +1,170 @@
+#include "serve/wire/serve_wire.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace orbit::serve {
+
+using nlohmann::json;
+
+namespace {
+
+json finish(const std::string& reason) {
+  // A cancelled run has no client to read it; "length" is what OpenAI reports for a cut answer.
+  if (reason.empty()) return nullptr;
+  return reason == "cancelled" ? "length" : reason;
+}
+
+json head(const ResponseIds& ids, const char* object) {
+  return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}};
+}
+
+// The streamed log probabilities not yet sent on this thread (serve_wire.h).
+thread_local std::vector<StepLogprobs> stream_logprobs;
+
+json token_logprob(const TokenLogprob& t) {
+  json bytes = json::array();
+  for (unsigned char c : t.bytes) bytes.push_back(static_cast<int>(c));
+  // A token that is part of a character has no text of its own: dump() writes U+FFFD for its bytes.
+  return {{"token", t.bytes}, {"logprob", t.logprob}, {"bytes", bytes}};
+}
+
+// choices[].logprobs of a chunk: what the stream has queued, or null.
+json take_stream_logprobs() {
+  if (stream_logprobs.empty()) return nullptr;
+  return {{"content", take_stream_logprobs_content()}, {"refusal", nullptr}};
+}
+
+}  // namespace
+
+int64_t RunUsage::cached_tokens() const {
+  const auto forwarded = static_cast<int64_t>(std::ceil(std::max(0.0, forward_tokens)));
+  return std::clamp<int64_t>(prompt_tokens - forwarded, 0, prompt_tokens);
+}
+
+json RunUsage::to_json() const {
+  json orbit = {{"forward_tokens", forward_tokens},
+                {"radix_cache_tokens", radix_cache_tokens},
+                {"predicted_kl", predicted_kl},
+                {"plan", plan},
+                {"idle_forward_tokens", idle_forward_tokens}};
+  if (!session.empty()) orbit["session"] = session;
+  if (audit) orbit["audit"] = audit->to_json();
+  if (!exact.empty()) orbit["exact"] = exact;
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens()}}},
+          {"orbit", orbit}};
+}
+
+// OpenAI's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}], with "index" in
+// stream deltas.
+json tool_calls_json(const std::vector<ChatToolCall>& calls, bool indexed) {
+  json out = json::array();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    json call = {{"id", calls[i].id},
+                 {"type", "function"},
+                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (indexed) call["index"] = i;
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+json logprobs_content(const std::vector<StepLogprobs>& steps) {
+  json out = json::array();
+  for (const StepLogprobs& step : steps) {
+    json entry = token_logprob(step.chosen);
+    json top = json::array();
+    for (const TokenLogprob& t : step.top) top.push_back(token_logprob(t));
+    entry["top_logprobs"] = std::move(top);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+void queue_stream_logprobs(const StepLogprobs& step) { stream_logprobs.push_back(step); }
+
+void clear_stream_logprobs() { stream_logprobs.clear(); }
+
+json take_stream_logprobs_content() {
+  json out = logprobs_content(stream_logprobs);
+  stream_logprobs.clear();
+  return out;
+}
+
+namespace {
+
+// One choice of a chat completion: {index, message, logprobs, finish_reason}.
+json chat_choice(int64_t index, const RunResult& result) {
+  json message = {{"role", "assistant"}, {"content", result.text}};
+  if (!result.tool_calls.empty()) {
+    if (result.text.empty()) message["content"] = nullptr;  // as OpenAI answers a call without text
+    message["tool_calls"] = tool_calls_json(result.tool_calls, false);
+  }
+  json logprobs = nullptr;
+  if (!result.logprobs.empty()) logprobs = {{"content", logprobs_content(result.logprobs)}, {"refusal", nullptr}};
+  return {
+      {"index", index}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish(result.finish_reason)}};
+}
+
+}  // namespace
+
+json chat_completion(const ResponseIds& ids, const RunResult& result) {
+  json body = head(ids, "chat.completion");
+  body["choices"] = json::array({chat_choice(0, result)});
+  for (std::size_t i = 0; i < result.extra_choices.size(); ++i) {
+    body["choices"].push_back(chat_choice(static_cast<int64_t>(i + 1), result.extra_choices[i]));
+  }
+  body["usage"] = result.usage.to_json();
+  return body;
+}
+
+json chat_chunk(const ResponseIds& ids, const std::string& content, bool first, const std::string& finish_reason,
+                const json& usage) {
+  json delta = json::object();
+  if (first) delta["role"] = "assistant";
+  if (!content.empty() || first) delta["content"] = content;
+  json body = head(ids, "chat.completion.chunk");
+  body["choices"] = json::array({{{"index", 0},
+                                  {"delta", delta},
+                                  {"logprobs", take_stream_logprobs()},
+                                  {"finish_reason", finish(finish_reason)}}});
+  if (!usage.is_null()) body["usage"] = usage;
+  return body;
+}
+
+json tool_calls_chunk(const ResponseIds& ids, const std::vector<ChatToolCall>& calls, bool first) {
+  json delta = {{"tool_calls", tool_calls_json(calls, true)}};
+  if (first) {
+    delta["role"] = "assistant";
+    delta["content"] = nullptr;
+  }
+  json body = head(ids, "chat.completion.chunk");
+  body["choices"] =
+      json::array({{{"index", 0}, {"delta", delta}, {"logprobs", take_stream_logprobs()}, {"finish_reason", nullptr}}});
+  return body;
+}
+
+json usage_chunk(const ResponseIds& ids, const std::string& object, const json& usage) {
+  json body = head(ids, object.c_str());
+  body["choices"] = json::array();
+  body["usage"] = usage;
+  return body;
+}
+
+json text_completion(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
+                     const json& usage) {
+  json body = head(ids, "text_completion");
+  body["choices"] =
+      json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish(finish_reason)}}});
+  if (!usage.is_null()) body["usage"] = usage;
+  return body;
+}
+
+std::string dump(const json& body) { return body.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse(const json& body) { return "data: " + dump(body) + "\n\n"; }
+
+}  // namespace orbit::serve
