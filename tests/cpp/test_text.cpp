@@ -161,6 +161,16 @@ TEST_CASE("engine text: stop strings and on_text", "[text][model][cpu]") {
   CHECK(streamed == " l");
   CHECK(cut.tokens == std::vector<int64_t>(plain.tokens.begin(), plain.tokens.begin() + 2));
 
+  // "ved" is a stop token too: the stop string's cut applies, so that is the reason given.
+  streamed.clear();
+  o.stop_tokens = {plain.tokens[1]};
+  const Generation both = w.generate(query, o);
+  CHECK(both.stop_reason == "stop_string");
+  CHECK(both.text == " l");
+  CHECK(streamed == " l");
+  CHECK(both.tokens == cut.tokens);
+  o.stop_tokens.clear();
+
   // on_text returning false cancels; the text holds every token's.
   int calls = 0;
   o.stop.clear();

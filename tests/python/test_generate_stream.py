@@ -61,6 +61,10 @@ def test_a_stop_string_cuts_the_text_right_before_it(story):
         assert list(g.tokens) == list(plain.tokens[:len(g.tokens)])
         assert stop in engine.detokenize(list(g.tokens), query[-1])
         assert stop not in engine.detokenize(list(g.tokens[:-1]), query[-1])
+        # The token completing it is a stop token too: the stop string's cut applies, and its reason is given.
+        both, pieces = streamed(window, query, max_tokens=60, stop=stop, stop_tokens=[g.tokens[-1]])
+        assert both.stop_reason == "stop_string" and both.text == before and "".join(pieces) == before, stop
+        assert list(both.tokens) == list(g.tokens)
     # Several: the first occurrence of any of them; one that never occurs changes nothing.
     g = window.generate(query, max_tokens=60, stop=["park", "toys", "zebra"])
     assert g.text == " loved to play with her " and g.stop_reason == "stop_string"

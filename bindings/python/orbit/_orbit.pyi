@@ -595,7 +595,8 @@ class Generation:
         Bytes that are not UTF-8 (a character max_tokens cut) read as U+FFFD."""
     @property
     def stop_reason(self) -> str:
-        """'stop_token', 'stop_string' (generate's stop), 'max_tokens', 'position_limit', 'cancelled' (on_text
+        """'stop_token', 'stop_string' (generate's stop; a token that is a stop token and completes a stop string
+        gives 'stop_string', the cut that applies), 'max_tokens', 'position_limit', 'cancelled' (on_text
         returned False or raised, or a stream left early); with a constraint also 'constraint_complete' or
         'constraint_no_token'."""
     @property

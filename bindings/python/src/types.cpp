@@ -564,8 +564,9 @@ void init_types(py::module_& m) {
       .def_readonly("tokens", &Generation::tokens,
                     "Generated tokens (a stop token, and a stop string's tokens, included when they ended the run).")
       .def_readonly("stop_reason", &Generation::stop_reason,
-                    "'stop_token', 'stop_string' (generate's stop), 'max_tokens', 'position_limit', 'cancelled' "
-                    "(on_text returned False, or a stream left early); with a constraint also "
+                    "'stop_token', 'stop_string' (generate's stop; a token that is a stop token and completes a "
+                    "stop string gives 'stop_string', the cut that applies), 'max_tokens', 'position_limit', "
+                    "'cancelled' (on_text returned False, or a stream left early); with a constraint also "
                     "'constraint_complete' or 'constraint_no_token'.")
       .def_readonly("prompt_forward_tokens", &Generation::prompt_forward_tokens,
                     "Query tokens forwarded: all, or only the last when exact reuse held the others.")

@@ -137,6 +137,8 @@ struct GenerateOptions {
   // Stop strings (OpenAI's `stop`; each non-empty, any number): the run ends at the token whose text
   // completes one, and Generation::text ends right before the first occurrence (the stop string left out),
   // stop_reason "stop_string"; `tokens` and `logprobs` keep every token chosen, the stop string's included.
+  // A token that completes a stop string and is one of stop_tokens too gives "stop_string" (the reason names
+  // the cut that applies: the text ends before the stop string, not after the stop token's text).
   // Under a constraint a stop string ends the answer only where the text before it is complete (from the
   // trigger on, with constraint_trigger), so it never cuts a call or a JSON answer short. Needs the engine's
   // tokenizer. The text is released as orbit/text_stream.h does (a bounded window decoded per token).
@@ -208,9 +210,9 @@ struct Generation {
   // held the others (exact reuse, WindowPolicy::reuse_computed; a repeated call costs one token); 0 when
   // nothing was forwarded (max_tokens 0).
   int64_t prompt_forward_tokens = 0;
-  // "stop_token", "stop_string" (GenerateOptions::stop), "max_tokens", "position_limit", "cancelled" (on_token
-  // or on_text returned false); with a constraint also "constraint_complete" and "constraint_no_token"
-  // (GenerateOptions::constraint)
+  // "stop_token", "stop_string" (GenerateOptions::stop; it wins over "stop_token" for a token that is both),
+  // "max_tokens", "position_limit", "cancelled" (on_token or on_text returned false); with a constraint also
+  // "constraint_complete" and "constraint_no_token" (GenerateOptions::constraint)
   std::string stop_reason;
   // With GenerateOptions::logprobs: one entry per token of `tokens`, in order; else empty.
   std::vector<StepLogprobs> logprobs;

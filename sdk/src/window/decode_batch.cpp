@@ -207,13 +207,15 @@ void DecodeBatchState::advance(DecodeSequence& s, const runtime::ForwardResult& 
   s.pos += width;
   s.input = {next};
   if (s.text) s.unsent += s.text->push(next);
-  if (s.sampler.is_stop_token(next)) {
-    s.g.stop_reason = "stop_token";
+  // A token that completes a stop string and is a stop token too ends the run as a stop string: the text is
+  // cut before the stop string, so that is the cut the reason names.
+  if (s.text && s.text->stopped()) {
+    s.g.stop_reason = "stop_string";
     s.ending = true;
     return;
   }
-  if (s.text && s.text->stopped()) {
-    s.g.stop_reason = "stop_string";
+  if (s.sampler.is_stop_token(next)) {
+    s.g.stop_reason = "stop_token";
     s.ending = true;
     return;
   }
