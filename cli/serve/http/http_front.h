@@ -21,6 +21,9 @@
 // and the connection is then closed after a short lingering read (so the client reads the answer rather
 // than a reset), which discards at most 1 MiB in at most 2 s.
 // Connections past max_connections: the longest idle one is closed; with none idle the new one gets 503.
+// A worker's write waits for room at most write_seconds; once limit_stalled_writes(grace) was called (the
+// server drains), at most `grace` as well, checked every kStallCheckMs while a write waits: a client that
+// stopped reading then holds its worker, and the server's exit, for at most that grace.
 //
 // Thread-safety: construct, then listen (cpp-httplib's listen_after_bind, on the caller's thread);
 // stop_connections() from any thread after Server::stop().
@@ -76,6 +79,11 @@ class HttpFront : public httplib::Server {
   // After Server::stop(): closes the connections the reception holds, lets each worker finish the request
   // it answers and joins them. Idempotent.
   void stop_connections();
+  // From now on a write that has made no progress for `grace` fails (its connection closes), also one
+  // already waiting: min(grace, write_seconds) applies. A later call replaces the grace. Any thread.
+  void limit_stalled_writes(std::chrono::milliseconds grace);
+  // How often a waiting write looks at that limit.
+  static constexpr int kStallCheckMs = 100;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -107,6 +115,7 @@ class HttpFront : public httplib::Server {
   std::deque<std::unique_ptr<FrontConnection>> work_;      // complete requests for the workers
   bool stopping_ = false;
   std::atomic<std::size_t> in_workers_{0};  // connections handed to the workers, not yet back
+  std::atomic<int64_t> stall_ms_{-1};       // limit_stalled_writes' grace in ms; -1: none (write_seconds)
 
   std::thread reception_;
   std::vector<std::thread> workers_;

@@ -5,7 +5,10 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 
 #include "serve/http/http_front.h"
 #include "serve/http/http_front_connection.h"
@@ -15,11 +18,16 @@ namespace orbit::serve {
 namespace {
 
 // The request as bytes in memory (its rewritten head, then its body), and the connection's socket for the
-// answer. Reads never wait; a write waits up to write_seconds for room, then fails.
+// answer. Reads never wait; a write waits up to write_seconds for room (less once the stall limit, in ms, is
+// set: HttpFront::limit_stalled_writes), then fails.
 class RequestStream final : public httplib::Stream {
  public:
-  RequestStream(int fd, const ReadRequest& request, int write_seconds)
-      : fd_(fd), head_(request.head), body_(request.body), write_ms_(write_seconds * 1000) {}
+  RequestStream(int fd, const ReadRequest& request, int write_seconds, const std::atomic<int64_t>& stall_ms)
+      : fd_(fd),
+        head_(request.head),
+        body_(request.body),
+        write_ms_(int64_t{write_seconds} * 1000),
+        stall_ms_(stall_ms) {}
 
   bool is_readable() const override { return at_ < head_.size() + body_.size(); }
   bool is_writable() const override { return wait_writable(); }
@@ -61,13 +69,21 @@ class RequestStream final : public httplib::Stream {
   bool failed() const { return failed_; }
 
  private:
+  // Waits for room in slices of kStallCheckMs, so that a stall limit set meanwhile applies to this wait too.
   bool wait_writable() const {
-    pollfd p{fd_, POLLOUT, 0};
-    int r = 0;
-    do {
-      r = ::poll(&p, 1, write_ms_);
-    } while (r < 0 && errno == EINTR);
-    return r > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL)) == 0;
+    const auto start = std::chrono::steady_clock::now();
+    while (true) {
+      const int64_t stall = stall_ms_.load();
+      const int64_t limit = stall >= 0 ? std::min(write_ms_, stall) : write_ms_;
+      const int64_t waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+      if (waited >= limit) return false;
+      pollfd p{fd_, POLLOUT, 0};
+      const int slice = static_cast<int>(std::min<int64_t>(limit - waited, HttpFront::kStallCheckMs));
+      const int r = ::poll(&p, 1, slice);
+      if (r < 0 && errno != EINTR) return false;
+      if (r > 0) return (p.revents & (POLLERR | POLLHUP | POLLNVAL)) == 0;
+    }
   }
 
   template <typename NameFn>
@@ -88,7 +104,8 @@ class RequestStream final : public httplib::Stream {
   int fd_;
   const std::string& head_;
   const std::string& body_;
-  int write_ms_;
+  int64_t write_ms_;
+  const std::atomic<int64_t>& stall_ms_;
   std::size_t at_ = 0;
   bool failed_ = false;
 };
@@ -147,6 +164,10 @@ void HttpFront::worker_loop() {
   }
 }
 
+void HttpFront::limit_stalled_writes(std::chrono::milliseconds grace) {
+  stall_ms_ = std::max<int64_t>(0, grace.count());
+}
+
 bool HttpFront::answer(FrontConnection& c) {
   const ReadRequest& request = c.reader.request();
   bool stopping = false;
@@ -154,7 +175,7 @@ bool HttpFront::answer(FrontConnection& c) {
     std::lock_guard<std::mutex> lock(mu_);
     stopping = stopping_;
   }
-  RequestStream stream(c.fd, request, options_.write_seconds);
+  RequestStream stream(c.fd, request, options_.write_seconds, stall_ms_);
   bool closed = false;
   const bool ok = process_request(stream, !request.keep_alive || stopping, closed, nullptr);
   return ok && !closed && !stream.failed() && request.keep_alive && !stopping;

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -318,11 +319,13 @@ bool HttpServer::listen() { return server_->listen_after_bind(); }
 bool HttpServer::drain_and_stop(const std::function<bool()>& cut_short) {
   draining_ = true;
   const auto deadline = Clock::now() + std::chrono::seconds(options_.drain_seconds);
+  server_->limit_stalled_writes(std::chrono::seconds(std::min(options_.drain_stall_seconds, options_.drain_seconds)));
   bool cut = false;
   while (in_flight_ > 0 && Clock::now() < deadline && !cut) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     cut = cut_short && cut_short();
   }
+  if (cut) server_->limit_stalled_writes(std::chrono::milliseconds(0));
   core_.close();
   server_->stop();
   server_->stop_connections();

@@ -38,9 +38,12 @@ class HttpFront;
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;               // 0: any free port (printed when listening)
-  int threads = 64;              // requests answered at once (workers); connections being read or idle hold none
-  int drain_seconds = 60;        // SIGTERM waits this long for requests in flight
+  int port = 8000;         // 0: any free port (printed when listening)
+  int threads = 64;        // requests answered at once (workers); connections being read or idle hold none
+  int drain_seconds = 60;  // SIGTERM waits this long for requests in flight
+  // During the drain, a write that makes no progress this long fails (its request ends as cancelled): a client
+  // that stopped reading holds the exit this long, not the front's 60 s write timeout (http_front.h).
+  int drain_stall_seconds = 5;
   int header_seconds = 10;       // a request's head must arrive within this of its first byte (else 408)
   int body_seconds = 60;         // its body within this of its head (else 408)
   int keep_alive_seconds = 120;  // an idle connection is closed after this; announced in Keep-Alive: timeout=N
@@ -56,8 +59,10 @@ class HttpServer {
   bool listen();
   // Stops taking requests (new ones get 503), waits up to drain_seconds for those in flight, then closes the
   // core (its engine finishes the background work queued, so the store keeps it) and the listener.
-  // `cut_short`, when given, is asked every 10 ms while the drain waits: true ends the wait at once, as if its
-  // deadline had passed (an answer still running becomes a 503 server_shutdown). Returns whether it did.
+  // From its start, a write stalled for min(drain_stall_seconds, drain_seconds) fails, so a client that stopped
+  // reading delays the exit by at most that. `cut_short`, when given, is asked every 10 ms while the drain
+  // waits: true ends the wait at once, as if its deadline had passed (an answer still running becomes a 503
+  // server_shutdown, and a stalled write fails at once). Returns whether it did.
   bool drain_and_stop(const std::function<bool()>& cut_short = nullptr);
   int64_t in_flight() const { return in_flight_; }
 

@@ -1,0 +1,86 @@
+"""`orbit serve` stopping: SIGTERM with a client that stopped reading its streamed answer.
+
+The server starts on 127.0.0.1 (a free port) through the start_serve fixture, which always stops it.
+"""
+import json
+import socket
+import subprocess
+import time
+
+import pytest
+
+MODEL_NAME = "stories260K.bin"
+
+
+def unread_streams(host, port, count):
+    """A connection that asks, pipelined, for `count` long streamed chat answers (every token with 20 log
+    probabilities: about 600 KiB of events each) and never reads them: a receive buffer of a few KiB fills,
+    then the server's send buffer (at most net.ipv4.tcp_wmem's 4 MiB), and its writes wait."""
+    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect((host, port))
+    body = json.dumps({"model": MODEL_NAME, "messages": [{"role": "user", "content": "Once upon a time"}],
+                       "max_tokens": 400, "stream": True, "logprobs": True, "top_logprobs": 20,
+                       "logit_bias": {"1": -100, "2": -100}}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    client.sendall((head + body) * count)
+    return client
+
+
+def send_queue(server_port, client_port):
+    """Bytes the server's end of the connection holds unsent or unacknowledged (/proc/net/tcp's tx_queue),
+    or None when the connection is not listed."""
+    with open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            local, remote, queues = fields[1], fields[2], fields[4]
+            if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == client_port:
+                return int(queues.split(":")[0], 16)
+    return None
+
+
+def wait_until_stalled(server_port, client, seconds=120):
+    """Until the server's send queue to `client` holds at least 256 KiB and has not moved for 2 s (a stream
+    writes each token as it comes: a queue that stands still is a write waiting for room); True when it
+    did within `seconds`."""
+    client_port = client.getsockname()[1]
+    deadline = time.monotonic() + seconds
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        queued = send_queue(server_port, client_port)
+        if queued != last:
+            last, since = queued, time.monotonic()
+        elif queued is not None and queued >= 256 << 10 and time.monotonic() - since >= 2:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_sigterm_with_a_client_that_stopped_reading_exits_promptly_and_keeps_the_store(
+        start_serve, orbit_cli, stories260k_path, tmp_path):
+    store = tmp_path / "store"
+    server = start_serve(stories260k_path, "--store", store, env={"OMP_NUM_THREADS": "1"})
+    stored = server.call("/v1/chat/completions", {"model": MODEL_NAME, "store": True, "max_tokens": 8,
+                                                  "messages": [{"role": "user", "content": "A cat"}]})
+    client = unread_streams(server.host, server.port, 12)
+    try:
+        assert wait_until_stalled(server.port, client), "the server's writes never waited:\n" + server.output()
+        started = time.monotonic()
+        server.process.terminate()
+        try:
+            status = server.process.wait(timeout=30)  # the write timeout outside a drain is 60 s
+        except subprocess.TimeoutExpired:
+            pytest.fail("the server was still running 30 s after SIGTERM:\n" + server.output())
+        took = time.monotonic() - started
+    finally:
+        client.close()
+    assert status == 0, server.output()
+    assert "orbit serve: stopped" in server.output()
+    # What was committed is there: the store checks clean and a server on it finds the stored completion.
+    verify = subprocess.run([str(orbit_cli), "store", "verify", "--store", str(store)], capture_output=True, text=True,
+                            timeout=120)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    again = start_serve(stories260k_path, "--store", store, env={"OMP_NUM_THREADS": "1"})
+    assert again.call(f"/v1/chat/completions/{stored['id']}")["id"] == stored["id"]
+    print(f"exit {took:.1f} s after SIGTERM")
