@@ -45,7 +45,7 @@ step "the installed CLI and Python package"
 "$prefix/bin/orbit" --help >/dev/null
 if [ -n "$site" ]; then
   (cd / && PYTHONPATH="$site" /usr/bin/python3 -c "
-import orbit, sys
+import orbit, orbit.aio, sys
 assert orbit.__file__.startswith('$prefix/'), orbit.__file__
 print('import orbit from the prefix:', orbit.__file__)")
 fi

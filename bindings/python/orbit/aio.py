@@ -1,0 +1,389 @@
+"""orbit.aio: a window's model calls as coroutines, for asyncio agent loops.
+
+    from orbit import aio
+
+    async def agent(window: orbit.Window, messages: list[dict]) -> str:
+        w = aio.AsyncWindow(window)
+        report = await w.sync(messages)                            # Window.sync, off the event loop
+        g = await w.generate(report.generation_prompt, max_tokens=64)
+        async for piece in w.stream(report.generation_prompt, max_tokens=64, stop="\\n"):
+            print(piece, end="", flush=True)                       # Window.stream's pieces, awaited
+        return g.text
+
+    texts = await asyncio.gather(agent(w1, m1), agent(w2, m2))   # both windows decode at the same time
+
+A thin layer: each coroutine runs the synchronous call (Window.sync, generate, generate_n, fork, ...,
+orbit.generate_many) on the event loop's default executor, and the native calls release the GIL, so several
+windows progress together under asyncio.gather and the loop stays free. Results, exceptions (types and
+messages) and arguments are the synchronous API's.
+
+One call at a time per window: each window has an asyncio lock (per event loop), and a call made while another
+runs on the same window waits for it in turn (first come, first served) without taking a thread; generate_many
+locks each of its windows, in one order. Use the Window itself only while no coroutine of this module runs on
+it: a synchronous call waits for a running one on the window's own mutex, blocking the loop meanwhile
+(AsyncWindow.call runs any Window method the asynchronous way).
+
+Cancelling the awaiting task (asyncio.wait_for, TaskGroup, task.cancel()) cancels the decode of generate and of
+a stream at its next piece of text (stop_reason 'cancelled', as generate's on_text returning False does), and
+the task waits for the native call to return before CancelledError reaches it, so the window is idle then. A
+call with no way to stop early (sync, generate_n, generate_many, fork, ...; generate on an engine without a
+tokenizer) runs to its end first, its result dropped (what it did to the window stays); a call still waiting
+for its window is dropped without running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, TypeVar
+
+from . import _stream
+from ._orbit import Window
+from ._orbit import generate_many as _generate_many
+
+if TYPE_CHECKING:
+    from ._orbit import Generation
+
+T = TypeVar("T")
+
+# Each window's lock, per event loop (an asyncio.Lock serves the loop it is first awaited on). Weak both ways:
+# a closed loop or a dropped window takes its locks with it.
+_locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakKeyDictionary[Window, asyncio.Lock]]" = (
+    weakref.WeakKeyDictionary())
+
+
+def _window_lock(window: Window) -> asyncio.Lock:
+    """The running loop's lock of `window` (made on first use)."""
+    per_loop = _locks.setdefault(asyncio.get_running_loop(), weakref.WeakKeyDictionary())
+    lock = per_loop.get(window)
+    if lock is None:
+        lock = per_loop[window] = asyncio.Lock()
+    return lock
+
+
+class _NotRun:
+    """What a job cancelled before its thread picked it up returns."""
+
+
+async def _wait_out(future: "asyncio.Future[Any]") -> None:
+    """Waits until `future` is done, even through a cancellation of the awaiting task, which is raised after."""
+    cancelled: Optional[asyncio.CancelledError] = None
+    while not future.done():
+        try:
+            await asyncio.wait([future])
+        except asyncio.CancelledError as e:
+            cancelled = e
+    if not future.cancelled():
+        future.exception()  # retrieved: an error of a call nobody waits for any more is not logged
+    if cancelled is not None:
+        raise cancelled
+
+
+async def _off_loop(fn: Callable[[], T], cancel: threading.Event) -> T:
+    """fn() on the loop's default executor (in the caller's context). Cancelling the awaiting task sets `cancel`
+    (a job not started yet then never runs; fn may read it to stop early) and waits for fn to return before
+    CancelledError goes on."""
+    context = contextvars.copy_context()
+
+    def job() -> Any:
+        return _NotRun if cancel.is_set() else context.run(fn)
+
+    future = asyncio.get_running_loop().run_in_executor(None, job)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        cancel.set()
+        await _wait_out(future)
+        raise
+
+
+def _generate_with(window: Window, query: Any, on_text: Callable[[str], bool], kwargs: dict[str, Any]) -> "Generation":
+    """window.generate(query, on_text=on_text, **kwargs). An argument of the wrong type raises the TypeError the
+    call without on_text raises: pybind11's message lists the arguments given, and on_text is this module's."""
+    try:
+        return window.generate(query, on_text=on_text, **kwargs)
+    except TypeError as e:
+        if not str(e).startswith("generate(): incompatible function arguments"):
+            raise
+    return window.generate(query, **kwargs)  # refused the same way before anything runs
+
+
+def _refuse_on_text(kwargs: dict[str, Any], what: str) -> None:
+    if "on_text" in kwargs:
+        raise TypeError(f"{what}: on_text is not taken here; iterate AsyncWindow.stream(...) for the pieces")
+
+
+class AsyncWindow:
+    """A Window whose model calls are coroutines: AsyncWindow(window). The methods mirror Window's (same
+    arguments, results and exceptions); `window` is the Window itself. Several AsyncWindows of one Window share
+    its lock. `async with AsyncWindow(engine.new_window()) as w:` closes the window at the end."""
+
+    def __init__(self, window: Window) -> None:
+        if not isinstance(window, Window):
+            raise TypeError(f"AsyncWindow: window must be an orbit.Window, got {type(window).__name__}")
+        self._window = window
+
+    @property
+    def window(self) -> Window:
+        """The Window (synchronous; see the module's note on using it while a coroutine runs)."""
+        return self._window
+
+    def __repr__(self) -> str:
+        return f"AsyncWindow({self._window!r})"
+
+    async def __aenter__(self) -> "AsyncWindow":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _run(self, fn: Callable[[], T], cancel: Optional[threading.Event] = None) -> T:
+        """fn() off the loop once the window's lock is ours (_off_loop says what cancelling does)."""
+        async with _window_lock(self._window):
+            return await _off_loop(fn, cancel if cancel is not None else threading.Event())
+
+    async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """fn(window, *args, **kwargs) off the loop, in the window's turn: any Window method the asynchronous
+        way, e.g. `await w.call(orbit.Window.admit, chunk)`. It runs to its end once started."""
+        return await self._run(functools.partial(fn, self._window, *args, **kwargs))
+
+    async def sync(self, messages: Any, **kwargs: Any) -> Any:
+        """Window.sync(messages, **kwargs): a SyncReport."""
+        return await self._run(functools.partial(self._window.sync, messages, **kwargs))
+
+    async def prepare_sync(self, messages: Any, **kwargs: Any) -> Any:
+        """Window.prepare_sync(messages, **kwargs): an IdleReport."""
+        return await self._run(functools.partial(self._window.prepare_sync, messages, **kwargs))
+
+    async def idle(self) -> Any:
+        """Window.idle(): an IdleReport."""
+        return await self._run(self._window.idle)
+
+    async def logits(self, query: Any, **kwargs: Any) -> Any:
+        """Window.logits(query, **kwargs): numpy float32."""
+        return await self._run(functools.partial(self._window.logits, query, **kwargs))
+
+    async def generate(self, query: Any, **kwargs: Any) -> "Generation":
+        """Window.generate(query, **kwargs) but on_text (stream() gives the pieces). Cancelling the awaiting
+        task cancels the decode at its next piece of text and waits for it to stop."""
+        _refuse_on_text(kwargs, "generate")
+        cancel = threading.Event()
+        window = self._window
+
+        def decode() -> "Generation":
+            if window.engine.has_tokenizer:  # on_text needs the tokenizer; without it the decode runs to its end
+                return _generate_with(window, query, lambda piece: not cancel.is_set(), kwargs)
+            return window.generate(query, **kwargs)
+
+        return await self._run(decode, cancel)
+
+    async def generate_n(self, query: Any, n: int, **kwargs: Any) -> "list[Generation]":
+        """Window.generate_n(query, n, **kwargs): n Generations. Once started it runs to its end."""
+        return await self._run(functools.partial(self._window.generate_n, query, n, **kwargs))
+
+    async def fork(self) -> "AsyncWindow":
+        """Window.fork(), as an AsyncWindow (the branch has a lock of its own)."""
+        return AsyncWindow(await self._run(self._window.fork))
+
+    async def close(self) -> None:
+        """Window.close(), in the window's turn (after the calls queued before it)."""
+        await self._run(self._window.close)
+
+    def stream(self, query: Any, **kwargs: Any) -> "AsyncGenerationStream":
+        """The answer's text piece by piece: an AsyncGenerationStream (`async for piece in w.stream(...)`),
+        taking generate()'s keyword arguments but on_text."""
+        return AsyncGenerationStream(self._window, query, kwargs)
+
+
+async def generate_many(requests: Any) -> "list[Generation]":
+    """orbit.generate_many(requests) off the loop, once each window's lock is ours; a request's window may be a
+    Window or an AsyncWindow. Once started it runs to its end."""
+    plain = [_plain_request(r) for r in requests] if isinstance(requests, (list, tuple)) else requests
+    windows = {id(r[0]): r[0] for r in plain if isinstance(r, (tuple, list)) and r and isinstance(r[0], Window)}
+    locks = [_window_lock(w) for _, w in sorted(windows.items())]  # one order: two calls never wait for each other
+    held: list[asyncio.Lock] = []
+    try:
+        for lock in locks:
+            await lock.acquire()
+            held.append(lock)
+        return await _off_loop(functools.partial(_generate_many, plain), threading.Event())
+    finally:
+        for lock in held:
+            lock.release()
+
+
+def _plain_request(request: Any) -> Any:
+    """A generate_many request with an AsyncWindow replaced by its Window; anything else as it is (the
+    synchronous generate_many judges it)."""
+    if isinstance(request, (tuple, list)) and request and isinstance(request[0], AsyncWindow):
+        return (request[0].window, *request[1:])
+    return request
+
+
+class AsyncGenerationStream:
+    """The text of one answer as it is decoded: AsyncWindow.stream(query, **generate() keyword arguments).
+
+    `async for piece in stream` (once) gives the pieces, as Window.stream's (GenerationStream) do: str, whole
+    characters, joining to the answer's text. The decode starts at the first piece asked for, once the window's
+    lock is ours, on a thread of the loop's default executor (Window.generate with an on_text that hands each
+    piece to the loop); generate()'s errors are raised there. Once the loop ends, `generation` is the
+    Generation. The decode runs at most 8 pieces ahead of the reader; one that takes no piece for a second
+    lets it run on to its end.
+
+    Cancelling the task in the loop cancels the decode (stop_reason 'cancelled') and waits for it to stop
+    before CancelledError goes on. Leaving the loop otherwise (break, an exception) cancels it too; the
+    window's lock is held until the decode has stopped, so the window's next call waits for that. aclose()
+    (or `async with w.stream(...) as s:`) cancels and waits, and `generation` is then set (None if the stream
+    never started, or generate() raised).
+    """
+
+    def __init__(self, window: Window, query: Any, kwargs: dict[str, Any]) -> None:
+        if "on_text" in kwargs:
+            raise TypeError("stream: on_text is the stream's own; iterate the stream for the pieces")
+        self._window = window
+        self._query = query
+        self._kwargs = kwargs
+        self._iterated = False
+        self._closed = False
+        self._decode: Optional[_Decode] = None
+
+    @property
+    def generation(self) -> "Optional[Generation]":
+        """The Generation once the decode ended (None before, and when generate() raised)."""
+        return self._decode.generation if self._decode is not None else None
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        """The pieces (once); the decode starts at the first one asked for."""
+        if self._iterated:
+            raise RuntimeError("an AsyncGenerationStream is iterated once")
+        self._iterated = True
+        return _Pieces(self)  # not kept here: a loop that breaks drops it, and that cancels the decode
+
+    async def aclose(self) -> None:
+        """Cancels the decode if it runs and waits for it to stop; a stream not started never starts."""
+        self._closed = True
+        if self._decode is not None:
+            await self._decode.stop()
+
+    async def __aenter__(self) -> "AsyncGenerationStream":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _start(self) -> "Optional[_Decode]":
+        """Takes the window's lock and starts the decode (None: the stream was closed meanwhile)."""
+        lock = _window_lock(self._window)
+        await lock.acquire()
+        if self._closed:
+            lock.release()
+            return None
+        try:
+            decode = _Decode(asyncio.get_running_loop())
+            decode.start(functools.partial(_generate_with, self._window, self._query, decode.on_text, self._kwargs),
+                         lock)
+        except BaseException:
+            lock.release()
+            raise
+        self._decode = decode
+        return decode
+
+
+class _End:
+    """The mark after the last piece: the decode returned."""
+
+
+class _Decode:
+    """One Window.generate(on_text=...) on an executor thread, its pieces handed to the loop in an asyncio.Queue,
+    the Generation (or the error) at the end. The window's lock is released once it returned."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.items: "asyncio.Queue[Any]" = asyncio.Queue()  # pieces, then _End
+        self.room = threading.Semaphore(_stream.AHEAD)  # pieces the decode may still hand over unread
+        self.cancelled = threading.Event()
+        self.alone = False  # the reader stopped reading: the decode no longer waits for it
+        self.future: "Optional[asyncio.Future[Generation]]" = None
+        self.generation: "Optional[Generation]" = None
+        self.read_to_end = False
+
+    def start(self, generate: Callable[[], "Generation"], lock: asyncio.Lock) -> None:
+        context = contextvars.copy_context()
+        self.future = self._loop.run_in_executor(None, context.run, generate)
+
+        def ended(future: "asyncio.Future[Generation]") -> None:
+            self.settle()
+            lock.release()
+            self.items.put_nowait(_End)  # after every piece: they were queued on the loop before this
+
+        self.future.add_done_callback(ended)
+
+    def on_text(self, piece: str) -> bool:
+        """generate's on_text, on the executor thread: waits for room (not past READER_GONE_S), hands the piece
+        over, and goes on unless cancelled."""
+        if not self.alone and not self.cancelled.is_set() and not self.room.acquire(timeout=_stream.READER_GONE_S):
+            self.alone = True
+        try:
+            self._loop.call_soon_threadsafe(self.items.put_nowait, piece)
+        except RuntimeError:  # the loop is closed: nobody reads any more
+            self.cancelled.set()
+        return not self.cancelled.is_set()
+
+    def cancel(self) -> None:
+        """Any thread, never waits: the decode stops at its next piece (one waiting for room goes on at once)."""
+        self.cancelled.set()
+        self.room.release(_stream.AHEAD + 1)
+
+    async def stop(self) -> None:
+        """Cancels and waits for generate to return."""
+        self.cancel()
+        if self.future is not None:
+            await _wait_out(self.future)
+            self.settle()
+
+    def settle(self) -> None:
+        """Keeps the Generation of a decode that returned one."""
+        future = self.future
+        if future is not None and future.done() and not future.cancelled() and future.exception() is None:
+            self.generation = future.result()
+
+
+class _Pieces:
+    """The iterator of an AsyncGenerationStream. Dropping it (a loop that breaks) cancels the decode."""
+
+    def __init__(self, stream: AsyncGenerationStream) -> None:
+        self._stream = stream
+
+    def __aiter__(self) -> "_Pieces":
+        return self
+
+    async def __anext__(self) -> str:
+        decode = self._stream._decode
+        if decode is None:
+            decode = None if self._stream._closed else await self._stream._start()
+            if decode is None:
+                raise StopAsyncIteration
+        if decode.read_to_end:
+            raise StopAsyncIteration
+        try:
+            item = await decode.items.get()
+        except asyncio.CancelledError:
+            await decode.stop()
+            raise
+        if item is _End:
+            decode.read_to_end = True
+            assert decode.future is not None
+            error = decode.future.exception()
+            if error is not None:
+                raise error
+            raise StopAsyncIteration
+        decode.room.release()
+        return item
+
+    def __del__(self) -> None:
+        decode = self._stream._decode
+        if decode is not None:
+            decode.cancel()

@@ -1,0 +1,440 @@
+"""orbit.aio on the bundled stories260K: the window's model calls as coroutines. Windows driven together under
+asyncio.gather answer as the same calls made one after another; the native calls run off the event loop; a
+stream's pieces join to its Generation's text; cancelling the awaiting task (or leaving an `async for`)
+cancels the decode and waits for it, leaving the window answering as before; errors are the synchronous
+API's; one window runs one call at a time, the others waiting their turn; no thread outlives the loop.
+
+The event loop is asyncio.run's (pytest-asyncio is not required). Where a test needs the decode paused
+mid-answer it sets READER_GONE_S high: the decode then runs at most AHEAD pieces ahead of a reader that
+stops reading, so nothing here depends on how fast anything runs."""
+import asyncio
+import threading
+
+import pytest
+
+pytestmark = pytest.mark.xdist_group("test_aio")
+
+STORY = "Once upon a time, there was a little girl."
+MESSAGES = [{"role": "system", "content": "You tell short stories about Lily and her dog."},
+            {"role": "user", "content": "What did the dog find?"}]
+
+
+@pytest.fixture(scope="module")
+def engine(orbit, stories260k_path):
+    engine = orbit.Engine(str(stories260k_path), pool_bytes=32 << 20)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def story(engine):
+    """A window holding the story's first sentence, the query after it, and its greedy answer (60 tokens)."""
+    window = engine.new_window()
+    window.add_turn(engine.tokenize(STORY, True))
+    query = engine.tokenize(" She", False)
+    yield window, query, window.generate(query, max_tokens=60)
+    window.close()
+
+
+@pytest.fixture
+def paused(orbit, monkeypatch):
+    """A reader that stops reading holds the decode (AHEAD pieces ahead) instead of letting it run alone."""
+    monkeypatch.setattr(orbit._stream, "READER_GONE_S", 60.0)
+
+
+@pytest.fixture
+def calls(orbit, monkeypatch):
+    """Wraps Window.generate to record each native call: ('enter' | 'exit', tag, thread id) in order, the
+    Generations returned. A test may set calls.gate: the first piece of text then waits for it."""
+    original = orbit.Window.generate
+
+    class Calls:
+        events: list = []
+        results: list = []
+        gate = None  # a threading.Event the first piece waits for
+        first_piece = threading.Event()
+
+    def generate(self, query, **kwargs):
+        on_text = kwargs.get("on_text")
+        if Calls.gate is not None and on_text is not None:
+            def gated(piece):
+                if not Calls.first_piece.is_set():
+                    Calls.first_piece.set()
+                    assert Calls.gate.wait(60), "the gate was never opened"
+                return on_text(piece)
+            kwargs["on_text"] = gated
+        Calls.events.append(("enter", kwargs.get("max_tokens"), threading.get_ident()))
+        try:
+            g = original(self, query, **kwargs)
+        finally:
+            Calls.events.append(("exit", kwargs.get("max_tokens"), threading.get_ident()))
+        Calls.results.append(g)
+        return g
+
+    monkeypatch.setattr(orbit.Window, "generate", generate)
+    return Calls
+
+
+def chat(window, answers=2, **options):
+    """The synchronous agent: sync the messages, answer, append the answer, `answers` times."""
+    messages = list(MESSAGES)
+    out = []
+    for _ in range(answers):
+        g = window.generate(window.sync(messages).generation_prompt, max_tokens=24, **options)
+        out.append(list(g.tokens))
+        messages += [{"role": "assistant", "content": g.text}, {"role": "user", "content": "And then?"}]
+    return out
+
+
+async def achat(w, answers=2, **options):
+    """The same agent with orbit.aio."""
+    messages = list(MESSAGES)
+    out = []
+    for _ in range(answers):
+        report = await w.sync(messages)
+        g = await w.generate(report.generation_prompt, max_tokens=24, **options)
+        out.append(list(g.tokens))
+        messages += [{"role": "assistant", "content": g.text}, {"role": "user", "content": "And then?"}]
+    return out
+
+
+def test_gathered_windows_answer_as_sequential_sync_calls(orbit, engine):
+    from orbit import aio
+
+    sampled = dict(temperature=0.9, seed=7)
+    expected = [chat(engine.new_window()), chat(engine.new_window(), **sampled)]
+
+    async def main():
+        a, b = aio.AsyncWindow(engine.new_window()), aio.AsyncWindow(engine.new_window())
+        got = await asyncio.gather(achat(a), achat(b, **sampled))
+        prompt = (await a.sync(MESSAGES)).generation_prompt
+        n = await a.generate_n(prompt, 3, max_tokens=12, temperature=0.9, seed=3)
+        many = await aio.generate_many([(a, prompt), (b.window, prompt, {"max_tokens": 8})])
+        branch = await a.fork()
+        forked = await branch.generate(prompt, max_tokens=12)
+        await branch.close()
+        return got, a.window, prompt, n, many, forked, b.window
+
+    got, window, prompt, n, many, forked, other = asyncio.run(main())
+    assert got == expected
+    assert expected[0] != expected[1]  # the sampled agent answers otherwise: the comparison tells them apart
+    assert [list(g.tokens) for g in n] == [list(g.tokens) for g in window.generate_n(prompt, 3, max_tokens=12,
+                                                                                     temperature=0.9, seed=3)]
+    assert [g.text for g in many] == [g.text for g in orbit.generate_many([(window, prompt),
+                                                                           (other, prompt, {"max_tokens": 8})])]
+    assert forked.text == window.generate(prompt, max_tokens=12).text
+
+
+def test_the_native_calls_run_off_the_loop(orbit, story, paused, calls):
+    from orbit import aio
+
+    window, query, plain = story
+    other = window.fork()
+
+    async def main():
+        a, b = aio.AsyncWindow(window), aio.AsyncWindow(other)
+        s = a.stream(query, max_tokens=60)
+        pieces = s.__aiter__()
+        first = await pieces.__anext__()
+        # a's decode is under way, waiting for its reader; b answers meanwhile.
+        g = await b.generate(query, max_tokens=60)
+        unfinished = s.generation
+        rest = [p async for p in pieces]
+        return threading.get_ident(), first + "".join(rest), g, unfinished, s.generation
+
+    loop_thread, text, g, unfinished, generation = asyncio.run(main())
+    assert unfinished is None and generation.stop_reason == "max_tokens"
+    assert text == generation.text == g.text == plain.text
+    threads = {thread for _, _, thread in calls.events}
+    assert len(threads) == 2 and loop_thread not in threads  # each call on an executor thread
+    assert [e[0] for e in calls.events] == ["enter", "enter", "exit", "exit"]  # b ran inside a's decode
+    other.close()
+
+
+def test_stream_pieces_join_to_the_text(orbit, story):
+    from orbit import aio
+
+    window, query, plain = story
+    stopped = window.generate(query, max_tokens=60, stop="park")
+
+    async def main():
+        w = aio.AsyncWindow(window)
+        s = w.stream(query, max_tokens=60)
+        assert isinstance(s, aio.AsyncGenerationStream) and s.generation is None
+        pieces = [p async for p in s]
+        with pytest.raises(RuntimeError, match="once"):
+            s.__aiter__()
+        async with w.stream(query, max_tokens=60, stop="park") as t:
+            cut = [p async for p in t]
+        text = [p async for p in w.stream("She", max_tokens=12)]
+        return pieces, s.generation, cut, t.generation, text
+
+    pieces, g, cut, g_cut, text = asyncio.run(main())
+    assert len(pieces) > 20 and all(pieces)
+    assert "".join(pieces) == g.text == plain.text and list(g.tokens) == list(plain.tokens)
+    assert "".join(cut) == g_cut.text == stopped.text and g_cut.stop_reason == "stop_string"
+    assert "".join(text) == window.generate("She", max_tokens=12).text
+
+
+def test_cancelling_the_task_cancels_the_stream(orbit, story, paused):
+    from orbit import aio
+
+    window, query, plain = story
+
+    async def main():
+        w = aio.AsyncWindow(window)
+        s = w.stream(query, max_tokens=400)
+        two = asyncio.Event()
+        got = []
+
+        async def read():
+            async for piece in s:
+                got.append(piece)
+                if len(got) == 2:
+                    two.set()
+
+        task = asyncio.create_task(read())
+        await two.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stopped = s.generation  # set before CancelledError reached the task: the decode had stopped
+        again = await w.generate(query, max_tokens=60)
+        return got, stopped, again
+
+    got, g, again = asyncio.run(main())
+    assert g is not None and g.stop_reason == "cancelled"
+    assert len(g.tokens) < 60 and list(g.tokens) == list(plain.tokens[:len(g.tokens)])
+    assert g.text.startswith("".join(got))
+    assert again.text == plain.text and window.generate(query, max_tokens=60).text == plain.text
+
+
+def test_leaving_the_loop_cancels_the_stream(orbit, story, paused):
+    from orbit import aio
+
+    window, query, plain = story
+
+    async def main():
+        w = aio.AsyncWindow(window)
+        s = w.stream(query, max_tokens=400)
+        async for _ in s:
+            break
+        # The next call waits for the decode to stop (the window's turn comes once it has).
+        after_break = await w.generate(query, max_tokens=60)
+        broken = s.generation
+        t = w.stream(query, max_tokens=400)
+        with pytest.raises(KeyError):
+            async for _ in t:
+                raise KeyError("reader")
+        await t.aclose()
+        async with w.stream(query, max_tokens=400) as u:
+            await u.__aiter__().__anext__()
+        async with w.stream(query, max_tokens=400) as never:
+            pass
+        return after_break, broken, t.generation, u.generation, never.generation
+
+    after_break, broken, raised, closed, never = asyncio.run(main())
+    assert after_break.text == plain.text
+    for g in (broken, raised, closed):
+        assert g.stop_reason == "cancelled" and len(g.tokens) < 60
+        assert list(g.tokens) == list(plain.tokens[:len(g.tokens)])
+    assert never is None  # never started
+    assert window.generate(query, max_tokens=60).text == plain.text
+
+
+def test_cancelling_the_task_cancels_generate(orbit, story, calls):
+    from orbit import aio
+
+    window, query, plain = story
+    calls.gate = threading.Event()
+
+    async def main():
+        w = aio.AsyncWindow(window)
+        task = asyncio.create_task(w.generate(query, max_tokens=400))
+        assert await asyncio.to_thread(calls.first_piece.wait, 60)  # the decode waits at its first piece
+        task.cancel()
+        for _ in range(5):  # the task takes its cancellation (one turn of the loop), then the decode goes on
+            await asyncio.sleep(0)
+        calls.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        calls.gate = None
+        return await w.generate(query, max_tokens=60)
+
+    again = asyncio.run(main())
+    g = calls.results[0]
+    assert g.stop_reason == "cancelled" and len(g.tokens) < 60
+    assert list(g.tokens) == list(plain.tokens[:len(g.tokens)])
+    assert again.text == plain.text
+
+
+def test_generate_without_a_tokenizer(orbit, models_dir):
+    # generate cancels through on_text, which needs a tokenizer; without one it decodes as Window.generate does.
+    from orbit import aio
+
+    with orbit.Engine(str(models_dir / "binding-gqa")) as engine:
+        assert not engine.has_tokenizer
+        window = engine.new_window()
+        window.add_turn([1, 2, 3, 4])
+        plain = window.generate([5, 6], max_tokens=8)
+        g = asyncio.run(aio.AsyncWindow(window).generate([5, 6], max_tokens=8))
+        assert list(g.tokens) == list(plain.tokens) and len(plain.tokens) == 8
+
+
+def caught(call):
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 -- compared below
+        return type(e), str(e)
+    raise AssertionError("no exception")
+
+
+async def acaught(coro):
+    try:
+        await coro
+    except Exception as e:  # noqa: BLE001
+        return type(e), str(e)
+    raise AssertionError("no exception")
+
+
+def test_errors_are_the_sync_apis(orbit, engine, story):
+    from orbit import aio
+
+    window, query, _ = story
+    closed = engine.new_window()
+    closed.close()
+    bad = [dict(temperature=-1.0), dict(stop=""), dict(stop=5), dict(logit_bias={"x": 1}), dict(max_tokens="8"),
+           dict(tool_choice="required")]
+    expected = [caught(lambda o=o: window.generate(query, **o)) for o in bad]
+    assert {t for t, _ in expected} == {orbit.OrbitError, ValueError, TypeError}
+    expected_closed = caught(lambda: closed.generate(query))
+    expected_many = caught(lambda: orbit.generate_many([(window, query), (query, query)]))
+    expected_sync = caught(lambda: window.sync([{"role": "user", "content": "hi"}], extra=3))
+
+    async def main():
+        w = aio.AsyncWindow(window)
+        got = [await acaught(w.generate(query, **o)) for o in bad]
+        streamed = []
+        for o in bad:
+            s = w.stream(query, **o)
+            streamed.append(await acaught(s.__aiter__().__anext__()))
+            assert s.generation is None
+        got_closed = await acaught(aio.AsyncWindow(closed).generate(query))
+        got_many = await acaught(aio.generate_many([(w, query), (query, query)]))
+        got_sync = await acaught(w.sync([{"role": "user", "content": "hi"}], extra=3))
+        with pytest.raises(TypeError, match="on_text"):
+            await w.generate(query, on_text=print)
+        with pytest.raises(TypeError, match="on_text"):
+            w.stream(query, on_text=print)
+        return got, streamed, got_closed, got_many, got_sync, await w.generate(query, max_tokens=4)
+
+    got, streamed, got_closed, got_many, got_sync, after = asyncio.run(main())
+    assert got == expected and streamed == expected
+    assert got_closed == expected_closed and "closed" in got_closed[1]
+    assert got_many == expected_many and got_sync == expected_sync
+    assert len(after.tokens) == 4  # the window answers after every error
+    with pytest.raises(TypeError, match="AsyncWindow: window must be an orbit.Window"):
+        aio.AsyncWindow(engine)
+
+
+def test_one_call_at_a_time_per_window(orbit, story, paused, calls):
+    from orbit import aio
+
+    window, query, plain = story
+
+    async def main():
+        w = aio.AsyncWindow(window)
+        s = w.stream(query, max_tokens=60)
+        pieces = s.__aiter__()
+        first = await pieces.__anext__()  # the stream's decode holds the window, paused for its reader
+        queued = asyncio.create_task(aio.AsyncWindow(window).generate(query, max_tokens=61))  # another wrapper
+        dropped = asyncio.create_task(w.generate(query, max_tokens=62))
+        batch = asyncio.create_task(aio.generate_many([(w, query, {"max_tokens": 63})]))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not queued.done() and not dropped.done() and not batch.done()
+        dropped.cancel()  # cancelled while waiting for its turn: it never runs
+        with pytest.raises(asyncio.CancelledError):
+            await dropped
+        text = first + "".join([p async for p in pieces])
+        return text, (await queued), (await batch)[0]
+
+    text, queued, batched = asyncio.run(main())
+    assert text == plain.text and queued.text.startswith(plain.text)
+    assert len(queued.tokens) == 61 and len(batched.tokens) == 63
+    # One native call at a time, in the order asked for (generate_many records no event: not Window.generate);
+    # the cancelled one (62) never started.
+    assert [(e[0], e[1]) for e in calls.events] == [("enter", 60), ("exit", 60), ("enter", 61), ("exit", 61)]
+
+
+def test_no_thread_outlives_the_loop(orbit, story):
+    from orbit import aio
+
+    window, query, _ = story
+    before = set(threading.enumerate())
+
+    async def main():
+        w = aio.AsyncWindow(window)
+        await asyncio.gather(w.generate(query, max_tokens=8), w.generate_n(query, 2, max_tokens=8))
+        async for _ in w.stream(query, max_tokens=400):
+            break
+        reader = asyncio.create_task(w.stream(query, max_tokens=400).__aiter__().__anext__())
+        await asyncio.sleep(0)
+        reader.cancel()
+        left = w.stream(query, max_tokens=400)
+        pieces = left.__aiter__()
+        await pieces.__anext__()  # started, and kept unread past the loop's end
+        return pieces
+
+    pieces = asyncio.run(main())
+    assert set(threading.enumerate()) == before
+    assert window.generate(query, max_tokens=8).tokens  # nothing holds the window
+    del pieces
+
+
+def test_the_async_agents_example(orbit, stories260k_path, repo_root):
+    import importlib.util
+    import io
+
+    path = repo_root / "bindings" / "python" / "examples" / "async_agents.py"
+    spec = importlib.util.spec_from_file_location("async_agents", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    out = io.StringIO()
+    with orbit.Engine(str(stories260k_path)) as engine:
+        agents = asyncio.run(example.run(engine, steps=3, out=out))
+    assert len(agents) == 2
+    for messages in agents:
+        calls = [m for m in messages if m["role"] == "assistant" and m.get("tool_calls")]
+        tools = [m for m in messages if m["role"] == "tool"]
+        assert len(calls) == len(tools) == 3
+        assert messages[-1]["role"] == "assistant" and messages[-1]["content"]
+    text = out.getvalue()
+    assert text.count("read_page(") == 6 and text.count(" tokens]") == 2
+
+
+def test_the_other_calls_mirror_the_window(orbit, engine, story):
+    import numpy as np
+    from orbit import aio
+
+    window, query, _ = story
+    twin = engine.new_window()
+    twin.add_turn(engine.tokenize(STORY, True))
+    twin.add_turn([403, 412])
+    messages = MESSAGES + [{"role": "assistant", "content": "A ball."}]
+
+    async def main():
+        async with aio.AsyncWindow(engine.new_window()) as scratch:
+            prepared = await scratch.prepare_sync(messages)
+            idle = await scratch.idle()
+        w = aio.AsyncWindow(window)
+        report = await w.call(orbit.Window.add_turn, [403, 412])
+        logits = await w.logits(query)
+        return scratch.window, prepared, idle, report, logits
+
+    closed, prepared, idle, report, logits = asyncio.run(main())
+    assert closed.closed  # `async with` closed it
+    assert isinstance(prepared, orbit.IdleReport) and isinstance(idle, orbit.IdleReport)
+    assert isinstance(report, orbit.ApplyReport) and window.tokens == twin.tokens
+    assert np.array_equal(logits, twin.logits(query))
+    twin.close()
