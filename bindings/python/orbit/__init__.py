@@ -34,7 +34,8 @@ load_trace()/save_trace() read and write files, and replay(trace, model, policie
 policy side by side with the baselines and returns the report (forward tokens, time, fidelity per step).
 
 The GIL is released while the C++ core works (loading, encoding, applying, decoding), so windows can be driven
-from several threads; calls on one window are serialized.
+from several threads; calls on one window are serialized. For asyncio, orbit.aio has the model calls as
+coroutines (`from orbit import aio`; aio.AsyncWindow(window), aio.generate_many), cancellable by the task.
 """
 
 from ._orbit import (  # noqa: F401  (re-exports)
