@@ -187,6 +187,11 @@ def test_every_window_operation_plan_then_apply(orbit, engine):
     assert turn.is_turn and turn.turn_tokens == [5, 6, 7] and turn.formed_by == orbit.StepAction.prefill_turn
     assert w.tokens == a.length + b.length + c.length + 3 == w.stats.tokens
     assert a in w and turn in w and turn.id in w and d not in w and 999999 not in w
+    # A chunk's key (str), as admit and the other chunk arguments take it; a key no chunk placed here has is not in.
+    assert a.key in w and d.key not in w and "no such key" not in w
+    for item in (1.5, None, True, b"key", [a]):
+        with pytest.raises(TypeError, match="in Window: expected a ChunkRef, a chunk key"):
+            item in w
     positions = [i.position for i in w]
     assert positions == sorted(positions) and positions[0] == 0
 

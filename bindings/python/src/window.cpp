@@ -57,6 +57,14 @@ py::array_t<float> stack_layers(const std::vector<std::vector<float>>& layers, i
   return out;
 }
 
+// Whether the window holds an instance of the chunk with this key.
+bool holds_chunk(const Window& w, const std::string& key) {
+  for (const auto& i : w.instances()) {
+    if (!i.is_turn && i.chunk.key == key) return true;
+  }
+  return false;
+}
+
 InstanceId before_arg(py::handle obj) { return obj.is_none() ? 0 : to_instance(obj, "before"); }
 
 ApplyReport checked(Result<ApplyReport>&& r) {
@@ -177,19 +185,22 @@ void init_window(py::module_& m) {
   c.def(
       "__contains__",
       [](PyWindow& w, const py::object& item) {
-        if (py::isinstance<ChunkRef>(item)) {
-          const std::string key = item.cast<ChunkRef>().key;
-          return w.run([&](Window& x) {
-            for (const auto& i : x.instances()) {
-              if (!i.is_turn && i.chunk.key == key) return true;
-            }
-            return false;
-          });
+        if (py::isinstance<ChunkRef>(item) || py::isinstance<py::str>(item)) {
+          const std::string key = py::isinstance<ChunkRef>(item) ? item.cast<ChunkRef>().key : item.cast<std::string>();
+          return w.run([&](Window& x) { return holds_chunk(x, key); });
+        }
+        if (py::isinstance<py::bool_>(item) ||
+            (!py::isinstance<orbit::InstanceInfo>(item) && !py::isinstance<py::int_>(item))) {
+          throw py::type_error(
+              "in Window: expected a ChunkRef, a chunk key (str), an instance id (int) or an "
+              "InstanceInfo, got " +
+              type_name(item));
         }
         const InstanceId id = to_instance(item, "in Window");
         return w.run([&](Window& x) { return x.instance(id).has_value(); });
       },
-      "`chunk in window` (a ChunkRef placed here) or `instance_id in window`.");
+      "`chunk in window`: a ChunkRef or a chunk key (str) placed here (an unknown key is not); or `instance in\n"
+      "window`: an instance id (int) or InstanceInfo it holds. TypeError for anything else.");
 
   // ---- planning (const) ----
   c.def(
