@@ -75,8 +75,11 @@ json ServeCore::models() const {
 MetricGauges ServeCore::gauges() {
   MetricGauges g = sessions_.counts();
   g.queue_depth = context_.gate.waiting();
+  const ConstraintCache::Usage constraints = context_.constraints->usage();
   g.more = context_.auditor.render_metrics() + context_.decoder.render_metrics() +
-           render_memory_metrics(context_.engine->stats());
+           render_memory_metrics(context_.engine->stats()) +
+           render_constraint_metrics(static_cast<int64_t>(constraints.entries), static_cast<int64_t>(constraints.bytes),
+                                     static_cast<int64_t>(context_.constraints->max_bytes()));
   return g;
 }
 

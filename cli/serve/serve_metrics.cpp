@@ -109,6 +109,19 @@ std::string render_memory_metrics(const EngineStats& stats) {
   return out.str();
 }
 
+std::string render_constraint_metrics(int64_t entries, int64_t bytes, int64_t budget_bytes) {
+  std::ostringstream out;
+  out << "# HELP orbit_constraint_cache_entries Constraints kept for forced calls and JSON answers (and tools' "
+         "checks).\n# TYPE orbit_constraint_cache_entries gauge\norbit_constraint_cache_entries "
+      << entries << "\n"
+      << "# HELP orbit_constraint_cache_bytes Bytes the kept constraints hold: grammars, token masks, keys.\n"
+      << "# TYPE orbit_constraint_cache_bytes gauge\norbit_constraint_cache_bytes " << bytes << "\n"
+      << "# HELP orbit_constraint_cache_budget_bytes The constraint cache's byte budget.\n"
+      << "# TYPE orbit_constraint_cache_budget_bytes gauge\norbit_constraint_cache_budget_bytes " << budget_bytes
+      << "\n";
+  return out.str();
+}
+
 std::string ServeMetrics::render(const MetricGauges& gauges) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::ostringstream out;

@@ -17,6 +17,9 @@
 //   orbit_first_token_seconds{endpoint}         histogram: time from arrival to the first generated token
 //   orbit_forward_wait_seconds                  histogram: time a forward waited for the gate
 //   orbit_audit*, orbit_exact_requests_total    the fidelity audit's (audit.h: Auditor::render_metrics)
+//   orbit_constraint_cache_entries, _bytes,     the constraints kept for forced calls and JSON answers and the
+//   orbit_constraint_cache_budget_bytes         bytes they hold, grammars and token masks counted, against
+//                                               their budget (answer_constraint.h: ConstraintCache)
 //
 // Thread-safety: every member may be called from any thread.
 #pragma once
@@ -62,6 +65,9 @@ struct MetricGauges {
 // --host-budget-mb); the store's faults (orbit_store_faults_total{kind}: corrupt_read, disk_write,
 // remote_corrupt) and whether its disk tier is degraded.
 std::string render_memory_metrics(const EngineStats& stats);
+
+// The constraint cache's entries, bytes and byte budget as /metrics gauges.
+std::string render_constraint_metrics(int64_t entries, int64_t bytes, int64_t budget_bytes);
 
 class ServeMetrics {
  public:

@@ -487,3 +487,26 @@ TEST_CASE("one constraint and vocabulary shared by threads: the same texts as on
   CHECK(shared == alone);
   for (const std::string& text : shared) CHECK(c->matches(text));
 }
+
+TEST_CASE("token masks: a constraint's memory counts each mask's list of tokens that change what is left",
+          "[constraint][mask]") {
+  // Inside a string below its minLength every content token shortens what is left by its own length, so each
+  // such mask lists (change, token) for nearly every token: 16 bytes each, where its bits are 1 bit each.
+  TokenBytes b = small_vocabulary();
+  std::mt19937 random(7);
+  for (int i = 0; i < 2000; ++i) {
+    std::string piece(2 + random() % 6, 'a');
+    for (char& ch : piece) ch = static_cast<char>('a' + random() % 26);
+    b.text.emplace_back(piece);
+  }
+  const auto vocab = TokenVocabulary::from_bytes(b);
+  const auto c = schema(R"({"type": "string", "minLength": 300})");
+  TokenConstraint tc(c, vocab);
+  tc.accept(id_of(*vocab, "\""));
+  const std::size_t before = c->memory_bytes();
+  const TokenMask inside = tc.allowed();
+  REQUIRE(inside.count() > 2000);
+  const std::size_t grown = c->memory_bytes() - before;
+  CHECK(grown >= static_cast<std::size_t>(inside.count()) * 16 * 9 / 10);
+  CHECK(grown < static_cast<std::size_t>(inside.count()) * 16 * 2 + 4096);  // an estimate, not a multiple
+}

@@ -118,3 +118,61 @@ TEST_CASE("serve constraints: auto stays free where the grammar cannot be had; f
   sv::ConstraintCache mistral(ToolCallFormat::kMistral, bytes_vocabulary(), 512);
   CHECK(mistral.for_request(request(kTools, "auto")).trigger == "[TOOL_CALLS]");
 }
+
+namespace {
+
+sv::ChatRequest schema_request(const std::string& schema) {
+  sv::ChatRequest r;
+  r.response_format.type = "json_schema";
+  r.response_format.schema_json = schema;
+  return r;
+}
+
+// Decodes `steps` tokens of the shortest valid text under `c`, so that its masks are computed and cached.
+void decode_masks(const std::shared_ptr<const Constraint>& c, const std::shared_ptr<const TokenVocabulary>& vocab,
+                  int steps) {
+  TokenConstraint tc(c, vocab);
+  for (int i = 0; i < steps && !tc.finished(); ++i) {
+    const TokenMask m = tc.allowed();
+    int64_t id = 0;
+    while (!m.allows(id)) ++id;
+    tc.accept(id);
+  }
+}
+
+const char* const kSchemaA =
+    R"({"type":"object","properties":{"a":{"type":"string","minLength":40}},"required":["a"]})";
+const char* const kSchemaB =
+    R"({"type":"object","properties":{"b":{"type":"string","minLength":40}},"required":["b"]})";
+
+}  // namespace
+
+TEST_CASE("serve constraints: the cache is bounded by the bytes it holds, masks included, least recent out first",
+          "[serve][constraint]") {
+  const auto vocab = bytes_vocabulary();
+  // What one schema's entry holds once its masks are computed, measured on a cache of its own.
+  sv::ConstraintCache probe(ToolCallFormat::kHermes, vocab, 512);
+  decode_masks(probe.for_request(schema_request(kSchemaA)).constraint, vocab, 30);
+  const std::size_t one = probe.usage().bytes;
+  REQUIRE(one > 30 * (256 / 8));  // 30 masks' bits at least
+
+  // Room for one such entry and a half: a second one's masks push the first out once they are counted.
+  sv::ConstraintCache cache(ToolCallFormat::kHermes, vocab, 512, one * 3 / 2);
+  const auto a = cache.for_request(schema_request(kSchemaA)).constraint;
+  decode_masks(a, vocab, 30);
+  const auto b = cache.for_request(schema_request(kSchemaB)).constraint;
+  CHECK(cache.usage().entries == 2);  // b's masks are not computed yet: both fit
+  decode_masks(b, vocab, 30);
+  const sv::ConstraintCache::Usage after = cache.usage();
+  CHECK(after.entries == 1);  // a, the least recently used, went
+  CHECK(after.bytes <= one * 3 / 2);
+  CHECK(cache.for_request(schema_request(kSchemaB)).constraint == b);  // kept
+  CHECK(cache.for_request(schema_request(kSchemaA)).constraint != a);  // built again
+  // An entry larger than the budget stays while it is the most recent (the request uses it anyway).
+  sv::ConstraintCache tiny(ToolCallFormat::kHermes, vocab, 512, 1);
+  const auto t = tiny.for_request(schema_request(kSchemaA)).constraint;
+  CHECK(tiny.usage().entries == 1);
+  CHECK(tiny.for_request(schema_request(kSchemaA)).constraint == t);
+  tiny.for_request(schema_request(kSchemaB));
+  CHECK(tiny.usage().entries == 1);
+}

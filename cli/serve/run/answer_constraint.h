@@ -24,7 +24,13 @@
 // first (a tokenizer without a token for '{', as TinyStories-656K's, can write no JSON object).
 // Built constraints, and the tools' checks, are kept (by what they were built from) in a small LRU: their token
 // masks are cached inside them, so an agent that sends the same tools every turn pays for the masks and the
-// check once.
+// check once. The LRU is bounded by entries (64) and by bytes (max_bytes, 256 MiB by default), counting all it
+// holds: each entry's key (twice: the map's and the order's), its refusal and trigger text, the nodes, and its
+// constraint's grammar and masks (Constraint::memory_bytes). Masks grow while answers decode, so the bytes are
+// recounted at every request and by bytes() (/metrics: orbit_constraint_cache_bytes), dropping least recently
+// used entries until they fit; between two counts running answers may add masks (at most 64 MiB per constraint,
+// token_masks.h). The entry a request just used is never dropped (a dropped constraint lives on in the
+// requests that hold it).
 //
 // Thread-safety: every member may be called from any thread.
 #pragma once
@@ -57,14 +63,23 @@ class ConstraintCache {
  public:
   // `vocabulary`: the engine's tokenizer as token bytes (token_vocabulary); `context_tokens`: the model's
   // positions, which bound the bytes an answer can have (context_tokens x the longest token's bytes).
+  static constexpr std::size_t kDefaultMaxBytes = std::size_t{256} << 20;
   ConstraintCache(ToolCallFormat format, std::shared_ptr<const TokenVocabulary> vocabulary, int64_t context_tokens,
-                  std::size_t capacity = 64)
+                  std::size_t max_bytes = kDefaultMaxBytes, std::size_t capacity = 64)
       : format_(format),
         vocabulary_(std::move(vocabulary)),
         max_answer_bytes_(context_tokens * std::max<int64_t>(1, vocabulary_->max_token_bytes())),
+        max_bytes_(max_bytes),
         capacity_(capacity) {}
 
   AnswerConstraint for_request(const ChatRequest& request);
+  // What it holds now, recounted (least recently used entries past max_bytes dropped first).
+  struct Usage {
+    std::size_t entries = 0;
+    std::size_t bytes = 0;
+  };
+  Usage usage();
+  std::size_t max_bytes() const { return max_bytes_; }
 
  private:
   AnswerConstraint build(const ChatRequest& request) const;
@@ -72,18 +87,28 @@ class ConstraintCache {
   // Under tool_choice "auto" with a JSON answer asked for: a call or `answer` (the JSON's constraint, or its
   // refusal, returned as it is), from the first byte.
   AnswerConstraint build_calls_or_answer(const ChatRequest& request, AnswerConstraint answer) const;
-  // The answer kept under `key`, else make()'s, kept (the least recently used dropped past capacity_).
+  // The answer kept under `key`, else make()'s, kept (the least recently used dropped past capacity_ entries
+  // or max_bytes_).
   AnswerConstraint remembered(const std::string& key, const std::function<AnswerConstraint()>& make);
+  struct Kept;
+  // Bytes an entry holds apart from its constraint's (which grow): key, texts, nodes.
+  static std::size_t fixed_bytes(const std::string& key, const AnswerConstraint& answer);
+  static std::size_t held_bytes(const Kept& kept);
+  // Recounts and drops least recently used entries (never the most recent) until both bounds hold; the bytes
+  // then held. Requires mu_.
+  std::size_t trim_locked();
 
   ToolCallFormat format_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   int64_t max_answer_bytes_;
+  std::size_t max_bytes_;
   std::size_t capacity_;
   std::mutex mu_;
   std::list<std::string> order_;  // keys, most recently used first
   struct Kept {
     AnswerConstraint answer;  // a refusal is kept too: the same tools fail the same way
     std::list<std::string>::iterator at;
+    std::size_t fixed = 0;  // fixed_bytes
   };
   std::unordered_map<std::string, Kept> kept_;
 };

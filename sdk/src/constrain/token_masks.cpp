@@ -128,9 +128,20 @@ std::size_t MaskCache::KeyHash::operator()(const std::vector<uint32_t>& k) const
 }
 
 MaskCache::MaskCache(const Grammar& grammar, const VocabTrie& trie, std::size_t max_bytes)
-    : grammar_(grammar), trie_(trie), matcher_(grammar) {
-  const std::size_t per_mask = static_cast<std::size_t>((trie.vocab_size() + 63) / 64) * 8 + 64;
-  max_entries_ = std::max<std::size_t>(16, max_bytes / per_mask);
+    : grammar_(grammar), trie_(trie), matcher_(grammar), max_bytes_(max_bytes) {}
+
+std::size_t MaskCache::entry_bytes(const std::vector<uint32_t>& key, const MaskEntry& e) {
+  // An unordered_map node holds the pair, a next pointer and the cached hash; its bucket one pointer more.
+  constexpr std::size_t kNode =
+      sizeof(std::vector<uint32_t>) + sizeof(std::shared_ptr<const MaskEntry>) + 3 * sizeof(void*);
+  constexpr std::size_t kControlBlock = 2 * sizeof(void*);  // make_shared's counts beside the entry
+  return kNode + kControlBlock + sizeof(MaskEntry) + key.capacity() * sizeof(uint32_t) +
+         e.bits.capacity() * sizeof(uint64_t) + e.differs.capacity() * sizeof(e.differs[0]);
+}
+
+std::size_t MaskCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bytes_;
 }
 
 namespace {
@@ -146,7 +157,7 @@ void allow(MaskEntry& e, int32_t t, int64_t need) {
   if (e.differs.size() < MaskEntry::kMaxDiffers) {
     e.differs.emplace_back(delta, t);
   } else {
-    e.differs.clear();
+    std::vector<std::pair<int64_t, int32_t>>().swap(e.differs);  // its capacity too: the entry is kept
     e.differs_complete = false;
   }
 }
@@ -209,10 +220,20 @@ std::shared_ptr<const MaskEntry> MaskCache::get(const StateSet& state) const {
       return it->second;
     }
   }
-  auto entry = std::make_shared<const MaskEntry>(compute(state));
+  MaskEntry computed = compute(state);
+  computed.differs.shrink_to_fit();  // kept as long as the entry: no slack from its growth
+  key.shrink_to_fit();
+  const std::size_t cost = entry_bytes(key, computed);
+  auto entry = std::make_shared<const MaskEntry>(std::move(computed));
   std::lock_guard<std::mutex> lock(mutex_);
   ++misses_;
-  if (entries_.size() >= max_entries_) entries_.clear();
+  const auto found = entries_.find(key);
+  if (found != entries_.end()) return found->second;  // another thread's copy came first
+  if (bytes_ + cost > max_bytes_) {                   // full: start over
+    entries_.clear();
+    bytes_ = 0;
+  }
+  bytes_ += cost;
   return entries_.emplace(std::move(key), std::move(entry)).first->second;
 }
 

@@ -86,14 +86,20 @@ struct MaskEntry {
 };
 
 // The masks of one grammar over one vocabulary. Thread-safe: lookups lock; a miss computes outside the lock
-// (two threads may both compute it; the first insert wins). Holds at most max_bytes of masks, then starts
-// over.
+// (two threads may both compute it; the first insert wins). Holds at most max_bytes, counted by
+// entry_bytes (every mask's key, bits and differs list, and the map's node), then starts over.
 class MaskCache {
  public:
-  MaskCache(const Grammar& grammar, const VocabTrie& trie, std::size_t max_bytes = std::size_t{64} << 20);
+  MaskCache(const Grammar& grammar, const VocabTrie& trie, std::size_t max_bytes = kDefaultMaxBytes);
+  static constexpr std::size_t kDefaultMaxBytes = std::size_t{64} << 20;
   std::shared_ptr<const MaskEntry> get(const StateSet& state) const;
   // The walk itself (uncached).
   MaskEntry compute(const StateSet& state) const;
+  // The bytes the cache holds now (the sum of entry_bytes over its entries); at most max_bytes.
+  std::size_t bytes() const;
+  // What one cached mask costs: its key's and the entry's containers (capacities), the entry, its shared_ptr's
+  // control block and the hash map's node.
+  static std::size_t entry_bytes(const std::vector<uint32_t>& key, const MaskEntry& entry);
 
  private:
   // Walks `trie` from `state`, adding what it allows to `e`.
@@ -110,8 +116,9 @@ class MaskCache {
   const Grammar& grammar_;
   const VocabTrie& trie_;
   Matcher matcher_;
-  std::size_t max_entries_;
+  std::size_t max_bytes_;
   mutable std::mutex mutex_;
+  mutable std::size_t bytes_ = 0;  // Σ entry_bytes over entries_
   mutable std::unordered_map<std::vector<uint32_t>, std::shared_ptr<const MaskEntry>, KeyHash> entries_;
   mutable std::size_t hits_ = 0, misses_ = 0;
 };
