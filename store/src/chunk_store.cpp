@@ -41,7 +41,7 @@ ChunkStore::ChunkStore(ChunkStoreOptions options) : options_(std::move(options))
       m.recompute_cost = row.recompute_cost;
       m.expected_reuse = row.expected_reuse;
       clock_ = std::max(clock_, m.last_access);
-      meta_.emplace(key, m);
+      set_meta(key, m);
     }
   }
   if (!options_.remote.url.empty() || options_.remote_backend) {
@@ -152,8 +152,31 @@ bool ChunkStore::resident_anywhere(const std::string& key) const {
   return (device_ && device_->contains(key)) || host_->contains(key) || (disk_ && disk_->contains(key));
 }
 
+void ChunkStore::set_meta(const std::string& key, const Meta& m) {
+  meta_[key] = m;
+  if (m.pinned) {
+    pinned_.insert(key);
+  } else {
+    pinned_.erase(key);
+  }
+}
+
+void ChunkStore::drop_meta(const std::string& key) {
+  meta_.erase(key);
+  pinned_.erase(key);
+}
+
+void ChunkStore::set_pinned(const std::string& key, Meta& m, bool pinned) {
+  m.pinned = pinned;
+  if (pinned) {
+    pinned_.insert(key);
+  } else {
+    pinned_.erase(key);
+  }
+}
+
 void ChunkStore::forget_if_gone(const std::string& key) {
-  if (!resident_anywhere(key)) meta_.erase(key);
+  if (!resident_anywhere(key)) drop_meta(key);
 }
 
 // ---- the API -----------------------------------------------------------------------------------------
@@ -190,7 +213,7 @@ std::optional<Status> ChunkStore::put_existing(const std::string& key, const Val
   if (options.pin && !m->pinned) {
     Status pinned = disk_ ? disk_->set_pinned(key, true) : Status::ok();
     if (!pinned) return pinned;
-    m->pinned = true;
+    set_pinned(key, *m, true);
   }
   const bool in_memory = (device_ && device_->contains(key)) || host_->contains(key);
   if (!in_memory && options.tier != StoreTier::kDisk) (void)place_in_memory(options.tier, key, value);
@@ -263,7 +286,7 @@ std::optional<Status> ChunkStore::commit_put(const std::string& key, const Meta&
   }
   if (device_) device_->remove(key);
   host_->remove(key);
-  meta_[key] = m;
+  set_meta(key, m);
   return std::nullopt;
 }
 
@@ -289,7 +312,7 @@ Status ChunkStore::place_put(const std::string& key, const ValuePtr& value, cons
     ++refusals_;
     return s;
   }
-  meta_.erase(key);
+  drop_meta(key);
   ++refusals_;
   if (!pending.disk_error.is_ok()) return pending.disk_error;  // neither the disk nor memory could keep it
   return Status::out_of_capacity("ChunkStore::put: no tier can admit " + std::to_string(value->bytes()) +
@@ -424,7 +447,7 @@ Status ChunkStore::erase(const std::string& key) {
       }
       if (device_) device_->remove(key);
       host_->remove(key);
-      meta_.erase(key);
+      drop_meta(key);
       memory_only_.erase(key);
       if (remote_) remote_->erase(key);
       return Status::ok();
@@ -447,7 +470,7 @@ Status ChunkStore::pin(const std::string& key) {
     Status s = disk_->set_pinned(key, true);
     if (!s) return s;
   }
-  it->second.pinned = true;
+  set_pinned(key, it->second, true);
   return Status::ok();
 }
 
@@ -460,7 +483,7 @@ Status ChunkStore::unpin(const std::string& key) {
     Status s = disk_->set_pinned(key, false);
     if (!s) return s;
   }
-  it->second.pinned = false;
+  set_pinned(key, it->second, false);
   return Status::ok();
 }
 
@@ -507,7 +530,7 @@ StoreStats ChunkStore::stats() const {
       t.entries = source->num_entries();
       t.bytes = source->used_bytes();
       t.budget_bytes = source->budget_bytes();
-      for (const auto& [key, m] : meta_) t.pinned_entries += (m.pinned && source->contains(key)) ? 1 : 0;
+      t.pinned_entries = pinned_in(*source);
     }
     t.policy = policy(id).name();
     t.hits = c.hits;
@@ -559,6 +582,12 @@ Status ChunkStore::not_durable(const Status& cause) const {
                                                              : Status::refused(reason);
 }
 
+int64_t ChunkStore::pinned_in(const Tier& t) const {
+  int64_t n = 0;
+  for (const std::string& key : pinned_) n += t.contains(key) ? 1 : 0;
+  return n;
+}
+
 void ChunkStore::verify_integrity(bool deep) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost, StoreTier::kDisk}) {
@@ -578,7 +607,15 @@ void ChunkStore::verify_integrity(bool deep) const {
                                                                  << entries);
     ORBIT_CHECK(bytes == t->used_bytes(), "store integrity: " << store_tier_name(id) << " tier charges "
                                                               << t->used_bytes() << " bytes, its entries " << bytes);
+    int64_t pinned = 0;
+    for (const auto& [key, m] : meta_) pinned += m.pinned && t->contains(key) ? 1 : 0;
+    ORBIT_CHECK(pinned == pinned_in(*t), "store integrity: " << store_tier_name(id) << " tier holds " << pinned
+                                                             << " pinned entries, stats() counts " << pinned_in(*t));
   }
+  int64_t pinned = 0;
+  for (const auto& [key, m] : meta_) pinned += m.pinned ? 1 : 0;
+  ORBIT_CHECK(pinned == static_cast<int64_t>(pinned_.size()),
+              "store integrity: " << pinned << " entries are pinned, the pinned set holds " << pinned_.size());
   for (const auto& [key, m] : meta_) {
     ORBIT_CHECK(resident_anywhere(key), "store integrity: entry " << key << " is in no tier");
     ORBIT_CHECK(!(device_ && device_->contains(key) && host_->contains(key)),

@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "orbit/common/error.h"
 #include "orbit/runtime/generator.h"
@@ -554,4 +555,50 @@ TEST_CASE("a full host tier of many entries frees a margin beyond a put's need, 
   CHECK(store.stats().tiers[1].entries == n);
   CHECK(store.stats().tiers[1].evictions == 33);
   store.verify_integrity();
+}
+
+TEST_CASE("stats' pinned entries equal a walk of every entry after puts, pins, evictions, moves, erases, reopens",
+          "[store][cpu]") {
+  std::mt19937 rng(11);
+  test::TempDir dir;
+  ChunkStoreOptions o;
+  o.dir = dir.path().string();
+  o.model_fingerprint = test::kStoreTestFingerprint;
+  o.host_budget_bytes = 200 << 10;  // demotions to disk
+  o.disk_budget_bytes = 1 << 20;    // and evictions from it
+  auto store = std::make_unique<ChunkStore>(o);
+  std::set<int64_t> pinned;  // what this test pinned and the store still holds (pins end with the process)
+  int64_t evictions = 0;     // summed over reopenings (counters are per process)
+  const auto tier_stats = [&](StoreTier t) { return store->stats().tiers[static_cast<size_t>(t)]; };
+  for (int step = 0; step < 800; ++step) {
+    const int64_t i = std::uniform_int_distribution<int64_t>(1, 80)(rng);
+    const int op = std::uniform_int_distribution<int>(0, 11)(rng);
+    if (op < 4) {
+      PutOptions p;
+      p.pin = op == 0;
+      if (store->put(key(i), blob_of(i, 4096 + 256 * (i % 8)), p).is_ok() && p.pin) pinned.insert(i);
+    } else if (op < 7) {
+      (void)store->get(key(i), GetOptions{op < 6});  // a promotion from disk to host, or a read in place
+    } else if (op < 9) {
+      if (store->pin(key(i)).is_ok()) pinned.insert(i);
+    } else if (op < 10) {
+      if (store->unpin(key(i)).is_ok()) pinned.erase(i);
+    } else if (op < 11) {
+      if (store->erase(key(i)).is_ok()) pinned.erase(i);
+    } else if (step % 7 == 0) {
+      for (const TierStats& t : store->stats().tiers) evictions += t.evictions;
+      store.reset();
+      store = std::make_unique<ChunkStore>(o);
+      pinned.clear();
+    }
+    store->verify_integrity();  // every tier's entries, bytes and pinned entries against a walk of all entries
+    // And against this test's own count: a pinned entry is never evicted, so every pin it made is held, on disk
+    // (write-through) and in at most one memory tier.
+    int64_t in_memory = 0;
+    for (int64_t p : pinned) in_memory += store->residence(key(p)) == StoreTier::kHost ? 1 : 0;
+    REQUIRE(tier_stats(StoreTier::kDisk).pinned_entries == static_cast<int64_t>(pinned.size()));
+    REQUIRE(tier_stats(StoreTier::kHost).pinned_entries == in_memory);
+  }
+  for (const TierStats& t : store->stats().tiers) evictions += t.evictions;
+  CHECK(evictions > 0);
 }

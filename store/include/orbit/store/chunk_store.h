@@ -40,6 +40,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "orbit/common/status.h"
@@ -131,6 +132,10 @@ class ChunkStore {
   // refused without a device tier or when the value does not match the page layout.
   Result<DeviceLease> lease_device(const std::string& key);
 
+  // Each tier's entries, bytes and pinned entries, and the store's counters. Cheap enough for every /metrics
+  // scrape: the tiers keep their entry and byte counts, and pinned entries are counted from the set of pinned
+  // keys, so the cost grows with the entries pinned (few: pins are opt-in), not with the entries stored.
+  // verify_integrity() checks every figure against a walk of all entries.
   StoreStats stats() const;
   std::vector<StoreFault> faults() const;
   // Makes what it can durable: writes back the entries held only in memory since a disk write failed
@@ -173,6 +178,13 @@ class ChunkStore {
   void touch(const std::string& key, Meta& meta);
   RowAttrs row_attrs(const Meta& meta) const;
   bool resident_anywhere(const std::string& key) const;
+  // meta_ changes only through these three (and known(), which adds unpinned entries), so pinned_ stays the
+  // set of keys whose Meta is pinned.
+  void set_meta(const std::string& key, const Meta& m);
+  void drop_meta(const std::string& key);
+  void set_pinned(const std::string& key, Meta& m, bool pinned);
+  // The pinned entries `t` holds: a walk of pinned_ only.
+  int64_t pinned_in(const Tier& t) const;
   void forget_if_gone(const std::string& key);
   // Frees `need` bytes in `t` by demoting evictable entries other than `exclude`, in policy order (and, in a
   // memory tier of many entries, relief_margin's bytes more where entries allow).
@@ -231,6 +243,7 @@ class ChunkStore {
   std::unique_ptr<DiskTier> disk_;
   std::unique_ptr<RemoteTier> remote_;
   std::unordered_map<std::string, Meta> meta_;
+  std::unordered_set<std::string> pinned_;  // the keys of meta_ whose entry is pinned
   uint64_t clock_ = 0;
   Counters counters_[3];
   int64_t misses_ = 0, refusals_ = 0, corrupt_reads_ = 0, io_errors_ = 0;
