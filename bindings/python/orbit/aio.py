@@ -228,13 +228,13 @@ class AsyncGenerationStream:
 
     `async for piece in stream` (once) gives the pieces, as Window.stream's (GenerationStream) do: str, whole
     characters, joining to the answer's text. The decode starts at the first piece asked for, once the window's
-    lock is ours, on a thread of the loop's default executor (Window.generate with an on_text that hands each
-    piece to the loop); generate()'s errors are raised there. Once the loop ends, `generation` is the
-    Generation. The decode runs at most 8 pieces ahead of the reader; one that takes no piece for a second
-    lets it run on to its end.
+    lock is ours, on a thread of the event loop's default executor (Window.generate with an on_text that hands
+    each piece to the event loop); generate()'s errors are raised there. Once the `async for` ends,
+    `generation` is the Generation. The decode runs at most 8 pieces ahead of the reader; one that takes no
+    piece for a second lets it run on to its end.
 
-    Cancelling the task in the loop cancels the decode (stop_reason 'cancelled') and waits for it to stop
-    before CancelledError goes on. Leaving the loop otherwise (break, an exception) cancels it too; the
+    Cancelling the task that iterates cancels the decode (stop_reason 'cancelled') and waits for it to stop
+    before CancelledError goes on. Leaving the `async for` otherwise (break, an exception) cancels it too; the
     window's lock is held until the decode has stopped, so the window's next call waits for that. aclose()
     (or `async with w.stream(...) as s:`) cancels and waits, and `generation` is then set (None if the stream
     never started, or generate() raised).
