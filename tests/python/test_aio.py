@@ -438,3 +438,25 @@ def test_the_other_calls_mirror_the_window(orbit, engine, story):
     assert isinstance(report, orbit.ApplyReport) and window.tokens == twin.tokens
     assert np.array_equal(logits, twin.logits(query))
     twin.close()
+
+
+def test_the_stub_lists_every_public_name_and_member(orbit):
+    import ast
+    import inspect
+    import pathlib
+
+    from orbit import aio
+
+    stub = ast.parse((pathlib.Path(aio.__file__).parent / "aio.pyi").read_text())
+    classes = {n.name: n for n in stub.body if isinstance(n, ast.ClassDef)}
+    functions = {n.name for n in stub.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    public = {name for name, obj in vars(aio).items() if not name.startswith("_") and getattr(obj, "__module__", "")
+              == aio.__name__}
+    assert public == set(classes) | functions == {"AsyncWindow", "AsyncGenerationStream", "generate_many"}
+    for name, node in classes.items():
+        listed = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        members = {m for m, _ in inspect.getmembers(getattr(aio, name))
+                   if not m.startswith("_") or m in ("__aiter__", "__aenter__", "__aexit__")}
+        assert members <= listed, f"aio.{name}: {members - listed} missing from aio.pyi"
+        for member in members:
+            assert (getattr(getattr(aio, name), member).__doc__ or "").strip(), f"aio.{name}.{member} has no docstring"

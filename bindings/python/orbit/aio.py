@@ -47,7 +47,7 @@ from ._orbit import generate_many as _generate_many
 if TYPE_CHECKING:
     from ._orbit import Generation
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 # Each window's lock, per event loop (an asyncio.Lock serves the loop it is first awaited on). Weak both ways:
 # a closed loop or a dropped window takes its locks with it.
@@ -82,7 +82,7 @@ async def _wait_out(future: "asyncio.Future[Any]") -> None:
         raise cancelled
 
 
-async def _off_loop(fn: Callable[[], T], cancel: threading.Event) -> T:
+async def _off_loop(fn: Callable[[], _T], cancel: threading.Event) -> _T:
     """fn() on the loop's default executor (in the caller's context). Cancelling the awaiting task sets `cancel`
     (a job not started yet then never runs; fn may read it to stop early) and waits for fn to return before
     CancelledError goes on."""
@@ -135,17 +135,19 @@ class AsyncWindow:
         return f"AsyncWindow({self._window!r})"
 
     async def __aenter__(self) -> "AsyncWindow":
+        """The AsyncWindow itself; leaving the block closes the window (close())."""
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        """close(), in the window's turn."""
         await self.close()
 
-    async def _run(self, fn: Callable[[], T], cancel: Optional[threading.Event] = None) -> T:
+    async def _run(self, fn: Callable[[], _T], cancel: Optional[threading.Event] = None) -> _T:
         """fn() off the loop once the window's lock is ours (_off_loop says what cancelling does)."""
         async with _window_lock(self._window):
             return await _off_loop(fn, cancel if cancel is not None else threading.Event())
 
-    async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    async def call(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         """fn(window, *args, **kwargs) off the loop, in the window's turn: any Window method the asynchronous
         way, e.g. `await w.call(orbit.Window.admit, chunk)`. It runs to its end once started."""
         return await self._run(functools.partial(fn, self._window, *args, **kwargs))
@@ -269,9 +271,11 @@ class AsyncGenerationStream:
             await self._decode.stop()
 
     async def __aenter__(self) -> "AsyncGenerationStream":
+        """The stream itself; leaving the block closes it (aclose())."""
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        """aclose(): a decode still running is cancelled and waited for."""
         await self.aclose()
 
     async def _start(self) -> "Optional[_Decode]":
