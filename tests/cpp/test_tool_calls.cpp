@@ -4,6 +4,9 @@
 #include "orbit_catch.h"
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "orbit/engine.h"
 #include "orbit/tool_calls.h"
@@ -323,6 +326,42 @@ TEST_CASE("cut calls in the Llama 3 and Mistral formats", "[tool_calls]") {
   CHECK(bare.calls.empty());
   CHECK(bare.malformed);
   CHECK(bare.content == "Hi [TOOL_CALLS] [");
+}
+
+TEST_CASE("a forced call cut before its name began is a cut call with CutToolCall::kForcedCall", "[tool_calls]") {
+  const auto forced = [](std::string_view text, ToolCallFormat format) {
+    return parse_tool_calls(text, format, CutToolCall::kForcedCall);
+  };
+  // Inside the opening mark, or after it before the name's first character: no name, no arguments yet.
+  for (const auto& [text, format] :
+       std::vector<std::pair<std::string, ToolCallFormat>>{{"<tool_cal", ToolCallFormat::kHermes},
+                                                           {"<tool_call>", ToolCallFormat::kHermes},
+                                                           {"<tool_call>{\"na", ToolCallFormat::kHermes},
+                                                           {"<tool_call>{\"name\": \"", ToolCallFormat::kHermes},
+                                                           {"{\"na", ToolCallFormat::kLlama3},
+                                                           {"[TOOL_CA", ToolCallFormat::kMistral},
+                                                           {"[TOOL_CALLS] [{", ToolCallFormat::kMistral}}) {
+    const ToolCallParse r = forced(text, format);
+    REQUIRE(r.calls.size() == 1);
+    CHECK(r.cut);
+    CHECK_FALSE(r.malformed);
+    CHECK(r.content.empty());
+    CHECK(r.calls[0].name.empty());
+    CHECK(r.calls[0].arguments.empty());
+    CHECK(r.calls[0].id.rfind("call_", 0) == 0);
+  }
+  // Past the name's start it reads as kCall does; a whole call is whole; nothing decoded is no call.
+  const ToolCallParse name = forced("<tool_call>{\"name\": \"get_wea", ToolCallFormat::kHermes);
+  REQUIRE(name.calls.size() == 1);
+  CHECK(name.calls[0].name == "get_wea");
+  CHECK(name.cut);
+  const ToolCallParse whole =
+      forced("<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_", ToolCallFormat::kHermes);
+  REQUIRE(whole.calls.size() == 1);
+  CHECK_FALSE(whole.cut);
+  const ToolCallParse empty = forced("", ToolCallFormat::kHermes);
+  CHECK(empty.calls.empty());
+  CHECK_FALSE(empty.cut);
 }
 
 TEST_CASE("a call's arguments that are not a JSON object reach templates as a string", "[tool_calls]") {

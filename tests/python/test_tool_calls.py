@@ -228,21 +228,29 @@ def test_a_call_max_tokens_cuts_is_the_call_so_far(orbit, engine):
     cut = orbit.parse_tool_calls(text, cut=True)
     assert cut["cut"] and not cut["malformed"] and cut["content"] == "Sure."
     assert cut["tool_calls"][0]["function"] == {"name": "read_page", "arguments": '{"page":1'}
-    # A forced call whose budget cannot hold the shortest call is cut: the call so far, flagged.
+    # A forced call whose budget cannot hold the shortest call is cut: the call so far, flagged, wherever the cut
+    # fell (inside the "<tool_call>" mark, before the name: no name or arguments yet), the content empty.
     window = engine.new_window()
     report = window.sync([{"role": "user", "content": "Read the book."}], tools=TOOLS)
     whole = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="required", max_tokens=80)
     assert not whole.tool_call_cut and len(whole.tool_calls) == 1
     seen_cut = None
-    for budget in range(24, len(whole.tokens)):
-        g = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="required", max_tokens=budget)
-        if g.stop_reason != "max_tokens":
-            continue
-        assert g.tool_call_cut and len(g.tool_calls) == 1, g.text
-        assert g.tool_calls[0]["function"]["name"] == "read_page"[:len(g.tool_calls[0]["function"]["name"])]
-        assert whole.tool_calls[0]["function"]["arguments"].startswith(g.tool_calls[0]["function"]["arguments"])
-        seen_cut = g
+    for choice in ("required", "read_page"):
+        for budget in range(1, len(whole.tokens)):
+            g = window.generate(report.generation_prompt, tools=TOOLS, tool_choice=choice, max_tokens=budget)
+            if g.stop_reason != "max_tokens":
+                continue
+            assert g.tool_call_cut and len(g.tool_calls) == 1 and g.content == "", (choice, g.text)
+            assert g.tool_calls[0]["function"]["name"] == "read_page"[:len(g.tool_calls[0]["function"]["name"])]
+            assert whole.tool_calls[0]["function"]["arguments"].startswith(g.tool_calls[0]["function"]["arguments"])
+            seen_cut = g
     assert seen_cut is not None
+    inside_mark = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="read_page", max_tokens=9)
+    assert inside_mark.text == "<tool_cal" and inside_mark.tool_call_cut
+    assert inside_mark.tool_calls[0]["function"] == {"name": "", "arguments": ""}
+    # Nothing decoded is no call.
+    nothing = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="read_page", max_tokens=0)
+    assert nothing.tool_calls == [] and not nothing.tool_call_cut
     g = seen_cut
     # Sent back in the history as a client would, it renders (as text) and the loop goes on.
     report = window.sync([{"role": "user", "content": "Read the book."},

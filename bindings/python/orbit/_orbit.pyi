@@ -607,7 +607,9 @@ class Generation:
     # Set by Window.generate (tools, tool_choice, response_format):
     tool_calls: list[dict]
     """The calls read from the answer: [{'id', 'type': 'function', 'function': {'name', 'arguments'}}]. An answer
-    max_tokens ended inside a call gives that call last, as far as it was written (tool_call_cut)."""
+    max_tokens ended inside a call gives that call last, as far as it was written (tool_call_cut): under
+    tool_choice 'auto' once its name began; under 'required' or a tool's name wherever the cut fell (inside the
+    '<tool_call>' mark or before the name: name '' and arguments '')."""
     tool_call_cut: bool
     """The last of tool_calls was cut by max_tokens: its arguments are not valid JSON; do not run it."""
     content: str
@@ -999,7 +1001,9 @@ class Window:
         What the answer is decoded under is compiled once per engine and arguments and kept (the last 32), so a
         loop that sends the same tools every step pays for it, and for its token masks, once. tool_call_format
         ('hermes', 'llama3', 'mistral'; default: the chat template's) needs tools. An answer max_tokens ends
-        inside a call gives that call last in tool_calls as far as it was written (Generation.tool_call_cut).
+        inside a call gives that call last in tool_calls as far as it was written (Generation.tool_call_cut);
+        a forced call ('required' or a tool's name) cut before its name began (e.g. text '<tool_cal') too, with
+        name '' and arguments '' and content ''. max_tokens=0 decodes nothing and gives no call.
 
         stop: OpenAI's -- a str or a list of up to 4 non-empty str (else ValueError, TypeError for a wrong
         type, naming `stop`). The run ends at the token whose text completes one; Generation.text ends right

@@ -190,6 +190,7 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
   if (!a.tools_json.empty() && (named || (choice != "auto" && choice != "none"))) {
     const std::string only = named ? choice : "";
     a.constraint = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format, only));
+    a.forced_call = true;
     const std::string why = unwritable_here(w, a.constraint);
     ORBIT_CHECK(why.empty(), "generate: tool_choice = '" << choice << "': the call cannot be written: " << why);
     return a;
@@ -252,8 +253,10 @@ void read_answer(const AnswerSpec& a, py::object& generation) {
   if (a.read_calls) {
     const std::string stop = generation.attr("stop_reason").cast<std::string>();
     const bool ran_out = stop == "max_tokens" || stop == "position_limit";
-    orbit::ToolCallParse r =
-        orbit::parse_tool_calls(text, a.format, ran_out ? orbit::CutToolCall::kCall : orbit::CutToolCall::kContent);
+    const orbit::CutToolCall cut = !ran_out        ? orbit::CutToolCall::kContent
+                                   : a.forced_call ? orbit::CutToolCall::kForcedCall
+                                                   : orbit::CutToolCall::kCall;
+    orbit::ToolCallParse r = orbit::parse_tool_calls(text, a.format, cut);
     generation.attr("tool_calls") = calls_list(r.calls);
     generation.attr("content") = r.content;
     generation.attr("tool_call_cut") = r.cut;

@@ -15,9 +15,10 @@ struct AnswerSpec {
   std::string tools_json;
   orbit::ToolCallFormat format = orbit::ToolCallFormat::kHermes;
   std::shared_ptr<const orbit::Constraint> constraint;  // null: free text
-  std::string trigger;      // non-empty: the constraint applies from this text on (tool_choice "auto")
-  bool read_calls = false;  // tools given and tool_choice not "none": calls are read from the text
-  bool read_json = false;   // response_format asks for JSON: the text is parsed
+  std::string trigger;       // non-empty: the constraint applies from this text on (tool_choice "auto")
+  bool read_calls = false;   // tools given and tool_choice not "none": calls are read from the text
+  bool forced_call = false;  // tool_choice "required" or a tool's name: the text is a call from its first byte
+  bool read_json = false;    // response_format asks for JSON: the text is parsed
 };
 
 // From generate()'s tools (list of OpenAI tools, or JSON text), tool_choice ("auto", "none", "required" or a
@@ -26,7 +27,9 @@ struct AnswerSpec {
 // Throws orbit::Error naming the argument.
 AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
                        const py::object& response_format, const py::object& tool_call_format);
-// Sets generation.tool_calls (list), .content (str) and .json (the parsed value or None).
+// Sets generation.tool_calls (list), .content (str), .tool_call_cut and .json (the parsed value or None). An
+// answer max_tokens (or the position limit) ended inside a call gives that call last, as far as it was
+// written; a forced call's, wherever it was cut (CutToolCall::kForcedCall: inside the opening mark too).
 void read_answer(const AnswerSpec& spec, py::object& generation);
 
 }  // namespace orbit_py

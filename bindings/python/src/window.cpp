@@ -477,7 +477,10 @@ void init_window(py::module_& m) {
       "(with tools under 'auto': a call or that JSON, either decoded from the first byte).\n"
       "The Generation then also has tool_calls ([{'id', 'type': 'function', 'function': {'name', 'arguments'}}],\n"
       "ready to append as an assistant message's), content (the text that is not a call) and json (the parsed\n"
-      "answer, or None). A schema outside the supported subset raises OrbitError naming the keyword.");
+      "answer, or None). An answer max_tokens ended inside a call gives that call last as far as it was written\n"
+      "(tool_call_cut: do not run it); a forced call ('required' or a name) wherever the cut fell, inside the\n"
+      "'<tool_call>' mark too (name '' and arguments ''). A schema outside the supported subset raises OrbitError\n"
+      "naming the keyword.");
   c.def(
       "generate_n",
       [](PyWindow& w, const py::object& query, int64_t n, const py::kwargs& kwargs) {

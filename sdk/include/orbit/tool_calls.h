@@ -57,12 +57,20 @@ enum class CutToolCall {
   // for a call cut by max_tokens. Only a call whose "name" had begun; before that the text stays content.
   // A whole call whose closing mark was cut is an ordinary call.
   kCall,
+  // As kCall, for a text that is calls from its first byte (decoded under Constraint::tool_calls with no
+  // constraint_trigger: tool_choice "required" or a tool's name), so that wherever max_tokens cut it the
+  // answer is a cut call: one cut before its name began (inside the opening mark, e.g. "<tool_cal", or
+  // before the name's first character) is a call flagged `cut` with name "" and arguments "", the content
+  // "". An empty text (nothing decoded) has no call. Meant only for such a text: any other that reads no
+  // call is taken for one cut before its name too.
+  kForcedCall,
 };
 
 // The calls in `text` written in `format`.
 //
 //   const bool ran_out = g.stop_reason == "max_tokens" || g.stop_reason == "position_limit";
 //   ToolCallParse r = parse_tool_calls(g.text, format, ran_out ? CutToolCall::kCall : CutToolCall::kContent);
+//   // (CutToolCall::kForcedCall instead of kCall where the answer was decoded as a forced call)
 //   if (r.cut) { ... r.calls.back() was cut by max_tokens: ask again with more room, do not run it ... }
 ToolCallParse parse_tool_calls(std::string_view text, ToolCallFormat format, CutToolCall cut = CutToolCall::kContent);
 

@@ -225,13 +225,32 @@ ToolCallFormat parse_tool_call_format(std::string_view name, std::string_view wh
   ORBIT_FAIL(what << ": '" << name << "' is not a tool call format (known: hermes, llama3, mistral)");
 }
 
-ToolCallParse parse_tool_calls(std::string_view text, ToolCallFormat format, CutToolCall cut) {
+namespace {
+
+ToolCallParse parse_format(std::string_view text, ToolCallFormat format, CutToolCall cut) {
   switch (format) {
     case ToolCallFormat::kHermes: return parse_hermes(text, cut);
     case ToolCallFormat::kLlama3: return parse_llama3(text, cut);
     case ToolCallFormat::kMistral: return parse_mistral(text, cut);
   }
   return {};
+}
+
+}  // namespace
+
+ToolCallParse parse_tool_calls(std::string_view text, ToolCallFormat format, CutToolCall cut) {
+  if (cut != CutToolCall::kForcedCall) return parse_format(text, format, cut);
+  ToolCallParse r = parse_format(text, format, CutToolCall::kCall);
+  if (!r.calls.empty() || trim(text).empty()) return r;
+  // A forced call that ran out before its name began: the call so far has no name and no arguments yet.
+  ChatToolCall call;
+  call.id = new_tool_call_id();
+  call.arguments.clear();
+  r.calls.push_back(std::move(call));
+  r.content.clear();
+  r.malformed = false;
+  r.cut = true;
+  return r;
 }
 
 std::size_t tool_call_free_prefix(std::string_view text, ToolCallFormat format) {
