@@ -2,8 +2,19 @@
 
 A server starting on a store another live server uses prints a note naming that server's pid; a lock file a
 server left without removing it (it was killed) names no one and is removed. Every server is started here
-on 127.0.0.1 (any free port) and stopped."""
+on 127.0.0.1 (any free port) and stopped. Servers on one store also share what they store: stored chat
+completions and responses, and their deletion."""
+import json
 import os
+import urllib.error
+import urllib.request
+
+
+def delete(server, path):
+    """DELETE `path` on `server`: the decoded JSON answer (an HTTP error status raises HTTPError)."""
+    request = urllib.request.Request(server.url + path, method="DELETE")
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return json.loads(answer.read().decode())
 
 
 def test_a_second_server_on_a_store_names_the_first(start_serve, stories260k_path, tmp_path):
@@ -21,3 +32,24 @@ def test_a_second_server_on_a_store_names_the_first(start_serve, stories260k_pat
     assert not (store / f"serve-{second.pid}.lock").exists()
     first.stop()
     assert [p for p in os.listdir(store) if p.endswith(".lock")] == []
+
+
+def test_stored_answers_are_shared_and_a_delete_on_one_server_holds_on_the_other(start_serve, stories260k_path,
+                                                                                  tmp_path):
+    store = tmp_path / "store"
+    first = start_serve(stories260k_path, "--store", str(store))
+    second = start_serve(stories260k_path, "--store", str(store))
+    model = "stories260K.bin"
+    completion = first.call("/v1/chat/completions", {"model": model, "store": True, "max_tokens": 4,
+                                                     "messages": [{"role": "user", "content": "A cat"}]})
+    response = first.call("/v1/responses", {"model": model, "input": "A dog", "max_output_tokens": 4})
+    assert second.call(f"/v1/chat/completions/{completion['id']}")["id"] == completion["id"]
+    assert second.call(f"/v1/responses/{response['id']}")["id"] == response["id"]
+    # Deleted on the second: the first, which holds the response in memory, no longer serves it either.
+    for path in (f"/v1/chat/completions/{completion['id']}", f"/v1/responses/{response['id']}"):
+        assert delete(second, path)["deleted"] is True
+        try:
+            first.call(path)
+            raise AssertionError(f"GET {path} on the other server still answered after the delete")
+        except urllib.error.HTTPError as e:
+            assert e.code == 404, e.read()

@@ -107,10 +107,11 @@ std::string ResponseDisk::find_by_key(const std::string& read_key) const {
   return s.step() ? s.column_text(0) : std::string();
 }
 
-void ResponseDisk::touch(const std::string& id) {
-  Statement s(file_, "UPDATE responses SET used = (SELECT MAX(used) + 1 FROM responses) WHERE id = ?");
+bool ResponseDisk::touch(const std::string& id) {
+  Statement s(file_, "UPDATE responses SET used = (SELECT MAX(used) + 1 FROM responses) WHERE id = ? AND named = 1");
   s.text(1, id);
   s.step();
+  return file_.changes() > 0;
 }
 
 void ResponseDisk::collect(std::string id) {

@@ -55,7 +55,9 @@ class ResponseDisk {
   std::optional<ResponseRow> load(const std::string& id) const;
   // The most recently used named response whose read list hashes to `read_key`, or "".
   std::string find_by_key(const std::string& read_key) const;
-  void touch(const std::string& id);  // the most recently used
+  // Makes `id` the most recently used; false when no named row has that id (never written, unnamed or evicted,
+  // by this server or another sharing the store). Throws orbit::Error naming the path when it cannot write.
+  bool touch(const std::string& id);
   // Makes `id` unnamed and deletes what no named response needs any more; false when it was not named.
   bool unname(const std::string& id);
   // Unnames the least recently used named responses until at most `capacity` are named; returns their ids.

@@ -78,10 +78,10 @@ std::string ResponseStore::new_id() {
 
 void ResponseStore::touch(Entry& entry) { recency_.splice(recency_.begin(), recency_, entry.recency); }
 
-void ResponseStore::remember(std::shared_ptr<StoredResponse> response, const std::string& key) {
+void ResponseStore::remember(std::shared_ptr<StoredResponse> response, const std::string& key, bool on_disk) {
   const std::string id = response->id;
   recency_.push_front(id);
-  by_id_[id] = Entry{std::move(response), recency_.begin(), key};
+  by_id_[id] = Entry{std::move(response), recency_.begin(), key, on_disk};
   if (!key.empty()) by_key_[key] = id;  // the newest of equal conversations
   const std::size_t held = disk_ ? std::min(capacity_, kMemoryCapacity) : capacity_;
   while (by_id_.size() > held) forget(recency_.back());
@@ -106,6 +106,7 @@ void ResponseStore::put(std::shared_ptr<StoredResponse> response, const std::vec
   const std::string key = keys.empty() ? std::string() : keys.back();
   std::lock_guard<std::mutex> lock(mutex_);
   if (by_id_.count(response->id) != 0) return;  // ids are unique: a second put of one is a no-op
+  bool on_disk = false;
   if (disk_) {
     try {
       disk_->insert(ResponseRow{response->id, true, response->session,
@@ -113,12 +114,13 @@ void ResponseStore::put(std::shared_ptr<StoredResponse> response, const std::vec
                                 response->body, key});
       for (const std::string& dropped : disk_->evict_to(static_cast<int64_t>(capacity_))) forget(dropped);
       links_[response->id] = response;
+      on_disk = true;
     } catch (const Error& e) {
       std::fprintf(stderr, "orbit serve: response %s is kept in memory only (until a restart): %s\n",
                    response->id.c_str(), e.what());
     }
   }
-  remember(std::move(response), key);
+  remember(std::move(response), key, on_disk);
 }
 
 std::shared_ptr<StoredResponse> ResponseStore::load(const std::string& id) {
@@ -151,19 +153,31 @@ std::shared_ptr<StoredResponse> ResponseStore::load(const std::string& id) {
   return base;
 }
 
+bool ResponseStore::still_on_disk(const std::string& id) {
+  try {
+    return disk_->touch(id);
+  } catch (const Error& e) {  // the disk cannot be written (full, read-only): the order is only a hint
+    std::fprintf(stderr, "orbit serve: response %s is served without updating its use: %s\n", id.c_str(), e.what());
+    return true;
+  }
+}
+
 std::shared_ptr<StoredResponse> ResponseStore::find(const std::string& id) {
   const auto it = by_id_.find(id);
   if (it != by_id_.end()) {
+    if (it->second.on_disk && !still_on_disk(id)) {  // deleted or evicted by another server on the store
+      forget(id);
+      return nullptr;
+    }
     touch(it->second);
-    if (disk_) disk_->touch(id);
     return it->second.response;
   }
   if (!disk_) return nullptr;
   const std::optional<ResponseRow> row = disk_->load(id);
   if (!row || !row->named) return nullptr;
   std::shared_ptr<StoredResponse> response = load(id);
-  disk_->touch(id);
-  remember(response, row->read_key);
+  (void)still_on_disk(id);
+  remember(response, row->read_key, true);
   return response;
 }
 

@@ -11,7 +11,9 @@
 // With a path (`orbit serve --store DIR`) the responses are kept on disk (responses_disk.h) and survive a
 // restart; memory holds the most recently used of them (at most kMemoryCapacity), the rest are read back when
 // named. A failed write to disk is reported on stderr and the response is kept in memory only (the answer was
-// given). Without a path nothing survives a restart.
+// given). Without a path nothing survives a restart. Servers sharing a store see each other's responses: one
+// held in memory is served only while its row is still named on disk (another server may have deleted or
+// evicted it), and a read whose recency update fails (a full or read-only disk) still answers from memory.
 //
 // Besides ids, the store finds the response a request continues without naming it, as agents that resend
 // the whole history do (the OpenAI Agents SDK by default): continued_by() returns the stored response whose
@@ -82,13 +84,17 @@ class ResponseStore {
     std::shared_ptr<StoredResponse> response;
     std::list<std::string>::iterator recency;  // its place in recency_
     std::string key;                           // the hash of its read list
+    bool on_disk = false;                      // its row was written (else it is held in memory only)
   };
   // Under mutex_:
   void touch(Entry& entry);
-  void remember(std::shared_ptr<StoredResponse> response, const std::string& key);  // in memory, newest
-  void forget(const std::string& id);                                               // from memory only
+  // In memory, newest; `on_disk`: its row was written.
+  void remember(std::shared_ptr<StoredResponse> response, const std::string& key, bool on_disk);
+  void forget(const std::string& id);                           // from memory only
   std::shared_ptr<StoredResponse> load(const std::string& id);  // from disk, sharing the links memory holds
   std::shared_ptr<StoredResponse> find(const std::string& id);  // memory, else disk; touched
+  // Touches `id` on disk; false when another server has since deleted or evicted it there.
+  bool still_on_disk(const std::string& id);
 
   std::size_t capacity_;
   std::unique_ptr<ResponseDisk> disk_;

@@ -69,10 +69,17 @@ bool ChatStore::put(const StoredCompletion& c) {
   }
 }
 
+// A completion's place in the LRU order is a hint: a read whose update cannot be written (a full or read-only
+// disk) still answers, and says so on stderr.
 void ChatStore::touch(const std::string& id) {
-  SqlStatement s(*file_,
-                 (std::string("UPDATE completions SET used = ") + chat_rows::kNextUse + " WHERE id = ?").c_str());
-  s.text(1, id).step();
+  try {
+    SqlStatement s(*file_,
+                   (std::string("UPDATE completions SET used = ") + chat_rows::kNextUse + " WHERE id = ?").c_str());
+    s.text(1, id).step();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "orbit serve: chat completion %s is served without updating its use: %s\n", id.c_str(),
+                 e.what());
+  }
 }
 
 std::optional<StoredCompletion> ChatStore::get(const std::string& id) {
