@@ -1,10 +1,13 @@
-"""`orbit serve` stopping: SIGTERM with a client that stopped reading its streamed answer.
+"""`orbit serve` stopping: SIGTERM with a client that stopped reading its streamed answer, and kill -9 under
+load (what was answered as stored is there after a restart, and the chunk store checks clean).
 
 The server starts on 127.0.0.1 (a free port) through the start_serve fixture, which always stops it.
 """
+import http.client
 import json
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -84,3 +87,67 @@ def test_sigterm_with_a_client_that_stopped_reading_exits_promptly_and_keeps_the
     again = start_serve(stories260k_path, "--store", store, env={"OMP_NUM_THREADS": "1"})
     assert again.call(f"/v1/chat/completions/{stored['id']}")["id"] == stored["id"]
     print(f"exit {took:.1f} s after SIGTERM")
+
+
+def store_answers(server, worker, answered, stop):
+    """Stores answers on `server` until `stop` is set: chat completions with store true and responses,
+    streamed or not, appending ("chat" | "response", id) for each whole answer with status 200."""
+    for turn in range(1000):
+        if stop.is_set():
+            return
+        stream = turn % 2 == 1
+        try:
+            if (worker + turn) % 2 == 0:
+                body = {"model": MODEL_NAME, "store": True, "max_tokens": 8, "stream": stream,
+                        "messages": [{"role": "user", "content": f"story {worker} {turn}"}]}
+                path, kind = "/v1/chat/completions", "chat"
+            else:
+                body = {"model": MODEL_NAME, "input": f"tell {worker} {turn}", "max_output_tokens": 8,
+                        "stream": stream}
+                path, kind = "/v1/responses", "response"
+            connection = http.client.HTTPConnection(server.host, server.port, timeout=60)
+            connection.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+            answer = connection.getresponse()
+            text = answer.read().decode()
+            connection.close()
+        except OSError:
+            return  # the server was killed
+        if answer.status != 200:
+            continue
+        if not stream:
+            answered.append((kind, json.loads(text)["id"]))
+        elif kind == "chat" and text.endswith("data: [DONE]\n\n"):
+            answered.append((kind, json.loads(text.split("data: ", 2)[1].split("\n")[0])["id"]))
+        elif kind == "response" and "response.completed" in text:
+            done = [line for line in text.splitlines() if line.startswith("data: ") and "response.completed" in line]
+            answered.append((kind, json.loads(done[0][len("data: "):])["response"]["id"]))
+
+
+def test_every_answer_stored_before_a_kill_9_is_there_after_a_restart(start_serve, orbit_cli, stories260k_path,
+                                                                      tmp_path):
+    store = tmp_path / "store"
+    answered = []
+    for _ in range(2):  # killed twice, restarted on the same directory each time
+        server = start_serve(stories260k_path, "--store", store, env={"OMP_NUM_THREADS": "1"})
+        for kind, id in answered:  # what the runs before stored
+            assert server.call(f"/v1/{'chat/completions' if kind == 'chat' else 'responses'}/{id}")["id"] == id
+        stop = threading.Event()
+        before = len(answered)
+        clients = [threading.Thread(target=store_answers, args=(server, worker, answered, stop)) for worker in range(4)]
+        for client in clients:
+            client.start()
+        deadline = time.monotonic() + 120
+        while len(answered) < before + 12 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        server.process.kill()  # in the middle of the clients' requests
+        server.process.wait()
+        stop.set()
+        for client in clients:
+            client.join(timeout=60)
+        assert len(answered) >= before + 12, server.output()
+        verify = subprocess.run([str(orbit_cli), "store", "verify", "--store", str(store)], capture_output=True,
+                                text=True, timeout=120)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+    server = start_serve(stories260k_path, "--store", store, env={"OMP_NUM_THREADS": "1"})
+    for kind, id in answered:
+        assert server.call(f"/v1/{'chat/completions' if kind == 'chat' else 'responses'}/{id}")["id"] == id
