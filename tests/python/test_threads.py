@@ -94,6 +94,52 @@ def test_close_racing_window_operations_raises_orbit_error(orbit, stories260k_pa
         check_ok(result)
 
 
+def test_calls_from_generate_callbacks_raise_or_run_never_wait_for_themselves(orbit, stories260k_path):
+    # generate's on_text runs on the decoding thread, inside the window's call and the engine's operation: a
+    # call that would wait for either (the engine's close, its own window, orbit.generate_many over it, which
+    # waited forever) raises OrbitError naming why, raised by generate once the decode stopped; calls on other
+    # windows and the engine run. A stream's loop runs on another thread than its decode: closing the engine
+    # or the window there returns (the decode ends, the engine closed under it).
+    result = run_child(orbit, stories260k_path, """
+        e = orbit.Engine(M, pool_bytes=16 << 20)
+        def story():
+            w = e.new_window()
+            w.add_turn(e.tokenize("Once upon a time, there was a little girl.", True))
+            return w
+        w, other, q = story(), story(), e.tokenize(" She", False)
+        refused = {
+            "engine.close": (e.close, "close(): called from inside an operation of this engine"),
+            "window.close": (w.close, "must not use its window"),
+            "window.fork": (w.fork, "must not use its window"),
+            "generate_many": (lambda: orbit.generate_many([(other, q), (w, q)]), "must not use its window"),
+        }
+        for name, (call, message) in refused.items():
+            try:
+                w.generate(q, max_tokens=8, on_text=lambda piece: call())
+                raise AssertionError(name + " did not raise")
+            except orbit.OrbitError as err:
+                assert message in str(err), (name, str(err))
+        ran = []
+        def others(piece):
+            if not ran:
+                ran.append(orbit.generate_many([(other, q)])[0].stop_reason)
+                ran.append(other.fork().close())
+                ran.append(e.new_window().close())
+                ran.append(e.run_background())
+        assert w.generate(q, max_tokens=8, on_text=others).stop_reason == "max_tokens" and len(ran) == 4
+        for piece in w.stream(q, max_tokens=400):
+            w.close()
+            break
+        assert w.closed
+        for piece in other.stream(q, max_tokens=400):
+            e.close()
+            break
+        assert e.closed
+        print("DONE")
+    """)
+    check_ok(result)
+
+
 def test_window_refuses_reads_after_engine_close(orbit, stories260k_path):
     e = orbit.Engine(stories260k_path)
     w = e.new_window()

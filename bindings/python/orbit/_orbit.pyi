@@ -750,7 +750,8 @@ def parse_tool_calls(text: str, format: str = "hermes", *, cut: bool = False) ->
     far as it was written (its arguments not valid JSON; 'cut' says so) rather than content."""
 def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, Tokens, dict]]]) -> list[Generation]:
     """Decodes several windows together (one forward per step), each as Window.generate would alone; a request
-    is (window, query) or (window, query, {generate() keyword arguments}: stop included, on_text not)."""
+    is (window, query) or (window, query, {generate() keyword arguments}: stop included, on_text not). A window
+    this thread is inside a call of (from that window's on_text) raises OrbitError rather than wait for itself."""
 def policy_help() -> str:
     """The valid policy spec forms, one per line."""
 
@@ -795,7 +796,11 @@ class Engine:
         it is added again)."""
     def __enter__(self) -> "Engine": ...
     def __exit__(self, *args: object) -> bool: ...
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Flushes and closes the store and frees the pool, once the calls in flight on other threads returned.
+        Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed'). Called from
+        inside a call of this engine on the same thread (generate's on_text) it raises OrbitError instead of
+        waiting for that call, which waits for it."""
     @property
     def closed(self) -> bool: ...
     @property
@@ -1018,7 +1023,9 @@ class Window:
         with the GIL taken; the forward passes run without it. Returning False (any falsy value but None)
         cancels: stop_reason 'cancelled', the Generation holds every token decoded so far (its text may hold a
         held-back tail no piece carried). An exception it raises cancels the run too and is raised here once the
-        decode has stopped; the window is left as after any generate. It must not use this window (OrbitError).
+        decode has stopped; the window is left as after any generate. It must not use this window, nor close
+        the engine (either raises OrbitError rather than wait for the call it runs in); other windows and the
+        engine's other calls may be used.
         With tools the pieces are the raw answer as the model writes it, call markup included (Hermes:
         "<tool_call>{...}</tool_call>"), as `orbit serve` streams content before reading calls; tool_calls,
         content and json are read from the whole text at the end. Window.stream wraps this as an iterator."""

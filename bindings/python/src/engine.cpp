@@ -162,8 +162,10 @@ void init_engine(py::module_& m) {
         py::gil_scoped_release release;
         e.close();
       },
-      "Flushes and closes the store and frees the pool. Idempotent. Later calls on the engine or its\n"
-      "windows raise OrbitError('engine is closed').");
+      "Flushes and closes the store and frees the pool, once the calls in flight on other threads returned.\n"
+      "Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed'). Called from\n"
+      "inside a call of this engine on the same thread (generate's on_text) it raises OrbitError instead of\n"
+      "waiting for that call, which waits for it.");
   c.def_property_readonly("closed", &Engine::closed, "True after close().");
   c.def_property_readonly(
       "options", [](const Engine& e) { return e.options(); }, "EngineOptions it was opened with.");

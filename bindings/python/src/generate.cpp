@@ -220,6 +220,7 @@ void init_generate(py::module_& m) {
             throw py::type_error(what + "[0] must be a Window, got " + type_name(parts[0]));
           }
           PyWindow* w = parts[0].cast<PyWindow*>();
+          w->check_not_held();  // generate's on_text batching its own window would wait for itself
           py::dict options;
           if (parts.size() == 3 && !parts[2].is_none()) {
             if (!py::isinstance<py::dict>(parts[2])) throw py::type_error(what + ": options must be a dict");
@@ -260,7 +261,8 @@ void init_generate(py::module_& m) {
       "options) where options is a dict of generate()'s keyword arguments (max_tokens, temperature, seed, tools,\n"
       "logprobs, ...). Windows holding the same KV (a window given twice, or its forks) are read once, and the\n"
       "same query after them forwarded once. Returns the Generations in request order. The windows of one call\n"
-      "belong to one engine; each is locked for the call.");
+      "belong to one engine; each is locked for the call (OrbitError for a window this thread is inside a call\n"
+      "of: its own on_text).");
 }
 
 }  // namespace orbit_py

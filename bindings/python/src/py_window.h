@@ -4,8 +4,8 @@
 // GIL is released around every call into it, so each holder serializes its calls with a mutex: run()
 // releases the GIL first, then takes the mutex (never the other way round: no GIL/mutex deadlock). close()
 // destroys the window early (its pages return to the pool); later calls raise OrbitError. A call made on the
-// thread that is inside a call of the same window (generate's on_text using its window) raises OrbitError
-// instead of waiting for itself.
+// thread that is inside a call of the same window (generate's on_text using its window, orbit.generate_many
+// included) raises OrbitError instead of waiting for itself.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -55,6 +55,14 @@ struct PyWindow {
     window.reset();  // returns its pages to the pool
   }
 
+  // Throws OrbitError when the calling thread is inside a call of this window (its mutex is taken by this
+  // thread: locking it again would wait forever). run() and close() check it; so must code that locks `mutex`
+  // itself (generate_many), before it does.
+  void check_not_held() const {
+    ORBIT_CHECK(holder.load() != std::this_thread::get_id(),
+                "window " << id << " is in a call on this thread already (generate's on_text must not use its window)");
+  }
+
  private:
   // Marks the calling thread as the holder for a scope.
   struct Hold {
@@ -62,10 +70,6 @@ struct PyWindow {
     ~Hold() { held = std::thread::id(); }
     std::atomic<std::thread::id>& held;
   };
-  void check_not_held() const {
-    ORBIT_CHECK(holder.load() != std::this_thread::get_id(),
-                "window " << id << " is in a call on this thread already (generate's on_text must not use its window)");
-  }
 };
 
 // A chunk argument: a ChunkRef, or a key (str) of a chunk `engine` knows (engine.cpp).
