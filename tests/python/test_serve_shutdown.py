@@ -110,8 +110,8 @@ def store_answers(server, worker, answered, stop):
             answer = connection.getresponse()
             text = answer.read().decode()
             connection.close()
-        except OSError:
-            return  # the server was killed
+        except (OSError, http.client.HTTPException):
+            return  # the server was killed (mid-answer: IncompleteRead)
         if answer.status != 200:
             continue
         if not stream:
