@@ -149,6 +149,8 @@ def test_window_refuses_reads_after_engine_close(orbit, stories260k_path):
     for read in (lambda: w.instances, lambda: w.kv(instance), lambda: w.tokens, lambda: w.logits([1])):
         with pytest.raises(orbit.OrbitError, match="engine is closed"):
             read()
+    # stats answers still, as documented: the counters as close left them, the closed store's part empty.
+    assert e.stats.chunks == 1 and e.stats.windows == 1 and e.stats.store.tiers == [] and e.stats.store.misses == 0
 
 
 def test_ctrl_c_stops_replay_between_steps(orbit, stories260k_path):

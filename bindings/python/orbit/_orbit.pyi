@@ -808,7 +808,10 @@ class Engine:
     @property
     def model_info(self) -> ModelInfo: ...
     @property
-    def stats(self) -> EngineStats: ...
+    def stats(self) -> EngineStats:
+        """The engine's counters. Unlike every other call it answers after close() too, so the final counts can
+        be read once the engine is closed: the counters as close() left them, and `store` empty (no tiers, zero
+        counts: the store is closed and has nothing to report)."""
     def run_background(self, max_seconds: float = 1e30) -> int:
         """Runs queued background work here until none is left or max_seconds passed; returns the jobs run."""
     def add_tokens(self, tokens: Union[Tokens, str], *, label: str = "", pin: bool = False) -> ChunkRef: ...

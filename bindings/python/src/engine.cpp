@@ -172,7 +172,9 @@ void init_engine(py::module_& m) {
   c.def_property_readonly("model_info", &Engine::model_info, "ModelInfo of the loaded model.");
   c.def_property_readonly("stats", &Engine::stats,
                           "EngineStats: chunks, windows, pool pages, forwards (critical path and background apart),\n"
-                          "background jobs, store.");
+                          "background jobs, store. Unlike every other call it answers after close() too, so the\n"
+                          "final counts can be read once the engine is closed: the counters as close() left them,\n"
+                          "and store empty (no tiers, zero counts: the store is closed and has nothing to report).");
   c.def(
       "run_background",
       [](Engine& e, double max_seconds) {
