@@ -135,6 +135,31 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
   CHECK(sv::parse_responses_request(deep).error.status == 400);
 }
 
+TEST_CASE("responses: a function_call_output must answer a function_call before it", "[serve][responses]") {
+  const std::string call = R"({"type":"function_call","call_id":"c1","name":"f","arguments":"{}"})";
+  const std::string output = R"({"type":"function_call_output","call_id":"c1","output":"1"})";
+  // Answered in the input, also past a message between them (the Responses API keeps no adjacency).
+  CHECK(sv::parse_responses_request(R"({"model":"m","input":[)" + call + R"(,{"role":"user","content":"x"},)" + output +
+                                    "]}")
+            .ok());
+  // An output before its call, or of a call the input never made: refused naming the item.
+  CHECK(refused(R"({"model":"m","input":[)" + output + "," + call + "]}") == "input[0].call_id");
+  CHECK(refused(R"({"model":"m","input":[{"role":"user","content":"x"},)" + output + "]}") == "input[1].call_id");
+  // With previous_response_id the call may be in that conversation: the server checks once it joins it.
+  const sv::Parsed<sv::ResponsesRequest> chained = sv::parse_responses_request(
+      R"({"model":"m","previous_response_id":"resp_x","input":[{"role":"user","content":"x"},)" + output + "]}");
+  REQUIRE(chained.ok());
+  REQUIRE(chained.value->unmatched_outputs.size() == 1);
+  CHECK(chained.value->unmatched_outputs[0].item == 1);
+  orbit::ChatMessage made{"assistant", ""};
+  made.tool_calls.push_back({"c1", "f", "{}"});
+  CHECK_FALSE(sv::unmatched_output_error(chained.value->unmatched_outputs, {made}));
+  const std::optional<sv::ApiError> orphan = sv::unmatched_output_error(chained.value->unmatched_outputs, {});
+  REQUIRE(orphan);
+  CHECK(orphan->param == "input[1].call_id");
+  CHECK(orphan->message.find("no tool call found for function call output with call_id 'c1'") != std::string::npos);
+}
+
 TEST_CASE("responses: items become chat messages; tools, formats and settings carry over", "[serve][responses]") {
   const sv::Parsed<sv::ResponsesRequest> p = sv::parse_responses_request(R"({"model":"m","instructions":"Be brief.",
     "input":[{"role":"developer","content":"Use tools."},
@@ -302,6 +327,10 @@ TEST_CASE("responses: a chain runs in one window and forwards only what is new",
   json unknown = count_body;
   unknown["previous_response_id"] = "resp_never";
   CHECK(sv::count_input_tokens(core, unknown.dump()).error.status == 404);
+  // An output of a call neither the chain nor the input made is refused once the chain is joined.
+  json orphan = count_body;
+  orphan["input"] = json::array({{{"type", "function_call_output"}, {"call_id", "c9"}, {"output", "9"}}});
+  CHECK(sv::count_input_tokens(core, orphan.dump()).error.param == "input[0].call_id");
   CHECK(second.session == id);
   CHECK(second.body["previous_response_id"] == id);
   CHECK(u2["input_tokens"].get<int64_t>() > u1["input_tokens"].get<int64_t>() + 4);

@@ -5,7 +5,8 @@
 //   openai     the official `openai` client: chat.completions.create with tools, the calls read from
 //              message.tool_calls (whole) and from delta.tool_calls (streamed, on every other step); then
 //              tools under tool_choice "auto" with a json_schema response_format: a call or the JSON; then a
-//              call max_tokens cuts: finish_reason "length" and the call so far, which goes back in the history
+//              call max_tokens cuts: finish_reason "length" and the call so far, which goes back in the history;
+//              then tool results that answer no call, refused (chat and Responses) as OpenAI refuses them
 //   langchain  @langchain/openai's ChatOpenAI with bindTools: the calls read from AIMessage.tool_calls
 //   aisdk      the AI SDK's generateText with @ai-sdk/openai-compatible: the SDK runs the loop (the tool's
 //              schema given with jsonSchema(), as compact as the others': the model has 512 positions); then
@@ -322,6 +323,43 @@ async function openaiNoParameters() {
         "openai responses: a function with null parameters is called with {}", JSON.stringify(responded.output));
 }
 
+// A tool result must answer a call, as OpenAI's API refuses one that does not (400 naming the message's
+// tool_call_id, or the input item's call_id): a chat tool message after no assistant calls or with an id no
+// call has; a Responses function_call_output whose call_id no function_call made, in the input or in the
+// conversation of previous_response_id (where an output of that response's own call is accepted).
+async function openaiOrphanResults() {
+  const OpenAI = modules.openai.default;
+  const api = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120000 });
+  const refusal = (promise) => promise.then(() => ({ status: 200 }), (e) => ({ status: e.status, param: e.param }));
+  const call = { id: "call_1", type: "function", function: { name: "read_page", arguments: '{"page": 1}' } };
+  const chat = (messages) => api.chat.completions.create({ model: modelId, messages, max_tokens: 4, temperature: 0 });
+  const user = { role: "user", content: TASK };
+  let got = await refusal(chat([user, { role: "tool", tool_call_id: "call_1", content: "Page 1" }]));
+  check(got.status === 400 && got.param === "messages[1].tool_call_id", "openai: a tool result after no call is a 400",
+        JSON.stringify(got));
+  got = await refusal(chat([user, { role: "assistant", content: null, tool_calls: [call] },
+                            { role: "tool", tool_call_id: "call_9", content: "Page 9" }]));
+  check(got.status === 400 && got.param === "messages[2].tool_call_id", "openai: a tool result of no call is a 400",
+        JSON.stringify(got));
+  const input = (callId) => [{ role: "user", content: TASK }, { type: "function_call_output", call_id: callId, output: "x" }];
+  got = await refusal(api.responses.create({ model: modelId, input: input("call_9"), max_output_tokens: 4 }));
+  check(got.status === 400 && got.param === "input[1].call_id", "openai responses: an output of no call is a 400",
+        JSON.stringify(got));
+  const tools = [{ type: "function", name: "read_page", description, parameters, strict: false }];
+  const first = await api.responses.create({ model: modelId, input: TASK, tools, tool_choice: "required",
+                                             max_output_tokens: 80, temperature: 0 });
+  const made = first.output.find((item) => item.type === "function_call");
+  const chained = (callId) => api.responses.create({
+    model: modelId, previous_response_id: first.id, tools, max_output_tokens: 4, temperature: 0,
+    input: [{ type: "function_call_output", call_id: callId, output: "Page 1" }] });
+  got = await refusal(chained(made?.call_id));
+  check(got.status === 200, "openai responses: the output of the previous response's call is accepted",
+        JSON.stringify(got));
+  got = await refusal(chained("call_9"));
+  check(got.status === 400 && got.param === "input[0].call_id",
+        "openai responses: an output of a call the chain never made is a 400", JSON.stringify(got));
+}
+
 try {
   await { openai: openaiLoop, langchain: langchainLoop, aisdk: aisdkLoop, agents: agentsLoop }[client]();
   check(pagesRead.length === STEPS, `${client}: the tool ran on every step`, JSON.stringify(pagesRead));
@@ -329,6 +367,7 @@ try {
   if (client === "openai") await openaiCallOrAnswer();
   if (client === "openai") await openaiCutCall();
   if (client === "openai") await openaiNoParameters();
+  if (client === "openai") await openaiOrphanResults();
 } catch (e) {
   check(false, `${client}: the loop threw`, `${e.stack ?? e}\n  server stderr: ${server.stderr().slice(-2000)}`);
 } finally {

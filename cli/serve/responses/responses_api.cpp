@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "orbit/common/error.h"
@@ -105,8 +106,10 @@ ojson function_call_output_item(const ojson& item, const std::string& p) {
       {"role", "tool"}, {"tool_call_id", call_id}, {"content", text_content(*output, p + ".output", {"input_text"})}};
 }
 
-// `input` as chat messages, appended to `messages` (see the header for the mapping).
-void add_input(const ojson& input, const ServeLimits& limits, ojson& messages) {
+// `input` as chat messages, appended to `messages` (see the header for the mapping); the outputs that answer
+// no function_call item before them go to `unmatched`.
+void add_input(const ojson& input, const ServeLimits& limits, ojson& messages,
+               std::vector<UnmatchedOutput>& unmatched) {
   if (input.is_string()) {
     messages.push_back({{"role", "user"}, {"content", input}});
     return;
@@ -117,6 +120,7 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages) {
   if (input.size() > limits.max_messages) {
     invalid_field("input", "at most " + std::to_string(limits.max_messages) + " items are accepted");
   }
+  std::set<std::string> calls;  // the call_ids of the function_call items so far
   for (std::size_t i = 0; i < input.size(); ++i) {
     const std::string p = "input[" + std::to_string(i) + "]";
     const ojson& item = need_object(input[i], p);
@@ -133,9 +137,12 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages) {
       if (messages.empty() || messages.back()["role"] != "assistant") {
         messages.push_back({{"role", "assistant"}, {"content", ""}});
       }
+      calls.insert(call["id"].get<std::string>());
       messages.back()["tool_calls"].push_back(std::move(call));
     } else if (type == "function_call_output") {
       messages.push_back(function_call_output_item(item, p));
+      const std::string call_id = messages.back()["tool_call_id"].get<std::string>();
+      if (!calls.count(call_id)) unmatched.push_back({i, call_id});
     } else {
       invalid_field(p + ".type",
                     "'" + type + "' items are not supported (message, function_call and function_call_output are)");
@@ -361,7 +368,7 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
   }
   const ojson* input = field(body, "input");
   if (input == nullptr) invalid_field("input", "missing");
-  add_input(*input, limits, chat["messages"]);
+  add_input(*input, limits, chat["messages"], r.unmatched_outputs);
   if (const ojson* v = field(body, "tools"); v != nullptr && !v->empty()) chat["tools"] = chat_tools(*v);
   if (const ojson* v = field(body, "tool_choice")) {
     chat["tool_choice"] = chat_tool_choice(*v, chat.contains("tools") ? chat["tools"] : ojson::array());
@@ -372,6 +379,9 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
     r.previous_response_id = need_string(*v, "previous_response_id");
     if (r.previous_response_id.empty()) invalid_field("previous_response_id", "empty");
   }
+  if (r.previous_response_id.empty()) {
+    if (auto orphan = unmatched_output_error(r.unmatched_outputs, {})) throw Invalid{*orphan};
+  }
   if (const ojson* v = field(body, "store")) {
     if (!v->is_boolean()) invalid_field("store", std::string("expected a boolean, got ") + json_type_name(*v));
     r.store = v->get<bool>();
@@ -381,7 +391,9 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
   ServeLimits inner = limits;  // the input was checked against the limits above; chat adds what it wrote
   inner.max_body_bytes = std::numeric_limits<std::size_t>::max();
   inner.max_messages = std::numeric_limits<std::size_t>::max();
-  Parsed<ChatRequest> parsed = parse_chat_request(chat.dump(), inner);
+  ChatParseOptions options;
+  options.check_tool_results = false;  // outputs may answer the previous response's calls: checked above
+  Parsed<ChatRequest> parsed = parse_chat_request(chat.dump(), inner, options);
   if (!parsed.ok()) throw Invalid{responses_error(parsed.error)};
   r.chat = std::move(*parsed.value);
   r.echo = echo_of(body, chat, r);
@@ -389,6 +401,24 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
 }
 
 }  // namespace responses_parser
+
+std::optional<ApiError> unmatched_output_error(const std::vector<UnmatchedOutput>& outputs,
+                                               const std::vector<ChatMessage>& earlier) {
+  std::set<std::string> calls;
+  for (const ChatMessage& m : earlier) {
+    for (const ChatToolCall& c : m.tool_calls) calls.insert(c.id);
+  }
+  for (const UnmatchedOutput& o : outputs) {
+    if (calls.count(o.call_id)) continue;
+    const std::string at = "input[" + std::to_string(o.item) + "].call_id";
+    return api_error(400,
+                     at + ": no tool call found for function call output with call_id '" + o.call_id +
+                         "' (no function_call item before it, in the input or the previous response's conversation, "
+                         "has that call_id)",
+                     "invalid_request_error", "", at);
+  }
+  return std::nullopt;
+}
 
 ApiError responses_error(ApiError error) {
   static const std::pair<const char*, const char*> kNames[] = {

@@ -38,17 +38,26 @@
 // Items become chat messages in order: a message item one message (developer read as system); a
 // function_call item joins the assistant message right before it (its text, or the calls before it), else
 // starts one with empty content, so consecutive calls are one assistant message with tool_calls; a
-// function_call_output item a tool message (tool_call_id = call_id). Every violation is an ApiError naming
-// the field, e.g. "input[2].call_id: missing".
+// function_call_output item a tool message (tool_call_id = call_id), whose call_id must be a function_call's
+// before it, in the input or the previous response's conversation (unmatched_output_error). Every violation is an
+// ApiError naming the field, e.g. "input[2].call_id: missing".
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "serve/wire/serve_api.h"
 
 namespace orbit::serve {
+
+// A function_call_output item whose call_id no function_call item before it in the input has.
+struct UnmatchedOutput {
+  std::size_t item = 0;  // its index in input
+  std::string call_id;
+};
 
 struct ResponsesRequest {
   // The request as chat: the instructions as a system message (when given), then the input's messages;
@@ -61,6 +70,9 @@ struct ResponsesRequest {
   bool store = true;                 // keep the response, so that a later request may name it
   // truncation "auto": a conversation past the context loses its oldest items (responses_run.h).
   bool truncate = false;
+  // The outputs that must answer a call of previous_response_id's conversation (refused by the parser when
+  // there is none; by the server, unmatched_output_error, once it has joined that conversation).
+  std::vector<UnmatchedOutput> unmatched_outputs;
   // What the response repeats of the request, defaults filled in: instructions, tools (as given), tool_choice,
   // parallel_tool_calls, temperature, top_p, max_output_tokens, store, metadata, text, truncation, user
   // (when given).
@@ -71,6 +83,12 @@ struct ResponsesRequest {
 // message "max_tokens" become "max_output_tokens", "response_format" "text.format", "messages" "input",
 // "tools[i].function.x" "tools[i].x".
 ApiError responses_error(ApiError error);
+
+// As OpenAI: a function_call_output must answer a function_call made before it, in the input or in `earlier`
+// (the previous response's conversation). The 400 naming the first of `outputs` that answers none (param
+// input[i].call_id), or nullopt.
+std::optional<ApiError> unmatched_output_error(const std::vector<UnmatchedOutput>& outputs,
+                                               const std::vector<ChatMessage>& earlier);
 
 // Parse and check a /v1/responses body; never throws on any input.
 Parsed<ResponsesRequest> parse_responses_request(std::string_view body, const ServeLimits& limits = {});
