@@ -1,6 +1,7 @@
 // Engine lifetime under threads (engine.h: every Engine member is safe from any thread, close() releases
 // the store early and later calls throw): close() racing window operations on other threads, concurrent
-// close() calls, and every operation refused after close. Labelled `thread`: the TSan stage runs it.
+// close() calls, close() from a generate callback (refused, not waited for), and every operation refused
+// after close. Labelled `thread`: the TSan stage runs it.
 #include <atomic>
 #include <random>
 #include <string>
@@ -97,6 +98,32 @@ TEST_CASE("close() from several threads at once returns in all of them after the
   // The store was closed and released: another engine can open the same directory now.
   auto again = open_engine(dir / "store");
   CHECK(again->chunks().empty());
+}
+
+TEST_CASE("close() from a generate callback throws instead of waiting for the decode it runs in", "[engine][thread]") {
+  auto engine = open_engine("");
+  orbit::Window w = engine->new_window();
+  w.add_turn({1, 365, 169, 44});
+  const auto inside = Catch::Contains("close(): called from inside an operation of this engine");
+  orbit::GenerateOptions o;
+  o.max_tokens = 4;
+  o.on_token = [&](int64_t, int64_t) {
+    engine->close();
+    return true;
+  };
+  CHECK_THROWS_WITH(w.generate({403}, o), inside);
+  o.on_token = nullptr;
+  o.on_text = [&](const std::string&) {
+    engine->close();
+    return true;
+  };
+  CHECK_THROWS_WITH(w.generate({403}, o), inside);
+  // The engine stays open and the window answers; close() after the call closes.
+  CHECK_FALSE(engine->closed());
+  o.on_text = nullptr;
+  CHECK(w.generate({403}, o).tokens.size() == 4);
+  engine->close();
+  CHECK(engine->closed());
 }
 
 TEST_CASE("every engine and window operation after close() throws 'engine is closed'", "[engine][thread]") {
