@@ -70,7 +70,10 @@ struct ServeOptions {
 // Where a run's text goes, and whether its client is still there.
 struct RunSink {
   std::function<bool(const std::string& delta)> on_text;  // text as it is generated; false: the client left
-  std::function<bool()> cancelled;                        // polled between forwards and while waiting
+  // Set (a chat request streamed with n > 1): every choice's text goes here as it is generated, with the
+  // choice's index 0..n−1, and on_text is not called. Unset: only choice 0's text reaches on_text.
+  std::function<bool(int64_t choice, const std::string& delta)> on_choice_text;
+  std::function<bool()> cancelled;  // polled between forwards and while waiting
 };
 
 // One measured read.
@@ -119,7 +122,8 @@ struct RunResult {
   // finish_reason "length" ended the answer inside the last of tool_calls: its arguments are the JSON text
   // written so far (not valid JSON), as OpenAI returns such a call (CutToolCall::kCall, orbit/tool_calls.h).
   bool tool_call_cut = false;
-  // Streamed runs: the content held back while it might have been the start of a call, sent after the run.
+  // Streamed runs (each streamed choice): the content held back while it might have been the start of a call,
+  // sent after the run.
   std::string unstreamed;
   std::string finish_reason;          // "stop", "length", "tool_calls", or "cancelled" (the client left)
   std::vector<int64_t> tokens;        // generated ids (a stop token that ended the run excluded)

@@ -55,7 +55,8 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})").first == 200);
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":0})").second == "n");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":65})").second == "n");
-  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2,"stream":true})").second == "n");
+  // Streamed, each choice's chunks carry its index (as OpenAI streams n > 1).
+  CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2,"stream":true})").first == 200);
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})").second == "stream");
   const std::string streamed = R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,)";
   CHECK(chat_error(streamed + R"("stream_options":{"include_usage":true,"include_obfuscation":false}})").first == 200);

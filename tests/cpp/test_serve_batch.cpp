@@ -3,6 +3,7 @@
 // they answer one at a time; a client that leaves ends its own sequence and no other; a chat request's n > 1
 // choices are forks of its window decoded together (one query forward, choice i seeded seed + i); closing the
 // server while sequences run ends them as cancelled.
+#include <algorithm>
 #include <atomic>
 #include <regex>
 #include <set>
@@ -118,6 +119,70 @@ TEST_CASE("serve batch: n choices are forks decoded together", "[serve][batch][f
     distinct.insert(choice.text);
   }
   CHECK(distinct.size() > 1);
+  core.close();
+}
+
+TEST_CASE("serve batch: n choices stream together, each under its index", "[serve][batch][fork]") {
+  sv::ServeCore core(options());
+  sv::ChatRequest r = chat(core, kQuestions[1], 24);
+  r.sampling.temperature = 1.0;
+  r.sampling.seed = 91;
+  r.sampling.n = 3;
+  const sv::RunResult whole = run(core, r, "");  // not streamed: the same choices
+  r.sampling.stream = true;
+  r.sampling.logprobs = true;
+  // The sink builds each delta's chunk as the HTTP stream does (on the decoding thread), so each chunk takes
+  // the log probabilities queued for its own choice.
+  const sv::ResponseIds ids{"chatcmpl-x", 0, "m"};
+  std::vector<std::string> texts(3);
+  std::vector<std::size_t> entries(3, 0);
+  std::vector<int64_t> order;  // the choice of each delta, in the order they came
+  bool first_alone = false;
+  sv::RunSink sink;
+  sink.on_text = [&](const std::string&) {
+    first_alone = true;  // never called: on_choice_text takes every choice's text
+    return true;
+  };
+  sink.on_choice_text = [&](int64_t choice, const std::string& delta) {
+    REQUIRE((choice >= 0 && choice < 3));
+    const nlohmann::json chunk =
+        sv::chat_chunk(ids, delta, texts[static_cast<std::size_t>(choice)].empty(), "", choice);
+    CHECK(chunk["choices"][0]["index"] == choice);
+    if (!chunk["choices"][0]["logprobs"].is_null()) {
+      entries[static_cast<std::size_t>(choice)] += chunk["choices"][0]["logprobs"]["content"].size();
+    }
+    texts[static_cast<std::size_t>(choice)] += delta;
+    order.push_back(choice);
+    return true;
+  };
+  const sv::RunResult streamed = run(core, r, "", sink);
+  CHECK_FALSE(first_alone);
+  REQUIRE(streamed.extra_choices.size() == 2);
+  for (int64_t i = 0; i < 3; ++i) {
+    const sv::RunResult& choice = i == 0 ? streamed : streamed.extra_choices[static_cast<std::size_t>(i - 1)];
+    const sv::RunResult& alone = i == 0 ? whole : whole.extra_choices[static_cast<std::size_t>(i - 1)];
+    INFO("choice " << i);
+    CHECK(texts[static_cast<std::size_t>(i)] == choice.text);  // everything it answered, streamed
+    CHECK(choice.text == alone.text);
+    // Its log probabilities went out with its own chunks (the rest with its finishing chunk).
+    const nlohmann::json finishing = sv::chat_chunk(ids, "", false, choice.finish_reason, i);
+    const std::size_t last =
+        finishing["choices"][0]["logprobs"].is_null() ? 0 : finishing["choices"][0]["logprobs"]["content"].size();
+    CHECK(entries[static_cast<std::size_t>(i)] + last == choice.logprobs.size());
+  }
+  // Interleaved: a later choice's text came before choice 0's last piece.
+  const auto last0 = std::find(order.rbegin(), order.rend(), 0);
+  const auto first1 = std::find(order.begin(), order.end(), 1);
+  REQUIRE(last0 != order.rend());
+  REQUIRE(first1 != order.end());
+  CHECK(first1 < last0.base() - 1);
+  CHECK(streamed.usage.completion_tokens == whole.usage.completion_tokens);
+
+  // A client that leaves during any choice's text ends every choice.
+  sink.on_choice_text = [](int64_t choice, const std::string&) { return choice != 2; };
+  const sv::RunResult left = run(core, r, "", sink);
+  CHECK(left.finish_reason == "cancelled");
+  for (const sv::RunResult& c : left.extra_choices) CHECK(c.finish_reason == "cancelled");
   core.close();
 }
 

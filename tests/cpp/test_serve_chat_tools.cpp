@@ -313,6 +313,30 @@ TEST_CASE("serve: forced calls and JSON answers are decoded under a constraint, 
   CHECK(args.is_object());
   if (call.name == "search") CHECK(args["q"].is_string());
   CHECK(called.result->finish_reason == "tool_calls");
+  // Streamed with n = 2: each choice's answer is read for calls on its own, and each choice's content streams
+  // under its index up to its call (the calls come after the run, in the stream's tail).
+  sv::ChatRequest several = forced;
+  several.sampling.n = 2;
+  several.sampling.stream = true;
+  several.sampling.temperature = 1.0;
+  several.sampling.seed = 5;
+  std::vector<std::string> streamed(2);
+  sv::RunSink sink;
+  sink.on_choice_text = [&](int64_t choice, const std::string& delta) {
+    streamed.at(static_cast<std::size_t>(choice)) += delta;
+    return true;
+  };
+  const sv::RunOutcome both = core.chat(several, "", sink);
+  REQUIRE(both.result.has_value());
+  REQUIRE(both.result->extra_choices.size() == 1);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const sv::RunResult& choice = i == 0 ? *both.result : both.result->extra_choices[0];
+    INFO("choice " << i << ": " << choice.text);
+    REQUIRE(choice.tool_calls.size() == 1);
+    CHECK(nlohmann::json::parse(choice.tool_calls[0].arguments).is_object());
+    CHECK(choice.finish_reason == "tool_calls");
+    CHECK(streamed[i] + choice.unstreamed == choice.text);
+  }
   // A named function: that one.
   forced.tool_choice = {"function", "open"};
   const sv::RunOutcome named = core.chat(forced, "", {});

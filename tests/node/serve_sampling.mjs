@@ -6,8 +6,9 @@
 // its bytes writing the content, the top list sorted with the greedy token first; the Responses API's
 // output_text.logprobs and its delta events likewise), logit_bias (+100 forces a
 // token; -100 on the token greedy picks, its id found by bisection with bans, gives the second best),
-// presence_penalty / frequency_penalty (a repetitive greedy answer repeats less), and the 400s naming the
-// field for values out of range. Starts the server on 127.0.0.1 (a free port) and always stops it.
+// presence_penalty / frequency_penalty (a repetitive greedy answer repeats less), n: 3 streamed (each choice's
+// chunks under its index, its own finish chunk, usage once), and the 400s naming the field for values out of
+// range. Starts the server on 127.0.0.1 (a free port) and always stops it.
 //
 // Exit status: 0 all passed, 1 a check failed, 77 skipped (the openai package or `orbit serve` missing).
 import { checks, importOr, scriptArgs, startServer } from "./serve_harness.mjs";
@@ -101,6 +102,50 @@ async function penalties() {
         `${repeats(less)} / ${repeats(plain)} / ${repeats(more)}: ${text(less)} | ${text(plain)} | ${text(more)}`);
 }
 
+// n: 3 streamed (the client's async iterator over the chunks): every chunk's choice carries its index, each
+// choice gets a first chunk with the role and a finish chunk of its own, the choices' texts are the whole
+// request's with the same seed, and usage comes once, in the last chunk.
+async function streamedChoices() {
+  const request = { temperature: 1, seed: 7, n: 3, logprobs: true };
+  const whole = await ask(request);
+  const stream = await ask({ ...request, stream: true, stream_options: { include_usage: true } });
+  const texts = ["", "", ""];
+  const roles = [0, 0, 0];
+  const finishes = [[], [], []];
+  const entries = [0, 0, 0];
+  const usages = [];
+  let indexed = true;
+  for await (const chunk of stream) {
+    if (chunk.usage) usages.push(chunk.usage);
+    for (const c of chunk.choices) {
+      if (!(c.index >= 0 && c.index < 3) || chunk.choices.length !== 1) indexed = false;
+      texts[c.index] += c.delta?.content ?? "";
+      if (c.delta?.role === "assistant") roles[c.index]++;
+      if (c.finish_reason) finishes[c.index].push(c.finish_reason);
+      entries[c.index] += c.logprobs?.content?.length ?? 0;
+    }
+  }
+  check(indexed, "n: 3 streamed: each chunk carries one choice, indexed 0..2");
+  check(roles.every((r) => r === 1), "n: 3 streamed: each choice's first chunk carries the role", JSON.stringify(roles));
+  for (let i = 0; i < 3; i++) {
+    const choice = whole.choices[i];
+    check(texts[i] === choice.message.content, `n: 3 streamed: choice ${i} is the whole request's`,
+          `${JSON.stringify(texts[i])} vs ${JSON.stringify(choice.message.content)}`);
+    check(finishes[i].length === 1 && finishes[i][0] === choice.finish_reason,
+          `n: 3 streamed: choice ${i} has one finish chunk`, JSON.stringify(finishes[i]));
+    check(entries[i] === choice.logprobs.content.length, `n: 3 streamed: choice ${i}'s log probabilities`,
+          `${entries[i]} vs ${choice.logprobs.content.length}`);
+  }
+  check(new Set(texts).size > 1, "n: 3 streamed: the choices differ at temperature 1", JSON.stringify(texts));
+  check(usages.length === 1 && usages[0].completion_tokens === whole.usage.completion_tokens,
+        "n: 3 streamed: usage once, counting every choice", JSON.stringify(usages));
+  // The client's stream helper assembles each choice from its chunks.
+  const runner = api.chat.completions.stream({ model: modelId, messages, temperature: 1, seed: 7, n: 3, max_tokens: 24 });
+  const final = await runner.finalChatCompletion();
+  check(final.choices.length === 3 && final.choices.every((c, i) => c.message.content === whole.choices[i].message.content),
+        "n: 3 streamed: the client's stream helper assembles the three choices", JSON.stringify(final.choices));
+}
+
 async function refusals() {
   const cases = [
     [{ logit_bias: { abc: 1 } }, "logit_bias"], [{ logit_bias: { 5: 101 } }, "logit_bias"],
@@ -153,6 +198,7 @@ try {
   await responses();
   if (content.length > 0) await logitBias(content);
   await penalties();
+  await streamedChoices();
   await refusals();
 } catch (e) {
   check(false, "the checks ran", e.stack);

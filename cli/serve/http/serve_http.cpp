@@ -107,19 +107,34 @@ struct Job {
   RunTicket ticket;  // checked and planned; holds a chat request's window until it runs
   std::shared_ptr<PeerWatch> watch;
   bool first_token = true;
+  std::vector<bool> sent;  // per choice: a chunk of it went out (its first carries the role)
 
   const SamplingRequest& sampling() const { return chat ? chat->sampling : completion->sampling; }
+  // Whether the next chunk of `choice` is its first; from then on it is not.
+  bool opens(int64_t choice) {
+    if (sent.size() <= static_cast<std::size_t>(choice)) sent.resize(static_cast<std::size_t>(choice) + 1, false);
+    const bool first = !sent[static_cast<std::size_t>(choice)];
+    sent[static_cast<std::size_t>(choice)] = true;
+    return first;
+  }
 };
 
-RunOutcome run_job(ServeCore& core, Job& job, const std::function<bool(const std::string&)>& on_text) {
+// Runs the job; each choice's text goes to `on_text` with its index as it comes (a stream with n > 1
+// streams every choice, RunSink::on_choice_text; else choice 0's only).
+RunOutcome run_job(ServeCore& core, Job& job, const std::function<bool(int64_t, const std::string&)>& on_text) {
   RunSink sink;
   sink.cancelled = [&job] { return job.watch->gone(); };
-  sink.on_text = [&](const std::string& delta) {
+  auto counted = [&](int64_t choice, const std::string& delta) {
     if (job.first_token) core.metrics().count_first_token(job.endpoint, seconds_since(job.t0));
-    const bool ok = on_text(delta);
+    const bool ok = on_text(choice, delta);
     job.first_token = false;
     return ok && !job.watch->gone();
   };
+  if (job.sampling().stream && job.sampling().n > 1) {
+    sink.on_choice_text = counted;
+  } else {
+    sink.on_text = [&counted](const std::string& delta) { return counted(0, delta); };
+  }
   return core.run(job.ticket, sink);
 }
 
@@ -135,30 +150,34 @@ json final_body(const Job& job, const RunOutcome& out) {
   return text_completion(job.ids, out.result->text, out.result->finish_reason, out.result->usage.to_json());
 }
 
-// The stream's closing events: the finish chunk (with usage), the include_usage chunk, [DONE].
-std::string stream_tail(const Job& job, const RunOutcome& out) {
+// A streamed chat choice's closing chunks: the content held back while it might have been a call, its calls,
+// and its finish chunk.
+std::string choice_tail(Job& job, const RunResult& r, int64_t index) {
+  std::string tail;
+  if (!r.unstreamed.empty()) tail += sse(chat_chunk(job.ids, r.unstreamed, job.opens(index), "", index));
+  if (!r.tool_calls.empty()) tail += sse(tool_calls_chunk(job.ids, r.tool_calls, job.opens(index), index));
+  return tail + sse(chat_chunk(job.ids, "", job.opens(index), r.finish_reason, index));
+}
+
+// The stream's closing events: each choice's finish chunk, the include_usage chunk, [DONE].
+std::string stream_tail(Job& job, const RunOutcome& out) {
   std::string tail;
   if (!out.result) {
     tail += sse(json::parse(error_body(out.error)));
-  } else {
+  } else if (job.chat) {
     const RunResult& r = *out.result;
-    const json usage = r.usage.to_json();
-    const std::string& reason = r.finish_reason;
-    bool first = job.first_token;
-    if (job.chat && !r.unstreamed.empty()) {  // content held back while it might have been a call
-      tail += sse(chat_chunk(job.ids, r.unstreamed, first, ""));
-      first = false;
+    tail += choice_tail(job, r, 0);
+    for (std::size_t i = 0; i < r.extra_choices.size(); ++i) {
+      tail += choice_tail(job, r.extra_choices[i], static_cast<int64_t>(i + 1));
     }
-    if (job.chat && !r.tool_calls.empty()) {
-      tail += sse(tool_calls_chunk(job.ids, r.tool_calls, first));
-      first = false;
-    }
-    // Usage goes in one chunk only, the last one, when stream_options.include_usage asks for it (as OpenAI
-    // streams it): clients that add up every chunk's usage would count it twice otherwise.
-    tail += job.chat ? sse(chat_chunk(job.ids, "", first, reason)) : sse(text_completion(job.ids, "", reason, nullptr));
-    if (job.sampling().include_usage) {
-      tail += sse(usage_chunk(job.ids, job.chat ? "chat.completion.chunk" : "text_completion", usage));
-    }
+  } else {
+    tail += sse(text_completion(job.ids, "", out.result->finish_reason, nullptr));
+  }
+  // Usage goes in one chunk only, the last one, when stream_options.include_usage asks for it (as OpenAI
+  // streams it): clients that add up every chunk's usage would count it twice otherwise.
+  if (out.result && job.sampling().include_usage) {
+    const json usage = out.result->usage.to_json();
+    tail += sse(usage_chunk(job.ids, job.chat ? "chat.completion.chunk" : "text_completion", usage));
   }
   return tail + "data: [DONE]\n\n";
 }
@@ -204,7 +223,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
               static_cast<int64_t>(std::time(nullptr)), core_.model_name()};
   job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
   if (!job->sampling().stream) {
-    const RunOutcome out = run_job(core_, *job, [](const std::string&) { return true; });
+    const RunOutcome out = run_job(core_, *job, [](int64_t, const std::string&) { return true; });
     keep_if_stored(core_, *job, out);
     if (out.result) {
       res.set_content(dump(final_body(*job, out)), "application/json");
@@ -219,8 +238,8 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, job](std::size_t, httplib::DataSink& sink) {
-        const RunOutcome out = run_job(core_, *job, [&](const std::string& delta) {
-          const json chunk = job->chat ? chat_chunk(job->ids, delta, job->first_token, "")
+        const RunOutcome out = run_job(core_, *job, [&](int64_t choice, const std::string& delta) {
+          const json chunk = job->chat ? chat_chunk(job->ids, delta, job->opens(choice), "", choice)
                                        : text_completion(job->ids, delta, "", nullptr);
           const std::string event = sse(chunk);
           return sink.write(event.data(), event.size());

@@ -37,6 +37,7 @@ GenerateOptions generate_options(const ServeContext& context, int64_t max_tokens
 // One choice of a run: its text stream and its sequence in the decode batch. The stream is pushed on the
 // scheduler's thread while the job runs, and read on the request's thread once it is done.
 struct Choice {
+  int64_t index = 0;  // 0..n-1
   std::unique_ptr<TextStream> stream;
   std::shared_ptr<DecodeJob> job;
   std::optional<StepLogprobs> logprobs;  // the scheduler's: the step's, until its token is posted
@@ -54,7 +55,7 @@ struct Choice {
 void queue_held(Choice& c, std::size_t bytes, std::size_t count = 0) {
   while (!c.held.empty() && (c.queued_bytes < bytes || c.queued < count)) {
     c.queued_bytes += c.held.front().chosen.bytes.size();
-    queue_stream_logprobs(c.held.front());
+    queue_stream_logprobs(c.held.front(), c.index);
     c.held.pop_front();
     ++c.queued;
   }
@@ -86,35 +87,57 @@ std::shared_ptr<DecodeJob> choice_job(Choice& c, const Window& window, const std
   return std::make_shared<DecodeJob>(GenerateRequest{&window, query, std::move(go)});
 }
 
-// Waits for every choice's end, streaming choice 0's text; a client that left cancels them all. Returns
-// whether it left.
+// Whether choice `index`'s text goes to the sink: choice 0's always, the others' when each choice streams.
+bool streams(const RunSink& sink, int64_t index) { return index == 0 || sink.on_choice_text; }
+
+// Choice `index`'s text to the sink (when it streams); false: the client left.
+bool send(const RunSink& sink, int64_t index, const std::string& delta) {
+  if (sink.on_choice_text) return sink.on_choice_text(index, delta);
+  return index != 0 || !sink.on_text || sink.on_text(delta);
+}
+
+// One event of choice `c`: its text (with the log probabilities it releases) to the sink; false: the client
+// left.
+bool deliver(Choice& c, DecodeEvent& e, const SamplingRequest& sampling, const RunSink& sink) {
+  if (e.logprobs && sampling.stream) c.held.push_back(std::move(*e.logprobs));
+  if (e.delta.empty()) return true;
+  c.released_bytes += e.delta.size();
+  if (sampling.stream) queue_held(c, c.released_bytes);  // sent with the chunk of this delta
+  return send(sink, c.index, e.delta);
+}
+
+// Waits for every choice's end, streaming the text of those that stream as it comes (the choices step
+// together, so each round waits on the first unfinished one and takes what the others posted meanwhile); a
+// client that left cancels them all. Returns whether it left.
 bool wait_for_choices(std::vector<Choice>& choices, const SamplingRequest& sampling, const RunSink& sink) {
   bool gone = false;
   auto cancel_all = [&] {
     gone = true;
     for (Choice& c : choices) c.job->cancel();
   };
+  std::vector<bool> done(choices.size(), false);
+  std::size_t left = choices.size();
   std::vector<DecodeEvent> events;
-  for (std::size_t i = 0; i < choices.size();) {
-    events.clear();
-    const bool done = choices[i].job->take(events, 50);
-    for (DecodeEvent& e : events) {
-      if (i != 0 || gone) continue;  // only choice 0 streams (n > 1 is not streamed)
-      Choice& c = choices[0];
-      if (e.logprobs && sampling.stream) c.held.push_back(std::move(*e.logprobs));
-      if (e.delta.empty()) continue;
-      c.released_bytes += e.delta.size();
-      if (sampling.stream) queue_held(c, c.released_bytes);  // sent with the chunk of this delta
-      if (sink.on_text && !sink.on_text(e.delta)) cancel_all();
+  while (left > 0) {
+    bool waited = false;
+    for (std::size_t i = 0; i < choices.size(); ++i) {
+      if (done[i]) continue;
+      events.clear();
+      done[i] = choices[i].job->take(events, waited ? 0 : 50);
+      waited = true;
+      if (done[i]) --left;
+      for (DecodeEvent& e : events) {
+        if (!gone && streams(sink, choices[i].index) && !deliver(choices[i], e, sampling, sink)) cancel_all();
+      }
     }
     if (!gone && sink.cancelled && sink.cancelled()) cancel_all();
-    if (done) ++i;
   }
   return gone;
 }
 
 // Choice c's result after its end.
-RunResult choice_result(Choice& c, bool gone, bool first, const RunSink& sink) {
+RunResult choice_result(Choice& c, bool gone, const RunSink& sink) {
+  const bool streamed = streams(sink, c.index);
   const std::optional<Generation> g = c.job->result();
   RunResult r;
   const std::string rest = c.stream->finish();
@@ -137,8 +160,8 @@ RunResult choice_result(Choice& c, bool gone, bool first, const RunSink& sink) {
   }
   // A stream's last entries (the tokens of the held-back rest, and those that write no text of their own)
   // go with the rest's chunk or the finishing one: the stream then sent exactly r.logprobs.
-  if (first) queue_held(c, 0, r.logprobs.size());
-  if (first && !gone && g && !rest.empty() && sink.on_text && !sink.on_text(rest)) gone = true;
+  if (streamed) queue_held(c, 0, r.logprobs.size());
+  if (streamed && !gone && g && !rest.empty() && !send(sink, c.index, rest)) gone = true;
   if (gone || !g) {
     r.finish_reason = "cancelled";  // the client left, or the server closed before the run could end
   } else if (c.stream->stopped() || g->stop_reason == "stop_token" || g->stop_reason == "constraint_complete") {
@@ -174,6 +197,7 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
   std::vector<std::shared_ptr<DecodeJob>> jobs;
   for (int64_t i = 0; i < n; ++i) {
     Choice& c = choices[static_cast<std::size_t>(i)];
+    c.index = i;
     c.stream = std::make_unique<TextStream>(
         [&context, previous](const std::vector<int64_t>& t) { return context.engine->detokenize(t, previous); },
         sampling.stop, stop_rule(request));
@@ -188,9 +212,9 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
     const std::string error = c.job->error();
     ORBIT_CHECK(error.empty(), "decode: " << error);
   }
-  RunResult r = choice_result(choices[0], gone, true, sink);
+  RunResult r = choice_result(choices[0], gone, sink);
   for (int64_t i = 1; i < n; ++i) {
-    r.extra_choices.push_back(choice_result(choices[static_cast<std::size_t>(i)], gone, false, sink));
+    r.extra_choices.push_back(choice_result(choices[static_cast<std::size_t>(i)], gone, sink));
     r.usage.completion_tokens += r.extra_choices.back().usage.completion_tokens;
     r.prompt_forward_tokens += r.extra_choices.back().prompt_forward_tokens;
   }

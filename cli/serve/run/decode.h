@@ -32,10 +32,11 @@ int64_t max_tokens_for(const ServeContext& context, int64_t prompt_tokens, const
 // finished is "stop", one no token could continue "length"), tokens, completion_tokens, prompt_forward_tokens
 // and, when the request asks, logprobs (streamed ones also queued for the stream's chunks: serve_wire.h); the
 // rest of the usage is the caller's. The request's penalties and logit_bias reach GenerateOptions as given.
-// With sampling.n > 1 (never streamed: the parser refuses it), choice i is drawn with seed + i from a fork of
-// the window, all n decoded together, the query forwarded once: choices 1..n−1 go to extra_choices, and
-// completion_tokens and prompt_forward_tokens count every choice. Only choice 0 reaches sink.on_text. Throws
-// orbit::Error when the engine fails.
+// With sampling.n > 1, choice i is drawn with seed + i from a fork of the window, all n decoded together, the
+// query forwarded once: choices 1..n−1 go to extra_choices, and completion_tokens and prompt_forward_tokens
+// count every choice. Only choice 0 reaches sink.on_text; with sink.on_choice_text every choice streams there
+// as it is generated (its log probabilities queued under its index). A client that left cancels every
+// choice. Throws orbit::Error when the engine fails.
 RunResult decode(ServeContext& context, Window& window, const DecodeRequest& request, const RunSink& sink);
 
 }  // namespace orbit::serve

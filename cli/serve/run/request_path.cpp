@@ -82,6 +82,26 @@ RunOutcome cancelled_before_decode() {
   return out;
 }
 
+// `sink` with each choice's text read for tool calls on its way (one ToolCallStream per choice, in `calls`,
+// which must outlive the returned sink): content goes on only up to where a call may start.
+RunSink tool_call_sink(const RunSink& sink, int64_t n, ToolCallFormat format, std::vector<ToolCallStream>& calls) {
+  calls.assign(static_cast<std::size_t>(std::max<int64_t>(1, n)), ToolCallStream(format));
+  RunSink out = sink;
+  if (sink.on_text) {
+    out.on_text = [&calls, on_text = sink.on_text](const std::string& delta) {
+      const std::string now = calls[0].push(delta);
+      return now.empty() || on_text(now);
+    };
+  }
+  if (sink.on_choice_text) {
+    out.on_choice_text = [&calls, on_choice = sink.on_choice_text](int64_t choice, const std::string& delta) {
+      const std::string now = calls[static_cast<std::size_t>(choice)].push(delta);
+      return now.empty() || on_choice(choice, now);
+    };
+  }
+  return out;
+}
+
 }  // namespace
 
 std::optional<ApiError> RequestPath::check_model(const std::string& model) const {
@@ -260,21 +280,15 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
       if (mode.audit) queue_audit(p.slot.shared_session(), mode.request, report.generation_prompt, predicted_kl);
     });
   }
-  // With tools, the answer is read for calls: content streams up to where a call may start.
-  std::optional<ToolCallStream> calls;
-  RunSink out_sink = sink;
-  if (request.reads_tool_calls()) {
-    calls.emplace(context_.tool_format);
-    out_sink.on_text = [&](const std::string& delta) {
-      const std::string now = calls->push(delta);
-      return now.empty() || !sink.on_text || sink.on_text(now);
-    };
-  }
+  // With tools, each choice's answer is read for calls: content streams up to where a call may start.
+  std::vector<ToolCallStream> calls;
+  const RunSink out_sink =
+      request.reads_tool_calls() ? tool_call_sink(sink, request.sampling.n, context_.tool_format, calls) : sink;
   RunResult r = decode(context_, window,
                        DecodeRequest{&report.generation_prompt, &request.sampling, p.constraint, p.trigger}, out_sink);
-  if (calls) {
-    calls->finish(r);
-    for (RunResult& choice : r.extra_choices) ToolCallStream(context_.tool_format).finish(choice);  // not streamed
+  if (!calls.empty()) {
+    calls[0].finish(r);
+    for (std::size_t i = 0; i < r.extra_choices.size(); ++i) calls[i + 1].finish(r.extra_choices[i]);
   }
   const WindowStats after = window.stats();
   RunUsage& u = r.usage;

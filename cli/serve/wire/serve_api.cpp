@@ -466,9 +466,6 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits, const
   }
   if (options.check_tool_results) check_tool_results(r.messages);
   r.sampling = parse_sampling(body, limits);
-  if (r.sampling.n > 1 && r.sampling.stream) {
-    invalid_field("n", "n > 1 is answered whole: streaming several choices is not served (give stream false or n 1)");
-  }
   parse_processors(body, limits, r.sampling);
   parse_logprobs(body, r.sampling, false);
   r.user = parse_user(body);

@@ -5,8 +5,8 @@
 // What a request may hold (anything else is ignored, as OpenAI ignores unknown fields):
 //   chat:        model (string, required), messages (non-empty array, required), max_tokens or
 //                max_completion_tokens (integer >= 1), temperature [0, 2], top_p (0, 1], seed (integer),
-//                stop (string or array of at most 4 strings), n (1..ServeLimits::max_choices; above 1 not with
-//                stream true), stream (bool),
+//                stop (string or array of at most 4 strings), n (1..ServeLimits::max_choices; streamed, each
+//                choice's chunks carry its index), stream (bool),
 //                stream_options.include_usage (bool), user (any string), tools (array of {"type": "function",
 //                "function": {"name", "description"?, "parameters"?}}, names unique, handed to the template;
 //                the server refuses parameters outside the schema subset of answer_constraint.h), tool_choice

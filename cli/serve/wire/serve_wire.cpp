@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace orbit::serve {
 
@@ -19,8 +20,8 @@ json head(const ResponseIds& ids, const char* object) {
   return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}};
 }
 
-// The streamed log probabilities not yet sent on this thread (serve_wire.h).
-thread_local std::vector<StepLogprobs> stream_logprobs;
+// The streamed log probabilities not yet sent on this thread, per choice (serve_wire.h).
+thread_local std::map<int64_t, std::vector<StepLogprobs>> stream_logprobs;
 
 json token_logprob(const TokenLogprob& t) {
   json bytes = json::array();
@@ -29,10 +30,11 @@ json token_logprob(const TokenLogprob& t) {
   return {{"token", t.bytes}, {"logprob", t.logprob}, {"bytes", bytes}};
 }
 
-// choices[].logprobs of a chunk: what the stream has queued, or null.
-json take_stream_logprobs() {
-  if (stream_logprobs.empty()) return nullptr;
-  return {{"content", take_stream_logprobs_content()}, {"refusal", nullptr}};
+// choices[].logprobs of choice `index`'s chunk: what the stream has queued for it, or null.
+json take_stream_logprobs(int64_t index) {
+  const auto queued = stream_logprobs.find(index);
+  if (queued == stream_logprobs.end() || queued->second.empty()) return nullptr;
+  return {{"content", take_stream_logprobs_content(index)}, {"refusal", nullptr}};
 }
 
 }  // namespace
@@ -84,13 +86,14 @@ json logprobs_content(const std::vector<StepLogprobs>& steps) {
   return out;
 }
 
-void queue_stream_logprobs(const StepLogprobs& step) { stream_logprobs.push_back(step); }
+void queue_stream_logprobs(const StepLogprobs& step, int64_t choice) { stream_logprobs[choice].push_back(step); }
 
 void clear_stream_logprobs() { stream_logprobs.clear(); }
 
-json take_stream_logprobs_content() {
-  json out = logprobs_content(stream_logprobs);
-  stream_logprobs.clear();
+json take_stream_logprobs_content(int64_t choice) {
+  std::vector<StepLogprobs>& queued = stream_logprobs[choice];
+  json out = logprobs_content(queued);
+  queued.clear();
   return out;
 }
 
@@ -122,28 +125,27 @@ json chat_completion(const ResponseIds& ids, const RunResult& result) {
 }
 
 json chat_chunk(const ResponseIds& ids, const std::string& content, bool first, const std::string& finish_reason,
-                const json& usage) {
+                int64_t index) {
   json delta = json::object();
   if (first) delta["role"] = "assistant";
   if (!content.empty() || first) delta["content"] = content;
   json body = head(ids, "chat.completion.chunk");
-  body["choices"] = json::array({{{"index", 0},
+  body["choices"] = json::array({{{"index", index},
                                   {"delta", delta},
-                                  {"logprobs", take_stream_logprobs()},
+                                  {"logprobs", take_stream_logprobs(index)},
                                   {"finish_reason", finish(finish_reason)}}});
-  if (!usage.is_null()) body["usage"] = usage;
   return body;
 }
 
-json tool_calls_chunk(const ResponseIds& ids, const std::vector<ChatToolCall>& calls, bool first) {
+json tool_calls_chunk(const ResponseIds& ids, const std::vector<ChatToolCall>& calls, bool first, int64_t index) {
   json delta = {{"tool_calls", tool_calls_json(calls, true)}};
   if (first) {
     delta["role"] = "assistant";
     delta["content"] = nullptr;
   }
   json body = head(ids, "chat.completion.chunk");
-  body["choices"] =
-      json::array({{{"index", 0}, {"delta", delta}, {"logprobs", take_stream_logprobs()}, {"finish_reason", nullptr}}});
+  body["choices"] = json::array(
+      {{{"index", index}, {"delta", delta}, {"logprobs", take_stream_logprobs(index)}, {"finish_reason", nullptr}}});
   return body;
 }
 

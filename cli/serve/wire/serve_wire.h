@@ -22,14 +22,16 @@ struct ResponseIds {
 // "logprobs", "finish_reason"}], "usage"}: content null when the answer is only tool calls; with n > 1 one
 // choice per RunResult (the result itself, then its extra_choices), indexed 0..n-1
 nlohmann::json chat_completion(const ResponseIds& ids, const RunResult& result);
-// One chunk of a streamed chat completion: "object": "chat.completion.chunk". `first` adds the role;
-// a non-empty finish_reason ends the choice (and carries usage when given).
+// One chunk of a streamed chat completion: "object": "chat.completion.chunk", one choice, choices[0].index
+// `index` (with n > 1 each choice streams its own chunks). `first` (the choice's first chunk) adds the role;
+// a non-empty finish_reason ends the choice.
 nlohmann::json chat_chunk(const ResponseIds& ids, const std::string& content, bool first,
-                          const std::string& finish_reason, const nlohmann::json& usage = nullptr);
-// A chunk that carries every call of the answer, whole: delta.tool_calls [{"index", "id", "type": "function",
-// "function": {"name", "arguments"}}] (streamed once the run has ended and the calls are complete); `first`
-// adds the role.
-nlohmann::json tool_calls_chunk(const ResponseIds& ids, const std::vector<ChatToolCall>& calls, bool first);
+                          const std::string& finish_reason, int64_t index = 0);
+// A chunk that carries every call of choice `index`'s answer, whole: delta.tool_calls [{"index", "id", "type":
+// "function", "function": {"name", "arguments"}}] (streamed once the run has ended and the calls are
+// complete); `first` adds the role.
+nlohmann::json tool_calls_chunk(const ResponseIds& ids, const std::vector<ChatToolCall>& calls, bool first,
+                                int64_t index = 0);
 // The stream_options.include_usage chunk: empty choices and usage.
 nlohmann::json usage_chunk(const ResponseIds& ids, const std::string& object, const nlohmann::json& usage);
 // {"object": "text_completion", "choices": [{"text", "index", "finish_reason"}], "usage" when given}: the
@@ -42,17 +44,17 @@ nlohmann::json text_completion(const ResponseIds& ids, const std::string& text, 
 nlohmann::json logprobs_content(const std::vector<StepLogprobs>& steps);
 
 // A streamed answer's log probabilities travel beside its text: decode() queues each token's here as it is
-// generated (GenerateOptions::on_logprobs), and the next chunk chat_chunk() or tool_calls_chunk() builds on
-// the same thread takes every entry queued so far as its choices[].logprobs {"content": [...]} (null when
-// none). A stream's chunks are written from the thread that runs its decode (its sink is called there), so
-// each token's entry goes out exactly once, with its text or, where the text was held back (a possible tool
-// call, a split character), with a later chunk (at the latest the finishing one). decode() clears the queue
-// when it starts.
-void queue_stream_logprobs(const StepLogprobs& step);
-void clear_stream_logprobs();
-// What is queued, as logprobs_content() writes it (an empty array when nothing is), and the queue emptied: the
-// Responses API's stream events take it so.
-nlohmann::json take_stream_logprobs_content();
+// generated (GenerateOptions::on_logprobs), under its choice's index, and the next chunk of that choice
+// chat_chunk() or tool_calls_chunk() builds on the same thread takes every entry queued for it so far as its
+// choices[].logprobs {"content": [...]} (null when none). A stream's chunks are written from the thread that
+// runs its decode (its sink is called there), so each token's entry goes out exactly once, with its text or,
+// where the text was held back (a possible tool call, a split character), with a later chunk (at the latest
+// the finishing one). decode() clears the queues when it starts.
+void queue_stream_logprobs(const StepLogprobs& step, int64_t choice = 0);
+void clear_stream_logprobs();  // every choice's
+// What is queued for `choice`, as logprobs_content() writes it (an empty array when nothing is), and that
+// queue emptied: the Responses API's stream events take it so.
+nlohmann::json take_stream_logprobs_content(int64_t choice = 0);
 
 // "data: <json>\n\n"
 std::string sse(const nlohmann::json& body);
