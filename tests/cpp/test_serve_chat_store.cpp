@@ -131,6 +131,43 @@ TEST_CASE("chat store: pages by created in either order, filtered by model and m
   CHECK(body["data"][0]["object"] == "chat.completion");
 }
 
+TEST_CASE("chat store: a page goes on after a completion that left since the page before", "[serve][chat_store]") {
+  sv::ChatStore store(sv::ChatStoreOptions{4, ""});
+  for (int i = 1; i <= 4; ++i) REQUIRE(store.put(completion("c" + std::to_string(i), 10 * i)));
+  sv::CompletionPage page = list(store, {{"limit", "2"}});
+  REQUIRE(ids_of(page) == std::vector<std::string>{"c1", "c2"});
+  // The page's last completion is deleted before the client asks for the next page: it goes on after c2's
+  // place, in either order.
+  REQUIRE(store.erase("c2"));
+  CHECK(ids_of(list(store, {{"limit", "2"}, {"after", "c2"}})) == std::vector<std::string>{"c3", "c4"});
+  CHECK(ids_of(list(store, {{"order", "desc"}, {"after", "c2"}})) == std::vector<std::string>{"c1"});
+  // Evicted (the least recently used, past the capacity): likewise.
+  REQUIRE(store.put(completion("c5", 50)));
+  REQUIRE(store.put(completion("c6", 60)));
+  REQUIRE_FALSE(store.get("c1"));
+  CHECK(ids_of(list(store, {{"after", "c1"}})) == std::vector<std::string>{"c3", "c4", "c5", "c6"});
+  // An id never stored stays unknown; and a departed key is forgotten after departed_kept() departures.
+  const sv::Parsed<sv::CompletionQuery> never = sv::completion_list_query({{"after", "c9"}});
+  REQUIRE(never.ok());
+  CHECK_FALSE(store.list(*never.value));
+  for (std::size_t i = 0; i < store.departed_kept(); ++i) REQUIRE(store.put(completion("d" + std::to_string(i), 70)));
+  const sv::Parsed<sv::CompletionQuery> old = sv::completion_list_query({{"after", "c1"}});
+  REQUIRE(old.ok());
+  CHECK_FALSE(store.list(*old.value));
+}
+
+TEST_CASE("chat store: departed keys survive a restart of a store on disk", "[serve][chat_store]") {
+  TempDir tmp;
+  const std::string path = (tmp.dir / "chat.sqlite").string();
+  {
+    sv::ChatStore store(sv::ChatStoreOptions{8, path});
+    for (int i = 1; i <= 3; ++i) REQUIRE(store.put(completion("c" + std::to_string(i), 10 * i)));
+    REQUIRE(store.erase("c2"));
+  }
+  sv::ChatStore reopened(sv::ChatStoreOptions{8, path});
+  CHECK(ids_of(list(reopened, {{"after", "c2"}})) == std::vector<std::string>{"c3"});
+}
+
 TEST_CASE("chat store: bad queries and update bodies are refused naming the parameter", "[serve][chat_store]") {
   for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{{"limit", "0"},
                                                                                     {"limit", "101"},

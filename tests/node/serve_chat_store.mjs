@@ -9,7 +9,8 @@
 // every choice of n = 2) with its metadata; .list pages them through the client's auto-pagination, filtered
 // by metadata and model, in either order; .messages.list pages a request's messages; .update replaces the
 // metadata (another field is refused by name), which lists then filter by; .delete answers OpenAI's
-// deleted object and the id is gone (404); bad query parameters are 400s naming them. The server is then
+// deleted object and the id is gone (404), and a list's next page after a deleted one goes on from its place;
+// bad query parameters are 400s naming them. The server is then
 // restarted on the same store: what was stored is still there, and past 6 completions the least recently used
 // is dropped. Each server is stopped (SIGTERM, then SIGKILL) whatever happens.
 //
@@ -148,6 +149,13 @@ async function restarted(client, made, modelName) {
   check(await status(client.chat.completions.retrieve(two.id)) === 404, "capacity: the least recently used is dropped");
   check(await status(client.chat.completions.retrieve(streamed.id)) === 200, "capacity: a recently used one stays");
   check((await all(client.chat.completions.list())).length === 6, "capacity: 6 are kept");
+  // The client's pagination goes on after a page whose last completion was deleted before the next page.
+  const everything = (await all(client.chat.completions.list())).map((c) => c.id);
+  const first = await client.chat.completions.list({ limit: 2 });
+  await client.chat.completions.delete(first.data[1].id);
+  const next = await first.getNextPage();
+  check(next.data.map((c) => c.id).join() === everything.slice(2, 4).join(),
+        "list: the next page after a deleted completion goes on from its place", JSON.stringify(next.data.map((c) => c.id)));
 }
 
 const storeDir = mkdtempSync(join(tmpdir(), "orbit-chat-store-"));

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <tuple>
+#include <utility>
 
 #include "orbit/common/error.h"
 
@@ -18,7 +20,19 @@ constexpr const char* kSchema =
     " created INTEGER NOT NULL, model TEXT NOT NULL, metadata TEXT NOT NULL, body TEXT NOT NULL,"
     " messages TEXT NOT NULL, used INTEGER NOT NULL);"
     "CREATE INDEX IF NOT EXISTS completions_created ON completions(created, seq);"
-    "CREATE INDEX IF NOT EXISTS completions_used ON completions(used);";
+    "CREATE INDEX IF NOT EXISTS completions_used ON completions(used);"
+    "CREATE TABLE IF NOT EXISTS departed(n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,"
+    " created INTEGER NOT NULL, seq INTEGER NOT NULL);";
+
+// The completions that leave (erased or evicted) leave their order key behind, in `departed`: the rows a
+// condition on completions (appended, binding ?1) selects, copied before they are deleted.
+constexpr const char* kDepart =
+    "INSERT OR REPLACE INTO departed(id, created, seq) SELECT id, created, seq FROM completions WHERE ";
+
+// The oldest departed keys past ?1 forgotten.
+constexpr const char* kForgetDeparted =
+    "DELETE FROM departed WHERE n IN (SELECT n FROM departed ORDER BY n "
+    "LIMIT MAX(0, (SELECT COUNT(*) FROM departed) - ?1))";
 
 constexpr const char* kNextUse = "(SELECT COALESCE(MAX(used), 0) + 1 FROM completions)";
 
@@ -57,16 +71,34 @@ bool ChatStore::put(const StoredCompletion& c) {
                                     .c_str());
     insert.text(1, c.id).integer(2, c.created).text(3, c.model).text(4, chat_rows::metadata_text(c.metadata));
     insert.text(5, c.body).text(6, c.messages).step();
-    SqlStatement evict(*file_,
-                       "DELETE FROM completions WHERE seq IN (SELECT seq FROM completions ORDER BY used "
-                       "LIMIT MAX(0, (SELECT COUNT(*) FROM completions) - ?))");
+    const std::string evicted =
+        "seq IN (SELECT seq FROM completions ORDER BY used LIMIT MAX(0, (SELECT COUNT(*) FROM completions) - ?1))";
+    SqlStatement depart(*file_, (chat_rows::kDepart + evicted).c_str());
+    depart.integer(1, static_cast<int64_t>(capacity_)).step();
+    SqlStatement evict(*file_, ("DELETE FROM completions WHERE " + evicted).c_str());
     evict.integer(1, static_cast<int64_t>(capacity_)).step();
+    forget_departed();
     t.commit();
     return true;
   } catch (const Error& e) {
     std::fprintf(stderr, "orbit serve: chat completion %s is not stored: %s\n", c.id.c_str(), e.what());
     return false;
   }
+}
+
+void ChatStore::forget_departed() {
+  SqlStatement forget(*file_, chat_rows::kForgetDeparted);
+  forget.integer(1, static_cast<int64_t>(departed_kept())).step();
+}
+
+std::optional<std::pair<int64_t, int64_t>> ChatStore::order_key(const std::string& id) const {
+  for (const char* sql :
+       {"SELECT created, seq FROM completions WHERE id = ?", "SELECT created, seq FROM departed WHERE id = ?"}) {
+    SqlStatement at(*file_, sql);
+    at.text(1, id);
+    if (at.step()) return std::make_pair(at.column_int(0), at.column_int(1));
+  }
+  return std::nullopt;
 }
 
 // A completion's place in the LRU order is a hint: a read whose update cannot be written (a full or read-only
@@ -102,11 +134,9 @@ std::optional<CompletionPage> ChatStore::list(const CompletionQuery& query) cons
   std::lock_guard<std::mutex> lock(mutex_);
   int64_t created = 0, seq = 0;
   if (!query.after.empty()) {
-    SqlStatement at(*file_, "SELECT created, seq FROM completions WHERE id = ?");
-    at.text(1, query.after);
-    if (!at.step()) return std::nullopt;
-    created = at.column_int(0);
-    seq = at.column_int(1);
+    const std::optional<std::pair<int64_t, int64_t>> key = order_key(query.after);
+    if (!key) return std::nullopt;
+    std::tie(created, seq) = *key;
   }
   const char* sql = query.descending
                         ? "SELECT id, created, model, metadata, body FROM completions WHERE (?1 = 0 OR (created, seq) "
@@ -145,9 +175,15 @@ std::optional<StoredCompletion> ChatStore::update_metadata(const std::string& id
 
 bool ChatStore::erase(const std::string& id) {
   std::lock_guard<std::mutex> lock(mutex_);
+  SqlTransaction t(*file_);
+  SqlStatement depart(*file_, (std::string(chat_rows::kDepart) + "id = ?1").c_str());
+  depart.text(1, id).step();
   SqlStatement s(*file_, "DELETE FROM completions WHERE id = ?");
   s.text(1, id).step();
-  return file_->changes() > 0;
+  const bool erased = file_->changes() > 0;
+  forget_departed();
+  t.commit();
+  return erased;
 }
 
 std::size_t ChatStore::size() const {

@@ -17,6 +17,9 @@
 //               body TEXT          the completion object as returned, without metadata
 //               messages TEXT      the request's messages (a JSON array of ChatCompletionStoreMessage)
 //               used INTEGER)      a logical clock: one past the largest at each store or use
+//   departed(n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE, created INTEGER, seq INTEGER)
+//               the order keys of the last departed_kept() completions to leave (erased or evicted): a list
+//               whose `after` names one that left between two pages goes on from where it stood
 // A failed write (a full disk) is reported on stderr and the completion is not stored (the answer was given).
 //
 // Thread-safety: every member may be called from any thread.
@@ -29,6 +32,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "serve/stored/sqlite_file.h"
@@ -78,17 +82,25 @@ class ChatStore {
   bool put(const StoredCompletion& completion);
   // The completion stored under `id` (now the most recently used), or nullopt.
   std::optional<StoredCompletion> get(const std::string& id);
-  // A page of completions (without their messages); nullopt when `after` names no stored completion.
+  // A page of completions (without their messages), after the place of the one `after` names: a stored
+  // completion, or one that left (erased or evicted) while its order key is kept, so that a client paging
+  // through the list goes on past a completion deleted or evicted between its pages. nullopt when `after`
+  // names neither (never stored here, or left longer ago than departed_kept() departures).
   std::optional<CompletionPage> list(const CompletionQuery& query) const;
   // Replaces the metadata of `id` (now the most recently used); the completion as updated, or nullopt when
   // none is stored under it.
   std::optional<StoredCompletion> update_metadata(const std::string& id, const Metadata& metadata);
   bool erase(const std::string& id);  // false when none is stored under `id`
   std::size_t size() const;
+  // How many departed completions' order keys are kept (the most recent): four times the capacity.
+  std::size_t departed_kept() const { return 4 * capacity_; }
   bool persistent() const { return persistent_; }
 
  private:
   void touch(const std::string& id);  // under mutex_
+  void forget_departed();             // under mutex_: the departed keys past departed_kept(), oldest first
+  // Under mutex_: (created, seq) of `id`, stored or departed; nullopt when neither.
+  std::optional<std::pair<int64_t, int64_t>> order_key(const std::string& id) const;
 
   std::size_t capacity_;
   bool persistent_;
