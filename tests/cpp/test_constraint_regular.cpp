@@ -277,6 +277,19 @@ TEST_CASE("format: each format on valid and invalid values", "[constraint]") {
       {"uri",
        {"https://example.com/a?b=c#d", "urn:isbn:0451450523", "mailto:a@b.c", "http://x/%20"},
        {"example.com", "http://a b", "1http://x", "http://x/%2"}},
+      // Canonical RFC 4648: a last partial group's pad bits are zero ("QR==" spells the byte "QQ==" does).
+      {"base64",
+       {"", "QQ==", "QUI=", "QUJD", "aGk/Pg==", "+/8="},
+       {"QQ", "QQ=", "QR==", "QUJ=", "QUJDR", "aGk_Pg==", "Q Q="}},
+      {"base64url", {"", "QQ", "QUI", "QUJD", "aGk_Pg", "-_8"}, {"Q", "QQ==", "QR", "QUJ", "QUJDR", "aGk/Pg", "QUI="}},
+      {"jwt",
+       {"eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+        "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."},
+       {"eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0",      // two parts
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9..sig",                             // no payload
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.a.b",  // four parts
+        "eyJhbGciOiJub25lIn0.eyJzdWIiOiIxMjM0NTY3ODkwIn0.",                      // alg none: unsigned
+        "abc.def.ghi"}},
   };
   for (const Case& k : cases) {
     const auto c = schema(std::string(R"({"type": "string", "format": ")") + k.format + "\"}");
@@ -293,6 +306,17 @@ TEST_CASE("format: each format on valid and invalid values", "[constraint]") {
     for (char b = 0x20; b < 0x7F; ++b) printable += b;
     random_walks(c, printable, 20, rng, 400);
   }
+  // contentEncoding base64 / base64url (zod writes it beside the format of its name) is that format.
+  const auto encoded = schema(R"({"type": "string", "contentEncoding": "base64url"})");
+  CHECK(encoded->matches("\"aGk_Pg\""));
+  CHECK_FALSE(encoded->matches("\"aGk/Pg==\""));
+  CHECK(schema(R"({"type": "string", "format": "base64", "contentEncoding": "base64"})")->matches("\"QQ==\""));
+  CHECK_THAT(error_of([] { schema(R"({"type": "string", "contentEncoding": "7bit"})"); }),
+             Contains("schema.contentEncoding: \"7bit\" is not supported (base64 and base64url are)"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "string", "format": "uuid", "contentEncoding": "base64"})"); }),
+             Contains("schema.contentEncoding: \"base64\" beside format \"uuid\""));
+  // emoji needs Unicode's emoji properties: refused alone (zod writes it with a \p pattern, refused too).
+  CHECK_THROWS(schema(R"({"type": "string", "format": "emoji"})"));
   // format and pattern together: both hold.
   const auto both = schema(R"({"type": "string", "format": "date", "pattern": "^2024-"})");
   CHECK(both->matches("\"2024-05-01\""));

@@ -12,7 +12,7 @@
 //              schema given with jsonSchema(), as compact as the others': the model has 512 positions); then
 //              generateObject with a schema returns a valid object (response_format json_schema), and with
 //              a zod schema (an ISO date, an integer range, a regex, a positive multiple of 0.25; startsWith
-//              and lowercase) one that zod's own parse accepts
+//              and lowercase; jwt, base64 and base64url) one that zod's own parse accepts
 //   agents     the OpenAI Agents SDK on its default Responses API (/v1/responses): the Runner runs the loop
 //              (toolChoice "required" kept, the history windowed by callModelInputFilter)
 //
@@ -259,6 +259,14 @@ async function aisdkObject() {
                                         maxOutputTokens: 64, temperature: 0, maxRetries: 0 });
   check(Ticket.safeParse(ticket.object).success, "aisdk: generateObject under zod's startsWith and lowercase",
         JSON.stringify(ticket.object));
+  // zod's jwt writes its format alone, base64 and base64url beside their patterns: decoded under the formats'
+  // automata, and zod's own checks (the JWT's header decoded and read as JSON) accept the answer.
+  const Token = z.object({ token: z.jwt().max(64), blob: z.base64().max(12), key: z.base64url().max(12) });
+  const token = await generateObject({ model: provider(modelId), schema: Token, prompt: "Issue a token.",
+                                       maxOutputTokens: 160, temperature: 0, maxRetries: 0 });
+  check(Token.safeParse(token.object).success, "aisdk: generateObject under zod's jwt, base64 and base64url",
+        JSON.stringify(token.object));
+  console.log(`aisdk generateObject (zod formats): ${JSON.stringify(token.object)}`);
 }
 
 // A call max_tokens cuts (a budget below the shortest call: the grammar cannot close it in time) comes back as

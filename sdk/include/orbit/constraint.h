@@ -138,9 +138,14 @@ class Constraint {
   //                   lookaround, \b, \p{..}, anchors other than at a (top-level alternative's) start or end
   //   format          date, time, date-time (RFC 3339; February 29 is allowed in every year), duration (RFC
   //                   3339's, whole numbers), email (dot-atom local part), hostname (RFC 1123 labels), ipv4,
-  //                   ipv6 (RFC 3986), uuid, uri (a scheme, ':', and URI characters with valid %-escapes); any
-  //                   other format only beside a pattern, which serves it (zod writes startsWith, cuid, nanoid,
-  //                   e164, ... as a format of its own and the pattern that checks it)
+  //                   ipv6 (RFC 3986), uuid, uri (a scheme, ':', and URI characters with valid %-escapes),
+  //                   base64 and base64url (RFC 4648, canonical: zero pad bits; base64 padded, base64url not),
+  //                   jwt (three base64url parts; the header one of {"alg": A, "typ": "JWT"}, {"typ": "JWT",
+  //                   "alg": A}, {"alg": A} as compact JSON, A a JWA signing algorithm: tokens zod's check
+  //                   accepts, not every one it accepts); any other format only beside a pattern, which serves it (zod writes startsWith,
+  //                   cuid, nanoid, e164, ... as a format of its own and the pattern that checks it); emoji is
+  //                   refused (Unicode's emoji properties are not tabled here)
+  //   contentEncoding base64 or base64url: the format of that name (zod writes both)
   //   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (numbers and integers): exact
   //                   decimal comparisons; such numbers are written without exponent; multipleOf's significant
   //                   digits times (its decimals + 3) at most 50000

@@ -58,6 +58,7 @@ const std::set<std::string>& structural() {
                                        "$ref",
                                        "pattern",
                                        "format",
+                                       "contentEncoding",
                                        "minimum",
                                        "maximum",
                                        "exclusiveMinimum",
@@ -84,7 +85,8 @@ bool has_number_keyword(const Json& s) {
 }
 
 bool has_string_keyword(const Json& s) {
-  return s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || s.contains("format");
+  return s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || s.contains("format") ||
+         s.contains("contentEncoding");
 }
 
 const std::set<std::string>& type_names() {
@@ -140,7 +142,7 @@ void check_applies(const Json& s, const std::vector<std::string>& types, const s
   const auto has = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
   const bool strings = has("string");
   const bool numbers = has("number") || has("integer");
-  for (const char* k : {"minLength", "maxLength", "pattern", "format"}) {
+  for (const char* k : {"minLength", "maxLength", "pattern", "format", "contentEncoding"}) {
     ORBIT_CHECK(strings || !s.contains(k), path << ": '" << k << "' applies to strings, and \"type\" has none");
   }
   for (const char* k : number_keywords()) {
@@ -194,14 +196,27 @@ int32_t SchemaCompiler::compile_string(const Json& s, const std::string& path) {
   const int64_t max =
       s.contains("maxLength") ? count_of(s, "maxLength", path) : std::max(min, limits_.max_string_chars);
   ORBIT_CHECK(min <= max, path << ": minLength " << min << " is above maxLength " << max);
-  if (!s.contains("pattern") && !s.contains("format")) return add_string(g_, min, max);
+  if (!s.contains("pattern") && !s.contains("format") && !s.contains("contentEncoding"))
+    return add_string(g_, min, max);
   StringRules rules;
   rules.min_chars = min;
   rules.max_chars = max;
-  for (const char* k : {"pattern", "format"}) {
+  for (const char* k : {"pattern", "format", "contentEncoding"}) {
     if (!s.contains(k)) continue;
     ORBIT_CHECK(s.at(k).is_string(), path << "." << k << ": expected a string, not " << brief(s.at(k)));
-    (std::string(k) == "pattern" ? rules.pattern : rules.format) = s.at(k).get_ptr<const std::string*>();
+  }
+  if (s.contains("pattern")) rules.pattern = s.at("pattern").get_ptr<const std::string*>();
+  if (s.contains("format")) rules.format = s.at("format").get_ptr<const std::string*>();
+  // contentEncoding base64 or base64url (zod writes it beside the format of its name): the text is that
+  // encoding, the format of the same name. Other encodings (RFC 2045's 7bit, quoted-printable, ...) are refused.
+  if (s.contains("contentEncoding")) {
+    const std::string* encoding = s.at("contentEncoding").get_ptr<const std::string*>();
+    ORBIT_CHECK(*encoding == "base64" || *encoding == "base64url",
+                path << ".contentEncoding: \"" << *encoding << "\" is not supported (base64 and base64url are)");
+    ORBIT_CHECK(rules.format == nullptr || *rules.format == *encoding, path << ".contentEncoding: \"" << *encoding
+                                                                            << "\" beside format \"" << *rules.format
+                                                                            << "\" (give one, or the same in both)");
+    rules.format = encoding;
   }
   return add_string_dfa(g_, rules, path);
 }

@@ -1,7 +1,10 @@
 // Strings under pattern and format (schema_regular.h): each format is a regular expression of its syntax
 // (RFC 3339 for dates and times, RFC 3986 for URIs and IPv6, RFC 1123 for host names, RFC 4122 for UUIDs,
-// RFC 5321's dot-atom for e-mail), made an automaton and intersected with the pattern and the length bounds.
+// RFC 5321's dot-atom for e-mail, RFC 4648 for base64 and base64url, RFC 7519 for JWTs), made an automaton
+// and intersected with the pattern and the length bounds. (zod's emoji is not among them: it is a string of
+// Unicode's Extended_Pictographic and Emoji_Component characters, properties this tree has no table of.)
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <utility>
 
@@ -35,6 +38,51 @@ std::string ipv6_regex(const std::string& ipv4) {
   return out + ")";
 }
 
+// RFC 4648's encodings in their canonical form (§3.5: the pad bits of a last partial group are zero, so each
+// byte string has one spelling): `alphabet` a character class of the 64 digits, padded with '=' or not. A
+// last group of two digits holds one byte (the second digit's low four bits zero: A Q g w), of three digits
+// two bytes (the third digit's low two bits zero).
+std::string base64_regex(const std::string& alphabet, bool padded) {
+  const std::string one = alphabet + "[AQgw]" + (padded ? "==" : "");
+  const std::string two = alphabet + "{2}[AEIMQUYcgkosw048]" + (padded ? "=" : "");
+  return "(?:" + alphabet + "{4})*(?:" + one + "|" + two + ")?";
+}
+
+// The unpadded base64url spelling of `bytes` (RFC 4648 §5).
+std::string base64url(const std::string& bytes) {
+  static constexpr char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t group = 0;
+    const std::size_t n = std::min<std::size_t>(3, bytes.size() - i);
+    for (std::size_t k = 0; k < 3; ++k) group = group << 8 | (k < n ? static_cast<unsigned char>(bytes[i + k]) : 0u);
+    for (std::size_t k = 0; k <= n; ++k) out += kDigits[(group >> (18 - 6 * k)) & 63];
+  }
+  return out;
+}
+
+// A JWT (RFC 7519) in the JWS compact serialization zod checks: three base64url parts joined by dots, the
+// first a JOSE header that names its algorithm ("alg") and, when it says "typ", says JWT. The headers of
+// every JSON text are not a regular language; these are its common forms: {"alg":A,"typ":"JWT"},
+// {"typ":"JWT","alg":A} and {"alg":A}, A one of JWA's (RFC 7518) signing algorithms, as compact JSON. Only
+// encodings without '-' or '_' are kept: zod reads the header with atob, which takes the base64 alphabet
+// only. The payload is a non-empty base64url text; the signature may be empty (an unsecured JWS).
+std::string jwt_regex(const std::string& b64url) {
+  std::string headers;
+  for (const char* alg : {"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256",
+                          "PS384", "PS512", "EdDSA"}) {
+    const std::string a = std::string("\"alg\":\"") + alg + "\"";
+    for (const std::string& json : {"{" + a + ",\"typ\":\"JWT\"}", "{\"typ\":\"JWT\"," + a + "}", "{" + a + "}"}) {
+      const std::string header = base64url(json);
+      if (header.find_first_of("-_") == std::string::npos) headers += (headers.empty() ? "" : "|") + header;
+    }
+  }
+  const std::string digit = "[A-Za-z0-9_\\-]";
+  const std::string payload =
+      "(?:" + digit + "{4})*(?:" + digit + "{4}|" + digit + "[AQgw]|" + digit + "{2}[AEIMQUYcgkosw048])";
+  return "(?:" + headers + ")\\." + payload + "\\." + b64url;
+}
+
 const std::map<std::string, std::string>& format_regexes() {
   static const std::map<std::string, std::string> k = [] {
     const std::string date =
@@ -50,7 +98,11 @@ const std::map<std::string, std::string>& format_regexes() {
     const std::string octet = "(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
     const std::string ipv4 = octet + "(?:\\." + octet + "){3}";
     const std::string hex = "[0-9A-Fa-f]";
+    const std::string b64url = base64_regex("[A-Za-z0-9_\\-]", false);
     return std::map<std::string, std::string>{
+        {"base64", base64_regex("[A-Za-z0-9+/]", true)},
+        {"base64url", b64url},
+        {"jwt", jwt_regex(b64url)},
         {"date", date},
         {"time", time},
         {"date-time", date + "[Tt]" + time},
