@@ -142,9 +142,9 @@ class Constraint {
   //                   base64 and base64url (RFC 4648, canonical: zero pad bits; base64 padded, base64url not),
   //                   jwt (three base64url parts; the header one of {"alg": A, "typ": "JWT"}, {"typ": "JWT",
   //                   "alg": A}, {"alg": A} as compact JSON, A a JWA signing algorithm: tokens zod's check
-  //                   accepts, not every one it accepts); any other format only beside a pattern, which serves it (zod writes startsWith,
-  //                   cuid, nanoid, e164, ... as a format of its own and the pattern that checks it); emoji is
-  //                   refused (Unicode's emoji properties are not tabled here)
+  //                   accepts, not every one it accepts); any other format only beside a pattern, which serves
+  //                   it (zod writes startsWith, cuid, nanoid, e164, ... as a format of its own and the pattern
+  //                   that checks it); emoji is refused (Unicode's emoji properties are not tabled here)
   //   contentEncoding base64 or base64url: the format of that name (zod writes both)
   //   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (numbers and integers): exact
   //                   decimal comparisons; such numbers are written without exponent; multipleOf's significant
