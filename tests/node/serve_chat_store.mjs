@@ -10,7 +10,7 @@
 // by metadata and model, in either order; .messages.list pages a request's messages; .update replaces the
 // metadata (another field is refused by name), which lists then filter by; .delete answers OpenAI's
 // deleted object and the id is gone (404), and a list's next page after a deleted one goes on from its place;
-// bad query parameters are 400s naming them. The server is then
+// a stream of n = 2 is kept with both choices; bad query parameters are 400s naming them. The server is then
 // restarted on the same store: what was stored is still there, and past 6 completions the least recently used
 // is dropped. Each server is stopped (SIGTERM, then SIGKILL) whatever happens.
 //
@@ -156,6 +156,18 @@ async function restarted(client, made, modelName) {
   const next = await first.getNextPage();
   check(next.data.map((c) => c.id).join() === everything.slice(2, 4).join(),
         "list: the next page after a deleted completion goes on from its place", JSON.stringify(next.data.map((c) => c.id)));
+  // A stream of n = 2 is stored with every choice, as its chunks assembled them.
+  const stream = await client.chat.completions.create({ model: modelName, messages, max_tokens: 8, temperature: 1,
+                                                        seed: 5, n: 2, stream: true, store: true });
+  const texts = ["", ""];
+  let id = "";
+  for await (const chunk of stream) {
+    id = chunk.id;
+    for (const c of chunk.choices) texts[c.index] += c.delta?.content ?? "";
+  }
+  const kept = await client.chat.completions.retrieve(id);
+  check(kept.choices.length === 2 && kept.choices.every((c, i) => c.index === i && c.message.content === texts[i]),
+        "store: a stream of n = 2 keeps every choice", JSON.stringify(kept.choices));
 }
 
 const storeDir = mkdtempSync(join(tmpdir(), "orbit-chat-store-"));
