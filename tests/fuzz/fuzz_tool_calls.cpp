@@ -2,8 +2,10 @@
 // `orbit serve` and Python's generate run on every answer that may hold calls. The first byte picks the
 // format; the rest is the answer. Parsing never throws. Read whole (CutToolCall::kContent), every call has a
 // name and arguments that are a JSON object; read as cut (kCall), so does every call but a cut last one,
-// whose name is not empty, and a text that is no cut call reads the same both ways. Names and arguments of
-// valid UTF-8 text are valid UTF-8 (the server writes them into JSON).
+// whose name is not empty, and a text that is no cut call reads the same both ways. Read as a forced call
+// (kForcedCall), a text kCall reads calls in reads the same, and any other that is not blank is one cut call
+// with no name and no arguments. Names and arguments of valid UTF-8 text are valid UTF-8 (the server writes
+// them into JSON).
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -11,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "orbit/tool_calls.h"
+#include "text/json_spans.h"
 
 namespace {
 
@@ -47,6 +50,16 @@ bool same(const orbit::ToolCallParse& a, const orbit::ToolCallParse& b) {
   return true;
 }
 
+// parse_tool_calls(text, format, kForcedCall) against the same text read with kCall.
+void check_forced(const std::string& text, const orbit::ToolCallParse& cut, const orbit::ToolCallParse& forced) {
+  if (!cut.calls.empty() || orbit::json_spans::trim(text).empty()) {
+    if (!same(cut, forced) || cut.cut != forced.cut) std::abort();
+    return;
+  }
+  if (forced.calls.size() != 1 || !forced.cut || forced.malformed || !forced.content.empty()) std::abort();
+  if (!forced.calls[0].name.empty() || !forced.calls[0].arguments.empty()) std::abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -63,6 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (plain.cut) std::abort();
   // Where nothing was left as content for being unfinished, reading cut calls changes nothing.
   if (!plain.malformed && !same(plain, cut)) std::abort();
+  check_forced(text, cut, orbit::parse_tool_calls(text, format, orbit::CutToolCall::kForcedCall));
   (void)orbit::tool_call_free_prefix(text, format);
   return 0;
 }
