@@ -97,7 +97,7 @@ class Agent(threading.Thread):
         messages = [{"role": "system", "content": "You tell short stories."}]
         for i in range(self.args.requests):
             if i % 4 == 0:
-                messages.append({"role": "user", "content": PAGES[(self.index + i // 4) % len(PAGES)]})
+                messages.append({"role": "tool", "content": PAGES[(self.index + i // 4) % len(PAGES)]})
             if i % 7 == 6 and len(messages) > 4:
                 del messages[1:3]  # the agent trims its oldest exchange
             messages.append({"role": "user", "content": QUESTIONS[(self.index + i) % len(QUESTIONS)]})

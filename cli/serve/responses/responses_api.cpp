@@ -391,9 +391,7 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
   ServeLimits inner = limits;  // the input was checked against the limits above; chat adds what it wrote
   inner.max_body_bytes = std::numeric_limits<std::size_t>::max();
   inner.max_messages = std::numeric_limits<std::size_t>::max();
-  ChatParseOptions options;
-  options.check_tool_results = false;  // outputs may answer the previous response's calls: checked above
-  Parsed<ChatRequest> parsed = parse_chat_request(chat.dump(), inner, options);
+  Parsed<ChatRequest> parsed = parse_chat_request(chat.dump(), inner);
   if (!parsed.ok()) throw Invalid{responses_error(parsed.error)};
   r.chat = std::move(*parsed.value);
   r.echo = echo_of(body, chat, r);

@@ -130,32 +130,6 @@ ChatMessage parse_message(const json& v, const std::string& param) {
   return m;
 }
 
-// As OpenAI: a tool message answers a call of the assistant message it follows (past the other results of
-// that message), so its tool_call_id, when given, must be one of that message's tool_calls' ids. One that
-// follows no calls, or names a call that message did not make, is refused: the template would render a
-// result of nothing. (ids are optional on both sides here, so a result without one answers any call.)
-void check_tool_results(const std::vector<ChatMessage>& messages) {
-  for (std::size_t i = 0; i < messages.size(); ++i) {
-    if (messages[i].role != "tool") continue;
-    std::size_t k = i;
-    while (k > 0 && messages[k - 1].role == "tool") --k;
-    const std::string at = "messages[" + std::to_string(i) + "]";
-    const ChatMessage* calls = k > 0 ? &messages[k - 1] : nullptr;
-    if (calls == nullptr || calls->role != "assistant" || calls->tool_calls.empty()) {
-      invalid_field(messages[i].tool_call_id ? at + ".tool_call_id" : at,
-                    "messages with role 'tool' must be a response to a preceding assistant message with 'tool_calls'");
-    }
-    if (!messages[i].tool_call_id) continue;
-    const std::string& id = *messages[i].tool_call_id;
-    const bool answered = std::any_of(calls->tool_calls.begin(), calls->tool_calls.end(),
-                                      [&](const ChatToolCall& c) { return c.id == id; });
-    if (!answered) {
-      invalid_field(at + ".tool_call_id", "'" + id + "' is not the id of any of the tool_calls of messages[" +
-                                              std::to_string(k - 1) + "], the assistant message it responds to");
-    }
-  }
-}
-
 std::vector<std::string> parse_stop(const json& v, const ServeLimits& limits) {
   if (v.is_null()) return {};
   if (v.is_string()) {
@@ -448,7 +422,7 @@ void parse_store(const json& body, ChatRequest& r) {
   if (r.store) r.messages_json = body["messages"].dump();
 }
 
-ChatRequest chat_request(std::string_view text, const ServeLimits& limits, const ChatParseOptions& options) {
+ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
   const json body = parse_body(text, limits);
   refuse_unserved(body, true);
   ChatRequest r;
@@ -464,7 +438,6 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits, const
   for (std::size_t i = 0; i < messages->size(); ++i) {
     r.messages.push_back(parse_message((*messages)[i], "messages[" + std::to_string(i) + "]"));
   }
-  if (options.check_tool_results) check_tool_results(r.messages);
   r.sampling = parse_sampling(body, limits);
   parse_processors(body, limits, r.sampling);
   parse_logprobs(body, r.sampling, false);
@@ -548,9 +521,8 @@ std::string error_body(const ApiError& error) {
   return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-Parsed<ChatRequest> parse_chat_request(std::string_view body, const ServeLimits& limits,
-                                       const ChatParseOptions& options) {
-  return guarded<ChatRequest>([&] { return chat_request(body, limits, options); });
+Parsed<ChatRequest> parse_chat_request(std::string_view body, const ServeLimits& limits) {
+  return guarded<ChatRequest>([&] { return chat_request(body, limits); });
 }
 
 Parsed<CompletionRequest> parse_completion_request(std::string_view body, const ServeLimits& limits) {

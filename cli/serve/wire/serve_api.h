@@ -30,8 +30,10 @@
 //   a message:   role in {system, developer, user, assistant, tool}; content a string, null (an assistant
 //                message with tool_calls), or an array of {"type": "text", "text": ...} parts;
 //                name, tool_call_id (strings); tool_calls (array of {id, type "function",
-//                function {name, arguments (string)}}); a tool message must answer a call of the assistant
-//                message before it and its tool results (ChatParseOptions::check_tool_results)
+//                function {name, arguments (string)}}); a tool message is taken wherever it stands and
+//                whatever its tool_call_id, unlike OpenAI's API (which refuses one that answers no call of
+//                the assistant message before it): an agent that trims its context drops old calls and keeps
+//                their results, and the template renders such a message as any other
 // Every violation is an ApiError with status 400 (413 for a body over ServeLimits::max_body_bytes) naming
 // the field, e.g. "messages[2].role: unknown role 'robot' (expected system, developer, user, assistant
 // or tool)". Checks that need the model (prompt longer than the context, max_tokens past it, the model
@@ -140,18 +142,8 @@ struct Parsed {
   bool ok() const { return value.has_value(); }
 };
 
-// What parse_chat_request checks beyond each message's own fields.
-struct ChatParseOptions {
-  // A tool message must follow (past other tool messages) an assistant message with tool_calls, and its
-  // tool_call_id, when given, be one of theirs: else a 400 naming messages[i].tool_call_id (messages[i]
-  // when it has none), as OpenAI refuses it. false: the Responses parser, whose outputs may answer calls of
-  // the previous response's conversation and which checks its items itself (responses_api.h).
-  bool check_tool_results = true;
-};
-
 // Parse and check a /v1/chat/completions body; never throws on any input.
-Parsed<ChatRequest> parse_chat_request(std::string_view body, const ServeLimits& limits = {},
-                                       const ChatParseOptions& options = {});
+Parsed<ChatRequest> parse_chat_request(std::string_view body, const ServeLimits& limits = {});
 // Parse and check a /v1/completions body; never throws on any input.
 Parsed<CompletionRequest> parse_completion_request(std::string_view body, const ServeLimits& limits = {});
 
