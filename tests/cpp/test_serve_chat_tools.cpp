@@ -148,7 +148,7 @@ TEST_CASE("serve: tools, tool_choice and response_format are parsed; unhonoured 
 }
 
 TEST_CASE("serve: tool calls are held back from the stream and read when the answer ends", "[serve]") {
-  sv::ToolCallStream stream(orbit::ToolCallFormat::kHermes);
+  sv::ToolCallStream stream(orbit::ToolCallFormat::kHermes, false);
   std::string sent;
   for (const char* delta : {"Let me ", "look. <to", "ol_call>{\"name\": \"search\", ",
                             "\"arguments\": {\"q\": \"cat\"}}", "</tool_call>"}) {
@@ -167,7 +167,7 @@ TEST_CASE("serve: tool calls are held back from the stream and read when the ans
   CHECK(r.finish_reason == "tool_calls");
 
   // Text that only looked like the start of a call is sent when the answer ends.
-  sv::ToolCallStream plain(orbit::ToolCallFormat::kHermes);
+  sv::ToolCallStream plain(orbit::ToolCallFormat::kHermes, false);
   CHECK(plain.push("a <tool") == "a ");
   sv::RunResult t;
   t.text = "a <tool";
@@ -178,7 +178,7 @@ TEST_CASE("serve: tool calls are held back from the stream and read when the ans
   CHECK(t.finish_reason == "length");
 
   // max_tokens ended the answer inside a call: the call as far as it was written, finish_reason "length".
-  sv::ToolCallStream cut(orbit::ToolCallFormat::kHermes);
+  sv::ToolCallStream cut(orbit::ToolCallFormat::kHermes, false);
   CHECK(cut.push("Sure. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"ca") == "Sure. ");
   sv::RunResult c;
   c.text = "Sure. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"ca";
@@ -195,7 +195,7 @@ TEST_CASE("serve: tool calls are held back from the stream and read when the ans
   CHECK(body["choices"][0]["finish_reason"] == "length");
   CHECK(body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == R"({"q":"ca)");
   // The same text ended by a stop token is no call: it stays content, as before.
-  sv::ToolCallStream stopped(orbit::ToolCallFormat::kHermes);
+  sv::ToolCallStream stopped(orbit::ToolCallFormat::kHermes, false);
   sv::RunResult s;
   s.text = "Sure. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"ca";
   s.finish_reason = "stop";
@@ -397,10 +397,10 @@ TEST_CASE("serve: a forced call max_tokens cuts comes back as the call so far, a
   const orbit::ChatToolCall full = whole.result->tool_calls[0];
   const int64_t n = static_cast<int64_t>(whole.result->tokens.size());
   // Shorter budgets. One that holds the shortest call gives a whole call (the constraint reserves room to
-  // finish: orbit/constraint.h); a shorter one is cut, "length": before the call's name began the markup stays
-  // content, after it the call so far, a prefix of the unhurried one.
-  const std::string mark = "<tool_call>{\"name\": \"";
+  // finish: orbit/constraint.h); a shorter one is cut, "length", and is the call so far, a prefix of the
+  // unhurried one: before its name began (inside the mark), a call with name and arguments "", no content.
   int64_t cut_calls = 0;
+  int64_t inside_mark = 0;
   std::optional<sv::RunResult> with_arguments;
   for (int64_t k = 1; k < n; ++k) {
     sv::ChatRequest shorter = r;
@@ -415,11 +415,14 @@ TEST_CASE("serve: a forced call max_tokens cuts comes back as the call so far, a
       continue;
     }
     CHECK(a.finish_reason == "length");
-    if (a.tool_calls.empty()) {
-      CHECK(mark.rfind(a.text, 0) == 0);
+    REQUIRE(a.tool_calls.size() == 1);
+    if (a.tool_calls[0].name.empty()) {
+      CHECK(a.tool_calls[0].arguments.empty());
+      CHECK(a.text.empty());
+      CHECK(a.tool_call_cut);
+      inside_mark += 1;
       continue;
     }
-    REQUIRE(a.tool_calls.size() == 1);
     CHECK(full.name.rfind(a.tool_calls[0].name, 0) == 0);
     CHECK(full.arguments.rfind(a.tool_calls[0].arguments, 0) == 0);
     CHECK(a.text.empty());
@@ -428,6 +431,7 @@ TEST_CASE("serve: a forced call max_tokens cuts comes back as the call so far, a
     if (a.tool_calls[0].arguments.size() > 2) with_arguments = a;
   }
   CHECK(cut_calls > 0);
+  CHECK(inside_mark > 0);
   REQUIRE(with_arguments.has_value());
   // The cut call goes back in the history as a client sends it (its arguments not JSON), with a tool's error.
   sv::ChatRequest next = r;

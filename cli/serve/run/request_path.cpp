@@ -84,8 +84,10 @@ RunOutcome cancelled_before_decode() {
 
 // `sink` with each choice's text read for tool calls on its way (one ToolCallStream per choice, in `calls`,
 // which must outlive the returned sink): content goes on only up to where a call may start.
-RunSink tool_call_sink(const RunSink& sink, int64_t n, ToolCallFormat format, std::vector<ToolCallStream>& calls) {
-  calls.assign(static_cast<std::size_t>(std::max<int64_t>(1, n)), ToolCallStream(format));
+RunSink tool_call_sink(const RunSink& sink, const ChatRequest& request, ToolCallFormat format,
+                       std::vector<ToolCallStream>& calls) {
+  const bool forced = request.tool_choice.mode == "required" || request.tool_choice.mode == "function";
+  calls.assign(static_cast<std::size_t>(std::max<int64_t>(1, request.sampling.n)), ToolCallStream(format, forced));
   RunSink out = sink;
   if (sink.on_text) {
     out.on_text = [&calls, on_text = sink.on_text](const std::string& delta) {
@@ -283,7 +285,7 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
   // With tools, each choice's answer is read for calls: content streams up to where a call may start.
   std::vector<ToolCallStream> calls;
   const RunSink out_sink =
-      request.reads_tool_calls() ? tool_call_sink(sink, request.sampling.n, context_.tool_format, calls) : sink;
+      request.reads_tool_calls() ? tool_call_sink(sink, request, context_.tool_format, calls) : sink;
   RunResult r = decode(context_, window,
                        DecodeRequest{&report.generation_prompt, &request.sampling, p.constraint, p.trigger}, out_sink);
   if (!calls.empty()) {

@@ -15,7 +15,9 @@ std::string ToolCallStream::push(const std::string& delta) {
 
 void ToolCallStream::finish(RunResult& r) const {
   const std::string rest = r.text.substr(std::min(sent_, r.text.size()));
-  const CutToolCall cut = r.finish_reason == "length" ? CutToolCall::kCall : CutToolCall::kContent;
+  const CutToolCall cut = r.finish_reason != "length" ? CutToolCall::kContent
+                          : forced_                   ? CutToolCall::kForcedCall
+                                                      : CutToolCall::kCall;
   ToolCallParse all = parse_tool_calls(r.text, format_, cut);
   if (all.calls.empty()) {
     r.unstreamed = rest;
