@@ -105,6 +105,131 @@ std::string fixed(double x, const char* format) {
 
 }  // namespace
 
+namespace {
+
+// The tokens of --chunk / --query and the context chunks of --context, as ids or as text (`tokenizer` set).
+// Text pieces continue the window (no BOS), except the first context chunk, which starts it.
+rt::Scenario read_scenario(const Args& args, const rt::ModelConfig& c, const rt::Tokenizer* tokenizer) {
+  auto encode = [&](const std::string& t, bool bos, const std::string& what) {
+    ORBIT_CHECK(!t.empty(), what << " is empty");
+    return tokenizer->encode(t, bos);
+  };
+  rt::Scenario scenario;
+  if (args.has("--chunk-text")) {
+    scenario.chunk.tokens =
+        encode(args.required("--chunk-text"), !args.has("--context-text") && !args.has("--context"), "--chunk-text");
+  } else {
+    const std::string chunk_text = args.required("--chunk");
+    ORBIT_CHECK(!chunk_text.empty(), "--chunk is empty");
+    scenario.chunk.tokens = parse_int_list(chunk_text, "--chunk");
+  }
+  scenario.query = args.has("--query-text") ? encode(args.required("--query-text"), false, "--query-text")
+                                            : parse_int_list(args.get("--query").value_or("1"), "--query");
+  if (args.has("--context-text")) {
+    const std::string all = args.required("--context-text");
+    std::size_t start = 0;
+    while (true) {
+      const std::size_t bar = all.find('|', start);
+      rt::ChunkInput chunk;
+      chunk.tokens =
+          encode(all.substr(start, bar == std::string::npos ? std::string::npos : bar - start),
+                 scenario.context.empty(), "--context-text: chunk " + std::to_string(scenario.context.size() + 1));
+      scenario.context.push_back(std::move(chunk));
+      if (bar == std::string::npos) break;
+      start = bar + 1;
+    }
+  } else {
+    scenario.context = parse_context(args.get("--context").value_or(""), c.vocab_size);
+  }
+  check_ids(scenario.chunk.tokens, c.vocab_size, "--chunk");
+  check_ids(scenario.query, c.vocab_size, "--query");
+  return scenario;
+}
+
+std::vector<std::unique_ptr<rt::RepairStrategy>> parse_strategies(const std::vector<std::string>& specs) {
+  std::vector<std::unique_ptr<rt::RepairStrategy>> out;
+  for (const std::string& spec : specs) {
+    try {
+      out.push_back(rt::make_strategy(spec));
+    } catch (const orbit::Error& e) {
+      ORBIT_FAIL("--strategies: " << e.what());
+    }
+  }
+  return out;
+}
+
+// The arms' rows and the scenario as one JSON report (--json).
+json fidelity_json(const rt::Model& model, const rt::PreparedScenario& prepared, const std::vector<rt::ArmResult>& arms,
+                   int64_t kv_bytes, double kl_blind, int64_t blind_flips) {
+  json rows = json::array();
+  for (const rt::ArmResult& a : arms) {
+    const rt::Fidelity& f = a.fidelity;
+    const rt::RepairCost& cost = a.repair.cost;
+    json layers = json::array();
+    for (std::size_t l = 0; l < f.kv_error.size(); ++l) {
+      layers.push_back({{"layer", l}, {"k", number_or_null(f.kv_error[l].k)}, {"v", number_or_null(f.kv_error[l].v)}});
+    }
+    rows.push_back({{"strategy", a.name},
+                    {"kl", f.kl},
+                    {"eta", number_or_null(f.eta)},
+                    {"top1", f.top1},
+                    {"flip_recover",
+                     {{"flips", f.flips.flips},
+                      {"recovered", f.flips.recovered},
+                      {"fraction", number_or_null(f.flips.fraction())}}},
+                    {"forward_tokens", cost.forward_tokens},
+                    {"forming_tokens", cost.forming_tokens},
+                    {"patch_bytes", cost.patch_bytes},
+                    {"patch_fraction", a.patch_fraction},
+                    {"seconds", cost.seconds},
+                    {"forming_seconds", cost.forming_seconds},
+                    {"decode_seconds", a.decode_seconds},
+                    {"exact", cost.exact},
+                    {"kv_error", layers}});
+  }
+  std::vector<int64_t> context_lengths;
+  for (const auto& chunk : prepared.scenario.context) context_lengths.push_back(chunk.length());
+  return {{"model", model.origin()},
+          {"fingerprint", model.fingerprint()},
+          {"context_chunk_lengths", context_lengths},
+          {"context_length", prepared.context_length},
+          {"chunk_length", prepared.chunk_length},
+          {"query_length", prepared.scenario.query.size()},
+          {"chunk_kv_bytes", kv_bytes},
+          {"kl_blind", kl_blind},
+          {"blind_flips", blind_flips},
+          {"strategies", rows}};
+}
+
+// The arms as a table on stdout.
+void print_fidelity(const rt::Model& model, const rt::PreparedScenario& prepared,
+                    const std::vector<rt::ArmResult>& arms, int64_t kv_bytes, double kl_blind, int64_t blind_flips) {
+  std::printf("model %s: context %lld tokens in %zu chunks, chunk %lld tokens, query %zu tokens\n",
+              model.origin().c_str(), (long long)prepared.context_length, prepared.scenario.context.size(),
+              (long long)prepared.chunk_length, prepared.scenario.query.size());
+  std::printf(
+      "vs. re-prefill of the window: KL(blind) = %.4g nats, blind flips the argmax at %lld of %zu positions; "
+      "B's KV = %lld bytes (float32)\n\n",
+      kl_blind, (long long)blind_flips, prepared.scenario.query.size(), (long long)kv_bytes);
+  std::printf("%-22s %11s %8s %6s %10s %9s %9s %8s %10s %10s %5s\n", "strategy", "KL", "eta", "top1", "flip-rec",
+              "fwd-tok", "form-tok", "patch/KV", "repair-s", "form-s", "exact");
+  for (const rt::ArmResult& a : arms) {
+    const rt::Fidelity& f = a.fidelity;
+    const rt::RepairCost& cost = a.repair.cost;
+    const std::string flips =
+        f.flips.flips == 0 ? "0/0" : std::to_string(f.flips.recovered) + "/" + std::to_string(f.flips.flips);
+    std::printf("%-22s %11.4e %8s %6.3f %10s %9.1f %9.0f %7.1f%% %10.4f %10.4f %5s\n", a.name.c_str(), f.kl,
+                fixed(f.eta, "%.3f").c_str(), f.top1, flips.c_str(), cost.forward_tokens, cost.forming_tokens,
+                100.0 * a.patch_fraction, cost.seconds, cost.forming_seconds, cost.exact ? "yes" : "no");
+  }
+  std::printf(
+      "\nKL: mean next-token KL(re-prefill || arm) over query positions; eta = 1 - KL/KL(blind); "
+      "flip-rec: recovered/flipped argmaxes;\nfwd-tok: per-reuse forward tokens on B (l of L layers = l/L); "
+      "form-tok: one-time forming forward tokens; patch/KV: stored bytes / B's KV bytes.\n");
+}
+
+}  // namespace
+
 int run_fidelity(int argc, char** argv, int first) {
   const Args args("fidelity",
                   ArgSpec{{"--model", "--context", "--chunk", "--query", "--strategies", "--context-text",
@@ -122,69 +247,19 @@ int run_fidelity(int argc, char** argv, int first) {
               "fidelity: argument '--tokenizer' goes with --chunk-text, --context-text or --query-text (token ids "
               "need no tokenizer)");
   const std::unique_ptr<rt::Model> model = rt::load_model(model_path, compute_target(args));
-  const rt::ModelConfig& c = model->config();
-  const std::unique_ptr<rt::Tokenizer> tokenizer = text ? model_tokenizer(args, model_path, c.vocab_size) : nullptr;
-  // Text pieces continue the window (no BOS), except the first context chunk, which starts it.
-  auto encode = [&](const std::string& t, bool bos, const std::string& what) {
-    ORBIT_CHECK(!t.empty(), what << " is empty");
-    return tokenizer->encode(t, bos);
-  };
-  std::vector<int64_t> chunk_tokens;
-  if (args.has("--chunk-text")) {
-    chunk_tokens =
-        encode(args.required("--chunk-text"), !args.has("--context-text") && !args.has("--context"), "--chunk-text");
-  } else {
-    const std::string chunk_text = args.required("--chunk");
-    ORBIT_CHECK(!chunk_text.empty(), "--chunk is empty");
-    chunk_tokens = parse_int_list(chunk_text, "--chunk");
-  }
-  const std::vector<int64_t> query = args.has("--query-text")
-                                         ? encode(args.required("--query-text"), false, "--query-text")
-                                         : parse_int_list(args.get("--query").value_or("1"), "--query");
+  const std::unique_ptr<rt::Tokenizer> tokenizer =
+      text ? model_tokenizer(args, model_path, model->config().vocab_size) : nullptr;
+  rt::Scenario scenario = read_scenario(args, model->config(), tokenizer.get());
 
-  rt::Scenario scenario;
-  if (args.has("--context-text")) {
-    const std::string all = args.required("--context-text");
-    std::size_t start = 0;
-    while (true) {
-      const std::size_t bar = all.find('|', start);
-      rt::ChunkInput chunk;
-      chunk.tokens =
-          encode(all.substr(start, bar == std::string::npos ? std::string::npos : bar - start),
-                 scenario.context.empty(), "--context-text: chunk " + std::to_string(scenario.context.size() + 1));
-      scenario.context.push_back(std::move(chunk));
-      if (bar == std::string::npos) break;
-      start = bar + 1;
-    }
-  } else {
-    scenario.context = parse_context(args.get("--context").value_or(""), c.vocab_size);
-  }
-  check_ids(chunk_tokens, c.vocab_size, "--chunk");
-  check_ids(query, c.vocab_size, "--query");
-  scenario.chunk.tokens = chunk_tokens;
-  scenario.query = query;
-
-  auto parse_specs = [](const std::vector<std::string>& specs) {
-    std::vector<std::unique_ptr<rt::RepairStrategy>> out;
-    for (const std::string& spec : specs) {
-      try {
-        out.push_back(rt::make_strategy(spec));
-      } catch (const orbit::Error& e) {
-        ORBIT_FAIL("--strategies: " << e.what());
-      }
-    }
-    return out;
-  };
   // Given strategies are parsed before any forward, so a bad spec fails fast.
   const std::optional<std::string> given = args.get("--strategies");
   std::vector<std::unique_ptr<rt::RepairStrategy>> strategies;
-  if (given) strategies = parse_specs(split_commas(*given));
-
+  if (given) strategies = parse_strategies(split_commas(*given));
   const rt::PreparedScenario prepared = rt::prepare_scenario(*model, std::move(scenario));
   if (!given) {
     const rt::LayerKV& layer = prepared.canonical.front();
     const int64_t width = std::min(layer.k.numel(), layer.v.numel()) / prepared.chunk_length;
-    strategies = parse_specs(default_strategies(prepared.chunk_length, width));
+    strategies = parse_strategies(default_strategies(prepared.chunk_length, width));
   }
   for (const auto& s : strategies) {
     try {
@@ -197,76 +272,14 @@ int run_fidelity(int argc, char** argv, int first) {
   for (const auto& s : strategies) arms.push_back(rt::run_arm(prepared, *s));
 
   const int64_t kv_bytes = rt::content_bytes(prepared.canonical, 4);
-  const rt::FlipRecover blind_flips =
-      rt::flip_recover(prepared.exact_logits, prepared.blind_logits, prepared.blind_logits);
+  const int64_t blind_flips =
+      rt::flip_recover(prepared.exact_logits, prepared.blind_logits, prepared.blind_logits).flips;
   const double kl_blind = rt::mean_kl(prepared.exact_logits, prepared.blind_logits);
-
   if (args.flag("--json")) {
-    json rows = json::array();
-    for (const rt::ArmResult& a : arms) {
-      const rt::Fidelity& f = a.fidelity;
-      const rt::RepairCost& cost = a.repair.cost;
-      json layers = json::array();
-      for (std::size_t l = 0; l < f.kv_error.size(); ++l) {
-        layers.push_back(
-            {{"layer", l}, {"k", number_or_null(f.kv_error[l].k)}, {"v", number_or_null(f.kv_error[l].v)}});
-      }
-      rows.push_back({{"strategy", a.name},
-                      {"kl", f.kl},
-                      {"eta", number_or_null(f.eta)},
-                      {"top1", f.top1},
-                      {"flip_recover",
-                       {{"flips", f.flips.flips},
-                        {"recovered", f.flips.recovered},
-                        {"fraction", number_or_null(f.flips.fraction())}}},
-                      {"forward_tokens", cost.forward_tokens},
-                      {"forming_tokens", cost.forming_tokens},
-                      {"patch_bytes", cost.patch_bytes},
-                      {"patch_fraction", a.patch_fraction},
-                      {"seconds", cost.seconds},
-                      {"forming_seconds", cost.forming_seconds},
-                      {"decode_seconds", a.decode_seconds},
-                      {"exact", cost.exact},
-                      {"kv_error", layers}});
-    }
-    std::vector<int64_t> context_lengths;
-    for (const auto& chunk : prepared.scenario.context) context_lengths.push_back(chunk.length());
-    const json report = {{"model", model->origin()},
-                         {"fingerprint", model->fingerprint()},
-                         {"context_chunk_lengths", context_lengths},
-                         {"context_length", prepared.context_length},
-                         {"chunk_length", prepared.chunk_length},
-                         {"query_length", prepared.scenario.query.size()},
-                         {"chunk_kv_bytes", kv_bytes},
-                         {"kl_blind", kl_blind},
-                         {"blind_flips", blind_flips.flips},
-                         {"strategies", rows}};
-    std::cout << report.dump(2) << "\n";
-    return 0;
+    std::cout << fidelity_json(*model, prepared, arms, kv_bytes, kl_blind, blind_flips).dump(2) << "\n";
+  } else {
+    print_fidelity(*model, prepared, arms, kv_bytes, kl_blind, blind_flips);
   }
-
-  std::printf("model %s: context %lld tokens in %zu chunks, chunk %lld tokens, query %zu tokens\n",
-              model->origin().c_str(), (long long)prepared.context_length, prepared.scenario.context.size(),
-              (long long)prepared.chunk_length, prepared.scenario.query.size());
-  std::printf(
-      "vs. re-prefill of the window: KL(blind) = %.4g nats, blind flips the argmax at %lld of %zu positions; "
-      "B's KV = %lld bytes (float32)\n\n",
-      kl_blind, (long long)blind_flips.flips, prepared.scenario.query.size(), (long long)kv_bytes);
-  std::printf("%-22s %11s %8s %6s %10s %9s %9s %8s %10s %10s %5s\n", "strategy", "KL", "eta", "top1", "flip-rec",
-              "fwd-tok", "form-tok", "patch/KV", "repair-s", "form-s", "exact");
-  for (const rt::ArmResult& a : arms) {
-    const rt::Fidelity& f = a.fidelity;
-    const rt::RepairCost& cost = a.repair.cost;
-    const std::string flips =
-        f.flips.flips == 0 ? "0/0" : std::to_string(f.flips.recovered) + "/" + std::to_string(f.flips.flips);
-    std::printf("%-22s %11.4e %8s %6.3f %10s %9.1f %9.0f %7.1f%% %10.4f %10.4f %5s\n", a.name.c_str(), f.kl,
-                fixed(f.eta, "%.3f").c_str(), f.top1, flips.c_str(), cost.forward_tokens, cost.forming_tokens,
-                100.0 * a.patch_fraction, cost.seconds, cost.forming_seconds, cost.exact ? "yes" : "no");
-  }
-  std::printf(
-      "\nKL: mean next-token KL(re-prefill || arm) over query positions; eta = 1 - KL/KL(blind); "
-      "flip-rec: recovered/flipped argmaxes;\nfwd-tok: per-reuse forward tokens on B (l of L layers = l/L); "
-      "form-tok: one-time forming forward tokens; patch/KV: stored bytes / B's KV bytes.\n");
   return 0;
 }
 
