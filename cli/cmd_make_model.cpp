@@ -183,6 +183,45 @@ void check_option_values(const Args& args, const rt::ModelConfig& c, const rt::G
               "make-model: argument '--dtype' must be one of float32, bfloat16, float16, got '" << dtype << "'");
 }
 
+// --theta, --rope-scaling, --rope-factor and --rope-original-max over the preset's RoPE.
+void apply_rope_options(const Args& args, rt::ModelConfig& c) {
+  rt::RopeConfig& r = c.rope;
+  r.theta = args.get_double("--theta", r.theta);
+  r.max_position_embeddings = c.max_position_embeddings;
+  if (auto scaling = args.get("--rope-scaling")) r.scaling = parse_scaling(*scaling);
+  if (r.scaling != rt::RopeScaling::kNone) {  // from --rope-scaling or the preset
+    r.factor = args.get_double("--rope-factor", r.factor > 1.0 ? r.factor : 2.0);
+    // Linear scaling divides every position by the factor: config.json has no field for this length.
+    ORBIT_CHECK(r.scaling != rt::RopeScaling::kLinear || !args.has("--rope-original-max"),
+                "--rope-original-max: linear RoPE scaling does not use it (dynamic, llama3 and yarn do)");
+    r.original_max_position_embeddings =
+        args.get_int("--rope-original-max", r.original_max_position_embeddings > 0 ? r.original_max_position_embeddings
+                                                                                   : c.max_position_embeddings);
+  } else {
+    // Without scaling these would be dropped from the model written: an error, not a silent no-op.
+    for (const char* name : {"--rope-factor", "--rope-original-max"}) {
+      ORBIT_CHECK(!args.get(name), name << ": the model has no RoPE scaling; give --rope-scaling too");
+    }
+  }
+}
+
+// Writes the model with a progress bar on stderr and a line on stdout.
+void write_model(rt::GeneratorOptions& options, const std::string& out) {
+  const rt::ModelConfig& c = options.config;
+  const auto start = std::chrono::steady_clock::now();
+  options.progress = [](int64_t done, int64_t total) {
+    const int width = 30;
+    const int filled = static_cast<int>(width * done / total);
+    std::fprintf(stderr, "\rmake-model [%.*s%*s] %lld/%lld tensors", filled,
+                 "==============================", width - filled, "", (long long)done, (long long)total);
+    if (done == total) std::fputc('\n', stderr);
+  };
+  rt::generate_model(options, out);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("wrote %s (%s, %lld layers, hidden %lld, %s) in %.1f s\n", out.c_str(), rt::arch_name(c.arch),
+              (long long)c.num_layers, (long long)c.hidden_size, options.dtype.c_str(), seconds);
+}
+
 }  // namespace
 
 int run_make_model(int argc, char** argv, int first) {
@@ -253,24 +292,8 @@ int run_make_model(int argc, char** argv, int first) {
   if (args.flag("--untie")) c.tie_word_embeddings = false;
 
   apply_attention_options(args, c, arch_switched);
-  rt::RopeConfig& r = c.rope;
-  r.theta = args.get_double("--theta", r.theta);
-  r.max_position_embeddings = c.max_position_embeddings;
-  if (auto scaling = args.get("--rope-scaling")) r.scaling = parse_scaling(*scaling);
-  if (r.scaling != rt::RopeScaling::kNone) {  // from --rope-scaling or the preset
-    r.factor = args.get_double("--rope-factor", r.factor > 1.0 ? r.factor : 2.0);
-    // Linear scaling divides every position by the factor: config.json has no field for this length.
-    ORBIT_CHECK(r.scaling != rt::RopeScaling::kLinear || !args.has("--rope-original-max"),
-                "--rope-original-max: linear RoPE scaling does not use it (dynamic, llama3 and yarn do)");
-    r.original_max_position_embeddings =
-        args.get_int("--rope-original-max", r.original_max_position_embeddings > 0 ? r.original_max_position_embeddings
-                                                                                   : c.max_position_embeddings);
-  } else {
-    // Without scaling these would be dropped from the model written: an error, not a silent no-op.
-    for (const char* name : {"--rope-factor", "--rope-original-max"}) {
-      ORBIT_CHECK(!args.get(name), name << ": the model has no RoPE scaling; give --rope-scaling too");
-    }
-  }
+  apply_rope_options(args, c);
+  const rt::RopeConfig& r = c.rope;
   options.dtype = args.get("--dtype").value_or("float32");
   options.seed = static_cast<uint64_t>(args.get_int("--seed", 0, 0));
   options.init_std = args.get_double("--init-std", options.init_std);
@@ -285,18 +308,7 @@ int run_make_model(int argc, char** argv, int first) {
   // The config.json about to be written must load: read it back as the loader will, before writing.
   (void)rt::parse_hf_config(rt::hf_config_json(c), "make-model: the config.json these options describe");
 
-  const auto start = std::chrono::steady_clock::now();
-  options.progress = [](int64_t done, int64_t total) {
-    const int width = 30;
-    const int filled = static_cast<int>(width * done / total);
-    std::fprintf(stderr, "\rmake-model [%.*s%*s] %lld/%lld tensors", filled,
-                 "==============================", width - filled, "", (long long)done, (long long)total);
-    if (done == total) std::fputc('\n', stderr);
-  };
-  rt::generate_model(options, out);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("wrote %s (%s, %lld layers, hidden %lld, %s) in %.1f s\n", out.c_str(), rt::arch_name(c.arch),
-              (long long)c.num_layers, (long long)c.hidden_size, options.dtype.c_str(), seconds);
+  write_model(options, out);
   return 0;
 }
 
