@@ -364,6 +364,19 @@ void HttpServer::routes() {
     core_.metrics().count_request(endpoint_of(req.path), 405, 0);
     return httplib::Server::HandlerResponse::Handled;
   });
+  route_models_and_sessions();
+  for (const char* endpoint : {"chat", "completions"}) {
+    const std::string path = std::string(endpoint) == "chat" ? "/v1/chat/completions" : "/v1/completions";
+    s.Post(path,
+           [this, endpoint](const httplib::Request& req, httplib::Response& res) { generate(endpoint, req, res); });
+  }
+  route_stored_chat();
+  route_responses();
+  set_error_handlers();
+}
+
+void HttpServer::route_models_and_sessions() {
+  httplib::Server& s = *server_;
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(core_.models().dump(), "application/json");
   });
@@ -399,12 +412,10 @@ void HttpServer::routes() {
     res.set_content(json{{"id", id}, {"object", "orbit.session.deleted"}, {"deleted", true}}.dump(),
                     "application/json");
   });
-  for (const char* endpoint : {"chat", "completions"}) {
-    const std::string path = std::string(endpoint) == "chat" ? "/v1/chat/completions" : "/v1/completions";
-    s.Post(path,
-           [this, endpoint](const httplib::Request& req, httplib::Response& res) { generate(endpoint, req, res); });
-  }
-  // Stored chat completions (chat_store_http.h).
+}
+
+void HttpServer::route_stored_chat() {
+  httplib::Server& s = *server_;
   s.Get("/v1/chat/completions",
         [this](const httplib::Request& req, httplib::Response& res) { list_chat_completions(core_, req, res); });
   s.Get(R"(/v1/chat/completions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
@@ -419,7 +430,10 @@ void HttpServer::routes() {
   s.Delete(R"(/v1/chat/completions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
     delete_chat_completion(core_, req.matches[1], res);
   });
-  // OpenAI's Responses API (responses_http.h).
+}
+
+void HttpServer::route_responses() {
+  httplib::Server& s = *server_;
   s.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
     post_responses(ResponsesRoute{core_, in_flight_, draining_}, req, res);
   });
@@ -435,6 +449,10 @@ void HttpServer::routes() {
   s.Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
     delete_response(core_, req.matches[1], res);
   });
+}
+
+void HttpServer::set_error_handlers() {
+  httplib::Server& s = *server_;
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
     const char* type = res.status == 404   ? "not_found_error"

@@ -67,7 +67,11 @@ class HttpServer {
   int64_t in_flight() const { return in_flight_; }
 
  private:
-  void routes();
+  void routes();                     // every route, by the four below
+  void route_models_and_sessions();  // /v1/models, /metrics, /v1/sessions/{id}
+  void route_stored_chat();          // stored chat completions (chat_store_http.h)
+  void route_responses();            // the Responses API (responses_http.h)
+  void set_error_handlers();         // bodies for cpp-httplib's own errors and for exceptions
   // A POST to /v1/chat/completions (endpoint "chat") or /v1/completions ("completions").
   void generate(const std::string& endpoint, const httplib::Request& req, httplib::Response& res);
   std::unique_ptr<HttpFront> server_;
