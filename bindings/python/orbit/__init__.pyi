@@ -5,6 +5,7 @@ from ._orbit import (
     IdleReport as IdleReport,
     BackgroundMode as BackgroundMode,
     BlobEncoding as BlobEncoding,
+    CancelToken as CancelToken,
     CapacityError as CapacityError,
     ChunkKind as ChunkKind,
     ChunkRef as ChunkRef,

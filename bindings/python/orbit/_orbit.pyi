@@ -748,10 +748,31 @@ def parse_tool_calls(text: str, format: str = "hermes", *, cut: bool = False) ->
     """{'content', 'tool_calls': [{'id', 'type': 'function', 'function': {'name', 'arguments'}}], 'malformed',
     'cut'}. With cut=True (a text max_tokens ended), a call the text ends inside is the last of 'tool_calls' as
     far as it was written (its arguments not valid JSON; 'cut' says so) rather than content."""
-def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, Tokens, dict]]]) -> list[Generation]:
+def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, Tokens, dict]]], *,
+                  cancel: Optional[CancelToken] = None) -> list[Generation]:
     """Decodes several windows together (one forward per step), each as Window.generate would alone; a request
-    is (window, query) or (window, query, {generate() keyword arguments}: stop included, on_text not). A window
-    this thread is inside a call of (from that window's on_text) raises OrbitError rather than wait for itself."""
+    is (window, query) or (window, query, {generate() keyword arguments}: stop and cancel included, on_text
+    not). A window this thread is inside a call of (from that window's on_text) raises OrbitError rather than
+    wait for itself. cancel: a token for the whole call -- cancel() stops every request at its next token
+    (stop_reason 'cancelled'); a request's own options['cancel'] stops that request alone, the others decoding
+    on. A request whose token was cancelled before the call answers a cancelled Generation (no tokens) without
+    decoding. close() of a request's window stops that request the same way."""
+
+class CancelToken:
+    """Stops a decode from any thread: pass it as cancel= to Window.generate, Window.generate_n or
+    orbit.generate_many (per request in its options, or for the whole call) and call cancel(). The decode reads
+    it at each token without the GIL and ends with stop_reason 'cancelled', the Generation holding every token
+    so far (no tokenizer needed). A call given a token already cancelled returns a cancelled Generation at once
+    (no tokens, nothing forwarded, the window not locked; a closed window still raises OrbitError). A token
+    stays cancelled; one token may serve many calls. CancelToken(parent) reads as cancelled when it or an
+    ancestor was cancelled; cancelling it leaves the parent alone (orbit.aio makes one per call this way)."""
+    def __init__(self, parent: Optional["CancelToken"] = None) -> None:
+        """A token not cancelled; parent: a CancelToken or None (else TypeError naming `parent`)."""
+    def cancel(self) -> None:
+        """Decodes given this token (or a child of it) stop at their next token. Any thread; idempotent."""
+    @property
+    def cancelled(self) -> bool:
+        """True once cancel() was called on it or on an ancestor."""
 def policy_help() -> str:
     """The valid policy spec forms, one per line."""
 
@@ -879,9 +900,14 @@ class Engine:
 
 class Window:
     """An ordered set of chunk instances plus live turns. Plan, then apply."""
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Destroys the window (pages back to the pool); idempotent; later calls raise OrbitError. A call running
+        on it on another thread is waited for, but a decode (generate, generate_n, its generate_many requests, a
+        Window.stream -- e.g. closed from the stream's loop) first stops at its next token, stop_reason
+        'cancelled', so close() waits for one token, not for the whole answer."""
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """True once close() was called (a lock-free read, safe while another thread closes it)."""
     def __enter__(self) -> "Window": ...
     def __exit__(self, *args: object) -> bool: ...
     @property
@@ -996,6 +1022,7 @@ class Window:
         logit_bias: Optional[dict[Union[int, str], float]] = None,
         logprobs: bool = False,
         top_logprobs: int = 0,
+        cancel: Optional[CancelToken] = None,
     ) -> Generation:
         """Decodes after the query; with tools / tool_choice / response_format the answer is decoded under a
         constraint and read back into tool_calls, content and json. presence_penalty / frequency_penalty
@@ -1031,7 +1058,12 @@ class Window:
         engine's other calls may be used.
         With tools the pieces are the raw answer as the model writes it, call markup included (Hermes:
         "<tool_call>{...}</tool_call>"), as `orbit serve` streams content before reading calls; tool_calls,
-        content and json are read from the whole text at the end. Window.stream wraps this as an iterator."""
+        content and json are read from the whole text at the end. Window.stream wraps this as an iterator.
+
+        cancel: an orbit.CancelToken (else TypeError naming `cancel`); its cancel(), from any thread, ends the run
+        at its next token with stop_reason 'cancelled' (read without the GIL, no tokenizer needed). A token
+        cancelled before the call returns a cancelled Generation at once (no tokens, nothing forwarded). close()
+        of this window from another thread stops the run the same way."""
     def stream(self, query: Tokens, **kwargs) -> GenerationStream:
         """The answer's text piece by piece: a GenerationStream (see it) over generate(on_text=...), decoded on a
         worker thread, taking generate()'s keyword arguments but on_text (stop included)::
@@ -1043,7 +1075,9 @@ class Window:
         """
     def generate_n(self, query: Tokens, n: int, **kwargs) -> list[Generation]:
         """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i
-        sampled with seed + i); takes generate()'s keyword arguments (stop included) but on_text."""
+        sampled with seed + i); takes generate()'s keyword arguments (stop included) but on_text. One
+        cancel= token stops all n answers at their next token (stop_reason 'cancelled'); one cancelled before the
+        call gives n cancelled Generations at once."""
     def disposable(self, instance: InstanceArg, query: Tokens, *, answer_tokens: int = 4) -> DisposabilityReport: ...
     def loss_by_instance(self, query: Tokens) -> list[InstanceLoss]: ...
     def kv(self, instance: InstanceArg) -> InstanceKV: ...

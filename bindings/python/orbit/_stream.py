@@ -1,25 +1,31 @@
 """Window.stream: an answer's text piece by piece, as Window.generate(on_text=...) releases it.
 
-The decode runs on a worker thread (Window.generate with an on_text that queues each piece); iterating the
-stream hands the pieces over as they come. Leaving the loop early (break, an exception, close()) cancels the
-decode at its next piece and waits for it to stop, so the window is free again right after the loop. The
-decode runs at most AHEAD pieces ahead of the reader, so a loop that breaks wastes few tokens; a reader that
-takes no piece for READER_GONE_S seconds is taken to have left the stream unfinished (an iterator kept but no
-longer read), and the decode then runs to its end without waiting, so it never holds the window for long.
+The decode runs on a worker thread (Window.generate with an on_text that queues each piece, and a CancelToken);
+iterating the stream hands the pieces over as they come. Leaving the loop early (break, an exception, close())
+cancels the token, so the decode stops at its next token (not its next piece: a stop string's possible start or
+a character's first bytes may hold pieces back for many tokens), and waits for it to stop, so the window is
+free again right after the loop. Window.close() from the loop's body stops the decode the same way. The decode
+runs at most AHEAD pieces ahead of the reader, so a loop that breaks wastes few tokens; a reader that takes no
+piece for READER_GONE_S seconds is taken to have left the stream unfinished (an iterator kept but no longer
+read), and the decode then runs to its end without waiting, so it never holds the window for long.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, Generator, Iterator, Optional
+
+from ._orbit import CancelToken
 
 if TYPE_CHECKING:
     from ._orbit import Generation, Tokens, Window
 
 AHEAD = 8  # pieces the decode may run ahead of the reader
 READER_GONE_S = 1.0  # how long it waits for a reader that runs behind before it goes on alone
+CLOSED_POLL_S = 0.02  # while it waits for room: how often it looks whether the window is being closed
 
 
 class GenerationStream:
@@ -29,25 +35,31 @@ class GenerationStream:
     back); they join to the answer's text. The decode starts at the first piece asked for, on a worker thread;
     errors generate() raises (bad arguments included) are raised there. Once the loop ends, `generation` is the
     Generation (stop_reason and the rest, tool_calls and json with tools or a response_format). Leaving the
-    loop early -- break, an exception in its body, close() -- cancels the decode: it stops at its next piece
-    (stop_reason 'cancelled', the Generation holding what was decoded) and the loop's exit waits for that, so
-    the window is usable right after. The decode runs at most 8 pieces ahead of the loop; one that takes no
-    piece for a second lets it run on to its end. An iterator taken by hand (it = iter(s); next(it)) and left unfinished
-    is cancelled when it is dropped, or by close() (`with window.stream(...) as s:` closes at the end). With
-    tools the pieces are the raw answer, call markup included (e.g. "<tool_call>{...}</tool_call>"); the calls
-    are read from the whole text into generation.tool_calls.
+    loop early -- break, an exception in its body, close() -- cancels the decode through a CancelToken: it stops
+    at its next token (stop_reason 'cancelled', the Generation holding what was decoded) and the loop's exit
+    waits for that, so the window is usable right after. window.close() in the loop's body stops the decode at
+    its next token too (the loop then ends with what was queued). A cancel= given is the parent of the
+    stream's token: cancelling it stops the stream as well. The decode runs at most 8 pieces ahead of the loop;
+    one that takes no piece for a second lets it run on to its end. An iterator taken by hand (it = iter(s);
+    next(it)) and left unfinished is cancelled when it is dropped, or by close() (`with window.stream(...) as s:`
+    closes at the end). With tools the pieces are the raw answer, call markup included (e.g.
+    "<tool_call>{...}</tool_call>"); the calls are read from the whole text into generation.tool_calls.
     """
 
     def __init__(self, window: "Window", query: "Tokens", kwargs: dict[str, Any]) -> None:
         if "on_text" in kwargs:
             raise TypeError("stream: on_text is the stream's own; iterate the stream for the pieces")
+        parent = kwargs.pop("cancel", None)
+        if parent is not None and not isinstance(parent, CancelToken):
+            raise TypeError(f"stream: cancel must be an orbit.CancelToken or None, got {type(parent).__name__}")
         self._window = window
         self._query = query
         self._kwargs = kwargs
         self._started = False
         # The running iterator, weakly: a loop that breaks drops it, and dropping it cancels the decode.
         self._pieces: Optional["weakref.ReferenceType[Generator[str, None, None]]"] = None
-        self._cancel = threading.Event()
+        self._closed = False  # close() was called: a stream not started never starts
+        self._token = CancelToken(parent)  # the decode's: cancelled when the loop is left
         self._generation: Optional["Generation"] = None
 
     @property
@@ -67,7 +79,8 @@ class GenerationStream:
 
     def close(self) -> None:
         """Cancels the decode if it runs and waits for it to stop; a stream not started never starts."""
-        self._cancel.set()
+        self._closed = True
+        self._token.cancel()
         pieces = self._pieces() if self._pieces is not None else None
         if pieces is not None:
             pieces.close()
@@ -80,8 +93,22 @@ class GenerationStream:
         """close(): a decode still running is cancelled."""
         self.close()
 
+    def _wait_for_room(self, room: threading.Semaphore) -> bool:
+        """On the decode's thread: takes one unit of room, or gives up waiting when the stream is cancelled or
+        its window is being closed (the decode stops at its next token then). False: the reader took nothing
+        for READER_GONE_S (it is taken to have left)."""
+        deadline = time.monotonic() + READER_GONE_S
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if room.acquire(timeout=min(left, CLOSED_POLL_S)):
+                return True
+            if self._token.cancelled or self._window.closed:
+                return True
+
     def _run(self) -> Generator[str, None, None]:
-        if self._cancel.is_set():
+        if self._closed:
             return
         items: "queue.SimpleQueue[tuple[str, Any]]" = queue.SimpleQueue()
         room = threading.Semaphore(AHEAD)  # pieces the decode may still queue before it waits for the reader
@@ -89,14 +116,15 @@ class GenerationStream:
 
         def on_text(piece: str) -> bool:
             nonlocal alone
-            if not alone and not self._cancel.is_set() and not room.acquire(timeout=READER_GONE_S):
+            if not alone and not self._token.cancelled and not self._wait_for_room(room):
                 alone = True
             items.put(("piece", piece))
-            return not self._cancel.is_set()
+            return True  # the token stops the decode (at its next token)
 
         def decode() -> None:
             try:
-                items.put(("done", self._window.generate(self._query, on_text=on_text, **self._kwargs)))
+                generation = self._window.generate(self._query, on_text=on_text, cancel=self._token, **self._kwargs)
+                items.put(("done", generation))
             except BaseException as e:  # handed to the reader, raised there
                 items.put(("error", e))
 
@@ -114,7 +142,7 @@ class GenerationStream:
                     self._generation = value
                     return
         finally:
-            self._cancel.set()
+            self._token.cancel()
             room.release(AHEAD + 1)  # a decode waiting for room goes on, and stops at once
             worker.join()
             while self._generation is None and not items.empty():  # a cancelled run's Generation

@@ -20,6 +20,7 @@ void init_trace(py::module_& m);      // trace.cpp: orbit-trace/1 load, make, va
 void init_yardstick(py::module_& m);  // yardstick.cpp: RadixCache, BlockPrefixCache (planner/prefix_cache.h)
 void init_answer(py::module_& m);     // answer.cpp: parse_tool_calls, Engine.tool_call_format
 void init_generate(py::module_& m);   // generate.cpp: generate_many (generate()'s arguments: generate_args.h)
+void init_cancel(py::module_& m);     // cancel.cpp: CancelToken (generate's cancel=)
 
 // Raises CapacityError / RefusedError / OrbitError for a non-ok Status (module.cpp).
 [[noreturn]] void raise_status(int code, const std::string& reason);

@@ -124,7 +124,7 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
                            const py::object& on_text, const py::object& tools, const py::object& tool_choice,
                            const py::object& response_format, const py::object& tool_call_format,
                            double presence_penalty, double frequency_penalty, const py::object& logit_bias,
-                           bool logprobs, int32_t top_logprobs) {
+                           bool logprobs, int32_t top_logprobs, const py::object& cancel) {
   GenerateArgs a;
   orbit::GenerateOptions& o = a.options;
   o.max_tokens = max_tokens;
@@ -143,6 +143,9 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
   o.constraint = a.answer.constraint;
   o.constraint_trigger = a.answer.trigger;
   a.query = query_tokens(w, query);
+  if (auto token = to_cancel_token(cancel, "generate: cancel")) a.cancel.tokens.push_back(std::move(token));
+  a.cancel.closing = &w.closing;  // the PyWindow outlives the call (its caller holds the Window)
+  a.arm();
   return a;
 }
 
@@ -161,7 +164,8 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
                                               "frequency_penalty",
                                               "logit_bias",
                                               "logprobs",
-                                              "top_logprobs"};
+                                              "top_logprobs",
+                                              "cancel"};
   for (const auto& [key, value] : kwargs) {
     const std::string name = py::str(key).cast<std::string>();
     if (name == "on_text") {
@@ -182,6 +186,7 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
       throw py::type_error(what + ": " + name + " must be " + expected + ", got " + type_name(v));
     }
   };
+  to_cancel_token(get("cancel", py::none()), what + ": cancel");  // refused under the caller's name
   return generate_args(
       w, query, typed("max_tokens", py::int_(32), "an int", int64_t{}),
       typed("temperature", py::float_(0.0), "a number", double{}),
@@ -190,13 +195,37 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
       get("tool_choice", py::str("auto")), get("response_format", py::none()), get("tool_call_format", py::none()),
       typed("presence_penalty", py::float_(0.0), "a number", double{}),
       typed("frequency_penalty", py::float_(0.0), "a number", double{}), get("logit_bias", py::none()),
-      typed("logprobs", py::bool_(false), "a bool", bool{}), typed("top_logprobs", py::int_(0), "an int", int32_t{}));
+      typed("logprobs", py::bool_(false), "a bool", bool{}), typed("top_logprobs", py::int_(0), "an int", int32_t{}),
+      get("cancel", py::none()));
 }
+
+namespace {
+
+// Holding the windows' mutexes, without the GIL: decodes together the requests not cancelled before the
+// call; those answer cancelled_generation() in their place.
+std::vector<orbit::Generation> decode_uncancelled(const std::vector<PyWindow*>& windows,
+                                                  const std::vector<GenerateArgs>& args) {
+  std::vector<orbit::GenerateRequest> batch;
+  std::vector<std::size_t> place;  // request index of each batch entry
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    if (args[i].cancelled_before()) continue;
+    batch.push_back({&*windows[i]->window, args[i].query, args[i].options});
+    place.push_back(i);
+  }
+  std::vector<orbit::Generation> out(windows.size(), cancelled_generation());
+  if (batch.empty()) return out;
+  std::vector<orbit::Generation> decoded = orbit::generate_many(batch);
+  for (std::size_t k = 0; k < decoded.size(); ++k) out[place[k]] = std::move(decoded[k]);
+  return out;
+}
+
+}  // namespace
 
 void init_generate(py::module_& m) {
   m.def(
       "generate_many",
-      [](const py::object& request_list) {
+      [](const py::object& request_list, const py::object& cancel) {
+        const std::shared_ptr<const CancelToken> all = to_cancel_token(cancel, "generate_many: cancel");
         // Each request: (window, query) or (window, query, {generate() keyword arguments}).
         if (!py::isinstance<py::sequence>(request_list) || py::isinstance<py::str>(request_list)) {
           throw py::type_error("generate_many: requests must be a list of (window, query[, options]), got " +
@@ -228,6 +257,10 @@ void init_generate(py::module_& m) {
           }
           windows.push_back(w);
           args.push_back(generate_args(*w, parts[1], options, what));
+          if (all) {
+            args.back().cancel.tokens.push_back(all);
+            args.back().arm();
+          }
         }
         std::vector<orbit::Generation> out;
         {
@@ -239,13 +272,9 @@ void init_generate(py::module_& m) {
           std::vector<std::unique_lock<std::mutex>> locks;
           for (PyWindow* w : order) {
             locks.emplace_back(*w->mutex);
-            ORBIT_CHECK(w->window.has_value(), "window " << w->id << " is closed");
+            w->check_open();
           }
-          std::vector<orbit::GenerateRequest> batch;
-          for (std::size_t i = 0; i < windows.size(); ++i) {
-            batch.push_back({&*windows[i]->window, args[i].query, args[i].options});
-          }
-          out = orbit::generate_many(batch);
+          out = decode_uncancelled(windows, args);
         }
         py::list result;
         for (std::size_t i = 0; i < out.size(); ++i) {
@@ -255,14 +284,18 @@ void init_generate(py::module_& m) {
         }
         return result;
       },
-      py::arg("requests"),
+      py::arg("requests"), py::kw_only(), py::arg("cancel") = py::none(),
       "Decodes several windows together, one model forward per step over every sequence still running, each\n"
       "exactly as Window.generate would decode it alone. requests: a list of (window, query) or (window, query,\n"
       "options) where options is a dict of generate()'s keyword arguments (max_tokens, temperature, seed, tools,\n"
       "logprobs, ...). Windows holding the same KV (a window given twice, or its forks) are read once, and the\n"
       "same query after them forwarded once. Returns the Generations in request order. The windows of one call\n"
       "belong to one engine; each is locked for the call (OrbitError for a window this thread is inside a call\n"
-      "of: its own on_text).");
+      "of: its own on_text).\n"
+      "cancel (an orbit.CancelToken) stops every request at its next token when cancelled from another thread\n"
+      "(stop_reason 'cancelled'); a request's options may hold a cancel= of its own, which stops that request\n"
+      "alone. A request whose token is cancelled before the call answers a cancelled Generation at once (no\n"
+      "tokens, nothing forwarded), the others decoding. close() of a request's window stops that request.");
 }
 
 }  // namespace orbit_py

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "answer.h"
+#include "cancel.h"
 #include "orbit/window.h"
 #include "py_window.h"
 
@@ -24,6 +25,13 @@ struct GenerateArgs {
   AnswerSpec answer;
   // What generate's on_text raised (it then cancelled the run), to raise again once the decode stopped.
   std::shared_ptr<std::exception_ptr> callback_error = std::make_shared<std::exception_ptr>();
+  // What stops the decode at its next token: cancel= and the window's close() (arm() sets options.on_token).
+  CancelWatch cancel;
+
+  // Sets options.on_token from `cancel` (after every token is added: generate_many adds its own).
+  void arm() { cancel.arm(options); }
+  // A token was cancelled before the call: it answers cancelled_generation() without decoding.
+  bool cancelled_before() const { return cancel.requested(); }
 
   // Holding the GIL: raises the callback's exception, if it raised one.
   void rethrow_callback_error() const {
@@ -34,13 +42,14 @@ struct GenerateArgs {
 // Holding the GIL. Throws orbit::Error / TypeError / ValueError naming the argument. `stop`: None, a str or a
 // list of at most 4 non-empty str. `on_text`: None or a callable, called with the GIL taken (the decode runs
 // without it); an exception it raises cancels the run and is kept in callback_error. The callable must outlive
-// the decode (the caller's argument does).
+// the decode (the caller's argument does). `cancel`: None or an orbit.CancelToken; with the window's `closing`
+// it is watched by the decode (armed: options.on_token is set).
 GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p,
                            uint64_t seed, const py::object& stop_tokens, const py::object& stop,
                            const py::object& on_text, const py::object& tools, const py::object& tool_choice,
                            const py::object& response_format, const py::object& tool_call_format,
                            double presence_penalty, double frequency_penalty, const py::object& logit_bias,
-                           bool logprobs, int32_t top_logprobs);
+                           bool logprobs, int32_t top_logprobs, const py::object& cancel);
 
 // The same from a dict of those keyword arguments (every key optional, with generate()'s defaults); a key
 // generate() does not take raises TypeError naming it, prefixed with `what`, and so does on_text (one

@@ -102,4 +102,5 @@ PYBIND11_MODULE(_orbit, m) {
   orbit_py::init_yardstick(m);
   orbit_py::init_answer(m);
   orbit_py::init_generate(m);
+  orbit_py::init_cancel(m);
 }

@@ -3,9 +3,12 @@
 // orbit::Window is single-threaded and move-only. Python may call one window from several threads, and the
 // GIL is released around every call into it, so each holder serializes its calls with a mutex: run()
 // releases the GIL first, then takes the mutex (never the other way round: no GIL/mutex deadlock). close()
-// destroys the window early (its pages return to the pool); later calls raise OrbitError. A call made on the
-// thread that is inside a call of the same window (generate's on_text using its window, orbit.generate_many
-// included) raises OrbitError instead of waiting for itself.
+// destroys the window early (its pages return to the pool); later calls raise OrbitError. close() first sets
+// `closing`, read without the GIL or the mutex: a decode running on the window stops at its next token
+// (stop_reason "cancelled", cancel.h) so close() waits for that token, not for the whole answer, and
+// Window.closed reads it without racing close(). A call made on the thread that is inside a call of the same
+// window (generate's on_text using its window, orbit.generate_many included) raises OrbitError instead of
+// waiting for itself.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -34,6 +37,7 @@ struct PyWindow {
   uint64_t id = 0;
   std::unique_ptr<std::mutex> mutex = std::make_unique<std::mutex>();
   std::atomic<std::thread::id> holder{};  // the thread inside run() or close(), if any
+  std::atomic<bool> closing{false};       // close() was called: set before it waits for the mutex, never cleared
 
   // Runs f(orbit::Window&) with the GIL released and the window locked. f must not touch Python objects
   // (a callback it calls takes the GIL itself).
@@ -43,17 +47,24 @@ struct PyWindow {
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(*mutex);
     const Hold hold(holder);
-    ORBIT_CHECK(window.has_value(), "window " << id << " is closed");
+    check_open();
     return f(*window);
   }
 
+  // Sets `closing` (a decode on the window stops at its next token), waits for the call in progress, then
+  // destroys the window.
   void close() {
     check_not_held();
+    closing.store(true, std::memory_order_release);
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(*mutex);
     const Hold hold(holder);
     window.reset();  // returns its pages to the pool
   }
+
+  // Throws OrbitError once close() was called (the window may still be finishing a call). Needs no lock: it
+  // reads `closing` only (the window is reset after it is set, and never before).
+  void check_open() const { ORBIT_CHECK(!closing.load(std::memory_order_acquire), "window " << id << " is closed"); }
 
   // Throws OrbitError when the calling thread is inside a call of this window (its mutex is taken by this
   // thread: locking it again would wait forever). run() and close() check it; so must code that locks `mutex`

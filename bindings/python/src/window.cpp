@@ -65,6 +65,15 @@ bool holds_chunk(const Window& w, const std::string& key) {
   return false;
 }
 
+// Whether a decode is answered without running because a token of its cancel= was cancelled before the call.
+// The window must be open and free for this thread, as for the call itself (OrbitError otherwise); it is not
+// locked, so the answer comes at once even while another thread's call holds the window.
+bool cancelled_before(const PyWindow& w, const GenerateArgs& a) {
+  w.check_not_held();
+  w.check_open();
+  return a.cancelled_before();
+}
+
 InstanceId before_arg(py::handle obj) { return obj.is_none() ? 0 : to_instance(obj, "before"); }
 
 ApplyReport checked(Result<ApplyReport>&& r) {
@@ -126,9 +135,13 @@ void init_window(py::module_& m) {
   // ---- lifetime ----
   c.def("close", &PyWindow::close,
         "Destroys the window now (its pages return to the pool; forks keep shared pages). Idempotent; later\n"
-        "calls raise OrbitError.");
+        "calls raise OrbitError. A call running on the window (another thread's) is waited for, but a decode\n"
+        "(generate, generate_n, generate_many's requests on it, a Window.stream, e.g. closed from the loop's body)\n"
+        "first stops at its next token, stop_reason 'cancelled'.");
   c.def_property_readonly(
-      "closed", [](const PyWindow& w) { return !w.window.has_value(); }, "True after close().");
+      "closed", [](const PyWindow& w) { return w.closing.load(std::memory_order_acquire); },
+      "True once close() was called (from any thread: it reads no lock). A call in progress then stops at its\n"
+      "next token when it decodes, else finishes, before the window is destroyed.");
   c.def(
       "__enter__", [](py::object self) { return self; }, "Returns the window.");
   c.def(
@@ -427,13 +440,14 @@ void init_window(py::module_& m) {
          const py::object& stop_tokens, const py::object& stop, const py::object& on_text, const py::object& tools,
          const py::object& tool_choice, const py::object& response_format, const py::object& tool_call_format,
          double presence_penalty, double frequency_penalty, const py::object& logit_bias, bool logprobs,
-         int32_t top_logprobs) {
+         int32_t top_logprobs, const py::object& cancel) {
         const GenerateArgs a = generate_args(w, query, max_tokens, temperature, top_p, seed, stop_tokens, stop, on_text,
                                              tools, tool_choice, response_format, tool_call_format, presence_penalty,
-                                             frequency_penalty, logit_bias, logprobs, top_logprobs);
+                                             frequency_penalty, logit_bias, logprobs, top_logprobs, cancel);
         orbit::Generation generation;
         try {
-          generation = w.run([&](Window& x) { return x.generate(a.query, a.options); });
+          generation = cancelled_before(w, a) ? cancelled_generation()
+                                              : w.run([&](Window& x) { return x.generate(a.query, a.options); });
         } catch (...) {
           a.rethrow_callback_error();  // the callback's exception first: the decode's may follow from it
           throw;
@@ -448,7 +462,7 @@ void init_window(py::module_& m) {
       py::arg("on_text") = py::none(), py::arg("tools") = py::none(), py::arg("tool_choice") = "auto",
       py::arg("response_format") = py::none(), py::arg("tool_call_format") = py::none(),
       py::arg("presence_penalty") = 0.0, py::arg("frequency_penalty") = 0.0, py::arg("logit_bias") = py::none(),
-      py::arg("logprobs") = false, py::arg("top_logprobs") = 0,
+      py::arg("logprobs") = false, py::arg("top_logprobs") = 0, py::arg("cancel") = py::none(),
       "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
       "temperature > 0 = nucleus sampling, reproducible by seed; the run ends after emitting any of\n"
       "stop_tokens. Returns a Generation (tokens, text, stop_reason, seconds). Repairs earlier edits deferred\n"
@@ -461,6 +475,10 @@ void init_window(py::module_& m) {
       "run and is raised here once the decode stopped. It must not use this window nor close the engine\n"
       "(OrbitError); other windows and calls may be used. With tools the pieces are the raw answer, call markup\n"
       "included; tool_calls, content and json are read from the whole text.\n"
+      "cancel (an orbit.CancelToken) stops the run from any thread: cancel() ends it at its next token\n"
+      "(stop_reason 'cancelled', every token so far kept), read without the GIL and with no tokenizer needed; a\n"
+      "token cancelled before the call returns a cancelled Generation at once (no tokens, nothing forwarded).\n"
+      "close() of this window from another thread (a Window.stream loop's body) stops the run the same way.\n"
       "OpenAI's logit processors: presence_penalty and frequency_penalty in [-2, 2] subtract\n"
       "presence + frequency * count from the logit of each token generated count > 0 times so far;\n"
       "logit_bias {token id: bias in [-100, 100]} (int or numeric str keys) is added to the logits. With\n"
@@ -486,7 +504,10 @@ void init_window(py::module_& m) {
       "generate_n",
       [](PyWindow& w, const py::object& query, int64_t n, const py::kwargs& kwargs) {
         const GenerateArgs a = generate_args(w, query, kwargs, "generate_n");
-        std::vector<orbit::Generation> gs = w.run([&](Window& x) { return x.generate_n(a.query, n, a.options); });
+        std::vector<orbit::Generation> gs =
+            n >= 1 && cancelled_before(w, a)
+                ? std::vector<orbit::Generation>(static_cast<std::size_t>(n), cancelled_generation())
+                : w.run([&](Window& x) { return x.generate_n(a.query, n, a.options); });
         py::list out;
         for (orbit::Generation& g : gs) {
           py::object o = py::cast(std::move(g));
@@ -499,7 +520,9 @@ void init_window(py::module_& m) {
       "n answers to one query, decoded together: the window is forked n - 1 times (copy-on-write, its pages\n"
       "shared and read once), the query forwarded once, and the n branches decoded in one forward per step, answer\n"
       "i sampled with seed + i (at temperature 0 every answer is the greedy one). Takes generate()'s keyword\n"
-      "arguments. Returns a list of n Generations; the window is unchanged.");
+      "arguments, cancel included: one CancelToken stops all n answers at their next token (stop_reason\n"
+      "'cancelled'); one cancelled before the call gives n cancelled Generations at once. Returns a list of n\n"
+      "Generations; the window is unchanged.");
   c.def(
       "disposable",
       [](PyWindow& w, const py::object& instance, const py::object& query, int64_t answer_tokens) {

@@ -1,0 +1,65 @@
+// orbit.CancelToken: a flag another thread sets to stop a decode at its next token (cancel.h).
+#include "cancel.h"
+
+#include <string>
+
+#include "bindings.h"
+#include "convert.h"
+
+namespace orbit_py {
+
+bool CancelWatch::requested() const {
+  if (closing != nullptr && closing->load(std::memory_order_acquire)) return true;
+  for (const auto& t : tokens) {
+    if (t->cancelled()) return true;
+  }
+  return false;
+}
+
+void CancelWatch::arm(orbit::GenerateOptions& options) const {
+  if (tokens.empty() && closing == nullptr) return;
+  // A copy per decode (generate_n copies the options per branch: the copies share the tokens). Called on
+  // the decode's thread without the GIL: it reads atomics only.
+  options.on_token = [watch = *this](int64_t, int64_t) { return !watch.requested(); };
+}
+
+std::shared_ptr<const CancelToken> to_cancel_token(const py::handle& obj, const std::string& what) {
+  if (obj.is_none()) return nullptr;
+  if (!py::isinstance<CancelToken>(obj)) {
+    throw py::type_error(what + " must be an orbit.CancelToken or None, got " + type_name(obj));
+  }
+  return obj.cast<std::shared_ptr<CancelToken>>();
+}
+
+orbit::Generation cancelled_generation() {
+  orbit::Generation g;
+  g.stop_reason = "cancelled";
+  return g;
+}
+
+void init_cancel(py::module_& m) {
+  py::class_<CancelToken, std::shared_ptr<CancelToken>>(
+      m, "CancelToken",
+      "Stops a decode from any thread: pass it as cancel= to Window.generate, Window.generate_n or\n"
+      "orbit.generate_many, and call cancel() (from another thread, a signal handler, a callback): the decode\n"
+      "ends at its next token with stop_reason 'cancelled', the Generation holding every token so far. The\n"
+      "decode reads the flag without the GIL. A call given a token already cancelled returns a cancelled\n"
+      "Generation at once (no tokens, nothing forwarded). A token stays cancelled; one token may serve many\n"
+      "calls. CancelToken(parent) reads as cancelled when it or its parent (at any depth) was cancelled;\n"
+      "cancelling it leaves the parent alone.")
+      .def(py::init([](const py::object& parent) {
+             auto t = std::make_shared<CancelToken>();
+             t->parent = to_cancel_token(parent, "CancelToken: parent");
+             return t;
+           }),
+           py::arg("parent") = py::none(), "A token not cancelled, child of `parent` (a CancelToken or None).")
+      .def("cancel", &CancelToken::cancel,
+           "Cancels: decodes given this token (or a child of it) stop at their next token. Any thread; idempotent.")
+      .def_property_readonly("cancelled", &CancelToken::cancelled,
+                             "True once cancel() was called on it or on an ancestor.")
+      .def("__repr__", [](const CancelToken& t) {
+        return std::string("CancelToken(cancelled=") + (t.cancelled() ? "True" : "False") + ")";
+      });
+}
+
+}  // namespace orbit_py

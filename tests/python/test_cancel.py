@@ -1,0 +1,267 @@
+"""orbit.CancelToken on the bundled stories260K: a decode stopped natively from another thread. generate,
+generate_n and generate_many (a token per request or for the whole call) end with stop_reason 'cancelled' well
+before their end; a token cancelled before the call answers at once without decoding; leaving a Window.stream
+loop stops the decode at its next token, not its next piece; Window.close() in a stream's loop stops the decode
+instead of waiting for it; Window.closed is read without the window's lock.
+
+stories260K stops at its position limit (about 500 tokens), and decodes that in well under a second, so where a
+test needs the decode to be running when the token is cancelled it pauses the decode in on_text; elsewhere a
+cancel may land before the decode starts or during it, and either ends 'cancelled' (nothing here depends on how
+fast anything runs)."""
+import threading
+
+import pytest
+
+pytestmark = pytest.mark.xdist_group("test_cancel")
+
+STORY = "Once upon a time, there was a little girl."
+LONG = 100000  # max_tokens: the position limit (about 500 tokens) ends an uncancelled run
+
+
+@pytest.fixture(scope="module")
+def engine(orbit, stories260k_path):
+    engine = orbit.Engine(str(stories260k_path), pool_bytes=32 << 20)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def story(engine):
+    """A window holding the story's first sentence, the query after it and its uncancelled answer."""
+    window = engine.new_window()
+    window.add_turn(engine.tokenize(STORY, True))
+    query = engine.tokenize(" She", False)
+    yield window, query, window.generate(query, max_tokens=LONG)
+    window.close()
+
+
+def in_thread(call):
+    """Runs call() on a thread; returns (started, result): started is set right before the call, result() joins
+    and returns its value (or raises its exception)."""
+    started = threading.Event()
+    out = {}
+
+    def run():
+        started.set()
+        try:
+            out["value"] = call()
+        except BaseException as e:  # noqa: BLE001 -- raised by result()
+            out["error"] = e
+
+    thread = threading.Thread(target=run)
+    thread.start()
+
+    def result():
+        thread.join(60)
+        assert not thread.is_alive(), "the decode was not cancelled"
+        if "error" in out:
+            raise out["error"]
+        return out["value"]
+
+    return started, result
+
+
+def assert_cancelled_early(g, plain):
+    assert g.stop_reason == "cancelled"
+    assert len(g.tokens) < len(plain.tokens) // 4, (len(g.tokens), len(plain.tokens))
+    assert list(g.tokens) == list(plain.tokens[:len(g.tokens)])
+
+
+def test_the_token(orbit):
+    token = orbit.CancelToken()
+    assert not token.cancelled and "cancelled=False" in repr(token)
+    child = orbit.CancelToken(token)
+    child.cancel()
+    assert child.cancelled and not token.cancelled  # a child leaves its parent alone
+    other = orbit.CancelToken(token)
+    token.cancel()
+    token.cancel()  # idempotent
+    assert token.cancelled and other.cancelled  # a parent's cancel reaches its children
+    with pytest.raises(TypeError, match="CancelToken: parent must be an orbit.CancelToken or None, got int"):
+        orbit.CancelToken(3)
+
+
+def test_generate_cancelled_from_another_thread(orbit, story):
+    window, query, plain = story
+    assert plain.stop_reason == "position_limit" and len(plain.tokens) > 400
+    token = orbit.CancelToken()
+    first_piece = threading.Event()
+    go_on = threading.Event()
+
+    def on_text(piece):  # holds the decode at its first piece, then lets it go on (never asking it to stop)
+        first_piece.set()
+        assert go_on.wait(60)
+        return True
+
+    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, on_text=on_text, cancel=token))
+    assert first_piece.wait(60)
+    token.cancel()  # from this thread, while the decode runs
+    go_on.set()
+    g = result()
+    assert_cancelled_early(g, plain)
+    assert len(g.tokens) <= 3  # the next token's check stopped it
+    # Without a tokenizer's callback at all: a plain generate stops too.
+    token = orbit.CancelToken()
+    started, result = in_thread(lambda: window.generate(query, max_tokens=LONG, cancel=token))
+    assert started.wait(60)
+    token.cancel()
+    assert_cancelled_early(result(), plain)
+    assert window.generate(query, max_tokens=LONG).tokens == plain.tokens  # the window answers as before
+
+
+def test_generate_n_cancelled_from_another_thread(orbit, story):
+    window, query, plain = story
+    token = orbit.CancelToken()
+    started, result = in_thread(lambda: window.generate_n(query, 3, max_tokens=LONG, cancel=token))
+    assert started.wait(60)
+    token.cancel()
+    answers = result()
+    assert len(answers) == 3
+    for g in answers:
+        assert_cancelled_early(g, plain)
+    with pytest.raises(TypeError, match="generate_n: cancel must be an orbit.CancelToken or None, got str"):
+        window.generate_n(query, 2, cancel="stop")
+
+
+def test_generate_many_cancelled_from_another_thread(orbit, engine, story):
+    window, query, plain = story
+    other = engine.new_window()
+    other.add_turn(engine.tokenize(STORY, True))
+    # A token for the whole call stops every request.
+    token = orbit.CancelToken()
+    requests = [(window, query, {"max_tokens": LONG}), (other, query, {"max_tokens": LONG})]
+    started, result = in_thread(lambda: orbit.generate_many(requests, cancel=token))
+    assert started.wait(60)
+    token.cancel()
+    for g in result():
+        assert_cancelled_early(g, plain)
+    # A request's own token stops that request alone: the other decodes to its end.
+    token = orbit.CancelToken()
+    requests = [(window, query, {"max_tokens": LONG, "cancel": token}), (other, query, {"max_tokens": LONG})]
+    started, result = in_thread(lambda: orbit.generate_many(requests))
+    assert started.wait(60)
+    token.cancel()
+    stopped, finished = result()
+    assert_cancelled_early(stopped, plain)
+    assert finished.tokens == plain.tokens and finished.stop_reason == "position_limit"
+    with pytest.raises(TypeError, match=r"generate_many: requests\[0\]: cancel must be an orbit.CancelToken"):
+        orbit.generate_many([(window, query, {"cancel": True})])
+    with pytest.raises(TypeError, match="generate_many: cancel must be an orbit.CancelToken or None, got list"):
+        orbit.generate_many([(window, query)], cancel=[token])
+    other.close()
+
+
+def test_a_token_cancelled_before_the_call_answers_at_once(orbit, story):
+    window, query, plain = story
+    token = orbit.CancelToken()
+    token.cancel()
+    child = orbit.CancelToken(token)  # cancelled through its parent
+    for cancel in (token, child):
+        g = window.generate(query, max_tokens=LONG, cancel=cancel)
+        assert g.stop_reason == "cancelled" and list(g.tokens) == [] and g.text == "" and g.prompt_forward_tokens == 0
+        answers = window.generate_n(query, 3, max_tokens=LONG, cancel=cancel)
+        assert [(a.stop_reason, list(a.tokens)) for a in answers] == [("cancelled", [])] * 3
+    together = orbit.generate_many([(window, query, {"max_tokens": LONG, "cancel": token}), (window, query)])
+    assert together[0].stop_reason == "cancelled" and list(together[0].tokens) == []
+    assert together[1].stop_reason == "max_tokens" and len(together[1].tokens) == 32  # decoded
+    assert [g.stop_reason for g in orbit.generate_many([(window, query)], cancel=token)] == ["cancelled"]
+    # No lock is taken: it answers while another thread's call holds the window.
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(piece):
+        holding.set()
+        assert release.wait(60)
+        return False
+
+    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, on_text=hold))
+    assert holding.wait(60)
+    try:
+        assert window.generate(query, max_tokens=LONG, cancel=token).stop_reason == "cancelled"
+    finally:
+        release.set()
+    assert result().stop_reason == "cancelled"
+    with pytest.raises(TypeError, match="generate: cancel must be an orbit.CancelToken or None, got float"):
+        window.generate(query, cancel=1.0)
+
+
+def test_leaving_a_stream_stops_the_decode_at_its_next_token(orbit, story, monkeypatch):
+    # A stop string that the answer spells from its second piece on, ending in text it never writes: every
+    # piece after the first is held back (it may still become the stop string) until the answer leaves it,
+    # dozens of tokens later. The decode is held right after the first piece until the loop has been left, so
+    # it can only stop at a token: at the piece it would stop only after the held-back text.
+    window, query, plain = story
+    first = window.stream(query, max_tokens=1)
+    head = "".join(first)
+    held = plain.text[len(head):][:200] + "\u2603"
+    assert len(window.generate(query, max_tokens=LONG, stop=held).tokens) > 40
+    original = orbit.Window.generate
+
+    def generate(self, q, **kwargs):
+        on_text, token = kwargs["on_text"], kwargs["cancel"]
+
+        def held_until_left(piece):
+            on_text(piece)
+            for _ in range(6000):  # until the loop left (its token cancelled), 60 s at most
+                if token.cancelled:
+                    break
+                threading.Event().wait(0.01)
+            return True
+
+        kwargs["on_text"] = held_until_left
+        return original(self, q, **kwargs)
+
+    monkeypatch.setattr(orbit.Window, "generate", generate)
+    s = window.stream(query, max_tokens=LONG, stop=held)
+    for piece in s:
+        assert piece == head
+        break
+    g = s.generation
+    assert g.stop_reason == "cancelled" and len(g.tokens) <= 3, (g.stop_reason, len(g.tokens))
+    assert list(g.tokens) == list(plain.tokens[:len(g.tokens)])
+
+
+def test_closing_the_window_in_a_stream_loop_stops_the_decode(orbit, engine, story):
+    _, query, plain = story
+    window = engine.new_window()
+    window.add_turn(engine.tokenize(STORY, True))
+    s = window.stream(query, max_tokens=LONG)
+    pieces = []
+    for piece in s:
+        pieces.append(piece)
+        if len(pieces) == 1:
+            window.close()  # waits for the decode's next token, not for its end
+            assert window.closed
+    g = s.generation
+    assert_cancelled_early(g, plain)
+    assert "".join(pieces) == plain.text[:len("".join(pieces))]
+    with pytest.raises(orbit.OrbitError, match="closed"):
+        window.generate(query)
+
+
+def test_closed_is_read_without_the_lock(orbit, engine, story):
+    _, query, _ = story
+    window = engine.new_window()
+    window.add_turn(engine.tokenize(STORY, True))
+    reading, release = threading.Event(), threading.Event()
+
+    def hold(piece):
+        reading.set()
+        assert release.wait(60)
+        return True
+
+    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, on_text=hold))
+    assert reading.wait(60)
+    try:
+        assert window.closed is False  # answers while the window's lock is held (it used to read it unlocked)
+        _, closing = in_thread(window.close)
+        for _ in range(6000):  # close() marks the window at once, then waits for the decode's next token
+            if window.closed:
+                break
+            threading.Event().wait(0.01)
+        assert window.closed is True
+    finally:
+        release.set()
+    closing()
+    assert result().stop_reason == "cancelled"
+    with pytest.raises(orbit.OrbitError, match="closed"):
+        window.generate(query, cancel=orbit.CancelToken())
