@@ -45,7 +45,8 @@ def paused(orbit, monkeypatch):
 @pytest.fixture
 def calls(orbit, monkeypatch):
     """Wraps Window.generate to record each native call: ('enter' | 'exit', tag, thread id) in order, the
-    Generations returned. A test may set calls.gate: the first piece of text then waits for it."""
+    Generations returned. A test may set calls.gate: the first piece of text then waits for it (a call without
+    on_text waits before it starts)."""
     original = orbit.Window.generate
 
     class Calls:
@@ -54,15 +55,20 @@ def calls(orbit, monkeypatch):
         gate = None  # a threading.Event the first piece waits for
         first_piece = threading.Event()
 
+    def wait_at_gate():
+        if not Calls.first_piece.is_set():
+            Calls.first_piece.set()
+            assert Calls.gate.wait(60), "the gate was never opened"
+
     def generate(self, query, **kwargs):
         on_text = kwargs.get("on_text")
         if Calls.gate is not None and on_text is not None:
             def gated(piece):
-                if not Calls.first_piece.is_set():
-                    Calls.first_piece.set()
-                    assert Calls.gate.wait(60), "the gate was never opened"
+                wait_at_gate()
                 return on_text(piece)
             kwargs["on_text"] = gated
+        elif Calls.gate is not None:
+            wait_at_gate()
         Calls.events.append(("enter", kwargs.get("max_tokens"), threading.get_ident()))
         try:
             g = original(self, query, **kwargs)
@@ -269,7 +275,7 @@ def test_cancelling_the_task_cancels_generate(orbit, story, calls):
 
 
 def test_generate_without_a_tokenizer(orbit, models_dir):
-    # generate cancels through on_text, which needs a tokenizer; without one it decodes as Window.generate does.
+    # generate cancels through a CancelToken, which needs no tokenizer; it decodes as Window.generate does.
     from orbit import aio
 
     with orbit.Engine(str(models_dir / "binding-gqa")) as engine:
@@ -279,6 +285,70 @@ def test_generate_without_a_tokenizer(orbit, models_dir):
         plain = window.generate([5, 6], max_tokens=8)
         g = asyncio.run(aio.AsyncWindow(window).generate([5, 6], max_tokens=8))
         assert list(g.tokens) == list(plain.tokens) and len(plain.tokens) == 8
+
+
+def gated(monkeypatch, owner, name):
+    """Replaces owner.name (a native decode call) by one that waits for the returned gate before it runs and
+    records its result; returns (entered, gate, results)."""
+    original = getattr(owner, name)
+    entered, gate, results = threading.Event(), threading.Event(), []
+
+    def call(*args, **kwargs):
+        entered.set()
+        assert gate.wait(60), "the gate was never opened"
+        results.append(original(*args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(owner, name, call)
+    return entered, gate, results
+
+
+async def cancel_when_entered(task, entered, gate):
+    """Cancels `task` once its native call has begun (held at the gate), then opens the gate; the task must
+    end in CancelledError."""
+    assert await asyncio.to_thread(entered.wait, 60)
+    task.cancel()
+    for _ in range(5):  # the task takes its cancellation (one turn of the loop), then the call goes on
+        await asyncio.sleep(0)
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_cancelling_the_task_cancels_generate_n(orbit, story, monkeypatch):
+    from orbit import aio
+
+    window, query, plain = story
+    entered, gate, results = gated(monkeypatch, orbit.Window, "generate_n")
+
+    async def main():
+        w = aio.AsyncWindow(window)
+        await cancel_when_entered(asyncio.create_task(w.generate_n(query, 3, max_tokens=400)), entered, gate)
+        return await w.generate(query, max_tokens=60)
+
+    again = asyncio.run(main())
+    assert [g.stop_reason for g in results[0]] == ["cancelled"] * 3
+    assert all(len(g.tokens) < 60 for g in results[0])
+    assert again.text == plain.text
+
+
+def test_cancelling_the_task_cancels_generate_many(orbit, engine, story, monkeypatch):
+    from orbit import aio
+
+    window, query, plain = story
+    entered, gate, results = gated(monkeypatch, aio, "_generate_many")
+    mine = orbit.CancelToken()  # a caller's token: the task's cancellation leaves it alone
+
+    async def main():
+        w = aio.AsyncWindow(window)
+        requests = [(w, query, {"max_tokens": 400}), (window, query, {"max_tokens": 400})]
+        await cancel_when_entered(asyncio.create_task(aio.generate_many(requests, cancel=mine)), entered, gate)
+        return await w.generate(query, max_tokens=60)
+
+    again = asyncio.run(main())
+    assert [g.stop_reason for g in results[0]] == ["cancelled"] * 2
+    assert all(len(g.tokens) < 60 for g in results[0])
+    assert not mine.cancelled and again.text == plain.text
 
 
 def caught(call):

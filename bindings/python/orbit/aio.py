@@ -23,12 +23,13 @@ locks each of its windows, in one order. Use the Window itself only while no cor
 it: a synchronous call waits for a running one on the window's own mutex, blocking the loop meanwhile
 (AsyncWindow.call runs any Window method the asynchronous way).
 
-Cancelling the awaiting task (asyncio.wait_for, TaskGroup, task.cancel()) cancels the decode of generate and of
-a stream at its next piece of text (stop_reason 'cancelled', as generate's on_text returning False does), and
-the task waits for the native call to return before CancelledError reaches it, so the window is idle then. A
-call with no way to stop early (sync, generate_n, generate_many, fork, ...; generate on an engine without a
-tokenizer) runs to its end first, its result dropped (what it did to the window stays); a call still waiting
-for its window is dropped without running.
+Cancelling the awaiting task (asyncio.wait_for, TaskGroup, task.cancel()) cancels the decode of generate,
+generate_n, generate_many and a stream at its next token: each call passes an orbit.CancelToken (a child of the
+cancel= given, if any) that the task's cancellation cancels, so the decode ends with stop_reason 'cancelled' as
+a CancelToken's cancel() ends it (no tokenizer needed). The task waits for the native call to return before
+CancelledError reaches it, so the window is idle then. A call with no way to stop early (sync, fork, idle, ...)
+runs to its end first, its result dropped (what it did to the window stays); a call still waiting for its
+window is dropped without running.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, TypeVar
 
 from . import _stream
-from ._orbit import Window
+from ._orbit import CancelToken, Window
 from ._orbit import generate_many as _generate_many
 
 if TYPE_CHECKING:
@@ -82,29 +83,42 @@ async def _wait_out(future: "asyncio.Future[Any]") -> None:
         raise cancelled
 
 
-async def _off_loop(fn: Callable[[], _T], cancel: threading.Event) -> _T:
-    """fn() on the loop's default executor (in the caller's context). Cancelling the awaiting task sets `cancel`
-    (a job not started yet then never runs; fn may read it to stop early) and waits for fn to return before
-    CancelledError goes on."""
+async def _off_loop(fn: Callable[[], _T], token: Optional[CancelToken] = None) -> _T:
+    """fn() on the loop's default executor (in the caller's context). Cancelling the awaiting task cancels
+    `token` (the decode fn runs with it stops at its next token; a job not started yet never runs) and waits
+    for fn to return before CancelledError goes on."""
     context = contextvars.copy_context()
+    dropped = threading.Event()
 
     def job() -> Any:
-        return _NotRun if cancel.is_set() else context.run(fn)
+        return _NotRun if dropped.is_set() else context.run(fn)
 
     future = asyncio.get_running_loop().run_in_executor(None, job)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
-        cancel.set()
+        dropped.set()
+        if token is not None:
+            token.cancel()
         await _wait_out(future)
         raise
 
 
-def _generate_with(window: Window, query: Any, on_text: Callable[[str], bool], kwargs: dict[str, Any]) -> "Generation":
-    """window.generate(query, on_text=on_text, **kwargs). An argument of the wrong type raises the TypeError the
-    call without on_text raises: pybind11's message lists the arguments given, and on_text is this module's."""
+def _call_token(kwargs: dict[str, Any], what: str) -> CancelToken:
+    """The token of one call: a child of kwargs' cancel= (taken out of kwargs), so the task's cancellation
+    leaves the caller's token alone. A cancel= of another type raises TypeError naming it."""
+    parent = kwargs.pop("cancel", None)
+    if parent is not None and not isinstance(parent, CancelToken):
+        raise TypeError(f"{what}: cancel must be an orbit.CancelToken or None, got {type(parent).__name__}")
+    return CancelToken(parent)
+
+
+def _generate_with(window: Window, query: Any, ours: dict[str, Any], kwargs: dict[str, Any]) -> "Generation":
+    """window.generate(query, **ours, **kwargs), `ours` being this module's arguments (on_text, cancel). An
+    argument of the wrong type raises the TypeError the caller's call raises: pybind11's message lists the
+    arguments given, and `ours` are not the caller's."""
     try:
-        return window.generate(query, on_text=on_text, **kwargs)
+        return window.generate(query, **ours, **kwargs)
     except TypeError as e:
         if not str(e).startswith("generate(): incompatible function arguments"):
             raise
@@ -142,10 +156,10 @@ class AsyncWindow:
         """close(), in the window's turn."""
         await self.close()
 
-    async def _run(self, fn: Callable[[], _T], cancel: Optional[threading.Event] = None) -> _T:
+    async def _run(self, fn: Callable[[], _T], token: Optional[CancelToken] = None) -> _T:
         """fn() off the loop once the window's lock is ours (_off_loop says what cancelling does)."""
         async with _window_lock(self._window):
-            return await _off_loop(fn, cancel if cancel is not None else threading.Event())
+            return await _off_loop(fn, token)
 
     async def call(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         """fn(window, *args, **kwargs) off the loop, in the window's turn: any Window method the asynchronous
@@ -170,21 +184,19 @@ class AsyncWindow:
 
     async def generate(self, query: Any, **kwargs: Any) -> "Generation":
         """Window.generate(query, **kwargs) but on_text (stream() gives the pieces). Cancelling the awaiting
-        task cancels the decode at its next piece of text and waits for it to stop."""
+        task cancels the decode at its next token (a CancelToken, child of cancel= if given) and waits for it
+        to stop."""
         _refuse_on_text(kwargs, "generate")
-        cancel = threading.Event()
-        window = self._window
-
-        def decode() -> "Generation":
-            if window.engine.has_tokenizer:  # on_text needs the tokenizer; without it the decode runs to its end
-                return _generate_with(window, query, lambda piece: not cancel.is_set(), kwargs)
-            return window.generate(query, **kwargs)
-
-        return await self._run(decode, cancel)
+        kwargs = dict(kwargs)
+        token = _call_token(kwargs, "generate")
+        return await self._run(functools.partial(_generate_with, self._window, query, {"cancel": token}, kwargs), token)
 
     async def generate_n(self, query: Any, n: int, **kwargs: Any) -> "list[Generation]":
-        """Window.generate_n(query, n, **kwargs): n Generations. Once started it runs to its end."""
-        return await self._run(functools.partial(self._window.generate_n, query, n, **kwargs))
+        """Window.generate_n(query, n, **kwargs): n Generations. Cancelling the awaiting task cancels all n at
+        their next token, as generate's."""
+        kwargs = dict(kwargs)
+        token = _call_token(kwargs, "generate_n")
+        return await self._run(functools.partial(self._window.generate_n, query, n, cancel=token, **kwargs), token)
 
     async def fork(self) -> "AsyncWindow":
         """Window.fork(), as an AsyncWindow (the branch has a lock of its own)."""
@@ -200,9 +212,11 @@ class AsyncWindow:
         return AsyncGenerationStream(self._window, query, kwargs)
 
 
-async def generate_many(requests: Any) -> "list[Generation]":
-    """orbit.generate_many(requests) off the loop, once each window's lock is ours; a request's window may be a
-    Window or an AsyncWindow. Once started it runs to its end."""
+async def generate_many(requests: Any, *, cancel: Optional[CancelToken] = None) -> "list[Generation]":
+    """orbit.generate_many(requests, cancel=cancel) off the loop, once each window's lock is ours; a request's
+    window may be a Window or an AsyncWindow. Cancelling the awaiting task cancels every request at its next
+    token (a CancelToken for the call, child of cancel= if given)."""
+    token = _call_token({"cancel": cancel}, "generate_many")
     plain = [_plain_request(r) for r in requests] if isinstance(requests, (list, tuple)) else requests
     windows = {id(r[0]): r[0] for r in plain if isinstance(r, (tuple, list)) and r and isinstance(r[0], Window)}
     locks = [_window_lock(w) for _, w in sorted(windows.items())]  # one order: two calls never wait for each other
@@ -211,7 +225,7 @@ async def generate_many(requests: Any) -> "list[Generation]":
         for lock in locks:
             await lock.acquire()
             held.append(lock)
-        return await _off_loop(functools.partial(_generate_many, plain), threading.Event())
+        return await _off_loop(functools.partial(_generate_many, plain, cancel=token), token)
     finally:
         for lock in held:
             lock.release()
@@ -286,9 +300,10 @@ class AsyncGenerationStream:
             lock.release()
             return None
         try:
-            decode = _Decode(asyncio.get_running_loop())
-            decode.start(functools.partial(_generate_with, self._window, self._query, decode.on_text, self._kwargs),
-                         lock)
+            kwargs = dict(self._kwargs)
+            decode = _Decode(asyncio.get_running_loop(), _call_token(kwargs, "stream"))
+            ours = {"on_text": decode.on_text, "cancel": decode.token}
+            decode.start(functools.partial(_generate_with, self._window, self._query, ours, kwargs), lock)
         except BaseException:
             lock.release()
             raise
@@ -304,8 +319,9 @@ class _Decode:
     """One Window.generate(on_text=...) on an executor thread, its pieces handed to the loop in an asyncio.Queue,
     the Generation (or the error) at the end. The window's lock is released once it returned."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, token: CancelToken) -> None:
         self._loop = loop
+        self.token = token  # generate's cancel=: the decode stops at its next token once it is cancelled
         self.items: "asyncio.Queue[Any]" = asyncio.Queue()  # pieces, then _End
         self.room = threading.Semaphore(_stream.AHEAD)  # pieces the decode may still hand over unread
         self.cancelled = threading.Event()
@@ -337,8 +353,9 @@ class _Decode:
         return not self.cancelled.is_set()
 
     def cancel(self) -> None:
-        """Any thread, never waits: the decode stops at its next piece (one waiting for room goes on at once)."""
+        """Any thread, never waits: the decode stops at its next token (one waiting for room goes on at once)."""
         self.cancelled.set()
+        self.token.cancel()
         self.room.release(_stream.AHEAD + 1)
 
     async def stop(self) -> None:

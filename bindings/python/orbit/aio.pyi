@@ -5,13 +5,14 @@ from typing import Any, AsyncIterator, Callable, Optional, Sequence, TypeVar, Un
 import numpy
 import numpy.typing
 
-from ._orbit import Generation, IdleReport, Messages, SyncReport, Tokens, Window
+from ._orbit import CancelToken, Generation, IdleReport, Messages, SyncReport, Tokens, Window
 
 _T = TypeVar("_T")
 
 class AsyncWindow:
     """A Window whose model calls are coroutines: AsyncWindow(window); one call at a time per window (the others
-    wait in turn); cancelling a generate cancels its decode and waits for it to stop."""
+    wait in turn); cancelling a generate, generate_n or stream cancels its decode at its next token (a
+    CancelToken) and waits for it to stop."""
     def __init__(self, window: Window) -> None: ...
     @property
     def window(self) -> Window: ...
@@ -58,9 +59,12 @@ class AsyncWindow:
         logit_bias: Optional[dict[Union[int, str], float]] = None,
         logprobs: bool = False,
         top_logprobs: int = 0,
+        cancel: Optional[CancelToken] = None,
     ) -> Generation:
-        """Window.generate but on_text; cancelling the task cancels the decode at its next piece."""
-    async def generate_n(self, query: Union[Tokens, str], n: int, **kwargs: Any) -> list[Generation]: ...
+        """Window.generate but on_text; cancelling the task cancels the decode at its next token (through a
+        CancelToken, child of cancel= if given: the caller's token is left alone)."""
+    async def generate_n(self, query: Union[Tokens, str], n: int, **kwargs: Any) -> list[Generation]:
+        """Window.generate_n; cancelling the task cancels all n answers at their next token."""
     async def fork(self) -> "AsyncWindow": ...
     async def close(self) -> None: ...
     def stream(self, query: Union[Tokens, str], **kwargs: Any) -> "AsyncGenerationStream":
@@ -82,5 +86,8 @@ _AnyWindow = Union[Window, AsyncWindow]
 
 async def generate_many(
     requests: Sequence[Union[tuple[_AnyWindow, Tokens], tuple[_AnyWindow, Tokens, dict]]],
+    *,
+    cancel: Optional[CancelToken] = None,
 ) -> list[Generation]:
-    """orbit.generate_many off the loop, once each window's lock is ours."""
+    """orbit.generate_many off the loop, once each window's lock is ours; cancelling the task cancels every
+    request at its next token (a CancelToken for the call, child of cancel= if given)."""
