@@ -4,10 +4,11 @@ before their end; a token cancelled before the call answers at once without deco
 loop stops the decode at its next token, not its next piece; Window.close() in a stream's loop stops the decode
 instead of waiting for it; Window.closed is read without the window's lock.
 
-stories260K stops at its position limit (about 500 tokens), and decodes that in well under a second, so where a
-test needs the decode to be running when the token is cancelled it pauses the decode in on_text; elsewhere a
-cancel may land before the decode starts or during it, and either ends 'cancelled' (nothing here depends on how
-fast anything runs)."""
+stories260K stops at its position limit (about 500 tokens), and decodes that in well under a second, so no
+test lets a decode run before its token is cancelled: a decode is held in on_text, or its call waits for a window
+another call holds (paused in on_text) until the token is cancelled. A cancel may then land before the call
+starts or during its decode, and either ends 'cancelled' (nothing here depends on how fast anything runs)."""
+import contextlib
 import threading
 
 import pytest
@@ -61,6 +62,26 @@ def in_thread(call):
     return started, result
 
 
+@contextlib.contextmanager
+def held(window, query):
+    """Holds `window` for the block: a generate on another thread, paused in its on_text (it ends 'cancelled'
+    at the block's end), so a call on the window made in the block waits until then."""
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(piece):
+        holding.set()
+        assert release.wait(60)
+        return False
+
+    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, on_text=hold))
+    assert holding.wait(60)
+    try:
+        yield
+    finally:
+        release.set()
+        assert result().stop_reason == "cancelled"
+
+
 def assert_cancelled_early(g, plain):
     assert g.stop_reason == "cancelled"
     assert len(g.tokens) < len(plain.tokens) // 4, (len(g.tokens), len(plain.tokens))
@@ -100,11 +121,12 @@ def test_generate_cancelled_from_another_thread(orbit, story):
     g = result()
     assert_cancelled_early(g, plain)
     assert len(g.tokens) <= 3  # the next token's check stopped it
-    # Without a tokenizer's callback at all: a plain generate stops too.
+    # Without a callback at all: a plain generate stops too.
     token = orbit.CancelToken()
-    started, result = in_thread(lambda: window.generate(query, max_tokens=LONG, cancel=token))
-    assert started.wait(60)
-    token.cancel()
+    with held(window, query):
+        started, result = in_thread(lambda: window.generate(query, max_tokens=LONG, cancel=token))
+        assert started.wait(60)
+        token.cancel()
     assert_cancelled_early(result(), plain)
     assert window.generate(query, max_tokens=LONG).tokens == plain.tokens  # the window answers as before
 
@@ -112,9 +134,10 @@ def test_generate_cancelled_from_another_thread(orbit, story):
 def test_generate_n_cancelled_from_another_thread(orbit, story):
     window, query, plain = story
     token = orbit.CancelToken()
-    started, result = in_thread(lambda: window.generate_n(query, 3, max_tokens=LONG, cancel=token))
-    assert started.wait(60)
-    token.cancel()
+    with held(window, query):
+        started, result = in_thread(lambda: window.generate_n(query, 3, max_tokens=LONG, cancel=token))
+        assert started.wait(60)
+        token.cancel()
     answers = result()
     assert len(answers) == 3
     for g in answers:
@@ -130,17 +153,19 @@ def test_generate_many_cancelled_from_another_thread(orbit, engine, story):
     # A token for the whole call stops every request.
     token = orbit.CancelToken()
     requests = [(window, query, {"max_tokens": LONG}), (other, query, {"max_tokens": LONG})]
-    started, result = in_thread(lambda: orbit.generate_many(requests, cancel=token))
-    assert started.wait(60)
-    token.cancel()
+    with held(window, query):
+        started, result = in_thread(lambda: orbit.generate_many(requests, cancel=token))
+        assert started.wait(60)
+        token.cancel()
     for g in result():
         assert_cancelled_early(g, plain)
     # A request's own token stops that request alone: the other decodes to its end.
     token = orbit.CancelToken()
     requests = [(window, query, {"max_tokens": LONG, "cancel": token}), (other, query, {"max_tokens": LONG})]
-    started, result = in_thread(lambda: orbit.generate_many(requests))
-    assert started.wait(60)
-    token.cancel()
+    with held(window, query):
+        started, result = in_thread(lambda: orbit.generate_many(requests))
+        assert started.wait(60)
+        token.cancel()
     stopped, finished = result()
     assert_cancelled_early(stopped, plain)
     assert finished.tokens == plain.tokens and finished.stop_reason == "position_limit"
@@ -166,20 +191,9 @@ def test_a_token_cancelled_before_the_call_answers_at_once(orbit, story):
     assert together[1].stop_reason == "max_tokens" and len(together[1].tokens) == 32  # decoded
     assert [g.stop_reason for g in orbit.generate_many([(window, query)], cancel=token)] == ["cancelled"]
     # No lock is taken: it answers while another thread's call holds the window.
-    holding, release = threading.Event(), threading.Event()
-
-    def hold(piece):
-        holding.set()
-        assert release.wait(60)
-        return False
-
-    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, on_text=hold))
-    assert holding.wait(60)
-    try:
+    with held(window, query):
         assert window.generate(query, max_tokens=LONG, cancel=token).stop_reason == "cancelled"
-    finally:
-        release.set()
-    assert result().stop_reason == "cancelled"
+        assert window.generate_n(query, 2, cancel=token)[1].stop_reason == "cancelled"
     with pytest.raises(TypeError, match="generate: cancel must be an orbit.CancelToken or None, got float"):
         window.generate(query, cancel=1.0)
 
