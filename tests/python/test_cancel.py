@@ -2,7 +2,8 @@
 generate_n and generate_many (a token per request or for the whole call) end with stop_reason 'cancelled' well
 before their end; a token cancelled before the call answers at once without decoding; leaving a Window.stream
 loop stops the decode at its next token, not its next piece; Window.close() in a stream's loop stops the decode
-instead of waiting for it; Window.closed is read without the window's lock.
+instead of waiting for it; a stream's cancel= is the parent of its own token; Window.closed is read without the
+window's lock.
 
 stories260K stops at its position limit (about 500 tokens), and decodes that in well under a second, so no
 test lets a decode run before its token is cancelled: a decode is held in on_text, or its call waits for a window
@@ -279,3 +280,19 @@ def test_closed_is_read_without_the_lock(orbit, engine, story):
     assert result().stop_reason == "cancelled"
     with pytest.raises(orbit.OrbitError, match="closed"):
         window.generate(query, cancel=orbit.CancelToken())
+
+
+def test_a_stream_takes_a_parent_token(orbit, story):
+    window, query, plain = story
+    token = orbit.CancelToken()
+    s = window.stream(query, max_tokens=LONG, cancel=token)
+    pieces = []
+    for piece in s:
+        pieces.append(piece)
+        token.cancel()  # the caller's token, cancelled from the loop: the stream's own is its child
+    assert_cancelled_early(s.generation, plain)
+    assert "".join(pieces) == plain.text[:len("".join(pieces))]
+    s = window.stream(query, cancel=token)  # cancelled before it starts: no piece, a cancelled Generation
+    assert list(s) == [] and s.generation.stop_reason == "cancelled" and list(s.generation.tokens) == []
+    with pytest.raises(TypeError, match="stream: cancel must be an orbit.CancelToken or None, got bool"):
+        window.stream(query, cancel=True)
