@@ -108,30 +108,10 @@ py::object wrap_window(std::shared_ptr<orbit::Engine> engine, Window window) {
   return py::cast(std::make_unique<PyWindow>(std::move(engine), std::move(window)));
 }
 
-void init_window(py::module_& m) {
-  py::class_<PyInstanceKV>(m, "InstanceKV",
-                           "An instance's stored KV (content channel, keys before RoPE), copied out of the pool.")
-      .def_readonly("length", &PyInstanceKV::length, "Tokens.")
-      .def_readonly("k_shape", &PyInstanceKV::k_shape, "Per-token key shape (GQA: [H_kv, d]; MLA: [1, d_rope]).")
-      .def_readonly("v_shape", &PyInstanceKV::v_shape, "Per-token value shape (GQA: [H_kv, d]; MLA: [1, r_kv]).")
-      .def_readonly("k", &PyInstanceKV::k, "numpy float32 [layers, length, *k_shape].")
-      .def_readonly("v", &PyInstanceKV::v, "numpy float32 [layers, length, *v_shape].")
-      .def_readonly("pages", &PyInstanceKV::pages, "numpy int32: the pool pages holding it (forks share pages).")
-      .def("__repr__", [](const PyInstanceKV& kv) {
-        return "InstanceKV(length=" + std::to_string(kv.length) + ", k=" + std::string(py::str(kv.k.attr("shape"))) +
-               ", v=" + std::string(py::str(kv.v.attr("shape"))) + ", pages=" + std::to_string(kv.pages.size()) + ")";
-      });
+namespace {
 
-  py::class_<PyWindow> c(
-      m, "Window",
-      "An ordered set of chunk instances plus live turns, bound to one Engine (orbit/window.h). Make one with\n"
-      "Engine.new_window(). Every operation is planned, then applied:\n\n"
-      "    plan = w.plan_admit(chunk)   # nothing changes: what would happen, what it costs, exact or not\n"
-      "    report = w.apply(plan)       # does it (CapacityError / RefusedError if it cannot; nothing changed)\n\n"
-      "or in one call: w.admit(chunk). Instances are given as ids (int) or InstanceInfo objects; chunks as\n"
-      "ChunkRef or their key. A context manager: leaving the block (or close()) returns its pages to the pool.\n"
-      "Calls on one window are serialized (a lock); the GIL is released while they run.");
-
+// Window: close, the context manager and what says whether the window is open.
+void def_lifetime(py::class_<PyWindow>& c) {
   // ---- lifetime ----
   c.def("close", &PyWindow::close,
         "Destroys the window now (its pages return to the pool; forks keep shared pages). Idempotent; later\n"
@@ -153,7 +133,10 @@ void init_window(py::module_& m) {
       "Closes the window.");
   c.def_property_readonly(
       "engine", [](const PyWindow& w) { return w.engine; }, "The Engine it belongs to.");
+}
 
+// Window: the window's instances, stats and policy.
+void def_state(py::class_<PyWindow>& c) {
   // ---- state ----
   c.def_property_readonly(
       "id", [](const PyWindow& w) { return w.id; }, "Window id (unique per engine).");
@@ -214,7 +197,10 @@ void init_window(py::module_& m) {
       },
       "`chunk in window`: a ChunkRef or a chunk key (str) placed here (an unknown key is not); or `instance in\n"
       "window`: an instance id (int) or InstanceInfo it holds. TypeError for anything else.");
+}
 
+// Window: the plan_* calls: what an operation would do, nothing changed.
+void def_planning(py::class_<PyWindow>& c) {
   // ---- planning (const) ----
   c.def(
       "plan_admit",
@@ -272,7 +258,10 @@ void init_window(py::module_& m) {
       "plan_heal", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_heal(); }); },
       "Plan healing: every instance from the first approximate one (InstanceInfo.exact false) to the end formed\n"
       "again in context, turns prefilled again; every instance is kept when the window is exact.");
+}
 
+// Window: apply and the operations planned and applied in one call.
+void def_apply(py::class_<PyWindow>& c) {
   // ---- apply ----
   c.def(
       "apply", [](PyWindow& w, const Plan& plan) { return plan_and_apply(w, [&](Window&) { return plan; }); },
@@ -352,6 +341,10 @@ void init_window(py::module_& m) {
       "apply(plan_recondition()) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
+}
+
+// Window: flush, heal, the idle-time preparations and fork.
+void def_repairs(py::class_<PyWindow>& c) {
   c.def(
       "flush", [](PyWindow& w) { return w.run([](Window& x) { return x.flush(); }); },
       "Runs the repairs earlier edits deferred (policy.defer_repairs) now; reads (logits, generate) and the next\n"
@@ -416,24 +409,10 @@ void init_window(py::module_& m) {
       },
       "A copy-on-write child Window: shares pages and patches; writes go to private pages. Its instances keep\n"
       "the parent's ids. Operations on either never change the other. Drop it (close()) to discard the branch.");
+}
 
-  // ---- reading (const) ----
-  c.def(
-      "logits",
-      [](PyWindow& w, const py::object& query, bool all_rows) {
-        const auto q = tokens_or_text(w, query, "logits: query");
-        return logits_array(w.run([&](Window& x) { return x.logits(q, all_rows); }), all_rows);
-      },
-      py::arg("query"), py::kw_only(), py::arg("all_rows") = false, kLogitsDoc);
-  c.def(
-      "reference_logits",
-      [](PyWindow& w, const py::object& query, bool all_rows) {
-        const auto q = tokens_or_text(w, query, "reference_logits: query");
-        return logits_array(w.run([&](Window& x) { return x.reference_logits(q, all_rows); }), all_rows);
-      },
-      py::arg("query"), py::kw_only(), py::arg("all_rows") = false,
-      "The logits a re-prefill of the same contents in the same order would give (one forward of the whole\n"
-      "window; nothing stored): the reference for fidelity. Same shapes as logits().");
+// Window: generate and generate_n.
+void def_generate(py::class_<PyWindow>& c) {
   c.def(
       "generate",
       [](PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p, uint64_t seed,
@@ -523,6 +502,27 @@ void init_window(py::module_& m) {
       "arguments, cancel included: one CancelToken stops all n answers at their next token (stop_reason\n"
       "'cancelled'); one cancelled before the call gives n cancelled Generations at once. Returns a list of n\n"
       "Generations; the window is unchanged.");
+}
+
+// Window: logits and the other reads, and __repr__.
+void def_reading(py::class_<PyWindow>& c) {
+  // ---- reading (const) ----
+  c.def(
+      "logits",
+      [](PyWindow& w, const py::object& query, bool all_rows) {
+        const auto q = tokens_or_text(w, query, "logits: query");
+        return logits_array(w.run([&](Window& x) { return x.logits(q, all_rows); }), all_rows);
+      },
+      py::arg("query"), py::kw_only(), py::arg("all_rows") = false, kLogitsDoc);
+  c.def(
+      "reference_logits",
+      [](PyWindow& w, const py::object& query, bool all_rows) {
+        const auto q = tokens_or_text(w, query, "reference_logits: query");
+        return logits_array(w.run([&](Window& x) { return x.reference_logits(q, all_rows); }), all_rows);
+      },
+      py::arg("query"), py::kw_only(), py::arg("all_rows") = false,
+      "The logits a re-prefill of the same contents in the same order would give (one forward of the whole\n"
+      "window; nothing stored): the reference for fidelity. Same shapes as logits().");
   c.def(
       "disposable",
       [](PyWindow& w, const py::object& instance, const py::object& query, int64_t answer_tokens) {
@@ -572,6 +572,40 @@ void init_window(py::module_& m) {
     }
     return o.str();
   });
+}
+
+}  // namespace
+
+void init_window(py::module_& m) {
+  py::class_<PyInstanceKV>(m, "InstanceKV",
+                           "An instance's stored KV (content channel, keys before RoPE), copied out of the pool.")
+      .def_readonly("length", &PyInstanceKV::length, "Tokens.")
+      .def_readonly("k_shape", &PyInstanceKV::k_shape, "Per-token key shape (GQA: [H_kv, d]; MLA: [1, d_rope]).")
+      .def_readonly("v_shape", &PyInstanceKV::v_shape, "Per-token value shape (GQA: [H_kv, d]; MLA: [1, r_kv]).")
+      .def_readonly("k", &PyInstanceKV::k, "numpy float32 [layers, length, *k_shape].")
+      .def_readonly("v", &PyInstanceKV::v, "numpy float32 [layers, length, *v_shape].")
+      .def_readonly("pages", &PyInstanceKV::pages, "numpy int32: the pool pages holding it (forks share pages).")
+      .def("__repr__", [](const PyInstanceKV& kv) {
+        return "InstanceKV(length=" + std::to_string(kv.length) + ", k=" + std::string(py::str(kv.k.attr("shape"))) +
+               ", v=" + std::string(py::str(kv.v.attr("shape"))) + ", pages=" + std::to_string(kv.pages.size()) + ")";
+      });
+
+  py::class_<PyWindow> c(
+      m, "Window",
+      "An ordered set of chunk instances plus live turns, bound to one Engine (orbit/window.h). Make one with\n"
+      "Engine.new_window(). Every operation is planned, then applied:\n\n"
+      "    plan = w.plan_admit(chunk)   # nothing changes: what would happen, what it costs, exact or not\n"
+      "    report = w.apply(plan)       # does it (CapacityError / RefusedError if it cannot; nothing changed)\n\n"
+      "or in one call: w.admit(chunk). Instances are given as ids (int) or InstanceInfo objects; chunks as\n"
+      "ChunkRef or their key. A context manager: leaving the block (or close()) returns its pages to the pool.\n"
+      "Calls on one window are serialized (a lock); the GIL is released while they run.");
+  def_lifetime(c);
+  def_state(c);
+  def_planning(c);
+  def_apply(c);
+  def_repairs(c);
+  def_generate(c);
+  def_reading(c);
 }
 
 }  // namespace orbit_py
