@@ -60,7 +60,10 @@ const char* stale_name(orbit::StalePatch a) noexcept { return a == orbit::StaleP
 
 }  // namespace
 
-void init_types(py::module_& m) {
+namespace {
+
+// the enums.
+void def_enums(py::module_& m) {
   using namespace orbit;
 
   // ---- enums ----------------------------------------------------------------------------------------
@@ -118,6 +121,11 @@ void init_types(py::module_& m) {
       .value("host", StoreTier::kHost)
       .value("disk", StoreTier::kDisk)
       .value("remote", StoreTier::kRemote);
+}
+
+// ChunkRef.
+void def_chunk_ref(py::module_& m) {
+  using namespace orbit;
 
   // ---- ChunkRef -------------------------------------------------------------------------------------
   py::class_<ChunkRef>(m, "ChunkRef",
@@ -137,6 +145,11 @@ void init_types(py::module_& m) {
           "__ne__", [](const ChunkRef& a, const ChunkRef& b) { return a != b; }, py::is_operator())
       .def("__hash__", [](const ChunkRef& c) { return py::hash(py::str(c.key)); })
       .def("__repr__", &chunk_repr);
+}
+
+// PlanStep and Plan.
+void def_plans(py::module_& m) {
+  using namespace orbit;
 
   // ---- plans ----------------------------------------------------------------------------------------
   py::class_<PlanStep>(m, "PlanStep", "What one plan step does to one instance (read-only; see orbit/plan.h).")
@@ -229,6 +242,11 @@ void init_types(py::module_& m) {
           << ", window_tokens_after=" << p.window_tokens_after << ", exact=" << (p.exact ? "True" : "False") << ")";
         return o.str();
       });
+}
+
+// ApplyReport and IdleReport.
+void def_reports(py::module_& m) {
+  using namespace orbit;
 
   py::class_<ApplyReport>(m, "ApplyReport", "What apply() did (measured, not estimated).")
       .def_readonly("op", &ApplyReport::op, "Operation.")
@@ -294,6 +312,11 @@ void init_types(py::module_& m) {
           << r.seconds << ")";
         return o.str();
       });
+}
+
+// InstanceInfo and WindowStats.
+void def_window_state(py::module_& m) {
+  using namespace orbit;
 
   // ---- window state ---------------------------------------------------------------------------------
   py::class_<InstanceInfo>(m, "InstanceInfo",
@@ -354,6 +377,11 @@ void init_types(py::module_& m) {
           << ", operations=" << s.operations << ")";
         return o.str();
       });
+}
+
+// the store's counters: TierStats, RemoteStats, StoreStats.
+void def_store_stats(py::module_& m) {
+  using namespace orbit;
 
   py::class_<TierStats>(m, "TierStats", "Counters of one store tier in this process.")
       .def_readonly("tier", &TierStats::tier, "StoreTier.")
@@ -420,6 +448,11 @@ void init_types(py::module_& m) {
           << ", corrupt_reads=" << s.corrupt_reads << ", io_errors=" << s.io_errors << ")";
         return o.str();
       });
+}
+
+// EngineStats.
+void def_engine_state(py::module_& m) {
+  using namespace orbit;
 
   py::class_<EngineStats>(m, "EngineStats", "An engine's counters (Engine.stats).")
       .def_readonly("chunks", &EngineStats::chunks, "Chunks registered.")
@@ -480,6 +513,11 @@ void init_types(py::module_& m) {
           << ", background_pending=" << s.background_pending << ")";
         return o.str();
       });
+}
+
+// ModelInfo and EngineOptions.
+void def_model_and_options(py::module_& m) {
+  using namespace orbit;
 
   py::class_<ModelInfo>(m, "ModelInfo", "The engine's model (Engine.model_info).")
       .def_readonly("origin", &ModelInfo::origin, "Path it was loaded from.")
@@ -530,6 +568,11 @@ void init_types(py::module_& m) {
           << ", background=" << quoted(background_mode_name(o.background)) << ")";
         return s.str();
       });
+}
+
+// what reads return: logprobs, Generation, losses, disposability.
+void def_reading_results(py::module_& m) {
+  using namespace orbit;
 
   // ---- reading results ------------------------------------------------------------------------------
   py::class_<TokenLogprob>(m, "TokenLogprob", "One token's log probability at a step (Window.generate(logprobs=True)).")
@@ -620,6 +663,20 @@ void init_types(py::module_& m) {
           << ", kl_first=" << r.kl_first << ")";
         return o.str();
       });
+}
+
+}  // namespace
+
+void init_types(py::module_& m) {
+  def_enums(m);
+  def_chunk_ref(m);
+  def_plans(m);
+  def_reports(m);
+  def_window_state(m);
+  def_store_stats(m);
+  def_engine_state(m);
+  def_model_and_options(m);
+  def_reading_results(m);
 }
 
 }  // namespace orbit_py
