@@ -97,18 +97,10 @@ orbit::WindowPolicy to_policy(py::handle obj, const char* what) {
                        std::string(py::str(py::type::handle_of(obj).attr("__qualname__"))));
 }
 
-void init_engine(py::module_& m) {
-  py::class_<Engine, std::shared_ptr<Engine>> c(
-      m, "Engine",
-      "One model, one KV pool, one chunk store (orbit/engine.h). The entry point:\n\n"
-      "    with orbit.Engine(model='models/stories260K/stories260K.bin', store_dir='store') as engine:\n"
-      "        page = engine.add_tokens([1, 365, 1691], label='page 1')\n"
-      "        w = engine.new_window(policy='patch:16')\n"
-      "        w.admit(page)\n"
-      "        print(w.generate([1, 2], max_tokens=8).tokens)\n\n"
-      "Chunks are registered once and placed into any number of windows. Leaving the `with` block (or\n"
-      "close()) flushes and closes the store and frees the pool; windows still alive raise OrbitError on use.\n"
-      "Safe to use from several threads.");
+namespace {
+
+// Engine: opening: the constructor.
+void def_engine_open(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(py::init(&open_engine), py::arg("model"), py::kw_only(), py::arg("store_dir") = py::none(),
         py::arg("pool_bytes") = int64_t{256} << 20, py::arg("page_size") = 16,
         py::arg("host_budget_bytes") = int64_t{1} << 30, py::arg("disk_budget_bytes") = 0, py::arg("threads") = 0,
@@ -146,6 +138,10 @@ void init_engine(py::module_& m) {
         "or used, and forgets a chunk past them once no window holds it (its ChunkRef then raises OrbitError\n"
         "until it is added again): for long-running processes that see ever new content.\n"
         "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).");
+}
+
+// Engine: the context manager, close and the engine's state.
+void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "__enter__", [](std::shared_ptr<Engine> e) { return e; }, "Returns the engine.");
   c.def(
@@ -188,7 +184,10 @@ void init_engine(py::module_& m) {
       "the number of jobs run here. Call it in idle time under background='deferred' (until then their\n"
       "patches are not stored: stats.background_pending counts them); under 'thread' it waits for the queue\n"
       "to drain. The GIL is released meanwhile. OrbitError for a negative max_seconds or a closed engine.");
+}
 
+// Engine: the tokenizer.
+void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def_property_readonly(
       "has_tokenizer", &Engine::has_tokenizer,
       "True when the engine has a tokenizer (llama2.c's, beside the model or EngineOptions' tokenizer).");
@@ -208,6 +207,10 @@ void init_engine(py::module_& m) {
       py::arg("tokens"), py::arg("previous") = -1,
       "The text of tokens as if they followed `previous` (BOS drops the first leading space); BOS/EOS give no text.");
   c.def("piece", &Engine::piece, py::arg("token"), "The vocabulary entry of one id as stored (e.g. ' the', '<0x0A>').");
+}
+
+// Engine: registering and finding chunks.
+void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "add_text",
       [](Engine& e, const std::string& text, const std::string& label, bool pin, bool bos) {
@@ -281,6 +284,10 @@ void init_engine(py::module_& m) {
       "chunk", [](const Engine& e, const std::string& key) { return e.chunk(key); }, py::arg("key"),
       "The registered chunk with this key. Raises OrbitError when this engine does not know it.");
   c.def_property_readonly("chunks", &Engine::chunks, "list[ChunkRef] of every registered chunk.");
+}
+
+// Engine: precompute, new_window and __repr__.
+void def_engine_windows(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "precompute",
       [](Engine& e, const py::object& chunk) {
@@ -311,6 +318,27 @@ void init_engine(py::module_& m) {
     o << ")";
     return o.str();
   });
+}
+
+}  // namespace
+
+void init_engine(py::module_& m) {
+  py::class_<Engine, std::shared_ptr<Engine>> c(
+      m, "Engine",
+      "One model, one KV pool, one chunk store (orbit/engine.h). The entry point:\n\n"
+      "    with orbit.Engine(model='models/stories260K/stories260K.bin', store_dir='store') as engine:\n"
+      "        page = engine.add_tokens([1, 365, 1691], label='page 1')\n"
+      "        w = engine.new_window(policy='patch:16')\n"
+      "        w.admit(page)\n"
+      "        print(w.generate([1, 2], max_tokens=8).tokens)\n\n"
+      "Chunks are registered once and placed into any number of windows. Leaving the `with` block (or\n"
+      "close()) flushes and closes the store and frees the pool; windows still alive raise OrbitError on use.\n"
+      "Safe to use from several threads.");
+  def_engine_open(c);
+  def_engine_life(c);
+  def_engine_text(c);
+  def_engine_chunks(c);
+  def_engine_windows(c);
 }
 
 }  // namespace orbit_py
