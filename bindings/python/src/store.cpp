@@ -29,7 +29,10 @@ R released(F&& f) {
 
 }  // namespace
 
-void init_store(py::module_& m) {
+namespace {
+
+// EntryKind and BlobEncoding.
+void def_store_enums(py::module_& m) {
   using namespace orbit;
   py::enum_<EntryKind> kind(m, "EntryKind", "What a store entry holds.");
   kind.value("canonical", EntryKind::kCanonical)
@@ -46,7 +49,11 @@ void init_store(py::module_& m) {
                                          py::name("__str__"), py::is_method(enc), "The C++ name.");
   enc.def_property_readonly(
       "label", [](BlobEncoding e) { return std::string(blob_encoding_name(e)); }, "The C++ name, e.g. 'int8'.");
+}
 
+// StoreEntryInfo and StoreSummary.
+void def_store_listing(py::module_& m) {
+  using namespace orbit;
   py::class_<StoreEntryInfo>(m, "StoreEntryInfo", "One committed store entry (store_list()).")
       .def_readonly("key", &StoreEntryInfo::key, "64-hex key.")
       .def_readonly("kind", &StoreEntryInfo::kind, "EntryKind.")
@@ -85,6 +92,11 @@ void init_store(py::module_& m) {
           << ", blob_bytes=" << s.blob_bytes << ")";
         return o.str();
       });
+}
+
+// what verify, gc, repair and the remote summary report.
+void def_store_reports(py::module_& m) {
+  using namespace orbit;
   py::class_<VerifyProblem>(m, "VerifyProblem", "A corrupt or missing blob (store_verify()).")
       .def_readonly("key", &VerifyProblem::key, "The entry's key.")
       .def_readonly("path", &VerifyProblem::path, "Its blob path.")
@@ -142,6 +154,11 @@ void init_store(py::module_& m) {
         return "RemoteSummary(" + r.url + ", reachable=" + (r.reachable ? "True" : "False") +
                ", entries=" + std::to_string(r.entries) + ")";
       });
+}
+
+// the store_* functions.
+void def_store_functions(py::module_& m) {
+  using namespace orbit;
   m.def(
       "store_repair",
       [](const py::object& dir) {
@@ -194,6 +211,15 @@ void init_store(py::module_& m) {
   m.def("chunk_key_tokens", &chunk_key_tokens, py::arg("model_fingerprint"), py::arg("tokens"),
         "The content key of a token chunk for a model (ModelInfo.fingerprint): what ChunkRef.key holds.");
   m.def("is_store_key", &is_store_key, py::arg("key"), "True for 64 lowercase hex characters.");
+}
+
+}  // namespace
+
+void init_store(py::module_& m) {
+  def_store_enums(m);
+  def_store_listing(m);
+  def_store_reports(m);
+  def_store_functions(m);
 }
 
 }  // namespace orbit_py
