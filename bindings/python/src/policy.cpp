@@ -191,25 +191,10 @@ void field(py::class_<WindowPolicy>& c, const char* name, T WindowPolicy::*membe
 
 }  // namespace
 
-void init_policy(py::module_& m) {
-  py::class_<WindowPolicy> c(
-      m, "WindowPolicy",
-      "What a window does on a patch miss, with survivors and with stale patches (orbit/policy.h).\n\n"
-      "    Policy('patch:16')                      # a preset spec (see orbit.policy_help())\n"
-      "    Policy('patch:full:exact')              # the oracle: equals a re-prefill\n"
-      "    Policy(on_miss='blind', reuse_stored=False)\n"
-      "    Policy('patch:8', survivors='recondition')   # a preset, then keyword overrides\n\n"
-      "A mutable value: windows copy it (Window.policy returns a copy; assign it back).");
-  c.def(py::init(&make_policy), py::arg("spec") = py::none(),
-        "Policy(spec=None, **options): the preset `spec` ('patch[:M][:exact][:deep][:stale=D]', 'reprefill',\n"
-        "'prefix', 'blind', 'cacheblend:R', 'firstk:K', 'default'; None: the default policy), then the keyword options "
-        "(any field\n"
-        "below, plus rank= for rank_k and rank_v together). Raises OrbitError for an invalid spec (listing the\n"
-        "valid forms), TypeError for an unknown option or wrong type, ValueError for an out-of-range value or\n"
-        "for a field set to a value other than its default that the policy never reads (first_k without\n"
-        "on_miss='first_k' or a kl_budget, deep_energy without deep_only, heal_min_kl without heal_when_idle,\n"
-        "...: orbit/policy.h, validate_policy). Assigning a field checks only its range; a window given the\n"
-        "policy (new_window, Window.policy) checks the whole.");
+namespace {
+
+// Policy's fields, each a property that checks what it is set to.
+void def_policy_fields(py::class_<WindowPolicy>& c) {
   field(c, "on_miss", &WindowPolicy::on_miss, "MissAction (or its name as a string when set).");
   field(c, "survivors", &WindowPolicy::survivors, "SurvivorAction for instances whose context changed.");
   field(c, "stale", &WindowPolicy::stale,
@@ -266,6 +251,10 @@ void init_policy(py::module_& m) {
         "Under a kl_budget, a kept instance weighs at least this many times the share of the last generate's\n"
         "attention it received (InstanceInfo.attention), wherever it sits in the window; 0 = recency alone.\n"
         "In [0, 1e6]; 1 in the default policy (spec modifier ':attend=F').");
+}
+
+// Policy's name, replace, copies and __repr__.
+void def_policy_methods(py::class_<WindowPolicy>& c) {
   c.def_property_readonly("name", &WindowPolicy::name,
                           "The preset in canonical spec form ('patch:16', 'reprefill', ...).");
   c.def(
@@ -309,6 +298,31 @@ void init_policy(py::module_& m) {
       << ", reuse_computed=" << (p.reuse_computed ? "True" : "False") << ")";
     return o.str();
   });
+}
+
+}  // namespace
+
+void init_policy(py::module_& m) {
+  py::class_<WindowPolicy> c(
+      m, "WindowPolicy",
+      "What a window does on a patch miss, with survivors and with stale patches (orbit/policy.h).\n\n"
+      "    Policy('patch:16')                      # a preset spec (see orbit.policy_help())\n"
+      "    Policy('patch:full:exact')              # the oracle: equals a re-prefill\n"
+      "    Policy(on_miss='blind', reuse_stored=False)\n"
+      "    Policy('patch:8', survivors='recondition')   # a preset, then keyword overrides\n\n"
+      "A mutable value: windows copy it (Window.policy returns a copy; assign it back).");
+  c.def(py::init(&make_policy), py::arg("spec") = py::none(),
+        "Policy(spec=None, **options): the preset `spec` ('patch[:M][:exact][:deep][:stale=D]', 'reprefill',\n"
+        "'prefix', 'blind', 'cacheblend:R', 'firstk:K', 'default'; None: the default policy), then the keyword options "
+        "(any field\n"
+        "below, plus rank= for rank_k and rank_v together). Raises OrbitError for an invalid spec (listing the\n"
+        "valid forms), TypeError for an unknown option or wrong type, ValueError for an out-of-range value or\n"
+        "for a field set to a value other than its default that the policy never reads (first_k without\n"
+        "on_miss='first_k' or a kl_budget, deep_energy without deep_only, heal_min_kl without heal_when_idle,\n"
+        "...: orbit/policy.h, validate_policy). Assigning a field checks only its range; a window given the\n"
+        "policy (new_window, Window.policy) checks the whole.");
+  def_policy_fields(c);
+  def_policy_methods(c);
   m.attr("Policy") = c;
   m.def("policy_help", &orbit::policy_spec_help, "The valid policy spec forms, one per line.");
 }

@@ -270,7 +270,10 @@ void def_with_messages(py::class_<PyWindow>& window, const char* name, Call call
 
 }  // namespace
 
-void init_sync(py::module_& m) {
+namespace {
+
+// SyncAction, SyncUnit, SyncPlan and SyncReport.
+void def_sync_types(py::module_& m) {
   py::enum_<SyncAction> action(m, "SyncAction", "What Window.sync does with one unit of the rendered messages.");
   action.value("keep", SyncAction::kKeep, "An instance holds it already (kept in place, or moved by the reorder).")
       .value("admit", SyncAction::kAdmit, "A new chunk admitted.")
@@ -353,7 +356,10 @@ void init_sync(py::module_& m) {
           << ", units=" << r.plan.units.size() << ", tokens=" << r.plan.tokens.size() << ")";
         return o.str();
       });
+}
 
+// the chat methods on Engine and Window.
+void def_sync_methods(py::module_& m) {
   auto engine = py::reinterpret_borrow<py::class_<Engine, std::shared_ptr<Engine>>>(m.attr("Engine"));
   engine.def_property_readonly(
       "has_chat_template", [](const Engine& e) { return e.has_chat_template(); },
@@ -401,6 +407,13 @@ void init_sync(py::module_& m) {
       "instances with no forward and no error. The window is not changed. Returns an IdleReport\n"
       "(prepare_forward_tokens, instances_prepared: background work). Raises OrbitError as sync() does\n"
       "for a list it cannot render or place; does nothing while repairs are deferred or without exact reuse.");
+}
+
+}  // namespace
+
+void init_sync(py::module_& m) {
+  def_sync_types(m);
+  def_sync_methods(m);
 }
 
 }  // namespace orbit_py
