@@ -95,8 +95,8 @@ def test_parse_and_refusals(orbit, engine):
     window.add_turn(engine.tokenize("Tom", True))
     with pytest.raises(orbit.OrbitError, match="'uniqueItems' is not supported"):
         window.generate([1], response_format={"type": "array", "uniqueItems": True})
-    with pytest.raises(orbit.OrbitError, match="lookahead is not supported at character 1"):
-        window.generate([1], response_format={"type": "string", "pattern": "(?=a)b"})
+    with pytest.raises(orbit.OrbitError, match="lookbehind is not supported at character 1"):
+        window.generate([1], response_format={"type": "string", "pattern": "(?<=a)b"})
     with pytest.raises(orbit.OrbitError, match="tool_choice = 'required' needs tools"):
         window.generate([1], tool_choice="required")
     with pytest.raises(orbit.OrbitError, match="not a tool call format"):

@@ -134,8 +134,11 @@ class Constraint {
   //                   draft-07's list of items with additionalItems false
   //   minLength, maxLength (strings)
   //   pattern         a regular expression (ECMA-262; matched anywhere in the string unless anchored with ^ $):
-  //                   classes, groups, alternation, quantifiers, \d \w \s; refused: backreferences,
-  //                   lookaround, \b, \p{..}, anchors other than at a (top-level alternative's) start or end
+  //                   classes, groups, alternation, quantifiers, \d \w \s, '$' anywhere, lookaheads (?=..) and
+  //                   (?!..) anywhere, exactly (zod's z.iso.duration(), hostname, password rules such as
+  //                   ^(?=.*\d)(?=.*[a-z]).{8,}$); refused: backreferences, lookbehind, \b, \p{..}, '^' other
+  //                   than at a (top-level alternative's) start, and a pattern whose automaton grows past the
+  //                   bounds ("too complex to constrain", naming the lookahead when it is one's)
   //   format          date, time, date-time (RFC 3339; February 29 is allowed in every year), duration (RFC
   //                   3339's, whole numbers), email (dot-atom local part), hostname (RFC 1123 labels), ipv4,
   //                   ipv6 (RFC 3986), uuid, uri (a scheme, ':', and URI characters with valid %-escapes),

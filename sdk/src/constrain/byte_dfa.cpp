@@ -9,6 +9,7 @@
 #include <map>
 #include <utility>
 
+#include "constrain/byte_dfa_draft.h"
 #include "orbit/common/error.h"
 
 namespace orbit::constrain {
@@ -17,35 +18,10 @@ namespace {
 
 constexpr int64_t kFar = std::numeric_limits<int64_t>::max() / 4;
 
-// A DFA being built: states in the order they were found, state 0 the start.
-struct Draft {
-  std::vector<std::vector<ByteDfa::Edge>> edges;
-  std::vector<uint8_t> accepting;
-  std::vector<uint8_t> char_end;
-
-  int32_t add(bool accepts, bool ends_char, const std::string& what) {
-    ORBIT_CHECK(accepting.size() < kMaxDfaStates,
-                what << ": too complex to constrain (over " << kMaxDfaStates << " automaton states)");
-    edges.emplace_back();
-    accepting.push_back(accepts ? 1 : 0);
-    char_end.push_back(ends_char ? 1 : 0);
-    return static_cast<int32_t>(accepting.size()) - 1;
-  }
-};
-
-// Appends an edge, merging it into the previous one when they are adjacent and go to the same state.
-void append(std::vector<ByteDfa::Edge>& out, uint8_t lo, uint8_t hi, int32_t to) {
-  if (!out.empty() && out.back().to == to && out.back().hi + 1 == lo) {
-    out.back().hi = hi;
-    return;
-  }
-  out.push_back({lo, hi, to});
-}
-
 // Reverse breadth-first distances to an accepting state; an edge into a state costs `cost(target)`
 // (0 or 1, so a deque keeps the order).
 template <typename Cost>
-std::vector<int64_t> distances(const Draft& d, const std::vector<std::vector<int32_t>>& into, Cost cost) {
+std::vector<int64_t> distances(const DfaDraft& d, const std::vector<std::vector<int32_t>>& into, Cost cost) {
   std::vector<int64_t> dist(d.accepting.size(), kFar);
   std::deque<int32_t> queue;
   for (std::size_t s = 0; s < d.accepting.size(); ++s) {
@@ -74,7 +50,7 @@ std::vector<int64_t> distances(const Draft& d, const std::vector<std::vector<int
 // Keeps the states reachable from the start that can reach an accepting state, renumbered in the order a
 // breadth-first walk from the start finds them, and fills the distance tables. nullopt when the start reaches
 // no accepting state.
-std::optional<ByteDfa> prune(const Draft& d) {
+std::optional<ByteDfa> prune(const DfaDraft& d) {
   std::vector<std::vector<int32_t>> into(d.accepting.size());
   for (std::size_t s = 0; s < d.edges.size(); ++s) {
     for (const ByteDfa::Edge& e : d.edges[s]) into[static_cast<std::size_t>(e.to)].push_back(static_cast<int32_t>(s));
@@ -100,7 +76,7 @@ std::optional<ByteDfa> prune(const Draft& d) {
     std::vector<ByteDfa::Edge> kept;
     for (const ByteDfa::Edge& e : d.edges[o]) {
       const int32_t to = id[static_cast<std::size_t>(e.to)];
-      if (to >= 0) append(kept, e.lo, e.hi, to);
+      if (to >= 0) append_edge(kept, e.lo, e.hi, to);
     }
     out.edges.push_back(std::move(kept));
     out.accepting.push_back(d.accepting[o]);
@@ -113,7 +89,7 @@ std::optional<ByteDfa> prune(const Draft& d) {
 }
 
 // prune(), throwing "<what>: admits no value" when nothing is accepted.
-ByteDfa finish(const Draft& d, const std::string& what) {
+ByteDfa finish(const DfaDraft& d, const std::string& what) {
   std::optional<ByteDfa> out = prune(d);
   ORBIT_CHECK(out.has_value(), what << ": admits no value");
   return std::move(*out);
@@ -150,6 +126,10 @@ void ByteNfa::edge(int32_t from, uint8_t lo, uint8_t hi, int32_t to) {
 
 void ByteNfa::empty(int32_t from, int32_t to) { states[static_cast<std::size_t>(from)].empty.push_back(to); }
 
+void ByteNfa::asserted(int32_t from, int32_t assertion, int32_t to) {
+  states[static_cast<std::size_t>(from)].asserted.push_back({assertion, to});
+}
+
 int32_t ByteDfa::next(int32_t state, uint8_t byte) const {
   for (const Edge& e : edges[static_cast<std::size_t>(state)]) {
     if (byte < e.lo) return -1;
@@ -158,8 +138,11 @@ int32_t ByteDfa::next(int32_t state, uint8_t byte) const {
   return -1;
 }
 
-ByteDfa determinize(const ByteNfa& nfa, const std::string& what) {
-  Draft d;
+namespace {
+
+// Subset construction, for an NFA without assertions.
+DfaDraft subsets(const ByteNfa& nfa, const std::string& what) {
+  DfaDraft d;
   std::map<std::vector<int32_t>, int32_t> ids;
   std::vector<std::vector<int32_t>> sets;
   const auto intern = [&](std::vector<int32_t> set) {
@@ -174,14 +157,8 @@ ByteDfa determinize(const ByteNfa& nfa, const std::string& what) {
     return id;
   };
   intern(closure(nfa, {nfa.start}));
-  // The work a pattern may cost (NFA states and edges visited over all DFA states), so that no request's
-  // schema holds a thread for long: past it the pattern is refused as too complex.
-  constexpr std::size_t kMaxWork = 4'000'000;
-  std::size_t work = 0;
-  const auto spend = [&](std::size_t units) {
-    work += units;
-    ORBIT_CHECK(work <= kMaxWork, what << ": too complex to constrain (its automaton takes too long to build)");
-  };
+  BuildWork work(what);
+  const auto spend = [&](std::size_t units) { work.spend(units); };
   for (std::size_t i = 0; i < sets.size(); ++i) {
     // Cut the byte line where any member's edge starts or ends; each piece maps to one target set.
     std::array<int, 257> piece{};  // byte -> the piece it starts (after the cuts are counted)
@@ -195,11 +172,7 @@ ByteDfa determinize(const ByteNfa& nfa, const std::string& what) {
       }
     }
     spend(sets[i].size() + member_edges);
-    std::vector<int> starts;
-    for (int b = 0; b <= 256; ++b) {
-      if (cut[static_cast<std::size_t>(b)]) starts.push_back(b);
-      piece[static_cast<std::size_t>(b)] = static_cast<int>(starts.size()) - 1;
-    }
+    const std::vector<int> starts = byte_pieces(cut, piece);
     std::vector<std::vector<int32_t>> targets(starts.size() - 1);
     for (int32_t s : sets[i]) {
       for (const ByteNfa::Edge& e : nfa.states[static_cast<std::size_t>(s)].edges) {
@@ -218,11 +191,21 @@ ByteDfa determinize(const ByteNfa& nfa, const std::string& what) {
       std::vector<int32_t> closed = closure(nfa, std::move(t));
       spend(closed.size());
       const int32_t to = intern(std::move(closed));
-      append(out, static_cast<uint8_t>(starts[k]), static_cast<uint8_t>(starts[k + 1] - 1), to);
+      append_edge(out, static_cast<uint8_t>(starts[k]), static_cast<uint8_t>(starts[k + 1] - 1), to);
     }
     d.edges[i] = std::move(out);
   }
-  return finish(d, what);
+  return d;
+}
+
+}  // namespace
+
+ByteDfa determinize(const ByteNfa& nfa, const std::string& what) {
+  return finish(nfa.assertions.empty() ? subsets(nfa, what) : thread_sets(nfa, what), what);
+}
+
+std::optional<ByteDfa> determinize_or_empty(const ByteNfa& nfa, const std::string& what) {
+  return prune(nfa.assertions.empty() ? subsets(nfa, what) : thread_sets(nfa, what));
 }
 
 namespace {
@@ -232,8 +215,8 @@ namespace {
 // character where q does); edges(q, x, out, next) appends a pair's edges to `out`, naming each target pair
 // through next(q', x').
 template <class X, class Accepts, class Edges>
-Draft product(const ByteDfa& a, X start, const Accepts& accepts, const Edges& edges, const std::string& what) {
-  Draft d;
+DfaDraft product(const ByteDfa& a, X start, const Accepts& accepts, const Edges& edges, const std::string& what) {
+  DfaDraft d;
   std::map<std::pair<int32_t, X>, int32_t> ids;
   std::vector<std::pair<int32_t, X>> pairs;
   const auto next = [&](int32_t q, X x) {
@@ -256,7 +239,10 @@ Draft product(const ByteDfa& a, X start, const Accepts& accepts, const Edges& ed
 
 }  // namespace
 
-ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, const std::string& what) {
+namespace {
+
+// The product of `a` and `b` whose texts both accept.
+DfaDraft both(const ByteDfa& a, const ByteDfa& b, const std::string& what) {
   const auto accepts = [&](int32_t x, int32_t y) {
     return a.accepting[static_cast<std::size_t>(x)] && b.accepting[static_cast<std::size_t>(y)];
   };
@@ -265,18 +251,51 @@ ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, const std::string& what) {
       for (const ByteDfa::Edge& eb : b.edges[static_cast<std::size_t>(y)]) {
         const uint8_t lo = std::max(ea.lo, eb.lo);
         const uint8_t hi = std::min(ea.hi, eb.hi);
-        if (lo <= hi) append(out, lo, hi, next(ea.to, eb.to));
+        if (lo <= hi) append_edge(out, lo, hi, next(ea.to, eb.to));
       }
     }
   };
-  return finish(product(a, int32_t{0}, accepts, edges, what), what);
+  return product(a, int32_t{0}, accepts, edges, what);
+}
+
+}  // namespace
+
+ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, const std::string& what) {
+  return finish(both(a, b, what), what);
+}
+
+std::optional<ByteDfa> intersect_or_empty(const ByteDfa& a, const ByteDfa& b, const std::string& what) {
+  return prune(both(a, b, what));
+}
+
+std::optional<ByteDfa> subtract(const ByteDfa& a, const ByteDfa& b, const std::string& what) {
+  // States: (a's state, b's state), b's -1 once the text has left b for good.
+  const auto accepts = [&](int32_t x, int32_t y) {
+    return a.accepting[static_cast<std::size_t>(x)] && !(y >= 0 && b.accepting[static_cast<std::size_t>(y)]);
+  };
+  const auto edges = [&](int32_t x, int32_t y, std::vector<ByteDfa::Edge>& out, auto& next) {
+    for (const ByteDfa::Edge& ea : a.edges[static_cast<std::size_t>(x)]) {
+      int lo = ea.lo;  // the first byte of ea's range not yet written
+      if (y >= 0) {
+        for (const ByteDfa::Edge& eb : b.edges[static_cast<std::size_t>(y)]) {
+          if (eb.hi < lo || eb.lo > ea.hi) continue;
+          if (lo < eb.lo) append_edge(out, static_cast<uint8_t>(lo), static_cast<uint8_t>(eb.lo - 1), next(ea.to, -1));
+          const uint8_t hi = std::min(ea.hi, eb.hi);
+          append_edge(out, std::max(static_cast<uint8_t>(lo), eb.lo), hi, next(ea.to, eb.to));
+          lo = hi + 1;
+        }
+      }
+      if (lo <= ea.hi) append_edge(out, static_cast<uint8_t>(lo), ea.hi, next(ea.to, -1));
+    }
+  };
+  return prune(product(a, int32_t{0}, accepts, edges, what));
 }
 
 ByteDfa with_min_chars(const ByteDfa& a, int64_t min_chars, const std::string& what) {
   const auto accepts = [&](int32_t q, int64_t k) { return a.accepting[static_cast<std::size_t>(q)] && k == min_chars; };
   const auto edges = [&](int32_t q, int64_t k, std::vector<ByteDfa::Edge>& out, auto& next) {
     for (const ByteDfa::Edge& e : a.edges[static_cast<std::size_t>(q)]) {
-      append(out, e.lo, e.hi, next(e.to, std::min(min_chars, k + a.char_end[static_cast<std::size_t>(e.to)])));
+      append_edge(out, e.lo, e.hi, next(e.to, std::min(min_chars, k + a.char_end[static_cast<std::size_t>(e.to)])));
     }
   };
   return finish(product(a, int64_t{0}, accepts, edges, what), what);
@@ -285,7 +304,7 @@ ByteDfa with_min_chars(const ByteDfa& a, int64_t min_chars, const std::string& w
 ByteDfa quoted(const ByteDfa& content, const std::string& what) {
   // State 0 opens; state 1 is the content's start entered by the opening quote (a copy, so that entering
   // it does not count a character); content state s is s + 2; the last state is after the closing quote.
-  Draft d;
+  DfaDraft d;
   const auto n = static_cast<int32_t>(content.size());
   d.add(false, false, what);
   d.add(content.accepting[0] != 0, false, what);
@@ -344,12 +363,12 @@ std::optional<ByteDfa> without(const ByteDfa& a, const std::vector<std::string>&
       if (t >= 0) {
         for (const auto& [b, child] : kids[static_cast<std::size_t>(t)]) {
           if (b < e.lo || b > e.hi) continue;
-          if (lo < b) append(out, static_cast<uint8_t>(lo), static_cast<uint8_t>(b - 1), next(e.to, -1));
-          append(out, b, b, next(e.to, child));
+          if (lo < b) append_edge(out, static_cast<uint8_t>(lo), static_cast<uint8_t>(b - 1), next(e.to, -1));
+          append_edge(out, b, b, next(e.to, child));
           lo = b + 1;
         }
       }
-      if (lo <= e.hi) append(out, static_cast<uint8_t>(lo), e.hi, next(e.to, -1));
+      if (lo <= e.hi) append_edge(out, static_cast<uint8_t>(lo), e.hi, next(e.to, -1));
     }
   };
   return prune(product(a, int32_t{0}, accepts, edges, what));

@@ -5,7 +5,10 @@
 // corner. Torch-free.
 //
 //   ByteNfa   states joined by byte-range edges and empty moves; states inside a multi-byte character are
-//             marked, so that a DFA knows where characters end (for minLength / maxLength)
+//             marked, so that a DFA knows where characters end (for minLength / maxLength). An empty move
+//             may carry an assertion on the rest of the text (a lookahead, or '$'): a run that takes it holds
+//             only where the bytes from there to the end are in (a negative one: not in) the assertion's
+//             language, so a run is a thread with the assertions it has still to meet
 //   ByteDfa   the deterministic, pruned automaton the grammar's kDfa node runs (grammar.h)
 #pragma once
 
@@ -18,24 +21,41 @@
 
 namespace orbit::constrain {
 
+struct ByteDfa;
+
 struct ByteNfa {
   struct Edge {
     uint8_t lo = 0;
     uint8_t hi = 0;
     int32_t to = 0;
   };
+  // An empty move under assertions[assertion].
+  struct Asserted {
+    int32_t assertion = 0;
+    int32_t to = 0;
+  };
   struct State {
     std::vector<Edge> edges;
-    std::vector<int32_t> empty;  // moves that take no byte
-    bool mid_char = false;       // inside a character's bytes (a UTF-8 sequence or an escape)
+    std::vector<int32_t> empty;      // moves that take no byte
+    std::vector<Asserted> asserted;  // moves that take no byte where an assertion holds
+    bool mid_char = false;           // inside a character's bytes (a UTF-8 sequence or an escape)
+  };
+  // A condition on the rest of the text: `rest` accepts the texts (from the move to the end of the whole
+  // text) where it holds; a lookahead (?=X) is X followed by any bytes, '$' the empty text. Negative: it holds
+  // where `rest` does not accept. Assertions sit between characters, where the rest is whole characters.
+  struct Assertion {
+    std::shared_ptr<const ByteDfa> rest;
+    bool negative = false;
   };
   std::vector<State> states;
+  std::vector<Assertion> assertions;
   int32_t start = 0;
   int32_t accept = 0;
 
   int32_t add(bool mid_char = false);
   void edge(int32_t from, uint8_t lo, uint8_t hi, int32_t to);
   void empty(int32_t from, int32_t to);
+  void asserted(int32_t from, int32_t assertion, int32_t to);
 };
 
 // The deterministic automaton. State 0 is the start. Every state reaches an accepting state (pruned).
@@ -63,10 +83,18 @@ struct ByteDfa {
 inline constexpr std::size_t kMaxDfaStates = 60000;
 
 // The NFA made deterministic (subset construction) and pruned. `what` names the source in errors:
-// "<what>: admits no value" when nothing is accepted, "<what>: too complex" past kMaxDfaStates.
+// "<what>: admits no value" when nothing is accepted, "<what>: too complex" past kMaxDfaStates or past a
+// bound on the work. With assertions, a DFA state is a set of threads (an NFA state and the assertions its
+// run has still to meet, each at the state its `rest` automaton has reached): exact, and bounded the same.
 ByteDfa determinize(const ByteNfa& nfa, const std::string& what);
+// The same, nullopt when nothing is accepted.
+std::optional<ByteDfa> determinize_or_empty(const ByteNfa& nfa, const std::string& what);
 // The texts both accept.
 ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, const std::string& what);
+// The same, nullopt when none.
+std::optional<ByteDfa> intersect_or_empty(const ByteDfa& a, const ByteDfa& b, const std::string& what);
+// The texts `a` accepts and `b` does not (a byte `b` has no edge for leaves it for good); nullopt when none.
+std::optional<ByteDfa> subtract(const ByteDfa& a, const ByteDfa& b, const std::string& what);
 // At least `min_chars` characters (counted at char_end states): the product with a counter that stops at
 // min_chars.
 ByteDfa with_min_chars(const ByteDfa& a, int64_t min_chars, const std::string& what);

@@ -3,6 +3,10 @@
 #include "constrain/regex.h"
 
 #include <algorithm>
+#include <array>
+#include <map>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -70,9 +74,14 @@ void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<
   out.push_back(std::move(seq));
 }
 
+// Lookaheads a pattern may hold (each is an automaton of its own, built once however often it repeats).
+constexpr int kMaxLookaheads = 32;
+
 class Builder {
  public:
-  Builder(ByteNfa& nfa, RegexText text, const std::string& what) : nfa_(nfa), text_(text), what_(what) {}
+  // `lookaheads`: the count built so far, shared with the builders of nested lookaheads.
+  Builder(ByteNfa& nfa, RegexText text, const std::string& what, int& lookaheads)
+      : nfa_(nfa), text_(text), what_(what), lookaheads_(lookaheads) {}
 
   Frag build(const Rx& r) {
     ORBIT_CHECK(nfa_.states.size() < kMaxNfaStates, what_ << ": the pattern is too complex to constrain");
@@ -93,10 +102,11 @@ class Builder {
         return f;
       }
       case Rx::Kind::kRepeat: return repeat(r);
+      case Rx::Kind::kLook: return assertion(look(r));
+      case Rx::Kind::kEnd: return assertion(end());
       case Rx::Kind::kBegin:
-      case Rx::Kind::kEnd:
-        ORBIT_FAIL(what_ << ": '^' and '$' are supported only at the start and end of the pattern "
-                         << "or of a top-level alternative");
+        ORBIT_FAIL(what_ << ": '^' is supported only at the start of the pattern or of a top-level alternative, "
+                         << "not at character " << (r.at + 1) << " of the pattern");
       case Rx::Kind::kEmpty: break;
     }
     return empty();
@@ -112,8 +122,11 @@ class Builder {
     return {a.start, b.end};
   }
 
-  Frag star(const Rx& r) {
-    const Frag f = build(r);
+  Frag star(const Rx& r) { return star(build(r)); }
+
+  Frag star(const CodeSet& s) { return star(set(s)); }
+
+  Frag star(Frag f) {
     Frag out{nfa_.add(), nfa_.add()};
     nfa_.empty(out.start, f.start);
     nfa_.empty(out.start, out.end);
@@ -122,15 +135,53 @@ class Builder {
     return out;
   }
 
+  // A top-level alternative (after its '^') whose first `looks` kids are lookaheads: the rest of it (and any
+  // characters after it unless `ends`) made an automaton of its own, intersected with each positive
+  // lookahead's rests and stripped of each negative one's, as a fragment. Exact (from where the match starts,
+  // the lookaheads and the fragment both read the rest of the text), and cheaper than running them as threads.
+  Frag looking(const std::vector<Rx>& kids, std::size_t looks, bool ends) {
+    ByteNfa sub;
+    Builder inner(sub, text_, what_, lookaheads_);
+    Frag f = inner.empty();
+    for (std::size_t k = looks; k < kids.size(); ++k) f = inner.then(f, inner.build(kids[k]));
+    if (!ends) f = inner.then(f, inner.star(rx::any_char()));
+    sub.start = f.start;
+    sub.accept = f.end;
+    std::optional<ByteDfa> dfa = determinize_or_empty(sub, what_);
+    for (std::size_t k = 0; k < looks && dfa; ++k) {
+      std::optional<ByteDfa> rest = look_rest(kids[k]);
+      if (!kids[k].negative) {
+        dfa = rest ? intersect_or_empty(*dfa, *rest, what_) : std::nullopt;
+      } else if (rest) {
+        dfa = subtract(*dfa, *rest, what_);
+      }
+    }
+    return dfa ? embed(*dfa) : Frag{nfa_.add(), nfa_.add()};
+  }
+
+  // A DFA's states and edges copied in, its accepting states leading to the fragment's end.
+  Frag embed(const ByteDfa& d) {
+    std::vector<int32_t> ids;
+    for (std::size_t s = 0; s < d.size(); ++s) ids.push_back(nfa_.add(d.char_end[s] == 0));
+    ORBIT_CHECK(nfa_.states.size() < kMaxNfaStates, what_ << ": the pattern is too complex to constrain");
+    const Frag f{ids[0], nfa_.add()};
+    for (std::size_t s = 0; s < d.size(); ++s) {
+      for (const ByteDfa::Edge& e : d.edges[s]) nfa_.edge(ids[s], e.lo, e.hi, ids[static_cast<std::size_t>(e.to)]);
+      if (d.accepting[s]) nfa_.empty(ids[s], f.end);
+    }
+    return f;
+  }
+
   Frag set(const CodeSet& s) {
     Frag f{nfa_.add(), nfa_.add()};
+    Escapes escapes;
     for (auto [lo, hi] : s.ranges) {
       if (text_ == RegexText::kAscii) {
         ORBIT_CHECK(hi < 0x80, what_ << ": only ASCII characters can be written here");
         nfa_.edge(f.start, static_cast<uint8_t>(lo), static_cast<uint8_t>(hi), f.end);
         continue;
       }
-      for (uint32_t c = lo; c <= std::min(hi, 0x7Fu); ++c) ascii(c, f);
+      if (lo < 0x80) ascii(lo, std::min(hi, 0x7Fu), f, escapes);
       const uint32_t from = std::max(lo, 0x80u);
       if (from > hi) continue;
       std::vector<std::vector<std::pair<uint8_t, uint8_t>>> seqs;
@@ -143,6 +194,76 @@ class Builder {
   }
 
  private:
+  static constexpr int32_t kAlways = -1;  // an assertion that always holds
+  static constexpr int32_t kNever = -2;   // one that never does
+
+  // An empty move under assertions[id] (or kAlways, kNever).
+  Frag assertion(int32_t id) {
+    Frag f{nfa_.add(), nfa_.add()};
+    if (id == kAlways) nfa_.empty(f.start, f.end);
+    if (id >= 0) nfa_.asserted(f.start, id, f.end);
+    return f;
+  }
+
+  int32_t add_assertion(std::optional<ByteDfa> rest, bool negative) {
+    if (!rest) return negative ? kAlways : kNever;
+    nfa_.assertions.push_back({std::make_shared<const ByteDfa>(std::move(*rest)), negative});
+    return static_cast<int32_t>(nfa_.assertions.size()) - 1;
+  }
+
+  // '$': the rest of the text is empty.
+  int32_t end() {
+    if (end_ == kNone) {
+      ByteNfa empty;
+      empty.start = empty.accept = empty.add();
+      end_ = add_assertion(determinize_or_empty(empty, what_), false);
+    }
+    return end_;
+  }
+
+  // A lookahead's assertion, built once per node however often a repeat builds the node.
+  int32_t look(const Rx& r) {
+    const auto found = looks_.find(r.at);
+    if (found != looks_.end()) return found->second;
+    const int32_t id = add_assertion(look_rest(r), r.negative);
+    looks_.emplace(r.at, id);
+    return id;
+  }
+
+  // A lookahead's language of rests: its X followed by any bytes, X's '$' the end of the whole text (a '$'
+  // ending one of X's alternatives leaves no bytes after it; one elsewhere is an assertion of its own).
+  std::optional<ByteDfa> look_rest(const Rx& r) {
+    const std::string at = "character " + std::to_string(r.at + 1) + " of the pattern";
+    ORBIT_CHECK(++lookaheads_ <= kMaxLookaheads, what_ << ": over " << kMaxLookaheads << " lookaheads at " << at);
+    const std::string what = what_ + ": the lookahead at " + at;
+    ByteNfa sub;
+    Builder inner(sub, text_, what, lookaheads_);
+    sub.start = sub.add();
+    sub.accept = sub.add();
+    const int32_t any = sub.add();
+    sub.edge(any, 0x00, 0xFF, any);
+    sub.empty(any, sub.accept);
+    const Rx& x = r.kids.front();
+    const auto branch = [&](const Rx& alt) {
+      Frag f = inner.empty();
+      bool ends = alt.kind == Rx::Kind::kEnd;
+      if (alt.kind == Rx::Kind::kCat) {
+        ends = !alt.kids.empty() && alt.kids.back().kind == Rx::Kind::kEnd;
+        for (std::size_t k = 0; k + (ends ? 1 : 0) < alt.kids.size(); ++k) f = inner.then(f, inner.build(alt.kids[k]));
+      } else if (!ends) {
+        f = inner.then(f, inner.build(alt));
+      }
+      sub.empty(sub.start, f.start);
+      sub.empty(f.end, ends ? sub.accept : any);
+    };
+    if (x.kind == Rx::Kind::kAlt) {
+      for (const Rx& alt : x.kids) branch(alt);
+    } else {
+      branch(x);
+    }
+    return determinize_or_empty(sub, what);
+  }
+
   Frag repeat(const Rx& r) {
     Frag f = empty();
     for (int k = 0; k < r.min; ++k) f = then(f, build(r.kids.front()));
@@ -166,39 +287,82 @@ class Builder {
     }
   }
 
-  // An ASCII character as a JSON string writes it.
-  void ascii(uint32_t c, const Frag& f) {
-    const auto b = static_cast<uint8_t>(c);
-    if (c >= 0x20 && c != '"' && c != '\\') {
-      nfa_.edge(f.start, b, b, f.end);
-      return;
+  // The states a set's escapes share: after the backslash, after "\u00", and after "\u00" and a high hex
+  // digit (0 or 1); -1 until built.
+  struct Escapes {
+    int32_t backslash = -1;
+    int32_t u00 = -1;
+    std::array<int32_t, 2> high{-1, -1};
+  };
+
+  // ASCII characters [lo, hi] as a JSON string writes them: the printable ones as their bytes, '"' and '\' as
+  // \" and \\, the control characters as \b \f \n \r \t or else \u00XX (either case of hex digit).
+  void ascii(uint32_t lo, uint32_t hi, const Frag& f, Escapes& esc) {
+    uint32_t run = std::max(lo, 0x20u);  // printable bytes in ranges, cut at '"' and '\'
+    for (uint32_t c = run; c <= hi; ++c) {
+      if (c != '"' && c != '\\') continue;
+      if (run < c) nfa_.edge(f.start, static_cast<uint8_t>(run), static_cast<uint8_t>(c - 1), f.end);
+      run = c + 1;
     }
-    const auto lit = [](char x) { return std::make_pair(static_cast<uint8_t>(x), static_cast<uint8_t>(x)); };
-    const char* shorts = "\b\f\n\r\t\"\\";
-    const char* letters = "bfnrt\"\\";
-    for (int k = 0; shorts[k] != 0; ++k) {
-      if (static_cast<char>(c) == shorts[k]) return path(f, {lit('\\'), lit(letters[k])});
-    }
-    const char* hexdigits = "0123456789abcdef";
-    const char low = hexdigits[c & 15];
-    const std::vector<std::pair<uint8_t, uint8_t>> head{lit('\\'), lit('u'), lit('0'), lit('0'),
-                                                        lit(hexdigits[c >> 4])};
-    std::vector<std::pair<uint8_t, uint8_t>> seq = head;
-    seq.push_back(lit(low));
-    path(f, seq);
-    if (low >= 'a') {
-      seq.back() = lit(static_cast<char>(low - 'a' + 'A'));
-      path(f, seq);
+    if (run <= hi) nfa_.edge(f.start, static_cast<uint8_t>(run), static_cast<uint8_t>(hi), f.end);
+    for (uint32_t c = lo; c <= hi; ++c) {
+      if (c >= 0x20 && c != '"' && c != '\\') continue;
+      const std::string shorts("\b\f\n\r\t\"\\");
+      const std::size_t k = shorts.find(static_cast<char>(c));
+      if (k != std::string::npos) {
+        const auto letter = static_cast<uint8_t>("bfnrt\"\\"[k]);
+        nfa_.edge(backslash(f, esc), letter, letter, f.end);
+        continue;
+      }
+      const char* digits = "0123456789abcdef";
+      const int32_t high = high_digit(f, esc, c >> 4);
+      const auto low = static_cast<uint8_t>(digits[c & 15]);
+      nfa_.edge(high, low, low, f.end);
+      if (low >= 'a')
+        nfa_.edge(high, static_cast<uint8_t>(low - 'a' + 'A'), static_cast<uint8_t>(low - 'a' + 'A'), f.end);
     }
   }
+
+  int32_t backslash(const Frag& f, Escapes& esc) {
+    if (esc.backslash < 0) {
+      esc.backslash = nfa_.add(true);
+      nfa_.edge(f.start, '\\', '\\', esc.backslash);
+    }
+    return esc.backslash;
+  }
+
+  // The state after "\u00" and `high` (0 or 1).
+  int32_t high_digit(const Frag& f, Escapes& esc, uint32_t high) {
+    if (esc.u00 < 0) {
+      int32_t at = backslash(f, esc);
+      for (const char c : {'u', '0', '0'}) {
+        const int32_t to = nfa_.add(true);
+        nfa_.edge(at, static_cast<uint8_t>(c), static_cast<uint8_t>(c), to);
+        at = to;
+      }
+      esc.u00 = at;
+    }
+    int32_t& h = esc.high[high];
+    if (h < 0) {
+      h = nfa_.add(true);
+      const auto digit = static_cast<uint8_t>('0' + high);
+      nfa_.edge(esc.u00, digit, digit, h);
+    }
+    return h;
+  }
+
+  static constexpr int32_t kNone = -3;
 
   ByteNfa& nfa_;
   RegexText text_;
   const std::string& what_;
+  int& lookaheads_;
+  std::map<std::size_t, int32_t> looks_;  // the assertion each lookahead was built as, by where it opens
+  int32_t end_ = kNone;                   // the assertion '$' was built as
 };
 
 // One top-level alternative: its leading '^' and trailing '$' taken off, and the rest built, with any
-// characters before and after it unless anchored (kSearch).
+// characters before and after it unless anchored (kSearch); lookaheads at its start through looking().
 Frag top_branch(Builder& b, Rx branch, RegexSyntax syntax) {
   if (branch.kind != Rx::Kind::kCat) {
     Rx cat;
@@ -211,13 +375,14 @@ Frag top_branch(Builder& b, Rx branch, RegexSyntax syntax) {
   if (begins) kids.erase(kids.begin());
   const bool ends = !kids.empty() && kids.back().kind == Rx::Kind::kEnd;
   if (ends) kids.pop_back();
-  Rx any;
-  any.kind = Rx::Kind::kSet;
-  any.set = rx::any_char();
   Frag f = b.empty();
-  if (syntax == RegexSyntax::kSearch && !begins) f = b.then(f, b.star(any));
+  if (syntax == RegexSyntax::kSearch && !begins) f = b.then(f, b.star(rx::any_char()));
+  // Lookaheads where the match starts: applied to the match and what follows it as products of automata.
+  std::size_t looks = 0;
+  while (looks < kids.size() && kids[looks].kind == Rx::Kind::kLook) ++looks;
+  if (looks > 0) return b.then(f, b.looking(kids, looks, ends || syntax == RegexSyntax::kAnchored));
   f = b.then(f, b.build(branch));  // an anchor left inside throws, naming where anchors may go
-  if (syntax == RegexSyntax::kSearch && !ends) f = b.then(f, b.star(any));
+  if (syntax == RegexSyntax::kSearch && !ends) f = b.then(f, b.star(rx::any_char()));
   return f;
 }
 
@@ -233,7 +398,8 @@ ByteNfa regex_nfa(const std::string& pattern, RegexSyntax syntax, RegexText text
     branches.push_back(std::move(root));
   }
   ByteNfa nfa;
-  Builder b(nfa, text, what);
+  int lookaheads = 0;
+  Builder b(nfa, text, what, lookaheads);
   nfa.start = nfa.add();
   nfa.accept = nfa.add();
   for (Rx& branch : branches) {

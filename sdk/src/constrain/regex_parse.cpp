@@ -150,14 +150,21 @@ class Parser {
     return r;
   }
 
+  Rx anchor(Rx::Kind kind) const {
+    Rx r;
+    r.kind = kind;
+    r.at = i_ - 1;
+    return r;
+  }
+
   Rx atom() {
     const uint32_t c = take();
     switch (c) {
       case '(': return group();
       case '[': return set_of(char_class());
       case '.': return set_of(dot_chars());
-      case '^': return Rx{Rx::Kind::kBegin, {}, {}, 0, 0};
-      case '$': return Rx{Rx::Kind::kEnd, {}, {}, 0, 0};
+      case '^': return anchor(Rx::Kind::kBegin);
+      case '$': return anchor(Rx::Kind::kEnd);
       case '\\': return set_of(escape(false));
       case '*':
       case '+':
@@ -180,15 +187,18 @@ class Parser {
   Rx group() {
     const std::size_t open = i_ - 1;
     if (++depth_ > max_depth_) fail_at(open, "groups nested deeper than " + std::to_string(max_depth_));
+    bool look = false;
+    bool negative = false;
     if (peek() == '?') {
       ++i_;
       const uint32_t k = take();
-      if (k == '=' || k == '!') fail_at(open, "lookahead is not supported");
+      look = k == '=' || k == '!';
+      negative = k == '!';
       if (k == '<' && (peek() == '=' || peek() == '!')) fail_at(open, "lookbehind is not supported");
       if (k == '<') {
         while (!at_end() && peek() != '>') ++i_;
         take();
-      } else if (k != ':') {
+      } else if (k != ':' && !look) {
         fail_at(open, "this group syntax is not supported");
       }
     }
@@ -196,7 +206,13 @@ class Parser {
     if (at_end()) fail_at(open, "a missing ')'");
     ++i_;
     --depth_;
-    return inner;
+    if (!look) return inner;
+    Rx r;
+    r.kind = Rx::Kind::kLook;
+    r.negative = negative;
+    r.at = open;
+    r.kids.push_back(std::move(inner));
+    return r;
   }
 
   // Parses {n}, {n,} or {n,m} at the cursor without moving it; false when it is not one.

@@ -23,13 +23,17 @@ struct CodeSet {
 
 CodeSet any_char();  // every code point
 
+// kLook is a lookahead, (?=X) or (?!X) (negative): X its one kid; `at` is where it opens in the pattern (a code
+// point index), for errors.
 struct Rx {
-  enum class Kind { kEmpty, kSet, kCat, kAlt, kRepeat, kBegin, kEnd };
+  enum class Kind { kEmpty, kSet, kCat, kAlt, kRepeat, kBegin, kEnd, kLook };
   Kind kind = Kind::kEmpty;
   CodeSet set;
   std::vector<Rx> kids;
   int min = 0;
   int max = 0;  // -1: no bound
+  bool negative = false;
+  std::size_t at = 0;
 };
 
 // `pattern` (UTF-8) parsed; groups nest at most `max_depth` deep. Throws orbit::Error "<what>: <construct>
