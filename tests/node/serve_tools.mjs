@@ -13,7 +13,8 @@
 //              schema given with jsonSchema(), as compact as the others': the model has 512 positions); then
 //              generateObject with a schema returns a valid object (response_format json_schema), and with
 //              a zod schema (an ISO date, an integer range, a regex, a positive multiple of 0.25; startsWith
-//              and lowercase; jwt, base64 and base64url) one that zod's own parse accepts
+//              and lowercase; jwt, base64 and base64url; iso.duration, whose pattern has lookaheads) one that
+//              zod's own parse accepts
 //   agents     the OpenAI Agents SDK on its default Responses API (/v1/responses): the Runner runs the loop
 //              (toolChoice "required" kept, the history windowed by callModelInputFilter)
 //
@@ -268,6 +269,14 @@ async function aisdkObject() {
   check(Token.safeParse(token.object).success, "aisdk: generateObject under zod's jwt, base64 and base64url",
         JSON.stringify(token.object));
   console.log(`aisdk generateObject (zod formats): ${JSON.stringify(token.object)}`);
+  // zod's ISO duration writes its format beside a pattern with lookaheads ((?!.*W), (?=\d|T\d), T(?=\d)):
+  // decoded under both, and zod's own check accepts the answer.
+  const Span = z.object({ span: z.iso.duration() });
+  const span = await generateObject({ model: provider(modelId), schema: Span, prompt: "How long?",
+                                      maxOutputTokens: 48, temperature: 0, maxRetries: 0 });
+  check(Span.safeParse(span.object).success, "aisdk: generateObject under zod's iso.duration (lookaheads)",
+        JSON.stringify(span.object));
+  console.log(`aisdk generateObject (zod duration): ${JSON.stringify(span.object)}`);
 }
 
 // A call max_tokens cuts (a budget below the shortest call: the grammar cannot close it in time) comes back as
