@@ -141,7 +141,7 @@ int32_t ByteDfa::next(int32_t state, uint8_t byte) const {
 namespace {
 
 // Subset construction, for an NFA without assertions.
-DfaDraft subsets(const ByteNfa& nfa, const std::string& what) {
+DfaDraft subsets(const ByteNfa& nfa, const std::string& what, std::size_t& spent) {
   DfaDraft d;
   std::map<std::vector<int32_t>, int32_t> ids;
   std::vector<std::vector<int32_t>> sets;
@@ -157,7 +157,7 @@ DfaDraft subsets(const ByteNfa& nfa, const std::string& what) {
     return id;
   };
   intern(closure(nfa, {nfa.start}));
-  BuildWork work(what);
+  BuildWork work(what, spent);
   const auto spend = [&](std::size_t units) { work.spend(units); };
   for (std::size_t i = 0; i < sets.size(); ++i) {
     // Cut the byte line where any member's edge starts or ends; each piece maps to one target set.
@@ -201,11 +201,14 @@ DfaDraft subsets(const ByteNfa& nfa, const std::string& what) {
 }  // namespace
 
 ByteDfa determinize(const ByteNfa& nfa, const std::string& what) {
-  return finish(nfa.assertions.empty() ? subsets(nfa, what) : thread_sets(nfa, what), what);
+  std::size_t work = 0;
+  return finish(nfa.assertions.empty() ? subsets(nfa, what, work) : thread_sets(nfa, what, work), what);
 }
 
-std::optional<ByteDfa> determinize_or_empty(const ByteNfa& nfa, const std::string& what) {
-  return prune(nfa.assertions.empty() ? subsets(nfa, what) : thread_sets(nfa, what));
+std::optional<ByteDfa> determinize_or_empty(const ByteNfa& nfa, const std::string& what, std::size_t* work) {
+  std::size_t own = 0;
+  std::size_t& spent = work != nullptr ? *work : own;
+  return prune(nfa.assertions.empty() ? subsets(nfa, what, spent) : thread_sets(nfa, what, spent));
 }
 
 namespace {

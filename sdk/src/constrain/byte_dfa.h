@@ -87,8 +87,9 @@ inline constexpr std::size_t kMaxDfaStates = 60000;
 // bound on the work. With assertions, a DFA state is a set of threads (an NFA state and the assertions its
 // run has still to meet, each at the state its `rest` automaton has reached): exact, and bounded the same.
 ByteDfa determinize(const ByteNfa& nfa, const std::string& what);
-// The same, nullopt when nothing is accepted.
-std::optional<ByteDfa> determinize_or_empty(const ByteNfa& nfa, const std::string& what);
+// The same, nullopt when nothing is accepted. `work`: the work bound's count, shared by the constructions of
+// one source so that the bound holds for them together (a pattern's lookaheads); nullptr: this one's own.
+std::optional<ByteDfa> determinize_or_empty(const ByteNfa& nfa, const std::string& what, std::size_t* work = nullptr);
 // The texts both accept.
 ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, const std::string& what);
 // The same, nullopt when none.

@@ -38,10 +38,11 @@ inline void append_edge(std::vector<ByteDfa::Edge>& out, uint8_t lo, uint8_t hi,
 }
 
 // The work a pattern may cost (NFA states and edges visited over all DFA states), so that no request's
-// schema holds a thread for long: past it the pattern is refused as too complex.
+// schema holds a thread for long: past it the pattern is refused as too complex. `work` counts it, and may be
+// shared by the constructions of one source (determinize_or_empty).
 class BuildWork {
  public:
-  explicit BuildWork(const std::string& what) : what_(what) {}
+  BuildWork(const std::string& what, std::size_t& work) : what_(what), work_(work) {}
   void spend(std::size_t units) {
     work_ += units;
     ORBIT_CHECK(work_ <= kMaxWork, what_ << ": too complex to constrain (its automaton takes too long to build)");
@@ -50,7 +51,7 @@ class BuildWork {
  private:
   static constexpr std::size_t kMaxWork = 4'000'000;
   const std::string& what_;
-  std::size_t work_ = 0;
+  std::size_t& work_;
 };
 
 // The byte line cut where `cut` marks (cut[0] and cut[256] set): the first byte of each piece, and per byte
@@ -65,6 +66,6 @@ inline std::vector<int> byte_pieces(const std::array<uint8_t, 257>& cut, std::ar
 }
 
 // Subset construction over threads (byte_dfa.h), for an NFA with assertions.
-DfaDraft thread_sets(const ByteNfa& nfa, const std::string& what);
+DfaDraft thread_sets(const ByteNfa& nfa, const std::string& what, std::size_t& work);
 
 }  // namespace orbit::constrain

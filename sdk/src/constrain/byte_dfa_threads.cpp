@@ -44,7 +44,8 @@ std::vector<uint8_t> universal_states(const ByteDfa& d) {
 // Subset construction over threads (byte_dfa.h): a DFA state is the set of threads the text so far leaves.
 class ThreadSets {
  public:
-  ThreadSets(const ByteNfa& nfa, const std::string& what) : nfa_(nfa), what_(what), work_(what) {
+  ThreadSets(const ByteNfa& nfa, const std::string& what, std::size_t& work)
+      : nfa_(nfa), what_(what), work_(what, work) {
     for (const ByteNfa::Assertion& a : nfa.assertions) universal_.push_back(universal_states(*a.rest));
   }
 
@@ -212,6 +213,8 @@ class ThreadSets {
 
 }  // namespace
 
-DfaDraft thread_sets(const ByteNfa& nfa, const std::string& what) { return ThreadSets(nfa, what).run(); }
+DfaDraft thread_sets(const ByteNfa& nfa, const std::string& what, std::size_t& work) {
+  return ThreadSets(nfa, what, work).run();
+}
 
 }  // namespace orbit::constrain

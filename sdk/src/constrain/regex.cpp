@@ -77,11 +77,18 @@ void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<
 // Lookaheads a pattern may hold (each is an automaton of its own, built once however often it repeats).
 constexpr int kMaxLookaheads = 32;
 
+// What the automata a pattern's lookaheads need have cost so far: their count, and the work their
+// determinizations share (byte_dfa.h's bound holds for them together).
+struct LookBudget {
+  int lookaheads = 0;
+  std::size_t work = 0;
+};
+
 class Builder {
  public:
-  // `lookaheads`: the count built so far, shared with the builders of nested lookaheads.
-  Builder(ByteNfa& nfa, RegexText text, const std::string& what, int& lookaheads)
-      : nfa_(nfa), text_(text), what_(what), lookaheads_(lookaheads) {}
+  // `budget`: shared with the builders of nested lookaheads.
+  Builder(ByteNfa& nfa, RegexText text, const std::string& what, LookBudget& budget)
+      : nfa_(nfa), text_(text), what_(what), budget_(budget) {}
 
   Frag build(const Rx& r) {
     ORBIT_CHECK(nfa_.states.size() < kMaxNfaStates, what_ << ": the pattern is too complex to constrain");
@@ -141,13 +148,13 @@ class Builder {
   // the lookaheads and the fragment both read the rest of the text), and cheaper than running them as threads.
   Frag looking(const std::vector<Rx>& kids, std::size_t looks, bool ends) {
     ByteNfa sub;
-    Builder inner(sub, text_, what_, lookaheads_);
+    Builder inner(sub, text_, what_, budget_);
     Frag f = inner.empty();
     for (std::size_t k = looks; k < kids.size(); ++k) f = inner.then(f, inner.build(kids[k]));
     if (!ends) f = inner.then(f, inner.star(rx::any_char()));
     sub.start = f.start;
     sub.accept = f.end;
-    std::optional<ByteDfa> dfa = determinize_or_empty(sub, what_);
+    std::optional<ByteDfa> dfa = determinize_or_empty(sub, what_, &budget_.work);
     for (std::size_t k = 0; k < looks && dfa; ++k) {
       std::optional<ByteDfa> rest = look_rest(kids[k]);
       if (!kids[k].negative) {
@@ -234,10 +241,11 @@ class Builder {
   // ending one of X's alternatives leaves no bytes after it; one elsewhere is an assertion of its own).
   std::optional<ByteDfa> look_rest(const Rx& r) {
     const std::string at = "character " + std::to_string(r.at + 1) + " of the pattern";
-    ORBIT_CHECK(++lookaheads_ <= kMaxLookaheads, what_ << ": over " << kMaxLookaheads << " lookaheads at " << at);
+    ORBIT_CHECK(++budget_.lookaheads <= kMaxLookaheads,
+                what_ << ": over " << kMaxLookaheads << " lookaheads at " << at);
     const std::string what = what_ + ": the lookahead at " + at;
     ByteNfa sub;
-    Builder inner(sub, text_, what, lookaheads_);
+    Builder inner(sub, text_, what, budget_);
     sub.start = sub.add();
     sub.accept = sub.add();
     const int32_t any = sub.add();
@@ -261,7 +269,7 @@ class Builder {
     } else {
       branch(x);
     }
-    return determinize_or_empty(sub, what);
+    return determinize_or_empty(sub, what, &budget_.work);
   }
 
   Frag repeat(const Rx& r) {
@@ -356,7 +364,7 @@ class Builder {
   ByteNfa& nfa_;
   RegexText text_;
   const std::string& what_;
-  int& lookaheads_;
+  LookBudget& budget_;
   std::map<std::size_t, int32_t> looks_;  // the assertion each lookahead was built as, by where it opens
   int32_t end_ = kNone;                   // the assertion '$' was built as
 };
@@ -398,8 +406,8 @@ ByteNfa regex_nfa(const std::string& pattern, RegexSyntax syntax, RegexText text
     branches.push_back(std::move(root));
   }
   ByteNfa nfa;
-  int lookaheads = 0;
-  Builder b(nfa, text, what, lookaheads);
+  LookBudget budget;
+  Builder b(nfa, text, what, budget);
   nfa.start = nfa.add();
   nfa.accept = nfa.add();
   for (Rx& branch : branches) {
