@@ -259,3 +259,53 @@ def test_a_call_max_tokens_cuts_is_the_call_so_far(orbit, engine):
                          tools=TOOLS)
     again = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="required", max_tokens=80)
     assert len(again.tool_calls) == 1 and not again.tool_call_cut
+
+
+# zod's z.hostname() as zod-to-json-schema writes it: a lookahead bounds the length beside format hostname; its
+# automaton takes over a hundred milliseconds to compile.
+HOSTNAME = {"type": "string", "format": "hostname",
+            "pattern": "^(?=.{1,253}\\.?$)[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
+                       "(?:\\.[a-zA-Z0-9](?:[-0-9a-zA-Z]{0,61}[0-9a-zA-Z])?)*\\.?$"}
+
+
+def test_a_schema_sent_again_is_not_compiled_again(orbit, engine):
+    # Window.generate keeps what its arguments compile to in the engine's constraint cache: the same schema
+    # again is a hit (no compile), another schema or another form of the argument is an entry of its own, and
+    # the answer under the kept constraint is the one the first, compiling, call gave.
+    window = engine.new_window()
+    window.sync([{"role": "user", "content": "Name a host."}])
+    prompt = engine.tokenize("assistant:", False)
+    window.generate(prompt, max_tokens=2)  # free text: nothing compiled, nothing kept
+    before = engine.stats.constraint_cache
+    assert (before.entries, before.hits, before.misses) == (0, 0, 0)
+    assert before.max_entries == 64 and before.max_bytes == 256 << 20
+
+    first = window.generate(prompt, response_format=HOSTNAME, max_tokens=24)
+    s = engine.stats.constraint_cache
+    assert (s.entries, s.hits, s.misses) == (1, 0, 1)
+    assert s.bytes > 0
+    again = window.generate(prompt, response_format=HOSTNAME, max_tokens=24)
+    s = engine.stats.constraint_cache
+    assert (s.entries, s.hits, s.misses) == (1, 1, 1)
+    assert again.tokens == first.tokens and again.text == first.text
+    assert isinstance(first.json, str), first.text
+
+    wrapped = {"type": "json_schema", "json_schema": {"name": "host", "schema": HOSTNAME}}
+    window.generate(prompt, response_format=wrapped, max_tokens=24)
+    window.generate(prompt, response_format={"type": "integer"}, max_tokens=8)
+    s = engine.stats.constraint_cache
+    assert (s.entries, s.hits, s.misses) == (3, 1, 3)
+    # A refusal is not kept: it raises again, and compiles again.
+    with pytest.raises(orbit.OrbitError, match="uniqueItems"):
+        window.generate(prompt, response_format={"type": "array", "uniqueItems": True}, max_tokens=8)
+    with pytest.raises(orbit.OrbitError, match="uniqueItems"):
+        window.generate(prompt, response_format={"type": "array", "uniqueItems": True}, max_tokens=8)
+    s = engine.stats.constraint_cache
+    assert (s.entries, s.misses) == (3, 5)
+    # Another engine's cache is its own: its first call compiles, and answers as this one did.
+    other = orbit.Engine(engine.model_info.origin, pool_bytes=32 << 20)
+    w2 = other.new_window()
+    w2.sync([{"role": "user", "content": "Name a host."}])
+    assert w2.generate(prompt, response_format=HOSTNAME, max_tokens=24).tokens == first.tokens
+    assert other.stats.constraint_cache.misses == 1
+    assert "ConstraintCacheStats(entries=1" in repr(other.stats.constraint_cache)

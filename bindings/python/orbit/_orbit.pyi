@@ -488,7 +488,29 @@ class EngineStats:
     @property
     def media_missed(self) -> int: ...
     @property
+    def constraint_cache(self) -> ConstraintCacheStats:
+        """The compiled constraints Window.generate keeps (tools, tool_choice, response_format)."""
+    @property
     def store(self) -> StoreStats: ...
+
+class ConstraintCacheStats:
+    """The engine's cache of compiled constraints (orbit/constraint_cache.h), keyed by generate's arguments."""
+    @property
+    def entries(self) -> int: ...
+    @property
+    def bytes(self) -> int:
+        """All the entries hold, grammars and token masks counted, recounted when read (past max_bytes the least
+        recently used are dropped first)."""
+    @property
+    def hits(self) -> int:
+        """Lookups answered without compiling."""
+    @property
+    def misses(self) -> int:
+        """Lookups that compiled (refusals included: they are not kept)."""
+    @property
+    def max_entries(self) -> int: ...
+    @property
+    def max_bytes(self) -> int: ...
 
 class ModelInfo:
     """The engine's model."""
@@ -1033,8 +1055,11 @@ class Window:
         tool_choice: 'auto' (None too), 'none', 'required', a tool's name, or OpenAI's {'type': 'function',
         'function': {'name': ...}}; response_format: 'text', 'json_object', OpenAI's {'type': 'json_schema',
         'json_schema': {'name': ..., 'schema': {...}}} or a JSON Schema dict.
-        What the answer is decoded under is compiled once per engine and arguments and kept (the last 32), so a
-        loop that sends the same tools every step pays for it, and for its token masks, once. tool_call_format
+        What the answer is decoded under is compiled once per engine and arguments and kept in the engine's
+        constraint cache (EngineStats.constraint_cache: at most 64 entries and 256 MiB, grammars and token masks
+        counted, least recently used dropped first; a refusal is not kept), so a loop that sends the same tools
+        or schema every step pays for it, and for its token masks, once (zod's hostname pattern alone takes
+        over 100 ms to compile). The same schema written with other key order is another entry. tool_call_format
         ('hermes', 'llama3', 'mistral'; default: the chat template's) needs tools. An answer max_tokens ends
         inside a call gives that call last in tool_calls as far as it was written (Generation.tool_call_cut);
         a forced call ('required' or a tool's name) cut before its name began (e.g. text '<tool_cal') too, with

@@ -3,9 +3,6 @@
 // (orbit/constraint.h) and the calls or JSON read back from it (orbit/tool_calls.h).
 #include <pybind11/stl.h>
 
-#include <list>
-#include <mutex>
-
 #include "answer.h"
 #include "bindings.h"
 #include "convert.h"
@@ -78,44 +75,6 @@ std::string unwritable_here(const PyWindow& w, const std::shared_ptr<const Const
   if (!w.engine->has_tokenizer()) return "";
   const std::shared_ptr<const orbit::TokenVocabulary> vocabulary = orbit::token_vocabulary(*w.engine);
   return orbit::unwritable(c, *vocabulary, w.engine->model_info().max_positions * vocabulary->max_token_bytes());
-}
-
-// answer_spec's results by engine and arguments, kept: compiling the tools' grammar, checking that the
-// vocabulary spells it and warming its token masks cost milliseconds a call (about 6 ms for a tool of three
-// fields on stories260K), and an agent loop sends the same tools every step. The server keeps its
-// constraints the same way (ConstraintCache). Refusals are not kept: they throw again.
-class SpecCache {
- public:
-  std::optional<AnswerSpec> find(const PyWindow& w, const std::string& key) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->raw != w.engine.get() || it->engine.expired() || it->key != key) continue;
-      entries_.splice(entries_.begin(), entries_, it);
-      return entries_.front().spec;
-    }
-    return std::nullopt;
-  }
-  void put(const PyWindow& w, std::string key, const AnswerSpec& spec) {
-    std::lock_guard<std::mutex> lock(mu_);
-    entries_.push_front({w.engine, w.engine.get(), std::move(key), spec});
-    if (entries_.size() > kMax) entries_.pop_back();
-  }
-
- private:
-  static constexpr std::size_t kMax = 32;
-  struct Entry {
-    std::weak_ptr<orbit::Engine> engine;  // expired: another engine may live at `raw` now
-    const orbit::Engine* raw = nullptr;
-    std::string key;
-    AnswerSpec spec;
-  };
-  std::mutex mu_;
-  std::list<Entry> entries_;  // most recently used first
-};
-
-SpecCache& spec_cache() {
-  static SpecCache* cache = new SpecCache;  // never destroyed: no order problem at interpreter exit
-  return *cache;
 }
 
 // The arguments answer_spec reads, as one string.
@@ -235,13 +194,23 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
 
 }  // namespace
 
+// answer_spec's results are kept in the engine's constraint cache (Engine::constraint_cache), by the arguments:
+// compiling the tools' grammar or the schema, checking that the vocabulary spells it and warming its token
+// masks cost milliseconds a call (about 6 ms for a tool of three fields on stories260K; zod's hostname
+// pattern alone takes about 140 ms to compile), and an agent loop sends the same arguments every step.
+// Refusals are not kept: they throw again; nor are calls without tools or response_format (free text). The
+// build runs with the GIL held and no cache lock taken.
 AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
                        const py::object& response_format, const py::object& tool_call_format) {
-  std::string key = spec_key(tools, tool_choice, response_format, tool_call_format);
-  if (std::optional<AnswerSpec> kept = spec_cache().find(w, key)) return *std::move(kept);
-  AnswerSpec a = build_spec(w, tools, tool_choice, response_format, tool_call_format);
-  spec_cache().put(w, std::move(key), a);
-  return a;
+  if (tools.is_none() && response_format.is_none()) {  // free text: nothing to compile, nothing kept
+    return build_spec(w, tools, tool_choice, response_format, tool_call_format);
+  }
+  const std::string key = "python generate\n" + spec_key(tools, tool_choice, response_format, tool_call_format);
+  return w.engine->constraint_cache().remembered<AnswerSpec>(key, [&] {
+    AnswerSpec a = build_spec(w, tools, tool_choice, response_format, tool_call_format);
+    const std::size_t other = sizeof(AnswerSpec) + a.tools_json.capacity() + a.trigger.capacity();
+    return orbit::Remembered<AnswerSpec>{a, a.constraint, other};
+  });
 }
 
 void read_answer(const AnswerSpec& a, py::object& generation) {
@@ -271,6 +240,21 @@ void read_answer(const AnswerSpec& a, py::object& generation) {
 }
 
 void init_answer(py::module_& m) {
+  using orbit::ConstraintCacheStats;
+  py::class_<ConstraintCacheStats>(m, "ConstraintCacheStats",
+                                   "The engine's cache of compiled constraints (EngineStats.constraint_cache).")
+      .def_readonly("entries", &ConstraintCacheStats::entries, "Constraints kept.")
+      .def_readonly("bytes", &ConstraintCacheStats::bytes,
+                    "Bytes they hold (grammars and token masks, recounted now; past max_bytes the least recently "
+                    "used are dropped first).")
+      .def_readonly("hits", &ConstraintCacheStats::hits, "Lookups answered without compiling.")
+      .def_readonly("misses", &ConstraintCacheStats::misses, "Lookups that compiled (refusals included).")
+      .def_readonly("max_entries", &ConstraintCacheStats::max_entries, "Entries kept at most (64).")
+      .def_readonly("max_bytes", &ConstraintCacheStats::max_bytes, "Bytes kept at most (256 MiB).")
+      .def("__repr__", [](const ConstraintCacheStats& s) {
+        return "ConstraintCacheStats(entries=" + std::to_string(s.entries) + ", bytes=" + std::to_string(s.bytes) +
+               ", hits=" + std::to_string(s.hits) + ", misses=" + std::to_string(s.misses) + ")";
+      });
   auto engine = py::reinterpret_borrow<py::class_<orbit::Engine, std::shared_ptr<orbit::Engine>>>(m.attr("Engine"));
   engine.def(
       "tool_call_format",

@@ -502,6 +502,8 @@ void def_engine_state(py::module_& m) {
                     "The last background failure's message ('' if none).")
       .def_readonly("media_found", &EngineStats::media_found, "find_media() calls answered (no encoder needed).")
       .def_readonly("media_missed", &EngineStats::media_missed, "find_media() calls that found no embeddings.")
+      .def_readonly("constraint_cache", &EngineStats::constraint_cache,
+                    "ConstraintCacheStats: the compiled constraints generate keeps (tools, response_format).")
       .def_readonly("store", &EngineStats::store, "StoreStats (empty after close()).")
       .def("__repr__", [](const EngineStats& s) {
         std::ostringstream o;

@@ -156,58 +156,23 @@ AnswerConstraint ConstraintCache::for_request(const ChatRequest& request) {
 }
 
 AnswerConstraint ConstraintCache::remembered(const std::string& key, const std::function<AnswerConstraint()>& make) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto it = kept_.find(key);
-    if (it != kept_.end()) {
-      order_.splice(order_.begin(), order_, it->second.at);
-      trim_locked();  // its masks, and others', grew since the last count
-      return it->second.answer;
+  return kept_.remembered<AnswerConstraint>(key, [&] {
+    AnswerConstraint out = make();
+    // What the entry holds beside its constraint's bytes: the answer itself, its trigger and refusal texts.
+    std::size_t other = sizeof(AnswerConstraint) + out.trigger.capacity();
+    if (out.error) {
+      const ApiError& e = *out.error;
+      other += sizeof(ApiError) + e.message.capacity() + e.type.capacity() + e.param.capacity() + e.code.capacity();
     }
-  }
-  AnswerConstraint out = make();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (kept_.count(key) == 0) {
-    order_.push_front(key);
-    kept_.emplace(key, Kept{out, order_.begin(), fixed_bytes(key, out)});
-    trim_locked();
-  }
-  return out;
-}
-
-std::size_t ConstraintCache::fixed_bytes(const std::string& key, const AnswerConstraint& answer) {
-  // The map's node (its pair, a next pointer, the cached hash, a bucket) and the order's (two links).
-  constexpr std::size_t kNodes =
-      sizeof(std::pair<const std::string, Kept>) + 3 * sizeof(void*) + sizeof(std::string) + 2 * sizeof(void*);
-  std::size_t n = kNodes + 2 * key.capacity() + answer.trigger.capacity();
-  if (answer.error) {
-    const ApiError& e = *answer.error;
-    n += sizeof(ApiError) + e.message.capacity() + e.type.capacity() + e.param.capacity() + e.code.capacity();
-  }
-  return n;
-}
-
-std::size_t ConstraintCache::held_bytes(const Kept& kept) {
-  return kept.fixed + (kept.answer.constraint ? kept.answer.constraint->memory_bytes() : 0);
-}
-
-std::size_t ConstraintCache::trim_locked() {
-  std::size_t total = 0;
-  for (const auto& entry : kept_) total += held_bytes(entry.second);
-  while (order_.size() > 1 && (total > max_bytes_ || order_.size() > capacity_)) {
-    const auto it = kept_.find(order_.back());
-    total -= std::min(total, held_bytes(it->second));
-    kept_.erase(it);
-    order_.pop_back();
-  }
-  return total;
+    return Remembered<AnswerConstraint>{out, out.constraint, other};
+  });
 }
 
 ConstraintCache::Usage ConstraintCache::usage() {
-  std::lock_guard<std::mutex> lock(mu_);
+  const ConstraintCacheStats s = kept_.stats();
   Usage u;
-  u.bytes = trim_locked();
-  u.entries = kept_.size();
+  u.bytes = static_cast<std::size_t>(s.bytes);
+  u.entries = static_cast<std::size_t>(s.entries);
   return u;
 }
 

@@ -22,15 +22,16 @@
 // A constraint the model's vocabulary cannot write is refused before the run (400 naming the field and the
 // first byte no token writes): its shortest whole match is spelled with the vocabulary's tokens, longest
 // first (a tokenizer without a token for '{', as TinyStories-656K's, can write no JSON object).
-// Built constraints, and the tools' checks, are kept (by what they were built from) in a small LRU: their token
-// masks are cached inside them, so an agent that sends the same tools every turn pays for the masks and the
-// check once. The LRU is bounded by entries (64) and by bytes (max_bytes, 256 MiB by default), counting all it
-// holds: each entry's key (twice: the map's and the order's), its refusal and trigger text, the nodes, and its
-// constraint's grammar and masks (Constraint::memory_bytes). Masks grow while answers decode, so the bytes are
-// recounted at every request and by bytes() (/metrics: orbit_constraint_cache_bytes), dropping least recently
-// used entries until they fit; between two counts running answers may add masks (at most 64 MiB per constraint,
-// token_masks.h). The entry a request just used is never dropped (a dropped constraint lives on in the
-// requests that hold it).
+// Built constraints, and the tools' checks, are kept (by what they were built from: the request's tools,
+// tool_choice, parallel_tool_calls and response_format) in the SDK's keyed LRU (orbit/constraint_cache.h):
+// their token masks are cached inside them, so an agent that sends the same tools every turn pays for the
+// masks and the check once. The LRU is bounded by entries (64) and by bytes (max_bytes, 256 MiB by default),
+// counting all it holds: each entry's key (twice: the map's and the order's), its refusal and trigger text,
+// the nodes, and its constraint's grammar and masks (Constraint::memory_bytes). Masks grow while answers
+// decode, so the bytes are recounted at every request and by usage() (/metrics: orbit_constraint_cache_bytes),
+// dropping least recently used entries until they fit; between two counts running answers may add masks (at
+// most 64 MiB per constraint, token_masks.h). The entry a request just used is never dropped (a dropped
+// constraint lives on in the requests that hold it).
 //
 // Thread-safety: every member may be called from any thread.
 #pragma once
@@ -39,14 +40,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 
 #include "orbit/constraint.h"
+#include "orbit/constraint_cache.h"
 #include "orbit/tool_calls.h"
 #include "serve/wire/serve_api.h"
 
@@ -69,8 +68,7 @@ class ConstraintCache {
       : format_(format),
         vocabulary_(std::move(vocabulary)),
         max_answer_bytes_(context_tokens * std::max<int64_t>(1, vocabulary_->max_token_bytes())),
-        max_bytes_(max_bytes),
-        capacity_(capacity) {}
+        kept_(ConstraintCacheOptions{max_bytes, capacity}) {}
 
   AnswerConstraint for_request(const ChatRequest& request);
   // What it holds now, recounted (least recently used entries past max_bytes dropped first).
@@ -79,7 +77,7 @@ class ConstraintCache {
     std::size_t bytes = 0;
   };
   Usage usage();
-  std::size_t max_bytes() const { return max_bytes_; }
+  std::size_t max_bytes() const { return kept_.options().max_bytes; }
 
  private:
   AnswerConstraint build(const ChatRequest& request) const;
@@ -87,30 +85,14 @@ class ConstraintCache {
   // Under tool_choice "auto" with a JSON answer asked for: a call or `answer` (the JSON's constraint, or its
   // refusal, returned as it is), from the first byte.
   AnswerConstraint build_calls_or_answer(const ChatRequest& request, AnswerConstraint answer) const;
-  // The answer kept under `key`, else make()'s, kept (the least recently used dropped past capacity_ entries
-  // or max_bytes_).
+  // The answer kept under `key`, else make()'s, kept (the least recently used dropped past the cache's
+  // entries or bytes). A refusal is kept too: the same tools fail the same way.
   AnswerConstraint remembered(const std::string& key, const std::function<AnswerConstraint()>& make);
-  struct Kept;
-  // Bytes an entry holds apart from its constraint's (which grow): key, texts, nodes.
-  static std::size_t fixed_bytes(const std::string& key, const AnswerConstraint& answer);
-  static std::size_t held_bytes(const Kept& kept);
-  // Recounts and drops least recently used entries (never the most recent) until both bounds hold; the bytes
-  // then held. Requires mu_.
-  std::size_t trim_locked();
 
   ToolCallFormat format_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   int64_t max_answer_bytes_;
-  std::size_t max_bytes_;
-  std::size_t capacity_;
-  std::mutex mu_;
-  std::list<std::string> order_;  // keys, most recently used first
-  struct Kept {
-    AnswerConstraint answer;  // a refusal is kept too: the same tools fail the same way
-    std::list<std::string>::iterator at;
-    std::size_t fixed = 0;  // fixed_bytes
-  };
-  std::unordered_map<std::string, Kept> kept_;
+  orbit::ConstraintCache kept_;
 };
 
 }  // namespace orbit::serve

@@ -50,8 +50,9 @@
 // the vocabulary's byte strings with the matcher, skipping every subtree whose prefix is refused (inside a
 // string only the tokens that are not plain string content are walked). On a 128k-token vocabulary a hit
 // costs tens of microseconds, a miss up to a few milliseconds (bench/constrain/bench_constrain.cpp). A
-// tokenizer's vocabulary is read once per process (token_vocabulary), building a Constraint parses its schema:
-// keep Constraints for schemas that come back, so their masks stay warm.
+// tokenizer's vocabulary is read once per process (token_vocabulary), building a Constraint parses its schema
+// (zod's hostname pattern: about 140 ms): keep Constraints for schemas that come back, so their masks stay
+// warm (orbit/constraint_cache.h keeps them by schema text, bounded: Engine::constraint_cache()).
 //
 // Thread-safety: Constraint and TokenVocabulary are immutable and safe to share between threads (their mask
 // caches lock inside). ConstraintMatcher and TokenConstraint are values for one thread at a time.
@@ -109,7 +110,8 @@ struct ToolCallOptions {
 };
 
 // An immutable grammar over bytes. Build one once and reuse it: the token masks it computes are cached in
-// it, per vocabulary (a server that sees the same schema again should keep its Constraint).
+// it, per vocabulary (a server that sees the same schema again should keep its Constraint: ConstraintCache,
+// orbit/constraint_cache.h).
 class Constraint {
  public:
   // A JSON value valid under `schema_json`, a JSON Schema in the supported subset:

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "orbit/chunk.h"
+#include "orbit/constraint_cache.h"
 #include "orbit/errors.h"
 #include "orbit/store.h"
 #include "orbit/tool_calls.h"
@@ -119,6 +120,8 @@ struct EngineOptions {
   // beside a llama2.c model (tok<vocab>.bin, else tokenizer.bin), if any. Its ids must fit the model's
   // vocabulary (runtime/tokenizer.h: load_tokenizer).
   std::string tokenizer;
+  // Bounds of the engine's cache of compiled constraints (Engine::constraint_cache): 64 entries, 256 MiB.
+  ConstraintCacheOptions constraint_cache;
 };
 
 struct ModelInfo {
@@ -180,6 +183,8 @@ struct EngineStats {
   std::string background_error;    // the last failure's message
   int64_t media_found = 0;         // find_media() answered from the embedding cache
   int64_t media_missed = 0;        // find_media() found no embeddings (the caller encodes)
+  // Engine::constraint_cache(): its entries and bytes (recounted), hits and misses (builds).
+  ConstraintCacheStats constraint_cache;
   StoreStats store;
 };
 
@@ -257,6 +262,14 @@ class Engine {
   // Window::sync puts in a window (with add_generation_prompt = false).
   std::vector<int64_t> tokenize_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
                                      const ChatOptions& options = {}) const;
+
+  // ---- constrained decoding (orbit/constraint.h) ----
+  // The engine's cache of compiled constraints (orbit/constraint_cache.h), bounded by
+  // EngineOptions::constraint_cache and counted in stats().constraint_cache: keep a schema's Constraint there
+  // (constraint_cache().json_schema(text)) and a loop that sends it again compiles it, and computes its token
+  // masks, once. Python's Window.generate keeps what its tools / response_format compile to there. Lives as
+  // long as the engine, usable after close() too.
+  ConstraintCache& constraint_cache();
 
   // The media chunk an earlier add_embeddings(chunk with this media_digest and grid) registered, from
   // the embedding cache (EngineOptions::embedding_cache): this engine's store, another process's through

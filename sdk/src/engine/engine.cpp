@@ -126,9 +126,12 @@ EngineStats Engine::stats() const {
   s.background_failed = core_->jobs().queue().failed(&s.background_error);
   s.media_found = c.media_found;
   s.media_missed = c.media_missed;
+  s.constraint_cache = core_->constraint_cache().stats();
   if (hold) s.store = core_->kv().store().stats();
   return s;
 }
+
+ConstraintCache& Engine::constraint_cache() { return core_->constraint_cache(); }
 
 void Engine::close() { core_->close(); }
 bool Engine::closed() const { return core_->life().closed(); }

@@ -80,6 +80,7 @@ class EngineCore {
   const UsageMeter& usage() const { return *usage_; }
   const EngineLife& life() const { return life_; }
   EngineLife& life() { return life_; }
+  ConstraintCache& constraint_cache() { return constraint_cache_; }
 
   // ---- cost and fidelity models (calibrate.cpp) ----
   planner::CostModel cost_model() const;
@@ -119,6 +120,7 @@ class EngineCore {
   std::unique_ptr<SharedPool> pool_;
   std::unique_ptr<UsageMeter> usage_;
   std::unique_ptr<PatchJobs> jobs_;
+  ConstraintCache constraint_cache_{options_.constraint_cache};
 
   mutable std::mutex mu_;  // the models below
   planner::CostModel cost_model_;

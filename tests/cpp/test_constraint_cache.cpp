@@ -1,0 +1,205 @@
+// The keyed LRU of compiled constraints (orbit/constraint_cache.h): a schema or tools asked for again are not
+// compiled again (counted by hits and misses), what changes the grammar keys apart, the bounds drop the least
+// recently used, a refusal keeps nothing, and a kept constraint masks as a fresh compile does.
+#include <catch2/catch.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "orbit/common/error.h"
+#include "orbit/constraint_cache.h"
+
+using namespace orbit;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// zod's z.hostname(): format hostname beside a pattern whose lookahead bounds the length (thousands of states).
+const std::string kHostname =
+    nlohmann::json({{"type", "string"},
+                    {"format", "hostname"},
+                    {"pattern",
+                     "^(?=.{1,253}\\.?$)[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(?:\\.[a-zA-Z0-9](?:[-0-9a-zA-Z]"
+                     "{0,61}[0-9a-zA-Z])?)*\\.?$"}})
+        .dump();
+const std::string kObject = R"({"type":"object","properties":{"a":{"type":"string","minLength":40}},"required":["a"]})";
+const std::string kOther = R"({"type":"object","properties":{"b":{"type":"string","minLength":40}},"required":["b"]})";
+const std::string kTools = R"([{"type":"function","function":{"name":"find","parameters":{"type":"object",)"
+                           R"("properties":{"q":{"type":"string"}},"required":["q"]}}}])";
+
+std::shared_ptr<const TokenVocabulary> bytes_vocabulary() {
+  TokenBytes tb;
+  for (int b = 0; b < 256; ++b) tb.text.emplace_back(std::string(1, static_cast<char>(b)));
+  return TokenVocabulary::from_bytes(tb);
+}
+
+// The masks of `c` after each prefix of `text` (computing them grows the constraint's memory_bytes).
+std::vector<TokenMask> masks_along(const std::shared_ptr<const Constraint>& c, const TokenVocabulary& v,
+                                   const std::string& text) {
+  std::vector<TokenMask> out;
+  ConstraintMatcher m(c);
+  out.push_back(m.mask(v));
+  for (char b : text) {
+    REQUIRE(m.advance(std::string(1, b)));
+    out.push_back(m.mask(v));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("constraint cache: the same schema is compiled once", "[constraint_cache]") {
+  ConstraintCache cache;
+  const auto first = cache.json_schema(kHostname);
+  const auto again = cache.json_schema(kHostname, {}, "response_format");  // `path` names errors only
+  CHECK(again == first);
+  const ConstraintCacheStats s = cache.stats();
+  CHECK(s.misses == 1);
+  CHECK(s.hits == 1);
+  CHECK(s.entries == 1);
+  CHECK(s.bytes >= static_cast<int64_t>(first->memory_bytes()));
+  const auto tools = cache.tool_calls(kTools);
+  CHECK(cache.tool_calls(kTools) == tools);
+  CHECK(cache.stats().misses == 2);
+  CHECK(cache.stats().hits == 2);
+}
+
+TEST_CASE("constraint cache: another schema, limits or call options is another entry", "[constraint_cache]") {
+  ConstraintCache cache;
+  const auto a = cache.json_schema(kObject);
+  CHECK(cache.json_schema(kOther) != a);
+  ConstraintLimits compact;
+  compact.whitespace = Whitespace::kNone;
+  const auto c = cache.json_schema(kObject, compact);
+  CHECK(c != a);
+  CHECK_FALSE(c->matches(R"({"a": ")" + std::string(40, 'x') + "\"}"));  // compact: no space after ':'
+  ConstraintLimits shorter;
+  shorter.max_string_chars = 50;
+  CHECK(cache.json_schema(kObject, shorter) != a);
+  ToolCallOptions two;
+  two.max_calls = 2;
+  ToolCallOptions qwen;
+  qwen.begin = "<tool_call>\n";
+  const auto one_call = cache.tool_calls(kTools);
+  CHECK(cache.tool_calls(kTools, two) != one_call);
+  CHECK(cache.tool_calls(kTools, qwen) != one_call);
+  const ConstraintCacheStats s = cache.stats();
+  CHECK(s.hits == 0);
+  CHECK(s.misses == 7);
+  CHECK(s.entries == 7);
+}
+
+TEST_CASE("constraint cache: bounded by entries and by bytes, least recently used dropped first",
+          "[constraint_cache]") {
+  ConstraintCacheOptions two;
+  two.max_entries = 2;
+  ConstraintCache by_entries(two);
+  const auto a = by_entries.json_schema(kObject);
+  const auto b = by_entries.json_schema(kOther);
+  CHECK(by_entries.json_schema(kObject) == a);  // a is now the most recent: b goes next
+  by_entries.json_schema(kHostname);
+  CHECK(by_entries.stats().entries == 2);
+  CHECK(by_entries.json_schema(kObject) == a);
+  CHECK(by_entries.json_schema(kOther) != b);  // compiled again
+  CHECK(by_entries.stats().misses == 4);
+
+  // By bytes: room for one entry with its masks and a half; the second's masks push the first out once counted.
+  const auto vocab = bytes_vocabulary();
+  const std::string text = R"({"a": ")" + std::string(30, 'x');
+  std::size_t one = 0;
+  {
+    ConstraintCache probe;
+    masks_along(probe.json_schema(kObject), *vocab, text);
+    one = static_cast<std::size_t>(probe.stats().bytes);
+  }
+  ConstraintCacheOptions budget;
+  budget.max_bytes = one * 3 / 2;
+  ConstraintCache by_bytes(budget);
+  const auto x = by_bytes.json_schema(kObject);
+  masks_along(x, *vocab, text);
+  const auto y = by_bytes.json_schema(kOther);
+  CHECK(by_bytes.stats().entries == 2);  // y's masks are not computed yet: both fit
+  masks_along(y, *vocab, R"({"b": ")" + std::string(30, 'x'));
+  const ConstraintCacheStats after = by_bytes.stats();
+  CHECK(after.entries == 1);
+  CHECK(after.bytes <= static_cast<int64_t>(one * 3 / 2));
+  CHECK(by_bytes.json_schema(kOther) == y);
+  CHECK(by_bytes.json_schema(kObject) != x);
+  // An entry larger than the budget stays while it is the most recent; max_entries 0 keeps nothing.
+  ConstraintCacheOptions tiny;
+  tiny.max_bytes = 1;
+  ConstraintCache small(tiny);
+  const auto t = small.json_schema(kObject);
+  CHECK(small.json_schema(kObject) == t);
+  ConstraintCacheOptions none;
+  none.max_entries = 0;
+  ConstraintCache off(none);
+  CHECK(off.json_schema(kObject) != off.json_schema(kObject));
+  CHECK(off.stats().entries == 0);
+  CHECK(off.stats().misses == 2);
+}
+
+TEST_CASE("constraint cache: a kept constraint masks as a fresh compile does", "[constraint_cache]") {
+  ConstraintCache cache;
+  const auto vocab = bytes_vocabulary();
+  cache.json_schema(kHostname);
+  const auto kept = cache.json_schema(kHostname);
+  REQUIRE(cache.stats().hits == 1);
+  const auto fresh = Constraint::json_schema(kHostname);
+  for (const std::string text : {"\"example.com", "\"a-b.c0.", "\"x"}) {
+    const std::vector<TokenMask> k = masks_along(kept, *vocab, text);
+    const std::vector<TokenMask> f = masks_along(fresh, *vocab, text);
+    REQUIRE(k.size() == f.size());
+    for (std::size_t i = 0; i < k.size(); ++i) {
+      INFO(text << " after " << i << " bytes");
+      CHECK(k[i].bits == f[i].bits);
+      CHECK(k[i].complete == f[i].complete);
+    }
+  }
+  CHECK(kept->matches("\"example.com\""));
+  CHECK_FALSE(kept->matches("\"-example.com\""));
+}
+
+TEST_CASE("constraint cache: a refusal keeps nothing; a key holds one type", "[constraint_cache]") {
+  ConstraintCache cache;
+  const std::string bad = R"({"type":"array","uniqueItems":true})";
+  for (int i = 0; i < 2; ++i) {
+    CHECK_THROWS_WITH(cache.json_schema(bad, {}, "response_format"),
+                      Contains("response_format: 'uniqueItems' is not supported"));
+  }
+  CHECK(cache.stats().misses == 2);
+  CHECK(cache.stats().entries == 0);
+  // remembered(): a caller's own value around a constraint, under its own key.
+  const auto made = [] { return Remembered<std::string>{"kept", Constraint::json_object(), 4}; };
+  CHECK(cache.remembered<std::string>("mine", made) == "kept");
+  CHECK(cache.remembered<std::string>("mine", [] { return Remembered<std::string>{"other", nullptr, 0}; }) == "kept");
+  CHECK_THROWS_WITH(cache.remembered<int>("mine",
+                                          [] {
+                                            return Remembered<int>{1, nullptr, 0};
+                                          }),
+                    Contains("is kept as another type of value"));
+}
+
+TEST_CASE("constraint cache: lookups from several threads share one entry", "[constraint_cache][thread]") {
+  ConstraintCache cache;
+  const auto vocab = bytes_vocabulary();
+  std::vector<std::thread> threads;
+  std::vector<std::shared_ptr<const Constraint>> got(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        got[t] = cache.json_schema(i % 2 ? kObject : kOther);
+        ConstraintMatcher(got[t]).mask(*vocab);  // masks grow while others recount
+        cache.stats();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const ConstraintCacheStats s = cache.stats();
+  CHECK(s.entries == 2);
+  CHECK(s.hits + s.misses == 80);
+  CHECK(s.misses >= 2);
+  CHECK(cache.json_schema(kObject) == got[0]);
+}
