@@ -67,12 +67,19 @@ struct ServeOptions {
   ServeLimits limits;
 };
 
+struct RunResult;
+
 // Where a run's text goes, and whether its client is still there.
 struct RunSink {
   std::function<bool(const std::string& delta)> on_text;  // text as it is generated; false: the client left
   // Set (a chat request streamed with n > 1): every choice's text goes here as it is generated, with the
   // choice's index 0..n−1, and on_text is not called. Unset: only choice 0's text reaches on_text.
   std::function<bool(int64_t choice, const std::string& delta)> on_choice_text;
+  // Set: each choice's result as that choice ends, while the others may still run (after the last of its
+  // text, its tool calls read out; RunResult::unstreamed is what its text held back), in the order
+  // decode.h states; false: the client left. Not called for a choice the client's leaving, the server's
+  // closing or the engine's failure cut: the run's outcome says what happened to those.
+  std::function<bool(int64_t choice, const RunResult& r)> on_choice_end;
   std::function<bool()> cancelled;  // polled between forwards and while waiting
 };
 
@@ -123,7 +130,7 @@ struct RunResult {
   // written so far (not valid JSON), as OpenAI returns such a call (CutToolCall::kCall, orbit/tool_calls.h).
   bool tool_call_cut = false;
   // Streamed runs (each streamed choice): the content held back while it might have been the start of a call,
-  // sent after the run.
+  // sent once the choice ended (RunSink::on_choice_end).
   std::string unstreamed;
   std::string finish_reason;          // "stop", "length", "tool_calls", or "cancelled" (the client left)
   std::vector<int64_t> tokens;        // generated ids (a stop token that ended the run excluded)

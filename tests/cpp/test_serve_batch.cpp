@@ -5,8 +5,10 @@
 // server while sequences run ends them as cancelled.
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <regex>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "orbit/engine.h"
@@ -184,6 +186,69 @@ TEST_CASE("serve batch: n choices stream together, each under its index", "[serv
   CHECK(left.finish_reason == "cancelled");
   for (const sv::RunResult& c : left.extra_choices) CHECK(c.finish_reason == "cancelled");
   core.close();
+}
+
+namespace {
+
+// A word of `text`'s first half (with the space before it, not at its start) that `other` never writes; "" if
+// none.
+std::string word_only_in(const std::string& text, const std::string& other) {
+  std::size_t at = text.find(' ', 1);
+  while (at != std::string::npos && at < text.size() / 2) {
+    const std::size_t end = std::min(text.find(' ', at + 1), text.size());
+    const std::string word = text.substr(at, end - at);
+    if (word.size() >= 4 && other.find(word) == std::string::npos && text.find(word) == at) return word;
+    at = text.find(' ', at + 1);
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("serve batch: a choice's end reaches the sink when it ends, before the others' later text",
+          "[serve][batch][fork]") {
+  sv::ServeCore core(options());
+  sv::ChatRequest r = chat(core, kQuestions[1], 40);
+  r.sampling.temperature = 1.0;
+  r.sampling.seed = 91;
+  r.sampling.n = 2;
+  const sv::RunResult free = run(core, r, "");
+  REQUIRE(free.extra_choices.size() == 1);
+  // A word choice 1 writes early and choice 0 never writes: as a stop string it ends choice 1 and leaves
+  // choice 0 running.
+  const std::string stop = word_only_in(free.extra_choices[0].text, free.text);
+  INFO("choices: " << free.text << " | " << free.extra_choices[0].text << "; stop: " << stop);
+  REQUIRE_FALSE(stop.empty());
+  r.sampling.stop = {stop};
+  r.sampling.stream = true;
+  std::vector<std::string> order;  // "t0" a text of choice 0, "end1" choice 1's end, ...
+  std::vector<std::optional<sv::RunResult>> ended(2);
+  sv::RunSink sink;
+  sink.on_choice_text = [&](int64_t choice, const std::string&) {
+    order.push_back("t" + std::to_string(choice));
+    return true;
+  };
+  sink.on_choice_end = [&](int64_t choice, const sv::RunResult& result) {
+    REQUIRE_FALSE(ended.at(static_cast<std::size_t>(choice)).has_value());  // once
+    order.push_back("end" + std::to_string(choice));
+    ended[static_cast<std::size_t>(choice)] = result;
+    return true;
+  };
+  const sv::RunResult got = run(core, r, "", sink);
+  REQUIRE(got.extra_choices.size() == 1);
+  REQUIRE((ended[0] && ended[1]));
+  // What each end carried is the choice's result.
+  CHECK(ended[0]->text == free.text);
+  CHECK(ended[0]->finish_reason == "length");
+  CHECK(ended[1]->text == free.extra_choices[0].text.substr(0, free.extra_choices[0].text.find(stop)));
+  CHECK(ended[1]->finish_reason == "stop");
+  CHECK(got.text == ended[0]->text);
+  CHECK(got.extra_choices[0].text == ended[1]->text);
+  CHECK(got.extra_choices[0].finish_reason == "stop");
+  // Choice 1 ended while choice 0 went on: its end came before choice 0's later text, and choice 0's end last.
+  const auto end1 = std::find(order.begin(), order.end(), "end1");
+  CHECK(std::count(end1, order.end(), "t0") >= 5);
+  CHECK(order.back() == "end0");
 }
 
 TEST_CASE("serve batch: with a stop string, log probabilities end with the content's last token", "[serve][batch]") {

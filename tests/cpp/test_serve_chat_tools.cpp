@@ -311,8 +311,8 @@ TEST_CASE("serve: forced calls and JSON answers are decoded under a constraint, 
   CHECK(args.is_object());
   if (call.name == "search") CHECK(args["q"].is_string());
   CHECK(called.result->finish_reason == "tool_calls");
-  // Streamed with n = 2: each choice's answer is read for calls on its own, and each choice's content streams
-  // under its index up to its call (the calls come after the run, in the stream's tail).
+  // Streamed with n = 2: each choice's answer is read for calls on its own, each choice's content streams
+  // under its index up to its call, and its calls reach the sink as the choice ends.
   sv::ChatRequest several = forced;
   several.sampling.n = 2;
   several.sampling.stream = true;
@@ -322,6 +322,12 @@ TEST_CASE("serve: forced calls and JSON answers are decoded under a constraint, 
   sv::RunSink sink;
   sink.on_choice_text = [&](int64_t choice, const std::string& delta) {
     streamed.at(static_cast<std::size_t>(choice)) += delta;
+    return true;
+  };
+  std::vector<std::vector<orbit::ChatToolCall>> ended(2);
+  sink.on_choice_end = [&](int64_t choice, const sv::RunResult& result) {
+    CHECK(result.finish_reason == "tool_calls");
+    ended.at(static_cast<std::size_t>(choice)) = result.tool_calls;
     return true;
   };
   const sv::RunOutcome both = core.chat(several, "", sink);
@@ -334,6 +340,8 @@ TEST_CASE("serve: forced calls and JSON answers are decoded under a constraint, 
     CHECK(nlohmann::json::parse(choice.tool_calls[0].arguments).is_object());
     CHECK(choice.finish_reason == "tool_calls");
     CHECK(streamed[i] + choice.unstreamed == choice.text);
+    REQUIRE(ended[i].size() == 1);
+    CHECK(ended[i][0].arguments == choice.tool_calls[0].arguments);
   }
   // A named function: that one.
   forced.tool_choice = {"function", "open"};

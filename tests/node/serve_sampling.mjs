@@ -7,8 +7,9 @@
 // output_text.logprobs and its delta events likewise), logit_bias (+100 forces a
 // token; -100 on the token greedy picks, its id found by bisection with bans, gives the second best),
 // presence_penalty / frequency_penalty (a repetitive greedy answer repeats less), n: 3 streamed (each choice's
-// chunks under its index, its own finish chunk, usage once), and the 400s naming the field for values out of
-// range. Starts the server on 127.0.0.1 (a free port) and always stops it.
+// chunks under its index, its own finish chunk sent when that choice ends, its tool calls with it, usage
+// once), and the 400s naming the field for values out of range. Starts the server on 127.0.0.1 (a free port)
+// and always stops it.
 //
 // Exit status: 0 all passed, 1 a check failed, 77 skipped (the openai package or `orbit serve` missing).
 import { checks, importOr, scriptArgs, startServer } from "./serve_harness.mjs";
@@ -146,6 +147,66 @@ async function streamedChoices() {
         "n: 3 streamed: the client's stream helper assembles the three choices", JSON.stringify(final.choices));
 }
 
+// Streamed with n > 1, each choice's end goes out when that choice ends (as OpenAI streams it): with a stop
+// string that ends choice 0 early, its finish chunk comes before choice 1's later content; with forced tool
+// calls, a choice's calls come before a longer choice's finish chunk. The client's iterator and its stream
+// helper assemble such streams into the whole request's choices.
+async function choicesEndingApart() {
+  const request = { temperature: 1, seed: 7, n: 2, max_tokens: 32 };
+  const free = (await ask(request)).choices.map((c) => c.message.content);
+  // A word choice 0 writes in its first half and choice 1 never writes: as a stop string it ends choice 0 only.
+  const words = free[0].slice(0, free[0].length / 2).split(" ").filter((w) => w.length >= 3).map((w) => ` ${w}`);
+  const stop = words.find((w) => !free[1].includes(w) && free[0].indexOf(w) > 0);
+  check(stop !== undefined, "n: 2 apart: a stop string only choice 0 writes", JSON.stringify(free));
+  if (stop === undefined) return;
+  const want = [free[0].slice(0, free[0].indexOf(stop)), free[1]];
+  const events = [];  // [index, "content" | "finish", value] in the order the chunks came
+  for await (const chunk of await ask({ ...request, stop, stream: true })) {
+    for (const c of chunk.choices) {
+      if (c.delta?.content) events.push([c.index, "content", c.delta.content]);
+      if (c.finish_reason) events.push([c.index, "finish", c.finish_reason]);
+    }
+  }
+  const finish0 = events.findIndex(([i, kind]) => i === 0 && kind === "finish");
+  const later = events.filter(([i, kind], at) => i === 1 && kind === "content" && at > finish0).length;
+  check(finish0 >= 0 && later >= 5, "n: 2 apart: choice 0's finish chunk came while choice 1 still streamed",
+        JSON.stringify(events));
+  const texts = [0, 1].map((c) => events.filter(([i, kind]) => i === c && kind === "content").map((e) => e[2]).join(""));
+  check(texts[0] === want[0] && texts[1] === want[1], "n: 2 apart: the iterator's chunks spell each choice",
+        `${JSON.stringify(texts)} vs ${JSON.stringify(want)}`);
+  const final = await api.chat.completions.stream({ model: modelId, messages, ...request, stop }).finalChatCompletion();
+  check(final.choices.map((c) => c.message.content).join("|") === want.join("|") &&
+        final.choices.map((c) => c.finish_reason).join() === "stop,length",
+        "n: 2 apart: the client's stream helper assembles both choices", JSON.stringify(final.choices));
+
+  const tools = [{ type: "function", function: { name: "search", parameters: { type: "object",
+    properties: { q: { type: "string", maxLength: 12 } }, required: ["q"] } } }];
+  const called = { messages: [{ role: "user", content: "Find a story about a cat." }], tools, tool_choice: "required",
+                   temperature: 1, seed: 1, n: 3, max_tokens: 200, logprobs: true };
+  const whole = await ask(called);
+  const steps = whole.choices.map((c) => c.logprobs.content.length);
+  const at = { calls: [[], [], []], finish: [[], [], []] };
+  let chunks = 0;
+  for await (const chunk of await ask({ ...called, stream: true })) {
+    for (const c of chunk.choices) {
+      if (c.delta?.tool_calls) at.calls[c.index].push(chunks);
+      if (c.finish_reason) at.finish[c.index].push(chunks);
+    }
+    chunks++;
+  }
+  const pairs = [];
+  for (let a = 0; a < 3; a++) for (let b = 0; b < 3; b++) if (steps[a] < steps[b]) pairs.push([a, b]);
+  check(pairs.some(([a, b]) => a > b), "n: 3 calls: a later choice ends first", JSON.stringify(steps));
+  check(pairs.every(([a, b]) => at.calls[a].length > 0 && at.calls[a][0] < at.finish[b][0]),
+        "n: 3 calls: a choice's tool calls come before a longer choice's finish chunk", JSON.stringify({ steps, at }));
+  const assembled = await api.chat.completions.stream({ model: modelId, ...called }).finalChatCompletion();
+  const argsOf = (c) => JSON.stringify((c.message.tool_calls ?? []).map((t) => [t.function.name, t.function.arguments]));
+  check(assembled.choices.length === 3 && assembled.choices.every((c, i) => argsOf(c) === argsOf(whole.choices[i]) &&
+        c.finish_reason === "tool_calls"),
+        "n: 3 calls: the client's stream helper assembles each choice's calls",
+        `${JSON.stringify(assembled.choices)} vs ${JSON.stringify(whole.choices)}`);
+}
+
 async function refusals() {
   const cases = [
     [{ logit_bias: { abc: 1 } }, "logit_bias"], [{ logit_bias: { 5: 101 } }, "logit_bias"],
@@ -199,6 +260,7 @@ try {
   if (content.length > 0) await logitBias(content);
   await penalties();
   await streamedChoices();
+  await choicesEndingApart();
   await refusals();
 } catch (e) {
   check(false, "the checks ran", e.stack);

@@ -108,6 +108,8 @@ struct Job {
   std::shared_ptr<PeerWatch> watch;
   bool first_token = true;
   std::vector<bool> sent;  // per choice: a chunk of it went out (its first carries the role)
+  int64_t ended = 0;       // streamed chat: the choices whose end was handed on
+  std::string last_tail;   // streamed chat: the closing chunks of the last choice to end, for the stream's tail
 
   const SamplingRequest& sampling() const { return chat ? chat->sampling : completion->sampling; }
   // Whether the next chunk of `choice` is its first; from then on it is not.
@@ -120,9 +122,12 @@ struct Job {
 };
 
 // Runs the job; each choice's text goes to `on_text` with its index as it comes (a stream with n > 1
-// streams every choice, RunSink::on_choice_text; else choice 0's only).
-RunOutcome run_job(ServeCore& core, Job& job, const std::function<bool(int64_t, const std::string&)>& on_text) {
+// streams every choice, RunSink::on_choice_text; else choice 0's only), and, with `on_end`, each choice's
+// result as it ends (RunSink::on_choice_end).
+RunOutcome run_job(ServeCore& core, Job& job, const std::function<bool(int64_t, const std::string&)>& on_text,
+                   const std::function<bool(int64_t, const RunResult&)>& on_end = nullptr) {
   RunSink sink;
+  sink.on_choice_end = on_end;
   sink.cancelled = [&job] { return job.watch->gone(); };
   auto counted = [&](int64_t choice, const std::string& delta) {
     if (job.first_token) core.metrics().count_first_token(job.endpoint, seconds_since(job.t0));
@@ -159,17 +164,26 @@ std::string choice_tail(Job& job, const RunResult& r, int64_t index) {
   return tail + sse(chat_chunk(job.ids, "", job.opens(index), r.finish_reason, index));
 }
 
-// The stream's closing events: each choice's finish chunk, the include_usage chunk, [DONE].
+// A streamed chat choice that ended: its closing chunks go out now, while the others run, but the last
+// choice's wait for the stream's tail, so that the answer is stored (store: true) before the client reads
+// its end. False: the client left.
+bool end_choice(Job& job, httplib::DataSink& sink, int64_t choice, const RunResult& r) {
+  std::string tail = choice_tail(job, r, choice);
+  if (++job.ended == std::max<int64_t>(1, job.sampling().n)) {
+    job.last_tail = std::move(tail);
+    return true;
+  }
+  return sink.write(tail.data(), tail.size());
+}
+
+// The stream's closing events: the last choice's closing chunks (a chat's; the others went out as they
+// ended) or the completion's finish chunk, the include_usage chunk, [DONE].
 std::string stream_tail(Job& job, const RunOutcome& out) {
   std::string tail;
   if (!out.result) {
     tail += sse(json::parse(error_body(out.error)));
   } else if (job.chat) {
-    const RunResult& r = *out.result;
-    tail += choice_tail(job, r, 0);
-    for (std::size_t i = 0; i < r.extra_choices.size(); ++i) {
-      tail += choice_tail(job, r.extra_choices[i], static_cast<int64_t>(i + 1));
-    }
+    tail += job.last_tail;
   } else {
     tail += sse(text_completion(job.ids, "", out.result->finish_reason, nullptr));
   }
@@ -238,12 +252,14 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, job](std::size_t, httplib::DataSink& sink) {
-        const RunOutcome out = run_job(core_, *job, [&](int64_t choice, const std::string& delta) {
+        auto on_text = [&](int64_t choice, const std::string& delta) {
           const json chunk = job->chat ? chat_chunk(job->ids, delta, job->opens(choice), "", choice)
                                        : text_completion(job->ids, delta, "", nullptr);
           const std::string event = sse(chunk);
           return sink.write(event.data(), event.size());
-        });
+        };
+        auto on_end = [&](int64_t choice, const RunResult& r) { return end_choice(*job, sink, choice, r); };
+        const RunOutcome out = job->chat ? run_job(core_, *job, on_text, on_end) : run_job(core_, *job, on_text);
         keep_if_stored(core_, *job, out);
         if (!out.result || out.result->finish_reason != "cancelled") {
           const std::string tail = stream_tail(*job, out);

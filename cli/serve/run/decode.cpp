@@ -8,6 +8,7 @@
 #include "orbit/common/error.h"
 #include "orbit/text_stream.h"
 #include "serve/compute/decode_scheduler.h"
+#include "serve/run/choice_order.h"
 #include "serve/wire/serve_wire.h"
 
 namespace orbit::serve {
@@ -45,9 +46,11 @@ struct Choice {
   // content released reaches its text, so that a token the content leaves out (a stop string's) is never
   // sent, and the stream's entries are the whole answer's (choice_result).
   std::deque<StepLogprobs> held;
-  std::size_t queued = 0;          // entries queued so far
-  std::size_t queued_bytes = 0;    // the bytes their tokens spell
-  std::size_t released_bytes = 0;  // the content streamed so far
+  std::deque<DecodeEvent> pending;  // taken from the job, not yet handed on (ChoiceOrder's order)
+  std::optional<RunResult> result;  // once it ended
+  std::size_t queued = 0;           // entries queued so far
+  std::size_t queued_bytes = 0;     // the bytes their tokens spell
+  std::size_t released_bytes = 0;   // the content streamed so far
 };
 
 // Queues the held entries of tokens that start before `bytes` of content, then, with `count`, more until
@@ -106,37 +109,9 @@ bool deliver(Choice& c, DecodeEvent& e, const SamplingRequest& sampling, const R
   return send(sink, c.index, e.delta);
 }
 
-// Waits for every choice's end, streaming the text of those that stream as it comes (the choices step
-// together, so each round waits on the first unfinished one and takes what the others posted meanwhile); a
-// client that left cancels them all. Returns whether it left.
-bool wait_for_choices(std::vector<Choice>& choices, const SamplingRequest& sampling, const RunSink& sink) {
-  bool gone = false;
-  auto cancel_all = [&] {
-    gone = true;
-    for (Choice& c : choices) c.job->cancel();
-  };
-  std::vector<bool> done(choices.size(), false);
-  std::size_t left = choices.size();
-  std::vector<DecodeEvent> events;
-  while (left > 0) {
-    bool waited = false;
-    for (std::size_t i = 0; i < choices.size(); ++i) {
-      if (done[i]) continue;
-      events.clear();
-      done[i] = choices[i].job->take(events, waited ? 0 : 50);
-      waited = true;
-      if (done[i]) --left;
-      for (DecodeEvent& e : events) {
-        if (!gone && streams(sink, choices[i].index) && !deliver(choices[i], e, sampling, sink)) cancel_all();
-      }
-    }
-    if (!gone && sink.cancelled && sink.cancelled()) cancel_all();
-  }
-  return gone;
-}
-
-// Choice c's result after its end.
-RunResult choice_result(Choice& c, bool gone, const RunSink& sink) {
+// Choice c's result after its end; sends the text its stream held back (`gone`: the client left, or leaves
+// now).
+RunResult choice_result(Choice& c, bool& gone, const RunSink& sink) {
   const bool streamed = streams(sink, c.index);
   const std::optional<Generation> g = c.job->result();
   RunResult r;
@@ -170,6 +145,58 @@ RunResult choice_result(Choice& c, bool gone, const RunSink& sink) {
     r.finish_reason = "length";
   }
   return r;
+}
+
+// Choice c ended: its result, read by request.read_choice, to sink.on_choice_end. `gone`: the client left,
+// or leaves now.
+void end_choice(Choice& c, bool& gone, const DecodeRequest& request, const RunSink& sink) {
+  c.result = choice_result(c, gone, sink);
+  if (request.read_choice) request.read_choice(c.index, *c.result);
+  if (!gone && c.result->finish_reason != "cancelled" && sink.on_choice_end &&
+      !sink.on_choice_end(c.index, *c.result)) {
+    gone = true;
+  }
+}
+
+// Waits for every choice's end. Each round waits on the choice that holds the stream back and takes what the
+// others posted meanwhile, then hands on in ChoiceOrder's order all it can: each event's text to the sink
+// (for the choices that stream), each end to end_choice. A client that left cancels every choice. Returns
+// whether it left.
+bool wait_for_choices(std::vector<Choice>& choices, const DecodeRequest& request, const RunSink& sink) {
+  bool gone = false;
+  auto cancel_all = [&] {
+    gone = true;
+    for (Choice& c : choices) c.job->cancel();
+  };
+  ChoiceOrder order(choices.size());
+  std::vector<DecodeEvent> events;
+  while (!order.finished()) {
+    const std::optional<std::size_t> wait_on = order.laggard();
+    for (std::size_t i = 0; i < choices.size(); ++i) {
+      if (order.ended(i)) continue;
+      events.clear();
+      const bool done = choices[i].job->take(events, wait_on == i ? 50 : 0);
+      for (DecodeEvent& e : events) {
+        choices[i].pending.push_back(std::move(e));
+        order.token(i);
+      }
+      if (done) order.end(i);
+    }
+    for (const ChoiceOrder::Item& item : order.ready()) {
+      Choice& c = choices[item.choice];
+      const bool was_gone = gone;
+      if (item.end) {
+        end_choice(c, gone, request, sink);
+      } else {
+        DecodeEvent e = std::move(c.pending.front());
+        c.pending.pop_front();
+        if (!gone && streams(sink, c.index) && !deliver(c, e, *request.sampling, sink)) gone = true;
+      }
+      if (gone && !was_gone) cancel_all();
+    }
+    if (!gone && sink.cancelled && sink.cancelled()) cancel_all();
+  }
+  return gone;
 }
 
 }  // namespace
@@ -207,16 +234,24 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
     jobs.push_back(c.job);
   }
   context.decoder.submit(jobs);
-  const bool gone = wait_for_choices(choices, sampling, sink);
+  const bool gone = wait_for_choices(choices, request, sink);
   for (const Choice& c : choices) {
     const std::string error = c.job->error();
     ORBIT_CHECK(error.empty(), "decode: " << error);
   }
-  RunResult r = choice_result(choices[0], gone, sink);
+  RunResult r = std::move(*choices[0].result);
   for (int64_t i = 1; i < n; ++i) {
-    r.extra_choices.push_back(choice_result(choices[static_cast<std::size_t>(i)], gone, sink));
+    r.extra_choices.push_back(std::move(*choices[static_cast<std::size_t>(i)].result));
     r.usage.completion_tokens += r.extra_choices.back().usage.completion_tokens;
     r.prompt_forward_tokens += r.extra_choices.back().prompt_forward_tokens;
+  }
+  // A run the client left, or one the server closed before one of its choices could end, is cancelled as a
+  // whole: the choices that ended before with it.
+  const bool cut =
+      gone || std::any_of(choices.begin(), choices.end(), [](const Choice& c) { return !c.job->result(); });
+  if (cut) {
+    r.finish_reason = "cancelled";
+    for (RunResult& extra : r.extra_choices) extra.finish_reason = "cancelled";
   }
   return r;
 }

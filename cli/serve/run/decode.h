@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct DecodeRequest {
   const SamplingRequest* sampling = nullptr;
   std::shared_ptr<const Constraint> constraint;  // what the answer must match (answer_constraint.h); null: free
   std::string trigger;                           // non-empty: the constraint applies from this text on
+  // Set: applied to each choice's result as the choice ends, before RunSink::on_choice_end sees it (the
+  // request path reads the answer's tool calls out with it). Called on the request's thread.
+  std::function<void(int64_t choice, RunResult& r)> read_choice;
 };
 
 // The tokens to generate at most: max_tokens (the server's default when the request gives none) within the
@@ -35,8 +39,13 @@ int64_t max_tokens_for(const ServeContext& context, int64_t prompt_tokens, const
 // With sampling.n > 1, choice i is drawn with seed + i from a fork of the window, all n decoded together, the
 // query forwarded once: choices 1..n−1 go to extra_choices, and completion_tokens and prompt_forward_tokens
 // count every choice. Only choice 0 reaches sink.on_text; with sink.on_choice_text every choice streams there
-// as it is generated (its log probabilities queued under its index). A client that left cancels every
-// choice. Throws orbit::Error when the engine fails.
+// as it is generated (its log probabilities queued under its index). Each choice's end reaches
+// sink.on_choice_end as it ends, while the others go on (its held-back text first, its log probabilities
+// left queued for the chunk that ends it). The sink sees the choices' text and ends in ChoiceOrder's order
+// (choice_order.h: by step, a choice's end before any later token of the others), whatever the threads'
+// timing. A client that left, or a server that closed before a choice could end, cancels the run: every
+// choice's finish_reason is then "cancelled", those that ended before too. Throws orbit::Error when the engine
+// fails.
 RunResult decode(ServeContext& context, Window& window, const DecodeRequest& request, const RunSink& sink);
 
 }  // namespace orbit::serve

@@ -282,16 +282,18 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
       if (mode.audit) queue_audit(p.slot.shared_session(), mode.request, report.generation_prompt, predicted_kl);
     });
   }
-  // With tools, each choice's answer is read for calls: content streams up to where a call may start.
+  // With tools, each choice's answer is read for calls: content streams up to where a call may start, and the
+  // calls are read out as the choice ends.
   std::vector<ToolCallStream> calls;
   const RunSink out_sink =
       request.reads_tool_calls() ? tool_call_sink(sink, request, context_.tool_format, calls) : sink;
-  RunResult r = decode(context_, window,
-                       DecodeRequest{&report.generation_prompt, &request.sampling, p.constraint, p.trigger}, out_sink);
+  DecodeRequest decoding{&report.generation_prompt, &request.sampling, p.constraint, p.trigger};
   if (!calls.empty()) {
-    calls[0].finish(r);
-    for (std::size_t i = 0; i < r.extra_choices.size(); ++i) calls[i + 1].finish(r.extra_choices[i]);
+    decoding.read_choice = [&calls](int64_t choice, RunResult& r) {
+      calls[static_cast<std::size_t>(choice)].finish(r);
+    };
   }
+  RunResult r = decode(context_, window, decoding, out_sink);
   const WindowStats after = window.stats();
   RunUsage& u = r.usage;
   u.prompt_tokens = prompt_tokens(report.plan);
