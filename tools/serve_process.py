@@ -13,6 +13,7 @@ is kept (`output()`) so that a failure to start names it. An orbit built without
 import json
 import os
 import re
+import resource
 import subprocess
 import threading
 import urllib.request
@@ -25,14 +26,21 @@ class NoServe(RuntimeError):
 
 
 class ServeProcess:
-    def __init__(self, orbit, model, args=(), env=None, stop_timeout=60):
-        """`orbit serve --model MODEL --host 127.0.0.1 --port 0 ARGS...`; env: variables added to ours."""
+    def __init__(self, orbit, model, args=(), env=None, stop_timeout=60, file_size_limit=None):
+        """`orbit serve --model MODEL --host 127.0.0.1 --port 0 ARGS...`; env: variables added to ours.
+        file_size_limit: bytes, the server's RLIMIT_FSIZE (as `ulimit -f`): a write that would make a file
+        larger fails as on a full disk, for root too."""
         command = [str(orbit), "serve", "--model", str(model), "--host", "127.0.0.1", "--port", "0",
                    *[str(a) for a in args]]
         self.stop_timeout = stop_timeout
         self._lines = []
+
+        def limit_files():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, resource.RLIM_INFINITY))
+
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        env={**os.environ, **(env or {})})
+                                        env={**os.environ, **(env or {})},
+                                        preexec_fn=limit_files if file_size_limit is not None else None)
         try:
             self.url, self.host, self.port = self._wait_until_listening(command)
         except BaseException:

@@ -45,7 +45,11 @@ const char* kServeUsage =
     "  --store DIR           a chunk store directory (default: memory only); the Responses API's stored\n"
     "                        responses are kept there too (DIR/serve-responses.sqlite), so a\n"
     "                        previous_response_id still names its conversation after a restart, and so are\n"
-    "                        stored chat completions (DIR/serve-chat-completions.sqlite)\n"
+    "                        stored chat completions (DIR/serve-chat-completions.sqlite); a request with\n"
+    "                        store true is refused (507) when its store cannot take a write\n"
+    "  --store-group-commit on|off  stored chat completions that arrive together share one transaction and\n"
+    "                        one sync of the disk (default on); off: one each (either way each is answered\n"
+    "                        once it is durable)\n"
     "  --remote URL          a remote tier, redis://host:port[/db]\n"
     "  --name ID             the model id clients name (default: the model path's last component)\n"
     "  --device D            where the model runs: cpu (default), cuda or cuda:N; every session's decode\n"
@@ -165,6 +169,10 @@ serve::ServeOptions serve_options(const Args& args) {
   ORBIT_CHECK(o.anonymous_windows <= 4096, "serve: argument '--anonymous-windows' must be at most 4096");
   o.max_responses = args.get_int("--max-responses", 4096, 1);
   o.max_chat_completions = args.get_int("--max-chat-completions", 4096, 1);
+  const std::string group_commit = args.get_or("--store-group-commit", "on");
+  ORBIT_CHECK(group_commit == "on" || group_commit == "off",
+              "serve: argument '--store-group-commit' must be on or off, got '" << group_commit << "'");
+  o.store_group_commit = group_commit == "on";
   o.max_idle_chunks = args.get_int("--max-idle-chunks", 4096, 1);
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
   o.limits.max_body_bytes = static_cast<std::size_t>(size_argument(args, "--max-body-kb", 4096, 1, 10));
@@ -197,6 +205,7 @@ int run_serve(int argc, char** argv, int first) {
                 "--anonymous-windows",
                 "--max-responses",
                 "--max-chat-completions",
+                "--store-group-commit",
                 "--max-idle-chunks",
                 "--max-tokens",
                 "--max-body-kb",
@@ -234,6 +243,9 @@ int run_serve(int argc, char** argv, int first) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that left must not end the server
+  // A write past the file-size limit (RLIMIT_FSIZE, `ulimit -f`) fails with EFBIG, as on a full disk, and is
+  // handled as one (a store write refused or reported), instead of killing the server.
+  std::signal(SIGXFSZ, SIG_IGN);
 
   const serve::ServeOptions options = serve_options(args);
   serve::ServeCore core(options);

@@ -25,6 +25,7 @@ ChatStoreOptions chat_store_options(const ServeOptions& o) {
               "serve: max_chat_completions must be at least 1 (got " << o.max_chat_completions << ")");
   ChatStoreOptions c;
   c.capacity = static_cast<std::size_t>(o.max_chat_completions);
+  c.group_commit = o.store_group_commit;
   if (!o.store_dir.empty()) c.path = o.store_dir + "/serve-chat-completions.sqlite";
   return c;
 }
@@ -78,6 +79,7 @@ MetricGauges ServeCore::gauges() {
   const ConstraintCache::Usage constraints = context_.constraints->usage();
   g.more = context_.auditor.render_metrics() + context_.decoder.render_metrics() +
            render_memory_metrics(context_.engine->stats()) +
+           render_chat_store_metrics(chat_completions_.writes().items, chat_completions_.writes().commits) +
            render_constraint_metrics(static_cast<int64_t>(constraints.entries), static_cast<int64_t>(constraints.bytes),
                                      static_cast<int64_t>(context_.constraints->max_bytes()));
   return g;

@@ -71,6 +71,21 @@ void ServeMetrics::count_idle_forward(double tokens) {
   idle_forward_tokens_ += tokens;
 }
 
+void ServeMetrics::count_store_write_failure(const std::string& store) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++store_write_failures_[store];
+}
+
+std::string render_chat_store_metrics(int64_t stored, int64_t commits) {
+  std::ostringstream out;
+  out << "# HELP orbit_chat_completions_stored_total Chat completions written to their store.\n"
+      << "# TYPE orbit_chat_completions_stored_total counter\norbit_chat_completions_stored_total " << stored << "\n"
+      << "# HELP orbit_chat_completions_commits_total Transactions that wrote them (one sync of the disk each).\n"
+      << "# TYPE orbit_chat_completions_commits_total counter\norbit_chat_completions_commits_total " << commits
+      << "\n";
+  return out.str();
+}
+
 void ServeMetrics::count_cancelled() {
   std::lock_guard<std::mutex> lock(mutex_);
   ++cancelled_;
@@ -143,6 +158,11 @@ std::string ServeMetrics::render(const MetricGauges& gauges) const {
   counter("orbit_idle_forward_tokens_total", "Tokens forwarded in idle time for prompts yet to come.",
           number(idle_forward_tokens_));
   counter("orbit_cancelled_total", "Requests cancelled because the client went away.", std::to_string(cancelled_));
+  out << "# HELP orbit_store_write_failures_total Answers given whose write to the store they asked for failed.\n"
+      << "# TYPE orbit_store_write_failures_total counter\n";
+  for (const auto& [store, n] : store_write_failures_) {
+    out << "orbit_store_write_failures_total{store=\"" << store << "\"} " << n << "\n";
+  }
   out << "# HELP orbit_queue_depth Requests waiting for their next forward.\n# TYPE orbit_queue_depth gauge\n"
       << "orbit_queue_depth " << gauges.queue_depth << "\n";
   out << "# HELP orbit_sessions Sessions known, and those whose window is in memory.\n# TYPE orbit_sessions gauge\n"

@@ -17,6 +17,11 @@
 //   orbit_first_token_seconds{endpoint}         histogram: time from arrival to the first generated token
 //   orbit_forward_wait_seconds                  histogram: time a forward waited for the gate
 //   orbit_audit*, orbit_exact_requests_total    the fidelity audit's (audit.h: Auditor::render_metrics)
+//   orbit_store_write_failures_total{store}     answers to store: true requests given but not written to their
+//                                               store (store "chat_completions" or "responses"; the write failed
+//                                               after the run: store_write.h)
+//   orbit_chat_completions_stored_total,        chat completions written, and the transactions that wrote them
+//   orbit_chat_completions_commits_total        (their ratio is the mean group: group_commit.h)
 //   orbit_constraint_cache_entries, _bytes,     the constraints kept for forced calls and JSON answers and the
 //   orbit_constraint_cache_budget_bytes         bytes they hold, grammars and token masks counted, against
 //                                               their budget (answer_constraint.h: ConstraintCache)
@@ -66,6 +71,9 @@ struct MetricGauges {
 // remote_corrupt) and whether its disk tier is degraded.
 std::string render_memory_metrics(const EngineStats& stats);
 
+// The chat completions store's writes (ChatStoreWrites: completions written, commits) as /metrics counters.
+std::string render_chat_store_metrics(int64_t stored, int64_t commits);
+
 // The constraint cache's entries, bytes and byte budget as /metrics gauges.
 std::string render_constraint_metrics(int64_t entries, int64_t bytes, int64_t budget_bytes);
 
@@ -77,6 +85,8 @@ class ServeMetrics {
   void count_tokens(int64_t prompt, int64_t completion, double forward, int64_t radix);
   void count_cancelled();
   void count_idle_forward(double tokens);
+  // An answer given whose write to `store` ("chat_completions", "responses") failed.
+  void count_store_write_failure(const std::string& store);
   std::string render(const MetricGauges& gauges) const;
 
  private:
@@ -91,6 +101,7 @@ class ServeMetrics {
   int64_t radix_tokens_ = 0;
   int64_t cancelled_ = 0;
   double idle_forward_tokens_ = 0;
+  std::map<std::string, int64_t> store_write_failures_ = {{"chat_completions", 0}, {"responses", 0}};
 };
 
 }  // namespace orbit::serve

@@ -76,14 +76,14 @@ def orbit():
 
 @pytest.fixture
 def start_serve(orbit_cli):
-    """start(model, *args, env=None) -> ServeProcess: `orbit serve` on 127.0.0.1 (a free port) with the
-    given model and arguments; every server a test started is stopped after it. Skips when this orbit was
-    built without its HTTP server."""
+    """start(model, *args, env=None, file_size_limit=None) -> ServeProcess: `orbit serve` on 127.0.0.1 (a
+    free port) with the given model and arguments (file_size_limit: its RLIMIT_FSIZE in bytes); every server
+    a test started is stopped after it. Skips when this orbit was built without its HTTP server."""
     started = []
 
-    def start(model, *args, env=None):
+    def start(model, *args, env=None, file_size_limit=None):
         try:
-            server = ServeProcess(orbit_cli, model, args, env=env)
+            server = ServeProcess(orbit_cli, model, args, env=env, file_size_limit=file_size_limit)
         except NoServe as e:
             pytest.skip(str(e))
         started.append(server)

@@ -21,6 +21,7 @@
 #include "serve/responses/responses_http.h"
 #include "serve/stored/chat_store_http.h"
 #include "serve/stored/chat_store_wire.h"
+#include "serve/stored/store_write.h"
 #include "serve/wire/serve_wire.h"
 
 namespace orbit::serve {
@@ -107,9 +108,10 @@ struct Job {
   RunTicket ticket;  // checked and planned; holds a chat request's window until it runs
   std::shared_ptr<PeerWatch> watch;
   bool first_token = true;
-  std::vector<bool> sent;  // per choice: a chunk of it went out (its first carries the role)
-  int64_t ended = 0;       // streamed chat: the choices whose end was handed on
-  std::string last_tail;   // streamed chat: the closing chunks of the last choice to end, for the stream's tail
+  std::vector<bool> sent;            // per choice: a chunk of it went out (its first carries the role)
+  std::optional<StoreWrite> stored;  // the write of an answer with store true (keep_if_stored)
+  int64_t ended = 0;                 // streamed chat: the choices whose end was handed on
+  std::string last_tail;  // streamed chat: the closing chunks of the last choice to end, for the stream's tail
 
   const SamplingRequest& sampling() const { return chat ? chat->sampling : completion->sampling; }
   // Whether the next chunk of `choice` is its first; from then on it is not.
@@ -144,10 +146,19 @@ RunOutcome run_job(ServeCore& core, Job& job, const std::function<bool(int64_t, 
 }
 
 // Keeps a chat answer the request asked to store (store: true), before the client reads its end: a retrieve
-// right after the answer finds it. A cancelled run, or an error, is not stored.
-void keep_if_stored(ServeCore& core, const Job& job, const RunOutcome& out) {
+// right after the answer finds it. A cancelled run, or an error, is not stored. The write's outcome goes in
+// job.stored (a failure is counted: store_write.h).
+void keep_if_stored(ServeCore& core, Job& job, const RunOutcome& out) {
   if (!job.chat || !job.chat->store || !out.result || !storable(*out.result)) return;
-  core.chat_completions().put(stored_completion(*job.chat, job.ids, *out.result));
+  job.stored = core.chat_completions().put(stored_completion(*job.chat, job.ids, *out.result));
+  if (!job.stored->ok) core.metrics().count_store_write_failure("chat_completions");
+}
+
+// A non-streamed answer's Orbit-Stored header (and Orbit-Store-Error when its write failed).
+void store_headers(httplib::Response& res, const Job& job) {
+  if (!job.stored) return;
+  res.set_header("Orbit-Stored", job.stored->ok ? "true" : "false");
+  if (!job.stored->ok) res.set_header("Orbit-Store-Error", header_value(job.stored->error));
 }
 
 json final_body(const Job& job, const RunOutcome& out) {
@@ -193,6 +204,7 @@ std::string stream_tail(Job& job, const RunOutcome& out) {
     const json usage = out.result->usage.to_json();
     tail += sse(usage_chunk(job.ids, job.chat ? "chat.completion.chunk" : "text_completion", usage));
   }
+  if (job.stored && !job.stored->ok) tail += sse(store_failed_chunk(job.ids, *job.stored));
   return tail + "data: [DONE]\n\n";
 }
 
@@ -217,6 +229,11 @@ std::optional<ApiError> prepare(ServeCore& core, const httplib::Request& req, Jo
   if (bad) return bad;
   job.ticket = job.chat ? core.prepare_chat(*job.chat, job.session) : core.prepare_completion(*job.completion);
   if (!job.ticket.ok()) return job.ticket.error();
+  if (job.chat && job.chat->store) {  // nothing runs for an answer its store cannot take (store_write.h)
+    const StoreWrite writable = core.chat_completions().check_writable();
+    if (!writable) job.ticket.refuse(store_refusal("chat completions", writable));
+    if (!job.ticket.ok()) return job.ticket.error();
+  }
   return std::nullopt;
 }
 
@@ -240,6 +257,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
     const RunOutcome out = run_job(core_, *job, [](int64_t, const std::string&) { return true; });
     keep_if_stored(core_, *job, out);
     if (out.result) {
+      store_headers(res, *job);
       res.set_content(dump(final_body(*job, out)), "application/json");
     } else {
       reply_error(res, out.error);

@@ -49,6 +49,8 @@ class ResponseDisk {
 
   const std::string& path() const { return file_.path(); }
 
+  // SqliteFile::check_writable: throws orbit::Error naming the path when the file cannot take a write.
+  void check_writable() { file_.check_writable(); }
   // Inserts a named row, the most recently used (a row with its id already there is left as it is).
   void insert(const ResponseRow& row);
   // The row `id`, named or not; nullopt when there is none. A row that does not parse throws naming it.

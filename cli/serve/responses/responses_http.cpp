@@ -80,6 +80,10 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
   if (!job->call.request.chat.sampling.stream) {
     const ResponseOutcome out = run_response(core, job->call, responses_route::job_sink(core, *job));
     if (out.run.result) {
+      if (out.stored) {  // store_write.h
+        res.set_header("Orbit-Stored", out.stored->ok ? "true" : "false");
+        if (!out.stored->ok) res.set_header("Orbit-Store-Error", header_value(out.stored->error));
+      }
       res.set_content(dump(out.body), "application/json");
     } else {
       responses_route::reply_error(res, out.run.error);

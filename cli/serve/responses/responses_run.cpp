@@ -106,7 +106,7 @@ ChatMessage answer_message(const RunResult& r) {
   return answer;
 }
 
-void store(ServeCore& core, const ResponseCall& call, const RunResult& r, const json& body) {
+StoreWrite store(ServeCore& core, const ResponseCall& call, const RunResult& r, const json& body) {
   const std::vector<ChatMessage>& messages = call.request.chat.messages;
   auto stored = std::make_shared<StoredResponse>();
   stored->id = call.head.id;
@@ -121,7 +121,9 @@ void store(ServeCore& core, const ResponseCall& call, const RunResult& r, const 
   stored->body = dump(body);
   std::vector<ChatMessage> read = messages;
   read.push_back(stored->added.back());
-  core.responses().put(std::move(stored), read);
+  const StoreWrite written = core.responses().put(std::move(stored), read);
+  if (!written) core.metrics().count_store_write_failure("responses");
+  return written;
 }
 
 }  // namespace response_flow
@@ -143,6 +145,11 @@ std::optional<ApiError> prepare_response(ServeCore& core, std::string_view body,
   call.session = response_flow::session_of(core, call, header_session);
   call.ticket = core.prepare_chat(call.request.chat, call.session);
   if (!call.ticket.ok()) return responses_error(call.ticket.error());
+  if (call.request.store) {  // nothing runs for a response its store cannot take (store_write.h)
+    const StoreWrite writable = core.responses().check_writable();
+    if (!writable) call.ticket.refuse(store_refusal("responses", writable));
+    if (!call.ticket.ok()) return call.ticket.error();
+  }
   return std::nullopt;
 }
 
@@ -211,8 +218,8 @@ ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink&
   const RunResult& r = *out.run.result;
   out.body = response_body(call.head, &r);
   if (r.finish_reason == "cancelled") return out;  // no one to answer; not stored
-  if (call.request.store) response_flow::store(core, call, r, out.body);
-  if (stream) events(stream->finish(r));
+  if (call.request.store) out.stored = response_flow::store(core, call, r, out.body);
+  if (stream) events(stream->finish(r, out.stored ? &*out.stored : nullptr));
   return out;
 }
 

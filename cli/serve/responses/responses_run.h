@@ -37,6 +37,7 @@
 #include "serve/responses/responses_store.h"
 #include "serve/responses/responses_wire.h"
 #include "serve/serve_core.h"
+#include "serve/stored/store_write.h"
 
 namespace orbit::serve {
 
@@ -59,7 +60,8 @@ struct ResponseCall {
 
 // Parses `body`, joins the conversation, names the window and prepares the run. `header_session` is the
 // X-Orbit-Session header's value (already checked), or null. Returns the error to answer with, before any
-// byte of the answer (statuses as chat's, previous_response_id unknown 404).
+// byte of the answer (statuses as chat's, previous_response_id unknown 404; with store true, a store that
+// cannot take a write 507, store_write.h).
 std::optional<ApiError> prepare_response(ServeCore& core, std::string_view body, const std::string* header_session,
                                          ResponseCall& call);
 
@@ -72,14 +74,16 @@ std::optional<ApiError> prepare_response(ServeCore& core, std::string_view body,
 Parsed<int64_t> count_input_tokens(ServeCore& core, std::string_view body);
 
 struct ResponseOutcome {
-  RunOutcome run;       // the chat run: its result, or the error to answer with
-  nlohmann::json body;  // the response object; null when the run failed
+  RunOutcome run;                    // the chat run: its result, or the error to answer with
+  nlohmann::json body;               // the response object; null when the run failed
+  std::optional<StoreWrite> stored;  // store true and run to its end: whether the store took it
 };
 
 // Runs a prepared call. `events` set: the request streams, and the events (responses_wire.h) go to it as
 // they come, response.created first (false: the client left); a cancelled run writes no last event. `sink.on_text`
 // observes the generated text and `sink.cancelled` is polled, as for chat. A response that ran to its end (not
-// cancelled) is stored (store true) before its last event is written, so a request chained to it right away finds it.
+// cancelled) is stored (store true) before its last event is written, so a request chained to it right away finds it;
+// a failed write is counted and said in the last event (store_write.h).
 ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink& sink,
                              const std::function<bool(const std::string&)>& events = nullptr);
 

@@ -100,13 +100,13 @@ void ResponseStore::forget(const std::string& id) {
   by_id_.erase(it);
 }
 
-void ResponseStore::put(std::shared_ptr<StoredResponse> response, const std::vector<ChatMessage>& read) {
+StoreWrite ResponseStore::put(std::shared_ptr<StoredResponse> response, const std::vector<ChatMessage>& read) {
   ORBIT_CHECK(response != nullptr && !response->id.empty(), "ResponseStore::put: a response needs an id");
   const std::vector<std::string> keys = response_keys::prefix_keys(read);
   const std::string key = keys.empty() ? std::string() : keys.back();
   std::lock_guard<std::mutex> lock(mutex_);
-  if (by_id_.count(response->id) != 0) return;  // ids are unique: a second put of one is a no-op
-  bool on_disk = false;
+  if (by_id_.count(response->id) != 0) return {};  // ids are unique: a second put of one is a no-op
+  StoreWrite written;
   if (disk_) {
     try {
       disk_->insert(ResponseRow{response->id, true, response->session,
@@ -114,13 +114,26 @@ void ResponseStore::put(std::shared_ptr<StoredResponse> response, const std::vec
                                 response->body, key});
       for (const std::string& dropped : disk_->evict_to(static_cast<int64_t>(capacity_))) forget(dropped);
       links_[response->id] = response;
-      on_disk = true;
     } catch (const Error& e) {
+      written = StoreWrite::failed(e.what());
       std::fprintf(stderr, "orbit serve: response %s is kept in memory only (until a restart): %s\n",
                    response->id.c_str(), e.what());
     }
   }
-  remember(std::move(response), key, on_disk);
+  remember(std::move(response), key, disk_ != nullptr && written.ok);
+  return written;
+}
+
+StoreWrite ResponseStore::check_writable() {
+  if (!disk_) return {};
+  std::lock_guard<std::mutex> lock(mutex_);
+  try {
+    disk_->check_writable();
+    return {};
+  } catch (const Error& e) {
+    std::fprintf(stderr, "orbit serve: the responses store cannot take a write: %s\n", e.what());
+    return StoreWrite::failed(e.what());
+  }
 }
 
 std::shared_ptr<StoredResponse> ResponseStore::load(const std::string& id) {

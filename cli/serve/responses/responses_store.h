@@ -10,8 +10,10 @@
 //
 // With a path (`orbit serve --store DIR`) the responses are kept on disk (responses_disk.h) and survive a
 // restart; memory holds the most recently used of them (at most kMemoryCapacity), the rest are read back when
-// named. A failed write to disk is reported on stderr and the response is kept in memory only (the answer was
-// given). Without a path nothing survives a restart. Servers sharing a store see each other's responses: one
+// named. A request with store true checks the disk takes a write before it runs (check_writable); a write of
+// the response that still fails (the disk filled meanwhile) is reported on stderr and returned, and the
+// response is kept in memory only, until a restart (store_write.h says what the client is told). Without a
+// path nothing survives a restart. Servers sharing a store see each other's responses: one
 // held in memory is served only while its row is still named on disk (another server may have deleted or
 // evicted it), and a read whose recency update fails (a full or read-only disk) still answers from memory.
 //
@@ -35,6 +37,7 @@
 
 #include "orbit/sync.h"
 #include "serve/responses/responses_disk.h"
+#include "serve/stored/store_write.h"
 
 namespace orbit::serve {
 
@@ -68,7 +71,11 @@ class ResponseStore {
   std::string new_id();
   // Keeps `response` under its id, most recently used. `read` is the message list the model read for it
   // (instructions included) followed by its answer: the key continued_by() finds it by.
-  void put(std::shared_ptr<StoredResponse> response, const std::vector<ChatMessage>& read);
+  // Returns whether it was written to disk (always ok without a path); a failure says why, and the
+  // response is then held in memory only.
+  StoreWrite put(std::shared_ptr<StoredResponse> response, const std::vector<ChatMessage>& read);
+  // Whether the disk takes a write now (SqliteFile::check_writable); always ok without a path.
+  StoreWrite check_writable();
   // The response stored under `id` (now the most recently used), or null.
   std::shared_ptr<StoredResponse> get(const std::string& id);
   // The stored response whose `read` list is the longest prefix of `messages` (all of it included), or null.

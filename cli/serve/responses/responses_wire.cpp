@@ -130,10 +130,11 @@ std::string ResponseEvents::text(const std::string& delta) {
                       {"logprobs", take_stream_logprobs_content()}});  // the tokens since the last delta
 }
 
-std::string ResponseEvents::finish(const RunResult& result) {
+std::string ResponseEvents::finish(const RunResult& result, const StoreWrite* stored) {
   std::string out = text(result.unstreamed);  // content held back while it might have been a call
   if (!message_open_ && responses_bodies::has_message(result)) out += open_message();
-  const json body = response_body(head_, &result);
+  json body = response_body(head_, &result);
+  if (stored != nullptr && !stored->ok) body["orbit"] = store_notice(*stored);
   const std::string id = head_.message_id();
   if (message_open_) {
     out += event({{"type", "response.output_text.done"},

@@ -23,7 +23,9 @@
 //   response.output_text.done, response.content_part.done, response.output_item.done
 //   per call: response.output_item.added, response.function_call_arguments.delta,
 //             response.function_call_arguments.done, response.output_item.done
-//   response.completed or response.incomplete                    (the whole response)
+//   response.completed or response.incomplete                    (the whole response; with store true and a
+//                                                                 write that failed, "orbit": {stored: false,
+//                                                                 store_error}, store_write.h)
 // A run that fails after the stream began ends it with response.failed (status "failed", error {code,
 // message}).
 #pragma once
@@ -34,6 +36,7 @@
 #include <string>
 
 #include "serve/serve_types.h"
+#include "serve/stored/store_write.h"
 #include "serve/wire/serve_api.h"
 
 namespace orbit::serve {
@@ -60,9 +63,11 @@ class ResponseEvents {
  public:
   explicit ResponseEvents(ResponseHead head) : head_(std::move(head)) {}
 
-  std::string start();                          // response.created, response.in_progress
-  std::string text(const std::string& delta);   // opens the message at the first text, then its delta
-  std::string finish(const RunResult& result);  // the text's and the calls' closing events, the response
+  std::string start();                         // response.created, response.in_progress
+  std::string text(const std::string& delta);  // opens the message at the first text, then its delta
+  // The text's and the calls' closing events, then the response; `stored` (store true) that failed puts
+  // store_notice in the response as "orbit" (store_write.h).
+  std::string finish(const RunResult& result, const StoreWrite* stored = nullptr);
   std::string failed(const ApiError& error);    // response.failed
   int64_t events() const { return sequence_; }  // events written so far
 

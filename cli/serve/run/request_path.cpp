@@ -29,6 +29,12 @@ RunTicket::RunTicket(RunTicket&&) noexcept = default;
 RunTicket& RunTicket::operator=(RunTicket&&) noexcept = default;
 RunTicket::~RunTicket() = default;
 
+void RunTicket::refuse(ApiError refusal) {
+  if (prepared_ && prepared_->chat) prepared_->slot.refuse();
+  prepared_.reset();  // the window back to its session
+  error_ = std::move(refusal);
+}
+
 namespace {
 
 std::string plan_brief(const SyncPlan& plan) {

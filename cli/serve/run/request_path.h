@@ -49,6 +49,10 @@ class RunTicket {
 
   bool ok() const { return prepared_ != nullptr; }  // false: error() is the answer
   const ApiError& error() const { return error_; }
+  // Refuses a prepared request before it runs (a check the caller makes after prepare: the store a request
+  // with store true needs cannot take a write): what it held is released as if it never came (a session or
+  // anonymous window it created leaves the table again), and run() answers `refusal`.
+  void refuse(ApiError refusal);
 
  private:
   friend class RequestPath;

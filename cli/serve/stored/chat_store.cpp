@@ -34,6 +34,9 @@ constexpr const char* kForgetDeparted =
     "DELETE FROM departed WHERE n IN (SELECT n FROM departed ORDER BY n "
     "LIMIT MAX(0, (SELECT COUNT(*) FROM departed) - ?1))";
 
+// The most writes one transaction takes: a group is what queued while the one before committed.
+constexpr std::size_t kMaxGroup = 64;
+
 constexpr const char* kNextUse = "(SELECT COALESCE(MAX(used), 0) + 1 FROM completions)";
 
 std::string metadata_text(const Metadata& metadata) { return nlohmann::json(metadata).dump(); }
@@ -59,31 +62,80 @@ ChatStore::ChatStore(ChatStoreOptions options)
     : capacity_(std::max<std::size_t>(options.capacity, 1)),
       persistent_(!options.path.empty()),
       file_(std::make_unique<SqliteFile>(
-          "chat completions store", persistent_ ? options.path : ":memory:", chat_rows::kSchema, chat_rows::kFormat)) {}
+          "chat completions store", persistent_ ? options.path : ":memory:", chat_rows::kSchema, chat_rows::kFormat)),
+      group_(options.group_commit ? chat_rows::kMaxGroup : 1,
+             [this](const std::vector<Write>& group) { return write_group(group); }) {}
 
-bool ChatStore::put(const StoredCompletion& c) {
+StoreWrite ChatStore::put(const StoredCompletion& c) { return group_.submit(&c); }
+
+StoreWrite ChatStore::check_writable() { return persistent_ ? group_.submit(nullptr) : StoreWrite{}; }
+
+ChatStoreWrites ChatStore::writes() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  return writes_;
+}
+
+std::vector<StoreWrite> ChatStore::write_group(const std::vector<Write>& group) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<StoreWrite> out;
   try {
-    SqlTransaction t(*file_);
-    SqlStatement insert(*file_, (std::string("INSERT OR IGNORE INTO completions(id, created, model, metadata, body, "
-                                             "messages, used) VALUES(?, ?, ?, ?, ?, ?, ") +
-                                 chat_rows::kNextUse + ")")
-                                    .c_str());
-    insert.text(1, c.id).integer(2, c.created).text(3, c.model).text(4, chat_rows::metadata_text(c.metadata));
-    insert.text(5, c.body).text(6, c.messages).step();
-    const std::string evicted =
-        "seq IN (SELECT seq FROM completions ORDER BY used LIMIT MAX(0, (SELECT COUNT(*) FROM completions) - ?1))";
-    SqlStatement depart(*file_, (chat_rows::kDepart + evicted).c_str());
-    depart.integer(1, static_cast<int64_t>(capacity_)).step();
-    SqlStatement evict(*file_, ("DELETE FROM completions WHERE " + evicted).c_str());
-    evict.integer(1, static_cast<int64_t>(capacity_)).step();
-    forget_departed();
-    t.commit();
-    return true;
+    commit(group);
+    return std::vector<StoreWrite>(group.size());
   } catch (const Error& e) {
-    std::fprintf(stderr, "orbit serve: chat completion %s is not stored: %s\n", c.id.c_str(), e.what());
-    return false;
+    if (group.size() == 1) out.push_back(StoreWrite::failed(e.what()));
   }
+  if (out.empty()) {  // the group failed: each write alone, so that one the disk cannot take fails alone
+    for (const Write w : group) {
+      try {
+        commit({w});
+        out.emplace_back();
+      } catch (const Error& e) {
+        out.push_back(StoreWrite::failed(e.what()));
+      }
+    }
+  }
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    if (out[i].ok) continue;
+    if (group[i] == nullptr) {
+      std::fprintf(stderr, "orbit serve: the chat completions store cannot take a write: %s\n", out[i].error.c_str());
+      continue;
+    }
+    ++writes_.failures;
+    std::fprintf(stderr, "orbit serve: chat completion %s is not stored: %s\n", group[i]->id.c_str(),
+                 out[i].error.c_str());
+  }
+  return out;
+}
+
+void ChatStore::commit(const std::vector<Write>& group) {
+  const auto puts = std::count_if(group.begin(), group.end(), [](Write w) { return w != nullptr; });
+  if (puts == 0) {  // checks only: one small write, not synced
+    file_->check_writable();
+    return;
+  }
+  SqlTransaction t(*file_);
+  for (const Write c : group) {
+    if (c != nullptr) insert(*c);
+  }
+  const std::string evicted =
+      "seq IN (SELECT seq FROM completions ORDER BY used LIMIT MAX(0, (SELECT COUNT(*) FROM completions) - ?1))";
+  SqlStatement depart(*file_, (chat_rows::kDepart + evicted).c_str());
+  depart.integer(1, static_cast<int64_t>(capacity_)).step();
+  SqlStatement evict(*file_, ("DELETE FROM completions WHERE " + evicted).c_str());
+  evict.integer(1, static_cast<int64_t>(capacity_)).step();
+  forget_departed();
+  t.commit();
+  ++writes_.commits;
+  writes_.items += puts;
+}
+
+void ChatStore::insert(const StoredCompletion& c) {
+  SqlStatement insert(*file_, (std::string("INSERT OR IGNORE INTO completions(id, created, model, metadata, body, "
+                                           "messages, used) VALUES(?, ?, ?, ?, ?, ?, ") +
+                               chat_rows::kNextUse + ")")
+                                  .c_str());
+  insert.text(1, c.id).integer(2, c.created).text(3, c.model).text(4, chat_rows::metadata_text(c.metadata));
+  insert.text(5, c.body).text(6, c.messages).step();
 }
 
 void ChatStore::forget_departed() {

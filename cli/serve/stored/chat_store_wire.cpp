@@ -56,6 +56,13 @@ bool storable(const RunResult& result) {
   return true;
 }
 
+json store_failed_chunk(const ResponseIds& ids, const StoreWrite& write) {
+  json chunk = usage_chunk(ids, "chat.completion.chunk", nullptr);
+  chunk.erase("usage");
+  chunk["orbit"] = store_notice(write);
+  return chunk;
+}
+
 StoredCompletion stored_completion(const ChatRequest& request, const ResponseIds& ids, const RunResult& result) {
   StoredCompletion c;
   c.id = ids.id;

@@ -27,6 +27,7 @@
 
 #include "serve/stored/chat_store.h"
 #include "serve/stored/cursor_page.h"
+#include "serve/stored/store_write.h"
 #include "serve/wire/serve_api.h"
 #include "serve/wire/serve_wire.h"
 
@@ -37,6 +38,11 @@ bool storable(const RunResult& result);
 // The record of a stored chat request's answer: `request` asked for store (its metadata and messages_json),
 // `ids` and `result` are what chat_completion wrote the answer from (every choice of n > 1 included).
 StoredCompletion stored_completion(const ChatRequest& request, const ResponseIds& ids, const RunResult& result);
+
+// The chunk a streamed chat answer with store true ends with, before [DONE], when its write failed
+// (store_write.h): {id, object: "chat.completion.chunk", created, model, choices: [], orbit: {stored: false,
+// store_error}}, shaped as include_usage's chunk so that clients read past it.
+nlohmann::json store_failed_chunk(const ResponseIds& ids, const StoreWrite& write);
 
 // The chat.completion object with its current metadata.
 nlohmann::json completion_object(const StoredCompletion& completion);

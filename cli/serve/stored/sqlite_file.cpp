@@ -43,6 +43,22 @@ void SqliteFile::exec(const char* sql) const {
 
 int64_t SqliteFile::changes() const { return sqlite3_changes(db_); }
 
+void SqliteFile::check_writable() {
+  exec("PRAGMA synchronous=NORMAL");
+  try {
+    SqlTransaction t(*this);
+    SqlStatement(*this,
+                 "INSERT INTO meta(name, value) VALUES('write_checks', '1') "
+                 "ON CONFLICT(name) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
+        .step();
+    t.commit();
+  } catch (...) {
+    exec("PRAGMA synchronous=FULL");
+    throw;
+  }
+  exec("PRAGMA synchronous=FULL");
+}
+
 SqlStatement::SqlStatement(const SqliteFile& file, const char* sql) : file_(file) {
   if (sqlite3_prepare_v2(file.db(), sql, -1, &stmt_, nullptr) != SQLITE_OK) fail("prepare");
 }

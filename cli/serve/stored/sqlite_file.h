@@ -32,6 +32,12 @@ class SqliteFile {
   const std::string& label() const { return label_; }  // "<kind> <path>", how errors name it
   void exec(const char* sql) const;                    // statements without results
   int64_t changes() const;                             // rows the last statement changed
+  // Proves that the file takes a write now: one transaction that counts itself in meta('write_checks') and
+  // commits without waiting for the disk (synchronous=NORMAL for it alone: a crash may lose the count,
+  // nothing else; the next synchronous commit syncs it with its own). A real write, not a free-space
+  // estimate: it throws orbit::Error naming the store where a write fails (a full disk, a file-size limit,
+  // an I/O error, a lock held past the busy timeout). Call it outside a transaction.
+  void check_writable();
 
  private:
   std::string path_;

@@ -1,0 +1,172 @@
+"""What `orbit serve` tells a client whose `store: true` answer its store cannot take (store_write.h).
+
+A failing disk is made without privileges, for root as for anyone: the server runs under RLIMIT_FSIZE (a
+write that would make a file larger fails with EFBIG, as on a full disk), and
+  - an answer too large for what the limit leaves (n = 2 or 400 tokens with 20 top log probabilities each)
+    fails its write after the run: it is answered all the same, with `Orbit-Stored: false` and the reason
+    (a stream: in its last chunk, or in response.completed), counted in orbit_store_write_failures_total;
+  - the store's file grown past the limit by another writer (this test, through SQLite, as a server sharing
+    the store would) makes the check before the run fail: the request is a 507 naming `store`, and nothing
+    runs (no token generated). Once that writer's rows are gone the store takes writes again.
+Every server is started here on 127.0.0.1 (any free port) and stopped."""
+import http.client
+import json
+import re
+import sqlite3
+import subprocess
+
+MODEL_NAME = "stories260K.bin"
+# RLIMIT_FSIZE in bytes: a small answer's write fits, a large one's does not.
+CHAT_LIMIT = 512 << 10
+RESPONSES_LIMIT = 256 << 10
+SMALL = {"model": MODEL_NAME, "store": True, "max_tokens": 4, "temperature": 0,
+         "messages": [{"role": "user", "content": "Once upon a time"}]}
+# About 1 KiB of log probabilities per token. Tokens 1 and 2 (either ends the text) are banned, so the answer
+# runs to max_tokens: a chat body of about 900 KiB, a response of about 580 KiB.
+NO_END = {"1": -100, "2": -100}
+LARGE = dict(SMALL, max_tokens=400, n=2, logprobs=True, top_logprobs=20, logit_bias=NO_END, temperature=1.0)
+RESPONSE = {"model": MODEL_NAME, "input": "Once upon a time", "max_output_tokens": 4, "temperature": 0}
+LARGE_RESPONSE = dict(RESPONSE, max_output_tokens=440, temperature=1.0, top_logprobs=20, logit_bias=NO_END,
+                      include=["message.output_text.logprobs"])
+
+
+def request(server, method, path, body=None):
+    """(status, headers, text) of one request."""
+    connection = http.client.HTTPConnection(server.host, server.port, timeout=300)
+    try:
+        data = None if body is None else json.dumps(body).encode()
+        connection.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read().decode()
+    finally:
+        connection.close()
+
+
+def metric(server, line_start):
+    text = request(server, "GET", "/metrics")[2]
+    return float(re.search("^" + re.escape(line_start) + r" (\S+)$", text, re.M).group(1))
+
+
+def sse_data(text):
+    """The data of each server-sent event, parsed ([DONE] left out)."""
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ") and line != "data: [DONE]"]
+
+
+def fill(database, limit):
+    """Grows `database`'s write-ahead log past `limit` with a committed row of another writer; returns its undo."""
+    connection = sqlite3.connect(database, timeout=30)
+    connection.execute("PRAGMA wal_autocheckpoint=0")
+    connection.execute("INSERT INTO meta(name, value) VALUES('ballast', hex(randomblob(?)))", (limit,))
+    connection.commit()
+
+    def undo():
+        connection.execute("DELETE FROM meta WHERE name = 'ballast'")
+        connection.commit()
+        busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert busy == 0
+        connection.close()
+    return undo
+
+
+def refused_before_running(server, path, body, generated_before):
+    status, _, text = request(server, "POST", path, body)
+    assert status == 507, text
+    error = json.loads(text)["error"]
+    assert error["param"] == "store" and error["code"] == "store_unavailable" and error["type"] == "server_error"
+    assert "cannot take a write" in error["message"] and "store false" in error["message"]
+    assert metric(server, "orbit_completion_tokens_total") == generated_before  # nothing ran
+
+
+def test_a_chat_completion_its_store_cannot_take_is_flagged_or_refused_before_it_runs(start_serve, stories260k_path,
+                                                                                      tmp_path):
+    store = tmp_path / "store"
+    server = start_serve(stories260k_path, "--store", store, env={"OMP_NUM_THREADS": "1"},
+                         file_size_limit=CHAT_LIMIT)
+    status, headers, text = request(server, "POST", "/v1/chat/completions", SMALL)
+    assert status == 200 and headers["orbit-stored"] == "true" and "orbit-store-error" not in headers
+    assert request(server, "GET", "/v1/chat/completions/" + json.loads(text)["id"])[0] == 200
+
+    # Written after the run, and too large: answered whole, flagged, not kept.
+    status, headers, text = request(server, "POST", "/v1/chat/completions", LARGE)
+    assert status == 200, text
+    answer = json.loads(text)
+    assert len(answer["choices"]) == 2 and all(c["message"]["content"] for c in answer["choices"])
+    assert headers["orbit-stored"] == "false"
+    assert "serve-chat-completions.sqlite" in headers["orbit-store-error"]
+    assert request(server, "GET", "/v1/chat/completions/" + answer["id"])[0] == 404
+    assert f"chat completion {answer['id']} is not stored" in server.output()
+    assert metric(server, 'orbit_store_write_failures_total{store="chat_completions"}') == 1
+
+    # Streamed: the headers went first, so the last chunk before [DONE] says it.
+    status, _, text = request(server, "POST", "/v1/chat/completions", dict(LARGE, stream=True))
+    assert status == 200
+    chunks = sse_data(text)
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert chunks[-1]["choices"] == [] and chunks[-1]["orbit"]["stored"] is False
+    assert "serve-chat-completions.sqlite" in chunks[-1]["orbit"]["store_error"]
+    assert all("orbit" not in c for c in chunks[:-1])
+    assert metric(server, 'orbit_store_write_failures_total{store="chat_completions"}') == 2
+
+    # A store that cannot take even a small write: refused before it runs, streamed or not; store false runs.
+    undo = fill(store / "serve-chat-completions.sqlite", CHAT_LIMIT)
+    generated = metric(server, "orbit_completion_tokens_total")
+    refused_before_running(server, "/v1/chat/completions", SMALL, generated)
+    refused_before_running(server, "/v1/chat/completions", dict(SMALL, stream=True), generated)
+    status, headers, _ = request(server, "POST", "/v1/chat/completions", dict(SMALL, store=False))
+    assert status == 200 and "orbit-stored" not in headers
+    assert metric(server, 'orbit_requests_total{endpoint="chat",status="507"}') == 2
+    undo()
+    status, headers, text = request(server, "POST", "/v1/chat/completions", SMALL)
+    assert status == 200 and headers["orbit-stored"] == "true"
+    assert request(server, "GET", "/v1/chat/completions/" + json.loads(text)["id"])[0] == 200
+
+
+def test_a_response_its_store_cannot_take_is_flagged_or_refused_before_it_runs(start_serve, stories260k_path,
+                                                                               tmp_path):
+    store = tmp_path / "store"
+    server = start_serve(stories260k_path, "--store", store, env={"OMP_NUM_THREADS": "1"},
+                         file_size_limit=RESPONSES_LIMIT)
+    status, headers, text = request(server, "POST", "/v1/responses", RESPONSE)
+    assert status == 200 and headers["orbit-stored"] == "true"
+    first = json.loads(text)
+
+    # Too large for the disk: answered, flagged, held in memory only (a chained request still finds it).
+    status, headers, text = request(server, "POST", "/v1/responses",
+                                    dict(LARGE_RESPONSE, previous_response_id=first["id"]))
+    assert status == 200, text
+    large = json.loads(text)
+    assert large["output"][0]["content"][0]["text"]
+    assert headers["orbit-stored"] == "false" and "serve-responses.sqlite" in headers["orbit-store-error"]
+    assert f"response {large['id']} is kept in memory only" in server.output()
+    status, _, text = request(server, "POST", "/v1/responses", dict(RESPONSE, previous_response_id=large["id"]))
+    assert status == 200, text
+
+    # Streamed: response.completed's response says it.
+    status, _, text = request(server, "POST", "/v1/responses", dict(LARGE_RESPONSE, stream=True))
+    assert status == 200
+    events = sse_data(text)
+    assert events[-1]["type"] in ("response.completed", "response.incomplete")
+    assert events[-1]["response"]["orbit"]["stored"] is False
+    assert "serve-responses.sqlite" in events[-1]["response"]["orbit"]["store_error"]
+    assert metric(server, 'orbit_store_write_failures_total{store="responses"}') == 2
+
+    undo = fill(store / "serve-responses.sqlite", RESPONSES_LIMIT)
+    generated = metric(server, "orbit_completion_tokens_total")
+    refused_before_running(server, "/v1/responses", RESPONSE, generated)
+    refused_before_running(server, "/v1/responses", dict(RESPONSE, stream=True), generated)
+    undo()
+    status, headers, _ = request(server, "POST", "/v1/responses", RESPONSE)
+    assert status == 200 and headers["orbit-stored"] == "true"
+
+
+def test_store_group_commit_takes_on_or_off_and_refuses_anything_else(start_serve, orbit_cli, stories260k_path,
+                                                                      tmp_path):
+    refused = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--port", "0",
+                              "--store-group-commit", "maybe"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0
+    assert "--store-group-commit" in refused.stderr and "on or off" in refused.stderr
+    server = start_serve(stories260k_path, "--store", tmp_path / "store", "--store-group-commit", "off")
+    status, headers, text = request(server, "POST", "/v1/chat/completions", SMALL)
+    assert status == 200 and headers["orbit-stored"] == "true"
+    assert request(server, "GET", "/v1/chat/completions/" + json.loads(text)["id"])[0] == 200
+    assert metric(server, "orbit_chat_completions_commits_total") == 1
