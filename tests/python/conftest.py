@@ -94,6 +94,36 @@ def start_serve(orbit_cli):
         server.stop()
 
 
+# The story test_cancel and test_aio decode after (the `story` fixture's window holds it).
+STORY = "Once upon a time, there was a little girl."
+
+
+@pytest.fixture(scope="module")
+def engine(orbit, stories260k_path):
+    """An engine on the bundled model (32 MiB pool), one per test module that asks for it (a module may define
+    an `engine` of its own instead), closed after the module's last test."""
+    engine = orbit.Engine(str(stories260k_path), pool_bytes=32 << 20)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def story_max_tokens():
+    """max_tokens of the `story` fixture's answer; a module overrides it (test_cancel asks for the whole answer)."""
+    return 60
+
+
+@pytest.fixture
+def story(engine, story_max_tokens):
+    """A window of `engine` holding STORY (BOS first), the query after it (" She") and its greedy answer of at
+    most story_max_tokens tokens; the window is closed after the test."""
+    window = engine.new_window()
+    window.add_turn(engine.tokenize(STORY, True))
+    query = engine.tokenize(" She", False)
+    yield window, query, window.generate(query, max_tokens=story_max_tokens)
+    window.close()
+
+
 @pytest.fixture
 def small_engine(orbit, stories260k_path):
     """An engine on the bundled model with a small pool (8 MiB) and 4-token pages, closed after the test."""

@@ -11,29 +11,12 @@ import asyncio
 import threading
 
 import pytest
+from conftest import STORY  # the `engine` and `story` fixtures are conftest's (story: a 60-token answer)
 
 pytestmark = pytest.mark.xdist_group("test_aio")
 
-STORY = "Once upon a time, there was a little girl."
 MESSAGES = [{"role": "system", "content": "You tell short stories about Lily and her dog."},
             {"role": "user", "content": "What did the dog find?"}]
-
-
-@pytest.fixture(scope="module")
-def engine(orbit, stories260k_path):
-    engine = orbit.Engine(str(stories260k_path), pool_bytes=32 << 20)
-    yield engine
-    engine.close()
-
-
-@pytest.fixture
-def story(engine):
-    """A window holding the story's first sentence, the query after it, and its greedy answer (60 tokens)."""
-    window = engine.new_window()
-    window.add_turn(engine.tokenize(STORY, True))
-    query = engine.tokenize(" She", False)
-    yield window, query, window.generate(query, max_tokens=60)
-    window.close()
 
 
 @pytest.fixture

@@ -13,28 +13,17 @@ import contextlib
 import threading
 
 import pytest
+from conftest import STORY  # the `engine` and `story` fixtures are conftest's
 
 pytestmark = pytest.mark.xdist_group("test_cancel")
 
-STORY = "Once upon a time, there was a little girl."
 LONG = 100000  # max_tokens: the position limit (about 500 tokens) ends an uncancelled run
 
 
-@pytest.fixture(scope="module")
-def engine(orbit, stories260k_path):
-    engine = orbit.Engine(str(stories260k_path), pool_bytes=32 << 20)
-    yield engine
-    engine.close()
-
-
 @pytest.fixture
-def story(engine):
-    """A window holding the story's first sentence, the query after it and its uncancelled answer."""
-    window = engine.new_window()
-    window.add_turn(engine.tokenize(STORY, True))
-    query = engine.tokenize(" She", False)
-    yield window, query, window.generate(query, max_tokens=LONG)
-    window.close()
+def story_max_tokens():
+    """The `story` fixture's answer is the uncancelled whole answer."""
+    return LONG
 
 
 def in_thread(call):
