@@ -13,6 +13,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -122,6 +123,38 @@ def story(engine, story_max_tokens):
     query = engine.tokenize(" She", False)
     yield window, query, window.generate(query, max_tokens=story_max_tokens)
     window.close()
+
+
+@pytest.fixture
+def waiting_for_room(orbit, monkeypatch):
+    """waiting_for_room(windows) -> a threading.Event per window. Makes the stream decodes (Window.stream and
+    orbit.aio's) on those windows wait for a reader that stops reading for an hour (READER_GONE_S), and sets a
+    window's Event when its decode asks for room it cannot have: the piece after AHEAD + 1 once the reader took
+    one piece and stopped (the room it gave back for that piece included). Only a cancel or a close wakes it."""
+
+    def arm(windows):
+        monkeypatch.setattr(orbit._stream, "READER_GONE_S", 3600.0)
+        waiting = {id(w): threading.Event() for w in windows}
+        original = orbit.Window.generate
+
+        def generate(self, query, **kwargs):
+            on_text, pieces = kwargs.get("on_text"), []
+            if on_text is None or id(self) not in waiting:
+                return original(self, query, **kwargs)
+
+            def counted(piece):
+                pieces.append(piece)
+                if len(pieces) == orbit._stream.AHEAD + 2:
+                    waiting[id(self)].set()
+                return on_text(piece)
+
+            kwargs["on_text"] = counted
+            return original(self, query, **kwargs)
+
+        monkeypatch.setattr(orbit.Window, "generate", generate)
+        return [waiting[id(w)] for w in windows]
+
+    return arm
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """orbit.aio on the bundled stories260K: the window's model calls as coroutines. Windows driven together under
 asyncio.gather answer as the same calls made one after another; the native calls run off the event loop; a
 stream's pieces join to its Generation's text; cancelling the awaiting task (or leaving an `async for`)
-cancels the decode and waits for it, leaving the window answering as before; errors are the synchronous
-API's; one window runs one call at a time, the others waiting their turn; no thread outlives the loop.
+cancels the decode and waits for it, leaving the window answering as before; closing the window wakes a
+stream's decode waiting for its reader, which stops at its next token; errors are the synchronous API's; one
+window runs one call at a time, the others waiting their turn; no thread outlives the loop.
 
 The event loop is asyncio.run's (pytest-asyncio is not required). Where a test needs the decode paused
 mid-answer it sets READER_GONE_S high: the decode then runs at most AHEAD pieces ahead of a reader that
@@ -229,6 +230,35 @@ def test_leaving_the_loop_cancels_the_stream(orbit, story, paused):
         assert list(g.tokens) == list(plain.tokens[:len(g.tokens)])
     assert never is None  # never started
     assert window.generate(query, max_tokens=60).text == plain.text
+
+
+def test_closing_the_window_wakes_a_stream_waiting_for_its_reader(orbit, engine, story, waiting_for_room):
+    from orbit import aio
+
+    _, query, plain = story
+    window = engine.new_window()
+    window.add_turn(engine.tokenize(STORY, True))
+    # The decode runs AHEAD pieces ahead of a reader that stops reading, then waits for it (for an hour), so only
+    # the close's wake-up lets it stop at its next token.
+    [waiting] = waiting_for_room([window])
+
+    async def main():
+        s = aio.AsyncWindow(window).stream(query, max_tokens=60)
+        pieces = []
+        async for piece in s:
+            pieces.append(piece)
+            if len(pieces) == 1:
+                # Closed on another thread once the decode waits for this loop, which reads nothing meanwhile.
+                # The timeouts are hang guards only (leaving the loop on one cancels the decode).
+                assert await asyncio.to_thread(waiting.wait, 60)
+                await asyncio.wait_for(asyncio.to_thread(window.close), 60)
+        return s.generation, "".join(pieces)
+
+    g, text = asyncio.run(main())
+    assert window.closed
+    assert g.stop_reason == "cancelled" and len(g.tokens) < 60
+    assert list(g.tokens) == list(plain.tokens[:len(g.tokens)])
+    assert text == plain.text[:len(text)] and g.text.startswith(text)
 
 
 def test_cancelling_the_task_cancels_generate(orbit, story, calls):

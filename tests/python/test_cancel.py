@@ -3,7 +3,8 @@ generate_n and generate_many (a token per request or for the whole call) end wit
 before their end; a token cancelled before the call answers at once without decoding; leaving a Window.stream
 loop stops the decode at its next token, not its next piece; Window.close() in a stream's loop stops the decode
 instead of waiting for it; a stream's cancel= is the parent of its own token; Window.closed is read without the
-window's lock.
+window's lock. Engine.close() stops the decodes of all its windows at their next token, waking the streams that
+wait for their reader, and refuses the decodes asked for while it waits.
 
 stories260K stops at its position limit (about 500 tokens), and decodes that in well under a second, so no
 test lets a decode run before its token is cancelled: a decode is held in on_text, or its call waits for a window
@@ -285,3 +286,78 @@ def test_a_stream_takes_a_parent_token(orbit, story):
     assert list(s) == [] and s.generation.stop_reason == "cancelled" and list(s.generation.tokens) == []
     with pytest.raises(TypeError, match="stream: cancel must be an orbit.CancelToken or None, got bool"):
         window.stream(query, cancel=True)
+
+
+def engine_story(orbit, stories260k_path):
+    """An engine of this test's own (closing it is what is tested), a window of it holding the story, the query
+    after it and its uncancelled answer."""
+    engine = orbit.Engine(str(stories260k_path), pool_bytes=32 << 20)
+    window = engine.new_window()
+    window.add_turn(engine.tokenize(STORY, True))
+    query = engine.tokenize(" She", False)
+    return engine, window, query, window.generate(query, max_tokens=LONG)
+
+
+def test_closing_the_engine_stops_a_running_decode(orbit, stories260k_path):
+    engine, window, query, plain = engine_story(orbit, stories260k_path)
+    other = engine.new_window()
+    other.add_turn(engine.tokenize(STORY, True))
+    first_piece, go_on = threading.Event(), threading.Event()
+
+    def on_text(piece):  # holds the decode at its first piece until close() has begun, never asking it to stop
+        first_piece.set()
+        assert go_on.wait(60)
+        return True
+
+    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, on_text=on_text))
+    assert first_piece.wait(60)
+    _, closing = in_thread(engine.close)
+    try:
+        for _ in range(6000):  # close() marks the engine closed, then waits for the decode's next token
+            if engine.closed:
+                break
+            threading.Event().wait(0.01)
+        assert engine.closed
+        # A decode asked for while close() waits does not start, on any window of the engine.
+        for call in (lambda: other.generate(query, max_tokens=LONG), lambda: other.generate_n(query, 2),
+                     lambda: orbit.generate_many([(other, query)])):
+            with pytest.raises(orbit.OrbitError, match="engine is closed"):
+                call()
+    finally:
+        go_on.set()
+    g = result()  # stopped at its next token: close() waited for that, not for the whole answer
+    assert_cancelled_early(g, plain)
+    assert len(g.tokens) <= 3
+    closing()
+    with pytest.raises(orbit.OrbitError, match="engine is closed"):
+        window.generate(query)
+
+
+def test_closing_the_engine_wakes_the_streams_waiting_for_their_reader(orbit, stories260k_path, waiting_for_room):
+    # Two streams of the engine, each read for one piece and then left: their decodes wait for their readers,
+    # which only the close's wake-up ends; they stop at their next token. The joins' timeouts are hang guards.
+    engine, window, query, plain = engine_story(orbit, stories260k_path)
+    other = engine.new_window()
+    other.add_turn(engine.tokenize(STORY, True))
+    waiting = waiting_for_room([window, other])
+    streams = [window.stream(query, max_tokens=LONG), other.stream(query, max_tokens=LONG)]
+    readers = [iter(s) for s in streams]
+    firsts = [next(r) for r in readers]
+    closer = threading.Thread(target=engine.close)
+    try:
+        assert all(w.wait(60) for w in waiting)
+        closer.start()
+        closer.join(60)
+        assert not closer.is_alive(), "close() waits for the streams' decodes: they were not woken"
+    except BaseException:
+        for s in streams:
+            s.close()  # cancels the decodes, so nothing is left waiting after the failure
+        if closer.ident is not None:
+            closer.join()
+        raise
+    assert engine.closed
+    for s, first, reader in zip(streams, firsts, readers):
+        text = first + "".join(reader)  # the pieces queued before the decode stopped, then the end
+        g = s.generation
+        assert_cancelled_early(g, plain)  # not run to its end: woken, it stopped at its next token
+        assert text == plain.text[:len(text)] and g.text.startswith(text)

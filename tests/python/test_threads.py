@@ -99,7 +99,7 @@ def test_calls_from_generate_callbacks_raise_or_run_never_wait_for_themselves(or
     # call that would wait for either (the engine's close, its own window, orbit.generate_many over it, which
     # waited forever) raises OrbitError naming why, raised by generate once the decode stopped; calls on other
     # windows and the engine run. A stream's loop runs on another thread than its decode: closing the engine
-    # or the window there returns (the decode ends, the engine closed under it).
+    # or the window there returns (the decode stops at its next token, 'cancelled', before the engine closes).
     result = run_child(orbit, stories260k_path, """
         e = orbit.Engine(M, pool_bytes=16 << 20)
         def story():

@@ -778,7 +778,7 @@ def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, 
     wait for itself. cancel: a token for the whole call -- cancel() stops every request at its next token
     (stop_reason 'cancelled'); a request's own options['cancel'] stops that request alone, the others decoding
     on. A request whose token was cancelled before the call answers a cancelled Generation (no tokens) without
-    decoding. close() of a request's window stops that request the same way."""
+    decoding. close() of a request's window stops that request the same way; Engine.close() every request."""
 
 class CancelToken:
     """Stops a decode from any thread: pass it as cancel= to Window.generate, Window.generate_n or
@@ -795,6 +795,17 @@ class CancelToken:
     @property
     def cancelled(self) -> bool:
         """True once cancel() was called on it or on an ancestor."""
+class _StreamRoom:
+    """Internal to Window.stream and orbit.aio: the gate a stream's decode waits at for its reader; cancelling its
+    token (or an ancestor), closing its window or closing its engine stops it, waking a take() at once."""
+    def __init__(self, ahead: int, token: CancelToken, window: "Window") -> None: ...
+    def take(self, timeout_s: float) -> bool:
+        """Waits (without the GIL) for a piece's room and takes it: True; True at once, taking nothing, once
+        stopped; False when timeout_s passed first."""
+    def give(self, n: int = 1) -> None: ...
+    @property
+    def stopped(self) -> bool: ...
+
 def policy_help() -> str:
     """The valid policy spec forms, one per line."""
 
@@ -841,11 +852,16 @@ class Engine:
     def __exit__(self, *args: object) -> bool: ...
     def close(self) -> None:
         """Flushes and closes the store and frees the pool, once the calls in flight on other threads returned.
-        Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed'). Called from
-        inside a call of this engine on the same thread (generate's on_text) it raises OrbitError instead of
-        waiting for that call, which waits for it."""
+        A decode running on any of its windows (generate, generate_n, generate_many, a Window.stream, an
+        orbit.aio call) is first stopped at its next token, stop_reason 'cancelled' as a CancelToken gives, so
+        close() waits for that token, not for the whole answer (a stream waiting for its reader is woken at
+        once); one asked for meanwhile raises OrbitError('engine is closed'), and none runs once close()
+        returned. Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed').
+        Called from inside a call of this engine on the same thread (generate's on_text) it raises OrbitError
+        instead of waiting for that call, which waits for it, and stops nothing."""
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """True once close() was called (a lock-free read; close() may still be stopping decodes)."""
     @property
     def options(self) -> EngineOptions: ...
     @property
@@ -926,7 +942,8 @@ class Window:
         """Destroys the window (pages back to the pool); idempotent; later calls raise OrbitError. A call running
         on it on another thread is waited for, but a decode (generate, generate_n, its generate_many requests, a
         Window.stream -- e.g. closed from the stream's loop) first stops at its next token, stop_reason
-        'cancelled', so close() waits for one token, not for the whole answer."""
+        'cancelled', so close() waits for one token, not for the whole answer (a stream's decode waiting for its
+        reader is woken at once). Engine.close() stops them the same way."""
     @property
     def closed(self) -> bool:
         """True once close() was called (a lock-free read, safe while another thread closes it)."""

@@ -4,28 +4,28 @@ The decode runs on a worker thread (Window.generate with an on_text that queues 
 iterating the stream hands the pieces over as they come. Leaving the loop early (break, an exception, close())
 cancels the token, so the decode stops at its next token (not its next piece: a stop string's possible start or
 a character's first bytes may hold pieces back for many tokens), and waits for it to stop, so the window is
-free again right after the loop. Window.close() from the loop's body stops the decode the same way. The decode
-runs at most AHEAD pieces ahead of the reader, so a loop that breaks wastes few tokens; a reader that takes no
-piece for READER_GONE_S seconds is taken to have left the stream unfinished (an iterator kept but no longer
-read), and the decode then runs to its end without waiting, so it never holds the window for long.
+free again right after the loop. Window.close() or Engine.close() from the loop's body stops the decode the
+same way. The decode runs at most AHEAD pieces ahead of the reader, so a loop that breaks wastes few tokens; it
+waits for room in a _StreamRoom (src/wake.h), which the token's cancel (or a parent's), the window's close and the
+engine's close wake at once. A reader that takes no piece for READER_GONE_S seconds is taken to have left the
+stream unfinished (an iterator kept but no longer read), and the decode then runs to its end without waiting,
+so it never holds the window for long.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-import time
 import weakref
 from typing import TYPE_CHECKING, Any, Generator, Iterator, Optional
 
-from ._orbit import CancelToken
+from ._orbit import CancelToken, _StreamRoom
 
 if TYPE_CHECKING:
     from ._orbit import Generation, Tokens, Window
 
 AHEAD = 8  # pieces the decode may run ahead of the reader
 READER_GONE_S = 1.0  # how long it waits for a reader that runs behind before it goes on alone
-CLOSED_POLL_S = 0.02  # while it waits for room: how often it looks whether the window is being closed
 
 
 class GenerationStream:
@@ -37,8 +37,9 @@ class GenerationStream:
     Generation (stop_reason and the rest, tool_calls and json with tools or a response_format). Leaving the
     loop early -- break, an exception in its body, close() -- cancels the decode through a CancelToken: it stops
     at its next token (stop_reason 'cancelled', the Generation holding what was decoded) and the loop's exit
-    waits for that, so the window is usable right after. window.close() in the loop's body stops the decode at
-    its next token too (the loop then ends with what was queued). A cancel= given is the parent of the
+    waits for that, so the window is usable right after. window.close() or engine.close() in the loop's body
+    (or on another thread) stops the decode at its next token too, waking it at once if it waits for the loop
+    (the loop then ends with what was queued). A cancel= given is the parent of the
     stream's token: cancelling it stops the stream as well. The decode runs at most 8 pieces ahead of the loop;
     one that takes no piece for a second lets it run on to its end. An iterator taken by hand (it = iter(s);
     next(it)) and left unfinished is cancelled when it is dropped, or by close() (`with window.stream(...) as s:`
@@ -93,30 +94,19 @@ class GenerationStream:
         """close(): a decode still running is cancelled."""
         self.close()
 
-    def _wait_for_room(self, room: threading.Semaphore) -> bool:
-        """On the decode's thread: takes one unit of room, or gives up waiting when the stream is cancelled or
-        its window is being closed (the decode stops at its next token then). False: the reader took nothing
-        for READER_GONE_S (it is taken to have left)."""
-        deadline = time.monotonic() + READER_GONE_S
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            if room.acquire(timeout=min(left, CLOSED_POLL_S)):
-                return True
-            if self._token.cancelled or self._window.closed:
-                return True
-
     def _run(self) -> Generator[str, None, None]:
         if self._closed:
             return
         items: "queue.SimpleQueue[tuple[str, Any]]" = queue.SimpleQueue()
-        room = threading.Semaphore(AHEAD)  # pieces the decode may still queue before it waits for the reader
+        # Pieces the decode may still queue before it waits for the reader. take() returns at once (True) when
+        # the token is cancelled or the window or its engine begins closing: the decode then stops at its next
+        # token. False: the reader took nothing for READER_GONE_S (it is taken to have left).
+        room = _StreamRoom(AHEAD, self._token, self._window)
         alone = False  # the reader stopped reading: the decode no longer waits
 
         def on_text(piece: str) -> bool:
             nonlocal alone
-            if not alone and not self._token.cancelled and not self._wait_for_room(room):
+            if not alone and not self._token.cancelled and not room.take(READER_GONE_S):
                 alone = True
             items.put(("piece", piece))
             return True  # the token stops the decode (at its next token)
@@ -134,7 +124,7 @@ class GenerationStream:
             while True:
                 kind, value = items.get()
                 if kind == "piece":
-                    room.release()
+                    room.give()
                     yield value
                 elif kind == "error":
                     raise value
@@ -142,8 +132,7 @@ class GenerationStream:
                     self._generation = value
                     return
         finally:
-            self._token.cancel()
-            room.release(AHEAD + 1)  # a decode waiting for room goes on, and stops at once
+            self._token.cancel()  # wakes a decode waiting for room: it goes on, and stops at its next token
             worker.join()
             while self._generation is None and not items.empty():  # a cancelled run's Generation
                 kind, value = items.get()

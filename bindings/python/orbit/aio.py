@@ -29,7 +29,8 @@ cancel= given, if any) that the task's cancellation cancels, so the decode ends 
 a CancelToken's cancel() ends it (no tokenizer needed). The task waits for the native call to return before
 CancelledError reaches it, so the window is idle then. A call with no way to stop early (sync, fork, idle, ...)
 runs to its end first, its result dropped (what it did to the window stays); a call still waiting for its
-window is dropped without running.
+window is dropped without running. Window.close() and Engine.close() stop a running decode at its next token
+too (a stream's decode waiting for its reader is woken at once).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, TypeVar
 
 from . import _stream
-from ._orbit import CancelToken, Window
+from ._orbit import CancelToken, Window, _StreamRoom
 from ._orbit import generate_many as _generate_many
 
 if TYPE_CHECKING:
@@ -247,7 +248,8 @@ class AsyncGenerationStream:
     lock is ours, on a thread of the event loop's default executor (Window.generate with an on_text that hands
     each piece to the event loop); generate()'s errors are raised there. Once the `async for` ends,
     `generation` is the Generation. The decode runs at most 8 pieces ahead of the reader; one that takes no
-    piece for a second lets it run on to its end.
+    piece for a second lets it run on to its end. Closing the window or its engine (Window.close(),
+    Engine.close(), from any thread) stops the decode at its next token, at once if it waits for the reader.
 
     Cancelling the task that iterates cancels the decode (stop_reason 'cancelled') and waits for it to stop
     before CancelledError goes on. Leaving the `async for` otherwise (break, an exception) cancels it too; the
@@ -301,7 +303,7 @@ class AsyncGenerationStream:
             return None
         try:
             kwargs = dict(self._kwargs)
-            decode = _Decode(asyncio.get_running_loop(), _call_token(kwargs, "stream"))
+            decode = _Decode(asyncio.get_running_loop(), _call_token(kwargs, "stream"), self._window)
             ours = {"on_text": decode.on_text, "cancel": decode.token}
             decode.start(functools.partial(_generate_with, self._window, self._query, ours, kwargs), lock)
         except BaseException:
@@ -319,11 +321,13 @@ class _Decode:
     """One Window.generate(on_text=...) on an executor thread, its pieces handed to the loop in an asyncio.Queue,
     the Generation (or the error) at the end. The window's lock is released once it returned."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, token: CancelToken) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, token: CancelToken, window: Window) -> None:
         self._loop = loop
         self.token = token  # generate's cancel=: the decode stops at its next token once it is cancelled
         self.items: "asyncio.Queue[Any]" = asyncio.Queue()  # pieces, then _End
-        self.room = threading.Semaphore(_stream.AHEAD)  # pieces the decode may still hand over unread
+        # Pieces the decode may still hand over unread; cancelling the token and closing the window or its
+        # engine wake a decode waiting for room at once (it then stops at its next token).
+        self.room = _StreamRoom(_stream.AHEAD, token, window)
         self.cancelled = threading.Event()
         self.alone = False  # the reader stopped reading: the decode no longer waits for it
         self.future: "Optional[asyncio.Future[Generation]]" = None
@@ -342,9 +346,9 @@ class _Decode:
         self.future.add_done_callback(ended)
 
     def on_text(self, piece: str) -> bool:
-        """generate's on_text, on the executor thread: waits for room (not past READER_GONE_S), hands the piece
-        over, and goes on unless cancelled."""
-        if not self.alone and not self.cancelled.is_set() and not self.room.acquire(timeout=_stream.READER_GONE_S):
+        """generate's on_text, on the executor thread: waits for room (not past READER_GONE_S, not once stopped),
+        hands the piece over, and goes on unless cancelled."""
+        if not self.alone and not self.cancelled.is_set() and not self.room.take(_stream.READER_GONE_S):
             self.alone = True
         try:
             self._loop.call_soon_threadsafe(self.items.put_nowait, piece)
@@ -353,10 +357,10 @@ class _Decode:
         return not self.cancelled.is_set()
 
     def cancel(self) -> None:
-        """Any thread, never waits: the decode stops at its next token (one waiting for room goes on at once)."""
+        """Any thread, never waits: the decode stops at its next token (one waiting for room goes on at once:
+        the token's cancel wakes it)."""
         self.cancelled.set()
         self.token.cancel()
-        self.room.release(_stream.AHEAD + 1)
 
     async def stop(self) -> None:
         """Cancels and waits for generate to return."""
@@ -401,7 +405,7 @@ class _Pieces:
             if error is not None:
                 raise error
             raise StopAsyncIteration
-        decode.room.release()
+        decode.room.give()
         return item
 
     def __del__(self) -> None:

@@ -21,6 +21,7 @@ void init_yardstick(py::module_& m);  // yardstick.cpp: RadixCache, BlockPrefixC
 void init_answer(py::module_& m);     // answer.cpp: parse_tool_calls, Engine.tool_call_format
 void init_generate(py::module_& m);   // generate.cpp: generate_many (generate()'s arguments: generate_args.h)
 void init_cancel(py::module_& m);     // cancel.cpp: CancelToken (generate's cancel=)
+void init_wake(py::module_& m);       // wake.cpp: _StreamRoom (Window.stream's wait for its reader)
 
 // Raises CapacityError / RefusedError / OrbitError for a non-ok Status (module.cpp).
 [[noreturn]] void raise_status(int code, const std::string& reason);

@@ -9,7 +9,8 @@
 namespace orbit_py {
 
 bool CancelWatch::requested() const {
-  if (closing != nullptr && closing->load(std::memory_order_acquire)) return true;
+  if (closing != nullptr && closing->is_set()) return true;
+  if (engine_closing != nullptr && engine_closing->is_set()) return true;
   for (const auto& t : tokens) {
     if (t->cancelled()) return true;
   }
@@ -17,7 +18,7 @@ bool CancelWatch::requested() const {
 }
 
 void CancelWatch::arm(orbit::GenerateOptions& options) const {
-  if (tokens.empty() && closing == nullptr) return;
+  if (tokens.empty() && closing == nullptr && engine_closing == nullptr) return;
   // A copy per decode (generate_n copies the options per branch: the copies share the tokens). Called on
   // the decode's thread without the GIL: it reads atomics only.
   options.on_token = [watch = *this](int64_t, int64_t) { return !watch.requested(); };

@@ -1,41 +1,45 @@
 // orbit.CancelToken (cancel.cpp) and how a decode reads it: generate(), generate_n() and generate_many() take
-// cancel=, and the decode's GenerateOptions::on_token returns false once a token it watches is cancelled or its
-// window is being closed (PyWindow::closing). The check reads atomics only: no GIL, no lock.
+// cancel=, and the decode's GenerateOptions::on_token returns false once a token it watches is cancelled, its
+// window is being closed (PyWindow::closing) or its engine is (Engine.close(): EngineDecodes::closing). The
+// check reads atomics only: no GIL, no lock.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
-#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "orbit/window.h"
+#include "wake.h"
 
 namespace orbit_py {
 
 namespace py = pybind11;
 
 // A cancellation flag shared by Python and the decodes given it. cancel() may be called from any thread, any
-// number of times; once set it stays set. A child token (parent given) reads as cancelled when it or any of its
-// ancestors was cancelled; cancelling it leaves its parent alone.
+// number of times; once set it stays set, and it wakes the streams waiting on it (a StreamRoom watches its
+// token's flag and every ancestor's, wake.h). A child token (parent given) reads as cancelled when it or any of
+// its ancestors was cancelled; cancelling it leaves its parent alone.
 struct CancelToken {
-  std::atomic<bool> flag{false};
+  StopFlag flag;
   std::shared_ptr<const CancelToken> parent;  // null: none
 
-  void cancel() { flag.store(true, std::memory_order_release); }
+  void cancel() { flag.set(); }
   bool cancelled() const {
     for (const CancelToken* t = this; t != nullptr; t = t->parent.get()) {
-      if (t->flag.load(std::memory_order_acquire)) return true;
+      if (t->flag.is_set()) return true;
     }
     return false;
   }
 };
 
-// What one decode stops for: any of its tokens cancelled, or its window being closed (nullptr: not watched).
+// What one decode stops for: any of its tokens cancelled, its window being closed or its engine being closed
+// (nullptr: not watched). The flags outlive the decode (its PyWindow holds them).
 struct CancelWatch {
   std::vector<std::shared_ptr<const CancelToken>> tokens;
-  const std::atomic<bool>* closing = nullptr;
+  const StopFlag* closing = nullptr;
+  const StopFlag* engine_closing = nullptr;
 
   bool requested() const;
   // Sets options.on_token to return false (the run ends "cancelled") once requested() holds; a watch with

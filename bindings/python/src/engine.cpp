@@ -2,10 +2,13 @@
 // released while the model loads, chunks are hashed or encoded, and the store closes.
 #include <pybind11/stl.h>
 
+#include <memory>
 #include <sstream>
 
 #include "bindings.h"
 #include "convert.h"
+#include "decodes.h"
+#include "orbit/common/error.h"
 #include "py_window.h"
 
 namespace orbit_py {
@@ -42,6 +45,16 @@ orbit::BackgroundMode background_arg(const py::object& obj) {
                        std::string(py::str(py::type::handle_of(obj).attr("__qualname__"))));
 }
 
+// The deleter of the shared_ptr every Python reference to an engine shares (the pybind11 holder, each
+// PyWindow's `engine`): it owns the engine, and carries the decodes Engine.close() stops first, found again
+// from any copy of that shared_ptr by std::get_deleter (engine_decodes()).
+struct EngineKeeper {
+  std::shared_ptr<Engine> engine;
+  std::shared_ptr<EngineDecodes> decodes;
+
+  void operator()(Engine*) { engine.reset(); }
+};
+
 std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& store_dir, int64_t pool_bytes,
                                     int64_t page_size, int64_t host_budget_bytes, int64_t disk_budget_bytes,
                                     int threads, const std::string& remote, int64_t remote_ttl_seconds,
@@ -69,8 +82,13 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
   o.background = background_arg(background);
   o.shared_canonicals = shared_canonicals;
   o.max_idle_chunks = max_idle_chunks;
-  py::gil_scoped_release release;
-  return Engine::open(o);
+  std::shared_ptr<Engine> engine;
+  {
+    py::gil_scoped_release release;
+    engine = Engine::open(o);
+  }
+  Engine* raw = engine.get();
+  return std::shared_ptr<Engine>(raw, EngineKeeper{std::move(engine), std::make_shared<EngineDecodes>()});
 }
 
 ChunkOptions chunk_options(const std::string& label, bool pin) {
@@ -80,7 +98,25 @@ ChunkOptions chunk_options(const std::string& label, bool pin) {
   return o;
 }
 
+// Engine.close() and __exit__: stops the decodes on the engine's windows at their next token and waits for
+// them (decodes.h), then closes the engine, waiting for the other calls in flight. Refused from inside a call
+// of one of its windows on this thread before anything is stopped (the close would wait for that call).
+void close_engine(const std::shared_ptr<Engine>& e) {
+  ORBIT_CHECK(!in_window_call(e.get()),
+              "close(): called from inside an operation of this engine on the same thread; close the engine after "
+              "that operation returns");
+  const std::shared_ptr<EngineDecodes> decodes = engine_decodes(e);
+  py::gil_scoped_release release;
+  if (decodes) decodes->stop_all();
+  e->close();
+}
+
 }  // namespace
+
+std::shared_ptr<EngineDecodes> engine_decodes(const std::shared_ptr<Engine>& engine) {
+  const EngineKeeper* keeper = std::get_deleter<EngineKeeper>(engine);
+  return keeper != nullptr ? keeper->decodes : nullptr;
+}
 
 // A chunk argument: a ChunkRef, or a chunk key (str) this engine knows.
 ChunkRef resolve_chunk(Engine& engine, py::handle obj, const char* what) {
@@ -146,23 +182,28 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "__enter__", [](std::shared_ptr<Engine> e) { return e; }, "Returns the engine.");
   c.def(
       "__exit__",
-      [](Engine& e, py::args) {
-        py::gil_scoped_release release;
-        e.close();
+      [](const std::shared_ptr<Engine>& e, py::args) {
+        close_engine(e);
         return false;
       },
       "Closes the engine (see close()); exceptions propagate.");
-  c.def(
-      "close",
-      [](Engine& e) {
-        py::gil_scoped_release release;
-        e.close();
+  c.def("close", &close_engine,
+        "Flushes and closes the store and frees the pool, once the calls in flight on other threads returned.\n"
+        "A decode running on any of its windows (generate, generate_n, orbit.generate_many, a Window.stream,\n"
+        "an orbit.aio call) is first stopped at its next token, stop_reason 'cancelled' as a CancelToken gives,\n"
+        "so close() waits for that token, not for the whole answer (a stream waiting for its reader is woken at\n"
+        "once); one started meanwhile raises OrbitError('engine is closed'), and none runs once close()\n"
+        "returned. Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed').\n"
+        "Called from inside a call of this engine on the same thread (generate's on_text) it raises OrbitError\n"
+        "instead of waiting for that call, which waits for it, and stops nothing.");
+  c.def_property_readonly(
+      "closed",
+      [](const std::shared_ptr<Engine>& e) {
+        const std::shared_ptr<EngineDecodes> decodes = engine_decodes(e);
+        return (decodes && decodes->closing().is_set()) || e->closed();
       },
-      "Flushes and closes the store and frees the pool, once the calls in flight on other threads returned.\n"
-      "Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed'). Called from\n"
-      "inside a call of this engine on the same thread (generate's on_text) it raises OrbitError instead of\n"
-      "waiting for that call, which waits for it.");
-  c.def_property_readonly("closed", &Engine::closed, "True after close().");
+      "True once close() was called (from any thread; it reads no lock): close() may still be stopping the\n"
+      "decodes and closing the store.");
   c.def_property_readonly(
       "options", [](const Engine& e) { return e.options(); }, "EngineOptions it was opened with.");
   c.def_property_readonly("model_info", &Engine::model_info, "ModelInfo of the loaded model.");

@@ -145,6 +145,7 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
   a.query = query_tokens(w, query);
   if (auto token = to_cancel_token(cancel, "generate: cancel")) a.cancel.tokens.push_back(std::move(token));
   a.cancel.closing = &w.closing;  // the PyWindow outlives the call (its caller holds the Window)
+  if (w.decodes) a.cancel.engine_closing = &w.decodes->closing();  // held by the PyWindow too
   a.arm();
   return a;
 }
@@ -262,6 +263,12 @@ void init_generate(py::module_& m) {
             args.back().arm();
           }
         }
+        // Each engine's close() waits for the call (and refuses it once begun: OrbitError "engine is closed").
+        std::vector<DecodeScope> decoding;
+        std::set<EngineDecodes*> engines;
+        for (PyWindow* w : windows) {
+          if (engines.insert(w->decodes.get()).second) decoding.emplace_back(w->decodes.get());
+        }
         std::vector<orbit::Generation> out;
         {
           py::gil_scoped_release release;
@@ -295,7 +302,8 @@ void init_generate(py::module_& m) {
       "cancel (an orbit.CancelToken) stops every request at its next token when cancelled from another thread\n"
       "(stop_reason 'cancelled'); a request's options may hold a cancel= of its own, which stops that request\n"
       "alone. A request whose token is cancelled before the call answers a cancelled Generation at once (no\n"
-      "tokens, nothing forwarded), the others decoding. close() of a request's window stops that request.");
+      "tokens, nothing forwarded), the others decoding. close() of a request's window stops that request;\n"
+      "Engine.close() stops every request.");
 }
 
 }  // namespace orbit_py

@@ -103,4 +103,5 @@ PYBIND11_MODULE(_orbit, m) {
   orbit_py::init_answer(m);
   orbit_py::init_generate(m);
   orbit_py::init_cancel(m);
+  orbit_py::init_wake(m);
 }

@@ -5,8 +5,10 @@
 // releases the GIL first, then takes the mutex (never the other way round: no GIL/mutex deadlock). close()
 // destroys the window early (its pages return to the pool); later calls raise OrbitError. close() first sets
 // `closing`, read without the GIL or the mutex: a decode running on the window stops at its next token
-// (stop_reason "cancelled", cancel.h) so close() waits for that token, not for the whole answer, and
-// Window.closed reads it without racing close(). A call made on the thread that is inside a call of the same
+// (stop_reason "cancelled", cancel.h) so close() waits for that token, not for the whole answer, a stream
+// waiting for its reader is woken (wake.h), and Window.closed reads it without racing close(). Engine.close()
+// stops the decodes of every window of the engine the same way, and waits for them, through `decodes`
+// (decodes.h), before the engine closes. A call made on the thread that is inside a call of the same
 // window (generate's on_text using its window, orbit.generate_many included) raises OrbitError instead of
 // waiting for itself.
 #pragma once
@@ -19,16 +21,24 @@
 #include <optional>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include "decodes.h"
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
+#include "wake.h"
 
 namespace orbit_py {
 
 namespace py = pybind11;
 
+// Whether the calling thread is inside a call (run() or close()) of a window of `engine`: Engine.close()
+// there would wait for itself.
+bool in_window_call(const orbit::Engine* engine);
+
 struct PyWindow {
-  PyWindow(std::shared_ptr<orbit::Engine> e, orbit::Window w) : engine(std::move(e)), window(std::move(w)) {
+  PyWindow(std::shared_ptr<orbit::Engine> e, orbit::Window w)
+      : engine(std::move(e)), window(std::move(w)), decodes(engine_decodes(engine)) {
     id = window->id();
   }
 
@@ -36,8 +46,9 @@ struct PyWindow {
   std::optional<orbit::Window> window;    // empty after close()
   uint64_t id = 0;
   std::unique_ptr<std::mutex> mutex = std::make_unique<std::mutex>();
-  std::atomic<std::thread::id> holder{};  // the thread inside run() or close(), if any
-  std::atomic<bool> closing{false};       // close() was called: set before it waits for the mutex, never cleared
+  std::atomic<std::thread::id> holder{};   // the thread inside run() or close(), if any
+  StopFlag closing;                        // close() was called: set before it waits for the mutex, never cleared
+  std::shared_ptr<EngineDecodes> decodes;  // the engine's (null: its close stops nothing first)
 
   // Runs f(orbit::Window&) with the GIL released and the window locked. f must not touch Python objects
   // (a callback it calls takes the GIL itself).
@@ -46,7 +57,7 @@ struct PyWindow {
     check_not_held();
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(*mutex);
-    const Hold hold(holder);
+    const Hold hold(*this);
     check_open();
     return f(*window);
   }
@@ -55,16 +66,16 @@ struct PyWindow {
   // destroys the window.
   void close() {
     check_not_held();
-    closing.store(true, std::memory_order_release);
+    closing.set();
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(*mutex);
-    const Hold hold(holder);
+    const Hold hold(*this);
     window.reset();  // returns its pages to the pool
   }
 
   // Throws OrbitError once close() was called (the window may still be finishing a call). Needs no lock: it
   // reads `closing` only (the window is reset after it is set, and never before).
-  void check_open() const { ORBIT_CHECK(!closing.load(std::memory_order_acquire), "window " << id << " is closed"); }
+  void check_open() const { ORBIT_CHECK(!closing.is_set(), "window " << id << " is closed"); }
 
   // Throws OrbitError when the calling thread is inside a call of this window (its mutex is taken by this
   // thread: locking it again would wait forever). run() and close() check it; so must code that locks `mutex`
@@ -75,12 +86,26 @@ struct PyWindow {
   }
 
  private:
-  // Marks the calling thread as the holder for a scope.
+  // Marks the calling thread as the holder for a scope, and as inside a call of the window's engine.
   struct Hold {
-    explicit Hold(std::atomic<std::thread::id>& h) : held(h) { held = std::this_thread::get_id(); }
-    ~Hold() { held = std::thread::id(); }
+    explicit Hold(PyWindow& w) : held(w.holder) {
+      held = std::this_thread::get_id();
+      engines_called().push_back(w.engine.get());
+    }
+    ~Hold() {
+      engines_called().pop_back();
+      held = std::thread::id();
+    }
     std::atomic<std::thread::id>& held;
   };
+
+  // The engines whose windows the calling thread is inside a call of, innermost last (calls nest: on_text
+  // may use another window).
+  static std::vector<const orbit::Engine*>& engines_called() {
+    thread_local std::vector<const orbit::Engine*> engines;
+    return engines;
+  }
+  friend bool in_window_call(const orbit::Engine* engine);
 };
 
 // A chunk argument: a ChunkRef, or a key (str) of a chunk `engine` knows (engine.cpp).

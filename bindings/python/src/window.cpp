@@ -4,6 +4,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -104,6 +105,11 @@ const char* kLogitsDoc =
 
 }  // namespace
 
+bool in_window_call(const orbit::Engine* engine) {
+  const std::vector<const orbit::Engine*>& called = PyWindow::engines_called();
+  return std::find(called.begin(), called.end(), engine) != called.end();
+}
+
 py::object wrap_window(std::shared_ptr<orbit::Engine> engine, Window window) {
   return py::cast(std::make_unique<PyWindow>(std::move(engine), std::move(window)));
 }
@@ -117,9 +123,10 @@ void def_lifetime(py::class_<PyWindow>& c) {
         "Destroys the window now (its pages return to the pool; forks keep shared pages). Idempotent; later\n"
         "calls raise OrbitError. A call running on the window (another thread's) is waited for, but a decode\n"
         "(generate, generate_n, generate_many's requests on it, a Window.stream, e.g. closed from the loop's body)\n"
-        "first stops at its next token, stop_reason 'cancelled'.");
+        "first stops at its next token, stop_reason 'cancelled' (a stream's decode waiting for its reader is woken\n"
+        "at once). Engine.close() stops them the same way.");
   c.def_property_readonly(
-      "closed", [](const PyWindow& w) { return w.closing.load(std::memory_order_acquire); },
+      "closed", [](const PyWindow& w) { return w.closing.is_set(); },
       "True once close() was called (from any thread: it reads no lock). A call in progress then stops at its\n"
       "next token when it decodes, else finishes, before the window is destroyed.");
   c.def(
@@ -423,6 +430,7 @@ void def_generate(py::class_<PyWindow>& c) {
         const GenerateArgs a = generate_args(w, query, max_tokens, temperature, top_p, seed, stop_tokens, stop, on_text,
                                              tools, tool_choice, response_format, tool_call_format, presence_penalty,
                                              frequency_penalty, logit_bias, logprobs, top_logprobs, cancel);
+        const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
         orbit::Generation generation;
         try {
           generation = cancelled_before(w, a) ? cancelled_generation()
@@ -485,6 +493,7 @@ void def_generate(py::class_<PyWindow>& c) {
       "generate_n",
       [](PyWindow& w, const py::object& query, int64_t n, const py::kwargs& kwargs) {
         const GenerateArgs a = generate_args(w, query, kwargs, "generate_n");
+        const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
         std::vector<orbit::Generation> gs =
             n >= 1 && cancelled_before(w, a)
                 ? std::vector<orbit::Generation>(static_cast<std::size_t>(n), cancelled_generation())

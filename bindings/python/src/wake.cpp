@@ -1,0 +1,116 @@
+// StopFlag and StreamRoom (wake.h), and orbit._orbit._StreamRoom: the room a Window.stream's decode waits for
+// (orbit/_stream.py, orbit/aio.py), woken at once by a cancel or a close.
+#include "wake.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "bindings.h"
+#include "cancel.h"
+#include "convert.h"
+#include "py_window.h"
+
+namespace orbit_py {
+
+void StopFlag::set() {
+  flag_.store(true, std::memory_order_release);
+  std::vector<std::weak_ptr<Waiter>> waiters;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiters = waiters_;  // woken outside the lock: a waiter may watch another flag meanwhile
+  }
+  for (const auto& w : waiters) {
+    if (auto alive = w.lock()) alive->wake();
+  }
+}
+
+void StopFlag::watch(const std::shared_ptr<Waiter>& w) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiters_.erase(
+        std::remove_if(waiters_.begin(), waiters_.end(), [](const std::weak_ptr<Waiter>& x) { return x.expired(); }),
+        waiters_.end());
+    waiters_.push_back(w);
+  }
+  // A set() that copied the list before `w` was added set the flag before that copy, so it is seen here.
+  if (is_set()) w->wake();
+}
+
+bool StreamRoom::take(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto ready = [this] { return stopped_ || free_ > 0; };
+  constexpr double kForever = 1e9;  // seconds: longer waits are waits without a deadline
+  if (timeout_s >= kForever) {
+    cv_.wait(lock, ready);
+  } else if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s > 0 ? timeout_s : 0.0), ready)) {
+    return false;
+  }
+  if (!stopped_) --free_;
+  return true;
+}
+
+void StreamRoom::give(int64_t n) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_ += n;
+  }
+  cv_.notify_all();
+}
+
+void StreamRoom::wake() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool StreamRoom::stopped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopped_;
+}
+
+namespace {
+
+// A room stopped by `token` (or an ancestor) being cancelled, by `window` closing and by its engine closing.
+std::shared_ptr<StreamRoom> make_room(int64_t ahead, const py::object& token, const py::object& window) {
+  if (ahead < 1) throw py::value_error("_StreamRoom: ahead = " + std::to_string(ahead) + ": must be >= 1");
+  const std::shared_ptr<const CancelToken> t = to_cancel_token(token, "_StreamRoom: token");
+  if (!t) throw py::type_error("_StreamRoom: token must be an orbit.CancelToken, got None");
+  if (!py::isinstance<PyWindow>(window))
+    throw py::type_error("_StreamRoom: window must be a Window, got " + type_name(window));
+  const PyWindow& w = window.cast<const PyWindow&>();
+  auto room = std::make_shared<StreamRoom>(ahead);
+  for (const CancelToken* at = t.get(); at != nullptr; at = at->parent.get()) at->flag.watch(room);
+  w.closing.watch(room);
+  if (w.decodes) w.decodes->closing().watch(room);
+  return room;
+}
+
+}  // namespace
+
+void init_wake(py::module_& m) {
+  py::class_<StreamRoom, std::shared_ptr<StreamRoom>>(
+      m, "_StreamRoom",
+      "Internal to Window.stream and orbit.aio: the gate a stream's decode waits at for its reader.\n"
+      "_StreamRoom(ahead, token, window): the decode may run `ahead` pieces ahead; cancelling `token` (or an\n"
+      "ancestor), closing `window` or closing its engine stops the room: a take() waiting returns at once.")
+      .def(py::init(&make_room), py::arg("ahead"), py::arg("token"), py::arg("window"),
+           "A room of `ahead` pieces, stopped by token (a CancelToken), window's close and its engine's close.")
+      .def(
+          "take",
+          [](StreamRoom& r, double timeout_s) {
+            py::gil_scoped_release release;
+            return r.take(timeout_s);
+          },
+          py::arg("timeout_s"),
+          "Waits (without the GIL) for a piece's room and takes it: True; True at once, taking nothing, once\n"
+          "stopped; False when timeout_s passed first (the reader took no piece meanwhile).")
+      .def("give", &StreamRoom::give, py::arg("n") = 1, "Gives back n pieces' room (the reader took n pieces).")
+      .def_property_readonly("stopped", &StreamRoom::stopped,
+                             "True once its token was cancelled or its window or engine began closing.");
+}
+
+}  // namespace orbit_py
