@@ -28,7 +28,8 @@ namespace {
 void run_avx2(const kcpu::CachedAttentionArgs<float>& a, const kcpu::CachedAttentionDims& d,
               const std::vector<int64_t>& lengths) {
 #if defined(ORBIT_CPU_AVX2_KERNELS)
-  const int64_t most_seen = *std::max_element(lengths.begin(), lengths.end()) + d.queries;
+  const int64_t most_seen =
+      a.last_key != nullptr ? d.capacity : *std::max_element(lengths.begin(), lengths.end()) + d.queries;
   at::parallel_for(0, d.items(), 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(static_cast<std::size_t>(kcpu::cached_attention_avx2_scratch(d, most_seen)));
     kcpu::cached_attention_avx2(a, d, begin, end, scratch.data());
@@ -78,12 +79,20 @@ void cached_attention(const CachedAttentionInputs& in, at::Tensor& out) {
                 "cached_attention: member " << b << " (slot " << in.slots[b] << ", " << in.lengths[b]
                                             << " rows, first row " << in.first_row[b] << ") is outside the buffers");
   }
+  ORBIT_CHECK(
+      in.last_key.empty() || static_cast<int64_t>(in.last_key.size()) == d.members * d.queries,
+      "cached_attention: last_key must be empty or hold one entry per query row (" << d.members * d.queries << ")");
+  for (const int64_t last : in.last_key) {
+    ORBIT_CHECK(last >= 0 && last < d.capacity,
+                "cached_attention: last_key " << last << " is outside the " << d.capacity << " rows of a slot");
+  }
+  const int64_t* last_key = in.last_key.empty() ? nullptr : in.last_key.data();
   const at::Tensor q = in.q.contiguous();
   if (d.members == 0) return;
   if (cached_attention_vectorised(q.scalar_type(), d.dk, d.dv)) {
-    kcpu::CachedAttentionArgs<float> a{q.data_ptr<float>(),  in.keys.data_ptr<float>(), in.values.data_ptr<float>(),
-                                       in.slots.data(),      in.lengths.data(),         in.first_row.data(),
-                                       out.data_ptr<float>()};
+    kcpu::CachedAttentionArgs<float> a{
+        q.data_ptr<float>(), in.keys.data_ptr<float>(), in.values.data_ptr<float>(), in.slots.data(),
+        in.lengths.data(),   in.first_row.data(),       out.data_ptr<float>(),       last_key};
     run_avx2(a, d, in.lengths);
     return;
   }
@@ -96,6 +105,7 @@ void cached_attention(const CachedAttentionInputs& in, at::Tensor& out) {
     a.lengths = in.lengths.data();
     a.first_row = in.first_row.data();
     a.out = out.data_ptr<scalar_t>();
+    a.last_key = last_key;
     at::parallel_for(0, d.items(), 1,
                      [&](int64_t begin, int64_t end) { kcpu::cached_attention_cpu(a, d, begin, end); });
   });

@@ -1,6 +1,7 @@
 // Decode attention over a DecodeCache's buffers on the CPU: tensor checks and dispatch to the raw-pointer
 // kernel (kernels/cpu/cached_attention.h). Internal to the runtime (forward_batch's cached groups reach it
-// through cached_attention.cpp; on other devices they attend with ATen ops instead).
+// through cached_attention.cpp; on other devices they attend with ATen ops instead). attention.cpp's
+// attend_batch sends short CPU prefills here too, their keys laid out as slots, with `last_key`.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,6 +22,9 @@ struct CachedAttentionInputs {
   std::vector<int64_t> first_row;  // per member: its first of `queries` consecutive rows of q and out
   int64_t queries = 0;             // R ≥ 1
   double scale = 1.0;              // multiplies q·k
+  // Empty, or one per query row (member-major, [B·R]): the last row of its slot the query sees, in
+  // [0, capacity), instead of lengths + r; a prefill's causal mask (attend_batch's query_index).
+  std::vector<int64_t> last_key;
 };
 
 // Whether the kernel takes q's device and dtype (CPU; float32, float64, bfloat16 or float16).

@@ -35,7 +35,7 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor
 // last R keys (query_index[r] = S − R + r), which lets CUDA use the unmasked or plain-causal fused kernel.
 // On CUDA in 16-bit dtypes a short query after a past (2 ≤ R < S, R ≤ ops::kPastAttentionMaxQueries,
 // tail_causal) is ops::past_attention (cuBLAS GEMMs); other CUDA inputs with libtorch >= 2.5 go to
-// at::scaled_dot_product_attention; elsewhere blocked bmm/softmax.
+// at::scaled_dot_product_attention; elsewhere attend_batch (the CPU kernel or blocked bmm/softmax).
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
                   double scale, bool tail_causal = false);
 
@@ -74,11 +74,18 @@ struct KeyBatch {
   const at::Tensor* query_index;  // int64 [B, R]: the last key index each query sees
 };
 
-// attend() for B sequences of R queries each on the blocked path: q [B, R, H, d_k], k [B, S, H_kv, d_k],
-// v [B, S, H_kv, d_v], query_index [B, R]; returns [B, R, H·d_v]. For B = 1 it computes exactly what
-// attend() computes there.
+// attend() for B sequences of R queries each: q [B, R, H, d_k], k [B, S, H_kv, d_k], v [B, S, H_kv, d_v],
+// query_index [B, R]; returns [B, R, H·d_v]. For B = 1 it computes exactly what attend() computes there.
+// On the CPU in float32, bfloat16 or float16 with heads of at most 32, no more queries than keys, and every query
+// seeing a key: the kernel of ops/cached_attention_op.h, one query row at a time over the keys it sees;
+// otherwise attend_batch_blocked.
 at::Tensor attend_batch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& query_index,
                         double scale);
+// Whether attend_batch runs the CPU kernel at these head widths (key, value) and dtype on the CPU.
+bool cpu_attention_kernel_takes(int64_t dk, int64_t dv, at::ScalarType dtype);
+// The same by blocks of queries: batched products, a mask and a softmax over [B·H_kv, group·block, S].
+at::Tensor attend_batch_blocked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& query_index, double scale);
 
 // GQA/MHA (Llama, Qwen2, Qwen2-VL): content = pre-RoPE keys and values [R, H_kv, head_dim].
 LayerKV gqa_content(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& h);

@@ -116,7 +116,9 @@ std::string Model::attention_path(int64_t queries, bool paged) const {
   std::string dense_path =
       device_.is_cuda()
           ? (detail::fused_attention_available() ? "PyTorch SDPA on CUDA" : "blocked PyTorch attention on CUDA")
-          : "blocked PyTorch attention on CPU";
+          : (detail::cpu_attention_kernel_takes(config_.head_dim, config_.v_head_dim(), dtype_)
+                 ? "orbit's CPU attention kernel (each query over the keys it sees)"
+                 : "blocked PyTorch attention on CPU");
   // A query of 2+ tokens after a past (queries < keys, as every paged past has keys) in 16-bit on CUDA:
   // GEMMs (detail::attend).
   if (queries >= 2 && queries <= ops::kPastAttentionMaxQueries && ops::past_attention_available(device_, dtype_))

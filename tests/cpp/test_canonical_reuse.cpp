@@ -36,6 +36,11 @@ InstanceKV whole_encode(const std::vector<int64_t>& tokens) {
   return w.kv(r.added.front());
 }
 
+// Canonicals grown from a shared head forward their tail after the head's rows, the whole encode forwards
+// every token at once: the same sums in other orders (projections of 9 rows against 17), so their float32
+// KV agrees to about 1e-5, not to the bit.
+constexpr double kKvTolerance = 3e-5;
+
 // The largest difference between two instances' KV, over every layer's K and V.
 double kv_diff(const InstanceKV& a, const InstanceKV& b) {
   REQUIRE(a.length == b.length);
@@ -82,7 +87,7 @@ TEST_CASE("a canonical forwards only the tokens after the run an earlier canonic
     CHECK(after.critical_forward_tokens - before.critical_forward_tokens == Approx(7));
     CHECK(after.background_forward_tokens - before.background_forward_tokens == Approx(0));
     CHECK(after.canonicals_encoded - before.canonicals_encoded == 1);
-    CHECK(kv_diff(b.kv(r.added.front()), whole_encode(second)) < 1e-5);
+    CHECK(kv_diff(b.kv(r.added.front()), whole_encode(second)) < kKvTolerance);
     // Stored, it is read again with no forward.
     Window c = engine->new_window(with("prefix"));
     CHECK(c.admit(chunk).forward_tokens == 0);
@@ -117,7 +122,7 @@ TEST_CASE("a canonical encoded in the background counts only the tokens it forwa
   Window b = engine->new_window(with("prefix"));
   const ApplyReport rb = b.admit(chunk);
   CHECK(rb.forward_tokens == 0);
-  CHECK(kv_diff(b.kv(rb.added.front()), whole_encode(second)) < 1e-5);
+  CHECK(kv_diff(b.kv(rb.added.front()), whole_encode(second)) < kKvTolerance);
 }
 
 TEST_CASE("an embeddings chunk is encoded whole: it has no tokens to match", "[reuse][canonical]") {

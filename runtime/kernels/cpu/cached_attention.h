@@ -5,7 +5,8 @@
 //   keys    [slots][H_a][capacity][d_k]   rotated (attention form); values [slots][H_a][capacity][d_v]
 //   member b   slot slots[b], lengths[b] rows before this forward, R new rows already written after them
 //   query      q row first_row[b] + r of [N][H][d_k] (rotated, unscaled); query head h reads kv head h / G,
-//              G = H / H_a, and sees rows 0 .. lengths[b] + r of its slot
+//              G = H / H_a, and sees rows 0 .. lengths[b] + r of its slot, or 0 .. last_key[b·R + r] when
+//              last_key is given (a prefill's queries over keys laid out as slots: any causal mask by rows)
 //   out        row first_row[b] + r of [N][H][d_v]: softmax_s(scale · q·k_s) · v_s, float32 sums, stored as T
 //
 // Work is split into (member, query head) items, [begin, end) per call, so a caller may run ranges in parallel.
@@ -39,7 +40,14 @@ struct CachedAttentionArgs {
   const int64_t* lengths = nullptr;    // [B]: rows before this forward
   const int64_t* first_row = nullptr;  // [B]: the member's first row of q and out
   T* out = nullptr;                    // [N][H][d_v]
+  const int64_t* last_key = nullptr;   // [B·R] or null: the last row each query sees (< capacity)
 };
+
+// Rows query r of member b sees.
+template <typename T>
+inline int64_t cached_seen(const CachedAttentionArgs<T>& a, int64_t queries, int64_t b, int64_t r) {
+  return a.last_key != nullptr ? a.last_key[b * queries + r] + 1 : a.lengths[b] + r + 1;
+}
 
 // q·k over n elements in eight independent float32 sums (a single running sum is one long dependency chain
 // the compiler may not vectorise).
@@ -109,7 +117,7 @@ void cached_attention_cpu(const CachedAttentionArgs<T>& a, const CachedAttention
     const int64_t b = item / d.heads, h = item % d.heads;
     const int64_t base = (a.slots[b] * d.kv_heads + h / G) * d.capacity;
     for (int64_t r = 0; r < d.queries; ++r) {
-      const int64_t row = a.first_row[b] + r, seen = a.lengths[b] + r + 1;
+      const int64_t row = a.first_row[b] + r, seen = cached_seen(a, d.queries, b, r);
       const T* qr = a.q + (row * d.heads + h) * d.dk;
       for (int64_t e = 0; e < d.dk; ++e) query[static_cast<std::size_t>(e)] = static_cast<float>(qr[e]) * d.scale;
       w.resize(static_cast<std::size_t>(seen));

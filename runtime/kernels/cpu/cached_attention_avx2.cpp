@@ -139,7 +139,9 @@ void cached_attention_avx2(const CachedAttentionArgs<float>& a, const CachedAtte
     const float* keys = a.keys + base * d.dk;
     const float* values = a.values + base * d.dv;
     for (int64_t r = 0; r < d.queries; ++r) {
-      const int64_t row = a.first_row[b] + r, seen = a.lengths[b] + r + 1;
+      // cached_seen, written out: this file instantiates no template another file uses.
+      const int64_t row = a.first_row[b] + r;
+      const int64_t seen = a.last_key != nullptr ? a.last_key[b * d.queries + r] + 1 : a.lengths[b] + r + 1;
       const float* qr = a.q + (row * d.heads + h) * d.dk;
       for (int64_t e = 0; e < d.dk; e += 8) _mm256_storeu_ps(query + e, _mm256_mul_ps(_mm256_loadu_ps(qr + e), scale));
       const float top = scores(query, keys, seen, d.dk, w);
