@@ -34,11 +34,8 @@ orbit::Trace trace_arg(const py::object& trace) {
                        std::string(py::str(py::type::of(trace).attr("__name__"))));
 }
 
-}  // namespace
-
-void init_trace(py::module_& m) {
-  m.attr("TRACE_FORMAT") = orbit::kTraceFormat;
-
+// load_trace, validate_trace, save_trace and make_trace: traces as dicts and files.
+void def_trace_files(py::module_& m) {
   m.def(
       "load_trace", [](const py::object& path) { return to_dict(orbit::trace_to_json(trace_arg(path))); },
       py::arg("path"),
@@ -82,6 +79,10 @@ void init_trace(py::module_& m) {
       "stays under ~3/4 of max_positions; position_rows=3 makes media chunks embeddings with (t, h, w) grids;\n"
       "chunk_tokens: media size (0 = from max_positions); sample_text: web's observations and agent's documents\n"
       "sampled from the model at replay (kinds 'web' and 'agent' only; OrbitError otherwise).");
+}
+
+// replay: a trace under policies, with progress and Ctrl-C between steps.
+void def_replay(py::module_& m) {
   m.def(
       "replay",
       [](const py::object& trace, const std::string& model, std::vector<std::string> policies, bool baselines,
@@ -142,6 +143,14 @@ void init_trace(py::module_& m) {
       "is held for it; an exception it raises stops the replay and propagates). Signals are checked before\n"
       "every step too, so Ctrl-C raises KeyboardInterrupt promptly. The GIL is released otherwise. Raises\n"
       "OrbitError for a bad trace, model or policy spec.");
+}
+
+}  // namespace
+
+void init_trace(py::module_& m) {
+  m.attr("TRACE_FORMAT") = orbit::kTraceFormat;
+  def_trace_files(m);
+  def_replay(m);
 }
 
 }  // namespace orbit_py
