@@ -8,6 +8,9 @@
 //                path the SDK's decode takes).
 //   2. windows   the SDK: K windows (each a chunk of --prompt tokens and a query of 4) decode --tokens tokens
 //                greedily; together = orbit::generate_many, apart = Window::generate on each in turn.
+//   prefill      K turns of --turn tokens, each after its own past of --prompt tokens (several sessions' new
+//                turns, as orbit serve's syncs forward them): together = one Model::forward_batch, apart = K
+//                Model::forward; tokens per second counts the turns' tokens.
 //   3. forks     n = --forks answers to one query of one window: Window::generate_n (the window forked,
 //                the branches decoded together, sampled with seeds seed + i) against Window::generate on
 //                n forks one after another.
@@ -15,8 +18,8 @@
 // interleaved, each going first in turn), for every K in --batch (default 1,4,8,16), on the bundled
 // stories260K and TinyStories-656K. Prints a table and writes JSON.
 //
-//   bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--forks 8] [--reps 3] [--threads 1]
-//               [--sections plain,cached,windows,forks] [--only MODEL] [--models DIR] [--json PATH]
+//   bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--turn 40] [--forks 8] [--reps 3] [--threads 1]
+//               [--sections plain,cached,prefill,windows,forks] [--only MODEL] [--models DIR] [--json PATH]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
@@ -49,10 +52,11 @@ struct Options {
   std::vector<int64_t> batch{1, 4, 8, 16};
   int64_t tokens = 64;
   int64_t prompt = 128;
+  int64_t turn = 40;
   int64_t forks = 8;
   int reps = 3;
   int threads = 1;
-  std::vector<std::string> sections{"plain", "cached", "windows", "forks"};
+  std::vector<std::string> sections{"plain", "cached", "prefill", "windows", "forks"};
   std::string only;  // one model's name, or "" for both
   std::string models = ORBIT_MODELS_DIR;
   std::string json = "bench_batch.json";
@@ -63,14 +67,15 @@ struct Options {
 };
 
 std::vector<std::string> split_sections(const std::string& list) {
-  const std::vector<std::string> known{"plain", "cached", "windows", "forks"};
+  const std::vector<std::string> known{"plain", "cached", "prefill", "windows", "forks"};
   std::vector<std::string> out;
   std::size_t from = 0;
   while (from <= list.size()) {
     const std::size_t comma = std::min(list.find(',', from), list.size());
     const std::string name = list.substr(from, comma - from);
     if (std::find(known.begin(), known.end(), name) == known.end()) {
-      throw std::invalid_argument("--sections: unknown section '" + name + "' (plain, cached, windows, forks)");
+      throw std::invalid_argument("--sections: unknown section '" + name +
+                                  "' (plain, cached, prefill, windows, forks)");
     }
     out.push_back(name);
     from = comma + 1;
@@ -81,19 +86,22 @@ std::vector<std::string> split_sections(const std::string& list) {
 Options parse(int argc, char** argv) {
   const orbit::cli::Args a(
       "bench_batch",
-      {{"--batch", "--tokens", "--prompt", "--forks", "--reps", "--threads", "--sections", "--only", "--models",
-        "--json"},
+      {{"--batch", "--tokens", "--prompt", "--turn", "--forks", "--reps", "--threads", "--sections", "--only",
+        "--models", "--json"},
        {},
-       "usage: bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--forks 8] [--reps 3] [--threads 1]\n"
-       "                   [--sections plain,cached,windows,forks] [--only MODEL] [--models DIR] [--json PATH]\n"
-       "  K sequences decoded in one forward per step against one after another (runtime, windows, forks).\n"
+       "usage: bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--turn 40] [--forks 8] [--reps 3]\n"
+       "                   [--threads 1] [--sections plain,cached,prefill,windows,forks] [--only MODEL]\n"
+       "                   [--models DIR] [--json PATH]\n"
+       "  K sequences decoded in one forward per step against one after another (runtime, windows, forks),\n"
+       "  and K turns prefilled in one forward against one after another (prefill).\n"
        "  --batch K,..    sequence counts compared\n"
        "  --tokens N      tokens each sequence decodes\n"
        "  --prompt N      tokens of each sequence's past (its window's chunk)\n"
+       "  --turn N        tokens of each turn the prefill section forwards after its past\n"
        "  --forks N       answers of the forks comparison (Window::generate_n)\n"
        "  --reps N        runs per figure (the fastest is reported)\n"
        "  --threads N     intra-op threads (default 1)\n"
-       "  --sections S,.. which comparisons run (default all four)\n"
+       "  --sections S,.. which comparisons run (default all five)\n"
        "  --only MODEL    stories260K or tinystories-656k alone\n"
        "  --models DIR    where stories260K/ and tinystories-656k/ are\n"
        "  --json PATH     where the JSON goes (default bench_batch.json)\n"},
@@ -102,6 +110,7 @@ Options parse(int argc, char** argv) {
   if (auto v = a.get("--batch")) o.batch = orbit::bench::parse_positive_list(*v, "--batch");
   o.tokens = a.get_int("--tokens", o.tokens, 1);
   o.prompt = a.get_int("--prompt", o.prompt, 1);
+  o.turn = a.get_int("--turn", o.turn, 1);
   o.forks = a.get_int("--forks", o.forks, 1);
   o.reps = static_cast<int>(a.get_int("--reps", o.reps, 1));
   o.threads = static_cast<int>(a.get_int("--threads", o.threads, 1));
@@ -172,6 +181,31 @@ std::pair<std::vector<rt::PastKV>, std::vector<int64_t>> prompts(const rt::Model
     firsts.push_back(random_tokens(rng, 1, m.config().vocab_size)[0]);
   }
   return {pasts, firsts};
+}
+
+// The runtime: K turns of --turn tokens, each after its own past, forwarded in one Model::forward_batch
+// against K Model::forward (last-token logits, as a sync's forward reads them).
+Row bench_prefill(const rt::Model& m, const std::string& name, int64_t K, const Options& o) {
+  const std::vector<rt::PastKV> pasts = prompts(m, K, o).first;
+  std::mt19937_64 rng(11);
+  std::vector<rt::ForwardInput> turns(static_cast<std::size_t>(K));
+  for (rt::ForwardInput& t : turns) {
+    t.tokens = random_tokens(rng, o.turn, m.config().vocab_size);
+    t.positions = at::arange(o.prompt, o.prompt + o.turn, at::kLong);
+  }
+  rt::ForwardOptions fo;
+  fo.logits = rt::LogitsMode::kLast;
+  auto together = [&] {
+    std::vector<rt::SequenceForward> batch;
+    for (std::size_t i = 0; i < turns.size(); ++i) batch.push_back({&turns[i], &pasts[i], &fo});
+    (void)m.forward_batch(batch);
+  };
+  auto apart = [&] {
+    for (std::size_t i = 0; i < turns.size(); ++i) (void)m.forward(turns[i], &pasts[i], fo);
+  };
+  const auto [t, a] = fastest(o.reps, together, apart);
+  const double tokens = static_cast<double>(K * o.turn);
+  return {name, "prefill", K, tokens / t, tokens / a};
 }
 
 // The runtime: K decodes, each after its own past, greedy, the past grown by each step's rows.
@@ -336,6 +370,9 @@ int main(int argc, char** argv) try {
     }
     for (int64_t K : o.batch) {
       if (o.runs("cached")) record(bench_cached(*m, name, K, o));
+    }
+    for (int64_t K : o.batch) {
+      if (o.runs("prefill")) record(bench_prefill(*m, name, K, o));
     }
     EngineOptions eo;
     eo.model = path;
