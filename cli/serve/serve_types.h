@@ -2,6 +2,7 @@
 // (RunSink), and what a run answers (RunResult with its RunUsage, or an ApiError in RunOutcome).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -72,6 +73,18 @@ struct ServeOptions {
 
 struct RunResult;
 
+// A piece of a streamed tool call (run/tool_stream.h), as OpenAI's delta.tool_calls[] carries it: a call's
+// first piece opens it (its id and name, arguments "" or, for a call read whole at the answer's end, all of
+// them), each later one adds to its arguments' JSON text. A call's pieces go out in order, one call after the
+// other, and its arguments pieces concatenated are RunResult::tool_calls[index].arguments.
+struct ToolCallDelta {
+  std::size_t index = 0;  // the call's place in RunResult::tool_calls
+  bool opens = false;     // the call's first piece: id and name are set
+  std::string id;
+  std::string name;
+  std::string arguments;  // the piece of the arguments this delta adds
+};
+
 // Where a run's text goes, and whether its client is still there.
 struct RunSink {
   std::function<bool(const std::string& delta)> on_text;  // text as it is generated; false: the client left
@@ -83,6 +96,10 @@ struct RunSink {
   // decode.h states; false: the client left. Not called for a choice the client's leaving, the server's
   // closing or the engine's failure cut: the run's outcome says what happened to those.
   std::function<bool(int64_t choice, const RunResult& r)> on_choice_end;
+  // Set (a streamed chat answer with tools): a choice's tool calls as they are read (run/tool_stream.h:
+  // progressively where the calls are decoded under the tools' grammar), with the choice's index; false: the
+  // client left. What was not sent here by a choice's end is in its RunResult::unstreamed_calls.
+  std::function<bool(int64_t choice, const ToolCallDelta& delta)> on_tool_call;
   std::function<bool()> cancelled;  // polled between forwards and while waiting
 };
 
@@ -135,6 +152,9 @@ struct RunResult {
   // Streamed runs (each streamed choice): the content held back while it might have been the start of a call,
   // sent once the choice ended (RunSink::on_choice_end).
   std::string unstreamed;
+  // Streamed runs: the pieces of tool_calls not sent to RunSink::on_tool_call while the answer was generated
+  // (all of them, each call whole in its opening piece, where the sink streams no calls), to send at the end.
+  std::vector<ToolCallDelta> unstreamed_calls;
   std::string finish_reason;          // "stop", "length", "tool_calls", or "cancelled" (the client left)
   std::vector<int64_t> tokens;        // generated ids (a stop token that ended the run excluded)
   int64_t prompt_forward_tokens = 0;  // of the query (generation prompt): forwarded, not served by exact reuse

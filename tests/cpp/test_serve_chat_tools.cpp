@@ -152,7 +152,7 @@ TEST_CASE("serve: tool calls are held back from the stream and read when the ans
   std::string sent;
   for (const char* delta : {"Let me ", "look. <to", "ol_call>{\"name\": \"search\", ",
                             "\"arguments\": {\"q\": \"cat\"}}", "</tool_call>"}) {
-    sent += stream.push(delta);
+    sent += stream.push(delta).content;
   }
   CHECK(sent == "Let me look. ");
   sv::RunResult r;
@@ -168,7 +168,7 @@ TEST_CASE("serve: tool calls are held back from the stream and read when the ans
 
   // Text that only looked like the start of a call is sent when the answer ends.
   sv::ToolCallStream plain(orbit::ToolCallFormat::kHermes, false);
-  CHECK(plain.push("a <tool") == "a ");
+  CHECK(plain.push("a <tool").content == "a ");
   sv::RunResult t;
   t.text = "a <tool";
   t.finish_reason = "length";
@@ -179,7 +179,7 @@ TEST_CASE("serve: tool calls are held back from the stream and read when the ans
 
   // max_tokens ended the answer inside a call: the call as far as it was written, finish_reason "length".
   sv::ToolCallStream cut(orbit::ToolCallFormat::kHermes, false);
-  CHECK(cut.push("Sure. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"ca") == "Sure. ");
+  CHECK(cut.push("Sure. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"ca").content == "Sure. ");
   sv::RunResult c;
   c.text = "Sure. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"ca";
   c.finish_reason = "length";
@@ -487,7 +487,7 @@ TEST_CASE("serve: logprobs in OpenAI's chat shape, whole and with the stream's c
   CHECK(sv::chat_chunk(ids, " a a", false, "")["choices"][0]["logprobs"]["content"].size() == 2);
   CHECK(sv::chat_chunk(ids, "", false, "stop")["choices"][0]["logprobs"].is_null());
   sv::queue_stream_logprobs(step);
-  CHECK(sv::tool_calls_chunk(ids, {}, false)["choices"][0]["logprobs"]["content"].size() == 1);
+  CHECK(sv::tool_call_chunk(ids, sv::ToolCallDelta{}, false)["choices"][0]["logprobs"]["content"].size() == 1);
   sv::queue_stream_logprobs(step);
   sv::clear_stream_logprobs();
   CHECK(sv::chat_chunk(ids, "x", false, "")["choices"][0]["logprobs"].is_null());

@@ -2,6 +2,7 @@
 // model: the response object and the stream's events written from a RunResult with tool calls (the story
 // model writes none), in OpenAI's order and numbering; the store's LRU, its index of conversations that a
 // resent history continues, and a long chain released without recursion.
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -312,4 +313,73 @@ TEST_CASE("responses: a retrieve's query asking for more than the stored respons
   }
   CHECK(sv::retrieve_query_problem({{"stream", "true"}})->code == "unsupported_parameter");
   CHECK(sv::retrieve_query_problem({{"stream", "false"}, {"stream", "true"}})->param == "stream");
+}
+
+TEST_CASE("responses: calls streamed as they are written close the message, then each call, in order",
+          "[serve][responses]") {
+  sv::ResponseHead head;
+  head.id = "resp_00ab";
+  head.model = "m";
+  const sv::RunResult r = answer_with_calls("Let me look.");
+  const json body = sv::response_body(head, &r);
+  sv::ResponseEvents events(head);
+  std::string text = events.start();
+  text += events.text("Let me look.");
+  text += events.text("\n");
+  text += events.call({0, true, "call_1", "read_file", ""});
+  text += events.call({0, false, "", "", R"({"path":)"});
+  text += events.call({0, false, "", "", R"("a.txt"})"});
+  text += events.call({1, true, "call_2", "read_file", ""});
+  text += events.call({1, false, "", "", R"({"path":"b)"});
+  text += events.finish(r);  // the rest of call 1's arguments, then the closing events
+  const auto parsed = parse_events(text);
+  const std::vector<std::string> want = {"response.created",
+                                         "response.in_progress",
+                                         "response.output_item.added",
+                                         "response.content_part.added",
+                                         "response.output_text.delta",
+                                         "response.output_text.delta",
+                                         "response.output_text.done",
+                                         "response.content_part.done",
+                                         "response.output_item.done",
+                                         "response.output_item.added",
+                                         "response.function_call_arguments.delta",
+                                         "response.function_call_arguments.delta",
+                                         "response.function_call_arguments.done",
+                                         "response.output_item.done",
+                                         "response.output_item.added",
+                                         "response.function_call_arguments.delta",
+                                         "response.function_call_arguments.delta",
+                                         "response.function_call_arguments.done",
+                                         "response.output_item.done",
+                                         "response.completed"};
+  CHECK(types_of(parsed) == want);
+  CHECK(parsed[6].second["text"] == "Let me look.");
+  CHECK(parsed[8].second["item"] == body["output"][0]);
+  // Each call's deltas spell its arguments; its closing item is the response's.
+  std::map<int64_t, std::string> spelled;
+  for (const auto& [type, data] : parsed) {
+    if (type == "response.function_call_arguments.delta") spelled[data["output_index"].get<int64_t>()] += data["delta"];
+    if (type == "response.function_call_arguments.done") {
+      CHECK(spelled[data["output_index"].get<int64_t>()] == data["arguments"]);
+    }
+  }
+  CHECK(spelled[1] == R"({"path":"a.txt"})");
+  CHECK(spelled[2] == R"({"path":"b.txt"})");
+  CHECK(parsed[9].second["item"]["arguments"] == "");
+  CHECK(parsed[13].second["item"] == body["output"][1]);
+  CHECK(parsed[18].second["item"] == body["output"][2]);
+  CHECK(parsed.back().second["response"]["output"] == body["output"]);
+
+  // Only whitespace before the calls: no message item, the calls from output_index 0.
+  sv::RunResult calls_only = answer_with_calls("");
+  sv::ResponseEvents bare(head);
+  std::string b = bare.start() + bare.text("\n");
+  b += bare.call({0, true, "call_1", "read_file", ""});
+  b += bare.finish(calls_only);
+  const auto bare_events = parse_events(b);
+  CHECK(bare_events[2].first == "response.output_item.added");
+  CHECK(bare_events[2].second["output_index"] == 0);
+  CHECK(bare_events[2].second["item"]["type"] == "function_call");
+  CHECK(bare_events.back().second["response"]["output"] == sv::response_body(head, &calls_only)["output"]);
 }

@@ -376,3 +376,32 @@ TEST_CASE("a call's arguments that are not a JSON object reach templates as a st
   CHECK_THAT(engine->render_chat({user, assistant}, false),
              Contains("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>"));
 }
+
+TEST_CASE("tool calls: a cut call says whether its name is whole; Llama 3 calls split between calls only",
+          "[tool_calls]") {
+  ToolCallParse r =
+      parse_tool_calls("<tool_call>{\"name\": \"search\", \"argu", ToolCallFormat::kHermes, CutToolCall::kCall);
+  REQUIRE(r.calls.size() == 1);
+  CHECK(r.cut);
+  CHECK(r.cut_name_whole);
+  CHECK(r.calls[0].name == "search");
+  r = parse_tool_calls("<tool_call>{\"name\": \"sea", ToolCallFormat::kHermes, CutToolCall::kCall);
+  REQUIRE(r.calls.size() == 1);
+  CHECK(r.calls[0].name == "sea");
+  CHECK_FALSE(r.cut_name_whole);  // "sea" may still become "search"
+  r = parse_tool_calls("<tool_call>{\"name\": \"search\"", ToolCallFormat::kHermes, CutToolCall::kCall);
+  CHECK(r.cut_name_whole);
+
+  // A ';' in a string is the arguments', not a separator.
+  r = parse_tool_calls("{\"name\": \"a\", \"parameters\": {\"q\": \"x;y\"}}; {\"name\": \"b\", \"parameters\": {}}",
+                       ToolCallFormat::kLlama3);
+  REQUIRE(r.calls.size() == 2);
+  CHECK(r.calls[0].arguments == R"({"q":"x;y"})");
+  CHECK(r.calls[1].name == "b");
+  // Cut in the second call before its name: the first call, whole; the rest content.
+  r = parse_tool_calls("{\"name\": \"a\", \"parameters\": {}}; {\"na", ToolCallFormat::kLlama3, CutToolCall::kCall);
+  REQUIRE(r.calls.size() == 1);
+  CHECK(r.calls[0].name == "a");
+  CHECK_FALSE(r.cut);
+  CHECK(r.content == "{\"na");
+}

@@ -232,6 +232,111 @@ async function agentsLoop() {
   });
 }
 
+// Calls streamed as they are written (the server decodes them under the tool's grammar): the same forced
+// request whole and streamed through the client's own streaming API. Streamed, each call arrives in more
+// than one delta (its name first, then pieces of its arguments), and the client assembles the calls the whole
+// answer has (temperature 0: the same answer both times).
+const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+
+async function openaiStreamedAsWhole() {
+  const OpenAI = modules.openai.default;
+  const api = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120000 });
+  const request = { model: modelId, messages: [{ role: "user", content: TASK }], max_tokens: 80, temperature: 0,
+                    tools: [{ type: "function", function: { name: "read_page", description, parameters } }],
+                    tool_choice: "required", parallel_tool_calls: true };
+  const plain = (calls) => (calls ?? []).map((c) => ({ name: c.function.name, arguments: c.function.arguments }));
+  const whole = plain((await api.chat.completions.create(request)).choices[0].message.tool_calls);
+  const calls = [];
+  const deltas = [];
+  for await (const chunk of await api.chat.completions.create({ ...request, stream: true })) {
+    for (const d of chunk.choices[0]?.delta?.tool_calls ?? []) {
+      calls[d.index] ??= { function: { name: d.function?.name, arguments: "" } };
+      calls[d.index].function.arguments += d.function?.arguments ?? "";
+      deltas[d.index] = (deltas[d.index] ?? 0) + 1;
+    }
+  }
+  check(whole.length > 0 && deltas.every((n) => n > 2), "openai: a streamed call arrives in more than one delta",
+        JSON.stringify(deltas));
+  check(same(plain(calls), whole), "openai: the streamed deltas assemble the whole answer's calls",
+        `${JSON.stringify(plain(calls))} vs ${JSON.stringify(whole)}`);
+  const helper = await api.chat.completions.stream(request).finalChatCompletion();
+  check(same(plain(helper.choices[0].message.tool_calls), whole), "openai: ... and so does the stream helper",
+        JSON.stringify(helper.choices[0].message));
+  // The Responses API: response.function_call_arguments.delta events as the arguments are written.
+  const responses = { model: modelId, input: TASK, max_output_tokens: 80, temperature: 0, store: false,
+                      tools: [{ type: "function", name: "read_page", description, parameters }], tool_choice: "required" };
+  const items = (r) => r.output.filter((i) => i.type === "function_call").map((i) => ({ name: i.name, arguments: i.arguments }));
+  const wholeItems = items(await api.responses.create(responses));
+  const argumentDeltas = [];
+  for await (const e of await api.responses.create({ ...responses, stream: true })) {
+    if (e.type === "response.function_call_arguments.delta") argumentDeltas[e.output_index] = (argumentDeltas[e.output_index] ?? 0) + 1;
+  }
+  check(wholeItems.length > 0 && argumentDeltas.filter((n) => n).every((n) => n > 1),
+        "openai responses: a call's arguments arrive in more than one delta", JSON.stringify(argumentDeltas));
+  const final = await api.responses.stream(responses).finalResponse();
+  check(same(items(final), wholeItems), "openai responses: the stream helper assembles the whole answer's calls",
+        `${JSON.stringify(items(final))} vs ${JSON.stringify(wholeItems)}`);
+}
+
+async function langchainStreamedAsWhole() {
+  const { ChatOpenAI } = modules["@langchain/openai"];
+  const { HumanMessage } = modules["@langchain/core/messages"];
+  const llm = new ChatOpenAI({ model: modelId, apiKey: "unused", configuration: { baseURL: `${base}/v1` },
+                               temperature: 0, maxTokens: 80, maxRetries: 0 });
+  const bound = llm.bindTools([{ type: "function", function: { name: "read_page", description, parameters } }],
+                              { tool_choice: "required" });
+  const plain = (m) => (m.tool_calls ?? []).map((c) => ({ name: c.name, args: c.args }));
+  const whole = plain(await bound.invoke([new HumanMessage(TASK)]));
+  let merged;
+  let pieces = 0;
+  for await (const chunk of await bound.stream([new HumanMessage(TASK)])) {
+    if ((chunk.tool_call_chunks ?? []).length > 0) pieces++;
+    merged = merged ? merged.concat(chunk) : chunk;
+  }
+  check(whole.length > 0 && pieces > 2, "langchain: a streamed call arrives in more than one chunk", String(pieces));
+  check(same(plain(merged), whole), "langchain: the merged chunks hold the whole answer's calls",
+        `${JSON.stringify(plain(merged))} vs ${JSON.stringify(whole)}`);
+}
+
+async function aisdkStreamedAsWhole() {
+  const { generateText, streamText, tool, jsonSchema } = modules.ai;
+  const { createOpenAICompatible } = modules["@ai-sdk/openai-compatible"];
+  const provider = createOpenAICompatible({ name: "orbit", baseURL: `${base}/v1`, apiKey: "unused" });
+  const options = { model: provider(modelId), tools: { read_page: tool({ description, inputSchema: jsonSchema(parameters) }) },
+                    toolChoice: "required", prompt: TASK, maxOutputTokens: 80, temperature: 0, maxRetries: 0 };
+  const plain = (calls) => calls.map((c) => ({ name: c.toolName, input: c.input }));
+  const whole = plain((await generateText(options)).toolCalls);
+  const streamed = streamText(options);
+  let deltas = 0;
+  for await (const part of streamed.fullStream) if (part.type === "tool-input-delta") deltas++;
+  check(whole.length > 0 && deltas > 1, "aisdk: a streamed call's input arrives in more than one delta", String(deltas));
+  const calls = plain(await streamed.toolCalls);
+  check(same(calls, whole), "aisdk: streamText's calls are generateText's", `${JSON.stringify(calls)} vs ${JSON.stringify(whole)}`);
+}
+
+async function agentsStreamedAsWhole() {
+  const { Agent, Runner, OpenAIProvider, setTracingDisabled, tool } = modules["@openai/agents"];
+  setTracingDisabled(true);
+  const provider = new OpenAIProvider({ baseURL: `${base}/v1`, apiKey: "unused", useResponses: true });
+  const runner = new Runner({ modelProvider: provider, tracingDisabled: true });
+  const reader = tool({ name: "read_page", description, parameters, strict: false, execute: async ({ page }) => `page ${page}` });
+  const agent = new Agent({ name: "Reader", model: modelId, tools: [reader], toolUseBehavior: "stop_on_first_tool",
+                            modelSettings: { temperature: 0, toolChoice: "required", maxTokens: 80 } });
+  const calls = (r) => r.newItems.filter((i) => i.type === "tool_call_item")
+    .map((i) => ({ name: i.rawItem.name, arguments: i.rawItem.arguments }));
+  const whole = calls(await runner.run(agent, TASK));
+  const streamed = await runner.run(agent, TASK, { stream: true });
+  let deltas = 0;
+  for await (const e of streamed) {
+    if (e.type === "raw_model_stream_event" && e.data?.type === "model" &&
+        e.data.event?.type === "response.function_call_arguments.delta") deltas++;
+  }
+  await streamed.completed;
+  check(whole.length > 0 && deltas > 1, "agents: a streamed call's arguments arrive in more than one event", String(deltas));
+  check(same(calls(streamed), whole), "agents: the streamed run's calls are the whole run's",
+        `${JSON.stringify(calls(streamed))} vs ${JSON.stringify(whole)}`);
+}
+
 async function aisdkObject() {
   const { generateObject, jsonSchema } = modules.ai;
   const { createOpenAICompatible } = modules["@ai-sdk/openai-compatible"];
@@ -380,6 +485,8 @@ try {
   await { openai: openaiLoop, langchain: langchainLoop, aisdk: aisdkLoop, agents: agentsLoop }[client]();
   check(pagesRead.length === STEPS, `${client}: the tool ran on every step`, JSON.stringify(pagesRead));
   if (client === "aisdk") await aisdkObject();
+  await { openai: openaiStreamedAsWhole, langchain: langchainStreamedAsWhole, aisdk: aisdkStreamedAsWhole,
+          agents: agentsStreamedAsWhole }[client]();
   if (client === "openai") await openaiCallOrAnswer();
   if (client === "openai") await openaiCutCall();
   if (client === "openai") await openaiNoParameters();

@@ -101,8 +101,13 @@ def test_a_choice_s_tool_calls_arrive_before_a_longer_choice_finishes(start_serv
     assert any(a > b for a, b in shorter), steps
     for a, b in shorter:
         assert calls[a][0] < finishes[b][0], (a, b, steps, events)
-    # The calls of each choice are whole and its own.
+    # The calls of each choice, assembled from its deltas, are whole and its own.
     for c in range(n):
-        for delta in events[calls[c][0]][2]:
-            assert delta["function"]["name"] == "search"
-            assert isinstance(json.loads(delta["function"]["arguments"])["q"], str)
+        assembled = {}
+        for at in calls[c]:
+            for delta in events[at][2]:
+                call = assembled.setdefault(delta["index"], {"name": delta["function"].get("name"), "arguments": ""})
+                call["arguments"] += delta["function"]["arguments"]
+        for call in assembled.values():
+            assert call["name"] == "search"
+            assert isinstance(json.loads(call["arguments"])["q"], str)

@@ -123,20 +123,34 @@ struct Job {
   }
 };
 
-// Runs the job; each choice's text goes to `on_text` with its index as it comes (a stream with n > 1
-// streams every choice, RunSink::on_choice_text; else choice 0's only), and, with `on_end`, each choice's
-// result as it ends (RunSink::on_choice_end).
-RunOutcome run_job(ServeCore& core, Job& job, const std::function<bool(int64_t, const std::string&)>& on_text,
-                   const std::function<bool(int64_t, const RunResult&)>& on_end = nullptr) {
+// What a streamed job writes as it runs: each choice's text, its tool calls' pieces, its end.
+struct JobStream {
+  std::function<bool(int64_t, const std::string&)> on_text;
+  std::function<bool(int64_t, const ToolCallDelta&)> on_tool_call;  // null: the calls come whole at the end
+  std::function<bool(int64_t, const RunResult&)> on_end;
+};
+
+// Runs the job; each choice's text goes to `out.on_text` with its index as it comes (a stream with n > 1
+// streams every choice, RunSink::on_choice_text; else choice 0's only), its calls' pieces to
+// `out.on_tool_call`, and each choice's result as it ends to `out.on_end` (RunSink::on_choice_end).
+RunOutcome run_job(ServeCore& core, Job& job, const JobStream& out) {
   RunSink sink;
-  sink.on_choice_end = on_end;
+  sink.on_choice_end = out.on_end;
   sink.cancelled = [&job] { return job.watch->gone(); };
-  auto counted = [&](int64_t choice, const std::string& delta) {
+  auto first = [&] {
     if (job.first_token) core.metrics().count_first_token(job.endpoint, seconds_since(job.t0));
-    const bool ok = on_text(choice, delta);
     job.first_token = false;
-    return ok && !job.watch->gone();
   };
+  auto counted = [&job, first, on_text = out.on_text](int64_t choice, const std::string& delta) {
+    first();
+    return on_text(choice, delta) && !job.watch->gone();
+  };
+  if (out.on_tool_call) {
+    sink.on_tool_call = [&job, first, on_call = out.on_tool_call](int64_t choice, const ToolCallDelta& d) {
+      first();
+      return on_call(choice, d) && !job.watch->gone();
+    };
+  }
   if (job.sampling().stream && job.sampling().n > 1) {
     sink.on_choice_text = counted;
   } else {
@@ -166,12 +180,12 @@ json final_body(const Job& job, const RunOutcome& out) {
   return text_completion(job.ids, out.result->text, out.result->finish_reason, out.result->usage.to_json());
 }
 
-// A streamed chat choice's closing chunks: the content held back while it might have been a call, its calls,
-// and its finish chunk.
+// A streamed chat choice's closing chunks: the content held back while it might have been a call, the pieces
+// of its calls not streamed yet (all of them where they were read at the end), and its finish chunk.
 std::string choice_tail(Job& job, const RunResult& r, int64_t index) {
   std::string tail;
   if (!r.unstreamed.empty()) tail += sse(chat_chunk(job.ids, r.unstreamed, job.opens(index), "", index));
-  if (!r.tool_calls.empty()) tail += sse(tool_calls_chunk(job.ids, r.tool_calls, job.opens(index), index));
+  for (const ToolCallDelta& d : r.unstreamed_calls) tail += sse(tool_call_chunk(job.ids, d, job.opens(index), index));
   return tail + sse(chat_chunk(job.ids, "", job.opens(index), r.finish_reason, index));
 }
 
@@ -254,7 +268,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
               static_cast<int64_t>(std::time(nullptr)), core_.model_name()};
   job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
   if (!job->sampling().stream) {
-    const RunOutcome out = run_job(core_, *job, [](int64_t, const std::string&) { return true; });
+    const RunOutcome out = run_job(core_, *job, JobStream{[](int64_t, const std::string&) { return true; }});
     keep_if_stored(core_, *job, out);
     if (out.result) {
       store_headers(res, *job);
@@ -276,8 +290,13 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
           const std::string event = sse(chunk);
           return sink.write(event.data(), event.size());
         };
+        auto on_call = [&](int64_t choice, const ToolCallDelta& d) {
+          const std::string event = sse(tool_call_chunk(job->ids, d, job->opens(choice), choice));
+          return sink.write(event.data(), event.size());
+        };
         auto on_end = [&](int64_t choice, const RunResult& r) { return end_choice(*job, sink, choice, r); };
-        const RunOutcome out = job->chat ? run_job(core_, *job, on_text, on_end) : run_job(core_, *job, on_text);
+        const RunOutcome out = job->chat ? run_job(core_, *job, JobStream{on_text, on_call, on_end})
+                                         : run_job(core_, *job, JobStream{on_text});
         keep_if_stored(core_, *job, out);
         if (!out.result || out.result->finish_reason != "cancelled") {
           const std::string tail = stream_tail(*job, out);

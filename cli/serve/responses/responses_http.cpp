@@ -43,15 +43,19 @@ struct ResponseJob {
   bool first_token = true;
 };
 
-// Cancels the run when the client leaves; counts the first token.
-RunSink job_sink(ServeCore& core, ResponseJob& job) {
+// Something of the answer went out: counts the first token; false: the client left.
+bool observed(ServeCore& core, ResponseJob& job) {
+  if (job.first_token) core.metrics().count_first_token(kEndpoint, seconds_since(job.t0));
+  job.first_token = false;
+  return !job.watch->gone();
+}
+
+// Cancels the run when the client leaves; counts the first token (text or, streamed, a call's piece).
+RunSink job_sink(ServeCore& core, ResponseJob& job, bool streamed = false) {
   RunSink sink;
   sink.cancelled = [&job] { return job.watch->gone(); };
-  sink.on_text = [&core, &job](const std::string&) {
-    if (job.first_token) core.metrics().count_first_token(kEndpoint, seconds_since(job.t0));
-    job.first_token = false;
-    return !job.watch->gone();
-  };
+  sink.on_text = [&core, &job](const std::string&) { return observed(core, job); };
+  if (streamed) sink.on_tool_call = [&core, &job](int64_t, const ToolCallDelta&) { return observed(core, job); };
   return sink;
 }
 
@@ -97,7 +101,7 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
       "text/event-stream",
       [route, job](std::size_t, httplib::DataSink& sink) {
         const ResponseOutcome out =
-            run_response(route.core, job->call, responses_route::job_sink(route.core, *job),
+            run_response(route.core, job->call, responses_route::job_sink(route.core, *job, true),
                          [&sink](const std::string& events) { return sink.write(events.data(), events.size()); });
         sink.done();
         responses_route::account(route.core.metrics(), out.run.result ? 200 : out.run.error.status, job->t0, &out.run);

@@ -208,6 +208,10 @@ ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink&
       const bool here = !sink.on_text || sink.on_text(delta);
       return events(stream->text(delta)) && here;
     };
+    run_sink.on_tool_call = [&](int64_t, const ToolCallDelta& piece) {
+      const bool here = !sink.on_tool_call || sink.on_tool_call(0, piece);
+      return events(stream->call(piece)) && here;
+    };
   }
   out.run = core.run(call.ticket, run_sink);
   if (!out.run.result) {

@@ -81,9 +81,10 @@ struct ResponseOutcome {
 
 // Runs a prepared call. `events` set: the request streams, and the events (responses_wire.h) go to it as
 // they come, response.created first (false: the client left); a cancelled run writes no last event. `sink.on_text`
-// observes the generated text and `sink.cancelled` is polled, as for chat. A response that ran to its end (not
-// cancelled) is stored (store true) before its last event is written, so a request chained to it right away finds it;
-// a failed write is counted and said in the last event (store_write.h).
+// and `sink.on_tool_call` observe the generated text and calls (the calls reach the events as they are written
+// where they are decoded under the tools' grammar, answer_constraint.h) and `sink.cancelled` is polled, as for chat. A
+// response that ran to its end (not cancelled) is stored (store true) before its last event is written, so a request
+// chained to it right away finds it; a failed write is counted and said in the last event (store_write.h).
 ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink& sink,
                              const std::function<bool(const std::string&)>& events = nullptr);
 

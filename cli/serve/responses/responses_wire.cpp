@@ -121,57 +121,113 @@ std::string ResponseEvents::open_message() {
 
 std::string ResponseEvents::text(const std::string& delta) {
   if (delta.empty()) return "";
-  std::string out = message_open_ ? "" : open_message();
+  std::string piece = delta;
+  std::string out;
+  if (!message_open_) {
+    pending_ += delta;
+    if (pending_.find_first_not_of(" \n\t\r") == std::string::npos) return "";  // not the message's yet
+    piece = std::move(pending_);
+    pending_.clear();
+    out = open_message();
+  }
+  text_ += piece;
+  json logprobs = take_stream_logprobs_content();  // the tokens since the last delta
+  for (const json& entry : logprobs) logprobs_.push_back(entry);
   return out + event({{"type", "response.output_text.delta"},
                       {"item_id", head_.message_id()},
                       {"output_index", 0},
                       {"content_index", 0},
-                      {"delta", delta},
-                      {"logprobs", take_stream_logprobs_content()}});  // the tokens since the last delta
+                      {"delta", piece},
+                      {"logprobs", std::move(logprobs)}});
+}
+
+std::string ResponseEvents::close_message(const RunResult* result) {
+  if (!message_open_ || message_closed_) return "";
+  message_closed_ = true;
+  const std::string id = head_.message_id();
+  RunResult streamed;  // the message as streamed, when a call follows it
+  streamed.text = text_.substr(0, text_.find_last_not_of(" \n\t\r") + 1);
+  const RunResult& r = result != nullptr ? *result : streamed;
+  const json logprobs = result != nullptr ? logprobs_content(result->logprobs) : logprobs_;
+  json part = responses_bodies::output_text(r.text);
+  if (!logprobs.empty()) part["logprobs"] = logprobs;
+  const std::string status = result != nullptr && responses_bodies::incomplete(*result) ? "incomplete" : "completed";
+  json item = responses_bodies::message_item(head_, &r, status, true);
+  item["content"][0] = part;
+  std::string out = event({{"type", "response.output_text.done"},
+                           {"item_id", id},
+                           {"output_index", 0},
+                           {"content_index", 0},
+                           {"text", r.text},
+                           {"logprobs", logprobs}});
+  out += event({{"type", "response.content_part.done"},
+                {"item_id", id},
+                {"output_index", 0},
+                {"content_index", 0},
+                {"part", part}});
+  return out + event({{"type", "response.output_item.done"}, {"output_index", 0}, {"item", std::move(item)}});
+}
+
+std::string ResponseEvents::close_call(const std::string& status) {
+  if (!call_open_) return "";
+  call_open_ = false;
+  const std::size_t i = calls_.size() - 1;
+  const ChatToolCall& c = calls_.back();
+  std::string out = event({{"type", "response.function_call_arguments.done"},
+                           {"item_id", head_.call_item_id(i)},
+                           {"output_index", call_index(i)},
+                           {"name", c.name},
+                           {"arguments", c.arguments}});
+  return out + event({{"type", "response.output_item.done"},
+                      {"output_index", call_index(i)},
+                      {"item", responses_bodies::call_item(head_, i, c, status)}});
+}
+
+std::string ResponseEvents::call(const ToolCallDelta& piece) {
+  std::string out;
+  if (piece.opens) {
+    out += close_call("completed");  // the call before is whole: another follows it
+    out += close_message(nullptr);
+    pending_.clear();  // whitespace before the calls is no message
+    calls_.push_back(ChatToolCall{piece.id, piece.name, ""});
+    call_open_ = true;
+    const std::size_t i = calls_.size() - 1;
+    out += event({{"type", "response.output_item.added"},
+                  {"output_index", call_index(i)},
+                  {"item", responses_bodies::call_item(head_, i, calls_.back(), "in_progress")}});
+  }
+  if (piece.arguments.empty() || !call_open_ || piece.index + 1 != calls_.size()) return out;  // a closed call's
+  const std::size_t i = calls_.size() - 1;
+  calls_.back().arguments += piece.arguments;
+  return out + event({{"type", "response.function_call_arguments.delta"},
+                      {"item_id", head_.call_item_id(i)},
+                      {"output_index", call_index(i)},
+                      {"delta", piece.arguments}});
 }
 
 std::string ResponseEvents::finish(const RunResult& result, const StoreWrite* stored) {
-  std::string out = text(result.unstreamed);  // content held back while it might have been a call
-  if (!message_open_ && responses_bodies::has_message(result)) out += open_message();
+  std::string out = calls_.empty() ? text(result.unstreamed) : "";  // content held back while it might have been a call
+  if (!message_open_ && calls_.empty() && responses_bodies::has_message(result)) out += open_message();
   json body = response_body(head_, &result);
   if (stored != nullptr && !stored->ok) body["orbit"] = store_notice(*stored);
-  const std::string id = head_.message_id();
-  if (message_open_) {
-    out += event({{"type", "response.output_text.done"},
-                  {"item_id", id},
-                  {"output_index", 0},
-                  {"content_index", 0},
-                  {"text", result.text},
-                  {"logprobs", logprobs_content(result.logprobs)}});
-    out += event({{"type", "response.content_part.done"},
-                  {"item_id", id},
-                  {"output_index", 0},
-                  {"content_index", 0},
-                  {"part", responses_bodies::output_text(result.text, &result.logprobs)}});
-    out += event({{"type", "response.output_item.done"},
-                  {"output_index", 0},
-                  {"item", responses_bodies::message_item(head_, &result, body["status"].get<std::string>(), true)}});
-  }
-  const std::size_t first = message_open_ ? 1 : 0;
+  out += close_message(&result);
+  // The calls' pieces not streamed: the rest of each opened call's arguments, then each call not opened yet,
+  // its item and all its arguments in one delta.
   for (std::size_t i = 0; i < result.tool_calls.size(); ++i) {
-    const ChatToolCall& call = result.tool_calls[i];
-    const std::size_t index = first + i;
-    const std::string item_id = head_.call_item_id(i);
-    out += event({{"type", "response.output_item.added"},
-                  {"output_index", index},
-                  {"item", responses_bodies::call_item(head_, i, call, "in_progress")}});
-    out += event({{"type", "response.function_call_arguments.delta"},
-                  {"item_id", item_id},
-                  {"output_index", index},
-                  {"delta", call.arguments}});
-    out += event({{"type", "response.function_call_arguments.done"},
-                  {"item_id", item_id},
-                  {"output_index", index},
-                  {"name", call.name},
-                  {"arguments", call.arguments}});
-    out += event({{"type", "response.output_item.done"},
-                  {"output_index", index},
-                  {"item", responses_bodies::call_item(head_, i, call, responses_bodies::call_status(result, i))}});
+    const ChatToolCall& c = result.tool_calls[i];
+    ToolCallDelta piece{i, false, "", "", ""};
+    if (i >= calls_.size()) {
+      out += call(ToolCallDelta{i, true, c.id, c.name, ""});
+      piece.arguments = c.arguments;
+    } else if (c.arguments.size() > calls_[i].arguments.size() &&
+               c.arguments.compare(0, calls_[i].arguments.size(), calls_[i].arguments) == 0) {
+      piece.arguments = c.arguments.substr(calls_[i].arguments.size());
+    }
+    out += call(piece);
+  }
+  if (call_open_) {
+    calls_.back() = result.tool_calls.at(calls_.size() - 1);  // the call as the response gives it
+    out += close_call(responses_bodies::call_status(result, calls_.size() - 1));
   }
   const char* type = body["status"] == "incomplete" ? "response.incomplete" : "response.completed";
   return out + event({{"type", type}, {"response", body}});

@@ -18,11 +18,19 @@
 //
 // A stream is "event: <type>\ndata: <json>\n\n" events numbered by sequence_number from 0:
 //   response.created, response.in_progress                       (the response, status in_progress)
-//   response.output_item.added, response.content_part.added      (the message, at its first text)
+//   response.output_item.added, response.content_part.added      (the message, at its first text that is not
+//                                                                 whitespace: the answer's text is trimmed)
 //   response.output_text.delta ...                               (the text as it is generated)
 //   response.output_text.done, response.content_part.done, response.output_item.done
-//   per call: response.output_item.added, response.function_call_arguments.delta,
+//                                                                (when the first call opens, or at the end)
+//   per call: response.output_item.added                         (status in_progress, arguments "")
+//             response.function_call_arguments.delta ...         (the arguments as they are written, where
+//                                                                 the calls stream: RunSink::on_tool_call;
+//                                                                 else one delta with all of them at the end)
 //             response.function_call_arguments.done, response.output_item.done
+//                                                                (when the next call opens, or at the end)
+// The pieces of each call's arguments concatenated are its arguments in the response, and a call's call_id
+// is the one the response gives it.
 //   response.completed or response.incomplete                    (the whole response; with store true and a
 //                                                                 write that failed, "orbit": {stored: false,
 //                                                                 store_error}, store_write.h)
@@ -34,6 +42,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "serve/serve_types.h"
 #include "serve/stored/store_write.h"
@@ -65,8 +74,11 @@ class ResponseEvents {
 
   std::string start();                         // response.created, response.in_progress
   std::string text(const std::string& delta);  // opens the message at the first text, then its delta
-  // The text's and the calls' closing events, then the response; `stored` (store true) that failed puts
-  // store_notice in the response as "orbit" (store_write.h).
+  // A piece of a call (RunSink::on_tool_call): one that opens a call closes the message and the call before,
+  // and adds the call's item; each adds its arguments' delta. No text follows the first call.
+  std::string call(const ToolCallDelta& piece);
+  // The closing events of the text and the calls, with what of result.tool_calls was not streamed, then the
+  // response; `stored` (store true) that failed puts store_notice in the response as "orbit" (store_write.h).
   std::string finish(const RunResult& result, const StoreWrite* stored = nullptr);
   std::string failed(const ApiError& error);    // response.failed
   int64_t events() const { return sequence_; }  // events written so far
@@ -74,10 +86,21 @@ class ResponseEvents {
  private:
   std::string event(nlohmann::json body);  // numbered and framed
   std::string open_message();
+  // The message's closing events: `result`'s text and status, or (null) those streamed so far, "completed".
+  std::string close_message(const RunResult* result);
+  // The last call's closing events, `status` its status ("completed", or call_status's at the end).
+  std::string close_call(const std::string& status);
+  std::size_t call_index(std::size_t call) const { return (message_open_ ? 1 : 0) + call; }
 
   ResponseHead head_;
   int64_t sequence_ = 0;
   bool message_open_ = false;
+  bool message_closed_ = false;
+  std::string pending_;                                // whitespace before the message's first text, held back
+  std::string text_;                                   // the message's text streamed so far
+  nlohmann::json logprobs_ = nlohmann::json::array();  // the log probabilities sent with it
+  std::vector<ChatToolCall> calls_;                    // the calls opened, arguments as far as streamed
+  bool call_open_ = false;                             // the last of calls_ is not closed yet
 };
 
 }  // namespace orbit::serve

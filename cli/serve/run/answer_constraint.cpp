@@ -93,6 +93,7 @@ AnswerConstraint ConstraintCache::build_auto(const ChatRequest& r) const {
     return {};  // schemas outside the subset: nothing was asked to be enforced, the answer stays free
   }
   if (!unwritable(out.constraint, *vocabulary_, max_answer_bytes_).empty()) return {};
+  out.calls_whole = true;
   return out;
 }
 
@@ -106,6 +107,9 @@ AnswerConstraint ConstraintCache::build_calls_or_answer(const ChatRequest& r, An
   }
   if (!unwritable(calls, *vocabulary_, max_answer_bytes_).empty()) return answer;
   answer.constraint = Constraint::choice({calls, answer.constraint});
+  // Past the call mark only the calls' branch goes on; a format without one (Llama 3's bare objects) may be
+  // writing the JSON answer where it looks like a call.
+  answer.calls_whole = !tool_call_trigger(format_).empty();
   return answer;
 }
 
@@ -141,6 +145,7 @@ AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
     out.error = api_error(400, param + ": " + why, "invalid_request_error", "unsupported_value", param);
     out.constraint = nullptr;
   }
+  out.calls_whole = call && out.constraint != nullptr;
   return out;
 }
 
@@ -173,6 +178,8 @@ ConstraintCache::Usage ConstraintCache::usage() {
   Usage u;
   u.bytes = static_cast<std::size_t>(s.bytes);
   u.entries = static_cast<std::size_t>(s.entries);
+  u.hits = s.hits;
+  u.misses = s.misses;
   return u;
 }
 

@@ -55,6 +55,11 @@ namespace orbit::serve {
 struct AnswerConstraint {
   std::shared_ptr<const Constraint> constraint;  // null: the answer is free text
   std::string trigger;  // non-empty: the constraint applies from this text on (GenerateOptions::constraint_trigger)
+  // A call the answer begins is written under the tools' grammar (tool_choice "required" or a tool's name; or
+  // "auto" with the grammar from the format's call mark on, a JSON answer beside it included): whole, unless
+  // max_tokens cuts it. Its name is then the call's once its string closes, so calls may stream as they are
+  // written (run/tool_stream.h). False where the calls are free text (no mark, schemas outside the subset).
+  bool calls_whole = false;
   std::optional<ApiError> error;
 };
 
@@ -75,6 +80,8 @@ class ConstraintCache {
   struct Usage {
     std::size_t entries = 0;
     std::size_t bytes = 0;
+    int64_t hits = 0;    // lookups that found their key (a request's tools' check and its constraint: one each)
+    int64_t misses = 0;  // lookups that built (a refusal too)
   };
   Usage usage();
   std::size_t max_bytes() const { return kept_.options().max_bytes; }

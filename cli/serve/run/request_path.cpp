@@ -19,6 +19,7 @@ struct RunTicket::Prepared {
   SyncPlan plan;  // Window::plan_sync(chat->messages, options) of slot's window at its current version
   std::shared_ptr<const Constraint> constraint;   // what the answer must match; null: free text
   std::string trigger;                            // non-empty: the constraint applies from this text on
+  bool calls_whole = false;                       // AnswerConstraint::calls_whole
   const CompletionRequest* completion = nullptr;  // set for a completion request
   std::vector<int64_t> tokens;                    // its prompt, tokenized with BOS (non-empty)
 };
@@ -88,23 +89,37 @@ RunOutcome cancelled_before_decode() {
   return out;
 }
 
+// What choice `choice`'s ToolCallStream let out of `delta`, to `sink`: the content (to on_text, or with n > 1
+// on_choice_text), then each piece of a call; false: the client left.
+bool pass_on(ToolCallStream& calls, const RunSink& sink, int64_t choice, const std::string& delta) {
+  const ToolStreamOut now = calls.push(delta);
+  if (!now.content.empty() &&
+      !(sink.on_choice_text ? sink.on_choice_text(choice, now.content) : sink.on_text(now.content))) {
+    return false;
+  }
+  for (const ToolCallDelta& d : now.calls) {
+    if (!sink.on_tool_call(choice, d)) return false;
+  }
+  return true;
+}
+
 // `sink` with each choice's text read for tool calls on its way (one ToolCallStream per choice, in `calls`,
-// which must outlive the returned sink): content goes on only up to where a call may start.
-RunSink tool_call_sink(const RunSink& sink, const ChatRequest& request, ToolCallFormat format,
+// which must outlive the returned sink): content goes on only up to where a call may start; the calls go to
+// sink.on_tool_call as they are written where `calls_whole` (AnswerConstraint::calls_whole) and the sink takes
+// them, else whole at the choice's end (RunResult::unstreamed_calls).
+RunSink tool_call_sink(const RunSink& sink, const ChatRequest& request, ToolCallFormat format, bool calls_whole,
                        std::vector<ToolCallStream>& calls) {
   const bool forced = request.tool_choice.mode == "required" || request.tool_choice.mode == "function";
-  calls.assign(static_cast<std::size_t>(std::max<int64_t>(1, request.sampling.n)), ToolCallStream(format, forced));
+  const bool progressive = calls_whole && sink.on_tool_call != nullptr;
+  calls.assign(static_cast<std::size_t>(std::max<int64_t>(1, request.sampling.n)),
+               ToolCallStream(format, forced, progressive));
   RunSink out = sink;
   if (sink.on_text) {
-    out.on_text = [&calls, on_text = sink.on_text](const std::string& delta) {
-      const std::string now = calls[0].push(delta);
-      return now.empty() || on_text(now);
-    };
+    out.on_text = [&calls, sink](const std::string& delta) { return pass_on(calls[0], sink, 0, delta); };
   }
   if (sink.on_choice_text) {
-    out.on_choice_text = [&calls, on_choice = sink.on_choice_text](int64_t choice, const std::string& delta) {
-      const std::string now = calls[static_cast<std::size_t>(choice)].push(delta);
-      return now.empty() || on_choice(choice, now);
+    out.on_choice_text = [&calls, sink](int64_t choice, const std::string& delta) {
+      return pass_on(calls[static_cast<std::size_t>(choice)], sink, choice, delta);
     };
   }
   return out;
@@ -170,6 +185,7 @@ RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::strin
   p->chat = &request;
   p->constraint = std::move(forced.constraint);
   p->trigger = std::move(forced.trigger);
+  p->calls_whole = forced.calls_whole;
   p->options.chat = context_.chat;
   p->options.chat.tools_json = request.tools_json;
   p->options.chunk_min_tokens = context_.options.chunk_min_tokens;
@@ -292,7 +308,7 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
   // calls are read out as the choice ends.
   std::vector<ToolCallStream> calls;
   const RunSink out_sink =
-      request.reads_tool_calls() ? tool_call_sink(sink, request, context_.tool_format, calls) : sink;
+      request.reads_tool_calls() ? tool_call_sink(sink, request, context_.tool_format, p.calls_whole, calls) : sink;
   DecodeRequest decoding{&report.generation_prompt, &request.sampling, p.constraint, p.trigger};
   if (!calls.empty()) {
     decoding.read_choice = [&calls](int64_t choice, RunResult& r) {

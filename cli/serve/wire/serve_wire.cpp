@@ -60,16 +60,11 @@ json RunUsage::to_json() const {
           {"orbit", orbit}};
 }
 
-// OpenAI's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}], with "index" in
-// stream deltas.
-json tool_calls_json(const std::vector<ChatToolCall>& calls, bool indexed) {
+// OpenAI's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}].
+json tool_calls_json(const std::vector<ChatToolCall>& calls) {
   json out = json::array();
-  for (std::size_t i = 0; i < calls.size(); ++i) {
-    json call = {{"id", calls[i].id},
-                 {"type", "function"},
-                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
-    if (indexed) call["index"] = i;
-    out.push_back(std::move(call));
+  for (const ChatToolCall& c : calls) {
+    out.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
   }
   return out;
 }
@@ -104,7 +99,7 @@ json chat_choice(int64_t index, const RunResult& result) {
   json message = {{"role", "assistant"}, {"content", result.text}};
   if (!result.tool_calls.empty()) {
     if (result.text.empty()) message["content"] = nullptr;  // as OpenAI answers a call without text
-    message["tool_calls"] = tool_calls_json(result.tool_calls, false);
+    message["tool_calls"] = tool_calls_json(result.tool_calls);
   }
   json logprobs = nullptr;
   if (!result.logprobs.empty()) logprobs = {{"content", logprobs_content(result.logprobs)}, {"refusal", nullptr}};
@@ -137,8 +132,15 @@ json chat_chunk(const ResponseIds& ids, const std::string& content, bool first, 
   return body;
 }
 
-json tool_calls_chunk(const ResponseIds& ids, const std::vector<ChatToolCall>& calls, bool first, int64_t index) {
-  json delta = {{"tool_calls", tool_calls_json(calls, true)}};
+json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, bool first, int64_t index) {
+  json call = {{"index", piece.index}, {"function", {{"arguments", piece.arguments}}}};
+  if (piece.opens) {
+    call = {{"index", piece.index},
+            {"id", piece.id},
+            {"type", "function"},
+            {"function", {{"name", piece.name}, {"arguments", piece.arguments}}}};
+  }
+  json delta = {{"tool_calls", json::array({std::move(call)})}};
   if (first) {
     delta["role"] = "assistant";
     delta["content"] = nullptr;

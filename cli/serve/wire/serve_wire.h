@@ -27,11 +27,10 @@ nlohmann::json chat_completion(const ResponseIds& ids, const RunResult& result);
 // a non-empty finish_reason ends the choice.
 nlohmann::json chat_chunk(const ResponseIds& ids, const std::string& content, bool first,
                           const std::string& finish_reason, int64_t index = 0);
-// A chunk that carries every call of choice `index`'s answer, whole: delta.tool_calls [{"index", "id", "type":
-// "function", "function": {"name", "arguments"}}] (streamed once the run has ended and the calls are
-// complete); `first` adds the role.
-nlohmann::json tool_calls_chunk(const ResponseIds& ids, const std::vector<ChatToolCall>& calls, bool first,
-                                int64_t index = 0);
+// A chunk that carries one piece of a call of choice `index`'s answer, as OpenAI streams calls: delta.tool_calls
+// [{"index", "id", "type": "function", "function": {"name", "arguments"}}] for the piece that opens the call,
+// [{"index", "function": {"arguments"}}] for each later one; `first` adds the role.
+nlohmann::json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, bool first, int64_t index = 0);
 // The stream_options.include_usage chunk: empty choices and usage.
 nlohmann::json usage_chunk(const ResponseIds& ids, const std::string& object, const nlohmann::json& usage);
 // {"object": "text_completion", "choices": [{"text", "index", "finish_reason"}], "usage" when given}: the
@@ -45,7 +44,7 @@ nlohmann::json logprobs_content(const std::vector<StepLogprobs>& steps);
 
 // A streamed answer's log probabilities travel beside its text: decode() queues each token's here as it is
 // generated (GenerateOptions::on_logprobs), under its choice's index, and the next chunk of that choice
-// chat_chunk() or tool_calls_chunk() builds on the same thread takes every entry queued for it so far as its
+// chat_chunk() or tool_call_chunk() builds on the same thread takes every entry queued for it so far as its
 // choices[].logprobs {"content": [...]} (null when none). A stream's chunks are written from the thread that
 // runs its decode (its sink is called there), so each token's entry goes out exactly once, with its text or,
 // where the text was held back (a possible tool call, a split character), with a later chunk (at the latest

@@ -46,6 +46,10 @@ struct ToolCallParse {
   std::vector<ChatToolCall> calls;  // in order; ids "call_" + 24 random letters and digits unless given
   bool malformed = false;           // something started like a call but was not one (left in content)
   bool cut = false;                 // the last of `calls` is cut short (CutToolCall::kCall): not a whole call
+  // With `cut`: the last call's name string was closed before the cut (its name is the one meant, only its
+  // arguments were cut, maybe before they began). A server that streams calls sends a call's name once this
+  // holds of the text so far, then the arguments as they grow (each cut reading's a prefix of the next one's).
+  bool cut_name_whole = false;
 };
 
 // What parse_tool_calls makes of a text that ends inside a call, as an answer ended by max_tokens may.

@@ -44,6 +44,7 @@ void take_member(const std::string& key, std::string_view t, std::size_t at, std
   if (key == "name" && is_string) {
     out->call.name = string_so_far(t, at, end);
     out->named = !out->call.name.empty();
+    out->name_whole = out->named && parse_json(value).is_string();
   } else if (key == "id" && is_string && end < t.size()) {
     out->call.id = string_so_far(t, at, end);
   } else if (key == "arguments" || (key == "parameters" && !*from_arguments)) {

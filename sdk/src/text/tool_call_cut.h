@@ -10,8 +10,9 @@
 namespace orbit::tool_call_cut {
 
 struct CutCall {
-  ChatToolCall call;   // the name as far as it was written, the arguments' JSON text so far; an id
-  bool named = false;  // the object's "name" had begun: its key whole, a character of its value written
+  ChatToolCall call;        // the name as far as it was written, the arguments' JSON text so far; an id
+  bool named = false;       // the object's "name" had begun: its key whole, a character of its value written
+  bool name_whole = false;  // ... and its string closed: the name is the one meant, only what follows was cut
 };
 
 // The call the JSON object text `body` begins, read up to where it stops ({"name": ..., "arguments" |

@@ -58,19 +58,21 @@ std::size_t partial_marker(std::string_view text, std::string_view marker) {
   return 0;
 }
 
-// The call `raw` (a call's JSON text that the answer ended in, maybe whole) as far as it was written; false
-// when it is not the start of one whose name had begun (nothing a client could act on: and in Llama 3's
-// format, which has no mark, a cut JSON answer must not pass for a call).
-bool cut_call_from(const std::string& raw, ChatToolCall* call, bool* cut) {
+// The call `raw` (a call's JSON text that the answer ended in, maybe whole) as far as it was written, r->cut
+// and r->cut_name_whole saying how far; false when it is not the start of one whose name had begun (nothing a
+// client could act on: and in Llama 3's format, which has no mark, a cut JSON answer must not pass for a call).
+bool cut_call_from(const std::string& raw, ChatToolCall* call, ToolCallParse* r) {
   if (call_from(parse_json(raw), raw, call)) {
-    *cut = false;  // whole, only what came after it was cut
+    r->cut = false;  // whole, only what came after it was cut
+    r->cut_name_whole = false;
     return true;
   }
   if (!raw.empty() && !cut_short(raw)) return false;
   std::optional<tool_call_cut::CutCall> c = tool_call_cut::read(raw);
   if (!c || !c->named) return false;
   *call = std::move(c->call);
-  *cut = true;
+  r->cut = true;
+  r->cut_name_whole = c->name_whole;
   return true;
 }
 
@@ -87,7 +89,7 @@ ToolCallParse parse_hermes(std::string_view text, CutToolCall cut) {
     if (close == std::string_view::npos && cut == CutToolCall::kCall) {
       std::string_view rest = text.substr(body);
       rest.remove_suffix(partial_marker(rest, kHermesClose));
-      if (cut_call_from(trim(rest), &call, &r.cut)) {
+      if (cut_call_from(trim(rest), &call, &r)) {
         content += text.substr(at, open - at);
         r.calls.push_back(std::move(call));
         at = text.size();
@@ -109,14 +111,19 @@ ToolCallParse parse_hermes(std::string_view text, CutToolCall cut) {
 }
 
 // Llama 3's calls: one JSON object (whole, or cut short where `cut` reads cut calls), or several separated by
-// ";".
+// ";" (between them: one inside a string, or nested, is the arguments').
 std::vector<std::string> llama3_pieces(const std::string& json_text, CutToolCall cut) {
   if (!parse_json(json_text).is_discarded()) return {json_text};
   if (cut == CutToolCall::kCall && cut_short(json_text)) return {json_text};
   std::vector<std::string> pieces;
   std::size_t start = 0;
+  int depth = 0;
+  JsonScan scan;
   for (std::size_t i = 0; i <= json_text.size(); ++i) {
-    if (i == json_text.size() || json_text[i] == ';') {
+    const bool outside = i < json_text.size() && scan.step(json_text[i]) == JsonScan::At::kOutside;
+    if (outside && (json_text[i] == '{' || json_text[i] == '[')) ++depth;
+    if (outside && (json_text[i] == '}' || json_text[i] == ']')) --depth;
+    if (i == json_text.size() || (outside && depth == 0 && json_text[i] == ';')) {
       pieces.push_back(trim(std::string_view(json_text).substr(start, i - start)));
       start = i + 1;
     }
@@ -140,10 +147,13 @@ ToolCallParse parse_llama3(std::string_view text, CutToolCall cut) {
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     ChatToolCall call;
     const bool last_cut = cut == CutToolCall::kCall && i + 1 == pieces.size();
-    if (last_cut ? !cut_call_from(pieces[i], &call, &r.cut) : !call_from(parse_json(pieces[i]), pieces[i], &call)) {
+    if (last_cut ? !cut_call_from(pieces[i], &call, &r) : !call_from(parse_json(pieces[i]), pieces[i], &call)) {
       r.malformed = true;
-      r.cut = false;
-      r.content = body;
+      r.cut = r.cut_name_whole = false;
+      // A text cut after whole calls, in one whose name had not begun: those calls, the rest content (as
+      // Hermes' cut text keeps its whole calls). Otherwise all of it is content.
+      r.content = last_cut && i > 0 ? pieces[i] : body;
+      if (last_cut && i > 0) r.calls = std::move(calls);
       return r;
     }
     calls.push_back(std::move(call));
@@ -153,13 +163,13 @@ ToolCallParse parse_llama3(std::string_view text, CutToolCall cut) {
 }
 
 // Mistral's array of calls cut short after `[`: its whole items, then the one it ended in.
-bool mistral_cut(const std::string& raw, std::vector<ChatToolCall>* calls, bool* cut) {
+bool mistral_cut(const std::string& raw, std::vector<ChatToolCall>* calls, ToolCallParse* r) {
   if (raw.empty() || raw.front() != '[' || !cut_short(raw)) return false;
   for (std::size_t at = skip_space(raw, 1); at < raw.size();) {
     const std::size_t end = value_end(raw, at);
     const std::string item = trim(std::string_view(raw).substr(at, end - at));
     ChatToolCall call;
-    if (end < raw.size() ? !call_from(parse_json(item), item, &call) : !cut_call_from(item, &call, cut)) {
+    if (end < raw.size() ? !call_from(parse_json(item), item, &call) : !cut_call_from(item, &call, r)) {
       return false;
     }
     calls->push_back(std::move(call));
@@ -188,11 +198,11 @@ ToolCallParse parse_mistral(std::string_view text, CutToolCall cut) {
   }
   if (!ok && cut == CutToolCall::kCall) {
     calls.clear();
-    ok = mistral_cut(raw, &calls, &r.cut);
+    ok = mistral_cut(raw, &calls, &r);
   }
   if (!ok) {
     r.malformed = true;
-    r.cut = false;
+    r.cut = r.cut_name_whole = false;
     r.content = trim(text);
     return r;
   }

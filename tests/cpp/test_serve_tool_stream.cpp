@@ -1,0 +1,180 @@
+// Tool calls streamed as they are written (cli/serve/run/tool_stream.h): known answers fed to a ToolCallStream
+// piece by piece (split at every byte position, and byte by byte), then finished as the run would finish them.
+// The pieces it lets out, and then the ones its finish leaves in RunResult::unstreamed_calls, must spell the
+// answer's calls exactly (ids, names, arguments), and those must be what parse_tool_calls reads of the whole
+// text (the non-streamed answer); a call's name goes out before the call ends, its arguments in more than
+// one piece. Without a model.
+#include <string>
+#include <vector>
+
+#include "orbit/tool_calls.h"
+#include "orbit_catch.h"
+#include "serve/run/tool_stream.h"
+
+namespace sv = orbit::serve;
+using orbit::ChatToolCall;
+using orbit::CutToolCall;
+using orbit::ToolCallFormat;
+
+namespace {
+
+struct Fed {
+  std::string content;                    // the content push() let out
+  std::vector<sv::ToolCallDelta> pieces;  // the calls' pieces push() let out ...
+  std::vector<std::size_t> at;            // ... each after this many bytes of the answer were pushed
+  sv::RunResult r;                        // finished
+};
+
+struct Feed {
+  ToolCallFormat format = ToolCallFormat::kHermes;
+  bool forced = false;
+  bool progressive = true;
+  std::string finish_reason = "stop";
+};
+
+// `text` pushed in the pieces `cuts` (increasing byte offsets) makes, then finished.
+Fed feed(const std::string& text, const std::vector<std::size_t>& cuts, const Feed& how) {
+  sv::ToolCallStream stream(how.format, how.forced, how.progressive);
+  Fed f;
+  std::size_t from = 0;
+  std::vector<std::size_t> ends = cuts;
+  ends.push_back(text.size());
+  for (std::size_t end : ends) {
+    sv::ToolStreamOut out = stream.push(text.substr(from, end - from));
+    from = end;
+    f.content += out.content;
+    for (sv::ToolCallDelta& d : out.calls) {
+      f.pieces.push_back(std::move(d));
+      f.at.push_back(end);
+    }
+  }
+  f.r.text = text;
+  f.r.finish_reason = how.finish_reason;
+  stream.finish(f.r);
+  return f;
+}
+
+// The calls a client assembles from the pieces: streamed, then the result's unstreamed ones. Each call opens
+// once, in order, and no piece of a call comes after the next call opened.
+std::vector<ChatToolCall> assemble(const Fed& f) {
+  std::vector<ChatToolCall> calls;
+  std::vector<sv::ToolCallDelta> all = f.pieces;
+  all.insert(all.end(), f.r.unstreamed_calls.begin(), f.r.unstreamed_calls.end());
+  for (const sv::ToolCallDelta& d : all) {
+    if (d.opens) {
+      REQUIRE(d.index == calls.size());
+      calls.push_back(ChatToolCall{d.id, d.name, ""});
+    } else {
+      REQUIRE(d.index + 1 == calls.size());
+    }
+    calls.back().arguments += d.arguments;
+  }
+  return calls;
+}
+
+bool same_calls(const std::vector<ChatToolCall>& a, const std::vector<ChatToolCall>& b, bool ids = true) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].name != b[i].name || a[i].arguments != b[i].arguments || (ids && a[i].id != b[i].id)) return false;
+  }
+  return true;
+}
+
+std::vector<std::size_t> every_byte(const std::string& text) {
+  std::vector<std::size_t> cuts;
+  for (std::size_t i = 1; i < text.size(); ++i) cuts.push_back(i);
+  return cuts;
+}
+
+// Two calls, with what a reader must not cut short: a '<' and a space ending a string (where a cut answer
+// ends there, parse_tool_calls drops both), a number, a ';'.
+const std::string kHermes =
+    "Let me look.\n<tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"cat <3 \", \"n\": 12}}</tool_call>\n"
+    "<tool_call>{\"name\": \"open\", \"arguments\": {\"url\": \"a;b\", \"tabs\": [1, 2]}}</tool_call>";
+
+}  // namespace
+
+TEST_CASE("tool stream: two calls split at every byte spell the calls the whole answer reads", "[serve]") {
+  const orbit::ToolCallParse whole = orbit::parse_tool_calls(kHermes, ToolCallFormat::kHermes);
+  REQUIRE(whole.calls.size() == 2);
+  for (std::size_t cut = 0; cut <= kHermes.size(); ++cut) {
+    const Fed f = feed(kHermes, {cut}, Feed{});
+    INFO("split at " << cut);
+    CHECK(same_calls(assemble(f), f.r.tool_calls));
+    CHECK(same_calls(f.r.tool_calls, whole.calls, false));
+    CHECK(f.content + f.r.unstreamed == "Let me look.\n");
+    CHECK(f.r.text == "Let me look.");
+    CHECK(f.r.finish_reason == "tool_calls");
+  }
+}
+
+TEST_CASE("tool stream: fed byte by byte, a call opens as its name closes and its arguments follow", "[serve]") {
+  const Fed f = feed(kHermes, every_byte(kHermes), Feed{});
+  REQUIRE(same_calls(assemble(f), f.r.tool_calls));
+  CHECK(f.r.unstreamed_calls.empty());  // every piece went out as it was written: the last with the last byte
+  const std::vector<std::string> names = {"\"search\"", "\"open\""};
+  std::size_t call = 0;
+  std::vector<int> pieces(2, 0);
+  for (std::size_t i = 0; i < f.pieces.size(); ++i) {
+    const sv::ToolCallDelta& d = f.pieces[i];
+    if (d.opens) {
+      // The byte that closes the name's string lets the call out, with no arguments yet.
+      const std::size_t name_end = kHermes.find(names[call]) + names[call].size();
+      CHECK(f.at[i] == name_end);
+      CHECK(d.arguments.empty());
+      CHECK(f.at[i] < kHermes.find("}}</tool_call>", name_end));  // before the call's end
+      ++call;
+    } else {
+      ++pieces[d.index];
+    }
+  }
+  CHECK(call == 2);
+  CHECK(pieces[0] > 1);
+  CHECK(pieces[1] > 1);
+}
+
+TEST_CASE("tool stream: an answer max_tokens cuts anywhere streams the cut call it finishes with", "[serve]") {
+  for (std::size_t end = 1; end <= kHermes.size(); ++end) {
+    const std::string cut = kHermes.substr(0, end);
+    INFO("cut after " << end << " bytes");
+    for (const std::vector<std::size_t>& cuts : {every_byte(cut), std::vector<std::size_t>{end / 2}}) {
+      const Fed f = feed(cut, cuts, Feed{ToolCallFormat::kHermes, false, true, "length"});
+      CHECK(same_calls(assemble(f), f.r.tool_calls));
+      const orbit::ToolCallParse read = orbit::parse_tool_calls(cut, ToolCallFormat::kHermes, CutToolCall::kCall);
+      CHECK(same_calls(f.r.tool_calls, read.calls, false));
+      CHECK(f.r.tool_call_cut == read.cut);
+    }
+  }
+}
+
+TEST_CASE("tool stream: forced calls in the Llama 3 and Mistral formats, whole and cut anywhere", "[serve]") {
+  const std::vector<std::pair<ToolCallFormat, std::string>> answers = {
+      {ToolCallFormat::kLlama3,
+       "{\"name\": \"search\", \"parameters\": {\"q\": \"a;b\"}}; {\"name\": \"open\", \"parameters\": {\"u\": 1}}"},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS] [{\"name\": \"search\", \"arguments\": {\"q\": \"cat\"}}]"},
+      {ToolCallFormat::kHermes, "<tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"cat\"}}</tool_call>"}};
+  for (const auto& [format, text] : answers) {
+    INFO(orbit::tool_call_format_name(format));
+    const Fed whole = feed(text, every_byte(text), Feed{format, true, true, "stop"});
+    CHECK(same_calls(assemble(whole), whole.r.tool_calls));
+    CHECK(same_calls(whole.r.tool_calls, orbit::parse_tool_calls(text, format).calls, false));
+    CHECK(whole.r.tool_calls.size() == (format == ToolCallFormat::kLlama3 ? 2u : 1u));
+    CHECK(whole.r.unstreamed_calls.empty());
+    for (std::size_t end = 1; end < text.size(); ++end) {
+      const std::string cut = text.substr(0, end);
+      const Fed f = feed(cut, every_byte(cut), Feed{format, true, true, "length"});
+      INFO("cut after " << end << " bytes");
+      CHECK(same_calls(assemble(f), f.r.tool_calls));
+      CHECK(same_calls(f.r.tool_calls, orbit::parse_tool_calls(cut, format, CutToolCall::kForcedCall).calls, false));
+    }
+  }
+}
+
+TEST_CASE("tool stream: calls in free text are read whole when the answer ends", "[serve]") {
+  const Fed f = feed(kHermes, every_byte(kHermes), Feed{ToolCallFormat::kHermes, false, false, "stop"});
+  CHECK(f.pieces.empty());
+  REQUIRE(f.r.unstreamed_calls.size() == 2);
+  for (const sv::ToolCallDelta& d : f.r.unstreamed_calls) CHECK(d.opens);
+  CHECK(same_calls(assemble(f), f.r.tool_calls));
+  CHECK(f.content == "Let me look.\n");
+}

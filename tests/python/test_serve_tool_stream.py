@@ -1,0 +1,141 @@
+"""`orbit serve` streaming tool calls as they are written, as OpenAI streams them.
+
+Where a call is decoded under the tools' grammar (here tool_choice "required" and a named function), a
+streamed chat answer's call opens with a delta carrying its index, id, type "function", its name and
+arguments "", as soon as its name is read; then deltas carry pieces of its arguments' JSON text as they are
+generated, one call after the other. The Responses API streams response.function_call_arguments.delta events
+the same way. Whatever way it streams, the deltas concatenated are the answer's calls: the same names and
+arguments as the same request not streamed (the exact policy and a fixed seed make the answers the same),
+and, with store true, the same ids as the stored completion. Each test starts its own server on
+127.0.0.1 on the bundled stories260K.
+"""
+import http.client
+import json
+
+MODEL = "stories260K.bin"
+MESSAGES = [{"role": "user", "content": "Find a story about a cat."}]
+SEARCH = [{"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string", "maxLength": 12}, "page": {"type": "integer"}},
+    "required": ["q", "page"]}}}]
+
+
+def post(server, path, body):
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+    try:
+        conn.request("POST", path, body=json.dumps(dict(body, model=MODEL)), headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        text = response.read().decode()
+        assert response.status == 200, text
+        return text
+    finally:
+        conn.close()
+
+
+def get(server, path):
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        text = response.read().decode()
+        assert response.status == 200, text
+        return json.loads(text)
+    finally:
+        conn.close()
+
+
+def stream_chunks(server, body):
+    """The chunks of a streamed chat completion (the data of each event but [DONE])."""
+    text = post(server, "/v1/chat/completions", dict(body, stream=True))
+    return [json.loads(line[6:]) for line in text.split("\n") if line.startswith("data: ") and line != "data: [DONE]"]
+
+
+def assemble(chunks, choice=0):
+    """Choice `choice`'s calls as a client assembles them, by index, and the tool-call deltas of each call in
+    the order they came."""
+    calls, deltas = {}, {}
+    for chunk in chunks:
+        for c in chunk["choices"]:
+            if c["index"] != choice:
+                continue
+            for d in c["delta"].get("tool_calls") or []:
+                i = d["index"]
+                if i not in calls:
+                    assert d["type"] == "function" and d["id"] and isinstance(d["function"]["name"], str), d
+                    calls[i] = {"id": d["id"], "name": d["function"]["name"], "arguments": ""}
+                else:
+                    assert "id" not in d and "name" not in d["function"], d  # opened once
+                calls[i]["arguments"] += d["function"]["arguments"]
+                deltas.setdefault(i, []).append(d)
+    return [calls[i] for i in sorted(calls)], [deltas[i] for i in sorted(deltas)]
+
+
+def plain(calls):
+    return [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in calls]
+
+
+def test_a_streamed_call_arrives_in_pieces_that_spell_the_non_streamed_call(start_serve, stories260k_path):
+    server = start_serve(stories260k_path, "--policy", "patch:16:exact")
+    for choice in ("required", {"type": "function", "function": {"name": "search"}}):
+        request = {"messages": MESSAGES, "tools": SEARCH, "tool_choice": choice, "temperature": 1, "seed": 3,
+                   "max_tokens": 150, "parallel_tool_calls": True}
+        whole = json.loads(post(server, "/v1/chat/completions", request))["choices"][0]
+        chunks = stream_chunks(server, dict(request, store=True))
+        calls, deltas = assemble(chunks)
+        assert calls and [{"name": c["name"], "arguments": c["arguments"]} for c in calls] == plain(
+            whole["message"]["tool_calls"]), (calls, whole)
+        for per_call in deltas:
+            # The opening delta: the name, no arguments yet; then the arguments in more than one piece.
+            assert per_call[0]["function"]["arguments"] == "", per_call
+            assert len(per_call) > 2, per_call
+        finish = [c["finish_reason"] for chunk in chunks for c in chunk["choices"] if c["finish_reason"]]
+        assert finish == [whole["finish_reason"]] == ["tool_calls"]
+        # The stored answer is the streamed one: the same ids.
+        stored = get(server, "/v1/chat/completions/" + chunks[0]["id"])["choices"][0]["message"]["tool_calls"]
+        assert [{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                for c in stored] == calls
+
+
+def test_cut_calls_and_n_choices_stream_what_they_answer(start_serve, stories260k_path):
+    server = start_serve(stories260k_path, "--policy", "patch:16:exact")
+    base = {"messages": MESSAGES, "tools": SEARCH, "tool_choice": "required", "temperature": 1, "seed": 5}
+    # max_tokens inside the call: finish_reason "length" and the call as far as it was written, alike.
+    for max_tokens in (4, 9, 17, 23):
+        request = dict(base, max_tokens=max_tokens)
+        whole = json.loads(post(server, "/v1/chat/completions", request))["choices"][0]
+        calls, _ = assemble(stream_chunks(server, request))
+        assert [{"name": c["name"], "arguments": c["arguments"]} for c in calls] == plain(
+            whole["message"]["tool_calls"]), (max_tokens, calls, whole)
+    # n = 3: each choice's pieces spell that choice's calls.
+    request = dict(base, n=3, max_tokens=150)
+    whole = json.loads(post(server, "/v1/chat/completions", request))["choices"]
+    chunks = stream_chunks(server, request)
+    for i in range(3):
+        calls, deltas = assemble(chunks, i)
+        assert [{"name": c["name"], "arguments": c["arguments"]} for c in calls] == plain(
+            whole[i]["message"]["tool_calls"]), i
+        assert all(len(d) > 2 for d in deltas), deltas
+
+
+def test_responses_stream_function_call_arguments_as_they_are_written(start_serve, stories260k_path):
+    server = start_serve(stories260k_path, "--policy", "patch:16:exact")
+    tools = [{"type": "function", "name": "search", "parameters": SEARCH[0]["function"]["parameters"]}]
+    request = {"input": "Find a story about a cat.", "tools": tools, "tool_choice": "required", "temperature": 1,
+               "seed": 3, "max_output_tokens": 150, "store": False}
+    whole = json.loads(post(server, "/v1/responses", request))
+    text = post(server, "/v1/responses", dict(request, stream=True))
+    events = [json.loads(line[6:]) for line in text.split("\n") if line.startswith("data: ")]
+    deltas, done = {}, {}
+    for e in events:
+        if e["type"] == "response.function_call_arguments.delta":
+            deltas.setdefault(e["output_index"], []).append(e["delta"])
+        if e["type"] == "response.function_call_arguments.done":
+            done[e["output_index"]] = e["arguments"]
+    final = events[-1]["response"]["output"]
+    calls = [item for item in final if item["type"] == "function_call"]
+    assert calls and [(c["name"], c["arguments"]) for c in calls] == [
+        (c["name"], c["arguments"]) for c in whole["output"] if c["type"] == "function_call"]
+    for index, item in enumerate(final):
+        if item["type"] != "function_call":
+            continue
+        assert len(deltas[index]) > 1, deltas
+        assert "".join(deltas[index]) == done[index] == item["arguments"]
