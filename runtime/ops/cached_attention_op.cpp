@@ -39,6 +39,11 @@ void run_avx2(const kcpu::CachedAttentionArgs<float>& a, const kcpu::CachedAtten
 #endif
 }
 
+// A buffer's [slot, head, row] element strides.
+kcpu::CachedAttentionStrides strides_of(const at::Tensor& buffer) {
+  return {buffer.stride(0), buffer.stride(1), buffer.stride(2)};
+}
+
 }  // namespace
 
 bool cached_attention_vectorised(at::ScalarType dtype, int64_t dk, int64_t dv) {
@@ -50,8 +55,8 @@ void cached_attention(const CachedAttentionInputs& in, at::Tensor& out) {
               "cached_attention: q must be a CPU floating tensor");
   ORBIT_CHECK(in.q.dim() == 3 && in.keys.dim() == 4 && in.values.dim() == 4,
               "cached_attention: q must be [N, H, d_k], keys and values [slots, H_a, capacity, d]");
-  ORBIT_CHECK(in.keys.is_contiguous() && in.values.is_contiguous() && out.is_contiguous(),
-              "cached_attention: keys, values and out must be contiguous");
+  ORBIT_CHECK(in.keys.stride(3) == 1 && in.values.stride(3) == 1 && out.is_contiguous(),
+              "cached_attention: keys' and values' rows must be contiguous, and out");
   ORBIT_CHECK(in.keys.scalar_type() == in.q.scalar_type() && in.values.scalar_type() == in.q.scalar_type() &&
                   out.scalar_type() == in.q.scalar_type(),
               "cached_attention: q, keys, values and out must share a dtype");
@@ -92,7 +97,8 @@ void cached_attention(const CachedAttentionInputs& in, at::Tensor& out) {
   if (cached_attention_vectorised(q.scalar_type(), d.dk, d.dv)) {
     kcpu::CachedAttentionArgs<float> a{
         q.data_ptr<float>(), in.keys.data_ptr<float>(), in.values.data_ptr<float>(), in.slots.data(),
-        in.lengths.data(),   in.first_row.data(),       out.data_ptr<float>(),       last_key};
+        in.lengths.data(),   in.first_row.data(),       out.data_ptr<float>(),       last_key,
+        strides_of(in.keys), strides_of(in.values)};
     run_avx2(a, d, in.lengths);
     return;
   }
@@ -105,6 +111,8 @@ void cached_attention(const CachedAttentionInputs& in, at::Tensor& out) {
     a.lengths = in.lengths.data();
     a.first_row = in.first_row.data();
     a.out = out.data_ptr<scalar_t>();
+    a.key_strides = strides_of(in.keys);
+    a.value_strides = strides_of(in.values);
     a.last_key = last_key;
     at::parallel_for(0, d.items(), 1,
                      [&](int64_t begin, int64_t end) { kcpu::cached_attention_cpu(a, d, begin, end); });

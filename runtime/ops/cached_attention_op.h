@@ -1,7 +1,8 @@
 // Decode attention over a DecodeCache's buffers on the CPU: tensor checks and dispatch to the raw-pointer
 // kernel (kernels/cpu/cached_attention.h). Internal to the runtime (forward_batch's cached groups reach it
 // through cached_attention.cpp; on other devices they attend with ATen ops instead). attention.cpp's
-// attend_batch sends short CPU prefills here too, their keys laid out as slots, with `last_key`.
+// attend_batch sends short CPU prefills here too, their keys read in place as slots (rows at the strides the prefill
+// holds them), with `last_key`.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,8 +16,8 @@ namespace orbit::runtime::ops {
 
 struct CachedAttentionInputs {
   at::Tensor q;                    // [N, H, d_k] rotated, unscaled, on the CPU
-  at::Tensor keys;                 // one layer's [slots, H_a, capacity, d_k], contiguous, q's dtype
-  at::Tensor values;               // [slots, H_a, capacity, d_v]
+  at::Tensor keys;                 // one layer's [slots, H_a, capacity, d_k], q's dtype; each row contiguous
+  at::Tensor values;               // [slots, H_a, capacity, d_v]; each row contiguous (other strides any)
   std::vector<int64_t> slots;      // per member
   std::vector<int64_t> lengths;    // per member: its slot's rows before this forward
   std::vector<int64_t> first_row;  // per member: its first of `queries` consecutive rows of q and out

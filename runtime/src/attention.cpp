@@ -149,15 +149,16 @@ bool fused_cpu_attention_takes(const at::Tensor& q, const at::Tensor& k, const a
   return query_index.numel() > 0 && query_index.min().item<int64_t>() >= 0;
 }
 
-// attend_batch on that kernel: the keys laid out as B slots of S rows per kv head, query r of sequence b
+// attend_batch on that kernel: the keys read as B slots of S rows per kv head, query r of sequence b
 // reading rows 0 .. query_index[b, r] of slot b (clamped to S − 1, as the mask of the blocked path is).
 at::Tensor fused_cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const at::Tensor& query_index, double scale) {
   const int64_t B = q.size(0), R = q.size(1), H = q.size(2), S = k.size(1), dv = v.size(3);
   ops::CachedAttentionInputs in;
   in.q = q.reshape({B * R, H, q.size(3)});
-  in.keys = k.permute({0, 2, 1, 3}).contiguous();
-  in.values = v.permute({0, 2, 1, 3}).contiguous();
+  // Read in place: [B, S, H_kv, d] seen as [B, H_kv, S, d], its rows H_kv·d apart.
+  in.keys = k.stride(3) == 1 ? k.permute({0, 2, 1, 3}) : k.contiguous().permute({0, 2, 1, 3});
+  in.values = v.stride(3) == 1 ? v.permute({0, 2, 1, 3}) : v.contiguous().permute({0, 2, 1, 3});
   in.queries = R;
   in.scale = scale;
   const at::Tensor last = query_index.clamp_max(S - 1).to(at::kLong).contiguous();

@@ -2,7 +2,7 @@
 // - decode attention (kernels/cpu/cached_attention_avx2.h) against the portable kernel
 //   (kernels/cpu/cached_attention.h) on the same buffers: GQA widths, head sizes from 8 to 128 with d_k ≠ d_v,
 //   several rows per member, members that see from one key to hundreds (lengths on and off multiples of 8),
-//   peaked and flat softmaxes;
+//   peaked and flat softmaxes; buffers read in place at a prefill's strides against their dense copies;
 // - products of a few rows (kernels/cpu/small_gemm_avx2.h, dense()) against at::linear: the model shapes,
 //   widths off multiples of 4, bias, and a row's result the same bits whatever rows share its call.
 // Skipped where the ops do not run these kernels (another CPU, another compiler, ORBIT_CPU_KERNELS=portable).
@@ -71,6 +71,8 @@ double compare(const Case& c, uint64_t seed) {
   kcpu::CachedAttentionArgs<float> a{in.q.data_ptr<float>(), in.keys.data_ptr<float>(), in.values.data_ptr<float>(),
                                      in.slots.data(),        in.lengths.data(),         in.first_row.data(),
                                      ref.data_ptr<float>()};
+  a.key_strides = {in.keys.stride(0), in.keys.stride(1), in.keys.stride(2)};
+  a.value_strides = {in.values.stride(0), in.values.stride(1), in.values.stride(2)};
   kcpu::cached_attention_cpu(a, d, 0, d.items());
   CHECK(at::equal(out.narrow(0, 0, 1), ref.narrow(0, 0, 1)));
   CHECK(at::equal(out.narrow(0, N - 1, 1), ref.narrow(0, N - 1, 1)));
@@ -96,6 +98,35 @@ TEST_CASE("the AVX2 decode attention kernel equals the portable kernel", "[cache
     INFO("heads " << c.heads << "/" << c.kv_heads << " dk " << c.dk << " dv " << c.dv << " R " << c.queries
                   << " q scale " << c.q_scale);
     CHECK(compare(c, seed++) < 2e-5);
+  }
+}
+
+TEST_CASE("buffers read in place at other strides give what their dense copies give", "[cached_attention]") {
+  // A prefill's keys [B, S, H_a, d] read as [B, H_a, S, d]: rows H_a·d apart, heads d apart.
+  for (const int64_t dk : {16, 12}) {  // the AVX2 kernel and the portable one
+    INFO("d " << dk);
+    at::manual_seed(dk);
+    const int64_t B = 3, S = 37, Ha = 4, H = 8, R = 5;
+    ops::CachedAttentionInputs in;
+    in.queries = R;
+    in.scale = 0.3;
+    in.q = at::randn({B * R, H, dk});
+    in.keys = at::randn({B, S, Ha, dk}).permute({0, 2, 1, 3});
+    in.values = at::randn({B, S, Ha, dk}).permute({0, 2, 1, 3});
+    REQUIRE_FALSE(in.keys.is_contiguous());
+    for (int64_t b = 0; b < B; ++b) {
+      in.slots.push_back(b);
+      in.lengths.push_back(S - R);
+      in.first_row.push_back(b * R);
+    }
+    at::Tensor strided = at::empty({B * R, H * dk});
+    ops::cached_attention(in, strided);
+    ops::CachedAttentionInputs dense = in;
+    dense.keys = in.keys.contiguous();
+    dense.values = in.values.contiguous();
+    at::Tensor want = at::empty({B * R, H * dk});
+    ops::cached_attention(dense, want);
+    CHECK(at::equal(strided, want));
   }
 }
 

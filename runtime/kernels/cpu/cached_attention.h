@@ -2,7 +2,8 @@
 // header-only, no torch. Every member of a batch reads only its own slot's rows, so a batch of sequences of
 // different lengths costs the rows they hold, with no padding, mask or temporary:
 //
-//   keys    [slots][H_a][capacity][d_k]   rotated (attention form); values [slots][H_a][capacity][d_v]
+//   keys    [slots][H_a][capacity][d_k]   rotated (attention form); values [slots][H_a][capacity][d_v]; each
+//           row's elements consecutive, the rows, heads and slots at any strides (CachedAttentionStrides)
 //   member b   slot slots[b], lengths[b] rows before this forward, R new rows already written after them
 //   query      q row first_row[b] + r of [N][H][d_k] (rotated, unscaled); query head h reads kv head h / G,
 //              G = H / H_a, and sees rows 0 .. lengths[b] + r of its slot, or 0 .. last_key[b·R + r] when
@@ -31,6 +32,14 @@ struct CachedAttentionDims {
   int64_t items() const { return members * heads; }
 };
 
+// Element strides of one buffer between slots, kv heads and rows (a row's elements are consecutive). The
+// dense layout [slots][H_a][capacity][d] is {H_a·capacity·d, capacity·d, d}; a prefill's keys [B][S][H_a][d]
+// read in place are {S·H_a·d, d, H_a·d}.
+struct CachedAttentionStrides {
+  int64_t slot = 0, head = 0, row = 0;
+  int64_t at(int64_t slot_index, int64_t head_index) const { return slot_index * slot + head_index * head; }
+};
+
 template <typename T>
 struct CachedAttentionArgs {
   const T* q = nullptr;                // [N][H][d_k]
@@ -41,6 +50,7 @@ struct CachedAttentionArgs {
   const int64_t* first_row = nullptr;  // [B]: the member's first row of q and out
   T* out = nullptr;                    // [N][H][d_v]
   const int64_t* last_key = nullptr;   // [B·R] or null: the last row each query sees (< capacity)
+  CachedAttentionStrides key_strides, value_strides;
 };
 
 // Rows query r of member b sees.
@@ -87,8 +97,9 @@ inline float cached_exp(float x) {
 // `seen` floats of scratch. Restrict pointers let the compiler keep acc in registers and vectorise each loop.
 template <typename T>
 void cached_attend_row(const float* __restrict q, const T* __restrict k, const T* __restrict v, int64_t seen,
-                       const CachedAttentionDims& d, float* __restrict w, float* __restrict acc) {
-  for (int64_t s = 0; s < seen; ++s) w[s] = cached_dot(q, k + s * d.dk, d.dk);
+                       const CachedAttentionDims& d, int64_t k_row, int64_t v_row, float* __restrict w,
+                       float* __restrict acc) {
+  for (int64_t s = 0; s < seen; ++s) w[s] = cached_dot(q, k + s * k_row, d.dk);
   float top = w[0];
   for (int64_t s = 1; s < seen; ++s) top = w[s] > top ? w[s] : top;
   for (int64_t s = 0; s < seen; ++s) w[s] = cached_exp(w[s] - top);
@@ -101,7 +112,7 @@ void cached_attend_row(const float* __restrict q, const T* __restrict k, const T
   for (; s < seen; ++s) total += w[s];
   for (int64_t e = 0; e < d.dv; ++e) acc[e] = 0;
   for (int64_t t = 0; t < seen; ++t) {
-    const T* __restrict vs = v + t * d.dv;
+    const T* __restrict vs = v + t * v_row;
     for (int64_t e = 0; e < d.dv; ++e) acc[e] += w[t] * static_cast<float>(vs[e]);
   }
   const float inv = 1.0f / total;
@@ -115,13 +126,15 @@ void cached_attention_cpu(const CachedAttentionArgs<T>& a, const CachedAttention
   std::vector<float> w, acc(static_cast<std::size_t>(d.dv)), query(static_cast<std::size_t>(d.dk));
   for (int64_t item = begin; item < end; ++item) {
     const int64_t b = item / d.heads, h = item % d.heads;
-    const int64_t base = (a.slots[b] * d.kv_heads + h / G) * d.capacity;
+    const T* keys = a.keys + a.key_strides.at(a.slots[b], h / G);
+    const T* values = a.values + a.value_strides.at(a.slots[b], h / G);
     for (int64_t r = 0; r < d.queries; ++r) {
       const int64_t row = a.first_row[b] + r, seen = cached_seen(a, d.queries, b, r);
       const T* qr = a.q + (row * d.heads + h) * d.dk;
       for (int64_t e = 0; e < d.dk; ++e) query[static_cast<std::size_t>(e)] = static_cast<float>(qr[e]) * d.scale;
       w.resize(static_cast<std::size_t>(seen));
-      cached_attend_row(query.data(), a.keys + base * d.dk, a.values + base * d.dv, seen, d, w.data(), acc.data());
+      cached_attend_row(query.data(), keys, values, seen, d, a.key_strides.row, a.value_strides.row, w.data(),
+                        acc.data());
       T* o = a.out + (row * d.heads + h) * d.dv;
       for (int64_t e = 0; e < d.dv; ++e) o[e] = static_cast<T>(acc[static_cast<std::size_t>(e)]);
     }

@@ -54,21 +54,21 @@ __m256 dot_lanes(const float* q, const float* k, int64_t chunks) {
   return acc;
 }
 
-// w[s] = q·k_s for s < seen, eight keys at a time; returns the largest.
-float scores(const float* q, const float* k, int64_t seen, int64_t dk, float* w) {
+// w[s] = q·k_s for s < seen (key rows `ldk` floats apart), eight keys at a time; returns the largest.
+float scores(const float* q, const float* k, int64_t seen, int64_t dk, int64_t ldk, float* w) {
   const int64_t chunks = dk / 8;
   __m256 top8 = _mm256_set1_ps(-3.0e38f);
   int64_t s = 0;
   for (; s + 8 <= seen; s += 8) {
     __m256 acc[8];
-    for (int j = 0; j < 8; ++j) acc[j] = dot_lanes(q, k + (s + j) * dk, chunks);
+    for (int j = 0; j < 8; ++j) acc[j] = dot_lanes(q, k + (s + j) * ldk, chunks);
     const __m256 sums = sum_lanes8(acc);
     _mm256_storeu_ps(w + s, sums);
     top8 = _mm256_max_ps(top8, sums);
   }
   float top = max_lanes(top8);
   for (; s < seen; ++s) {
-    w[s] = sum_lanes(dot_lanes(q, k + s * dk, chunks));
+    w[s] = sum_lanes(dot_lanes(q, k + s * ldk, chunks));
     top = w[s] > top ? w[s] : top;
   }
   return top;
@@ -97,32 +97,33 @@ float exponentiate(float* w, int64_t seen, float top) {
   return total;
 }
 
-// out[e0, e0 + 8·V) = inv · Σ_s w[s] · v_s[e0, e0 + 8·V), V vectors held in registers across the rows.
+// out[e0, e0 + 8·V) = inv · Σ_s w[s] · v_s[e0, e0 + 8·V) (value rows `ldv` floats apart), V vectors held in
+// registers across the rows.
 template <int V>
-void weighted_values(const float* w, const float* v, int64_t seen, int64_t dv, int64_t e0, float inv, float* out) {
+void weighted_values(const float* w, const float* v, int64_t seen, int64_t ldv, int64_t e0, float inv, float* out) {
   __m256 acc[V];
   for (int c = 0; c < V; ++c) acc[c] = _mm256_setzero_ps();
   for (int64_t s = 0; s < seen; ++s) {
     const __m256 ws = _mm256_set1_ps(w[s]);
-    const float* vs = v + s * dv + e0;
+    const float* vs = v + s * ldv + e0;
     for (int c = 0; c < V; ++c) acc[c] = _mm256_fmadd_ps(ws, _mm256_loadu_ps(vs + 8 * c), acc[c]);
   }
   const __m256 scale = _mm256_set1_ps(inv);
   for (int c = 0; c < V; ++c) _mm256_storeu_ps(out + e0 + 8 * c, _mm256_mul_ps(acc[c], scale));
 }
 
-void attend_values(const float* w, const float* v, int64_t seen, int64_t dv, float inv, float* out) {
+void attend_values(const float* w, const float* v, int64_t seen, int64_t dv, int64_t ldv, float inv, float* out) {
   int64_t e0 = 0;
-  for (; e0 + 64 <= dv; e0 += 64) weighted_values<8>(w, v, seen, dv, e0, inv, out);
+  for (; e0 + 64 <= dv; e0 += 64) weighted_values<8>(w, v, seen, ldv, e0, inv, out);
   if (e0 + 32 <= dv) {
-    weighted_values<4>(w, v, seen, dv, e0, inv, out);
+    weighted_values<4>(w, v, seen, ldv, e0, inv, out);
     e0 += 32;
   }
   if (e0 + 16 <= dv) {
-    weighted_values<2>(w, v, seen, dv, e0, inv, out);
+    weighted_values<2>(w, v, seen, ldv, e0, inv, out);
     e0 += 16;
   }
-  if (e0 + 8 <= dv) weighted_values<1>(w, v, seen, dv, e0, inv, out);
+  if (e0 + 8 <= dv) weighted_values<1>(w, v, seen, ldv, e0, inv, out);
 }
 
 }  // namespace
@@ -135,18 +136,20 @@ void cached_attention_avx2(const CachedAttentionArgs<float>& a, const CachedAtte
   const __m256 scale = _mm256_set1_ps(d.scale);
   for (int64_t item = begin; item < end; ++item) {
     const int64_t b = item / d.heads, h = item % d.heads;
-    const int64_t base = (a.slots[b] * d.kv_heads + h / G) * d.capacity;
-    const float* keys = a.keys + base * d.dk;
-    const float* values = a.values + base * d.dv;
+    // CachedAttentionStrides::at, written out (as cached_seen below).
+    const CachedAttentionStrides& ks = a.key_strides;
+    const CachedAttentionStrides& vs = a.value_strides;
+    const float* keys = a.keys + a.slots[b] * ks.slot + (h / G) * ks.head;
+    const float* values = a.values + a.slots[b] * vs.slot + (h / G) * vs.head;
     for (int64_t r = 0; r < d.queries; ++r) {
       // cached_seen, written out: this file instantiates no template another file uses.
       const int64_t row = a.first_row[b] + r;
       const int64_t seen = a.last_key != nullptr ? a.last_key[b * d.queries + r] + 1 : a.lengths[b] + r + 1;
       const float* qr = a.q + (row * d.heads + h) * d.dk;
       for (int64_t e = 0; e < d.dk; e += 8) _mm256_storeu_ps(query + e, _mm256_mul_ps(_mm256_loadu_ps(qr + e), scale));
-      const float top = scores(query, keys, seen, d.dk, w);
+      const float top = scores(query, keys, seen, d.dk, ks.row, w);
       const float total = exponentiate(w, seen, top);
-      attend_values(w, values, seen, d.dv, 1.0f / total, a.out + (row * d.heads + h) * d.dv);
+      attend_values(w, values, seen, d.dv, vs.row, 1.0f / total, a.out + (row * d.heads + h) * d.dv);
     }
   }
 }
