@@ -16,6 +16,7 @@ ResponseStoreOptions response_store_options(const ServeOptions& o) {
   ORBIT_CHECK(o.max_responses >= 1, "serve: max_responses must be at least 1 (got " << o.max_responses << ")");
   ResponseStoreOptions r;
   r.capacity = static_cast<std::size_t>(o.max_responses);
+  r.group_commit = o.store_group_commit;
   if (!o.store_dir.empty()) r.path = o.store_dir + "/serve-responses.sqlite";
   return r;
 }
@@ -77,11 +78,15 @@ MetricGauges ServeCore::gauges() {
   MetricGauges g = sessions_.counts();
   g.queue_depth = context_.gate.waiting();
   const ConstraintCache::Usage constraints = context_.constraints->usage();
+  const StoreWrites chat = chat_completions_.writes();
+  const StoreWrites responses = responses_.writes();
   g.more = context_.auditor.render_metrics() + context_.decoder.render_metrics() +
            render_memory_metrics(context_.engine->stats()) +
-           render_chat_store_metrics(chat_completions_.writes().items, chat_completions_.writes().commits) +
-           render_constraint_metrics(static_cast<int64_t>(constraints.entries), static_cast<int64_t>(constraints.bytes),
-                                     static_cast<int64_t>(context_.constraints->max_bytes()));
+           render_store_metrics("chat_completions", "Chat completions", chat.items, chat.commits) +
+           render_store_metrics("responses", "Responses", responses.items, responses.commits) +
+           render_constraint_metrics(ConstraintMetrics{
+               static_cast<int64_t>(constraints.entries), static_cast<int64_t>(constraints.bytes),
+               static_cast<int64_t>(context_.constraints->max_bytes()), constraints.hits, constraints.misses});
   return g;
 }
 

@@ -76,13 +76,16 @@ void ServeMetrics::count_store_write_failure(const std::string& store) {
   ++store_write_failures_[store];
 }
 
-std::string render_chat_store_metrics(int64_t stored, int64_t commits) {
+std::string render_store_metrics(const std::string& store, const std::string& what, int64_t stored, int64_t commits) {
+  const std::string stored_name = "orbit_" + store + "_stored_total";
+  const std::string commits_name = "orbit_" + store + "_commits_total";
   std::ostringstream out;
-  out << "# HELP orbit_chat_completions_stored_total Chat completions written to their store.\n"
-      << "# TYPE orbit_chat_completions_stored_total counter\norbit_chat_completions_stored_total " << stored << "\n"
-      << "# HELP orbit_chat_completions_commits_total Transactions that wrote them (one sync of the disk each).\n"
-      << "# TYPE orbit_chat_completions_commits_total counter\norbit_chat_completions_commits_total " << commits
-      << "\n";
+  out << "# HELP " << stored_name << " " << what << " written to their store.\n"
+      << "# TYPE " << stored_name << " counter\n"
+      << stored_name << " " << stored << "\n"
+      << "# HELP " << commits_name << " Transactions that wrote them (one sync of the disk each).\n"
+      << "# TYPE " << commits_name << " counter\n"
+      << commits_name << " " << commits << "\n";
   return out.str();
 }
 
@@ -124,16 +127,21 @@ std::string render_memory_metrics(const EngineStats& stats) {
   return out.str();
 }
 
-std::string render_constraint_metrics(int64_t entries, int64_t bytes, int64_t budget_bytes) {
+std::string render_constraint_metrics(const ConstraintMetrics& m) {
   std::ostringstream out;
   out << "# HELP orbit_constraint_cache_entries Constraints kept for forced calls and JSON answers (and tools' "
          "checks).\n# TYPE orbit_constraint_cache_entries gauge\norbit_constraint_cache_entries "
-      << entries << "\n"
+      << m.entries << "\n"
       << "# HELP orbit_constraint_cache_bytes Bytes the kept constraints hold: grammars, token masks, keys.\n"
-      << "# TYPE orbit_constraint_cache_bytes gauge\norbit_constraint_cache_bytes " << bytes << "\n"
+      << "# TYPE orbit_constraint_cache_bytes gauge\norbit_constraint_cache_bytes " << m.bytes << "\n"
       << "# HELP orbit_constraint_cache_budget_bytes The constraint cache's byte budget.\n"
-      << "# TYPE orbit_constraint_cache_budget_bytes gauge\norbit_constraint_cache_budget_bytes " << budget_bytes
-      << "\n";
+      << "# TYPE orbit_constraint_cache_budget_bytes gauge\norbit_constraint_cache_budget_bytes " << m.budget_bytes
+      << "\n"
+      << "# HELP orbit_constraint_cache_hits_total Lookups (a request's tools or schema) that found their "
+         "constraint kept.\n# TYPE orbit_constraint_cache_hits_total counter\norbit_constraint_cache_hits_total "
+      << m.hits << "\n"
+      << "# HELP orbit_constraint_cache_misses_total Lookups that built their constraint (a refusal too).\n"
+      << "# TYPE orbit_constraint_cache_misses_total counter\norbit_constraint_cache_misses_total " << m.misses << "\n";
   return out.str();
 }
 

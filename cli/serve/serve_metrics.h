@@ -22,9 +22,13 @@
 //                                               after the run: store_write.h)
 //   orbit_chat_completions_stored_total,        chat completions written, and the transactions that wrote them
 //   orbit_chat_completions_commits_total        (their ratio is the mean group: group_commit.h)
+//   orbit_responses_stored_total,               the same for stored responses (on disk: 0 without --store)
+//   orbit_responses_commits_total
 //   orbit_constraint_cache_entries, _bytes,     the constraints kept for forced calls and JSON answers and the
 //   orbit_constraint_cache_budget_bytes         bytes they hold, grammars and token masks counted, against
 //                                               their budget (answer_constraint.h: ConstraintCache)
+//   orbit_constraint_cache_hits_total,          requests whose tools or schema found their constraint kept, and
+//   orbit_constraint_cache_misses_total         those that built it (a tools' check counts as a lookup of its own)
 //
 // Thread-safety: every member may be called from any thread.
 #pragma once
@@ -71,11 +75,20 @@ struct MetricGauges {
 // remote_corrupt) and whether its disk tier is degraded.
 std::string render_memory_metrics(const EngineStats& stats);
 
-// The chat completions store's writes (ChatStoreWrites: completions written, commits) as /metrics counters.
-std::string render_chat_store_metrics(int64_t stored, int64_t commits);
+// A store's writes (StoreWrites, group_commit.h: items committed and the commits that held them) as the
+// /metrics counters orbit_<store>_stored_total and orbit_<store>_commits_total; `what` names the items
+// ("Chat completions") in their help.
+std::string render_store_metrics(const std::string& store, const std::string& what, int64_t stored, int64_t commits);
 
-// The constraint cache's entries, bytes and byte budget as /metrics gauges.
-std::string render_constraint_metrics(int64_t entries, int64_t bytes, int64_t budget_bytes);
+// The constraint cache's state (answer_constraint.h: ConstraintCache::Usage) for /metrics.
+struct ConstraintMetrics {
+  int64_t entries = 0;       // gauge
+  int64_t bytes = 0;         // gauge
+  int64_t budget_bytes = 0;  // gauge
+  int64_t hits = 0;          // counter
+  int64_t misses = 0;        // counter
+};
+std::string render_constraint_metrics(const ConstraintMetrics& m);
 
 class ServeMetrics {
  public:

@@ -44,8 +44,9 @@ struct ServeOptions {
   // list, the least recently used dropped past it; on disk in store_dir/serve-chat-completions.sqlite when
   // there is a store_dir (they survive a restart).
   int64_t max_chat_completions = 4096;
-  // Stored chat completions that arrive together are written in one transaction, one sync of the disk for
-  // the group (ChatStoreOptions::group_commit); false: one per completion (`--store-group-commit off`).
+  // Stored chat completions, and stored responses, that arrive together are written in one transaction, one
+  // sync of the disk for the group (ChatStoreOptions::group_commit, ResponseStoreOptions::group_commit);
+  // false: one per completion or response (`--store-group-commit off`).
   bool store_group_commit = true;
   // EngineOptions::max_idle_chunks: the messages' chunks kept registered once no window holds them (the
   // most recently used), so a server that sees ever new content keeps a bounded registry.

@@ -170,3 +170,9 @@ def test_store_group_commit_takes_on_or_off_and_refuses_anything_else(start_serv
     assert status == 200 and headers["orbit-stored"] == "true"
     assert request(server, "GET", "/v1/chat/completions/" + json.loads(text)["id"])[0] == 200
     assert metric(server, "orbit_chat_completions_commits_total") == 1
+    status, headers, text = request(server, "POST", "/v1/responses", RESPONSE)
+    assert status == 200 and headers["orbit-stored"] == "true"
+    assert request(server, "GET", "/v1/responses/" + json.loads(text)["id"])[0] == 200
+    # The Responses store writes through the same group commit: off, one transaction per response.
+    assert metric(server, "orbit_responses_stored_total") == 1
+    assert metric(server, "orbit_responses_commits_total") == 1

@@ -71,7 +71,15 @@ std::vector<ChatMessage> messages_from_json(const std::string& text, const std::
 ResponseDisk::ResponseDisk(const std::string& path)
     : file_("responses store", path, response_rows::kSchema, response_rows::kFormat) {}
 
-void ResponseDisk::insert(const ResponseRow& row) {
+std::vector<std::string> ResponseDisk::insert(const std::vector<ResponseRow>& rows, int64_t capacity) {
+  SqlTransaction t(file_);
+  for (const ResponseRow& row : rows) insert_row(row);
+  std::vector<std::string> evicted = evict_to(capacity);
+  t.commit();
+  return evicted;
+}
+
+void ResponseDisk::insert_row(const ResponseRow& row) {
   Statement s(file_,
               "INSERT OR IGNORE INTO responses(id, named, session, previous, added, body, read_key, used) "
               "VALUES(?, 1, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(used), 0) + 1 FROM responses))");
@@ -145,7 +153,6 @@ std::vector<std::string> ResponseDisk::evict_to(int64_t capacity) {
   std::vector<std::string> evicted;
   const int64_t excess = named_count() - capacity;
   if (excess <= 0) return evicted;
-  SqlTransaction t(file_);
   {
     Statement oldest(file_, "SELECT id FROM responses WHERE named = 1 ORDER BY used LIMIT ?");
     oldest.integer(1, excess);
@@ -157,7 +164,6 @@ std::vector<std::string> ResponseDisk::evict_to(int64_t capacity) {
     s.step();
     collect(id);
   }
-  t.commit();
   return evicted;
 }
 

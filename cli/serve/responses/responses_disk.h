@@ -15,7 +15,8 @@
 //                              recently used named responses are dropped first
 //
 // Every write is one transaction (sqlite_file.h: WAL journal, synchronous=FULL): a crash leaves the state
-// before or after it. A row is deleted only when it is unnamed and no row continues it. Several servers may
+// before or after it. insert() takes several responses at once (ResponseStore's group commit: one sync of
+// the disk for them). A row is deleted only when it is unnamed and no row continues it. Several servers may
 // share a store: writers wait for each other up to a busy timeout (10 s).
 // Thread-safety: none; ResponseStore serialises calls.
 #pragma once
@@ -51,8 +52,11 @@ class ResponseDisk {
 
   // SqliteFile::check_writable: throws orbit::Error naming the path when the file cannot take a write.
   void check_writable() { file_.check_writable(); }
-  // Inserts a named row, the most recently used (a row with its id already there is left as it is).
-  void insert(const ResponseRow& row);
+  // In one transaction: inserts `rows` as named rows, the most recently used in their order (a row whose id
+  // is already there is left as it is), then unnames the least recently used named responses until at most
+  // `capacity` are named. Returns the ids unnamed. Throws orbit::Error naming the path when it cannot write
+  // (then none of it is kept).
+  std::vector<std::string> insert(const std::vector<ResponseRow>& rows, int64_t capacity);
   // The row `id`, named or not; nullopt when there is none. A row that does not parse throws naming it.
   std::optional<ResponseRow> load(const std::string& id) const;
   // The most recently used named response whose read list hashes to `read_key`, or "".
@@ -62,12 +66,13 @@ class ResponseDisk {
   bool touch(const std::string& id);
   // Makes `id` unnamed and deletes what no named response needs any more; false when it was not named.
   bool unname(const std::string& id);
-  // Unnames the least recently used named responses until at most `capacity` are named; returns their ids.
-  std::vector<std::string> evict_to(int64_t capacity);
   int64_t named_count() const;
 
  private:
-  void collect(std::string id);  // deletes `id` and its unnamed predecessors while nothing continues them
+  void collect(std::string id);             // deletes `id` and its unnamed predecessors while nothing continues them
+  void insert_row(const ResponseRow& row);  // in a transaction
+  // In a transaction: unnames the least recently used named responses past `capacity`; returns their ids.
+  std::vector<std::string> evict_to(int64_t capacity);
 
   SqliteFile file_;
 };

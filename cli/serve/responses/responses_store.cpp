@@ -42,6 +42,9 @@ std::vector<std::string> prefix_keys(const std::vector<ChatMessage>& messages) {
   return keys;
 }
 
+// The most responses one transaction takes: a group is what queued while the one before committed.
+constexpr std::size_t kMaxGroup = 64;
+
 }  // namespace response_keys
 
 std::vector<ChatMessage> StoredResponse::conversation() const {
@@ -59,7 +62,10 @@ StoredResponse::~StoredResponse() {
   while (link && link.use_count() == 1) link = std::move(link->previous);
 }
 
-ResponseStore::ResponseStore(ResponseStoreOptions options) : capacity_(std::max<std::size_t>(options.capacity, 1)) {
+ResponseStore::ResponseStore(ResponseStoreOptions options)
+    : capacity_(std::max<std::size_t>(options.capacity, 1)),
+      group_(options.group_commit ? response_keys::kMaxGroup : 1,
+             {[this](const std::vector<const Pending*>& group) { commit(group); }, [this] { check(); }}) {
   if (!options.path.empty()) disk_ = std::make_unique<ResponseDisk>(options.path);
   std::random_device device;
   random_.seed((static_cast<uint64_t>(device()) << 32) ^ device());
@@ -103,37 +109,52 @@ void ResponseStore::forget(const std::string& id) {
 StoreWrite ResponseStore::put(std::shared_ptr<StoredResponse> response, const std::vector<ChatMessage>& read) {
   ORBIT_CHECK(response != nullptr && !response->id.empty(), "ResponseStore::put: a response needs an id");
   const std::vector<std::string> keys = response_keys::prefix_keys(read);
-  const std::string key = keys.empty() ? std::string() : keys.back();
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (by_id_.count(response->id) != 0) return {};  // ids are unique: a second put of one is a no-op
-  StoreWrite written;
-  if (disk_) {
-    try {
-      disk_->insert(ResponseRow{response->id, true, response->session,
-                                response->previous ? response->previous->id : std::string(), response->added,
-                                response->body, key});
-      for (const std::string& dropped : disk_->evict_to(static_cast<int64_t>(capacity_))) forget(dropped);
-      links_[response->id] = response;
-    } catch (const Error& e) {
-      written = StoreWrite::failed(e.what());
-      std::fprintf(stderr, "orbit serve: response %s is kept in memory only (until a restart): %s\n",
-                   response->id.c_str(), e.what());
-    }
+  Pending pending{std::move(response), keys.empty() ? std::string() : keys.back()};
+  if (!disk_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // ids are unique: a second put of one is a no-op
+    if (by_id_.count(pending.response->id) == 0) remember(std::move(pending.response), pending.key, false);
+    return {};
   }
-  remember(std::move(response), key, disk_ != nullptr && written.ok);
+  // Not under mutex_, which a commit holds while it syncs: the puts that come meanwhile queue for the next.
+  StoreWrite written = group_.submit(&pending);  // remembered by commit() once on disk
+  if (!written) {
+    std::fprintf(stderr, "orbit serve: response %s is kept in memory only (until a restart): %s\n",
+                 pending.response->id.c_str(), written.error.c_str());
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (by_id_.count(pending.response->id) == 0) remember(std::move(pending.response), pending.key, false);
+  }
   return written;
+}
+
+void ResponseStore::commit(const std::vector<const Pending*>& group) {
+  std::vector<ResponseRow> rows;
+  rows.reserve(group.size());
+  for (const Pending* p : group) {
+    const StoredResponse& r = *p->response;
+    rows.push_back(
+        ResponseRow{r.id, true, r.session, r.previous ? r.previous->id : std::string(), r.added, r.body, p->key});
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::vector<std::string> evicted = disk_->insert(rows, static_cast<int64_t>(capacity_));
+  for (const Pending* p : group) {
+    links_[p->response->id] = p->response;
+    if (by_id_.count(p->response->id) == 0) remember(p->response, p->key, true);
+  }
+  for (const std::string& dropped : evicted) forget(dropped);
 }
 
 StoreWrite ResponseStore::check_writable() {
   if (!disk_) return {};
+  StoreWrite checked = group_.check();
+  if (!checked)
+    std::fprintf(stderr, "orbit serve: the responses store cannot take a write: %s\n", checked.error.c_str());
+  return checked;
+}
+
+void ResponseStore::check() {
   std::lock_guard<std::mutex> lock(mutex_);
-  try {
-    disk_->check_writable();
-    return {};
-  } catch (const Error& e) {
-    std::fprintf(stderr, "orbit serve: the responses store cannot take a write: %s\n", e.what());
-    return StoreWrite::failed(e.what());
-  }
+  disk_->check_writable();
 }
 
 std::shared_ptr<StoredResponse> ResponseStore::load(const std::string& id) {

@@ -12,10 +12,15 @@
 // restart; memory holds the most recently used of them (at most kMemoryCapacity), the rest are read back when
 // named. A request with store true checks the disk takes a write before it runs (check_writable); a write of
 // the response that still fails (the disk filled meanwhile) is reported on stderr and returned, and the
-// response is kept in memory only, until a restart (store_write.h says what the client is told). Without a
-// path nothing survives a restart. Servers sharing a store see each other's responses: one
-// held in memory is served only while its row is still named on disk (another server may have deleted or
-// evicted it), and a read whose recency update fails (a full or read-only disk) still answers from memory.
+// response is kept in memory only, until a restart (store_write.h says what the client is told). Puts and
+// checks queue in one GroupCommit (group_commit.h), as the chat completions store's do: responses put
+// together share one transaction and one sync of the disk (at most 64; one each with
+// ResponseStoreOptions::group_commit off), put() returns once the transaction holding its response committed
+// (a crash after that keeps it), a group that fails is written again one response at a time, and a check is
+// answered before the commit of the puts it queued with. Without a path nothing survives a restart. Servers sharing a
+// store see each other's responses: one held in memory is served only while its row is still named on disk (another
+// server may have deleted or evicted it), and a read whose recency update fails (a full or read-only disk) still
+// answers from memory.
 //
 // Besides ids, the store finds the response a request continues without naming it, as agents that resend
 // the whole history do (the OpenAI Agents SDK by default): continued_by() returns the stored response whose
@@ -37,6 +42,7 @@
 
 #include "orbit/sync.h"
 #include "serve/responses/responses_disk.h"
+#include "serve/stored/group_commit.h"
 #include "serve/stored/store_write.h"
 
 namespace orbit::serve {
@@ -58,6 +64,7 @@ struct StoredResponse {
 struct ResponseStoreOptions {
   std::size_t capacity = 4096;  // responses kept by id (on disk with a path, else in memory); at least 1
   std::string path;             // the database file (responses_disk.h); "" = memory only
+  bool group_commit = true;     // false: each put commits alone (one sync of the disk per response)
 };
 
 class ResponseStore {
@@ -74,7 +81,8 @@ class ResponseStore {
   // Returns whether it was written to disk (always ok without a path); a failure says why, and the
   // response is then held in memory only.
   StoreWrite put(std::shared_ptr<StoredResponse> response, const std::vector<ChatMessage>& read);
-  // Whether the disk takes a write now (SqliteFile::check_writable); always ok without a path.
+  // Whether the disk takes a write now (SqliteFile::check_writable; queued with the puts, and answered before
+  // the commit of those it joins, without waiting for their sync). Always ok without a path.
   StoreWrite check_writable();
   // The response stored under `id` (now the most recently used), or null.
   std::shared_ptr<StoredResponse> get(const std::string& id);
@@ -85,6 +93,11 @@ class ResponseStore {
   bool erase(const std::string& id);
   std::size_t size() const;  // responses kept by id
   bool persistent() const { return disk_ != nullptr; }
+  // Responses written to disk (items), the transactions that wrote them (commits) and puts that failed (kept
+  // in memory only); all 0 without a path.
+  StoreWrites writes() const { return group_.writes(); }
+  // Writes (puts and checks) waiting or being written now: for tests that wait until a group has formed.
+  std::size_t queued() const { return group_.queued(); }
 
  private:
   struct Entry {
@@ -93,6 +106,13 @@ class ResponseStore {
     std::string key;                           // the hash of its read list
     bool on_disk = false;                      // its row was written (else it is held in memory only)
   };
+  // A queued put: alive until its put returns.
+  struct Pending {
+    std::shared_ptr<StoredResponse> response;
+    std::string key;  // the hash of its read list
+  };
+  void commit(const std::vector<const Pending*>& group);  // GroupCommit's: one transaction; takes mutex_
+  void check();                                           // GroupCommit's: the disk's check; takes mutex_
   // Under mutex_:
   void touch(Entry& entry);
   // In memory, newest; `on_disk`: its row was written.
@@ -112,6 +132,7 @@ class ResponseStore {
   std::map<std::string, std::weak_ptr<StoredResponse>> links_;  // responses read from or put on disk, by id
   std::size_t links_limit_ = 1024;                              // links_'s size that prunes it next
   std::mt19937_64 random_;
+  GroupCommit<const Pending*> group_;
 };
 
 }  // namespace orbit::serve

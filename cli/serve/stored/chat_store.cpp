@@ -64,59 +64,34 @@ ChatStore::ChatStore(ChatStoreOptions options)
       file_(std::make_unique<SqliteFile>(
           "chat completions store", persistent_ ? options.path : ":memory:", chat_rows::kSchema, chat_rows::kFormat)),
       group_(options.group_commit ? chat_rows::kMaxGroup : 1,
-             [this](const std::vector<Write>& group) { return write_group(group); }) {}
+             {[this](const std::vector<Write>& group) { commit(group); }, [this] { check(); }}) {}
 
-StoreWrite ChatStore::put(const StoredCompletion& c) { return group_.submit(&c); }
-
-StoreWrite ChatStore::check_writable() { return persistent_ ? group_.submit(nullptr) : StoreWrite{}; }
-
-ChatStoreWrites ChatStore::writes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return writes_;
+StoreWrite ChatStore::put(const StoredCompletion& c) {
+  StoreWrite written = group_.submit(&c);
+  if (!written) {
+    std::fprintf(stderr, "orbit serve: chat completion %s is not stored: %s\n", c.id.c_str(), written.error.c_str());
+  }
+  return written;
 }
 
-std::vector<StoreWrite> ChatStore::write_group(const std::vector<Write>& group) {
+StoreWrite ChatStore::check_writable() {
+  if (!persistent_) return {};
+  StoreWrite checked = group_.check();
+  if (!checked) {
+    std::fprintf(stderr, "orbit serve: the chat completions store cannot take a write: %s\n", checked.error.c_str());
+  }
+  return checked;
+}
+
+void ChatStore::check() {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<StoreWrite> out;
-  try {
-    commit(group);
-    return std::vector<StoreWrite>(group.size());
-  } catch (const Error& e) {
-    if (group.size() == 1) out.push_back(StoreWrite::failed(e.what()));
-  }
-  if (out.empty()) {  // the group failed: each write alone, so that one the disk cannot take fails alone
-    for (const Write w : group) {
-      try {
-        commit({w});
-        out.emplace_back();
-      } catch (const Error& e) {
-        out.push_back(StoreWrite::failed(e.what()));
-      }
-    }
-  }
-  for (std::size_t i = 0; i < group.size(); ++i) {
-    if (out[i].ok) continue;
-    if (group[i] == nullptr) {
-      std::fprintf(stderr, "orbit serve: the chat completions store cannot take a write: %s\n", out[i].error.c_str());
-      continue;
-    }
-    ++writes_.failures;
-    std::fprintf(stderr, "orbit serve: chat completion %s is not stored: %s\n", group[i]->id.c_str(),
-                 out[i].error.c_str());
-  }
-  return out;
+  file_->check_writable();
 }
 
 void ChatStore::commit(const std::vector<Write>& group) {
-  const auto puts = std::count_if(group.begin(), group.end(), [](Write w) { return w != nullptr; });
-  if (puts == 0) {  // checks only: one small write, not synced
-    file_->check_writable();
-    return;
-  }
+  std::lock_guard<std::mutex> lock(mutex_);
   SqlTransaction t(*file_);
-  for (const Write c : group) {
-    if (c != nullptr) insert(*c);
-  }
+  for (const Write c : group) insert(*c);
   const std::string evicted =
       "seq IN (SELECT seq FROM completions ORDER BY used LIMIT MAX(0, (SELECT COUNT(*) FROM completions) - ?1))";
   SqlStatement depart(*file_, (chat_rows::kDepart + evicted).c_str());
@@ -125,8 +100,6 @@ void ChatStore::commit(const std::vector<Write>& group) {
   evict.integer(1, static_cast<int64_t>(capacity_)).step();
   forget_departed();
   t.commit();
-  ++writes_.commits;
-  writes_.items += puts;
 }
 
 void ChatStore::insert(const StoredCompletion& c) {

@@ -22,12 +22,12 @@
 //               whose `after` names one that left between two pages goes on from where it stood
 //
 // Writes (store_write.h): check_writable() is the check a request with store true passes before it runs;
-// put() writes the completion once it was generated. Puts that arrive together share one transaction
-// (on disk, one sync) (group_commit.h), unless ChatStoreOptions::group_commit is off;
-// put() returns once the transaction holding its completion is committed (synchronous=FULL: a crash after
-// that keeps it). A write that fails (a full disk) is reported on stderr and returned; that completion is
-// not stored. A group that fails is written again one completion at a time, so one too large for what is
-// left of the disk fails alone.
+// put() writes the completion once it was generated. Both queue in one GroupCommit (group_commit.h): puts
+// that arrive together share one transaction (on disk, one sync), unless ChatStoreOptions::group_commit is
+// off, and the checks among them are answered before that commit; put() returns once the transaction
+// holding its completion is committed (synchronous=FULL: a crash after that keeps it). A write that fails (a
+// full disk) is reported on stderr and returned; that completion is not stored. A group that fails is
+// written again one completion at a time, so one too large for what is left of the disk fails alone.
 //
 // Thread-safety: every member may be called from any thread.
 #pragma once
@@ -81,13 +81,6 @@ struct ChatStoreOptions {
   bool group_commit = true;     // false: each put commits alone (one sync of the disk per completion)
 };
 
-// The writes a store has committed, for /metrics: commits / items is the mean group.
-struct ChatStoreWrites {
-  int64_t commits = 0;   // transactions committed that held completions
-  int64_t items = 0;     // completions written by them
-  int64_t failures = 0;  // puts that failed (not stored)
-};
-
 class ChatStore {
  public:
   static constexpr std::size_t kDefaultCapacity = 4096;
@@ -97,8 +90,8 @@ class ChatStore {
   // Keeps `completion` (the most recently used; an id already stored is left as it is) and drops the least
   // recently used past the capacity; returns once it is committed. A failure (reported on stderr) says why.
   StoreWrite put(const StoredCompletion& completion);
-  // Whether the store takes a write now (SqliteFile::check_writable; queued with the puts, so a check that
-  // joins a group of them is answered by their commit). Always ok in memory.
+  // Whether the store takes a write now (SqliteFile::check_writable; queued with the puts, and answered
+  // before the commit of those it joins, without waiting for their sync). Always ok in memory.
   StoreWrite check_writable();
   // The completion stored under `id` (now the most recently used), or nullopt.
   std::optional<StoredCompletion> get(const std::string& id);
@@ -115,18 +108,19 @@ class ChatStore {
   // How many departed completions' order keys are kept (the most recent): four times the capacity.
   std::size_t departed_kept() const { return 4 * capacity_; }
   bool persistent() const { return persistent_; }
-  ChatStoreWrites writes() const;
+  // Completions committed (items), the transactions that held them (commits) and puts that failed.
+  StoreWrites writes() const { return group_.writes(); }
   // Writes (puts and checks) waiting or being written now: for tests that wait until a group has formed.
   std::size_t queued() const { return group_.queued(); }
 
  private:
-  // A queued write: a completion to put, or null for a check.
+  // A queued put: the completion, alive until its put returns.
   using Write = const StoredCompletion*;
-  std::vector<StoreWrite> write_group(const std::vector<Write>& group);  // takes mutex_
-  void commit(const std::vector<Write>& group);                          // under mutex_: one transaction
-  void insert(const StoredCompletion& c);                                // under mutex_, in a transaction
-  void touch(const std::string& id);                                     // under mutex_
-  void forget_departed();  // under mutex_: the departed keys past departed_kept(), oldest first
+  void commit(const std::vector<Write>& group);  // GroupCommit's: one transaction; takes mutex_
+  void check();                                  // GroupCommit's: SqliteFile::check_writable; takes mutex_
+  void insert(const StoredCompletion& c);        // under mutex_, in a transaction
+  void touch(const std::string& id);             // under mutex_
+  void forget_departed();                        // under mutex_: the departed keys past departed_kept(), oldest first
   // Under mutex_: (created, seq) of `id`, stored or departed; nullopt when neither.
   std::optional<std::pair<int64_t, int64_t>> order_key(const std::string& id) const;
 
@@ -134,7 +128,6 @@ class ChatStore {
   bool persistent_;
   mutable std::mutex mutex_;
   std::unique_ptr<SqliteFile> file_;
-  ChatStoreWrites writes_;  // under mutex_
   GroupCommit<Write> group_;
 };
 
