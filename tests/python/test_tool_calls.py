@@ -309,3 +309,51 @@ def test_a_schema_sent_again_is_not_compiled_again(orbit, engine):
     assert w2.generate(prompt, response_format=HOSTNAME, max_tokens=24).tokens == first.tokens
     assert other.stats.constraint_cache.misses == 1
     assert "ConstraintCacheStats(entries=1" in repr(other.stats.constraint_cache)
+
+
+def test_the_constraint_cache_bounds_are_engine_options(orbit, stories260k_path):
+    # Engine(constraint_cache=ConstraintCacheOptions(...)) bounds the engine's cache as C++'s
+    # EngineOptions::constraint_cache does: past max_entries (or max_bytes) the least recently used go first.
+    defaults = orbit.ConstraintCacheOptions()
+    assert (defaults.max_entries, defaults.max_bytes) == (64, 256 << 20)
+    small = orbit.Engine(str(stories260k_path), pool_bytes=32 << 20,
+                         constraint_cache=orbit.ConstraintCacheOptions(max_entries=2))
+    assert small.options.constraint_cache.max_entries == 2
+    assert small.options.constraint_cache.max_bytes == 256 << 20
+    window = small.new_window()
+    window.sync([{"role": "user", "content": "Count."}])
+    prompt = small.tokenize("assistant:", False)
+    for schema in ({"type": "integer"}, {"type": "boolean"}, {"type": "null"}):
+        window.generate(prompt, response_format=schema, max_tokens=4)
+    s = small.stats.constraint_cache
+    assert (s.entries, s.misses, s.max_entries) == (2, 3, 2)
+    window.generate(prompt, response_format={"type": "integer"}, max_tokens=4)  # dropped: compiled again
+    s = small.stats.constraint_cache
+    assert (s.entries, s.hits, s.misses) == (2, 0, 4)
+
+    # max_bytes 1: the entry just used stays, the others go.
+    tight = orbit.Engine(str(stories260k_path), pool_bytes=32 << 20,
+                         constraint_cache=orbit.ConstraintCacheOptions(max_bytes=1))
+    w = tight.new_window()
+    w.sync([{"role": "user", "content": "Count."}])
+    for schema in ({"type": "integer"}, {"type": "boolean"}):
+        w.generate(prompt, response_format=schema, max_tokens=4)
+    s = tight.stats.constraint_cache
+    assert (s.entries, s.max_bytes) == (1, 1)
+    # max_entries 0 keeps nothing.
+    none = orbit.Engine(str(stories260k_path), pool_bytes=32 << 20,
+                        constraint_cache=orbit.ConstraintCacheOptions(max_entries=0))
+    w = none.new_window()
+    w.sync([{"role": "user", "content": "Count."}])
+    w.generate(prompt, response_format={"type": "integer"}, max_tokens=4)
+    assert none.stats.constraint_cache.entries == 0
+
+
+def test_the_constraint_cache_bounds_refuse_what_cannot_be_a_size(orbit, stories260k_path):
+    with pytest.raises(ValueError, match="max_entries = -1 must be >= 0"):
+        orbit.ConstraintCacheOptions(max_entries=-1)
+    with pytest.raises(ValueError, match="max_bytes = -5 must be >= 0"):
+        orbit.ConstraintCacheOptions(max_bytes=-5)
+    with pytest.raises(TypeError, match="constraint_cache: expected a ConstraintCacheOptions"):
+        orbit.Engine(str(stories260k_path), constraint_cache={"max_entries": 2})
+    assert "max_entries=3" in repr(orbit.ConstraintCacheOptions(max_entries=3))

@@ -14,6 +14,7 @@ from ._orbit import (
     Engine as Engine,
     EngineOptions as EngineOptions,
     EngineStats as EngineStats,
+    ConstraintCacheOptions as ConstraintCacheOptions,
     ConstraintCacheStats as ConstraintCacheStats,
     EntryKind as EntryKind,
     GcReport as GcReport,

@@ -493,6 +493,18 @@ class EngineStats:
     @property
     def store(self) -> StoreStats: ...
 
+class ConstraintCacheOptions:
+    """Bounds of an engine's cache of compiled constraints (orbit/constraint_cache.h): Engine(constraint_cache=...),
+    read back as EngineOptions.constraint_cache; Engine.stats.constraint_cache counts what it holds."""
+    def __init__(self, *, max_entries: int = 64, max_bytes: int = 268435456) -> None:
+        """max_entries: constraints kept at most (0 keeps nothing: every call compiles); max_bytes: the bytes they
+        hold at most, grammars and token masks counted (the entry just used is kept even past it). Past either
+        bound the least recently used are dropped first. ValueError naming the field for a negative value."""
+    @property
+    def max_entries(self) -> int: ...
+    @property
+    def max_bytes(self) -> int: ...
+
 class ConstraintCacheStats:
     """The engine's cache of compiled constraints (orbit/constraint_cache.h), keyed by generate's arguments."""
     @property
@@ -580,6 +592,9 @@ class EngineOptions:
         """Chunks kept registered beyond those in use (0 = all, for the engine's life)."""
     @property
     def background(self) -> BackgroundMode: ...
+    @property
+    def constraint_cache(self) -> ConstraintCacheOptions:
+        """The bounds of the engine's cache of compiled constraints."""
 
 class TokenLogprob:
     """One token's log probability at a step (Window.generate(logprobs=True))."""
@@ -833,6 +848,7 @@ class Engine:
         background: Union[str, BackgroundMode] = "thread",
         shared_canonicals: bool = True,
         max_idle_chunks: int = 0,
+        constraint_cache: Optional[ConstraintCacheOptions] = None,
     ) -> None:
         """disk_budget_bytes > 0 needs store_dir; remote_ttl_seconds > 0 and remote_secret need remote (OrbitError
         otherwise). remote_secret: the remote tier's shared secret ('' = ORBIT_REMOTE_SECRET, else none: values are
@@ -847,7 +863,9 @@ class Engine:
         own patch factors (stats().pool_canonical_pages, pool_patch_bytes); False: a patched copy each.
         max_idle_chunks: 0 keeps every chunk registered for the engine's life; N keeps the N most recently added
         or used and forgets one past them once no window holds it (its ChunkRef then raises OrbitError until
-        it is added again)."""
+        it is added again).
+        constraint_cache: the bounds of the compiled constraints generate keeps for tools and response_format
+        (None = ConstraintCacheOptions(): 64 entries, 256 MiB; TypeError for anything else)."""
     def __enter__(self) -> "Engine": ...
     def __exit__(self, *args: object) -> bool: ...
     def close(self) -> None:

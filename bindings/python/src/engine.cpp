@@ -61,7 +61,8 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
                                     const std::string& remote_secret, const std::string& device,
                                     const std::string& dtype, const std::string& eviction, const std::string& cold_tier,
                                     int64_t device_tier_bytes, bool embedding_cache, const py::object& background,
-                                    bool shared_canonicals, int64_t max_idle_chunks) {
+                                    bool shared_canonicals, int64_t max_idle_chunks,
+                                    const py::object& constraint_cache) {
   orbit::EngineOptions o;
   o.model = path_arg(model, "Engine: model");
   o.store_dir = path_arg(store_dir, "Engine: store_dir");
@@ -82,6 +83,13 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
   o.background = background_arg(background);
   o.shared_canonicals = shared_canonicals;
   o.max_idle_chunks = max_idle_chunks;
+  if (!constraint_cache.is_none()) {
+    if (!py::isinstance<orbit::ConstraintCacheOptions>(constraint_cache)) {
+      throw py::type_error("Engine: constraint_cache: expected a ConstraintCacheOptions or None, got " +
+                           std::string(py::str(py::type::handle_of(constraint_cache).attr("__qualname__"))));
+    }
+    o.constraint_cache = constraint_cache.cast<orbit::ConstraintCacheOptions>();
+  }
   std::shared_ptr<Engine> engine;
   {
     py::gil_scoped_release release;
@@ -144,6 +152,7 @@ void def_engine_open(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         py::arg("device") = "cpu", py::arg("dtype") = "float32", py::arg("eviction") = "lru",
         py::arg("cold_tier") = "exact", py::arg("device_tier_bytes") = 0, py::arg("embedding_cache") = true,
         py::arg("background") = "thread", py::arg("shared_canonicals") = true, py::arg("max_idle_chunks") = 0,
+        py::arg("constraint_cache") = py::none(),
         "Loads the model (a llama2.c .bin file or a Hugging Face directory) and opens the store (store_dir: a\n"
         "directory, created if missing, which several processes may share; None = memory only). pool_bytes: the\n"
         "windows' KV pool (whole pages of page_size tokens); host_budget_bytes / disk_budget_bytes (0 =\n"
@@ -173,6 +182,8 @@ void def_engine_open(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         "max_idle_chunks: 0 keeps every chunk registered for the engine's life; N keeps the N most recently added\n"
         "or used, and forgets a chunk past them once no window holds it (its ChunkRef then raises OrbitError\n"
         "until it is added again): for long-running processes that see ever new content.\n"
+        "constraint_cache: a ConstraintCacheOptions bounding the compiled constraints generate keeps for tools and\n"
+        "response_format (None = 64 entries, 256 MiB; Engine.stats.constraint_cache counts them).\n"
         "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).");
 }
 

@@ -517,7 +517,22 @@ void def_engine_state(py::module_& m) {
       });
 }
 
-// ModelInfo and EngineOptions.
+// ConstraintCacheOptions(max_entries=, max_bytes=): Python's ints checked before they become size_t.
+orbit::ConstraintCacheOptions constraint_cache_options(int64_t max_entries, int64_t max_bytes) {
+  if (max_entries < 0) {
+    throw py::value_error("ConstraintCacheOptions: max_entries = " + std::to_string(max_entries) +
+                          " must be >= 0 (0 keeps nothing)");
+  }
+  if (max_bytes < 0) {
+    throw py::value_error("ConstraintCacheOptions: max_bytes = " + std::to_string(max_bytes) + " must be >= 0");
+  }
+  orbit::ConstraintCacheOptions o;
+  o.max_entries = static_cast<std::size_t>(max_entries);
+  o.max_bytes = static_cast<std::size_t>(max_bytes);
+  return o;
+}
+
+// ConstraintCacheOptions, ModelInfo and EngineOptions.
 void def_model_and_options(py::module_& m) {
   using namespace orbit;
 
@@ -541,6 +556,24 @@ void def_model_and_options(py::module_& m) {
         return o.str();
       });
 
+  py::class_<ConstraintCacheOptions>(
+      m, "ConstraintCacheOptions",
+      "Bounds of an engine's cache of compiled constraints (orbit/constraint_cache.h): Engine(constraint_cache=...),\n"
+      "read back as EngineOptions.constraint_cache and, with what it holds, Engine.stats.constraint_cache.")
+      .def(py::init(&constraint_cache_options), py::kw_only(),
+           py::arg("max_entries") = static_cast<int64_t>(ConstraintCacheOptions{}.max_entries),
+           py::arg("max_bytes") = static_cast<int64_t>(ConstraintCacheOptions{}.max_bytes),
+           "max_entries: constraints kept at most (64; 0 keeps nothing: every call compiles); max_bytes: the bytes\n"
+           "they hold at most, grammars and token masks counted (256 MiB; the entry just used is kept even past it).\n"
+           "Past either bound the least recently used are dropped first. ValueError naming the field for a\n"
+           "negative value.")
+      .def_readonly("max_entries", &ConstraintCacheOptions::max_entries, "Constraints kept at most (0 = none).")
+      .def_readonly("max_bytes", &ConstraintCacheOptions::max_bytes, "Bytes they hold at most, masks included.")
+      .def("__repr__", [](const ConstraintCacheOptions& o) {
+        return "ConstraintCacheOptions(max_entries=" + std::to_string(o.max_entries) +
+               ", max_bytes=" + std::to_string(o.max_bytes) + ")";
+      });
+
   py::class_<EngineOptions>(m, "EngineOptions", "The options an Engine was opened with (Engine.options).")
       .def_readonly("model", &EngineOptions::model, "Model path.")
       .def_readonly("store_dir", &EngineOptions::store_dir, "Store directory ('' = memory only).")
@@ -561,6 +594,8 @@ void def_model_and_options(py::module_& m) {
                     "Chunks kept registered beyond those in use (0 = all, for the engine's life).")
       .def_readonly("background", &EngineOptions::background,
                     "BackgroundMode (where canonicals and patches are formed).")
+      .def_readonly("constraint_cache", &EngineOptions::constraint_cache,
+                    "ConstraintCacheOptions: the bounds of the engine's cache of compiled constraints.")
       .def("__repr__", [](const EngineOptions& o) {
         std::ostringstream s;
         s << "EngineOptions(model=" << quoted(o.model) << ", store_dir=" << quoted(o.store_dir)
