@@ -1,6 +1,7 @@
 // Hugging Face tokenizer.json: loading and the encode/decode pipeline (orbit/runtime/hf_tokenizer.h).
 #include "orbit/runtime/hf_tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -117,6 +118,8 @@ class HfTokenizerImpl final : public HfTokenizer {
   int64_t eos_id() const override { return eos_; }
   std::string kind() const override { return "huggingface"; }
   std::string source() const override { return source_; }
+  bool prefix_stable() const override { return prefix_stable_; }
+  Encoding encode_with_bytes(std::string_view text) const override;
 
  private:
   void read_added_tokens(const json& j);
@@ -124,6 +127,8 @@ class HfTokenizerImpl final : public HfTokenizer {
   std::optional<int64_t> token_to_id(const std::string& token) const;
   const std::string& token_of(int64_t id) const;
   void encode_piece(const std::string& text, bool at_start, std::vector<int64_t>& out) const;
+  bool find_prefix_stable() const;
+  void encode_piece_bytes(std::string_view piece, std::size_t base, Encoding& out) const;
 
   std::string source_;
   std::unique_ptr<hf::Normalizer> normalizer_;
@@ -137,6 +142,7 @@ class HfTokenizerImpl final : public HfTokenizer {
   std::unique_ptr<hf::AddedTokenMatcher> raw_matcher_, normalized_matcher_;
   Wrapping wrapping_;
   int64_t vocab_size_ = 0, bos_ = -1, eos_ = -1;
+  bool prefix_stable_ = false;
 };
 
 HfTokenizerImpl::HfTokenizerImpl(const fs::path& file, const json& j, const json& config) : source_(file.string()) {
@@ -147,6 +153,23 @@ HfTokenizerImpl::HfTokenizerImpl(const fs::path& file, const json& j, const json
   decoder_ = hf::make_decoder(j.value("decoder", json()), source_);
   read_added_tokens(j);
   read_specials(j, config);
+  prefix_stable_ = find_prefix_stable();
+}
+
+// encode(text, false) is prefix-stable (Tokenizer::prefix_stable) when each stage keeps it, for a prefix
+// text[0, c) that no token straddles:
+//   - added tokens, raw and normalized: leftmost-longest matching scans the prefix as it scans the text up
+//     to c (a match of the prefix is a match of the text; the text's match at a position is the longest
+//     and, ending at or before c, fits the prefix), and a match past c straddles c. lstrip, rstrip and
+//     single_word look at the text around a match, which a prefix cuts: any of them refuses;
+//   - the normalizer: per-character (hf/pipeline.h), so the prefix's last piece normalizes to a prefix of
+//     the text's piece, ending at the end of c's character before it; every other one refuses;
+//   - no pre-tokenizer: the normalized piece is one word, and a pre-tokenizer's split may look ahead;
+//   - the BPE model: BpeModel::prefix_stable, on the word's prefix.
+bool HfTokenizerImpl::find_prefix_stable() const {
+  if (pre_tokenizer_ || (normalizer_ && !normalizer_->per_character()) || !model_->prefix_stable()) return false;
+  return std::none_of(added_.begin(), added_.end(),
+                      [](const hf::AddedToken& a) { return a.lstrip || a.rstrip || a.single_word; });
 }
 
 void HfTokenizerImpl::read_added_tokens(const json& j) {
@@ -252,6 +275,54 @@ std::vector<int64_t> HfTokenizerImpl::encode(std::string_view text, bool bos) co
   }
   if (bos) ids.insert(ids.end(), wrapping_.after.begin(), wrapping_.after.end());
   return ids;
+}
+
+// encode_piece of a prefix-stable tokenizer (no pre-tokenizer) on `piece`, the text's bytes from `base`, with
+// each token's bytes. The normalized text is built as the per-character normalizer defines it, each of its
+// bytes knowing the character of `piece` it came from (what is prepended belongs to the first character).
+void HfTokenizerImpl::encode_piece_bytes(std::string_view piece, std::size_t base, Encoding& out) const {
+  std::string normalized = normalizer_ ? normalizer_->prepended() : std::string();
+  std::vector<std::size_t> owner(normalized.size(), 0);  // normalized byte -> its character's first byte
+  for (std::size_t i = 0; i < piece.size();) {
+    const std::size_t n = hf::utf8_length(static_cast<unsigned char>(piece[i]));
+    std::string mapped(piece.substr(i, n));
+    if (normalizer_) mapped = normalizer_->map_chars(std::move(mapped));
+    normalized += mapped;
+    owner.insert(owner.end(), mapped.size(), i);
+    i += n;
+  }
+  const auto bytes_of = [&](std::size_t begin, std::size_t end) {  // normalized [begin, end), not empty
+    const std::size_t last = owner[end - 1];
+    return TokenBytes{base + owner[begin], base + last + hf::utf8_length(static_cast<unsigned char>(piece[last]))};
+  };
+  std::vector<hf::BpeModel::Bytes> at;
+  for (const hf::TextSplit& s : normalized_matcher_->split(normalized)) {
+    if (s.id >= 0) {
+      out.ids.push_back(s.id);
+      out.bytes.push_back(bytes_of(s.begin, s.end));
+      continue;
+    }
+    at.clear();
+    model_->tokenize(std::string_view(normalized).substr(s.begin, s.end - s.begin), out.ids, &at);
+    for (const hf::BpeModel::Bytes& a : at) out.bytes.push_back(bytes_of(s.begin + a.begin, s.begin + a.end));
+  }
+}
+
+Encoding HfTokenizerImpl::encode_with_bytes(std::string_view text) const {
+  ORBIT_CHECK(prefix_stable_, source_ << ": encode_with_bytes: the tokenizer is not prefix-stable (it has a "
+                                         "pre-tokenizer, a normalizer that is not per-character, or another "
+                                         "condition of Tokenizer::prefix_stable fails), so it reports no bytes");
+  ORBIT_CHECK(hf::is_valid_utf8(text), source_ << ": the text to encode is not valid UTF-8");
+  Encoding out;
+  for (const hf::TextSplit& s : raw_matcher_->split(text)) {
+    if (s.id >= 0) {
+      out.ids.push_back(s.id);
+      out.bytes.push_back({s.begin, s.end});
+    } else {
+      encode_piece_bytes(text.substr(s.begin, s.end - s.begin), s.begin, out);
+    }
+  }
+  return out;
 }
 
 std::string HfTokenizerImpl::decode_ids(const std::vector<int64_t>& ids, bool skip_special_tokens) const {

@@ -57,52 +57,17 @@ class Llama2cTokenizer final : public Tokenizer {
   }
 
   std::vector<int64_t> encode(std::string_view text, bool bos) const override {
-    std::vector<int64_t> symbols;
-    if (bos) symbols.push_back(kBos);  // BOS takes part in merging, as in llama2.c (no piece starts with it)
-    if (!text.empty()) {
-      auto space = ids_.find(" ");
-      ORBIT_CHECK(space != ids_.end(), source_ << ": the vocabulary has no piece \" \" (the dummy prefix)");
-      symbols.push_back(space->second);
-    }
-    // Code points: a byte that is not a continuation byte starts a group, as does any byte after a
-    // group of four; continuation bytes join the group before them.
-    std::size_t i = 0;
-    while (i < text.size()) {
-      std::size_t end = i + 1;
-      while (end < text.size() && end - i < 4 && is_continuation(static_cast<unsigned char>(text[end]))) ++end;
-      const std::string group(text.substr(i, end - i));
-      auto it = ids_.find(group);
-      if (it != ids_.end()) {
-        symbols.push_back(it->second);
-      } else {
-        for (char c : group) {
-          const int64_t id = byte_ids_[static_cast<unsigned char>(c)];
-          ORBIT_CHECK(id >= 0, source_ << ": byte 0x" << std::hex << int(static_cast<unsigned char>(c))
-                                       << " has no piece and the vocabulary has no byte-fallback piece for it");
-          symbols.push_back(id);
-        }
-      }
-      i = end;
-    }
-    if (!words_merge_apart_) {
-      merge(symbols);
-      return symbols;
-    }
-    // Word by word (a word starts at a space after a non-space): the same merges, in memory bounded by the
-    // longest word rather than the text (a heap over every pair of a 20 MB text holds gigabytes).
-    const int64_t space = ids_.find(" ")->second;
-    std::vector<int64_t> out, word;
-    out.reserve(symbols.size() / 2 + 1);
-    for (std::size_t i = 0; i < symbols.size(); ++i) {
-      if (i > 0 && symbols[i] == space && symbols[i - 1] != space && !word.empty()) {
-        merge(word);
-        out.insert(out.end(), word.begin(), word.end());
-        word.clear();
-      }
-      word.push_back(symbols[i]);
-    }
-    merge(word);
-    out.insert(out.end(), word.begin(), word.end());
+    return encode_symbols(text, bos, nullptr);
+  }
+
+  // Prefix-stable: the symbols before merging are one per character (or its byte pieces) and the dummy
+  // prefix, the same for a prefix as for the text left of it, and the merges are BPE's (each the best pair
+  // of the moment by a score of the pair alone, the leftmost among equals), for which the argument of
+  // runtime/src/hf/bpe.h (BpeModel::prefix_stable) holds; words merged apart merge as the whole would.
+  bool prefix_stable() const override { return true; }
+  Encoding encode_with_bytes(std::string_view text) const override {
+    Encoding out;
+    out.ids = encode_symbols(text, false, &out.bytes);
     return out;
   }
 
@@ -145,9 +110,13 @@ class Llama2cTokenizer final : public Tokenizer {
   // of candidate pairs over a linked list gives the same sequence of merges as rescanning every pair
   // after each merge, in O(n log n). A candidate is stale when either side has changed since it was
   // pushed (each symbol carries a version).
-  void merge(std::vector<int64_t>& symbols) const {
+  // `kept` gets the indices of the symbols left standing, plus `offset`.
+  void merge(std::vector<int64_t>& symbols, std::size_t offset, std::vector<std::size_t>& kept) const {
     const std::size_t n = symbols.size();
-    if (n < 2) return;
+    if (n < 2) {
+      if (n == 1) kept.push_back(offset);
+      return;
+    }
     std::vector<int64_t> prev(n), next(n);
     std::vector<uint32_t> version(n, 0);
     std::vector<bool> alive(n, true);
@@ -191,8 +160,84 @@ class Llama2cTokenizer final : public Tokenizer {
       push(c.left, next[c.left]);
     }
     std::vector<int64_t> out;
-    for (int64_t i = 0; i >= 0; i = next[i]) out.push_back(symbols[i]);
+    for (int64_t i = 0; i >= 0; i = next[i]) {
+      out.push_back(symbols[i]);
+      kept.push_back(offset + static_cast<std::size_t>(i));
+    }
     symbols = std::move(out);
+  }
+
+  // encode(text, bos); with `bytes`, each token's bytes too (what the dummy prefix is in belongs to the
+  // first character).
+  std::vector<int64_t> encode_symbols(std::string_view text, bool bos, std::vector<TokenBytes>* bytes) const {
+    std::vector<int64_t> symbols;
+    std::vector<TokenBytes> at;                              // at[i]: symbols[i]'s character
+    if (bos) symbols.push_back(kBos), at.push_back({0, 0});  // BOS takes part in merging, as in llama2.c
+    if (!text.empty()) {
+      auto space = ids_.find(" ");
+      ORBIT_CHECK(space != ids_.end(), source_ << ": the vocabulary has no piece \" \" (the dummy prefix)");
+      symbols.push_back(space->second);
+      at.push_back({0, 0});  // its end: the first character's, below
+    }
+    // Code points: a byte that is not a continuation byte starts a group, as does any byte after a
+    // group of four; continuation bytes join the group before them.
+    std::size_t i = 0;
+    while (i < text.size()) {
+      std::size_t end = i + 1;
+      while (end < text.size() && end - i < 4 && is_continuation(static_cast<unsigned char>(text[end]))) ++end;
+      if (i == 0) at.back().end = end;
+      const std::string group(text.substr(i, end - i));
+      auto it = ids_.find(group);
+      if (it != ids_.end()) {
+        symbols.push_back(it->second);
+        at.push_back({i, end});
+      } else {
+        for (char c : group) {
+          const int64_t id = byte_ids_[static_cast<unsigned char>(c)];
+          ORBIT_CHECK(id >= 0, source_ << ": byte 0x" << std::hex << int(static_cast<unsigned char>(c))
+                                       << " has no piece and the vocabulary has no byte-fallback piece for it");
+          symbols.push_back(id);
+          at.push_back({i, end});
+        }
+      }
+      i = end;
+    }
+    std::vector<std::size_t> kept;  // the symbols left standing, in order
+    const std::vector<int64_t> out = merge_words(symbols, kept);
+    if (bytes != nullptr) {
+      for (std::size_t k = 0; k < kept.size(); ++k) {
+        const std::size_t last = (k + 1 < kept.size() ? kept[k + 1] : symbols.size()) - 1;
+        bytes->push_back({at[kept[k]].begin, at[last].end});
+      }
+    }
+    return out;
+  }
+
+  // The merged `symbols`; `kept` gets the indices of those left standing.
+  std::vector<int64_t> merge_words(const std::vector<int64_t>& symbols, std::vector<std::size_t>& kept) const {
+    if (!words_merge_apart_) {
+      std::vector<int64_t> all = symbols;
+      merge(all, 0, kept);
+      return all;
+    }
+    // Word by word (a word starts at a space after a non-space): the same merges, in memory bounded by the
+    // longest word rather than the text (a heap over every pair of a 20 MB text holds gigabytes).
+    const int64_t space = ids_.find(" ")->second;
+    std::vector<int64_t> out, word;
+    out.reserve(symbols.size() / 2 + 1);
+    std::size_t word_begin = 0;
+    for (std::size_t i = 0; i < symbols.size(); ++i) {
+      if (i > 0 && symbols[i] == space && symbols[i - 1] != space && !word.empty()) {
+        merge(word, word_begin, kept);
+        out.insert(out.end(), word.begin(), word.end());
+        word.clear();
+        word_begin = i;
+      }
+      word.push_back(symbols[i]);
+    }
+    merge(word, word_begin, kept);
+    out.insert(out.end(), word.begin(), word.end());
+    return out;
   }
 
   std::string source_;
@@ -204,6 +249,10 @@ class Llama2cTokenizer final : public Tokenizer {
 };
 
 }  // namespace
+
+Encoding Tokenizer::encode_with_bytes(std::string_view) const {
+  ORBIT_FAIL(source() << ": encode_with_bytes: the tokenizer is not prefix-stable, so it reports no bytes");
+}
 
 std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int64_t expected_vocab) {
   std::error_code ec;

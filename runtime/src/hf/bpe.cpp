@@ -1,6 +1,7 @@
 // BPE over one word (hf/bpe.h).
 #include "src/hf/bpe.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -57,6 +58,11 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model, const
   bpe->fuse_unk_ = bool_field(model, "fuse_unk", false);
   bpe->byte_fallback_ = bool_field(model, "byte_fallback", false);
   bpe->ignore_merges_ = bool_field(model, "ignore_merges", false);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    bpe->byte_pieces_ += static_cast<int>(bpe->vocab_.count(name));
+  }
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
     const std::string unk = model["unk_token"].get<std::string>();
     const auto it = bpe->vocab_.find(unk);
@@ -90,44 +96,55 @@ const std::string* BpeModel::id_to_token(int64_t id) const {
   return it == by_id_.end() ? nullptr : it->second;
 }
 
-std::vector<BpeModel::Symbol> BpeModel::initial_symbols(std::string_view word) const {
+std::vector<BpeModel::Symbol> BpeModel::initial_symbols(std::string_view word, std::vector<Bytes>& bytes) const {
   std::vector<Symbol> symbols;
-  const auto add = [&](uint32_t id, uint32_t len) {
+  uint32_t char_begin = 0, char_end = 0;  // the character being read
+  uint32_t unk_len = 0;                   // bytes of a pending unknown run (0: none)
+  Bytes unk_at{0, 0};                     // from its first character to its last
+  const auto add = [&](uint32_t id, uint32_t len, Bytes at) {
     const auto n = static_cast<int32_t>(symbols.size());
     symbols.push_back({id, n - 1, n + 1, len});
+    bytes.push_back(at);
   };
-  uint32_t unk_len = 0;  // bytes of a pending unknown run (0: none)
+  const auto add_unk = [&]() {
+    add(*unk_id_, unk_len, unk_at);
+    unk_len = 0;
+  };
   for (size_t i = 0; i < word.size();) {
     const size_t n = std::min(utf8_length(static_cast<unsigned char>(word[i])), word.size() - i);
     std::string s(word.substr(i, n));
     if (i > 0) s = continuing_subword_prefix_ + s;
     if (i + n == word.size()) s += end_of_word_suffix_;
+    char_begin = static_cast<uint32_t>(i);
+    char_end = static_cast<uint32_t>(i + n);
     i += n;
     const auto it = vocab_.find(s);
     if (it != vocab_.end()) {
-      if (unk_len > 0) add(*unk_id_, unk_len), unk_len = 0;
-      add(it->second, static_cast<uint32_t>(n));
+      if (unk_len > 0) add_unk();
+      add(it->second, static_cast<uint32_t>(n), {char_begin, char_end});
       continue;
     }
     if (byte_fallback_) {
-      std::vector<uint32_t> bytes;
+      std::vector<uint32_t> fallback;
       for (unsigned char c : s) {
         char name[8];
         std::snprintf(name, sizeof name, "<0x%02X>", c);
         const auto b = vocab_.find(name);
         if (b == vocab_.end()) break;
-        bytes.push_back(b->second);
+        fallback.push_back(b->second);
       }
-      if (bytes.size() == s.size()) {
-        for (uint32_t b : bytes) add(b, 1);
+      if (fallback.size() == s.size()) {  // a pending unknown run stays pending, as in the Rust library
+        for (uint32_t b : fallback) add(b, 1, {char_begin, char_end});
         continue;
       }
     }
     if (!unk_id_) continue;
-    if (unk_len > 0 && !fuse_unk_) add(*unk_id_, unk_len), unk_len = 0;
+    if (unk_len > 0 && !fuse_unk_) add_unk();
+    if (unk_len == 0) unk_at.begin = char_begin;
     unk_len += static_cast<uint32_t>(n);
+    unk_at.end = char_end;
   }
-  if (unk_len > 0) add(*unk_id_, unk_len);
+  if (unk_len > 0) add_unk();
   if (!symbols.empty()) symbols.back().next = -1;
   return symbols;
 }
@@ -168,42 +185,57 @@ void BpeModel::merge_all(std::vector<Symbol>& symbols) const {
   }
 }
 
-void BpeModel::split(std::string_view word, std::vector<int64_t>& out) const {
-  std::vector<Symbol> symbols = initial_symbols(word);
+void BpeModel::split(std::string_view word, std::vector<int64_t>& out, std::vector<Bytes>& bytes) const {
+  std::vector<Bytes> at;
+  std::vector<Symbol> symbols = initial_symbols(word, at);
   merge_all(symbols);
+  // A merged symbol keeps its left part's index, and its parts run up to the next symbol left standing.
+  for (std::size_t i = 0; i < symbols.size(); ++i) {
+    if (symbols[i].len == 0) continue;
+    const std::size_t last = symbols[i].next < 0 ? symbols.size() - 1 : static_cast<std::size_t>(symbols[i].next) - 1;
+    bytes.push_back({at[i].begin, at[last].end});
+  }
   for (const Symbol& s : symbols)
     if (s.len != 0) out.push_back(s.id);
 }
 
-void BpeModel::tokenize(std::string_view word, std::vector<int64_t>& out) const {
+void BpeModel::tokenize(std::string_view word, std::vector<int64_t>& out, std::vector<Bytes>* bytes) const {
   if (word.empty()) return;
   if (ignore_merges_) {
     const auto it = vocab_.find(std::string(word));
     if (it != vocab_.end()) {
       out.push_back(it->second);
+      if (bytes) bytes->push_back({0, static_cast<uint32_t>(word.size())});
       return;
     }
   }
-  if (cache_words_ == 0 || word.size() > kCachedWordBytes) return split(word, out);
+  Split made;
+  if (cache_words_ == 0 || word.size() > kCachedWordBytes) {
+    split(word, made.ids, made.bytes);
+    out.insert(out.end(), made.ids.begin(), made.ids.end());
+    if (bytes) bytes->insert(bytes->end(), made.bytes.begin(), made.bytes.end());
+    return;
+  }
   std::string key(word);
   {
     std::shared_lock<std::shared_mutex> lock(cache_mutex_);
     const auto it = cache_.find(key);
     if (it != cache_.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
+      out.insert(out.end(), it->second.ids.begin(), it->second.ids.end());
+      if (bytes) bytes->insert(bytes->end(), it->second.bytes.begin(), it->second.bytes.end());
       return;
     }
   }
-  const std::size_t first = out.size();
-  split(word, out);
-  std::vector<int64_t> ids(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
-  const std::size_t bytes = key.size() + ids.size() * sizeof(int64_t);
+  split(word, made.ids, made.bytes);
+  out.insert(out.end(), made.ids.begin(), made.ids.end());
+  if (bytes) bytes->insert(bytes->end(), made.bytes.begin(), made.bytes.end());
+  const std::size_t size = key.size() + made.ids.size() * (sizeof(int64_t) + sizeof(Bytes));
   std::unique_lock<std::shared_mutex> lock(cache_mutex_);
-  if (cache_.size() >= cache_words_ || cache_bytes_ + bytes > kCacheBytes) {
+  if (cache_.size() >= cache_words_ || cache_bytes_ + size > kCacheBytes) {
     cache_.clear();
     cache_bytes_ = 0;
   }
-  if (cache_.emplace(std::move(key), std::move(ids)).second) cache_bytes_ += bytes;
+  if (cache_.emplace(std::move(key), std::move(made)).second) cache_bytes_ += size;
 }
 
 void BpeModel::set_cache_words(std::size_t words) {

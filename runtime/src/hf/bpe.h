@@ -38,8 +38,36 @@ class BpeModel {
   static constexpr std::size_t kCacheBytes = 16 << 20;
   static constexpr std::size_t kDefaultCacheWords = 10000;
 
-  // Appends the ids of `word` to `out`.
-  void tokenize(std::string_view word, std::vector<int64_t>& out) const;
+  // Bytes [begin, end) of a word.
+  struct Bytes {
+    uint32_t begin, end;
+  };
+
+  // Appends the ids of `word` to `out`; with `bytes`, also each token's bytes in `word` to it: from the
+  // first byte of its first character to the last byte of its last (a character the model dropped, with no
+  // byte fallback and no unk_token, belongs to no token; "<0xNN>" tokens of one character each cover the
+  // whole character). Begins and ends never decrease from one token to the next, except where byte fallback
+  // has some byte pieces, not all, and there is an unk_token: an unknown character's unk then waits, as in
+  // the Rust library, for the next character that has a piece of its own (after the byte tokens between).
+  void tokenize(std::string_view word, std::vector<int64_t>& out, std::vector<Bytes>* bytes = nullptr) const;
+
+  // Whether the model is prefix-stable over a word: when no token of `word` straddles byte c (a character
+  // boundary), tokenize(word[0, c)) is exactly the tokens of `word` that end at or before c. True without
+  // ignore_merges (which makes a word that is a token that one token, whatever its prefixes make), without
+  // continuing_subword_prefix and end_of_word_suffix (which make a character's symbol depend on where the
+  // word ends), and without the unk that waits (above: byte fallback with an unk_token and some of the
+  // "<0xNN>" pieces, not all). The argument: word[0, c) starts as the same symbols as word left of c (one per
+  // character, byte-fallback tokens or an unk run; a fused unk run across c would straddle c). In `word` every merge
+  // joins two adjacent symbols and a joined symbol never splits, so no symbol straddles c at the end only if
+  // no merge ever joined a pair across c: each merge is the lowest-ranked (leftmost among equals) pair of
+  // the moment, left of c or right of it. Merges right of c leave the symbols left of c as they are, so the
+  // left ones happen in `word` in the order the same rule picks them in word[0, c), where only the left
+  // pairs exist; `word` stops merging only when no pair anywhere merges, so word[0, c) stops at the same
+  // symbols.
+  bool prefix_stable() const {
+    return !ignore_merges_ && continuing_subword_prefix_.empty() && end_of_word_suffix_.empty() &&
+           !(byte_fallback_ && unk_id_ && byte_pieces_ > 0 && byte_pieces_ < 256);
+  }
   std::size_t cache_words() const { return cache_words_; }
   void set_cache_words(std::size_t words);  // empties the cache; not while another thread tokenizes
 
@@ -61,9 +89,15 @@ class BpeModel {
     uint32_t rank, new_id;
   };
   static uint64_t pair_key(uint32_t a, uint32_t b) { return (uint64_t{a} << 32) | b; }
-  std::vector<Symbol> initial_symbols(std::string_view word) const;
+  // Symbols of a word not yet merged; bytes[i]: symbol i's bytes.
+  std::vector<Symbol> initial_symbols(std::string_view word, std::vector<Bytes>& bytes) const;
   void merge_all(std::vector<Symbol>& symbols) const;
-  void split(std::string_view word, std::vector<int64_t>& out) const;  // tokenize without the cache
+  // tokenize without the cache
+  void split(std::string_view word, std::vector<int64_t>& out, std::vector<Bytes>& bytes) const;
+  struct Split {
+    std::vector<int64_t> ids;
+    std::vector<Bytes> bytes;
+  };
 
   std::unordered_map<std::string, uint32_t> vocab_;
   // Keyed, not indexed: ids need not be dense (Hugging Face accepts any), and a vector sized by the
@@ -74,10 +108,11 @@ class BpeModel {
   int64_t id_bound_ = 0;
   std::string continuing_subword_prefix_, end_of_word_suffix_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
+  int byte_pieces_ = 0;  // how many of the 256 "<0xNN>" pieces the vocabulary has
   std::size_t cache_words_ = kDefaultCacheWords;
   mutable std::shared_mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;  // word -> its ids
-  mutable std::size_t cache_bytes_ = 0;                                  // Σ words' bytes and ids' bytes
+  mutable std::unordered_map<std::string, Split> cache_;  // word -> its tokens
+  mutable std::size_t cache_bytes_ = 0;                   // Σ words' bytes, ids' bytes and Bytes' bytes
 };
 
 }  // namespace orbit::runtime::hf

@@ -1,4 +1,5 @@
 // tokenizer.json normalizers (hf/pipeline.h).
+#include <algorithm>
 #include <utility>
 
 #include "src/hf/json_fields.h"
@@ -15,6 +16,19 @@ class SequenceNormalizer final : public Normalizer {
     for (const auto& p : parts_) text = p->normalize(std::move(text));
     return text;
   }
+  bool per_character() const override {
+    return std::all_of(parts_.begin(), parts_.end(), [](const auto& p) { return p->per_character(); });
+  }
+  // Text that stands as prepended() + map_chars(t) meets the next part, which prepends its own and maps both.
+  std::string prepended() const override {
+    std::string front;
+    for (const auto& p : parts_) front = p->prepended() + p->map_chars(std::move(front));
+    return front;
+  }
+  std::string map_chars(std::string text) const override {
+    for (const auto& p : parts_) text = p->map_chars(std::move(text));
+    return text;
+  }
 
  private:
   std::vector<std::unique_ptr<Normalizer>> parts_;
@@ -25,15 +39,35 @@ class PrependNormalizer final : public Normalizer {
  public:
   explicit PrependNormalizer(std::string prefix) : prefix_(std::move(prefix)) {}
   std::string normalize(std::string text) const override { return text.empty() ? text : prefix_ + text; }
+  bool per_character() const override { return true; }
+  std::string prepended() const override { return prefix_; }
 
  private:
   std::string prefix_;
 };
 
 // Replaces every match of a pattern by a fixed string.
+// `character`: the pattern when it is a String of one character ("" otherwise); with non-empty content such a
+// Replace is per-character.
 class ReplaceNormalizer final : public Normalizer {
  public:
-  ReplaceNormalizer(Regex pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  ReplaceNormalizer(Regex pattern, std::string content, std::string character)
+      : pattern_(std::move(pattern)), content_(std::move(content)), character_(std::move(character)) {}
+  bool per_character() const override { return !character_.empty() && !content_.empty(); }
+  // Valid UTF-8 holds an encoded character only at character boundaries, so a byte search finds exactly
+  // the matches of the literal pattern.
+  std::string map_chars(std::string text) const override {
+    if (character_.empty()) return normalize(std::move(text));  // not per-character: never asked
+    std::string out;
+    size_t last = 0;
+    for (size_t at = text.find(character_); at != std::string::npos; at = text.find(character_, last)) {
+      out.append(text, last, at - last);
+      out += content_;
+      last = at + character_.size();
+    }
+    out.append(text, last, std::string::npos);
+    return out;
+  }
   std::string normalize(std::string text) const override {
     std::string out;
     size_t last = 0;
@@ -48,8 +82,16 @@ class ReplaceNormalizer final : public Normalizer {
 
  private:
   Regex pattern_;
-  std::string content_;
+  std::string content_, character_;
 };
+
+// The pattern of a Replace when it is a String of exactly one character, else "".
+std::string single_character(const nlohmann::json& j) {
+  const nlohmann::json& p = j["pattern"];
+  if (!p.contains("String") || !p["String"].is_string()) return "";
+  const std::string s = p["String"].get<std::string>();
+  return !s.empty() && is_valid_utf8(s) && utf8_length(static_cast<unsigned char>(s[0])) == s.size() ? s : "";
+}
 
 class UnicodeNormalizer final : public Normalizer {
  public:
@@ -74,7 +116,9 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const std::
   }
   if (type == "Prepend") return std::make_unique<PrependNormalizer>(required_string(j, "prepend", where));
   if (type == "Replace") {
-    return std::make_unique<ReplaceNormalizer>(pattern_field(j, where), required_string(j, "content", where));
+    Regex pattern = pattern_field(j, where);
+    return std::make_unique<ReplaceNormalizer>(std::move(pattern), required_string(j, "content", where),
+                                               single_character(j));
   }
   if (type == "NFC") return std::make_unique<UnicodeNormalizer>(NormalForm::kNFC);
   if (type == "NFD") return std::make_unique<UnicodeNormalizer>(NormalForm::kNFD);

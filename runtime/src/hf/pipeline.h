@@ -22,6 +22,18 @@ class Normalizer {
  public:
   virtual ~Normalizer() = default;
   virtual std::string normalize(std::string text) const = 0;
+
+  // Per-character normalizers (Prepend; Replace of a String pattern of one character by non-empty content;
+  // a Sequence of these) are, exactly: empty text stays empty, and non-empty text becomes prepended()
+  // followed by map_chars(text), where map_chars maps each character on its own to a non-empty string. So
+  // the normalized text of any non-empty prefix of a text is a prefix of the text's, ending where the
+  // prefix's last character's mapping ends (Tokenizer::prefix_stable rests on this). Every other normalizer
+  // (NFC and the other forms, Replace of a Regex or of several characters) is not per-character.
+  virtual bool per_character() const { return false; }
+  // Per-character normalizers only: what non-empty text gets in front, and `text` with every character
+  // mapped.
+  virtual std::string prepended() const { return ""; }
+  virtual std::string map_chars(std::string text) const { return text; }
 };
 
 // One piece of text between pre-tokenization steps. `at_start`: the piece begins at offset 0 of the text

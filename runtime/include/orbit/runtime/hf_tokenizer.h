@@ -16,6 +16,13 @@
 // (the BPE model). Any other component throws orbit::Error naming it and the file. The file's truncation
 // and padding settings are ignored: orbit never truncates or pads. Text must be valid UTF-8.
 //
+// Prefix-stable (Tokenizer::prefix_stable, encode_with_bytes) when: no pre-tokenizer; no normalizer, or a
+// per-character one (Prepend; Replace of a String of one character by non-empty content; Sequences of
+// these); a BPE model without ignore_merges, continuing_subword_prefix or end_of_word_suffix, and not byte
+// fallback with an unk_token and some "<0xNN>" pieces but not all; no added token with lstrip, rstrip or
+// single_word. SentencePiece-style files such as TinyStories-656K's are; byte-level ones (GPT-2, Qwen,
+// Llama 3) are not.
+//
 // Decoding: ids -> tokens (an added token's content, else the model's token) -> the decoder chain -> text.
 // The text is always valid UTF-8: bytes that do not form UTF-8 (a partial character) become U+FFFD, as
 // in the Rust library. For streaming, runtime::DecodeStream (decode_stream.h) emits text only once its

@@ -20,6 +20,7 @@
 // Thread-safety: a loaded Tokenizer is immutable; every member is safe to call from any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +28,18 @@
 #include <vector>
 
 namespace orbit::runtime {
+
+// Bytes [begin, end) of the text a token was made from.
+struct TokenBytes {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+
+// encode(text, false) with each token's bytes (Tokenizer::encode_with_bytes).
+struct Encoding {
+  std::vector<int64_t> ids;
+  std::vector<TokenBytes> bytes;  // bytes[i]: where ids[i] came from
+};
 
 class Tokenizer {
  public:
@@ -45,6 +58,21 @@ class Tokenizer {
   virtual int64_t eos_id() const = 0;      // -1 when the vocabulary has none
   virtual std::string kind() const = 0;    // "llama2c" or "huggingface"
   virtual std::string source() const = 0;  // the file it was read from
+
+  // Whether encode(·, false) is prefix-stable: for every text and every character boundary c of it that no
+  // token straddles (no bytes[i] of encode_with_bytes(text) has begin < c < end), encode(text[0, c), false)
+  // is exactly the ids of the tokens that end at or before c. So the token boundaries of one encode tell
+  // where a prefix's tokens are a prefix of the text's, with no prefix encoded (Window::sync's cuts).
+  // True for llama2.c's tokenizer and for a Hugging Face BPE without a pre-tokenizer under the conditions
+  // of orbit/runtime/hf_tokenizer.h; false for the others (a pre-tokenizer's split regex may look ahead, as
+  // GPT-2's \s+(?!\S) does, so that a prefix's last words split otherwise than the text's).
+  virtual bool prefix_stable() const { return false; }
+  // encode(text, false) and each token's bytes: from the first byte of the first character it was made from
+  // to the last byte of the last (a character normalized into several pieces counts in every token that
+  // holds one; "<0xNN>" tokens each cover their whole character). Ranges are never empty, and their begins
+  // and ends never decrease from one token to the next. Throws orbit::Error, naming the tokenizer, when it is
+  // not prefix_stable() (only those report bytes) or as encode does.
+  virtual Encoding encode_with_bytes(std::string_view text) const;
 };
 
 // Reads a llama2.c tokenizer file. `expected_vocab` > 0: the file must hold exactly that many pieces
