@@ -32,7 +32,12 @@
 //      one message into the next without a special token or a space the merges respect), the two
 //      messages form one unit. So the concatenation of the window's instances always equals
 //      tokenize(rendering): the only price of a merged boundary is coarser reuse. The second test tokenizes
-//      each prefix: O(messages x text) work, paid only by tokenizers that fail the first.
+//      each prefix, O(messages x text) work, except with a prefix-stable tokenizer (runtime::Tokenizer::
+//      prefix_stable: llama2.c's, and SentencePiece-style tokenizer.json files without a pre-tokenizer):
+//      there the text's one tokenize gives each token's bytes, and a boundary no token straddles passes with
+//      no prefix tokenized (as does the rendering's end, the last text being tokenized with the generation
+//      prompt after it); only boundaries a token straddles tokenize their prefix. The units are the same
+//      either way.
 //   4. Content addressing: a unit's key is the content key of its tokens (chunks and turns alike). A unit
 //      of at least SyncOptions::chunk_min_tokens tokens (a tool output, a document) is a chunk: stored
 //      position-free, patched, reusable at any position and recallable after eviction. A shorter unit

@@ -50,6 +50,15 @@ struct Rendering {
 Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& messages, const ChatOptions& options,
                        const char* caller);
 
+// For tests only: whether step 3 decides the cuts of a prefix-stable tokenizer (runtime::Tokenizer::
+// prefix_stable) from the bytes of the rendering's tokens (true, the default) or encodes the text before
+// every cut, as it does for other tokenizers. Both give the same Rendering (tests/cpp/test_sync_cuts.cpp
+// checks it). Process-wide; safe to call from any thread.
+void set_cut_by_token_bytes(bool on);
+// For tests only: how many times step 3 has encoded the text before a cut in this process (what the token
+// bytes save).
+int64_t prefix_encodes_so_far();
+
 // A chunk's label: the role(s) and the start of the first message's text.
 std::string unit_label(const std::vector<ChatMessage>& messages, const SyncUnit& u);
 

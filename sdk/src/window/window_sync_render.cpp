@@ -1,7 +1,9 @@
 // Engine::render_chat / tokenize_chat and the rendering half of Window::sync (sync_render.h; orbit/sync.h
 // steps 1-3): the chat template, chunk parts, and the cuts of the rendering into one unit per message.
 #include <algorithm>
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <unordered_map>
@@ -191,12 +193,20 @@ std::string render_text(const detail::EngineCore& core, const std::vector<ChatMe
 
 // ---- tokens ----
 
-std::vector<int64_t> encode(const detail::EngineCore& core, std::string_view text, const char* caller) {
+std::atomic<bool> cut_by_token_bytes{true};  // detail::set_cut_by_token_bytes
+std::atomic<int64_t> prefix_encodes{0};      // detail::prefix_encodes_so_far
+
+// `text`, once it is known to tokenize within the model's positions (throws otherwise, naming `caller`).
+std::string_view fitting(const detail::EngineCore& core, std::string_view text, const char* caller) {
   const runtime::Tokenizer& t = core.tokenizer();
   detail::check_text_fits(
       text, core.config().max_position_embeddings, t.vocab_size(), [&](int64_t id) { return t.piece(id); },
       std::string(caller) + ": the rendered messages");
-  return t.encode(text, false);
+  return text;
+}
+
+std::vector<int64_t> encode(const detail::EngineCore& core, std::string_view text, const char* caller) {
+  return core.tokenizer().encode(fitting(core, text, caller), false);
 }
 
 bool starts_with(const std::vector<int64_t>& all, const std::vector<int64_t>& prefix) {
@@ -266,16 +276,37 @@ std::vector<TokenCut> cuts_by_parts(const runtime::Tokenizer& tok, const std::st
   return out;
 }
 
-// Step 3, second test: the tokens of the text before a cut are a prefix of the rendering's tokens.
+// The number of tokens of text[0, at), read from the bytes of the text's tokens (`bytes`, in token order) of
+// a prefix-stable tokenizer: when `at` is a character boundary that no token straddles, the tokens that end
+// at or before it (runtime::Tokenizer::prefix_stable). nullopt otherwise: the prefix must be encoded.
+std::optional<std::size_t> tokens_before(const std::vector<runtime::TokenBytes>& bytes, std::string_view text,
+                                         std::size_t at) {
+  if (at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) return std::nullopt;
+  const auto after =
+      std::partition_point(bytes.begin(), bytes.end(), [&](const runtime::TokenBytes& b) { return b.end <= at; });
+  if (after != bytes.end() && after->begin < at) return std::nullopt;  // the first token after it straddles it
+  return static_cast<std::size_t>(after - bytes.begin());
+}
+
+// Step 3, second test: the tokens of the text before a cut are a prefix of the rendering's tokens. With the
+// tokens' bytes (whole.bytes; a prefix-stable tokenizer), a cut no token straddles is decided from them:
+// its prefix's tokens are the tokens before it. Only the other cuts, and every cut of other tokenizers,
+// encode their prefix.
 std::vector<TokenCut> cuts_by_prefix(const runtime::Tokenizer& tok, const std::string& text,
-                                     const std::vector<Cut>& cuts, const std::vector<int64_t>& tokens,
-                                     int64_t* merged) {
+                                     const std::vector<Cut>& cuts, const runtime::Encoding& whole, int64_t* merged) {
+  const std::vector<int64_t>& tokens = whole.ids;
   std::vector<TokenCut> out;
   for (const Cut& c : cuts) {
-    const std::vector<int64_t> before = tok.encode(std::string_view(text).substr(0, c.text), false);
+    std::optional<std::size_t> count;
+    if (!whole.bytes.empty()) count = tokens_before(whole.bytes, text, c.text);
+    if (!count) {
+      prefix_encodes.fetch_add(1, std::memory_order_relaxed);
+      const std::vector<int64_t> before = tok.encode(std::string_view(text).substr(0, c.text), false);
+      if (starts_with(tokens, before)) count = before.size();
+    }
     const std::size_t last = out.empty() ? 0 : out.back().first;
-    if (before.size() > last && before.size() < tokens.size() && starts_with(tokens, before)) {
-      out.emplace_back(before.size(), c.message);
+    if (count && *count > last && *count < tokens.size()) {
+      out.emplace_back(*count, c.message);
     } else {
       ++*merged;
     }
@@ -317,20 +348,40 @@ int64_t message_at(std::size_t at, const std::vector<Cut>& cuts, const std::vect
   return message;
 }
 
-// Step 3 on the text segment [begin, end) of the rendering (the text between chunk parts): its tokens, cut
-// at the message boundaries inside it where the tokens allow.
-void add_segment(const runtime::Tokenizer& tok, const std::string& text, std::size_t begin, std::size_t end,
-                 const std::vector<Cut>& cuts, int64_t first, Rendering& out) {
-  const std::string segment = text.substr(begin, end - begin);
-  const std::vector<int64_t> tokens = tok.encode(segment, false);
+// A text segment of the rendering (the text between chunk parts): bytes [begin, end), the message it starts
+// in, and its tokens when they are known already (tail_with_prompt), else encoded by add_segment.
+struct Segment {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  int64_t first = 0;
+  std::optional<runtime::Encoding> tokens;
+};
+
+bool by_token_bytes(const runtime::Tokenizer& tok) {
+  return tok.prefix_stable() && cut_by_token_bytes.load(std::memory_order_relaxed);
+}
+
+// Step 3 on a text segment: its tokens, cut at the message boundaries inside it where the tokens allow.
+void add_segment(const runtime::Tokenizer& tok, const std::string& text, const std::vector<Cut>& cuts, Segment seg,
+                 Rendering& out) {
+  const std::string segment = text.substr(seg.begin, seg.end - seg.begin);
+  runtime::Encoding whole;
+  if (seg.tokens) {
+    whole = std::move(*seg.tokens);
+  } else if (by_token_bytes(tok)) {
+    whole = tok.encode_with_bytes(segment);
+  } else {
+    whole.ids = tok.encode(segment, false);
+  }
+  const std::vector<int64_t>& tokens = whole.ids;
   std::vector<Cut> inside;
   for (const Cut& c : cuts) {
-    if (c.text > begin && c.text < end) inside.push_back({c.text - begin, c.message});
+    if (c.text > seg.begin && c.text < seg.end) inside.push_back({c.text - seg.begin, c.message});
   }
   bool joined_ok = false;
   std::vector<TokenCut> token_cuts = cuts_by_parts(tok, segment, inside, tokens, &out.merged, &joined_ok);
-  if (!joined_ok) token_cuts = cuts_by_prefix(tok, segment, inside, tokens, &out.merged);
-  add_spans(token_cuts, tokens.size(), out.tokens.size(), first, out.spans);
+  if (!joined_ok) token_cuts = cuts_by_prefix(tok, segment, inside, whole, &out.merged);
+  add_spans(token_cuts, tokens.size(), out.tokens.size(), seg.first, out.spans);
   out.tokens.insert(out.tokens.end(), tokens.begin(), tokens.end());
 }
 
@@ -384,9 +435,42 @@ void add_generation_prompt(const detail::EngineCore& core, const Renderer& rende
   }
 }
 
+// With a prefix-stable tokenizer, the last segment's tokens and the generation prompt from one encode of the
+// segment with the prompt's text after it: where no token straddles the rendering's end, the segment's tokens
+// are those before it (runtime::Tokenizer::prefix_stable; the bytes before it decide its cuts as its own
+// would) and the prompt is the rest, which is what add_generation_prompt finds by encoding both. Sets
+// tail.tokens and returns the prompt; nullopt where this does not apply (the template refuses the prompt or
+// renders the list otherwise with it, no prompt, a straddled end, text that does not fit), and
+// add_generation_prompt decides after the segment is added, as for other tokenizers (its errors as before).
+std::optional<std::vector<int64_t>> tail_with_prompt(const detail::EngineCore& core, const Renderer& render,
+                                                     std::size_t n, const std::string& text, Segment& tail) {
+  const runtime::Tokenizer& tok = core.tokenizer();
+  if (!by_token_bytes(tok)) return std::nullopt;
+  std::string with_prompt;
+  runtime::Encoding all;
+  try {
+    with_prompt = render(n, true);
+    if (with_prompt.size() == text.size() || !starts_with(with_prompt, text)) return std::nullopt;
+    all = tok.encode_with_bytes(fitting(core, std::string_view(with_prompt).substr(tail.begin), render.caller));
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  const std::string_view both = std::string_view(with_prompt).substr(tail.begin);
+  const std::optional<std::size_t> before = tokens_before(all.bytes, both, text.size() - tail.begin);
+  if (!before) return std::nullopt;
+  std::vector<int64_t> prompt(all.ids.begin() + static_cast<std::ptrdiff_t>(*before), all.ids.end());
+  all.ids.resize(*before);
+  all.bytes.resize(*before);
+  tail.tokens = std::move(all);
+  return prompt;
+}
+
 }  // namespace
 
 namespace detail {
+
+void set_cut_by_token_bytes(bool on) { cut_by_token_bytes.store(on, std::memory_order_relaxed); }
+int64_t prefix_encodes_so_far() { return prefix_encodes.load(std::memory_order_relaxed); }
 
 Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& messages, const ChatOptions& options,
                        const char* caller) {
@@ -408,18 +492,24 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
       std::string(caller) + ": the rendered messages");
   std::size_t from = 0;
   for (const Marker& m : marks) {
-    add_segment(tok, text, from, m.begin, cuts, message_at(from, cuts, marks, out.parts), out);
+    add_segment(tok, text, cuts, {from, m.begin, message_at(from, cuts, marks, out.parts), std::nullopt}, out);
     add_part(core, m.part, out);
     from = m.end;
   }
   const std::size_t tail_tokens = out.tokens.size();
-  add_segment(tok, text, from, text.size(), cuts, message_at(from, cuts, marks, out.parts), out);
+  Segment tail{from, text.size(), message_at(from, cuts, marks, out.parts), std::nullopt};
+  std::optional<std::vector<int64_t>> prompt = tail_with_prompt(core, render, n, text, tail);
+  add_segment(tok, text, cuts, std::move(tail), out);
   set_end_messages(n, out.spans);
   const int64_t positions = core.config().max_position_embeddings;
   ORBIT_CHECK(positions <= 0 || static_cast<int64_t>(out.tokens.size()) <= positions,
               caller << ": the rendered messages are " << out.tokens.size() << " tokens, more than the model's "
                      << core.config().max_position_embeddings << " positions");
-  add_generation_prompt(core, render, n, text, from, out.tokens.size() - tail_tokens, out);
+  if (prompt) {
+    out.generation_prompt = std::move(*prompt);
+  } else {
+    add_generation_prompt(core, render, n, text, from, out.tokens.size() - tail_tokens, out);
+  }
   return out;
 }
 
