@@ -258,6 +258,8 @@ int run_serve(int argc, char** argv, int first) {
               core.dtype().c_str(), http_options.host.c_str(), port);
   std::fflush(stdout);
   bool drain_cut = false;
+  // A signal may already be pending (the line above told a client the server listens): the signal thread
+  // can then drain and stop before http.listen() below has started, which returns at once in that case.
   std::thread signal_thread([&] { drain_cut = wait_for_signal(http, signals); });
   const bool ok = http.listen();
   if (!ok) {

@@ -1,5 +1,5 @@
-// The reception thread of HttpFront (http_front.h): connections read under deadlines, complete requests
-// handed to the workers (http_front_worker.cpp), /health and refusals answered here.
+// The reception thread of HttpFront (http_front.h): connections accepted and read under deadlines, complete
+// requests handed to the workers (http_front_worker.cpp), /health and refusals answered here.
 #include "serve/http/http_front.h"
 
 #include <fcntl.h>
@@ -24,14 +24,7 @@ namespace {
 
 constexpr std::size_t kLingerBytes = std::size_t{1} << 20;  // a refused request's bytes discarded at most
 constexpr auto kLinger = std::chrono::seconds(2);           // ... for at most this long
-
-// Runs each task at once on the caller's thread: cpp-httplib's listener hands over an accepted socket and
-// goes back to accepting.
-class InlineQueue final : public httplib::TaskQueue {
- public:
-  void enqueue(std::function<void()> fn) override { fn(); }
-  void shutdown() override {}
-};
+constexpr int kAcceptsPerTurn = 256;                        // connections accepted in one turn at most
 
 std::size_t default_max_connections() {
   rlimit limit{};
@@ -44,7 +37,6 @@ std::size_t default_max_connections() {
 HttpFront::HttpFront(FrontOptions options, FrontHooks hooks) : options_(std::move(options)), hooks_(std::move(hooks)) {
   if (options_.max_connections == 0) options_.max_connections = default_max_connections();
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("serve: cannot create a pipe");
-  new_task_queue = [] { return new InlineQueue(); };
   set_keep_alive_timeout(options_.keep_alive_seconds);  // what each answer's Keep-Alive header announces
   try {
     reception_ = std::thread([this] { reception_loop(); });
@@ -61,12 +53,40 @@ HttpFront::HttpFront(FrontOptions options, FrontHooks hooks) : options_(std::mov
 }
 
 HttpFront::~HttpFront() {
-  stop_connections();
+  stop_connections();  // closes the listening socket, taken by serve() or not
   ::close(wake_[0]);
   ::close(wake_[1]);
 }
 
+bool HttpFront::serve() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!listen_stopped_ && !listener_taken_) {
+    // svr_sock_ keeps its value while serving: cpp-httplib's content providers read INVALID_SOCKET there as
+    // "shutting down" (stop_listening() sets it, as Server::stop() did).
+    listener_ = svr_sock_.load();
+    listener_taken_ = true;
+    if (listener_ < 0 || ::fcntl(listener_, F_SETFL, ::fcntl(listener_, F_GETFL) | O_NONBLOCK) != 0) {
+      listener_failed_ = listen_stopped_ = true;
+    }
+    wake();  // the reception polls the listening socket from its next turn
+  }
+  listen_cv_.wait(lock, [this] { return listen_stopped_; });
+  return !listener_failed_;
+}
+
+void HttpFront::stop_listening() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    listen_stopped_ = true;
+    const socket_t bound = svr_sock_.exchange(INVALID_SOCKET);        // streams still running end
+    if (bound != INVALID_SOCKET && !listener_taken_) ::close(bound);  // else the reception closes it
+  }
+  listen_cv_.notify_all();
+  wake();
+}
+
 void HttpFront::stop_connections() {
+  stop_listening();
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -78,23 +98,10 @@ void HttpFront::stop_connections() {
     if (w.joinable()) w.join();
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (int fd : accepted_) ::close(fd);
-  accepted_.clear();
+  if (listener_ >= 0) ::close(listener_);  // the reception ended before its turn closed it
+  listener_ = -1;
   returned_.clear();
   work_.clear();
-}
-
-bool HttpFront::process_and_close_socket(socket_t sock) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!stopping_) {
-      accepted_.push_back(sock);
-      sock = -1;
-    }
-  }
-  if (sock >= 0) ::close(sock);
-  wake();
-  return true;
 }
 
 void HttpFront::wake() {
@@ -110,47 +117,78 @@ void HttpFront::reception_loop() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) break;
     }
+    const int listener = listener_for_turn();
+    const bool accepting = listener >= 0 && Clock::now() >= accept_paused_until_;
     take_arrivals(held);
     fds.assign(1, pollfd{wake_[0], POLLIN, 0});
+    if (accepting) fds.push_back(pollfd{listener, POLLIN, 0});
+    const std::size_t first = fds.size();
     for (const auto& c : held) fds.push_back(pollfd{c->fd, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), poll_timeout_ms(held)) < 0 && errno != EINTR) break;
+    if (::poll(fds.data(), fds.size(), poll_timeout_ms(held, listener >= 0 && !accepting)) < 0 && errno != EINTR) break;
     if (fds[0].revents != 0) {
       char drain[256];
       while (::read(wake_[0], drain, sizeof drain) > 0) {
       }
     }
     for (std::size_t i = 0; i < held.size(); ++i) {
-      if (fds[i + 1].revents != 0) on_readable(held[i]);
+      if (fds[first + i].revents != 0) on_readable(held[i]);
     }
     const Clock::time_point now = Clock::now();
     for (auto& c : held) {
       if (c && now >= c->deadline) expire(c, now);
     }
     held.erase(std::remove(held.begin(), held.end(), nullptr), held.end());
+    if (accepting && fds[1].revents != 0) accept_arrivals(listener, held);
   }
 }
 
-// New sockets from the listener, and connections the workers answered, join the ones held.
+int HttpFront::listener_for_turn() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (listen_stopped_ && listener_ >= 0) {
+    ::close(listener_);
+    listener_ = -1;
+  }
+  return listener_;
+}
+
+// Takes the connections waiting on the listening socket (non-blocking). Out of descriptors or memory,
+// accepting pauses for kAcceptPause; a socket that can no longer accept ends serve() with false.
+void HttpFront::accept_arrivals(int listener, std::vector<std::unique_ptr<FrontConnection>>& held) {
+  for (int taken = 0; taken < kAcceptsPerTurn; ++taken) {  // the rest wait a turn: the held ones get theirs
+    const int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      const int error = errno;
+      if (error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM) {
+        accept_paused_until_ = Clock::now() + kAcceptPause;
+      } else if (error == EBADF || error == EINVAL || error == ENOTSOCK || error == EOPNOTSUPP) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          listener_failed_ = listen_stopped_ = true;
+        }
+        listen_cv_.notify_all();
+      }
+      // EAGAIN: none left; a connection aborted before it was taken, or a signal: the next turn goes on.
+      return;
+    }
+    const int on = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+    auto c = std::make_unique<FrontConnection>(fd, options_.limits);
+    c->deadline = Clock::now() + std::chrono::seconds(options_.keep_alive_seconds);
+    admit(held, std::move(c));
+  }
+}
+
+// Connections the workers answered join the ones held.
 void HttpFront::take_arrivals(std::vector<std::unique_ptr<FrontConnection>>& held) {
-  std::deque<int> accepted;
   std::deque<std::unique_ptr<FrontConnection>> returned;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    accepted.swap(accepted_);
     returned.swap(returned_);
   }
   for (auto& c : returned) {
     --in_workers_;
     advance(c);  // the bytes received past the last request may hold the next one
     if (c) held.push_back(std::move(c));
-  }
-  for (int fd : accepted) {
-    auto c = std::make_unique<FrontConnection>(fd, options_.limits);
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-    const int on = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-    c->deadline = Clock::now() + std::chrono::seconds(options_.keep_alive_seconds);
-    admit(held, std::move(c));
   }
 }
 
@@ -174,10 +212,11 @@ void HttpFront::admit(std::vector<std::unique_ptr<FrontConnection>>& held, std::
   held.push_back(std::move(c));
 }
 
-int HttpFront::poll_timeout_ms(const std::vector<std::unique_ptr<FrontConnection>>& held) const {
+int HttpFront::poll_timeout_ms(const std::vector<std::unique_ptr<FrontConnection>>& held, bool accept_paused) const {
   const Clock::time_point now = Clock::now();
   auto next = now + std::chrono::seconds(1);
   for (const auto& c : held) next = std::min(next, c->deadline);
+  if (accept_paused) next = std::min(next, accept_paused_until_);
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
   return static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 1000));
 }

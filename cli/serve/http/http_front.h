@@ -1,9 +1,10 @@
-// The connections of `orbit serve`: cpp-httplib routes and answers requests, but does not read them.
+// The connections of `orbit serve`: cpp-httplib routes and answers requests, but neither accepts nor reads them.
 //
-//   accept (cpp-httplib's listener) ──► reception (one thread, poll) ──complete request──► workers (N)
-//                                          │  reads heads and bodies under deadlines           │ route, answer
-//                                          │  answers GET /health and refusals itself          │ (process_request)
-//                                          ◄──────────── keep-alive: back to wait for the next ┘
+//   reception (one thread, poll) ────────────────────complete request──► workers (N)
+//     │  accepts on the listening socket                                  │ route, answer
+//     │  reads heads and bodies under deadlines                           │ (process_request)
+//     │  answers GET /health and refusals itself                          │
+//     ◄───────────────────────────── keep-alive: back to wait for the next ┘
 //
 // cpp-httplib (0.11) gives each connection a pool thread for its whole life, reading with a per-recv
 // timeout: a client sending a byte a second, or half a head, holds a thread indefinitely, and past
@@ -25,8 +26,16 @@
 // server drains), at most `grace` as well, checked every kStallCheckMs while a write waits: a client that
 // stopped reading then holds its worker, and the server's exit, for at most that grace.
 //
-// Thread-safety: construct, then listen (cpp-httplib's listen_after_bind, on the caller's thread);
-// stop_connections() from any thread after Server::stop().
+// Listening: cpp-httplib's bind_to_port / bind_to_any_port bind the socket; serve() hands it to the reception
+// thread, which accepts there (non-blocking, in the poll that reads the connections), and waits until
+// stop_listening(). cpp-httplib's own listener is not used, nor its stop(): that stop does nothing until the
+// listener's loop has started, so a stop that came first was lost and the listen that followed never
+// returned. stop_listening() is kept whenever it comes: before serve() starts, serve() returns at once. As
+// Server::stop() did, it also tells the answers still streaming that the server is shutting down
+// (cpp-httplib's content providers stop once the listening socket is gone).
+//
+// Thread-safety: construct, bind, then serve() on one thread; stop_listening() and stop_connections() from
+// any thread, at any time (also before serve()).
 #pragma once
 
 #include <httplib.h>
@@ -76,7 +85,14 @@ class HttpFront : public httplib::Server {
   HttpFront(const HttpFront&) = delete;
   HttpFront& operator=(const HttpFront&) = delete;
 
-  // After Server::stop(): closes the connections the reception holds, lets each worker finish the request
+  // Accepts connections on the bound socket (the reception thread does; this thread waits) until
+  // stop_listening(). Returns true once stopped (at once when stop_listening() came first), false when the
+  // listening socket failed or none was bound. Call it once.
+  bool serve();
+  // Ends serve() (now, or as soon as it starts) and accepts no more connections: the listening socket is
+  // closed here when serve() has not taken it yet, else within the reception's next turn. Idempotent.
+  void stop_listening();
+  // stop_listening(), then closes the connections the reception holds, lets each worker finish the request
   // it answers and joins them. Idempotent.
   void stop_connections();
   // From now on a write that has made no progress for `grace` fails (its connection closes), also one
@@ -87,10 +103,16 @@ class HttpFront : public httplib::Server {
 
  private:
   using Clock = std::chrono::steady_clock;
-  // cpp-httplib's listener calls this (through an inline task queue) with each accepted socket.
-  bool process_and_close_socket(socket_t sock) override;
+  // Out of descriptors or memory, accepting waits this long (the listening socket stays readable meanwhile).
+  static constexpr std::chrono::milliseconds kAcceptPause{10};
+  // serve() and stop_listening() replace these (see above).
+  using httplib::Server::listen;
+  using httplib::Server::listen_after_bind;
+  using httplib::Server::stop;
 
   void reception_loop();
+  int listener_for_turn();  // the listening socket to poll this turn, -1 for none; closes it once stopped
+  void accept_arrivals(int listener, std::vector<std::unique_ptr<FrontConnection>>& held);
   void take_arrivals(std::vector<std::unique_ptr<FrontConnection>>& held);
   void on_readable(std::unique_ptr<FrontConnection>& c);
   void advance(std::unique_ptr<FrontConnection>& c);
@@ -98,7 +120,7 @@ class HttpFront : public httplib::Server {
   void refuse(FrontConnection& c, int status, const std::string& message);
   void expire(std::unique_ptr<FrontConnection>& c, Clock::time_point now);
   void admit(std::vector<std::unique_ptr<FrontConnection>>& held, std::unique_ptr<FrontConnection> c);
-  int poll_timeout_ms(const std::vector<std::unique_ptr<FrontConnection>>& held) const;
+  int poll_timeout_ms(const std::vector<std::unique_ptr<FrontConnection>>& held, bool accept_paused) const;
   void wake();
 
   void worker_loop();
@@ -108,9 +130,14 @@ class HttpFront : public httplib::Server {
   FrontHooks hooks_;
   int wake_[2] = {-1, -1};  // a pipe: arrivals wake the reception's poll
 
-  std::mutex mu_;  // guards the queues and stopping_
+  std::mutex mu_;  // guards the queues, stopping_ and the listener's state below
   std::condition_variable work_cv_;
-  std::deque<int> accepted_;
+  std::condition_variable listen_cv_;  // serve() waits on it for listen_stopped_
+  int listener_ = -1;                  // the listening socket, from serve() until the reception closes it
+  bool listener_taken_ = false;        // serve() took it: the reception closes it, stop_listening() does not
+  bool listen_stopped_ = false;        // stop_listening() was called, or the listening socket failed
+  bool listener_failed_ = false;
+  Clock::time_point accept_paused_until_;                  // the reception thread's alone
   std::deque<std::unique_ptr<FrontConnection>> returned_;  // from workers, for the next request
   std::deque<std::unique_ptr<FrontConnection>> work_;      // complete requests for the workers
   bool stopping_ = false;

@@ -386,7 +386,7 @@ int HttpServer::bind() {
   return port;
 }
 
-bool HttpServer::listen() { return server_->listen_after_bind(); }
+bool HttpServer::listen() { return server_->serve(); }
 
 bool HttpServer::drain_and_stop(const std::function<bool()>& cut_short) {
   draining_ = true;
@@ -399,7 +399,7 @@ bool HttpServer::drain_and_stop(const std::function<bool()>& cut_short) {
   }
   if (cut) server_->limit_stalled_writes(std::chrono::milliseconds(0));
   core_.close();
-  server_->stop();
+  server_->stop_listening();  // also before listen() started: listen() then returns at once
   server_->stop_connections();
   return cut;
 }

@@ -55,10 +55,12 @@ class HttpServer {
   ~HttpServer();
   // Binds; returns the port (throws orbit::Error when it cannot bind).
   int bind();
-  // Serves until stop(); returns false when the listener failed.
+  // Serves until drain_and_stop() (at once when that came first: a SIGTERM before the listener started
+  // still ends it); returns false when the listening socket failed.
   bool listen();
   // Stops taking requests (new ones get 503), waits up to drain_seconds for those in flight, then closes the
-  // core (its engine finishes the background work queued, so the store keeps it) and the listener.
+  // core (its engine finishes the background work queued, so the store keeps it) and the listener, and ends
+  // listen(), whether it is running or not yet started. Any thread.
   // From its start, a write stalled for min(drain_stall_seconds, drain_seconds) fails, so a client that stopped
   // reading delays the exit by at most that. `cut_short`, when given, is asked every 10 ms while the drain
   // waits: true ends the wait at once, as if its deadline had passed (an answer still running becomes a 503
