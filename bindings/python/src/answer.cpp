@@ -17,7 +17,6 @@ namespace {
 using orbit::Constraint;
 using orbit::ToolCallFormat;
 
-py::object json_module() { return py::module_::import("json"); }
 std::string dumps(const py::handle& obj) {
   return json_module().attr("dumps")(obj, py::arg("ensure_ascii") = false).cast<std::string>();
 }

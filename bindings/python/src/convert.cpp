@@ -212,4 +212,6 @@ py::str utf8_text(const std::string& text) {
   return py::reinterpret_steal<py::str>(decoded);
 }
 
+py::object json_module() { return py::module_::import("json"); }
+
 }  // namespace orbit_py

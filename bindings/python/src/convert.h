@@ -54,6 +54,9 @@ py::array_t<T> to_numpy(std::vector<T>&& values, std::vector<py::ssize_t> shape)
 // place) become U+FFFD instead of raising UnicodeDecodeError.
 py::str utf8_text(const std::string& text);
 
+// Python's json module (for dicts passed as their JSON text, and JSON text returned as dicts).
+py::object json_module();
+
 // "[1, 2, 3]" for messages.
 using orbit::shape_string;
 

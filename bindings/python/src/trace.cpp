@@ -9,13 +9,12 @@
 #include <vector>
 
 #include "bindings.h"
+#include "convert.h"
 #include "orbit/trace.h"
 
 namespace orbit_py {
 
 namespace {
-
-py::object json_module() { return py::module_::import("json"); }
 
 py::object to_dict(const std::string& json_text) { return json_module().attr("loads")(json_text); }
 

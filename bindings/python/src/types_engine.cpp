@@ -1,0 +1,250 @@
+// The store's and the engine's counters, ModelInfo and EngineOptions (types.cpp binds the other value
+// objects; init_types calls these). Each mirrors its C++ struct field for field.
+#include <pybind11/stl.h>
+
+#include <iomanip>
+#include <sstream>
+
+#include "bindings.h"
+#include "convert.h"
+#include "orbit/engine.h"
+
+namespace orbit_py {
+
+namespace {
+
+std::string repr_of(const std::string& s) { return py::repr(py::str(s)); }
+
+}  // namespace
+
+// the store's counters: TierStats, RemoteStats, StoreStats.
+void def_store_stats(py::module_& m) {
+  using namespace orbit;
+
+  py::class_<TierStats>(m, "TierStats", "Counters of one store tier in this process.")
+      .def_readonly("tier", &TierStats::tier, "StoreTier.")
+      .def_readonly("enabled", &TierStats::enabled, "Whether the tier is in use.")
+      .def_readonly("entries", &TierStats::entries, "Entries held.")
+      .def_readonly("bytes", &TierStats::bytes, "Bytes charged against the budget.")
+      .def_readonly("budget_bytes", &TierStats::budget_bytes, "Budget.")
+      .def_readonly("policy", &TierStats::policy, "Its eviction policy: 'lru' or 'cost-aware'.")
+      .def_readonly("pinned_entries", &TierStats::pinned_entries, "Pinned entries.")
+      .def_readonly("hits", &TierStats::hits, "Reads served by this tier.")
+      .def_readonly("evictions", &TierStats::evictions, "Entries that left under budget pressure.")
+      .def_readonly("demotions", &TierStats::demotions, "Entries moved to the next tier down.")
+      .def_readonly("promotions", &TierStats::promotions, "Entries copied into this tier on access.")
+      .def("__repr__", [](const TierStats& t) {
+        std::ostringstream o;
+        o << "TierStats(" << store_tier_name(t.tier) << ", enabled=" << (t.enabled ? "True" : "False")
+          << ", entries=" << t.entries << ", bytes=" << t.bytes << ", hits=" << t.hits << ")";
+        return o.str();
+      });
+
+  py::class_<RemoteStats>(m, "RemoteStats", "The remote tier's counters (StoreStats.remote).")
+      .def_readonly("enabled", &RemoteStats::enabled, "A remote tier is configured.")
+      .def_readonly("url", &RemoteStats::url, "Its URL.")
+      .def_readonly("available", &RemoteStats::available, "False while considered down (after a failed call).")
+      .def_readonly("hits", &RemoteStats::hits, "Values read and verified.")
+      .def_readonly("misses", &RemoteStats::misses, "Absent, corrupt, or skipped while down.")
+      .def_readonly("corrupt", &RemoteStats::corrupt, "Values that failed verification (removed, never used).")
+      .def_readonly("errors", &RemoteStats::errors, "Calls that failed (unreachable, timed out, rejected).")
+      .def_readonly("outages", &RemoteStats::outages, "Times the remote went down.")
+      .def_readonly("skipped", &RemoteStats::skipped, "Reads answered as a miss at once while down.")
+      .def_readonly("writes", &RemoteStats::writes, "Values written.")
+      .def_readonly("write_failures", &RemoteStats::write_failures, "Failed write attempts (the local copy stays).")
+      .def_readonly("writes_dropped", &RemoteStats::writes_dropped, "Queued writes dropped.")
+      .def_readonly("queued", &RemoteStats::queued, "Writes (and removals) waiting now.")
+      .def_readonly("removals", &RemoteStats::removals, "Entries removed from the server (erase).")
+      .def_readonly("bytes_read", &RemoteStats::bytes_read, "Blob bytes of the hits.")
+      .def_readonly("bytes_written", &RemoteStats::bytes_written, "Blob bytes written.")
+      .def_readonly("read_seconds", &RemoteStats::read_seconds, "Wall time of the reads that hit.")
+      .def_readonly("last_error", &RemoteStats::last_error, "The latest failure, naming the server.")
+      .def("__repr__", [](const RemoteStats& r) {
+        std::ostringstream o;
+        o << "RemoteStats(" << repr_of(r.url) << ", available=" << (r.available ? "True" : "False")
+          << ", hits=" << r.hits << ", misses=" << r.misses << ", corrupt=" << r.corrupt << ", errors=" << r.errors
+          << ", writes=" << r.writes << ")";
+        return o.str();
+      });
+
+  py::class_<StoreStats>(m, "StoreStats", "The chunk store's counters (EngineStats.store).")
+      .def_readonly("tiers", &StoreStats::tiers, "list[TierStats]: device, host, disk.")
+      .def_readonly("canonical_encoding", &StoreStats::canonical_encoding,
+                    "BlobEncoding the disk tier writes canonicals in (EngineOptions.cold_tier).")
+      .def_readonly("pinned_host", &StoreStats::pinned_host, "Host-tier values live in pinned memory (CUDA engines).")
+      .def_readonly("misses", &StoreStats::misses, "Lookups no tier served.")
+      .def_readonly("refusals", &StoreStats::refusals, "Puts no tier could admit.")
+      .def_readonly("corrupt_reads", &StoreStats::corrupt_reads, "Blobs that failed their checksum.")
+      .def_readonly("io_errors", &StoreStats::io_errors, "Puts that failed on disk.")
+      .def_readonly("disk_degraded", &StoreStats::disk_degraded,
+                    "A disk write failed (full, read-only): entries are kept in memory only.")
+      .def_readonly("disk_warning", &StoreStats::disk_warning, "The failure, naming the path and the reason.")
+      .def_readonly("remote", &StoreStats::remote, "RemoteStats (enabled=False without a remote tier).")
+      .def("__repr__", [](const StoreStats& s) {
+        std::ostringstream o;
+        o << "StoreStats(tiers=" << s.tiers.size() << ", misses=" << s.misses << ", refusals=" << s.refusals
+          << ", corrupt_reads=" << s.corrupt_reads << ", io_errors=" << s.io_errors << ")";
+        return o.str();
+      });
+}
+
+// EngineStats.
+void def_engine_state(py::module_& m) {
+  using namespace orbit;
+
+  py::class_<EngineStats>(m, "EngineStats", "An engine's counters (Engine.stats).")
+      .def_readonly("chunks", &EngineStats::chunks, "Chunks registered.")
+      .def_readonly("windows", &EngineStats::windows, "Windows alive.")
+      .def_readonly("pool_pages", &EngineStats::pool_pages, "KV pool pages.")
+      .def_readonly("pool_free_pages", &EngineStats::pool_free_pages, "Free KV pool pages.")
+      .def_readonly("pool_bytes_used", &EngineStats::pool_bytes_used, "Bytes of live pages.")
+      .def_readonly("pool_canonical_sets", &EngineStats::pool_canonical_sets,
+                    "Chunks whose canonical pages windows read in place (shared canonicals).")
+      .def_readonly("pool_canonical_pages", &EngineStats::pool_canonical_pages,
+                    "Pages of those canonicals (in pool_bytes_used once, however many windows read them).")
+      .def_readonly("pool_placements", &EngineStats::pool_placements,
+                    "Placements reading a shared canonical (window instances, forks' included).")
+      .def_readonly("pool_patches", &EngineStats::pool_patches,
+                    "Distinct patch factors those placements carry (added as they are read).")
+      .def_readonly("pool_patch_bytes", &EngineStats::pool_patch_bytes,
+                    "Bytes of those patch factors (host memory, not pool pages).")
+      .def_readonly("canonicals_encoded", &EngineStats::canonicals_encoded, "Forwards of chunks alone.")
+      .def_readonly("patches_formed", &EngineStats::patches_formed, "Patches formed.")
+      .def_readonly("patch_hits", &EngineStats::patch_hits, "Stored patches reused.")
+      .def_readonly("forward_tokens", &EngineStats::forward_tokens,
+                    "Token-forwards over all windows' operations and background work (critical + background).")
+      .def_readonly("critical_forward_tokens", &EngineStats::critical_forward_tokens,
+                    "Of forward_tokens: those on the critical path (inside apply()).")
+      .def_readonly("background_forward_tokens", &EngineStats::background_forward_tokens,
+                    "Of forward_tokens: those run by background jobs (canonical encodes).")
+      .def_readonly("check_forward_tokens", &EngineStats::check_forward_tokens,
+                    "Of background_forward_tokens: the fidelity self-checks' probe forwards (Window.idle).")
+      .def_readonly("fidelity_correction", &EngineStats::fidelity_correction,
+                    "What every fidelity prediction is multiplied by, learned from the self-checks' measured / "
+                    "predicted KL (in [1, 64]; 1 until a check finds the model predicting too little).")
+      .def_readonly("fidelity_checks", &EngineStats::fidelity_checks, "Self-checks counted in fidelity_correction.")
+      .def_readonly("prefix_cache_tokens", &EngineStats::prefix_cache_tokens,
+                    "What a prefix cache would have forwarded on the critical path for the same window operations "
+                    "(summed over windows): compare with critical_forward_tokens.")
+      .def_readonly("radix_cache_tokens", &EngineStats::radix_cache_tokens,
+                    "What a radix cache would have forwarded for every window's generate and disposable calls.")
+      .def_readonly("critical_seconds", &EngineStats::critical_seconds,
+                    "Wall time inside apply() (the critical path; background work run inline excluded).")
+      .def_readonly("background_seconds", &EngineStats::background_seconds,
+                    "Wall time of background jobs (canonical encode + SVD + store).")
+      .def_readonly("background_jobs", &EngineStats::background_jobs, "Background jobs completed.")
+      .def_readonly("background_pending", &EngineStats::background_pending, "Background jobs queued, not started.")
+      .def_readonly("background_failed", &EngineStats::background_failed,
+                    "Background jobs that raised (their patch is not stored).")
+      .def_readonly("background_error", &EngineStats::background_error,
+                    "The last background failure's message ('' if none).")
+      .def_readonly("media_found", &EngineStats::media_found, "find_media() calls answered (no encoder needed).")
+      .def_readonly("media_missed", &EngineStats::media_missed, "find_media() calls that found no embeddings.")
+      .def_readonly("constraint_cache", &EngineStats::constraint_cache,
+                    "ConstraintCacheStats: the compiled constraints generate keeps (tools, response_format).")
+      .def_readonly("store", &EngineStats::store, "StoreStats (empty after close()).")
+      .def("__repr__", [](const EngineStats& s) {
+        std::ostringstream o;
+        o << "EngineStats(chunks=" << s.chunks << ", windows=" << s.windows << ", pool_pages=" << s.pool_pages
+          << ", pool_free_pages=" << s.pool_free_pages << ", canonicals_encoded=" << s.canonicals_encoded
+          << ", patches_formed=" << s.patches_formed << ", patch_hits=" << s.patch_hits
+          << ", forward_tokens=" << s.forward_tokens << ", critical_forward_tokens=" << s.critical_forward_tokens
+          << ", background_forward_tokens=" << s.background_forward_tokens << ", background_jobs=" << s.background_jobs
+          << ", background_pending=" << s.background_pending << ")";
+        return o.str();
+      });
+}
+
+// ConstraintCacheOptions(max_entries=, max_bytes=): Python's ints checked before they become size_t.
+orbit::ConstraintCacheOptions constraint_cache_options(int64_t max_entries, int64_t max_bytes) {
+  if (max_entries < 0) {
+    throw py::value_error("ConstraintCacheOptions: max_entries = " + std::to_string(max_entries) +
+                          " must be >= 0 (0 keeps nothing)");
+  }
+  if (max_bytes < 0) {
+    throw py::value_error("ConstraintCacheOptions: max_bytes = " + std::to_string(max_bytes) + " must be >= 0");
+  }
+  orbit::ConstraintCacheOptions o;
+  o.max_entries = static_cast<std::size_t>(max_entries);
+  o.max_bytes = static_cast<std::size_t>(max_bytes);
+  return o;
+}
+
+// ConstraintCacheOptions, ModelInfo and EngineOptions.
+void def_model_and_options(py::module_& m) {
+  using namespace orbit;
+
+  py::class_<ModelInfo>(m, "ModelInfo", "The engine's model (Engine.model_info).")
+      .def_readonly("origin", &ModelInfo::origin, "Path it was loaded from.")
+      .def_readonly("architecture", &ModelInfo::architecture, "'llama', 'qwen2', 'qwen2_vl', 'deepseek_v2'.")
+      .def_readonly("fingerprint", &ModelInfo::fingerprint, "Model fingerprint (part of every content key).")
+      .def_readonly("num_layers", &ModelInfo::num_layers, "Layers.")
+      .def_readonly("vocab_size", &ModelInfo::vocab_size, "Vocabulary size (token ids are 0..vocab_size-1).")
+      .def_readonly("max_positions", &ModelInfo::max_positions, "Position limit.")
+      .def_readonly("position_rows", &ModelInfo::position_rows, "3 for M-RoPE models (grids [3, n]), else 1.")
+      .def_readonly("hidden_size", &ModelInfo::hidden_size, "Embedding width (add_embeddings needs [n, hidden_size]).")
+      .def_readonly("kv_bytes_per_token", &ModelInfo::kv_bytes_per_token, "KV bytes per token, all layers, float32.")
+      .def_readonly("device", &ModelInfo::device, "Where the model runs: 'cpu', 'cuda:0', ...")
+      .def_readonly("dtype", &ModelInfo::dtype, "Compute dtype: 'float32', 'bfloat16' or 'float16'.")
+      .def("__repr__", [](const ModelInfo& i) {
+        std::ostringstream o;
+        o << "ModelInfo(" << repr_of(i.origin) << ", architecture=" << repr_of(i.architecture)
+          << ", num_layers=" << i.num_layers << ", hidden_size=" << i.hidden_size << ", vocab_size=" << i.vocab_size
+          << ", max_positions=" << i.max_positions << ", position_rows=" << i.position_rows << ")";
+        return o.str();
+      });
+
+  py::class_<ConstraintCacheOptions>(
+      m, "ConstraintCacheOptions",
+      "Bounds of an engine's cache of compiled constraints (orbit/constraint_cache.h): Engine(constraint_cache=...),\n"
+      "read back as EngineOptions.constraint_cache and, with what it holds, Engine.stats.constraint_cache.")
+      .def(py::init(&constraint_cache_options), py::kw_only(),
+           py::arg("max_entries") = static_cast<int64_t>(ConstraintCacheOptions{}.max_entries),
+           py::arg("max_bytes") = static_cast<int64_t>(ConstraintCacheOptions{}.max_bytes),
+           "max_entries: constraints kept at most (64; 0 keeps nothing: every call compiles); max_bytes: the bytes\n"
+           "they hold at most, grammars and token masks counted (256 MiB; the entry just used is kept even past it).\n"
+           "Past either bound the least recently used are dropped first. ValueError naming the field for a\n"
+           "negative value.")
+      .def_readonly("max_entries", &ConstraintCacheOptions::max_entries, "Constraints kept at most (0 = none).")
+      .def_readonly("max_bytes", &ConstraintCacheOptions::max_bytes, "Bytes they hold at most, masks included.")
+      .def("__repr__", [](const ConstraintCacheOptions& o) {
+        return "ConstraintCacheOptions(max_entries=" + std::to_string(o.max_entries) +
+               ", max_bytes=" + std::to_string(o.max_bytes) + ")";
+      });
+
+  py::class_<EngineOptions>(m, "EngineOptions", "The options an Engine was opened with (Engine.options).")
+      .def_readonly("model", &EngineOptions::model, "Model path.")
+      .def_readonly("store_dir", &EngineOptions::store_dir, "Store directory ('' = memory only).")
+      .def_readonly("pool_bytes", &EngineOptions::pool_bytes, "KV pool bytes.")
+      .def_readonly("page_size", &EngineOptions::page_size, "Tokens per page.")
+      .def_readonly("host_budget_bytes", &EngineOptions::host_budget_bytes, "Store host-tier budget.")
+      .def_readonly("disk_budget_bytes", &EngineOptions::disk_budget_bytes, "Store disk budget (0 = unlimited).")
+      .def_readonly("threads", &EngineOptions::threads, "Intra-op threads (0 = process setting).")
+      .def_readonly("remote", &EngineOptions::remote, "Remote tier URL ('' = none).")
+      .def_readonly("remote_ttl_seconds", &EngineOptions::remote_ttl_seconds, "Remote entry TTL (0 = never).")
+      .def_readonly("device", &EngineOptions::device, "Device ('cpu', 'cuda', 'cuda:N').")
+      .def_readonly("dtype", &EngineOptions::dtype, "Compute dtype ('float32', 'bfloat16', 'float16').")
+      .def_readonly("eviction", &EngineOptions::eviction, "Store eviction policy ('lru', 'cost-aware').")
+      .def_readonly("cold_tier", &EngineOptions::cold_tier, "How canonicals go to disk ('exact', 'int8').")
+      .def_readonly("device_tier_bytes", &EngineOptions::device_tier_bytes, "Device tier bytes (0 = none).")
+      .def_readonly("embedding_cache", &EngineOptions::embedding_cache, "Media embeddings kept for find_media().")
+      .def_readonly("max_idle_chunks", &EngineOptions::max_idle_chunks,
+                    "Chunks kept registered beyond those in use (0 = all, for the engine's life).")
+      .def_readonly("background", &EngineOptions::background,
+                    "BackgroundMode (where canonicals and patches are formed).")
+      .def_readonly("constraint_cache", &EngineOptions::constraint_cache,
+                    "ConstraintCacheOptions: the bounds of the engine's cache of compiled constraints.")
+      .def("__repr__", [](const EngineOptions& o) {
+        std::ostringstream s;
+        s << "EngineOptions(model=" << repr_of(o.model) << ", store_dir=" << repr_of(o.store_dir)
+          << ", pool_bytes=" << o.pool_bytes << ", page_size=" << o.page_size
+          << ", host_budget_bytes=" << o.host_budget_bytes << ", disk_budget_bytes=" << o.disk_budget_bytes
+          << ", threads=" << o.threads << ", device=" << repr_of(o.device) << ", dtype=" << repr_of(o.dtype)
+          << ", background=" << repr_of(background_mode_name(o.background)) << ")";
+        return s.str();
+      });
+}
+
+// what reads return: logprobs, Generation, losses, disposability.
+
+}  // namespace orbit_py
