@@ -250,10 +250,6 @@ class Llama2cTokenizer final : public Tokenizer {
 
 }  // namespace
 
-Encoding Tokenizer::encode_with_bytes(std::string_view) const {
-  ORBIT_FAIL(source() << ": encode_with_bytes: the tokenizer is not prefix-stable, so it reports no bytes");
-}
-
 std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int64_t expected_vocab) {
   std::error_code ec;
   ORBIT_CHECK(std::filesystem::is_regular_file(path, ec), path << ": tokenizer file not found");

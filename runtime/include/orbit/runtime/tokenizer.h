@@ -72,7 +72,7 @@ class Tokenizer {
   // holds one; "<0xNN>" tokens each cover their whole character). Ranges are never empty, and their begins
   // and ends never decrease from one token to the next. Throws orbit::Error, naming the tokenizer, when it is
   // not prefix_stable() (only those report bytes) or as encode does.
-  virtual Encoding encode_with_bytes(std::string_view text) const;
+  virtual Encoding encode_with_bytes(std::string_view text) const = 0;
 };
 
 // Reads a llama2.c tokenizer file. `expected_vocab` > 0: the file must hold exactly that many pieces
