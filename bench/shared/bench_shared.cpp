@@ -8,8 +8,9 @@
 // under `patch:<rank>:noreuse` (first sight: prefills, the patches formed in the background), closed, and
 // built again from the stored patches: the state measured.
 //
-//   bytes    pool bytes used (live pages x page bytes) + the patch factors the placements hold (float32,
-//            on the engine's device), shared against private; the ratio private / shared
+//   bytes    pool bytes used (live pages x page bytes) + the patch factors the placements hold (on the
+//            engine's device: in --dtype where it is 16-bit, else float32), shared against private; the
+//            ratio private / shared
 //   decode   every window generates --decode tokens greedily after a --query-token query, one window after
 //            another (Window::generate): tokens per second, fastest of --reps, the two engines interleaved
 //   logits   the largest difference between the two engines' query logits over every window

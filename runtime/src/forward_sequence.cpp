@@ -62,6 +62,41 @@ at::Tensor token_major(const at::Tensor& positions, int64_t rows, const c10::Dev
   return p.contiguous();
 }
 
+namespace {
+
+// Layer factors fk, fv of a patch placed at rows [first, first + length) as the paged kernel reads them.
+// Factors already in place (contiguous on the device, all four of the pages' 16-bit type `dtype`, or all
+// float32) are read where they are: the PagedPast's patches outlive the forward. Others are moved once, as
+// float32, into `keep_alive`.
+kernels::cpu::PatchSegment patch_segment(int64_t first, int64_t length, const LowRank& fk, const LowRank& fv,
+                                         const c10::Device& device, c10::ScalarType dtype,
+                                         std::vector<at::Tensor>* keep_alive) {
+  const auto in_place = [&](const at::Tensor& x, c10::ScalarType t) {
+    return x.device() == device && x.scalar_type() == t && x.is_contiguous();
+  };
+  const auto pair_in_place = [&](const LowRank& f, c10::ScalarType t) {
+    return f.rank() == 0 || (in_place(f.u, t) && in_place(f.vt, t));
+  };
+  kernels::cpu::PatchSegment seg;
+  seg.first = first;
+  seg.length = length;
+  const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
+  seg.factors_as_pages = half && pair_in_place(fk, dtype) && pair_in_place(fv, dtype);
+  const c10::ScalarType type = seg.factors_as_pages ? dtype : at::kFloat;
+  const auto place = [&](const at::Tensor& x) -> const void* {
+    if (in_place(x, type)) return x.data_ptr();
+    keep_alive->push_back(x.to(device, type).contiguous());
+    return keep_alive->back().data_ptr();
+  };
+  seg.rank_k = fk.rank();
+  seg.rank_v = fv.rank();
+  if (seg.rank_k > 0) seg.u_k = place(fk.u), seg.vt_k = place(fk.vt);
+  if (seg.rank_v > 0) seg.u_v = place(fv.u), seg.vt_v = place(fv.vt);
+  return seg;
+}
+
+}  // namespace
+
 PagedPlan plan_paged(const ModelConfig& c, const PastKV& past, const at::Tensor& input_positions, int64_t window_len,
                      const c10::Device& device, c10::ScalarType dtype) {
   const PagedPast& paged = *past.paged;
@@ -105,25 +140,9 @@ PagedPlan plan_paged(const ModelConfig& c, const PastKV& past, const at::Tensor&
       const Patch& p = *placed.patch;
       patch_of.narrow(0, placed.first, p.length).fill_(index++);
       for (int64_t l = 0; l < c.num_layers; ++l) {
-        kernels::cpu::PatchSegment seg;
-        seg.first = placed.first;
-        seg.length = p.length;
-        auto bind = [&](const LowRank& f, int64_t* rank, const float** u, const float** vt) {
-          *rank = f.rank();
-          if (*rank == 0) return;
-          // Factors already in place (float32, contiguous, on the device) are read where they are: the
-          // PagedPast's patches outlive the forward. Others are moved once and kept alive by the plan.
-          auto place = [&](const at::Tensor& x) -> const float* {
-            if (x.device() == device && x.scalar_type() == at::kFloat && x.is_contiguous()) return x.data_ptr<float>();
-            plan.keep_alive.push_back(x.to(device, at::kFloat).contiguous());
-            return plan.keep_alive.back().data_ptr<float>();
-          };
-          *u = place(f.u);
-          *vt = place(f.vt);
-        };
-        bind(p.k[static_cast<size_t>(l)], &seg.rank_k, &seg.u_k, &seg.vt_k);
-        bind(p.v[static_cast<size_t>(l)], &seg.rank_v, &seg.u_v, &seg.vt_v);
-        per_layer[static_cast<size_t>(l)].push_back(seg);
+        per_layer[static_cast<size_t>(l)].push_back(patch_segment(placed.first, p.length, p.k[static_cast<size_t>(l)],
+                                                                  p.v[static_cast<size_t>(l)], device, dtype,
+                                                                  &plan.keep_alive));
       }
     }
     b.patch_of = patch_of.to(device);

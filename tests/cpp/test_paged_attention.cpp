@@ -97,6 +97,52 @@ TEST_CASE("paged attention reference == gather + patch + rotate + attend", "[pag
   for (const Case& k : cases) check_reference(k, seed++);
 }
 
+TEST_CASE("a bfloat16 reference reads factors held as bfloat16 as it reads their float32 copies", "[paged]") {
+  at::manual_seed(7);
+  const int64_t heads = 4, kv_heads = 2, d = 64, W = kv_heads * d, paged = 12, tail = 2, rank = 3, n = 7;
+  const auto bf16 = [](at::IntArrayRef shape, double scale = 1.0) {
+    return (at::randn(shape) * scale).to(at::kBFloat16);
+  };
+  rt::RopeConfig rope;
+  rope.head_dim = rope.rotary_dim = d;
+  rope.max_position_embeddings = 1 << 20;
+  rt::ops::PagedAttentionInputs in;
+  in.q = bf16({tail, heads, d});
+  in.k_pages = bf16({paged + 4, W});
+  in.v_pages = bf16({paged + 4, W});
+  in.slots = at::randperm(paged + 4, at::kLong).narrow(0, 0, paged).to(at::kInt);
+  in.k_tail = bf16({tail, kv_heads, d});
+  in.v_tail = bf16({tail, kv_heads, d});
+  in.positions = at::randint(0, 30000, {paged + tail, 1}, at::kLong);
+  in.inv_freq = rt::rope_inv_freq(rope, 0);
+  in.scale = 0.125;
+  in.patch_of = at::full({paged}, -1, at::kInt);
+  in.patch_of.narrow(0, 3, n).fill_(0);
+  const std::vector<at::Tensor> held = {bf16({n, rank}), bf16({rank, W}, 0.1), bf16({n, rank}), bf16({rank, W}, 0.1)};
+  auto table = [&](const std::vector<at::Tensor>& f, bool as_pages) {
+    orbit::kernels::cpu::PatchSegment seg;
+    seg.first = 3;
+    seg.length = n;
+    seg.rank_k = seg.rank_v = rank;
+    seg.u_k = f[0].data_ptr();
+    seg.vt_k = f[1].data_ptr();
+    seg.u_v = f[2].data_ptr();
+    seg.vt_v = f[3].data_ptr();
+    seg.factors_as_pages = as_pages;
+    return rt::ops::make_segment_table({seg}, at::kCPU);
+  };
+  std::vector<at::Tensor> copies;
+  for (const at::Tensor& f : held) copies.push_back(f.to(at::kFloat));
+  in.segments = table(copies, false);
+  const at::Tensor from_float = rt::ops::paged_attention(in);
+  in.segments = table(held, true);
+  const at::Tensor from_bf16 = rt::ops::paged_attention(in);
+  CHECK(at::equal(from_bf16, from_float));
+  // The factors count: without them the output moves.
+  in.patch_of.fill_(-1);
+  CHECK_FALSE(at::equal(rt::ops::paged_attention(in), from_bf16));
+}
+
 TEST_CASE("forward over a paged past == forward over the same past gathered and patched", "[paged][model]") {
   for (const std::string& name : orbit::test::device_test_models()) {
     const auto m = rt::load_model(orbit::test::device_test_model_dir(name));

@@ -60,20 +60,25 @@ void run_case(const Case& k, at::ScalarType dtype, uint64_t seed) {
   cpu.interleaved = k.interleaved;
   cpu.scale = 1.0 / std::sqrt(static_cast<double>(d));
   const int64_t n = k.paged / 3;
-  const at::Tensor uk = at::randn({n, k.rank}), vtk = at::randn({k.rank, W}) * 0.1, uv = at::randn({n, k.rank}),
-                   vtv = at::randn({k.rank, W}) * 0.1;
+  // Factors rounded to the dtype as well, so that a 16-bit pool's factors (held in its own type) and their
+  // float32 copies are the same numbers.
+  const at::Tensor uk = rnd({n, k.rank}), vtk = rnd({k.rank, W}, 0.1), uv = rnd({n, k.rank}),
+                   vtv = rnd({k.rank, W}, 0.1);
   const bool patched = k.rank > 0 && n > 0;
 
-  auto segments_on = [&](const at::Device& dev, std::vector<at::Tensor>& keep) {
-    keep = {uk.to(dev), vtk.to(dev), uv.to(dev), vtv.to(dev)};
+  // as_pages: the factors in the pages' dtype (PatchSegment::factors_as_pages), else float32.
+  auto segments_on = [&](const at::Device& dev, std::vector<at::Tensor>& keep, bool as_pages = false) {
+    const at::ScalarType t = as_pages ? dtype : at::kFloat;
+    keep = {uk.to(dev, t), vtk.to(dev, t), uv.to(dev, t), vtv.to(dev, t)};
     orbit::kernels::cpu::PatchSegment seg;
     seg.first = 2;
     seg.length = n;
     seg.rank_k = seg.rank_v = k.rank;
-    seg.u_k = keep[0].data_ptr<float>();
-    seg.vt_k = keep[1].data_ptr<float>();
-    seg.u_v = keep[2].data_ptr<float>();
-    seg.vt_v = keep[3].data_ptr<float>();
+    seg.u_k = keep[0].data_ptr();
+    seg.vt_k = keep[1].data_ptr();
+    seg.u_v = keep[2].data_ptr();
+    seg.vt_v = keep[3].data_ptr();
+    seg.factors_as_pages = as_pages;
     return rt::ops::make_segment_table({seg}, dev);
   };
   std::vector<at::Tensor> keep_cpu, keep_gpu;
@@ -100,30 +105,36 @@ void run_case(const Case& k, at::ScalarType dtype, uint64_t seed) {
     gpu.segments = segments_on(dev, keep_gpu);
   }
   using Kernel = rt::ops::PagedKernelChoice;
-  for (const Kernel kernel : {Kernel::kTiled, Kernel::kRowwise, Kernel::kTensorCore, Kernel::kAuto}) {
-    const bool mma = kernel == Kernel::kTensorCore;
-    if (mma && dtype == at::kFloat) {
+  std::vector<at::Tensor> keep_pages;
+  for (int pass = 0; pass < (patched && dtype != at::kFloat ? 2 : 1); ++pass) {
+    for (const Kernel kernel : {Kernel::kTiled, Kernel::kRowwise, Kernel::kTensorCore, Kernel::kAuto}) {
+      const bool mma = kernel == Kernel::kTensorCore;
+      // The second pass reads the same factors held in the pages' 16-bit type.
+      if (pass == 1 && kernel == Kernel::kTiled) gpu.segments = segments_on(dev, keep_pages, true);
+      if (mma && dtype == at::kFloat) {
+        gpu.kernel = kernel;
+        CHECK_THROWS_WITH(rt::ops::paged_attention(gpu), Catch::Matchers::Contains("needs bfloat16 or float16"));
+        continue;
+      }
       gpu.kernel = kernel;
-      CHECK_THROWS_WITH(rt::ops::paged_attention(gpu), Catch::Matchers::Contains("needs bfloat16 or float16"));
-      continue;
+      const at::Tensor got = rt::ops::paged_attention(gpu);
+      REQUIRE(got.scalar_type() == dtype);
+      // float32: the kernel and the reference differ only in summation order and the fast exp/sincos
+      // intrinsics (a few float32 ulps). bf16/f16: the output is rounded once to the dtype (unit roundoff
+      // 2^-9 / 2^-12), everything before it is float32 on identical inputs. The tensor-core kernel also
+      // rounds the rotated (and patched) keys, the patched values and the probabilities once each.
+      const double tol = dtype == at::kFloat      ? 2e-5
+                         : dtype == at::kBFloat16 ? (mma || kernel == Kernel::kAuto ? 1.5e-2 : 8e-3)
+                                                  : (mma || kernel == Kernel::kAuto ? 4e-3 : 1.5e-3);
+      const double err = rel_error(got, want);
+      const char* names[] = {" auto", " tiled", " rowwise", " tensor cores"};
+      INFO(c10::toString(dtype) << " H " << k.heads << "/" << k.kv_heads << " d " << d << " R " << k.queries << " S_p "
+                                << k.paged << " S_t " << k.tail << " rank " << k.rank
+                                << (k.interleaved ? " interleaved" : "") << (k.mrope ? " mrope" : "")
+                                << names[static_cast<int>(kernel)] << (pass == 1 ? " factors in dtype" : "")
+                                << ": rel error " << err);
+      CHECK(err < tol);
     }
-    gpu.kernel = kernel;
-    const at::Tensor got = rt::ops::paged_attention(gpu);
-    REQUIRE(got.scalar_type() == dtype);
-    // float32: the kernel and the reference differ only in summation order and the fast exp/sincos
-    // intrinsics (a few float32 ulps). bf16/f16: the output is rounded once to the dtype (unit roundoff
-    // 2^-9 / 2^-12), everything before it is float32 on identical inputs. The tensor-core kernel also
-    // rounds the rotated (and patched) keys, the patched values and the probabilities once each.
-    const double tol = dtype == at::kFloat      ? 2e-5
-                       : dtype == at::kBFloat16 ? (mma || kernel == Kernel::kAuto ? 1.5e-2 : 8e-3)
-                                                : (mma || kernel == Kernel::kAuto ? 4e-3 : 1.5e-3);
-    const double err = rel_error(got, want);
-    const char* names[] = {" auto", " tiled", " rowwise", " tensor cores"};
-    INFO(c10::toString(dtype) << " H " << k.heads << "/" << k.kv_heads << " d " << d << " R " << k.queries << " S_p "
-                              << k.paged << " S_t " << k.tail << " rank " << k.rank
-                              << (k.interleaved ? " interleaved" : "") << (k.mrope ? " mrope" : "")
-                              << names[static_cast<int>(kernel)] << ": rel error " << err);
-    CHECK(err < tol);
   }
 }
 

@@ -29,18 +29,27 @@
 
 namespace orbit::kernels::cpu {
 
-// One placed chunk's low-rank patch rows (float32, row-major): Δk[i] = u_k[i, :]·vt_k (rank_k ≥ 0),
-// Δv[i] = u_v[i, :]·vt_v; i = s − first for keys s in [first, first + length).
+// One placed chunk's low-rank patch rows (row-major): Δk[i] = u_k[i, :]·vt_k (rank_k ≥ 0),
+// Δv[i] = u_v[i, :]·vt_v; i = s − first for keys s in [first, first + length). The factors are float32, or,
+// with factors_as_pages, of the pages' own type T (a bfloat16 or float16 pool keeps its placements' factors
+// at half the bytes); either way the products are summed in float32.
 struct PatchSegment {
   int64_t first = 0;
   int64_t length = 0;
   int64_t rank_k = 0;
   int64_t rank_v = 0;
-  const float* u_k = nullptr;   // [length][rank_k]
-  const float* vt_k = nullptr;  // [rank_k][width]
-  const float* u_v = nullptr;   // [length][rank_v]
-  const float* vt_v = nullptr;  // [rank_v][width]
+  const void* u_k = nullptr;      // [length][rank_k]
+  const void* vt_k = nullptr;     // [rank_k][width]
+  const void* u_v = nullptr;      // [length][rank_v]
+  const void* vt_v = nullptr;     // [rank_v][width]
+  bool factors_as_pages = false;  // the four factors hold T; false: float32
 };
+
+// Element i of factor `p` of segment g, as float.
+template <typename T>
+inline float patch_factor(const PatchSegment& g, const void* p, int64_t i) {
+  return g.factors_as_pages ? static_cast<float>(static_cast<const T*>(p)[i]) : static_cast<const float*>(p)[i];
+}
 
 struct PagedAttentionDims {
   int64_t queries = 0;        // R ≥ 1
@@ -105,8 +114,10 @@ void paged_attention_reference(const PagedAttentionArgs<T>& a, const PagedAttent
       const int64_t i = s - g.first;
       for (int64_t c = 0; c < W; ++c) {
         float dk = 0, dv = 0;
-        for (int64_t j = 0; j < g.rank_k; ++j) dk += g.u_k[i * g.rank_k + j] * g.vt_k[j * W + c];
-        for (int64_t j = 0; j < g.rank_v; ++j) dv += g.u_v[i * g.rank_v + j] * g.vt_v[j * W + c];
+        for (int64_t j = 0; j < g.rank_k; ++j)
+          dk += patch_factor<T>(g, g.u_k, i * g.rank_k + j) * patch_factor<T>(g, g.vt_k, j * W + c);
+        for (int64_t j = 0; j < g.rank_v; ++j)
+          dv += patch_factor<T>(g, g.u_v, i * g.rank_v + j) * patch_factor<T>(g, g.vt_v, j * W + c);
         ko[c] += dk;
         vo[c] += dv;
       }

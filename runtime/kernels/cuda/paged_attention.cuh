@@ -114,6 +114,23 @@ __device__ __forceinline__ void pa_load_row(const T* p, float (&x)[E]) {
   for (int e = 0; e < E; ++e) x[e] = pa_load(p + e);
 }
 
+// Element i of a patch factor of segment g: T where the segment's factors are the pages' type, else float.
+template <typename T>
+__device__ __forceinline__ float pa_factor(const PatchSegment& g, const void* p, int64_t i) {
+  return g.factors_as_pages ? pa_load(static_cast<const T*>(p) + i) : __ldg(static_cast<const float*>(p) + i);
+}
+
+// x[0, E) += u[i, :]·vt[:, col, col + E) for one factor pair of rank n (row i's u already offset).
+template <typename T, int E>
+__device__ __forceinline__ void pa_add_patch(const PatchSegment& g, const void* u, int64_t ui, const void* vt,
+                                             int64_t n, int64_t W, int col, float (&x)[E]) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float uj = pa_factor<T>(g, u, ui + j);
+#pragma unroll
+    for (int e = 0; e < E; ++e) x[e] += uj * pa_factor<T>(g, vt, j * W + col + e);
+  }
+}
+
 // One key: content row read in place (page or tail), patch rows added, rotated to its position.
 template <typename T, int E>
 __device__ __forceinline__ void pa_read_key(const PagedAttentionArgs<T>& a, const PagedAttentionDims& d, int64_t s,
@@ -136,16 +153,8 @@ __device__ __forceinline__ void pa_read_key(const PagedAttentionArgs<T>& a, cons
     if (seg >= 0) {
       const PatchSegment& g = a.segments[seg];
       const int64_t i = s - g.first;
-      for (int64_t j = 0; j < g.rank_k; ++j) {
-        const float u = __ldg(g.u_k + i * g.rank_k + j);
-#pragma unroll
-        for (int e = 0; e < E; ++e) k[e] += u * __ldg(g.vt_k + j * W + col + e);
-      }
-      for (int64_t j = 0; j < g.rank_v; ++j) {
-        const float u = __ldg(g.u_v + i * g.rank_v + j);
-#pragma unroll
-        for (int e = 0; e < E; ++e) v[e] += u * __ldg(g.vt_v + j * W + col + e);
-      }
+      pa_add_patch<T, E>(g, g.u_k, i * g.rank_k, g.vt_k, g.rank_k, W, col, k);
+      pa_add_patch<T, E>(g, g.u_v, i * g.rank_v, g.vt_v, g.rank_v, W, col, v);
     }
   }
 }

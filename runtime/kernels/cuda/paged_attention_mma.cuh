@@ -171,6 +171,47 @@ __device__ __forceinline__ void mma_patch16(const float* u, const float* vt, int
   }
 }
 
+// mma_patch16 for factors of the pages' 16-bit type T: rows of vt read 8 at a time (16 bytes) where vt is
+// 16-byte aligned, else one by one; the products summed in float32.
+template <typename T>
+__device__ __forceinline__ void mma_patch16_pages(const T* u, const T* vt, int64_t n, int64_t W, int64_t col, int base0,
+                                                  int base1, float (&x0)[8], float (&x1)[8]) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(vt) & 15) == 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float uj = pa_load(u + j);
+    float a[8], b[8];
+    const T* r0 = vt + j * W + col + base0;
+    const T* r1 = vt + j * W + col + base1;
+    if (aligned) {
+      mma_load8(r0, a);
+      mma_load8(r1, b);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) a[e] = pa_load(r0 + e), b[e] = pa_load(r1 + e);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x0[e] += uj * a[e], x1[e] += uj * b[e];
+  }
+}
+
+// A segment's patch rows for key row i at this thread's dims, whichever type its factors hold.
+template <typename T>
+__device__ __forceinline__ void mma_add_patch(const cpu::PatchSegment& g, int64_t i, int64_t W, int64_t col, int base0,
+                                              int base1, float (&k0)[8], float (&k1)[8], float (&v0)[8],
+                                              float (&v1)[8]) {
+  if (g.factors_as_pages) {
+    mma_patch16_pages(static_cast<const T*>(g.u_k) + i * g.rank_k, static_cast<const T*>(g.vt_k), g.rank_k, W, col,
+                      base0, base1, k0, k1);
+    mma_patch16_pages(static_cast<const T*>(g.u_v) + i * g.rank_v, static_cast<const T*>(g.vt_v), g.rank_v, W, col,
+                      base0, base1, v0, v1);
+    return;
+  }
+  mma_patch16(static_cast<const float*>(g.u_k) + i * g.rank_k, static_cast<const float*>(g.vt_k), g.rank_k, W, col,
+              base0, base1, k0, k1);
+  mma_patch16(static_cast<const float*>(g.u_v) + i * g.rank_v, static_cast<const float*>(g.vt_v), g.rank_v, W, col,
+              base0, base1, v0, v1);
+}
+
 // The pool row (page slot) of key s, -1 for a tail key, -2 for padding (s < 0).
 template <typename T>
 __device__ __forceinline__ int64_t mma_row_of(const cpu::PagedAttentionArgs<T>& a, const cpu::PagedAttentionDims& d,
@@ -198,9 +239,7 @@ __device__ __forceinline__ void mma_stage_key(const cpu::PagedAttentionArgs<T>& 
     const int32_t seg = a.patch_of != nullptr && row >= 0 ? __ldg(a.patch_of + s) : -1;
     if (seg >= 0) {
       const cpu::PatchSegment& g = a.segments[seg];
-      const int64_t i = s - g.first;
-      mma_patch16(g.u_k + i * g.rank_k, g.vt_k, g.rank_k, W, col, f.base0, f.base1, k0, k1);
-      mma_patch16(g.u_v + i * g.rank_v, g.vt_v, g.rank_v, W, col, f.base0, f.base1, v0, v1);
+      mma_add_patch<T>(g, s - g.first, W, col, f.base0, f.base1, k0, k1, v0, v1);
     }
     const int64_t* pos = a.positions + s * d.position_rows;
     const int64_t p0 = pos[0];

@@ -61,7 +61,9 @@ struct EngineOptions {
   // set of the chunk's canonical pages in the pool, shared by reference count, each adding its own patch
   // factors as it reads them, instead of writing a patched copy per placement (EngineStats::pool_canonical_*
   // count them). Equal to the copy within float tolerance (docs/ARCHITECTURE.md §13). On a CUDA engine the
-  // paged kernel adds the factors as it reads the pages; the factors live on the device (float32).
+  // paged kernel adds the factors as it reads the pages; the factors live on the device, in the engine's
+  // dtype where that is bfloat16 or float16 (half the bytes of float32; the products are summed in float32),
+  // float32 otherwise.
   // false: every placement writes its own pages.
   bool shared_canonicals = true;
   int64_t host_budget_bytes = int64_t{1} << 30;  // the store's host-memory tier
@@ -150,7 +152,8 @@ struct EngineStats {
   // Shared canonicals (EngineOptions::shared_canonicals), from the pool's reference counts: the chunks whose
   // canonical pages windows read in place, those pages (counted in pool_bytes_used once, however many
   // windows read them), the placements reading them (forks' included), and the distinct patch factors
-  // those placements carry (float32 on the engine's device, not pool pages) with their bytes.
+  // those placements carry (on the engine's device, in the type shared_canonicals names; not pool pages)
+  // with their bytes.
   int64_t pool_canonical_sets = 0;
   int64_t pool_canonical_pages = 0;
   int64_t pool_placements = 0;

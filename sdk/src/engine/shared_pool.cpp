@@ -42,7 +42,8 @@ void check_fits(const runtime::KVPool& pool, const runtime::PagedSequence& seq, 
 }
 
 // rows[0, n) += U·Vᵀ as runtime::apply_patch computes it (addmm in float32, rounded once to the rows'
-// dtype), so a placement reads what its private copy would hold. `rows` [T, heads, dim] is a fresh copy.
+// dtype), so a placement reads what its private copy would hold, up to its factors' rounding to a 16-bit
+// pool's type (factor_type). `rows` [T, heads, dim] is a fresh copy.
 void add_factors(const at::Tensor& rows, const runtime::LowRank& f) {
   if (f.rank() == 0) return;
   const int64_t n = f.u.size(0);
@@ -50,13 +51,31 @@ void add_factors(const at::Tensor& rows, const runtime::LowRank& f) {
   head.copy_(at::addmm(head.to(at::kFloat), f.u.to(head.device(), at::kFloat), f.vt.to(head.device(), at::kFloat)));
 }
 
-// `patch` with every factor float32 and contiguous on `device`: the patch itself when it is so already,
+// The type a placement's factors are kept in on a pool of `dtype`: the pool's own where it is 16-bit
+// (bfloat16, float16: half the bytes of float32, and the products are still summed in float32 by every
+// read), else float32.
+c10::ScalarType factor_type(c10::ScalarType dtype) {
+  return dtype == at::kBFloat16 || dtype == at::kHalf ? dtype : at::kFloat;
+}
+
+// The bytes `patch`'s factors take as held (their own element size).
+int64_t held_bytes(const runtime::Patch& patch) {
+  int64_t bytes = 0;
+  for (const auto* factors : {&patch.k, &patch.v}) {
+    for (const runtime::LowRank& f : *factors) {
+      if (f.rank() > 0) bytes += static_cast<int64_t>(f.u.nbytes() + f.vt.nbytes());
+    }
+  }
+  return bytes;
+}
+
+// `patch` with every factor of `type` and contiguous on `device`: the patch itself when it is so already,
 // else a copy (made once, at placement, rather than by every paged read).
-std::shared_ptr<const runtime::Patch> on_device(std::shared_ptr<const runtime::Patch> patch,
-                                                const c10::Device& device) {
+std::shared_ptr<const runtime::Patch> on_device(std::shared_ptr<const runtime::Patch> patch, const c10::Device& device,
+                                                c10::ScalarType type) {
   const auto in_place = [&](const runtime::LowRank& f) {
-    return f.rank() == 0 || (f.u.device() == device && f.vt.device() == device && f.u.scalar_type() == at::kFloat &&
-                             f.vt.scalar_type() == at::kFloat && f.u.is_contiguous() && f.vt.is_contiguous());
+    return f.rank() == 0 || (f.u.device() == device && f.vt.device() == device && f.u.scalar_type() == type &&
+                             f.vt.scalar_type() == type && f.u.is_contiguous() && f.vt.is_contiguous());
   };
   const bool all = std::all_of(patch->k.begin(), patch->k.end(), in_place) &&
                    std::all_of(patch->v.begin(), patch->v.end(), in_place);
@@ -65,8 +84,8 @@ std::shared_ptr<const runtime::Patch> on_device(std::shared_ptr<const runtime::P
   for (auto* factors : {&copy->k, &copy->v}) {
     for (runtime::LowRank& f : *factors) {
       if (f.rank() == 0) continue;
-      f.u = f.u.to(device, at::kFloat).contiguous();
-      f.vt = f.vt.to(device, at::kFloat).contiguous();
+      f.u = f.u.to(device, type).contiguous();
+      f.vt = f.vt.to(device, type).contiguous();
     }
   }
   return copy;
@@ -145,7 +164,7 @@ std::unique_ptr<runtime::PagedSequence> SharedPool::place(const runtime::ModelCo
   if (patch != nullptr) check_fits(pool_, *set, *patch);  // before anything is kept
   auto seq = std::make_unique<runtime::PagedSequence>(set->fork());
   if (patch != nullptr) {
-    factors_[seq.get()] = on_device(std::move(patch), pool_.device());
+    factors_[seq.get()] = on_device(std::move(patch), pool_.device(), factor_type(pool_.options().dtype));
   } else {
     factors_.erase(seq.get());
   }
@@ -173,7 +192,7 @@ SharedPool::Sharing SharedPool::sharing() const {
   for (const auto& [seq, p] : factors_) {
     if (!seen.insert(p.get()).second) continue;
     ++s.patches;
-    s.patch_bytes += p->bytes();
+    s.patch_bytes += held_bytes(*p);
   }
   return s;
 }

@@ -74,15 +74,16 @@ class SharedPool {
   // One placement of chunk `key`: a sequence sharing the chunk's canonical page set (written from
   // `canonical` when no set for `key` is held) with `patch` attached (null: the canonical as it is). Null
   // when the pool cannot hold a new set; then *refused as for create. Throws when `canonical`'s length
-  // differs from the held set's, or when `patch` does not fit it (rows, layers, widths). Factors not
-  // already float32 and contiguous on the pool's device are copied there once, here, so every paged read
-  // on a CUDA pool finds them in place.
+  // differs from the held set's, or when `patch` does not fit it (rows, layers, widths). The placement
+  // keeps its factors contiguous on the pool's device, in the pool's type where that is bfloat16 or float16
+  // (half the bytes; every read still sums the products in float32) and float32 otherwise; factors not so
+  // already are copied once, here, so every paged read on a CUDA pool finds them in place.
   std::unique_ptr<runtime::PagedSequence> place(const runtime::ModelConfig& config, const std::string& key,
                                                 const runtime::Content& canonical,
                                                 std::shared_ptr<const runtime::Patch> patch, Usage* refused = nullptr);
   // What sharing holds now, from the pool's reference counts: canonical sets and their pages, the
   // placements reading them (every holder but the set itself, forks' included), and the distinct patch
-  // factors those placements carry (float32 on the pool's device, outside the pool's pages).
+  // factors those placements carry (on the pool's device in the type place() keeps, outside its pages).
   struct Sharing {
     int64_t canonical_sets = 0;
     int64_t canonical_pages = 0;
