@@ -50,6 +50,15 @@ const char* kServeUsage =
     "  --store-group-commit on|off  stored chat completions (and stored responses) that arrive together\n"
     "                        share one transaction and one sync of the disk (default on); off: one each\n"
     "                        (either way each is answered once it is durable)\n"
+    "  --store-pending-mb N  answers given whose store write failed (Orbit-Stored: false) are held in memory,\n"
+    "                        up to N MiB per store (default 64; 0 = none), and written once the store takes\n"
+    "                        writes again: by the next answer stored (before it is answered), else within\n"
+    "                        a second (a held answer's write that fails while others go through waits 1 s,\n"
+    "                        2 s, ... up to 64 s before its next try), and a last time at shutdown, which\n"
+    "                        names each one lost; a held chat completion is 404 until written, a held\n"
+    "                        response is served and chained from memory. Past N MiB an answer is not held\n"
+    "                        (Orbit-Store-Pending: false). /metrics: orbit_store_pending,\n"
+    "                        orbit_store_retried_total, orbit_store_dropped_total\n"
     "  --remote URL          a remote tier, redis://host:port[/db]\n"
     "  --name ID             the model id clients name (default: the model path's last component)\n"
     "  --device D            where the model runs: cpu (default), cuda or cuda:N; every session's decode\n"
@@ -173,6 +182,10 @@ serve::ServeOptions serve_options(const Args& args) {
   ORBIT_CHECK(group_commit == "on" || group_commit == "off",
               "serve: argument '--store-group-commit' must be on or off, got '" << group_commit << "'");
   o.store_group_commit = group_commit == "on";
+  const int64_t pending_mb = args.get_int("--store-pending-mb", 64, 0);
+  ORBIT_CHECK(pending_mb <= (int64_t{1} << 20),
+              "serve: argument '--store-pending-mb' must be <= 1048576 (a TiB), got " << pending_mb);
+  o.store_pending_bytes = pending_mb << 20;
   o.max_idle_chunks = args.get_int("--max-idle-chunks", 4096, 1);
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
   o.limits.max_body_bytes = static_cast<std::size_t>(size_argument(args, "--max-body-kb", 4096, 1, 10));
@@ -206,6 +219,7 @@ int run_serve(int argc, char** argv, int first) {
                 "--max-responses",
                 "--max-chat-completions",
                 "--store-group-commit",
+                "--store-pending-mb",
                 "--max-idle-chunks",
                 "--max-tokens",
                 "--max-body-kb",

@@ -1,7 +1,10 @@
 #include "serve/serve_core.h"
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "orbit/common/error.h"
 
@@ -17,6 +20,7 @@ ResponseStoreOptions response_store_options(const ServeOptions& o) {
   ResponseStoreOptions r;
   r.capacity = static_cast<std::size_t>(o.max_responses);
   r.group_commit = o.store_group_commit;
+  r.pending_bytes = static_cast<std::size_t>(o.store_pending_bytes);
   if (!o.store_dir.empty()) r.path = o.store_dir + "/serve-responses.sqlite";
   return r;
 }
@@ -27,6 +31,7 @@ ChatStoreOptions chat_store_options(const ServeOptions& o) {
   ChatStoreOptions c;
   c.capacity = static_cast<std::size_t>(o.max_chat_completions);
   c.group_commit = o.store_group_commit;
+  c.pending_bytes = static_cast<std::size_t>(o.store_pending_bytes);
   if (!o.store_dir.empty()) c.path = o.store_dir + "/serve-chat-completions.sqlite";
   return c;
 }
@@ -39,7 +44,9 @@ ServeCore::ServeCore(const ServeOptions& options)
       requests_(context_, sessions_),
       idle_(context_, sessions_),
       responses_(response_store_options(options)),
-      chat_completions_(chat_store_options(options)) {
+      chat_completions_(chat_store_options(options)),
+      store_retry_({[this] { chat_completions_.retry_pending(false); }, [this] { responses_.retry_pending(false); }},
+                   kStoreRetryPeriod) {
   idle_.start();
 }
 
@@ -80,10 +87,13 @@ MetricGauges ServeCore::gauges() {
   const ConstraintCache::Usage constraints = context_.constraints->usage();
   const StoreWrites chat = chat_completions_.writes();
   const StoreWrites responses = responses_.writes();
+  const std::vector<std::pair<std::string, PendingStats>> pending = {{"chat_completions", chat_completions_.pending()},
+                                                                     {"responses", responses_.pending()}};
   g.more = context_.auditor.render_metrics() + context_.decoder.render_metrics() +
            render_memory_metrics(context_.engine->stats()) +
            render_store_metrics("chat_completions", "Chat completions", chat.items, chat.commits) +
            render_store_metrics("responses", "Responses", responses.items, responses.commits) +
+           render_pending_metrics(pending) +
            render_constraint_metrics(ConstraintMetrics{
                static_cast<int64_t>(constraints.entries), static_cast<int64_t>(constraints.bytes),
                static_cast<int64_t>(context_.constraints->max_bytes()), constraints.hits, constraints.misses});
@@ -101,6 +111,11 @@ void ServeCore::close() {
   context_.decoder.stop();  // what it still holds ends as cancelled; it can no longer touch a window
   sessions_.close_all();
   context_.engine->close();
+  // No request is left to store an answer: the held writes get their last try, and what is still held is
+  // named on stderr as lost.
+  store_retry_.stop();
+  const std::size_t lost = chat_completions_.drain_pending() + responses_.drain_pending();
+  if (lost > 0) std::fprintf(stderr, "orbit serve: stored answers not written before shutdown: %zu\n", lost);
   closed_ = true;
 }
 

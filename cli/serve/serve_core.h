@@ -38,6 +38,7 @@
 // prepared it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -52,6 +53,7 @@
 #include "serve/serve_types.h"
 #include "serve/sessions/session_table.h"
 #include "serve/stored/chat_store.h"
+#include "serve/stored/store_retry.h"
 #include "serve/wire/serve_api.h"
 
 namespace orbit::serve {
@@ -111,7 +113,9 @@ class ServeCore {
 
   // Stops taking forwards (waiting and later requests end), waits for the forward in flight, stops the
   // idle worker, closes every window and then the engine: background work queued so far is finished, so
-  // the store keeps what committed requests formed. Idempotent.
+  // the store keeps what committed requests formed. Then the answers whose store write failed and are held
+  // for a retry get a last try (ChatStore::drain_pending, ResponseStore's), and each still unwritten is
+  // named on stderr. Idempotent.
   void close();
 
  private:
@@ -121,6 +125,9 @@ class ServeCore {
   IdleWorker idle_;
   ResponseStore responses_;
   ChatStore chat_completions_;
+  // Retries the stores' held writes while the server is idle (store_retry.h); after the stores: it uses them.
+  static constexpr std::chrono::milliseconds kStoreRetryPeriod{1000};
+  StoreRetryThread store_retry_;
   std::mutex close_mutex_;
   bool closed_ = false;
 };

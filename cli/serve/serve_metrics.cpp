@@ -89,6 +89,29 @@ std::string render_store_metrics(const std::string& store, const std::string& wh
   return out.str();
 }
 
+std::string render_pending_metrics(const std::vector<std::pair<std::string, PendingStats>>& stores) {
+  struct Family {
+    const char* name;
+    const char* type;
+    const char* help;
+    int64_t PendingStats::*value;
+  };
+  static const Family kFamilies[] = {
+      {"orbit_store_pending", "gauge", "Answers given whose store write failed, held in memory for a retry.",
+       &PendingStats::held},
+      {"orbit_store_pending_bytes", "gauge", "Bytes of the answers held for a retry.", &PendingStats::bytes},
+      {"orbit_store_retried_total", "counter", "Held answers a retry wrote to their store.", &PendingStats::retried},
+      {"orbit_store_dropped_total", "counter",
+       "Answers whose failed write was given up (no room to hold them, or unwritten at shutdown).",
+       &PendingStats::dropped}};
+  std::ostringstream out;
+  for (const Family& f : kFamilies) {
+    out << "# HELP " << f.name << " " << f.help << "\n# TYPE " << f.name << " " << f.type << "\n";
+    for (const auto& [store, stats] : stores) out << f.name << "{store=\"" << store << "\"} " << stats.*f.value << "\n";
+  }
+  return out.str();
+}
+
 void ServeMetrics::count_cancelled() {
   std::lock_guard<std::mutex> lock(mutex_);
   ++cancelled_;

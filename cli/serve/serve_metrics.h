@@ -20,6 +20,11 @@
 //   orbit_store_write_failures_total{store}     answers to store: true requests given but not written to their
 //                                               store (store "chat_completions" or "responses"; the write failed
 //                                               after the run: store_write.h)
+//   orbit_store_pending{store}                  answers held for a retry of their failed write, and their
+//   orbit_store_pending_bytes{store}            bytes (gauges; pending_writes.h)
+//   orbit_store_retried_total{store}            held answers a retry wrote
+//   orbit_store_dropped_total{store}            answers whose failed write was given up: no room to hold them
+//                                               (--store-pending-mb), or still unwritten at shutdown
 //   orbit_chat_completions_stored_total,        chat completions written, and the transactions that wrote them
 //   orbit_chat_completions_commits_total        (their ratio is the mean group: group_commit.h)
 //   orbit_responses_stored_total,               the same for stored responses (on disk: 0 without --store)
@@ -39,8 +44,10 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "orbit/engine.h"
+#include "serve/stored/pending_writes.h"
 
 namespace orbit::serve {
 
@@ -79,6 +86,10 @@ std::string render_memory_metrics(const EngineStats& stats);
 // /metrics counters orbit_<store>_stored_total and orbit_<store>_commits_total; `what` names the items
 // ("Chat completions") in their help.
 std::string render_store_metrics(const std::string& store, const std::string& what, int64_t stored, int64_t commits);
+
+// The stores' held writes (PendingStats, pending_writes.h), by store name, as the /metrics families
+// orbit_store_pending, orbit_store_pending_bytes, orbit_store_retried_total and orbit_store_dropped_total.
+std::string render_pending_metrics(const std::vector<std::pair<std::string, PendingStats>>& stores);
 
 // The constraint cache's state (answer_constraint.h: ConstraintCache::Usage) for /metrics.
 struct ConstraintMetrics {

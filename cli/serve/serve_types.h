@@ -48,6 +48,9 @@ struct ServeOptions {
   // sync of the disk for the group (ChatStoreOptions::group_commit, ResponseStoreOptions::group_commit);
   // false: one per completion or response (`--store-group-commit off`).
   bool store_group_commit = true;
+  // Answers whose store write failed held in memory for a retry, bytes per store at most (ChatStoreOptions::
+  // pending_bytes, ResponseStoreOptions::pending_bytes; `--store-pending-mb`); 0: none is held.
+  int64_t store_pending_bytes = int64_t{64} << 20;
   // EngineOptions::max_idle_chunks: the messages' chunks kept registered once no window holds them (the
   // most recently used), so a server that sees ever new content keeps a bounded registry.
   int64_t max_idle_chunks = 4096;

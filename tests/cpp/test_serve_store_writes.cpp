@@ -4,10 +4,6 @@
 // a time, so only the one the disk cannot take fails; a check queued with puts is answered before their
 // commit; check_writable fails where a write fails, and names the file. A full disk is RLIMIT_FSIZE here
 // (with SIGXFSZ ignored, as `orbit serve` does): it stops root as well.
-#include <signal.h>
-#include <sys/resource.h>
-
-#include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <memory>
@@ -22,69 +18,17 @@
 #include "serve/stored/chat_store.h"
 #include "serve/stored/group_commit.h"
 #include "serve/stored/sqlite_file.h"
+#include "store_write_fixtures.h"
 
 namespace sv = orbit::serve;
 
 namespace {
 
-struct TempDir {
-  std::filesystem::path dir;
-  TempDir() {
-    dir = std::filesystem::temp_directory_path() /
-          ("orbit-store-writes-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    std::filesystem::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-};
-
-sv::StoredCompletion completion(const std::string& id, std::size_t body_bytes = 0) {
-  sv::StoredCompletion c;
-  c.id = id;
-  c.created = 1;
-  c.model = "m";
-  c.body = nlohmann::json{{"id", id}, {"padding", std::string(body_bytes, 'x')}}.dump();
-  c.messages = "[]";
-  return c;
-}
-
-// This process's files may grow to at most `bytes` while it lives (the write past it fails with EFBIG).
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved_) == 0);
-    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
-    rlimit limited = saved_;
-    limited.rlim_cur = bytes;
-    REQUIRE(::setrlimit(RLIMIT_FSIZE, &limited) == 0);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &saved_);
-    ::signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit saved_{};
-  sighandler_t old_handler_ = SIG_DFL;
-};
-
-sv::StoreWrite put(sv::ChatStore& store, const sv::StoredCompletion& c) { return store.put(c); }
-
-// A response of its own chain, with a body of `body_bytes` padding.
-std::shared_ptr<sv::StoredResponse> response(const std::string& id, std::size_t body_bytes = 0) {
-  auto r = std::make_shared<sv::StoredResponse>();
-  r->id = id;
-  r->session = "s-" + id;
-  r->added = {orbit::ChatMessage{"user", "question " + id}, orbit::ChatMessage{"assistant", "answer " + id}};
-  r->body = nlohmann::json{{"id", id}, {"padding", std::string(body_bytes, 'x')}}.dump();
-  return r;
-}
-
-sv::StoreWrite put(sv::ResponseStore& store, const std::shared_ptr<sv::StoredResponse>& r) {
-  return store.put(r, r->conversation());
-}
+using store_fixtures::completion;
+using store_fixtures::FileSizeLimit;
+using store_fixtures::put;
+using store_fixtures::response;
+using store_fixtures::TempDir;
 
 // Puts `items` from one thread each, in order, while another connection holds the file (of `format`)'s
 // write lock: the first put leads a group of its own and waits for the lock, and the others queue behind it
@@ -131,7 +75,8 @@ TEST_CASE("store writes: puts queued while one commits share the next transactio
 TEST_CASE("store writes: a group the disk cannot take is written again one by one", "[serve][chat_store]") {
   TempDir tmp;
   const std::string path = (tmp.dir / "chat.sqlite").string();
-  sv::ChatStore store(sv::ChatStoreOptions{64, path});
+  // Nothing held for a retry (test_serve_store_retry.cpp): the failure is counted once.
+  sv::ChatStore store(sv::ChatStoreOptions{64, path, true, 0});
   REQUIRE(store.put(completion("first")));
   const auto wal = static_cast<rlim_t>(std::filesystem::file_size(path + "-wal"));
   std::vector<sv::StoreWrite> out;
@@ -200,7 +145,8 @@ TEST_CASE("store writes: responses queued while one commits share the next trans
 TEST_CASE("store writes: a group of responses the disk cannot take is written again one by one", "[serve][responses]") {
   TempDir tmp;
   const std::string path = (tmp.dir / "responses.sqlite").string();
-  sv::ResponseStore store(sv::ResponseStoreOptions{64, path});
+  // Nothing held for a retry (test_serve_store_retry.cpp): the failure is counted once.
+  sv::ResponseStore store(sv::ResponseStoreOptions{64, path, true, 0});
   REQUIRE(put(store, response("resp_first")));
   const auto wal = static_cast<rlim_t>(std::filesystem::file_size(path + "-wal"));
   std::vector<sv::StoreWrite> out;

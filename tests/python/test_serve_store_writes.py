@@ -7,11 +7,15 @@ write that would make a file larger fails with EFBIG, as on a full disk), and
     (a stream: in its last chunk, or in response.completed), counted in orbit_store_write_failures_total;
   - the store's file grown past the limit by another writer (this test, through SQLite, as a server sharing
     the store would) makes the check before the run fail: the request is a 507 naming `store`, and nothing
-    runs (no token generated). Once that writer's rows are gone the store takes writes again.
+    runs (no token generated). Once that writer's rows are gone the store takes writes again;
+  - an answer whose write failed is held (`Orbit-Store-Pending: true`): once the limit is lifted (prlimit on
+    the running server) the next answer stored writes it before it is answered, and it survives a restart;
+    one still unwritable at shutdown is named lost.
 Every server is started here on 127.0.0.1 (any free port) and stopped."""
 import http.client
 import json
 import re
+import resource
 import sqlite3
 import subprocess
 
@@ -91,7 +95,7 @@ def test_a_chat_completion_its_store_cannot_take_is_flagged_or_refused_before_it
     assert status == 200, text
     answer = json.loads(text)
     assert len(answer["choices"]) == 2 and all(c["message"]["content"] for c in answer["choices"])
-    assert headers["orbit-stored"] == "false"
+    assert headers["orbit-stored"] == "false" and headers["orbit-store-pending"] == "true"
     assert "serve-chat-completions.sqlite" in headers["orbit-store-error"]
     assert request(server, "GET", "/v1/chat/completions/" + answer["id"])[0] == 404
     assert f"chat completion {answer['id']} is not stored" in server.output()
@@ -130,16 +134,19 @@ def test_a_response_its_store_cannot_take_is_flagged_or_refused_before_it_runs(s
     assert status == 200 and headers["orbit-stored"] == "true"
     first = json.loads(text)
 
-    # Too large for the disk: answered, flagged, held in memory only (a chained request still finds it).
+    # Too large for the disk: answered, flagged, held in memory for a retry (a chained request still finds it).
     status, headers, text = request(server, "POST", "/v1/responses",
                                     dict(LARGE_RESPONSE, previous_response_id=first["id"]))
     assert status == 200, text
     large = json.loads(text)
     assert large["output"][0]["content"][0]["text"]
     assert headers["orbit-stored"] == "false" and "serve-responses.sqlite" in headers["orbit-store-error"]
+    assert headers["orbit-store-pending"] == "true"
     assert f"response {large['id']} is kept in memory only" in server.output()
-    status, _, text = request(server, "POST", "/v1/responses", dict(RESPONSE, previous_response_id=large["id"]))
+    # Its row would continue the held one's, which is written with it: while that does not fit, neither does it.
+    status, headers, text = request(server, "POST", "/v1/responses", dict(RESPONSE, previous_response_id=large["id"]))
     assert status == 200, text
+    assert headers["orbit-stored"] == "false" and headers["orbit-store-pending"] == "true"
 
     # Streamed: response.completed's response says it.
     status, _, text = request(server, "POST", "/v1/responses", dict(LARGE_RESPONSE, stream=True))
@@ -148,7 +155,8 @@ def test_a_response_its_store_cannot_take_is_flagged_or_refused_before_it_runs(s
     assert events[-1]["type"] in ("response.completed", "response.incomplete")
     assert events[-1]["response"]["orbit"]["stored"] is False
     assert "serve-responses.sqlite" in events[-1]["response"]["orbit"]["store_error"]
-    assert metric(server, 'orbit_store_write_failures_total{store="responses"}') == 2
+    assert events[-1]["response"]["orbit"]["store_pending"] is True
+    assert metric(server, 'orbit_store_write_failures_total{store="responses"}') == 3
 
     undo = fill(store / "serve-responses.sqlite", RESPONSES_LIMIT)
     generated = metric(server, "orbit_completion_tokens_total")
@@ -176,3 +184,49 @@ def test_store_group_commit_takes_on_or_off_and_refuses_anything_else(start_serv
     # The Responses store writes through the same group commit: off, one transaction per response.
     assert metric(server, "orbit_responses_stored_total") == 1
     assert metric(server, "orbit_responses_commits_total") == 1
+
+
+def lift_file_size_limit(server):
+    resource.prlimit(server.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+
+def test_an_answer_whose_write_failed_lands_once_the_store_recovers_and_survives_a_restart(
+        start_serve, stories260k_path, tmp_path):
+    store = tmp_path / "store"
+    server = start_serve(stories260k_path, "--store", store, env={"OMP_NUM_THREADS": "1"},
+                         file_size_limit=RESPONSES_LIMIT)
+    status, headers, text = request(server, "POST", "/v1/chat/completions", LARGE)
+    assert status == 200 and headers["orbit-stored"] == "false" and headers["orbit-store-pending"] == "true"
+    chat = json.loads(text)
+    status, headers, text = request(server, "POST", "/v1/responses", LARGE_RESPONSE)
+    assert status == 200 and headers["orbit-stored"] == "false" and headers["orbit-store-pending"] == "true"
+    response = json.loads(text)
+    # Held: the chat completion is not stored yet (404); the response is served, and chained, from memory.
+    assert request(server, "GET", "/v1/chat/completions/" + chat["id"])[0] == 404
+    assert json.loads(request(server, "GET", "/v1/responses/" + response["id"])[2])["output"] == response["output"]
+    for name in ("chat_completions", "responses"):
+        assert metric(server, f'orbit_store_pending{{store="{name}"}}') == 1
+        assert metric(server, f'orbit_store_pending_bytes{{store="{name}"}}') > RESPONSES_LIMIT
+
+    # The disk recovers; the server stops: what its retries have not written yet (they back off while a held
+    # answer does not fit and smaller writes do) its shutdown writes, and says so.
+    lift_file_size_limit(server)
+    assert server.stop() == 0
+    assert f"chat completion {chat['id']} is stored now" in server.output()
+    assert f"response {response['id']} is stored now" in server.output()
+    assert "lost at shutdown" not in server.output()
+
+    # Both survive a restart, and a request continues the response; one held when the server stops, with the
+    # disk still full, is named lost.
+    server = start_serve(stories260k_path, "--store", store, env={"OMP_NUM_THREADS": "1"},
+                         file_size_limit=RESPONSES_LIMIT)
+    assert json.loads(request(server, "GET", "/v1/chat/completions/" + chat["id"])[2]) == dict(chat, metadata={})
+    assert json.loads(request(server, "GET", "/v1/responses/" + response["id"])[2])["output"] == response["output"]
+    status, headers, _ = request(server, "POST", "/v1/responses", dict(RESPONSE, previous_response_id=response["id"]))
+    assert status == 200 and headers["orbit-stored"] == "true"
+    status, headers, text = request(server, "POST", "/v1/chat/completions", LARGE)
+    assert headers["orbit-store-pending"] == "true"
+    lost = json.loads(text)["id"]
+    assert server.stop() == 0
+    assert f"chat completion {lost} is lost at shutdown" in server.output()
+    assert "stored answers not written before shutdown: 1" in server.output()

@@ -168,11 +168,10 @@ void keep_if_stored(ServeCore& core, Job& job, const RunOutcome& out) {
   if (!job.stored->ok) core.metrics().count_store_write_failure("chat_completions");
 }
 
-// A non-streamed answer's Orbit-Stored header (and Orbit-Store-Error when its write failed).
+// A non-streamed answer's Orbit-Stored header (and Orbit-Store-Error, Orbit-Store-Pending when its write failed).
 void store_headers(httplib::Response& res, const Job& job) {
   if (!job.stored) return;
-  res.set_header("Orbit-Stored", job.stored->ok ? "true" : "false");
-  if (!job.stored->ok) res.set_header("Orbit-Store-Error", header_value(job.stored->error));
+  for (const auto& [name, value] : store_header_fields(*job.stored)) res.set_header(name, value);
 }
 
 json final_body(const Job& job, const RunOutcome& out) {

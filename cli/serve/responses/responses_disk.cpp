@@ -82,14 +82,14 @@ std::vector<std::string> ResponseDisk::insert(const std::vector<ResponseRow>& ro
 void ResponseDisk::insert_row(const ResponseRow& row) {
   Statement s(file_,
               "INSERT OR IGNORE INTO responses(id, named, session, previous, added, body, read_key, used) "
-              "VALUES(?, 1, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(used), 0) + 1 FROM responses))");
+              "VALUES(?1, ?7, ?2, ?3, ?4, ?5, ?6, (SELECT COALESCE(MAX(used), 0) + 1 FROM responses))");
   s.text(1, row.id).text(2, row.session);
   if (row.previous.empty()) {
     s.null(3);
   } else {
     s.text(3, row.previous);
   }
-  s.text(4, messages_to_json(row.added)).text(5, row.body).text(6, row.read_key);
+  s.text(4, messages_to_json(row.added)).text(5, row.body).text(6, row.read_key).integer(7, row.named ? 1 : 0);
   s.step();
 }
 
@@ -107,6 +107,12 @@ std::optional<ResponseRow> ResponseDisk::load(const std::string& id) const {
   row.body = s.column_text(4);
   row.read_key = s.column_text(5);
   return row;
+}
+
+bool ResponseDisk::has(const std::string& id) const {
+  Statement s(file_, "SELECT 1 FROM responses WHERE id = ?");
+  s.text(1, id);
+  return s.step();
 }
 
 std::string ResponseDisk::find_by_key(const std::string& read_key) const {

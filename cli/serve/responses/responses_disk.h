@@ -52,13 +52,16 @@ class ResponseDisk {
 
   // SqliteFile::check_writable: throws orbit::Error naming the path when the file cannot take a write.
   void check_writable() { file_.check_writable(); }
-  // In one transaction: inserts `rows` as named rows, the most recently used in their order (a row whose id
-  // is already there is left as it is), then unnames the least recently used named responses until at most
+  // In one transaction: inserts `rows` (named or not, as each says; a chain's links before the rows that
+  // continue them), the most recently used in their order (a row whose id is already there is left as it
+  // is), then unnames the least recently used named responses until at most
   // `capacity` are named. Returns the ids unnamed. Throws orbit::Error naming the path when it cannot write
   // (then none of it is kept).
   std::vector<std::string> insert(const std::vector<ResponseRow>& rows, int64_t capacity);
   // The row `id`, named or not; nullopt when there is none. A row that does not parse throws naming it.
   std::optional<ResponseRow> load(const std::string& id) const;
+  // Whether a row (named or not) has the id `id`.
+  bool has(const std::string& id) const;
   // The most recently used named response whose read list hashes to `read_key`, or "".
   std::string find_by_key(const std::string& read_key) const;
   // Makes `id` the most recently used; false when no named row has that id (never written, unnamed or evicted,

@@ -85,8 +85,7 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
     const ResponseOutcome out = run_response(core, job->call, responses_route::job_sink(core, *job));
     if (out.run.result) {
       if (out.stored) {  // store_write.h
-        res.set_header("Orbit-Stored", out.stored->ok ? "true" : "false");
-        if (!out.stored->ok) res.set_header("Orbit-Store-Error", header_value(out.stored->error));
+        for (const auto& [name, value] : store_header_fields(*out.stored)) res.set_header(name, value);
       }
       res.set_content(dump(out.body), "application/json");
     } else {

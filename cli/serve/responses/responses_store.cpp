@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"
@@ -45,6 +46,17 @@ std::vector<std::string> prefix_keys(const std::vector<ChatMessage>& messages) {
 // The most responses one transaction takes: a group is what queued while the one before committed.
 constexpr std::size_t kMaxGroup = 64;
 
+ResponseRow row_of(const StoredResponse& r, bool named, const std::string& key) {
+  return ResponseRow{r.id, named, r.session, r.previous ? r.previous->id : std::string(), r.added, r.body, key};
+}
+
+// What a held response costs the memory of pending writes.
+std::size_t held_bytes(const StoredResponse& r) {
+  std::size_t bytes = r.body.size();
+  for (const ChatMessage& m : r.added) bytes += m.content.size();
+  return bytes;
+}
+
 }  // namespace response_keys
 
 std::vector<ChatMessage> StoredResponse::conversation() const {
@@ -65,7 +77,8 @@ StoredResponse::~StoredResponse() {
 ResponseStore::ResponseStore(ResponseStoreOptions options)
     : capacity_(std::max<std::size_t>(options.capacity, 1)),
       group_(options.group_commit ? response_keys::kMaxGroup : 1,
-             {[this](const std::vector<const Pending*>& group) { commit(group); }, [this] { check(); }}) {
+             {[this](const std::vector<const Pending*>& group) { commit(group); }, [this] { check(); }}),
+      pending_(options.pending_bytes) {
   if (!options.path.empty()) disk_ = std::make_unique<ResponseDisk>(options.path);
   std::random_device device;
   random_.seed((static_cast<uint64_t>(device()) << 32) ^ device());
@@ -89,11 +102,22 @@ void ResponseStore::remember(std::shared_ptr<StoredResponse> response, const std
   recency_.push_front(id);
   by_id_[id] = Entry{std::move(response), recency_.begin(), key, on_disk};
   if (!key.empty()) by_key_[key] = id;  // the newest of equal conversations
-  const std::size_t held = disk_ ? std::min(capacity_, kMemoryCapacity) : capacity_;
-  while (by_id_.size() > held) forget(recency_.back());
+  trim_memory();
   if (links_.size() > links_limit_) {  // drop the links no response in memory holds any more
     for (auto it = links_.begin(); it != links_.end();) it = it->second.expired() ? links_.erase(it) : std::next(it);
     links_limit_ = std::max<std::size_t>(1024, 2 * links_.size());
+  }
+}
+
+void ResponseStore::trim_memory() {
+  const std::size_t held = disk_ ? std::min(capacity_, kMemoryCapacity) : capacity_;
+  auto oldest = recency_.rbegin();
+  while (by_id_.size() > held) {
+    // A response held for a retry stays: until its write lands, memory is the only place it is found.
+    while (oldest != recency_.rend() && pending_.holds(*oldest)) ++oldest;
+    if (oldest == recency_.rend()) return;
+    const std::string id = *oldest++;  // forget() erases it from recency_: step past it first
+    forget(id);
   }
 }
 
@@ -118,30 +142,124 @@ StoreWrite ResponseStore::put(std::shared_ptr<StoredResponse> response, const st
   }
   // Not under mutex_, which a commit holds while it syncs: the puts that come meanwhile queue for the next.
   StoreWrite written = group_.submit(&pending);  // remembered by commit() once on disk
-  if (!written) {
-    std::fprintf(stderr, "orbit serve: response %s is kept in memory only (until a restart): %s\n",
-                 pending.response->id.c_str(), written.error.c_str());
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (by_id_.count(pending.response->id) == 0) remember(std::move(pending.response), pending.key, false);
+  if (written) {
+    if (!pending_.empty()) retry_pending(false);  // the disk took a write: the held ones may fit again
+    return written;
   }
+  const std::string& id = pending.response->id;
+  // Held before it is remembered: remembering trims memory, which keeps the held ones.
+  written.held = pending_.hold(id, pending, response_keys::held_bytes(*pending.response), written.error);
+  std::fprintf(stderr, "orbit serve: response %s is kept in memory only: %s (%s)\n", id.c_str(), written.error.c_str(),
+               written.held ? "its write retried once the store takes writes"
+                            : "until a restart: the responses held for a retry fill --store-pending-mb");
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (by_id_.count(id) == 0) remember(pending.response, pending.key, false);
   return written;
 }
 
-void ResponseStore::commit(const std::vector<const Pending*>& group) {
+std::vector<ResponseRow> ResponseStore::rows_of(const std::vector<const Pending*>& group,
+                                                std::vector<std::shared_ptr<StoredResponse>>& carried) {
   std::vector<ResponseRow> rows;
   rows.reserve(group.size());
+  std::set<std::string> written;  // ids rows holds already
   for (const Pending* p : group) {
-    const StoredResponse& r = *p->response;
-    rows.push_back(
-        ResponseRow{r.id, true, r.session, r.previous ? r.previous->id : std::string(), r.added, r.body, p->key});
+    // The links it continues that no row holds yet: held for a retry (written named), or deleted or dropped
+    // while held (an unnamed link).
+    std::vector<std::shared_ptr<StoredResponse>> missing;
+    for (std::shared_ptr<StoredResponse> link = p->response->previous;
+         link && written.count(link->id) == 0 && !disk_->has(link->id); link = link->previous) {
+      missing.push_back(link);
+    }
+    for (auto link = missing.rbegin(); link != missing.rend(); ++link) {
+      const auto entry = by_id_.find((*link)->id);
+      const std::string key = entry != by_id_.end() ? entry->second.key : std::string();
+      rows.push_back(response_keys::row_of(**link, pending_.holds((*link)->id), key));
+      written.insert((*link)->id);
+      carried.push_back(*link);
+    }
+    rows.push_back(response_keys::row_of(*p->response, true, p->key));
+    written.insert(p->response->id);
   }
+  return rows;
+}
+
+void ResponseStore::commit(const std::vector<const Pending*>& group) {
   std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::shared_ptr<StoredResponse>> carried;
+  const std::vector<ResponseRow> rows = rows_of(group, carried);
   const std::vector<std::string> evicted = disk_->insert(rows, static_cast<int64_t>(capacity_));
+  for (const std::shared_ptr<StoredResponse>& link : carried) {
+    links_[link->id] = link;
+    if (!pending_.holds(link->id)) continue;  // an unnamed link: memory serves it as before, if it holds it
+    pending_.landed(link->id);
+    const auto entry = by_id_.find(link->id);
+    if (entry != by_id_.end()) entry->second.on_disk = true;
+    std::fprintf(stderr, "orbit serve: response %s is stored now, with a response that continues it\n",
+                 link->id.c_str());
+  }
   for (const Pending* p : group) {
     links_[p->response->id] = p->response;
-    if (by_id_.count(p->response->id) == 0) remember(p->response, p->key, true);
+    const auto entry = by_id_.find(p->response->id);
+    if (entry == by_id_.end()) {
+      remember(p->response, p->key, true);
+    } else {
+      entry->second.on_disk = true;  // a held response, written by a retry
+    }
   }
   for (const std::string& dropped : evicted) forget(dropped);
+}
+
+RetryResult ResponseStore::retry_pending(bool all) {
+  if (!disk_) return {};
+  std::unique_lock<std::mutex> turn(retry_mutex_, std::defer_lock);
+  if (all) {
+    turn.lock();
+  } else if (!turn.try_lock()) {
+    return {};
+  }
+  return retry_locked(all);
+}
+
+RetryResult ResponseStore::retry_locked(bool all) {
+  const auto now = PendingWrites<Pending>::Clock::now();
+  const std::vector<PendingWrites<Pending>::Due> due = pending_.due(now, all);
+  RetryResult result;
+  if (due.empty()) return result;
+  // A disk that takes no write at all is not tried response by response (and no backoff grows).
+  if (const StoreWrite checked = group_.check(); !checked) {
+    result.check_error = checked.error;
+    return result;
+  }
+  std::vector<const Pending*> writes;
+  for (const auto& d : due) writes.push_back(&d.item);
+  const std::vector<StoreWrite> out = group_.submit_all(writes);
+  result.attempted = due.size();
+  for (std::size_t i = 0; i < due.size(); ++i) {
+    if (!out[i]) {
+      pending_.missed(due[i].id, now, out[i].error);
+      continue;
+    }
+    ++result.stored;
+    if (!pending_.holds(due[i].id)) continue;  // landed already, with a response of this retry continuing it
+    pending_.landed(due[i].id);
+    std::fprintf(stderr, "orbit serve: response %s is stored now, on attempt %d\n", due[i].id.c_str(),
+                 due[i].attempts + 1);
+  }
+  return result;
+}
+
+std::size_t ResponseStore::drain_pending() {
+  if (!disk_) return 0;
+  std::lock_guard<std::mutex> turn(retry_mutex_);
+  const RetryResult last = retry_locked(true);
+  const auto left = pending_.due(PendingWrites<Pending>::Clock::now(), true);
+  for (const auto& d : left) {
+    const std::string& why = last.check_error.empty() ? d.error : last.check_error;
+    std::fprintf(stderr, "orbit serve: response %s is lost at shutdown: not written in %d attempts: %s\n", d.id.c_str(),
+                 d.attempts, why.c_str());
+    pending_.drop(d.id);
+  }
+  return left.size();
 }
 
 StoreWrite ResponseStore::check_writable() {
@@ -234,6 +352,8 @@ std::shared_ptr<StoredResponse> ResponseStore::continued_by(const std::vector<Ch
 }
 
 bool ResponseStore::erase(const std::string& id) {
+  std::lock_guard<std::mutex> turn(retry_mutex_);  // a retry in flight lands first: unnamed below
+  pending_.forget(id);
   std::lock_guard<std::mutex> lock(mutex_);
   const bool held = by_id_.count(id) != 0;
   forget(id);

@@ -11,8 +11,17 @@
 // With a path (`orbit serve --store DIR`) the responses are kept on disk (responses_disk.h) and survive a
 // restart; memory holds the most recently used of them (at most kMemoryCapacity), the rest are read back when
 // named. A request with store true checks the disk takes a write before it runs (check_writable); a write of
-// the response that still fails (the disk filled meanwhile) is reported on stderr and returned, and the
-// response is kept in memory only, until a restart (store_write.h says what the client is told). Puts and
+// the response that still fails (the disk filled meanwhile) is reported on stderr and returned (store_write.h
+// says what the client is told), and the response is held for a retry (pending_writes.h, within
+// ResponseStoreOptions::pending_bytes, `--store-pending-mb`): retry_pending() writes the held ones that are
+// due once the disk's check passes, after each put that committed and every second from `orbit serve`'s
+// retry thread (store_retry.h), and drain_pending() tries each a last time at shutdown. Meanwhile the held
+// response is served from memory, as any other: GET finds it and previous_response_id continues it (memory
+// keeps it past its LRU bound while it is held); a response put on disk that continues a held one (or one
+// deleted meanwhile) writes that one first in its own transaction (named if held, else as an unnamed link),
+// so a row's previous is always on disk and a chain read back after a restart is whole; the held one has
+// then landed. DELETE of a held response cancels its write. One the retry could not hold (no room) or write
+// by shutdown is in memory only, until a restart. Puts and
 // checks queue in one GroupCommit (group_commit.h), as the chat completions store's do: responses put
 // together share one transaction and one sync of the disk (at most 64; one each with
 // ResponseStoreOptions::group_commit off), put() returns once the transaction holding its response committed
@@ -43,6 +52,7 @@
 #include "orbit/sync.h"
 #include "serve/responses/responses_disk.h"
 #include "serve/stored/group_commit.h"
+#include "serve/stored/pending_writes.h"
 #include "serve/stored/store_write.h"
 
 namespace orbit::serve {
@@ -65,6 +75,8 @@ struct ResponseStoreOptions {
   std::size_t capacity = 4096;  // responses kept by id (on disk with a path, else in memory); at least 1
   std::string path;             // the database file (responses_disk.h); "" = memory only
   bool group_commit = true;     // false: each put commits alone (one sync of the disk per response)
+  // Responses whose write failed held for a retry, bytes at most (body and messages); 0 holds none.
+  std::size_t pending_bytes = std::size_t{64} << 20;
 };
 
 class ResponseStore {
@@ -78,8 +90,9 @@ class ResponseStore {
   std::string new_id();
   // Keeps `response` under its id, most recently used. `read` is the message list the model read for it
   // (instructions included) followed by its answer: the key continued_by() finds it by.
-  // Returns whether it was written to disk (always ok without a path); a failure says why, and the
-  // response is then held in memory only.
+  // Returns whether it was written to disk (always ok without a path); a failure says why and whether the
+  // response is held for a retry (StoreWrite::held; it is in memory either way). A put that committed while
+  // others are held retries those that are due (retry_pending(false)) before it returns.
   StoreWrite put(std::shared_ptr<StoredResponse> response, const std::vector<ChatMessage>& read);
   // Whether the disk takes a write now (SqliteFile::check_writable; queued with the puts, and answered before
   // the commit of those it joins, without waiting for their sync). Always ok without a path.
@@ -89,8 +102,16 @@ class ResponseStore {
   // The stored response whose `read` list is the longest prefix of `messages` (all of it included), or null.
   std::shared_ptr<StoredResponse> continued_by(const std::vector<ChatMessage>& messages);
   // Forgets the id `id` (DELETE /v1/responses/{id}); false when no response is stored under it. A response
-  // that continues it keeps its conversation.
+  // that continues it keeps its conversation. A held one's write is cancelled (a retry in flight lands first).
   bool erase(const std::string& id);
+  // Writes the held responses due now (`all`: every one, waiting for a retry in flight; else only those whose
+  // backoff has passed, and nothing when another retry runs) once the disk's check passes. Returns what it
+  // attempted and wrote; each written is logged on stderr and counted retried.
+  RetryResult retry_pending(bool all);
+  // At shutdown: retry_pending(true), then every response still held is dropped (in memory only until the
+  // process ends), each named on stderr with why. Returns how many were dropped.
+  std::size_t drain_pending();
+  PendingStats pending() const { return pending_.stats(); }
   std::size_t size() const;  // responses kept by id
   bool persistent() const { return disk_ != nullptr; }
   // Responses written to disk (items), the transactions that wrote them (commits) and puts that failed (kept
@@ -112,12 +133,18 @@ class ResponseStore {
     std::string key;  // the hash of its read list
   };
   void commit(const std::vector<const Pending*>& group);  // GroupCommit's: one transaction; takes mutex_
-  void check();                                           // GroupCommit's: the disk's check; takes mutex_
+  // Under mutex_: the rows `group` writes, each preceded by the links of its chain not on disk (oldest first),
+  // and those links.
+  std::vector<ResponseRow> rows_of(const std::vector<const Pending*>& group,
+                                   std::vector<std::shared_ptr<StoredResponse>>& carried);
+  RetryResult retry_locked(bool all);  // under retry_mutex_
+  void check();                        // GroupCommit's: the disk's check; takes mutex_
   // Under mutex_:
   void touch(Entry& entry);
   // In memory, newest; `on_disk`: its row was written.
   void remember(std::shared_ptr<StoredResponse> response, const std::string& key, bool on_disk);
-  void forget(const std::string& id);                           // from memory only
+  void forget(const std::string& id);  // from memory only
+  void trim_memory();  // forgets the least recently used past the memory's bound, but those held for a retry
   std::shared_ptr<StoredResponse> load(const std::string& id);  // from disk, sharing the links memory holds
   std::shared_ptr<StoredResponse> find(const std::string& id);  // memory, else disk; touched
   // Touches `id` on disk; false when another server has since deleted or evicted it there.
@@ -133,6 +160,8 @@ class ResponseStore {
   std::size_t links_limit_ = 1024;                              // links_'s size that prunes it next
   std::mt19937_64 random_;
   GroupCommit<const Pending*> group_;
+  PendingWrites<Pending> pending_;
+  std::mutex retry_mutex_;  // one retry at a time; erase() waits for it (taken before mutex_)
 };
 
 }  // namespace orbit::serve

@@ -64,14 +64,70 @@ ChatStore::ChatStore(ChatStoreOptions options)
       file_(std::make_unique<SqliteFile>(
           "chat completions store", persistent_ ? options.path : ":memory:", chat_rows::kSchema, chat_rows::kFormat)),
       group_(options.group_commit ? chat_rows::kMaxGroup : 1,
-             {[this](const std::vector<Write>& group) { commit(group); }, [this] { check(); }}) {}
+             {[this](const std::vector<Write>& group) { commit(group); }, [this] { check(); }}),
+      pending_(options.pending_bytes) {}
 
 StoreWrite ChatStore::put(const StoredCompletion& c) {
   StoreWrite written = group_.submit(&c);
-  if (!written) {
-    std::fprintf(stderr, "orbit serve: chat completion %s is not stored: %s\n", c.id.c_str(), written.error.c_str());
+  if (written) {
+    if (!pending_.empty()) retry_pending(false);  // the store took a write: the held ones may fit again
+    return written;
   }
+  written.held = pending_.hold(c.id, c, c.body.size() + c.messages.size(), written.error);
+  std::fprintf(stderr, "orbit serve: chat completion %s is not stored: %s (%s)\n", c.id.c_str(), written.error.c_str(),
+               written.held ? "held in memory, its write retried once the store takes writes"
+                            : "dropped: the completions held for a retry fill --store-pending-mb");
   return written;
+}
+
+RetryResult ChatStore::retry_pending(bool all) {
+  std::unique_lock<std::mutex> turn(retry_mutex_, std::defer_lock);
+  if (all) {
+    turn.lock();
+  } else if (!turn.try_lock()) {
+    return {};
+  }
+  return retry_locked(all);
+}
+
+RetryResult ChatStore::retry_locked(bool all) {
+  const auto now = PendingWrites<StoredCompletion>::Clock::now();
+  std::vector<PendingWrites<StoredCompletion>::Due> due = pending_.due(now, all);
+  RetryResult result;
+  if (due.empty()) return result;
+  // A store that takes no write at all is not tried item by item (and no backoff grows).
+  if (const StoreWrite checked = group_.check(); !checked) {
+    result.check_error = checked.error;
+    return result;
+  }
+  std::vector<Write> writes;
+  for (const auto& d : due) writes.push_back(&d.item);
+  const std::vector<StoreWrite> out = group_.submit_all(writes);
+  result.attempted = due.size();
+  for (std::size_t i = 0; i < due.size(); ++i) {
+    if (!out[i]) {
+      pending_.missed(due[i].id, now, out[i].error);
+      continue;
+    }
+    pending_.landed(due[i].id);
+    ++result.stored;
+    std::fprintf(stderr, "orbit serve: chat completion %s is stored now, on attempt %d\n", due[i].id.c_str(),
+                 due[i].attempts + 1);
+  }
+  return result;
+}
+
+std::size_t ChatStore::drain_pending() {
+  std::lock_guard<std::mutex> turn(retry_mutex_);
+  const RetryResult last = retry_locked(true);
+  const auto left = pending_.due(PendingWrites<StoredCompletion>::Clock::now(), true);
+  for (const auto& d : left) {
+    const std::string& why = last.check_error.empty() ? d.error : last.check_error;
+    std::fprintf(stderr, "orbit serve: chat completion %s is lost at shutdown: not written in %d attempts: %s\n",
+                 d.id.c_str(), d.attempts, why.c_str());
+    pending_.drop(d.id);
+  }
+  return left.size();
 }
 
 StoreWrite ChatStore::check_writable() {
@@ -199,6 +255,8 @@ std::optional<StoredCompletion> ChatStore::update_metadata(const std::string& id
 }
 
 bool ChatStore::erase(const std::string& id) {
+  std::lock_guard<std::mutex> turn(retry_mutex_);  // a retry in flight lands first: deleted below
+  const bool was_held = pending_.forget(id);
   std::lock_guard<std::mutex> lock(mutex_);
   SqlTransaction t(*file_);
   SqlStatement depart(*file_, (std::string(chat_rows::kDepart) + "id = ?1").c_str());
@@ -208,7 +266,7 @@ bool ChatStore::erase(const std::string& id) {
   const bool erased = file_->changes() > 0;
   forget_departed();
   t.commit();
-  return erased;
+  return erased || was_held;
 }
 
 std::size_t ChatStore::size() const {

@@ -26,8 +26,19 @@
 // that arrive together share one transaction (on disk, one sync), unless ChatStoreOptions::group_commit is
 // off, and the checks among them are answered before that commit; put() returns once the transaction
 // holding its completion is committed (synchronous=FULL: a crash after that keeps it). A write that fails (a
-// full disk) is reported on stderr and returned; that completion is not stored. A group that fails is
-// written again one completion at a time, so one too large for what is left of the disk fails alone.
+// full disk) is reported on stderr and returned. A group that fails is written again one completion at a
+// time, so one too large for what is left of the disk fails alone.
+//
+// A completion whose write failed is held in memory for a retry (pending_writes.h), the oldest first, within
+// ChatStoreOptions::pending_bytes (`--store-pending-mb`; past it it is dropped at once, StoreWrite::held
+// false). retry_pending() writes the held ones that are due, in one transaction, once the store's check
+// passes: after each put that committed (so under traffic the next completion stored brings them, before it
+// is answered), and every second from `orbit serve`'s retry thread (store_retry.h); drain_pending() tries
+// every one a last time at shutdown and names on stderr each it could not write. Until its write lands a
+// held completion is not stored: GET, the list, its messages and a metadata update do not find it (404), as
+// the client was told (`Orbit-Stored: false`, `Orbit-Store-Pending: true`); once it lands it is found as any
+// other (its place in the list is where it was written) and survives a restart. erase() of a held id
+// cancels its write (and answers true), so a deleted completion is never written afterwards.
 //
 // Thread-safety: every member may be called from any thread.
 #pragma once
@@ -43,6 +54,7 @@
 #include <vector>
 
 #include "serve/stored/group_commit.h"
+#include "serve/stored/pending_writes.h"
 #include "serve/stored/sqlite_file.h"
 #include "serve/stored/store_write.h"
 
@@ -79,6 +91,8 @@ struct ChatStoreOptions {
   std::size_t capacity = 4096;  // completions kept; at least 1
   std::string path;             // the database file; "" = in memory
   bool group_commit = true;     // false: each put commits alone (one sync of the disk per completion)
+  // Completions whose write failed held for a retry, bytes at most (body and messages); 0 holds none.
+  std::size_t pending_bytes = std::size_t{64} << 20;
 };
 
 class ChatStore {
@@ -88,7 +102,9 @@ class ChatStore {
   explicit ChatStore(ChatStoreOptions options = {});
 
   // Keeps `completion` (the most recently used; an id already stored is left as it is) and drops the least
-  // recently used past the capacity; returns once it is committed. A failure (reported on stderr) says why.
+  // recently used past the capacity; returns once it is committed. A failure (reported on stderr) says why,
+  // and whether the completion is held for a retry (StoreWrite::held). A put that committed while others are
+  // held retries those that are due (retry_pending(false)) before it returns.
   StoreWrite put(const StoredCompletion& completion);
   // Whether the store takes a write now (SqliteFile::check_writable; queued with the puts, and answered
   // before the commit of those it joins, without waiting for their sync). Always ok in memory.
@@ -103,7 +119,17 @@ class ChatStore {
   // Replaces the metadata of `id` (now the most recently used); the completion as updated, or nullopt when
   // none is stored under it.
   std::optional<StoredCompletion> update_metadata(const std::string& id, const Metadata& metadata);
-  bool erase(const std::string& id);  // false when none is stored under `id`
+  // false when none is stored or held under `id` (a held one's write is cancelled; a retry in flight lands
+  // first, and is then deleted).
+  bool erase(const std::string& id);
+  // Writes the held completions due now (`all`: every one, waiting for a retry in flight; else only those
+  // whose backoff has passed, and nothing when another retry runs) once the store's check passes. Returns
+  // what it attempted and wrote; each written is logged on stderr and counted retried.
+  RetryResult retry_pending(bool all);
+  // At shutdown: retry_pending(true), then every completion still held is dropped, each named on stderr with
+  // why. Returns how many were dropped.
+  std::size_t drain_pending();
+  PendingStats pending() const { return pending_.stats(); }
   std::size_t size() const;
   // How many departed completions' order keys are kept (the most recent): four times the capacity.
   std::size_t departed_kept() const { return 4 * capacity_; }
@@ -121,6 +147,7 @@ class ChatStore {
   void insert(const StoredCompletion& c);        // under mutex_, in a transaction
   void touch(const std::string& id);             // under mutex_
   void forget_departed();                        // under mutex_: the departed keys past departed_kept(), oldest first
+  RetryResult retry_locked(bool all);            // under retry_mutex_
   // Under mutex_: (created, seq) of `id`, stored or departed; nullopt when neither.
   std::optional<std::pair<int64_t, int64_t>> order_key(const std::string& id) const;
 
@@ -129,6 +156,8 @@ class ChatStore {
   mutable std::mutex mutex_;
   std::unique_ptr<SqliteFile> file_;
   GroupCommit<Write> group_;
+  PendingWrites<StoredCompletion> pending_;
+  std::mutex retry_mutex_;  // one retry at a time; erase() waits for it (taken before mutex_)
 };
 
 }  // namespace orbit::serve

@@ -68,6 +68,23 @@ class GroupCommit {
     return wait_or_lead(me);
   }
 
+  // Submits `items` together, in order (the retry of a store's pending writes, pending_writes.h): queued at
+  // once, so that they join one group (or several of max_group); returns each one's outcome, in order.
+  std::vector<StoreWrite> submit_all(std::vector<Item> items) {
+    std::vector<Waiter> waiters(items.size());  // not moved: the queue points at them
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        waiters[i].item = std::move(items[i]);
+        queue_.push_back(&waiters[i]);
+      }
+    }
+    std::vector<StoreWrite> out;
+    out.reserve(waiters.size());
+    for (Waiter& w : waiters) out.push_back(wait_or_lead(w, true));
+    return out;
+  }
+
   // Returns once Writer::check ran for this check's group, with its outcome.
   StoreWrite check() {
     Waiter me;
@@ -97,9 +114,10 @@ class GroupCommit {
     std::condition_variable ready;
   };
 
-  StoreWrite wait_or_lead(Waiter& me) {
+  // `queued`: `me` is in queue_ already (submit_all).
+  StoreWrite wait_or_lead(Waiter& me, bool queued = false) {
     std::unique_lock<std::mutex> lock(mutex_);
-    queue_.push_back(&me);
+    if (!queued) queue_.push_back(&me);
     me.ready.wait(lock, [&] { return me.done || (!writing_ && queue_.front() == &me); });
     if (me.done) return me.result;  // a leader wrote it
     writing_ = true;

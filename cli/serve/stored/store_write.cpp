@@ -15,7 +15,14 @@ ApiError store_refusal(const std::string& what, const StoreWrite& check) {
 
 nlohmann::json store_notice(const StoreWrite& write) {
   if (write.ok) return {{"stored", true}};
-  return {{"stored", false}, {"store_error", write.error}};
+  return {{"stored", false}, {"store_error", write.error}, {"store_pending", write.held}};
+}
+
+std::vector<std::pair<std::string, std::string>> store_header_fields(const StoreWrite& write) {
+  if (write.ok) return {{"Orbit-Stored", "true"}};
+  return {{"Orbit-Stored", "false"},
+          {"Orbit-Store-Error", header_value(write.error)},
+          {"Orbit-Store-Pending", write.held ? "true" : "false"}};
 }
 
 std::string header_value(const std::string& text) {

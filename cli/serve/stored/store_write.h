@@ -11,11 +11,19 @@
 //                   carries store_notice's {"stored": false, "store_error": WHY} as "orbit" in its last chunk
 //                   (chat) or in response.completed's response (Responses). /metrics counts each such write
 //                   in orbit_store_write_failures_total{store}, and stderr names the id and the reason.
+//   held            such an answer is held in memory and its write retried (pending_writes.h) once the store
+//                   takes writes again, and a last time at shutdown: `Orbit-Store-Pending: true` and
+//                   "store_pending": true say so (false: no room to hold it, `--store-pending-mb`; it will
+//                   not be written). The check before the run cannot reserve the answer's room: its size is
+//                   not known until it ends (n choices, log probabilities), and SQLite reserves no disk space
+//                   (its "reserved bytes" are per page, for extensions), so the retry is what makes a disk
+//                   that filled during the run cost no answer, as long as the server runs or stops cleanly.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "serve/wire/serve_api.h"
 
@@ -25,6 +33,9 @@ namespace orbit::serve {
 struct StoreWrite {
   bool ok = true;
   std::string error;  // set when !ok
+  // A failed write whose answer the store holds for a retry (pending_writes.h); false: it will not be
+  // written (no room to hold it: `--store-pending-mb`).
+  bool held = false;
 
   explicit operator bool() const { return ok; }
   static StoreWrite failed(std::string why) { return StoreWrite{false, std::move(why)}; }
@@ -34,8 +45,13 @@ struct StoreWrite {
 // "responses") failed its check before the run: names the field `store`, the reason, and what to do.
 ApiError store_refusal(const std::string& what, const StoreWrite& check);
 
-// {"stored": false, "store_error": WHY} for a failed write; {"stored": true} for one that went through.
+// {"stored": false, "store_error": WHY, "store_pending": HELD} for a failed write; {"stored": true} for one
+// that went through.
 nlohmann::json store_notice(const StoreWrite& write);
+
+// The headers of a whole answer whose write was attempted: Orbit-Stored (true or false) and, for a failed
+// write, Orbit-Store-Error (its reason, as header_value) and Orbit-Store-Pending (true: held for a retry).
+std::vector<std::pair<std::string, std::string>> store_header_fields(const StoreWrite& write);
 
 // `text` as one HTTP header value: control characters (a line break would end the header) become spaces,
 // and it is cut at 512 bytes.

@@ -1,0 +1,161 @@
+// The answers a store of `orbit serve` gave but could not write (store_write.h: `Orbit-Stored: false`), held
+// in memory for a retry, for both stores (chat_store.h, responses_store.h). The mechanism only: which are
+// held, in which order, how many bytes, and when each is due; the store decides what a retry writes and what
+// a held answer means to its readers.
+//
+//   hold(id)      a write failed: the answer is held, the oldest first, while the held answers' bytes stay
+//                 within max_bytes; past it the new one is not held (counted dropped) and hold says so.
+//   due(now)      the held answers a retry should attempt now: every one whose backoff has passed.
+//   landed(id)    a retry (or another write carrying it) wrote it: no longer held, counted retried.
+//   missed(id)    an attempt while the store took writes failed for this answer alone (it does not fit what
+//                 is left): its next attempt waits 1 s, then 2, 4, ... at most kMaxBackoff. An attempt that
+//                 was not made because the store took no write at all is not a miss.
+//   forget(id)    the client deleted it while held: no longer held, counted neither way.
+//   drop(id)      given up (at shutdown, after the last attempt): no longer held, counted dropped.
+//
+// Thread-safety: every member may be called from any thread (one mutex, held only inside a member).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace orbit::serve {
+
+// What a store's pending writes hold and did, for /metrics.
+struct PendingStats {
+  int64_t held = 0;     // answers held now (gauge)
+  int64_t bytes = 0;    // their bytes (gauge)
+  int64_t retried = 0;  // answers written after their first write failed (counter)
+  int64_t dropped = 0;  // answers given up: no room to hold them, or not written by shutdown (counter)
+};
+
+// What one retry of a store's held writes did.
+struct RetryResult {
+  std::size_t attempted = 0;  // held answers it tried to write (0 when the store's check failed)
+  std::size_t stored = 0;     // of those, written
+  std::string check_error;    // why the store's check failed ("" when it passed or did not run)
+};
+
+template <class Item>
+class PendingWrites {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::seconds kFirstBackoff{1};
+  static constexpr std::chrono::seconds kMaxBackoff{64};
+
+  struct Due {
+    std::string id;
+    Item item;
+    int attempts = 0;   // failed so far (the first write included)
+    std::string error;  // why the last one failed
+  };
+
+  // max_bytes: what the held answers may hold together (0 holds none).
+  explicit PendingWrites(std::size_t max_bytes) : max_bytes_(max_bytes) {}
+  PendingWrites(const PendingWrites&) = delete;
+  PendingWrites& operator=(const PendingWrites&) = delete;
+
+  // Holds `item` (`bytes` of it) under `id`, the newest, due at once, its first write having failed with
+  // `error`; false when it does not fit within max_bytes (counted dropped). An id held already keeps its
+  // first item.
+  bool hold(const std::string& id, Item item, std::size_t bytes, const std::string& error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (by_id_.count(id) != 0) return true;
+    if (bytes > max_bytes_ - std::min(max_bytes_, bytes_)) {
+      ++stats_.dropped;
+      return false;
+    }
+    order_.push_back(Held{id, std::move(item), bytes, 1, error, Clock::time_point{}, kFirstBackoff});
+    by_id_[id] = std::prev(order_.end());
+    bytes_ += bytes;
+    return true;
+  }
+
+  bool holds(const std::string& id) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return by_id_.count(id) != 0;
+  }
+  bool empty() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return order_.empty();
+  }
+
+  // The items due at `now` (every one with `all`), oldest first.
+  std::vector<Due> due(Clock::time_point now, bool all) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<Due> out;
+    for (const Held& h : order_) {
+      if (all || h.next <= now) out.push_back(Due{h.id, h.item, h.attempts, h.error});
+    }
+    return out;
+  }
+
+  void landed(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (remove(id)) ++stats_.retried;
+  }
+  void missed(const std::string& id, Clock::time_point now, const std::string& error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = by_id_.find(id);
+    if (it == by_id_.end()) return;
+    Held& h = *it->second;
+    ++h.attempts;
+    h.error = error;
+    h.next = now + h.backoff;
+    h.backoff = std::min<std::chrono::seconds>(2 * h.backoff, kMaxBackoff);
+  }
+  bool forget(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return remove(id);
+  }
+  void drop(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (remove(id)) ++stats_.dropped;
+  }
+
+  PendingStats stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    PendingStats s = stats_;
+    s.held = static_cast<int64_t>(order_.size());
+    s.bytes = static_cast<int64_t>(bytes_);
+    return s;
+  }
+
+ private:
+  struct Held {
+    std::string id;
+    Item item;
+    std::size_t bytes = 0;
+    int attempts = 0;
+    std::string error;
+    Clock::time_point next;          // not attempted before this
+    std::chrono::seconds backoff{};  // added to the next miss's time
+  };
+
+  bool remove(const std::string& id) {  // under mutex_
+    const auto it = by_id_.find(id);
+    if (it == by_id_.end()) return false;
+    bytes_ -= it->second->bytes;
+    order_.erase(it->second);
+    by_id_.erase(it);
+    return true;
+  }
+
+  const std::size_t max_bytes_;
+  mutable std::mutex mutex_;
+  std::list<Held> order_;  // oldest first
+  std::map<std::string, typename std::list<Held>::iterator> by_id_;
+  std::size_t bytes_ = 0;
+  PendingStats stats_;  // retried and dropped; held and bytes are read from order_ and bytes_
+};
+
+}  // namespace orbit::serve

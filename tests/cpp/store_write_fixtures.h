@@ -1,0 +1,94 @@
+// What the tests of `orbit serve`'s store writes share (test_serve_store_writes.cpp, test_serve_store_retry.cpp):
+// a temporary directory, a file-size limit that makes writes fail as on a full disk, and items to store.
+#pragma once
+
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "orbit_catch.h"
+#include "serve/responses/responses_store.h"
+#include "serve/stored/chat_store.h"
+
+namespace store_fixtures {
+
+struct TempDir {
+  std::filesystem::path dir;
+  TempDir() {
+    dir = std::filesystem::temp_directory_path() /
+          ("orbit-store-writes-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+    std::filesystem::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+// This process's files may grow to at most `bytes` while it lives (the write past it fails with EFBIG, as on
+// a full disk, for root too: SIGXFSZ is ignored meanwhile, as `orbit serve` does).
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved_) == 0);
+    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
+    rlimit limited = saved_;
+    limited.rlim_cur = bytes;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &limited) == 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    ::signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit saved_{};
+  sighandler_t old_handler_ = SIG_DFL;
+};
+
+inline orbit::serve::StoredCompletion completion(const std::string& id, std::size_t body_bytes = 0) {
+  orbit::serve::StoredCompletion c;
+  c.id = id;
+  c.created = 1;
+  c.model = "m";
+  c.body = nlohmann::json{{"id", id}, {"padding", std::string(body_bytes, 'x')}}.dump();
+  c.messages = "[]";
+  return c;
+}
+
+// A response continuing `previous` (null: the first of its chain), with a body of `body_bytes` padding.
+inline std::shared_ptr<orbit::serve::StoredResponse> response(
+    const std::string& id, std::size_t body_bytes = 0,
+    std::shared_ptr<orbit::serve::StoredResponse> previous = nullptr) {
+  auto r = std::make_shared<orbit::serve::StoredResponse>();
+  r->id = id;
+  r->session = "s-" + id;
+  r->added = {orbit::ChatMessage{"user", "question " + id}, orbit::ChatMessage{"assistant", "answer " + id}};
+  r->previous = std::move(previous);
+  r->body = nlohmann::json{{"id", id}, {"padding", std::string(body_bytes, 'x')}}.dump();
+  return r;
+}
+
+inline orbit::serve::StoreWrite put(orbit::serve::ChatStore& store, const orbit::serve::StoredCompletion& c) {
+  return store.put(c);
+}
+
+inline orbit::serve::StoreWrite put(orbit::serve::ResponseStore& store,
+                                    const std::shared_ptr<orbit::serve::StoredResponse>& r) {
+  return store.put(r, r->conversation());
+}
+
+// The size of `path`'s write-ahead log now: a limit a little above it lets small writes through and fails
+// large ones.
+inline rlim_t wal_bytes(const std::string& path) {
+  return static_cast<rlim_t>(std::filesystem::file_size(path + "-wal"));
+}
+
+}  // namespace store_fixtures
