@@ -114,8 +114,8 @@ class ResponseStore {
   PendingStats pending() const { return pending_.stats(); }
   std::size_t size() const;  // responses kept by id
   bool persistent() const { return disk_ != nullptr; }
-  // Responses written to disk (items), the transactions that wrote them (commits) and puts that failed (kept
-  // in memory only); all 0 without a path.
+  // Responses written to disk (items), the transactions that wrote them (commits) and writes that failed (a
+  // put's or a retry's: pending() says what is held); all 0 without a path.
   StoreWrites writes() const { return group_.writes(); }
   // Writes (puts and checks) waiting or being written now: for tests that wait until a group has formed.
   std::size_t queued() const { return group_.queued(); }

@@ -134,7 +134,8 @@ class ChatStore {
   // How many departed completions' order keys are kept (the most recent): four times the capacity.
   std::size_t departed_kept() const { return 4 * capacity_; }
   bool persistent() const { return persistent_; }
-  // Completions committed (items), the transactions that held them (commits) and puts that failed.
+  // Completions committed (items), the transactions that held them (commits) and writes that failed (a put's
+  // or a retry's: pending() says what is held).
   StoreWrites writes() const { return group_.writes(); }
   // Writes (puts and checks) waiting or being written now: for tests that wait until a group has formed.
   std::size_t queued() const { return group_.queued(); }

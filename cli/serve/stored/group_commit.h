@@ -42,7 +42,7 @@ namespace orbit::serve {
 struct StoreWrites {
   int64_t commits = 0;   // transactions committed that held items
   int64_t items = 0;     // items they committed
-  int64_t failures = 0;  // items that failed (not kept)
+  int64_t failures = 0;  // item writes that failed (not kept); a held item's failed retries count too
 };
 
 template <class Item>
