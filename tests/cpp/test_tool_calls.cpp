@@ -261,7 +261,7 @@ TEST_CASE("a call max_tokens cut is read as far as it was written with CutToolCa
     CHECK(e.content == trimmed(early));
   }
   // A whole call first, then one cut; strings keep their escapes; arguments given as JSON text are decoded as
-  // far as they are whole.
+  // far as they are whole, less the whitespace between their tokens (as a whole call's are).
   const ToolCallParse two =
       cut("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n<tool_call>{\"name\": \"b\", \"arguments\": "
           "{\"q\": \"say \\\"hi\", \"n\": [1, 2",
@@ -274,7 +274,7 @@ TEST_CASE("a call max_tokens cut is read as far as it was written with CutToolCa
   const ToolCallParse text_args =
       cut("<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": \\\"a\\u00", ToolCallFormat::kHermes);
   REQUIRE(text_args.calls.size() == 1);
-  CHECK(text_args.calls[0].arguments == "{\"x\": \"a");
+  CHECK(text_args.calls[0].arguments == "{\"x\":\"a");
   // A character cut in the middle of its UTF-8 bytes is left out.
   const ToolCallParse utf8 =
       cut("<tool_call>{\"name\": \"f\", \"arguments\": {\"c\": \"Z\xc3", ToolCallFormat::kHermes);

@@ -5,7 +5,9 @@
 // whose name is not empty, and a text that is no cut call reads the same both ways. Read as a forced call
 // (kForcedCall), a text kCall reads calls in reads the same, and any other that is not blank is one cut call
 // with no name and no arguments. Names and arguments of valid UTF-8 text are valid UTF-8 (the server writes
-// them into JSON).
+// them into JSON). A ToolCallReader fed the text in pieces (their sizes taken from the text's bytes) reads
+// after each what kCall reads of the text so far.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -60,6 +62,27 @@ void check_forced(const std::string& text, const orbit::ToolCallParse& cut, cons
   if (!forced.calls[0].name.empty() || !forced.calls[0].arguments.empty()) std::abort();
 }
 
+// ToolCallReader fed `text` in pieces against parse_tool_calls(kCall) of each prefix it was fed.
+void check_reader(const std::string& text, orbit::ToolCallFormat format) {
+  orbit::ToolCallReader reader(format);
+  for (std::size_t at = 0, i = 0; at < text.size(); ++i) {
+    const std::size_t end = std::min(text.size(), at + 1 + static_cast<unsigned char>(text[i % text.size()]) % 16);
+    reader.append(std::string_view(text).substr(at, end - at));
+    at = end;
+    const orbit::ToolCallReading read = reader.read();
+    const orbit::ToolCallParse whole = orbit::parse_tool_calls(reader.text(), format, orbit::CutToolCall::kCall);
+    if (read.calls.size() != whole.calls.size() || read.cut != whole.cut ||
+        read.cut_name_whole != whole.cut_name_whole) {
+      std::abort();
+    }
+    for (std::size_t c = 0; c < read.calls.size(); ++c) {
+      if (read.calls[c].name != whole.calls[c].name || read.calls[c].arguments != whole.calls[c].arguments) {
+        std::abort();
+      }
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -78,5 +101,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!plain.malformed && !same(plain, cut)) std::abort();
   check_forced(text, cut, orbit::parse_tool_calls(text, format, orbit::CutToolCall::kForcedCall));
   (void)orbit::tool_call_free_prefix(text, format);
+  if (text.size() <= 2048) check_reader(text, format);
   return 0;
 }

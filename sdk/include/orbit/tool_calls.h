@@ -78,6 +78,49 @@ enum class CutToolCall {
 //   if (r.cut) { ... r.calls.back() was cut by max_tokens: ask again with more room, do not run it ... }
 ToolCallParse parse_tool_calls(std::string_view text, ToolCallFormat format, CutToolCall cut = CutToolCall::kContent);
 
+// The calls of a text that grows, as a streamed answer does, read after each piece: read() gives what
+// parse_tool_calls(text(), format, CutToolCall::kCall) gives of the calls at every length, at the cost of the
+// text since the last complete call rather than of the whole text. A call complete and followed by what
+// cannot change it (Hermes: its closing mark; Llama 3: the ";" after it) is read once and kept, and so is the
+// end of the calls (a block or object that is not a call); only what follows is read again. Mistral's one
+// array is read whole each time (Constraint::tool_calls writes one call in it).
+//
+//   ToolCallReader reader(ToolCallFormat::kHermes);
+//   for (const std::string& delta : deltas) {
+//     reader.append(delta);
+//     const ToolCallReading now = reader.read();  // now.calls: those written so far, the last maybe cut
+//   }
+//
+// Ids: a kept call keeps the id it was read with; one read again gets a fresh one each time (unless the text
+// gives it), as parse_tool_calls' calls do. Not thread-safe; copyable.
+struct ToolCallReading {
+  std::vector<ChatToolCall> calls;  // ToolCallParse::calls
+  bool cut = false;                 // ToolCallParse::cut
+  bool cut_name_whole = false;      // ToolCallParse::cut_name_whole
+};
+
+class ToolCallReader {
+ public:
+  explicit ToolCallReader(ToolCallFormat format) : format_(format) {}
+
+  // Appends `more` to the text; keeps the calls it completes.
+  void append(std::string_view more);
+  // The calls in text() as parse_tool_calls(text(), format, CutToolCall::kCall) reads them.
+  ToolCallReading read() const;
+  const std::string& text() const { return text_; }
+
+ private:
+  void keep_hermes();  // keeps the blocks closed since kept_at_
+  void keep_llama3();  // keeps the objects a ";" ends since kept_at_
+
+  ToolCallFormat format_;
+  std::string text_;
+  std::size_t kept_at_ = 0;         // text_[0, kept_at_) is read: its calls are kept_
+  std::vector<ChatToolCall> kept_;  // the complete calls in text_[0, kept_at_)
+  bool ended_ = false;              // no call follows kept_ (kept_ is the reading)
+  bool broken_ = false;             // Llama 3: the piece before text_[kept_at_] is not a call
+};
+
 // How much of `text` can be streamed as content before the answer is over: the bytes before anything that
 // is, or may still become, the start of a call in `format` (the whole text when nothing is). A server that
 // streams deltas holds back the rest until the run ends, then parses it.

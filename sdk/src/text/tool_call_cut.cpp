@@ -48,7 +48,9 @@ void take_member(const std::string& key, std::string_view t, std::size_t at, std
   } else if (key == "id" && is_string && end < t.size()) {
     out->call.id = string_so_far(t, at, end);
   } else if (key == "arguments" || (key == "parameters" && !*from_arguments)) {
-    out->call.arguments = is_string ? string_so_far(t, at, end) : whole_characters(compact(value));
+    // Arguments given as JSON text are that text decoded, less the whitespace between its tokens as a whole
+    // call's are (call_from), so that each cut reading is a prefix of the whole one.
+    out->call.arguments = is_string ? compact(string_so_far(t, at, end)) : whole_characters(compact(value));
     *from_arguments = key == "arguments";
   }
 }

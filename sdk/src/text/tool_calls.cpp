@@ -13,21 +13,15 @@
 #include "orbit/common/error.h"
 #include "text/json_spans.h"
 #include "text/tool_call_cut.h"
+#include "text/tool_call_parts.h"
 
 namespace orbit {
 
 using nlohmann::json;
 using namespace json_spans;
 
-namespace {
+namespace tool_call_parts {
 
-constexpr std::string_view kHermesOpen = "<tool_call>";
-constexpr std::string_view kHermesClose = "</tool_call>";
-constexpr std::string_view kMistralMark = "[TOOL_CALLS]";
-constexpr std::string_view kPythonTag = "<|python_tag|>";
-
-// One call from {"name": ..., "arguments" | "parameters": {...}, "id"?} (`raw`: that object as written); false
-// when it is not one. The arguments are kept as written, less the whitespace between tokens.
 bool call_from(const json& v, std::string_view raw, ChatToolCall* call) {
   if (!v.is_object() || !v.contains("name") || !v["name"].is_string() || v["name"].get<std::string>().empty())
     return false;
@@ -50,6 +44,12 @@ bool call_from(const json& v, std::string_view raw, ChatToolCall* call) {
   return true;
 }
 
+}  // namespace tool_call_parts
+
+using namespace tool_call_parts;
+
+namespace {
+
 // The length of the longest suffix of `text` that is a proper prefix of `marker`.
 std::size_t partial_marker(std::string_view text, std::string_view marker) {
   for (std::size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
@@ -58,16 +58,20 @@ std::size_t partial_marker(std::string_view text, std::string_view marker) {
   return 0;
 }
 
-// The call `raw` (a call's JSON text that the answer ended in, maybe whole) as far as it was written, r->cut
-// and r->cut_name_whole saying how far; false when it is not the start of one whose name had begun (nothing a
-// client could act on: and in Llama 3's format, which has no mark, a cut JSON answer must not pass for a call).
+}  // namespace
+
+namespace tool_call_parts {
+
 bool cut_call_from(const std::string& raw, ChatToolCall* call, ToolCallParse* r) {
-  if (call_from(parse_json(raw), raw, call)) {
+  // A text cut short is no JSON value: it is read as cut without parsing it whole (what a streamed answer's
+  // call is after every token but its last).
+  const bool short_of_value = !raw.empty() && cut_short(raw);
+  if (!short_of_value && call_from(parse_json(raw), raw, call)) {
     r->cut = false;  // whole, only what came after it was cut
     r->cut_name_whole = false;
     return true;
   }
-  if (!raw.empty() && !cut_short(raw)) return false;
+  if (!raw.empty() && !short_of_value) return false;
   std::optional<tool_call_cut::CutCall> c = tool_call_cut::read(raw);
   if (!c || !c->named) return false;
   *call = std::move(c->call);
@@ -110,25 +114,37 @@ ToolCallParse parse_hermes(std::string_view text, CutToolCall cut) {
   return r;
 }
 
+std::size_t llama3_separator(std::string_view json_text, std::size_t from) {
+  int depth = 0;
+  JsonScan scan;
+  for (std::size_t i = from; i < json_text.size(); ++i) {
+    const char c = json_text[i];
+    if (scan.step(c) != JsonScan::At::kOutside) continue;
+    if (c == '{' || c == '[') ++depth;
+    if (c == '}' || c == ']') --depth;
+    if (depth == 0 && c == ';') return i;
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace tool_call_parts
+
+namespace {
+
 // Llama 3's calls: one JSON object (whole, or cut short where `cut` reads cut calls), or several separated by
 // ";" (between them: one inside a string, or nested, is the arguments').
 std::vector<std::string> llama3_pieces(const std::string& json_text, CutToolCall cut) {
-  if (!parse_json(json_text).is_discarded()) return {json_text};
+  // (A text cut short is no JSON value: asked first, it spares a streamed call's text a whole parse per token.)
   if (cut == CutToolCall::kCall && cut_short(json_text)) return {json_text};
+  if (!parse_json(json_text).is_discarded()) return {json_text};
   std::vector<std::string> pieces;
   std::size_t start = 0;
-  int depth = 0;
-  JsonScan scan;
-  for (std::size_t i = 0; i <= json_text.size(); ++i) {
-    const bool outside = i < json_text.size() && scan.step(json_text[i]) == JsonScan::At::kOutside;
-    if (outside && (json_text[i] == '{' || json_text[i] == '[')) ++depth;
-    if (outside && (json_text[i] == '}' || json_text[i] == ']')) --depth;
-    if (i == json_text.size() || (outside && depth == 0 && json_text[i] == ';')) {
-      pieces.push_back(trim(std::string_view(json_text).substr(start, i - start)));
-      start = i + 1;
-    }
+  while (true) {
+    const std::size_t end = std::min(llama3_separator(json_text, start), json_text.size());
+    pieces.push_back(trim(std::string_view(json_text).substr(start, end - start)));
+    if (end == json_text.size()) return pieces;
+    start = end + 1;
   }
-  return pieces;
 }
 
 ToolCallParse parse_llama3(std::string_view text, CutToolCall cut) {

@@ -1,0 +1,36 @@
+// The pieces parse_tool_calls (tool_calls.cpp) reads a text's calls with, shared with ToolCallReader
+// (tool_call_reader.cpp), which reads a growing text's calls with the same rules.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "orbit/tool_calls.h"
+
+namespace orbit::tool_call_parts {
+
+inline constexpr std::string_view kHermesOpen = "<tool_call>";
+inline constexpr std::string_view kHermesClose = "</tool_call>";
+inline constexpr std::string_view kMistralMark = "[TOOL_CALLS]";
+inline constexpr std::string_view kPythonTag = "<|python_tag|>";
+
+// One call from {"name": ..., "arguments" | "parameters": {...}, "id"?} (`v` parsed, `raw` that object as
+// written); false when it is not one. The arguments are kept as written, less the whitespace between tokens.
+bool call_from(const nlohmann::json& v, std::string_view raw, ChatToolCall* call);
+
+// The call `raw` (a call's JSON text that the answer ended in, maybe whole) as far as it was written, r->cut
+// and r->cut_name_whole saying how far; false when it is not the start of one whose name had begun (nothing a
+// client could act on: and in Llama 3's format, which has no mark, a cut JSON answer must not pass for a call).
+bool cut_call_from(const std::string& raw, ChatToolCall* call, ToolCallParse* r);
+
+// Hermes' blocks in `text`, read from its first byte (parse_tool_calls' kHermes).
+ToolCallParse parse_hermes(std::string_view text, CutToolCall cut);
+
+// The first ';' at or after `from` in Llama 3's JSON text that separates two calls: outside strings and at
+// the depth of `from` (which must be between calls, or the text's start); npos when there is none.
+std::size_t llama3_separator(std::string_view json_text, std::size_t from);
+
+}  // namespace orbit::tool_call_parts

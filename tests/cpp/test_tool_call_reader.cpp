@@ -1,0 +1,115 @@
+// ToolCallReader (orbit/tool_calls.h): a growing text's calls, read keeping the complete ones, against
+// parse_tool_calls(text, format, CutToolCall::kCall) of the whole text at every length: fed byte by byte and
+// in random pieces, the reading after each piece must be the whole parse's (names, arguments, cut,
+// cut_name_whole), for well-formed answers of several calls and for those whose calls end early (a block or
+// a ';'-separated object that is not a call, a closing mark inside a string, text after the calls).
+#include <random>
+#include <string>
+#include <vector>
+
+#include "orbit/tool_calls.h"
+#include "orbit_catch.h"
+
+using orbit::CutToolCall;
+using orbit::ToolCallFormat;
+using orbit::ToolCallParse;
+using orbit::ToolCallReader;
+using orbit::ToolCallReading;
+
+namespace {
+
+struct Answer {
+  ToolCallFormat format;
+  std::string text;
+};
+
+const std::vector<Answer>& answers() {
+  static const std::vector<Answer> all = {
+      {ToolCallFormat::kHermes,
+       "Let me look.\n<tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"cat <3 \", \"n\": 12}}</tool_call>\n"
+       "<tool_call>{\"name\": \"open\", \"arguments\": {\"url\": \"a;b\", \"tabs\": [1, 2]}}</tool_call>\n"
+       "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": \\\"\\u00e9 y\\\"}\"}</tool_call> done"},
+      // A closed block that is not a call ends the calls; so does a closing mark inside a string.
+      {ToolCallFormat::kHermes,
+       "a <tool_call>{\"name\": \"x\", \"arguments\": {}}</tool_call> b <tool_call>not json</tool_call> "
+       "<tool_call>{\"name\": \"y\", \"arguments\": {}}</tool_call>"},
+      {ToolCallFormat::kHermes,
+       "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"</tool_call>\"}}</tool_call><tool_call>{\"name\": "
+       "\"g\", \"arguments\": {}}</tool_call>"},
+      {ToolCallFormat::kLlama3,
+       "  <|python_tag|> {\"name\": \"search\", \"parameters\": {\"q\": \"a;b\", \"d\": {\"e\": [1, {}]}}}; "
+       "{\"name\": \"open\", \"parameters\": {\"u\": 1}};{\"name\": \"close\", \"arguments\": {}}; "},
+      // A ';'-separated object that is not a call: no calls at all, whatever follows.
+      {ToolCallFormat::kLlama3,
+       "{\"name\": \"a\", \"parameters\": {}}; {\"x\": 1}; {\"name\": \"b\", \"parameters\": {\"k\": 2}}"},
+      // Text after whole calls stays content, the calls kept.
+      {ToolCallFormat::kLlama3, "{\"name\": \"a\", \"parameters\": {\"k\": \"v\"}}; then some words"},
+      {ToolCallFormat::kLlama3, "not a call; {\"name\": \"a\", \"parameters\": {}}"},
+      {ToolCallFormat::kMistral,
+       "Sure. [TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {\"q\": 1}}, {\"name\": \"b\", \"arguments\": {}}]"},
+  };
+  return all;
+}
+
+// The reading against the whole text's parse; "" when they agree, else what differs.
+std::string difference(const ToolCallReading& read, const ToolCallParse& whole) {
+  if (read.calls.size() != whole.calls.size()) {
+    return std::to_string(read.calls.size()) + " calls read, " + std::to_string(whole.calls.size()) + " parsed";
+  }
+  for (std::size_t i = 0; i < read.calls.size(); ++i) {
+    if (read.calls[i].name != whole.calls[i].name) return "call " + std::to_string(i) + "'s name";
+    if (read.calls[i].arguments != whole.calls[i].arguments) return "call " + std::to_string(i) + "'s arguments";
+  }
+  if (read.cut != whole.cut) return "cut";
+  if (read.cut_name_whole != whole.cut_name_whole) return "cut_name_whole";
+  return "";
+}
+
+// `text` appended in the pieces `ends` (increasing offsets, the last its size) makes; checked after each.
+void check_fed(const Answer& a, const std::vector<std::size_t>& ends) {
+  ToolCallReader reader(a.format);
+  std::size_t from = 0;
+  for (std::size_t end : ends) {
+    reader.append(std::string_view(a.text).substr(from, end - from));
+    from = end;
+    REQUIRE(reader.text() == a.text.substr(0, end));
+    const ToolCallParse whole = orbit::parse_tool_calls(reader.text(), a.format, CutToolCall::kCall);
+    INFO(orbit::tool_call_format_name(a.format) << " after " << end << " bytes: " << reader.text());
+    REQUIRE(difference(reader.read(), whole).empty());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("tool call reader: fed byte by byte, reads what the whole text parses to at every length", "[tool_calls]") {
+  for (const Answer& a : answers()) {
+    std::vector<std::size_t> ends;
+    for (std::size_t i = 1; i <= a.text.size(); ++i) ends.push_back(i);
+    check_fed(a, ends);
+  }
+}
+
+TEST_CASE("tool call reader: fed in random pieces, reads what the whole text parses to", "[tool_calls]") {
+  std::mt19937 rng(7);
+  for (const Answer& a : answers()) {
+    for (int run = 0; run < 20; ++run) {
+      std::vector<std::size_t> ends;
+      for (std::size_t at = 0; at < a.text.size();) {
+        at = std::min(a.text.size(), at + 1 + rng() % 24);
+        ends.push_back(at);
+      }
+      check_fed(a, ends);
+    }
+  }
+}
+
+TEST_CASE("tool call reader: the answers read calls, and those that end early end them", "[tool_calls]") {
+  const std::vector<std::size_t> expected = {3, 1, 0, 3, 0, 1, 0, 2};
+  REQUIRE(answers().size() == expected.size());
+  for (std::size_t i = 0; i < answers().size(); ++i) {
+    ToolCallReader reader(answers()[i].format);
+    reader.append(answers()[i].text);
+    INFO(answers()[i].text);
+    CHECK(reader.read().calls.size() == expected[i]);
+  }
+}
