@@ -112,6 +112,11 @@ std::string render_pending_metrics(const std::vector<std::pair<std::string, Pend
   return out.str();
 }
 
+void ServeMetrics::count_tool_stream_mismatch(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++tool_stream_mismatches_[what];
+}
+
 void ServeMetrics::count_cancelled() {
   std::lock_guard<std::mutex> lock(mutex_);
   ++cancelled_;
@@ -193,6 +198,12 @@ std::string ServeMetrics::render(const MetricGauges& gauges) const {
       << "# TYPE orbit_store_write_failures_total counter\n";
   for (const auto& [store, n] : store_write_failures_) {
     out << "orbit_store_write_failures_total{store=\"" << store << "\"} " << n << "\n";
+  }
+  out << "# HELP orbit_tool_call_stream_mismatches_total Streamed answers that did not hold a tool call as it was "
+         "streamed (the stream ended with an error), by how they differ.\n"
+      << "# TYPE orbit_tool_call_stream_mismatches_total counter\n";
+  for (const auto& [what, n] : tool_stream_mismatches_) {
+    out << "orbit_tool_call_stream_mismatches_total{what=\"" << what << "\"} " << n << "\n";
   }
   out << "# HELP orbit_queue_depth Requests waiting for their next forward.\n# TYPE orbit_queue_depth gauge\n"
       << "orbit_queue_depth " << gauges.queue_depth << "\n";

@@ -111,6 +111,9 @@ class ServeMetrics {
   void count_idle_forward(double tokens);
   // An answer given whose write to `store` ("chat_completions", "responses") failed.
   void count_store_write_failure(const std::string& store);
+  // A streamed choice whose answer did not hold a tool call as it was streamed (RunResult::tool_stream_mismatch),
+  // by how they differ ("missing", "name", "arguments"): orbit_tool_call_stream_mismatches_total{what}.
+  void count_tool_stream_mismatch(const std::string& what);
   std::string render(const MetricGauges& gauges) const;
 
  private:
@@ -126,6 +129,7 @@ class ServeMetrics {
   int64_t cancelled_ = 0;
   double idle_forward_tokens_ = 0;
   std::map<std::string, int64_t> store_write_failures_ = {{"chat_completions", 0}, {"responses", 0}};
+  std::map<std::string, int64_t> tool_stream_mismatches_ = {{"missing", 0}, {"name", 0}, {"arguments", 0}};
 };
 
 }  // namespace orbit::serve

@@ -89,6 +89,20 @@ struct ToolCallDelta {
   std::string arguments;  // the piece of the arguments this delta adds
 };
 
+// A streamed tool call the finished answer does not hold as it went out (run/streamed_calls.h): a client
+// that concatenated the call's pieces has something else than the answer's call. The first such call.
+struct ToolStreamMismatch {
+  std::size_t index = 0;  // the call's place among those streamed (RunResult::tool_calls' index)
+  std::string id;         // as streamed
+  // "missing": the answer holds fewer calls than were opened; "name": the answer's call has another name;
+  // "arguments": the arguments streamed are not a prefix of the answer's call's.
+  std::string what;
+  std::string name;           // as streamed
+  std::string answered_name;  // the answer's call's ("" when missing)
+  std::string streamed;       // the arguments streamed
+  std::string answered;       // the answer's call's arguments ("" when missing)
+};
+
 // Where a run's text goes, and whether its client is still there.
 struct RunSink {
   std::function<bool(const std::string& delta)> on_text;  // text as it is generated; false: the client left
@@ -159,6 +173,11 @@ struct RunResult {
   // Streamed runs: the pieces of tool_calls not sent to RunSink::on_tool_call while the answer was generated
   // (all of them, each call whole in its opening piece, where the sink streams no calls), to send at the end.
   std::vector<ToolCallDelta> unstreamed_calls;
+  // Streamed runs: a call that went out in pieces the answer does not hold (ToolStreamMismatch); then
+  // unstreamed_calls is empty, the choice's stream ends with an error naming the call instead of its closing
+  // chunks (chat: tool_stream_error, run/tool_stream.h; Responses: response.failed), and tool_calls are the
+  // answer's as parsed whole.
+  std::optional<ToolStreamMismatch> tool_stream_mismatch;
   std::string finish_reason;          // "stop", "length", "tool_calls", or "cancelled" (the client left)
   std::vector<int64_t> tokens;        // generated ids (a stop token that ended the run excluded)
   int64_t prompt_forward_tokens = 0;  // of the query (generation prompt): forwarded, not served by exact reuse

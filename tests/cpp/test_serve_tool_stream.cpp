@@ -9,6 +9,7 @@
 
 #include "orbit/tool_calls.h"
 #include "orbit_catch.h"
+#include "serve/run/streamed_calls.h"
 #include "serve/run/tool_stream.h"
 
 namespace sv = orbit::serve;
@@ -177,4 +178,118 @@ TEST_CASE("tool stream: calls in free text are read whole when the answer ends",
   for (const sv::ToolCallDelta& d : f.r.unstreamed_calls) CHECK(d.opens);
   CHECK(same_calls(assemble(f), f.r.tool_calls));
   CHECK(f.content == "Let me look.\n");
+}
+
+TEST_CASE("tool stream: arguments given as JSON text stream as the answer's call holds them", "[serve]") {
+  // The cut readings of JSON text arguments are decoded and compacted as the whole call's are, so the pieces
+  // spell the call; each cut reading was the text as written before, which the whole call is not.
+  const std::string text =
+      "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": [1, 2], \\\"b\\\": \\\"x y\\\"}\"}</tool_call>";
+  const Fed f = feed(text, every_byte(text), Feed{});
+  REQUIRE(f.r.tool_calls.size() == 1);
+  CHECK(f.r.tool_calls[0].arguments == "{\"a\":[1,2],\"b\":\"x y\"}");
+  CHECK_FALSE(f.r.tool_stream_mismatch);
+  CHECK(same_calls(assemble(f), f.r.tool_calls));
+  CHECK(f.pieces.size() > 2);
+}
+
+namespace {
+
+// kHermes streamed byte by byte, then finished with `final_text` as the answer's text.
+sv::RunResult finished_as(const std::string& final_text, const std::string& finish_reason = "stop") {
+  sv::ToolCallStream stream(ToolCallFormat::kHermes, false, true);
+  std::size_t pieces = 0;
+  for (char c : kHermes) pieces += stream.push(std::string(1, c)).calls.size();
+  REQUIRE(pieces > 4);  // both calls went out, in pieces
+  sv::RunResult r;
+  r.text = final_text;
+  r.finish_reason = finish_reason;
+  stream.finish(r);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("tool stream: an answer that does not hold a call as it was streamed is a mismatch", "[serve]") {
+  // The text the answer finishes with is not the one streamed: what a client assembled is not the call.
+  std::string other_arguments = kHermes;
+  other_arguments.replace(other_arguments.find("\"url\": \"a;b\""), 12, "\"url\": \"c\"");
+  const sv::RunResult args = finished_as(other_arguments);
+  REQUIRE(args.tool_stream_mismatch);
+  const sv::ToolStreamMismatch& m = *args.tool_stream_mismatch;
+  CHECK(m.index == 1);
+  CHECK(m.what == "arguments");
+  CHECK(m.name == "open");
+  CHECK(m.streamed == "{\"url\":\"a;b\",\"tabs\":[1,2]}");
+  CHECK(m.answered == "{\"url\":\"c\",\"tabs\":[1,2]}");
+  CHECK(args.unstreamed_calls.empty());  // nothing more of the calls goes out
+  REQUIRE(args.tool_calls.size() == 2);  // the answer's calls as parsed whole, the first with its streamed id
+  CHECK(args.tool_calls[1].arguments == m.answered);
+  CHECK(m.id.rfind("call_", 0) == 0);
+  CHECK(args.tool_calls[0].id != m.id);
+
+  const sv::ApiError e = sv::tool_stream_error(m, 2);
+  CHECK(e.status == 500);
+  CHECK(e.type == "server_error");
+  CHECK(e.code == "tool_call_stream_mismatch");
+  CHECK(e.param == "tool_calls");
+  for (const std::string& said : {std::string("choice 2"), std::string("tool call 1"), m.id, std::string("'open'"),
+                                  std::string("differ at byte 8")}) {
+    CHECK_THAT(e.message, Catch::Matchers::Contains(said));
+  }
+
+  std::string renamed = kHermes;
+  renamed.replace(renamed.find("\"search\""), 8, "\"find\"");
+  const sv::RunResult name = finished_as(renamed);
+  REQUIRE(name.tool_stream_mismatch);
+  CHECK(name.tool_stream_mismatch->index == 0);
+  CHECK(name.tool_stream_mismatch->what == "name");
+  CHECK(name.tool_stream_mismatch->answered_name == "find");
+  CHECK_THAT(sv::tool_stream_error(*name.tool_stream_mismatch, 0).message, Catch::Matchers::Contains("named 'find'"));
+
+  // An answer that holds no call (its text ended inside one, read as content) after calls went out.
+  const sv::RunResult missing = finished_as(kHermes.substr(0, kHermes.size() - 5));
+  REQUIRE(missing.tool_stream_mismatch);
+  CHECK(missing.tool_stream_mismatch->what == "missing");
+  CHECK(missing.tool_stream_mismatch->index == 1);
+
+  // A client that left reads nothing more: not checked.
+  CHECK_FALSE(finished_as(other_arguments, "cancelled").tool_stream_mismatch);
+  // The answer streamed: no mismatch.
+  CHECK_FALSE(finished_as(kHermes).tool_stream_mismatch);
+}
+
+TEST_CASE("streamed calls: a reading that does not extend what went out sends nothing of it", "[serve]") {
+  sv::StreamedCalls calls;
+  std::vector<sv::ToolCallDelta> out;
+  calls.offer({ChatToolCall{"call_1", "f", "{\"a\":"}}, false, out);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].opens);
+  CHECK(out[0].name == "f");
+  CHECK(out[1].arguments == "{\"a\":");
+  out.clear();
+  calls.offer({ChatToolCall{"call_9", "f", "{\"a\""}}, false, out);    // shorter: a cut reading may be
+  calls.offer({ChatToolCall{"call_9", "f", "{\"b\":1"}}, false, out);  // not an extension
+  calls.offer({ChatToolCall{"call_9", "g", "{\"a\":1"}}, false, out);  // another name
+  CHECK(out.empty());
+  calls.offer({ChatToolCall{"call_9", "f", "{\"a\":1"}, ChatToolCall{"call_2", "gh", ""}}, true, out);
+  REQUIRE(out.size() == 1);  // the second call's name may still grow: not opened
+  CHECK(out[0].arguments == "1");
+  CHECK(calls.opened() == 1);
+
+  std::vector<ChatToolCall> answer = {ChatToolCall{"call_x", "f", "{\"a\":12}"}, ChatToolCall{"call_y", "g", "{}"}};
+  const sv::SettledCalls settled = calls.settle(answer);
+  CHECK_FALSE(settled.mismatch);
+  CHECK(answer[0].id == "call_1");
+  REQUIRE(settled.unsent.size() == 2);
+  CHECK(settled.unsent[0].arguments == "2}");
+  CHECK(settled.unsent[1].opens);
+  CHECK(settled.unsent[1].arguments == "{}");
+
+  std::vector<ChatToolCall> other = {ChatToolCall{"call_x", "f", "{\"a\":2}"}};
+  const sv::SettledCalls bad = calls.settle(other);
+  REQUIRE(bad.mismatch);
+  CHECK(bad.mismatch->what == "arguments");
+  CHECK(bad.mismatch->streamed == "{\"a\":1");
+  CHECK(bad.unsent.empty());
 }

@@ -19,6 +19,7 @@
 #include "serve/http/http_front.h"
 #include "serve/http/peer_watch.h"
 #include "serve/responses/responses_http.h"
+#include "serve/run/tool_stream.h"
 #include "serve/stored/chat_store_http.h"
 #include "serve/stored/chat_store_wire.h"
 #include "serve/stored/store_write.h"
@@ -180,8 +181,10 @@ json final_body(const Job& job, const RunOutcome& out) {
 }
 
 // A streamed chat choice's closing chunks: the content held back while it might have been a call, the pieces
-// of its calls not streamed yet (all of them where they were read at the end), and its finish chunk.
+// of its calls not streamed yet (all of them where they were read at the end), and its finish chunk; or, where
+// the answer does not hold a call as it was streamed, an error event naming the call instead.
 std::string choice_tail(Job& job, const RunResult& r, int64_t index) {
+  if (r.tool_stream_mismatch) return sse(json::parse(error_body(tool_stream_error(*r.tool_stream_mismatch, index))));
   std::string tail;
   if (!r.unstreamed.empty()) tail += sse(chat_chunk(job.ids, r.unstreamed, job.opens(index), "", index));
   for (const ToolCallDelta& d : r.unstreamed_calls) tail += sse(tool_call_chunk(job.ids, d, job.opens(index), index));

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "serve/run/tool_stream.h"
 #include "serve/wire/serve_wire.h"
 
 namespace orbit::serve {
@@ -222,6 +223,10 @@ ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink&
   const RunResult& r = *out.run.result;
   out.body = response_body(call.head, &r);
   if (r.finish_reason == "cancelled") return out;  // no one to answer; not stored
+  if (r.tool_stream_mismatch && stream) {          // a call went out as the answer does not hold it: failed, not stored
+    events(stream->failed(tool_stream_error(*r.tool_stream_mismatch, 0)));
+    return out;
+  }
   if (call.request.store) out.stored = response_flow::store(core, call, r, out.body);
   if (stream) events(stream->finish(r, out.stored ? &*out.stored : nullptr));
   return out;

@@ -84,7 +84,9 @@ struct ResponseOutcome {
 // and `sink.on_tool_call` observe the generated text and calls (the calls reach the events as they are written
 // where they are decoded under the tools' grammar, answer_constraint.h) and `sink.cancelled` is polled, as for chat. A
 // response that ran to its end (not cancelled) is stored (store true) before its last event is written, so a request
-// chained to it right away finds it; a failed write is counted and said in the last event (store_write.h).
+// chained to it right away finds it; a failed write is counted and said in the last event (store_write.h). A
+// streamed response whose answer does not hold a call as it was streamed (RunResult::tool_stream_mismatch)
+// ends with response.failed naming the call (tool_stream_error, run/tool_stream.h) and is not stored.
 ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink& sink,
                              const std::function<bool(const std::string&)>& events = nullptr);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include "orbit/common/error.h"
@@ -311,8 +312,9 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
       request.reads_tool_calls() ? tool_call_sink(sink, request, context_.tool_format, p.calls_whole, calls) : sink;
   DecodeRequest decoding{&report.generation_prompt, &request.sampling, p.constraint, p.trigger};
   if (!calls.empty()) {
-    decoding.read_choice = [&calls](int64_t choice, RunResult& r) {
+    decoding.read_choice = [this, &calls](int64_t choice, RunResult& r) {
       calls[static_cast<std::size_t>(choice)].finish(r);
+      if (r.tool_stream_mismatch) report_mismatch(*r.tool_stream_mismatch, choice);
     };
   }
   RunResult r = decode(context_, window, decoding, out_sink);
@@ -348,6 +350,14 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
   RunOutcome out;
   out.result = std::move(r);
   return out;
+}
+
+// A streamed call its answer does not hold as it went out: counted in /metrics and logged with both texts.
+void RequestPath::report_mismatch(const ToolStreamMismatch& m, int64_t choice) {
+  context_.metrics.count_tool_stream_mismatch(m.what);
+  const ApiError e = tool_stream_error(m, choice);
+  std::fprintf(stderr, "orbit serve: %s (streamed name '%s', arguments %s; the answer's name '%s', arguments %s)\n",
+               e.message.c_str(), m.name.c_str(), m.streamed.c_str(), m.answered_name.c_str(), m.answered.c_str());
 }
 
 // The window as the answer reads it, forked for an audit in idle time (audit.h). Holding the gate.

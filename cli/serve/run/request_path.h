@@ -83,6 +83,7 @@ class RequestPath {
   RunOutcome run_chat(RunTicket::Prepared& p, const RunSink& sink);
   RunOutcome run_completion(RunTicket::Prepared& p, const RunSink& sink);
   void queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query, double predicted_kl);
+  void report_mismatch(const ToolStreamMismatch& m, int64_t choice);
 
   ServeContext& context_;
   SessionTable& sessions_;

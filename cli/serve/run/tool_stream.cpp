@@ -1,16 +1,17 @@
 #include "serve/run/tool_stream.h"
 
 #include <algorithm>
+#include <string>
 #include <string_view>
 
 namespace orbit::serve {
 
 namespace {
 
-// `longer` past `prefix`, when it extends it; "" otherwise.
-std::string_view extension(std::string_view longer, std::string_view prefix) {
-  if (longer.size() <= prefix.size() || longer.substr(0, prefix.size()) != prefix) return {};
-  return longer.substr(prefix.size());
+// The first byte at which `a` and `b` differ (the shorter's length when one is a prefix of the other).
+std::size_t first_difference(const std::string& a, const std::string& b) {
+  return static_cast<std::size_t>(std::mismatch(a.begin(), a.begin() + std::min(a.size(), b.size()), b.begin()).first -
+                                  a.begin());
 }
 
 }  // namespace
@@ -23,25 +24,21 @@ ToolStreamOut ToolCallStream::push(const std::string& delta) {
     out.content = text_.substr(sent_, free - sent_);
     sent_ = free;
   }
-  if (progressive_ && sent_ < text_.size()) read_calls(out.calls);
+  if (progressive_) read_calls(delta, out.calls);
   return out;
 }
 
-void ToolCallStream::read_calls(std::vector<ToolCallDelta>& out) {
-  const ToolCallParse read = parse_tool_calls(std::string_view(text_).substr(sent_), format_, CutToolCall::kCall);
-  for (std::size_t i = 0; i < read.calls.size(); ++i) {
-    const ChatToolCall& call = read.calls[i];
-    if (read.cut && i + 1 == read.calls.size() && !read.cut_name_whole) return;  // its name may still grow
-    if (i == opened_.size()) {
-      opened_.push_back(Opened{call.id, ""});
-      out.push_back(ToolCallDelta{i, true, call.id, call.name, ""});
-    }
-    Opened& o = opened_[i];
-    const std::string_view more = extension(call.arguments, o.arguments);
-    if (more.empty()) continue;
-    out.push_back(ToolCallDelta{i, false, "", "", std::string(more)});
-    o.arguments = call.arguments;
+void ToolCallStream::read_calls(const std::string& delta, std::vector<ToolCallDelta>& out) {
+  if (reader_ && reader_at_ == sent_) {
+    reader_->append(delta);
+  } else {  // the content grew: what follows it is read from its start
+    reader_.emplace(format_);
+    reader_at_ = sent_;
+    reader_->append(std::string_view(text_).substr(sent_));
   }
+  if (sent_ == text_.size()) return;
+  const ToolCallReading read = reader_->read();
+  streamed_.offer(read.calls, read.cut && !read.cut_name_whole, out);
 }
 
 void ToolCallStream::finish(RunResult& r) const {
@@ -52,23 +49,34 @@ void ToolCallStream::finish(RunResult& r) const {
   ToolCallParse all = parse_tool_calls(r.text, format_, cut);
   if (all.calls.empty()) {
     r.unstreamed = rest;
-    return;
+  } else {
+    r.tool_calls = std::move(all.calls);
+    r.tool_call_cut = all.cut;
+    r.text = std::move(all.content);
+    r.unstreamed = parse_tool_calls(rest, format_, cut).content;
+    if (r.finish_reason != "cancelled" && !all.cut) r.finish_reason = "tool_calls";
   }
-  r.tool_calls = std::move(all.calls);
-  r.tool_call_cut = all.cut;
-  r.text = std::move(all.content);
-  r.unstreamed = parse_tool_calls(rest, format_, cut).content;
-  if (r.finish_reason != "cancelled" && !all.cut) r.finish_reason = "tool_calls";
-  for (std::size_t i = 0; i < r.tool_calls.size(); ++i) {
-    ChatToolCall& call = r.tool_calls[i];
-    if (i >= opened_.size()) {
-      r.unstreamed_calls.push_back(ToolCallDelta{i, true, call.id, call.name, call.arguments});
-      continue;
-    }
-    call.id = opened_[i].id;
-    const std::string_view more = extension(call.arguments, opened_[i].arguments);
-    if (!more.empty()) r.unstreamed_calls.push_back(ToolCallDelta{i, false, "", "", std::string(more)});
+  SettledCalls settled = streamed_.settle(r.tool_calls);
+  r.unstreamed_calls = std::move(settled.unsent);
+  if (r.finish_reason != "cancelled") r.tool_stream_mismatch = std::move(settled.mismatch);
+}
+
+ApiError tool_stream_error(const ToolStreamMismatch& m, int64_t choice) {
+  std::string how;
+  if (m.what == "missing") {
+    how = "the answer holds no such call (it was not written whole)";
+  } else if (m.what == "name") {
+    how = "the answer's call is named '" + m.answered_name + "'";
+  } else {
+    how = "its arguments streamed (" + std::to_string(m.streamed.size()) +
+          " bytes) are not a prefix of the answer's (" + std::to_string(m.answered.size()) +
+          " bytes): they differ at byte " + std::to_string(first_difference(m.streamed, m.answered));
   }
+  return api_error(500,
+                   "choice " + std::to_string(choice) + "'s tool call " + std::to_string(m.index) + " (id " + m.id +
+                       ", function '" + m.name + "') was streamed as the answer does not hold it: " + how +
+                       "; the pieces streamed of it are not the call",
+                   "server_error", "tool_call_stream_mismatch", "tool_calls");
 }
 
 }  // namespace orbit::serve

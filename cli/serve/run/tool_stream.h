@@ -10,17 +10,25 @@
 //
 // The pieces of a call are what parse_tool_calls (CutToolCall::kCall) reads of its arguments in the text so
 // far, less what went out before; a cut reading of a call's arguments is a prefix of every later reading's.
-// Elsewhere (free text: a call there is one only once it is whole, so its name cannot go out early) the calls
-// are read when the answer ends, as a call its answer's end reads whole.
+// The text so far is read by a ToolCallReader (orbit/tool_calls.h), which keeps the calls that are complete
+// and reads again only the text after them, so a token costs the call it is in, not the whole answer. At the
+// end the answer is parsed whole, and StreamedCalls (streamed_calls.h) checks that it holds every call as it
+// went out; where it does not, the choice's closing pieces give way to RunResult::tool_stream_mismatch, which
+// the stream ends with as an error (tool_stream_error). Elsewhere (free text: a call there is one only once
+// it is whole, so its name cannot go out early) the calls are read when the answer ends, as a call its
+// answer's end reads whole.
 //
 // Not thread-safe: one choice of one request owns it.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "orbit/tool_calls.h"
+#include "serve/run/streamed_calls.h"
 #include "serve/serve_types.h"
 
 namespace orbit::serve {
@@ -48,23 +56,29 @@ class ToolCallStream {
   // that "length" ended inside a call gives the call as far as it was written, flagged r.tool_call_cut, rather
   // than its markup as content, and keeps that finish_reason; a forced answer cut before its call's name began
   // (inside the opening mark) is such a call too, with name and arguments "" (CutToolCall::kForcedCall).
+  // Where the answer does not hold a call push() let out as it went out (StreamedCalls::settle), that is
+  // r.tool_stream_mismatch and r.unstreamed_calls is empty (not checked for a run the client left).
   void finish(RunResult& r) const;
 
  private:
   // The calls in the text after the content, read as far as they are written: the pieces not yet let out.
-  void read_calls(std::vector<ToolCallDelta>& out);
-
-  struct Opened {
-    std::string id;
-    std::string arguments;  // the arguments' text let out so far
-  };
+  void read_calls(const std::string& delta, std::vector<ToolCallDelta>& out);
 
   ToolCallFormat format_;
   bool forced_;
   bool progressive_;
   std::string text_;
-  std::size_t sent_ = 0;        // the content let out: text_[0, sent_)
-  std::vector<Opened> opened_;  // the calls push() opened, in order
+  std::size_t sent_ = 0;  // the content let out: text_[0, sent_)
+  // The text after the content, text_[reader_at_, end), read for calls (progressive only): started again
+  // when the content grows, which it may only while no call has begun.
+  std::optional<ToolCallReader> reader_;
+  std::size_t reader_at_ = 0;
+  StreamedCalls streamed_;  // the calls push() let out
 };
+
+// The error a stream ends with, in place of choice `choice`'s closing chunks, when its answer does not hold a
+// call as it was streamed: 500, type "server_error", code "tool_call_stream_mismatch", param "tool_calls",
+// the message naming the choice, the call (index, id, function) and how they differ.
+ApiError tool_stream_error(const ToolStreamMismatch& m, int64_t choice);
 
 }  // namespace orbit::serve

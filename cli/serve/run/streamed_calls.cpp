@@ -1,0 +1,63 @@
+#include "serve/run/streamed_calls.h"
+
+#include <string_view>
+
+namespace orbit::serve {
+
+namespace {
+
+bool starts_with(std::string_view text, std::string_view prefix) {
+  return text.size() >= prefix.size() && text.substr(0, prefix.size()) == prefix;
+}
+
+}  // namespace
+
+void StreamedCalls::offer(const std::vector<ChatToolCall>& reading, bool last_name_open,
+                          std::vector<ToolCallDelta>& out) {
+  for (std::size_t i = 0; i < reading.size(); ++i) {
+    const ChatToolCall& call = reading[i];
+    if (last_name_open && i + 1 == reading.size()) return;  // its name may still grow
+    if (i == sent_.size()) {
+      sent_.push_back(Sent{call.id, call.name, ""});
+      out.push_back(ToolCallDelta{i, true, call.id, call.name, ""});
+    }
+    Sent& s = sent_[i];
+    if (call.name != s.name || call.arguments.size() <= s.arguments.size() ||
+        !starts_with(call.arguments, s.arguments)) {
+      continue;  // nothing to add; settle() says whether the answer holds what went out
+    }
+    out.push_back(ToolCallDelta{i, false, "", "", call.arguments.substr(s.arguments.size())});
+    s.arguments = call.arguments;
+  }
+}
+
+SettledCalls StreamedCalls::settle(std::vector<ChatToolCall>& calls) const {
+  SettledCalls out;
+  for (std::size_t i = 0; i < sent_.size(); ++i) {
+    const Sent& s = sent_[i];
+    const char* what = i >= calls.size()                               ? "missing"
+                       : calls[i].name != s.name                       ? "name"
+                       : !starts_with(calls[i].arguments, s.arguments) ? "arguments"
+                                                                       : nullptr;
+    if (what != nullptr) {
+      ToolStreamMismatch m{i, s.id, what, s.name, "", s.arguments, ""};
+      if (i < calls.size()) {
+        m.answered_name = calls[i].name;
+        m.answered = calls[i].arguments;
+      }
+      out.mismatch = std::move(m);
+      out.unsent.clear();
+      return out;
+    }
+    calls[i].id = s.id;
+    if (calls[i].arguments.size() > s.arguments.size()) {
+      out.unsent.push_back(ToolCallDelta{i, false, "", "", calls[i].arguments.substr(s.arguments.size())});
+    }
+  }
+  for (std::size_t i = sent_.size(); i < calls.size(); ++i) {
+    out.unsent.push_back(ToolCallDelta{i, true, calls[i].id, calls[i].name, calls[i].arguments});
+  }
+  return out;
+}
+
+}  // namespace orbit::serve
