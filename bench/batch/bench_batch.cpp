@@ -16,10 +16,14 @@
 //                n forks one after another.
 // Each figure is generated tokens per second of wall time, the fastest of --reps runs (the two sides
 // interleaved, each going first in turn), for every K in --batch (default 1,4,8,16), on the bundled
-// stories260K and TinyStories-656K. Prints a table and writes JSON.
+// stories260K and TinyStories-656K. Prints a table and writes JSON. --side together (or apart) runs one side
+// alone, for a profiler (perf record / perf stat) to see that side only; the other's figure is then 0.
+// --clock cpu times each run by the process's CPU time instead of wall time: on a machine other work keeps
+// busy, a run of several milliseconds is preempted more often than a short one, which wall time counts.
 //
 //   bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--turn 40] [--forks 8] [--reps 3] [--threads 1]
-//               [--sections plain,cached,prefill,windows,forks] [--only MODEL] [--models DIR] [--json PATH]
+//               [--sections plain,cached,prefill,windows,forks] [--side both|together|apart] [--clock wall|cpu]
+//               [--only MODEL] [--models DIR] [--json PATH]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
@@ -27,8 +31,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -57,7 +63,9 @@ struct Options {
   int reps = 3;
   int threads = 1;
   std::vector<std::string> sections{"plain", "cached", "prefill", "windows", "forks"};
-  std::string only;  // one model's name, or "" for both
+  std::string side = "both";  // both, together or apart: which sides run
+  bool cpu_clock = false;     // --clock cpu: runs timed by the process's CPU time
+  std::string only;           // one model's name, or "" for both
   std::string models = ORBIT_MODELS_DIR;
   std::string json = "bench_batch.json";
 
@@ -86,12 +94,13 @@ std::vector<std::string> split_sections(const std::string& list) {
 Options parse(int argc, char** argv) {
   const orbit::cli::Args a(
       "bench_batch",
-      {{"--batch", "--tokens", "--prompt", "--turn", "--forks", "--reps", "--threads", "--sections", "--only",
-        "--models", "--json"},
+      {{"--batch", "--tokens", "--prompt", "--turn", "--forks", "--reps", "--threads", "--sections", "--side",
+        "--clock", "--only", "--models", "--json"},
        {},
        "usage: bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--turn 40] [--forks 8] [--reps 3]\n"
-       "                   [--threads 1] [--sections plain,cached,prefill,windows,forks] [--only MODEL]\n"
-       "                   [--models DIR] [--json PATH]\n"
+       "                   [--threads 1] [--sections plain,cached,prefill,windows,forks]\n"
+       "                   [--side both|together|apart] [--clock wall|cpu] [--only MODEL] [--models DIR]\n"
+       "                   [--json PATH]\n"
        "  K sequences decoded in one forward per step against one after another (runtime, windows, forks),\n"
        "  and K turns prefilled in one forward against one after another (prefill).\n"
        "  --batch K,..    sequence counts compared\n"
@@ -102,6 +111,8 @@ Options parse(int argc, char** argv) {
        "  --reps N        runs per figure (the fastest is reported)\n"
        "  --threads N     intra-op threads (default 1)\n"
        "  --sections S,.. which comparisons run (default all five)\n"
+       "  --side SIDE     both (default), or together or apart alone (to profile one side; the other reads 0)\n"
+       "  --clock C       wall (default) or cpu: each run timed by the process's CPU time (loaded machines)\n"
        "  --only MODEL    stories260K or tinystories-656k alone\n"
        "  --models DIR    where stories260K/ and tinystories-656k/ are\n"
        "  --json PATH     where the JSON goes (default bench_batch.json)\n"},
@@ -115,6 +126,14 @@ Options parse(int argc, char** argv) {
   o.reps = static_cast<int>(a.get_int("--reps", o.reps, 1));
   o.threads = static_cast<int>(a.get_int("--threads", o.threads, 1));
   if (auto v = a.get("--sections")) o.sections = split_sections(*v);
+  o.side = a.get_or("--side", o.side);
+  if (o.side != "both" && o.side != "together" && o.side != "apart") {
+    throw std::invalid_argument("--side: unknown side '" + o.side + "' (both, together or apart)");
+  }
+  const std::string clock = a.get_or("--clock", "wall");
+  if (clock != "wall" && clock != "cpu")
+    throw std::invalid_argument("--clock: unknown clock '" + clock + "' (wall or cpu)");
+  o.cpu_clock = clock == "cpu";
   o.only = a.get_or("--only", o.only);
   if (!o.only.empty() && o.only != "stories260K" && o.only != "tinystories-656k") {
     throw std::invalid_argument("--only: unknown model '" + o.only + "' (stories260K or tinystories-656k)");
@@ -124,22 +143,38 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-double seconds_of(const std::function<void()>& f) {
+// The process's CPU time in seconds (every thread's, the kernel's work for it included: page faults).
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// f's run time: wall, or the process's CPU time when `cpu`.
+double seconds_of(bool cpu, const std::function<void()>& f) {
+  if (cpu) {
+    const double t0 = cpu_seconds();
+    f();
+    return cpu_seconds() - t0;
+  }
   const auto t0 = Clock::now();
   f();
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The fastest of `reps` runs of each side, interleaved, each side going first in turn.
-std::pair<double, double> fastest(int reps, const std::function<void()>& together, const std::function<void()>& apart) {
-  double t = 1e30, a = 1e30;
-  for (int r = 0; r < reps; ++r) {
+// The fastest of `reps` runs of each side, interleaved, each side going first in turn. A side --side leaves
+// out is not run and reads as taking forever (0 tokens per second).
+std::pair<double, double> fastest(const Options& o, const std::function<void()>& together,
+                                  const std::function<void()>& apart) {
+  const bool run_t = o.side != "apart", run_a = o.side != "together";
+  double t = std::numeric_limits<double>::infinity(), a = t;
+  for (int r = 0; r < o.reps; ++r) {
     if (r % 2 == 0) {
-      t = std::min(t, seconds_of(together));
-      a = std::min(a, seconds_of(apart));
+      if (run_t) t = std::min(t, seconds_of(o.cpu_clock, together));
+      if (run_a) a = std::min(a, seconds_of(o.cpu_clock, apart));
     } else {
-      a = std::min(a, seconds_of(apart));
-      t = std::min(t, seconds_of(together));
+      if (run_a) a = std::min(a, seconds_of(o.cpu_clock, apart));
+      if (run_t) t = std::min(t, seconds_of(o.cpu_clock, together));
     }
   }
   return {t, a};
@@ -156,12 +191,13 @@ struct Row {
   std::string model, section;
   int64_t k = 0;
   double together = 0, apart = 0;  // tokens per second
+  // together / apart, or 0 when --side left a side out.
+  double ratio() const { return together > 0 && apart > 0 ? together / apart : 0.0; }
 };
 
 void print(const Row& r) {
   std::printf("  %-17s %-8s K=%-3lld  together %8.0f tok/s   one after another %8.0f tok/s   ratio %5.2fx\n",
-              r.model.c_str(), r.section.c_str(), static_cast<long long>(r.k), r.together, r.apart,
-              r.together / r.apart);
+              r.model.c_str(), r.section.c_str(), static_cast<long long>(r.k), r.together, r.apart, r.ratio());
   std::fflush(stdout);
 }
 
@@ -203,7 +239,7 @@ Row bench_prefill(const rt::Model& m, const std::string& name, int64_t K, const 
   auto apart = [&] {
     for (std::size_t i = 0; i < turns.size(); ++i) (void)m.forward(turns[i], &pasts[i], fo);
   };
-  const auto [t, a] = fastest(o.reps, together, apart);
+  const auto [t, a] = fastest(o, together, apart);
   const double tokens = static_cast<double>(K * o.turn);
   return {name, "prefill", K, tokens / t, tokens / a};
 }
@@ -252,7 +288,7 @@ Row bench_forward(const rt::Model& m, const std::string& name, int64_t K, const 
       }
     }
   };
-  const auto [t, a] = fastest(o.reps, together, apart);
+  const auto [t, a] = fastest(o, together, apart);
   const double n = static_cast<double>(K * o.tokens);
   return {name, "plain", K, n / t, n / a};
 }
@@ -286,7 +322,7 @@ Row bench_cached(const rt::Model& m, const std::string& name, int64_t K, const O
     }
   };
   const auto [t, a] = fastest(
-      o.reps, [&] { run(true); }, [&] { run(false); });
+      o, [&] { run(true); }, [&] { run(false); });
   const double n = static_cast<double>(K * o.tokens);
   return {name, "cached", K, n / t, n / a};
 }
@@ -312,7 +348,7 @@ Row bench_windows(Engine& engine, const std::string& name, int64_t K, const Opti
   auto apart = [&] {
     for (const GenerateRequest& r : requests) r.window->generate(r.query, r.options);
   };
-  const auto [t, a] = fastest(o.reps, together, apart);
+  const auto [t, a] = fastest(o, together, apart);
   const double n = static_cast<double>(K * o.tokens);
   return {name, "windows", K, n / t, n / a};
 }
@@ -338,7 +374,7 @@ Row bench_forks(Engine& engine, const std::string& name, const Options& o) {
       f.generate(query, branch);
     }
   };
-  const auto [t, a] = fastest(o.reps, together, apart);
+  const auto [t, a] = fastest(o, together, apart);
   const double n = static_cast<double>(o.forks * o.tokens);
   return {name, "forks", o.forks, n / t, n / a};
 }
@@ -348,8 +384,9 @@ Row bench_forks(Engine& engine, const std::string& name, const Options& o) {
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   at::set_num_threads(o.threads);
-  std::printf("bench_batch: %lld tokens per sequence after %lld, %d thread(s), fastest of %d\n",
-              static_cast<long long>(o.tokens), static_cast<long long>(o.prompt), o.threads, o.reps);
+  std::printf("bench_batch: %lld tokens per sequence after %lld, %d thread(s), fastest of %d (%s time)\n",
+              static_cast<long long>(o.tokens), static_cast<long long>(o.prompt), o.threads, o.reps,
+              o.cpu_clock ? "CPU" : "wall");
   nlohmann::json out = nlohmann::json::array();
   auto record = [&](const Row& r) {
     print(r);
@@ -358,7 +395,7 @@ int main(int argc, char** argv) try {
                    {"k", r.k},
                    {"together_tokens_per_s", r.together},
                    {"apart_tokens_per_s", r.apart},
-                   {"ratio", r.together / r.apart}});
+                   {"ratio", r.ratio()}});
   };
   const std::vector<std::pair<std::string, std::string>> models{
       {"stories260K", o.models + "/stories260K/stories260K.bin"}, {"tinystories-656k", o.models + "/tinystories-656k"}};
