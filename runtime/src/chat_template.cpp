@@ -13,6 +13,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/common/json_input.h"
+#include "orbit/common/sha256.h"
 #include "src/jinja/ast.h"
 #include "src/jinja/interpreter.h"
 
@@ -26,10 +27,23 @@ struct ChatTemplate::Impl {
   jinja::Block program;
   std::string bos, eos;
 
+  // The variables of a rendering but for messages and add_generation_prompt: bos_token, eos_token, the
+  // options' tools and extra variables (parsed, checked and named in errors as render names them).
+  jinja::Dict variables(const std::string& origin, const ChatRenderOptions& options) const;
   // `messages` (a list, at most kMaxJsonDepth deep but for the few levels a ChatMessage adds around its tool
   // calls' arguments) rendered with the options' variables.
   std::string render(const std::string& origin, const Value& messages, const ChatRenderOptions& options) const;
+  // `messages` (whose roles are checked) rendered with `variables` (from variables()).
+  std::string render_with(const std::string& origin, Value messages, bool add_generation_prompt,
+                          const jinja::Dict& variables) const;
 };
+
+struct PreparedChat::Impl {
+  std::vector<Value> messages;  // message_value of each
+  jinja::Dict variables;        // ChatTemplate::Impl::variables
+};
+
+std::size_t PreparedChat::size() const { return impl_ ? impl_->messages.size() : 0; }
 
 namespace {
 
@@ -177,6 +191,13 @@ Value message_value(const ChatMessage& m, std::size_t index, const std::string& 
 ChatTemplate::ChatTemplate(const std::string& source, std::string origin, std::string bos_token, std::string eos_token)
     : impl_(std::make_unique<Impl>()), origin_(std::move(origin)) {
   impl_->program = jinja::parse(source, origin_);
+  Sha256 key;
+  key.update("orbit chat template v1").update_u64(source.size()).update(source);
+  key.update_u64(bos_token.size()).update(bos_token).update_u64(eos_token.size()).update(eos_token);
+  key_ = key.hex_digest();
+  // strftime_now is the one global that reads anything but the variables; a template can only reach it by
+  // name, so a source that never spells it cannot call it.
+  deterministic_ = source.find("strftime_now") == std::string::npos;
   impl_->bos = std::move(bos_token);
   impl_->eos = std::move(eos_token);
 }
@@ -191,22 +212,32 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
   return impl_->render(origin_, Value::of_list(std::move(list)), options);
 }
 
+PreparedChat ChatTemplate::prepare(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) const {
+  auto impl = std::make_shared<PreparedChat::Impl>();
+  impl->messages.reserve(messages.size());
+  for (std::size_t k = 0; k < messages.size(); ++k) impl->messages.push_back(message_value(messages[k], k, origin_));
+  impl->variables = impl_->variables(origin_, options);
+  PreparedChat out;
+  out.impl_ = std::move(impl);
+  return out;
+}
+
+std::string ChatTemplate::render_prefix(const PreparedChat& chat, std::size_t count, bool add_generation_prompt) const {
+  ORBIT_CHECK(count <= chat.size(),
+              origin_ << ": render_prefix: count " << count << " is past the list's " << chat.size() << " messages");
+  if (!chat.impl_)
+    return impl_->render_with(origin_, Value::of_list({}), add_generation_prompt, impl_->variables(origin_, {}));
+  const std::vector<Value>& all = chat.impl_->messages;
+  jinja::List prefix(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(count));
+  return impl_->render_with(origin_, Value::of_list(std::move(prefix)), add_generation_prompt, chat.impl_->variables);
+}
+
 std::string ChatTemplate::render_json(const std::string& messages_json, const ChatRenderOptions& options) const {
   return impl_->render(origin_, parse_value(messages_json, origin_ + ": the messages"), options);
 }
 
-std::string ChatTemplate::Impl::render(const std::string& origin, const Value& messages,
-                                       const ChatRenderOptions& options) const {
-  ORBIT_CHECK(messages.is(Value::Kind::kList), origin << ": the messages must be a JSON array");
-  for (std::size_t k = 0; k < messages.list->size(); ++k) {
-    const Value& m = (*messages.list)[k];
-    const Value* role = m.is(Value::Kind::kDict) ? m.find("role") : nullptr;
-    ORBIT_CHECK(role != nullptr && role->is(Value::Kind::kString),
-                origin << ": message " << k << " has no role (a string)");
-  }
+jinja::Dict ChatTemplate::Impl::variables(const std::string& origin, const ChatRenderOptions& options) const {
   jinja::Dict vars;
-  vars.emplace_back("messages", messages);
-  vars.emplace_back("add_generation_prompt", Value::boolean(options.add_generation_prompt));
   vars.emplace_back("bos_token", Value::string(bos));
   vars.emplace_back("eos_token", Value::string(eos));
   if (!options.tools_json.empty()) {
@@ -221,6 +252,29 @@ std::string ChatTemplate::Impl::render(const std::string& origin, const Value& m
     ORBIT_CHECK(extra.is(Value::Kind::kDict), what << " must be a JSON object (of template variables)");
     for (const auto& [name, value] : *extra.dict) vars.emplace_back(name, value);
   }
+  return vars;
+}
+
+std::string ChatTemplate::Impl::render(const std::string& origin, const Value& messages,
+                                       const ChatRenderOptions& options) const {
+  ORBIT_CHECK(messages.is(Value::Kind::kList), origin << ": the messages must be a JSON array");
+  for (std::size_t k = 0; k < messages.list->size(); ++k) {
+    const Value& m = (*messages.list)[k];
+    const Value* role = m.is(Value::Kind::kDict) ? m.find("role") : nullptr;
+    ORBIT_CHECK(role != nullptr && role->is(Value::Kind::kString),
+                origin << ": message " << k << " has no role (a string)");
+  }
+  return render_with(origin, messages, options.add_generation_prompt, variables(origin, options));
+}
+
+std::string ChatTemplate::Impl::render_with(const std::string& origin, Value messages, bool add_generation_prompt,
+                                            const jinja::Dict& variables) const {
+  // The order templates have always seen: messages, add_generation_prompt, bos_token, eos_token, tools, extra.
+  jinja::Dict vars;
+  vars.reserve(variables.size() + 2);
+  vars.emplace_back("messages", std::move(messages));
+  vars.emplace_back("add_generation_prompt", Value::boolean(add_generation_prompt));
+  vars.insert(vars.end(), variables.begin(), variables.end());
   return jinja::render(program, vars, origin);
 }
 

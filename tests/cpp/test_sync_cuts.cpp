@@ -10,6 +10,7 @@
 #include "orbit/sync.h"
 #include "orbit/window.h"
 #include "orbit_catch.h"
+#include "sync_cuts_support.h"
 #include "sync_test_support.h"
 #include "test_helpers.h"
 #include "window/sync_render.h"
@@ -17,38 +18,16 @@
 namespace {
 
 using namespace orbit;
+using orbit::test::sync_cuts::content;
+using orbit::test::sync_cuts::kTemplates;
+using orbit::test::sync_cuts::random_list;
+using orbit::test::sync_cuts::require_same;
 using orbit::test::sync_support::sentence;
 
 // Turns the shortcut back on however the test leaves.
 struct ShortcutOn {
   ~ShortcutOn() { orbit::detail::set_cut_by_token_bytes(true); }
 };
-
-void require_same(const SyncPlan& bytes, const SyncPlan& prefixes) {
-  REQUIRE(bytes.tokens == prefixes.tokens);
-  REQUIRE(bytes.merged_boundaries == prefixes.merged_boundaries);
-  REQUIRE(bytes.generation_prompt == prefixes.generation_prompt);
-  REQUIRE(bytes.generation_prompt_exact == prefixes.generation_prompt_exact);
-  REQUIRE(bytes.evict == prefixes.evict);
-  REQUIRE(bytes.reorder == prefixes.reorder);
-  REQUIRE(bytes.units.size() == prefixes.units.size());
-  for (std::size_t i = 0; i < bytes.units.size(); ++i) {
-    const SyncUnit& a = bytes.units[i];
-    const SyncUnit& b = prefixes.units[i];
-    INFO("unit " << i);
-    REQUIRE(a.first_message == b.first_message);
-    REQUIRE(a.end_message == b.end_message);
-    REQUIRE(a.position == b.position);
-    REQUIRE(a.tokens == b.tokens);
-    REQUIRE(a.key == b.key);
-    REQUIRE(a.part == b.part);
-    REQUIRE(a.is_turn == b.is_turn);
-    REQUIRE(a.action == b.action);
-    REQUIRE(a.moved == b.moved);
-    REQUIRE(a.instance == b.instance);
-  }
-  REQUIRE(bytes.describe() == prefixes.describe());
-}
 
 // The prefixes step 3 encoded: with token bytes, and encoding every prefix.
 struct Encoded {
@@ -72,44 +51,6 @@ SyncPlan plan_both(const Window& w, const std::vector<ChatMessage>& messages, co
   }
   return bytes;
 }
-
-const std::vector<std::string> kRoles = {"system", "user", "assistant", "tool"};
-
-// Message text of several kinds: stories, characters outside the vocabularies (unk runs), whitespace runs,
-// nothing, added tokens written in text, a space first.
-std::string content(std::mt19937_64& rng) {
-  static const std::vector<std::string> kOdd = {
-      "caf\xC3\xA9",  "\xE4\xBD\xA0\xE5\xA5\xBD", "\xF0\x9F\x99\x82", "  ",  "\t",         "\n\n",
-      "\xE2\x96\x81", "<|start_story|>",          " <|end_story|>",   "<s>", "{\"a\": 1}", "\xC2\xA0"};
-  switch (rng() % 6) {
-    case 0: return "";
-    case 1: {
-      std::string s;
-      for (int i = static_cast<int>(rng() % 6); i >= 0; --i) s += kOdd[rng() % kOdd.size()] + sentence(rng, 2);
-      return s;
-    }
-    case 2: return " " + sentence(rng, 1 + static_cast<int>(rng() % 8));
-    default: return sentence(rng, 1 + static_cast<int>(rng() % 20));
-  }
-}
-
-std::vector<ChatMessage> random_list(std::mt19937_64& rng, std::size_t n) {
-  std::vector<ChatMessage> out;
-  for (std::size_t i = 0; i < n; ++i) {
-    ChatMessage m;
-    m.role = kRoles[rng() % kRoles.size()];
-    m.content = content(rng);
-    if (m.role == "assistant" && rng() % 4 == 0) m.tool_calls.push_back({"call_1", "lookup", "{\"q\": \"ball\"}"});
-    out.push_back(std::move(m));
-  }
-  return out;
-}
-
-// The bundled plain template (the models have none), turns after a special token, turns that run on into each
-// other with a space, and turns with nothing between them.
-const std::vector<std::string> kTemplates = {
-    "", orbit::test::sync_support::kTemplate, orbit::test::sync_support::kRunOnTemplate,
-    "{% for message in messages %}{{ message.content }}{% endfor %}{% if add_generation_prompt %}>{% endif %}"};
 
 std::shared_ptr<Engine> open_stories260k() {
   EngineOptions o;

@@ -23,7 +23,14 @@
 //      where that rendering is a prefix of the full one, its end is the boundary of message i. Templates
 //      that render a message differently depending on what follows it (Mistral moves the system prompt
 //      into the last user turn; a template that treats the last message apart) give no boundary there,
-//      and the messages on both sides form one unit.
+//      and the messages on both sides form one unit. The list is converted for the template once
+//      (runtime::ChatTemplate::prepare: messages, tools and extra variables), not once per prefix, and what
+//      each prefix rendered to is kept (process-wide, bounded: at most 64 MiB of renderings, least recently
+//      used dropped first) for the lists that follow: a list that starts with an earlier list's messages,
+//      under the same template and variables, reads those prefixes' boundaries instead of rendering them
+//      again, so an agent's next request (its last list and a few more messages) renders only the prefixes
+//      past it. The boundaries are the same either way (sdk/src/window/sync_memo.h gives the argument); a
+//      template that reads the clock (strftime_now) renders every prefix.
 //   3. Tokens: the window's tokens are exactly tokenize(rendering) (no special tokens added; templates
 //      write their own BOS). A text boundary is cut in the tokens only where it is also a token boundary:
 //      each unit's tokens tokenized alone concatenate to the whole (true for templates whose turns start

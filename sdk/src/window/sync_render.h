@@ -59,6 +59,15 @@ void set_cut_by_token_bytes(bool on);
 // bytes save).
 int64_t prefix_encodes_so_far();
 
+// For tests and benchmarks only: whether step 2 reads what it can from the renders of earlier lists (the cuts
+// memo, sync_memo.h; true, the default) or renders every prefix of every list. Both give the same Rendering
+// (tests/cpp/test_sync_memo.cpp checks it). clear_cuts_memo forgets every list. Process-wide; safe to call
+// from any thread.
+void set_cuts_memo(bool on);
+void clear_cuts_memo();
+// For tests only: how many prefixes of lists step 2 has rendered in this process (what the memo saves).
+int64_t prefix_renders_so_far();
+
 // A chunk's label: the role(s) and the start of the first message's text.
 std::string unit_label(const std::vector<ChatMessage>& messages, const SyncUnit& u);
 

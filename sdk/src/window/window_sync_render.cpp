@@ -16,6 +16,7 @@
 #include "orbit/sync.h"
 #include "orbit/tool_calls.h"
 #include "text/text_bound.h"
+#include "window/sync_memo.h"
 #include "window/sync_render.h"
 #include "window/window_state.h"
 
@@ -43,7 +44,7 @@ std::string special_text(const runtime::Tokenizer& t, int64_t id) {
 }
 
 struct Chat {
-  std::unique_ptr<runtime::ChatTemplate> owned;
+  std::shared_ptr<const runtime::ChatTemplate> owned;  // options and plain: parsed once (detail::parsed_template)
   const runtime::ChatTemplate* tmpl = nullptr;
   std::string which;  // "options", "model", "plain"
 };
@@ -63,9 +64,8 @@ Chat resolve_chat(const detail::EngineCore& core, const ChatOptions& options) {
     eos = special_text(core.tokenizer(), core.tokenizer().eos_id());
   }
   const bool given = !options.chat_template.empty();
-  c.owned =
-      std::make_unique<runtime::ChatTemplate>(given ? options.chat_template : std::string(kPlainChatTemplate),
-                                              given ? "ChatOptions::chat_template" : "kPlainChatTemplate", bos, eos);
+  c.owned = detail::parsed_template(given ? options.chat_template : std::string(kPlainChatTemplate),
+                                    given ? "ChatOptions::chat_template" : "kPlainChatTemplate", bos, eos);
   c.tmpl = c.owned.get();
   c.which = given ? "options" : "plain";
   return c;
@@ -158,17 +158,12 @@ std::vector<Marker> find_markers(const std::string& text, const std::vector<Part
 
 struct Renderer {
   const Chat& chat;
-  const std::vector<runtime::ChatMessage>& messages;
-  runtime::ChatRenderOptions options;
-  const char* caller;  // the function the user called, for errors
+  runtime::PreparedChat messages;  // the list, converted once for every prefix's render
+  const char* caller;              // the function the user called, for errors
 
   // The first `n` messages rendered.
   std::string operator()(std::size_t n, bool add_generation_prompt) const {
-    runtime::ChatRenderOptions o = options;
-    o.add_generation_prompt = add_generation_prompt;
-    if (n == messages.size()) return chat.tmpl->render(messages, o);
-    const std::vector<runtime::ChatMessage> prefix(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(n));
-    return chat.tmpl->render(prefix, o);
+    return chat.tmpl->render_prefix(messages, n, add_generation_prompt);
   }
 };
 
@@ -217,35 +212,9 @@ bool starts_with(const std::string& all, const std::string& prefix) {
   return prefix.size() <= all.size() && all.compare(0, prefix.size(), prefix) == 0;
 }
 
-// Where a message starts in the rendered text, and which message it is.
-struct Cut {
-  std::size_t text = 0;
-  int64_t message = 0;
-};
+using Cut = detail::TextCut;
 // A token index where a unit ends, and the first message of the next unit.
 using TokenCut = std::pair<std::size_t, int64_t>;
-
-// Step 2: where each message starts in `text` (the end of the rendering of the messages before it); a
-// message whose prefix the template refuses or renders differently joins the unit before it.
-std::vector<Cut> text_cuts(const Renderer& render, std::size_t n, const std::string& text, int64_t* merged) {
-  std::vector<Cut> cuts;
-  for (std::size_t i = 1; i < n; ++i) {
-    std::string prefix;
-    try {
-      prefix = render(i, false);
-    } catch (const Error&) {  // the template refuses the shorter list (it wants a user turn last, say)
-      ++*merged;
-      continue;
-    }
-    const std::size_t last = cuts.empty() ? 0 : cuts.back().text;
-    if (prefix.size() > last && prefix.size() < text.size() && starts_with(text, prefix)) {
-      cuts.push_back({prefix.size(), static_cast<int64_t>(i)});
-    } else {
-      ++*merged;
-    }
-  }
-  return cuts;
-}
 
 // Step 3, first test: each unit's text tokenized alone joins back into `tokens`. Empty when it does not.
 std::vector<TokenCut> cuts_by_parts(const runtime::Tokenizer& tok, const std::string& text,
@@ -479,12 +448,13 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   const Chat chat = resolve_chat(core, options);
   out.which = chat.which;
   const std::vector<runtime::ChatMessage> msgs = to_runtime(core, messages, &out.parts, caller);
-  const Renderer render{chat, msgs, render_options(options, caller), caller};
   const std::size_t n = msgs.size();
   if (n == 0) return out;  // an empty list is an empty window (nothing is rendered)
+  const runtime::ChatRenderOptions ro = render_options(options, caller);
+  const Renderer render{chat, chat.tmpl->prepare(msgs, ro), caller};
 
   const std::string text = render(n, false);
-  const std::vector<Cut> cuts = text_cuts(render, n, text, &out.merged);
+  const std::vector<Cut> cuts = detail::text_cuts(*chat.tmpl, render.messages, ro, msgs, text, &out.merged);
   const std::vector<Marker> marks = find_markers(text, out.parts, caller);
   const runtime::Tokenizer& tok = core.tokenizer();
   detail::check_text_fits(

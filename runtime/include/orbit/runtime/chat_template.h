@@ -21,6 +21,7 @@
 // Thread-safety: a ChatTemplate is immutable after construction; render() may run concurrently.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,23 @@ struct ChatRenderOptions {
   std::string extra_name;
 };
 
+class ChatTemplate;
+
+// A message list and the options' variables (tools, extra) converted once into the template's values, so that
+// rendering several prefixes of one list (Window::sync renders every prefix: orbit/sync.h, step 2) converts the
+// messages and parses the tools and extra JSON once instead of once per render. Made by ChatTemplate::prepare;
+// immutable and cheap to copy (it shares what it holds): render_prefix may run concurrently on one.
+class PreparedChat {
+ public:
+  PreparedChat() = default;
+  std::size_t size() const;  // the number of messages
+
+ private:
+  friend class ChatTemplate;
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
+};
+
 class ChatTemplate {
  public:
   // `source` is the template text; `origin` names it in errors; bos/eos fill bos_token and eos_token.
@@ -72,12 +90,30 @@ class ChatTemplate {
   // The same with the messages as a JSON array of objects (any fields: they reach the template as-is).
   std::string render_json(const std::string& messages_json, const ChatRenderOptions& options = {}) const;
 
+  // `messages` and `options` (but for add_generation_prompt, given to each render) converted for
+  // render_prefix. Throws what render(messages, options) throws converting them, in the same order: a message
+  // without a role, a tool call's arguments nested too deeply, tools or extra JSON that is malformed or of the
+  // wrong type. What the template itself refuses is thrown by render_prefix.
+  PreparedChat prepare(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options = {}) const;
+  // The first `count` (<= chat.size()) messages rendered: byte for byte render(messages[0, count), options
+  // with add_generation_prompt), and the same errors but for those prepare threw.
+  std::string render_prefix(const PreparedChat& chat, std::size_t count, bool add_generation_prompt) const;
+
+  // The template's content key: SHA-256 (hex) of its source, bos_token and eos_token, which is all a
+  // rendering depends on besides its messages and variables (the origin only names errors).
+  const std::string& key() const { return key_; }
+  // Whether a rendering is a function of the template, messages and variables alone: false when the
+  // template can read the clock (it names strftime_now), whose renderings change with the date.
+  bool deterministic() const { return deterministic_; }
+
   const std::string& origin() const { return origin_; }
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::string origin_;
+  std::string key_;
+  bool deterministic_ = true;
 };
 
 // The chat template of a Hugging Face directory (or of a tokenizer_config.json path): its

@@ -1,0 +1,286 @@
+// bench_sync_render: the rendering half of Window::plan_sync (orbit/sync.h steps 1-3: the chat template, the
+// message cuts, the tokens) on long message lists, as an agent sends them (a system prompt, then user turns,
+// assistant answers with tool calls and tool results, three tools' schemas), against the list's length.
+//
+// Per template and list length N, microseconds of the thread's CPU time (the fastest of --reps):
+//   render      one rendering of the whole list (Engine::render_chat): what each of step 2's renders costs at
+//               most, so step 2 renders N prefixes for at most N times this;
+//   tokenize    Engine::tokenize_chat of it: the render and one encode of the text (the same text every rep:
+//               the BPE word cache holds it when it is under 64 KiB);
+//   prefixes    step 2's renders of every proper prefix through runtime::ChatTemplate alone, each prefix copied
+//               and converted for the template (messages, tools) as before ChatTemplate::prepare, against
+//   prepared    the same renders from one prepare (the list converted once), and the ratio;
+//   fresh       plan_sync of a list no earlier sync rendered (a trimmed list: every prefix rendered);
+//   grown       plan_sync of the list after the list without its last message was planned (an agent's next
+//               request: the list only grew);
+// each with the cuts memo off (every prefix rendered) and on, side by side, and the ratio off / on. Both
+// sides must give the same plan (tokens, units, merged boundaries, generation prompt). Not a test: the times
+// depend on the machine and its load; the off and on runs alternate.
+//
+// The model: TinyStories-656K (tokenizer.json, prefix-stable) with its positions raised so the longest list
+// fits (a copy of its directory under --cache with config.json's max_position_embeddings changed; plan_sync
+// runs no forward, so the weights never see those positions). Templates: the bundled plain template and
+// --templates (tests/data/templates/*.jinja by name; their special tokens are spelled out by this tokenizer,
+// which changes the tokens, not the renders).
+//
+//   bench_sync_render [--sizes 25,50,100,200] [--reps 5] [--templates qwen2.5-7b-instruct,llama-3.1-8b-instruct]
+//                     [--cache /tmp/orbit-bench]
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "../common/bench_util.h"
+#include "args.h"
+#include "orbit/engine.h"
+#include "orbit/runtime/chat_template.h"
+#include "orbit/sync.h"
+#include "orbit/window.h"
+#include "window/sync_render.h"
+
+using namespace orbit;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+double cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Microseconds of `f`, the fastest of `reps` runs.
+double fastest_us(int64_t reps, const std::function<void()>& f) {
+  double best = 1e30;
+  for (int64_t r = 0; r < reps; ++r) {
+    const double t0 = cpu_now();
+    f();
+    best = std::min(best, cpu_now() - t0);
+  }
+  return best * 1e6;
+}
+
+// TinyStories-656K with `positions` positions: its files linked from a directory under `cache`, config.json
+// rewritten.
+std::string model_with_positions(const std::string& cache, int64_t positions) {
+  const fs::path source = fs::path(ORBIT_MODELS_DIR) / "tinystories-656k";
+  const fs::path dir = fs::path(cache) / ("tinystories-656k-positions-" + std::to_string(positions));
+  if (fs::exists(dir / "config.json")) return dir.string();
+  fs::create_directories(dir);
+  for (const fs::directory_entry& e : fs::directory_iterator(source)) {
+    if (e.path().filename() == "config.json") continue;
+    const fs::path link = dir / e.path().filename();
+    if (!fs::exists(link)) fs::create_symlink(fs::absolute(e.path()), link);
+  }
+  std::ifstream in(source / "config.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string config = text.str();
+  const std::string key = "\"max_position_embeddings\": 512";
+  const std::size_t at = config.find(key);
+  ORBIT_CHECK(at != std::string::npos, source / "config.json"
+                                           << ": no " << key);
+  config.replace(at, key.size(), "\"max_position_embeddings\": " + std::to_string(positions));
+  const fs::path tmp = dir / "config.json.tmp";
+  std::ofstream(tmp) << config;
+  fs::rename(tmp, dir / "config.json");
+  return dir.string();
+}
+
+const char* const kSentences[] = {
+    "Once upon a time, there was a little girl named Lily. She liked to play outside in the sun.",
+    "One day, Tom found a big red ball in the park. He was very happy and ran to show his mom.",
+    "The cat sat by the window and watched the birds. It wanted to catch one, but the glass was in the way.",
+    "Sue and Ben built a tall tower of blocks. When it fell down, they laughed and built it again.",
+    "The old man gave the boy a shiny coin. \"Keep it safe,\" he said, and the boy put it in his pocket.",
+};
+
+// What an agent sends as `tools`: three functions with their parameters' schemas.
+const char* const kTools = R"([
+  {"type": "function", "function": {"name": "lookup", "description": "Look up a story by a phrase in it.",
+   "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": "The phrase."},
+   "limit": {"type": "integer", "minimum": 1, "maximum": 20}}, "required": ["query"]}}},
+  {"type": "function", "function": {"name": "read_page", "description": "Read one page of a story.",
+   "parameters": {"type": "object", "properties": {"story": {"type": "string"}, "page": {"type": "integer"}},
+   "required": ["story", "page"]}}},
+  {"type": "function", "function": {"name": "write_note", "description": "Keep a note for later.",
+   "parameters": {"type": "object", "properties": {"text": {"type": "string"}, "tags": {"type": "array",
+   "items": {"type": "string"}}}, "required": ["text"]}}}])";
+
+std::string text_of(int64_t i, int sentences) {
+  std::string s;
+  for (int k = 0; k < sentences; ++k) s += std::string(k > 0 ? " " : "") + kSentences[(i + k) % 5];
+  return s;
+}
+
+// An agent's list of `n` messages: a system prompt, then rounds of a user turn, an assistant answer that calls
+// a tool, the tool's result (a page), and an assistant answer.
+std::vector<ChatMessage> agent_list(int64_t n) {
+  std::vector<ChatMessage> out;
+  out.push_back({"system", "You tell short stories. Use the tools to look things up."});
+  for (int64_t i = 1; static_cast<int64_t>(out.size()) < n; ++i) {
+    ChatMessage m;
+    switch (i % 4) {
+      case 1: m = {"user", text_of(i, 1) + " What happened next?"}; break;
+      case 2:
+        m = {"assistant", "Let me look."};
+        m.tool_calls.push_back({"call_" + std::to_string(i), "lookup", "{\"query\": \"" + text_of(i, 1) + "\"}"});
+        break;
+      case 3:
+        m = {"tool", text_of(i, 4)};
+        m.tool_call_id = "call_" + std::to_string(i - 1);
+        break;
+      default: m = {"assistant", text_of(i, 2)}; break;
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+void require_same(const SyncPlan& a, const SyncPlan& b, const std::string& what) {
+  bool same = a.tokens == b.tokens && a.merged_boundaries == b.merged_boundaries &&
+              a.generation_prompt == b.generation_prompt && a.units.size() == b.units.size();
+  for (std::size_t i = 0; same && i < a.units.size(); ++i) {
+    same = a.units[i].first_message == b.units[i].first_message && a.units[i].end_message == b.units[i].end_message &&
+           a.units[i].key == b.units[i].key;
+  }
+  ORBIT_CHECK(same, "bench_sync_render: " << what << ": the memo's plan differs from rendering every prefix");
+}
+
+struct Row {
+  double render = 0, tokenize = 0, convert = 0, prepared = 0, fresh_off = 0, fresh_on = 0, grown_off = 0, grown_on = 0;
+};
+
+std::vector<runtime::ChatMessage> runtime_list(const std::vector<ChatMessage>& list) {
+  std::vector<runtime::ChatMessage> out;
+  for (const ChatMessage& m : list) {
+    runtime::ChatMessage r{m.role, m.content, m.name, m.tool_call_id, {}};
+    for (const ChatToolCall& c : m.tool_calls) r.tool_calls.push_back({c.id, c.name, c.arguments});
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// Step 2's renders of every proper prefix of `list` through runtime::ChatTemplate alone, as it renders without
+// the memo: each prefix copied and converted for the template (`prepared` false: how it rendered before
+// ChatTemplate::prepare), or the list converted once and each prefix rendered from that (true).
+void render_prefixes(const runtime::ChatTemplate& t, const std::vector<runtime::ChatMessage>& list,
+                     const runtime::ChatRenderOptions& o, bool prepared) {
+  const runtime::PreparedChat chat = prepared ? t.prepare(list, o) : runtime::PreparedChat();
+  for (std::size_t i = 1; i < list.size(); ++i) {
+    try {
+      if (prepared) {
+        (void)t.render_prefix(chat, i, false);
+      } else {
+        (void)t.render(std::vector<runtime::ChatMessage>(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(i)),
+                       o);
+      }
+    } catch (const Error&) {  // a prefix the template refuses (as step 2 takes it)
+    }
+  }
+}
+
+Row measure(Engine& engine, const std::vector<ChatMessage>& list, const SyncOptions& o, int64_t reps,
+            const std::string& what) {
+  Row row;
+  const Window w = engine.new_window();
+  const std::vector<ChatMessage> before(list.begin(), list.end() - 1);
+  row.render = fastest_us(reps, [&] { (void)engine.render_chat(list, false, o.chat); });
+  row.tokenize = fastest_us(reps, [&] { (void)engine.tokenize_chat(list, false, o.chat); });
+  const runtime::ChatTemplate t(o.chat.chat_template.empty() ? kPlainChatTemplate : o.chat.chat_template, "bench");
+  const std::vector<runtime::ChatMessage> rl = runtime_list(list);
+  runtime::ChatRenderOptions ro;
+  ro.add_generation_prompt = false;
+  ro.tools_json = o.chat.tools_json;
+  for (int64_t r = 0; r < reps; ++r) {  // alternating
+    const double c = fastest_us(1, [&] { render_prefixes(t, rl, ro, false); });
+    const double p = fastest_us(1, [&] { render_prefixes(t, rl, ro, true); });
+    row.convert = r == 0 ? c : std::min(row.convert, c);
+    row.prepared = r == 0 ? p : std::min(row.prepared, p);
+  }
+  SyncPlan off, on;
+  for (int64_t r = 0; r < reps; ++r) {
+    // fresh: the memo forgets every list first; grown: the list before it was planned just before.
+    for (bool memo : {false, true}) {
+      detail::set_cuts_memo(memo);
+      detail::clear_cuts_memo();
+      double& fresh = memo ? row.fresh_on : row.fresh_off;
+      double& grown = memo ? row.grown_on : row.grown_off;
+      const double t0 = cpu_now();
+      (memo ? on : off) = w.plan_sync(list, o);
+      const double t1 = cpu_now();
+      fresh = r == 0 ? (t1 - t0) * 1e6 : std::min(fresh, (t1 - t0) * 1e6);
+      (void)w.plan_sync(before, o);
+      const double t2 = cpu_now();
+      (memo ? on : off) = w.plan_sync(list, o);
+      const double t3 = cpu_now();
+      grown = r == 0 ? (t3 - t2) * 1e6 : std::min(grown, (t3 - t2) * 1e6);
+      if (memo) require_same(on, off, what);
+    }
+  }
+  detail::set_cuts_memo(true);
+  return row;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const cli::Args a(
+        "bench_sync_render",
+        cli::ArgSpec{{"--sizes", "--reps", "--templates", "--cache"},
+                     {},
+                     "usage: bench_sync_render [--sizes 25,50,100,200] [--reps 5]\n"
+                     "                         [--templates qwen2.5-7b-instruct,llama-3.1-8b-instruct] [--cache DIR]\n"
+                     "  plan_sync's rendering (orbit/sync.h steps 1-3) of agent lists of --sizes messages, with the\n"
+                     "  cuts memo off and on (microseconds of thread CPU time, the fastest of --reps). --templates:\n"
+                     "  tests/data/templates/<name>.jinja besides the plain template ('' for none). --cache: where\n"
+                     "  the copy of TinyStories-656K with more positions is made (default /tmp/orbit-bench).\n"},
+        argc, argv, 1);
+    const std::vector<int64_t> sizes = bench::parse_positive_list(a.get_or("--sizes", "25,50,100,200"), "--sizes");
+    const int64_t reps = a.get_int("--reps", 5, 1);
+    std::vector<std::pair<std::string, std::string>> templates = {{"plain", ""}};
+    for (const std::string& name :
+         cli::split_commas(a.get_or("--templates", "qwen2.5-7b-instruct,llama-3.1-8b-instruct"))) {
+      if (name.empty()) continue;
+      const fs::path file = fs::path(ORBIT_TEMPLATES_DIR) / (name + ".jinja");
+      std::ifstream in(file);
+      ORBIT_CHECK(in, "--templates: " << file << ": no such file");
+      std::stringstream text;
+      text << in.rdbuf();
+      templates.emplace_back(name, text.str());
+    }
+    const int64_t largest = *std::max_element(sizes.begin(), sizes.end());
+    EngineOptions eo;
+    eo.model = model_with_positions(a.get_or("--cache", "/tmp/orbit-bench"), std::max<int64_t>(4096, 200 * largest));
+    eo.pool_bytes = int64_t{16} << 20;
+    eo.threads = 1;
+    eo.background = BackgroundMode::kDeferred;
+    const auto engine = Engine::open(eo);
+    std::printf("model %s; microseconds of thread CPU time, the fastest of %lld\n\n", eo.model.c_str(),
+                static_cast<long long>(reps));
+    std::printf("%-22s %4s %7s %8s %9s %9s %6s %9s %9s %6s %9s %9s %6s\n", "template", "N", "render", "tokenize",
+                "prefixes", "prepared", "ratio", "fresh-off", "fresh-on", "ratio", "grown-off", "grown-on", "ratio");
+    for (const auto& [name, source] : templates) {
+      SyncOptions o;
+      o.chat.chat_template = source;
+      o.chat.tools_json = kTools;
+      for (int64_t n : sizes) {
+        const Row r = measure(*engine, agent_list(n), o, reps, name + ", N = " + std::to_string(n));
+        std::printf("%-22s %4lld %7.0f %8.0f %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f\n", name.c_str(),
+                    static_cast<long long>(n), r.render, r.tokenize, r.convert, r.prepared, r.convert / r.prepared,
+                    r.fresh_off, r.fresh_on, r.fresh_off / r.fresh_on, r.grown_off, r.grown_on,
+                    r.grown_off / r.grown_on);
+        std::fflush(stdout);
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_sync_render: %s\n", e.what());
+    return 1;
+  }
+}
