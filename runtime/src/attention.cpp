@@ -87,6 +87,14 @@ at::Tensor rotate(const RopeConfig& rope, const at::Tensor& x, const ops::RopeTa
   return ops::rope_rotate(x.contiguous(), tables, rope.layout);
 }
 
+void rotate_into(const RopeConfig& rope, const at::Tensor& out, const at::Tensor& x, const ops::RopeTables& tables) {
+  if (x.scalar_type() == at::kHalf) {
+    out.copy_(rotate(rope, x, tables));
+  } else {
+    ops::rope_rotate_out(out, x.contiguous(), tables, rope.layout);
+  }
+}
+
 bool uses_past_attention(const at::Tensor& q, int64_t keys, bool tail_causal) {
   const int64_t R = q.size(0);
   // One query token (decode) stays fused: its value GEMM would be [dv, G] over all S keys, which cuBLAS

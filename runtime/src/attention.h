@@ -43,6 +43,9 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 // forward for every layer); float16 is rotated in float32 and rounded once.
 at::Tensor rotate(const RopeConfig& rope, const at::Tensor& x, const ops::RopeTables& tables);
 
+// rotate() written into `out` (contiguous, shaped and typed like x): no tensor of its own.
+void rotate_into(const RopeConfig& rope, const at::Tensor& out, const at::Tensor& x, const ops::RopeTables& tables);
+
 // Whether attend() can use PyTorch's fused attention on CUDA in this build (libtorch >= 2.5).
 bool fused_attention_available();
 

@@ -3,7 +3,8 @@
 //   prepare_sequence     per sequence (forward_sequence.h): its input, past, positions, rope tables, checks
 //   x                    every sequence's computed tokens' hidden states, concatenated [N = Σ R_i, hidden]
 //   per layer            norm, content (K/V) and queries over all N rows at once; attention per sequence
-//                        (CUDA) or per group of sequences with the same R over padded keys (CPU), and for
+//                        (CUDA) or per group of sequences with the same R (CPU: the kernel over each
+//                        member's own rows, kernel_groups, or the blocked products over padded keys), and for
 //                        sequences whose past is a decode cache's slot per group over its buffers
 //                        (cached_attention.cpp, every device); output projection and MLP over all N rows
 //   logits               the rows asked for (each sequence's last, or all of its rows), one LM-head product
@@ -27,10 +28,12 @@ namespace orbit::runtime {
 namespace detail {
 namespace {
 
-// The members of a group with their key angles padded (one copy per member, once per forward).
-AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members) {
+// The members of a group with their key angles padded (one copy per member, once per forward), or for the
+// kernel the buffers its layers write keys into.
+AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members, bool kernel) {
   AttentionGroup g;
   g.members = std::move(members);
+  g.kernel = kernel;
   const SequencePass& first = b.seqs[g.members.front()];
   g.queries = first.rows;
   const int64_t B = static_cast<int64_t>(g.members.size());
@@ -40,7 +43,12 @@ AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members) 
     qi.push_back(b.seqs[i].query_index);
   }
   g.query_index = B == 1 ? first.query_index.unsqueeze(0) : at::stack(qi);
-  if (B == 1) {
+  if (kernel) {
+    const ModelConfig& c = b.model.config();
+    const at::TensorOptions where = at::TensorOptions().dtype(b.model.dtype()).device(b.model.device());
+    g.keys_buffer = at::empty({B, g.keys, c.num_kv_heads, c.head_dim}, where);
+    g.values_buffer = at::empty({B, g.keys, c.num_kv_heads, c.head_dim}, where);
+  } else if (B == 1) {
     g.tables = first.rope.key;
   } else {
     const at::Tensor& cos = first.rope.key.cos;
@@ -73,7 +81,8 @@ std::vector<AttentionGroup> make_groups(const BatchPass& b) {
     by_rows[R].push_back(i);
   }
   std::vector<AttentionGroup> groups;
-  for (int64_t R : order) groups.push_back(make_group(b, std::move(by_rows[R])));
+  const bool kernel = kernel_groups(b.model);
+  for (int64_t R : order) groups.push_back(make_group(b, std::move(by_rows[R]), kernel));
   return groups;
 }
 
@@ -104,6 +113,30 @@ LayerKV group_keys(const BatchPass& b, const AttentionGroup& g, const std::vecto
   return out;
 }
 
+// Layer l's keys of a kernel group into its buffers: member j's past's and input's keys rotated by its own
+// angles into rows [0, its keys) of slot j, its values beside them; nothing padded or zero-filled.
+void write_kernel_keys(const BatchPass& b, const AttentionGroup& g, const std::vector<LayerKV>& contents, int64_t l) {
+  const Model& m = b.model;
+  const RopeConfig& rope = m.config().rope;
+  for (std::size_t j = 0; j < g.members.size(); ++j) {
+    const std::size_t i = g.members[j];
+    const ForwardPast& fp = *b.seqs[i].past;
+    const ops::RopeTables& t = b.seqs[i].rope.key;
+    const LayerKV& c = contents[i];
+    const int64_t P = fp.length, T = c.k.size(0);
+    const at::Tensor k = g.keys_buffer.select(0, static_cast<int64_t>(j)),
+                     v = g.values_buffer.select(0, static_cast<int64_t>(j));
+    if (P > 0) {
+      const LayerKV& p = fp.past->layers[static_cast<std::size_t>(l)];
+      rotate_into(rope, k.narrow(0, 0, P), p.k.to(m.device(), m.dtype()),
+                  {t.cos.narrow(0, 0, P), t.sin.narrow(0, 0, P)});
+      v.narrow(0, 0, P).copy_(p.v);
+    }
+    rotate_into(rope, k.narrow(0, P, T), c.k, {t.cos.narrow(0, P, T), t.sin.narrow(0, P, T)});
+    v.narrow(0, P, T).copy_(c.v);
+  }
+}
+
 // Puts a group's output rows into the layer's attention output: it is the output when it covers every row.
 void place_rows(at::Tensor& out, const at::Tensor& rows, const at::Tensor& o) {
   if (!rows.defined()) {
@@ -120,9 +153,15 @@ void grouped_attention(const BatchPass& b, const LayerWeights& w, int64_t l, con
   const bool mla = c.attention() == AttentionKind::kMla;
   for (const AttentionGroup& g : b.groups) {
     const int64_t B = static_cast<int64_t>(g.members.size());
-    const KeyBatch keys{B, g.keys, group_keys(b, g, contents, l), &g.tables, &g.query_index};
     const at::Tensor qg = (g.rows.defined() ? q.index_select(0, g.rows) : q).view({B, g.queries, q.size(1), q.size(2)});
-    const at::Tensor o = mla ? mla_attention_batch(c, w, qg, keys) : gqa_attention_batch(c, qg, keys);
+    at::Tensor o;
+    if (g.kernel) {
+      write_kernel_keys(b, g, contents, l);
+      o = attend_batch(qg, g.keys_buffer, g.values_buffer, g.query_index, attention_scale(c));
+    } else {
+      const KeyBatch keys{B, g.keys, group_keys(b, g, contents, l), &g.tables, &g.query_index};
+      o = mla ? mla_attention_batch(c, w, qg, keys) : gqa_attention_batch(c, qg, keys);
+    }
     place_rows(out, g.rows, o.view({B * g.queries, o.size(2)}));
   }
 }
@@ -302,6 +341,13 @@ std::vector<SequencePass> prepare_all(const Model& m, const std::vector<Sequence
 }
 
 }  // namespace
+
+bool kernel_groups(const Model& m) {
+  const ModelConfig& c = m.config();
+  return !m.device().is_cuda() && c.attention() == AttentionKind::kGqa &&
+         cpu_attention_kernel_takes(c.head_dim, c.head_dim, m.dtype());
+}
+
 }  // namespace detail
 
 std::vector<ForwardResult> Model::forward_batch(const std::vector<SequenceForward>& batch) const {

@@ -1,6 +1,7 @@
 // Internal to the runtime: one Model::forward_batch (forward_batch.cpp) as its parts see it: the prepared
-// sequences, and the groups of sequences that attend together, over padded keys (CPU) or over a decode
-// cache's buffers (cached_attention.cpp).
+// sequences, and the groups of sequences that attend together on the CPU (over keys padded to the longest
+// member's, or laid out for the CPU kernel: kernel_groups) or over a decode cache's buffers
+// (cached_attention.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,7 +23,13 @@ struct AttentionGroup {
   int64_t queries = 0;               // R
   int64_t keys = 0;                  // S: the most keys (past + input tokens) of a member
   ops::RopeTables tables;            // the members' key angles, padded to S each: [B·S, rotary_dim/2]
+                                     // (undefined for the kernel, which rotates each member by its own)
   at::Tensor query_index;            // int64 [B, R]
+  // Attended by the CPU kernel (kernel_groups): each layer writes member j's keys, rotated, and values into
+  // rows [0, its keys) of slot j of keys_buffer and values_buffer [B, S, H_kv, d], allocated once per forward;
+  // the rows after a member's own keys are never written, nor read (a query reads rows up to its query_index).
+  bool kernel = false;
+  at::Tensor keys_buffer, values_buffer;
 };
 
 // Sequences whose pasts are slots of one decode cache, R computed tokens each: their new rows are written into
@@ -54,10 +61,18 @@ struct BatchPass {
   std::vector<int64_t> first_row;  // each sequence's first row in the batch
   int64_t total_rows = 0;          // N
   ops::RopeTables query_tables;    // [N, rotary_dim/2]: every computed token's, in batch order
-  bool grouped = false;            // uncached sequences attend by groups over padded keys (CPU), else alone
+  bool grouped = false;            // uncached sequences attend by groups (CPU), else alone
   std::vector<AttentionGroup> groups;
   std::vector<CachedGroup> cached;
 };
+
+// Whether a forward on `m` attends its groups on the CPU through the CPU attention kernel (GQA at heads it
+// takes: cpu_attention_kernel_takes), each member's keys rotated into its own slot of buffers kept for the
+// forward (AttentionGroup::kernel), rather than as the blocked products do: every layer's keys copied into
+// zero-filled buffers padded to the longest member's, and rotated whole with padded angle tables (MLA,
+// wider heads). The padded copies cost more than the products' calls they save once a group's keys reach
+// megabytes: fresh buffers every layer, mapped and faulted in afresh (bench/batch/README.md).
+bool kernel_groups(const Model& m);
 
 // The cached groups of a batch (every sequence whose past is a decode cache's slot), their slots grown to
 // hold this forward's rows and those rows' positions written. Throws when one slot is read twice.

@@ -12,6 +12,7 @@
 #include "forward_batch_cases.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/loader.h"
+#include "src/forward_batch.h"
 #include "test_helpers.h"
 
 using namespace orbit::runtime;
@@ -49,6 +50,26 @@ TEST_CASE("forward_batch: every sequence gets its own forward's logits and conte
   }
   check_model(*load_model(orbit::test::stories_path()), "stories260K");
   check_model(*load_model(std::string(ORBIT_MODELS_DIR) + "/tinystories-656k"), "tinystories-656k");
+}
+
+TEST_CASE("forward_batch on the CPU: groups at the kernel's heads are laid out for it, others padded") {
+  namespace rd = orbit::runtime::detail;
+  // The bundled models' heads (8 and 16 wide) are the CPU attention kernel's: their groups write each
+  // member's keys into its own slot, with no padded copies, zero fill or padded angle tables.
+  CHECK(rd::kernel_groups(*load_model(orbit::test::stories_path())));
+  CHECK(rd::kernel_groups(*load_model(std::string(ORBIT_MODELS_DIR) + "/tinystories-656k")));
+  // MLA and heads wider than 32 keep the padded groups, as the device test models do: the first test case
+  // compares both kinds' batches with single forwards.
+  int padded = 0;
+  for (const std::string& name : orbit::test::device_test_models()) {
+    const auto m = load_model(orbit::test::device_test_model_dir(name));
+    const ModelConfig& c = m->config();
+    const bool takes = c.attention() == AttentionKind::kGqa && c.head_dim <= 32;
+    INFO(name << ": heads " << c.head_dim);
+    CHECK(rd::kernel_groups(*m) == takes);
+    padded += takes ? 0 : 1;
+  }
+  CHECK(padded > 0);
 }
 
 TEST_CASE("forward_batch: K decode steps of one past together equal the step alone") {
