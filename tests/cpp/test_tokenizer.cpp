@@ -158,6 +158,11 @@ TEST_CASE("tok512: vocabulary, specials, pieces and decoding rules", "[tokenizer
   CHECK(t.decode(once, 5) == " Once");
   CHECK_THROWS_WITH(t.decode({512}), Contains("token id 512 is outside the vocabulary [0, 512)"));
   CHECK_THROWS_WITH(t.piece(-1), Contains("outside the vocabulary"));
+  // The longest piece bounds the bytes a token covers (the input-size check before tokenizing).
+  std::size_t longest = 1;
+  for (int64_t id = 0; id < t.vocab_size(); ++id) longest = std::max(longest, t.piece(id).size());
+  CHECK(t.longest_piece_bytes() == static_cast<int64_t>(longest));
+  CHECK(t.longest_piece_bytes() >= 6);  // "<0x41>" and the other byte-fallback pieces
 }
 
 TEST_CASE("tokenizer files: found beside the model, and bad files named", "[tokenizer][cpu]") {

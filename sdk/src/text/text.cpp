@@ -31,8 +31,7 @@ namespace {
 void check_fits(const detail::EngineCore& core, std::string_view text, const char* what) {
   const runtime::Tokenizer& tokenizer = core.tokenizer();
   detail::check_text_fits(
-      text, core.config().max_position_embeddings, tokenizer.vocab_size(),
-      [&](int64_t id) { return tokenizer.piece(id); }, what);
+      text, core.config().max_position_embeddings, [&] { return tokenizer.longest_piece_bytes(); }, what);
 }
 
 }  // namespace

@@ -17,15 +17,13 @@
 namespace orbit::detail {
 
 // Throws orbit::Error naming `what` when `text` cannot tokenize to `positions` tokens or fewer.
-// `piece(id)` gives the piece of token id in [0, vocab); it is read only for texts longer than
-// `positions` bytes (one pass over the vocabulary).
-template <typename PieceFn>
-void check_text_fits(std::string_view text, int64_t positions, int64_t vocab, PieceFn&& piece,
-                     const std::string& what) {
+// `longest_piece()` gives the most bytes a token covers (runtime::Tokenizer::longest_piece_bytes); it is
+// called only for texts longer than `positions` bytes.
+template <typename LongestFn>
+void check_text_fits(std::string_view text, int64_t positions, LongestFn&& longest_piece, const std::string& what) {
   const auto bytes = static_cast<int64_t>(text.size());
   if (bytes <= positions) return;  // every token covers at least one byte: nothing to bound
-  int64_t longest = 1;
-  for (int64_t id = 0; id < vocab; ++id) longest = std::max<int64_t>(longest, piece(id).size());
+  const int64_t longest = std::max<int64_t>(1, longest_piece());
   int64_t limit = 0;
   if (__builtin_mul_overflow(positions, longest, &limit)) return;
   ORBIT_CHECK(bytes <= limit, what << ": the text is " << bytes << " bytes, more than the model's " << positions

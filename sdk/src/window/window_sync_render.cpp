@@ -195,7 +195,7 @@ std::atomic<int64_t> prefix_encodes{0};      // detail::prefix_encodes_so_far
 std::string_view fitting(const detail::EngineCore& core, std::string_view text, const char* caller) {
   const runtime::Tokenizer& t = core.tokenizer();
   detail::check_text_fits(
-      text, core.config().max_position_embeddings, t.vocab_size(), [&](int64_t id) { return t.piece(id); },
+      text, core.config().max_position_embeddings, [&] { return t.longest_piece_bytes(); },
       std::string(caller) + ": the rendered messages");
   return text;
 }
@@ -458,7 +458,7 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   const std::vector<Marker> marks = find_markers(text, out.parts, caller);
   const runtime::Tokenizer& tok = core.tokenizer();
   detail::check_text_fits(
-      text, core.config().max_position_embeddings, tok.vocab_size(), [&](int64_t id) { return tok.piece(id); },
+      text, core.config().max_position_embeddings, [&] { return tok.longest_piece_bytes(); },
       std::string(caller) + ": the rendered messages");
   std::size_t from = 0;
   for (const Marker& m : marks) {

@@ -20,9 +20,11 @@
 // Thread-safety: a loaded Tokenizer is immutable; every member is safe to call from any thread.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,6 +75,22 @@ class Tokenizer {
   // and ends never decrease from one token to the next. Throws orbit::Error, naming the tokenizer, when it is
   // not prefix_stable() (only those report bytes) or as encode does.
   virtual Encoding encode_with_bytes(std::string_view text) const = 0;
+
+  // The most bytes one token's piece spells, at least 1: a bound on the bytes any token covers, so a text of
+  // more than positions × this many bytes cannot fit `positions` tokens (pieces spell out what they cover;
+  // byte-fallback pieces such as "<0x0A>" are longer than their byte). One pass over the vocabulary, on the
+  // first call; thread-safe.
+  int64_t longest_piece_bytes() const {
+    std::call_once(longest_once_, [this] {
+      for (int64_t id = 0; id < vocab_size(); ++id)
+        longest_ = std::max<int64_t>(longest_, static_cast<int64_t>(piece(id).size()));
+    });
+    return longest_;
+  }
+
+ private:
+  mutable std::once_flag longest_once_;
+  mutable int64_t longest_ = 1;
 };
 
 // Reads a llama2.c tokenizer file. `expected_vocab` > 0: the file must hold exactly that many pieces
