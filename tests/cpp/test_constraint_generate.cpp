@@ -8,6 +8,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "constrain/tokenizer_vocabulary.h"
 #include "orbit/constraint.h"
@@ -57,7 +60,42 @@ Json check_person(const Generation& g) {
   return v;
 }
 
+// The first key an object of `text` repeats, or "" when none does (a parser keeping the last would hide it).
+std::string repeated_key(const std::string& text) {
+  std::vector<std::set<std::string>> open;
+  std::string found;
+  const Json::parser_callback_t note = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) open.emplace_back();
+    if (event == Json::parse_event_t::object_end) open.pop_back();
+    if (event == Json::parse_event_t::key && !open.back().insert(parsed.get<std::string>()).second && found.empty()) {
+      found = parsed.get<std::string>();
+    }
+    return true;
+  };
+  const Json parsed = Json::parse(text, note);
+  CHECK(parsed.is_object());
+  return found;
+}
+
 }  // namespace
+
+TEST_CASE("constrained generate: a map's keys are never repeated", "[constraint][model][cpu]") {
+  auto e = stories260k();
+  Window w = e->new_window();
+  w.add_turn("Once upon a time, there was a little girl named Lily.");
+  GenerateOptions o;
+  o.max_tokens = 160;
+  o.constraint = Constraint::json_schema(R"({"type": "object", "additionalProperties": {"type": "integer"},
+                                            "minProperties": 6, "maxProperties": 6})");
+  for (uint64_t seed = 0; seed <= 4; ++seed) {  // greedy, then sampled
+    o.temperature = seed == 0 ? 0.0 : 0.8;
+    o.seed = seed;
+    const Generation g = w.generate(" She", o);
+    INFO("text: " << g.text << " (" << g.stop_reason << ")");
+    REQUIRE(g.stop_reason == "constraint_complete");
+    CHECK(repeated_key(g.text) == "");
+  }
+}
 
 TEST_CASE("constrained generate: a story model writes an object valid under the schema", "[constraint][model][cpu]") {
   auto e = stories260k();

@@ -71,6 +71,7 @@ namespace orbit {
 
 class Engine;
 namespace constrain {
+class KeyLog;
 class MaskCache;
 class VocabTrie;
 struct ConstraintParts;
@@ -124,13 +125,19 @@ class Constraint {
   //                   value under it, each key none of the declared names (extra keys are written in the one
   //                   spelling a JSON serializer gives them, escaping only '"', '\' and control characters,
   //                   \u00xx in lowercase, so that no key spells a declared name another way); without
-  //                   properties, a map. Keys are not compared with one another otherwise: a model may repeat
-  //                   an extra key (or a map's key)
+  //                   properties, a map. The grammar does not compare keys with one another (no grammar can
+  //                   keep an unbounded set of keys apart: matches() accepts {"a": 1, "a": 2} under a map), but
+  //                   TokenConstraint, and so Window::generate and orbit serve, never repeats a key in an
+  //                   object: a token that would close a key the object already has (in any spelling) is
+  //                   masked, as is one after which the key can only become such a key
   //   propertyNames   the keys of extra members and maps: a schema of strings (string keywords, or an enum or
-  //                   const of strings); every declared name must hold under it (else refused)
-  //   minProperties, maxProperties  members written, declared and extra; refused where no object could have
-  //                   them (minProperties above the properties a closed object declares, or above what an enum
-  //                   of propertyNames leaves; maxProperties below the required count)
+  //                   const of strings); every declared name must hold under it (else refused). A map's keys
+  //                   under a pattern or format are written in the one spelling extra keys have
+  //   minProperties, maxProperties  members written, declared and extra; an object has at most as many members
+  //                   as distinct keys (an enum of propertyNames, or a pattern or maxLength that admits few
+  //                   texts); refused where no object could have them (minProperties above the properties a
+  //                   closed object declares, or above the distinct keys propertyNames admits; maxProperties
+  //                   below the required count)
   //   items           one schema (absent: any value); minItems, maxItems
   //   prefixItems     a tuple of exactly these items (minItems and maxItems its length, or items false); also
   //                   draft-07's list of items with additionalItems false
@@ -309,7 +316,11 @@ struct TokenConstraintOptions {
 };
 
 // A constraint bound to a vocabulary: masks logits, then advances by the chosen token. What
-// Window::generate runs per step; usable with any sampler:
+// Window::generate runs per step; usable with any sampler. Beyond the grammar it keeps the keys of every
+// object open in its text and refuses a repeat (allowed() masks, accept() throws): a token that closes a key
+// its object already has, compared as text ("\u0061" is "a"), or after which the key can only become one
+// (a propertyNames enum or short pattern with its keys spent). Its budget counts the longer keys this may
+// take (the shortest keys not yet written, for the members still owed to minProperties).
 //
 //   TokenConstraint tc(constraint, vocabulary, {.end_tokens = {eos}});
 //   while (!tc.finished()) {
@@ -349,11 +360,16 @@ class TokenConstraint {
   // The bytes `token` writes at this step (the start-of-text bytes for the first token when they apply).
   const std::optional<std::string>& bytes_now(int64_t token) const;
   bool at_start_now() const { return options_.at_text_start && accepted_ == 0 && !text_accepted_; }
+  // Appends `bytes` to the matcher where neither the grammar nor keys_ refuses them; false otherwise.
+  bool write(std::string_view bytes);
+  // The tokens `mask` allows whose bytes keys_ refuses (they repeat a key), sorted.
+  std::vector<int64_t> repeats(const TokenMask& mask) const;
 
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   TokenConstraintOptions options_;
   ConstraintMatcher matcher_;
   std::shared_ptr<constrain::MaskCache> cache_;
+  std::unique_ptr<constrain::KeyLog> keys_;  // the keys of the open objects written so far
   int64_t accepted_ = 0;
   bool text_accepted_ = false;  // accept_text() was called: the text has started
 };

@@ -386,4 +386,32 @@ bool accepts(const ByteDfa& a, std::string_view text) {
   return a.accepting[static_cast<std::size_t>(q)] != 0;
 }
 
+int64_t count_texts(const ByteDfa& a, int64_t max_chars, int64_t cap) {
+  // Paths by length in bytes: per (state, characters so far), how many texts lead there (at most cap). A
+  // deterministic automaton has one path per text, so the paths that end accepting count the texts.
+  std::map<std::pair<int32_t, int64_t>, int64_t> layer{{{0, 0}, 1}}, next;
+  int64_t texts = 0;
+  // A character has at most 6 bytes (a \u escape), a text two quotes besides: past that, a longer path has
+  // more characters than max_chars allows (the bound only guards against an automaton that loops without them).
+  const int64_t max_bytes = 6 * max_chars + 2;
+  for (int64_t bytes = 0; !layer.empty(); ++bytes) {
+    if (bytes > max_bytes) return cap;
+    next.clear();
+    for (const auto& [at, paths] : layer) {
+      const auto q = static_cast<std::size_t>(at.first);
+      if (a.accepting[q] != 0) texts = std::min(cap, texts + paths);
+      for (const ByteDfa::Edge& e : a.edges[q]) {
+        const auto to = static_cast<std::size_t>(e.to);
+        const int64_t chars = at.second + a.char_end[to];
+        if (chars + a.min_chars[to] > max_chars) continue;
+        int64_t& n = next[{e.to, chars}];
+        n = std::min(cap, n + paths * (int64_t{e.hi} - e.lo + 1));
+      }
+    }
+    if (texts >= cap) return cap;
+    std::swap(layer, next);
+  }
+  return texts;
+}
+
 }  // namespace orbit::constrain

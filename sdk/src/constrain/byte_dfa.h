@@ -104,6 +104,9 @@ ByteDfa quoted(const ByteDfa& content, const std::string& what);
 // The texts `a` accepts but those in `texts` (a finite set: the product with their trie); nullopt when none is
 // left.
 std::optional<ByteDfa> without(const ByteDfa& a, const std::vector<std::string>& texts, const std::string& what);
+// How many texts `a` accepts with at most `max_chars` characters (char_end entries), counted up to `cap`:
+// min(that number, cap). Costs a pass per byte of length until `cap` texts are found or none is longer.
+int64_t count_texts(const ByteDfa& a, int64_t max_chars, int64_t cap);
 // Whether `a` accepts `text`.
 bool accepts(const ByteDfa& a, std::string_view text);
 

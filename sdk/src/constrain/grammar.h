@@ -98,6 +98,11 @@ struct Node {
   std::vector<int64_t> rest;
   std::vector<int64_t> after_comma;
   int64_t extra_bytes = 0;
+  // kObject (open): how many distinct extra keys its key node writes, where that is finite (an enum, a short
+  // pattern); kNoKeyBound where there are more than any object has members. A decoder that refuses repeated
+  // keys counts on it (key_log.h).
+  static constexpr int64_t kNoKeyBound = INT64_MAX;
+  int64_t extra_keys = kNoKeyBound;
   int64_t min_bytes = 0;  // the shortest complete text of this node (filled by finish())
 };
 

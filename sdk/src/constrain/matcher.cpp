@@ -23,7 +23,7 @@ constexpr uint32_t kObjectMid = uint32_t{1} << 31;
 }  // namespace
 
 bool operator==(const Frame& x, const Frame& y) {
-  return x.node == y.node && x.phase == y.phase && x.depth == y.depth && x.a == y.a && x.b == y.b;
+  return x.node == y.node && x.phase == y.phase && x.depth == y.depth && x.a == y.a && x.b == y.b && x.start == y.start;
 }
 
 bool operator<(const Frame& x, const Frame& y) {
@@ -31,7 +31,8 @@ bool operator<(const Frame& x, const Frame& y) {
   if (x.phase != y.phase) return x.phase < y.phase;
   if (x.depth != y.depth) return x.depth < y.depth;
   if (x.a != y.a) return x.a < y.a;
-  return x.b < y.b;
+  if (x.b != y.b) return x.b < y.b;
+  return x.start < y.start;
 }
 
 void StateSet::canonicalize() {

@@ -27,12 +27,17 @@ namespace nodes {
 struct Step;
 }
 
+// `start`: for an object, the offset in the text of its '{' once a KeyLog's walk has seen it (key_log.h), else
+// kNoStart. It names the object whose keys a decoder tracks; the grammar never reads it, and key() leaves it
+// out, so masks are shared by states that differ only in it.
+inline constexpr uint32_t kNoStart = UINT32_MAX;
 struct Frame {
   uint32_t node = 0;
   uint16_t phase = 0;
   uint16_t depth = 0;
   uint32_t a = 0;
   uint32_t b = 0;
+  uint32_t start = kNoStart;
 };
 bool operator==(const Frame& x, const Frame& y);
 bool operator<(const Frame& x, const Frame& y);
@@ -43,6 +48,7 @@ class StateSet {
   std::size_t size() const { return ends_.size(); }
   bool empty() const { return ends_.empty(); }
   const Frame* begin(std::size_t i) const { return frames_.data() + (i == 0 ? 0 : ends_[i - 1]); }
+  Frame* begin(std::size_t i) { return frames_.data() + (i == 0 ? 0 : ends_[i - 1]); }
   std::size_t length(std::size_t i) const { return ends_[i] - (i == 0 ? 0 : ends_[i - 1]); }
   void clear() {
     frames_.clear();

@@ -6,10 +6,12 @@
 // the one spelling json_quote() gives a text (canonical_string_dfa), so leaving out the declared names'
 // quoted bytes leaves out every spelling of them ("\u0061" for a declared "a" is not written). propertyNames
 // holds for extra keys (their automaton is its language without the declared names) and must hold for every
-// declared name, or the schema is refused. Keys are not compared with one another otherwise: a model may
-// repeat an extra key (or a map's key), which a parser keeping the last would count once.
+// declared name, or the schema is refused. A map's keys under a pattern or format are written in that one
+// spelling too. Keys are not compared with one another here (no grammar can keep an unbounded set of keys
+// apart): the decoder refuses a repeated key (key_log.h). What the grammar does is keep an object to the
+// number of distinct keys it can have, where that is finite (an enum of names, a short pattern), so that a
+// member it allows always has a key left to write.
 #include <algorithm>
-#include <set>
 
 #include "constrain/schema_compiler.h"
 #include "orbit/common/error.h"
@@ -31,11 +33,18 @@ MemberCounts member_counts(const Json& s, const std::string& path) {
   return c;
 }
 
-// How many distinct keys a list of names (propertyNames' enum) admits beside `declared`.
-int64_t names_left(const std::vector<std::string>& names, const std::vector<std::string>& declared) {
-  std::set<std::string> left(names.begin(), names.end());
-  for (const std::string& d : declared) left.erase(d);
-  return static_cast<int64_t>(left.size());
+// How many distinct keys the key node `key` writes (each text in one spelling), counted up to `cap`.
+int64_t keys_within(const Grammar& g, int32_t key, int64_t cap) {
+  cap = std::min(cap, kMaxObjectCounter);
+  const Node& n = g.at(key);
+  switch (n.kind) {
+    case NodeKind::kLiteralSet:
+      return std::count_if(n.trie.nodes.begin(), n.trie.nodes.end(),
+                           [](const ByteTrie::Node& t) { return t.value >= 0; });
+    case NodeKind::kDfa: return count_texts(*n.dfa, n.max_count, cap);
+    case NodeKind::kString: return n.max_count == 0 ? 1 : cap;  // "", or more texts than any cap
+    default: return cap;
+  }
 }
 
 int64_t code_points(const std::string& s) {
@@ -105,7 +114,7 @@ int32_t SchemaCompiler::add_key(const KeyRules& keys, const std::string& path) {
   }
   const StringRules& r = keys.strings;
   if (r.pattern == nullptr && r.format == nullptr) return add_string(g_, r.min_chars, r.max_chars);
-  return add_string_dfa(g_, r, path);
+  return add_dfa(g_, canonical_string_dfa(r, path), r.max_chars, path);
 }
 
 int32_t SchemaCompiler::add_extra_key(const KeyRules& keys, const std::vector<std::string>& names,
@@ -137,17 +146,15 @@ int32_t SchemaCompiler::compile_map(const Json& s, const Json& value_schema, con
   n.max_count = counts.max ? *counts.max : std::max(counts.min, limits_.max_object_members);
   int32_t key = -1;
   if (s.contains("propertyNames")) {
-    const KeyRules keys = key_rules(s.at("propertyNames"), path + ".propertyNames");
-    if (keys.names) {  // no more members than names (a repeated key would count once)
-      const int64_t most = names_left(*keys.names, {});
-      ORBIT_CHECK(counts.min <= most, path << ".minProperties: " << counts.min << " is above the " << most
-                                           << " names propertyNames admits");
-      n.max_count = std::min(n.max_count, most);
-    }
-    key = add_key(keys, path + ".propertyNames");
+    key = add_key(key_rules(s.at("propertyNames"), path + ".propertyNames"), path + ".propertyNames");
   } else {
     key = add_string(g_, 0, limits_.max_string_chars);
   }
+  // No more members than distinct keys (a repeated key is refused).
+  const int64_t most = keys_within(g_, key, std::max(counts.min, n.max_count) + 1);
+  ORBIT_CHECK(counts.min <= most,
+              path << ".minProperties: " << counts.min << " is above the " << most << " names propertyNames admits");
+  n.max_count = std::min(n.max_count, most);
   n.children = {key, compile_member(value_schema, path + ".additionalProperties")};
   return g_.add(std::move(n));
 }
@@ -231,8 +238,10 @@ int32_t SchemaCompiler::compile_fields(const Json& s, const Json* extra, const M
   n.min_count = counts.min;
   n.max_count = counts.max ? *counts.max : open ? std::max({limits_.max_object_members, counts.min, count}) : count;
   if (!open) n.max_count = std::min(n.max_count, count);
-  if (open && keys.names) {  // no more members than names (a repeated key would count once)
-    const int64_t most = count + names_left(*keys.names, f.names);
+  if (open) {  // no more members than distinct keys (a repeated key is refused)
+    const int64_t keys = keys_within(g_, extra_key, std::max(counts.min, n.max_count) + 1);
+    if (keys <= std::max(counts.min, n.max_count)) n.extra_keys = keys;
+    const int64_t most = count + keys;
     ORBIT_CHECK(counts.min <= most, path << ".minProperties: " << counts.min << " is above the " << most
                                          << " properties the object may have (propertyNames admits no more)");
     n.max_count = std::min(n.max_count, most);

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bitset>
 #include <limits>
+#include <numeric>
 
+#include "constrain/key_log.h"
 #include "constrain/parts.h"
 #include "orbit/common/error.h"
 
@@ -226,6 +228,7 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Constraint> constraint,
                 "TokenConstraint: end token " << e << " is outside the vocabulary [0, " << vocabulary_->size() << ")");
   }
   cache_ = parts_of(matcher_.constraint_).cache_for(*vocabulary_, Access::trie(*vocabulary_));
+  keys_ = std::make_unique<constrain::KeyLog>(parts_of(matcher_.constraint_).grammar);
 }
 
 TokenConstraint::~TokenConstraint() = default;
@@ -259,6 +262,41 @@ void set_bit(std::vector<uint64_t>& bits, int64_t id, bool on) {
 
 }  // namespace
 
+std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask) const {
+  const constrain::VocabTrie& trie = Access::trie(*vocabulary_);
+  const StateSet& now = matcher_.state_->set;
+  std::vector<int32_t> suspects;
+  bool all = false;
+  keys_->suspects(now, matcher_.text(), trie, suspects, all);
+  if (all) {
+    suspects.resize(static_cast<std::size_t>(vocabulary_->size()));
+    std::iota(suspects.begin(), suspects.end(), 0);
+  }
+  std::sort(suspects.begin(), suspects.end());
+  suspects.erase(std::unique(suspects.begin(), suspects.end()), suspects.end());
+  const constrain::Matcher& m = parts_of(matcher_.constraint_).matcher;
+  std::vector<int64_t> out;
+  StateSet after;
+  for (const int32_t id : suspects) {
+    if (!mask.allows(id)) continue;
+    const std::optional<std::string>& bytes = bytes_now(id);
+    if (bytes.has_value() && !keys_->walk(m, now, matcher_.text(), *bytes, after)) out.push_back(id);
+  }
+  return out;
+}
+
+bool TokenConstraint::write(std::string_view bytes) {
+  constrain::KeyLog::Closed closed;
+  StateSet after;
+  ConstraintMatcher::State& state = *matcher_.state_;
+  if (!keys_->walk(parts_of(matcher_.constraint_).matcher, state.set, state.text, bytes, after, &closed)) return false;
+  keys_->add(closed, after);
+  state.set = std::move(after);
+  state.text.append(bytes);
+  state.complete = state.can_continue = -1;
+  return true;
+}
+
 TokenMask TokenConstraint::allowed(int64_t remaining) const {
   const constrain::MaskEntry& entry = *cache_->get(matcher_.state_->set);
   const constrain::Matcher& m = parts_of(matcher_.constraint_).matcher;
@@ -282,6 +320,8 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
   for (int64_t id : apart_ids) set_bit(mask.bits, id, false);
   for (const auto& [need, id] : apart) set_bit(mask.bits, id, true);
   for (int64_t e : options_.end_tokens) set_bit(mask.bits, e, false);
+  const std::vector<int64_t> repeated = repeats(mask);  // the grammar allows them; keys_ does not
+  for (int64_t id : repeated) set_bit(mask.bits, id, false);
   // Needs after each token: the state's own plus the entry's changes (entries are shared by states whose
   // needs differ by a constant: token_masks.h).
   const int64_t need_now = m.min_bytes(now);
@@ -291,6 +331,8 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
     most = std::max(most, need);
     least = std::min(least, need);
   }
+  // What refusing repeated keys adds to the shortest completion is held back from the budget.
+  if (remaining > 0) remaining = std::max<int64_t>(0, remaining - keys_->repeat_cost(m, now, matcher_.text()));
   // The budget: only tokens after which the shortest completion fits in `remaining` bytes (one token per
   // byte); nothing to drop when every token fits, and dropped when none does.
   if (remaining < 0 || most <= remaining || (least > remaining && !(mask.complete && !options_.end_tokens.empty()))) {
@@ -313,6 +355,7 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
   }
   for (const auto& [need, id] : apart) set_bit(budgeted.bits, id, need <= remaining);
   for (int64_t e : options_.end_tokens) set_bit(budgeted.bits, e, false);
+  for (int64_t id : repeated) set_bit(budgeted.bits, id, false);
   const bool ends = budgeted.complete && !options_.end_tokens.empty();
   return ends || budgeted.count() > 0 ? budgeted : mask;
 }
@@ -375,16 +418,16 @@ void TokenConstraint::accept(int64_t token) {
     return;
   }
   const std::optional<std::string>& bytes = bytes_now(token);
-  ORBIT_CHECK(bytes.has_value() && !bytes->empty() && matcher_.advance(*bytes),
+  ORBIT_CHECK(bytes.has_value() && !bytes->empty() && write(*bytes),
               "TokenConstraint::accept: token " << token << " does not continue the constrained text (after "
                                                 << matcher_.text().size() << " bytes)");
   ++accepted_;
 }
 
 void TokenConstraint::accept_text(std::string_view bytes) {
-  ORBIT_CHECK(matcher_.advance(bytes),
-              "TokenConstraint::accept_text: " << bytes.size() << " bytes do not continue the constrained "
-                                               << "text (after " << matcher_.text().size() << " bytes)");
+  ORBIT_CHECK(write(bytes), "TokenConstraint::accept_text: " << bytes.size()
+                                                             << " bytes do not continue the constrained "
+                                                             << "text (after " << matcher_.text().size() << " bytes)");
   text_accepted_ = true;
 }
 

@@ -115,6 +115,35 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
   }
   all_ = PreorderTrie::of(bytes, std::move(ids));
   not_plain_ = PreorderTrie::of(bytes, std::move(not_plain));
+  quoted_.resize(kMaxQuotes);
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (!bytes[i].has_value()) continue;
+    const auto quotes = std::min<std::ptrdiff_t>(std::count(bytes[i]->begin(), bytes[i]->end(), '"'), kMaxQuotes);
+    for (std::ptrdiff_t k = 0; k < quotes; ++k) quoted_[static_cast<std::size_t>(k)].push_back(static_cast<int32_t>(i));
+    if (bytes[i]->find(',') != std::string::npos) commas_.push_back(static_cast<int32_t>(i));
+  }
+}
+
+void VocabTrie::prefixes_of(std::string_view s, std::vector<int32_t>& out) const {
+  std::size_t node = 0;  // the root; a node's children follow it, each child's subtree ending where its next begins
+  for (const char c : s) {
+    std::size_t child = node + 1;
+    const auto end = static_cast<std::size_t>(all_.end[node]);
+    while (child < end && all_.byte[child] != static_cast<uint8_t>(c))
+      child = static_cast<std::size_t>(all_.end[child]);
+    if (child >= end) return;
+    node = child;
+    for (int32_t k = all_.token_begin[node]; k < all_.token_begin[node + 1]; ++k) {
+      out.push_back(all_.tokens[static_cast<std::size_t>(k)]);
+    }
+  }
+}
+
+void VocabTrie::with_commas(std::vector<int32_t>& out) const { out.insert(out.end(), commas_.begin(), commas_.end()); }
+
+void VocabTrie::with_quotes(int quotes, std::vector<int32_t>& out) const {
+  const auto& ids = quoted_[static_cast<std::size_t>(std::clamp(quotes, 1, kMaxQuotes) - 1)];
+  out.insert(out.end(), ids.begin(), ids.end());
 }
 
 std::size_t MaskCache::KeyHash::operator()(const std::vector<uint32_t>& k) const noexcept {

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -55,6 +56,13 @@ class VocabTrie {
   int64_t vocab_size() const { return vocab_size_; }
   int64_t max_token_bytes() const { return all_.max_len; }
   std::size_t nodes() const { return all_.byte.size(); }
+  // Appends the tokens whose bytes are a prefix of `s` (shortest first).
+  void prefixes_of(std::string_view s, std::vector<int32_t>& out) const;
+  // Appends the tokens that hold at least `quotes` '"' bytes (1 to kMaxQuotes; more: those of kMaxQuotes).
+  static constexpr int kMaxQuotes = 4;
+  void with_quotes(int quotes, std::vector<int32_t>& out) const;
+  // Appends the tokens that hold a ','.
+  void with_commas(std::vector<int32_t>& out) const;
 
  private:
   friend class MaskCache;
@@ -63,7 +71,9 @@ class VocabTrie {
   PreorderTrie not_plain_;
   std::vector<uint64_t> plain_bits_;
   int64_t plain_count_ = 0;
-  std::vector<uint8_t> plain_chars_;  // per id: the characters of a plain token (0: not plain)
+  std::vector<uint8_t> plain_chars_;          // per id: the characters of a plain token (0: not plain)
+  std::vector<std::vector<int32_t>> quoted_;  // [k - 1]: the tokens with at least k '"' bytes
+  std::vector<int32_t> commas_;               // the tokens with a ','
 };
 
 // One state's mask. `need` is the fewest bytes that complete the text from the state the mask was computed

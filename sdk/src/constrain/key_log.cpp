@@ -1,0 +1,296 @@
+// Tracking the free keys of open objects beside the matcher (key_log.h).
+#include "constrain/key_log.h"
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "constrain/matcher_nodes.h"
+#include "constrain/token_masks.h"
+
+namespace orbit::constrain {
+
+namespace {
+
+bool is_object(const Node& n) { return n.kind == NodeKind::kObject || n.kind == NodeKind::kAnyObject; }
+
+// The bytes of text + walked, read as one text.
+struct Joined {
+  std::string_view text, walked;
+  char operator[](std::size_t i) const { return i < text.size() ? text[i] : walked[i - text.size()]; }
+  // The bytes [from, to].
+  std::string span(std::size_t from, std::size_t to) const {
+    std::string s;
+    for (std::size_t i = from; i <= to; ++i) s += (*this)[i];
+    return s;
+  }
+  // The offset of the '"' that opens the JSON string whose bytes run through `last`: the nearest '"' at or
+  // before it with an even run of backslashes before it (inside a string a '"' is always escaped).
+  std::size_t opening_quote(std::size_t last) const {
+    for (std::size_t q = last + 1; q-- > 0;) {
+      if ((*this)[q] != '"') continue;
+      std::size_t slashes = 0;
+      while (slashes < q && (*this)[q - 1 - slashes] == '\\') ++slashes;
+      if (slashes % 2 == 0) return q;
+    }
+    return 0;  // not reached: a key's bytes follow its opening quote
+  }
+};
+
+// A whole key (quotes included, any spelling the grammar allows) as json_quote() writes its text.
+std::string canonical(const std::string& quoted) {
+  return json_quote(nlohmann::json::parse(quoted).get<std::string>());
+}
+
+// One byte of a key (kString, kDfa or kLiteralSet): -1 refused, 0 the key goes on (`f` updated), 1 it is whole.
+int key_byte(const Node& key, Frame& f, uint8_t c) {
+  if (key.kind == NodeKind::kDfa || key.kind == NodeKind::kString) {
+    const nodes::Step s = key.kind == NodeKind::kDfa ? nodes::dfa_byte(key, f, c) : nodes::string_byte(key, f, c);
+    if (s.op == nodes::Op::kDead) return -1;
+    if (s.op == nodes::Op::kFinish) return 1;
+    f = s.top;
+    return 0;
+  }
+  const int32_t next = key.trie.child(static_cast<int32_t>(f.a), c);
+  if (next < 0) return -1;
+  const ByteTrie::Node& t = key.trie.nodes[static_cast<std::size_t>(next)];
+  if (t.value >= 0 && t.children.empty()) return 1;
+  f.a = static_cast<uint32_t>(next);
+  return 0;
+}
+
+// How many completions of exactly `left` more bytes the key frame `f` (`prefix` its bytes so far) has that are
+// none of `taken` (compared as json_quote() writes them), counted up to `want`. `work` bounds the bytes tried:
+// past it every count is `want`, so that a search that gives up errs towards fewer bytes.
+int64_t fresh_in(const Node& key, const Frame& f, std::string& prefix, int64_t left, const std::set<std::string>& taken,
+                 int64_t want, int64_t& work) {
+  int64_t found = 0;
+  for (int b = 0; b < 256 && left > 0 && found < want; ++b) {
+    if (--work < 0) return want;
+    Frame next = f;
+    const int r = key_byte(key, next, static_cast<uint8_t>(b));
+    if (r < 0 || (r == 1) != (left == 1)) continue;
+    prefix.push_back(static_cast<char>(b));
+    found += r == 1 ? (taken.count(canonical(prefix)) == 0 ? 1 : 0)
+                    : fresh_in(key, next, prefix, left - 1, taken, want - found, work);
+    prefix.pop_back();
+  }
+  return found;
+}
+
+// The lengths in bytes of the `want` shortest completions of the key frame `f` that are none of `taken`, less
+// `fewest` (the grammar's shortest), shortest first; searched up to kMaxExtra more bytes.
+std::vector<int64_t> extra_for_fresh(const Node& key, const Frame& f, std::string prefix, int64_t fewest,
+                                     const std::set<std::string>& taken, int64_t want) {
+  constexpr int64_t kMaxExtra = 6;
+  int64_t work = 1 << 16;
+  std::vector<int64_t> out;
+  for (int64_t extra = 0; extra < kMaxExtra && static_cast<int64_t>(out.size()) < want; ++extra) {
+    const int64_t n = fresh_in(key, f, prefix, fewest + extra, taken, want - static_cast<int64_t>(out.size()), work);
+    out.insert(out.end(), static_cast<std::size_t>(n), extra);
+  }
+  out.resize(static_cast<std::size_t>(want), kMaxExtra);
+  return out;
+}
+
+// An open object with few extra keys (Node::extra_keys), at frame `f` with `taken` extra keys written: after
+// an extra key's opening quote (`comma` false), whether its members can still reach min_count; after a ','
+// (`comma`), whether some member can follow that leaves them a way to reach it. Declared properties come
+// before extra members, so an object that skipped them has only its extra keys left.
+bool can_fill(const Node& n, const Frame& f, std::size_t taken, bool comma) {
+  if (n.kind != NodeKind::kObject || !n.open || n.extra_keys == Node::kNoKeyBound) return true;
+  const int64_t fresh = n.extra_keys - static_cast<int64_t>(taken);
+  const int64_t had = nodes::members(n, f.a);
+  if (!comma) return had - 1 + fresh >= n.min_count;  // `had` counts the key begun, one of the fresh ones
+  const auto x = static_cast<int32_t>(nodes::spent(n, f.a));
+  const auto [first, last] = nodes::key_range(n, static_cast<uint32_t>(x), had);
+  const bool declared = first <= last && had + (declared_count(n) - x) + fresh >= n.min_count;
+  const bool extra = n.required_left[static_cast<std::size_t>(x)] == 0 && fresh >= 1 && had + fresh >= n.min_count;
+  return declared || extra;
+}
+
+bool has_few_keys(const Node& n) { return n.kind == NodeKind::kObject && n.open && n.extra_keys != Node::kNoKeyBound; }
+
+}  // namespace
+
+const Node* KeyLog::free_key(const Frame& object) const {
+  const Node& n = g_.at(static_cast<int32_t>(object.node));
+  if (object.phase != nodes::kColon) return nullptr;
+  if (n.kind == NodeKind::kAnyObject) return &g_.at(n.children[0]);
+  const int32_t count = declared_count(n);
+  if (n.kind != NodeKind::kObject || !n.open || object.b != static_cast<uint32_t>(count)) return nullptr;
+  return &g_.at(n.children[static_cast<std::size_t>(count)]);
+}
+
+std::set<std::string> KeyLog::taken(uint32_t object, const Closed& closed) const {
+  std::set<std::string> out;
+  const auto it = keys_.find(object);
+  if (it != keys_.end()) out = it->second;
+  for (const auto& [o, key] : closed) {
+    if (o == object) out.insert(key);
+  }
+  return out;
+}
+
+bool KeyLog::fresh_ahead(const Node& key, const Frame& f, std::string& prefix,
+                         const std::set<std::string>& taken) const {
+  const auto it = taken.lower_bound(prefix);
+  if (it == taken.end() || it->compare(0, prefix.size(), prefix) != 0) return true;  // the grammar's completion
+  for (int b = 0; b < 256; ++b) {
+    Frame next = f;
+    const int r = key_byte(key, next, static_cast<uint8_t>(b));
+    if (r < 0) continue;
+    prefix.push_back(static_cast<char>(b));
+    const bool fresh = r == 1 ? taken.count(prefix) == 0 : fresh_ahead(key, next, prefix, taken);
+    prefix.pop_back();
+    if (fresh) return true;
+  }
+  return false;
+}
+
+bool KeyLog::keeps(Frame* f, std::size_t n, uint32_t at, std::string_view text, std::string_view walked,
+                   Closed& closed) const {
+  for (std::size_t j = 0; j < n; ++j) {
+    if (f[j].start == kNoStart && f[j].phase != nodes::kOpen && is_object(g_.at(static_cast<int32_t>(f[j].node)))) {
+      f[j].start = at;
+    }
+  }
+  if (n == 0) return true;
+  const Joined all{text, walked};
+  const Frame& top = f[n - 1];
+  if (free_key(top) != nullptr && top.start != kNoStart) {  // the byte at `at` closed a free key
+    const std::string key = canonical(all.span(all.opening_quote(at - 1), at));
+    if (taken(top.start, closed).count(key) != 0) return false;
+    closed.emplace_back(top.start, key);
+    return true;
+  }
+  const Node& node = g_.at(static_cast<int32_t>(top.node));
+  if (top.phase == nodes::kComma && has_few_keys(node) && top.start != kNoStart) {
+    return can_fill(node, top, taken(top.start, closed).size(), true);
+  }
+  if (n < 2 || f[n - 2].start == kNoStart) return true;
+  const Node* key = free_key(f[n - 2]);
+  if (key != &node) return true;  // not inside a free key
+  const std::set<std::string> keys = taken(f[n - 2].start, closed);
+  std::string prefix = all.span(all.opening_quote(at), at);
+  const Node& object = g_.at(static_cast<int32_t>(f[n - 2].node));
+  if (prefix.size() == 1 && !can_fill(object, f[n - 2], keys.size(), false)) return false;
+  if (keys.empty()) return true;
+  if (key->kind == NodeKind::kString) {
+    // Below its maxLength a plain key has more completions than any object has members. At it, only its
+    // closing quote may follow (mid-character, the few ways to finish the character are taken as fresh).
+    if (static_cast<int64_t>(top.a) < key->max_count || top.phase != nodes::kStrBody) return true;
+    return keys.count(canonical(prefix + '"')) == 0;
+  }
+  return fresh_ahead(*key, top, prefix, keys);
+}
+
+bool KeyLog::walk(const Matcher& m, const StateSet& from, std::string_view text, std::string_view bytes, StateSet& out,
+                  Closed* closed) const {
+  Closed local;
+  Closed& added = closed != nullptr ? *closed : local;
+  StateSet now = from, next;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (!m.step(now, static_cast<uint8_t>(bytes[i]), next)) return false;
+    const auto at = static_cast<uint32_t>(text.size() + i);
+    now.clear();
+    for (std::size_t s = 0; s < next.size(); ++s) {
+      if (keeps(next.begin(s), next.length(s), at, text, bytes.substr(0, i + 1), added)) {
+        now.push(next.begin(s), next.length(s));
+      }
+    }
+    if (now.empty()) return false;
+    now.canonicalize();
+  }
+  out = std::move(now);
+  return true;
+}
+
+void KeyLog::add(const Closed& closed, const StateSet& now) {
+  for (const auto& [object, key] : closed) keys_[object].insert(key);
+  std::set<uint32_t> open;
+  for (std::size_t s = 0; s < now.size(); ++s) {
+    for (std::size_t j = 0; j < now.length(s); ++j) open.insert(now.begin(s)[j].start);
+  }
+  for (auto it = keys_.begin(); it != keys_.end();) it = open.count(it->first) != 0 ? std::next(it) : keys_.erase(it);
+}
+
+int64_t KeyLog::repeat_cost(const Matcher& m, const StateSet& state, std::string_view text) const {
+  if (text.empty()) return 0;
+  int64_t grammar = std::numeric_limits<int64_t>::max(), fewest = grammar;
+  StateSet one;
+  for (std::size_t s = 0; s < state.size(); ++s) {
+    one.clear();
+    one.push(state.begin(s), state.length(s));
+    const int64_t need = m.min_bytes(one);
+    grammar = std::min(grammar, need);
+    fewest = std::min(fewest, need + stack_repeat_cost(m, state.begin(s), state.length(s), text));
+  }
+  return fewest - grammar;
+}
+
+int64_t KeyLog::stack_repeat_cost(const Matcher& m, const Frame* f, std::size_t n, std::string_view text) const {
+  if (n == 0) return 0;  // a whole text
+  const Joined joined{text, {}};
+  const Node* writing = n >= 2 && f[n - 2].start != kNoStart ? free_key(f[n - 2]) : nullptr;
+  if (writing != &g_.at(static_cast<int32_t>(f[n - 1].node))) writing = nullptr;
+  int64_t extra = 0;
+  static const std::set<std::string> kNone;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (f[j].start == kNoStart) continue;
+    const auto it = keys_.find(f[j].start);
+    const std::set<std::string>& taken = it != keys_.end() ? it->second : kNone;
+    const Node& object = g_.at(static_cast<int32_t>(f[j].node));
+    const std::string prefix = writing != nullptr && j + 2 == n
+                                   ? joined.span(joined.opening_quote(text.size() - 1), text.size() - 1)
+                                   : std::string();
+    if (!prefix.empty()) {  // the key being written: its shortest new completion
+      StateSet key;
+      key.push(f + n - 1, 1);
+      extra += extra_for_fresh(*writing, f[n - 1], prefix, m.min_bytes(key), taken, 1)[0];
+    }
+    // The members a map still owes, each a new key, and new to one another: the shortest new ones but the one
+    // a key just begun takes.
+    const int64_t owed = object.min_count - static_cast<int64_t>(f[j].a);
+    if (object.kind != NodeKind::kAnyObject || owed <= 0) continue;
+    const Node& key = g_.at(object.children[0]);
+    Frame first;
+    first.node = static_cast<uint32_t>(object.children[0]);
+    const bool begun = prefix == "\"";
+    const std::vector<int64_t> lengths = extra_for_fresh(key, first, "", key.min_bytes, taken, owed + begun);
+    for (std::size_t i = begun ? 1 : 0; i < lengths.size(); ++i) extra += lengths[i];
+  }
+  return extra;
+}
+
+void KeyLog::suspects(const StateSet& state, std::string_view text, const VocabTrie& trie, std::vector<int32_t>& out,
+                      bool& all) const {
+  all = false;
+  bool in_key = false;
+  bool few = false;  // an open object with few extra keys: a ',' or a key's opening quote may be refused
+  const Joined joined{text, {}};
+  for (std::size_t s = 0; s < state.size(); ++s) {
+    const std::size_t n = state.length(s);
+    const Frame* f = state.begin(s);
+    for (std::size_t j = 0; j < n; ++j) few = few || has_few_keys(g_.at(static_cast<int32_t>(f[j].node)));
+    if (n < 2 || f[n - 2].start == kNoStart) continue;
+    const Node* key = free_key(f[n - 2]);
+    if (key != &g_.at(static_cast<int32_t>(f[n - 1].node))) continue;
+    in_key = true;
+    const std::set<std::string> keys = taken(f[n - 2].start, {});
+    if (keys.empty() || text.empty()) continue;
+    if (key->kind == NodeKind::kString) {
+      all = all || static_cast<int64_t>(f[n - 1].a) + trie.max_token_bytes() >= key->max_count;
+      continue;
+    }
+    const std::string prefix = joined.span(joined.opening_quote(text.size() - 1), text.size() - 1);
+    for (auto it = keys.lower_bound(prefix); it != keys.end() && it->compare(0, prefix.size(), prefix) == 0; ++it) {
+      trie.prefixes_of(std::string_view(*it).substr(prefix.size()), out);
+    }
+  }
+  // Where some object has a key, a token that holds a '"' may close one again, or open one with nothing
+  // left; where none has, only one that writes two keys (three quotes inside a key, four outside) repeats.
+  trie.with_quotes(few || !keys_.empty() ? 1 : in_key ? 3 : 4, out);
+  if (few) trie.with_commas(out);
+}
+
+}  // namespace orbit::constrain

@@ -1,0 +1,198 @@
+// Repeated keys (sdk/src/constrain/key_log.h): the grammar admits `{"a": 1, "a": 2}` under a map, the decoder
+// (TokenConstraint) does not. Masks and accept() against repeats in any spelling, per object; random decodes
+// over a small vocabulary that never meet an empty mask and never repeat a key, where the key languages are
+// finite too; and the compiler's bound on members by the number of distinct keys. Links orbit_constrain and
+// Catch only.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "error_text.h"
+#include "orbit/constraint.h"
+
+using namespace orbit;
+using Json = nlohmann::json;
+
+namespace {
+
+std::shared_ptr<const Constraint> schema(const std::string& text, const ConstraintLimits& limits = {}) {
+  return Constraint::json_schema(text, limits);
+}
+
+// Every byte, pieces that write several structural bytes at once (some a whole key, some two keys), then EOS.
+TokenBytes vocabulary() {
+  TokenBytes v;
+  for (int b = 0; b < 256; ++b) v.text.emplace_back(std::string(1, static_cast<char>(b)));
+  for (const char* piece : {"\":", "\": ", ",\"", ", \"", "\"a\"", "\"a\":", ",\"a\":", "ab", "ac",
+                            "\"x\": ", "\"\":", "\"\":1,\"\":", "a\":1,\"a\"", "\\u0061", "{\"a\":1,\"a\":"}) {
+    v.text.emplace_back(piece);
+  }
+  v.text.emplace_back(std::nullopt);  // EOS
+  return v;
+}
+
+int64_t id_of(const TokenVocabulary& v, const std::string& bytes) {
+  for (int64_t id = 0; id < v.size(); ++id) {
+    if (v.bytes(id) == bytes) return id;
+  }
+  FAIL("no token " << bytes);
+  return -1;
+}
+
+// The first key an object of `text` repeats, or "" when none does.
+std::string repeated_key(const std::string& text) {
+  std::vector<std::set<std::string>> open;
+  std::string found;
+  const Json::parser_callback_t note = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) open.emplace_back();
+    if (event == Json::parse_event_t::object_end) open.pop_back();
+    if (event == Json::parse_event_t::key && !open.back().insert(parsed.get<std::string>()).second && found.empty()) {
+      found = parsed.get<std::string>();
+    }
+    return true;
+  };
+  const Json parsed = Json::parse(text, note);
+  REQUIRE((parsed.is_object() || parsed.is_array()));
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("a map's key: the grammar admits a repeat, the decoder refuses it in every spelling", "[constraint]") {
+  const auto c = schema(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
+  CHECK(c->matches(R"({"a": 1, "a": 2})"));  // the grammar's language: it cannot tell keys apart
+  const auto vocab = TokenVocabulary::from_bytes(vocabulary());
+  const int64_t eos = vocab->size() - 1;
+  const auto quote = id_of(*vocab, "\"");
+  {
+    TokenConstraint tc(c, vocab, {{eos}});
+    tc.accept_text(R"({"a": 1, "a)");
+    const TokenMask m = tc.allowed();
+    CHECK_FALSE(m.allows(quote));
+    CHECK_FALSE(m.allows(id_of(*vocab, "\":")));
+    CHECK(m.allows(id_of(*vocab, "b")));
+    CHECK(m.allows(id_of(*vocab, "ab")));
+    CHECK_THROWS(tc.accept(quote));
+    tc.accept(id_of(*vocab, "b"));
+    tc.accept(quote);  // "ab" is new
+  }
+  {
+    TokenConstraint tc(c, vocab, {{eos}});
+    tc.accept_text(R"({"a": 1, "\u0061)");  // "a" again, escaped
+    CHECK_FALSE(tc.allowed().allows(quote));
+    CHECK_THROWS(tc.accept(quote));
+  }
+  {
+    TokenConstraint tc(c, vocab, {{eos}});
+    tc.accept_text(R"({"a":1)");
+    const TokenMask m = tc.allowed();
+    CHECK_FALSE(m.allows(id_of(*vocab, ",\"a\":")));  // a token that writes the whole key again
+    CHECK(m.allows(id_of(*vocab, ",\"")));
+    CHECK_THROWS(tc.accept_text(R"(,"a")"));
+  }
+  {
+    TokenConstraint tc(c, vocab, {{eos}});  // two keys in one token
+    CHECK_FALSE(tc.allowed().allows(id_of(*vocab, "{\"a\":1,\"a\":")));
+    CHECK(tc.allowed().allows(id_of(*vocab, "{")));
+  }
+  // Keys are per object: the same key in two objects, and in an object and the one inside it.
+  TokenConstraint nested(Constraint::json_object(), vocab, {{eos}});
+  nested.accept_text(R"({"a": {"a": 1, "b": {"a": 2}}, "b": {"a": 3}})");
+  CHECK(nested.complete());
+  TokenConstraint inner(Constraint::json_object(), vocab, {{eos}});
+  inner.accept_text(R"({"a": {"a": 1}, "a)");
+  CHECK_FALSE(inner.allowed().allows(quote));
+}
+
+TEST_CASE("an open object's extra keys and keys from a pattern or an enum are not repeated", "[constraint]") {
+  const auto vocab = TokenVocabulary::from_bytes(vocabulary());
+  const int64_t eos = vocab->size() - 1;
+  const auto quote = id_of(*vocab, "\"");
+  const auto extra = schema(R"({"properties": {"id": {"type": "integer"}}, "additionalProperties": true})");
+  TokenConstraint open(extra, vocab, {{eos}});
+  open.accept_text(R"({"id": 1, "x": 2, "x)");
+  CHECK_FALSE(open.allowed().allows(quote));
+  // Under a pattern, "ab" and "ac" taken: after "a" no key is left, so the "a" is refused before it strands.
+  const auto finite = schema(R"({"propertyNames": {"pattern": "^(ab|ac|d)$"}, "additionalProperties": true})");
+  TokenConstraint few(finite, vocab, {{eos}});
+  few.accept_text(R"({"ab": 1, "ac": 2, ")");
+  const TokenMask m = few.allowed();
+  CHECK_FALSE(m.allows(id_of(*vocab, "a")));
+  CHECK(m.allows(id_of(*vocab, "d")));
+  CHECK_THROWS(few.accept(id_of(*vocab, "a")));
+  const auto names = schema(R"({"propertyNames": {"enum": ["x", "y"]}, "additionalProperties": true})");
+  TokenConstraint listed(names, vocab, {{eos}});
+  listed.accept_text(R"({"y": 1, ")");
+  CHECK_FALSE(listed.allowed().allows(id_of(*vocab, "y")));
+  CHECK(listed.allowed().allows(id_of(*vocab, "x")));
+}
+
+TEST_CASE("random decodes never meet an empty mask and never repeat a key", "[constraint]") {
+  ConstraintLimits tight;
+  tight.max_string_chars = 1;  // plain keys of at most one character: near their maxLength at once
+  tight.max_object_members = 4;
+  tight.max_depth = 2;
+  const std::vector<std::pair<std::string, ConstraintLimits>> schemas{
+      {R"({"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 3})", {}},
+      {R"({"propertyNames": {"pattern": "^(ab|ac|d)$"}, "additionalProperties": {"type": "null"},
+           "minProperties": 2})",
+       {}},
+      {R"({"propertyNames": {"enum": ["x", "y", "z"]}, "additionalProperties": {"type": "null"},
+           "minProperties": 3})",
+       {}},
+      {R"({"properties": {"a": {}}, "propertyNames": {"pattern": "^[ab]{1,2}$"}, "additionalProperties": {"type": "null"},
+           "minProperties": 4})",
+       {}},
+      {R"({"type": "object", "minProperties": 2})", tight},
+      {R"({"type": "array", "items": {"additionalProperties": {"type": "integer"}, "minProperties": 2}, "minItems": 2})",
+       tight},
+  };
+  const auto vocab = TokenVocabulary::from_bytes(vocabulary());
+  const int64_t eos = vocab->size() - 1;
+  std::mt19937 rng(11);
+  for (const auto& [text, limits] : schemas) {
+    INFO("schema " << text);
+    const auto c = schema(text, limits);
+    for (int run = 0; run < 40; ++run) {
+      TokenConstraint tc(c, vocab, {{eos}});
+      for (int step = 0; !tc.finished(); ++step) {
+        INFO("after " << tc.matcher().text());
+        REQUIRE(step < 400);  // the budget below heads for the end well before
+        const TokenMask m = tc.allowed(std::max(0, 300 - step));
+        std::vector<int64_t> ids;
+        for (int64_t id = 0; id < vocab->size(); ++id) {
+          if (m.allows(id)) ids.push_back(id);
+        }
+        if (m.complete) ids.push_back(eos);
+        REQUIRE_FALSE(ids.empty());
+        const int64_t id = ids[rng() % ids.size()];
+        if (id == eos) break;
+        tc.accept(id);
+      }
+      REQUIRE(tc.complete());
+      CHECK(repeated_key(tc.matcher().text()) == "");
+    }
+  }
+}
+
+TEST_CASE("an object has no more members than distinct keys", "[constraint]") {
+  const auto at = [](const std::string& s) { return error_of([&] { schema(s); }); };
+  CHECK(at(R"({"propertyNames": {"pattern": "^[ab]$"}, "minProperties": 3})") ==
+        "schema.minProperties: 3 is above the 2 names propertyNames admits");
+  CHECK(at(R"({"propertyNames": {"maxLength": 0}, "minProperties": 2})") ==
+        "schema.minProperties: 2 is above the 1 names propertyNames admits");
+  CHECK(at(R"({"properties": {"a": {}}, "propertyNames": {"pattern": "^[ab]$"}, "additionalProperties": true,
+               "minProperties": 3})") ==
+        "schema.minProperties: 3 is above the 2 properties the object may have (propertyNames admits no more)");
+  const auto two = schema(R"({"propertyNames": {"pattern": "^[ab]$"}, "additionalProperties": true})");
+  CHECK(two->is_prefix(R"({"a": 1, "b": 2)"));
+  CHECK_FALSE(two->is_prefix(R"({"a": 1, "b": 2,)"));  // no third key exists
+  // A map's keys under a pattern are written in one spelling, as extra keys are.
+  const auto cased = schema(R"({"propertyNames": {"pattern": "^.$"}, "additionalProperties": true})");
+  CHECK(cased->matches(R"({"\u001f": 1})"));
+  CHECK_FALSE(cased->matches(R"({"\u001F": 1})"));
+}
