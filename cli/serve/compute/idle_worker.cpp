@@ -16,6 +16,10 @@ void IdleWorker::start() {
 
 void IdleWorker::notify() {
   used_ = true;
+  {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    woken_ = true;
+  }
   wake_.notify_all();
 }
 
@@ -27,7 +31,10 @@ int64_t IdleWorker::run_now() {
 }
 
 void IdleWorker::stop() {
-  stopping_ = true;
+  {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    stopping_ = true;
+  }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
@@ -44,8 +51,11 @@ void IdleWorker::loop() {
     if (worked) used_ = true;
     trim_heap();
     if (worked) continue;
+    // The flags are set under wake_mutex_ and read here under it, so a notify() or stop() that comes after
+    // the checks above still ends this wait at once (one between them and the wait is not lost).
     std::unique_lock<std::mutex> lock(wake_mutex_);
-    wake_.wait_for(lock, std::chrono::milliseconds(50));
+    wake_.wait_for(lock, std::chrono::milliseconds(50), [this] { return stopping_ || woken_; });
+    woken_ = false;
   }
 }
 

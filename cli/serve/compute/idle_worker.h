@@ -8,7 +8,8 @@
 //     skipped this window;
 //   - when no session waits for idle work, one fidelity audit (audit.h): two reads of a sampled request's
 //     forked window, as served and re-prefilled.
-// A release wakes the worker (notify); otherwise it looks again every 50 ms.
+// A release wakes the worker (notify), also one that comes while a slice runs (the next wait ends at once);
+// otherwise it looks again every 50 ms. stop() ends the wait at once.
 // Between slices, at most once a second and only after requests or idle work since the last time, it hands
 // the heap's free pages back to the system (malloc_trim, glibc only; it holds no gate, and takes about 3 ms
 // over a full 1 GiB host tier). glibc keeps the pages of freed blocks inside its heaps, and the holes that the
@@ -55,9 +56,10 @@ class IdleWorker {
   ServeContext& context_;
   SessionTable& sessions_;
   std::mutex slice_mutex_;  // one slice at a time (the worker's or run_now's)
-  std::mutex wake_mutex_;
+  std::mutex wake_mutex_;   // held to set stopping_ and woken_ and across the worker's wait for them
   std::condition_variable wake_;
   std::atomic<bool> stopping_{false};
+  bool woken_ = false;                             // notify() since the worker last waited (under wake_mutex_)
   std::atomic<bool> used_{false};                  // requests or idle work since the last trim
   std::chrono::steady_clock::time_point trimmed_;  // the last trim (the worker's thread only)
   std::thread thread_;
