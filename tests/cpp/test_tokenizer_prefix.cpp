@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "hf/text.h"  // utf8_encode: the tokenizer's own, runtime/src
 #include "orbit/common/error.h"
 #include "orbit/runtime/hf_tokenizer.h"
 #include "orbit/runtime/tokenizer.h"
@@ -24,6 +25,7 @@ using Catch::Matchers::Contains;
 using nlohmann::json;
 using orbit::runtime::Encoding;
 using orbit::runtime::Tokenizer;
+using orbit::runtime::hf::utf8_encode;
 
 const fs::path kData = fs::path(ORBIT_TEST_DATA_DIR) / "tokenizers";
 const fs::path kModels = fs::path(ORBIT_MODELS_DIR);
@@ -41,26 +43,6 @@ std::unique_ptr<Tokenizer> load_variant(const std::string& name, const json& j) 
   return orbit::runtime::load_hf_tokenizer((dir / "tokenizer.json").string());
 }
 
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
-
 const std::vector<std::string> kWords = {"Once",  "upon", "a",    "time",    "there", "was",   "little",  "girl",
                                          "named", "Lily", "she",  "loved",   "to",    "play",  "outside", "the",
                                          "sun",   "dog",  "said", "\"Hi!\"", "ball",  "happy", "story",   "end"};
@@ -75,9 +57,9 @@ std::string random_unicode(std::mt19937_64& rng, int chars) {
   std::string s;
   for (int i = 0; i < chars; ++i) {
     switch (rng() % 4) {
-      case 0: s += utf8(kOdd[rng() % kOdd.size()]); break;
-      case 1: s += utf8(0x20 + static_cast<uint32_t>(rng() % 0x5F)); break;
-      case 2: s += utf8(0xA0 + static_cast<uint32_t>(rng() % 0x2000)); break;
+      case 0: s += utf8_encode(kOdd[rng() % kOdd.size()]); break;
+      case 1: s += utf8_encode(0x20 + static_cast<uint32_t>(rng() % 0x5F)); break;
+      case 2: s += utf8_encode(0xA0 + static_cast<uint32_t>(rng() % 0x2000)); break;
       default: s += kWords[rng() % kWords.size()] + " ";
     }
   }
