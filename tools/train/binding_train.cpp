@@ -147,6 +147,75 @@ std::string eval_line(const EvalResult& e) {
   return buf;
 }
 
+// Adam's moment estimates, one pair per parameter (zeros to start).
+struct AdamState {
+  std::vector<at::Tensor> m1, m2;
+};
+
+// One Adam step (no weight decay) over the parameters' gradients, clipped to a global norm of 1; the learning
+// rate rises linearly over o.warmup steps, then falls along a cosine to 5% of o.lr at o.steps.
+void adam_step(const std::vector<at::Tensor>& params, AdamState& adam, int step, const TrainOptions& o) {
+  constexpr double beta1 = 0.9, beta2 = 0.98, eps = 1e-8;
+  at::NoGradGuard no_grad;
+  double norm2 = 0;
+  for (const at::Tensor& p : params) norm2 += p.grad().pow(2).sum().item<double>();
+  const double clip = std::min(1.0, 1.0 / (std::sqrt(norm2) + 1e-12));
+  const double progress = static_cast<double>(step - o.warmup) / std::max(1, o.steps - o.warmup);
+  const double lr = step <= o.warmup ? o.lr * step / o.warmup
+                                     : o.lr * (0.05 + 0.95 * 0.5 * (1.0 + std::cos(3.14159265358979 * progress)));
+  const double bc1 = 1.0 - std::pow(beta1, step), bc2 = 1.0 - std::pow(beta2, step);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor g = params[i].grad() * clip;
+    adam.m1[i].mul_(beta1).add_(g, 1.0 - beta1);
+    adam.m2[i].mul_(beta2).addcmul_(g, g, 1.0 - beta2);
+    const at::Tensor denom = (adam.m2[i] / bc2).sqrt_().add_(eps);
+    params[i].addcdiv_(adam.m1[i], denom, -lr / bc1);
+  }
+}
+
+// The next batch's episodes. Episodes are drawn `bucket` batches at a time, sorted by length and cut into
+// batches (less padding: a batch is as long as its longest episode), the batches then taken in a drawn order
+// (`pending` holds those not taken yet). Deterministic.
+std::vector<Episode> next_episodes(std::vector<std::vector<Episode>>& pending, TaskGenerator& gen, int batch,
+                                   std::mt19937_64& rng) {
+  constexpr int bucket = 8;
+  if (pending.empty()) {
+    std::vector<Episode> pool;
+    for (int i = 0; i < batch * bucket; ++i) pool.push_back(gen.episode());
+    std::stable_sort(pool.begin(), pool.end(),
+                     [](const Episode& a, const Episode& b) { return a.length() < b.length(); });
+    for (int j = 0; j < bucket; ++j) {
+      pending.emplace_back(pool.begin() + static_cast<std::ptrdiff_t>(j) * batch,
+                           pool.begin() + static_cast<std::ptrdiff_t>(j + 1) * batch);
+    }
+    std::shuffle(pending.begin(), pending.end(), rng);
+  }
+  std::vector<Episode> episodes = std::move(pending.back());
+  pending.pop_back();
+  return episodes;
+}
+
+// The loss of one batch: the mean over question answers plus caption_weight × the mean over caption rows
+// (there are many more caption rows than questions; weighting the means keeps the answers in charge), plus
+// aux_weight × the caption read after aux_layer layers (deep supervision: the binding computed early enough
+// for a question to read it in the layers after).
+at::Tensor batch_loss(const rt::ModelConfig& config, const rt::ModelWeights& w, const Batch& b, const TrainOptions& o) {
+  at::Tensor aux;
+  const at::Tensor caption_rows = b.rows.index_select(0, b.caption_targets);
+  const at::Tensor logits = train_forward(config, w, b.tokens, b.positions, b.mask, b.rows, o.aux_layer, caption_rows,
+                                          o.aux_weight > 0 ? &aux : nullptr);
+  at::Tensor loss =
+      at::cross_entropy_loss(logits.index_select(0, b.question_targets), b.targets.index_select(0, b.question_targets));
+  if (o.caption_weight > 0 && b.caption_targets.numel() > 0) {
+    loss = loss + o.caption_weight * at::cross_entropy_loss(logits.index_select(0, b.caption_targets),
+                                                            b.targets.index_select(0, b.caption_targets));
+  }
+  if (o.aux_weight > 0 && aux.defined() && aux.size(0) > 0) {
+    loss = loss + o.aux_weight * at::cross_entropy_loss(aux, b.targets.index_select(0, b.caption_targets));
+  }
+  return loss;
+}
+
 }  // namespace
 
 TrainResult train(const TrainOptions& o) {
@@ -163,11 +232,11 @@ TrainResult train(const TrainOptions& o) {
   result.config = config;
   rt::ModelWeights w = init_weights(config, o.seed);
   const std::vector<at::Tensor> params = parameters(w, config);
-  std::vector<at::Tensor> m1, m2;
+  AdamState adam;
   int64_t count = 0;
   for (const at::Tensor& p : params) {
-    m1.push_back(at::zeros_like(p).detach());
-    m2.push_back(at::zeros_like(p).detach());
+    adam.m1.push_back(at::zeros_like(p).detach());
+    adam.m2.push_back(at::zeros_like(p).detach());
     count += p.numel();
   }
   {
@@ -183,69 +252,21 @@ TrainResult train(const TrainOptions& o) {
   for (int i = 0; i < o.eval_episodes; ++i) test.push_back(test_gen.episode());
   std::mt19937_64 batch_rng(o.seed * 7919 + 17);
 
-  const double beta1 = 0.9, beta2 = 0.98, eps = 1e-8;
   double loss_sum = 0;
   int loss_n = 0;
   int64_t tokens_seen = 0;
   const int log_every = std::max(1, std::min(50, o.steps / 10));
-  // Episodes are drawn `bucket` batches at a time, sorted by length and cut into batches (less padding:
-  // a batch is as long as its longest episode), the batches then taken in a drawn order. Deterministic.
-  const int bucket = 8;
   std::vector<std::vector<Episode>> pending;
   for (int step = 1; step <= o.steps; ++step) {
-    if (pending.empty()) {
-      std::vector<Episode> pool;
-      for (int i = 0; i < o.batch * bucket; ++i) pool.push_back(train_gen.episode());
-      std::stable_sort(pool.begin(), pool.end(),
-                       [](const Episode& a, const Episode& b) { return a.length() < b.length(); });
-      for (int j = 0; j < bucket; ++j) {
-        pending.emplace_back(pool.begin() + static_cast<std::ptrdiff_t>(j) * o.batch,
-                             pool.begin() + static_cast<std::ptrdiff_t>(j + 1) * o.batch);
-      }
-      std::shuffle(pending.begin(), pending.end(), batch_rng);
-    }
-    const std::vector<Episode> episodes = std::move(pending.back());
-    pending.pop_back();
+    const std::vector<Episode> episodes = next_episodes(pending, train_gen, o.batch, batch_rng);
     const Batch b = make_batch(episodes, o.max_questions, batch_rng);
     tokens_seen += b.tokens.numel();
-    at::Tensor aux;
-    const at::Tensor caption_rows = b.rows.index_select(0, b.caption_targets);
-    const at::Tensor logits = train_forward(config, w, b.tokens, b.positions, b.mask, b.rows, o.aux_layer, caption_rows,
-                                            o.aux_weight > 0 ? &aux : nullptr);
-    // Mean over question answers plus caption_weight × mean over caption rows (there are many more
-    // caption rows than questions; weighting the means keeps the answers in charge).
-    at::Tensor loss = at::cross_entropy_loss(logits.index_select(0, b.question_targets),
-                                             b.targets.index_select(0, b.question_targets));
-    if (o.caption_weight > 0 && b.caption_targets.numel() > 0) {
-      loss = loss + o.caption_weight * at::cross_entropy_loss(logits.index_select(0, b.caption_targets),
-                                                              b.targets.index_select(0, b.caption_targets));
-    }
-    // Deep supervision: the caption already readable after aux_layer layers (so the binding is computed
-    // early enough for a question to read it in the layers after).
-    if (o.aux_weight > 0 && aux.defined() && aux.size(0) > 0) {
-      loss = loss + o.aux_weight * at::cross_entropy_loss(aux, b.targets.index_select(0, b.caption_targets));
-    }
+    const at::Tensor loss = batch_loss(config, w, b, o);
     for (const at::Tensor& p : params) {
       if (p.grad().defined()) p.mutable_grad().zero_();
     }
     loss.backward();
-    {
-      at::NoGradGuard no_grad;
-      double norm2 = 0;
-      for (const at::Tensor& p : params) norm2 += p.grad().pow(2).sum().item<double>();
-      const double clip = std::min(1.0, 1.0 / (std::sqrt(norm2) + 1e-12));
-      const double progress = static_cast<double>(step - o.warmup) / std::max(1, o.steps - o.warmup);
-      const double lr = step <= o.warmup ? o.lr * step / o.warmup
-                                         : o.lr * (0.05 + 0.95 * 0.5 * (1.0 + std::cos(3.14159265358979 * progress)));
-      const double bc1 = 1.0 - std::pow(beta1, step), bc2 = 1.0 - std::pow(beta2, step);
-      for (size_t i = 0; i < params.size(); ++i) {
-        const at::Tensor g = params[i].grad() * clip;
-        m1[i].mul_(beta1).add_(g, 1.0 - beta1);
-        m2[i].mul_(beta2).addcmul_(g, g, 1.0 - beta2);
-        const at::Tensor denom = (m2[i] / bc2).sqrt_().add_(eps);
-        params[i].addcdiv_(m1[i], denom, -lr / bc1);
-      }
-    }
+    adam_step(params, adam, step, o);
     loss_sum += loss.item<double>();
     ++loss_n;
     if (step % log_every == 0 || step == o.steps) {

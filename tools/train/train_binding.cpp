@@ -161,14 +161,19 @@ void write_readme(const std::string& out, const bd::TrainOptions& o, const bd::T
         "wall seconds, loss curve, accuracies).\n";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line: the training options, the output directory, the thread count and the command as typed
+// (for the log). A bad one ends the process with usage().
+struct Command {
   bd::TrainOptions o;
   std::string out;
   int threads = 1;
-  std::string command;
-  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  std::string line;
+};
+
+Command parse_command(int argc, char** argv) {
+  Command c;
+  bd::TrainOptions& o = c.o;
+  for (int i = 0; i < argc; ++i) c.line += (i ? " " : "") + std::string(argv[i]);
   try {
     const orbit::cli::Args a(
         "train_binding",
@@ -178,11 +183,11 @@ int main(int argc, char** argv) {
          {}},
         argc, argv, 1);
     o.model = a.get_or("--model", o.model);
-    out = a.get_or("--out", out);
+    c.out = a.get_or("--out", c.out);
     o.steps = static_cast<int>(a.get_int("--steps", o.steps, 1));
     o.batch = static_cast<int>(a.get_int("--batch", o.batch, 1));
     o.seed = static_cast<uint64_t>(a.get_int("--seed", static_cast<int64_t>(o.seed), 0));
-    threads = static_cast<int>(a.get_int("--threads", threads, 1));
+    c.threads = static_cast<int>(a.get_int("--threads", c.threads, 1));
     o.lr = a.get_double("--lr", o.lr);
     o.layers = static_cast<int>(a.get_int("--layers", o.layers, 1));
     o.eval_every = static_cast<int>(a.get_int("--eval-every", o.eval_every, 0));
@@ -199,9 +204,65 @@ int main(int argc, char** argv) {
   } catch (const orbit::Error& e) {
     usage(e.what());
   }
-  if (out.empty()) usage("--out is required");
+  if (c.out.empty()) usage("--out is required");
   if (o.model != "gqa" && o.model != "mla") usage("--model must be gqa or mla");
-  at::set_num_threads(threads);
+  return c;
+}
+
+// What the written checkpoint was checked for: the largest logit differences from the training forward (the
+// runtime's model in memory, the checkpoint loaded back) and the runtime's accuracy by question kind.
+struct Checks {
+  double diff_memory = 0;
+  double diff_loaded = 0;
+  nlohmann::json accuracy;
+};
+
+// train_log.json: the command, the options, the training's course and the checks.
+nlohmann::json train_log(const Command& c, const bd::TrainResult& r, const rt::Model& loaded, const Checks& checks) {
+  const bd::TrainOptions& o = c.o;
+  nlohmann::json log;
+  log["command"] = c.line;
+  log["model"] = o.model;
+  log["seed"] = o.seed;
+  log["steps"] = o.steps;
+  log["steps_run"] = r.steps_run;
+  log["stop_at"] = o.stop_at;
+  log["batch"] = o.batch;
+  log["threads"] = c.threads;
+  log["lr"] = o.lr;
+  log["warmup"] = o.warmup;
+  log["caption_weight"] = o.caption_weight;
+  log["aux_weight"] = o.aux_weight;
+  log["aux_layer"] = o.aux_layer;
+  log["layers"] = r.config.num_layers;
+  log["task"] = {{"min_intros", o.task.min_intros},
+                 {"max_intros", o.task.max_intros},
+                 {"ref_probability", o.task.ref_probability},
+                 {"gap_probability", o.task.gap_probability},
+                 {"max_gap_texts", o.task.max_gap_texts},
+                 {"min_texts", o.task.min_texts},
+                 {"max_texts", o.task.max_texts},
+                 {"frame_min", o.task.frame_min},
+                 {"frame_max", o.task.frame_max},
+                 {"signal", o.task.signal}};
+  log["train_seconds"] = r.seconds;
+  log["fingerprint"] = loaded.fingerprint();
+  log["parameters"] = loaded.parameter_count();
+  log["max_logit_diff_runtime"] = checks.diff_memory;
+  log["max_logit_diff_reloaded"] = checks.diff_loaded;
+  log["loss_curve"] = r.loss_curve;
+  log["test_accuracy_training_forward"] = r.final_eval.accuracy;
+  log["runtime_accuracy"] = checks.accuracy;
+  return log;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Command c = parse_command(argc, argv);
+  bd::TrainOptions o = c.o;
+  const std::string& out = c.out;
+  at::set_num_threads(c.threads);
   o.log = [](const std::string& line) {
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
@@ -213,56 +274,26 @@ int main(int argc, char** argv) {
     std::vector<bd::Episode> check;
     for (int i = 0; i < 8; ++i) check.push_back(check_gen.episode());
 
+    Checks checks;
     rt::Model in_memory(r.config, weights, "trained (in memory)");
-    const double diff_memory = max_logit_diff(r.config, weights, in_memory, check);
+    checks.diff_memory = max_logit_diff(r.config, weights, in_memory, check);
     bd::write_checkpoint(r.config, weights, out);
     std::unique_ptr<rt::Model> loaded = rt::load_hf(out);
-    const double diff_loaded = max_logit_diff(r.config, weights, *loaded, check);
+    checks.diff_loaded = max_logit_diff(r.config, weights, *loaded, check);
     std::printf("checkpoint %s: max |logit diff| training forward vs runtime %.3g, vs reloaded %.3g\n", out.c_str(),
-                diff_memory, diff_loaded);
-    ORBIT_CHECK(diff_loaded < 1e-3, "reloaded checkpoint disagrees with the training forward: " << diff_loaded);
+                checks.diff_memory, checks.diff_loaded);
+    ORBIT_CHECK(checks.diff_loaded < 1e-3,
+                "reloaded checkpoint disagrees with the training forward: " << checks.diff_loaded);
 
     bd::TaskGenerator acc_gen(o.seed + 1000, bd::Split::kTest, o.task);
     std::vector<bd::Episode> acc_eps;
     for (int i = 0; i < 100; ++i) acc_eps.push_back(acc_gen.episode());
-    const nlohmann::json acc = runtime_accuracy(*loaded, acc_eps);
-    std::printf("runtime re-prefill accuracy on 100 held-out episodes: %s\n", acc.dump().c_str());
+    checks.accuracy = runtime_accuracy(*loaded, acc_eps);
+    std::printf("runtime re-prefill accuracy on 100 held-out episodes: %s\n", checks.accuracy.dump().c_str());
 
-    nlohmann::json log;
-    log["command"] = command;
-    log["model"] = o.model;
-    log["seed"] = o.seed;
-    log["steps"] = o.steps;
-    log["steps_run"] = r.steps_run;
-    log["stop_at"] = o.stop_at;
-    log["batch"] = o.batch;
-    log["threads"] = threads;
-    log["lr"] = o.lr;
-    log["warmup"] = o.warmup;
-    log["caption_weight"] = o.caption_weight;
-    log["aux_weight"] = o.aux_weight;
-    log["aux_layer"] = o.aux_layer;
-    log["layers"] = r.config.num_layers;
-    log["task"] = {{"min_intros", o.task.min_intros},
-                   {"max_intros", o.task.max_intros},
-                   {"ref_probability", o.task.ref_probability},
-                   {"gap_probability", o.task.gap_probability},
-                   {"max_gap_texts", o.task.max_gap_texts},
-                   {"min_texts", o.task.min_texts},
-                   {"max_texts", o.task.max_texts},
-                   {"frame_min", o.task.frame_min},
-                   {"frame_max", o.task.frame_max},
-                   {"signal", o.task.signal}};
-    log["train_seconds"] = r.seconds;
-    log["fingerprint"] = loaded->fingerprint();
-    log["parameters"] = loaded->parameter_count();
-    log["max_logit_diff_runtime"] = diff_memory;
-    log["max_logit_diff_reloaded"] = diff_loaded;
-    log["loss_curve"] = r.loss_curve;
-    log["test_accuracy_training_forward"] = r.final_eval.accuracy;
-    log["runtime_accuracy"] = acc;
-    std::ofstream(std::string(out) + "/train_log.json") << log.dump(2) << "\n";
-    write_readme(out, o, r, threads, command, acc, diff_loaded, loaded->fingerprint(), loaded->parameter_count());
+    std::ofstream(std::string(out) + "/train_log.json") << train_log(c, r, *loaded, checks).dump(2) << "\n";
+    write_readme(out, o, r, c.threads, c.line, checks.accuracy, checks.diff_loaded, loaded->fingerprint(),
+                 loaded->parameter_count());
     std::printf("trained in %.1f s; wrote %s\n", r.seconds, out.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_binding: %s\n", e.what());
