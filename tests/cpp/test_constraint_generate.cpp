@@ -8,7 +8,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "orbit/engine.h"
 #include "orbit/runtime/tokenizer.h"
 #include "orbit/tool_calls.h"
+#include "repeated_key.h"
 #include "test_helpers.h"
 
 using namespace orbit;
@@ -60,23 +60,6 @@ Json check_person(const Generation& g) {
   return v;
 }
 
-// The first key an object of `text` repeats, or "" when none does (a parser keeping the last would hide it).
-std::string repeated_key(const std::string& text) {
-  std::vector<std::set<std::string>> open;
-  std::string found;
-  const Json::parser_callback_t note = [&](int, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) open.emplace_back();
-    if (event == Json::parse_event_t::object_end) open.pop_back();
-    if (event == Json::parse_event_t::key && !open.back().insert(parsed.get<std::string>()).second && found.empty()) {
-      found = parsed.get<std::string>();
-    }
-    return true;
-  };
-  const Json parsed = Json::parse(text, note);
-  CHECK(parsed.is_object());
-  return found;
-}
-
 }  // namespace
 
 TEST_CASE("constrained generate: a map's keys are never repeated", "[constraint][model][cpu]") {
@@ -93,7 +76,7 @@ TEST_CASE("constrained generate: a map's keys are never repeated", "[constraint]
     const Generation g = w.generate(" She", o);
     INFO("text: " << g.text << " (" << g.stop_reason << ")");
     REQUIRE(g.stop_reason == "constraint_complete");
-    CHECK(repeated_key(g.text) == "");
+    CHECK(orbit::test::repeated_key(g.text) == "");
   }
 }
 

@@ -7,12 +7,12 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "error_text.h"
 #include "orbit/constraint.h"
+#include "repeated_key.h"
 
 using namespace orbit;
 using Json = nlohmann::json;
@@ -41,23 +41,6 @@ int64_t id_of(const TokenVocabulary& v, const std::string& bytes) {
   }
   FAIL("no token " << bytes);
   return -1;
-}
-
-// The first key an object of `text` repeats, or "" when none does.
-std::string repeated_key(const std::string& text) {
-  std::vector<std::set<std::string>> open;
-  std::string found;
-  const Json::parser_callback_t note = [&](int, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) open.emplace_back();
-    if (event == Json::parse_event_t::object_end) open.pop_back();
-    if (event == Json::parse_event_t::key && !open.back().insert(parsed.get<std::string>()).second && found.empty()) {
-      found = parsed.get<std::string>();
-    }
-    return true;
-  };
-  const Json parsed = Json::parse(text, note);
-  REQUIRE((parsed.is_object() || parsed.is_array()));
-  return found;
 }
 
 }  // namespace
@@ -174,7 +157,7 @@ TEST_CASE("random decodes never meet an empty mask and never repeat a key", "[co
         tc.accept(id);
       }
       REQUIRE(tc.complete());
-      CHECK(repeated_key(tc.matcher().text()) == "");
+      CHECK(orbit::test::repeated_key(tc.matcher().text()) == "");
     }
   }
 }
