@@ -331,8 +331,13 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
     most = std::max(most, need);
     least = std::min(least, need);
   }
-  // What refusing repeated keys adds to the shortest completion is held back from the budget.
-  if (remaining > 0) remaining = std::max<int64_t>(0, remaining - keys_->repeat_cost(m, now, matcher_.text()));
+  // What refusing repeated keys adds to the shortest completion is held back from the budget, as far as the
+  // closest token still fits: holding back more would drop the budget altogether (below), and the run would
+  // go on unbudgeted just where it has to finish.
+  if (remaining > 0) {
+    const int64_t held = std::max<int64_t>(0, remaining - keys_->repeat_cost(m, now, matcher_.text()));
+    remaining = std::max(held, std::min(remaining, least));
+  }
   // The budget: only tokens after which the shortest completion fits in `remaining` bytes (one token per
   // byte); nothing to drop when every token fits, and dropped when none does.
   if (remaining < 0 || most <= remaining || (least > remaining && !(mask.complete && !options_.end_tokens.empty()))) {
