@@ -211,13 +211,7 @@ void ResponseStore::commit(const std::vector<const Pending*>& group) {
 
 RetryResult ResponseStore::retry_pending(bool all) {
   if (!disk_) return {};
-  std::unique_lock<std::mutex> turn(retry_mutex_, std::defer_lock);
-  if (all) {
-    turn.lock();
-  } else if (!turn.try_lock()) {
-    return {};
-  }
-  return retry_locked(all);
+  return retry_in_turn(retry_mutex_, all, [&] { return retry_locked(all); });
 }
 
 RetryResult ResponseStore::retry_locked(bool all) {

@@ -81,13 +81,7 @@ StoreWrite ChatStore::put(const StoredCompletion& c) {
 }
 
 RetryResult ChatStore::retry_pending(bool all) {
-  std::unique_lock<std::mutex> turn(retry_mutex_, std::defer_lock);
-  if (all) {
-    turn.lock();
-  } else if (!turn.try_lock()) {
-    return {};
-  }
-  return retry_locked(all);
+  return retry_in_turn(retry_mutex_, all, [&] { return retry_locked(all); });
 }
 
 RetryResult ChatStore::retry_locked(bool all) {

@@ -45,6 +45,20 @@ struct RetryResult {
   std::string check_error;    // why the store's check failed ("" when it passed or did not run)
 };
 
+// A store's retry_pending: `retry()` run holding `turn`, the store's retry mutex. `all` (a drain) waits for it;
+// otherwise a retry already running is left to finish and nothing is done (a put never waits for another's
+// retry).
+template <class Retry>
+RetryResult retry_in_turn(std::mutex& turn, bool all, Retry&& retry) {
+  std::unique_lock<std::mutex> lock(turn, std::defer_lock);
+  if (all) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return {};
+  }
+  return retry();
+}
+
 template <class Item>
 class PendingWrites {
  public:
