@@ -112,7 +112,7 @@ void ServeCore::close() {
   sessions_.close_all();
   context_.engine->close();
   // No request is left to store an answer: the held writes get their last try, and what is still held is
-  // named on stderr as lost.
+  // named on stderr: kept in the store's journal for the next start, or (held in memory only) lost.
   store_retry_.stop();
   const std::size_t lost = chat_completions_.drain_pending() + responses_.drain_pending();
   if (lost > 0) std::fprintf(stderr, "orbit serve: stored answers not written before shutdown: %zu\n", lost);

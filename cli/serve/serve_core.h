@@ -115,7 +115,7 @@ class ServeCore {
   // idle worker, closes every window and then the engine: background work queued so far is finished, so
   // the store keeps what committed requests formed. Then the answers whose store write failed and are held
   // for a retry get a last try (ChatStore::drain_pending, ResponseStore's), and each still unwritten is
-  // named on stderr. Idempotent.
+  // named on stderr (kept in the store's journal of held answers for the next start, or lost). Idempotent.
   void close();
 
  private:

@@ -103,7 +103,13 @@ std::string render_pending_metrics(const std::vector<std::pair<std::string, Pend
       {"orbit_store_retried_total", "counter", "Held answers a retry wrote to their store.", &PendingStats::retried},
       {"orbit_store_dropped_total", "counter",
        "Answers whose failed write was given up (no room to hold them, or unwritten at shutdown).",
-       &PendingStats::dropped}};
+       &PendingStats::dropped},
+      {"orbit_store_pending_journaled", "gauge",
+       "Of the answers held, those whose record is in the store's journal of held answers (they survive a crash).",
+       &PendingStats::journaled},
+      {"orbit_store_recovered_total", "counter",
+       "Answers read back from a journal of held answers at start and written to their store since.",
+       &PendingStats::recovered}};
   std::ostringstream out;
   for (const Family& f : kFamilies) {
     out << "# HELP " << f.name << " " << f.help << "\n# TYPE " << f.name << " " << f.type << "\n";

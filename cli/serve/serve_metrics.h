@@ -24,7 +24,10 @@
 //   orbit_store_pending_bytes{store}            bytes (gauges; pending_writes.h)
 //   orbit_store_retried_total{store}            held answers a retry wrote
 //   orbit_store_dropped_total{store}            answers whose failed write was given up: no room to hold them
-//                                               (--store-pending-mb), or still unwritten at shutdown
+//                                               (--store-pending-mb), or held in memory only and still unwritten
+//                                               at shutdown
+//   orbit_store_pending_journaled{store}        of the answers held, those in the journal (gauge; held_journal.h)
+//   orbit_store_recovered_total{store}          answers read back from a journal at start and written since
 //   orbit_chat_completions_stored_total,        chat completions written, and the transactions that wrote them
 //   orbit_chat_completions_commits_total        (their ratio is the mean group: group_commit.h)
 //   orbit_responses_stored_total,               the same for stored responses (on disk: 0 without --store)
@@ -88,7 +91,8 @@ std::string render_memory_metrics(const EngineStats& stats);
 std::string render_store_metrics(const std::string& store, const std::string& what, int64_t stored, int64_t commits);
 
 // The stores' held writes (PendingStats, pending_writes.h), by store name, as the /metrics families
-// orbit_store_pending, orbit_store_pending_bytes, orbit_store_retried_total and orbit_store_dropped_total.
+// orbit_store_pending, orbit_store_pending_bytes, orbit_store_retried_total, orbit_store_dropped_total,
+// orbit_store_pending_journaled and orbit_store_recovered_total.
 std::string render_pending_metrics(const std::vector<std::pair<std::string, PendingStats>>& stores);
 
 // The constraint cache's state (answer_constraint.h: ConstraintCache::Usage) for /metrics.

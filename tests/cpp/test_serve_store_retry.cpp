@@ -192,9 +192,9 @@ TEST_CASE("pending writes: oldest first, within their bytes, a backoff after eac
   using Pending = sv::PendingWrites<int>;
   Pending pending(100);
   const Pending::Clock::time_point t0{};
-  CHECK(pending.hold("a", 1, 60, "full"));
-  CHECK_FALSE(pending.hold("b", 2, 50, "full"));  // 110 bytes would pass the bound
-  CHECK(pending.hold("c", 3, 40, "full"));
+  CHECK(pending.hold("a", 1, 60, "full", "").held);
+  CHECK_FALSE(pending.hold("b", 2, 50, "full", "").held);  // 110 bytes would pass the bound
+  CHECK(pending.hold("c", 3, 40, "full", "").held);
   std::vector<Pending::Due> due = pending.due(t0, false);
   REQUIRE(due.size() == 2);
   CHECK(due[0].id == "a");
@@ -215,8 +215,8 @@ TEST_CASE("pending writes: oldest first, within their bytes, a backoff after eac
   CHECK(pending.forget("c"));  // deleted: counted neither retried nor dropped
   CHECK(pending.empty());
   CHECK(counts(pending.stats()) == "held 0 retried 1 dropped 1");
-  CHECK(pending.hold("d", 4, 100, "full"));  // the bytes went with them
-  pending.drop("d");
+  CHECK(pending.hold("d", 4, 100, "full", "").held);  // the bytes went with them
+  CHECK_FALSE(pending.drop("d"));                     // no journal: given up, counted dropped
   CHECK(counts(pending.stats()) == "held 0 retried 1 dropped 2");
 }
 

@@ -230,3 +230,58 @@ def test_an_answer_whose_write_failed_lands_once_the_store_recovers_and_survives
     assert server.stop() == 0
     assert f"chat completion {lost} is lost at shutdown" in server.output()
     assert "stored answers not written before shutdown: 1" in server.output()
+
+
+def test_a_held_answer_survives_a_kill_in_its_journal_and_the_next_start_writes_it(start_serve, stories260k_path,
+                                                                                   tmp_path):
+    """The journal of held answers (held_journal.h): the store's write fails, the journal's does not (each file
+    has its own size; the stores' logs are grown to the limit by another writer, a new journal starts empty), the
+    server is killed with SIGKILL, and the next start writes what it held: a chat completion and a response chain."""
+    store = tmp_path / "store"
+    server = start_serve(stories260k_path, "--store", store, env={"OMP_NUM_THREADS": "1"})
+    status, headers, text = request(server, "POST", "/v1/responses", RESPONSE)
+    assert status == 200 and headers["orbit-stored"] == "true"
+    first = json.loads(text)
+    databases = [store / "serve-chat-completions.sqlite", store / "serve-responses.sqlite"]
+    undo = [fill(database, 1 << 20) for database in databases]  # about 2 MiB of log each
+    logs = [(database.parent / (database.name + "-wal")).stat().st_size for database in databases]
+    # Room for the checks before each run (a page each), not for a large answer; a journal takes a 2 MiB one.
+    resource.prlimit(server.pid, resource.RLIMIT_FSIZE, (max(logs) + (128 << 10), resource.RLIM_INFINITY))
+
+    status, headers, text = request(server, "POST", "/v1/chat/completions", LARGE)
+    assert status == 200 and headers["orbit-stored"] == "false", text
+    assert headers["orbit-store-pending"] == "true" and headers["orbit-store-journaled"] == "true"
+    chat = json.loads(text)
+    status, headers, text = request(server, "POST", "/v1/responses",
+                                    dict(LARGE_RESPONSE, previous_response_id=first["id"]))
+    assert status == 200 and headers["orbit-store-journaled"] == "true", text
+    second = json.loads(text)
+    status, headers, text = request(server, "POST", "/v1/responses", dict(RESPONSE, previous_response_id=second["id"]))
+    assert status == 200 and headers["orbit-store-journaled"] == "true", text  # carries the held one: too large
+    third = json.loads(text)
+    assert metric(server, 'orbit_store_pending_journaled{store="responses"}') == 2
+    assert metric(server, 'orbit_store_pending_journaled{store="chat_completions"}') == 1
+
+    server.process.kill()  # SIGKILL: no drain, no last retry
+    server.process.wait()
+    journals = sorted(p.name for p in store.iterdir() if ".held-" in p.name)
+    assert journals == [f"serve-chat-completions.sqlite.held-{server.pid}", f"serve-responses.sqlite.held-{server.pid}"]
+    for u in undo:
+        u()
+
+    server = start_serve(stories260k_path, "--store", store, env={"OMP_NUM_THREADS": "1"})
+    output = server.output()
+    assert f"chat completion {chat['id']} is recovered from the journal of held answers: stored" in output
+    for response in (second, third):
+        assert f"response {response['id']} is recovered from the journal of held answers: stored" in output
+    assert json.loads(request(server, "GET", "/v1/chat/completions/" + chat["id"])[2]) == dict(chat, metadata={})
+    assert json.loads(request(server, "GET", "/v1/responses/" + third["id"])[2])["output"] == third["output"]
+    # The chain joins whole (its 440-token answer fills the context: counted, not continued).
+    status, _, text = request(server, "POST", "/v1/responses/input_tokens",
+                              {"model": MODEL_NAME, "input": "The end", "previous_response_id": third["id"]})
+    assert status == 200 and json.loads(text)["input_tokens"] > 440, text
+    assert metric(server, 'orbit_store_recovered_total{store="responses"}') == 2
+    # What landed is released: the adopted journals are gone, and this server's holds nothing.
+    assert not [p for p in store.iterdir() if ".held-" in p.name and str(server.pid) not in p.name]
+    assert server.stop() == 0
+    assert not [p for p in store.iterdir() if ".held-" in p.name]

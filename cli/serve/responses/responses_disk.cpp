@@ -71,9 +71,9 @@ std::vector<ChatMessage> messages_from_json(const std::string& text, const std::
 ResponseDisk::ResponseDisk(const std::string& path)
     : file_("responses store", path, response_rows::kSchema, response_rows::kFormat) {}
 
-std::vector<std::string> ResponseDisk::insert(const std::vector<ResponseRow>& rows, int64_t capacity) {
+std::vector<std::string> ResponseDisk::insert(const std::function<std::vector<ResponseRow>()>& plan, int64_t capacity) {
   SqlTransaction t(file_);
-  for (const ResponseRow& row : rows) insert_row(row);
+  for (const ResponseRow& row : plan()) insert_row(row);
   std::vector<std::string> evicted = evict_to(capacity);
   t.commit();
   return evicted;

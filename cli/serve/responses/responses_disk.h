@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,12 +53,15 @@ class ResponseDisk {
 
   // SqliteFile::check_writable: throws orbit::Error naming the path when the file cannot take a write.
   void check_writable() { file_.check_writable(); }
-  // In one transaction: inserts `rows` (named or not, as each says; a chain's links before the rows that
-  // continue them), the most recently used in their order (a row whose id is already there is left as it
-  // is), then unnames the least recently used named responses until at most
-  // `capacity` are named. Returns the ids unnamed. Throws orbit::Error naming the path when it cannot write
-  // (then none of it is kept).
-  std::vector<std::string> insert(const std::vector<ResponseRow>& rows, int64_t capacity);
+  // In one transaction: inserts the rows `plan` returns (named or not, as each says; a chain's links before the
+  // rows that continue them), the most recently used in their order (a row whose id is already there is left
+  // as it is), then unnames the least recently used named responses until at most `capacity` are named.
+  // `plan` runs inside the transaction, after its write lock is taken: what it reads of this file (has(), to
+  // find which links of a chain no row holds) is what the insert writes over, so another server sharing the
+  // store cannot delete a link in between and leave a row whose previous is missing. Returns the ids unnamed.
+  // Throws orbit::Error naming the path when it cannot write (then none of it is kept); what `plan` throws
+  // rolls it back too.
+  std::vector<std::string> insert(const std::function<std::vector<ResponseRow>()>& plan, int64_t capacity);
   // The row `id`, named or not; nullopt when there is none. A row that does not parse throws naming it.
   std::optional<ResponseRow> load(const std::string& id) const;
   // Whether a row (named or not) has the id `id`.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "orbit/common/error.h"
@@ -57,6 +58,26 @@ std::size_t held_bytes(const StoredResponse& r) {
   return bytes;
 }
 
+nlohmann::json journal_row(const StoredResponse& r, const std::string& key) {
+  return {{"id", r.id},
+          {"session", r.session},
+          {"previous", r.previous ? r.previous->id : std::string()},
+          {"added", messages_to_json(r.added)},
+          {"body", r.body},
+          {"read_key", key}};
+}
+
+ResponseRow row_of_journal(const nlohmann::json& j, const std::string& what) {
+  ResponseRow row;
+  row.id = j.at("id").get<std::string>();
+  row.session = j.at("session").get<std::string>();
+  row.previous = j.at("previous").get<std::string>();
+  row.added = messages_from_json(j.at("added").get<std::string>(), what);
+  row.body = j.at("body").get<std::string>();
+  row.read_key = j.at("read_key").get<std::string>();
+  return row;
+}
+
 }  // namespace response_keys
 
 std::vector<ChatMessage> StoredResponse::conversation() const {
@@ -78,10 +99,13 @@ ResponseStore::ResponseStore(ResponseStoreOptions options)
     : capacity_(std::max<std::size_t>(options.capacity, 1)),
       group_(options.group_commit ? response_keys::kMaxGroup : 1,
              {[this](const std::vector<const Pending*>& group) { commit(group); }, [this] { check(); }}),
-      pending_(options.pending_bytes) {
+      journal_(!options.path.empty() && options.journal ? std::make_unique<HeldJournal>(options.path) : nullptr),
+      pending_(options.pending_bytes, journal_.get()),
+      before_disk_write_(std::move(options.before_disk_write)) {
   if (!options.path.empty()) disk_ = std::make_unique<ResponseDisk>(options.path);
   std::random_device device;
   random_.seed((static_cast<uint64_t>(device()) << 32) ^ device());
+  if (journal_) recover_held();
 }
 
 std::string ResponseStore::new_id() {
@@ -147,14 +171,111 @@ StoreWrite ResponseStore::put(std::shared_ptr<StoredResponse> response, const st
     return written;
   }
   const std::string& id = pending.response->id;
+  std::string payload;
+  if (journal_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    payload = journal_payload(pending);
+  }
   // Held before it is remembered: remembering trims memory, which keeps the held ones.
-  written.held = pending_.hold(id, pending, response_keys::held_bytes(*pending.response), written.error);
+  const HoldOutcome held =
+      pending_.hold(id, pending, response_keys::held_bytes(*pending.response), written.error, payload);
+  written.held = held.held;
+  written.journaled = held.journaled;
+  const std::string where =
+      held.journaled ? "and in the journal " + journal_->path() +
+                           ": its write retried once the store takes writes, after a crash at the next start"
+      : held.held ? "(" + (held.journal_error.empty() ? std::string("no journal") : held.journal_error) +
+                        "): its write retried once the store takes writes"
+                  : "until a restart: the responses held for a retry fill --store-pending-mb";
   std::fprintf(stderr, "orbit serve: response %s is kept in memory only: %s (%s)\n", id.c_str(), written.error.c_str(),
-               written.held ? "its write retried once the store takes writes"
-                            : "until a restart: the responses held for a retry fill --store-pending-mb");
+               where.c_str());
   std::lock_guard<std::mutex> lock(mutex_);
   if (by_id_.count(id) == 0) remember(pending.response, pending.key, false);
   return written;
+}
+
+std::string ResponseStore::journal_payload(const Pending& p) {
+  nlohmann::json links = nlohmann::json::array();
+  std::vector<const StoredResponse*> missing;  // newest first
+  for (const StoredResponse* link = p.response->previous.get(); link != nullptr && !disk_->has(link->id);
+       link = link->previous.get()) {
+    missing.push_back(link);
+  }
+  for (auto link = missing.rbegin(); link != missing.rend(); ++link) {
+    const auto entry = by_id_.find((*link)->id);
+    links.push_back(response_keys::journal_row(**link, entry != by_id_.end() ? entry->second.key : std::string()));
+  }
+  return nlohmann::json{{"response", response_keys::journal_row(*p.response, p.key)}, {"links", links}}.dump();
+}
+
+std::shared_ptr<StoredResponse> ResponseStore::from_journal(
+    const JournalEntry& e, std::map<std::string, std::shared_ptr<StoredResponse>>& built, std::string& key) {
+  const nlohmann::json j = nlohmann::json::parse(e.payload);
+  std::vector<nlohmann::json> rows(j.at("links").begin(), j.at("links").end());
+  rows.push_back(j.at("response"));
+  std::shared_ptr<StoredResponse> last;
+  for (const nlohmann::json& row_json : rows) {
+    ResponseRow row = response_keys::row_of_journal(row_json, "held-answers journal " + e.file);
+    if (const auto it = built.find(row.id); it != built.end()) {
+      last = it->second;
+      key = row.read_key;
+      continue;
+    }
+    auto r = std::make_shared<StoredResponse>();
+    r->id = row.id;
+    r->session = std::move(row.session);
+    r->added = std::move(row.added);
+    r->body = std::move(row.body);
+    if (!row.previous.empty()) {
+      const auto known = built.find(row.previous);
+      r->previous = known != built.end() ? known->second : load(row.previous);
+      ORBIT_CHECK(r->previous != nullptr, "response '" << r->id << "' continues '" << row.previous
+                                                       << "', which is neither in the store nor in the journal");
+    }
+    built[r->id] = r;
+    key = std::move(row.read_key);
+    last = std::move(r);
+  }
+  ORBIT_CHECK(last != nullptr && last->id == e.id, "its response is not its record's '" << e.id << "'");
+  return last;
+}
+
+void ResponseStore::recover_held() {
+  if (!journal_->error().empty()) {
+    std::fprintf(stderr, "orbit serve: responses whose write fails are held in memory only: %s\n",
+                 journal_->error().c_str());
+  }
+  for (const std::string& problem : journal_->adopted().problems)
+    std::fprintf(stderr, "orbit serve: %s\n", problem.c_str());
+  std::map<std::string, std::shared_ptr<StoredResponse>> built;  // by id: the links recovered responses share
+  std::vector<std::string> recovered;
+  for (const JournalEntry& e : journal_->adopted().held) {
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::string key;
+      std::shared_ptr<StoredResponse> response = from_journal(e, built, key);
+      pending_.adopt(e.id, Pending{response, key}, response_keys::held_bytes(*response));
+      if (by_id_.count(e.id) == 0) remember(response, key, false);
+      recovered.push_back(e.id);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "orbit serve: response %s in the journal %s is lost: %s\n", e.id.c_str(), e.file.c_str(),
+                   error.what());
+      journal_->release(e.id);
+    }
+  }
+  if (recovered.empty()) return;
+  const RetryResult result = retry_pending(true);
+  for (const std::string& id : recovered) {
+    if (!pending_.holds(id)) {
+      std::fprintf(stderr, "orbit serve: response %s is recovered from the journal of held answers: stored\n",
+                   id.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "orbit serve: response %s is recovered from the journal of held answers, and held again: its write "
+                   "failed (%s)\n",
+                   id.c_str(), result.check_error.empty() ? "the store did not take it" : result.check_error.c_str());
+    }
+  }
 }
 
 std::vector<ResponseRow> ResponseStore::rows_of(const std::vector<const Pending*>& group,
@@ -186,8 +307,10 @@ std::vector<ResponseRow> ResponseStore::rows_of(const std::vector<const Pending*
 void ResponseStore::commit(const std::vector<const Pending*>& group) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::shared_ptr<StoredResponse>> carried;
-  const std::vector<ResponseRow> rows = rows_of(group, carried);
-  const std::vector<std::string> evicted = disk_->insert(rows, static_cast<int64_t>(capacity_));
+  if (before_disk_write_) before_disk_write_();
+  // Which links no row holds is read inside the write's transaction (ResponseDisk::insert).
+  const std::vector<std::string> evicted =
+      disk_->insert([&] { return rows_of(group, carried); }, static_cast<int64_t>(capacity_));
   for (const std::shared_ptr<StoredResponse>& link : carried) {
     links_[link->id] = link;
     if (!pending_.holds(link->id)) continue;  // an unnamed link: memory serves it as before, if it holds it
@@ -247,13 +370,21 @@ std::size_t ResponseStore::drain_pending() {
   std::lock_guard<std::mutex> turn(retry_mutex_);
   const RetryResult last = retry_locked(true);
   const auto left = pending_.due(PendingWrites<Pending>::Clock::now(), true);
+  std::size_t lost = 0;
   for (const auto& d : left) {
     const std::string& why = last.check_error.empty() ? d.error : last.check_error;
+    if (pending_.drop(d.id)) {
+      std::fprintf(stderr,
+                   "orbit serve: response %s is not written at shutdown (%d attempts: %s): kept in the journal %s, the "
+                   "next start writes it\n",
+                   d.id.c_str(), d.attempts, why.c_str(), journal_->path().c_str());
+      continue;
+    }
     std::fprintf(stderr, "orbit serve: response %s is lost at shutdown: not written in %d attempts: %s\n", d.id.c_str(),
                  d.attempts, why.c_str());
-    pending_.drop(d.id);
+    ++lost;
   }
-  return left.size();
+  return lost;
 }
 
 StoreWrite ResponseStore::check_writable() {

@@ -31,6 +31,16 @@
 // server may have deleted or evicted it), and a read whose recency update fails (a full or read-only disk) still
 // answers from memory.
 //
+// With a path, a held response is also appended to the store's journal of held answers (held_journal.h,
+// `STORE.held-<pid>`), synced before put() returns, with the links of its chain no row holds (so that it can
+// be written whole even if a held response it continues is deleted meanwhile): a crash or `kill -9` does not
+// lose it. The next ResponseStore opened on the path adopts the journals no running server holds, rebuilds
+// each response (its chain from the journal and the disk), holds it again (served from memory, as any held
+// one) and writes it at once, naming on stderr each one recovered (stored, or held again) or lost (a record
+// that does not parse, a chain whose link is gone); a torn or corrupt journal is reported naming the file.
+// drain_pending() leaves a journaled response it could not write in the journal for the next start. Where
+// the journal cannot take a record the response is held in memory only (StoreWrite::journaled false).
+//
 // Besides ids, the store finds the response a request continues without naming it, as agents that resend
 // the whole history do (the OpenAI Agents SDK by default): continued_by() returns the stored response whose
 // conversation, as the model read it and with its answer, is the longest prefix of the request's message
@@ -41,6 +51,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -77,6 +88,10 @@ struct ResponseStoreOptions {
   bool group_commit = true;     // false: each put commits alone (one sync of the disk per response)
   // Responses whose write failed held for a retry, bytes at most (body and messages); 0 holds none.
   std::size_t pending_bytes = std::size_t{64} << 20;
+  bool journal = true;  // with a path: held responses are journaled (held_journal.h), and adopted at start
+  // For tests: runs at the start of each disk commit, under the store's lock, before the write's transaction
+  // (where another connection to the file may still write).
+  std::function<void()> before_disk_write;
 };
 
 class ResponseStore {
@@ -108,8 +123,9 @@ class ResponseStore {
   // backoff has passed, and nothing when another retry runs) once the disk's check passes. Returns what it
   // attempted and wrote; each written is logged on stderr and counted retried.
   RetryResult retry_pending(bool all);
-  // At shutdown: retry_pending(true), then every response still held is dropped (in memory only until the
-  // process ends), each named on stderr with why. Returns how many were dropped.
+  // At shutdown: retry_pending(true), then every response still held is let go, each named on stderr with
+  // why: one in the journal stays there for the next start, one held in memory only is lost (in memory until
+  // the process ends). Returns how many were lost.
   std::size_t drain_pending();
   PendingStats pending() const { return pending_.stats(); }
   std::size_t size() const;  // responses kept by id
@@ -138,7 +154,16 @@ class ResponseStore {
   std::vector<ResponseRow> rows_of(const std::vector<const Pending*>& group,
                                    std::vector<std::shared_ptr<StoredResponse>>& carried);
   RetryResult retry_locked(bool all);  // under retry_mutex_
-  void check();                        // GroupCommit's: the disk's check; takes mutex_
+  void recover_held();                 // at construction: the adopted journals' responses held and written
+  // Under mutex_: `p` as its journal record holds it, with the links of its chain no row holds.
+  std::string journal_payload(const Pending& p);
+  // Under mutex_: the response of journal record `e`, its chain linked to the responses `built` from earlier
+  // records (and added to it) or read from disk; `key` is set to its read list's hash. Throws when it does
+  // not parse or a link is nowhere.
+  std::shared_ptr<StoredResponse> from_journal(const JournalEntry& e,
+                                               std::map<std::string, std::shared_ptr<StoredResponse>>& built,
+                                               std::string& key);
+  void check();  // GroupCommit's: the disk's check; takes mutex_
   // Under mutex_:
   void touch(Entry& entry);
   // In memory, newest; `on_disk`: its row was written.
@@ -160,7 +185,9 @@ class ResponseStore {
   std::size_t links_limit_ = 1024;                              // links_'s size that prunes it next
   std::mt19937_64 random_;
   GroupCommit<const Pending*> group_;
+  std::unique_ptr<HeldJournal> journal_;  // with a path and ResponseStoreOptions::journal; before pending_
   PendingWrites<Pending> pending_;
+  const std::function<void()> before_disk_write_;
   std::mutex retry_mutex_;  // one retry at a time; erase() waits for it (taken before mutex_)
 };
 

@@ -49,6 +49,26 @@ Metadata metadata_of(const std::string& text, const std::string& where) {
   }
 }
 
+// A held completion as its journal record holds it (held_journal.h), and back.
+std::string journal_payload(const StoredCompletion& c) {
+  return nlohmann::json{{"id", c.id},     {"created", c.created},  {"model", c.model}, {"metadata", c.metadata},
+                        {"body", c.body}, {"messages", c.messages}}
+      .dump();
+}
+
+StoredCompletion from_journal(const JournalEntry& e) {
+  const nlohmann::json j = nlohmann::json::parse(e.payload);
+  StoredCompletion c;
+  c.id = j.at("id").get<std::string>();
+  ORBIT_CHECK(c.id == e.id, "its id '" << c.id << "' is not its record's '" << e.id << "'");
+  c.created = j.at("created").get<int64_t>();
+  c.model = j.at("model").get<std::string>();
+  c.metadata = j.at("metadata").get<Metadata>();
+  c.body = j.at("body").get<std::string>();
+  c.messages = j.at("messages").get<std::string>();
+  return c;
+}
+
 bool holds(const Metadata& metadata, const Metadata& wanted) {
   return std::all_of(wanted.begin(), wanted.end(), [&](const auto& pair) {
     const auto it = metadata.find(pair.first);
@@ -65,7 +85,47 @@ ChatStore::ChatStore(ChatStoreOptions options)
           "chat completions store", persistent_ ? options.path : ":memory:", chat_rows::kSchema, chat_rows::kFormat)),
       group_(options.group_commit ? chat_rows::kMaxGroup : 1,
              {[this](const std::vector<Write>& group) { commit(group); }, [this] { check(); }}),
-      pending_(options.pending_bytes) {}
+      journal_(persistent_ && options.journal ? std::make_unique<HeldJournal>(options.path) : nullptr),
+      pending_(options.pending_bytes, journal_.get()) {
+  if (journal_) recover_held();
+}
+
+void ChatStore::recover_held() {
+  if (!journal_->error().empty()) {
+    std::fprintf(stderr, "orbit serve: chat completions whose write fails are held in memory only: %s\n",
+                 journal_->error().c_str());
+  }
+  for (const std::string& problem : journal_->adopted().problems) {
+    std::fprintf(stderr, "orbit serve: %s\n", problem.c_str());
+  }
+  std::vector<std::string> recovered;
+  for (const JournalEntry& e : journal_->adopted().held) {
+    try {
+      StoredCompletion c = chat_rows::from_journal(e);
+      const std::size_t bytes = c.body.size() + c.messages.size();
+      pending_.adopt(e.id, std::move(c), bytes);
+      recovered.push_back(e.id);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr,
+                   "orbit serve: chat completion %s in the journal %s is lost: its record does not parse (%s)\n",
+                   e.id.c_str(), e.file.c_str(), error.what());
+      journal_->release(e.id);
+    }
+  }
+  if (recovered.empty()) return;
+  const RetryResult result = retry_pending(true);
+  for (const std::string& id : recovered) {
+    if (!pending_.holds(id)) {
+      std::fprintf(stderr, "orbit serve: chat completion %s is recovered from the journal of held answers: stored\n",
+                   id.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "orbit serve: chat completion %s is recovered from the journal of held answers, and held again: "
+                   "its write failed (%s)\n",
+                   id.c_str(), result.check_error.empty() ? "the store did not take it" : result.check_error.c_str());
+    }
+  }
+}
 
 StoreWrite ChatStore::put(const StoredCompletion& c) {
   StoreWrite written = group_.submit(&c);
@@ -73,10 +133,19 @@ StoreWrite ChatStore::put(const StoredCompletion& c) {
     if (!pending_.empty()) retry_pending(false);  // the store took a write: the held ones may fit again
     return written;
   }
-  written.held = pending_.hold(c.id, c, c.body.size() + c.messages.size(), written.error);
+  const HoldOutcome held = pending_.hold(c.id, c, c.body.size() + c.messages.size(), written.error,
+                                         journal_ ? chat_rows::journal_payload(c) : std::string());
+  written.held = held.held;
+  written.journaled = held.journaled;
+  const std::string where = held.journaled ? "held in memory and in the journal " + journal_->path() +
+                                                 ", its write "
+                                                 "retried once the store takes writes, after a crash at the next start"
+                            : held.held ? "held in memory only (" +
+                                              (held.journal_error.empty() ? "no journal" : held.journal_error) +
+                                              "), its write retried once the store takes writes"
+                                        : "dropped: the completions held for a retry fill --store-pending-mb";
   std::fprintf(stderr, "orbit serve: chat completion %s is not stored: %s (%s)\n", c.id.c_str(), written.error.c_str(),
-               written.held ? "held in memory, its write retried once the store takes writes"
-                            : "dropped: the completions held for a retry fill --store-pending-mb");
+               where.c_str());
   return written;
 }
 
@@ -115,13 +184,21 @@ std::size_t ChatStore::drain_pending() {
   std::lock_guard<std::mutex> turn(retry_mutex_);
   const RetryResult last = retry_locked(true);
   const auto left = pending_.due(PendingWrites<StoredCompletion>::Clock::now(), true);
+  std::size_t lost = 0;
   for (const auto& d : left) {
     const std::string& why = last.check_error.empty() ? d.error : last.check_error;
+    if (pending_.drop(d.id)) {
+      std::fprintf(stderr,
+                   "orbit serve: chat completion %s is not written at shutdown (%d attempts: %s): kept in the journal "
+                   "%s, the next start writes it\n",
+                   d.id.c_str(), d.attempts, why.c_str(), journal_->path().c_str());
+      continue;
+    }
     std::fprintf(stderr, "orbit serve: chat completion %s is lost at shutdown: not written in %d attempts: %s\n",
                  d.id.c_str(), d.attempts, why.c_str());
-    pending_.drop(d.id);
+    ++lost;
   }
-  return left.size();
+  return lost;
 }
 
 StoreWrite ChatStore::check_writable() {

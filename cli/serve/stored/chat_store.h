@@ -40,6 +40,15 @@
 // other (its place in the list is where it was written) and survives a restart. erase() of a held id
 // cancels its write (and answers true), so a deleted completion is never written afterwards.
 //
+// With a path, a held completion is also appended to the store's journal of held answers (held_journal.h,
+// `STORE.held-<pid>` beside the database), synced before put() returns, so that a crash or `kill -9` does not
+// lose it: the next ChatStore opened on the path adopts the journals no running server holds, holds their
+// completions again and writes them at once (retry_pending(true)), naming on stderr each one recovered (stored,
+// or held again) or lost (a record that does not parse); a torn or corrupt journal is reported naming the
+// file. What lands is released from the journal; drain_pending() leaves a journaled completion it could not
+// write in the journal for the next start. Where the journal cannot take a record (the same full disk) the
+// completion is held in memory only (StoreWrite::journaled false).
+//
 // Thread-safety: every member may be called from any thread.
 #pragma once
 
@@ -93,6 +102,7 @@ struct ChatStoreOptions {
   bool group_commit = true;     // false: each put commits alone (one sync of the disk per completion)
   // Completions whose write failed held for a retry, bytes at most (body and messages); 0 holds none.
   std::size_t pending_bytes = std::size_t{64} << 20;
+  bool journal = true;  // with a path: held completions are journaled (held_journal.h), and adopted at start
 };
 
 class ChatStore {
@@ -126,8 +136,9 @@ class ChatStore {
   // whose backoff has passed, and nothing when another retry runs) once the store's check passes. Returns
   // what it attempted and wrote; each written is logged on stderr and counted retried.
   RetryResult retry_pending(bool all);
-  // At shutdown: retry_pending(true), then every completion still held is dropped, each named on stderr with
-  // why. Returns how many were dropped.
+  // At shutdown: retry_pending(true), then every completion still held is let go, each named on stderr with
+  // why: one in the journal stays there for the next start, one held in memory only is lost. Returns how many
+  // were lost.
   std::size_t drain_pending();
   PendingStats pending() const { return pending_.stats(); }
   std::size_t size() const;
@@ -149,6 +160,7 @@ class ChatStore {
   void touch(const std::string& id);             // under mutex_
   void forget_departed();                        // under mutex_: the departed keys past departed_kept(), oldest first
   RetryResult retry_locked(bool all);            // under retry_mutex_
+  void recover_held();                           // at construction: the adopted journals' completions written
   // Under mutex_: (created, seq) of `id`, stored or departed; nullopt when neither.
   std::optional<std::pair<int64_t, int64_t>> order_key(const std::string& id) const;
 
@@ -157,6 +169,7 @@ class ChatStore {
   mutable std::mutex mutex_;
   std::unique_ptr<SqliteFile> file_;
   GroupCommit<Write> group_;
+  std::unique_ptr<HeldJournal> journal_;  // with a path and ChatStoreOptions::journal; before pending_, which uses it
   PendingWrites<StoredCompletion> pending_;
   std::mutex retry_mutex_;  // one retry at a time; erase() waits for it (taken before mutex_)
 };

@@ -4,22 +4,30 @@
 // a held answer means to its readers.
 //
 //   hold(id)      a write failed: the answer is held, the oldest first, while the held answers' bytes stay
-//                 within max_bytes; past it the new one is not held (counted dropped) and hold says so.
+//                 within max_bytes; past it the new one is not held (counted dropped) and hold says so. With a
+//                 journal (held_journal.h) its record is appended and synced first, so that it survives a
+//                 crash; where the journal cannot take it, it is held in memory only, and hold says so too.
+//   adopt(id)     an answer read back from a journal at start: held (past max_bytes if need be: it is on disk
+//                 already), its record kept.
 //   due(now)      the held answers a retry should attempt now: every one whose backoff has passed.
 //   landed(id)    a retry (or another write carrying it) wrote it: no longer held, counted retried.
 //   missed(id)    an attempt while the store took writes failed for this answer alone (it does not fit what
 //                 is left): its next attempt waits 1 s, then 2, 4, ... at most kMaxBackoff. An attempt that
 //                 was not made because the store took no write at all is not a miss.
 //   forget(id)    the client deleted it while held: no longer held, counted neither way.
-//   drop(id)      given up (at shutdown, after the last attempt): no longer held, counted dropped.
+//   drop(id)      at shutdown, after the last attempt: no longer held here. One in the journal stays there
+//                 (the next start writes it); one in memory only is given up, counted dropped.
+// landed and forget release the journal's record (synced: a crash after it does not bring the answer back).
 //
-// Thread-safety: every member may be called from any thread (one mutex, held only inside a member).
+// Thread-safety: every member may be called from any thread (one mutex, held only inside a member; the
+// journal's appends and syncs run outside it).
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <list>
 #include <map>
 #include <mutex>
@@ -28,14 +36,25 @@
 #include <utility>
 #include <vector>
 
+#include "serve/stored/held_journal.h"
+
 namespace orbit::serve {
 
 // What a store's pending writes hold and did, for /metrics.
 struct PendingStats {
-  int64_t held = 0;     // answers held now (gauge)
-  int64_t bytes = 0;    // their bytes (gauge)
-  int64_t retried = 0;  // answers written after their first write failed (counter)
-  int64_t dropped = 0;  // answers given up: no room to hold them, or not written by shutdown (counter)
+  int64_t held = 0;       // answers held now (gauge)
+  int64_t bytes = 0;      // their bytes (gauge)
+  int64_t retried = 0;    // answers written after their first write failed (counter)
+  int64_t dropped = 0;    // answers given up: no room to hold them, or not written by shutdown (counter)
+  int64_t journaled = 0;  // of those held, the ones whose record is in the journal (gauge)
+  int64_t recovered = 0;  // answers read back from a journal at start and written since (counter)
+};
+
+// What hold() did with an answer.
+struct HoldOutcome {
+  bool held = false;          // held for a retry (false: no room within max_bytes; counted dropped)
+  bool journaled = false;     // its record is in the journal, synced: it survives a crash
+  std::string journal_error;  // why it is not, when held without a journal record ("" without a journal)
 };
 
 // What one retry of a store's held writes did.
@@ -73,25 +92,44 @@ class PendingWrites {
     std::string error;  // why the last one failed
   };
 
-  // max_bytes: what the held answers may hold together (0 holds none).
-  explicit PendingWrites(std::size_t max_bytes) : max_bytes_(max_bytes) {}
+  // max_bytes: what the held answers may hold together (0 holds none). `journal`: where each held answer is
+  // recorded (null: memory only); not owned, it outlives this.
+  explicit PendingWrites(std::size_t max_bytes, HeldJournal* journal = nullptr)
+      : max_bytes_(max_bytes), journal_(journal) {}
   PendingWrites(const PendingWrites&) = delete;
   PendingWrites& operator=(const PendingWrites&) = delete;
 
   // Holds `item` (`bytes` of it) under `id`, the newest, due at once, its first write having failed with
-  // `error`; false when it does not fit within max_bytes (counted dropped). An id held already keeps its
-  // first item.
-  bool hold(const std::string& id, Item item, std::size_t bytes, const std::string& error) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (by_id_.count(id) != 0) return true;
-    if (bytes > max_bytes_ - std::min(max_bytes_, bytes_)) {
-      ++stats_.dropped;
-      return false;
+  // `error`, and appends `payload` (the item as the store encodes it) to the journal; not held when it does
+  // not fit within max_bytes (counted dropped). An id held already keeps its first item.
+  HoldOutcome hold(const std::string& id, Item item, std::size_t bytes, const std::string& error,
+                   const std::string& payload) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (const auto it = by_id_.find(id); it != by_id_.end()) return {true, it->second->journaled, ""};
+      if (bytes > max_bytes_ - std::min(max_bytes_, bytes_)) {
+        ++stats_.dropped;
+        return {};
+      }
+      bytes_ += bytes;  // its room, taken before the journal's sync
     }
-    order_.push_back(Held{id, std::move(item), bytes, 1, error, Clock::time_point{}, kFirstBackoff});
-    by_id_[id] = std::prev(order_.end());
+    HoldOutcome out{true, false, ""};
+    if (journal_ != nullptr) {
+      out.journal_error = journal_->hold(id, payload);
+      out.journaled = out.journal_error.empty();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    insert(Held{id, std::move(item), bytes, 1, error, Clock::time_point{}, kFirstBackoff, out.journaled, false});
+    return out;
+  }
+
+  // Holds `item`, read back from the journal at start (its record stays there), due at once.
+  void adopt(const std::string& id, Item item, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (by_id_.count(id) != 0) return;
     bytes_ += bytes;
-    return true;
+    insert(Held{id, std::move(item), bytes, 1, "recovered from a journal", Clock::time_point{}, kFirstBackoff, true,
+                true});
   }
 
   bool holds(const std::string& id) const {
@@ -114,8 +152,14 @@ class PendingWrites {
   }
 
   void landed(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (remove(id)) ++stats_.retried;
+    const std::optional<Held> was = take(id);
+    if (!was) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++stats_.retried;
+      if (was->recovered) ++stats_.recovered;
+    }
+    release(*was);
   }
   void missed(const std::string& id, Clock::time_point now, const std::string& error) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -128,12 +172,17 @@ class PendingWrites {
     h.backoff = std::min<std::chrono::seconds>(2 * h.backoff, kMaxBackoff);
   }
   bool forget(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return remove(id);
+    const std::optional<Held> was = take(id);
+    if (was) release(*was);
+    return was.has_value();
   }
-  void drop(const std::string& id) {
+  // true: it stays in the journal.
+  bool drop(const std::string& id) {
+    const std::optional<Held> was = take(id);
+    if (!was || was->journaled) return was.has_value();
     std::lock_guard<std::mutex> lock(mutex_);
-    if (remove(id)) ++stats_.dropped;
+    ++stats_.dropped;
+    return false;
   }
 
   PendingStats stats() const {
@@ -141,6 +190,7 @@ class PendingWrites {
     PendingStats s = stats_;
     s.held = static_cast<int64_t>(order_.size());
     s.bytes = static_cast<int64_t>(bytes_);
+    s.journaled = std::count_if(order_.begin(), order_.end(), [](const Held& h) { return h.journaled; });
     return s;
   }
 
@@ -153,18 +203,40 @@ class PendingWrites {
     std::string error;
     Clock::time_point next;          // not attempted before this
     std::chrono::seconds backoff{};  // added to the next miss's time
+    bool journaled = false;          // its record is in the journal
+    bool recovered = false;          // read back from a journal at start
   };
 
-  bool remove(const std::string& id) {  // under mutex_
+  void insert(Held held) {  // under mutex_; its bytes are counted in bytes_ already
+    const std::string id = held.id;
+    order_.push_back(std::move(held));
+    by_id_[id] = std::prev(order_.end());
+  }
+
+  std::optional<Held> take(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mutex_);
     const auto it = by_id_.find(id);
-    if (it == by_id_.end()) return false;
-    bytes_ -= it->second->bytes;
+    if (it == by_id_.end()) return std::nullopt;
+    Held held = std::move(*it->second);
+    bytes_ -= held.bytes;
     order_.erase(it->second);
     by_id_.erase(it);
-    return true;
+    return held;
+  }
+
+  // Not under mutex_: the journal syncs. A release it cannot write leaves the record for a replay, which
+  // writes the answer again (by id: a no-op where it landed) or, deleted meanwhile, brings it back.
+  void release(const Held& held) {
+    if (!held.journaled || journal_ == nullptr) return;
+    const std::string why = journal_->release(held.id);
+    if (!why.empty()) {
+      std::fprintf(stderr, "orbit serve: the journal cannot record that %s is no longer held: %s\n", held.id.c_str(),
+                   why.c_str());
+    }
   }
 
   const std::size_t max_bytes_;
+  HeldJournal* const journal_;
   mutable std::mutex mutex_;
   std::list<Held> order_;  // oldest first
   std::map<std::string, typename std::list<Held>::iterator> by_id_;

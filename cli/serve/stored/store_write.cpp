@@ -15,14 +15,18 @@ ApiError store_refusal(const std::string& what, const StoreWrite& check) {
 
 nlohmann::json store_notice(const StoreWrite& write) {
   if (write.ok) return {{"stored", true}};
-  return {{"stored", false}, {"store_error", write.error}, {"store_pending", write.held}};
+  nlohmann::json notice{{"stored", false}, {"store_error", write.error}, {"store_pending", write.held}};
+  if (write.held) notice["store_journaled"] = write.journaled;
+  return notice;
 }
 
 std::vector<std::pair<std::string, std::string>> store_header_fields(const StoreWrite& write) {
   if (write.ok) return {{"Orbit-Stored", "true"}};
-  return {{"Orbit-Stored", "false"},
-          {"Orbit-Store-Error", header_value(write.error)},
-          {"Orbit-Store-Pending", write.held ? "true" : "false"}};
+  std::vector<std::pair<std::string, std::string>> fields = {{"Orbit-Stored", "false"},
+                                                             {"Orbit-Store-Error", header_value(write.error)},
+                                                             {"Orbit-Store-Pending", write.held ? "true" : "false"}};
+  if (write.held) fields.emplace_back("Orbit-Store-Journaled", write.journaled ? "true" : "false");
+  return fields;
 }
 
 std::string header_value(const std::string& text) {

@@ -1,0 +1,331 @@
+#include "serve/stored/held_journal.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include "orbit/common/sha256.h"
+
+namespace orbit::serve {
+
+// Helpers in a named namespace: unity builds put several files in one translation unit.
+namespace held_journal_io {
+
+namespace fs = std::filesystem;
+
+constexpr char kHeader[] = "orbit-held-journal 1\n";
+constexpr std::size_t kHeaderBytes = sizeof(kHeader) - 1;
+constexpr uint32_t kMagic = 0x52444c48;
+constexpr std::size_t kRecordHead = 28;  // magic, kind and padding, id bytes, payload bytes, check
+constexpr unsigned char kHold = 1, kRelease = 2;
+constexpr uint64_t kSlack = uint64_t{1} << 20;  // dead bytes tolerated past the live ones before a rewrite
+
+void put_le(std::string& out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+uint64_t get_le(const std::string& in, std::size_t at, int bytes) {
+  uint64_t value = 0;
+  for (int i = bytes - 1; i >= 0; --i) value = (value << 8) | static_cast<unsigned char>(in[at + i]);
+  return value;
+}
+
+uint64_t check_of(unsigned char kind, const std::string& id, const char* payload, std::size_t payload_bytes) {
+  Sha256 h;
+  h.update(&kind, 1).update(id).update(payload, payload_bytes);
+  const Sha256::Digest d = h.digest();
+  uint64_t value = 0;
+  for (int i = 7; i >= 0; --i) value = (value << 8) | d[static_cast<std::size_t>(i)];
+  return value;
+}
+
+std::string record(unsigned char kind, const std::string& id, const std::string& payload) {
+  std::string out;
+  out.reserve(kRecordHead + id.size() + payload.size());
+  put_le(out, kMagic, 4);
+  put_le(out, kind, 4);
+  put_le(out, id.size(), 4);
+  put_le(out, payload.size(), 8);
+  put_le(out, check_of(kind, id, payload.data(), payload.size()), 8);
+  return out + id + payload;
+}
+
+std::string errno_text(const std::string& what, const std::string& path) {
+  return "held-answers journal " + path + ": " + what + ": " + std::strerror(errno);
+}
+
+// Writes all of `data` at `offset`; "" or why.
+std::string write_at(int fd, const std::string& data, uint64_t offset, const std::string& path) {
+  for (std::size_t done = 0; done < data.size();) {
+    const ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return errno_text("cannot write", path);
+    done += static_cast<std::size_t>(n);
+  }
+  return ::fdatasync(fd) == 0 ? "" : errno_text("cannot sync", path);
+}
+
+void sync_dir(const std::string& path) {
+  const int fd = ::open(fs::path(path).parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// The live holds of one journal's bytes (a hold no release follows, oldest first), and what was wrong.
+struct Parsed {
+  std::vector<JournalEntry> held;
+  std::string problem;   // "" when the file is whole
+  bool corrupt = false;  // damage before its end (else at most a torn last record)
+};
+
+Parsed parse(const std::string& bytes, const std::string& file) {
+  Parsed out;
+  if (bytes.size() < kHeaderBytes || bytes.compare(0, kHeaderBytes, kHeader) != 0) {
+    out.corrupt = !bytes.empty();
+    if (out.corrupt) out.problem = "its header is not \"orbit-held-journal 1\": not a journal of this format";
+    return out;
+  }
+  std::vector<std::pair<std::string, std::string>> order;  // holds, then erased by releases
+  std::size_t at = kHeaderBytes;
+  while (at < bytes.size()) {
+    const std::size_t left = bytes.size() - at;
+    const bool whole_head = left >= kRecordHead;
+    const uint64_t id_bytes = whole_head ? get_le(bytes, at + 8, 4) : 0;
+    const uint64_t payload_bytes = whole_head ? get_le(bytes, at + 12, 8) : 0;
+    if (!whole_head || payload_bytes > left || id_bytes + payload_bytes > left - kRecordHead) {
+      out.problem = "its last record is incomplete (" + std::to_string(left) + " bytes at byte " + std::to_string(at) +
+                    ": a crash while it was appended): ignored";
+      break;
+    }
+    const unsigned char kind = static_cast<unsigned char>(bytes[at + 4]);
+    const std::string id = bytes.substr(at + kRecordHead, id_bytes);
+    const char* payload = bytes.data() + at + kRecordHead + id_bytes;
+    const std::size_t end = at + kRecordHead + id_bytes + payload_bytes;
+    const bool valid = get_le(bytes, at, 4) == kMagic && (kind == kHold || kind == kRelease) &&
+                       get_le(bytes, at + 20, 8) == check_of(kind, id, payload, payload_bytes);
+    if (!valid) {
+      out.corrupt = end < bytes.size();
+      out.problem = out.corrupt ? "it is corrupt at byte " + std::to_string(at) +
+                                      " (a record whose magic, kind or check is wrong): the records from there on "
+                                      "are lost"
+                                : "its last record is damaged (byte " + std::to_string(at) +
+                                      ": a crash while it was appended): ignored";
+      break;
+    }
+    if (kind == kHold) {
+      order.emplace_back(id, std::string(payload, payload_bytes));
+    } else {
+      for (auto it = order.begin(); it != order.end();) it = it->first == id ? order.erase(it) : std::next(it);
+    }
+    at = end;
+  }
+  std::map<std::string, bool> seen;  // a hold written twice (adopted twice) counts once
+  for (auto& [id, payload] : order) {
+    if (seen.emplace(id, true).second) out.held.push_back(JournalEntry{id, std::move(payload), file});
+  }
+  return out;
+}
+
+// The journals of the store at `store_path`: "STORE.held-<digits>".
+std::vector<fs::path> journals_of(const std::string& store_path) {
+  const fs::path store(store_path);
+  const std::string head = store.filename().string() + ".held-";
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(store.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= head.size() || name.compare(0, head.size(), head) != 0) continue;
+    if (name.find_first_not_of("0123456789", head.size()) != std::string::npos) continue;
+    out.push_back(e.path());
+  }
+  return out;
+}
+
+// Opens and locks `path` when no running server holds it (and it is still the file at that path): its fd, or -1.
+int lock_unheld(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat opened {};
+  struct stat named {};
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0 || ::fstat(fd, &opened) != 0 || ::stat(path.c_str(), &named) != 0 ||
+      opened.st_ino != named.st_ino) {
+    ::close(fd);  // held by its server, or removed by another server that adopted it first
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace held_journal_io
+
+HeldJournal::HeldJournal(const std::string& store_path) {
+  namespace io = held_journal_io;
+  path_ = store_path + ".held-" + std::to_string(::getpid());
+  std::vector<int> locked;  // the adopted files, locked until they are removed
+  for (const io::fs::path& file : io::journals_of(store_path)) {
+    const int fd = io::lock_unheld(file);
+    if (fd < 0) continue;
+    locked.push_back(fd);
+    std::ifstream in(file, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    io::Parsed parsed = io::parse(bytes, file.string());
+    adopted_.files.push_back(file.string());
+    for (JournalEntry& e : parsed.held) adopted_.held.push_back(std::move(e));
+    if (parsed.problem.empty()) continue;
+    std::string line = "held-answers journal " + file.string() + ": " + parsed.problem;
+    if (parsed.corrupt) {
+      std::error_code ec;
+      io::fs::rename(file, file.string() + ".corrupt", ec);
+      line += ec ? " (it could not be set aside: " + ec.message() + ")"
+                 : "; the file is kept as " + file.string() + ".corrupt";
+    }
+    adopted_.problems.push_back(line);
+  }
+  if (create()) {
+    for (const std::string& file : adopted_.files) {
+      std::error_code ec;
+      if (file != path_) io::fs::remove(file, ec);  // its records are in this server's journal now
+    }
+    io::sync_dir(path_);
+  }
+  for (const int fd : locked) ::close(fd);
+}
+
+bool HeldJournal::create() {
+  namespace io = held_journal_io;
+  const std::string temporary = path_ + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    error_ = io::errno_text("cannot create", temporary);
+    return false;
+  }
+  std::string bytes(io::kHeader, io::kHeaderBytes);
+  for (const JournalEntry& e : adopted_.held) {
+    const std::string r = io::record(io::kHold, e.id, e.payload);
+    live_[e.id] = Live{bytes.size(), r.size()};
+    live_bytes_ += r.size();
+    bytes += r;
+  }
+  // Locked before it takes the name: a server starting meanwhile never adopts it.
+  std::string why = ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? io::write_at(fd, bytes, 0, temporary)
+                                                        : io::errno_text("cannot lock", temporary);
+  if (why.empty() && ::rename(temporary.c_str(), path_.c_str()) != 0) why = io::errno_text("cannot rename", temporary);
+  if (!why.empty()) {
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    error_ = why;
+    live_.clear();
+    live_bytes_ = 0;
+    return false;
+  }
+  fd_ = fd;
+  end_ = bytes.size();
+  return true;
+}
+
+HeldJournal::~HeldJournal() {
+  if (fd_ < 0) return;
+  if (live_.empty()) ::unlink(path_.c_str());
+  ::close(fd_);
+}
+
+std::size_t HeldJournal::live() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_.size();
+}
+
+std::string HeldJournal::hold(const std::string& id, const std::string& payload) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (fd_ < 0) return error_;
+  if (live_.count(id) != 0) return "";
+  const uint64_t at = end_;
+  std::string why = append(held_journal_io::kHold, id, payload);
+  if (why.empty()) {
+    live_[id] = Live{at, end_ - at};
+    live_bytes_ += end_ - at;
+  }
+  return why;
+}
+
+std::string HeldJournal::release(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = live_.find(id);
+  if (fd_ < 0 || it == live_.end()) return "";
+  const Live released = it->second;
+  live_.erase(it);
+  live_bytes_ -= released.bytes;
+  if (live_.empty() || end_ > 2 * live_bytes_ + held_journal_io::kSlack) return compact();
+  std::string why = append(held_journal_io::kRelease, id, "");
+  if (!why.empty()) {  // not on disk: a replay would hold it again
+    live_[id] = released;
+    live_bytes_ += released.bytes;
+  }
+  return why;
+}
+
+std::string HeldJournal::append(unsigned char kind, const std::string& id, const std::string& payload) {
+  namespace io = held_journal_io;
+  const std::string why = io::write_at(fd_, io::record(kind, id, payload), end_, path_);
+  if (why.empty()) {
+    end_ += io::kRecordHead + id.size() + payload.size();
+    return why;
+  }
+  // What was written of it is cut off, so that the next record follows the last whole one.
+  if (::ftruncate(fd_, static_cast<off_t>(end_)) != 0) {
+    const std::string cut = io::errno_text("cannot cut a partial record", path_);
+    ::close(fd_);
+    fd_ = -1;
+    error_ = cut + " (journal closed: answers are held in memory only)";
+    return why + "; " + error_;
+  }
+  return why;
+}
+
+// The live records copied into a new file that takes the journal's name; on failure the old one stays.
+std::string HeldJournal::compact() {
+  namespace io = held_journal_io;
+  if (live_.empty()) {
+    if (::ftruncate(fd_, static_cast<off_t>(io::kHeaderBytes)) != 0 || ::fdatasync(fd_) != 0) {
+      return io::errno_text("cannot cut back to its header", path_);
+    }
+    end_ = io::kHeaderBytes;
+    return "";
+  }
+  std::string bytes(io::kHeader, io::kHeaderBytes);
+  std::map<std::string, Live> moved;
+  for (const auto& [id, at] : live_) {
+    std::string r(at.bytes, '\0');
+    if (::pread(fd_, r.data(), r.size(), static_cast<off_t>(at.offset)) != static_cast<ssize_t>(r.size())) {
+      return io::errno_text("cannot read back a record", path_);
+    }
+    moved[id] = Live{bytes.size(), at.bytes};
+    bytes += r;
+  }
+  const std::string temporary = path_ + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return io::errno_text("cannot create", temporary);
+  std::string why = ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? io::write_at(fd, bytes, 0, temporary)
+                                                        : io::errno_text("cannot lock", temporary);
+  if (why.empty() && ::rename(temporary.c_str(), path_.c_str()) != 0) why = io::errno_text("cannot rename", temporary);
+  if (!why.empty()) {
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    return why;
+  }
+  io::sync_dir(path_);
+  ::close(fd_);
+  fd_ = fd;
+  end_ = bytes.size();
+  live_ = std::move(moved);
+  return "";
+}
+
+}  // namespace orbit::serve

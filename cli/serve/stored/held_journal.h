@@ -1,0 +1,97 @@
+// A crash-safe record of the answers a store of `orbit serve` holds for a retry (pending_writes.h: their write
+// failed after the run), so that a `kill -9`, a crash or a power cut does not lose them: each is appended,
+// synced, before its client is told it is held, and the next server to start on the store replays them
+// (ChatStore, ResponseStore: written into the store; what lands is released, what does not is held again).
+//
+// Files: one per store and server, beside the store's database: `STORE.held-<pid>` (STORE the database's
+// path), locked (flock) by its server while it runs, so servers sharing a store each keep their own, and a
+// server starting adopts every journal of its store that no running server holds (its server is gone):
+//
+//   header    "orbit-held-journal 1\n"
+//   record    u32 magic 0x52444c48 | u8 kind (1 hold, 2 release) | 3 bytes 0 | u32 id bytes | u64 payload bytes
+//             | u64 check: the first 8 bytes of SHA-256 over kind, id and payload | id | payload
+//             (integers little-endian). A hold holds the answer (`payload`, the store's encoding); a release
+//             says it landed, was deleted, or is given up. The live records are the holds no release follows.
+//
+// Adoption: the adopted journals' live records are written, in order, into a new journal (a temporary file,
+// locked, synced, renamed over this server's path, the directory synced), and only then are the adopted files
+// removed: a crash at any point leaves every record in one file or the other (a record in both is replayed
+// twice, which the stores' writes, INSERT OR IGNORE by id, make harmless). A journal whose last record is
+// incomplete (a crash while it was appended: that answer's client was never told it was held) has that
+// record ignored and reported; one corrupt before its end (a bad header, magic or check followed by more
+// records) has the records before the damage adopted, the rest reported lost, and is kept as `FILE.corrupt`;
+// each problem is a line of JournalAdoption::problems naming the file, never an exception.
+//
+// Size: a release is appended; when no hold is live the file is cut back to its header, and when it holds
+// more than twice its live records plus 1 MiB it is rewritten (the live records copied into a temporary file,
+// renamed over it). An append that fails (a full disk, a file-size limit) is cut off again, so the file never
+// keeps a partial record in its middle; the caller holds that answer in memory only.
+//
+// Thread-safety: every member may be called from any thread (one mutex; each call syncs the disk under it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace orbit::serve {
+
+// One live hold read back from an adopted journal.
+struct JournalEntry {
+  std::string id;
+  std::string payload;
+  std::string file;  // the journal it was read from
+};
+
+// What a server starting found in the journals of its store that no running server held.
+struct JournalAdoption {
+  std::vector<JournalEntry> held;     // the live holds, oldest first (journal by journal)
+  std::vector<std::string> problems;  // a torn last record or a corrupt journal: one line each, naming the file
+  std::vector<std::string> files;     // the journals adopted (removed once their records were copied)
+};
+
+class HeldJournal {
+ public:
+  // Adopts the journals of the store at `store_path` whose servers are gone, then creates this server's
+  // journal holding their live records (adopted()). Never throws: a journal that cannot be created is reported
+  // by error() (the adopted files are then left where they are, for the next start), and every hold() fails.
+  explicit HeldJournal(const std::string& store_path);
+  ~HeldJournal();  // closes the journal, removing it when it holds nothing
+  HeldJournal(const HeldJournal&) = delete;
+  HeldJournal& operator=(const HeldJournal&) = delete;
+
+  const JournalAdoption& adopted() const { return adopted_; }
+  const std::string& path() const { return path_; }  // this server's journal
+  // Why this server has no journal ("" when it has one).
+  const std::string& error() const { return error_; }
+
+  // Appends a hold of `payload` under `id`, synced; "" once it is on disk, else why (naming the file).
+  std::string hold(const std::string& id, const std::string& payload);
+  // Appends a release of `id`, synced, and compacts the file when that leaves it mostly dead; "" or why.
+  // An id with no live hold here is ignored.
+  std::string release(const std::string& id);
+  std::size_t live() const;  // live holds in this server's journal
+
+ private:
+  struct Live {
+    uint64_t offset = 0;  // of its record
+    uint64_t bytes = 0;   // of its record, header included
+  };
+  bool create();  // this server's journal, holding the adopted live records; false: error_ says why
+  std::string append(unsigned char kind, const std::string& id, const std::string& payload);  // under mutex_
+  std::string compact();                                                                      // under mutex_
+
+  mutable std::mutex mutex_;
+  std::string path_;
+  std::string error_;
+  int fd_ = -1;
+  uint64_t end_ = 0;                  // the file's size: the next record goes there
+  uint64_t live_bytes_ = 0;           // the live records' bytes
+  std::map<std::string, Live> live_;  // by id
+  JournalAdoption adopted_;
+};
+
+}  // namespace orbit::serve

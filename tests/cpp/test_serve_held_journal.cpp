@@ -1,0 +1,211 @@
+// The journal of held answers (stored/held_journal.h) and what the stores do with it (chat_store.h,
+// responses/responses_store.h), without a model: a held answer survives its store's end without a drain (a
+// crash, as far as the files are concerned) and the next store opened on the path writes it; a torn last
+// record is ignored and a corrupt journal set aside, each reported naming the file. Also the Responses
+// store's chain check, made inside the write's transaction: a link another server deletes just before the
+// write is written with it.
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "orbit_catch.h"
+#include "serve/responses/responses_store.h"
+#include "serve/stored/chat_store.h"
+#include "serve/stored/held_journal.h"
+#include "store_write_fixtures.h"
+
+namespace sv = orbit::serve;
+using store_fixtures::completion;
+using store_fixtures::FileSizeLimit;
+using store_fixtures::put;
+using store_fixtures::response;
+using store_fixtures::TempDir;
+using store_fixtures::wal_bytes;
+
+namespace {
+
+constexpr std::size_t kLarge = 1 << 20;  // too large for what the limit leaves of the log; fits the journal
+constexpr rlim_t kRoom = 256 << 10;
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void append_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::app) << bytes;
+}
+
+// The path of the one journal of `store` left in its directory.
+std::string journal_of(const std::string& store) {
+  std::string found;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(store).parent_path())) {
+    const std::string name = e.path().string();
+    if (name.rfind(store + ".held-", 0) == 0 && name.find(".corrupt") == std::string::npos) found = name;
+  }
+  return found;
+}
+
+// Grows `store`'s write-ahead log by `count` completions of kLarge that stay, so that a file-size limit a
+// little above it fails a large write there while a new journal still takes one.
+void grow_log(sv::ChatStore& store, int count) {
+  for (int i = 0; i < count; ++i) REQUIRE(store.put(completion("ballast" + std::to_string(i), kLarge)));
+}
+
+}  // namespace
+
+TEST_CASE("held journal: live holds survive a close and are adopted by the next journal", "[serve][journal]") {
+  TempDir tmp;
+  const std::string store = (tmp.dir / "s.sqlite").string();
+  {
+    sv::HeldJournal j(store);
+    CHECK(j.error().empty());
+    CHECK(j.hold("a", "payload a").empty());
+    CHECK(j.hold("b", "payload b").empty());
+    CHECK(j.hold("c", std::string(3000, 'c')).empty());
+    CHECK(j.release("a").empty());
+    CHECK(j.live() == 2);
+  }  // ends without releasing b and c: the file stays
+  const std::string left = journal_of(store);
+  REQUIRE_FALSE(left.empty());
+  sv::HeldJournal next(store);
+  REQUIRE(next.adopted().held.size() == 2);
+  CHECK(next.adopted().held[0].id == "b");
+  CHECK(next.adopted().held[0].payload == "payload b");
+  CHECK(next.adopted().held[1].payload == std::string(3000, 'c'));
+  CHECK(next.adopted().problems.empty());
+  CHECK(next.live() == 2);
+  // Releasing every hold cuts the file back to its header.
+  CHECK(next.release("b").empty());
+  CHECK(next.release("c").empty());
+  CHECK(std::filesystem::file_size(next.path()) == std::string("orbit-held-journal 1\n").size());
+}
+
+TEST_CASE("held journal: a torn last record is ignored and a corrupt journal set aside, both reported",
+          "[serve][journal]") {
+  TempDir tmp;
+  const std::string store = (tmp.dir / "s.sqlite").string();
+  {
+    sv::HeldJournal j(store);
+    REQUIRE(j.hold("kept", "payload kept").empty());
+  }
+  // A crash in the middle of an append: a record's head, and part of its id.
+  append_bytes(journal_of(store), std::string("HLDR\x01\0\0\0\x09\0\0\0", 12));
+  {
+    sv::HeldJournal next(store);
+    REQUIRE(next.adopted().held.size() == 1);
+    CHECK(next.adopted().held[0].id == "kept");
+    REQUIRE(next.adopted().problems.size() == 1);
+    CHECK_THAT(next.adopted().problems[0], Catch::Matchers::Contains("last record is incomplete"));
+    CHECK_THAT(next.adopted().problems[0], Catch::Matchers::Contains(store + ".held-"));
+    REQUIRE(next.hold("second", "payload second").empty());
+  }
+  // A byte of the first record flipped: the records from there on are lost, the file kept aside.
+  const std::string path = journal_of(store);
+  std::string bytes = file_text(path);
+  const std::size_t at = bytes.find("payload kept");
+  REQUIRE(at != std::string::npos);
+  bytes[at] = 'P';
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  sv::HeldJournal after(store);
+  CHECK(after.adopted().held.empty());
+  REQUIRE(after.adopted().problems.size() == 1);
+  CHECK_THAT(after.adopted().problems[0], Catch::Matchers::Contains("corrupt at byte 21"));
+  CHECK_THAT(after.adopted().problems[0], Catch::Matchers::Contains(path + ".corrupt"));
+  CHECK(std::filesystem::exists(path + ".corrupt"));
+}
+
+TEST_CASE("held journal: a chat completion held when its store ends without a drain is written by the next",
+          "[serve][journal][chat_store]") {
+  TempDir tmp;
+  const std::string path = (tmp.dir / "chat.sqlite").string();
+  {
+    sv::ChatStore store(sv::ChatStoreOptions{64, path});
+    grow_log(store, 3);
+    const FileSizeLimit limit(wal_bytes(path) + kRoom);
+    const sv::StoreWrite failed = store.put(completion("large", kLarge));
+    REQUIRE_FALSE(failed.ok);
+    CHECK(failed.held);
+    CHECK(failed.journaled);
+    CHECK(store.pending().journaled == 1);
+    // Deleted while held: its release is journaled too, so it does not come back.
+    REQUIRE_FALSE(store.put(completion("deleted", kLarge)).ok);
+    CHECK(store.erase("deleted"));
+  }  // no drain_pending(): a crash, as the files see it
+  sv::ChatStore reopened(sv::ChatStoreOptions{64, path});
+  CHECK(reopened.get("large"));
+  CHECK_FALSE(reopened.get("deleted"));
+  CHECK(reopened.pending().held == 0);
+  CHECK(reopened.pending().recovered == 1);
+}
+
+TEST_CASE("held journal: an answer the journal cannot take either is held in memory only",
+          "[serve][journal][chat_store]") {
+  TempDir tmp;
+  const std::string path = (tmp.dir / "chat.sqlite").string();
+  sv::ChatStore store(sv::ChatStoreOptions{64, path});
+  REQUIRE(store.put(completion("first")));
+  const FileSizeLimit limit(wal_bytes(path) + kRoom);
+  const sv::StoreWrite failed = store.put(completion("large", 2 * kLarge));  // past the limit in any file
+  REQUIRE_FALSE(failed.ok);
+  CHECK(failed.held);
+  CHECK_FALSE(failed.journaled);
+  CHECK(store.pending().journaled == 0);
+  CHECK(store.drain_pending() == 1);  // lost at shutdown: it is nowhere else
+}
+
+TEST_CASE("held journal: a held response chain is rebuilt and written by the next store", "[serve][journal]") {
+  TempDir tmp;
+  const std::string path = (tmp.dir / "responses.sqlite").string();
+  {
+    sv::ResponseStore store(sv::ResponseStoreOptions{64, path});
+    auto first = response("r1");
+    REQUIRE(put(store, first));
+    for (int i = 0; i < 3; ++i) REQUIRE(put(store, response("ballast" + std::to_string(i), kLarge)));
+    const FileSizeLimit limit(wal_bytes(path) + kRoom);
+    auto second = response("r2", kLarge, first);
+    const sv::StoreWrite held = put(store, second);
+    REQUIRE(held.held);
+    CHECK(held.journaled);
+    auto third = response("r3", 0, second);
+    REQUIRE(put(store, third).journaled);  // r2, written first, does not fit: neither does r3
+    CHECK(store.erase("r2"));              // r3's record holds r2 as a link: still written whole
+  }
+  sv::ResponseStore reopened(sv::ResponseStoreOptions{64, path});
+  CHECK(reopened.pending().held == 0);
+  CHECK_FALSE(reopened.get("r2"));
+  sv::ResponseStore fresh(sv::ResponseStoreOptions{64, path});  // nothing in memory: read from disk
+  const auto third = fresh.get("r3");
+  REQUIRE(third);
+  const std::vector<orbit::ChatMessage> conversation = third->conversation();
+  REQUIRE(conversation.size() == 6);
+  CHECK(conversation[0].content == "question r1");
+  CHECK(conversation[2].content == "question r2");
+  CHECK(conversation[5].content == "answer r3");
+}
+
+TEST_CASE("responses store: a link another server deletes just before the write is written with the response",
+          "[serve][journal]") {
+  TempDir tmp;
+  const std::string path = (tmp.dir / "responses.sqlite").string();
+  sv::ResponseStore other(sv::ResponseStoreOptions{64, path});  // a second server sharing the store
+  bool armed = false;
+  sv::ResponseStoreOptions options{64, path};
+  options.before_disk_write = [&] {
+    if (!armed) return;
+    armed = false;
+    REQUIRE(other.erase("parent"));  // between the chain's check and the write, on the old code
+  };
+  sv::ResponseStore store(options);
+  auto parent = response("parent");
+  REQUIRE(put(store, parent));
+  armed = true;
+  REQUIRE(put(store, response("child", 0, parent)));
+  sv::ResponseStore fresh(sv::ResponseStoreOptions{64, path});
+  std::shared_ptr<sv::StoredResponse> child;
+  REQUIRE_NOTHROW(child = fresh.get("child"));  // the old code: "continues 'parent', which is missing"
+  REQUIRE(child);
+  CHECK(child->conversation().size() == 4);
+  CHECK_FALSE(fresh.get("parent"));  // deleted: an unnamed link only
+}
