@@ -16,14 +16,15 @@
 //                n forks one after another.
 // Each figure is generated tokens per second of wall time, the fastest of --reps runs (the two sides
 // interleaved, each going first in turn), for every K in --batch (default 1,4,8,16), on the bundled
-// stories260K and TinyStories-656K. Prints a table and writes JSON. --side together (or apart) runs one side
-// alone, for a profiler (perf record / perf stat) to see that side only; the other's figure is then 0.
+// stories260K and TinyStories-656K, or on --model DIR alone (any architecture). Prints a table and writes
+// JSON. --side together (or apart) runs one side alone, for a profiler (perf record / perf stat) to see that
+// side only; the other's figure is then 0.
 // --clock cpu times each run by the process's CPU time instead of wall time: on a machine other work keeps
 // busy, a run of several milliseconds is preempted more often than a short one, which wall time counts.
 //
 //   bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--turn 40] [--forks 8] [--reps 3] [--threads 1]
 //               [--sections plain,cached,prefill,windows,forks] [--side both|together|apart] [--clock wall|cpu]
-//               [--only MODEL] [--models DIR] [--json PATH]
+//               [--only MODEL] [--model DIR] [--models DIR] [--json PATH]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -66,6 +68,7 @@ struct Options {
   std::string side = "both";  // both, together or apart: which sides run
   bool cpu_clock = false;     // --clock cpu: runs timed by the process's CPU time
   std::string only;           // one model's name, or "" for both
+  std::string model;          // --model: one model directory instead of the bundled two, or ""
   std::string models = ORBIT_MODELS_DIR;
   std::string json = "bench_batch.json";
 
@@ -95,12 +98,12 @@ Options parse(int argc, char** argv) {
   const orbit::cli::Args a(
       "bench_batch",
       {{"--batch", "--tokens", "--prompt", "--turn", "--forks", "--reps", "--threads", "--sections", "--side",
-        "--clock", "--only", "--models", "--json"},
+        "--clock", "--only", "--model", "--models", "--json"},
        {},
        "usage: bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--turn 40] [--forks 8] [--reps 3]\n"
        "                   [--threads 1] [--sections plain,cached,prefill,windows,forks]\n"
-       "                   [--side both|together|apart] [--clock wall|cpu] [--only MODEL] [--models DIR]\n"
-       "                   [--json PATH]\n"
+       "                   [--side both|together|apart] [--clock wall|cpu] [--only MODEL] [--model DIR]\n"
+       "                   [--models DIR] [--json PATH]\n"
        "  K sequences decoded in one forward per step against one after another (runtime, windows, forks),\n"
        "  and K turns prefilled in one forward against one after another (prefill).\n"
        "  --batch K,..    sequence counts compared\n"
@@ -114,6 +117,8 @@ Options parse(int argc, char** argv) {
        "  --side SIDE     both (default), or together or apart alone (to profile one side; the other reads 0)\n"
        "  --clock C       wall (default) or cpu: each run timed by the process's CPU time (loaded machines)\n"
        "  --only MODEL    stories260K or tinystories-656k alone\n"
+       "  --model DIR     this model alone instead (a directory or .bin of any architecture, e.g. an MLA\n"
+       "                  model from orbit make-model); named by its file name\n"
        "  --models DIR    where stories260K/ and tinystories-656k/ are\n"
        "  --json PATH     where the JSON goes (default bench_batch.json)\n"},
       argc, argv, 1);
@@ -138,6 +143,8 @@ Options parse(int argc, char** argv) {
   if (!o.only.empty() && o.only != "stories260K" && o.only != "tinystories-656k") {
     throw std::invalid_argument("--only: unknown model '" + o.only + "' (stories260K or tinystories-656k)");
   }
+  o.model = a.get_or("--model", o.model);
+  if (!o.model.empty() && !o.only.empty()) throw std::invalid_argument("--model and --only: give one of them");
   o.models = a.get_or("--models", o.models);
   o.json = a.get_or("--json", o.json);
   return o;
@@ -397,8 +404,9 @@ int main(int argc, char** argv) try {
                    {"apart_tokens_per_s", r.apart},
                    {"ratio", r.ratio()}});
   };
-  const std::vector<std::pair<std::string, std::string>> models{
-      {"stories260K", o.models + "/stories260K/stories260K.bin"}, {"tinystories-656k", o.models + "/tinystories-656k"}};
+  std::vector<std::pair<std::string, std::string>> models{{"stories260K", o.models + "/stories260K/stories260K.bin"},
+                                                          {"tinystories-656k", o.models + "/tinystories-656k"}};
+  if (!o.model.empty()) models = {{std::filesystem::path(o.model).lexically_normal().filename().string(), o.model}};
   for (const auto& [name, path] : models) {
     if (!o.only.empty() && name != o.only) continue;
     const auto m = rt::load_model(path);
