@@ -171,6 +171,12 @@ TEST_CASE("an object has no more members than distinct keys", "[constraint]") {
   CHECK(at(R"({"properties": {"a": {}}, "propertyNames": {"pattern": "^[ab]$"}, "additionalProperties": true,
                "minProperties": 3})") ==
         "schema.minProperties: 3 is above the 2 properties the object may have (propertyNames admits no more)");
+  // A declared property may only come where the ones after it and the extra keys can still reach
+  // minProperties: "y" first leaves one extra key ("c") for three members.
+  const auto declared = schema(R"({"properties": {"x": {}, "y": {}}, "required": ["y"], "additionalProperties": true,
+                                  "propertyNames": {"enum": ["c", "x", "y"]}, "minProperties": 3})");
+  CHECK_FALSE(declared->is_prefix(R"({"y)"));
+  CHECK(declared->is_prefix(R"({"x": 1, "y": 2, "c)"));
   const auto two = schema(R"({"propertyNames": {"pattern": "^[ab]$"}, "additionalProperties": true})");
   CHECK(two->is_prefix(R"({"a": 1, "b": 2)"));
   CHECK_FALSE(two->is_prefix(R"({"a": 1, "b": 2,)"));  // no third key exists
@@ -178,4 +184,106 @@ TEST_CASE("an object has no more members than distinct keys", "[constraint]") {
   const auto cased = schema(R"({"propertyNames": {"pattern": "^.$"}, "additionalProperties": true})");
   CHECK(cased->matches(R"({"\u001f": 1})"));
   CHECK_FALSE(cased->matches(R"({"\u001F": 1})"));
+}
+
+namespace {
+
+// A vocabulary of the 256 single bytes and EOS: a run of n tokens writes n bytes.
+std::shared_ptr<const TokenVocabulary> byte_vocabulary() {
+  TokenBytes v;
+  for (int b = 0; b < 256; ++b) v.text.emplace_back(std::string(1, static_cast<char>(b)));
+  v.text.emplace_back(std::nullopt);
+  return TokenVocabulary::from_bytes(v);
+}
+
+int64_t size_of(const char* text) { return static_cast<int64_t>(std::string(text).size()); }
+
+}  // namespace
+
+TEST_CASE("the fewest bytes count distinct keys: min_bytes, the matcher, unwritable", "[constraint]") {
+  ConstraintLimits compact;
+  compact.whitespace = Whitespace::kNone;
+  // Three members from three keys of different lengths: with repeats {"a":null,"a":null,"a":null} would do.
+  const auto three = schema(R"({"propertyNames": {"pattern": "^(a|bb|ccc)$"}, "additionalProperties": {"type": "null"},
+                               "minProperties": 3})",
+                            compact);
+  CHECK(three->min_bytes() == size_of(R"({"a":null,"bb":null,"ccc":null})"));
+  ConstraintMatcher m(three);
+  REQUIRE(m.advance(R"({"a":null,)"));
+  CHECK(m.min_bytes_to_complete() == size_of(R"("bb":null,"ccc":null})"));
+  CHECK_FALSE(m.can_advance(R"("a")"));  // the matcher refuses a repeat, as the decoder does
+  CHECK(m.min_bytes_after("\"c") == size_of(R"(cc":null,"bb":null})"));
+  // A key begun is one of the keys still owed: "c" can only become "ccc", "" the shortest fresh one.
+  ConstraintMatcher begun(three);
+  REQUIRE(begun.advance(R"({")"));
+  CHECK(begun.min_bytes_to_complete() == size_of(R"(a":null,"bb":null,"ccc":null})"));
+  REQUIRE(begun.advance("c"));
+  CHECK(begun.min_bytes_to_complete() == size_of(R"(cc":null,"a":null,"bb":null})"));
+  // Plain string keys: "" then one-byte keys. Open objects' extra members and any object alike.
+  const auto open = schema(R"({"properties": {"id": {"type": "integer"}}, "required": ["id"],
+                              "additionalProperties": {"type": "null"}, "minProperties": 3})",
+                           compact);
+  CHECK(open->min_bytes() == size_of(R"({"id":0,"":null," ":null})"));
+  CHECK(schema(R"({"type": "object", "minProperties": 2})", compact)->min_bytes() == size_of(R"({"":0," ":0})"));
+  // Keys of at most one character: "", 94 of one byte, then two-byte spellings (\n, é, ...).
+  const auto hundred = schema(R"({"propertyNames": {"maxLength": 1}, "additionalProperties": {"type": "null"},
+                                 "minProperties": 100})",
+                              compact);
+  CHECK(hundred->min_bytes() == 1 + (2 + 94 * 3 + 5 * 4) + 100 * size_of(":null,"));
+  // Inside a tool call: the arguments' map is not open yet, and costs its distinct keys already.
+  const auto call = Constraint::tool_calls(
+      R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"m":
+          {"propertyNames": {"pattern": "^(a|bb)$"}, "additionalProperties": {"type": "null"}, "minProperties": 2}},
+          "required": ["m"]}}}])");
+  CHECK(call->min_bytes() ==
+        size_of(R"(<tool_call>{"name": "f", "arguments": {"m":{"a":null,"bb":null}}}</tool_call>)"));
+  // Checked up front: a model that can write the repeated-key answer but not the distinct one is refused.
+  const auto vocab = byte_vocabulary();
+  const int64_t fewest = size_of(R"({"a":null,"bb":null,"ccc":null})");
+  CHECK(unwritable(three, *vocab, fewest) == "");
+  CHECK(unwritable(three, *vocab, fewest - 1) == "its shortest answer is " + std::to_string(fewest) +
+                                                     " bytes, more than this model can write in its "
+                                                     "context (at most " +
+                                                     std::to_string(fewest - 1) + ")");
+}
+
+TEST_CASE("a budget of exactly the fewest bytes finishes every run with distinct keys", "[constraint]") {
+  ConstraintLimits compact;
+  compact.whitespace = Whitespace::kSingleSpace;  // spaces the budget must leave out
+  compact.max_string_chars = 3;
+  const std::vector<std::string> schemas{
+      R"({"propertyNames": {"pattern": "^(a|bb|ccc|dddd)$"}, "additionalProperties": {"type": "null"},
+          "minProperties": 3})",
+      R"({"properties": {"id": {"type": "integer"}}, "additionalProperties": {"type": "null"}, "minProperties": 4})",
+      R"({"type": "array", "items": {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 3},
+          "minItems": 2})",
+      R"({"properties": {"m": {"propertyNames": {"enum": ["x", "yy", "zzz"]}, "additionalProperties": true,
+          "minProperties": 2}}, "required": ["m"]})",
+      // Every key of one byte spent: the last five are two bytes long (the count of min_bytes' test above).
+      R"({"propertyNames": {"maxLength": 1}, "additionalProperties": {"type": "null"}, "minProperties": 100})",
+  };
+  const auto vocab = byte_vocabulary();
+  const int64_t eos = vocab->size() - 1;
+  std::mt19937 rng(5);
+  for (const std::string& text : schemas) {
+    INFO("schema " << text);
+    const auto c = schema(text, compact);
+    const int64_t budget = c->min_bytes();
+    for (int run = 0; run < (budget > 200 ? 3 : 30); ++run) {
+      TokenConstraint tc(c, vocab, {{eos}});
+      std::vector<float> logits(static_cast<std::size_t>(vocab->size()));
+      for (int64_t step = 0; step < budget && !tc.finished(); ++step) {
+        INFO("after " << tc.matcher().text());
+        for (float& l : logits) l = static_cast<float>(rng() % 1000);
+        REQUIRE(tc.mask_logits(logits.data(), vocab->size(), budget - step - 1) > 0);
+        const int64_t id = std::max_element(logits.begin(), logits.end()) - logits.begin();
+        if (id == eos) break;
+        tc.accept(id);
+      }
+      INFO("text " << tc.matcher().text());
+      REQUIRE(tc.complete());
+      CHECK(static_cast<int64_t>(tc.matcher().text().size()) == budget);
+      CHECK(orbit::test::repeated_key(tc.matcher().text()) == "");
+    }
+  }
 }

@@ -277,17 +277,17 @@ TEST_CASE("minProperties and maxProperties: closed objects, open objects and map
   CHECK(open->matches(R"({"x": 1, "y": 2})"));
   CHECK(open->matches(R"({"a": 1, "x": 2, "y": 3})"));
   CHECK_FALSE(open->matches(R"({"a": 1, "x": 2, "y": 3, "z": 4})"));
-  CHECK(open->min_bytes() == static_cast<int64_t>(std::string(R"({"":0,"":0})").size()));
+  CHECK(open->min_bytes() == static_cast<int64_t>(std::string(R"({"":0," ":0})").size()));  // two keys
   ConstraintMatcher m(open);
   REQUIRE(m.advance(R"({"a": 1)"));
   CHECK(m.min_bytes_to_complete() == static_cast<int64_t>(std::string(R"(,"":0})").size()));
   CHECK_FALSE(m.can_advance("}"));
   // No declared property: every member owed is an extra one.
   const auto extras = schema(R"({"properties": {}, "additionalProperties": {"type": "null"}, "minProperties": 2})");
-  CHECK(extras->min_bytes() == static_cast<int64_t>(std::string(R"({"":null,"":null})").size()));
+  CHECK(extras->min_bytes() == static_cast<int64_t>(std::string(R"({"":null," ":null})").size()));
   ConstraintMatcher first(extras);
   REQUIRE(first.advance("{"));
-  CHECK(first.min_bytes_to_complete() == static_cast<int64_t>(std::string(R"("":null,"":null})").size()));
+  CHECK(first.min_bytes_to_complete() == static_cast<int64_t>(std::string(R"("":null," ":null})").size()));
   REQUIRE(first.advance(R"("a": null,)"));
   CHECK(first.min_bytes_to_complete() == static_cast<int64_t>(std::string(R"("":null})").size()));
   // Maps.

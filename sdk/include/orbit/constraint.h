@@ -41,9 +41,11 @@
 //
 // Finishing within max_tokens. A constrained generate reserves room to finish: a token is allowed only when
 // the fewest bytes that still complete the text after it fit in the tokens left (max_tokens and the model's
-// positions), counting one token per byte. So a run ends complete whenever the vocabulary has a token for each
-// byte of the shortest completion (true of byte-fallback vocabularies and of most BPE vocabularies for JSON's
-// punctuation). When even the first step cannot fit, the budget is not applied and the run may be cut.
+// positions), counting one token per byte. Those fewest bytes count distinct keys: an object that still owes
+// members pays for keys it does not have yet, the shortest first, and the key being written for becoming one. So a run
+// ends complete whenever the vocabulary has a token for each byte of the shortest completion (true of byte-fallback
+// vocabularies and of most BPE vocabularies for JSON's punctuation). When even the first step cannot fit, the budget is
+// not applied and the run may be cut.
 //
 // Cost. A step's mask is looked up in a cache the Constraint keeps per vocabulary, keyed by the matcher's
 // state (counters far from their bounds share a key, so a long string is one state); a miss walks a trie of
@@ -73,6 +75,7 @@ class Engine;
 namespace constrain {
 class KeyLog;
 class MaskCache;
+struct MaskEntry;
 class VocabTrie;
 struct ConstraintParts;
 struct Access;
@@ -127,9 +130,9 @@ class Constraint {
   //                   \u00xx in lowercase, so that no key spells a declared name another way); without
   //                   properties, a map. The grammar does not compare keys with one another (no grammar can
   //                   keep an unbounded set of keys apart: matches() accepts {"a": 1, "a": 2} under a map), but
-  //                   TokenConstraint, and so Window::generate and orbit serve, never repeats a key in an
-  //                   object: a token that would close a key the object already has (in any spelling) is
-  //                   masked, as is one after which the key can only become such a key
+  //                   ConstraintMatcher and TokenConstraint, and so Window::generate and orbit serve, never
+  //                   repeat a key in an object: a token that would close a key the object already has (in any
+  //                   spelling) is masked, as is one after which the key can only become such a key
   //   propertyNames   the keys of extra members and maps: a schema of strings (string keywords, or an enum or
   //                   const of strings); every declared name must hold under it (else refused). A map's keys
   //                   under a pattern or format are written in the one spelling extra keys have
@@ -198,10 +201,13 @@ class Constraint {
   // unknown `only` name, a missing or repeated name.
   static std::shared_ptr<const Constraint> tool_calls(std::string_view tools_json, const ToolCallOptions& options = {});
 
-  // Whether `text` is a whole match / can be continued into one.
+  // Whether `text` is a whole match / can be continued into one (the grammar's: keys may repeat).
   bool matches(std::string_view text) const;
   bool is_prefix(std::string_view text) const;
-  // The fewest bytes of a whole match.
+  // The fewest bytes of a whole match in which no object repeats a key: what a ConstraintMatcher or
+  // TokenConstraint can write (matches() also accepts shorter texts that repeat one). Exact, but for an open
+  // object whose (declared properties + 1) * (minProperties + 1) passes 4096: while declared properties may
+  // still come, each member it owes past its declared count is costed at its shortest extra key (a lower bound).
   int64_t min_bytes() const;
   // A line for logs: what it was built from and its size ("json_schema (14 nodes)").
   std::string describe() const;
@@ -263,7 +269,8 @@ struct TokenMask {
   int64_t count() const;  // set bits
 };
 
-// The bytes written so far against a constraint. A value: copy it to explore.
+// The bytes written so far against a constraint, where no object repeats a key (Constraint: additionalProperties;
+// it keeps the keys of the objects open in its text). A value: copy it to explore.
 class ConstraintMatcher {
  public:
   explicit ConstraintMatcher(std::shared_ptr<const Constraint> constraint);
@@ -273,21 +280,23 @@ class ConstraintMatcher {
   ConstraintMatcher& operator=(ConstraintMatcher&&) noexcept;
   ~ConstraintMatcher();
 
-  // Appends `bytes` when the text stays a valid prefix and returns true; otherwise returns false and the
-  // matcher is unchanged.
+  // Appends `bytes` when the text stays a valid prefix without a repeated key and returns true; otherwise
+  // returns false and the matcher is unchanged.
   bool advance(std::string_view bytes);
   bool can_advance(std::string_view bytes) const;
   bool complete() const;      // the text is a whole match
   bool can_continue() const;  // some byte extends the text
   bool finished() const { return complete() && !can_continue(); }
-  // The fewest bytes that make the text a whole match (0 when complete).
+  // The fewest bytes that make the text a whole match without a repeated key (0 when complete): as exact as
+  // Constraint::min_bytes, and where a key being written has no free completion within 6 bytes of its
+  // shortest, that key is costed at 6 more (a lower bound).
   int64_t min_bytes_to_complete() const;
   // min_bytes_to_complete() after `bytes` were appended, or -1 where they cannot be; the matcher is unchanged
   // (no copy of the text: a search over next bytes costs the same at any length).
   int64_t min_bytes_after(std::string_view bytes) const;
   const std::string& text() const;  // the bytes accepted so far
-  // The state as compact bytes: equal for states that accept the same continuations from here (the text
-  // that led to them may differ). Hashable, comparable.
+  // The grammar's state as compact bytes: equal for states that accept the same continuations from here (the
+  // text that led to them, and the keys its objects hold, may differ). Hashable, comparable.
   std::string state_key() const;
   // The tokens of `vocabulary` whose bytes keep the text a valid prefix, and whether it is complete.
   // Cached in the constraint per vocabulary and state.
@@ -301,9 +310,10 @@ class ConstraintMatcher {
 };
 
 // Why a model whose tokens write `vocabulary` cannot write an answer `constraint` accepts, or "" when it can:
-// the shortest answer is longer than `max_answer_bytes` (said before that answer is built, so a schema with
-// a huge minLength or minItems costs nothing), or some byte of the shortest answer (the fewest-bytes walk,
-// ties to the lowest byte) starts no token there, taking the longest token that fits at each step. A check
+// the shortest answer (no key repeated: Constraint::min_bytes) is longer than `max_answer_bytes` (said before
+// that answer is built, so a schema with a huge minLength or minItems costs nothing), or some byte of the
+// shortest answer (the fewest-bytes walk of a ConstraintMatcher, ties to the lowest byte) starts no token
+// there, taking the longest token that fits at each step. A check
 // of one answer, not of every one: a vocabulary that passes may still lack a byte a longer answer needs.
 std::string unwritable(const std::shared_ptr<const Constraint>& constraint, const TokenVocabulary& vocabulary,
                        int64_t max_answer_bytes);
@@ -319,8 +329,8 @@ struct TokenConstraintOptions {
 // Window::generate runs per step; usable with any sampler. Beyond the grammar it keeps the keys of every
 // object open in its text and refuses a repeat (allowed() masks, accept() throws): a token that closes a key
 // its object already has, compared as text ("\u0061" is "a"), or after which the key can only become one
-// (a propertyNames enum or short pattern with its keys spent). Its budget counts the longer keys this may
-// take (the shortest keys not yet written, for the members still owed to minProperties).
+// (a propertyNames enum or short pattern with its keys spent). Its budget counts the longer keys this takes
+// (ConstraintMatcher::min_bytes_to_complete after each token).
 //
 //   TokenConstraint tc(constraint, vocabulary, {.end_tokens = {eos}});
 //   while (!tc.finished()) {
@@ -337,8 +347,8 @@ class TokenConstraint {
   TokenConstraint& operator=(TokenConstraint&&) noexcept;
 
   // The tokens allowed now. `remaining`: how many tokens the run may emit after this one (-1: no limit);
-  // a token is then allowed only if the shortest completion after it has at most `remaining` bytes
-  // (unless no token would be, when the limit is dropped).
+  // a token is then allowed only if the shortest completion after it, with no key repeated, has at most
+  // `remaining` bytes (unless no token would be, when the limit is dropped).
   TokenMask allowed(int64_t remaining = -1) const;
   // Sets logits[id] to -infinity for every id in [0, n) not allowed; returns how many remain (0: none,
   // the logits are then left as they were).
@@ -360,16 +370,19 @@ class TokenConstraint {
   // The bytes `token` writes at this step (the start-of-text bytes for the first token when they apply).
   const std::optional<std::string>& bytes_now(int64_t token) const;
   bool at_start_now() const { return options_.at_text_start && accepted_ == 0 && !text_accepted_; }
-  // Appends `bytes` to the matcher where neither the grammar nor keys_ refuses them; false otherwise.
-  bool write(std::string_view bytes);
-  // The tokens `mask` allows whose bytes keys_ refuses (they repeat a key), sorted.
+  // The keys of the objects open in the text (the matcher's).
+  const constrain::KeyLog& keys() const;
+  // The tokens `mask` allows whose bytes keys() refuses (they repeat a key), sorted.
   std::vector<int64_t> repeats(const TokenMask& mask) const;
+  // Per id, the fewest bytes that complete the text after the token where no key repeats (-1: `mask` refuses
+  // it); `entry` is the state's cached mask, `apart` the needs of the tokens judged at the text's start.
+  std::vector<int64_t> needs_after(const constrain::MaskEntry& entry, const TokenMask& mask,
+                                   const std::vector<std::pair<int64_t, int32_t>>& apart) const;
 
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   TokenConstraintOptions options_;
   ConstraintMatcher matcher_;
   std::shared_ptr<constrain::MaskCache> cache_;
-  std::unique_ptr<constrain::KeyLog> keys_;  // the keys of the open objects written so far
   int64_t accepted_ = 0;
   bool text_accepted_ = false;  // accept_text() was called: the text has started
 };

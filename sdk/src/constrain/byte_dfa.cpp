@@ -386,20 +386,21 @@ bool accepts(const ByteDfa& a, std::string_view text) {
   return a.accepting[static_cast<std::size_t>(q)] != 0;
 }
 
-int64_t count_texts(const ByteDfa& a, int64_t max_chars, int64_t cap) {
+std::vector<int64_t> texts_by_bytes(const ByteDfa& a, int64_t max_chars, int64_t cap) {
   // Paths by length in bytes: per (state, characters so far), how many texts lead there (at most cap). A
   // deterministic automaton has one path per text, so the paths that end accepting count the texts.
   std::map<std::pair<int32_t, int64_t>, int64_t> layer{{{0, 0}, 1}}, next;
+  std::vector<int64_t> out;
   int64_t texts = 0;
   // A character has at most 6 bytes (a \u escape), a text two quotes besides: past that, a longer path has
   // more characters than max_chars allows (the bound only guards against an automaton that loops without them).
   const int64_t max_bytes = 6 * max_chars + 2;
-  for (int64_t bytes = 0; !layer.empty(); ++bytes) {
-    if (bytes > max_bytes) return cap;
+  for (int64_t bytes = 0; !layer.empty() && bytes <= max_bytes && texts < cap; ++bytes) {
     next.clear();
+    int64_t here = 0;
     for (const auto& [at, paths] : layer) {
       const auto q = static_cast<std::size_t>(at.first);
-      if (a.accepting[q] != 0) texts = std::min(cap, texts + paths);
+      if (a.accepting[q] != 0) here = std::min(cap, here + paths);
       for (const ByteDfa::Edge& e : a.edges[q]) {
         const auto to = static_cast<std::size_t>(e.to);
         const int64_t chars = at.second + a.char_end[to];
@@ -408,9 +409,18 @@ int64_t count_texts(const ByteDfa& a, int64_t max_chars, int64_t cap) {
         n = std::min(cap, n + paths * (int64_t{e.hi} - e.lo + 1));
       }
     }
-    if (texts >= cap) return cap;
+    out.push_back(here);
+    texts = std::min(cap, texts + here);
     std::swap(layer, next);
   }
+  if (!layer.empty() && texts < cap) out.push_back(cap);  // past the bound: counted as cap texts one byte longer
+  return out;
+}
+
+int64_t count_texts(const ByteDfa& a, int64_t max_chars, int64_t cap) {
+  const std::vector<int64_t> by_bytes = texts_by_bytes(a, max_chars, cap);
+  int64_t texts = 0;
+  for (const int64_t n : by_bytes) texts = std::min(cap, texts + n);
   return texts;
 }
 

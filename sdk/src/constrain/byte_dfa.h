@@ -107,6 +107,10 @@ std::optional<ByteDfa> without(const ByteDfa& a, const std::vector<std::string>&
 // How many texts `a` accepts with at most `max_chars` characters (char_end entries), counted up to `cap`:
 // min(that number, cap). Costs a pass per byte of length until `cap` texts are found or none is longer.
 int64_t count_texts(const ByteDfa& a, int64_t max_chars, int64_t cap);
+// The same texts by length: [L] how many have L bytes (each at most cap), for L from 0 until they add up to
+// `cap` or none is longer (an automaton that loops without characters past 6 * max_chars + 2 bytes: `cap`
+// more at the next length).
+std::vector<int64_t> texts_by_bytes(const ByteDfa& a, int64_t max_chars, int64_t cap);
 // Whether `a` accepts `text`.
 bool accepts(const ByteDfa& a, std::string_view text);
 

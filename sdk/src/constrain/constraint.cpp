@@ -30,6 +30,9 @@ void check_limits(const ConstraintLimits& l) {
 
 std::shared_ptr<const Constraint> make(Grammar g, std::string description) {
   g.description = std::move(description);
+  ORBIT_CHECK(g.nodes.size() < constrain::kMaxNodes,
+              "constraint: " << g.description << " has " << g.nodes.size() << " grammar nodes, more than the "
+                             << constrain::kMaxNodes - 1 << " a matcher's frame can name");
   g.finish();
   // Only a recursive $ref can leave a part with no finite text: a value that must always hold another.
   for (const Node& n : g.nodes) {

@@ -72,8 +72,6 @@ int32_t Grammar::import(const Grammar& other) {
 
 namespace {
 
-constexpr int64_t kUnreachable = std::numeric_limits<int64_t>::max() / 4;
-
 int64_t sum(int64_t a, int64_t b) { return std::min(kUnreachable, a + b); }
 
 // Fills the tables of an object whose children's min_bytes are known (grammar.h). A member costs its key,
@@ -92,6 +90,9 @@ void finish_object(Grammar& g, Node& n) {
   }
   n.extra_bytes = kUnreachable;
   if (n.open) n.extra_bytes = sum(g.at(n.children[ucount]).min_bytes + 1, g.at(n.children[ucount + 1]).min_bytes);
+  // Extra members come last, as one block of distinct keys: after the ',' that starts it, the d members still
+  // owed (at least the one the ',' begins) at the shortest keys, and the '}'.
+  const auto extras = [&](int64_t d) { return members_bytes(g, n, std::max<int64_t>(d, 1)); };
   const int64_t width = n.need_cap + 1;
   n.rest.assign((ucount + 1) * static_cast<std::size_t>(width), kUnreachable);
   n.after_comma.assign(n.rest.size(), kUnreachable);
@@ -107,19 +108,27 @@ void finish_object(Grammar& g, Node& n) {
         best = sum(n.key_bytes[ux] + 1, sum(g.at(n.children[ux]).min_bytes, n.rest[at(x + 1, owed)]));
         if (!n.required[ux]) best = std::min(best, n.after_comma[at(x + 1, d)]);
       }
-      if (n.open && n.required_left[ux] == 0) best = std::min(best, sum(n.extra_bytes, n.rest[at(count, owed)]));
+      if (n.open && n.required_left[ux] == 0) best = std::min(best, extras(d));
       n.after_comma[at(x, d)] = best;
       if (!closes) n.rest[at(x, d)] = sum(1, best);
     }
   }
 }
 
-// The shortest map: min_count members of the shortest key and value, ',' between.
+// The shortest map: min_count members at its shortest distinct keys, each with the shortest value.
 int64_t map_min_bytes(const Grammar& g, const Node& n) {
-  if (n.min_count == 0) return 2;
-  const int64_t member = sum(g.at(n.children[0]).min_bytes + 1, g.at(n.children[1]).min_bytes);
-  if (member >= kUnreachable || member + 1 > kUnreachable / n.min_count) return kUnreachable;
-  return 1 + n.min_count * (member + 1);
+  return n.min_count == 0 ? 2 : sum(1, members_bytes(g, n, n.min_count));
+}
+
+// key_counts of the maps and open objects, enough for every member they may have and one more.
+void count_object_keys(Grammar& g) {
+  for (Node& n : g.nodes) {
+    const bool map = n.kind == NodeKind::kAnyObject;
+    if (!map && !(n.kind == NodeKind::kObject && n.open)) continue;
+    const int32_t key = n.children[map ? 0 : n.required.size()];
+    n.key_counts = count_keys(g.at(key), std::min<int64_t>(std::max(n.min_count, n.max_count), INT32_MAX) + 2);
+    if (!n.key_counts.empty()) g.longest_key = std::max(g.longest_key, n.key_counts.back().first);
+  }
 }
 
 }  // namespace
@@ -128,6 +137,7 @@ void Grammar::finish() {
   // A node's children come before it except where the builders made a cycle (any value inside any object
   // or array), and those nodes' sizes do not depend on their children: one pass per level of nesting
   // settles everything, so iterate until nothing changes.
+  count_object_keys(*this);
   for (Node& n : nodes) n.min_bytes = kUnreachable;
   for (bool changed = true; changed;) {
     changed = false;

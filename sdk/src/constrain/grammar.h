@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -103,14 +104,25 @@ struct Node {
   // keys counts on it (key_log.h).
   static constexpr int64_t kNoKeyBound = INT64_MAX;
   int64_t extra_keys = kNoKeyBound;
-  int64_t min_bytes = 0;  // the shortest complete text of this node (filled by finish())
+  // kAnyObject (its key node) and open kObject (its extra key node), filled by finish(): how many distinct keys
+  // the key node writes per length in bytes, each in its shortest spelling, quotes included, as (length,
+  // count), shortest first; counted (counts capped) until they hold more keys than the object has members, so
+  // the shortest k keys it may still need are here even after every member it has took one (key_sums).
+  std::vector<std::pair<int64_t, int64_t>> key_counts;
+  // The shortest complete text of this node where no object repeats a key (filled by finish()): a map's or
+  // an open object's members are costed at distinct keys, the shortest first.
+  int64_t min_bytes = 0;
 };
+
+// A count of bytes that no text reaches (sums saturate at it).
+inline constexpr int64_t kUnreachable = std::numeric_limits<int64_t>::max() / 4;
 
 // A compiled constraint. Node indices are stable; `root` is what the whole text must match.
 struct Grammar {
   std::vector<Node> nodes;
   int32_t root = -1;
   std::string description;
+  int64_t longest_key = 0;  // the longest length in any node's key_counts (filled by finish())
 
   int32_t add(Node node);
   // Copies `other`'s nodes into this grammar; returns the index its root has here.
@@ -123,10 +135,22 @@ struct Grammar {
 // kObject: the declared properties' count.
 inline int32_t declared_count(const Node& n) { return static_cast<int32_t>(n.required.size()); }
 // kObject: the table entry (rest or after_comma) for properties before x spent and `need` members still owed.
-// Past need_cap every member owed costs one extra member and its ',' more (need_cap is the declared count, at
-// least 1, when min_count is above it: by then the cheapest completion takes every declared property it
-// would, and one member is owed, so after_comma is rest without the ',').
+// Past need_cap every member owed costs one extra member at the shortest extra key and its ',' more (need_cap
+// is min_count for an open object whose tables hold at most 4096 entries; else the declared count, at least 1,
+// when min_count is above it: by then the cheapest completion takes every declared property it would, and
+// one member is owed, so after_comma is rest without the ','). Extra members' keys are distinct, each at
+// least as long as the one before, so past need_cap this is a lower bound.
 int64_t object_table(const Node& n, const std::vector<int64_t>& table, int32_t x, int64_t need);
+
+// The bytes of the `k` shortest distinct keys of `object` (its key_counts), leaving out keys of the lengths in
+// `taken` (one entry per key the object already has; sorted). kUnreachable-sized where it has fewer keys.
+int64_t key_sums(const Node& object, int64_t k, const std::vector<int64_t>& taken = {});
+// The shortest text of `object` from a ',' or its '{' on when `k` more members (k >= 1) all come from its key
+// node (a map's, or an open object's past its declared properties) and none of the lengths in `taken` is
+// left: the keys (key_sums), ':' and the value node's fewest bytes each, ',' between, and '}'.
+int64_t members_bytes(const Grammar& g, const Node& object, int64_t k, const std::vector<int64_t>& taken = {});
+// The keys per length of the key node `key` (key_counts above), counted until they hold `cap` keys.
+std::vector<std::pair<int64_t, int64_t>> count_keys(const Node& key, int64_t cap);
 
 // Builders. Each adds nodes to `g` and returns the new node's index.
 int32_t add_literal(Grammar& g, std::string text);

@@ -1,6 +1,7 @@
 // Tracking the free keys of open objects beside the matcher (key_log.h).
 #include "constrain/key_log.h"
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -214,52 +215,110 @@ void KeyLog::add(const Closed& closed, const StateSet& now) {
   for (auto it = keys_.begin(); it != keys_.end();) it = open.count(it->first) != 0 ? std::next(it) : keys_.erase(it);
 }
 
-int64_t KeyLog::repeat_cost(const Matcher& m, const StateSet& state, std::string_view text) const {
-  if (text.empty()) return 0;
-  int64_t grammar = std::numeric_limits<int64_t>::max(), fewest = grammar;
-  StateSet one;
-  for (std::size_t s = 0; s < state.size(); ++s) {
-    one.clear();
-    one.push(state.begin(s), state.length(s));
-    const int64_t need = m.min_bytes(one);
-    grammar = std::min(grammar, need);
-    fewest = std::min(fewest, need + stack_repeat_cost(m, state.begin(s), state.length(s), text));
-  }
-  return fewest - grammar;
+namespace {
+
+// The key lengths of `keys`, sorted.
+std::vector<int64_t> lengths_of(const std::set<std::string>& keys) {
+  std::vector<int64_t> out;
+  for (const std::string& k : keys) out.push_back(static_cast<int64_t>(k.size()));
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
-int64_t KeyLog::stack_repeat_cost(const Matcher& m, const Frame* f, std::size_t n, std::string_view text) const {
-  if (n == 0) return 0;  // a whole text
-  const Joined joined{text, {}};
+// The keys a map or open object past its declared properties still writes from frame `f` (members owed; after
+// a ',' at least one), or -1 where its keys are not all free (declared properties may come).
+int64_t keys_owed(const Node& n, const Frame& f) {
+  int64_t had = 0;
+  if (n.kind == NodeKind::kAnyObject) {
+    had = static_cast<int64_t>(f.a);
+  } else if (n.kind == NodeKind::kObject && n.open && static_cast<int32_t>(nodes::spent(n, f.a)) == declared_count(n)) {
+    had = nodes::members(n, f.a);
+  } else {
+    return -1;
+  }
+  const int64_t owed = std::max<int64_t>(0, n.min_count - had);
+  return f.phase == nodes::kComma || f.phase == nodes::kCommaSp ? std::max<int64_t>(owed, 1) : owed;
+}
+
+}  // namespace
+
+KeyLog::StackNeed KeyLog::stack_need(const Matcher& m, const Frame* f, std::size_t n, std::string_view text,
+                                     std::string_view walked, const Closed* closed) const {
+  StackNeed out;
+  out.grammar = m.stack_min_bytes(f, n);
+  if (out.grammar == 0) return out;
+  const Joined all{text, walked};
+  const std::size_t end = text.size() + walked.size();
   const Node* writing = n >= 2 && f[n - 2].start != kNoStart ? free_key(f[n - 2]) : nullptr;
   if (writing != &g_.at(static_cast<int32_t>(f[n - 1].node))) writing = nullptr;
-  int64_t extra = 0;
-  static const std::set<std::string> kNone;
+  static const Closed kNone;
   for (std::size_t j = 0; j < n; ++j) {
-    if (f[j].start == kNoStart) continue;
-    const auto it = keys_.find(f[j].start);
-    const std::set<std::string>& taken = it != keys_.end() ? it->second : kNone;
+    if (f[j].phase == nodes::kOpen || !is_object(g_.at(static_cast<int32_t>(f[j].node)))) continue;
     const Node& object = g_.at(static_cast<int32_t>(f[j].node));
-    const std::string prefix = writing != nullptr && j + 2 == n
-                                   ? joined.span(joined.opening_quote(text.size() - 1), text.size() - 1)
-                                   : std::string();
-    if (!prefix.empty()) {  // the key being written: its shortest new completion
-      StateSet key;
-      key.push(f + n - 1, 1);
-      extra += extra_for_fresh(*writing, f[n - 1], prefix, m.min_bytes(key), taken, 1)[0];
-    }
-    // The members a map still owes, each a new key, and new to one another: the shortest new ones but the one
-    // a key just begun takes.
-    const int64_t owed = object.min_count - static_cast<int64_t>(f[j].a);
-    if (object.kind != NodeKind::kAnyObject || owed <= 0) continue;
-    const Node& key = g_.at(object.children[0]);
-    Frame first;
-    first.node = static_cast<uint32_t>(object.children[0]);
-    const bool begun = prefix == "\"";
-    const std::vector<int64_t> lengths = extra_for_fresh(key, first, "", key.min_bytes, taken, owed + begun);
-    for (std::size_t i = begun ? 1 : 0; i < lengths.size(); ++i) extra += lengths[i];
+    const int64_t k = keys_owed(object, f[j]);
+    if (k < 0) continue;
+    const std::set<std::string> keys =
+        f[j].start != kNoStart ? taken(f[j].start, closed != nullptr ? *closed : kNone) : std::set<std::string>();
+    const std::vector<int64_t> lengths = lengths_of(keys);
+    const int64_t free_k = key_sums(object, k, lengths), shortest_k = key_sums(object, k);
+    out.add += free_k - shortest_k;
+    if (writing == nullptr || j + 2 != n) continue;
+    // The key being written is one more the object needs: one of the k + 1 shortest free keys, or its own
+    // shortest free completion beside the k shortest others.
+    const std::string prefix = all.span(all.opening_quote(end - 1), end - 1);
+    const int64_t grammar_rest = m.remaining(f[n - 1]);
+    out.fresh = extra_for_fresh(*writing, f[n - 1], prefix, grammar_rest, keys, 1)[0];
+    out.floor = out.grammar - grammar_rest - shortest_k + key_sums(object, k + 1, lengths) -
+                static_cast<int64_t>(prefix.size()) - (free_k - shortest_k);
   }
-  return extra;
+  if (out.floor != kNoFloor) out.floor += out.add;
+  return out;
+}
+
+int64_t KeyLog::need(const Matcher& m, const StateSet& state, std::string_view text, std::string_view walked,
+                     const Closed* closed) const {
+  int64_t best = kUnreachable;
+  for (std::size_t s = 0; s < state.size(); ++s) {
+    const StackNeed t = stack_need(m, state.begin(s), state.length(s), text, walked, closed);
+    best = std::min(best, t.grammar == 0 ? 0 : std::max(t.grammar + t.add + t.fresh, t.floor));
+  }
+  return best;
+}
+
+KeyLog::Slack KeyLog::slack(const Matcher& m, const StateSet& state, std::string_view text) const {
+  Slack out;
+  out.add = kUnreachable;
+  out.longest_key = g_.longest_key;
+  bool floors = true;
+  int64_t floor = kUnreachable;
+  for (std::size_t s = 0; s < state.size(); ++s) {
+    const StackNeed t = stack_need(m, state.begin(s), state.length(s), text, {}, nullptr);
+    out.add = std::min(out.add, t.add);
+    out.most_add = std::max(out.most_add, t.grammar == 0 ? 0 : std::max(t.add + t.fresh, t.floor - t.grammar));
+    floors = floors && t.floor != kNoFloor;
+    floor = std::min(floor, t.floor);
+  }
+  if (state.empty()) out.add = 0;
+  out.floor = floors && !state.empty() ? floor : kNoFloor;
+  return out;
+}
+
+void KeyLog::budget_suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
+                             std::vector<int32_t>& out) const {
+  trie.with_quotes(1, out);
+  trie.with_commas(out);
+  const Joined joined{text, {}};
+  for (std::size_t s = 0; s < state.size() && !text.empty(); ++s) {
+    const std::size_t n = state.length(s);
+    const Frame* f = state.begin(s);
+    if (n < 2 || f[n - 2].start == kNoStart) continue;
+    if (free_key(f[n - 2]) != &g_.at(static_cast<int32_t>(f[n - 1].node))) continue;
+    const std::set<std::string> keys = taken(f[n - 2].start, {});
+    const std::string prefix = joined.span(joined.opening_quote(text.size() - 1), text.size() - 1);
+    for (auto it = keys.lower_bound(prefix); it != keys.end() && it->compare(0, prefix.size(), prefix) == 0; ++it) {
+      trie.prefixes_of(std::string_view(*it).substr(prefix.size()), out);
+    }
+  }
 }
 
 void KeyLog::suspects(const StateSet& state, std::string_view text, const VocabTrie& trie, std::vector<int32_t>& out,

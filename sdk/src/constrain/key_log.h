@@ -1,18 +1,21 @@
 // Repeated keys. A grammar cannot tell an object's keys apart when they come from an unbounded set (no
-// context-free grammar can), so the grammar admits `{"a": 1, "a": 2}` under a map. A decoder that must never
-// write such an object (TokenConstraint) walks its text with a KeyLog beside the matcher: the log holds, per
-// open object, the free keys written in it (a map's or any object's keys, an open object's extra keys; a
-// declared name is written at most once by the grammar itself, and no extra key spells one), each as the
-// text json_quote() writes for it, so two spellings of one text are one key. A walk refuses
+// context-free grammar can), so the grammar admits `{"a": 1, "a": 2}` under a map. ConstraintMatcher (and so
+// TokenConstraint) must never write such an object: it walks its text with a KeyLog beside the grammar's
+// matcher. The log holds, per open object, the free keys written in it (a map's or any object's keys, an open
+// object's extra keys; a declared name is written at most once by the grammar itself, and no extra key spells
+// one), each as the text json_quote() writes for it, so two spellings of one text are one key. A walk refuses
 //   - the byte that closes a free key its object already has, and
 //   - the byte after which a free key can only be completed into keys its object already has (a key language
 //     with few words: an enum of names, a short pattern); its shortest completion is then not one to take.
 // The compiler keeps an object to the number of distinct keys its key language holds (schema_objects.cpp),
 // so a ',' always leaves a new key to write.
 //
-// What stays the grammar's: Matcher::min_bytes counts the shortest key for every member still owed even where
-// the object already has it, so the fewest bytes left may be a few more than it says; repeat_cost() is the
-// difference, which TokenConstraint's budget holds back.
+// The fewest bytes left. Matcher::min_bytes costs the members an object still owes at its shortest distinct
+// keys (grammar.h: key_counts), as if the object had none of them yet. need() is exact: it leaves out the keys
+// each open object has (they are no longer free), and where a key is being written, it is one of the keys the
+// object still needs: completing it to one of the shortest free keys, or to its own shortest free completion
+// beside the shortest others, whichever is fewer (a key whose shortest free completion lies more than 6 bytes
+// past the grammar's is costed at 6 more: then a lower bound).
 //
 // An object is named by the offset of its '{' in the text (Frame::start), which a walk writes into the frames
 // of the objects that open during it. Thread-safety: a value; walk() and suspects() are const.
@@ -47,12 +50,28 @@ class KeyLog {
   // Adds the keys a walk closed, then forgets the objects no stack of `now` (the walk's `out`) holds open.
   void add(const Closed& closed, const StateSet& now);
 
-  // The bytes beyond the grammar's fewest (Matcher::min_bytes) that completing `state` (the state after
-  // `text`) costs where no key may repeat: the members a map still owes at the shortest keys its map has not
-  // written, distinct, and the key being written at its shortest new completion. Still a lower
-  // bound (every member owed is costed at the one shortest new key; an open object's extra members are not
-  // costed), which a budget subtracts from the bytes it has.
-  int64_t repeat_cost(const Matcher& m, const StateSet& state, std::string_view text) const;
+  // The fewest bytes that complete `state` (the state after text + walked) where no object repeats a key, the
+  // keys `closed` adds counted as the log's (0 when complete).
+  int64_t need(const Matcher& m, const StateSet& state, std::string_view text, std::string_view walked = {},
+               const Closed* closed = nullptr) const;
+
+  // need() after a token for the tokens budget_suspects() leaves out, from the state's own: with one stack
+  //   need(after t) = max(Matcher::min_bytes(after t) + add, floor - |t|)
+  // and at least that with several (kNoFloor: no floor). Any token t leaves need(after t) at most
+  // Matcher::min_bytes(after t) + most_add + (|t| + 1) * longest_key.
+  static constexpr int64_t kNoFloor = INT64_MIN / 4;
+  struct Slack {
+    int64_t add = 0;
+    int64_t floor = kNoFloor;
+    int64_t most_add = 0;
+    int64_t longest_key = 0;  // the longest key any object may need (grammar.h: key_counts)
+  };
+  Slack slack(const Matcher& m, const StateSet& state, std::string_view text) const;
+  // The tokens after which need() may differ from what slack() says: those holding a '"' or a ',' (a key
+  // begins or closes, a member is owed) and, inside a free key, those that write a prefix of the rest of a key
+  // its object has.
+  void budget_suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
+                       std::vector<int32_t>& out) const;
 
   // Tokens (ids into `trie`'s vocabulary) that a walk from `state` may refuse where the grammar allows them:
   // those that can close a free key (they hold enough '"'), and, inside a key that could become one the
@@ -69,8 +88,17 @@ class KeyLog {
   // The key node of `object`'s free keys when it is a kAnyObject or an open kObject at its extra key's ':'
   // (at kColon, whose key is being written or has just closed); else null.
   const Node* free_key(const Frame& object) const;
-  // repeat_cost() of the stack [f, f + n).
-  int64_t stack_repeat_cost(const Matcher& m, const Frame* f, std::size_t n, std::string_view text) const;
+  // need() of the stack [f, f + n) as its Matcher::stack_min_bytes and the two terms of slack(): there,
+  // need = max(grammar + add + fresh, floor), `fresh` what the key being written costs past the grammar's
+  // shortest completion for being new.
+  struct StackNeed {
+    int64_t grammar = 0;
+    int64_t add = 0;
+    int64_t fresh = 0;
+    int64_t floor = kNoFloor;
+  };
+  StackNeed stack_need(const Matcher& m, const Frame* f, std::size_t n, std::string_view text, std::string_view walked,
+                       const Closed* closed) const;
   // The free keys of `object`: the log's and those `closed` adds.
   std::set<std::string> taken(uint32_t object, const Closed& closed) const;
   // Whether the key frame `f` (`prefix` its bytes so far, which are json_quote()'s spelling) has a completion

@@ -23,13 +23,12 @@ constexpr uint32_t kObjectMid = uint32_t{1} << 31;
 }  // namespace
 
 bool operator==(const Frame& x, const Frame& y) {
-  return x.node == y.node && x.phase == y.phase && x.depth == y.depth && x.a == y.a && x.b == y.b && x.start == y.start;
+  return x.node == y.node && x.phase == y.phase && x.a == y.a && x.b == y.b && x.start == y.start;
 }
 
 bool operator<(const Frame& x, const Frame& y) {
   if (x.node != y.node) return x.node < y.node;
   if (x.phase != y.phase) return x.phase < y.phase;
-  if (x.depth != y.depth) return x.depth < y.depth;
   if (x.a != y.a) return x.a < y.a;
   if (x.b != y.b) return x.b < y.b;
   return x.start < y.start;
@@ -48,20 +47,19 @@ void StateSet::canonicalize() {
 void Matcher::start(StateSet& out) const {
   out.clear();
   std::vector<Stack> stacks;
-  push({}, g_.root, 0, stacks);
+  push({}, g_.root, stacks);
   for (const Stack& s : stacks) out.push(s.data(), s.size());
   out.canonicalize();
 }
 
-void Matcher::push(Stack stack, int32_t node, uint16_t depth, std::vector<Stack>& out) const {
+void Matcher::push(Stack stack, int32_t node, std::vector<Stack>& out) const {
   const Node& n = g_.at(node);
   if (n.kind == NodeKind::kChoice) {
-    for (int32_t alt : n.children) push(stack, alt, depth, out);
+    for (int32_t alt : n.children) push(stack, alt, out);
     return;
   }
   Frame f;
   f.node = static_cast<uint32_t>(node);
-  f.depth = depth;
   stack.push_back(f);
   settle(std::move(stack), out);
 }
@@ -73,8 +71,7 @@ void Matcher::settle(Stack stack, std::vector<Stack>& out) const {
     if (n.kind == NodeKind::kSequence) {
       if (top.a < n.children.size()) {
         const int32_t part = n.children[top.a++];
-        const uint16_t depth = top.depth;
-        push(std::move(stack), part, depth, out);
+        push(std::move(stack), part, out);
         return;
       }
       stack.pop_back();
@@ -87,6 +84,12 @@ void Matcher::settle(Stack stack, std::vector<Stack>& out) const {
     break;
   }
   out.push_back(std::move(stack));
+}
+
+int64_t Matcher::depth(const Frame* f, std::size_t n) const {
+  int64_t d = 0;
+  for (std::size_t j = 0; j + 1 < n; ++j) d += g_.at(static_cast<int32_t>(f[j].node)).kind != NodeKind::kSequence;
+  return d;
 }
 
 bool Matcher::ends_here(const Frame& top) const {
@@ -133,7 +136,7 @@ void Matcher::consume(const Frame* f, std::size_t n, uint8_t byte, StateSet& out
     case NodeKind::kObject: s = object_byte(node, top, byte); break;
     case NodeKind::kAnyObject: s = any_object_byte(node, top, byte); break;
     case NodeKind::kArray: s = array_byte(node, top, byte); break;
-    case NodeKind::kAnyValue: s = any_value_byte(node, top, byte); break;
+    case NodeKind::kAnyValue: s = any_value_byte(node, top, byte, depth(f, n)); break;
     case NodeKind::kDfa: s = dfa_byte(node, top, byte); break;
     case NodeKind::kChoice:
     case NodeKind::kSequence: break;  // never on top after settle()
@@ -143,7 +146,6 @@ void Matcher::consume(const Frame* f, std::size_t n, uint8_t byte, StateSet& out
 }
 
 void Matcher::apply(const Frame* f, std::size_t n, uint8_t byte, const Step& s, StateSet& out) const {
-  const Frame& top = f[n - 1];
   switch (s.op) {
     case Op::kDead: return;
     case Op::kStay:
@@ -160,7 +162,7 @@ void Matcher::apply(const Frame* f, std::size_t n, uint8_t byte, const Step& s, 
       Stack base(f, f + n);
       base.back() = s.top;
       std::vector<Stack> pushed;
-      push(std::move(base), s.child, static_cast<uint16_t>(top.depth + 1), pushed);
+      push(std::move(base), s.child, pushed);
       for (const Stack& st : pushed) advance(st.data(), st.size(), byte, out);
       return;
     }
@@ -227,17 +229,19 @@ int64_t Matcher::remaining(const Frame& f) const {
     case NodeKind::kChoice: return n.min_bytes;
     case NodeKind::kObject: return object_remaining(n, f);
     case NodeKind::kAnyObject: {  // a map: its key and value nodes (any object: "" and 0)
-      const int64_t member = g_.at(n.children[0]).min_bytes + 1 + g_.at(n.children[1]).min_bytes;
       const int64_t owed = std::max<int64_t>(0, n.min_count - a);  // a counts the member being written
+      // After a member: '}', or ',' and the members owed at the shortest distinct keys (grammar.h). Which keys
+      // the map has is the KeyLog's to know (key_log.h); here the shortest are taken to be free.
+      const int64_t after = owed == 0 ? 1 : 1 + members_bytes(g_, n, owed);
       switch (f.phase) {
         case kOpen: return n.min_bytes;
         case kFirst:
-        case kFirstSp: return n.min_count == 0 ? 1 : n.min_count * (member + 1);
-        case kNext: return owed * (1 + member) + 1;
-        case kColon: return 1 + g_.at(n.children[1]).min_bytes + owed * (1 + member) + 1;
+        case kFirstSp: return n.min_count == 0 ? 1 : members_bytes(g_, n, n.min_count);
+        case kNext: return after;
+        case kColon: return 1 + g_.at(n.children[1]).min_bytes + after;
         case kValue:
-        case kValueSp: return g_.at(n.children[1]).min_bytes + owed * (1 + member) + 1;
-        default: return member + std::max<int64_t>(0, owed - 1) * (1 + member) + 1;  // kComma, kCommaSp
+        case kValueSp: return g_.at(n.children[1]).min_bytes + after;
+        default: return members_bytes(g_, n, std::max<int64_t>(owed, 1));  // kComma, kCommaSp
       }
     }
     case NodeKind::kArray: {
@@ -258,7 +262,18 @@ int64_t Matcher::object_remaining(const Node& n, const Frame& f) const {
   const int32_t count = declared_count(n);
   const uint32_t x = spent(n, f.a);
   const int64_t had = members(n, f.a);
-  const auto rest = [&] { return object_table(n, n.rest, static_cast<int32_t>(x), owed(n, had)); };
+  // Past its declared properties an open object writes only extra members: their distinct keys are costed as
+  // a map's (the shortest taken to be free), whatever its tables' width.
+  const bool extras_only = n.open && static_cast<int32_t>(x) == count;
+  const auto rest = [&] {
+    const int64_t d = owed(n, had);
+    if (extras_only) return d == 0 ? int64_t{1} : 1 + members_bytes(g_, n, d);
+    return object_table(n, n.rest, static_cast<int32_t>(x), d);
+  };
+  const auto after_comma = [&] {
+    if (extras_only) return members_bytes(g_, n, std::max<int64_t>(owed(n, had), 1));
+    return object_table(n, n.after_comma, static_cast<int32_t>(x), owed(n, had));
+  };
   const auto value = [&] {
     return g_.at(n.children[static_cast<int32_t>(f.b) < count ? f.b : static_cast<uint32_t>(count) + 1]).min_bytes;
   };
@@ -267,7 +282,7 @@ int64_t Matcher::object_remaining(const Node& n, const Frame& f) const {
     case kFirst:
     case kFirstSp:
       if (n.required_left[x] == 0 && had >= n.min_count) return 1;
-      return object_table(n, n.after_comma, static_cast<int32_t>(x), owed(n, had));
+      return after_comma();
     case kKey: {  // the declared keys still possible through the trie node
       int64_t best = std::numeric_limits<int64_t>::max() / 4;
       const auto& t = n.trie.nodes[f.b];
@@ -284,8 +299,15 @@ int64_t Matcher::object_remaining(const Node& n, const Frame& f) const {
     case kValue:
     case kValueSp: return value() + rest();
     case kNext: return rest();
-    default: return object_table(n, n.after_comma, static_cast<int32_t>(x), owed(n, had));  // kComma, kCommaSp
+    default: return after_comma();  // kComma, kCommaSp
   }
+}
+
+int64_t Matcher::stack_min_bytes(const Frame* f, std::size_t n) const {
+  if (can_end_stack(f, n)) return 0;
+  int64_t sum = 0;
+  for (std::size_t j = 0; j < n; ++j) sum += remaining(f[j]);
+  return sum;
 }
 
 int64_t Matcher::min_bytes(const StateSet& s) const {
@@ -351,7 +373,7 @@ void Matcher::key(const StateSet& s, int64_t horizon, std::vector<uint32_t>& out
         }
       }
       out.push_back(f[j].node);
-      out.push_back(static_cast<uint32_t>(f[j].phase) | (static_cast<uint32_t>(f[j].depth) << 16));
+      out.push_back(f[j].phase);
       out.push_back(a);
       out.push_back(b);
     }

@@ -188,8 +188,11 @@ std::pair<int32_t, int32_t> key_range(const Node& n, uint32_t x, int64_t members
   int32_t last = std::min(n.next_required[x], count - 1);
   // An optional property keeps every required one still to come: past max_count only the next required fits.
   if (members + 1 + n.required_left[x] > n.max_count) first = n.next_required[x];
-  // Closed, a property leaves only those after it to reach min_count.
-  if (!n.open) last = static_cast<int32_t>(std::min<int64_t>(last, count - 1 - owed(n, members + 1)));
+  // A property leaves only those after it to reach min_count, and, open, its distinct extra keys (all of them
+  // where it has fewer than min_count: key_log.h).
+  const int64_t extra = n.open ? n.extra_keys : 0;
+  if (extra < n.min_count)
+    last = static_cast<int32_t>(std::min<int64_t>(last, count - 1 - owed(n, members + 1) + extra));
   return {first, last};
 }
 
@@ -360,7 +363,7 @@ Step array_byte(const Node& n, Frame f, uint8_t c) {
 }
 
 // kAnyValue: the node the first byte selects, in place of the frame.
-Step any_value_byte(const Node& n, Frame f, uint8_t c) {
+Step any_value_byte(const Node& n, Frame f, uint8_t c, int64_t depth) {
   int32_t to = -1;
   if (c == '"')
     to = n.children[0];
@@ -368,15 +371,14 @@ Step any_value_byte(const Node& n, Frame f, uint8_t c) {
     to = n.children[1];
   else if (c == 't' || c == 'f' || c == 'n')
     to = n.children[2];
-  else if (c == '{' && f.depth < n.max_depth)
+  else if (c == '{' && depth < n.max_depth)
     to = n.children[3];
-  else if (c == '[' && f.depth < n.max_depth)
+  else if (c == '[' && depth < n.max_depth)
     to = n.children[4];
   if (to < 0) return {};
-  Frame g;
-  g.node = static_cast<uint32_t>(to);
-  g.depth = f.depth;
-  return {Op::kReplace, g, -1};
+  f = Frame();
+  f.node = static_cast<uint32_t>(to);
+  return {Op::kReplace, f, -1};
 }
 
 // A byte is allowed when the automaton takes it and the shortest way to an accepting state still fits in

@@ -72,7 +72,7 @@ Step number_byte(const Node& n, Frame f, uint8_t c);
 Step object_byte(const Node& n, Frame f, uint8_t c);
 Step any_object_byte(const Node& n, Frame f, uint8_t c);
 Step array_byte(const Node& n, Frame f, uint8_t c);
-Step any_value_byte(const Node& n, Frame f, uint8_t c);
+Step any_value_byte(const Node& n, Frame f, uint8_t c, int64_t depth);  // `depth`: the frame's (matcher.h)
 Step dfa_byte(const Node& n, Frame f, uint8_t c);
 
 bool num_accepting(uint16_t phase);

@@ -24,6 +24,8 @@ namespace {
 constexpr int64_t kMaxObjectCounter = (int64_t{1} << 31) - 1;
 // Table entries objects under minProperties may add in one schema (16 bytes each).
 constexpr int64_t kMaxObjectTables = int64_t{1} << 20;
+// Table entries under which an open object keeps one column per member owed (below).
+constexpr int64_t kExactObjectTables = int64_t{1} << 12;
 
 MemberCounts member_counts(const Json& s, const std::string& path) {
   MemberCounts c;
@@ -253,8 +255,11 @@ int32_t SchemaCompiler::compile_fields(const Json& s, const Json* extra, const M
                 path << ": too many properties (" << count << ") to count the members of");
   }
   // Past the declared count (at least 1, where after_comma's entries stop differing from rest's by the '}'),
-  // each member owed costs the same (grammar.h: object_table).
+  // each member owed costs at least one more extra member (grammar.h: object_table). Extra members have
+  // distinct keys, each dearer than the one before, so an open object whose tables stay small keeps a column
+  // per member owed and its fewest bytes are exact; a larger one's are a lower bound past the declared count.
   n.need_cap = std::min(counts.min, std::max<int64_t>(count, 1));
+  if (open && (count + 1) * (counts.min + 1) <= kExactObjectTables) n.need_cap = counts.min;
   object_tables_ += (count + 1) * n.need_cap;
   ORBIT_CHECK(object_tables_ <= kMaxObjectTables, path << ".minProperties: " << counts.min << " beside " << count
                                                        << " properties is too large to constrain");

@@ -117,8 +117,10 @@ int64_t TokenMask::count() const {
 // ---- ConstraintMatcher
 
 struct ConstraintMatcher::State {
+  explicit State(const constrain::Grammar& grammar) : keys(grammar) {}
   StateSet set;
   std::string text;
+  constrain::KeyLog keys;  // the keys of the objects open in `text`
   // Computed on first use after each change.
   mutable int complete = -1;
   mutable int can_continue = -1;
@@ -145,7 +147,7 @@ bool walk(const constrain::Matcher& m, const StateSet& from, std::string_view by
 }  // namespace
 
 ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const Constraint> constraint)
-    : constraint_(std::move(constraint)), state_(std::make_unique<State>()) {
+    : constraint_(std::move(constraint)), state_(std::make_unique<State>(parts_of(constraint_).grammar)) {
   parts_of(constraint_).matcher.start(state_->set);
 }
 
@@ -165,8 +167,10 @@ ConstraintMatcher& ConstraintMatcher::operator=(ConstraintMatcher&&) noexcept = 
 ConstraintMatcher::~ConstraintMatcher() = default;
 
 bool ConstraintMatcher::advance(std::string_view bytes) {
+  constrain::KeyLog::Closed closed;
   StateSet after;
-  if (!walk(parts_of(constraint_).matcher, state_->set, bytes, after)) return false;
+  if (!state_->keys.walk(parts_of(constraint_).matcher, state_->set, state_->text, bytes, after, &closed)) return false;
+  state_->keys.add(closed, after);
   state_->set = std::move(after);
   state_->text.append(bytes);
   state_->complete = state_->can_continue = -1;
@@ -175,7 +179,7 @@ bool ConstraintMatcher::advance(std::string_view bytes) {
 
 bool ConstraintMatcher::can_advance(std::string_view bytes) const {
   StateSet after;
-  return walk(parts_of(constraint_).matcher, state_->set, bytes, after);
+  return state_->keys.walk(parts_of(constraint_).matcher, state_->set, state_->text, bytes, after);
 }
 
 bool ConstraintMatcher::complete() const {
@@ -191,13 +195,15 @@ bool ConstraintMatcher::can_continue() const {
 }
 
 int64_t ConstraintMatcher::min_bytes_to_complete() const {
-  return parts_of(constraint_).matcher.min_bytes(state_->set);
+  return state_->keys.need(parts_of(constraint_).matcher, state_->set, state_->text);
 }
 
 int64_t ConstraintMatcher::min_bytes_after(std::string_view bytes) const {
+  const constrain::Matcher& m = parts_of(constraint_).matcher;
+  constrain::KeyLog::Closed closed;
   StateSet after;
-  if (!walk(parts_of(constraint_).matcher, state_->set, bytes, after)) return -1;
-  return parts_of(constraint_).matcher.min_bytes(after);
+  if (!state_->keys.walk(m, state_->set, state_->text, bytes, after, &closed)) return -1;
+  return state_->keys.need(m, after, state_->text, bytes, &closed);
 }
 
 const std::string& ConstraintMatcher::text() const { return state_->text; }
@@ -228,7 +234,6 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Constraint> constraint,
                 "TokenConstraint: end token " << e << " is outside the vocabulary [0, " << vocabulary_->size() << ")");
   }
   cache_ = parts_of(matcher_.constraint_).cache_for(*vocabulary_, Access::trie(*vocabulary_));
-  keys_ = std::make_unique<constrain::KeyLog>(parts_of(matcher_.constraint_).grammar);
 }
 
 TokenConstraint::~TokenConstraint() = default;
@@ -267,7 +272,7 @@ std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask) const {
   const StateSet& now = matcher_.state_->set;
   std::vector<int32_t> suspects;
   bool all = false;
-  keys_->suspects(now, matcher_.text(), trie, suspects, all);
+  keys().suspects(now, matcher_.text(), trie, suspects, all);
   if (all) {
     suspects.resize(static_cast<std::size_t>(vocabulary_->size()));
     std::iota(suspects.begin(), suspects.end(), 0);
@@ -280,21 +285,57 @@ std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask) const {
   for (const int32_t id : suspects) {
     if (!mask.allows(id)) continue;
     const std::optional<std::string>& bytes = bytes_now(id);
-    if (bytes.has_value() && !keys_->walk(m, now, matcher_.text(), *bytes, after)) out.push_back(id);
+    if (bytes.has_value() && !keys().walk(m, now, matcher_.text(), *bytes, after)) out.push_back(id);
   }
   return out;
 }
 
-bool TokenConstraint::write(std::string_view bytes) {
-  constrain::KeyLog::Closed closed;
+const constrain::KeyLog& TokenConstraint::keys() const { return matcher_.state_->keys; }
+
+std::vector<int64_t> TokenConstraint::needs_after(const constrain::MaskEntry& entry, const TokenMask& mask,
+                                                  const std::vector<std::pair<int64_t, int32_t>>& apart) const {
+  const constrain::Matcher& m = parts_of(matcher_.constraint_).matcher;
+  const StateSet& now = matcher_.state_->set;
+  const std::string& text = matcher_.text();
+  std::vector<int64_t> needs(static_cast<std::size_t>(vocabulary_->size()), -1);
+  // The grammar's fewest bytes after each token: the state's own plus the entry's changes (entries are shared
+  // by states whose needs differ by a constant: token_masks.h), or, where too many tokens change them to have
+  // been listed, the matcher's answer per token.
+  const int64_t need_now = m.min_bytes(now);
   StateSet after;
-  ConstraintMatcher::State& state = *matcher_.state_;
-  if (!keys_->walk(parts_of(matcher_.constraint_).matcher, state.set, state.text, bytes, after, &closed)) return false;
-  keys_->add(closed, after);
-  state.set = std::move(after);
-  state.text.append(bytes);
-  state.complete = state.can_continue = -1;
-  return true;
+  for (int64_t id = 0; id < vocabulary_->size(); ++id) {
+    if (!mask.allows(id)) continue;
+    if (entry.differs_complete) {
+      needs[static_cast<std::size_t>(id)] = need_now;
+    } else if (walk(m, now, *vocabulary_->bytes(id), after)) {
+      needs[static_cast<std::size_t>(id)] = m.min_bytes(after);
+    }
+  }
+  if (entry.differs_complete) {
+    for (const auto& [delta, id] : entry.differs) {
+      if (mask.allows(id)) needs[static_cast<std::size_t>(id)] = need_now + delta;
+    }
+  }
+  // Then what distinct keys add: by the state's slack for most tokens, by a walk for those it may not hold for.
+  const constrain::KeyLog::Slack slack = keys().slack(m, now, text);
+  for (int64_t id = 0; id < vocabulary_->size(); ++id) {
+    int64_t& need = needs[static_cast<std::size_t>(id)];
+    if (need < 0) continue;
+    const auto length = static_cast<int64_t>(vocabulary_->bytes(id)->size());
+    need = std::max(need + slack.add, slack.floor - length);
+  }
+  std::vector<int32_t> suspects;
+  keys().budget_suspects(now, text, Access::trie(*vocabulary_), suspects);
+  constrain::KeyLog::Closed closed;
+  for (const int32_t id : suspects) {
+    if (!mask.allows(id)) continue;
+    const std::string& bytes = *vocabulary_->bytes(id);
+    closed.clear();
+    const bool ok = keys().walk(m, now, text, bytes, after, &closed);
+    needs[static_cast<std::size_t>(id)] = ok ? keys().need(m, after, text, bytes, &closed) : -1;
+  }
+  for (const auto& [need, id] : apart) needs[static_cast<std::size_t>(id)] = need;
+  return needs;
 }
 
 TokenMask TokenConstraint::allowed(int64_t remaining) const {
@@ -306,61 +347,40 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
   std::vector<int64_t> apart_ids;
   if (at_start_now()) {
     StateSet after;
+    constrain::KeyLog::Closed closed;
     for (const auto& [id, bytes] : vocabulary_->at_start()) {
       apart_ids.push_back(id);
-      if (bytes.has_value() && !bytes->empty() && walk(m, now, *bytes, after)) {
-        apart.emplace_back(m.min_bytes(after), static_cast<int32_t>(id));
+      closed.clear();
+      if (bytes.has_value() && !bytes->empty() && keys().walk(m, now, matcher_.text(), *bytes, after, &closed)) {
+        apart.emplace_back(keys().need(m, after, matcher_.text(), *bytes, &closed), static_cast<int32_t>(id));
       }
     }
   }
-  const auto is_apart = [&](int64_t id) { return std::binary_search(apart_ids.begin(), apart_ids.end(), id); };
   TokenMask mask;
   mask.complete = entry.complete;
   mask.bits = entry.bits;
   for (int64_t id : apart_ids) set_bit(mask.bits, id, false);
   for (const auto& [need, id] : apart) set_bit(mask.bits, id, true);
   for (int64_t e : options_.end_tokens) set_bit(mask.bits, e, false);
-  const std::vector<int64_t> repeated = repeats(mask);  // the grammar allows them; keys_ does not
+  const std::vector<int64_t> repeated = repeats(mask);  // the grammar allows them; the key log does not
   for (int64_t id : repeated) set_bit(mask.bits, id, false);
-  // Needs after each token: the state's own plus the entry's changes (entries are shared by states whose
-  // needs differ by a constant: token_masks.h).
-  const int64_t need_now = m.min_bytes(now);
-  int64_t most = entry.allowed > 0 ? need_now + entry.max_delta : 0;
-  int64_t least = entry.allowed > 0 ? need_now + entry.min_delta : std::numeric_limits<int64_t>::max();
-  for (const auto& [need, id] : apart) {
-    most = std::max(most, need);
-    least = std::min(least, need);
-  }
-  // What refusing repeated keys adds to the shortest completion is held back from the budget, as far as the
-  // closest token still fits: holding back more would drop the budget altogether (below), and the run would
-  // go on unbudgeted just where it has to finish.
-  if (remaining > 0) {
-    const int64_t held = std::max<int64_t>(0, remaining - keys_->repeat_cost(m, now, matcher_.text()));
-    remaining = std::max(held, std::min(remaining, least));
-  }
-  // The budget: only tokens after which the shortest completion fits in `remaining` bytes (one token per
-  // byte); nothing to drop when every token fits, and dropped when none does.
-  if (remaining < 0 || most <= remaining || (least > remaining && !(mask.complete && !options_.end_tokens.empty()))) {
-    return mask;
-  }
+  if (remaining < 0) return mask;
+  // Nothing to budget when every token fits: the grammar's most after any token, what distinct keys may add to
+  // it (key_log.h: slack), and the tokens judged apart.
+  const constrain::KeyLog::Slack slack = keys().slack(m, now, matcher_.text());
+  int64_t most = entry.allowed > 0 ? m.min_bytes(now) + entry.max_delta + slack.most_add +
+                                         (vocabulary_->max_token_bytes() + 1) * slack.longest_key
+                                   : 0;
+  for (const auto& [need, id] : apart) most = std::max(most, need);
+  if (most <= remaining) return mask;
+  // The budget: only tokens after which the shortest completion, with distinct keys, fits in `remaining` bytes
+  // (one token per byte); dropped when none does.
+  const std::vector<int64_t> needs = needs_after(entry, mask, apart);
   TokenMask budgeted = mask;
-  if (entry.differs_complete) {
-    if (need_now > remaining) std::fill(budgeted.bits.begin(), budgeted.bits.end(), 0);
-    for (const auto& [delta, id] : entry.differs) {
-      if (!is_apart(id)) set_bit(budgeted.bits, id, need_now + delta <= remaining);
-    }
-  } else {
-    // Too many tokens differ to have been listed: ask the matcher for each allowed one.
-    StateSet after;
-    for (int64_t id = 0; id < vocabulary_->size(); ++id) {
-      if (!mask.allows(id) || is_apart(id)) continue;
-      const bool fits = walk(m, now, *vocabulary_->bytes(id), after) && m.min_bytes(after) <= remaining;
-      set_bit(budgeted.bits, id, fits);
-    }
+  for (int64_t id = 0; id < vocabulary_->size(); ++id) {
+    const int64_t need = needs[static_cast<std::size_t>(id)];
+    if (mask.allows(id)) set_bit(budgeted.bits, id, need >= 0 && need <= remaining);
   }
-  for (const auto& [need, id] : apart) set_bit(budgeted.bits, id, need <= remaining);
-  for (int64_t e : options_.end_tokens) set_bit(budgeted.bits, e, false);
-  for (int64_t id : repeated) set_bit(budgeted.bits, id, false);
   const bool ends = budgeted.complete && !options_.end_tokens.empty();
   return ends || budgeted.count() > 0 ? budgeted : mask;
 }
@@ -423,16 +443,16 @@ void TokenConstraint::accept(int64_t token) {
     return;
   }
   const std::optional<std::string>& bytes = bytes_now(token);
-  ORBIT_CHECK(bytes.has_value() && !bytes->empty() && write(*bytes),
+  ORBIT_CHECK(bytes.has_value() && !bytes->empty() && matcher_.advance(*bytes),
               "TokenConstraint::accept: token " << token << " does not continue the constrained text (after "
                                                 << matcher_.text().size() << " bytes)");
   ++accepted_;
 }
 
 void TokenConstraint::accept_text(std::string_view bytes) {
-  ORBIT_CHECK(write(bytes), "TokenConstraint::accept_text: " << bytes.size()
-                                                             << " bytes do not continue the constrained "
-                                                             << "text (after " << matcher_.text().size() << " bytes)");
+  ORBIT_CHECK(matcher_.advance(bytes),
+              "TokenConstraint::accept_text: " << bytes.size() << " bytes do not continue the constrained "
+                                               << "text (after " << matcher_.text().size() << " bytes)");
   text_accepted_ = true;
 }
 
