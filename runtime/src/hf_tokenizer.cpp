@@ -12,6 +12,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/common/json_input.h"
+#include "src/cut_pairs.h"
 #include "src/hf/added_tokens.h"
 #include "src/hf/bpe.h"
 #include "src/hf/json_fields.h"
@@ -120,6 +121,7 @@ class HfTokenizerImpl final : public HfTokenizer {
   std::string source() const override { return source_; }
   bool prefix_stable() const override { return prefix_stable_; }
   Encoding encode_with_bytes(std::string_view text) const override;
+  std::optional<Encoding> encode_rest(std::string_view text, std::size_t at) const override;
 
  private:
   void read_added_tokens(const json& j);
@@ -128,7 +130,8 @@ class HfTokenizerImpl final : public HfTokenizer {
   const std::string& token_of(int64_t id) const;
   void encode_piece(const std::string& text, bool at_start, std::vector<int64_t>& out) const;
   bool find_prefix_stable() const;
-  void encode_piece_bytes(std::string_view piece, std::size_t base, Encoding& out) const;
+  void encode_piece_bytes(std::string_view piece, std::size_t base, bool prepend, Encoding& out) const;
+  bool separates(std::string_view text, std::size_t at) const;
 
   std::string source_;
   std::unique_ptr<hf::Normalizer> normalizer_;
@@ -140,6 +143,7 @@ class HfTokenizerImpl final : public HfTokenizer {
   std::unordered_map<int64_t, size_t> added_by_id_;
   std::unordered_set<int64_t> special_ids_;
   std::unique_ptr<hf::AddedTokenMatcher> raw_matcher_, normalized_matcher_;
+  CharPairs raw_pairs_, normalized_pairs_;  // adjacent characters of the added tokens' patterns (separates)
   Wrapping wrapping_;
   int64_t vocab_size_ = 0, bos_ = -1, eos_ = -1;
   bool prefix_stable_ = false;
@@ -207,6 +211,8 @@ void HfTokenizerImpl::read_added_tokens(const json& j) {
       raw_patterns.push_back(a.content);
     }
   }
+  for (const std::string& p : raw_patterns) raw_pairs_.add_adjacent(p);
+  for (const std::string& p : normalized_patterns) normalized_pairs_.add_adjacent(p);
   raw_matcher_ = std::make_unique<hf::AddedTokenMatcher>(raw, raw_patterns);
   normalized_matcher_ = std::make_unique<hf::AddedTokenMatcher>(normalized, normalized_patterns);
 }
@@ -280,8 +286,9 @@ std::vector<int64_t> HfTokenizerImpl::encode(std::string_view text, bool bos) co
 // encode_piece of a prefix-stable tokenizer (no pre-tokenizer) on `piece`, the text's bytes from `base`, with
 // each token's bytes. The normalized text is built as the per-character normalizer defines it, each of its
 // bytes knowing the character of `piece` it came from (what is prepended belongs to the first character).
-void HfTokenizerImpl::encode_piece_bytes(std::string_view piece, std::size_t base, Encoding& out) const {
-  std::string normalized = normalizer_ ? normalizer_->prepended() : std::string();
+// `prepend` false: `piece` continues a piece that started before it (encode_rest), so nothing is prepended.
+void HfTokenizerImpl::encode_piece_bytes(std::string_view piece, std::size_t base, bool prepend, Encoding& out) const {
+  std::string normalized = normalizer_ && prepend ? normalizer_->prepended() : std::string();
   std::vector<std::size_t> owner(normalized.size(), 0);  // normalized byte -> its character's first byte
   for (std::size_t i = 0; i < piece.size();) {
     const std::size_t n = hf::utf8_length(static_cast<unsigned char>(piece[i]));
@@ -319,8 +326,48 @@ Encoding HfTokenizerImpl::encode_with_bytes(std::string_view text) const {
       out.ids.push_back(s.id);
       out.bytes.push_back({s.begin, s.end});
     } else {
-      encode_piece_bytes(text.substr(s.begin, s.end - s.begin), s.begin, out);
+      encode_piece_bytes(text.substr(s.begin, s.end - s.begin), s.begin, true, out);
     }
+  }
+  return out;
+}
+
+// The safe-cut rule (orbit/runtime/tokenizer.h) at a character boundary `at`: no added token matched in the
+// raw text holds the raw characters around it side by side, none matched in the normalized text holds them
+// as the normalizer maps them (the last of the left one's mapping, the first of the right one's: what stands
+// side by side in a normalized piece that runs across `at`), and the model merges nothing across them.
+// Where a raw piece starts at `at` (an added token ends there) nothing runs across it and the checks only
+// refuse more than they must.
+bool HfTokenizerImpl::separates(std::string_view text, std::size_t at) const {
+  if (at == 0 || at >= text.size() || is_utf8_continuation(static_cast<unsigned char>(text[at]))) return false;
+  std::size_t begin = at - 1;
+  while (begin > 0 && is_utf8_continuation(static_cast<unsigned char>(text[begin]))) --begin;
+  const std::string left(text.substr(begin, at - begin));
+  const std::string right(first_char(text.substr(at)));
+  if (raw_pairs_.holds(left, right)) return false;
+  const std::string mapped_left = normalizer_ ? normalizer_->map_chars(left) : left;
+  const std::string mapped_right = normalizer_ ? normalizer_->map_chars(right) : right;
+  const std::string_view l = last_char(mapped_left), r = first_char(mapped_right);
+  return !normalized_pairs_.holds(l, r) && model_->separates(l, r);
+}
+
+// The raw split of the whole text (added tokens are found scanning from its start), then the pieces from `at`
+// on: the one running across `at` is normalized from `at` without the prepended text, as its continuation.
+std::optional<Encoding> HfTokenizerImpl::encode_rest(std::string_view text, std::size_t at) const {
+  if (!prefix_stable_) return std::nullopt;
+  ORBIT_CHECK(hf::is_valid_utf8(text), source_ << ": the text to encode is not valid UTF-8");
+  if (!separates(text, at)) return std::nullopt;
+  Encoding out;
+  for (const hf::TextSplit& s : raw_matcher_->split(text)) {
+    if (s.end <= at) continue;
+    if (s.id >= 0) {
+      if (s.begin < at) return std::nullopt;  // an added token across `at`: what the rule rules out
+      out.ids.push_back(s.id);
+      out.bytes.push_back({s.begin, s.end});
+      continue;
+    }
+    const std::size_t from = std::max(s.begin, at);
+    encode_piece_bytes(text.substr(from, s.end - from), from, from == s.begin, out);
   }
   return out;
 }

@@ -5,11 +5,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 
 #include "orbit/common/error.h"
 #include "orbit/runtime/hf_tokenizer.h"
+#include "src/cut_pairs.h"
 
 namespace orbit::runtime {
 
@@ -57,7 +60,7 @@ class Llama2cTokenizer final : public Tokenizer {
   }
 
   std::vector<int64_t> encode(std::string_view text, bool bos) const override {
-    return encode_symbols(text, bos, nullptr);
+    return encode_symbols(text, bos, nullptr, true);
   }
 
   // Prefix-stable: the symbols before merging are one per character (or its byte pieces) and the dummy
@@ -67,7 +70,17 @@ class Llama2cTokenizer final : public Tokenizer {
   bool prefix_stable() const override { return true; }
   Encoding encode_with_bytes(std::string_view text) const override {
     Encoding out;
-    out.ids = encode_symbols(text, false, &out.bytes);
+    out.ids = encode_symbols(text, false, &out.bytes, true);
+    return out;
+  }
+
+  // The rest after a cut the safe-cut rule takes (tokenizer.h): the symbols of text[at, end) without the dummy
+  // prefix (which stands before byte 0 only), merged alone.
+  std::optional<Encoding> encode_rest(std::string_view text, std::size_t at) const override {
+    if (!separates(text, at)) return std::nullopt;
+    Encoding out;
+    out.ids = encode_symbols(text.substr(at), false, &out.bytes, false);
+    for (TokenBytes& b : out.bytes) b.begin += at, b.end += at;
     return out;
   }
 
@@ -168,12 +181,13 @@ class Llama2cTokenizer final : public Tokenizer {
   }
 
   // encode(text, bos); with `bytes`, each token's bytes too (what the dummy prefix is in belongs to the
-  // first character).
-  std::vector<int64_t> encode_symbols(std::string_view text, bool bos, std::vector<TokenBytes>* bytes) const {
+  // first character). `dummy` false: no dummy prefix (the rest of a text, encode_rest).
+  std::vector<int64_t> encode_symbols(std::string_view text, bool bos, std::vector<TokenBytes>* bytes,
+                                      bool dummy) const {
     std::vector<int64_t> symbols;
     std::vector<TokenBytes> at;                              // at[i]: symbols[i]'s character
     if (bos) symbols.push_back(kBos), at.push_back({0, 0});  // BOS takes part in merging, as in llama2.c
-    if (!text.empty()) {
+    if (!text.empty() && dummy) {
       auto space = ids_.find(" ");
       ORBIT_CHECK(space != ids_.end(), source_ << ": the vocabulary has no piece \" \" (the dummy prefix)");
       symbols.push_back(space->second);
@@ -185,7 +199,7 @@ class Llama2cTokenizer final : public Tokenizer {
     while (i < text.size()) {
       std::size_t end = i + 1;
       while (end < text.size() && end - i < 4 && is_continuation(static_cast<unsigned char>(text[end]))) ++end;
-      if (i == 0) at.back().end = end;
+      if (i == 0 && dummy) at.back().end = end;
       const std::string group(text.substr(i, end - i));
       auto it = ids_.find(group);
       if (it != ids_.end()) {
@@ -240,12 +254,50 @@ class Llama2cTokenizer final : public Tokenizer {
     return out;
   }
 
+  // The symbol string a character's merges start from, at its `last` (else first) byte: the piece of the
+  // whole character, else the byte piece of that byte; nullopt where there is none (encode throws there).
+  std::optional<std::string_view> symbol_of(std::string_view group, bool last) const {
+    const auto it = ids_.find(std::string(group));
+    if (it != ids_.end()) return std::string_view(pieces_[static_cast<std::size_t>(it->second)]);
+    const int64_t id = byte_ids_[static_cast<unsigned char>(last ? group.back() : group.front())];
+    if (id < 0) return std::nullopt;
+    return std::string_view(pieces_[static_cast<std::size_t>(id)]);
+  }
+
+  // The safe-cut rule (tokenizer.h): `at` splits the text between two code-point groups, and no merge joins
+  // a symbol ending as the left group's does to one starting as the right group's.
+  bool separates(std::string_view text, std::size_t at) const {
+    if (at == 0 || at >= text.size() || is_continuation(static_cast<unsigned char>(text[at]))) return false;
+    std::size_t begin = at - 1;  // the group before `at`: a lead byte and at most three continuation bytes
+    while (begin > 0 && at - begin < 4 && is_continuation(static_cast<unsigned char>(text[begin]))) --begin;
+    if (is_continuation(static_cast<unsigned char>(text[begin]))) return false;  // not one group
+    std::size_t end = at + 1;
+    while (end < text.size() && end - at < 4 && is_continuation(static_cast<unsigned char>(text[end]))) ++end;
+    const auto left = symbol_of(text.substr(begin, at - begin), true);
+    const auto right = symbol_of(text.substr(at, end - at), false);
+    return left && right && !merge_pairs().holds(*left, *right);
+  }
+
+  // Every merge's pair: for each piece, each split of it into two pieces (the merges that make it).
+  const CharPairs& merge_pairs() const {
+    std::call_once(pairs_once_, [this] {
+      for (const std::string& p : pieces_) {
+        for (std::size_t k = 1; k < p.size(); ++k) {
+          if (ids_.count(p.substr(0, k)) > 0 && ids_.count(p.substr(k)) > 0) pairs_.add(p.substr(0, k), p.substr(k));
+        }
+      }
+    });
+    return pairs_;
+  }
+
   std::string source_;
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
   std::unordered_map<std::string, int64_t> ids_;
   int64_t byte_ids_[256];
   bool words_merge_apart_ = true;
+  mutable std::once_flag pairs_once_;
+  mutable CharPairs pairs_;
 };
 
 }  // namespace

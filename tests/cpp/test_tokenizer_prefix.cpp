@@ -4,12 +4,17 @@
 // normalized added tokens, no normalizer and a character normalized into several), on chat renderings,
 // random Unicode, whitespace runs, characters outside the vocabulary and text around added tokens, at every
 // character boundary: where no token straddles the cut, the tokens of the text before it are exactly the
-// tokens that end at or before it. Window::sync's cuts rest on this (tests/cpp/test_sync_cuts.cpp).
+// tokens that end at or before it. Window::sync's cuts rest on this (tests/cpp/test_sync_cuts.cpp). And
+// Tokenizer::encode_rest (the safe-cut rule) at every byte: refused inside characters and at every cut a token
+// of the whole encode straddles (where BPE merges across), and where taken exactly the whole encode's tokens
+// from the cut on, ids and bytes; taken at a share of the cuts (not vacuous).
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -119,7 +124,32 @@ bool char_boundary(const std::string& text, std::size_t at) {
 struct Checked {
   std::size_t cuts = 0;     // character boundaries tried
   std::size_t decided = 0;  // of them, cuts no token straddles (where the claim says something)
+  std::size_t resumed = 0;  // of them, cuts encode_rest took (the safe-cut rule)
 };
+
+// Tokenizer::encode_rest at byte `c` of `text` (whose encode_with_bytes is `e`): refused inside a character,
+// at either end, and wherever a token of the whole encode straddles c (a merge across the cut); where taken,
+// exactly the whole encode's tokens from c on, ids and bytes. Returns whether it was taken.
+bool check_rest(const Tokenizer& tok, const std::string& text, const Encoding& e, std::size_t c) {
+  const std::optional<Encoding> rest = tok.encode_rest(text, c);
+  if (!rest) return false;
+  INFO("encode_rest at byte " << c);
+  REQUIRE(char_boundary(text, c));
+  REQUIRE(c > 0);
+  REQUIRE(c < text.size());
+  std::size_t before = 0;
+  for (const orbit::runtime::TokenBytes& b : e.bytes) {
+    REQUIRE_FALSE((b.begin < c && c < b.end));  // the rule took a cut a token straddles
+    before += b.end <= c ? 1 : 0;
+  }
+  REQUIRE(rest->ids == std::vector<int64_t>(e.ids.begin() + static_cast<std::ptrdiff_t>(before), e.ids.end()));
+  REQUIRE(rest->bytes.size() == rest->ids.size());
+  for (std::size_t i = 0; i < rest->bytes.size(); ++i) {
+    REQUIRE(rest->bytes[i].begin == e.bytes[before + i].begin);
+    REQUIRE(rest->bytes[i].end == e.bytes[before + i].end);
+  }
+  return true;
+}
 
 // The claim of Tokenizer::prefix_stable on `text`, at every character boundary, and encode_with_bytes'
 // invariants. Returns what it checked; fails naming the text and the cut.
@@ -141,8 +171,12 @@ Checked check_text(const Tokenizer& tok, const std::string& text) {
     }
   }
   for (std::size_t c = 0; c <= text.size(); ++c) {
-    if (!char_boundary(text, c)) continue;
+    if (!char_boundary(text, c)) {
+      REQUIRE_FALSE(tok.encode_rest(text, c).has_value());
+      continue;
+    }
     ++done.cuts;
+    done.resumed += check_rest(tok, text, e, c) ? 1 : 0;
     bool straddled = false;
     std::size_t before = 0;
     for (const orbit::runtime::TokenBytes& b : e.bytes) {
@@ -165,10 +199,16 @@ void check_tokenizer(const Tokenizer& tok, const std::vector<std::string>& speci
     const Checked c = check_text(tok, t);
     all.cuts += c.cuts;
     all.decided += c.decided;
+    all.resumed += c.resumed;
   }
-  // Most cuts are decided (the claim says something there): the test is not vacuous.
-  INFO(tok.source() << ": " << all.decided << " of " << all.cuts << " cuts no token straddles");
+  // Most cuts are decided (the claim says something there), and the safe-cut rule takes a share of them: the
+  // test is not vacuous.
+  INFO(tok.source() << ": " << all.decided << " of " << all.cuts << " cuts no token straddles, " << all.resumed
+                    << " taken by encode_rest");
   CHECK(all.decided * 4 > all.cuts);
+  CHECK(all.resumed * 20 > all.decided);
+  std::printf("%s: %zu cuts, %zu no token straddles, %zu taken by encode_rest\n", tok.source().c_str(), all.cuts,
+              all.decided, all.resumed);
 }
 
 const std::vector<std::string> kStorySpecials = {"<|start_story|>", "<|end_story|>", "<unk>", "<tool_call>"};

@@ -79,6 +79,7 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model, const
     ORBIT_CHECK(ia != bpe->vocab_.end() && ib != bpe->vocab_.end() && im != bpe->vocab_.end(),
                 where << ": merge " << rank << " ('" << a << "' + '" << b << "') names a token not in the vocabulary");
     bpe->merges_[pair_key(ia->second, ib->second)] = {rank, im->second};
+    bpe->merge_parts_.emplace_back(ia->second, ib->second);
     ++rank;
   }
   return bpe;
@@ -236,6 +237,31 @@ void BpeModel::tokenize(std::string_view word, std::vector<int64_t>& out, std::v
     cache_bytes_ = 0;
   }
   if (cache_.emplace(std::move(key), std::move(made)).second) cache_bytes_ += size;
+}
+
+std::optional<std::string> BpeModel::symbol_of(std::string_view ch, bool last, bool& unk) const {
+  unk = false;
+  if (vocab_.count(std::string(ch)) > 0) return std::string(ch);
+  if (byte_fallback_ && byte_pieces_ == 256) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", static_cast<unsigned char>(last ? ch.back() : ch.front()));
+    return std::string(name);
+  }
+  if (!unk_id_) return std::nullopt;
+  unk = true;
+  return *by_id_.at(*unk_id_);
+}
+
+bool BpeModel::separates(std::string_view left, std::string_view right) const {
+  if (left.empty() || right.empty()) return false;
+  bool left_unk = false, right_unk = false;
+  const std::optional<std::string> l = symbol_of(left, true, left_unk);
+  const std::optional<std::string> r = symbol_of(right, false, right_unk);
+  if (!l || !r || (left_unk && right_unk && fuse_unk_)) return false;
+  std::call_once(pairs_once_, [this] {
+    for (const auto& [a, b] : merge_parts_) merge_pairs_.add(*by_id_.at(a), *by_id_.at(b));
+  });
+  return !merge_pairs_.holds(*l, *r);
 }
 
 void BpeModel::set_cache_words(std::size_t words) {

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <shared_mutex>
@@ -25,6 +26,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "src/cut_pairs.h"
 
 namespace orbit::runtime::hf {
 
@@ -68,6 +71,15 @@ class BpeModel {
     return !ignore_merges_ && continuing_subword_prefix_.empty() && end_of_word_suffix_.empty() &&
            !(byte_fallback_ && unk_id_ && byte_pieces_ > 0 && byte_pieces_ < 256);
   }
+  // The safe-cut rule's part for the model (Tokenizer::encode_rest, orbit/runtime/tokenizer.h): whether no
+  // merge can join the symbols of `left` (a word's last character) to those of `right` (the next word's
+  // first), in a word where they stand side by side. Each character's symbol at that side is its piece, else
+  // its "<0xNN>" piece at that end (byte fallback), else unk; a merge (a, b) joins them only if a's string
+  // ends as that left symbol does and b's starts as the right one does (a merged token's string is its
+  // parts' strings joined), which the pairs of every merge (collected on first use) rule out. False, too,
+  // where both are unk under fuse_unk (one unk would hold both) or the model drops either (no symbol).
+  // Only for a prefix_stable() model.
+  bool separates(std::string_view left, std::string_view right) const;
   std::size_t cache_words() const { return cache_words_; }
   void set_cache_words(std::size_t words);  // empties the cache; not while another thread tokenizes
 
@@ -99,6 +111,10 @@ class BpeModel {
     std::vector<Bytes> bytes;
   };
 
+  // The string a character's merges start from at its last (else first) byte; unk: whether it is unk;
+  // nullopt when the model drops it.
+  std::optional<std::string> symbol_of(std::string_view ch, bool last, bool& unk) const;
+
   std::unordered_map<std::string, uint32_t> vocab_;
   // Keyed, not indexed: ids need not be dense (Hugging Face accepts any), and a vector sized by the
   // largest id would let one entry with id 2^31 - 1 allocate 16 GiB.
@@ -110,6 +126,9 @@ class BpeModel {
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
   int byte_pieces_ = 0;  // how many of the 256 "<0xNN>" pieces the vocabulary has
   std::size_t cache_words_ = kDefaultCacheWords;
+  std::vector<std::pair<uint32_t, uint32_t>> merge_parts_;  // the merges' (left, right) ids, for the pairs
+  mutable std::once_flag pairs_once_;
+  mutable CharPairs merge_pairs_;  // separates: every merge's (left, right) characters
   mutable std::shared_mutex cache_mutex_;
   mutable std::unordered_map<std::string, Split> cache_;  // word -> its tokens
   mutable std::size_t cache_bytes_ = 0;                   // Σ words' bytes, ids' bytes and Bytes' bytes

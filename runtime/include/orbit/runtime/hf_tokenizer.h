@@ -21,7 +21,8 @@
 // these); a BPE model without ignore_merges, continuing_subword_prefix or end_of_word_suffix, and not byte
 // fallback with an unk_token and some "<0xNN>" pieces but not all; no added token with lstrip, rstrip or
 // single_word. SentencePiece-style files such as TinyStories-656K's are; byte-level ones (GPT-2, Qwen,
-// Llama 3) are not.
+// Llama 3) are not. Prefix-stable ones also resume an encode at a cut (Tokenizer::encode_rest, whose header
+// states the safe-cut rule for tokenizer.json: added tokens' characters, the normalizer's mapping, the merges).
 //
 // Decoding: ids -> tokens (an added token's content, else the model's token) -> the decoder chain -> text.
 // The text is always valid UTF-8: bytes that do not form UTF-8 (a partial character) become U+FFFD, as

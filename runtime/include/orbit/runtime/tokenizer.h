@@ -21,10 +21,12 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,6 +77,46 @@ class Tokenizer {
   // and ends never decrease from one token to the next. Throws orbit::Error, naming the tokenizer, when it is
   // not prefix_stable() (only those report bytes) or as encode does.
   virtual Encoding encode_with_bytes(std::string_view text) const = 0;
+  // Incremental encoding: the tokens of encode(text, false) from byte `at` on, with their bytes in `text`, when
+  // the safe-cut rule below proves that no token of encode(text, false) straddles `at`; then encode(text,
+  // false) is exactly encode(text[0, at), false) followed by them (ids and bytes), so a caller that holds the
+  // tokens of text[0, at) (a prefix_stable() tokenizer's tokens of an earlier text before a cut no token
+  // straddled) encodes only the rest. nullopt where the rule cannot prove it, or `at` is 0, text.size() or not
+  // a character boundary: the caller encodes the whole text. Throws as encode does where it takes the cut
+  // (a byte without a piece; tokenizer.json: text that is not valid UTF-8).
+  //
+  // The safe-cut rule, for a BPE whose merges join two adjacent symbols, the best pair of the moment first
+  // (HF: lowest rank; llama2.c: highest score; the leftmost among equals): if no merge ever joins a symbol
+  // left of `at` to one right of it, the merges left of it happen as they do in text[0, at) alone and those
+  // right of it as in the rest alone (the argument of BpeModel::prefix_stable, runtime/src/hf/bpe.h, on both
+  // sides). A merge across `at` makes a token that holds the last character before `at` (its symbol: itself,
+  // or a "<0xNN>" byte piece, or unk) right next to the first character after it. So the rule takes the cut
+  // exactly when no merge of the vocabulary joins a left part ending in that last character to a right part
+  // starting with that first one (pairs collected once per tokenizer, on first use). That depends on the two
+  // characters alone, not on what the texts hold further away. Where the pair can merge, the cut is refused
+  // even if this text's merges happen not to cross it: whether they do depends on the text around it, which
+  // an earlier encode of other text after the cut does not tell. Per tokenizer:
+  //   - llama2.c: pairs are the splits of each piece into two pieces; symbols per UTF-8 character (a piece,
+  //     else its byte pieces); the rest gets no dummy prefix (that one stands before byte 0). In SentencePiece
+  //     vocabularies, whose pieces hold no space after a non-space, a cut between a non-space and a space is
+  //     always taken.
+  //   - tokenizer.json (prefix-stable ones only, orbit/runtime/hf_tokenizer.h): the pair of raw characters
+  //     must not sit side by side in any added token that matches raw text, the pair as the per-character
+  //     normalizer maps it in no added token that matches normalized text, and the normalized pair's
+  //     symbols in no merge; an unknown character next to another under fuse_unk (one unk for both), and a
+  //     character the model drops (no piece, no byte fallback, no unk), refuse. The rest is normalized with
+  //     the prepended text only where a piece of raw text starts at `at` (after an added token), as encode
+  //     normalizes each piece.
+  // Other tokenizers (the default) always answer nullopt.
+  virtual std::optional<Encoding> encode_rest(std::string_view text, std::size_t at) const {
+    (void)text;
+    (void)at;
+    return std::nullopt;
+  }
+
+  // A number no other Tokenizer object of this process has had: what a memo of a tokenizer's encodings keys
+  // by (an address is reused once its tokenizer is gone).
+  uint64_t serial() const { return serial_; }
 
   // The most bytes one token's piece spells, at least 1: a bound on the bytes any token covers, so a text of
   // more than positions × this many bytes cannot fit `positions` tokens (pieces spell out what they cover;
@@ -89,8 +131,14 @@ class Tokenizer {
   }
 
  private:
+  static uint64_t next_serial() {
+    static std::atomic<uint64_t> last{0};
+    return last.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+
   mutable std::once_flag longest_once_;
   mutable int64_t longest_ = 1;
+  const uint64_t serial_ = next_serial();
 };
 
 // Reads a llama2.c tokenizer file. `expected_vocab` > 0: the file must hold exactly that many pieces
