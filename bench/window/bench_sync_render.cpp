@@ -12,10 +12,13 @@
 //   prepared    the same renders from one prepare (the list converted once), and the ratio;
 //   fresh       plan_sync of a list no earlier sync rendered (a trimmed list: every prefix rendered);
 //   grown       plan_sync of the list after the list without its last message was planned (an agent's next
-//               request: the list only grew);
-// each with the cuts memo off (every prefix rendered) and on, side by side, and the ratio off / on. Both
-// sides must give the same plan (tokens, units, merged boundaries, generation prompt). Not a test: the times
-// depend on the machine and its load; the off and on runs alternate.
+//               request: the list only grew; the memos hold that list alone, and the last message's text is
+//               new at every run, so the BPE word cache never holds the whole rendering, as at a real request);
+// each with the memos off (every prefix rendered, every segment encoded whole) and on, side by side, and the
+// ratio off / on; and grown with the cuts memo on but incremental encoding off (`whole`: the memo of
+// encodings, sync_encode.h, is what `whole` / `grown-on` measures). All sides must give the same plan (tokens,
+// units, merged boundaries, generation prompt). Not a test: the times depend on the machine and its load; the
+// off, whole and on runs alternate.
 //
 // The model: TinyStories-656K (tokenizer.json, prefix-stable) with its positions raised so the longest list
 // fits (a copy of its directory under --cache with config.json's max_position_embeddings changed; plan_sync
@@ -152,8 +155,27 @@ void require_same(const SyncPlan& a, const SyncPlan& b, const std::string& what)
 }
 
 struct Row {
-  double render = 0, tokenize = 0, convert = 0, prepared = 0, fresh_off = 0, fresh_on = 0, grown_off = 0, grown_on = 0;
+  double render = 0, tokenize = 0, convert = 0, prepared = 0, fresh_off = 0, fresh_on = 0, grown_off = 0,
+         grown_whole = 0, grown_on = 0;
 };
+
+// The memos of plan_sync: the cuts memo (step 2) and incremental encoding (step 3).
+enum class Memos { kOff, kCutsOnly, kOn };
+
+void set_memos(Memos m) {
+  detail::set_cuts_memo(m != Memos::kOff);
+  detail::set_incremental_encode(m == Memos::kOn);
+  detail::clear_cuts_memo();
+  detail::clear_encode_memo();
+}
+
+// Seconds of `f`'s thread CPU time, into `best` (the least so far; `first`: none so far).
+void keep_fastest(bool first, double& best, const std::function<void()>& f) {
+  const double t0 = cpu_now();
+  f();
+  const double us = (cpu_now() - t0) * 1e6;
+  best = first ? us : std::min(best, us);
+}
 
 std::vector<runtime::ChatMessage> runtime_list(const std::vector<ChatMessage>& list) {
   std::vector<runtime::ChatMessage> out;
@@ -203,26 +225,35 @@ Row measure(Engine& engine, const std::vector<ChatMessage>& list, const SyncOpti
     row.prepared = r == 0 ? p : std::min(row.prepared, p);
   }
   SyncPlan off, on;
+  std::vector<ChatMessage> grown = list;
   for (int64_t r = 0; r < reps; ++r) {
-    // fresh: the memo forgets every list first; grown: the list before it was planned just before.
-    for (bool memo : {false, true}) {
-      detail::set_cuts_memo(memo);
-      detail::clear_cuts_memo();
-      double& fresh = memo ? row.fresh_on : row.fresh_off;
-      double& grown = memo ? row.grown_on : row.grown_off;
-      const double t0 = cpu_now();
-      (memo ? on : off) = w.plan_sync(list, o);
-      const double t1 = cpu_now();
-      fresh = r == 0 ? (t1 - t0) * 1e6 : std::min(fresh, (t1 - t0) * 1e6);
+    // fresh: the memos forget every list first; grown: they know only the list before it, and its last
+    // message is new text (the BPE word cache has not seen the rendering).
+    for (Memos m : {Memos::kOff, Memos::kCutsOnly, Memos::kOn}) {
+      const bool memo = m == Memos::kOn;
+      if (m != Memos::kCutsOnly) {
+        set_memos(m);
+        keep_fastest(r == 0, memo ? row.fresh_on : row.fresh_off, [&] { (memo ? on : off) = w.plan_sync(list, o); });
+        if (memo) require_same(on, off, what + ", fresh");
+      }
+      set_memos(m);
       (void)w.plan_sync(before, o);
-      const double t2 = cpu_now();
-      (memo ? on : off) = w.plan_sync(list, o);
-      const double t3 = cpu_now();
-      grown = r == 0 ? (t3 - t2) * 1e6 : std::min(grown, (t3 - t2) * 1e6);
-      if (memo) require_same(on, off, what);
+      grown.back().content =
+          list.back().content + " (run " + std::to_string(r) + "." + std::to_string(static_cast<int>(m)) + ")";
+      double& best = m == Memos::kOff ? row.grown_off : (memo ? row.grown_on : row.grown_whole);
+      keep_fastest(r == 0, best, [&] { (void)w.plan_sync(grown, o); });
     }
   }
-  detail::set_cuts_memo(true);
+  // The three ways plan a grown list alike (the timed runs each planned other text).
+  SyncPlan reference;
+  for (Memos m : {Memos::kOff, Memos::kCutsOnly, Memos::kOn}) {
+    set_memos(m);
+    (void)w.plan_sync(before, o);
+    const SyncPlan p = w.plan_sync(list, o);
+    if (m == Memos::kOff) reference = p;
+    if (m != Memos::kOff) require_same(p, reference, what + ", grown");
+  }
+  set_memos(Memos::kOn);
   return row;
 }
 
@@ -237,7 +268,8 @@ int main(int argc, char** argv) {
                      "usage: bench_sync_render [--sizes 25,50,100,200] [--reps 5]\n"
                      "                         [--templates qwen2.5-7b-instruct,llama-3.1-8b-instruct] [--cache DIR]\n"
                      "  plan_sync's rendering (orbit/sync.h steps 1-3) of agent lists of --sizes messages, with the\n"
-                     "  cuts memo off and on (microseconds of thread CPU time, the fastest of --reps). --templates:\n"
+                     "  memos off, the cuts memo alone, and both memos on (the cuts memo and incremental encoding;\n"
+                     "  microseconds of thread CPU time, the fastest of --reps). --templates:\n"
                      "  tests/data/templates/<name>.jinja besides the plain template ('' for none). --cache: where\n"
                      "  the copy of TinyStories-656K with more positions is made (default /tmp/orbit-bench).\n"},
         argc, argv, 1);
@@ -263,18 +295,19 @@ int main(int argc, char** argv) {
     const auto engine = Engine::open(eo);
     std::printf("model %s; microseconds of thread CPU time, the fastest of %lld\n\n", eo.model.c_str(),
                 static_cast<long long>(reps));
-    std::printf("%-22s %4s %7s %8s %9s %9s %6s %9s %9s %6s %9s %9s %6s\n", "template", "N", "render", "tokenize",
-                "prefixes", "prepared", "ratio", "fresh-off", "fresh-on", "ratio", "grown-off", "grown-on", "ratio");
+    std::printf("%-22s %4s %7s %8s %9s %9s %6s %9s %9s %6s %9s %9s %9s %6s %6s\n", "template", "N", "render",
+                "tokenize", "prefixes", "prepared", "ratio", "fresh-off", "fresh-on", "ratio", "grown-off", "whole",
+                "grown-on", "ratio", "whole/");
     for (const auto& [name, source] : templates) {
       SyncOptions o;
       o.chat.chat_template = source;
       o.chat.tools_json = kTools;
       for (int64_t n : sizes) {
         const Row r = measure(*engine, agent_list(n), o, reps, name + ", N = " + std::to_string(n));
-        std::printf("%-22s %4lld %7.0f %8.0f %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f\n", name.c_str(),
-                    static_cast<long long>(n), r.render, r.tokenize, r.convert, r.prepared, r.convert / r.prepared,
-                    r.fresh_off, r.fresh_on, r.fresh_off / r.fresh_on, r.grown_off, r.grown_on,
-                    r.grown_off / r.grown_on);
+        std::printf("%-22s %4lld %7.0f %8.0f %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f %9.0f %9.0f %9.0f %6.2f %6.2f\n",
+                    name.c_str(), static_cast<long long>(n), r.render, r.tokenize, r.convert, r.prepared,
+                    r.convert / r.prepared, r.fresh_off, r.fresh_on, r.fresh_off / r.fresh_on, r.grown_off,
+                    r.grown_whole, r.grown_on, r.grown_off / r.grown_on, r.grown_whole / r.grown_on);
         std::fflush(stdout);
       }
     }

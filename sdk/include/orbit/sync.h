@@ -44,7 +44,10 @@
 //      there the text's one tokenize gives each token's bytes, and a boundary no token straddles passes with
 //      no prefix tokenized (as does the rendering's end, the last text being tokenized with the generation
 //      prompt after it); only boundaries a token straddles tokenize their prefix. The units are the same
-//      either way.
+//      either way. A prefix-stable tokenizer's tokens of each list are kept too (process-wide, at most 64
+//      MiB), and a list that starts with a kept list's messages reuses them up to a cut both renderings share
+//      that no merge can cross (runtime::Tokenizer::encode_rest), tokenizing only the rest: the same tokens
+//      as tokenizing the whole (sdk/src/window/sync_encode.h gives the argument).
 //   4. Content addressing: a unit's key is the content key of its tokens (chunks and turns alike). A unit
 //      of at least SyncOptions::chunk_min_tokens tokens (a tool output, a document) is a chunk: stored
 //      position-free, patched, reusable at any position and recallable after eviction. A shorter unit

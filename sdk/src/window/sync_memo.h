@@ -47,18 +47,57 @@ struct ListRenders {
   std::size_t bytes() const { return text.size() + prefixes.size() * sizeof(PrefixRender) + 128; }
 };
 
-// A bounded, process-wide map from a list's key to its renders, least recently used dropped first.
-// Thread-safe: every call takes its lock; entries are immutable once put.
-class CutsMemo {
+// A bounded map from a list's key to what a memo keeps for that list (`Value`, with bytes()), least recently
+// used dropped first: the cuts memo (ListRenders) and the encodings memo (ListEncodings, sync_encode.h).
+// Thread-safe: every call takes its lock; values are immutable once put.
+template <class Value>
+class ListMemo {
  public:
-  static constexpr std::size_t kMaxBytes = std::size_t{64} << 20;  // Σ ListRenders::bytes()
+  static constexpr std::size_t kMaxBytes = std::size_t{64} << 20;  // Σ Value::bytes()
   static constexpr std::size_t kMaxEntries = 4096;
 
+  // The value under `key`, now the most recently used; null when the memo has none.
+  std::shared_ptr<const Value> get(const Sha256::Digest& key) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    const auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->second;
+  }
   // The longest list the memo knows among `keys` (keys[m - 1]: the key of a list's first m messages): m and
-  // its renders; {0, null} when it knows none.
-  std::pair<std::size_t, std::shared_ptr<const ListRenders>> longest(const std::vector<Sha256::Digest>& keys);
-  void put(const Sha256::Digest& key, std::shared_ptr<const ListRenders> renders);
-  void clear();
+  // its value; {0, null} when it knows none.
+  std::pair<std::size_t, std::shared_ptr<const Value>> longest(const std::vector<Sha256::Digest>& keys) {
+    for (std::size_t m = keys.size(); m > 0; --m) {
+      if (std::shared_ptr<const Value> v = get(keys[m - 1])) return {m, std::move(v)};
+    }
+    return {0, nullptr};
+  }
+  // Keeps `value` under `key`; a key the memo holds keeps its value (the same list gives the same value). A
+  // value over kMaxBytes is not kept.
+  void put(const Sha256::Digest& key, std::shared_ptr<const Value> value) {
+    const std::size_t size = value->bytes();
+    if (size > kMaxBytes) return;
+    const std::lock_guard<std::mutex> lock(mu_);
+    const auto known = index_.find(key);
+    if (known != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, known->second);
+      return;
+    }
+    while (!lru_.empty() && (bytes_ + size > kMaxBytes || lru_.size() >= kMaxEntries)) {
+      bytes_ -= lru_.back().second->bytes();
+      index_.erase(lru_.back().first);
+      lru_.pop_back();
+    }
+    lru_.emplace_front(key, std::move(value));
+    index_.emplace(key, lru_.begin());
+    bytes_ += size;
+  }
+  void clear() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    index_.clear();
+    lru_.clear();
+    bytes_ = 0;
+  }
 
  private:
   struct DigestHash {
@@ -68,12 +107,14 @@ class CutsMemo {
       return h;
     }
   };
-  using Lru = std::list<std::pair<Sha256::Digest, std::shared_ptr<const ListRenders>>>;
+  using Lru = std::list<std::pair<Sha256::Digest, std::shared_ptr<const Value>>>;
   std::mutex mu_;
   Lru lru_;  // most recently used first
-  std::unordered_map<Sha256::Digest, Lru::iterator, DigestHash> index_;
+  std::unordered_map<Sha256::Digest, typename Lru::iterator, DigestHash> index_;
   std::size_t bytes_ = 0;
 };
+
+using CutsMemo = ListMemo<ListRenders>;
 
 // The memo Window::sync uses (one per process).
 CutsMemo& cuts_memo();
@@ -84,16 +125,18 @@ struct TextCut {
   int64_t message = 0;
 };
 
-// Step 2 (orbit/sync.h): where each of `messages` starts in `text`, their rendering by `tmpl` without the
-// generation prompt (`chat`: them prepared with `options`), in order: the end of the rendering of the messages
-// before it, where that rendering is a proper prefix of `text` past the last boundary; elsewhere (the template
-// refuses the shorter list, or renders it otherwise) the message joins the unit before it and *merged counts
-// it. Reads the prefixes the memo knows and keeps this list's renders, unless the template reads the clock or
-// the memo is off (set_cuts_memo); the boundaries are the same either way.
+// Whether step 2 reads and keeps the renders of lists (the cuts memo): the template is a function of its inputs
+// (ChatTemplate::deterministic) and the memo is on (set_cuts_memo).
+bool cuts_memo_applies(const runtime::ChatTemplate& tmpl);
+
+// Step 2 (orbit/sync.h): where each message of `chat` starts in `text`, their rendering by `tmpl` without the
+// generation prompt, in order: the end of the rendering of the messages before it, where that rendering is a
+// proper prefix of `text` past the last boundary; elsewhere (the template refuses the shorter list, or renders
+// it otherwise) the message joins the unit before it and *merged counts it. `keys`: list_keys of the messages
+// (empty: none computed). Where cuts_memo_applies and there are keys, reads the prefixes the memo knows and
+// keeps this list's renders; the boundaries are the same either way.
 std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat,
-                               const runtime::ChatRenderOptions& options,
-                               const std::vector<runtime::ChatMessage>& messages, const std::string& text,
-                               int64_t* merged);
+                               const std::vector<Sha256::Digest>& keys, const std::string& text, int64_t* merged);
 
 // keys[m - 1]: the key of `messages`' first m messages rendered by `tmpl` with `options`' tools_json and
 // extra_json (SHA-256 over the template's key, the variables and each message's fields, length-prefixed; the

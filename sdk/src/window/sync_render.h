@@ -68,6 +68,15 @@ void clear_cuts_memo();
 // For tests only: how many prefixes of lists step 2 has rendered in this process (what the memo saves).
 int64_t prefix_renders_so_far();
 
+// For tests and benchmarks only: whether step 3 encodes a text segment incrementally from the earlier list's
+// (sync_encode.h; true, the default, for a prefix-stable tokenizer while set_cut_by_token_bytes is on) or
+// encodes each whole. Both give the same Rendering (tests/cpp/test_sync_encode.cpp checks it).
+// clear_encode_memo forgets every list's encodings. Process-wide; safe to call from any thread.
+void set_incremental_encode(bool on);
+void clear_encode_memo();
+// For tests only: how many tokens step 3 has taken from earlier lists' encodings in this process.
+int64_t tokens_reused_so_far();
+
 // A chunk's label: the role(s) and the start of the first message's text.
 std::string unit_label(const std::vector<ChatMessage>& messages, const SyncUnit& u);
 

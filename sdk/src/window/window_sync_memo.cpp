@@ -12,43 +12,6 @@
 
 namespace orbit::detail {
 
-std::pair<std::size_t, std::shared_ptr<const ListRenders>> CutsMemo::longest(const std::vector<Sha256::Digest>& keys) {
-  const std::lock_guard<std::mutex> lock(mu_);
-  for (std::size_t m = keys.size(); m > 0; --m) {
-    const auto it = index_.find(keys[m - 1]);
-    if (it == index_.end()) continue;
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return {m, it->second->second};
-  }
-  return {0, nullptr};
-}
-
-void CutsMemo::put(const Sha256::Digest& key, std::shared_ptr<const ListRenders> renders) {
-  const std::size_t size = renders->bytes();
-  if (size > kMaxBytes) return;
-  const std::lock_guard<std::mutex> lock(mu_);
-  const auto known = index_.find(key);
-  if (known != index_.end()) {  // the same list again: its renders are the same
-    lru_.splice(lru_.begin(), lru_, known->second);
-    return;
-  }
-  while (!lru_.empty() && (bytes_ + size > kMaxBytes || lru_.size() >= kMaxEntries)) {
-    bytes_ -= lru_.back().second->bytes();
-    index_.erase(lru_.back().first);
-    lru_.pop_back();
-  }
-  lru_.emplace_front(key, std::move(renders));
-  index_.emplace(key, lru_.begin());
-  bytes_ += size;
-}
-
-void CutsMemo::clear() {
-  const std::lock_guard<std::mutex> lock(mu_);
-  index_.clear();
-  lru_.clear();
-  bytes_ = 0;
-}
-
 CutsMemo& cuts_memo() {
   static CutsMemo memo;
   return memo;
@@ -115,15 +78,15 @@ std::vector<TextCut> cuts_of(const runtime::ChatTemplate& tmpl, const runtime::P
 
 }  // namespace
 
+bool cuts_memo_applies(const runtime::ChatTemplate& tmpl) {
+  return tmpl.deterministic() && use_cuts_memo.load(std::memory_order_relaxed);
+}
+
 std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat,
-                               const runtime::ChatRenderOptions& options,
-                               const std::vector<runtime::ChatMessage>& messages, const std::string& text,
-                               int64_t* merged) {
-  const bool memo = tmpl.deterministic() && use_cuts_memo.load(std::memory_order_relaxed);
-  std::vector<Sha256::Digest> keys;
+                               const std::vector<Sha256::Digest>& keys, const std::string& text, int64_t* merged) {
+  const bool memo = !keys.empty() && cuts_memo_applies(tmpl);
   KnownRenders known;
   if (memo) {
-    keys = list_keys(tmpl, options, messages);
     std::tie(known.count, known.renders) = cuts_memo().longest(keys);
     if (known.renders != nullptr) {
       const std::string& k = known.renders->text;
@@ -134,7 +97,7 @@ std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime:
   }
   auto renders = std::make_shared<ListRenders>();
   std::vector<TextCut> cuts = cuts_of(tmpl, chat, text, known, *renders, merged);
-  if (memo && !keys.empty()) {
+  if (memo) {
     renders->text = text;
     cuts_memo().put(keys.back(), std::move(renders));
   }

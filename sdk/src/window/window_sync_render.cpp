@@ -16,6 +16,7 @@
 #include "orbit/sync.h"
 #include "orbit/tool_calls.h"
 #include "text/text_bound.h"
+#include "window/sync_encode.h"
 #include "window/sync_memo.h"
 #include "window/sync_render.h"
 #include "window/window_state.h"
@@ -318,11 +319,13 @@ int64_t message_at(std::size_t at, const std::vector<Cut>& cuts, const std::vect
 }
 
 // A text segment of the rendering (the text between chunk parts): bytes [begin, end), the message it starts
-// in, and its tokens when they are known already (tail_with_prompt), else encoded by add_segment.
+// in, its number among the segments, and its tokens when they are known already (tail_with_prompt), else
+// encoded by add_segment.
 struct Segment {
   std::size_t begin = 0;
   std::size_t end = 0;
   int64_t first = 0;
+  std::size_t index = 0;
   std::optional<runtime::Encoding> tokens;
 };
 
@@ -330,15 +333,35 @@ bool by_token_bytes(const runtime::Tokenizer& tok) {
   return tok.prefix_stable() && cut_by_token_bytes.load(std::memory_order_relaxed);
 }
 
+// Step 3's encodes with bytes (a prefix-stable tokenizer): each segment's from the earlier list's same segment
+// where the encodings memo holds that list (sync_encode.h), each kept for the next list.
+struct Encoder {
+  const runtime::Tokenizer& tok;
+  bool incremental = false;                            // detail::encodes_incrementally
+  std::shared_ptr<const detail::ListEncodings> known;  // the earlier list's; null: none
+  std::shared_ptr<detail::ListEncodings> made;         // this list's (incremental only)
+
+  // encode_with_bytes(text) of segment `index` (its text, or that text and the generation prompt's).
+  runtime::Encoding operator()(std::size_t index, std::string_view text) {
+    if (!incremental) return tok.encode_with_bytes(text);
+    const detail::SegmentEncoding* k =
+        known != nullptr && index < known->segments.size() ? &known->segments[index] : nullptr;
+    runtime::Encoding e = detail::encode_reusing(tok, text, k);
+    if (made->segments.size() <= index) made->segments.resize(index + 1);
+    made->segments[index] = {std::string(text), e};
+    return e;
+  }
+};
+
 // Step 3 on a text segment: its tokens, cut at the message boundaries inside it where the tokens allow.
-void add_segment(const runtime::Tokenizer& tok, const std::string& text, const std::vector<Cut>& cuts, Segment seg,
-                 Rendering& out) {
+void add_segment(Encoder& encode, const std::string& text, const std::vector<Cut>& cuts, Segment seg, Rendering& out) {
+  const runtime::Tokenizer& tok = encode.tok;
   const std::string segment = text.substr(seg.begin, seg.end - seg.begin);
   runtime::Encoding whole;
   if (seg.tokens) {
     whole = std::move(*seg.tokens);
   } else if (by_token_bytes(tok)) {
-    whole = tok.encode_with_bytes(segment);
+    whole = encode(seg.index, segment);
   } else {
     whole.ids = tok.encode(segment, false);
   }
@@ -412,7 +435,8 @@ void add_generation_prompt(const detail::EngineCore& core, const Renderer& rende
 // renders the list otherwise with it, no prompt, a straddled end, text that does not fit), and
 // add_generation_prompt decides after the segment is added, as for other tokenizers (its errors as before).
 std::optional<std::vector<int64_t>> tail_with_prompt(const detail::EngineCore& core, const Renderer& render,
-                                                     std::size_t n, const std::string& text, Segment& tail) {
+                                                     std::size_t n, const std::string& text, Segment& tail,
+                                                     Encoder& encode) {
   const runtime::Tokenizer& tok = core.tokenizer();
   if (!by_token_bytes(tok)) return std::nullopt;
   std::string with_prompt;
@@ -420,7 +444,7 @@ std::optional<std::vector<int64_t>> tail_with_prompt(const detail::EngineCore& c
   try {
     with_prompt = render(n, true);
     if (with_prompt.size() == text.size() || !starts_with(with_prompt, text)) return std::nullopt;
-    all = tok.encode_with_bytes(fitting(core, std::string_view(with_prompt).substr(tail.begin), render.caller));
+    all = encode(tail.index, fitting(core, std::string_view(with_prompt).substr(tail.begin), render.caller));
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -454,22 +478,31 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   const Renderer render{chat, chat.tmpl->prepare(msgs, ro), caller};
 
   const std::string text = render(n, false);
-  const std::vector<Cut> cuts = detail::text_cuts(*chat.tmpl, render.messages, ro, msgs, text, &out.merged);
-  const std::vector<Marker> marks = find_markers(text, out.parts, caller);
   const runtime::Tokenizer& tok = core.tokenizer();
+  Encoder encode{tok, by_token_bytes(tok) && detail::encodes_incrementally(tok), nullptr, nullptr};
+  std::vector<Sha256::Digest> keys;
+  if (encode.incremental || detail::cuts_memo_applies(*chat.tmpl)) keys = detail::list_keys(*chat.tmpl, ro, msgs);
+  const std::vector<Cut> cuts = detail::text_cuts(*chat.tmpl, render.messages, keys, text, &out.merged);
+  const std::vector<Marker> marks = find_markers(text, out.parts, caller);
   detail::check_text_fits(
       text, core.config().max_position_embeddings, [&] { return tok.longest_piece_bytes(); },
       std::string(caller) + ": the rendered messages");
+  if (encode.incremental) {
+    encode.known = detail::known_encodings(keys, tok);
+    encode.made = std::make_shared<detail::ListEncodings>();
+  }
   std::size_t from = 0;
-  for (const Marker& m : marks) {
-    add_segment(tok, text, cuts, {from, m.begin, message_at(from, cuts, marks, out.parts), std::nullopt}, out);
-    add_part(core, m.part, out);
-    from = m.end;
+  for (std::size_t i = 0; i < marks.size(); ++i) {
+    add_segment(encode, text, cuts, {from, marks[i].begin, message_at(from, cuts, marks, out.parts), i, std::nullopt},
+                out);
+    add_part(core, marks[i].part, out);
+    from = marks[i].end;
   }
   const std::size_t tail_tokens = out.tokens.size();
-  Segment tail{from, text.size(), message_at(from, cuts, marks, out.parts), std::nullopt};
-  std::optional<std::vector<int64_t>> prompt = tail_with_prompt(core, render, n, text, tail);
-  add_segment(tok, text, cuts, std::move(tail), out);
+  Segment tail{from, text.size(), message_at(from, cuts, marks, out.parts), marks.size(), std::nullopt};
+  std::optional<std::vector<int64_t>> prompt = tail_with_prompt(core, render, n, text, tail, encode);
+  add_segment(encode, text, cuts, std::move(tail), out);
+  if (encode.incremental) detail::encode_memo().put(detail::encoding_key(keys.back(), tok.serial()), encode.made);
   set_end_messages(n, out.spans);
   const int64_t positions = core.config().max_position_embeddings;
   ORBIT_CHECK(positions <= 0 || static_cast<int64_t>(out.tokens.size()) <= positions,

@@ -1,0 +1,69 @@
+// Step 3's incremental encoding (orbit/sync.h): the tokens of a rendering's text segments, reused from the
+// list before it. An agent's next list is its last list and a few more messages, so its rendering starts with
+// the last rendering (often further: a generation prompt is how the next assistant message starts), and for a
+// tokenizer without a pre-tokenizer the whole rendering is one BPE word, encoded anew at every request
+// (16.5 ms of a 200-message list's 18-25 ms sync, before this). With the memo, a segment's encode reuses the
+// tokens of the earlier list's same segment up to a cut both texts share and encodes only the rest.
+//
+// Why the tokens are what a whole encode gives. Let K be the earlier segment's text, T the new one, c a byte
+// offset with K[0, c) = T[0, c). The tokenizer is prefix-stable (runtime::Tokenizer::prefix_stable), so when
+// no token of K straddles c, the tokens of K that end at or before c are exactly encode(T[0, c)); and where
+// the safe-cut rule takes c in T (runtime::Tokenizer::encode_rest: no merge can join the characters around c),
+// encode(T) is encode(T[0, c)) followed by encode_rest(T, c). So encode_reusing tries the token ends of K at or
+// before the texts' common prefix, latest first, and takes the first c that both hold for; T = K[0, c) needs
+// no rest. Byte spans come out as encode_with_bytes gives them (tests/cpp/test_sync_encode.cpp compares the two
+// over growing, trimmed and edited lists).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "orbit/common/sha256.h"
+#include "orbit/runtime/tokenizer.h"
+#include "window/sync_memo.h"
+
+namespace orbit::detail {
+
+// One text segment as step 3 encoded it: the text (the last segment with the generation prompt's text after
+// it, when tail_with_prompt encoded it so) and its tokens with their bytes.
+struct SegmentEncoding {
+  std::string text;
+  runtime::Encoding tokens;
+};
+
+// The encodings of one list's text segments, in text order.
+struct ListEncodings {
+  std::vector<SegmentEncoding> segments;
+  std::size_t bytes() const {
+    std::size_t n = 128;
+    for (const SegmentEncoding& s : segments)
+      n += s.text.size() + s.tokens.ids.size() * (sizeof(int64_t) + sizeof(runtime::TokenBytes));
+    return n;
+  }
+};
+
+// The memo of encodings (one per process), keyed by encoding_key: a list's key (list_keys) and the tokenizer.
+using EncodeMemo = ListMemo<ListEncodings>;
+EncodeMemo& encode_memo();
+
+// The memo's key of a list (`list`, from list_keys) encoded by the tokenizer with serial `tokenizer`
+// (runtime::Tokenizer::serial): SHA-256 over both.
+Sha256::Digest encoding_key(const Sha256::Digest& list, uint64_t tokenizer);
+
+// Whether step 3 encodes incrementally for `tok`: prefix-stable, and the switch (set_incremental_encode) on.
+bool encodes_incrementally(const runtime::Tokenizer& tok);
+
+// The encodings the memo holds of the longest list among `keys` (list_keys of this list) encoded by `tok`;
+// null when it holds none.
+std::shared_ptr<const ListEncodings> known_encodings(const std::vector<Sha256::Digest>& keys,
+                                                     const runtime::Tokenizer& tok);
+
+// tok.encode_with_bytes(text), reusing `known`'s tokens (null: none) up to the latest cut the header's argument
+// allows; counts the reused tokens (tokens_reused_so_far). `tok` must be prefix-stable.
+runtime::Encoding encode_reusing(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding* known);
+
+}  // namespace orbit::detail

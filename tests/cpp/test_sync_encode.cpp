@@ -1,0 +1,244 @@
+// Step 3's incremental encoding (sdk/src/window/sync_encode.h): a segment encoded from the earlier list's tokens
+// up to a cut both texts share (orbit::detail::encode_reusing) is exactly the whole encode, ids and bytes, for both
+// bundled prefix-stable tokenizers (TinyStories-656K's tokenizer.json, stories260K's llama2.c file; and a variant
+// of the first whose normalizer maps a character into several): over agents
+// whose lists grow, get trimmed and edited (edits inside multi-byte characters, so the texts part mid-character)
+// under several templates; from every prefix of a rendering, including the ends BPE merges across once the
+// text goes on (the safe-cut rule refuses those and an earlier cut is taken). And plan_sync with incremental
+// encoding on and off (orbit::detail::set_incremental_encode) gives the same plan, reusing most tokens when a list
+// grew.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <sstream>
+
+#include "orbit/engine.h"
+#include "orbit/runtime/chat_template.h"
+#include "orbit/runtime/hf_tokenizer.h"
+#include "orbit/runtime/tokenizer.h"
+#include "orbit/sync.h"
+#include "orbit/window.h"
+#include "orbit_catch.h"
+#include "sync_cuts_support.h"
+#include "sync_test_support.h"
+#include "test_helpers.h"
+#include "window/sync_encode.h"
+#include "window/sync_memo.h"
+#include "window/sync_render.h"
+
+namespace {
+
+using namespace orbit;
+using orbit::test::sync_cuts::content;
+using orbit::test::sync_cuts::random_list;
+using orbit::test::sync_cuts::require_same;
+using orbit::test::sync_support::msg;
+using orbit::test::sync_support::sentence;
+
+// The two bundled tokenizers, and TinyStories-656K's with a normalizer that maps a character into several
+// ("e" into "▁h", "\n" into "▁▁"), whose tokens may share a character: a token that ends where the next one
+// starts inside the same character leaves no cut there.
+std::vector<std::unique_ptr<runtime::Tokenizer>> tokenizers() {
+  std::vector<std::unique_ptr<runtime::Tokenizer>> out;
+  out.push_back(runtime::load_tokenizer(std::string(ORBIT_MODELS_DIR) + "/tinystories-656k"));
+  out.push_back(runtime::load_tokenizer(std::string(ORBIT_MODELS_DIR) + "/stories260K/tok512.bin", 512));
+  std::ifstream in(std::string(ORBIT_MODELS_DIR) + "/tinystories-656k/tokenizer.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers",
+       {{{"type", "Replace"}, {"pattern", {{"String", "e"}}}, {"content", "\xE2\x96\x81h"}},
+        {{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+        {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}},
+        {{"type", "Replace"}, {"pattern", {{"String", "\n"}}}, {"content", "\xE2\x96\x81\xE2\x96\x81"}}}}};
+  out.push_back(runtime::parse_hf_tokenizer(j.dump(), "", "tinystories-656k, 'e' normalized into two"));
+  return out;
+}
+
+// The templates of sync_cuts_support.h and two model templates (their special tokens spelled out in text).
+std::vector<std::string> templates() {
+  std::vector<std::string> out = orbit::test::sync_cuts::kTemplates;
+  for (const char* name : {"qwen2.5-7b-instruct", "llama-3.1-8b-instruct"}) {
+    std::ifstream in(std::filesystem::path(ORBIT_TEST_DATA_DIR) / "templates" / (std::string(name) + ".jinja"));
+    std::stringstream text;
+    text << in.rdbuf();
+    out.push_back(text.str());
+  }
+  return out;
+}
+
+// Characters whose last byte an edit changes, so the earlier and the later text part inside the character.
+const std::vector<std::pair<std::string, std::string>> kFlips = {
+    {"\xC3\xA9", "\xC3\xA8"},                   // é -> è
+    {"\xE4\xBD\xA0", "\xE4\xBD\x80"},           // 你 -> 佀
+    {"\xF0\x9F\x99\x82", "\xF0\x9F\x99\x83"}};  // 🙂 -> 🙃
+
+// One step of an agent's list: mostly appends, sometimes a trim of the oldest turns, an edit, or a flip of a
+// multi-byte character's last byte (after appending such characters to a message).
+void step(std::mt19937_64& rng, std::vector<ChatMessage>& list) {
+  const std::size_t r = rng() % 10;
+  if (r < 5 || list.size() < 4) {
+    for (std::size_t k = 1 + rng() % 2; k > 0; --k) list.push_back(random_list(rng, 1).front());
+  } else if (r == 5) {
+    list.erase(list.begin() + 1, list.begin() + 3);
+  } else if (r == 6) {
+    list[rng() % list.size()].content = content(rng);
+  } else {
+    ChatMessage& m = r == 7 ? list.back() : list[rng() % list.size()];
+    for (const auto& [from, to] : kFlips) {
+      const std::size_t at = m.content.find(from);
+      if (at != std::string::npos) {
+        m.content.replace(at, from.size(), to);
+        return;
+      }
+    }
+    m.content += " caf\xC3\xA9 \xE4\xBD\xA0\xF0\x9F\x99\x82" + sentence(rng, 1);
+  }
+}
+
+void require_same_encoding(const runtime::Encoding& got, const runtime::Encoding& want) {
+  REQUIRE(got.ids == want.ids);
+  REQUIRE(got.bytes.size() == want.bytes.size());
+  for (std::size_t i = 0; i < got.bytes.size(); ++i) {
+    INFO("token " << i);
+    REQUIRE(got.bytes[i].begin == want.bytes[i].begin);
+    REQUIRE(got.bytes[i].end == want.bytes[i].end);
+  }
+}
+
+// `list` rendered with the generation prompt, as step 3 encodes its last segment; nullopt where the template
+// refuses it.
+std::optional<std::string> rendered(const runtime::ChatTemplate& t, const std::vector<ChatMessage>& list) {
+  std::vector<runtime::ChatMessage> rl;
+  for (const ChatMessage& m : list) {
+    runtime::ChatMessage r{m.role, m.content, m.name, m.tool_call_id, {}};
+    for (const ChatToolCall& c : m.tool_calls) r.tool_calls.push_back({c.id, c.name, c.arguments});
+    rl.push_back(std::move(r));
+  }
+  runtime::ChatRenderOptions o;
+  o.add_generation_prompt = true;
+  try {
+    return t.render(rl, o);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("an agent's renderings encoded from the last one's tokens are the whole encodes", "[sync_encode]") {
+  for (const auto& tok : tokenizers()) {
+    REQUIRE(tok->prefix_stable());
+    std::mt19937_64 rng(21);
+    int64_t reused = 0, tokens = 0;
+    for (const std::string& source : templates()) {
+      const runtime::ChatTemplate t(source.empty() ? std::string(kPlainChatTemplate) : source, "test");
+      for (int agent = 0; agent < 2; ++agent) {
+        std::vector<ChatMessage> list = {msg("system", "You tell short stories.")};
+        std::optional<orbit::detail::SegmentEncoding> last;
+        for (int request = 0; request < 16; ++request) {
+          step(rng, list);
+          const std::optional<std::string> text = rendered(t, list);
+          if (!text) continue;
+          INFO(tok->source() << ", template '" << source.substr(0, 60) << "', agent " << agent << ", request "
+                             << request << ", text '" << *text << "'");
+          const int64_t before = orbit::detail::tokens_reused_so_far();
+          runtime::Encoding got = orbit::detail::encode_reusing(*tok, *text, last ? &*last : nullptr);
+          reused += orbit::detail::tokens_reused_so_far() - before;
+          tokens += static_cast<int64_t>(got.ids.size());
+          require_same_encoding(got, tok->encode_with_bytes(*text));
+          last = orbit::detail::SegmentEncoding{*text, std::move(got)};  // the next one reuses what this one made
+        }
+      }
+    }
+    std::printf("%s: %lld of %lld tokens reused\n", tok->source().c_str(), static_cast<long long>(reused),
+                static_cast<long long>(tokens));
+    CHECK(reused * 2 > tokens);  // most of a growing list's tokens come from the last one
+  }
+}
+
+TEST_CASE("a rendering encoded from each of its prefixes is the whole encode", "[sync_encode]") {
+  for (const auto& tok : tokenizers()) {
+    std::mt19937_64 rng(22);
+    int64_t refused = 0;  // ends of a prefix that its own tokens leave whole but the text's merge across
+    for (const std::string& source : orbit::test::sync_cuts::kTemplates) {
+      const runtime::ChatTemplate t(source.empty() ? std::string(kPlainChatTemplate) : source, "test");
+      std::vector<ChatMessage> list = {msg("system", "You tell short stories.")};
+      for (int k = 0; k < 6; ++k) step(rng, list);
+      const std::string text = rendered(t, list).value();
+      const runtime::Encoding whole = tok->encode_with_bytes(text);
+      for (std::size_t c = 1; c < text.size(); ++c) {
+        if ((static_cast<unsigned char>(text[c]) & 0xC0) == 0x80) continue;
+        INFO(tok->source() << ", text '" << text << "', earlier text its first " << c << " bytes");
+        const orbit::detail::SegmentEncoding earlier{text.substr(0, c), tok->encode_with_bytes(text.substr(0, c))};
+        require_same_encoding(orbit::detail::encode_reusing(*tok, text, &earlier), whole);
+        bool straddled = false;
+        for (const runtime::TokenBytes& b : whole.bytes) straddled = straddled || (b.begin < c && c < b.end);
+        if (straddled) {
+          CHECK_FALSE(tok->encode_rest(text, c).has_value());
+          ++refused;
+        }
+      }
+    }
+    CHECK(refused > 0);  // the ends BPE merges across were met, and refused
+  }
+}
+
+TEST_CASE("plan_sync encodes incrementally as it encodes whole", "[sync_encode]") {
+  struct On {
+    ~On() { orbit::detail::set_incremental_encode(true); }
+  } restore;
+  EngineOptions eo;
+  eo.model = orbit::test::stories_path();
+  eo.pool_bytes = int64_t{16} << 20;
+  eo.page_size = 16;
+  eo.background = BackgroundMode::kInline;
+  const std::vector<std::shared_ptr<Engine>> engines = {orbit::test::sync_support::open_engine(), Engine::open(eo)};
+  std::mt19937_64 rng(23);
+  for (const auto& engine : engines) {
+    orbit::detail::clear_encode_memo();
+    int64_t reused = 0;
+    for (const std::string& tmpl : orbit::test::sync_cuts::kTemplates) {
+      Window w = engine->new_window();
+      const SyncOptions o = orbit::test::sync_support::options(tmpl.c_str(), 8 + static_cast<int64_t>(rng() % 24));
+      std::vector<ChatMessage> list = {msg("system", "You tell short stories.")};
+      for (int request = 0; request < 12; ++request) {
+        step(rng, list);
+        INFO("template '" << tmpl << "', request " << request << ", " << list.size() << " messages");
+        orbit::detail::set_incremental_encode(false);
+        const SyncPlan whole = w.plan_sync(list, o);
+        orbit::detail::set_incremental_encode(true);
+        const int64_t before = orbit::detail::tokens_reused_so_far();
+        const SyncPlan incremental = w.plan_sync(list, o);
+        reused += orbit::detail::tokens_reused_so_far() - before;
+        require_same(incremental, whole);
+        if (rng() % 2 == 0) w.sync(list, incremental);
+      }
+    }
+    CHECK(reused > 0);
+  }
+}
+
+TEST_CASE("a list that only grew encodes little more than its new message", "[sync_encode]") {
+  const auto engine = orbit::test::sync_support::open_engine();
+  orbit::detail::clear_encode_memo();
+  std::mt19937_64 rng(24);
+  const Window w = engine->new_window();
+  const SyncOptions o = orbit::test::sync_support::options(orbit::test::sync_support::kRunOnTemplate, 16);
+  std::vector<ChatMessage> list = {msg("system", "You tell short stories.")};
+  std::size_t last_tokens = 0;
+  for (int request = 0; request < 10; ++request) {
+    list.push_back(msg(request % 2 ? "assistant" : "user", sentence(rng, 2 + static_cast<int>(rng() % 6))));
+    const int64_t before = orbit::detail::tokens_reused_so_far();
+    const SyncPlan plan = w.plan_sync(list, o);
+    const int64_t reused = orbit::detail::tokens_reused_so_far() - before;
+    INFO("request " << request << ": " << reused << " of " << plan.tokens.size() << " tokens reused, " << last_tokens
+                    << " before");
+    // All but the last few tokens of the last list (its generation prompt, the word its end merges with).
+    if (request > 0) CHECK(reused + 8 >= static_cast<int64_t>(last_tokens));
+    last_tokens = plan.tokens.size();
+  }
+}
