@@ -262,12 +262,4 @@ at::Tensor gqa_attention(const AttentionStep& s) {
   return attend(s.q, rotate(c.rope, s.keys.k, s.key_tables), s.keys.v, s.query_index, gqa_scale(c), s.tail_causal);
 }
 
-at::Tensor gqa_attention_batch(const ModelConfig& c, const at::Tensor& q, const KeyBatch& keys) {
-  const int64_t B = keys.batch, S = keys.keys;
-  const at::Tensor k = rotate(c.rope, keys.content.k, *keys.tables);
-  return attend_batch(q, k.view({B, S, k.size(1), k.size(2)}),
-                      keys.content.v.view({B, S, keys.content.v.size(1), keys.content.v.size(2)}), *keys.query_index,
-                      gqa_scale(c));
-}
-
 }  // namespace orbit::runtime::detail

@@ -6,7 +6,6 @@
 //   queries(config, weights, h, tables)  -> the computed tokens' queries, rotated (row-wise: a batched
 //                                           forward runs it once over every sequence's tokens)
 //   attention(step)                      -> one sequence's [R, num_heads · v_head_dim()] before o_proj
-//   attention_batch(.., q, keys)         -> the same for B sequences of R queries over padded keys
 // Keys of every token (past ‖ input) arrive in content form with their angles; a family rotates (and
 // for MLA expands) them itself, so relocation is the same function as the forward's RoPE.
 #pragma once
@@ -66,17 +65,6 @@ struct AttentionStep {
   const ops::PagedAttentionInputs* paged = nullptr;
 };
 
-// The keys of B sequences that attend together (the blocked path of a batched forward), each padded to the
-// longest one's S keys: row b·S + s is sequence b's key s; rows past a sequence's own keys are zero, and no
-// query sees them (a key index above query_index is masked).
-struct KeyBatch {
-  int64_t batch = 0;              // B
-  int64_t keys = 0;               // S (the longest sequence's keys)
-  LayerKV content;                // k [B·S, H_k, d_k], v [B·S, H_v, d_v]: content form (before rotation)
-  const ops::RopeTables* tables;  // cos/sin of each row's angles [B·S, rotary_dim/2] (zero on padding)
-  const at::Tensor* query_index;  // int64 [B, R]: the last key index each query sees
-};
-
 // attend() for B sequences of R queries each: q [B, R, H, d_k], k [B, S, H_kv, d_k], v [B, S, H_kv, d_v],
 // query_index [B, R]; returns [B, R, H·d_v]. For B = 1 it computes exactly what attend() computes there.
 // On the CPU in float32, bfloat16 or float16 with heads of at most 32, no more queries than keys, and every query
@@ -97,8 +85,6 @@ LayerKV gqa_content(const ModelConfig& config, const LayerWeights& weights, cons
 at::Tensor gqa_queries(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& h,
                        const ops::RopeTables& tables);
 at::Tensor gqa_attention(const AttentionStep& step);
-// B sequences' queries q [B, R, H, head_dim] over their padded keys: [B, R, H·head_dim].
-at::Tensor gqa_attention_batch(const ModelConfig& config, const at::Tensor& q, const KeyBatch& keys);
 
 // MLA (DeepSeek-V2): content = pre-rotation k_pe [R, 1, d_rope] and latent c_KV [R, 1, r_kv].
 LayerKV mla_content(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& h);
@@ -110,10 +96,12 @@ at::Tensor mla_attention(const AttentionStep& step);
 // latent; k_pe rotated by `tables` ([S, rotary_dim/2]), or left unrotated when null.
 std::pair<at::Tensor, at::Tensor> mla_keys(const ModelConfig& config, const LayerWeights& weights,
                                            const LayerKV& content, const ops::RopeTables* tables);
+// mla_keys written into k [S, H, d_nope + d_rope] and v [S, H, d_v] (any strides: rows of a batch's slot),
+// with no key or value tensor of its own; the same numbers as mla_keys.
+void mla_keys_into(const ModelConfig& config, const LayerWeights& weights, const LayerKV& content,
+                   const ops::RopeTables* tables, const at::Tensor& k, const at::Tensor& v);
 
 // The factor q·k is multiplied by before the softmax: 1/sqrt(head_dim), MLA's with its YaRN softmax scaling.
 double attention_scale(const ModelConfig& config);
-at::Tensor mla_attention_batch(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& q,
-                               const KeyBatch& keys);
 
 }  // namespace orbit::runtime::detail

@@ -55,29 +55,31 @@ double mla_scale(const ModelConfig& c) {
 
 }  // namespace
 
-std::pair<at::Tensor, at::Tensor> mla_keys(const ModelConfig& c, const LayerWeights& w, const LayerKV& content,
-                                           const ops::RopeTables* tables) {
+void mla_keys_into(const ModelConfig& c, const LayerWeights& w, const LayerKV& content, const ops::RopeTables* tables,
+                   const at::Tensor& k, const at::Tensor& v) {
   const MlaConfig& m = c.mla;
   const int64_t S = content.k.size(0), H = c.num_heads;
   const at::Tensor kv =
       dense(content.v.reshape({S, m.kv_lora_rank}), w.wkv_b).view({S, H, m.qk_nope_head_dim + m.v_head_dim});
-  const at::Tensor k_nope = kv.narrow(2, 0, m.qk_nope_head_dim);
-  const at::Tensor v = kv.narrow(2, m.qk_nope_head_dim, m.v_head_dim);
+  k.narrow(2, 0, m.qk_nope_head_dim).copy_(kv.narrow(2, 0, m.qk_nope_head_dim));
+  v.copy_(kv.narrow(2, m.qk_nope_head_dim, m.v_head_dim));
+  // k_pe is one head's, shared by every head.
   const at::Tensor pe = tables != nullptr ? rotate(c.rope, content.k, *tables) : content.k;
-  const at::Tensor k_pe = pe.expand({S, H, m.qk_rope_head_dim});
-  return {at::cat({k_nope, k_pe}, 2), v.contiguous()};
+  k.narrow(2, m.qk_nope_head_dim, m.qk_rope_head_dim).copy_(pe.expand({S, H, m.qk_rope_head_dim}));
+}
+
+std::pair<at::Tensor, at::Tensor> mla_keys(const ModelConfig& c, const LayerWeights& w, const LayerKV& content,
+                                           const ops::RopeTables* tables) {
+  const int64_t S = content.k.size(0), H = c.num_heads;
+  at::Tensor k = at::empty({S, H, c.head_dim}, content.v.options());
+  at::Tensor v = at::empty({S, H, c.mla.v_head_dim}, content.v.options());
+  mla_keys_into(c, w, content, tables, k, v);
+  return {k, v};
 }
 
 at::Tensor mla_attention(const AttentionStep& s) {
   const auto [k, v] = mla_keys(s.config, s.weights, s.keys, &s.key_tables);
   return attend(s.q, k, v, s.query_index, mla_scale(s.config), s.tail_causal);
-}
-
-at::Tensor mla_attention_batch(const ModelConfig& c, const LayerWeights& w, const at::Tensor& q, const KeyBatch& keys) {
-  const auto [k, v] = mla_keys(c, w, keys.content, keys.tables);
-  const int64_t B = keys.batch, S = keys.keys;
-  return attend_batch(q, k.view({B, S, k.size(1), k.size(2)}), v.view({B, S, v.size(1), v.size(2)}), *keys.query_index,
-                      mla_scale(c));
 }
 
 double attention_scale(const ModelConfig& c) {

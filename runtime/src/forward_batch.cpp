@@ -3,10 +3,10 @@
 //   prepare_sequence     per sequence (forward_sequence.h): its input, past, positions, rope tables, checks
 //   x                    every sequence's computed tokens' hidden states, concatenated [N = Σ R_i, hidden]
 //   per layer            norm, content (K/V) and queries over all N rows at once; attention per sequence
-//                        (CUDA) or per group of sequences with the same R (CPU: the kernel over each
-//                        member's own rows, kernel_groups, or the blocked products over padded keys), and for
-//                        sequences whose past is a decode cache's slot per group over its buffers
-//                        (cached_attention.cpp, every device); output projection and MLP over all N rows
+//                        (CUDA) or per group of sequences with the same R (CPU: each member's keys written
+//                        into its own slot of the group's buffers, AttentionGroup, and attend_batch over
+//                        them), and for sequences whose past is a decode cache's slot per group over its
+//                        buffers (cached_attention.cpp, every device); output projection and MLP over all N rows
 //   logits               the rows asked for (each sequence's last, or all of its rows), one LM-head product
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -28,12 +28,10 @@ namespace orbit::runtime {
 namespace detail {
 namespace {
 
-// The members of a group with their key angles padded (one copy per member, once per forward), or for the
-// kernel the buffers its layers write keys into.
-AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members, bool kernel) {
+// The members of a group and the two buffers its layers write their keys and values into.
+AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members) {
   AttentionGroup g;
   g.members = std::move(members);
-  g.kernel = kernel;
   const SequencePass& first = b.seqs[g.members.front()];
   g.queries = first.rows;
   const int64_t B = static_cast<int64_t>(g.members.size());
@@ -43,21 +41,19 @@ AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members, 
     qi.push_back(b.seqs[i].query_index);
   }
   g.query_index = B == 1 ? first.query_index.unsqueeze(0) : at::stack(qi);
-  if (kernel) {
-    const ModelConfig& c = b.model.config();
-    const at::TensorOptions where = at::TensorOptions().dtype(b.model.dtype()).device(b.model.device());
-    g.keys_buffer = at::empty({B, g.keys, c.num_kv_heads, c.head_dim}, where);
-    g.values_buffer = at::empty({B, g.keys, c.num_kv_heads, c.head_dim}, where);
-  } else if (B == 1) {
-    g.tables = first.rope.key;
-  } else {
-    const at::Tensor& cos = first.rope.key.cos;
-    g.tables.cos = at::zeros({B * g.keys, cos.size(1)}, cos.options());
-    g.tables.sin = at::zeros({B * g.keys, cos.size(1)}, cos.options());
+  const ModelConfig& c = b.model.config();
+  const int64_t heads = c.attention() == AttentionKind::kMla ? c.num_heads : c.num_kv_heads;
+  const at::TensorOptions where = at::TensorOptions().dtype(b.model.dtype()).device(b.model.device());
+  g.keys_buffer = at::empty({B, g.keys, heads, c.head_dim}, where);
+  g.values_buffer = at::empty({B, g.keys, heads, c.v_head_dim()}, where);
+  // The blocked products read every row of a slot, masking the scores of those after a member's keys; a
+  // masked score's weight is 0, but 0 times an uninitialised value can be NaN, so those rows hold zeros.
+  if (!cpu_attention_kernel_takes(c.head_dim, c.v_head_dim(), b.model.dtype())) {
     for (int64_t j = 0; j < B; ++j) {
-      const ops::RopeTables& t = b.seqs[g.members[static_cast<std::size_t>(j)]].rope.key;
-      g.tables.cos.narrow(0, j * g.keys, t.cos.size(0)).copy_(t.cos);
-      g.tables.sin.narrow(0, j * g.keys, t.sin.size(0)).copy_(t.sin);
+      const SequencePass& s = b.seqs[g.members[static_cast<std::size_t>(j)]];
+      const int64_t n = s.past->length + s.tokens;
+      g.keys_buffer[j].narrow(0, n, g.keys - n).zero_();
+      g.values_buffer[j].narrow(0, n, g.keys - n).zero_();
     }
   }
   if (B * g.queries != b.total_rows) {
@@ -81,59 +77,39 @@ std::vector<AttentionGroup> make_groups(const BatchPass& b) {
     by_rows[R].push_back(i);
   }
   std::vector<AttentionGroup> groups;
-  const bool kernel = kernel_groups(b.model);
-  for (int64_t R : order) groups.push_back(make_group(b, std::move(by_rows[R]), kernel));
+  for (int64_t R : order) groups.push_back(make_group(b, std::move(by_rows[R])));
   return groups;
 }
 
-// Layer l's keys of a group, content form, each member padded to the group's S keys (zero rows after its
-// own): its contiguous past's, then its input's content.
-LayerKV group_keys(const BatchPass& b, const AttentionGroup& g, const std::vector<LayerKV>& contents, int64_t l) {
+// Layer l's keys of a group into its buffers: member j's past's keys, then its input's, rotated by its own
+// angles (MLA's expanded from the latent) into rows [0, its keys) of slot j, its values beside them. The
+// past and the input are written apart (no copy joins them), as a single forward writes them.
+void write_group_keys(const BatchPass& b, const AttentionGroup& g, const std::vector<LayerKV>& contents, int64_t l) {
   const Model& m = b.model;
-  if (g.members.size() == 1) return sequence_keys(m, b.seqs[g.members.front()], contents[g.members.front()], l);
-  const int64_t B = static_cast<int64_t>(g.members.size());
-  const LayerKV& any = contents[g.members.front()];
-  LayerKV out{at::zeros({B * g.keys, any.k.size(1), any.k.size(2)}, any.k.options()),
-              at::zeros({B * g.keys, any.v.size(1), any.v.size(2)}, any.v.options())};
-  for (int64_t j = 0; j < B; ++j) {
-    const std::size_t i = g.members[static_cast<std::size_t>(j)];
-    const ForwardPast& fp = *b.seqs[i].past;
-    const LayerKV& c = contents[i];
-    const int64_t n = fp.length + c.k.size(0);
-    at::Tensor k = out.k.narrow(0, j * g.keys, n), v = out.v.narrow(0, j * g.keys, n);
-    if (fp.length > 0) {
-      const LayerKV& p = fp.past->layers[static_cast<std::size_t>(l)];
-      at::cat_out(k, {p.k.to(m.device(), m.dtype()), c.k}, 0);
-      at::cat_out(v, {p.v.to(m.device(), m.dtype()), c.v}, 0);
+  const ModelConfig& c = m.config();
+  const LayerWeights& w = m.weights().layers[static_cast<std::size_t>(l)];
+  const bool mla = c.attention() == AttentionKind::kMla;
+  auto write = [&](const LayerKV& kv, const ops::RopeTables& t, const at::Tensor& k, const at::Tensor& v) {
+    if (mla) {
+      mla_keys_into(c, w, kv, &t, k, v);
     } else {
-      k.copy_(c.k);
-      v.copy_(c.v);
+      rotate_into(c.rope, k, kv.k, t);
+      v.copy_(kv.v);
     }
-  }
-  return out;
-}
-
-// Layer l's keys of a kernel group into its buffers: member j's past's and input's keys rotated by its own
-// angles into rows [0, its keys) of slot j, its values beside them; nothing padded or zero-filled.
-void write_kernel_keys(const BatchPass& b, const AttentionGroup& g, const std::vector<LayerKV>& contents, int64_t l) {
-  const Model& m = b.model;
-  const RopeConfig& rope = m.config().rope;
+  };
   for (std::size_t j = 0; j < g.members.size(); ++j) {
     const std::size_t i = g.members[j];
     const ForwardPast& fp = *b.seqs[i].past;
     const ops::RopeTables& t = b.seqs[i].rope.key;
-    const LayerKV& c = contents[i];
-    const int64_t P = fp.length, T = c.k.size(0);
+    const int64_t P = fp.length, T = contents[i].k.size(0);
     const at::Tensor k = g.keys_buffer.select(0, static_cast<int64_t>(j)),
                      v = g.values_buffer.select(0, static_cast<int64_t>(j));
     if (P > 0) {
       const LayerKV& p = fp.past->layers[static_cast<std::size_t>(l)];
-      rotate_into(rope, k.narrow(0, 0, P), p.k.to(m.device(), m.dtype()),
-                  {t.cos.narrow(0, 0, P), t.sin.narrow(0, 0, P)});
-      v.narrow(0, 0, P).copy_(p.v);
+      write({p.k.to(m.device(), m.dtype()), p.v.to(m.device(), m.dtype())},
+            {t.cos.narrow(0, 0, P), t.sin.narrow(0, 0, P)}, k.narrow(0, 0, P), v.narrow(0, 0, P));
     }
-    rotate_into(rope, k.narrow(0, P, T), c.k, {t.cos.narrow(0, P, T), t.sin.narrow(0, P, T)});
-    v.narrow(0, P, T).copy_(c.v);
+    write(contents[i], {t.cos.narrow(0, P, T), t.sin.narrow(0, P, T)}, k.narrow(0, P, T), v.narrow(0, P, T));
   }
 }
 
@@ -146,22 +122,15 @@ void place_rows(at::Tensor& out, const at::Tensor& rows, const at::Tensor& o) {
   }
 }
 
-// Layer l's attention over the groups (blocked path, padded keys), into `out`.
-void grouped_attention(const BatchPass& b, const LayerWeights& w, int64_t l, const std::vector<LayerKV>& contents,
-                       const at::Tensor& q, at::Tensor& out) {
-  const ModelConfig& c = b.model.config();
-  const bool mla = c.attention() == AttentionKind::kMla;
+// Layer l's attention over the groups, into `out`.
+void grouped_attention(const BatchPass& b, int64_t l, const std::vector<LayerKV>& contents, const at::Tensor& q,
+                       at::Tensor& out) {
+  const double scale = attention_scale(b.model.config());
   for (const AttentionGroup& g : b.groups) {
     const int64_t B = static_cast<int64_t>(g.members.size());
     const at::Tensor qg = (g.rows.defined() ? q.index_select(0, g.rows) : q).view({B, g.queries, q.size(1), q.size(2)});
-    at::Tensor o;
-    if (g.kernel) {
-      write_kernel_keys(b, g, contents, l);
-      o = attend_batch(qg, g.keys_buffer, g.values_buffer, g.query_index, attention_scale(c));
-    } else {
-      const KeyBatch keys{B, g.keys, group_keys(b, g, contents, l), &g.tables, &g.query_index};
-      o = mla ? mla_attention_batch(c, w, qg, keys) : gqa_attention_batch(c, qg, keys);
-    }
+    write_group_keys(b, g, contents, l);
+    const at::Tensor o = attend_batch(qg, g.keys_buffer, g.values_buffer, g.query_index, scale);
     place_rows(out, g.rows, o.view({B * g.queries, o.size(2)}));
   }
 }
@@ -218,7 +187,7 @@ at::Tensor run_layer(const BatchPass& b, int64_t l, const at::Tensor& x, std::ve
   const at::Tensor q = mla ? mla_queries(c, w, h, b.query_tables) : gqa_queries(c, w, h, b.query_tables);
   at::Tensor attention = at::empty({b.total_rows, c.num_heads * c.v_head_dim()}, x.options());
   if (b.grouped) {
-    grouped_attention(b, w, l, contents, q, attention);
+    grouped_attention(b, l, contents, q, attention);
   } else {
     sequence_attention(b, w, l, contents, q, attention);
   }
@@ -341,13 +310,6 @@ std::vector<SequencePass> prepare_all(const Model& m, const std::vector<Sequence
 }
 
 }  // namespace
-
-bool kernel_groups(const Model& m) {
-  const ModelConfig& c = m.config();
-  return !m.device().is_cuda() && c.attention() == AttentionKind::kGqa &&
-         cpu_attention_kernel_takes(c.head_dim, c.head_dim, m.dtype());
-}
-
 }  // namespace detail
 
 std::vector<ForwardResult> Model::forward_batch(const std::vector<SequenceForward>& batch) const {

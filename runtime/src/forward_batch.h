@@ -1,7 +1,6 @@
 // Internal to the runtime: one Model::forward_batch (forward_batch.cpp) as its parts see it: the prepared
-// sequences, and the groups of sequences that attend together on the CPU (over keys padded to the longest
-// member's, or laid out for the CPU kernel: kernel_groups) or over a decode cache's buffers
-// (cached_attention.cpp).
+// sequences, and the groups of sequences that attend together on the CPU (each member's keys in its own
+// slot of the group's buffers) or over a decode cache's buffers (cached_attention.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,20 +14,24 @@
 
 namespace orbit::runtime::detail {
 
-// Sequences that attend together on the blocked path: the same number R > 0 of computed tokens, contiguous or
-// paged pasts gathered.
+// Sequences that attend together on the CPU: the same number R > 0 of computed tokens, contiguous or paged
+// pasts gathered. Each layer writes member j's keys (rotated; MLA's expanded from the latent) and values into
+// slot j of two buffers allocated once per forward, and attend_batch reads them as they lie:
+//
+//   keys_buffer   [B, S, H_k, d_k]    slot j:  rows [0, P_j)            its past (P_j tokens)
+//   values_buffer [B, S, H_k, d_v]             rows [P_j, P_j + T_j)    its input (T_j tokens)
+//                                              rows [P_j + T_j, S)      never written: zeroed once where the
+//                                                                       blocked products read them, else
+//                                                                       uninitialised
+//
+// H_k is num_kv_heads (GQA) or num_heads (MLA); d_k head_dim, d_v v_head_dim(). No query reads a key after
+// its query_index: the kernel stops there, the blocked products mask the rest.
 struct AttentionGroup {
   std::vector<std::size_t> members;  // batch indices, ascending
   at::Tensor rows;                   // int64 [B·R]: their rows in the batch (undefined: every row, in order)
   int64_t queries = 0;               // R
   int64_t keys = 0;                  // S: the most keys (past + input tokens) of a member
-  ops::RopeTables tables;            // the members' key angles, padded to S each: [B·S, rotary_dim/2]
-                                     // (undefined for the kernel, which rotates each member by its own)
   at::Tensor query_index;            // int64 [B, R]
-  // Attended by the CPU kernel (kernel_groups): each layer writes member j's keys, rotated, and values into
-  // rows [0, its keys) of slot j of keys_buffer and values_buffer [B, S, H_kv, d], allocated once per forward;
-  // the rows after a member's own keys are never written, nor read (a query reads rows up to its query_index).
-  bool kernel = false;
   at::Tensor keys_buffer, values_buffer;
 };
 
@@ -65,14 +68,6 @@ struct BatchPass {
   std::vector<AttentionGroup> groups;
   std::vector<CachedGroup> cached;
 };
-
-// Whether a forward on `m` attends its groups on the CPU through the CPU attention kernel (GQA at heads it
-// takes: cpu_attention_kernel_takes), each member's keys rotated into its own slot of buffers kept for the
-// forward (AttentionGroup::kernel), rather than as the blocked products do: every layer's keys copied into
-// zero-filled buffers padded to the longest member's, and rotated whole with padded angle tables (MLA,
-// wider heads). The padded copies cost more than the products' calls they save once a group's keys reach
-// megabytes: fresh buffers every layer, mapped and faulted in afresh (bench/batch/README.md).
-bool kernel_groups(const Model& m);
 
 // The cached groups of a batch (every sequence whose past is a decode cache's slot), their slots grown to
 // hold this forward's rows and those rows' positions written. Throws when one slot is read twice.

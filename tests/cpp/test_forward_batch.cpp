@@ -10,7 +10,9 @@
 #include <numeric>
 
 #include "forward_batch_cases.h"
+#include "ops/cpu_features.h"
 #include "orbit/common/error.h"
+#include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
 #include "src/forward_batch.h"
 #include "test_helpers.h"
@@ -52,24 +54,106 @@ TEST_CASE("forward_batch: every sequence gets its own forward's logits and conte
   check_model(*load_model(std::string(ORBIT_MODELS_DIR) + "/tinystories-656k"), "tinystories-656k");
 }
 
-TEST_CASE("forward_batch on the CPU: groups at the kernel's heads are laid out for it, others padded") {
-  namespace rd = orbit::runtime::detail;
-  // The bundled models' heads (8 and 16 wide) are the CPU attention kernel's: their groups write each
-  // member's keys into its own slot, with no padded copies, zero fill or padded angle tables.
-  CHECK(rd::kernel_groups(*load_model(orbit::test::stories_path())));
-  CHECK(rd::kernel_groups(*load_model(std::string(ORBIT_MODELS_DIR) + "/tinystories-656k")));
-  // MLA and heads wider than 32 keep the padded groups, as the device test models do: the first test case
-  // compares both kinds' batches with single forwards.
-  int padded = 0;
-  for (const std::string& name : orbit::test::device_test_models()) {
-    const auto m = load_model(orbit::test::device_test_model_dir(name));
-    const ModelConfig& c = m->config();
-    const bool takes = c.attention() == AttentionKind::kGqa && c.head_dim <= 32;
-    INFO(name << ": heads " << c.head_dim);
-    CHECK(rd::kernel_groups(*m) == takes);
-    padded += takes ? 0 : 1;
+namespace {
+
+// tiny-mla with heads of 32 + 16 and values of 32: wider than the CPU attention kernel takes (32), so its
+// groups attend by the blocked products, which read every row of a member's slot.
+std::string wide_mla_dir() {
+  static orbit::test::TempDir root;
+  static const std::string dir = [] {
+    GeneratorOptions o;
+    o.config = generator_preset("tiny-mla");
+    o.config.mla.qk_nope_head_dim = 32;
+    o.config.mla.qk_rope_head_dim = 16;
+    o.config.mla.v_head_dim = 32;
+    o.config.head_dim = 48;
+    o.config.rope.head_dim = o.config.rope.rotary_dim = 16;
+    o.seed = 7;
+    o.init_std = 0.05;
+    const std::string d = (root.path() / "mla-wide").string();
+    generate_model(o, d);
+    return d;
+  }();
+  return dir;
+}
+
+// Turns of `tokens` tokens each, one after each past length given (0: no past), at the positions after it.
+struct Turns {
+  std::vector<ForwardInput> inputs;
+  std::vector<std::shared_ptr<PastKV>> pasts;
+  ForwardOptions options;
+  std::vector<SequenceForward> batch() const {
+    std::vector<SequenceForward> out;
+    for (std::size_t i = 0; i < inputs.size(); ++i) out.push_back({&inputs[i], pasts[i].get(), &options});
+    return out;
   }
-  CHECK(padded > 0);
+};
+
+Turns turns_after(const Model& m, int64_t tokens, const std::vector<int64_t>& past_lengths) {
+  Turns t;
+  t.options.logits = LogitsMode::kAll;
+  int64_t seed = 20;
+  for (int64_t P : past_lengths) {
+    t.pasts.push_back(P == 0 ? nullptr : orbit::test::contiguous_past(m, orbit::test::case_tokens(m, P, seed++)));
+    ForwardInput in;
+    in.tokens = orbit::test::case_tokens(m, tokens, seed++);
+    in.positions = at::arange(P, P + tokens, at::kLong);
+    t.inputs.push_back(std::move(in));
+  }
+  return t;
+}
+
+// The largest |batched - alone| over every member's logits and content; CHECKs the logits within the
+// float32 bound.
+double batched_against_alone(const Model& m, const Turns& t) {
+  const std::vector<ForwardResult> together = m.forward_batch(t.batch());
+  REQUIRE(together.size() == t.inputs.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < t.inputs.size(); ++i) {
+    INFO("member " << i << ", past of " << t.inputs[i].positions[0].item<int64_t>());
+    const ForwardResult alone = m.forward(t.inputs[i], t.pasts[i].get(), t.options);
+    REQUIRE(together[i].logits.sizes() == alone.logits.sizes());
+    const double diff = orbit::test::max_abs_diff(together[i].logits, alone.logits);
+    CHECK(diff <= orbit::test::float32_bound(m, 64)(orbit::test::largest(alone.logits), "logits"));
+    worst = std::max(worst, diff);
+    REQUIRE(together[i].content.size() == alone.content.size());
+    for (std::size_t l = 0; l < alone.content.size(); ++l) {
+      worst = std::max({worst, orbit::test::max_abs_diff(together[i].content[l].k, alone.content[l].k),
+                        orbit::test::max_abs_diff(together[i].content[l].v, alone.content[l].v)});
+    }
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("forward_batch: MLA members of uneven lengths get their own forward's numbers, kernel and blocked") {
+  const auto kernel = load_model(orbit::test::device_test_model_dir("mla"));  // heads 16 + 8, values 12
+  const auto wide = load_model(wide_mla_dir());
+  for (const Model* m : {kernel.get(), wide.get()}) {
+    INFO("heads " << m->config().head_dim << ", values " << m->config().v_head_dim());
+    // Members whose keys end far apart (0 to 33 keys in one group of R = 4; 4 to 31 for the decode steps):
+    // in the blocked products a short member's slot is mostly rows it never wrote.
+    const double turns = batched_against_alone(*m, turns_after(*m, 4, {0, 5, 29, 12}));
+    const double steps = batched_against_alone(*m, turns_after(*m, 1, {30, 3, 9}));
+    WARN("MLA heads " << m->config().head_dim << ": largest difference " << std::max(turns, steps));
+  }
+}
+
+TEST_CASE("forward_batch: MLA decode steps of at most 16 rows equal each step alone bit for bit") {
+  // Every product over the batch's rows takes the small-product kernel, whose sums do not depend on the rows
+  // beside them, and each member's keys are expanded from its own latent rows as its forward alone expands
+  // them (past, then input): nothing may differ, whatever the other members' lengths. Without that kernel
+  // (another CPU, ORBIT_CPU_KERNELS=portable) BLAS sums rows by blocks, and only the float32 bound holds.
+  const auto m = load_model(orbit::test::device_test_model_dir("mla"));
+  const double steps = batched_against_alone(*m, turns_after(*m, 1, {30, 3, 9, 1}));
+  const double pairs = batched_against_alone(*m, turns_after(*m, 2, {6, 0, 17}));
+  if (orbit::runtime::ops::avx2_kernels_run()) {
+    CHECK(steps == 0.0);
+    CHECK(pairs == 0.0);
+  } else {
+    WARN("bit-for-bit not checked: the small-product kernel does not run here");
+  }
 }
 
 TEST_CASE("forward_batch: K decode steps of one past together equal the step alone") {

@@ -189,14 +189,15 @@ class Model {
   // options. What is row-wise runs once over every sequence's computed tokens concatenated ([Σ R_i, hidden]:
   // the norms, the Q/K/V and output projections, the MLP, the LM head); attention is each sequence's
   // queries over its own past and its own earlier tokens. On CPU the sequences with the same number of
-  // computed tokens attend together: through the CPU attention kernel (GQA at heads of up to 32), each
-  // member's keys rotated into its own slot of buffers kept for the forward and nothing padded; otherwise
-  // their keys padded to the longest and masked (one rotation and one batched score and value product per
-  // group); on CUDA each attends on its own (the paged kernel, SDPA or the GEMM path, as a single forward
-  // would). Results are in batch order and equal the sequences' single forwards up to the order of float
-  // reductions (tests/cpp/float_tolerance.h). Every sequence must run the same number of layers
-  // (ForwardOptions::max_layers). Throws as forward() does, the message naming the sequence ("forward:
-  // sequence 2: ...") when the batch holds more than one; an empty batch throws.
+  // computed tokens attend together: each member's keys rotated (MLA's expanded from its own latent rows)
+  // into its own slot of two buffers kept for the forward, then one attention per group over them (the CPU
+  // attention kernel at heads of up to 32, reading each member's own rows; the blocked products at wider
+  // heads, the rows after a member's keys zero and masked); on CUDA each attends on its own (the paged
+  // kernel, SDPA or the GEMM path, as a single forward would). Results are in batch order and equal the
+  // sequences' single forwards up to the order of float reductions (tests/cpp/float_tolerance.h). Every
+  // sequence must run the same number of layers (ForwardOptions::max_layers). Throws as forward() does, the
+  // message naming the sequence ("forward: sequence 2: ...") when the batch holds more than one; an empty
+  // batch throws.
   std::vector<ForwardResult> forward_batch(const std::vector<SequenceForward>& batch) const;
 
  private:
