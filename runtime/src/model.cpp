@@ -9,6 +9,7 @@
 
 #include "attention.h"
 #include "forward_sequence.h"
+#include "host_memory.h"
 #include "ops/paged_attention_op.h"
 #include "ops/past_attention_op.h"
 #include "ops/rope_op.h"
@@ -78,6 +79,8 @@ Model::Model(ModelConfig config, ModelWeights weights, std::string origin)
   ORBIT_CHECK(weights_.embed.defined(), origin_ << ": missing tensor 'model.embed_tokens.weight'");
   device_ = weights_.embed.device();
   dtype_ = weights_.embed.scalar_type();
+  // A forward on the CPU frees megabytes the next one allocates again: keep them mapped (host_memory.h).
+  if (device_.is_cpu()) detail::keep_freed_host_memory();
   ORBIT_CHECK(dtype_ == at::kFloat || dtype_ == at::kBFloat16 || dtype_ == at::kHalf,
               origin_ << ": weights are " << dtype_ << "; the compute dtype must be float32, bfloat16 or float16");
   const at::TensorOptions where = at::TensorOptions().dtype(dtype_).device(device_);
