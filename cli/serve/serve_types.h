@@ -175,8 +175,8 @@ struct RunResult {
   std::vector<ToolCallDelta> unstreamed_calls;
   // Streamed runs: a call that went out in pieces the answer does not hold (ToolStreamMismatch); then
   // unstreamed_calls is empty, the choice's stream ends with an error naming the call instead of its closing
-  // chunks (chat: tool_stream_error, run/tool_stream.h; Responses: response.failed), and tool_calls are the
-  // answer's as parsed whole.
+  // chunks (chat: tool_stream_error, run/tool_stream.h; Responses: response.failed), tool_calls are the
+  // answer's as parsed whole, and the answer is not stored (store: true; chat_store_wire.h's storable).
   std::optional<ToolStreamMismatch> tool_stream_mismatch;
   std::string finish_reason;          // "stop", "length", "tool_calls", or "cancelled" (the client left)
   std::vector<int64_t> tokens;        // generated ids (a stop token that ended the run excluded)

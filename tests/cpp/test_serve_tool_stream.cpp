@@ -3,7 +3,8 @@
 // The pieces it lets out, and then the ones its finish leaves in RunResult::unstreamed_calls, must spell the
 // answer's calls exactly (ids, names, arguments), and those must be what parse_tool_calls reads of the whole
 // text (the non-streamed answer); a call's name goes out before the call ends, its arguments in more than
-// one piece. Without a model.
+// one piece; an answer that does not hold a call as it was streamed is a mismatch, and a chat answer with one
+// is not stored. Without a model.
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "orbit_catch.h"
 #include "serve/run/streamed_calls.h"
 #include "serve/run/tool_stream.h"
+#include "serve/stored/chat_store_wire.h"
 
 namespace sv = orbit::serve;
 using orbit::ChatToolCall;
@@ -257,6 +259,25 @@ TEST_CASE("tool stream: an answer that does not hold a call as it was streamed i
   CHECK_FALSE(finished_as(other_arguments, "cancelled").tool_stream_mismatch);
   // The answer streamed: no mismatch.
   CHECK_FALSE(finished_as(kHermes).tool_stream_mismatch);
+}
+
+TEST_CASE("tool stream: a chat answer with a mismatched streamed call is not stored", "[serve]") {
+  // The client was told the choice failed (tool_stream_error): a stored completion would answer a later GET
+  // with calls it never assembled. A Responses response so failed is not stored either (responses_run.h).
+  std::string other_arguments = kHermes;
+  other_arguments.replace(other_arguments.find("\"url\": \"a;b\""), 12, "\"url\": \"c\"");
+  sv::RunResult mismatched = finished_as(other_arguments);
+  REQUIRE(mismatched.tool_stream_mismatch);
+  CHECK_FALSE(sv::storable(mismatched));
+
+  // n > 1: one choice that ended so keeps the whole completion out of the store.
+  sv::RunResult first = finished_as(kHermes);
+  REQUIRE_FALSE(first.tool_stream_mismatch);
+  CHECK(sv::storable(first));
+  first.extra_choices.push_back(finished_as(kHermes));
+  CHECK(sv::storable(first));
+  first.extra_choices.push_back(std::move(mismatched));
+  CHECK_FALSE(sv::storable(first));
 }
 
 TEST_CASE("streamed calls: a reading that does not extend what went out sends nothing of it", "[serve]") {

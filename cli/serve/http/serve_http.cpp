@@ -161,8 +161,9 @@ RunOutcome run_job(ServeCore& core, Job& job, const JobStream& out) {
 }
 
 // Keeps a chat answer the request asked to store (store: true), before the client reads its end: a retrieve
-// right after the answer finds it. A cancelled run, or an error, is not stored. The write's outcome goes in
-// job.stored (a failure is counted: store_write.h).
+// right after the answer finds it. A cancelled run, an error, or a streamed choice that ended with the
+// tool_call_stream_mismatch error is not stored (storable). The write's outcome goes in job.stored (a failure
+// is counted: store_write.h).
 void keep_if_stored(ServeCore& core, Job& job, const RunOutcome& out) {
   if (!job.chat || !job.chat->store || !out.result || !storable(*out.result)) return;
   job.stored = core.chat_completions().put(stored_completion(*job.chat, job.ids, *out.result));

@@ -1,5 +1,7 @@
 #include "serve/stored/chat_store_wire.h"
 
+#include <algorithm>
+
 #include "orbit/common/json_input.h"
 #include "serve/wire/request_invalid.h"
 
@@ -49,11 +51,13 @@ bool metadata_param(const std::string& name) { return name == "model" || name.rf
 }  // namespace chat_store_wire
 
 bool storable(const RunResult& result) {
-  if (result.finish_reason == "cancelled") return false;
-  for (const RunResult& choice : result.extra_choices) {
-    if (choice.finish_reason == "cancelled") return false;
-  }
-  return true;
+  // A choice whose stream ended with the tool_call_stream_mismatch error told its client the answer failed:
+  // the calls it holds are not those the client assembled, so a later GET must not return them as answered.
+  auto finished = [](const RunResult& choice) {
+    return choice.finish_reason != "cancelled" && !choice.tool_stream_mismatch;
+  };
+  if (!finished(result)) return false;
+  return std::all_of(result.extra_choices.begin(), result.extra_choices.end(), finished);
 }
 
 json store_failed_chunk(const ResponseIds& ids, const StoreWrite& write) {

@@ -1,7 +1,8 @@
 // OpenAI's stored chat completions on the wire (no HTTP here; chat_store_http.h serves them, chat_store.h
 // keeps them):
 //   POST   /v1/chat/completions with store: true   the completion is kept (stored_completion) unless the run
-//                                                  was cancelled (storable)
+//                                                  was cancelled or a streamed choice ended with the
+//                                                  tool_call_stream_mismatch error (storable)
 //   GET    /v1/chat/completions/{id}               the chat.completion object as returned, with `metadata`
 //                                                  as last updated (completion_object); no query parameters
 //   GET    /v1/chat/completions                    a cursor page (cursor_page.h) of those objects: after,
@@ -33,7 +34,10 @@
 
 namespace orbit::serve {
 
-// Whether a run's answer may be stored: every choice finished (none cancelled because its client left).
+// Whether a run's answer may be stored: every choice finished (none cancelled because its client left) and
+// none streamed a tool call its answer does not hold (RunResult::tool_stream_mismatch: that choice's stream
+// ended with an error, so the client holds no answer to retrieve later; a Responses API response so failed
+// is not stored either, responses_run.h).
 bool storable(const RunResult& result);
 // The record of a stored chat request's answer: `request` asked for store (its metadata and messages_json),
 // `ids` and `result` are what chat_completion wrote the answer from (every choice of n > 1 included).
