@@ -1,6 +1,6 @@
 // bench_tool_stream: what reading a streamed answer's tool calls costs per token (cli/serve/run/tool_stream.h),
 // the calls read again from the whole text after every token against ToolCallReader (orbit/tool_calls.h),
-// which keeps the complete calls and reads again only the one being written.
+// which keeps the complete calls and reads the one being written as it grows (only the token's bytes).
 //
 // Answers of --calls-list calls (default 1, 2, 4, 8) whose arguments are about --bytes-list bytes each
 // (default 100, 1000, 4000), in the Hermes and Llama 3 formats, as Constraint::tool_calls writes them, cut

@@ -2,7 +2,8 @@
 // parse_tool_calls(text, format, CutToolCall::kCall) of the whole text at every length: fed byte by byte and
 // in random pieces, the reading after each piece must be the whole parse's (names, arguments, cut,
 // cut_name_whole), for well-formed answers of several calls and for those whose calls end early (a block or
-// a ';'-separated object that is not a call, a closing mark inside a string, text after the calls).
+// a ';'-separated object that is not a call, a closing mark inside a string, text after the calls, a NUL
+// byte), and for calls at the corners of JSON as they are written.
 #include <random>
 #include <string>
 #include <vector>
@@ -45,6 +46,16 @@ const std::vector<Answer>& answers() {
       // Text after whole calls stays content, the calls kept.
       {ToolCallFormat::kLlama3, "{\"name\": \"a\", \"parameters\": {\"k\": \"v\"}}; then some words"},
       {ToolCallFormat::kLlama3, "not a call; {\"name\": \"a\", \"parameters\": {}}"},
+      // nlohmann's parser ends a text at a NUL byte: the ';' after it splits nothing, the first object is it.
+      {ToolCallFormat::kLlama3, std::string("{\"name\": \"a\", \"parameters\": {}} ") + '\0' +
+                                    "; {\"name\": \"b\", \"parameters\": {\"k\": 2}}"},
+      // Calls being written, at the corners of JSON: arguments as JSON text cut inside a surrogate pair, a
+      // number past double's range (no call once whole), a string where a ',' goes (cut short until it closes).
+      {ToolCallFormat::kHermes,
+       "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": \\\"\\\\ud83d\\\\ude00 \\\\u00e9\\\"}\"}"
+       "</tool_call><tool_call>{\"name\": \"g\", \"arguments\": {\"n\": 1" +
+           std::string(400, '0') + "e-400, \"m\": 1e999}}</tool_call>"},
+      {ToolCallFormat::kHermes, "<tool_call>{\"name\": \"h\" \"arguments\": {\"a\": 1 2.5}}</tool_call>"},
       {ToolCallFormat::kMistral,
        "Sure. [TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {\"q\": 1}}, {\"name\": \"b\", \"arguments\": {}}]"},
   };
@@ -104,7 +115,7 @@ TEST_CASE("tool call reader: fed in random pieces, reads what the whole text par
 }
 
 TEST_CASE("tool call reader: the answers read calls, and those that end early end them", "[tool_calls]") {
-  const std::vector<std::size_t> expected = {3, 1, 0, 3, 0, 1, 0, 2};
+  const std::vector<std::size_t> expected = {3, 1, 0, 3, 0, 1, 0, 1, 1, 0, 2};
   REQUIRE(answers().size() == expected.size());
   for (std::size_t i = 0; i < answers().size(); ++i) {
     ToolCallReader reader(answers()[i].format);

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,10 +81,13 @@ ToolCallParse parse_tool_calls(std::string_view text, ToolCallFormat format, Cut
 
 // The calls of a text that grows, as a streamed answer does, read after each piece: read() gives what
 // parse_tool_calls(text(), format, CutToolCall::kCall) gives of the calls at every length, at the cost of the
-// text since the last complete call rather than of the whole text. A call complete and followed by what
-// cannot change it (Hermes: its closing mark; Llama 3: the ";" after it) is read once and kept, and so is the
-// end of the calls (a block or object that is not a call); only what follows is read again. Mistral's one
-// array is read whole each time (Constraint::tool_calls writes one call in it).
+// piece appended rather than of the text. A call complete and followed by what cannot change it (Hermes: its
+// closing mark; Llama 3: the ";" after it) is read once and kept, and so is the end of the calls (a block or
+// object that is not a call). The call being written is read as it grows: append() reads only the new bytes
+// of it, and read() copies what they made (a call's arguments) without reading its text again, but for the
+// few tokens between the end of its object and its closing mark or ';', where it is parsed whole. Mistral's
+// one array is read whole each time (Constraint::tool_calls writes one call in it), and so is a Llama 3 text
+// with a NUL byte before its first ';' (nlohmann's parser ends a text there).
 //
 //   ToolCallReader reader(ToolCallFormat::kHermes);
 //   for (const std::string& delta : deltas) {
@@ -101,7 +105,12 @@ struct ToolCallReading {
 
 class ToolCallReader {
  public:
-  explicit ToolCallReader(ToolCallFormat format) : format_(format) {}
+  explicit ToolCallReader(ToolCallFormat format);
+  ~ToolCallReader();
+  ToolCallReader(const ToolCallReader& other);
+  ToolCallReader& operator=(const ToolCallReader& other);
+  ToolCallReader(ToolCallReader&& other) noexcept;
+  ToolCallReader& operator=(ToolCallReader&& other) noexcept;
 
   // Appends `more` to the text; keeps the calls it completes.
   void append(std::string_view more);
@@ -110,8 +119,11 @@ class ToolCallReader {
   const std::string& text() const { return text_; }
 
  private:
+  struct Open;  // the call being written (text/tool_call_open.h)
+
   void keep_hermes();  // keeps the blocks closed since kept_at_
   void keep_llama3();  // keeps the objects a ";" ends since kept_at_
+  void extend_open();  // reads what append() added to the call being written
 
   ToolCallFormat format_;
   std::string text_;
@@ -119,6 +131,8 @@ class ToolCallReader {
   std::vector<ChatToolCall> kept_;  // the complete calls in text_[0, kept_at_)
   bool ended_ = false;              // no call follows kept_ (kept_ is the reading)
   bool broken_ = false;             // Llama 3: the piece before text_[kept_at_] is not a call
+  bool whole_ = false;              // Llama 3: a NUL byte before the first ';': read the text whole each time
+  std::unique_ptr<Open> open_;      // Hermes, Llama 3: the call after kept_, as far as it is read
 };
 
 // How much of `text` can be streamed as content before the answer is over: the bytes before anything that

@@ -10,12 +10,7 @@ namespace orbit::tool_call_cut {
 
 using namespace json_spans;
 
-namespace {
-
-// The JSON string t[at, end) (its opening quote at `at`, its closing one there or cut off) as far as it is
-// whole: a half-written escape or UTF-8 sequence at the cut is left out.
-std::string string_so_far(std::string_view t, std::size_t at, std::size_t end) {
-  const std::string_view s = t.substr(at, end - at);
+std::string string_so_far(std::string_view s) {
   const nlohmann::json whole = parse_json(s);
   if (whole.is_string()) return whole.get<std::string>();
   for (std::size_t drop = 0; drop <= 6 && drop < s.size(); ++drop) {  // "\u00e" or 3 bytes of a 4-byte sequence
@@ -25,7 +20,6 @@ std::string string_so_far(std::string_view t, std::size_t at, std::size_t end) {
   return "";
 }
 
-// `s` less a UTF-8 sequence cut at its end (a token may end inside a character).
 std::string whole_characters(std::string s) {
   std::size_t i = s.size(), continuation = 0;
   while (i > 0 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80 && continuation < 3) --i, ++continuation;
@@ -36,26 +30,21 @@ std::string whole_characters(std::string s) {
   return s;
 }
 
-// One member of the cut object: `key` and its value t[at, end).
-void take_member(const std::string& key, std::string_view t, std::size_t at, std::size_t end, CutCall* out,
-                 bool* from_arguments) {
-  const std::string_view value = t.substr(at, end - at);
+void take_member(const std::string& key, std::string_view value, bool followed, CutCall* out, bool* from_arguments) {
   const bool is_string = !value.empty() && value.front() == '"';
   if (key == "name" && is_string) {
-    out->call.name = string_so_far(t, at, end);
+    out->call.name = string_so_far(value);
     out->named = !out->call.name.empty();
     out->name_whole = out->named && parse_json(value).is_string();
-  } else if (key == "id" && is_string && end < t.size()) {
-    out->call.id = string_so_far(t, at, end);
+  } else if (key == "id" && is_string && followed) {
+    out->call.id = string_so_far(value);
   } else if (key == "arguments" || (key == "parameters" && !*from_arguments)) {
     // Arguments given as JSON text are that text decoded, less the whitespace between its tokens as a whole
     // call's are (call_from), so that each cut reading is a prefix of the whole one.
-    out->call.arguments = is_string ? compact(string_so_far(t, at, end)) : whole_characters(compact(value));
+    out->call.arguments = is_string ? compact(string_so_far(value)) : whole_characters(compact(value));
     *from_arguments = key == "arguments";
   }
 }
-
-}  // namespace
 
 std::optional<CutCall> read(std::string_view body) {
   CutCall out;
@@ -69,13 +58,13 @@ std::optional<CutCall> read(std::string_view body) {
     if (at >= body.size() || body[at] != '"') break;
     const std::size_t key_end = value_end(body, at);
     if (key_end >= body.size()) break;  // cut inside the key
-    const std::string key = string_so_far(body, at, key_end);
+    const std::string key = string_so_far(body.substr(at, key_end - at));
     at = skip_space(body, key_end);
     if (at >= body.size() || body[at] != ':') break;
     at = skip_space(body, at + 1);
     if (at >= body.size()) break;  // cut before the value
     const std::size_t end = value_end(body, at);
-    take_member(key, body, at, end, &out, &from_arguments);
+    take_member(key, body.substr(at, end - at), end < body.size(), &out, &from_arguments);
     at = end;
   }
   if (out.call.id.empty()) out.call.id = new_tool_call_id();

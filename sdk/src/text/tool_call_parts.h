@@ -26,6 +26,9 @@ bool call_from(const nlohmann::json& v, std::string_view raw, ChatToolCall* call
 // client could act on: and in Llama 3's format, which has no mark, a cut JSON answer must not pass for a call).
 bool cut_call_from(const std::string& raw, ChatToolCall* call, ToolCallParse* r);
 
+// The length of the longest suffix of `text` that is a proper prefix of `marker` (a mark cut at the end).
+std::size_t partial_marker(std::string_view text, std::string_view marker);
+
 // Hermes' blocks in `text`, read from its first byte (parse_tool_calls' kHermes).
 ToolCallParse parse_hermes(std::string_view text, CutToolCall cut);
 

@@ -8,12 +8,21 @@
 //            so parse_tool_calls splits it into pieces there, and every piece but the last must be a call or
 //            none is read (a ';' and spaces at the end make no piece). So the kept pieces are calls, the last
 //            piece is read as a cut call after them, and once a piece before a ';' is not a call there are no
-//            calls at all as soon as anything but spaces follows it.
+//            calls at all as soon as anything but spaces follows it. But nlohmann ends a text at a NUL byte:
+//            after a whole object, spaces and a NUL, the text parses whatever follows, ';'s too, and is read
+//            as that one object. So a NUL before the first ';' leaves the text to be read whole each time.
+// What follows the kept calls is at most one call being written, and parse_tool_calls reads it with
+// cut_call_from: Hermes' block after its opening mark, less a partial closing mark and the spaces at the end;
+// Llama 3's last piece (the text from its '{' while nothing is kept: a ';' outside strings at depth 0 would
+// have kept or broken a piece), trimmed. An OpenCall (tool_call_open.h) reads that text as it grows: it
+// only grows, for a byte before its end is neither a space nor part of a partial mark, and stays so.
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "orbit/tool_calls.h"
 #include "text/json_spans.h"
+#include "text/tool_call_open.h"
 #include "text/tool_call_parts.h"
 
 namespace orbit {
@@ -33,13 +42,74 @@ std::size_t llama3_json_start(std::string_view text) {
 
 }  // namespace
 
+struct ToolCallReader::Open {
+  tool_call_parts::OpenCall call;
+  std::size_t at = std::string::npos;    // where its text starts in text_ (not a space); npos before
+  std::size_t body = std::string::npos;  // Hermes: where the text after its opening mark starts; npos before
+  std::size_t searched = 0;              // Hermes: the opening mark does not start before this in text_
+};
+
+ToolCallReader::ToolCallReader(ToolCallFormat format) : format_(format), open_(std::make_unique<Open>()) {}
+ToolCallReader::~ToolCallReader() = default;
+ToolCallReader::ToolCallReader(const ToolCallReader& other)
+    : format_(other.format_),
+      text_(other.text_),
+      kept_at_(other.kept_at_),
+      kept_(other.kept_),
+      ended_(other.ended_),
+      broken_(other.broken_),
+      whole_(other.whole_),
+      open_(std::make_unique<Open>(other.open_ ? *other.open_ : Open())) {}
+ToolCallReader& ToolCallReader::operator=(const ToolCallReader& other) {
+  if (this != &other) *this = ToolCallReader(other);
+  return *this;
+}
+ToolCallReader::ToolCallReader(ToolCallReader&& other) noexcept = default;
+ToolCallReader& ToolCallReader::operator=(ToolCallReader&& other) noexcept = default;
+
 void ToolCallReader::append(std::string_view more) {
   text_ += more;
-  if (ended_ || broken_) return;
+  if (ended_ || broken_ || whole_) return;
+  if (!open_) open_ = std::make_unique<Open>();  // a reader moved from, assigned anew
   // What was there before was read to its end: a call completes only where `more` brings the last byte of a
   // closing mark, or a ';'.
+  const std::size_t kept_at = kept_at_;
   if (format_ == ToolCallFormat::kHermes && more.find(kHermesClose.back()) != std::string_view::npos) keep_hermes();
   if (format_ == ToolCallFormat::kLlama3 && more.find(';') != std::string_view::npos) keep_llama3();
+  if (kept_at_ != kept_at) *open_ = Open();  // the call being written is the one after those kept
+  extend_open();
+}
+
+void ToolCallReader::extend_open() {
+  if (ended_ || broken_ || format_ == ToolCallFormat::kMistral) return;
+  Open& o = *open_;
+  std::size_t start = kept_at_;  // where the call's text may start (spaces before it)
+  std::size_t end = text_.size();
+  if (format_ == ToolCallFormat::kHermes) {
+    if (o.body == std::string::npos) {
+      const std::size_t from = std::max(o.searched, kept_at_);
+      const std::size_t mark = text_.find(kHermesOpen, from);
+      if (mark == std::string::npos) {  // a mark may yet end in the last bytes
+        o.searched = std::max(from, text_.size() - std::min(text_.size(), kHermesOpen.size() - 1));
+        return;
+      }
+      o.body = mark + kHermesOpen.size();
+    }
+    start = o.body;
+    end -= partial_marker(std::string_view(text_).substr(o.body), kHermesClose);
+  } else if (kept_at_ == 0) {
+    start = llama3_json_start(text_);
+    if (start == std::string::npos) return;
+  }
+  if (o.at == std::string::npos) {
+    const std::size_t first = skip_space(text_, start);
+    if (first >= end) return;
+    o.at = first;
+  }
+  while (end > o.at && is_space(text_[end - 1])) --end;
+  const std::size_t size = end > o.at ? end - o.at : 0;
+  if (size < o.call.fed()) o.call = tool_call_parts::OpenCall();  // it never shrinks, but were it to: anew
+  o.call.extend(std::string_view(text_).substr(o.at, size));
 }
 
 void ToolCallReader::keep_hermes() {
@@ -66,6 +136,10 @@ void ToolCallReader::keep_llama3() {
   for (std::size_t from = start;;) {
     const std::size_t separator = llama3_separator(text_, from);
     if (separator == std::string::npos) return;
+    if (kept_at_ == 0 && text_.find('\0', from) < separator) {
+      whole_ = true;  // the ';' may not split the text (see above)
+      return;
+    }
     const std::string piece = trim(std::string_view(text_).substr(from, separator - from));
     ChatToolCall call;
     if (!call_from(parse_json(piece), piece, &call)) {
@@ -86,15 +160,12 @@ ToolCallReading ToolCallReader::read() const {
   out.calls = kept_;
   if (ended_ || broken_) return out;
   ToolCallParse rest;
-  const std::string_view after = std::string_view(text_).substr(kept_at_);
-  if (format_ == ToolCallFormat::kHermes) {
-    rest = parse_hermes(after, CutToolCall::kCall);
-  } else if (format_ == ToolCallFormat::kLlama3 && kept_at_ > 0) {
-    const std::string piece = trim(after);  // the last piece, after whole ones: read as a cut call, if it is one
+  if (format_ == ToolCallFormat::kMistral || whole_) {
+    rest = parse_tool_calls(text_, format_, CutToolCall::kCall);  // Mistral's one array, or a NUL: the text whole
+  } else if (open_ && open_->at != std::string::npos) {
     ChatToolCall call;
-    if (!piece.empty() && cut_call_from(piece, &call, &rest)) rest.calls.push_back(std::move(call));
-  } else {
-    rest = parse_tool_calls(text_, format_, CutToolCall::kCall);  // nothing kept: the text whole
+    const std::string_view raw = std::string_view(text_).substr(open_->at, open_->call.fed());
+    if (open_->call.read(raw, &call, &rest)) rest.calls.push_back(std::move(call));
   }
   out.calls.insert(out.calls.end(), std::make_move_iterator(rest.calls.begin()),
                    std::make_move_iterator(rest.calls.end()));

@@ -48,19 +48,14 @@ bool call_from(const json& v, std::string_view raw, ChatToolCall* call) {
 
 using namespace tool_call_parts;
 
-namespace {
+namespace tool_call_parts {
 
-// The length of the longest suffix of `text` that is a proper prefix of `marker`.
 std::size_t partial_marker(std::string_view text, std::string_view marker) {
   for (std::size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
     if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
   }
   return 0;
 }
-
-}  // namespace
-
-namespace tool_call_parts {
 
 bool cut_call_from(const std::string& raw, ChatToolCall* call, ToolCallParse* r) {
   // A text cut short is no JSON value: it is read as cut without parsing it whole (what a streamed answer's
