@@ -7,6 +7,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"
+#include "serve/stored/held_retry.h"
 
 namespace orbit::serve {
 
@@ -241,12 +242,7 @@ std::shared_ptr<StoredResponse> ResponseStore::from_journal(
 }
 
 void ResponseStore::recover_held() {
-  if (!journal_->error().empty()) {
-    std::fprintf(stderr, "orbit serve: responses whose write fails are held in memory only: %s\n",
-                 journal_->error().c_str());
-  }
-  for (const std::string& problem : journal_->adopted().problems)
-    std::fprintf(stderr, "orbit serve: %s\n", problem.c_str());
+  report_journal(*journal_, "responses");
   std::map<std::string, std::shared_ptr<StoredResponse>> built;  // by id: the links recovered responses share
   std::vector<std::string> recovered;
   for (const JournalEntry& e : journal_->adopted().held) {
@@ -264,18 +260,7 @@ void ResponseStore::recover_held() {
     }
   }
   if (recovered.empty()) return;
-  const RetryResult result = retry_pending(true);
-  for (const std::string& id : recovered) {
-    if (!pending_.holds(id)) {
-      std::fprintf(stderr, "orbit serve: response %s is recovered from the journal of held answers: stored\n",
-                   id.c_str());
-    } else {
-      std::fprintf(stderr,
-                   "orbit serve: response %s is recovered from the journal of held answers, and held again: its write "
-                   "failed (%s)\n",
-                   id.c_str(), result.check_error.empty() ? "the store did not take it" : result.check_error.c_str());
-    }
-  }
+  report_recovered(pending_, recovered, retry_pending(true), "response");
 }
 
 std::vector<ResponseRow> ResponseStore::rows_of(const std::vector<const Pending*>& group,
@@ -334,57 +319,12 @@ void ResponseStore::commit(const std::vector<const Pending*>& group) {
 
 RetryResult ResponseStore::retry_pending(bool all) {
   if (!disk_) return {};
-  return retry_in_turn(retry_mutex_, all, [&] { return retry_locked(all); });
-}
-
-RetryResult ResponseStore::retry_locked(bool all) {
-  const auto now = PendingWrites<Pending>::Clock::now();
-  const std::vector<PendingWrites<Pending>::Due> due = pending_.due(now, all);
-  RetryResult result;
-  if (due.empty()) return result;
-  // A disk that takes no write at all is not tried response by response (and no backoff grows).
-  if (const StoreWrite checked = group_.check(); !checked) {
-    result.check_error = checked.error;
-    return result;
-  }
-  std::vector<const Pending*> writes;
-  for (const auto& d : due) writes.push_back(&d.item);
-  const std::vector<StoreWrite> out = group_.submit_all(writes);
-  result.attempted = due.size();
-  for (std::size_t i = 0; i < due.size(); ++i) {
-    if (!out[i]) {
-      pending_.missed(due[i].id, now, out[i].error);
-      continue;
-    }
-    ++result.stored;
-    if (!pending_.holds(due[i].id)) continue;  // landed already, with a response of this retry continuing it
-    pending_.landed(due[i].id);
-    std::fprintf(stderr, "orbit serve: response %s is stored now, on attempt %d\n", due[i].id.c_str(),
-                 due[i].attempts + 1);
-  }
-  return result;
+  return retry_in_turn(retry_mutex_, all, [&] { return retry_held(pending_, group_, all, "response"); });
 }
 
 std::size_t ResponseStore::drain_pending() {
   if (!disk_) return 0;
-  std::lock_guard<std::mutex> turn(retry_mutex_);
-  const RetryResult last = retry_locked(true);
-  const auto left = pending_.due(PendingWrites<Pending>::Clock::now(), true);
-  std::size_t lost = 0;
-  for (const auto& d : left) {
-    const std::string& why = last.check_error.empty() ? d.error : last.check_error;
-    if (pending_.drop(d.id)) {
-      std::fprintf(stderr,
-                   "orbit serve: response %s is not written at shutdown (%d attempts: %s): kept in the journal %s, the "
-                   "next start writes it\n",
-                   d.id.c_str(), d.attempts, why.c_str(), journal_->path().c_str());
-      continue;
-    }
-    std::fprintf(stderr, "orbit serve: response %s is lost at shutdown: not written in %d attempts: %s\n", d.id.c_str(),
-                 d.attempts, why.c_str());
-    ++lost;
-  }
-  return lost;
+  return drain_held(retry_mutex_, pending_, group_, journal_.get(), "response");
 }
 
 StoreWrite ResponseStore::check_writable() {

@@ -153,7 +153,6 @@ class ResponseStore {
   // and those links.
   std::vector<ResponseRow> rows_of(const std::vector<const Pending*>& group,
                                    std::vector<std::shared_ptr<StoredResponse>>& carried);
-  RetryResult retry_locked(bool all);  // under retry_mutex_
   void recover_held();                 // at construction: the adopted journals' responses held and written
   // Under mutex_: `p` as its journal record holds it, with the links of its chain no row holds.
   std::string journal_payload(const Pending& p);

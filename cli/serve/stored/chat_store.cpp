@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "orbit/common/error.h"
+#include "serve/stored/held_retry.h"
 
 namespace orbit::serve {
 
@@ -91,13 +92,7 @@ ChatStore::ChatStore(ChatStoreOptions options)
 }
 
 void ChatStore::recover_held() {
-  if (!journal_->error().empty()) {
-    std::fprintf(stderr, "orbit serve: chat completions whose write fails are held in memory only: %s\n",
-                 journal_->error().c_str());
-  }
-  for (const std::string& problem : journal_->adopted().problems) {
-    std::fprintf(stderr, "orbit serve: %s\n", problem.c_str());
-  }
+  report_journal(*journal_, "chat completions");
   std::vector<std::string> recovered;
   for (const JournalEntry& e : journal_->adopted().held) {
     try {
@@ -113,18 +108,7 @@ void ChatStore::recover_held() {
     }
   }
   if (recovered.empty()) return;
-  const RetryResult result = retry_pending(true);
-  for (const std::string& id : recovered) {
-    if (!pending_.holds(id)) {
-      std::fprintf(stderr, "orbit serve: chat completion %s is recovered from the journal of held answers: stored\n",
-                   id.c_str());
-    } else {
-      std::fprintf(stderr,
-                   "orbit serve: chat completion %s is recovered from the journal of held answers, and held again: "
-                   "its write failed (%s)\n",
-                   id.c_str(), result.check_error.empty() ? "the store did not take it" : result.check_error.c_str());
-    }
-  }
+  report_recovered(pending_, recovered, retry_pending(true), "chat completion");
 }
 
 StoreWrite ChatStore::put(const StoredCompletion& c) {
@@ -150,55 +134,11 @@ StoreWrite ChatStore::put(const StoredCompletion& c) {
 }
 
 RetryResult ChatStore::retry_pending(bool all) {
-  return retry_in_turn(retry_mutex_, all, [&] { return retry_locked(all); });
-}
-
-RetryResult ChatStore::retry_locked(bool all) {
-  const auto now = PendingWrites<StoredCompletion>::Clock::now();
-  std::vector<PendingWrites<StoredCompletion>::Due> due = pending_.due(now, all);
-  RetryResult result;
-  if (due.empty()) return result;
-  // A store that takes no write at all is not tried item by item (and no backoff grows).
-  if (const StoreWrite checked = group_.check(); !checked) {
-    result.check_error = checked.error;
-    return result;
-  }
-  std::vector<Write> writes;
-  for (const auto& d : due) writes.push_back(&d.item);
-  const std::vector<StoreWrite> out = group_.submit_all(writes);
-  result.attempted = due.size();
-  for (std::size_t i = 0; i < due.size(); ++i) {
-    if (!out[i]) {
-      pending_.missed(due[i].id, now, out[i].error);
-      continue;
-    }
-    pending_.landed(due[i].id);
-    ++result.stored;
-    std::fprintf(stderr, "orbit serve: chat completion %s is stored now, on attempt %d\n", due[i].id.c_str(),
-                 due[i].attempts + 1);
-  }
-  return result;
+  return retry_in_turn(retry_mutex_, all, [&] { return retry_held(pending_, group_, all, "chat completion"); });
 }
 
 std::size_t ChatStore::drain_pending() {
-  std::lock_guard<std::mutex> turn(retry_mutex_);
-  const RetryResult last = retry_locked(true);
-  const auto left = pending_.due(PendingWrites<StoredCompletion>::Clock::now(), true);
-  std::size_t lost = 0;
-  for (const auto& d : left) {
-    const std::string& why = last.check_error.empty() ? d.error : last.check_error;
-    if (pending_.drop(d.id)) {
-      std::fprintf(stderr,
-                   "orbit serve: chat completion %s is not written at shutdown (%d attempts: %s): kept in the journal "
-                   "%s, the next start writes it\n",
-                   d.id.c_str(), d.attempts, why.c_str(), journal_->path().c_str());
-      continue;
-    }
-    std::fprintf(stderr, "orbit serve: chat completion %s is lost at shutdown: not written in %d attempts: %s\n",
-                 d.id.c_str(), d.attempts, why.c_str());
-    ++lost;
-  }
-  return lost;
+  return drain_held(retry_mutex_, pending_, group_, journal_.get(), "chat completion");
 }
 
 StoreWrite ChatStore::check_writable() {

@@ -10,7 +10,8 @@
 //   adopt(id)     an answer read back from a journal at start: held (past max_bytes if need be: it is on disk
 //                 already), its record kept.
 //   due(now)      the held answers a retry should attempt now: every one whose backoff has passed.
-//   landed(id)    a retry (or another write carrying it) wrote it: no longer held, counted retried.
+//   landed(id)    a retry (or another write carrying it) wrote it: no longer held, counted retried; false when
+//                 it was not held (landed already, or forgotten).
 //   missed(id)    an attempt while the store took writes failed for this answer alone (it does not fit what
 //                 is left): its next attempt waits 1 s, then 2, 4, ... at most kMaxBackoff. An attempt that
 //                 was not made because the store took no write at all is not a miss.
@@ -151,15 +152,16 @@ class PendingWrites {
     return out;
   }
 
-  void landed(const std::string& id) {
+  bool landed(const std::string& id) {
     const std::optional<Held> was = take(id);
-    if (!was) return;
+    if (!was) return false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.retried;
       if (was->recovered) ++stats_.recovered;
     }
     release(*was);
+    return true;
   }
   void missed(const std::string& id, Clock::time_point now, const std::string& error) {
     std::lock_guard<std::mutex> lock(mutex_);
