@@ -16,9 +16,14 @@
 //               new at every run, so the BPE word cache never holds the whole rendering, as at a real request);
 // each with the memos off (every prefix rendered, every segment encoded whole) and on, side by side, and the
 // ratio off / on; and grown with the cuts memo on but incremental encoding off (`whole`: the memo of
-// encodings, sync_encode.h, is what `whole` / `grown-on` measures). All sides must give the same plan (tokens,
-// units, merged boundaries, generation prompt). Not a test: the times depend on the machine and its load; the
-// off, whole and on runs alternate.
+// encodings, sync_encode.h, is what `whole` / `grown-on` measures). Then, per list, a second table:
+//   trimmed     plan_sync of the list after its --trim oldest messages after the system prompt were dropped and
+//               one new message added, once the whole list was planned (an agent that trims its context at the
+//               start: the memos hold the untrimmed list);
+//   summarized  the same, the dropped messages replaced by one assistant message summarizing them;
+// each with the memos off and on, and the on side against grown-on (what the same list costs when it only grew).
+// All sides must give the same plan (tokens, units, merged boundaries, generation prompt). Not a test: the times
+// depend on the machine and its load; the off, whole and on runs alternate.
 //
 // The model: TinyStories-656K (tokenizer.json, prefix-stable) with its positions raised so the longest list
 // fits (a copy of its directory under --cache with config.json's max_position_embeddings changed; plan_sync
@@ -27,7 +32,7 @@
 // which changes the tokens, not the renders).
 //
 //   bench_sync_render [--sizes 25,50,100,200] [--reps 5] [--templates qwen2.5-7b-instruct,llama-3.1-8b-instruct]
-//                     [--cache /tmp/orbit-bench]
+//                     [--trim 4] [--cache /tmp/orbit-bench]
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
@@ -257,24 +262,81 @@ Row measure(Engine& engine, const std::vector<ChatMessage>& list, const SyncOpti
   return row;
 }
 
+// `list` without its `k` oldest messages after the first (the system prompt), one assistant message summarizing
+// them in their place when `summarize`, and the message agent_list would add next, its text ending in `tag`.
+std::vector<ChatMessage> trimmed_list(const std::vector<ChatMessage>& list, int64_t k, bool summarize,
+                                      const std::string& tag) {
+  std::vector<ChatMessage> out{list.front()};
+  if (summarize) out.push_back({"assistant", "Earlier: " + text_of(k, 3)});
+  out.insert(out.end(), list.begin() + 1 + k, list.end());
+  ChatMessage next = agent_list(static_cast<int64_t>(list.size()) + 1).back();
+  next.content += " " + tag;
+  out.push_back(std::move(next));
+  return out;
+}
+
+struct TrimRow {
+  double trimmed_off = 0, trimmed_on = 0, summarized_off = 0, summarized_on = 0;
+};
+
+// plan_sync of `list` trimmed (and summarized) by `k` once `list` was planned, the memos off and on
+// alternating; the two sides' plans compared on one more list of each kind.
+TrimRow measure_trimmed(Engine& engine, const std::vector<ChatMessage>& list, const SyncOptions& o, int64_t k,
+                        int64_t reps, const std::string& what) {
+  TrimRow row;
+  const Window w = engine.new_window();
+  for (int64_t r = 0; r < reps; ++r) {
+    for (const bool summarize : {false, true}) {
+      for (Memos m : {Memos::kOff, Memos::kOn}) {
+        set_memos(m);
+        (void)w.plan_sync(list, o);
+        const std::vector<ChatMessage> next = trimmed_list(
+            list, k, summarize, "(run " + std::to_string(r) + "." + std::to_string(static_cast<int>(m)) + ")");
+        double& best = summarize ? (m == Memos::kOn ? row.summarized_on : row.summarized_off)
+                                 : (m == Memos::kOn ? row.trimmed_on : row.trimmed_off);
+        keep_fastest(r == 0, best, [&] { (void)w.plan_sync(next, o); });
+      }
+    }
+  }
+  for (const bool summarize : {false, true}) {
+    const std::vector<ChatMessage> next = trimmed_list(list, k, summarize, "(check)");
+    SyncPlan reference;
+    for (Memos m : {Memos::kOff, Memos::kOn}) {
+      set_memos(m);
+      (void)w.plan_sync(list, o);
+      const SyncPlan p = w.plan_sync(next, o);
+      if (m == Memos::kOff) reference = p;
+      if (m == Memos::kOn) require_same(p, reference, what + (summarize ? ", summarized" : ", trimmed"));
+    }
+  }
+  set_memos(Memos::kOn);
+  return row;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     const cli::Args a(
         "bench_sync_render",
-        cli::ArgSpec{{"--sizes", "--reps", "--templates", "--cache"},
-                     {},
-                     "usage: bench_sync_render [--sizes 25,50,100,200] [--reps 5]\n"
-                     "                         [--templates qwen2.5-7b-instruct,llama-3.1-8b-instruct] [--cache DIR]\n"
-                     "  plan_sync's rendering (orbit/sync.h steps 1-3) of agent lists of --sizes messages, with the\n"
-                     "  memos off, the cuts memo alone, and both memos on (the cuts memo and incremental encoding;\n"
-                     "  microseconds of thread CPU time, the fastest of --reps). --templates:\n"
-                     "  tests/data/templates/<name>.jinja besides the plain template ('' for none). --cache: where\n"
-                     "  the copy of TinyStories-656K with more positions is made (default /tmp/orbit-bench).\n"},
+        cli::ArgSpec{
+            {"--sizes", "--reps", "--templates", "--trim", "--cache"},
+            {},
+            "usage: bench_sync_render [--sizes 25,50,100,200] [--reps 5]\n"
+            "                         [--templates qwen2.5-7b-instruct,llama-3.1-8b-instruct] [--trim 4]\n"
+            "                         [--cache DIR]\n"
+            "  plan_sync's rendering (orbit/sync.h steps 1-3) of agent lists of --sizes messages, with the\n"
+            "  memos off, the cuts memo alone, and both memos on (the cuts memo and incremental encoding;\n"
+            "  microseconds of thread CPU time, the fastest of --reps); then of each list with its --trim\n"
+            "  oldest messages after the system prompt dropped (or summarized) once it was planned. --templates:\n"
+            "  tests/data/templates/<name>.jinja besides the plain template ('' for none). --cache: where\n"
+            "  the copy of TinyStories-656K with more positions is made (default /tmp/orbit-bench).\n"},
         argc, argv, 1);
     const std::vector<int64_t> sizes = bench::parse_positive_list(a.get_or("--sizes", "25,50,100,200"), "--sizes");
     const int64_t reps = a.get_int("--reps", 5, 1);
+    const int64_t trim = a.get_int("--trim", 4, 1);
+    ORBIT_CHECK(trim + 1 < *std::min_element(sizes.begin(), sizes.end()),
+                "--trim: " << trim << " leaves no message of the shortest list in --sizes after the system prompt");
     std::vector<std::pair<std::string, std::string>> templates = {{"plain", ""}};
     for (const std::string& name :
          cli::split_commas(a.get_or("--templates", "qwen2.5-7b-instruct,llama-3.1-8b-instruct"))) {
@@ -298,6 +360,7 @@ int main(int argc, char** argv) {
     std::printf("%-22s %4s %7s %8s %9s %9s %6s %9s %9s %6s %9s %9s %9s %6s %6s\n", "template", "N", "render",
                 "tokenize", "prefixes", "prepared", "ratio", "fresh-off", "fresh-on", "ratio", "grown-off", "whole",
                 "grown-on", "ratio", "whole/");
+    std::vector<std::pair<std::string, double>> grown_on;  // per template and N, for the trimmed table
     for (const auto& [name, source] : templates) {
       SyncOptions o;
       o.chat.chat_template = source;
@@ -308,6 +371,28 @@ int main(int argc, char** argv) {
                     name.c_str(), static_cast<long long>(n), r.render, r.tokenize, r.convert, r.prepared,
                     r.convert / r.prepared, r.fresh_off, r.fresh_on, r.fresh_off / r.fresh_on, r.grown_off,
                     r.grown_whole, r.grown_on, r.grown_off / r.grown_on, r.grown_whole / r.grown_on);
+        std::fflush(stdout);
+        grown_on.emplace_back(name, r.grown_on);
+      }
+    }
+    std::printf(
+        "\nthe lists with their %lld oldest messages after the system prompt dropped (trimmed) or summarized "
+        "in one message, and one message added, once the whole list was planned\n\n",
+        static_cast<long long>(trim));
+    std::printf("%-22s %4s %9s %9s %6s %9s %9s %6s %9s %7s %7s\n", "template", "N", "trim-off", "trim-on", "ratio",
+                "summ-off", "summ-on", "ratio", "grown-on", "trim/g", "summ/g");
+    std::size_t row = 0;
+    for (const auto& [name, source] : templates) {
+      SyncOptions o;
+      o.chat.chat_template = source;
+      o.chat.tools_json = kTools;
+      for (int64_t n : sizes) {
+        const TrimRow r = measure_trimmed(*engine, agent_list(n), o, trim, reps, name + ", N = " + std::to_string(n));
+        const double g = grown_on[row++].second;
+        std::printf("%-22s %4lld %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f %9.0f %7.2f %7.2f\n", name.c_str(),
+                    static_cast<long long>(n), r.trimmed_off, r.trimmed_on, r.trimmed_off / r.trimmed_on,
+                    r.summarized_off, r.summarized_on, r.summarized_off / r.summarized_on, g, r.trimmed_on / g,
+                    r.summarized_on / g);
         std::fflush(stdout);
       }
     }

@@ -122,6 +122,7 @@ class HfTokenizerImpl final : public HfTokenizer {
   bool prefix_stable() const override { return prefix_stable_; }
   Encoding encode_with_bytes(std::string_view text) const override;
   std::optional<Encoding> encode_rest(std::string_view text, std::size_t at) const override;
+  std::optional<int> cut_context(std::string_view text, std::size_t at) const override;
 
  private:
   void read_added_tokens(const json& j);
@@ -370,6 +371,21 @@ std::optional<Encoding> HfTokenizerImpl::encode_rest(std::string_view text, std:
     encode_piece_bytes(text.substr(from, s.end - from), from, from == s.begin, out);
   }
   return out;
+}
+
+// What encode_rest's pieces from `at` depend on besides the text from `at` (tokenizer.h): whether a raw piece
+// starting there gets the prepended text, which is when a piece of the split ends at `at` (an added token; the
+// rule keeps one from running across it). Without prepended text nothing else differs.
+std::optional<int> HfTokenizerImpl::cut_context(std::string_view text, std::size_t at) const {
+  if (!prefix_stable_ || !hf::is_valid_utf8(text) || !separates(text, at)) return std::nullopt;
+  bool ends_at = false;
+  for (const hf::TextSplit& s : raw_matcher_->split(text)) {
+    if (s.id >= 0 && s.begin < at && at < s.end) return std::nullopt;  // as encode_rest refuses it
+    ends_at = ends_at || s.end == at;
+    if (s.end > at) break;
+  }
+  const bool prepends = normalizer_ && !normalizer_->prepended().empty();
+  return prepends && ends_at ? 1 : 0;
 }
 
 std::string HfTokenizerImpl::decode_ids(const std::vector<int64_t>& ids, bool skip_special_tokens) const {

@@ -84,6 +84,12 @@ class Llama2cTokenizer final : public Tokenizer {
     return out;
   }
 
+  // The rest is text[at, end)'s symbols merged alone, whatever stands before it.
+  std::optional<int> cut_context(std::string_view text, std::size_t at) const override {
+    if (!separates(text, at)) return std::nullopt;
+    return 0;
+  }
+
   std::string decode(const std::vector<int64_t>& ids, int64_t previous) const override {
     std::string out;
     for (int64_t id : ids) {

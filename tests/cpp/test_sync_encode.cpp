@@ -109,9 +109,10 @@ void require_same_encoding(const runtime::Encoding& got, const runtime::Encoding
   }
 }
 
-// `list` rendered with the generation prompt, as step 3 encodes its last segment; nullopt where the template
-// refuses it.
-std::optional<std::string> rendered(const runtime::ChatTemplate& t, const std::vector<ChatMessage>& list) {
+// `list` rendered with the generation prompt (as step 3 encodes its last segment) or without; nullopt where the
+// template refuses it.
+std::optional<std::string> rendered(const runtime::ChatTemplate& t, const std::vector<ChatMessage>& list,
+                                    bool generation_prompt = true) {
   std::vector<runtime::ChatMessage> rl;
   for (const ChatMessage& m : list) {
     runtime::ChatMessage r{m.role, m.content, m.name, m.tool_call_id, {}};
@@ -119,7 +120,7 @@ std::optional<std::string> rendered(const runtime::ChatTemplate& t, const std::v
     rl.push_back(std::move(r));
   }
   runtime::ChatRenderOptions o;
-  o.add_generation_prompt = true;
+  o.add_generation_prompt = generation_prompt;
   try {
     return t.render(rl, o);
   } catch (const Error&) {
@@ -127,7 +128,106 @@ std::optional<std::string> rendered(const runtime::ChatTemplate& t, const std::v
   }
 }
 
+// Where `list`'s messages start in `text`, its rendering by `t` (the ends of the prefixes' renderings that are
+// prefixes of it, as step 2 finds them), in increasing order.
+std::vector<std::size_t> message_starts(const runtime::ChatTemplate& t, const std::vector<ChatMessage>& list,
+                                        const std::string& text) {
+  std::vector<std::size_t> starts;
+  for (std::size_t i = 1; i < list.size(); ++i) {
+    const std::optional<std::string> prefix =
+        rendered(t, std::vector<ChatMessage>(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(i)), false);
+    if (!prefix || text.compare(0, prefix->size(), *prefix) != 0) continue;
+    if (starts.empty() || prefix->size() > starts.back()) starts.push_back(prefix->size());
+  }
+  return starts;
+}
+
+// `list` with its `k` oldest messages after the first dropped, and a summary of them in their place when
+// `summarize`.
+std::vector<ChatMessage> trimmed(const std::vector<ChatMessage>& list, std::size_t k, bool summarize,
+                                 std::mt19937_64& rng) {
+  std::vector<ChatMessage> out{list.front()};
+  if (summarize) out.push_back(msg("assistant", "Earlier:" + sentence(rng, 1 + static_cast<int>(rng() % 6))));
+  out.insert(out.end(), list.begin() + 1 + static_cast<std::ptrdiff_t>(k), list.end());
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("a list trimmed or summarized at its start encodes from the last one's tokens as it encodes whole",
+          "[sync_encode]") {
+  for (const auto& tok : tokenizers()) {
+    std::mt19937_64 rng(25);
+    int64_t with_run = 0, prefix_only = 0, tokens = 0;
+    for (const std::string& source : templates()) {
+      const runtime::ChatTemplate t(source.empty() ? std::string(kPlainChatTemplate) : source, "test");
+      for (int agent = 0; agent < 4; ++agent) {
+        std::vector<ChatMessage> list = {msg("system", "You tell short stories.")};
+        for (int k = 0; k < 14; ++k) list.push_back(random_list(rng, 1).front());
+        const std::optional<std::string> earlier = rendered(t, list);
+        if (!earlier) continue;
+        const orbit::detail::SegmentEncoding known{*earlier, tok->encode_with_bytes(*earlier)};
+        for (const std::size_t k : {1, 2, 3, 5}) {
+          for (const bool summarize : {false, true}) {
+            std::vector<ChatMessage> next = trimmed(list, k, summarize, rng);
+            if (rng() % 2 == 0) next.push_back(random_list(rng, 1).front());
+            const std::optional<std::string> text = rendered(t, next);
+            if (!text) continue;
+            INFO(tok->source() << ", template '" << source.substr(0, 60) << "', agent " << agent << ", " << k
+                               << " dropped" << (summarize ? " and summarized" : "") << ", text '" << *text << "'");
+            const runtime::Encoding whole = tok->encode_with_bytes(*text);
+            int64_t before = orbit::detail::tokens_reused_so_far();
+            require_same_encoding(orbit::detail::encode_reusing(*tok, *text, &known, message_starts(t, next, *text)),
+                                  whole);
+            with_run += orbit::detail::tokens_reused_so_far() - before;
+            before = orbit::detail::tokens_reused_so_far();
+            require_same_encoding(orbit::detail::encode_reusing(*tok, *text, &known), whole);
+            prefix_only += orbit::detail::tokens_reused_so_far() - before;
+            tokens += static_cast<int64_t>(whole.ids.size());
+          }
+        }
+      }
+    }
+    std::printf("%s: trimmed and summarized lists: %lld of %lld tokens reused (%lld from the common prefix alone)\n",
+                tok->source().c_str(), static_cast<long long>(with_run), static_cast<long long>(tokens),
+                static_cast<long long>(prefix_only));
+    CHECK(with_run * 2 > tokens);  // most of the kept messages' tokens come from the earlier list
+    CHECK(with_run > 3 * prefix_only);
+  }
+}
+
+TEST_CASE("a text that ends as an earlier one does encodes from its tokens as it encodes whole", "[sync_encode]") {
+  // T = X + K[q, end) for every character boundary q of a rendering K and heads X ending in characters that
+  // merge with what follows, or that end in an added token: the run starts at q, where K's token boundaries
+  // hold only where the rule takes the cut in T as well.
+  const std::vector<std::string> heads = {"s",           "Summary: a",  " ", "\n", "<|start_story|>",
+                                          "caf\xC3\xA9", "\xE2\x96\x81"};
+  for (const auto& tok : tokenizers()) {
+    std::mt19937_64 rng(26);
+    int64_t reused = 0;
+    for (const std::string& source : orbit::test::sync_cuts::kTemplates) {
+      const runtime::ChatTemplate t(source.empty() ? std::string(kPlainChatTemplate) : source, "test");
+      std::vector<ChatMessage> list = {msg("system", "You tell short stories.")};
+      for (int k = 0; k < 6; ++k) list.push_back(random_list(rng, 1).front());
+      const std::optional<std::string> earlier = rendered(t, list);
+      if (!earlier) continue;
+      const orbit::detail::SegmentEncoding known{*earlier, tok->encode_with_bytes(*earlier)};
+      for (std::size_t q = 1; q + orbit::detail::kMinRunBytes < earlier->size(); ++q) {
+        if ((static_cast<unsigned char>((*earlier)[q]) & 0xC0) == 0x80) continue;
+        for (const std::string& head : heads) {
+          const std::string text = head + earlier->substr(q);
+          INFO(tok->source() << ", earlier text '" << *earlier << "', its bytes from " << q << " after '" << head
+                             << "'");
+          const int64_t before = orbit::detail::tokens_reused_so_far();
+          require_same_encoding(orbit::detail::encode_reusing(*tok, text, &known, {head.size()}),
+                                tok->encode_with_bytes(text));
+          reused += orbit::detail::tokens_reused_so_far() - before;
+        }
+      }
+    }
+    CHECK(reused > 0);
+  }
+}
 
 TEST_CASE("an agent's renderings encoded from the last one's tokens are the whole encodes", "[sync_encode]") {
   for (const auto& tok : tokenizers()) {
@@ -240,5 +340,36 @@ TEST_CASE("a list that only grew encodes little more than its new message", "[sy
     // All but the last few tokens of the last list (its generation prompt, the word its end merges with).
     if (request > 0) CHECK(reused + 8 >= static_cast<int64_t>(last_tokens));
     last_tokens = plan.tokens.size();
+  }
+}
+
+TEST_CASE("plan_sync of a list trimmed or summarized at its start reuses the kept messages' tokens", "[sync_encode]") {
+  struct On {
+    ~On() { orbit::detail::set_incremental_encode(true); }
+  } restore;
+  const auto engine = orbit::test::sync_support::open_engine();
+  std::mt19937_64 rng(27);
+  for (const std::string& tmpl : orbit::test::sync_cuts::kTemplates) {
+    orbit::detail::clear_encode_memo();
+    const Window w = engine->new_window();
+    const SyncOptions o = orbit::test::sync_support::options(tmpl.c_str(), 16);
+    std::vector<ChatMessage> list = {msg("system", "You tell short stories.")};
+    for (int k = 0; k < 16; ++k) list.push_back(msg(k % 2 ? "assistant" : "user", sentence(rng, 6)));
+    for (int request = 0; request < 6; ++request) {
+      (void)w.plan_sync(list, o);  // the memo holds this list, the latest with this system prompt
+      std::vector<ChatMessage> next = trimmed(list, 2, request % 2 == 1, rng);
+      next.push_back(msg("user", sentence(rng, 4)));
+      INFO("template '" << tmpl << "', request " << request << ", " << next.size() << " messages");
+      orbit::detail::set_incremental_encode(false);  // keeps nothing in the memo
+      const SyncPlan whole = w.plan_sync(next, o);
+      orbit::detail::set_incremental_encode(true);
+      const int64_t before = orbit::detail::tokens_reused_so_far();
+      const SyncPlan incremental = w.plan_sync(next, o);
+      const int64_t reused = orbit::detail::tokens_reused_so_far() - before;
+      require_same(incremental, whole);
+      INFO(reused << " of " << incremental.tokens.size() << " tokens reused");
+      CHECK(reused * 2 > static_cast<int64_t>(incremental.tokens.size()));
+      list = std::move(next);
+    }
   }
 }

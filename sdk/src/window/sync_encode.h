@@ -13,6 +13,22 @@
 // before the texts' common prefix, latest first, and takes the first c that both hold for; T = K[0, c) needs
 // no rest. Byte spans come out as encode_with_bytes gives them (tests/cpp/test_sync_encode.cpp compares the two
 // over growing, trimmed and edited lists).
+//
+// A list trimmed or summarized at its start (the oldest turns dropped or replaced, the system prompt kept)
+// shares with the earlier one a long run away from both starts: T[p, p + L) = K[q, q + L), where T's message
+// starting at p rendered as K's at q did (compared byte for byte: a template may render a message otherwise at
+// another index). encode_reusing takes K's tokens for that run too when, for a < e in K (a >= q, e <= q + L) and
+// their places a' = a - q + p, e' = e - q + p in T: no token of K straddles e; the rule takes a in K and a' in
+// T with the same context (Tokenizer::cut_context); and the rule takes e' in T (or e' = |T|). Then, by
+// prefix-stability, K's tokens up to e are encode(K[0, e)), which the rule at a splits into encode(K[0, a))
+// and encode_rest(K[0, e), a): K's tokens between a and e; the same context and K[a, e) = T[a', e') make those
+// encode_rest(T[0, e'), a'), bytes shifted; so encode(T) is encode(T[0, a')) (itself reusing K's tokens before
+// the common prefix, as above), K's tokens between a and e, and encode_rest(T, e'). Both rules are needed: K's
+// tokens at a are those of K's left context unless no merge joins across a in either text.
+//
+// The memo finds K by the list's key (a list that grew); a list whose key it does not know (one trimmed or
+// summarized at its start) takes the latest list encoded with the same first message, tokenizer, template
+// and variables (latest_key).
 #pragma once
 
 #include <cstddef>
@@ -53,17 +69,29 @@ EncodeMemo& encode_memo();
 // The memo's key of a list (`list`, from list_keys) encoded by the tokenizer with serial `tokenizer`
 // (runtime::Tokenizer::serial): SHA-256 over both.
 Sha256::Digest encoding_key(const Sha256::Digest& list, uint64_t tokenizer);
+// The memo's key of the latest list encoded by that tokenizer whose first message has key `first` (list_keys'
+// first key): where a list of unknown key looks (put_encodings replaces what it holds).
+Sha256::Digest latest_key(const Sha256::Digest& first, uint64_t tokenizer);
+
+// Keeps `made`, the encodings of the list with keys `keys` (not empty) by `tok`, under its key and as the
+// latest under its first message's.
+void put_encodings(const std::vector<Sha256::Digest>& keys, const runtime::Tokenizer& tok,
+                   std::shared_ptr<const ListEncodings> made);
 
 // Whether step 3 encodes incrementally for `tok`: prefix-stable, and the switch (set_incremental_encode) on.
 bool encodes_incrementally(const runtime::Tokenizer& tok);
 
 // The encodings the memo holds of the longest list among `keys` (list_keys of this list) encoded by `tok`;
-// null when it holds none.
+// else of the latest list with the same first message (latest_key); null when it holds neither.
 std::shared_ptr<const ListEncodings> known_encodings(const std::vector<Sha256::Digest>& keys,
                                                      const runtime::Tokenizer& tok);
 
 // tok.encode_with_bytes(text), reusing `known`'s tokens (null: none) up to the latest cut the header's argument
-// allows; counts the reused tokens (tokens_reused_so_far). `tok` must be prefix-stable.
-runtime::Encoding encode_reusing(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding* known);
+// allows, and for one run the texts share further on (the longest of those found at `starts`, where messages
+// start in `text`, in increasing order; at least kMinRunBytes long); counts the reused tokens
+// (tokens_reused_so_far). `tok` must be prefix-stable.
+inline constexpr std::size_t kMinRunBytes = 64;
+runtime::Encoding encode_reusing(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding* known,
+                                 const std::vector<std::size_t>& starts = {});
 
 }  // namespace orbit::detail

@@ -72,16 +72,22 @@ class ListMemo {
     }
     return {0, nullptr};
   }
-  // Keeps `value` under `key`; a key the memo holds keeps its value (the same list gives the same value). A
-  // value over kMaxBytes is not kept.
-  void put(const Sha256::Digest& key, std::shared_ptr<const Value> value) {
+  // Keeps `value` under `key`; a key the memo holds keeps its value (the same list gives the same value), or
+  // takes `value` instead when `replace` (a key naming the latest of several lists). A value over kMaxBytes is
+  // not kept. A value kept under two keys counts twice against kMaxBytes.
+  void put(const Sha256::Digest& key, std::shared_ptr<const Value> value, bool replace = false) {
     const std::size_t size = value->bytes();
     if (size > kMaxBytes) return;
     const std::lock_guard<std::mutex> lock(mu_);
     const auto known = index_.find(key);
-    if (known != index_.end()) {
+    if (known != index_.end() && !replace) {
       lru_.splice(lru_.begin(), lru_, known->second);
       return;
+    }
+    if (known != index_.end()) {
+      bytes_ -= known->second->second->bytes();
+      lru_.erase(known->second);
+      index_.erase(known);
     }
     while (!lru_.empty() && (bytes_ + size > kMaxBytes || lru_.size() >= kMaxEntries)) {
       bytes_ -= lru_.back().second->bytes();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 
 #include "window/sync_render.h"
 
@@ -31,6 +32,116 @@ runtime::Encoding joined(const runtime::Encoding& e, std::size_t count, runtime:
   return out;
 }
 
+std::size_t common_prefix(std::string_view a, std::string_view b) {
+  const std::size_t both = std::min(a.size(), b.size());
+  return static_cast<std::size_t>(std::mismatch(a.begin(), a.begin() + both, b.begin()).first - a.begin());
+}
+
+// The header's first argument: K's tokens up to the latest cut in the texts' common prefix (`common` bytes)
+// that no token of K straddles and the rule takes in `text`, then encode_rest; else the whole encode.
+runtime::Encoding encode_prefix(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding& known,
+                                std::size_t common) {
+  const std::vector<runtime::TokenBytes>& bytes = known.tokens.bytes;
+  // j: how many of K's tokens end at or before the common prefix's end (ends never decrease).
+  std::size_t j = static_cast<std::size_t>(
+      std::partition_point(bytes.begin(), bytes.end(), [&](const runtime::TokenBytes& b) { return b.end <= common; }) -
+      bytes.begin());
+  for (std::size_t tries = 0; j > 0 && tries < kMaxCutTries; --j, ++tries) {
+    const std::size_t c = bytes[j - 1].end;
+    if (j < bytes.size() && bytes[j].begin < c) continue;  // the next token holds c's character too
+    if (c == text.size()) return joined(known.tokens, j, {});
+    if (std::optional<runtime::Encoding> rest = tok.encode_rest(text, c)) {
+      return joined(known.tokens, j, std::move(*rest));
+    }
+  }
+  return tok.encode_with_bytes(text);
+}
+
+// A run two texts share: text[at, at + length) == K[from, from + length).
+struct Run {
+  std::size_t at = 0;
+  std::size_t from = 0;
+  std::size_t length = 0;
+};
+
+// How many messages past the common prefix find_run looks up in K, how many of each one's places in K it
+// follows, and how many of its bytes it looks for (a message text repeats in an agent's list: the place whose
+// run goes furthest is kept).
+constexpr std::size_t kRunProbes = 4;
+constexpr std::size_t kRunPlaces = 8;
+constexpr std::size_t kProbeBytes = 256;
+
+// The longest run at a message start of `text` (`starts`) whose message is not inside the common prefix.
+Run find_run(std::string_view k, std::string_view text, std::size_t common, const std::vector<std::size_t>& starts) {
+  Run best;
+  std::size_t probes = 0;
+  for (std::size_t i = 0; i < starts.size() && probes < kRunProbes; ++i) {
+    const std::size_t p = starts[i];
+    const std::size_t next = i + 1 < starts.size() ? starts[i + 1] : text.size();
+    if (next <= common || p >= text.size()) continue;
+    ++probes;
+    const std::string_view probe = text.substr(p, std::min(next - p, kProbeBytes));
+    std::size_t q = k.find(probe);
+    for (std::size_t places = 0; q != std::string_view::npos && places < kRunPlaces; ++places) {
+      const std::size_t length = common_prefix(k.substr(q), text.substr(p));
+      if (length > best.length) best = {p, q, length};
+      q = k.find(probe, q + 1);
+    }
+  }
+  return best;
+}
+
+// The first token of K at or after the run's start, at most kMaxCutTries of them, where the rule takes the cut
+// in K and at its place in `text` with the same context (the header's second argument); nullopt: none.
+std::optional<std::size_t> run_start(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding& known,
+                                     const Run& run, std::size_t end) {
+  const std::vector<runtime::TokenBytes>& kb = known.tokens.bytes;
+  auto j = static_cast<std::size_t>(
+      std::partition_point(kb.begin(), kb.end(), [&](const runtime::TokenBytes& b) { return b.begin < run.from; }) -
+      kb.begin());
+  for (std::size_t tries = 0; j < end && tries < kMaxCutTries; ++j, ++tries) {
+    const std::size_t a = kb[j].begin;
+    if (j > 0 && kb[j - 1].end > a) continue;  // the token before holds a's character too
+    const std::optional<int> in_known = tok.cut_context(known.text, a);
+    if (in_known && in_known == tok.cut_context(text, a - run.from + run.at)) return j;
+  }
+  return std::nullopt;
+}
+
+// encode_with_bytes(text) from the run (the header's second argument): T's tokens before the run's start cut,
+// K's tokens from there to the latest end cut the rule takes in `text`, and the rest; nullopt: no cuts pass.
+std::optional<runtime::Encoding> encode_with_run(const runtime::Tokenizer& tok, std::string_view text,
+                                                 const SegmentEncoding& known, const Run& run) {
+  const std::vector<runtime::TokenBytes>& kb = known.tokens.bytes;
+  const std::size_t run_end = run.from + run.length;
+  auto je = static_cast<std::size_t>(
+      std::partition_point(kb.begin(), kb.end(), [&](const runtime::TokenBytes& b) { return b.end <= run_end; }) -
+      kb.begin());
+  const std::optional<std::size_t> ja = run_start(tok, text, known, run, je);
+  if (!ja) return std::nullopt;
+  const std::size_t shift_to = run.at, shift_from = run.from;  // T's byte = K's byte - from + at
+  for (std::size_t tries = 0; je > *ja && tries < kMaxCutTries; --je, ++tries) {
+    const std::size_t e = kb[je - 1].end;
+    if (je < kb.size() && kb[je].begin < e) continue;  // the next token of K holds e's character too
+    const std::size_t at_end = e - shift_from + shift_to;
+    std::optional<runtime::Encoding> rest = runtime::Encoding{};
+    if (at_end < text.size()) rest = tok.encode_rest(text, at_end);
+    if (!rest) continue;
+    const std::size_t at_start = kb[*ja].begin - shift_from + shift_to;
+    const std::string_view before = text.substr(0, at_start);
+    runtime::Encoding out = encode_prefix(tok, before, known, common_prefix(known.text, before));
+    for (std::size_t t = *ja; t < je; ++t) {
+      out.ids.push_back(known.tokens.ids[t]);
+      out.bytes.push_back({kb[t].begin - shift_from + shift_to, kb[t].end - shift_from + shift_to});
+    }
+    tokens_reused.fetch_add(static_cast<int64_t>(je - *ja), std::memory_order_relaxed);
+    out.ids.insert(out.ids.end(), rest->ids.begin(), rest->ids.end());
+    out.bytes.insert(out.bytes.end(), rest->bytes.begin(), rest->bytes.end());
+    return out;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 EncodeMemo& encode_memo() {
@@ -50,34 +161,40 @@ bool encodes_incrementally(const runtime::Tokenizer& tok) {
   return tok.prefix_stable() && incremental.load(std::memory_order_relaxed);
 }
 
+Sha256::Digest latest_key(const Sha256::Digest& first, uint64_t tokenizer) {
+  Sha256 h;
+  h.update("orbit sync latest encodings v1");
+  h.update(first.data(), first.size());
+  h.update_u64(tokenizer);
+  return h.digest();
+}
+
+void put_encodings(const std::vector<Sha256::Digest>& keys, const runtime::Tokenizer& tok,
+                   std::shared_ptr<const ListEncodings> made) {
+  encode_memo().put(encoding_key(keys.back(), tok.serial()), made);
+  encode_memo().put(latest_key(keys.front(), tok.serial()), std::move(made), /*replace=*/true);
+}
+
 std::shared_ptr<const ListEncodings> known_encodings(const std::vector<Sha256::Digest>& keys,
                                                      const runtime::Tokenizer& tok) {
   for (std::size_t m = keys.size(); m > 0; --m) {
     if (std::shared_ptr<const ListEncodings> e = encode_memo().get(encoding_key(keys[m - 1], tok.serial()))) return e;
   }
-  return nullptr;
+  return keys.empty() ? nullptr : encode_memo().get(latest_key(keys.front(), tok.serial()));
 }
 
-runtime::Encoding encode_reusing(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding* known) {
+runtime::Encoding encode_reusing(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding* known,
+                                 const std::vector<std::size_t>& starts) {
   if (known == nullptr || known->tokens.ids.empty()) return tok.encode_with_bytes(text);
-  const std::string& k = known->text;
-  const std::vector<runtime::TokenBytes>& bytes = known->tokens.bytes;
-  const std::size_t both = std::min(k.size(), text.size());
-  const auto common =
-      static_cast<std::size_t>(std::mismatch(k.begin(), k.begin() + both, text.begin()).first - k.begin());
-  // j: how many of K's tokens end at or before the common prefix's end (ends never decrease).
-  std::size_t j = static_cast<std::size_t>(
-      std::partition_point(bytes.begin(), bytes.end(), [&](const runtime::TokenBytes& b) { return b.end <= common; }) -
-      bytes.begin());
-  for (std::size_t tries = 0; j > 0 && tries < kMaxCutTries; --j, ++tries) {
-    const std::size_t c = bytes[j - 1].end;
-    if (j < bytes.size() && bytes[j].begin < c) continue;  // the next token holds c's character too
-    if (c == text.size()) return joined(known->tokens, j, {});
-    if (std::optional<runtime::Encoding> rest = tok.encode_rest(text, c)) {
-      return joined(known->tokens, j, std::move(*rest));
+  const std::string_view k = known->text;
+  const std::size_t common = common_prefix(k, text);
+  if (common + kMinRunBytes < k.size()) {  // K goes on past the common prefix: a run may follow
+    const Run run = find_run(k, text, common, starts);
+    if (run.length >= kMinRunBytes) {
+      if (std::optional<runtime::Encoding> e = encode_with_run(tok, text, *known, run)) return std::move(*e);
     }
   }
-  return tok.encode_with_bytes(text);
+  return encode_prefix(tok, text, *known, common);
 }
 
 void set_incremental_encode(bool on) { incremental.store(on, std::memory_order_relaxed); }

@@ -340,13 +340,19 @@ struct Encoder {
   bool incremental = false;                            // detail::encodes_incrementally
   std::shared_ptr<const detail::ListEncodings> known;  // the earlier list's; null: none
   std::shared_ptr<detail::ListEncodings> made;         // this list's (incremental only)
+  const std::vector<Cut>* cuts = nullptr;              // where messages start in the rendering
 
-  // encode_with_bytes(text) of segment `index` (its text, or that text and the generation prompt's).
-  runtime::Encoding operator()(std::size_t index, std::string_view text) {
+  // encode_with_bytes(text) of segment `index` (its text, or that text and the generation prompt's), which
+  // starts at byte `begin` of the rendering.
+  runtime::Encoding operator()(std::size_t index, std::size_t begin, std::string_view text) {
     if (!incremental) return tok.encode_with_bytes(text);
     const detail::SegmentEncoding* k =
         known != nullptr && index < known->segments.size() ? &known->segments[index] : nullptr;
-    runtime::Encoding e = detail::encode_reusing(tok, text, k);
+    std::vector<std::size_t> starts;  // the messages starting inside the segment, from its start
+    for (const Cut& c : *cuts) {
+      if (c.text > begin && c.text < begin + text.size()) starts.push_back(c.text - begin);
+    }
+    runtime::Encoding e = detail::encode_reusing(tok, text, k, starts);
     if (made->segments.size() <= index) made->segments.resize(index + 1);
     made->segments[index] = {std::string(text), e};
     return e;
@@ -361,7 +367,7 @@ void add_segment(Encoder& encode, const std::string& text, const std::vector<Cut
   if (seg.tokens) {
     whole = std::move(*seg.tokens);
   } else if (by_token_bytes(tok)) {
-    whole = encode(seg.index, segment);
+    whole = encode(seg.index, seg.begin, segment);
   } else {
     whole.ids = tok.encode(segment, false);
   }
@@ -444,7 +450,8 @@ std::optional<std::vector<int64_t>> tail_with_prompt(const detail::EngineCore& c
   try {
     with_prompt = render(n, true);
     if (with_prompt.size() == text.size() || !starts_with(with_prompt, text)) return std::nullopt;
-    all = encode(tail.index, fitting(core, std::string_view(with_prompt).substr(tail.begin), render.caller));
+    all =
+        encode(tail.index, tail.begin, fitting(core, std::string_view(with_prompt).substr(tail.begin), render.caller));
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -479,11 +486,12 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
 
   const std::string text = render(n, false);
   const runtime::Tokenizer& tok = core.tokenizer();
-  Encoder encode{tok, by_token_bytes(tok) && detail::encodes_incrementally(tok), nullptr, nullptr};
+  Encoder encode{tok, by_token_bytes(tok) && detail::encodes_incrementally(tok), nullptr, nullptr, nullptr};
   std::vector<Sha256::Digest> keys;
   if (encode.incremental || detail::cuts_memo_applies(*chat.tmpl)) keys = detail::list_keys(*chat.tmpl, ro, msgs);
   const std::vector<Cut> cuts = detail::text_cuts(*chat.tmpl, render.messages, keys, text, &out.merged);
   const std::vector<Marker> marks = find_markers(text, out.parts, caller);
+  encode.cuts = &cuts;
   detail::check_text_fits(
       text, core.config().max_position_embeddings, [&] { return tok.longest_piece_bytes(); },
       std::string(caller) + ": the rendered messages");
@@ -502,7 +510,7 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   Segment tail{from, text.size(), message_at(from, cuts, marks, out.parts), marks.size(), std::nullopt};
   std::optional<std::vector<int64_t>> prompt = tail_with_prompt(core, render, n, text, tail, encode);
   add_segment(encode, text, cuts, std::move(tail), out);
-  if (encode.incremental) detail::encode_memo().put(detail::encoding_key(keys.back(), tok.serial()), encode.made);
+  if (encode.incremental) detail::put_encodings(keys, tok, encode.made);
   set_end_messages(n, out.spans);
   const int64_t positions = core.config().max_position_embeddings;
   ORBIT_CHECK(positions <= 0 || static_cast<int64_t>(out.tokens.size()) <= positions,

@@ -113,6 +113,21 @@ class Tokenizer {
     (void)at;
     return std::nullopt;
   }
+  // The safe-cut rule's verdict at `at` without the encode, and what the rest's tokens depend on besides the
+  // rest's text: nullopt where encode_rest(text, at) answers nullopt; else a context such that for texts x, y
+  // and cuts a, b with x[a, end) == y[b, end) and cut_context(x, a) == cut_context(y, b) (both present),
+  // encode_rest(x, a) and encode_rest(y, b) give the same ids, bytes b - a apart. Verdict and context read
+  // text[0, e) alone for any character boundary e > at, so they hold for every such prefix of the text too.
+  // (Window::sync uses this to reuse an earlier text's tokens for a run the two texts share away from their
+  // starts: sdk/src/window/sync_encode.h.) llama2.c: 0 (the rest is its symbols merged alone). tokenizer.json:
+  // 1 where an added token ends at `at` and the normalizer prepends text (a raw piece starting there is
+  // normalized with it; added tokens are found leftmost-longest, and the rule keeps any from running across
+  // `at`, so the pieces from `at` on are those of the rest alone), else 0.
+  virtual std::optional<int> cut_context(std::string_view text, std::size_t at) const {
+    (void)text;
+    (void)at;
+    return std::nullopt;
+  }
 
   // A number no other Tokenizer object of this process has had: what a memo of a tokenizer's encodings keys
   // by (an address is reused once its tokenizer is gone).
