@@ -88,7 +88,8 @@ at::Tensor rotate(const RopeConfig& rope, const at::Tensor& x, const ops::RopeTa
 }
 
 void rotate_into(const RopeConfig& rope, const at::Tensor& out, const at::Tensor& x, const ops::RopeTables& tables) {
-  if (x.scalar_type() == at::kHalf) {
+  // The rotation kernel writes contiguous rows of tokens: a strided `out` (a head-major slot) takes a copy.
+  if (x.scalar_type() == at::kHalf || !out.is_contiguous()) {
     out.copy_(rotate(rope, x, tables));
   } else {
     ops::rope_rotate_out(out, x.contiguous(), tables, rope.layout);
@@ -203,7 +204,8 @@ at::Tensor attend_batch_blocked(const at::Tensor& q, const at::Tensor& k, const 
   const int64_t S = k.size(1), Hkv = k.size(2), dv = v.size(3);
   const int64_t group = H / Hkv;
   // Head h uses kv head h / group: view q heads as [H_kv, group]; each (sequence, kv head) is one matrix
-  // of the batched products.
+  // of the batched products. Keys and values that are head-major underneath (forward_batch's wide groups)
+  // reshape as views, the keys the products' transposed operand; token-major ones are copied here.
   const at::Tensor kh = k.permute({0, 2, 3, 1}).reshape({B * Hkv, dk, S});
   const at::Tensor vh = v.permute({0, 2, 1, 3}).reshape({B * Hkv, S, dv});
   at::Tensor out = at::empty({B, R, H * dv}, q.options());

@@ -42,7 +42,8 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 // forward for every layer); float16 is rotated in float32 and rounded once.
 at::Tensor rotate(const RopeConfig& rope, const at::Tensor& x, const ops::RopeTables& tables);
 
-// rotate() written into `out` (contiguous, shaped and typed like x): no tensor of its own.
+// rotate() written into `out` (shaped and typed like x, any strides): no tensor of its own when `out` is
+// contiguous and not float16, else rotated apart and copied in.
 void rotate_into(const RopeConfig& rope, const at::Tensor& out, const at::Tensor& x, const ops::RopeTables& tables);
 
 // Whether attend() can use PyTorch's fused attention on CUDA in this build (libtorch >= 2.5).
@@ -75,6 +76,8 @@ at::Tensor attend_batch(const at::Tensor& q, const at::Tensor& k, const at::Tens
 // Whether attend_batch runs the CPU kernel at these head widths (key, value) and dtype on the CPU.
 bool cpu_attention_kernel_takes(int64_t dk, int64_t dv, at::ScalarType dtype);
 // The same by blocks of queries: batched products, a mask and a softmax over [B·H_kv, group·block, S].
+// k and v may have any strides; where they are head-major underneath ([B, H_kv, S, d] seen through
+// transpose(1, 2)) the products read them in place, otherwise they are first copied into that layout.
 at::Tensor attend_batch_blocked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& query_index, double scale);
 

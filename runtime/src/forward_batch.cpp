@@ -5,8 +5,9 @@
 //   per layer            norm, content (K/V) and queries over all N rows at once; attention per sequence
 //                        (CUDA) or per group of sequences with the same R (CPU: each member's keys written
 //                        into its own slot of the group's buffers, AttentionGroup, and attend_batch over
-//                        them), and for sequences whose past is a decode cache's slot per group over its
-//                        buffers (cached_attention.cpp, every device); output projection and MLP over all N rows
+//                        them; at heads too wide for the CPU kernel, the same number of keys too), and for sequences
+//                        whose past is a decode cache's slot per group over its buffers (cached_attention.cpp, every
+//                        device); output projection and MLP over all N rows
 //   logits               the rows asked for (each sequence's last, or all of its rows), one LM-head product
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention.h"
@@ -28,12 +30,32 @@ namespace orbit::runtime {
 namespace detail {
 namespace {
 
-// The members of a group and the two buffers its layers write their keys and values into.
+// The blocked products' groups are cut so that one group's keys and values take at most this many bytes:
+// a group's layer writes them and its products read them straight after, and every such group of a forward
+// writes into the same two buffers, so they stay in cache. Members over the budget attend alone.
+// bench_batch --sections prefill after pasts of 300 tokens, K = 16 (bench/batch/README.md): MLA heads of
+// 32 + 16 (790 KB a member) ran 0.93-0.98x one at a time as one group of 13 MB, 1.07-1.13x in groups of
+// 256 KiB to 4 MiB, 0.98-1.00x at 8 MiB; GQA heads of 64 (160 KB a member) 1.13-1.14x in groups of one,
+// 1.26-1.35x in groups of 1 MiB or more, where each product's fixed cost counts.
+constexpr int64_t kBlockedGroupBytes = int64_t{2} << 20;
+
+// The keys and values heads of a layer (H_k of AttentionGroup).
+int64_t key_heads(const ModelConfig& c) { return c.attention() == AttentionKind::kMla ? c.num_heads : c.num_kv_heads; }
+
+// Whether the batch's CPU groups go to the blocked products, whose buffers are head-major.
+bool blocked_groups(const Model& m) {
+  const ModelConfig& c = m.config();
+  return !cpu_attention_kernel_takes(c.head_dim, c.v_head_dim(), m.dtype());
+}
+
+// A group of `members` (the same R; for the blocked products the same number of keys too): everything but its
+// buffers.
 AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members) {
   AttentionGroup g;
   g.members = std::move(members);
   const SequencePass& first = b.seqs[g.members.front()];
   g.queries = first.rows;
+  g.head_major = blocked_groups(b.model);
   const int64_t B = static_cast<int64_t>(g.members.size());
   std::vector<at::Tensor> qi;
   for (std::size_t i : g.members) {
@@ -41,21 +63,6 @@ AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members) 
     qi.push_back(b.seqs[i].query_index);
   }
   g.query_index = B == 1 ? first.query_index.unsqueeze(0) : at::stack(qi);
-  const ModelConfig& c = b.model.config();
-  const int64_t heads = c.attention() == AttentionKind::kMla ? c.num_heads : c.num_kv_heads;
-  const at::TensorOptions where = at::TensorOptions().dtype(b.model.dtype()).device(b.model.device());
-  g.keys_buffer = at::empty({B, g.keys, heads, c.head_dim}, where);
-  g.values_buffer = at::empty({B, g.keys, heads, c.v_head_dim()}, where);
-  // The blocked products read every row of a slot, masking the scores of those after a member's keys; a
-  // masked score's weight is 0, but 0 times an uninitialised value can be NaN, so those rows hold zeros.
-  if (!cpu_attention_kernel_takes(c.head_dim, c.v_head_dim(), b.model.dtype())) {
-    for (int64_t j = 0; j < B; ++j) {
-      const SequencePass& s = b.seqs[g.members[static_cast<std::size_t>(j)]];
-      const int64_t n = s.past->length + s.tokens;
-      g.keys_buffer[j].narrow(0, n, g.keys - n).zero_();
-      g.values_buffer[j].narrow(0, n, g.keys - n).zero_();
-    }
-  }
   if (B * g.queries != b.total_rows) {
     std::vector<int64_t> rows;
     for (std::size_t i : g.members) {
@@ -66,18 +73,60 @@ AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members) 
   return g;
 }
 
-// Groups the sequences with computed tokens by R, in batch order of their first member.
-std::vector<AttentionGroup> make_groups(const BatchPass& b) {
-  std::map<int64_t, std::vector<std::size_t>> by_rows;
-  std::vector<int64_t> order;
-  for (std::size_t i = 0; i < b.seqs.size(); ++i) {
-    const int64_t R = b.seqs[i].rows;
-    if (R == 0 || b.seqs[i].past->cache != nullptr) continue;
-    if (by_rows.find(R) == by_rows.end()) order.push_back(R);
-    by_rows[R].push_back(i);
+// The groups' buffers: a kernel group's its own, token-major; the blocked groups' views of one pair of buffers
+// sized for the largest, head-major (the groups of a layer run one after another, each writing before it reads).
+void attach_buffers(const BatchPass& b, std::vector<AttentionGroup>& groups) {
+  const ModelConfig& c = b.model.config();
+  const int64_t heads = key_heads(c), dk = c.head_dim, dv = c.v_head_dim();
+  const at::TensorOptions where = at::TensorOptions().dtype(b.model.dtype()).device(b.model.device());
+  int64_t most_rows = 0;
+  for (AttentionGroup& g : groups) {
+    const int64_t B = static_cast<int64_t>(g.members.size());
+    if (g.head_major) {
+      most_rows = std::max(most_rows, B * heads * g.keys);
+    } else {
+      g.keys_buffer = at::empty({B, g.keys, heads, dk}, where);
+      g.values_buffer = at::empty({B, g.keys, heads, dv}, where);
+    }
   }
+  if (most_rows == 0) return;
+  const at::Tensor keys = at::empty({most_rows * dk}, where), values = at::empty({most_rows * dv}, where);
+  for (AttentionGroup& g : groups) {
+    if (!g.head_major) continue;
+    const int64_t B = static_cast<int64_t>(g.members.size());
+    g.keys_buffer = keys.narrow(0, 0, B * heads * g.keys * dk).view({B, heads, g.keys, dk});
+    g.values_buffer = values.narrow(0, 0, B * heads * g.keys * dv).view({B, heads, g.keys, dv});
+  }
+}
+
+// Groups the sequences with computed tokens by R (for the blocked products by R and their number of keys, cut
+// to kBlockedGroupBytes), in batch order of their first member.
+std::vector<AttentionGroup> make_groups(const BatchPass& b) {
+  const bool blocked = blocked_groups(b.model);
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::size_t>> by_shape;
+  std::vector<std::pair<int64_t, int64_t>> order;
+  for (std::size_t i = 0; i < b.seqs.size(); ++i) {
+    const SequencePass& s = b.seqs[i];
+    if (s.rows == 0 || s.past->cache != nullptr) continue;
+    const std::pair<int64_t, int64_t> shape{s.rows, blocked ? s.past->length + s.tokens : 0};
+    if (by_shape.find(shape) == by_shape.end()) order.push_back(shape);
+    by_shape[shape].push_back(i);
+  }
+  const ModelConfig& c = b.model.config();
+  const int64_t row_bytes = key_heads(c) * (c.head_dim + c.v_head_dim()) * at::elementSize(b.model.dtype());
   std::vector<AttentionGroup> groups;
-  for (int64_t R : order) groups.push_back(make_group(b, std::move(by_rows[R])));
+  for (const auto& shape : order) {
+    std::vector<std::size_t>& members = by_shape[shape];
+    const std::size_t most =
+        blocked ? static_cast<std::size_t>(std::max<int64_t>(1, kBlockedGroupBytes / (shape.second * row_bytes)))
+                : members.size();
+    for (std::size_t at_member = 0; at_member < members.size(); at_member += most) {
+      const auto first = members.begin() + static_cast<std::ptrdiff_t>(at_member);
+      const auto last = members.begin() + static_cast<std::ptrdiff_t>(std::min(members.size(), at_member + most));
+      groups.push_back(make_group(b, std::vector<std::size_t>(first, last)));
+    }
+  }
+  attach_buffers(b, groups);
   return groups;
 }
 
@@ -102,8 +151,9 @@ void write_group_keys(const BatchPass& b, const AttentionGroup& g, const std::ve
     const ForwardPast& fp = *b.seqs[i].past;
     const ops::RopeTables& t = b.seqs[i].rope.key;
     const int64_t P = fp.length, T = contents[i].k.size(0);
-    const at::Tensor k = g.keys_buffer.select(0, static_cast<int64_t>(j)),
-                     v = g.values_buffer.select(0, static_cast<int64_t>(j));
+    // Slot j as [S, H_k, d]: strided when the buffers are head-major.
+    const at::Tensor k = g.token_major(g.keys_buffer).select(0, static_cast<int64_t>(j)),
+                     v = g.token_major(g.values_buffer).select(0, static_cast<int64_t>(j));
     if (P > 0) {
       const LayerKV& p = fp.past->layers[static_cast<std::size_t>(l)];
       write({p.k.to(m.device(), m.dtype()), p.v.to(m.device(), m.dtype())},
@@ -130,7 +180,8 @@ void grouped_attention(const BatchPass& b, int64_t l, const std::vector<LayerKV>
     const int64_t B = static_cast<int64_t>(g.members.size());
     const at::Tensor qg = (g.rows.defined() ? q.index_select(0, g.rows) : q).view({B, g.queries, q.size(1), q.size(2)});
     write_group_keys(b, g, contents, l);
-    const at::Tensor o = attend_batch(qg, g.keys_buffer, g.values_buffer, g.query_index, scale);
+    const at::Tensor o =
+        attend_batch(qg, g.token_major(g.keys_buffer), g.token_major(g.values_buffer), g.query_index, scale);
     place_rows(out, g.rows, o.view({B * g.queries, o.size(2)}));
   }
 }

@@ -16,23 +16,36 @@ namespace orbit::runtime::detail {
 
 // Sequences that attend together on the CPU: the same number R > 0 of computed tokens, contiguous or paged
 // pasts gathered. Each layer writes member j's keys (rotated; MLA's expanded from the latent) and values into
-// slot j of two buffers allocated once per forward, and attend_batch reads them as they lie:
+// slot j of two buffers allocated once per forward, and attend_batch reads them as they lie. Where the CPU
+// kernel takes the heads (cpu_attention_kernel_takes) a slot is token-major, a member's rows as its content:
 //
 //   keys_buffer   [B, S, H_k, d_k]    slot j:  rows [0, P_j)            its past (P_j tokens)
 //   values_buffer [B, S, H_k, d_v]             rows [P_j, P_j + T_j)    its input (T_j tokens)
-//                                              rows [P_j + T_j, S)      never written: zeroed once where the
-//                                                                       blocked products read them, else
-//                                                                       uninitialised
+//                                              rows [P_j + T_j, S)      never written, uninitialised; the
+//                                                                       kernel stops at each query's last key
 //
-// H_k is num_kv_heads (GQA) or num_heads (MLA); d_k head_dim, d_v v_head_dim(). No query reads a key after
-// its query_index: the kernel stops there, the blocked products mask the rest.
+// Wider heads (and float64) go to the blocked products, which take each (member, head) as one matrix and read
+// every row of it. There every member of a group has S = P_j + T_j keys (nothing to mask or zero, and each
+// member's products have the shapes of its forward alone), a group's slots take at most a budget of bytes
+// that stays in cache (forward_batch.cpp), and a slot is head-major, so that the products read the buffers in
+// place (keys as the transposed operand) with no copy of the keys in another layout:
+//
+//   keys_buffer   [B, H_k, S, d_k]    slot j, head h: rows [0, P_j) its past, [P_j, S) its input
+//   values_buffer [B, H_k, S, d_v]    (views of two buffers of the forward that its blocked groups share,
+//                                      each group's layer writing them before it reads them)
+//
+// H_k is num_kv_heads (GQA) or num_heads (MLA); d_k head_dim, d_v v_head_dim().
 struct AttentionGroup {
   std::vector<std::size_t> members;  // batch indices, ascending
   at::Tensor rows;                   // int64 [B·R]: their rows in the batch (undefined: every row, in order)
   int64_t queries = 0;               // R
-  int64_t keys = 0;                  // S: the most keys (past + input tokens) of a member
+  int64_t keys = 0;                  // S: the most keys (past + input tokens) of a member (head_major: each's)
   at::Tensor query_index;            // int64 [B, R]
+  bool head_major = false;           // the buffers' layout (above)
   at::Tensor keys_buffer, values_buffer;
+
+  // A buffer seen token-major, [B, S, H_k, d] (a view: strided when head_major), as attend_batch takes it.
+  at::Tensor token_major(const at::Tensor& buffer) const { return head_major ? buffer.transpose(1, 2) : buffer; }
 };
 
 // Sequences whose pasts are slots of one decode cache, R computed tokens each: their new rows are written into

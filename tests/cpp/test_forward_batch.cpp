@@ -132,27 +132,38 @@ TEST_CASE("forward_batch: MLA members of uneven lengths get their own forward's 
   const auto wide = load_model(wide_mla_dir());
   for (const Model* m : {kernel.get(), wide.get()}) {
     INFO("heads " << m->config().head_dim << ", values " << m->config().v_head_dim());
-    // Members whose keys end far apart (0 to 33 keys in one group of R = 4; 4 to 31 for the decode steps):
-    // in the blocked products a short member's slot is mostly rows it never wrote.
+    // Members whose keys end far apart (0 to 33 keys in one group of R = 4; 4 to 31 for the decode steps): on
+    // the kernel a short member's slot is mostly rows it never wrote; the blocked products group by length.
     const double turns = batched_against_alone(*m, turns_after(*m, 4, {0, 5, 29, 12}));
     const double steps = batched_against_alone(*m, turns_after(*m, 1, {30, 3, 9}));
     WARN("MLA heads " << m->config().head_dim << ": largest difference " << std::max(turns, steps));
   }
 }
 
-TEST_CASE("forward_batch: MLA decode steps of at most 16 rows equal each step alone bit for bit") {
+TEST_CASE("forward_batch: turns of at most 16 rows equal each turn alone bit for bit, kernel and blocked") {
   // Every product over the batch's rows takes the small-product kernel, whose sums do not depend on the rows
-  // beside them, and each member's keys are expanded from its own latent rows as its forward alone expands
-  // them (past, then input): nothing may differ, whatever the other members' lengths. Without that kernel
-  // (another CPU, ORBIT_CPU_KERNELS=portable) BLAS sums rows by blocks, and only the float32 bound holds.
-  const auto m = load_model(orbit::test::device_test_model_dir("mla"));
-  const double steps = batched_against_alone(*m, turns_after(*m, 1, {30, 3, 9, 1}));
-  const double pairs = batched_against_alone(*m, turns_after(*m, 2, {6, 0, 17}));
-  if (orbit::runtime::ops::avx2_kernels_run()) {
-    CHECK(steps == 0.0);
-    CHECK(pairs == 0.0);
-  } else {
-    WARN("bit-for-bit not checked: the small-product kernel does not run here");
+  // beside them; each member's keys are expanded (MLA) or rotated from its own rows as its forward alone does
+  // it (past, then input); and the blocked products group only members with as many keys, so each member's
+  // products and softmax have the shapes of its forward alone: nothing may differ, whatever the other members'
+  // lengths. Without that kernel (another CPU, ORBIT_CPU_KERNELS=portable) BLAS sums rows by blocks, and only
+  // the float32 bound holds.
+  const auto kernel = load_model(orbit::test::device_test_model_dir("mla"));        // heads 16 + 8, on the CPU kernel
+  const auto wide = load_model(wide_mla_dir());                                     // heads 32 + 16, blocked
+  const auto gqa = load_model(orbit::test::device_test_model_dir("llama-d64-g4"));  // heads of 64, blocked
+  for (const Model* m : {kernel.get(), wide.get(), gqa.get()}) {
+    INFO("heads " << m->config().head_dim << ", values " << m->config().v_head_dim() << ", "
+                  << (m->config().attention() == AttentionKind::kMla ? "MLA" : "GQA"));
+    const double steps = batched_against_alone(*m, turns_after(*m, 1, {30, 3, 9, 1}));
+    const double pairs = batched_against_alone(*m, turns_after(*m, 2, {6, 0, 17}));
+    // Two members of each length among uneven ones (15 rows): the blocked products take each pair as one group.
+    const double turns = batched_against_alone(*m, turns_after(*m, 3, {5, 12, 5, 0, 12}));
+    if (orbit::runtime::ops::avx2_kernels_run()) {
+      CHECK(steps == 0.0);
+      CHECK(pairs == 0.0);
+      CHECK(turns == 0.0);
+    } else {
+      WARN("bit-for-bit not checked: the small-product kernel does not run here");
+    }
   }
 }
 

@@ -196,8 +196,8 @@ class Model {
   // computed tokens attend together: each member's keys rotated (MLA's expanded from its own latent rows)
   // into its own slot of two buffers kept for the forward, then one attention per group over them (the CPU
   // attention kernel at heads of up to 32, reading each member's own rows; the blocked products at wider
-  // heads, the rows after a member's keys zero and masked); on CUDA each attends on its own (the paged
-  // kernel, SDPA or the GEMM path, as a single forward would). Results are in batch order and equal the
+  // heads, over members with as many keys, 2 MiB of them at a time); on CUDA each attends on its own (the
+  // paged kernel, SDPA or the GEMM path, as a single forward would). Results are in batch order and equal the
   // sequences' single forwards up to the order of float reductions (tests/cpp/float_tolerance.h). Every
   // sequence must run the same number of layers (ForwardOptions::max_layers). Throws as forward() does, the
   // message naming the sequence ("forward: sequence 2: ...") when the batch holds more than one; an empty
