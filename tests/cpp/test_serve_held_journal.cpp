@@ -1,7 +1,8 @@
 // The journal of held answers (stored/held_journal.h) and what the stores do with it (chat_store.h,
 // responses/responses_store.h), without a model: a held answer survives its store's end without a drain (a
 // crash, as far as the files are concerned) and the next store opened on the path writes it; a torn last
-// record is ignored and a corrupt journal set aside, each reported naming the file. Also the Responses
+// record is ignored and a corrupt journal set aside, each reported naming the file; a release is taken on a
+// full disk (the journal cannot grow), so a deleted answer does not come back. Also the Responses
 // store's chain check, made inside the write's transaction: a link another server deletes just before the
 // write is written with it.
 #include <filesystem>
@@ -137,6 +138,46 @@ TEST_CASE("held journal: a chat completion held when its store ends without a dr
   CHECK(reopened.get("large"));
   CHECK_FALSE(reopened.get("deleted"));
   CHECK(reopened.pending().held == 0);
+  CHECK(reopened.pending().recovered == 1);
+}
+
+TEST_CASE("held journal: a release is taken when no byte can be appended", "[serve][journal]") {
+  TempDir tmp;
+  const std::string store = (tmp.dir / "s.sqlite").string();
+  {
+    sv::HeldJournal j(store);
+    REQUIRE(j.hold("deleted", std::string(3000, 'd')).empty());
+    REQUIRE(j.hold("kept", "payload kept").empty());
+    const FileSizeLimit full(std::filesystem::file_size(j.path()));  // the journal's disk is full
+    CHECK_FALSE(j.hold("more", "payload more").empty());
+    CHECK(j.release("deleted").empty());  // marked in place: no byte added
+    CHECK(j.live() == 1);
+  }  // ends without a release of "kept": the file stays
+  sv::HeldJournal next(store);
+  REQUIRE(next.adopted().held.size() == 1);  // the old code appended the release, failed, and adopted both
+  CHECK(next.adopted().held[0].id == "kept");
+  CHECK(next.adopted().problems.empty());
+}
+
+TEST_CASE("held journal: a chat completion deleted while held on a full disk does not come back",
+          "[serve][journal][chat_store]") {
+  TempDir tmp;
+  const std::string path = (tmp.dir / "chat.sqlite").string();
+  {
+    sv::ChatStore store(sv::ChatStoreOptions{64, path});
+    grow_log(store, 3);
+    {
+      const FileSizeLimit limit(wal_bytes(path) + kRoom);
+      REQUIRE(store.put(completion("kept", kLarge)).journaled);
+      REQUIRE(store.put(completion("deleted", kLarge)).journaled);
+    }
+    // Now not even the journal grows (erasing a completion that was never written adds no page to the log).
+    const FileSizeLimit full(std::filesystem::file_size(journal_of(path)));
+    CHECK(store.erase("deleted"));
+  }  // no drain_pending(): a crash, as the files see it
+  sv::ChatStore reopened(sv::ChatStoreOptions{64, path});
+  CHECK(reopened.get("kept"));
+  CHECK_FALSE(reopened.get("deleted"));  // the old code's release was an append, which failed: written again
   CHECK(reopened.pending().recovered == 1);
 }
 

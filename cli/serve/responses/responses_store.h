@@ -153,7 +153,7 @@ class ResponseStore {
   // and those links.
   std::vector<ResponseRow> rows_of(const std::vector<const Pending*>& group,
                                    std::vector<std::shared_ptr<StoredResponse>>& carried);
-  void recover_held();                 // at construction: the adopted journals' responses held and written
+  void recover_held();  // at construction: the adopted journals' responses held and written
   // Under mutex_: `p` as its journal record holds it, with the links of its chain no row holds.
   std::string journal_payload(const Pending& p);
   // Under mutex_: the response of journal record `e`, its chain linked to the responses `built` from earlier

@@ -21,11 +21,14 @@ namespace held_journal_io {
 
 namespace fs = std::filesystem;
 
-constexpr char kHeader[] = "orbit-held-journal 1\n";
+constexpr char kHeader[] = "orbit-held-journal 2\n";
+constexpr char kHeaderV1[] = "orbit-held-journal 1\n";  // read: its records are of kinds 1 and 2 only
 constexpr std::size_t kHeaderBytes = sizeof(kHeader) - 1;
+static_assert(sizeof(kHeaderV1) == sizeof(kHeader), "both versions' headers are read as kHeaderBytes");
 constexpr uint32_t kMagic = 0x52444c48;
 constexpr std::size_t kRecordHead = 28;  // magic, kind and padding, id bytes, payload bytes, check
-constexpr unsigned char kHold = 1, kRelease = 2;
+constexpr unsigned char kHold = 1, kRelease = 2, kDead = 3;
+constexpr std::size_t kKindAt = 4;              // the kind's byte within a record
 constexpr uint64_t kSlack = uint64_t{1} << 20;  // dead bytes tolerated past the live ones before a rewrite
 
 void put_le(std::string& out, uint64_t value, int bytes) {
@@ -46,6 +49,9 @@ uint64_t check_of(unsigned char kind, const std::string& id, const char* payload
   for (int i = 7; i >= 0; --i) value = (value << 8) | d[static_cast<std::size_t>(i)];
   return value;
 }
+
+// A record's check covers the kind it was written as: a hold marked dead in place keeps its hold's check.
+unsigned char written_kind(unsigned char kind) { return kind == kDead ? kHold : kind; }
 
 std::string record(unsigned char kind, const std::string& id, const std::string& payload) {
   std::string out;
@@ -89,9 +95,10 @@ struct Parsed {
 
 Parsed parse(const std::string& bytes, const std::string& file) {
   Parsed out;
-  if (bytes.size() < kHeaderBytes || bytes.compare(0, kHeaderBytes, kHeader) != 0) {
+  if (bytes.size() < kHeaderBytes ||
+      (bytes.compare(0, kHeaderBytes, kHeader) != 0 && bytes.compare(0, kHeaderBytes, kHeaderV1) != 0)) {
     out.corrupt = !bytes.empty();
-    if (out.corrupt) out.problem = "its header is not \"orbit-held-journal 1\": not a journal of this format";
+    if (out.corrupt) out.problem = "its header is not \"orbit-held-journal 2\" (or 1): not a journal of this format";
     return out;
   }
   std::vector<std::pair<std::string, std::string>> order;  // holds, then erased by releases
@@ -106,12 +113,12 @@ Parsed parse(const std::string& bytes, const std::string& file) {
                     ": a crash while it was appended): ignored";
       break;
     }
-    const unsigned char kind = static_cast<unsigned char>(bytes[at + 4]);
+    const unsigned char kind = static_cast<unsigned char>(bytes[at + kKindAt]);
     const std::string id = bytes.substr(at + kRecordHead, id_bytes);
     const char* payload = bytes.data() + at + kRecordHead + id_bytes;
     const std::size_t end = at + kRecordHead + id_bytes + payload_bytes;
-    const bool valid = get_le(bytes, at, 4) == kMagic && (kind == kHold || kind == kRelease) &&
-                       get_le(bytes, at + 20, 8) == check_of(kind, id, payload, payload_bytes);
+    const bool valid = get_le(bytes, at, 4) == kMagic && (kind == kHold || kind == kRelease || kind == kDead) &&
+                       get_le(bytes, at + 20, 8) == check_of(written_kind(kind), id, payload, payload_bytes);
     if (!valid) {
       out.corrupt = end < bytes.size();
       out.problem = out.corrupt ? "it is corrupt at byte " + std::to_string(at) +
@@ -123,7 +130,7 @@ Parsed parse(const std::string& bytes, const std::string& file) {
     }
     if (kind == kHold) {
       order.emplace_back(id, std::string(payload, payload_bytes));
-    } else {
+    } else if (kind == kRelease) {
       for (auto it = order.begin(); it != order.end();) it = it->first == id ? order.erase(it) : std::next(it);
     }
     at = end;
@@ -233,7 +240,11 @@ bool HeldJournal::create() {
 
 HeldJournal::~HeldJournal() {
   if (fd_ < 0) return;
-  if (live_.empty()) ::unlink(path_.c_str());
+  if (live_.empty()) {
+    ::unlink(path_.c_str());
+  } else {
+    settle();
+  }
   ::close(fd_);
 }
 
@@ -246,6 +257,7 @@ std::string HeldJournal::hold(const std::string& id, const std::string& payload)
   std::lock_guard<std::mutex> lock(mutex_);
   if (fd_ < 0) return error_;
   if (live_.count(id) != 0) return "";
+  settle();
   const uint64_t at = end_;
   std::string why = append(held_journal_io::kHold, id, payload);
   if (why.empty()) {
@@ -262,13 +274,23 @@ std::string HeldJournal::release(const std::string& id) {
   const Live released = it->second;
   live_.erase(it);
   live_bytes_ -= released.bytes;
-  if (live_.empty() || end_ > 2 * live_bytes_ + held_journal_io::kSlack) return compact();
-  std::string why = append(held_journal_io::kRelease, id, "");
-  if (!why.empty()) {  // not on disk: a replay would hold it again
-    live_[id] = released;
-    live_bytes_ += released.bytes;
-  }
+  if ((live_.empty() || end_ > 2 * live_bytes_ + held_journal_io::kSlack) && compact().empty()) return "";
+  // Marked dead where it lies: no byte is added, so a full disk takes it.
+  std::string why = mark_dead(released.offset);
+  if (!why.empty()) unmarked_.push_back(released.offset);  // a replay would hold it again until it is marked
+  settle();
   return why;
+}
+
+std::string HeldJournal::mark_dead(uint64_t offset) {
+  namespace io = held_journal_io;
+  return io::write_at(fd_, std::string(1, static_cast<char>(io::kDead)), offset + io::kKindAt, path_);
+}
+
+void HeldJournal::settle() {
+  for (auto it = unmarked_.begin(); it != unmarked_.end() && fd_ >= 0;) {
+    it = mark_dead(*it).empty() ? unmarked_.erase(it) : std::next(it);
+  }
 }
 
 std::string HeldJournal::append(unsigned char kind, const std::string& id, const std::string& payload) {
@@ -297,6 +319,7 @@ std::string HeldJournal::compact() {
       return io::errno_text("cannot cut back to its header", path_);
     }
     end_ = io::kHeaderBytes;
+    unmarked_.clear();  // cut off with the rest
     return "";
   }
   std::string bytes(io::kHeader, io::kHeaderBytes);
@@ -325,6 +348,7 @@ std::string HeldJournal::compact() {
   fd_ = fd;
   end_ = bytes.size();
   live_ = std::move(moved);
+  unmarked_.clear();  // the new file holds the live records only
   return "";
 }
 

@@ -7,11 +7,14 @@
 // path), locked (flock) by its server while it runs, so servers sharing a store each keep their own, and a
 // server starting adopts every journal of its store that no running server holds (its server is gone):
 //
-//   header    "orbit-held-journal 1\n"
-//   record    u32 magic 0x52444c48 | u8 kind (1 hold, 2 release) | 3 bytes 0 | u32 id bytes | u64 payload bytes
-//             | u64 check: the first 8 bytes of SHA-256 over kind, id and payload | id | payload
-//             (integers little-endian). A hold holds the answer (`payload`, the store's encoding); a release
-//             says it landed, was deleted, or is given up. The live records are the holds no release follows.
+//   header    "orbit-held-journal 2\n" (a journal of version 1, whose records are of kinds 1 and 2, is read too)
+//   record    u32 magic 0x52444c48 | u8 kind | 3 bytes 0 | u32 id bytes | u64 payload bytes
+//             | u64 check: the first 8 bytes of SHA-256 over the kind written, id and payload | id | payload
+//             (integers little-endian). Kinds: 1 a hold, holding the answer (`payload`, the store's encoding);
+//             3 a hold released in place (its answer landed, was deleted, or is given up): its kind byte
+//             overwritten, synced, the check still that of its hold; 2 a release of the holds of its id before
+//             it (appended by version 1; no longer written). The live records are the holds of kind 1 no
+//             release follows.
 //
 // Adoption: the adopted journals' live records are written, in order, into a new journal (a temporary file,
 // locked, synced, renamed over this server's path, the directory synced), and only then are the adopted files
@@ -22,10 +25,14 @@
 // records) has the records before the damage adopted, the rest reported lost, and is kept as `FILE.corrupt`;
 // each problem is a line of JournalAdoption::problems naming the file, never an exception.
 //
-// Size: a release is appended; when no hold is live the file is cut back to its header, and when it holds
-// more than twice its live records plus 1 MiB it is rewritten (the live records copied into a temporary file,
-// renamed over it). An append that fails (a full disk, a file-size limit) is cut off again, so the file never
-// keeps a partial record in its middle; the caller holds that answer in memory only.
+// A release adds no byte: it marks the hold dead where it lies, so that a full disk (or a file-size limit),
+// which fails every append, still takes it, and an answer deleted meanwhile is not brought back by a replay.
+// A mark that fails all the same (an I/O error) is remembered and made again before the next hold and
+// release and at close (until then a replay would hold that answer again). When no hold is live the file is
+// cut back to its header, and when it holds more than twice its live records plus 1 MiB it is rewritten (the
+// live records copied into a temporary file, renamed over it; where that fails, the release is marked). An
+// append that fails is cut off again, so the file never keeps a partial record in its middle; the caller
+// holds that answer in memory only.
 //
 // Thread-safety: every member may be called from any thread (one mutex; each call syncs the disk under it).
 #pragma once
@@ -70,8 +77,8 @@ class HeldJournal {
 
   // Appends a hold of `payload` under `id`, synced; "" once it is on disk, else why (naming the file).
   std::string hold(const std::string& id, const std::string& payload);
-  // Appends a release of `id`, synced, and compacts the file when that leaves it mostly dead; "" or why.
-  // An id with no live hold here is ignored.
+  // Marks the hold of `id` dead in place, synced (or cuts back or compacts the file when that leaves it
+  // empty or mostly dead); "" or why. An id with no live hold here is ignored.
   std::string release(const std::string& id);
   std::size_t live() const;  // live holds in this server's journal
 
@@ -83,6 +90,8 @@ class HeldJournal {
   bool create();  // this server's journal, holding the adopted live records; false: error_ says why
   std::string append(unsigned char kind, const std::string& id, const std::string& payload);  // under mutex_
   std::string compact();                                                                      // under mutex_
+  std::string mark_dead(uint64_t offset);  // under mutex_: the hold at `offset` marked released, synced
+  void settle();                           // under mutex_: the marks unmarked_ owes made again
 
   mutable std::mutex mutex_;
   std::string path_;
@@ -91,6 +100,7 @@ class HeldJournal {
   uint64_t end_ = 0;                  // the file's size: the next record goes there
   uint64_t live_bytes_ = 0;           // the live records' bytes
   std::map<std::string, Live> live_;  // by id
+  std::vector<uint64_t> unmarked_;    // released holds whose mark failed (offsets): made again by settle()
   JournalAdoption adopted_;
 };
 

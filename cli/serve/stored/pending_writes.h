@@ -18,7 +18,8 @@
 //   forget(id)    the client deleted it while held: no longer held, counted neither way.
 //   drop(id)      at shutdown, after the last attempt: no longer held here. One in the journal stays there
 //                 (the next start writes it); one in memory only is given up, counted dropped.
-// landed and forget release the journal's record (synced: a crash after it does not bring the answer back).
+// landed and forget release the journal's record (marked in place and synced, so on a full disk too: a crash
+// after it does not bring the answer back).
 //
 // Thread-safety: every member may be called from any thread (one mutex, held only inside a member; the
 // journal's appends and syncs run outside it).
@@ -226,8 +227,10 @@ class PendingWrites {
     return held;
   }
 
-  // Not under mutex_: the journal syncs. A release it cannot write leaves the record for a replay, which
-  // writes the answer again (by id: a no-op where it landed) or, deleted meanwhile, brings it back.
+  // Not under mutex_: the journal syncs. A release adds no byte to the journal (held_journal.h: the record is
+  // marked where it lies), so a full disk takes it; one whose mark fails all the same is made again by the
+  // journal's next call, and until then a replay would write the answer again (by id: a no-op where it
+  // landed) or, deleted meanwhile, bring it back.
   void release(const Held& held) {
     if (!held.journaled || journal_ == nullptr) return;
     const std::string why = journal_->release(held.id);
