@@ -197,9 +197,10 @@ StoreWrite ResponseStore::put(std::shared_ptr<StoredResponse> response, const st
 
 std::string ResponseStore::journal_payload(const Pending& p) {
   nlohmann::json links = nlohmann::json::array();
+  // The links no row holds, up to one held with its own record, which the last link names by id.
   std::vector<const StoredResponse*> missing;  // newest first
-  for (const StoredResponse* link = p.response->previous.get(); link != nullptr && !disk_->has(link->id);
-       link = link->previous.get()) {
+  for (const StoredResponse* link = p.response->previous.get();
+       link != nullptr && !pending_.journaled(link->id) && !disk_->has(link->id); link = link->previous.get()) {
     missing.push_back(link);
   }
   for (auto link = missing.rbegin(); link != missing.rend(); ++link) {
@@ -209,15 +210,14 @@ std::string ResponseStore::journal_payload(const Pending& p) {
   return nlohmann::json{{"response", response_keys::journal_row(*p.response, p.key)}, {"links", links}}.dump();
 }
 
-std::shared_ptr<StoredResponse> ResponseStore::from_journal(
-    const JournalEntry& e, std::map<std::string, std::shared_ptr<StoredResponse>>& built, std::string& key) {
+std::shared_ptr<StoredResponse> ResponseStore::from_journal(const JournalEntry& e, Rebuilt& built, std::string& key) {
   const nlohmann::json j = nlohmann::json::parse(e.payload);
   std::vector<nlohmann::json> rows(j.at("links").begin(), j.at("links").end());
   rows.push_back(j.at("response"));
   std::shared_ptr<StoredResponse> last;
   for (const nlohmann::json& row_json : rows) {
     ResponseRow row = response_keys::row_of_journal(row_json, "held-answers journal " + e.file);
-    if (const auto it = built.find(row.id); it != built.end()) {
+    if (const auto it = built.responses.find(row.id); it != built.responses.end()) {
       last = it->second;
       key = row.read_key;
       continue;
@@ -228,12 +228,20 @@ std::shared_ptr<StoredResponse> ResponseStore::from_journal(
     r->added = std::move(row.added);
     r->body = std::move(row.body);
     if (!row.previous.empty()) {
-      const auto known = built.find(row.previous);
-      r->previous = known != built.end() ? known->second : load(row.previous);
+      const auto known = built.responses.find(row.previous);
+      const auto recorded = built.entries.find(row.previous);
+      std::string unused;
+      if (known != built.responses.end()) {
+        r->previous = known->second;
+      } else if (recorded != built.entries.end() && built.building.insert(row.previous).second) {
+        r->previous = from_journal(*recorded->second, built, unused);  // a held link with its own record
+      } else {
+        r->previous = load(row.previous);
+      }
       ORBIT_CHECK(r->previous != nullptr, "response '" << r->id << "' continues '" << row.previous
                                                        << "', which is neither in the store nor in the journal");
     }
-    built[r->id] = r;
+    built.responses[r->id] = r;
     key = std::move(row.read_key);
     last = std::move(r);
   }
@@ -243,9 +251,11 @@ std::shared_ptr<StoredResponse> ResponseStore::from_journal(
 
 void ResponseStore::recover_held() {
   report_journal(*journal_, "responses");
-  std::map<std::string, std::shared_ptr<StoredResponse>> built;  // by id: the links recovered responses share
+  Rebuilt built;
+  for (const JournalEntry& e : journal_->adopted().held) built.entries[e.id] = &e;
   std::vector<std::string> recovered;
   for (const JournalEntry& e : journal_->adopted().held) {
+    if (e.link) continue;  // deleted while held: rebuilt only as a link of the holds that name it
     try {
       std::lock_guard<std::mutex> lock(mutex_);
       std::string key;
@@ -418,7 +428,7 @@ std::shared_ptr<StoredResponse> ResponseStore::continued_by(const std::vector<Ch
 
 bool ResponseStore::erase(const std::string& id) {
   std::lock_guard<std::mutex> turn(retry_mutex_);  // a retry in flight lands first: unnamed below
-  pending_.forget(id);
+  pending_.forget(id, true);                       // its record kept as a link: a held response's record may name it
   std::lock_guard<std::mutex> lock(mutex_);
   const bool held = by_id_.count(id) != 0;
   forget(id);

@@ -32,14 +32,16 @@
 // answers from memory.
 //
 // With a path, a held response is also appended to the store's journal of held answers (held_journal.h,
-// `STORE.held-<pid>`), synced before put() returns, with the links of its chain no row holds (so that it can
-// be written whole even if a held response it continues is deleted meanwhile): a crash or `kill -9` does not
-// lose it. The next ResponseStore opened on the path adopts the journals no running server holds, rebuilds
-// each response (its chain from the journal and the disk), holds it again (served from memory, as any held
-// one) and writes it at once, naming on stderr each one recovered (stored, or held again) or lost (a record
-// that does not parse, a chain whose link is gone); a torn or corrupt journal is reported naming the file.
-// drain_pending() leaves a journaled response it could not write in the journal for the next start. Where
-// the journal cannot take a record the response is held in memory only (StoreWrite::journaled false).
+// `STORE.held-<pid>`), synced before put() returns, with the links of its chain no row holds back to the
+// nearest held one with its own record, which it names by id (so a held chain's journal grows with its
+// length, not its square): a crash or `kill -9` does not lose it. erase() of a held response keeps its record
+// as a link (HeldJournal::keep_as_link) while any hold is live, so that a held response continuing it is
+// still written whole, the deleted one as an unnamed link. The next ResponseStore opened on the path adopts the
+// journals no running server holds, rebuilds each response (its chain from the journal and the disk), holds it again
+// (served from memory, as any held one) and writes it at once, naming on stderr each one recovered (stored, or held
+// again) or lost (a record that does not parse, a chain whose link is gone); a torn or corrupt journal is reported
+// naming the file. drain_pending() leaves a journaled response it could not write in the journal for the next start.
+// Where the journal cannot take a record the response is held in memory only (StoreWrite::journaled false).
 //
 // Besides ids, the store finds the response a request continues without naming it, as agents that resend
 // the whole history do (the OpenAI Agents SDK by default): continued_by() returns the stored response whose
@@ -57,6 +59,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -156,12 +159,17 @@ class ResponseStore {
   void recover_held();  // at construction: the adopted journals' responses held and written
   // Under mutex_: `p` as its journal record holds it, with the links of its chain no row holds.
   std::string journal_payload(const Pending& p);
-  // Under mutex_: the response of journal record `e`, its chain linked to the responses `built` from earlier
-  // records (and added to it) or read from disk; `key` is set to its read list's hash. Throws when it does
-  // not parse or a link is nowhere.
-  std::shared_ptr<StoredResponse> from_journal(const JournalEntry& e,
-                                               std::map<std::string, std::shared_ptr<StoredResponse>>& built,
-                                               std::string& key);
+  // What recover_held rebuilds from the adopted records: the responses by id (the links they share), the
+  // records by id (holds and links), and the ids whose record is being rebuilt (not followed twice).
+  struct Rebuilt {
+    std::map<std::string, std::shared_ptr<StoredResponse>> responses;
+    std::map<std::string, const JournalEntry*> entries;
+    std::set<std::string> building;
+  };
+  // Under mutex_: the response of journal record `e`, its chain linked to the responses `built` has (and
+  // added to it), to those rebuilt first from the records its links name by id, or read from disk; `key` is
+  // set to its read list's hash. Throws when it does not parse or a link is nowhere.
+  std::shared_ptr<StoredResponse> from_journal(const JournalEntry& e, Rebuilt& built, std::string& key);
   void check();  // GroupCommit's: the disk's check; takes mutex_
   // Under mutex_:
   void touch(Entry& entry);

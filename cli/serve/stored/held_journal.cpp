@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -27,7 +28,7 @@ constexpr std::size_t kHeaderBytes = sizeof(kHeader) - 1;
 static_assert(sizeof(kHeaderV1) == sizeof(kHeader), "both versions' headers are read as kHeaderBytes");
 constexpr uint32_t kMagic = 0x52444c48;
 constexpr std::size_t kRecordHead = 28;  // magic, kind and padding, id bytes, payload bytes, check
-constexpr unsigned char kHold = 1, kRelease = 2, kDead = 3;
+constexpr unsigned char kHold = 1, kRelease = 2, kDead = 3, kLink = 4;
 constexpr std::size_t kKindAt = 4;              // the kind's byte within a record
 constexpr uint64_t kSlack = uint64_t{1} << 20;  // dead bytes tolerated past the live ones before a rewrite
 
@@ -51,7 +52,7 @@ uint64_t check_of(unsigned char kind, const std::string& id, const char* payload
 }
 
 // A record's check covers the kind it was written as: a hold marked dead in place keeps its hold's check.
-unsigned char written_kind(unsigned char kind) { return kind == kDead ? kHold : kind; }
+unsigned char written_kind(unsigned char kind) { return kind == kDead || kind == kLink ? kHold : kind; }
 
 std::string record(unsigned char kind, const std::string& id, const std::string& payload) {
   std::string out;
@@ -101,7 +102,7 @@ Parsed parse(const std::string& bytes, const std::string& file) {
     if (out.corrupt) out.problem = "its header is not \"orbit-held-journal 2\" (or 1): not a journal of this format";
     return out;
   }
-  std::vector<std::pair<std::string, std::string>> order;  // holds, then erased by releases
+  std::vector<JournalEntry> order;  // holds and links, then erased by releases
   std::size_t at = kHeaderBytes;
   while (at < bytes.size()) {
     const std::size_t left = bytes.size() - at;
@@ -117,7 +118,7 @@ Parsed parse(const std::string& bytes, const std::string& file) {
     const std::string id = bytes.substr(at + kRecordHead, id_bytes);
     const char* payload = bytes.data() + at + kRecordHead + id_bytes;
     const std::size_t end = at + kRecordHead + id_bytes + payload_bytes;
-    const bool valid = get_le(bytes, at, 4) == kMagic && (kind == kHold || kind == kRelease || kind == kDead) &&
+    const bool valid = get_le(bytes, at, 4) == kMagic && kind >= kHold && kind <= kLink &&
                        get_le(bytes, at + 20, 8) == check_of(written_kind(kind), id, payload, payload_bytes);
     if (!valid) {
       out.corrupt = end < bytes.size();
@@ -128,16 +129,16 @@ Parsed parse(const std::string& bytes, const std::string& file) {
                                       ": a crash while it was appended): ignored";
       break;
     }
-    if (kind == kHold) {
-      order.emplace_back(id, std::string(payload, payload_bytes));
+    if (kind == kHold || kind == kLink) {
+      order.push_back(JournalEntry{id, std::string(payload, payload_bytes), file, kind == kLink});
     } else if (kind == kRelease) {
-      for (auto it = order.begin(); it != order.end();) it = it->first == id ? order.erase(it) : std::next(it);
+      for (auto it = order.begin(); it != order.end();) it = it->id == id ? order.erase(it) : std::next(it);
     }
     at = end;
   }
   std::map<std::string, bool> seen;  // a hold written twice (adopted twice) counts once
-  for (auto& [id, payload] : order) {
-    if (seen.emplace(id, true).second) out.held.push_back(JournalEntry{id, std::move(payload), file});
+  for (JournalEntry& e : order) {
+    if (seen.emplace(e.id, true).second) out.held.push_back(std::move(e));
   }
   return out;
 }
@@ -196,6 +197,10 @@ HeldJournal::HeldJournal(const std::string& store_path) {
     }
     adopted_.problems.push_back(line);
   }
+  // Links are kept for the holds after them only.
+  if (std::none_of(adopted_.held.begin(), adopted_.held.end(), [](const JournalEntry& e) { return !e.link; })) {
+    adopted_.held.clear();
+  }
   if (create()) {
     for (const std::string& file : adopted_.files) {
       std::error_code ec;
@@ -216,8 +221,9 @@ bool HeldJournal::create() {
   }
   std::string bytes(io::kHeader, io::kHeaderBytes);
   for (const JournalEntry& e : adopted_.held) {
-    const std::string r = io::record(io::kHold, e.id, e.payload);
-    live_[e.id] = Live{bytes.size(), r.size()};
+    std::string r = io::record(io::kHold, e.id, e.payload);
+    if (e.link) r[io::kKindAt] = static_cast<char>(io::kLink);
+    live_[e.id] = Live{bytes.size(), r.size(), e.link};
     live_bytes_ += r.size();
     bytes += r;
   }
@@ -240,7 +246,7 @@ bool HeldJournal::create() {
 
 HeldJournal::~HeldJournal() {
   if (fd_ < 0) return;
-  if (live_.empty()) {
+  if (holds() == 0) {
     ::unlink(path_.c_str());
   } else {
     settle();
@@ -250,7 +256,12 @@ HeldJournal::~HeldJournal() {
 
 std::size_t HeldJournal::live() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return live_.size();
+  return holds();
+}
+
+std::size_t HeldJournal::holds() const {
+  return static_cast<std::size_t>(
+      std::count_if(live_.begin(), live_.end(), [](const auto& entry) { return !entry.second.link; }));
 }
 
 std::string HeldJournal::hold(const std::string& id, const std::string& payload) {
@@ -274,11 +285,32 @@ std::string HeldJournal::release(const std::string& id) {
   const Live released = it->second;
   live_.erase(it);
   live_bytes_ -= released.bytes;
+  if (holds() == 0) {  // the links were kept for the holds only
+    live_.clear();
+    live_bytes_ = 0;
+  }
   if ((live_.empty() || end_ > 2 * live_bytes_ + held_journal_io::kSlack) && compact().empty()) return "";
   // Marked dead where it lies: no byte is added, so a full disk takes it.
   std::string why = mark_dead(released.offset);
   if (!why.empty()) unmarked_.push_back(released.offset);  // a replay would hold it again until it is marked
   settle();
+  return why;
+}
+
+std::string HeldJournal::keep_as_link(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = live_.find(id);
+  if (fd_ < 0 || it == live_.end() || it->second.link) return "";
+  if (holds() == 1) {  // no hold is left to need it
+    const uint64_t offset = it->second.offset;
+    live_.clear();
+    live_bytes_ = 0;
+    return compact().empty() ? "" : mark_dead(offset);
+  }
+  namespace io = held_journal_io;
+  std::string why =
+      io::write_at(fd_, std::string(1, static_cast<char>(io::kLink)), it->second.offset + io::kKindAt, path_);
+  if (why.empty()) it->second.link = true;
   return why;
 }
 
@@ -329,7 +361,7 @@ std::string HeldJournal::compact() {
     if (::pread(fd_, r.data(), r.size(), static_cast<off_t>(at.offset)) != static_cast<ssize_t>(r.size())) {
       return io::errno_text("cannot read back a record", path_);
     }
-    moved[id] = Live{bytes.size(), at.bytes};
+    moved[id] = Live{bytes.size(), at.bytes, at.link};
     bytes += r;
   }
   const std::string temporary = path_ + ".tmp";

@@ -13,8 +13,8 @@
 //             (integers little-endian). Kinds: 1 a hold, holding the answer (`payload`, the store's encoding);
 //             3 a hold released in place (its answer landed, was deleted, or is given up): its kind byte
 //             overwritten, synced, the check still that of its hold; 2 a release of the holds of its id before
-//             it (appended by version 1; no longer written). The live records are the holds of kind 1 no
-//             release follows.
+//             it (appended by version 1; no longer written); 4 a hold kept as a link (keep_as_link), marked
+//             in place as 3 is. The live records are the holds of kind 1 and 4 no release follows.
 //
 // Adoption: the adopted journals' live records are written, in order, into a new journal (a temporary file,
 // locked, synced, renamed over this server's path, the directory synced), and only then are the adopted files
@@ -50,12 +50,14 @@ namespace orbit::serve {
 struct JournalEntry {
   std::string id;
   std::string payload;
-  std::string file;  // the journal it was read from
+  std::string file;   // the journal it was read from
+  bool link = false;  // a hold kept only as a link of the holds after it (keep_as_link): not held again, its
+                      // payload read only to rebuild those
 };
 
 // What a server starting found in the journals of its store that no running server held.
 struct JournalAdoption {
-  std::vector<JournalEntry> held;     // the live holds, oldest first (journal by journal)
+  std::vector<JournalEntry> held;     // the live holds and links, oldest first (journal by journal)
   std::vector<std::string> problems;  // a torn last record or a corrupt journal: one line each, naming the file
   std::vector<std::string> files;     // the journals adopted (removed once their records were copied)
 };
@@ -77,17 +79,23 @@ class HeldJournal {
 
   // Appends a hold of `payload` under `id`, synced; "" once it is on disk, else why (naming the file).
   std::string hold(const std::string& id, const std::string& payload);
+  // Marks the hold of `id` a link in place, synced: its answer is no longer held (deleted by the client), but
+  // a later hold may name it as the link of its chain and need its payload. It is kept, and adopted as a
+  // JournalEntry::link, while any hold is live; with none, the file is cut back to its header. "" or why.
+  std::string keep_as_link(const std::string& id);
   // Marks the hold of `id` dead in place, synced (or cuts back or compacts the file when that leaves it
   // empty or mostly dead); "" or why. An id with no live hold here is ignored.
   std::string release(const std::string& id);
-  std::size_t live() const;  // live holds in this server's journal
+  std::size_t live() const;  // live holds in this server's journal (links not counted)
 
  private:
   struct Live {
     uint64_t offset = 0;  // of its record
     uint64_t bytes = 0;   // of its record, header included
+    bool link = false;    // kept as a link (keep_as_link), not a hold
   };
-  bool create();  // this server's journal, holding the adopted live records; false: error_ says why
+  std::size_t holds() const;  // under mutex_: the live records that are holds
+  bool create();              // this server's journal, holding the adopted live records; false: error_ says why
   std::string append(unsigned char kind, const std::string& id, const std::string& payload);  // under mutex_
   std::string compact();                                                                      // under mutex_
   std::string mark_dead(uint64_t offset);  // under mutex_: the hold at `offset` marked released, synced

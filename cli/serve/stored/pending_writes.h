@@ -174,10 +174,18 @@ class PendingWrites {
     h.next = now + h.backoff;
     h.backoff = std::min<std::chrono::seconds>(2 * h.backoff, kMaxBackoff);
   }
-  bool forget(const std::string& id) {
+  // `keep_as_link`: its journal record is kept as a link (HeldJournal::keep_as_link) instead of released, for
+  // the held answers whose records name it.
+  bool forget(const std::string& id, bool keep_as_link = false) {
     const std::optional<Held> was = take(id);
-    if (was) release(*was);
+    if (was) release(*was, keep_as_link);
     return was.has_value();
+  }
+  // Held, with its record in the journal.
+  bool journaled(const std::string& id) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = by_id_.find(id);
+    return it != by_id_.end() && it->second->journaled;
   }
   // true: it stays in the journal.
   bool drop(const std::string& id) {
@@ -231,9 +239,9 @@ class PendingWrites {
   // marked where it lies), so a full disk takes it; one whose mark fails all the same is made again by the
   // journal's next call, and until then a replay would write the answer again (by id: a no-op where it
   // landed) or, deleted meanwhile, bring it back.
-  void release(const Held& held) {
+  void release(const Held& held, bool keep_as_link = false) {
     if (!held.journaled || journal_ == nullptr) return;
-    const std::string why = journal_->release(held.id);
+    const std::string why = keep_as_link ? journal_->keep_as_link(held.id) : journal_->release(held.id);
     if (!why.empty()) {
       std::fprintf(stderr, "orbit serve: the journal cannot record that %s is no longer held: %s\n", held.id.c_str(),
                    why.c_str());
