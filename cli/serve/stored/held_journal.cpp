@@ -80,6 +80,20 @@ std::string write_at(int fd, const std::string& data, uint64_t offset, const std
   return ::fdatasync(fd) == 0 ? "" : errno_text("cannot sync", path);
 }
 
+// Writes `bytes` to the new file `fd` at `temporary` under an exclusive lock (taken before the file has its name,
+// so a server starting meanwhile never adopts it) and renames it to `path`: "" or why, and on failure `fd` is
+// closed and the temporary file removed.
+std::string replace_locked(int fd, const std::string& bytes, const std::string& temporary, const std::string& path) {
+  std::string why =
+      ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? write_at(fd, bytes, 0, temporary) : errno_text("cannot lock", temporary);
+  if (why.empty() && ::rename(temporary.c_str(), path.c_str()) != 0) why = errno_text("cannot rename", temporary);
+  if (!why.empty()) {
+    ::close(fd);
+    ::unlink(temporary.c_str());
+  }
+  return why;
+}
+
 void sync_dir(const std::string& path) {
   const int fd = ::open(fs::path(path).parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
@@ -227,13 +241,7 @@ bool HeldJournal::create() {
     live_bytes_ += r.size();
     bytes += r;
   }
-  // Locked before it takes the name: a server starting meanwhile never adopts it.
-  std::string why = ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? io::write_at(fd, bytes, 0, temporary)
-                                                        : io::errno_text("cannot lock", temporary);
-  if (why.empty() && ::rename(temporary.c_str(), path_.c_str()) != 0) why = io::errno_text("cannot rename", temporary);
-  if (!why.empty()) {
-    ::close(fd);
-    ::unlink(temporary.c_str());
+  if (std::string why = io::replace_locked(fd, bytes, temporary, path_); !why.empty()) {
     error_ = why;
     live_.clear();
     live_bytes_ = 0;
@@ -367,14 +375,7 @@ std::string HeldJournal::compact() {
   const std::string temporary = path_ + ".tmp";
   const int fd = ::open(temporary.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return io::errno_text("cannot create", temporary);
-  std::string why = ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? io::write_at(fd, bytes, 0, temporary)
-                                                        : io::errno_text("cannot lock", temporary);
-  if (why.empty() && ::rename(temporary.c_str(), path_.c_str()) != 0) why = io::errno_text("cannot rename", temporary);
-  if (!why.empty()) {
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    return why;
-  }
+  if (std::string why = io::replace_locked(fd, bytes, temporary, path_); !why.empty()) return why;
   io::sync_dir(path_);
   ::close(fd_);
   fd_ = fd;
