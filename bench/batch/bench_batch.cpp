@@ -14,6 +14,8 @@
 //   3. forks     n = --forks answers to one query of one window: Window::generate_n (the window forked,
 //                the branches decoded together, sampled with seeds seed + i) against Window::generate on
 //                n forks one after another.
+// --spread N gives the runtime's sections (plain, cached, prefill) members of uneven lengths, as agents in a
+// batch have: sequence i's past is --prompt + i·N tokens (members at different turns).
 // Each figure is generated tokens per second of wall time, the fastest of --reps runs (the two sides
 // interleaved, each going first in turn), for every K in --batch (default 1,4,8,16), on the bundled
 // stories260K and TinyStories-656K, or on --model DIR alone (any architecture). Prints a table and writes
@@ -22,7 +24,8 @@
 // --clock cpu times each run by the process's CPU time instead of wall time: on a machine other work keeps
 // busy, a run of several milliseconds is preempted more often than a short one, which wall time counts.
 //
-//   bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--turn 40] [--forks 8] [--reps 3] [--threads 1]
+//   bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--spread 0] [--turn 40] [--forks 8] [--reps 3]
+//               [--threads 1]
 //               [--sections plain,cached,prefill,windows,forks] [--side both|together|apart] [--clock wall|cpu]
 //               [--only MODEL] [--model DIR] [--models DIR] [--json PATH]
 #include <ATen/ATen.h>
@@ -60,6 +63,7 @@ struct Options {
   std::vector<int64_t> batch{1, 4, 8, 16};
   int64_t tokens = 64;
   int64_t prompt = 128;
+  int64_t spread = 0;  // sequence i's past: prompt + i·spread tokens (runtime sections)
   int64_t turn = 40;
   int64_t forks = 8;
   int reps = 3;
@@ -97,11 +101,11 @@ std::vector<std::string> split_sections(const std::string& list) {
 Options parse(int argc, char** argv) {
   const orbit::cli::Args a(
       "bench_batch",
-      {{"--batch", "--tokens", "--prompt", "--turn", "--forks", "--reps", "--threads", "--sections", "--side",
-        "--clock", "--only", "--model", "--models", "--json"},
+      {{"--batch", "--tokens", "--prompt", "--spread", "--turn", "--forks", "--reps", "--threads", "--sections",
+        "--side", "--clock", "--only", "--model", "--models", "--json"},
        {},
-       "usage: bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--turn 40] [--forks 8] [--reps 3]\n"
-       "                   [--threads 1] [--sections plain,cached,prefill,windows,forks]\n"
+       "usage: bench_batch [--batch 1,4,8,16] [--tokens 64] [--prompt 128] [--spread 0] [--turn 40] [--forks 8]\n"
+       "                   [--reps 3] [--threads 1] [--sections plain,cached,prefill,windows,forks]\n"
        "                   [--side both|together|apart] [--clock wall|cpu] [--only MODEL] [--model DIR]\n"
        "                   [--models DIR] [--json PATH]\n"
        "  K sequences decoded in one forward per step against one after another (runtime, windows, forks),\n"
@@ -109,6 +113,8 @@ Options parse(int argc, char** argv) {
        "  --batch K,..    sequence counts compared\n"
        "  --tokens N      tokens each sequence decodes\n"
        "  --prompt N      tokens of each sequence's past (its window's chunk)\n"
+       "  --spread N      sequence i's past has --prompt + i*N tokens in plain, cached and prefill (members\n"
+       "                  of uneven lengths; default 0)\n"
        "  --turn N        tokens of each turn the prefill section forwards after its past\n"
        "  --forks N       answers of the forks comparison (Window::generate_n)\n"
        "  --reps N        runs per figure (the fastest is reported)\n"
@@ -126,6 +132,7 @@ Options parse(int argc, char** argv) {
   if (auto v = a.get("--batch")) o.batch = orbit::bench::parse_positive_list(*v, "--batch");
   o.tokens = a.get_int("--tokens", o.tokens, 1);
   o.prompt = a.get_int("--prompt", o.prompt, 1);
+  o.spread = a.get_int("--spread", o.spread, 0);
   o.turn = a.get_int("--turn", o.turn, 1);
   o.forks = a.get_int("--forks", o.forks, 1);
   o.reps = static_cast<int>(a.get_int("--reps", o.reps, 1));
@@ -208,19 +215,23 @@ void print(const Row& r) {
   std::fflush(stdout);
 }
 
-// K pasts of --prompt random tokens each (the same for every run of a section: seed 7) and each one's first
-// decode token.
+// Sequence i's past length: --prompt + i·--spread tokens.
+int64_t past_length(const Options& o, std::size_t i) { return o.prompt + static_cast<int64_t>(i) * o.spread; }
+
+// K pasts of random tokens (sequence i's past_length; the same for every run of a section: seed 7) and each
+// one's first decode token.
 std::pair<std::vector<rt::PastKV>, std::vector<int64_t>> prompts(const rt::Model& m, int64_t K, const Options& o) {
   std::mt19937_64 rng(7);
   std::vector<rt::PastKV> pasts(static_cast<std::size_t>(K));
   std::vector<int64_t> firsts;
-  for (rt::PastKV& p : pasts) {
+  for (std::size_t i = 0; i < pasts.size(); ++i) {
+    rt::PastKV& p = pasts[i];
     rt::ForwardInput in;
-    in.tokens = random_tokens(rng, o.prompt, m.config().vocab_size);
+    in.tokens = random_tokens(rng, past_length(o, i), m.config().vocab_size);
     rt::ForwardOptions fo;
     fo.logits = rt::LogitsMode::kNone;
     p.layers = m.forward(in, nullptr, fo).content;
-    p.positions = at::arange(o.prompt, at::kLong);
+    p.positions = at::arange(past_length(o, i), at::kLong);
     firsts.push_back(random_tokens(rng, 1, m.config().vocab_size)[0]);
   }
   return {pasts, firsts};
@@ -232,9 +243,9 @@ Row bench_prefill(const rt::Model& m, const std::string& name, int64_t K, const 
   const std::vector<rt::PastKV> pasts = prompts(m, K, o).first;
   std::mt19937_64 rng(11);
   std::vector<rt::ForwardInput> turns(static_cast<std::size_t>(K));
-  for (rt::ForwardInput& t : turns) {
-    t.tokens = random_tokens(rng, o.turn, m.config().vocab_size);
-    t.positions = at::arange(o.prompt, o.prompt + o.turn, at::kLong);
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    turns[i].tokens = random_tokens(rng, o.turn, m.config().vocab_size);
+    turns[i].positions = at::arange(past_length(o, i), past_length(o, i) + o.turn, at::kLong);
   }
   rt::ForwardOptions fo;
   fo.logits = rt::LogitsMode::kLast;
@@ -271,12 +282,12 @@ Row bench_forward(const rt::Model& m, const std::string& name, int64_t K, const 
     for (int64_t t = 0; t < o.tokens; ++t) {
       std::vector<rt::SequenceForward> batch;
       for (std::size_t i = 0; i < ins.size(); ++i) {
-        ins[i].positions = at::full({1}, o.prompt + t, at::kLong);
+        ins[i].positions = at::full({1}, past_length(o, i) + t, at::kLong);
         batch.push_back({&ins[i], &ps[i], &fo});
       }
       const std::vector<rt::ForwardResult> rs = m.forward_batch(batch);
       for (std::size_t i = 0; i < ins.size(); ++i) {
-        grow(ps[i], rs[i], o.prompt + t);
+        grow(ps[i], rs[i], past_length(o, i) + t);
         ins[i].tokens = {rs[i].logits.argmax(-1).item<int64_t>()};
       }
     }
@@ -288,9 +299,9 @@ Row bench_forward(const rt::Model& m, const std::string& name, int64_t K, const 
       in.tokens = {firsts[i]};
       rt::ForwardOptions fo;
       for (int64_t t = 0; t < o.tokens; ++t) {
-        in.positions = at::full({1}, o.prompt + t, at::kLong);
+        in.positions = at::full({1}, past_length(o, i) + t, at::kLong);
         const rt::ForwardResult r = m.forward(in, &p, fo);
-        grow(p, r, o.prompt + t);
+        grow(p, r, past_length(o, i) + t);
         in.tokens = {r.logits.argmax(-1).item<int64_t>()};
       }
     }
@@ -316,7 +327,7 @@ Row bench_cached(const rt::Model& m, const std::string& name, int64_t K, const O
     for (int64_t t = 0; t < o.tokens; ++t) {
       std::vector<rt::SequenceForward> batch;
       for (std::size_t i = 0; i < ins.size(); ++i) {
-        ins[i].positions = at::full({1}, o.prompt + t, at::kLong);
+        ins[i].positions = at::full({1}, past_length(o, i) + t, at::kLong);
         batch.push_back({&ins[i], &slots[i], &fo});
       }
       std::vector<rt::ForwardResult> rs;
@@ -391,9 +402,11 @@ Row bench_forks(Engine& engine, const std::string& name, const Options& o) {
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   at::set_num_threads(o.threads);
-  std::printf("bench_batch: %lld tokens per sequence after %lld, %d thread(s), fastest of %d (%s time)\n",
-              static_cast<long long>(o.tokens), static_cast<long long>(o.prompt), o.threads, o.reps,
-              o.cpu_clock ? "CPU" : "wall");
+  std::printf(
+      "bench_batch: %lld tokens per sequence after %lld (+ %lld per sequence), %d thread(s), fastest of %d "
+      "(%s time)\n",
+      static_cast<long long>(o.tokens), static_cast<long long>(o.prompt), static_cast<long long>(o.spread), o.threads,
+      o.reps, o.cpu_clock ? "CPU" : "wall");
   nlohmann::json out = nlohmann::json::array();
   auto record = [&](const Row& r) {
     print(r);

@@ -200,30 +200,104 @@ at::Tensor attend_batch(const at::Tensor& q, const at::Tensor& k, const at::Tens
 
 at::Tensor attend_batch_blocked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& query_index, double scale) {
+  const int64_t B = q.size(0), S = k.size(1), Hkv = k.size(2);
+  // Head-major [B, H_kv, S, d]: a view where the keys lie that way already (forward_batch's wide groups),
+  // otherwise a copy.
+  HeadMajorSlots kv;
+  kv.keys = k.permute({0, 2, 1, 3}).contiguous().view(-1);
+  kv.values = v.permute({0, 2, 1, 3}).contiguous().view(-1);
+  kv.heads = Hkv;
+  kv.key_dim = k.size(3);
+  kv.value_dim = v.size(3);
+  for (int64_t b = 0; b < B; ++b) {
+    kv.lengths.push_back(S);
+    kv.first_rows.push_back(b * Hkv * S);
+  }
+  return attend_slots(q, kv, query_index, scale);
+}
+
+at::Tensor HeadMajorSlots::slot(const at::Tensor& buffer, std::size_t j, int64_t d) const {
+  const int64_t S = lengths[j];
+  return buffer.narrow(0, first_rows[j] * d, heads * S * d).view({heads, S, d}).transpose(0, 1);
+}
+
+namespace {
+
+// The narrowest score row attend_slots writes: ATen's softmax sums a row shorter than its vector width lane
+// by lane, and a longer one by vector lanes then a tree, so every row at least this wide (beyond the widest
+// vector of floats, 16 with AVX-512) is summed one way, however many masked keys follow a sequence's own.
+constexpr int64_t kMinScoreWidth = 64;
+
+// Runs of consecutive sequences with as many keys: [first, end) pairs.
+std::vector<std::pair<std::size_t, std::size_t>> equal_runs(const std::vector<int64_t>& lengths) {
+  std::vector<std::pair<std::size_t, std::size_t>> runs;
+  for (std::size_t j = 0; j < lengths.size(); ++j) {
+    if (runs.empty() || lengths[runs.back().first] != lengths[j]) {
+      runs.emplace_back(j, j + 1);
+    } else {
+      runs.back().second = j + 1;
+    }
+  }
+  return runs;
+}
+
+// Which keys each query of the block [start, start + len) does not see: past its query_index, or past its
+// sequence's own keys ([B, len, W]).
+at::Tensor hidden_keys(const HeadMajorSlots& kv, const at::Tensor& query_index, int64_t start, int64_t len,
+                       int64_t width, bool uneven) {
+  const at::TensorOptions longs = query_index.options().dtype(at::kLong);
+  const at::Tensor key_index = at::arange(width, longs).view({1, 1, width});
+  at::Tensor last = query_index.narrow(1, start, len);
+  if (uneven) {
+    std::vector<int64_t> ends;
+    for (int64_t S : kv.lengths) ends.push_back(S - 1);
+    last = at::minimum(last, at::tensor(ends, at::TensorOptions().dtype(at::kLong)).to(longs.device()).view({-1, 1}));
+  }
+  return key_index > last.unsqueeze(2);
+}
+
+}  // namespace
+
+at::Tensor attend_slots(const at::Tensor& q, const HeadMajorSlots& kv, const at::Tensor& query_index, double scale) {
   const int64_t B = q.size(0), R = q.size(1), H = q.size(2), dk = q.size(3);
-  const int64_t S = k.size(1), Hkv = k.size(2), dv = v.size(3);
-  const int64_t group = H / Hkv;
-  // Head h uses kv head h / group: view q heads as [H_kv, group]; each (sequence, kv head) is one matrix
-  // of the batched products. Keys and values that are head-major underneath (forward_batch's wide groups)
-  // reshape as views, the keys the products' transposed operand; token-major ones are copied here.
-  const at::Tensor kh = k.permute({0, 2, 3, 1}).reshape({B * Hkv, dk, S});
-  const at::Tensor vh = v.permute({0, 2, 1, 3}).reshape({B * Hkv, S, dv});
+  const int64_t Hkv = kv.heads, dv = kv.value_dim, group = H / Hkv;
+  const int64_t longest = *std::max_element(kv.lengths.begin(), kv.lengths.end());
+  // (The narrowest row is the CPU softmax's concern; elsewhere a row is its longest member's.)
+  const int64_t width = q.device().is_cpu() ? std::max(longest, kMinScoreWidth) : longest;
+  const auto runs = equal_runs(kv.lengths);
+  // Some score columns lie after a sequence's own keys (no query_index stops before them).
+  const bool uneven = width != longest || runs.size() > 1;
   at::Tensor out = at::empty({B, R, H * dv}, q.options());
-  const at::Tensor key_index = at::arange(S, q.options().dtype(at::kLong)).view({1, 1, S});
   for (int64_t start = 0; start < R; start += kQueryBlock) {
-    const int64_t len = std::min(kQueryBlock, R - start);
-    const at::Tensor qb = q.narrow(1, start, len)
-                              .reshape({B, len, Hkv, group, dk})
-                              .permute({0, 2, 3, 1, 4})
-                              .reshape({B * Hkv, group * len, dk});
-    at::Tensor scores = at::bmm(qb, kh).mul_(scale).view({B, Hkv, group, len, S});
-    // Keys past query_index are hidden: later input tokens, and a shorter sequence's padding.
-    const at::Tensor hidden = key_index > query_index.narrow(1, start, len).unsqueeze(2);  // [B, len, S]
-    scores.masked_fill_(hidden.view({B, 1, 1, len, S}), -std::numeric_limits<float>::infinity());
-    const at::Tensor probs = at::softmax(scores, -1).view({B * Hkv, group * len, S});
-    const at::Tensor ob =
-        at::bmm(probs, vh).view({B, Hkv, group, len, dv}).permute({0, 3, 1, 2, 4}).reshape({B, len, H * dv});
-    out.narrow(1, start, len).copy_(ob);
+    const int64_t len = std::min(kQueryBlock, R - start), rows = group * len;
+    // Head h uses kv head h / group: q's heads as [H_kv, group]; each (sequence, kv head) is one matrix of
+    // the batched products, its query rows group·len.
+    const at::Tensor qb =
+        q.narrow(1, start, len).reshape({B, len, Hkv, group, dk}).permute({0, 2, 3, 1, 4}).reshape({B * Hkv, rows, dk});
+    at::Tensor scores = at::empty({B * Hkv, rows, width}, q.options());
+    for (const auto& [first, end] : runs) {
+      const int64_t n = static_cast<int64_t>(end - first) * Hkv, from = static_cast<int64_t>(first) * Hkv;
+      const int64_t S = kv.lengths[first], row0 = kv.first_rows[first];
+      const at::Tensor keys = kv.keys.narrow(0, row0 * dk, n * S * dk).view({n, S, dk}).transpose(1, 2);
+      at::Tensor part = scores.narrow(0, from, n).narrow(2, 0, S);
+      at::bmm_out(part, qb.narrow(0, from, n), keys);
+    }
+    scores.mul_(scale);
+    // Keys past query_index are hidden: later input tokens, and the columns after a sequence's own keys.
+    const at::Tensor hidden = hidden_keys(kv, query_index, start, len, width, uneven);
+    scores.view({B, Hkv, group, len, width})
+        .masked_fill_(hidden.view({B, 1, 1, len, width}), -std::numeric_limits<float>::infinity());
+    const at::Tensor probs = at::softmax(scores, -1);
+    at::Tensor ob = at::empty({B * Hkv, rows, dv}, q.options());
+    for (const auto& [first, end] : runs) {
+      const int64_t n = static_cast<int64_t>(end - first) * Hkv, from = static_cast<int64_t>(first) * Hkv;
+      const int64_t S = kv.lengths[first], row0 = kv.first_rows[first];
+      const at::Tensor values = kv.values.narrow(0, row0 * dv, n * S * dv).view({n, S, dv});
+      at::Tensor part = ob.narrow(0, from, n);
+      at::bmm_out(part, probs.narrow(0, from, n).narrow(2, 0, S), values);
+    }
+    out.narrow(1, start, len)
+        .copy_(ob.view({B, Hkv, group, len, dv}).permute({0, 3, 1, 2, 4}).reshape({B, len, H * dv}));
   }
   return out;
 }

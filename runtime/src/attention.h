@@ -13,6 +13,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <utility>
+#include <vector>
 
 #include "ops/paged_attention_op.h"
 #include "ops/rope_op.h"
@@ -75,11 +76,38 @@ at::Tensor attend_batch(const at::Tensor& q, const at::Tensor& k, const at::Tens
                         double scale);
 // Whether attend_batch runs the CPU kernel at these head widths (key, value) and dtype on the CPU.
 bool cpu_attention_kernel_takes(int64_t dk, int64_t dv, at::ScalarType dtype);
-// The same by blocks of queries: batched products, a mask and a softmax over [B·H_kv, group·block, S].
-// k and v may have any strides; where they are head-major underneath ([B, H_kv, S, d] seen through
-// transpose(1, 2)) the products read them in place, otherwise they are first copied into that layout.
+// The same by blocks of queries: batched products, a mask and a softmax over [B·H_kv, group·block, S]
+// (attend_slots over the B sequences' keys as slots of S rows each). k and v may have any strides; where they
+// are head-major underneath ([B, H_kv, S, d] seen through transpose(1, 2)) the products read them in place,
+// otherwise they are first copied into that layout.
 at::Tensor attend_batch_blocked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& query_index, double scale);
+
+// Keys and values of B sequences of any lengths, each head-major in its own rows of two flat buffers: sequence
+// j's kv head h is the S_j rows [first_rows[j] + h·S_j, first_rows[j] + (h + 1)·S_j) of `keys` seen as
+// [rows, d_k] and of `values` as [rows, d_v] (S_j = lengths[j]). Sequences follow one another:
+// first_rows[j + 1] = first_rows[j] + heads·S_j.
+struct HeadMajorSlots {
+  at::Tensor keys, values;  // 1-D, contiguous
+  int64_t heads = 0;        // H_kv
+  int64_t key_dim = 0, value_dim = 0;
+  std::vector<int64_t> lengths, first_rows;
+
+  // Sequence j's keys or values as a token-major writer sees them: [S_j, H_kv, d], a strided view.
+  at::Tensor keys_of(std::size_t j) const { return slot(keys, j, key_dim); }
+  at::Tensor values_of(std::size_t j) const { return slot(values, j, value_dim); }
+
+ private:
+  at::Tensor slot(const at::Tensor& buffer, std::size_t j, int64_t d) const;
+};
+
+// attend_batch_blocked over sequences of uneven lengths: q [B, R, H, d_k], query_index [B, R] (each at most
+// S_j − 1); returns [B, R, H·d_v]. Each run of consecutive sequences with as many keys takes one batched
+// product per query block (keys read in place as its transposed operand, the scores written into a buffer
+// of the longest's width), one mask and softmax cover the whole batch, and the keys after a sequence's own
+// are masked (their scores' exponentials are 0 and add nothing). A sequence's products and softmax have the
+// shapes and order of its own call alone, so its numbers are its own bit for bit whatever the others'.
+at::Tensor attend_slots(const at::Tensor& q, const HeadMajorSlots& kv, const at::Tensor& query_index, double scale);
 
 // GQA/MHA (Llama, Qwen2, Qwen2-VL): content = pre-RoPE keys and values [R, H_kv, head_dim].
 LayerKV gqa_content(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& h);

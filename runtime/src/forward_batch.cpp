@@ -5,7 +5,8 @@
 //   per layer            norm, content (K/V) and queries over all N rows at once; attention per sequence
 //                        (CUDA) or per group of sequences with the same R (CPU: each member's keys written
 //                        into its own slot of the group's buffers, AttentionGroup, and attend_batch over
-//                        them; at heads too wide for the CPU kernel, the same number of keys too), and for sequences
+//                        them; at heads too wide for the CPU kernel, slots of each member's own length and
+//                        attend_slots over them), and for sequences
 //                        whose past is a decode cache's slot per group over its buffers (cached_attention.cpp, every
 //                        device); output projection and MLP over all N rows
 //   logits               the rows asked for (each sequence's last, or all of its rows), one LM-head product
@@ -32,7 +33,8 @@ namespace {
 
 // The blocked products' groups are cut so that one group's keys and values take at most this many bytes:
 // a group's layer writes them and its products read them straight after, and every such group of a forward
-// writes into the same two buffers, so they stay in cache. Members over the budget attend alone.
+// writes into the same two buffers, so they stay in cache. Members over the budget attend alone. (The
+// figures below were measured with groups of members with as many keys; the groups now take any lengths.)
 // bench_batch --sections prefill after pasts of 300 tokens, K = 16 (bench/batch/README.md): MLA heads of
 // 32 + 16 (790 KB a member) ran 0.93-0.98x one at a time as one group of 13 MB, 1.07-1.13x in groups of
 // 256 KiB to 4 MiB, 0.98-1.00x at 8 MiB; GQA heads of 64 (160 KB a member) 1.13-1.14x in groups of one,
@@ -48,8 +50,7 @@ bool blocked_groups(const Model& m) {
   return !cpu_attention_kernel_takes(c.head_dim, c.v_head_dim(), m.dtype());
 }
 
-// A group of `members` (the same R; for the blocked products the same number of keys too): everything but its
-// buffers.
+// A group of `members` (the same R, ascending): everything but its buffers.
 AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members) {
   AttentionGroup g;
   g.members = std::move(members);
@@ -59,7 +60,9 @@ AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members) 
   const int64_t B = static_cast<int64_t>(g.members.size());
   std::vector<at::Tensor> qi;
   for (std::size_t i : g.members) {
-    g.keys = std::max(g.keys, b.seqs[i].past->length + b.seqs[i].tokens);
+    const int64_t S = b.seqs[i].past->length + b.seqs[i].tokens;
+    g.keys = std::max(g.keys, S);
+    if (g.head_major) g.slots.lengths.push_back(S);
     qi.push_back(b.seqs[i].query_index);
   }
   g.query_index = B == 1 ? first.query_index.unsqueeze(0) : at::stack(qi);
@@ -73,8 +76,9 @@ AttentionGroup make_group(const BatchPass& b, std::vector<std::size_t> members) 
   return g;
 }
 
-// The groups' buffers: a kernel group's its own, token-major; the blocked groups' views of one pair of buffers
-// sized for the largest, head-major (the groups of a layer run one after another, each writing before it reads).
+// The groups' buffers: a kernel group's its own, token-major; the blocked groups' slots views of one pair of
+// flat buffers sized for the largest group, head-major (the groups of a layer run one after another, each
+// writing before it reads).
 void attach_buffers(const BatchPass& b, std::vector<AttentionGroup>& groups) {
   const ModelConfig& c = b.model.config();
   const int64_t heads = key_heads(c), dk = c.head_dim, dv = c.v_head_dim();
@@ -83,7 +87,16 @@ void attach_buffers(const BatchPass& b, std::vector<AttentionGroup>& groups) {
   for (AttentionGroup& g : groups) {
     const int64_t B = static_cast<int64_t>(g.members.size());
     if (g.head_major) {
-      most_rows = std::max(most_rows, B * heads * g.keys);
+      HeadMajorSlots& s = g.slots;
+      s.heads = heads;
+      s.key_dim = dk;
+      s.value_dim = dv;
+      int64_t rows = 0;
+      for (int64_t S : s.lengths) {
+        s.first_rows.push_back(rows);
+        rows += heads * S;
+      }
+      most_rows = std::max(most_rows, rows);
     } else {
       g.keys_buffer = at::empty({B, g.keys, heads, dk}, where);
       g.values_buffer = at::empty({B, g.keys, heads, dv}, where);
@@ -93,39 +106,57 @@ void attach_buffers(const BatchPass& b, std::vector<AttentionGroup>& groups) {
   const at::Tensor keys = at::empty({most_rows * dk}, where), values = at::empty({most_rows * dv}, where);
   for (AttentionGroup& g : groups) {
     if (!g.head_major) continue;
-    const int64_t B = static_cast<int64_t>(g.members.size());
-    g.keys_buffer = keys.narrow(0, 0, B * heads * g.keys * dk).view({B, heads, g.keys, dk});
-    g.values_buffer = values.narrow(0, 0, B * heads * g.keys * dv).view({B, heads, g.keys, dv});
+    g.slots.keys = keys;
+    g.slots.values = values;
   }
 }
 
-// Groups the sequences with computed tokens by R (for the blocked products by R and their number of keys, cut
-// to kBlockedGroupBytes), in batch order of their first member.
+// Members of the same R for the blocked products, cut into groups of at most kBlockedGroupBytes of keys and
+// values (at least one member each): taken by their numbers of keys, so that a group's members are near in
+// length (its score rows are as wide as its longest), each group's members then in batch order.
+std::vector<std::vector<std::size_t>> blocked_cuts(const BatchPass& b, std::vector<std::size_t> members) {
+  const ModelConfig& c = b.model.config();
+  const int64_t row_bytes = key_heads(c) * (c.head_dim + c.v_head_dim()) * at::elementSize(b.model.dtype());
+  auto keys = [&](std::size_t i) { return b.seqs[i].past->length + b.seqs[i].tokens; };
+  std::stable_sort(members.begin(), members.end(), [&](std::size_t x, std::size_t y) { return keys(x) < keys(y); });
+  std::vector<std::vector<std::size_t>> cuts;
+  int64_t bytes = 0;
+  for (std::size_t i : members) {
+    const int64_t more = keys(i) * row_bytes;
+    if (cuts.empty() || bytes + more > kBlockedGroupBytes) {
+      cuts.emplace_back();
+      bytes = 0;
+    }
+    cuts.back().push_back(i);
+    bytes += more;
+  }
+  for (std::vector<std::size_t>& cut : cuts) std::sort(cut.begin(), cut.end());
+  return cuts;
+}
+
+// Groups the sequences with computed tokens by R (for the blocked products cut by blocked_cuts), in batch
+// order of their first member.
 std::vector<AttentionGroup> make_groups(const BatchPass& b) {
   const bool blocked = blocked_groups(b.model);
-  std::map<std::pair<int64_t, int64_t>, std::vector<std::size_t>> by_shape;
-  std::vector<std::pair<int64_t, int64_t>> order;
+  std::map<int64_t, std::vector<std::size_t>> by_queries;
+  std::vector<int64_t> order;
   for (std::size_t i = 0; i < b.seqs.size(); ++i) {
     const SequencePass& s = b.seqs[i];
     if (s.rows == 0 || s.past->cache != nullptr) continue;
-    const std::pair<int64_t, int64_t> shape{s.rows, blocked ? s.past->length + s.tokens : 0};
-    if (by_shape.find(shape) == by_shape.end()) order.push_back(shape);
-    by_shape[shape].push_back(i);
+    if (by_queries.find(s.rows) == by_queries.end()) order.push_back(s.rows);
+    by_queries[s.rows].push_back(i);
   }
-  const ModelConfig& c = b.model.config();
-  const int64_t row_bytes = key_heads(c) * (c.head_dim + c.v_head_dim()) * at::elementSize(b.model.dtype());
-  std::vector<AttentionGroup> groups;
-  for (const auto& shape : order) {
-    std::vector<std::size_t>& members = by_shape[shape];
-    const std::size_t most =
-        blocked ? static_cast<std::size_t>(std::max<int64_t>(1, kBlockedGroupBytes / (shape.second * row_bytes)))
-                : members.size();
-    for (std::size_t at_member = 0; at_member < members.size(); at_member += most) {
-      const auto first = members.begin() + static_cast<std::ptrdiff_t>(at_member);
-      const auto last = members.begin() + static_cast<std::ptrdiff_t>(std::min(members.size(), at_member + most));
-      groups.push_back(make_group(b, std::vector<std::size_t>(first, last)));
+  std::vector<std::vector<std::size_t>> cuts;
+  for (int64_t R : order) {
+    if (!blocked) {
+      cuts.push_back(std::move(by_queries[R]));
+      continue;
     }
+    for (std::vector<std::size_t>& cut : blocked_cuts(b, std::move(by_queries[R]))) cuts.push_back(std::move(cut));
   }
+  std::stable_sort(cuts.begin(), cuts.end(), [](const auto& x, const auto& y) { return x.front() < y.front(); });
+  std::vector<AttentionGroup> groups;
+  for (std::vector<std::size_t>& cut : cuts) groups.push_back(make_group(b, std::move(cut)));
   attach_buffers(b, groups);
   return groups;
 }
@@ -151,9 +182,8 @@ void write_group_keys(const BatchPass& b, const AttentionGroup& g, const std::ve
     const ForwardPast& fp = *b.seqs[i].past;
     const ops::RopeTables& t = b.seqs[i].rope.key;
     const int64_t P = fp.length, T = contents[i].k.size(0);
-    // Slot j as [S, H_k, d]: strided when the buffers are head-major.
-    const at::Tensor k = g.token_major(g.keys_buffer).select(0, static_cast<int64_t>(j)),
-                     v = g.token_major(g.values_buffer).select(0, static_cast<int64_t>(j));
+    // Slot j as [S, H_k, d]: strided when head-major.
+    const at::Tensor k = g.keys_of(j), v = g.values_of(j);
     if (P > 0) {
       const LayerKV& p = fp.past->layers[static_cast<std::size_t>(l)];
       write({p.k.to(m.device(), m.dtype()), p.v.to(m.device(), m.dtype())},
@@ -180,8 +210,8 @@ void grouped_attention(const BatchPass& b, int64_t l, const std::vector<LayerKV>
     const int64_t B = static_cast<int64_t>(g.members.size());
     const at::Tensor qg = (g.rows.defined() ? q.index_select(0, g.rows) : q).view({B, g.queries, q.size(1), q.size(2)});
     write_group_keys(b, g, contents, l);
-    const at::Tensor o =
-        attend_batch(qg, g.token_major(g.keys_buffer), g.token_major(g.values_buffer), g.query_index, scale);
+    const at::Tensor o = g.head_major ? attend_slots(qg, g.slots, g.query_index, scale)
+                                      : attend_batch(qg, g.keys_buffer, g.values_buffer, g.query_index, scale);
     place_rows(out, g.rows, o.view({B * g.queries, o.size(2)}));
   }
 }

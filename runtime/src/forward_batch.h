@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention.h"
 #include "decode_cache_state.h"
 #include "forward_sequence.h"
 #include "ops/rope_op.h"
@@ -16,36 +17,45 @@ namespace orbit::runtime::detail {
 
 // Sequences that attend together on the CPU: the same number R > 0 of computed tokens, contiguous or paged
 // pasts gathered. Each layer writes member j's keys (rotated; MLA's expanded from the latent) and values into
-// slot j of two buffers allocated once per forward, and attend_batch reads them as they lie. Where the CPU
-// kernel takes the heads (cpu_attention_kernel_takes) a slot is token-major, a member's rows as its content:
+// its own slot of two buffers allocated once per forward, and the attention reads them as they lie. Where the
+// CPU kernel takes the heads (cpu_attention_kernel_takes) a slot is token-major, a member's rows as its
+// content, and attend_batch reads them:
 //
 //   keys_buffer   [B, S, H_k, d_k]    slot j:  rows [0, P_j)            its past (P_j tokens)
 //   values_buffer [B, S, H_k, d_v]             rows [P_j, P_j + T_j)    its input (T_j tokens)
 //                                              rows [P_j + T_j, S)      never written, uninitialised; the
 //                                                                       kernel stops at each query's last key
 //
-// Wider heads (and float64) go to the blocked products, which take each (member, head) as one matrix and read
-// every row of it. There every member of a group has S = P_j + T_j keys (nothing to mask or zero, and each
-// member's products have the shapes of its forward alone), a group's slots take at most a budget of bytes
-// that stays in cache (forward_batch.cpp), and a slot is head-major, so that the products read the buffers in
-// place (keys as the transposed operand) with no copy of the keys in another layout:
+// Wider heads (and float64) go to the blocked products (attend_slots), which take each (member, head) as one
+// matrix and read every row of it. There a slot holds exactly a member's S_j = P_j + T_j keys, head-major, the
+// slots one after another in two flat buffers (`slots`: HeadMajorSlots, attention.h), so that the products
+// read them in place (keys as the transposed operand) with no copy in another layout and nothing padded:
 //
-//   keys_buffer   [B, H_k, S, d_k]    slot j, head h: rows [0, P_j) its past, [P_j, S) its input
-//   values_buffer [B, H_k, S, d_v]    (views of two buffers of the forward that its blocked groups share,
-//                                      each group's layer writing them before it reads them)
+//   slots.keys    member j, head h: rows [first_rows[j] + h·S_j, + S_j) of [rows, d_k]: its past, then its input
+//   slots.values  the same rows of [rows, d_v]
+//                 (views of two buffers of the forward that its blocked groups share, each group's layer
+//                  writing them before it reads them)
 //
-// H_k is num_kv_heads (GQA) or num_heads (MLA); d_k head_dim, d_v v_head_dim().
+// A blocked group's members have the same R and any numbers of keys; its slots take at most a budget of bytes
+// that stays in cache (forward_batch.cpp). H_k is num_kv_heads (GQA) or num_heads (MLA); d_k head_dim, d_v
+// v_head_dim().
 struct AttentionGroup {
-  std::vector<std::size_t> members;  // batch indices, ascending
-  at::Tensor rows;                   // int64 [B·R]: their rows in the batch (undefined: every row, in order)
-  int64_t queries = 0;               // R
-  int64_t keys = 0;                  // S: the most keys (past + input tokens) of a member (head_major: each's)
-  at::Tensor query_index;            // int64 [B, R]
-  bool head_major = false;           // the buffers' layout (above)
-  at::Tensor keys_buffer, values_buffer;
+  std::vector<std::size_t> members;       // batch indices, ascending
+  at::Tensor rows;                        // int64 [B·R]: their rows in the batch (undefined: every row, in order)
+  int64_t queries = 0;                    // R
+  int64_t keys = 0;                       // S: the most keys (past + input tokens) of a member
+  at::Tensor query_index;                 // int64 [B, R]
+  bool head_major = false;                // the blocked products' slots (above), else the kernel's buffers
+  at::Tensor keys_buffer, values_buffer;  // the kernel's (undefined when head_major)
+  HeadMajorSlots slots;                   // the blocked products' (empty unless head_major)
 
-  // A buffer seen token-major, [B, S, H_k, d] (a view: strided when head_major), as attend_batch takes it.
-  at::Tensor token_major(const at::Tensor& buffer) const { return head_major ? buffer.transpose(1, 2) : buffer; }
+  // Member j's keys or values as [S, H_k, d] (S_j rows when head_major: a strided view), to be written.
+  at::Tensor keys_of(std::size_t j) const {
+    return head_major ? slots.keys_of(j) : keys_buffer.select(0, static_cast<int64_t>(j));
+  }
+  at::Tensor values_of(std::size_t j) const {
+    return head_major ? slots.values_of(j) : values_buffer.select(0, static_cast<int64_t>(j));
+  }
 };
 
 // Sequences whose pasts are slots of one decode cache, R computed tokens each: their new rows are written into

@@ -133,7 +133,8 @@ TEST_CASE("forward_batch: MLA members of uneven lengths get their own forward's 
   for (const Model* m : {kernel.get(), wide.get()}) {
     INFO("heads " << m->config().head_dim << ", values " << m->config().v_head_dim());
     // Members whose keys end far apart (0 to 33 keys in one group of R = 4; 4 to 31 for the decode steps): on
-    // the kernel a short member's slot is mostly rows it never wrote; the blocked products group by length.
+    // the kernel a short member's slot is mostly rows it never wrote; the blocked products' score rows are as
+    // wide as the longest member's, the rest of a shorter one's masked.
     const double turns = batched_against_alone(*m, turns_after(*m, 4, {0, 5, 29, 12}));
     const double steps = batched_against_alone(*m, turns_after(*m, 1, {30, 3, 9}));
     WARN("MLA heads " << m->config().head_dim << ": largest difference " << std::max(turns, steps));
@@ -143,10 +144,12 @@ TEST_CASE("forward_batch: MLA members of uneven lengths get their own forward's 
 TEST_CASE("forward_batch: turns of at most 16 rows equal each turn alone bit for bit, kernel and blocked") {
   // Every product over the batch's rows takes the small-product kernel, whose sums do not depend on the rows
   // beside them; each member's keys are expanded (MLA) or rotated from its own rows as its forward alone does
-  // it (past, then input); and the blocked products group only members with as many keys, so each member's
-  // products and softmax have the shapes of its forward alone: nothing may differ, whatever the other members'
-  // lengths. Without that kernel (another CPU, ORBIT_CPU_KERNELS=portable) BLAS sums rows by blocks, and only
-  // the float32 bound holds.
+  // it (past, then input); and the blocked products read each member's own keys, so each member's
+  // products have the shapes of its forward alone: nothing may differ, whatever the other members' lengths. Without
+  // that kernel (another CPU, ORBIT_CPU_KERNELS=portable) BLAS sums rows by blocks, and only the float32 bound holds.
+  // The blocked products take members of any lengths in one group (attend_slots): each member's products
+  // have its own shapes, its scores lie in a row as wide as the group's longest member (or 64 keys) with the
+  // columns after its own keys masked, which its softmax sums to the same bits.
   const auto kernel = load_model(orbit::test::device_test_model_dir("mla"));        // heads 16 + 8, on the CPU kernel
   const auto wide = load_model(wide_mla_dir());                                     // heads 32 + 16, blocked
   const auto gqa = load_model(orbit::test::device_test_model_dir("llama-d64-g4"));  // heads of 64, blocked
@@ -155,12 +158,17 @@ TEST_CASE("forward_batch: turns of at most 16 rows equal each turn alone bit for
                   << (m->config().attention() == AttentionKind::kMla ? "MLA" : "GQA"));
     const double steps = batched_against_alone(*m, turns_after(*m, 1, {30, 3, 9, 1}));
     const double pairs = batched_against_alone(*m, turns_after(*m, 2, {6, 0, 17}));
-    // Two members of each length among uneven ones (15 rows): the blocked products take each pair as one group.
+    // Two members of each length among uneven ones (15 rows): the blocked products take each pair as one run
+    // of a group.
     const double turns = batched_against_alone(*m, turns_after(*m, 3, {5, 12, 5, 0, 12}));
+    // Members of 1 to 132 keys (16 rows), either side of the narrowest score row (64 keys).
+    const double wide =
+        batched_against_alone(*m, turns_after(*m, 1, {70, 4, 131, 9, 42, 100, 63, 64, 65, 0, 17, 130, 5, 88, 31, 77}));
     if (orbit::runtime::ops::avx2_kernels_run()) {
       CHECK(steps == 0.0);
       CHECK(pairs == 0.0);
       CHECK(turns == 0.0);
+      CHECK(wide == 0.0);
     } else {
       WARN("bit-for-bit not checked: the small-product kernel does not run here");
     }

@@ -3,7 +3,8 @@
 // (float64 included, whose 1e-12 check the kernel's float32 sums would fail) the blocked products. Both
 // against a reference written here (each query row's softmax over the keys it sees, in float64): B sequences
 // padded to one key count, GQA widths, d_k ≠ d_v, causal tails and arbitrary masks (a partial recompute's),
-// float32, float64 and bfloat16; and the op refuses a row mask outside its slots.
+// float32, float64 and bfloat16; and the op refuses a row mask outside its slots. attend_slots, sequences of
+// uneven lengths in one call, gives each one its own call's numbers bit for bit.
 #include "orbit_catch.h"
 
 #include <ATen/ATen.h>
@@ -117,4 +118,53 @@ TEST_CASE("the kernel refuses a row mask outside its slots", "[attention]") {
   CHECK_THROWS_WITH(ops::cached_attention(in, out), Catch::Contains("one entry per query row (2)"));
   in.last_key = {0, 3};
   CHECK_NOTHROW(ops::cached_attention(in, out));
+}
+
+TEST_CASE("attend_slots: sequences of uneven lengths in one call each get their own call's numbers bit for bit",
+          "[attention]") {
+  // Lengths below and above the narrowest score row (64), runs of equal ones among them (one product each),
+  // GQA and MHA, float32 and float64; each sequence's output equals attend_batch_blocked over its keys alone,
+  // and the float64 reference.
+  const std::vector<int64_t> lengths{5, 70, 70, 1, 33, 200, 33};
+  for (const at::ScalarType dtype : {at::kFloat, at::kDouble}) {
+    for (const auto& [heads, kv_heads] : {std::pair<int64_t, int64_t>{4, 2}, {3, 3}}) {
+      for (int64_t R : {1, 3}) {
+        INFO("dtype " << dtype << ", heads " << heads << " over " << kv_heads << ", R " << R);
+        const int64_t dk = 48, dv = 40, B = static_cast<int64_t>(lengths.size());
+        at::manual_seed(11);
+        const at::TensorOptions o = at::TensorOptions().dtype(dtype);
+        rd::HeadMajorSlots kv;
+        kv.heads = kv_heads;
+        kv.key_dim = dk;
+        kv.value_dim = dv;
+        int64_t rows = 0;
+        for (int64_t S : lengths) {
+          kv.lengths.push_back(S);
+          kv.first_rows.push_back(rows);
+          rows += kv_heads * S;
+        }
+        kv.keys = at::randn({rows * dk}, o);
+        kv.values = at::randn({rows * dv}, o);
+        const at::Tensor q = at::randn({B, R, heads, dk}, o);
+        // Query r of a sequence of S keys sees keys 0 .. S − R + r (its first queries of a short one: all).
+        std::vector<int64_t> index;
+        for (int64_t S : lengths) {
+          for (int64_t r = 0; r < R; ++r) index.push_back(std::max<int64_t>(0, S - R + r));
+        }
+        const at::Tensor qi = at::tensor(index, at::kLong).view({B, R});
+        const at::Tensor together = rd::attend_slots(q, kv, qi, 0.2);
+        for (int64_t j = 0; j < B; ++j) {
+          INFO("sequence " << j << " of " << lengths[j] << " keys");
+          const auto jj = static_cast<std::size_t>(j);
+          const at::Tensor k = kv.keys_of(jj).unsqueeze(0), v = kv.values_of(jj).unsqueeze(0);
+          const at::Tensor qj = q.narrow(0, j, 1), ij = qi.narrow(0, j, 1);
+          const at::Tensor alone = rd::attend_batch_blocked(qj, k, v, ij, 0.2);
+          CHECK(at::equal(together.narrow(0, j, 1), alone));
+          const double err =
+              (together.narrow(0, j, 1).to(at::kDouble) - reference(qj, k, v, ij, 0.2)).abs().max().item<double>();
+          CHECK(err < (dtype == at::kDouble ? 1e-12 : 2e-5));
+        }
+      }
+    }
+  }
 }
