@@ -143,6 +143,44 @@ TEST_CASE("serve: parameters this server does not serve are refused by name, the
   CHECK(ids.error.message.find("token ids") != std::string::npos);
 }
 
+TEST_CASE("serve: a field the endpoint does not know is refused by name, never ignored", "[serve]") {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
+  const sv::Parsed<sv::ChatRequest> typo = sv::parse_chat_request(head + R"("temprature":0.5})");
+  REQUIRE_FALSE(typo.ok());
+  CHECK(typo.error.status == 400);
+  CHECK(typo.error.code == "unknown_parameter");
+  CHECK(typo.error.param == "temprature");
+  CHECK(typo.error.message.find("did you mean 'temperature'") != std::string::npos);
+  CHECK(sv::parse_chat_request(head + R"("max_token":5})").error.message.find("did you mean 'max_tokens'") !=
+        std::string::npos);
+  const sv::Parsed<sv::ChatRequest> stranger = sv::parse_chat_request(head + R"("chat_template_kwargs":null})");
+  CHECK(stranger.error.param == "chat_template_kwargs");
+  CHECK(stranger.error.message.find("did you mean") == std::string::npos);
+  // A key of a megabyte: named in param whole, quoted in the message in part.
+  const std::string huge(1 << 20, 'k');
+  const sv::Parsed<sv::ChatRequest> big = sv::parse_chat_request(head + "\"" + huge + "\":1}");
+  CHECK(big.error.param == huge);
+  CHECK(big.error.message.size() < 200);
+  // What OpenAI's clients send as hints or defaults is taken; a verbosity other than medium is refused.
+  CHECK(sv::parse_chat_request(head + R"("prompt_cache_key":"k","prompt_cache_retention":"24h",)"
+                                      R"("prompt_cache_options":{},"safety_identifier":"u","verbosity":"medium"})")
+            .ok());
+  CHECK(sv::parse_chat_request(head + R"("verbosity":"low"})").error.code == "unsupported_parameter");
+  CHECK(sv::parse_chat_request(head + R"("safety_identifier":5})").error.param == "safety_identifier");
+  // /v1/completions: chat's fields name the endpoint that serves them; other strangers are refused as in chat.
+  const std::string text = R"({"model":"m","prompt":"x",)";
+  for (const char* field : {"tools", "response_format", "messages", "store", "metadata", "tool_choice"}) {
+    INFO(field);
+    const sv::Parsed<sv::CompletionRequest> p = sv::parse_completion_request(text + "\"" + field + "\":{}}");
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.error.param == field);
+    CHECK(p.error.code == "unknown_parameter");
+    CHECK(p.error.message.find("/v1/chat/completions field") != std::string::npos);
+  }
+  CHECK(sv::parse_completion_request(text + R"("foo":1})").error.param == "foo");
+  CHECK(sv::parse_completion_request(text + R"("max_completion_tokens":3,"stream":false})").ok());
+}
+
 TEST_CASE("serve: chat and the Responses API refuse an unsupported parameter with the same error", "[serve]") {
   // One thrower (request_invalid.h) for both parsers: the same field gets the same status, code and message.
   const sv::ApiError chat =

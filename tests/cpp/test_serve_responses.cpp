@@ -127,7 +127,24 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
   CHECK(refused(body_with(R"("text":{"verbosity":"high"})")) == "text.verbosity");
   CHECK(refused(body_with(R"("reasoning":{"effort":"none"},"truncation":"disabled","include":[],)"
                           R"("background":false,"service_tier":"auto","text":{"format":{"type":"text"}},)"
-                          R"("prompt_cache_key":"k","stream_options":{"include_obfuscation":false})"))
+                          R"("prompt_cache_key":"k","stream":true,"stream_options":{"include_obfuscation":false})"))
+            .empty());
+  // Fields this API does not know are refused by name (a misspelling with the field it most likely meant),
+  // at the top level and inside text, text.format and stream_options; stream_options needs stream true.
+  const sv::Parsed<sv::ResponsesRequest> typo = sv::parse_responses_request(body_with(R"("temprature":0.5)"));
+  CHECK(typo.error.param == "temprature");
+  CHECK(typo.error.code == "unknown_parameter");
+  CHECK(typo.error.message.find("did you mean 'temperature'") != std::string::npos);
+  CHECK(refused(body_with(R"("foo":null)")) == "foo");
+  CHECK(refused(body_with(R"("text":{"fromat":{"type":"text"}})")) == "text.fromat");
+  CHECK(refused(body_with(R"("text":{"format":{"type":"text","schema_name":"x"}})")) == "text.format.schema_name");
+  CHECK(refused(body_with(R"("stream_options":{"include_obfuscation":false})")) == "stream_options");
+  CHECK(refused(body_with(R"("stream":true,"stream_options":{"include_usage":true})")) ==
+        "stream_options.include_usage");
+  CHECK(refused(body_with(R"("stream":true,"stream_options":{"include_obfuscation":1})")) ==
+        "stream_options.include_obfuscation");
+  CHECK(refused(body_with(R"("prompt_cache_options":{},"safety_identifier":"u",)"
+                          R"("text":{"format":{"type":"json_schema","name":"n","description":"d","schema":{}}})"))
             .empty());
   const sv::Parsed<sv::ResponsesRequest> big = sv::parse_responses_request(body_with(""), sv::ServeLimits{8});
   CHECK(big.error.status == 413);

@@ -195,12 +195,14 @@ ojson chat_tool_choice(const ojson& v, const ojson& tools) {
 // text.format as chat's response_format; text.verbosity other than "medium" is refused.
 ojson chat_response_format(const ojson& text) {
   need_object(text, "text");
+  refuse_unknown_fields(text, "format verbosity", "text", "text.");
   if (const ojson* verbosity = field(text, "verbosity")) {
     if (need_string(*verbosity, "text.verbosity") != "medium") unsupported("text.verbosity", "a verbosity");
   }
   const ojson* format = field(text, "format");
   if (format == nullptr) return {{"type", "text"}};
   need_object(*format, "text.format");
+  refuse_unknown_fields(*format, "type name schema strict description", "text.format", "text.format.");
   const ojson* type = field(*format, "type");
   if (type == nullptr) invalid_field("text.format.type", "missing");
   const std::string kind = need_string(*type, "text.format.type");
@@ -287,7 +289,25 @@ void refuse_unsupported(const ojson& body) {
   for (const char* name : {"prompt_cache_key", "prompt_cache_retention", "safety_identifier"}) {
     if (const ojson* v = field(body, name)) need_string(*v, name);
   }
-  if (const ojson* v = field(body, "stream_options")) need_object(*v, "stream_options");
+  if (const ojson* v = field(body, "prompt_cache_options")) need_object(*v, "prompt_cache_options");
+  if (const ojson* v = field(body, "stream_options")) {
+    // As chat's: only beside stream true, and include_obfuscation is its one option (nothing is obfuscated).
+    need_object(*v, "stream_options");
+    const ojson* stream = field(body, "stream");
+    if (stream == nullptr || *stream != true) invalid_field("stream_options", "only allowed when stream is true");
+    refuse_unknown_fields(*v, "include_obfuscation", "stream_options", "stream_options.");
+    if (const ojson* o = field(*v, "include_obfuscation"); o != nullptr && !o->is_boolean()) {
+      invalid_field("stream_options.include_obfuscation", std::string("expected a boolean, got ") + json_type_name(*o));
+    }
+  }
+  refuse_unknown_fields(body,
+                        "model input instructions previous_response_id store tools tool_choice parallel_tool_calls "
+                        "max_output_tokens temperature top_p seed presence_penalty frequency_penalty logit_bias "
+                        "top_logprobs include stream stream_options text user metadata prompt_cache_key "
+                        "prompt_cache_retention prompt_cache_options safety_identifier background reasoning truncation "
+                        "conversation prompt max_tool_calls service_tier context_management top_k min_p top_a "
+                        "typical_p repetition_penalty mirostat",
+                        "/v1/responses");
 }
 
 json metadata(const ojson& body) {

@@ -24,7 +24,7 @@
 //   "text"} | {type: "json_object"} | {type: "json_schema", name?, schema, strict?, description?},
 //   verbosity?: "medium"}); user (any string: names a session as in chat); metadata (at most 16 string
 //   values, keys up to 64 bytes, values up to 512: stored and echoed); prompt_cache_key,
-//   prompt_cache_retention and safety_identifier (hints, accepted as strings).
+//   prompt_cache_retention and safety_identifier (hints, accepted as strings), prompt_cache_options (an object).
 // Refused rather than ignored (400 naming the field, code "unsupported_parameter"): background true,
 // reasoning with an effort other than "none" (or a summary), truncation other than "disabled", any include
 // item but message.output_text.logprobs (no reasoning, no hosted tools), conversation, prompt,
@@ -33,7 +33,9 @@
 // typical_p, repetition_penalty, mirostat). Chat's own fields are refused naming what to use instead (code
 // "unknown_parameter"): max_tokens and max_completion_tokens (max_output_tokens), messages (input),
 // response_format (text.format), logprobs (top_logprobs), functions and function_call (tools, tool_choice),
-// stop and n (no equivalent). Other unknown fields are ignored, as chat ignores them.
+// stop and n (no equivalent). Any other field, at the top level or inside text, text.format (type, name, schema,
+// strict, description) and stream_options (include_obfuscation; only beside stream true), is refused as OpenAI
+// refuses it (code "unknown_parameter", e.g. "text.fromat: unrecognized request argument ..."), never ignored.
 //
 // Items become chat messages in order: a message item one message (developer read as system); a
 // function_call item joins the assistant message right before it (its text, or the calls before it), else

@@ -3,7 +3,10 @@
 // the error; it never leaves a parser.
 #pragma once
 
+#include <algorithm>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "serve/wire/serve_api.h"
 
@@ -50,6 +53,67 @@ void check_metadata(const Json& v, const std::string& param = "metadata") {
 [[noreturn]] inline void unsupported(const std::string& param, const std::string& what) {
   throw RequestInvalid{api_error(400, param + ": " + what + " is not supported by this server", "invalid_request_error",
                                  "unsupported_parameter", param)};
+}
+
+// The names of `names`, a list separated by single spaces ("model messages stop").
+inline std::vector<std::string_view> split_names(std::string_view names) {
+  std::vector<std::string_view> out;
+  while (!names.empty()) {
+    const std::size_t space = std::min(names.find(' '), names.size());
+    if (space > 0) out.push_back(names.substr(0, space));
+    names.remove_prefix(std::min(space + 1, names.size()));
+  }
+  return out;
+}
+
+// The known name a misspelt one most likely meant: the nearest in edit distance (insertions, deletions,
+// substitutions, each 1), when that distance is at most 2 and under half the name's length; "" for none.
+inline std::string nearest_name(std::string_view name, const std::vector<std::string_view>& known) {
+  std::string best;
+  std::size_t best_distance = 3;
+  for (const std::string_view k : known) {
+    // Lengths further apart than 2 are further apart than 2 edits: skipped, so a long name costs nothing.
+    if (name.size() > k.size() + 2 || k.size() > name.size() + 2) continue;
+    std::vector<std::size_t> row(k.size() + 1);
+    for (std::size_t j = 0; j <= k.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= name.size(); ++i) {
+      std::size_t diagonal = row[0];
+      row[0] = i;
+      for (std::size_t j = 1; j <= k.size(); ++j) {
+        const std::size_t above = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (name[i - 1] == k[j - 1] ? 0 : 1)});
+        diagonal = above;
+      }
+    }
+    if (row[k.size()] < best_distance && 2 * row[k.size()] < name.size()) {
+      best_distance = row[k.size()];
+      best = std::string(k);
+    }
+  }
+  return best;
+}
+
+// A field `where` does not know, refused as OpenAI refuses one ("Unrecognized request argument supplied"):
+// a 400 with code "unknown_parameter" naming it (param `at` + name), e.g. "temprature: unrecognized request
+// argument (not a field of /v1/chat/completions; did you mean 'temperature'?)", so that a misspelt or
+// misplaced field is never answered as if it had not been sent. `known` names, separated by spaces, every
+// field that is read, refused by value or accepted as a no-op; null values are refused too (an unknown field
+// has no no-op).
+template <class Json>
+void refuse_unknown_fields(const Json& object, std::string_view known, const std::string& where,
+                           const std::string& at = "") {
+  const std::vector<std::string_view> names = split_names(known);
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    const std::string& name = it.key();
+    if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+    const std::string guess = nearest_name(name, names);
+    const std::string hint = guess.empty() ? "" : "; did you mean '" + guess + "'?";
+    // The message quotes at most 80 bytes of the name (a body may be megabytes of one key); param has all of it.
+    const std::string shown = name.size() > 80 ? name.substr(0, 80) + "..." : name;
+    throw RequestInvalid{api_error(400,
+                                   at + shown + ": unrecognized request argument (not a field of " + where + hint + ")",
+                                   "invalid_request_error", "unknown_parameter", at + name)};
+  }
 }
 
 }  // namespace orbit::serve

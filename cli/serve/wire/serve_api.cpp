@@ -402,6 +402,15 @@ void refuse_unserved(const json& body, bool chat) {
       unsupported("modalities", "an output other than text");
     }
     if (given("reasoning_effort") && body["reasoning_effort"] != "none") unsupported("reasoning_effort", "reasoning");
+    if (given("verbosity") && body["verbosity"] != "medium") unsupported("verbosity", "a verbosity other than medium");
+    // Hints to OpenAI's own caches and abuse checks: nothing to do here, so any string is taken.
+    for (const char* name : {"prompt_cache_key", "prompt_cache_retention", "safety_identifier"}) {
+      if (given(name)) need_string(body[name], name);
+    }
+    if (given("prompt_cache_options") && !body["prompt_cache_options"].is_object()) {
+      invalid_field("prompt_cache_options",
+                    std::string("expected an object, got ") + json_type_name(body["prompt_cache_options"]));
+    }
   } else {
     if (given("echo") && body["echo"] != false) unsupported("echo", "echoing the prompt");
     if (given("best_of") && body["best_of"] != 1) unsupported("best_of", "best_of other than 1");
@@ -410,6 +419,38 @@ void refuse_unserved(const json& body, bool chat) {
   if (given("service_tier") && body["service_tier"] != "auto" && body["service_tier"] != "default") {
     unsupported("service_tier", "a service tier other than auto or default");
   }
+}
+
+// Every top-level field each endpoint reads, refuses by value (refuse_unserved, parse_logprobs) or takes as a
+// no-op; any other is refused by name (refuse_unknown_fields), as OpenAI refuses it.
+constexpr std::string_view kChatFields =
+    "model messages max_tokens max_completion_tokens temperature top_p seed stop n stream stream_options user tools "
+    "tool_choice parallel_tool_calls response_format presence_penalty frequency_penalty logit_bias logprobs "
+    "top_logprobs store metadata service_tier modalities reasoning_effort verbosity prompt_cache_key "
+    "prompt_cache_retention prompt_cache_options safety_identifier functions function_call audio prediction "
+    "web_search_options top_k min_p top_a typical_p repetition_penalty mirostat";
+constexpr std::string_view kCompletionFields =
+    "model prompt max_tokens max_completion_tokens temperature top_p seed stop n stream stream_options user "
+    "presence_penalty frequency_penalty logit_bias logprobs top_logprobs echo best_of suffix service_tier top_k "
+    "min_p top_a typical_p repetition_penalty mirostat";
+
+void refuse_unknown(const json& body, bool chat) {
+  if (chat) {
+    refuse_unknown_fields(body, kChatFields, "/v1/chat/completions");
+    return;
+  }
+  // Chat's own fields, sent here, would be dropped: name the endpoint that serves them.
+  for (const char* name : {"messages", "tools", "tool_choice", "parallel_tool_calls", "response_format", "store",
+                           "metadata", "modalities", "reasoning_effort", "verbosity"}) {
+    if (body.contains(name)) {
+      throw Invalid{api_error(400,
+                              std::string(name) +
+                                  ": a /v1/chat/completions field, not one of /v1/completions (send the request "
+                                  "there to have it served)",
+                              "invalid_request_error", "unknown_parameter", name)};
+    }
+  }
+  refuse_unknown_fields(body, kCompletionFields, "/v1/completions");
 }
 
 // store and metadata (the metadata is checked whether or not the completion is stored, as OpenAI does).
@@ -425,6 +466,7 @@ void parse_store(const json& body, ChatRequest& r) {
 ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
   const json body = parse_body(text, limits);
   refuse_unserved(body, true);
+  refuse_unknown(body, true);
   ChatRequest r;
   r.model = parse_model(body);
   const auto messages = body.find("messages");
@@ -465,6 +507,7 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
 CompletionRequest completion_request(std::string_view text, const ServeLimits& limits) {
   const json body = parse_body(text, limits);
   refuse_unserved(body, false);
+  refuse_unknown(body, false);
   CompletionRequest r;
   r.model = parse_model(body);
   const auto prompt = body.find("prompt");

@@ -2,7 +2,9 @@
 // types, and the error and response bodies written back. No model, no sockets: the libFuzzer target
 // fuzz_serve_request runs exactly this parser on arbitrary bytes.
 //
-// What a request may hold (anything else is ignored, as OpenAI ignores unknown fields):
+// What a request may hold; any other top-level field, null or not, is refused as OpenAI refuses it ("Unrecognized
+// request argument supplied"): a 400 with code unknown_parameter naming it, and the field it most likely meant
+// when the name is a near miss ("temprature: ... did you mean 'temperature'?"), so nothing sent is ignored:
 //   chat:        model (string, required), messages (non-empty array, required), max_tokens or
 //                max_completion_tokens (integer >= 1), temperature [0, 2], top_p (0, 1], seed (integer),
 //                stop (string or array of at most 4 strings), n (1..ServeLimits::max_choices; streamed, each
@@ -17,7 +19,10 @@
 //                ids below ServeLimits::vocab_size); logprobs (bool), top_logprobs (integer 0..20, with
 //                logprobs true): honoured as OpenAI defines them (GenerateOptions in orbit/window.h);
 //                store (bool: keep the completion for GET /v1/chat/completions/{id}, chat_store.h), metadata
-//                (at most 16 string pairs, keys up to 64 bytes, values up to 512; kept with a stored completion)
+//                (at most 16 string pairs, keys up to 64 bytes, values up to 512; kept with a stored completion);
+//                verbosity "medium" (OpenAI's default; another value is refused); prompt_cache_key,
+//                prompt_cache_retention, safety_identifier (strings) and prompt_cache_options (an object):
+//                hints to OpenAI's own caches and checks, taken and unused
 // (tool_choice and response_format are honoured by the server: answer_constraint.h.)
 //   refused, naming the field (code unsupported_parameter), when given a value other than their no-op: top_k,
 //                min_p, top_a, typical_p, repetition_penalty, mirostat; chat: functions / function_call (give
@@ -26,7 +31,9 @@
 //                prompt of token ids; service_tier other than auto / default
 //   completions: model, prompt (string, or an array of one string), and the same sampling fields but n
 //                (1 only, else a 400 naming `n`) and logprobs: its legacy form (an integer of top tokens) is refused
-//                with a 400 naming `logprobs`, and top_logprobs, which that endpoint does not have, likewise
+//                with a 400 naming `logprobs`, and top_logprobs, which that endpoint does not have, likewise;
+//                chat's own fields (messages, tools, tool_choice, parallel_tool_calls, response_format, store,
+//                metadata, ...) are refused there naming /v1/chat/completions, which serves them
 //   a message:   role in {system, developer, user, assistant, tool}; content a string, null (an assistant
 //                message with tool_calls), or an array of {"type": "text", "text": ...} parts;
 //                name, tool_call_id (strings); tool_calls (array of {id, type "function",

@@ -1,0 +1,84 @@
+"""`orbit serve` refuses a request field it does not know, as OpenAI's API does, rather than answer as if it had
+not been sent (cli/serve/wire/serve_api.h, cli/serve/responses/responses_api.h): a misspelt sampling field, a
+chat field sent to /v1/completions, a stray key inside the Responses API's `text`. Each gets a 400 with code
+`unknown_parameter` naming the field; what OpenAI's clients send as hints is still taken. The server is started
+here on 127.0.0.1 (any free port) on stories260K and always stopped."""
+import http.client
+import json
+
+import pytest
+from serve_process import NoServe, ServeProcess  # on the path conftest sets
+
+MODEL_NAME = "stories260K.bin"
+HELLO = [{"role": "user", "content": "Hi"}]
+
+
+@pytest.fixture(scope="module")
+def server(orbit_cli, stories260k_path):
+    """(host, port) of one `orbit serve` for the module, stopped after it."""
+    try:
+        process = ServeProcess(orbit_cli, stories260k_path, ())
+    except NoServe as e:
+        pytest.skip(str(e))
+    try:
+        yield process.host, process.port
+    finally:
+        process.stop()
+
+
+def post(server, path, body):
+    """(status, parsed JSON body) of one POST."""
+    host, port = server
+    connection = http.client.HTTPConnection(host, port, timeout=120)
+    try:
+        connection.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read().decode())
+    finally:
+        connection.close()
+
+
+def refused(status, body, field):
+    assert status == 400, body
+    assert body["error"]["code"] == "unknown_parameter", body
+    assert body["error"]["param"] == field, body
+    return body["error"]["message"]
+
+
+def test_chat_refuses_a_misspelt_field_naming_what_it_meant(server):
+    status, body = post(server, "/v1/chat/completions",
+                        {"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2, "temprature": 0})
+    assert "did you mean 'temperature'" in refused(status, body, "temprature")
+    status, body = post(server, "/v1/chat/completions",
+                        {"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2, "chat_template_kwargs": None})
+    refused(status, body, "chat_template_kwargs")
+
+
+def test_chat_takes_the_hints_openai_clients_send(server):
+    status, body = post(server, "/v1/chat/completions",
+                        {"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2, "prompt_cache_key": "k",
+                         "safety_identifier": "u", "verbosity": "medium", "prompt_cache_retention": "24h"})
+    assert status == 200, body
+    status, body = post(server, "/v1/chat/completions",
+                        {"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2, "verbosity": "high"})
+    assert status == 400 and body["error"]["param"] == "verbosity", body
+
+
+@pytest.mark.parametrize("field,value", [("tools", [{"type": "function", "function": {"name": "f"}}]),
+                                         ("response_format", {"type": "json_object"}),
+                                         ("store", True), ("metadata", {"k": "v"})])
+def test_completions_refuses_chat_fields_it_would_drop(server, field, value):
+    status, body = post(server, "/v1/completions",
+                        {"model": MODEL_NAME, "prompt": "Once", "max_tokens": 2, field: value})
+    assert "/v1/chat/completions" in refused(status, body, field)
+
+
+def test_responses_refuses_unknown_fields_at_each_level(server):
+    base = {"model": MODEL_NAME, "input": "Hi", "max_output_tokens": 2}
+    refused(*post(server, "/v1/responses", {**base, "foo": 1}), "foo")
+    refused(*post(server, "/v1/responses", {**base, "text": {"fromat": {"type": "text"}}}), "text.fromat")
+    refused(*post(server, "/v1/responses", {**base, "text": {"format": {"type": "text", "x": 1}}}), "text.format.x")
+    status, body = post(server, "/v1/responses", {**base, "stream_options": {"include_obfuscation": False}})
+    assert status == 400 and body["error"]["param"] == "stream_options", body
+    status, body = post(server, "/v1/responses", {**base, "prompt_cache_key": "k", "safety_identifier": "u"})
+    assert status == 200, body
