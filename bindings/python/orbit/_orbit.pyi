@@ -1034,7 +1034,8 @@ class Window:
         extra: Union[dict, str, None] = None,
     ) -> "SyncReport":
         """Brings the window to the chat-template rendering of messages; pass report.generation_prompt to
-        generate() for the next assistant turn."""
+        generate() for the next assistant turn. messages must be a list (any iterable) of dicts, else TypeError
+        naming messages; each entry of tools must be a dict (TypeError naming tools[i])."""
     def plan_sync(
         self,
         messages: Messages,
@@ -1090,6 +1091,10 @@ class Window:
         tool_choice: 'auto' (None too), 'none', 'required', a tool's name, or OpenAI's {'type': 'function',
         'function': {'name': ...}}; response_format: 'text', 'json_object', OpenAI's {'type': 'json_schema',
         'json_schema': {'name': ..., 'schema': {...}}} or a JSON Schema dict.
+        tools: a list (or its JSON text) of OpenAI's {'type': 'function', 'function': {'name': ..., 'parameters':
+        ...}} or the function dicts alone; whatever tool_choice is, an entry that is no dict raises TypeError and
+        one without a non-empty str name ValueError, naming it (generate: tools[i]...); under 'auto' a schema
+        outside the constraints' subset only leaves the answer free.
         What the answer is decoded under is compiled once per engine and arguments and kept in the engine's
         constraint cache (EngineStats.constraint_cache: at most 64 entries and 256 MiB, grammars and token masks
         counted, least recently used dropped first; a refusal is not kept), so a loop that sends the same tools

@@ -122,6 +122,30 @@ ToolChoice to_tool_choice(const py::object& tool_choice) {
   return {fn["name"].cast<std::string>(), true};
 }
 
+// Each entry of `tools` (a list) is a tool: a dict, OpenAI's {"type": "function", "function": {"name", ...}} or
+// the function itself, named by a non-empty str. Checked whatever tool_choice is: under "auto" a schema outside
+// the constraints' subset leaves the answer free, but an entry that is no tool at all is a mistake, never
+// rendered or decoded as if it were one.
+void check_tool_entries(const py::list& tools) {
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = "generate: tools[" + std::to_string(i) + "]";
+    const py::handle tool = tools[i];
+    if (!py::isinstance<py::dict>(tool)) {
+      throw py::type_error(at + ": expected a tool dict ({'type': 'function', 'function': {'name': ...}}), got " +
+                           type_name(tool));
+    }
+    const py::dict d = py::reinterpret_borrow<py::dict>(tool);
+    const bool wrapped = d.contains("function");
+    const py::object fn = wrapped ? py::object(d["function"]) : py::object(d);
+    const std::string fn_at = wrapped ? at + ".function" : at;
+    if (!py::isinstance<py::dict>(fn)) throw py::type_error(fn_at + ": expected a dict, got " + type_name(fn));
+    const py::dict f = py::reinterpret_borrow<py::dict>(fn);
+    if (!f.contains("name") || !py::isinstance<py::str>(f["name"]) || f["name"].cast<std::string>().empty()) {
+      throw py::value_error(fn_at + ".name: expected a non-empty str (the tool's name)");
+    }
+  }
+}
+
 AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
                       const py::object& response_format, const py::object& tool_call_format) {
   AnswerSpec a;
@@ -134,6 +158,13 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
     } catch (const py::error_already_set&) {
     }
     ORBIT_CHECK(array, "generate: tools is not a JSON array of tools: " << a.tools_json.substr(0, 60));
+  }
+  if (!tools.is_none()) {
+    const py::object parsed = json_module().attr("loads")(a.tools_json);
+    if (!py::isinstance<py::list>(parsed)) {
+      throw py::type_error("generate: tools must be a list of tool dicts (or its JSON text), got " + type_name(tools));
+    }
+    check_tool_entries(parsed.cast<py::list>());
   }
   ORBIT_CHECK(tool_call_format.is_none() || !a.tools_json.empty(),
               "generate: tool_call_format = " << py::str(tool_call_format).cast<std::string>()

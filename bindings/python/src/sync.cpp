@@ -129,7 +129,8 @@ std::vector<ChatToolCall> tool_calls_of(const py::dict& d, std::size_t i) {
 }
 
 std::vector<ChatMessage> to_messages(const py::object& messages) {
-  if (py::isinstance<py::str>(messages) || py::isinstance<py::dict>(messages)) {
+  if (py::isinstance<py::str>(messages) || py::isinstance<py::dict>(messages) ||
+      !py::isinstance<py::iterable>(messages)) {
     throw py::type_error("messages: expected a list of message dicts, got a " + type_name(messages));
   }
   std::vector<ChatMessage> out;
@@ -204,6 +205,14 @@ ChatOptions chat_options(const py::object& chat_template, const py::object& tool
   if (!chat_template.is_none()) o.chat_template = chat_template.cast<std::string>();
   if (!tools.is_none()) {
     o.tools_json = py::isinstance<py::str>(tools) ? json_argument(tools, caller, "tools", true) : to_json(tools);
+    // The template reads each entry as a tool (a dict): anything else would be rendered as nonsense.
+    const py::list entries = py::module_::import("json").attr("loads")(o.tools_json).cast<py::list>();
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (!py::isinstance<py::dict>(entries[i])) {
+        throw py::type_error(std::string(caller) + ": tools[" + std::to_string(i) + "] must be a tool dict, got " +
+                             type_name(entries[i]));
+      }
+    }
   }
   if (!extra.is_none()) {
     o.extra_json = py::isinstance<py::str>(extra) ? json_argument(extra, caller, "extra", false) : to_json(extra);
