@@ -21,7 +21,8 @@
 //               one new message added, once the whole list was planned (an agent that trims its context at the
 //               start: the memos hold the untrimmed list);
 //   summarized  the same, the dropped messages replaced by one assistant message summarizing them;
-// each with the memos off and on, and the on side against grown-on (what the same list costs when it only grew).
+// each with the memos off and on, the on side against grown-on (what the same list costs when it only grew), and
+// how many prefixes step 2 rendered for it with the memos on (trim-r, summ-r; the rest read from the memo).
 // All sides must give the same plan (tokens, units, merged boundaries, generation prompt). Not a test: the times
 // depend on the machine and its load; the off, whole and on runs alternate.
 //
@@ -277,6 +278,7 @@ std::vector<ChatMessage> trimmed_list(const std::vector<ChatMessage>& list, int6
 
 struct TrimRow {
   double trimmed_off = 0, trimmed_on = 0, summarized_off = 0, summarized_on = 0;
+  int64_t trimmed_renders = 0, summarized_renders = 0;  // prefixes step 2 rendered for the list, memos on
 };
 
 // plan_sync of `list` trimmed (and summarized) by `k` once `list` was planned, the memos off and on
@@ -294,7 +296,11 @@ TrimRow measure_trimmed(Engine& engine, const std::vector<ChatMessage>& list, co
             list, k, summarize, "(run " + std::to_string(r) + "." + std::to_string(static_cast<int>(m)) + ")");
         double& best = summarize ? (m == Memos::kOn ? row.summarized_on : row.summarized_off)
                                  : (m == Memos::kOn ? row.trimmed_on : row.trimmed_off);
+        const int64_t renders = detail::prefix_renders_so_far();
         keep_fastest(r == 0, best, [&] { (void)w.plan_sync(next, o); });
+        if (m == Memos::kOn) {
+          (summarize ? row.summarized_renders : row.trimmed_renders) = detail::prefix_renders_so_far() - renders;
+        }
       }
     }
   }
@@ -379,8 +385,8 @@ int main(int argc, char** argv) {
         "\nthe lists with their %lld oldest messages after the system prompt dropped (trimmed) or summarized "
         "in one message, and one message added, once the whole list was planned\n\n",
         static_cast<long long>(trim));
-    std::printf("%-22s %4s %9s %9s %6s %9s %9s %6s %9s %7s %7s\n", "template", "N", "trim-off", "trim-on", "ratio",
-                "summ-off", "summ-on", "ratio", "grown-on", "trim/g", "summ/g");
+    std::printf("%-22s %4s %9s %9s %6s %9s %9s %6s %9s %7s %7s %7s %7s\n", "template", "N", "trim-off", "trim-on",
+                "ratio", "summ-off", "summ-on", "ratio", "grown-on", "trim/g", "summ/g", "trim-r", "summ-r");
     std::size_t row = 0;
     for (const auto& [name, source] : templates) {
       SyncOptions o;
@@ -389,10 +395,11 @@ int main(int argc, char** argv) {
       for (int64_t n : sizes) {
         const TrimRow r = measure_trimmed(*engine, agent_list(n), o, trim, reps, name + ", N = " + std::to_string(n));
         const double g = grown_on[row++].second;
-        std::printf("%-22s %4lld %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f %9.0f %7.2f %7.2f\n", name.c_str(),
+        std::printf("%-22s %4lld %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f %9.0f %7.2f %7.2f %7lld %7lld\n", name.c_str(),
                     static_cast<long long>(n), r.trimmed_off, r.trimmed_on, r.trimmed_off / r.trimmed_on,
                     r.summarized_off, r.summarized_on, r.summarized_off / r.summarized_on, g, r.trimmed_on / g,
-                    r.summarized_on / g);
+                    r.summarized_on / g, static_cast<long long>(r.trimmed_renders),
+                    static_cast<long long>(r.summarized_renders));
         std::fflush(stdout);
       }
     }

@@ -15,6 +15,7 @@
 #include <random>
 #include <sstream>
 
+#include "orbit/common/sha256.h"
 #include "orbit/engine.h"
 #include "orbit/runtime/chat_template.h"
 #include "orbit/runtime/hf_tokenizer.h"
@@ -372,4 +373,34 @@ TEST_CASE("plan_sync of a list trimmed or summarized at its start reuses the kep
       list = std::move(next);
     }
   }
+}
+
+TEST_CASE("a list kept as the latest with its first message counts once against the memo's bytes", "[sync_encode]") {
+  orbit::detail::clear_encode_memo();
+  const auto tok = runtime::load_tokenizer(std::string(ORBIT_MODELS_DIR) + "/tinystories-656k");
+  // Three lists of 20 MiB each, with different first messages: 60 MiB in all, within the memo's 64 MiB, when
+  // each is counted once (its key and its alias as the latest with its first message).
+  std::vector<std::vector<Sha256::Digest>> keys;
+  for (int i = 0; i < 3; ++i) {
+    auto made = std::make_shared<orbit::detail::ListEncodings>();
+    made->segments.push_back({std::string(std::size_t{20} << 20, static_cast<char>('a' + i)), {}});
+    Sha256 first, list;
+    first.update("first message " + std::to_string(i));
+    list.update("list " + std::to_string(i));
+    keys.push_back({first.digest(), list.digest()});
+    orbit::detail::put_encodings(keys.back(), *tok, std::move(made));
+  }
+  for (int i = 0; i < 3; ++i) {
+    INFO("list " << i);
+    const std::shared_ptr<const orbit::detail::ListEncodings> known = orbit::detail::known_encodings(keys[i], *tok);
+    REQUIRE(known != nullptr);
+    CHECK(known->segments.front().text[0] == 'a' + i);
+    // A list with the same first message and another key (trimmed at its start) finds it as the latest.
+    Sha256 other;
+    other.update("trimmed " + std::to_string(i));
+    const std::shared_ptr<const orbit::detail::ListEncodings> latest =
+        orbit::detail::known_encodings({keys[i][0], other.digest()}, *tok);
+    CHECK(latest == known);
+  }
+  orbit::detail::clear_encode_memo();
 }

@@ -240,3 +240,242 @@ TEST_CASE("a template given in the options is parsed once", "[sync_memo]") {
   CHECK_THROWS_WITH(orbit::detail::parsed_template("{% for %}", "ChatOptions::chat_template", "", ""),
                     Catch::Matchers::Contains("ChatOptions::chat_template"));
 }
+
+namespace {
+
+// Step 2 of one list (detail::text_cuts) with the memo on or off: the cuts, the merged boundaries, and how many
+// prefixes it rendered and read from a latest list's spans; nullopt when the template refuses the whole list.
+struct ListCuts {
+  std::vector<orbit::detail::TextCut> cuts;
+  int64_t merged = 0;
+  int64_t renders = 0;
+  int64_t spans = 0;
+};
+
+std::optional<ListCuts> list_cuts(const runtime::ChatTemplate& t, const runtime::ChatRenderOptions& o,
+                                  const std::vector<runtime::ChatMessage>& list, bool memo) {
+  const MemoOn restore;
+  orbit::detail::set_cuts_memo(memo);
+  runtime::PreparedChat chat;
+  std::string text;
+  try {
+    chat = t.prepare(list, o);
+    text = t.render_prefix(chat, list.size(), false);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  ListCuts out;
+  const int64_t renders = orbit::detail::prefix_renders_so_far();
+  const int64_t spans = orbit::detail::prefix_spans_so_far();
+  out.cuts = orbit::detail::text_cuts(t, chat, orbit::detail::list_keys(t, o, list), text, &out.merged);
+  out.renders = orbit::detail::prefix_renders_so_far() - renders;
+  out.spans = orbit::detail::prefix_spans_so_far() - spans;
+  return out;
+}
+
+// Step 2 of `list` with the memo on (after whatever lists it saw) and off, checked equal; the memo's side.
+std::optional<ListCuts> cuts_both(const runtime::ChatTemplate& t, const runtime::ChatRenderOptions& o,
+                                  const std::vector<runtime::ChatMessage>& list) {
+  const std::optional<ListCuts> every = list_cuts(t, o, list, false);
+  const std::optional<ListCuts> memo = list_cuts(t, o, list, true);
+  REQUIRE(every.has_value() == memo.has_value());
+  if (!memo) return memo;
+  REQUIRE(memo->merged == every->merged);
+  REQUIRE(memo->cuts.size() == every->cuts.size());
+  for (std::size_t i = 0; i < memo->cuts.size(); ++i) {
+    INFO("cut " << i);
+    REQUIRE(memo->cuts[i].text == every->cuts[i].text);
+    REQUIRE(memo->cuts[i].message == every->cuts[i].message);
+  }
+  return memo;
+}
+
+runtime::ChatMessage runtime_msg(const std::string& role, const std::string& content) {
+  runtime::ChatMessage m;
+  m.role = role;
+  m.content = content;
+  return m;
+}
+
+// An agent's list of `n` messages: a system prompt, then rounds of a user turn, an assistant answer that calls
+// a tool, the tool's result, and an assistant answer.
+std::vector<runtime::ChatMessage> agent_list(std::mt19937_64& rng, std::size_t n) {
+  std::vector<runtime::ChatMessage> out = {runtime_msg("system", "You tell short stories.")};
+  for (std::size_t i = 1; out.size() < n; ++i) {
+    switch (i % 4) {
+      case 1: out.push_back(runtime_msg("user", sentence(rng, 6) + " What happened next?")); break;
+      case 2:
+        out.push_back(runtime_msg("assistant", "Let me look."));
+        out.back().tool_calls.push_back({"call_" + std::to_string(i), "lookup", "{\"query\": \"ball\"}"});
+        break;
+      case 3:
+        out.push_back(runtime_msg("tool", sentence(rng, 20)));
+        out.back().tool_call_id = "call_" + std::to_string(i - 1);
+        break;
+      default: out.push_back(runtime_msg("assistant", sentence(rng, 10))); break;
+    }
+  }
+  return out;
+}
+
+// `list` with its `k` oldest messages after the first dropped, one assistant message summarizing them in their
+// place when `summarize`, and a user turn added.
+std::vector<runtime::ChatMessage> trimmed_list(const std::vector<runtime::ChatMessage>& list, std::size_t k,
+                                               bool summarize, std::mt19937_64& rng) {
+  std::vector<runtime::ChatMessage> out = {list.front()};
+  if (summarize) out.push_back(runtime_msg("assistant", "Earlier: " + sentence(rng, 12)));
+  out.insert(out.end(), list.begin() + 1 + static_cast<std::ptrdiff_t>(k), list.end());
+  out.push_back(runtime_msg("user", sentence(rng, 5)));
+  return out;
+}
+
+std::string template_source(const std::string& name) {
+  std::ifstream in(std::filesystem::path(ORBIT_TEST_DATA_DIR) / "templates" / (name + ".jinja"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+const char* const kLookupTool =
+    R"([{"type": "function", "function": {"name": "lookup", "description": "Look a story up.", "parameters": )"
+    R"({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}])";
+
+}  // namespace
+
+TEST_CASE("a list trimmed or summarized at its start reads its prefixes from the latest list's", "[sync_memo]") {
+  std::vector<std::pair<std::string, std::string>> templates = {{"plain", kPlainChatTemplate},
+                                                                {"story", orbit::test::sync_support::kTemplate}};
+  for (const char* name : {"qwen2.5-7b-instruct", "llama-3.1-8b-instruct"})
+    templates.emplace_back(name, template_source(name));
+  runtime::ChatRenderOptions o;
+  o.tools_json = kLookupTool;
+  std::mt19937_64 rng(31);
+  for (const auto& [name, source] : templates) {
+    const runtime::ChatTemplate t(source, name);
+    orbit::detail::clear_cuts_memo();
+    std::vector<runtime::ChatMessage> list = agent_list(rng, 41);
+    for (int request = 0; request < 6; ++request) {
+      REQUIRE(list_cuts(t, o, list, true));  // the memo holds this list, the latest with this system prompt
+      const bool summarize = request % 2 == 1;
+      std::vector<runtime::ChatMessage> next = trimmed_list(list, 4, summarize, rng);
+      INFO(name << ", request " << request << (summarize ? ", summarized" : ", trimmed") << ", " << next.size()
+                << " messages");
+      const std::optional<ListCuts> cuts = cuts_both(t, o, next);
+      REQUIRE(cuts);
+      // The prefix before the kept messages (two for Llama 3.1, which refuses a list with no user turn when
+      // given tools), and the check's two renders: the rest is read.
+      CHECK(cuts->renders <= 4);
+      CHECK(cuts->spans + cuts->renders >= static_cast<int64_t>(next.size()) - 1);
+      CHECK(cuts->cuts.size() + 4 >= next.size());
+      list = std::move(next);
+      list.push_back(runtime_msg("assistant", sentence(rng, 8)));
+    }
+  }
+}
+
+TEST_CASE("a trimmed list under every bundled template cuts as rendering every prefix does", "[sync_memo]") {
+  namespace fs = std::filesystem;
+  runtime::ChatRenderOptions o;
+  o.tools_json = kLookupTool;
+  o.extra_json = R"({"date_string": "26 Jul 2024"})";
+  std::mt19937_64 rng(32);
+  int64_t checked = 0, spans = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(fs::path(ORBIT_TEST_DATA_DIR) / "templates")) {
+    if (e.path().extension() != ".jinja") continue;
+    const runtime::ChatTemplate t(template_source(e.path().stem().string()), e.path().filename().string(), "<s>",
+                                  "</s>");
+    for (const bool tools : {false, true}) {
+      runtime::ChatRenderOptions with = o;
+      if (!tools) with.tools_json.clear();
+      orbit::detail::clear_cuts_memo();
+      std::vector<runtime::ChatMessage> list = agent_list(rng, 30);
+      if (!tools) {  // user and assistant turns alternating, as the strictest templates want
+        for (std::size_t i = 1; i < list.size(); ++i)
+          list[i] = runtime_msg(i % 2 ? "user" : "assistant", sentence(rng, 6));
+      }
+      for (const std::size_t k : {2, 4}) {
+        for (const bool summarize : {false, true}) {
+          (void)list_cuts(t, with, list, true);
+          std::vector<runtime::ChatMessage> next = trimmed_list(list, k, summarize, rng);
+          if (!tools && summarize) next[1].role = "user";  // the summary in the dropped user turn's place
+          if (!tools && next.back().role == next[next.size() - 2].role) next.pop_back();
+          INFO(e.path().filename().string()
+               << (tools ? ", tools" : "") << ", " << k << " dropped" << (summarize ? " and summarized" : ""));
+          const std::optional<ListCuts> cuts = cuts_both(t, with, next);
+          if (!cuts) continue;
+          ++checked;
+          spans += cuts->spans;
+        }
+      }
+    }
+  }
+  std::printf("bundled templates: %lld trimmed lists cut as every prefix does, %lld prefixes read from spans\n",
+              static_cast<long long>(checked), static_cast<long long>(spans));
+  CHECK(checked >= 9 * 4);
+  CHECK(spans > checked * 10);
+}
+
+TEST_CASE("a template that renders a kept message otherwise in the trimmed list reads no span there", "[sync_memo]") {
+  struct Case {
+    const char* what;
+    const char* source;
+    int64_t max_renders;  // of a trimmed list's prefixes (at most all, once each); -1: not counted
+  };
+  const std::vector<Case> cases = {
+      // The first user turn marked: the first one kept is marked now, and the spans are read after it (the
+      // prefixes before the run, the one that ends with that turn, and the check's two).
+      {"first user turn marked",
+       "{% set ns = namespace(seen=false) %}{% for message in messages %}{% if message.role == 'user' and not "
+       "ns.seen %}{% set ns.seen = true %}[first] {% endif %}{{ message.role }}: {{ message.content }}\n"
+       "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}",
+       5},
+      // A system prompt only at the start is a header; elsewhere a turn.
+      {"system prompt at the start only",
+       "{% for message in messages %}{% if loop.first and message.role == 'system' %}<<SYS>>{{ message.content }}"
+       "<</SYS>>\n{% else %}{{ message.role }}: {{ message.content }}\n{% endif %}{% endfor %}"
+       "{% if add_generation_prompt %}assistant:{% endif %}",
+       4},
+      // Turns numbered: every kept message renders otherwise, so every prefix is rendered, and none twice.
+      {"turns numbered",
+       "{% for message in messages %}{{ loop.index }}. {{ message.role }}: {{ message.content }}\n{% endfor %}"
+       "{% if add_generation_prompt %}assistant:{% endif %}",
+       1000},
+      // Tool results numbered: the numbers after a dropped tool result shift by one.
+      {"tool results numbered",
+       "{% set ns = namespace(n=0) %}{% for message in messages %}{{ message.role }}{% if message.role == 'tool' %}"
+       "{% set ns.n = ns.n + 1 %} #{{ ns.n }}{% endif %}: {{ message.content }}\n{% endfor %}"
+       "{% if add_generation_prompt %}assistant:{% endif %}",
+       1000},
+      // A header naming the last message's role, which the new list has otherwise: a prefix of the earlier
+      // list that ends as a kept one does is not one of its rendering, so no span is anchored.
+      {"last role named first",
+       "({{ messages[-1].role }} last)\n{% for message in messages %}{{ message.role }}: {{ message.content }}\n"
+       "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}",
+       1000},
+      // A line only in the rendering of `count` messages, the new list's longest prefix, which the spans give as
+      // the earlier list's whole rendering: only the check sees it (`count` is set per list below).
+      {"a line at one length", "", -1},
+  };
+  const runtime::ChatRenderOptions o;
+  for (const Case& c : cases) {
+    std::mt19937_64 rng(33);
+    const std::vector<runtime::ChatMessage> list = agent_list(rng, 44);  // ending with a tool result
+    for (const bool summarize : {false, true}) {
+      std::vector<runtime::ChatMessage> next = trimmed_list(list, 4, summarize, rng);
+      std::string source = c.source;
+      if (source.empty()) {
+        source = "{% if messages | length == " + std::to_string(next.size() - 1) +
+                 " %}(one length)\n{% endif %}{% for message in messages %}{{ message.role }}: "
+                 "{{ message.content }}\n{% endfor %}";
+      }
+      const runtime::ChatTemplate t(source, c.what);
+      orbit::detail::clear_cuts_memo();
+      REQUIRE(list_cuts(t, o, list, true));
+      next.back().role = "assistant";  // the earlier list ended with a tool result
+      INFO(c.what << (summarize ? ", summarized" : ", trimmed"));
+      const std::optional<ListCuts> cuts = cuts_both(t, o, next);
+      REQUIRE(cuts);
+      if (c.max_renders >= 0) CHECK(cuts->renders <= std::min<int64_t>(c.max_renders, next.size() - 1));
+    }
+  }
+}

@@ -29,8 +29,14 @@
 //      used dropped first) for the lists that follow: a list that starts with an earlier list's messages,
 //      under the same template and variables, reads those prefixes' boundaries instead of rendering them
 //      again, so an agent's next request (its last list and a few more messages) renders only the prefixes
-//      past it. The boundaries are the same either way (sdk/src/window/sync_memo.h gives the argument); a
-//      template that reads the clock (strftime_now) renders every prefix.
+//      past it. A list trimmed or summarized at its start (the same first message, its oldest turns dropped or
+//      replaced) reads the prefixes that end in its kept messages from the latest list with that first
+//      message, where both renderings agree byte for byte over those messages, and renders two of them to
+//      check (about 2 renders instead of n). The boundaries are the same either way (sdk/src/window/
+//      sync_memo.h gives the argument), but for a template whose rendering of a shorter list depends on its
+//      length in a way the whole renderings do not show (a line only at exactly 30 messages): there a trimmed
+//      list's boundaries may differ, never its tokens. A template that reads the clock (strftime_now) renders
+//      every prefix.
 //   3. Tokens: the window's tokens are exactly tokenize(rendering) (no special tokens added; templates
 //      write their own BOS). A text boundary is cut in the tokens only where it is also a token boundary:
 //      each unit's tokens tokenized alone concatenate to the whole (true for templates whose turns start

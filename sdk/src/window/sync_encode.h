@@ -28,7 +28,7 @@
 //
 // The memo finds K by the list's key (a list that grew); a list whose key it does not know (one trimmed or
 // summarized at its start) takes the latest list encoded with the same first message, tokenizer, template
-// and variables (latest_key).
+// and variables (an alias in the memo).
 #pragma once
 
 #include <cstddef>
@@ -62,19 +62,13 @@ struct ListEncodings {
   }
 };
 
-// The memo of encodings (one per process), keyed by encoding_key: a list's key (list_keys) and the tokenizer.
+// The memo of encodings (one per process), keyed by memo_key of a list's key (list_keys) and the tokenizer, and
+// naming by an alias the latest list encoded by that tokenizer with a given first message.
 using EncodeMemo = ListMemo<ListEncodings>;
 EncodeMemo& encode_memo();
 
-// The memo's key of a list (`list`, from list_keys) encoded by the tokenizer with serial `tokenizer`
-// (runtime::Tokenizer::serial): SHA-256 over both.
-Sha256::Digest encoding_key(const Sha256::Digest& list, uint64_t tokenizer);
-// The memo's key of the latest list encoded by that tokenizer whose first message has key `first` (list_keys'
-// first key): where a list of unknown key looks (put_encodings replaces what it holds).
-Sha256::Digest latest_key(const Sha256::Digest& first, uint64_t tokenizer);
-
-// Keeps `made`, the encodings of the list with keys `keys` (not empty) by `tok`, under its key and as the
-// latest under its first message's.
+// Keeps `made`, the encodings of the list with keys `keys` (ListKeys::lists, not empty) by `tok`, under its key
+// and as the latest with its first message (an alias: counted once against the memo's bytes).
 void put_encodings(const std::vector<Sha256::Digest>& keys, const runtime::Tokenizer& tok,
                    std::shared_ptr<const ListEncodings> made);
 
@@ -82,7 +76,7 @@ void put_encodings(const std::vector<Sha256::Digest>& keys, const runtime::Token
 bool encodes_incrementally(const runtime::Tokenizer& tok);
 
 // The encodings the memo holds of the longest list among `keys` (list_keys of this list) encoded by `tok`;
-// else of the latest list with the same first message (latest_key); null when it holds neither.
+// else of the latest list with the same first message; null when it holds neither.
 std::shared_ptr<const ListEncodings> known_encodings(const std::vector<Sha256::Digest>& keys,
                                                      const runtime::Tokenizer& tok);
 

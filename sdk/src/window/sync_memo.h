@@ -13,14 +13,40 @@
 // the common prefix of K and T: a refused prefix is refused again; a prefix that was K[0, length) is a prefix
 // of T exactly when length <= c; the m-message prefix (K itself) is one exactly when |K| <= c; the others
 // (other text, and the prefixes past m) are rendered. Those three facts are all step 2 reads of a prefix.
+//
+// A list trimmed or summarized at its start (its oldest turns dropped or replaced, its first message kept)
+// starts with no list the memo knows but for its first message, so each of its prefixes would be rendered: n
+// renders of up to n messages each. Its messages past the edit are, in order, those of an earlier list: the
+// latest list the memo kept with the same first message (K, named by an alias; its messages' own keys kept
+// with it), and step 2 reads their prefixes from K's (spans). An anchor is a prefix of T (this list) that step
+// 2 rendered (or read from a list it starts with): T's first t messages rendered as T[0, p), T's messages from
+// t on are K's from k on for j messages, K's first k messages rendered as K[0, q), and the two renderings
+// agree on T[p, p + b) = K[q, q + b). Then T's first t + i messages (0 < i <= j) are read as T[0, p + length -
+// q) where K's first k + i rendered as K[0, length) with length - q <= b; prefixes K rendered otherwise (or
+// refused), and those past the run or past b, are rendered, and one that is a prefix of T anchors anew. The
+// assumption: appending the same messages to two lists whose renderings end alike appends the same text. A
+// template that renders a kept message otherwise in T (turns numbered, the first user turn marked, tool
+// results counted) renders it otherwise in T's whole rendering too, so b stops
+// there and the prefixes after it are rendered until an anchor past it; a template whose rendering of a
+// prefix depends on what the list's whole rendering does not show (the last message's role named in a
+// header, where the two lists end with different roles) meets no anchor, since K's prefix k and T's prefix t
+// would both have to be prefixes of their renderings. Last, the
+// shortest and the longest prefix read are rendered as well; where either differs, every prefix is rendered
+// as without the spans. What no check sees: a template whose rendering of a shorter list depends on the list's
+// length in a way the whole renderings do not show, at lengths the check does not render (a line only where
+// there are exactly 30 messages, say); for it, the boundaries may differ from rendering every prefix (the
+// tokens never do: they are the whole rendering's, sync.h step 3).
+
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -42,27 +68,28 @@ struct PrefixRender {
 
 // The renderings of one list of n messages.
 struct ListRenders {
-  std::string text;                    // the whole list rendered without the generation prompt
-  std::vector<PrefixRender> prefixes;  // [i - 1]: its first i messages, 0 < i < n
-  std::size_t bytes() const { return text.size() + prefixes.size() * sizeof(PrefixRender) + 128; }
+  std::string text;                      // the whole list rendered without the generation prompt
+  std::vector<PrefixRender> prefixes;    // [i - 1]: its first i messages, 0 < i < n
+  std::vector<Sha256::Digest> messages;  // [i]: message i's own key (ListKeys::messages); n of them
+  std::size_t bytes() const {
+    return text.size() + prefixes.size() * sizeof(PrefixRender) + messages.size() * sizeof(Sha256::Digest) + 128;
+  }
 };
 
 // A bounded map from a list's key to what a memo keeps for that list (`Value`, with bytes()), least recently
-// used dropped first: the cuts memo (ListRenders) and the encodings memo (ListEncodings, sync_encode.h).
-// Thread-safe: every call takes its lock; values are immutable once put.
+// used dropped first: the cuts memo (ListRenders) and the encodings memo (ListEncodings, sync_encode.h). A key
+// may also be named by an alias (the latest list with a given first message). Thread-safe: every call takes
+// its lock; values are immutable once put.
 template <class Value>
 class ListMemo {
  public:
   static constexpr std::size_t kMaxBytes = std::size_t{64} << 20;  // Σ Value::bytes()
-  static constexpr std::size_t kMaxEntries = 4096;
+  static constexpr std::size_t kMaxEntries = 4096;                 // values, and aliases apart
 
   // The value under `key`, now the most recently used; null when the memo has none.
   std::shared_ptr<const Value> get(const Sha256::Digest& key) {
     const std::lock_guard<std::mutex> lock(mu_);
-    const auto it = index_.find(key);
-    if (it == index_.end()) return nullptr;
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return it->second->second;
+    return get_locked(key);
   }
   // The longest list the memo knows among `keys` (keys[m - 1]: the key of a list's first m messages): m and
   // its value; {0, null} when it knows none.
@@ -72,22 +99,16 @@ class ListMemo {
     }
     return {0, nullptr};
   }
-  // Keeps `value` under `key`; a key the memo holds keeps its value (the same list gives the same value), or
-  // takes `value` instead when `replace` (a key naming the latest of several lists). A value over kMaxBytes is
-  // not kept. A value kept under two keys counts twice against kMaxBytes.
-  void put(const Sha256::Digest& key, std::shared_ptr<const Value> value, bool replace = false) {
+  // Keeps `value` under `key`; a key the memo holds keeps its value (the same list gives the same value). A
+  // value over kMaxBytes is not kept.
+  void put(const Sha256::Digest& key, std::shared_ptr<const Value> value) {
     const std::size_t size = value->bytes();
     if (size > kMaxBytes) return;
     const std::lock_guard<std::mutex> lock(mu_);
     const auto known = index_.find(key);
-    if (known != index_.end() && !replace) {
+    if (known != index_.end()) {
       lru_.splice(lru_.begin(), lru_, known->second);
       return;
-    }
-    if (known != index_.end()) {
-      bytes_ -= known->second->second->bytes();
-      lru_.erase(known->second);
-      index_.erase(known);
     }
     while (!lru_.empty() && (bytes_ + size > kMaxBytes || lru_.size() >= kMaxEntries)) {
       bytes_ -= lru_.back().second->bytes();
@@ -98,11 +119,36 @@ class ListMemo {
     index_.emplace(key, lru_.begin());
     bytes_ += size;
   }
+  // Names the value under `key` by `alias` too, instead of what `alias` named. An alias costs nothing against
+  // kMaxBytes (a value is counted once however it is named) and names nothing once its key's value is dropped;
+  // at kMaxEntries aliases, those naming nothing are forgotten first, then any one.
+  void alias(const Sha256::Digest& alias, const Sha256::Digest& key) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (aliases_.size() >= kMaxEntries && aliases_.find(alias) == aliases_.end()) {
+      for (auto it = aliases_.begin(); it != aliases_.end();) {
+        it = index_.count(it->second) != 0 ? std::next(it) : aliases_.erase(it);
+      }
+      if (aliases_.size() >= kMaxEntries) aliases_.erase(aliases_.begin());
+    }
+    aliases_[alias] = key;
+  }
+  // The value `alias` names, now the most recently used; null when it names none.
+  std::shared_ptr<const Value> get_alias(const Sha256::Digest& alias) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    const auto it = aliases_.find(alias);
+    return it == aliases_.end() ? nullptr : get_locked(it->second);
+  }
   void clear() {
     const std::lock_guard<std::mutex> lock(mu_);
     index_.clear();
     lru_.clear();
+    aliases_.clear();
     bytes_ = 0;
+  }
+  // Σ bytes() of the values held (for tests).
+  std::size_t bytes() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return bytes_;
   }
 
  private:
@@ -114,11 +160,31 @@ class ListMemo {
     }
   };
   using Lru = std::list<std::pair<Sha256::Digest, std::shared_ptr<const Value>>>;
+
+  std::shared_ptr<const Value> get_locked(const Sha256::Digest& key) {
+    const auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->second;
+  }
+
   std::mutex mu_;
   Lru lru_;  // most recently used first
   std::unordered_map<Sha256::Digest, typename Lru::iterator, DigestHash> index_;
+  std::unordered_map<Sha256::Digest, Sha256::Digest, DigestHash> aliases_;  // alias -> key
   std::size_t bytes_ = 0;
 };
+
+// How many bytes `a` and `b` start with alike.
+inline std::size_t common_prefix(std::string_view a, std::string_view b) {
+  const std::size_t both = std::min(a.size(), b.size());
+  return static_cast<std::size_t>(std::mismatch(a.begin(), a.begin() + both, b.begin()).first - a.begin());
+}
+
+// A memo's key for `key` (a list's key, or its first message's, from ListKeys::lists) under `tag`, which says
+// what the memo keeps there, and `tokenizer` (runtime::Tokenizer::serial of the tokenizer the value is of; 0:
+// none): SHA-256 over the three.
+Sha256::Digest memo_key(std::string_view tag, const Sha256::Digest& key, uint64_t tokenizer = 0);
 
 using CutsMemo = ListMemo<ListRenders>;
 
@@ -135,20 +201,29 @@ struct TextCut {
 // (ChatTemplate::deterministic) and the memo is on (set_cuts_memo).
 bool cuts_memo_applies(const runtime::ChatTemplate& tmpl);
 
+// The keys of a message list (list_keys).
+struct ListKeys {
+  std::vector<Sha256::Digest> lists;     // [m - 1]: the key of the list's first m messages
+  std::vector<Sha256::Digest> messages;  // [i]: message i's own key (its fields alone)
+  bool empty() const { return lists.empty(); }
+};
+
 // Step 2 (orbit/sync.h): where each message of `chat` starts in `text`, their rendering by `tmpl` without the
 // generation prompt, in order: the end of the rendering of the messages before it, where that rendering is a
 // proper prefix of `text` past the last boundary; elsewhere (the template refuses the shorter list, or renders
 // it otherwise) the message joins the unit before it and *merged counts it. `keys`: list_keys of the messages
-// (empty: none computed). Where cuts_memo_applies and there are keys, reads the prefixes the memo knows and
-// keeps this list's renders; the boundaries are the same either way.
+// (empty: none computed). Where cuts_memo_applies and there are keys, reads the prefixes the memo knows (of a
+// list this one starts with, and spans of the latest list with this one's first message) and keeps this list's
+// renders; the boundaries are the same either way (the header gives the argument).
 std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat,
-                               const std::vector<Sha256::Digest>& keys, const std::string& text, int64_t* merged);
+                               const ListKeys& keys, const std::string& text, int64_t* merged);
 
-// keys[m - 1]: the key of `messages`' first m messages rendered by `tmpl` with `options`' tools_json and
-// extra_json (SHA-256 over the template's key, the variables and each message's fields, length-prefixed; the
-// error names in the options are not part of it).
-std::vector<Sha256::Digest> list_keys(const runtime::ChatTemplate& tmpl, const runtime::ChatRenderOptions& options,
-                                      const std::vector<runtime::ChatMessage>& messages);
+// The keys of `messages` rendered by `tmpl` with `options`' tools_json and extra_json: each message's own key
+// (SHA-256 over its fields, length-prefixed), and each list's (SHA-256 over the template's key and the
+// variables, then, per message, over the list's key before it and the message's key); the error names in the
+// options are not part of them.
+ListKeys list_keys(const runtime::ChatTemplate& tmpl, const runtime::ChatRenderOptions& options,
+                   const std::vector<runtime::ChatMessage>& messages);
 
 // A chat template parsed once per source, bos and eos: ChatOptions::chat_template and kPlainChatTemplate
 // (a model's own template is parsed once by its engine). Process-wide, at most kMaxParsedTemplates kept,

@@ -65,8 +65,11 @@ int64_t prefix_encodes_so_far();
 // from any thread.
 void set_cuts_memo(bool on);
 void clear_cuts_memo();
-// For tests only: how many prefixes of lists step 2 has rendered in this process (what the memo saves).
+// For tests only: how many prefixes of lists step 2 has rendered in this process (what the memo saves), and
+// how many it read from the spans of a latest list (sync_memo.h: a list trimmed or summarized at its start)
+// and kept after the check.
 int64_t prefix_renders_so_far();
+int64_t prefix_spans_so_far();
 
 // For tests and benchmarks only: whether step 3 encodes a text segment incrementally from the earlier list's
 // (sync_encode.h; true, the default, for a prefix-stable tokenizer while set_cut_by_token_bytes is on) or

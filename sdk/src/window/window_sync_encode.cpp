@@ -14,6 +14,10 @@ namespace {
 std::atomic<bool> incremental{true};    // set_incremental_encode
 std::atomic<int64_t> tokens_reused{0};  // tokens_reused_so_far
 
+// The memo's tags (memo_key): a list's encodings, and the latest list's with a given first message.
+constexpr std::string_view kEncodings = "orbit sync encodings v1";
+constexpr std::string_view kLatestEncodings = "orbit sync latest encodings v1";
+
 // How many of the earlier text's token ends, latest first, encode_reusing tries as the cut: each try that the
 // rule refuses costs a look at two characters, and a text whose every cut is refused (a script whose
 // characters all merge) would otherwise try every token.
@@ -30,11 +34,6 @@ runtime::Encoding joined(const runtime::Encoding& e, std::size_t count, runtime:
   out.bytes.insert(out.bytes.end(), rest.bytes.begin(), rest.bytes.end());
   tokens_reused.fetch_add(static_cast<int64_t>(count), std::memory_order_relaxed);
   return out;
-}
-
-std::size_t common_prefix(std::string_view a, std::string_view b) {
-  const std::size_t both = std::min(a.size(), b.size());
-  return static_cast<std::size_t>(std::mismatch(a.begin(), a.begin() + both, b.begin()).first - a.begin());
 }
 
 // The header's first argument: K's tokens up to the latest cut in the texts' common prefix (`common` bytes)
@@ -149,38 +148,25 @@ EncodeMemo& encode_memo() {
   return memo;
 }
 
-Sha256::Digest encoding_key(const Sha256::Digest& list, uint64_t tokenizer) {
-  Sha256 h;
-  h.update("orbit sync encodings v1");
-  h.update(list.data(), list.size());
-  h.update_u64(tokenizer);
-  return h.digest();
-}
-
 bool encodes_incrementally(const runtime::Tokenizer& tok) {
   return tok.prefix_stable() && incremental.load(std::memory_order_relaxed);
 }
 
-Sha256::Digest latest_key(const Sha256::Digest& first, uint64_t tokenizer) {
-  Sha256 h;
-  h.update("orbit sync latest encodings v1");
-  h.update(first.data(), first.size());
-  h.update_u64(tokenizer);
-  return h.digest();
-}
-
 void put_encodings(const std::vector<Sha256::Digest>& keys, const runtime::Tokenizer& tok,
                    std::shared_ptr<const ListEncodings> made) {
-  encode_memo().put(encoding_key(keys.back(), tok.serial()), made);
-  encode_memo().put(latest_key(keys.front(), tok.serial()), std::move(made), /*replace=*/true);
+  const Sha256::Digest key = memo_key(kEncodings, keys.back(), tok.serial());
+  encode_memo().put(key, std::move(made));
+  encode_memo().alias(memo_key(kLatestEncodings, keys.front(), tok.serial()), key);
 }
 
 std::shared_ptr<const ListEncodings> known_encodings(const std::vector<Sha256::Digest>& keys,
                                                      const runtime::Tokenizer& tok) {
   for (std::size_t m = keys.size(); m > 0; --m) {
-    if (std::shared_ptr<const ListEncodings> e = encode_memo().get(encoding_key(keys[m - 1], tok.serial()))) return e;
+    if (std::shared_ptr<const ListEncodings> e = encode_memo().get(memo_key(kEncodings, keys[m - 1], tok.serial()))) {
+      return e;
+    }
   }
-  return keys.empty() ? nullptr : encode_memo().get(latest_key(keys.front(), tok.serial()));
+  return keys.empty() ? nullptr : encode_memo().get_alias(memo_key(kLatestEncodings, keys.front(), tok.serial()));
 }
 
 runtime::Encoding encode_reusing(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding* known,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <optional>
+#include <string_view>
 #include <tuple>
 
 #include "orbit/common/error.h"
@@ -25,6 +26,16 @@ bool starts_with(const std::string& all, const std::string& prefix) {
 
 std::atomic<bool> use_cuts_memo{true};   // set_cuts_memo
 std::atomic<int64_t> prefix_renders{0};  // prefix_renders_so_far
+std::atomic<int64_t> prefix_spans{0};    // prefix_spans_so_far
+
+// The memo's tag of the latest list with a given first message (memo_key).
+constexpr std::string_view kLatestRenders = "orbit sync latest renders v1";
+// The spans of a latest list are looked up when at least this many prefixes are not known otherwise (reading
+// them costs a render of the longest, the check).
+constexpr std::size_t kMinSpanPrefixes = 4;
+// How many places in the latest list an anchor tries for its next message (a message may repeat there): the one
+// whose run of equal messages goes furthest is kept.
+constexpr std::size_t kAnchorPlaces = 8;
 
 // The renders of an earlier list whose first `count` messages are this list's (CutsMemo), and the
 // length of the common prefix of its rendering and this one's.
@@ -32,6 +43,59 @@ struct KnownRenders {
   std::shared_ptr<const ListRenders> renders;  // null: none known
   std::size_t count = 0;
   std::size_t common = 0;
+};
+
+// What K's first i messages rendered to (0 < i <= K's messages); K itself is its own prefix.
+PrefixRender render_of(const ListRenders& k, std::size_t i) {
+  if (i == k.messages.size()) return {PrefixRender::Kind::kPrefix, k.text.size()};
+  return k.prefixes[i - 1];
+}
+
+// The spans of the latest list with this list's first message (K; the header's trimmed lists), and the
+// anchor step 2 reads them from: this list's first t messages rendered as text[0, p), its messages from t on
+// K's from k on for `messages` messages, K's first k rendered as K[0, q), and text[p, p + bytes) = K[q, q + bytes).
+class Spans {
+ public:
+  Spans(std::shared_ptr<const ListRenders> latest, const std::vector<Sha256::Digest>& messages, const std::string& text)
+      : k_(std::move(latest)), messages_(messages), text_(text) {}
+
+  // Prefix i as the spans give it; nullopt where they do not.
+  std::optional<PrefixRender> read(std::size_t i) const {
+    if (!anchored_ || i <= t_ || i - t_ > run_) return std::nullopt;
+    const PrefixRender was = render_of(*k_, k_at_ + (i - t_));
+    if (was.kind != PrefixRender::Kind::kPrefix || was.length < q_ || was.length - q_ > bytes_) return std::nullopt;
+    return PrefixRender{PrefixRender::Kind::kPrefix, p_ + was.length - q_};
+  }
+  // Prefix i, rendered as `r`: an anchor there, unless the present one reads what follows.
+  void rendered(std::size_t i, const PrefixRender& r) {
+    if (k_ == nullptr || r.kind != PrefixRender::Kind::kPrefix || i >= messages_.size()) return;
+    if (anchored_ && i > t_ && i - t_ < run_ && read(i + 1)) return;
+    anchored_ = false;
+    std::size_t best_run = 0, best_k = 0, tried = 0;
+    const std::vector<Sha256::Digest>& km = k_->messages;
+    for (std::size_t k = 1; k < km.size() && tried < kAnchorPlaces; ++k) {
+      if (km[k] != messages_[i] || render_of(*k_, k).kind != PrefixRender::Kind::kPrefix) continue;
+      ++tried;
+      std::size_t run = 0;
+      while (k + run < km.size() && i + run < messages_.size() && km[k + run] == messages_[i + run]) ++run;
+      if (run > best_run) std::tie(best_run, best_k) = std::make_pair(run, k);
+    }
+    if (best_run == 0) return;
+    anchored_ = true;
+    t_ = i;
+    k_at_ = best_k;
+    run_ = best_run;
+    p_ = r.length;
+    q_ = render_of(*k_, best_k).length;
+    bytes_ = common_prefix(std::string_view(text_).substr(p_), std::string_view(k_->text).substr(q_));
+  }
+
+ private:
+  std::shared_ptr<const ListRenders> k_;  // null: no latest list
+  const std::vector<Sha256::Digest>& messages_;
+  const std::string& text_;
+  bool anchored_ = false;
+  std::size_t t_ = 0, k_at_ = 0, run_ = 0, p_ = 0, q_ = 0, bytes_ = 0;
 };
 
 // What rendering messages[0, i) gives against `text`, the list's rendering: read from `known` where it tells
@@ -56,16 +120,48 @@ PrefixRender prefix_render(const runtime::ChatTemplate& tmpl, const runtime::Pre
   return {starts_with(text, prefix) ? Kind::kPrefix : Kind::kOther, prefix.size()};
 }
 
-// Step 2: where each message starts in `text` (the end of the rendering of the messages before it); a
-// message whose prefix the template refuses or renders differently joins the unit before it. What each
-// prefix rendered to is recorded in `renders` (for the memo).
-std::vector<TextCut> cuts_of(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat,
-                             const std::string& text, const KnownRenders& known, ListRenders& renders,
-                             int64_t* merged) {
-  std::vector<TextCut> cuts;
+bool same(const PrefixRender& a, const PrefixRender& b) { return a.kind == b.kind && a.length == b.length; }
+
+// What each prefix of the list renders to (renders.prefixes), from `known`, the spans of `latest` (null: none),
+// or rendering; false when the check of the spans (the header's last step) failed, and nothing is set.
+bool read_prefixes(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat, const std::string& text,
+                   const KnownRenders& known, std::shared_ptr<const ListRenders> latest,
+                   const std::vector<Sha256::Digest>& messages, ListRenders& renders) {
+  Spans spans(std::move(latest), messages, text);
+  std::vector<PrefixRender> out;
+  std::size_t first_read = 0, last_read = 0;  // the shortest and longest prefix read from the spans; 0: none
+  int64_t read = 0;                           // how many prefixes were
   for (std::size_t i = 1; i < chat.size(); ++i) {
-    const PrefixRender r = prefix_render(tmpl, chat, i, text, known);
-    renders.prefixes.push_back(r);
+    std::optional<PrefixRender> r;
+    if (i > known.count) r = spans.read(i);
+    if (r) {
+      first_read = first_read == 0 ? i : first_read;
+      last_read = i;
+      ++read;
+    } else {
+      r = prefix_render(tmpl, chat, i, text, known);
+      if (i >= known.count) spans.rendered(i, *r);
+    }
+    out.push_back(*r);
+  }
+  // The check: the shortest and the longest prefix read are rendered too.
+  const auto rendered_as_read = [&](std::size_t i) {
+    return same(prefix_render(tmpl, chat, i, text, KnownRenders{}), out[i - 1]);
+  };
+  if (read > 0) {
+    if (!rendered_as_read(last_read) || (first_read != last_read && !rendered_as_read(first_read))) return false;
+    prefix_spans.fetch_add(read, std::memory_order_relaxed);
+  }
+  renders.prefixes = std::move(out);
+  return true;
+}
+
+// Step 2: where each message starts in `text` (the end of the rendering of the messages before it); a
+// message whose prefix the template refuses or renders differently joins the unit before it.
+std::vector<TextCut> cuts_of(const std::vector<PrefixRender>& prefixes, const std::string& text, int64_t* merged) {
+  std::vector<TextCut> cuts;
+  for (std::size_t i = 1; i <= prefixes.size(); ++i) {
+    const PrefixRender& r = prefixes[i - 1];
     const std::size_t last = cuts.empty() ? 0 : cuts.back().text;
     if (r.kind == PrefixRender::Kind::kPrefix && r.length > last && r.length < text.size()) {
       cuts.push_back({r.length, static_cast<int64_t>(i)});
@@ -78,28 +174,40 @@ std::vector<TextCut> cuts_of(const runtime::ChatTemplate& tmpl, const runtime::P
 
 }  // namespace
 
+Sha256::Digest memo_key(std::string_view tag, const Sha256::Digest& key, uint64_t tokenizer) {
+  Sha256 h;
+  h.update(tag);
+  h.update(key.data(), key.size());
+  h.update_u64(tokenizer);
+  return h.digest();
+}
+
 bool cuts_memo_applies(const runtime::ChatTemplate& tmpl) {
   return tmpl.deterministic() && use_cuts_memo.load(std::memory_order_relaxed);
 }
 
 std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat,
-                               const std::vector<Sha256::Digest>& keys, const std::string& text, int64_t* merged) {
+                               const ListKeys& keys, const std::string& text, int64_t* merged) {
   const bool memo = !keys.empty() && cuts_memo_applies(tmpl);
   KnownRenders known;
+  std::shared_ptr<const ListRenders> latest;
   if (memo) {
-    std::tie(known.count, known.renders) = cuts_memo().longest(keys);
-    if (known.renders != nullptr) {
-      const std::string& k = known.renders->text;
-      const std::size_t both = std::min(k.size(), text.size());
-      known.common =
-          static_cast<std::size_t>(std::mismatch(k.begin(), k.begin() + both, text.begin()).first - k.begin());
+    std::tie(known.count, known.renders) = cuts_memo().longest(keys.lists);
+    if (known.renders != nullptr) known.common = common_prefix(known.renders->text, text);
+    if (known.count + kMinSpanPrefixes < chat.size()) {
+      latest = cuts_memo().get_alias(memo_key(kLatestRenders, keys.lists.front()));
     }
   }
   auto renders = std::make_shared<ListRenders>();
-  std::vector<TextCut> cuts = cuts_of(tmpl, chat, text, known, *renders, merged);
+  if (!read_prefixes(tmpl, chat, text, known, latest, keys.messages, *renders)) {
+    read_prefixes(tmpl, chat, text, known, nullptr, keys.messages, *renders);
+  }
+  std::vector<TextCut> cuts = cuts_of(renders->prefixes, text, merged);
   if (memo) {
     renders->text = text;
-    cuts_memo().put(keys.back(), std::move(renders));
+    renders->messages = keys.messages;
+    cuts_memo().put(keys.lists.back(), std::move(renders));
+    cuts_memo().alias(memo_key(kLatestRenders, keys.lists.front()), keys.lists.back());
   }
   return cuts;
 }
@@ -107,6 +215,7 @@ std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime:
 void set_cuts_memo(bool on) { use_cuts_memo.store(on, std::memory_order_relaxed); }
 void clear_cuts_memo() { cuts_memo().clear(); }
 int64_t prefix_renders_so_far() { return prefix_renders.load(std::memory_order_relaxed); }
+int64_t prefix_spans_so_far() { return prefix_spans.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -117,33 +226,41 @@ void add_optional(Sha256& h, const std::optional<std::string>& text) {
   if (text) add_text(h, *text);
 }
 
+Sha256::Digest message_key(const runtime::ChatMessage& m) {
+  Sha256 h;
+  add_text(h, m.role);
+  add_text(h, m.content);
+  add_optional(h, m.name);
+  add_optional(h, m.tool_call_id);
+  h.update_u64(m.tool_calls.size());
+  for (const runtime::ChatToolCall& c : m.tool_calls) {
+    add_text(h, c.id);
+    add_text(h, c.name);
+    add_text(h, c.arguments);
+  }
+  return h.digest();
+}
+
 }  // namespace
 
-std::vector<Sha256::Digest> list_keys(const runtime::ChatTemplate& tmpl, const runtime::ChatRenderOptions& options,
-                                      const std::vector<runtime::ChatMessage>& messages) {
+ListKeys list_keys(const runtime::ChatTemplate& tmpl, const runtime::ChatRenderOptions& options,
+                   const std::vector<runtime::ChatMessage>& messages) {
   Sha256 head;
-  head.update("orbit sync list v1");
+  head.update("orbit sync list v2");
   add_text(head, tmpl.key());
   add_text(head, options.tools_json);
   add_text(head, options.extra_json);
   Sha256::Digest key = head.digest();
-  std::vector<Sha256::Digest> keys;
-  keys.reserve(messages.size());
+  ListKeys keys;
+  keys.lists.reserve(messages.size());
+  keys.messages.reserve(messages.size());
   for (const runtime::ChatMessage& m : messages) {
+    keys.messages.push_back(message_key(m));
     Sha256 h;
     h.update(key.data(), key.size());
-    add_text(h, m.role);
-    add_text(h, m.content);
-    add_optional(h, m.name);
-    add_optional(h, m.tool_call_id);
-    h.update_u64(m.tool_calls.size());
-    for (const runtime::ChatToolCall& c : m.tool_calls) {
-      add_text(h, c.id);
-      add_text(h, c.name);
-      add_text(h, c.arguments);
-    }
+    h.update(keys.messages.back().data(), keys.messages.back().size());
     key = h.digest();
-    keys.push_back(key);
+    keys.lists.push_back(key);
   }
   return keys;
 }

@@ -487,7 +487,7 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   const std::string text = render(n, false);
   const runtime::Tokenizer& tok = core.tokenizer();
   Encoder encode{tok, by_token_bytes(tok) && detail::encodes_incrementally(tok), nullptr, nullptr, nullptr};
-  std::vector<Sha256::Digest> keys;
+  detail::ListKeys keys;
   if (encode.incremental || detail::cuts_memo_applies(*chat.tmpl)) keys = detail::list_keys(*chat.tmpl, ro, msgs);
   const std::vector<Cut> cuts = detail::text_cuts(*chat.tmpl, render.messages, keys, text, &out.merged);
   const std::vector<Marker> marks = find_markers(text, out.parts, caller);
@@ -496,7 +496,7 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
       text, core.config().max_position_embeddings, [&] { return tok.longest_piece_bytes(); },
       std::string(caller) + ": the rendered messages");
   if (encode.incremental) {
-    encode.known = detail::known_encodings(keys, tok);
+    encode.known = detail::known_encodings(keys.lists, tok);
     encode.made = std::make_shared<detail::ListEncodings>();
   }
   std::size_t from = 0;
@@ -510,7 +510,7 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   Segment tail{from, text.size(), message_at(from, cuts, marks, out.parts), marks.size(), std::nullopt};
   std::optional<std::vector<int64_t>> prompt = tail_with_prompt(core, render, n, text, tail, encode);
   add_segment(encode, text, cuts, std::move(tail), out);
-  if (encode.incremental) detail::put_encodings(keys, tok, encode.made);
+  if (encode.incremental) detail::put_encodings(keys.lists, tok, encode.made);
   set_end_messages(n, out.spans);
   const int64_t positions = core.config().max_position_embeddings;
   ORBIT_CHECK(positions <= 0 || static_cast<int64_t>(out.tokens.size()) <= positions,
