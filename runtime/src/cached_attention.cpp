@@ -54,10 +54,27 @@ ops::RopeTables read_tables(const BatchPass& b, const CachedGroup& g) {
   return ops::rope_tables(at::cat(angles, 0), ops::rope_table_dtype(m.dtype()), m.device());
 }
 
-// The new rows' positions into the members' slots: one copy when every member's slots and inputs line up.
+// The new rows' positions into the members' slots (positions [R] or a grid [rows, R] each). On the CPU they
+// are stored in place: a decode step's one position per member would otherwise cost four ATen ops.
 void write_positions(const Model& m, const CachedGroup& g, const std::vector<at::Tensor>& positions) {
   DecodeCacheState& s = *g.cache;
   const int64_t rows = m.config().position_rows();
+  const bool in_place = s.positions.is_cpu() && s.positions.is_contiguous() &&
+                        std::all_of(positions.begin(), positions.end(), [](const at::Tensor& p) {
+                          return p.is_cpu() && p.scalar_type() == at::kLong && p.is_contiguous();
+                        });
+  if (in_place) {
+    int64_t* out = s.positions.data_ptr<int64_t>();
+    for (std::size_t j = 0; j < g.slots.size(); ++j) {
+      const int64_t* p = positions[j].data_ptr<int64_t>();
+      int64_t* row = out + (g.slots[j] * s.capacity + g.lengths[j]) * rows;
+      for (int64_t t = 0; t < g.queries; ++t) {
+        // A 1-D position p is the grid column (p, .., p).
+        for (int64_t r = 0; r < rows; ++r) row[t * rows + r] = positions[j].dim() == 1 ? p[t] : p[r * g.queries + t];
+      }
+    }
+    return;
+  }
   for (std::size_t j = 0; j < g.slots.size(); ++j) {
     s.positions.select(0, g.slots[j])
         .narrow(0, g.lengths[j], g.queries)

@@ -234,10 +234,7 @@ void check_past(const ModelConfig& c, const ForwardPast& fp) {
 Recompute select_recomputed(const Model& m, const ForwardOptions& options, int64_t T, int64_t num_layers) {
   Recompute rc;
   rc.partial = options.recompute.defined();
-  if (!rc.partial) {
-    rc.selected = at::arange(T, at::TensorOptions().dtype(at::kLong).device(m.device()));
-    return rc;
-  }
+  if (!rc.partial) return rc;
   const at::Tensor& selected = options.recompute;
   ORBIT_CHECK(selected.dim() == 1 && selected.scalar_type() == at::kLong,
               "forward: options.recompute must be a 1-D int64 tensor of input indices");
@@ -318,7 +315,9 @@ SequencePass prepare_sequence(const Model& m, const SequenceForward& s) {
   p.rows = x.defined() ? x.size(0) : T;
   ORBIT_CHECK(p.rows > 0 || options.logits == LogitsMode::kNone,
               "forward: logits asked for but no token is recomputed");
-  p.query_index = p.recompute.selected + fp.length;
+  p.query_index = p.recompute.partial
+                      ? p.recompute.selected + fp.length
+                      : at::arange(fp.length, fp.length + T, at::TensorOptions().dtype(at::kLong).device(m.device()));
 
   const int64_t window_len = options.rope_window_len > 0 ? options.rope_window_len : fp.length + T;
   p.rope.key = key_rope(m, fp, positions, window_len);

@@ -68,7 +68,8 @@ void check_past(const ModelConfig& c, const ForwardPast& fp);
 // Which input tokens a forward computes: every one, or (partial recompute) options.recompute.
 struct Recompute {
   bool partial = false;
-  at::Tensor selected;  // int64 [R] on the model's device: the computed input indices, ascending
+  at::Tensor selected;  // partial: int64 [R] on the model's device, the computed input indices, ascending
+                        // (undefined otherwise: every input token is computed, in order)
 };
 
 // The selection for T input tokens, options.recompute and options.cached (for `num_layers` layers) checked.

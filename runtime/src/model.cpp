@@ -58,8 +58,17 @@ void check_positions(const ModelConfig& config, const at::Tensor& positions, con
         what << ": positions must be a 1-D int64 tensor, got " << positions.dim() << "-D " << positions.scalar_type());
   }
   if (positions.numel() == 0) return;
-  const int64_t lo = positions.min().item<int64_t>();
-  const int64_t hi = positions.max().item<int64_t>();
+  int64_t lo = 0, hi = 0;
+  if (positions.is_cpu() && positions.is_contiguous()) {
+    // Read in place: a decode step's one position per sequence costs no reduction ops.
+    const int64_t* p = positions.data_ptr<int64_t>();
+    const auto [min, max] = std::minmax_element(p, p + positions.numel());
+    lo = *min;
+    hi = *max;
+  } else {
+    lo = positions.min().item<int64_t>();
+    hi = positions.max().item<int64_t>();
+  }
   ORBIT_CHECK(lo >= 0, what << ": position " << lo << " is negative");
   // Dynamic NTK exists to run past the trained limit; every other RoPE type stops at it.
   if (config.rope.scaling != RopeScaling::kDynamicNtk) {
