@@ -231,6 +231,10 @@ bool RequestReader::parse_headers(std::size_t begin, std::size_t end) {
       encoding += (encoding.empty() ? "" : ",") + std::string(value);
     } else if (name == "expect" && lower(value) == "100-continue") {
       expect_continue = true;
+    } else if (name == "content-encoding" && !value.empty() && lower(value) != "identity") {
+      // The HTTP library behind would inflate it whole before any limit is checked: 300 KB of gzip made 300 MB.
+      return refuse(415, "Content-Encoding '" + std::string(value.substr(0, 40)) +
+                             "' is not supported: send the body uncompressed (the body limit applies to its bytes)");
     } else {
       if (name == "connection") {
         request_.keep_alive = has_token(value, "close")        ? false

@@ -13,6 +13,8 @@
 //   413  a Content-Length over max_body_bytes (at once, nothing of the body read), or a chunked body whose
 //        decoded bytes pass max_body_bytes (at the chunk that passes it: at most the limit is held)
 //   501  a Transfer-Encoding other than chunked
+//   415  a Content-Encoding other than identity (gzip, deflate, br: the library behind would inflate the body
+//        whole, unbounded, before the body limit is checked)
 //   400  a malformed request line, header line, Content-Length, chunk size or chunk ending; a chunk size or
 //        trailer line ending in a bare LF; both Content-Length and Transfer-Encoding (a request smuggling
 //        vector); differing Content-Lengths
