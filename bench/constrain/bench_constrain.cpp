@@ -21,6 +21,10 @@
 //    a pattern and a number in [0, 1]: byte automata), string ({"type": "string"}: with random logits a
 //    token holding '"' soon ends it).
 //    Then the same over a real byte-level BPE vocabulary, GPT-2's 50,257 tokens (tests/data/tokenizers).
+//    Budgeted rows (over both vocabularies; --budget-only runs them alone): obj/24 (json_object) and few/48
+//    (one to three people), runs of 24 and 48 tokens whose answer must finish within them (mask_logits with
+//    the tokens left), where the budget binds towards each run's end; the sample column says at how many
+//    steps it dropped some token.
 // A loop times both steps over the same forward: unmasked = forward + argmax; masked = forward + mask +
 // argmax + advance, the constrained choice fed back; runs restart with the same Constraint when the text
 // completes. "mask", "mask p99", "mask max": the mask and the advance alone per step, warm; "cold": the
@@ -29,7 +33,7 @@
 // the figure.
 //
 //   bench_constrain [--steps 200] [--reps 5] [--vocab 128000] [--hidden 2048] [--synthetic-steps 150]
-//                   [--threads N] [--models DIR] [--json PATH] [--models-only]
+//                   [--threads N] [--models DIR] [--json PATH] [--models-only] [--budget-only]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -41,6 +45,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "args.h"
@@ -72,6 +77,10 @@ const char* kRecords = R"({"type": "array", "minItems": 100, "items": {"type": "
     "when": {"type": "string", "format": "date-time"}, "email": {"type": "string", "format": "email"},
     "code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{4}$"}, "score": {"type": "number", "minimum": 0,
     "maximum": 1}}, "required": ["when", "email", "code", "score"]}})";
+// A few people: a completion of some 60 bytes, which a budget of tokens can bind.
+const char* kFewPeople = R"({"type": "array", "minItems": 1, "maxItems": 3, "items": {"type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer"}},
+    "additionalProperties": {"type": "boolean"}, "required": ["name", "age"]}})";
 const char* kLongString = R"({"type": "string", "minLength": 4096, "maxLength": 8192})";
 const char* kString = R"({"type": "string", "maxLength": 8192})";
 
@@ -136,19 +145,30 @@ struct StepSource {
 // One loop times both steps over the same forward: unmasked = forward + argmax of the raw logits; masked =
 // forward + mask + argmax of the masked logits + advance (and a fresh run when the text is done). The
 // constrained choice is what is fed back. Row: the warm run; cold_ms: the masked step of a first run.
+// With `budget` >= 0 each run has that many tokens (a max_tokens the answer must finish within): the mask
+// gets the tokens left after the step's, and a run that used them all starts over.
 Row loop_bench(Row row, const std::shared_ptr<const Constraint>& constraint,
-               const std::shared_ptr<const TokenVocabulary>& vocab, const StepSource& source, int64_t steps) {
+               const std::shared_ptr<const TokenVocabulary>& vocab, const StepSource& source, int64_t steps,
+               int64_t budget = -1) {
   struct Times {
     double unmasked = 0, masked = 0;
     std::vector<double> overhead;  // mask + advance, per step
+    int64_t binds = 0;             // steps whose budget dropped some token (not timed)
   };
   std::string sample;
   const auto run = [&](int64_t n) {
     Times t;
     TokenConstraint tc(constraint, vocab);
+    int64_t used = 0;  // the run's tokens so far
     source.start();
     int64_t token = -1;
     for (int64_t i = 0; i < n; ++i) {
+      if (budget >= 0 && used == budget) {
+        tc = TokenConstraint(constraint, vocab);
+        used = 0;
+      }
+      const int64_t remaining = budget < 0 ? -1 : budget - used - 1;
+      if (remaining >= 0) t.binds += tc.allowed(remaining).count() < tc.allowed().count();
       const auto t0 = Clock::now();
       at::Tensor logits = source.next(token);
       const double forward = ms_since(t0);
@@ -156,16 +176,18 @@ Row loop_bench(Row row, const std::shared_ptr<const Constraint>& constraint,
       (void)logits.argmax().item<int64_t>();
       const double argmax_raw = ms_since(t1);
       const auto t2 = Clock::now();
-      tc.mask_logits(logits.data_ptr<float>(), logits.size(0));
+      tc.mask_logits(logits.data_ptr<float>(), logits.size(0), remaining);
       const double mask = ms_since(t2);
       const auto t3 = Clock::now();
       token = logits.argmax().item<int64_t>();
       const double argmax_masked = ms_since(t3);
       const auto t4 = Clock::now();
       tc.accept(token);
+      ++used;
       if (tc.finished()) {
         if (sample.empty()) sample = tc.matcher().text();
         tc = TokenConstraint(constraint, vocab);
+        used = 0;
       }
       const double advance = ms_since(t4);
       t.unmasked += forward + argmax_raw;
@@ -190,6 +212,10 @@ Row loop_bench(Row row, const std::shared_ptr<const Constraint>& constraint,
   row.mask_max_ms = warm.overhead.back();
   row.sample = sample.substr(0, 40);
   for (char& c : row.sample) c = static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+  if (budget >= 0) {
+    row.sample = "budget " + std::to_string(budget) + ", binds " + std::to_string(warm.binds) + "/" +
+                 std::to_string(steps) + " steps: " + row.sample;
+  }
   print_row(row);
   return row;
 }
@@ -329,10 +355,10 @@ void write_json(const std::string& path, const std::vector<Row>& rows) {
 int main(int argc, char** argv) {
   orbit::cli::ArgSpec spec;
   spec.options = {"--steps", "--reps", "--vocab", "--hidden", "--synthetic-steps", "--threads", "--models", "--json"};
-  spec.flags = {"--models-only"};
+  spec.flags = {"--models-only", "--budget-only"};
   spec.usage =
       "bench_constrain [--steps 200] [--reps 5] [--vocab 128000] [--hidden 2048] [--synthetic-steps 150]\n"
-      "                [--threads N] [--models DIR] [--json PATH] [--models-only]\n"
+      "                [--threads N] [--models DIR] [--json PATH] [--models-only] [--budget-only]\n"
       "  a constrained decode step against an unconstrained one: the bundled models' generate, and a synthetic\n"
       "  vocabulary with the LM head standing in for the forward";
   try {
@@ -346,8 +372,10 @@ int main(int argc, char** argv) {
     std::printf("%-26s %-7s %7s %9s %9s %6s %9s %9s %9s %9s  %s\n", "setting", "workload", "vocab", "unmasked",
                 "masked", "ratio", "cold", "mask", "mask p99", "mask max", "sample");
     std::vector<Row> rows;
+    const bool budget_only = args.flag("--budget-only");
     for (const auto& [name, dir] : {std::pair<std::string, std::string>{"stories260K", "/stories260K/stories260K.bin"},
                                     std::pair<std::string, std::string>{"tinystories-656k", "/tinystories-656k"}}) {
+      if (budget_only) break;
       const std::vector<Row> r = bench_model(name, models + dir, steps, reps);
       rows.insert(rows.end(), r.begin(), r.end());
     }
@@ -368,11 +396,26 @@ int main(int argc, char** argv) {
           {"people", Constraint::json_schema(kPeople)},
           {"records", Constraint::json_schema(kRecords)},
           {"string", Constraint::json_schema(kString)}}) {
+      if (budget_only) break;
       Row row;
       row.setting = "synthetic LM head " + std::to_string(hidden);
       row.workload = workload;
       rows.push_back(loop_bench(row, constraint, vocab, head, syn_steps));
     }
+    // Runs of a few tokens that the answer must finish within: the budget binds towards each run's end.
+    const auto budget_rows = [&](const std::string& setting, const std::shared_ptr<const TokenVocabulary>& v,
+                                 const StepSource& source) {
+      for (const auto& [workload, constraint, budget] :
+           {std::tuple<std::string, std::shared_ptr<const Constraint>, int64_t>{"obj/24", Constraint::json_object(),
+                                                                                24},
+            {"few/48", Constraint::json_schema(kFewPeople), 48}}) {
+        Row row;
+        row.setting = setting;
+        row.workload = workload;
+        rows.push_back(loop_bench(row, constraint, v, source, syn_steps, budget));
+      }
+    };
+    budget_rows("synthetic LM head " + std::to_string(hidden), vocab, head);
     // A real byte-level BPE vocabulary: GPT-2's 50,257 tokens (tests/data/tokenizers/gpt2), bytes read
     // through its tokenizer as generate reads an engine's.
     const auto gpt2 = rt::load_tokenizer(std::string(ORBIT_TOKENIZERS_DIR) + "/gpt2/tokenizer.json");
@@ -382,10 +425,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(gpt2_vocab->size()), static_cast<long long>(gpt2_vocab->max_token_bytes()),
                 ms_since(t_gpt2));
     const StepSource gpt2_head = lm_head_source(hidden, gpt2_vocab->size());
+    budget_rows("gpt2 LM head " + std::to_string(hidden), gpt2_vocab, gpt2_head);
     for (const auto& [workload, constraint] :
          {std::pair<std::string, std::shared_ptr<const Constraint>>{"object", Constraint::json_object()},
           {"people", Constraint::json_schema(kPeople)},
           {"records", Constraint::json_schema(kRecords)}}) {
+      if (budget_only) break;
       Row row;
       row.setting = "gpt2 LM head " + std::to_string(hidden);
       row.workload = workload;

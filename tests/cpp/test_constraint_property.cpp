@@ -301,3 +301,90 @@ TEST_CASE("json_object under random logits: every completion is an object", "[co
     CHECK(Json::parse(tc.matcher().text()).is_object());
   }
 }
+
+namespace {
+
+// The budgeted mask at every budget from 0 to one past the largest need, against brute force: each allowed
+// token's bytes advanced on a copy of the matcher and its fewest bytes left read (min_bytes_to_complete).
+// TokenConstraint skips the per-token budget where an upper bound on every token's need fits (the state's
+// bound), and skips the key log's walk of a token where its lower and upper bounds decide it: were a bound
+// too low, some budget below the true need would keep a token brute force drops. Counts into `skipped` the
+// budgets at or past the largest need (where the state's bound may skip) and into `cut` those that drop some
+// token.
+void check_every_budget(const TokenConstraint& tc, const TokenVocabulary& vocab, int64_t& skipped, int64_t& cut) {
+  const TokenMask m = tc.allowed();
+  std::vector<int64_t> need(static_cast<std::size_t>(vocab.size()), -1);
+  int64_t most = 0;
+  for (int64_t id = 0; id < vocab.size(); ++id) {
+    if (!m.allows(id)) continue;
+    ConstraintMatcher after = tc.matcher();
+    REQUIRE(after.advance(*vocab.bytes(id)));
+    need[static_cast<std::size_t>(id)] = after.min_bytes_to_complete();
+    most = std::max(most, need[static_cast<std::size_t>(id)]);
+  }
+  for (int64_t remaining = 0; remaining <= most + 1; ++remaining) {
+    const TokenMask budgeted = tc.allowed(remaining);
+    bool any = m.complete;
+    for (int64_t id = 0; id < vocab.size(); ++id)
+      any = any || (m.allows(id) && need[static_cast<std::size_t>(id)] <= remaining);
+    bool dropped = false;
+    for (int64_t id = 0; id < vocab.size(); ++id) {
+      const bool want = m.allows(id) && (!any || need[static_cast<std::size_t>(id)] <= remaining);
+      dropped = dropped || (m.allows(id) && !want);
+      if (budgeted.allows(id) != want) {
+        FAIL("token " << id << " (" << *vocab.bytes(id) << ") after '" << tc.matcher().text() << "' with " << remaining
+                      << " left (largest need " << most << "): budgeted mask " << budgeted.allows(id)
+                      << ", brute force " << want << " (need " << need[static_cast<std::size_t>(id)] << ")");
+      }
+    }
+    skipped += remaining >= most;
+    cut += dropped;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("budgeted masks at every budget equal brute force: the budget's skip bounds hold", "[constraint][property]") {
+  const auto vocab = made_up_vocabulary(13);
+  const int64_t eos = vocab->size() - 1;
+  // Schemas whose keys the key log holds (free keys, few keys, names), then random ones.
+  std::vector<std::string> schemas{
+      R"({"type": "object", "additionalProperties": {"type": "integer"}})",
+      R"({"type": "object", "propertyNames": {"enum": ["a", "ab", "abc"]}, "minProperties": 2})",
+      R"({"type": "object", "properties": {"name": {"type": "string"}}, "additionalProperties": {"type": "boolean"},
+          "minProperties": 2, "maxProperties": 3})",
+      R"({"type": "array", "items": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}},
+          "minItems": 2})",
+      "{}"};
+  for (uint64_t seed = 1; seed <= 200; ++seed) schemas.push_back(SchemaGen(seed * 31).schema(0).dump());
+  int64_t states = 0, skipped = 0, cut = 0;
+  for (std::size_t k = 0; k < schemas.size(); ++k) {
+    INFO("schema " << schemas[k]);
+    ConstraintLimits limits;
+    limits.max_string_chars = 10;
+    limits.max_array_items = 4;
+    limits.max_object_members = 4;
+    limits.max_depth = 3;
+    limits.whitespace = k % 2 == 0 ? Whitespace::kNone : Whitespace::kSingleSpace;
+    const auto c = Constraint::json_schema(schemas[k], limits);
+    std::mt19937_64 rng(k + 1);
+    for (int run = 0; run < 4; ++run) {
+      TokenConstraint tc(c, vocab, {.end_tokens = {eos}});
+      std::normal_distribution<float> noise(0.0f, 2.0f);
+      for (int step = 0; step < 60 && !tc.finished(); ++step) {
+        check_every_budget(tc, *vocab, skipped, cut);
+        ++states;
+        std::vector<float> logits(static_cast<std::size_t>(vocab->size()));
+        for (float& l : logits) l = noise(rng);
+        if (tc.mask_logits(logits.data(), vocab->size()) == 0) break;
+        const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+        if (best == eos) break;
+        tc.accept(best);
+      }
+    }
+  }
+  INFO(states << " states, " << skipped << " budgets at or past the largest need, " << cut << " that drop tokens");
+  CHECK(states > 5000);
+  CHECK(skipped > 5000);
+  CHECK(cut > 5000);
+}

@@ -374,10 +374,11 @@ class TokenConstraint {
   const constrain::KeyLog& keys() const;
   // The tokens `mask` allows whose bytes keys() refuses (they repeat a key), sorted.
   std::vector<int64_t> repeats(const TokenMask& mask) const;
-  // Per id, the fewest bytes that complete the text after the token where no key repeats (-1: `mask` refuses
-  // it); `entry` is the state's cached mask, `apart` the needs of the tokens judged at the text's start.
-  std::vector<int64_t> needs_after(const constrain::MaskEntry& entry, const TokenMask& mask,
-                                   const std::vector<std::pair<int64_t, int32_t>>& apart) const;
+  // Clears in `mask` the tokens after which the fewest bytes that complete the text, no key repeated, exceed
+  // `remaining`; `entry` is the state's cached mask, `apart` the needs of the tokens judged at the text's
+  // start. Allocates nothing the vocabulary's size but a copy of the mask's bits.
+  void fit_budget(const constrain::MaskEntry& entry, const std::vector<std::pair<int64_t, int32_t>>& apart,
+                  int64_t remaining, TokenMask& mask) const;
 
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   TokenConstraintOptions options_;

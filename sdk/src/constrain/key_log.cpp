@@ -305,8 +305,6 @@ KeyLog::Slack KeyLog::slack(const Matcher& m, const StateSet& state, std::string
 
 void KeyLog::budget_suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
                              std::vector<int32_t>& out) const {
-  trie.with_quotes(1, out);
-  trie.with_commas(out);
   const Joined joined{text, {}};
   for (std::size_t s = 0; s < state.size() && !text.empty(); ++s) {
     const std::size_t n = state.length(s);
@@ -321,8 +319,8 @@ void KeyLog::budget_suspects(const StateSet& state, std::string_view text, const
   }
 }
 
-void KeyLog::suspects(const StateSet& state, std::string_view text, const VocabTrie& trie, std::vector<int32_t>& out,
-                      bool& all) const {
+const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
+                                             std::vector<int32_t>& out, bool& all) const {
   all = false;
   bool in_key = false;
   bool few = false;  // an open object with few extra keys: a ',' or a key's opening quote may be refused
@@ -348,8 +346,7 @@ void KeyLog::suspects(const StateSet& state, std::string_view text, const VocabT
   }
   // Where some object has a key, a token that holds a '"' may close one again, or open one with nothing
   // left; where none has, only one that writes two keys (three quotes inside a key, four outside) repeats.
-  trie.with_quotes(few || !keys_.empty() ? 1 : in_key ? 3 : 4, out);
-  if (few) trie.with_commas(out);
+  return trie.quotes_or_commas(few || !keys_.empty() ? 1 : in_key ? 3 : 4, few);
 }
 
 }  // namespace orbit::constrain

@@ -68,17 +68,19 @@ class KeyLog {
   };
   Slack slack(const Matcher& m, const StateSet& state, std::string_view text) const;
   // The tokens after which need() may differ from what slack() says: those holding a '"' or a ',' (a key
-  // begins or closes, a member is owed) and, inside a free key, those that write a prefix of the rest of a key
-  // its object has.
+  // begins or closes, a member is owed: VocabTrie::quotes_or_commas(1, true), which the caller reads itself)
+  // and, inside a free key, those that write a prefix of the rest of a key its object has, which this
+  // appends to `out`.
   void budget_suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
                        std::vector<int32_t>& out) const;
 
   // Tokens (ids into `trie`'s vocabulary) that a walk from `state` may refuse where the grammar allows them:
-  // those that can close a free key (they hold enough '"'), and, inside a key that could become one the
-  // object has, those that write a prefix of its rest. `all` is set instead when every token must be asked
-  // (a key near its maxLength that may repeat one). No other token repeats a key.
-  void suspects(const StateSet& state, std::string_view text, const VocabTrie& trie, std::vector<int32_t>& out,
-                bool& all) const;
+  // those that can close a free key (they hold enough '"'; returned, a list of `trie`'s), and, inside a key
+  // that could become one the object has, those that write a prefix of its rest (appended to `out`). `all`
+  // is set instead when every token must be asked (a key near its maxLength that may repeat one). No other
+  // token repeats a key.
+  const std::vector<int32_t>& suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
+                                       std::vector<int32_t>& out, bool& all) const;
 
  private:
   // The stack [f, f + n) after the byte at offset `at` of text + walked: stamps its objects; false when it

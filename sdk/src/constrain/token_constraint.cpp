@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <bitset>
 #include <limits>
-#include <numeric>
 
 #include "constrain/key_log.h"
 #include "constrain/parts.h"
@@ -265,77 +264,143 @@ void set_bit(std::vector<uint64_t>& bits, int64_t id, bool on) {
   }
 }
 
+bool has_bit(const std::vector<uint64_t>& bits, int32_t id) {
+  return (bits[static_cast<std::size_t>(id) / 64] >> (id % 64)) & 1;
+}
+
+// Calls f(id) for each id set in `bits`, ascending.
+template <typename F>
+void for_each_set(const std::vector<uint64_t>& bits, F f) {
+  for (std::size_t w = 0; w < bits.size(); ++w) {
+    for (uint64_t b = bits[w]; b != 0; b &= b - 1) f(static_cast<int32_t>(w * 64 + __builtin_ctzll(b)));
+  }
+}
+
+// One step's budget: which of the mask's tokens leave a completion, with no key repeated, of at most
+// `remaining` bytes (ConstraintMatcher::min_bytes_after). For most tokens that is the slack formula over the
+// grammar's fewest bytes after the token (key_log.h: slack), read off the state's cached entry; the tokens
+// budget_suspects() names are bounded first, then walked only where the bounds leave it open.
+struct Budget {
+  const constrain::Matcher& m;
+  const constrain::KeyLog& keys;
+  const StateSet& now;
+  const std::string& text;
+  const TokenVocabulary& vocabulary;
+  const constrain::VocabTrie& trie;
+  const constrain::MaskEntry& entry;
+  int64_t remaining;
+  int64_t need_now;  // Matcher::min_bytes(now)
+  constrain::KeyLog::Slack slack;
+
+  // Whether token `id`, after which the grammar's fewest bytes are `grammar`, fits by the slack formula.
+  bool fits(int64_t grammar, int32_t id) const {
+    return std::max(grammar + slack.add, slack.floor - trie.length(id)) <= remaining;
+  }
+
+  // The grammar's fewest bytes after allowed token `id` (walked where the entry lists no changes); -1 where
+  // the grammar refuses its bytes.
+  int64_t grammar_after(int32_t id, StateSet& after) const {
+    if (entry.differs_complete) return need_now + entry.delta(id);
+    const std::optional<std::string>& bytes = vocabulary.bytes(id);
+    return bytes.has_value() && walk(m, now, *bytes, after) ? m.min_bytes(after) : -1;
+  }
+
+  // Every token `allowed` holds, by the slack formula, into `bits`. Tokens the entry does not list leave the
+  // grammar's fewest bytes at need_now: all of them fit or none does, or (a floor) those long enough.
+  void plain(const std::vector<uint64_t>& allowed, std::vector<uint64_t>& bits) const {
+    StateSet after;
+    if (!entry.differs_complete) {
+      for_each_set(allowed, [&](int32_t id) {
+        const int64_t grammar = grammar_after(id, after);
+        set_bit(bits, id, grammar >= 0 && fits(grammar, id));
+      });
+      return;
+    }
+    if (need_now + slack.add > remaining) {
+      std::fill(bits.begin(), bits.end(), 0);
+    } else if (slack.floor - 1 > remaining) {  // a token of one byte would not fit: ask each its length
+      for_each_set(allowed, [&](int32_t id) {
+        if (!fits(need_now, id)) set_bit(bits, id, false);
+      });
+    }
+    for (const auto& [delta, id] : entry.differs) {
+      if (has_bit(allowed, id)) set_bit(bits, id, fits(need_now + delta, id));
+    }
+  }
+
+  // Allowed token `id`, one budget_suspects() names, into `bits`. need() after it is at least the grammar's
+  // fewest bytes and at most those plus most_add and (|t| + 1) longest keys (key_log.h: slack); only between
+  // the two does the key log walk it. (Its walk succeeds: the mask holds no token the key log refuses.)
+  void suspect(int32_t id, std::vector<uint64_t>& bits) const {
+    StateSet after;
+    const int64_t grammar = grammar_after(id, after);
+    if (grammar < 0 || grammar > remaining) {
+      set_bit(bits, id, false);
+      return;
+    }
+    if (grammar + slack.most_add + (trie.length(id) + 1) * slack.longest_key <= remaining) {
+      set_bit(bits, id, true);
+      return;
+    }
+    const std::string& bytes = *vocabulary.bytes(id);
+    constrain::KeyLog::Closed closed;
+    const bool ok = keys.walk(m, now, text, bytes, after, &closed);
+    set_bit(bits, id, ok && keys.need(m, after, text, bytes, &closed) <= remaining);
+  }
+};
+
 }  // namespace
 
 std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask) const {
   const constrain::VocabTrie& trie = Access::trie(*vocabulary_);
   const StateSet& now = matcher_.state_->set;
-  std::vector<int32_t> suspects;
-  bool all = false;
-  keys().suspects(now, matcher_.text(), trie, suspects, all);
-  if (all) {
-    suspects.resize(static_cast<std::size_t>(vocabulary_->size()));
-    std::iota(suspects.begin(), suspects.end(), 0);
-  }
-  std::sort(suspects.begin(), suspects.end());
-  suspects.erase(std::unique(suspects.begin(), suspects.end()), suspects.end());
   const constrain::Matcher& m = parts_of(matcher_.constraint_).matcher;
+  std::vector<int32_t> prefixes;
+  bool all = false;
+  const std::vector<int32_t>& quoted = keys().suspects(now, matcher_.text(), trie, prefixes, all);
   std::vector<int64_t> out;
   StateSet after;
-  for (const int32_t id : suspects) {
-    if (!mask.allows(id)) continue;
+  const auto ask = [&](int32_t id) {
     const std::optional<std::string>& bytes = bytes_now(id);
     if (bytes.has_value() && !keys().walk(m, now, matcher_.text(), *bytes, after)) out.push_back(id);
+  };
+  if (all) {
+    for_each_set(mask.bits, ask);
+    return out;
   }
+  for (const int32_t id : quoted) {
+    if (mask.allows(id)) ask(id);
+  }
+  for (const int32_t id : prefixes) {
+    if (mask.allows(id)) ask(id);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
 const constrain::KeyLog& TokenConstraint::keys() const { return matcher_.state_->keys; }
 
-std::vector<int64_t> TokenConstraint::needs_after(const constrain::MaskEntry& entry, const TokenMask& mask,
-                                                  const std::vector<std::pair<int64_t, int32_t>>& apart) const {
+void TokenConstraint::fit_budget(const constrain::MaskEntry& entry,
+                                 const std::vector<std::pair<int64_t, int32_t>>& apart, int64_t remaining,
+                                 TokenMask& mask) const {
   const constrain::Matcher& m = parts_of(matcher_.constraint_).matcher;
   const StateSet& now = matcher_.state_->set;
-  const std::string& text = matcher_.text();
-  std::vector<int64_t> needs(static_cast<std::size_t>(vocabulary_->size()), -1);
-  // The grammar's fewest bytes after each token: the state's own plus the entry's changes (entries are shared
-  // by states whose needs differ by a constant: token_masks.h), or, where too many tokens change them to have
-  // been listed, the matcher's answer per token.
-  const int64_t need_now = m.min_bytes(now);
-  StateSet after;
-  for (int64_t id = 0; id < vocabulary_->size(); ++id) {
-    if (!mask.allows(id)) continue;
-    if (entry.differs_complete) {
-      needs[static_cast<std::size_t>(id)] = need_now;
-    } else if (walk(m, now, *vocabulary_->bytes(id), after)) {
-      needs[static_cast<std::size_t>(id)] = m.min_bytes(after);
-    }
+  const constrain::VocabTrie& trie = Access::trie(*vocabulary_);
+  const Budget budget{m,    keys(), now,       matcher_.text(),  *vocabulary_,
+                      trie, entry,  remaining, m.min_bytes(now), keys().slack(m, now, matcher_.text())};
+  const std::vector<uint64_t> allowed = mask.bits;
+  budget.plain(allowed, mask.bits);
+  const auto suspect = [&](int32_t id) {
+    if (has_bit(allowed, id)) budget.suspect(id, mask.bits);
+  };
+  for (const int32_t id : trie.quotes_or_commas(1, true)) suspect(id);
+  std::vector<int32_t> prefixes;
+  keys().budget_suspects(now, matcher_.text(), trie, prefixes);
+  for (const int32_t id : prefixes) suspect(id);
+  for (const auto& [need, id] : apart) {  // judged at the text's start
+    if (has_bit(allowed, id)) set_bit(mask.bits, id, need <= remaining);
   }
-  if (entry.differs_complete) {
-    for (const auto& [delta, id] : entry.differs) {
-      if (mask.allows(id)) needs[static_cast<std::size_t>(id)] = need_now + delta;
-    }
-  }
-  // Then what distinct keys add: by the state's slack for most tokens, by a walk for those it may not hold for.
-  const constrain::KeyLog::Slack slack = keys().slack(m, now, text);
-  for (int64_t id = 0; id < vocabulary_->size(); ++id) {
-    int64_t& need = needs[static_cast<std::size_t>(id)];
-    if (need < 0) continue;
-    const auto length = static_cast<int64_t>(vocabulary_->bytes(id)->size());
-    need = std::max(need + slack.add, slack.floor - length);
-  }
-  std::vector<int32_t> suspects;
-  keys().budget_suspects(now, text, Access::trie(*vocabulary_), suspects);
-  constrain::KeyLog::Closed closed;
-  for (const int32_t id : suspects) {
-    if (!mask.allows(id)) continue;
-    const std::string& bytes = *vocabulary_->bytes(id);
-    closed.clear();
-    const bool ok = keys().walk(m, now, text, bytes, after, &closed);
-    needs[static_cast<std::size_t>(id)] = ok ? keys().need(m, after, text, bytes, &closed) : -1;
-  }
-  for (const auto& [need, id] : apart) needs[static_cast<std::size_t>(id)] = need;
-  return needs;
 }
 
 TokenMask TokenConstraint::allowed(int64_t remaining) const {
@@ -375,12 +440,8 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
   if (most <= remaining) return mask;
   // The budget: only tokens after which the shortest completion, with distinct keys, fits in `remaining` bytes
   // (one token per byte); dropped when none does.
-  const std::vector<int64_t> needs = needs_after(entry, mask, apart);
   TokenMask budgeted = mask;
-  for (int64_t id = 0; id < vocabulary_->size(); ++id) {
-    const int64_t need = needs[static_cast<std::size_t>(id)];
-    if (mask.allows(id)) set_bit(budgeted.bits, id, need >= 0 && need <= remaining);
-  }
+  fit_budget(entry, apart, remaining, budgeted);
   const bool ends = budgeted.complete && !options_.end_tokens.empty();
   return ends || budgeted.count() > 0 ? budgeted : mask;
 }

@@ -115,12 +115,18 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
   }
   all_ = PreorderTrie::of(bytes, std::move(ids));
   not_plain_ = PreorderTrie::of(bytes, std::move(not_plain));
-  quoted_.resize(kMaxQuotes);
+  quoted_.resize(2 * kMaxQuotes);
+  lengths_.assign(bytes.size(), 0);
   for (std::size_t i = 0; i < bytes.size(); ++i) {
-    if (!bytes[i].has_value()) continue;
+    if (!bytes[i].has_value() || bytes[i]->empty()) continue;
+    lengths_[i] = static_cast<uint16_t>(bytes[i]->size());  // PreorderTrie::of checked it fits
     const auto quotes = std::min<std::ptrdiff_t>(std::count(bytes[i]->begin(), bytes[i]->end(), '"'), kMaxQuotes);
-    for (std::ptrdiff_t k = 0; k < quotes; ++k) quoted_[static_cast<std::size_t>(k)].push_back(static_cast<int32_t>(i));
-    if (bytes[i]->find(',') != std::string::npos) commas_.push_back(static_cast<int32_t>(i));
+    const bool comma = bytes[i]->find(',') != std::string::npos;
+    for (std::size_t k = 0; k < static_cast<std::size_t>(kMaxQuotes); ++k) {
+      const bool enough = static_cast<std::ptrdiff_t>(k) < quotes;
+      if (enough) quoted_[2 * k].push_back(static_cast<int32_t>(i));
+      if (enough || comma) quoted_[2 * k + 1].push_back(static_cast<int32_t>(i));
+    }
   }
 }
 
@@ -139,11 +145,14 @@ void VocabTrie::prefixes_of(std::string_view s, std::vector<int32_t>& out) const
   }
 }
 
-void VocabTrie::with_commas(std::vector<int32_t>& out) const { out.insert(out.end(), commas_.begin(), commas_.end()); }
+const std::vector<int32_t>& VocabTrie::quotes_or_commas(int quotes, bool commas) const {
+  return quoted_[2 * static_cast<std::size_t>(std::clamp(quotes, 1, kMaxQuotes) - 1) + (commas ? 1 : 0)];
+}
 
-void VocabTrie::with_quotes(int quotes, std::vector<int32_t>& out) const {
-  const auto& ids = quoted_[static_cast<std::size_t>(std::clamp(quotes, 1, kMaxQuotes) - 1)];
-  out.insert(out.end(), ids.begin(), ids.end());
+int64_t MaskEntry::delta(int32_t id) const {
+  const auto it = std::lower_bound(differs.begin(), differs.end(), id,
+                                   [](const std::pair<int64_t, int32_t>& d, int32_t t) { return d.second < t; });
+  return it != differs.end() && it->second == id ? it->first : 0;
 }
 
 std::size_t MaskCache::KeyHash::operator()(const std::vector<uint32_t>& k) const noexcept {
@@ -235,6 +244,7 @@ MaskEntry MaskCache::compute(const StateSet& state) const {
   } else {
     walk(trie_.all_, state, e);
   }
+  std::sort(e.differs.begin(), e.differs.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
   return e;
 }
 

@@ -58,11 +58,13 @@ class VocabTrie {
   std::size_t nodes() const { return all_.byte.size(); }
   // Appends the tokens whose bytes are a prefix of `s` (shortest first).
   void prefixes_of(std::string_view s, std::vector<int32_t>& out) const;
-  // Appends the tokens that hold at least `quotes` '"' bytes (1 to kMaxQuotes; more: those of kMaxQuotes).
+  // The tokens that hold at least `quotes` '"' bytes (1 to kMaxQuotes; more: those of kMaxQuotes), and with
+  // `commas` those that hold a ',' too: ids ascending, each once. Built with the trie, so a mask step reads
+  // them without copying.
   static constexpr int kMaxQuotes = 4;
-  void with_quotes(int quotes, std::vector<int32_t>& out) const;
-  // Appends the tokens that hold a ','.
-  void with_commas(std::vector<int32_t>& out) const;
+  const std::vector<int32_t>& quotes_or_commas(int quotes, bool commas) const;
+  // The bytes of token `id` (0 for one not in the trie); `id` in [0, vocab_size()).
+  int64_t length(int32_t id) const { return lengths_[static_cast<std::size_t>(id)]; }
 
  private:
   friend class MaskCache;
@@ -71,9 +73,10 @@ class VocabTrie {
   PreorderTrie not_plain_;
   std::vector<uint64_t> plain_bits_;
   int64_t plain_count_ = 0;
-  std::vector<uint8_t> plain_chars_;          // per id: the characters of a plain token (0: not plain)
-  std::vector<std::vector<int32_t>> quoted_;  // [k - 1]: the tokens with at least k '"' bytes
-  std::vector<int32_t> commas_;               // the tokens with a ','
+  std::vector<uint8_t> plain_chars_;  // per id: the characters of a plain token (0: not plain)
+  std::vector<uint16_t> lengths_;     // per id: its bytes (0: not in the trie)
+  // [2 (k - 1) + commas]: the tokens with at least k '"' bytes, and with `commas` those with a ',' besides
+  std::vector<std::vector<int32_t>> quoted_;
 };
 
 // One state's mask. `need` is the fewest bytes that complete the text from the state the mask was computed
@@ -82,7 +85,8 @@ class VocabTrie {
 // allowed tokens after which the fewest bytes left change by other than 0, as (change, token); every other
 // allowed token leaves them as they were. When more than kMaxDiffers tokens change it (a string below its
 // minLength: each token shortens what is left by its own length) the list is dropped (differs_complete
-// false) and a budget check asks the matcher per token. min_delta and max_delta bound the change.
+// false) and a budget check asks the matcher per token. min_delta and max_delta bound the change. An entry's
+// differs are sorted by token (MaskCache::compute sorts them), so delta() finds one in O(log n).
 struct MaskEntry {
   static constexpr std::size_t kMaxDiffers = 4096;
   std::vector<uint64_t> bits;
@@ -93,6 +97,10 @@ struct MaskEntry {
   bool differs_complete = true;
   int64_t min_delta = std::numeric_limits<int64_t>::max();
   int64_t max_delta = std::numeric_limits<int64_t>::min();
+
+  // The change in the fewest bytes left after allowed token `id`: its entry in `differs`, else 0. Only where
+  // differs_complete.
+  int64_t delta(int32_t id) const;
 };
 
 // The masks of one grammar over one vocabulary. Thread-safe: lookups lock; a miss computes outside the lock
