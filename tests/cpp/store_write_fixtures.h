@@ -1,5 +1,6 @@
-// What the tests of `orbit serve`'s store writes share (test_serve_store_writes.cpp, test_serve_store_retry.cpp):
-// a temporary directory, a file-size limit that makes writes fail as on a full disk, and items to store.
+// What the tests of `orbit serve`'s store writes share (test_serve_store_writes.cpp, test_serve_store_retry.cpp,
+// test_serve_held_journal.cpp, test_serve_held_links.cpp): a temporary directory, a file-size limit that makes
+// writes fail as on a full disk, items to store, and where a store's journal of held answers lies.
 #pragma once
 
 #include <signal.h>
@@ -10,12 +11,18 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "orbit_catch.h"
 #include "serve/responses/responses_store.h"
 #include "serve/stored/chat_store.h"
 
 namespace store_fixtures {
+
+// An answer's padding too large for what a limit of wal_bytes() + kRoom leaves of the log (a new journal still
+// takes it), and that room, in which small writes fit.
+constexpr std::size_t kLarge = 1 << 20;
+constexpr rlim_t kRoom = 256 << 10;
 
 struct TempDir {
   std::filesystem::path dir;
@@ -85,10 +92,27 @@ inline orbit::serve::StoreWrite put(orbit::serve::ResponseStore& store,
   return store.put(r, r->conversation());
 }
 
+// The conversation of the response `id` as `store` reads it back (it must find it).
+inline std::vector<orbit::ChatMessage> conversation_of(orbit::serve::ResponseStore& store, const std::string& id) {
+  const std::shared_ptr<orbit::serve::StoredResponse> r = store.get(id);
+  REQUIRE(r);
+  return r->conversation();
+}
+
 // The size of `path`'s write-ahead log now: a limit a little above it lets small writes through and fails
 // large ones.
 inline rlim_t wal_bytes(const std::string& path) {
   return static_cast<rlim_t>(std::filesystem::file_size(path + "-wal"));
+}
+
+// The path of the one journal of held answers of `store` left in its directory (a `.corrupt` one aside), or "".
+inline std::string journal_of(const std::string& store) {
+  std::string found;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(store).parent_path())) {
+    const std::string name = e.path().string();
+    if (name.rfind(store + ".held-", 0) == 0 && name.find(".corrupt") == std::string::npos) found = name;
+  }
+  return found;
 }
 
 }  // namespace store_fixtures

@@ -68,6 +68,14 @@ nlohmann::json journal_row(const StoredResponse& r, const std::string& key) {
           {"read_key", key}};
 }
 
+// The id a journal record (journal_payload's JSON) names as its chain's link: the previous of its first row,
+// its oldest link's or, with none, its response's. A held response's record when it has one, else a row on
+// disk (or "").
+std::string named_link(const nlohmann::json& record) {
+  const nlohmann::json& links = record.at("links");
+  return (links.empty() ? record.at("response") : links.front()).at("previous").get<std::string>();
+}
+
 ResponseRow row_of_journal(const nlohmann::json& j, const std::string& what) {
   ResponseRow row;
   row.id = j.at("id").get<std::string>();
@@ -100,7 +108,12 @@ ResponseStore::ResponseStore(ResponseStoreOptions options)
     : capacity_(std::max<std::size_t>(options.capacity, 1)),
       group_(options.group_commit ? response_keys::kMaxGroup : 1,
              {[this](const std::vector<const Pending*>& group) { commit(group); }, [this] { check(); }}),
-      journal_(!options.path.empty() && options.journal ? std::make_unique<HeldJournal>(options.path) : nullptr),
+      journal_(!options.path.empty() && options.journal
+                   ? std::make_unique<HeldJournal>(options.path,
+                                                   [](const std::string& payload) {
+                                                     return response_keys::named_link(nlohmann::json::parse(payload));
+                                                   })
+                   : nullptr),
       pending_(options.pending_bytes, journal_.get()),
       before_disk_write_(std::move(options.before_disk_write)) {
   if (!options.path.empty()) disk_ = std::make_unique<ResponseDisk>(options.path);
@@ -211,9 +224,27 @@ std::string ResponseStore::journal_payload(const Pending& p) {
 }
 
 std::shared_ptr<StoredResponse> ResponseStore::from_journal(const JournalEntry& e, Rebuilt& built, std::string& key) {
-  const nlohmann::json j = nlohmann::json::parse(e.payload);
-  std::vector<nlohmann::json> rows(j.at("links").begin(), j.at("links").end());
-  rows.push_back(j.at("response"));
+  // The records to rebuild, `e` first, then the record each names by id that is not rebuilt yet (a held link
+  // with its own record): walked in a loop, not by recursion, since a held chain may run to any length.
+  std::vector<std::pair<const JournalEntry*, nlohmann::json>> todo;
+  todo.emplace_back(&e, nlohmann::json::parse(e.payload));
+  for (;;) {
+    const std::string named = response_keys::named_link(todo.back().second);
+    const auto recorded = built.entries.find(named);
+    if (recorded == built.entries.end() || built.responses.count(named) != 0 || !built.building.insert(named).second) {
+      break;  // a row on disk, rebuilt already, or one whose rebuild began before (a cycle: the disk is asked)
+    }
+    todo.emplace_back(recorded->second, nlohmann::json::parse(recorded->second->payload));
+  }
+  std::shared_ptr<StoredResponse> last;
+  for (auto it = todo.rbegin(); it != todo.rend(); ++it) last = from_record(*it->first, it->second, built, key);
+  return last;
+}
+
+std::shared_ptr<StoredResponse> ResponseStore::from_record(const JournalEntry& e, const nlohmann::json& record,
+                                                           Rebuilt& built, std::string& key) {
+  std::vector<nlohmann::json> rows(record.at("links").begin(), record.at("links").end());
+  rows.push_back(record.at("response"));
   std::shared_ptr<StoredResponse> last;
   for (const nlohmann::json& row_json : rows) {
     ResponseRow row = response_keys::row_of_journal(row_json, "held-answers journal " + e.file);
@@ -229,15 +260,7 @@ std::shared_ptr<StoredResponse> ResponseStore::from_journal(const JournalEntry& 
     r->body = std::move(row.body);
     if (!row.previous.empty()) {
       const auto known = built.responses.find(row.previous);
-      const auto recorded = built.entries.find(row.previous);
-      std::string unused;
-      if (known != built.responses.end()) {
-        r->previous = known->second;
-      } else if (recorded != built.entries.end() && built.building.insert(row.previous).second) {
-        r->previous = from_journal(*recorded->second, built, unused);  // a held link with its own record
-      } else {
-        r->previous = load(row.previous);
-      }
+      r->previous = known != built.responses.end() ? known->second : load(row.previous);
       ORBIT_CHECK(r->previous != nullptr, "response '" << r->id << "' continues '" << row.previous
                                                        << "', which is neither in the store nor in the journal");
     }

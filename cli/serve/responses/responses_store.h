@@ -35,9 +35,11 @@
 // `STORE.held-<pid>`), synced before put() returns, with the links of its chain no row holds back to the
 // nearest held one with its own record, which it names by id (so a held chain's journal grows with its
 // length, not its square): a crash or `kill -9` does not lose it. erase() of a held response keeps its record
-// as a link (HeldJournal::keep_as_link) while any hold is live, so that a held response continuing it is
-// still written whole, the deleted one as an unnamed link. The next ResponseStore opened on the path adopts the
-// journals no running server holds, rebuilds each response (its chain from the journal and the disk), holds it again
+// as a link (HeldJournal::keep_as_link) while a live record names it, so that a held response continuing it is
+// still written whole, the deleted one as an unnamed link; once none does, the journal's next rewrite drops it,
+// so the journal stays bounded however long a store stays unwritable. The next ResponseStore opened on the path
+// adopts the journals no running server holds, rebuilds each response (its chain from the journal and the disk,
+// the records its links name rebuilt first in a loop, so a chain of any length), holds it again
 // (served from memory, as any held one) and writes it at once, naming on stderr each one recovered (stored, or held
 // again) or lost (a record that does not parse, a chain whose link is gone); a torn or corrupt journal is reported
 // naming the file. drain_pending() leaves a journaled response it could not write in the journal for the next start.
@@ -58,6 +60,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
@@ -167,9 +170,14 @@ class ResponseStore {
     std::set<std::string> building;
   };
   // Under mutex_: the response of journal record `e`, its chain linked to the responses `built` has (and
-  // added to it), to those rebuilt first from the records its links name by id, or read from disk; `key` is
-  // set to its read list's hash. Throws when it does not parse or a link is nowhere.
+  // added to it), to those rebuilt first from the records its links name by id (one after another, without
+  // recursion, however long the chain), or read from disk; `key` is set to its read list's hash. Throws when
+  // it does not parse or a link is nowhere.
   std::shared_ptr<StoredResponse> from_journal(const JournalEntry& e, Rebuilt& built, std::string& key);
+  // Under mutex_: from_journal's step for one record (`record`, `e`'s payload parsed) whose named link, if
+  // it has a record, is in `built` already.
+  std::shared_ptr<StoredResponse> from_record(const JournalEntry& e, const nlohmann::json& record, Rebuilt& built,
+                                              std::string& key);
   void check();  // GroupCommit's: the disk's check; takes mutex_
   // Under mutex_:
   void touch(Entry& entry);

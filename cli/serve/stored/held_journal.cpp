@@ -188,7 +188,7 @@ int lock_unheld(const fs::path& path) {
 
 }  // namespace held_journal_io
 
-HeldJournal::HeldJournal(const std::string& store_path) {
+HeldJournal::HeldJournal(const std::string& store_path, LinkOf link_of) : link_of_(std::move(link_of)) {
   namespace io = held_journal_io;
   path_ = store_path + ".held-" + std::to_string(::getpid());
   std::vector<int> locked;  // the adopted files, locked until they are removed
@@ -211,10 +211,6 @@ HeldJournal::HeldJournal(const std::string& store_path) {
     }
     adopted_.problems.push_back(line);
   }
-  // Links are kept for the holds after them only.
-  if (std::none_of(adopted_.held.begin(), adopted_.held.end(), [](const JournalEntry& e) { return !e.link; })) {
-    adopted_.held.clear();
-  }
   if (create()) {
     for (const std::string& file : adopted_.files) {
       std::error_code ec;
@@ -233,18 +229,25 @@ bool HeldJournal::create() {
     error_ = io::errno_text("cannot create", temporary);
     return false;
   }
+  std::lock_guard<std::mutex> lock(mutex_);
+  keep_needed();
   std::string bytes(io::kHeader, io::kHeaderBytes);
   for (const JournalEntry& e : adopted_.held) {
     std::string r = io::record(io::kHold, e.id, e.payload);
     if (e.link) r[io::kKindAt] = static_cast<char>(io::kLink);
-    live_[e.id] = Live{bytes.size(), r.size(), e.link};
-    live_bytes_ += r.size();
+    add(e.id, Live{bytes.size(), r.size(), e.link, names_of(e.payload)});
     bytes += r;
+  }
+  // Counted again once all are in: a record written before the one it names (by an older rewrite) counts too.
+  for (auto& [id, record] : live_) record.named_by = 0;
+  for (auto& [id, record] : live_) {
+    if (const auto named = live_.find(record.names); named != live_.end()) ++named->second.named_by;
   }
   if (std::string why = io::replace_locked(fd, bytes, temporary, path_); !why.empty()) {
     error_ = why;
     live_.clear();
     live_bytes_ = 0;
+    holds_ = 0;
     return false;
   }
   fd_ = fd;
@@ -252,9 +255,62 @@ bool HeldJournal::create() {
   return true;
 }
 
+void HeldJournal::keep_needed() {
+  std::vector<JournalEntry>& held = adopted_.held;
+  std::map<std::string, std::size_t> at;  // id -> index: a record adopted twice (from two files) counts once
+  std::vector<std::string> names(held.size());
+  std::vector<bool> keep(held.size(), false);
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    if (!at.emplace(held[i].id, i).second) continue;
+    names[i] = names_of(held[i].payload);
+  }
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    if (held[i].link || at[held[i].id] != i) continue;
+    keep[i] = true;
+    // The links it names, each naming the next, up to a hold (kept by its own turn) or one kept already.
+    for (auto next = at.find(names[i]); next != at.end() && held[next->second].link && !keep[next->second];
+         next = at.find(names[next->second])) {
+      keep[next->second] = true;
+    }
+  }
+  std::vector<JournalEntry> kept;
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    if (keep[i]) kept.push_back(std::move(held[i]));
+  }
+  held = std::move(kept);
+}
+
+std::string HeldJournal::names_of(const std::string& payload) const {
+  if (!link_of_) return "";
+  try {
+    return link_of_(payload);
+  } catch (const std::exception&) {
+    return "";  // a payload that does not parse names nothing: its store reports that record lost
+  }
+}
+
+void HeldJournal::add(const std::string& id, Live record) {
+  if (const auto named = live_.find(record.names); named != live_.end()) ++named->second.named_by;
+  live_bytes_ += record.bytes;
+  if (!record.link) ++holds_;
+  live_[id] = std::move(record);
+}
+
+void HeldJournal::drop(const std::string& id) {
+  for (auto it = live_.find(id); it != live_.end();) {
+    const Live gone = std::move(it->second);
+    live_.erase(it);
+    live_bytes_ -= gone.bytes;
+    if (!gone.link) --holds_;
+    it = live_.find(gone.names);
+    // The link it named goes too when no other live record names it.
+    if (it == live_.end() || --it->second.named_by > 0 || !it->second.link) return;
+  }
+}
+
 HeldJournal::~HeldJournal() {
   if (fd_ < 0) return;
-  if (holds() == 0) {
+  if (holds_ == 0) {
     ::unlink(path_.c_str());
   } else {
     settle();
@@ -264,12 +320,7 @@ HeldJournal::~HeldJournal() {
 
 std::size_t HeldJournal::live() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return holds();
-}
-
-std::size_t HeldJournal::holds() const {
-  return static_cast<std::size_t>(
-      std::count_if(live_.begin(), live_.end(), [](const auto& entry) { return !entry.second.link; }));
+  return holds_;
 }
 
 std::string HeldJournal::hold(const std::string& id, const std::string& payload) {
@@ -279,28 +330,25 @@ std::string HeldJournal::hold(const std::string& id, const std::string& payload)
   settle();
   const uint64_t at = end_;
   std::string why = append(held_journal_io::kHold, id, payload);
-  if (why.empty()) {
-    live_[id] = Live{at, end_ - at};
-    live_bytes_ += end_ - at;
-  }
+  if (why.empty()) add(id, Live{at, end_ - at, false, names_of(payload)});
   return why;
 }
 
 std::string HeldJournal::release(const std::string& id) {
   std::lock_guard<std::mutex> lock(mutex_);
+  return release_locked(id);
+}
+
+std::string HeldJournal::release_locked(const std::string& id) {
   const auto it = live_.find(id);
-  if (fd_ < 0 || it == live_.end()) return "";
-  const Live released = it->second;
-  live_.erase(it);
-  live_bytes_ -= released.bytes;
-  if (holds() == 0) {  // the links were kept for the holds only
-    live_.clear();
-    live_bytes_ = 0;
-  }
-  if ((live_.empty() || end_ > 2 * live_bytes_ + held_journal_io::kSlack) && compact().empty()) return "";
-  // Marked dead where it lies: no byte is added, so a full disk takes it.
-  std::string why = mark_dead(released.offset);
-  if (!why.empty()) unmarked_.push_back(released.offset);  // a replay would hold it again until it is marked
+  if (fd_ < 0 || it == live_.end() || it->second.link) return "";
+  const uint64_t offset = it->second.offset;
+  drop(id);
+  if (compacted()) return "";
+  // Marked dead where it lies: no byte is added, so a full disk takes it. The links it alone needed stay
+  // marked as links: a start adopting the file leaves them out.
+  std::string why = mark_dead(offset);
+  if (!why.empty()) unmarked_.push_back(offset);  // a replay would hold it again until it is marked
   settle();
   return why;
 }
@@ -309,17 +357,19 @@ std::string HeldJournal::keep_as_link(const std::string& id) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = live_.find(id);
   if (fd_ < 0 || it == live_.end() || it->second.link) return "";
-  if (holds() == 1) {  // no hold is left to need it
-    const uint64_t offset = it->second.offset;
-    live_.clear();
-    live_bytes_ = 0;
-    return compact().empty() ? "" : mark_dead(offset);
-  }
+  if (it->second.named_by == 0) return release_locked(id);  // no live record needs it
   namespace io = held_journal_io;
   std::string why =
       io::write_at(fd_, std::string(1, static_cast<char>(io::kLink)), it->second.offset + io::kKindAt, path_);
-  if (why.empty()) it->second.link = true;
+  if (why.empty()) {
+    it->second.link = true;
+    --holds_;  // a live record names it, and that one is a hold or a link a hold needs: holds_ stays above 0
+  }
   return why;
+}
+
+bool HeldJournal::compacted() {
+  return (live_.empty() || end_ > 2 * live_bytes_ + held_journal_io::kSlack) && compact().empty();
 }
 
 std::string HeldJournal::mark_dead(uint64_t offset) {
@@ -362,14 +412,21 @@ std::string HeldJournal::compact() {
     unmarked_.clear();  // cut off with the rest
     return "";
   }
+  // In file order, so that the records stay oldest first.
+  std::vector<std::pair<uint64_t, const std::string*>> order;
+  order.reserve(live_.size());
+  for (const auto& [id, at] : live_) order.emplace_back(at.offset, &id);
+  std::sort(order.begin(), order.end());
   std::string bytes(io::kHeader, io::kHeaderBytes);
   std::map<std::string, Live> moved;
-  for (const auto& [id, at] : live_) {
+  for (const auto& [offset, id] : order) {
+    const Live& at = live_.at(*id);
     std::string r(at.bytes, '\0');
-    if (::pread(fd_, r.data(), r.size(), static_cast<off_t>(at.offset)) != static_cast<ssize_t>(r.size())) {
+    if (::pread(fd_, r.data(), r.size(), static_cast<off_t>(offset)) != static_cast<ssize_t>(r.size())) {
       return io::errno_text("cannot read back a record", path_);
     }
-    moved[id] = Live{bytes.size(), at.bytes, at.link};
+    Live& record = moved[*id] = at;
+    record.offset = bytes.size();
     bytes += r;
   }
   const std::string temporary = path_ + ".tmp";

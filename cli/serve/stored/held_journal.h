@@ -28,17 +28,26 @@
 // A release adds no byte: it marks the hold dead where it lies, so that a full disk (or a file-size limit),
 // which fails every append, still takes it, and an answer deleted meanwhile is not brought back by a replay.
 // A mark that fails all the same (an I/O error) is remembered and made again before the next hold and
-// release and at close (until then a replay would hold that answer again). When no hold is live the file is
-// cut back to its header, and when it holds more than twice its live records plus 1 MiB it is rewritten (the
-// live records copied into a temporary file, renamed over it; where that fails, the release is marked). An
-// append that fails is cut off again, so the file never keeps a partial record in its middle; the caller
-// holds that answer in memory only.
+// release and at close (until then a replay would hold that answer again). An append that fails is cut off
+// again, so the file never keeps a partial record in its middle; the caller holds that answer in memory only.
+//
+// Links: a record may name another, older one whose payload it needs to be rebuilt (`link_of` says which:
+// the Responses store's record names the nearest held response of its chain with its own record). A hold kept
+// as a link (keep_as_link) stays needed while a live record names it, holds and needed links alike; once none
+// does (the holds naming it landed or were deleted), it is no longer live: its bytes are dead, and the next
+// rewrite (or a start adopting the file) leaves it out. Every live link is thus reachable from a live hold.
+//
+// Size: when no hold is live the file is cut back to its header, and when its dead bytes (released holds and
+// links no live record needs) exceed its live ones plus 1 MiB (kSlack) it is rewritten: the live records copied
+// in file order into a temporary file, renamed over it; where that fails, the release is marked. So the file
+// stays within twice its live records plus 1 MiB, however long its holds stay live.
 //
 // Thread-safety: every member may be called from any thread (one mutex; each call syncs the disk under it).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -57,17 +66,24 @@ struct JournalEntry {
 
 // What a server starting found in the journals of its store that no running server held.
 struct JournalAdoption {
-  std::vector<JournalEntry> held;     // the live holds and links, oldest first (journal by journal)
+  std::vector<JournalEntry> held;     // the live holds and the links they need, in file order (journal by journal)
   std::vector<std::string> problems;  // a torn last record or a corrupt journal: one line each, naming the file
   std::vector<std::string> files;     // the journals adopted (removed once their records were copied)
 };
 
+// The id of the record a payload names as the link it needs ("" for none, or an id with no live record here:
+// a row on disk). Called under the journal's mutex, on each hold and on each adopted record; one that throws
+// names none.
+using LinkOf = std::function<std::string(const std::string& payload)>;
+
 class HeldJournal {
  public:
   // Adopts the journals of the store at `store_path` whose servers are gone, then creates this server's
-  // journal holding their live records (adopted()). Never throws: a journal that cannot be created is reported
-  // by error() (the adopted files are then left where they are, for the next start), and every hold() fails.
-  explicit HeldJournal(const std::string& store_path);
+  // journal holding their live records (adopted(): the holds, and the links they need by `link_of`). Never
+  // throws: a journal that cannot be created is reported by error() (the adopted files are then left where they
+  // are, for the next start), and every hold() fails. Without `link_of` no record names another, and
+  // keep_as_link() is a release.
+  explicit HeldJournal(const std::string& store_path, LinkOf link_of = nullptr);
   ~HeldJournal();  // closes the journal, removing it when it holds nothing
   HeldJournal(const HeldJournal&) = delete;
   HeldJournal& operator=(const HeldJournal&) = delete;
@@ -80,33 +96,44 @@ class HeldJournal {
   // Appends a hold of `payload` under `id`, synced; "" once it is on disk, else why (naming the file).
   std::string hold(const std::string& id, const std::string& payload);
   // Marks the hold of `id` a link in place, synced: its answer is no longer held (deleted by the client), but
-  // a later hold may name it as the link of its chain and need its payload. It is kept, and adopted as a
-  // JournalEntry::link, while any hold is live; with none, the file is cut back to its header. "" or why.
+  // the live records that name it (link_of) need its payload. It stays live, and is adopted as a
+  // JournalEntry::link, while one of them does; a hold no live record names is released instead. "" or why.
   std::string keep_as_link(const std::string& id);
   // Marks the hold of `id` dead in place, synced (or cuts back or compacts the file when that leaves it
-  // empty or mostly dead); "" or why. An id with no live hold here is ignored.
+  // empty or mostly dead); the links only it needed are no longer live. "" or why. An id with no live hold here
+  // (a link included) is ignored.
   std::string release(const std::string& id);
   std::size_t live() const;  // live holds in this server's journal (links not counted)
 
  private:
   struct Live {
-    uint64_t offset = 0;  // of its record
-    uint64_t bytes = 0;   // of its record, header included
-    bool link = false;    // kept as a link (keep_as_link), not a hold
+    uint64_t offset = 0;       // of its record
+    uint64_t bytes = 0;        // of its record, header included
+    bool link = false;         // kept as a link (keep_as_link), not a hold
+    std::string names;         // the id its payload names as its link (link_of; "" none)
+    std::size_t named_by = 0;  // live records whose `names` is this one: a link stays live while it is > 0
   };
-  std::size_t holds() const;  // under mutex_: the live records that are holds
-  bool create();              // this server's journal, holding the adopted live records; false: error_ says why
-  std::string append(unsigned char kind, const std::string& id, const std::string& payload);  // under mutex_
-  std::string compact();                                                                      // under mutex_
-  std::string mark_dead(uint64_t offset);  // under mutex_: the hold at `offset` marked released, synced
-  void settle();                           // under mutex_: the marks unmarked_ owes made again
+  bool create();  // this server's journal, holding the adopted live records; false: error_ says why
+  // Under mutex_:
+  void keep_needed();  // adopted_.held cut to its holds and the links they need (first of each id)
+  void add(const std::string& id, Live record);  // live, named by it `record.names` if that is live
+  void drop(const std::string& id);              // no longer live, with the links only it needed (their bytes dead)
+  std::string release_locked(const std::string& id);
+  bool compacted();  // the file cut back (nothing live) or rewritten (mostly dead) when due; true when done
+  std::string names_of(const std::string& payload) const;
+  std::string append(unsigned char kind, const std::string& id, const std::string& payload);
+  std::string compact();
+  std::string mark_dead(uint64_t offset);  // the hold at `offset` marked released, synced
+  void settle();                           // the marks unmarked_ owes made again
 
   mutable std::mutex mutex_;
+  const LinkOf link_of_;
   std::string path_;
   std::string error_;
   int fd_ = -1;
   uint64_t end_ = 0;                  // the file's size: the next record goes there
   uint64_t live_bytes_ = 0;           // the live records' bytes
+  std::size_t holds_ = 0;             // the live records that are holds
   std::map<std::string, Live> live_;  // by id
   std::vector<uint64_t> unmarked_;    // released holds whose mark failed (offsets): made again by settle()
   JournalAdoption adopted_;
