@@ -18,17 +18,9 @@
 #include "store_write_fixtures.h"
 
 namespace sv = orbit::serve;
-using store_fixtures::completion;
-using store_fixtures::FileSizeLimit;
-using store_fixtures::put;
-using store_fixtures::response;
-using store_fixtures::TempDir;
-using store_fixtures::wal_bytes;
+using namespace store_fixtures;  // store_write_fixtures.h: what these tests share
 
 namespace {
-
-constexpr std::size_t kLarge = 1 << 20;  // too large for what the limit leaves of the log; fits the journal
-constexpr rlim_t kRoom = 256 << 10;
 
 std::string file_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -37,16 +29,6 @@ std::string file_text(const std::string& path) {
 
 void append_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::app) << bytes;
-}
-
-// The path of the one journal of `store` left in its directory.
-std::string journal_of(const std::string& store) {
-  std::string found;
-  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(store).parent_path())) {
-    const std::string name = e.path().string();
-    if (name.rfind(store + ".held-", 0) == 0 && name.find(".corrupt") == std::string::npos) found = name;
-  }
-  return found;
 }
 
 // Grows `store`'s write-ahead log by `count` completions of kLarge that stay, so that a file-size limit a
@@ -118,25 +100,33 @@ TEST_CASE("held journal: a torn last record is ignored and a corrupt journal set
   CHECK(std::filesystem::exists(path + ".corrupt"));
 }
 
-TEST_CASE("held journal: a chat completion held when its store ends without a drain is written by the next",
-          "[serve][journal][chat_store]") {
+TEST_CASE(
+    "held journal: a chat completion held when its store ends without a drain is written by the next, one "
+    "deleted while held is not",
+    "[serve][journal][chat_store]") {
   TempDir tmp;
   const std::string path = (tmp.dir / "chat.sqlite").string();
   {
     sv::ChatStore store(sv::ChatStoreOptions{64, path});
     grow_log(store, 3);
-    const FileSizeLimit limit(wal_bytes(path) + kRoom);
-    const sv::StoreWrite failed = store.put(completion("large", kLarge));
-    REQUIRE_FALSE(failed.ok);
-    CHECK(failed.held);
-    CHECK(failed.journaled);
-    CHECK(store.pending().journaled == 1);
-    // Deleted while held: its release is journaled too, so it does not come back.
-    REQUIRE_FALSE(store.put(completion("deleted", kLarge)).ok);
-    CHECK(store.erase("deleted"));
+    {
+      const FileSizeLimit limit(wal_bytes(path) + kRoom);
+      const sv::StoreWrite failed = store.put(completion("kept", kLarge));
+      REQUIRE_FALSE(failed.ok);
+      CHECK(failed.held);
+      CHECK(failed.journaled);
+      REQUIRE(store.put(completion("deleted", kLarge)).journaled);
+      CHECK(store.pending().journaled == 2);
+      SECTION("deleted while the journal grows") { CHECK(store.erase("deleted")); }
+    }
+    SECTION("deleted while not even the journal grows") {
+      // Erasing a completion that was never written adds no page to the log.
+      const FileSizeLimit full(std::filesystem::file_size(journal_of(path)));
+      CHECK(store.erase("deleted"));  // the old code's release was an append, which failed: written again
+    }
   }  // no drain_pending(): a crash, as the files see it
   sv::ChatStore reopened(sv::ChatStoreOptions{64, path});
-  CHECK(reopened.get("large"));
+  CHECK(reopened.get("kept"));
   CHECK_FALSE(reopened.get("deleted"));
   CHECK(reopened.pending().held == 0);
   CHECK(reopened.pending().recovered == 1);
@@ -158,28 +148,6 @@ TEST_CASE("held journal: a release is taken when no byte can be appended", "[ser
   REQUIRE(next.adopted().held.size() == 1);  // the old code appended the release, failed, and adopted both
   CHECK(next.adopted().held[0].id == "kept");
   CHECK(next.adopted().problems.empty());
-}
-
-TEST_CASE("held journal: a chat completion deleted while held on a full disk does not come back",
-          "[serve][journal][chat_store]") {
-  TempDir tmp;
-  const std::string path = (tmp.dir / "chat.sqlite").string();
-  {
-    sv::ChatStore store(sv::ChatStoreOptions{64, path});
-    grow_log(store, 3);
-    {
-      const FileSizeLimit limit(wal_bytes(path) + kRoom);
-      REQUIRE(store.put(completion("kept", kLarge)).journaled);
-      REQUIRE(store.put(completion("deleted", kLarge)).journaled);
-    }
-    // Now not even the journal grows (erasing a completion that was never written adds no page to the log).
-    const FileSizeLimit full(std::filesystem::file_size(journal_of(path)));
-    CHECK(store.erase("deleted"));
-  }  // no drain_pending(): a crash, as the files see it
-  sv::ChatStore reopened(sv::ChatStoreOptions{64, path});
-  CHECK(reopened.get("kept"));
-  CHECK_FALSE(reopened.get("deleted"));  // the old code's release was an append, which failed: written again
-  CHECK(reopened.pending().recovered == 1);
 }
 
 TEST_CASE("held journal: an answer the journal cannot take either is held in memory only",
@@ -218,9 +186,7 @@ TEST_CASE("held journal: a held response chain is rebuilt and written by the nex
   CHECK(reopened.pending().held == 0);
   CHECK_FALSE(reopened.get("r2"));
   sv::ResponseStore fresh(sv::ResponseStoreOptions{64, path});  // nothing in memory: read from disk
-  const auto third = fresh.get("r3");
-  REQUIRE(third);
-  const std::vector<orbit::ChatMessage> conversation = third->conversation();
+  const std::vector<orbit::ChatMessage> conversation = conversation_of(fresh, "r3");
   REQUIRE(conversation.size() == 6);
   CHECK(conversation[0].content == "question r1");
   CHECK(conversation[2].content == "question r2");
@@ -262,9 +228,7 @@ TEST_CASE("held journal: a held response chain's journal grows with its length, 
   CHECK(reopened.pending().recovered == kChain - 1);
   sv::ResponseStore fresh(sv::ResponseStoreOptions{256, path});  // nothing in memory: read from disk
   CHECK_FALSE(fresh.get("r10"));
-  const auto last = fresh.get("r" + std::to_string(kChain));
-  REQUIRE(last);
-  const std::vector<orbit::ChatMessage> conversation = last->conversation();
+  const std::vector<orbit::ChatMessage> conversation = conversation_of(fresh, "r" + std::to_string(kChain));
   REQUIRE(conversation.size() == 2 * (kChain + 1));
   CHECK(conversation[20].content == "question r10");
   CHECK(conversation.back().content == "answer r" + std::to_string(kChain));

@@ -17,17 +17,9 @@
 #include "store_write_fixtures.h"
 
 namespace sv = orbit::serve;
-using store_fixtures::completion;
-using store_fixtures::FileSizeLimit;
-using store_fixtures::put;
-using store_fixtures::response;
-using store_fixtures::TempDir;
-using store_fixtures::wal_bytes;
+using namespace store_fixtures;  // store_write_fixtures.h: what these tests share
 
 namespace {
-
-constexpr std::size_t kLarge = 1 << 20;  // too large for what the limit below leaves
-constexpr rlim_t kRoom = 256 << 10;      // what the limit leaves past the log's size: small writes fit
 
 // The count of all four PendingStats, as a string for one CHECK that names every field when it fails.
 std::string counts(const sv::PendingStats& s) {

@@ -24,11 +24,7 @@ namespace sv = orbit::serve;
 
 namespace {
 
-using store_fixtures::completion;
-using store_fixtures::FileSizeLimit;
-using store_fixtures::put;
-using store_fixtures::response;
-using store_fixtures::TempDir;
+using namespace store_fixtures;  // store_write_fixtures.h: what these tests share
 
 // Puts `items` from one thread each, in order, while another connection holds the file (of `format`)'s
 // write lock: the first put leads a group of its own and waits for the lock, and the others queue behind it
