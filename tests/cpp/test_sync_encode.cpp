@@ -197,6 +197,45 @@ TEST_CASE("a list trimmed or summarized at its start encodes from the last one's
   }
 }
 
+TEST_CASE("a list edited in several places encodes from every run it shares with the last one", "[sync_encode]") {
+  for (const auto& tok : tokenizers()) {
+    std::mt19937_64 rng(28);
+    int64_t reused = 0, tokens = 0;
+    for (const std::string& source : templates()) {
+      const runtime::ChatTemplate t(source.empty() ? std::string(kPlainChatTemplate) : source, "test");
+      for (int agent = 0; agent < 3; ++agent) {
+        std::vector<ChatMessage> list = {msg("system", "You tell short stories.")};
+        for (int k = 0; k < 24; ++k) list.push_back(msg(k % 2 ? "assistant" : "user", sentence(rng, 8 + k % 5)));
+        const std::optional<std::string> earlier = rendered(t, list);
+        if (!earlier) continue;
+        const orbit::detail::SegmentEncoding known{*earlier, tok->encode_with_bytes(*earlier)};
+        for (const bool summarize : {false, true}) {
+          // Trimmed (or summarized) at its start, a message in the middle rewritten, one further on removed, and
+          // a message added: four runs of kept messages, three edits between them.
+          std::vector<ChatMessage> next = trimmed(list, 2, summarize, rng);
+          next[next.size() / 2].content = sentence(rng, 9);
+          next.erase(next.begin() + static_cast<std::ptrdiff_t>(next.size() * 3 / 4));
+          next.push_back(msg("user", sentence(rng, 5)));
+          const std::optional<std::string> text = rendered(t, next);
+          if (!text) continue;
+          INFO(tok->source() << ", template '" << source.substr(0, 60) << "', agent " << agent
+                             << (summarize ? ", summarized" : ", trimmed") << ", text '" << *text << "'");
+          const runtime::Encoding whole = tok->encode_with_bytes(*text);
+          const int64_t before = orbit::detail::tokens_reused_so_far();
+          require_same_encoding(orbit::detail::encode_reusing(*tok, *text, &known, message_starts(t, next, *text)),
+                                whole);
+          reused += orbit::detail::tokens_reused_so_far() - before;
+          tokens += static_cast<int64_t>(whole.ids.size());
+        }
+      }
+    }
+    std::printf("%s: lists edited in three places: %lld of %lld tokens reused\n", tok->source().c_str(),
+                static_cast<long long>(reused), static_cast<long long>(tokens));
+    // The kept messages are most of the text: the longest run alone is about half of it.
+    CHECK(reused * 4 > tokens * 3);
+  }
+}
+
 TEST_CASE("a text that ends as an earlier one does encodes from its tokens as it encodes whole", "[sync_encode]") {
   // T = X + K[q, end) for every character boundary q of a rendering K and heads X ending in characters that
   // merge with what follows, or that end in an added token: the run starts at q, where K's token boundaries

@@ -24,7 +24,10 @@
 // and encode_rest(K[0, e), a): K's tokens between a and e; the same context and K[a, e) = T[a', e') make those
 // encode_rest(T[0, e'), a'), bytes shifted; so encode(T) is encode(T[0, a')) (itself reusing K's tokens before
 // the common prefix, as above), K's tokens between a and e, and encode_rest(T, e'). Both rules are needed: K's
-// tokens at a are those of K's left context unless no merge joins across a in either text.
+// tokens at a are those of K's left context unless no merge joins across a in either text. A list edited in
+// several places shares several runs; encode(T[0, a')) is then the same argument over the shorter text T[0, a')
+// with the runs before a' (the rule took a' in T, so encode_rest(T[0, a'), e1') is what comes between the runs),
+// and every run whose cuts pass is taken.
 //
 // The memo finds K by the list's key (a list that grew); a list whose key it does not know (one trimmed or
 // summarized at its start) takes the latest list encoded with the same first message, tokenizer, template
@@ -81,9 +84,9 @@ std::shared_ptr<const ListEncodings> known_encodings(const std::vector<Sha256::D
                                                      const runtime::Tokenizer& tok);
 
 // tok.encode_with_bytes(text), reusing `known`'s tokens (null: none) up to the latest cut the header's argument
-// allows, and for one run the texts share further on (the longest of those found at `starts`, where messages
-// start in `text`, in increasing order; at least kMinRunBytes long); counts the reused tokens
-// (tokens_reused_so_far). `tok` must be prefix-stable.
+// allows, and for every run the texts share further on (found at `starts`, where messages start in `text`, in
+// increasing order: at each start past the last run, the longest, at least kMinRunBytes long); counts the
+// reused tokens (tokens_reused_so_far). `tok` must be prefix-stable.
 inline constexpr std::size_t kMinRunBytes = 64;
 runtime::Encoding encode_reusing(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding* known,
                                  const std::vector<std::size_t>& starts = {});

@@ -63,31 +63,48 @@ struct Run {
   std::size_t length = 0;
 };
 
-// How many messages past the common prefix find_run looks up in K, how many of each one's places in K it
-// follows, and how many of its bytes it looks for (a message text repeats in an agent's list: the place whose
-// run goes furthest is kept).
+// How many message starts in a row without a run find_runs looks up in K before it stops, how many of each
+// one's places in K it follows, and how many of its bytes it looks for (a message text repeats in an agent's
+// list: the place whose run goes furthest is kept).
 constexpr std::size_t kRunProbes = 4;
 constexpr std::size_t kRunPlaces = 8;
 constexpr std::size_t kProbeBytes = 256;
 
-// The longest run at a message start of `text` (`starts`) whose message is not inside the common prefix.
-Run find_run(std::string_view k, std::string_view text, std::size_t common, const std::vector<std::size_t>& starts) {
+// The longest run at text[p, ...) whose first bytes (up to the next message start, `next`) K holds; length 0:
+// none.
+Run run_at(std::string_view k, std::string_view text, std::size_t p, std::size_t next) {
   Run best;
-  std::size_t probes = 0;
-  for (std::size_t i = 0; i < starts.size() && probes < kRunProbes; ++i) {
+  const std::string_view probe = text.substr(p, std::min(next - p, kProbeBytes));
+  std::size_t q = k.find(probe);
+  for (std::size_t places = 0; q != std::string_view::npos && places < kRunPlaces; ++places) {
+    const std::size_t length = common_prefix(k.substr(q), text.substr(p));
+    if (length > best.length) best = {p, q, length};
+    q = k.find(probe, q + 1);
+  }
+  return best;
+}
+
+// Every run of at least kMinRunBytes at a message start of `text` (`starts`) whose message is not inside the
+// common prefix, in text order and apart: at each start past the last run found, the longest; until kRunProbes
+// starts in a row have none.
+std::vector<Run> find_runs(std::string_view k, std::string_view text, std::size_t common,
+                           const std::vector<std::size_t>& starts) {
+  std::vector<Run> runs;
+  std::size_t misses = 0;
+  for (std::size_t i = 0; i < starts.size() && misses < kRunProbes; ++i) {
     const std::size_t p = starts[i];
     const std::size_t next = i + 1 < starts.size() ? starts[i + 1] : text.size();
     if (next <= common || p >= text.size()) continue;
-    ++probes;
-    const std::string_view probe = text.substr(p, std::min(next - p, kProbeBytes));
-    std::size_t q = k.find(probe);
-    for (std::size_t places = 0; q != std::string_view::npos && places < kRunPlaces; ++places) {
-      const std::size_t length = common_prefix(k.substr(q), text.substr(p));
-      if (length > best.length) best = {p, q, length};
-      q = k.find(probe, q + 1);
+    if (!runs.empty() && p < runs.back().at + runs.back().length) continue;
+    const Run run = run_at(k, text, p, next);
+    if (run.length >= kMinRunBytes) {
+      runs.push_back(run);
+      misses = 0;
+    } else {
+      ++misses;
     }
   }
-  return best;
+  return runs;
 }
 
 // The first token of K at or after the run's start, at most kMaxCutTries of them, where the rule takes the cut
@@ -107,10 +124,28 @@ std::optional<std::size_t> run_start(const runtime::Tokenizer& tok, std::string_
   return std::nullopt;
 }
 
-// encode_with_bytes(text) from the run (the header's second argument): T's tokens before the run's start cut,
-// K's tokens from there to the latest end cut the rule takes in `text`, and the rest; nullopt: no cuts pass.
 std::optional<runtime::Encoding> encode_with_run(const runtime::Tokenizer& tok, std::string_view text,
-                                                 const SegmentEncoding& known, const Run& run) {
+                                                 const SegmentEncoding& known, const std::vector<Run>& runs,
+                                                 std::size_t count);
+
+// encode_with_bytes(text) from runs[0, count) (in text order, apart, each inside `text`): from the last run
+// whose cuts pass, and the runs before it for the text before it; else from the common prefix alone.
+runtime::Encoding encode_with_runs(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding& known,
+                                   const std::vector<Run>& runs, std::size_t count) {
+  for (; count > 0; --count) {
+    if (std::optional<runtime::Encoding> e = encode_with_run(tok, text, known, runs, count)) return std::move(*e);
+  }
+  return encode_prefix(tok, text, known, common_prefix(known.text, text));
+}
+
+// encode_with_bytes(text) from runs[count - 1] (the header's second argument): T's tokens before the run's
+// start cut (encode_with_runs of that text with the runs before it: encode(T[0, a')) is the same argument over
+// a shorter text), K's tokens from there to the latest end cut the rule takes in `text`, and the rest; nullopt:
+// no cuts pass.
+std::optional<runtime::Encoding> encode_with_run(const runtime::Tokenizer& tok, std::string_view text,
+                                                 const SegmentEncoding& known, const std::vector<Run>& runs,
+                                                 std::size_t count) {
+  const Run& run = runs[count - 1];
   const std::vector<runtime::TokenBytes>& kb = known.tokens.bytes;
   const std::size_t run_end = run.from + run.length;
   auto je = static_cast<std::size_t>(
@@ -127,8 +162,7 @@ std::optional<runtime::Encoding> encode_with_run(const runtime::Tokenizer& tok, 
     if (at_end < text.size()) rest = tok.encode_rest(text, at_end);
     if (!rest) continue;
     const std::size_t at_start = kb[*ja].begin - shift_from + shift_to;
-    const std::string_view before = text.substr(0, at_start);
-    runtime::Encoding out = encode_prefix(tok, before, known, common_prefix(known.text, before));
+    runtime::Encoding out = encode_with_runs(tok, text.substr(0, at_start), known, runs, count - 1);
     for (std::size_t t = *ja; t < je; ++t) {
       out.ids.push_back(known.tokens.ids[t]);
       out.bytes.push_back({kb[t].begin - shift_from + shift_to, kb[t].end - shift_from + shift_to});
@@ -174,11 +208,9 @@ runtime::Encoding encode_reusing(const runtime::Tokenizer& tok, std::string_view
   if (known == nullptr || known->tokens.ids.empty()) return tok.encode_with_bytes(text);
   const std::string_view k = known->text;
   const std::size_t common = common_prefix(k, text);
-  if (common + kMinRunBytes < k.size()) {  // K goes on past the common prefix: a run may follow
-    const Run run = find_run(k, text, common, starts);
-    if (run.length >= kMinRunBytes) {
-      if (std::optional<runtime::Encoding> e = encode_with_run(tok, text, *known, run)) return std::move(*e);
-    }
+  if (common + kMinRunBytes < k.size()) {  // K goes on past the common prefix: runs may follow
+    const std::vector<Run> runs = find_runs(k, text, common, starts);
+    if (!runs.empty()) return encode_with_runs(tok, text, *known, runs, runs.size());
   }
   return encode_prefix(tok, text, *known, common);
 }
