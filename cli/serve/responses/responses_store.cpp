@@ -185,6 +185,9 @@ StoreWrite ResponseStore::put(std::shared_ptr<StoredResponse> response, const st
     return written;
   }
   const std::string& id = pending.response->id;
+  // Its record and its hold in one turn with erase(): a held response its record names, deleted in between,
+  // would be released from the journal before this record names it (and its record lost with a crash).
+  std::unique_lock<std::mutex> turn(journal_turn_);
   std::string payload;
   if (journal_) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -193,6 +196,7 @@ StoreWrite ResponseStore::put(std::shared_ptr<StoredResponse> response, const st
   // Held before it is remembered: remembering trims memory, which keeps the held ones.
   const HoldOutcome held =
       pending_.hold(id, pending, response_keys::held_bytes(*pending.response), written.error, payload);
+  turn.unlock();
   written.held = held.held;
   written.journaled = held.journaled;
   const std::string where =
@@ -451,7 +455,10 @@ std::shared_ptr<StoredResponse> ResponseStore::continued_by(const std::vector<Ch
 
 bool ResponseStore::erase(const std::string& id) {
   std::lock_guard<std::mutex> turn(retry_mutex_);  // a retry in flight lands first: unnamed below
-  pending_.forget(id, true);                       // its record kept as a link: a held response's record may name it
+  {
+    std::lock_guard<std::mutex> journal_turn(journal_turn_);  // not between a held put's record and its hold
+    pending_.forget(id, true);  // its record kept as a link while a held response's record names it
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   const bool held = by_id_.count(id) != 0;
   forget(id);

@@ -204,6 +204,9 @@ class ResponseStore {
   PendingWrites<Pending> pending_;
   const std::function<void()> before_disk_write_;
   std::mutex retry_mutex_;  // one retry at a time; erase() waits for it (taken before mutex_)
+  // A held put's journal record made and held, and erase()'s release of a held one, one at a time (after
+  // retry_mutex_, before mutex_): a record never names a held response released in between.
+  std::mutex journal_turn_;
 };
 
 }  // namespace orbit::serve
