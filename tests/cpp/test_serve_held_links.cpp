@@ -17,6 +17,7 @@
 
 #include "orbit_catch.h"
 #include "serve/responses/responses_store.h"
+#include "serve/stored/held_journal.h"
 #include "store_write_fixtures.h"
 
 namespace sv = orbit::serve;
@@ -86,6 +87,35 @@ void hold_chain_of_links(const std::string& path, int length) {
 }
 
 }  // namespace
+
+TEST_CASE("held links: a link stays live while a live record names it, and a start adopts only those",
+          "[serve][journal]") {
+  TempDir tmp;
+  const std::string store = (tmp.dir / "s.sqlite").string();
+  // These payloads name the record before their '|'.
+  const sv::LinkOf link_of = [](const std::string& payload) { return payload.substr(0, payload.find('|')); };
+  {
+    sv::HeldJournal j(store, link_of);
+    REQUIRE(j.hold("a", "|payload a").empty());
+    REQUIRE(j.hold("b", "a|payload b").empty());
+    REQUIRE(j.hold("c", "b|payload c").empty());
+    REQUIRE(j.hold("x", "|payload x").empty());
+    REQUIRE(j.hold("y", "x|payload y").empty());
+    CHECK(j.keep_as_link("a").empty());  // b names it
+    CHECK(j.keep_as_link("b").empty());  // c names it
+    CHECK(j.keep_as_link("x").empty());  // y names it
+    CHECK(j.live() == 2);
+    CHECK(j.keep_as_link("y").empty());  // nothing names y: released, and x, which only y named, with it
+    CHECK(j.live() == 1);
+  }  // ends with c held: the file stays, x still marked a link in it
+  sv::HeldJournal next(store, link_of);
+  std::string adopted;
+  for (const sv::JournalEntry& e : next.adopted().held) adopted += e.id + (e.link ? "(link) " : " ");
+  CHECK(adopted == "a(link) b(link) c ");  // the old code kept x too: a link while any hold was live
+  CHECK(next.live() == 1);
+  CHECK(next.release("c").empty());  // and the links c needed go with it: the file is cut back to its header
+  CHECK(std::filesystem::file_size(next.path()) == std::string("orbit-held-journal 2\n").size());
+}
 
 TEST_CASE("held links: the journal stays bounded while holds stay live, and every live answer is written",
           "[serve][journal]") {
