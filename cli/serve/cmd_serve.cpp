@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -137,6 +138,9 @@ bool wait_for_signal(serve::HttpServer& http, const sigset_t& signals) {
 
 // The text of a --chat-template file; throws orbit::Error naming the file when it cannot be read or is empty.
 std::string read_template(const std::string& path) {
+  std::error_code ec;  // a directory opens as an empty stream: name it rather than call it an empty file
+  ORBIT_CHECK(!std::filesystem::is_directory(path, ec),
+              "serve: --chat-template " << path << ": is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   ORBIT_CHECK(in.good(), "serve: --chat-template " << path << ": cannot open the file");
   std::ostringstream text;

@@ -181,6 +181,15 @@ TEST_CASE("serve: a field the endpoint does not know is refused by name, never i
   CHECK(sv::parse_completion_request(text + R"("max_completion_tokens":3,"stream":false})").ok());
 }
 
+TEST_CASE("serve: a whole number past 64 bits is named as too large", "[serve]") {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
+  const sv::Parsed<sv::ChatRequest> seed = sv::parse_chat_request(head + R"("seed":18446744073709551616})");
+  CHECK(seed.error.param == "seed");
+  CHECK(seed.error.message.find("too large") != std::string::npos);
+  CHECK(sv::parse_chat_request(head + R"("seed":1.5})").error.message.find("expected an integer, got a number") !=
+        std::string::npos);
+}
+
 TEST_CASE("serve: chat and the Responses API refuse an unsupported parameter with the same error", "[serve]") {
   // One thrower (request_invalid.h) for both parsers: the same field gets the same status, code and message.
   const sv::ApiError chat =

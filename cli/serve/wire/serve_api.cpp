@@ -46,6 +46,11 @@ int64_t need_int(const json& v, const std::string& param) {
       invalid_field(param, "too large");
     return static_cast<int64_t>(v.get<uint64_t>());
   }
+  // A whole number past 64 bits (18446744073709551616) is read as a float: say so rather than "a number".
+  if (v.is_number_float() && std::isfinite(v.get<double>()) && std::abs(v.get<double>()) >= 9.2e18 &&
+      v.get<double>() == std::floor(v.get<double>())) {
+    invalid_field(param, "too large (" + v.dump() + " is outside the 64-bit integers)");
+  }
   if (!v.is_number_integer()) invalid_field(param, std::string("expected an integer, got ") + json_type_name(v));
   return v.get<int64_t>();
 }

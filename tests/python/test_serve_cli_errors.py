@@ -1,0 +1,12 @@
+"""`orbit serve`'s arguments that name something unusable fail at startup with an error naming the argument
+and what is wrong with it (cli/serve/cmd_serve.cpp): a --chat-template that is a directory was called "the file
+is empty". Nothing is left running: each server here exits on its own."""
+import subprocess
+
+
+def test_a_chat_template_directory_is_named_as_one(orbit_cli, stories260k_path, tmp_path):
+    result = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "127.0.0.1",
+                             "--port", "0", "--chat-template", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert f"--chat-template {tmp_path}: is a directory, not a file" in result.stderr
