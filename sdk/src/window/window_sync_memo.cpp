@@ -53,23 +53,32 @@ PrefixRender render_of(const ListRenders& k, std::size_t i) {
 
 // The spans of the latest list with this list's first message (K; the header's trimmed lists), and the
 // anchor step 2 reads them from: this list's first t messages rendered as text[0, p), its messages from t on
-// K's from k on for `messages` messages, K's first k rendered as K[0, q), and text[p, p + bytes) = K[q, q + bytes).
+// K's from k on for `run` messages, K's first k rendered as K[0, q), and text[p, p + bytes) = K[q, q + bytes).
 class Spans {
  public:
   Spans(std::shared_ptr<const ListRenders> latest, const std::vector<Sha256::Digest>& messages, const std::string& text)
       : k_(std::move(latest)), messages_(messages), text_(text) {}
 
-  // Prefix i as the spans give it; nullopt where they do not.
-  std::optional<PrefixRender> read(std::size_t i) const {
-    if (!anchored_ || i <= t_ || i - t_ > run_) return std::nullopt;
+  // Prefix i as the spans give it; nullopt where they do not (and the anchor is spent where i is past its run
+  // or its bytes).
+  std::optional<PrefixRender> read(std::size_t i) {
+    if (!anchored_ || i <= t_) return std::nullopt;
+    if (i - t_ > run_) {
+      spent_ = true;
+      return std::nullopt;
+    }
     const PrefixRender was = render_of(*k_, k_at_ + (i - t_));
-    if (was.kind != PrefixRender::Kind::kPrefix || was.length < q_ || was.length - q_ > bytes_) return std::nullopt;
+    if (was.kind != PrefixRender::Kind::kPrefix) return std::nullopt;  // rendered; the anchor reads on after it
+    if (was.length < q_ || was.length - q_ > bytes_) {
+      spent_ = true;
+      return std::nullopt;
+    }
     return PrefixRender{PrefixRender::Kind::kPrefix, p_ + was.length - q_};
   }
-  // Prefix i, rendered as `r`: an anchor there, unless the present one reads what follows.
+  // Prefix i, rendered as `r`: an anchor there, unless the present one reads on past i.
   void rendered(std::size_t i, const PrefixRender& r) {
     if (k_ == nullptr || r.kind != PrefixRender::Kind::kPrefix || i >= messages_.size()) return;
-    if (anchored_ && i > t_ && i - t_ < run_ && read(i + 1)) return;
+    if (anchored_ && !spent_ && i > t_) return;
     anchored_ = false;
     std::size_t best_run = 0, best_k = 0, tried = 0;
     const std::vector<Sha256::Digest>& km = k_->messages;
@@ -82,6 +91,7 @@ class Spans {
     }
     if (best_run == 0) return;
     anchored_ = true;
+    spent_ = false;
     t_ = i;
     k_at_ = best_k;
     run_ = best_run;
@@ -95,6 +105,7 @@ class Spans {
   const std::vector<Sha256::Digest>& messages_;
   const std::string& text_;
   bool anchored_ = false;
+  bool spent_ = false;  // a prefix past the anchor's run or bytes was asked for: the next rendered anchors anew
   std::size_t t_ = 0, k_at_ = 0, run_ = 0, p_ = 0, q_ = 0, bytes_ = 0;
 };
 
