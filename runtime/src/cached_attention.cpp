@@ -194,18 +194,29 @@ std::vector<CachedGroup> make_cached_groups(const BatchPass& b) {
   return groups;
 }
 
-void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const std::vector<LayerKV>& contents,
-                      const at::Tensor& q, at::Tensor& out) {
+void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const LayerKV& all, const at::Tensor& q,
+                      at::Tensor& out) {
   const ModelConfig& c = b.model.config();
   DecodeCacheState& s = *g.cache;
   const auto L = static_cast<std::size_t>(l);
-  // The members' new rows, in attention form, into their slots.
-  LayerKV fresh = contents[g.members.front()];
-  if (g.members.size() > 1) {
+  // The members' new rows, in attention form, into their slots: one view of `all` when they lie in order
+  // (every decode step whose sequences all read one cache), else gathered.
+  const int64_t R = g.queries;
+  bool in_order = true;
+  for (std::size_t j = 0; j < g.first_rows.size() && in_order; ++j) {
+    in_order = g.first_rows[j] == g.first_rows.front() + static_cast<int64_t>(j) * R;
+  }
+  LayerKV fresh;
+  const int64_t rows = static_cast<int64_t>(g.members.size()) * R;
+  if (in_order) {
+    fresh = rows == all.k.size(0)
+                ? all
+                : LayerKV{all.k.narrow(0, g.first_rows.front(), rows), all.v.narrow(0, g.first_rows.front(), rows)};
+  } else {
     std::vector<at::Tensor> ks, vs;
-    for (std::size_t i : g.members) {
-      ks.push_back(contents[i].k);
-      vs.push_back(contents[i].v);
+    for (int64_t first : g.first_rows) {
+      ks.push_back(all.k.narrow(0, first, R));
+      vs.push_back(all.v.narrow(0, first, R));
     }
     fresh = {at::cat(ks, 0), at::cat(vs, 0)};
   }
@@ -219,7 +230,7 @@ void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const
     return;
   }
 
-  const int64_t H = s.heads, G = c.num_heads / H, R = g.queries, C = g.count, S = g.keys;
+  const int64_t H = s.heads, G = c.num_heads / H, C = g.count, S = g.keys;
   const int64_t B = static_cast<int64_t>(g.members.size());
   at::Tensor keys = s.keys[L].narrow(0, g.lo, C).narrow(2, 0, S);
   if (s.rotate_at_read) keys = rotate_read(c, g, keys);

@@ -252,9 +252,11 @@ at::Tensor run_layer(const BatchPass& b, int64_t l, const at::Tensor& x, std::ve
   const at::Tensor h = rms_norm(x, w.attn_norm, c.rms_norm_eps);
   const bool mla = c.attention() == AttentionKind::kMla;
   const LayerKV all = mla ? mla_content(c, w, h) : gqa_content(c, w, h);
+  // Each sequence's content, except where nothing reads it: a cached member's group reads its rows of `all`.
   std::vector<LayerKV> contents(b.seqs.size());
   for (std::size_t i = 0; i < b.seqs.size(); ++i) {
     const SequencePass& s = b.seqs[i];
+    if (s.past->cache != nullptr && !s.options->return_content && !s.options->key_attention) continue;
     LayerKV& content = contents[i];
     content = {all.k.narrow(0, b.first_row[i], s.rows), all.v.narrow(0, b.first_row[i], s.rows)};
     if (s.recompute.partial) {
@@ -272,7 +274,7 @@ at::Tensor run_layer(const BatchPass& b, int64_t l, const at::Tensor& x, std::ve
   } else {
     sequence_attention(b, w, l, contents, q, attention);
   }
-  for (const CachedGroup& g : b.cached) cached_attention(b, l, g, contents, q, attention);
+  for (const CachedGroup& g : b.cached) cached_attention(b, l, g, all, q, attention);
   add_key_attention(b, l, w, contents, q, results);
   const at::Tensor y = x + dense(attention, w.wo);
   const at::Tensor g = rms_norm(y, w.ffn_norm, c.rms_norm_eps);

@@ -96,9 +96,10 @@ struct BatchPass {
 // hold this forward's rows and those rows' positions written. Throws when one slot is read twice.
 std::vector<CachedGroup> make_cached_groups(const BatchPass& b);
 // Layer l's attention of a cached group's members into their rows of `out` [N, H·d_v] (which it may replace
-// when they are every row); writes their new rows into the cache first.
-void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const std::vector<LayerKV>& contents,
-                      const at::Tensor& q, at::Tensor& out);
+// when they are every row); writes their new rows into the cache first, read from `all`, the layer's content
+// of every row of the batch (a cached member is never a partial recompute, so its rows there are its content).
+void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const LayerKV& all, const at::Tensor& q,
+                      at::Tensor& out);
 // After every layer ran: the members' slots hold their new rows.
 void finish_cached(const BatchPass& b);
 
