@@ -230,12 +230,13 @@ bool HeldJournal::create() {
     return false;
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  keep_needed();
+  const std::vector<std::string> names = keep_needed();
   std::string bytes(io::kHeader, io::kHeaderBytes);
-  for (const JournalEntry& e : adopted_.held) {
+  for (std::size_t i = 0; i < adopted_.held.size(); ++i) {
+    const JournalEntry& e = adopted_.held[i];
     std::string r = io::record(io::kHold, e.id, e.payload);
     if (e.link) r[io::kKindAt] = static_cast<char>(io::kLink);
-    add(e.id, Live{bytes.size(), r.size(), e.link, names_of(e.payload)});
+    add(e.id, Live{bytes.size(), r.size(), e.link, names[i]});
     bytes += r;
   }
   // Counted again once all are in: a record written before the one it names (by an older rewrite) counts too.
@@ -255,7 +256,7 @@ bool HeldJournal::create() {
   return true;
 }
 
-void HeldJournal::keep_needed() {
+std::vector<std::string> HeldJournal::keep_needed() {
   std::vector<JournalEntry>& held = adopted_.held;
   std::map<std::string, std::size_t> at;  // id -> index: a record adopted twice (from two files) counts once
   std::vector<std::string> names(held.size());
@@ -274,10 +275,14 @@ void HeldJournal::keep_needed() {
     }
   }
   std::vector<JournalEntry> kept;
+  std::vector<std::string> kept_names;
   for (std::size_t i = 0; i < held.size(); ++i) {
-    if (keep[i]) kept.push_back(std::move(held[i]));
+    if (!keep[i]) continue;
+    kept.push_back(std::move(held[i]));
+    kept_names.push_back(std::move(names[i]));
   }
   held = std::move(kept);
+  return kept_names;
 }
 
 std::string HeldJournal::names_of(const std::string& payload) const {

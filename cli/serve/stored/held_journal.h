@@ -115,7 +115,9 @@ class HeldJournal {
   };
   bool create();  // this server's journal, holding the adopted live records; false: error_ says why
   // Under mutex_:
-  void keep_needed();  // adopted_.held cut to its holds and the links they need (first of each id)
+  // adopted_.held cut to its holds and the links they need (the first record of each id); returns the id each
+  // kept one names (link_of), in the same order.
+  std::vector<std::string> keep_needed();
   void add(const std::string& id, Live record);  // live, named by it `record.names` if that is live
   void drop(const std::string& id);              // no longer live, with the links only it needed (their bytes dead)
   std::string release_locked(const std::string& id);
