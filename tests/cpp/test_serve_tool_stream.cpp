@@ -280,20 +280,36 @@ TEST_CASE("tool stream: a chat answer with a mismatched streamed call is not sto
   CHECK_FALSE(sv::storable(first));
 }
 
+namespace {
+
+// A reading of `calls` from index `first` on, the first `complete` of all complete; the last one's name may
+// still grow when `name_open`.
+orbit::ToolCallReading reading(std::vector<ChatToolCall> calls, bool name_open = false, std::size_t first = 0,
+                               std::size_t complete = 0) {
+  orbit::ToolCallReading r;
+  r.calls = std::move(calls);
+  r.cut = name_open;
+  r.first = first;
+  r.complete = complete;
+  return r;
+}
+
+}  // namespace
+
 TEST_CASE("streamed calls: a reading that does not extend what went out sends nothing of it", "[serve]") {
   sv::StreamedCalls calls;
   std::vector<sv::ToolCallDelta> out;
-  calls.offer({ChatToolCall{"call_1", "f", "{\"a\":"}}, false, out);
+  calls.offer(reading({ChatToolCall{"call_1", "f", "{\"a\":"}}), out);
   REQUIRE(out.size() == 2);
   CHECK(out[0].opens);
   CHECK(out[0].name == "f");
   CHECK(out[1].arguments == "{\"a\":");
   out.clear();
-  calls.offer({ChatToolCall{"call_9", "f", "{\"a\""}}, false, out);    // shorter: a cut reading may be
-  calls.offer({ChatToolCall{"call_9", "f", "{\"b\":1"}}, false, out);  // not an extension
-  calls.offer({ChatToolCall{"call_9", "g", "{\"a\":1"}}, false, out);  // another name
+  calls.offer(reading({ChatToolCall{"call_9", "f", "{\"a\""}}), out);    // shorter: a cut reading may be
+  calls.offer(reading({ChatToolCall{"call_9", "f", "{\"b\":1"}}), out);  // not an extension
+  calls.offer(reading({ChatToolCall{"call_9", "g", "{\"a\":1"}}), out);  // another name
   CHECK(out.empty());
-  calls.offer({ChatToolCall{"call_9", "f", "{\"a\":1"}, ChatToolCall{"call_2", "gh", ""}}, true, out);
+  calls.offer(reading({ChatToolCall{"call_9", "f", "{\"a\":1"}, ChatToolCall{"call_2", "gh", ""}}, true), out);
   REQUIRE(out.size() == 1);  // the second call's name may still grow: not opened
   CHECK(out[0].arguments == "1");
   CHECK(calls.opened() == 1);
@@ -313,4 +329,31 @@ TEST_CASE("streamed calls: a reading that does not extend what went out sends no
   CHECK(bad.mismatch->what == "arguments");
   CHECK(bad.mismatch->streamed == "{\"a\":1");
   CHECK(bad.unsent.empty());
+}
+
+TEST_CASE("streamed calls: a call complete and sent is done, and later readings start after it", "[serve]") {
+  sv::StreamedCalls calls;
+  std::vector<sv::ToolCallDelta> out;
+  // Call 0 complete in the reading, call 1 being written: call 0 goes out whole and is done.
+  calls.offer(reading({ChatToolCall{"call_1", "f", "{}"}, ChatToolCall{"call_2", "g", "{\"a\""}}, false, 0, 1), out);
+  REQUIRE(out.size() == 4);
+  CHECK(calls.done() == 1);
+  CHECK(calls.opened() == 2);
+  out.clear();
+  // A reading from call 1 on extends call 1 alone; the complete call 1 then is done too.
+  calls.offer(reading({ChatToolCall{"call_2", "g", "{\"a\":1}"}}, false, 1, 2), out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].index == 1);
+  CHECK(out[0].arguments == ":1}");
+  CHECK(calls.done() == 2);
+  // A call not complete is not done however far it went out.
+  calls.offer(reading({ChatToolCall{"call_3", "h", "{\"b\":2}"}}, false, 2, 2), out);
+  CHECK(calls.opened() == 3);
+  CHECK(calls.done() == 2);
+  std::vector<ChatToolCall> answer = {ChatToolCall{"x", "f", "{}"}, ChatToolCall{"y", "g", "{\"a\":1}"},
+                                      ChatToolCall{"z", "h", "{\"b\":2}"}};
+  const sv::SettledCalls settled = calls.settle(answer);
+  CHECK_FALSE(settled.mismatch);
+  CHECK(settled.unsent.empty());
+  CHECK(answer[2].id == "call_3");
 }

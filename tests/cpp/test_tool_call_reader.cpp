@@ -4,6 +4,7 @@
 // cut_name_whole), for well-formed answers of several calls and for those whose calls end early (a block or
 // a ';'-separated object that is not a call, a closing mark inside a string, text after the calls, a NUL
 // byte), and for calls at the corners of JSON as they are written.
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "orbit/tool_calls.h"
 #include "orbit_catch.h"
 
+using orbit::ChatToolCall;
 using orbit::CutToolCall;
 using orbit::ToolCallFormat;
 using orbit::ToolCallParse;
@@ -76,17 +78,47 @@ std::string difference(const ToolCallReading& read, const ToolCallParse& whole) 
   return "";
 }
 
-// `text` appended in the pieces `ends` (increasing offsets, the last its size) makes; checked after each.
+// read(first) against read(): the calls from `first` on, the rest as read() has them.
+void check_from(const ToolCallReader& reader, const ToolCallReading& all, std::size_t first) {
+  const ToolCallReading tail = reader.read(first);
+  CHECK(tail.first == first);
+  CHECK(tail.complete == all.complete);
+  CHECK(tail.cut == all.cut);
+  CHECK(tail.cut_name_whole == all.cut_name_whole);
+  REQUIRE(tail.calls.size() == all.calls.size() - std::min(first, all.calls.size()));
+  for (std::size_t i = 0; i < tail.calls.size(); ++i) {
+    CHECK(tail.calls[i].name == all.calls[first + i].name);
+    CHECK(tail.calls[i].arguments == all.calls[first + i].arguments);
+  }
+}
+
+// `text` appended in the pieces `ends` (increasing offsets, the last its size) makes; checked after each:
+// the reading is the whole parse's, read(first) its calls from `first` on, and the calls a reading says are
+// complete are in every later reading as they were (or, Llama 3 after a piece that is no call, none is).
 void check_fed(const Answer& a, const std::vector<std::size_t>& ends) {
   ToolCallReader reader(a.format);
   std::size_t from = 0;
+  std::vector<ChatToolCall> complete;  // the calls readings said were complete so far
   for (std::size_t end : ends) {
     reader.append(std::string_view(a.text).substr(from, end - from));
     from = end;
     REQUIRE(reader.text() == a.text.substr(0, end));
     const ToolCallParse whole = orbit::parse_tool_calls(reader.text(), a.format, CutToolCall::kCall);
     INFO(orbit::tool_call_format_name(a.format) << " after " << end << " bytes: " << reader.text());
-    REQUIRE(difference(reader.read(), whole).empty());
+    const ToolCallReading read = reader.read();
+    REQUIRE(difference(read, whole).empty());
+    REQUIRE(read.complete <= read.calls.size());
+    if (!read.calls.empty()) {
+      REQUIRE(read.complete >= complete.size());
+      for (std::size_t i = 0; i < complete.size(); ++i) {
+        CHECK(read.calls[i].id == complete[i].id);  // kept: not read again
+        CHECK(read.calls[i].arguments == complete[i].arguments);
+      }
+      complete.assign(read.calls.begin(), read.calls.begin() + static_cast<std::ptrdiff_t>(read.complete));
+    }
+    for (std::size_t first : {std::size_t{1}, read.complete, read.calls.size(), read.calls.size() + 1}) {
+      check_from(reader, read, first);
+    }
   }
 }
 

@@ -6,11 +6,12 @@
 // (kForcedCall), a text kCall reads calls in reads the same, and any other that is not blank is one cut call
 // with no name and no arguments. Names and arguments of valid UTF-8 text are valid UTF-8 (the server writes
 // them into JSON). A ToolCallReader fed the text in pieces (their sizes taken from the text's bytes) reads
-// after each what kCall reads of the text so far.
+// after each what kCall reads of the text so far, and the calls it says are complete stay as they are.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -62,9 +63,12 @@ void check_forced(const std::string& text, const orbit::ToolCallParse& cut, cons
   if (!forced.calls[0].name.empty() || !forced.calls[0].arguments.empty()) std::abort();
 }
 
-// ToolCallReader fed `text` in pieces against parse_tool_calls(kCall) of each prefix it was fed.
+// ToolCallReader fed `text` in pieces against parse_tool_calls(kCall) of each prefix it was fed; read(first)
+// from the calls a reading says are complete gives the rest of that reading, and those complete calls are in
+// every later reading that holds calls, as they were.
 void check_reader(const std::string& text, orbit::ToolCallFormat format) {
   orbit::ToolCallReader reader(format);
+  std::vector<orbit::ChatToolCall> complete;
   for (std::size_t at = 0, i = 0; at < text.size(); ++i) {
     const std::size_t end = std::min(text.size(), at + 1 + static_cast<unsigned char>(text[i % text.size()]) % 16);
     reader.append(std::string_view(text).substr(at, end - at));
@@ -80,6 +84,18 @@ void check_reader(const std::string& text, orbit::ToolCallFormat format) {
         std::abort();
       }
     }
+    if (read.complete > read.calls.size()) std::abort();
+    const orbit::ToolCallReading rest = reader.read(read.complete);
+    if (rest.first != read.complete || rest.calls.size() != read.calls.size() - read.complete) std::abort();
+    for (std::size_t c = 0; c < rest.calls.size(); ++c) {
+      if (rest.calls[c].arguments != read.calls[read.complete + c].arguments) std::abort();
+    }
+    if (read.calls.empty()) continue;
+    if (read.complete < complete.size()) std::abort();
+    for (std::size_t c = 0; c < complete.size(); ++c) {
+      if (read.calls[c].id != complete[c].id || read.calls[c].arguments != complete[c].arguments) std::abort();
+    }
+    complete.assign(read.calls.begin(), read.calls.begin() + static_cast<std::ptrdiff_t>(read.complete));
   }
 }
 

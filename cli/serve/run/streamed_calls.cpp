@@ -1,5 +1,6 @@
 #include "serve/run/streamed_calls.h"
 
+#include <algorithm>
 #include <string_view>
 
 namespace orbit::serve {
@@ -12,22 +13,22 @@ bool starts_with(std::string_view text, std::string_view prefix) {
 
 }  // namespace
 
-void StreamedCalls::offer(const std::vector<ChatToolCall>& reading, bool last_name_open,
-                          std::vector<ToolCallDelta>& out) {
-  for (std::size_t i = 0; i < reading.size(); ++i) {
-    const ChatToolCall& call = reading[i];
-    if (last_name_open && i + 1 == reading.size()) return;  // its name may still grow
+void StreamedCalls::offer(const ToolCallReading& reading, std::vector<ToolCallDelta>& out) {
+  const bool last_name_open = reading.cut && !reading.cut_name_whole;
+  const std::size_t end = reading.first + reading.calls.size();
+  for (std::size_t i = std::max(reading.first, done_); i < end && i <= sent_.size(); ++i) {
+    const ChatToolCall& call = reading.calls[i - reading.first];
+    if (last_name_open && i + 1 == end) return;  // its name may still grow
     if (i == sent_.size()) {
       sent_.push_back(Sent{call.id, call.name, ""});
       out.push_back(ToolCallDelta{i, true, call.id, call.name, ""});
     }
     Sent& s = sent_[i];
-    if (call.name != s.name || call.arguments.size() <= s.arguments.size() ||
-        !starts_with(call.arguments, s.arguments)) {
-      continue;  // nothing to add; settle() says whether the answer holds what went out
-    }
-    out.push_back(ToolCallDelta{i, false, "", "", call.arguments.substr(s.arguments.size())});
-    s.arguments = call.arguments;
+    if (call.name == s.name && call.arguments.size() > s.arguments.size() && starts_with(call.arguments, s.arguments)) {
+      out.push_back(ToolCallDelta{i, false, "", "", call.arguments.substr(s.arguments.size())});
+      s.arguments = call.arguments;
+    }  // else nothing to add; settle() says whether the answer holds what went out
+    if (i == done_ && i < reading.complete) ++done_;  // it never changes again
   }
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "orbit/tool_calls.h"
 #include "serve/serve_types.h"
 
 namespace orbit::serve {
@@ -31,11 +32,15 @@ struct SettledCalls {
 
 class StreamedCalls {
  public:
-  // Appends to `out` the pieces `reading` (the calls read from the text so far, in order) adds to what went
-  // out: a call it holds past those opened opens (its id, name, arguments ""), and each opened call whose
-  // arguments extend what went out sends the extension. `last_name_open`: the last call's name may still grow
-  // (its string is not closed), so it does not open yet.
-  void offer(const std::vector<ChatToolCall>& reading, bool last_name_open, std::vector<ToolCallDelta>& out);
+  // Appends to `out` the pieces `reading` (the calls read from the text so far, in order, from index
+  // reading.first on, which is at most done()) adds to what went out: a call it holds past those opened opens
+  // (its id, name, arguments ""), and each opened call whose arguments extend what went out sends the
+  // extension. The last call's name may still grow while its string is not closed (reading.cut and not
+  // reading.cut_name_whole), so it does not open yet. Costs the calls from done() on, not those before.
+  void offer(const ToolCallReading& reading, std::vector<ToolCallDelta>& out);
+  // The calls before this index are complete (ToolCallReading::complete) and offer() has seen them so: no
+  // reading adds to them any more, and offer() needs a reading of the calls from here on only.
+  std::size_t done() const { return done_; }
 
   // Checks the finished answer's `calls` against what went out: each opened call must be there with the
   // name it opened with and arguments that what went out is a prefix of. Gives the opened calls their ids.
@@ -50,6 +55,7 @@ class StreamedCalls {
     std::string arguments;  // the arguments' text sent so far
   };
   std::vector<Sent> sent_;  // the calls opened, in order
+  std::size_t done_ = 0;    // see done(); at most sent_.size()
 };
 
 }  // namespace orbit::serve

@@ -37,8 +37,7 @@ void ToolCallStream::read_calls(const std::string& delta, std::vector<ToolCallDe
     reader_->append(std::string_view(text_).substr(sent_));
   }
   if (sent_ == text_.size()) return;
-  const ToolCallReading read = reader_->read();
-  streamed_.offer(read.calls, read.cut && !read.cut_name_whole, out);
+  streamed_.offer(reader_->read(streamed_.done()), out);  // the calls complete and sent are not read again
 }
 
 void ToolCallStream::finish(RunResult& r) const {

@@ -11,7 +11,9 @@
 // The pieces of a call are what parse_tool_calls (CutToolCall::kCall) reads of its arguments in the text so
 // far, less what went out before; a cut reading of a call's arguments is a prefix of every later reading's.
 // The text so far is read by a ToolCallReader (orbit/tool_calls.h), which keeps the calls that are complete
-// and reads again only the text after them, so a token costs the call it is in, not the whole answer. At the
+// and reads again only the text after them, and is asked only for the calls from StreamedCalls::done() on
+// (those before are complete and went out), so a token costs the call it is in, not the whole answer nor the
+// calls before it. At the
 // end the answer is parsed whole, and StreamedCalls (streamed_calls.h) checks that it holds every call as it
 // went out; where it does not, the choice's closing pieces give way to RunResult::tool_stream_mismatch, which
 // the stream ends with as an error (tool_stream_error). Elsewhere (free text: a call there is one only once

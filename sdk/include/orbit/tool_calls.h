@@ -95,12 +95,22 @@ ToolCallParse parse_tool_calls(std::string_view text, ToolCallFormat format, Cut
 //     const ToolCallReading now = reader.read();  // now.calls: those written so far, the last maybe cut
 //   }
 //
+// A reader of many calls that has handled the complete ones asks for the rest alone, so that a token costs
+// nothing per call already complete (neither appending nor reading scans or copies them again):
+//
+//   const ToolCallReading now = reader.read(done);  // now.calls: calls [done, ...), now.first == done
+//   done = std::max(done, now.complete);             // those calls never change while a reading holds them
+//
 // Ids: a kept call keeps the id it was read with; one read again gets a fresh one each time (unless the text
 // gives it), as parse_tool_calls' calls do. Not thread-safe; copyable.
 struct ToolCallReading {
-  std::vector<ChatToolCall> calls;  // ToolCallParse::calls
+  std::vector<ChatToolCall> calls;  // ToolCallParse::calls from index `first` on
   bool cut = false;                 // ToolCallParse::cut
   bool cut_name_whole = false;      // ToolCallParse::cut_name_whole
+  std::size_t first = 0;            // the index of calls[0] among all the reading's calls
+  // The reading's first `complete` calls are complete and kept: every later reading holds them as they are
+  // now, or (Llama 3, after a ';'-separated piece that is not a call) holds no calls at all.
+  std::size_t complete = 0;
 };
 
 class ToolCallReader {
@@ -112,14 +122,17 @@ class ToolCallReader {
   ToolCallReader(ToolCallReader&& other) noexcept;
   ToolCallReader& operator=(ToolCallReader&& other) noexcept;
 
-  // Appends `more` to the text; keeps the calls it completes.
+  // Appends `more` to the text; keeps the calls it completes. Costs `more` and the call it is in: the search
+  // for a closing mark or ';' resumes where the last one stopped.
   void append(std::string_view more);
-  // The calls in text() as parse_tool_calls(text(), format, CutToolCall::kCall) reads them.
-  ToolCallReading read() const;
+  // The calls in text() as parse_tool_calls(text(), format, CutToolCall::kCall) reads them, from index
+  // `first` on (ToolCallReading::first; none when there are no more): the calls before it are not copied.
+  ToolCallReading read(std::size_t first = 0) const;
   const std::string& text() const { return text_; }
 
  private:
   struct Open;  // the call being written (text/tool_call_open.h)
+  struct Scan;  // how far keep_hermes() or keep_llama3() searched the text after kept_
 
   void keep_hermes();  // keeps the blocks closed since kept_at_
   void keep_llama3();  // keeps the objects a ";" ends since kept_at_
@@ -133,6 +146,7 @@ class ToolCallReader {
   bool broken_ = false;             // Llama 3: the piece before text_[kept_at_] is not a call
   bool whole_ = false;              // Llama 3: a NUL byte before the first ';': read the text whole each time
   std::unique_ptr<Open> open_;      // Hermes, Llama 3: the call after kept_, as far as it is read
+  std::unique_ptr<Scan> scan_;      // Hermes, Llama 3: the search for the end of the call after kept_
 };
 
 // How much of `text` can be streamed as content before the answer is over: the bytes before anything that

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "orbit/tool_calls.h"
+#include "text/json_spans.h"
 
 namespace orbit::tool_call_parts {
 
@@ -35,5 +36,25 @@ ToolCallParse parse_hermes(std::string_view text, CutToolCall cut);
 // The first ';' at or after `from` in Llama 3's JSON text that separates two calls: outside strings and at
 // the depth of `from` (which must be between calls, or the text's start); npos when there is none.
 std::size_t llama3_separator(std::string_view json_text, std::size_t from);
+
+// llama3_separator over a text that grows: find() resumes where the last one stopped, so each byte is scanned
+// once however often it is asked. Also notes the first NUL byte it passes. A value; once find() returns a
+// separator, a scan past it is a new SeparatorScan.
+class SeparatorScan {
+ public:
+  explicit SeparatorScan(std::size_t from) : from_(from), at_(from) {}
+  // llama3_separator(text, from()) of `text`, which holds the text the last find() was given as its prefix.
+  std::size_t find(std::string_view text);
+  std::size_t from() const { return from_; }
+  // The first NUL byte at or after from() and before the separator found (or the text's end), npos if none.
+  std::size_t first_nul() const { return nul_; }
+
+ private:
+  std::size_t from_;
+  std::size_t at_;  // text[from_, at_) is scanned, no separator in it
+  int depth_ = 0;
+  json_spans::JsonScan scan_;
+  std::size_t nul_ = std::string_view::npos;
+};
 
 }  // namespace orbit::tool_call_parts

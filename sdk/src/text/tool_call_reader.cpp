@@ -18,6 +18,7 @@
 // only grows, for a byte before its end is neither a space nor part of a partial mark, and stays so.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "orbit/tool_calls.h"
@@ -42,6 +43,15 @@ std::size_t llama3_json_start(std::string_view text) {
 
 }  // namespace
 
+// Hermes: the block after kept_ has its opening mark at or after `from` (body npos), or its body at `body`
+// and its closing mark at or after `from`. Llama 3: the ';' that ends the piece after kept_ (its scan
+// started where the piece does, once that is known).
+struct ToolCallReader::Scan {
+  std::size_t body = std::string::npos;
+  std::size_t from = 0;
+  std::optional<tool_call_parts::SeparatorScan> separator;
+};
+
 struct ToolCallReader::Open {
   tool_call_parts::OpenCall call;
   std::size_t at = std::string::npos;    // where its text starts in text_ (not a space); npos before
@@ -49,7 +59,8 @@ struct ToolCallReader::Open {
   std::size_t searched = 0;              // Hermes: the opening mark does not start before this in text_
 };
 
-ToolCallReader::ToolCallReader(ToolCallFormat format) : format_(format), open_(std::make_unique<Open>()) {}
+ToolCallReader::ToolCallReader(ToolCallFormat format)
+    : format_(format), open_(std::make_unique<Open>()), scan_(std::make_unique<Scan>()) {}
 ToolCallReader::~ToolCallReader() = default;
 ToolCallReader::ToolCallReader(const ToolCallReader& other)
     : format_(other.format_),
@@ -59,7 +70,8 @@ ToolCallReader::ToolCallReader(const ToolCallReader& other)
       ended_(other.ended_),
       broken_(other.broken_),
       whole_(other.whole_),
-      open_(std::make_unique<Open>(other.open_ ? *other.open_ : Open())) {}
+      open_(std::make_unique<Open>(other.open_ ? *other.open_ : Open())),
+      scan_(std::make_unique<Scan>(other.scan_ ? *other.scan_ : Scan())) {}
 ToolCallReader& ToolCallReader::operator=(const ToolCallReader& other) {
   if (this != &other) *this = ToolCallReader(other);
   return *this;
@@ -71,6 +83,7 @@ void ToolCallReader::append(std::string_view more) {
   text_ += more;
   if (ended_ || broken_ || whole_) return;
   if (!open_) open_ = std::make_unique<Open>();  // a reader moved from, assigned anew
+  if (!scan_) scan_ = std::make_unique<Scan>();
   // What was there before was read to its end: a call completes only where `more` brings the last byte of a
   // closing mark, or a ';'.
   const std::size_t kept_at = kept_at_;
@@ -79,6 +92,15 @@ void ToolCallReader::append(std::string_view more) {
   if (kept_at_ != kept_at) *open_ = Open();  // the call being written is the one after those kept
   extend_open();
 }
+
+namespace {
+
+// Where a search for `mark` that found none in `text` resumes: a mark may yet end in its last bytes.
+std::size_t resume_at(std::string_view text, std::string_view mark, std::size_t from) {
+  return std::max(from, text.size() - std::min(text.size(), mark.size() - 1));
+}
+
+}  // namespace
 
 void ToolCallReader::extend_open() {
   if (ended_ || broken_ || format_ == ToolCallFormat::kMistral) return;
@@ -90,7 +112,7 @@ void ToolCallReader::extend_open() {
       const std::size_t from = std::max(o.searched, kept_at_);
       const std::size_t mark = text_.find(kHermesOpen, from);
       if (mark == std::string::npos) {  // a mark may yet end in the last bytes
-        o.searched = std::max(from, text_.size() - std::min(text_.size(), kHermesOpen.size() - 1));
+        o.searched = resume_at(text_, kHermesOpen, from);
         return;
       }
       o.body = mark + kHermesOpen.size();
@@ -113,13 +135,23 @@ void ToolCallReader::extend_open() {
 }
 
 void ToolCallReader::keep_hermes() {
+  Scan& scan = *scan_;
   while (true) {
-    const std::size_t open = text_.find(kHermesOpen, kept_at_);
-    if (open == std::string::npos) return;
-    const std::size_t body = open + kHermesOpen.size();
-    const std::size_t close = text_.find(kHermesClose, body);
-    if (close == std::string::npos) return;
-    const std::string raw = trim(std::string_view(text_).substr(body, close - body));
+    if (scan.body == std::string::npos) {
+      const std::size_t from = std::max(scan.from, kept_at_);
+      const std::size_t open = text_.find(kHermesOpen, from);
+      if (open == std::string::npos) {
+        scan.from = resume_at(text_, kHermesOpen, from);
+        return;
+      }
+      scan.body = scan.from = open + kHermesOpen.size();
+    }
+    const std::size_t close = text_.find(kHermesClose, scan.from);
+    if (close == std::string::npos) {
+      scan.from = resume_at(text_, kHermesClose, scan.from);
+      return;
+    }
+    const std::string raw = trim(std::string_view(text_).substr(scan.body, close - scan.body));
     ChatToolCall call;
     if (!call_from(parse_json(raw), raw, &call)) {
       ended_ = true;  // not a call: the reading stops at this block
@@ -127,16 +159,22 @@ void ToolCallReader::keep_hermes() {
     }
     kept_.push_back(std::move(call));
     kept_at_ = close + kHermesClose.size();
+    scan = Scan();
   }
 }
 
 void ToolCallReader::keep_llama3() {
-  const std::size_t start = kept_at_ > 0 ? kept_at_ : llama3_json_start(text_);
-  if (start == std::string::npos) return;
-  for (std::size_t from = start;;) {
-    const std::size_t separator = llama3_separator(text_, from);
+  Scan& scan = *scan_;
+  if (!scan.separator) {
+    const std::size_t start = kept_at_ > 0 ? kept_at_ : llama3_json_start(text_);
+    if (start == std::string::npos) return;
+    scan.separator.emplace(start);
+  }
+  while (true) {
+    const std::size_t from = scan.separator->from();
+    const std::size_t separator = scan.separator->find(text_);
     if (separator == std::string::npos) return;
-    if (kept_at_ == 0 && text_.find('\0', from) < separator) {
+    if (kept_at_ == 0 && scan.separator->first_nul() < separator) {
       whole_ = true;  // the ';' may not split the text (see above)
       return;
     }
@@ -150,14 +188,17 @@ void ToolCallReader::keep_llama3() {
       return;
     }
     kept_.push_back(std::move(call));
-    from = kept_at_ = separator + 1;
+    kept_at_ = separator + 1;
+    scan.separator.emplace(kept_at_);
   }
 }
 
-ToolCallReading ToolCallReader::read() const {
+ToolCallReading ToolCallReader::read(std::size_t first) const {
   ToolCallReading out;
+  out.first = first;
   if (broken_ && text_.find_first_not_of(" \n\t\r", kept_at_) != std::string::npos) return out;
-  out.calls = kept_;
+  out.complete = kept_.size();
+  if (first < kept_.size()) out.calls.assign(kept_.begin() + static_cast<std::ptrdiff_t>(first), kept_.end());
   if (ended_ || broken_) return out;
   ToolCallParse rest;
   if (format_ == ToolCallFormat::kMistral || whole_) {
@@ -167,7 +208,9 @@ ToolCallReading ToolCallReader::read() const {
     const std::string_view raw = std::string_view(text_).substr(open_->at, open_->call.fed());
     if (open_->call.read(raw, &call, &rest)) rest.calls.push_back(std::move(call));
   }
-  out.calls.insert(out.calls.end(), std::make_move_iterator(rest.calls.begin()),
+  // rest's calls follow those kept (a whole text's too: nothing is kept then), from index kept_.size().
+  const std::size_t skip = std::min(rest.calls.size(), first > kept_.size() ? first - kept_.size() : 0);
+  out.calls.insert(out.calls.end(), std::make_move_iterator(rest.calls.begin() + static_cast<std::ptrdiff_t>(skip)),
                    std::make_move_iterator(rest.calls.end()));
   out.cut = rest.cut;
   out.cut_name_whole = rest.cut_name_whole;

@@ -110,14 +110,17 @@ ToolCallParse parse_hermes(std::string_view text, CutToolCall cut) {
 }
 
 std::size_t llama3_separator(std::string_view json_text, std::size_t from) {
-  int depth = 0;
-  JsonScan scan;
-  for (std::size_t i = from; i < json_text.size(); ++i) {
-    const char c = json_text[i];
-    if (scan.step(c) != JsonScan::At::kOutside) continue;
-    if (c == '{' || c == '[') ++depth;
-    if (c == '}' || c == ']') --depth;
-    if (depth == 0 && c == ';') return i;
+  return SeparatorScan(from).find(json_text);
+}
+
+std::size_t SeparatorScan::find(std::string_view text) {
+  for (; at_ < text.size(); ++at_) {
+    const char c = text[at_];
+    if (c == '\0' && nul_ == std::string_view::npos) nul_ = at_;
+    if (scan_.step(c) != JsonScan::At::kOutside) continue;
+    if (c == '{' || c == '[') ++depth_;
+    if (c == '}' || c == ']') --depth_;
+    if (depth_ == 0 && c == ';') return at_;  // not stepped past: asked again, the same answer
   }
   return std::string_view::npos;
 }
