@@ -181,6 +181,22 @@ TEST_CASE("serve: a field the endpoint does not know is refused by name, never i
   CHECK(sv::parse_completion_request(text + R"("max_completion_tokens":3,"stream":false})").ok());
 }
 
+TEST_CASE("serve: a response_format key out of place is refused, never left unenforced", "[serve]") {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":)";
+  const auto refused = [&](const std::string& format) {
+    return sv::parse_chat_request(head + format + "}").error.param;
+  };
+  CHECK(refused(R"({"type":"json_object","schema":{"type":"object"}})") == "response_format.schema");
+  CHECK(refused(R"({"type":"json_object","json_schema":{"name":"a","schema":{}}})") == "response_format.json_schema");
+  CHECK(refused(R"({"type":"json_schema","json_schema":{"name":"a","schema":{},"stirct":true}})") ==
+        "response_format.json_schema.stirct");
+  const sv::Parsed<sv::ChatRequest> full = sv::parse_chat_request(
+      head + R"({"type":"json_schema","json_schema":{"name":"a","description":"d","schema":{},"strict":true}}})");
+  REQUIRE(full.ok());
+  CHECK(full.value->response_format.strict);
+  CHECK(sv::parse_chat_request(head + R"({"type":"json_object"}})").ok());
+}
+
 TEST_CASE("serve: a whole number past 64 bits is named as too large", "[serve]") {
   const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
   const sv::Parsed<sv::ChatRequest> seed = sv::parse_chat_request(head + R"("seed":18446744073709551616})");

@@ -82,3 +82,11 @@ def test_responses_refuses_unknown_fields_at_each_level(server):
     assert status == 400 and body["error"]["param"] == "stream_options", body
     status, body = post(server, "/v1/responses", {**base, "prompt_cache_key": "k", "safety_identifier": "u"})
     assert status == 200, body
+
+
+def test_chat_refuses_a_response_format_key_out_of_place(server):
+    # {"type": "json_object", "schema": ...} answered JSON of any shape: the schema was dropped unannounced.
+    status, body = post(server, "/v1/chat/completions",
+                        {"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2,
+                         "response_format": {"type": "json_object", "schema": {"type": "object"}}})
+    refused(status, body, "response_format.schema")

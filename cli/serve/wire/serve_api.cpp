@@ -325,13 +325,20 @@ ToolChoice parse_tool_choice(const json& v, const std::vector<std::string>& tool
 
 ResponseFormat parse_response_format(const json& v) {
   if (!v.is_object()) invalid_field("response_format", std::string("expected an object, got ") + json_type_name(v));
+  // A key elsewhere than OpenAI puts it ({"type": "json_object", "schema": ...}) would leave its schema unenforced.
+  refuse_unknown_fields(v, "type json_schema", "response_format", "response_format.");
   ResponseFormat f;
   const auto type = v.find("type");
   if (type == v.end()) invalid_field("response_format.type", "missing");
   f.type = need_string(*type, "response_format.type");
+  if (f.type != "json_schema" && v.contains("json_schema")) {
+    invalid_field("response_format.json_schema", "given with type '" + f.type + "': a schema needs type json_schema");
+  }
   if (f.type == "json_schema") {
     const auto js = v.find("json_schema");
     if (js == v.end() || !js->is_object()) invalid_field("response_format.json_schema", "missing or not an object");
+    refuse_unknown_fields(*js, "name schema strict description", "response_format.json_schema",
+                          "response_format.json_schema.");
     if (js->contains("name")) f.name = need_string((*js)["name"], "response_format.json_schema.name");
     if (js->contains("strict") && !(*js)["strict"].is_null()) {
       f.strict = need_bool((*js)["strict"], "response_format.json_schema.strict");
