@@ -374,11 +374,11 @@ class TokenConstraint {
   const constrain::KeyLog& keys() const;
   // The tokens `mask` allows whose bytes keys() refuses (they repeat a key), sorted.
   std::vector<int64_t> repeats(const TokenMask& mask) const;
-  // Clears in `mask` the tokens after which the fewest bytes that complete the text, no key repeated, exceed
-  // `remaining`; `entry` is the state's cached mask, `apart` the needs of the tokens judged at the text's
-  // start. Allocates nothing the vocabulary's size but a copy of the mask's bits.
+  // Clears in `bits` (a copy of `allowed`, the step's mask without a budget) the tokens after which the
+  // fewest bytes that complete the text, no key repeated, exceed `remaining`; `entry` is the state's cached
+  // mask, `apart` the needs of the tokens judged at the text's start. Allocates nothing the vocabulary's size.
   void fit_budget(const constrain::MaskEntry& entry, const std::vector<std::pair<int64_t, int32_t>>& apart,
-                  int64_t remaining, TokenMask& mask) const;
+                  int64_t remaining, const std::vector<uint64_t>& allowed, std::vector<uint64_t>& bits) const;
 
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   TokenConstraintOptions options_;

@@ -383,23 +383,30 @@ const constrain::KeyLog& TokenConstraint::keys() const { return matcher_.state_-
 
 void TokenConstraint::fit_budget(const constrain::MaskEntry& entry,
                                  const std::vector<std::pair<int64_t, int32_t>>& apart, int64_t remaining,
-                                 TokenMask& mask) const {
+                                 const std::vector<uint64_t>& allowed, std::vector<uint64_t>& bits) const {
   const constrain::Matcher& m = parts_of(matcher_.constraint_).matcher;
   const StateSet& now = matcher_.state_->set;
   const constrain::VocabTrie& trie = Access::trie(*vocabulary_);
-  const Budget budget{m,    keys(), now,       matcher_.text(),  *vocabulary_,
-                      trie, entry,  remaining, m.min_bytes(now), keys().slack(m, now, matcher_.text())};
-  const std::vector<uint64_t> allowed = mask.bits;
-  budget.plain(allowed, mask.bits);
+  const Budget budget{.m = m,
+                      .keys = keys(),
+                      .now = now,
+                      .text = matcher_.text(),
+                      .vocabulary = *vocabulary_,
+                      .trie = trie,
+                      .entry = entry,
+                      .remaining = remaining,
+                      .need_now = m.min_bytes(now),
+                      .slack = keys().slack(m, now, matcher_.text())};
+  budget.plain(allowed, bits);
   const auto suspect = [&](int32_t id) {
-    if (has_bit(allowed, id)) budget.suspect(id, mask.bits);
+    if (has_bit(allowed, id)) budget.suspect(id, bits);
   };
   for (const int32_t id : trie.quotes_or_commas(1, true)) suspect(id);
   std::vector<int32_t> prefixes;
   keys().budget_suspects(now, matcher_.text(), trie, prefixes);
   for (const int32_t id : prefixes) suspect(id);
   for (const auto& [need, id] : apart) {  // judged at the text's start
-    if (has_bit(allowed, id)) set_bit(mask.bits, id, need <= remaining);
+    if (has_bit(allowed, id)) set_bit(bits, id, need <= remaining);
   }
 }
 
@@ -441,7 +448,7 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
   // The budget: only tokens after which the shortest completion, with distinct keys, fits in `remaining` bytes
   // (one token per byte); dropped when none does.
   TokenMask budgeted = mask;
-  fit_budget(entry, apart, remaining, budgeted);
+  fit_budget(entry, apart, remaining, mask.bits, budgeted.bits);
   const bool ends = budgeted.complete && !options_.end_tokens.empty();
   return ends || budgeted.count() > 0 ? budgeted : mask;
 }
