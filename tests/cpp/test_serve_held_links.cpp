@@ -2,7 +2,8 @@
 // (responses/responses_store.h): a held response deleted while a held one continuing it names its record keeps
 // that record as a link, and only so long; the journal stays bounded over a long run of holds and deletes while
 // other holds stay live, every live answer is still written by the next store, and a long chain of such links
-// is rebuilt at start in a loop (its stack use measured on a painted stack), not by recursion.
+// is rebuilt at start in a loop (its stack use measured on a painted stack), not by recursion. A row on disk a
+// held response's record names stays (unnamed once deleted) while it does, so a crash does not lose that one.
 #include <sys/mman.h>
 
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include <string>
 
 #include "orbit_catch.h"
+#include "serve/responses/responses_disk.h"
 #include "serve/responses/responses_store.h"
 #include "serve/stored/held_journal.h"
 #include "store_write_fixtures.h"
@@ -194,4 +196,53 @@ TEST_CASE("held links: a long chain of links is rebuilt at start without recursi
   REQUIRE(conversation.size() == 2 * (kLong + 1));
   CHECK(conversation[2].content == "question r1");
   CHECK(conversation.back().content == "answer r" + std::to_string(kLong));
+}
+
+TEST_CASE("held links: a response a held one's record names, landed and then deleted, stays its link on disk",
+          "[serve][journal]") {
+  TempDir tmp;
+  const std::string path = (tmp.dir / "responses.sqlite").string();
+  {
+    sv::ResponseStore store(sv::ResponseStoreOptions{4096, path});
+    seed(store);
+    auto parent = response("t");
+    {
+      const FileSizeLimit full(wal_bytes(path));
+      REQUIRE(put(store, parent).journaled);
+      REQUIRE(put(store, response("r", kLarge, parent)).journaled);  // its record names t's
+    }
+    const FileSizeLimit room(wal_bytes(path) + kRoom);  // t fits, r does not
+    store.retry_pending(true);
+    REQUIRE(store.pending().held == 1);  // r only: t landed
+    CHECK(store.erase("t"));             // no row continues t, but r's record names it
+    CHECK_FALSE(store.get("t"));
+  }  // no drain_pending(): a crash, as the files see it
+  sv::ResponseStore reopened(sv::ResponseStoreOptions{4096, path});
+  CHECK(reopened.pending().recovered == 1);  // the old code deleted t's row: r was lost (its chain missing t)
+  sv::ResponseStore fresh(sv::ResponseStoreOptions{4096, path});  // nothing in memory: read from disk
+  CHECK_FALSE(fresh.get("t"));                                    // deleted: an unnamed link of r only
+  const std::vector<orbit::ChatMessage> conversation = conversation_of(fresh, "r");
+  REQUIRE(conversation.size() == 4);
+  CHECK(conversation[0].content == "question t");
+  CHECK(conversation[3].content == "answer r");
+  CHECK(fresh.erase("r"));
+  CHECK_FALSE(sv::ResponseDisk(path).has("t"));  // nothing needs it now: deleted with r
+}
+
+TEST_CASE("held links: a row kept for a held response's record goes once that response is deleted",
+          "[serve][journal]") {
+  TempDir tmp;
+  const std::string path = (tmp.dir / "responses.sqlite").string();
+  sv::ResponseStore store(sv::ResponseStoreOptions{4096, path});
+  seed(store);
+  auto parent = response("t");
+  REQUIRE(put(store, parent));
+  const FileSizeLimit room(wal_bytes(path) + kRoom);
+  REQUIRE(put(store, response("r", kLarge, parent)).journaled);  // its record names t's row
+  CHECK(store.erase("t"));
+  CHECK(sv::ResponseDisk(path).has("t"));  // unnamed, kept for r's record
+  CHECK_FALSE(store.get("t"));
+  CHECK(store.erase("r"));
+  CHECK_FALSE(sv::ResponseDisk(path).has("t"));
+  CHECK(store.pending().held == 0);
 }

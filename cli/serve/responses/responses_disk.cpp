@@ -132,7 +132,7 @@ void ResponseDisk::collect(std::string id) {
   while (!id.empty()) {
     Statement row(file_, "SELECT named, COALESCE(previous, '') FROM responses WHERE id = ?");
     row.text(1, id);
-    if (!row.step() || row.column_int(0) != 0) return;
+    if (!row.step() || row.column_int(0) != 0 || (kept_ && kept_(id))) return;
     const std::string previous = row.column_text(1);
     Statement continued(file_, "SELECT 1 FROM responses WHERE previous = ? LIMIT 1");
     continued.text(1, id);
@@ -153,6 +153,12 @@ bool ResponseDisk::unname(const std::string& id) {
   if (was_named) collect(id);
   t.commit();
   return was_named;
+}
+
+void ResponseDisk::collect_all(const std::vector<std::string>& ids) {
+  SqlTransaction t(file_);
+  for (const std::string& id : ids) collect(id);
+  t.commit();
 }
 
 std::vector<std::string> ResponseDisk::evict_to(int64_t capacity) {

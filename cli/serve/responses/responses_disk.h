@@ -16,7 +16,9 @@
 //
 // Every write is one transaction (sqlite_file.h: WAL journal, synchronous=FULL): a crash leaves the state
 // before or after it. insert() takes several responses at once (ResponseStore's group commit: one sync of
-// the disk for them). A row is deleted only when it is unnamed and no row continues it. Several servers may
+// the disk for them). A row is deleted only when it is unnamed, no row continues it and its ResponseStore does
+// not keep it (keep_while: a held response's journal record names it, so a start rebuilding that one reads it
+// here; held_journal.h). Several servers may
 // share a store: writers wait for each other up to a busy timeout (10 s).
 // Thread-safety: none; ResponseStore serialises calls.
 #pragma once
@@ -25,6 +27,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "orbit/sync.h"
@@ -73,15 +76,23 @@ class ResponseDisk {
   bool touch(const std::string& id);
   // Makes `id` unnamed and deletes what no named response needs any more; false when it was not named.
   bool unname(const std::string& id);
+  // The rows `kept` is true for are kept while unnamed and continued by no row (as links of what continues
+  // them elsewhere: a held response's journal record). Called under the caller's lock, by every deletion.
+  void keep_while(std::function<bool(const std::string&)> kept) { kept_ = std::move(kept); }
+  // In one transaction: deletes each of `ids` (and its unnamed predecessors) that is unnamed, continued by no
+  // row and no longer kept. Throws orbit::Error naming the path when it cannot write (then none is deleted).
+  void collect_all(const std::vector<std::string>& ids);
   int64_t named_count() const;
 
  private:
-  void collect(std::string id);             // deletes `id` and its unnamed predecessors while nothing continues them
+  // Deletes `id` and its unnamed predecessors while nothing continues or keeps them.
+  void collect(std::string id);
   void insert_row(const ResponseRow& row);  // in a transaction
   // In a transaction: unnames the least recently used named responses past `capacity`; returns their ids.
   std::vector<std::string> evict_to(int64_t capacity);
 
   SqliteFile file_;
+  std::function<bool(const std::string&)> kept_;
 };
 
 // A message list as JSON text and back (role, content, name, tool_call_id, tool_calls).

@@ -117,6 +117,9 @@ ResponseStore::ResponseStore(ResponseStoreOptions options)
       pending_(options.pending_bytes, journal_.get()),
       before_disk_write_(std::move(options.before_disk_write)) {
   if (!options.path.empty()) disk_ = std::make_unique<ResponseDisk>(options.path);
+  // A row a held response's journal record names stays, unnamed once deleted, until that record goes: a
+  // start rebuilding the held one after a crash reads it there.
+  if (disk_ && journal_) disk_->keep_while([this](const std::string& id) { return journal_->names(id); });
   std::random_device device;
   random_.seed((static_cast<uint64_t>(device()) << 32) ^ device());
   if (journal_) recover_held();
@@ -296,6 +299,10 @@ void ResponseStore::recover_held() {
       journal_->release(e.id);
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    collect_unnamed();  // the rows only the records lost named
+  }
   if (recovered.empty()) return;
   report_recovered(pending_, recovered, retry_pending(true), "response");
 }
@@ -327,6 +334,8 @@ std::vector<ResponseRow> ResponseStore::rows_of(const std::vector<const Pending*
 }
 
 void ResponseStore::commit(const std::vector<const Pending*>& group) {
+  // Not between a held put's record and its hold: a row that record names, evicted here, is kept (keep_while).
+  std::lock_guard<std::mutex> turn(journal_turn_);
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::shared_ptr<StoredResponse>> carried;
   if (before_disk_write_) before_disk_write_();
@@ -352,6 +361,21 @@ void ResponseStore::commit(const std::vector<const Pending*>& group) {
     }
   }
   for (const std::string& dropped : evicted) forget(dropped);
+  collect_unnamed();
+}
+
+void ResponseStore::collect_unnamed() {
+  if (!journal_) return;
+  std::vector<std::string> ids = journal_->take_unnamed();
+  unnamed_.insert(unnamed_.end(), ids.begin(), ids.end());
+  if (unnamed_.empty()) return;
+  try {
+    disk_->collect_all(unnamed_);
+    unnamed_.clear();
+  } catch (const Error& e) {  // the disk cannot be written: they stay unnamed rows until the next write
+    std::fprintf(stderr, "orbit serve: %zu unnamed responses no held one needs any more stay in the store: %s\n",
+                 unnamed_.size(), e.what());
+  }
 }
 
 RetryResult ResponseStore::retry_pending(bool all) {
@@ -455,14 +479,17 @@ std::shared_ptr<StoredResponse> ResponseStore::continued_by(const std::vector<Ch
 
 bool ResponseStore::erase(const std::string& id) {
   std::lock_guard<std::mutex> turn(retry_mutex_);  // a retry in flight lands first: unnamed below
-  {
-    std::lock_guard<std::mutex> journal_turn(journal_turn_);  // not between a held put's record and its hold
-    pending_.forget(id, true);  // its record kept as a link while a held response's record names it
-  }
+  // Not between a held put's record and its hold: the record may name this response, as a journal record or a
+  // row, which stays (a link) only once that record is held.
+  std::lock_guard<std::mutex> journal_turn(journal_turn_);
+  pending_.forget(id, true);  // its record kept as a link while a held response's record names it
   std::lock_guard<std::mutex> lock(mutex_);
   const bool held = by_id_.count(id) != 0;
   forget(id);
-  return disk_ ? disk_->unname(id) || held : held;
+  if (!disk_) return held;
+  const bool unnamed = disk_->unname(id);  // its row stays as a link while a held response's record names it
+  collect_unnamed();
+  return unnamed || held;
 }
 
 std::size_t ResponseStore::size() const {

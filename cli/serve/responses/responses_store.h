@@ -37,13 +37,16 @@
 // length, not its square): a crash or `kill -9` does not lose it. erase() of a held response keeps its record
 // as a link (HeldJournal::keep_as_link) while a live record names it, so that a held response continuing it is
 // still written whole, the deleted one as an unnamed link; once none does, the journal's next rewrite drops it,
-// so the journal stays bounded however long a store stays unwritable. The next ResponseStore opened on the path
-// adopts the journals no running server holds, rebuilds each response (its chain from the journal and the disk,
-// the records its links name rebuilt first in a loop, so a chain of any length), holds it again
-// (served from memory, as any held one) and writes it at once, naming on stderr each one recovered (stored, or held
-// again) or lost (a record that does not parse, a chain whose link is gone); a torn or corrupt journal is reported
-// naming the file. drain_pending() leaves a journaled response it could not write in the journal for the next start.
-// Where the journal cannot take a record the response is held in memory only (StoreWrite::journaled false).
+// so the journal stays bounded however long a store stays unwritable. A row on disk that a live record names (the
+// nearest link of its chain on disk: one never held, or one held that landed since) is kept while one does,
+// unnamed if it is deleted or evicted meanwhile (ResponseDisk::keep_while), and collected once none does (this server's
+// deletes and evictions: another server sharing the store does not read this journal). The next ResponseStore opened on
+// the path adopts the journals no running server holds, rebuilds each response (its chain from the journal and the
+// disk, the records its links name rebuilt first in a loop, so a chain of any length), holds it again (served from
+// memory, as any held one) and writes it at once, naming on stderr each one recovered (stored, or held again) or lost
+// (a record that does not parse, a chain whose link is gone); a torn or corrupt journal is reported naming the file.
+// drain_pending() leaves a journaled response it could not write in the journal for the next start. Where the journal
+// cannot take a record the response is held in memory only (StoreWrite::journaled false).
 //
 // Besides ids, the store finds the response a request continues without naming it, as agents that resend
 // the whole history do (the OpenAI Agents SDK by default): continued_by() returns the stored response whose
@@ -178,6 +181,9 @@ class ResponseStore {
   // it has a record, is in `built` already.
   std::shared_ptr<StoredResponse> from_record(const JournalEntry& e, const nlohmann::json& record, Rebuilt& built,
                                               std::string& key);
+  // Under mutex_: deletes the unnamed rows on disk that held responses' journal records named and none does
+  // any more (HeldJournal::take_unnamed), unless another row needs them; kept for the next call when it fails.
+  void collect_unnamed();
   void check();  // GroupCommit's: the disk's check; takes mutex_
   // Under mutex_:
   void touch(Entry& entry);
@@ -204,9 +210,10 @@ class ResponseStore {
   PendingWrites<Pending> pending_;
   const std::function<void()> before_disk_write_;
   std::mutex retry_mutex_;  // one retry at a time; erase() waits for it (taken before mutex_)
-  // A held put's journal record made and held, and erase()'s release of a held one, one at a time (after
-  // retry_mutex_, before mutex_): a record never names a held response released in between.
+  // A held put's journal record made and held, erase() and commit(), one at a time (after retry_mutex_,
+  // before mutex_): a record never names a held response released, or a row deleted, in between.
   std::mutex journal_turn_;
+  std::vector<std::string> unnamed_;  // collect_unnamed()'s ids whose deletion failed: tried again (mutex_)
 };
 
 }  // namespace orbit::serve

@@ -247,6 +247,7 @@ bool HeldJournal::create() {
   if (std::string why = io::replace_locked(fd, bytes, temporary, path_); !why.empty()) {
     error_ = why;
     live_.clear();
+    named_.clear();
     live_bytes_ = 0;
     holds_ = 0;
     return false;
@@ -296,6 +297,7 @@ std::string HeldJournal::names_of(const std::string& payload) const {
 
 void HeldJournal::add(const std::string& id, Live record) {
   if (const auto named = live_.find(record.names); named != live_.end()) ++named->second.named_by;
+  if (!record.names.empty()) ++named_[record.names];
   live_bytes_ += record.bytes;
   if (!record.link) ++holds_;
   live_[id] = std::move(record);
@@ -307,6 +309,10 @@ void HeldJournal::drop(const std::string& id) {
     live_.erase(it);
     live_bytes_ -= gone.bytes;
     if (!gone.link) --holds_;
+    if (const auto named = named_.find(gone.names); named != named_.end() && --named->second == 0) {
+      named_.erase(named);
+      if (live_.count(gone.names) == 0) unnamed_.push_back(gone.names);  // a row of the store's: it may go now
+    }
     it = live_.find(gone.names);
     // The link it named goes too when no other live record names it.
     if (it == live_.end() || --it->second.named_by > 0 || !it->second.link) return;
@@ -326,6 +332,16 @@ HeldJournal::~HeldJournal() {
 std::size_t HeldJournal::live() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return holds_;
+}
+
+bool HeldJournal::names(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return named_.count(id) != 0;
+}
+
+std::vector<std::string> HeldJournal::take_unnamed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(unnamed_, {});
 }
 
 std::string HeldJournal::hold(const std::string& id, const std::string& payload) {

@@ -36,6 +36,8 @@
 // as a link (keep_as_link) stays needed while a live record names it, holds and needed links alike; once none
 // does (the holds naming it landed or were deleted), it is no longer live: its bytes are dead, and the next
 // rewrite (or a start adopting the file) leaves it out. Every live link is thus reachable from a live hold.
+// An id a live record names that has no record here is a row of the store's disk: names() tells the store to
+// keep that row (unnamed, if the client deleted it) while it is named, and take_unnamed() when it no longer is.
 //
 // Size: when no hold is live the file is cut back to its header, and when its dead bytes (released holds and
 // links no live record needs) exceed its live ones plus 1 MiB (kSlack) it is rewritten: the live records copied
@@ -104,6 +106,12 @@ class HeldJournal {
   // (a link included) is ignored.
   std::string release(const std::string& id);
   std::size_t live() const;  // live holds in this server's journal (links not counted)
+  // Whether a live record (a hold or a link) names `id` as its link (link_of): its store keeps `id` where it
+  // is (the Responses store: an unnamed row on disk) while this is true, since a start needs it to rebuild them.
+  bool names(const std::string& id) const;
+  // The ids without a live record here (rows on disk) that some live record named and none does any more,
+  // since the last call: their store may drop them now.
+  std::vector<std::string> take_unnamed();
 
  private:
   struct Live {
@@ -133,11 +141,13 @@ class HeldJournal {
   std::string path_;
   std::string error_;
   int fd_ = -1;
-  uint64_t end_ = 0;                  // the file's size: the next record goes there
-  uint64_t live_bytes_ = 0;           // the live records' bytes
-  std::size_t holds_ = 0;             // the live records that are holds
-  std::map<std::string, Live> live_;  // by id
-  std::vector<uint64_t> unmarked_;    // released holds whose mark failed (offsets): made again by settle()
+  uint64_t end_ = 0;                          // the file's size: the next record goes there
+  uint64_t live_bytes_ = 0;                   // the live records' bytes
+  std::size_t holds_ = 0;                     // the live records that are holds
+  std::map<std::string, Live> live_;          // by id
+  std::vector<uint64_t> unmarked_;            // released holds whose mark failed (offsets): made again by settle()
+  std::map<std::string, std::size_t> named_;  // each id live records name (Live::names), and how many do
+  std::vector<std::string> unnamed_;          // take_unnamed()'s: named by none since, with no live record
   JournalAdoption adopted_;
 };
 
