@@ -197,6 +197,28 @@ TEST_CASE("serve: a response_format key out of place is refused, never left unen
   CHECK(sv::parse_chat_request(head + R"({"type":"json_object"}})").ok());
 }
 
+TEST_CASE("serve: a tool's or tool_choice's key out of place is refused by name", "[serve]") {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"tools":)";
+  const auto refused = [&](const std::string& rest) { return sv::parse_chat_request(head + rest + "}").error.param; };
+  CHECK(refused(R"([{"type":"function","function":{"name":"f","params":{"type":"object"}}}])") ==
+        "tools[0].function.params");
+  CHECK(refused(R"([{"type":"function","function":{"name":"f"},"parameters":{}}])") == "tools[0].parameters");
+  CHECK(refused(R"([{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function",)"
+                R"("function":{"name":"f","arguments":"{}"}})") == "tool_choice.function.arguments");
+  CHECK(refused(R"([{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","name":"f",)"
+                R"("function":{"name":"f"}})") == "tool_choice.name");
+  CHECK(sv::parse_chat_request(head + R"([{"type":"function","function":{"name":"f","description":"d",)"
+                                      R"("parameters":{"type":"object"},"strict":true}}]})")
+            .ok());
+  const sv::Parsed<sv::ResponsesRequest> deferred = sv::parse_responses_request(
+      R"({"model":"m","input":"hi","tools":[{"type":"function","name":"f","defer_loading":true}]})");
+  CHECK(deferred.error.param == "tools[0].defer_loading");
+  CHECK(sv::parse_responses_request(
+            R"({"model":"m","input":"hi","tools":[{"type":"function","name":"f","description":"d",)"
+            R"("parameters":{"type":"object"},"strict":false}]})")
+            .ok());
+}
+
 TEST_CASE("serve: a whole number past 64 bits is named as too large", "[serve]") {
   const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
   const sv::Parsed<sv::ChatRequest> seed = sv::parse_chat_request(head + R"("seed":18446744073709551616})");

@@ -90,3 +90,15 @@ def test_chat_refuses_a_response_format_key_out_of_place(server):
                         {"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2,
                          "response_format": {"type": "json_object", "schema": {"type": "object"}}})
     refused(status, body, "response_format.schema")
+
+
+def test_a_tool_key_out_of_place_is_refused(server):
+    # A misspelt "parameters" gave the model a tool whose arguments nothing checked.
+    tool = {"type": "function", "function": {"name": "f", "params": {"type": "object"}}}
+    status, body = post(server, "/v1/chat/completions",
+                        {"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2, "tools": [tool]})
+    refused(status, body, "tools[0].function.params")
+    status, body = post(server, "/v1/responses",
+                        {"model": MODEL_NAME, "input": "Hi", "max_output_tokens": 2,
+                         "tools": [{"type": "function", "name": "f", "defer_loading": True}]})
+    refused(status, body, "tools[0].defer_loading")

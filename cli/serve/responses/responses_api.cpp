@@ -161,6 +161,8 @@ ojson chat_tools(const ojson& tools) {
     if (type == nullptr) invalid_field(p + ".type", "missing");
     const std::string kind = need_string(*type, p + ".type");
     if (kind != "function") invalid_field(p + ".type", "only 'function' tools are accepted (got '" + kind + "')");
+    // Another key (defer_loading, output_schema, a misspelt parameters) asks for what would not happen.
+    refuse_unknown_fields(t, "type name description parameters strict", p, p + ".");
     ojson fn = {{"name", required_string(t, "name", p)}};
     for (std::size_t j = 0; j < i; ++j) {
       if (out[j]["function"]["name"] == fn["name"]) {

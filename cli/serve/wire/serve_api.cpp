@@ -277,6 +277,9 @@ std::vector<std::string> parse_tools(const json& tools) {
     }
     const auto fn = t.find("function");
     if (fn == t.end() || !fn->is_object()) invalid_field(p + ".function", "missing or not an object");
+    // A key out of place (a misspelt "parameters") would give the model a tool whose arguments go unchecked.
+    refuse_unknown_fields(t, "type function", p, p + ".");
+    refuse_unknown_fields(*fn, "name description parameters strict", p + ".function", p + ".function.");
     const auto name = fn->find("name");
     if (name == fn->end()) invalid_field(p + ".function.name", "missing");
     names.push_back(need_string(*name, p + ".function.name"));
@@ -307,6 +310,8 @@ ToolChoice parse_tool_choice(const json& v, const std::vector<std::string>& tool
     }
     const auto fn = v.find("function");
     if (fn == v.end() || !fn->is_object()) invalid_field("tool_choice.function", "missing or not an object");
+    refuse_unknown_fields(v, "type function", "tool_choice", "tool_choice.");
+    refuse_unknown_fields(*fn, "name", "tool_choice.function", "tool_choice.function.");
     const auto name = fn->find("name");
     if (name == fn->end()) invalid_field("tool_choice.function.name", "missing");
     c.mode = "function";

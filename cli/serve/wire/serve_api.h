@@ -10,12 +10,12 @@
 //                stop (string or array of at most 4 strings), n (1..ServeLimits::max_choices; streamed, each
 //                choice's chunks carry its index), stream (bool),
 //                stream_options.include_usage (bool), user (any string), tools (array of {"type": "function",
-//                "function": {"name", "description"?, "parameters"?}}, names unique, handed to the template;
-//                the server refuses parameters outside the schema subset of answer_constraint.h), tool_choice
-//                ("none", "auto", "required" or {"type": "function", "function": {"name"}} naming one of the
-//                tools), parallel_tool_calls (bool), response_format ({"type": "text" | "json_object" |
-//                "json_schema", "json_schema": {"name", "schema", "strict"?, "description"?}}; any other key, or json_schema beside
-//                another type, is refused: it would leave a schema unenforced)
+//                "function": {"name", "description"?, "parameters"?, "strict"?}}, names unique, other keys
+//                refused, handed to the template; the server refuses parameters outside the schema subset of
+//                answer_constraint.h), tool_choice ("none", "auto", "required" or {"type": "function", "function":
+//                {"name"}} naming one of the tools), parallel_tool_calls (bool), response_format ({"type": "text" |
+//                "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"?, "description"?}}; any
+//                other key, or json_schema beside another type, is refused: it would leave a schema unenforced)
 //                presence_penalty, frequency_penalty [-2, 2]; logit_bias ({"<token id>": bias in [-100, 100]},
 //                ids below ServeLimits::vocab_size); logprobs (bool), top_logprobs (integer 0..20, with
 //                logprobs true): honoured as OpenAI defines them (GenerateOptions in orbit/window.h);
