@@ -219,6 +219,19 @@ TEST_CASE("serve: a tool's or tool_choice's key out of place is refused by name"
             .ok());
 }
 
+TEST_CASE("serve: an assistant's refusal parts are read as its text; another role's are refused", "[serve]") {
+  const sv::Parsed<sv::ChatRequest> said = sv::parse_chat_request(
+      R"({"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[)"
+      R"({"type":"text","text":"No: "},{"type":"refusal","refusal":"I can't."}]},{"role":"user","content":"ok"}]})");
+  REQUIRE(said.ok());
+  CHECK(said.value->messages[1].content == "No: I can't.");
+  CHECK(sv::parse_chat_request(R"({"model":"m","messages":[{"role":"user","content":[{"type":"refusal",)"
+                               R"("refusal":"x"}]}]})")
+            .error.param == "messages[0].content[0].type");
+  CHECK(sv::parse_chat_request(R"({"model":"m","messages":[{"role":"assistant","content":[{"type":"refusal"}]}]})")
+            .error.param == "messages[0].content[0].refusal");
+}
+
 TEST_CASE("serve: a whole number past 64 bits is named as too large", "[serve]") {
   const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
   const sv::Parsed<sv::ChatRequest> seed = sv::parse_chat_request(head + R"("seed":18446744073709551616})");

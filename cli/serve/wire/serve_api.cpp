@@ -55,8 +55,9 @@ int64_t need_int(const json& v, const std::string& param) {
   return v.get<int64_t>();
 }
 
-// The text of a message's content: a string, null, or text parts.
-std::string content_text(const json& v, const std::string& param) {
+// The text of a message's content: a string, null, or text parts; an assistant's may also hold OpenAI's
+// refusal parts ({"type": "refusal", "refusal": text}), which are what it said, so they are read as its text.
+std::string content_text(const json& v, const std::string& param, bool assistant) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_null()) return "";
   if (!v.is_array())
@@ -68,12 +69,16 @@ std::string content_text(const json& v, const std::string& param) {
     if (!part.is_object()) invalid_field(p, std::string("expected an object, got ") + json_type_name(part));
     const auto type = part.find("type");
     if (type == part.end()) invalid_field(p + ".type", "missing");
-    if (need_string(*type, p + ".type") != "text") {
-      invalid_field(p + ".type", "only text parts are accepted (got '" + type->get<std::string>() + "')");
+    const std::string kind = need_string(*type, p + ".type");
+    const bool refusal = assistant && kind == "refusal";
+    if (kind != "text" && !refusal) {
+      invalid_field(p + ".type", "only text parts are accepted" + std::string(assistant ? " (and refusal parts)" : "") +
+                                     " (got '" + kind + "')");
     }
-    const auto t = part.find("text");
-    if (t == part.end()) invalid_field(p + ".text", "missing");
-    text += need_string(*t, p + ".text");
+    const char* key = refusal ? "refusal" : "text";
+    const auto t = part.find(key);
+    if (t == part.end()) invalid_field(p + "." + key, "missing");
+    text += need_string(*t, p + "." + key);
   }
   return text;
 }
@@ -119,7 +124,7 @@ ChatMessage parse_message(const json& v, const std::string& param) {
   if (m.role == "developer") m.role = "system";  // OpenAI's newer name for the system prompt
   const auto content = v.find("content");
   if (content == v.end() && m.role != "assistant") invalid_field(param + ".content", "missing");
-  if (content != v.end()) m.content = content_text(*content, param + ".content");
+  if (content != v.end()) m.content = content_text(*content, param + ".content", m.role == "assistant");
   if (v.contains("name") && !v["name"].is_null()) m.name = need_string(v["name"], param + ".name");
   if (v.contains("tool_call_id") && !v["tool_call_id"].is_null()) {
     m.tool_call_id = need_string(v["tool_call_id"], param + ".tool_call_id");

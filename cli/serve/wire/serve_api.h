@@ -36,7 +36,8 @@
 //                chat's own fields (messages, tools, tool_choice, parallel_tool_calls, response_format, store,
 //                metadata, ...) are refused there naming /v1/chat/completions, which serves them
 //   a message:   role in {system, developer, user, assistant, tool}; content a string, null (an assistant
-//                message with tool_calls), or an array of {"type": "text", "text": ...} parts;
+//                message with tool_calls), or an array of {"type": "text", "text": ...} parts (an assistant's
+//                also {"type": "refusal", "refusal": ...}, read as its text, as OpenAI takes them);
 //                name, tool_call_id (strings); tool_calls (array of {id, type "function",
 //                function {name, arguments (string)}}); a tool message is taken wherever it stands and
 //                whatever its tool_call_id, unlike OpenAI's API (which refuses one that answers no call of
