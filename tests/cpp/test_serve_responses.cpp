@@ -139,6 +139,7 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
   CHECK(refused(body_with(R"("text":{"fromat":{"type":"text"}})")) == "text.fromat");
   CHECK(refused(body_with(R"("text":{"format":{"type":"text","schema_name":"x"}})")) == "text.format.schema_name");
   CHECK(refused(body_with(R"("stream_options":{"include_obfuscation":false})")) == "stream_options");
+  CHECK(refused(body_with(R"("reasoning":{"effort":"none","efort":"high"})")) == "reasoning.efort");
   CHECK(refused(body_with(R"("stream":true,"stream_options":{"include_usage":true})")) ==
         "stream_options.include_usage");
   CHECK(refused(body_with(R"("stream":true,"stream_options":{"include_obfuscation":1})")) ==

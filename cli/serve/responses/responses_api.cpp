@@ -233,6 +233,7 @@ void refuse_unsupported(const ojson& body) {
   }
   if (const ojson* v = field(body, "reasoning")) {
     need_object(*v, "reasoning");
+    refuse_unknown_fields(*v, "effort summary generate_summary", "reasoning", "reasoning.");
     const ojson* effort = field(*v, "effort");
     if (effort != nullptr && !(effort->is_string() && effort->get<std::string>() == "none")) {
       unsupported("reasoning.effort", "reasoning");

@@ -33,9 +33,10 @@
 // typical_p, repetition_penalty, mirostat). Chat's own fields are refused naming what to use instead (code
 // "unknown_parameter"): max_tokens and max_completion_tokens (max_output_tokens), messages (input),
 // response_format (text.format), logprobs (top_logprobs), functions and function_call (tools, tool_choice),
-// stop and n (no equivalent). Any other field, at the top level or inside text, text.format (type, name, schema,
-// strict, description) and stream_options (include_obfuscation; only beside stream true), is refused as OpenAI
-// refuses it (code "unknown_parameter", e.g. "text.fromat: unrecognized request argument ..."), never ignored.
+// stop and n (no equivalent). Any other field, at the top level or inside reasoning (effort, summary,
+// generate_summary), text, text.format (type, name, schema, strict, description) and stream_options
+// (include_obfuscation; only beside stream true), is refused as OpenAI refuses it (code "unknown_parameter", e.g.
+// "text.fromat: unrecognized request argument ..."), never ignored.
 //
 // Items become chat messages in order: a message item one message (developer read as system); a
 // function_call item joins the assistant message right before it (its text, or the calls before it), else
