@@ -316,8 +316,11 @@ std::vector<ResponseRow> ResponseStore::rows_of(const std::vector<const Pending*
     // The links it continues that no row holds yet: held for a retry (written named), or deleted or dropped
     // while held (an unnamed link).
     std::vector<std::shared_ptr<StoredResponse>> missing;
+    // A held link is not on disk (its write has not landed: no disk lookup); a retry's landing, not yet
+    // released, may have written it, which the insert (by id) ignores.
     for (std::shared_ptr<StoredResponse> link = p->response->previous;
-         link && written.count(link->id) == 0 && !disk_->has(link->id); link = link->previous) {
+         link && written.count(link->id) == 0 && (pending_.holds(link->id) || !disk_->has(link->id));
+         link = link->previous) {
       missing.push_back(link);
     }
     for (auto link = missing.rbegin(); link != missing.rend(); ++link) {
@@ -333,12 +336,22 @@ std::vector<ResponseRow> ResponseStore::rows_of(const std::vector<const Pending*
   return rows;
 }
 
+bool ResponseStore::carries_links(const std::vector<const Pending*>& group) {
+  return std::any_of(group.begin(), group.end(), [&](const Pending* p) {
+    const StoredResponse* previous = p->response->previous.get();
+    return previous != nullptr && (pending_.holds(previous->id) || !disk_->has(previous->id));
+  });
+}
+
 void ResponseStore::commit(const std::vector<const Pending*>& group) {
   // Not between a held put's record and its hold: a row that record names, evicted here, is kept (keep_while).
   std::lock_guard<std::mutex> turn(journal_turn_);
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::shared_ptr<StoredResponse>> carried;
   if (before_disk_write_) before_disk_write_();
+  // A group carrying links no row holds (held ones) proves first that the disk takes a write: while it takes none
+  // (full, read-only) a put continuing a held chain fails here, without building and writing the chain's rows.
+  if (carries_links(group)) disk_->check_writable();
   // Which links no row holds is read inside the write's transaction (ResponseDisk::insert).
   const std::vector<std::string> evicted =
       disk_->insert([&] { return rows_of(group, carried); }, static_cast<int64_t>(capacity_));

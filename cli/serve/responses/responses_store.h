@@ -20,8 +20,9 @@
 // keeps it past its LRU bound while it is held); a response put on disk that continues a held one (or one
 // deleted meanwhile) writes that one first in its own transaction (named if held, else as an unnamed link),
 // so a row's previous is always on disk and a chain read back after a restart is whole; the held one has
-// then landed. DELETE of a held response cancels its write. One the retry could not hold (no room) or write
-// by shutdown is in memory only, until a restart. Puts and
+// then landed. Such a put checks first that the disk takes a write (check_writable's), so while it takes none
+// the put is held at once, at a cost that does not grow with the held chain's length. DELETE of a held response cancels
+// its write. One the retry could not hold (no room) or write by shutdown is in memory only, until a restart. Puts and
 // checks queue in one GroupCommit (group_commit.h), as the chat completions store's do: responses put
 // together share one transaction and one sync of the disk (at most 64; one each with
 // ResponseStoreOptions::group_commit off), put() returns once the transaction holding its response committed
@@ -162,6 +163,8 @@ class ResponseStore {
   // and those links.
   std::vector<ResponseRow> rows_of(const std::vector<const Pending*>& group,
                                    std::vector<std::shared_ptr<StoredResponse>>& carried);
+  // Under mutex_: whether a response of `group` continues one no row holds (held, or deleted while held).
+  bool carries_links(const std::vector<const Pending*>& group);
   void recover_held();  // at construction: the adopted journals' responses held and written
   // Under mutex_: `p` as its journal record holds it, with the links of its chain no row holds.
   std::string journal_payload(const Pending& p);

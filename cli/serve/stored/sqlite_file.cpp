@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <utility>
+
 #include "orbit/common/error.h"
 
 namespace orbit::serve {
@@ -26,12 +28,21 @@ SqliteFile::SqliteFile(const std::string& kind, const std::string& path, const c
     const std::string found = read.step() ? read.column_text(0) : std::string();
     ORBIT_CHECK(found == format, label_ << ": format '" << found << "' is not '" << format << "'");
   } catch (...) {
+    finalize_cached();
     sqlite3_close(db_);
     throw;
   }
 }
 
-SqliteFile::~SqliteFile() { sqlite3_close(db_); }
+SqliteFile::~SqliteFile() {
+  finalize_cached();
+  sqlite3_close(db_);
+}
+
+void SqliteFile::finalize_cached() {
+  for (const auto& [sql, stmt] : cached_) sqlite3_finalize(stmt);
+  cached_.clear();
+}
 
 void SqliteFile::exec(const char* sql) const {
   char* message = nullptr;
@@ -59,11 +70,21 @@ void SqliteFile::check_writable() {
   exec("PRAGMA synchronous=FULL");
 }
 
-SqlStatement::SqlStatement(const SqliteFile& file, const char* sql) : file_(file) {
+SqlStatement::SqlStatement(const SqliteFile& file, const char* sql) : file_(file), sql_(sql) {
+  if (const auto cached = file.cached_.find(sql_); cached != file.cached_.end()) {
+    stmt_ = cached->second;
+    file.cached_.erase(cached);
+    return;
+  }
   if (sqlite3_prepare_v2(file.db(), sql, -1, &stmt_, nullptr) != SQLITE_OK) fail("prepare");
 }
 
-SqlStatement::~SqlStatement() { sqlite3_finalize(stmt_); }
+SqlStatement::~SqlStatement() {
+  if (stmt_ == nullptr) return;
+  sqlite3_reset(stmt_);  // its read or write ends here, as a finalize's would
+  sqlite3_clear_bindings(stmt_);
+  if (!file_.cached_.emplace(std::move(sql_), stmt_).second) sqlite3_finalize(stmt_);
+}
 
 SqlStatement& SqlStatement::text(int at, const std::string& value) {
   sqlite3_bind_text(stmt_, at, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT);

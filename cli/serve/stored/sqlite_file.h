@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 struct sqlite3;
@@ -40,12 +41,18 @@ class SqliteFile {
   void check_writable();
 
  private:
+  friend class SqlStatement;
+  void finalize_cached();
   std::string path_;
   std::string label_;
   sqlite3* db_ = nullptr;
+  // One prepared statement by SQL text, not in use: SqlStatement takes it and gives it back reset, so a
+  // statement run again (a chain's links looked up one by one) is prepared once.
+  mutable std::map<std::string, sqlite3_stmt*> cached_;
 };
 
-// One prepared statement, finalized on scope exit. Errors throw naming the database.
+// One prepared statement, reset and given back to its file's cache on scope exit (finalized when the cache
+// holds one of that text already: two in use at once). Errors throw naming the database.
 class SqlStatement {
  public:
   SqlStatement(const SqliteFile& file, const char* sql);
@@ -65,6 +72,7 @@ class SqlStatement {
  private:
   [[noreturn]] void fail(const char* what) const;
   const SqliteFile& file_;
+  std::string sql_;
   sqlite3_stmt* stmt_ = nullptr;
 };
 
