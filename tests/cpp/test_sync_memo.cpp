@@ -479,3 +479,33 @@ TEST_CASE("a template that renders a kept message otherwise in the trimmed list 
     }
   }
 }
+
+TEST_CASE("a list no positions can hold is refused before any prefix is rendered", "[sync_memo]") {
+  const auto engine = orbit::test::sync_support::open_engine();
+  const MemoOn restore;
+  orbit::detail::set_cuts_memo(false);  // every prefix rendered, as for a list no earlier list knew
+  Window w = engine->new_window();
+  const SyncOptions o = orbit::test::sync_support::options("", 16);
+  // 4,096 short messages render to some 66 KB, past 512 positions × the longest piece's bytes: the refusal
+  // used to come after step 2 rendered each of the 4,096 prefixes (seconds), now after the one whole render.
+  std::vector<ChatMessage> far;
+  for (int i = 0; i < 4096; ++i) far.push_back(msg(i % 2 == 0 ? "user" : "assistant", "hi " + std::to_string(i)));
+  const int64_t before = orbit::detail::prefix_renders_so_far();
+  CHECK_THROWS_WITH(w.plan_sync(far, o),
+                    Catch::Matchers::StartsWith("plan_sync: the rendered messages: the text is ") &&
+                        Catch::Matchers::Contains("more than the model's 512 positions can hold"));
+  CHECK_THROWS_WITH(w.sync(far, o), Catch::Matchers::StartsWith("sync: the rendered messages: the text is "));
+  CHECK(orbit::detail::prefix_renders_so_far() == before);
+  // A list within the bound but past the positions in tokens is still refused by its token count, and a list
+  // that fits plans as before, its prefixes rendered.
+  const std::vector<ChatMessage> tokens_over(far.begin(), far.begin() + 60);
+  CHECK_THROWS_WITH(w.plan_sync(tokens_over, o),
+                    Catch::Matchers::StartsWith("plan_sync: the rendered messages are ") &&
+                        Catch::Matchers::Contains("tokens, more than the model's 512 positions"));
+  const std::vector<ChatMessage> fits(far.begin(), far.begin() + 8);
+  const int64_t fits_before = orbit::detail::prefix_renders_so_far();
+  const SyncPlan plan = w.plan_sync(fits, o);
+  CHECK(orbit::detail::prefix_renders_so_far() > fits_before);
+  w.sync(fits, plan);
+  CHECK(w.instances().size() > 0);
+}

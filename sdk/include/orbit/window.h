@@ -448,7 +448,9 @@ class Window {
   // reorder, recalls, admits and turns, each applied under the window's policy. After it, the window's
   // tokens (its instances' tokens in order) are tokenize(render(messages)). A list the window holds
   // already applies nothing. Throws orbit::Error when the engine has no tokenizer, the template refuses
-  // the list, or the rendering does not fit the model's positions (nothing applied), or when an operation
+  // the list, or the rendering does not fit the model's positions (nothing applied; a rendering of more bytes
+  // than positions × the tokenizer's longest piece is refused after its one render, before its messages are
+  // cut, so a list far too long costs one render), or when an operation
   // is refused (the pool is full): the operations applied before it stay, and the window is then a mix of
   // old and new that a later sync of any list brings to that list. Errors start with the function called
   // ("plan_sync: ...", "sync: ...", "prepare_sync: ..."); malformed tools or extra JSON is named as

@@ -486,15 +486,17 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
 
   const std::string text = render(n, false);
   const runtime::Tokenizer& tok = core.tokenizer();
+  // Refused here, after the one whole render and before step 2 renders the list's prefixes (one per message,
+  // quadratic in the list's length), so a list far past the positions costs one render, not seconds.
+  detail::check_text_fits(
+      text, core.config().max_position_embeddings, [&] { return tok.longest_piece_bytes(); },
+      std::string(caller) + ": the rendered messages");
   Encoder encode{tok, by_token_bytes(tok) && detail::encodes_incrementally(tok), nullptr, nullptr, nullptr};
   detail::ListKeys keys;
   if (encode.incremental || detail::cuts_memo_applies(*chat.tmpl)) keys = detail::list_keys(*chat.tmpl, ro, msgs);
   const std::vector<Cut> cuts = detail::text_cuts(*chat.tmpl, render.messages, keys, text, &out.merged);
   const std::vector<Marker> marks = find_markers(text, out.parts, caller);
   encode.cuts = &cuts;
-  detail::check_text_fits(
-      text, core.config().max_position_embeddings, [&] { return tok.longest_piece_bytes(); },
-      std::string(caller) + ": the rendered messages");
   if (encode.incremental) {
     encode.known = detail::known_encodings(keys.lists, tok);
     encode.made = std::make_shared<detail::ListEncodings>();
