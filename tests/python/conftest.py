@@ -95,6 +95,20 @@ def start_serve(orbit_cli):
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def stories_server(orbit_cli, stories260k_path):
+    """(host, port) of one `orbit serve` on stories260K (127.0.0.1, a free port, no other argument), shared by a
+    module's tests and stopped after them. Skips when this orbit was built without its HTTP server."""
+    try:
+        process = ServeProcess(orbit_cli, stories260k_path, ())
+    except NoServe as e:
+        pytest.skip(str(e))
+    try:
+        yield process.host, process.port
+    finally:
+        process.stop()
+
+
 # The story test_cancel and test_aio decode after (the `story` fixture's window holds it).
 STORY = "Once upon a time, there was a little girl."
 

@@ -8,23 +8,15 @@ import json
 import zlib
 
 import pytest
-from serve_process import NoServe, ServeProcess  # on the path conftest sets
 
 BODY = json.dumps({"model": "stories260K.bin", "messages": [{"role": "user", "content": "Hi"}],
                    "max_tokens": 2}).encode()
 
 
 @pytest.fixture(scope="module")
-def server(orbit_cli, stories260k_path):
-    """(host, port) of one `orbit serve` for the module, stopped after it."""
-    try:
-        process = ServeProcess(orbit_cli, stories260k_path, ())
-    except NoServe as e:
-        pytest.skip(str(e))
-    try:
-        yield process.host, process.port
-    finally:
-        process.stop()
+def server(stories_server):
+    """(host, port) of the module's `orbit serve` on stories260K (conftest's stories_server)."""
+    return stories_server
 
 
 def post(server, body, headers):

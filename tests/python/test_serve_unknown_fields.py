@@ -7,23 +7,15 @@ import http.client
 import json
 
 import pytest
-from serve_process import NoServe, ServeProcess  # on the path conftest sets
 
 MODEL_NAME = "stories260K.bin"
 HELLO = [{"role": "user", "content": "Hi"}]
 
 
 @pytest.fixture(scope="module")
-def server(orbit_cli, stories260k_path):
-    """(host, port) of one `orbit serve` for the module, stopped after it."""
-    try:
-        process = ServeProcess(orbit_cli, stories260k_path, ())
-    except NoServe as e:
-        pytest.skip(str(e))
-    try:
-        yield process.host, process.port
-    finally:
-        process.stop()
+def server(stories_server):
+    """(host, port) of the module's `orbit serve` on stories260K (conftest's stories_server)."""
+    return stories_server
 
 
 def post(server, path, body):
