@@ -143,3 +143,39 @@ def test_chat_option_errors_name_the_argument_and_the_function_called(orbit, sma
     with pytest.raises(TypeError, match=rf"^{call}: chat_template must be a str .* got int"):
         fn(messages, chat_template=3)
     fn(messages, tools=({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},))
+
+
+@pytest.mark.parametrize("name", ["store_list", "store_summary", "store_verify", "store_gc", "store_repair"])
+def test_a_store_dir_of_the_wrong_type_names_the_argument(orbit, tmp_path, name):
+    # os.fspath's own TypeError ("expected str, bytes or os.PathLike object, not NoneType") named no argument.
+    with pytest.raises(TypeError, match=f"{name}: dir must be a str or os.PathLike, got NoneType"):
+        getattr(orbit, name)(None)
+    if name == "store_list":
+        with pytest.raises(orbit.OrbitError):  # an empty directory is no store: the path itself was taken
+            orbit.store_list(tmp_path)
+
+
+@pytest.mark.parametrize("call", ["logits", "reference_logits"])
+def test_all_rows_none_is_refused_not_read_as_false(orbit, small_engine, call):
+    w = small_engine.new_window()
+    w.add_turn([1, 2, 3])
+    with pytest.raises(TypeError, match=f"{call}: all_rows must be a bool, got None"):
+        getattr(w, call)([1, 2], all_rows=None)
+    assert getattr(w, call)([1, 2], all_rows=True).shape[0] == 2
+    assert getattr(w, call)([1, 2], all_rows=False).ndim == 1
+
+
+@pytest.mark.parametrize("seed, error, message", [
+    (-1, ValueError, r"generate: seed = -1 is out of range: it must be an int in \[0, 2\*\*64\)"),
+    (2**64, ValueError, r"generate: seed = 18446744073709551616 is out of range"),
+    (1.5, TypeError, r"generate: seed must be an int in \[0, 2\*\*64\), got float"),
+    (None, TypeError, r"generate: seed must be an int in \[0, 2\*\*64\), got NoneType"),
+])
+def test_a_seed_out_of_range_names_the_seed_and_its_range(orbit, small_engine, seed, error, message):
+    # pybind11 answered with its generic "incompatible function arguments" and the whole signature.
+    w = small_engine.new_window()
+    w.add_turn([1, 2, 3])
+    with pytest.raises(error, match=message):
+        w.generate(" there", max_tokens=2, seed=seed)
+    top = w.generate(" there", max_tokens=2, temperature=1.0, seed=2**64 - 1)
+    assert top.text == w.generate(" there", max_tokens=2, temperature=1.0, seed=2**64 - 1).text

@@ -1058,8 +1058,11 @@ class Window:
         """In idle time, computes the list the agent expects to sync next exactly (a throwaway fork, the KV
         stored for exact reuse), so a later sync whose list starts the same way serves it with no forward."""
     # reading (nothing stored)
-    def logits(self, query: Tokens, *, all_rows: bool = False) -> numpy.typing.NDArray[numpy.float32]: ...
-    def reference_logits(self, query: Tokens, *, all_rows: bool = False) -> numpy.typing.NDArray[numpy.float32]: ...
+    def logits(self, query: Tokens, *, all_rows: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+        """[vocab] for the last query token, [len(query), vocab] with all_rows=True; all_rows=None raises
+        TypeError naming it (it is not read as False)."""
+    def reference_logits(self, query: Tokens, *, all_rows: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+        """What a re-prefill of the window would give, shaped as logits(); all_rows=None raises TypeError."""
     def generate(
         self,
         query: Tokens,
@@ -1082,7 +1085,8 @@ class Window:
         top_logprobs: int = 0,
         cancel: Optional[CancelToken] = None,
     ) -> Generation:
-        """Decodes after the query; with tools / tool_choice / response_format the answer is decoded under a
+        """Decodes after the query; seed is an int in [0, 2**64) (another type raises TypeError, an int out of
+        that range ValueError, each naming seed); with tools / tool_choice / response_format the answer is decoded under a
         constraint and read back into tool_calls, content and json. presence_penalty / frequency_penalty
         ([-2, 2]) and logit_bias ({token: [-100, 100]}) act as OpenAI's; logprobs / top_logprobs (0..20) fill
         Generation.logprobs (after those and the constraint, at temperature 1). An answer asked for (a forced
@@ -1315,7 +1319,8 @@ class GcReport:
     def removed_paths(self) -> list[str]: ...
 
 def store_list(dir: Union[str, os.PathLike]) -> list[StoreEntryInfo]:
-    """The committed entries of a store directory."""
+    """The committed entries of a store directory. dir of another type (None) raises TypeError naming
+    store_list: dir, as the other store_* functions name theirs."""
 def store_summary(dir: Union[str, os.PathLike]) -> StoreSummary:
     """A StoreSummary of a store directory."""
 def store_verify(dir: Union[str, os.PathLike]) -> VerifyReport:

@@ -6,6 +6,29 @@ namespace orbit_py {
 
 std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__qualname__")); }
 
+bool to_bool(py::handle obj, const char* what) {
+  if (obj.is_none()) throw py::type_error(std::string(what) + " must be a bool, got None");
+  py::detail::make_caster<bool> caster;
+  if (!caster.load(obj, true)) throw py::type_error(std::string(what) + " must be a bool, got " + type_name(obj));
+  return static_cast<bool>(caster);
+}
+
+uint64_t to_seed(py::handle obj, const char* what) {
+  PyObject* index = PyNumber_Index(obj.ptr());  // an int, or what __index__ gives
+  if (index == nullptr) {
+    PyErr_Clear();
+    throw py::type_error(std::string(what) + " must be an int in [0, 2**64), got " + type_name(obj));
+  }
+  const py::int_ value = py::reinterpret_steal<py::int_>(index);
+  const unsigned long long seed = PyLong_AsUnsignedLongLong(value.ptr());  // raises OverflowError out of range
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    throw py::value_error(std::string(what) + " = " + py::str(static_cast<py::handle>(value)).cast<std::string>() +
+                          " is out of range: it must be an int in [0, 2**64)");
+  }
+  return seed;
+}
+
 namespace {
 
 py::module_ numpy() { return py::module_::import("numpy"); }

@@ -40,6 +40,12 @@ std::vector<int64_t> to_tokens(py::handle obj, const char* what);
 Borrowed to_embeddings(py::handle obj, const char* what);
 Borrowed to_grid(py::handle obj, const char* what);
 orbit::InstanceId to_instance(py::handle obj, const char* what);
+// A bool argument: None raises TypeError naming `what` ("logits: all_rows"), where pybind11's bool read it as
+// False; anything else converts as pybind11's bool does (ints, numpy bools).
+bool to_bool(py::handle obj, const char* what);
+// A sampling seed: an int (or an object with __index__) in [0, 2**64); another type raises TypeError, an int
+// out of that range ValueError, both naming `what` ("generate: seed") and the range.
+uint64_t to_seed(py::handle obj, const char* what);
 std::vector<orbit::InstanceId> to_instances(py::handle obj, const char* what);
 
 // Moves a vector into a numpy array without copying (the array owns it).

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "bindings.h"
+#include "convert.h"
 #include "orbit/errors.h"
 #include "orbit/store.h"
 
@@ -12,7 +13,17 @@ namespace orbit_py {
 
 namespace {
 
-std::string dir_arg(const py::object& obj) { return py::str(py::module_::import("os").attr("fspath")(obj)); }
+// A store directory argument (str or os.PathLike of a str); anything else raises TypeError naming `what`
+// ("store_list: dir"), where os.fspath's own error named no argument.
+std::string dir_arg(const py::object& obj, const char* what) {
+  const auto refuse = [&] {
+    return py::type_error(std::string(what) + " must be a str or os.PathLike, got " + type_name(obj));
+  };
+  if (!py::isinstance<py::str>(obj) && !py::hasattr(obj, "__fspath__")) throw refuse();
+  const py::object path = py::module_::import("os").attr("fspath")(obj);
+  if (!py::isinstance<py::str>(path)) throw refuse();  // a PathLike of bytes
+  return path.cast<std::string>();
+}
 
 // A summary's (kind name, number) pairs as a dict.
 py::dict kind_dict(const std::vector<std::pair<std::string, int64_t>>& pairs) {
@@ -162,7 +173,7 @@ void def_store_functions(py::module_& m) {
   m.def(
       "store_repair",
       [](const py::object& dir) {
-        const std::string d = dir_arg(dir);
+        const std::string d = dir_arg(dir, "store_repair: dir");
         return released<RepairReport>([&] { return repair_store(d); });
       },
       py::arg("dir"),
@@ -177,7 +188,7 @@ void def_store_functions(py::module_& m) {
   m.def(
       "store_list",
       [](const py::object& dir) {
-        const std::string d = dir_arg(dir);
+        const std::string d = dir_arg(dir, "store_list: dir");
         return released<std::vector<StoreEntryInfo>>([&] { return list_store(d); });
       },
       py::arg("dir"),
@@ -186,21 +197,21 @@ void def_store_functions(py::module_& m) {
   m.def(
       "store_summary",
       [](const py::object& dir) {
-        const std::string d = dir_arg(dir);
+        const std::string d = dir_arg(dir, "store_summary: dir");
         return released<StoreSummary>([&] { return summarize_store(d); });
       },
       py::arg("dir"), "A StoreSummary of a store directory (read-only).");
   m.def(
       "store_verify",
       [](const py::object& dir) {
-        const std::string d = dir_arg(dir);
+        const std::string d = dir_arg(dir, "store_verify: dir");
         return released<VerifyReport>([&] { return verify_store(d); });
       },
       py::arg("dir"), "Checks every blob's size and checksum; a VerifyReport (read-only).");
   m.def(
       "store_gc",
       [](const py::object& dir, bool dry_run) {
-        const std::string d = dir_arg(dir);
+        const std::string d = dir_arg(dir, "store_gc: dir");
         GcOptions o;
         o.dry_run = dry_run;
         return released<GcReport>([&] { return gc_store(d, o); });

@@ -99,7 +99,8 @@ py::array_t<float> logits_array(orbit::Logits&& l, bool all_rows) {
 
 const char* kLogitsDoc =
     "Next-token logits after the query's tokens (live tokens after the window; nothing is stored). Returns a\n"
-    "numpy float32 array [vocab] for the last query token, or [len(query), vocab] with all_rows=True.\n"
+    "numpy float32 array [vocab] for the last query token, or [len(query), vocab] with all_rows=True\n"
+    "(all_rows=None raises TypeError naming it).\n"
     "Repairs earlier edits deferred run first (see flush()).\n"
     "Raises OrbitError for an empty query or ids outside the vocabulary.";
 
@@ -422,14 +423,15 @@ void def_repairs(py::class_<PyWindow>& c) {
 void def_generate(py::class_<PyWindow>& c) {
   c.def(
       "generate",
-      [](PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p, uint64_t seed,
-         const py::object& stop_tokens, const py::object& stop, const py::object& on_text, const py::object& tools,
-         const py::object& tool_choice, const py::object& response_format, const py::object& tool_call_format,
-         double presence_penalty, double frequency_penalty, const py::object& logit_bias, bool logprobs,
-         int32_t top_logprobs, const py::object& cancel) {
-        const GenerateArgs a = generate_args(w, query, max_tokens, temperature, top_p, seed, stop_tokens, stop, on_text,
-                                             tools, tool_choice, response_format, tool_call_format, presence_penalty,
-                                             frequency_penalty, logit_bias, logprobs, top_logprobs, cancel);
+      [](PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p,
+         const py::object& seed, const py::object& stop_tokens, const py::object& stop, const py::object& on_text,
+         const py::object& tools, const py::object& tool_choice, const py::object& response_format,
+         const py::object& tool_call_format, double presence_penalty, double frequency_penalty,
+         const py::object& logit_bias, bool logprobs, int32_t top_logprobs, const py::object& cancel) {
+        const GenerateArgs a =
+            generate_args(w, query, max_tokens, temperature, top_p, to_seed(seed, "generate: seed"), stop_tokens, stop,
+                          on_text, tools, tool_choice, response_format, tool_call_format, presence_penalty,
+                          frequency_penalty, logit_bias, logprobs, top_logprobs, cancel);
         const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
         orbit::Generation generation;
         try {
@@ -451,7 +453,8 @@ void def_generate(py::class_<PyWindow>& c) {
       py::arg("presence_penalty") = 0.0, py::arg("frequency_penalty") = 0.0, py::arg("logit_bias") = py::none(),
       py::arg("logprobs") = false, py::arg("top_logprobs") = 0, py::arg("cancel") = py::none(),
       "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
-      "temperature > 0 = nucleus sampling, reproducible by seed; the run ends after emitting any of\n"
+      "temperature > 0 = nucleus sampling, reproducible by seed (an int in [0, 2**64): another type raises\n"
+      "TypeError, an int out of range ValueError, naming seed); the run ends after emitting any of\n"
       "stop_tokens. Returns a Generation (tokens, text, stop_reason, seconds). Repairs earlier edits deferred\n"
       "run first (see flush()).\n"
       "stop (a str or up to 4, OpenAI's `stop`) ends the run at the token that completes one: the text ends\n"
@@ -520,14 +523,16 @@ void def_reading(py::class_<PyWindow>& c) {
   // ---- reading (const) ----
   c.def(
       "logits",
-      [](PyWindow& w, const py::object& query, bool all_rows) {
+      [](PyWindow& w, const py::object& query, const py::object& all_rows_arg) {
+        const bool all_rows = to_bool(all_rows_arg, "logits: all_rows");
         const auto q = tokens_or_text(w, query, "logits: query");
         return logits_array(w.run([&](Window& x) { return x.logits(q, all_rows); }), all_rows);
       },
       py::arg("query"), py::kw_only(), py::arg("all_rows") = false, kLogitsDoc);
   c.def(
       "reference_logits",
-      [](PyWindow& w, const py::object& query, bool all_rows) {
+      [](PyWindow& w, const py::object& query, const py::object& all_rows_arg) {
+        const bool all_rows = to_bool(all_rows_arg, "reference_logits: all_rows");
         const auto q = tokens_or_text(w, query, "reference_logits: query");
         return logits_array(w.run([&](Window& x) { return x.reference_logits(q, all_rows); }), all_rows);
       },
