@@ -388,3 +388,49 @@ TEST_CASE("budgeted masks at every budget equal brute force: the budget's skip b
   CHECK(skipped > 5000);
   CHECK(cut > 5000);
 }
+
+namespace {
+
+// A vocabulary that can close, open or spell whole each of `keys` (with and without ':' and ','), besides every
+// byte and the made-up pieces.
+std::shared_ptr<const TokenVocabulary> key_closing_vocabulary(const std::vector<std::string>& keys) {
+  TokenBytes b;
+  for (int c = 0; c < 256; ++c) b.text.emplace_back(std::string(1, static_cast<char>(c)));
+  for (const char* p : {"\"", "\":", "\",\"", ",\"", "\\u0061\"", "\\u0062", "\\\"\"", "\"\"", "\",\"a\""}) {
+    b.text.emplace_back(p);
+  }
+  for (const std::string& k : keys) {
+    for (const std::string& t : {k + "\"", k + "\":", "\"" + k + "\"", "\"" + k + "\":", ",\"" + k + "\"",
+                                 ",\"" + k + "\":", "\"" + k, k.substr(1) + "\"", k.substr(1) + "\":"}) {
+      if (!t.empty()) b.text.emplace_back(t);
+    }
+  }
+  b.text.emplace_back(std::nullopt);  // EOS
+  return TokenVocabulary::from_bytes(b);
+}
+
+}  // namespace
+
+TEST_CASE("many keys written, some prefixes of others or spelled escaped: masks equal brute force at every byte",
+          "[constraint][property]") {
+  // Every token that would close one of the keys again (whole, from inside it, after a ',') must be refused,
+  // and every other allowed: the mask against brute force after each byte of the object.
+  const std::vector<std::string> keys{"a", "ab", "abc", "abcd", "b", "bc", "xy", "q", "qq"};
+  const auto vocab = key_closing_vocabulary(keys);
+  const int64_t eos = vocab->size() - 1;
+  const std::string text = R"({"a":1,"ab":2,"abc":3,"b":4,"x\u0079":5,"\u0062c":6,"abcd":7,"q":8,"qq":9})";
+  ConstraintLimits limits;
+  limits.whitespace = Whitespace::kNone;
+  limits.max_object_members = 16;
+  limits.max_string_chars = 32;
+  for (const auto& c :
+       {Constraint::json_schema(R"({"type": "object", "additionalProperties": {"type": "integer"}})", limits),
+        Constraint::json_object(limits)}) {
+    TokenConstraint tc(c, vocab, {.end_tokens = {eos}});
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      check_mask_brute_force(tc, *vocab, eos, 1000);
+      tc.accept_text(text.substr(i, 1));
+    }
+    REQUIRE(tc.complete());
+  }
+}
