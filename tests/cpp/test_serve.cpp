@@ -219,6 +219,31 @@ TEST_CASE("serve: a tool's or tool_choice's key out of place is refused by name"
             .ok());
 }
 
+TEST_CASE("serve: parallel_tool_calls without tools is refused by chat, repeated by the Responses API", "[serve]") {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}])";
+  const auto chat = [&](const std::string& rest) { return sv::parse_chat_request(head + rest + "}"); };
+  // As OpenAI's chat completions: the setting is only allowed beside tools (it would change nothing without them).
+  for (const char* rest :
+       {R"(,"parallel_tool_calls":false)", R"(,"parallel_tool_calls":true)",
+        R"(,"tools":[],"parallel_tool_calls":false)", R"(,"tools":null,"parallel_tool_calls":true)"}) {
+    const auto p = chat(rest);
+    CHECK(p.error.status == 400);
+    CHECK(p.error.param == "parallel_tool_calls");
+    CHECK(p.error.message.find("tools") != std::string::npos);
+  }
+  CHECK(chat(R"(,"parallel_tool_calls":null)").ok());
+  const auto with_tools = chat(R"(,"tools":[{"type":"function","function":{"name":"f"}}],"parallel_tool_calls":false)");
+  REQUIRE(with_tools.ok());
+  CHECK_FALSE(with_tools.value->parallel_tool_calls);
+  // A response has the setting with or without tools: it is checked and repeated, as OpenAI repeats it.
+  const auto resp = sv::parse_responses_request(R"({"model":"m","input":"hi","parallel_tool_calls":false})");
+  REQUIRE(resp.ok());
+  CHECK(resp.value->echo["parallel_tool_calls"] == false);
+  CHECK(sv::parse_responses_request(R"({"model":"m","input":"hi"})").value->echo["parallel_tool_calls"] == true);
+  CHECK(sv::parse_responses_request(R"({"model":"m","input":"hi","parallel_tool_calls":"no"})").error.param ==
+        "parallel_tool_calls");
+}
+
 TEST_CASE("serve: an assistant's refusal parts are read as its text; another role's are refused", "[serve]") {
   const sv::Parsed<sv::ChatRequest> said = sv::parse_chat_request(
       R"({"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[)"

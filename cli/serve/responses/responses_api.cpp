@@ -330,9 +330,18 @@ void copy_sampling(const ojson& body, ojson& chat) {
       invalid_field("max_output_tokens", "must be >= 1, got " + v->dump());
     chat["max_tokens"] = *v;
   }
-  for (const char* name : {"temperature", "top_p", "seed", "stream", "parallel_tool_calls", "user", "presence_penalty",
-                           "frequency_penalty", "logit_bias", "top_logprobs"}) {
+  for (const char* name : {"temperature", "top_p", "seed", "stream", "user", "presence_penalty", "frequency_penalty",
+                           "logit_bias", "top_logprobs"}) {
     if (const ojson* v = field(body, name)) chat[name] = *v;
+  }
+  // Chat refuses parallel_tool_calls without tools, as OpenAI's chat does; a response has the setting whether or
+  // not it has tools (it is repeated in the response), so without tools it is checked here and only repeated.
+  if (const ojson* v = field(body, "parallel_tool_calls")) {
+    if (chat.contains("tools")) {
+      chat["parallel_tool_calls"] = *v;
+    } else if (!v->is_boolean()) {
+      invalid_field("parallel_tool_calls", std::string("expected a boolean, got ") + json_type_name(*v));
+    }
   }
   // Log probabilities: asked for by include "message.output_text.logprobs", or by top_logprobs above 0.
   const ojson* include = field(body, "include");
@@ -351,7 +360,7 @@ json echo_of(const ojson& body, const ojson& chat, const ResponsesRequest& r) {
   json echo = {{"instructions", or_default("instructions", nullptr)},
                {"tools", or_default("tools", json::array())},
                {"tool_choice", or_default("tool_choice", "auto")},
-               {"parallel_tool_calls", r.chat.parallel_tool_calls},
+               {"parallel_tool_calls", or_default("parallel_tool_calls", true)},
                {"temperature", r.chat.sampling.temperature},
                {"top_p", r.chat.sampling.top_p},
                {"max_output_tokens", chat.contains("max_tokens") ? json(chat["max_tokens"]) : json(nullptr)},

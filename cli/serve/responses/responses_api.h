@@ -15,7 +15,8 @@
 //   response, as in OpenAI's API); previous_response_id (string: resolved by the server, responses_run.h);
 //   store (bool, default true); tools ([{type: "function", name, description?, parameters?, strict?}], other keys
 //   refused); tool_choice ("none" | "auto" | "required" | {type: "function", name} naming one of the tools);
-//   parallel_tool_calls (bool); max_output_tokens (integer >= 1); temperature [0, 2]; top_p (0, 1]; seed
+//   parallel_tool_calls (bool; without tools only repeated in the response, where chat refuses it); max_output_tokens
+//   (integer >= 1); temperature [0, 2]; top_p (0, 1]; seed
 //   (integer: as chat draws with it, the same request with the same seed answers the same);
 //   presence_penalty, frequency_penalty and logit_bias (as chat takes and honours them); top_logprobs (0..20)
 //   and include ["message.output_text.logprobs"]: either (top_logprobs above 0) asks for the answer's log

@@ -515,6 +515,8 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
   }
   if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
     r.parallel_tool_calls = need_bool(body["parallel_tool_calls"], "parallel_tool_calls");
+    // Without tools it would change nothing: OpenAI refuses it there, and so does this server.
+    if (r.tool_names.empty()) invalid_field("parallel_tool_calls", "only allowed when tools are specified");
   }
   if (body.contains("response_format") && !body["response_format"].is_null()) {
     r.response_format = parse_response_format(body["response_format"]);
