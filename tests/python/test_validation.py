@@ -179,3 +179,20 @@ def test_a_seed_out_of_range_names_the_seed_and_its_range(orbit, small_engine, s
         w.generate(" there", max_tokens=2, seed=seed)
     top = w.generate(" there", max_tokens=2, temperature=1.0, seed=2**64 - 1)
     assert top.text == w.generate(" there", max_tokens=2, temperature=1.0, seed=2**64 - 1).text
+
+
+def test_logprobs_none_is_refused_not_read_as_false(orbit, small_engine):
+    # pybind11's bool conversion read None as False: the caller asking for nothing got no log probabilities.
+    w = small_engine.new_window()
+    w.add_turn([1, 2, 3])
+    with pytest.raises(TypeError, match="^generate: logprobs must be a bool, got None"):
+        w.generate(" there", max_tokens=2, logprobs=None)
+    with pytest.raises(TypeError, match="^generate_n: logprobs must be a bool, got None"):
+        w.generate_n(" there", 2, max_tokens=2, logprobs=None)
+    with pytest.raises(TypeError, match=r"generate_many.*: logprobs must be a bool, got None"):
+        orbit.generate_many([(w, " there", {"max_tokens": 2, "logprobs": None})])
+    with pytest.raises(TypeError, match="^generate: logprobs must be a bool, got str"):
+        w.generate(" there", max_tokens=2, logprobs="yes")
+    assert len(w.generate(" there", max_tokens=2, logprobs=True).logprobs) == 2
+    assert w.generate(" there", max_tokens=2, logprobs=False).logprobs == []
+    assert len(w.generate_n(" there", 2, max_tokens=2, logprobs=True)[0].logprobs) == 2

@@ -1088,7 +1088,8 @@ class Window:
         """Decodes after the query; seed is an int in [0, 2**64) (another type raises TypeError, an int out of
         that range ValueError, each naming seed); with tools / tool_choice / response_format the answer is decoded under a
         constraint and read back into tool_calls, content and json. presence_penalty / frequency_penalty
-        ([-2, 2]) and logit_bias ({token: [-100, 100]}) act as OpenAI's; logprobs / top_logprobs (0..20) fill
+        ([-2, 2]) and logit_bias ({token: [-100, 100]}) act as OpenAI's; logprobs (a bool: None or another type raises
+        TypeError naming it, here and in generate_n / generate_many's options) / top_logprobs (0..20) fill
         Generation.logprobs (after those and the constraint, at temperature 1). An answer asked for (a forced
         call, a response_format) that the model's vocabulary cannot spell raises OrbitError naming the byte
         before anything runs (orbit::unwritable); under tool_choice "auto" such tools leave the answer free.

@@ -196,8 +196,8 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
       get("tool_choice", py::str("auto")), get("response_format", py::none()), get("tool_call_format", py::none()),
       typed("presence_penalty", py::float_(0.0), "a number", double{}),
       typed("frequency_penalty", py::float_(0.0), "a number", double{}), get("logit_bias", py::none()),
-      typed("logprobs", py::bool_(false), "a bool", bool{}), typed("top_logprobs", py::int_(0), "an int", int32_t{}),
-      get("cancel", py::none()));
+      to_bool(get("logprobs", py::bool_(false)), (what + ": logprobs").c_str()),
+      typed("top_logprobs", py::int_(0), "an int", int32_t{}), get("cancel", py::none()));
 }
 
 namespace {

@@ -427,11 +427,11 @@ void def_generate(py::class_<PyWindow>& c) {
          const py::object& seed, const py::object& stop_tokens, const py::object& stop, const py::object& on_text,
          const py::object& tools, const py::object& tool_choice, const py::object& response_format,
          const py::object& tool_call_format, double presence_penalty, double frequency_penalty,
-         const py::object& logit_bias, bool logprobs, int32_t top_logprobs, const py::object& cancel) {
+         const py::object& logit_bias, const py::object& logprobs, int32_t top_logprobs, const py::object& cancel) {
         const GenerateArgs a =
             generate_args(w, query, max_tokens, temperature, top_p, to_seed(seed, "generate: seed"), stop_tokens, stop,
                           on_text, tools, tool_choice, response_format, tool_call_format, presence_penalty,
-                          frequency_penalty, logit_bias, logprobs, top_logprobs, cancel);
+                          frequency_penalty, logit_bias, to_bool(logprobs, "generate: logprobs"), top_logprobs, cancel);
         const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
         orbit::Generation generation;
         try {
