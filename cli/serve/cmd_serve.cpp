@@ -17,6 +17,8 @@
 #include "device_args.h"
 #include "orbit/common/error.h"
 #include "orbit/policy.h"
+#include "orbit/store/redis_client.h"
+#include "orbit/store/remote_tier.h"
 #include "orbit/tool_calls.h"
 #include "serve/http/serve_http.h"
 #include "serve/serve_core.h"
@@ -66,7 +68,8 @@ const char* kServeUsage =
     "                        /metrics: orbit_store_pending, orbit_store_pending_journaled,\n"
     "                        orbit_store_retried_total, orbit_store_dropped_total,\n"
     "                        orbit_store_recovered_total\n"
-    "  --remote URL          a remote tier, redis://host:port[/db]\n"
+    "  --remote URL          a remote tier, redis://host:port[/db] (optional: one that does not answer at\n"
+    "                        start is warned about on stderr, and the server starts on its local tiers)\n"
     "  --name ID             the model id clients name (default: the model path's last component)\n"
     "  --device D            where the model runs: cpu (default), cuda or cuda:N; every session's decode\n"
     "                        steps run there together\n"
@@ -211,6 +214,24 @@ serve::ServeOptions serve_options(const Args& args) {
   return o;
 }
 
+// The remote tier is optional (down, the server serves on its local tiers and the tier retries on use), so
+// an unreachable --remote is no reason to refuse to start; but a typo'd host or port, a wrong password or a
+// TLS failure should not wait for the first request to show: one PING at start, bounded by the tier's own
+// timeouts, and a warning naming the URL (its password redacted) and the cause.
+void warn_if_remote_unreachable(const std::string& url) {
+  if (url.empty()) return;
+  const store::RemoteOptions tier;
+  store::RedisClientOptions client;
+  client.connect_timeout_ms = tier.connect_timeout_ms;
+  client.command_timeout_ms = tier.command_timeout_ms;
+  const Status ping = store::ping_redis(url, client);
+  if (ping.is_ok()) return;
+  std::fprintf(stderr,
+               "orbit serve: warning: --remote %s is unreachable at start (%s); serving on the local tiers, the "
+               "remote tier retrying on use\n",
+               store::redact_redis_url(url).c_str(), ping.reason().c_str());
+}
+
 }  // namespace
 
 int run_serve(int argc, char** argv, int first) {
@@ -275,6 +296,7 @@ int run_serve(int argc, char** argv, int first) {
   serve::ServeCore core(options);
   const serve::StoreShare share(options.store_dir);  // announces other servers on the same store
   std::fputs(share.notice(options.store_dir).c_str(), stderr);
+  warn_if_remote_unreachable(options.remote);
   serve::HttpServer http(core, http_options);
   const int port = http.bind();
   std::printf("orbit serve: model '%s' (%lld-token context, %s, %s), listening on http://%s:%d\n",

@@ -541,4 +541,12 @@ Result<RedisReply> RedisClient::command_on(const RedisEndpoint& node, const std:
   return run(*node_at(node), {argv}, false);
 }
 
+Status ping_redis(const std::string& url, const RedisClientOptions& options) {
+  RedisClient client(parse_redis_url(url), options);
+  Result<RedisReply> r = client.command({"PING"}, "");
+  if (!r) return r.status();
+  if (r.value().is_error()) return Status::refused("redis " + client.url().text + ": PING: " + r.value().str);
+  return Status::ok();
+}
+
 }  // namespace orbit::store

@@ -145,4 +145,10 @@ class RedisClient {
   bool slots_known_ = false;
 };
 
+// Connects to `url`'s server (one of a cluster's) as the tier does -- TLS, AUTH and SELECT as the URL and
+// `options` say -- and sends PING: ok when it answers PONG, else refused naming the node and the cause (cannot
+// connect, a refused AUTH, a TLS failure, a timeout). For a start-up check of an optional remote (orbit serve
+// --remote warns when it fails). Throws only what parse_redis_url throws, on a malformed URL.
+Status ping_redis(const std::string& url, const RedisClientOptions& options);
+
 }  // namespace orbit::store
