@@ -38,8 +38,13 @@ struct Joined {
 };
 
 // A whole key (quotes included, any spelling the grammar allows) as json_quote() writes its text.
+// ASCII without a '\\' or a control byte is its own: json_quote() escapes only those.
 std::string canonical(const std::string& quoted) {
-  return json_quote(nlohmann::json::parse(quoted).get<std::string>());
+  const bool own = std::all_of(quoted.begin() + 1, quoted.end() - 1, [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u >= 0x20 && u < 0x80 && c != '\\' && c != '"';
+  });
+  return own ? quoted : json_quote(nlohmann::json::parse(quoted).get<std::string>());
 }
 
 // One byte of a key (kString, kDfa or kLiteralSet): -1 refused, 0 the key goes on (`f` updated), 1 it is whole.
@@ -132,6 +137,23 @@ std::set<std::string> KeyLog::taken(uint32_t object, const Closed& closed) const
   return out;
 }
 
+bool KeyLog::has_key(uint32_t object, const std::string& key, const Closed& closed) const {
+  const auto it = keys_.find(object);
+  if (it != keys_.end() && it->second.count(key) != 0) return true;
+  return std::any_of(closed.begin(), closed.end(), [&](const auto& c) { return c.first == object && c.second == key; });
+}
+
+std::size_t KeyLog::key_count(uint32_t object, const Closed& closed) const {
+  const auto it = keys_.find(object);
+  std::size_t count = it != keys_.end() ? it->second.size() : 0;
+  for (std::size_t i = 0; i < closed.size(); ++i) {
+    if (closed[i].first != object || (it != keys_.end() && it->second.count(closed[i].second) != 0)) continue;
+    const auto same = [&](const auto& c) { return c.first == object && c.second == closed[i].second; };
+    count += std::none_of(closed.begin(), closed.begin() + static_cast<std::ptrdiff_t>(i), same) ? 1 : 0;
+  }
+  return count;
+}
+
 bool KeyLog::fresh_ahead(const Node& key, const Frame& f, std::string& prefix,
                          const std::set<std::string>& taken) const {
   const auto it = taken.lower_bound(prefix);
@@ -160,29 +182,30 @@ bool KeyLog::keeps(Frame* f, std::size_t n, uint32_t at, std::string_view text, 
   const Frame& top = f[n - 1];
   if (free_key(top) != nullptr && top.start != kNoStart) {  // the byte at `at` closed a free key
     const std::string key = canonical(all.span(all.opening_quote(at - 1), at));
-    if (taken(top.start, closed).count(key) != 0) return false;
+    if (has_key(top.start, key, closed)) return false;
     closed.emplace_back(top.start, key);
     return true;
   }
   const Node& node = g_.at(static_cast<int32_t>(top.node));
   if (top.phase == nodes::kComma && has_few_keys(node) && top.start != kNoStart) {
-    return can_fill(node, top, taken(top.start, closed).size(), true);
+    return can_fill(node, top, key_count(top.start, closed), true);
   }
   if (n < 2 || f[n - 2].start == kNoStart) return true;
   const Node* key = free_key(f[n - 2]);
   if (key != &node) return true;  // not inside a free key
-  const std::set<std::string> keys = taken(f[n - 2].start, closed);
-  std::string prefix = all.span(all.opening_quote(at), at);
+  const std::size_t had = key_count(f[n - 2].start, closed);
   const Node& object = g_.at(static_cast<int32_t>(f[n - 2].node));
-  if (prefix.size() == 1 && !can_fill(object, f[n - 2], keys.size(), false)) return false;
-  if (keys.empty()) return true;
+  // After the key's opening quote (can_fill holds for any object but one with few keys).
+  if (has_few_keys(object) && all.opening_quote(at) == at && !can_fill(object, f[n - 2], had, false)) return false;
+  if (had == 0) return true;
   if (key->kind == NodeKind::kString) {
     // Below its maxLength a plain key has more completions than any object has members. At it, only its
     // closing quote may follow (mid-character, the few ways to finish the character are taken as fresh).
     if (static_cast<int64_t>(top.a) < key->max_count || top.phase != nodes::kStrBody) return true;
-    return keys.count(canonical(prefix + '"')) == 0;
+    return !has_key(f[n - 2].start, canonical(all.span(all.opening_quote(at), at) + '"'), closed);
   }
-  return fresh_ahead(*key, top, prefix, keys);
+  std::string prefix = all.span(all.opening_quote(at), at);
+  return fresh_ahead(*key, top, prefix, taken(f[n - 2].start, closed));
 }
 
 bool KeyLog::walk(const Matcher& m, const StateSet& from, std::string_view text, std::string_view bytes, StateSet& out,

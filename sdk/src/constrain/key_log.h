@@ -105,8 +105,11 @@ class KeyLog {
   };
   StackNeed stack_need(const Matcher& m, const Frame* f, std::size_t n, std::string_view text, std::string_view walked,
                        const Closed* closed) const;
-  // The free keys of `object`: the log's and those `closed` adds.
+  // The free keys of `object`: the log's and those `closed` adds; whether `key` is one of them, and how many
+  // there are (neither copies them).
   std::set<std::string> taken(uint32_t object, const Closed& closed) const;
+  bool has_key(uint32_t object, const std::string& key, const Closed& closed) const;
+  std::size_t key_count(uint32_t object, const Closed& closed) const;
   // Whether the key frame `f` (`prefix` its bytes so far, which are json_quote()'s spelling) has a completion
   // none of `taken` is.
   bool fresh_ahead(const Node& key, const Frame& f, std::string& prefix, const std::set<std::string>& taken) const;
