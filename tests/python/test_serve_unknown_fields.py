@@ -94,3 +94,42 @@ def test_a_tool_key_out_of_place_is_refused(server):
                         {"model": MODEL_NAME, "input": "Hi", "max_output_tokens": 2,
                          "tools": [{"type": "function", "name": "f", "defer_loading": True}]})
     refused(status, body, "tools[0].defer_loading")
+
+
+def chat(server, messages):
+    return post(server, "/v1/chat/completions", {"model": MODEL_NAME, "messages": messages, "max_tokens": 2})
+
+
+def test_a_message_key_no_role_has_is_refused_by_its_path(server):
+    status, body = chat(server, HELLO + [{"role": "assistant", "content": "Hello"},
+                                         {"role": "user", "content": "Hi", "contnet": "Hi"}])
+    message = refused(status, body, "messages[2].contnet")
+    assert "a user message" in message and "did you mean 'content'" in message
+    # tool_call_id belongs to tool messages only; name to any role (@langchain/openai sends a tool's name).
+    status, body = chat(server, [{"role": "user", "content": "Hi", "tool_call_id": "c"}])
+    refused(status, body, "messages[0].tool_call_id")
+    status, body = chat(server, [{"role": "system", "content": "Be brief", "reasoning_content": "x"}] + HELLO)
+    refused(status, body, "messages[0].reasoning_content")
+
+
+def test_message_keys_the_clients_send_are_taken_or_refused_by_name(server):
+    # What OpenAI's response message and the clients echo back, null or empty, is accepted.
+    status, body = chat(server, HELLO + [{"role": "assistant", "content": "Hello", "refusal": None, "audio": None,
+                                          "function_call": None, "reasoning_content": None, "reasoning": None,
+                                          "name": "bot"}, {"role": "user", "content": "Hi", "name": "ann"}])
+    assert status == 200, body
+    # A key the chat template would not see is refused, not dropped: an earlier turn's reasoning
+    # (@ai-sdk/openai-compatible's reasoning_content, @openai/agents' reasoning), audio, a function_call.
+    for key, value in [("reasoning_content", "I think"), ("reasoning", "I think"), ("audio", {"id": "a"}),
+                       ("function_call", {"name": "f", "arguments": "{}"})]:
+        status, body = chat(server, HELLO + [{"role": "assistant", "content": "Hello", key: value}] + HELLO)
+        assert status == 400 and body["error"]["param"] == "messages[1]." + key, body
+        assert "chat template would not see it" in body["error"]["message"], body
+
+
+def test_an_assistant_refusal_string_is_read_as_its_text(server):
+    def prompt_tokens(extra):
+        status, body = chat(server, HELLO + [dict({"role": "assistant", "content": "Hello"}, **extra)] + HELLO)
+        assert status == 200, body
+        return body["usage"]["prompt_tokens"]
+    assert prompt_tokens({"refusal": "I will not say that story again"}) > prompt_tokens({})

@@ -110,6 +110,30 @@ ChatToolCall parse_tool_call(const json& v, const std::string& param) {
   return call;
 }
 
+// A message's keys, per role: OpenAI's (role, content, name; an assistant's refusal, audio, tool_calls and
+// function_call; a tool's tool_call_id) and those the node clients in tests/node add (@langchain/openai: a
+// tool message's name; @ai-sdk/openai-compatible: an assistant's reasoning_content; @openai/agents: an
+// assistant's reasoning). Any other is refused by name. The chat template is given role, content, name,
+// tool_call_id and tool_calls only, so a key it would not see is refused unless null rather than dropped:
+// reasoning_content and reasoning (an earlier turn's reasoning; this server never answers with one), audio
+// (an earlier audio answer's id) and function_call (the deprecated call form; send tool_calls).
+void refuse_unknown_message_fields(const json& v, const std::string& role, const std::string& param) {
+  const bool assistant = role == "assistant";
+  const char* known = assistant        ? "role content name refusal audio tool_calls function_call reasoning_content "
+                                         "reasoning"
+                      : role == "tool" ? "role content tool_call_id name"
+                                       : "role content name";
+  refuse_unknown_fields(v, known, "a" + std::string(assistant ? "n " : " ") + role + " message", param + ".");
+  if (!assistant) return;
+  for (const char* name : {"reasoning_content", "reasoning", "audio", "function_call"}) {
+    const auto it = v.find(name);
+    if (it == v.end() || it->is_null()) continue;
+    invalid_field(param + "." + name, std::string("not accepted: the chat template would not see it (") +
+                                          (name[0] == 'f' ? "send the call as tool_calls" : "leave it out or null") +
+                                          ")");
+  }
+}
+
 ChatMessage parse_message(const json& v, const std::string& param) {
   static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool"};
   if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
@@ -121,10 +145,12 @@ ChatMessage parse_message(const json& v, const std::string& param) {
     invalid_field(param + ".role",
                   "unknown role '" + m.role + "' (expected system, developer, user, assistant or tool)");
   }
+  refuse_unknown_message_fields(v, m.role, param);
   if (m.role == "developer") m.role = "system";  // OpenAI's newer name for the system prompt
   const auto content = v.find("content");
   if (content == v.end() && m.role != "assistant") invalid_field(param + ".content", "missing");
   if (content != v.end()) m.content = content_text(*content, param + ".content", m.role == "assistant");
+  if (v.contains("refusal") && !v["refusal"].is_null()) m.content += need_string(v["refusal"], param + ".refusal");
   if (v.contains("name") && !v["name"].is_null()) m.name = need_string(v["name"], param + ".name");
   if (v.contains("tool_call_id") && !v["tool_call_id"].is_null()) {
     m.tool_call_id = need_string(v["tool_call_id"], param + ".tool_call_id");

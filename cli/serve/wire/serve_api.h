@@ -42,7 +42,15 @@
 //                function {name, arguments (string)}}); a tool message is taken wherever it stands and
 //                whatever its tool_call_id, unlike OpenAI's API (which refuses one that answers no call of
 //                the assistant message before it): an agent that trims its context drops old calls and keeps
-//                their results, and the template renders such a message as any other
+//                their results, and the template renders such a message as any other. Other keys, per role:
+//                OpenAI's and those the node clients in tests/node send are taken (any role's name, which
+//                @langchain/openai also sends on tool messages; an assistant's refusal string, read as its
+//                text after content); an assistant's reasoning_content (@ai-sdk/openai-compatible), reasoning
+//                (@openai/agents), audio and function_call are accepted only null, else a 400 naming
+//                messages[i].<key>, since the chat template is given role, content, name, tool_call_id and
+//                tool_calls only and would not see them (an earlier turn's reasoning is not passed to it);
+//                any other key, null or not, is refused as a top-level one is (unknown_parameter, e.g.
+//                "messages[3].contnet: ... (not a field of a user message; did you mean 'content'?)")
 // Every violation is an ApiError with status 400 (413 for a body over ServeLimits::max_body_bytes) naming
 // the field, e.g. "messages[2].role: unknown role 'robot' (expected system, developer, user, assistant
 // or tool)". Checks that need the model (prompt longer than the context, max_tokens past it, the model
