@@ -133,3 +133,17 @@ def test_an_assistant_refusal_string_is_read_as_its_text(server):
         assert status == 200, body
         return body["usage"]["prompt_tokens"]
     assert prompt_tokens({"refusal": "I will not say that story again"}) > prompt_tokens({})
+
+
+def test_a_responses_input_item_key_its_type_has_not_is_refused_by_its_path(server):
+    def respond(item):
+        return post(server, "/v1/responses", {"model": MODEL_NAME, "max_output_tokens": 2,
+                                              "input": [{"role": "user", "content": "Hi"}, item]})
+    status, body = respond({"type": "function_call_output", "cal_id": "c", "output": "4"})
+    assert "did you mean 'call_id'" in refused(status, body, "input[1].cal_id")
+    status, body = respond({"role": "user", "content": "Hi", "name": "ann"})
+    refused(status, body, "input[1].name")
+    # id, status and phase, as the SDKs send an answer's items back, are still taken.
+    status, body = respond({"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                            "phase": "final_answer", "content": [{"type": "output_text", "text": "Hello"}]})
+    assert status == 200, body

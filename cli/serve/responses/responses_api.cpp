@@ -106,6 +106,18 @@ ojson function_call_output_item(const ojson& item, const std::string& p) {
       {"role", "tool"}, {"tool_call_id", call_id}, {"content", text_content(*output, p + ".output", {"input_text"})}};
 }
 
+// An input item's keys, per type: those OpenAI's Responses API documents (and @openai/agents sends back from
+// this server's output items); id, status and an assistant message's phase are read as no-ops. Any other is
+// refused by name (unknown_parameter, e.g. "input[2].cal_id: ... did you mean 'call_id'?"). An unsupported
+// type is left to add_input, which names the type.
+void refuse_unknown_item_fields(const ojson& item, const std::string& type, const std::string& p) {
+  const char* known = type == "message"                ? "type id role content status phase"
+                      : type == "function_call"        ? "type id call_id name arguments status"
+                      : type == "function_call_output" ? "type id call_id output status"
+                                                       : nullptr;
+  if (known != nullptr) refuse_unknown_fields(item, known, "a " + type + " item", p + ".");
+}
+
 // `input` as chat messages, appended to `messages` (see the header for the mapping); the outputs that answer
 // no function_call item before them go to `unmatched`.
 void add_input(const ojson& input, const ServeLimits& limits, ojson& messages,
@@ -130,6 +142,7 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages,
     } else if (field(item, "role") == nullptr) {
       invalid_field(p + ".type", "missing");
     }
+    refuse_unknown_item_fields(item, type, p);
     if (type == "message") {
       messages.push_back(message_item(item, p));
     } else if (type == "function_call") {

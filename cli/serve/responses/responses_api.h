@@ -11,6 +11,9 @@
 //     {type: "function_call", call_id, name, arguments (text: a JSON object, or what a call max_output_tokens
 //       cut had written, sent back as it was answered)}
 //     {type: "function_call_output", call_id, output (a string or an array of {type: "input_text", text})}
+//     each item may also hold id and status (ignored, as above; a message also phase), as OpenAI's API
+//     documents them; any other key is refused by name, code unknown_parameter ("input[2].cal_id: ...
+//     not a field of a function_call_output item; did you mean 'call_id'?)")
 //   instructions (string: a system message before everything else; not carried over from a previous
 //   response, as in OpenAI's API); previous_response_id (string: resolved by the server, responses_run.h);
 //   store (bool, default true); tools ([{type: "function", name, description?, parameters?, strict?}], other keys
