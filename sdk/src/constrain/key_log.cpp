@@ -369,49 +369,7 @@ const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_
   }
   // Where some object has a key, a token that holds a '"' may close one again, or open one with nothing
   // left; where none has, only one that writes two keys (three quotes inside a key, four outside) repeats.
-  // With plain keys only closing one again refuses (key_log.h), which closers() finds.
-  if (!keys_.empty() && !all && plain_keys_ > trie.max_token_bytes() && closers(text, trie, out)) {
-    return trie.quotes_apart();
-  }
   return trie.quotes_or_commas(few || !keys_.empty() ? 1 : in_key ? 3 : 4, few);
-}
-
-// Without a '\\' after the text's last unescaped '"' (`after`), every '"' of a token outside quotes_apart()
-// is unescaped, and the key one closes (keeps()) is, decoded, either `after` + the bytes before the token's
-// first '"' (that '"' closes the string the text is in) or the bytes between two of the token's '"'. A key
-// the log holds that neither look-up gives for some token is closed by none; a token holding two keys' ends
-// has at least 3 '"'.
-bool KeyLog::closers(std::string_view text, const VocabTrie& trie, std::vector<int32_t>& out) const {
-  if (text.empty()) return false;
-  const std::size_t q = Joined{text, {}}.opening_quote(text.size() - 1);
-  if (text[q] != '"') return false;
-  const std::string_view after = text.substr(q + 1);
-  if (after.find('\\') != std::string_view::npos) return false;
-  std::string decoded;
-  for (const auto& [object, keys] : keys_) {
-    for (const std::string& key : keys) {
-      decoded = key.find('\\') == std::string::npos ? key.substr(1, key.size() - 2)
-                                                    : nlohmann::json::parse(key).get<std::string>();
-      trie.quoting(decoded, out);
-      if (decoded.compare(0, after.size(), after) == 0)
-        trie.closing(std::string_view(decoded).substr(after.size()), out);
-    }
-  }
-  return true;
-}
-
-int64_t KeyLog::plain_key_bound(const Grammar& grammar) {
-  int64_t bound = std::numeric_limits<int64_t>::max();
-  for (const Node& n : grammar.nodes) {
-    if (has_few_keys(n)) return -1;
-    const bool open = n.kind == NodeKind::kObject && n.open;
-    if (n.kind != NodeKind::kAnyObject && !open) continue;
-    const Node& key =
-        grammar.at(n.children[n.kind == NodeKind::kAnyObject ? 0 : static_cast<std::size_t>(declared_count(n))]);
-    if (key.kind != NodeKind::kString) return -1;
-    bound = std::min(bound, key.max_count);
-  }
-  return bound;
 }
 
 }  // namespace orbit::constrain

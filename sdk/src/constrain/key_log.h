@@ -40,7 +40,7 @@ class KeyLog {
   // Keys a walk closed: (object, key).
   using Closed = std::vector<std::pair<uint32_t, std::string>>;
 
-  explicit KeyLog(const Grammar& grammar) : g_(grammar), plain_keys_(plain_key_bound(grammar)) {}
+  explicit KeyLog(const Grammar& grammar) : g_(grammar) {}
 
   // `from`, the state after `text`, after `bytes`, into `out`: the matcher's step with the two refusals above
   // (objects that open are stamped). Returns false, `out` unspecified, where a byte is refused. The keys closed
@@ -79,10 +79,6 @@ class KeyLog {
   // that could become one the object has, those that write a prefix of its rest (appended to `out`). `all`
   // is set instead when every token must be asked (a key near its maxLength that may repeat one). No other
   // token repeats a key.
-  //   Where every free key of the grammar is a plain string longer than any token and no object has few
-  // keys, the only refusal is a '"' that closes a key its object has; then, with some key written, the list
-  // returned is VocabTrie::quotes_apart() and `out` gets the other tokens that can close one of the keys
-  // written (closers()), a few per key instead of every token that holds a '"'.
   const std::vector<int32_t>& suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
                                        std::vector<int32_t>& out, bool& all) const;
 
@@ -114,16 +110,7 @@ class KeyLog {
   // none of `taken` is.
   bool fresh_ahead(const Node& key, const Frame& f, std::string& prefix, const std::set<std::string>& taken) const;
 
-  // Where the text after its last unescaped '"' has no '\\': appends the tokens not in quotes_apart() that
-  // can close a key the log holds, those that spell it between two '"' (VocabTrie::quoting) and those whose
-  // bytes before their first '"' finish it from that text (VocabTrie::closing), and returns true.
-  bool closers(std::string_view text, const VocabTrie& trie, std::vector<int32_t>& out) const;
-  // The fewest characters any free key of `grammar` may have at most, where all are kString and no object
-  // has few extra keys (Node::extra_keys); else -1.
-  static int64_t plain_key_bound(const Grammar& grammar);
-
   const Grammar& g_;
-  int64_t plain_keys_;                              // plain_key_bound(g_)
   std::map<uint32_t, std::set<std::string>> keys_;  // per object's '{' offset: its free keys, json_quote()d
 };
 

@@ -127,29 +127,7 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
       if (enough) quoted_[2 * k].push_back(static_cast<int32_t>(i));
       if (enough || comma) quoted_[2 * k + 1].push_back(static_cast<int32_t>(i));
     }
-    if (quotes > 0) index_quotes(*bytes[i], static_cast<int32_t>(i));
   }
-}
-
-void VocabTrie::index_quotes(const std::string& bytes, int32_t id) {
-  const std::size_t first = bytes.find('"');
-  if (bytes.find('\\') != std::string::npos || std::count(bytes.begin(), bytes.end(), '"') >= 3) {
-    quotes_apart_.push_back(id);
-    return;
-  }
-  by_head_[bytes.substr(0, first)].push_back(id);
-  const std::size_t second = bytes.find('"', first + 1);
-  if (second != std::string::npos) by_quoted_[bytes.substr(first + 1, second - first - 1)].push_back(id);
-}
-
-void VocabTrie::quoting(std::string_view s, std::vector<int32_t>& out) const {
-  const auto it = by_quoted_.find(std::string(s));
-  if (it != by_quoted_.end()) out.insert(out.end(), it->second.begin(), it->second.end());
-}
-
-void VocabTrie::closing(std::string_view s, std::vector<int32_t>& out) const {
-  const auto it = by_head_.find(std::string(s));
-  if (it != by_head_.end()) out.insert(out.end(), it->second.begin(), it->second.end());
 }
 
 void VocabTrie::prefixes_of(std::string_view s, std::vector<int32_t>& out) const {

@@ -63,21 +63,11 @@ class VocabTrie {
   // them without copying.
   static constexpr int kMaxQuotes = 4;
   const std::vector<int32_t>& quotes_or_commas(int quotes, bool commas) const;
-  // The tokens holding a '"' that the two look-ups below do not index: those with a '\\' (their quotes may be
-  // escaped, their strings spelled otherwise) and those with at least 3 '"' (they may close two strings).
-  // Ids ascending.
-  const std::vector<int32_t>& quotes_apart() const { return quotes_apart_; }
-  // Appends the tokens not in quotes_apart() whose bytes hold `"s"` (`s` between two consecutive '"').
-  void quoting(std::string_view s, std::vector<int32_t>& out) const;
-  // Appends the tokens not in quotes_apart() that hold a '"' and whose bytes before their first '"' are `s`.
-  void closing(std::string_view s, std::vector<int32_t>& out) const;
   // The bytes of token `id` (0 for one not in the trie); `id` in [0, vocab_size()).
   int64_t length(int32_t id) const { return lengths_[static_cast<std::size_t>(id)]; }
 
  private:
   friend class MaskCache;
-  // Files token `id` (`bytes` hold a '"') under quotes_apart() or the two look-ups.
-  void index_quotes(const std::string& bytes, int32_t id);
   int64_t vocab_size_ = 0;
   PreorderTrie all_;
   PreorderTrie not_plain_;
@@ -87,9 +77,6 @@ class VocabTrie {
   std::vector<uint16_t> lengths_;     // per id: its bytes (0: not in the trie)
   // [2 (k - 1) + commas]: the tokens with at least k '"' bytes, and with `commas` those with a ',' besides
   std::vector<std::vector<int32_t>> quoted_;
-  std::vector<int32_t> quotes_apart_;
-  std::unordered_map<std::string, std::vector<int32_t>> by_quoted_;  // quoting(): per string between quotes
-  std::unordered_map<std::string, std::vector<int32_t>> by_head_;    // closing(): per bytes before the first '"'
 };
 
 // One state's mask. `need` is the fewest bytes that complete the text from the state the mask was computed
