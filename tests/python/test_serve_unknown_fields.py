@@ -147,3 +147,59 @@ def test_a_responses_input_item_key_its_type_has_not_is_refused_by_its_path(serv
     status, body = respond({"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
                             "phase": "final_answer", "content": [{"type": "output_text", "text": "Hello"}]})
     assert status == 200, body
+
+
+def test_a_key_inside_a_content_part_or_tool_call_is_refused_by_its_path(server):
+    # A misspelt key inside a part or a call was dropped: {"type": "text", "txt": ...} read as an empty part.
+    status, body = chat(server, [{"role": "user", "content": [{"type": "text", "text": "", "txt": "Hi"}]}])
+    message = refused(status, body, "messages[0].content[0].txt")
+    assert "a text part" in message and "did you mean 'text'" in message
+    status, body = chat(server, HELLO + [{"role": "assistant", "content": [
+        {"type": "refusal", "refusal": "No", "text": "x"}]}] + HELLO)
+    refused(status, body, "messages[1].content[0].text")
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    for extra, path in [({"idx": 0}, "idx"), ({"function": {"name": "f", "argumnts": "{}"}}, "function.argumnts")]:
+        status, body = chat(server, HELLO + [{"role": "assistant", "content": None, "tool_calls": [{**call, **extra}]},
+                                             {"role": "tool", "tool_call_id": "c1", "content": "4"}])
+        refused(status, body, "messages[1].tool_calls[0]." + path)
+    status, body = chat(server, HELLO + [{"role": "assistant", "content": None,
+                                          "tool_calls": [{**call, "index": "0"}]}])
+    assert status == 400 and body["error"]["param"] == "messages[1].tool_calls[0].index", body
+
+
+def test_part_and_call_keys_the_clients_send_are_taken(server):
+    # @openai/agents' prompt_cache_breakpoint on a text part; a streamed call's index (@langchain/openai sends
+    # back the raw calls it could not parse); the openai SDK's parsed and parsed_arguments (runTools sends the
+    # answer back as it parsed it).
+    call = {"id": "c1", "type": "function", "index": 0,
+            "function": {"name": "f", "arguments": "{}", "parsed_arguments": {}}}
+    status, body = chat(server, [
+        {"role": "user", "content": [{"type": "text", "text": "Hi", "prompt_cache_breakpoint": {"mode": "explicit"}}]},
+        {"role": "assistant", "content": None, "refusal": None, "parsed": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "4"}])
+    assert status == 200, body
+    status, body = chat(server, [{"role": "user", "content": [{"type": "text", "text": "Hi",
+                                                               "prompt_cache_breakpoint": "explicit"}]}])
+    assert status == 400 and body["error"]["param"] == "messages[0].content[0].prompt_cache_breakpoint", body
+
+
+def test_a_key_inside_a_responses_content_part_is_refused_by_its_path(server):
+    def respond(*items):
+        return post(server, "/v1/responses", {"model": MODEL_NAME, "max_output_tokens": 2, "input": list(items)})
+    status, body = respond({"role": "user", "content": [{"type": "input_text", "text": "Hi", "txt": "x"}]})
+    assert "did you mean 'text'" in refused(status, body, "input[0].content[0].txt")
+    status, body = respond({"role": "user", "content": "Hi"},
+                           {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                           {"type": "function_call_output", "call_id": "c",
+                            "output": [{"type": "input_text", "text": "4", "annotations": []}]})
+    refused(status, body, "input[2].output[0].annotations")
+    # An answer's items as the SDKs send them back: output_text's annotations and logprobs, the openai SDK's
+    # parsed and parsed_arguments; @openai/agents' prompt_cache_breakpoint on an input_text part.
+    status, body = respond(
+        {"role": "user", "content": [{"type": "input_text", "text": "Hi", "prompt_cache_breakpoint": {"mode": "explicit"}}]},
+        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "Hello", "annotations": [], "logprobs": [], "parsed": None}]},
+        {"type": "function_call", "id": "fc_1", "call_id": "c", "name": "f", "arguments": "{}", "status": "completed",
+         "parsed_arguments": None},
+        {"type": "function_call_output", "call_id": "c", "output": "4"})
+    assert status == 200, body

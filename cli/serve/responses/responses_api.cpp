@@ -44,6 +44,18 @@ const ojson& need_object(const ojson& v, const std::string& param) {
   return v;
 }
 
+// A content part's keys, per type: OpenAI's, and what clients send back from an answer's output_text parts
+// (annotations and logprobs as answered, and parsed, the openai SDK's parse of the text: taken and unused), and
+// prompt_cache_breakpoint, a cache hint @openai/agents puts on input_text parts (taken and unused, as the body's
+// prompt_cache_key is). Another key is refused by name.
+void refuse_unknown_part_fields(const ojson& part, const std::string& type, const std::string& p) {
+  const bool output = type == "output_text";
+  refuse_unknown_fields(part, output ? "type text annotations logprobs parsed" : "type text prompt_cache_breakpoint",
+                        "an " + type + " part", p + ".");
+  const ojson* hint = field(part, "prompt_cache_breakpoint");
+  if (hint != nullptr) need_object(*hint, p + ".prompt_cache_breakpoint");
+}
+
 // Text content: a string, or an array of parts of the given types, each {type, text}.
 std::string text_content(const ojson& v, const std::string& param, const std::vector<std::string>& types) {
   if (v.is_string()) return v.get<std::string>();
@@ -61,6 +73,7 @@ std::string text_content(const ojson& v, const std::string& param, const std::ve
       for (const std::string& a : types) accepted += (accepted.empty() ? "" : " and ") + a;
       invalid_field(p + ".type", "only " + accepted + " parts are accepted (got '" + t + "')");
     }
+    refuse_unknown_part_fields(part, t, p);
     const ojson* part_text = field(part, "text");
     if (part_text == nullptr) invalid_field(p + ".text", "missing");
     text += need_string(*part_text, p + ".text");
@@ -107,12 +120,14 @@ ojson function_call_output_item(const ojson& item, const std::string& p) {
 }
 
 // An input item's keys, per type: those OpenAI's Responses API documents (and @openai/agents sends back from
-// this server's output items); id, status and an assistant message's phase are read as no-ops. Any other is
+// this server's output items); id, status, an assistant message's phase and a function_call's parsed_arguments
+// (the openai SDK's parse of the arguments, on the output items of responses.parse and responses.stream) are
+// read as no-ops. Any other is
 // refused by name (unknown_parameter, e.g. "input[2].cal_id: ... did you mean 'call_id'?"). An unsupported
 // type is left to add_input, which names the type.
 void refuse_unknown_item_fields(const ojson& item, const std::string& type, const std::string& p) {
   const char* known = type == "message"                ? "type id role content status phase"
-                      : type == "function_call"        ? "type id call_id name arguments status"
+                      : type == "function_call"        ? "type id call_id name arguments status parsed_arguments"
                       : type == "function_call_output" ? "type id call_id output status"
                                                        : nullptr;
   if (known != nullptr) refuse_unknown_fields(item, known, "a " + type + " item", p + ".");

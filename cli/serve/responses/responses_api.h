@@ -11,9 +11,12 @@
 //     {type: "function_call", call_id, name, arguments (text: a JSON object, or what a call max_output_tokens
 //       cut had written, sent back as it was answered)}
 //     {type: "function_call_output", call_id, output (a string or an array of {type: "input_text", text})}
-//     each item may also hold id and status (ignored, as above; a message also phase), as OpenAI's API
-//     documents them; any other key is refused by name, code unknown_parameter ("input[2].cal_id: ...
-//     not a field of a function_call_output item; did you mean 'call_id'?)")
+//     each item may also hold id and status (ignored, as above; a message also phase, a function_call also
+//     parsed_arguments, the openai SDK's parse of an answer's call), as OpenAI's API documents them; a part
+//     may also hold, ignored, output_text's annotations, logprobs and parsed (an answer's part sent back) or
+//     input_text's prompt_cache_breakpoint (an object: @openai/agents' cache hint); any other key of an item
+//     or a part is refused by name, code unknown_parameter ("input[2].cal_id: ... not a field of a
+//     function_call_output item; did you mean 'call_id'?)", "input[0].content[0].txt: ...")
 //   instructions (string: a system message before everything else; not carried over from a previous
 //   response, as in OpenAI's API); previous_response_id (string: resolved by the server, responses_run.h);
 //   store (bool, default true); tools ([{type: "function", name, description?, parameters?, strict?}], other keys

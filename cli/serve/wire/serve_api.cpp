@@ -75,6 +75,13 @@ std::string content_text(const json& v, const std::string& param, bool assistant
       invalid_field(p + ".type", "only text parts are accepted" + std::string(assistant ? " (and refusal parts)" : "") +
                                      " (got '" + kind + "')");
     }
+    // A part's keys: OpenAI's, and prompt_cache_breakpoint, a cache hint @openai/agents puts on text parts
+    // (taken and unused, as the body's prompt_cache_key is). Another key is refused by name.
+    refuse_unknown_fields(part, refusal ? "type refusal" : "type text prompt_cache_breakpoint",
+                          refusal ? "a refusal part" : "a text part", p + ".");
+    if (const auto hint = part.find("prompt_cache_breakpoint"); hint != part.end() && !hint->is_object()) {
+      invalid_field(p + ".prompt_cache_breakpoint", std::string("expected an object, got ") + json_type_name(*hint));
+    }
     const char* key = refusal ? "refusal" : "text";
     const auto t = part.find(key);
     if (t == part.end()) invalid_field(p + "." + key, "missing");
@@ -83,8 +90,14 @@ std::string content_text(const json& v, const std::string& param, bool assistant
   return text;
 }
 
+// A tool call's keys: OpenAI's (id, type, function {name, arguments}) and what clients echo back from an
+// answer: index (a streamed call's place, kept by @langchain/openai's merged chunks and sent back with a call it
+// could not parse) and function.parsed_arguments (the openai SDK's parse helpers and runTools add it). Both are
+// the client's own copies of what it was answered, so they are taken and unused; another key is refused by name.
 ChatToolCall parse_tool_call(const json& v, const std::string& param) {
   if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
+  refuse_unknown_fields(v, "id type function index", "a tool call", param + ".");
+  if (v.contains("index") && !v["index"].is_null()) need_int(v["index"], param + ".index");
   ChatToolCall call;
   if (v.contains("id")) call.id = need_string(v["id"], param + ".id");
   if (v.contains("type") && need_string(v["type"], param + ".type") != "function") {
@@ -92,6 +105,7 @@ ChatToolCall parse_tool_call(const json& v, const std::string& param) {
   }
   const auto fn = v.find("function");
   if (fn == v.end() || !fn->is_object()) invalid_field(param + ".function", "missing or not an object");
+  refuse_unknown_fields(*fn, "name arguments parsed_arguments", "a tool call's function", param + ".function.");
   const auto name = fn->find("name");
   if (name == fn->end()) invalid_field(param + ".function.name", "missing");
   call.name = need_string(*name, param + ".function.name");
@@ -113,14 +127,15 @@ ChatToolCall parse_tool_call(const json& v, const std::string& param) {
 // A message's keys, per role: OpenAI's (role, content, name; an assistant's refusal, audio, tool_calls and
 // function_call; a tool's tool_call_id) and those the node clients in tests/node add (@langchain/openai: a
 // tool message's name; @ai-sdk/openai-compatible: an assistant's reasoning_content; @openai/agents: an
-// assistant's reasoning). Any other is refused by name. The chat template is given role, content, name,
-// tool_call_id and tool_calls only, so a key it would not see is refused unless null rather than dropped:
-// reasoning_content and reasoning (an earlier turn's reasoning; this server never answers with one), audio
-// (an earlier audio answer's id) and function_call (the deprecated call form; send tool_calls).
+// assistant's reasoning; the openai SDK's parse helpers and runTools: an assistant's parsed, the client's own
+// parse of the content it was answered, taken and unused). Any other is refused by name. The chat template is given
+// role, content, name, tool_call_id and tool_calls only, so a key it would not see is refused unless null rather than
+// dropped: reasoning_content and reasoning (an earlier turn's reasoning; this server never answers with one), audio (an
+// earlier audio answer's id) and function_call (the deprecated call form; send tool_calls).
 void refuse_unknown_message_fields(const json& v, const std::string& role, const std::string& param) {
   const bool assistant = role == "assistant";
   const char* known = assistant        ? "role content name refusal audio tool_calls function_call reasoning_content "
-                                         "reasoning"
+                                         "reasoning parsed"
                       : role == "tool" ? "role content tool_call_id name"
                                        : "role content name";
   refuse_unknown_fields(v, known, "a" + std::string(assistant ? "n " : " ") + role + " message", param + ".");

@@ -49,8 +49,13 @@
 //                (@openai/agents), audio and function_call are accepted only null, else a 400 naming
 //                messages[i].<key>, since the chat template is given role, content, name, tool_call_id and
 //                tool_calls only and would not see them (an earlier turn's reasoning is not passed to it);
-//                any other key, null or not, is refused as a top-level one is (unknown_parameter, e.g.
-//                "messages[3].contnet: ... (not a field of a user message; did you mean 'content'?)")
+//                an assistant's parsed (the openai SDK's parse of an answer, sent back by runTools) is taken
+//                and unused; any other key, null or not, is refused as a top-level one is (unknown_parameter,
+//                e.g. "messages[3].contnet: ... (not a field of a user message; did you mean 'content'?)"). So
+//                is a key inside a part or a call beyond OpenAI's and those taken and unused: a text part's
+//                prompt_cache_breakpoint (an object; @openai/agents' cache hint), a tool call's index (an
+//                integer; @langchain/openai's streamed calls) and function.parsed_arguments (the openai SDK's),
+//                e.g. "messages[0].content[1].txt", "messages[2].tool_calls[0].function.argumnts"
 // Every violation is an ApiError with status 400 (413 for a body over ServeLimits::max_body_bytes) naming
 // the field, e.g. "messages[2].role: unknown role 'robot' (expected system, developer, user, assistant
 // or tool)". Checks that need the model (prompt longer than the context, max_tokens past it, the model
