@@ -103,6 +103,11 @@ const char* kServeUsage =
     "  --body-seconds N      its body within N s of its head, else 408 (default 60)\n"
     "  --keep-alive-seconds N  an idle connection is closed after N s (default 120, longer than clients'\n"
     "                        pools keep theirs; announced in every answer's Keep-Alive: timeout=N)\n"
+    "  --allow-origin O[,O]  lets pages from these origins (scheme://host[:port], e.g. http://localhost:5173;\n"
+    "                        * for any) call the server from a browser (CORS): preflights (OPTIONS) are\n"
+    "                        answered 204, answers carry Access-Control-Allow-Origin. Default: off, no\n"
+    "                        page can read the server's answers and OPTIONS is 405 (a request from an origin\n"
+    "                        not listed is still served, without CORS fields: the browser hides the answer)\n"
     "  --drain-seconds N     how long SIGTERM waits for requests in flight (default 60; 0 to 86400); during\n"
     "                        it a client that stopped reading holds its answer at most 5 s (then cancelled)\n"
     "  --chat-template FILE  a Jinja chat template for every request instead of the model's (default: the\n"
@@ -232,6 +237,14 @@ void warn_if_remote_unreachable(const std::string& url) {
                store::redact_redis_url(url).c_str(), ping.reason().c_str());
 }
 
+// Says on stderr which pages in a browser may read the answers (--allow-origin), nothing when none may.
+void announce_cors(const serve::CorsPolicy& cors) {
+  if (!cors.enabled()) return;
+  std::string who = cors.any() ? "any web page (*)" : "pages from";
+  for (std::size_t i = 0; i < cors.origins().size(); ++i) who += (i ? ", " : " ") + cors.origins()[i];
+  std::fprintf(stderr, "orbit serve: --allow-origin: %s may call this server from a browser (CORS)\n", who.c_str());
+}
+
 }  // namespace
 
 int run_serve(int argc, char** argv, int first) {
@@ -264,7 +277,7 @@ int run_serve(int argc, char** argv, int first) {
                 "--device-tier-mb"},
                {"--no-anticipate"},
                kServeUsage};
-  spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds"});
+  spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin"});
   const Args args("serve", spec, argc, argv, first);
   serve::HttpOptions http_options;
   http_options.host = args.get_or("--host", "127.0.0.1");
@@ -281,6 +294,7 @@ int run_serve(int argc, char** argv, int first) {
   for (const char* name : {"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--drain-seconds"}) {
     ORBIT_CHECK(args.get_int(name, 0) <= 86400, "serve: argument '" << name << "' must be <= 86400 (a day)");
   }
+  if (const auto origins = args.get("--allow-origin")) http_options.cors = serve::CorsPolicy::parse(*origins);
   // Every thread started from here on blocks SIGTERM and SIGINT; the signal thread takes them.
   sigset_t signals;
   sigemptyset(&signals);
@@ -297,6 +311,7 @@ int run_serve(int argc, char** argv, int first) {
   const serve::StoreShare share(options.store_dir);  // announces other servers on the same store
   std::fputs(share.notice(options.store_dir).c_str(), stderr);
   warn_if_remote_unreachable(options.remote);
+  announce_cors(http_options.cors);
   serve::HttpServer http(core, http_options);
   const int port = http.bind();
   std::printf("orbit serve: model '%s' (%lld-token context, %s, %s), listening on http://%s:%d\n",

@@ -202,3 +202,33 @@ TEST_CASE("a head whose lines end in a bare LF is read; chunk lines that do are 
   CHECK(refusal_of(chunked + "2\r\nok\r\n0\r\nT: x\n") == 400);
   CHECK(refusal_of(chunked + "2\r\nok\r\n0\r\n\r\n") == 0);
 }
+
+TEST_CASE("the Origin header is kept for the answer, a refusal of the head's framing included", "[serve][cpu]") {
+  // The CORS fields of an answer the front writes itself (a 413 or 415) need the request's Origin: a 415 is
+  // refused once the head's other lines are read, so an Origin after Content-Encoding is known too.
+  for (bool byte_at_a_time : {false, true}) {
+    sv::RequestReader ok = fed("GET /v1/models HTTP/1.1\r\nOrigin: http://localhost:5173\r\n\r\n", byte_at_a_time);
+    REQUIRE(ok.state() == State::kComplete);
+    CHECK(ok.origin() == "http://localhost:5173");
+    CHECK(ok.request().head.find("Origin: http://localhost:5173\r\n") != std::string::npos);  // kept for routes
+    sv::RequestReader gzip = fed(
+        "POST /v1/completions HTTP/1.1\r\nContent-Encoding: gzip\r\nOrigin: http://a.test\r\nContent-Length: 1\r\n\r\n",
+        byte_at_a_time);
+    REQUIRE(gzip.state() == State::kRefused);
+    CHECK(gzip.refusal().status == 415);
+    CHECK(gzip.origin() == "http://a.test");
+    sv::RequestReader big = fed("POST /v1/completions HTTP/1.1\r\nOrigin: http://a.test\r\nContent-Length: 99\r\n\r\n",
+                                byte_at_a_time, sv::RequestLimits{1024, 10});
+    REQUIRE(big.state() == State::kRefused);
+    CHECK(big.refusal().status == 413);
+    CHECK(big.origin() == "http://a.test");
+  }
+  sv::RequestReader pipelined = fed("GET /a HTTP/1.1\r\nOrigin: http://a.test\r\n\r\nGET /b HTTP/1.1\r\n\r\n",
+                                    false);  // origins do not carry over
+  REQUIRE(pipelined.state() == State::kComplete);
+  CHECK(pipelined.origin() == "http://a.test");
+  pipelined.next();
+  REQUIRE(pipelined.state() == State::kComplete);
+  CHECK(pipelined.request().path == "/b");
+  CHECK(pipelined.origin().empty());
+}

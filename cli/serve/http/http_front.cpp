@@ -280,11 +280,20 @@ void HttpFront::advance(std::unique_ptr<FrontConnection>& c) {
   }
 }
 
+// The "Name: value\r\n" lines of FrontHooks::answer_fields for the connection's request.
+std::string HttpFront::extra_fields(const FrontConnection& c) const {
+  if (!hooks_.answer_fields) return "";
+  std::string lines;
+  for (const auto& [name, value] : hooks_.answer_fields(c.reader.origin())) lines += name + ": " + value + "\r\n";
+  return lines;
+}
+
 void HttpFront::answer_health(FrontConnection& c) {
   const auto [status, body] = hooks_.health();
   const ReadRequest& request = c.reader.request();
   std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
-                    "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+                    "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
+                    extra_fields(c);
   out += request.keep_alive ? "Keep-Alive: timeout=" + std::to_string(options_.keep_alive_seconds) + "\r\n"
                             : std::string("Connection: close\r\n");
   out += "\r\n";
@@ -297,8 +306,8 @@ void HttpFront::answer_health(FrontConnection& c) {
 void HttpFront::refuse(FrontConnection& c, int status, const std::string& message) {
   const std::string body = hooks_.error_body(status, message);
   send_now(c.fd, "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
-                     "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                     "\r\nConnection: close\r\n\r\n" + body);
+                     "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
+                     extra_fields(c) + "Connection: close\r\n\r\n" + body);
   const auto seconds = std::chrono::duration<double>(Clock::now() - c.started).count();
   hooks_.refused(c.reader.path(), status, seconds);
   ::shutdown(c.fd, SHUT_WR);

@@ -18,7 +18,7 @@
 // Only a complete request goes to a worker, as bytes in memory (the worker's stream never waits on the
 // socket to read), so a worker is held only while a request is routed and answered. GET and HEAD /health
 // are answered by the reception thread itself: health answers while every worker is busy. Refusals the
-// reader makes (400, 408, 413, 431, 501, 505) are answered there too, counted through FrontHooks::refused,
+// reader makes (400, 408, 413, 415, 431, 501, 505) are answered there too, counted through FrontHooks::refused,
 // and the connection is then closed after a short lingering read (so the client reads the answer rather
 // than a reset), which discards at most 1 MiB in at most 2 s.
 // Connections past max_connections: the longest idle one is closed; with none idle the new one gets 503.
@@ -50,6 +50,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "serve/http/http_request_reader.h"
@@ -74,6 +75,9 @@ struct FrontHooks {
   std::function<void(const std::string& path, int status, double seconds)> refused;
   // The JSON error body of a refusal.
   std::function<std::string(int status, const std::string& message)> error_body;
+  // Header fields the answers written here (GET /health, refusals) carry beside their own, for the request's
+  // Origin header ("" when it has none or its head was not read): the CORS fields (cors.h). Null: none.
+  std::function<std::vector<std::pair<std::string, std::string>>(const std::string& origin)> answer_fields;
 };
 
 struct FrontConnection;
@@ -117,6 +121,7 @@ class HttpFront : public httplib::Server {
   void on_readable(std::unique_ptr<FrontConnection>& c);
   void advance(std::unique_ptr<FrontConnection>& c);
   void answer_health(FrontConnection& c);
+  std::string extra_fields(const FrontConnection& c) const;
   void refuse(FrontConnection& c, int status, const std::string& message);
   void expire(std::unique_ptr<FrontConnection>& c, Clock::time_point now);
   void admit(std::vector<std::unique_ptr<FrontConnection>>& held, std::unique_ptr<FrontConnection> c);

@@ -203,7 +203,7 @@ bool RequestReader::parse_head(std::size_t end) {
 bool RequestReader::parse_headers(std::size_t begin, std::size_t end) {
   bool has_length = false, expect_continue = false;
   uint64_t length = 0;
-  std::string encoding;
+  std::string encoding, compressed;
   for (std::size_t at = begin; at < end;) {
     const std::size_t eol = in_.find('\n', at);
     const std::string_view line = line_before(in_, at, eol);
@@ -233,9 +233,10 @@ bool RequestReader::parse_headers(std::size_t begin, std::size_t end) {
       expect_continue = true;
     } else if (name == "content-encoding" && !value.empty() && lower(value) != "identity") {
       // The HTTP library behind would inflate it whole before any limit is checked: 300 KB of gzip made 300 MB.
-      return refuse(415, "Content-Encoding '" + std::string(value.substr(0, 40)) +
-                             "' is not supported: send the body uncompressed (the body limit applies to its bytes)");
+      // Refused once the other lines are read (an Origin after it is known to the refusal's answer).
+      if (compressed.empty()) compressed = std::string(value.substr(0, 40));
     } else {
+      if (name == "origin") request_.origin = std::string(value);
       if (name == "connection") {
         request_.keep_alive = has_token(value, "close")        ? false
                               : has_token(value, "keep-alive") ? true
@@ -243,6 +244,10 @@ bool RequestReader::parse_headers(std::size_t begin, std::size_t end) {
       }
       request_.head += std::string(line) + "\r\n";
     }
+  }
+  if (!compressed.empty()) {
+    return refuse(415, "Content-Encoding '" + compressed +
+                           "' is not supported: send the body uncompressed (the body limit applies to its bytes)");
   }
   framed_ = has_length || !encoding.empty();
   if (!encoding.empty()) {

@@ -14,7 +14,7 @@
 //        decoded bytes pass max_body_bytes (at the chunk that passes it: at most the limit is held)
 //   501  a Transfer-Encoding other than chunked
 //   415  a Content-Encoding other than identity (gzip, deflate, br: the library behind would inflate the body
-//        whole, unbounded, before the body limit is checked)
+//        whole, unbounded, before the body limit is checked), once the head's other lines are read
 //   400  a malformed request line, header line, Content-Length, chunk size or chunk ending; a chunk size or
 //        trailer line ending in a bare LF; both Content-Length and Transfer-Encoding (a request smuggling
 //        vector); differing Content-Lengths
@@ -47,6 +47,7 @@ struct ReadRequest {
   std::string path;        // the target up to '?'
   bool keep_alive = true;  // HTTP/1.1 without "Connection: close", or HTTP/1.0 with "Connection: keep-alive"
   std::string head;        // the rewritten head (see above), ending in "\r\n\r\n"
+  std::string origin;      // the Origin header's value ("" without one); also kept for a refusal after the head
   std::string body;        // decoded
 };
 
@@ -71,6 +72,10 @@ class RequestReader {
   const ReadRefusal& refusal() const { return refusal_; }  // kRefused
   // The path of the request being read or refused ("" before its request line was read).
   const std::string& path() const { return request_.path; }
+  // The Origin header of the request being read or refused: "" before its head was read, or without one (a
+  // header line refused as malformed ends the reading of those after it). A refusal of the head's framing
+  // (413, 415, 501, conflicting lengths) has it, so its answer can carry CORS fields (cors.h).
+  const std::string& origin() const { return request_.origin; }
   // After kComplete: forgets the request and reads the bytes received past it (the next request).
   void next();
 

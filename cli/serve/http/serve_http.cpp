@@ -333,6 +333,7 @@ HttpServer::HttpServer(ServeCore& core, const HttpOptions& options) : core_(core
   hooks.error_body = [](int status, const std::string& message) {
     return error_body(api_error(status, message, status >= 500 ? "server_error" : "invalid_request_error"));
   };
+  hooks.answer_fields = [this](const std::string& origin) { return options_.cors.answer_fields(origin); };
   server_ = std::make_unique<HttpFront>(front, hooks);
   // cpp-httplib's default sets SO_REUSEPORT, with which a second server binds a port the first listens on and
   // the kernel splits connections (and so sessions) between them; SO_REUSEADDR alone still allows a restart
@@ -409,16 +410,25 @@ bool HttpServer::drain_and_stop(const std::function<bool()>& cut_short) {
 
 void HttpServer::routes() {
   httplib::Server& s = *server_;
-  // GET /health is answered by the front (http_front.h); a known path with another method is 405.
+  // GET /health is answered by the front (http_front.h); a known path with another method is 405, OPTIONS
+  // under --allow-origin excepted (answer_options).
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     const char* allow = allowed_methods(req.path);
     if (allow == nullptr || method_allowed(allow, req.method)) return httplib::Server::HandlerResponse::Unhandled;
-    res.set_header("Allow", allow);
-    reply_error(res,
-                api_error(405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")",
-                          "invalid_request_error", "method_not_allowed"));
-    core_.metrics().count_request(endpoint_of(req.path), 405, 0);
+    if (req.method == "OPTIONS" && options_.cors.enabled()) {
+      answer_options(req, res, allow);
+    } else {
+      refuse_method(req, res, allow);
+    }
     return httplib::Server::HandlerResponse::Handled;
+  });
+  // Every answer written by cpp-httplib (routed, refused here, 404, streamed: before its first byte) carries
+  // the CORS fields for its request's Origin; the front's own answers get them through FrontHooks.
+  s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    for (const auto& [name, value] : options_.cors.answer_fields(req.get_header_value("Origin"))) {
+      res.set_header(name, value);
+    }
+    if (res.status == 204) res.headers.erase("Content-Length");  // cpp-httplib's "0": a 204 has none (RFC 9110)
   });
   route_models_and_sessions();
   for (const char* endpoint : {"chat", "completions"}) {
@@ -429,6 +439,37 @@ void HttpServer::routes() {
   route_stored_chat();
   route_responses();
   set_error_handlers();
+}
+
+void HttpServer::refuse_method(const httplib::Request& req, httplib::Response& res, const std::string& allow) {
+  const std::string methods = options_.cors.enabled() ? allow + ", OPTIONS" : allow;
+  std::string message = "method " + req.method + " is not allowed on " + req.path + " (allowed: " + methods + ")";
+  if (req.method == "OPTIONS" && req.has_header("Origin") && req.has_header("Access-Control-Request-Method")) {
+    message +=
+        "; this is a browser's CORS preflight: start the server with --allow-origin ORIGIN to let pages "
+        "from ORIGIN call it";
+  }
+  res.set_header("Allow", methods);
+  reply_error(res, api_error(405, message, "invalid_request_error", "method_not_allowed"));
+  core_.metrics().count_request(endpoint_of(req.path), 405, 0);
+}
+
+void HttpServer::answer_options(const httplib::Request& req, httplib::Response& res, const std::string& allow) {
+  res.set_header("Allow", allow + ", OPTIONS");
+  const std::string origin = req.get_header_value("Origin");
+  const bool preflight = !origin.empty() && req.has_header("Access-Control-Request-Method");
+  if (preflight && !options_.cors.allowed(origin)) {
+    reply_error(
+        res, api_error(403, "origin '" + origin + "' may not call this server from a browser (not in --allow-origin)",
+                       "invalid_request_error", "origin_not_allowed"));
+    core_.metrics().count_request(endpoint_of(req.path), 403, 0);
+    return;
+  }
+  for (const auto& [name, value] :
+       options_.cors.preflight_fields(origin, allow, req.get_header_value("Access-Control-Request-Headers"))) {
+    res.set_header(name, value);
+  }
+  res.status = 204;
 }
 
 void HttpServer::route_models_and_sessions() {

@@ -13,7 +13,8 @@
 //   GET  /v1/sessions/ID            a session's window and savings; DELETE ends it (404 for an unknown one)
 //   GET  /metrics                   Prometheus text (serve_metrics.h)
 // Every error is an OpenAI error body (serve_api.h) with a 4xx or 5xx status; unknown paths are 404, a
-// known path with another method 405 with an Allow header.
+// known path with another method 405 with an Allow header (OPTIONS too, unless --allow-origin: cors.h).
+// Under --allow-origin every answer, the front's included, carries the CORS fields for its request's Origin.
 // A session is named by the header X-Orbit-Session, else the body's `user`.
 // Connections are read by HttpFront (http_front.h) under header and body deadlines, without holding a
 // worker; GET /health is answered apart from the workers, so it answers while every worker is busy.
@@ -25,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "serve/http/cors.h"
 #include "serve/serve_core.h"
 
 namespace httplib {
@@ -47,6 +49,7 @@ struct HttpOptions {
   int header_seconds = 10;       // a request's head must arrive within this of its first byte (else 408)
   int body_seconds = 60;         // its body within this of its head (else 408)
   int keep_alive_seconds = 120;  // an idle connection is closed after this; announced in Keep-Alive: timeout=N
+  CorsPolicy cors;               // --allow-origin: which pages in a browser may read the answers (cors.h); off
 };
 
 class HttpServer {
@@ -74,6 +77,12 @@ class HttpServer {
   void route_stored_chat();          // stored chat completions (chat_store_http.h)
   void route_responses();            // the Responses API (responses_http.h)
   void set_error_handlers();         // bodies for cpp-httplib's own errors and for exceptions
+  // A known path asked with a method it does not serve: 405 with Allow (`allow`, and OPTIONS under CORS).
+  void refuse_method(const httplib::Request& req, httplib::Response& res, const std::string& allow);
+  // OPTIONS on a known path under --allow-origin: a preflight (Origin and Access-Control-Request-Method) from
+  // an allowed origin gets 204 and the grant (cors.h), from another origin 403 origin_not_allowed; a plain
+  // OPTIONS 204. Each with Allow.
+  void answer_options(const httplib::Request& req, httplib::Response& res, const std::string& allow);
   // A POST to /v1/chat/completions (endpoint "chat") or /v1/completions ("completions").
   void generate(const std::string& endpoint, const httplib::Request& req, httplib::Response& res);
   std::unique_ptr<HttpFront> server_;
