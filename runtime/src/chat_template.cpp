@@ -170,6 +170,7 @@ Value arguments_value(const std::string& text, const std::string& what) {
 Value message_value(const ChatMessage& m, std::size_t index, const std::string& origin) {
   ORBIT_CHECK(!m.role.empty(), origin << ": message " << index << " has no role");
   jinja::Dict fields{{"role", Value::string(m.role)}, {"content", Value::string(m.content)}};
+  if (m.reasoning_content) fields.emplace_back("reasoning_content", Value::string(*m.reasoning_content));
   if (m.name) fields.emplace_back("name", Value::string(*m.name));
   if (m.tool_call_id) fields.emplace_back("tool_call_id", Value::string(*m.tool_call_id));
   if (!m.tool_calls.empty()) {

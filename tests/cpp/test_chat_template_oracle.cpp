@@ -1,9 +1,11 @@
 // orbit's chat templates (orbit/runtime/chat_template.h) against @huggingface/jinja, the JavaScript engine
 // Hugging Face renders chat templates with (tests/node/chat_template_oracle.mjs). Every template in
-// tests/data/templates (Llama 3.1 and 3.2, Qwen2.5, Mistral 7B and Nemo, Gemma 2 and 3, SmolLM2) renders
+// tests/data/templates (Llama 3.1 and 3.2, Qwen2.5, Qwen3, Mistral 7B and Nemo, Gemma 2 and 3, SmolLM2) renders
 // every message list below, with and without the generation prompt: the text must be byte-identical,
 // and where the reference raises (a template refusing a system turn, say) orbit must refuse too.
-// Message lists without extra fields also go through ChatTemplate::render(ChatMessage...).
+// Every list also goes through ChatTemplate::render(ChatMessage...), reasoning_content included (Qwen3 renders
+// an assistant turn's reasoning after the last user query, and reads it from <think> tags in the content
+// where the field is absent).
 //
 // Exit status 77 (CTest SKIP_RETURN_CODE: reported as skipped) where node or the package is missing:
 // scripts/test.sh installs it into tests/node/node_modules.
@@ -87,6 +89,13 @@ std::vector<Conversation> conversations() {
   r2["tool_call_id"] = "callBBBBB";
   ordered_json named = msg("user", "Hi, I'm Ann.");
   named["name"] = "ann";
+  const auto thought = [](const std::string& content, const std::string& reasoning) {
+    ordered_json m = msg("assistant", content);
+    m["reasoning_content"] = reasoning;
+    return m;
+  };
+  ordered_json thought_call = thought("", "\nThe user wants the weather; I should call get_weather.\n");
+  thought_call["tool_calls"] = call["tool_calls"];
   return {
       {"one user turn", ordered_json::array({msg("user", "Hello!")})},
       {"system and user", ordered_json::array({msg("system", sys), msg("user", "What is 2 + 2?")})},
@@ -107,6 +116,16 @@ std::vector<Conversation> conversations() {
       {"two calls, two results", ordered_json::array({msg("user", "Oslo?"), two_calls, r1, r2}), true},
       {"tools offered, plain chat", ordered_json::array({msg("system", sys), msg("user", "Hello")}), true},
       {"tool turns without tools", ordered_json::array({msg("user", "Weather in Paris?"), call, result})},
+      {"reasoning in an earlier and the last turn",
+       ordered_json::array({msg("system", sys), msg("user", "What is 2 + 2?"), thought("4", "Two and two make four."),
+                            msg("user", "And 3 + 3?"), thought("\n6", "\n\nThree and three: six.\n")})},
+      {"reasoning before a call, its result",
+       ordered_json::array({msg("user", "Weather in Paris?"), thought_call, result}), true},
+      {"empty reasoning beside think tags",
+       ordered_json::array({msg("user", "Hi"), thought("<think>\nhmm\n</think>\n\nHello.", "")})},
+      {"think tags, no reasoning field",
+       ordered_json::array({msg("user", "Hi"), msg("assistant", "<think>\nhmm\n</think>\n\nHello."), msg("user", "Bye"),
+                            msg("assistant", "<think>ok</think>Bye.")})},
   };
 }
 
@@ -134,6 +153,7 @@ bool as_messages(const ordered_json& list, std::vector<ChatMessage>& out) {
     ChatMessage c;
     c.role = m["role"];
     c.content = m["content"];
+    if (m.contains("reasoning_content")) c.reasoning_content = m["reasoning_content"].get<std::string>();
     if (m.contains("name")) c.name = m["name"].get<std::string>();
     if (m.contains("tool_call_id")) c.tool_call_id = m["tool_call_id"].get<std::string>();
     if (m.contains("tool_calls")) {

@@ -45,6 +45,10 @@ struct ChatMessage {
   std::optional<std::string> name;          // passed as message.name when set
   std::optional<std::string> tool_call_id;  // passed as message.tool_call_id when set (tool results)
   std::vector<ChatToolCall> tool_calls;     // passed as message.tool_calls when non-empty
+  // An earlier assistant turn's reasoning (its thinking before the answer), passed as message.reasoning_content
+  // when set, as reasoning models' templates (Qwen3, QwQ, DeepSeek-R1 distills) read it; set but empty is
+  // passed as "" (such templates then take no reasoning from the content either).
+  std::optional<std::string> reasoning_content;
 };
 
 struct ChatRenderOptions {
