@@ -17,8 +17,7 @@
 #include "device_args.h"
 #include "orbit/common/error.h"
 #include "orbit/policy.h"
-#include "orbit/store/redis_client.h"
-#include "orbit/store/remote_tier.h"
+#include "orbit/store.h"
 #include "orbit/tool_calls.h"
 #include "serve/http/serve_http.h"
 #include "serve/serve_core.h"
@@ -222,19 +221,16 @@ serve::ServeOptions serve_options(const Args& args) {
 // The remote tier is optional (down, the server serves on its local tiers and the tier retries on use), so
 // an unreachable --remote is no reason to refuse to start; but a typo'd host or port, a wrong password or a
 // TLS failure should not wait for the first request to show: one PING at start, bounded by the tier's own
-// timeouts, and a warning naming the URL (its password redacted) and the cause.
+// timeouts, and a warning naming the URL (its password redacted) and the cause, which the tier then
+// does not print again at its first use (orbit::ping_remote).
 void warn_if_remote_unreachable(const std::string& url) {
   if (url.empty()) return;
-  const store::RemoteOptions tier;
-  store::RedisClientOptions client;
-  client.connect_timeout_ms = tier.connect_timeout_ms;
-  client.command_timeout_ms = tier.command_timeout_ms;
-  const Status ping = store::ping_redis(url, client);
-  if (ping.is_ok()) return;
+  const RemotePing ping = ping_remote(url);
+  if (ping.status.is_ok()) return;
   std::fprintf(stderr,
                "orbit serve: warning: --remote %s is unreachable at start (%s); serving on the local tiers, the "
                "remote tier retrying on use\n",
-               store::redact_redis_url(url).c_str(), ping.reason().c_str());
+               ping.url.c_str(), ping.status.reason().c_str());
 }
 
 // Says on stderr which pages in a browser may read the answers (--allow-origin), nothing when none may.

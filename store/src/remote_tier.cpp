@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <set>
 
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"
@@ -59,6 +60,37 @@ void warn_unauthenticated(const std::string& shown) {
   });
 }
 
+// The causes ping_remote found, as "<url as shown>\n<cause>": its caller reports them (orbit serve on stderr,
+// the Python Engine as a warning), so a tier that then fails for one of them counts it without saying it
+// again. Process-wide, as the start-up checks are.
+std::mutex& reported_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::set<std::string>& reported_causes() {
+  static std::set<std::string> causes;
+  return causes;
+}
+
+void note_reported(const std::string& shown_url, const std::string& cause) {
+  std::lock_guard<std::mutex> lock(reported_mutex());
+  reported_causes().insert(shown_url + "\n" + cause);
+}
+
+bool was_reported(const std::string& shown_url, const std::string& cause) {
+  std::lock_guard<std::mutex> lock(reported_mutex());
+  return reported_causes().count(shown_url + "\n" + cause) > 0;
+}
+
+// What the tier's Redis connections are given: its TLS and its connect and reply bounds.
+RedisClientOptions client_options(const RemoteOptions& options) {
+  RedisClientOptions client;
+  client.connect_timeout_ms = options.connect_timeout_ms;
+  client.command_timeout_ms = options.command_timeout_ms;
+  client.tls = options.tls;
+  return client;
+}
+
 }  // namespace
 
 RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std::shared_ptr<BlobBackend> backend)
@@ -77,9 +109,7 @@ RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std
     ro.ttl_seconds = options_.ttl_seconds;
     ro.part_bytes = options_.part_bytes;
     ro.secret = options_.secret;
-    ro.client.connect_timeout_ms = options_.connect_timeout_ms;
-    ro.client.command_timeout_ms = options_.command_timeout_ms;
-    ro.client.tls = options_.tls;
+    ro.client = client_options(options_);
     check_tls_files(shown, options_.tls);
     backend_ = std::make_shared<RedisBackend>(ro);
   }
@@ -108,6 +138,7 @@ bool RemoteTier::available() {
 }
 
 void RemoteTier::failed(const std::string& reason) {
+  const bool reported = was_reported(backend_->describe(), reason);  // by a start-up check: not said twice
   bool warn = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -117,8 +148,10 @@ void RemoteTier::failed(const std::string& reason) {
     down_ = true;
     stats_.available = false;
     down_until_ = Clock::now() + std::chrono::milliseconds(options_.retry_after_ms);
-    warn = options_.warn && !warned_;
-    warned_ = true;
+    if (!reported) {
+      warn = options_.warn && !warned_;
+      warned_ = true;
+    }
   }
   if (warn) {
     std::fprintf(stderr,
@@ -363,3 +396,17 @@ RemoteStats RemoteTier::stats() const {
 }
 
 }  // namespace orbit::store
+
+namespace orbit {
+
+RemotePing ping_remote(const std::string& url) {
+  store::RemoteOptions tier;
+  tier.url = url;
+  RemotePing out;
+  out.status = store::ping_redis(url, store::client_options(tier));  // parses the URL first: throws if malformed
+  out.url = store::redact_redis_url(url);
+  if (!out.status.is_ok()) store::note_reported(out.url, out.status.reason());
+  return out;
+}
+
+}  // namespace orbit

@@ -6,14 +6,18 @@ Environment:
   ORBIT_PYTHON_PATH directory holding the built `orbit` package, e.g. build/bindings/python (tests that need
                     it skip when unset and `import orbit` fails)
 """
+import contextlib
 import fcntl
 import importlib
 import json
 import os
 import pathlib
+import shutil
+import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -107,6 +111,47 @@ def stories_server(orbit_cli, stories260k_path):
         yield process.host, process.port
     finally:
         process.stop()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 when asked (nothing listens there)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def redis_server(port, directory, password="right"):
+    """A redis-server on 127.0.0.1:port that wants `password`, answering when entered and stopped on exit (never
+    skipped silently: scripts/common.sh installs redis-server)."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.fail("redis-server is not installed (apt install redis-server redis-tools)")
+    process = subprocess.Popen([server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--dir",
+                                str(directory), "--requirepass", password], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(500):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                    s.sendall(b"AUTH " + password.encode() + b"\r\nPING\r\n")
+                    if b"+PONG" in s.recv(64):
+                        break
+            except OSError:
+                time.sleep(0.02)
+        else:
+            pytest.fail("redis-server did not start")
+        yield
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture
+def redis_port(tmp_path):
+    """The port of a redis_server() with the password 'right', stopped after the test."""
+    port = free_port()
+    with redis_server(port, tmp_path):
+        yield port
 
 
 # The story test_cancel and test_aio decode after (the `story` fixture's window holds it).

@@ -54,7 +54,9 @@ def test_engines_share_canonicals_through_a_redis_remote(orbit, stories260k_path
 
 def test_an_unreachable_remote_never_stops_the_engine(orbit, stories260k_path):
     url = f"redis://127.0.0.1:{_free_port()}"  # nothing listens there
-    with orbit.Engine(stories260k_path, remote=url, pool_bytes=POOL, page_size=PAGE) as e:
+    with pytest.warns(orbit.RemoteUnreachableWarning, match="cannot connect"):  # said at open
+        engine = orbit.Engine(stories260k_path, remote=url, pool_bytes=POOL, page_size=PAGE)
+    with engine as e:
         w = e.new_window()
         w.admit(e.add_tokens([1, 2, 3, 4]))
         assert e.stats.canonicals_encoded == 1

@@ -1,45 +1,16 @@
 """`orbit serve --remote URL` checks the remote once at start: a server that does not answer (nothing on the
 port, or a refused password) is named on stderr with its URL and the cause, and the server still starts (the
-tier is optional); a server that answers gives no warning. Redis is started here on 127.0.0.1 (a free port)
-and always stopped."""
-import shutil
-import socket
-import subprocess
+tier is optional); a server that answers gives no warning. Redis is started on 127.0.0.1 (a free port) by
+conftest's redis_port fixture and always stopped."""
 import time
 
-import pytest
+from conftest import free_port, redis_server  # and the redis_port fixture
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def redis_port(tmp_path):
-    """The port of a redis-server on 127.0.0.1 with the password 'right', stopped after the test."""
-    server = shutil.which("redis-server")
-    if server is None:  # never skipped silently: scripts/common.sh installs it
-        pytest.fail("redis-server is not installed (apt install redis-server redis-tools)")
-    port = free_port()
-    process = subprocess.Popen([server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--dir",
-                                str(tmp_path), "--requirepass", "right"], stdout=subprocess.DEVNULL)
-    try:
-        for _ in range(500):
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                    s.sendall(b"AUTH right\r\nPING\r\n")
-                    if b"+PONG" in s.recv(64):
-                        break
-            except OSError:
-                time.sleep(0.02)
-        else:
-            pytest.fail("redis-server did not start")
-        yield port
-    finally:
-        process.kill()
-        process.wait()
+def chat(server, text):
+    answer = server.call("/v1/chat/completions", {"model": "m", "max_tokens": 2,
+                                                  "messages": [{"role": "user", "content": text}]})
+    assert answer["choices"][0]["message"]["role"] == "assistant"
 
 
 def test_an_unreachable_remote_is_named_at_start_and_the_server_serves(start_serve, stories260k_path):
@@ -48,9 +19,23 @@ def test_an_unreachable_remote_is_named_at_start_and_the_server_serves(start_ser
     out = server.output()
     assert f"orbit serve: warning: --remote {url} is unreachable at start" in out
     assert "cannot connect" in out
-    answer = server.call("/v1/chat/completions", {"model": "m", "max_tokens": 2,
-                                                  "messages": [{"role": "user", "content": "Hi"}]})
-    assert answer["choices"][0]["message"]["role"] == "assistant"
+    chat(server, "Hi")
+
+
+def test_the_cause_said_at_start_is_said_once_and_another_cause_still_is(start_serve, stories260k_path, tmp_path):
+    port = free_port()
+    server = start_serve(stories260k_path, "--remote", f"redis://127.0.0.1:{port}", "--name", "m")
+    chat(server, "Hi")  # the remote tier's first use fails as the start check did: not printed again
+    with redis_server(port, tmp_path):  # a server answers now, but wants a password the URL does not give
+        deadline = time.monotonic() + 60
+        n = 0
+        while "NOAUTH" not in server.output() and time.monotonic() < deadline:
+            time.sleep(1.1)  # past the tier's retry_after_ms (1 s): the next use tries the server again
+            n += 1
+            chat(server, f"Hello number {n}")
+        out = server.output()
+    assert "NOAUTH" in out, out  # a cause of its own: the tier's warning says it
+    assert out.count("cannot connect") == 1, out  # the start warning only
 
 
 def test_a_wrong_password_is_named_with_the_url_redacted(start_serve, stories260k_path, redis_port):

@@ -26,6 +26,9 @@ message; wrong Python types or array dtypes raise TypeError and wrong shapes Val
 An operation the window cannot hold (a full pool, max_bytes) raises CapacityError, one it refuses (positions
 past the model's limit) RefusedError -- both subclasses of OrbitError, both leaving the window unchanged.
 Plan first (plan_*) and check Plan.device_bytes_after to avoid them.
+Engine(remote=...) pings the remote tier once as it opens: one that does not answer issues a
+RemoteUnreachableWarning (a RuntimeWarning, through the warnings module) naming the URL and the cause, and the
+engine opens on its local tiers.
 
 A store directory can be inspected offline: `with orbit.Store("store") as s: for entry in s: ...`.
 
@@ -75,6 +78,7 @@ from ._orbit import (  # noqa: F401  (re-exports)
     RadixCache,
     BlockPrefixCache,
     RefusedError,
+    RemoteUnreachableWarning,
     StalePatch,
     StepAction,
     SyncAction,
@@ -165,6 +169,7 @@ __all__ = [
     "RadixCache",
     "BlockPrefixCache",
     "RefusedError",
+    "RemoteUnreachableWarning",
     "StalePatch",
     "StepAction",
     "SyncAction",

@@ -36,6 +36,7 @@ from ._orbit import (
     BlockPrefixCache as BlockPrefixCache,
     Policy as Policy,
     RefusedError as RefusedError,
+    RemoteUnreachableWarning as RemoteUnreachableWarning,
     StalePatch as StalePatch,
     StepAction as StepAction,
     SyncAction as SyncAction,

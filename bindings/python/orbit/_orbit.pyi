@@ -33,6 +33,10 @@ class CapacityError(OrbitError):
 class RefusedError(OrbitError):
     """The operation was refused, e.g. positions past the model's limit (status 'refused')."""
 
+class RemoteUnreachableWarning(RuntimeWarning):
+    """Engine(remote=...) found the remote tier not answering a PING when it opened; the message names the URL
+    (password shown as ***) and the cause. The engine still opens, on its local tiers."""
+
 class _Enum:
     name: str
     value: int
@@ -852,7 +856,9 @@ class Engine:
     ) -> None:
         """disk_budget_bytes > 0 needs store_dir; remote_ttl_seconds > 0 and remote_secret need remote (OrbitError
         otherwise). remote_secret: the remote tier's shared secret ('' = ORBIT_REMOTE_SECRET, else none: values are
-        checked but not authenticated, and opening warns once).
+        checked but not authenticated, and opening warns once). A remote that does not answer a PING at open
+        (nothing on the port, a wrong password, TLS, a timeout) issues a RemoteUnreachableWarning naming the URL
+        (password redacted) and the cause; the engine still opens, on its local tiers.
         device: 'cpu', 'cuda' or 'cuda:N' (OrbitError where there is no CUDA device); dtype: 'float32',
         'bfloat16' or 'float16' (CUDA only): weights load straight into it, KV and windows live there.
         eviction: the store's policy, 'lru' or 'cost-aware'; cold_tier: 'exact' or 'int8' canonicals on disk;

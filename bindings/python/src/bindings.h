@@ -9,7 +9,8 @@ namespace orbit_py {
 
 namespace py = pybind11;
 
-void init_errors(py::module_& m);     // module.cpp: OrbitError, CapacityError, RefusedError, translators
+void init_errors(py::module_& m);     // module.cpp: OrbitError, CapacityError, RefusedError, translators,
+                                      // RemoteUnreachableWarning
 void init_types(py::module_& m);      // types.cpp: enums, ChunkRef, plans, reports, stats, infos
 void init_policy(py::module_& m);     // policy.cpp: WindowPolicy (Policy)
 void init_engine(py::module_& m);     // engine.cpp: Engine
@@ -25,5 +26,9 @@ void init_wake(py::module_& m);       // wake.cpp: _StreamRoom (Window.stream's 
 
 // Raises CapacityError / RefusedError / OrbitError for a non-ok Status (module.cpp).
 [[noreturn]] void raise_status(int code, const std::string& reason);
+
+// Issues `message` as an orbit.RemoteUnreachableWarning at the calling Python line (module.cpp); throws
+// py::error_already_set when a warnings filter turns it into an error. Needs the GIL.
+void warn_remote_unreachable(const std::string& message);
 
 }  // namespace orbit_py

@@ -9,6 +9,7 @@
 #include "convert.h"
 #include "decodes.h"
 #include "orbit/common/error.h"
+#include "orbit/store.h"
 #include "py_window.h"
 
 namespace orbit_py {
@@ -43,6 +44,22 @@ orbit::BackgroundMode background_arg(const py::object& obj) {
   }
   throw py::type_error("Engine: background: expected a str or BackgroundMode, got " +
                        std::string(py::str(py::type::handle_of(obj).attr("__qualname__"))));
+}
+
+// The remote tier is optional (down, the engine works on its local tiers and the tier tries again on use),
+// so a remote that does not answer at open is no error; but a wrong host, port or password should show at
+// once, not at the first store operation: one PING (orbit::ping_remote, as orbit serve --remote does) and
+// an orbit.RemoteUnreachableWarning naming the URL (password redacted) and the cause.
+void warn_if_remote_unreachable(const std::string& url) {
+  orbit::RemotePing ping;
+  {
+    py::gil_scoped_release release;
+    ping = orbit::ping_remote(url);
+  }
+  if (ping.status.is_ok()) return;
+  warn_remote_unreachable("Engine: remote " + ping.url + " is unreachable at open (" + ping.status.reason() +
+                          "); the engine runs on its local tiers, the remote tier retrying on use "
+                          "(stats().store.remote)");
 }
 
 // The deleter of the shared_ptr every Python reference to an engine shares (the pybind11 holder, each
@@ -95,6 +112,7 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
     py::gil_scoped_release release;
     engine = Engine::open(o);
   }
+  if (!o.remote.empty()) warn_if_remote_unreachable(o.remote);
   Engine* raw = engine.get();
   return std::shared_ptr<Engine>(raw, EngineKeeper{std::move(engine), std::make_shared<EngineDecodes>()});
 }
@@ -161,8 +179,10 @@ void def_engine_open(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         "'redis-cluster://h1:p1,h2:p2' ('' = none; rediss:// for TLS, its CA and client certificate from the\n"
         "ORBIT_REDIS_TLS_* environment variables), whose entries expire after remote_ttl_seconds (0 = never;\n"
         "> 0 needs remote, as remote_secret does); the remote down never stops the engine (see\n"
-        "stats().store.remote). remote_secret: the secret the engines sharing the remote authenticate its values\n"
-        "and manifests with (HMAC-SHA256; '' = the ORBIT_REMOTE_SECRET environment variable, else none: values\n"
+        "stats().store.remote), and one that does not answer a PING at open issues a RemoteUnreachableWarning\n"
+        "naming the URL (password redacted) and the cause. remote_secret: the secret the engines sharing the\n"
+        "remote authenticate its values and manifests with (HMAC-SHA256; '' = the ORBIT_REMOTE_SECRET environment\n"
+        "variable, else none: values\n"
         "are then checked but not authenticated, and opening warns once). device: 'cpu', 'cuda' or 'cuda:N'\n"
         "(model, KV pool and windows live there);\n"
         "dtype: 'float32', 'bfloat16' or 'float16' (CUDA only), the compute dtype weights load straight into.\n"

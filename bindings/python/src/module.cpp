@@ -1,6 +1,7 @@
 // The compiled part of the Python package `orbit` (bindings/python/orbit/__init__.py re-exports it), and
 // the exceptions (docs/ARCHITECTURE.md §8): orbit::Error -> orbit.OrbitError carrying the C++ message; a non-ok
-// Status from apply() -> CapacityError (out_of_capacity) or RefusedError (refused).
+// Status from apply() -> CapacityError (out_of_capacity) or RefusedError (refused); and the warning
+// RemoteUnreachableWarning (a RuntimeWarning: a remote tier that did not answer when an engine opened).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -14,10 +15,12 @@ namespace {
 // Distinct C++ types so each Python exception class has its own pybind11 registration.
 struct CapacityErrorTag {};
 struct RefusedErrorTag {};
+struct RemoteUnreachableTag {};
 
 PyObject* g_orbit_error = nullptr;
 PyObject* g_capacity_error = nullptr;
 PyObject* g_refused_error = nullptr;
+PyObject* g_remote_unreachable = nullptr;
 
 // Raises `type(message)` with extra attributes set on the instance.
 void set_error(PyObject* type, const std::string& message, const py::dict& attrs) {
@@ -40,6 +43,10 @@ void raise_status(int code, const std::string& reason) {
   throw py::error_already_set();
 }
 
+void warn_remote_unreachable(const std::string& message) {
+  if (PyErr_WarnEx(g_remote_unreachable, message.c_str(), 1) != 0) throw py::error_already_set();
+}
+
 void init_errors(py::module_& m) {
   static py::exception<orbit::Error> orbit_error(m, "OrbitError", PyExc_RuntimeError);
   orbit_error.doc() =
@@ -55,7 +62,15 @@ void init_errors(py::module_& m) {
   refused_error.doc() =
       "apply() (or an operation) was refused, e.g. positions past the model's limit (Status refused). The window\n"
       "is unchanged. e.reason says why.";
+  static py::exception<RemoteUnreachableTag> remote_unreachable(m, "RemoteUnreachableWarning", PyExc_RuntimeWarning);
+  remote_unreachable.doc() =
+      "Engine(remote=...) found the remote tier not answering when it opened (one PING: cannot connect, a refused\n"
+      "password, a TLS failure, a timeout): the message names the URL (password shown as ***) and the cause. The\n"
+      "engine still opens and serves from its local tiers; the remote tier tries again on use\n"
+      "(stats().store.remote). Filter it with the warnings module, or make it an error there: Engine(...) then\n"
+      "raises it.";
   g_orbit_error = orbit_error.ptr();
+  g_remote_unreachable = remote_unreachable.ptr();
   g_capacity_error = capacity_error.ptr();
   g_refused_error = refused_error.ptr();
 

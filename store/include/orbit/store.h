@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "orbit/common/status.h"
+
 namespace orbit {
 
 // ---- keys --------------------------------------------------------------------------------------------
@@ -265,6 +267,21 @@ struct RemoteSummary {
 // Connects to `url` (redis:// or redis-cluster://, bounded timeouts) and counts orbit's entries with SCAN.
 // Throws orbit::Error on a malformed URL only; an unreachable server is reported in the summary.
 RemoteSummary summarize_remote(const std::string& url);
+
+// What ping_remote found.
+struct RemotePing {
+  std::string url;  // as given, with the password of its credentials shown as *** (what a message may print)
+  Status status;    // ok: the server answered; else refused naming the node and the cause
+};
+
+// One PING of the remote tier at `url` (as EngineOptions::remote takes it), connecting as the tier does: TLS
+// from the ORBIT_REDIS_TLS_* environment, AUTH and SELECT as the URL says, within the tier's bounds (300 ms
+// to connect, 1 s for the reply). A refusal names the cause: cannot connect, a refused AUTH, a TLS failure,
+// a timeout. The start-up check of an optional remote, which the tier itself tries only on first use: orbit
+// serve --remote and the Python Engine(remote=...) warn when it fails. The caller reports a failure: a remote
+// tier of this process that then fails for the same cause counts it (stats) without printing its own outage
+// warning for it; another cause is still printed. Throws orbit::Error only on a malformed URL.
+RemotePing ping_remote(const std::string& url);
 
 std::vector<StoreEntryInfo> list_store(const std::string& dir);
 StoreSummary summarize_store(const std::string& dir);

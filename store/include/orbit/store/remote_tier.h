@@ -13,7 +13,8 @@
 // Faults never stop the caller: every backend call is bounded by its timeouts; after a failure the tier
 // is "down" for RemoteOptions::retry_after_ms, during which reads answer a miss at once and writes wait
 // in the queue; the next call after that tries again (the client reconnects by itself). The first outage
-// prints one warning on stderr; stats() counts every failure.
+// prints one warning on stderr, unless its cause is one a start-up check (orbit::ping_remote, orbit/store.h)
+// of this process found and its caller reported; stats() counts every failure.
 //
 // Writes run on one background thread (bounded by max_queued_bytes: beyond it the oldest queued write is
 // dropped and counted). drain() waits for the queue (tests, benchmarks, a clean close).
