@@ -26,6 +26,7 @@
 #include "sync_cuts_support.h"
 #include "sync_test_support.h"
 #include "test_helpers.h"
+#include "tokenizer_variants.h"
 #include "window/sync_encode.h"
 #include "window/sync_memo.h"
 #include "window/sync_render.h"
@@ -46,16 +47,9 @@ std::vector<std::unique_ptr<runtime::Tokenizer>> tokenizers() {
   std::vector<std::unique_ptr<runtime::Tokenizer>> out;
   out.push_back(runtime::load_tokenizer(std::string(ORBIT_MODELS_DIR) + "/tinystories-656k"));
   out.push_back(runtime::load_tokenizer(std::string(ORBIT_MODELS_DIR) + "/stories260K/tok512.bin", 512));
-  std::ifstream in(std::string(ORBIT_MODELS_DIR) + "/tinystories-656k/tokenizer.json");
-  nlohmann::json j = nlohmann::json::parse(in);
-  j["normalizer"] = {
-      {"type", "Sequence"},
-      {"normalizers",
-       {{{"type", "Replace"}, {"pattern", {{"String", "e"}}}, {"content", "\xE2\x96\x81h"}},
-        {{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
-        {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}},
-        {{"type", "Replace"}, {"pattern", {{"String", "\n"}}}, {"content", "\xE2\x96\x81\xE2\x96\x81"}}}}};
-  out.push_back(runtime::parse_hf_tokenizer(j.dump(), "", "tinystories-656k, 'e' normalized into two"));
+  nlohmann::json j = test::tokenizer_variants::tinystories_json();
+  j["normalizer"] = test::tokenizer_variants::several_normalizer();
+  out.push_back(test::tokenizer_variants::load_variant("tinystories-656k, 'e' normalized into two", j));
   return out;
 }
 

@@ -7,7 +7,6 @@
 // the answer is judged once.
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -18,6 +17,7 @@
 #include "orbit/runtime/tokenizer.h"
 #include "orbit/text_stream.h"
 #include "orbit_catch.h"
+#include "tokenizer_variants.h"
 
 namespace {
 
@@ -25,6 +25,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using orbit::TextStream;
 using orbit::runtime::Tokenizer;
+using orbit::test::tokenizer_variants::load_variant;
+using orbit::test::tokenizer_variants::tinystories_json;
 using Decode = std::function<std::string(const std::vector<int64_t>&)>;
 
 const fs::path kData = fs::path(ORBIT_TEST_DATA_DIR) / "tokenizers";
@@ -91,18 +93,6 @@ void check_exact(const Decode& decode, const std::vector<int64_t>& tokens) {
     CHECK(cut.pieces == whole.substr(0, whole.find(stop)));
     break;
   }
-}
-
-json tinystories_json() {
-  std::ifstream in(kData / "tinystories-656k/tokenizer.json");
-  return json::parse(in);
-}
-
-std::unique_ptr<Tokenizer> load_variant(const std::string& name, const json& j) {
-  const fs::path dir = fs::temp_directory_path() / ("orbit_text_stream_" + name);
-  fs::create_directories(dir);
-  std::ofstream(dir / "tokenizer.json") << j.dump();
-  return orbit::runtime::load_hf_tokenizer((dir / "tokenizer.json").string());
 }
 
 // Answers of 30 to 600 tokens: encodings of odd text, and (`random_ids`) ids drawn from the whole vocabulary.

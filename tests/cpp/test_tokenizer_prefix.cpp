@@ -22,6 +22,7 @@
 #include "orbit/common/error.h"
 #include "orbit/runtime/hf_tokenizer.h"
 #include "orbit/runtime/tokenizer.h"
+#include "tokenizer_variants.h"
 
 namespace {
 
@@ -31,22 +32,11 @@ using nlohmann::json;
 using orbit::runtime::Encoding;
 using orbit::runtime::Tokenizer;
 using orbit::runtime::hf::utf8_encode;
+using orbit::test::tokenizer_variants::load_variant;
+using orbit::test::tokenizer_variants::tinystories_json;
 
 const fs::path kData = fs::path(ORBIT_TEST_DATA_DIR) / "tokenizers";
 const fs::path kModels = fs::path(ORBIT_MODELS_DIR);
-
-json tinystories_json() {
-  std::ifstream in(kData / "tinystories-656k/tokenizer.json");
-  return json::parse(in);
-}
-
-// `j` written as <temp>/orbit_prefix_<name>/tokenizer.json, loaded.
-std::unique_ptr<Tokenizer> load_variant(const std::string& name, const json& j) {
-  const fs::path dir = fs::temp_directory_path() / ("orbit_prefix_" + name);
-  fs::create_directories(dir);
-  std::ofstream(dir / "tokenizer.json") << j.dump();
-  return orbit::runtime::load_hf_tokenizer((dir / "tokenizer.json").string());
-}
 
 const std::vector<std::string> kWords = {"Once",  "upon", "a",    "time",    "there", "was",   "little",  "girl",
                                          "named", "Lily", "she",  "loved",   "to",    "play",  "outside", "the",
@@ -284,13 +274,7 @@ TEST_CASE("tokenizer.json variants that keep prefix-stability", "[tokenizer_pref
   }
   SECTION("characters normalized into several, and Prepend after Replace") {
     json j = tinystories_json();
-    j["normalizer"] = {
-        {"type", "Sequence"},
-        {"normalizers",
-         {{{"type", "Replace"}, {"pattern", {{"String", "e"}}}, {"content", "\xE2\x96\x81h"}},
-          {{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
-          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}},
-          {{"type", "Replace"}, {"pattern", {{"String", "\n"}}}, {"content", "\xE2\x96\x81\xE2\x96\x81"}}}}};
+    j["normalizer"] = orbit::test::tokenizer_variants::several_normalizer();
     check_tokenizer(*load_variant("several", j), kStorySpecials, 11);
   }
 }
