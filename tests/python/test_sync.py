@@ -12,6 +12,7 @@ removed, gives back step 4's list; orbit forwards the turn's 16 tokens, the radi
 asserts the radix cache on edit sequences without explicit returns and reports the returns apart.
 """
 import json
+import pathlib
 import random
 import re
 import shutil
@@ -221,6 +222,23 @@ def test_messages_are_checked(orbit, engine):
              "{% for c in m.tool_calls or [] %}[{{ c.function.name }} {{ c.function.arguments | tojson }}]"
              "{% endfor %};{% endfor %}")
     assert engine.render_chat(parts, False, chat_template=calls) == 'user:a b;assistant:[look {"x": 1}];'
+
+
+def test_reasoning_content_reaches_the_template(orbit, engine):
+    # Qwen3's template renders the thinking of the answer after the last user query between <think> tags.
+    qwen3 = (pathlib.Path(__file__).resolve().parents[1] / "data" / "templates" / "qwen3-0.6b.jinja").read_text()
+    messages = [{"role": "user", "content": "2 + 2?"},
+                {"role": "assistant", "content": "4", "reasoning_content": "Two and two."}]
+    text = engine.render_chat(messages, False, chat_template=qwen3)
+    assert text.endswith("<|im_start|>assistant\n<think>\nTwo and two.\n</think>\n\n4<|im_end|>\n"), text
+    shown = "{% for m in messages %}{{ m.reasoning_content is defined }}:{{ m.reasoning_content }};{% endfor %}"
+    messages.append({"role": "user", "content": "x", "reasoning_content": None})
+    assert engine.render_chat(messages, False, chat_template=shown) == "false:;true:Two and two.;false:;"
+    window = engine.new_window()
+    assert window.sync(messages, chat_template=qwen3).plan.tokens == engine.tokenize_chat(messages, False,
+                                                                                           chat_template=qwen3)
+    with pytest.raises(TypeError, match=r"messages\[1\]\.reasoning_content: expected a str, got int"):
+        engine.render_chat([messages[0], dict(messages[1], reasoning_content=4)], chat_template=qwen3)
 
 
 def test_the_model_chat_template_is_found(orbit, models_dir, tmp_path):

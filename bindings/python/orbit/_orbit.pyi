@@ -18,7 +18,8 @@ InstanceArg = Union[int, "InstanceInfo"]
 ChunkArg = Union["ChunkRef", str]
 PolicyArg = Union["WindowPolicy", str]
 # A message list as a chat API takes it: dicts with "role" and "content" (a str, or a list of parts: text dicts,
-# {"type": "chunk", "chunk": ChunkRef} or a ChunkRef), and "name", "tool_call_id", "tool_calls".
+# {"type": "chunk", "chunk": ChunkRef} or a ChunkRef), and "name", "tool_call_id", "tool_calls", "reasoning_content"
+# (a str: an earlier assistant turn's thinking, given to the template as message.reasoning_content).
 Messages = Sequence[dict]
 
 class OrbitError(RuntimeError):

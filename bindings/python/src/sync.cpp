@@ -2,8 +2,9 @@
 // the SyncAction, SyncUnit, SyncPlan and SyncReport types. A message list is what a chat API takes: dicts with
 // "role" and "content" (a str, None, or a list of parts: {"type": "text", "text": ...}, and chunks registered
 // with the engine as {"type": "chunk", "chunk": ChunkRef} or the ChunkRef itself), and optionally "name",
-// "tool_call_id" and "tool_calls" (OpenAI's [{"id", "type": "function", "function": {"name", "arguments"}}],
-// arguments a JSON string or a dict).
+// "tool_call_id", "tool_calls" (OpenAI's [{"id", "type": "function", "function": {"name", "arguments"}}],
+// arguments a JSON string or a dict) and "reasoning_content" (a str: an earlier turn's thinking, which
+// reasoning models' templates render).
 #include <pybind11/stl.h>
 
 #include <algorithm>
@@ -147,6 +148,7 @@ std::vector<ChatMessage> to_messages(const py::object& messages) {
     content_of(d, i, msg);
     msg.name = str_field(d, "name", i);
     msg.tool_call_id = str_field(d, "tool_call_id", i);
+    msg.reasoning_content = str_field(d, "reasoning_content", i);
     msg.tool_calls = tool_calls_of(d, i);
     out.push_back(std::move(msg));
     ++i;
@@ -237,8 +239,10 @@ const char* kMessagesDoc =
     "parts: {'type': 'text', 'text': ...}, or a chunk registered with this engine as {'type': 'chunk',\n"
     "'chunk': ChunkRef} or the ChunkRef itself, e.g. a screenshot from engine.add_embeddings: it stands in\n"
     "the window where the part sits, as its own chunk instance; render_chat and tokenize_chat refuse\n"
-    "chunk parts), optionally 'name', 'tool_call_id' and 'tool_calls' (OpenAI's form:\n"
-    "[{'id', 'type': 'function', 'function': {'name', 'arguments': str or dict}}]). chat_template: a Jinja chat\n"
+    "chunk parts), optionally 'name', 'tool_call_id', 'tool_calls' (OpenAI's form:\n"
+    "[{'id', 'type': 'function', 'function': {'name', 'arguments': str or dict}}]) and 'reasoning_content' (a\n"
+    "str: an earlier assistant turn's thinking, given to the template as message.reasoning_content, which\n"
+    "reasoning models' templates such as Qwen3's render). chat_template: a Jinja chat\n"
     "template to use instead of the model's (None: the model's tokenizer_config.json, else the built-in plain\n"
     "one: 'role: content' lines); tools: a list of tool schemas (the template's `tools`); extra: a dict of\n"
     "further template variables (an empty str for any of the three is a ValueError: leave it None; tools and\n"

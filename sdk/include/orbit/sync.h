@@ -150,6 +150,9 @@ struct ChatMessage {
   std::optional<std::string> tool_call_id;  // message.tool_call_id when set (tool results)
   std::vector<ChatToolCall> tool_calls;     // message.tool_calls when non-empty
   std::vector<ContentPart> parts;           // non-empty: the content as parts, in order (content must be empty)
+  // message.reasoning_content when set: an earlier assistant turn's thinking, which reasoning models' templates
+  // (Qwen3, QwQ, DeepSeek-R1 distills) render before its answer; "" is passed as set (runtime::ChatMessage).
+  std::optional<std::string> reasoning_content;
 };
 
 // SyncPlan::tokens at a row of an embedding chunk part (it has no token id).

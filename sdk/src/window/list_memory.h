@@ -35,7 +35,7 @@ using DropPattern = std::vector<ListDrop>;  // ordered by (class, rank)
 
 // "role|kinds": the role, then each part's kind ("text", "tokens", "embeddings") or "text" for plain content.
 std::string message_class(const ChatMessage& m);
-// Same role, content, name, tool call id, tool calls and parts (chunk parts by key).
+// Same role, content, name, tool call id, reasoning content, tool calls and parts (chunk parts by key).
 bool same_message(const ChatMessage& a, const ChatMessage& b);
 
 // How `before` became `after`: the messages of `before` left out when `after` is matched against it in

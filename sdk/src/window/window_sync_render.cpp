@@ -126,6 +126,7 @@ std::vector<runtime::ChatMessage> to_runtime(const detail::EngineCore& core, con
     r.content = content_text(core, m, i, parts, caller);
     r.name = m.name;
     r.tool_call_id = m.tool_call_id;
+    r.reasoning_content = m.reasoning_content;
     for (const ChatToolCall& call : m.tool_calls) r.tool_calls.push_back({call.id, call.name, call.arguments});
     out.push_back(std::move(r));
   }

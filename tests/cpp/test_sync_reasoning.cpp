@@ -1,0 +1,111 @@
+// An assistant message's reasoning_content (orbit/sync.h ChatMessage, runtime::ChatMessage) through the SDK:
+// rendered by a reasoning model's template (Qwen3's, tests/data/templates) where the template shows it, part
+// of a message's list key (sync_memo.h list_keys: lists that differ only there share no memo entry) and of
+// what makes two messages the same (list_memory.h same_message), and planned by Window::plan_sync as the
+// rendering's tokens whether the memo knows the list it differs from or not.
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "orbit/engine.h"
+#include "orbit/runtime/chat_template.h"
+#include "orbit/sync.h"
+#include "orbit/window.h"
+#include "orbit_catch.h"
+#include "sync_test_support.h"
+#include "window/list_memory.h"
+#include "window/sync_memo.h"
+
+namespace {
+
+using namespace orbit;
+using orbit::test::sync_support::msg;
+
+std::string qwen3_template() {
+  std::ifstream in(std::filesystem::path(ORBIT_TEST_DATA_DIR) / "templates" / "qwen3-0.6b.jinja", std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  REQUIRE(!s.str().empty());
+  return s.str();
+}
+
+ChatMessage thought(const std::string& content, std::optional<std::string> reasoning) {
+  ChatMessage m = msg("assistant", content);
+  m.reasoning_content = std::move(reasoning);
+  return m;
+}
+
+runtime::ChatMessage runtime_thought(const std::string& content, std::optional<std::string> reasoning) {
+  runtime::ChatMessage m;
+  m.role = "assistant";
+  m.content = content;
+  m.reasoning_content = std::move(reasoning);
+  return m;
+}
+
+// The conversation's answer turn (after the last user query: Qwen3 shows its reasoning) with `reasoning`.
+std::vector<ChatMessage> answered(std::optional<std::string> reasoning) {
+  return {msg("system", "You are brief."), msg("user", "What is 2 + 2?"), thought("4", std::move(reasoning))};
+}
+
+}  // namespace
+
+TEST_CASE("a message's list key covers its reasoning_content, unset and empty apart", "[sync_reasoning]") {
+  const runtime::ChatTemplate tmpl(qwen3_template(), "qwen3-0.6b.jinja");
+  const runtime::ChatRenderOptions options;
+  runtime::ChatMessage user;
+  user.role = "user";
+  user.content = "What is 2 + 2?";
+  std::vector<orbit::detail::ListKeys> keys;
+  for (const std::optional<std::string>& reasoning :
+       {std::optional<std::string>(), std::optional<std::string>(""), std::optional<std::string>("Two and two."),
+        std::optional<std::string>("Add them.")}) {
+    keys.push_back(orbit::detail::list_keys(tmpl, options, {user, runtime_thought("4", reasoning), user}));
+  }
+  for (std::size_t a = 0; a < keys.size(); ++a) {
+    for (std::size_t b = a + 1; b < keys.size(); ++b) {
+      INFO("lists " << a << " and " << b);
+      CHECK(keys[a].lists[0] == keys[b].lists[0]);  // the same first message
+      CHECK(keys[a].messages[1] != keys[b].messages[1]);
+      CHECK(keys[a].lists[1] != keys[b].lists[1]);
+      CHECK(keys[a].lists[2] != keys[b].lists[2]);  // and every list that holds it
+    }
+  }
+}
+
+TEST_CASE("messages that differ only in reasoning_content are not the same message", "[sync_reasoning]") {
+  CHECK(orbit::detail::same_message(thought("4", "Add."), thought("4", "Add.")));
+  CHECK_FALSE(orbit::detail::same_message(thought("4", "Add."), thought("4", "Sum.")));
+  CHECK_FALSE(orbit::detail::same_message(thought("4", std::nullopt), thought("4", "")));
+}
+
+TEST_CASE("render_chat and plan_sync pass reasoning_content to the template", "[sync_reasoning]") {
+  const std::shared_ptr<Engine> engine = orbit::test::sync_support::open_engine();
+  SyncOptions o = orbit::test::sync_support::options();
+  o.chat.chat_template = qwen3_template();
+  const std::string shown = engine->render_chat(answered("Two and two make four."), false, o.chat);
+  CHECK(shown.find("<|im_start|>assistant\n<think>\nTwo and two make four.\n</think>\n\n4<|im_end|>") !=
+        std::string::npos);
+  // Unset, the template reads the thinking from <think> tags in the content; set to "", it reads none.
+  const std::vector<ChatMessage> tagged = {msg("user", "Hi"), thought("<think>hmm</think>Hello.", std::nullopt)};
+  CHECK(engine->render_chat(tagged, false, o.chat).find("<think>\nhmm\n</think>\n\nHello.") != std::string::npos);
+  const std::vector<ChatMessage> empty = {msg("user", "Hi"), thought("<think>hmm</think>Hello.", "")};
+  CHECK(engine->render_chat(empty, false, o.chat).find("<think>\n\n</think>\n\n<think>hmm</think>Hello.") !=
+        std::string::npos);
+
+  // Lists that differ only in the reasoning plan as their own renderings, one after the other (the memos
+  // know the earlier list when the later one is planned), and their plans differ.
+  Window w = engine->new_window();
+  std::vector<std::vector<int64_t>> planned;
+  for (const char* reasoning : {"Two and two make four.", "Add them: 2 + 2 = 4, which I say plainly.", ""}) {
+    INFO(reasoning);
+    const std::vector<ChatMessage> list = answered(std::string(reasoning));
+    const SyncPlan plan = w.plan_sync(list, o);
+    CHECK(plan.tokens == engine->tokenize_chat(list, false, o.chat));
+    planned.push_back(plan.tokens);
+    w.sync(list, o);
+  }
+  CHECK(planned[0] != planned[1]);
+  CHECK(planned[1] != planned[2]);
+}
