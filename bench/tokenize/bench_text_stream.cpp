@@ -9,12 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "../common/bench_util.h"
+#include "args.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/tokenizer.h"
 #include "orbit/text_stream.h"
@@ -22,6 +22,12 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+const char* const kUsage =
+    "usage: bench_text_stream [--reps 7] [--lengths 100,2000]\n"
+    "  TextStream::push per token, early in an answer and deep into a long one (ns per push).\n"
+    "  --reps N        runs per case (the fastest is kept)\n"
+    "  --lengths L,..  answer lengths in tokens (the last 100 pushes of each are timed)\n";
 
 const char* const kSentences[] = {
     "Once upon a time, there was a little girl named Lily. She liked to play outside in the sun.",
@@ -49,32 +55,14 @@ double ns_per_push(const orbit::runtime::Tokenizer& tok, int64_t previous, const
   return best;
 }
 
-std::vector<std::size_t> parse_lengths(const char* text) {
-  std::vector<std::size_t> out;
-  for (const char* p = text; *p != '\0';) {
-    char* end = nullptr;
-    const long value = std::strtol(p, &end, 10);
-    ORBIT_CHECK(end != p && value > 0, "--lengths: '" << text << "' is not a list of positive integers");
-    out.push_back(static_cast<std::size_t>(value));
-    p = *end == ',' ? end + 1 : end;
-    ORBIT_CHECK(*end == ',' || *end == '\0', "--lengths: '" << text << "' is not a list of positive integers");
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
-  int reps = 7;
-  std::vector<std::size_t> lengths = {100, 2000};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--reps") == 0) {
-      reps = std::max(1, std::atoi(argv[i + 1]));
-    } else if (std::strcmp(argv[i], "--lengths") == 0) {
-      lengths = parse_lengths(argv[i + 1]);
-    } else {
-      ORBIT_CHECK(false, "bench_text_stream: unknown option " << argv[i] << " (options: --reps, --lengths)");
-    }
+  const orbit::cli::Args args("bench_text_stream", {{"--reps", "--lengths"}, {}, kUsage}, argc, argv, 1);
+  const int reps = static_cast<int>(args.get_int("--reps", 7, 1));
+  std::vector<std::size_t> lengths;
+  for (const int64_t length : orbit::bench::parse_positive_list(args.get_or("--lengths", "100,2000"), "--lengths")) {
+    lengths.push_back(static_cast<std::size_t>(length));
   }
   struct Named {
     const char* name;
