@@ -17,12 +17,17 @@
 // each with the memos off (every prefix rendered, every segment encoded whole) and on, side by side, and the
 // ratio off / on; and grown with the cuts memo on but incremental encoding off (`whole`: the memo of
 // encodings, sync_encode.h, is what `whole` / `grown-on` measures). Then, per list, a second table:
-//   trimmed     plan_sync of the list after its --trim oldest messages after the system prompt were dropped and
+//   trim        plan_sync of the list after its --trim oldest messages after the system prompt were dropped and
 //               one new message added, once the whole list was planned (an agent that trims its context at the
 //               start: the memos hold the untrimmed list);
-//   summarized  the same, the dropped messages replaced by one assistant message summarizing them;
+//   summ        the same, the dropped messages replaced by one assistant message summarizing them;
+// and a third:
+//   sys         plan_sync of the list with a new system prompt (an agent that writes the date, a memory digest or
+//               a step counter into it at every request), once the list was planned;
+//   step        the same and two messages added (an agent's usual request with such a system prompt);
+//   systrim     a new system prompt, the --trim oldest messages after it dropped and one message added;
 // each with the memos off and on, the on side against grown-on (what the same list costs when it only grew), and
-// how many prefixes step 2 rendered for it with the memos on (trim-r, summ-r; the rest read from the memo).
+// how many prefixes step 2 rendered for it with the memos on (trim-r, ...; the rest read from the memo).
 // All sides must give the same plan (tokens, units, merged boundaries, generation prompt). Not a test: the times
 // depend on the machine and its load; the off, whole and on runs alternate.
 //
@@ -276,47 +281,105 @@ std::vector<ChatMessage> trimmed_list(const std::vector<ChatMessage>& list, int6
   return out;
 }
 
-struct TrimRow {
-  double trimmed_off = 0, trimmed_on = 0, summarized_off = 0, summarized_on = 0;
-  int64_t trimmed_renders = 0, summarized_renders = 0;  // prefixes step 2 rendered for the list, memos on
+// `list` with a new system prompt (as an agent writes the date, a memory digest or a step counter into it at
+// every request; `tag` makes it new at every run), then, per `mode`: nothing else changed (kSame); the two
+// messages agent_list would add next (kStep: the usual agent step); or the `k` oldest messages after it dropped
+// and the next message added (kTrim).
+enum class SystemEdit { kSame, kStep, kTrim };
+
+std::vector<ChatMessage> new_system_list(const std::vector<ChatMessage>& list, SystemEdit mode, int64_t k,
+                                         const std::string& tag) {
+  std::vector<ChatMessage> out = mode == SystemEdit::kTrim ? trimmed_list(list, k, false, "") : list;
+  out.front().content += " Step " + std::to_string(list.size()) + ", " + tag + "; notes so far: " + text_of(3, 1);
+  if (mode == SystemEdit::kStep) {
+    const std::vector<ChatMessage> longer = agent_list(static_cast<int64_t>(list.size()) + 2);
+    out.insert(out.end(), longer.end() - 2, longer.end());
+  }
+  return out;
+}
+
+// One way an agent edits its last list: its name, and the next list (`tag`: text new at every run).
+struct Edit {
+  std::string name;
+  std::function<std::vector<ChatMessage>(const std::vector<ChatMessage>&, const std::string&)> next;
 };
 
-// plan_sync of `list` trimmed (and summarized) by `k` once `list` was planned, the memos off and on
-// alternating; the two sides' plans compared on one more list of each kind.
-TrimRow measure_trimmed(Engine& engine, const std::vector<ChatMessage>& list, const SyncOptions& o, int64_t k,
-                        int64_t reps, const std::string& what) {
-  TrimRow row;
+struct EditRow {
+  double off = 0, on = 0;
+  int64_t renders = 0;  // prefixes step 2 rendered for the list, memos on
+};
+
+// plan_sync of each edit of `list` once `list` was planned, the memos off and on alternating; the two sides'
+// plans compared on one more list of each edit.
+std::vector<EditRow> measure_edits(Engine& engine, const std::vector<ChatMessage>& list, const SyncOptions& o,
+                                   const std::vector<Edit>& edits, int64_t reps, const std::string& what) {
+  std::vector<EditRow> rows(edits.size());
   const Window w = engine.new_window();
   for (int64_t r = 0; r < reps; ++r) {
-    for (const bool summarize : {false, true}) {
+    for (std::size_t e = 0; e < edits.size(); ++e) {
       for (Memos m : {Memos::kOff, Memos::kOn}) {
         set_memos(m);
         (void)w.plan_sync(list, o);
-        const std::vector<ChatMessage> next = trimmed_list(
-            list, k, summarize, "(run " + std::to_string(r) + "." + std::to_string(static_cast<int>(m)) + ")");
-        double& best = summarize ? (m == Memos::kOn ? row.summarized_on : row.summarized_off)
-                                 : (m == Memos::kOn ? row.trimmed_on : row.trimmed_off);
+        const std::vector<ChatMessage> next =
+            edits[e].next(list, "(run " + std::to_string(r) + "." + std::to_string(static_cast<int>(m)) + ")");
         const int64_t renders = detail::prefix_renders_so_far();
-        keep_fastest(r == 0, best, [&] { (void)w.plan_sync(next, o); });
-        if (m == Memos::kOn) {
-          (summarize ? row.summarized_renders : row.trimmed_renders) = detail::prefix_renders_so_far() - renders;
-        }
+        keep_fastest(r == 0, m == Memos::kOn ? rows[e].on : rows[e].off, [&] { (void)w.plan_sync(next, o); });
+        if (m == Memos::kOn) rows[e].renders = detail::prefix_renders_so_far() - renders;
       }
     }
   }
-  for (const bool summarize : {false, true}) {
-    const std::vector<ChatMessage> next = trimmed_list(list, k, summarize, "(check)");
+  for (const Edit& edit : edits) {
+    const std::vector<ChatMessage> next = edit.next(list, "(check)");
     SyncPlan reference;
     for (Memos m : {Memos::kOff, Memos::kOn}) {
       set_memos(m);
       (void)w.plan_sync(list, o);
       const SyncPlan p = w.plan_sync(next, o);
       if (m == Memos::kOff) reference = p;
-      if (m == Memos::kOn) require_same(p, reference, what + (summarize ? ", summarized" : ", trimmed"));
+      if (m == Memos::kOn) require_same(p, reference, what + ", " + edit.name);
     }
   }
   set_memos(Memos::kOn);
-  return row;
+  return rows;
+}
+
+// The table of `edits` per template and size: per edit the memos off and on and their ratio, then the on side
+// against grown-on (`grown_on`, per template and size in order), then how many prefixes each rendered.
+void print_edits(Engine& engine, const std::vector<std::pair<std::string, std::string>>& templates,
+                 const std::vector<int64_t>& sizes, const std::vector<Edit>& edits,
+                 const std::vector<std::pair<std::string, double>>& grown_on, int64_t reps) {
+  const auto width = [](const Edit& e, int least) { return std::max(least, static_cast<int>(e.name.size()) + 4); };
+  std::printf("%-22s %4s", "template", "N");
+  for (const Edit& e : edits) {
+    std::printf(" %*s %*s %6s", width(e, 9), (e.name + "-off").c_str(), width(e, 9), (e.name + "-on").c_str(), "ratio");
+  }
+  std::printf(" %9s", "grown-on");
+  for (const Edit& e : edits) std::printf(" %*s", width(e, 8), (e.name + "/g").c_str());
+  for (const Edit& e : edits) std::printf(" %*s", width(e, 7), (e.name + "-r").c_str());
+  std::printf("\n");
+  std::size_t row = 0;
+  for (const auto& [name, source] : templates) {
+    SyncOptions o;
+    o.chat.chat_template = source;
+    o.chat.tools_json = kTools;
+    for (int64_t n : sizes) {
+      const std::vector<EditRow> r =
+          measure_edits(engine, agent_list(n), o, edits, reps, name + ", N = " + std::to_string(n));
+      const double g = grown_on[row++].second;
+      std::printf("%-22s %4lld", name.c_str(), static_cast<long long>(n));
+      for (std::size_t k = 0; k < r.size(); ++k) {
+        std::printf(" %*.0f %*.0f %6.2f", width(edits[k], 9), r[k].off, width(edits[k], 9), r[k].on,
+                    r[k].off / r[k].on);
+      }
+      std::printf(" %9.0f", g);
+      for (std::size_t k = 0; k < r.size(); ++k) std::printf(" %*.2f", width(edits[k], 8), r[k].on / g);
+      for (std::size_t k = 0; k < r.size(); ++k) {
+        std::printf(" %*lld", width(edits[k], 7), static_cast<long long>(r[k].renders));
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
 }
 
 }  // namespace
@@ -334,7 +397,8 @@ int main(int argc, char** argv) {
             "  plan_sync's rendering (orbit/sync.h steps 1-3) of agent lists of --sizes messages, with the\n"
             "  memos off, the cuts memo alone, and both memos on (the cuts memo and incremental encoding;\n"
             "  microseconds of thread CPU time, the fastest of --reps); then of each list with its --trim\n"
-            "  oldest messages after the system prompt dropped (or summarized) once it was planned. --templates:\n"
+            "  oldest messages after the system prompt dropped (or summarized), and with a new system prompt\n"
+            "  (alone, with two messages added, with --trim messages dropped) once it was planned. --templates:\n"
             "  tests/data/templates/<name>.jinja besides the plain template ('' for none). --cache: where\n"
             "  the copy of TinyStories-656K with more positions is made (default /tmp/orbit-bench).\n"},
         argc, argv, 1);
@@ -382,27 +446,27 @@ int main(int argc, char** argv) {
       }
     }
     std::printf(
-        "\nthe lists with their %lld oldest messages after the system prompt dropped (trimmed) or summarized "
-        "in one message, and one message added, once the whole list was planned\n\n",
+        "\nthe lists with their %lld oldest messages after the system prompt dropped (trim) or summarized in one "
+        "message (summ), and one message added, once the whole list was planned\n\n",
         static_cast<long long>(trim));
-    std::printf("%-22s %4s %9s %9s %6s %9s %9s %6s %9s %7s %7s %7s %7s\n", "template", "N", "trim-off", "trim-on",
-                "ratio", "summ-off", "summ-on", "ratio", "grown-on", "trim/g", "summ/g", "trim-r", "summ-r");
-    std::size_t row = 0;
-    for (const auto& [name, source] : templates) {
-      SyncOptions o;
-      o.chat.chat_template = source;
-      o.chat.tools_json = kTools;
-      for (int64_t n : sizes) {
-        const TrimRow r = measure_trimmed(*engine, agent_list(n), o, trim, reps, name + ", N = " + std::to_string(n));
-        const double g = grown_on[row++].second;
-        std::printf("%-22s %4lld %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f %9.0f %7.2f %7.2f %7lld %7lld\n", name.c_str(),
-                    static_cast<long long>(n), r.trimmed_off, r.trimmed_on, r.trimmed_off / r.trimmed_on,
-                    r.summarized_off, r.summarized_on, r.summarized_off / r.summarized_on, g, r.trimmed_on / g,
-                    r.summarized_on / g, static_cast<long long>(r.trimmed_renders),
-                    static_cast<long long>(r.summarized_renders));
-        std::fflush(stdout);
-      }
-    }
+    const std::vector<Edit> trims = {
+        {"trim", [&](const auto& list, const std::string& tag) { return trimmed_list(list, trim, false, tag); }},
+        {"summ", [&](const auto& list, const std::string& tag) { return trimmed_list(list, trim, true, tag); }}};
+    print_edits(*engine, templates, sizes, trims, grown_on, reps);
+    std::printf(
+        "\nthe lists with a new system prompt (sys), that and two messages added (step: an agent's usual request), "
+        "or that, their %lld oldest messages after it dropped and one added (systrim), once the whole list was "
+        "planned\n\n",
+        static_cast<long long>(trim));
+    const auto system_edit = [&](SystemEdit mode) {
+      return [mode, trim](const std::vector<ChatMessage>& list, const std::string& tag) {
+        return new_system_list(list, mode, trim, tag);
+      };
+    };
+    const std::vector<Edit> systems = {{"sys", system_edit(SystemEdit::kSame)},
+                                       {"step", system_edit(SystemEdit::kStep)},
+                                       {"systrim", system_edit(SystemEdit::kTrim)}};
+    print_edits(*engine, templates, sizes, systems, grown_on, reps);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_sync_render: %s\n", e.what());

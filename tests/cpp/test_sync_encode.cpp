@@ -408,19 +408,54 @@ TEST_CASE("plan_sync of a list trimmed or summarized at its start reuses the kep
   }
 }
 
+TEST_CASE("plan_sync of a list whose system prompt changed reuses the kept messages' tokens", "[sync_encode]") {
+  struct On {
+    ~On() { orbit::detail::set_incremental_encode(true); }
+  } restore;
+  const auto engine = orbit::test::sync_support::open_engine();
+  std::mt19937_64 rng(28);
+  for (const std::string& tmpl : orbit::test::sync_cuts::kTemplates) {
+    orbit::detail::clear_encode_memo();
+    const Window w = engine->new_window();
+    const SyncOptions o = orbit::test::sync_support::options(tmpl.c_str(), 16);
+    std::vector<ChatMessage> list = {msg("system", "You tell short stories.")};
+    for (int k = 0; k < 16; ++k) list.push_back(msg(k % 2 ? "assistant" : "user", sentence(rng, 6)));
+    for (int request = 0; request < 6; ++request) {
+      (void)w.plan_sync(list, o);  // the memo holds this list, the latest under this template
+      // A new system prompt (a step counter in it), then as the request asks: nothing else, two turns added,
+      // or the two oldest turns dropped and one added.
+      std::vector<ChatMessage> next = request % 3 == 2 ? trimmed(list, 2, false, rng) : list;
+      next.front().content = "You tell short stories. Step " + std::to_string(request) + ": " + sentence(rng, 2);
+      if (request % 3 != 0) next.push_back(msg("user", sentence(rng, 4)));
+      if (request % 3 == 1) next.push_back(msg("assistant", sentence(rng, 4)));
+      INFO("template '" << tmpl << "', request " << request << ", " << next.size() << " messages");
+      orbit::detail::set_incremental_encode(false);  // keeps nothing in the memo
+      const SyncPlan whole = w.plan_sync(next, o);
+      orbit::detail::set_incremental_encode(true);
+      const int64_t before = orbit::detail::tokens_reused_so_far();
+      const SyncPlan incremental = w.plan_sync(next, o);
+      const int64_t reused = orbit::detail::tokens_reused_so_far() - before;
+      require_same(incremental, whole);
+      INFO(reused << " of " << incremental.tokens.size() << " tokens reused");
+      CHECK(reused * 2 > static_cast<int64_t>(incremental.tokens.size()));
+      list = std::move(next);
+    }
+  }
+}
+
 TEST_CASE("a list kept as the latest with its first message counts once against the memo's bytes", "[sync_encode]") {
   orbit::detail::clear_encode_memo();
   const auto tok = runtime::load_tokenizer(std::string(ORBIT_MODELS_DIR) + "/tinystories-656k");
   // Three lists of 20 MiB each, with different first messages: 60 MiB in all, within the memo's 64 MiB, when
-  // each is counted once (its key and its alias as the latest with its first message).
-  std::vector<std::vector<Sha256::Digest>> keys;
+  // each is counted once (its key and its aliases as the latest with its first message and template).
+  std::vector<orbit::detail::ListKeys> keys;
   for (int i = 0; i < 3; ++i) {
     auto made = std::make_shared<orbit::detail::ListEncodings>();
     made->segments.push_back({std::string(std::size_t{20} << 20, static_cast<char>('a' + i)), {}});
     Sha256 first, list;
     first.update("first message " + std::to_string(i));
     list.update("list " + std::to_string(i));
-    keys.push_back({first.digest(), list.digest()});
+    keys.push_back({Sha256::Digest{}, {first.digest(), list.digest()}, {}});
     orbit::detail::put_encodings(keys.back(), *tok, std::move(made));
   }
   for (int i = 0; i < 3; ++i) {
@@ -432,8 +467,14 @@ TEST_CASE("a list kept as the latest with its first message counts once against 
     Sha256 other;
     other.update("trimmed " + std::to_string(i));
     const std::shared_ptr<const orbit::detail::ListEncodings> latest =
-        orbit::detail::known_encodings({keys[i][0], other.digest()}, *tok);
+        orbit::detail::known_encodings({Sha256::Digest{}, {keys[i].lists[0], other.digest()}, {}}, *tok);
     CHECK(latest == known);
   }
+  // A list with a first message none had (its system prompt rewritten) finds the latest under its template.
+  Sha256 first, list;
+  first.update("a new first message");
+  list.update("a new list");
+  CHECK(orbit::detail::known_encodings({Sha256::Digest{}, {first.digest(), list.digest()}, {}}, *tok) ==
+        orbit::detail::known_encodings(keys[2], *tok));
   orbit::detail::clear_encode_memo();
 }

@@ -1,9 +1,10 @@
 // Window::plan_sync / sync's message boundaries (orbit/sync.h step 2) read from the cuts memo (sync_memo.h: what
 // each prefix of an earlier list rendered to) give exactly the plan that rendering every prefix gives
 // (detail::set_cuts_memo switches between the two): over agents whose lists grow, get trimmed, edited and cut
-// back, under templates whose boundaries hold, templates that refuse shorter lists or render the last message
-// differently, and a template that reads the clock (which the memo leaves alone). A list that only grew renders
-// no prefix at all. Also ChatTemplate::render_prefix against render, and the parsed-template cache.
+// back, or get a new system prompt at every request, under templates whose boundaries hold, templates that refuse
+// shorter lists or render the last message differently, and a template that reads the clock (which the memo leaves
+// alone). A list that only grew renders no prefix at all. Also ChatTemplate::render_prefix against render, and the
+// parsed-template cache.
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -329,6 +330,28 @@ std::vector<runtime::ChatMessage> trimmed_list(const std::vector<runtime::ChatMe
   return out;
 }
 
+// How an agent that rewrites its system prompt at every request (the date, a memory digest, a step counter)
+// edits its last list: only that (kSame), that and a user turn and an assistant answer added (kStep), or that
+// with the `k` oldest messages after it dropped and a user turn added (kTrim).
+enum class SystemEdit { kSame, kStep, kTrim };
+
+std::vector<runtime::ChatMessage> new_system_list(const std::vector<runtime::ChatMessage>& list, SystemEdit edit,
+                                                  std::size_t k, std::mt19937_64& rng) {
+  std::vector<runtime::ChatMessage> out = edit == SystemEdit::kTrim ? trimmed_list(list, k, false, rng) : list;
+  out.front().content = "You tell short stories. Step " + std::to_string(rng() % 1000) + ": " + sentence(rng, 3);
+  if (edit == SystemEdit::kStep) {
+    out.push_back(runtime_msg("user", sentence(rng, 5)));
+    out.push_back(runtime_msg("assistant", sentence(rng, 8)));
+  }
+  return out;
+}
+
+const char* system_edit_name(SystemEdit edit) {
+  return edit == SystemEdit::kSame   ? "new system prompt"
+         : edit == SystemEdit::kStep ? "new system prompt, grown"
+                                     : "new system prompt, trimmed";
+}
+
 std::string template_source(const std::string& name) {
   std::ifstream in(std::filesystem::path(ORBIT_TEST_DATA_DIR) / "templates" / (name + ".jinja"));
   std::stringstream text;
@@ -415,37 +438,124 @@ TEST_CASE("a trimmed list under every bundled template cuts as rendering every p
   CHECK(spans > checked * 10);
 }
 
-TEST_CASE("a template that renders a kept message otherwise in the trimmed list reads no span there", "[sync_memo]") {
-  struct Case {
-    const char* what;
-    const char* source;
-    int64_t max_renders;  // of a trimmed list's prefixes (at most all, once each); -1: not counted
-  };
-  const std::vector<Case> cases = {
+TEST_CASE("a list whose first message changed reads its prefixes from the latest list's", "[sync_memo]") {
+  std::vector<std::pair<std::string, std::string>> templates = {{"plain", kPlainChatTemplate},
+                                                                {"story", orbit::test::sync_support::kTemplate}};
+  for (const char* name : {"qwen2.5-7b-instruct", "llama-3.1-8b-instruct"})
+    templates.emplace_back(name, template_source(name));
+  runtime::ChatRenderOptions o;
+  o.tools_json = kLookupTool;
+  std::mt19937_64 rng(34);
+  for (const auto& [name, source] : templates) {
+    const runtime::ChatTemplate t(source, name);
+    orbit::detail::clear_cuts_memo();
+    std::vector<runtime::ChatMessage> list = agent_list(rng, 41);
+    for (int request = 0; request < 9; ++request) {
+      REQUIRE(list_cuts(t, o, list, true));  // the memo holds this list, the latest under this template
+      const auto edit = static_cast<SystemEdit>(request % 3);
+      std::vector<runtime::ChatMessage> next = new_system_list(list, edit, 4, rng);
+      INFO(name << ", request " << request << ", " << system_edit_name(edit) << ", " << next.size() << " messages");
+      const std::optional<ListCuts> cuts = cuts_both(t, o, next);
+      REQUIRE(cuts);
+      // The system prompt's prefix (and the first user turn's, for Llama 3.1, which refuses a list with no user
+      // turn when given tools), the added turn before the last, and the check's two renders: the rest is read.
+      CHECK(cuts->renders <= 5);
+      CHECK(cuts->spans + cuts->renders >= static_cast<int64_t>(next.size()) - 1);
+      CHECK(cuts->cuts.size() + 4 >= next.size());
+      list = std::move(next);
+      list.push_back(runtime_msg("assistant", sentence(rng, 8)));
+    }
+  }
+}
+
+TEST_CASE("a list whose first message changed cuts as rendering every prefix does under every bundled template",
+          "[sync_memo]") {
+  namespace fs = std::filesystem;
+  runtime::ChatRenderOptions o;
+  o.tools_json = kLookupTool;
+  o.extra_json = R"({"date_string": "26 Jul 2024"})";
+  std::mt19937_64 rng(35);
+  int64_t checked = 0, spans = 0, bounded = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(fs::path(ORBIT_TEST_DATA_DIR) / "templates")) {
+    if (e.path().extension() != ".jinja") continue;
+    const runtime::ChatTemplate t(template_source(e.path().stem().string()), e.path().filename().string(), "<s>",
+                                  "</s>");
+    for (const bool tools : {false, true}) {
+      runtime::ChatRenderOptions with = o;
+      if (!tools) with.tools_json.clear();
+      orbit::detail::clear_cuts_memo();
+      std::vector<runtime::ChatMessage> list = agent_list(rng, 30);
+      if (!tools) {  // user and assistant turns alternating, as the strictest templates want
+        for (std::size_t i = 1; i < list.size(); ++i)
+          list[i] = runtime_msg(i % 2 ? "user" : "assistant", sentence(rng, 6));
+      }
+      for (const SystemEdit edit : {SystemEdit::kSame, SystemEdit::kStep, SystemEdit::kTrim}) {
+        (void)list_cuts(t, with, list, true);
+        std::vector<runtime::ChatMessage> next = new_system_list(list, edit, 2, rng);
+        if (!tools && next.back().role == next[next.size() - 2].role) next.pop_back();
+        INFO(e.path().filename().string() << (tools ? ", tools" : "") << ", " << system_edit_name(edit));
+        const std::optional<ListCuts> cuts = cuts_both(t, with, next);
+        if (!cuts) continue;
+        ++checked;
+        spans += cuts->spans;
+        // A template that is a function of its inputs renders the prefixes it refuses or renders otherwise (a
+        // merged boundary each, which the earlier list's were too), the new system prompt's, the added turn
+        // before the last, and the check's two: the rest is read.
+        if (t.deterministic()) {
+          CHECK(cuts->renders <= cuts->merged + 5);
+          bounded += cuts->merged == 0 ? 1 : 0;
+        }
+      }
+    }
+  }
+  std::printf(
+      "bundled templates: %lld lists with a new first message cut as every prefix does (%lld with no boundary "
+      "merged), %lld prefixes read from spans\n",
+      static_cast<long long>(checked), static_cast<long long>(bounded), static_cast<long long>(spans));
+  CHECK(checked >= 9 * 4);
+  CHECK(bounded >= 20);  // Qwen2.5 (both), SmolLM2, Llama 3.1 without tools, Gemma 3 without
+  CHECK(spans > checked * 10);
+}
+
+namespace {
+
+// A template that renders a kept message otherwise in an edited list, where the edited list is this case's.
+struct OtherwiseCase {
+  const char* what;
+  const char* source;
+  int64_t max_renders;  // of a trimmed list's prefixes (at most all, once each); -1: not counted
+  // Of a list with a new system prompt and no message dropped (alone, or with two turns added): the kept
+  // messages render there as before; -1: not counted.
+  int64_t max_new_system = -1;
+};
+
+// The templates that render a kept message otherwise after an edit at the list's start.
+std::vector<OtherwiseCase> otherwise_cases() {
+  return {
       // The first user turn marked: the first one kept is marked now, and the spans are read after it (the
       // prefixes before the run, the one that ends with that turn, and the check's two).
       {"first user turn marked",
        "{% set ns = namespace(seen=false) %}{% for message in messages %}{% if message.role == 'user' and not "
        "ns.seen %}{% set ns.seen = true %}[first] {% endif %}{{ message.role }}: {{ message.content }}\n"
        "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}",
-       5},
+       5, 5},
       // A system prompt only at the start is a header; elsewhere a turn.
       {"system prompt at the start only",
        "{% for message in messages %}{% if loop.first and message.role == 'system' %}<<SYS>>{{ message.content }}"
        "<</SYS>>\n{% else %}{{ message.role }}: {{ message.content }}\n{% endif %}{% endfor %}"
        "{% if add_generation_prompt %}assistant:{% endif %}",
-       4},
+       4, 5},
       // Turns numbered: every kept message renders otherwise, so every prefix is rendered, and none twice.
       {"turns numbered",
        "{% for message in messages %}{{ loop.index }}. {{ message.role }}: {{ message.content }}\n{% endfor %}"
        "{% if add_generation_prompt %}assistant:{% endif %}",
-       1000},
+       1000, 5},
       // Tool results numbered: the numbers after a dropped tool result shift by one.
       {"tool results numbered",
        "{% set ns = namespace(n=0) %}{% for message in messages %}{{ message.role }}{% if message.role == 'tool' %}"
        "{% set ns.n = ns.n + 1 %} #{{ ns.n }}{% endif %}: {{ message.content }}\n{% endfor %}"
        "{% if add_generation_prompt %}assistant:{% endif %}",
-       1000},
+       1000, 5},
       // A header naming the last message's role, which the new list has otherwise: a prefix of the earlier
       // list that ends as a kept one does is not one of its rendering, so no span is anchored.
       {"last role named first",
@@ -456,8 +566,14 @@ TEST_CASE("a template that renders a kept message otherwise in the trimmed list 
       // the earlier list's whole rendering: only the check sees it (`count` is set per list below).
       {"a line at one length", "", -1},
   };
+}
+
+}  // namespace
+
+TEST_CASE("a template that renders a kept message otherwise in the trimmed list reads no span there", "[sync_memo]") {
+  const std::vector<OtherwiseCase> cases = otherwise_cases();
   const runtime::ChatRenderOptions o;
-  for (const Case& c : cases) {
+  for (const OtherwiseCase& c : cases) {
     std::mt19937_64 rng(33);
     const std::vector<runtime::ChatMessage> list = agent_list(rng, 44);  // ending with a tool result
     for (const bool summarize : {false, true}) {
@@ -478,6 +594,60 @@ TEST_CASE("a template that renders a kept message otherwise in the trimmed list 
       if (c.max_renders >= 0) CHECK(cuts->renders <= std::min<int64_t>(c.max_renders, next.size() - 1));
     }
   }
+}
+
+TEST_CASE("a template that shows the first message further on reads no span past it when it changes", "[sync_memo]") {
+  std::vector<OtherwiseCase> cases = otherwise_cases();
+  // The system prompt's length in every turn: every kept turn renders otherwise with a new one, so every
+  // prefix is rendered.
+  cases.push_back({"system prompt counted in every turn",
+                   "{% for message in messages %}{{ message.role }} ({{ messages[0].content | length }}): "
+                   "{{ message.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}",
+                   1000});
+  // The system prompt after the turns: no proper prefix is a prefix of a rendering.
+  cases.push_back({"system prompt at the end",
+                   "{% for message in messages %}{% if not loop.first %}{{ message.role }}: {{ message.content }}\n"
+                   "{% endif %}{% endfor %}[{{ messages[0].content }}]{% if add_generation_prompt %}assistant:"
+                   "{% endif %}",
+                   1000});
+  // The system prompt in the last user turn (as Mistral's places it): a prefix that ends with a user turn is
+  // no prefix of a rendering that goes on, in either list.
+  cases.push_back({"system prompt in the last user turn",
+                   "{% for message in messages %}{% if loop.first %}{% elif message.role == 'user' and loop.last %}"
+                   "user: {{ messages[0].content }} {{ message.content }}\n{% else %}{{ message.role }}: "
+                   "{{ message.content }}\n{% endif %}{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}",
+                   1000});
+  const runtime::ChatRenderOptions o;
+  int64_t lists = 0, spans = 0;
+  for (const OtherwiseCase& c : cases) {
+    std::mt19937_64 rng(36);
+    const std::vector<runtime::ChatMessage> list = agent_list(rng, 44);  // ending with a tool result
+    for (const SystemEdit edit : {SystemEdit::kSame, SystemEdit::kStep, SystemEdit::kTrim}) {
+      std::vector<runtime::ChatMessage> next = new_system_list(list, edit, 4, rng);
+      if (edit == SystemEdit::kTrim) next.back().role = "assistant";  // the earlier list ended with a tool result
+      std::string source = c.source;
+      if (source.empty()) {
+        source = "{% if messages | length == " + std::to_string(next.size() - 1) +
+                 " %}(one length)\n{% endif %}{% for message in messages %}{{ message.role }}: "
+                 "{{ message.content }}\n{% endfor %}";
+      }
+      const runtime::ChatTemplate t(source, c.what);
+      orbit::detail::clear_cuts_memo();
+      REQUIRE(list_cuts(t, o, list, true));
+      INFO(c.what << ", " << system_edit_name(edit));
+      const std::optional<ListCuts> cuts = cuts_both(t, o, next);
+      REQUIRE(cuts);
+      ++lists;
+      spans += cuts->spans;
+      // A trimmed list renders what the trimmed case does, and one more prefix (its new system prompt alone).
+      if (edit == SystemEdit::kTrim && c.max_renders >= 0) {
+        CHECK(cuts->renders <= std::min<int64_t>(c.max_renders + 1, next.size() - 1));
+      }
+      if (edit != SystemEdit::kTrim && c.max_new_system >= 0) CHECK(cuts->renders <= c.max_new_system);
+    }
+  }
+  CHECK(lists == 3 * static_cast<int64_t>(cases.size()));
+  CHECK(spans > 0);
 }
 
 TEST_CASE("a list no positions can hold is refused before any prefix is rendered", "[sync_memo]") {

@@ -15,27 +15,35 @@
 // (other text, and the prefixes past m) are rendered. Those three facts are all step 2 reads of a prefix.
 //
 // A list trimmed or summarized at its start (its oldest turns dropped or replaced, its first message kept)
-// starts with no list the memo knows but for its first message, so each of its prefixes would be rendered: n
-// renders of up to n messages each. Its messages past the edit are, in order, those of an earlier list: the
-// latest list the memo kept with the same first message (K, named by an alias; its messages' own keys kept
-// with it), and step 2 reads their prefixes from K's (spans). An anchor is a prefix of T (this list) that step
-// 2 rendered (or read from a list it starts with): T's first t messages rendered as T[0, p), T's messages from
-// t on are K's from k on for j messages, K's first k messages rendered as K[0, q), and the two renderings
-// agree on T[p, p + b) = K[q, q + b). Then T's first t + i messages (0 < i <= j) are read as T[0, p + length -
-// q) where K's first k + i rendered as K[0, length) with length - q <= b; prefixes K rendered otherwise (or
-// refused), and those past the run or past b, are rendered, and one that is a prefix of T anchors anew. The
-// assumption: appending the same messages to two lists whose renderings end alike appends the same text. A
-// template that renders a kept message otherwise in T (turns numbered, the first user turn marked, tool
-// results counted) renders it otherwise in T's whole rendering too, so b stops
-// there and the prefixes after it are rendered until an anchor past it; a template whose rendering of a
-// prefix depends on what the list's whole rendering does not show (the last message's role named in a
-// header, where the two lists end with different roles) meets no anchor, since K's prefix k and T's prefix t
-// would both have to be prefixes of their renderings. Last, the
-// shortest and the longest prefix read are rendered as well; where either differs, every prefix is rendered
-// as without the spans. What no check sees: a template whose rendering of a shorter list depends on the list's
-// length in a way the whole renderings do not show, at lengths the check does not render (a line only where
-// there are exactly 30 messages, say); for it, the boundaries may differ from rendering every prefix (the
-// tokens never do: they are the whole rendering's, sync.h step 3).
+// starts with no list the memo knows but for its first message, and a list whose first message changed (an
+// agent that writes the date, a memory digest or a step counter into its system prompt at every request) with
+// none at all, so each of its prefixes would be rendered: n renders of up to n messages each. Its messages
+// past the edit are, in order, those of an earlier list K: the latest list the memo kept with the same first
+// message, else the latest under the same template and variables whatever its first message (each named by an
+// alias; its messages' own keys kept with it), and step 2 reads their prefixes from K's (spans). An anchor is
+// a prefix of T (this list) that step 2 rendered (or read from a list it starts with): T's first t messages
+// rendered as T[0, p), T's messages from t on are K's from k on for j messages, K's first k messages rendered
+// as K[0, q), and the two renderings agree on T[p, p + b) = K[q, q + b). Then T's first t + i messages
+// (0 < i <= j) are read as T[0, p + length - q) where K's first k + i rendered as K[0, length) with
+// length - q <= b; prefixes K rendered otherwise (or refused), and those past the run or past b, are rendered,
+// and one that is a prefix of T anchors anew. The assumption: appending the same messages to two lists whose
+// renderings end alike appends the same text. A template that renders a kept message otherwise in T (turns
+// numbered, the first user turn marked, tool results counted) renders it otherwise in T's whole rendering
+// too, so b stops there and the prefixes after it are rendered until an anchor past it; a template whose
+// rendering of a prefix depends on what the list's whole rendering does not show (the last message's role
+// named in a header, where the two lists end with different roles) meets no anchor, since K's prefix k and
+// T's prefix t would both have to be prefixes of their renderings. A changed first message is the same case
+// with the edit at message 0: the anchor is T's first message alone (or a longer prefix, where the template
+// refuses that one or renders it otherwise) against K's, under the same assumption; a template that shows the
+// first message again further on (the system prompt repeated or counted in every turn) shows it in both whole
+// renderings, so b stops there, and one that moves it into the last user turn renders each prefix that ends
+// with a user turn otherwise in K as well, so those are rendered. Last, the shortest and the longest prefix
+// read are rendered as well; where either differs, every prefix is rendered as without the spans. What no
+// check sees: a template whose rendering of a shorter list depends on the list's length, or on a message
+// before the anchor (the first, say), in a way the whole renderings do not show, at lengths the check does not
+// render (a line only where there are exactly 30 messages, or only where the system prompt says so and the
+// last message is a user's); for it, the boundaries may differ from rendering every prefix (the tokens never
+// do: they are the whole rendering's, sync.h step 3).
 
 #pragma once
 
@@ -78,8 +86,8 @@ struct ListRenders {
 
 // A bounded map from a list's key to what a memo keeps for that list (`Value`, with bytes()), least recently
 // used dropped first: the cuts memo (ListRenders) and the encodings memo (ListEncodings, sync_encode.h). A key
-// may also be named by an alias (the latest list with a given first message). Thread-safe: every call takes
-// its lock; values are immutable once put.
+// may also be named by aliases (the latest list with a given first message, or under a given template and
+// variables). Thread-safe: every call takes its lock; values are immutable once put.
 template <class Value>
 class ListMemo {
  public:
@@ -181,9 +189,9 @@ inline std::size_t common_prefix(std::string_view a, std::string_view b) {
   return static_cast<std::size_t>(std::mismatch(a.begin(), a.begin() + both, b.begin()).first - a.begin());
 }
 
-// A memo's key for `key` (a list's key, or its first message's, from ListKeys::lists) under `tag`, which says
-// what the memo keeps there, and `tokenizer` (runtime::Tokenizer::serial of the tokenizer the value is of; 0:
-// none): SHA-256 over the three.
+// A memo's key for `key` (a list's key, its first message's, from ListKeys::lists, or ListKeys::head) under
+// `tag`, which says what the memo keeps there, and `tokenizer` (runtime::Tokenizer::serial of the tokenizer
+// the value is of; 0: none): SHA-256 over the three.
 Sha256::Digest memo_key(std::string_view tag, const Sha256::Digest& key, uint64_t tokenizer = 0);
 
 using CutsMemo = ListMemo<ListRenders>;
@@ -203,6 +211,7 @@ bool cuts_memo_applies(const runtime::ChatTemplate& tmpl);
 
 // The keys of a message list (list_keys).
 struct ListKeys {
+  Sha256::Digest head{};                 // the key of no messages: the template's key and the variables
   std::vector<Sha256::Digest> lists;     // [m - 1]: the key of the list's first m messages
   std::vector<Sha256::Digest> messages;  // [i]: message i's own key (its fields alone)
   bool empty() const { return lists.empty(); }
@@ -213,8 +222,9 @@ struct ListKeys {
 // proper prefix of `text` past the last boundary; elsewhere (the template refuses the shorter list, or renders
 // it otherwise) the message joins the unit before it and *merged counts it. `keys`: list_keys of the messages
 // (empty: none computed). Where cuts_memo_applies and there are keys, reads the prefixes the memo knows (of a
-// list this one starts with, and spans of the latest list with this one's first message) and keeps this list's
-// renders; the boundaries are the same either way (the header gives the argument).
+// list this one starts with, and spans of the latest list with this one's first message, else of the latest
+// under its template and variables) and keeps this list's renders; the boundaries are the same either way (the header
+// gives the argument).
 std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat,
                                const ListKeys& keys, const std::string& text, int64_t* merged);
 

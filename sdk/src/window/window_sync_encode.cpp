@@ -14,9 +14,11 @@ namespace {
 std::atomic<bool> incremental{true};    // set_incremental_encode
 std::atomic<int64_t> tokens_reused{0};  // tokens_reused_so_far
 
-// The memo's tags (memo_key): a list's encodings, and the latest list's with a given first message.
+// The memo's tags (memo_key): a list's encodings, the latest list's with a given first message, and the latest
+// list's under a given template and variables (ListKeys::head), whatever its first message.
 constexpr std::string_view kEncodings = "orbit sync encodings v1";
 constexpr std::string_view kLatestEncodings = "orbit sync latest encodings v1";
+constexpr std::string_view kLatestEncodingsUnderTemplate = "orbit sync latest encodings under template v1";
 
 // How many of the earlier text's token ends, latest first, encode_reusing tries as the cut: each try that the
 // rule refuses costs a look at two characters, and a text whose every cut is refused (a script whose
@@ -186,21 +188,24 @@ bool encodes_incrementally(const runtime::Tokenizer& tok) {
   return tok.prefix_stable() && incremental.load(std::memory_order_relaxed);
 }
 
-void put_encodings(const std::vector<Sha256::Digest>& keys, const runtime::Tokenizer& tok,
-                   std::shared_ptr<const ListEncodings> made) {
-  const Sha256::Digest key = memo_key(kEncodings, keys.back(), tok.serial());
+void put_encodings(const ListKeys& keys, const runtime::Tokenizer& tok, std::shared_ptr<const ListEncodings> made) {
+  const Sha256::Digest key = memo_key(kEncodings, keys.lists.back(), tok.serial());
   encode_memo().put(key, std::move(made));
-  encode_memo().alias(memo_key(kLatestEncodings, keys.front(), tok.serial()), key);
+  encode_memo().alias(memo_key(kLatestEncodings, keys.lists.front(), tok.serial()), key);
+  encode_memo().alias(memo_key(kLatestEncodingsUnderTemplate, keys.head, tok.serial()), key);
 }
 
-std::shared_ptr<const ListEncodings> known_encodings(const std::vector<Sha256::Digest>& keys,
-                                                     const runtime::Tokenizer& tok) {
-  for (std::size_t m = keys.size(); m > 0; --m) {
-    if (std::shared_ptr<const ListEncodings> e = encode_memo().get(memo_key(kEncodings, keys[m - 1], tok.serial()))) {
-      return e;
-    }
+std::shared_ptr<const ListEncodings> known_encodings(const ListKeys& keys, const runtime::Tokenizer& tok) {
+  for (std::size_t m = keys.lists.size(); m > 0; --m) {
+    const Sha256::Digest key = memo_key(kEncodings, keys.lists[m - 1], tok.serial());
+    if (std::shared_ptr<const ListEncodings> e = encode_memo().get(key)) return e;
   }
-  return keys.empty() ? nullptr : encode_memo().get_alias(memo_key(kLatestEncodings, keys.front(), tok.serial()));
+  if (keys.empty()) return nullptr;
+  if (std::shared_ptr<const ListEncodings> e =
+          encode_memo().get_alias(memo_key(kLatestEncodings, keys.lists.front(), tok.serial()))) {
+    return e;
+  }
+  return encode_memo().get_alias(memo_key(kLatestEncodingsUnderTemplate, keys.head, tok.serial()));
 }
 
 runtime::Encoding encode_reusing(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding* known,

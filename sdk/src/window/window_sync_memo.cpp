@@ -28,8 +28,10 @@ std::atomic<bool> use_cuts_memo{true};   // set_cuts_memo
 std::atomic<int64_t> prefix_renders{0};  // prefix_renders_so_far
 std::atomic<int64_t> prefix_spans{0};    // prefix_spans_so_far
 
-// The memo's tag of the latest list with a given first message (memo_key).
+// The memo's tags (memo_key) of the latest list with a given first message, and of the latest under a given
+// template and variables (ListKeys::head), whatever its first message.
 constexpr std::string_view kLatestRenders = "orbit sync latest renders v1";
+constexpr std::string_view kLatestRendersUnderTemplate = "orbit sync latest renders under template v1";
 // The spans of a latest list are looked up when at least this many prefixes are not known otherwise (reading
 // them costs a render of the longest, the check).
 constexpr std::size_t kMinSpanPrefixes = 4;
@@ -44,6 +46,15 @@ struct KnownRenders {
   std::size_t count = 0;
   std::size_t common = 0;
 };
+
+// The latest list whose spans step 2 reads (the header's K): the latest with this list's first message, else
+// the latest under its template and variables; null: neither is known.
+std::shared_ptr<const ListRenders> latest_renders(const ListKeys& keys) {
+  if (std::shared_ptr<const ListRenders> k = cuts_memo().get_alias(memo_key(kLatestRenders, keys.lists.front()))) {
+    return k;
+  }
+  return cuts_memo().get_alias(memo_key(kLatestRendersUnderTemplate, keys.head));
+}
 
 // What K's first i messages rendered to (0 < i <= K's messages); K itself is its own prefix.
 PrefixRender render_of(const ListRenders& k, std::size_t i) {
@@ -205,9 +216,7 @@ std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime:
   if (memo) {
     std::tie(known.count, known.renders) = cuts_memo().longest(keys.lists);
     if (known.renders != nullptr) known.common = common_prefix(known.renders->text, text);
-    if (known.count + kMinSpanPrefixes < chat.size()) {
-      latest = cuts_memo().get_alias(memo_key(kLatestRenders, keys.lists.front()));
-    }
+    if (known.count + kMinSpanPrefixes < chat.size()) latest = latest_renders(keys);
   }
   auto renders = std::make_shared<ListRenders>();
   if (!read_prefixes(tmpl, chat, text, known, latest, keys.messages, *renders)) {
@@ -219,6 +228,7 @@ std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime:
     renders->messages = keys.messages;
     cuts_memo().put(keys.lists.back(), std::move(renders));
     cuts_memo().alias(memo_key(kLatestRenders, keys.lists.front()), keys.lists.back());
+    cuts_memo().alias(memo_key(kLatestRendersUnderTemplate, keys.head), keys.lists.back());
   }
   return cuts;
 }
@@ -262,8 +272,9 @@ ListKeys list_keys(const runtime::ChatTemplate& tmpl, const runtime::ChatRenderO
   add_text(head, tmpl.key());
   add_text(head, options.tools_json);
   add_text(head, options.extra_json);
-  Sha256::Digest key = head.digest();
   ListKeys keys;
+  keys.head = head.digest();
+  Sha256::Digest key = keys.head;
   keys.lists.reserve(messages.size());
   keys.messages.reserve(messages.size());
   for (const runtime::ChatMessage& m : messages) {

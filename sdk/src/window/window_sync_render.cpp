@@ -499,7 +499,7 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   const std::vector<Marker> marks = find_markers(text, out.parts, caller);
   encode.cuts = &cuts;
   if (encode.incremental) {
-    encode.known = detail::known_encodings(keys.lists, tok);
+    encode.known = detail::known_encodings(keys, tok);
     encode.made = std::make_shared<detail::ListEncodings>();
   }
   std::size_t from = 0;
@@ -513,7 +513,7 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   Segment tail{from, text.size(), message_at(from, cuts, marks, out.parts), marks.size(), std::nullopt};
   std::optional<std::vector<int64_t>> prompt = tail_with_prompt(core, render, n, text, tail, encode);
   add_segment(encode, text, cuts, std::move(tail), out);
-  if (encode.incremental) detail::put_encodings(keys.lists, tok, encode.made);
+  if (encode.incremental) detail::put_encodings(keys, tok, encode.made);
   set_end_messages(n, out.spans);
   const int64_t positions = core.config().max_position_embeddings;
   ORBIT_CHECK(positions <= 0 || static_cast<int64_t>(out.tokens.size()) <= positions,
