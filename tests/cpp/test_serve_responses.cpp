@@ -49,6 +49,39 @@ std::vector<std::pair<std::string, json>> parse_events(const std::string& text) 
 
 }  // namespace
 
+TEST_CASE("responses: a reasoning item is the reasoning_content of the assistant turn after it", "[serve][responses]") {
+  // Before a message: that message's. Before a call that follows an assistant message: a turn of its own,
+  // since the reasoning led to the call and not to the text before it. Content is read before the summary.
+  const sv::Parsed<sv::ResponsesRequest> p = sv::parse_responses_request(
+      R"({"model":"m","input":[{"role":"user","content":"x"},)"
+      R"({"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"Greet."}]},)"
+      R"({"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hi."}]},)"
+      R"({"type":"reasoning","summary":[{"type":"summary_text","text":"S"}],"encrypted_content":"gAAA",)"
+      R"("content":[{"type":"reasoning_text","text":"Look it up."},{"type":"reasoning_text","text":"Then say."}]},)"
+      R"({"type":"function_call","call_id":"c","name":"f","arguments":"{}"},)"
+      R"({"type":"function_call_output","call_id":"c","output":"4"}]})");
+  REQUIRE(p.ok());
+  const std::vector<orbit::ChatMessage>& m = p.value->chat.messages;
+  REQUIRE(m.size() == 4);
+  CHECK(m[1].content == "Hi.");
+  CHECK(m[1].reasoning_content == "Greet.");
+  CHECK(m[1].tool_calls.empty());
+  CHECK(m[2].content.empty());
+  CHECK(m[2].reasoning_content == "Look it up.\n\nThen say.");
+  CHECK(m[2].tool_calls.size() == 1);
+  CHECK(!m[3].reasoning_content);
+  // Refused: only encrypted_content, a reasoning item not followed by the turn it led to, an unknown part key.
+  CHECK(refused(R"({"model":"m","input":[{"role":"user","content":"x"},{"type":"reasoning","summary":[],)"
+                R"("encrypted_content":"gAAA"},{"role":"assistant","content":"y"}]})") == "input[1].encrypted_content");
+  CHECK(refused(R"({"model":"m","input":[{"type":"reasoning","summary":[{"type":"summary_text","text":"t"}]},)"
+                R"({"role":"user","content":"x"}]})") == "input[0]");
+  CHECK(refused(R"({"model":"m","input":[{"role":"user","content":"x"},)"
+                R"({"type":"reasoning","summary":[{"type":"summary_text","text":"t"}]}]})") == "input[1]");
+  CHECK(refused(R"({"model":"m","input":[{"role":"user","content":"x"},{"type":"reasoning",)"
+                R"("summary":[{"type":"reasoning_text","text":"t"}]},{"role":"assistant","content":"y"}]})") ==
+        "input[1].summary[0].type");
+}
+
 TEST_CASE("responses: the parser refuses what it cannot honour, naming the field", "[serve][responses]") {
   CHECK(refused(body_with("")).empty());
   CHECK(sv::parse_responses_request("{not json").error.status == 400);
@@ -72,7 +105,7 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
   REQUIRE(cut_call.ok());
   CHECK(cut_call.value->chat.messages[1].tool_calls[0].arguments == R"({"q":"ca)");
   CHECK(refused(R"({"model":"m","input":[{"type":"function_call_output","call_id":"c"}]})") == "input[0].output");
-  CHECK(refused(R"({"model":"m","input":[{"type":"reasoning","summary":[]}]})") == "input[0].type");
+  CHECK(refused(R"({"model":"m","input":[{"type":"reasoning","summary":[]}]})") == "input[0].summary");
   CHECK(refused(body_with(R"("tools":[{"type":"web_search"}])")) == "tools[0].type");
   CHECK(refused(body_with(R"("tools":[{"type":"function"}])")) == "tools[0].name");
   CHECK(

@@ -60,6 +60,7 @@ TEST_CASE("responses on disk: a store opened again reads back ids, chains, bodie
   TempFile tmp;
   ChatMessage call{"assistant", ""};
   call.tool_calls.push_back({"call_1", "lookup", "{\"n\": 123456789012345678901234567890}"});
+  call.reasoning_content = "Look it up.";
   ChatMessage result{"tool", "42"};
   result.tool_call_id = "call_1";
   result.name = "lookup";
@@ -82,6 +83,8 @@ TEST_CASE("responses on disk: a store opened again reads back ids, chains, bodie
         std::vector<std::string>{"user:Hi", "assistant:", "tool:42", "user:More", "assistant:Sure"});
   REQUIRE(conversation[1].tool_calls.size() == 1);
   CHECK(conversation[1].tool_calls[0].arguments == "{\"n\": 123456789012345678901234567890}");
+  CHECK(conversation[1].reasoning_content == std::optional<std::string>("Look it up."));
+  CHECK(!conversation[3].reasoning_content);
   CHECK(conversation[2].tool_call_id == std::optional<std::string>("call_1"));
   CHECK(conversation[2].name == std::optional<std::string>("lookup"));
   // The chain's first link is the object resp_1 names (read once, shared).
@@ -92,6 +95,9 @@ TEST_CASE("responses on disk: a store opened again reads back ids, chains, bodie
   REQUIRE(continued != nullptr);
   CHECK(continued->id == "resp_1");
   CHECK(third.continued_by({q2}) == nullptr);
+  ChatMessage other_thought = call;  // the same call after other reasoning: another history
+  other_thought.reasoning_content = "Guess.";
+  CHECK(third.continued_by({q1, other_thought, result}) == nullptr);
   CHECK(third.get("resp_9") == nullptr);
 }
 

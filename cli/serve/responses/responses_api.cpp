@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -129,9 +130,104 @@ void refuse_unknown_item_fields(const ojson& item, const std::string& type, cons
   const char* known = type == "message"                ? "type id role content status phase"
                       : type == "function_call"        ? "type id call_id name arguments status parsed_arguments"
                       : type == "function_call_output" ? "type id call_id output status"
+                      : type == "reasoning"            ? "type id summary content encrypted_content status"
                                                        : nullptr;
   if (known != nullptr) refuse_unknown_fields(item, known, "a " + type + " item", p + ".");
 }
+
+// The texts of a reasoning item's parts under `key` (content: reasoning_text parts; summary: summary_text
+// parts), joined by blank lines; "" where it has none.
+std::string reasoning_texts(const ojson& item, const char* key, const char* type, const std::string& p) {
+  const ojson* parts = field(item, key);
+  if (parts == nullptr) return "";
+  const std::string at = p + "." + key;
+  if (!parts->is_array()) invalid_field(at, std::string("expected an array, got ") + json_type_name(*parts));
+  std::string text;
+  for (std::size_t j = 0; j < parts->size(); ++j) {
+    const std::string pj = at + "[" + std::to_string(j) + "]";
+    const ojson& part = need_object((*parts)[j], pj);
+    refuse_unknown_fields(part, "type text", std::string("a ") + type + " part", pj + ".");
+    if (required_string(part, "type", pj) != type) invalid_field(pj + ".type", std::string("expected '") + type + "'");
+    const ojson* t = field(part, "text");
+    if (t == nullptr) invalid_field(pj + ".text", "missing");
+    text += (text.empty() ? "" : "\n\n") + need_string(*t, pj + ".text");
+  }
+  return text;
+}
+
+// A reasoning item's text, which becomes the reasoning_content of the assistant turn after it: its content
+// (the reasoning as written) where it has one, else its summary. An item with neither (only encrypted_content,
+// which this server cannot read) is refused: the template could not be given its reasoning.
+std::string reasoning_item(const ojson& item, const std::string& p) {
+  const std::string content = reasoning_texts(item, "content", "reasoning_text", p);
+  const std::string summary = reasoning_texts(item, "summary", "summary_text", p);
+  const ojson* encrypted = field(item, "encrypted_content");
+  if (encrypted != nullptr) need_string(*encrypted, p + ".encrypted_content");
+  if (!content.empty()) return content;
+  if (!summary.empty()) return summary;
+  invalid_field(encrypted != nullptr ? p + ".encrypted_content" : p + ".summary",
+                "a reasoning item is read by its text (content or summary), and this one has none" +
+                    std::string(encrypted != nullptr ? " (encrypted_content cannot be read here)" : "") +
+                    ": leave it out");
+}
+
+// `input` read item by item into chat messages (see the header for the mapping). A reasoning item's text waits
+// for the assistant turn that follows it: the next assistant message item, or a function_call, which then
+// starts an assistant message of its own (the reasoning led to it, not to the message before).
+class InputReader {
+ public:
+  InputReader(ojson& messages, std::vector<UnmatchedOutput>& unmatched) : messages_(messages), unmatched_(unmatched) {}
+
+  void add(const ojson& item, const std::string& type, std::size_t i, const std::string& p) {
+    if (type == "reasoning") {
+      const std::string text = reasoning_item(item, p);
+      reasoning_ = reasoning_ ? *reasoning_ + "\n\n" + text : text;
+      reasoning_at_ = i;
+    } else if (type == "message") {
+      messages_.push_back(message_item(item, p));
+      if (reasoning_ && messages_.back()["role"] == "assistant") take_reasoning();
+    } else if (type == "function_call") {
+      ojson call = function_call_item(item, p);
+      if (reasoning_ || messages_.empty() || messages_.back()["role"] != "assistant") {
+        messages_.push_back({{"role", "assistant"}, {"content", ""}});
+        if (reasoning_) take_reasoning();
+      }
+      calls_.insert(call["id"].get<std::string>());
+      messages_.back()["tool_calls"].push_back(std::move(call));
+    } else if (type == "function_call_output") {
+      messages_.push_back(function_call_output_item(item, p));
+      const std::string call_id = messages_.back()["tool_call_id"].get<std::string>();
+      if (!calls_.count(call_id)) unmatched_.push_back({i, call_id});
+    } else {
+      invalid_field(p + ".type", "'" + type +
+                                     "' items are not supported (message, function_call, function_call_output and "
+                                     "reasoning are)");
+    }
+    if (reasoning_ && type != "reasoning") refuse_stray_reasoning();
+  }
+
+  void finish() const {
+    if (reasoning_) refuse_stray_reasoning();
+  }
+
+ private:
+  void take_reasoning() {
+    messages_.back()["reasoning_content"] = *reasoning_;
+    reasoning_.reset();
+  }
+
+  [[noreturn]] void refuse_stray_reasoning() const {
+    invalid_field("input[" + std::to_string(reasoning_at_) + "]",
+                  "a reasoning item must come right before the assistant message or function_call it led to (its "
+                  "text is given to the template as that turn's reasoning_content)");
+  }
+
+  ojson& messages_;
+  std::vector<UnmatchedOutput>& unmatched_;
+  std::set<std::string> calls_;  // the call_ids of the function_call items so far
+  std::optional<std::string> reasoning_;
+  std::size_t reasoning_at_ = 0;
+};
 
 // `input` as chat messages, appended to `messages` (see the header for the mapping); the outputs that answer
 // no function_call item before them go to `unmatched`.
@@ -147,7 +243,7 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages,
   if (input.size() > limits.max_messages) {
     invalid_field("input", "at most " + std::to_string(limits.max_messages) + " items are accepted");
   }
-  std::set<std::string> calls;  // the call_ids of the function_call items so far
+  InputReader reader(messages, unmatched);
   for (std::size_t i = 0; i < input.size(); ++i) {
     const std::string p = "input[" + std::to_string(i) + "]";
     const ojson& item = need_object(input[i], p);
@@ -158,24 +254,9 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages,
       invalid_field(p + ".type", "missing");
     }
     refuse_unknown_item_fields(item, type, p);
-    if (type == "message") {
-      messages.push_back(message_item(item, p));
-    } else if (type == "function_call") {
-      ojson call = function_call_item(item, p);
-      if (messages.empty() || messages.back()["role"] != "assistant") {
-        messages.push_back({{"role", "assistant"}, {"content", ""}});
-      }
-      calls.insert(call["id"].get<std::string>());
-      messages.back()["tool_calls"].push_back(std::move(call));
-    } else if (type == "function_call_output") {
-      messages.push_back(function_call_output_item(item, p));
-      const std::string call_id = messages.back()["tool_call_id"].get<std::string>();
-      if (!calls.count(call_id)) unmatched.push_back({i, call_id});
-    } else {
-      invalid_field(p + ".type",
-                    "'" + type + "' items are not supported (message, function_call and function_call_output are)");
-    }
+    reader.add(item, type, i, p);
   }
+  reader.finish();
 }
 
 // tools in the chat form; each must be a function with a name no other tool has.

@@ -11,6 +11,12 @@
 //     {type: "function_call", call_id, name, arguments (text: a JSON object, or what a call max_output_tokens
 //       cut had written, sent back as it was answered)}
 //     {type: "function_call_output", call_id, output (a string or an array of {type: "input_text", text})}
+//     {type: "reasoning", summary: [{type: "summary_text", text}], content?: [{type: "reasoning_text", text}],
+//       encrypted_content?}: an earlier turn's reasoning, which must come right before the assistant message or
+//       function_call it led to: its content's texts (else its summary's), joined by blank lines, are that
+//       turn's reasoning_content (given to the chat template, as chat's is). encrypted_content is not read;
+//       an item with no text (only encrypted_content) is refused naming it, and so is one not followed by
+//       its turn ("input[3]: a reasoning item must come right before ...")
 //     each item may also hold id and status (ignored, as above; a message also phase, a function_call also
 //     parsed_arguments, the openai SDK's parse of an answer's call), as OpenAI's API documents them; a part
 //     may also hold, ignored, output_text's annotations, logprobs and parsed (an answer's part sent back) or
@@ -47,7 +53,8 @@
 //
 // Items become chat messages in order: a message item one message (developer read as system); a
 // function_call item joins the assistant message right before it (its text, or the calls before it), else
-// starts one with empty content, so consecutive calls are one assistant message with tool_calls; a
+// (or after a reasoning item) starts one with empty content, so consecutive calls are one assistant message
+// with tool_calls; a reasoning item's text goes to the assistant message that follows it; a
 // function_call_output item a tool message (tool_call_id = call_id), whose call_id must be a function_call's
 // before it, in the input or the previous response's conversation (unmatched_output_error). Every violation is an
 // ApiError naming the field, e.g. "input[2].call_id: missing".

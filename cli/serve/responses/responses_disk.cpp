@@ -23,6 +23,7 @@ nlohmann::json message_json(const ChatMessage& m) {
   nlohmann::json j{{"role", m.role}, {"content", m.content}};
   if (m.name) j["name"] = *m.name;
   if (m.tool_call_id) j["tool_call_id"] = *m.tool_call_id;
+  if (m.reasoning_content) j["reasoning_content"] = *m.reasoning_content;
   if (!m.tool_calls.empty()) {
     j["tool_calls"] = nlohmann::json::array();
     for (const ChatToolCall& c : m.tool_calls)
@@ -37,6 +38,7 @@ ChatMessage message_of(const nlohmann::json& j) {
   m.content = j.at("content").get<std::string>();
   if (j.contains("name")) m.name = j["name"].get<std::string>();
   if (j.contains("tool_call_id")) m.tool_call_id = j["tool_call_id"].get<std::string>();
+  if (j.contains("reasoning_content")) m.reasoning_content = j["reasoning_content"].get<std::string>();
   if (j.contains("tool_calls")) {
     for (const auto& c : j["tool_calls"]) {
       m.tool_calls.push_back(ChatToolCall{c.at("id").get<std::string>(), c.at("name").get<std::string>(),

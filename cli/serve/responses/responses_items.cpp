@@ -37,6 +37,13 @@ json input_items(const StoredResponse& response) {
                        {"status", "completed"}});
       continue;
     }
+    if (m.reasoning_content) {  // read from a reasoning item before this turn: listed back as one
+      items.push_back({{"type", "reasoning"},
+                       {"id", "rs_" + place},
+                       {"summary", json::array()},
+                       {"content", json::array({{{"type", "reasoning_text"}, {"text", *m.reasoning_content}}})},
+                       {"status", "completed"}});
+    }
     if (m.role != "assistant" || !m.content.empty() || m.tool_calls.empty()) {
       items.push_back(response_items::message_item("msg_" + place, m));
     }

@@ -2,6 +2,9 @@
 // HTTP here; responses_http.cpp serves it). The input is what the response added to its conversation before
 // its answer (responses_store.h): the request's input messages, its instructions excluded, as OpenAI's
 // endpoint lists them:
+//   an assistant turn's reasoning (read   {type: "reasoning", id, summary: [], status: "completed",
+//   from a reasoning item or chat's       content: [{type: "reasoning_text", text}]}, before the turn's
+//   reasoning_content)                    message or calls
 //   a system, developer or user message   {type: "message", id, role, status: "completed",
 //                                          content: [{type: "input_text", text}]}
 //   an assistant message                  {type: "message", id, role: "assistant", status: "completed",
@@ -11,7 +14,8 @@
 //                                         is left out when it has no content)
 //   a tool result                         {type: "function_call_output", id, call_id, output,
 //                                         status: "completed"}
-// Item ids are the response's digits and the item's place: "msg_<hex>_<k>", "fc_<hex>_<k>", "fco_<hex>_<k>".
+// Item ids are the response's digits and the item's place: "msg_<hex>_<k>", "fc_<hex>_<k>", "fco_<hex>_<k>",
+// "rs_<hex>_<k>".
 // The page: {object: "list", data, first_id, last_id, has_more}; query parameters order ("desc", the
 // default, or "asc"), limit (1..100, default 20) and after (an item id of this list); any other, or a bad
 // value, is a 400 naming it.

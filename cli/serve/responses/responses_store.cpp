@@ -39,6 +39,8 @@ std::vector<std::string> prefix_keys(const std::vector<ChatMessage>& messages) {
       add_text(h, call.name);
       add_text(h, call.arguments);
     }
+    // Only where set: the keys of stored lists without reasoning stay what they were (the stream ends above).
+    if (m.reasoning_content) add_optional(h, m.reasoning_content);
     previous = h.hex_digest();
     keys.push_back(previous);
   }

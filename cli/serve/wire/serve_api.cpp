@@ -128,10 +128,10 @@ ChatToolCall parse_tool_call(const json& v, const std::string& param) {
 // function_call; a tool's tool_call_id) and those the node clients in tests/node add (@langchain/openai: a
 // tool message's name; @ai-sdk/openai-compatible: an assistant's reasoning_content; @openai/agents: an
 // assistant's reasoning; the openai SDK's parse helpers and runTools: an assistant's parsed, the client's own
-// parse of the content it was answered, taken and unused). Any other is refused by name. The chat template is given
-// role, content, name, tool_call_id and tool_calls only, so a key it would not see is refused unless null rather than
-// dropped: reasoning_content and reasoning (an earlier turn's reasoning; this server never answers with one), audio (an
-// earlier audio answer's id) and function_call (the deprecated call form; send tool_calls).
+// parse of the content it was answered, taken and unused). Any other is refused by name. The chat template is
+// given role, content, reasoning_content, name, tool_call_id and tool_calls, so a key it would not see is
+// refused unless null rather than dropped: audio (an earlier audio answer's id) and function_call (the
+// deprecated call form; send tool_calls).
 void refuse_unknown_message_fields(const json& v, const std::string& role, const std::string& param) {
   const bool assistant = role == "assistant";
   const char* known = assistant        ? "role content name refusal audio tool_calls function_call reasoning_content "
@@ -140,13 +140,32 @@ void refuse_unknown_message_fields(const json& v, const std::string& role, const
                                        : "role content name";
   refuse_unknown_fields(v, known, "a" + std::string(assistant ? "n " : " ") + role + " message", param + ".");
   if (!assistant) return;
-  for (const char* name : {"reasoning_content", "reasoning", "audio", "function_call"}) {
+  for (const char* name : {"audio", "function_call"}) {
     const auto it = v.find(name);
     if (it == v.end() || it->is_null()) continue;
     invalid_field(param + "." + name, std::string("not accepted: the chat template would not see it (") +
                                           (name[0] == 'f' ? "send the call as tool_calls" : "leave it out or null") +
                                           ")");
   }
+}
+
+// An assistant's reasoning, the thinking an earlier turn wrote before its answer, given to the template as
+// message.reasoning_content (which reasoning models' templates render): reasoning_content as
+// @ai-sdk/openai-compatible and other OpenAI-compatible clients send it, or reasoning, the string @openai/agents
+// sends (a reasoning item's text); both given, they must agree. Null or absent: none.
+std::optional<std::string> parse_reasoning(const json& v, const std::string& param) {
+  std::optional<std::string> out;
+  for (const char* name : {"reasoning_content", "reasoning"}) {
+    const auto it = v.find(name);
+    if (it == v.end() || it->is_null()) continue;
+    std::string text = need_string(*it, param + "." + name);
+    if (out && *out != text) {
+      invalid_field(param + ".reasoning",
+                    "differs from reasoning_content: give one of them (or the same text in both)");
+    }
+    out = std::move(text);
+  }
+  return out;
 }
 
 ChatMessage parse_message(const json& v, const std::string& param) {
@@ -166,6 +185,7 @@ ChatMessage parse_message(const json& v, const std::string& param) {
   if (content == v.end() && m.role != "assistant") invalid_field(param + ".content", "missing");
   if (content != v.end()) m.content = content_text(*content, param + ".content", m.role == "assistant");
   if (v.contains("refusal") && !v["refusal"].is_null()) m.content += need_string(v["refusal"], param + ".refusal");
+  if (m.role == "assistant") m.reasoning_content = parse_reasoning(v, param);
   if (v.contains("name") && !v["name"].is_null()) m.name = need_string(v["name"], param + ".name");
   if (v.contains("tool_call_id") && !v["tool_call_id"].is_null()) {
     m.tool_call_id = need_string(v["tool_call_id"], param + ".tool_call_id");

@@ -45,10 +45,12 @@
 //                their results, and the template renders such a message as any other. Other keys, per role:
 //                OpenAI's and those the node clients in tests/node send are taken (any role's name, which
 //                @langchain/openai also sends on tool messages; an assistant's refusal string, read as its
-//                text after content); an assistant's reasoning_content (@ai-sdk/openai-compatible), reasoning
-//                (@openai/agents), audio and function_call are accepted only null, else a 400 naming
-//                messages[i].<key>, since the chat template is given role, content, name, tool_call_id and
-//                tool_calls only and would not see them (an earlier turn's reasoning is not passed to it);
+//                text after content); an assistant's reasoning_content (@ai-sdk/openai-compatible and
+//                OpenAI-compatible clients) or reasoning (@openai/agents), a string or null, is that turn's
+//                reasoning, given to the template as message.reasoning_content (both given, they must agree,
+//                else a 400 naming reasoning); audio and function_call are accepted only null, else a 400
+//                naming messages[i].<key>, since the chat template is given role, content,
+//                reasoning_content, name, tool_call_id and tool_calls only and would not see them;
 //                an assistant's parsed (the openai SDK's parse of an answer, sent back by runTools) is taken
 //                and unused; any other key, null or not, is refused as a top-level one is (unknown_parameter,
 //                e.g. "messages[3].contnet: ... (not a field of a user message; did you mean 'content'?)"). So
