@@ -468,6 +468,34 @@ TEST_CASE("a list whose first message changed reads its prefixes from the latest
   }
 }
 
+TEST_CASE(
+    "agents taking turns under one template, each with a new system prompt at every request, read their own "
+    "latest list",
+    "[sync_memo]") {
+  runtime::ChatRenderOptions o;
+  o.tools_json = kLookupTool;
+  std::mt19937_64 rng(37);
+  for (const std::string& source : {std::string(kPlainChatTemplate), template_source("qwen2.5-7b-instruct")}) {
+    const runtime::ChatTemplate t(source, "agents");
+    orbit::detail::clear_cuts_memo();
+    std::vector<std::vector<runtime::ChatMessage>> lists = {agent_list(rng, 41), agent_list(rng, 37)};
+    for (const auto& list : lists) REQUIRE(list_cuts(t, o, list, true));
+    for (int request = 0; request < 6; ++request) {
+      for (std::size_t agent = 0; agent < lists.size(); ++agent) {
+        // The latest list under the template is the other agent's; this agent's is named by its first request.
+        const SystemEdit edit = request % 2 == 0 ? SystemEdit::kSame : SystemEdit::kStep;
+        std::vector<runtime::ChatMessage> next = new_system_list(lists[agent], edit, 0, rng);
+        INFO("request " << request << ", agent " << agent << ", " << system_edit_name(edit));
+        const std::optional<ListCuts> cuts = cuts_both(t, o, next);
+        REQUIRE(cuts);
+        CHECK(cuts->renders <= 4);
+        CHECK(cuts->spans + cuts->renders >= static_cast<int64_t>(next.size()) - 1);
+        lists[agent] = std::move(next);
+      }
+    }
+  }
+}
+
 TEST_CASE("a list whose first message changed cuts as rendering every prefix does under every bundled template",
           "[sync_memo]") {
   namespace fs = std::filesystem;

@@ -34,12 +34,13 @@
 //      message, where both renderings agree byte for byte over those messages, and renders two of them to
 //      check (about 2 renders instead of n). A list whose first message changed (a system prompt that carries
 //      the date, a memory digest or a step counter, rewritten at every request), alone or with turns added or
-//      trimmed, reads them so from the latest list under the same template and variables (about 3 renders
-//      and one per added turn). The boundaries are the same either way (sdk/src/window/sync_memo.h gives the
-//      argument), but for a template whose rendering of a shorter list depends on its length, or on a message
-//      before the kept ones, in a way the whole renderings do not show (a line only at exactly 30 messages):
-//      there such a list's boundaries may differ, never its tokens. A template that reads the clock
-//      (strftime_now) renders every prefix.
+//      trimmed, reads them so from the latest list with the same second message (the agent's first request),
+//      else from the latest under the same template and variables (about 3 renders and one per added turn).
+//      The boundaries are the same either way (sdk/src/window/sync_memo.h gives the argument), but for a
+//      template whose rendering of a shorter list depends on its length, or on a message before the kept
+//      ones, in a way the whole renderings do not show (a line only at exactly 30 messages): there such a
+//      list's boundaries may differ, never its tokens. A template that reads the clock (strftime_now) renders
+//      every prefix.
 //   3. Tokens: the window's tokens are exactly tokenize(rendering) (no special tokens added; templates
 //      write their own BOS). A text boundary is cut in the tokens only where it is also a token boundary:
 //      each unit's tokens tokenized alone concatenate to the whole (true for templates whose turns start

@@ -32,8 +32,9 @@
 // The memo finds K by the list's key (a list that grew); a list whose key it does not know (one trimmed or
 // summarized at its start) takes the latest list encoded with the same first message, tokenizer, template
 // and variables (an alias in the memo), and one whose first message changed too (a system prompt rewritten at
-// every request) the latest encoded with the same tokenizer, template and variables (another alias): its
-// segment shares with K the run that starts at its second message, found as a trimmed list's is.
+// every request) the latest encoded with the same second message, else the latest with the same tokenizer,
+// template and variables (more aliases, latest_keys): its segment shares with K the run that starts at its
+// second message, found as a trimmed list's is.
 #pragma once
 
 #include <cstddef>
@@ -68,22 +69,20 @@ struct ListEncodings {
 };
 
 // The memo of encodings (one per process), keyed by memo_key of a list's key (list_keys) and the tokenizer, and
-// naming by aliases the latest list encoded by that tokenizer with a given first message, and under a given
-// template and variables.
+// naming by aliases the latest list encoded by that tokenizer by each of latest_keys (its first message, its
+// second, its template and variables).
 using EncodeMemo = ListMemo<ListEncodings>;
 EncodeMemo& encode_memo();
 
-// Keeps `made`, the encodings of the list with keys `keys` (list_keys; not empty) by `tok`, under its key, as
-// the latest with its first message and as the latest under its template and variables (aliases: counted once
-// against the memo's bytes).
+// Keeps `made`, the encodings of the list with keys `keys` (list_keys; not empty) by `tok`, under its key and
+// as the latest by each of latest_keys (aliases: counted once against the memo's bytes).
 void put_encodings(const ListKeys& keys, const runtime::Tokenizer& tok, std::shared_ptr<const ListEncodings> made);
 
 // Whether step 3 encodes incrementally for `tok`: prefix-stable, and the switch (set_incremental_encode) on.
 bool encodes_incrementally(const runtime::Tokenizer& tok);
 
 // The encodings the memo holds of the longest list among `keys` (list_keys of this list) encoded by `tok`;
-// else of the latest list with the same first message; else of the latest under the same template and
-// variables; null when it holds none.
+// else of the latest list named by the first of latest_keys that names one; null when it holds none.
 std::shared_ptr<const ListEncodings> known_encodings(const ListKeys& keys, const runtime::Tokenizer& tok);
 
 // tok.encode_with_bytes(text), reusing `known`'s tokens (null: none) up to the latest cut the header's argument

@@ -14,36 +14,35 @@
 // of T exactly when length <= c; the m-message prefix (K itself) is one exactly when |K| <= c; the others
 // (other text, and the prefixes past m) are rendered. Those three facts are all step 2 reads of a prefix.
 //
-// A list trimmed or summarized at its start (its oldest turns dropped or replaced, its first message kept)
-// starts with no list the memo knows but for its first message, and a list whose first message changed (an
-// agent that writes the date, a memory digest or a step counter into its system prompt at every request) with
-// none at all, so each of its prefixes would be rendered: n renders of up to n messages each. Its messages
-// past the edit are, in order, those of an earlier list K: the latest list the memo kept with the same first
-// message, else the latest under the same template and variables whatever its first message (each named by an
-// alias; its messages' own keys kept with it), and step 2 reads their prefixes from K's (spans). An anchor is
-// a prefix of T (this list) that step 2 rendered (or read from a list it starts with): T's first t messages
-// rendered as T[0, p), T's messages from t on are K's from k on for j messages, K's first k messages rendered
-// as K[0, q), and the two renderings agree on T[p, p + b) = K[q, q + b). Then T's first t + i messages
-// (0 < i <= j) are read as T[0, p + length - q) where K's first k + i rendered as K[0, length) with
-// length - q <= b; prefixes K rendered otherwise (or refused), and those past the run or past b, are rendered,
-// and one that is a prefix of T anchors anew. The assumption: appending the same messages to two lists whose
-// renderings end alike appends the same text. A template that renders a kept message otherwise in T (turns
-// numbered, the first user turn marked, tool results counted) renders it otherwise in T's whole rendering
-// too, so b stops there and the prefixes after it are rendered until an anchor past it; a template whose
-// rendering of a prefix depends on what the list's whole rendering does not show (the last message's role
-// named in a header, where the two lists end with different roles) meets no anchor, since K's prefix k and
-// T's prefix t would both have to be prefixes of their renderings. A changed first message is the same case
-// with the edit at message 0: the anchor is T's first message alone (or a longer prefix, where the template
-// refuses that one or renders it otherwise) against K's, under the same assumption; a template that shows the
-// first message again further on (the system prompt repeated or counted in every turn) shows it in both whole
-// renderings, so b stops there, and one that moves it into the last user turn renders each prefix that ends
-// with a user turn otherwise in K as well, so those are rendered. Last, the shortest and the longest prefix
-// read are rendered as well; where either differs, every prefix is rendered as without the spans. What no
-// check sees: a template whose rendering of a shorter list depends on the list's length, or on a message
-// before the anchor (the first, say), in a way the whole renderings do not show, at lengths the check does not
-// render (a line only where there are exactly 30 messages, or only where the system prompt says so and the
-// last message is a user's); for it, the boundaries may differ from rendering every prefix (the tokens never
-// do: they are the whole rendering's, sync.h step 3).
+// A list trimmed or summarized at its start (its oldest turns dropped or replaced, its first message kept) starts
+// with no list the memo knows but for its first message, and a list whose first message changed (an agent that
+// writes the date, a memory digest or a step counter into its system prompt at every request) with none at all,
+// so each of its prefixes would be rendered: n renders of up to n messages each. Its messages past the edit are,
+// in order, those of an earlier list K: the latest list the memo kept with the same first message, else with the
+// same second message, else under the same template and variables (each named by an alias, latest_keys; its
+// messages' own keys kept with it), and step 2 reads their prefixes from K's (spans). An anchor is a prefix of T
+// (this list) that step 2 rendered (or read from a list it starts with): T's first t messages rendered as
+// T[0, p), T's messages from t on are K's from k on for j messages, K's first k messages rendered as K[0, q), and
+// the two renderings agree on T[p, p + b) = K[q, q + b). Then T's first t + i messages (0 < i <= j) are read as
+// T[0, p + length - q) where K's first k + i rendered as K[0, length) with length - q <= b; prefixes K rendered
+// otherwise (or refused), and those past the run or past b, are rendered, and one that is a prefix of T anchors
+// anew. The assumption: appending the same messages to two lists whose renderings end alike appends the same
+// text. A template that renders a kept message otherwise in T (turns numbered, the first user turn marked, tool
+// results counted) renders it otherwise in T's whole rendering too, so b stops there and the prefixes after it
+// are rendered until an anchor past it; a template whose rendering of a prefix depends on what the list's whole
+// rendering does not show (the last message's role named in a header, where the two lists end with different
+// roles) meets no anchor, since K's prefix k and T's prefix t would both have to be prefixes of their renderings.
+// A changed first message is the same case with the edit at message 0: the anchor is T's first message alone (or
+// a longer prefix, where the template refuses that one or renders it otherwise) against K's, under the same
+// assumption; a template that shows the first message again further on (the system prompt repeated or counted in
+// every turn) shows it in both whole renderings, so b stops there, and one that moves it into the last user turn
+// renders each prefix that ends with a user turn otherwise in K as well, so those are rendered. Last, the
+// shortest and the longest prefix read are rendered as well; where either differs, every prefix is rendered as
+// without the spans. What no check sees: a template whose rendering of a shorter list depends on the list's
+// length, or on a message before the anchor (the first, say), in a way the whole renderings do not show, at
+// lengths the check does not render (a line only where there are exactly 30 messages, or only where the system
+// prompt says so and the last message is a user's); for it, the boundaries may differ from rendering every prefix
+// (the tokens never do: they are the whole rendering's, sync.h step 3).
 
 #pragma once
 
@@ -86,8 +85,8 @@ struct ListRenders {
 
 // A bounded map from a list's key to what a memo keeps for that list (`Value`, with bytes()), least recently
 // used dropped first: the cuts memo (ListRenders) and the encodings memo (ListEncodings, sync_encode.h). A key
-// may also be named by aliases (the latest list with a given first message, or under a given template and
-// variables). Thread-safe: every call takes its lock; values are immutable once put.
+// may also be named by aliases (the latest list with a given first or second message, or under a given
+// template and variables: latest_keys). Thread-safe: every call takes its lock; values are immutable once put.
 template <class Value>
 class ListMemo {
  public:
@@ -219,14 +218,20 @@ struct ListKeys {
 
 // Step 2 (orbit/sync.h): where each message of `chat` starts in `text`, their rendering by `tmpl` without the
 // generation prompt, in order: the end of the rendering of the messages before it, where that rendering is a
-// proper prefix of `text` past the last boundary; elsewhere (the template refuses the shorter list, or renders
-// it otherwise) the message joins the unit before it and *merged counts it. `keys`: list_keys of the messages
+// proper prefix of `text` past the last boundary; elsewhere (the template refuses the shorter list, or renders it
+// otherwise) the message joins the unit before it and *merged counts it. `keys`: list_keys of the messages
 // (empty: none computed). Where cuts_memo_applies and there are keys, reads the prefixes the memo knows (of a
-// list this one starts with, and spans of the latest list with this one's first message, else of the latest
-// under its template and variables) and keeps this list's renders; the boundaries are the same either way (the header
-// gives the argument).
+// list this one starts with, and spans of the latest list named by one of latest_keys) and keeps this list's
+// renders; the boundaries are the same either way (the header gives the argument).
 std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat,
                                const ListKeys& keys, const std::string& text, int64_t* merged);
+
+// What names a list with keys `keys` as the latest of its kind (ListMemo::alias, under memo_key of each), in
+// the order a list whose key a memo does not know tries them: its first message (ListKeys::lists[0]); its second
+// message under its template and variables, whatever the first (an agent's first request, which stays when its
+// system prompt is rewritten at every request: the latest list of that agent where several sync under one
+// template); its template and variables alone (ListKeys::head). Empty for no messages.
+std::vector<Sha256::Digest> latest_keys(const ListKeys& keys);
 
 // The keys of `messages` rendered by `tmpl` with `options`' tools_json and extra_json: each message's own key
 // (SHA-256 over its fields, length-prefixed), and each list's (SHA-256 over the template's key and the

@@ -14,11 +14,9 @@ namespace {
 std::atomic<bool> incremental{true};    // set_incremental_encode
 std::atomic<int64_t> tokens_reused{0};  // tokens_reused_so_far
 
-// The memo's tags (memo_key): a list's encodings, the latest list's with a given first message, and the latest
-// list's under a given template and variables (ListKeys::head), whatever its first message.
+// The memo's tags (memo_key): a list's encodings, and the latest list's by each of latest_keys.
 constexpr std::string_view kEncodings = "orbit sync encodings v1";
 constexpr std::string_view kLatestEncodings = "orbit sync latest encodings v1";
-constexpr std::string_view kLatestEncodingsUnderTemplate = "orbit sync latest encodings under template v1";
 
 // How many of the earlier text's token ends, latest first, encode_reusing tries as the cut: each try that the
 // rule refuses costs a look at two characters, and a text whose every cut is refused (a script whose
@@ -191,8 +189,9 @@ bool encodes_incrementally(const runtime::Tokenizer& tok) {
 void put_encodings(const ListKeys& keys, const runtime::Tokenizer& tok, std::shared_ptr<const ListEncodings> made) {
   const Sha256::Digest key = memo_key(kEncodings, keys.lists.back(), tok.serial());
   encode_memo().put(key, std::move(made));
-  encode_memo().alias(memo_key(kLatestEncodings, keys.lists.front(), tok.serial()), key);
-  encode_memo().alias(memo_key(kLatestEncodingsUnderTemplate, keys.head, tok.serial()), key);
+  for (const Sha256::Digest& latest : latest_keys(keys)) {
+    encode_memo().alias(memo_key(kLatestEncodings, latest, tok.serial()), key);
+  }
 }
 
 std::shared_ptr<const ListEncodings> known_encodings(const ListKeys& keys, const runtime::Tokenizer& tok) {
@@ -200,12 +199,13 @@ std::shared_ptr<const ListEncodings> known_encodings(const ListKeys& keys, const
     const Sha256::Digest key = memo_key(kEncodings, keys.lists[m - 1], tok.serial());
     if (std::shared_ptr<const ListEncodings> e = encode_memo().get(key)) return e;
   }
-  if (keys.empty()) return nullptr;
-  if (std::shared_ptr<const ListEncodings> e =
-          encode_memo().get_alias(memo_key(kLatestEncodings, keys.lists.front(), tok.serial()))) {
-    return e;
+  for (const Sha256::Digest& latest : latest_keys(keys)) {
+    if (std::shared_ptr<const ListEncodings> e =
+            encode_memo().get_alias(memo_key(kLatestEncodings, latest, tok.serial()))) {
+      return e;
+    }
   }
-  return encode_memo().get_alias(memo_key(kLatestEncodingsUnderTemplate, keys.head, tok.serial()));
+  return nullptr;
 }
 
 runtime::Encoding encode_reusing(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding* known,

@@ -28,10 +28,8 @@ std::atomic<bool> use_cuts_memo{true};   // set_cuts_memo
 std::atomic<int64_t> prefix_renders{0};  // prefix_renders_so_far
 std::atomic<int64_t> prefix_spans{0};    // prefix_spans_so_far
 
-// The memo's tags (memo_key) of the latest list with a given first message, and of the latest under a given
-// template and variables (ListKeys::head), whatever its first message.
+// The memo's tag (memo_key) of the latest list by each of latest_keys.
 constexpr std::string_view kLatestRenders = "orbit sync latest renders v1";
-constexpr std::string_view kLatestRendersUnderTemplate = "orbit sync latest renders under template v1";
 // The spans of a latest list are looked up when at least this many prefixes are not known otherwise (reading
 // them costs a render of the longest, the check).
 constexpr std::size_t kMinSpanPrefixes = 4;
@@ -47,13 +45,12 @@ struct KnownRenders {
   std::size_t common = 0;
 };
 
-// The latest list whose spans step 2 reads (the header's K): the latest with this list's first message, else
-// the latest under its template and variables; null: neither is known.
+// The latest list whose spans step 2 reads (the header's K): the first latest_keys names; null: none.
 std::shared_ptr<const ListRenders> latest_renders(const ListKeys& keys) {
-  if (std::shared_ptr<const ListRenders> k = cuts_memo().get_alias(memo_key(kLatestRenders, keys.lists.front()))) {
-    return k;
+  for (const Sha256::Digest& key : latest_keys(keys)) {
+    if (std::shared_ptr<const ListRenders> k = cuts_memo().get_alias(memo_key(kLatestRenders, key))) return k;
   }
-  return cuts_memo().get_alias(memo_key(kLatestRendersUnderTemplate, keys.head));
+  return nullptr;
 }
 
 // What K's first i messages rendered to (0 < i <= K's messages); K itself is its own prefix.
@@ -227,8 +224,8 @@ std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime:
     renders->text = text;
     renders->messages = keys.messages;
     cuts_memo().put(keys.lists.back(), std::move(renders));
-    cuts_memo().alias(memo_key(kLatestRenders, keys.lists.front()), keys.lists.back());
-    cuts_memo().alias(memo_key(kLatestRendersUnderTemplate, keys.head), keys.lists.back());
+    for (const Sha256::Digest& key : latest_keys(keys))
+      cuts_memo().alias(memo_key(kLatestRenders, key), keys.lists.back());
   }
   return cuts;
 }
@@ -286,6 +283,20 @@ ListKeys list_keys(const runtime::ChatTemplate& tmpl, const runtime::ChatRenderO
     keys.lists.push_back(key);
   }
   return keys;
+}
+
+std::vector<Sha256::Digest> latest_keys(const ListKeys& keys) {
+  if (keys.empty()) return {};
+  std::vector<Sha256::Digest> out{keys.lists.front()};
+  if (keys.messages.size() > 1) {
+    Sha256 h;
+    h.update("orbit sync second message v1");
+    h.update(keys.head.data(), keys.head.size());
+    h.update(keys.messages[1].data(), keys.messages[1].size());
+    out.push_back(h.digest());
+  }
+  out.push_back(keys.head);
+  return out;
 }
 
 std::shared_ptr<const runtime::ChatTemplate> parsed_template(const std::string& source, const std::string& origin,
