@@ -17,8 +17,8 @@
 // Every write is one transaction (sqlite_file.h: WAL journal, synchronous=FULL): a crash leaves the state
 // before or after it. insert() takes several responses at once (ResponseStore's group commit: one sync of
 // the disk for them). A row is deleted only when it is unnamed, no row continues it and its ResponseStore does
-// not keep it (keep_while: a held response's journal record names it, so a start rebuilding that one reads it
-// here; held_journal.h). Several servers may
+// not keep it (keep_while: a held response's journal record names it, this server's or another's sharing the
+// store, so a start rebuilding that one reads it here; held_journal.h, journal_share.h). Several servers may
 // share a store: writers wait for each other up to a busy timeout (10 s).
 // Thread-safety: none; ResponseStore serialises calls.
 #pragma once
@@ -77,7 +77,8 @@ class ResponseDisk {
   // Makes `id` unnamed and deletes what no named response needs any more; false when it was not named.
   bool unname(const std::string& id);
   // The rows `kept` is true for are kept while unnamed and continued by no row (as links of what continues
-  // them elsewhere: a held response's journal record). Called under the caller's lock, by every deletion.
+  // them elsewhere: a held response's journal record). Called under the caller's lock, by every deletion, inside
+  // its write transaction (before its commit), for each row it would delete.
   void keep_while(std::function<bool(const std::string&)> kept) { kept_ = std::move(kept); }
   // In one transaction: deletes each of `ids` (and its unnamed predecessors) that is unnamed, continued by no
   // row and no longer kept. Throws orbit::Error naming the path when it cannot write (then none is deleted).

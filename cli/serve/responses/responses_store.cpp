@@ -8,6 +8,7 @@
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"
 #include "serve/stored/held_retry.h"
+#include "serve/stored/journal_share.h"
 
 namespace orbit::serve {
 
@@ -78,6 +79,9 @@ std::string named_link(const nlohmann::json& record) {
   return (links.empty() ? record.at("response") : links.front()).at("previous").get<std::string>();
 }
 
+// named_link of a record's payload (LinkOf).
+std::string link_of(const std::string& payload) { return named_link(nlohmann::json::parse(payload)); }
+
 ResponseRow row_of_journal(const nlohmann::json& j, const std::string& what) {
   ResponseRow row;
   row.id = j.at("id").get<std::string>();
@@ -110,18 +114,22 @@ ResponseStore::ResponseStore(ResponseStoreOptions options)
     : capacity_(std::max<std::size_t>(options.capacity, 1)),
       group_(options.group_commit ? response_keys::kMaxGroup : 1,
              {[this](const std::vector<const Pending*>& group) { commit(group); }, [this] { check(); }}),
+      share_(options.path.empty() ? nullptr : std::make_unique<JournalShare>(options.path, response_keys::link_of)),
       journal_(!options.path.empty() && options.journal
-                   ? std::make_unique<HeldJournal>(options.path,
-                                                   [](const std::string& payload) {
-                                                     return response_keys::named_link(nlohmann::json::parse(payload));
-                                                   })
+                   ? std::make_unique<HeldJournal>(options.path, response_keys::link_of, share_.get())
                    : nullptr),
       pending_(options.pending_bytes, journal_.get()),
       before_disk_write_(std::move(options.before_disk_write)) {
   if (!options.path.empty()) disk_ = std::make_unique<ResponseDisk>(options.path);
   // A row a held response's journal record names stays, unnamed once deleted, until that record goes: a
-  // start rebuilding the held one after a crash reads it there.
-  if (disk_ && journal_) disk_->keep_while([this](const std::string& id) { return journal_->names(id); });
+  // start rebuilding the held one after a crash reads it there. This server's records are known here; those
+  // of the other servers sharing the store (or gone, their journals not adopted yet) are read under the
+  // store's lock, held until the deletion's transaction ends (JournalShareScope around each deleting call).
+  if (disk_) {
+    disk_->keep_while([this](const std::string& id) {
+      return (journal_ && journal_->names(id)) || share_->named_elsewhere(id, journal_ ? journal_->path() : "");
+    });
+  }
   std::random_device device;
   random_.seed((static_cast<uint64_t>(device()) << 32) ^ device());
   if (journal_) recover_held();
@@ -193,14 +201,20 @@ StoreWrite ResponseStore::put(std::shared_ptr<StoredResponse> response, const st
   // Its record and its hold in one turn with erase(): a held response its record names, deleted in between,
   // would be released from the journal before this record names it (and its record lost with a crash).
   std::unique_lock<std::mutex> turn(journal_turn_);
-  std::string payload;
-  if (journal_) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    payload = journal_payload(pending);
+  HoldOutcome held;
+  {
+    std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+    if (journal_) lock.lock();
+    // From the disk lookups that find the row its record names to the record's sync: another server's
+    // deletion of that row reads the record first, or comes first (and the record carries that link itself).
+    // Taken after mutex_, and held without it: a thread holding mutex_ may wait for another server's write,
+    // which may wait for this lock.
+    const JournalShareScope locked(journal_ && share_->lock().empty() ? share_.get() : nullptr);
+    const std::string payload = journal_ ? journal_payload(pending) : std::string();
+    if (lock.owns_lock()) lock.unlock();
+    // Held before it is remembered: remembering trims memory, which keeps the held ones.
+    held = pending_.hold(id, pending, response_keys::held_bytes(*pending.response), written.error, payload);
   }
-  // Held before it is remembered: remembering trims memory, which keeps the held ones.
-  const HoldOutcome held =
-      pending_.hold(id, pending, response_keys::held_bytes(*pending.response), written.error, payload);
   turn.unlock();
   written.held = held.held;
   written.journaled = held.journaled;
@@ -302,6 +316,7 @@ void ResponseStore::recover_held() {
     }
   }
   {
+    const JournalShareScope deleting(share_.get());
     std::lock_guard<std::mutex> lock(mutex_);
     collect_unnamed();  // the rows only the records lost named
   }
@@ -348,6 +363,7 @@ bool ResponseStore::carries_links(const std::vector<const Pending*>& group) {
 void ResponseStore::commit(const std::vector<const Pending*>& group) {
   // Not between a held put's record and its hold: a row that record names, evicted here, is kept (keep_while).
   std::lock_guard<std::mutex> turn(journal_turn_);
+  const JournalShareScope deleting(share_.get());  // the eviction's deletions, until both transactions end
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::shared_ptr<StoredResponse>> carried;
   if (before_disk_write_) before_disk_write_();
@@ -498,6 +514,8 @@ bool ResponseStore::erase(const std::string& id) {
   // row, which stays (a link) only once that record is held.
   std::lock_guard<std::mutex> journal_turn(journal_turn_);
   pending_.forget(id, true);  // its record kept as a link while a held response's record names it
+  // The store's lock, once a deletion takes it, is held until the deletions' transactions end.
+  const JournalShareScope deleting(share_.get());
   std::lock_guard<std::mutex> lock(mutex_);
   const bool held = by_id_.count(id) != 0;
   forget(id);

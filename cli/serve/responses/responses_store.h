@@ -40,9 +40,10 @@
 // still written whole, the deleted one as an unnamed link; once none does, the journal's next rewrite drops it,
 // so the journal stays bounded however long a store stays unwritable. A row on disk that a live record names (the
 // nearest link of its chain on disk: one never held, or one held that landed since) is kept while one does,
-// unnamed if it is deleted or evicted meanwhile (ResponseDisk::keep_while), and collected once none does (this server's
-// deletes and evictions: another server sharing the store does not read this journal). The next ResponseStore opened on
-// the path adopts the journals no running server holds, rebuilds each response (its chain from the journal and the
+// unnamed if it is deleted or evicted meanwhile (ResponseDisk::keep_while), and collected once none does. Another
+// server sharing the store keeps it too: its deletions read the other servers' journals first (journal_share.h: under
+// the store's lock, which a held put takes from its disk lookups to its record's sync). The next ResponseStore opened
+// on the path adopts the journals no running server holds, rebuilds each response (its chain from the journal and the
 // disk, the records its links name rebuilt first in a loop, so a chain of any length), holds it again (served from
 // memory, as any held one) and writes it at once, naming on stderr each one recovered (stored, or held again) or lost
 // (a record that does not parse, a chain whose link is gone); a torn or corrupt journal is reported naming the file.
@@ -73,6 +74,7 @@
 #include "orbit/sync.h"
 #include "serve/responses/responses_disk.h"
 #include "serve/stored/group_commit.h"
+#include "serve/stored/journal_share.h"
 #include "serve/stored/pending_writes.h"
 #include "serve/stored/store_write.h"
 
@@ -184,8 +186,9 @@ class ResponseStore {
   // it has a record, is in `built` already.
   std::shared_ptr<StoredResponse> from_record(const JournalEntry& e, const nlohmann::json& record, Rebuilt& built,
                                               std::string& key);
-  // Under mutex_: deletes the unnamed rows on disk that held responses' journal records named and none does
-  // any more (HeldJournal::take_unnamed), unless another row needs them; kept for the next call when it fails.
+  // Under mutex_ (and a JournalShareScope, ended after it): deletes the unnamed rows on disk that held responses'
+  // journal records named and none does any more (HeldJournal::take_unnamed), unless another row or another
+  // server's journal needs them; kept for the next call when it fails.
   void collect_unnamed();
   void check();  // GroupCommit's: the disk's check; takes mutex_
   // Under mutex_:
@@ -209,6 +212,7 @@ class ResponseStore {
   std::size_t links_limit_ = 1024;                              // links_'s size that prunes it next
   std::mt19937_64 random_;
   GroupCommit<const Pending*> group_;
+  std::unique_ptr<JournalShare> share_;   // with a path: what the servers sharing it agree on; before journal_
   std::unique_ptr<HeldJournal> journal_;  // with a path and ResponseStoreOptions::journal; before pending_
   PendingWrites<Pending> pending_;
   const std::function<void()> before_disk_write_;

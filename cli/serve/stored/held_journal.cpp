@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "orbit/common/sha256.h"
+#include "serve/stored/journal_share.h"
 
 namespace orbit::serve {
 
@@ -186,11 +187,96 @@ int lock_unheld(const fs::path& path) {
   return fd;
 }
 
+// `held` cut to its holds and the links they need (the first record of each id); returns the id each kept one
+// names (`names_of`), in the same order.
+std::vector<std::string> keep_needed(std::vector<JournalEntry>& held,
+                                     const std::function<std::string(const std::string&)>& names_of) {
+  std::map<std::string, std::size_t> at;  // id -> index: a record adopted twice (from two files) counts once
+  std::vector<std::string> names(held.size());
+  std::vector<bool> keep(held.size(), false);
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    if (!at.emplace(held[i].id, i).second) continue;
+    names[i] = names_of(held[i].payload);
+  }
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    if (held[i].link || at[held[i].id] != i) continue;
+    keep[i] = true;
+    // The links it names, each naming the next, up to a hold (kept by its own turn) or one kept already.
+    for (auto next = at.find(names[i]); next != at.end() && held[next->second].link && !keep[next->second];
+         next = at.find(names[next->second])) {
+      keep[next->second] = true;
+    }
+  }
+  std::vector<JournalEntry> kept;
+  std::vector<std::string> kept_names;
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    if (!keep[i]) continue;
+    kept.push_back(std::move(held[i]));
+    kept_names.push_back(std::move(names[i]));
+  }
+  held = std::move(kept);
+  return kept_names;
+}
+
+// The bytes of `path`; false (`out` unset) when it cannot be read.
+bool read_file(const fs::path& path, std::string& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  out.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return !in.bad();
+}
+
 }  // namespace held_journal_io
 
-HeldJournal::HeldJournal(const std::string& store_path, LinkOf link_of) : link_of_(std::move(link_of)) {
+std::set<std::string> names_in_journals(const std::string& store_path, const std::string& own, const LinkOf& link_of,
+                                        bool& readable) {
   namespace io = held_journal_io;
+  readable = true;
+  std::set<std::string> out;
+  if (!link_of) return out;
+  const auto names_of = [&](const std::string& payload) {
+    try {
+      return link_of(payload);
+    } catch (const std::exception&) {
+      return std::string();  // names nothing, as at adoption
+    }
+  };
+  for (const io::fs::path& file : io::journals_of(store_path)) {
+    if (file.string() == own) continue;
+    std::error_code ec;
+    const uintmax_t size = io::fs::file_size(file, ec);
+    if (!ec && size <= io::kHeaderBytes) continue;  // nothing live: cut back to its header
+    std::string bytes;
+    if (!io::read_file(file, bytes)) {
+      if (io::fs::exists(file, ec) || ec) readable = false;  // gone meanwhile (its server ended holding nothing): fine
+      continue;
+    }
+    io::Parsed parsed = io::parse(bytes, file.string());
+    for (std::string& name : io::keep_needed(parsed.held, names_of)) {
+      if (!name.empty()) out.insert(std::move(name));
+    }
+  }
+  return out;
+}
+
+HeldJournal::HeldJournal(const std::string& store_path, LinkOf link_of, JournalShare* share)
+    : link_of_(std::move(link_of)), share_(share) {
   path_ = store_path + ".held-" + std::to_string(::getpid());
+  if (share_ == nullptr) {
+    adopt(store_path);
+    return;
+  }
+  // Under the store's lock: a deletion by another server reads the records being moved in one file or the other.
+  if (std::string why = share_->lock(); !why.empty()) {
+    error_ = why + " (no journal: answers are held in memory only)";
+    return;
+  }
+  const JournalShareScope locked(share_);
+  adopt(store_path);
+}
+
+void HeldJournal::adopt(const std::string& store_path) {
+  namespace io = held_journal_io;
   std::vector<int> locked;  // the adopted files, locked until they are removed
   for (const io::fs::path& file : io::journals_of(store_path)) {
     const int fd = io::lock_unheld(file);
@@ -258,32 +344,7 @@ bool HeldJournal::create() {
 }
 
 std::vector<std::string> HeldJournal::keep_needed() {
-  std::vector<JournalEntry>& held = adopted_.held;
-  std::map<std::string, std::size_t> at;  // id -> index: a record adopted twice (from two files) counts once
-  std::vector<std::string> names(held.size());
-  std::vector<bool> keep(held.size(), false);
-  for (std::size_t i = 0; i < held.size(); ++i) {
-    if (!at.emplace(held[i].id, i).second) continue;
-    names[i] = names_of(held[i].payload);
-  }
-  for (std::size_t i = 0; i < held.size(); ++i) {
-    if (held[i].link || at[held[i].id] != i) continue;
-    keep[i] = true;
-    // The links it names, each naming the next, up to a hold (kept by its own turn) or one kept already.
-    for (auto next = at.find(names[i]); next != at.end() && held[next->second].link && !keep[next->second];
-         next = at.find(names[next->second])) {
-      keep[next->second] = true;
-    }
-  }
-  std::vector<JournalEntry> kept;
-  std::vector<std::string> kept_names;
-  for (std::size_t i = 0; i < held.size(); ++i) {
-    if (!keep[i]) continue;
-    kept.push_back(std::move(held[i]));
-    kept_names.push_back(std::move(names[i]));
-  }
-  held = std::move(kept);
-  return kept_names;
+  return held_journal_io::keep_needed(adopted_.held, [this](const std::string& payload) { return names_of(payload); });
 }
 
 std::string HeldJournal::names_of(const std::string& payload) const {
@@ -348,10 +409,16 @@ std::string HeldJournal::hold(const std::string& id, const std::string& payload)
   std::lock_guard<std::mutex> lock(mutex_);
   if (fd_ < 0) return error_;
   if (live_.count(id) != 0) return "";
+  std::string names = names_of(payload);
+  // A row on disk it names is kept by the other servers only if they read this record before they delete it.
+  if (share_ != nullptr && !names.empty() && live_.count(names) == 0 && !share_->held()) {
+    return "held-answers journal " + path_ + ": not recorded: it names the row '" + names +
+           "' without the store's journals locked, so another server sharing the store could delete that row";
+  }
   settle();
   const uint64_t at = end_;
   std::string why = append(held_journal_io::kHold, id, payload);
-  if (why.empty()) add(id, Live{at, end_ - at, false, names_of(payload)});
+  if (why.empty()) add(id, Live{at, end_ - at, false, std::move(names)});
   return why;
 }
 

@@ -38,6 +38,9 @@
 // rewrite (or a start adopting the file) leaves it out. Every live link is thus reachable from a live hold.
 // An id a live record names that has no record here is a row of the store's disk: names() tells the store to
 // keep that row (unnamed, if the client deleted it) while it is named, and take_unnamed() when it no longer is.
+// Another server sharing the store keeps it too: with a JournalShare (journal_share.h), a hold whose record
+// names a row is appended only under the store's lock, which a deletion by any server takes before reading
+// the other journals' records (names_in_journals) and holds until it commits; a start adopts under it too.
 //
 // Size: when no hold is live the file is cut back to its header, and when its dead bytes (released holds and
 // links no live record needs) exceed its live ones plus 1 MiB (kSlack) it is rewritten: the live records copied
@@ -52,6 +55,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -78,14 +82,24 @@ struct JournalAdoption {
 // names none.
 using LinkOf = std::function<std::string(const std::string& payload)>;
 
+class JournalShare;
+
+// The ids the live records of the journals of the store at `store_path` other than `own` (a path) name as their
+// links by `link_of`: their holds and the links those need, as a start adopting them would keep (a journal's
+// server running or gone alike). `readable` is false when a journal could not be read (its names unknown).
+std::set<std::string> names_in_journals(const std::string& store_path, const std::string& own, const LinkOf& link_of,
+                                        bool& readable);
+
 class HeldJournal {
  public:
   // Adopts the journals of the store at `store_path` whose servers are gone, then creates this server's
   // journal holding their live records (adopted(): the holds, and the links they need by `link_of`). Never
   // throws: a journal that cannot be created is reported by error() (the adopted files are then left where they
   // are, for the next start), and every hold() fails. Without `link_of` no record names another, and
-  // keep_as_link() is a release.
-  explicit HeldJournal(const std::string& store_path, LinkOf link_of = nullptr);
+  // keep_as_link() is a release. With `share` (not owned; it outlives this) the adoption runs under its lock (one
+  // it cannot take is error()), and a hold whose record names a row on disk needs that lock held by the calling
+  // thread (from the caller's lookup of the row): without it, it fails.
+  explicit HeldJournal(const std::string& store_path, LinkOf link_of = nullptr, JournalShare* share = nullptr);
   ~HeldJournal();  // closes the journal, removing it when it holds nothing
   HeldJournal(const HeldJournal&) = delete;
   HeldJournal& operator=(const HeldJournal&) = delete;
@@ -95,7 +109,9 @@ class HeldJournal {
   // Why this server has no journal ("" when it has one).
   const std::string& error() const { return error_; }
 
-  // Appends a hold of `payload` under `id`, synced; "" once it is on disk, else why (naming the file).
+  // Appends a hold of `payload` under `id`, synced; "" once it is on disk, else why (naming the file). With a
+  // JournalShare, one naming a row on disk (an id with no live record here) fails unless the calling thread
+  // holds its lock.
   std::string hold(const std::string& id, const std::string& payload);
   // Marks the hold of `id` a link in place, synced: its answer is no longer held (deleted by the client), but
   // the live records that name it (link_of) need its payload. It stays live, and is adopted as a
@@ -121,6 +137,7 @@ class HeldJournal {
     std::string names;         // the id its payload names as its link (link_of; "" none)
     std::size_t named_by = 0;  // live records whose `names` is this one: a link stays live while it is > 0
   };
+  void adopt(const std::string& store_path);  // the journals no server holds, then create()
   bool create();  // this server's journal, holding the adopted live records; false: error_ says why
   // Under mutex_:
   // adopted_.held cut to its holds and the links they need (the first record of each id); returns the id each
@@ -138,6 +155,7 @@ class HeldJournal {
 
   mutable std::mutex mutex_;
   const LinkOf link_of_;
+  JournalShare* const share_;  // null: this server alone keeps the rows its records name
   std::string path_;
   std::string error_;
   int fd_ = -1;
