@@ -3,9 +3,13 @@
 // server deletes it (a client's DELETE, or its eviction past --max-responses), whether the first server still
 // runs or crashed and its journal waits for the next start; that start then rebuilds and writes the held
 // response whole. The first server is a forked child (a journal per process) that ends with _exit, a crash as
-// far as the files see it. Also the contract a hold naming a row keeps: the store's lock held.
+// far as the files see it. A hold that looks its link up while another server deletes that row (that server
+// holding the store's lock, as from its read of the journals to its commit) waits for the deletion, then finds
+// no row and carries the link in its record. Also the contract a hold naming a row keeps: the store's lock held.
+#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,9 +33,10 @@ using namespace store_fixtures;  // store_write_fixtures.h: what these tests sha
 namespace {
 
 // In the child: opens a store on `path`, writes "r0", three of kLarge and "t", then, under a file-size limit
-// that lets small writes through, holds "r" (too large) continuing "t": its journal record names t's row.
-// Returns whether all went so. The store stays open (never destroyed: the child ends by _exit, holding it).
-bool hold_on_row(const std::string& path) {
+// that lets small writes through, runs `before_hold` and holds "r" (too large) continuing "t": its journal
+// record names t's row (or, if t was deleted meanwhile, carries it). Returns whether r is held and journaled.
+// The store stays open (never destroyed: the child ends by _exit, holding it).
+bool hold_on_row(const std::string& path, const std::function<bool()>& before_hold) {
   sv::ResponseStore& store = *new sv::ResponseStore(sv::ResponseStoreOptions{4096, path});
   for (const char* id : {"r0", "ballast0", "ballast1", "ballast2"}) {
     if (!put(store, response(id, id[0] == 'b' ? kLarge : 0))) return false;
@@ -42,40 +47,43 @@ bool hold_on_row(const std::string& path) {
   rlimit limit{};
   ::getrlimit(RLIMIT_FSIZE, &limit);
   limit.rlim_cur = wal_bytes(path) + kRoom;
-  if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return false;
+  if (::setrlimit(RLIMIT_FSIZE, &limit) != 0 || !before_hold()) return false;
   const sv::StoreWrite held = put(store, response("r", kLarge, parent));
   return !held.ok && held.journaled;
 }
 
-// A server in a child process holding "r" (hold_on_row) until crash() ends it without a drain.
+// A server in a child process holding "r" (hold_on_row) until crash() ends it without a drain. With
+// `wait_for_go`, the child stops before the hold until go(), and the constructor returns once it is there.
 class HoldingServer {
  public:
-  explicit HoldingServer(const std::string& path) {
+  explicit HoldingServer(const std::string& path, bool wait_for_go = false) {
     REQUIRE(::pipe(up_) == 0);
     REQUIRE(::pipe(down_) == 0);
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {  // nothing here touches the parent's Catch state: status bytes on the pipes only
-      char ok = 'x';
-      try {
-        ok = hold_on_row(path) ? 'h' : 'x';
-      } catch (...) {
-      }
-      // Not returning through the store's destructors: _exit with its journal live, as after a kill -9.
-      if (::write(up_[1], &ok, 1) != 1) ::_exit(2);
-      char go = 0;
-      if (::read(down_[0], &go, 1) < 0) ::_exit(3);
-      ::_exit(0);
+    if (pid_ == 0) run_child(path, wait_for_go);
+    if (wait_for_go) {
+      REQUIRE(read_status() == 'r');  // t written, writes now limited: waiting for go()
+    } else {
+      REQUIRE(read_status() == 'h');  // r is held and journaled
     }
-    char status = 0;
-    REQUIRE(::read(up_[0], &status, 1) == 1);
-    REQUIRE(status == 'h');  // r is held and journaled, its record naming t
   }
   ~HoldingServer() { crash(); }
+  pid_t pid() const { return pid_; }
+  void go() { REQUIRE(::write(down_[1], "g", 1) == 1); }
+  // Whether the child has said something (r's hold done) within `ms`.
+  bool said_within(int ms) {
+    pollfd p{up_[0], POLLIN, 0};
+    return ::poll(&p, 1, ms) == 1;
+  }
+  char read_status() {
+    char status = 0;
+    REQUIRE(::read(up_[0], &status, 1) == 1);
+    return status;
+  }
   void crash() {
     if (pid_ <= 0) return;
-    const char go = 'q';
-    (void)::write(down_[1], &go, 1);
+    (void)::write(down_[1], "q", 1);
     int status = 0;
     ::waitpid(pid_, &status, 0);
     pid_ = -1;
@@ -83,10 +91,44 @@ class HoldingServer {
   }
 
  private:
+  // Nothing here touches the parent's Catch state: status bytes on the pipes only.
+  [[noreturn]] void run_child(const std::string& path, bool wait_for_go) {
+    char ok = 'x';
+    const auto wait_for_it = [&] {
+      char go = 0;
+      return !wait_for_go || (::write(up_[1], "r", 1) == 1 && ::read(down_[0], &go, 1) == 1 && go == 'g');
+    };
+    try {
+      ok = hold_on_row(path, wait_for_it) ? 'h' : 'x';
+    } catch (...) {
+    }
+    // Not returning through the store's destructors: _exit with its journal live, as after a kill -9.
+    if (::write(up_[1], &ok, 1) != 1) ::_exit(2);
+    char quit = 0;
+    if (::read(down_[0], &quit, 1) < 0) ::_exit(3);
+    ::_exit(0);
+  }
+
   pid_t pid_ = -1;
   int up_[2] = {-1, -1};
   int down_[2] = {-1, -1};
 };
+
+// Whether process `pid` waits for a flock on the file `path` (/proc/locks: a "->" line naming its inode).
+bool waits_for_flock(pid_t pid, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  std::ifstream locks("/proc/locks");
+  const std::string inode = ":" + std::to_string(st.st_ino) + " ";
+  const std::string process = " " + std::to_string(pid) + " ";
+  for (std::string line; std::getline(locks, line);) {
+    if (line.find("-> FLOCK") != std::string::npos && line.find(process) != std::string::npos &&
+        line.find(inode) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
 
 // The next start on `path` adopts the crashed server's journal and writes r whole, t its unnamed link.
 void check_recovered(const std::string& path) {
@@ -139,6 +181,29 @@ TEST_CASE("held share: a row a crashed server's record names stays when a runnin
     CHECK(b.size() == 1);
   }
   check_recovered(path);
+}
+
+TEST_CASE("held share: a hold looking up its link while another server deletes that row waits, and carries it",
+          "[serve][journal]") {
+  TempDir tmp;
+  const std::string path = (tmp.dir / "responses.sqlite").string();
+  HoldingServer a(path, true);
+  // This process plays a server deleting t that has read the other journals (none names t yet) and not
+  // committed: it holds the store's lock until its deletion commits.
+  sv::JournalShare share(path, nullptr);
+  REQUIRE(share.lock().empty());
+  a.go();
+  // a's hold either waits for the lock before it looks t up, or (the old code) looks t up at once, records
+  // its name, and says so.
+  bool said = false;
+  while (!(said = a.said_within(10)) && !waits_for_flock(a.pid(), path + ".held.lock")) {
+  }
+  CHECK_FALSE(said);
+  CHECK(sv::ResponseDisk(path).unname("t"));  // deleted: no row continues it and this disk keeps nothing
+  share.unlock();
+  CHECK(a.read_status() == 'h');  // r held and journaled, t in its record as a link
+  a.crash();
+  check_recovered(path);  // the old code: r's record named t, deleted since: "r ... is lost"
 }
 
 TEST_CASE("held share: a hold whose record names a row needs the store's lock", "[serve][journal]") {
