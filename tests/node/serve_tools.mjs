@@ -17,6 +17,9 @@
 //              zod's own parse accepts
 //   agents     the OpenAI Agents SDK on its default Responses API (/v1/responses): the Runner runs the loop
 //              (toolChoice "required" kept, the history windowed by callModelInputFilter)
+// and then, for each client, the loops its own helpers run, whose later rounds send back what the client made
+// of the answers (serve_tool_rounds.mjs: runTools, parse, responses function_call_output and
+// previous_response_id, streamText, the Runner on Chat Completions and chained, LangChain on both APIs).
 //
 // Starts `orbit serve` on 127.0.0.1 (a free port) with MODEL (the bundled stories260K: a story model whose
 // byte tokens can spell any JSON), then runs a 5-step tool loop: each step the model must call the tool
@@ -27,13 +30,15 @@
 //
 // Exit status: 0 all passed, 1 a check failed, 77 skipped (node package or `orbit serve` missing).
 import { SKIP, checks, startServer } from "./serve_harness.mjs";
+import { agentsRounds, aisdkRounds, langchainRounds, openaiRounds } from "./serve_tool_rounds.mjs";
 
 const [orbit, model, client] = process.argv.slice(2);
 if (!orbit || !model || !["openai", "langchain", "aisdk", "agents"].includes(client)) {
   console.error("usage: node serve_tools.mjs ORBIT_BINARY MODEL openai|langchain|aisdk|agents");
   process.exit(2);
 }
-const packages = { openai: ["openai"], langchain: ["@langchain/openai", "@langchain/core/messages"], aisdk: ["ai", "@ai-sdk/openai-compatible", "zod"], agents: ["@openai/agents"] };
+const packages = { openai: ["openai", "openai/helpers/zod", "zod"], langchain: ["@langchain/openai", "@langchain/core/messages"],
+                   aisdk: ["ai", "@ai-sdk/openai-compatible", "zod"], agents: ["@openai/agents", "openai"] };
 const modules = {};
 for (const name of packages[client]) {
   try {
@@ -491,6 +496,8 @@ try {
   if (client === "openai") await openaiCutCall();
   if (client === "openai") await openaiNoParameters();
   if (client === "openai") await openaiOrphanResults();
+  await { openai: openaiRounds, langchain: langchainRounds, aisdk: aisdkRounds, agents: agentsRounds }[client](
+    { modules, base, modelId, check });
 } catch (e) {
   check(false, `${client}: the loop threw`, `${e.stack ?? e}\n  server stderr: ${server.stderr().slice(-2000)}`);
 } finally {
