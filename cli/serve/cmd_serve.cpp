@@ -20,6 +20,7 @@
 #include "orbit/store.h"
 #include "orbit/tool_calls.h"
 #include "serve/http/serve_http.h"
+#include "serve/run/reasoning.h"
 #include "serve/serve_core.h"
 #include "serve/store_share.h"
 
@@ -114,6 +115,12 @@ const char* kServeUsage =
     "  --tool-call-format F  how tool calls are read from answers: hermes (<tool_call>{json}</tool_call>),\n"
     "                        llama3 (a JSON call as the answer) or mistral ([TOOL_CALLS] [...]); default: the\n"
     "                        format the chat template writes calls in\n"
+    "  --reasoning-parser P  reads a reasoning model's thinking out of its answers: deepseek_r1 or qwen3\n"
+    "                        (<think>...</think>; chat: message.reasoning_content and delta.reasoning_content,\n"
+    "                        Responses: a reasoning item; tool calls and JSON are read after it). deepseek_r1:\n"
+    "                        an answer begins inside the reasoning unless its generation prompt closed it;\n"
+    "                        qwen3: only where the prompt leaves <think> open or the answer opens it.\n"
+    "                        Default none: the thinking stays in content, as written\n"
     "  --audit RATE          the fraction of chat requests whose first answer token is measured, in idle time,\n"
     "                        against a re-prefill (default 0.1; 0 = none): /metrics and GET /v1/sessions/ID\n"
     "                        report the measured KL, and a session whose measured loss passes its budget is\n"
@@ -215,6 +222,11 @@ serve::ServeOptions serve_options(const Args& args) {
   }
   o.tool_call_format = args.get_or("--tool-call-format", "");
   if (!o.tool_call_format.empty()) (void)parse_tool_call_format(o.tool_call_format, "serve: --tool-call-format");
+  const std::string reasoning = args.get_or("--reasoning-parser", "none");
+  const std::optional<serve::ReasoningFormat> format = serve::reasoning_format_named(reasoning);
+  ORBIT_CHECK(format.has_value(), "serve: argument '--reasoning-parser' must be one of "
+                                      << serve::reasoning_format_names() << ", got '" << reasoning << "'");
+  o.reasoning = *format;
   return o;
 }
 
@@ -267,6 +279,7 @@ int run_serve(int argc, char** argv, int first) {
                 "--drain-seconds",
                 "--chat-template",
                 "--tool-call-format",
+                "--reasoning-parser",
                 "--audit",
                 "--device",
                 "--dtype",

@@ -12,6 +12,7 @@
 
 #include "orbit/sync.h"
 #include "orbit/window.h"
+#include "serve/run/reasoning.h"
 #include "serve/wire/serve_api.h"
 
 namespace orbit::serve {
@@ -68,6 +69,9 @@ struct ServeOptions {
   // How tool calls are read from answers (orbit/tool_calls.h): "" = the format the template writes calls in
   // (Engine::tool_call_format), else "hermes", "llama3" or "mistral".
   std::string tool_call_format;
+  // How a reasoning model's thinking is read out of its answers (run/reasoning.h, `--reasoning-parser`):
+  // kNone leaves it in the content, as written.
+  ReasoningFormat reasoning = ReasoningFormat::kNone;
   // The fraction of chat requests whose answer's first token is measured against a re-prefill in idle time
   // (audit.h): measured_kl in the metrics and the session's record, and sessions whose measured loss passes
   // their budget served exactly until it is back within it. 0 = none.
@@ -118,6 +122,10 @@ struct RunSink {
   // progressively where the calls are decoded under the tools' grammar), with the choice's index; false: the
   // client left. What was not sent here by a choice's end is in its RunResult::unstreamed_calls.
   std::function<bool(int64_t choice, const ToolCallDelta& delta)> on_tool_call;
+  // Set (a streamed answer under a reasoning parser, run/reasoning_sink.h): a choice's reasoning as it is
+  // read, with the choice's index; false: the client left. Unset on a streamed chat answer: the reasoning
+  // goes with the choice's next chunk (queue_stream_reasoning, serve_wire.h).
+  std::function<bool(int64_t choice, const std::string& delta)> on_reasoning;
   std::function<bool()> cancelled;  // polled between forwards and while waiting
 };
 
@@ -150,6 +158,9 @@ struct RunUsage {
   // The session's latest audit (audit.h) not yet reported: an audit runs in idle time after its request
   // answered, so it reaches the client in the usage of the session's next response (and in its record).
   std::optional<AuditResult> audit;
+  // Under a reasoning parser (ServeOptions::reasoning): the generated tokens that wrote the reasoning and its
+  // tags, every choice's (OpenAI's completion_tokens_details.reasoning_tokens); unset without one.
+  std::optional<int64_t> reasoning_tokens;
   // Why this request was served exactly (healed before it was read), or "": "audit" when the session's
   // audited loss passed its budget.
   std::string exact;
@@ -162,7 +173,10 @@ struct RunUsage {
 };
 
 struct RunResult {
-  std::string text;                      // the answer's content (without its tool calls)
+  std::string text;  // the answer's content (without its tool calls, nor its reasoning)
+  // Under a reasoning parser (ServeOptions::reasoning): the answer's reasoning ("" when it wrote none), read
+  // out of the text before its content and calls are (run/reasoning.h); unset without one.
+  std::optional<std::string> reasoning;
   std::vector<ChatToolCall> tool_calls;  // the calls read from the answer (ChatRequest::reads_tool_calls)
   // finish_reason "length" ended the answer inside the last of tool_calls: its arguments are the JSON text
   // written so far (not valid JSON), as OpenAI returns such a call (CutToolCall::kCall, orbit/tool_calls.h).

@@ -176,3 +176,34 @@ TEST_CASE("serve constraints: the cache is bounded by the bytes it holds, masks 
   tiny.for_request(schema_request(kSchemaB));
   CHECK(tiny.usage().entries == 1);
 }
+
+TEST_CASE("serve constraints: under a reasoning parser the answer's constraint applies after the close tag",
+          "[serve][constraint]") {
+  // The answer begins inside the model's reasoning: free text until </think>, then the constrained answer.
+  sv::ConstraintCache cache(ToolCallFormat::kHermes, bytes_vocabulary(), 512);
+  sv::ChatRequest json;
+  json.response_format.type = "json_object";
+  const sv::AnswerConstraint a = cache.for_request(json, "</think>");
+  REQUIRE(a.constraint != nullptr);
+  CHECK(a.trigger == "</think>");
+  for (const char* text : {"</think>{\"a\": 1}", "</think>\n\n{\"a\": 1}", "</think> {}", "</think>\n{}"}) {
+    INFO(text);
+    CHECK(a.constraint->matches(text));
+  }
+  CHECK_FALSE(a.constraint->matches("{\"a\": 1}"));
+  CHECK_FALSE(a.constraint->matches("</think>\n\nHello"));
+  CHECK_FALSE(a.constraint->matches("</think>\n\n\n{}"));
+  // Without `after`, as before: from the first byte.
+  const sv::AnswerConstraint plain = cache.for_request(json);
+  CHECK(plain.trigger.empty());
+  CHECK(plain.constraint->matches("{\"a\": 1}"));
+  // A forced call likewise; under tool_choice auto the call mark stays the trigger.
+  const sv::AnswerConstraint forced = cache.for_request(request(kTools, "required"), "</think>");
+  REQUIRE(forced.constraint != nullptr);
+  CHECK(forced.trigger == "</think>");
+  CHECK(forced.calls_whole);
+  CHECK(
+      forced.constraint->matches("</think>\n\n"
+                                 R"(<tool_call>{"name": "find", "arguments": {"q": "2024-05-01"}}</tool_call>)"));
+  CHECK(cache.for_request(request(kTools, "auto"), "</think>").trigger == "<tool_call>");
+}

@@ -104,6 +104,7 @@ ChatMessage answer_message(const RunResult& r) {
   answer.role = "assistant";
   answer.content = r.text;
   answer.tool_calls = r.tool_calls;
+  if (r.reasoning && !r.reasoning->empty()) answer.reasoning_content = *r.reasoning;  // as its reasoning item
   return answer;
 }
 
@@ -208,6 +209,10 @@ ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink&
     run_sink.on_text = [&](const std::string& delta) {
       const bool here = !sink.on_text || sink.on_text(delta);
       return events(stream->text(delta)) && here;
+    };
+    run_sink.on_reasoning = [&](int64_t, const std::string& delta) {
+      const bool here = !sink.on_text || sink.on_text("");
+      return events(stream->reasoning(delta)) && here;
     };
     run_sink.on_tool_call = [&](int64_t, const ToolCallDelta& piece) {
       const bool here = !sink.on_tool_call || sink.on_tool_call(0, piece);

@@ -14,8 +14,10 @@ namespace responses_bodies {
 // A cut answer: max_output_tokens (or the server's default) ended it, or the client left.
 bool incomplete(const RunResult& r) { return r.finish_reason == "length" || r.finish_reason == "cancelled"; }
 
-// The answer has a message item: text, or nothing else to show.
-bool has_message(const RunResult& r) { return !r.text.empty() || r.tool_calls.empty(); }
+// The answer has a message item: text, or nothing else to show (no calls, no reasoning).
+bool has_message(const RunResult& r) {
+  return !r.text.empty() || (r.tool_calls.empty() && !(r.reasoning && !r.reasoning->empty()));
+}
 
 // The text part; with the answer's log probabilities when it has them (include message.output_text.logprobs).
 json output_text(const std::string& text, const std::vector<StepLogprobs>* logprobs = nullptr) {
@@ -40,6 +42,25 @@ const char* call_status(const RunResult& r, std::size_t i) {
   return r.tool_call_cut && i + 1 == r.tool_calls.size() ? "incomplete" : "completed";
 }
 
+// The reasoning item: {type: "reasoning", id: "rs_...", summary: [], content: [{type: "reasoning_text", text}],
+// status}; content empty while in progress.
+json reasoning_item(const ResponseHead& head, const std::string& text, const std::string& status, bool with_content) {
+  return {{"type", "reasoning"},
+          {"id", head.reasoning_id()},
+          {"summary", json::array()},
+          {"content", with_content ? json::array({{{"type", "reasoning_text"}, {"text", text}}}) : json::array()},
+          {"status", status}};
+}
+
+// The answer has a reasoning item: a reasoning parser read some.
+bool has_reasoning(const RunResult& r) { return r.reasoning && !r.reasoning->empty(); }
+
+// The reasoning item's status at the end: "incomplete" where the answer was cut with nothing after the
+// reasoning (max_output_tokens ended it inside), else "completed".
+const char* reasoning_status(const RunResult& r) {
+  return incomplete(r) && r.text.empty() && r.tool_calls.empty() ? "incomplete" : "completed";
+}
+
 // Function call item i; `status` "in_progress" (arguments not given yet) or call_status's.
 json call_item(const ResponseHead& head, std::size_t i, const ChatToolCall& call, const std::string& status) {
   return {{"type", "function_call"},
@@ -54,6 +75,8 @@ json call_item(const ResponseHead& head, std::size_t i, const ChatToolCall& call
 
 std::string ResponseHead::message_id() const { return "msg_" + id.substr(id.find('_') + 1); }
 
+std::string ResponseHead::reasoning_id() const { return "rs_" + id.substr(id.find('_') + 1); }
+
 std::string ResponseHead::call_item_id(std::size_t i) const {
   return "fc_" + id.substr(id.find('_') + 1) + "_" + std::to_string(i);
 }
@@ -62,7 +85,7 @@ json responses_usage(const RunUsage& usage) {
   return {{"input_tokens", usage.prompt_tokens},
           {"input_tokens_details", {{"cached_tokens", usage.cached_tokens()}}},
           {"output_tokens", usage.completion_tokens},
-          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"output_tokens_details", {{"reasoning_tokens", usage.reasoning_tokens.value_or(0)}}},
           {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
           {"orbit", usage.to_json()["orbit"]}};
 }
@@ -86,6 +109,10 @@ json response_body(const ResponseHead& head, const RunResult* result) {
   body["status"] = cut ? "incomplete" : "completed";
   if (cut) body["incomplete_details"] = {{"reason", "max_output_tokens"}};
   body["completed_at"] = static_cast<int64_t>(std::time(nullptr));
+  if (responses_bodies::has_reasoning(*result)) {
+    body["output"].push_back(
+        responses_bodies::reasoning_item(head, *result->reasoning, responses_bodies::reasoning_status(*result), true));
+  }
   if (responses_bodies::has_message(*result))
     body["output"].push_back(responses_bodies::message_item(head, result, body["status"].get<std::string>(), true));
   for (std::size_t i = 0; i < result->tool_calls.size(); ++i) {
@@ -107,14 +134,58 @@ std::string ResponseEvents::start() {
   return out + event({{"type", "response.in_progress"}, {"response", body}});
 }
 
-std::string ResponseEvents::open_message() {
-  message_open_ = true;
-  std::string out = event({{"type", "response.output_item.added"},
+std::string ResponseEvents::reasoning(const std::string& delta) {
+  if (delta.empty() || reasoning_closed_) return "";
+  std::string out;
+  const std::string id = head_.reasoning_id();
+  if (!reasoning_open_) {
+    reasoning_open_ = true;
+    out = event({{"type", "response.output_item.added"},
+                 {"output_index", 0},
+                 {"item", responses_bodies::reasoning_item(head_, "", "in_progress", false)}});
+    out += event({{"type", "response.content_part.added"},
+                  {"item_id", id},
+                  {"output_index", 0},
+                  {"content_index", 0},
+                  {"part", {{"type", "reasoning_text"}, {"text", ""}}}});
+  }
+  reasoning_ += delta;
+  return out + event({{"type", "response.reasoning_text.delta"},
+                      {"item_id", id},
+                      {"output_index", 0},
+                      {"content_index", 0},
+                      {"delta", delta}});
+}
+
+std::string ResponseEvents::close_reasoning(const std::string& status) {
+  if (!reasoning_open_ || reasoning_closed_) return "";
+  reasoning_closed_ = true;
+  const std::string id = head_.reasoning_id();
+  const json part = {{"type", "reasoning_text"}, {"text", reasoning_}};
+  std::string out = event({{"type", "response.reasoning_text.done"},
+                           {"item_id", id},
                            {"output_index", 0},
-                           {"item", responses_bodies::message_item(head_, nullptr, "in_progress", false)}});
+                           {"content_index", 0},
+                           {"text", reasoning_}});
+  out += event({{"type", "response.content_part.done"},
+                {"item_id", id},
+                {"output_index", 0},
+                {"content_index", 0},
+                {"part", part}});
+  return out + event({{"type", "response.output_item.done"},
+                      {"output_index", 0},
+                      {"item", responses_bodies::reasoning_item(head_, reasoning_, status, true)}});
+}
+
+std::string ResponseEvents::open_message() {
+  std::string out = close_reasoning("completed");  // the answer's text follows its reasoning
+  message_open_ = true;
+  out += event({{"type", "response.output_item.added"},
+                {"output_index", message_index()},
+                {"item", responses_bodies::message_item(head_, nullptr, "in_progress", false)}});
   return out + event({{"type", "response.content_part.added"},
                       {"item_id", head_.message_id()},
-                      {"output_index", 0},
+                      {"output_index", message_index()},
                       {"content_index", 0},
                       {"part", responses_bodies::output_text("")}});
 }
@@ -135,7 +206,7 @@ std::string ResponseEvents::text(const std::string& delta) {
   for (const json& entry : logprobs) logprobs_.push_back(entry);
   return out + event({{"type", "response.output_text.delta"},
                       {"item_id", head_.message_id()},
-                      {"output_index", 0},
+                      {"output_index", message_index()},
                       {"content_index", 0},
                       {"delta", piece},
                       {"logprobs", std::move(logprobs)}});
@@ -156,16 +227,17 @@ std::string ResponseEvents::close_message(const RunResult* result) {
   item["content"][0] = part;
   std::string out = event({{"type", "response.output_text.done"},
                            {"item_id", id},
-                           {"output_index", 0},
+                           {"output_index", message_index()},
                            {"content_index", 0},
                            {"text", r.text},
                            {"logprobs", logprobs}});
   out += event({{"type", "response.content_part.done"},
                 {"item_id", id},
-                {"output_index", 0},
+                {"output_index", message_index()},
                 {"content_index", 0},
                 {"part", part}});
-  return out + event({{"type", "response.output_item.done"}, {"output_index", 0}, {"item", std::move(item)}});
+  return out +
+         event({{"type", "response.output_item.done"}, {"output_index", message_index()}, {"item", std::move(item)}});
 }
 
 std::string ResponseEvents::close_call(const std::string& status) {
@@ -186,6 +258,7 @@ std::string ResponseEvents::close_call(const std::string& status) {
 std::string ResponseEvents::call(const ToolCallDelta& piece) {
   std::string out;
   if (piece.opens) {
+    out += close_reasoning("completed");
     out += close_call("completed");  // the call before is whole: another follows it
     out += close_message(nullptr);
     pending_.clear();  // whitespace before the calls is no message
@@ -206,7 +279,11 @@ std::string ResponseEvents::call(const ToolCallDelta& piece) {
 }
 
 std::string ResponseEvents::finish(const RunResult& result, const StoreWrite* stored) {
-  std::string out = calls_.empty() ? text(result.unstreamed) : "";  // content held back while it might have been a call
+  // Reasoning not streamed (the run's sink took none) goes out whole, then the item closes.
+  std::string out;
+  if (!reasoning_open_ && responses_bodies::has_reasoning(result)) out += reasoning(*result.reasoning);
+  out += close_reasoning(responses_bodies::reasoning_status(result));
+  out += calls_.empty() ? text(result.unstreamed) : "";  // content held back while it might have been a call
   if (!message_open_ && calls_.empty() && responses_bodies::has_message(result)) out += open_message();
   json body = response_body(head_, &result);
   if (stored != nullptr && !stored->ok) body["orbit"] = store_notice(*stored);

@@ -9,15 +9,21 @@
 //   status          "completed"; "incomplete" with incomplete_details {reason: "max_output_tokens"} when the
 //                   answer was cut by max_output_tokens (or the server's default); "in_progress" before the
 //                   run
-//   output          {type: "message", id: "msg_...", status, role: "assistant", content: [{type:
+//   output          {type: "reasoning", id: "rs_...", summary: [], content: [{type: "reasoning_text", text}],
+//                   status} first, under a reasoning parser when the answer has reasoning (run/reasoning.h);
+//                   {type: "message", id: "msg_...", status, role: "assistant", content: [{type:
 //                   "output_text", text, annotations: []}]} when the answer has text or no call, then one
 //                   {type: "function_call", id: "fc_...", call_id, name, arguments, status: "completed"} per
 //                   tool call. (output_text is not on the wire: the SDKs compute it, as OpenAI sends none.)
-//   usage           {input_tokens, output_tokens, total_tokens, input_tokens_details: {cached_tokens: 0},
-//                   output_tokens_details: {reasoning_tokens: 0}, orbit: {...}} (orbit as in chat's usage)
+//   usage           {input_tokens, output_tokens, total_tokens, input_tokens_details: {cached_tokens},
+//                   output_tokens_details: {reasoning_tokens}, orbit: {...}} (orbit as in chat's usage)
 //
 // A stream is "event: <type>\ndata: <json>\n\n" events numbered by sequence_number from 0:
 //   response.created, response.in_progress                       (the response, status in_progress)
+//   response.output_item.added, response.content_part.added      (the reasoning item, at its first piece, under
+//   response.reasoning_text.delta ...                             a reasoning parser; part reasoning_text)
+//   response.reasoning_text.done, response.content_part.done,    (when the message or the first call opens,
+//   response.output_item.done                                     or at the end)
 //   response.output_item.added, response.content_part.added      (the message, at its first text that is not
 //                                                                 whitespace: the answer's text is trimmed)
 //   response.output_text.delta ...                               (the text as it is generated)
@@ -59,6 +65,7 @@ struct ResponseHead {
   nlohmann::json echo;               // ResponsesRequest::echo: the settings the response repeats
 
   std::string message_id() const;                 // "msg_..." (the id's digits)
+  std::string reasoning_id() const;               // "rs_..." (the id's digits)
   std::string call_item_id(std::size_t i) const;  // "fc_..._i" for the answer's i-th tool call
 };
 
@@ -72,7 +79,10 @@ class ResponseEvents {
  public:
   explicit ResponseEvents(ResponseHead head) : head_(std::move(head)) {}
 
-  std::string start();                         // response.created, response.in_progress
+  std::string start();  // response.created, response.in_progress
+  // A piece of the reasoning (RunSink::on_reasoning): opens the reasoning item at the first, then its delta.
+  // The item closes when the message or the first call opens, or at the end.
+  std::string reasoning(const std::string& delta);
   std::string text(const std::string& delta);  // opens the message at the first text, then its delta
   // A piece of a call (RunSink::on_tool_call): one that opens a call closes the message and the call before,
   // and adds the call's item; each adds its arguments' delta. No text follows the first call.
@@ -86,14 +96,20 @@ class ResponseEvents {
  private:
   std::string event(nlohmann::json body);  // numbered and framed
   std::string open_message();
+  // The reasoning item's closing events (its text as streamed), `status` the item's.
+  std::string close_reasoning(const std::string& status);
+  std::size_t message_index() const { return reasoning_open_ ? 1 : 0; }
   // The message's closing events: `result`'s text and status, or (null) those streamed so far, "completed".
   std::string close_message(const RunResult* result);
   // The last call's closing events, `status` its status ("completed", or call_status's at the end).
   std::string close_call(const std::string& status);
-  std::size_t call_index(std::size_t call) const { return (message_open_ ? 1 : 0) + call; }
+  std::size_t call_index(std::size_t call) const { return message_index() + (message_open_ ? 1 : 0) + call; }
 
   ResponseHead head_;
   int64_t sequence_ = 0;
+  bool reasoning_open_ = false;  // the reasoning item was added (it is output 0)
+  bool reasoning_closed_ = false;
+  std::string reasoning_;  // its text streamed so far
   bool message_open_ = false;
   bool message_closed_ = false;
   std::string pending_;                                // whitespace before the message's first text, held back

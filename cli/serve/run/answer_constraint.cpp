@@ -149,7 +149,7 @@ AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
   return out;
 }
 
-AnswerConstraint ConstraintCache::for_request(const ChatRequest& request) {
+AnswerConstraint ConstraintCache::for_request(const ChatRequest& request, const std::string& after) {
   if (!request.tools_json.empty()) {
     AnswerConstraint checked =
         remembered("tool schemas\n" + request.tools_json, [&] { return check_tool_schemas(request.tools_json); });
@@ -157,7 +157,20 @@ AnswerConstraint ConstraintCache::for_request(const ChatRequest& request) {
   }
   const std::string key = key_of(request);
   if (key.empty()) return {};
-  return remembered(key, [&] { return build(request); });
+  AnswerConstraint from_start = remembered(key, [&] { return build(request); });
+  if (after.empty() || !from_start.constraint || !from_start.trigger.empty()) return from_start;
+  // The key's first line names no other entry's kind; `after` holds no newline.
+  return remembered("after\n" + after + "\n" + key, [&] { return after_text(from_start, after); });
+}
+
+AnswerConstraint ConstraintCache::after_text(AnswerConstraint answer, const std::string& after) {
+  std::vector<std::shared_ptr<const Constraint>> ways;
+  for (const char* gap : {"", " ", "\n", "\n\n"}) {
+    ways.push_back(Constraint::sequence({Constraint::literal(after + gap), answer.constraint}));
+  }
+  answer.constraint = Constraint::choice(ways);
+  answer.trigger = after;
+  return answer;
 }
 
 AnswerConstraint ConstraintCache::remembered(const std::string& key, const std::function<AnswerConstraint()>& make) {

@@ -12,6 +12,9 @@
 //   and a JSON response_format   with tools and a structured final answer (the Agents SDK's outputType) can
 //                                still call; the JSON answer alone where the tools' grammar cannot be had
 //   otherwise                    none
+// Under a reasoning parser, where the answer begins inside the model's reasoning (run/reasoning.h), a
+// constraint that applies from the first byte applies after the reasoning's close tag instead (for_request's
+// `after`): the model thinks in free text, then answers under it.
 // A forced call is not a message, so response_format does not apply to it (as OpenAI's API reads them).
 // Whatever tool_choice says, every tool's parameters must be an arguments schema (an object schema: type
 // "object" if given, properties an object, required a list of names): one that is not is refused when the
@@ -43,6 +46,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "orbit/constraint.h"
 #include "orbit/constraint_cache.h"
@@ -75,7 +79,11 @@ class ConstraintCache {
         max_answer_bytes_(context_tokens * std::max<int64_t>(1, vocabulary_->max_token_bytes())),
         kept_(ConstraintCacheOptions{max_bytes, capacity}) {}
 
-  AnswerConstraint for_request(const ChatRequest& request);
+  // `after` non-empty (a reasoning parser's close tag, where the answer begins inside the reasoning): a
+  // constraint that would apply from the answer's first byte applies from `after` on instead (the text up to
+  // it free), as `after`, at most one space or two newlines, then the answer (trigger `after`); one with a
+  // trigger already (tool_choice "auto") is as without it. Kept under its own key.
+  AnswerConstraint for_request(const ChatRequest& request, const std::string& after = "");
   // What it holds now, recounted (least recently used entries past max_bytes dropped first).
   struct Usage {
     std::size_t entries = 0;
@@ -88,6 +96,8 @@ class ConstraintCache {
 
  private:
   AnswerConstraint build(const ChatRequest& request) const;
+  // `answer` (a constraint, no trigger) preceded by `after`: ways of writing it after the free text.
+  static AnswerConstraint after_text(AnswerConstraint answer, const std::string& after);
   AnswerConstraint build_auto(const ChatRequest& request) const;
   // Under tool_choice "auto" with a JSON answer asked for: a call or `answer` (the JSON's constraint, or its
   // refusal, returned as it is), from the first byte.

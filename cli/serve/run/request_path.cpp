@@ -7,6 +7,7 @@
 
 #include "orbit/common/error.h"
 #include "serve/run/decode.h"
+#include "serve/run/reasoning_sink.h"
 #include "serve/run/tool_stream.h"
 
 namespace orbit::serve {
@@ -18,9 +19,10 @@ struct RunTicket::Prepared {
   WindowSlot slot;
   SyncOptions options;
   SyncPlan plan;  // Window::plan_sync(chat->messages, options) of slot's window at its current version
-  std::shared_ptr<const Constraint> constraint;   // what the answer must match; null: free text
-  std::string trigger;                            // non-empty: the constraint applies from this text on
-  bool calls_whole = false;                       // AnswerConstraint::calls_whole
+  std::shared_ptr<const Constraint> constraint;  // what the answer must match; null: free text
+  std::string trigger;                           // non-empty: the constraint applies from this text on
+  bool calls_whole = false;                      // AnswerConstraint::calls_whole
+  bool in_reasoning = false;  // under a reasoning parser, the answer begins inside the reasoning (reasoning.h)
   const CompletionRequest* completion = nullptr;  // set for a completion request
   std::vector<int64_t> tokens;                    // its prompt, tokenized with BOS (non-empty)
 };
@@ -81,6 +83,22 @@ double run_deferred_repairs(Window& window) {
 // The engine's radix yardstick for what a window read between two of its stats (serve_core.h).
 int64_t radix_delta(const WindowStats& before, const WindowStats& after) {
   return std::llround(after.radix_cache_tokens - before.radix_cache_tokens);
+}
+
+// How many of `tokens` write the first `bytes` bytes of their text (read after `previous`, as decode reads
+// them): the fewest whose text reaches that far, found by halving (a prefix's text grows with it).
+int64_t tokens_writing(const Engine& engine, const std::vector<int64_t>& tokens, std::size_t bytes, int64_t previous) {
+  std::size_t lo = 0, hi = tokens.size();
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    const std::vector<int64_t> prefix(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(mid));
+    if (engine.detokenize(prefix, previous).size() >= bytes) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return static_cast<int64_t>(lo);
 }
 
 RunOutcome cancelled_before_decode() {
@@ -203,6 +221,7 @@ RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::strin
     if (!bad && p->plan.generation_prompt.empty()) {
       bad = api_error(400, "the chat template adds no generation prompt: there is nothing to generate after");
     }
+    if (!bad) bad = read_reasoning(request, *p);
   } catch (const Error& e) {
     bad = plan_refusal(request, e.what());
   }
@@ -213,6 +232,21 @@ RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::strin
   RunTicket ticket;
   ticket.prepared_ = std::move(p);
   return ticket;
+}
+
+// Under a reasoning parser: whether the answer begins inside the reasoning (its generation prompt's text), and
+// then a constraint that would apply from the first byte applies from the reasoning's end on instead
+// (ConstraintCache::for_request's `after`), so the model thinks freely and answers under it.
+std::optional<ApiError> RequestPath::read_reasoning(const ChatRequest& request, RunTicket::Prepared& p) {
+  const ReasoningFormat format = context_.options.reasoning;
+  if (format == ReasoningFormat::kNone) return std::nullopt;
+  p.in_reasoning = starts_in_reasoning(format, context_.engine->detokenize(p.plan.generation_prompt));
+  if (!p.in_reasoning || !p.constraint || !p.trigger.empty()) return std::nullopt;
+  AnswerConstraint after = context_.constraints->for_request(request, std::string(kReasoningClose));
+  if (after.error) return after.error;
+  p.constraint = std::move(after.constraint);
+  p.trigger = std::move(after.trigger);
+  return std::nullopt;
 }
 
 Parsed<int64_t> RequestPath::count_chat_tokens(const ChatRequest& request) const {
@@ -307,17 +341,34 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
   }
   // With tools, each choice's answer is read for calls: content streams up to where a call may start, and the
   // calls are read out as the choice ends.
+  // Under a reasoning parser the reasoning is split off first: calls and content are read after it.
   std::vector<ToolCallStream> calls;
-  const RunSink out_sink =
+  RunSink out_sink =
       request.reads_tool_calls() ? tool_call_sink(sink, request, context_.tool_format, p.calls_whole, calls) : sink;
+  std::optional<ReasoningRun> reasoning;
+  if (context_.options.reasoning != ReasoningFormat::kNone) {
+    const int64_t previous = report.generation_prompt.back();
+    reasoning.emplace(p.in_reasoning, request.sampling.n,
+                      [this, previous](const std::vector<int64_t>& tokens, std::size_t bytes) {
+                        return tokens_writing(*context_.engine, tokens, bytes, previous);
+                      });
+    out_sink = reasoning->wrap(sink, out_sink, request.sampling.stream);
+  }
   DecodeRequest decoding{&report.generation_prompt, &request.sampling, p.constraint, p.trigger};
-  if (!calls.empty()) {
-    decoding.read_choice = [this, &calls](int64_t choice, RunResult& r) {
+  if (!calls.empty() || reasoning) {
+    decoding.read_choice = [this, &calls, &reasoning](int64_t choice, RunResult& r) {
+      const bool past_reasoning = !reasoning || reasoning->finish(choice, r);
+      if (calls.empty() || !past_reasoning) return;
       calls[static_cast<std::size_t>(choice)].finish(r);
       if (r.tool_stream_mismatch) report_mismatch(*r.tool_stream_mismatch, choice);
     };
   }
   RunResult r = decode(context_, window, decoding, out_sink);
+  if (reasoning) {  // every choice's
+    int64_t all = r.usage.reasoning_tokens.value_or(0);
+    for (const RunResult& extra : r.extra_choices) all += extra.usage.reasoning_tokens.value_or(0);
+    r.usage.reasoning_tokens = all;
+  }
   const WindowStats after = window.stats();
   RunUsage& u = r.usage;
   u.prompt_tokens = prompt_tokens(report.plan);
@@ -333,7 +384,8 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
 
   RunRecord record;
   record.usage = u;
-  record.answered = r.finish_reason != "cancelled" && (!r.text.empty() || !r.tool_calls.empty());
+  record.answered = r.finish_reason != "cancelled" &&
+                    (!r.text.empty() || !r.tool_calls.empty() || (r.reasoning && !r.reasoning->empty()));
   record.options = p.options;
   // The list the next request most likely sends: kept to match anonymous requests, and to anticipate.
   if (s.id.empty() || (context_.options.anticipate && record.answered)) {
@@ -343,6 +395,7 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
       answer.role = "assistant";
       answer.content = r.text;
       answer.tool_calls = r.tool_calls;  // as the client will send them back
+      if (r.reasoning && !r.reasoning->empty()) answer.reasoning_content = *r.reasoning;
       record.next.push_back(std::move(answer));
     }
   }

@@ -80,6 +80,7 @@ class RequestPath {
   std::optional<ApiError> check_lengths(int64_t prompt_tokens, const SamplingRequest& sampling,
                                         const std::string& prompt_param) const;
   ApiError plan_refusal(const ChatRequest& request, const std::string& why) const;
+  std::optional<ApiError> read_reasoning(const ChatRequest& request, RunTicket::Prepared& p);
   RunOutcome run_chat(RunTicket::Prepared& p, const RunSink& sink);
   RunOutcome run_completion(RunTicket::Prepared& p, const RunSink& sink);
   void queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query, double predicted_kl);

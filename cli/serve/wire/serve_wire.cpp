@@ -22,6 +22,16 @@ json head(const ResponseIds& ids, const char* object) {
 
 // The streamed log probabilities not yet sent on this thread, per choice (serve_wire.h).
 thread_local std::map<int64_t, std::vector<StepLogprobs>> stream_logprobs;
+// The streamed reasoning not yet sent on this thread, per choice (serve_wire.h).
+thread_local std::map<int64_t, std::string> stream_reasoning;
+
+// Moves the reasoning queued for choice `index` into `delta` as reasoning_content.
+void take_stream_reasoning(int64_t index, json& delta) {
+  const auto queued = stream_reasoning.find(index);
+  if (queued == stream_reasoning.end() || queued->second.empty()) return;
+  delta["reasoning_content"] = std::move(queued->second);
+  stream_reasoning.erase(queued);
+}
 
 json token_logprob(const TokenLogprob& t) {
   json bytes = json::array();
@@ -57,6 +67,7 @@ json RunUsage::to_json() const {
           {"completion_tokens", completion_tokens},
           {"total_tokens", prompt_tokens + completion_tokens},
           {"prompt_tokens_details", {{"cached_tokens", cached_tokens()}}},
+          {"completion_tokens_details", {{"reasoning_tokens", reasoning_tokens.value_or(0)}}},
           {"orbit", orbit}};
 }
 
@@ -83,7 +94,12 @@ json logprobs_content(const std::vector<StepLogprobs>& steps) {
 
 void queue_stream_logprobs(const StepLogprobs& step, int64_t choice) { stream_logprobs[choice].push_back(step); }
 
-void clear_stream_logprobs() { stream_logprobs.clear(); }
+void clear_stream_logprobs() {
+  stream_logprobs.clear();
+  stream_reasoning.clear();
+}
+
+void queue_stream_reasoning(const std::string& text, int64_t choice) { stream_reasoning[choice] += text; }
 
 json take_stream_logprobs_content(int64_t choice) {
   std::vector<StepLogprobs>& queued = stream_logprobs[choice];
@@ -97,9 +113,11 @@ namespace {
 // One choice of a chat completion: {index, message, logprobs, finish_reason}.
 json chat_choice(int64_t index, const RunResult& result) {
   json message = {{"role", "assistant"}, {"content", result.text}};
-  if (!result.tool_calls.empty()) {
-    if (result.text.empty()) message["content"] = nullptr;  // as OpenAI answers a call without text
-    message["tool_calls"] = tool_calls_json(result.tool_calls);
+  // As OpenAI answers a call without text, and reasoning parsers an answer that is all reasoning.
+  if (result.text.empty() && (!result.tool_calls.empty() || result.reasoning)) message["content"] = nullptr;
+  if (!result.tool_calls.empty()) message["tool_calls"] = tool_calls_json(result.tool_calls);
+  if (result.reasoning) {
+    message["reasoning_content"] = result.reasoning->empty() ? json(nullptr) : json(*result.reasoning);
   }
   json logprobs = nullptr;
   if (!result.logprobs.empty()) logprobs = {{"content", logprobs_content(result.logprobs)}, {"refusal", nullptr}};
@@ -123,7 +141,8 @@ json chat_chunk(const ResponseIds& ids, const std::string& content, bool first, 
                 int64_t index) {
   json delta = json::object();
   if (first) delta["role"] = "assistant";
-  if (!content.empty() || first) delta["content"] = content;
+  take_stream_reasoning(index, delta);
+  if (!content.empty() || (first && !delta.contains("reasoning_content"))) delta["content"] = content;
   json body = head(ids, "chat.completion.chunk");
   body["choices"] = json::array({{{"index", index},
                                   {"delta", delta},
@@ -145,6 +164,7 @@ json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, bool fi
     delta["role"] = "assistant";
     delta["content"] = nullptr;
   }
+  take_stream_reasoning(index, delta);
   json body = head(ids, "chat.completion.chunk");
   body["choices"] = json::array(
       {{{"index", index}, {"delta", delta}, {"logprobs", take_stream_logprobs(index)}, {"finish_reason", nullptr}}});

@@ -18,18 +18,22 @@ struct ResponseIds {
   std::string model;
 };
 
-// {"object": "chat.completion", "choices": [{"index", "message": {"role": "assistant", "content", "tool_calls"?},
-// "logprobs", "finish_reason"}], "usage"}: content null when the answer is only tool calls; with n > 1 one
-// choice per RunResult (the result itself, then its extra_choices), indexed 0..n-1
+// {"object": "chat.completion", "choices": [{"index", "message": {"role": "assistant", "content", "tool_calls"?,
+// "reasoning_content"?}, "logprobs", "finish_reason"}], "usage"}: content null when the answer is only tool
+// calls; under a reasoning parser (RunResult::reasoning set) reasoning_content is the reasoning (null when it
+// wrote none) and content null when empty; with n > 1 one choice per RunResult (the result itself, then its
+// extra_choices), indexed 0..n-1
 nlohmann::json chat_completion(const ResponseIds& ids, const RunResult& result);
 // One chunk of a streamed chat completion: "object": "chat.completion.chunk", one choice, choices[0].index
 // `index` (with n > 1 each choice streams its own chunks). `first` (the choice's first chunk) adds the role;
-// a non-empty finish_reason ends the choice.
+// a non-empty finish_reason ends the choice. The reasoning queued for the choice (queue_stream_reasoning)
+// goes in delta.reasoning_content, and then delta.content only when `content` is not empty.
 nlohmann::json chat_chunk(const ResponseIds& ids, const std::string& content, bool first,
                           const std::string& finish_reason, int64_t index = 0);
 // A chunk that carries one piece of a call of choice `index`'s answer, as OpenAI streams calls: delta.tool_calls
 // [{"index", "id", "type": "function", "function": {"name", "arguments"}}] for the piece that opens the call,
-// [{"index", "function": {"arguments"}}] for each later one; `first` adds the role.
+// [{"index", "function": {"arguments"}}] for each later one; `first` adds the role. The reasoning queued for
+// the choice goes in delta.reasoning_content.
 nlohmann::json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, bool first, int64_t index = 0);
 // The stream_options.include_usage chunk: empty choices and usage.
 nlohmann::json usage_chunk(const ResponseIds& ids, const std::string& object, const nlohmann::json& usage);
@@ -54,6 +58,11 @@ void clear_stream_logprobs();  // every choice's
 // What is queued for `choice`, as logprobs_content() writes it (an empty array when nothing is), and that
 // queue emptied: the Responses API's stream events take it so.
 nlohmann::json take_stream_logprobs_content(int64_t choice = 0);
+
+// A streamed chat answer's reasoning (run/reasoning_sink.h) travels as its log probabilities do: queued under
+// its choice's index on the thread that decodes it, and taken by that choice's next chunk chat_chunk() or
+// tool_call_chunk() builds there, as delta.reasoning_content. clear_stream_logprobs() clears it too.
+void queue_stream_reasoning(const std::string& text, int64_t choice = 0);
 
 // "data: <json>\n\n"
 std::string sse(const nlohmann::json& body);
