@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <string>
+#include <string_view>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -97,6 +99,18 @@ bool IdleWorker::run_audit() {
   return true;
 }
 
+namespace {
+
+// Whether Window::sync refused a list because its rendering is longer than the model's positions (the check in
+// window_sync_render.cpp, or Engine::check_text_fits before tokenizing).
+bool next_turn_cannot_fit(const Error& e) {
+  const std::string_view what = e.what();
+  return what.find("more than the model's") != std::string_view::npos ||
+         what.find("positions can hold") != std::string_view::npos;
+}
+
+}  // namespace
+
 void IdleWorker::prefill_anticipated(Session& s) {
   const auto next = sessions_.take_anticipated(s);
   if (!next) return;
@@ -108,7 +122,12 @@ void IdleWorker::prefill_anticipated(Session& s) {
     window.sync(next->first, next->second);
     window.flush();
   } catch (const Error& e) {
-    std::fprintf(stderr, "orbit serve: prefilling session %s's answer failed: %s\n", s.id.c_str(), e.what());
+    // A conversation whose answer filled the context has no next turn to prepare: its next request is refused
+    // (context_length_exceeded) whatever is prefilled, so that is no failure to report.
+    if (!next_turn_cannot_fit(e)) {
+      const std::string who = s.id.empty() ? std::string("an anonymous window") : "session '" + s.id + "'";
+      std::fprintf(stderr, "orbit serve: prefilling the answer of %s failed: %s\n", who.c_str(), e.what());
+    }
   }
   const double spent = window.stats().critical_forward_tokens - before;
   context_.metrics.count_idle_forward(spent);
