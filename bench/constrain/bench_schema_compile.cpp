@@ -3,20 +3,32 @@
 // schemas (objects with enums, patterns without lookahead, arrays, formats) and zod's hostname pattern, whose
 // lookahead takes over a hundred milliseconds to build: what orbit/constraint_cache.h saves a loop that sends
 // it again. Links orbit_constrain alone, so it also builds against an older tree's objects to compare commits
-// (a schema that tree refuses prints its error). Not a test: the figures depend on the machine.
+// (a schema that tree refuses prints its error); its arguments go through orbit_args (cli/args.h), which needs
+// only orbit::common. Not a test: the figures depend on the machine.
 //
-//   bench_schema_compile [reps, default 15]
+//   bench_schema_compile [--reps 15]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "orbit/common/error.h"
 #include "orbit/constraint.h"
 
-int main(int argc, char** argv) {
-  const int reps = argc > 1 ? std::stoi(argv[1]) : 15;
+namespace {
+
+const char* const kUsage =
+    "usage: bench_schema_compile [--reps 15]\n"
+    "  Constraint::json_schema per schema: the first build in the process, the median and the fastest.\n"
+    "  --reps N   builds per schema (at least 1)\n";
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const orbit::cli::Args args("bench_schema_compile", {{"--reps"}, {}, kUsage}, argc, argv, 1);
+  const int reps = static_cast<int>(args.get_int("--reps", 15, 1));
   const std::vector<std::pair<std::string, std::string>> schemas = {
       {"object_enums",
        R"({"type":"object","properties":{"unit":{"enum":["celsius","fahrenheit","kelvin"]},"city":{"type":"string"},)"
@@ -57,4 +69,7 @@ int main(int argc, char** argv) {
     std::sort(ms.begin(), ms.end());
     std::printf("%-24s %10.3f %10.3f %10.3f\n", name.c_str(), first, ms[ms.size() / 2], ms.front());
   }
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "%s\n", e.what());
+  return 1;
 }
