@@ -1,59 +1,37 @@
-"""The remote tier from Python: engines sharing canonicals through a Redis server the test starts on a free
-127.0.0.1 port, and an unreachable remote that never stops an engine."""
+"""The remote tier from Python: engines sharing canonicals through a Redis server on a free 127.0.0.1 port
+(conftest's redis_port fixture: password 'right', always stopped after the test), and an unreachable remote that
+never stops an engine."""
 import pytest
+from conftest import free_port  # and the redis_port fixture
 
 PAGE = 4
 POOL = 8 << 20
 
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _redis_url(port):
+    return f"redis://:right@127.0.0.1:{port}"
 
 
-def test_engines_share_canonicals_through_a_redis_remote(orbit, stories260k_path, tmp_path):
-    import shutil
-    import subprocess
-    import time
-
-    server = shutil.which("redis-server")
-    if server is None:  # never skipped silently: scripts/common.sh installs it
-        pytest.fail("redis-server is not installed (apt install redis-server redis-tools)")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        url = f"redis://127.0.0.1:{port}"
-        for _ in range(500):
-            if orbit.store_remote_summary(url).reachable:
-                break
-            time.sleep(0.01)
-        tokens = [5, 17, 42, 99, 100, 7, 8]
-        with orbit.Engine(stories260k_path, store_dir=tmp_path / "a", remote=url, pool_bytes=POOL, page_size=PAGE) as e:
-            assert e.options.remote == url
-            e.precompute(e.add_tokens(tokens))
-            assert e.stats.canonicals_encoded == 1
-            assert e.stats.store.remote.enabled
-        assert orbit.store_remote_summary(url).entries == 1  # closing the engine sent its queued write
-        with orbit.Engine(stories260k_path, store_dir=tmp_path / "b", remote=url, pool_bytes=POOL, page_size=PAGE) as e:
-            w = e.new_window()
-            w.admit(e.add_tokens(tokens))
-            assert e.stats.canonicals_encoded == 0  # recalled from the remote, not encoded again
-            remote = e.stats.store.remote
-            assert remote.hits == 1 and remote.corrupt == 0 and remote.available
-        assert orbit.StoreTier.remote.name == "remote"
-    finally:
-        proc.kill()
-        proc.wait()
+def test_engines_share_canonicals_through_a_redis_remote(orbit, stories260k_path, tmp_path, redis_port):
+    url = _redis_url(redis_port)
+    tokens = [5, 17, 42, 99, 100, 7, 8]
+    with orbit.Engine(stories260k_path, store_dir=tmp_path / "a", remote=url, pool_bytes=POOL, page_size=PAGE) as e:
+        assert e.options.remote == url
+        e.precompute(e.add_tokens(tokens))
+        assert e.stats.canonicals_encoded == 1
+        assert e.stats.store.remote.enabled
+    assert orbit.store_remote_summary(url).entries == 1  # closing the engine sent its queued write
+    with orbit.Engine(stories260k_path, store_dir=tmp_path / "b", remote=url, pool_bytes=POOL, page_size=PAGE) as e:
+        w = e.new_window()
+        w.admit(e.add_tokens(tokens))
+        assert e.stats.canonicals_encoded == 0  # recalled from the remote, not encoded again
+        remote = e.stats.store.remote
+        assert remote.hits == 1 and remote.corrupt == 0 and remote.available
+    assert orbit.StoreTier.remote.name == "remote"
 
 
 def test_an_unreachable_remote_never_stops_the_engine(orbit, stories260k_path):
-    url = f"redis://127.0.0.1:{_free_port()}"  # nothing listens there
+    url = f"redis://127.0.0.1:{free_port()}"  # nothing listens there
     with pytest.warns(orbit.RemoteUnreachableWarning, match="cannot connect"):  # said at open
         engine = orbit.Engine(stories260k_path, remote=url, pool_bytes=POOL, page_size=PAGE)
     with engine as e:
@@ -69,50 +47,24 @@ def test_an_unreachable_remote_never_stops_the_engine(orbit, stories260k_path):
         orbit.Engine(stories260k_path, remote="http://127.0.0.1:1")
 
 
-def _start_redis(tmp_path):
-    """A redis-server on a free 127.0.0.1 port (its URL and process), reachable when this returns."""
-    import shutil
-    import subprocess
-    import time
-
-    server = shutil.which("redis-server")
-    if server is None:  # never skipped silently: scripts/common.sh installs it
-        pytest.fail("redis-server is not installed (apt install redis-server redis-tools)")
-    port = _free_port()
-    proc = subprocess.Popen([server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--dir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}"
-    import orbit
-
-    for _ in range(500):
-        if orbit.store_remote_summary(url).reachable:
-            break
-        time.sleep(0.01)
-    return url, proc
-
-
-def test_engines_share_only_values_sealed_with_their_remote_secret(orbit, stories260k_path, tmp_path):
-    url, proc = _start_redis(tmp_path)
+def test_engines_share_only_values_sealed_with_their_remote_secret(orbit, stories260k_path, tmp_path, redis_port):
+    url = _redis_url(redis_port)
     tokens = [5, 17, 42, 99, 100, 7, 8]
 
     def engine(name, secret):
         return orbit.Engine(stories260k_path, store_dir=tmp_path / name, remote=url, remote_secret=secret,
                             pool_bytes=POOL, page_size=PAGE)
 
-    try:
-        with engine("writer", "team-s3cret") as e:
-            e.precompute(e.add_tokens(tokens))
-        with engine("teammate", "team-s3cret") as e:  # the same secret: recalled
-            e.new_window().admit(e.add_tokens(tokens))
-            assert e.stats.canonicals_encoded == 0 and e.stats.store.remote.hits == 1
-        with engine("outsider", "another-s3cret") as e:  # another secret: refused and recomputed
-            e.new_window().admit(e.add_tokens(tokens))
-            remote = e.stats.store.remote
-            assert e.stats.canonicals_encoded == 1 and remote.hits == 0 and remote.corrupt == 1
-            assert "s3cret" not in remote.last_error
-    finally:
-        proc.kill()
-        proc.wait()
+    with engine("writer", "team-s3cret") as e:
+        e.precompute(e.add_tokens(tokens))
+    with engine("teammate", "team-s3cret") as e:  # the same secret: recalled
+        e.new_window().admit(e.add_tokens(tokens))
+        assert e.stats.canonicals_encoded == 0 and e.stats.store.remote.hits == 1
+    with engine("outsider", "another-s3cret") as e:  # another secret: refused and recomputed
+        e.new_window().admit(e.add_tokens(tokens))
+        remote = e.stats.store.remote
+        assert e.stats.canonicals_encoded == 1 and remote.hits == 0 and remote.corrupt == 1
+        assert "s3cret" not in remote.last_error
 
 
 def test_a_remote_without_a_secret_warns_once_at_open(orbit, stories260k_path):
@@ -121,7 +73,7 @@ def test_a_remote_without_a_secret_warns_once_at_open(orbit, stories260k_path):
     import subprocess
     import sys
 
-    url = f"redis://127.0.0.1:{_free_port()}"
+    url = f"redis://127.0.0.1:{free_port()}"
     script = (f"import orbit\n"
               f"for secret in ['', '', 'x']:\n"
               f"    orbit.Engine({str(stories260k_path)!r}, remote={url!r}, remote_secret=secret).close()\n")
