@@ -2,14 +2,19 @@
 // responses/responses_store.h), without a model: a held answer survives its store's end without a drain (a
 // crash, as far as the files are concerned) and the next store opened on the path writes it; a torn last
 // record is ignored and a corrupt journal set aside, each reported naming the file; a release is taken on a
-// full disk (the journal cannot grow), so a deleted answer does not come back. Also the Responses
-// store's chain check, made inside the write's transaction: a link another server deletes just before the
-// write is written with it.
+// full disk (the journal cannot grow), so a deleted answer does not come back; a response whose release mark
+// failed (an I/O error) before a crash, and whose chain's row was deleted since, is reported as not confirmed
+// released, not as lost. Also the Responses store's chain check, made inside the write's transaction: a link
+// another server deletes just before the write is written with it.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "orbit_catch.h"
 #include "serve/responses/responses_store.h"
@@ -30,6 +35,56 @@ std::string file_text(const std::string& path) {
 void append_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::app) << bytes;
 }
+
+// Replaces this process's descriptor of the file `path` (a journal's, opened to read and write) by one opened
+// read-only on the same file, which its owner closes: every write through it fails (EBADF), as on an I/O error.
+void fail_writes_to(const std::string& path) {
+  std::vector<int> found;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(e.path(), ec) == path && !ec) found.push_back(std::stoi(e.path().filename()));
+  }
+  REQUIRE(found.size() == 1);
+  const int read_only = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(read_only >= 0);
+  REQUIRE(::dup2(read_only, found[0]) == found[0]);
+  ::close(read_only);
+}
+
+// What this process writes to stderr (fd 2) while it lives, read by text().
+class StderrCapture {
+ public:
+  StderrCapture() : file_(std::tmpfile()), saved_(::dup(2)) {
+    REQUIRE(file_ != nullptr);
+    std::fflush(stderr);
+    REQUIRE(::dup2(::fileno(file_), 2) == 2);
+  }
+  ~StderrCapture() {
+    restore();
+    std::fclose(file_);
+  }
+  StderrCapture(const StderrCapture&) = delete;
+  StderrCapture& operator=(const StderrCapture&) = delete;
+  std::string text() {
+    restore();
+    std::string out;
+    std::rewind(file_);
+    for (int c = std::fgetc(file_); c != EOF; c = std::fgetc(file_)) out.push_back(static_cast<char>(c));
+    std::fputs(out.c_str(), stderr);  // still shown in the test's log
+    return out;
+  }
+
+ private:
+  void restore() {
+    if (saved_ < 0) return;
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  std::FILE* file_;
+  int saved_;
+};
 
 // Grows `store`'s write-ahead log by `count` completions of kLarge that stay, so that a file-size limit a
 // little above it fails a large write there while a new journal still takes one.
@@ -257,4 +312,34 @@ TEST_CASE("responses store: a link another server deletes just before the write 
   REQUIRE(child);
   CHECK(child->conversation().size() == 4);
   CHECK_FALSE(fresh.get("parent"));  // deleted: an unnamed link only
+}
+
+TEST_CASE("held journal: a response deleted while held, whose release mark failed before a crash, is not reported lost",
+          "[serve][journal]") {
+  TempDir tmp;
+  const std::string path = (tmp.dir / "responses.sqlite").string();
+  {
+    sv::ResponseStore store(sv::ResponseStoreOptions{64, path});
+    auto first = response("r1");
+    REQUIRE(put(store, first));
+    {
+      const FileSizeLimit limit(wal_bytes(path));               // the log takes no write; the journal, a new file, does
+      REQUIRE(put(store, response("r2", 0, first)).journaled);  // its record names r1, a row on disk
+      REQUIRE(put(store, response("kept")).journaled);          // keeps the journal live past r2's release
+    }
+    CHECK(store.erase("r1"));  // unnamed, kept: r2's record names it
+    fail_writes_to(journal_of(path));
+    CHECK(store.erase("r2"));  // its release's mark fails; r1, named by no live record, is deleted
+  }  // no drain_pending(), and the journal's marks still fail at its close: a crash, as the files see it
+  StderrCapture captured;
+  sv::ResponseStore reopened(sv::ResponseStoreOptions{64, path});
+  const std::string said = captured.text();
+  CHECK(reopened.pending().recovered == 1);  // kept
+  CHECK(reopened.get("kept"));
+  CHECK_FALSE(reopened.get("r2"));
+  CHECK_FALSE(reopened.get("r1"));
+  // r2 was deleted, not lost: the old code said "response r2 in the journal ... is lost: ... continues 'r1'".
+  CHECK_THAT(said, !Catch::Matchers::Contains("r2 in the journal " + journal_of(path) + " is lost:"));
+  CHECK_THAT(said, Catch::Matchers::Contains("could not be confirmed released"));
+  CHECK_THAT(said, Catch::Matchers::Contains("continues 'r1'"));
 }

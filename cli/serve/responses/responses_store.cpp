@@ -260,7 +260,10 @@ std::shared_ptr<StoredResponse> ResponseStore::from_journal(const JournalEntry& 
     todo.emplace_back(recorded->second, nlohmann::json::parse(recorded->second->payload));
   }
   std::shared_ptr<StoredResponse> last;
-  for (auto it = todo.rbegin(); it != todo.rend(); ++it) last = from_record(*it->first, it->second, built, key);
+  for (auto it = todo.rbegin(); it != todo.rend(); ++it) {
+    last = from_record(*it->first, it->second, built, key);
+    if (last == nullptr) return nullptr;  // a link is gone: Rebuilt::gone names it
+  }
   return last;
 }
 
@@ -284,8 +287,10 @@ std::shared_ptr<StoredResponse> ResponseStore::from_record(const JournalEntry& e
     if (!row.previous.empty()) {
       const auto known = built.responses.find(row.previous);
       r->previous = known != built.responses.end() ? known->second : load(row.previous);
-      ORBIT_CHECK(r->previous != nullptr, "response '" << r->id << "' continues '" << row.previous
-                                                       << "', which is neither in the store nor in the journal");
+      if (r->previous == nullptr) {  // its hold was most likely released already (Rebuilt::gone)
+        built.gone = row.previous;
+        return nullptr;
+      }
     }
     built.responses[r->id] = r;
     key = std::move(row.read_key);
@@ -306,14 +311,18 @@ void ResponseStore::recover_held() {
       std::lock_guard<std::mutex> lock(mutex_);
       std::string key;
       std::shared_ptr<StoredResponse> response = from_journal(e, built, key);
-      pending_.adopt(e.id, Pending{response, key}, response_keys::held_bytes(*response));
-      if (by_id_.count(e.id) == 0) remember(response, key, false);
-      recovered.push_back(e.id);
+      if (response != nullptr) {
+        pending_.adopt(e.id, Pending{response, key}, response_keys::held_bytes(*response));
+        if (by_id_.count(e.id) == 0) remember(response, key, false);
+        recovered.push_back(e.id);
+        continue;
+      }
+      report_unconfirmed(e, built.gone);
     } catch (const std::exception& error) {
       std::fprintf(stderr, "orbit serve: response %s in the journal %s is lost: %s\n", e.id.c_str(), e.file.c_str(),
                    error.what());
-      journal_->release(e.id);
     }
+    journal_->release(e.id);
   }
   {
     const JournalShareScope deleting(share_.get());
@@ -322,6 +331,16 @@ void ResponseStore::recover_held() {
   }
   if (recovered.empty()) return;
   report_recovered(pending_, recovered, retry_pending(true), "response");
+}
+
+void ResponseStore::report_unconfirmed(const JournalEntry& e, const std::string& gone) {
+  std::fprintf(stderr,
+               "orbit serve: response %s in the journal %s could not be confirmed released, and is not recovered: its "
+               "chain continues '%s', which neither the store nor the journal holds. A held response's record keeps "
+               "what it continues, so %s was most likely released already (deleted by its client, or stored, then "
+               "deleted or evicted) by a server whose mark of that release did not reach the journal; if not (the "
+               "store's database replaced or damaged), it is lost\n",
+               e.id.c_str(), e.file.c_str(), gone.c_str(), e.id.c_str());
 }
 
 std::vector<ResponseRow> ResponseStore::rows_of(const std::vector<const Pending*>& group,

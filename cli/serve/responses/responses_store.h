@@ -45,8 +45,10 @@
 // the store's lock, which a held put takes from its disk lookups to its record's sync). The next ResponseStore opened
 // on the path adopts the journals no running server holds, rebuilds each response (its chain from the journal and the
 // disk, the records its links name rebuilt first in a loop, so a chain of any length), holds it again (served from
-// memory, as any held one) and writes it at once, naming on stderr each one recovered (stored, or held again) or lost
-// (a record that does not parse, a chain whose link is gone); a torn or corrupt journal is reported naming the file.
+// memory, as any held one) and writes it at once, naming on stderr each one recovered (stored, or held again), lost
+// (a record that does not parse) or not confirmed released (a chain whose link is gone: since a live hold keeps
+// its chain's rows, most likely a response deleted whose release mark failed before a crash, held_journal.h); a
+// torn or corrupt journal is reported naming the file.
 // drain_pending() leaves a journaled response it could not write in the journal for the next start. Where the journal
 // cannot take a record the response is held in memory only (StoreWrite::journaled false).
 //
@@ -176,16 +178,24 @@ class ResponseStore {
     std::map<std::string, std::shared_ptr<StoredResponse>> responses;
     std::map<std::string, const JournalEntry*> entries;
     std::set<std::string> building;
+    // When from_journal returns null: the id a chain continues that neither the store nor the journal holds.
+    // A live hold's record keeps what it continues (ResponseDisk::keep_while), so this is, short of a database
+    // replaced or damaged, a record whose release mark failed before a crash (held_journal.h): its response was
+    // deleted (or stored, then deleted or evicted) and the row it continued collected since.
+    std::string gone;
   };
   // Under mutex_: the response of journal record `e`, its chain linked to the responses `built` has (and
   // added to it), to those rebuilt first from the records its links name by id (one after another, without
   // recursion, however long the chain), or read from disk; `key` is set to its read list's hash. Throws when
-  // it does not parse or a link is nowhere.
+  // it does not parse; null when a response of its chain continues one that is nowhere (built.gone names it).
   std::shared_ptr<StoredResponse> from_journal(const JournalEntry& e, Rebuilt& built, std::string& key);
   // Under mutex_: from_journal's step for one record (`record`, `e`'s payload parsed) whose named link, if
-  // it has a record, is in `built` already.
+  // it has a record, is in `built` already; null as from_journal.
   std::shared_ptr<StoredResponse> from_record(const JournalEntry& e, const nlohmann::json& record, Rebuilt& built,
                                               std::string& key);
+  // The stderr line for record `e`, not recovered since its chain continues `gone`, which is nowhere: most likely
+  // a response released already whose release mark did not reach the journal, so not said to be lost.
+  static void report_unconfirmed(const JournalEntry& e, const std::string& gone);
   // Under mutex_ (and a JournalShareScope, ended after it): deletes the unnamed rows on disk that held responses'
   // journal records named and none does any more (HeldJournal::take_unnamed), unless another row or another
   // server's journal needs them; kept for the next call when it fails.

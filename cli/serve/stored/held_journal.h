@@ -28,8 +28,13 @@
 // A release adds no byte: it marks the hold dead where it lies, so that a full disk (or a file-size limit),
 // which fails every append, still takes it, and an answer deleted meanwhile is not brought back by a replay.
 // A mark that fails all the same (an I/O error) is remembered and made again before the next hold and
-// release and at close (until then a replay would hold that answer again). An append that fails is cut off
-// again, so the file never keeps a partial record in its middle; the caller holds that answer in memory only.
+// release and at close. A crash before then leaves the record a hold, and nothing in the file tells it from one
+// still held: the next start replays it, writing an answer that landed again (by id: a no-op while its row is
+// there) or bringing back one deleted meanwhile. The Responses store cannot always rebuild such a record: once
+// its hold was released, the row its chain continues is no longer kept (`names`) and may have been deleted;
+// since a live hold keeps that row, a record whose chain is missing a row is reported as not confirmed released
+// (most likely deleted), not as lost (responses_store.h). An append that fails is cut off again, so the file
+// never keeps a partial record in its middle; the caller holds that answer in memory only.
 //
 // Links: a record may name another, older one whose payload it needs to be rebuilt (`link_of` says which:
 // the Responses store's record names the nearest held response of its chain with its own record). A hold kept
