@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -145,6 +146,42 @@ std::vector<ChatMessage> trimmed(const std::vector<ChatMessage>& list, std::size
   if (summarize) out.push_back(msg("assistant", "Earlier:" + sentence(rng, 1 + static_cast<int>(rng() % 6))));
   out.insert(out.end(), list.begin() + 1 + static_cast<std::ptrdiff_t>(k), list.end());
   return out;
+}
+
+// How an agent edits its last list at request `request` (0, 1, ...) into the next.
+using ListEdit = std::function<std::vector<ChatMessage>(const std::vector<ChatMessage>&, int, std::mt19937_64&)>;
+
+// Under each of sync_cuts::kTemplates, a story list (a system prompt and 16 turns) edited by `edit` at each of 6
+// requests, each list planned before the next: the next list's incremental plan equals the whole one, and more than
+// half of its tokens are reused from the memo.
+void check_edits_reuse_tokens(uint64_t seed, const ListEdit& edit) {
+  struct On {
+    ~On() { orbit::detail::set_incremental_encode(true); }
+  } restore;
+  const auto engine = orbit::test::sync_support::open_engine();
+  std::mt19937_64 rng(seed);
+  for (const std::string& tmpl : orbit::test::sync_cuts::kTemplates) {
+    orbit::detail::clear_encode_memo();
+    const Window w = engine->new_window();
+    const SyncOptions o = orbit::test::sync_support::options(tmpl.c_str(), 16);
+    std::vector<ChatMessage> list = {msg("system", "You tell short stories.")};
+    for (int k = 0; k < 16; ++k) list.push_back(msg(k % 2 ? "assistant" : "user", sentence(rng, 6)));
+    for (int request = 0; request < 6; ++request) {
+      (void)w.plan_sync(list, o);  // the memo holds this list, the latest under this template
+      std::vector<ChatMessage> next = edit(list, request, rng);
+      INFO("template '" << tmpl << "', request " << request << ", " << next.size() << " messages");
+      orbit::detail::set_incremental_encode(false);  // keeps nothing in the memo
+      const SyncPlan whole = w.plan_sync(next, o);
+      orbit::detail::set_incremental_encode(true);
+      const int64_t before = orbit::detail::tokens_reused_so_far();
+      const SyncPlan incremental = w.plan_sync(next, o);
+      const int64_t reused = orbit::detail::tokens_reused_so_far() - before;
+      require_same(incremental, whole);
+      INFO(reused << " of " << incremental.tokens.size() << " tokens reused");
+      CHECK(reused * 2 > static_cast<int64_t>(incremental.tokens.size()));
+      list = std::move(next);
+    }
+  }
 }
 
 }  // namespace
@@ -378,69 +415,23 @@ TEST_CASE("a list that only grew encodes little more than its new message", "[sy
 }
 
 TEST_CASE("plan_sync of a list trimmed or summarized at its start reuses the kept messages' tokens", "[sync_encode]") {
-  struct On {
-    ~On() { orbit::detail::set_incremental_encode(true); }
-  } restore;
-  const auto engine = orbit::test::sync_support::open_engine();
-  std::mt19937_64 rng(27);
-  for (const std::string& tmpl : orbit::test::sync_cuts::kTemplates) {
-    orbit::detail::clear_encode_memo();
-    const Window w = engine->new_window();
-    const SyncOptions o = orbit::test::sync_support::options(tmpl.c_str(), 16);
-    std::vector<ChatMessage> list = {msg("system", "You tell short stories.")};
-    for (int k = 0; k < 16; ++k) list.push_back(msg(k % 2 ? "assistant" : "user", sentence(rng, 6)));
-    for (int request = 0; request < 6; ++request) {
-      (void)w.plan_sync(list, o);  // the memo holds this list, the latest with this system prompt
-      std::vector<ChatMessage> next = trimmed(list, 2, request % 2 == 1, rng);
-      next.push_back(msg("user", sentence(rng, 4)));
-      INFO("template '" << tmpl << "', request " << request << ", " << next.size() << " messages");
-      orbit::detail::set_incremental_encode(false);  // keeps nothing in the memo
-      const SyncPlan whole = w.plan_sync(next, o);
-      orbit::detail::set_incremental_encode(true);
-      const int64_t before = orbit::detail::tokens_reused_so_far();
-      const SyncPlan incremental = w.plan_sync(next, o);
-      const int64_t reused = orbit::detail::tokens_reused_so_far() - before;
-      require_same(incremental, whole);
-      INFO(reused << " of " << incremental.tokens.size() << " tokens reused");
-      CHECK(reused * 2 > static_cast<int64_t>(incremental.tokens.size()));
-      list = std::move(next);
-    }
-  }
+  check_edits_reuse_tokens(27, [](const std::vector<ChatMessage>& list, int request, std::mt19937_64& rng) {
+    std::vector<ChatMessage> next = trimmed(list, 2, request % 2 == 1, rng);
+    next.push_back(msg("user", sentence(rng, 4)));
+    return next;
+  });
 }
 
 TEST_CASE("plan_sync of a list whose system prompt changed reuses the kept messages' tokens", "[sync_encode]") {
-  struct On {
-    ~On() { orbit::detail::set_incremental_encode(true); }
-  } restore;
-  const auto engine = orbit::test::sync_support::open_engine();
-  std::mt19937_64 rng(28);
-  for (const std::string& tmpl : orbit::test::sync_cuts::kTemplates) {
-    orbit::detail::clear_encode_memo();
-    const Window w = engine->new_window();
-    const SyncOptions o = orbit::test::sync_support::options(tmpl.c_str(), 16);
-    std::vector<ChatMessage> list = {msg("system", "You tell short stories.")};
-    for (int k = 0; k < 16; ++k) list.push_back(msg(k % 2 ? "assistant" : "user", sentence(rng, 6)));
-    for (int request = 0; request < 6; ++request) {
-      (void)w.plan_sync(list, o);  // the memo holds this list, the latest under this template
-      // A new system prompt (a step counter in it), then as the request asks: nothing else, two turns added,
-      // or the two oldest turns dropped and one added.
-      std::vector<ChatMessage> next = request % 3 == 2 ? trimmed(list, 2, false, rng) : list;
-      next.front().content = "You tell short stories. Step " + std::to_string(request) + ": " + sentence(rng, 2);
-      if (request % 3 != 0) next.push_back(msg("user", sentence(rng, 4)));
-      if (request % 3 == 1) next.push_back(msg("assistant", sentence(rng, 4)));
-      INFO("template '" << tmpl << "', request " << request << ", " << next.size() << " messages");
-      orbit::detail::set_incremental_encode(false);  // keeps nothing in the memo
-      const SyncPlan whole = w.plan_sync(next, o);
-      orbit::detail::set_incremental_encode(true);
-      const int64_t before = orbit::detail::tokens_reused_so_far();
-      const SyncPlan incremental = w.plan_sync(next, o);
-      const int64_t reused = orbit::detail::tokens_reused_so_far() - before;
-      require_same(incremental, whole);
-      INFO(reused << " of " << incremental.tokens.size() << " tokens reused");
-      CHECK(reused * 2 > static_cast<int64_t>(incremental.tokens.size()));
-      list = std::move(next);
-    }
-  }
+  check_edits_reuse_tokens(28, [](const std::vector<ChatMessage>& list, int request, std::mt19937_64& rng) {
+    // A new system prompt (a step counter in it), then as the request asks: nothing else, two turns added,
+    // or the two oldest turns dropped and one added.
+    std::vector<ChatMessage> next = request % 3 == 2 ? trimmed(list, 2, false, rng) : list;
+    next.front().content = "You tell short stories. Step " + std::to_string(request) + ": " + sentence(rng, 2);
+    if (request % 3 != 0) next.push_back(msg("user", sentence(rng, 4)));
+    if (request % 3 == 1) next.push_back(msg("assistant", sentence(rng, 4)));
+    return next;
+  });
 }
 
 TEST_CASE("a list kept as the latest with its first message counts once against the memo's bytes", "[sync_encode]") {

@@ -7,6 +7,7 @@
 // parsed-template cache.
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -363,37 +364,52 @@ const char* const kLookupTool =
     R"([{"type": "function", "function": {"name": "lookup", "description": "Look a story up.", "parameters": )"
     R"({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}])";
 
-}  // namespace
+using AgentList = std::vector<runtime::ChatMessage>;
+// How an agent edits its last list at request `request` (0, 1, ...) into the next; `what` says how.
+using AgentEdit = std::function<AgentList(const AgentList&, int request, std::mt19937_64&, std::string& what)>;
 
-TEST_CASE("a list trimmed or summarized at its start reads its prefixes from the latest list's", "[sync_memo]") {
+// Under the plain, story, Qwen2.5 and Llama 3.1 templates with a tool: an agent's list of 41 messages edited by
+// `edit` at each of `requests` requests, each list cut (and so the memo's latest) before the next: the next list
+// cuts as rendering every prefix does with at most `max_renders` renders, the rest of its prefixes read from the
+// latest list's spans; an answer is then added to it.
+void check_edits_read_latest(uint64_t seed, int requests, int64_t max_renders, const AgentEdit& edit) {
   std::vector<std::pair<std::string, std::string>> templates = {{"plain", kPlainChatTemplate},
                                                                 {"story", orbit::test::sync_support::kTemplate}};
   for (const char* name : {"qwen2.5-7b-instruct", "llama-3.1-8b-instruct"})
     templates.emplace_back(name, template_source(name));
   runtime::ChatRenderOptions o;
   o.tools_json = kLookupTool;
-  std::mt19937_64 rng(31);
+  std::mt19937_64 rng(seed);
   for (const auto& [name, source] : templates) {
     const runtime::ChatTemplate t(source, name);
     orbit::detail::clear_cuts_memo();
-    std::vector<runtime::ChatMessage> list = agent_list(rng, 41);
-    for (int request = 0; request < 6; ++request) {
-      REQUIRE(list_cuts(t, o, list, true));  // the memo holds this list, the latest with this system prompt
-      const bool summarize = request % 2 == 1;
-      std::vector<runtime::ChatMessage> next = trimmed_list(list, 4, summarize, rng);
-      INFO(name << ", request " << request << (summarize ? ", summarized" : ", trimmed") << ", " << next.size()
-                << " messages");
+    AgentList list = agent_list(rng, 41);
+    for (int request = 0; request < requests; ++request) {
+      REQUIRE(list_cuts(t, o, list, true));  // the memo holds this list, the latest under this template
+      std::string what;
+      AgentList next = edit(list, request, rng, what);
+      INFO(name << ", request " << request << ", " << what << ", " << next.size() << " messages");
       const std::optional<ListCuts> cuts = cuts_both(t, o, next);
       REQUIRE(cuts);
-      // The prefix before the kept messages (two for Llama 3.1, which refuses a list with no user turn when
-      // given tools), and the check's two renders: the rest is read.
-      CHECK(cuts->renders <= 4);
+      CHECK(cuts->renders <= max_renders);
       CHECK(cuts->spans + cuts->renders >= static_cast<int64_t>(next.size()) - 1);
       CHECK(cuts->cuts.size() + 4 >= next.size());
       list = std::move(next);
       list.push_back(runtime_msg("assistant", sentence(rng, 8)));
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("a list trimmed or summarized at its start reads its prefixes from the latest list's", "[sync_memo]") {
+  // The prefix before the kept messages (two for Llama 3.1, which refuses a list with no user turn when given
+  // tools), and the check's two renders: the rest is read.
+  check_edits_read_latest(31, 6, 4, [](const AgentList& list, int request, std::mt19937_64& rng, std::string& what) {
+    const bool summarize = request % 2 == 1;
+    what = summarize ? "summarized" : "trimmed";
+    return trimmed_list(list, 4, summarize, rng);
+  });
 }
 
 TEST_CASE("a trimmed list under every bundled template cuts as rendering every prefix does", "[sync_memo]") {
@@ -439,33 +455,13 @@ TEST_CASE("a trimmed list under every bundled template cuts as rendering every p
 }
 
 TEST_CASE("a list whose first message changed reads its prefixes from the latest list's", "[sync_memo]") {
-  std::vector<std::pair<std::string, std::string>> templates = {{"plain", kPlainChatTemplate},
-                                                                {"story", orbit::test::sync_support::kTemplate}};
-  for (const char* name : {"qwen2.5-7b-instruct", "llama-3.1-8b-instruct"})
-    templates.emplace_back(name, template_source(name));
-  runtime::ChatRenderOptions o;
-  o.tools_json = kLookupTool;
-  std::mt19937_64 rng(34);
-  for (const auto& [name, source] : templates) {
-    const runtime::ChatTemplate t(source, name);
-    orbit::detail::clear_cuts_memo();
-    std::vector<runtime::ChatMessage> list = agent_list(rng, 41);
-    for (int request = 0; request < 9; ++request) {
-      REQUIRE(list_cuts(t, o, list, true));  // the memo holds this list, the latest under this template
-      const auto edit = static_cast<SystemEdit>(request % 3);
-      std::vector<runtime::ChatMessage> next = new_system_list(list, edit, 4, rng);
-      INFO(name << ", request " << request << ", " << system_edit_name(edit) << ", " << next.size() << " messages");
-      const std::optional<ListCuts> cuts = cuts_both(t, o, next);
-      REQUIRE(cuts);
-      // The system prompt's prefix (and the first user turn's, for Llama 3.1, which refuses a list with no user
-      // turn when given tools), the added turn before the last, and the check's two renders: the rest is read.
-      CHECK(cuts->renders <= 5);
-      CHECK(cuts->spans + cuts->renders >= static_cast<int64_t>(next.size()) - 1);
-      CHECK(cuts->cuts.size() + 4 >= next.size());
-      list = std::move(next);
-      list.push_back(runtime_msg("assistant", sentence(rng, 8)));
-    }
-  }
+  // The system prompt's prefix (and the first user turn's, for Llama 3.1, which refuses a list with no user
+  // turn when given tools), the added turn before the last, and the check's two renders: the rest is read.
+  check_edits_read_latest(34, 9, 5, [](const AgentList& list, int request, std::mt19937_64& rng, std::string& what) {
+    const auto edit = static_cast<SystemEdit>(request % 3);
+    what = system_edit_name(edit);
+    return new_system_list(list, edit, 4, rng);
+  });
 }
 
 TEST_CASE(
