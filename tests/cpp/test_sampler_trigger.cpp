@@ -1,7 +1,9 @@
 // A constraint that applies from a trigger on (GenerateOptions::constraint_trigger, sdk/src/window/sampler.h),
 // on a Sampler over a small vocabulary whose logits are scripted step by step: free text until the trigger,
 // the grammar after it, a token that completes the trigger and goes on wrongly never chosen (greedy: the
-// next best; sampled: a new draw), end tokens that end the run only once the constraint applies.
+// next best; sampled: a new draw), end tokens that end the run only once the constraint applies; a trigger
+// written inside a leading free block (GenerateOptions::constraint_trigger_block: a model's reasoning) that
+// does not count there.
 #include "orbit_catch.h"
 
 #include <ATen/ATen.h>
@@ -22,9 +24,11 @@ namespace {
 
 // Words first, then every byte (so the grammar can always go on), then EOS.
 const std::vector<std::string> kWords{
-    "Sure", ", ", "<tool_", "call>", "call>{\"name\": \"f\"", "call>oops", ", \"arguments\": {}}", "</tool_call>", "x"};
-constexpr int64_t kBytes = 9;      // id of byte 0
-constexpr int64_t kEos = 9 + 256;  // writes nothing
+    "Sure",         ", ", "<tool_",  "call>",     "call>{\"name\": \"f\"", "call>oops", ", \"arguments\": {}}",
+    "</tool_call>", "x",  "<think>", "</think>\n"};
+constexpr int64_t kThink = 9, kUnthink = 10;
+constexpr int64_t kBytes = 11;          // id of byte 0
+constexpr int64_t kEos = kBytes + 256;  // writes nothing
 constexpr int64_t kVocab = kEos + 1;
 
 std::shared_ptr<const TokenVocabulary> vocabulary() {
@@ -146,4 +150,102 @@ TEST_CASE("trigger: sampled, a wrong completion is never drawn; the options are 
              Contains("generate: constraint_trigger = \"<tool_call>\" needs a constraint"));
   CHECK(tool_call_trigger(ToolCallFormat::kMistral) == "[TOOL_CALLS]");
   CHECK(tool_call_trigger(ToolCallFormat::kLlama3).empty());
+}
+
+namespace {
+
+GenerateOptions triggered_after(const std::string& open) {
+  GenerateOptions o = triggered();
+  o.constraint_trigger_block = {open, "</think>"};
+  return o;
+}
+
+// Runs the scripted steps (each the single token preferred) and returns the text.
+std::string run(orbit::detail::Sampler& s, const std::vector<int64_t>& tokens) {
+  std::vector<int64_t> out;
+  for (int64_t t : tokens) {
+    const orbit::detail::SamplerStep st = s.next(prefer({t}));
+    REQUIRE(st.has_token());
+    out.push_back(st.token);
+  }
+  return text_of(out);
+}
+
+// A call written after the reasoning: "<tool_call>" then the arguments and the end mark.
+const std::vector<int64_t> kCall{2, 4, 6, 7};
+
+}  // namespace
+
+TEST_CASE("trigger block: the call mark inside the reasoning is free text; after its close tag a call is whole",
+          "[sampler][constraint]") {
+  orbit::detail::Sampler s = sampler(triggered_after(""));
+  // Inside the reasoning: "<tool_call>oops" is thought about, not a call: chosen, and the run stays free.
+  CHECK(run(s, {0, 2, 5, 8}) == "Sure<tool_call>oopsx");
+  CHECK_FALSE(s.constraint_active());
+  CHECK_FALSE(s.is_stop_token(kEos));
+  CHECK(run(s, {kUnthink}) == "</think>\n");
+  CHECK_FALSE(s.constraint_active());
+  // After it the mark starts a call: "call>oops" is now passed over for the next best.
+  CHECK(s.next(prefer({2})).token == 2);
+  CHECK(s.next(prefer({5, 4})).token == 4);
+  CHECK(s.constraint_active());
+  CHECK(run(s, {6, 7}) == R"(, "arguments": {}}</tool_call>)");
+  CHECK(s.complete());
+}
+
+TEST_CASE("trigger block: the close tag and the mark split across tokens and bytes, or in one token",
+          "[sampler][constraint]") {
+  orbit::detail::Sampler s = sampler(triggered_after(""));
+  std::vector<int64_t> bytes;
+  for (char c : std::string("a <tool_call>x </th")) bytes.push_back(kBytes + static_cast<unsigned char>(c));
+  CHECK(run(s, bytes) == "a <tool_call>x </th");
+  CHECK(run(s, {kBytes + 'i', kBytes + 'n', kBytes + 'k', kBytes + '>', 2}) == "ink><tool_");
+  CHECK_FALSE(s.constraint_active());
+  CHECK(s.next(prefer({5, 3})).token == 3);  // the mark completed after the close tag: the grammar applies
+  CHECK(s.constraint_active());
+}
+
+TEST_CASE("trigger block with an open tag: the block only where the text begins with it", "[sampler][constraint]") {
+  SECTION("opened (after whitespace): the mark inside is free, after the close tag a call") {
+    orbit::detail::Sampler s = sampler(triggered_after("<think>"));
+    CHECK(run(s, {kBytes + '\n', kThink, 2, 5, kUnthink}) == "\n<think><tool_call>oops</think>\n");
+    CHECK_FALSE(s.constraint_active());
+    CHECK(run(s, kCall) == R"(<tool_call>{"name": "f", "arguments": {}}</tool_call>)");
+    CHECK(s.complete());
+  }
+  SECTION("not opened: the mark counts from the first byte, the open tag's first bytes held on the way") {
+    orbit::detail::Sampler s = sampler(triggered_after("<think>"));
+    std::vector<int64_t> bytes;
+    for (char c : std::string(" <tool_call>")) bytes.push_back(kBytes + static_cast<unsigned char>(c));
+    CHECK(run(s, bytes) == " <tool_call>");
+    CHECK(s.constraint_active());
+    CHECK(s.next(prefer({8, kBytes + '{'})).token == kBytes + '{');  // "x" refused: a call goes on
+  }
+  SECTION("an open tag after the block is text: a mark after it counts") {
+    orbit::detail::Sampler s = sampler(triggered_after("<think>"));
+    CHECK(run(s, {kThink, kUnthink, kThink}) == "<think></think>\n<think>");
+    CHECK(s.next(prefer({2})).token == 2);
+    CHECK(s.next(prefer({5, 4})).token == 4);
+    CHECK(s.constraint_active());
+  }
+}
+
+TEST_CASE("trigger block: where the trigger counts in a whole text; options checked", "[sampler][constraint]") {
+  const std::string mark = "<tool_call>";
+  const TriggerBlock inside{"", "</think>"}, may_open{"<think>", "</think>"};
+  CHECK(TriggerWatch::find("a<tool_call>b</think> <tool_call>{", mark, inside) == std::size_t{22});
+  CHECK(TriggerWatch::find("a<tool_call>b", mark, inside) == std::nullopt);
+  CHECK(TriggerWatch::find("a<tool_call>b", mark, {}) == std::size_t{1});
+  CHECK(TriggerWatch::find(" <think>x<tool_call></think><tool_call>", mark, may_open) == std::size_t{28});
+  CHECK(TriggerWatch::find(" <tool_call>", mark, may_open) == std::size_t{1});
+  CHECK(TriggerWatch::find("<thi", mark, may_open) == std::nullopt);
+  GenerateOptions no_trigger = triggered();
+  no_trigger.constraint_trigger.clear();
+  no_trigger.constraint_trigger_block = {"", "</think>"};
+  CHECK_THAT(error_of([&] { orbit::detail::Sampler::check_options(no_trigger, kVocab); }),
+             Contains("generate: constraint_trigger_block (close \"</think>\") needs a constraint_trigger"));
+  GenerateOptions no_close = triggered();
+  no_close.constraint_trigger_block = {"<think>", ""};
+  CHECK_THAT(error_of([&] { orbit::detail::Sampler::check_options(no_close, kVocab); }),
+             Contains("generate: constraint_trigger_block.open = \"<think>\" needs a close string"));
 }

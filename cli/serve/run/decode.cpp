@@ -69,10 +69,11 @@ void queue_held(Choice& c, std::size_t bytes, std::size_t count = 0) {
 // string never cuts a call or a JSON answer short. Null without a constraint: every stop string ends it.
 std::function<bool(const std::string&)> stop_rule(const DecodeRequest& request) {
   if (!request.constraint) return nullptr;
-  return [constraint = request.constraint, trigger = request.trigger](const std::string& before) {
+  return [constraint = request.constraint, trigger = request.trigger,
+          block = request.trigger_block](const std::string& before) {
     if (trigger.empty()) return constraint->matches(before);
-    const std::size_t at = before.find(trigger);
-    return at == std::string::npos || constraint->matches(std::string_view(before).substr(at));
+    const std::optional<std::size_t> at = TriggerWatch::find(before, trigger, block);
+    return !at || constraint->matches(std::string_view(before).substr(*at));
   };
 }
 
@@ -215,6 +216,7 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
   GenerateOptions go = generate_options(context, max_tokens_for(context, prompt, sampling), sampling);
   go.constraint = request.constraint;
   go.constraint_trigger = request.trigger;
+  go.constraint_trigger_block = request.trigger_block;
   clear_stream_logprobs();
   // Choices 1..n-1 read copy-on-write forks of the window (its pages shared): the batch reads the KV once and
   // forwards the query once for all of them. They live until every job is done.

@@ -22,6 +22,7 @@ struct DecodeRequest {
   const SamplingRequest* sampling = nullptr;
   std::shared_ptr<const Constraint> constraint;  // what the answer must match (answer_constraint.h); null: free
   std::string trigger;                           // non-empty: the constraint applies from this text on
+  TriggerBlock trigger_block;  // where the trigger does not count (GenerateOptions::constraint_trigger_block)
   // Set: applied to each choice's result as the choice ends, before RunSink::on_choice_end sees it (the
   // request path reads the answer's tool calls out with it). Called on the request's thread.
   std::function<void(int64_t choice, RunResult& r)> read_choice;

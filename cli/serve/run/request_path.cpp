@@ -21,6 +21,7 @@ struct RunTicket::Prepared {
   SyncPlan plan;  // Window::plan_sync(chat->messages, options) of slot's window at its current version
   std::shared_ptr<const Constraint> constraint;  // what the answer must match; null: free text
   std::string trigger;                           // non-empty: the constraint applies from this text on
+  TriggerBlock trigger_block;                    // where the trigger does not count (decode.h's DecodeRequest)
   bool calls_whole = false;                      // AnswerConstraint::calls_whole
   bool in_reasoning = false;  // under a reasoning parser, the answer begins inside the reasoning (reasoning.h)
   const CompletionRequest* completion = nullptr;  // set for a completion request
@@ -234,14 +235,21 @@ RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::strin
   return ticket;
 }
 
-// Under a reasoning parser: whether the answer begins inside the reasoning (its generation prompt's text), and
-// then a constraint that would apply from the first byte applies from the reasoning's end on instead
+// Under a reasoning parser: whether the answer begins inside the reasoning (its generation prompt's text). A
+// trigger (tool_choice "auto"'s call mark) then counts only after the reasoning, as the splitter reads it: a
+// mark the model writes while it thinks is not a call. Where the answer begins inside the reasoning, a
+// constraint that would apply from the first byte applies from the reasoning's end on instead
 // (ConstraintCache::for_request's `after`), so the model thinks freely and answers under it.
 std::optional<ApiError> RequestPath::read_reasoning(const ChatRequest& request, RunTicket::Prepared& p) {
   const ReasoningFormat format = context_.options.reasoning;
   if (format == ReasoningFormat::kNone) return std::nullopt;
   p.in_reasoning = starts_in_reasoning(format, context_.engine->detokenize(p.plan.generation_prompt));
-  if (!p.in_reasoning || !p.constraint || !p.trigger.empty()) return std::nullopt;
+  if (!p.trigger.empty()) {
+    p.trigger_block.open = p.in_reasoning ? "" : std::string(kReasoningOpen);
+    p.trigger_block.close = std::string(kReasoningClose);
+    return std::nullopt;
+  }
+  if (!p.in_reasoning || !p.constraint) return std::nullopt;
   AnswerConstraint after = context_.constraints->for_request(request, std::string(kReasoningClose));
   if (after.error) return after.error;
   p.constraint = std::move(after.constraint);
@@ -354,7 +362,7 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
                       });
     out_sink = reasoning->wrap(sink, out_sink, request.sampling.stream);
   }
-  DecodeRequest decoding{&report.generation_prompt, &request.sampling, p.constraint, p.trigger};
+  DecodeRequest decoding{&report.generation_prompt, &request.sampling, p.constraint, p.trigger, p.trigger_block};
   if (!calls.empty() || reasoning) {
     decoding.read_choice = [this, &calls, &reasoning](int64_t choice, RunResult& r) {
       const bool past_reasoning = !reasoning || reasoning->finish(choice, r);

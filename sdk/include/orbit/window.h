@@ -59,6 +59,7 @@
 #include "orbit/plan.h"
 #include "orbit/policy.h"
 #include "orbit/sync.h"
+#include "orbit/trigger_watch.h"
 
 namespace orbit {
 
@@ -179,6 +180,11 @@ struct GenerateOptions {
   // Tool calls under tool_choice "auto": tool_calls()'s constraint after tool_call_trigger(format), so the
   // model may answer in text, and a call it starts is written whole and valid.
   std::string constraint_trigger;
+  // With a trigger: a block at the text's start where the trigger does not count (orbit/trigger_watch.h): a
+  // reasoning model's thinking, {"", "</think>"} where the prompt opened `<think>`, {"<think>", "</think>"}
+  // where the model may open it. The run is free inside it; the trigger counts from the block's end (or from
+  // the first byte where the text does not open it). Empty (the default): the first trigger counts.
+  TriggerBlock constraint_trigger_block;
 
   // Logit processors, OpenAI's semantics, applied to each step's logits in this order before the constraint's
   // mask and before sampling (sdk/src/window/sampler.h):

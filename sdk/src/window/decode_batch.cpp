@@ -64,10 +64,11 @@ std::unique_ptr<TextStream> text_stream(const EngineCore& core, const GenerateOp
   if (o.stop.empty() && !o.on_text) return nullptr;
   std::function<bool(const std::string&)> may_stop_before;
   if (o.constraint) {
-    may_stop_before = [constraint = o.constraint, trigger = o.constraint_trigger](const std::string& before) {
+    may_stop_before = [constraint = o.constraint, trigger = o.constraint_trigger,
+                       block = o.constraint_trigger_block](const std::string& before) {
       if (trigger.empty()) return constraint->matches(before);
-      const std::size_t at = before.find(trigger);
-      return at == std::string::npos || constraint->matches(std::string_view(before).substr(at));
+      const std::optional<std::size_t> at = TriggerWatch::find(before, trigger, block);
+      return !at || constraint->matches(std::string_view(before).substr(*at));
     };
   }
   const runtime::Tokenizer* tokenizer = &core.tokenizer();

@@ -48,6 +48,12 @@ void Sampler::check_options(const GenerateOptions& o, int64_t vocab, const char*
   }
   ORBIT_CHECK(o.constraint_trigger.empty() || o.constraint != nullptr,
               what << ": constraint_trigger = \"" << o.constraint_trigger << "\" needs a constraint");
+  ORBIT_CHECK(o.constraint_trigger_block.empty() || !o.constraint_trigger.empty(),
+              what << ": constraint_trigger_block (close \"" << o.constraint_trigger_block.close
+                   << "\") needs a constraint_trigger");
+  ORBIT_CHECK(
+      o.constraint_trigger_block.open.empty() || !o.constraint_trigger_block.close.empty(),
+      what << ": constraint_trigger_block.open = \"" << o.constraint_trigger_block.open << "\" needs a close string");
 }
 
 Sampler::Sampler(const GenerateOptions& options, SamplerSetup setup)
@@ -59,6 +65,7 @@ Sampler::Sampler(const GenerateOptions& options, SamplerSetup setup)
       rng_(options.seed) {
   check_options(options, vocab_);
   triggered_ = options.constraint_trigger.empty();
+  if (!triggered_) watch_.emplace(options.constraint_trigger, options.constraint_trigger_block);
   options_.on_token = nullptr;
   options_.on_logprobs = nullptr;
   options_.on_text = nullptr;
@@ -190,23 +197,22 @@ void Sampler::record(SamplerStep& step, double* logits) {
 }
 
 SamplerStep Sampler::free_step(double* logits) {
-  const std::string& trigger = options_.constraint_trigger;
   constexpr int kMaxRefused = 64;
   SamplerStep step;
   for (int refused = 0; refused < kMaxRefused; ++refused) {
     const int64_t token = choose(logits);
     if (std::isinf(logits[token]) && logits[token] < 0) break;  // every token excluded
-    const std::string text = tail_ + (is_stop_token(token) ? std::string() : bytes_of(token));
-    const std::size_t at = text.find(trigger);
-    if (at == std::string::npos) {
-      tail_ = text.substr(text.size() - std::min(text.size(), trigger.size() - 1));
-    } else if (constraint_->matcher().can_advance(std::string_view(text).substr(at))) {
-      constraint_->accept_text(std::string_view(text).substr(at));
-      triggered_ = true;
-    } else {
+    TriggerWatch next = *watch_;  // tried on a copy: a refused token leaves the watch as it was
+    const std::optional<std::string> from = next.push(is_stop_token(token) ? std::string() : bytes_of(token));
+    if (from && !constraint_->matcher().can_advance(*from)) {
       logits[token] = -std::numeric_limits<double>::infinity();  // starts the constrained text wrongly
       continue;
     }
+    if (from) {
+      constraint_->accept_text(*from);
+      triggered_ = true;
+    }
+    *watch_ = std::move(next);
     step.token = token;
     record(step, logits);
     return step;

@@ -7,9 +7,9 @@
 //     -> penalties   logits[t] -= presence · [count(t) > 0] + frequency · count(t)   (tokens chosen so far)
 //     -> logit_bias  logits[t] += bias[t]
 //     -> constraint  -inf where the token's bytes would leave the grammar (or not fit the tokens left);
-//                    with a trigger (GenerateOptions::constraint_trigger) only once the text holds it: before,
-//                    a chosen token that completes the trigger and goes on where the grammar refuses is
-//                    excluded and the choice made again
+//                    with a trigger (GenerateOptions::constraint_trigger) only once the text holds it (outside
+//                    constraint_trigger_block: orbit/trigger_watch.h): before, a chosen token that completes
+//                    the trigger and goes on where the grammar refuses is excluded and the choice made again
 //     -> logprobs    log_softmax(logits): the chosen token's and the top_logprobs best (when asked)
 //     -> choice      argmax at temperature 0, else a draw from softmax(logits / T) cut to the top_p nucleus
 //
@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "orbit/constraint.h"
+#include "orbit/trigger_watch.h"
 #include "orbit/window.h"
 
 namespace orbit::detail {
@@ -95,8 +96,8 @@ class Sampler {
   GenerateOptions options_;
   int64_t vocab_ = 0;
   std::optional<TokenConstraint> constraint_;
-  bool triggered_ = true;  // false while a trigger has not appeared
-  std::string tail_;       // the free text's last bytes, fewer than the trigger's (where it may begin)
+  bool triggered_ = true;              // false while a trigger has not appeared
+  std::optional<TriggerWatch> watch_;  // with a trigger: where it appears in the free text
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   bool at_text_start_ = false;
   std::mt19937_64 rng_;
