@@ -5,9 +5,7 @@
 // server renders under a template whose generation prompt opens it: the whole answer is reasoning.
 //
 //   node serve_reasoning.mjs ORBIT_BINARY MODEL        exit 77 = skipped (node packages or serve missing)
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 import { checks, importOr, scriptArgs, startServer } from "./serve_harness.mjs";
 import { recordingFetch } from "./serve_tool_rounds.mjs";
@@ -17,29 +15,11 @@ const ai = await importOr("ai");
 const { createOpenAICompatible } = await importOr("@ai-sdk/openai-compatible");
 const { default: OpenAI } = await importOr("openai");
 
-const TEMPLATE = `{%- for message in messages -%}
-{%- if message.role == 'assistant' -%}
-<|im_start|>assistant
-{% if message.reasoning_content %}<think>
-{{ message.reasoning_content }}
-</think>
-
-{% endif %}{{ message.content or '' }}<|im_end|>
-{% else -%}
-<|im_start|>{{ message.role }}
-{{ message.content }}<|im_end|>
-{% endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-<|im_start|>assistant
-<think>
-{% endif -%}`;
+// ChatML whose generation prompt opens <think> (tests/python/test_serve_reasoning_parser.py serves it too).
+const TEMPLATE = fileURLToPath(new URL("../data/think_open.jinja", import.meta.url));
 
 const t = checks();
-const dir = mkdtempSync(join(tmpdir(), "orbit-reasoning-"));
-writeFileSync(join(dir, "think.jinja"), TEMPLATE);
-const server = startServer(orbit, ["--model", model, "--chat-template", join(dir, "think.jinja"),
-                                   "--reasoning-parser", "qwen3"]);
+const server = startServer(orbit, ["--model", model, "--chat-template", TEMPLATE, "--reasoning-parser", "qwen3"]);
 const modelId = model.split("/").pop();
 try {
   const base = await server.ready();
@@ -97,6 +77,5 @@ try {
           JSON.stringify({ text, done }));
 } finally {
   await server.stop(t.check);
-  rmSync(dir, { recursive: true, force: true });
 }
 t.finish();

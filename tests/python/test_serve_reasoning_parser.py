@@ -14,37 +14,14 @@ import pytest
 MODEL = "stories260K.bin"
 QWEN3 = pathlib.Path(__file__).resolve().parents[1] / "data" / "templates" / "qwen3-0.6b.jinja"
 # ChatML whose generation prompt opens the reasoning; an assistant turn's reasoning_content is rendered
-# between the tags before its content.
-THINK_TEMPLATE = """{%- for message in messages -%}
-{%- if message.role == 'assistant' -%}
-<|im_start|>assistant
-{% if message.reasoning_content %}<think>
-{{ message.reasoning_content }}
-</think>
-
-{% endif %}{{ message.content or '' }}<|im_end|>
-{% else -%}
-<|im_start|>{{ message.role }}
-{{ message.content }}<|im_end|>
-{% endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-<|im_start|>assistant
-<think>
-{% endif -%}"""
+# between the tags before its content (tests/node/serve_reasoning.mjs serves it too).
+THINK_TEMPLATE = pathlib.Path(__file__).resolve().parents[1] / "data" / "think_open.jinja"
 ASK = [{"role": "user", "content": "Tell me a story."}]
 
 
-@pytest.fixture(scope="module")
-def think_template(tmp_path_factory):
-    path = tmp_path_factory.mktemp("templates") / "think.jinja"
-    path.write_text(THINK_TEMPLATE)
-    return path
-
-
 @pytest.fixture
-def thinking(start_serve, stories260k_path, think_template):
-    return start_serve(stories260k_path, "--chat-template", str(think_template), "--reasoning-parser", "qwen3")
+def thinking(start_serve, stories260k_path):
+    return start_serve(stories260k_path, "--chat-template", str(THINK_TEMPLATE), "--reasoning-parser", "qwen3")
 
 
 def post(server, path, body, stream=False):
@@ -158,8 +135,8 @@ def test_without_a_tag_in_the_prompt_the_name_decides(start_serve, stories260k_p
         assert message["content"] is None and len(message["reasoning_content"]) > 10
 
 
-def test_without_a_parser_the_answer_is_content(start_serve, stories260k_path, think_template):
-    server = start_serve(stories260k_path, "--chat-template", str(think_template))
+def test_without_a_parser_the_answer_is_content(start_serve, stories260k_path):
+    server = start_serve(stories260k_path, "--chat-template", str(THINK_TEMPLATE))
     body = chat(server)
     message = body["choices"][0]["message"]
     assert "reasoning_content" not in message and len(message["content"]) > 10
