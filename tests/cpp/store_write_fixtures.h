@@ -1,6 +1,7 @@
 // What the tests of `orbit serve`'s store writes share (test_serve_store_writes.cpp, test_serve_store_retry.cpp,
-// test_serve_held_journal.cpp, test_serve_held_links.cpp): a temporary directory, a file-size limit that makes
-// writes fail as on a full disk, items to store, and where a store's journal of held answers lies.
+// test_serve_held_journal.cpp, test_serve_held_links.cpp, test_serve_held_share.cpp): a temporary directory, a
+// file-size limit that makes writes fail as on a full disk, items to store, where a store's journal of held
+// answers lies, and the check of a held chain recovered after a crash.
 #pragma once
 
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "orbit_catch.h"
+#include "serve/responses/responses_disk.h"
 #include "serve/responses/responses_store.h"
 #include "serve/stored/chat_store.h"
 
@@ -113,6 +115,25 @@ inline std::string journal_of(const std::string& store) {
     if (name.rfind(store + ".held-", 0) == 0 && name.find(".corrupt") == std::string::npos) found = name;
   }
   return found;
+}
+
+// After a crash of a server holding response r (whose record names t, its previous, a row on disk that was deleted
+// or evicted meanwhile): the next start on `path` adopts the journal and writes r whole, t its unnamed link only,
+// and erasing r then deletes t, which nothing needs any more.
+inline void check_chain_recovered(const std::string& path) {
+  {
+    orbit::serve::ResponseStore reopened(orbit::serve::ResponseStoreOptions{4096, path});
+    CHECK(reopened.pending().recovered == 1);
+    CHECK(reopened.pending().held == 0);
+  }
+  orbit::serve::ResponseStore fresh(orbit::serve::ResponseStoreOptions{4096, path});  // nothing in memory: the disk
+  CHECK_FALSE(fresh.get("t"));
+  const std::vector<orbit::ChatMessage> conversation = conversation_of(fresh, "r");
+  REQUIRE(conversation.size() == 4);
+  CHECK(conversation[0].content == "question t");
+  CHECK(conversation[3].content == "answer r");
+  CHECK(fresh.erase("r"));
+  CHECK_FALSE(orbit::serve::ResponseDisk(path).has("t"));
 }
 
 }  // namespace store_fixtures

@@ -130,23 +130,6 @@ bool waits_for_flock(pid_t pid, const std::string& path) {
   return false;
 }
 
-// The next start on `path` adopts the crashed server's journal and writes r whole, t its unnamed link.
-void check_recovered(const std::string& path) {
-  {
-    sv::ResponseStore reopened(sv::ResponseStoreOptions{4096, path});
-    CHECK(reopened.pending().recovered == 1);  // the old code: "r ... is lost: ... continues 't', which is missing"
-    CHECK(reopened.pending().held == 0);
-  }
-  sv::ResponseStore fresh(sv::ResponseStoreOptions{4096, path});  // nothing in memory: read from disk
-  CHECK_FALSE(fresh.get("t"));                                    // deleted or evicted: an unnamed link of r only
-  const std::vector<orbit::ChatMessage> conversation = conversation_of(fresh, "r");
-  REQUIRE(conversation.size() == 4);
-  CHECK(conversation[0].content == "question t");
-  CHECK(conversation[3].content == "answer r");
-  CHECK(fresh.erase("r"));
-  CHECK_FALSE(sv::ResponseDisk(path).has("t"));  // nothing needs it now: deleted with r
-}
-
 }  // namespace
 
 TEST_CASE("held share: a row another running server's record names stays when this server deletes it",
@@ -162,7 +145,7 @@ TEST_CASE("held share: a row another running server's record names stays when th
     CHECK(sv::ResponseDisk(path).has("t"));  // unnamed, kept for a's record (the old code deleted it)
   }
   a.crash();  // before r's hold lands
-  check_recovered(path);
+  check_chain_recovered(path);
 }
 
 TEST_CASE("held share: a row a crashed server's record names stays when a running server evicts it",
@@ -180,7 +163,7 @@ TEST_CASE("held share: a row a crashed server's record names stays when a runnin
     CHECK(disk.has("t"));         // evicted, kept unnamed for the crashed server's record (the old code deleted it)
     CHECK(b.size() == 1);
   }
-  check_recovered(path);
+  check_chain_recovered(path);
 }
 
 TEST_CASE("held share: a hold looking up its link while another server deletes that row waits, and carries it",
@@ -203,7 +186,7 @@ TEST_CASE("held share: a hold looking up its link while another server deletes t
   share.unlock();
   CHECK(a.read_status() == 'h');  // r held and journaled, t in its record as a link
   a.crash();
-  check_recovered(path);  // the old code: r's record named t, deleted since: "r ... is lost"
+  check_chain_recovered(path);  // the old code: r's record named t, deleted since: "r ... is lost"
 }
 
 TEST_CASE("held share: a hold whose record names a row needs the store's lock", "[serve][journal]") {
