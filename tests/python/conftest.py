@@ -8,6 +8,7 @@ Environment:
 """
 import contextlib
 import fcntl
+import http.client
 import importlib
 import json
 import os
@@ -111,6 +112,19 @@ def stories_server(orbit_cli, stories260k_path):
         yield process.host, process.port
     finally:
         process.stop()
+
+
+def post_json(address, path, body, headers=None, timeout=120):
+    """(status, parsed JSON answer) of one POST to `path` on `address`, (host, port): `body` a dict, sent as JSON, or
+    bytes, sent as they are, with Content-Type application/json and `headers`. An error status is returned too."""
+    connection = http.client.HTTPConnection(*address, timeout=timeout)
+    try:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        connection.request("POST", path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read().decode())
+    finally:
+        connection.close()
 
 
 def free_port() -> int:

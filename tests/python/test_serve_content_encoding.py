@@ -3,11 +3,11 @@ naming the header (cli/serve/http/http_request_reader.h): the HTTP library behin
 before the body limit was checked, so 300 KB of gzip held 300 MB in the server. The server is started here on
 127.0.0.1 (any free port) on stories260K and always stopped."""
 import gzip
-import http.client
 import json
 import zlib
 
 import pytest
+from conftest import post_json
 
 BODY = json.dumps({"model": "stories260K.bin", "messages": [{"role": "user", "content": "Hi"}],
                    "max_tokens": 2}).encode()
@@ -20,15 +20,7 @@ def server(stories_server):
 
 
 def post(server, body, headers):
-    host, port = server
-    connection = http.client.HTTPConnection(host, port, timeout=120)
-    try:
-        connection.request("POST", "/v1/chat/completions", body=body,
-                           headers={"Content-Type": "application/json", **headers})
-        response = connection.getresponse()
-        return response.status, json.loads(response.read().decode())
-    finally:
-        connection.close()
+    return post_json(server, "/v1/chat/completions", body, headers)
 
 
 @pytest.mark.parametrize("coding,encode", [("gzip", gzip.compress), ("deflate", zlib.compress),

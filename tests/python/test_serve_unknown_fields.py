@@ -3,10 +3,8 @@ not been sent (cli/serve/wire/serve_api.h, cli/serve/responses/responses_api.h):
 chat field sent to /v1/completions, a stray key inside the Responses API's `text`. Each gets a 400 with code
 `unknown_parameter` naming the field; what OpenAI's clients send as hints is still taken. The server is started
 here on 127.0.0.1 (any free port) on stories260K and always stopped."""
-import http.client
-import json
-
 import pytest
+from conftest import post_json
 
 MODEL_NAME = "stories260K.bin"
 HELLO = [{"role": "user", "content": "Hi"}]
@@ -18,18 +16,6 @@ def server(stories_server):
     return stories_server
 
 
-def post(server, path, body):
-    """(status, parsed JSON body) of one POST."""
-    host, port = server
-    connection = http.client.HTTPConnection(host, port, timeout=120)
-    try:
-        connection.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-        response = connection.getresponse()
-        return response.status, json.loads(response.read().decode())
-    finally:
-        connection.close()
-
-
 def refused(status, body, field):
     assert status == 400, body
     assert body["error"]["code"] == "unknown_parameter", body
@@ -38,20 +24,20 @@ def refused(status, body, field):
 
 
 def test_chat_refuses_a_misspelt_field_naming_what_it_meant(server):
-    status, body = post(server, "/v1/chat/completions",
+    status, body = post_json(server, "/v1/chat/completions",
                         {"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2, "temprature": 0})
     assert "did you mean 'temperature'" in refused(status, body, "temprature")
-    status, body = post(server, "/v1/chat/completions",
+    status, body = post_json(server, "/v1/chat/completions",
                         {"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2, "chat_template_kwargs": None})
     refused(status, body, "chat_template_kwargs")
 
 
 def test_chat_takes_the_hints_openai_clients_send(server):
-    status, body = post(server, "/v1/chat/completions",
+    status, body = post_json(server, "/v1/chat/completions",
                         {"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2, "prompt_cache_key": "k",
                          "safety_identifier": "u", "verbosity": "medium", "prompt_cache_retention": "24h"})
     assert status == 200, body
-    status, body = post(server, "/v1/chat/completions",
+    status, body = post_json(server, "/v1/chat/completions",
                         {"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2, "verbosity": "high"})
     assert status == 400 and body["error"]["param"] == "verbosity", body
 
@@ -60,25 +46,26 @@ def test_chat_takes_the_hints_openai_clients_send(server):
                                          ("response_format", {"type": "json_object"}),
                                          ("store", True), ("metadata", {"k": "v"})])
 def test_completions_refuses_chat_fields_it_would_drop(server, field, value):
-    status, body = post(server, "/v1/completions",
+    status, body = post_json(server, "/v1/completions",
                         {"model": MODEL_NAME, "prompt": "Once", "max_tokens": 2, field: value})
     assert "/v1/chat/completions" in refused(status, body, field)
 
 
 def test_responses_refuses_unknown_fields_at_each_level(server):
     base = {"model": MODEL_NAME, "input": "Hi", "max_output_tokens": 2}
-    refused(*post(server, "/v1/responses", {**base, "foo": 1}), "foo")
-    refused(*post(server, "/v1/responses", {**base, "text": {"fromat": {"type": "text"}}}), "text.fromat")
-    refused(*post(server, "/v1/responses", {**base, "text": {"format": {"type": "text", "x": 1}}}), "text.format.x")
-    status, body = post(server, "/v1/responses", {**base, "stream_options": {"include_obfuscation": False}})
+    refused(*post_json(server, "/v1/responses", {**base, "foo": 1}), "foo")
+    refused(*post_json(server, "/v1/responses", {**base, "text": {"fromat": {"type": "text"}}}), "text.fromat")
+    refused(*post_json(server, "/v1/responses", {**base, "text": {"format": {"type": "text", "x": 1}}}),
+            "text.format.x")
+    status, body = post_json(server, "/v1/responses", {**base, "stream_options": {"include_obfuscation": False}})
     assert status == 400 and body["error"]["param"] == "stream_options", body
-    status, body = post(server, "/v1/responses", {**base, "prompt_cache_key": "k", "safety_identifier": "u"})
+    status, body = post_json(server, "/v1/responses", {**base, "prompt_cache_key": "k", "safety_identifier": "u"})
     assert status == 200, body
 
 
 def test_chat_refuses_a_response_format_key_out_of_place(server):
     # {"type": "json_object", "schema": ...} answered JSON of any shape: the schema was dropped unannounced.
-    status, body = post(server, "/v1/chat/completions",
+    status, body = post_json(server, "/v1/chat/completions",
                         {"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2,
                          "response_format": {"type": "json_object", "schema": {"type": "object"}}})
     refused(status, body, "response_format.schema")
@@ -87,17 +74,17 @@ def test_chat_refuses_a_response_format_key_out_of_place(server):
 def test_a_tool_key_out_of_place_is_refused(server):
     # A misspelt "parameters" gave the model a tool whose arguments nothing checked.
     tool = {"type": "function", "function": {"name": "f", "params": {"type": "object"}}}
-    status, body = post(server, "/v1/chat/completions",
+    status, body = post_json(server, "/v1/chat/completions",
                         {"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2, "tools": [tool]})
     refused(status, body, "tools[0].function.params")
-    status, body = post(server, "/v1/responses",
+    status, body = post_json(server, "/v1/responses",
                         {"model": MODEL_NAME, "input": "Hi", "max_output_tokens": 2,
                          "tools": [{"type": "function", "name": "f", "defer_loading": True}]})
     refused(status, body, "tools[0].defer_loading")
 
 
 def chat(server, messages):
-    return post(server, "/v1/chat/completions", {"model": MODEL_NAME, "messages": messages, "max_tokens": 2})
+    return post_json(server, "/v1/chat/completions", {"model": MODEL_NAME, "messages": messages, "max_tokens": 2})
 
 
 def test_a_message_key_no_role_has_is_refused_by_its_path(server):
@@ -137,7 +124,7 @@ def test_an_assistant_refusal_string_is_read_as_its_text(server):
 
 def test_a_responses_input_item_key_its_type_has_not_is_refused_by_its_path(server):
     def respond(item):
-        return post(server, "/v1/responses", {"model": MODEL_NAME, "max_output_tokens": 2,
+        return post_json(server, "/v1/responses", {"model": MODEL_NAME, "max_output_tokens": 2,
                                               "input": [{"role": "user", "content": "Hi"}, item]})
     status, body = respond({"type": "function_call_output", "cal_id": "c", "output": "4"})
     assert "did you mean 'call_id'" in refused(status, body, "input[1].cal_id")
@@ -185,7 +172,7 @@ def test_part_and_call_keys_the_clients_send_are_taken(server):
 
 def test_a_key_inside_a_responses_content_part_is_refused_by_its_path(server):
     def respond(*items):
-        return post(server, "/v1/responses", {"model": MODEL_NAME, "max_output_tokens": 2, "input": list(items)})
+        return post_json(server, "/v1/responses", {"model": MODEL_NAME, "max_output_tokens": 2, "input": list(items)})
     status, body = respond({"role": "user", "content": [{"type": "input_text", "text": "Hi", "txt": "x"}]})
     assert "did you mean 'text'" in refused(status, body, "input[0].content[0].txt")
     status, body = respond({"role": "user", "content": "Hi"},
