@@ -100,18 +100,27 @@ def start_serve(orbit_cli):
         server.stop()
 
 
+@contextlib.contextmanager
+def serving(orbit_cli, model, *args):
+    """The ServeProcess of `orbit serve` on `model` with `args` (127.0.0.1, a free port), stopped on exit; for a
+    module's fixture (start_serve's servers live for one test). Skips when this orbit was built without its HTTP
+    server."""
+    try:
+        process = ServeProcess(orbit_cli, model, args)
+    except NoServe as e:
+        pytest.skip(str(e))
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
 @pytest.fixture(scope="module")
 def stories_server(orbit_cli, stories260k_path):
     """(host, port) of one `orbit serve` on stories260K (127.0.0.1, a free port, no other argument), shared by a
     module's tests and stopped after them. Skips when this orbit was built without its HTTP server."""
-    try:
-        process = ServeProcess(orbit_cli, stories260k_path, ())
-    except NoServe as e:
-        pytest.skip(str(e))
-    try:
+    with serving(orbit_cli, stories260k_path) as process:
         yield process.host, process.port
-    finally:
-        process.stop()
 
 
 def post_json(address, path, body, headers=None, timeout=120):

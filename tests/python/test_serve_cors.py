@@ -10,7 +10,7 @@ import json
 import subprocess
 
 import pytest
-from serve_process import NoServe, ServeProcess
+from conftest import serving
 
 PAGE = "http://localhost:5173"
 OTHER_PAGE = "https://app.example"
@@ -20,30 +20,17 @@ CHAT = {"model": "stories260K.bin", "messages": [{"role": "user", "content": "Hi
 CLIENT_HEADERS = "authorization,content-type,openai-organization,openai-project,x-stainless-arch,x-stainless-os"
 
 
-def start(orbit_cli, model, *args):
-    try:
-        return ServeProcess(orbit_cli, model, args)
-    except NoServe as e:
-        pytest.skip(str(e))
-
-
 @pytest.fixture(scope="module")
 def listed(orbit_cli, stories260k_path):
     """(host, port) of a server that lets PAGE and OTHER_PAGE call it; bodies over 1 KiB are 413."""
-    server = start(orbit_cli, stories260k_path, "--allow-origin", f"{PAGE},{OTHER_PAGE}", "--max-body-kb", "1")
-    try:
+    with serving(orbit_cli, stories260k_path, "--allow-origin", f"{PAGE},{OTHER_PAGE}", "--max-body-kb", "1") as server:
         yield server.host, server.port
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def any_origin(orbit_cli, stories260k_path):
-    server = start(orbit_cli, stories260k_path, "--allow-origin", "*")
-    try:
+    with serving(orbit_cli, stories260k_path, "--allow-origin", "*") as server:
         yield server.host, server.port
-    finally:
-        server.stop()
 
 
 def ask(server, method, path, headers=None, body=None, connection=None):
@@ -237,11 +224,8 @@ def test_a_malformed_origin_stops_the_start_naming_it(orbit_cli, stories260k_pat
 
 def test_origins_are_matched_as_browsers_write_them(orbit_cli, stories260k_path):
     # A default port and capitals in the option still match the Origin a browser sends (http://localhost).
-    server = start(orbit_cli, stories260k_path, "--allow-origin", "HTTP://LocalHost:80")
-    try:
+    with serving(orbit_cli, stories260k_path, "--allow-origin", "HTTP://LocalHost:80") as server:
         assert "pages from http://localhost may call this server" in server.output()
         status, headers, _ = preflight((server.host, server.port), "/v1/models", "http://localhost", method="GET")
         assert status == 204
         assert headers["Access-Control-Allow-Origin"] == "http://localhost"
-    finally:
-        server.stop()

@@ -10,6 +10,7 @@ import pathlib
 import urllib.error
 
 import pytest
+from conftest import serving
 
 QWEN3 = pathlib.Path(__file__).resolve().parents[1] / "data" / "templates" / "qwen3-0.6b.jinja"
 MODEL = "stories260K.bin"
@@ -19,15 +20,8 @@ CALL = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arg
 
 @pytest.fixture(scope="module")
 def server(orbit_cli, stories260k_path):
-    from serve_process import NoServe, ServeProcess
-    try:
-        process = ServeProcess(orbit_cli, stories260k_path, ("--chat-template", str(QWEN3)))
-    except NoServe as e:
-        pytest.skip(str(e))
-    try:
+    with serving(orbit_cli, stories260k_path, "--chat-template", str(QWEN3)) as process:
         yield process
-    finally:
-        process.stop()
 
 
 def post(server, path, body):
