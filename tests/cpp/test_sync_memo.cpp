@@ -400,6 +400,42 @@ void check_edits_read_latest(uint64_t seed, int requests, int64_t max_renders, c
   }
 }
 
+// One of for_each_bundled_template's cases: a bundled template, its render options (with or without a tool), and
+// an agent list of 30 messages; `name` says which (for INFO).
+struct BundledCase {
+  const runtime::ChatTemplate& t;
+  const runtime::ChatRenderOptions& options;
+  const std::vector<runtime::ChatMessage>& list;
+  bool tools;
+  std::string name;
+};
+
+// Runs `check` under every bundled template (tests/data/templates, the date Llama 3.1 asks for given) with and
+// without a tool, the memo cleared first, on an agent list drawn from `rng`: without tools its turns alternate
+// user and assistant, as the strictest templates want.
+void for_each_bundled_template(std::mt19937_64& rng, const std::function<void(const BundledCase&)>& check) {
+  namespace fs = std::filesystem;
+  runtime::ChatRenderOptions o;
+  o.tools_json = kLookupTool;
+  o.extra_json = R"({"date_string": "26 Jul 2024"})";
+  for (const fs::directory_entry& e : fs::directory_iterator(fs::path(ORBIT_TEST_DATA_DIR) / "templates")) {
+    if (e.path().extension() != ".jinja") continue;
+    const runtime::ChatTemplate t(template_source(e.path().stem().string()), e.path().filename().string(), "<s>",
+                                  "</s>");
+    for (const bool tools : {false, true}) {
+      runtime::ChatRenderOptions with = o;
+      if (!tools) with.tools_json.clear();
+      orbit::detail::clear_cuts_memo();
+      std::vector<runtime::ChatMessage> list = agent_list(rng, 30);
+      if (!tools) {
+        for (std::size_t i = 1; i < list.size(); ++i)
+          list[i] = runtime_msg(i % 2 ? "user" : "assistant", sentence(rng, 6));
+      }
+      check({t, with, list, tools, e.path().filename().string() + (tools ? ", tools" : "")});
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a list trimmed or summarized at its start reads its prefixes from the latest list's", "[sync_memo]") {
@@ -413,41 +449,23 @@ TEST_CASE("a list trimmed or summarized at its start reads its prefixes from the
 }
 
 TEST_CASE("a trimmed list under every bundled template cuts as rendering every prefix does", "[sync_memo]") {
-  namespace fs = std::filesystem;
-  runtime::ChatRenderOptions o;
-  o.tools_json = kLookupTool;
-  o.extra_json = R"({"date_string": "26 Jul 2024"})";
   std::mt19937_64 rng(32);
   int64_t checked = 0, spans = 0;
-  for (const fs::directory_entry& e : fs::directory_iterator(fs::path(ORBIT_TEST_DATA_DIR) / "templates")) {
-    if (e.path().extension() != ".jinja") continue;
-    const runtime::ChatTemplate t(template_source(e.path().stem().string()), e.path().filename().string(), "<s>",
-                                  "</s>");
-    for (const bool tools : {false, true}) {
-      runtime::ChatRenderOptions with = o;
-      if (!tools) with.tools_json.clear();
-      orbit::detail::clear_cuts_memo();
-      std::vector<runtime::ChatMessage> list = agent_list(rng, 30);
-      if (!tools) {  // user and assistant turns alternating, as the strictest templates want
-        for (std::size_t i = 1; i < list.size(); ++i)
-          list[i] = runtime_msg(i % 2 ? "user" : "assistant", sentence(rng, 6));
-      }
-      for (const std::size_t k : {2, 4}) {
-        for (const bool summarize : {false, true}) {
-          (void)list_cuts(t, with, list, true);
-          std::vector<runtime::ChatMessage> next = trimmed_list(list, k, summarize, rng);
-          if (!tools && summarize) next[1].role = "user";  // the summary in the dropped user turn's place
-          if (!tools && next.back().role == next[next.size() - 2].role) next.pop_back();
-          INFO(e.path().filename().string()
-               << (tools ? ", tools" : "") << ", " << k << " dropped" << (summarize ? " and summarized" : ""));
-          const std::optional<ListCuts> cuts = cuts_both(t, with, next);
-          if (!cuts) continue;
-          ++checked;
-          spans += cuts->spans;
-        }
+  for_each_bundled_template(rng, [&](const BundledCase& c) {
+    for (const std::size_t k : {2, 4}) {
+      for (const bool summarize : {false, true}) {
+        (void)list_cuts(c.t, c.options, c.list, true);
+        std::vector<runtime::ChatMessage> next = trimmed_list(c.list, k, summarize, rng);
+        if (!c.tools && summarize) next[1].role = "user";  // the summary in the dropped user turn's place
+        if (!c.tools && next.back().role == next[next.size() - 2].role) next.pop_back();
+        INFO(c.name << ", " << k << " dropped" << (summarize ? " and summarized" : ""));
+        const std::optional<ListCuts> cuts = cuts_both(c.t, c.options, next);
+        if (!cuts) continue;
+        ++checked;
+        spans += cuts->spans;
       }
     }
-  }
+  });
   std::printf("bundled templates: %lld trimmed lists cut as every prefix does, %lld prefixes read from spans\n",
               static_cast<long long>(checked), static_cast<long long>(spans));
   CHECK(checked >= 9 * 4);
@@ -494,44 +512,27 @@ TEST_CASE(
 
 TEST_CASE("a list whose first message changed cuts as rendering every prefix does under every bundled template",
           "[sync_memo]") {
-  namespace fs = std::filesystem;
-  runtime::ChatRenderOptions o;
-  o.tools_json = kLookupTool;
-  o.extra_json = R"({"date_string": "26 Jul 2024"})";
   std::mt19937_64 rng(35);
   int64_t checked = 0, spans = 0, bounded = 0;
-  for (const fs::directory_entry& e : fs::directory_iterator(fs::path(ORBIT_TEST_DATA_DIR) / "templates")) {
-    if (e.path().extension() != ".jinja") continue;
-    const runtime::ChatTemplate t(template_source(e.path().stem().string()), e.path().filename().string(), "<s>",
-                                  "</s>");
-    for (const bool tools : {false, true}) {
-      runtime::ChatRenderOptions with = o;
-      if (!tools) with.tools_json.clear();
-      orbit::detail::clear_cuts_memo();
-      std::vector<runtime::ChatMessage> list = agent_list(rng, 30);
-      if (!tools) {  // user and assistant turns alternating, as the strictest templates want
-        for (std::size_t i = 1; i < list.size(); ++i)
-          list[i] = runtime_msg(i % 2 ? "user" : "assistant", sentence(rng, 6));
-      }
-      for (const SystemEdit edit : {SystemEdit::kSame, SystemEdit::kStep, SystemEdit::kTrim}) {
-        (void)list_cuts(t, with, list, true);
-        std::vector<runtime::ChatMessage> next = new_system_list(list, edit, 2, rng);
-        if (!tools && next.back().role == next[next.size() - 2].role) next.pop_back();
-        INFO(e.path().filename().string() << (tools ? ", tools" : "") << ", " << system_edit_name(edit));
-        const std::optional<ListCuts> cuts = cuts_both(t, with, next);
-        if (!cuts) continue;
-        ++checked;
-        spans += cuts->spans;
-        // A template that is a function of its inputs renders the prefixes it refuses or renders otherwise (a
-        // merged boundary each, which the earlier list's were too), the new system prompt's, the added turn
-        // before the last, and the check's two: the rest is read.
-        if (t.deterministic()) {
-          CHECK(cuts->renders <= cuts->merged + 5);
-          bounded += cuts->merged == 0 ? 1 : 0;
-        }
+  for_each_bundled_template(rng, [&](const BundledCase& c) {
+    for (const SystemEdit edit : {SystemEdit::kSame, SystemEdit::kStep, SystemEdit::kTrim}) {
+      (void)list_cuts(c.t, c.options, c.list, true);
+      std::vector<runtime::ChatMessage> next = new_system_list(c.list, edit, 2, rng);
+      if (!c.tools && next.back().role == next[next.size() - 2].role) next.pop_back();
+      INFO(c.name << ", " << system_edit_name(edit));
+      const std::optional<ListCuts> cuts = cuts_both(c.t, c.options, next);
+      if (!cuts) continue;
+      ++checked;
+      spans += cuts->spans;
+      // A template that is a function of its inputs renders the prefixes it refuses or renders otherwise (a
+      // merged boundary each, which the earlier list's were too), the new system prompt's, the added turn
+      // before the last, and the check's two: the rest is read.
+      if (c.t.deterministic()) {
+        CHECK(cuts->renders <= cuts->merged + 5);
+        bounded += cuts->merged == 0 ? 1 : 0;
       }
     }
-  }
+  });
   std::printf(
       "bundled templates: %lld lists with a new first message cut as every prefix does (%lld with no boundary "
       "merged), %lld prefixes read from spans\n",
