@@ -588,9 +588,18 @@ std::vector<OtherwiseCase> otherwise_cases() {
        "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}",
        1000},
       // A line only in the rendering of `count` messages, the new list's longest prefix, which the spans give as
-      // the earlier list's whole rendering: only the check sees it (`count` is set per list below).
+      // the earlier list's whole rendering: only the check sees it (otherwise_source sets `count` per list).
       {"a line at one length", "", -1},
   };
+}
+
+// The source of case `c`'s template for a list of `count` messages: "a line at one length" renders its line where
+// the list has `count` - 1 messages.
+std::string otherwise_source(const OtherwiseCase& c, std::size_t count) {
+  if (*c.source != '\0') return c.source;
+  return "{% if messages | length == " + std::to_string(count - 1) +
+         " %}(one length)\n{% endif %}{% for message in messages %}{{ message.role }}: {{ message.content }}\n"
+         "{% endfor %}";
 }
 
 }  // namespace
@@ -603,13 +612,7 @@ TEST_CASE("a template that renders a kept message otherwise in the trimmed list 
     const std::vector<runtime::ChatMessage> list = agent_list(rng, 44);  // ending with a tool result
     for (const bool summarize : {false, true}) {
       std::vector<runtime::ChatMessage> next = trimmed_list(list, 4, summarize, rng);
-      std::string source = c.source;
-      if (source.empty()) {
-        source = "{% if messages | length == " + std::to_string(next.size() - 1) +
-                 " %}(one length)\n{% endif %}{% for message in messages %}{{ message.role }}: "
-                 "{{ message.content }}\n{% endfor %}";
-      }
-      const runtime::ChatTemplate t(source, c.what);
+      const runtime::ChatTemplate t(otherwise_source(c, next.size()), c.what);
       orbit::detail::clear_cuts_memo();
       REQUIRE(list_cuts(t, o, list, true));
       next.back().role = "assistant";  // the earlier list ended with a tool result
@@ -650,13 +653,7 @@ TEST_CASE("a template that shows the first message further on reads no span past
     for (const SystemEdit edit : {SystemEdit::kSame, SystemEdit::kStep, SystemEdit::kTrim}) {
       std::vector<runtime::ChatMessage> next = new_system_list(list, edit, 4, rng);
       if (edit == SystemEdit::kTrim) next.back().role = "assistant";  // the earlier list ended with a tool result
-      std::string source = c.source;
-      if (source.empty()) {
-        source = "{% if messages | length == " + std::to_string(next.size() - 1) +
-                 " %}(one length)\n{% endif %}{% for message in messages %}{{ message.role }}: "
-                 "{{ message.content }}\n{% endfor %}";
-      }
-      const runtime::ChatTemplate t(source, c.what);
+      const runtime::ChatTemplate t(otherwise_source(c, next.size()), c.what);
       orbit::detail::clear_cuts_memo();
       REQUIRE(list_cuts(t, o, list, true));
       INFO(c.what << ", " << system_edit_name(edit));
