@@ -310,8 +310,13 @@ TEST_CASE("first-k: k = n_B is re-prefill; smaller k recomputes exactly the firs
   const ArmResult four = arm(p, "firstk:4");
   CHECK(four.repair.cost.forward_tokens == 4.0);
   for (std::size_t l = 0; l < 5; ++l) {
-    // The first tokens only see the context and each other: their recompute is exact.
-    CHECK(max_abs_diff(four.repair.content[l].k.narrow(0, 0, 4), p.exact[l].k.narrow(0, 0, 4)) < 1e-5);
+    // The first tokens only see the context and each other: their recompute is exact, up to float32 rounding
+    // (a forward over 4 rows sums in another order than one over the whole prompt: 1.05e-5 seen on one CPU),
+    // far below what recomputing moves them by (their canonical rows, checked below layer 0, which has no
+    // context to absorb).
+    const double recomputed = max_abs_diff(four.repair.content[l].k.narrow(0, 0, 4), p.exact[l].k.narrow(0, 0, 4));
+    CHECK(recomputed < 1e-4);
+    if (l > 0) CHECK(max_abs_diff(p.canonical[l].k.narrow(0, 0, 4), p.exact[l].k.narrow(0, 0, 4)) > 100 * recomputed);
     CHECK(max_abs_diff(four.repair.content[l].v.narrow(0, 4, 20), p.canonical[l].v.narrow(0, 4, 20)) == 0.0);
   }
   CHECK(arm(p, "firstk:0").fidelity.kl == arm(p, "blind").fidelity.kl);
