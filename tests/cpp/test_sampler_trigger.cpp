@@ -239,13 +239,75 @@ TEST_CASE("trigger block: where the trigger counts in a whole text; options chec
   CHECK(TriggerWatch::find(" <think>x<tool_call></think><tool_call>", mark, may_open) == std::size_t{28});
   CHECK(TriggerWatch::find(" <tool_call>", mark, may_open) == std::size_t{1});
   CHECK(TriggerWatch::find("<thi", mark, may_open) == std::nullopt);
-  GenerateOptions no_trigger = triggered();
-  no_trigger.constraint_trigger.clear();
-  no_trigger.constraint_trigger_block = {"", "</think>"};
-  CHECK_THAT(error_of([&] { orbit::detail::Sampler::check_options(no_trigger, kVocab); }),
-             Contains("generate: constraint_trigger_block (close \"</think>\") needs a constraint_trigger"));
+  GenerateOptions no_constraint;
+  no_constraint.constraint_trigger_block = {"", "</think>"};
+  CHECK_THAT(error_of([&] { orbit::detail::Sampler::check_options(no_constraint, kVocab); }),
+             Contains("generate: constraint_trigger_block (close \"</think>\") needs a constraint"));
   GenerateOptions no_close = triggered();
   no_close.constraint_trigger_block = {"<think>", ""};
   CHECK_THAT(error_of([&] { orbit::detail::Sampler::check_options(no_close, kVocab); }),
              Contains("generate: constraint_trigger_block.open = \"<think>\" needs a close string"));
+}
+
+namespace {
+
+// A JSON answer from the first byte, unless the model opens its reasoning first (no trigger, a block that may
+// open): the answer after at most two newlines, as the server builds it for Qwen3's template.
+GenerateOptions json_after_optional_reasoning() {
+  GenerateOptions o;
+  std::vector<std::shared_ptr<const Constraint>> ways;
+  for (const char* gap : {"", "\n", "\n\n"}) {
+    ways.push_back(Constraint::sequence({Constraint::literal(gap), Constraint::json_object()}));
+  }
+  o.constraint = Constraint::choice(ways);
+  o.constraint_trigger_block = {"<think>", "</think>"};
+  return o;
+}
+
+std::vector<int64_t> bytes_of(const std::string& text) {
+  std::vector<int64_t> out;
+  for (char c : text) out.push_back(kBytes + static_cast<unsigned char>(c));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("optional reasoning before a constraint: the model thinks freely, then answers under it",
+          "[sampler][constraint]") {
+  orbit::detail::Sampler s = sampler(json_after_optional_reasoning());
+  // The open tag is allowed though the JSON grammar refuses '<'; inside, free text (even "x", "}", EOS is
+  // not the end yet).
+  CHECK(run(s, {kThink, 0, 8, kBytes + '}'}) == "<think>Surex}");
+  CHECK_FALSE(s.constraint_active());
+  CHECK(run(s, {kUnthink}) == "</think>\n");
+  CHECK(s.constraint_active());
+  // After it, the JSON: "x" masked, '{' then '}' taken, and the run complete.
+  CHECK(s.next(prefer({8, kBytes + '{'})).token == kBytes + '{');
+  CHECK(s.next(prefer({8, kBytes + '}'})).token == kBytes + '}');
+  CHECK(s.complete());
+}
+
+TEST_CASE("optional reasoning before a constraint: not opened, the constraint from the first byte",
+          "[sampler][constraint]") {
+  SECTION("the first token is the answer's; words and EOS the grammar refuses are masked") {
+    orbit::detail::Sampler s = sampler(json_after_optional_reasoning());
+    CHECK(s.next(prefer({0, kEos, kBytes + '{'})).token == kBytes + '{');
+    CHECK(s.constraint_active());
+    CHECK(s.next(prefer({kThink, kBytes + '}'})).token == kBytes + '}');  // "<think>" is text now: refused
+    CHECK(s.complete());
+  }
+  SECTION("the open tag's start, byte by byte, then the block") {
+    orbit::detail::Sampler s = sampler(json_after_optional_reasoning());
+    CHECK(run(s, bytes_of("<th")) == "<th");
+    CHECK_FALSE(s.constraint_active());
+    CHECK(s.next(prefer({kBytes + '{', kBytes + 'i'})).token == kBytes + 'i');  // '{' cannot follow "<th"
+    CHECK(run(s, bytes_of("nk>a</think>{}")) == "nk>a</think>{}");
+    CHECK(s.complete());
+  }
+  SECTION("leading whitespace is the grammar's: the open tag after it is refused") {
+    orbit::detail::Sampler s = sampler(json_after_optional_reasoning());
+    CHECK(run(s, bytes_of("\n")) == "\n");
+    CHECK(s.constraint_active());
+    CHECK(s.next(prefer({kThink, kBytes + '{'})).token == kBytes + '{');
+  }
 }

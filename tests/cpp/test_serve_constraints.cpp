@@ -207,3 +207,25 @@ TEST_CASE("serve constraints: under a reasoning parser the answer's constraint a
                                  R"(<tool_call>{"name": "find", "arguments": {"q": "2024-05-01"}}</tool_call>)"));
   CHECK(cache.for_request(request(kTools, "auto"), "</think>").trigger == "<tool_call>");
 }
+
+TEST_CASE("serve constraints: where the model may open its reasoning, the answer after at most two newlines",
+          "[serve][constraint]") {
+  // Qwen3's template with thinking on: the answer begins outside the reasoning but the model may open it; the
+  // Sampler starts the constraint at the first byte, or right after </think> (constraint_trigger_block).
+  sv::ConstraintCache cache(ToolCallFormat::kHermes, bytes_vocabulary(), 512);
+  sv::ChatRequest json;
+  json.response_format.type = "json_object";
+  const sv::AnswerConstraint a = cache.for_request(json, std::string());
+  REQUIRE(a.constraint != nullptr);
+  CHECK(a.trigger.empty());
+  for (const char* text : {"{\"a\": 1}", "\n\n{\"a\": 1}", " {}", "\n{}"}) {
+    INFO(text);
+    CHECK(a.constraint->matches(text));
+  }
+  CHECK_FALSE(a.constraint->matches("\n\n\n{}"));
+  CHECK_FALSE(a.constraint->matches("</think>{}"));
+  // Kept apart from the plain entry and the </think> one.
+  CHECK(cache.for_request(json).constraint != a.constraint);
+  CHECK(cache.for_request(json, std::string("</think>")).constraint != a.constraint);
+  CHECK(cache.for_request(json, std::string()).constraint == a.constraint);
+}

@@ -149,7 +149,7 @@ AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
   return out;
 }
 
-AnswerConstraint ConstraintCache::for_request(const ChatRequest& request, const std::string& after) {
+AnswerConstraint ConstraintCache::for_request(const ChatRequest& request, const std::optional<std::string>& after) {
   if (!request.tools_json.empty()) {
     AnswerConstraint checked =
         remembered("tool schemas\n" + request.tools_json, [&] { return check_tool_schemas(request.tools_json); });
@@ -158,9 +158,9 @@ AnswerConstraint ConstraintCache::for_request(const ChatRequest& request, const 
   const std::string key = key_of(request);
   if (key.empty()) return {};
   AnswerConstraint from_start = remembered(key, [&] { return build(request); });
-  if (after.empty() || !from_start.constraint || !from_start.trigger.empty()) return from_start;
+  if (!after || !from_start.constraint || !from_start.trigger.empty()) return from_start;
   // The key's first line names no other entry's kind; `after` holds no newline.
-  return remembered("after\n" + after + "\n" + key, [&] { return after_text(from_start, after); });
+  return remembered("after\n" + *after + "\n" + key, [&] { return after_text(from_start, *after); });
 }
 
 AnswerConstraint ConstraintCache::after_text(AnswerConstraint answer, const std::string& after) {

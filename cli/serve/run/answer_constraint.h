@@ -14,7 +14,9 @@
 //   otherwise                    none
 // Under a reasoning parser, where the answer begins inside the model's reasoning (run/reasoning.h), a
 // constraint that applies from the first byte applies after the reasoning's close tag instead (for_request's
-// `after`): the model thinks in free text, then answers under it.
+// `after`): the model thinks in free text, then answers under it. Where the model may open its reasoning
+// itself (qwen3, no tag in the prompt), it applies from the first byte or right after the reasoning the
+// model opened (`after` "", the Sampler's GenerateOptions::constraint_trigger_block).
 // A forced call is not a message, so response_format does not apply to it (as OpenAI's API reads them).
 // Whatever tool_choice says, every tool's parameters must be an arguments schema (an object schema: type
 // "object" if given, properties an object, required a list of names): one that is not is refused when the
@@ -79,11 +81,13 @@ class ConstraintCache {
         max_answer_bytes_(context_tokens * std::max<int64_t>(1, vocabulary_->max_token_bytes())),
         kept_(ConstraintCacheOptions{max_bytes, capacity}) {}
 
-  // `after` non-empty (a reasoning parser's close tag, where the answer begins inside the reasoning): a
-  // constraint that would apply from the answer's first byte applies from `after` on instead (the text up to
-  // it free), as `after`, at most one space or two newlines, then the answer (trigger `after`); one with a
-  // trigger already (tool_choice "auto") is as without it. Kept under its own key.
-  AnswerConstraint for_request(const ChatRequest& request, const std::string& after = "");
+  // `after` set (a reasoning parser's close tag, where the answer begins inside the reasoning): a constraint
+  // that would apply from the answer's first byte applies from `after` on instead (the text up to it free),
+  // as `after`, at most one space or two newlines, then the answer (trigger `after`); one with a trigger
+  // already (tool_choice "auto") is as without it. Kept under its own key. `after` "": at most one space or
+  // two newlines, then the answer, with no trigger (where the model may open its reasoning first: the answer
+  // from the first byte, or from the reasoning's end on, GenerateOptions::constraint_trigger_block).
+  AnswerConstraint for_request(const ChatRequest& request, const std::optional<std::string>& after = std::nullopt);
   // What it holds now, recounted (least recently used entries past max_bytes dropped first).
   struct Usage {
     std::size_t entries = 0;

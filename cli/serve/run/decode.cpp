@@ -71,7 +71,7 @@ std::function<bool(const std::string&)> stop_rule(const DecodeRequest& request) 
   if (!request.constraint) return nullptr;
   return [constraint = request.constraint, trigger = request.trigger,
           block = request.trigger_block](const std::string& before) {
-    if (trigger.empty()) return constraint->matches(before);
+    if (trigger.empty() && block.empty()) return constraint->matches(before);
     const std::optional<std::size_t> at = TriggerWatch::find(before, trigger, block);
     return !at || constraint->matches(std::string_view(before).substr(*at));
   };

@@ -52,6 +52,11 @@ bool starts_in_reasoning(ReasoningFormat format, std::string_view generation_pro
   return format == ReasoningFormat::kDeepSeekR1;
 }
 
+bool may_open_reasoning(ReasoningFormat format, std::string_view generation_prompt) {
+  return format != ReasoningFormat::kNone && !starts_in_reasoning(format, generation_prompt) &&
+         generation_prompt.find(kClose) == std::string_view::npos;
+}
+
 ReasoningSplitter::ReasoningSplitter(bool in_reasoning) : state_(State::kMayOpen), fallback_reasoning_(in_reasoning) {}
 
 ReasoningPieces ReasoningSplitter::push(std::string_view delta) {

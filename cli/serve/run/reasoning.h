@@ -45,6 +45,10 @@ std::string reasoning_format_names();
 // Whether an answer generated after `generation_prompt` (the rendered text the model reads last) begins inside
 // the reasoning (see above). False for kNone.
 bool starts_in_reasoning(ReasoningFormat format, std::string_view generation_prompt);
+// Whether such an answer begins in the answer but may open the reasoning itself: the prompt has neither tag
+// and the parser's name says the answer begins outside (qwen3; Qwen3's template with thinking on leaves
+// `<think>` to the model). False where the prompt closed the reasoning (thinking turned off) and for kNone.
+bool may_open_reasoning(ReasoningFormat format, std::string_view generation_prompt);
 
 // What push() or finish() lets out: the reasoning's next piece, then the content's.
 struct ReasoningPieces {

@@ -239,17 +239,28 @@ RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::strin
 // trigger (tool_choice "auto"'s call mark) then counts only after the reasoning, as the splitter reads it: a
 // mark the model writes while it thinks is not a call. Where the answer begins inside the reasoning, a
 // constraint that would apply from the first byte applies from the reasoning's end on instead
-// (ConstraintCache::for_request's `after`), so the model thinks freely and answers under it.
+// (ConstraintCache::for_request's `after`), so the model thinks freely and answers under it; where the model
+// may open the reasoning itself, from the first byte or from the end of the reasoning it opened.
 std::optional<ApiError> RequestPath::read_reasoning(const ChatRequest& request, RunTicket::Prepared& p) {
   const ReasoningFormat format = context_.options.reasoning;
   if (format == ReasoningFormat::kNone) return std::nullopt;
-  p.in_reasoning = starts_in_reasoning(format, context_.engine->detokenize(p.plan.generation_prompt));
+  const std::string prompt = context_.engine->detokenize(p.plan.generation_prompt);
+  p.in_reasoning = starts_in_reasoning(format, prompt);
   if (!p.trigger.empty()) {
     p.trigger_block.open = p.in_reasoning ? "" : std::string(kReasoningOpen);
     p.trigger_block.close = std::string(kReasoningClose);
     return std::nullopt;
   }
-  if (!p.in_reasoning || !p.constraint) return std::nullopt;
+  if (!p.constraint) return std::nullopt;
+  if (may_open_reasoning(format, prompt)) {
+    // Either the answer from the first byte, or the model's reasoning first and the answer after it.
+    AnswerConstraint gap = context_.constraints->for_request(request, std::string());
+    if (gap.error) return gap.error;
+    p.constraint = std::move(gap.constraint);
+    p.trigger_block = {std::string(kReasoningOpen), std::string(kReasoningClose)};
+    return std::nullopt;
+  }
+  if (!p.in_reasoning) return std::nullopt;
   AnswerConstraint after = context_.constraints->for_request(request, std::string(kReasoningClose));
   if (after.error) return after.error;
   p.constraint = std::move(after.constraint);

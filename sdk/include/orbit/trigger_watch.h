@@ -9,7 +9,10 @@
 //   block {"", ""}                  no block: the first trigger counts (the behaviour without one)
 //
 // The block is a leading one: `open` counts only as the text's first bytes (leading ASCII whitespace aside),
-// and once `close` ended it, a later `open` is text like any other.
+// and once `close` ended it, a later `open` is text like any other. An empty trigger (a constraint from the
+// first byte, GenerateOptions::constraint_trigger empty, past a block the model may open) counts at the first
+// byte outside the block: right after `close`, or at the text's first byte where it does not begin with `open`
+// (whitespace included: under a constraint the grammar decides whether leading whitespace is its own).
 #pragma once
 
 #include <cstddef>
@@ -30,7 +33,7 @@ struct TriggerBlock {
 // Fed a run's text piece by piece. A value: copy it to try a piece without taking it.
 class TriggerWatch {
  public:
-  // `trigger` non-empty. Throws orbit::Error when block.open is set without block.close.
+  // Throws orbit::Error when `trigger` and the block are both empty, or block.open is set without block.close.
   TriggerWatch(std::string trigger, TriggerBlock block);
 
   // Appends `piece` to the text; once the trigger has appeared outside the block, the text from its first
@@ -40,6 +43,11 @@ class TriggerWatch {
 
   // Where the trigger first counts in a whole `text` (a byte offset), or nullopt.
   static std::optional<std::size_t> find(std::string_view text, const std::string& trigger, const TriggerBlock& block);
+
+  // The text so far may still open the block (held() is its start: a prefix of block.open, after whitespace
+  // where the trigger is not empty); the next piece decides.
+  bool may_open() const { return phase_ == Phase::kMayOpen; }
+  const std::string& held() const { return held_; }
 
  private:
   enum class Phase {

@@ -180,10 +180,13 @@ struct GenerateOptions {
   // Tool calls under tool_choice "auto": tool_calls()'s constraint after tool_call_trigger(format), so the
   // model may answer in text, and a call it starts is written whole and valid.
   std::string constraint_trigger;
-  // With a trigger: a block at the text's start where the trigger does not count (orbit/trigger_watch.h): a
+  // With a constraint: a block at the text's start where the trigger does not count (orbit/trigger_watch.h): a
   // reasoning model's thinking, {"", "</think>"} where the prompt opened `<think>`, {"<think>", "</think>"}
   // where the model may open it. The run is free inside it; the trigger counts from the block's end (or from
-  // the first byte where the text does not open it). Empty (the default): the first trigger counts.
+  // the first byte where the text does not open it). Without a trigger the constraint applies there: right
+  // after `close`, or from the first byte where the text does not begin with `open` (the first steps allow
+  // the tokens the constraint allows and those that write `open` or its start, never an end token). Empty
+  // (the default): the first trigger counts, or the constraint applies from the first token.
   TriggerBlock constraint_trigger_block;
 
   // Logit processors, OpenAI's semantics, applied to each step's logits in this order before the constraint's

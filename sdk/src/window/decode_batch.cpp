@@ -66,7 +66,7 @@ std::unique_ptr<TextStream> text_stream(const EngineCore& core, const GenerateOp
   if (o.constraint) {
     may_stop_before = [constraint = o.constraint, trigger = o.constraint_trigger,
                        block = o.constraint_trigger_block](const std::string& before) {
-      if (trigger.empty()) return constraint->matches(before);
+      if (trigger.empty() && block.empty()) return constraint->matches(before);
       const std::optional<std::size_t> at = TriggerWatch::find(before, trigger, block);
       return !at || constraint->matches(std::string_view(before).substr(*at));
     };

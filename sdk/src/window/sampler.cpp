@@ -48,9 +48,9 @@ void Sampler::check_options(const GenerateOptions& o, int64_t vocab, const char*
   }
   ORBIT_CHECK(o.constraint_trigger.empty() || o.constraint != nullptr,
               what << ": constraint_trigger = \"" << o.constraint_trigger << "\" needs a constraint");
-  ORBIT_CHECK(o.constraint_trigger_block.empty() || !o.constraint_trigger.empty(),
-              what << ": constraint_trigger_block (close \"" << o.constraint_trigger_block.close
-                   << "\") needs a constraint_trigger");
+  ORBIT_CHECK(
+      o.constraint_trigger_block.empty() || o.constraint != nullptr,
+      what << ": constraint_trigger_block (close \"" << o.constraint_trigger_block.close << "\") needs a constraint");
   ORBIT_CHECK(
       o.constraint_trigger_block.open.empty() || !o.constraint_trigger_block.close.empty(),
       what << ": constraint_trigger_block.open = \"" << o.constraint_trigger_block.open << "\" needs a close string");
@@ -64,7 +64,7 @@ Sampler::Sampler(const GenerateOptions& options, SamplerSetup setup)
       at_text_start_(setup.at_text_start),
       rng_(options.seed) {
   check_options(options, vocab_);
-  triggered_ = options.constraint_trigger.empty();
+  triggered_ = options.constraint_trigger.empty() && options.constraint_trigger_block.empty();
   if (!triggered_) watch_.emplace(options.constraint_trigger, options.constraint_trigger_block);
   options_.on_token = nullptr;
   options_.on_logprobs = nullptr;
@@ -178,7 +178,10 @@ SamplerStep Sampler::next(const at::Tensor& logits, int64_t tokens_left) {
     std::copy(d.data_ptr<double>(), d.data_ptr<double>() + vocab_, data);
   }
   apply_processors(data);
-  if (constraint_.has_value() && !triggered_) return free_step(data);
+  if (constraint_.has_value() && !triggered_) {
+    const bool answer_may_begin = options_.constraint_trigger.empty() && watch_->may_open();
+    return answer_may_begin ? open_or_answer_step(data, tokens_left) : free_step(data);
+  }
   SamplerStep step;
   if (constraint_.has_value() && constraint_->mask_logits(data, vocab_, tokens_left) == 0) {
     step.stop_reason = constraint_->complete() ? "constraint_complete" : "constraint_no_token";
@@ -218,6 +221,40 @@ SamplerStep Sampler::free_step(double* logits) {
     return step;
   }
   step.stop_reason = "constraint_no_token";
+  return step;
+}
+
+SamplerStep Sampler::open_or_answer_step(double* logits, int64_t tokens_left) {
+  const std::string& held = watch_->held();  // a proper prefix of the block's open string
+  std::vector<double>& answer = probs_;      // the constraint's mask, on a copy (probs_ is free until choose)
+  answer.assign(logits, logits + vocab_);
+  const bool masked = held.empty() && constraint_->mask_logits(answer.data(), vocab_, tokens_left) > 0;
+  for (int64_t j = 0; j < vocab_; ++j) {
+    if (std::isinf(logits[j]) && logits[j] < 0) continue;
+    if (constraint_->is_end_token(j) || is_stop_token(j)) {
+      logits[j] = -std::numeric_limits<double>::infinity();  // the text has not begun: nothing may end it
+      continue;
+    }
+    const std::string bytes = bytes_of(j);
+    TriggerWatch next = *watch_;
+    if (!next.push(bytes)) continue;  // keeps the open string possible, or opens the block
+    const bool allowed = held.empty() ? masked && !(std::isinf(answer[j]) && answer[j] < 0)
+                                      : constraint_->matcher().can_advance(held + bytes);
+    if (!allowed) logits[j] = -std::numeric_limits<double>::infinity();
+  }
+  SamplerStep step;
+  const int64_t token = choose(logits);
+  if (std::isinf(logits[token]) && logits[token] < 0) {
+    step.stop_reason = "constraint_no_token";
+    return step;
+  }
+  const std::optional<std::string> from = watch_->push(bytes_of(token));
+  if (from) {
+    constraint_->accept_text(*from);
+    triggered_ = true;
+  }
+  step.token = token;
+  record(step, logits);
   return step;
 }
 

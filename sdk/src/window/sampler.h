@@ -88,6 +88,10 @@ class Sampler {
   void apply_processors(double* logits) const;  // penalties, then logit_bias
   // A step before the trigger: a free choice, unless it completes the trigger where the grammar refuses.
   SamplerStep free_step(double* logits);
+  // A step where the text may still open the block or begin the constrained answer (a constraint without a
+  // trigger past a block the model may open): the tokens the constraint allows (after the open string's
+  // start held, by its matcher) and those that keep the open string possible or open the block.
+  SamplerStep open_or_answer_step(double* logits, int64_t tokens_left);
   void record(SamplerStep& step, double* logits);  // logprobs, counts
   int64_t choose(const double* logits);            // argmax or a draw (the processed, masked row)
   StepLogprobs logprobs_of(const at::Tensor& logits, int64_t token) const;

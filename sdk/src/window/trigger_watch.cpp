@@ -25,7 +25,7 @@ std::string tail_for(const std::string& s, const std::string& looked_for) {
 
 TriggerWatch::TriggerWatch(std::string trigger, TriggerBlock block)
     : trigger_(std::move(trigger)), block_(std::move(block)) {
-  ORBIT_CHECK(!trigger_.empty(), "TriggerWatch: the trigger is empty");
+  ORBIT_CHECK(!trigger_.empty() || !block_.close.empty(), "TriggerWatch: neither a trigger nor a block");
   ORBIT_CHECK(block_.open.empty() || !block_.close.empty(),
               "constraint_trigger_block: open = \"" << block_.open << "\" needs a close string");
   phase_ = block_.close.empty() ? Phase::kWatching : block_.open.empty() ? Phase::kInBlock : Phase::kMayOpen;
@@ -35,7 +35,7 @@ std::optional<std::string> TriggerWatch::push(std::string_view piece) {
   held_.append(piece);
   for (;;) {
     if (phase_ == Phase::kMayOpen) {
-      const std::string_view rest = std::string_view(held_).substr(leading_space(held_));
+      const std::string_view rest = std::string_view(held_).substr(trigger_.empty() ? 0 : leading_space(held_));
       if (rest.substr(0, block_.open.size()) == block_.open) {
         held_ = std::string(rest.substr(block_.open.size()));
         phase_ = Phase::kInBlock;
