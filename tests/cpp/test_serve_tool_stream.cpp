@@ -357,3 +357,45 @@ TEST_CASE("streamed calls: a call complete and sent is done, and later readings 
   CHECK(settled.unsent.empty());
   CHECK(answer[2].id == "call_3");
 }
+
+TEST_CASE("streamed calls: arguments growing under the number held come without the bytes that went out", "[serve]") {
+  sv::StreamedCalls calls;
+  std::vector<sv::ToolCallDelta> out;
+  CHECK(calls.held().growing == 0);
+  orbit::ToolCallReading r = reading({ChatToolCall{"call_1", "f", "{\"q\":\"ab"}});
+  r.growing = 7;
+  calls.offer(r, out);
+  REQUIRE(out.size() == 2);
+  CHECK(calls.held().growing == 7);
+  CHECK(calls.held().bytes == 8);
+  out.clear();
+  // The reader left out the 8 bytes held: the piece is what it gives, taken without comparing.
+  r = reading({ChatToolCall{"call_1", "f", "cd"}});
+  r.growing = 7;
+  r.arguments_from = 8;
+  calls.offer(r, out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].arguments == "cd");
+  out.clear();
+  // Shorter under the same number (a cut character left out): nothing goes out, nothing is lost.
+  r = reading({ChatToolCall{"call_1", "f", "{\"q\":\"abc"}});
+  r.growing = 7;
+  calls.offer(r, out);
+  CHECK(out.empty());
+  // Under another number the arguments come whole and are compared: "{\"q\":\"abcd" is not their prefix.
+  r = reading({ChatToolCall{"call_1", "f", "{\"q\":\"abXde"}});
+  r.growing = 8;
+  calls.offer(r, out);
+  CHECK(out.empty());
+  CHECK(calls.held().growing == 7);
+  r = reading({ChatToolCall{"call_1", "f", "{\"q\":\"abcde\"}"}});
+  r.growing = 8;
+  calls.offer(r, out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].arguments == "e\"}");
+  CHECK(calls.held().growing == 8);
+  std::vector<ChatToolCall> answer = {ChatToolCall{"x", "f", "{\"q\":\"abcde\"}"}};
+  const sv::SettledCalls settled = calls.settle(answer);
+  CHECK_FALSE(settled.mismatch);
+  CHECK(settled.unsent.empty());
+}

@@ -122,7 +122,75 @@ void check_fed(const Answer& a, const std::vector<std::size_t>& ends) {
   }
 }
 
+// A caller that keeps the arguments of the call being written (ToolCallHeld): after each piece it reads with
+// what it holds; the arguments it puts together equal the whole reading's, and where they grow under the
+// number it holds, what it held is a prefix of them or they of it. Returns how many bytes readings left out.
+std::size_t check_held(const Answer& a, const std::vector<std::size_t>& ends) {
+  ToolCallReader reader(a.format);
+  std::size_t from = 0, left_out = 0;
+  std::string held;  // the last call's arguments as last read
+  uint64_t grown = 0;
+  for (std::size_t end : ends) {
+    reader.append(std::string_view(a.text).substr(from, end - from));
+    from = end;
+    INFO(orbit::tool_call_format_name(a.format) << " after " << end << " bytes: " << reader.text());
+    const ToolCallReading whole = reader.read();
+    const ToolCallReading read = reader.read(0, {grown, held.size()});
+    REQUIRE(read.calls.size() == whole.calls.size());
+    if (read.calls.empty()) {
+      CHECK(read.growing == 0);
+      continue;
+    }
+    CHECK(read.growing == whole.growing);
+    REQUIRE(read.arguments_from <= held.size());
+    if (read.arguments_from > 0) REQUIRE(read.growing == grown);
+    const std::string arguments = held.substr(0, read.arguments_from) + read.calls.back().arguments;
+    CHECK(arguments == whole.calls.back().arguments);
+    if (read.growing != 0 && read.growing == grown) {
+      const std::size_t shorter = std::min(held.size(), arguments.size());
+      CHECK(held.compare(0, shorter, arguments, 0, shorter) == 0);
+    }
+    left_out += read.arguments_from;
+    held = arguments;
+    grown = read.growing;
+  }
+  return left_out;
+}
+
 }  // namespace
+
+TEST_CASE("tool call reader: a caller holding the arguments being written gets only what they add", "[tool_calls]") {
+  std::mt19937 rng(11);
+  std::size_t left_out = 0;
+  for (const Answer& a : answers()) {
+    std::vector<std::size_t> bytes, pieces;
+    for (std::size_t i = 1; i <= a.text.size(); ++i) bytes.push_back(i);
+    left_out += check_held(a, bytes);
+    for (std::size_t at = 0; at < a.text.size();) {
+      at = std::min(a.text.size(), at + 1 + rng() % 24);
+      pieces.push_back(at);
+    }
+    left_out += check_held(a, pieces);
+  }
+  CHECK(left_out > 1000);  // the held bytes were left out, not read again
+}
+
+TEST_CASE("tool call reader: a copy's call being written grows under a number of its own", "[tool_calls]") {
+  ToolCallReader reader(ToolCallFormat::kHermes);
+  reader.append("<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"ab");
+  const ToolCallReading read = reader.read();
+  REQUIRE(read.calls.size() == 1);
+  REQUIRE(read.growing != 0);
+  CHECK(reader.read().growing == read.growing);
+  ToolCallReader copy = reader;
+  copy.append("x\"}");
+  reader.append("c");
+  const ToolCallReading copied = copy.read(0, {read.growing, read.calls[0].arguments.size()});
+  CHECK(copied.growing != read.growing);
+  CHECK(copied.arguments_from == 0);  // a number it does not know: the arguments whole
+  CHECK(copied.calls[0].arguments == "{\"q\":\"abx\"}");
+  CHECK(reader.read().growing == read.growing);
+}
 
 TEST_CASE("tool call reader: fed byte by byte, reads what the whole text parses to at every length", "[tool_calls]") {
   for (const Answer& a : answers()) {

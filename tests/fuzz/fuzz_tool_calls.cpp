@@ -63,12 +63,34 @@ void check_forced(const std::string& text, const orbit::ToolCallParse& cut, cons
   if (!forced.calls[0].name.empty() || !forced.calls[0].arguments.empty()) std::abort();
 }
 
+// A reading with what a caller holds of the last call's arguments (ToolCallHeld) against the reading
+// without: the held bytes and what it gives are those arguments, and under the number held, of those and
+// the held ones the shorter is a prefix of the longer. Updates what is held.
+void check_held(const orbit::ToolCallReader& reader, const orbit::ToolCallReading& read, std::string& held,
+                uint64_t& grown) {
+  const orbit::ToolCallReading tail = reader.read(0, {grown, held.size()});
+  if (tail.calls.size() != read.calls.size() || tail.growing != read.growing) std::abort();
+  if (tail.calls.empty()) return;
+  if (tail.arguments_from > held.size() || (tail.arguments_from > 0 && tail.growing != grown)) std::abort();
+  const std::string arguments = held.substr(0, tail.arguments_from) + tail.calls.back().arguments;
+  if (arguments != read.calls.back().arguments) std::abort();
+  const std::size_t shorter = std::min(held.size(), arguments.size());
+  if (tail.growing != 0 && tail.growing == grown && held.compare(0, shorter, arguments, 0, shorter) != 0) {
+    std::abort();
+  }
+  held = arguments;
+  grown = tail.growing;
+}
+
 // ToolCallReader fed `text` in pieces against parse_tool_calls(kCall) of each prefix it was fed; read(first)
 // from the calls a reading says are complete gives the rest of that reading, and those complete calls are in
-// every later reading that holds calls, as they were.
+// every later reading that holds calls, as they were; a caller holding the arguments being written reads them
+// alike (check_held).
 void check_reader(const std::string& text, orbit::ToolCallFormat format) {
   orbit::ToolCallReader reader(format);
   std::vector<orbit::ChatToolCall> complete;
+  std::string held;
+  uint64_t grown = 0;
   for (std::size_t at = 0, i = 0; at < text.size(); ++i) {
     const std::size_t end = std::min(text.size(), at + 1 + static_cast<unsigned char>(text[i % text.size()]) % 16);
     reader.append(std::string_view(text).substr(at, end - at));
@@ -85,6 +107,7 @@ void check_reader(const std::string& text, orbit::ToolCallFormat format) {
       }
     }
     if (read.complete > read.calls.size()) std::abort();
+    check_held(reader, read, held, grown);
     const orbit::ToolCallReading rest = reader.read(read.complete);
     if (rest.first != read.complete || rest.calls.size() != read.calls.size() - read.complete) std::abort();
     for (std::size_t c = 0; c < rest.calls.size(); ++c) {

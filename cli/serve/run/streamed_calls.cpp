@@ -20,13 +20,22 @@ void StreamedCalls::offer(const ToolCallReading& reading, std::vector<ToolCallDe
     const ChatToolCall& call = reading.calls[i - reading.first];
     if (last_name_open && i + 1 == end) return;  // its name may still grow
     if (i == sent_.size()) {
-      sent_.push_back(Sent{call.id, call.name, ""});
+      sent_.push_back(Sent{call.id, call.name, "", 0});
       out.push_back(ToolCallDelta{i, true, call.id, call.name, ""});
     }
     Sent& s = sent_[i];
-    if (call.name == s.name && call.arguments.size() > s.arguments.size() && starts_with(call.arguments, s.arguments)) {
-      out.push_back(ToolCallDelta{i, false, "", "", call.arguments.substr(s.arguments.size())});
-      s.arguments = call.arguments;
+    // The last call's arguments may come without the bytes held (held()): where they grow under the number
+    // s.arguments was read under, what went out is a prefix of theirs once they are longer; else compared.
+    const bool last = i + 1 == end;
+    const uint64_t growing = last ? reading.growing : 0;
+    const std::size_t from = last ? reading.arguments_from : 0;
+    const std::size_t had = s.arguments.size();
+    const bool extends =
+        growing != 0 && growing == s.growing ? from <= had : from == 0 && starts_with(call.arguments, s.arguments);
+    if (call.name == s.name && from + call.arguments.size() > had && extends) {
+      s.arguments.append(call.arguments, had - from, std::string::npos);
+      out.push_back(ToolCallDelta{i, false, "", "", s.arguments.substr(had)});
+      s.growing = growing;
     }  // else nothing to add; settle() says whether the answer holds what went out
     if (i == done_ && i < reading.complete) ++done_;  // it never changes again
   }

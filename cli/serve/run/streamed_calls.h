@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,7 +34,8 @@ struct SettledCalls {
 class StreamedCalls {
  public:
   // Appends to `out` the pieces `reading` (the calls read from the text so far, in order, from index
-  // reading.first on, which is at most done()) adds to what went out: a call it holds past those opened opens
+  // reading.first on, which is at most done(); the last call's first reading.arguments_from argument bytes
+  // left out, as held() asks) adds to what went out: a call it holds past those opened opens
   // (its id, name, arguments ""), and each opened call whose arguments extend what went out sends the
   // extension. The last call's name may still grow while its string is not closed (reading.cut and not
   // reading.cut_name_whole), so it does not open yet. Costs the calls from done() on, not those before.
@@ -41,6 +43,11 @@ class StreamedCalls {
   // The calls before this index are complete (ToolCallReading::complete) and offer() has seen them so: no
   // reading adds to them any more, and offer() needs a reading of the calls from here on only.
   std::size_t done() const { return done_; }
+  // What went out of the last call opened, to hand ToolCallReader::read: a reading whose arguments grow
+  // under its number then leaves those bytes out, and offer() takes the rest without comparing them.
+  ToolCallHeld held() const {
+    return sent_.empty() ? ToolCallHeld{} : ToolCallHeld{sent_.back().growing, sent_.back().arguments.size()};
+  }
 
   // Checks the finished answer's `calls` against what went out: each opened call must be there with the
   // name it opened with and arguments that what went out is a prefix of. Gives the opened calls their ids.
@@ -53,6 +60,7 @@ class StreamedCalls {
     std::string id;
     std::string name;
     std::string arguments;  // the arguments' text sent so far
+    uint64_t growing = 0;   // ToolCallReading::growing of the reading that last extended them (0: none)
   };
   std::vector<Sent> sent_;  // the calls opened, in order
   std::size_t done_ = 0;    // see done(); at most sent_.size()

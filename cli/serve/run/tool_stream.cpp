@@ -37,7 +37,8 @@ void ToolCallStream::read_calls(const std::string& delta, std::vector<ToolCallDe
     reader_->append(std::string_view(text_).substr(sent_));
   }
   if (sent_ == text_.size()) return;
-  streamed_.offer(reader_->read(streamed_.done()), out);  // the calls complete and sent are not read again
+  // Neither the calls complete and sent nor what went out of the call being written are read again.
+  streamed_.offer(reader_->read(streamed_.done(), streamed_.held()), out);
 }
 
 void ToolCallStream::finish(RunResult& r) const {

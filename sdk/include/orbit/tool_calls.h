@@ -101,6 +101,14 @@ ToolCallParse parse_tool_calls(std::string_view text, ToolCallFormat format, Cut
 //   const ToolCallReading now = reader.read(done);  // now.calls: calls [done, ...), now.first == done
 //   done = std::max(done, now.complete);             // those calls never change while a reading holds them
 //
+// The call being written grows by a token's bytes; a caller that keeps its arguments hands back how many
+// bytes it holds, so that neither the reader nor the caller copies or compares those again:
+//
+//   const ToolCallReading now = reader.read(done, {grown, held.size()});  // grown: an earlier reading's
+//   held.resize(now.arguments_from);       // the bytes it held that are still the call's (all, as it grows)
+//   held += now.calls.back().arguments;    // held: the last call's arguments (when now.calls is not empty)
+//   grown = now.growing;
+//
 // Ids: a kept call keeps the id it was read with; one read again gets a fresh one each time (unless the text
 // gives it), as parse_tool_calls' calls do. Not thread-safe; copyable.
 struct ToolCallReading {
@@ -111,6 +119,20 @@ struct ToolCallReading {
   // The reading's first `complete` calls are complete and kept: every later reading holds them as they are
   // now, or (Llama 3, after a ';'-separated piece that is not a call) holds no calls at all.
   std::size_t complete = 0;
+  // Nonzero where the last call is the one being written and its arguments are read as they grow: every
+  // reading of this reader that gives the same number reads them from one growing text, so of two such
+  // readings' arguments the shorter is a prefix of the longer. Numbers are never reused (not by another call,
+  // nor by another reader, a copy included). 0: no such promise.
+  uint64_t growing = 0;
+  // How many of the last call's first argument bytes calls.back().arguments leaves out (ToolCallHeld).
+  std::size_t arguments_from = 0;
+};
+
+// What a caller of ToolCallReader::read holds of the arguments of the call being written: the first `bytes`
+// bytes of those an earlier reading read under ToolCallReading::growing == `growing` (0: nothing held).
+struct ToolCallHeld {
+  uint64_t growing = 0;
+  std::size_t bytes = 0;
 };
 
 class ToolCallReader {
@@ -127,7 +149,10 @@ class ToolCallReader {
   void append(std::string_view more);
   // The calls in text() as parse_tool_calls(text(), format, CutToolCall::kCall) reads them, from index
   // `first` on (ToolCallReading::first; none when there are no more): the calls before it are not copied.
-  ToolCallReading read(std::size_t first = 0) const;
+  // Where the last call's arguments still grow under `held.growing`, their first min(held.bytes, size) bytes
+  // are left out of calls.back().arguments (ToolCallReading::arguments_from says how many): a token then
+  // costs the bytes it adds, not the call's arguments. Otherwise they are whole (arguments_from 0).
+  ToolCallReading read(std::size_t first = 0, ToolCallHeld held = {}) const;
   const std::string& text() const { return text_; }
 
  private:

@@ -20,13 +20,17 @@ std::string string_so_far(std::string_view s) {
   return "";
 }
 
-std::string whole_characters(std::string s) {
+std::size_t whole_characters_size(std::string_view s) {
   std::size_t i = s.size(), continuation = 0;
   while (i > 0 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80 && continuation < 3) --i, ++continuation;
-  if (i == 0) return s;
+  if (i == 0) return s.size();
   const unsigned char lead = static_cast<unsigned char>(s[i - 1]);
   const std::size_t need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
-  if (lead >= 0xC0 && continuation < need) s.resize(i - 1);
+  return lead >= 0xC0 && continuation < need ? i - 1 : s.size();
+}
+
+std::string whole_characters(std::string s) {
+  s.resize(whole_characters_size(s));
   return s;
 }
 

@@ -32,7 +32,8 @@ void take_member(const std::string& key, std::string_view value, bool followed, 
 // half-written escape or UTF-8 sequence at the cut is left out, as far as 6 bytes back ("" past that).
 std::string string_so_far(std::string_view s);
 
-// `s` less a UTF-8 sequence cut at its end (a token may end inside a character).
+// `s` less a UTF-8 sequence cut at its end (a token may end inside a character); its size alone.
 std::string whole_characters(std::string s);
+std::size_t whole_characters_size(std::string_view s);
 
 }  // namespace orbit::tool_call_cut

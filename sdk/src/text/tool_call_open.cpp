@@ -3,6 +3,8 @@
 // any text, not only JSON, so the two agree on every text, and JsonPrefix says which texts read() is taken on.
 #include "text/tool_call_open.h"
 
+#include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "text/tool_call_parts.h"
@@ -11,6 +13,16 @@ namespace orbit::tool_call_parts {
 
 using json_spans::is_space;
 using json_spans::JsonScan;
+
+namespace {
+
+// A number no arguments read before were given, in any reader or thread (ToolCallReading::growing).
+uint64_t next_number() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+}  // namespace
 
 void OpenCall::extend(std::string_view raw) {
   if (fed_ == 0 && !raw.empty()) {
@@ -29,14 +41,20 @@ void OpenCall::extend(std::string_view raw) {
   if (arguments_.on && arguments_.string && !whole_) decode_arguments(raw);
 }
 
-bool OpenCall::read(std::string_view raw, ChatToolCall* call, ToolCallParse* r) const {
+bool OpenCall::read(std::string_view raw, ChatToolCall* call, ToolCallParse* r, ToolCallHeld* held) const {
+  const ToolCallHeld asked = held != nullptr ? *held : ToolCallHeld();
+  if (held != nullptr) *held = ToolCallHeld();
   if (raw.empty() || !(object_ || whole_)) return false;
   if (whole_ || prefix_.whole()) return cut_call_from(std::string(raw), call, r);
   if (!prefix_.cut_short()) return false;
   tool_call_cut::CutCall c = read_;
   if (phase_ == Phase::kValue || phase_ == Phase::kValueClosed) {  // the member being written
     if (arguments_.on && (key_ == "arguments" || !from_arguments_)) {
-      c.call.arguments = open_arguments(raw);
+      // Every reading of these arguments is a prefix of `compact`, which only grows: the bytes held are known.
+      const std::string_view arguments = open_arguments(raw);
+      const std::size_t from = asked.growing == arguments_.number ? std::min(asked.bytes, arguments.size()) : 0;
+      c.call.arguments.assign(arguments.substr(from));
+      if (held != nullptr) *held = ToolCallHeld{arguments_.number, from};
     } else {
       bool from_arguments = from_arguments_;
       tool_call_cut::take_member(key_, raw.substr(begin_), false, &c, &from_arguments);
@@ -74,6 +92,7 @@ void OpenCall::member_byte(std::string_view raw, std::size_t i) {
       scan_ = JsonScan();
       arguments_ = Arguments();
       arguments_.on = key_ == "arguments" || key_ == "parameters";
+      arguments_.number = next_number();
       arguments_.string = raw[i] == '"';
       return value_byte(raw, i);
     case Phase::kValue: return value_byte(raw, i);
@@ -178,12 +197,17 @@ void OpenCall::settle(std::string_view raw, std::size_t end) {
 }
 
 // take_member's arguments for the value being written, raw[begin_, raw.size()).
-std::string OpenCall::open_arguments(std::string_view raw) const {
+std::string_view OpenCall::open_arguments(std::string_view raw) const {
   const Arguments& a = arguments_;
-  if (!a.string) return tool_call_cut::whole_characters(a.compact);
+  const std::string_view compact = a.compact;
+  if (!a.string) return compact.substr(0, tool_call_cut::whole_characters_size(compact));
   // string_so_far leaves out up to 6 bytes of a character or escape cut at the end, and gives "" past that
   // (a surrogate pair's second half cut).
-  return a.closed || raw.size() - a.whole_to <= 6 ? a.compact : "";
+  return a.closed || raw.size() - a.whole_to <= 6 ? compact : compact.substr(0, 0);
+}
+
+void OpenCall::renumber() {
+  if (arguments_.number != 0) arguments_.number = next_number();
 }
 
 }  // namespace orbit::tool_call_parts

@@ -34,8 +34,13 @@ class OpenCall {
   void extend(std::string_view raw);
   std::size_t fed() const { return fed_; }
   // cut_call_from(std::string(raw), call, r), for `raw` as last extended: true with the call read, r->cut and
-  // r->cut_name_whole set; false when it reads no call.
-  bool read(std::string_view raw, ChatToolCall* call, ToolCallParse* r) const;
+  // r->cut_name_whole set; false when it reads no call. With `held` (orbit/tool_calls.h: ToolCallHeld), where
+  // the arguments are read as they grow under the number held->growing, the call leaves out their first
+  // min(held->bytes, size) bytes; on return held->growing is their number (0: not growing) and held->bytes
+  // how many were left out.
+  bool read(std::string_view raw, ChatToolCall* call, ToolCallParse* r, ToolCallHeld* held = nullptr) const;
+  // Gives the arguments being written a fresh number (ToolCallReading::growing): a copy's text may grow apart.
+  void renumber();
 
  private:
   // Where tool_call_cut::read stands in the object.
@@ -50,6 +55,7 @@ class OpenCall {
     std::size_t whole_to = 0;           // the string's bytes in raw[0, whole_to) end a character or escape ...
     std::size_t decoded_to = 0;         // ... and those in raw[0, decoded_to) are decoded into `compact`
     bool closed = false;                // the string's closing quote was read
+    uint64_t number = 0;                // unique to these arguments: `compact` only grows while it holds
   };
 
   void member_byte(std::string_view raw, std::size_t i);
@@ -58,7 +64,7 @@ class OpenCall {
   void arguments_byte(std::size_t i, char c, json_spans::JsonScan::At where);
   void decode_arguments(std::string_view raw);
   void settle(std::string_view raw, std::size_t end);
-  std::string open_arguments(std::string_view raw) const;
+  std::string_view open_arguments(std::string_view raw) const;  // a prefix of arguments_.compact
 
   std::size_t fed_ = 0;
   bool object_ = false;  // the text starts with '{': anything else is no call (or read whole: 0xEF)

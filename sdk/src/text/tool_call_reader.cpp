@@ -71,7 +71,9 @@ ToolCallReader::ToolCallReader(const ToolCallReader& other)
       broken_(other.broken_),
       whole_(other.whole_),
       open_(std::make_unique<Open>(other.open_ ? *other.open_ : Open())),
-      scan_(std::make_unique<Scan>(other.scan_ ? *other.scan_ : Scan())) {}
+      scan_(std::make_unique<Scan>(other.scan_ ? *other.scan_ : Scan())) {
+  open_->call.renumber();  // the two texts may grow apart
+}
 ToolCallReader& ToolCallReader::operator=(const ToolCallReader& other) {
   if (this != &other) *this = ToolCallReader(other);
   return *this;
@@ -193,7 +195,7 @@ void ToolCallReader::keep_llama3() {
   }
 }
 
-ToolCallReading ToolCallReader::read(std::size_t first) const {
+ToolCallReading ToolCallReader::read(std::size_t first, ToolCallHeld held) const {
   ToolCallReading out;
   out.first = first;
   if (broken_ && text_.find_first_not_of(" \n\t\r", kept_at_) != std::string::npos) return out;
@@ -201,12 +203,14 @@ ToolCallReading ToolCallReader::read(std::size_t first) const {
   if (first < kept_.size()) out.calls.assign(kept_.begin() + static_cast<std::ptrdiff_t>(first), kept_.end());
   if (ended_ || broken_) return out;
   ToolCallParse rest;
+  ToolCallHeld got;  // what the call being written says of its arguments' bytes `held` holds
   if (format_ == ToolCallFormat::kMistral || whole_) {
     rest = parse_tool_calls(text_, format_, CutToolCall::kCall);  // Mistral's one array, or a NUL: the text whole
   } else if (open_ && open_->at != std::string::npos) {
     ChatToolCall call;
     const std::string_view raw = std::string_view(text_).substr(open_->at, open_->call.fed());
-    if (open_->call.read(raw, &call, &rest)) rest.calls.push_back(std::move(call));
+    got = held;
+    if (open_->call.read(raw, &call, &rest, &got)) rest.calls.push_back(std::move(call));
   }
   // rest's calls follow those kept (a whole text's too: nothing is kept then), from index kept_.size().
   const std::size_t skip = std::min(rest.calls.size(), first > kept_.size() ? first - kept_.size() : 0);
@@ -214,6 +218,10 @@ ToolCallReading ToolCallReader::read(std::size_t first) const {
                    std::make_move_iterator(rest.calls.end()));
   out.cut = rest.cut;
   out.cut_name_whole = rest.cut_name_whole;
+  if (!rest.calls.empty() && skip < rest.calls.size()) {  // the call being written is out.calls.back()
+    out.growing = got.growing;
+    out.arguments_from = got.bytes;
+  }
   return out;
 }
 
