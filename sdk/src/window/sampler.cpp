@@ -199,6 +199,17 @@ void Sampler::record(SamplerStep& step, double* logits) {
   ++chosen_;
 }
 
+SamplerStep Sampler::take(int64_t token, const std::optional<std::string>& from, double* logits) {
+  if (from) {
+    constraint_->accept_text(*from);
+    triggered_ = true;
+  }
+  SamplerStep step;
+  step.token = token;
+  record(step, logits);
+  return step;
+}
+
 SamplerStep Sampler::free_step(double* logits) {
   constexpr int kMaxRefused = 64;
   SamplerStep step;
@@ -211,14 +222,8 @@ SamplerStep Sampler::free_step(double* logits) {
       logits[token] = -std::numeric_limits<double>::infinity();  // starts the constrained text wrongly
       continue;
     }
-    if (from) {
-      constraint_->accept_text(*from);
-      triggered_ = true;
-    }
     *watch_ = std::move(next);
-    step.token = token;
-    record(step, logits);
-    return step;
+    return take(token, from, logits);
   }
   step.stop_reason = "constraint_no_token";
   return step;
@@ -249,13 +254,7 @@ SamplerStep Sampler::open_or_answer_step(double* logits, int64_t tokens_left) {
     return step;
   }
   const std::optional<std::string> from = watch_->push(bytes_of(token));
-  if (from) {
-    constraint_->accept_text(*from);
-    triggered_ = true;
-  }
-  step.token = token;
-  record(step, logits);
-  return step;
+  return take(token, from, logits);
 }
 
 Sampler make_sampler(const EngineCore& core, const GenerateOptions& options, const std::vector<int64_t>& query) {

@@ -93,7 +93,10 @@ class Sampler {
   // start held, by its matcher) and those that keep the open string possible or open the block.
   SamplerStep open_or_answer_step(double* logits, int64_t tokens_left);
   void record(SamplerStep& step, double* logits);  // logprobs, counts
-  int64_t choose(const double* logits);            // argmax or a draw (the processed, masked row)
+  // A free step's `token` taken: the constrained text from the trigger on (`from`, when it began) accepted, the
+  // step recorded.
+  SamplerStep take(int64_t token, const std::optional<std::string>& from, double* logits);
+  int64_t choose(const double* logits);  // argmax or a draw (the processed, masked row)
   StepLogprobs logprobs_of(const at::Tensor& logits, int64_t token) const;
   std::string bytes_of(int64_t token) const;
 
