@@ -32,8 +32,11 @@
 // vocabulary trie). Not a test: absolute numbers depend on the machine and its load; masked / unmasked is
 // the figure.
 //
+// 3. --open-tag: a Sampler step where a reasoning model may still open its block before a constrained
+//    answer (bench_open_tag.h) against the plain constrained step, over both vocabularies; nothing else runs.
+//
 //   bench_constrain [--steps 200] [--reps 5] [--vocab 128000] [--hidden 2048] [--synthetic-steps 150]
-//                   [--threads N] [--models DIR] [--json PATH] [--models-only] [--budget-only]
+//                   [--threads N] [--models DIR] [--json PATH] [--models-only] [--budget-only] [--open-tag]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -49,6 +52,7 @@
 #include <vector>
 
 #include "args.h"
+#include "bench_open_tag.h"
 #include "constrain/tokenizer_vocabulary.h"
 #include "orbit/constraint.h"
 #include "orbit/engine.h"
@@ -350,15 +354,26 @@ void write_json(const std::string& path, const std::vector<Row>& rows) {
   out << "]\n";
 }
 
+// --open-tag: the open-or-answer step against the constrained step, over the synthetic vocabulary and GPT-2's.
+int open_tag_rows(const orbit::cli::Args& args) {
+  const int64_t reps = args.get_int("--reps", 200, 1);
+  std::printf("us per Sampler step (median of %lld fresh samplers; JSON after at most two newlines)\n",
+              static_cast<long long>(reps));
+  orbit::bench::bench_open_tag("synthetic", synthetic_vocabulary(args.get_int("--vocab", 128000, 300), 42), reps);
+  const auto gpt2 = rt::load_tokenizer(std::string(ORBIT_TOKENIZERS_DIR) + "/gpt2/tokenizer.json");
+  orbit::bench::bench_open_tag("gpt2", constrain::tokenizer_vocabulary(*gpt2, gpt2->vocab_size()), reps);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   orbit::cli::ArgSpec spec;
   spec.options = {"--steps", "--reps", "--vocab", "--hidden", "--synthetic-steps", "--threads", "--models", "--json"};
-  spec.flags = {"--models-only", "--budget-only"};
+  spec.flags = {"--models-only", "--budget-only", "--open-tag"};
   spec.usage =
       "bench_constrain [--steps 200] [--reps 5] [--vocab 128000] [--hidden 2048] [--synthetic-steps 150]\n"
-      "                [--threads N] [--models DIR] [--json PATH] [--models-only] [--budget-only]\n"
+      "                [--threads N] [--models DIR] [--json PATH] [--models-only] [--budget-only] [--open-tag]\n"
       "  a constrained decode step against an unconstrained one: the bundled models' generate, and a synthetic\n"
       "  vocabulary with the LM head standing in for the forward";
   try {
@@ -366,6 +381,7 @@ int main(int argc, char** argv) {
     const int64_t threads = args.get_int("--threads", 0, 0);
     if (threads > 0) at::set_num_threads(static_cast<int>(threads));
     const std::string models = args.get_or("--models", ORBIT_MODELS_DIR);
+    if (args.flag("--open-tag")) return open_tag_rows(args);
     const int64_t steps = args.get_int("--steps", 200, 1), reps = args.get_int("--reps", 5, 1);
     std::printf("%d threads; ms per decode step (fastest of %lld runs of %lld steps for the models)\n",
                 at::get_num_threads(), static_cast<long long>(reps), static_cast<long long>(steps));

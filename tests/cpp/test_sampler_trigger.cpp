@@ -45,9 +45,7 @@ orbit::detail::Sampler sampler(const GenerateOptions& o) {
   orbit::detail::SamplerSetup setup;
   setup.vocab = kVocab;
   setup.vocabulary = vocabulary();
-  TokenConstraintOptions tco;
-  tco.end_tokens = {kEos};
-  setup.constraint.emplace(o.constraint, setup.vocabulary, tco);
+  setup.end_tokens = {kEos};
   return orbit::detail::Sampler(o, std::move(setup));
 }
 
@@ -304,10 +302,53 @@ TEST_CASE("optional reasoning before a constraint: not opened, the constraint fr
     CHECK(run(s, bytes_of("nk>a</think>{}")) == "nk>a</think>{}");
     CHECK(s.complete());
   }
-  SECTION("leading whitespace is the grammar's: the open tag after it is refused") {
+  SECTION("the open tag after leading whitespace opens the block") {
     orbit::detail::Sampler s = sampler(json_after_optional_reasoning());
     CHECK(run(s, bytes_of("\n")) == "\n");
+    CHECK_FALSE(s.constraint_active());  // undecided: the answer's whitespace, or the block's lead
+    CHECK(s.next(prefer({kThink, kBytes + '{'})).token == kThink);
+    CHECK(run(s, {0, kUnthink}) == "Sure</think>\n");
+    CHECK(s.next(prefer({8, kBytes + '{'})).token == kBytes + '{');
     CHECK(s.constraint_active());
-    CHECK(s.next(prefer({kThink, kBytes + '{'})).token == kBytes + '{');
+  }
+}
+
+TEST_CASE("optional reasoning before a constraint: leading whitespace keeps both ways open until a byte decides",
+          "[sampler][constraint]") {
+  SECTION("whitespace, then the answer: the whitespace is the answer's") {
+    orbit::detail::Sampler s = sampler(json_after_optional_reasoning());
+    CHECK(run(s, bytes_of("\n")) == "\n");
+    CHECK(s.next(prefer({kEos, kBytes + '{'})).token == kBytes + '{');  // nothing written yet may end the run
+    CHECK(s.constraint_active());
+    CHECK(s.next(prefer({kBytes + '}'})).token == kBytes + '}');
+    CHECK(s.complete());
+  }
+  SECTION("whitespace, the open tag's start: the answer can no longer follow") {
+    orbit::detail::Sampler s = sampler(json_after_optional_reasoning());
+    CHECK(run(s, bytes_of("\n\n<th")) == "\n\n<th");
+    CHECK(s.next(prefer({kBytes + '{', kBytes + '\n', kBytes + 'i'})).token == kBytes + 'i');
+    CHECK(run(s, bytes_of("nk>")) == "nk>");
+    CHECK(s.next(prefer({8})).token == 8);  // inside the block: free
+    CHECK_FALSE(s.constraint_active());
+  }
+  SECTION("whitespace only where the answer may take it: its grammar, then the tokens left") {
+    GenerateOptions o;
+    o.constraint = Constraint::literal("{}");
+    o.constraint_trigger_block = {"<think>", "</think>"};
+    orbit::detail::Sampler s = sampler(o);
+    CHECK(s.next(prefer({kBytes + ' ', kBytes + '\n', kBytes + '{'})).token == kBytes + '{');
+    orbit::detail::Sampler opened = sampler(o);
+    CHECK(opened.next(prefer({kBytes + ' ', kThink})).token == kThink);  // the open tag needs no whitespace
+    // "\n" then, with one token left after the step, "\n" again would leave no room for "{}" (2 bytes): the
+    // answer's '{' (then '}'), or the open tag (the block has no budget), not more whitespace.
+    orbit::detail::Sampler budget = sampler(json_after_optional_reasoning());
+    CHECK(budget.next(prefer({kBytes + '\n'}), 4).token == kBytes + '\n');
+    CHECK(budget.next(prefer({kBytes + '\n', kBytes + '{'}), 1).token == kBytes + '{');
+    orbit::detail::Sampler late = sampler(json_after_optional_reasoning());
+    CHECK(late.next(prefer({kBytes + '\n'}), 4).token == kBytes + '\n');
+    CHECK(late.next(prefer({kBytes + '\n', kThink}), 1).token == kThink);
+    CHECK_FALSE(late.constraint_active());
+    CHECK(run(late, {0, kUnthink, kBytes + '{'}) == "Sure</think>\n{");  // the answer from scratch after it
+    CHECK(late.constraint_active());
   }
 }

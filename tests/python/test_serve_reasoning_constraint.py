@@ -2,9 +2,10 @@
 (Qwen3's template with thinking on: its generation prompt has no tag). A JSON response_format or a forced call
 then allows an optional reasoning block first: the constrained answer from the first byte, or `<think>`, free
 text, `</think>`, at most two newlines, then the constrained answer (GenerateOptions::constraint_trigger_block;
-the Sampler's own cases are in tests/cpp/test_sampler_trigger.cpp). stories260K never writes `<think>`, so a
-logit_bias on its '<' and 'h' byte tokens makes it begin with one: the constraint allows '<' only as the open tag's start,
-so the model writes `<think>` and thinks in free text until max_tokens. Each server is started on 127.0.0.1
+the Sampler's own cases are in tests/cpp/test_sampler_trigger.cpp). Leading whitespace keeps both ways open,
+and stories260K's best token after its ' ' is '<', so unbiased it thinks; a logit_bias on its '<' and 'h' byte
+tokens makes it begin with `<think>` (the constraint allows '<' only as the open tag's start) and think in free
+text until max_tokens, one against them makes it answer at once. Each server is started on 127.0.0.1
 (a free port) and stopped."""
 import http.client
 import json
@@ -15,6 +16,9 @@ import pytest
 QWEN3 = pathlib.Path(__file__).resolve().parents[1] / "data" / "templates" / "qwen3-0.6b.jinja"
 ASK = [{"role": "user", "content": "Tell me a story."}]
 OPEN_TAG_BIAS = {str(3 + ord("<")): 100, str(3 + ord("h")): 100}  # stories260K's byte tokens <0x3C>, <0x68>
+# Unbiased, stories260K writes ' ' then '<think>' here (leading whitespace keeps the block possible): its tokens
+# that write '<' (<0x3C>, '<') or 'h' (<0x68>, 'h') biased away, it answers at once.
+NO_OPEN_BIAS = {str(t): -100 for t in (3 + ord("<"), 504, 3 + ord("h"), 415)}
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
 
 
@@ -37,8 +41,8 @@ def chat(server, **extra):
 @pytest.mark.parametrize("ask", [{"response_format": {"type": "json_object"}},
                                  {"tools": TOOLS, "tool_choice": "required"}], ids=["json", "forced_call"])
 def test_the_model_may_think_before_its_constrained_answer(qwen3, start_serve, stories260k_path, ask):
-    # Not opened: the constrained answer from the first byte, as before (no reasoning).
-    direct = chat(qwen3, max_tokens=64, **ask)
+    # Not opened: the constrained answer from the first byte (its leading whitespace included), no reasoning.
+    direct = chat(qwen3, max_tokens=64, logit_bias=NO_OPEN_BIAS, **ask)
     assert direct["message"]["reasoning_content"] is None
     if "tools" in ask:
         assert direct["message"]["tool_calls"][0]["function"]["name"] == "f"

@@ -12,7 +12,7 @@
 // and once `close` ended it, a later `open` is text like any other. An empty trigger (a constraint from the
 // first byte, GenerateOptions::constraint_trigger empty, past a block the model may open) counts at the first
 // byte outside the block: right after `close`, or at the text's first byte where it does not begin with `open`
-// (whitespace included: under a constraint the grammar decides whether leading whitespace is its own).
+// (its leading whitespace included: the text " \n{" decides at '{' and counts from ' '; " <think>" opens).
 #pragma once
 
 #include <cstddef>
@@ -44,8 +44,8 @@ class TriggerWatch {
   // Where the trigger first counts in a whole `text` (a byte offset), or nullopt.
   static std::optional<std::size_t> find(std::string_view text, const std::string& trigger, const TriggerBlock& block);
 
-  // The text so far may still open the block (held() is its start: a prefix of block.open, after whitespace
-  // where the trigger is not empty); the next piece decides.
+  // The text so far may still open the block (held() is all of it: whitespace, then a proper prefix of
+  // block.open); the next piece decides.
   bool may_open() const { return phase_ == Phase::kMayOpen; }
   const std::string& held() const { return held_; }
 

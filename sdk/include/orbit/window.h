@@ -185,8 +185,10 @@ struct GenerateOptions {
   // where the model may open it. The run is free inside it; the trigger counts from the block's end (or from
   // the first byte where the text does not open it). Without a trigger the constraint applies there: right
   // after `close`, or from the first byte where the text does not begin with `open` (the first steps allow
-  // the tokens the constraint allows and those that write `open` or its start, never an end token). Empty
-  // (the default): the first trigger counts, or the constraint applies from the first token.
+  // the tokens the constraint allows and those that write `open` or its start, never an end token; leading
+  // whitespace keeps both ways open where the constraint takes it, its grammar and the tokens left, and is the
+  // answer's if no block follows). Empty (the default): the first trigger counts, or the constraint applies
+  // from the first token.
   TriggerBlock constraint_trigger_block;
 
   // Logit processors, OpenAI's semantics, applied to each step's logits in this order before the constraint's

@@ -59,16 +59,30 @@ void Sampler::check_options(const GenerateOptions& o, int64_t vocab, const char*
 Sampler::Sampler(const GenerateOptions& options, SamplerSetup setup)
     : options_(options),
       vocab_(setup.vocab),
-      constraint_(std::move(setup.constraint)),
+      end_tokens_(std::move(setup.end_tokens)),
       vocabulary_(std::move(setup.vocabulary)),
       at_text_start_(setup.at_text_start),
       rng_(options.seed) {
   check_options(options, vocab_);
+  if (options.constraint != nullptr) {
+    ORBIT_CHECK(vocabulary_ != nullptr, "Sampler: a constraint needs the tokens' bytes (a vocabulary)");
+    constraint_.emplace(bind_constraint(at_text_start_));
+  }
   triggered_ = options.constraint_trigger.empty() && options.constraint_trigger_block.empty();
   if (!triggered_) watch_.emplace(options.constraint_trigger, options.constraint_trigger_block);
+  if (!triggered_ && options.constraint_trigger.empty() && !options.constraint_trigger_block.open.empty()) {
+    open_tokens_ = open_tag_tokens(vocabulary_, options.constraint_trigger_block.open);
+  }
   options_.on_token = nullptr;
   options_.on_logprobs = nullptr;
   options_.on_text = nullptr;
+}
+
+TokenConstraint Sampler::bind_constraint(bool at_text_start) const {
+  TokenConstraintOptions o;
+  o.end_tokens = end_tokens_;
+  o.at_text_start = at_text_start;
+  return TokenConstraint(options_.constraint, vocabulary_, std::move(o));
 }
 
 bool Sampler::is_stop_token(int64_t token) const {
@@ -229,32 +243,82 @@ SamplerStep Sampler::free_step(double* logits) {
   return step;
 }
 
-SamplerStep Sampler::open_or_answer_step(double* logits, int64_t tokens_left) {
-  const std::string& held = watch_->held();  // a proper prefix of the block's open string
-  std::vector<double>& answer = probs_;      // the constraint's mask, on a copy (probs_ is free until choose)
-  answer.assign(logits, logits + vocab_);
-  const bool masked = held.empty() && constraint_->mask_logits(answer.data(), vocab_, tokens_left) > 0;
-  for (int64_t j = 0; j < vocab_; ++j) {
-    if (std::isinf(logits[j]) && logits[j] < 0) continue;
-    if (constraint_->is_end_token(j) || is_stop_token(j)) {
-      logits[j] = -std::numeric_limits<double>::infinity();  // the text has not begun: nothing may end it
-      continue;
+namespace {
+
+bool blank(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; });
+}
+
+}  // namespace
+
+void Sampler::mask_answer(double* row, int64_t tokens_left) const {
+  constexpr double kOut = -std::numeric_limits<double>::infinity();
+  // The text held past the whitespace the constraint took: "" or the open string's start (after whitespace).
+  const std::string rest = watch_->held().substr(lead_.size());
+  if (rest.empty()) {
+    if (constraint_->mask_logits(row, vocab_, tokens_left) == 0) {
+      std::fill(row, row + vocab_, kOut);
+    } else if (constraint_->complete()) {  // the grammar takes the text so far, but no answer began
+      for (int64_t j = 0; j < vocab_; ++j) {
+        if (constraint_->is_end_token(j)) row[j] = kOut;
+      }
     }
-    const std::string bytes = bytes_of(j);
+  } else {
+    ConstraintMatcher after_held = constraint_->matcher();
+    if (!after_held.advance(rest)) {
+      std::fill(row, row + vocab_, kOut);
+    } else {
+      const TokenMask mask = after_held.mask(*vocabulary_);  // cached per state: no walk of the vocabulary
+      for (int64_t j = 0; j < vocab_; ++j) {
+        if (!mask.allows(j)) row[j] = kOut;
+      }
+    }
+  }
+  for (int64_t stop : options_.stop_tokens) row[stop] = kOut;
+}
+
+SamplerStep Sampler::open_or_answer_step(double* logits, int64_t tokens_left) {
+  constexpr int kMaxRefused = 64;
+  std::vector<double>& row = probs_;  // the step's allowed tokens, on a copy (probs_ is free until choose)
+  row.assign(logits, logits + vocab_);
+  mask_answer(row.data(), tokens_left);
+  const OpenTagTokens& open = *open_tokens_;
+  for (const auto& [j, bytes] : chosen_ == 0 && at_text_start_ ? open.first : open.later) {
+    if (j >= vocab_ || constraint_->is_end_token(j) || is_stop_token(j)) continue;
     TriggerWatch next = *watch_;
-    if (!next.push(bytes)) continue;  // keeps the open string possible, or opens the block
-    const bool allowed = held.empty() ? masked && !(std::isinf(answer[j]) && answer[j] < 0)
-                                      : constraint_->matcher().can_advance(held + bytes);
-    if (!allowed) logits[j] = -std::numeric_limits<double>::infinity();
+    if (next.push(bytes)) continue;                       // begins the answer: the mask judges it
+    if (next.may_open() && blank(next.held())) continue;  // whitespace: the answer must be able to take it
+    row[j] = logits[j];                                   // writes the open string's next bytes, or opens the block
+  }
+  std::copy(row.begin(), row.end(), logits);
+  for (int refused = 0; refused < kMaxRefused; ++refused) {
+    const int64_t token = choose(logits);
+    if (std::isinf(logits[token]) && logits[token] < 0) break;  // every token excluded
+    TriggerWatch next = *watch_;
+    const std::optional<std::string> from = next.push(bytes_of(token));
+    if (from && !constraint_->matcher().can_advance(from->substr(lead_.size()))) {
+      logits[token] = -std::numeric_limits<double>::infinity();  // the mask's grammar passed it (a key repeated
+      continue;                                                  // within the token), the matcher refuses it
+    }
+    return take_open_or_answer(token, std::move(next), from, logits);
   }
   SamplerStep step;
-  const int64_t token = choose(logits);
-  if (std::isinf(logits[token]) && logits[token] < 0) {
-    step.stop_reason = "constraint_no_token";
-    return step;
+  step.stop_reason = "constraint_no_token";
+  return step;
+}
+
+SamplerStep Sampler::take_open_or_answer(int64_t token, TriggerWatch next, const std::optional<std::string>& from,
+                                         double* logits) {
+  *watch_ = std::move(next);
+  if (from) return take(token, from->substr(lead_.size()), logits);  // the answer, past the whitespace it took
+  if (watch_->may_open() && blank(watch_->held())) {
+    constraint_->accept(token);  // whitespace, tentatively the answer's
+    lead_ = watch_->held();
+  } else if (!watch_->may_open() && !lead_.empty()) {
+    constraint_.emplace(bind_constraint(false));  // the block opened: the answer begins after it, from scratch
+    lead_.clear();
   }
-  const std::optional<std::string> from = watch_->push(bytes_of(token));
-  return take(token, from, logits);
+  return take(token, std::nullopt, logits);
 }
 
 Sampler make_sampler(const EngineCore& core, const GenerateOptions& options, const std::vector<int64_t>& query) {
@@ -274,14 +338,10 @@ Sampler make_sampler(const EngineCore& core, const GenerateOptions& options, con
     setup.at_text_start = !query.empty() && constrain::starts_text(*setup.vocabulary, core.tokenizer(), query.back());
   }
   if (options.constraint != nullptr) {
-    TokenConstraintOptions o;
-    o.end_tokens = options.stop_tokens;
+    setup.end_tokens = options.stop_tokens;
     const int64_t eos = core.tokenizer().eos_id();
-    if (eos >= 0 && eos < vocab && std::find(o.end_tokens.begin(), o.end_tokens.end(), eos) == o.end_tokens.end()) {
-      o.end_tokens.push_back(eos);
-    }
-    o.at_text_start = setup.at_text_start;
-    setup.constraint.emplace(options.constraint, setup.vocabulary, std::move(o));
+    std::vector<int64_t>& ends = setup.end_tokens;
+    if (eos >= 0 && eos < vocab && std::find(ends.begin(), ends.end(), eos) == ends.end()) ends.push_back(eos);
   }
   return Sampler(options, std::move(setup));
 }

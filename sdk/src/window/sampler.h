@@ -34,6 +34,7 @@
 #include "orbit/constraint.h"
 #include "orbit/trigger_watch.h"
 #include "orbit/window.h"
+#include "window/open_tag_tokens.h"
 
 namespace orbit::detail {
 
@@ -41,8 +42,10 @@ class EngineCore;
 
 // What a Sampler needs besides the options.
 struct SamplerSetup {
-  int64_t vocab = 0;                          // the logits' length
-  std::optional<TokenConstraint> constraint;  // bound to the vocabulary (nullopt: unconstrained)
+  int64_t vocab = 0;  // the logits' length
+  // With GenerateOptions::constraint: the tokens that end the constrained text (TokenConstraintOptions::
+  // end_tokens: the stop tokens and EOS); the Sampler binds the constraint to `vocabulary` with them.
+  std::vector<int64_t> end_tokens;
   // Token bytes for TokenLogprob::bytes (null: none, e.g. a model without a tokenizer); with at_text_start
   // the first token writes TokenBytes::at_start's bytes.
   std::shared_ptr<const TokenVocabulary> vocabulary;
@@ -89,9 +92,20 @@ class Sampler {
   // A step before the trigger: a free choice, unless it completes the trigger where the grammar refuses.
   SamplerStep free_step(double* logits);
   // A step where the text may still open the block or begin the constrained answer (a constraint without a
-  // trigger past a block the model may open): the tokens the constraint allows (after the open string's
-  // start held, by its matcher) and those that keep the open string possible or open the block.
+  // trigger past a block the model may open): the tokens the constraint allows after the text so far, and
+  // those that write the open string's next bytes or open the block (only open_tokens_ can: the rest are
+  // judged by the mask alone). Leading whitespace keeps both ways open, but only where the answer may take
+  // it (its grammar and the tokens left): it is accepted into the constraint as the answer's (lead_) and, if
+  // the block opens after it, the constraint is bound again. Never an end or stop token.
   SamplerStep open_or_answer_step(double* logits, int64_t tokens_left);
+  // Sets to -inf in `row` the tokens that cannot begin the answer after the text so far: the constraint's
+  // mask (with the budget of `tokens_left`) where the text is the whitespace it took, else its matcher's mask
+  // after the open string's start held; end and stop tokens too.
+  void mask_answer(double* row, int64_t tokens_left) const;
+  // The chosen token of an open-or-answer step taken (`next`: the watch after it; `from`: what it pushed).
+  SamplerStep take_open_or_answer(int64_t token, TriggerWatch next, const std::optional<std::string>& from,
+                                  double* logits);
+  TokenConstraint bind_constraint(bool at_text_start) const;
   void record(SamplerStep& step, double* logits);  // logprobs, counts
   // A free step's `token` taken: the constrained text from the trigger on (`from`, when it began) accepted, the
   // step recorded.
@@ -105,6 +119,10 @@ class Sampler {
   std::optional<TokenConstraint> constraint_;
   bool triggered_ = true;              // false while a trigger has not appeared
   std::optional<TriggerWatch> watch_;  // with a trigger: where it appears in the free text
+  // With a block the model may open and no trigger: the tokens that can keep it possible (open_tag_tokens.h).
+  std::shared_ptr<const OpenTagTokens> open_tokens_;
+  std::string lead_;                 // the leading whitespace the constraint took while the block could still open
+  std::vector<int64_t> end_tokens_;  // the constraint's (SamplerSetup::end_tokens)
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   bool at_text_start_ = false;
   std::mt19937_64 rng_;

@@ -35,14 +35,14 @@ std::optional<std::string> TriggerWatch::push(std::string_view piece) {
   held_.append(piece);
   for (;;) {
     if (phase_ == Phase::kMayOpen) {
-      const std::string_view rest = std::string_view(held_).substr(trigger_.empty() ? 0 : leading_space(held_));
+      const std::string_view rest = std::string_view(held_).substr(leading_space(held_));
       if (rest.substr(0, block_.open.size()) == block_.open) {
         held_ = std::string(rest.substr(block_.open.size()));
         phase_ = Phase::kInBlock;
       } else if (std::string_view(block_.open).substr(0, rest.size()) == rest) {
         return std::nullopt;  // whitespace, or the open string's start
       } else {
-        phase_ = Phase::kWatching;  // no block: the text held is looked at from its first byte
+        phase_ = Phase::kWatching;  // no block: the text held (its whitespace too) is looked at from its first byte
       }
     } else if (phase_ == Phase::kInBlock) {
       const std::size_t at = held_.find(block_.close);
