@@ -1090,6 +1090,7 @@ class Window:
         logit_bias: Optional[dict[Union[int, str], float]] = None,
         logprobs: bool = False,
         top_logprobs: int = 0,
+        constraint_trigger_block: Optional[tuple[str, str]] = None,
         cancel: Optional[CancelToken] = None,
     ) -> Generation:
         """Decodes after the query; seed is an int in [0, 2**64) (another type raises TypeError, an int out of
@@ -1140,7 +1141,16 @@ class Window:
         cancel: an orbit.CancelToken (else TypeError naming `cancel`); its cancel(), from any thread, ends the run
         at its next token with stop_reason 'cancelled' (read without the GIL, no tokenizer needed). A token
         cancelled before the call returns a cancelled Generation at once (no tokens, nothing forwarded). close()
-        of this window from another thread stops the run the same way."""
+        of this window from another thread stops the run the same way.
+
+        constraint_trigger_block: (open, close), e.g. ("<think>", "</think>"): a reasoning model's block at the
+        answer's start, free text the constraint (tools, response_format) does not apply in. open "" means the
+        text begins inside it (the prompt opened it); otherwise the block is there only where the text begins,
+        whitespace aside, with open, which the model may write or not (it may also answer at once). The
+        constraint applies right after close; under tool_choice "auto" a call's mark counts only there. None
+        (the default): no block. Not a pair of str raises TypeError, an empty close or no constraint (neither
+        tools nor response_format) ValueError, each naming constraint_trigger_block; tools under "auto" whose
+        grammar cannot be had leave the whole answer free, the block's text with it."""
     def stream(self, query: Tokens, **kwargs) -> GenerationStream:
         """The answer's text piece by piece: a GenerationStream (see it) over generate(on_text=...), decoded on a
         worker thread, taking generate()'s keyword arguments but on_text (stop included)::

@@ -59,6 +59,7 @@ class AsyncWindow:
         logit_bias: Optional[dict[Union[int, str], float]] = None,
         logprobs: bool = False,
         top_logprobs: int = 0,
+        constraint_trigger_block: Optional[tuple[str, str]] = None,
         cancel: Optional[CancelToken] = None,
     ) -> Generation:
         """Window.generate but on_text; cancelling the task cancels the decode at its next token (through a

@@ -111,6 +111,25 @@ std::function<bool(const std::string&)> text_callback(const py::object& on_text,
   };
 }
 
+// generate's constraint_trigger_block: None, or (open, close), two str, close not empty.
+orbit::TriggerBlock to_trigger_block(const py::object& obj, const std::string& what) {
+  const std::string at = what + ": constraint_trigger_block";
+  if (obj.is_none()) return {};
+  const bool pair = (py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj)) && py::len(obj) == 2;
+  if (!pair) throw py::type_error(at + " must be None or a pair of str (open, close), got " + type_name(obj));
+  const py::sequence items = obj.cast<py::sequence>();
+  for (std::size_t i = 0; i < 2; ++i) {
+    if (!py::isinstance<py::str>(items[i])) {
+      throw py::type_error(at + "[" + std::to_string(i) + "] must be a str, got " + type_name(items[i]));
+    }
+  }
+  orbit::TriggerBlock block{items[0].cast<std::string>(), items[1].cast<std::string>()};
+  if (block.close.empty()) {
+    throw py::value_error(at + ": the close string is empty (None: no block; open '' : the text begins inside it)");
+  }
+  return block;
+}
+
 // A token list, or text (str) tokenized by the window's engine without BOS (a continuation).
 std::vector<int64_t> query_tokens(PyWindow& w, const py::object& obj) {
   if (py::isinstance<py::str>(obj)) return w.engine->tokenize(obj.cast<std::string>(), false);
@@ -150,6 +169,18 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
   return a;
 }
 
+void set_trigger_block(GenerateArgs& a, const py::object& block, const std::string& what) {
+  orbit::TriggerBlock b = to_trigger_block(block, what);
+  if (b.empty()) return;
+  if (a.answer.constraint == nullptr) {
+    // Tools under "auto" whose grammar cannot be had leave the whole answer free, the block's text with it.
+    if (a.answer.read_calls && !a.answer.forced_call) return;
+    throw py::value_error(what + ": constraint_trigger_block (close '" + b.close +
+                          "') needs a constraint: tools or a response_format");
+  }
+  a.options.constraint_trigger_block = std::move(b);
+}
+
 GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict& kwargs, const std::string& what) {
   static const std::set<std::string> known = {"max_tokens",
                                               "temperature",
@@ -166,6 +197,7 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
                                               "logit_bias",
                                               "logprobs",
                                               "top_logprobs",
+                                              "constraint_trigger_block",
                                               "cancel"};
   for (const auto& [key, value] : kwargs) {
     const std::string name = py::str(key).cast<std::string>();
@@ -188,7 +220,7 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
     }
   };
   to_cancel_token(get("cancel", py::none()), what + ": cancel");  // refused under the caller's name
-  return generate_args(
+  GenerateArgs a = generate_args(
       w, query, typed("max_tokens", py::int_(32), "an int", int64_t{}),
       typed("temperature", py::float_(0.0), "a number", double{}),
       typed("top_p", py::float_(1.0), "a number", double{}), typed("seed", py::int_(0), "an int >= 0", uint64_t{}),
@@ -198,6 +230,8 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
       typed("frequency_penalty", py::float_(0.0), "a number", double{}), get("logit_bias", py::none()),
       to_bool(get("logprobs", py::bool_(false)), (what + ": logprobs").c_str()),
       typed("top_logprobs", py::int_(0), "an int", int32_t{}), get("cancel", py::none()));
+  set_trigger_block(a, get("constraint_trigger_block", py::none()), what);
+  return a;
 }
 
 namespace {

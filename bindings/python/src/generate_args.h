@@ -51,6 +51,12 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
                            double presence_penalty, double frequency_penalty, const py::object& logit_bias,
                            bool logprobs, int32_t top_logprobs, const py::object& cancel);
 
+// Holding the GIL: generate's constraint_trigger_block (None, or a pair of str (open, close), close not empty:
+// GenerateOptions::constraint_trigger_block) set on `a`, whose answer must be constrained (tools or a
+// response_format; tools under "auto" whose grammar cannot be had leave the whole answer free, the block
+// too). Raises TypeError / ValueError naming the argument, prefixed with `what`.
+void set_trigger_block(GenerateArgs& a, const py::object& block, const std::string& what);
+
 // The same from a dict of those keyword arguments (every key optional, with generate()'s defaults); a key
 // generate() does not take raises TypeError naming it, prefixed with `what`, and so does on_text (one
 // callback cannot stream several answers).

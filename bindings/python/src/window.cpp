@@ -427,11 +427,13 @@ void def_generate(py::class_<PyWindow>& c) {
          const py::object& seed, const py::object& stop_tokens, const py::object& stop, const py::object& on_text,
          const py::object& tools, const py::object& tool_choice, const py::object& response_format,
          const py::object& tool_call_format, double presence_penalty, double frequency_penalty,
-         const py::object& logit_bias, const py::object& logprobs, int32_t top_logprobs, const py::object& cancel) {
-        const GenerateArgs a =
+         const py::object& logit_bias, const py::object& logprobs, int32_t top_logprobs,
+         const py::object& constraint_trigger_block, const py::object& cancel) {
+        GenerateArgs a =
             generate_args(w, query, max_tokens, temperature, top_p, to_seed(seed, "generate: seed"), stop_tokens, stop,
                           on_text, tools, tool_choice, response_format, tool_call_format, presence_penalty,
                           frequency_penalty, logit_bias, to_bool(logprobs, "generate: logprobs"), top_logprobs, cancel);
+        set_trigger_block(a, constraint_trigger_block, "generate");
         const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
         orbit::Generation generation;
         try {
@@ -451,7 +453,8 @@ void def_generate(py::class_<PyWindow>& c) {
       py::arg("on_text") = py::none(), py::arg("tools") = py::none(), py::arg("tool_choice") = "auto",
       py::arg("response_format") = py::none(), py::arg("tool_call_format") = py::none(),
       py::arg("presence_penalty") = 0.0, py::arg("frequency_penalty") = 0.0, py::arg("logit_bias") = py::none(),
-      py::arg("logprobs") = false, py::arg("top_logprobs") = 0, py::arg("cancel") = py::none(),
+      py::arg("logprobs") = false, py::arg("top_logprobs") = 0, py::arg("constraint_trigger_block") = py::none(),
+      py::arg("cancel") = py::none(),
       "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
       "temperature > 0 = nucleus sampling, reproducible by seed (an int in [0, 2**64): another type raises\n"
       "TypeError, an int out of range ValueError, naming seed); the run ends after emitting any of\n"
@@ -491,7 +494,13 @@ void def_generate(py::class_<PyWindow>& c) {
       "answer, or None). An answer max_tokens ended inside a call gives that call last as far as it was written\n"
       "(tool_call_cut: do not run it); a forced call ('required' or a name) wherever the cut fell, inside the\n"
       "'<tool_call>' mark too (name '' and arguments ''). A schema outside the supported subset raises OrbitError\n"
-      "naming the keyword.");
+      "naming the keyword.\n"
+      "constraint_trigger_block (open, close), e.g. ('<think>', '</think>'): a reasoning model's block at the\n"
+      "answer's start, free text the constraint (tools, response_format) does not apply in: open '' means the\n"
+      "text begins inside it (the prompt opened it); otherwise the block is there only where the text begins,\n"
+      "whitespace aside, with open, and the model may choose. The constraint applies after close (a call's mark\n"
+      "under 'auto' counts only there). None (the default): no block. A wrong type raises TypeError, an empty\n"
+      "close or no constraint ValueError, naming constraint_trigger_block.");
   c.def(
       "generate_n",
       [](PyWindow& w, const py::object& query, int64_t n, const py::kwargs& kwargs) {
