@@ -1,13 +1,15 @@
 // What the tests of `orbit serve`'s store writes share (test_serve_store_writes.cpp, test_serve_store_retry.cpp,
 // test_serve_held_journal.cpp, test_serve_held_links.cpp, test_serve_held_share.cpp): a temporary directory, a
 // file-size limit that makes writes fail as on a full disk, items to store, where a store's journal of held
-// answers lies, and the check of a held chain recovered after a crash.
+// answers lies, the check of a held chain recovered after a crash, and what this process writes to stderr.
 #pragma once
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -60,6 +62,41 @@ class FileSizeLimit {
  private:
   rlimit saved_{};
   sighandler_t old_handler_ = SIG_DFL;
+};
+
+// What this process writes to stderr (fd 2) while it lives, read by text().
+class StderrCapture {
+ public:
+  StderrCapture() : file_(std::tmpfile()), saved_(::dup(2)) {
+    REQUIRE(file_ != nullptr);
+    std::fflush(stderr);
+    REQUIRE(::dup2(::fileno(file_), 2) == 2);
+  }
+  ~StderrCapture() {
+    restore();
+    std::fclose(file_);
+  }
+  StderrCapture(const StderrCapture&) = delete;
+  StderrCapture& operator=(const StderrCapture&) = delete;
+  std::string text() {
+    restore();
+    std::string out;
+    std::rewind(file_);
+    for (int c = std::fgetc(file_); c != EOF; c = std::fgetc(file_)) out.push_back(static_cast<char>(c));
+    std::fputs(out.c_str(), stderr);  // still shown in the test's log
+    return out;
+  }
+
+ private:
+  void restore() {
+    if (saved_ < 0) return;
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  std::FILE* file_;
+  int saved_;
 };
 
 inline orbit::serve::StoredCompletion completion(const std::string& id, std::size_t body_bytes = 0) {

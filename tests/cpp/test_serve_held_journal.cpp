@@ -51,41 +51,6 @@ void fail_writes_to(const std::string& path) {
   ::close(read_only);
 }
 
-// What this process writes to stderr (fd 2) while it lives, read by text().
-class StderrCapture {
- public:
-  StderrCapture() : file_(std::tmpfile()), saved_(::dup(2)) {
-    REQUIRE(file_ != nullptr);
-    std::fflush(stderr);
-    REQUIRE(::dup2(::fileno(file_), 2) == 2);
-  }
-  ~StderrCapture() {
-    restore();
-    std::fclose(file_);
-  }
-  StderrCapture(const StderrCapture&) = delete;
-  StderrCapture& operator=(const StderrCapture&) = delete;
-  std::string text() {
-    restore();
-    std::string out;
-    std::rewind(file_);
-    for (int c = std::fgetc(file_); c != EOF; c = std::fgetc(file_)) out.push_back(static_cast<char>(c));
-    std::fputs(out.c_str(), stderr);  // still shown in the test's log
-    return out;
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-    saved_ = -1;
-  }
-  std::FILE* file_;
-  int saved_;
-};
-
 // Grows `store`'s write-ahead log by `count` completions of kLarge that stay, so that a file-size limit a
 // little above it fails a large write there while a new journal still takes one.
 void grow_log(sv::ChatStore& store, int count) {

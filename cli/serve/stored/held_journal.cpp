@@ -107,13 +107,14 @@ struct Parsed {
   std::vector<JournalEntry> held;
   std::string problem;   // "" when the file is whole
   bool corrupt = false;  // damage before its end (else at most a torn last record)
+  bool foreign = false;  // with corrupt: its header is not a journal's of this format (no record read)
 };
 
 Parsed parse(const std::string& bytes, const std::string& file) {
   Parsed out;
   if (bytes.size() < kHeaderBytes ||
       (bytes.compare(0, kHeaderBytes, kHeader) != 0 && bytes.compare(0, kHeaderBytes, kHeaderV1) != 0)) {
-    out.corrupt = !bytes.empty();
+    out.corrupt = out.foreign = !bytes.empty();
     if (out.corrupt) out.problem = "its header is not \"orbit-held-journal 2\" (or 1): not a journal of this format";
     return out;
   }
@@ -158,18 +159,20 @@ Parsed parse(const std::string& bytes, const std::string& file) {
   return out;
 }
 
-// The journals of the store at `store_path`: "STORE.held-<digits>".
-std::vector<fs::path> journals_of(const std::string& store_path) {
+// The journals of the store at `store_path`: "STORE.held-<digits>". A directory that cannot be listed gives
+// none, and sets `error` when given.
+std::vector<fs::path> journals_of(const std::string& store_path, std::error_code* error = nullptr) {
   const fs::path store(store_path);
   const std::string head = store.filename().string() + ".held-";
   std::vector<fs::path> out;
   std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(store.parent_path(), ec)) {
-    const std::string name = e.path().filename().string();
+  for (fs::directory_iterator it(store.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (name.size() <= head.size() || name.compare(0, head.size(), head) != 0) continue;
     if (name.find_first_not_of("0123456789", head.size()) != std::string::npos) continue;
-    out.push_back(e.path());
+    out.push_back(it->path());
   }
+  if (error != nullptr) *error = ec;
   return out;
 }
 
@@ -218,21 +221,24 @@ std::vector<std::string> keep_needed(std::vector<JournalEntry>& held,
   return kept_names;
 }
 
-// The bytes of `path`; false (`out` unset) when it cannot be read.
-bool read_file(const fs::path& path, std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  out.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return !in.bad();
-}
-
 }  // namespace held_journal_io
 
-std::set<std::string> names_in_journals(const std::string& store_path, const std::string& own, const LinkOf& link_of,
-                                        bool& readable) {
+std::vector<std::string> journal_files(const std::string& store_path, std::string& error) {
+  std::error_code ec;
+  std::vector<std::string> out;
+  for (const held_journal_io::fs::path& file : held_journal_io::journals_of(store_path, &ec)) {
+    out.push_back(file.string());
+  }
+  error = ec ? ec.message() : std::string();
+  return out;
+}
+
+JournalNames journal_names(const std::string& bytes, const std::string& file, const LinkOf& link_of) {
   namespace io = held_journal_io;
-  readable = true;
-  std::set<std::string> out;
+  JournalNames out;
+  io::Parsed parsed = io::parse(bytes, file);
+  out.known = !parsed.foreign;
+  if (parsed.corrupt) out.problem = parsed.problem;  // a torn last record is not damage: read up to the tear
   if (!link_of) return out;
   const auto names_of = [&](const std::string& payload) {
     try {
@@ -241,20 +247,8 @@ std::set<std::string> names_in_journals(const std::string& store_path, const std
       return std::string();  // names nothing, as at adoption
     }
   };
-  for (const io::fs::path& file : io::journals_of(store_path)) {
-    if (file.string() == own) continue;
-    std::error_code ec;
-    const uintmax_t size = io::fs::file_size(file, ec);
-    if (!ec && size <= io::kHeaderBytes) continue;  // nothing live: cut back to its header
-    std::string bytes;
-    if (!io::read_file(file, bytes)) {
-      if (io::fs::exists(file, ec) || ec) readable = false;  // gone meanwhile (its server ended holding nothing): fine
-      continue;
-    }
-    io::Parsed parsed = io::parse(bytes, file.string());
-    for (std::string& name : io::keep_needed(parsed.held, names_of)) {
-      if (!name.empty()) out.insert(std::move(name));
-    }
+  for (std::string& name : io::keep_needed(parsed.held, names_of)) {
+    if (!name.empty()) out.names.insert(std::move(name));
   }
   return out;
 }

@@ -45,7 +45,7 @@
 // keep that row (unnamed, if the client deleted it) while it is named, and take_unnamed() when it no longer is.
 // Another server sharing the store keeps it too: with a JournalShare (journal_share.h), a hold whose record
 // names a row is appended only under the store's lock, which a deletion by any server takes before reading
-// the other journals' records (names_in_journals) and holds until it commits; a start adopts under it too.
+// the other journals' records (journal_names) and holds until it commits; a start adopts under it too.
 //
 // Size: when no hold is live the file is cut back to its header, and when its dead bytes (released holds and
 // links no live record needs) exceed its live ones plus 1 MiB (kSlack) it is rewritten: the live records copied
@@ -89,11 +89,23 @@ using LinkOf = std::function<std::string(const std::string& payload)>;
 
 class JournalShare;
 
-// The ids the live records of the journals of the store at `store_path` other than `own` (a path) name as their
-// links by `link_of`: their holds and the links those need, as a start adopting them would keep (a journal's
-// server running or gone alike). `readable` is false when a journal could not be read (its names unknown).
-std::set<std::string> names_in_journals(const std::string& store_path, const std::string& own, const LinkOf& link_of,
-                                        bool& readable);
+// The journals of the store at `store_path` (its directory's files "STORE.held-<digits>"), any server's; `error`
+// says why the directory could not be listed ("" when it was).
+std::vector<std::string> journal_files(const std::string& store_path, std::string& error);
+
+// What one journal's live records name as their links by `link_of`, read from its bytes: its holds and the links
+// those need, as a start adopting it would keep.
+struct JournalNames {
+  std::set<std::string> names;
+  // False when its header is not a journal's of this format (another version's, or not a journal): what it
+  // names is unknown.
+  bool known = true;
+  // Damage, naming where: a bad header, or a record corrupt before the end (`names` holds the records before
+  // it, all a start could adopt). "" for a whole file or one whose last record is torn (a crash, or an append
+  // still being written): read up to the tear.
+  std::string problem;
+};
+JournalNames journal_names(const std::string& bytes, const std::string& file, const LinkOf& link_of);
 
 class HeldJournal {
  public:

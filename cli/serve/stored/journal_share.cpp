@@ -11,7 +11,7 @@
 namespace orbit::serve {
 
 JournalShare::JournalShare(const std::string& store_path, LinkOf link_of)
-    : store_path_(store_path), lock_path_(store_path + ".held.lock"), link_of_(std::move(link_of)) {
+    : lock_path_(store_path + ".held.lock"), cache_(store_path, std::move(link_of)) {
   fd_ = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) fd_ = ::open(lock_path_.c_str(), O_RDONLY | O_CLOEXEC);  // made by another server: a lock still
   if (fd_ < 0) error_ = "held-answers journals' lock " + lock_path_ + ": cannot open: " + std::strerror(errno);
@@ -43,7 +43,7 @@ void JournalShare::unlock() {
     if (owner_ != std::this_thread::get_id()) return;
     owner_ = std::thread::id();
   }
-  names_.reset();  // a record added once the lock is gone is not in it
+  fresh_ = false;  // a record added once the lock is gone is not in what was read
   ::flock(fd_, LOCK_UN);
   mutex_.unlock();
 }
@@ -55,13 +55,12 @@ bool JournalShare::held() const {
 
 bool JournalShare::named_elsewhere(const std::string& id, const std::string& own) {
   if (!held() && !lock().empty()) return true;  // not knowing what the others need, keep it
-  if (!names_ || names_own_ != own) {
-    bool readable = true;
-    names_ = names_in_journals(store_path_, own, link_of_, readable);
-    names_own_ = own;
-    unreadable_ = !readable;
+  if (!fresh_ || own_ != own) {
+    cache_.refresh(own);
+    own_ = own;
+    fresh_ = true;
   }
-  return unreadable_ || names_->count(id) != 0;
+  return cache_.keeps(id);
 }
 
 }  // namespace orbit::serve
