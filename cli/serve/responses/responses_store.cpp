@@ -243,7 +243,9 @@ std::string ResponseStore::journal_payload(const Pending& p) {
     const auto entry = by_id_.find((*link)->id);
     links.push_back(response_keys::journal_row(**link, entry != by_id_.end() ? entry->second.key : std::string()));
   }
-  return nlohmann::json{{"response", response_keys::journal_row(*p.response, p.key)}, {"links", links}}.dump();
+  // `links` moved in: an initializer list copies an lvalue, every link's body and messages with it.
+  return nlohmann::json{{"response", response_keys::journal_row(*p.response, p.key)}, {"links", std::move(links)}}
+      .dump();
 }
 
 std::shared_ptr<StoredResponse> ResponseStore::from_journal(const JournalEntry& e, Rebuilt& built, std::string& key) {

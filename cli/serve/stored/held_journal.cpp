@@ -63,7 +63,9 @@ std::string record(unsigned char kind, const std::string& id, const std::string&
   put_le(out, id.size(), 4);
   put_le(out, payload.size(), 8);
   put_le(out, check_of(kind, id, payload.data(), payload.size()), 8);
-  return out + id + payload;
+  out += id;  // into the room reserved: `out + id + payload` would copy the payload into a string grown again
+  out += payload;
+  return out;
 }
 
 std::string errno_text(const std::string& what, const std::string& path) {
