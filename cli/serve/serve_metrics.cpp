@@ -48,6 +48,11 @@ void ServeMetrics::count_request(const std::string& endpoint, int status, double
   latency_[endpoint].observe(seconds);
 }
 
+void ServeMetrics::count_options(const std::string& endpoint, int status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++requests_[{endpoint, status}];
+}
+
 void ServeMetrics::count_first_token(const std::string& endpoint, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   first_token_[endpoint].observe(seconds);

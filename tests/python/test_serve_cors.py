@@ -229,3 +229,34 @@ def test_origins_are_matched_as_browsers_write_them(orbit_cli, stories260k_path)
         status, headers, _ = preflight((server.host, server.port), "/v1/models", "http://localhost", method="GET")
         assert status == 204
         assert headers["Access-Control-Allow-Origin"] == "http://localhost"
+
+
+def requests_counted(server):
+    """From /metrics: orbit_requests_total as {(endpoint, status): count}, and orbit_request_seconds_count as
+    {endpoint: count}."""
+    status, _, text = ask(server, "GET", "/metrics")
+    assert status == 200
+    counted, timed = {}, {}
+    for line in text.splitlines():
+        if line.startswith("orbit_requests_total{"):
+            labels, value = line[len("orbit_requests_total{") :].split("} ")
+            fields = dict(item.split("=") for item in labels.split(","))
+            counted[(fields["endpoint"].strip('"'), int(fields["status"].strip('"')))] = int(value)
+        elif line.startswith('orbit_request_seconds_count{endpoint="'):
+            endpoint, value = line[len('orbit_request_seconds_count{endpoint="') :].split('"} ')
+            timed[endpoint] = int(value)
+    return counted, timed
+
+
+def test_preflights_are_counted_in_metrics_by_endpoint_and_status(listed):
+    before, timed_before = requests_counted(listed)
+    assert preflight(listed, "/v1/chat/completions", PAGE)[0] == 204
+    assert preflight(listed, "/v1/chat/completions", PAGE)[0] == 204
+    assert preflight(listed, "/v1/responses", OTHER_PAGE)[0] == 204
+    assert preflight(listed, "/v1/chat/completions", STRANGER)[0] == 403
+    assert ask(listed, "OPTIONS", "/v1/models")[0] == 204  # a plain OPTIONS (no preflight) too
+    after, timed_after = requests_counted(listed)
+    grown = {key: n - before.get(key, 0) for key, n in after.items() if n != before.get(key, 0)}
+    assert grown == {("chat", 204): 2, ("responses", 204): 1, ("chat", 403): 1, ("other", 204): 1}
+    # Not in the endpoints' latency histograms: a preflight runs none of their work.
+    assert timed_after == timed_before
