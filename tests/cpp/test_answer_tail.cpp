@@ -13,6 +13,7 @@
 #include "window_test_support.h"
 
 using namespace orbit;
+using orbit::test::kExactWindowTolerance;
 using orbit::test::window_error;
 using orbit::test::sync_support::msg;
 using orbit::test::sync_support::open_engine;
@@ -100,7 +101,7 @@ TEST_CASE("an answer synced back with a tool result after it is not forwarded ag
     CHECK(after.critical_forward_tokens - before.critical_forward_tokens ==
           Approx(static_cast<double>(appended.size() - tail.size())));
     CHECK(synced.plans.back().exact);
-    CHECK(window_error(w, engine->tokenize("And then?", false)) < 1e-4);
+    CHECK(window_error(w, engine->tokenize("And then?", false)) < kExactWindowTolerance);
   }
 }
 
@@ -137,7 +138,7 @@ TEST_CASE("a heal carries the tail: the answer appended as a turn after it forwa
       CHECK(p.forward_tokens == Approx(static_cast<double>(turn.size())));
     }
     w.apply(p).value();
-    CHECK(window_error(w, probe) < 1e-4);
+    CHECK(window_error(w, probe) < kExactWindowTolerance);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "window_test_support.h"
 
 using namespace orbit;
+using orbit::test::kExactWindowTolerance;
 using orbit::test::open_stories_small_pages;
 using orbit::test::random_tokens;
 using orbit::test::window_error;
@@ -48,7 +49,7 @@ TEST_CASE("a window read before is served again from what its forwards computed"
     CHECK(p.steps.back().how == ServeActionId::kReuse);
     CHECK(p.exact);
     CHECK(b.apply(p).value().forward_tokens == 0);
-    CHECK(window_error(b, q) < 1e-4);
+    CHECK(window_error(b, q) < kExactWindowTolerance);
     CHECK(window_error(b, q) == Approx(window_error(a, q)).margin(1e-6));
   }
 }
@@ -77,7 +78,7 @@ TEST_CASE("an answer appended as a turn is not forwarded again", "[window][reuse
       CHECK(p.forward_tokens == Approx(static_cast<double>(turn.size())));
     }
     w.apply(p).value();
-    CHECK(window_error(w, probe) < 1e-4);
+    CHECK(window_error(w, probe) < kExactWindowTolerance);
   }
 }
 
@@ -101,7 +102,7 @@ TEST_CASE("a turn whose first tokens were read behind the same window loads them
   CHECK(p.exact);
   const ApplyReport r = b.apply(p).value();
   CHECK(r.forward_tokens == Approx(5));
-  CHECK(window_error(b, probe) < 1e-4);
+  CHECK(window_error(b, probe) < kExactWindowTolerance);
   // Off, the turn is forwarded whole.
   Window c = engine->new_window(with("patch:16:noreuse"));
   c.admit(doc);
@@ -140,7 +141,7 @@ TEST_CASE("a state the window returns to costs no forward", "[window][reuse]") {
   CHECK(p.forward_tokens == 0);
   CHECK(p.exact);
   w.apply(p).value();
-  CHECK(window_error(w, probe) < 1e-4);
+  CHECK(window_error(w, probe) < kExactWindowTolerance);
 }
 
 TEST_CASE("KV states name how the KV was made; the reuse index finds the longest stored run", "[reuse][unit]") {

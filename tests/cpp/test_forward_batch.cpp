@@ -224,7 +224,11 @@ TEST_CASE("forward_batch: max_layers runs the same layers for every sequence") {
   const auto r = m->forward_batch({{&a, nullptr, &o}, {&b, nullptr, &o}});
   CHECK(r[0].content.size() == 2);
   CHECK(r[1].content.size() == 2);
-  CHECK(orbit::test::max_abs_diff(r[0].content[1].k, m->forward(a, nullptr, o).content[1].k) < 1e-5);
+  // The batch's GEMMs take both sequences' rows, blocked otherwise than one sequence's: float32 rounding
+  // (worst 3.8e-6 over the CPU kernels, BLAS cores and thread counts tried), bounded as the batch cases are.
+  const at::Tensor alone = m->forward(a, nullptr, o).content[1].k;
+  CHECK(orbit::test::max_abs_diff(r[0].content[1].k, alone) <=
+        orbit::test::float32_bound(*m, 3)(orbit::test::largest(alone), "content"));
   ForwardOptions other = o;
   other.max_layers = 1;
   CHECK_THROWS_WITH(m->forward_batch({{&a, nullptr, &o}, {&b, nullptr, &other}}),

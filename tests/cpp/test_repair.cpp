@@ -180,7 +180,9 @@ TEST_CASE("the harness: exact B decodes the query like one prefill of the whole 
   ForwardOptions o;
   o.logits = LogitsMode::kAll;
   const at::Tensor whole = stories().forward(in, nullptr, o).logits;
-  CHECK(max_abs_diff(p.exact_logits, whole.narrow(0, 72, 12)) < 1e-4);
+  // The scenario's exact logits come from a prefill in pieces: float32 rounding, worst 1.5e-5 over the CPU
+  // kernels, BLAS cores and thread counts tried; blind reuse moves them by > 1e-2 (test_window).
+  CHECK(max_abs_diff(p.exact_logits, whole.narrow(0, 72, 12)) < 2e-4);
   CHECK(p.exact_logits.sizes() == at::IntArrayRef({12, 512}));
 }
 

@@ -191,10 +191,14 @@ TEST_CASE("relocation: the canonical rotated to p equals the keys of the chunk c
       const ForwardResult alone = m.forward(in, nullptr, o);
       const std::vector<at::Tensor> moved = relocate_keys(m, canon, positions);
       REQUIRE(moved.size() == canon.size());
+      // The chunk computed at p attends over keys rotated to other angles than the canonical's: its content
+      // past layer 0 differs by float32 rounding (worst 2.3e-5 over the CPU kernels, BLAS cores and thread
+      // counts tried, see test_model's position-free content), far below what a wrong rotation moves (> 1e-1).
+      constexpr double kRelocationTolerance = 5e-4;
       for (std::size_t l = 0; l < moved.size(); ++l) {
         const at::Tensor keys_at_p = rope_apply(m.config().rope, alone.content[l].k, positions);
-        CHECK(max_abs_diff(moved[l], keys_at_p) < 5e-5);
-        if (p > 0) CHECK(max_abs_diff(moved[l], canon[l].k) > 1e-3);  // a real rotation happened
+        CHECK(max_abs_diff(moved[l], keys_at_p) < kRelocationTolerance);
+        if (p > 0) CHECK(max_abs_diff(moved[l], canon[l].k) > 1e-1);  // a real rotation happened
       }
     }
   };
@@ -225,10 +229,11 @@ TEST_CASE("context assembly and the conditioned prefill equal one prefill of the
   at::Tensor logits;
   const Content cond = conditioned(m, chunk_of(c), ctx, &logits);
   // float32: the 9-row conditioned prefill and the 26-row full prefill take different GEMM blockings, so
-  // rows agree to rounding, not bits (1.3e-5 seen on an AVX-512 machine; the relocation bound above is 5e-5).
+  // rows agree to rounding, not bits (worst 1.3e-5 seen, on an AVX-512 machine and over the CPU kernels, BLAS
+  // cores and thread counts tried here); without its context a chunk's content moves by > 1e-2 (blind_error below).
   for (std::size_t l = 0; l < cond.size(); ++l) {
-    CHECK(max_abs_diff(cond[l].k, full.content[l].k.narrow(0, 17, 9)) < 5e-5);
-    CHECK(max_abs_diff(cond[l].v, full.content[l].v.narrow(0, 17, 9)) < 5e-5);
+    CHECK(max_abs_diff(cond[l].k, full.content[l].k.narrow(0, 17, 9)) < 2e-4);
+    CHECK(max_abs_diff(cond[l].v, full.content[l].v.narrow(0, 17, 9)) < 2e-4);
   }
   CHECK(max_abs_diff(logits, full.logits) < 1e-4);
 

@@ -235,8 +235,11 @@ TEST_CASE("rotations preserve each head's norm", "[rope][cpu]") {
       const at::Tensor x = at::randn({16, 4, 128});
       const at::Tensor positions = at::randint(0, 200000, {16}, at::kLong);
       const at::Tensor y = orbit::runtime::rope_apply(c, x, positions, v.window_len);
+      // float32 rotations and two 128-term norms: worst 1.8e-7 over the CPU kernels tried (AVX-512's sums);
+      // a stray scaling (YaRN's attention factor) or a cos and sin of two angles (cos² + sin² off 1)
+      // changes norms by orders more.
       const at::Tensor rel = (y.norm(2, {2}) - x.norm(2, {2})).abs() / x.norm(2, {2});
-      CHECK(rel.max().item<double>() < 1e-6);
+      CHECK(rel.max().item<double>() < 2e-6);
     }
   }
 }

@@ -10,6 +10,7 @@
 #include "window_test_support.h"
 
 using namespace orbit;
+using orbit::test::kExactWindowTolerance;
 using orbit::test::random_tokens;
 using orbit::test::window_error;
 
@@ -78,7 +79,7 @@ TEST_CASE("deferred repairs: an edit forwards nothing; the next read or forwardi
   INFO(flush_plan.describe());
   CHECK(flush_plan.op == Operation::kFlush);
   CHECK(flush_plan.count(StepAction::kCanonical) == 1);  // b, now first: its canonical is exact
-  CHECK(window_error(w, query) < 1e-4);
+  CHECK(window_error(w, query) < kExactWindowTolerance);
   CHECK(w.stats().forward_tokens > before);  // the canonical, encoded now (reprefill keeps none stored)
   CHECK(w.stats().operations == ops + 1);
   CHECK_FALSE(w.instances()[0].deferred);
@@ -96,7 +97,7 @@ TEST_CASE("deferred repairs: an edit forwards nothing; the next read or forwardi
   CHECK(p.exact);
   for (const PlanStep& s : p.steps) CHECK_FALSE(s.deferred);
   f.apply(p).value();
-  CHECK(window_error(f, query) < 1e-4);
+  CHECK(window_error(f, query) < kExactWindowTolerance);
 
   // A fork repairs what waits first, once, in the parent: both windows share the repaired pages.
   Window parent = build("reprefill");
@@ -109,10 +110,10 @@ TEST_CASE("deferred repairs: an edit forwards nothing; the next read or forwardi
   CHECK(child.flush().forward_tokens == 0);
   CHECK(child.stats().shared_pages == parent.stats().shared_pages);
   CHECK(child.stats().shared_pages > 0);
-  CHECK(window_error(child, query) < 1e-4);
+  CHECK(window_error(child, query) < kExactWindowTolerance);
   const Generation g = parent.generate(query, {});
   CHECK_FALSE(g.tokens.empty());
-  CHECK(window_error(parent, query) < 1e-4);
+  CHECK(window_error(parent, query) < kExactWindowTolerance);
 
   // Switching to an eager policy: its next edit re-serves what an earlier edit deferred, in the same plan.
   Window s = build("reprefill");
@@ -123,7 +124,7 @@ TEST_CASE("deferred repairs: an edit forwards nothing; the next read or forwardi
   CHECK(ep.exact);
   s.apply(ep).value();
   for (const InstanceInfo& i : s.instances()) CHECK_FALSE(i.deferred);
-  CHECK(window_error(s, query) < 1e-4);
+  CHECK(window_error(s, query) < kExactWindowTolerance);
 }
 
 TEST_CASE("prefix-cache yardstick: what a prefix cache would forward, counted at forwards and model calls",

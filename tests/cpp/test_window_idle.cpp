@@ -10,6 +10,7 @@
 #include "window_test_support.h"
 
 using namespace orbit;
+using orbit::test::kExactWindowTolerance;
 using orbit::test::random_tokens;
 using orbit::test::window_error;
 
@@ -62,7 +63,7 @@ TEST_CASE("heal: an approximate window becomes a re-prefill's, off the critical 
   CHECK(r.op == Operation::kHeal);
   CHECK(r.forward_tokens == Approx(14));
   CHECK(all_exact(w));
-  CHECK(window_error(w, query) < 1e-4);
+  CHECK(window_error(w, query) < kExactWindowTolerance);
   // Background work: the critical-path counters do not move.
   CHECK(s1.critical_forward_tokens == Approx(s0.critical_forward_tokens));
   CHECK(s1.critical_seconds == Approx(s0.critical_seconds));
@@ -106,7 +107,7 @@ TEST_CASE("heal: only what follows the first approximate instance is formed agai
   }
   REQUIRE(w.apply(p).is_ok());
   CHECK(all_exact(w));
-  CHECK(window_error(w, random_tokens(rng, 3)) < 1e-4);
+  CHECK(window_error(w, random_tokens(rng, 3)) < kExactWindowTolerance);
 }
 
 TEST_CASE("heal runs the repairs an edit deferred, as background work", "[window][idle]") {
