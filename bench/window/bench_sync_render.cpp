@@ -27,7 +27,12 @@
 //   step        the same and two messages added (an agent's usual request with such a system prompt);
 //   systrim     a new system prompt, the --trim oldest messages after it dropped and one message added;
 // each with the memos off and on, the on side against grown-on (what the same list costs when it only grew), and
-// how many prefixes step 2 rendered for it with the memos on (trim-r, ...; the rest read from the memo).
+// how many prefixes step 2 rendered for it with the memos on (trim-r, ...; the rest read from the memo). And a
+// fourth:
+//   pair        two agents taking turns on the memos, each rewriting its system prompt and dropping its two oldest
+//               messages after it as it adds two at every request (so neither its first nor its second message
+//               is its last list's, and the latest list under the template is the other agent's): microseconds
+//               per request and prefixes rendered per request (pair-r).
 // All sides must give the same plan (tokens, units, merged boundaries, generation prompt). Not a test: the times
 // depend on the machine and its load; the off, whole and on runs alternate.
 //
@@ -131,27 +136,34 @@ std::string text_of(int64_t i, int sentences) {
   return s;
 }
 
-// An agent's list of `n` messages: a system prompt, then rounds of a user turn, an assistant answer that calls
-// a tool, the tool's result (a page), and an assistant answer.
+// Message i (1, 2, ...) of agent `agent`'s list after its system prompt: rounds of a user turn, an assistant
+// answer that calls a tool, the tool's result (a page), and an assistant answer. Agent 1's texts start two
+// sentences on and its call ids differ, so some of its messages equal agent 0's elsewhere in the list (they draw
+// on the same five sentences), as agents' lists share messages.
+ChatMessage agent_message(int64_t i, int agent) {
+  const int64_t s = i + 2 * agent;
+  const std::string call = agent == 0 ? "call_" : "call" + std::to_string(agent) + "_";
+  ChatMessage m;
+  switch (i % 4) {
+    case 1: m = {"user", text_of(s, 1) + " What happened next?"}; break;
+    case 2:
+      m = {"assistant", "Let me look."};
+      m.tool_calls.push_back({call + std::to_string(i), "lookup", "{\"query\": \"" + text_of(s, 1) + "\"}"});
+      break;
+    case 3:
+      m = {"tool", text_of(s, 4)};
+      m.tool_call_id = call + std::to_string(i - 1);
+      break;
+    default: m = {"assistant", text_of(s, 2)}; break;
+  }
+  return m;
+}
+
+// An agent's list of `n` messages: a system prompt, then agent_message(1, 0), ...
 std::vector<ChatMessage> agent_list(int64_t n) {
   std::vector<ChatMessage> out;
   out.push_back({"system", "You tell short stories. Use the tools to look things up."});
-  for (int64_t i = 1; static_cast<int64_t>(out.size()) < n; ++i) {
-    ChatMessage m;
-    switch (i % 4) {
-      case 1: m = {"user", text_of(i, 1) + " What happened next?"}; break;
-      case 2:
-        m = {"assistant", "Let me look."};
-        m.tool_calls.push_back({"call_" + std::to_string(i), "lookup", "{\"query\": \"" + text_of(i, 1) + "\"}"});
-        break;
-      case 3:
-        m = {"tool", text_of(i, 4)};
-        m.tool_call_id = "call_" + std::to_string(i - 1);
-        break;
-      default: m = {"assistant", text_of(i, 2)}; break;
-    }
-    out.push_back(std::move(m));
-  }
+  for (int64_t i = 1; static_cast<int64_t>(out.size()) < n; ++i) out.push_back(agent_message(i, 0));
   return out;
 }
 
@@ -382,6 +394,93 @@ void print_edits(Engine& engine, const std::vector<std::pair<std::string, std::s
   }
 }
 
+// Agent `agent`'s list of `n` messages at request `step` when it rewrites its system prompt at every request (the
+// step and `tag`, text new at every run, in it) and drops its two oldest messages after it as it adds two: the
+// system prompt, then agent_message(1 + 2 * step, agent) on. Neither its first nor its second message is its last
+// list's.
+std::vector<ChatMessage> moving_list(int64_t n, int agent, int64_t step, const std::string& tag) {
+  std::vector<ChatMessage> out;
+  out.push_back({"system", std::string(agent == 0 ? "You tell short stories." : "You write short poems.") +
+                               " Use the tools to look things up. Step " + std::to_string(step) + ", " + tag +
+                               "; notes so far: " + text_of(step, 1)});
+  for (int64_t i = 1 + 2 * step; static_cast<int64_t>(out.size()) < n; ++i) out.push_back(agent_message(i, agent));
+  return out;
+}
+
+// How many requests of each of the two agents measure_pair times.
+constexpr int64_t kPairSteps = 3;
+
+// Two agents taking turns on one window's memos (agents 0 and 1, moving_list): their first lists planned, then
+// kPairSteps requests of each, alternating, so the latest list under the template is always the other agent's.
+// Per side, the plans of the timed requests (`plans`, when given) and their mean microseconds; `renders`: the
+// prefixes step 2 rendered for them.
+double pair_requests(const Window& w, int64_t n, const SyncOptions& o, const std::string& tag, int64_t& renders,
+                     std::vector<SyncPlan>* plans) {
+  for (int agent = 0; agent < 2; ++agent) (void)w.plan_sync(moving_list(n, agent, 0, tag), o);
+  double seconds = 0;
+  const int64_t before = detail::prefix_renders_so_far();
+  for (int64_t step = 1; step <= kPairSteps; ++step) {
+    for (int agent = 0; agent < 2; ++agent) {
+      const std::vector<ChatMessage> list = moving_list(n, agent, step, tag);
+      const double t0 = cpu_now();
+      SyncPlan p = w.plan_sync(list, o);
+      seconds += cpu_now() - t0;
+      if (plans != nullptr) plans->push_back(std::move(p));
+    }
+  }
+  renders = detail::prefix_renders_so_far() - before;
+  return seconds * 1e6 / (2 * kPairSteps);
+}
+
+// pair_requests with the memos off and on alternating (the fastest rep of each), and how many prefixes the on
+// side rendered per request; the two sides' plans compared on one more run.
+EditRow measure_pair(Engine& engine, int64_t n, const SyncOptions& o, int64_t reps, const std::string& what) {
+  EditRow row;
+  const Window w = engine.new_window();
+  for (int64_t r = 0; r < reps; ++r) {
+    for (Memos m : {Memos::kOff, Memos::kOn}) {
+      set_memos(m);
+      int64_t renders = 0;
+      const double us = pair_requests(
+          w, n, o, "(run " + std::to_string(r) + "." + std::to_string(static_cast<int>(m)) + ")", renders, nullptr);
+      double& best = m == Memos::kOn ? row.on : row.off;
+      best = r == 0 ? us : std::min(best, us);
+      if (m == Memos::kOn) row.renders = renders;
+    }
+  }
+  std::vector<SyncPlan> plans[2];
+  for (Memos m : {Memos::kOff, Memos::kOn}) {
+    set_memos(m);
+    int64_t renders = 0;
+    (void)pair_requests(w, n, o, "(check)", renders, &plans[m == Memos::kOn ? 1 : 0]);
+  }
+  for (std::size_t k = 0; k < plans[0].size(); ++k) require_same(plans[1][k], plans[0][k], what + ", two agents");
+  set_memos(Memos::kOn);
+  return row;
+}
+
+// The table of two agents taking turns (measure_pair) per template and size: the memos off and on, their
+// ratio, the on side against grown-on, and the prefixes rendered per request with the memos on.
+void print_pair(Engine& engine, const std::vector<std::pair<std::string, std::string>>& templates,
+                const std::vector<int64_t>& sizes, const std::vector<std::pair<std::string, double>>& grown_on,
+                int64_t reps) {
+  std::printf("%-22s %4s %9s %9s %6s %9s %8s %7s\n", "template", "N", "pair-off", "pair-on", "ratio", "grown-on",
+              "pair/g", "pair-r");
+  std::size_t row = 0;
+  for (const auto& [name, source] : templates) {
+    SyncOptions o;
+    o.chat.chat_template = source;
+    o.chat.tools_json = kTools;
+    for (int64_t n : sizes) {
+      const EditRow r = measure_pair(engine, n, o, reps, name + ", N = " + std::to_string(n));
+      const double g = grown_on[row++].second;
+      std::printf("%-22s %4lld %9.0f %9.0f %6.2f %9.0f %8.2f %7.1f\n", name.c_str(), static_cast<long long>(n), r.off,
+                  r.on, r.off / r.on, g, r.on / g, static_cast<double>(r.renders) / (2 * kPairSteps));
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -467,6 +566,12 @@ int main(int argc, char** argv) {
                                        {"step", system_edit(SystemEdit::kStep)},
                                        {"systrim", system_edit(SystemEdit::kTrim)}};
     print_edits(*engine, templates, sizes, systems, grown_on, reps);
+    std::printf(
+        "\ntwo agents taking turns on the memos (pair), each with a new system prompt, its two oldest messages after "
+        "it dropped and two added at each of %lld requests (neither its first nor its second message kept): "
+        "microseconds per request, and prefixes rendered per request with the memos on\n\n",
+        static_cast<long long>(kPairSteps));
+    print_pair(*engine, templates, sizes, grown_on, reps);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_sync_render: %s\n", e.what());

@@ -60,8 +60,9 @@ struct SegmentEncoding {
 // The encodings of one list's text segments, in text order.
 struct ListEncodings {
   std::vector<SegmentEncoding> segments;
+  std::vector<Sha256::Digest> messages;  // [i]: message i's own key (ListKeys::messages), as put_encodings keeps
   std::size_t bytes() const {
-    std::size_t n = 128;
+    std::size_t n = 128 + messages.size() * sizeof(Sha256::Digest);
     for (const SegmentEncoding& s : segments)
       n += s.text.size() + s.tokens.ids.size() * (sizeof(int64_t) + sizeof(runtime::TokenBytes));
     return n;
@@ -74,15 +75,17 @@ struct ListEncodings {
 using EncodeMemo = ListMemo<ListEncodings>;
 EncodeMemo& encode_memo();
 
-// Keeps `made`, the encodings of the list with keys `keys` (list_keys; not empty) by `tok`, under its key and
-// as the latest by each of latest_keys (aliases: counted once against the memo's bytes).
-void put_encodings(const ListKeys& keys, const runtime::Tokenizer& tok, std::shared_ptr<const ListEncodings> made);
+// Keeps `made`, the encodings of the list with keys `keys` (list_keys; not empty) by `tok`, with its messages'
+// keys, under its key and as the latest by each of latest_keys and its anchors (anchor_messages; aliases:
+// counted once against the memo's bytes).
+void put_encodings(const ListKeys& keys, const runtime::Tokenizer& tok, std::shared_ptr<ListEncodings> made);
 
 // Whether step 3 encodes incrementally for `tok`: prefix-stable, and the switch (set_incremental_encode) on.
 bool encodes_incrementally(const runtime::Tokenizer& tok);
 
 // The encodings the memo holds of the longest list among `keys` (list_keys of this list) encoded by `tok`;
-// else of the latest list named by the first of latest_keys that names one; null when it holds none.
+// else of the latest list named by one of latest_keys or this list's anchors that holds the most of its messages
+// (latest_list, sync_latest.h); null when it holds none.
 std::shared_ptr<const ListEncodings> known_encodings(const ListKeys& keys, const runtime::Tokenizer& tok);
 
 // tok.encode_with_bytes(text), reusing `known`'s tokens (null: none) up to the latest cut the header's argument

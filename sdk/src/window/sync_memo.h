@@ -18,9 +18,12 @@
 // with no list the memo knows but for its first message, and a list whose first message changed (an agent that
 // writes the date, a memory digest or a step counter into its system prompt at every request) with none at all,
 // so each of its prefixes would be rendered: n renders of up to n messages each. Its messages past the edit are,
-// in order, those of an earlier list K: the latest list the memo kept with the same first message, else with the
-// same second message, else under the same template and variables (each named by an alias, latest_keys; its
-// messages' own keys kept with it), and step 2 reads their prefixes from K's (spans). An anchor is a prefix of T
+// in order, those of an earlier list K: of the latest lists the memo kept with the same first message, with the
+// same second message, with one of its later messages as an anchor (the list's last message, a few marked ones:
+// anchor_messages), and under the same template and variables (each named by an alias, latest_keys and
+// anchor_key; its messages' own keys kept with it), the one holding the most of this list's messages
+// (sync_latest.h says why: another agent's list may be the latest by each), and step 2 reads their prefixes
+// from K's (spans). An anchor is a prefix of T
 // (this list) that step 2 rendered (or read from a list it starts with): T's first t messages rendered as
 // T[0, p), T's messages from t on are K's from k on for j messages, K's first k messages rendered as K[0, q), and
 // the two renderings agree on T[p, p + b) = K[q, q + b). Then T's first t + i messages (0 < i <= j) are read as
@@ -86,7 +89,8 @@ struct ListRenders {
 // A bounded map from a list's key to what a memo keeps for that list (`Value`, with bytes()), least recently
 // used dropped first: the cuts memo (ListRenders) and the encodings memo (ListEncodings, sync_encode.h). A key
 // may also be named by aliases (the latest list with a given first or second message, or under a given
-// template and variables: latest_keys). Thread-safe: every call takes its lock; values are immutable once put.
+// template and variables: latest_keys; with a given anchor message: anchor_key). Thread-safe: every call takes
+// its lock; values are immutable once put.
 template <class Value>
 class ListMemo {
  public:
@@ -128,27 +132,48 @@ class ListMemo {
   }
   // Names the value under `key` by `alias` too, instead of what `alias` named. An alias costs nothing against
   // kMaxBytes (a value is counted once however it is named) and names nothing once its key's value is dropped;
-  // at kMaxEntries aliases, those naming nothing are forgotten first, then any one.
+  // at most kMaxEntries aliases are kept, the least recently set or read forgotten first (one read that names
+  // nothing is forgotten then).
   void alias(const Sha256::Digest& alias, const Sha256::Digest& key) {
     const std::lock_guard<std::mutex> lock(mu_);
-    if (aliases_.size() >= kMaxEntries && aliases_.find(alias) == aliases_.end()) {
-      for (auto it = aliases_.begin(); it != aliases_.end();) {
-        it = index_.count(it->second) != 0 ? std::next(it) : aliases_.erase(it);
-      }
-      if (aliases_.size() >= kMaxEntries) aliases_.erase(aliases_.begin());
+    const auto known = alias_index_.find(alias);
+    if (known != alias_index_.end()) {
+      known->second->second = key;
+      aliases_.splice(aliases_.begin(), aliases_, known->second);
+      return;
     }
-    aliases_[alias] = key;
+    if (aliases_.size() >= kMaxEntries) {
+      alias_index_.erase(aliases_.back().first);
+      aliases_.pop_back();
+    }
+    aliases_.emplace_front(alias, key);
+    alias_index_.emplace(alias, aliases_.begin());
   }
-  // The value `alias` names, now the most recently used; null when it names none.
+  // The value `alias` names, now the most recently used (and the alias the most recently read); null when it
+  // names none.
   std::shared_ptr<const Value> get_alias(const Sha256::Digest& alias) {
     const std::lock_guard<std::mutex> lock(mu_);
-    const auto it = aliases_.find(alias);
-    return it == aliases_.end() ? nullptr : get_locked(it->second);
+    const auto it = alias_index_.find(alias);
+    if (it == alias_index_.end()) return nullptr;
+    std::shared_ptr<const Value> value = get_locked(it->second->second);
+    if (value == nullptr) {
+      aliases_.erase(it->second);
+      alias_index_.erase(it);
+      return nullptr;
+    }
+    aliases_.splice(aliases_.begin(), aliases_, it->second);
+    return value;
+  }
+  // How many aliases are kept (for tests).
+  std::size_t aliases() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return aliases_.size();
   }
   void clear() {
     const std::lock_guard<std::mutex> lock(mu_);
     index_.clear();
     lru_.clear();
+    alias_index_.clear();
     aliases_.clear();
     bytes_ = 0;
   }
@@ -167,6 +192,7 @@ class ListMemo {
     }
   };
   using Lru = std::list<std::pair<Sha256::Digest, std::shared_ptr<const Value>>>;
+  using AliasLru = std::list<std::pair<Sha256::Digest, Sha256::Digest>>;  // alias, key
 
   std::shared_ptr<const Value> get_locked(const Sha256::Digest& key) {
     const auto it = index_.find(key);
@@ -178,7 +204,8 @@ class ListMemo {
   std::mutex mu_;
   Lru lru_;  // most recently used first
   std::unordered_map<Sha256::Digest, typename Lru::iterator, DigestHash> index_;
-  std::unordered_map<Sha256::Digest, Sha256::Digest, DigestHash> aliases_;  // alias -> key
+  AliasLru aliases_;  // most recently set or read first
+  std::unordered_map<Sha256::Digest, typename AliasLru::iterator, DigestHash> alias_index_;
   std::size_t bytes_ = 0;
 };
 
@@ -221,17 +248,33 @@ struct ListKeys {
 // proper prefix of `text` past the last boundary; elsewhere (the template refuses the shorter list, or renders it
 // otherwise) the message joins the unit before it and *merged counts it. `keys`: list_keys of the messages
 // (empty: none computed). Where cuts_memo_applies and there are keys, reads the prefixes the memo knows (of a
-// list this one starts with, and spans of the latest list named by one of latest_keys) and keeps this list's
-// renders; the boundaries are the same either way (the header gives the argument).
+// list this one starts with, and spans of the latest list latest_list chooses) and keeps this list's renders
+// under its key and its aliases; the boundaries are the same either way (the header gives the argument).
 std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat,
                                const ListKeys& keys, const std::string& text, int64_t* merged);
 
 // What names a list with keys `keys` as the latest of its kind (ListMemo::alias, under memo_key of each), in
-// the order a list whose key a memo does not know tries them: its first message (ListKeys::lists[0]); its second
-// message under its template and variables, whatever the first (an agent's first request, which stays when its
-// system prompt is rewritten at every request: the latest list of that agent where several sync under one
-// template); its template and variables alone (ListKeys::head). Empty for no messages.
+// the order a list whose key a memo does not know offers them (latest_list, sync_latest.h; its anchors,
+// anchor_key, come before the last): its first message (ListKeys::lists[0]); its second message under its
+// template and variables, whatever the first (an agent's first request, which stays when its system prompt is
+// rewritten at every request); its template and variables alone (ListKeys::head). Empty for no messages.
 std::vector<Sha256::Digest> latest_keys(const ListKeys& keys);
+
+// What names a list as the latest with message `i` (its own key, ListKeys::messages) among its anchors, under its
+// template and variables (head). A list whose first and second messages both changed since the agent's last list
+// (a system prompt rewritten and the oldest turns trimmed) still holds that list's later messages: its last (an
+// agent appends) and any kept anchor further back.
+Sha256::Digest anchor_key(const ListKeys& keys, std::size_t i);
+
+// Whether message key `m` is an anchor wherever it stands: about one message in 16 (a SHA-256's first byte under
+// 16), so an agent's kept messages stay anchors from list to list however many are trimmed or added.
+inline bool marked_anchor(const Sha256::Digest& m) { return m[0] < 16; }
+
+// The messages a list is named by as the latest with each (anchor_key): its last, and the latest
+// kMaxMarkedAnchors marked ones before it past the first (the first message has its own alias, latest_keys);
+// none for fewer than two messages. At most 1 + kMaxMarkedAnchors aliases per list, whatever its length.
+inline constexpr std::size_t kMaxMarkedAnchors = 8;
+std::vector<std::size_t> anchor_messages(const ListKeys& keys);
 
 // The keys of `messages` rendered by `tmpl` with `options`' tools_json and extra_json: each message's own key
 // (SHA-256 over its fields, length-prefixed), and each list's (SHA-256 over the template's key and the

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <optional>
 
+#include "window/sync_latest.h"
 #include "window/sync_render.h"
 
 namespace orbit::detail {
@@ -186,11 +187,15 @@ bool encodes_incrementally(const runtime::Tokenizer& tok) {
   return tok.prefix_stable() && incremental.load(std::memory_order_relaxed);
 }
 
-void put_encodings(const ListKeys& keys, const runtime::Tokenizer& tok, std::shared_ptr<const ListEncodings> made) {
+void put_encodings(const ListKeys& keys, const runtime::Tokenizer& tok, std::shared_ptr<ListEncodings> made) {
+  made->messages = keys.messages;
   const Sha256::Digest key = memo_key(kEncodings, keys.lists.back(), tok.serial());
   encode_memo().put(key, std::move(made));
   for (const Sha256::Digest& latest : latest_keys(keys)) {
     encode_memo().alias(memo_key(kLatestEncodings, latest, tok.serial()), key);
+  }
+  for (const std::size_t i : anchor_messages(keys)) {
+    encode_memo().alias(memo_key(kLatestEncodings, anchor_key(keys, i), tok.serial()), key);
   }
 }
 
@@ -199,13 +204,8 @@ std::shared_ptr<const ListEncodings> known_encodings(const ListKeys& keys, const
     const Sha256::Digest key = memo_key(kEncodings, keys.lists[m - 1], tok.serial());
     if (std::shared_ptr<const ListEncodings> e = encode_memo().get(key)) return e;
   }
-  for (const Sha256::Digest& latest : latest_keys(keys)) {
-    if (std::shared_ptr<const ListEncodings> e =
-            encode_memo().get_alias(memo_key(kLatestEncodings, latest, tok.serial()))) {
-      return e;
-    }
-  }
-  return nullptr;
+  return latest_list(encode_memo(), keys,
+                     [&](const Sha256::Digest& latest) { return memo_key(kLatestEncodings, latest, tok.serial()); });
 }
 
 runtime::Encoding encode_reusing(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding* known,

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "orbit/common/error.h"
+#include "window/sync_latest.h"
 #include "window/sync_render.h"
 
 namespace orbit::detail {
@@ -45,12 +46,9 @@ struct KnownRenders {
   std::size_t common = 0;
 };
 
-// The latest list whose spans step 2 reads (the header's K): the first latest_keys names; null: none.
+// The latest list whose spans step 2 reads (the header's K; sync_latest.h chooses it); null: none.
 std::shared_ptr<const ListRenders> latest_renders(const ListKeys& keys) {
-  for (const Sha256::Digest& key : latest_keys(keys)) {
-    if (std::shared_ptr<const ListRenders> k = cuts_memo().get_alias(memo_key(kLatestRenders, key))) return k;
-  }
-  return nullptr;
+  return latest_list(cuts_memo(), keys, [](const Sha256::Digest& key) { return memo_key(kLatestRenders, key); });
 }
 
 // What K's first i messages rendered to (0 < i <= K's messages); K itself is its own prefix.
@@ -226,6 +224,8 @@ std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime:
     cuts_memo().put(keys.lists.back(), std::move(renders));
     for (const Sha256::Digest& key : latest_keys(keys))
       cuts_memo().alias(memo_key(kLatestRenders, key), keys.lists.back());
+    for (const std::size_t i : anchor_messages(keys))
+      cuts_memo().alias(memo_key(kLatestRenders, anchor_key(keys, i)), keys.lists.back());
   }
   return cuts;
 }
@@ -296,6 +296,24 @@ std::vector<Sha256::Digest> latest_keys(const ListKeys& keys) {
     out.push_back(h.digest());
   }
   out.push_back(keys.head);
+  return out;
+}
+
+Sha256::Digest anchor_key(const ListKeys& keys, std::size_t i) {
+  Sha256 h;
+  h.update("orbit sync anchor message v1");
+  h.update(keys.head.data(), keys.head.size());
+  h.update(keys.messages[i].data(), keys.messages[i].size());
+  return h.digest();
+}
+
+std::vector<std::size_t> anchor_messages(const ListKeys& keys) {
+  const std::size_t n = keys.messages.size();
+  if (n < 2) return {};
+  std::vector<std::size_t> out{n - 1};
+  for (std::size_t i = n - 1; i > 1 && out.size() <= kMaxMarkedAnchors; --i) {
+    if (marked_anchor(keys.messages[i - 1])) out.push_back(i - 1);
+  }
   return out;
 }
 
