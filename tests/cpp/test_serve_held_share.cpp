@@ -398,6 +398,22 @@ TEST_CASE("held share: a damaged journal is read up to the damage, a torn one up
   CHECK(said.find("it is corrupt at byte " + std::to_string(21 + record)) != std::string::npos);
 }
 
+TEST_CASE("held share: a store named without a directory reads the journals beside it", "[serve][journal]") {
+  TempDir tmp;
+  struct InDir {  // the store is "responses.sqlite" in the working directory, until the case ends
+    std::filesystem::path was = std::filesystem::current_path();
+    explicit InDir(const std::filesystem::path& dir) { std::filesystem::current_path(dir); }
+    ~InDir() { std::filesystem::current_path(was); }
+  } in_dir(tmp.dir);
+  const auto journal = journal_at("a.sqlite", "responses.sqlite.held-900001", {{"h", "row1 x"}});
+  sv::JournalShare share("responses.sqlite", kLinkOf);
+  // The old listing of "" failed, silently: no journal seen, nothing kept.
+  CHECK(kept(share, "row1"));
+  CHECK_FALSE(kept(share, "row2"));
+  CHECK_FALSE(share.named_elsewhere("row1", "responses.sqlite.held-900001"));  // its own: named as its path is
+  share.unlock();
+}
+
 // Not run by ctest (hidden): `test_serve_held_share "[.held-share-bench]"` prints what a deletion's check of the
 // other servers' journals costs (the lock taken, the journals brought up to date, the lock let go), with 10 and
 // 2,000 other files in the store's directory and with 4 other journals of 100 holds each, beside a put that

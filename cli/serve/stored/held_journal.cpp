@@ -168,11 +168,12 @@ std::vector<fs::path> journals_of(const std::string& store_path, std::error_code
   const std::string head = store.filename().string() + ".held-";
   std::vector<fs::path> out;
   std::error_code ec;
-  for (fs::directory_iterator it(store.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+  const fs::path dir = store.parent_path();  // "" for a store named without one: the working directory
+  for (fs::directory_iterator it(dir.empty() ? fs::path(".") : dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.size() <= head.size() || name.compare(0, head.size(), head) != 0) continue;
     if (name.find_first_not_of("0123456789", head.size()) != std::string::npos) continue;
-    out.push_back(it->path());
+    out.push_back(dir / name);  // written as the store's path is, so a server's own journal compares equal
   }
   if (error != nullptr) *error = ec;
   return out;
