@@ -38,9 +38,10 @@ InstanceKV whole_encode(const std::vector<int64_t>& tokens) {
 
 // Canonicals grown from a shared head forward their tail after the head's rows, the whole encode forwards
 // every token at once: the same sums in other orders (projections of 9 rows against 17), so their float32
-// KV agrees to about 1e-5, not to the bit (worst 7.6e-6 over the CPU kernels, BLAS cores and thread counts
-// tried). A tail forwarded without its head's KV is off by far more (blind reuse on this model: 3.5).
-constexpr double kKvTolerance = 1e-4;
+// KV agrees to about 1e-5, not to the bit (worst 1.1e-5, with OpenBLAS's SkylakeX kernels, over the CPU
+// kernels, BLAS cores and thread counts tried). A tail forwarded without its head's KV is off by far more
+// (blind reuse on this model: 3.5).
+constexpr double kKvTolerance = 2e-4;
 
 // The largest difference between two instances' KV, over every layer's K and V.
 double kv_diff(const InstanceKV& a, const InstanceKV& b) {
