@@ -123,9 +123,15 @@ struct RunSink {
   // client left. What was not sent here by a choice's end is in its RunResult::unstreamed_calls.
   std::function<bool(int64_t choice, const ToolCallDelta& delta)> on_tool_call;
   // Set (a streamed answer under a reasoning parser, run/reasoning_sink.h): a choice's reasoning as it is
-  // read, with the choice's index; false: the client left. Unset on a streamed chat answer: the reasoning
-  // goes with the choice's next chunk (queue_stream_reasoning, serve_wire.h).
+  // read, with the choice's index; false: the client left. Unset: the result holds it (RunResult::reasoning).
+  // A streamed chat answer's writer keeps it for the choice's next chunk and writes one (StreamExtras,
+  // serve_wire.h).
   std::function<bool(int64_t choice, const std::string& delta)> on_reasoning;
+  // Set (a streamed answer that asked for logprobs): each token's log probabilities, with the choice's index,
+  // once the content released reaches its text (right before that piece goes to on_text / on_choice_text; a
+  // token whose text was held back, before a later piece, at the latest the choice's last), so that those
+  // handed on by a choice's end are its RunResult::logprobs. Unset: only the result holds them.
+  std::function<void(int64_t choice, const StepLogprobs& step)> on_logprobs;
   std::function<bool()> cancelled;  // polled between forwards and while waiting
 };
 

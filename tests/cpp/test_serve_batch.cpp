@@ -133,9 +133,10 @@ TEST_CASE("serve batch: n choices stream together, each under its index", "[serv
   const sv::RunResult whole = run(core, r, "");  // not streamed: the same choices
   r.sampling.stream = true;
   r.sampling.logprobs = true;
-  // The sink builds each delta's chunk as the HTTP stream does (on the decoding thread), so each chunk takes
-  // the log probabilities queued for its own choice.
+  // The sink builds each delta's chunk as the HTTP stream does: the log probabilities decode hands on gathered
+  // per choice (StreamExtras), each chunk taking its own choice's.
   const sv::ResponseIds ids{"chatcmpl-x", 0, "m"};
+  sv::StreamExtras extras;
   std::vector<std::string> texts(3);
   std::vector<std::size_t> entries(3, 0);
   std::vector<int64_t> order;  // the choice of each delta, in the order they came
@@ -145,10 +146,11 @@ TEST_CASE("serve batch: n choices stream together, each under its index", "[serv
     first_alone = true;  // never called: on_choice_text takes every choice's text
     return true;
   };
+  sink.on_logprobs = [&](int64_t choice, const orbit::StepLogprobs& step) { extras.add_logprobs(choice, step); };
   sink.on_choice_text = [&](int64_t choice, const std::string& delta) {
     REQUIRE((choice >= 0 && choice < 3));
     const nlohmann::json chunk =
-        sv::chat_chunk(ids, delta, texts[static_cast<std::size_t>(choice)].empty(), "", choice);
+        sv::chat_chunk(ids, delta, texts[static_cast<std::size_t>(choice)].empty(), "", choice, extras.take(choice));
     CHECK(chunk["choices"][0]["index"] == choice);
     if (!chunk["choices"][0]["logprobs"].is_null()) {
       entries[static_cast<std::size_t>(choice)] += chunk["choices"][0]["logprobs"]["content"].size();
@@ -167,7 +169,7 @@ TEST_CASE("serve batch: n choices stream together, each under its index", "[serv
     CHECK(texts[static_cast<std::size_t>(i)] == choice.text);  // everything it answered, streamed
     CHECK(choice.text == alone.text);
     // Its log probabilities went out with its own chunks (the rest with its finishing chunk).
-    const nlohmann::json finishing = sv::chat_chunk(ids, "", false, choice.finish_reason, i);
+    const nlohmann::json finishing = sv::chat_chunk(ids, "", false, choice.finish_reason, i, extras.take(i));
     const std::size_t last =
         finishing["choices"][0]["logprobs"].is_null() ? 0 : finishing["choices"][0]["logprobs"]["content"].size();
     CHECK(entries[static_cast<std::size_t>(i)] + last == choice.logprobs.size());

@@ -480,15 +480,20 @@ TEST_CASE("serve: logprobs in OpenAI's chat shape, whole and with the stream's c
   r.logprobs.clear();
   CHECK(sv::chat_completion(ids, r)["choices"][0]["logprobs"].is_null());
 
-  // Streamed: what decode queued goes out with the next chunk, once.
-  sv::clear_stream_logprobs();
-  sv::queue_stream_logprobs(step);
-  sv::queue_stream_logprobs(step);
-  CHECK(sv::chat_chunk(ids, " a a", false, "")["choices"][0]["logprobs"]["content"].size() == 2);
-  CHECK(sv::chat_chunk(ids, "", false, "stop")["choices"][0]["logprobs"].is_null());
-  sv::queue_stream_logprobs(step);
-  CHECK(sv::tool_call_chunk(ids, sv::ToolCallDelta{}, false)["choices"][0]["logprobs"]["content"].size() == 1);
-  sv::queue_stream_logprobs(step);
-  sv::clear_stream_logprobs();
-  CHECK(sv::chat_chunk(ids, "x", false, "")["choices"][0]["logprobs"].is_null());
+  // Streamed: what decode handed on (RunSink::on_logprobs) goes out with the choice's next chunk, once.
+  sv::StreamExtras extras;
+  extras.add_logprobs(0, step);
+  extras.add_logprobs(0, step);
+  CHECK(sv::chat_chunk(ids, " a a", false, "", 0, extras.take(0))["choices"][0]["logprobs"]["content"].size() == 2);
+  CHECK(sv::chat_chunk(ids, "", false, "stop", 0, extras.take(0))["choices"][0]["logprobs"].is_null());
+  extras.add_logprobs(0, step);
+  const nlohmann::json call = sv::tool_call_chunk(ids, sv::ToolCallDelta{}, false, 0, extras.take(0));
+  CHECK(call["choices"][0]["logprobs"]["content"].size() == 1);
+  // Each stream gathers its own, each choice its own: another stream's chunks on this thread carry none.
+  sv::StreamExtras other;
+  extras.add_logprobs(0, step);
+  extras.add_reasoning(1, "Plan");
+  CHECK(sv::chat_chunk(ids, "x", false, "", 0, other.take(0))["choices"][0]["logprobs"].is_null());
+  CHECK(sv::chat_chunk(ids, "x", false, "", 0, extras.take(1))["choices"][0]["logprobs"].is_null());
+  CHECK(sv::chat_chunk(ids, "x", false, "", 0, extras.take(0))["choices"][0]["logprobs"]["content"].size() == 1);
 }

@@ -177,7 +177,7 @@ Chained chain(const std::string& text, bool in_reasoning, bool forced, std::size
   // The answer's tokens: one per byte, counted by bytes.
   sv::ReasoningRun run(in_reasoning, 1,
                        [](const std::vector<int64_t>&, std::size_t bytes) { return static_cast<int64_t>(bytes); });
-  const sv::RunSink wrapped = run.wrap(sink, content, true);
+  const sv::RunSink wrapped = run.wrap(sink, content);
   for (std::size_t at = 0; at < text.size(); at += step) REQUIRE(wrapped.on_text(text.substr(at, step)));
   out.r.text = text;
   out.r.tokens.assign(text.size(), 7);
@@ -219,17 +219,18 @@ TEST_CASE("reasoning: tool calls are read from the text after the reasoning only
   CHECK(none.r.usage.reasoning_tokens == 0);
 }
 
-TEST_CASE("reasoning: a streamed chat chunk carries the reasoning queued for its choice") {
-  sv::clear_stream_logprobs();
+TEST_CASE("reasoning: a streamed chat chunk carries the reasoning gathered for its choice") {
   const sv::ResponseIds ids{"chatcmpl-1", 1, "m"};
-  sv::queue_stream_reasoning("Thinking", 1);
-  const nlohmann::json other = sv::chat_chunk(ids, "", false, "", 0);
+  sv::StreamExtras extras;
+  extras.add_reasoning(1, "Think");
+  extras.add_reasoning(1, "ing");
+  const nlohmann::json other = sv::chat_chunk(ids, "", false, "", 0, extras.take(0));
   CHECK_FALSE(other["choices"][0]["delta"].contains("reasoning_content"));
-  const nlohmann::json first = sv::chat_chunk(ids, "", true, "", 1);
+  const nlohmann::json first = sv::chat_chunk(ids, "", true, "", 1, extras.take(1));
   CHECK(first["choices"][0]["delta"]["reasoning_content"] == "Thinking");
   CHECK(first["choices"][0]["delta"]["role"] == "assistant");
   CHECK_FALSE(first["choices"][0]["delta"].contains("content"));
-  const nlohmann::json next = sv::chat_chunk(ids, "Hi", false, "", 1);
+  const nlohmann::json next = sv::chat_chunk(ids, "Hi", false, "", 1, extras.take(1));
   CHECK_FALSE(next["choices"][0]["delta"].contains("reasoning_content"));  // taken once
   CHECK(next["choices"][0]["delta"]["content"] == "Hi");
   // Non-streamed: reasoning_content beside content, null where none; content null when empty.

@@ -222,14 +222,13 @@ TEST_CASE("responses: log probabilities in output_text and in the stream's delta
   r.logprobs.clear();
   CHECK(!sv::response_body(head, &r)["output"][0]["content"][0].contains("logprobs"));  // not asked for
 
-  // Streamed: each delta carries what decode queued since the last one; output_text.done carries all.
+  // Streamed: each delta carries what decode handed on since the last one; output_text.done carries all.
   r.logprobs = {step, step};
   sv::ResponseEvents events(head);
-  sv::clear_stream_logprobs();
   std::string text = events.start();
-  sv::queue_stream_logprobs(step);
+  events.logprobs(step);
   text += events.text("Hi");
-  sv::queue_stream_logprobs(step);
+  events.logprobs(step);
   text += events.text("Hi");
   text += events.finish(r);
   std::vector<json> deltas;

@@ -113,6 +113,7 @@ struct Job {
   std::optional<StoreWrite> stored;  // the write of an answer with store true (keep_if_stored)
   int64_t ended = 0;                 // streamed chat: the choices whose end was handed on
   std::string last_tail;  // streamed chat: the closing chunks of the last choice to end, for the stream's tail
+  StreamExtras extras;    // streamed chat: what each choice's next chunk carries besides its text
 
   const SamplingRequest& sampling() const { return chat ? chat->sampling : completion->sampling; }
   // Whether the next chunk of `choice` is its first; from then on it is not.
@@ -130,6 +131,16 @@ struct JobStream {
   std::function<bool(int64_t, const ToolCallDelta&)> on_tool_call;  // null: the calls come whole at the end
   std::function<bool(int64_t, const RunResult&)> on_end;
 };
+
+// A streamed chat job's log probabilities and reasoning go to job.extras, for the choice's next chunk (a
+// piece of reasoning makes one at once: `text` with an empty delta).
+void gather_extras(Job& job, RunSink& sink, const std::function<bool(int64_t, const std::string&)>& text) {
+  sink.on_logprobs = [&job](int64_t choice, const StepLogprobs& step) { job.extras.add_logprobs(choice, step); };
+  sink.on_reasoning = [&job, text](int64_t choice, const std::string& delta) {
+    job.extras.add_reasoning(choice, delta);
+    return text(choice, "");
+  };
+}
 
 // Runs the job; each choice's text goes to `out.on_text` with its index as it comes (a stream with n > 1
 // streams every choice, RunSink::on_choice_text; else choice 0's only), its calls' pieces to
@@ -157,6 +168,7 @@ RunOutcome run_job(ServeCore& core, Job& job, const JobStream& out) {
   } else {
     sink.on_text = [&counted](const std::string& delta) { return counted(0, delta); };
   }
+  if (job.chat && job.sampling().stream) gather_extras(job, sink, counted);
   return core.run(job.ticket, sink);
 }
 
@@ -187,9 +199,13 @@ json final_body(const Job& job, const RunOutcome& out) {
 std::string choice_tail(Job& job, const RunResult& r, int64_t index) {
   if (r.tool_stream_mismatch) return sse(json::parse(error_body(tool_stream_error(*r.tool_stream_mismatch, index))));
   std::string tail;
-  if (!r.unstreamed.empty()) tail += sse(chat_chunk(job.ids, r.unstreamed, job.opens(index), "", index));
-  for (const ToolCallDelta& d : r.unstreamed_calls) tail += sse(tool_call_chunk(job.ids, d, job.opens(index), index));
-  return tail + sse(chat_chunk(job.ids, "", job.opens(index), r.finish_reason, index));
+  if (!r.unstreamed.empty()) {
+    tail += sse(chat_chunk(job.ids, r.unstreamed, job.opens(index), "", index, job.extras.take(index)));
+  }
+  for (const ToolCallDelta& d : r.unstreamed_calls) {
+    tail += sse(tool_call_chunk(job.ids, d, job.opens(index), index, job.extras.take(index)));
+  }
+  return tail + sse(chat_chunk(job.ids, "", job.opens(index), r.finish_reason, index, job.extras.take(index)));
 }
 
 // A streamed chat choice that ended: its closing chunks go out now, while the others run, but the last
@@ -288,13 +304,15 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
       "text/event-stream",
       [this, job](std::size_t, httplib::DataSink& sink) {
         auto on_text = [&](int64_t choice, const std::string& delta) {
-          const json chunk = job->chat ? chat_chunk(job->ids, delta, job->opens(choice), "", choice)
-                                       : text_completion(job->ids, delta, "", nullptr);
+          const json chunk = job->chat
+                                 ? chat_chunk(job->ids, delta, job->opens(choice), "", choice, job->extras.take(choice))
+                                 : text_completion(job->ids, delta, "", nullptr);
           const std::string event = sse(chunk);
           return sink.write(event.data(), event.size());
         };
         auto on_call = [&](int64_t choice, const ToolCallDelta& d) {
-          const std::string event = sse(tool_call_chunk(job->ids, d, job->opens(choice), choice));
+          const std::string event =
+              sse(tool_call_chunk(job->ids, d, job->opens(choice), choice, job->extras.take(choice)));
           return sink.write(event.data(), event.size());
         };
         auto on_end = [&](int64_t choice, const RunResult& r) { return end_choice(*job, sink, choice, r); };

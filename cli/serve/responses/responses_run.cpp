@@ -210,6 +210,7 @@ ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink&
       const bool here = !sink.on_text || sink.on_text(delta);
       return events(stream->text(delta)) && here;
     };
+    run_sink.on_logprobs = [&](int64_t, const StepLogprobs& step) { stream->logprobs(step); };
     run_sink.on_reasoning = [&](int64_t, const std::string& delta) {
       const bool here = !sink.on_text || sink.on_text("");
       return events(stream->reasoning(delta)) && here;

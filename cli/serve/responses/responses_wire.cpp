@@ -202,7 +202,8 @@ std::string ResponseEvents::text(const std::string& delta) {
     out = open_message();
   }
   text_ += piece;
-  json logprobs = take_stream_logprobs_content();  // the tokens since the last delta
+  json logprobs = logprobs_content(pending_logprobs_);  // the tokens since the last delta
+  pending_logprobs_.clear();
   for (const json& entry : logprobs) logprobs_.push_back(entry);
   return out + event({{"type", "response.output_text.delta"},
                       {"item_id", head_.message_id()},

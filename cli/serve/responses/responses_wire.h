@@ -83,7 +83,10 @@ class ResponseEvents {
   // A piece of the reasoning (RunSink::on_reasoning): opens the reasoning item at the first, then its delta.
   // The item closes when the message or the first call opens, or at the end.
   std::string reasoning(const std::string& delta);
-  std::string text(const std::string& delta);  // opens the message at the first text, then its delta
+  // A token's log probabilities (RunSink::on_logprobs): the next delta of text carries them.
+  void logprobs(const StepLogprobs& step) { pending_logprobs_.push_back(step); }
+  // Opens the message at the first text, then its delta, with the log probabilities given since the last.
+  std::string text(const std::string& delta);
   // A piece of a call (RunSink::on_tool_call): one that opens a call closes the message and the call before,
   // and adds the call's item; each adds its arguments' delta. No text follows the first call.
   std::string call(const ToolCallDelta& piece);
@@ -115,6 +118,7 @@ class ResponseEvents {
   std::string pending_;                                // whitespace before the message's first text, held back
   std::string text_;                                   // the message's text streamed so far
   nlohmann::json logprobs_ = nlohmann::json::array();  // the log probabilities sent with it
+  std::vector<StepLogprobs> pending_logprobs_;         // given, not yet sent with a delta
   std::vector<ChatToolCall> calls_;                    // the calls opened, arguments as far as streamed
   bool call_open_ = false;                             // the last of calls_ is not closed yet
 };

@@ -42,7 +42,7 @@ struct Choice {
   std::unique_ptr<TextStream> stream;
   std::shared_ptr<DecodeJob> job;
   std::optional<StepLogprobs> logprobs;  // the scheduler's: the step's, until its token is posted
-  // A streamed choice's log probabilities not yet queued for the chunks: a token's entry waits until the
+  // A streamed choice's log probabilities not yet handed on (RunSink::on_logprobs): a token's entry waits until the
   // content released reaches its text, so that a token the content leaves out (a stop string's) is never
   // sent, and the stream's entries are the whole answer's (choice_result).
   std::deque<StepLogprobs> held;
@@ -53,12 +53,12 @@ struct Choice {
   std::size_t released_bytes = 0;   // the content streamed so far
 };
 
-// Queues the held entries of tokens that start before `bytes` of content, then, with `count`, more until
-// `count` are queued in all.
-void queue_held(Choice& c, std::size_t bytes, std::size_t count = 0) {
+// Hands to sink.on_logprobs the held entries of tokens that start before `bytes` of content, then, with
+// `count`, more until `count` are handed on in all.
+void queue_held(Choice& c, const RunSink& sink, std::size_t bytes, std::size_t count = 0) {
   while (!c.held.empty() && (c.queued_bytes < bytes || c.queued < count)) {
     c.queued_bytes += c.held.front().chosen.bytes.size();
-    queue_stream_logprobs(c.held.front(), c.index);
+    if (sink.on_logprobs) sink.on_logprobs(c.index, c.held.front());
     c.held.pop_front();
     ++c.queued;
   }
@@ -106,7 +106,7 @@ bool deliver(Choice& c, DecodeEvent& e, const SamplingRequest& sampling, const R
   if (e.logprobs && sampling.stream) c.held.push_back(std::move(*e.logprobs));
   if (e.delta.empty()) return true;
   c.released_bytes += e.delta.size();
-  if (sampling.stream) queue_held(c, c.released_bytes);  // sent with the chunk of this delta
+  if (sampling.stream) queue_held(c, sink, c.released_bytes);  // sent with the chunk of this delta
   return send(sink, c.index, e.delta);
 }
 
@@ -136,7 +136,7 @@ RunResult choice_result(Choice& c, bool& gone, const RunSink& sink) {
   }
   // A stream's last entries (the tokens of the held-back rest, and those that write no text of their own)
   // go with the rest's chunk or the finishing one: the stream then sent exactly r.logprobs.
-  if (streamed) queue_held(c, 0, r.logprobs.size());
+  if (streamed) queue_held(c, sink, 0, r.logprobs.size());
   if (streamed && !gone && g && !rest.empty() && !send(sink, c.index, rest)) gone = true;
   if (gone || !g) {
     r.finish_reason = "cancelled";  // the client left, or the server closed before the run could end
@@ -217,7 +217,6 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
   go.constraint = request.constraint;
   go.constraint_trigger = request.trigger;
   go.constraint_trigger_block = request.trigger_block;
-  clear_stream_logprobs();
   // Choices 1..n-1 read copy-on-write forks of the window (its pages shared): the batch reads the KV once and
   // forwards the query once for all of them. They live until every job is done.
   std::vector<Window> forks;

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "serve/wire/serve_wire.h"
-
 namespace orbit::serve {
 
 ReasoningRun::ReasoningRun(bool in_reasoning, int64_t choices, TokenCount count)
@@ -11,10 +9,9 @@ ReasoningRun::ReasoningRun(bool in_reasoning, int64_t choices, TokenCount count)
       splitters_(static_cast<std::size_t>(std::max<int64_t>(1, choices)), ReasoningSplitter(in_reasoning)),
       count_(std::move(count)) {}
 
-RunSink ReasoningRun::wrap(const RunSink& sink, const RunSink& content, bool streamed) {
+RunSink ReasoningRun::wrap(const RunSink& sink, const RunSink& content) {
   sink_ = sink;
   content_ = content;
-  streamed_ = streamed;
   RunSink out = content;
   if (content.on_text) out.on_text = [this](const std::string& delta) { return push(0, delta); };
   if (content.on_choice_text) {
@@ -25,11 +22,7 @@ RunSink ReasoningRun::wrap(const RunSink& sink, const RunSink& content, bool str
 
 bool ReasoningRun::send_reasoning(int64_t choice, const std::string& text) {
   if (text.empty()) return true;
-  if (sink_.on_reasoning) return sink_.on_reasoning(choice, text);
-  if (!streamed_) return true;  // the result holds it
-  queue_stream_reasoning(text, choice);
-  if (sink_.on_choice_text) return sink_.on_choice_text(choice, "");
-  return choice != 0 || !sink_.on_text || sink_.on_text("");
+  return !sink_.on_reasoning || sink_.on_reasoning(choice, text);  // unset: the result holds it
 }
 
 bool ReasoningRun::push(int64_t choice, const std::string& delta) {

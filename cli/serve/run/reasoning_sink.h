@@ -3,8 +3,8 @@
 // and content are read from the text after the reasoning only:
 //
 //   decode ── text ──> ReasoningRun ── content ──> ToolCallStream (with tools) ──> the request's sink
-//                            └──── reasoning ───> sink.on_reasoning (Responses), or with the choice's next
-//                                                 chat chunk (queue_stream_reasoning + an empty on_text)
+//                            └──── reasoning ───> sink.on_reasoning (a streamed answer: the Responses
+//                                                 events, or a chat chunk of its own), else the result
 //
 // At a choice's end (DecodeRequest::read_choice, before its calls are read) the whole answer is split again
 // (split_reasoning, which the streamed pieces equal), so a non-streamed answer and a streamed one hold the same
@@ -33,10 +33,9 @@ class ReasoningRun {
   ReasoningRun(bool in_reasoning, int64_t choices, TokenCount count);
 
   // `sink` (the request's) with each choice's text split on its way: the content goes on to `content`'s
-  // on_text / on_choice_text (the tool-call sink's, or `sink` itself), the reasoning to sink.on_reasoning or,
-  // `streamed` without it (a streamed chat answer), queued for the choice's next chunk, which an empty text
-  // to sink's own on_text / on_choice_text makes. This object must outlive the returned sink.
-  RunSink wrap(const RunSink& sink, const RunSink& content, bool streamed);
+  // on_text / on_choice_text (the tool-call sink's, or `sink` itself), the reasoning to sink.on_reasoning
+  // (unset: only the result holds it). This object must outlive the returned sink.
+  RunSink wrap(const RunSink& sink, const RunSink& content);
 
   // Choice `choice` ended: what its splitter held back goes out (the reasoning as above; the content in
   // r.unstreamed, which a tool-call reading after this replaces), r.reasoning is the whole answer's
@@ -54,7 +53,6 @@ class ReasoningRun {
   TokenCount count_;
   RunSink sink_;     // the request's
   RunSink content_;  // where the content goes on
-  bool streamed_ = false;
 };
 
 }  // namespace orbit::serve

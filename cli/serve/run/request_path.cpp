@@ -371,7 +371,7 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
                       [this, previous](const std::vector<int64_t>& tokens, std::size_t bytes) {
                         return tokens_writing(*context_.engine, tokens, bytes, previous);
                       });
-    out_sink = reasoning->wrap(sink, out_sink, request.sampling.stream);
+    out_sink = reasoning->wrap(sink, out_sink);
   }
   DecodeRequest decoding{&report.generation_prompt, &request.sampling, p.constraint, p.trigger, p.trigger_block};
   if (!calls.empty() || reasoning) {

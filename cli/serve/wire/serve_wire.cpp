@@ -20,31 +20,11 @@ json head(const ResponseIds& ids, const char* object) {
   return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}};
 }
 
-// The streamed log probabilities not yet sent on this thread, per choice (serve_wire.h).
-thread_local std::map<int64_t, std::vector<StepLogprobs>> stream_logprobs;
-// The streamed reasoning not yet sent on this thread, per choice (serve_wire.h).
-thread_local std::map<int64_t, std::string> stream_reasoning;
-
-// Moves the reasoning queued for choice `index` into `delta` as reasoning_content.
-void take_stream_reasoning(int64_t index, json& delta) {
-  const auto queued = stream_reasoning.find(index);
-  if (queued == stream_reasoning.end() || queued->second.empty()) return;
-  delta["reasoning_content"] = std::move(queued->second);
-  stream_reasoning.erase(queued);
-}
-
 json token_logprob(const TokenLogprob& t) {
   json bytes = json::array();
   for (unsigned char c : t.bytes) bytes.push_back(static_cast<int>(c));
   // A token that is part of a character has no text of its own: dump() writes U+FFFD for its bytes.
   return {{"token", t.bytes}, {"logprob", t.logprob}, {"bytes", bytes}};
-}
-
-// choices[].logprobs of choice `index`'s chunk: what the stream has queued for it, or null.
-json take_stream_logprobs(int64_t index) {
-  const auto queued = stream_logprobs.find(index);
-  if (queued == stream_logprobs.end() || queued->second.empty()) return nullptr;
-  return {{"content", take_stream_logprobs_content(index)}, {"refusal", nullptr}};
 }
 
 }  // namespace
@@ -92,19 +72,21 @@ json logprobs_content(const std::vector<StepLogprobs>& steps) {
   return out;
 }
 
-void queue_stream_logprobs(const StepLogprobs& step, int64_t choice) { stream_logprobs[choice].push_back(step); }
-
-void clear_stream_logprobs() {
-  stream_logprobs.clear();
-  stream_reasoning.clear();
+// choices[].logprobs of a streamed chunk: {"content": [...], "refusal": null}, or null without entries.
+json chunk_logprobs(const std::vector<StepLogprobs>& steps) {
+  if (steps.empty()) return nullptr;
+  return {{"content", logprobs_content(steps)}, {"refusal", nullptr}};
 }
 
-void queue_stream_reasoning(const std::string& text, int64_t choice) { stream_reasoning[choice] += text; }
+void StreamExtras::add_logprobs(int64_t choice, const StepLogprobs& step) { pending_[choice].logprobs.push_back(step); }
 
-json take_stream_logprobs_content(int64_t choice) {
-  std::vector<StepLogprobs>& queued = stream_logprobs[choice];
-  json out = logprobs_content(queued);
-  queued.clear();
+void StreamExtras::add_reasoning(int64_t choice, const std::string& text) { pending_[choice].reasoning += text; }
+
+ChunkExtras StreamExtras::take(int64_t choice) {
+  const auto at = pending_.find(choice);
+  if (at == pending_.end()) return {};
+  ChunkExtras out = std::move(at->second);
+  pending_.erase(at);
   return out;
 }
 
@@ -138,20 +120,21 @@ json chat_completion(const ResponseIds& ids, const RunResult& result) {
 }
 
 json chat_chunk(const ResponseIds& ids, const std::string& content, bool first, const std::string& finish_reason,
-                int64_t index) {
+                int64_t index, ChunkExtras extras) {
   json delta = json::object();
   if (first) delta["role"] = "assistant";
-  take_stream_reasoning(index, delta);
+  if (!extras.reasoning.empty()) delta["reasoning_content"] = std::move(extras.reasoning);
   if (!content.empty() || (first && !delta.contains("reasoning_content"))) delta["content"] = content;
   json body = head(ids, "chat.completion.chunk");
   body["choices"] = json::array({{{"index", index},
                                   {"delta", delta},
-                                  {"logprobs", take_stream_logprobs(index)},
+                                  {"logprobs", chunk_logprobs(extras.logprobs)},
                                   {"finish_reason", finish(finish_reason)}}});
   return body;
 }
 
-json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, bool first, int64_t index) {
+json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, bool first, int64_t index,
+                     ChunkExtras extras) {
   json call = {{"index", piece.index}, {"function", {{"arguments", piece.arguments}}}};
   if (piece.opens) {
     call = {{"index", piece.index},
@@ -164,10 +147,12 @@ json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, bool fi
     delta["role"] = "assistant";
     delta["content"] = nullptr;
   }
-  take_stream_reasoning(index, delta);
+  if (!extras.reasoning.empty()) delta["reasoning_content"] = std::move(extras.reasoning);
   json body = head(ids, "chat.completion.chunk");
-  body["choices"] = json::array(
-      {{{"index", index}, {"delta", delta}, {"logprobs", take_stream_logprobs(index)}, {"finish_reason", nullptr}}});
+  body["choices"] = json::array({{{"index", index},
+                                  {"delta", delta},
+                                  {"logprobs", chunk_logprobs(extras.logprobs)},
+                                  {"finish_reason", nullptr}}});
   return body;
 }
 

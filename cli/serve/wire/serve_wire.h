@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -24,17 +25,24 @@ struct ResponseIds {
 // wrote none) and content null when empty; with n > 1 one choice per RunResult (the result itself, then its
 // extra_choices), indexed 0..n-1
 nlohmann::json chat_completion(const ResponseIds& ids, const RunResult& result);
+// What one chunk of a streamed chat completion carries besides its text or call piece: the reasoning read and
+// the log probabilities released since its choice's last chunk (StreamExtras::take).
+struct ChunkExtras {
+  std::string reasoning;               // "": none (delta.reasoning_content left out)
+  std::vector<StepLogprobs> logprobs;  // empty: choices[].logprobs null
+};
+
 // One chunk of a streamed chat completion: "object": "chat.completion.chunk", one choice, choices[0].index
 // `index` (with n > 1 each choice streams its own chunks). `first` (the choice's first chunk) adds the role;
-// a non-empty finish_reason ends the choice. The reasoning queued for the choice (queue_stream_reasoning)
-// goes in delta.reasoning_content, and then delta.content only when `content` is not empty.
+// a non-empty finish_reason ends the choice. extras.reasoning goes in delta.reasoning_content, and then
+// delta.content only when `content` is not empty; extras.logprobs in choices[0].logprobs {"content": [...]}.
 nlohmann::json chat_chunk(const ResponseIds& ids, const std::string& content, bool first,
-                          const std::string& finish_reason, int64_t index = 0);
+                          const std::string& finish_reason, int64_t index = 0, ChunkExtras extras = {});
 // A chunk that carries one piece of a call of choice `index`'s answer, as OpenAI streams calls: delta.tool_calls
 // [{"index", "id", "type": "function", "function": {"name", "arguments"}}] for the piece that opens the call,
-// [{"index", "function": {"arguments"}}] for each later one; `first` adds the role. The reasoning queued for
-// the choice goes in delta.reasoning_content.
-nlohmann::json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, bool first, int64_t index = 0);
+// [{"index", "function": {"arguments"}}] for each later one; `first` adds the role. `extras` as chat_chunk's.
+nlohmann::json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, bool first, int64_t index = 0,
+                               ChunkExtras extras = {});
 // The stream_options.include_usage chunk: empty choices and usage.
 nlohmann::json usage_chunk(const ResponseIds& ids, const std::string& object, const nlohmann::json& usage);
 // {"object": "text_completion", "choices": [{"text", "index", "finish_reason"}], "usage" when given}: the
@@ -46,23 +54,23 @@ nlohmann::json text_completion(const ResponseIds& ids, const std::string& text, 
 // "logprob", "bytes" (the UTF-8 bytes as integers), "top_logprobs": [{"token", "logprob", "bytes"}]}.
 nlohmann::json logprobs_content(const std::vector<StepLogprobs>& steps);
 
-// A streamed answer's log probabilities travel beside its text: decode() queues each token's here as it is
-// generated (GenerateOptions::on_logprobs), under its choice's index, and the next chunk of that choice
-// chat_chunk() or tool_call_chunk() builds on the same thread takes every entry queued for it so far as its
-// choices[].logprobs {"content": [...]} (null when none). A stream's chunks are written from the thread that
-// runs its decode (its sink is called there), so each token's entry goes out exactly once, with its text or,
-// where the text was held back (a possible tool call, a split character), with a later chunk (at the latest
-// the finishing one). decode() clears the queues when it starts.
-void queue_stream_logprobs(const StepLogprobs& step, int64_t choice = 0);
-void clear_stream_logprobs();  // every choice's
-// What is queued for `choice`, as logprobs_content() writes it (an empty array when nothing is), and that
-// queue emptied: the Responses API's stream events take it so.
-nlohmann::json take_stream_logprobs_content(int64_t choice = 0);
+// What the next chunk of each choice of one streamed chat answer carries (ChunkExtras), gathered as the run
+// goes: the stream's RunSink::on_logprobs adds each token's log probabilities as decode releases them (with
+// their text or, where the text was held back (a possible tool call, a split character), before a later
+// piece, at the latest the choice's last), its RunSink::on_reasoning the reasoning read; the chunk writer
+// takes a choice's with each chunk it builds for it, so each entry goes out exactly once. One per streamed
+// request, owned by it: nothing is shared between streams. Not thread-safe (a stream's sink is called on one
+// thread).
+class StreamExtras {
+ public:
+  void add_logprobs(int64_t choice, const StepLogprobs& step);
+  void add_reasoning(int64_t choice, const std::string& text);
+  // What was gathered for `choice` since its last take, and that emptied.
+  ChunkExtras take(int64_t choice);
 
-// A streamed chat answer's reasoning (run/reasoning_sink.h) travels as its log probabilities do: queued under
-// its choice's index on the thread that decodes it, and taken by that choice's next chunk chat_chunk() or
-// tool_call_chunk() builds there, as delta.reasoning_content. clear_stream_logprobs() clears it too.
-void queue_stream_reasoning(const std::string& text, int64_t choice = 0);
+ private:
+  std::map<int64_t, ChunkExtras> pending_;
+};
 
 // "data: <json>\n\n"
 std::string sse(const nlohmann::json& body);
