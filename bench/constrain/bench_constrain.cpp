@@ -24,7 +24,9 @@
 //    Budgeted rows (over both vocabularies; --budget-only runs them alone): obj/24 (json_object) and few/48
 //    (one to three people), runs of 24 and 48 tokens whose answer must finish within them (mask_logits with
 //    the tokens left), where the budget binds towards each run's end; the sample column says at how many
-//    steps it dropped some token.
+//    steps it dropped some token, and how many of the budget's '"'/',' tokens its bound settled and how many
+//    the key log walked (TokenConstraint::budget_counts; the untimed check of whether it dropped one counts
+//    too, so each step's tokens are counted twice).
 // A loop times both steps over the same forward: unmasked = forward + argmax; masked = forward + mask +
 // argmax + advance, the constrained choice fed back; runs restart with the same Constraint when the text
 // completes. "mask", "mask p99", "mask max": the mask and the advance alone per step, warm; "cold": the
@@ -156,8 +158,9 @@ Row loop_bench(Row row, const std::shared_ptr<const Constraint>& constraint,
                int64_t budget = -1) {
   struct Times {
     double unmasked = 0, masked = 0;
-    std::vector<double> overhead;  // mask + advance, per step
-    int64_t binds = 0;             // steps whose budget dropped some token (not timed)
+    std::vector<double> overhead;          // mask + advance, per step
+    int64_t binds = 0;                     // steps whose budget dropped some token (not timed)
+    TokenConstraint::BudgetCounts budget;  // the budget's '"'/',' tokens settled by its bound or walked
   };
   std::string sample;
   const auto run = [&](int64_t n) {
@@ -166,8 +169,13 @@ Row loop_bench(Row row, const std::shared_ptr<const Constraint>& constraint,
     int64_t used = 0;  // the run's tokens so far
     source.start();
     int64_t token = -1;
+    const auto count = [&] {
+      t.budget.settled += tc.budget_counts().settled;
+      t.budget.walked += tc.budget_counts().walked;
+    };
     for (int64_t i = 0; i < n; ++i) {
       if (budget >= 0 && used == budget) {
+        count();
         tc = TokenConstraint(constraint, vocab);
         used = 0;
       }
@@ -189,6 +197,7 @@ Row loop_bench(Row row, const std::shared_ptr<const Constraint>& constraint,
       tc.accept(token);
       ++used;
       if (tc.finished()) {
+        count();
         if (sample.empty()) sample = tc.matcher().text();
         tc = TokenConstraint(constraint, vocab);
         used = 0;
@@ -199,6 +208,7 @@ Row loop_bench(Row row, const std::shared_ptr<const Constraint>& constraint,
       t.overhead.push_back(mask + advance);
     }
     if (sample.empty()) sample = tc.matcher().text();
+    count();
     t.unmasked /= static_cast<double>(n);
     t.masked /= static_cast<double>(n);
     return t;
@@ -218,7 +228,8 @@ Row loop_bench(Row row, const std::shared_ptr<const Constraint>& constraint,
   for (char& c : row.sample) c = static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
   if (budget >= 0) {
     row.sample = "budget " + std::to_string(budget) + ", binds " + std::to_string(warm.binds) + "/" +
-                 std::to_string(steps) + " steps: " + row.sample;
+                 std::to_string(steps) + " steps, settled " + std::to_string(warm.budget.settled) + " walked " +
+                 std::to_string(warm.budget.walked) + ": " + row.sample;
   }
   print_row(row);
   return row;

@@ -355,7 +355,18 @@ TEST_CASE("budgeted masks at every budget equal brute force: the budget's skip b
           "minProperties": 2, "maxProperties": 3})",
       R"({"type": "array", "items": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}},
           "minItems": 2})",
-      "{}"};
+      "{}",
+      // Short keys (the longest a key is counted at is 3 bytes) that a key's next bytes may make cost up to 6
+      // more: one-character keys, escaped or not, owed members, and a few-keys enum whose short keys are
+      // spent before its long one.
+      R"({"type": "object", "propertyNames": {"maxLength": 1}, "additionalProperties": {"type": "integer"},
+          "minProperties": 3})",
+      R"({"type": "object", "propertyNames": {"pattern": "^(a|b|c|d|abcdefgh)$"}, "maxProperties": 2,
+          "additionalProperties": {"type": "integer"}})",
+      R"({"type": "object", "propertyNames": {"enum": ["a", "b", "c", "abcdefgh"]}, "maxProperties": 2,
+          "additionalProperties": {"type": "integer"}})",
+      R"({"anyOf": [{"type": "object", "propertyNames": {"enum": ["a", "ab"]}, "additionalProperties": {"type": "integer"}},
+          {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 3}]})"};
   for (uint64_t seed = 1; seed <= 200; ++seed) schemas.push_back(SchemaGen(seed * 31).schema(0).dump());
   int64_t states = 0, skipped = 0, cut = 0;
   for (std::size_t k = 0; k < schemas.size(); ++k) {
@@ -410,6 +421,65 @@ std::shared_ptr<const TokenVocabulary> key_closing_vocabulary(const std::vector<
 }
 
 }  // namespace
+
+TEST_CASE("short keys, some taken, spelled escaped or continued by a token: budgeted masks equal brute force",
+          "[constraint][property]") {
+  // The keys a token may go on with (k.substr(1) + '"') or spell escaped are counted at 3 bytes at most
+  // (longest_key), yet a key the object has can make the one being written cost more: after each byte of the
+  // object, the budgeted mask at every budget against brute force.
+  const std::vector<std::string> keys{"a", "ab", "b", "x", "q", "qq", "abcdefgh"};
+  const auto vocab = key_closing_vocabulary(keys);
+  const std::string text = R"({"a":1,"\u0062":2,"x":3,"q":4,"ab":5,"qq":6})";
+  ConstraintLimits limits;
+  limits.whitespace = Whitespace::kNone;
+  limits.max_object_members = 8;
+  limits.max_string_chars = 8;
+  int64_t skipped = 0, cut = 0;
+  const std::vector<std::pair<std::string, std::string>> runs{
+      {R"({"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 6})", text},
+      {R"({"type": "object", "propertyNames": {"maxLength": 2}})", text},
+      {"json_object", text},
+      // After "a", a key that begins with 'a' can only be "abcdefgh": 6 bytes more than "a", where keys are
+      // counted at 3 bytes at most (the 4 shortest: maxProperties and 2 more; an enum's are all counted).
+      {R"({"type": "object", "propertyNames": {"pattern": "^(a|b|c|d|abcdefgh)$"}, "maxProperties": 2,
+          "additionalProperties": {"type": "integer"}})",
+       R"({"a":1,"abcdefgh":2})"}};
+  for (const auto& [schema, written] : runs) {
+    INFO(schema);
+    const auto c = schema == "json_object" ? Constraint::json_object(limits) : Constraint::json_schema(schema, limits);
+    TokenConstraint tc(c, vocab, {.end_tokens = {vocab->size() - 1}});
+    for (std::size_t i = 0; i < written.size(); ++i) {
+      check_every_budget(tc, *vocab, skipped, cut);
+      tc.accept_text(written.substr(i, 1));
+    }
+  }
+  CHECK(cut > 100);
+}
+
+TEST_CASE("a budget that binds inside a string settles its ',' tokens without walking them", "[constraint]") {
+  // Inside a string value a ',' before the token's first '"' is the string's: it leaves the fewest bytes to
+  // write as the token's others do, which the state's bound says without the key log's walk. The old bound,
+  // (|t| + 1) * longest_key (4 here) over the grammar's fewest bytes, settled none with 3 tokens left.
+  const auto vocab = made_up_vocabulary(3);
+  const auto c = Constraint::json_object();
+  TokenConstraint tc(c, vocab, {.end_tokens = {vocab->size() - 1}});
+  tc.accept_text(R"({"a": "xy)");
+  int64_t skipped = 0, cut = 0;
+  check_every_budget(tc, *vocab, skipped, cut);  // every budget against brute force
+  TokenConstraint fresh(c, vocab, {.end_tokens = {vocab->size() - 1}});
+  fresh.accept_text(R"({"a": "xy)");
+  const TokenMask all = fresh.allowed(), budgeted = fresh.allowed(3);
+  int64_t commas = 0;  // allowed tokens with a ',' and no '"': string content
+  for (int64_t id = 0; id < vocab->size(); ++id) {
+    const auto& b = vocab->bytes(id);
+    commas += all.allows(id) && b && b->find(',') != std::string::npos && b->find('"') == std::string::npos;
+  }
+  INFO(commas << " comma tokens; settled " << fresh.budget_counts().settled << ", walked "
+              << fresh.budget_counts().walked);
+  CHECK(commas > 20);
+  CHECK(budgeted.count() < all.count());  // the budget binds
+  CHECK(fresh.budget_counts().settled >= commas);
+}
 
 TEST_CASE("many keys written, some prefixes of others or spelled escaped: masks equal brute force at every byte",
           "[constraint][property]") {

@@ -365,6 +365,14 @@ class TokenConstraint {
   bool is_end_token(int64_t token) const;
   const ConstraintMatcher& matcher() const { return matcher_; }
   int64_t tokens_accepted() const { return accepted_; }
+  // What the budgeted steps so far (allowed(remaining) where the budget binds) did with the allowed tokens
+  // that hold a '"' or ',' or may go on with a key the object has: settled by a bound on the fewest bytes
+  // after them, or walked by the key log. For benchmarks and tests.
+  struct BudgetCounts {
+    int64_t settled = 0;
+    int64_t walked = 0;
+  };
+  BudgetCounts budget_counts() const { return counts_; }
 
  private:
   // The bytes `token` writes at this step (the start-of-text bytes for the first token when they apply).
@@ -386,6 +394,7 @@ class TokenConstraint {
   std::shared_ptr<constrain::MaskCache> cache_;
   int64_t accepted_ = 0;
   bool text_accepted_ = false;  // accept_text() was called: the text has started
+  mutable BudgetCounts counts_;
 };
 
 }  // namespace orbit

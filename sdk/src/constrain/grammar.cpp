@@ -127,7 +127,11 @@ void count_object_keys(Grammar& g) {
     if (!map && !(n.kind == NodeKind::kObject && n.open)) continue;
     const int32_t key = n.children[map ? 0 : n.required.size()];
     n.key_counts = count_keys(g.at(key), std::min<int64_t>(std::max(n.min_count, n.max_count), INT32_MAX) + 2);
-    if (!n.key_counts.empty()) g.longest_key = std::max(g.longest_key, n.key_counts.back().first);
+    if (!n.key_counts.empty()) {
+      g.longest_key = std::max(g.longest_key, n.key_counts.back().first);
+      g.key_spread = std::max(g.key_spread, n.key_counts.back().first - n.key_counts.front().first);
+    }
+    g.few_keys = g.few_keys || (!map && n.extra_keys != Node::kNoKeyBound);
   }
 }
 

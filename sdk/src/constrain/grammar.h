@@ -123,6 +123,11 @@ struct Grammar {
   int32_t root = -1;
   std::string description;
   int64_t longest_key = 0;  // the longest length in any node's key_counts (filled by finish())
+  // The most the longest and the shortest length of one node's key_counts differ by, and whether some open
+  // object has few extra keys (Node::extra_keys); both filled by finish(). The budget's bound reads them
+  // (key_log.h: most_over).
+  int64_t key_spread = 0;
+  bool few_keys = false;
 
   int32_t add(Node node);
   // Copies `other`'s nodes into this grammar; returns the index its root has here.

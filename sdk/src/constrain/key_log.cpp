@@ -312,10 +312,21 @@ KeyLog::Slack KeyLog::slack(const Matcher& m, const StateSet& state, std::string
   Slack out;
   out.add = kUnreachable;
   out.longest_key = g_.longest_key;
+  out.spread = g_.key_spread;
+  out.few = g_.few_keys;
+  out.has_keys = !keys_.empty();
+  out.in_string = !state.empty();
   bool floors = true;
   int64_t floor = kUnreachable;
   for (std::size_t s = 0; s < state.size(); ++s) {
-    const StackNeed t = stack_need(m, state.begin(s), state.length(s), text, {}, nullptr);
+    const Frame* f = state.begin(s);
+    const std::size_t n = state.length(s);
+    const bool key = n >= 2 && free_key(f[n - 2]) == &g_.at(static_cast<int32_t>(f[n - 1].node));
+    const bool string = n >= 1 && g_.at(static_cast<int32_t>(f[n - 1].node)).kind == NodeKind::kString &&
+                        f[n - 1].phase == nodes::kStrBody;
+    out.in_key = out.in_key || key;
+    out.in_string = out.in_string && string && !key;
+    const StackNeed t = stack_need(m, f, n, text, {}, nullptr);
     out.add = std::min(out.add, t.add);
     out.most_add = std::max(out.most_add, t.grammar == 0 ? 0 : std::max(t.add + t.fresh, t.floor - t.grammar));
     floors = floors && t.floor != kNoFloor;
@@ -326,20 +337,41 @@ KeyLog::Slack KeyLog::slack(const Matcher& m, const StateSet& state, std::string
   return out;
 }
 
-void KeyLog::budget_suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
+int64_t KeyLog::most_over(const Slack& slack, std::string_view t) {
+  std::size_t from = 0;
+  if (slack.in_string) {
+    const std::size_t q = t.find('"');
+    from = q == std::string_view::npos ? t.size() : t.substr(0, q).find('\\') == std::string_view::npos ? q + 1 : 0;
+  }
+  const std::string_view rest = t.substr(from);
+  const auto quotes = std::count(rest.begin(), rest.end(), '"');
+  const auto commas = std::count(rest.begin(), rest.end(), ',');
+  if (slack.few && quotes + commas > 0) return -1;
+  if (quotes > 1 || (quotes == 1 && (slack.in_key || (slack.has_keys && rest.back() != '"')))) return -1;
+  if (quotes == 0 && slack.in_key && slack.has_keys) return -1;
+  return slack.spread * (commas + quotes);
+}
+
+bool KeyLog::budget_suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
                              std::vector<int32_t>& out) const {
   const Joined joined{text, {}};
+  bool escapes = false;
   for (std::size_t s = 0; s < state.size() && !text.empty(); ++s) {
     const std::size_t n = state.length(s);
     const Frame* f = state.begin(s);
     if (n < 2 || f[n - 2].start == kNoStart) continue;
     if (free_key(f[n - 2]) != &g_.at(static_cast<int32_t>(f[n - 1].node))) continue;
     const std::set<std::string> keys = taken(f[n - 2].start, {});
+    if (keys.empty()) continue;
     const std::string prefix = joined.span(joined.opening_quote(text.size() - 1), text.size() - 1);
+    if (prefix.find('\\') != std::string::npos) return true;
+    escapes = true;
     for (auto it = keys.lower_bound(prefix); it != keys.end() && it->compare(0, prefix.size(), prefix) == 0; ++it) {
       trie.prefixes_of(std::string_view(*it).substr(prefix.size()), out);
     }
   }
+  if (escapes) out.insert(out.end(), trie.backslashes().begin(), trie.backslashes().end());
+  return false;
 }
 
 const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,

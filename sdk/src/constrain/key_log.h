@@ -57,21 +57,63 @@ class KeyLog {
 
   // need() after a token for the tokens budget_suspects() leaves out, from the state's own: with one stack
   //   need(after t) = max(Matcher::min_bytes(after t) + add, floor - |t|)
-  // and at least that with several (kNoFloor: no floor). Any token t leaves need(after t) at most
-  // Matcher::min_bytes(after t) + most_add + (|t| + 1) * longest_key.
+  // and at least that with several (kNoFloor: no floor). most_add: the most need() exceeds a stack's
+  // stack_min_bytes by, over the state's stacks. A token t after which the walk drops no stack (most_over's
+  // (e)) leaves need(after t) at most Matcher::min_bytes(after t) + most_add + (|t| + 1) * longest_key
+  // (most_over's (a)-(d): a key written past its '"' costs at most 6 more, longest_key is at least 3, and a
+  // ',' or '"' at most longest_key): TokenConstraint::allowed's test of whether the budget binds at all.
   static constexpr int64_t kNoFloor = INT64_MIN / 4;
   struct Slack {
     int64_t add = 0;
     int64_t floor = kNoFloor;
     int64_t most_add = 0;
     int64_t longest_key = 0;  // the longest key any object may need (grammar.h: key_counts)
+    int64_t spread = 0;       // Grammar::key_spread
+    bool few = false;         // Grammar::few_keys
+    bool has_keys = false;    // some open object has a free key
+    bool in_key = false;      // some stack is inside a free key
+    bool in_string = false;   // every stack is in the body of a string that is not a free key
   };
   Slack slack(const Matcher& m, const StateSet& state, std::string_view text) const;
+  // A bound on need(after t) - Matcher::min_bytes(after t) for a token of bytes `t` that budget_suspects()
+  // does not list, or -1 where only a walk tells. Write over = need - stack_min_bytes of one stack: over =
+  // A + X (stack_need), A the sum over its open objects of a(k, L) = key_sums(k, L) - key_sums(k) (k members
+  // owed, L the lengths of the keys the object has), X = 0 but where the stack writes a free key: then
+  // X = max(fresh, l(k+1) - c), l(k+1) the (k+1)th shortest free key, c the grammar's shortest key that
+  // begins with the bytes written (need = max(grammar + A + fresh, floor)). most_add is the most over of the
+  // state's stacks. D = spread. Then:
+  //  (a) a(k, L) >= 0, and grows by at most D when k grows by one or L gains a key: one of the k shortest
+  //      free keys gives way to the next, no longer than the longest counted (key_counts holds a key more
+  //      than any object's members), for one no shorter than the shortest.
+  //  (b) L grows only at a '"' that closes a free key; k grows only at a ',' (kComma owes a member; a key's
+  //      opening '"' counts its member, so k does not grow there); a '{' adds an object with L empty, a '}'
+  //      takes one away. No other byte moves A.
+  //  (c) X <= D where the key's object has no key (fresh 0: the grammar's shortest completion is free) or
+  //      only the key's opening '"' is written (fresh: the shortest free key less the shortest key), as
+  //      l(k+1) - c <= D (c is no shorter than the shortest key). Past that, in an object with keys, fresh
+  //      may reach 6 (extra_for_fresh) however short the keys: the walk tells.
+  //  (d) Bytes without a '"' that go on with a key keep k, L and its object; c does not shrink, and fresh
+  //      stays 0 where the object has no key: X does not grow.
+  //  (e) A walk drops a stack (keeps) only at a '"' that closes a key (one its object has, or one another
+  //      stack closed at the same byte), inside a key of an object that has keys (the bytes written can
+  //      only complete to its keys; a '\\' escape spells them otherwise), or at a ',' or key's '"' of an
+  //      object with few keys. need(after t) is then another stack's, whose grammar bytes may exceed
+  //      min_bytes(after t): such tokens are walked.
+  // A token is settled here when no object may have few keys and it holds at most one '"' (counted after the
+  // first where every stack is in a string and no '\\' comes before it: that one closes the string, which
+  // moves no A), that one not closing a key (no stack writes one) and, where an object has keys, the token's
+  // last byte; or no '"', and no stack writes a key where an object has one. Then no stack is dropped (e)
+  // and no key closes (b), so the stack after t of the fewest grammar bytes comes from one whose over is at
+  // most most_add, and by (a)-(d)
+  //   need(after t) <= min_bytes(after t) + most_add + D * (its ',' + its '"').
+  // (A ',' or '"' inside a string is counted as if it were not: a bound.)
+  static int64_t most_over(const Slack& slack, std::string_view t);
   // The tokens after which need() may differ from what slack() says: those holding a '"' or a ',' (a key
   // begins or closes, a member is owed: VocabTrie::quotes_or_commas(1, true), which the caller reads itself)
-  // and, inside a free key, those that write a prefix of the rest of a key its object has, which this
-  // appends to `out`.
-  void budget_suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
+  // and, inside a free key of an object that has keys, those that write a prefix of the rest of one of them
+  // or hold a '\\' (an escape spells a key otherwise: "\u0061" is "a"), which this appends to `out`.
+  // Returns true instead where the key being written holds a '\\' already: then any token may.
+  bool budget_suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
                        std::vector<int32_t>& out) const;
 
   // Tokens (ids into `trie`'s vocabulary) that a walk from `state` may refuse where the grammar allows them:

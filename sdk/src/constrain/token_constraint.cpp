@@ -291,6 +291,7 @@ struct Budget {
   int64_t remaining;
   int64_t need_now;  // Matcher::min_bytes(now)
   constrain::KeyLog::Slack slack;
+  TokenConstraint::BudgetCounts& counts;
 
   // Whether token `id`, after which the grammar's fewest bytes are `grammar`, fits by the slack formula.
   bool fits(int64_t grammar, int32_t id) const {
@@ -328,21 +329,25 @@ struct Budget {
     }
   }
 
-  // Allowed token `id`, one budget_suspects() names, into `bits`. need() after it is at least the grammar's
-  // fewest bytes and at most those plus most_add and (|t| + 1) longest keys (key_log.h: slack); only between
-  // the two does the key log walk it. (Its walk succeeds: the mask holds no token the key log refuses.)
-  void suspect(int32_t id, std::vector<uint64_t>& bits) const {
+  // Allowed token `id`, one holding a '"' or ',' or (`listed`) one budget_suspects() names, into `bits`.
+  // need() after it is at least the grammar's fewest bytes and, for one it does not name, at most those plus
+  // most_add and most_over (key_log.h); only between the two, or where most_over cannot tell, does the key
+  // log walk it. (Its walk succeeds: the mask holds no token the key log refuses.)
+  void suspect(int32_t id, bool listed, std::vector<uint64_t>& bits) const {
     StateSet after;
     const int64_t grammar = grammar_after(id, after);
     if (grammar < 0 || grammar > remaining) {
       set_bit(bits, id, false);
       return;
     }
-    if (grammar + slack.most_add + (trie.length(id) + 1) * slack.longest_key <= remaining) {
+    const std::string& bytes = *vocabulary.bytes(id);
+    const int64_t over = listed ? -1 : constrain::KeyLog::most_over(slack, bytes);
+    if (over >= 0 && grammar + slack.most_add + over <= remaining) {
+      ++counts.settled;
       set_bit(bits, id, true);
       return;
     }
-    const std::string& bytes = *vocabulary.bytes(id);
+    ++counts.walked;
     constrain::KeyLog::Closed closed;
     const bool ok = keys.walk(m, now, text, bytes, after, &closed);
     set_bit(bits, id, ok && keys.need(m, after, text, bytes, &closed) <= remaining);
@@ -396,15 +401,24 @@ void TokenConstraint::fit_budget(const constrain::MaskEntry& entry,
                       .entry = entry,
                       .remaining = remaining,
                       .need_now = m.min_bytes(now),
-                      .slack = keys().slack(m, now, matcher_.text())};
+                      .slack = keys().slack(m, now, matcher_.text()),
+                      .counts = counts_};
   budget.plain(allowed, bits);
-  const auto suspect = [&](int32_t id) {
-    if (has_bit(allowed, id)) budget.suspect(id, bits);
-  };
-  for (const int32_t id : trie.quotes_or_commas(1, true)) suspect(id);
   std::vector<int32_t> prefixes;
-  keys().budget_suspects(now, matcher_.text(), trie, prefixes);
-  for (const int32_t id : prefixes) suspect(id);
+  if (keys().budget_suspects(now, matcher_.text(), trie, prefixes)) {  // a key spelled with escapes: walk all
+    for_each_set(allowed, [&](int32_t id) { budget.suspect(id, true, bits); });
+  } else {
+    std::sort(prefixes.begin(), prefixes.end());
+    prefixes.erase(std::unique(prefixes.begin(), prefixes.end()), prefixes.end());
+    for (const int32_t id : trie.quotes_or_commas(1, true)) {
+      if (has_bit(allowed, id) && !std::binary_search(prefixes.begin(), prefixes.end(), id)) {
+        budget.suspect(id, false, bits);
+      }
+    }
+    for (const int32_t id : prefixes) {
+      if (has_bit(allowed, id)) budget.suspect(id, true, bits);
+    }
+  }
   for (const auto& [need, id] : apart) {  // judged at the text's start
     if (has_bit(allowed, id)) set_bit(bits, id, need <= remaining);
   }

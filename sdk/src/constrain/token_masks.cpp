@@ -122,6 +122,7 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
     lengths_[i] = static_cast<uint16_t>(bytes[i]->size());  // PreorderTrie::of checked it fits
     const auto quotes = std::min<std::ptrdiff_t>(std::count(bytes[i]->begin(), bytes[i]->end(), '"'), kMaxQuotes);
     const bool comma = bytes[i]->find(',') != std::string::npos;
+    if (bytes[i]->find('\\') != std::string::npos) backslashes_.push_back(static_cast<int32_t>(i));
     for (std::size_t k = 0; k < static_cast<std::size_t>(kMaxQuotes); ++k) {
       const bool enough = static_cast<std::ptrdiff_t>(k) < quotes;
       if (enough) quoted_[2 * k].push_back(static_cast<int32_t>(i));

@@ -63,6 +63,8 @@ class VocabTrie {
   // them without copying.
   static constexpr int kMaxQuotes = 4;
   const std::vector<int32_t>& quotes_or_commas(int quotes, bool commas) const;
+  // The tokens that hold a '\\' (ids ascending).
+  const std::vector<int32_t>& backslashes() const { return backslashes_; }
   // The bytes of token `id` (0 for one not in the trie); `id` in [0, vocab_size()).
   int64_t length(int32_t id) const { return lengths_[static_cast<std::size_t>(id)]; }
 
@@ -77,6 +79,7 @@ class VocabTrie {
   std::vector<uint16_t> lengths_;     // per id: its bytes (0: not in the trie)
   // [2 (k - 1) + commas]: the tokens with at least k '"' bytes, and with `commas` those with a ',' besides
   std::vector<std::vector<int32_t>> quoted_;
+  std::vector<int32_t> backslashes_;
 };
 
 // One state's mask. `need` is the fewest bytes that complete the text from the state the mask was computed
