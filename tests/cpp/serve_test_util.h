@@ -1,6 +1,7 @@
 // Helpers the tests of `orbit serve` below HTTP share (test_serve, test_serve_chat_tools, test_serve_batch,
-// test_serve_cuda): a server on TinyStories-656K without idle-time answers or audits, greedy story questions, a
-// run that must answer, a metric read from /metrics' text, a chat body's error, and a wait for a condition.
+// test_serve_cuda, test_serve_reasoning_turns): a server on TinyStories-656K without idle-time answers or
+// audits, greedy story questions, a run that must answer, a session's turns with idle work between them, a
+// metric read from /metrics' text, a chat body's error, and a wait for a condition.
 #pragma once
 
 #include <chrono>
@@ -71,6 +72,30 @@ inline std::pair<int, std::string> chat_error(const std::string& body) {
   const sv::Parsed<sv::ChatRequest> p = sv::parse_chat_request(body);
   if (p.ok()) return {200, ""};
   return {p.error.status, p.error.param};
+}
+
+// `turns` chat turns of one session (`session`; "": an anonymous window) from `r`: after each answer, idle
+// work (the anticipated answer's prefill, a due audit), then the answer (with the reasoning the server read
+// out of it, RunResult::reasoning, as reasoning_content) and the user's "And then?" appended for the next
+// turn. Each turn's result; every turn must answer.
+inline std::vector<sv::RunResult> chat_turns(sv::ServeCore& core, sv::ChatRequest r, const std::string& session,
+                                             int turns = 2) {
+  std::vector<sv::RunResult> out;
+  for (int turn = 0; turn < turns; ++turn) {
+    const sv::RunOutcome o = core.chat(r, session, {});
+    REQUIRE(o.result.has_value());
+    out.push_back(*o.result);
+    core.run_idle_work();
+    orbit::ChatMessage answer, next;
+    answer.role = "assistant";
+    answer.content = o.result->text;
+    if (o.result->reasoning) answer.reasoning_content = *o.result->reasoning;
+    next.role = "user";
+    next.content = "And then?";
+    r.messages.push_back(answer);
+    r.messages.push_back(next);
+  }
+  return out;
 }
 
 // Waits up to 5 s for `done`, then requires it.

@@ -582,25 +582,8 @@ TEST_CASE("serve: an answer prefilled in idle time is kept by the next request",
     options.policy = "patch:16:exact";
     options.anticipate = anticipate;
     sv::ServeCore core(options);
-    sv::ChatRequest r;
-    r.model = core.model_name();
-    r.messages = {{"system", "You tell short stories."}, {"user", "What did the dog find?"}};
-    r.sampling.max_tokens = 12;
-    r.sampling.temperature = 0;
-    std::vector<sv::RunResult> out;
-    for (int turn = 0; turn < 2; ++turn) {
-      const sv::RunOutcome o = core.chat(r, session, {});
-      REQUIRE(o.result.has_value());
-      out.push_back(*o.result);
-      core.run_idle_work();
-      orbit::ChatMessage answer, next;
-      answer.role = "assistant";
-      answer.content = o.result->text;
-      next.role = "user";
-      next.content = "And then?";
-      r.messages.push_back(answer);
-      r.messages.push_back(next);
-    }
+    const std::vector<sv::RunResult> out =
+        serve_test::chat_turns(core, serve_test::story_chat(core, "What did the dog find?", 12), session);
     core.close();
     return out;
   };

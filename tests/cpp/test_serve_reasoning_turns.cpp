@@ -38,24 +38,10 @@ TEST_CASE("serve reasoning: the reasoning sent back is the turn the idle worker 
   r.messages = {{"user", "What did the dog find?"}};
   r.sampling.max_tokens = 12;
   r.sampling.temperature = 0;
-  std::vector<sv::RunResult> out;
-  for (int turn = 0; turn < 2; ++turn) {
-    const sv::RunOutcome o = core.chat(r, "agent", {});
-    REQUIRE(o.result.has_value());
-    out.push_back(*o.result);
-    core.run_idle_work();
-    orbit::ChatMessage answer, next;
-    answer.role = "assistant";
-    answer.content = o.result->text;
-    REQUIRE(o.result->reasoning.has_value());
-    answer.reasoning_content = *o.result->reasoning;
-    next.role = "user";
-    next.content = "And then?";
-    r.messages.push_back(answer);
-    r.messages.push_back(next);
-  }
+  const std::vector<sv::RunResult> out = serve_test::chat_turns(core, r, "agent");
   core.close();
-  CHECK(out[0].text.empty());  // all reasoning: the prompt opened it
+  REQUIRE(out[0].reasoning.has_value());  // sent back as the next turn's reasoning_content
+  CHECK(out[0].text.empty());             // all reasoning: the prompt opened it
   CHECK_FALSE(out[0].reasoning->empty());
   CHECK(out[0].usage.reasoning_tokens == out[0].usage.completion_tokens);
   CHECK(out[1].usage.idle_forward_tokens > 0);
