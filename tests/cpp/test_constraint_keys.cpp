@@ -114,6 +114,26 @@ TEST_CASE("an open object's extra keys and keys from a pattern or an enum are no
   CHECK(listed.allowed().allows(id_of(*vocab, "x")));
 }
 
+TEST_CASE("alternatives of one object that close the same key at the same byte do not repeat it", "[constraint]") {
+  // Under anyOf both objects read {"a": each as its own key; neither is the other's repeat. The map of at
+  // least 3 members goes on where the few-keys object cannot ("ab" is none of its keys).
+  ConstraintLimits limits;
+  limits.whitespace = Whitespace::kNone;
+  const auto c = schema(R"({"anyOf": [
+      {"type": "object", "propertyNames": {"enum": ["a", "b"]}, "additionalProperties": {"type": "integer"}},
+      {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 3}]})",
+                        limits);
+  const std::string text = R"({"a":1,"ab":2,"c":3})";
+  ConstraintMatcher m(c);
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    INFO("after " << text.substr(0, i));
+    REQUIRE(m.advance(text.substr(i, 1)));
+  }
+  CHECK(m.complete());
+  ConstraintMatcher again(c);
+  CHECK_FALSE((again.advance(R"({"a":1,"ab":2,"a")")));  // a repeat is still one
+}
+
 TEST_CASE("random decodes never meet an empty mask and never repeat a key", "[constraint]") {
   ConstraintLimits tight;
   tight.max_string_chars = 1;  // plain keys of at most one character: near their maxLength at once

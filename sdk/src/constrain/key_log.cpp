@@ -171,7 +171,7 @@ bool KeyLog::fresh_ahead(const Node& key, const Frame& f, std::string& prefix,
 }
 
 bool KeyLog::keeps(Frame* f, std::size_t n, uint32_t at, std::string_view text, std::string_view walked,
-                   Closed& closed) const {
+                   const Closed& closed, Closed& here) const {
   for (std::size_t j = 0; j < n; ++j) {
     if (f[j].start == kNoStart && f[j].phase != nodes::kOpen && is_object(g_.at(static_cast<int32_t>(f[j].node)))) {
       f[j].start = at;
@@ -183,7 +183,8 @@ bool KeyLog::keeps(Frame* f, std::size_t n, uint32_t at, std::string_view text, 
   if (free_key(top) != nullptr && top.start != kNoStart) {  // the byte at `at` closed a free key
     const std::string key = canonical(all.span(all.opening_quote(at - 1), at));
     if (has_key(top.start, key, closed)) return false;
-    closed.emplace_back(top.start, key);
+    const std::pair<uint32_t, std::string> entry{top.start, key};
+    if (std::find(here.begin(), here.end(), entry) == here.end()) here.push_back(entry);
     return true;
   }
   const Node& node = g_.at(static_cast<int32_t>(top.node));
@@ -213,15 +214,18 @@ bool KeyLog::walk(const Matcher& m, const StateSet& from, std::string_view text,
   Closed local;
   Closed& added = closed != nullptr ? *closed : local;
   StateSet now = from, next;
+  Closed here;  // the keys this byte closes: a repeat only of those closed before it, not of another stack's
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     if (!m.step(now, static_cast<uint8_t>(bytes[i]), next)) return false;
     const auto at = static_cast<uint32_t>(text.size() + i);
     now.clear();
+    here.clear();
     for (std::size_t s = 0; s < next.size(); ++s) {
-      if (keeps(next.begin(s), next.length(s), at, text, bytes.substr(0, i + 1), added)) {
+      if (keeps(next.begin(s), next.length(s), at, text, bytes.substr(0, i + 1), added, here)) {
         now.push(next.begin(s), next.length(s));
       }
     }
+    added.insert(added.end(), here.begin(), here.end());
     if (now.empty()) return false;
     now.canonicalize();
   }

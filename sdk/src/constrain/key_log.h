@@ -94,11 +94,10 @@ class KeyLog {
   //      may reach 6 (extra_for_fresh) however short the keys: the walk tells.
   //  (d) Bytes without a '"' that go on with a key keep k, L and its object; c does not shrink, and fresh
   //      stays 0 where the object has no key: X does not grow.
-  //  (e) A walk drops a stack (keeps) only at a '"' that closes a key (one its object has, or one another
-  //      stack closed at the same byte), inside a key of an object that has keys (the bytes written can
-  //      only complete to its keys; a '\\' escape spells them otherwise), or at a ',' or key's '"' of an
-  //      object with few keys. need(after t) is then another stack's, whose grammar bytes may exceed
-  //      min_bytes(after t): such tokens are walked.
+  //  (e) A walk drops a stack (keeps) only at a '"' that closes a key its object has, inside a key of an
+  //      object that has keys (the bytes written can only complete to its keys; a '\\' escape spells them
+  //      otherwise), or at a ',' or key's '"' of an object with few keys. need(after t) is then another
+  //      stack's, whose grammar bytes may exceed min_bytes(after t): such tokens are walked.
   // A token is settled here when no object may have few keys and it holds at most one '"' (counted after the
   // first where every stack is in a string and no '\\' comes before it: that one closes the string, which
   // moves no A), that one not closing a key (no stack writes one) and, where an object has keys, the token's
@@ -126,9 +125,10 @@ class KeyLog {
 
  private:
   // The stack [f, f + n) after the byte at offset `at` of text + walked: stamps its objects; false when it
-  // repeats a key. A key it closes is appended to `closed`.
-  bool keeps(Frame* f, std::size_t n, uint32_t at, std::string_view text, std::string_view walked,
-             Closed& closed) const;
+  // repeats a key the log or `closed` (the walk's keys before this byte) holds. A key it closes is appended
+  // to `here` (once: alternatives of one object close the same key at the same byte).
+  bool keeps(Frame* f, std::size_t n, uint32_t at, std::string_view text, std::string_view walked, const Closed& closed,
+             Closed& here) const;
   // The key node of `object`'s free keys when it is a kAnyObject or an open kObject at its extra key's ':'
   // (at kColon, whose key is being written or has just closed); else null.
   const Node* free_key(const Frame& object) const;
