@@ -41,6 +41,7 @@ const char* kReplayUsage =
     "                    [--no-fidelity] [--patch-capacity BYTES] [--page-size N] [--device D] [--dtype T] "
     "[--calibrate] [--quiet]\n"
     "                    [--host-budget BYTES] [--eviction lru|cost-aware] [--device-tier BYTES] [--repeat N]\n"
+    "                    [--yardstick-tokens N]\n"
     "  Replays a window-operation trace (orbit-trace/1) under each policy and the baselines (reprefill, prefix,\n"
     "  blind), each on its own engine: per step forward tokens, milliseconds and KL vs. re-prefill; totals,\n"
     "  ratios and the offline bound of the policy's patch demands.\n"
