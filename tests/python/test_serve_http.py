@@ -224,6 +224,39 @@ def test_pipelined_requests_and_expect_100_continue(serve):
     sock.close()
 
 
+def session_request(host, port, path, sessions):
+    """(status, error or None, usage.orbit.session) of one request carrying one X-Orbit-Session line per entry."""
+    body = ({"model": MODEL_NAME, "input": "Once", "max_output_tokens": 2} if path == "/v1/responses" else
+            {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Once"}], "max_tokens": 2})
+    connection = http.client.HTTPConnection(host, port, timeout=120)
+    try:
+        data = json.dumps(body).encode()
+        connection.putrequest("POST", path)
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(len(data)))
+        for session in sessions:
+            connection.putheader("X-Orbit-Session", session)
+        connection.endheaders(data)
+        response = connection.getresponse()
+        answer = json.loads(response.read())
+        if response.status != 200:
+            return response.status, answer["error"], None
+        return response.status, None, answer["usage"]["orbit"]["session"]
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+def test_the_session_header_names_one_session_or_is_refused(serve, path):
+    host, port, _ = serve()
+    assert session_request(host, port, path, ["story-1"]) == (200, None, "story-1")
+    for sessions, says in ((["story-1", "story-2"], "more than once"), (["story-1", "story-1"], "more than once"),
+                           (["a/b"], "may hold only")):
+        status, error, _ = session_request(host, port, path, sessions)
+        assert status == 400, (sessions, status)
+        assert error["param"] == "X-Orbit-Session" and says in error["message"], (sessions, error)
+
+
 def test_a_prompt_past_the_context_in_bytes_is_context_length_exceeded(serve):
     # Refused from its byte count before it is tokenized (more bytes than 512 positions can hold).
     host, port, _ = serve()

@@ -77,15 +77,16 @@ std::string endpoint_of(const std::string& path) {
   return "other";
 }
 
-// The session a request names: the header X-Orbit-Session, else `user`. Sets *bad on a malformed header.
+// The session a request names: the header X-Orbit-Session, else `user`. Sets *bad on a malformed or repeated header
+// (session_header).
 std::string session_of(const httplib::Request& req, const std::string& user, std::optional<ApiError>* bad) {
-  if (!req.has_header("X-Orbit-Session")) return session_for_user(user);
-  const std::string id = req.get_header_value("X-Orbit-Session");
-  const std::string problem = session_id_problem(id);
+  std::string problem;
+  const std::optional<std::string> id = session_header(req, &problem);
   if (!problem.empty()) {
     *bad = api_error(400, "header X-Orbit-Session: " + problem, "invalid_request_error", "", "X-Orbit-Session");
+    return "";
   }
-  return id;
+  return id ? *id : session_for_user(user);
 }
 
 // Counts a finished request in the metrics and, with a result, its tokens.

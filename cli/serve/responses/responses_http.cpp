@@ -61,6 +61,19 @@ RunSink job_sink(ServeCore& core, ResponseJob& job, bool streamed = false) {
 
 }  // namespace responses_route
 
+std::optional<std::string> session_header(const httplib::Request& req, std::string* problem) {
+  const std::size_t given = req.get_header_value_count("X-Orbit-Session");
+  if (given == 0) return std::nullopt;
+  if (given > 1) {
+    *problem = "given " + std::to_string(given) + " times (more than once): a request names one session";
+    return std::nullopt;
+  }
+  std::string id = req.get_header_value("X-Orbit-Session");
+  *problem = session_id_problem(id);
+  if (!problem->empty()) return std::nullopt;
+  return id;
+}
+
 void post_responses(const ResponsesRoute& route, const httplib::Request& req, httplib::Response& res) {
   ServeCore& core = route.core;
   auto job = std::make_shared<responses_route::ResponseJob>();
@@ -71,13 +84,10 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
     --route.in_flight;
   };
   if (route.draining) return fail(api_error(503, "the server is shutting down", "server_error", "shutting_down"));
-  std::optional<std::string> header;
-  if (req.has_header("X-Orbit-Session")) {
-    header = req.get_header_value("X-Orbit-Session");
-    const std::string problem = session_id_problem(*header);
-    if (!problem.empty()) {
-      return fail(api_error(400, "header X-Orbit-Session: " + problem, "invalid_request_error", "", "X-Orbit-Session"));
-    }
+  std::string problem;
+  const std::optional<std::string> header = session_header(req, &problem);
+  if (!problem.empty()) {
+    return fail(api_error(400, "header X-Orbit-Session: " + problem, "invalid_request_error", "", "X-Orbit-Session"));
   }
   if (auto bad = prepare_response(core, req.body, header ? &*header : nullptr, job->call)) return fail(*bad);
   job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);

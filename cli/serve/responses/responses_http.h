@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "serve/serve_core.h"
 
@@ -23,6 +25,11 @@ struct ResponsesRoute {
   std::atomic<int64_t>& in_flight;    // requests being answered (the drain waits for them)
   const std::atomic<bool>& draining;  // new requests get 503
 };
+
+// The session the header X-Orbit-Session names: nullopt without the header. *problem is set (and nullopt
+// returned) when the header is given more than once, even with one value, or is not a session id
+// (session_id_problem): either would otherwise serve the request on a session it did not mean.
+std::optional<std::string> session_header(const httplib::Request& req, std::string* problem);
 
 void post_responses(const ResponsesRoute& route, const httplib::Request& req, httplib::Response& res);
 // GET /v1/responses/{id}: the response object as it was returned (404 response_not_found when it is not stored);
