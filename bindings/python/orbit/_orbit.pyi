@@ -39,8 +39,11 @@ class RemoteUnreachableWarning(RuntimeWarning):
     (password shown as ***) and the cause. The engine still opens, on its local tiers."""
 
 class _Enum:
-    name: str
-    value: int
+    def __init__(self, value: int) -> None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
     @property
     def label(self) -> str:
         """The C++ name, e.g. 'apply-patch'."""
@@ -403,24 +406,42 @@ class StoreStats:
 
 class RemoteStats:
     """The remote tier's counters (StoreStats.remote)."""
-    enabled: bool
-    url: str
-    available: bool
-    hits: int
-    misses: int
-    corrupt: int
-    errors: int
-    outages: int
-    skipped: int
-    writes: int
-    write_failures: int
-    writes_dropped: int
-    queued: int
-    removals: int
-    bytes_read: int
-    bytes_written: int
-    read_seconds: float
-    last_error: str
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def available(self) -> bool: ...
+    @property
+    def hits(self) -> int: ...
+    @property
+    def misses(self) -> int: ...
+    @property
+    def corrupt(self) -> int: ...
+    @property
+    def errors(self) -> int: ...
+    @property
+    def outages(self) -> int: ...
+    @property
+    def skipped(self) -> int: ...
+    @property
+    def writes(self) -> int: ...
+    @property
+    def write_failures(self) -> int: ...
+    @property
+    def writes_dropped(self) -> int: ...
+    @property
+    def queued(self) -> int: ...
+    @property
+    def removals(self) -> int: ...
+    @property
+    def bytes_read(self) -> int: ...
+    @property
+    def bytes_written(self) -> int: ...
+    @property
+    def read_seconds(self) -> float: ...
+    @property
+    def last_error(self) -> str: ...
 
 class EngineStats:
     """An engine's counters."""
@@ -999,7 +1020,7 @@ class Window:
     def version(self) -> int: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[InstanceInfo]: ...
-    def __contains__(self, item: Union[ChunkArg, InstanceArg]) -> bool:
+    def __contains__(self, item: Union[ChunkArg, InstanceArg], /) -> bool:
         """`chunk in window`: a ChunkRef or a chunk key (str) placed here (an unknown key is not); or `instance in
         window`: an instance id (int) or InstanceInfo it holds. TypeError for anything else."""
     # planning (nothing changes)
@@ -1347,27 +1368,45 @@ def store_gc(dir: Union[str, os.PathLike], *, dry_run: bool = False) -> GcReport
     """Removes unreferenced blobs and temp files (the store must be closed everywhere)."""
 class RepairReport:
     """What store_repair() did."""
-    blobs_scanned: int
-    rows_restored: int
-    rows_dropped: int
-    blobs_rejected: int
-    meta_restored: bool
-    model_fingerprint: str
-    notes: list[str]
+    @property
+    def blobs_scanned(self) -> int: ...
+    @property
+    def rows_restored(self) -> int: ...
+    @property
+    def rows_dropped(self) -> int: ...
+    @property
+    def blobs_rejected(self) -> int: ...
+    @property
+    def meta_restored(self) -> bool: ...
+    @property
+    def model_fingerprint(self) -> str: ...
+    @property
+    def notes(self) -> list[str]: ...
 
 class RemoteSummary:
     """What store_remote_summary() found on a remote tier's server(s)."""
-    url: str
-    reachable: bool
-    error: str
-    cluster: bool
-    nodes: list[str]
-    entries: int
-    keys: int
-    used_memory_bytes: int
-    maxmemory_bytes: int
-    maxmemory_policy: str
-    server_version: str
+    @property
+    def url(self) -> str: ...
+    @property
+    def reachable(self) -> bool: ...
+    @property
+    def error(self) -> str: ...
+    @property
+    def cluster(self) -> bool: ...
+    @property
+    def nodes(self) -> list[str]: ...
+    @property
+    def entries(self) -> int: ...
+    @property
+    def keys(self) -> int: ...
+    @property
+    def used_memory_bytes(self) -> int: ...
+    @property
+    def maxmemory_bytes(self) -> int: ...
+    @property
+    def maxmemory_policy(self) -> str: ...
+    @property
+    def server_version(self) -> str: ...
 
 def store_repair(dir: Union[str, os.PathLike]) -> RepairReport:
     """Rebuilds a store's index from its verified blobs (the store must be closed everywhere)."""

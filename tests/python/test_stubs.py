@@ -1,0 +1,245 @@
+"""The typed stubs (orbit/_orbit.pyi) against the built module, both ways: every function's and method's
+parameters as the binding declares them (names, positional or keyword-only, which have defaults and what
+they are), every name and member a stub lists exists, and a stub's plain attribute (writable) is a writable
+property while a stub's @property without a setter is read-only. test_bindings checks the other way round
+(every public name and member has a stub).
+
+Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.py).
+"""
+import ast
+import inspect
+import pathlib
+import re
+
+import pytest
+
+# Members of the public classes compared here: the public ones and these dunders.
+DUNDERS = ("__init__", "__enter__", "__exit__", "__len__", "__iter__", "__contains__")
+# Attributes set on instances, not on the class: checked on a real instance below.
+INSTANCE_ATTRIBUTES = {"OrbitError": {"source", "status", "reason"},
+                       "Generation": {"tool_calls", "tool_call_cut", "content", "json"}}
+
+
+@pytest.fixture(scope="module")
+def stub(orbit):
+    return ast.parse((pathlib.Path(orbit.__file__).parent / "_orbit.pyi").read_text())
+
+
+def stub_parameters(fn: ast.FunctionDef):
+    """[(name, kind, default source or None)]; kind is 'posonly', 'pos', 'kw', '*' or '**'."""
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + [ast.unparse(d) for d in a.defaults]
+    out = [(p.arg, "posonly" if i < len(a.posonlyargs) else "pos", d)
+           for i, (p, d) in enumerate(zip(positional, defaults))]
+    if a.vararg:
+        out.append((a.vararg.arg, "*", None))
+    out += [(p.arg, "kw", None if d is None else ast.unparse(d)) for p, d in zip(a.kwonlyargs, a.kw_defaults)]
+    if a.kwarg:
+        out.append((a.kwarg.arg, "**", None))
+    return out
+
+
+def split_top_level(text):
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch in "([{<"
+        depth -= ch in ")]}>"
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    return parts + ([current.strip()] if current.strip() else [])
+
+
+def binding_signatures(obj, name):
+    """The signatures pybind11 writes at the top of a function's docstring (one per overload)."""
+    signatures = []
+    for line in (obj.__doc__ or "").splitlines():
+        m = re.match(r"^(?:\d+\. )?" + re.escape(name) + r"\((.*)\) -> .*$", line.strip())
+        if not m:
+            continue
+        params, keyword_only = [], False
+        for p in split_top_level(m.group(1)):
+            if p == "*":
+                keyword_only = True
+            elif p.startswith("**"):
+                params.append((p[2:].split(":")[0], "**", None))
+            elif p.startswith("*"):
+                params.append((p[1:].split(":")[0], "*", None))
+                keyword_only = True
+            else:
+                pname = p.split(":")[0].split("=")[0].strip()
+                default = p.split("=", 1)[1].strip() if "=" in p else None
+                # pybind11 names an unnamed argument argN: positional only.
+                kind = "kw" if keyword_only else ("posonly" if re.fullmatch(r"arg\d+", pname) else "pos")
+                params.append((pname, kind, default))
+        signatures.append(params)
+    if not signatures and inspect.isfunction(obj):  # pure Python attached to a class (Window.stream)
+        kinds = {inspect.Parameter.POSITIONAL_ONLY: "posonly", inspect.Parameter.POSITIONAL_OR_KEYWORD: "pos",
+                 inspect.Parameter.KEYWORD_ONLY: "kw", inspect.Parameter.VAR_POSITIONAL: "*",
+                 inspect.Parameter.VAR_KEYWORD: "**"}
+        signatures.append([(p.name, kinds[p.kind], None if p.default is p.empty else repr(p.default))
+                           for p in inspect.signature(obj).parameters.values()])
+    return signatures
+
+
+def same_default(stub_default, real_default):
+    if (stub_default is None) != (real_default is None):
+        return False
+    if stub_default is None or stub_default == "..." or stub_default == real_default:
+        return True
+    try:
+        s, r = eval(stub_default), eval(real_default)  # literals only: both sides are source text
+    except Exception:
+        return False
+    if isinstance(s, (list, tuple)) and isinstance(r, (list, tuple)):
+        return list(s) == list(r)
+    return s == r
+
+
+def same_parameters(stub_params, real_params):
+    if len(stub_params) != len(real_params):
+        return False
+    for (sn, sk, sd), (rn, rk, rd) in zip(stub_params, real_params):
+        if rk == "posonly":
+            if sk != "posonly":
+                return False
+        elif (sn, sk) != (rn, rk):
+            return False
+        if not same_default(sd, rd):
+            return False
+    return True
+
+
+def describe(params):
+    return ", ".join(f"{n}[{k}]" + ("" if d is None else f"={d}") for n, k, d in params)
+
+
+def compared_callables(orbit, stub):
+    """(label, binding callable, its name, stub FunctionDefs, is a method) for every function and method."""
+    classes = {n.name: n for n in stub.body if isinstance(n, ast.ClassDef)}
+    functions = {n.name: n for n in stub.body if isinstance(n, ast.FunctionDef)}
+    from orbit import _orbit
+    for name in orbit.__all__:
+        obj = getattr(orbit, name)
+        if getattr(_orbit, name, None) is not obj:
+            continue  # pure Python (Store, GenerationStream): typed in place
+        if not isinstance(obj, type):
+            if callable(obj):
+                yield name, obj, name, [functions[name]], False
+            continue
+        if issubclass(obj, BaseException) or obj.__name__ != name:
+            continue  # errors take a message; Policy is WindowPolicy
+        defs = {}
+        node = classes[name]
+        bases = [classes[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in classes]
+        for n in [m for base in bases for m in base.body] + node.body:
+            if isinstance(n, ast.FunctionDef) and not any(
+                    ast.unparse(d) in ("property", f"{n.name}.setter") for d in n.decorator_list):
+                defs.setdefault(n.name, []).append(n)
+        for member, value in vars(obj).items():
+            if member.startswith("_") and member not in DUNDERS:
+                continue
+            if isinstance(value, (property, obj)) or not callable(value):
+                continue
+            if member == "__init__" and "__init__(" not in (value.__doc__ or ""):
+                continue  # pybind11's placeholder: the class has no constructor
+            yield f"{name}.{member}", getattr(obj, member), member, defs.get(member, []), True
+
+
+def test_every_binding_signature_matches_its_stub(orbit, stub):
+    problems, compared = [], set()
+    for label, fn, name, defs, is_method in compared_callables(orbit, stub):
+        real = binding_signatures(fn, name)
+        assert real, f"{label}: pybind11 wrote no signature in its docstring"
+        if not defs:
+            problems.append(f"{label}: no stub")
+            continue
+        stubs = [stub_parameters(d) for d in defs]
+        if is_method:
+            real = [r[1:] for r in real]  # self
+            stubs = [s[1:] for s in stubs]
+        if label in ("WindowPolicy.__init__", "WindowPolicy.replace"):
+            continue  # **kwargs in the binding, spelled out in the stub: test_window_policy_keywords
+        compared.add(label)
+        for r in real:
+            if not any(same_parameters(s, r) for s in stubs):
+                problems.append(f"{label}: the binding takes ({describe(r)}), the stub says "
+                                + " | ".join(f"({describe(s)})" for s in stubs))
+        for s in stubs:
+            if not any(same_parameters(s, r) for r in real):
+                problems.append(f"{label}: the stub's ({describe(s)}) is no signature of the binding")
+    assert not problems, "\n".join(problems)
+    assert {"Engine.__init__", "Window.generate", "Window.stream", "Window.__contains__", "ChunkKind.__init__",
+            "replay"} <= compared  # the walk reached functions, methods, the enums' base and pure Python
+
+
+def test_window_policy_keywords(orbit, stub):
+    """WindowPolicy(spec, **options) and replace(**options) take the policy's fields (and rank= for both
+    ranks): the stub lists exactly those, and the binding accepts each."""
+    policy_stub = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == "WindowPolicy")
+    init = next(n for n in policy_stub.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    listed = {a.arg for a in init.args.kwonlyargs}
+    fields = {m for m, v in vars(orbit.WindowPolicy).items() if isinstance(v, property) and v.fset is not None}
+    assert listed == fields | {"rank"}
+    default = orbit.WindowPolicy()
+    for field in fields:
+        orbit.WindowPolicy(**{field: getattr(default, field)})
+        default.replace(**{field: getattr(default, field)})
+    orbit.WindowPolicy(rank=8)
+
+
+def test_every_stub_name_and_member_exists(orbit, stub):
+    from orbit import _orbit
+    aliases = {t.id for n in stub.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    missing = []
+    for node in stub.body:
+        name = getattr(node, "name", None) or (node.target.id if isinstance(node, ast.AnnAssign) else None)
+        if name is None or name in aliases or name == "_Enum":
+            continue  # type aliases and the stub's own base of the enums
+        if not hasattr(_orbit, name):
+            missing.append(name)
+            continue
+        if not isinstance(node, ast.ClassDef):
+            continue
+        cls = getattr(_orbit, name)
+        for member in node.body:
+            mname = getattr(member, "name", None) or (member.target.id if isinstance(member, ast.AnnAssign) else None)
+            if mname and not hasattr(cls, mname) and mname not in INSTANCE_ATTRIBUTES.get(name, ()):
+                missing.append(f"{name}.{mname}")
+    assert not missing, f"listed in _orbit.pyi, absent from the module: {missing}"
+
+
+def test_instance_attributes_the_stub_lists_are_set(orbit, stories260k_path):
+    with orbit.Engine(str(stories260k_path)) as engine:
+        g = engine.new_window().generate([1, 403], max_tokens=2)
+        for attr in INSTANCE_ATTRIBUTES["Generation"]:
+            assert hasattr(g, attr), f"Generation.{attr}"
+        with pytest.raises(orbit.OrbitError) as info:
+            engine.new_window().generate([1, 403], max_tokens=-1)
+        for attr in INSTANCE_ATTRIBUTES["OrbitError"]:
+            assert hasattr(info.value, attr), f"OrbitError.{attr}"
+
+
+def test_stub_attributes_are_as_writable_as_the_module_s(orbit, stub):
+    from orbit import _orbit
+    wrong = []
+    for node in stub.body:
+        if not isinstance(node, ast.ClassDef) or not hasattr(_orbit, node.name):
+            continue
+        cls = getattr(_orbit, node.name)
+        setters = {n.name for n in node.body if isinstance(n, ast.FunctionDef)
+                   and any(ast.unparse(d) == f"{n.name}.setter" for d in n.decorator_list)}
+        read_only = {n.name for n in node.body if isinstance(n, ast.FunctionDef)
+                     and any(ast.unparse(d) == "property" for d in n.decorator_list)} - setters
+        writable = setters | {n.target.id for n in node.body if isinstance(n, ast.AnnAssign)}
+        for member, value in vars(cls).items():
+            if not isinstance(value, property):
+                continue
+            if member in writable and value.fset is None:
+                wrong.append(f"{node.name}.{member}: writable in the stub, read-only in the module")
+            if member in read_only and value.fset is not None:
+                wrong.append(f"{node.name}.{member}: read-only in the stub, writable in the module")
+    assert not wrong, "\n".join(wrong)
