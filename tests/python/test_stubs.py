@@ -243,3 +243,25 @@ def test_stub_attributes_are_as_writable_as_the_module_s(orbit, stub):
             if member in read_only and value.fset is not None:
                 wrong.append(f"{node.name}.{member}: read-only in the stub, writable in the module")
     assert not wrong, "\n".join(wrong)
+
+
+def test_aio_stub_forwards_the_window_s_arguments(orbit, stub):
+    """AsyncWindow's coroutines take the synchronous Window's arguments (generate's but on_text, which the
+    stream replaces): aio.pyi spells them out, so it follows the binding."""
+    from orbit import aio
+    aio_stub = ast.parse((pathlib.Path(aio.__file__).parent / "aio.pyi").read_text())
+    async_window = next(n for n in aio_stub.body if isinstance(n, ast.ClassDef) and n.name == "AsyncWindow")
+    wrong, compared = [], set()
+    for node in async_window.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not hasattr(orbit.Window, node.name):
+            continue
+        real = binding_signatures(getattr(orbit.Window, node.name), node.name)
+        if not real:
+            continue
+        want = [(n, k, d) for n, k, d in real[0][1:] if not (node.name == "generate" and n == "on_text")]
+        got = stub_parameters(node)[1:]
+        compared.add(node.name)
+        if not same_parameters(got, want):
+            wrong.append(f"AsyncWindow.{node.name}: Window's ({describe(want)}), aio.pyi's ({describe(got)})")
+    assert not wrong, "\n".join(wrong)
+    assert {"sync", "generate", "generate_n", "logits", "fork", "idle", "prepare_sync", "close"} <= compared
