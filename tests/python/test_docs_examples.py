@@ -1,0 +1,114 @@
+"""The documentation's examples, run as a reader runs them: README's self-contained Python blocks, every
+script in bindings/python/examples/ from the command line (as README's samples table says), README's C++
+block against the sample it says it is, and every `orbit` option README's command lines use against that
+command's --help. An example that breaks, or a doc that names an option that is gone, fails here.
+
+Needs the built module (ORBIT_PYTHON_PATH) and, for the CLI check, ORBIT_CLI (see conftest.py).
+"""
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+# Each example's short run: its arguments and a line its output must hold. A new example needs an entry.
+EXAMPLES = {
+    "stream_chat.py": (["--max-words", "3"], r"\[cancelled, \d+ tokens\]"),
+    "async_agents.py": (["--steps", "1", "--max-words", "3"], r"^both agents: [\d.]+ s$"),
+    "tool_loop.py": (["--short"], r"^forward tokens: \d+ computed"),
+}
+TIMEOUT = 300
+
+
+def readme(repo_root):
+    return (repo_root / "README.md").read_text()
+
+
+def run_python(orbit, args, cwd, **kwargs):
+    env = dict(os.environ)
+    package_parent = os.path.dirname(os.path.dirname(orbit.__file__))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT, **kwargs)
+
+
+def standalone_python_blocks(text):
+    """README's ```python blocks that are whole programs (they import what they use)."""
+    return [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b.startswith("import ")]
+
+
+def test_readme_has_standalone_python_blocks(repo_root):
+    assert len(standalone_python_blocks(readme(repo_root))) >= 2
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_readme_python_block_runs(orbit, repo_root, index):
+    block = standalone_python_blocks(readme(repo_root))[index]
+    out = run_python(orbit, ["-c", block], cwd=repo_root)
+    assert out.returncode == 0, f"README's standalone Python block {index} failed:\n{block}\n{out.stderr}"
+    assert out.stdout.strip()  # each prints what it did
+
+
+def test_readme_cpp_block_is_the_quickstart_sample(repo_root):
+    """README says its C++ block is samples/cpp/quickstart.cpp (which the build compiles and
+    scripts/check-install.sh runs): the same code, the file's header comment aside."""
+    block = re.findall(r"```cpp\n(.*?)```", readme(repo_root), re.S)[0]
+    sample = (repo_root / "samples" / "cpp" / "quickstart.cpp").read_text()
+    code = sample[sample.index("#include"):]
+    assert block == code, "README's C++ block differs from samples/cpp/quickstart.cpp: copy the file's code"
+
+
+def test_every_example_has_a_short_run(repo_root):
+    scripts = {p.name for p in (repo_root / "bindings" / "python" / "examples").glob("*.py")}
+    assert scripts == set(EXAMPLES), "add the example's short run to EXAMPLES"
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_example_runs_from_the_command_line(orbit, repo_root, stories260k_path, name):
+    args, expected = EXAMPLES[name]
+    script = repo_root / "bindings" / "python" / "examples" / name
+    out = run_python(orbit, [str(script), *args, "--model", str(stories260k_path)], cwd=repo_root)
+    assert out.returncode == 0, f"{name} {' '.join(args)} failed:\n{out.stderr}"
+    assert re.search(expected, out.stdout, re.M), f"{name}: no line matching {expected!r} in:\n{out.stdout}"
+    usage = run_python(orbit, [str(script), "--help"], cwd=repo_root)
+    assert usage.returncode == 0 and "--model" in usage.stdout
+    for option in args:
+        if option.startswith("--"):
+            assert option in usage.stdout, f"{name} --help does not list {option}"
+
+
+def cli_accepted(orbit_cli, command):
+    """The arguments `orbit COMMAND` accepts, from the last line of its --help."""
+    out = subprocess.run([str(orbit_cli), *command.split(), "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, f"orbit {command} --help: {out.stderr}"
+    line = next((l for l in out.stdout.splitlines() if l.startswith("accepted arguments:")), None)
+    return out.stdout, set(re.findall(r"--[a-z0-9-]+", line if line else out.stdout))
+
+
+def readme_cli_lines(text):
+    """README's command lines that run `orbit` (continuations joined, comments dropped)."""
+    lines = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].strip()
+            if re.match(r"^(build/cli/)?orbit ", line):
+                lines.append(line.rstrip("&").strip())
+    return lines
+
+
+def test_readme_cli_lines_use_options_their_command_has(orbit_cli, repo_root):
+    lines = readme_cli_lines(readme(repo_root))
+    assert len(lines) >= 10
+    commands, wrong = set(), []
+    for line in lines:
+        words = shlex.split(line.replace("[", " ").replace("]", " ").replace("|", " "))
+        command = words[1] if words[1] != "store" else f"store {words[2]}"
+        commands.add(command.split()[0])
+        _, accepted = cli_accepted(orbit_cli, command)
+        wrong += [f"{line}: orbit {command} has no {w}" for w in words[2:] if w.startswith("--") and w not in accepted]
+    assert not wrong, "\n".join(wrong)
+    top, _ = cli_accepted(orbit_cli, "")
+    listed = set(re.findall(r"^  ([a-z-]+)\b", top, re.M))
+    assert commands <= listed, f"README uses commands `orbit --help` does not list: {commands - listed}"
