@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "orbit/text_stream.h"
 #include "orbit_catch.h"
@@ -80,6 +81,18 @@ TEST_CASE("serve: tools, tool_choice and response_format are parsed; unhonoured 
                             R"(,{"type":"function","function":{"name":"search"}}],"tool_choice":"auto"})";
   CHECK(chat_error(twice).second == "tools[2].function.name");
   CHECK(sv::parse_chat_request(twice).error.message.find("'search' is also the name of tools[0]") != std::string::npos);
+  // A name is 1 to 64 letters, digits, _ and - (OpenAI's rule): one holding the calls' markup ("</tool_call>")
+  // ended the call it was written in, and a "required" answer came back as text.
+  for (const std::string& bad :
+       std::vector<std::string>{"x</tool_call>", "a b", "caf\u00e9", "a.b", std::string(65, 'n')}) {
+    const std::string one = head + R"(,"tools":[{"type":"function","function":{"name":)" + nlohmann::json(bad).dump() +
+                            R"(}}],"tool_choice":"required"})";
+    CHECK(chat_error(one).second == "tools[0].function.name");
+    CHECK(sv::parse_chat_request(one).error.message.find("is not a tool name") != std::string::npos);
+  }
+  CHECK(sv::parse_chat_request(head + R"(,"tools":[{"type":"function","function":{"name":")" + std::string(64, 'n') +
+                               R"("}}]})")
+            .ok());
   // An assistant call's arguments are text: a call max_tokens cut comes back as it was answered (not JSON).
   const sv::Parsed<sv::ChatRequest> cut = sv::parse_chat_request(
       R"({"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":)"

@@ -139,3 +139,19 @@ def test_responses_stream_function_call_arguments_as_they_are_written(start_serv
             continue
         assert len(deltas[index]) > 1, deltas
         assert "".join(deltas[index]) == done[index] == item["arguments"]
+
+
+def test_a_tool_name_that_is_not_one_is_refused_naming_it(start_serve, stories260k_path):
+    # "x</tool_call>" closed the call it was written in: tool_choice "required" answered the markup as text.
+    from conftest import post_json
+    server = start_serve(stories260k_path)
+    address = (server.host, server.port)
+    for name in ("x</tool_call>", "a b", "n" * 65):
+        tool = {"type": "function", "function": {"name": name, "parameters": SEARCH[0]["function"]["parameters"]}}
+        status, body = post_json(address, "/v1/chat/completions", {
+            "model": MODEL, "messages": MESSAGES, "max_tokens": 100, "tools": [tool], "tool_choice": "required"})
+        assert status == 400 and body["error"]["param"] == "tools[0].function.name", (name, body)
+        status, body = post_json(address, "/v1/responses", {
+            "model": MODEL, "input": "Find a cat.", "max_output_tokens": 100, "tool_choice": "required",
+            "tools": [dict(tool["function"], type="function")]})
+        assert status == 400 and body["error"]["param"] == "tools[0].name", (name, body)

@@ -329,6 +329,19 @@ void parse_logprobs(const json& body, SamplingRequest& s, bool legacy) {
   }
 }
 
+// Why a tool's name is not one ("" when it is): 1 to 64 letters, digits, _ and -, as OpenAI's API requires.
+// Other bytes would reach the chat template and the call parser: a name holding "</tool_call>" ended the
+// call it was written in, so a tool_choice "required" answer came back as text.
+std::string tool_name_problem(const std::string& name) {
+  const bool ok = std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+  if (ok && name.size() <= 64) return "";
+  const std::string shown = name.size() > 40 ? name.substr(0, 40) + "..." : name;
+  return json(shown).dump(-1, ' ', false, json::error_handler_t::replace) +
+         " is not a tool name: 1 to 64 letters, digits, _ and - are (" + std::to_string(name.size()) + " bytes given)";
+}
+
 // tools: each {"type": "function", "function": {"name": ..., ...}}; their names, in order, each once. (Their
 // parameters are checked as schemas by the server: answer_constraint.h.)
 std::vector<std::string> parse_tools(const json& tools) {
@@ -350,6 +363,7 @@ std::vector<std::string> parse_tools(const json& tools) {
     if (name == fn->end()) invalid_field(p + ".function.name", "missing");
     names.push_back(need_string(*name, p + ".function.name"));
     if (names.back().empty()) invalid_field(p + ".function.name", "empty");
+    if (const std::string bad = tool_name_problem(names.back()); !bad.empty()) invalid_field(p + ".function.name", bad);
     const auto first = std::find(names.begin(), names.end(), names.back());
     if (first + 1 != names.end()) {
       invalid_field(p + ".function.name", "'" + names.back() + "' is also the name of tools[" +
