@@ -1,7 +1,8 @@
 """The documentation's examples, run as a reader runs them: README's self-contained Python blocks, every
-script in bindings/python/examples/ from the command line (as README's samples table says), README's C++
-block against the sample it says it is, and every `orbit` option README's command lines use against that
-command's --help. An example that breaks, or a doc that names an option that is gone, fails here.
+script in bindings/python/examples/ from the command line (as README's samples table says), bindings/README.md's
+examples, the examples help(orbit) and help(orbit.Engine) open with, README's C++ block against the sample it
+says it is, and every `orbit` option README's command lines use against that command's --help. An example that
+breaks, or a doc that names an option that is gone, fails here.
 
 Needs the built module (ORBIT_PYTHON_PATH) and, for the CLI check, ORBIT_CLI (see conftest.py).
 """
@@ -9,6 +10,7 @@ import os
 import re
 import shlex
 import subprocess
+import textwrap
 import sys
 
 import pytest
@@ -112,3 +114,50 @@ def test_readme_cli_lines_use_options_their_command_has(orbit_cli, repo_root):
     top, _ = cli_accepted(orbit_cli, "")
     listed = set(re.findall(r"^  ([a-z-]+)\b", top, re.M))
     assert commands <= listed, f"README uses commands `orbit --help` does not list: {commands - listed}"
+
+
+def with_repo_models(code, repo_root):
+    """The docs' examples name the bundled models from the repository root; run elsewhere, they get the path."""
+    return code.replace('"models/', f'"{repo_root}/models/').replace("'models/", f"'{repo_root}/models/")
+
+
+def bindings_readme_blocks(repo_root):
+    """bindings/README.md's examples: the indented program under '## Use' and the first block under '## Text'."""
+    text = (repo_root / "bindings" / "README.md").read_text()
+    use = text.split("## Use\n", 1)[1]
+    lines = []
+    for line in use.splitlines()[1:]:
+        if line and not line.startswith("    "):
+            break
+        lines.append(line[4:])
+    text_block = re.findall(r"```python\n(.*?)```", text.split("## Text\n", 1)[1], re.S)[0]
+    return ["\n".join(lines), "import orbit\n" + text_block]
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_bindings_readme_example_runs(orbit, repo_root, tmp_path, index):
+    block = bindings_readme_blocks(repo_root)[index]
+    out = run_python(orbit, ["-c", with_repo_models(block, repo_root)], cwd=tmp_path)  # store_dir="store" here
+    assert out.returncode == 0, f"bindings/README.md's example {index} failed:\n{block}\n{out.stderr}"
+    assert out.stdout.strip()
+
+
+def docstring_example(doc):
+    """The indented example after a docstring's first '::' or ':\\n\\n' (dedented)."""
+    body = re.split(r":\n\n", doc, maxsplit=1)[1]
+    lines = []
+    for line in body.splitlines():
+        if line and not line.startswith("    "):
+            break
+        lines.append(line)
+    return textwrap.dedent("\n".join(lines))
+
+
+@pytest.mark.parametrize("where", ["orbit", "orbit.Engine"])
+def test_docstring_example_runs(orbit, repo_root, tmp_path, where):
+    """help(orbit) and help(orbit.Engine) open with an example; the reader supplies `numpy_or_torch_array`."""
+    doc = orbit.__doc__ if where == "orbit" else orbit.Engine.__doc__
+    code = ("import numpy as np\nnumpy_or_torch_array = np.zeros((4, 64), np.float32)\n"
+            + "import orbit\n" + docstring_example(doc))
+    out = run_python(orbit, ["-c", with_repo_models(code, repo_root)], cwd=tmp_path)
+    assert out.returncode == 0, f"{where}'s docstring example failed:\n{code}\n{out.stderr}"

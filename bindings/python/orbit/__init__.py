@@ -5,7 +5,7 @@ The Python face of orbit's C++ SDK (sdk/include/orbit/*.h are the specification)
     import orbit
 
     with orbit.Engine("models/stories260K/stories260K.bin", store_dir="store") as engine:
-        page = engine.add_tokens([1, 365, 1691, 1781], label="page 1")
+        page = engine.add_tokens([1, 365, 169, 44], label="page 1")
         frame = engine.add_embeddings(numpy_or_torch_array, label="frame 0")   # [n, hidden]
         window = engine.new_window(policy="patch:16")
         window.admit(page)                       # plan + apply in one call

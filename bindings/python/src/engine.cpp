@@ -399,7 +399,7 @@ void init_engine(py::module_& m) {
       m, "Engine",
       "One model, one KV pool, one chunk store (orbit/engine.h). The entry point:\n\n"
       "    with orbit.Engine(model='models/stories260K/stories260K.bin', store_dir='store') as engine:\n"
-      "        page = engine.add_tokens([1, 365, 1691], label='page 1')\n"
+      "        page = engine.add_tokens([1, 365, 169], label='page 1')\n"
       "        w = engine.new_window(policy='patch:16')\n"
       "        w.admit(page)\n"
       "        print(w.generate([1, 2], max_tokens=8).tokens)\n\n"

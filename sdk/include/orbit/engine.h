@@ -1,7 +1,7 @@
 // Engine: one model, one KV pool, one chunk store (docs/ARCHITECTURE.md §5). The entry point of the SDK.
 //
 //   auto engine = orbit::Engine::open({.model = "models/stories260K/stories260K.bin"});
-//   orbit::ChunkRef a = engine->add_tokens({1, 365, 1691, ...}, {.label = "page 1"});
+//   orbit::ChunkRef a = engine->add_tokens({1, 365, 169, ...}, {.label = "page 1"});
 //   orbit::Window w = engine->new_window();
 //   w.admit(a);                                   // canonical encoded once, stored position-free
 //   w.add_turn({...});                            // a live turn, prefilled in context
