@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speculate", type=int, default=4, help="fork a speculative branch every N steps (0: never)")
     ap.add_argument("--policy", default="default",
                     help="window policy spec (see orbit.policy_help()); default: the library's default "
-                         "(patch:16:kl=0.003:heal:prep=1:move=8:lists=3); patch:16:exact re-conditions every survivor")
+                         f"({orbit.WindowPolicy().name}); patch:16:exact re-conditions every survivor")
     ap.add_argument("--no-anticipate", action="store_true",
                     help="do not prepare the next list while the tool runs (Window.prepare_sync): the sync after a "
                          "trim then keeps or recomputes what it moved, as the policy decides")
