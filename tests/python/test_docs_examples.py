@@ -1,17 +1,18 @@
 """The documentation's examples, run as a reader runs them: README's self-contained Python blocks, every
 script in bindings/python/examples/ from the command line (as README's samples table says), bindings/README.md's
 examples, the examples help(orbit) and help(orbit.Engine) open with, README's C++ block against the sample it
-says it is, and every `orbit` option README's command lines use against that command's --help. An example that
-breaks, or a doc that names an option that is gone, fails here.
+says it is, and every `orbit` option the docs' command lines use (every *.md) against that command's --help. An
+example that breaks, or a doc that names an option that is gone, fails here.
 
 Needs the built module (ORBIT_PYTHON_PATH) and, for the CLI check, ORBIT_CLI (see conftest.py).
 """
+import functools
 import os
 import re
 import shlex
 import subprocess
-import textwrap
 import sys
+import textwrap
 
 import pytest
 
@@ -81,6 +82,7 @@ def test_example_runs_from_the_command_line(orbit, repo_root, stories260k_path, 
             assert option in usage.stdout, f"{name} --help does not list {option}"
 
 
+@functools.lru_cache(maxsize=None)
 def cli_accepted(orbit_cli, command):
     """The arguments `orbit COMMAND` accepts, from the last line of its --help."""
     out = subprocess.run([str(orbit_cli), *command.split(), "--help"], capture_output=True, text=True, timeout=60)
@@ -89,31 +91,59 @@ def cli_accepted(orbit_cli, command):
     return out.stdout, set(re.findall(r"--[a-z0-9-]+", line if line else out.stdout))
 
 
-def readme_cli_lines(text):
-    """README's command lines that run `orbit` (continuations joined, comments dropped)."""
+def fenced_blocks(text):
+    """[(language, body)] of a markdown text's fenced code blocks, opening and closing fences told apart."""
+    blocks, lang, body = [], None, []
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if lang is None:
+                lang, body = line[3:].strip(), []
+            else:
+                blocks.append((lang, "\n".join(body) + "\n"))
+                lang = None
+        elif lang is not None:
+            body.append(line)
+    return blocks
+
+
+def doc_cli_lines(text):
+    """A doc's command lines that run `orbit` (in ``` or ```sh blocks; continuations joined, comments and
+    environment assignments dropped)."""
     lines = []
-    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+    for lang, block in fenced_blocks(text):
+        if lang not in ("", "sh", "bash"):
+            continue
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("  #")[0].strip()
-            if re.match(r"^(build/cli/)?orbit ", line):
-                lines.append(line.rstrip("&").strip())
+            m = (re.search(r"(?:^|\s)((?:\S*/)?build[^/\s]*/cli/orbit [a-z].*)$", line)
+                 or re.match(r"^(orbit [a-z].*)$", line))
+            if m:
+                lines.append(m.group(1).rstrip("&").strip())
     return lines
 
 
-def test_readme_cli_lines_use_options_their_command_has(orbit_cli, repo_root):
-    lines = readme_cli_lines(readme(repo_root))
-    assert len(lines) >= 10
-    commands, wrong = set(), []
-    for line in lines:
-        words = shlex.split(line.replace("[", " ").replace("]", " ").replace("|", " "))
-        command = words[1] if words[1] != "store" else f"store {words[2]}"
-        commands.add(command.split()[0])
-        _, accepted = cli_accepted(orbit_cli, command)
-        wrong += [f"{line}: orbit {command} has no {w}" for w in words[2:] if w.startswith("--") and w not in accepted]
+def markdown_docs(repo_root):
+    skip = ("build", "node_modules", ".git", "out")
+    return [p for p in sorted(repo_root.rglob("*.md"))
+            if not any(part in skip or part.startswith("build") for part in p.relative_to(repo_root).parts)]
+
+
+def test_doc_cli_lines_use_options_their_command_has(orbit_cli, repo_root):
+    commands, wrong, count = set(), [], 0
+    for doc in markdown_docs(repo_root):
+        for line in doc_cli_lines(doc.read_text()):
+            count += 1
+            words = shlex.split(line.replace("[", " ").replace("]", " ").replace("|", " "))
+            command = words[1] if words[1] != "store" else f"store {words[2]}"
+            commands.add(command.split()[0])
+            _, accepted = cli_accepted(orbit_cli, command)
+            wrong += [f"{doc.relative_to(repo_root)}: {line}: orbit {command} has no {w}"
+                      for w in words[2:] if w.startswith("--") and w.split("=")[0] not in accepted]
+    assert count >= 30 and len(doc_cli_lines(readme(repo_root))) >= 10
     assert not wrong, "\n".join(wrong)
     top, _ = cli_accepted(orbit_cli, "")
     listed = set(re.findall(r"^  ([a-z-]+)\b", top, re.M))
-    assert commands <= listed, f"README uses commands `orbit --help` does not list: {commands - listed}"
+    assert commands <= listed, f"the docs use commands `orbit --help` does not list: {commands - listed}"
 
 
 def with_repo_models(code, repo_root):
