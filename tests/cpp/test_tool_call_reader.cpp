@@ -1,8 +1,9 @@
 // ToolCallReader (orbit/tool_calls.h): a growing text's calls, read keeping the complete ones, against
 // parse_tool_calls(text, format, CutToolCall::kCall) of the whole text at every length: fed byte by byte and
 // in random pieces, the reading after each piece must be the whole parse's (names, arguments, cut,
-// cut_name_whole), for well-formed answers of several calls and for those whose calls end early (a block or
-// a ';'-separated object that is not a call, a closing mark inside a string, text after the calls, a NUL
+// cut_name_whole), for well-formed answers of several calls (one holding a closing mark inside a string) and
+// for those whose calls end early (a block or
+// a ';'-separated object that is not a call, text after the calls, a NUL
 // byte), and for calls at the corners of JSON as they are written.
 #include <algorithm>
 #include <random>
@@ -32,7 +33,7 @@ const std::vector<Answer>& answers() {
        "Let me look.\n<tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"cat <3 \", \"n\": 12}}</tool_call>\n"
        "<tool_call>{\"name\": \"open\", \"arguments\": {\"url\": \"a;b\", \"tabs\": [1, 2]}}</tool_call>\n"
        "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": \\\"\\u00e9 y\\\"}\"}</tool_call> done"},
-      // A closed block that is not a call ends the calls; so does a closing mark inside a string.
+      // A closed block that is not a call ends the calls; a closing mark inside a string does not end its call.
       {ToolCallFormat::kHermes,
        "a <tool_call>{\"name\": \"x\", \"arguments\": {}}</tool_call> b <tool_call>not json</tool_call> "
        "<tool_call>{\"name\": \"y\", \"arguments\": {}}</tool_call>"},
@@ -215,7 +216,7 @@ TEST_CASE("tool call reader: fed in random pieces, reads what the whole text par
 }
 
 TEST_CASE("tool call reader: the answers read calls, and those that end early end them", "[tool_calls]") {
-  const std::vector<std::size_t> expected = {3, 1, 0, 3, 0, 1, 0, 1, 1, 0, 2};
+  const std::vector<std::size_t> expected = {3, 1, 2, 3, 0, 1, 0, 1, 1, 0, 2};
   REQUIRE(answers().size() == expected.size());
   for (std::size_t i = 0; i < answers().size(); ++i) {
     ToolCallReader reader(answers()[i].format);

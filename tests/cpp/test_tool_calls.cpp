@@ -75,6 +75,29 @@ TEST_CASE("hermes: a cut or malformed call stays content and is flagged", "[tool
   CHECK(parse_tool_calls(deep + "</tool_call>", ToolCallFormat::kHermes).malformed);
 }
 
+TEST_CASE("hermes: a closing mark inside a call's strings does not end the call", "[tool_calls]") {
+  // What a schema's enum, const or pattern may make a forced call write: the block ends at the first mark
+  // before which it is a call, so the call is read whole (it was content, malformed, and no call).
+  const std::string text =
+      "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"</tool_call>x\"}}</tool_call> "
+      "<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>";
+  for (const CutToolCall cut : {CutToolCall::kContent, CutToolCall::kCall}) {
+    const ToolCallParse r = parse_tool_calls(text, ToolCallFormat::kHermes, cut);
+    REQUIRE(r.calls.size() == 2);
+    CHECK(r.calls[0].name == "f");
+    CHECK(r.calls[0].arguments == R"({"a":"</tool_call>x"})");
+    CHECK(r.calls[1].name == "g");
+    CHECK_FALSE(r.malformed);
+    CHECK(r.content.empty());
+  }
+  // Cut inside that string, the call is being written (cut), not content.
+  const ToolCallParse cut =
+      parse_tool_calls(text.substr(0, text.find("x\"}}")), ToolCallFormat::kHermes, CutToolCall::kCall);
+  REQUIRE(cut.calls.size() == 1);
+  CHECK(cut.cut);
+  CHECK(cut.calls[0].arguments == R"({"a":"</tool_call>)");
+}
+
 TEST_CASE("llama3: the answer as one JSON call, or several separated by semicolons", "[tool_calls]") {
   ToolCallParse r = parse_tool_calls("<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
                                      ToolCallFormat::kLlama3);

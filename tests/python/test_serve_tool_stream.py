@@ -155,3 +155,17 @@ def test_a_tool_name_that_is_not_one_is_refused_naming_it(start_serve, stories26
             "model": MODEL, "input": "Find a cat.", "max_output_tokens": 100, "tool_choice": "required",
             "tools": [dict(tool["function"], type="function")]})
         assert status == 400 and body["error"]["param"] == "tools[0].name", (name, body)
+
+
+def test_an_argument_holding_the_closing_mark_is_still_a_call(start_serve, stories260k_path):
+    # A forced call whose schema makes it write "</tool_call>" inside a string: the mark there ended the call,
+    # so the answer came back as its markup in content, and the stream stopped at the string's first quote.
+    server = start_serve(stories260k_path, "--policy", "patch:16:exact")
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"enum": ["</tool_call>x"]}}, "required": ["a"]}}}
+    body = {"messages": MESSAGES, "max_tokens": 100, "seed": 1, "tools": [tool], "tool_choice": "required"}
+    message = json.loads(post(server, "/v1/chat/completions", body))["choices"][0]["message"]
+    assert message["content"] is None and plain(message["tool_calls"]) == [
+        {"name": "f", "arguments": '{"a":"</tool_call>x"}'}], message
+    calls, _ = assemble(stream_chunks(server, body))
+    assert [{"name": c["name"], "arguments": c["arguments"]} for c in calls] == plain(message["tool_calls"])

@@ -82,12 +82,13 @@ ToolCallParse parse_tool_calls(std::string_view text, ToolCallFormat format, Cut
 // The calls of a text that grows, as a streamed answer does, read after each piece: read() gives what
 // parse_tool_calls(text(), format, CutToolCall::kCall) gives of the calls at every length, at the cost of the
 // piece appended rather than of the text. A call complete and followed by what cannot change it (Hermes: its
-// closing mark; Llama 3: the ";" after it) is read once and kept, and so is the end of the calls (a block or
-// object that is not a call). The call being written is read as it grows: append() reads only the new bytes
-// of it, and read() copies what they made (a call's arguments) without reading its text again, but for the
-// few tokens between the end of its object and its closing mark or ';', where it is parsed whole. Mistral's
-// one array is read whole each time (Constraint::tool_calls writes one call in it), and so is a Llama 3 text
-// with a NUL byte before its first ';' (nlohmann's parser ends a text there).
+// closing mark; Llama 3: the ";" after it) is read once and kept, and so is the end of the calls (Llama 3: an
+// object that is not a call). A Hermes block ends at the first closing mark before which it is a call: a mark
+// inside its strings (an argument holding "</tool_call>") does not end it. The call being written is read as it grows:
+// append() reads only the new bytes of it, and read() copies what they made (a call's arguments) without reading its
+// text again, but for the few tokens between the end of its object and its closing mark or ';', where it is parsed
+// whole. Mistral's one array is read whole each time (Constraint::tool_calls writes one call in it), and so is a Llama
+// 3 text with a NUL byte before its first ';' (nlohmann's parser ends a text there).
 //
 //   ToolCallReader reader(ToolCallFormat::kHermes);
 //   for (const std::string& delta : deltas) {
@@ -167,7 +168,6 @@ class ToolCallReader {
   std::string text_;
   std::size_t kept_at_ = 0;         // text_[0, kept_at_) is read: its calls are kept_
   std::vector<ChatToolCall> kept_;  // the complete calls in text_[0, kept_at_)
-  bool ended_ = false;              // no call follows kept_ (kept_ is the reading)
   bool broken_ = false;             // Llama 3: the piece before text_[kept_at_] is not a call
   bool whole_ = false;              // Llama 3: a NUL byte before the first ';': read the text whole each time
   std::unique_ptr<Open> open_;      // Hermes, Llama 3: the call after kept_, as far as it is read

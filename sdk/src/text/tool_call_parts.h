@@ -30,7 +30,12 @@ bool cut_call_from(const std::string& raw, ChatToolCall* call, ToolCallParse* r)
 // The length of the longest suffix of `text` that is a proper prefix of `marker` (a mark cut at the end).
 std::size_t partial_marker(std::string_view text, std::string_view marker);
 
-// Hermes' blocks in `text`, read from its first byte (parse_tool_calls' kHermes).
+// Where the Hermes block whose call starts at `body` ends: the first "</tool_call>" at or after `body` before
+// which the block's text is a call (read into *call). The mark may also stand inside the call's strings (an
+// argument holding "</tool_call>"): a mark the call's text is not whole at is passed. npos when none is.
+std::size_t hermes_close(std::string_view text, std::size_t body, ChatToolCall* call);
+
+// Hermes' blocks in `text`, read from its first byte (parse_tool_calls' kHermes): each ends at hermes_close.
 ToolCallParse parse_hermes(std::string_view text, CutToolCall cut);
 
 // The first ';' at or after `from` in Llama 3's JSON text that separates two calls: outside strings and at

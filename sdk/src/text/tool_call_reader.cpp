@@ -1,9 +1,10 @@
 // Reading the calls of a growing text (orbit/tool_calls.h: ToolCallReader). Why keeping a call gives what a
 // whole reading gives:
-//   Hermes   parse_tool_calls reads blocks left to right, each from the end of the one before; a closed block
-//            is a call or stops the reading there (the rest is content). So the calls of the text from a kept
-//            block's end on, after the kept ones, are the whole text's; after a closed block that is not a
-//            call there are none.
+//   Hermes   parse_tool_calls reads blocks left to right, each from the end of the one before; a block ends
+//            at the first closing mark before which it is a call (hermes_close: the mark may stand inside the
+//            call's strings), and one that no mark makes a call is read as a cut call, else stops the reading
+//            there (the rest is content). So the calls of the text from a kept block's end on, after the kept
+//            ones, are the whole text's; a block no mark has made a call yet is the call being written.
 //   Llama 3  a ';' outside strings at depth 0 (after the JSON's '{') makes the text no JSON value, whole or cut,
 //            so parse_tool_calls splits it into pieces there, and every piece but the last must be a call or
 //            none is read (a ';' and spaces at the end make no piece). So the kept pieces are calls, the last
@@ -67,7 +68,6 @@ ToolCallReader::ToolCallReader(const ToolCallReader& other)
       text_(other.text_),
       kept_at_(other.kept_at_),
       kept_(other.kept_),
-      ended_(other.ended_),
       broken_(other.broken_),
       whole_(other.whole_),
       open_(std::make_unique<Open>(other.open_ ? *other.open_ : Open())),
@@ -83,7 +83,7 @@ ToolCallReader& ToolCallReader::operator=(ToolCallReader&& other) noexcept = def
 
 void ToolCallReader::append(std::string_view more) {
   text_ += more;
-  if (ended_ || broken_ || whole_) return;
+  if (broken_ || whole_) return;
   if (!open_) open_ = std::make_unique<Open>();  // a reader moved from, assigned anew
   if (!scan_) scan_ = std::make_unique<Scan>();
   // What was there before was read to its end: a call completes only where `more` brings the last byte of a
@@ -105,7 +105,7 @@ std::size_t resume_at(std::string_view text, std::string_view mark, std::size_t 
 }  // namespace
 
 void ToolCallReader::extend_open() {
-  if (ended_ || broken_ || format_ == ToolCallFormat::kMistral) return;
+  if (broken_ || format_ == ToolCallFormat::kMistral) return;
   Open& o = *open_;
   std::size_t start = kept_at_;  // where the call's text may start (spaces before it)
   std::size_t end = text_.size();
@@ -156,8 +156,8 @@ void ToolCallReader::keep_hermes() {
     const std::string raw = trim(std::string_view(text_).substr(scan.body, close - scan.body));
     ChatToolCall call;
     if (!call_from(parse_json(raw), raw, &call)) {
-      ended_ = true;  // not a call: the reading stops at this block
-      return;
+      scan.from = close + 1;  // not a call yet: the mark stands inside it (hermes_close), or it never will be
+      continue;
     }
     kept_.push_back(std::move(call));
     kept_at_ = close + kHermesClose.size();
@@ -201,7 +201,7 @@ ToolCallReading ToolCallReader::read(std::size_t first, ToolCallHeld held) const
   if (broken_ && text_.find_first_not_of(" \n\t\r", kept_at_) != std::string::npos) return out;
   out.complete = kept_.size();
   if (first < kept_.size()) out.calls.assign(kept_.begin() + static_cast<std::ptrdiff_t>(first), kept_.end());
-  if (ended_ || broken_) return out;
+  if (broken_) return out;
   ToolCallParse rest;
   ToolCallHeld got;  // what the call being written says of its arguments' bytes `held` holds
   if (format_ == ToolCallFormat::kMistral || whole_) {

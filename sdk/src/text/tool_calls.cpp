@@ -75,6 +75,15 @@ bool cut_call_from(const std::string& raw, ChatToolCall* call, ToolCallParse* r)
   return true;
 }
 
+std::size_t hermes_close(std::string_view text, std::size_t body, ChatToolCall* call) {
+  for (std::size_t close = text.find(kHermesClose, body); close != std::string_view::npos;
+       close = text.find(kHermesClose, close + 1)) {
+    const std::string raw = trim(text.substr(body, close - body));
+    if (call_from(parse_json(raw), raw, call)) return close;
+  }
+  return std::string_view::npos;
+}
+
 ToolCallParse parse_hermes(std::string_view text, CutToolCall cut) {
   ToolCallParse r;
   std::string content;
@@ -83,8 +92,8 @@ ToolCallParse parse_hermes(std::string_view text, CutToolCall cut) {
     const std::size_t open = text.find(kHermesOpen, at);
     if (open == std::string_view::npos) break;
     const std::size_t body = open + kHermesOpen.size();
-    const std::size_t close = text.find(kHermesClose, body);
     ChatToolCall call;
+    const std::size_t close = hermes_close(text, body, &call);
     if (close == std::string_view::npos && cut == CutToolCall::kCall) {
       std::string_view rest = text.substr(body);
       rest.remove_suffix(partial_marker(rest, kHermesClose));
@@ -95,8 +104,7 @@ ToolCallParse parse_hermes(std::string_view text, CutToolCall cut) {
         break;
       }
     }
-    const std::string raw = close == std::string_view::npos ? "" : trim(text.substr(body, close - body));
-    if (close == std::string_view::npos || !call_from(parse_json(raw), raw, &call)) {
+    if (close == std::string_view::npos) {
       r.malformed = true;  // cut, or not a call: the rest stays content
       break;
     }
