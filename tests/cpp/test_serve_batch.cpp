@@ -345,3 +345,43 @@ TEST_CASE("serve batch: streamed text decodes a window per token and equals the 
     if (stops.empty()) CHECK(longest < 64);  // a window, not the whole answer
   }
 }
+
+// The hand-off between the scheduler's thread and a request's: events wait in the job without a wake, a take
+// finds them all at once in order, a waiting take wakes at the signal's raise or the job's end, and a raise
+// between reading the generation and waiting is not lost (the wait returns at once).
+TEST_CASE("serve batch: a job's events wait for one take; the step's raise or the end wakes a waiting one",
+          "[serve][batch][handoff]") {
+  constexpr int kForever = 600000;  // ms: a lost wake shows as a test that never ends
+  sv::StepSignal signal;
+  const uint32_t before = signal.seen();
+  signal.raise();
+  signal.wait(before, kForever);  // moved on since `before`: returns at once
+  CHECK(signal.seen() != before);
+
+  sv::DecodeJob job(orbit::GenerateRequest{}, signal);
+  for (const char* piece : {"a", "b", "c"}) job.post(sv::DecodeEvent{piece, std::nullopt});
+  std::vector<sv::DecodeEvent> out;
+  CHECK_FALSE(job.take(out, kForever));  // events pending: no wait
+  REQUIRE(out.size() == 3);
+  CHECK((out[0].delta + out[1].delta + out[2].delta) == "abc");
+
+  std::vector<sv::DecodeEvent> later;
+  bool done = false;
+  std::atomic<int> takes{0};
+  std::thread waiter([&] {
+    while (!done) {
+      done = job.take(later, kForever);  // may return with nothing: asks again
+      ++takes;
+    }
+  });
+  while (signal.waiting() == 0) std::this_thread::yield();  // the waiter sleeps in take()
+  job.post(sv::DecodeEvent{"d", std::nullopt});
+  signal.raise();                                                         // the step's end: the waiter takes "d"
+  while (takes == 0 || signal.waiting() == 0) std::this_thread::yield();  // and sleeps again
+  job.finish(std::nullopt, "gone");                                       // the end wakes it
+  waiter.join();
+  CHECK(done);
+  REQUIRE(later.size() == 1);
+  CHECK(later[0].delta == "d");
+  CHECK(job.error() == "gone");
+}

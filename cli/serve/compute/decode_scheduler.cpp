@@ -3,8 +3,17 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <sstream>
+
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <ctime>
+#endif
 
 #include "orbit/common/error.h"
 #include "serve/serve_context.h"
@@ -19,20 +28,59 @@ constexpr std::array<int64_t, 8> kBatchBounds = {1, 2, 4, 8, 16, 32, 64, 128};
 
 }  // namespace
 
-// Both notify under the lock: once the request's thread sees the job done it may drop it (and, being the last
-// owner, destroy it), so nothing of the job is touched by the scheduler after the lock is released.
+#ifdef __linux__
+void StepSignal::wait(uint32_t seen, int wait_ms) {
+  // Counted before the generation is read again, and raise() reads the count after moving it on (both
+  // sequentially consistent): a raise either sees this waiter or moved the generation before the futex's own
+  // check, so no wake is lost.
+  waiters_.fetch_add(1);
+  if (generation_.load() == seen && wait_ms > 0) {
+    timespec timeout{wait_ms / 1000, static_cast<long>(wait_ms % 1000) * 1000000L};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&generation_), FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0);
+  }
+  waiters_.fetch_sub(1);
+}
+
+void StepSignal::raise() {
+  generation_.fetch_add(1);
+  if (waiters_.load() > 0) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&generation_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+  }
+}
+#else
+void StepSignal::wait(uint32_t seen, int wait_ms) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  waiters_.fetch_add(1);
+  changed_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return generation_.load() != seen; });
+  waiters_.fetch_sub(1);
+}
+
+void StepSignal::raise() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation_.fetch_add(1);
+  }
+  changed_.notify_all();
+}
+#endif
+
 void DecodeJob::post(DecodeEvent event) {
   std::lock_guard<std::mutex> lock(mutex_);
   events_.push_back(std::move(event));
-  changed_.notify_all();
 }
 
+// Raises after the lock: once the request's thread sees the job done it may drop it (and, being the last
+// owner, destroy it), so nothing of the job is touched after the lock is released; the signal is the
+// scheduler's.
 void DecodeJob::finish(std::optional<Generation> g, std::string error) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  result_ = std::move(g);
-  error_ = std::move(error);
-  done_ = true;
-  changed_.notify_all();
+  StepSignal& signal = signal_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    result_ = std::move(g);
+    error_ = std::move(error);
+    done_ = true;
+  }
+  signal.raise();
 }
 
 std::optional<Generation> DecodeJob::result() const {
@@ -50,11 +98,24 @@ DecodeJob::~DecodeJob() {
   std::lock_guard<std::mutex> lock(mutex_);
 }
 
-bool DecodeJob::take(std::vector<DecodeEvent>& out, int wait_ms) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return done_ || !events_.empty(); });
+bool DecodeJob::drain(std::vector<DecodeEvent>& out) {
+  const bool any = !events_.empty();
   for (DecodeEvent& e : events_) out.push_back(std::move(e));
   events_.clear();
+  return done_ || any;
+}
+
+bool DecodeJob::take(std::vector<DecodeEvent>& out, int wait_ms) {
+  // The generation is read before the job: a post or finish after this check is followed by a raise that
+  // moves it on, so the wait below cannot miss it.
+  const uint32_t seen = signal_.seen();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (drain(out) || wait_ms <= 0) return done_;
+  }
+  signal_.wait(seen, wait_ms);
+  std::lock_guard<std::mutex> lock(mutex_);
+  drain(out);
   return done_;
 }
 
@@ -125,6 +186,7 @@ void DecodeScheduler::loop() {
       GateHold hold(context_.gate);
       ended = run_step(joining);
     }
+    signal_.raise();  // the step's tokens to every request thread waiting, once the gate is free
     if (running_.empty() && !has_pending()) context_.gate.hold_idle(holding_idle_ = false);
     // After the gate and idle work are free: a run that returns finds the server idle.
     for (Outcome& o : ended) o.job->finish(std::move(o.generation), std::move(o.error));

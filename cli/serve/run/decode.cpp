@@ -80,7 +80,7 @@ std::function<bool(const std::string&)> stop_rule(const DecodeRequest& request) 
 // The job of choice `c` on `window`: its callbacks post each token's text (and log probabilities) and end the
 // sequence at a stop string or once the request's thread asked (a client that left).
 std::shared_ptr<DecodeJob> choice_job(Choice& c, const Window& window, const std::vector<int64_t>& query,
-                                      GenerateOptions go) {
+                                      GenerateOptions go, StepSignal& signal) {
   go.on_logprobs = [&c](const StepLogprobs& step) { c.logprobs = step; };
   go.on_token = [&c](int64_t token, int64_t) {
     DecodeEvent event{c.stream->push(token), std::move(c.logprobs)};
@@ -88,7 +88,7 @@ std::shared_ptr<DecodeJob> choice_job(Choice& c, const Window& window, const std
     c.job->post(std::move(event));
     return !c.stream->stopped() && !c.job->cancelled();
   };
-  return std::make_shared<DecodeJob>(GenerateRequest{&window, query, std::move(go)});
+  return std::make_shared<DecodeJob>(GenerateRequest{&window, query, std::move(go)}, signal);
 }
 
 // Whether choice `index`'s text goes to the sink: choice 0's always, the others' when each choice streams.
@@ -231,7 +231,8 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
         sampling.stop, stop_rule(request));
     GenerateOptions branch = go;
     branch.seed = go.seed + static_cast<uint64_t>(i);
-    c.job = choice_job(c, i == 0 ? window : forks[static_cast<std::size_t>(i - 1)], query, std::move(branch));
+    c.job = choice_job(c, i == 0 ? window : forks[static_cast<std::size_t>(i - 1)], query, std::move(branch),
+                       context.decoder.signal());
     jobs.push_back(c.job);
   }
   context.decoder.submit(jobs);
