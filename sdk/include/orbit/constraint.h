@@ -343,6 +343,8 @@ class TokenConstraint {
   TokenConstraint(std::shared_ptr<const Constraint> constraint, std::shared_ptr<const TokenVocabulary> vocabulary,
                   TokenConstraintOptions options = {});
   ~TokenConstraint();
+  TokenConstraint(const TokenConstraint&);  // a copy goes on on its own (its text, keys and budget counts)
+  TokenConstraint& operator=(const TokenConstraint&);
   TokenConstraint(TokenConstraint&&) noexcept;
   TokenConstraint& operator=(TokenConstraint&&) noexcept;
 
@@ -380,8 +382,10 @@ class TokenConstraint {
   bool at_start_now() const { return options_.at_text_start && accepted_ == 0 && !text_accepted_; }
   // The keys of the objects open in the text (the matcher's).
   const constrain::KeyLog& keys() const;
-  // The tokens `mask` allows whose bytes keys() refuses (they repeat a key), sorted.
-  std::vector<int64_t> repeats(const TokenMask& mask) const;
+  // The tokens `mask` allows whose bytes keys() refuses (they repeat a key), sorted. `drops`, when given, is
+  // set where the key log's walk of some other allowed token drops a stack (an alternative that repeats a
+  // key) and keeps another.
+  std::vector<int64_t> repeats(const TokenMask& mask, bool* drops = nullptr) const;
   // Clears in `bits` (a copy of `allowed`, the step's mask without a budget) the tokens after which the
   // fewest bytes that complete the text, no key repeated, exceed `remaining`; `entry` is the state's cached
   // mask, `apart` the needs of the tokens judged at the text's start. Allocates nothing the vocabulary's size.

@@ -132,6 +132,7 @@ void count_object_keys(Grammar& g) {
       g.key_spread = std::max(g.key_spread, n.key_counts.back().first - n.key_counts.front().first);
     }
     g.few_keys = g.few_keys || (!map && n.extra_keys != Node::kNoKeyBound);
+    g.shaped_keys = g.shaped_keys || g.at(key).kind != NodeKind::kString;
   }
 }
 

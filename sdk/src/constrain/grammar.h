@@ -128,6 +128,10 @@ struct Grammar {
   // (key_log.h: most_over).
   int64_t key_spread = 0;
   bool few_keys = false;
+  // Whether some map's or open object's keys are a pattern or a set of names rather than a string (of some
+  // lengths): there, a key being written whose short completions are taken may cost any number of bytes
+  // more than the grammar's shortest (^(a|abcdefgh)$ with "a" taken: 7), not at most 6.
+  bool shaped_keys = false;
 
   int32_t add(Node node);
   // Copies `other`'s nodes into this grammar; returns the index its root has here.

@@ -65,36 +65,41 @@ int key_byte(const Node& key, Frame& f, uint8_t c) {
 }
 
 // How many completions of exactly `left` more bytes the key frame `f` (`prefix` its bytes so far) has that are
-// none of `taken` (compared as json_quote() writes them), counted up to `want`. `work` bounds the bytes tried:
+// none of `taken` (compared as json_quote() writes them), counted up to `want`. A byte after which the key
+// cannot close within the bytes left (Matcher::remaining) is not tried further. `work` bounds the bytes tried:
 // past it every count is `want`, so that a search that gives up errs towards fewer bytes.
-int64_t fresh_in(const Node& key, const Frame& f, std::string& prefix, int64_t left, const std::set<std::string>& taken,
-                 int64_t want, int64_t& work) {
+int64_t fresh_in(const Matcher& m, const Node& key, const Frame& f, std::string& prefix, int64_t left,
+                 const std::set<std::string>& taken, int64_t want, int64_t& work) {
   int64_t found = 0;
   for (int b = 0; b < 256 && left > 0 && found < want; ++b) {
     if (--work < 0) return want;
     Frame next = f;
     const int r = key_byte(key, next, static_cast<uint8_t>(b));
-    if (r < 0 || (r == 1) != (left == 1)) continue;
+    if (r < 0 || (r == 1) != (left == 1) || (r == 0 && m.remaining(next) > left - 1)) continue;
     prefix.push_back(static_cast<char>(b));
     found += r == 1 ? (taken.count(canonical(prefix)) == 0 ? 1 : 0)
-                    : fresh_in(key, next, prefix, left - 1, taken, want - found, work);
+                    : fresh_in(m, key, next, prefix, left - 1, taken, want - found, work);
     prefix.pop_back();
   }
   return found;
 }
 
 // The lengths in bytes of the `want` shortest completions of the key frame `f` that are none of `taken`, less
-// `fewest` (the grammar's shortest), shortest first; searched up to kMaxExtra more bytes.
-std::vector<int64_t> extra_for_fresh(const Node& key, const Frame& f, std::string prefix, int64_t fewest,
-                                     const std::set<std::string>& taken, int64_t want) {
-  constexpr int64_t kMaxExtra = 6;
+// `fewest` (the grammar's shortest), shortest first. Exact up to kMaxExtra more bytes, or until `work` runs
+// out (then a lower bound). Only the bytes that can still close the key in the length tried are tried, so the
+// search walks the completions that spell a taken key and a few dead ends: a key whose short completions are
+// taken ("a" with "a" taken under ^(a|abcdefgh)$: 7 more) costs what it costs, not a cap.
+std::vector<int64_t> extra_for_fresh(const Matcher& m, const Node& key, const Frame& f, std::string prefix,
+                                     int64_t fewest, const std::set<std::string>& taken, int64_t want) {
+  constexpr int64_t kMaxExtra = 256;
   int64_t work = 1 << 16;
   std::vector<int64_t> out;
-  for (int64_t extra = 0; extra < kMaxExtra && static_cast<int64_t>(out.size()) < want; ++extra) {
-    const int64_t n = fresh_in(key, f, prefix, fewest + extra, taken, want - static_cast<int64_t>(out.size()), work);
+  int64_t extra = 0;
+  for (; extra < kMaxExtra && static_cast<int64_t>(out.size()) < want; ++extra) {
+    const int64_t n = fresh_in(m, key, f, prefix, fewest + extra, taken, want - static_cast<int64_t>(out.size()), work);
     out.insert(out.end(), static_cast<std::size_t>(n), extra);
   }
-  out.resize(static_cast<std::size_t>(want), kMaxExtra);
+  out.resize(static_cast<std::size_t>(want), extra);  // none within kMaxExtra: at least that many more
   return out;
 }
 
@@ -210,7 +215,7 @@ bool KeyLog::keeps(Frame* f, std::size_t n, uint32_t at, std::string_view text, 
 }
 
 bool KeyLog::walk(const Matcher& m, const StateSet& from, std::string_view text, std::string_view bytes, StateSet& out,
-                  Closed* closed) const {
+                  Closed* closed, bool* dropped) const {
   Closed local;
   Closed& added = closed != nullptr ? *closed : local;
   StateSet now = from, next;
@@ -227,6 +232,7 @@ bool KeyLog::walk(const Matcher& m, const StateSet& from, std::string_view text,
     }
     added.insert(added.end(), here.begin(), here.end());
     if (now.empty()) return false;
+    if (dropped != nullptr && now.size() < next.size()) *dropped = true;
     now.canonicalize();
   }
   out = std::move(now);
@@ -294,7 +300,7 @@ KeyLog::StackNeed KeyLog::stack_need(const Matcher& m, const Frame* f, std::size
     // shortest free completion beside the k shortest others.
     const std::string prefix = all.span(all.opening_quote(end - 1), end - 1);
     const int64_t grammar_rest = m.remaining(f[n - 1]);
-    out.fresh = extra_for_fresh(*writing, f[n - 1], prefix, grammar_rest, keys, 1)[0];
+    out.fresh = extra_for_fresh(m, *writing, f[n - 1], prefix, grammar_rest, keys, 1)[0];
     out.floor = out.grammar - grammar_rest - shortest_k + key_sums(object, k + 1, lengths) -
                 static_cast<int64_t>(prefix.size()) - (free_k - shortest_k);
   }
@@ -318,6 +324,7 @@ KeyLog::Slack KeyLog::slack(const Matcher& m, const StateSet& state, std::string
   out.longest_key = g_.longest_key;
   out.spread = g_.key_spread;
   out.few = g_.few_keys;
+  out.shaped = g_.shaped_keys;
   out.has_keys = !keys_.empty();
   out.in_string = !state.empty();
   bool floors = true;
@@ -332,9 +339,11 @@ KeyLog::Slack KeyLog::slack(const Matcher& m, const StateSet& state, std::string
     out.in_string = out.in_string && string && !key;
     const StackNeed t = stack_need(m, f, n, text, {}, nullptr);
     out.add = std::min(out.add, t.add);
+    out.top_add = std::max(out.top_add, t.add);
     out.most_add = std::max(out.most_add, t.grammar == 0 ? 0 : std::max(t.add + t.fresh, t.floor - t.grammar));
     floors = floors && t.floor != kNoFloor;
     floor = std::min(floor, t.floor);
+    out.top_floor = std::max(out.top_floor, t.floor);
   }
   if (state.empty()) out.add = 0;
   out.floor = floors && !state.empty() ? floor : kNoFloor;

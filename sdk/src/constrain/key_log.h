@@ -14,8 +14,9 @@
 // keys (grammar.h: key_counts), as if the object had none of them yet. need() is exact: it leaves out the keys
 // each open object has (they are no longer free), and where a key is being written, it is one of the keys the
 // object still needs: completing it to one of the shortest free keys, or to its own shortest free completion
-// beside the shortest others, whichever is fewer (a key whose shortest free completion lies more than 6 bytes
-// past the grammar's is costed at 6 more: then a lower bound).
+// beside the shortest others, whichever is fewer. The shortest free completion is searched byte by byte among
+// those that can still close in the length tried (extra_for_fresh): exact up to 256 bytes past the grammar's
+// and 65,536 bytes tried, a lower bound past that (a key language no test or schema of ours comes near).
 //
 // An object is named by the offset of its '{' in the text (Frame::start), which a walk writes into the frames
 // of the objects that open during it. Thread-safety: a value; walk() and suspects() are const.
@@ -44,9 +45,10 @@ class KeyLog {
 
   // `from`, the state after `text`, after `bytes`, into `out`: the matcher's step with the two refusals above
   // (objects that open are stamped). Returns false, `out` unspecified, where a byte is refused. The keys closed
-  // are appended to `closed` when given.
+  // are appended to `closed` when given; `dropped`, when given, is set where a byte's stack is refused while
+  // another of that byte is kept.
   bool walk(const Matcher& m, const StateSet& from, std::string_view text, std::string_view bytes, StateSet& out,
-            Closed* closed = nullptr) const;
+            Closed* closed = nullptr, bool* dropped = nullptr) const;
   // Adds the keys a walk closed, then forgets the objects no stack of `now` (the walk's `out`) holds open.
   void add(const Closed& closed, const StateSet& now);
 
@@ -57,19 +59,35 @@ class KeyLog {
 
   // need() after a token for the tokens budget_suspects() leaves out, from the state's own: with one stack
   //   need(after t) = max(Matcher::min_bytes(after t) + add, floor - |t|)
-  // and at least that with several (kNoFloor: no floor). most_add: the most need() exceeds a stack's
-  // stack_min_bytes by, over the state's stacks. A token t after which the walk drops no stack (most_over's
-  // (e)) leaves need(after t) at most Matcher::min_bytes(after t) + most_add + (|t| + 1) * longest_key
-  // (most_over's (a)-(d): a key written past its '"' costs at most 6 more, longest_key is at least 3, and a
-  // ',' or '"' at most longest_key): TokenConstraint::allowed's test of whether the budget binds at all.
+  // (kNoFloor: no floor). With several, each stack p before t has its own add_p and floor_p, and for a token
+  // that drops no stack by the key log (most_over's (e)), need(after t) is the least, over the stacks s after
+  // t, of max(g_s + add_p, floor_p - |t|), g_s the stack's grammar bytes and p the stack it comes from.
+  // So need(after t), with g = Matcher::min_bytes(after t) = the least g_s, is
+  //   at least max(g + add, floor - |t|)         (add, floor: the least add_p, floor_p; kNoFloor where some
+  //                                                stack has none), and
+  //   at most  max(g + top_add, top_floor - |t|) (the most add_p, and floor_p of the stacks that have one:
+  //                                                the term of the s of g, whichever p it comes from).
+  // Exact where the two agree (one stack, or stacks of the same slack); in between only the walk tells. After
+  // {" of an object with a declared "a" and extra keys of ^(a|b|c|abcdefgh)$, minProperties 3, the declared
+  // key's stack has no floor and the extra key's has one: after 'b' only the latter is left, need 23, where
+  // the lower formula kept 'b' with 16 left. most_add: the most need() exceeds a stack's stack_min_bytes by,
+  // over the state's stacks. A token t after which the walk drops no
+  // stack (most_over's (e)) leaves need(after t) at most Matcher::min_bytes(after t) + most_add +
+  // (|t| + 1) * longest_key (most_over's (a)-(d): a key written past its '"' costs at most 6 more where keys
+  // are strings, not Grammar::shaped_keys, longest_key is at least 3, and a ',' or '"' at most longest_key):
+  // TokenConstraint::allowed's test of whether the budget binds at all, which it does not take where keys are
+  // shaped or some allowed token drops a stack (TokenConstraint::repeats walks each that may).
   static constexpr int64_t kNoFloor = INT64_MIN / 4;
   struct Slack {
     int64_t add = 0;
     int64_t floor = kNoFloor;
+    int64_t top_add = 0;           // the most add_s over the stacks
+    int64_t top_floor = kNoFloor;  // the most floor_s over the stacks that have one
     int64_t most_add = 0;
     int64_t longest_key = 0;  // the longest key any object may need (grammar.h: key_counts)
     int64_t spread = 0;       // Grammar::key_spread
     bool few = false;         // Grammar::few_keys
+    bool shaped = false;      // Grammar::shaped_keys
     bool has_keys = false;    // some open object has a free key
     bool in_key = false;      // some stack is inside a free key
     bool in_string = false;   // every stack is in the body of a string that is not a free key
@@ -91,7 +109,7 @@ class KeyLog {
   //  (c) X <= D where the key's object has no key (fresh 0: the grammar's shortest completion is free) or
   //      only the key's opening '"' is written (fresh: the shortest free key less the shortest key), as
   //      l(k+1) - c <= D (c is no shorter than the shortest key). Past that, in an object with keys, fresh
-  //      may reach 6 (extra_for_fresh) however short the keys: the walk tells.
+  //      may reach 6 (more for shaped keys: extra_for_fresh) however short the keys: the walk tells.
   //  (d) Bytes without a '"' that go on with a key keep k, L and its object; c does not shrink, and fresh
   //      stays 0 where the object has no key: X does not grow.
   //  (e) A walk drops a stack (keeps) only at a '"' that closes a key its object has, inside a key of an

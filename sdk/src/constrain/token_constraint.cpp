@@ -236,6 +236,8 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Constraint> constraint,
 }
 
 TokenConstraint::~TokenConstraint() = default;
+TokenConstraint::TokenConstraint(const TokenConstraint&) = default;
+TokenConstraint& TokenConstraint::operator=(const TokenConstraint&) = default;
 TokenConstraint::TokenConstraint(TokenConstraint&&) noexcept = default;
 TokenConstraint& TokenConstraint::operator=(TokenConstraint&&) noexcept = default;
 
@@ -293,9 +295,28 @@ struct Budget {
   constrain::KeyLog::Slack slack;
   TokenConstraint::BudgetCounts& counts;
 
-  // Whether token `id`, after which the grammar's fewest bytes are `grammar`, fits by the slack formula.
-  bool fits(int64_t grammar, int32_t id) const {
-    return std::max(grammar + slack.add, slack.floor - trie.length(id)) <= remaining;
+  // Whether token `id`, after which the grammar's fewest bytes are `grammar`, fits by the slack formula: 1 it
+  // does, 0 it does not, -1 only a walk tells (stacks whose slack differs: key_log.h, slack).
+  int fits(int64_t grammar, int32_t id) const {
+    const int64_t length = trie.length(id);
+    if (std::max(grammar + slack.add, slack.floor - length) > remaining) return 0;
+    return std::max(grammar + slack.top_add, slack.top_floor - length) <= remaining ? 1 : -1;
+  }
+
+  // Allowed token `id` by the key log's walk and need(): exact. (Its walk succeeds: the mask holds no token
+  // the key log refuses.)
+  bool walked_fits(int32_t id) const {
+    ++counts.walked;
+    StateSet after;
+    constrain::KeyLog::Closed closed;
+    const std::string& bytes = *vocabulary.bytes(id);
+    return keys.walk(m, now, text, bytes, after, &closed) && keys.need(m, after, text, bytes, &closed) <= remaining;
+  }
+
+  // Token `id` by the slack formula, walked where it cannot tell, into `bits`.
+  void judge(int64_t grammar, int32_t id, std::vector<uint64_t>& bits) const {
+    const int f = grammar < 0 ? 0 : fits(grammar, id);
+    set_bit(bits, id, f < 0 ? walked_fits(id) : f == 1);
   }
 
   // The grammar's fewest bytes after allowed token `id` (walked where the entry lists no changes); -1 where
@@ -306,33 +327,29 @@ struct Budget {
     return bytes.has_value() && walk(m, now, *bytes, after) ? m.min_bytes(after) : -1;
   }
 
-  // Every token `allowed` holds, by the slack formula, into `bits`. Tokens the entry does not list leave the
-  // grammar's fewest bytes at need_now: all of them fit or none does, or (a floor) those long enough.
+  // Every token `allowed` holds, by the slack formula (walked where it cannot tell), into `bits`. Tokens the
+  // entry does not list leave the grammar's fewest bytes at need_now: all of them fit or none does, or (a
+  // floor, stacks of different slack) each is asked.
   void plain(const std::vector<uint64_t>& allowed, std::vector<uint64_t>& bits) const {
     StateSet after;
     if (!entry.differs_complete) {
-      for_each_set(allowed, [&](int32_t id) {
-        const int64_t grammar = grammar_after(id, after);
-        set_bit(bits, id, grammar >= 0 && fits(grammar, id));
-      });
+      for_each_set(allowed, [&](int32_t id) { judge(grammar_after(id, after), id, bits); });
       return;
     }
     if (need_now + slack.add > remaining) {
       std::fill(bits.begin(), bits.end(), 0);
-    } else if (slack.floor - 1 > remaining) {  // a token of one byte would not fit: ask each its length
-      for_each_set(allowed, [&](int32_t id) {
-        if (!fits(need_now, id)) set_bit(bits, id, false);
-      });
+    } else if (std::max(need_now + slack.top_add, slack.top_floor - 1) > remaining) {  // a one-byte token may not fit
+      for_each_set(allowed, [&](int32_t id) { judge(need_now, id, bits); });
     }
     for (const auto& [delta, id] : entry.differs) {
-      if (has_bit(allowed, id)) set_bit(bits, id, fits(need_now + delta, id));
+      if (has_bit(allowed, id)) judge(need_now + delta, id, bits);
     }
   }
 
   // Allowed token `id`, one holding a '"' or ',' or (`listed`) one budget_suspects() names, into `bits`.
   // need() after it is at least the grammar's fewest bytes and, for one it does not name, at most those plus
   // most_add and most_over (key_log.h); only between the two, or where most_over cannot tell, does the key
-  // log walk it. (Its walk succeeds: the mask holds no token the key log refuses.)
+  // log walk it.
   void suspect(int32_t id, bool listed, std::vector<uint64_t>& bits) const {
     StateSet after;
     const int64_t grammar = grammar_after(id, after);
@@ -347,16 +364,13 @@ struct Budget {
       set_bit(bits, id, true);
       return;
     }
-    ++counts.walked;
-    constrain::KeyLog::Closed closed;
-    const bool ok = keys.walk(m, now, text, bytes, after, &closed);
-    set_bit(bits, id, ok && keys.need(m, after, text, bytes, &closed) <= remaining);
+    set_bit(bits, id, walked_fits(id));
   }
 };
 
 }  // namespace
 
-std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask) const {
+std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask, bool* drops) const {
   const constrain::VocabTrie& trie = Access::trie(*vocabulary_);
   const StateSet& now = matcher_.state_->set;
   const constrain::Matcher& m = parts_of(matcher_.constraint_).matcher;
@@ -367,7 +381,12 @@ std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask) const {
   StateSet after;
   const auto ask = [&](int32_t id) {
     const std::optional<std::string>& bytes = bytes_now(id);
-    if (bytes.has_value() && !keys().walk(m, now, matcher_.text(), *bytes, after)) out.push_back(id);
+    bool dropped = false;
+    if (bytes.has_value() && !keys().walk(m, now, matcher_.text(), *bytes, after, nullptr, &dropped)) {
+      out.push_back(id);
+    } else if (dropped && drops != nullptr) {
+      *drops = true;
+    }
   };
   if (all) {
     for_each_set(mask.bits, ask);
@@ -448,17 +467,23 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
   for (int64_t id : apart_ids) set_bit(mask.bits, id, false);
   for (const auto& [need, id] : apart) set_bit(mask.bits, id, true);
   for (int64_t e : options_.end_tokens) set_bit(mask.bits, e, false);
-  const std::vector<int64_t> repeated = repeats(mask);  // the grammar allows them; the key log does not
+  bool drops = false;                                           // some allowed token drops a stack by the key log
+  const std::vector<int64_t> repeated = repeats(mask, &drops);  // the grammar allows them; the key log does not
   for (int64_t id : repeated) set_bit(mask.bits, id, false);
   if (remaining < 0) return mask;
   // Nothing to budget when every token fits: the grammar's most after any token, what distinct keys may add to
-  // it (key_log.h: slack), and the tokens judged apart.
+  // it (key_log.h: slack), and the tokens judged apart. The bound holds for a token after which no stack is
+  // dropped, where a key being written costs at most 6 more than the grammar's shortest (key_log.h: slack:
+  // keys that are strings, not a pattern or names, Grammar::shaped_keys); else a token's need is another
+  // stack's, or its key's, which the bound does not hold (an alternative whose keys are spent, left for one
+  // that owes 7 members; "a" taken under ^(a|a{99})$), and each token is asked. repeats() walks every token
+  // that may drop a stack (the key log's suspects), so `drops` says whether one does.
   const constrain::KeyLog::Slack slack = keys().slack(m, now, matcher_.text());
   int64_t most = entry.allowed > 0 ? m.min_bytes(now) + entry.max_delta + slack.most_add +
                                          (vocabulary_->max_token_bytes() + 1) * slack.longest_key
                                    : 0;
   for (const auto& [need, id] : apart) most = std::max(most, need);
-  if (most <= remaining) return mask;
+  if (most <= remaining && !drops && !slack.shaped) return mask;
   // The budget: only tokens after which the shortest completion, with distinct keys, fits in `remaining` bytes
   // (one token per byte); dropped when none does.
   TokenMask budgeted = mask;
