@@ -352,3 +352,27 @@ TEST_CASE("optional reasoning before a constraint: leading whitespace keeps both
     CHECK(late.constraint_active());
   }
 }
+
+TEST_CASE("optional reasoning before a constraint: after the open tag's start held, the answer keeps its budget",
+          "[sampler][constraint]") {
+  // An answer that may itself begin as the open tag does: "<thx", or "<th" and seven more bytes. With "<th"
+  // held and one token left after the step, only 'x' finishes the answer in time; 'y' would need six more
+  // (the plain step's budget drops it; so must the step that may still open the block). 'i' goes on with
+  // the open tag, which has no budget.
+  GenerateOptions o;
+  o.constraint = Constraint::choice({Constraint::literal("<thx"), Constraint::literal("<thyyyyyyy")});
+  o.constraint_trigger_block = {"<think>", "</think>"};
+  orbit::detail::Sampler s = sampler(o);
+  CHECK(run(s, bytes_of("<th")) == "<th");
+  CHECK_FALSE(s.constraint_active());
+  CHECK(s.next(prefer({kBytes + 'y', kBytes + 'x'}), 1).token == kBytes + 'x');
+  CHECK(s.constraint_active());
+  CHECK(s.complete());
+  orbit::detail::Sampler roomy = sampler(o);  // with room for it, 'y' is the answer's
+  CHECK(run(roomy, bytes_of("<th")) == "<th");
+  CHECK(roomy.next(prefer({kBytes + 'y', kBytes + 'x'}), 6).token == kBytes + 'y');
+  orbit::detail::Sampler opening = sampler(o);  // the open tag's next byte is not the answer's: no budget
+  CHECK(run(opening, bytes_of("<th")) == "<th");
+  CHECK(opening.next(prefer({kBytes + 'i', kBytes + 'x'}), 1).token == kBytes + 'i');
+  CHECK_FALSE(opening.constraint_active());
+}

@@ -263,15 +263,17 @@ void Sampler::mask_answer(double* row, int64_t tokens_left) const {
         if (constraint_->is_end_token(j)) row[j] = kOut;
       }
     }
+  } else if (!constraint_->matcher().can_advance(rest)) {
+    std::fill(row, row + vocab_, kOut);
   } else {
-    ConstraintMatcher after_held = constraint_->matcher();
-    if (!after_held.advance(rest)) {
-      std::fill(row, row + vocab_, kOut);
-    } else {
-      const TokenMask mask = after_held.mask(*vocabulary_);  // cached per state: no walk of the vocabulary
-      for (int64_t j = 0; j < vocab_; ++j) {
-        if (!mask.allows(j)) row[j] = kOut;
-      }
+    // The answer after the open string's start, with the budget as the plain step has it: a copy of the
+    // constraint past the held bytes (its mask cached per state, the budget read off it: no walk of the
+    // vocabulary but where the budget binds, as in the plain step). The held bytes' tokens were counted.
+    TokenConstraint after_held = *constraint_;
+    after_held.accept_text(rest);
+    if (after_held.mask_logits(row, vocab_, tokens_left) == 0) std::fill(row, row + vocab_, kOut);
+    for (int64_t e : end_tokens_) {
+      if (e < vocab_) row[e] = kOut;  // the held bytes are text: the run does not end here
     }
   }
   for (int64_t stop : options_.stop_tokens) row[stop] = kOut;

@@ -99,8 +99,8 @@ class Sampler {
   // the block opens after it, the constraint is bound again. Never an end or stop token.
   SamplerStep open_or_answer_step(double* logits, int64_t tokens_left);
   // Sets to -inf in `row` the tokens that cannot begin the answer after the text so far: the constraint's
-  // mask (with the budget of `tokens_left`) where the text is the whitespace it took, else its matcher's mask
-  // after the open string's start held; end and stop tokens too.
+  // mask with the budget of `tokens_left`, where the text is the whitespace it took or after the open
+  // string's start held (then on a copy past those bytes); end and stop tokens too.
   void mask_answer(double* row, int64_t tokens_left) const;
   // The chosen token of an open-or-answer step taken (`next`: the watch after it; `from`: what it pushed).
   SamplerStep take_open_or_answer(int64_t token, TriggerWatch next, const std::optional<std::string>& from,
