@@ -20,9 +20,13 @@ namespace rt = orbit::runtime;
 
 namespace {
 
-const char* kHelp =
+// The usage text; %s is where the preset names go (usage_text()).
+const char* kUsage =
     "usage: orbit make-model --out DIR [options]\n"
-    "\n"
+    "  Writes a random-weight Hugging Face model directory (config.json and safetensors, sharded with an index\n"
+    "  if asked) of any supported architecture and size, for tests and for timing at real shapes;\n"
+    "  deterministic for a given --seed. Prints the directory, architecture, layers, hidden size and dtype.\n"
+    "  --out DIR            the directory to write (created if missing; one holding a model needs --force)\n"
     "  --preset NAME        start from a named shape (default: the tiny preset of --arch); one of:\n"
     "                       %s\n"
     "  --arch llama|qwen2|deepseek_v2|qwen2_vl|qwen2_5_vl\n"
@@ -222,17 +226,17 @@ void write_model(rt::GeneratorOptions& options, const std::string& out) {
               (long long)c.num_layers, (long long)c.hidden_size, options.dtype.c_str(), seconds);
 }
 
+std::string usage_text() {
+  std::string presets;
+  for (const auto& name : rt::generator_preset_names()) presets += (presets.empty() ? "" : ", ") + name;
+  std::string usage = kUsage;
+  usage.replace(usage.find("%s"), 2, presets);
+  return usage;
+}
+
 }  // namespace
 
 int run_make_model(int argc, char** argv, int first) {
-  for (int i = first; i < argc; ++i) {
-    if (std::string(argv[i]) == "--help") {
-      std::string presets;
-      for (const auto& name : rt::generator_preset_names()) presets += (presets.empty() ? "" : ", ") + name;
-      std::printf(kHelp, presets.c_str());
-      return 0;
-    }
-  }
   const ArgSpec spec{{"--out",
                       "--preset",
                       "--arch",
@@ -260,7 +264,8 @@ int run_make_model(int argc, char** argv, int first) {
                       "--qk-rope-dim",
                       "--v-head-dim",
                       "--mrope-section"},
-                     {"--tie", "--untie", "--force"}};
+                     {"--tie", "--untie", "--force"},
+                     usage_text()};
   const Args args("make-model", spec, argc, argv, first);
   const std::string out = args.required("--out");
 

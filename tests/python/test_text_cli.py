@@ -4,6 +4,7 @@ encoder, tokenizer_reference.py), `orbit generate`, `orbit logits --text`, `orbi
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -124,6 +125,19 @@ def test_every_subcommand_answers_help(orbit_cli, command):
     assert "usage" in r.stdout.lower()
     for name in COMMANDS[command]:
         assert name in r.stdout, f"orbit {command} --help does not mention {name}"
+
+
+@pytest.mark.parametrize("command", sorted(set(COMMANDS) - {"store", "version"}))
+def test_subcommand_help_describes_then_lists_accepted_arguments(orbit_cli, command):
+    # As every command's --help reads: the usage, a sentence saying what it does before the first option,
+    # and last the names the parser accepts (store dispatches to subcommands, version takes none).
+    lines = run(orbit_cli, command, "--help").stdout.splitlines()
+    first_option = next(i for i, line in enumerate(lines) if line.startswith("  --"))
+    assert any(re.match(r"  [A-Z]", line) for line in lines[1:first_option]), \
+        f"orbit {command} --help has no description before its options:\n" + "\n".join(lines[:first_option + 1])
+    assert lines[-1].startswith("accepted arguments: ")
+    accepted = set(re.findall(r"--[a-z0-9-]+", lines[-1]))
+    assert set(COMMANDS[command]) <= accepted, f"orbit {command}: {set(COMMANDS[command]) - accepted} not accepted"
 
 
 @pytest.mark.parametrize("bench", sorted(BENCHMARKS))
