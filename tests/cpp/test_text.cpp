@@ -207,6 +207,12 @@ TEST_CASE("engine text: a model without a tokenizer says so; an explicit tokeniz
   CHECK(named->tokenize("Once") == std::vector<int64_t>{1, 403});
   std::ofstream(dir / "tiny.bin", std::ios::binary).write("\x07\x00\x00\x00", 4);
   CHECK_THROWS_WITH(stories_engine(dir / "alone.bin", dir / "tiny.bin"), Contains("tiny.bin"));
+  // A tokenizer that is not there is refused naming the option and the path, before the model loads.
+  CHECK_THROWS_WITH(stories_engine(dir / "alone.bin", dir / "none.bin"),
+                    Contains("EngineOptions::tokenizer = '" + dir / "none.bin" + "': no such file"));
+  CHECK_THROWS_WITH(
+      stories_engine(dir / "alone.bin", dir.path().string()),
+      Contains("EngineOptions::tokenizer = '" + dir.path().string() + "': a directory with no tokenizer.json"));
 }
 
 TEST_CASE("traces: text chunks, turns, queries and probe parse, round-trip and are checked", "[text][trace][cpu]") {

@@ -27,3 +27,32 @@ def test_text_wherever_tokens_go(orbit, engine):
     assert g.tokens == w.generate(engine.tokenize(" One day", bos=False), max_tokens=10).tokens
     assert g.text == engine.detokenize(g.tokens, engine.tokenize(" One day", bos=False)[-1]) and len(g.text) > 5
     assert (w.logits("She saw") == w.logits(engine.tokenize("She saw", bos=False))).all()
+
+
+def test_a_tokenizer_given_explicitly(orbit, stories260k_path, tmp_path):
+    # The model alone has no tokenizer beside it; tokenizer= names llama2.c's (a path or a str).
+    alone = tmp_path / "alone.bin"
+    alone.write_bytes(stories260k_path.read_bytes())
+    tok = stories260k_path.parent / "tok512.bin"
+    with orbit.Engine(alone, pool_bytes=POOL, page_size=PAGE) as e:
+        assert not e.has_tokenizer and e.options.tokenizer == ""
+    with orbit.Engine(alone, pool_bytes=POOL, page_size=PAGE, tokenizer=tok) as e:
+        assert e.has_tokenizer
+        assert e.tokenize("Once upon a time") == [1, 403, 407, 261, 378]  # tests/data/tokenizer/tok512.json
+        assert e.model_info.tokenizer == str(tok) and e.options.tokenizer == str(tok)
+    with orbit.Engine(str(alone), pool_bytes=POOL, page_size=PAGE, tokenizer=str(tok)) as e:
+        assert e.detokenize([1, 403, 407, 261, 378]) == "Once upon a time"
+
+
+def test_a_bad_tokenizer_argument_names_it(orbit, stories260k_path, tmp_path):
+    missing = tmp_path / "missing.bin"
+    with pytest.raises(orbit.OrbitError, match=rf"EngineOptions::tokenizer = '{missing}': no such file"):
+        orbit.Engine(stories260k_path, tokenizer=missing)
+    with pytest.raises(orbit.OrbitError, match=r"EngineOptions::tokenizer = '.*': a directory with no tokenizer.json"):
+        orbit.Engine(stories260k_path, tokenizer=tmp_path)
+    with pytest.raises(TypeError, match=r"Engine: tokenizer: expected a str or os.PathLike, got int"):
+        orbit.Engine(stories260k_path, tokenizer=5)
+    short = tmp_path / "short.bin"
+    short.write_bytes(b"\x07\x00\x00\x00")  # not a tokenizer: the loader's error names the file
+    with pytest.raises(orbit.OrbitError, match="short.bin"):
+        orbit.Engine(stories260k_path, tokenizer=short)

@@ -576,6 +576,9 @@ class ModelInfo:
     @property
     def dtype(self) -> str:
         """Compute dtype: 'float32', 'bfloat16' or 'float16'."""
+    @property
+    def tokenizer(self) -> str:
+        """The tokenizer file in use ('' = none: text calls raise OrbitError)."""
 
 class EngineOptions:
     """The options an Engine was opened with."""
@@ -618,6 +621,9 @@ class EngineOptions:
         """Chunks kept registered beyond those in use (0 = all, for the engine's life)."""
     @property
     def background(self) -> BackgroundMode: ...
+    @property
+    def tokenizer(self) -> str:
+        """The tokenizer file given ('' = the one found beside the model; model_info.tokenizer is the one in use)."""
     @property
     def constraint_cache(self) -> ConstraintCacheOptions:
         """The bounds of the engine's cache of compiled constraints."""
@@ -875,6 +881,7 @@ class Engine:
         shared_canonicals: bool = True,
         max_idle_chunks: int = 0,
         constraint_cache: Optional[ConstraintCacheOptions] = None,
+        tokenizer: Union[str, os.PathLike, None] = None,
     ) -> None:
         """disk_budget_bytes > 0 needs store_dir; remote_ttl_seconds > 0 and remote_secret need remote (OrbitError
         otherwise). remote_secret: the remote tier's shared secret ('' = ORBIT_REMOTE_SECRET, else none: values are
@@ -893,7 +900,11 @@ class Engine:
         or used and forgets one past them once no window holds it (its ChunkRef then raises OrbitError until
         it is added again).
         constraint_cache: the bounds of the compiled constraints generate keeps for tools and response_format
-        (None = ConstraintCacheOptions(): 64 entries, 256 MiB; TypeError for anything else)."""
+        (None = ConstraintCacheOptions(): 64 entries, 256 MiB; TypeError for anything else).
+        tokenizer: the tokenizer file for text: llama2.c's (tok512.bin, tokenizer.bin) or a tokenizer.json (or a
+        directory holding one); None = the model directory's tokenizer.json, else tok<vocab>.bin / tokenizer.bin
+        beside a llama2.c model, if any (model_info.tokenizer names the one in use). A missing or unreadable file
+        raises OrbitError naming EngineOptions::tokenizer and the path."""
     def __enter__(self) -> "Engine": ...
     def __exit__(self, *args: object) -> bool: ...
     def close(self) -> None:

@@ -78,10 +78,11 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
                                     const std::string& remote_secret, const std::string& device,
                                     const std::string& dtype, const std::string& eviction, const std::string& cold_tier,
                                     int64_t device_tier_bytes, bool embedding_cache, const py::object& background,
-                                    bool shared_canonicals, int64_t max_idle_chunks,
-                                    const py::object& constraint_cache) {
+                                    bool shared_canonicals, int64_t max_idle_chunks, const py::object& constraint_cache,
+                                    const py::object& tokenizer) {
   orbit::EngineOptions o;
   o.model = path_arg(model, "Engine: model");
+  o.tokenizer = path_arg(tokenizer, "Engine: tokenizer");
   o.store_dir = path_arg(store_dir, "Engine: store_dir");
   o.pool_bytes = pool_bytes;
   o.page_size = page_size;
@@ -170,7 +171,7 @@ void def_engine_open(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         py::arg("device") = "cpu", py::arg("dtype") = "float32", py::arg("eviction") = "lru",
         py::arg("cold_tier") = "exact", py::arg("device_tier_bytes") = 0, py::arg("embedding_cache") = true,
         py::arg("background") = "thread", py::arg("shared_canonicals") = true, py::arg("max_idle_chunks") = 0,
-        py::arg("constraint_cache") = py::none(),
+        py::arg("constraint_cache") = py::none(), py::arg("tokenizer") = py::none(),
         "Loads the model (a llama2.c .bin file or a Hugging Face directory) and opens the store (store_dir: a\n"
         "directory, created if missing, which several processes may share; None = memory only). pool_bytes: the\n"
         "windows' KV pool (whole pages of page_size tokens); host_budget_bytes / disk_budget_bytes (0 =\n"
@@ -204,6 +205,11 @@ void def_engine_open(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         "until it is added again): for long-running processes that see ever new content.\n"
         "constraint_cache: a ConstraintCacheOptions bounding the compiled constraints generate keeps for tools and\n"
         "response_format (None = 64 entries, 256 MiB; Engine.stats.constraint_cache counts them).\n"
+        "tokenizer: the tokenizer file for text (str or os.PathLike): llama2.c's (tok512.bin, tokenizer.bin) or\n"
+        "Hugging Face's tokenizer.json (or a directory holding one); None = the model directory's tokenizer.json,\n"
+        "else tok<vocab>.bin / tokenizer.bin beside a llama2.c model, if any (model_info.tokenizer names the one in\n"
+        "use). Its ids must fit the model's vocabulary; a missing or unreadable file raises OrbitError naming\n"
+        "EngineOptions::tokenizer and the path.\n"
         "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).");
 }
 

@@ -186,6 +186,8 @@ void def_model_and_options(py::module_& m) {
       .def_readonly("kv_bytes_per_token", &ModelInfo::kv_bytes_per_token, "KV bytes per token, all layers, float32.")
       .def_readonly("device", &ModelInfo::device, "Where the model runs: 'cpu', 'cuda:0', ...")
       .def_readonly("dtype", &ModelInfo::dtype, "Compute dtype: 'float32', 'bfloat16' or 'float16'.")
+      .def_readonly("tokenizer", &ModelInfo::tokenizer,
+                    "The tokenizer file in use ('' = none: text calls raise OrbitError).")
       .def("__repr__", [](const ModelInfo& i) {
         std::ostringstream o;
         o << "ModelInfo(" << repr_of(i.origin) << ", architecture=" << repr_of(i.architecture)
@@ -232,6 +234,9 @@ void def_model_and_options(py::module_& m) {
                     "Chunks kept registered beyond those in use (0 = all, for the engine's life).")
       .def_readonly("background", &EngineOptions::background,
                     "BackgroundMode (where canonicals and patches are formed).")
+      .def_readonly("tokenizer", &EngineOptions::tokenizer,
+                    "The tokenizer file given ('' = the one found beside the model; model_info.tokenizer is the one "
+                    "in use).")
       .def_readonly("constraint_cache", &EngineOptions::constraint_cache,
                     "ConstraintCacheOptions: the bounds of the engine's cache of compiled constraints.")
       .def("__repr__", [](const EngineOptions& o) {

@@ -120,7 +120,9 @@ struct EngineOptions {
   // A tokenizer file: Hugging Face's tokenizer.json (or a directory holding one), or llama2.c's
   // (tok512.bin, tokenizer.bin). Empty: a Hugging Face model directory's tokenizer.json, else the one
   // beside a llama2.c model (tok<vocab>.bin, else tokenizer.bin), if any. Its ids must fit the model's
-  // vocabulary (runtime/tokenizer.h: load_tokenizer).
+  // vocabulary (runtime/tokenizer.h: load_tokenizer). One given that is missing or unreadable (a directory
+  // without tokenizer.json) throws orbit::Error naming EngineOptions::tokenizer and the path, before the
+  // model loads.
   std::string tokenizer;
   // Bounds of the engine's cache of compiled constraints (Engine::constraint_cache): 64 entries, 256 MiB.
   ConstraintCacheOptions constraint_cache;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <thread>
@@ -44,6 +45,22 @@ int64_t checked_page_bytes(const runtime::KVPoolOptions& po, int64_t page_size) 
   return bytes;
 }
 
+// EngineOptions::tokenizer, when given: a file (or a directory holding tokenizer.json) that can be read,
+// refused before the model loads with a message naming the option and the path.
+void check_tokenizer_option(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool dir = fs::is_directory(path, ec);
+  const fs::path file = dir ? fs::path(path) / "tokenizer.json" : fs::path(path);
+  ORBIT_CHECK(fs::exists(file, ec), "EngineOptions::tokenizer = '"
+                                        << path
+                                        << "': " << (dir ? "a directory with no tokenizer.json" : "no such file")
+                                        << " (expected a llama2.c tokenizer .bin, a tokenizer.json or a directory "
+                                           "holding one)");
+  ORBIT_CHECK(!fs::is_directory(file, ec) && std::ifstream(file, std::ios::binary).good(),
+              "EngineOptions::tokenizer = '" << path << "': cannot read " << file.string());
+}
+
 }  // namespace
 
 EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
@@ -60,6 +77,7 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   ORBIT_CHECK(options.threads <= max_threads,
               "EngineOptions::threads = " << options.threads << " exceeds this machine's " << max_threads << " cores");
   if (options.threads > 0) at::set_num_threads(options.threads);
+  if (!options.tokenizer.empty()) check_tokenizer_option(options.tokenizer);
   model_ = runtime::load_model(options.model, runtime::parse_compute_target(options.device, options.dtype));
   const runtime::ModelConfig& c = model_->config();
   const std::string tokenizer_path =
