@@ -51,6 +51,9 @@ def test_a_bad_background_option_is_a_clear_error(orbit, stories260k_path):
         open_engine(orbit, stories260k_path, "later")
     with pytest.raises(TypeError, match=r"background: expected a str or BackgroundMode, got int"):
         open_engine(orbit, stories260k_path, 1)
+    # pybind11's enums take any int; one that is no member is refused before the engine opens on it.
+    with pytest.raises(ValueError, match=r"Engine: background: 7 is not a member of BackgroundMode \(valid: thread"):
+        open_engine(orbit, stories260k_path, orbit.BackgroundMode(7))
 
 
 def test_deferred_work_waits_for_run_background_and_the_totals_add_up(orbit, stories260k_path):

@@ -90,6 +90,23 @@ def test_policy_fields_the_strategy_never_reads_are_refused(orbit, spec, options
         p.replace(**options)
 
 
+@pytest.mark.parametrize("field, enum", [("on_miss", "MissAction"), ("survivors", "SurvivorAction"),
+                                         ("stale", "StalePatch")])
+def test_an_enum_field_refuses_an_int_that_is_no_member(orbit, field, enum):
+    # pybind11's enums take any int (MissAction(7)); the policy would carry it into C++ (its name printed '?',
+    # or read as another member). Refused as an unknown name is, by the constructor, replace() and the setter.
+    bad = getattr(orbit, enum)(7)
+    message = rf"WindowPolicy.{field}: 7 is not a member of {enum} \(valid: "
+    with pytest.raises(ValueError, match=message):
+        orbit.Policy(**{field: bad})
+    with pytest.raises(ValueError, match=message):
+        orbit.Policy().replace(**{field: bad})
+    p = orbit.Policy()
+    with pytest.raises(ValueError, match=message):
+        setattr(p, field, bad)
+    assert getattr(p, field) == getattr(orbit.Policy(), field)
+
+
 def test_policy_fields_are_checked_on_the_whole_policy(orbit, stories260k_path):
     # Where the strategy reads a field, or the field keeps its default, it is accepted.
     assert orbit.Policy(first_k=5).first_k == 5  # the default policy's budget weighs first-k recomputes

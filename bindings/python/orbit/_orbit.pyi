@@ -747,7 +747,9 @@ class WindowPolicy:
     policy never reads (first_k without on_miss='first_k' or a kl_budget, recompute_ratio without
     'token_recompute' or a kl_budget, deep_energy without deep_only, stale='accept' without reuse_stored,
     max_divergence without stale='accept', heal_min_kl or self_check without heal_when_idle, prepare_lists
-    without reuse_computed); a window given the policy (new_window, Window.policy) checks it the same way."""
+    without reuse_computed); a window given the policy (new_window, Window.policy) checks it the same way.
+    on_miss, survivors and stale set to an enum built from an int that is none of its members (MissAction(7))
+    raise ValueError naming the field, as an unknown name does."""
     def __init__(
         self,
         spec: Union[str, "WindowPolicy", None] = None,
@@ -904,7 +906,8 @@ class Engine:
         tokenizer: the tokenizer file for text: llama2.c's (tok512.bin, tokenizer.bin) or a tokenizer.json (or a
         directory holding one); None = the model directory's tokenizer.json, else tok<vocab>.bin / tokenizer.bin
         beside a llama2.c model, if any (model_info.tokenizer names the one in use). A missing or unreadable file
-        raises OrbitError naming EngineOptions::tokenizer and the path."""
+        raises OrbitError naming EngineOptions::tokenizer and the path.
+        background given as a BackgroundMode that is not one of its members (BackgroundMode(7)) raises ValueError."""
     def __enter__(self) -> "Engine": ...
     def __exit__(self, *args: object) -> bool: ...
     def close(self) -> None:

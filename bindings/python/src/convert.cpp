@@ -13,6 +13,18 @@ bool to_bool(py::handle obj, const char* what) {
   return static_cast<bool>(caster);
 }
 
+void check_enum_member(py::handle obj, const char* what) {
+  const py::dict members = py::type::handle_of(obj).attr("__members__");
+  const py::object value = obj.attr("value");
+  std::string valid;
+  for (auto item : members) {
+    if (value.equal(item.second.attr("value"))) return;
+    valid += (valid.empty() ? "" : ", ") + std::string(py::str(item.first));
+  }
+  throw py::value_error(std::string(what) + ": " + std::string(py::str(value)) + " is not a member of " +
+                        type_name(obj) + " (valid: " + valid + ")");
+}
+
 uint64_t to_seed(py::handle obj, const char* what) {
   PyObject* index = PyNumber_Index(obj.ptr());  // an int, or what __index__ gives
   if (index == nullptr) {

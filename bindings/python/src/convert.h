@@ -47,6 +47,15 @@ bool to_bool(py::handle obj, const char* what);
 // out of that range ValueError, both naming `what` ("generate: seed") and the range.
 uint64_t to_seed(py::handle obj, const char* what);
 std::vector<orbit::InstanceId> to_instances(py::handle obj, const char* what);
+// An instance of a bound enum (py::isinstance<E>(obj) already checked) that is one of its members: pybind11's
+// enums take any int (MissAction(99)), which C++ would otherwise receive as an enumerator it does not have.
+// ValueError naming `what` ("WindowPolicy.on_miss") and the valid members otherwise.
+void check_enum_member(py::handle obj, const char* what);
+template <typename E>
+E to_enum_member(py::handle obj, const char* what) {
+  check_enum_member(obj, what);
+  return obj.cast<E>();
+}
 
 // Moves a vector into a numpy array without copying (the array owns it).
 template <typename T>

@@ -33,7 +33,7 @@ std::string path_arg(const py::object& obj, const char* what) {
 // Engine(background=...): a BackgroundMode or its name.
 orbit::BackgroundMode background_arg(const py::object& obj) {
   using orbit::BackgroundMode;
-  if (py::isinstance<BackgroundMode>(obj)) return obj.cast<BackgroundMode>();
+  if (py::isinstance<BackgroundMode>(obj)) return to_enum_member<BackgroundMode>(obj, "Engine: background");
   if (py::isinstance<py::str>(obj)) {
     const std::string name = obj.cast<std::string>();
     for (BackgroundMode m : {BackgroundMode::kThread, BackgroundMode::kDeferred, BackgroundMode::kInline}) {

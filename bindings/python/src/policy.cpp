@@ -21,7 +21,7 @@ using Setter = std::function<void(WindowPolicy&, py::handle)>;
 // An enum field given as the enum, its member name ("token_recompute") or its C++ name ("token-recompute").
 template <typename E>
 E enum_value(py::handle v, const char* field, const std::vector<std::pair<std::string, E>>& names) {
-  if (py::isinstance<E>(v)) return v.cast<E>();
+  if (py::isinstance<E>(v)) return to_enum_member<E>(v, (std::string("WindowPolicy.") + field).c_str());
   if (py::isinstance<py::str>(v)) {
     const std::string s = v.cast<std::string>();
     for (const auto& [name, value] : names) {
@@ -316,7 +316,8 @@ void init_policy(py::module_& m) {
         "'prefix', 'blind', 'cacheblend:R', 'firstk:K', 'default'; None: the default policy), then the keyword options "
         "(any field\n"
         "below, plus rank= for rank_k and rank_v together). Raises OrbitError for an invalid spec (listing the\n"
-        "valid forms), TypeError for an unknown option or wrong type, ValueError for an out-of-range value or\n"
+        "valid forms), TypeError for an unknown option or wrong type, ValueError for an out-of-range value (an\n"
+        "enum built from an int that is none of its members, MissAction(7), included) or\n"
         "for a field set to a value other than its default that the policy never reads (first_k without\n"
         "on_miss='first_k' or a kl_budget, deep_energy without deep_only, heal_min_kl without heal_when_idle,\n"
         "...: orbit/policy.h, validate_policy). Assigning a field checks only its range; a window given the\n"
