@@ -670,3 +670,26 @@ TEST_CASE("a token the key log drops one alternative at keeps the budget: its ne
     CHECK(cut > 20);
   }
 }
+
+TEST_CASE("one-byte tokens and a pattern's long key: the state's bound counts what the key may cost",
+          "[constraint][property]") {
+  // With tokens of one byte, the state's bound allows (1 + 1) * longest_key (3 here) for what keys add after a
+  // token; "a" taken under ^(a|b|c|d|abcdefgh)$ makes the key "a costs 7 more (Grammar::shaped_extra).
+  TokenBytes b;
+  for (int c = 0; c < 256; ++c) b.text.emplace_back(std::string(1, static_cast<char>(c)));
+  b.text.emplace_back(std::nullopt);
+  const auto vocab = TokenVocabulary::from_bytes(b);
+  ConstraintLimits limits;
+  limits.whitespace = Whitespace::kNone;
+  const auto c = Constraint::json_schema(R"({"type": "object", "propertyNames": {"pattern": "^(a|b|c|d|abcdefgh)$"},
+      "maxProperties": 2, "additionalProperties": {"type": "integer"}})",
+                                         limits);
+  TokenConstraint tc(c, vocab, {.end_tokens = {vocab->size() - 1}});
+  const std::string text = R"({"a":1,"abcdefgh":2})";
+  int64_t skipped = 0, cut = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    check_every_budget(tc, *vocab, skipped, cut);
+    tc.accept_text(text.substr(i, 1));
+  }
+  CHECK(cut > 10);
+}

@@ -132,7 +132,12 @@ void count_object_keys(Grammar& g) {
       g.key_spread = std::max(g.key_spread, n.key_counts.back().first - n.key_counts.front().first);
     }
     g.few_keys = g.few_keys || (!map && n.extra_keys != Node::kNoKeyBound);
-    g.shaped_keys = g.shaped_keys || g.at(key).kind != NodeKind::kString;
+    const Node& k = g.at(key);
+    if (k.kind == NodeKind::kLiteralSet) {
+      for (const ByteTrie::Node& t : k.trie.nodes) g.shaped_extra = std::max<int64_t>(g.shaped_extra, t.depth + 2);
+    } else if (k.kind != NodeKind::kString) {  // at most max_count characters, each at most 6 bytes ("\u001f")
+      g.shaped_extra = std::max<int64_t>(g.shaped_extra, 6 * std::min<int64_t>(k.max_count, INT32_MAX) + 2);
+    }
   }
 }
 

@@ -128,10 +128,12 @@ struct Grammar {
   // (key_log.h: most_over).
   int64_t key_spread = 0;
   bool few_keys = false;
-  // Whether some map's or open object's keys are a pattern or a set of names rather than a string (of some
-  // lengths): there, a key being written whose short completions are taken may cost any number of bytes
-  // more than the grammar's shortest (^(a|abcdefgh)$ with "a" taken: 7), not at most 6.
-  bool shaped_keys = false;
+  // Where some map's or open object's keys are a pattern or a set of names rather than a string (of some
+  // lengths), a key being written whose short completions are taken may cost more than 6 bytes past the
+  // grammar's shortest (^(a|abcdefgh)$ with "a" taken: 7), up to its longest: a bound on that, the most bytes
+  // such a key may take (a name's, quoted; a pattern's maxLength characters at 6 bytes each, quoted); 0 where
+  // there is none.
+  int64_t shaped_extra = 0;
 
   int32_t add(Node node);
   // Copies `other`'s nodes into this grammar; returns the index its root has here.

@@ -324,7 +324,7 @@ KeyLog::Slack KeyLog::slack(const Matcher& m, const StateSet& state, std::string
   out.longest_key = g_.longest_key;
   out.spread = g_.key_spread;
   out.few = g_.few_keys;
-  out.shaped = g_.shaped_keys;
+  out.shaped_extra = g_.shaped_extra;
   out.has_keys = !keys_.empty();
   out.in_string = !state.empty();
   bool floors = true;

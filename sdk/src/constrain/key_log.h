@@ -73,10 +73,11 @@ class KeyLog {
   // the lower formula kept 'b' with 16 left. most_add: the most need() exceeds a stack's stack_min_bytes by,
   // over the state's stacks. A token t after which the walk drops no
   // stack (most_over's (e)) leaves need(after t) at most Matcher::min_bytes(after t) + most_add +
-  // (|t| + 1) * longest_key (most_over's (a)-(d): a key written past its '"' costs at most 6 more where keys
-  // are strings, not Grammar::shaped_keys, longest_key is at least 3, and a ',' or '"' at most longest_key):
-  // TokenConstraint::allowed's test of whether the budget binds at all, which it does not take where keys are
-  // shaped or some allowed token drops a stack (TokenConstraint::repeats walks each that may).
+  // (|t| + 1) * longest_key + max(0, shaped_extra - 6) (most_over's (a)-(d): a key written past its '"' costs
+  // at most 6 more where keys are strings, at most Grammar::shaped_extra where they are a pattern or names,
+  // longest_key is at least 3, and a ',' or '"' at most longest_key): TokenConstraint::allowed's test of
+  // whether the budget binds at all, which it does not take where some allowed token drops a stack
+  // (TokenConstraint::repeats walks each that may).
   static constexpr int64_t kNoFloor = INT64_MIN / 4;
   struct Slack {
     int64_t add = 0;
@@ -84,13 +85,13 @@ class KeyLog {
     int64_t top_add = 0;           // the most add_s over the stacks
     int64_t top_floor = kNoFloor;  // the most floor_s over the stacks that have one
     int64_t most_add = 0;
-    int64_t longest_key = 0;  // the longest key any object may need (grammar.h: key_counts)
-    int64_t spread = 0;       // Grammar::key_spread
-    bool few = false;         // Grammar::few_keys
-    bool shaped = false;      // Grammar::shaped_keys
-    bool has_keys = false;    // some open object has a free key
-    bool in_key = false;      // some stack is inside a free key
-    bool in_string = false;   // every stack is in the body of a string that is not a free key
+    int64_t longest_key = 0;   // the longest key any object may need (grammar.h: key_counts)
+    int64_t spread = 0;        // Grammar::key_spread
+    bool few = false;          // Grammar::few_keys
+    int64_t shaped_extra = 0;  // Grammar::shaped_extra
+    bool has_keys = false;     // some open object has a free key
+    bool in_key = false;       // some stack is inside a free key
+    bool in_string = false;    // every stack is in the body of a string that is not a free key
   };
   Slack slack(const Matcher& m, const StateSet& state, std::string_view text) const;
   // A bound on need(after t) - Matcher::min_bytes(after t) for a token of bytes `t` that budget_suspects()
@@ -109,7 +110,7 @@ class KeyLog {
   //  (c) X <= D where the key's object has no key (fresh 0: the grammar's shortest completion is free) or
   //      only the key's opening '"' is written (fresh: the shortest free key less the shortest key), as
   //      l(k+1) - c <= D (c is no shorter than the shortest key). Past that, in an object with keys, fresh
-  //      may reach 6 (more for shaped keys: extra_for_fresh) however short the keys: the walk tells.
+  //      may reach 6 (shaped_extra for shaped keys: extra_for_fresh) however short the keys: the walk tells.
   //  (d) Bytes without a '"' that go on with a key keep k, L and its object; c does not shrink, and fresh
   //      stays 0 where the object has no key: X does not grow.
   //  (e) A walk drops a stack (keeps) only at a '"' that closes a key its object has, inside a key of an

@@ -473,17 +473,17 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
   if (remaining < 0) return mask;
   // Nothing to budget when every token fits: the grammar's most after any token, what distinct keys may add to
   // it (key_log.h: slack), and the tokens judged apart. The bound holds for a token after which no stack is
-  // dropped, where a key being written costs at most 6 more than the grammar's shortest (key_log.h: slack:
-  // keys that are strings, not a pattern or names, Grammar::shaped_keys); else a token's need is another
-  // stack's, or its key's, which the bound does not hold (an alternative whose keys are spent, left for one
-  // that owes 7 members; "a" taken under ^(a|a{99})$), and each token is asked. repeats() walks every token
+  // dropped, a key being written costing at most 6 more than the grammar's shortest, or Grammar::shaped_extra
+  // (key_log.h: slack); else a token's need is another stack's, which the bound does not hold (an alternative
+  // whose keys are spent, left for one that owes 7 members), and each token is asked. repeats() walks every token
   // that may drop a stack (the key log's suspects), so `drops` says whether one does.
   const constrain::KeyLog::Slack slack = keys().slack(m, now, matcher_.text());
   int64_t most = entry.allowed > 0 ? m.min_bytes(now) + entry.max_delta + slack.most_add +
-                                         (vocabulary_->max_token_bytes() + 1) * slack.longest_key
+                                         (vocabulary_->max_token_bytes() + 1) * slack.longest_key +
+                                         std::max<int64_t>(0, slack.shaped_extra - 6)
                                    : 0;
   for (const auto& [need, id] : apart) most = std::max(most, need);
-  if (most <= remaining && !drops && !slack.shaped) return mask;
+  if (most <= remaining && !drops) return mask;
   // The budget: only tokens after which the shortest completion, with distinct keys, fits in `remaining` bytes
   // (one token per byte); dropped when none does.
   TokenMask budgeted = mask;
