@@ -343,6 +343,19 @@ void check_every_budget(const TokenConstraint& tc, const TokenVocabulary& vocab,
   }
 }
 
+// One step of a random walk over a vocabulary of `n` tokens: every token's logit drawn from `noise`, the best taken.
+// False (nothing taken) where no token is allowed or the best is `eos`.
+bool take_random_token(TokenConstraint& tc, int64_t n, std::mt19937_64& rng, std::normal_distribution<float>& noise,
+                       int64_t eos) {
+  std::vector<float> logits(static_cast<std::size_t>(n));
+  for (float& l : logits) l = noise(rng);
+  if (tc.mask_logits(logits.data(), n) == 0) return false;
+  const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+  if (best == eos) return false;
+  tc.accept(best);
+  return true;
+}
+
 }  // namespace
 
 namespace {
@@ -459,12 +472,7 @@ TEST_CASE("anyOf of objects, arrays and strings: every budget keeps exactly the 
           ++exact;
         }
         ++states;
-        std::vector<float> logits(static_cast<std::size_t>(vocab->size()));
-        for (float& l : logits) l = noise(rng);
-        if (tc.mask_logits(logits.data(), vocab->size()) == 0) break;
-        const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
-        if (best == eos) break;
-        tc.accept(best);
+        if (!take_random_token(tc, vocab->size(), rng, noise, eos)) break;
       }
     }
   }
@@ -514,12 +522,7 @@ TEST_CASE("budgeted masks at every budget equal brute force: the budget's skip b
       for (int step = 0; step < 60 && !tc.finished(); ++step) {
         check_every_budget(tc, *vocab, skipped, cut);
         ++states;
-        std::vector<float> logits(static_cast<std::size_t>(vocab->size()));
-        for (float& l : logits) l = noise(rng);
-        if (tc.mask_logits(logits.data(), vocab->size()) == 0) break;
-        const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
-        if (best == eos) break;
-        tc.accept(best);
+        if (!take_random_token(tc, vocab->size(), rng, noise, eos)) break;
       }
     }
   }
