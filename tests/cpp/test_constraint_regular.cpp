@@ -532,7 +532,11 @@ TEST_CASE("recursive $ref: trees through objects and arrays; left recursion and 
              Contains("schema.$defs.A.anyOf[0].$ref: \"#/$defs/A\" refers back to itself outside any object or array"));
   CHECK_THAT(at(R"({"$defs": {"A": {"type": "object", "properties": {"next": {"$ref": "#/$defs/A"}},
                    "required": ["next"]}}, "$ref": "#/$defs/A"})"),
-             Contains("has a recursive $ref whose every value holds another"));
+             Contains("has a part no answer can finish: a recursive $ref whose every value holds another"));
+  // A minimum no answer could reach is refused naming it, not as a recursive $ref.
+  const std::string too_long = at(R"({"type": "string", "minLength": 1000000000000000})");
+  CHECK_THAT(too_long, Contains("schema.minLength: 1000000000000000 is more than any answer could hold"));
+  CHECK_THAT(too_long, !Contains("$ref"));
 }
 
 TEST_CASE("pattern: what a request could send to hold a thread or the stack is refused quickly", "[constraint]") {

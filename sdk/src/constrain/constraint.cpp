@@ -34,10 +34,13 @@ std::shared_ptr<const Constraint> make(Grammar g, std::string description) {
               "constraint: " << g.description << " has " << g.nodes.size() << " grammar nodes, more than the "
                              << constrain::kMaxNodes - 1 << " a matcher's frame can name");
   g.finish();
-  // Only a recursive $ref can leave a part with no finite text: a value that must always hold another.
+  // A part with no finite text: a recursive $ref whose every value must hold another, or lower bounds that
+  // multiply past any length (the schema refuses each single minimum above 2^32 - 1 where it reads it).
   for (const Node& n : g.nodes) {
-    ORBIT_CHECK(n.min_bytes < (int64_t{1} << 40), "constraint: " << g.description << " has a recursive $ref whose "
-                                                                 << "every value holds another (no value finishes)");
+    ORBIT_CHECK(n.min_bytes < (int64_t{1} << 40),
+                "constraint: " << g.description << " has a part no answer can finish: a recursive $ref whose every "
+                               << "value holds another, or minimums (minLength, minItems, minProperties) whose "
+                               << "shortest text is 2^40 bytes or more");
   }
   ORBIT_CHECK(g.at(g.root).min_bytes < (int64_t{1} << 40), "constraint: " << g.description << " admits no text");
   return constrain::Access::make(std::make_unique<ConstraintParts>(std::move(g)));

@@ -2,6 +2,7 @@
 // keyword and where it sits, as a dotted path under the caller's name for the schema.
 #include <algorithm>
 #include <optional>
+#include <string_view>
 
 #include "constrain/schema_compiler.h"
 #include "constrain/schema_regular.h"
@@ -37,6 +38,12 @@ int64_t count_of(const Json& s, const char* key, const std::string& path) {
   const Json& v = s.at(key);
   ORBIT_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0,
               path << "." << key << ": expected a non-negative integer, not " << brief(v));
+  // A lower bound no answer could reach (each character, item or member takes at least a byte) is refused here,
+  // naming it, rather than later as a grammar that admits no text.
+  constexpr int64_t kMostMinimum = (int64_t{1} << 32) - 1;
+  ORBIT_CHECK(std::string_view(key).substr(0, 3) != "min" || v.get<int64_t>() <= kMostMinimum,
+              path << "." << key << ": " << v.get<int64_t>() << " is more than any answer could hold (at most "
+                   << kMostMinimum << ")");
   return v.get<int64_t>();
 }
 
