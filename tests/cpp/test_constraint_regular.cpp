@@ -537,6 +537,10 @@ TEST_CASE("recursive $ref: trees through objects and arrays; left recursion and 
   const std::string too_long = at(R"({"type": "string", "minLength": 1000000000000000})");
   CHECK_THAT(too_long, Contains("schema.minLength: 1000000000000000 is more than any answer could hold"));
   CHECK_THAT(too_long, !Contains("$ref"));
+  // Minimums within that bound whose product runs past any length (4e9 items of 4e9 characters) are refused as a
+  // part no answer can finish: the array's shortest text saturates instead of overflowing.
+  CHECK_THAT(at(R"({"type": "array", "minItems": 4000000000, "items": {"type": "string", "minLength": 4000000000}})"),
+             Contains("minimums (minLength, minItems, minProperties) whose shortest text is 2^40 bytes or more"));
 }
 
 TEST_CASE("pattern: what a request could send to hold a thread or the stack is refused quickly", "[constraint]") {

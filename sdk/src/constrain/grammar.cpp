@@ -74,6 +74,11 @@ namespace {
 
 int64_t sum(int64_t a, int64_t b) { return std::min(kUnreachable, a + b); }
 
+// count * each, kUnreachable where it would reach it (each may be kUnreachable itself before the fixpoint).
+int64_t times(int64_t count, int64_t each) {
+  return each > 0 && count > kUnreachable / each ? kUnreachable : count * each;
+}
+
 // Fills the tables of an object whose children's min_bytes are known (grammar.h). A member costs its key,
 // ':' and value, and the ',' before it; rest[x][d] is '}' when nothing is owed, else ',' and after_comma[x][d],
 // which is the cheapest of: property x and what follows it, skipping an optional x, or (nothing required left)
@@ -161,7 +166,7 @@ void Grammar::finish() {
         case NodeKind::kAnyObject: m = map_min_bytes(*this, n); break;
         case NodeKind::kAnyValue: m = 1; break;
         case NodeKind::kArray:
-          m = n.min_count == 0 ? 2 : 2 + n.min_count * at(n.children[0]).min_bytes + (n.min_count - 1);
+          m = n.min_count == 0 ? 2 : sum(2 + (n.min_count - 1), times(n.min_count, at(n.children[0]).min_bytes));
           break;
         case NodeKind::kObject:
           finish_object(*this, n);
