@@ -37,7 +37,8 @@ const char* kStoreUsage =
     "          (--dry-run: only list them); the store must not be open in another process\n"
     "  repair  rebuild the index from the verified blobs (after index.sqlite was deleted or lost its\n"
     "          meta rows); drops rows whose blob is missing or corrupt; the store must not be open\n"
-    "ls, stat and verify only read (safe while engines have the store open, also on a read-only disk).\n";
+    "ls, stat and verify only read (safe while engines have the store open, also on a read-only disk).\n"
+    "accepted arguments: SUBCOMMAND, --store VALUE, --remote VALUE (stat), --json, --dry-run (gc), --help\n";
 
 json remote_json(const RemoteSummary& r) {
   return {{"url", r.url},

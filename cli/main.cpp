@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     if (command == "serve") return orbit::cli::run_serve(argc, argv, 2);
     if (command == "version") {
       if (argc > 2 && (!std::strcmp(argv[2], "--help") || !std::strcmp(argv[2], "-h"))) {
-        std::puts("usage: orbit version\n  Prints orbit's version.");
+        std::puts("usage: orbit version\n  Prints orbit's version.\naccepted arguments: --help");
         return 0;
       }
       ORBIT_CHECK(argc == 2, "version: unknown argument '" << argv[2] << "' (it takes none)");

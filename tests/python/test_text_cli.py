@@ -140,6 +140,17 @@ def test_subcommand_help_describes_then_lists_accepted_arguments(orbit_cli, comm
     assert set(COMMANDS[command]) <= accepted, f"orbit {command}: {set(COMMANDS[command]) - accepted} not accepted"
 
 
+@pytest.mark.parametrize("command,names", [("store", {"--store", "--remote", "--json", "--dry-run"}),
+                                           ("version", set())])
+def test_store_and_version_help_end_with_accepted_arguments(orbit_cli, command, names):
+    # store dispatches to subcommands and version takes none, but their --help still ends, as every
+    # command's does, with the names the parser accepts; store's lists its subcommands' union.
+    lines = run(orbit_cli, command, "--help").stdout.splitlines()
+    assert lines[-1].startswith("accepted arguments: "), f"orbit {command} --help ends with {lines[-1]!r}"
+    accepted = set(re.findall(r"--[a-z0-9-]+", lines[-1]))
+    assert accepted == names | {"--help"}, f"orbit {command} --help accepts {accepted}"
+
+
 @pytest.mark.parametrize("bench", sorted(BENCHMARKS))
 def test_every_benchmark_answers_help(orbit_cli, bench):
     path = orbit_cli.parent.parent / bench
