@@ -212,6 +212,11 @@ TEST_CASE("generate_n decodes forks together: one query forward, each branch its
   const std::vector<Generation> greedy = w.generate_n(query, 3, o);
   for (const Generation& g : greedy) CHECK(g.tokens == w.generate(query, o).tokens);
   CHECK_THROWS_WITH(w.generate_n(query, 0, o), Contains("generate_n: n = 0 must be >= 1"));
+  // Refused before any fork is made: a million forks of a window once took over 20 GB of host memory.
+  CHECK_THROWS_WITH(w.generate_n(query, Window::kMaxGenerateN + 1, o),
+                    Contains("generate_n: n = 1025 must be <= 1024"));
+  CHECK_THROWS_WITH(w.generate_n(query, int64_t{1} << 40, o), Contains("must be <= 1024"));
+  CHECK(w.instances().size() == 3);
 }
 
 TEST_CASE("a batched answer is kept for exact reuse like a single one", "[decode][batch][reuse]") {

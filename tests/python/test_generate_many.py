@@ -67,6 +67,12 @@ def test_generate_many_from_threads_and_refusals(orbit, windows):
         orbit.generate_many([ws[0]])
     with pytest.raises(orbit.OrbitError, match="n = 0 must be >= 1"):
         ws[0].generate_n(" A", 0)
+    # Each answer is a fork made before the first step: n = 10**6 forks took over 20 GB (the process was
+    # killed for memory) before n was bounded; it is refused at once, the window unchanged.
+    for n in (1025, 10**6, 2**62):
+        with pytest.raises(orbit.OrbitError, match=f"n = {n} must be <= 1024"):
+            ws[0].generate_n(" A", n, max_tokens=1)
+    assert len(ws[0].generate_n(" A", 2, max_tokens=1)) == 2
     assert orbit.generate_many([]) == []
 
 

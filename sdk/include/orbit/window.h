@@ -509,7 +509,9 @@ class Window {
   // it is forked n − 1 times (copy-on-write: the branches share its pages, read once) and the n branches
   // decode in one forward per step, the query forwarded once for all of them, each with its own tokens and
   // seed (answer i draws with options.seed + i; at temperature 0 every answer is the greedy one). The forks
-  // are dropped at the end. n = 1 is generate(). Throws orbit::Error for n < 1, and as generate() does.
+  // are dropped at the end. n = 1 is generate(). Throws orbit::Error for n < 1 or n > kMaxGenerateN (each
+  // branch is a fork, in host memory before the first step: a million took over 20 GB), and as generate() does.
+  static constexpr int64_t kMaxGenerateN = 1024;
   std::vector<Generation> generate_n(const std::vector<int64_t>& query, int64_t n,
                                      const GenerateOptions& options = {}) const;
   DisposabilityReport disposable(InstanceId instance, const std::vector<int64_t>& query,

@@ -450,6 +450,8 @@ std::vector<Generation> Window::generate_n(const std::vector<int64_t>& query, in
                                            const GenerateOptions& options) const {
   const detail::OpHold hold(*state_->core);
   ORBIT_CHECK(n >= 1, "generate_n: n = " << n << " must be >= 1");
+  ORBIT_CHECK(n <= kMaxGenerateN, "generate_n: n = " << n << " must be <= " << kMaxGenerateN
+                                                     << " (each answer decodes on a fork of the window)");
   detail::check_query(*state_, query, "generate");
   detail::make_sampler(*state_->core, options, query);  // checks the options before anything changes
   detail::run_deferred(*state_, "generate");            // once, so the forks share the repaired KV
