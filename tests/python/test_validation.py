@@ -196,3 +196,57 @@ def test_logprobs_none_is_refused_not_read_as_false(orbit, small_engine):
     assert len(w.generate(" there", max_tokens=2, logprobs=True).logprobs) == 2
     assert w.generate(" there", max_tokens=2, logprobs=False).logprobs == []
     assert len(w.generate_n(" there", 2, max_tokens=2, logprobs=True)[0].logprobs) == 2
+
+
+ENUMS = ["ChunkKind", "Operation", "StepAction", "PatchMatch", "MissAction", "SurvivorAction", "StalePatch",
+         "BackgroundMode", "StoreTier", "EntryKind", "BlobEncoding", "SyncAction"]
+
+
+@pytest.mark.parametrize("name", ENUMS)
+def test_an_enum_refuses_an_int_no_member_holds(orbit, name):
+    # pybind11's enums took any int: ChunkKind(99) printed as 'embeddings', other enums as '?'.
+    enum = getattr(orbit, name)
+    for value in (99, -1, len(enum.__members__)):
+        with pytest.raises(ValueError, match=rf"{name}\(value\): {value} is not a {name} \(members: "):
+            enum(value)
+    for member in enum.__members__.values():
+        assert enum(int(member)) == member and str(enum(int(member))) == str(member)
+
+
+UNENCODABLE = "a\udcffb"  # a lone surrogate (bytes decoded with errors='surrogateescape'): no UTF-8 for it
+
+
+@pytest.mark.parametrize("call, named", [
+    (lambda w: w.generate(UNENCODABLE, max_tokens=1), "generate: query"),
+    (lambda w: w.generate([1], max_tokens=1, stop=UNENCODABLE), "generate: stop"),
+    (lambda w: w.generate([1], max_tokens=1, stop=["x", UNENCODABLE]), r"generate: stop\[1\]"),
+    (lambda w: w.generate([1], max_tokens=1, response_format="json_object",
+                          constraint_trigger_block=(UNENCODABLE, "</think>")),
+     r"generate: constraint_trigger_block\[0\]"),
+    (lambda w: w.generate([1], max_tokens=1, response_format=UNENCODABLE), "generate: response_format"),
+    (lambda w: w.generate([1], max_tokens=1, response_format={"enum": [UNENCODABLE]}), "generate: response_format"),
+    (lambda w: w.generate([1], max_tokens=1, tools=[{"name": "f", "description": UNENCODABLE}]), "generate: tools"),
+    (lambda w: w.add_turn(UNENCODABLE), "add_turn: tokens"),
+    (lambda w: w.logits(UNENCODABLE), "logits: query"),
+    (lambda w: w.engine.add_tokens(UNENCODABLE), "add_tokens: tokens"),
+    (lambda w: w.sync([{"role": "user", "content": UNENCODABLE}]), r"messages\[0\].content"),
+    (lambda w: w.sync([{"role": UNENCODABLE, "content": "x"}]), r"messages\[0\].role"),
+    (lambda w: w.sync([{"role": "user", "content": [{"type": "text", "text": UNENCODABLE}]}]),
+     r"messages\[0\].content\[0\].text"),
+])
+def test_text_utf8_cannot_hold_is_refused_naming_the_argument(orbit, small_engine, call, named):
+    # pybind11's str conversion failed with RuntimeError('Unable to cast Python instance to C++ type'),
+    # naming neither the argument nor the character.
+    w = small_engine.new_window()
+    with pytest.raises(ValueError, match=rf"{named} is not valid text: 'utf-8' codec can't encode character "
+                                         r"'\\udcff' in position \d+: surrogates not allowed"):
+        call(w)
+    assert w.generate("a b", max_tokens=1).stop_reason == "max_tokens"  # the window still answers
+
+
+@pytest.mark.parametrize("value", [5, ["json_object"], b"json_object"])
+def test_a_response_format_of_the_wrong_type_is_a_type_error(orbit, small_engine, value):
+    # It was an OrbitError ('must be a str or a dict') naming no type, where every other argument of the wrong
+    # type raises TypeError.
+    with pytest.raises(TypeError, match=r"generate: response_format must be a str, a dict or None, got "):
+        small_engine.new_window().generate([1], max_tokens=1, response_format=value)

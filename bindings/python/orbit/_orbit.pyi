@@ -39,7 +39,8 @@ class RemoteUnreachableWarning(RuntimeWarning):
     (password shown as ***) and the cause. The engine still opens, on its local tiers."""
 
 class _Enum:
-    def __init__(self, value: int) -> None: ...
+    def __init__(self, value: int) -> None:
+        """The member holding value; ValueError naming the enum and its members when none does."""
     @property
     def name(self) -> str: ...
     @property
@@ -1199,7 +1200,8 @@ class Window:
         """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i
         sampled with seed + i); takes generate()'s keyword arguments (stop included) but on_text. One
         cancel= token stops all n answers at their next token (stop_reason 'cancelled'); one cancelled before the
-        call gives n cancelled Generations at once."""
+        call gives n cancelled Generations at once. n must be in [1, 1024] (OrbitError naming n otherwise): every
+        branch is forked before the first step."""
     def disposable(self, instance: InstanceArg, query: Tokens, *, answer_tokens: int = 4) -> DisposabilityReport: ...
     def loss_by_instance(self, query: Tokens) -> list[InstanceLoss]: ...
     def kv(self, instance: InstanceArg) -> InstanceKV: ...

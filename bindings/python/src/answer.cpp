@@ -17,8 +17,8 @@ namespace {
 using orbit::Constraint;
 using orbit::ToolCallFormat;
 
-std::string dumps(const py::handle& obj) {
-  return json_module().attr("dumps")(obj, py::arg("ensure_ascii") = false).cast<std::string>();
+std::string dumps(const py::handle& obj, const std::string& what) {
+  return utf8_arg(json_module().attr("dumps")(obj, py::arg("ensure_ascii") = false), what);
 }
 
 // OpenAI's shape, ready to go back into a message list: {"id", "type": "function", "function": {"name",
@@ -38,11 +38,17 @@ py::list calls_list(const std::vector<orbit::ChatToolCall>& calls) {
   return out;
 }
 
+// response_format is None, a str or a dict (checked before its JSON text is made for the cache key).
+void check_response_format_type(const py::object& format) {
+  if (format.is_none() || py::isinstance<py::str>(format) || py::isinstance<py::dict>(format)) return;
+  throw py::type_error("generate: response_format must be a str, a dict or None, got " + type_name(format));
+}
+
 // The JSON Schema a response_format names, or "" for any object: "json_object", {"type": "json_object"},
 // {"type": "json_schema", "json_schema": {"schema": {...}}}, or a schema dict itself.
 std::optional<std::string> response_schema(const py::object& format) {
   if (py::isinstance<py::str>(format)) {
-    const std::string f = format.cast<std::string>();
+    const std::string f = utf8_arg(format, "generate: response_format");
     if (f == "text") return std::nullopt;
     ORBIT_CHECK(f == "json_object", "generate: response_format = '"
                                         << f
@@ -50,9 +56,10 @@ std::optional<std::string> response_schema(const py::object& format) {
                                            "{'type': 'json_schema', ...} dict, or a schema)");
     return std::string();
   }
-  ORBIT_CHECK(py::isinstance<py::dict>(format), "generate: response_format must be a str or a dict");
+  check_response_format_type(format);
   const py::dict d = format.cast<py::dict>();
-  if (!d.contains("type") || !py::isinstance<py::str>(d["type"])) return dumps(d);  // a schema
+  if (!d.contains("type") || !py::isinstance<py::str>(d["type"]))
+    return dumps(d, "generate: response_format");  // a schema
   const std::string type = d["type"].cast<std::string>();
   if (type == "text") return std::nullopt;
   if (type == "json_object") return std::string();
@@ -63,9 +70,9 @@ std::optional<std::string> response_schema(const py::object& format) {
     }
     const py::dict js = d["json_schema"].cast<py::dict>();
     ORBIT_CHECK(js.contains("schema"), "generate: response_format.json_schema.schema is missing");
-    return dumps(js["schema"]);
+    return dumps(js["schema"], "generate: response_format");
   }
-  return dumps(d);  // a schema whose own "type" is a JSON type
+  return dumps(d, "generate: response_format");  // a schema whose own "type" is a JSON type
 }
 
 // Why the engine's model cannot write an answer `c` accepts, or "" (also without a tokenizer: generate then
@@ -79,11 +86,13 @@ std::string unwritable_here(const PyWindow& w, const std::shared_ptr<const Const
 // The arguments answer_spec reads, as one string.
 std::string spec_key(const py::object& tools, const py::object& tool_choice, const py::object& response_format,
                      const py::object& tool_call_format) {
-  const auto text = [](const py::object& o) -> std::string {
+  const auto text = [](const py::object& o, const char* name) -> std::string {
     if (o.is_none()) return "-";
-    return py::isinstance<py::str>(o) ? "s" + o.cast<std::string>() : "j" + dumps(o);
+    const std::string what = std::string("generate: ") + name;
+    return py::isinstance<py::str>(o) ? "s" + utf8_arg(o, what) : "j" + dumps(o, what);
   };
-  return text(tools) + "\n" + text(tool_choice) + "\n" + text(response_format) + "\n" + text(tool_call_format);
+  return text(tools, "tools") + "\n" + text(tool_choice, "tool_choice") + "\n" +
+         text(response_format, "response_format") + "\n" + text(tool_call_format, "tool_call_format");
 }
 
 // generate's tool_choice: None (OpenAI's absent one: "auto"), "auto", "none", "required" or a tool's name, or
@@ -149,7 +158,9 @@ void check_tool_entries(const py::list& tools) {
 AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
                       const py::object& response_format, const py::object& tool_call_format) {
   AnswerSpec a;
-  if (!tools.is_none()) a.tools_json = py::isinstance<py::str>(tools) ? tools.cast<std::string>() : dumps(tools);
+  if (!tools.is_none())
+    a.tools_json =
+        py::isinstance<py::str>(tools) ? utf8_arg(tools, "generate: tools") : dumps(tools, "generate: tools");
   ORBIT_CHECK(tools.is_none() || !a.tools_json.empty(), "generate: tools = '' is not a JSON array (None: no tools)");
   if (py::isinstance<py::str>(tools)) {  // a list is JSON by construction; text must be a JSON array
     bool array = false;
@@ -235,6 +246,7 @@ AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::obj
   if (tools.is_none() && response_format.is_none()) {  // free text: nothing to compile, nothing kept
     return build_spec(w, tools, tool_choice, response_format, tool_call_format);
   }
+  check_response_format_type(response_format);
   const std::string key = "python generate\n" + spec_key(tools, tool_choice, response_format, tool_call_format);
   return w.engine->constraint_cache().remembered<AnswerSpec>(key, [&] {
     AnswerSpec a = build_spec(w, tools, tool_choice, response_format, tool_call_format);

@@ -247,6 +247,18 @@ py::str utf8_text(const std::string& text) {
   return py::reinterpret_steal<py::str>(decoded);
 }
 
+std::string utf8_arg(py::handle text, const std::string& what) {
+  py::ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(text.ptr(), &size);
+  if (data == nullptr) {
+    const py::error_already_set error;  // UnicodeEncodeError: a lone surrogate such as '\udcff'
+    throw py::value_error(what + " is not valid text: " + std::string(py::str(error.value())) +
+                          " (a str from bytes decoded with errors='surrogateescape' or 'surrogatepass' holds such "
+                          "characters; decode with errors='replace')");
+  }
+  return std::string(data, static_cast<std::size_t>(size));
+}
+
 py::object json_module() { return py::module_::import("json"); }
 
 }  // namespace orbit_py

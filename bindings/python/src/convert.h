@@ -69,6 +69,10 @@ py::array_t<T> to_numpy(std::vector<T>&& values, std::vector<py::ssize_t> shape)
 // place) become U+FFFD instead of raising UnicodeDecodeError.
 py::str utf8_text(const std::string& text);
 
+// A str argument as UTF-8 (`text` must be a str). One holding a lone surrogate, which UTF-8 cannot encode,
+// raises ValueError naming `what` (pybind11's own conversion raised "Unable to cast Python instance").
+std::string utf8_arg(py::handle text, const std::string& what);
+
 // Python's json module (for dicts passed as their JSON text, and JSON text returned as dicts).
 py::object json_module();
 

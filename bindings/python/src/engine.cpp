@@ -300,8 +300,9 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "add_tokens",
       [](Engine& e, const py::object& tokens, const std::string& label, bool pin) {
-        std::vector<int64_t> t = py::isinstance<py::str>(tokens) ? e.tokenize(tokens.cast<std::string>(), false)
-                                                                 : to_tokens(tokens, "add_tokens: tokens");
+        std::vector<int64_t> t = py::isinstance<py::str>(tokens)
+                                     ? e.tokenize(utf8_arg(tokens, "add_tokens: tokens"), false)
+                                     : to_tokens(tokens, "add_tokens: tokens");
         py::gil_scoped_release release;
         return e.add_tokens(t, chunk_options(label, pin));
       },

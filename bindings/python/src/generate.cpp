@@ -62,7 +62,7 @@ constexpr std::size_t kMaxStopStrings = 4;
 std::vector<std::string> to_stop(const py::object& obj) {
   if (obj.is_none()) return {};
   if (py::isinstance<py::str>(obj)) {
-    std::string stop = obj.cast<std::string>();
+    std::string stop = utf8_arg(obj, "generate: stop");
     if (stop.empty()) throw py::value_error("generate: stop is an empty string (None: no stop strings)");
     return {std::move(stop)};
   }
@@ -78,7 +78,7 @@ std::vector<std::string> to_stop(const py::object& obj) {
   for (std::size_t i = 0; i < items.size(); ++i) {
     const std::string at = "generate: stop[" + std::to_string(i) + "]";
     if (!py::isinstance<py::str>(items[i])) throw py::type_error(at + " must be a str, got " + type_name(items[i]));
-    out.push_back(items[i].cast<std::string>());
+    out.push_back(utf8_arg(items[i], at));
     if (out.back().empty()) throw py::value_error(at + " is an empty string");
   }
   return out;
@@ -123,7 +123,7 @@ orbit::TriggerBlock to_trigger_block(const py::object& obj, const std::string& w
       throw py::type_error(at + "[" + std::to_string(i) + "] must be a str, got " + type_name(items[i]));
     }
   }
-  orbit::TriggerBlock block{items[0].cast<std::string>(), items[1].cast<std::string>()};
+  orbit::TriggerBlock block{utf8_arg(items[0], at + "[0]"), utf8_arg(items[1], at + "[1]")};
   if (block.close.empty()) {
     throw py::value_error(at + ": the close string is empty (None: no block; open '' : the text begins inside it)");
   }
@@ -132,7 +132,7 @@ orbit::TriggerBlock to_trigger_block(const py::object& obj, const std::string& w
 
 // A token list, or text (str) tokenized by the window's engine without BOS (a continuation).
 std::vector<int64_t> query_tokens(PyWindow& w, const py::object& obj) {
-  if (py::isinstance<py::str>(obj)) return w.engine->tokenize(obj.cast<std::string>(), false);
+  if (py::isinstance<py::str>(obj)) return w.engine->tokenize(utf8_arg(obj, "generate: query"), false);
   return to_tokens(obj, "generate: query");
 }
 

@@ -6,6 +6,7 @@
 
 #include "bindings.h"
 #include "convert.h"
+#include "enums.h"
 #include "orbit/errors.h"
 #include "orbit/store.h"
 
@@ -50,12 +51,14 @@ void def_store_enums(py::module_& m) {
       .value("patch", EntryKind::kPatch)
       .value("embedding", EntryKind::kEmbedding)
       .value("other", EntryKind::kOther);
+  refuse_unknown_values(kind);
   kind.attr("__str__") = py::cpp_function([](EntryKind k) { return std::string(entry_kind_name(k)); },
                                           py::name("__str__"), py::is_method(kind), "The C++ name.");
   kind.def_property_readonly(
       "label", [](EntryKind k) { return std::string(entry_kind_name(k)); }, "The C++ name, e.g. 'canonical'.");
   py::enum_<BlobEncoding> enc(m, "BlobEncoding", "How a disk blob stores floating tensors.");
   enc.value("exact", BlobEncoding::kExact).value("int8", BlobEncoding::kInt8);
+  refuse_unknown_values(enc);
   enc.attr("__str__") = py::cpp_function([](BlobEncoding e) { return std::string(blob_encoding_name(e)); },
                                          py::name("__str__"), py::is_method(enc), "The C++ name.");
   enc.def_property_readonly(

@@ -12,6 +12,7 @@
 
 #include "bindings.h"
 #include "convert.h"
+#include "enums.h"
 #include "py_window.h"
 
 namespace orbit_py {
@@ -44,7 +45,7 @@ std::optional<std::string> str_field(const py::dict& d, const char* key, std::si
   if (!d.contains(key) || d[key].is_none()) return std::nullopt;
   const py::object v = d[key];
   if (!py::isinstance<py::str>(v)) throw py::type_error(where(i, key) + ": expected a str, got " + type_name(v));
-  return v.cast<std::string>();
+  return utf8_arg(v, where(i, key));
 }
 
 std::string part_where(std::size_t i, std::size_t j) { return where(i, "content") + "[" + std::to_string(j) + "]"; }
@@ -67,7 +68,7 @@ ContentPart part_of(const py::handle part, std::size_t i, std::size_t j) {
     if (!p.contains("text") || !py::isinstance<py::str>(p["text"])) {
       throw py::value_error(part_where(i, j) + ".text: a text part needs 'text' (a str)");
     }
-    return ContentPart::of_text(p["text"].cast<std::string>());
+    return ContentPart::of_text(utf8_arg(p["text"], part_where(i, j) + ".text"));
   }
   if (type == "chunk") {
     if (!p.contains("chunk") || !py::isinstance<ChunkRef>(p["chunk"])) {
@@ -89,7 +90,7 @@ void content_of(const py::dict& d, std::size_t i, ChatMessage& msg) {
   if (!d.contains("content") || d["content"].is_none()) return;
   const py::object c = d["content"];
   if (py::isinstance<py::str>(c)) {
-    msg.content = c.cast<std::string>();
+    msg.content = utf8_arg(c, where(i, "content"));
     return;
   }
   if (!py::isinstance<py::list>(c) && !py::isinstance<py::tuple>(c)) {
@@ -292,6 +293,7 @@ void def_sync_types(py::module_& m) {
       .value("admit", SyncAction::kAdmit, "A new chunk admitted.")
       .value("recall", SyncAction::kRecall, "A chunk the window evicted earlier, recalled.")
       .value("turn", SyncAction::kTurn, "A live turn added at the tail.");
+  refuse_unknown_values(action);
   // As the other enums (types.cpp): str() and .label are the C++ name.
   action.attr("__str__") =
       py::cpp_function([](SyncAction a) { return std::string(orbit::sync_action_name(a)); }, py::name("__str__"),

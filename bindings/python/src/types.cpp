@@ -7,6 +7,7 @@
 
 #include "bindings.h"
 #include "convert.h"
+#include "enums.h"
 #include "orbit/engine.h"
 
 namespace orbit_py {
@@ -18,7 +19,13 @@ void def_model_and_options(py::module_& m);
 namespace {
 
 // orbit::chunk_kind_name is declared in orbit/chunk.h but not yet defined by the SDK: a local copy.
-const char* kind_name(orbit::ChunkKind k) noexcept { return k == orbit::ChunkKind::kTokens ? "tokens" : "embeddings"; }
+const char* kind_name(orbit::ChunkKind k) noexcept {
+  switch (k) {
+    case orbit::ChunkKind::kTokens: return "tokens";
+    case orbit::ChunkKind::kEmbeddings: return "embeddings";
+  }
+  return "unknown";
+}
 
 std::string quoted(const std::string& s) { return py::repr(py::str(s)); }
 
@@ -71,60 +78,71 @@ void def_enums(py::module_& m) {
   using namespace orbit;
 
   // ---- enums ----------------------------------------------------------------------------------------
-  bind_enum<ChunkKind>(m, "ChunkKind", "What a chunk holds: token ids or input embeddings (media).", kind_name)
-      .value("tokens", ChunkKind::kTokens)
-      .value("embeddings", ChunkKind::kEmbeddings);
-  bind_enum<Operation>(m, "Operation", "A window operation (Plan.op, ApplyReport.op).", operation_name)
-      .value("admit", Operation::kAdmit)
-      .value("add_turn", Operation::kAddTurn)
-      .value("evict", Operation::kEvict)
-      .value("slide", Operation::kSlide)
-      .value("recall", Operation::kRecall)
-      .value("reorder", Operation::kReorder)
-      .value("recondition", Operation::kRecondition)
-      .value("flush", Operation::kFlush)
-      .value("heal", Operation::kHeal)
-      .value("sync", Operation::kSync);
-  bind_enum<StepAction>(m, "StepAction", "What a plan step does to one instance (see orbit/plan.h).", step_action_name)
-      .value("keep", StepAction::kKeep, "content unchanged, relocated if it moved (rotation only)")
-      .value("canonical", StepAction::kCanonical, "the canonical alone is exact (nothing precedes the chunk)")
-      .value("apply_patch", StepAction::kApplyPatch, "canonical + a stored patch")
-      .value("load_conditioned", StepAction::kLoadConditioned, "a stored conditioned KV for exactly this context")
-      .value("form", StepAction::kForm, "one forward in context; its patch is formed and stored")
-      .value("reprefill", StepAction::kReprefill, "one forward in context, nothing stored")
-      .value("blind", StepAction::kBlind, "the canonical relocated, no repair (approximate)")
-      .value("recompute", StepAction::kRecompute, "some tokens forwarded in context (CacheBlend / first-k)")
-      .value("prefill_turn", StepAction::kPrefillTurn, "a live turn prefilled in context")
-      .value("evict", StepAction::kEvict, "the instance leaves the window (its canonical stays stored)");
-  bind_enum<PatchMatch>(m, "PatchMatch", "How the patch of an apply_patch step was found.", patch_match_name)
-      .value("none", PatchMatch::kNone)
-      .value("exact", PatchMatch::kExact)
-      .value("orbit", PatchMatch::kOrbit)
-      .value("stale", PatchMatch::kStale);
-  bind_enum<MissAction>(m, "MissAction", "What a window does when no usable stored patch exists.", miss_action_name)
-      .value("form", MissAction::kForm, "one forward in context; a patch stored for next time")
-      .value("blind", MissAction::kBlind, "the canonical, relocated; no repair")
-      .value("reprefill", MissAction::kReprefill, "one forward in context, nothing stored")
-      .value("token_recompute", MissAction::kTokenRecompute, "CacheBlend: recompute the top recompute_ratio of tokens")
-      .value("first_k", MissAction::kFirstK, "EPIC: recompute the first first_k tokens in context");
-  bind_enum<SurvivorAction>(m, "SurvivorAction", "What happens to instances whose context changed.", survivor_name)
-      .value("keep", SurvivorAction::kKeep, "relocation only")
-      .value("recondition", SurvivorAction::kRecondition, "look up a patch for the new context, else the miss action");
-  bind_enum<StalePatch>(m, "StalePatch", "Whether a patch formed under another context may be used.", stale_name)
-      .value("rebuild", StalePatch::kRebuild, "never: treat as a miss")
-      .value("accept", StalePatch::kAccept, "use the closest one when its divergence <= max_divergence");
-  bind_enum<BackgroundMode>(
-      m, "BackgroundMode",
-      "Where a chunk's canonical and patch are formed after its first sight (Engine(background=...)).",
-      background_mode_name)
-      .value("thread", BackgroundMode::kThread, "a worker thread forms them as they are queued (the default)")
-      .value("deferred", BackgroundMode::kDeferred, "they wait for Engine.run_background() (idle time you pick)")
-      .value("inline", BackgroundMode::kInline, "at the end of the apply() that queued them, on its thread");
-  bind_enum<StoreTier>(m, "StoreTier", "A tier of the chunk store.", store_tier_name_of)
-      .value("device", StoreTier::kDevice)
-      .value("host", StoreTier::kHost)
-      .value("disk", StoreTier::kDisk)
-      .value("remote", StoreTier::kRemote);
+  refuse_unknown_values(
+      bind_enum<ChunkKind>(m, "ChunkKind", "What a chunk holds: token ids or input embeddings (media).", kind_name)
+          .value("tokens", ChunkKind::kTokens)
+          .value("embeddings", ChunkKind::kEmbeddings));
+  refuse_unknown_values(
+      bind_enum<Operation>(m, "Operation", "A window operation (Plan.op, ApplyReport.op).", operation_name)
+          .value("admit", Operation::kAdmit)
+          .value("add_turn", Operation::kAddTurn)
+          .value("evict", Operation::kEvict)
+          .value("slide", Operation::kSlide)
+          .value("recall", Operation::kRecall)
+          .value("reorder", Operation::kReorder)
+          .value("recondition", Operation::kRecondition)
+          .value("flush", Operation::kFlush)
+          .value("heal", Operation::kHeal)
+          .value("sync", Operation::kSync));
+  refuse_unknown_values(
+      bind_enum<StepAction>(m, "StepAction", "What a plan step does to one instance (see orbit/plan.h).",
+                            step_action_name)
+          .value("keep", StepAction::kKeep, "content unchanged, relocated if it moved (rotation only)")
+          .value("canonical", StepAction::kCanonical, "the canonical alone is exact (nothing precedes the chunk)")
+          .value("apply_patch", StepAction::kApplyPatch, "canonical + a stored patch")
+          .value("load_conditioned", StepAction::kLoadConditioned, "a stored conditioned KV for exactly this context")
+          .value("form", StepAction::kForm, "one forward in context; its patch is formed and stored")
+          .value("reprefill", StepAction::kReprefill, "one forward in context, nothing stored")
+          .value("blind", StepAction::kBlind, "the canonical relocated, no repair (approximate)")
+          .value("recompute", StepAction::kRecompute, "some tokens forwarded in context (CacheBlend / first-k)")
+          .value("prefill_turn", StepAction::kPrefillTurn, "a live turn prefilled in context")
+          .value("evict", StepAction::kEvict, "the instance leaves the window (its canonical stays stored)"));
+  refuse_unknown_values(
+      bind_enum<PatchMatch>(m, "PatchMatch", "How the patch of an apply_patch step was found.", patch_match_name)
+          .value("none", PatchMatch::kNone)
+          .value("exact", PatchMatch::kExact)
+          .value("orbit", PatchMatch::kOrbit)
+          .value("stale", PatchMatch::kStale));
+  refuse_unknown_values(
+      bind_enum<MissAction>(m, "MissAction", "What a window does when no usable stored patch exists.", miss_action_name)
+          .value("form", MissAction::kForm, "one forward in context; a patch stored for next time")
+          .value("blind", MissAction::kBlind, "the canonical, relocated; no repair")
+          .value("reprefill", MissAction::kReprefill, "one forward in context, nothing stored")
+          .value("token_recompute", MissAction::kTokenRecompute,
+                 "CacheBlend: recompute the top recompute_ratio of tokens")
+          .value("first_k", MissAction::kFirstK, "EPIC: recompute the first first_k tokens in context"));
+  refuse_unknown_values(
+      bind_enum<SurvivorAction>(m, "SurvivorAction", "What happens to instances whose context changed.", survivor_name)
+          .value("keep", SurvivorAction::kKeep, "relocation only")
+          .value("recondition", SurvivorAction::kRecondition,
+                 "look up a patch for the new context, else the miss action"));
+  refuse_unknown_values(
+      bind_enum<StalePatch>(m, "StalePatch", "Whether a patch formed under another context may be used.", stale_name)
+          .value("rebuild", StalePatch::kRebuild, "never: treat as a miss")
+          .value("accept", StalePatch::kAccept, "use the closest one when its divergence <= max_divergence"));
+  refuse_unknown_values(
+      bind_enum<BackgroundMode>(
+          m, "BackgroundMode",
+          "Where a chunk's canonical and patch are formed after its first sight (Engine(background=...)).",
+          background_mode_name)
+          .value("thread", BackgroundMode::kThread, "a worker thread forms them as they are queued (the default)")
+          .value("deferred", BackgroundMode::kDeferred, "they wait for Engine.run_background() (idle time you pick)")
+          .value("inline", BackgroundMode::kInline, "at the end of the apply() that queued them, on its thread"));
+  refuse_unknown_values(bind_enum<StoreTier>(m, "StoreTier", "A tier of the chunk store.", store_tier_name_of)
+                            .value("device", StoreTier::kDevice)
+                            .value("host", StoreTier::kHost)
+                            .value("disk", StoreTier::kDisk)
+                            .value("remote", StoreTier::kRemote));
 }
 
 // ChunkRef.

@@ -20,7 +20,7 @@ namespace {
 
 // A token list, or text (str) tokenized by the window's engine without BOS (a continuation).
 std::vector<int64_t> tokens_or_text(PyWindow& w, const py::object& obj, const char* what) {
-  if (py::isinstance<py::str>(obj)) return w.engine->tokenize(obj.cast<std::string>(), false);
+  if (py::isinstance<py::str>(obj)) return w.engine->tokenize(utf8_arg(obj, what), false);
   return to_tokens(obj, what);
 }
 
@@ -419,7 +419,56 @@ void def_repairs(py::class_<PyWindow>& c) {
       "the parent's ids. Operations on either never change the other. Drop it (close()) to discard the branch.");
 }
 
-// Window: generate and generate_n.
+// generate()'s docstring (the stub, bindings/python/orbit/_orbit.pyi, says the same at more length).
+const char* kGenerateDoc =
+    "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
+    "temperature > 0 = nucleus sampling, reproducible by seed (an int in [0, 2**64): another type raises\n"
+    "TypeError, an int out of range ValueError, naming seed); the run ends after emitting any of\n"
+    "stop_tokens. Returns a Generation (tokens, text, stop_reason, seconds). Repairs earlier edits deferred\n"
+    "run first (see flush()).\n"
+    "stop (a str or up to 4, OpenAI's `stop`) ends the run at the token that completes one: the text ends\n"
+    "right before it, stop_reason 'stop_string' (tokens keep the stop string's). on_text(piece) is called,\n"
+    "with the GIL taken (the decode runs without it), with each piece of text as it becomes final (whole\n"
+    "characters no stop string can take back); the pieces join to Generation.text. Returning False cancels\n"
+    "(stop_reason 'cancelled': the Generation holds every token so far); an exception it raises cancels the\n"
+    "run and is raised here once the decode stopped. It must not use this window nor close the engine\n"
+    "(OrbitError); other windows and calls may be used. With tools the pieces are the raw answer, call markup\n"
+    "included; tool_calls, content and json are read from the whole text.\n"
+    "cancel (an orbit.CancelToken) stops the run from any thread: cancel() ends it at its next token\n"
+    "(stop_reason 'cancelled', every token so far kept), read without the GIL and with no tokenizer needed; a\n"
+    "token cancelled before the call returns a cancelled Generation at once (no tokens, nothing forwarded).\n"
+    "close() of this window from another thread (a Window.stream loop's body) stops the run the same way.\n"
+    "OpenAI's logit processors: presence_penalty and frequency_penalty in [-2, 2] subtract\n"
+    "presence + frequency * count from the logit of each token generated count > 0 times so far;\n"
+    "logit_bias {token id: bias in [-100, 100]} (int or numeric str keys) is added to the logits. With\n"
+    "logprobs=True, Generation.logprobs holds per token its log probability and the top_logprobs (0..20) most\n"
+    "likely tokens of its step, of the distribution after those processors and the constraint, at\n"
+    "temperature 1. Out-of-range values raise OrbitError naming the argument.\n"
+    "Tool calls and JSON (the tools reach the prompt through sync(messages, tools=...)): with `tools` (OpenAI\n"
+    "tools), tool_choice 'required' or a tool's name (or OpenAI's {'type': 'function', 'function': {'name':\n"
+    "...}}) makes the model call one (its answer decoded under the\n"
+    "tools' grammar, orbit/constraint.h), 'auto' lets it choose (a call it starts, once it writes the format's\n"
+    "mark such as <tool_call>, is decoded under that grammar; None is 'auto'), 'none' reads no call; the calls\n"
+    "are read back\n"
+    "in tool_call_format (None: Engine.tool_call_format()). response_format 'json_object', a\n"
+    "{'type': 'json_schema', 'json_schema': {'schema': ...}} dict or a schema dict makes the answer JSON of it\n"
+    "(with tools under 'auto': a call or that JSON, either decoded from the first byte). What these arguments\n"
+    "compile to is kept in the engine's constraint cache (Engine.stats.constraint_cache: 64 entries, 256 MiB,\n"
+    "least recently used dropped first), so the same arguments again compile nothing.\n"
+    "The Generation then also has tool_calls ([{'id', 'type': 'function', 'function': {'name', 'arguments'}}],\n"
+    "ready to append as an assistant message's), content (the text that is not a call) and json (the parsed\n"
+    "answer, or None). An answer max_tokens ended inside a call gives that call last as far as it was written\n"
+    "(tool_call_cut: do not run it); a forced call ('required' or a name) wherever the cut fell, inside the\n"
+    "'<tool_call>' mark too (name '' and arguments ''). A schema outside the supported subset raises OrbitError\n"
+    "naming the keyword.\n"
+    "constraint_trigger_block (open, close), e.g. ('<think>', '</think>'): a reasoning model's block at the\n"
+    "answer's start, free text the constraint (tools, response_format) does not apply in: open '' means the\n"
+    "text begins inside it (the prompt opened it); otherwise the block is there only where the text begins,\n"
+    "whitespace aside, with open, and the model may choose. The constraint applies after close (a call's mark\n"
+    "under 'auto' counts only there). None (the default): no block. A wrong type raises TypeError, an empty\n"
+    "close or no constraint ValueError, naming constraint_trigger_block.";
+
+// Window: generate.
 void def_generate(py::class_<PyWindow>& c) {
   c.def(
       "generate",
@@ -454,53 +503,11 @@ void def_generate(py::class_<PyWindow>& c) {
       py::arg("response_format") = py::none(), py::arg("tool_call_format") = py::none(),
       py::arg("presence_penalty") = 0.0, py::arg("frequency_penalty") = 0.0, py::arg("logit_bias") = py::none(),
       py::arg("logprobs") = false, py::arg("top_logprobs") = 0, py::arg("constraint_trigger_block") = py::none(),
-      py::arg("cancel") = py::none(),
-      "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
-      "temperature > 0 = nucleus sampling, reproducible by seed (an int in [0, 2**64): another type raises\n"
-      "TypeError, an int out of range ValueError, naming seed); the run ends after emitting any of\n"
-      "stop_tokens. Returns a Generation (tokens, text, stop_reason, seconds). Repairs earlier edits deferred\n"
-      "run first (see flush()).\n"
-      "stop (a str or up to 4, OpenAI's `stop`) ends the run at the token that completes one: the text ends\n"
-      "right before it, stop_reason 'stop_string' (tokens keep the stop string's). on_text(piece) is called,\n"
-      "with the GIL taken (the decode runs without it), with each piece of text as it becomes final (whole\n"
-      "characters no stop string can take back); the pieces join to Generation.text. Returning False cancels\n"
-      "(stop_reason 'cancelled': the Generation holds every token so far); an exception it raises cancels the\n"
-      "run and is raised here once the decode stopped. It must not use this window nor close the engine\n"
-      "(OrbitError); other windows and calls may be used. With tools the pieces are the raw answer, call markup\n"
-      "included; tool_calls, content and json are read from the whole text.\n"
-      "cancel (an orbit.CancelToken) stops the run from any thread: cancel() ends it at its next token\n"
-      "(stop_reason 'cancelled', every token so far kept), read without the GIL and with no tokenizer needed; a\n"
-      "token cancelled before the call returns a cancelled Generation at once (no tokens, nothing forwarded).\n"
-      "close() of this window from another thread (a Window.stream loop's body) stops the run the same way.\n"
-      "OpenAI's logit processors: presence_penalty and frequency_penalty in [-2, 2] subtract\n"
-      "presence + frequency * count from the logit of each token generated count > 0 times so far;\n"
-      "logit_bias {token id: bias in [-100, 100]} (int or numeric str keys) is added to the logits. With\n"
-      "logprobs=True, Generation.logprobs holds per token its log probability and the top_logprobs (0..20) most\n"
-      "likely tokens of its step, of the distribution after those processors and the constraint, at\n"
-      "temperature 1. Out-of-range values raise OrbitError naming the argument.\n"
-      "Tool calls and JSON (the tools reach the prompt through sync(messages, tools=...)): with `tools` (OpenAI\n"
-      "tools), tool_choice 'required' or a tool's name (or OpenAI's {'type': 'function', 'function': {'name':\n"
-      "...}}) makes the model call one (its answer decoded under the\n"
-      "tools' grammar, orbit/constraint.h), 'auto' lets it choose (a call it starts, once it writes the format's\n"
-      "mark such as <tool_call>, is decoded under that grammar; None is 'auto'), 'none' reads no call; the calls\n"
-      "are read back\n"
-      "in tool_call_format (None: Engine.tool_call_format()). response_format 'json_object', a\n"
-      "{'type': 'json_schema', 'json_schema': {'schema': ...}} dict or a schema dict makes the answer JSON of it\n"
-      "(with tools under 'auto': a call or that JSON, either decoded from the first byte). What these arguments\n"
-      "compile to is kept in the engine's constraint cache (Engine.stats.constraint_cache: 64 entries, 256 MiB,\n"
-      "least recently used dropped first), so the same arguments again compile nothing.\n"
-      "The Generation then also has tool_calls ([{'id', 'type': 'function', 'function': {'name', 'arguments'}}],\n"
-      "ready to append as an assistant message's), content (the text that is not a call) and json (the parsed\n"
-      "answer, or None). An answer max_tokens ended inside a call gives that call last as far as it was written\n"
-      "(tool_call_cut: do not run it); a forced call ('required' or a name) wherever the cut fell, inside the\n"
-      "'<tool_call>' mark too (name '' and arguments ''). A schema outside the supported subset raises OrbitError\n"
-      "naming the keyword.\n"
-      "constraint_trigger_block (open, close), e.g. ('<think>', '</think>'): a reasoning model's block at the\n"
-      "answer's start, free text the constraint (tools, response_format) does not apply in: open '' means the\n"
-      "text begins inside it (the prompt opened it); otherwise the block is there only where the text begins,\n"
-      "whitespace aside, with open, and the model may choose. The constraint applies after close (a call's mark\n"
-      "under 'auto' counts only there). None (the default): no block. A wrong type raises TypeError, an empty\n"
-      "close or no constraint ValueError, naming constraint_trigger_block.");
+      py::arg("cancel") = py::none(), kGenerateDoc);
+}
+
+// Window: generate_n.
+void def_generate_n(py::class_<PyWindow>& c) {
   c.def(
       "generate_n",
       [](PyWindow& w, const py::object& query, int64_t n, const py::kwargs& kwargs) {
@@ -524,7 +531,8 @@ void def_generate(py::class_<PyWindow>& c) {
       "i sampled with seed + i (at temperature 0 every answer is the greedy one). Takes generate()'s keyword\n"
       "arguments, cancel included: one CancelToken stops all n answers at their next token (stop_reason\n"
       "'cancelled'); one cancelled before the call gives n cancelled Generations at once. Returns a list of n\n"
-      "Generations; the window is unchanged.");
+      "Generations; the window is unchanged. n must be in [1, 1024] (Window::kMaxGenerateN; OrbitError otherwise):\n"
+      "every branch is forked before the first step.");
 }
 
 // Window: logits and the other reads, and __repr__.
@@ -630,6 +638,7 @@ void init_window(py::module_& m) {
   def_apply(c);
   def_repairs(c);
   def_generate(c);
+  def_generate_n(c);
   def_reading(c);
 }
 
