@@ -48,7 +48,7 @@ void ServeMetrics::count_request(const std::string& endpoint, int status, double
   latency_[endpoint].observe(seconds);
 }
 
-void ServeMetrics::count_options(const std::string& endpoint, int status) {
+void ServeMetrics::count_untimed(const std::string& endpoint, int status) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++requests_[{endpoint, status}];
 }

@@ -1,7 +1,7 @@
 // The counters `orbit serve` exposes at /metrics, in Prometheus' text format (version 0.0.4).
 //
 //   orbit_requests_total{endpoint, status}      requests answered, by endpoint and HTTP status (CORS
-//                                               preflights included: count_options)
+//                                               preflights and 405s included: count_untimed)
 //   orbit_prompt_tokens_total                   prompt tokens (the rendered messages + generation prompt)
 //   orbit_completion_tokens_total               tokens generated
 //   orbit_forward_tokens_total                  tokens orbit forwarded on the critical path for prompts
@@ -110,10 +110,11 @@ std::string render_constraint_metrics(const ConstraintMetrics& m);
 class ServeMetrics {
  public:
   void count_request(const std::string& endpoint, int status, double seconds);
-  // An OPTIONS answered under --allow-origin (http/cors.h: a CORS preflight granted, 204, or refused, 403; a
-  // plain OPTIONS' 204): counted in orbit_requests_total{endpoint, status} as every answer is, but not in the
-  // endpoint's orbit_request_seconds, whose times are its requests' work (a preflight runs none).
-  void count_options(const std::string& endpoint, int status);
+  // An answer that ran none of the endpoint's work: an OPTIONS under --allow-origin (http/cors.h: a CORS
+  // preflight granted, 204, or refused, 403; a plain OPTIONS' 204) and a method the path does not serve (405).
+  // Counted in orbit_requests_total{endpoint, status} as every answer is, but not in the endpoint's
+  // orbit_request_seconds, whose times are its requests' work.
+  void count_untimed(const std::string& endpoint, int status);
   void count_first_token(const std::string& endpoint, double seconds);
   void count_wait(double seconds);
   void count_tokens(int64_t prompt, int64_t completion, double forward, int64_t radix);

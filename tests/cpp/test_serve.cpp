@@ -66,16 +66,22 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
         "stream_options");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})").second ==
         "stop");
-  // `user` is any string; one that is not a session id names the session of its hash.
+  // `user` is any string; one that is not a session id names the session of its hash: "user-" and the first 128
+  // bits of its SHA-256 (a 64-bit FNV-1a collision could be chosen, putting two users in one session).
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"user":"john doe"})").first == 200);
   CHECK(sv::session_for_user("s-1") == "s-1");
-  CHECK(sv::session_for_user("john doe") == sv::session_for_user("john doe"));
-  CHECK(sv::session_for_user("john doe").rfind("user-", 0) == 0);
-  CHECK(sv::session_for_user("john doe").size() == 21);
+  CHECK(sv::session_for_user("john doe") == "user-94890005f3b2117a353da72602595318");
   CHECK(sv::session_for_user("a.b+c@example.com") != sv::session_for_user("john doe"));
   CHECK(sv::session_id_problem(sv::session_for_user("a.b+c@example.com")).empty());
+  CHECK(sv::session_id_problem(sv::session_for_user(std::string(4096, '\xff'))).empty());
+  // A valid id in the hashed ones' namespace is hashed too, so no `user` can name the session of another's hash.
+  const std::string hashed = sv::session_for_user("john doe");
+  CHECK(sv::session_for_user(hashed) != hashed);
+  CHECK(sv::session_for_user("user-7") == "user-092081140b677b45dbe983b2f0d4ae02");
+  CHECK(sv::session_for_user("user") == "user");
+  CHECK(sv::session_for_user("") == "");
   // A call's arguments are text (a cut call's are not JSON), but JSON in them is bounded as the body is.
-  const std::string arguments = R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"function":)"
+  const std::string arguments = R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","function":)"
                                 R"({"name":"f","arguments":")" +
                                 std::string(5000, '[') + std::string(5000, ']') + R"("}}]}]})";
   CHECK(chat_error(arguments).second == "messages[0].tool_calls[0].function.arguments");

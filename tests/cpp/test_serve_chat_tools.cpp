@@ -33,23 +33,65 @@ TEST_CASE("serve: a tool message is taken wherever it stands, its call trimmed a
   const std::string call =
       R"({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":)"
       R"({"name":"f","arguments":"{}"}},{"id":"c2","type":"function","function":{"name":"f","arguments":"{}"}}]},)";
-  // Both results of a two-call message in any order, a result without an id, and the lists an agent that
-  // trims its context sends: a result whose call message was dropped, one after a user message, one whose
-  // id names a call that is gone. Each result stays in the parsed messages as sent.
+  // Both results of a two-call message in any order, and the lists an agent that trims its context sends: a
+  // result whose call message was dropped, one after a user message, one whose id names a call that is gone.
+  // Each result stays in the parsed messages as sent.
   const std::vector<std::string> bodies = {
       user + call +
           R"({"role":"tool","tool_call_id":"c2","content":"2"},{"role":"tool","tool_call_id":"c1","content":"1"}]})",
-      user + call + R"({"role":"tool","content":"1"}]})",
       user + R"({"role":"tool","tool_call_id":"c1","content":"1"}]})",
       user + call + R"({"role":"user","content":"y"},{"role":"tool","tool_call_id":"c1","content":"1"}]})",
       user + call +
-          R"({"role":"tool","tool_call_id":"c1","content":"1"},{"role":"tool","tool_call_id":"c9","content":"9"}]})",
-      R"({"model":"m","messages":[{"role":"tool","content":"1"}]})"};
+          R"({"role":"tool","tool_call_id":"c1","content":"1"},{"role":"tool","tool_call_id":"c9","content":"9"}]})"};
   for (const std::string& body : bodies) {
     const auto parsed = sv::parse_chat_request(body);
     REQUIRE(parsed.ok());
     CHECK(parsed.value->messages.back().role == "tool");
   }
+  // A result that names no call at all (no tool_call_id, null or empty), or a call without an id, is refused
+  // naming the field, as OpenAI refuses it: nothing would tie the two together.
+  for (const std::string tool :
+       {R"({"role":"tool","content":"1"})", R"({"role":"tool","tool_call_id":null,"content":"1"})",
+        R"({"role":"tool","tool_call_id":"","content":"1"})"}) {
+    CHECK(chat_error(user + call + tool + "]}").second == "messages[2].tool_call_id");
+    CHECK(chat_error(R"({"model":"m","messages":[)" + tool + "]}").second == "messages[0].tool_call_id");
+  }
+  for (const std::string& id : {std::string(), std::string(R"("id":null,)"), std::string(R"("id":"",)")}) {
+    CHECK(chat_error(user + R"({"role":"assistant","content":null,"tool_calls":[{)" + id +
+                     R"("type":"function","function":{"name":"f","arguments":"{}"}}]}]})")
+              .second == "messages[1].tool_calls[0].id");
+  }
+}
+
+TEST_CASE("serve: names in the history are held to OpenAI's rule, 1 to 64 of [A-Za-z0-9_-]", "[serve]") {
+  const auto assistant_call = [](const std::string& name) {
+    return R"({"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,)"
+           R"("tool_calls":[{"id":"c1","type":"function","function":{"name":)" +
+           nlohmann::json(name).dump() + R"(,"arguments":"{}"}}]}]})";
+  };
+  const auto named = [](const std::string& role, const std::string& name) {
+    return R"({"model":"m","messages":[{"role":"user","content":"x"},{"role":")" + role +
+           R"(","content":"y","tool_call_id":"c1","name":)" + nlohmann::json(name).dump() + "}]}";
+  };
+  for (const std::string& bad :
+       std::vector<std::string>{"x</tool_call>", "a b", "caf\u00e9", "a.b", std::string(65, 'n')}) {
+    CHECK(chat_error(assistant_call(bad)).second == "messages[1].tool_calls[0].function.name");
+    CHECK(sv::parse_chat_request(assistant_call(bad)).error.message.find("is not a tool name") != std::string::npos);
+    CHECK(chat_error(named("tool", bad)).second == "messages[1].name");
+  }
+  // A message's name is not empty; a call's may be, as this server answers a forced call cut before its name.
+  CHECK(chat_error(named("tool", "")).second == "messages[1].name");
+  CHECK(sv::parse_chat_request(assistant_call("")).ok());
+  // A 100 KB name reached the template whole; the message quotes 40 bytes of it.
+  const sv::Parsed<sv::ChatRequest> long_name = sv::parse_chat_request(
+      R"({"model":"m","messages":[{"role":"user","content":"x","name":")" + std::string(100000, 'a') + R"("}]})");
+  REQUIRE_FALSE(long_name.ok());
+  CHECK(long_name.error.param == "messages[0].name");
+  CHECK(long_name.error.message.size() < 200);
+  CHECK(sv::parse_chat_request(assistant_call(std::string(64, 'n'))).ok());
+  const sv::Parsed<sv::ChatRequest> ok = sv::parse_chat_request(named("tool", "get_weather-2"));
+  REQUIRE(ok.ok());
+  CHECK(ok.value->messages[1].name == std::optional<std::string>("get_weather-2"));
 }
 
 TEST_CASE("serve: tools, tool_choice and response_format are parsed; unhonoured parameters are refused by name",

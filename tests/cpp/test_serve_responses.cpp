@@ -104,6 +104,9 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
       R"({"type":"function_call_output","call_id":"c","output":"bad arguments"}]})");
   REQUIRE(cut_call.ok());
   CHECK(cut_call.value->chat.messages[1].tool_calls[0].arguments == R"({"q":"ca)");
+  // A call's name is a tool's (1 to 64 of [A-Za-z0-9_-]), named at the item rather than the chat message.
+  CHECK(refused(R"({"model":"m","input":[{"role":"user","content":"x"},{"type":"function_call","call_id":"c",)"
+                R"("name":"a b","arguments":"{}"}]})") == "input[1].name");
   CHECK(refused(R"({"model":"m","input":[{"type":"function_call_output","call_id":"c"}]})") == "input[0].output");
   CHECK(refused(R"({"model":"m","input":[{"type":"reasoning","summary":[]}]})") == "input[0].summary");
   CHECK(refused(body_with(R"("tools":[{"type":"web_search"}])")) == "tools[0].type");
@@ -465,6 +468,19 @@ TEST_CASE("responses: store false, a header's session, refusals by the Responses
   REQUIRE(greedy.error);
   CHECK(greedy.error->param == "max_output_tokens");
   CHECK(respond(core, request("Hi", {{"model", "gpt-4"}})).error->status == 404);
+  // A prompt past the context is named at what overflows it: the instructions when they alone leave no room,
+  // else the input.
+  std::string story;
+  for (int i = 0; i < 200; ++i) story += "Once upon a time there was a cat. ";
+  const Answer long_instructions = respond(core, request("Hi", {{"instructions", story}}));
+  REQUIRE(long_instructions.error);
+  CHECK(long_instructions.error->code == "context_length_exceeded");
+  CHECK(long_instructions.error->param == "instructions");
+  CHECK(long_instructions.error->message.rfind("instructions: ", 0) == 0);
+  const Answer long_input = respond(core, request(story, {{"instructions", "Be brief."}}));
+  REQUIRE(long_input.error);
+  CHECK(long_input.error->code == "context_length_exceeded");
+  CHECK(long_input.error->param == "input");
   // Tools: every schema is checked (tool_choice auto) to be an arguments schema, and a name is given once.
   const json search = {{"type", "function"}, {"name", "search"}, {"parameters", {{"type", "object"}}}};
   json odd = search;

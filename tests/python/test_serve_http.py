@@ -191,6 +191,12 @@ def test_a_known_path_with_another_method_is_405_with_allow(serve):
         assert headers.get("Allow") == allow
         assert json.loads(body)["error"]["code"] == "method_not_allowed"
     assert request(host, port, "GET", "/v1/nothing")[0] == 404
+    # Counted by endpoint and status, but not in the endpoints' latency histograms: a 405 runs none of their work.
+    metrics = request(host, port, "GET", "/metrics")[2]
+    for endpoint, count in (("chat", 1), ("completions", 1), ("responses", 1), ("other", 5)):
+        assert f'orbit_requests_total{{endpoint="{endpoint}",status="405"}} {count}\n' in metrics, metrics
+    for endpoint in ("chat", "completions", "responses"):
+        assert f'orbit_request_seconds_count{{endpoint="{endpoint}"}}' not in metrics, metrics
 
 
 def test_idle_connections_outlive_clients_pools_and_the_answers_say_so(serve):

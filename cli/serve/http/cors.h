@@ -11,7 +11,7 @@
 //   preflight  OPTIONS with Access-Control-Request-Method, on a path the server serves, from an allowed
 //              origin: 204 with preflight_fields() (the path's methods, the headers the request asked for,
 //              Max-Age) and answer_fields(); from another origin: 403, answer_fields() only (no grant).
-//              Counted in /metrics' orbit_requests_total by endpoint and status (ServeMetrics::count_options).
+//              Counted in /metrics' orbit_requests_total by endpoint and status (ServeMetrics::count_untimed).
 //   answers    every other answer (JSON, streams, the front's /health and refusals, 404, 405, 413, 415...)
 //              carries answer_fields(): for an allowed origin, Access-Control-Allow-Origin and
 //              -Expose-Headers; for another, none: the request is still served as before (CORS is not

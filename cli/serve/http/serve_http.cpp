@@ -470,7 +470,7 @@ void HttpServer::refuse_method(const httplib::Request& req, httplib::Response& r
   }
   res.set_header("Allow", methods);
   reply_error(res, api_error(405, message, "invalid_request_error", "method_not_allowed"));
-  core_.metrics().count_request(endpoint_of(req.path), 405, 0);
+  core_.metrics().count_untimed(endpoint_of(req.path), 405);
 }
 
 void HttpServer::answer_options(const httplib::Request& req, httplib::Response& res, const std::string& allow) {
@@ -481,7 +481,7 @@ void HttpServer::answer_options(const httplib::Request& req, httplib::Response& 
     reply_error(
         res, api_error(403, "origin '" + origin + "' may not call this server from a browser (not in --allow-origin)",
                        "invalid_request_error", "origin_not_allowed"));
-    core_.metrics().count_options(endpoint_of(req.path), 403);
+    core_.metrics().count_untimed(endpoint_of(req.path), 403);
     return;
   }
   for (const auto& [name, value] :
@@ -489,7 +489,7 @@ void HttpServer::answer_options(const httplib::Request& req, httplib::Response& 
     res.set_header(name, value);
   }
   res.status = 204;
-  core_.metrics().count_options(endpoint_of(req.path), 204);
+  core_.metrics().count_untimed(endpoint_of(req.path), 204);
 }
 
 void HttpServer::route_models_and_sessions() {

@@ -99,6 +99,7 @@ ojson message_item(const ojson& item, const std::string& p) {
 ojson function_call_item(const ojson& item, const std::string& p) {
   const std::string call_id = required_string(item, "call_id", p);
   const std::string name = required_string(item, "name", p);
+  if (const std::string bad = name_problem(name, "a tool name"); !bad.empty()) invalid_field(p + ".name", bad);
   const ojson* arguments = field(item, "arguments");
   if (arguments == nullptr) invalid_field(p + ".arguments", "missing");
   const std::string text = need_string(*arguments, p + ".arguments");

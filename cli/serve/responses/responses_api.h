@@ -8,8 +8,8 @@
 //   model (string, required); input (required: a string, a user message, or a non-empty array of items):
 //     {type?: "message", role: user | system | developer | assistant, content: a string or an array of
 //       {type: "input_text" | "output_text", text}} (id and status, as the SDKs send them back, are ignored)
-//     {type: "function_call", call_id, name, arguments (text: a JSON object, or what a call max_output_tokens
-//       cut had written, sent back as it was answered)}
+//     {type: "function_call", call_id, name (a tool's name: 1 to 64 letters, digits, _ and -), arguments (text:
+//       a JSON object, or what a call max_output_tokens cut had written, sent back as it was answered)}
 //     {type: "function_call_output", call_id, output (a string or an array of {type: "input_text", text})}
 //     {type: "reasoning", summary: [{type: "summary_text", text}], content?: [{type: "reasoning_text", text}],
 //       encrypted_content?}: an earlier turn's reasoning, which must come right before the assistant message or

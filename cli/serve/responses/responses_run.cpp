@@ -98,6 +98,26 @@ std::optional<ApiError> truncate_conversation(ServeCore& core, ResponseCall& cal
   return std::nullopt;
 }
 
+// A prompt past the context named at `instructions` rather than `input` when the instructions alone (without
+// the input, the previous conversation or the tools) leave no token to generate: no input would fit.
+ApiError name_overflow(ServeCore& core, const ResponseCall& call, ApiError error) {
+  if (error.code != "context_length_exceeded" || error.param != "input" || !call.request.has_instructions) {
+    return error;
+  }
+  ChatRequest probe = call.request.chat;
+  probe.messages.resize(1);
+  probe.tools_json.clear();
+  probe.tool_names.clear();
+  probe.tool_choice = ToolChoice{};
+  probe.response_format = ResponseFormat{};
+  const Parsed<int64_t> tokens = core.count_chat_tokens(probe);
+  const bool past = tokens.ok() ? *tokens.value >= core.context_tokens() : tokens.error.code == error.code;
+  if (!past) return error;
+  error.param = "instructions";
+  error.message = "instructions: the instructions alone leave no room in the context (" + error.message + ")";
+  return error;
+}
+
 // The answer as the assistant message a client sends back.
 ChatMessage answer_message(const RunResult& r) {
   ChatMessage answer;
@@ -142,11 +162,12 @@ std::optional<ApiError> prepare_response(ServeCore& core, std::string_view body,
   call.head.echo = call.request.echo;
   if (auto missing = response_flow::join_previous(core, call)) return missing;
   if (call.request.truncate) {
-    if (auto bad = response_flow::truncate_conversation(core, call)) return bad;
+    if (auto bad = response_flow::truncate_conversation(core, call))
+      return response_flow::name_overflow(core, call, *bad);
   }
   call.session = response_flow::session_of(core, call, header_session);
   call.ticket = core.prepare_chat(call.request.chat, call.session);
-  if (!call.ticket.ok()) return responses_error(call.ticket.error());
+  if (!call.ticket.ok()) return response_flow::name_overflow(core, call, responses_error(call.ticket.error()));
   if (call.request.store) {  // nothing runs for a response its store cannot take (store_write.h)
     const StoreWrite writable = core.responses().check_writable();
     if (!writable) call.ticket.refuse(store_refusal("responses", writable));
@@ -189,12 +210,12 @@ Parsed<int64_t> count_input_tokens(ServeCore& core, std::string_view body) {
   }
   if (call.request.truncate) {
     if (auto bad = response_flow::truncate_conversation(core, call)) {
-      out.error = *bad;
+      out.error = response_flow::name_overflow(core, call, *bad);
       return out;
     }
   }
   out = core.count_chat_tokens(call.request.chat);
-  if (!out.ok()) out.error = responses_error(out.error);
+  if (!out.ok()) out.error = response_flow::name_overflow(core, call, responses_error(out.error));
   return out;
 }
 

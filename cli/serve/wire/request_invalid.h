@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +47,20 @@ void check_metadata(const Json& v, const std::string& param = "metadata") {
     if (!value.is_string()) invalid_field(at, std::string("expected a string, got ") + json_type_name(value));
     if (value.template get_ref<const std::string&>().size() > 512) invalid_field(at, "over 512 bytes");
   }
+}
+
+// Why `name` is not a name of `what` ("" when it is): 1 to 64 letters, digits, _ and -, OpenAI's rule for
+// tool names (tools[].function.name, an assistant call's function.name) and message names (messages[].name).
+// Other bytes would reach the chat template and the call parser: a tool name holding "</tool_call>" ended the
+// call it was written in, so a tool_choice "required" answer came back as text.
+inline std::string name_problem(const std::string& name, const char* what) {
+  const bool ok = std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+  if (ok && !name.empty() && name.size() <= 64) return "";
+  const std::string shown = name.size() > 40 ? name.substr(0, 40) + "..." : name;
+  return nlohmann::json(shown).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + " is not " + what +
+         ": 1 to 64 letters, digits, _ and - are (" + std::to_string(name.size()) + " bytes given)";
 }
 
 // A parameter clients send that this server does not serve, refused rather than ignored: a 400 with code

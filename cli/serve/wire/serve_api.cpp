@@ -9,6 +9,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/common/json_input.h"
+#include "orbit/common/sha256.h"
 #include "serve/wire/request_invalid.h"
 
 namespace orbit::serve {
@@ -99,7 +100,11 @@ ChatToolCall parse_tool_call(const json& v, const std::string& param) {
   refuse_unknown_fields(v, "id type function index", "a tool call", param + ".");
   if (v.contains("index") && !v["index"].is_null()) need_int(v["index"], param + ".index");
   ChatToolCall call;
-  if (v.contains("id")) call.id = need_string(v["id"], param + ".id");
+  // Its id is what the tool message with its result names (tool_call_id), and templates render both.
+  const auto id = v.find("id");
+  if (id == v.end() || id->is_null()) invalid_field(param + ".id", "missing (the tool message of its result names it)");
+  call.id = need_string(*id, param + ".id");
+  if (call.id.empty()) invalid_field(param + ".id", "empty");
   if (v.contains("type") && need_string(v["type"], param + ".type") != "function") {
     invalid_field(param + ".type", "only 'function' tool calls are accepted");
   }
@@ -109,6 +114,11 @@ ChatToolCall parse_tool_call(const json& v, const std::string& param) {
   const auto name = fn->find("name");
   if (name == fn->end()) invalid_field(param + ".function.name", "missing");
   call.name = need_string(*name, param + ".function.name");
+  // Only a tool's name can be called, so a call in the history is held to the tools' rule; but "" is taken,
+  // as this server answers a forced call max_tokens cut before its name began (name and arguments "").
+  if (const std::string bad = name_problem(call.name, "a tool name"); !bad.empty() && !call.name.empty()) {
+    invalid_field(param + ".function.name", bad);
+  }
   if (fn->contains("arguments")) {
     // Templates see JSON arguments parsed (so JSON nested past the input bound is refused here), and other
     // text (a call max_tokens cut, as this server and OpenAI answer one) as a string (runtime::ChatToolCall).
@@ -168,6 +178,19 @@ std::optional<std::string> parse_reasoning(const json& v, const std::string& par
   return out;
 }
 
+// A tool message's tool_call_id: required and not empty, as OpenAI has it (the template renders it beside the
+// result, and it is all that ties the result to its call). Which call it names is not checked: an agent
+// that trims its context drops old call messages and keeps their results (serve_api.h).
+std::string parse_tool_call_id(const json& v, const std::string& param) {
+  const auto id = v.find("tool_call_id");
+  if (id == v.end() || id->is_null()) {
+    invalid_field(param + ".tool_call_id", "missing (a tool message answers the assistant's call of that id)");
+  }
+  std::string out = need_string(*id, param + ".tool_call_id");
+  if (out.empty()) invalid_field(param + ".tool_call_id", "empty");
+  return out;
+}
+
 ChatMessage parse_message(const json& v, const std::string& param) {
   static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool"};
   if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
@@ -186,10 +209,12 @@ ChatMessage parse_message(const json& v, const std::string& param) {
   if (content != v.end()) m.content = content_text(*content, param + ".content", m.role == "assistant");
   if (v.contains("refusal") && !v["refusal"].is_null()) m.content += need_string(v["refusal"], param + ".refusal");
   if (m.role == "assistant") m.reasoning_content = parse_reasoning(v, param);
-  if (v.contains("name") && !v["name"].is_null()) m.name = need_string(v["name"], param + ".name");
-  if (v.contains("tool_call_id") && !v["tool_call_id"].is_null()) {
-    m.tool_call_id = need_string(v["tool_call_id"], param + ".tool_call_id");
+  if (v.contains("name") && !v["name"].is_null()) {
+    m.name = need_string(v["name"], param + ".name");
+    if (const std::string bad = name_problem(*m.name, "a message name"); !bad.empty())
+      invalid_field(param + ".name", bad);
   }
+  if (m.role == "tool") m.tool_call_id = parse_tool_call_id(v, param);
   if (v.contains("tool_calls") && !v["tool_calls"].is_null()) {
     const json& calls = v["tool_calls"];
     if (!calls.is_array())
@@ -329,19 +354,6 @@ void parse_logprobs(const json& body, SamplingRequest& s, bool legacy) {
   }
 }
 
-// Why a tool's name is not one ("" when it is): 1 to 64 letters, digits, _ and -, as OpenAI's API requires.
-// Other bytes would reach the chat template and the call parser: a name holding "</tool_call>" ended the
-// call it was written in, so a tool_choice "required" answer came back as text.
-std::string tool_name_problem(const std::string& name) {
-  const bool ok = std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
-  });
-  if (ok && name.size() <= 64) return "";
-  const std::string shown = name.size() > 40 ? name.substr(0, 40) + "..." : name;
-  return json(shown).dump(-1, ' ', false, json::error_handler_t::replace) +
-         " is not a tool name: 1 to 64 letters, digits, _ and - are (" + std::to_string(name.size()) + " bytes given)";
-}
-
 // tools: each {"type": "function", "function": {"name": ..., ...}}; their names, in order, each once. (Their
 // parameters are checked as schemas by the server: answer_constraint.h.)
 std::vector<std::string> parse_tools(const json& tools) {
@@ -363,7 +375,9 @@ std::vector<std::string> parse_tools(const json& tools) {
     if (name == fn->end()) invalid_field(p + ".function.name", "missing");
     names.push_back(need_string(*name, p + ".function.name"));
     if (names.back().empty()) invalid_field(p + ".function.name", "empty");
-    if (const std::string bad = tool_name_problem(names.back()); !bad.empty()) invalid_field(p + ".function.name", bad);
+    if (const std::string bad = name_problem(names.back(), "a tool name"); !bad.empty()) {
+      invalid_field(p + ".function.name", bad);
+    }
     const auto first = std::find(names.begin(), names.end(), names.back());
     if (first + 1 != names.end()) {
       invalid_field(p + ".function.name", "'" + names.back() + "' is also the name of tools[" +
@@ -671,14 +685,14 @@ Parsed<CompletionRequest> parse_completion_request(std::string_view body, const 
   return guarded<CompletionRequest>([&] { return completion_request(body, limits); });
 }
 
+// Two namespaces that cannot meet: a valid session id outside "user-" is its own session; any other `user`
+// (bytes a session id cannot hold, or a name starting with "user-") is "user-" and the first 128 bits of its
+// SHA-256 in hex. So no chosen `user` shares another's session unless SHA-256 collides on 128 bits.
 std::string session_for_user(std::string_view user) {
-  if (user.empty() || session_id_problem(user).empty()) return std::string(user);
-  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
-  for (unsigned char c : user) h = (h ^ c) * 1099511628211ull;
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id = "user-";
-  for (int shift = 60; shift >= 0; shift -= 4) id += kHex[(h >> shift) & 15];
-  return id;
+  static constexpr std::string_view kHashed = "user-";
+  if (user.empty()) return "";
+  if (session_id_problem(user).empty() && user.substr(0, kHashed.size()) != kHashed) return std::string(user);
+  return std::string(kHashed) + sha256_hex(user).substr(0, 32);
 }
 
 std::string session_id_problem(std::string_view id) {

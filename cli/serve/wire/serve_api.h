@@ -39,11 +39,15 @@
 //   a message:   role in {system, developer, user, assistant, tool}; content a string, null (an assistant
 //                message with tool_calls), or an array of {"type": "text", "text": ...} parts (an assistant's
 //                also {"type": "refusal", "refusal": ...}, read as its text, as OpenAI takes them);
-//                name, tool_call_id (strings); tool_calls (array of {id, type "function",
-//                function {name, arguments (string)}}); a tool message is taken wherever it stands and
-//                whatever its tool_call_id, unlike OpenAI's API (which refuses one that answers no call of
-//                the assistant message before it): an agent that trims its context drops old calls and keeps
-//                their results, and the template renders such a message as any other. Other keys, per role:
+//                name (1 to 64 letters, digits, _ and -, OpenAI's rule; else a 400 naming messages[i].name);
+//                tool_calls (array of {id (a non-empty string), type "function", function {name (a tool name,
+//                held to the tools' rule, or "": a forced call max_tokens cut before its name is answered
+//                so), arguments (string)}}); a tool message's tool_call_id is required,
+//                a non-empty string (else a 400 naming messages[i].tool_call_id, as OpenAI has it), but the
+//                message is taken wherever it stands and whatever call its id names, unlike OpenAI's API
+//                (which refuses one that answers no call of the assistant message before it): an agent that
+//                trims its context drops old calls and keeps their results, and the template renders such a
+//                message as any other. Other keys, per role:
 //                OpenAI's and those the node clients in tests/node send are taken (any role's name, which
 //                @langchain/openai also sends on tool messages; an assistant's refusal string, read as its
 //                text after content); an assistant's reasoning_content (@ai-sdk/openai-compatible and
@@ -173,8 +177,9 @@ Parsed<ChatRequest> parse_chat_request(std::string_view body, const ServeLimits&
 Parsed<CompletionRequest> parse_completion_request(std::string_view body, const ServeLimits& limits = {});
 
 // The session a request's `user` names when no X-Orbit-Session header does: `user` itself when it is a
-// valid session id, else "user-" and the 16 hex digits of the 64-bit FNV-1a hash of its bytes (so "john doe"
-// and "a.b+c@example.com" are sessions too); "" for no user.
+// valid session id not starting with "user-", else "user-" and 32 hex digits, the first 128 bits of the
+// SHA-256 of its bytes (so "john doe" and "a.b+c@example.com" are sessions too, and "user-7" is hashed rather
+// than taken as is: no `user` can name the session another's hash gives); "" for no user.
 std::string session_for_user(std::string_view user);
 
 // A session id from the X-Orbit-Session header: 1 to 128 characters of [A-Za-z0-9._:@-]. Returns the error
