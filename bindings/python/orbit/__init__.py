@@ -41,6 +41,7 @@ from several threads; calls on one window are serialized. For asyncio, orbit.aio
 coroutines (`from orbit import aio`; aio.AsyncWindow(window), aio.generate_many), cancellable by the task.
 """
 
+from . import _orbit
 from ._orbit import (  # noqa: F401  (re-exports)
     __version__,
     ApplyReport,
@@ -130,6 +131,21 @@ for _name, _obj in list(globals().items()):
         except (AttributeError, TypeError):
             pass
 del _name, _obj
+
+
+def _made_by_the_api_only(cls, *args, **kwargs):
+    raise TypeError(f"orbit.{cls.__name__} cannot be created directly: orbit's calls return it "
+                    f"(help(orbit.{cls.__name__}) says which)")
+
+
+# A class bound without a constructor (Window, ChunkRef, Generation, the reports and stats) is only made by the
+# C++ side, which allocates its instances without __new__. pybind11's own __new__ gave `Window.__new__(Window)`
+# an instance with no C++ object under it, whose methods then read uninitialized memory (a segfault, a hang on a
+# garbage mutex); it is refused instead. pybind11 sets a constructor-less class's __init__ as a slot wrapper.
+for _obj in vars(_orbit).values():
+    if isinstance(_obj, type) and type(_obj.__dict__.get("__init__")).__name__ == "wrapper_descriptor":
+        _obj.__new__ = staticmethod(_made_by_the_api_only)
+del _obj
 
 __all__ = [
     "__version__",
