@@ -101,6 +101,46 @@ TEST_CASE("the AVX2 decode attention kernel equals the portable kernel", "[cache
   }
 }
 
+TEST_CASE("a row's decode attention has the same bits among many rows as alone", "[cached_attention][avx2]") {
+  // d_v of 8 and 16 sum several rows' values side by side: each row must still sum its keys in its own order,
+  // as a call of fewer rows than the kernel interleaves (one head of one member, R < 4) sums them.
+  for (const int64_t d : {8, 16, 24}) {
+    for (const int64_t R : {1, 3}) {
+      INFO("d " << d << " R " << R);
+      at::manual_seed(d * 10 + R);
+      const std::vector<int64_t> lengths = {0, 5, 300, 17, 64, 1, 129};
+      const int64_t B = static_cast<int64_t>(lengths.size()), H = 4, Ha = 2, capacity = 310;
+      ops::CachedAttentionInputs all;
+      all.queries = R;
+      all.scale = 0.35;
+      all.q = at::randn({B * R, H, d});
+      all.keys = at::randn({B, Ha, capacity, d});
+      all.values = at::randn({B, Ha, capacity, d});
+      for (int64_t b = 0; b < B; ++b) {
+        all.slots.push_back(b);
+        all.lengths.push_back(lengths[static_cast<std::size_t>(b)]);
+        all.first_row.push_back(b * R);
+      }
+      at::Tensor together = at::empty({B * R, H * d});
+      ops::cached_attention(all, together);
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t h = 0; h < H; ++h) {
+          ops::CachedAttentionInputs one = all;
+          one.q = all.q.narrow(0, b * R, R).narrow(1, h, 1).contiguous();
+          one.keys = all.keys.narrow(0, b, 1).narrow(1, h / (H / Ha), 1);
+          one.values = all.values.narrow(0, b, 1).narrow(1, h / (H / Ha), 1);
+          one.slots = {0};
+          one.lengths = {lengths[static_cast<std::size_t>(b)]};
+          one.first_row = {0};
+          at::Tensor alone = at::empty({R, d});
+          ops::cached_attention(one, alone);
+          CHECK(at::equal(alone, together.narrow(0, b * R, R).narrow(1, h * d, d)));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("buffers read in place at other strides give what their dense copies give", "[cached_attention]") {
   // A prefill's keys [B, S, H_a, d] read as [B, H_a, S, d]: rows H_a·d apart, heads d apart.
   for (const int64_t dk : {16, 12}) {  // the AVX2 kernel and the portable one

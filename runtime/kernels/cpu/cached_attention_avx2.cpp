@@ -126,32 +126,100 @@ void attend_values(const float* w, const float* v, int64_t seen, int64_t dv, int
   if (e0 + 8 <= dv) weighted_values<1>(w, v, seen, ldv, e0, inv, out);
 }
 
+// One query row's weighted values still to sum: its weights, value rows, keys seen, 1 / Σ weights and output.
+struct ValueTask {
+  const float* w;
+  const float* values;
+  int64_t seen;
+  float inv;
+  float* out;
+};
+
+// attend_values for kCachedAttentionValueRows rows of d_v = 8·V (V of 1 or 2, where one row's sum is one or two FMA
+// chains, each waiting on the last: latency-bound), their chains interleaved so that the core runs them side by side.
+// Each row's sum still runs over its keys in order from zero, as weighted_values's does, so every output is
+// the same to the bit as attend_values's.
+template <int V>
+void attend_values_together(const ValueTask* t, int64_t ldv) {
+  __m256 acc[kCachedAttentionValueRows][V];
+  int64_t common = t[0].seen;
+  for (int i = 0; i < kCachedAttentionValueRows; ++i) {
+    for (int c = 0; c < V; ++c) acc[i][c] = _mm256_setzero_ps();
+    common = t[i].seen < common ? t[i].seen : common;
+  }
+  for (int64_t s = 0; s < common; ++s) {
+    for (int i = 0; i < kCachedAttentionValueRows; ++i) {
+      const __m256 ws = _mm256_set1_ps(t[i].w[s]);
+      const float* vs = t[i].values + s * ldv;
+      for (int c = 0; c < V; ++c) acc[i][c] = _mm256_fmadd_ps(ws, _mm256_loadu_ps(vs + 8 * c), acc[i][c]);
+    }
+  }
+  for (int i = 0; i < kCachedAttentionValueRows; ++i) {
+    for (int64_t s = common; s < t[i].seen; ++s) {
+      const __m256 ws = _mm256_set1_ps(t[i].w[s]);
+      const float* vs = t[i].values + s * ldv;
+      for (int c = 0; c < V; ++c) acc[i][c] = _mm256_fmadd_ps(ws, _mm256_loadu_ps(vs + 8 * c), acc[i][c]);
+    }
+    const __m256 scale = _mm256_set1_ps(t[i].inv);
+    for (int c = 0; c < V; ++c) _mm256_storeu_ps(t[i].out + 8 * c, _mm256_mul_ps(acc[i][c], scale));
+  }
+}
+
+// The pending rows' values: kCachedAttentionValueRows of them interleaved, fewer one at a time.
+void flush_values(const ValueTask* t, int pending, int64_t dv, int64_t ldv) {
+  if (pending == kCachedAttentionValueRows && dv == 8) return attend_values_together<1>(t, ldv);
+  if (pending == kCachedAttentionValueRows && dv == 16) return attend_values_together<2>(t, ldv);
+  for (int i = 0; i < pending; ++i) attend_values(t[i].w, t[i].values, t[i].seen, dv, ldv, t[i].inv, t[i].out);
+}
+
+// Keys seen by query row r of member b: cached_seen, written out (this file instantiates no template another
+// file uses).
+int64_t seen_by(const CachedAttentionArgs<float>& a, const CachedAttentionDims& d, int64_t b, int64_t r) {
+  return a.last_key != nullptr ? a.last_key[b * d.queries + r] + 1 : a.lengths[b] + r + 1;
+}
+
 }  // namespace
 
 void cached_attention_avx2(const CachedAttentionArgs<float>& a, const CachedAttentionDims& d, int64_t begin,
                            int64_t end, float* scratch) {
   const int64_t G = d.heads / d.kv_heads;
+  const CachedAttentionStrides& ks = a.key_strides;
+  const CachedAttentionStrides& vs = a.value_strides;
+  // Narrow values (d_v of 8 or 16) wait for kCachedAttentionValueRows rows, each row's weights in its own
+  // stretch of the scratch, as long as the most keys a row of these items sees (and 8 floats of padding).
+  const bool together = d.dv <= 16;
+  int64_t stretch = 0;
+  for (int64_t item = begin; together && item < end; ++item) {
+    for (int64_t r = 0; r < d.queries; ++r) {
+      const int64_t need = seen_by(a, d, item / d.heads, r) + 8;
+      stretch = need > stretch ? need : stretch;
+    }
+  }
   float* query = scratch;
-  float* w = scratch + d.dk;
+  ValueTask pending[kCachedAttentionValueRows];
+  int count = 0;
   const __m256 scale = _mm256_set1_ps(d.scale);
   for (int64_t item = begin; item < end; ++item) {
     const int64_t b = item / d.heads, h = item % d.heads;
-    // CachedAttentionStrides::at, written out (as cached_seen below).
-    const CachedAttentionStrides& ks = a.key_strides;
-    const CachedAttentionStrides& vs = a.value_strides;
+    // CachedAttentionStrides::at, written out.
     const float* keys = a.keys + a.slots[b] * ks.slot + (h / G) * ks.head;
     const float* values = a.values + a.slots[b] * vs.slot + (h / G) * vs.head;
     for (int64_t r = 0; r < d.queries; ++r) {
-      // cached_seen, written out: this file instantiates no template another file uses.
       const int64_t row = a.first_row[b] + r;
-      const int64_t seen = a.last_key != nullptr ? a.last_key[b * d.queries + r] + 1 : a.lengths[b] + r + 1;
+      const int64_t seen = seen_by(a, d, b, r);
       const float* qr = a.q + (row * d.heads + h) * d.dk;
+      float* w = scratch + d.dk + count * stretch;
       for (int64_t e = 0; e < d.dk; e += 8) _mm256_storeu_ps(query + e, _mm256_mul_ps(_mm256_loadu_ps(qr + e), scale));
       const float top = scores(query, keys, seen, d.dk, ks.row, w);
       const float total = exponentiate(w, seen, top);
-      attend_values(w, values, seen, d.dv, vs.row, 1.0f / total, a.out + (row * d.heads + h) * d.dv);
+      pending[count++] = {w, values, seen, 1.0f / total, a.out + (row * d.heads + h) * d.dv};
+      if (!together || count == kCachedAttentionValueRows) {
+        flush_values(pending, count, d.dv, vs.row);
+        count = 0;
+      }
     }
   }
+  flush_values(pending, count, d.dv, vs.row);
 }
 
 }  // namespace orbit::kernels::cpu
