@@ -22,11 +22,11 @@
 //    token holding '"' soon ends it).
 //    Then the same over a real byte-level BPE vocabulary, GPT-2's 50,257 tokens (tests/data/tokenizers).
 //    Budgeted rows (over both vocabularies; --budget-only runs them alone): obj/24 (json_object), few/48
-//    (one to three people) and names/48 (a map whose keys are a pattern: Grammar::shaped_extra, where the
-//    budget's state bound is not taken), runs of 24 and 48 tokens whose answer must finish within them
-//    (mask_logits with the tokens left), where the budget binds towards each run's end, and names/4096, where
-//    it never binds; the sample column says at how many steps it dropped some token, and how many of the
-//    budget's '"'/',' tokens its bound settled and how many the key log walked (TokenConstraint::
+//    (one to three people) and names/48 (a map whose keys are a pattern of at most 6 letters: the budget's
+//    state bound counts its longest key, Grammar::shaped_extra), runs of 24 and 48 tokens whose answer must
+//    finish within them (mask_logits with the tokens left), where the budget binds towards each run's end, and
+//    names/4096, where it never binds; the sample column says at how many steps it dropped some token, and how
+//    many of the budget's '"'/',' tokens its bound settled and how many the key log walked (TokenConstraint::
 //    budget_counts; the untimed check of whether it dropped one counts too, so each step's tokens are counted
 //    twice).
 // A loop times both steps over the same forward: unmasked = forward + argmax; masked = forward + mask +
@@ -89,8 +89,9 @@ const char* kRecords = R"({"type": "array", "minItems": 100, "items": {"type": "
 const char* kFewPeople = R"({"type": "array", "minItems": 1, "maxItems": 3, "items": {"type": "object",
     "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer"}},
     "additionalProperties": {"type": "boolean"}, "required": ["name", "age"]}})";
-// A map whose keys are a pattern (Grammar::shaped_extra: 6,146 bytes at the default 1,024 characters, so the
-// budget is asked at every step unless it is past that).
+// A map whose keys are a pattern (Grammar::shaped_extra: its longest key, 8 bytes quoted; a pattern with keys
+// of every length counts 6,146 at the default 1,024 characters, and the budget is asked at every step below
+// that).
 const char* kNamedKeys = R"({"type": "object", "propertyNames": {"pattern": "^[a-z]{1,6}$"},
     "additionalProperties": {"type": "integer"}})";
 const char* kLongString = R"({"type": "string", "minLength": 4096, "maxLength": 8192})";

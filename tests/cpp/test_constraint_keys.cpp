@@ -6,10 +6,14 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "constrain/byte_dfa.h"
+#include "constrain/grammar.h"
+#include "constrain/regex.h"
 #include "error_text.h"
 #include "orbit/constraint.h"
 #include "repeated_key.h"
@@ -204,6 +208,57 @@ TEST_CASE("an object has no more members than distinct keys", "[constraint]") {
   const auto cased = schema(R"({"propertyNames": {"pattern": "^.$"}, "additionalProperties": true})");
   CHECK(cased->matches(R"({"\u001f": 1})"));
   CHECK_FALSE(cased->matches(R"({"\u001F": 1})"));
+}
+
+TEST_CASE("a pattern's longest key in bytes as written: finite automata, escapes, and cycles", "[constraint]") {
+  using namespace orbit::constrain;
+  // The longest text of a pattern over a JSON string's content, quoted: bytes as written, escapes included.
+  const auto longest = [](const std::string& pattern) {
+    return longest_text_bytes(quoted(regex_dfa(pattern, RegexSyntax::kSearch, RegexText::kJsonString, "t"), "t"));
+  };
+  CHECK(longest("^[a-z]{1,6}$") == 8);
+  CHECK(longest("^(a|b|c|d|abcdefgh)$") == 10);
+  CHECK(longest("^[\\u0001-\\u0003]{2}$") == 14);  // \u0001 is 6 bytes
+  CHECK(longest("^[\"\\\\\\n]{3}$") == 8);         // \" \\ \n: 2 bytes each
+  CHECK(longest("^(\xC3\xA9|x){2}$") == 6);        // UTF-8: 2 bytes
+  CHECK(longest("^a?b?$") == 4);
+  CHECK(longest("^$") == 2);
+  // Texts of every length: a cycle on an accepted path, the start's own included, or a search.
+  CHECK(longest("^a+$") == std::nullopt);
+  CHECK(longest("^(ab)*c$") == std::nullopt);
+  CHECK(longest("^x(?:yz)*$") == std::nullopt);
+  CHECK(longest("ab") == std::nullopt);
+  // A cycle no accepted path holds does not count: the state after "a" in a hand-built automaton that loops
+  // on 'b' and never accepts, beside "c" accepted.
+  ByteDfa dead;
+  dead.edges = {{{'a', 'a', 1}, {'c', 'c', 2}}, {{'b', 'b', 1}}, {}};
+  dead.accepting = {0, 0, 1};
+  CHECK(longest_text_bytes(dead) == 1);
+  dead.edges[0].push_back({'d', 'd', 0});  // a loop on the start: unbounded
+  CHECK(longest_text_bytes(dead) == std::nullopt);
+
+  // Grammar::shaped_extra, the most bytes a key the budget's state bound counts may cost: a pattern's longest
+  // key where it has one, else maxLength characters at 6 bytes each, quotes included.
+  const auto shaped = [](const std::string& schema_text, int64_t max_chars) {
+    ConstraintLimits limits;
+    limits.max_string_chars = max_chars;
+    Grammar g;
+    g.root = add_json_schema(g, schema_text, limits, "schema");
+    g.finish();
+    return g.shaped_extra;
+  };
+  CHECK(shaped(R"({"propertyNames": {"pattern": "^[a-z]{1,6}$"}})", 1024) == 8);
+  CHECK(shaped(R"({"propertyNames": {"pattern": "^(a|\\u0001{3})$"}})", 1024) == 20);
+  CHECK(shaped(R"({"propertyNames": {"pattern": "^[a-z]{1,6}$", "maxLength": 2}})", 1024) == 8);  // a bound
+  CHECK(shaped(R"({"propertyNames": {"pattern": "^[a-z]+$"}})", 1024) == 6 * 1024 + 2);
+  CHECK(shaped(R"({"propertyNames": {"pattern": "^[a-z]+$", "maxLength": 5}})", 1024) == 32);
+  CHECK(shaped(R"({"propertyNames": {"pattern": "^[a-z]+$"}})", 10) == 62);
+  // An open object's extra keys leave out its declared names: "abcdefgh" is declared, "a" and "b" are left.
+  CHECK(shaped(R"({"properties": {"abcdefgh": {}}, "propertyNames": {"pattern": "^(a|b|abcdefgh)$"},
+                  "additionalProperties": true})",
+               1024) == 3);
+  CHECK(shaped(R"({"propertyNames": {"enum": ["a", "abc"]}})", 1024) == 7);  // a name's, quoted, and 2 more
+  CHECK(shaped(R"({"propertyNames": {"maxLength": 3}})", 1024) == 0);        // plain strings: the bound's 6
 }
 
 namespace {

@@ -412,11 +412,14 @@ class UnionGen {
 
   Json object(int depth) {
     Json s{{"type", "object"}};
-    const int names = pick(5);
+    const int names = pick(7);
     if (names == 1) s["propertyNames"] = Json{{"maxLength", 1 + pick(2)}};
     if (names == 2) s["propertyNames"] = Json{{"enum", Json::array({"a", "b", "abcdefg"})}};
     if (names == 3) s["propertyNames"] = Json{{"pattern", "^(a|b|c|abcdefgh)$"}};
     if (names == 4) s["propertyNames"] = Json{{"minLength", 1 + pick(4)}};
+    // Pattern keys of a finite longest (some characters escaped: \u0001 is 6 bytes, \" 2) and of none.
+    if (names == 5) s["propertyNames"] = Json{{"pattern", "^(a|b|\"|a[\\u0001\"]{2})$"}};
+    if (names == 6) s["propertyNames"] = Json{{"pattern", "^[ab]c*$"}};
     if (pick(3) == 0) s["properties"] = Json{{"a", leaf()}};
     s["additionalProperties"] = pick(3) == 0 ? schema(depth + 1) : leaf();
     if (pick(2)) s["minProperties"] = 1 + pick(3);
@@ -503,7 +506,15 @@ TEST_CASE("budgeted masks at every budget equal brute force: the budget's skip b
       R"({"type": "object", "propertyNames": {"enum": ["a", "b", "c", "abcdefgh"]}, "maxProperties": 2,
           "additionalProperties": {"type": "integer"}})",
       R"({"anyOf": [{"type": "object", "propertyNames": {"enum": ["a", "ab"]}, "additionalProperties": {"type": "integer"}},
-          {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 3}]})"};
+          {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 3}]})",
+      // Pattern keys the state's bound counts at their longest (escapes as written) or, with texts of every
+      // length, at maxLength characters.
+      R"({"type": "object", "propertyNames": {"pattern": "^(a|b|c|\\u0001|a\\u0001{3})$"}, "maxProperties": 3,
+          "additionalProperties": {"type": "integer"}})",
+      R"({"type": "object", "propertyNames": {"pattern": "^(a|b|\"|a[\"\\\\]{1,2})$"}, "minProperties": 2,
+          "additionalProperties": {"type": "integer"}})",
+      R"({"type": "object", "propertyNames": {"pattern": "^[ab]c*$"}, "maxProperties": 3,
+          "additionalProperties": {"type": "integer"}})"};
   for (uint64_t seed = 1; seed <= 200; ++seed) schemas.push_back(SchemaGen(seed * 31).schema(0).dump());
   int64_t states = 0, skipped = 0, cut = 0;
   for (std::size_t k = 0; k < schemas.size(); ++k) {
@@ -648,27 +659,42 @@ TEST_CASE("a token the key log drops one alternative at keeps the budget: its ne
   // taken) but not the second, which still owes 7 members: its need is the second's, far past the grammar's
   // fewest bytes after it (the first's), and past the state's bound on what any token needs where no stack is
   // dropped. No token here leaves the first alternative by the grammar, so nothing else raises that bound.
-  TokenBytes b;
-  for (const char* p : {"{", "\"", "a", "b", "c", ":", "1", ",", "}", "\"a"}) b.text.emplace_back(p);
-  b.text.emplace_back(std::nullopt);
-  const auto vocab = TokenVocabulary::from_bytes(b);
+  // Where the first's keys are a pattern of a short longest key, the state's bound is small, and only
+  // repeats() (the tokens that drop a stack) keeps it from being taken; likewise for a key spelled with
+  // escapes ("\u0001", "\"") that a token begins again.
+  struct Run {
+    const char* names;
+    const char* key;    // the first key, as written
+    const char* token;  // the token that begins it again
+  };
+  const Run runs[] = {{R"({"maxLength": 1})", R"("a")", R"("a)"},
+                      {R"({"pattern": "^(a|b)$"})", R"("a")", R"("a)"},
+                      {R"({"enum": ["a", "b"]})", R"("a")", R"("a)"},
+                      {R"({"pattern": "^(\\u0001|b)$"})", R"("\u0001")", R"("\u0001)"},
+                      {R"({"pattern": "^(\"|bcd)$"})", R"("\"")", R"("\")"},
+                      {R"({"pattern": "^(\"|b)c{0,3}$"})", R"("\"ccc")", R"("\"ccc)"}};
   ConstraintLimits limits;
   limits.whitespace = Whitespace::kNone;
-  limits.max_object_members = 8;
-  for (const char* names : {R"({"maxLength": 1})", R"({"pattern": "^(a|b)$"})"}) {
-    const std::string schema = std::string(R"({"anyOf": [{"type": "object", "propertyNames": )") + names +
+  limits.max_object_members = 16;
+  for (const Run& r : runs) {
+    TokenBytes b;
+    for (const char* p : {"{", "\"", "a", "b", "c", ":", "1", ",", "}", "\\", "u", "0"}) b.text.emplace_back(p);
+    b.text.emplace_back(r.token);
+    b.text.emplace_back(std::nullopt);
+    const auto vocab = TokenVocabulary::from_bytes(b);
+    const std::string schema = std::string(R"({"anyOf": [{"type": "object", "propertyNames": )") + r.names +
                                R"(, "additionalProperties": {"type": "integer"}},
-        {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 8}]})";
+        {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 16}]})";
     INFO(schema);
     TokenConstraint tc(Constraint::json_schema(schema, limits), vocab, {.end_tokens = {vocab->size() - 1}});
     int64_t skipped = 0, cut = 0;
-    for (const std::string part : {"{", "\"a\"", ":", "1", ","}) {
+    for (const std::string part : {"{", r.key, ":", "1", ","}) {
       tc.accept_text(part);
       check_every_budget(tc, *vocab, skipped, cut);
     }
     ConstraintMatcher after = tc.matcher();
-    REQUIRE(after.advance("\"a"));
-    INFO("need after \"a: " << after.min_bytes_to_complete());
+    REQUIRE(after.advance(r.token));
+    INFO("need after " << r.token << ": " << after.min_bytes_to_complete());
     CHECK(after.min_bytes_to_complete() > 30);
     CHECK(cut > 20);
   }
@@ -677,22 +703,38 @@ TEST_CASE("a token the key log drops one alternative at keeps the budget: its ne
 TEST_CASE("one-byte tokens and a pattern's long key: the state's bound counts what the key may cost",
           "[constraint][property]") {
   // With tokens of one byte, the state's bound allows (1 + 1) * longest_key (3 here) for what keys add after a
-  // token; "a" taken under ^(a|b|c|d|abcdefgh)$ makes the key "a costs 7 more (Grammar::shaped_extra).
+  // token; "a" taken under ^(a|b|c|d|abcdefgh)$ makes the key "a costs 7 more (Grammar::shaped_extra, the
+  // pattern's longest key: 10 bytes). Under ^(a|b|c|d|a\u0001{3})$ it costs 18 more, its longest key 21 bytes
+  // as written but 6 counted in characters: a bound that counted characters would keep the token 'a' with
+  // fewer tokens left than its 22 bytes. With texts of every length the key is counted at maxLength.
   TokenBytes b;
   for (int c = 0; c < 256; ++c) b.text.emplace_back(std::string(1, static_cast<char>(c)));
   b.text.emplace_back(std::nullopt);
   const auto vocab = TokenVocabulary::from_bytes(b);
   ConstraintLimits limits;
   limits.whitespace = Whitespace::kNone;
-  const auto c = Constraint::json_schema(R"({"type": "object", "propertyNames": {"pattern": "^(a|b|c|d|abcdefgh)$"},
-      "maxProperties": 2, "additionalProperties": {"type": "integer"}})",
-                                         limits);
-  TokenConstraint tc(c, vocab, {.end_tokens = {vocab->size() - 1}});
-  const std::string text = R"({"a":1,"abcdefgh":2})";
-  int64_t skipped = 0, cut = 0;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    check_every_budget(tc, *vocab, skipped, cut);
-    tc.accept_text(text.substr(i, 1));
+  limits.max_string_chars = 16;
+  const std::vector<std::pair<std::string, std::string>> runs{
+      {R"(^(a|b|c|d|abcdefgh)$)", R"({"a":1,"abcdefgh":2})"},
+      {R"(^(a|b|c|d|a\u0001{3})$)", R"({"a":1,"a\u0001\u0001\u0001":2})"},
+      {R"(^(a|b|c|d|a["\\]{3})$)", R"({"a":1,"a\"\\\"":2})"},
+      {R"(^(a|b|c|d|ab(cdefgh)+)$)", R"({"a":1,"abcdefghcdefgh":2})"}};
+  for (const auto& [pattern, text] : runs) {
+    const std::string schema = Json{
+        {"type", "object"},
+        {"propertyNames", {{"pattern", pattern}}},
+        {"maxProperties", 2},
+        {"additionalProperties",
+         {{"type", "integer"}}}}.dump();
+    INFO(schema);
+    const auto c = Constraint::json_schema(schema, limits);
+    REQUIRE(c->matches(text));
+    TokenConstraint tc(c, vocab, {.end_tokens = {vocab->size() - 1}});
+    int64_t skipped = 0, cut = 0;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      check_every_budget(tc, *vocab, skipped, cut);
+      tc.accept_text(text.substr(i, 1));
+    }
+    CHECK(cut > 10);
   }
-  CHECK(cut > 10);
 }

@@ -424,4 +424,77 @@ int64_t count_texts(const ByteDfa& a, int64_t max_chars, int64_t cap) {
   return texts;
 }
 
+namespace {
+
+// The states on some path `a` accepts: reached from the start and reaching an accepting state (all of a
+// pruned automaton's; checked here all the same, as the longest text's bound rests on it).
+std::vector<uint8_t> useful_states(const ByteDfa& a) {
+  const std::size_t n = a.size();
+  std::vector<std::vector<int32_t>> into(n);
+  std::vector<uint8_t> reached(n, 0), useful(n, 0);
+  std::vector<int32_t> todo;
+  if (n > 0) {
+    reached[0] = 1;
+    todo.push_back(0);
+  }
+  while (!todo.empty()) {
+    const auto q = static_cast<std::size_t>(todo.back());
+    todo.pop_back();
+    for (const ByteDfa::Edge& e : a.edges[q]) {
+      into[static_cast<std::size_t>(e.to)].push_back(static_cast<int32_t>(q));
+      if (reached[static_cast<std::size_t>(e.to)] == 0) todo.push_back(e.to);
+      reached[static_cast<std::size_t>(e.to)] = 1;
+    }
+  }
+  for (std::size_t q = 0; q < n; ++q) {
+    if (reached[q] == 0 || a.accepting[q] == 0) continue;
+    useful[q] = 1;
+    todo.push_back(static_cast<int32_t>(q));
+  }
+  while (!todo.empty()) {
+    const auto q = static_cast<std::size_t>(todo.back());
+    todo.pop_back();
+    for (const int32_t p : into[q]) {
+      if (useful[static_cast<std::size_t>(p)] == 0) todo.push_back(p);
+      useful[static_cast<std::size_t>(p)] = 1;
+    }
+  }
+  return useful;
+}
+
+}  // namespace
+
+std::optional<int64_t> longest_text_bytes(const ByteDfa& a) {
+  const std::vector<uint8_t> useful = useful_states(a);
+  const std::size_t n = a.size();
+  if (n == 0 || useful[0] == 0) return std::nullopt;
+  // Longest paths in topological order (Kahn's), over the useful states only: an edge counts one byte
+  // whichever byte of its range it takes. Every useful state but the start has a useful edge into it, so
+  // the order reaches each one unless some lies on a cycle (texts of every length), the start's included.
+  std::vector<int64_t> ins(n, 0), longest(n, 0);
+  std::size_t left = 0;
+  for (std::size_t q = 0; q < n; ++q) {
+    left += useful[q];
+    for (const ByteDfa::Edge& e : a.edges[q])
+      ins[static_cast<std::size_t>(e.to)] += useful[q] & useful[static_cast<std::size_t>(e.to)];
+  }
+  if (ins[0] != 0) return std::nullopt;
+  int64_t most = 0;
+  std::vector<int32_t> todo{0};
+  while (!todo.empty()) {
+    const auto q = static_cast<std::size_t>(todo.back());
+    todo.pop_back();
+    --left;
+    if (a.accepting[q] != 0) most = std::max(most, longest[q]);
+    for (const ByteDfa::Edge& e : a.edges[q]) {
+      const auto to = static_cast<std::size_t>(e.to);
+      if (useful[to] == 0) continue;
+      longest[to] = std::max(longest[to], longest[q] + 1);
+      if (--ins[to] == 0) todo.push_back(e.to);
+    }
+  }
+  if (left != 0) return std::nullopt;
+  return most;
+}
+
 }  // namespace orbit::constrain

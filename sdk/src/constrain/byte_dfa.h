@@ -111,6 +111,10 @@ int64_t count_texts(const ByteDfa& a, int64_t max_chars, int64_t cap);
 // `cap` or none is longer (an automaton that loops without characters past 6 * max_chars + 2 bytes: `cap`
 // more at the next length).
 std::vector<int64_t> texts_by_bytes(const ByteDfa& a, int64_t max_chars, int64_t cap);
+// The most bytes of a text `a` accepts: the longest path from the start to an accepting state, over the states
+// some accepted path holds. nullopt where there is none (a cycle among those states: texts of every length) or
+// `a` accepts nothing. Over a JSON string's bytes (regex.h) a text's escapes are counted as written.
+std::optional<int64_t> longest_text_bytes(const ByteDfa& a);
 // Whether `a` accepts `text`.
 bool accepts(const ByteDfa& a, std::string_view text);
 

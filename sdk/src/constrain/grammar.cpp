@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "orbit/common/error.h"
 
@@ -125,6 +126,16 @@ int64_t map_min_bytes(const Grammar& g, const Node& n) {
   return n.min_count == 0 ? 2 : sum(1, members_bytes(g, n, n.min_count));
 }
 
+// The most bytes a pattern's key node writes, quotes included: its automaton's longest text where that is
+// finite (escapes counted as written: "\u0001" is 6 bytes), else at most max_count characters, each at most 6
+// bytes ("\u001f"). Never less than a key it writes (key_log.h: most_over rests on it).
+int64_t longest_key_text(const Node& key) {
+  const int64_t by_chars = 6 * std::min<int64_t>(key.max_count, INT32_MAX) + 2;
+  if (key.kind != NodeKind::kDfa) return by_chars;
+  const std::optional<int64_t> longest = longest_text_bytes(*key.dfa);
+  return longest ? std::min(*longest, by_chars) : by_chars;
+}
+
 // key_counts of the maps and open objects, enough for every member they may have and one more.
 void count_object_keys(Grammar& g) {
   for (Node& n : g.nodes) {
@@ -140,8 +151,8 @@ void count_object_keys(Grammar& g) {
     const Node& k = g.at(key);
     if (k.kind == NodeKind::kLiteralSet) {
       for (const ByteTrie::Node& t : k.trie.nodes) g.shaped_extra = std::max<int64_t>(g.shaped_extra, t.depth + 2);
-    } else if (k.kind != NodeKind::kString) {  // at most max_count characters, each at most 6 bytes ("\u001f")
-      g.shaped_extra = std::max<int64_t>(g.shaped_extra, 6 * std::min<int64_t>(k.max_count, INT32_MAX) + 2);
+    } else if (k.kind != NodeKind::kString) {
+      g.shaped_extra = std::max(g.shaped_extra, longest_key_text(k));
     }
   }
 }

@@ -131,8 +131,9 @@ struct Grammar {
   // Where some map's or open object's keys are a pattern or a set of names rather than a string (of some
   // lengths), a key being written whose short completions are taken may cost more than 6 bytes past the
   // grammar's shortest (^(a|abcdefgh)$ with "a" taken: 7), up to its longest: a bound on that, the most bytes
-  // such a key may take (a name's, quoted; a pattern's maxLength characters at 6 bytes each, quoted); 0 where
-  // there is none.
+  // such a key may take, quotes included: a name's; a pattern's longest text as written (byte_dfa.h:
+  // longest_text_bytes), or where it has texts of every length its maxLength characters at 6 bytes each; 0
+  // where there is none.
   int64_t shaped_extra = 0;
 
   int32_t add(Node node);
