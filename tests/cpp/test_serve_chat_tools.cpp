@@ -145,6 +145,25 @@ TEST_CASE("serve: tools, tool_choice and response_format are parsed; unhonoured 
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"assistant","content":"","tool_calls":)"
                    R"([{"id":"c1","type":"function","function":{"name":"f","arguments":{}}}]}]})")
             .second == "messages[0].tool_calls[0].function.arguments");  // an object, not text
+  // JSON arguments reach the template parsed, so an object giving a key twice is refused: the renderer keeps one
+  // of its values ({"a":1,"a":2} is rendered {"a": 2}). What renders as written is taken: numbers (an integer
+  // past 64 bits too: the renderer keeps its text), the same key in two objects, text that is not JSON.
+  const auto with_arguments = [](const std::string& arguments) {
+    return R"({"model":"m","messages":[{"role":"assistant","content":"","tool_calls":)"
+           R"([{"id":"c1","type":"function","function":{"name":"f","arguments":)" +
+           nlohmann::json(arguments).dump() + "}}]}]}";
+  };
+  for (const std::string& altered : {std::string(R"({"a":1,"a":2})"), std::string(R"({"o":[{"k":1,"k":1}]})"),
+                                     std::string(R"({"a":1,"b":{},"a":1})")}) {
+    CHECK(chat_error(with_arguments(altered)).second == "messages[0].tool_calls[0].function.arguments");
+  }
+  CHECK(sv::parse_chat_request(with_arguments(R"({"a":1,"a":2})")).error.message.find("holds the key \"a\" twice") !=
+        std::string::npos);
+  for (const std::string& kept :
+       {std::string(R"({"x":1.5,"y":2e3,"n":12345678901234567890123})"), std::string(R"({"a":{"k":1},"b":{"k":2}})"),
+        std::string(R"({"q":"ca)"), std::string("[1,2]")}) {
+    CHECK(sv::parse_chat_request(with_arguments(kept)).ok());
+  }
   CHECK(chat_error(head + R"(,"response_format":{"type":"nonsense"}})").second == "response_format.type");
   CHECK(chat_error(head + R"(,"response_format":"json"})").second == "response_format");
   CHECK(chat_error(head + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x"}}})").second ==

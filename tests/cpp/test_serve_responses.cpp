@@ -104,6 +104,8 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
       R"({"type":"function_call_output","call_id":"c","output":"bad arguments"}]})");
   REQUIRE(cut_call.ok());
   CHECK(cut_call.value->chat.messages[1].tool_calls[0].arguments == R"({"q":"ca)");
+  CHECK(refused(R"({"model":"m","input":[{"role":"user","content":"x"},{"type":"function_call","call_id":"c",)"
+                R"("name":"f","arguments":"{\"a\":1,\"a\":2}"}]})") == "input[1].arguments");  // a key twice
   // A call's name is a tool's (1 to 64 of [A-Za-z0-9_-]), named at the item rather than the chat message.
   CHECK(refused(R"({"model":"m","input":[{"role":"user","content":"x"},{"type":"function_call","call_id":"c",)"
                 R"("name":"a b","arguments":"{}"}]})") == "input[1].name");

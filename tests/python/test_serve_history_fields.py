@@ -1,9 +1,10 @@
 """What a chat request's history says about its tool calls and names is checked as OpenAI's API checks it
 (cli/serve/wire/serve_api.h), so nothing reaches the chat template that it would render wrongly or not at all:
-a tool message names the call it answers (tool_call_id, required and not empty), a call has an id, the names in
-the history (messages[i].name, tool_calls[j].function.name) are 1 to 64 of [A-Za-z0-9_-]. Each is refused with
-a 400 naming the field. A `user` names its session by a SHA-256 of it, in a namespace no other `user` reaches;
-/v1/responses names `instructions` when they alone overflow the context. The server is started here on
+a tool message names the call it answers (tool_call_id, required and not empty), a call has an id, its JSON
+arguments give no key twice in one object (the template would see one value), the names in the history
+(messages[i].name, tool_calls[j].function.name) are 1 to 64 of [A-Za-z0-9_-]. Each is refused with a 400 naming
+the field. A `user` names its session by a SHA-256 of it, in a namespace no other `user` reaches; /v1/responses
+names `instructions` when they alone overflow the context. The server is started here on
 127.0.0.1 (any free port) on stories260K and always stopped."""
 import hashlib
 
@@ -65,6 +66,29 @@ def test_a_call_in_the_history_is_held_to_the_tool_name_rule(server, name):
             "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}]}
     refused(chat(server, [{"role": "user", "content": "Weather?"}, call]), "messages[1].tool_calls[0].function.name",
             "is not a tool name")
+
+
+@pytest.mark.parametrize("arguments", ['{"city": "Paris", "city": "Rome"}', '{"trip": [{"to": "Rome", "to": "Oslo"}]}'],
+                         ids=["key-twice", "nested-key-twice"])
+def test_arguments_a_parse_would_alter_are_refused(server, arguments):
+    # The template sees JSON arguments parsed: only one of the two cities would reach it.
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": arguments}}]}
+    refused(chat(server, [{"role": "user", "content": "Weather?"}, call]), "messages[1].tool_calls[0].function.arguments")
+    status, body = post_json(server, "/v1/responses", {
+        "model": MODEL_NAME, "max_output_tokens": 2, "store": False,
+        "input": [{"role": "user", "content": "Weather?"},
+                  {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": arguments}]})
+    assert (status, body["error"]["param"]) == (400, "input[1].arguments"), body
+
+
+def test_arguments_as_answered_are_served(server):
+    # A call max_tokens cut comes back as it was answered (not JSON), and JSON that parses as written.
+    for arguments in ('{"city": "Pa', '{"x": 1.5, "big": 12345678901234567890123, "a": {"k": 1}, "b": {"k": 2}}'):
+        call = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": arguments}}]}
+        result = {"role": "tool", "tool_call_id": "call_1", "content": "bad arguments"}
+        assert chat(server, [{"role": "user", "content": "Weather?"}, call, result])[0] == 200
 
 
 @pytest.mark.parametrize("name", ["a" * 100_000, "John Doe", "ann.b", ""], ids=["100KB", "space", "dot", "empty"])

@@ -8,6 +8,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/common/json_input.h"
+#include "serve/wire/call_arguments.h"
 #include "serve/wire/request_invalid.h"
 
 namespace orbit::serve {
@@ -103,13 +104,7 @@ ojson function_call_item(const ojson& item, const std::string& p) {
   const ojson* arguments = field(item, "arguments");
   if (arguments == nullptr) invalid_field(p + ".arguments", "missing");
   const std::string text = need_string(*arguments, p + ".arguments");
-  if (json::accept(text)) {  // templates see JSON arguments parsed: within the input bound
-    try {
-      (void)parse_json_input(text.data(), text.data() + text.size(), "arguments");
-    } catch (const Error& e) {
-      invalid_field(p + ".arguments", e.what());
-    }
-  }
+  check_call_arguments(text, p + ".arguments");
   return {{"id", call_id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", text}}}};
 }
 

@@ -10,6 +10,7 @@
 #include "orbit/common/error.h"
 #include "orbit/common/json_input.h"
 #include "orbit/common/sha256.h"
+#include "serve/wire/call_arguments.h"
 #include "serve/wire/request_invalid.h"
 
 namespace orbit::serve {
@@ -123,13 +124,7 @@ ChatToolCall parse_tool_call(const json& v, const std::string& param) {
     // Templates see JSON arguments parsed (so JSON nested past the input bound is refused here), and other
     // text (a call max_tokens cut, as this server and OpenAI answer one) as a string (runtime::ChatToolCall).
     call.arguments = need_string((*fn)["arguments"], param + ".function.arguments");
-    if (json::accept(call.arguments)) {
-      try {
-        (void)parse_json_input(call.arguments.data(), call.arguments.data() + call.arguments.size(), "arguments");
-      } catch (const Error& e) {
-        invalid_field(param + ".function.arguments", e.what());
-      }
-    }
+    check_call_arguments(call.arguments, param + ".function.arguments");
   }
   return call;
 }

@@ -42,7 +42,8 @@
 //                name (1 to 64 letters, digits, _ and -, OpenAI's rule; else a 400 naming messages[i].name);
 //                tool_calls (array of {id (a non-empty string), type "function", function {name (a tool name,
 //                held to the tools' rule, or "": a forced call max_tokens cut before its name is answered
-//                so), arguments (string)}}); a tool message's tool_call_id is required,
+//                so), arguments (string; JSON giving a key twice in one object is refused, call_arguments.h)}});
+//                a tool message's tool_call_id is required,
 //                a non-empty string (else a 400 naming messages[i].tool_call_id, as OpenAI has it), but the
 //                message is taken wherever it stands and whatever call its id names, unlike OpenAI's API
 //                (which refuses one that answers no call of the assistant message before it): an agent that
